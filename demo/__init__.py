@@ -1,0 +1,1 @@
+"""The one-command demo: a simulated GPU cluster with a real Prometheus."""

@@ -1,0 +1,196 @@
+"""Frozen records that every layer of the exporter shares.
+
+Collectors produce them, ``attribution`` joins them, ``exposition`` renders them.
+They carry no behaviour so that each layer can be tested with hand-built values and
+so that a snapshot, once built, can be served to concurrent scrapes without locks.
+
+Units follow the metric names: ``*_bytes``, ``*_ratio`` (0..1), ``*_timestamp``
+(unix seconds). ``None`` means "not known", never zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_EMPTY_F: Mapping[str, float] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceReading:
+    """One reportable GPU device: a whole GPU, or one MIG instance of it.
+
+    ``uuid`` is always the parent GPU's ``GPU-…`` UUID (DCGM's ``UUID`` label);
+    under MIG ``gpu_instance_id`` is set (DCGM's ``GPU_I_ID``) and ``mig_uuid`` holds
+    the ``MIG-…`` id that the kubelet may hand out for it.
+    """
+
+    index: int
+    uuid: str
+    model: str
+    utilization_ratio: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    gpu_instance_id: int | None = None
+    mig_uuid: str | None = None
+    mig_profile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFailure:
+    """A device that could not be read this cycle; the rest of the poll still counts."""
+
+    index: int
+    uuid: str | None
+    reason: str  # short, low-cardinality: "gpu_lost", "not_supported", "unknown", ...
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One process seen on a device by NVML (or the simulator)."""
+
+    pid: int
+    device_uuid: str  # parent GPU-… UUID
+    gpu_instance_id: int | None
+    memory_used_bytes: int | None
+    utilization_ratio: float | None  # SM share over the last sample window; None if unknown
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPoll:
+    """What a GPU backend returns from one poll."""
+
+    devices: tuple[DeviceReading, ...]
+    processes: tuple[ProcessSample, ...] = ()
+    failures: tuple[DeviceFailure, ...] = ()
+    driver_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A device the kubelet assigned to one container (pod-resources ``List``).
+
+    ``device_id`` is kept raw (``GPU-<uuid>``, ``3``, ``MIG-<uuid>``,
+    ``GPU-<uuid>::<n>``); ``attribution`` resolves it against the devices.
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    resource_name: str
+    device_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodMeta:
+    """What the exporter knows of a pod on its node (from the pod watch)."""
+
+    namespace: str
+    name: str
+    uid: str
+    ip: str | None = None
+    host_network: bool = False
+    phase: str = "Running"
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    start_timestamp: float | None = None
+    owner_kind: str = ""
+    owner_name: str = ""
+    # container name -> runtime container id without the "containerd://" prefix
+    container_ids: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    # start + spec.activeDeadlineSeconds, or the gpu-eta.io/deadline annotation
+    deadline_timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """A process' container, as read from ``/proc/<pid>/cgroup``."""
+
+    container_id: str
+    pod_uid: str | None = None
+    runtime: str = ""  # "containerd", "cri-o", "docker", ""
+
+
+@dataclass(frozen=True, slots=True)
+class HostMemory:
+    """Host (not GPU) memory of one container, from its cgroup."""
+
+    namespace: str
+    pod: str
+    container: str
+    working_set_bytes: int
+    limit_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodGpuRow:
+    """One (device, container) pair after attribution: what the pod series show.
+
+    ``utilization_ratio`` is the pod's own share of the device computed from its
+    processes' samples (on a time-sliced GPU each pod gets its part, not a copy of
+    the device value); ``None`` when no process sample exists (an idle holder then
+    shows ``allocated`` but no utilisation — exposition renders 0 for an allocated
+    device with no processes, because "holds it, uses nothing" is the point).
+    """
+
+    index: int
+    uuid: str
+    gpu_instance_id: int | None
+    namespace: str
+    pod: str
+    container: str
+    allocated: bool
+    utilization_ratio: float | None
+    memory_used_bytes: int | None
+    allocated_since_timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Latest training progress of one run in one container."""
+
+    namespace: str
+    pod: str
+    container: str
+    run_id: str
+    run_start_timestamp: float
+    last_report_timestamp: float
+    source: str  # "http" or "log"
+    epoch: float | None = None
+    epochs: float | None = None
+    step: float | None = None
+    steps: float | None = None
+    batch_size: float | None = None
+    epoch_end_timestamp: float | None = None  # when the latest completed epoch ended
+    # free-form numbers (loss...)
+    metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY_F)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorStatus:
+    """Self-monitoring of one collector, kept by the scheduler."""
+
+    name: str
+    success: bool
+    duration_seconds: float
+    last_success_timestamp: float | None
+    errors_total: int
+    last_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one ``/metrics`` answer renders. Immutable; swapped by reference."""
+
+    node: str
+    timestamp: float
+    devices: tuple[DeviceReading, ...] = ()
+    failures: tuple[DeviceFailure, ...] = ()
+    pod_gpus: tuple[PodGpuRow, ...] = ()
+    pods: tuple[PodMeta, ...] = ()
+    host_memory: tuple[HostMemory, ...] = ()
+    progress: tuple[Progress, ...] = ()
+    collectors: tuple[CollectorStatus, ...] = ()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install what gpu-eta's demo and tests need on a Debian/Ubuntu machine, idempotently:
+# Debian's Prometheus family (prometheus, promtool, pushgateway, node exporter for the
+# benchmark) and the Python packages (the project with all extras, test tools, and the
+# CPU build of PyTorch for real training loops). Fast when everything is present.
+#   scripts/bootstrap.sh            everything (tests)
+#   scripts/bootstrap.sh --demo     what the demo needs (no test tools, no torch)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-all}"
+PY="${PYTHON:-python3}"
+
+need_apt=()
+for pair in prometheus:prometheus promtool:prometheus prometheus-pushgateway:prometheus-pushgateway; do
+  bin="${pair%%:*}"; pkg="${pair##*:}"
+  command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [[ "$mode" != "--demo" ]]; then
+  command -v prometheus-node-exporter >/dev/null 2>&1 || need_apt+=(prometheus-node-exporter)
+fi
+if ((${#need_apt[@]})); then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "gpu-eta: needs ${need_apt[*]} (Prometheus binaries) and apt-get is not available;" \
+         "install Prometheus >= 2.42 so that 'prometheus' and 'promtool' are on PATH." >&2
+    exit 1
+  fi
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  echo "gpu-eta: installing Debian packages: ${need_apt[*]}" >&2
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
+fi
+
+extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test"
+if ! "$PY" -c "import exporter.readings, prometheus_client, statsmodels, sklearn, grpc, kubernetes, rich" >/dev/null 2>&1 \
+   || { [[ "$mode" != "--demo" ]] && ! "$PY" -c "import pytest, hypothesis, grpc_tools, tqdm, kubernetes_validate" >/dev/null 2>&1; }; then
+  echo "gpu-eta: installing Python packages (.[${extras}])" >&2
+  "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+fi
+if [[ "$mode" != "--demo" ]] && ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  echo "gpu-eta: installing torch==2.13.0 (CPU)" >&2
+  "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
+fi
