@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _EMPTY_F: Mapping[str, float] = MappingProxyType({})
+_EMPTY_I: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,3 +195,6 @@ class Snapshot:
     host_memory: tuple[HostMemory, ...] = ()
     progress: tuple[Progress, ...] = ()
     collectors: tuple[CollectorStatus, ...] = ()
+    # ingestion counters by result (see docs/metrics.md), cumulative since start
+    progress_reports_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
+    log_lines_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
