@@ -1,0 +1,1 @@
+"""gpu-eta forecaster: learns how long training runs take and publishes when they end."""

@@ -1,0 +1,96 @@
+"""The training run as every forecaster layer sees it.
+
+One record shape serves the live cycle (runs assembled from Prometheus series), the
+history store (finished runs in SQLite) and ``evaluate`` (runs read from a CSV), so
+the estimators are trained and scored on exactly what they predict from in
+production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+Feature = float | str
+
+_NO_FEATURES: Mapping[str, Feature] = MappingProxyType({})
+
+
+class ForecasterError(Exception):
+    """Base of every error the forecaster raises on purpose."""
+
+
+class RunError(ForecasterError, ValueError):
+    """A run record is inconsistent (epochs out of order, times going back...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One training run: its planned epochs and the epoch ends seen so far.
+
+    ``epoch_times`` holds ``(epoch, unix_seconds)`` pairs in ascending order, the
+    first being ``(0, run start)``. Gaps are allowed (a scrape can miss an epoch
+    end). Epochs may be fractional when only steps are known (step / steps per
+    epoch). ``completed`` is ``True`` for a run that reached ``epochs_planned``,
+    ``False`` for one that vanished before (cancelled, crashed: never a "short
+    job"), ``None`` while it runs.
+
+    ``features`` are the cold-start regressors' inputs, all optional:
+    ``batch_size``, ``gpu_model``, ``gpus``, ``framework``, ``job_name``,
+    ``namespace``, ``image``, ``gpu_utilization_ratio`` (mean),
+    ``memory_utilization_ratio`` (mean host memory working set / limit).
+    """
+
+    run_id: str
+    epochs_planned: float
+    epoch_times: tuple[tuple[float, float], ...]
+    features: Mapping[str, Feature] = field(default_factory=lambda: _NO_FEATURES)
+    completed: bool | None = None
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+
+    @property
+    def start_timestamp(self) -> float:
+        """When the run started (epoch 0)."""
+        return self.epoch_times[0][1]
+
+    @property
+    def epochs_done(self) -> float:
+        """Epochs completed at the last observation."""
+        return self.epoch_times[-1][0]
+
+    @property
+    def last_timestamp(self) -> float:
+        """Time of the last observed epoch end (or the start)."""
+        return self.epoch_times[-1][1]
+
+    @property
+    def progress_ratio(self) -> float:
+        """Share of planned epochs done, 0..1."""
+        if self.epochs_planned <= 0:
+            return 0.0
+        return min(1.0, self.epochs_done / self.epochs_planned)
+
+
+def validate_run(run: Run) -> Run:
+    """Return ``run`` unchanged if it is consistent, else raise ``RunError`` naming why."""
+    if not run.epoch_times:
+        raise RunError(f"run {run.run_id!r}: no epoch times (epoch 0 = start is required)")
+    if not run.epochs_planned > 0:
+        raise RunError(f"run {run.run_id!r}: epochs_planned must be > 0, got {run.epochs_planned}")
+    prev_e, prev_t = run.epoch_times[0]
+    if prev_e != 0:
+        raise RunError(f"run {run.run_id!r}: first epoch must be 0 (the start), got {prev_e}")
+    for epoch, ts in run.epoch_times[1:]:
+        if epoch <= prev_e or ts < prev_t:
+            raise RunError(
+                f"run {run.run_id!r}: epoch {epoch} at {ts} does not follow epoch {prev_e} at {prev_t}"
+            )
+        prev_e, prev_t = epoch, ts
+    if prev_e > run.epochs_planned:
+        raise RunError(
+            f"run {run.run_id!r}: epoch {prev_e} beyond epochs_planned {run.epochs_planned}"
+        )
+    return run
