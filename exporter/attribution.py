@@ -1,0 +1,325 @@
+"""Join GPU readings, kubelet allocations, pods and process cgroups into per-pod rows.
+
+Two independent facts say a container "has" a device: the kubelet allocated it
+(pod-resources ``List``: true even when the container computes nothing, which is
+what finds idle holders) and the container's processes run on it (NVML process
+samples resolved through cgroups: true even without a device plugin). Each
+(device, container) pair seen by either gets one ``PodGpuRow``. Utilisation and
+memory come from the container's own processes, so the three pods sharing a
+time-sliced GPU each show their own part instead of three copies of the device's.
+
+Pure functions only: no I/O, no logging. ``parse_device_id`` raises
+``DeviceIdError`` for a malformed id; ``attribute`` never raises for ids it cannot
+resolve (another resource, a device that vanished): it leaves them out, and
+``unresolved_allocations`` says which and why so the caller can log or count them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from exporter.readings import (
+    Allocation,
+    ContainerRef,
+    DeviceReading,
+    GpuPoll,
+    PodGpuRow,
+    PodMeta,
+    ProcessSample,
+)
+
+__all__ = [
+    "AttributionError",
+    "DeviceId",
+    "DeviceIdError",
+    "attribute",
+    "parse_device_id",
+    "resolve_device",
+    "unresolved_allocations",
+]
+
+MAX_DEVICE_ID_CHARS = 256
+
+_UUID_BODY = r"[0-9A-Za-z][0-9A-Za-z-]{0,99}"
+_GPU_RE = re.compile(rf"^(GPU-{_UUID_BODY})$")
+_MIG_RE = re.compile(rf"^(MIG-{_UUID_BODY})$")
+# Pre-R470 drivers named MIG devices MIG-GPU-<parent uuid>/<gi>/<ci>.
+_MIG_LEGACY_RE = re.compile(rf"^MIG-(GPU-{_UUID_BODY})/(\d{{1,3}})/(\d{{1,3}})$")
+_INDEX_RE = re.compile(r"^(\d{1,4})$")
+_REPLICA_RE = re.compile(r"^(.*)::(\d{1,6})$")
+
+
+class AttributionError(ValueError):
+    """Base of the value errors attribution raises."""
+
+
+class DeviceIdError(AttributionError):
+    """A pod-resources device id in none of the accepted forms."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceId:
+    """A parsed kubelet device id.
+
+    ``kind`` is ``"gpu"`` (``uuid`` set), ``"index"`` (``index`` set) or ``"mig"``
+    (``mig_uuid`` set, or ``uuid`` + ``gpu_instance_id`` for the legacy form).
+    ``replica`` is the time-slicing replica number of ``<id>::<n>``, else None.
+    """
+
+    kind: str
+    uuid: str | None = None
+    index: int | None = None
+    mig_uuid: str | None = None
+    gpu_instance_id: int | None = None
+    replica: int | None = None
+
+
+def parse_device_id(text: str) -> DeviceId:
+    """Parse ``GPU-<uuid>``, ``<index>``, ``MIG-<uuid>`` (or ``MIG-GPU-<uuid>/<gi>/<ci>``),
+    each optionally followed by the time-slicing suffix ``::<n>``.
+
+    Raises ``DeviceIdError`` naming the value for anything else.
+    """
+    if not isinstance(text, str):
+        raise DeviceIdError(f"device id must be a string, got {type(text).__name__}")
+    if len(text) > MAX_DEVICE_ID_CHARS:
+        raise DeviceIdError(f"device id longer than {MAX_DEVICE_ID_CHARS} characters")
+    body, replica = text, None
+    match = _REPLICA_RE.match(text)
+    if match:
+        body, replica = match.group(1), int(match.group(2))
+    if (m := _GPU_RE.match(body)) is not None:
+        return DeviceId(kind="gpu", uuid=m.group(1), replica=replica)
+    if (m := _MIG_LEGACY_RE.match(body)) is not None:
+        return DeviceId(
+            kind="mig", uuid=m.group(1), gpu_instance_id=int(m.group(2)), replica=replica
+        )
+    if (m := _MIG_RE.match(body)) is not None:
+        return DeviceId(kind="mig", mig_uuid=m.group(1), replica=replica)
+    if (m := _INDEX_RE.match(body)) is not None:
+        return DeviceId(kind="index", index=int(m.group(1)), replica=replica)
+    raise DeviceIdError(f"unrecognised device id {text[:80]!r}")
+
+
+# A device slot: (parent uuid lowercased, gpu instance id or None)
+_Key = tuple[str, "int | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    index: int
+    uuid: str
+    gpu_instance_id: int | None
+
+
+def _key(uuid: str, gpu_instance_id: int | None) -> _Key:
+    return (uuid.lower(), gpu_instance_id)
+
+
+def _slots(gpu: GpuPoll) -> tuple[dict[_Key, _Slot], dict[str, _Key], dict[int, _Key]]:
+    """Index the poll's devices (and failing devices, which still have owners)."""
+    by_key: dict[_Key, _Slot] = {}
+    by_mig: dict[str, _Key] = {}
+    by_index: dict[int, _Key] = {}
+    for dev in gpu.devices:
+        key = _key(dev.uuid, dev.gpu_instance_id)
+        by_key.setdefault(key, _Slot(dev.index, dev.uuid, dev.gpu_instance_id))
+        if dev.mig_uuid:
+            by_mig.setdefault(dev.mig_uuid.lower(), key)
+        if dev.gpu_instance_id is None:
+            by_index.setdefault(dev.index, key)
+    for fail in gpu.failures:
+        if fail.uuid is None:
+            continue
+        key = _key(fail.uuid, None)
+        if key not in by_key:
+            by_key[key] = _Slot(fail.index, fail.uuid, None)
+            by_index.setdefault(fail.index, key)
+    return by_key, by_mig, by_index
+
+
+def _resolve(
+    device_id: str,
+    by_key: Mapping[_Key, _Slot],
+    by_mig: Mapping[str, _Key],
+    by_index: Mapping[int, _Key],
+) -> _Key:
+    parsed = parse_device_id(device_id)
+    key: _Key | None = None
+    if parsed.kind == "gpu" and parsed.uuid is not None:
+        key = _key(parsed.uuid, None)
+    elif parsed.kind == "index" and parsed.index is not None:
+        key = by_index.get(parsed.index)
+    elif parsed.mig_uuid is not None:
+        key = by_mig.get(parsed.mig_uuid.lower())
+    elif parsed.uuid is not None:
+        key = _key(parsed.uuid, parsed.gpu_instance_id)
+    if key is None or key not in by_key:
+        raise AttributionError(f"device id {device_id[:80]!r} matches no device on this node")
+    return key
+
+
+def resolve_device(device_id: str, gpu: GpuPoll) -> DeviceReading | None:
+    """The device reading a kubelet device id names, or None when none matches.
+
+    Raises ``DeviceIdError`` for a malformed id.
+    """
+    parse_device_id(device_id)
+    by_key, by_mig, by_index = _slots(gpu)
+    try:
+        key = _resolve(device_id, by_key, by_mig, by_index)
+    except DeviceIdError:
+        raise
+    except AttributionError:
+        return None
+    for dev in gpu.devices:
+        if _key(dev.uuid, dev.gpu_instance_id) == key:
+            return dev
+    return None
+
+
+def unresolved_allocations(
+    gpu: GpuPoll, allocations: Sequence[Allocation]
+) -> tuple[tuple[Allocation, str], ...]:
+    """Allocations ``attribute`` leaves out, each with the reason (for logs/counters)."""
+    by_key, by_mig, by_index = _slots(gpu)
+    out: list[tuple[Allocation, str]] = []
+    for alloc in allocations:
+        try:
+            _resolve(alloc.device_id, by_key, by_mig, by_index)
+        except AttributionError as err:
+            out.append((alloc, str(err)))
+    return tuple(out)
+
+
+def _sample_key(sample: ProcessSample, by_key: Mapping[_Key, _Slot]) -> _Key | None:
+    key = _key(sample.device_uuid, sample.gpu_instance_id)
+    if key in by_key:
+        return key
+    whole = _key(sample.device_uuid, None)
+    return whole if whole in by_key else None
+
+
+def _finite(value: float | None) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+@dataclass
+class _Acc:
+    allocated: bool = False
+    utilization: float | None = None
+    memory: int | None = None
+    n_processes: int = 0
+
+    def add(self, sample: ProcessSample) -> None:
+        self.n_processes += 1
+        util = _finite(sample.utilization_ratio)
+        if util is not None:
+            self.utilization = (self.utilization or 0.0) + max(util, 0.0)
+        mem = sample.memory_used_bytes
+        if isinstance(mem, int) and not isinstance(mem, bool) and mem >= 0:
+            self.memory = (self.memory or 0) + mem
+
+
+def attribute(
+    gpu: GpuPoll,
+    allocations: Sequence[Allocation],
+    pods: Sequence[PodMeta],
+    containers: Mapping[int, ContainerRef],
+) -> tuple[PodGpuRow, ...]:
+    """Per (device, container) rows from allocations and process samples.
+
+    - Allocations are resolved through ``parse_device_id``; several time-slicing
+      replicas of one GPU held by one container give one row; ids matching no
+      device are left out (see ``unresolved_allocations``).
+    - A process sample is attributed through ``containers[pid]`` to the pod whose
+      ``container_ids`` holds that container id; if only the pod uid is known
+      (the pod's status lags the runtime) the pod is found by uid and the
+      container named after its single allocation on that device, else ``""``.
+      Processes in no known container are dropped: they are not a pod's.
+    - Utilisation is the sum of the container's processes' samples clamped to
+      0..1, memory the sum of theirs; an allocated container with no process gets
+      0.0 and 0; a container with processes but no samples of a kind gets None.
+    - ``allocated`` tells whether the kubelet allocated the device to the
+      container; ``allocated_since_timestamp`` is the pod's start time.
+    """
+    by_key, by_mig, by_index = _slots(gpu)
+    pods_by_name = {(p.namespace, p.name): p for p in pods}
+    pods_by_uid = {p.uid: p for p in pods if p.uid}
+    owner_of: dict[str, tuple[PodMeta, str]] = {}
+    for pod in pods:
+        for cname, cid in pod.container_ids.items():
+            if cid:
+                owner_of.setdefault(cid, (pod, cname))
+
+    rows: dict[tuple[_Key, str, str, str], _Acc] = {}
+    allocated_names: dict[tuple[_Key, str, str], set[str]] = {}
+    for alloc in allocations:
+        try:
+            key = _resolve(alloc.device_id, by_key, by_mig, by_index)
+        except AttributionError:
+            continue
+        rows.setdefault((key, alloc.namespace, alloc.pod, alloc.container), _Acc()).allocated = True
+        allocated_names.setdefault((key, alloc.namespace, alloc.pod), set()).add(alloc.container)
+
+    for sample in gpu.processes:
+        ref = containers.get(sample.pid)
+        if ref is None:
+            continue
+        key = _sample_key(sample, by_key)
+        if key is None:
+            continue
+        owner = owner_of.get(ref.container_id)
+        if owner is not None:
+            pod, cname = owner
+        elif ref.pod_uid is not None and ref.pod_uid in pods_by_uid:
+            pod = pods_by_uid[ref.pod_uid]
+            names = allocated_names.get((key, pod.namespace, pod.name), set())
+            cname = next(iter(names)) if len(names) == 1 else ""
+        else:
+            continue
+        rows.setdefault((key, pod.namespace, pod.name, cname), _Acc()).add(sample)
+
+    out: list[PodGpuRow] = []
+    for (key, namespace, pod_name, cname), acc in rows.items():
+        slot = by_key[key]
+        if acc.n_processes == 0:
+            utilization: float | None = 0.0
+            memory: int | None = 0
+        else:
+            utilization = None if acc.utilization is None else min(max(acc.utilization, 0.0), 1.0)
+            memory = acc.memory
+        meta = pods_by_name.get((namespace, pod_name))
+        out.append(
+            PodGpuRow(
+                index=slot.index,
+                uuid=slot.uuid,
+                gpu_instance_id=slot.gpu_instance_id,
+                namespace=namespace,
+                pod=pod_name,
+                container=cname,
+                allocated=acc.allocated,
+                utilization_ratio=utilization,
+                memory_used_bytes=memory,
+                allocated_since_timestamp=None if meta is None else meta.start_timestamp,
+            )
+        )
+    out.sort(
+        key=lambda r: (
+            r.index,
+            -1 if r.gpu_instance_id is None else r.gpu_instance_id,
+            r.namespace,
+            r.pod,
+            r.container,
+        )
+    )
+    return tuple(out)

@@ -1,0 +1,158 @@
+"""GPU → container allocations from the kubelet pod-resources API (``v1.PodResourcesLister/List``).
+
+This is how NVIDIA's DCGM exporter finds a device's owner, and the only source that
+still names the owner of a GPU whose holder runs nothing on it. The kubelet serves
+it over a unix socket (``/var/lib/kubelet/pod-resources/kubelet.sock``); mount the
+directory, not the socket, because a kubelet restart deletes and recreates the
+file and a bind-mounted socket would keep pointing at the dead one.
+
+Reconnection: a gRPC channel retries a broken unix connection with exponential
+backoff (up to minutes), which would leave us reading nothing long after the
+kubelet is back. So the channel is dropped after any failed call and whenever the
+socket file's inode changes, and the next poll dials afresh.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import grpc
+
+from exporter._proto import api_pb2, api_pb2_grpc
+from exporter.collectors import CollectorError
+from exporter.readings import Allocation
+
+__all__ = ["DEFAULT_SOCKET", "MAX_RECEIVE_BYTES", "PodResourcesSource"]
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# DCGM exporter's figure: a node with many pods and devices exceeds gRPC's 4 MiB default.
+MAX_RECEIVE_BYTES = 16 * 1024 * 1024
+# Bounds on what one List may contribute: a node runs at most a few hundred pods.
+MAX_ALLOCATIONS = 65536
+_MAX_NAME_CHARS = 253
+_MAX_DEVICE_ID_CHARS = 256
+
+
+class PodResourcesSource:
+    """Polls the kubelet's ``List`` and returns the allocations of matching resources."""
+
+    def __init__(
+        self,
+        socket_path: str = DEFAULT_SOCKET,
+        timeout_seconds: float = 5.0,
+        resource_prefixes: tuple[str, ...] = ("nvidia.com/",),
+    ) -> None:
+        self.socket_path = socket_path
+        self.timeout_seconds = timeout_seconds
+        self.resource_prefixes = tuple(resource_prefixes)
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
+        self._inode: tuple[int, int] | None = None
+
+    def _socket_identity(self) -> tuple[int, int]:
+        try:
+            st = os.stat(self.socket_path)
+        except FileNotFoundError:
+            raise CollectorError(
+                f"kubelet pod-resources socket {self.socket_path} does not exist "
+                "(is the kubelet running and its pod-resources directory mounted?)"
+            ) from None
+        except OSError as err:
+            raise CollectorError(
+                f"kubelet pod-resources socket {self.socket_path}: {err.strerror or err}"
+            ) from None
+        if not stat.S_ISSOCK(st.st_mode):
+            raise CollectorError(f"kubelet pod-resources path {self.socket_path} is not a socket")
+        return (st.st_dev, st.st_ino)
+
+    def _drop_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+        self._stub = None
+        self._inode = None
+
+    def _connect(self) -> api_pb2_grpc.PodResourcesListerStub:
+        identity = self._socket_identity()
+        if self._stub is not None and identity == self._inode:
+            return self._stub
+        self._drop_channel()
+        self._channel = grpc.insecure_channel(
+            f"unix://{os.path.abspath(self.socket_path)}",
+            options=[
+                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+                # A fresh channel per kubelet instance; never wait minutes to redial.
+                ("grpc.initial_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 2000),
+            ],
+        )
+        self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+        self._inode = identity
+        return self._stub
+
+    def poll(self) -> tuple[Allocation, ...]:
+        """One ``List`` call → allocations; ``CollectorError`` with the cause on any failure."""
+        with self._lock:
+            stub = self._connect()
+            try:
+                response = stub.List(
+                    api_pb2.ListPodResourcesRequest(), timeout=self.timeout_seconds
+                )
+            except grpc.RpcError as err:
+                self._drop_channel()
+                code = err.code() if hasattr(err, "code") else None
+                details = err.details() if hasattr(err, "details") else str(err)
+                name = code.name if code is not None else "UNKNOWN"
+                raise CollectorError(
+                    f"kubelet pod-resources List on {self.socket_path} failed: {name}: {details}"
+                ) from None
+            return allocations_from_response(response, self.resource_prefixes)
+
+    def close(self) -> None:
+        """Close the channel (the next poll would dial again)."""
+        with self._lock:
+            self._drop_channel()
+
+
+def _valid_name(value: str) -> bool:
+    return 0 < len(value) <= _MAX_NAME_CHARS
+
+
+def allocations_from_response(
+    response: api_pb2.ListPodResourcesResponse, resource_prefixes: tuple[str, ...]
+) -> tuple[Allocation, ...]:
+    """Flatten a ``List`` response to one Allocation per (container, device id).
+
+    Only resources starting with one of ``resource_prefixes`` are kept. Entries with
+    empty or oversized names or ids are skipped; at most ``MAX_ALLOCATIONS`` are
+    returned (the kubelet is trusted, but its answer is still bounded).
+    """
+    out: list[Allocation] = []
+    for pod in response.pod_resources:
+        if not (_valid_name(pod.name) and _valid_name(pod.namespace)):
+            continue
+        for container in pod.containers:
+            if not _valid_name(container.name):
+                continue
+            for devices in container.devices:
+                resource = devices.resource_name
+                if not resource.startswith(resource_prefixes) or len(resource) > _MAX_NAME_CHARS:
+                    continue
+                for device_id in devices.device_ids:
+                    if not device_id or len(device_id) > _MAX_DEVICE_ID_CHARS:
+                        continue
+                    out.append(
+                        Allocation(
+                            namespace=pod.namespace,
+                            pod=pod.name,
+                            container=container.name,
+                            resource_name=resource,
+                            device_id=device_id,
+                        )
+                    )
+                    if len(out) >= MAX_ALLOCATIONS:
+                        return tuple(out)
+    return tuple(out)
