@@ -1,0 +1,723 @@
+"""``gpu-eta top``: who holds each GPU, how far their training is, when it frees up.
+
+Reads only Prometheus' HTTP API (any server speaking it: the demo's, a cluster's,
+Thanos...), with a fixed set of instant queries per refresh, so it costs the same
+whatever the cluster size. The queries' results go through pure functions
+(``build_view`` → ``View`` → ``render_plain`` / ``render_json`` / ``render_rich``),
+which the tests drive with fixed query results; only ``fetch`` and ``main`` do I/O.
+
+``rich`` draws the tables when stdout is a terminal (and refreshes them in place);
+otherwise the output is plain text, one snapshot after the other, so it pipes and
+logs well. ``--json`` prints one machine-readable snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone, tzinfo
+from enum import IntEnum
+from typing import Any
+
+QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+
+
+class ExitCode(IntEnum):
+    """Exit codes, as every gpu-eta CLI maps them."""
+
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+
+
+class TopError(Exception):
+    """Prometheus could not be read (unreachable, bad answer): one line for the user."""
+
+
+def queries(idle_window: str = "5m") -> dict[str, str]:
+    """Every PromQL query one refresh issues, by name (a fixed number, ~14)."""
+    return {
+        "epoch": "gpu_eta_training_epoch",
+        "epochs": "gpu_eta_training_epochs_planned",
+        "run_start": "gpu_eta_training_run_start_timestamp_seconds",
+        "last_report": "gpu_eta_training_last_report_timestamp_seconds",
+        "completion": "gpu_eta_job_predicted_completion_timestamp_seconds",
+        "method": "gpu_eta_job_forecast_info",
+        "stalled": "gpu_eta_job_stalled",
+        "allocated": "gpu_eta_pod_gpu_allocated",
+        "since": "gpu_eta_pod_gpu_allocated_since_timestamp_seconds",
+        "pod_util": "gpu_eta_pod_gpu_utilization_ratio",
+        "pod_util_avg": f"avg_over_time(gpu_eta_pod_gpu_utilization_ratio[{idle_window}])",
+        "pod_memory": "gpu_eta_pod_gpu_memory_used_bytes",
+        "gpu_info": "gpu_eta_gpu_info",
+        "gpu_memory_total": "gpu_eta_gpu_memory_total_bytes",
+        "gpu_free": "gpu_eta_gpu_predicted_free_timestamp_seconds",
+    }
+
+
+# ---------------------------------------------------------------- the view (pure)
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """P10 / P50 / P90 of a clock time (unix seconds); any may be missing."""
+
+    p10: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One training run in progress, with its GPUs and forecast."""
+
+    namespace: str
+    pod: str
+    container: str
+    run_id: str
+    node: str
+    gpus: tuple[str, ...]
+    epoch: float | None
+    epochs: float | None
+    utilization_ratio: float | None
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    start_timestamp: float | None
+    elapsed_seconds: float | None
+    last_report_timestamp: float | None
+    eta: Band
+    method: str
+    stalled: bool
+    idle: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRow:
+    """A pod holding a GPU that it (nearly) does not use over the idle window."""
+
+    namespace: str
+    pod: str
+    container: str
+    node: str
+    gpu: str
+    utilization_ratio: float | None
+    memory_used_bytes: float | None
+    held_seconds: float | None
+    training: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """One device: who holds it and when it is predicted to be free."""
+
+    node: str
+    gpu: str
+    uuid: str
+    model: str
+    holders: tuple[str, ...]
+    state: str  # "free", "busy", "idle" (held, unused)
+    free_at: Band
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """Everything one snapshot shows."""
+
+    timestamp: float
+    prometheus_url: str
+    jobs: tuple[JobRow, ...] = ()
+    idle: tuple[HolderRow, ...] = ()
+    gpus: tuple[GpuRow, ...] = ()
+    errors: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _value(sample: Mapping[str, Any]) -> float | None:
+    """The float of a vector sample, ``None`` for NaN/garbage."""
+    try:
+        v = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _labels(sample: Mapping[str, Any]) -> Mapping[str, str]:
+    metric = sample.get("metric")
+    return metric if isinstance(metric, Mapping) else {}
+
+
+def _run_key(labels: Mapping[str, str]) -> tuple[str, str, str, str]:
+    return (
+        labels.get("namespace", ""),
+        labels.get("pod", ""),
+        labels.get("container", ""),
+        labels.get("run_id", ""),
+    )
+
+
+def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
+    gpu = labels.get("gpu", "")
+    if labels.get("GPU_I_ID"):
+        gpu = f"{gpu}/{labels['GPU_I_ID']}"
+    return (labels.get("node", ""), gpu, labels.get("UUID", ""))
+
+
+def _by_run(results: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str, str], float]:
+    out: dict[tuple[str, str, str, str], float] = {}
+    for s in results:
+        v = _value(s)
+        if v is not None:
+            out[_run_key(_labels(s))] = v
+    return out
+
+
+def _bands(results: Sequence[Mapping[str, Any]], key_fn) -> dict[Any, dict[str, float]]:
+    out: dict[Any, dict[str, float]] = {}
+    for s in results:
+        labels = _labels(s)
+        q = QUANTILE_KEYS.get(labels.get("quantile", ""))
+        v = _value(s)
+        if q is not None and v is not None:
+            out.setdefault(key_fn(labels), {})[q] = v
+    return out
+
+
+def build_view(
+    results: Mapping[str, Sequence[Mapping[str, Any]]],
+    now: float,
+    prometheus_url: str = "",
+    idle_threshold: float = 0.05,
+) -> View:
+    """Join the query results (name → Prometheus vector) into one ``View``.
+
+    A run is shown while ``epoch < epochs_planned`` (or the plan is unknown);
+    holders whose average utilisation over the idle window is below
+    ``idle_threshold`` are flagged idle. Joins use DCGM's label names: runs meet
+    their GPUs on (namespace, pod, container), GPUs are (node, gpu, UUID).
+    """
+    get = lambda name: results.get(name) or ()  # noqa: E731
+    epochs = _by_run(get("epochs"))
+    run_start = _by_run(get("run_start"))
+    last_report = _by_run(get("last_report"))
+    stalled = _by_run(get("stalled"))
+    eta = _bands(get("completion"), _run_key)
+    methods = {_run_key(_labels(s)): _labels(s).get("method", "") for s in get("method")}
+
+    # Per container: its allocated GPUs with utilisation and memory.
+    container_gpus: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+    holders: dict[tuple[tuple[str, str, str], tuple[str, str, str]], Mapping[str, str]] = {}
+    for s in get("allocated"):
+        labels = _labels(s)
+        if _value(s) != 1:
+            continue
+        ckey = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+        gkey = _gpu_key(labels)
+        container_gpus.setdefault(ckey, []).append(gkey)
+        holders[(gkey, ckey)] = labels
+
+    def per_holder(name: str) -> dict[tuple, float]:
+        out: dict[tuple, float] = {}
+        for s in get(name):
+            labels = _labels(s)
+            v = _value(s)
+            if v is not None:
+                ckey = (
+                    labels.get("namespace", ""),
+                    labels.get("pod", ""),
+                    labels.get("container", ""),
+                )
+                out[(_gpu_key(labels), ckey)] = v
+        return out
+
+    util = per_holder("pod_util")
+    util_avg = per_holder("pod_util_avg")
+    memory = per_holder("pod_memory")
+    since = per_holder("since")
+    gpu_total = {
+        _gpu_key(_labels(s)): v for s in get("gpu_memory_total") if (v := _value(s)) is not None
+    }
+    idle_holders = {
+        hk
+        for hk in holders
+        if (avg := util_avg.get(hk, util.get(hk))) is not None and avg < idle_threshold
+    }
+
+    jobs: list[JobRow] = []
+    training_containers: set[tuple[str, str, str]] = set()
+    for s in get("epoch"):
+        labels = _labels(s)
+        key = _run_key(labels)
+        epoch = _value(s)
+        planned = epochs.get(key)
+        if epoch is not None and planned is not None and epoch >= planned:
+            continue  # finished: its pod may linger, its GPU shows in the GPU list
+        ckey = key[:3]
+        training_containers.add(ckey)
+        gkeys = sorted(container_gpus.get(ckey, []))
+        node = labels.get("node", "") or (gkeys[0][0] if gkeys else "")
+
+        def total(values: Mapping[tuple, float], gks=gkeys, ck=ckey) -> float | None:
+            found = [values[(g, ck)] for g in gks if (g, ck) in values]
+            return sum(found) if found else None
+
+        n_util = [util[(g, ckey)] for g in gkeys if (g, ckey) in util]
+        mem_total = [gpu_total[g] for g in gkeys if g in gpu_total]
+        start = run_start.get(key)
+        band = eta.get(key, {})
+        jobs.append(
+            JobRow(
+                namespace=key[0],
+                pod=key[1],
+                container=key[2],
+                run_id=key[3],
+                node=node,
+                gpus=tuple(g[1] for g in gkeys),
+                epoch=epoch,
+                epochs=planned,
+                utilization_ratio=(sum(n_util) / len(n_util)) if n_util else None,
+                memory_used_bytes=total(memory),
+                memory_total_bytes=sum(mem_total) if mem_total else None,
+                start_timestamp=start,
+                elapsed_seconds=max(0.0, now - start) if start is not None else None,
+                last_report_timestamp=last_report.get(key),
+                eta=Band(band.get("p10"), band.get("p50"), band.get("p90")),
+                method=methods.get(key, ""),
+                stalled=stalled.get(key, 0.0) >= 1,
+                idle=any((g, ckey) in idle_holders for g in gkeys),
+            )
+        )
+    jobs.sort(key=lambda j: (j.eta.p50 is None, j.eta.p50 or 0.0, j.namespace, j.pod))
+
+    idle_rows = [
+        HolderRow(
+            namespace=ckey[0],
+            pod=ckey[1],
+            container=ckey[2],
+            node=gkey[0],
+            gpu=gkey[1],
+            utilization_ratio=util_avg.get((gkey, ckey), util.get((gkey, ckey))),
+            memory_used_bytes=memory.get((gkey, ckey)),
+            held_seconds=max(0.0, now - since[(gkey, ckey)]) if (gkey, ckey) in since else None,
+            training=ckey in training_containers,
+        )
+        for (gkey, ckey) in sorted(idle_holders)
+    ]
+
+    free = _bands(get("gpu_free"), _gpu_key)
+    gpus: list[GpuRow] = []
+    seen: set[tuple[str, str, str]] = set()
+    info = {_gpu_key(_labels(s)): _labels(s).get("model", "") for s in get("gpu_info")}
+    all_gpus = set(info) | {g for g, _ in holders} | set(free)
+    for gkey in sorted(all_gpus, key=lambda g: (g[0], _num(g[1]), g[2])):
+        if gkey in seen:
+            continue
+        seen.add(gkey)
+        held_by = sorted(ck for g, ck in holders if g == gkey)
+        names = tuple(f"{ns}/{pod}" for ns, pod, _ in held_by)
+        band = free.get(gkey, {})
+        if not held_by:
+            state, note = "free", "free now"
+        elif all((gkey, ck) in idle_holders for ck in held_by):
+            state = "idle"
+            note = "held, unused"
+        else:
+            state, note = "busy", ""
+        if held_by and not band:
+            note = (note + "; " if note else "") + "no forecast for a holder"
+        gpus.append(
+            GpuRow(
+                node=gkey[0],
+                gpu=gkey[1],
+                uuid=gkey[2],
+                model=info.get(gkey, ""),
+                holders=names,
+                state=state,
+                free_at=Band(band.get("p10"), band.get("p50"), band.get("p90")),
+                note=note,
+            )
+        )
+    return View(
+        timestamp=now,
+        prometheus_url=prometheus_url,
+        jobs=tuple(jobs),
+        idle=tuple(idle_rows),
+        gpus=tuple(gpus),
+    )
+
+
+def _num(text: str) -> tuple[int, str]:
+    head = text.split("/", 1)[0]
+    return (int(head), text) if head.isdigit() else (1 << 30, text)
+
+
+# ---------------------------------------------------------------- formatting (pure)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``2h05m``, ``4m07s``, ``12s``; ``-`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    s = round(max(0.0, seconds))
+    if s >= 86400:
+        return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def fmt_clock(ts: float | None, now: float, tz: tzinfo | None = None) -> str:
+    """Clock time ``14:05:09``; with the date when not today; ``-`` when unknown."""
+    if ts is None or not math.isfinite(ts):
+        return "-"
+    when = datetime.fromtimestamp(ts, tz or timezone.utc)
+    today = datetime.fromtimestamp(now, tz or timezone.utc).date()
+    return when.strftime("%H:%M:%S") if when.date() == today else when.strftime("%m-%d %H:%M")
+
+
+def fmt_bytes(n: float | None) -> str:
+    """GiB with one decimal (MiB below 1 GiB); ``-`` when unknown."""
+    if n is None:
+        return "-"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f}G"
+    return f"{n / (1 << 20):.0f}M"
+
+
+def fmt_ratio(r: float | None) -> str:
+    """A 0..1 ratio as a whole percentage."""
+    return "-" if r is None else f"{100 * r:.0f}%"
+
+
+def progress_bar(epoch: float | None, epochs: float | None, width: int = 20) -> str:
+    """``[#######.............]``; unknown plan → a bar of ``?``."""
+    if epoch is None or not epochs or epochs <= 0:
+        return "[" + "?" * width + "]"
+    filled = round(width * min(1.0, max(0.0, epoch / epochs)))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def fmt_epoch(epoch: float | None, epochs: float | None) -> str:
+    """``7/20`` (fractional epochs rounded down, as "completed")."""
+    e = "-" if epoch is None else str(int(epoch))
+    n = "?" if epochs is None else str(int(epochs))
+    return f"{e}/{n}"
+
+
+def fmt_band(band: Band, now: float, tz: tzinfo | None = None) -> tuple[str, str]:
+    """(P50 clock, ``P10–P90`` clocks) for a job or GPU."""
+    if band.p50 is None:
+        return "-", "-"
+    lo, hi = fmt_clock(band.p10, now, tz), fmt_clock(band.p90, now, tz)
+    return fmt_clock(band.p50, now, tz), f"{lo}–{hi}"
+
+
+def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:
+    eta, rng = fmt_band(job.eta, now, tz)
+    flags = ",".join(f for f, on in (("stalled", job.stalled), ("idle", job.idle)) if on)
+    mem = f"{fmt_bytes(job.memory_used_bytes)}/{fmt_bytes(job.memory_total_bytes)}"
+    return [
+        f"{job.namespace}/{job.pod}",
+        f"{job.node}/{','.join(job.gpus) or '-'}",
+        progress_bar(job.epoch, job.epochs),
+        fmt_epoch(job.epoch, job.epochs),
+        fmt_ratio(job.utilization_ratio),
+        mem,
+        fmt_duration(job.elapsed_seconds),
+        eta,
+        rng,
+        flags,
+    ]
+
+
+JOB_HEADERS = [
+    "POD",
+    "NODE/GPU",
+    "PROGRESS",
+    "EPOCH",
+    "UTIL",
+    "MEM",
+    "ELAPSED",
+    "ETA",
+    "P10–P90",
+    "",
+]
+IDLE_HEADERS = ["POD", "NODE/GPU", "UTIL(avg)", "MEM", "HELD", ""]
+GPU_HEADERS = ["NODE/GPU", "MODEL", "STATE", "HELD BY", "FREE AT", "P10–P90", ""]
+
+
+def _idle_cells(h: HolderRow) -> list[str]:
+    return [
+        f"{h.namespace}/{h.pod}",
+        f"{h.node}/{h.gpu}",
+        fmt_ratio(h.utilization_ratio),
+        fmt_bytes(h.memory_used_bytes),
+        fmt_duration(h.held_seconds),
+        "training, stalled?" if h.training else "",
+    ]
+
+
+def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None) -> list[str]:
+    free, rng = fmt_band(g.free_at, now, tz)
+    if g.state == "free":
+        free = "now"
+    return [
+        f"{g.node}/{g.gpu}",
+        g.model or "-",
+        g.state,
+        " ".join(g.holders) or "-",
+        free,
+        rng,
+        g.note,
+    ]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+    return [line(headers), *(line(r) for r in rows)]
+
+
+def summary_line(view: View, tz: tzinfo | None = None) -> str:
+    """One header line: where, when, and counts."""
+    when = datetime.fromtimestamp(view.timestamp, tz or timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S %Z"
+    )
+    busy = sum(g.state == "busy" for g in view.gpus)
+    free = sum(g.state == "free" for g in view.gpus)
+    return (
+        f"gpu-eta top  {view.prometheus_url}  {when}  |  {len(view.jobs)} training, "
+        f"{len(view.idle)} idle holders, GPUs: {busy} busy, {len(view.gpus) - busy - free} idle, "
+        f"{free} free"
+    )
+
+
+def render_plain(view: View, tz: tzinfo | None = None) -> str:
+    """The whole snapshot as aligned plain text (for pipes, logs, CI)."""
+    now = view.timestamp
+    out = [summary_line(view, tz), ""]
+    out.extend(f"error: {e}" for e in view.errors)
+    out.append("TRAINING")
+    if view.jobs:
+        out.extend(_table(JOB_HEADERS, [_job_cells(j, now, tz) for j in view.jobs]))
+    else:
+        out.append("  (no training run reporting progress)")
+    out += ["", "IDLE GPU HOLDERS"]
+    if view.idle:
+        out.extend(_table(IDLE_HEADERS, [_idle_cells(h) for h in view.idle]))
+    else:
+        out.append("  (none)")
+    out += ["", "GPUS"]
+    if view.gpus:
+        out.extend(_table(GPU_HEADERS, [_gpu_cells(g, now, tz) for g in view.gpus]))
+    else:
+        out.append("  (no gpu_eta_gpu_info series: is the exporter scraped?)")
+    return "\n".join(out) + "\n"
+
+
+def render_json(view: View) -> dict[str, Any]:
+    """The snapshot for machines: unix seconds, ratios 0..1, bytes; remaining seconds too."""
+    data = asdict(view)
+    for job in data["jobs"]:
+        band = job["eta"]
+        job["remaining_seconds"] = {
+            k: (max(0.0, v - view.timestamp) if v is not None else None) for k, v in band.items()
+        }
+    return data
+
+
+def render_rich(view: View, tz: tzinfo | None = None):
+    """The snapshot as ``rich`` tables (imported lazily: rich is the ``top`` extra)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    now = view.timestamp
+    parts: list[Any] = [Text(summary_line(view, tz), style="bold")]
+    parts.extend(Text(f"error: {e}", style="red") for e in view.errors)
+    jobs = Table(title="Training", title_justify="left", expand=False)
+    for h in JOB_HEADERS:
+        jobs.add_column(h, no_wrap=True)
+    for j in view.jobs:
+        style = "yellow" if (j.stalled or j.idle) else None
+        jobs.add_row(*_job_cells(j, now, tz), style=style)
+    parts.append(jobs)
+    idle = Table(title="Idle GPU holders", title_justify="left")
+    for h in IDLE_HEADERS:
+        idle.add_column(h, no_wrap=True)
+    for h in view.idle:
+        idle.add_row(*_idle_cells(h), style="yellow")
+    parts.append(idle)
+    gpus = Table(title="GPUs", title_justify="left")
+    for h in GPU_HEADERS:
+        gpus.add_column(h, no_wrap=True)
+    styles = {"free": "green", "idle": "yellow", "busy": None}
+    for g in view.gpus:
+        gpus.add_row(*_gpu_cells(g, now, tz), style=styles.get(g.state))
+    parts.append(gpus)
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------- I/O
+
+
+def fetch(
+    url: str, timeout_seconds: float = 10.0, idle_window: str = "5m"
+) -> dict[str, list[dict[str, Any]]]:
+    """Run every query against ``url``; raise ``TopError`` with one clear line on failure."""
+    import requests
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    with requests.Session() as session:
+        for name, expr in queries(idle_window).items():
+            try:
+                resp = session.get(
+                    f"{url.rstrip('/')}/api/v1/query",
+                    params={"query": expr},
+                    timeout=timeout_seconds,
+                    stream=True,
+                )
+                raw = resp.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)
+            except requests.RequestException as err:
+                raise TopError(f"cannot reach Prometheus at {url}: {type(err).__name__}") from err
+            if len(raw) > MAX_RESPONSE_BYTES:
+                raise TopError(f"{name}: answer larger than {MAX_RESPONSE_BYTES} bytes")
+            try:
+                body = json.loads(raw)
+            except ValueError as err:
+                raise TopError(
+                    f"{url} answered HTTP {resp.status_code} with non-JSON: is it Prometheus?"
+                ) from err
+            if not isinstance(body, dict) or body.get("status") != "success":
+                err_text = body.get("error", "") if isinstance(body, dict) else ""
+                raise TopError(f"query {name} failed: HTTP {resp.status_code} {err_text}".strip())
+            data = body.get("data")
+            result = data.get("result") if isinstance(data, dict) else None
+            if not isinstance(result, list) or (
+                isinstance(data, dict) and data.get("resultType") != "vector"
+            ):
+                raise TopError(f"query {name}: unexpected answer shape (not a vector)")
+            out[name] = [r for r in result if isinstance(r, dict)]
+    return out
+
+
+def snapshot(args: argparse.Namespace) -> View:
+    """One refresh: fetch, then build the view at the current time."""
+    results = fetch(args.prometheus_url, args.timeout, args.idle_window)
+    return build_view(results, time.time(), args.prometheus_url, args.idle_threshold)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line (see docs/top.md)."""
+    p = argparse.ArgumentParser(
+        prog="gpu-eta top",
+        description=(
+            "Training runs, their progress and predicted completion, idle GPU holders and "
+            "when each GPU frees up, read from Prometheus only."
+        ),
+    )
+    p.add_argument(
+        "--prometheus.url",
+        dest="prometheus_url",
+        default="http://127.0.0.1:9090",
+        help="Prometheus HTTP API base URL (default %(default)s)",
+    )
+    p.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    p.add_argument("--json", action="store_true", help="print one JSON snapshot and exit")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=5.0,
+        help="seconds between refreshes (default %(default)s)",
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="per-query timeout in seconds")
+    p.add_argument(
+        "--idle-threshold",
+        type=float,
+        default=0.05,
+        help="a holder whose average GPU utilisation is below this ratio is idle (default %(default)s)",
+    )
+    p.add_argument(
+        "--idle-window", default="5m", help="PromQL range for that average (default %(default)s)"
+    )
+    p.add_argument("--plain", action="store_true", help="plain text even on a terminal (no rich)")
+    p.add_argument("--utc", action="store_true", help="clock times in UTC instead of local time")
+    p.add_argument("--debug", action="store_true", help="tracebacks on errors")
+    args = p.parse_args(argv)
+    if args.interval <= 0 or args.timeout <= 0:
+        p.error("--interval and --timeout must be > 0")
+    if not 0 <= args.idle_threshold <= 1:
+        p.error("--idle-threshold must be a ratio in 0..1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m forecaster top`` (exit 0 ok, 1 Prometheus error, 2 usage)."""
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if isinstance(exc.code, int) else ExitCode.USAGE
+    tz = timezone.utc if args.utc else datetime.now().astimezone().tzinfo
+    try:
+        if args.json:
+            print(json.dumps(render_json(snapshot(args)), indent=2))
+            return ExitCode.OK
+        use_rich = sys.stdout.isatty() and not args.plain and _has_rich()
+        if args.once:
+            view = snapshot(args)
+            if use_rich:
+                from rich.console import Console
+
+                Console().print(render_rich(view, tz))
+            else:
+                sys.stdout.write(render_plain(view, tz))
+            return ExitCode.OK
+        return _loop(args, tz, use_rich)
+    except TopError as err:
+        if args.debug:
+            raise
+        print(f"gpu-eta top: {err}", file=sys.stderr)
+        return ExitCode.ERROR
+    except KeyboardInterrupt:
+        return ExitCode.OK
+
+
+def _has_rich() -> bool:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _view_or_error(args: argparse.Namespace) -> View:
+    try:
+        return snapshot(args)
+    except TopError as err:
+        return View(timestamp=time.time(), prometheus_url=args.prometheus_url, errors=(str(err),))
+
+
+def _loop(args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
+    """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise."""
+    if use_rich:
+        from rich.live import Live
+
+        with Live(render_rich(_view_or_error(args), tz), auto_refresh=False, screen=False) as live:
+            while True:
+                time.sleep(args.interval)
+                live.update(render_rich(_view_or_error(args), tz), refresh=True)
+    while True:
+        sys.stdout.write(render_plain(_view_or_error(args), tz) + "\n")
+        sys.stdout.flush()
+        time.sleep(args.interval)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""``top``: pure joins and formatting on fixed query results, then a real Prometheus."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from contextlib import redirect_stderr, redirect_stdout
+from datetime import timezone
+
+import pytest
+
+from forecaster import top
+
+NOW = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+GIB = 1 << 30
+
+
+def vec(value: float | str, **labels: str) -> dict:
+    """One sample of a Prometheus instant-vector answer."""
+    return {"metric": {"__name__": "x", **labels}, "value": [NOW, str(value)]}
+
+
+RUN = {"node": "node-0", "namespace": "ml", "pod": "cnn-1", "container": "main", "run_id": "r1"}
+DONE = {"node": "node-0", "namespace": "ml", "pod": "done-1", "container": "main", "run_id": "r0"}
+GPU0 = {"node": "node-0", "gpu": "0", "UUID": "GPU-aaa"}
+GPU1 = {"node": "node-0", "gpu": "1", "UUID": "GPU-bbb"}
+GPU2 = {"node": "node-0", "gpu": "2", "UUID": "GPU-ccc"}
+CNN = {"namespace": "ml", "pod": "cnn-1", "container": "main"}
+NB = {"namespace": "jupyter", "pod": "nb-alice", "container": "notebook"}
+DONEC = {"namespace": "ml", "pod": "done-1", "container": "main"}
+
+
+def results() -> dict[str, list[dict]]:
+    """A node with 3 GPUs: one training run, one idle notebook, one free GPU."""
+    return {
+        "epoch": [vec(7, **RUN), vec(10, **DONE)],
+        "epochs": [vec(20, **RUN), vec(10, **DONE)],
+        "run_start": [vec(NOW - 125, **RUN), vec(NOW - 900, **DONE)],
+        "last_report": [vec(NOW - 3, **RUN)],
+        "completion": [
+            vec(NOW + 200, **{k: v for k, v in RUN.items() if k != "node"}, quantile="0.5"),
+            vec(NOW + 150, **{k: v for k, v in RUN.items() if k != "node"}, quantile="0.1"),
+            vec(NOW + 290, **{k: v for k, v in RUN.items() if k != "node"}, quantile="0.9"),
+        ],
+        "method": [vec(1, **{k: v for k, v in RUN.items() if k != "node"}, method="blend")],
+        "stalled": [vec(0, **{k: v for k, v in RUN.items() if k != "node"})],
+        "allocated": [vec(1, **GPU0, **CNN), vec(1, **GPU1, **NB), vec(1, **GPU2, **DONEC)],
+        "since": [vec(NOW - 130, **GPU0, **CNN), vec(NOW - 3600, **GPU1, **NB)],
+        "pod_util": [vec(0.8, **GPU0, **CNN), vec(0, **GPU1, **NB), vec(0.0, **GPU2, **DONEC)],
+        "pod_util_avg": [
+            vec(0.75, **GPU0, **CNN),
+            vec(0.01, **GPU1, **NB),
+            vec(0.5, **GPU2, **DONEC),
+        ],
+        "pod_memory": [vec(3 * GIB, **GPU0, **CNN), vec(GIB, **GPU1, **NB)],
+        "gpu_info": [
+            vec(1, **GPU0, model="NVIDIA A2"),
+            vec(1, **GPU1, model="NVIDIA A2"),
+            vec(1, **GPU2, model="NVIDIA A2"),
+            vec(1, node="node-0", gpu="3", UUID="GPU-ddd", model="NVIDIA A2"),
+        ],
+        "gpu_memory_total": [vec(16 * GIB, **GPU0), vec(16 * GIB, **GPU1)],
+        "gpu_free": [
+            vec(NOW + 200, **GPU0, quantile="0.5"),
+            vec(NOW + 150, **GPU0, quantile="0.1"),
+            vec(NOW + 290, **GPU0, quantile="0.9"),
+        ],
+    }
+
+
+def test_build_view_joins_runs_gpus_and_forecasts() -> None:
+    view = top.build_view(results(), NOW, "http://prom")
+    assert [(j.namespace, j.pod) for j in view.jobs] == [("ml", "cnn-1")]  # done-1 finished
+    job = view.jobs[0]
+    assert job.gpus == ("0",) and job.node == "node-0"
+    assert (job.epoch, job.epochs) == (7, 20)
+    assert job.utilization_ratio == 0.8
+    assert job.memory_used_bytes == 3 * GIB and job.memory_total_bytes == 16 * GIB
+    assert job.elapsed_seconds == 125
+    assert job.eta == top.Band(NOW + 150, NOW + 200, NOW + 290)
+    assert job.method == "blend" and not job.stalled and not job.idle
+    assert [(h.pod, h.gpu, h.training) for h in view.idle] == [("nb-alice", "1", False)]
+    assert view.idle[0].held_seconds == 3600
+    states = {g.gpu: (g.state, g.holders) for g in view.gpus}
+    assert states == {
+        "0": ("busy", ("ml/cnn-1",)),
+        "1": ("idle", ("jupyter/nb-alice",)),
+        "2": ("busy", ("ml/done-1",)),
+        "3": ("free", ()),
+    }
+    gpu0 = next(g for g in view.gpus if g.gpu == "0")
+    assert gpu0.free_at.p50 == NOW + 200
+
+
+def test_plain_rendering_is_a_readable_table() -> None:
+    text = top.render_plain(top.build_view(results(), NOW, "http://prom"), timezone.utc)
+    lines = text.splitlines()
+    assert lines[0].startswith("gpu-eta top  http://prom  2023-11-14 22:13:20 UTC")
+    assert "1 training, 1 idle holders, GPUs: 2 busy, 1 idle, 1 free" in lines[0]
+    row = next(line for line in lines if line.startswith("ml/cnn-1"))
+    # 7/20 of a 20-wide bar = 7 hashes
+    assert "[#######.............]" in row and "7/20" in row and "80%" in row
+    assert "3.0G/16.0G" in row and "2m05s" in row
+    assert "22:16:40" in row and "22:15:50–22:18:10" in row
+    idle = next(line for line in lines if line.startswith("jupyter/nb-alice"))
+    assert "node-0/1" in idle and "1%" in idle and "1h00m" in idle
+    gpu3 = next(line for line in lines if line.startswith("node-0/3"))
+    assert "free" in gpu3 and "now" in gpu3
+
+
+def test_json_has_eta_clock_and_remaining_seconds() -> None:
+    data = top.render_json(top.build_view(results(), NOW, "http://prom"))
+    json.dumps(data)  # serialisable
+    job = data["jobs"][0]
+    assert job["eta"] == {"p10": NOW + 150, "p50": NOW + 200, "p90": NOW + 290}
+    assert job["remaining_seconds"] == {"p10": 150.0, "p50": 200.0, "p90": 290.0}
+    assert {g["gpu"]: g["state"] for g in data["gpus"]}["3"] == "free"
+
+
+def test_rich_rendering_shows_the_same_rows() -> None:
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(top.render_rich(top.build_view(results(), NOW, "http://prom"), timezone.utc))
+    text = console.export_text()
+    assert "ml/cnn-1" in text and "jupyter/nb-alice" in text and "7/20" in text
+
+
+def test_garbage_values_and_missing_series_do_not_break_the_view() -> None:
+    bad = results()
+    bad["epoch"].append({"metric": RUN | {"run_id": "r2"}, "value": [NOW, "NaN"]})
+    bad["epoch"].append({"metric": "not a mapping", "value": None})
+    bad["pod_util"].append({"value": ["x"]})
+    bad["completion"] = []
+    del bad["gpu_info"]
+    view = top.build_view(bad, NOW)
+    by_run = {j.run_id: j for j in view.jobs}
+    assert by_run["r1"].eta == top.Band()
+    assert by_run["r2"].epoch is None
+    text = top.render_plain(view, timezone.utc)
+    assert "[????????????????????]" in text
+
+
+def test_empty_prometheus_says_so() -> None:
+    text = top.render_plain(top.build_view({}, NOW, "http://prom"), timezone.utc)
+    assert "(no training run reporting progress)" in text
+    assert "is the exporter scraped?" in text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (math.nan, "-"), (0, "0s"), (59.6, "1m00s"), (3725, "1h02m"), (90000, "1d01h")],
+)
+def test_fmt_duration(seconds: float | None, text: str) -> None:
+    assert top.fmt_duration(seconds) == text
+
+
+def test_fmt_clock_shows_the_date_when_not_today() -> None:
+    assert top.fmt_clock(NOW + 86400, NOW, timezone.utc) == "11-15 22:13"
+    assert top.fmt_clock(None, NOW) == "-"
+
+
+def test_progress_bar_bounds() -> None:
+    assert top.progress_bar(0, 10, 10) == "[..........]"
+    assert top.progress_bar(12, 10, 10) == "[##########]"
+    assert top.progress_bar(3, None, 4) == "[????]"
+
+
+def test_unreachable_prometheus_is_one_line_and_exit_1() -> None:
+    from demo.prometheus import free_port
+
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        code = top.main(["--prometheus.url", f"http://127.0.0.1:{free_port()}", "--once"])
+    assert code == 1
+    assert err.getvalue().count("\n") == 1
+    assert err.getvalue().startswith("gpu-eta top: cannot reach Prometheus")
+
+
+def test_usage_errors_exit_2() -> None:
+    with redirect_stderr(io.StringIO()):
+        assert top.main(["--interval", "0"]) == 2
+        assert top.main(["--no-such-flag"]) == 2
+        assert top.main(["--idle-threshold", "3"]) == 2
+
+
+@pytest.mark.integration
+def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
+    """A real Prometheus scrapes contract-shaped series from a real HTTP exporter."""
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from demo.prometheus import ScrapeJob, free_port
+
+    reg = CollectorRegistry()
+    run_labels = ["node", "namespace", "pod", "container", "run_id"]
+    fc_labels = ["namespace", "pod", "container", "run_id", "quantile"]
+    gpu_labels = ["node", "gpu", "UUID", "namespace", "pod", "container"]
+    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(*RUN.values()).set(3)
+    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
+        *RUN.values()
+    ).set(8)
+    eta = Gauge("gpu_eta_job_predicted_completion_timestamp_seconds", "t", fc_labels, registry=reg)
+    import time
+
+    t0 = time.time()
+    for q, dt in (("0.1", 60), ("0.5", 90), ("0.9", 150)):
+        eta.labels("ml", "cnn-1", "main", "r1", q).set(t0 + dt)
+    Gauge("gpu_eta_pod_gpu_allocated", "a", gpu_labels, registry=reg).labels(
+        "node-0", "0", "GPU-aaa", "ml", "cnn-1", "main"
+    ).set(1)
+    Gauge("gpu_eta_pod_gpu_utilization_ratio", "u", gpu_labels, registry=reg).labels(
+        "node-0", "0", "GPU-aaa", "ml", "cnn-1", "main"
+    ).set(0.9)
+    Gauge("gpu_eta_gpu_info", "i", ["node", "gpu", "UUID", "model"], registry=reg).labels(
+        "node-0", "0", "GPU-aaa", "NVIDIA A2"
+    ).set(1)
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
+    try:
+        prom = prometheus_factory([ScrapeJob("fake-exporter", [f"127.0.0.1:{port}"])])
+        prom.wait_for(
+            "gpu_eta_job_predicted_completion_timestamp_seconds", timeout=60, min_results=3
+        )
+        prom.wait_for("gpu_eta_gpu_info", timeout=30)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            code = top.main(["--prometheus.url", prom.url, "--json"])
+        assert code == 0
+        data = json.loads(out.getvalue())
+        (job,) = data["jobs"]
+        assert (job["pod"], job["epoch"], job["epochs"], job["gpus"]) == ("cnn-1", 3, 8, ["0"])
+        assert job["eta"]["p50"] == pytest.approx(t0 + 90)
+        assert job["utilization_ratio"] == pytest.approx(0.9)
+        assert data["gpus"][0]["holders"] == ["ml/cnn-1"]
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert top.main(["--prometheus.url", prom.url, "--once", "--plain"]) == 0
+        assert "ml/cnn-1" in out.getvalue()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
