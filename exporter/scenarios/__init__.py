@@ -1,0 +1,1 @@
+"""Built-in scenarios (package data, so ``--simulate`` works from an installed wheel)."""

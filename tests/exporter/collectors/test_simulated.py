@@ -1,0 +1,156 @@
+"""Simulated backend: readings over time, lifetimes, reload on change, determinism."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from exporter.collectors.simulated import SimulatedNode
+from exporter.scenario import ScenarioError
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "scenarios" / "small.yaml"
+GIB = 2**30
+
+
+class Clock:
+    """A settable clock: the simulator reads time only through it."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _node(tmp_path: Path, at: float) -> tuple[SimulatedNode, Clock, Path]:
+    path = tmp_path / "scenario.yaml"
+    shutil.copy(FIXTURE, path)
+    clock = Clock(at)
+    return SimulatedNode(path, clock=clock), clock, path
+
+
+def test_devices_processes_and_mig(tmp_path: Path) -> None:
+    node, _, _ = _node(tmp_path, 1000 + 60)  # 60 s after the anchor
+    poll = node.gpus.poll()
+    by_key = {(d.index, d.gpu_instance_id): d for d in poll.devices}
+    assert set(by_key) == {(0, None), (1, None), (2, 1), (2, 2)}
+    assert by_key[(0, None)].utilization_ratio == 0.9
+    assert by_key[(0, None)].memory_used_bytes == 8 * GIB
+    # time-sliced GPU: sum of its two running processes (the idle holder runs none)
+    assert by_key[(1, None)].utilization_ratio == pytest.approx(0.75)
+    assert by_key[(1, None)].memory_used_bytes == 3 * GIB
+    mig = by_key[(2, 2)]
+    assert mig.mig_uuid == "MIG-aaaaaaaa-0000-0000-0000-000000000002"
+    assert mig.memory_total_bytes == 20 * GIB
+    assert mig.uuid == "GPU-22222222-2222-2222-2222-222222222222"
+    assert by_key[(2, 1)].utilization_ratio == 0.0
+    assert {s.pid for s in poll.processes} == {101, 102, 103, 104}
+    assert poll.failures == ()
+    assert poll.driver_version == "550.54.15"
+
+
+def test_pod_lifetimes(tmp_path: Path) -> None:
+    node, clock, _ = _node(tmp_path, 1000 + 10)
+    names = {p.name for p in node.pods.poll()}
+    assert "train-a" in names and "late" not in names
+    clock.now = 1000 + 150
+    names = {p.name for p in node.pods.poll()}
+    assert "train-a" not in names and "late" in names
+    assert 101 not in {s.pid for s in node.gpus.poll().processes}
+    assert all(a.pod != "train-a" for a in node.allocations.poll())
+
+
+def test_pod_meta_and_by_ip(tmp_path: Path) -> None:
+    node, _, _ = _node(tmp_path, 1000 + 10)
+    pod = node.pods.by_ip("127.0.0.11")
+    assert pod is not None and pod.name == "train-a"
+    assert pod.start_timestamp == 1000
+    assert pod.deadline_timestamp == 1050
+    assert node.pods.by_ip("127.0.0.99") is None
+    refs = node.processes.resolve([101, 999])
+    assert set(refs) == {101}
+    assert refs[101].container_id == pod.container_ids["trainer"]
+    assert refs[101].pod_uid == pod.uid
+
+
+def test_allocations_use_kubelet_id_forms(tmp_path: Path) -> None:
+    node, _, _ = _node(tmp_path, 1000 + 60)
+    allocs = {(a.pod, a.device_id, a.resource_name) for a in node.allocations.poll()}
+    assert (
+        "idle-holder",
+        "GPU-11111111-1111-1111-1111-111111111111::1",
+        "nvidia.com/gpu",
+    ) in allocs
+    assert ("mig-user", "2", "nvidia.com/mig-3g.20gb") in allocs
+    assert len({a for a in allocs if "GPU-1111" in a[1]}) == 3
+
+
+def test_host_memory_follows_profile_and_pod_filter(tmp_path: Path) -> None:
+    node, clock, _ = _node(tmp_path, 1000 + 5)
+    pods = node.pods.poll()
+    mem = node.host_memory.poll(pods)
+    assert [(m.pod, m.working_set_bytes, m.limit_bytes) for m in mem] == [("train-a", GIB, 4 * GIB)]
+    clock.now = 1000 + 20
+    assert node.host_memory.poll(pods)[0].working_set_bytes == 2 * GIB
+    assert node.host_memory.poll(()) == ()
+
+
+def test_failure_window_reports_device_failure(tmp_path: Path) -> None:
+    node, _, _ = _node(tmp_path, 1000 + 550)
+    poll = node.gpus.poll()
+    assert [(f.index, f.reason) for f in poll.failures] == [(2, "gpu_lost")]
+    assert all(d.index != 2 for d in poll.devices)
+    assert 104 not in {s.pid for s in poll.processes}
+
+
+def test_reload_on_change_and_keep_previous_on_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    node, _, path = _node(tmp_path, 1000 + 60)
+    assert len(node.pods.poll()) == 5
+    text = path.read_text()
+    # drop the last pod (mig-user) and bump mtime so the change is seen even within 1 ns
+    path.write_text(text[: text.index("  - namespace: ml\n    name: mig-user")])
+    os.utime(path, ns=(1, 2))
+    assert len(node.pods.poll()) == 4
+    path.write_text("pods: [{name: Bad_Name}]\n")
+    os.utime(path, ns=(3, 4))
+    with caplog.at_level("ERROR"):
+        assert len(node.pods.poll()) == 4
+        assert len(node.pods.poll()) == 4
+    errors = [r for r in caplog.records if "scenario reload failed" in r.getMessage()]
+    assert len(errors) == 1, "logged once per state change"
+    path.unlink()
+    assert len(node.pods.poll()) == 4
+
+
+def test_anchor_kept_across_reloads_without_start_timestamp(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "gpus: [{index: 0}]\npods: [{name: a, start_seconds: 10, containers: [{name: c}]}]\n"
+    )
+    clock = Clock(5000)
+    node = SimulatedNode(path, clock=clock)
+    assert node.pods.poll() == ()
+    clock.now = 5010
+    assert node.pods.poll()[0].start_timestamp == 5010
+    path.write_text(path.read_text() + "# touched\n")
+    os.utime(path, ns=(7, 8))
+    clock.now = 9000
+    assert node.pods.poll()[0].start_timestamp == 5010
+
+
+def test_same_second_same_readings(tmp_path: Path) -> None:
+    a = SimulatedNode(None, clock=Clock(1_700_000_000.2))
+    b = SimulatedNode(None, clock=Clock(1_700_000_000.2))
+    assert a.gpus.poll() == b.gpus.poll()
+
+
+def test_invalid_initial_file_raises(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("version: 9\n")
+    with pytest.raises(ScenarioError, match="version"):
+        SimulatedNode(path)
