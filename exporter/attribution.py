@@ -43,13 +43,14 @@ __all__ = [
 
 MAX_DEVICE_ID_CHARS = 256
 
-_UUID_BODY = r"[0-9A-Za-z][0-9A-Za-z-]{0,99}"
-_GPU_RE = re.compile(rf"^(GPU-{_UUID_BODY})$")
-_MIG_RE = re.compile(rf"^(MIG-{_UUID_BODY})$")
+_UUID_BODY = r"[0-9A-Za-z][0-9A-Za-z-]{0,99}"  # ASCII only, bounded
+_GPU_RE = re.compile(rf"(GPU-{_UUID_BODY})")
+_MIG_RE = re.compile(rf"(MIG-{_UUID_BODY})")
 # Pre-R470 drivers named MIG devices MIG-GPU-<parent uuid>/<gi>/<ci>.
-_MIG_LEGACY_RE = re.compile(rf"^MIG-(GPU-{_UUID_BODY})/(\d{{1,3}})/(\d{{1,3}})$")
-_INDEX_RE = re.compile(r"^(\d{1,4})$")
-_REPLICA_RE = re.compile(r"^(.*)::(\d{1,6})$")
+_MIG_LEGACY_RE = re.compile(rf"MIG-(GPU-{_UUID_BODY})/([0-9]{{1,3}})/([0-9]{{1,3}})")
+_INDEX_RE = re.compile(r"([0-9]{1,4})")
+_REPLICA_RE = re.compile(r"(.*)::([0-9]{1,6})", re.DOTALL)
+# All patterns are applied with fullmatch: "$" would accept a trailing newline.
 
 
 class AttributionError(ValueError):
@@ -88,18 +89,18 @@ def parse_device_id(text: str) -> DeviceId:
     if len(text) > MAX_DEVICE_ID_CHARS:
         raise DeviceIdError(f"device id longer than {MAX_DEVICE_ID_CHARS} characters")
     body, replica = text, None
-    match = _REPLICA_RE.match(text)
+    match = _REPLICA_RE.fullmatch(text)
     if match:
         body, replica = match.group(1), int(match.group(2))
-    if (m := _GPU_RE.match(body)) is not None:
+    if (m := _GPU_RE.fullmatch(body)) is not None:
         return DeviceId(kind="gpu", uuid=m.group(1), replica=replica)
-    if (m := _MIG_LEGACY_RE.match(body)) is not None:
+    if (m := _MIG_LEGACY_RE.fullmatch(body)) is not None:
         return DeviceId(
             kind="mig", uuid=m.group(1), gpu_instance_id=int(m.group(2)), replica=replica
         )
-    if (m := _MIG_RE.match(body)) is not None:
+    if (m := _MIG_RE.fullmatch(body)) is not None:
         return DeviceId(kind="mig", mig_uuid=m.group(1), replica=replica)
-    if (m := _INDEX_RE.match(body)) is not None:
+    if (m := _INDEX_RE.fullmatch(body)) is not None:
         return DeviceId(kind="index", index=int(m.group(1)), replica=replica)
     raise DeviceIdError(f"unrecognised device id {text[:80]!r}")
 

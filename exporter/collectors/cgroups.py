@@ -42,8 +42,11 @@ _SCOPE_PREFIXES = {"cri-containerd": "containerd", "crio": "cri-o", "docker": "d
 _SCOPE_RE = re.compile(rf"^(cri-containerd|crio|docker)-({_ID})\.scope$")
 _CRIO_CGROUPFS_RE = re.compile(rf"^crio-({_ID})$")
 _BARE_ID_RE = re.compile(rf"^({_ID})$")
-# systemd: kubepods-pod<uid>.slice (guaranteed) or kubepods-<qos>-pod<uid>.slice
-_SYSTEMD_POD_RE = re.compile(rf"^kubepods(?:-(?:burstable|besteffort))?-pod({_UID})\.slice$")
+# systemd: kubepods-pod<uid>.slice (guaranteed) or kubepods-<qos>-pod<uid>.slice; a
+# kubelet nested in a slice (kind, rootless) prefixes the parents: kubelet-kubepods-...
+_SYSTEMD_POD_RE = re.compile(
+    rf"^(?:[a-z0-9_]+-)*kubepods(?:-(?:burstable|besteffort))?-pod({_UID})\.slice$"
+)
 # cgroupfs: pod<uid>
 _CGROUPFS_POD_RE = re.compile(rf"^pod({_UID})$")
 

@@ -1,0 +1,247 @@
+"""attribute(): allocations + process samples + cgroups + pods → per (device, container) rows."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.attribution import (
+    DeviceId,
+    DeviceIdError,
+    attribute,
+    parse_device_id,
+    resolve_device,
+    unresolved_allocations,
+)
+from exporter.readings import (
+    Allocation,
+    ContainerRef,
+    DeviceFailure,
+    DeviceReading,
+    GpuPoll,
+    PodGpuRow,
+    PodMeta,
+    ProcessSample,
+)
+
+U0 = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
+U1 = "GPU-bbbbbbbb-1111-4000-8000-000000000001"
+U2 = "GPU-cccccccc-2222-4000-8000-000000000002"
+MIG1 = "MIG-11111111-aaaa-5000-8000-000000000001"
+MIG2 = "MIG-22222222-bbbb-5000-8000-000000000002"
+GIB = 1 << 30
+
+
+def cid(n: int) -> str:
+    return f"{n:064x}"
+
+
+def pod(
+    name: str, n: int, ns: str = "ml", start: float = 1000.0, container: str = "main"
+) -> PodMeta:
+    return PodMeta(
+        namespace=ns,
+        name=name,
+        uid=f"00000000-0000-4000-8000-{n:012d}",
+        start_timestamp=start + n,
+        container_ids={container: cid(n)},
+    )
+
+
+def ref(n: int) -> ContainerRef:
+    return ContainerRef(container_id=cid(n), pod_uid=f"00000000-0000-4000-8000-{n:012d}")
+
+
+def dev(index: int, uuid: str, util: float = 0.9, mem: int = 10 * GIB, **kw) -> DeviceReading:
+    return DeviceReading(index, uuid, "NVIDIA A100-SXM4-80GB", util, mem, 80 * GIB, **kw)
+
+
+def test_time_sliced_gpu_gives_each_pod_its_own_share() -> None:
+    gpu = GpuPoll(
+        devices=(dev(0, U0, util=0.9, mem=30 * GIB),),
+        processes=(
+            ProcessSample(101, U0, None, 10 * GIB, 0.5),
+            ProcessSample(102, U0, None, 12 * GIB, 0.3),
+            ProcessSample(103, U0, None, 8 * GIB, 0.1),
+            ProcessSample(104, U0, None, 1 * GIB, 0.05),  # second process of pod c
+        ),
+    )
+    allocs = [
+        Allocation("ml", p, "main", "nvidia.com/gpu", f"{U0}::{i}") for i, p in enumerate("abc")
+    ]
+    pods = [pod("a", 1), pod("b", 2), pod("c", 3)]
+    rows = attribute(gpu, allocs, pods, {101: ref(1), 102: ref(2), 103: ref(3), 104: ref(3)})
+    assert [(r.pod, r.utilization_ratio, r.memory_used_bytes, r.allocated) for r in rows] == [
+        ("a", 0.5, 10 * GIB, True),
+        ("b", 0.3, 12 * GIB, True),
+        ("c", pytest.approx(0.15), 9 * GIB, True),
+    ]
+    assert {r.uuid for r in rows} == {U0} and {r.index for r in rows} == {0}
+    # not a copy of the device value
+    assert all(r.utilization_ratio != 0.9 for r in rows)
+
+
+def test_idle_holder_still_shows_its_owner() -> None:
+    gpu = GpuPoll(devices=(dev(3, U1, util=0.0, mem=0),))
+    rows = attribute(
+        gpu,
+        [Allocation("hub", "jupyter-ann", "notebook", "nvidia.com/gpu", "3")],
+        [pod("jupyter-ann", 7, ns="hub", container="notebook")],
+        {},
+    )
+    assert rows == (PodGpuRow(3, U1, None, "hub", "jupyter-ann", "notebook", True, 0.0, 0, 1007.0),)
+
+
+def test_mig_instances_resolve_by_mig_uuid_and_legacy_form() -> None:
+    gpu = GpuPoll(
+        devices=(
+            dev(0, U0, util=0.4, gpu_instance_id=1, mig_uuid=MIG1, mig_profile="1g.10gb"),
+            dev(0, U0, util=0.2, gpu_instance_id=2, mig_uuid=MIG2, mig_profile="1g.10gb"),
+            dev(1, U1),
+        ),
+        processes=(ProcessSample(201, U0, 2, 3 * GIB, 0.2),),
+    )
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/mig-1g.10gb", MIG1),
+        Allocation("ml", "b", "main", "nvidia.com/mig-1g.10gb", f"MIG-{U0}/2/0"),
+    ]
+    rows = attribute(gpu, allocs, [pod("a", 1), pod("b", 2)], {201: ref(2)})
+    assert [
+        (r.pod, r.gpu_instance_id, r.uuid, r.utilization_ratio, r.memory_used_bytes) for r in rows
+    ] == [
+        ("a", 1, U0, 0.0, 0),
+        ("b", 2, U0, 0.2, 3 * GIB),
+    ]
+
+
+def test_process_without_allocation_appears_unallocated_and_unknown_processes_drop() -> None:
+    gpu = GpuPoll(
+        devices=(dev(0, U0), dev(1, U1)),
+        processes=(
+            ProcessSample(301, U1, None, 2 * GIB, 0.7),  # pod d, no device plugin
+            ProcessSample(302, U1, None, 5 * GIB, 0.2),  # host process: no container
+            ProcessSample(303, U1, None, 5 * GIB, 0.2),  # container of no known pod
+        ),
+    )
+    stranger = ContainerRef(container_id=cid(99), pod_uid="ffffffff-0000-4000-8000-000000000000")
+    rows = attribute(gpu, [], [pod("d", 4)], {301: ref(4), 303: stranger})
+    assert rows == (PodGpuRow(1, U1, None, "ml", "d", "main", False, 0.7, 2 * GIB, 1004.0),)
+
+
+def test_utilisation_is_clamped_and_missing_samples_stay_unknown() -> None:
+    gpu = GpuPoll(
+        devices=(dev(0, U0), dev(1, U1)),
+        processes=(
+            ProcessSample(1, U0, None, None, 0.8),
+            ProcessSample(2, U0, None, None, 0.7),
+            ProcessSample(3, U1, None, 4, None),
+            ProcessSample(4, U1, None, None, float("nan")),
+        ),
+    )
+    allocs = [Allocation("ml", "a", "main", "nvidia.com/gpu", U0)]
+    rows = attribute(
+        gpu, allocs, [pod("a", 1), pod("b", 2)], {1: ref(1), 2: ref(1), 3: ref(2), 4: ref(2)}
+    )
+    assert [(r.pod, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("a", 1.0, None),
+        ("b", None, 4),
+    ]
+
+
+def test_container_found_by_pod_uid_when_status_lags() -> None:
+    gpu = GpuPoll(devices=(dev(0, U0),), processes=(ProcessSample(5, U0, None, GIB, 0.5),))
+    lagging = PodMeta("ml", "new", "00000000-0000-4000-8000-000000000009", start_timestamp=5.0)
+    allocs = [Allocation("ml", "new", "trainer", "nvidia.com/gpu", "0")]
+    rows = attribute(gpu, allocs, [lagging], {5: ContainerRef(cid(42), lagging.uid, "containerd")})
+    assert rows == (PodGpuRow(0, U0, None, "ml", "new", "trainer", True, 0.5, GIB, 5.0),)
+
+
+def test_unresolvable_allocations_are_left_out_and_reported() -> None:
+    gpu = GpuPoll(devices=(dev(0, U0),), failures=(DeviceFailure(2, U2, "gpu_lost"),))
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/gpu", U1),  # not on this node
+        Allocation("ml", "b", "main", "nvidia.com/gpu", "not a device"),
+        Allocation("ml", "c", "main", "nvidia.com/gpu", U2),  # failing device: still owned
+        Allocation("ml", "e", "main", "nvidia.com/gpu", "7"),
+    ]
+    rows = attribute(gpu, allocs, [], {})
+    assert [(r.pod, r.index, r.uuid, r.allocated) for r in rows] == [("c", 2, U2, True)]
+    reasons = {a.pod: why for a, why in unresolved_allocations(gpu, allocs)}
+    assert set(reasons) == {"a", "b", "e"}
+    assert "unrecognised" in reasons["b"] and "no device" in reasons["a"]
+
+
+def test_replicas_of_one_gpu_held_by_one_container_give_one_row() -> None:
+    gpu = GpuPoll(devices=(dev(0, U0),))
+    allocs = [Allocation("ml", "a", "main", "nvidia.com/gpu", f"{U0}::{i}") for i in range(4)]
+    assert len(attribute(gpu, allocs, [pod("a", 1)], {})) == 1
+
+
+def test_resolve_device() -> None:
+    d0, d1 = dev(0, U0), dev(1, U1, gpu_instance_id=3, mig_uuid=MIG1)
+    gpu = GpuPoll(devices=(d0, d1))
+    assert resolve_device(U0 + "::2", gpu) == d0
+    assert resolve_device("0", gpu) == d0
+    assert resolve_device(MIG1.upper().replace("MIG-", "MIG-"), gpu) == d1
+    assert resolve_device(U2, gpu) is None
+    with pytest.raises(DeviceIdError):
+        resolve_device("gpu zero", gpu)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (U0, DeviceId("gpu", uuid=U0)),
+        (f"{U0}::5", DeviceId("gpu", uuid=U0, replica=5)),
+        ("3", DeviceId("index", index=3)),
+        ("3::1", DeviceId("index", index=3, replica=1)),
+        (MIG1, DeviceId("mig", mig_uuid=MIG1)),
+        (f"{MIG1}::0", DeviceId("mig", mig_uuid=MIG1, replica=0)),
+        (f"MIG-{U0}/7/0", DeviceId("mig", uuid=U0, gpu_instance_id=7)),
+    ],
+)
+def test_parse_device_id_forms(text: str, want: DeviceId) -> None:
+    assert parse_device_id(text) == want
+
+
+@pytest.mark.parametrize(
+    "text", ["", "GPU-", "gpu0", "-1", "3::", "::1", "MIG-", "x" * 400, "GPU-a b", "3\n", "\u0663"]
+)
+def test_parse_device_id_rejects(text: str) -> None:
+    with pytest.raises(DeviceIdError):
+        parse_device_id(text)
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=500, deadline=None)
+def test_parse_device_id_raises_only_device_id_error(text: str) -> None:
+    try:
+        got = parse_device_id(text)
+    except DeviceIdError as err:
+        assert str(err)
+    else:
+        assert got.kind in {"gpu", "index", "mig"}
+        assert text.isascii() and "\n" not in text
+
+
+@given(
+    st.sampled_from(["GPU", "MIG", "index"]),
+    st.uuids().map(str),
+    st.integers(0, 9999),
+    st.none() | st.integers(0, 999_999),
+)
+@settings(max_examples=300, deadline=None)
+def test_generated_device_ids_round_trip(
+    kind: str, uuid: str, index: int, replica: int | None
+) -> None:
+    body = str(index) if kind == "index" else f"{kind}-{uuid}"
+    text = body if replica is None else f"{body}::{replica}"
+    got = parse_device_id(text)
+    assert got.replica == replica
+    if kind == "GPU":
+        assert got == DeviceId("gpu", uuid=body, replica=replica)
+    elif kind == "MIG":
+        assert got == DeviceId("mig", mig_uuid=body, replica=replica)
+    else:
+        assert got == DeviceId("index", index=index, replica=replica)
