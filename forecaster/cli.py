@@ -1,0 +1,485 @@
+"""``python -m forecaster {serve,once,evaluate,top}``: flags → Config → service.
+
+Exit codes are mapped in one place (``ExitCode``): 0 success, 1 runtime failure
+(Prometheus away in ``once``, a push refused, an unusable history file), 2 usage
+(bad flags or values). Errors are one line on stderr; ``--debug`` adds the
+traceback. ``evaluate`` and ``top`` belong to ``forecaster.evaluate`` and
+``forecaster.top``; they are imported only when asked for, so a missing module is
+a clear one-line error instead of breaking ``serve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import importlib
+import logging
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from forecaster.config import Config, ConfigError, parse_listen_address
+from forecaster.cycle import Cycle, CycleSettings
+from forecaster.runs import ForecasterError
+
+log = logging.getLogger("forecaster")
+
+DELEGATED = {
+    "evaluate": ("forecaster.evaluate", "backtest recorded runs from a CSV against baselines"),
+    "top": ("forecaster.top", "terminal table of running jobs, ETAs and GPUs"),
+}
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit status."""
+
+    OK = 0
+    RUNTIME = 1
+    USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad command line (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() maps every error once."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+DESCRIPTION = """\
+gpu-eta forecaster: reads the exporter's training-progress series from Prometheus,
+learns how long training runs take from finished ones (kept in a SQLite history
+file), and publishes when each running job and each GPU will be done, as
+Prometheus metrics (see docs/metrics.md and docs/forecaster.md).
+
+subcommands:
+  serve      long-running: a cycle every --cycle.interval, /metrics on --web.listen-address
+  once       one cycle, then push the metrics to --pushgateway.url (a CronJob); exit 0/1
+  evaluate   backtest recorded runs (CSV) against baselines  (python -m forecaster evaluate --help)
+  top        terminal view of jobs and ETAs                   (python -m forecaster top --help)
+
+exit codes: 0 ok, 1 runtime failure, 2 usage error. --debug prints tracebacks."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser (``evaluate``/``top`` only named: they parse their own flags)."""
+    parser = _Parser(
+        prog="python -m forecaster",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{serve,once,evaluate,top}")
+    common = _common_flags()
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="run cycles on a timer and serve /metrics",
+        description="Run a forecast cycle every --cycle.interval seconds and serve the "
+        "results on /metrics. When Prometheus is away the last forecasts stay served "
+        "with gpu_eta_forecaster_stale 1 until a cycle succeeds again.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    serve.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=":9844",
+        help="[host]:port for /metrics and /healthz",
+    )
+    serve.add_argument(
+        "--cycle.interval",
+        dest="interval_seconds",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds between the starts of two cycles",
+    )
+    once = sub.add_parser(
+        "once",
+        parents=[common],
+        help="run one cycle and push to a Pushgateway",
+        description="Run one forecast cycle and push every forecaster metric to a "
+        "Pushgateway (grouping key job=--pushgateway.job). Exit 0 when the cycle and "
+        "the push succeeded, 1 otherwise. Without --pushgateway.url the metrics are "
+        "printed on stdout in the text exposition format.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    once.add_argument(
+        "--pushgateway.url",
+        dest="pushgateway_url",
+        default=None,
+        help="Pushgateway base URL, e.g. http://pushgateway:9091",
+    )
+    once.add_argument(
+        "--pushgateway.job", dest="pushgateway_job", default="gpu_eta_forecaster", help="job label"
+    )
+    for name, (_, text) in DELEGATED.items():
+        sub.add_parser(name, help=text, add_help=False)
+    return parser
+
+
+def _common_flags() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("Prometheus")
+    g.add_argument(
+        "--prometheus.url",
+        dest="prometheus_url",
+        default="http://localhost:9090",
+        help="base URL of any Prometheus-API server (Prometheus, Thanos, Mimir, VictoriaMetrics)",
+    )
+    g.add_argument(
+        "--prometheus.timeout",
+        dest="timeout_seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="timeout of one HTTP request",
+    )
+    g.add_argument(
+        "--prometheus.retries",
+        dest="retries",
+        type=int,
+        default=2,
+        help="extra attempts after a timeout, refused connection or 429/5xx",
+    )
+    g.add_argument(
+        "--prometheus.backoff",
+        dest="backoff_seconds",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="first retry delay (doubles each retry)",
+    )
+    g.add_argument(
+        "--prometheus.bearer-token-file",
+        dest="bearer_token_file",
+        default=None,
+        metavar="FILE",
+        help="file holding a bearer token sent as Authorization",
+    )
+    g.add_argument(
+        "--prometheus.basic-auth-user",
+        dest="basic_auth_user",
+        default=None,
+        help="basic-auth user (password from --prometheus.basic-auth-password-file)",
+    )
+    g.add_argument(
+        "--prometheus.basic-auth-password-file",
+        dest="basic_auth_password_file",
+        default=None,
+        metavar="FILE",
+        help="file holding the basic-auth password",
+    )
+    g.add_argument(
+        "--prometheus.ca-file",
+        dest="ca_file",
+        default=None,
+        metavar="FILE",
+        help="CA bundle to verify an https Prometheus",
+    )
+    g.add_argument(
+        "--prometheus.insecure-skip-verify",
+        dest="insecure_skip_verify",
+        action="store_true",
+        help="do not verify TLS certificates (test clusters only)",
+    )
+    g.add_argument(
+        "--prometheus.max-response-bytes",
+        dest="max_response_bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="larger responses are refused",
+    )
+    h = p.add_argument_group("history")
+    h.add_argument(
+        "--history.db",
+        "--history.path",
+        dest="history_db",
+        default="gpu-eta-history.sqlite",
+        metavar="PATH",
+        help="SQLite file of runs (created if missing; on a PVC in the cluster)",
+    )
+    h.add_argument(
+        "--history.seed-csv",
+        dest="seed_csv",
+        default=None,
+        metavar="FILE",
+        help="runs CSV (docs/forecasting.md) whose finished runs are imported at start if not stored yet",
+    )
+    h.add_argument(
+        "--history.lookback",
+        dest="lookback_seconds",
+        type=float,
+        default=6 * 3600.0,
+        metavar="SECONDS",
+        help="how far back the first cycle reads epoch ends; later cycles read since the previous one",
+    )
+    c = p.add_argument_group("model and stall detection")
+    c.add_argument(
+        "--model.refit-interval",
+        dest="refit_seconds",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="refit at most this often, and only when the history changed",
+    )
+    c.add_argument(
+        "--stall.after",
+        dest="stall_after_seconds",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="no epoch end for max(this, 3 x median epoch) ...",
+    )
+    c.add_argument(
+        "--stall.idle-ratio",
+        dest="idle_ratio",
+        type=float,
+        default=0.05,
+        help="... and GPU utilisation below this over --stall.idle-window: stalled",
+    )
+    c.add_argument(
+        "--stall.idle-window",
+        dest="idle_window_seconds",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="window of the GPU idle check",
+    )
+    c.add_argument(
+        "--query.step",
+        dest="min_step_seconds",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="step of the epoch-end range queries (about the scrape interval)",
+    )
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level",
+    )
+    o.add_argument("--debug", action="store_true", help="print tracebacks on errors")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Flags → Config; secrets read from their files here (missing file: ConfigError)."""
+    token = _read_secret(args.bearer_token_file, "--prometheus.bearer-token-file")
+    basic = None
+    if args.basic_auth_user:
+        password = _read_secret(
+            args.basic_auth_password_file, "--prometheus.basic-auth-password-file"
+        )
+        basic = (args.basic_auth_user, password or "")
+    elif args.basic_auth_password_file:
+        raise ConfigError(
+            "--prometheus.basic-auth-password-file needs --prometheus.basic-auth-user"
+        )
+    if args.ca_file and not Path(args.ca_file).is_file():
+        raise ConfigError(f"--prometheus.ca-file {args.ca_file}: no such file")
+    settings = CycleSettings(
+        lookback_seconds=args.lookback_seconds,
+        min_step_seconds=args.min_step_seconds,
+        stall_after_seconds=args.stall_after_seconds,
+        idle_ratio=args.idle_ratio,
+        idle_window_seconds=args.idle_window_seconds,
+        refit_seconds=args.refit_seconds,
+    )
+    if not settings.min_step_seconds > 0:
+        raise ConfigError("--query.step must be > 0")
+    return Config(
+        prometheus_url=args.prometheus_url,
+        timeout_seconds=args.timeout_seconds,
+        retries=args.retries,
+        backoff_seconds=args.backoff_seconds,
+        bearer_token=token,
+        basic_auth=basic,
+        ca_file=args.ca_file,
+        insecure_skip_verify=args.insecure_skip_verify,
+        max_response_bytes=args.max_response_bytes,
+        history_db=args.history_db,
+        seed_csv=args.seed_csv,
+        listen_address=getattr(args, "listen_address", ":9844"),
+        interval_seconds=getattr(args, "interval_seconds", 60.0),
+        pushgateway_url=getattr(args, "pushgateway_url", None),
+        pushgateway_job=getattr(args, "pushgateway_job", "gpu_eta_forecaster"),
+        cycle=settings,
+    )
+
+
+def _read_secret(path: str | None, flag: str) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise ConfigError(f"{flag} {path}: {err.strerror or err}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (``sys.exit(main())`` in ``__main__``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return _delegate(argv[0], argv[1:])
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help(sys.stderr)
+            return ExitCode.USAGE
+        config = config_from_args(args)
+    except (UsageError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return ExitCode.USAGE
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "serve":
+            return serve(config)
+        return once(config)
+    except ConfigError as err:
+        _report(err, debug)
+        return ExitCode.USAGE
+    except ForecasterError as err:
+        _report(err, debug)
+        return ExitCode.RUNTIME
+    except KeyboardInterrupt:
+        return ExitCode.RUNTIME
+    except Exception as err:  # the one place a surprise becomes an exit code
+        _report(err, debug, unexpected=True)
+        return ExitCode.RUNTIME
+
+
+def _report(err: BaseException, debug: bool, unexpected: bool = False) -> None:
+    if debug:
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    prefix = f"error: {type(err).__name__}: " if unexpected else "error: "
+    print(prefix + text, file=sys.stderr)
+
+
+def _delegate(name: str, rest: list[str]) -> int:
+    module_name = DELEGATED[name][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        print(f"error: {name} is not available ({module_name}: {err})", file=sys.stderr)
+        return ExitCode.RUNTIME
+    return int(module.main(rest))
+
+
+def _open(config: Config):
+    """Client, store (seeded) and cycle for serve/once."""
+    from forecaster.history import HistoryStore
+    from forecaster.promapi import PromClient
+
+    store = HistoryStore.open(config.history_db)
+    try:
+        if config.seed_csv:
+            from forecaster.runs_csv import read_runs
+
+            runs = [
+                r
+                for r in read_runs(config.seed_csv)
+                if r.completed is not None or r.epochs_done > 0
+            ]
+            added = store.import_finished(runs)
+            log.info("history seed %s: %d runs read, %d new", config.seed_csv, len(runs), added)
+        client = PromClient(
+            url=config.prometheus_url,
+            timeout_seconds=config.timeout_seconds,
+            retries=config.retries,
+            backoff_seconds=config.backoff_seconds,
+            bearer_token=config.bearer_token,
+            basic_auth=config.basic_auth,
+            ca_file=config.ca_file,
+            insecure_skip_verify=config.insecure_skip_verify,
+            max_response_bytes=config.max_response_bytes,
+        )
+    except BaseException:
+        store.close()
+        raise
+    return client, store, Cycle(client, store, config.cycle)
+
+
+def serve(config: Config) -> int:
+    """Run until SIGTERM/SIGINT; returns 0 on a clean stop."""
+    from forecaster.publish import ServiceState, make_registry
+    from forecaster.server import MetricsServer, Service
+
+    host, port = parse_listen_address(config.listen_address)
+    client, store, cycle = _open(config)
+    state = ServiceState(query_stats=client.stats)
+    try:
+        try:
+            http = MetricsServer(make_registry(state), host, port).start()
+        except OSError as err:
+            raise ForecasterError(
+                f"cannot listen on {config.listen_address}: {err.strerror or err}"
+            ) from None
+        log.info("serving /metrics on %s:%d, Prometheus %s", host, http.port, client.safe_url)
+        service = Service(cycle, state, config.interval_seconds)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        service.start()
+        while not stop.wait(1.0):
+            pass
+        service.stop()
+        http.stop()
+    finally:
+        client.close()
+        store.close()
+    return ExitCode.OK
+
+
+def once(config: Config) -> int:
+    """One cycle, then push (or print); 1 when either failed."""
+    from prometheus_client import exposition
+
+    from forecaster.publish import ServiceState, make_registry
+    from forecaster.server import Service
+
+    client, store, cycle = _open(config)
+    state = ServiceState(query_stats=client.stats)
+    try:
+        service = Service(cycle, state, config.interval_seconds)
+        ok = service.run_once()
+        registry = make_registry(state)
+        if not ok:
+            print(
+                f"error: {state.last_error.splitlines()[0] if state.last_error else 'cycle failed'}",
+                file=sys.stderr,
+            )
+        if config.pushgateway_url:
+            url = config.pushgateway_url
+            try:
+                exposition.push_to_gateway(
+                    url,
+                    job=config.pushgateway_job,
+                    registry=registry,
+                    timeout=config.timeout_seconds,
+                )
+            except Exception as err:  # urllib errors: refused, 4xx/5xx
+                raise ForecasterError(
+                    f"push to {url} failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                ) from None
+        else:
+            sys.stdout.write(exposition.generate_latest(registry).decode())
+        log.info("once: cycle %s at %s", "ok" if ok else "failed", time.strftime("%H:%M:%S"))
+    finally:
+        client.close()
+        store.close()
+    return ExitCode.OK if ok else ExitCode.RUNTIME

@@ -1,0 +1,84 @@
+"""The forecaster's settings as one frozen record; validation only, no I/O.
+
+The CLI turns flags into a ``Config``; everything else takes the pieces it needs.
+Secrets (bearer token, basic-auth password) are read from files by the CLI and
+kept out of ``repr`` so they never reach a log line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from forecaster.cycle import CycleSettings
+from forecaster.runs import ForecasterError
+
+
+class ConfigError(ForecasterError, ValueError):
+    """A setting is out of range or inconsistent (a usage error: exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting of ``serve`` and ``once`` (defaults match the CLI's)."""
+
+    prometheus_url: str = "http://localhost:9090"
+    timeout_seconds: float = 10.0
+    retries: int = 2
+    backoff_seconds: float = 0.5
+    bearer_token: str | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    max_response_bytes: int = 64 * 1024 * 1024
+    history_db: str = "gpu-eta-history.sqlite"
+    seed_csv: str | None = None
+    listen_address: str = ":9844"
+    interval_seconds: float = 60.0
+    pushgateway_url: str | None = None
+    pushgateway_job: str = "gpu_eta_forecaster"
+    cycle: CycleSettings = field(default_factory=CycleSettings)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.prometheus_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(
+                f"--prometheus.url must be http(s)://host:port, got {self.prometheus_url!r}"
+            )
+        if self.pushgateway_url is not None:
+            pg = urlsplit(
+                self.pushgateway_url
+                if "://" in self.pushgateway_url
+                else "http://" + self.pushgateway_url
+            )
+            if not pg.netloc:
+                raise ConfigError(f"--pushgateway.url is not a URL: {self.pushgateway_url!r}")
+        for name, value in (
+            ("--prometheus.timeout", self.timeout_seconds),
+            ("--cycle.interval", self.interval_seconds),
+            ("--history.lookback", self.cycle.lookback_seconds),
+            ("--stall.after", self.cycle.stall_after_seconds),
+            ("--stall.idle-window", self.cycle.idle_window_seconds),
+        ):
+            if not value > 0:
+                raise ConfigError(f"{name} must be > 0, got {value}")
+        if self.retries < 0:
+            raise ConfigError(f"--prometheus.retries must be >= 0, got {self.retries}")
+        if not 0 <= self.cycle.idle_ratio <= 1:
+            raise ConfigError(f"--stall.idle-ratio must be in 0..1, got {self.cycle.idle_ratio}")
+        if self.cycle.refit_seconds < 0:
+            raise ConfigError(
+                f"--model.refit-interval must be >= 0, got {self.cycle.refit_seconds}"
+            )
+        if self.max_response_bytes < 1024:
+            raise ConfigError("--prometheus.max-response-bytes must be >= 1024")
+        parse_listen_address(self.listen_address)
+
+
+def parse_listen_address(address: str) -> tuple[str, int]:
+    """``host:port`` or ``:port`` → (host, port); empty host means all interfaces."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--web.listen-address must be [host]:port, got {address!r}")
+    host = host.strip("[]")
+    return (host or "0.0.0.0", int(port))

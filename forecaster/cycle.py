@@ -1,0 +1,289 @@
+"""One forecast cycle: query Prometheus → runs → (re)fit → predictions → ``ForecastSet``.
+
+No HTTP serving and no globals: ``server`` runs cycles on a timer and ``cli once``
+runs one. A cycle either returns a complete ``ForecastSet`` or raises (Prometheus
+unreachable or answering garbage: ``PromAPIError``), so the caller can keep serving
+the previous set marked stale. Per-job problems never fail the cycle: the job is
+skipped and counted under ``gpu_eta_forecaster_job_errors_total{reason}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from forecaster import queries
+from forecaster.forecast import Forecast
+from forecaster.history import HistoryStore
+from forecaster.jobs import Allocation, CycleView, assemble
+from forecaster.promapi import PromClient, Sample, Series
+from forecaster.runs import ForecasterError, Run
+
+log = logging.getLogger(__name__)
+
+
+class ModelError(ForecasterError):
+    """The model could not be built or fitted."""
+
+
+class Model(Protocol):
+    """The face of ``forecaster.model.EtaModel`` the cycle uses."""
+
+    quality_: Mapping[float, tuple[float, float]]
+    n_history_: int
+
+    def fit(self, history: Sequence[Run]) -> Model: ...
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast: ...
+
+
+def default_model_factory() -> Model:
+    """``EtaModel(random_state=0)``, imported late so a missing module is a clear error."""
+    try:
+        from forecaster.model import EtaModel
+    except ImportError as err:
+        raise ModelError(f"forecaster.model is not available: {err}") from None
+    return EtaModel(random_state=0)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleSettings:
+    """Knobs of a cycle (from the CLI; see docs/forecaster.md)."""
+
+    lookback_seconds: float = 6 * 3600.0
+    overlap_seconds: float = 120.0
+    min_step_seconds: float = 15.0
+    max_points: int = 240
+    stall_after_seconds: float = 900.0
+    idle_ratio: float = 0.05
+    idle_window_seconds: float = 300.0
+    refit_seconds: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobForecast:
+    """A running job's forecast, with the absolute end times it implies."""
+
+    run: Run
+    node: str
+    forecast: Forecast
+    completion_timestamps: tuple[float, float, float]  # p10, p50, p90
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFree:
+    """When every pod on a GPU is predicted to be done (p10, p50, p90 timestamps)."""
+
+    node: str
+    gpu: str
+    uuid: str
+    timestamps: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class ForecastSet:
+    """Everything ``publish`` renders from one good cycle."""
+
+    timestamp: float
+    jobs: tuple[JobForecast, ...] = ()
+    gpus: tuple[GpuFree, ...] = ()
+    quality: Mapping[float, tuple[float, float]] = field(default_factory=dict)
+    n_history: int = 0
+    n_running: int = 0
+    n_finished: int = 0
+    job_errors: Mapping[str, int] = field(default_factory=dict)
+    queries: int = 0
+
+
+class Cycle:
+    """Runs cycles against one Prometheus and one history store, keeping the model."""
+
+    def __init__(
+        self,
+        client: PromClient,
+        store: HistoryStore,
+        settings: CycleSettings | None = None,
+        model_factory: Callable[[], Model] = default_model_factory,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.settings = settings or CycleSettings()
+        self.model_factory = model_factory
+        self.clock = clock
+        self.model: Model | None = None
+        self._model_version = -1
+        self._last_fit = -math.inf
+        self._last_query_time: float | None = None
+
+    def run(self) -> ForecastSet:
+        """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors."""
+        now = self.clock()
+        s = self.settings
+        if self._last_query_time is None:
+            window = s.lookback_seconds
+        else:
+            window = min(s.lookback_seconds, now - self._last_query_time + s.overlap_seconds)
+        window = max(window, s.min_step_seconds)
+        before = self.client.stats.success + self.client.stats.error
+        instant, ranges = self._query(now, window)
+        n_queries = self.client.stats.success + self.client.stats.error - before
+        view = assemble(instant, ranges, now, window)
+        errors: Counter[str] = Counter(view.rejected.values())
+
+        self.store.record(view.updates)
+        stored_running = {r.run.run_id for r in self.store.running()}
+        newly_finished = self.store.finish(
+            sorted(view.finished | (stored_running - view.present)), now
+        )
+        self._last_query_time = now
+
+        history = self.store.finished()
+        model = self._fitted(history, now)
+        running = [r for r in self.store.running() if r.run.run_id in view.present]
+        jobs: list[JobForecast] = []
+        for stored in running:
+            run = stored.run
+            try:
+                stalled = is_stalled(run, view, now, s)
+                fc = sanitize(model.predict(run, now, stalled=stalled))
+            except Exception as err:  # a bad job must not fail the cycle
+                errors["predict_failed"] += 1
+                log.debug("predict failed for %s: %s", run.run_id, err)
+                continue
+            if fc is None:
+                errors["invalid_forecast"] += 1
+                continue
+            ends = (now + fc.p10, now + fc.p50, now + fc.p90)
+            jobs.append(JobForecast(run, stored.node, fc, ends))
+        return ForecastSet(
+            timestamp=now,
+            jobs=tuple(jobs),
+            gpus=tuple(gpu_free_times(view.allocations, jobs)),
+            quality=dict(getattr(model, "quality_", {}) or {}),
+            n_history=len(history),
+            n_running=len(running),
+            n_finished=len(newly_finished),
+            job_errors=dict(errors),
+            queries=n_queries,
+        )
+
+    def _query(
+        self, now: float, window: float
+    ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]]]:
+        s = self.settings
+        instant = {
+            name: self.client.instant(queries.render(tpl, window, s.idle_window_seconds), at=now)
+            for name, tpl in queries.INSTANT.items()
+        }
+        step = queries.range_step(window, s.min_step_seconds, s.max_points)
+        ranges = {
+            name: self.client.range(tpl, now - window, now, step)
+            for name, tpl in queries.RANGE.items()
+        }
+        return instant, ranges
+
+    def _fitted(self, history: list[Run], now: float) -> Model:
+        """Refit when the history changed and ``refit_seconds`` passed (or never fitted)."""
+        due = self.model is None or (
+            self.store.version != self._model_version
+            and now - self._last_fit >= self.settings.refit_seconds
+        )
+        if due:
+            started = time.monotonic()
+            try:
+                model = self.model_factory().fit(history)
+            except ForecasterError:
+                raise
+            except Exception as err:
+                if self.model is None:
+                    raise ModelError(f"model fit failed on {len(history)} runs: {err}") from err
+                log.warning("model refit failed, keeping the previous model: %s", err)
+            else:
+                self.model = model
+                self._model_version = self.store.version
+                log.info(
+                    "model fitted on %d runs in %.2fs", len(history), time.monotonic() - started
+                )
+            self._last_fit = now
+        assert self.model is not None
+        return self.model
+
+
+def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
+    """No progress for ``max(stall_after, 3 × median epoch)`` AND the GPU idle meanwhile.
+
+    Pure. Unknown GPU use (no utilisation series for the pod) never counts as idle:
+    a run without GPU data is not declared stalled on silence alone.
+    """
+    last = max(run.last_timestamp, view.last_progress.get(run.run_id, -math.inf))
+    durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
+    typical = statistics.median(durations) if durations else 0.0
+    if now - last <= max(s.stall_after_seconds, 3 * typical):
+        return False
+    util = view.util_recent.get((run.namespace, run.pod, run.container))
+    if util is None:
+        util = next(
+            (
+                v
+                for (ns, pod, _), v in view.util_recent.items()
+                if (ns, pod) == (run.namespace, run.pod)
+            ),
+            None,
+        )
+    return util is not None and util < s.idle_ratio
+
+
+def sanitize(fc: Forecast) -> Forecast | None:
+    """Sorted, non-negative quantiles; None when any is not a finite number."""
+    values = (fc.p10, fc.p50, fc.p90)
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+        return None
+    p10, p50, p90 = sorted(max(0.0, float(v)) for v in values)
+    if (p10, p50, p90) == values:
+        return fc
+    return Forecast(
+        p10=p10,
+        p50=p50,
+        p90=p90,
+        method=fc.method,
+        n_obs=fc.n_obs,
+        stalled=fc.stalled,
+        converged=fc.converged,
+        warnings=fc.warnings,
+    )
+
+
+def gpu_free_times(allocations: Sequence[Allocation], jobs: Sequence[JobForecast]) -> list[GpuFree]:
+    """Per GPU, the latest predicted end of the pods on it, quantile by quantile.
+
+    Pure. A GPU held by any pod without a forecast (an idle notebook, a job that
+    reports no progress) has an unknown free time and is left out.
+    """
+    ends: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for job in jobs:
+        key = (job.run.namespace, job.run.pod)
+        prev = ends.get(key)
+        ends[key] = (
+            job.completion_timestamps
+            if prev is None
+            else tuple(max(a, b) for a, b in zip(prev, job.completion_timestamps, strict=True))  # type: ignore[assignment]
+        )
+    per_gpu: dict[tuple[str, str, str], list[tuple[float, float, float] | None]] = {}
+    for alloc in allocations:
+        per_gpu.setdefault((alloc.node, alloc.gpu, alloc.uuid), []).append(
+            ends.get((alloc.namespace, alloc.pod))
+        )
+    out = []
+    for (node, gpu, uuid), pod_ends in sorted(per_gpu.items()):
+        if any(e is None for e in pod_ends):
+            continue
+        stamps = tuple(max(e[i] for e in pod_ends if e is not None) for i in range(3))
+        out.append(GpuFree(node, gpu, uuid, stamps))  # type: ignore[arg-type]
+    return out

@@ -1,0 +1,495 @@
+"""Durable history of training runs in one SQLite file (a PVC in the cluster).
+
+Why SQLite: the models must learn from more finished runs than Prometheus keeps
+(retention is days; a cluster's history is months), the forecaster is a single
+writer, and one file is easy to back up. Two kinds of rows:
+
+* running runs, with every epoch end seen so far (``epoch_ends``), so a restart of
+  the forecaster or a missed scrape does not lose them;
+* finished runs, ``state`` ``completed`` (reached ``epochs_planned``) or
+  ``incomplete`` (vanished before: cancelled or crashed, never a "short job"),
+  with their epoch list frozen as JSON (fast to load 50,000 of them).
+
+Every write is one transaction. The file is tagged with ``PRAGMA application_id``
+and a schema version (``PRAGMA user_version``): a corrupt file, another program's
+database or a newer schema gives ``HistoryError`` and is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from forecaster.runs import Feature, ForecasterError, Run
+
+APPLICATION_ID = 0x67457461  # "gEta"
+SCHEMA_VERSION = 1
+_MAX_FEATURE_TEXT = 256
+
+_SCHEMA = """
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL DEFAULT '',
+    pod TEXT NOT NULL DEFAULT '',
+    container TEXT NOT NULL DEFAULT '',
+    node TEXT NOT NULL DEFAULT '',
+    epochs_planned REAL NOT NULL,
+    start_timestamp REAL NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'completed', 'incomplete')),
+    features TEXT NOT NULL DEFAULT '{}',
+    util_sum REAL NOT NULL DEFAULT 0,
+    util_weight REAL NOT NULL DEFAULT 0,
+    memory_sum REAL NOT NULL DEFAULT 0,
+    memory_weight REAL NOT NULL DEFAULT 0,
+    last_seen REAL NOT NULL,
+    finished_timestamp REAL,
+    epoch_times TEXT
+);
+CREATE INDEX runs_state ON runs(state);
+CREATE TABLE epoch_ends (
+    run_id TEXT NOT NULL,
+    epoch REAL NOT NULL,
+    timestamp REAL NOT NULL,
+    PRIMARY KEY (run_id, epoch)
+) WITHOUT ROWID;
+"""
+
+
+class HistoryError(ForecasterError):
+    """The history file cannot be used (corrupt, foreign, newer schema, unwritable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """What one cycle learned about one run (see ``forecaster.jobs``)."""
+
+    run_id: str
+    epochs_planned: float
+    start_timestamp: float
+    epoch_ends: tuple[tuple[float, float], ...] = ()
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    node: str = ""
+    features: Mapping[str, Feature] = field(default_factory=dict)
+    util_mean: float | None = None
+    memory_mean: float | None = None
+    weight_seconds: float = 0.0
+    seen_timestamp: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A run as stored: the Run record plus where it ran."""
+
+    run: Run
+    node: str
+    last_seen: float
+
+
+class HistoryStore:
+    """The SQLite file; open with ``HistoryStore.open(path)``, ``close()`` when done.
+
+    Thread-safe for the forecaster's use (one cycle thread writes, the HTTP thread
+    never touches it): a lock serialises access to the one connection.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn = conn
+        self.path = path
+        self._lock = threading.Lock()
+        self._finished_cache: list[Run] | None = None
+        self.version = 0  # bumps whenever the finished history changes
+
+    @classmethod
+    def open(cls, path: str | Path) -> HistoryStore:
+        """Open or create the store; refuse anything that is not ours."""
+        spath = str(path)
+        if spath != ":memory:":
+            p = Path(spath)
+            if p.exists() and p.is_dir():
+                raise HistoryError(f"history file {spath} is a directory")
+            if not p.parent.exists():
+                raise HistoryError(f"history directory {p.parent} does not exist")
+        try:
+            conn = sqlite3.connect(spath, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as err:
+            raise HistoryError(f"cannot open history file {spath}: {err}") from None
+        try:
+            _prepare(conn, spath)
+        except HistoryError:
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as err:
+            conn.close()
+            raise HistoryError(
+                f"history file {spath} is not a usable SQLite database ({err}); "
+                "move it away or point --history.db elsewhere (it was not modified)"
+            ) from None
+        return cls(conn, spath)
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self._conn.close()
+
+    # -- writes ---------------------------------------------------------------
+
+    def record(self, updates: Iterable[RunUpdate]) -> None:
+        """Upsert running runs and add their epoch ends, all in one transaction."""
+        rows = []
+        ends = []
+        for up in updates:
+            rows.append(
+                (
+                    up.run_id,
+                    up.namespace,
+                    up.pod,
+                    up.container,
+                    up.node,
+                    float(up.epochs_planned),
+                    float(up.start_timestamp),
+                    _dump_features(up.features),
+                    _finite_or_zero(up.util_mean) * up.weight_seconds,
+                    up.weight_seconds if _finite(up.util_mean) else 0.0,
+                    _finite_or_zero(up.memory_mean) * up.weight_seconds,
+                    up.weight_seconds if _finite(up.memory_mean) else 0.0,
+                    up.seen_timestamp,
+                )
+            )
+            ends.extend((up.run_id, float(e), float(t)) for e, t in up.epoch_ends)
+        with self._lock, self._tx():
+            self._conn.executemany(
+                """
+                INSERT INTO runs (run_id, namespace, pod, container, node, epochs_planned,
+                    start_timestamp, state, features, util_sum, util_weight, memory_sum,
+                    memory_weight, last_seen)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(run_id) DO UPDATE SET
+                    namespace = excluded.namespace, pod = excluded.pod,
+                    container = excluded.container, node = excluded.node,
+                    epochs_planned = excluded.epochs_planned,
+                    start_timestamp = excluded.start_timestamp,
+                    features = excluded.features,
+                    util_sum = util_sum + excluded.util_sum,
+                    util_weight = util_weight + excluded.util_weight,
+                    memory_sum = memory_sum + excluded.memory_sum,
+                    memory_weight = memory_weight + excluded.memory_weight,
+                    last_seen = MAX(last_seen, excluded.last_seen)
+                WHERE runs.state = 'running'
+                """,
+                rows,
+            )
+            self._conn.executemany(
+                """
+                INSERT OR IGNORE INTO epoch_ends (run_id, epoch, timestamp)
+                SELECT ?, ?, ? WHERE EXISTS
+                    (SELECT 1 FROM runs WHERE run_id = ?1 AND state = 'running')
+                """,
+                ends,
+            )
+
+    def finish(self, run_ids: Iterable[str], finished_timestamp: float) -> list[Run]:
+        """Freeze running runs as finished (completed or not, by their last epoch)."""
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
+            return []
+        done: list[Run] = []
+        with self._lock, self._tx():
+            for run_id in ids:
+                stored = self._load_running(run_id)
+                if stored is None:
+                    continue
+                run = stored.run
+                completed = run.epochs_done >= run.epochs_planned
+                final = Run(
+                    run_id=run.run_id,
+                    epochs_planned=run.epochs_planned,
+                    epoch_times=run.epoch_times,
+                    features=run.features,
+                    completed=completed,
+                    namespace=run.namespace,
+                    pod=run.pod,
+                    container=run.container,
+                )
+                self._conn.execute(
+                    """UPDATE runs SET state = ?, finished_timestamp = ?, epoch_times = ?,
+                       features = ? WHERE run_id = ?""",
+                    (
+                        "completed" if completed else "incomplete",
+                        finished_timestamp,
+                        json.dumps(final.epoch_times),
+                        _dump_features(final.features),
+                        run_id,
+                    ),
+                )
+                self._conn.execute("DELETE FROM epoch_ends WHERE run_id = ?", (run_id,))
+                done.append(final)
+            if done:
+                self._finished_changed(done)
+        return done
+
+    def import_finished(self, runs: Sequence[Run]) -> int:
+        """Add finished runs (a seed CSV) that are not stored yet; idempotent by run_id."""
+        added: list[Run] = []
+        with self._lock, self._tx():
+            for run in runs:
+                completed = (
+                    run.completed
+                    if run.completed is not None
+                    else run.epochs_done >= run.epochs_planned
+                )
+                cur = self._conn.execute(
+                    """INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
+                       epochs_planned, start_timestamp, state, features, last_seen,
+                       finished_timestamp, epoch_times)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    (
+                        run.run_id,
+                        run.namespace,
+                        run.pod,
+                        run.container,
+                        float(run.epochs_planned),
+                        run.start_timestamp,
+                        "completed" if completed else "incomplete",
+                        _dump_features(run.features),
+                        run.last_timestamp,
+                        run.last_timestamp,
+                        json.dumps([list(p) for p in run.epoch_times]),
+                    ),
+                )
+                if cur.rowcount:
+                    added.append(
+                        Run(
+                            run_id=run.run_id,
+                            epochs_planned=run.epochs_planned,
+                            epoch_times=tuple(run.epoch_times),
+                            features=run.features,
+                            completed=completed,
+                            namespace=run.namespace,
+                            pod=run.pod,
+                            container=run.container,
+                        )
+                    )
+            if added:
+                self._finished_changed(added)
+        return len(added)
+
+    # -- reads ----------------------------------------------------------------
+
+    def running(self) -> list[StoredRun]:
+        """Every run still marked running, with its stored epoch ends."""
+        with self._lock:
+            ids = [
+                r[0] for r in self._conn.execute("SELECT run_id FROM runs WHERE state = 'running'")
+            ]
+            ends = self._all_running_ends()
+            out = []
+            for run_id in ids:
+                stored = self._load_running(run_id, ends.get(run_id, []))
+                if stored is not None:
+                    out.append(stored)
+            return out
+
+    def finished(self) -> list[Run]:
+        """Every finished run (cached in memory after the first call)."""
+        with self._lock:
+            if self._finished_cache is None:
+                rows = self._conn.execute(
+                    """SELECT run_id, namespace, pod, container, epochs_planned, state,
+                       features, epoch_times FROM runs WHERE state != 'running'
+                       ORDER BY finished_timestamp, run_id"""
+                ).fetchall()
+                self._finished_cache = [_finished_from_row(row) for row in rows]
+            return list(self._finished_cache)
+
+    def count_finished(self) -> int:
+        """Number of finished runs stored."""
+        with self._lock:
+            return int(
+                self._conn.execute("SELECT COUNT(*) FROM runs WHERE state != 'running'").fetchone()[
+                    0
+                ]
+            )
+
+    # -- internals --------------------------------------------------------------
+
+    def _finished_changed(self, added: list[Run]) -> None:
+        if self._finished_cache is not None:
+            self._finished_cache.extend(added)
+        self.version += 1
+
+    def _all_running_ends(self) -> dict[str, list[tuple[float, float]]]:
+        ends: dict[str, list[tuple[float, float]]] = {}
+        for run_id, epoch, ts in self._conn.execute(
+            """SELECT e.run_id, e.epoch, e.timestamp FROM epoch_ends e
+               JOIN runs r ON r.run_id = e.run_id WHERE r.state = 'running'
+               ORDER BY e.run_id, e.epoch"""
+        ):
+            ends.setdefault(run_id, []).append((epoch, ts))
+        return ends
+
+    def _load_running(
+        self, run_id: str, ends: list[tuple[float, float]] | None = None
+    ) -> StoredRun | None:
+        row = self._conn.execute(
+            """SELECT run_id, namespace, pod, container, node, epochs_planned,
+               start_timestamp, features, util_sum, util_weight, memory_sum, memory_weight,
+               last_seen FROM runs WHERE run_id = ? AND state = 'running'""",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        if ends is None:
+            ends = [
+                (e, t)
+                for e, t in self._conn.execute(
+                    "SELECT epoch, timestamp FROM epoch_ends WHERE run_id = ? ORDER BY epoch",
+                    (run_id,),
+                )
+            ]
+        (rid, ns, pod, container, node, planned, start, feats, us, uw, ms, mw, last_seen) = row
+        features = dict(_load_features(feats))
+        if uw > 0:
+            features["gpu_utilization_ratio"] = us / uw
+        if mw > 0:
+            features["memory_utilization_ratio"] = ms / mw
+        run = Run(
+            run_id=rid,
+            epochs_planned=planned,
+            epoch_times=monotone_epoch_times(start, ends, planned),
+            features=MappingProxyType(features),
+            completed=None,
+            namespace=ns,
+            pod=pod,
+            container=container,
+        )
+        return StoredRun(run=run, node=node, last_seen=last_seen)
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._conn, self.path)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error (atomic writes)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn = conn
+        self._path = path
+
+    def __enter__(self) -> None:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            raise HistoryError(f"history file {self._path}: cannot write: {err}") from None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            try:
+                self._conn.execute("COMMIT")
+                return False
+            except sqlite3.Error as err:
+                self._conn.execute("ROLLBACK")
+                raise HistoryError(f"history file {self._path}: commit failed: {err}") from None
+        self._conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise HistoryError(f"history file {self._path}: write failed: {exc}") from None
+        return False
+
+
+def monotone_epoch_times(
+    start: float, ends: Iterable[tuple[float, float]], planned: float
+) -> tuple[tuple[float, float], ...]:
+    """``(0, start)`` then the epoch ends that keep epochs and times strictly consistent.
+
+    Pure. Drops non-finite values, epochs beyond ``planned``, ends before the start
+    and any end whose time goes backwards (an exporter restart can replay an older
+    snapshot): what remains always passes ``validate_run``.
+    """
+    out = [(0.0, float(start))]
+    for epoch, ts in sorted(ends):
+        if not (_finite(epoch) and _finite(ts)):
+            continue
+        if epoch <= out[-1][0] or epoch > planned or ts < out[-1][1]:
+            continue
+        out.append((float(epoch), float(ts)))
+    return tuple(out)
+
+
+def _prepare(conn: sqlite3.Connection, path: str) -> None:
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if app_id == 0 and not tables and version == 0:
+        # One script, one transaction: a crash leaves either nothing or the whole schema.
+        conn.executescript(
+            "BEGIN IMMEDIATE;"
+            + _SCHEMA
+            + f"PRAGMA application_id = {APPLICATION_ID};"
+            + f"PRAGMA user_version = {SCHEMA_VERSION};"
+            + "COMMIT;"
+        )
+        return
+    if app_id != APPLICATION_ID:
+        raise HistoryError(
+            f"history file {path} belongs to another program (SQLite application_id "
+            f"{app_id}, tables {', '.join(tables[:5]) or 'none'}); refusing to touch it"
+        )
+    if version > SCHEMA_VERSION:
+        raise HistoryError(
+            f"history file {path} has schema version {version}, newer than this "
+            f"forecaster's {SCHEMA_VERSION}; upgrade gpu-eta"
+        )
+    if version < 1 or "runs" not in tables or "epoch_ends" not in tables:
+        raise HistoryError(f"history file {path} is damaged (schema {version}, tables {tables})")
+    conn.execute("PRAGMA quick_check").fetchone()
+
+
+def _finished_from_row(row: tuple) -> Run:
+    run_id, ns, pod, container, planned, state, feats, times = row
+    try:
+        epoch_times = tuple((float(e), float(t)) for e, t in json.loads(times or "[]"))
+    except (ValueError, TypeError):
+        raise HistoryError(f"stored run {run_id!r} has a damaged epoch list") from None
+    return Run(
+        run_id=run_id,
+        epochs_planned=planned,
+        epoch_times=epoch_times,
+        features=MappingProxyType(dict(_load_features(feats))),
+        completed=state == "completed",
+        namespace=ns,
+        pod=pod,
+        container=container,
+    )
+
+
+def _dump_features(features: Mapping[str, Feature]) -> str:
+    clean: dict[str, Feature] = {}
+    for key, value in features.items():
+        if isinstance(value, str):
+            clean[str(key)[:64]] = value[:_MAX_FEATURE_TEXT]
+        elif isinstance(value, int | float) and math.isfinite(value):
+            clean[str(key)[:64]] = float(value)
+    return json.dumps(clean, sort_keys=True)
+
+
+def _load_features(text: str) -> Mapping[str, Feature]:
+    try:
+        raw = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _finite_or_zero(value: float | None) -> float:
+    return float(value) if _finite(value) else 0.0  # type: ignore[arg-type]

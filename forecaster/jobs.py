@@ -1,0 +1,300 @@
+"""Pure: one cycle's query results → what is known about each training run.
+
+Input is the answers to ``forecaster.queries`` (series of every run at once); output
+is a ``CycleView``: per-run updates for the history store, which runs are running
+now, which have finished, each pod's recent GPU use and the GPU allocations. No I/O.
+
+Decisions (documented in docs/forecaster.md):
+
+* A run is keyed by its ``run_id`` label (the exporter gives a notebook that trains
+  again a new one).
+* A run is *finished* when it reached ``epochs_planned`` or when its series are no
+  longer present (Prometheus' lookback). Whether it *completed* is decided by its
+  last epoch: one that vanished before its last epoch is ``completed=False``, never
+  a short job.
+* Epoch ends come from the range pairs ``(epoch, epoch_end_timestamp)`` sampled at
+  the same instants plus the latest pair; the store accumulates them across cycles.
+* Features: ``batch_size``; ``gpu_utilization_ratio`` (ours, else DCGM's
+  ``DCGM_FI_DEV_GPU_UTIL``/100 for the pod, accepting ``exported_pod``);
+  ``memory_utilization_ratio`` (working set / limit); ``gpu_model`` and ``gpus`` from
+  the allocations joined with ``gpu_eta_gpu_info``; ``namespace``; ``job_name``.
+* ``job_name``: the pod label ``job-name`` (Kubernetes Jobs), else
+  ``app.kubernetes.io/name``, else ``app``, else the owner's name (a ReplicaSet's
+  pod-template hash stripped), else the pod name without a trailing random suffix.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from forecaster.history import RunUpdate
+from forecaster.promapi import Sample, Series
+
+MAX_RUN_ID = 256
+MAX_EPOCHS = 10_000_000
+# Timestamps outside [now - 1 year, now + 5 minutes] are treated as garbage.
+_PAST_LIMIT_SECONDS = 366 * 86400
+_FUTURE_SLACK_SECONDS = 300
+_HASH_SUFFIX = re.compile(r"-(?:[0-9a-f]{8,10}|[bcdfghjklmnpqrstvwxz2456789]{5})$")
+_JOB_LABELS = ("label_job_name", "label_batch_kubernetes_io_job_name")
+_NAME_LABELS = ("label_app_kubernetes_io_name", "label_app")
+
+PodKey = tuple[str, str, str]  # namespace, pod, container
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A GPU held by a container (``gpu_eta_pod_gpu_allocated``)."""
+
+    node: str
+    gpu: str
+    uuid: str
+    namespace: str
+    pod: str
+    container: str
+    gpu_instance: str = ""
+
+
+@dataclass
+class CycleView:
+    """Everything one cycle's queries say about runs and GPUs."""
+
+    updates: list[RunUpdate] = field(default_factory=list)
+    present: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)
+    last_progress: dict[str, float] = field(default_factory=dict)
+    util_recent: dict[PodKey, float] = field(default_factory=dict)
+    allocations: list[Allocation] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)  # run_id -> reason
+
+
+def assemble(
+    instant: Mapping[str, Sequence[Sample]],
+    ranges: Mapping[str, Sequence[Series]],
+    now: float,
+    window_seconds: float,
+) -> CycleView:
+    """Join the per-query answers into a ``CycleView`` (see the module docstring)."""
+    view = CycleView()
+    planned = _by_run(instant.get("planned", ()))
+    present = _by_run(instant.get("present", ()))
+    epoch = _by_run(instant.get("epoch", ()))
+    start = _by_run(instant.get("start", ()))
+    last_end = _by_run(instant.get("last_end", ()))
+    last_report = _by_run(instant.get("last_report", ()))
+    batch = _by_run(instant.get("batch_size", ()))
+    pairs = _range_pairs(ranges.get("epoch_range", ()), ranges.get("epoch_end_range", ()))
+
+    util_mean = _by_pod(instant.get("util_mean", ()))
+    dcgm_mean = _dcgm_by_pod(instant.get("dcgm_mean", ()))
+    util_recent = _by_pod(instant.get("util_recent", ()))
+    dcgm_recent = _dcgm_by_pod(instant.get("dcgm_recent", ()))
+    memory = _by_pod(instant.get("memory_ratio", ()))
+    view.allocations = _allocations(instant.get("allocated", ()))
+    models = _gpu_models(instant.get("gpu_info", ()))
+    jobs = _job_names(instant.get("pod_info", ()))
+    for key, value in dcgm_recent.items():
+        util_recent.setdefault(key, value)
+    view.util_recent = util_recent
+    pod_gpus: dict[tuple[str, str], list[Allocation]] = {}
+    for alloc in view.allocations:
+        pod_gpus.setdefault((alloc.namespace, alloc.pod), []).append(alloc)
+
+    lo, hi = now - _PAST_LIMIT_SECONDS, now + _FUTURE_SLACK_SECONDS
+    for run_id, sample in planned.items():
+        labels = sample.labels
+        n_planned = sample.value
+        if not (_finite(n_planned) and 0 < n_planned <= MAX_EPOCHS):
+            view.rejected[run_id] = "invalid_epochs_planned"
+            continue
+        start_s = start.get(run_id)
+        if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
+            view.rejected[run_id] = "invalid_start"
+            continue
+        t0 = start_s.value
+        ends: dict[float, float] = {}
+        for e, t in [*pairs.get(run_id, ()), _pair(epoch.get(run_id), last_end.get(run_id))]:
+            if e is None or t is None:
+                continue
+            if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
+                ends[e] = min(t, ends.get(e, math.inf))
+        key = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+        gpus = pod_gpus.get(key[:2], [])
+        features: dict[str, float | str] = {}
+        if key[0]:
+            features["namespace"] = key[0]
+        bs = batch.get(run_id)
+        if bs is not None and _finite(bs.value) and 0 < bs.value < 1e9:
+            features["batch_size"] = bs.value
+        job_name = jobs.get(key[:2]) or _strip_suffix(key[1])
+        if job_name:
+            features["job_name"] = job_name
+        if gpus:
+            features["gpus"] = float(len(gpus))
+            model = next((models[g.node, g.uuid] for g in gpus if (g.node, g.uuid) in models), None)
+            if model:
+                features["gpu_model"] = model
+        util = _ratio(util_mean.get(key))
+        if util is None:
+            util = _ratio(dcgm_mean.get(key))
+        running_now = run_id in present
+        cur_epoch = epoch.get(run_id)
+        done = cur_epoch is not None and _finite(cur_epoch.value) and cur_epoch.value >= n_planned
+        view.updates.append(
+            RunUpdate(
+                run_id=run_id,
+                epochs_planned=n_planned,
+                start_timestamp=t0,
+                epoch_ends=tuple(sorted(ends.items())),
+                namespace=key[0],
+                pod=key[1],
+                container=key[2],
+                node=labels.get("node", ""),
+                features=features,
+                util_mean=util,
+                memory_mean=_ratio(memory.get(key), upper=4.0),
+                weight_seconds=window_seconds if running_now else 0.0,
+                seen_timestamp=now,
+            )
+        )
+        progress_ts = max([t0, *ends.values()])
+        report = last_report.get(run_id)
+        view.last_progress[run_id] = progress_ts
+        if report is not None and _finite(report.value) and report.value > hi:
+            view.rejected[run_id] = "report_in_future"
+        if running_now and not done:
+            view.present.add(run_id)
+        else:
+            view.finished.add(run_id)
+    return view
+
+
+def _by_run(samples: Sequence[Sample]) -> dict[str, Sample]:
+    out: dict[str, Sample] = {}
+    for s in samples:
+        run_id = s.labels.get("run_id", "")
+        if run_id and len(run_id) <= MAX_RUN_ID and run_id not in out:
+            out[run_id] = s
+    return out
+
+
+def _pod_key(labels: Mapping[str, str]) -> PodKey:
+    return (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+
+
+def _by_pod(samples: Sequence[Sample]) -> dict[PodKey, float]:
+    out: dict[PodKey, float] = {}
+    for s in samples:
+        if _finite(s.value):
+            out[_pod_key(s.labels)] = s.value
+    return out
+
+
+def _dcgm_by_pod(samples: Sequence[Sample]) -> dict[PodKey, float]:
+    """DCGM util 0..100 per GPU → ratio per container (mean over the pod's GPUs)."""
+    acc: dict[PodKey, list[float]] = {}
+    for s in samples:
+        lab = s.labels
+        pod = lab.get("pod") or lab.get("exported_pod", "")
+        ns = lab.get("namespace") or lab.get("exported_namespace", "")
+        container = lab.get("container") or lab.get("exported_container", "")
+        if pod and _finite(s.value):
+            acc.setdefault((ns, pod, container), []).append(s.value / 100.0)
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def _range_pairs(
+    epochs: Sequence[Series], ends: Sequence[Series]
+) -> dict[str, list[tuple[float, float]]]:
+    """(epoch, end time) at each instant both series were sampled."""
+    by_run_end: dict[str, dict[float, float]] = {}
+    for s in ends:
+        run_id = s.labels.get("run_id", "")
+        if run_id:
+            by_run_end.setdefault(run_id, {}).update(s.points)
+    out: dict[str, list[tuple[float, float]]] = {}
+    for s in epochs:
+        run_id = s.labels.get("run_id", "")
+        end_at = by_run_end.get(run_id)
+        if not end_at:
+            continue
+        pairs = out.setdefault(run_id, [])
+        last = None
+        for ts, value in s.points:
+            end = end_at.get(ts)
+            if end is not None and (value, end) != last:
+                pairs.append((value, end))
+                last = (value, end)
+    return out
+
+
+def _pair(epoch: Sample | None, end: Sample | None) -> tuple[float | None, float | None]:
+    if epoch is None or end is None:
+        return None, None
+    return epoch.value, end.value
+
+
+def _allocations(samples: Sequence[Sample]) -> list[Allocation]:
+    out = []
+    for s in samples:
+        lab = s.labels
+        if not lab.get("pod") or not lab.get("UUID"):
+            continue
+        out.append(
+            Allocation(
+                node=lab.get("node", ""),
+                gpu=lab.get("gpu", ""),
+                uuid=lab["UUID"],
+                namespace=lab.get("namespace", ""),
+                pod=lab["pod"],
+                container=lab.get("container", ""),
+                gpu_instance=lab.get("GPU_I_ID", ""),
+            )
+        )
+    return out
+
+
+def _gpu_models(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:
+    return {
+        (s.labels.get("node", ""), s.labels["UUID"]): s.labels.get("model", "")[:128]
+        for s in samples
+        if s.labels.get("UUID") and s.labels.get("model")
+    }
+
+
+def _job_names(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for s in samples:
+        lab = s.labels
+        key = (lab.get("namespace", ""), lab.get("pod", ""))
+        name = next((lab[k] for k in (*_JOB_LABELS, *_NAME_LABELS) if lab.get(k)), "")
+        if not name and lab.get("owner_name"):
+            owner = lab["owner_name"]
+            name = _strip_suffix(owner) if lab.get("owner_kind") == "ReplicaSet" else owner
+        if name:
+            out[key] = name[:128]
+    return out
+
+
+def _strip_suffix(pod: str) -> str:
+    """``train-abc12`` → ``train``; ``train-7d9f8c6b5-x2x4z`` → ``train`` (Deployment pods)."""
+    name = pod
+    for _ in range(2):
+        stripped = _HASH_SUFFIX.sub("", name)
+        if stripped == name or not stripped:
+            break
+        name = stripped
+    return name[:128]
+
+
+def _ratio(value: float | None, upper: float = 1.0) -> float | None:
+    if value is None or not _finite(value) or value < 0:
+        return None
+    return min(value, upper)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

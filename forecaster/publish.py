@@ -1,0 +1,226 @@
+"""The only Prometheus collector of the forecaster: ``ServiceState`` → metric families.
+
+Families are built fresh on each scrape from the last good ``ForecastSet`` (the
+exporter guide's advice: no global gauges, so series of finished jobs disappear
+instead of lingering). Rendering is total: it does no I/O and never raises.
+
+``gpu_eta_job_predicted_remaining_seconds`` is computed at scrape time from the
+fixed predicted completion (``max(0, completion - now)``), so both series agree.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from forecaster.cycle import ForecastSet
+from forecaster.forecast import QUANTILES
+from forecaster.promapi import QueryStats
+
+VERSION = "0.1.0"
+PROGRESS_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
+_JOB_LABELS = ["namespace", "pod", "container", "run_id"]
+
+
+@dataclass
+class ServiceState:
+    """What the service knows between cycles; written by the cycle thread only."""
+
+    forecasts: ForecastSet | None = None
+    stale: bool = False
+    cycle_duration_seconds: float | None = None
+    last_success_timestamp: float | None = None
+    job_errors: Counter[str] = field(default_factory=Counter)
+    query_stats: QueryStats = field(default_factory=QueryStats)
+    last_error: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def success(self, fs: ForecastSet, duration_seconds: float, at: float) -> None:
+        """Record a good cycle: its set replaces the old one, stale clears."""
+        with self._lock:
+            self.forecasts = fs
+            self.stale = False
+            self.cycle_duration_seconds = duration_seconds
+            self.last_success_timestamp = at
+            self.job_errors.update(fs.job_errors)
+            self.last_error = ""
+
+    def failure(self, message: str, duration_seconds: float) -> None:
+        """Record a failed cycle: the previous set stays, marked stale."""
+        with self._lock:
+            self.stale = self.forecasts is not None
+            self.cycle_duration_seconds = duration_seconds
+            self.job_errors["cycle_failed"] += 1
+            self.last_error = message
+
+    def snapshot(
+        self,
+    ) -> tuple[ForecastSet | None, bool, float | None, float | None, dict, int, int]:
+        """A consistent copy for one scrape."""
+        with self._lock:
+            return (
+                self.forecasts,
+                self.stale,
+                self.cycle_duration_seconds,
+                self.last_success_timestamp,
+                dict(self.job_errors),
+                self.query_stats.success,
+                self.query_stats.error,
+            )
+
+
+class ForecastCollector(Collector):
+    """Renders a ``ServiceState`` as the forecaster metrics of docs/metrics.md."""
+
+    def __init__(self, state: ServiceState, clock: Callable[[], float] = time.time) -> None:
+        self.state = state
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            yield from render(self.state, self.clock())
+        except Exception:  # rendering must never fail a scrape
+            return
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+def render(state: ServiceState, now: float) -> list[Metric]:
+    """All families for one scrape."""
+    fs, stale, duration, last_ok, errors, q_ok, q_err = state.snapshot()
+    completion = GaugeMetricFamily(
+        "gpu_eta_job_predicted_completion_timestamp_seconds",
+        "Predicted end of a training run (unix seconds) at P10/P50/P90; never in the past when fresh.",
+        labels=[*_JOB_LABELS, "quantile"],
+    )
+    remaining = GaugeMetricFamily(
+        "gpu_eta_job_predicted_remaining_seconds",
+        "Seconds until the predicted end of a training run at P10/P50/P90 (computed at scrape time).",
+        labels=[*_JOB_LABELS, "quantile"],
+    )
+    info = GaugeMetricFamily(
+        "gpu_eta_job_forecast_info",
+        "Which estimator produced the run's forecast (rate, prior, blend).",
+        labels=[*_JOB_LABELS, "method"],
+    )
+    stalled = GaugeMetricFamily(
+        "gpu_eta_job_stalled",
+        "1 when the run made no progress with its GPU idle: ETA held, interval widened.",
+        labels=_JOB_LABELS,
+    )
+    gpu_free = GaugeMetricFamily(
+        "gpu_eta_gpu_predicted_free_timestamp_seconds",
+        "When every pod on the GPU is predicted to be done (unix seconds); absent when a pod on it has no forecast.",
+        labels=["node", "gpu", "UUID", "quantile"],
+    )
+    mape = GaugeMetricFamily(
+        "gpu_eta_model_median_absolute_percentage_error_ratio",
+        "Median absolute percentage error of remaining time, measured on finished jobs, by progress point.",
+        labels=["progress"],
+    )
+    coverage = GaugeMetricFamily(
+        "gpu_eta_model_interval_coverage_ratio",
+        "Share of finished jobs whose real end fell inside P10-P90 (target 0.8), by progress point.",
+        labels=["progress"],
+    )
+    history = GaugeMetricFamily("gpu_eta_model_history_jobs", "Finished jobs in the history store.")
+    jobs_g = GaugeMetricFamily(
+        "gpu_eta_forecaster_jobs", "Jobs seen in the last good cycle by state.", labels=["state"]
+    )
+    if fs is not None:
+        for job in fs.jobs:
+            run = job.run
+            base = [run.namespace, run.pod, run.container, run.run_id]
+            for q, ts in zip(QUANTILES, job.completion_timestamps, strict=True):
+                completion.add_metric([*base, _q(q)], ts)
+                remaining.add_metric([*base, _q(q)], max(0.0, ts - now))
+            info.add_metric([*base, job.forecast.method], 1.0)
+            stalled.add_metric(base, 1.0 if job.forecast.stalled else 0.0)
+        for gpu in fs.gpus:
+            for q, ts in zip(QUANTILES, gpu.timestamps, strict=True):
+                gpu_free.add_metric([gpu.node, gpu.gpu, gpu.uuid, _q(q)], ts)
+        for point in PROGRESS_POINTS:
+            measured = _lookup(fs.quality, point)
+            if measured is None:
+                continue
+            err, cov = measured
+            if err == err:  # NaN where too few runs: leave the series out
+                mape.add_metric([_q(point)], float(err))
+            if cov == cov:
+                coverage.add_metric([_q(point)], float(cov))
+        history.add_metric([], float(fs.n_history))
+        jobs_g.add_metric(["running"], float(fs.n_running))
+        jobs_g.add_metric(["finished"], float(fs.n_finished))
+    families: list[Metric] = [completion, remaining, info, stalled, gpu_free, mape, coverage]
+    if fs is not None:
+        families.append(history)
+    families.append(jobs_g)
+
+    stale_g = GaugeMetricFamily(
+        "gpu_eta_forecaster_stale",
+        "1 while serving forecasts of an earlier cycle because Prometheus is away.",
+    )
+    stale_g.add_metric([], 1.0 if stale else 0.0)
+    families.append(stale_g)
+    if duration is not None:
+        dur = GaugeMetricFamily(
+            "gpu_eta_forecaster_cycle_duration_seconds", "Duration of the last cycle."
+        )
+        dur.add_metric([], duration)
+        families.append(dur)
+    if last_ok is not None:
+        ok = GaugeMetricFamily(
+            "gpu_eta_forecaster_last_success_timestamp_seconds", "End of the last good cycle."
+        )
+        ok.add_metric([], last_ok)
+        families.append(ok)
+    queries_c = CounterMetricFamily(
+        "gpu_eta_forecaster_queries",
+        "Queries to Prometheus by result.",
+        labels=["result"],
+    )
+    queries_c.add_metric(["success"], float(q_ok))
+    queries_c.add_metric(["error"], float(q_err))
+    families.append(queries_c)
+    errors_c = CounterMetricFamily(
+        "gpu_eta_forecaster_job_errors",
+        "Jobs skipped or cycles failed, by reason (invalid series, predict failure, cycle failure).",
+        labels=["reason"],
+    )
+    for reason, n in sorted(errors.items()):
+        errors_c.add_metric([reason], float(n))
+    families.append(errors_c)
+    build = GaugeMetricFamily(
+        "gpu_eta_forecaster_build_info", "Forecaster version.", labels=["version"]
+    )
+    build.add_metric([VERSION], 1.0)
+    families.append(build)
+    return families
+
+
+def make_registry(state: ServiceState, clock: Callable[[], float] = time.time) -> CollectorRegistry:
+    """A registry of our own (not the global one) holding only the forecaster collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ForecastCollector(state, clock))
+    return registry
+
+
+def _q(value: float) -> str:
+    return f"{value:g}"
+
+
+def _lookup(quality, point: float) -> tuple[float, float] | None:
+    for key, value in dict(quality).items():
+        try:
+            if abs(float(key) - point) < 1e-9:
+                return (float(value[0]), float(value[1]))
+        except (TypeError, ValueError, IndexError):
+            return None
+    return None

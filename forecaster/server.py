@@ -1,0 +1,141 @@
+"""The long-running service: cycles on a timer, ``/metrics`` from the last good set.
+
+The cycle thread and the HTTP thread share only a ``ServiceState``. When a cycle
+fails (Prometheus away, slow or answering garbage) the previous forecasts keep
+being served with ``gpu_eta_forecaster_stale 1``; the next good cycle clears it.
+Failures are logged once per change of state, not once per cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+
+from forecaster.cycle import Cycle
+from forecaster.publish import ServiceState
+from forecaster.runs import ForecasterError
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    """Runs ``cycle`` every ``interval_seconds`` and records the outcome in ``state``."""
+
+    def __init__(
+        self,
+        cycle: Cycle,
+        state: ServiceState,
+        interval_seconds: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cycle = cycle
+        self.state = state
+        self.interval_seconds = interval_seconds
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def run_once(self) -> bool:
+        """One cycle; True on success. Never raises (the loop must go on)."""
+        started = time.monotonic()
+        try:
+            fs = self.cycle.run()
+        except Exception as err:
+            message = (
+                str(err) if isinstance(err, ForecasterError) else f"{type(err).__name__}: {err}"
+            )
+            self.state.failure(message, time.monotonic() - started)
+            if not self._failing:
+                log.error("cycle failed, serving the last forecasts as stale: %s", message)
+                if not isinstance(err, ForecasterError):
+                    log.debug("cycle failure", exc_info=True)
+            self._failing = True
+            return False
+        self.state.success(fs, time.monotonic() - started, self.clock())
+        if self._failing:
+            log.info("cycle recovered: %d running jobs forecast", len(fs.jobs))
+        self._failing = False
+        return True
+
+    def start(self) -> None:
+        """Start the cycle loop in a daemon thread (first cycle at once)."""
+        self._thread = threading.Thread(target=self._loop, name="forecast-cycle", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            begun = time.monotonic()
+            self.run_once()
+            self._stop.wait(max(0.0, self.interval_seconds - (time.monotonic() - begun)))
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Ask the loop to end and wait for the running cycle to finish."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class MetricsServer:
+    """``/metrics`` (the registry), ``/healthz`` (the process is up); nothing else."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        handler = _handler(registry)
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name="metrics-http", daemon=True
+        )
+
+    def start(self) -> MetricsServer:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _handler(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                try:
+                    body = encoder(registry)
+                except Exception:
+                    self._send(500, b"metrics rendering failed\n", "text/plain")
+                    return
+                self._send(200, body, content_type)
+            elif path in ("/healthz", "/-/healthy"):
+                self._send(200, b"ok\n", "text/plain")
+            elif path == "/":
+                self._send(
+                    200,
+                    b"<html><body><h1>gpu-eta forecaster</h1><a href='/metrics'>metrics</a></body></html>",
+                    "text/html",
+                )
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("http: " + format, *args)
+
+    return Handler
