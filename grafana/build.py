@@ -1,0 +1,793 @@
+"""Build gpu-eta's Grafana dashboards with grafana-foundation-sdk and write them as JSON.
+
+The JSON files next to this script are its committed output (Grafana and the
+kustomize configMapGenerator read those, not this script). Regenerate after an
+edit with ``python grafana/build.py``; ``python grafana/build.py --check`` exits 1
+when the committed JSON differs from what the code builds (tests/ops runs it).
+
+Why generated: four dashboards share one datasource variable, the same node /
+namespace / pod variables and the same DCGM join; writing them once in code keeps
+the "datasource everywhere" and "tolerate exported_pod" rules in one place.
+
+Conventions every panel follows (tests/ops/test_dashboards.py checks them):
+panel and every target use ``${datasource}``; ids are unique per dashboard; DCGM
+targets are the only ones whose expr names ``DCGM_``, and every panel that has one
+also has a gpu-eta target, so the panel still says something without DCGM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import bargauge, stat, table, timeseries
+from grafana_foundation_sdk.builders import common as common_b
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import prometheus as prom
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataSourceRef,
+    DataTransformerConfig,
+    DynamicConfigValue,
+    Threshold,
+    ThresholdsMode,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+
+OUT_DIR = Path(__file__).resolve().parent
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+TAGS = ["gpu-eta"]
+
+# ----------------------------------------------------------------- PromQL pieces
+
+NODE = 'node=~"$node"'
+NS = 'namespace=~"$namespace"'
+JOB = 'namespace="$namespace", pod="$pod"'
+
+
+def dcgm(metric: str) -> str:
+    """A DCGM series with ``namespace``/``pod`` whichever way it was scraped.
+
+    Without ``honorLabels: true`` Prometheus renames DCGM's ``pod`` and
+    ``namespace`` to ``exported_pod``/``exported_namespace``; copying them back
+    (when present) lets the same join work on both kinds of cluster.
+    """
+    inner = f'label_replace({metric}, "pod", "$1", "exported_pod", "(.+)")'
+    return f'label_replace({inner}, "namespace", "$1", "exported_namespace", "(.+)")'
+
+
+def dcgm_per_gpu(metric: str, scale: str) -> str:
+    """DCGM device series with our ``node`` label, joined on UUID and gpu index."""
+    return (
+        f"{metric} {scale} * on (UUID, gpu) group_left (node) "
+        f"max by (UUID, gpu, node) (gpu_eta_gpu_info{{{NODE}}})"
+    )
+
+
+def dcgm_for_pod(metric: str, scale: str) -> str:
+    """DCGM device series for the devices allocated to $pod (joined on namespace/pod/UUID/gpu)."""
+    return (
+        f"max by (namespace, pod, gpu, UUID) ({dcgm(metric)}) {scale} "
+        f"and on (namespace, pod, gpu, UUID) gpu_eta_pod_gpu_allocated{{{JOB}}}"
+    )
+
+
+ALLOCATED_GPUS = f"max by (node, gpu, UUID) (gpu_eta_pod_gpu_allocated{{{NODE}}})"
+GPUS_IN_USE = (
+    f"count({ALLOCATED_GPUS} and on (node, gpu, UUID) "
+    f"(gpu_eta_gpu_utilization_ratio{{{NODE}}} >= 0.05))"
+)
+GPUS_IDLE = (
+    f"count({ALLOCATED_GPUS} and on (node, gpu, UUID) "
+    f"(gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
+)
+GPUS_FREE = (
+    f"count(gpu_eta_gpu_info{{{NODE}}} unless on (node, gpu, UUID) "
+    f"gpu_eta_pod_gpu_allocated{{{NODE}}})"
+)
+PROGRESS = (
+    "max by (namespace, pod, container, run_id) ("
+    "gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
+    " or gpu_eta_training_step{{{sel}}} / gpu_eta_training_steps_planned{{{sel}}})"
+)
+
+# ------------------------------------------------------------------ builders
+
+
+def q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> prom.Dataquery:
+    """A Prometheus target bound to the datasource variable."""
+    target = prom.Dataquery().expr(expr).ref_id(ref).datasource(DS)
+    if legend:
+        target = target.legend_format(legend)
+    if instant:
+        target = target.instant().format("table")
+    return target
+
+
+def ts(title: str, description: str, unit: str, *targets: prom.Dataquery) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .height(8)
+        .span(12)
+        .fill_opacity(10)
+        .legend(
+            common_b.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(common.LegendDisplayMode.TABLE)
+            .placement(common.LegendPlacement.BOTTOM)
+            .calcs(["lastNotNull", "max"])
+        )
+    )
+    for target in targets:
+        panel = panel.with_target(target)
+    return panel
+
+
+def st(title: str, description: str, unit: str, expr: str, width: int = 6) -> stat.Panel:
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .height(4)
+        .span(width)
+        .no_value("0")
+        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]))
+        .with_target(q(expr, instant=False))
+    )
+
+
+def tbl(title: str, description: str, *targets: prom.Dataquery) -> table.Panel:
+    panel = (
+        table.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .height(9)
+        .span(24)
+        .with_transformation(DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={"excludeByName": {"Time": True}, "indexByName": {}, "renameByName": {}},
+            )
+        )
+    )
+    for target in targets:
+        panel = panel.with_target(target)
+    return panel
+
+
+def rename(panel, mapping: dict[str, str], units: dict[str, str]):
+    """Table columns: 'Value #B' → a readable name and a unit per column."""
+    for ref, name in mapping.items():
+        props = [DynamicConfigValue(id_val="displayName", value=name)]
+        if ref in units:
+            props.append(DynamicConfigValue(id_val="unit", value=units[ref]))
+        panel = panel.override_by_name(f"Value #{ref}", props)
+    return panel
+
+
+def ds_variable() -> dash.DatasourceVariable:
+    return dash.DatasourceVariable("datasource").label("Data source").type("prometheus")
+
+
+def query_variable(
+    name: str, query: str, *, multi: bool = True, label: str | None = None
+) -> dash.QueryVariable:
+    """A label_values() variable; multi ones default to All (regex ``.*``)."""
+    var = (
+        dash.QueryVariable(name)
+        .label(label or name)
+        .datasource(DS)
+        .query({"query": query, "refId": f"{name}-var", "qryType": 1})
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(multi)
+        .include_all(multi)
+    )
+    if multi:
+        var = var.all_value(".*").current(VariableOption(selected=True, text="All", value="$__all"))
+    return var
+
+
+def base(title: str, uid: str, description: str) -> dash.Dashboard:
+    return (
+        dash.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(TAGS)
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .editable()
+        .with_variable(ds_variable())
+    )
+
+
+def finish(board: dash.Dashboard, panels: Sequence) -> dict:
+    """Add panels with ids 1..n (unique, stable across rebuilds) and encode to a dict."""
+    for number, panel in enumerate(panels, start=1):
+        board = board.with_panel(panel.id(number))
+    return json.loads(json.dumps(board.build(), cls=JSONEncoder))
+
+
+# ---------------------------------------------------------------- dashboards
+
+
+def cluster_overview() -> dict:
+    board = (
+        base(
+            "gpu-eta / Cluster overview",
+            "gpu-eta-cluster-overview",
+            "Who holds each GPU, whether they use it, and when it will be free.",
+        )
+        .with_variable(query_variable("node", "label_values(gpu_eta_gpu_info, node)"))
+        .with_variable(
+            query_variable(
+                "namespace", 'label_values(gpu_eta_pod_gpu_allocated{node=~"$node"}, namespace)'
+            )
+        )
+    )
+    busy = "A GPU is 'in use' when it is allocated and its device utilisation is at least 5 %."
+    free_at = ts(
+        "Time until each GPU is free (P10 / P50 / P90)",
+        "From the forecaster: when every pod on the GPU is predicted to be done. "
+        "The band between P10 and P90 is the calibrated 80 % interval.",
+        "s",
+        q(
+            f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="0.1"}} - time()',
+            "{{node}}/{{gpu}} P10",
+            "A",
+        ),
+        q(
+            f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="0.5"}} - time()',
+            "{{node}}/{{gpu}} P50",
+            "B",
+        ),
+        q(
+            f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="0.9"}} - time()',
+            "{{node}}/{{gpu}} P90",
+            "C",
+        ),
+    )
+    free_bar = (
+        bargauge.Panel()
+        .title("Free at (P50), per GPU")
+        .description(
+            "Predicted time until each GPU is free, median. GPUs nobody holds are not listed "
+            "(see 'Free GPUs')."
+        )
+        .datasource(DS)
+        .unit("s")
+        .height(8)
+        .span(12)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .with_target(
+            q(
+                "sort(gpu_eta_gpu_predicted_free_timestamp_seconds"
+                f'{{{NODE}, quantile="0.5"}} - time())',
+                "{{node}} GPU {{gpu}}",
+                "A",
+                instant=True,
+            ).format("time_series")
+        )
+    )
+    jobs = rename(
+        tbl(
+            "Running training jobs",
+            "Progress (epochs or steps done / planned) and the forecaster's completion time "
+            "with its P10–P90 interval.",
+            q(PROGRESS.format(sel=NS), ref="A", instant=True),
+            q(
+                f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.1"}}) * 1000',
+                ref="B",
+                instant=True,
+            ),
+            q(
+                f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.5"}}) * 1000',
+                ref="C",
+                instant=True,
+            ),
+            q(
+                f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.9"}}) * 1000',
+                ref="D",
+                instant=True,
+            ),
+            q(
+                f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_remaining_seconds{{{NS}, quantile="0.5"}})',
+                ref="E",
+                instant=True,
+            ),
+        ),
+        {"A": "progress", "B": "ETA P10", "C": "ETA P50", "D": "ETA P90", "E": "remaining P50"},
+        {
+            "A": "percentunit",
+            "B": "dateTimeAsIso",
+            "C": "dateTimeAsIso",
+            "D": "dateTimeAsIso",
+            "E": "s",
+        },
+    )
+    longest = rename(
+        tbl(
+            "Longest occupancies",
+            "The ten longest-held GPUs and how much their holders use them now.",
+            q(
+                "topk(10, time() - max by (node, gpu, UUID, namespace, pod) "
+                f"(gpu_eta_pod_gpu_allocated_since_timestamp_seconds{{{NODE}, {NS}}}))",
+                ref="A",
+                instant=True,
+            ),
+            q(
+                "max by (node, gpu, UUID, namespace, pod) "
+                f"(gpu_eta_pod_gpu_utilization_ratio{{{NODE}, {NS}}})",
+                ref="B",
+                instant=True,
+            ),
+        ),
+        {"A": "held for", "B": "pod utilisation"},
+        {"A": "s", "B": "percentunit"},
+    )
+    panels = [
+        st("GPUs in use", busy, "none", GPUS_IN_USE),
+        st("Allocated but idle", "Allocated GPUs under 5 % device utilisation.", "none", GPUS_IDLE),
+        st("Free GPUs", "GPUs the exporter sees that no pod holds.", "none", GPUS_FREE),
+        st(
+            "GPUs seen",
+            "All devices reported by the exporters.",
+            "none",
+            f"count(gpu_eta_gpu_info{{{NODE}}})",
+        ),
+        ts(
+            "GPU states over time",
+            busy,
+            "none",
+            q(GPUS_IN_USE, "in use", "A"),
+            q(GPUS_IDLE, "allocated, idle", "B"),
+            q(GPUS_FREE, "free", "C"),
+        ),
+        ts(
+            "Allocated GPUs per namespace",
+            "Count of (pod, GPU) allocations; a time-sliced GPU counts once per pod.",
+            "none",
+            q(f"count by (namespace) (gpu_eta_pod_gpu_allocated{{{NODE}, {NS}}})", "{{namespace}}"),
+        ),
+        free_at,
+        free_bar,
+        jobs,
+        longest,
+        ts(
+            "GPU utilisation: gpu-eta and DCGM",
+            "Device utilisation from gpu-eta's NVML reads and, when NVIDIA's DCGM exporter "
+            "runs, DCGM_FI_DEV_GPU_UTIL (joined on UUID and gpu). Without DCGM only the "
+            "gpu-eta lines appear.",
+            "percentunit",
+            q(f"gpu_eta_gpu_utilization_ratio{{{NODE}}}", "{{node}}/{{gpu}} gpu-eta", "A"),
+            q(dcgm_per_gpu("DCGM_FI_DEV_GPU_UTIL", "/ 100"), "{{node}}/{{gpu}} DCGM", "B"),
+        ),
+        ts(
+            "GPU memory used: gpu-eta and DCGM",
+            "Device memory in use; DCGM_FI_DEV_FB_USED (MiB) converted to bytes.",
+            "bytes",
+            q(f"gpu_eta_gpu_memory_used_bytes{{{NODE}}}", "{{node}}/{{gpu}} gpu-eta", "A"),
+            q(dcgm_per_gpu("DCGM_FI_DEV_FB_USED", "* 1048576"), "{{node}}/{{gpu}} DCGM", "B"),
+        ),
+    ]
+    return finish(board, panels)
+
+
+def training_job() -> dict:
+    board = (
+        base(
+            "gpu-eta / Training job",
+            "gpu-eta-training-job",
+            "One pod: its progress, how its ETA evolved, and what it does with its GPU.",
+        )
+        .with_variable(
+            query_variable(
+                "namespace", "label_values(gpu_eta_pod_gpu_allocated, namespace)", multi=False
+            )
+        )
+        .with_variable(
+            query_variable(
+                "pod",
+                'label_values(gpu_eta_pod_gpu_allocated{namespace="$namespace"}, pod)',
+                multi=False,
+            )
+        )
+    )
+    band_desc = (
+        "How the forecaster's P10 / P50 / P90 completion time evolved. The shaded band is "
+        "the calibrated 80 % interval; a band that narrows as the run progresses is healthy."
+    )
+    completion = ts(
+        "Predicted completion (P10–P90 band)",
+        band_desc,
+        "dateTimeAsIso",
+        *[
+            q(
+                f'max(gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="{qv}"}}) * 1000',
+                f"P{name}",
+                ref,
+            )
+            for ref, qv, name in (("A", "0.1", "10"), ("B", "0.5", "50"), ("C", "0.9", "90"))
+        ],
+    ).override_by_name("P10", [DynamicConfigValue(id_val="custom.fillBelowTo", value="P90")])
+    remaining = ts(
+        "Remaining time (P10 / P50 / P90)",
+        "Seconds left according to the forecaster (latest run of the pod).",
+        "s",
+        *[
+            q(
+                f'max(gpu_eta_job_predicted_remaining_seconds{{{JOB}, quantile="{qv}"}})',
+                f"P{name}",
+                ref,
+            )
+            for ref, qv, name in (("A", "0.1", "10"), ("B", "0.5", "50"), ("C", "0.9", "90"))
+        ],
+    ).override_by_name("P10", [DynamicConfigValue(id_val="custom.fillBelowTo", value="P90")])
+    panels = [
+        st(
+            "Progress", "Epochs (or steps) done / planned.", "percentunit", PROGRESS.format(sel=JOB)
+        ),
+        st(
+            "ETA (P50)",
+            "Median predicted completion.",
+            "dateTimeFromNow",
+            f'max(gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="0.5"}}) * 1000',
+        ),
+        st(
+            "Epoch",
+            "Epochs completed of the latest run.",
+            "none",
+            f"max(gpu_eta_training_epoch{{{JOB}}})",
+        ),
+        st(
+            "Last report",
+            "Seconds since the run last reported anything (GpuEtaTrainingStalled fires after 30 min).",
+            "s",
+            f"time() - max(gpu_eta_training_last_report_timestamp_seconds{{{JOB}}})",
+        ),
+        ts(
+            "Progress over time",
+            "Share of planned epochs (or steps) done, per run. A new run of the same notebook is a new line.",
+            "percentunit",
+            q(PROGRESS.format(sel=JOB), "{{run_id}}"),
+        ),
+        completion,
+        remaining,
+        ts(
+            "Epoch duration",
+            "Mean seconds per epoch so far, and over the last 15 minutes (gaps when no epoch ended).",
+            "s",
+            q(
+                f"(gpu_eta_training_epoch_end_timestamp_seconds{{{JOB}}} - gpu_eta_training_run_start_timestamp_seconds{{{JOB}}})"
+                f" / (gpu_eta_training_epoch{{{JOB}}} > 0)",
+                "mean so far {{run_id}}",
+                "A",
+            ),
+            q(
+                f"delta(gpu_eta_training_epoch_end_timestamp_seconds{{{JOB}}}[15m])"
+                f" / (delta(gpu_eta_training_epoch{{{JOB}}}[15m]) > 0)",
+                "last 15 min {{run_id}}",
+                "B",
+            ),
+        ),
+        ts(
+            "GPU utilisation: the pod, its devices, and DCGM",
+            "The pod's own share (from its processes' NVML samples), the whole device's "
+            "busy ratio, and DCGM_FI_DEV_GPU_UTIL for the same devices when DCGM runs.",
+            "percentunit",
+            q(f"gpu_eta_pod_gpu_utilization_ratio{{{JOB}}}", "pod on GPU {{gpu}}", "A"),
+            q(
+                "gpu_eta_gpu_utilization_ratio and on (node, gpu, UUID) "
+                f"gpu_eta_pod_gpu_allocated{{{JOB}}}",
+                "device {{gpu}}",
+                "B",
+            ),
+            q(dcgm_for_pod("DCGM_FI_DEV_GPU_UTIL", "/ 100"), "DCGM device {{gpu}}", "C"),
+        ),
+        ts(
+            "GPU memory",
+            "Memory held by the pod's processes, the device's size, and DCGM's framebuffer use.",
+            "bytes",
+            q(f"gpu_eta_pod_gpu_memory_used_bytes{{{JOB}}}", "pod on GPU {{gpu}}", "A"),
+            q(
+                "gpu_eta_gpu_memory_total_bytes and on (node, gpu, UUID) "
+                f"gpu_eta_pod_gpu_allocated{{{JOB}}}",
+                "device {{gpu}} total",
+                "B",
+            ),
+            q(dcgm_for_pod("DCGM_FI_DEV_FB_USED", "* 1048576"), "DCGM device {{gpu}} used", "C"),
+        ),
+        ts(
+            "Host memory",
+            "Working set (usage minus inactive file cache, what the OOM killer looks at) and the limit.",
+            "bytes",
+            q(f"gpu_eta_pod_memory_working_set_bytes{{{JOB}}}", "{{container}} working set", "A"),
+            q(f"gpu_eta_pod_memory_limit_bytes{{{JOB}}}", "{{container}} limit", "B"),
+        ),
+        ts(
+            "Reported values (loss, accuracy…)",
+            "Free-form numbers the training code reports with its progress.",
+            "none",
+            q(f"gpu_eta_training_value{{{JOB}}}", "{{name}} {{run_id}}"),
+        ),
+    ]
+    return finish(board, panels)
+
+
+def forecaster_quality() -> dict:
+    board = base(
+        "gpu-eta / Forecaster quality",
+        "gpu-eta-forecaster-quality",
+        "How good the ETAs are (measured on finished jobs) and whether the forecaster is healthy.",
+    ).with_variable(
+        query_variable("namespace", "label_values(gpu_eta_job_forecast_info, namespace)")
+    )
+    coverage = (
+        ts(
+            "P10–P90 interval coverage (target 0.8)",
+            "Share of finished jobs whose real end fell inside the interval predicted at each "
+            "progress point. Well under 0.8: intervals too narrow (over-confident); well over: "
+            "too wide to be useful.",
+            "percentunit",
+            q("gpu_eta_model_interval_coverage_ratio", "at progress {{progress}}"),
+        )
+        .thresholds(
+            dash.ThresholdsConfig()
+            .mode(ThresholdsMode.ABSOLUTE)
+            .steps(
+                [Threshold(value=None, color="transparent"), Threshold(value=0.8, color="green")]
+            )
+        )
+        .thresholds_style(
+            common_b.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED)
+        )
+    )
+    panels = [
+        st(
+            "Finished jobs in history",
+            "Jobs the cold-start model learns from (the SQLite history on the PVC).",
+            "none",
+            "max(gpu_eta_model_history_jobs)",
+        ),
+        st(
+            "Stale",
+            "1 while the forecaster serves an earlier cycle's forecasts because Prometheus is away.",
+            "none",
+            "max(gpu_eta_forecaster_stale)",
+        ),
+        st(
+            "Since last good cycle",
+            "GpuEtaForecasterStale fires past 15 minutes.",
+            "s",
+            "time() - max(gpu_eta_forecaster_last_success_timestamp_seconds)",
+        ),
+        st(
+            "Running jobs forecast",
+            "Running jobs seen in the last cycle.",
+            "none",
+            'max(gpu_eta_forecaster_jobs{state="running"})',
+        ),
+        ts(
+            "Median absolute percentage error by progress",
+            "Measured on finished jobs: the error of the ETA predicted at 0 %, 10 %, 25 %, 50 % "
+            "and 75 % progress. It should fall as progress grows.",
+            "percentunit",
+            q(
+                "gpu_eta_model_median_absolute_percentage_error_ratio",
+                "at progress {{progress}}",
+            ),
+        ),
+        coverage,
+        ts(
+            "Cycle duration",
+            "Seconds the last cycle took (queries, fit, predict). Keep it well under the cycle interval.",
+            "s",
+            q("gpu_eta_forecaster_cycle_duration_seconds", "cycle"),
+        ),
+        ts(
+            "Queries to Prometheus by result",
+            "A bounded number of queries per cycle, whatever the number of jobs.",
+            "reqps",
+            q(
+                "sum by (result) (rate(gpu_eta_forecaster_queries_total[$__rate_interval]))",
+                "{{result}}",
+            ),
+        ),
+        ts(
+            "Jobs seen by state",
+            "Running and finished jobs in the last cycle.",
+            "none",
+            q("max by (state) (gpu_eta_forecaster_jobs)", "{{state}}"),
+        ),
+        ts(
+            "Stale flags",
+            "1 while stale; also per job: runs flagged stalled (no progress, GPU idle).",
+            "none",
+            q("max(gpu_eta_forecaster_stale)", "forecaster stale", "A"),
+            q(f"sum(gpu_eta_job_stalled{{{NS}}})", "stalled runs", "B"),
+        ),
+        ts(
+            "Estimator in use",
+            "Running jobs by the estimator that produced their forecast: rate (own progress), "
+            "prior (cold start from history), blend.",
+            "none",
+            q(f"count by (method) (gpu_eta_job_forecast_info{{{NS}}})", "{{method}}"),
+        ),
+    ]
+    return finish(board, panels)
+
+
+def exporter_health() -> dict:
+    board = base(
+        "gpu-eta / Exporter health",
+        "gpu-eta-exporter-health",
+        "For admins tuning scrapes: what each exporter costs and what fails.",
+    ).with_variable(query_variable("node", "label_values(gpu_eta_exporter_build_info, node)"))
+    per_node = '* on (instance, job) group_left (node) max by (instance, job, node) (gpu_eta_exporter_build_info{node=~"$node"})'
+    guidance = (
+        " The exporter collects on its own interval and every scrape serves the cached "
+        "snapshot, so scraping more often than the collection interval only repeats "
+        "samples; scraping much less often hides short jobs. Start with scrape interval "
+        "= collection interval (15 s) and see docs/scrape-tuning.md."
+    )
+    panels = [
+        ts(
+            "Collection duration per node and collector",
+            "Duration of each collector's last run. It must stay well under the collection "
+            "interval, or snapshots age (see Snapshot age)." + guidance,
+            "s",
+            q(
+                f"gpu_eta_exporter_collector_duration_seconds{{{NODE}}}",
+                "{{node}} {{collector}}",
+            ),
+        ),
+        ts(
+            "Scrape duration per node",
+            "How long Prometheus takes to scrape each exporter (Prometheus' own "
+            "scrape_duration_seconds, joined to the node by build_info). It is cheap because "
+            "scrapes serve a cached snapshot; it grows with series count, not with GPUs' speed."
+            + guidance,
+            "s",
+            q(f"scrape_duration_seconds {per_node}", "{{node}}"),
+        ),
+        ts(
+            "Snapshot age",
+            "Age of the snapshot being served. Around the collection interval is normal; "
+            "GpuEtaExporterSnapshotStale fires at 5 minutes.",
+            "s",
+            q(f"gpu_eta_exporter_snapshot_age_seconds{{{NODE}}}", "{{node}}"),
+        ),
+        ts(
+            "Samples per scrape per node",
+            "Series each exporter exposes (scrape_samples_scraped) and what is left after "
+            "metric_relabel_configs drops (scrape_samples_post_metric_relabeling). Grows with "
+            "GPUs x pods x runs; see docs/scrape-tuning.md for what to drop.",
+            "none",
+            q(f"scrape_samples_scraped {per_node}", "{{node}} scraped", "A"),
+            q(f"scrape_samples_post_metric_relabeling {per_node}", "{{node}} kept", "B"),
+        ),
+        (
+            bargauge.Panel()
+            .title("Series per node and metric (top 20)")
+            .description(
+                "Which gpu-eta metrics cost the most series on which node: the first "
+                "candidates for relabel drops when cardinality matters."
+            )
+            .datasource(DS)
+            .unit("none")
+            .height(10)
+            .span(24)
+            .orientation(common.VizOrientation.HORIZONTAL)
+            .with_target(
+                q(
+                    f'topk(20, count by (node, __name__) ({{__name__=~"gpu_eta_.+", {NODE}}}))',
+                    "{{node}} {{__name__}}",
+                    instant=True,
+                ).format("time_series")
+            )
+        ),
+        ts(
+            "Collector errors by source",
+            "Failed collector runs per second. A collector that fails keeps its last good "
+            "data out of the snapshot; GpuEtaExporterCollectorFailing fires after 10 minutes.",
+            "ops",
+            q(
+                "sum by (node, collector) "
+                f"(rate(gpu_eta_exporter_collector_errors_total{{{NODE}}}[$__rate_interval]))",
+                "{{node}} {{collector}}",
+            ),
+        ),
+        ts(
+            "Collector success",
+            "1 if the collector's last run succeeded.",
+            "none",
+            q(f"gpu_eta_exporter_collector_success{{{NODE}}}", "{{node}} {{collector}}"),
+        ),
+        ts(
+            "Progress reports by result",
+            "Progress POSTs from training code: accepted, malformed, invalid, forbidden (the "
+            "sender is not a pod on this node), too_large, rate_limited.",
+            "reqps",
+            q(
+                "sum by (result) "
+                f"(rate(gpu_eta_exporter_progress_reports_total{{{NODE}}}[$__rate_interval]))",
+                "{{result}}",
+            ),
+        ),
+        ts(
+            "Container log lines by result",
+            "Lines the log collector read: matched a progress format, ignored, or oversize "
+            "(cut off at the line limit).",
+            "ops",
+            q(
+                "sum by (result) "
+                f"(rate(gpu_eta_exporter_log_lines_total{{{NODE}}}[$__rate_interval]))",
+                "{{result}}",
+            ),
+        ),
+        rename(
+            tbl(
+                "Exporter versions",
+                "One row per exporter: which version runs where.",
+                q(f"gpu_eta_exporter_build_info{{{NODE}}}", ref="A", instant=True),
+            ),
+            {"A": "up"},
+            {},
+        ),
+    ]
+    return finish(board, panels)
+
+
+DASHBOARDS = {
+    "cluster-overview.json": cluster_overview,
+    "training-job.json": training_job,
+    "forecaster-quality.json": forecaster_quality,
+    "exporter-health.json": exporter_health,
+}
+
+
+def render(builder) -> str:
+    return json.dumps(builder(), indent=2, sort_keys=True) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if committed JSON is stale")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="directory to write into")
+    args = parser.parse_args(argv)
+    stale = []
+    for filename, builder in DASHBOARDS.items():
+        path = args.out / filename
+        text = render(builder)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(filename)
+        else:
+            path.write_text(text)
+    if stale:
+        print(
+            f"stale dashboards (run python grafana/build.py): {', '.join(stale)}", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Static checks on the Grafana dashboards in grafana/*.json.
+
+No Grafana server can run here, so this file checks what Grafana would trip on or
+what would silently show nothing: the JSON decodes into grafana-foundation-sdk's
+Dashboard model and encodes back unchanged (no unknown keys, valid panel shapes),
+panel ids are unique, every panel, target and query variable uses the
+``datasource`` variable, every ``$variable`` is defined, every PromQL expression
+parses (promtool check rules on a generated rule file), and every gpu_eta metric
+a panel names is in docs/metrics.md. Whether the queries return data is
+tests/integration/test_dashboards_live.py's job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import Dashboard
+
+from demo.prometheus import find_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+GRAFANA = ROOT / "grafana"
+FILES = sorted(GRAFANA.glob("*.json"))
+DS_UID = "${datasource}"
+BUILTIN_VARS = {"__rate_interval", "__interval", "__range", "__all"}
+
+# Variables each dashboard must offer (issue 6: node/namespace/pod "where they fit").
+REQUIRED_VARIABLES = {
+    "cluster-overview.json": {"datasource", "node", "namespace"},
+    "training-job.json": {"datasource", "namespace", "pod"},
+    "forecaster-quality.json": {"datasource", "namespace"},
+    "exporter-health.json": {"datasource", "node"},
+}
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _panels(board: dict) -> Iterator[dict]:
+    for panel in board.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])  # collapsed rows
+
+
+def _targets(board: dict) -> Iterator[tuple[dict, dict]]:
+    for panel in _panels(board):
+        for target in panel.get("targets", []):
+            yield panel, target
+
+
+def substitute(expr: str) -> str:
+    """Grafana variables → values PromQL accepts, so the parser sees a real query."""
+    expr = expr.replace("$__rate_interval", "2m").replace("$__interval", "1m")
+    expr = expr.replace("$__range", "1h")
+    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", ".*", expr)
+
+
+def test_dashboards_exist() -> None:
+    assert {p.name for p in FILES} == set(REQUIRED_VARIABLES)
+
+
+def test_committed_json_matches_build_script() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(GRAFANA / "build.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_valid_grafana_model_round_trip(path: Path) -> None:
+    data = _load(path)
+    model = Dashboard.from_json(data)
+    assert json.loads(json.dumps(model, cls=JSONEncoder)) == data
+    assert data["uid"] and len(data["uid"]) <= 40
+    assert data["title"].startswith("gpu-eta / ")
+
+
+def test_uids_and_titles_unique() -> None:
+    boards = [_load(p) for p in FILES]
+    assert len({b["uid"] for b in boards}) == len(boards)
+    assert len({b["title"] for b in boards}) == len(boards)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_panel_ids_unique_and_grid_sane(path: Path) -> None:
+    panels = list(_panels(_load(path)))
+    ids = [p.get("id") for p in panels]
+    assert all(isinstance(i, int) for i in ids), ids
+    assert len(ids) == len(set(ids)), ids
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        assert panel.get("title") and panel.get("description"), panel.get("id")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_datasource_variable_used_everywhere(path: Path) -> None:
+    board = _load(path)
+    variables = board["templating"]["list"]
+    ds = [v for v in variables if v["type"] == "datasource"]
+    assert len(ds) == 1 and ds[0]["name"] == "datasource" and ds[0]["query"] == "prometheus"
+    for var in variables:
+        if var["type"] == "query":
+            assert var["datasource"]["uid"] == DS_UID, var["name"]
+    for panel in _panels(board):
+        assert panel["datasource"] == {"type": "prometheus", "uid": DS_UID}, panel["title"]
+        assert panel.get("targets"), f"{panel['title']}: no query"
+    for panel, target in _targets(board):
+        assert target["datasource"]["uid"] == DS_UID, (panel["title"], target["refId"])
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_variables_present_and_defined(path: Path) -> None:
+    board = _load(path)
+    defined = {v["name"] for v in board["templating"]["list"]}
+    assert REQUIRED_VARIABLES[path.name] <= defined
+    used: set[str] = set()
+    for _, target in _targets(board):
+        used |= set(re.findall(r"\$\{?([A-Za-z_]\w*)", target["expr"]))
+    for var in board["templating"]["list"]:
+        if var["type"] == "query":
+            used |= set(re.findall(r"\$\{?([A-Za-z_]\w*)", var["query"]["query"]))
+    assert used - BUILTIN_VARS <= defined, used - BUILTIN_VARS - defined
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_dcgm_beside_ours_never_alone(path: Path) -> None:
+    """Panels must make sense without DCGM: a DCGM target always has a gpu-eta sibling."""
+    board = _load(path)
+    for panel in _panels(board):
+        exprs = [t["expr"] for t in panel["targets"]]
+        if any("DCGM_" in e for e in exprs):
+            assert any("DCGM_" not in e for e in exprs), panel["title"]
+            for expr in exprs:
+                if "DCGM_" in expr and "exported_pod" not in expr:
+                    # device-level joins go through our gpu_info on UUID and gpu
+                    assert "on (UUID, gpu)" in expr, expr
+
+
+def test_dcgm_series_shown_somewhere() -> None:
+    exprs = [t["expr"] for p in FILES for _, t in _targets(_load(p))]
+    for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"):
+        assert any(metric in e for e in exprs)
+    assert any("exported_pod" in e for e in exprs)
+
+
+def test_every_expression_parses(tmp_path: Path) -> None:
+    """promtool parses each query (variables substituted) as a recording rule."""
+    rules = []
+    for number, path in enumerate(FILES):
+        board = _load(path)
+        for panel, target in _targets(board):
+            rules.append(
+                {
+                    "record": f"check:d{number}_p{panel['id']}:{target['refId']}",
+                    "expr": substitute(target["expr"]),
+                }
+            )
+        for var in board["templating"]["list"]:
+            if var["type"] == "query":
+                match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
+                assert match, var["query"]["query"]
+                rules.append(
+                    {"record": f"var:d{number}:{var['name']}", "expr": substitute(match.group(1))}
+                )
+    rule_file = tmp_path / "dashboards.rules.yaml"
+    rule_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    proc = subprocess.run(
+        [find_binary("promtool"), "check", "rules", str(rule_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "FAILED" not in output, output
+    assert f"SUCCESS: {len(rules)} rules found" in output, output
+
+
+def test_promql_check_catches_a_broken_query(tmp_path: Path) -> None:
+    """The parse check above is not vacuous: promtool rejects a malformed expr."""
+    rule_file = tmp_path / "bad.rules.yaml"
+    bad = substitute('sum by (node (gpu_eta_gpu_info{node=~"$node"})')
+    rule_file.write_text(
+        yaml.safe_dump({"groups": [{"name": "x", "rules": [{"record": "x:y", "expr": bad}]}]})
+    )
+    proc = subprocess.run(
+        [find_binary("promtool"), "check", "rules", str(rule_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+
+
+def test_metrics_are_in_the_contract() -> None:
+    contract = set(
+        re.findall(r"^\| `(gpu_eta_[a-z0-9_]+)`", (ROOT / "docs" / "metrics.md").read_text(), re.M)
+    )
+    used: set[str] = set()
+    for path in FILES:
+        board = _load(path)
+        for _, target in _targets(board):
+            used |= set(re.findall(r"(?<![:\w])gpu_eta_[a-z0-9_]+", target["expr"]))
+    used.discard("gpu_eta_")  # the __name__ regex prefix in the series-count panel
+    assert used <= contract, sorted(used - contract)
+    # every series a user looks at is on some dashboard
+    for metric in (
+        "gpu_eta_gpu_predicted_free_timestamp_seconds",
+        "gpu_eta_job_predicted_completion_timestamp_seconds",
+        "gpu_eta_model_interval_coverage_ratio",
+        "gpu_eta_exporter_collector_duration_seconds",
+        "gpu_eta_exporter_progress_reports_total",
+    ):
+        assert metric in used
