@@ -94,7 +94,7 @@ class Family:
 # Epoch times in "cluster seconds" (a few minutes, as on real GPUs); --time-scale shrinks
 # them for the demo. Larger batches run faster per epoch (seeds 000 and 004).
 FAMILIES: tuple[Family, ...] = (
-    Family("mnist-mlp", 90.0, (10, 20, 30), (64, 128, 256), 0, 0.45, 1_200_000_000),
+    Family("mnist-mlp", 120.0, (10, 20, 30), (64, 128, 256), 0, 0.45, 1_200_000_000),
     Family("cifar10-cnn", 180.0, (10, 15, 20), (32, 64, 128), 5, 0.80, 3_500_000_000),
     Family("resnet50-finetune", 420.0, (5, 8, 10), (32, 64), 2, 0.95, 9_000_000_000),
     Family("bert-finetune", 360.0, (3, 4, 5), (16, 32), 1, 0.90, 7_500_000_000),

@@ -1,0 +1,247 @@
+"""Turns the simulation's events into what real training pods would do.
+
+- Scenario files: rewritten (atomically) whenever a node's pods change, a few
+  seconds ahead of time, so the exporter knows a pod before it reports.
+- HTTP pods: ``POST /progress`` to their node's exporter **from the pod's own
+  loopback address** (the socket is bound to the pod IP), the same wire format as
+  ``exporter.report`` sends (docs/progress.md). The exporter identifies the sender by
+  that address, exactly as on a real node.
+- Log pods: Keras-style lines (``Epoch 3/15`` and the end-of-epoch step bar) in CRI
+  format under ``<root>/<ns>_<pod>_<uid>/<container>/0.log``, which the exporter's
+  log collector follows.
+
+Body and line construction are pure functions (tested on their own); the I/O is in
+``ProgressSender``, ``LogWriter`` and ``Driver.tick``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from demo.cluster import ClusterSim, Event, Pod
+from demo.scenarios import node_scenario, write_scenario
+
+log = logging.getLogger("gpu_eta.demo")
+
+SAMPLES_PER_EPOCH = 50_000  # the simulated data set size (steps = samples / batch)
+RETRY_SECONDS = 15.0  # a 403 right after a pod appears is retried this long
+
+
+def loss_at(epoch: int) -> float:
+    """A plausible training loss curve (for the free-form ``loss`` value)."""
+    return round(2.3 * math.exp(-0.35 * epoch) + 0.12, 4)
+
+
+def steps_per_epoch(pod: Pod) -> int:
+    """Optimizer steps per epoch for the pod's batch size."""
+    return max(1, SAMPLES_PER_EPOCH // max(1, pod.batch_size))
+
+
+def report_body(pod: Pod, event: Event, anchor: float) -> dict[str, Any]:
+    """The JSON a training process posts for ``event`` (docs/progress.md wire format)."""
+    spe = steps_per_epoch(pod)
+    body: dict[str, Any] = {
+        "run_id": pod.run_id,
+        "run_start": round(anchor + (pod.run_start if pod.run_start is not None else pod.start), 3),
+        "epochs": pod.epochs,
+        "steps": pod.epochs * spe,
+        "batch_size": pod.batch_size,
+        "container": pod.container,
+    }
+    if event.kind == "run_start":
+        body.update(event="start", epoch=0, step=0)
+    else:
+        body.update(epoch=event.epoch, step=event.epoch * spe, loss=loss_at(event.epoch))
+        body["event"] = "end" if event.epoch >= pod.epochs else "progress"
+    return body
+
+
+def cri_line(ts: float, message: str, stream: str = "stdout") -> str:
+    """One line as containerd writes it: RFC 3339 nanoseconds, stream, F(ull), text."""
+    when = datetime.fromtimestamp(ts, timezone.utc)
+    nanos = round((ts % 1) * 1e9) % 1_000_000_000
+    return f"{when.strftime('%Y-%m-%dT%H:%M:%S')}.{nanos:09d}Z {stream} F {message}\n"
+
+
+def keras_lines(pod: Pod, event: Event) -> list[str]:
+    """What Keras' ``model.fit(verbose=1)`` prints at this point of the run."""
+    spe = steps_per_epoch(pod)
+    if event.kind == "run_start":
+        return [f"Epoch 1/{pod.epochs}"]
+    if event.kind != "epoch_end":
+        return []
+    k = event.epoch
+    ends = pod.epoch_ends
+    took = ends[k - 1] - (ends[k - 2] if k >= 2 else (pod.run_start or pod.start))
+    took = max(took, 0.001)
+    acc = round(1 - loss_at(k) / 2.6, 4)
+    lines = [
+        f"{spe}/{spe} [==============================] - {max(1, round(took))}s "
+        f"{max(1, round(1000 * took / spe))}ms/step - loss: {loss_at(k):.4f} - accuracy: {acc:.4f}"
+    ]
+    if k < pod.epochs:
+        lines.append(f"Epoch {k + 1}/{pod.epochs}")
+    return lines
+
+
+class ProgressSender:
+    """POSTs reports to a node's exporter from a pod's own loopback address."""
+
+    def __init__(self, progress_ports: Mapping[int, int], timeout_seconds: float = 2.0):
+        self.progress_ports = dict(progress_ports)
+        self.timeout_seconds = timeout_seconds
+        self.counts: dict[str, int] = {}
+
+    def post(self, pod: Pod, body: Mapping[str, Any]) -> int:
+        """Send one report; returns the HTTP status (0 when the exporter is unreachable)."""
+        port = self.progress_ports[pod.node]
+        data = json.dumps(body).encode()
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", port, timeout=self.timeout_seconds, source_address=(pod.ip, 0)
+        )
+        try:
+            conn.request(
+                "POST", "/progress", body=data, headers={"Content-Type": "application/json"}
+            )
+            resp = conn.getresponse()
+            resp.read(4096)
+            status = resp.status
+        except OSError:
+            status = 0
+        finally:
+            conn.close()
+        key = str(status)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return status
+
+
+class LogWriter:
+    """Appends CRI lines to ``<root>/<ns>_<pod>_<uid>/<container>/0.log``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, pod: Pod) -> Path:
+        return self.root / f"{pod.namespace}_{pod.name}_{pod.uid}" / pod.container / "0.log"
+
+    def write(self, pod: Pod, lines: list[str], ts: float) -> None:
+        if not lines:
+            return
+        path = self.path(pod)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.writelines(cri_line(ts, line) for line in lines)
+
+
+@dataclass
+class DriverStats:
+    """What the driver did so far (printed at the end of the demo)."""
+
+    reports_sent: int = 0
+    reports_failed: int = 0
+    log_lines: int = 0
+    scenario_writes: int = 0
+    epochs: int = 0
+    finished: int = 0
+    cancelled: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+class Driver:
+    """Keeps scenario files, progress reports and log files in step with the wall clock."""
+
+    def __init__(
+        self,
+        sim: ClusterSim,
+        anchor: float,
+        scenario_paths: Mapping[int, Path],
+        sender: ProgressSender,
+        logs: LogWriter,
+        lookahead_seconds: float = 5.0,
+        seed: int = 0,
+    ):
+        self.sim = sim
+        self.anchor = anchor
+        self.scenario_paths = dict(scenario_paths)
+        self.sender = sender
+        self.logs = logs
+        self.lookahead_seconds = lookahead_seconds
+        self.seed = seed
+        self.stats = DriverStats()
+        self._due: list[Event] = []
+        self._retry: list[tuple[float, Event]] = []
+        self._lock = threading.Lock()
+
+    def write_scenarios(self, rel_now: float) -> None:
+        """Rewrite each node's scenario if its pods changed."""
+        pods = list(self.sim.alive(rel_now - 15))
+        for node in self.sim.nodes:
+            scenario = node_scenario(node, pods, self.anchor, rel_now, self.seed)
+            if write_scenario(self.scenario_paths[node.index], scenario):
+                self.stats.scenario_writes += 1
+
+    def tick(self, now: float | None = None) -> None:
+        """Advance the simulation to now + lookahead, update files, fire due events."""
+        with self._lock:
+            now = time.time() if now is None else now
+            rel = now - self.anchor
+            self._due.extend(self.sim.advance(rel + self.lookahead_seconds))
+            self.write_scenarios(rel)
+            due = [e for e in self._due if e.t <= rel]
+            self._due = [e for e in self._due if e.t > rel]
+            retry, self._retry = self._retry, []
+            for first, event in retry:
+                self._fire(event, first, now)
+            for event in due:
+                self._fire(event, now, now)
+            self.sim.forget_before(rel - 120)
+
+    def _fire(self, event: Event, first_try: float, now: float) -> None:
+        pod = event.pod
+        if pod.kind != "training":
+            return
+        if event.kind == "epoch_end":
+            self.stats.epochs += 1
+            if event.epoch >= pod.epochs and first_try == now:
+                self.stats.finished += 1
+        if event.kind == "pod_end" and pod.cancelled:
+            self.stats.cancelled += 1
+        if event.kind not in ("run_start", "epoch_end"):
+            return
+        if pod.report == "log":
+            lines = keras_lines(pod, event)
+            self.logs.write(pod, lines, self.anchor + event.t)
+            self.stats.log_lines += len(lines)
+            return
+        status = self.sender.post(pod, report_body(pod, event, self.anchor))
+        self.stats.statuses[str(status)] = self.stats.statuses.get(str(status), 0) + 1
+        if status == 200 or status == 202 or status == 204:
+            self.stats.reports_sent += 1
+        elif (
+            status in (0, 403, 429, 503)
+            and now - first_try < RETRY_SECONDS
+            and pod.alive_at(now - self.anchor)
+        ):
+            self._retry.append((first_try, event))  # exporter has not seen the pod yet
+        else:
+            self.stats.reports_failed += 1
+
+    def run(self, stop: threading.Event, interval_seconds: float = 0.5) -> None:
+        """Tick until ``stop`` is set (the demo runs this in a thread)."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # keep the demo alive; the cause is logged once per tick
+                log.exception("demo driver tick failed")
+            stop.wait(interval_seconds)
