@@ -1,0 +1,273 @@
+"""forecaster.cycle: the cycle's logic against canned query answers and a stand-in model.
+
+The wire (real Prometheus, real queries) is covered in
+tests/integration/test_forecaster_prometheus.py; here the answers are Samples
+built in the test, so each rule (stall, never in the past, refit, GPU free time,
+fixed query count) is checked on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from forecaster import queries
+from forecaster.cycle import Cycle, CycleSettings, ForecastSet, gpu_free_times, sanitize
+from forecaster.forecast import Forecast
+from forecaster.history import HistoryStore
+from forecaster.jobs import Allocation
+from forecaster.promapi import PromAPIError, QueryStats, Sample, Series
+from forecaster.runs import Run
+
+NOW = 1_700_000_000.0
+
+
+def _shape(q: str) -> str:
+    return re.sub(r"\[[^\]]*\]", "[X]", q)
+
+
+_INSTANT = {_shape(t): name for name, t in queries.INSTANT.items()}
+_RANGE = {_shape(t): name for name, t in queries.RANGE.items()}
+
+
+class CannedClient:
+    """Answers each query by its name in forecaster.queries; counts like PromClient."""
+
+    def __init__(self, instant: dict[str, list[Sample]], ranges: dict | None = None) -> None:
+        self.answers = instant
+        self.ranges = ranges or {}
+        self.stats = QueryStats()
+        self.fail = False
+        self.seen: list[str] = []
+
+    def instant(self, query: str, at: float | None = None) -> list[Sample]:
+        self._count(query)
+        return list(self.answers.get(_INSTANT[_shape(query)], []))
+
+    def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
+        self._count(query)
+        return list(self.ranges.get(_RANGE[_shape(query)], []))
+
+    def _count(self, query: str) -> None:
+        self.seen.append(query)
+        if self.fail:
+            self.stats.error += 1
+            raise PromAPIError("cannot connect")
+        self.stats.success += 1
+
+
+class StandInModel:
+    """Mean epoch time × epochs left, ±30 %; records what it was asked."""
+
+    fits: ClassVar[list[int]] = []
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []
+
+    def fit(self, history: Sequence[Run]) -> StandInModel:
+        StandInModel.fits.append(len(history))
+        self.n_history_ = len(history)
+        self.quality_ = {0.0: (0.3, 0.8), 0.5: (math.nan, math.nan)}
+        return self
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        self.calls.append((run.run_id, stalled))
+        d = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
+        per = sum(d) / len(d) if d else 60.0
+        left = max(0.0, (run.epochs_planned - run.epochs_done) * per - (now - run.last_timestamp))
+        return Forecast(0.7 * left, left, 1.3 * left, "rate", n_obs=len(d), stalled=stalled)
+
+
+def s(value: float, **labels: str) -> Sample:
+    return Sample(labels, value, NOW)
+
+
+def job(
+    run_id: str,
+    planned: float,
+    ends: list[tuple[float, float]],
+    start: float,
+    present: bool = True,
+    pod: str | None = None,
+) -> dict[str, list[Sample]]:
+    lab = {
+        "node": "n1",
+        "namespace": "ml",
+        "pod": pod or f"pod-{run_id}",
+        "container": "c",
+        "run_id": run_id,
+    }
+    epoch, last = ends[-1] if ends else (0.0, math.nan)
+    out = {
+        "planned": [s(planned, **lab)],
+        "epoch": [s(epoch, **lab)],
+        "start": [s(start, **lab)],
+        "last_end": [s(last, **lab)] if ends else [],
+        "present": [s(planned, **lab)] if present else [],
+    }
+    return out
+
+
+def merge(*parts: dict) -> dict[str, list[Sample]]:
+    out: dict[str, list[Sample]] = {}
+    for p in parts:
+        for k, v in p.items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    st = HistoryStore.open(tmp_path / "h.sqlite")
+    yield st
+    st.close()
+
+
+def make_cycle(client, store, clock=lambda: NOW, **settings) -> Cycle:
+    StandInModel.fits = []
+    return Cycle(client, store, CycleSettings(**settings), model_factory=StandInModel, clock=clock)
+
+
+def test_one_cycle_forecasts_running_and_records_vanished(store: HistoryStore) -> None:
+    client = CannedClient(
+        merge(
+            job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300),
+            job("gone", 10, [(1, NOW - 500)], NOW - 600, present=False),
+        )
+    )
+    fs = make_cycle(client, store).run()
+    assert isinstance(fs, ForecastSet)
+    (jf,) = fs.jobs
+    assert jf.run.run_id == "run" and jf.node == "n1"
+    assert jf.completion_timestamps == pytest.approx((NOW + 560, NOW + 800, NOW + 1040))
+    assert fs.n_running == 1 and fs.n_finished == 1 and fs.n_history == 1
+    assert [r.completed for r in store.finished()] == [False]
+    assert fs.queries == queries.QUERIES_PER_CYCLE == len(client.seen) <= 20
+
+
+def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
+    many = merge(*(job(f"r{i}", 10, [(1, NOW - 60)], NOW - 120) for i in range(300)))
+    client = CannedClient(many)
+    fs = make_cycle(client, store).run()
+    assert len(fs.jobs) == 300
+    assert len(client.seen) == queries.QUERIES_PER_CYCLE
+
+
+def test_empty_prometheus_and_empty_history(store: HistoryStore) -> None:
+    fs = make_cycle(CannedClient({}), store).run()
+    assert fs.jobs == () and fs.n_history == 0
+    assert StandInModel.fits == [0]  # the model is still fitted (on nothing)
+
+
+def test_one_epoch_job_forecast_then_completed(store: HistoryStore) -> None:
+    t = [NOW]
+    client = CannedClient(job("one", 1, [], NOW - 30))
+    cycle = make_cycle(client, store, clock=lambda: t[0], refit_seconds=0)
+    fs = cycle.run()
+    (jf,) = fs.jobs
+    assert jf.run.epoch_times == ((0.0, NOW - 30),) and min(jf.completion_timestamps) >= NOW
+    t[0] = NOW + 60
+    client.answers = job("one", 1, [(1, NOW + 40)], NOW - 30)
+    fs = cycle.run()
+    assert fs.jobs == () and fs.n_finished == 1
+    (done,) = store.finished()
+    assert done.completed is True and done.epoch_times[-1] == (1.0, NOW + 40)
+    assert StandInModel.fits == [0, 1]  # refit because the history changed
+
+
+def test_refit_only_when_history_changed_and_period_passed(store: HistoryStore) -> None:
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100, present=False))
+    cycle = make_cycle(client, store, clock=lambda: t[0], refit_seconds=600)
+    cycle.run()  # the store is updated before the fit: "a" is already history
+    assert StandInModel.fits == [1]
+    client.answers = job("b", 10, [(1, NOW - 10)], NOW - 100, present=False)
+    t[0] += 60
+    cycle.run()
+    assert StandInModel.fits == [1]  # history changed but the period has not passed
+    t[0] += 600
+    cycle.run()
+    assert StandInModel.fits == [1, 2]
+    t[0] += 6000
+    cycle.run()
+    assert StandInModel.fits == [1, 2]  # period passed but nothing changed
+
+
+def test_stalled_needs_no_progress_and_an_idle_gpu(store: HistoryStore) -> None:
+    old = NOW - 3600
+    parts = merge(
+        job("idle", 10, [(1, old - 60), (2, old)], old - 120, pod="p-idle"),
+        job("busy", 10, [(1, old - 60), (2, old)], old - 120, pod="p-busy"),
+        job("unknown", 10, [(1, old - 60), (2, old)], old - 120, pod="p-unknown"),
+        job("fresh", 10, [(1, NOW - 60), (2, NOW - 10)], NOW - 120, pod="p-fresh"),
+        {
+            "util_recent": [
+                s(0.0, namespace="ml", pod="p-idle", container="c"),
+                s(0.9, namespace="ml", pod="p-busy", container="c"),
+                s(0.0, namespace="ml", pod="p-fresh", container="c"),
+            ]
+        },
+    )
+    cycle = make_cycle(CannedClient(parts), store, stall_after_seconds=900)
+    fs = cycle.run()
+    stalled = {j.run.run_id: j.forecast.stalled for j in fs.jobs}
+    assert stalled == {"idle": True, "busy": False, "unknown": False, "fresh": False}
+
+
+def test_prometheus_failure_raises_and_changes_nothing(store: HistoryStore) -> None:
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    cycle = make_cycle(client, store)
+    cycle.run()
+    client.fail = True
+    with pytest.raises(PromAPIError):
+        cycle.run()
+    assert [r.run.run_id for r in store.running()] == ["a"]
+
+
+def test_bad_model_output_is_skipped_and_counted(store: HistoryStore) -> None:
+    class Broken(StandInModel):
+        def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+            if run.run_id == "nan":
+                return Forecast(math.nan, 1, 2, "rate")
+            if run.run_id == "boom":
+                raise RuntimeError("boom")
+            return Forecast(-50, 30, 10, "rate")  # unsorted and negative
+
+    parts = merge(*(job(r, 10, [(1, NOW - 10)], NOW - 100) for r in ("nan", "boom", "neg")))
+    cycle = Cycle(
+        CannedClient(parts), store, CycleSettings(), model_factory=Broken, clock=lambda: NOW
+    )
+    fs = cycle.run()
+    assert fs.job_errors == {"invalid_forecast": 1, "predict_failed": 1}
+    (jf,) = fs.jobs
+    assert (jf.forecast.p10, jf.forecast.p50, jf.forecast.p90) == (0.0, 10, 30)
+    assert jf.completion_timestamps[0] == NOW  # never in the past
+
+
+def test_sanitize_keeps_good_forecasts_identical() -> None:
+    fc = Forecast(1, 2, 3, "blend")
+    assert sanitize(fc) is fc
+    assert sanitize(Forecast(1, math.inf, 3, "blend")) is None
+
+
+def test_gpu_free_times_need_every_holder_forecast() -> None:
+    from forecaster.cycle import JobForecast
+
+    run = Run("r", 10, ((0, 0.0),), namespace="ml", pod="train")
+    jf = JobForecast(run, "n1", Forecast(1, 2, 3, "rate"), (10.0, 20.0, 30.0))
+    run2 = Run("r2", 10, ((0, 0.0),), namespace="ml", pod="train2")
+    jf2 = JobForecast(run2, "n1", Forecast(1, 2, 3, "rate"), (15.0, 18.0, 40.0))
+    allocs = [
+        Allocation("n1", "0", "GPU-0", "ml", "train", "c"),
+        Allocation("n1", "1", "GPU-1", "ml", "train", "c"),
+        Allocation("n1", "1", "GPU-1", "ml", "notebook", "c"),  # idle holder: unknown
+        Allocation("n1", "2", "GPU-2", "ml", "train", "c"),
+        Allocation("n1", "2", "GPU-2", "ml", "train2", "c"),  # time-sliced: latest end wins
+    ]
+    got = {g.uuid: g.timestamps for g in gpu_free_times(allocs, [jf, jf2])}
+    assert got == {"GPU-0": (10.0, 20.0, 30.0), "GPU-2": (15.0, 20.0, 40.0)}

@@ -1,0 +1,181 @@
+"""forecaster.jobs.assemble: query answers → runs, pure."""
+
+from __future__ import annotations
+
+import math
+
+from forecaster.jobs import assemble
+from forecaster.promapi import Sample, Series
+
+NOW = 1_700_000_000.0
+
+
+def s(value: float, **labels: str) -> Sample:
+    return Sample(labels, value, NOW)
+
+
+def run_labels(run_id: str, pod: str = "train-x7k2p") -> dict[str, str]:
+    return {"node": "n1", "namespace": "ml", "pod": pod, "container": "main", "run_id": run_id}
+
+
+def base(
+    run_id: str,
+    planned: float,
+    epoch: float,
+    start: float,
+    last_end: float,
+    present=True,
+    pod="train-x7k2p",
+):
+    lab = run_labels(run_id, pod)
+    out = {
+        "planned": [s(planned, **lab)],
+        "epoch": [s(epoch, **lab)],
+        "start": [s(start, **lab)],
+        "last_end": [s(last_end, **lab)],
+    }
+    out["present"] = [s(planned, **lab)] if present else []
+    return out
+
+
+def merge(*parts):
+    out: dict[str, list] = {}
+    for p in parts:
+        for k, v in p.items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+def test_running_finished_and_vanished_runs() -> None:
+    instant = merge(
+        base("running", 10, 3, NOW - 300, NOW - 20),
+        base("done", 5, 5, NOW - 900, NOW - 100),
+        base("gone", 10, 2, NOW - 900, NOW - 700, present=False),
+    )
+    view = assemble(instant, {}, NOW, 600)
+    assert view.present == {"running"}
+    assert view.finished == {"done", "gone"}
+    ups = {u.run_id: u for u in view.updates}
+    assert ups["running"].epoch_ends == ((3.0, NOW - 20),)
+    assert ups["running"].weight_seconds == 600 and ups["gone"].weight_seconds == 0
+
+
+def test_range_pairs_recover_every_epoch_end() -> None:
+    lab = run_labels("r")
+    ts = [NOW - 60, NOW - 45, NOW - 30, NOW - 15]
+    epochs = Series(lab, tuple(zip(ts, [1.0, 1.0, 2.0, 3.0], strict=True)))
+    ends = Series(lab, tuple(zip(ts, [NOW - 70, NOW - 70, NOW - 40, NOW - 20], strict=True)))
+    view = assemble(
+        base("r", 10, 3, NOW - 100, NOW - 20),
+        {"epoch_range": [epochs], "epoch_end_range": [ends]},
+        NOW,
+        60,
+    )
+    assert view.updates[0].epoch_ends == ((1.0, NOW - 70), (2.0, NOW - 40), (3.0, NOW - 20))
+
+
+def test_nan_and_garbage_values_are_rejected_not_crashing() -> None:
+    instant = merge(
+        base("nan_planned", math.nan, 1, NOW - 100, NOW - 50),
+        base("nan_start", 10, 1, math.nan, NOW - 50),
+        base("future_start", 10, 1, NOW + 10**6, NOW - 50),
+        base("nan_epoch", 10, math.nan, NOW - 100, math.nan),
+        base("beyond", 10, 50, NOW - 100, NOW - 50),
+    )
+    view = assemble(instant, {}, NOW, 60)
+    assert view.rejected == {
+        "nan_planned": "invalid_epochs_planned",
+        "nan_start": "invalid_start",
+        "future_start": "invalid_start",
+    }
+    ups = {u.run_id: u for u in view.updates}
+    assert ups["nan_epoch"].epoch_ends == ()  # no usable epoch end, still a running run
+    assert "nan_epoch" in view.present
+    assert ups["beyond"].epoch_ends == ()  # epoch beyond planned ignored
+    assert "beyond" in view.finished  # but it is not running any more
+
+
+def test_features_from_our_series() -> None:
+    lab = run_labels("r", pod="resnet-train-x7k2p")
+    key = {"namespace": "ml", "pod": "resnet-train-x7k2p", "container": "main"}
+    gpu = {"node": "n1", "gpu": "0", "UUID": "GPU-1"}
+    instant = merge(
+        base("r", 10, 1, NOW - 100, NOW - 50, pod="resnet-train-x7k2p"),
+        {
+            "batch_size": [s(64, **lab)],
+            "util_mean": [s(0.8, **key)],
+            "memory_ratio": [s(0.25, **key)],
+            "allocated": [s(1, **gpu, **key), s(1, **{**gpu, "gpu": "1", "UUID": "GPU-2"}, **key)],
+            "gpu_info": [s(1, **gpu, model="NVIDIA A100-SXM4-80GB")],
+            "pod_info": [
+                s(
+                    1,
+                    namespace="ml",
+                    pod="resnet-train-x7k2p",
+                    owner_kind="Job",
+                    owner_name="resnet-train",
+                )
+            ],
+        },
+    )
+    f = dict(assemble(instant, {}, NOW, 60).updates[0].features)
+    assert f == {
+        "namespace": "ml",
+        "batch_size": 64.0,
+        "job_name": "resnet-train",
+        "gpus": 2.0,
+        "gpu_model": "NVIDIA A100-SXM4-80GB",
+    }
+    up = assemble(instant, {}, NOW, 60).updates[0]
+    assert up.util_mean == 0.8 and up.memory_mean == 0.25
+
+
+def test_dcgm_util_with_exported_labels_when_ours_is_absent() -> None:
+    instant = merge(
+        base("r", 10, 1, NOW - 100, NOW - 50),
+        {
+            "dcgm_mean": [
+                s(
+                    60,
+                    exported_namespace="ml",
+                    exported_pod="train-x7k2p",
+                    exported_container="main",
+                    gpu="0",
+                ),
+                s(
+                    80,
+                    exported_namespace="ml",
+                    exported_pod="train-x7k2p",
+                    exported_container="main",
+                    gpu="1",
+                ),
+            ],
+            "dcgm_recent": [s(2, namespace="ml", pod="train-x7k2p", container="main", gpu="0")],
+        },
+    )
+    view = assemble(instant, {}, NOW, 60)
+    assert view.updates[0].util_mean == 0.7
+    assert view.util_recent[("ml", "train-x7k2p", "main")] == 0.02
+
+
+def test_job_name_fallbacks() -> None:
+    def name(pod: str, **info: str) -> str:
+        instant = merge(
+            base("r", 10, 1, NOW - 100, NOW - 50),
+            {"pod_info": [s(1, namespace="ml", pod=pod, **info)]} if info else {},
+        )
+        for k in ("planned", "present", "epoch", "start", "last_end"):
+            instant[k] = [Sample({**x.labels, "pod": pod}, x.value, NOW) for x in instant[k]]
+        return str(assemble(instant, {}, NOW, 60).updates[0].features.get("job_name"))
+
+    assert (
+        name("bert-7d9f8c6b5-x2x4z", owner_kind="ReplicaSet", owner_name="bert-7d9f8c6b5") == "bert"
+    )
+    assert name("p", label_job_name="nightly", owner_kind="Job", owner_name="x") == "nightly"
+    assert name("jupyter-alice") == "jupyter-alice"
+    assert name("train-x7k2p") == "train"
+
+
+def test_empty_answers_give_an_empty_view() -> None:
+    view = assemble({}, {}, NOW, 60)
+    assert view.updates == [] and view.present == set() and view.finished == set()

@@ -1,0 +1,237 @@
+"""forecaster.promapi against local HTTP servers that misbehave like real ones do."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from demo.prometheus import free_port
+from forecaster.promapi import PromAPIError, PromClient, decode_response, parse_matrix, parse_vector
+
+VECTOR = {
+    "status": "success",
+    "data": {
+        "resultType": "vector",
+        "result": [
+            {"metric": {"run_id": "a"}, "value": [1700000000.5, "3"]},
+            {"metric": {"run_id": "b"}, "value": [1700000000.5, "NaN"]},
+        ],
+    },
+}
+
+Handler = Callable[[BaseHTTPRequestHandler], None]
+
+
+@pytest.fixture
+def http_server() -> Iterator[Callable[[Handler], tuple[str, list[BaseHTTPRequestHandler]]]]:
+    """Start loopback servers running ``handle(request)``; all are shut down after the test."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(handle: Handler) -> tuple[str, list[BaseHTTPRequestHandler]]:
+        seen: list[BaseHTTPRequestHandler] = []
+
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self)
+                handle(self)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return f"http://127.0.0.1:{srv.server_address[1]}", seen
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def reply(
+    req: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str = "application/json"
+) -> None:
+    req.send_response(code)
+    req.send_header("Content-Type", ctype)
+    req.send_header("Content-Length", str(len(body)))
+    req.end_headers()
+    with contextlib.suppress(OSError):
+        req.wfile.write(body)
+
+
+def client(url: str, **kw) -> PromClient:
+    kw.setdefault("timeout_seconds", 2.0)
+    kw.setdefault("retries", 0)
+    return PromClient(url, sleep=lambda _s: None, **kw)
+
+
+def test_instant_query_parses_vector_and_keeps_nan(http_server) -> None:
+    url, seen = http_server(lambda r: reply(r, 200, json.dumps(VECTOR).encode()))
+    samples = client(url).instant("up", at=1700000000.5)
+    assert [s.labels["run_id"] for s in samples] == ["a", "b"]
+    assert samples[0].value == 3.0 and math.isnan(samples[1].value)
+    assert "time=1700000000.500" in seen[0].path and "query=up" in seen[0].path
+
+
+def test_range_query_parses_matrix(http_server) -> None:
+    body = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [{"metric": {"x": "1"}, "values": [[10, "1"], [25, "2"]]}],
+        },
+    }
+    url, seen = http_server(lambda r: reply(r, 200, json.dumps(body).encode()))
+    series = client(url).range("x", 10, 25, 15)
+    assert series[0].points == ((10.0, 1.0), (25.0, 2.0))
+    assert "step=15.000" in seen[0].path
+
+
+def test_garbage_body_is_a_clear_error(http_server) -> None:
+    url, _ = http_server(lambda r: reply(r, 200, b"<html>login page</html>", "text/html"))
+    c = client(url)
+    with pytest.raises(PromAPIError, match="not JSON"):
+        c.instant("up")
+    assert c.stats.error == 1 and c.stats.success == 0
+
+
+def test_json_of_the_wrong_shape_is_a_clear_error(http_server) -> None:
+    bad = {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, 2]}]},
+    }
+    url, _ = http_server(lambda r: reply(r, 200, json.dumps(bad).encode()))
+    with pytest.raises(PromAPIError, match="malformed sample"):
+        client(url).instant("up")
+
+
+def test_huge_body_is_refused_without_reading_it_all(http_server) -> None:
+    def huge(req: BaseHTTPRequestHandler) -> None:
+        req.send_response(200)
+        req.send_header("Content-Type", "application/json")
+        req.end_headers()
+        chunk = b"x" * 65536
+        try:
+            for _ in range(200):  # 13 MB, never Content-Length
+                req.wfile.write(chunk)
+        except OSError:
+            pass
+
+    url, _ = http_server(huge)
+    with pytest.raises(PromAPIError, match="exceeds the 1000000-byte limit"):
+        client(url, max_response_bytes=1_000_000).instant("up")
+
+
+def test_declared_huge_length_is_refused(http_server) -> None:
+    def declared(req: BaseHTTPRequestHandler) -> None:
+        req.send_response(200)
+        req.send_header("Content-Length", str(10**10))
+        req.end_headers()
+
+    url, _ = http_server(declared)
+    with pytest.raises(PromAPIError, match="exceeds"):
+        client(url, max_response_bytes=1_000_000).instant("up")
+
+
+def test_slow_server_times_out_after_retries(http_server) -> None:
+    release = threading.Event()
+
+    def slow(req: BaseHTTPRequestHandler) -> None:
+        release.wait(10)
+        reply(req, 200, json.dumps(VECTOR).encode())
+
+    url, seen = http_server(slow)
+    c = client(url, timeout_seconds=0.3, retries=1)
+    started = time.monotonic()
+    try:
+        with pytest.raises(PromAPIError, match="failed after 2 attempts: timed out"):
+            c.instant("up")
+    finally:
+        release.set()
+    assert time.monotonic() - started < 8
+    assert len(seen) == 2
+
+
+def test_503_is_retried_then_succeeds(http_server) -> None:
+    calls = []
+
+    def flaky(req: BaseHTTPRequestHandler) -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            reply(req, 503, b"overloaded", "text/plain")
+        else:
+            reply(req, 200, json.dumps(VECTOR).encode())
+
+    url, _ = http_server(flaky)
+    delays: list[float] = []
+    c = PromClient(url, retries=2, backoff_seconds=0.5, sleep=delays.append)
+    assert len(c.instant("up")) == 2
+    assert delays == [0.5, 1.0]
+    assert c.stats.success == 1
+
+
+def test_bad_query_is_not_retried_and_shows_prometheus_message(http_server) -> None:
+    err = {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}
+    url, seen = http_server(lambda r: reply(r, 400, json.dumps(err).encode()))
+    with pytest.raises(PromAPIError, match="bad_data: parse error at char 3"):
+        client(url, retries=3).instant("up{")
+    assert len(seen) == 1
+
+
+def test_nothing_listening_is_a_clear_error() -> None:
+    port = free_port()
+    with pytest.raises(PromAPIError, match="cannot connect"):
+        client(f"http://127.0.0.1:{port}", retries=1).instant("up")
+
+
+def test_bearer_token_and_basic_auth_are_sent(http_server) -> None:
+    url, seen = http_server(lambda r: reply(r, 200, json.dumps(VECTOR).encode()))
+    client(url, bearer_token="s3cret").instant("up")
+    assert seen[0].headers["Authorization"] == "Bearer s3cret"
+    client(url, basic_auth=("me", "pw")).instant("up")
+    assert seen[1].headers["Authorization"] == "Basic " + base64.b64encode(b"me:pw").decode()
+
+
+def test_credentials_never_appear_in_errors() -> None:
+    port = free_port()
+    c = client(f"http://user:pw@127.0.0.1:{port}/prom")
+    assert c.safe_url == f"http://127.0.0.1:{port}/prom"
+    with pytest.raises(PromAPIError) as info:
+        c.instant("up")
+    assert "pw" not in str(info.value)
+
+
+def test_tls_against_plain_http_is_a_clear_error(http_server) -> None:
+    url, _ = http_server(lambda r: reply(r, 200, b"{}"))
+    with pytest.raises(PromAPIError, match=r"TLS error|cannot connect"):
+        client(url.replace("http://", "https://"), insecure_skip_verify=True).instant("up")
+
+
+@pytest.mark.parametrize("url", ["localhost:9090", "ftp://x", "http://"])
+def test_bad_url_is_refused(url: str) -> None:
+    with pytest.raises(PromAPIError, match="URL"):
+        PromClient(url)
+
+
+def test_pure_decoders() -> None:
+    assert decode_response(json.dumps(VECTOR).encode(), 200)["resultType"] == "vector"
+    with pytest.raises(PromAPIError, match="not a Prometheus API response"):
+        decode_response(b"[1,2]", 200)
+    with pytest.raises(PromAPIError, match="expected a vector"):
+        parse_vector({"resultType": "matrix", "result": []})
+    with pytest.raises(PromAPIError, match="expected a matrix"):
+        parse_matrix({"resultType": "vector", "result": []})
+    scalar = parse_vector({"resultType": "scalar", "result": [5, "2.5"]})
+    assert scalar[0].value == 2.5 and dict(scalar[0].labels) == {}
+    with pytest.raises(PromAPIError, match="malformed label"):
+        parse_vector({"resultType": "vector", "result": [{"metric": {"a": 1}, "value": [1, "1"]}]})
