@@ -1,0 +1,459 @@
+"""Every dashboard query returns data from a real Prometheus.
+
+Two stacks:
+
+* ``contract_prometheus``: a real Prometheus backfilled (promtool, OpenMetrics) with
+  two hours of series shaped exactly as docs/metrics.md says, for a small cluster
+  with a busy GPU, an allocated-but-idle GPU, a free GPU, an epoch-based and a
+  step-based run, forecasts, and NVIDIA DCGM series in both label styles
+  (``exported_pod``, as scraped without honorLabels, and ``pod``). Here *every*
+  target must return data, DCGM ones included: this is what proves the DCGM join.
+* ``demo_stack`` (tests/integration/conftest.py, the one-command demo: real
+  exporter, forecaster and Prometheus on a simulated cluster). Every target must
+  return data except the DCGM targets listed in ``DCGM_TARGETS`` (the demo runs no
+  DCGM exporter). Skipped only while that fixture does not exist.
+
+Grafana variables are resolved the way Grafana does: multi-value ones to their All
+regex ``.*``; single-value ones (the Training job dashboard's namespace and pod)
+by running the variable's ``label_values`` query and trying its values until one
+makes every panel show data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from demo.prometheus import PrometheusServer, start_prometheus
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = sorted((ROOT / "grafana").glob("*.json"))
+STEP = 30  # seconds between backfilled samples
+HOURS = 2
+
+# The DCGM targets, by (dashboard, panel title, refId): exempt only against a stack
+# without NVIDIA's DCGM exporter. Each sits beside a gpu-eta target in its panel.
+DCGM_TARGETS = {
+    ("cluster-overview.json", "GPU utilisation: gpu-eta and DCGM", "B"),
+    ("cluster-overview.json", "GPU memory used: gpu-eta and DCGM", "B"),
+    ("training-job.json", "GPU utilisation: the pod, its devices, and DCGM", "C"),
+    ("training-job.json", "GPU memory", "C"),
+}
+
+
+# --------------------------------------------------------------- dashboards
+
+
+def _panels(board: dict) -> Iterator[dict]:
+    for panel in board.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def _targets(board: dict) -> Iterator[tuple[dict, dict]]:
+    for panel in _panels(board):
+        for target in panel.get("targets", []):
+            yield panel, target
+
+
+def test_dcgm_exemptions_match_the_dashboards() -> None:
+    """The exempt list names exactly the DCGM targets, no more."""
+    found = {
+        (path.name, panel["title"], target["refId"])
+        for path in FILES
+        for panel, target in _targets(json.loads(path.read_text()))
+        if "DCGM_" in target["expr"]
+    }
+    assert found == DCGM_TARGETS
+
+
+def interpolate(expr: str, values: dict[str, str]) -> str:
+    """Grafana's interpolation for the variables and built-ins our dashboards use."""
+    expr = expr.replace("$__rate_interval", "2m").replace("$__interval", "1m")
+    expr = expr.replace("$__range", "1h")
+    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: values.get(m.group(1), m.group(0)), expr)
+
+
+class Stack:
+    """Queries a Prometheus at a fixed evaluation time (the end of its data)."""
+
+    def __init__(self, url: str, at: float) -> None:
+        self.url = url
+        self.at = at
+
+    def _get(self, path: str, params: dict) -> list:
+        resp = requests.get(f"{self.url}{path}", params=params, timeout=30)
+        body = resp.json()
+        assert body.get("status") == "success", f"{params}: {body}"
+        return body["data"]["result"] if "result" in body.get("data", {}) else body["data"]
+
+    def has_data(self, expr: str, instant: bool) -> bool:
+        if instant:
+            result = self._get("/api/v1/query", {"query": expr, "time": self.at})
+            return any(_finite(s["value"][1]) for s in result)
+        result = self._get(
+            "/api/v1/query_range",
+            {"query": expr, "start": self.at - 3600, "end": self.at, "step": 60},
+        )
+        return any(_finite(v) for s in result for _, v in s["values"])
+
+    def label_values(self, selector: str, label: str) -> list[str]:
+        resp = requests.get(
+            f"{self.url}/api/v1/label/{label}/values",
+            params={"match[]": selector, "start": self.at - 3600, "end": self.at},
+            timeout=30,
+        )
+        return sorted(resp.json()["data"])
+
+
+def _finite(value: str) -> bool:
+    return math.isfinite(float(value))
+
+
+def _variable_choices(board: dict, stack: Stack) -> Iterator[dict[str, str]]:
+    """Every assignment of the dashboard's variables worth trying (All for multi ones)."""
+    variables = [v for v in board["templating"]["list"] if v["type"] == "query"]
+    fixed = {v["name"]: ".*" for v in variables if v.get("multi")}
+    singles = [v for v in variables if not v.get("multi")]
+
+    def expand(index: int, chosen: dict[str, str]) -> Iterator[dict[str, str]]:
+        if index == len(singles):
+            yield dict(chosen)
+            return
+        var = singles[index]
+        match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
+        assert match, var["query"]["query"]
+        selector = interpolate(match.group(1), chosen)
+        for value in stack.label_values(selector, match.group(2)):
+            yield from expand(index + 1, {**chosen, var["name"]: value})
+
+    yield from itertools.islice(expand(0, fixed), 50)
+
+
+def _missing(board: dict, name: str, stack: Stack, values: dict, exempt: set) -> list[str]:
+    missing = []
+    for panel, target in _targets(board):
+        if (name, panel["title"], target["refId"]) in exempt:
+            continue
+        expr = interpolate(target["expr"], values)
+        if not stack.has_data(expr, bool(target.get("instant"))):
+            missing.append(f"{panel['title']} [{target['refId']}]: {expr}")
+    return missing
+
+
+def check_dashboards(stack: Stack, exempt: set) -> None:
+    failures = {}
+    for path in FILES:
+        board = json.loads(path.read_text())
+        best: tuple[dict, list[str]] | None = None
+        for values in _variable_choices(board, stack):
+            missing = _missing(board, path.name, stack, values, exempt)
+            if best is None or len(missing) < len(best[1]):
+                best = (values, missing)
+            if not missing:
+                break
+        assert best is not None, f"{path.name}: no value for its variables"
+        if best[1]:
+            failures[path.name] = {"variables": best[0], "no data": best[1]}
+    assert not failures, json.dumps(failures, indent=2)
+
+
+# ------------------------------------------------------- contract-shaped data
+
+NODES = {
+    "n1": ("GPU-11111111-aaaa", "GPU-11111111-bbbb"),
+    "n2": ("GPU-22222222-aaaa", "GPU-22222222-bbbb"),
+}
+GIB = 1 << 30
+
+
+def contract_openmetrics(end: int) -> str:
+    """Two hours of gpu-eta, DCGM and scrape series, ending at ``end`` (unix seconds).
+
+    n1/0: ml/train-a, busy, epoch-based run with a deadline. n1/1: ml/idle-nb, allocated
+    and idle. n2/0: cv/train-b, busy, step-based run. n2/1: free. DCGM reports n1's pods
+    as ``exported_pod`` (scraped without honorLabels) and n2's as ``pod``.
+    """
+    start = end - HOURS * 3600
+    series: dict[str, list[tuple[int, float]]] = {}
+
+    def put(name: str, labels: dict[str, str], t: int, value: float) -> None:
+        body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        series.setdefault(f"{name}{{{body}}}", []).append((t, value))
+
+    holders = {
+        ("n1", "0"): ("ml", "train-a", 0.75, "10.1.0.5"),
+        ("n1", "1"): ("ml", "idle-nb", 0.0, "10.1.0.6"),
+        ("n2", "0"): ("cv", "train-b", 0.5, "10.2.0.7"),
+    }
+    for step in range((end - start) // STEP + 1):
+        t = start + step * STEP
+        elapsed = t - start
+        for node, uuids in NODES.items():
+            exporter = {"job": "gpu-eta-exporter", "instance": f"{node}:9842"}
+            put("up", exporter, t, 1)
+            put("scrape_duration_seconds", exporter, t, 0.015625)
+            put("scrape_samples_scraped", exporter, t, 180)
+            put("scrape_samples_post_metric_relabeling", exporter, t, 160)
+            put("gpu_eta_exporter_build_info", {**exporter, "node": node, "version": "0.1.0"}, t, 1)
+            put("gpu_eta_exporter_snapshot_age_seconds", {**exporter, "node": node}, t, 5)
+            for collector in (
+                "gpu",
+                "podresources",
+                "kube",
+                "cgroup",
+                "hostmemory",
+                "progress",
+                "logs",
+            ):
+                labels = {**exporter, "node": node, "collector": collector}
+                put("gpu_eta_exporter_collector_success", labels, t, 1)
+                put("gpu_eta_exporter_collector_duration_seconds", labels, t, 0.0078125)
+                put("gpu_eta_exporter_collector_last_success_timestamp_seconds", labels, t, t - 5)
+                put("gpu_eta_exporter_collector_errors_total", labels, t, elapsed // 1800)
+            for result in ("accepted", "forbidden"):
+                put(
+                    "gpu_eta_exporter_progress_reports_total",
+                    {**exporter, "node": node, "result": result},
+                    t,
+                    elapsed // (60 if result == "accepted" else 900),
+                )
+            for result in ("matched", "ignored"):
+                put(
+                    "gpu_eta_exporter_log_lines_total",
+                    {**exporter, "node": node, "result": result},
+                    t,
+                    elapsed // 10,
+                )
+            for index, uuid in enumerate(uuids):
+                gpu = {**exporter, "node": node, "gpu": str(index), "UUID": uuid}
+                holder = holders.get((node, str(index)))
+                util = holder[2] if holder else 0.0
+                put("gpu_eta_gpu_info", {**gpu, "model": "NVIDIA A100-SXM4-40GB"}, t, 1)
+                put("gpu_eta_gpu_utilization_ratio", gpu, t, util)
+                put("gpu_eta_gpu_memory_used_bytes", gpu, t, 20 * GIB if holder else 0)
+                put("gpu_eta_gpu_memory_total_bytes", gpu, t, 40 * GIB)
+                put("gpu_eta_gpu_read_success", gpu, t, 1)
+                put("gpu_eta_gpu_pods", gpu, t, 1 if holder else 0)
+                dcgm = {
+                    "job": "dcgm-exporter",
+                    "instance": f"{node}:9400",
+                    "gpu": str(index),
+                    "UUID": uuid,
+                    "Hostname": node,
+                    "modelName": "NVIDIA A100-SXM4-40GB",
+                }
+                if holder:
+                    ns, pod = holder[0], holder[1]
+                    pod_keys = (
+                        ("exported_namespace", "exported_pod", "exported_container")
+                        if node == "n1"
+                        else ("namespace", "pod", "container")
+                    )
+                    dcgm.update(zip(pod_keys, (ns, pod, "main"), strict=True))
+                put("DCGM_FI_DEV_GPU_UTIL", dcgm, t, util * 100)
+                put("DCGM_FI_DEV_FB_USED", dcgm, t, 20480 if holder else 0)
+                if not holder:
+                    continue
+                ns, pod, _, ip = holder
+                row = {**gpu, "namespace": ns, "pod": pod, "container": "main"}
+                put("gpu_eta_pod_gpu_allocated", row, t, 1)
+                put("gpu_eta_pod_gpu_allocated_since_timestamp_seconds", row, t, start - 600)
+                put("gpu_eta_pod_gpu_utilization_ratio", row, t, util)
+                put("gpu_eta_pod_gpu_memory_used_bytes", row, t, 20 * GIB if util else GIB)
+                pod_labels = {**exporter, "node": node, "namespace": ns, "pod": pod}
+                put(
+                    "gpu_eta_pod_info",
+                    {
+                        **pod_labels,
+                        "uid": f"uid-{pod}",
+                        "pod_ip": ip,
+                        "owner_kind": "Job",
+                        "owner_name": pod,
+                    },
+                    t,
+                    1,
+                )
+                put("gpu_eta_pod_start_timestamp_seconds", pod_labels, t, start - 600)
+                put(
+                    "gpu_eta_pod_memory_working_set_bytes",
+                    {**pod_labels, "container": "main"},
+                    t,
+                    3 * GIB,
+                )
+                put(
+                    "gpu_eta_pod_memory_limit_bytes",
+                    {**pod_labels, "container": "main"},
+                    t,
+                    8 * GIB,
+                )
+                if pod == "train-a":
+                    put("gpu_eta_pod_deadline_timestamp_seconds", pod_labels, t, start + 6 * 3600)
+        # training progress and forecasts
+        for node, ns, pod, epoch_based in (
+            ("n1", "ml", "train-a", True),
+            ("n2", "cv", "train-b", False),
+        ):
+            run = {
+                "job": "gpu-eta-exporter",
+                "instance": f"{node}:9842",
+                "node": node,
+                "namespace": ns,
+                "pod": pod,
+                "container": "main",
+                "run_id": f"{pod}-r1",
+            }
+            epoch = elapsed // 300
+            put("gpu_eta_training_info", {**run, "source": "http" if epoch_based else "log"}, t, 1)
+            put("gpu_eta_training_run_start_timestamp_seconds", run, t, start)
+            put("gpu_eta_training_last_report_timestamp_seconds", run, t, t - 10)
+            put("gpu_eta_training_batch_size", run, t, 64)
+            put("gpu_eta_training_step", run, t, elapsed // 10)
+            put("gpu_eta_training_value", {**run, "name": "loss"}, t, 2.0 / (1 + epoch))
+            if epoch_based:
+                put("gpu_eta_training_epoch", run, t, epoch)
+                put("gpu_eta_training_epochs_planned", run, t, 40)
+                if epoch:
+                    put("gpu_eta_training_epoch_end_timestamp_seconds", run, t, start + epoch * 300)
+            else:
+                put("gpu_eta_training_steps_planned", run, t, 2000)
+            forecast = {
+                "job": "gpu-eta-forecaster",
+                "instance": "forecaster:9844",
+                "namespace": ns,
+                "pod": pod,
+                "container": "main",
+                "run_id": f"{pod}-r1",
+            }
+            total = 40 * 300 if epoch_based else 20000
+            for quantile, factor in (("0.1", 0.9), ("0.5", 1.0), ("0.9", 1.25)):
+                done = start + total * factor
+                put(
+                    "gpu_eta_job_predicted_completion_timestamp_seconds",
+                    {**forecast, "quantile": quantile},
+                    t,
+                    max(done, t),
+                )
+                put(
+                    "gpu_eta_job_predicted_remaining_seconds",
+                    {**forecast, "quantile": quantile},
+                    t,
+                    max(done - t, 0),
+                )
+                put(
+                    "gpu_eta_gpu_predicted_free_timestamp_seconds",
+                    {
+                        "job": "gpu-eta-forecaster",
+                        "instance": "forecaster:9844",
+                        "node": node,
+                        "gpu": "0",
+                        "UUID": NODES[node][0],
+                        "quantile": quantile,
+                    },
+                    t,
+                    max(done, t),
+                )
+            put("gpu_eta_job_forecast_info", {**forecast, "method": "blend"}, t, 1)
+            put("gpu_eta_job_stalled", forecast, t, 0)
+        forecaster = {"job": "gpu-eta-forecaster", "instance": "forecaster:9844"}
+        put("up", forecaster, t, 1)
+        put("gpu_eta_forecaster_build_info", {**forecaster, "version": "0.1.0"}, t, 1)
+        put("gpu_eta_forecaster_cycle_duration_seconds", forecaster, t, 0.25)
+        put("gpu_eta_forecaster_last_success_timestamp_seconds", forecaster, t, t - 20)
+        put("gpu_eta_forecaster_stale", forecaster, t, 0)
+        put("gpu_eta_model_history_jobs", forecaster, t, 120 + elapsed // 600)
+        for result in ("success", "error"):
+            put(
+                "gpu_eta_forecaster_queries_total",
+                {**forecaster, "result": result},
+                t,
+                elapsed // (6 if result == "success" else 1200),
+            )
+        for state, count in (("running", 2), ("finished", 120)):
+            put("gpu_eta_forecaster_jobs", {**forecaster, "state": state}, t, count)
+        for progress in ("0", "0.1", "0.25", "0.5", "0.75"):
+            put(
+                "gpu_eta_model_median_absolute_percentage_error_ratio",
+                {**forecaster, "progress": progress},
+                t,
+                0.5 / (1 + 4 * float(progress)),
+            )
+            put(
+                "gpu_eta_model_interval_coverage_ratio",
+                {**forecaster, "progress": progress},
+                t,
+                0.78125,
+            )
+
+    lines = []
+    for name_labels, points in series.items():
+        # one family per metric name: OpenMetrics wants a family's samples together
+        lines.extend(f"{name_labels} {value:g} {t}" for t, value in points)
+    lines.sort(
+        key=lambda line: (line.split("{", 1)[0], line.split(" ", 1)[0], int(line.rsplit(" ", 1)[1]))
+    )
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+@pytest.fixture(scope="module")
+def contract_prometheus(tmp_path_factory) -> Iterator[Stack]:
+    end = int(time.time()) // STEP * STEP - STEP
+    data = tmp_path_factory.mktemp("contract") / "series.om"
+    data.write_text(contract_openmetrics(end))
+    server: PrometheusServer = start_prometheus([], backfill_files=[data])
+    try:
+        yield Stack(server.url, float(end))
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_every_panel_returns_data_on_contract_series(contract_prometheus: Stack) -> None:
+    check_dashboards(contract_prometheus, exempt=set())
+
+
+@pytest.mark.slow
+def test_a_wrong_metric_name_is_caught(contract_prometheus: Stack) -> None:
+    """The check is not vacuous: a misspelt metric shows no data."""
+    assert contract_prometheus.has_data("gpu_eta_gpu_utilization_ratio", instant=True)
+    assert not contract_prometheus.has_data("gpu_eta_gpu_utilisation_ratio", instant=True)
+
+
+@pytest.mark.slow
+def test_every_panel_returns_data_on_the_demo(request: pytest.FixtureRequest) -> None:
+    try:
+        demo = request.getfixturevalue("demo_stack")
+    except pytest.FixtureLookupError:
+        pytest.skip("demo_stack fixture (tests/integration/conftest.py) not available yet")
+    check_dashboards(Stack(demo.prometheus_url, time.time()), exempt=DCGM_TARGETS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("namespace", "pod"),
+    [("ml", "train-a"), ("cv", "train-b")],
+    ids=["dcgm-exported_pod", "dcgm-pod"],
+)
+def test_dcgm_join_tolerates_both_label_styles(
+    contract_prometheus: Stack, namespace: str, pod: str
+) -> None:
+    """train-a's DCGM series carry exported_pod (no honorLabels), train-b's carry pod."""
+    board = json.loads((ROOT / "grafana" / "training-job.json").read_text())
+    values = {"namespace": namespace, "pod": pod}
+    dcgm = [t for _, t in _targets(board) if "DCGM_" in t["expr"]]
+    assert len(dcgm) == 2
+    for target in dcgm:
+        assert contract_prometheus.has_data(interpolate(target["expr"], values), instant=False)
+    # and the join really filters: the idle notebook's devices are not train-a's
+    other = interpolate(dcgm[0]["expr"], {"namespace": "ml", "pod": "no-such-pod"})
+    assert not contract_prometheus.has_data(other, instant=False)
