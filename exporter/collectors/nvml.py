@@ -1,0 +1,241 @@
+"""GPU readings through NVML (nvidia-ml-py's ``pynvml``): devices, MIG, processes.
+
+Thin on purpose: it maps NVML calls to ``DeviceReading``/``ProcessSample`` records and
+decides nothing else. The ``pynvml`` module is injected (constructor argument), so
+tests drive it with a fake module that keeps pynvml's function names, ctypes return
+structs and error classes; nothing here can be tested against a real GPU on a
+machine without one.
+
+Failure granularity follows the issue: an ``NVMLError`` on one device (lost GPU,
+Xid, not supported) becomes a ``DeviceFailure`` with a short reason and the other
+devices keep flowing; only failing to enumerate devices at all fails the poll
+(``CollectorError``). Missing NVML (no driver) is ``NvmlUnavailable`` at ``open()``,
+which the CLI turns into its one-line message.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from exporter.collectors import CollectorError, ExporterError
+from exporter.readings import DeviceFailure, DeviceReading, GpuPoll, ProcessSample
+
+log = logging.getLogger(__name__)
+
+NO_NVML_MESSAGE = "NVML library not found (no NVIDIA driver on this node)"
+_MIG_PROFILE_RE = re.compile(r"MIG\s+(\S+)\s*$")
+# NVML error constant name -> short, low-cardinality reason label
+_REASONS = {
+    "NVML_ERROR_GPU_IS_LOST": "gpu_lost",
+    "NVML_ERROR_NOT_SUPPORTED": "not_supported",
+    "NVML_ERROR_NO_PERMISSION": "no_permission",
+    "NVML_ERROR_RESET_REQUIRED": "reset_required",
+    "NVML_ERROR_TIMEOUT": "timeout",
+    "NVML_ERROR_IRQ_ISSUE": "irq_issue",
+    "NVML_ERROR_CORRUPTED_INFOROM": "corrupted_inforom",
+    "NVML_ERROR_INSUFFICIENT_POWER": "insufficient_power",
+    "NVML_ERROR_GPU_NOT_FOUND": "gpu_not_found",
+    "NVML_ERROR_MEMORY": "memory",
+    "NVML_ERROR_UNKNOWN": "unknown",
+}
+
+
+class NvmlUnavailable(ExporterError):
+    """NVML cannot be loaded or initialised on this node (no driver, no library)."""
+
+
+def _text(value: Any) -> str:
+    """pynvml returns ``bytes`` or ``str`` depending on its version."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+class NvmlGpuSource:
+    """``GpuSource`` over NVML. Call ``open()`` once, then ``poll()`` each cycle."""
+
+    def __init__(self, nvml: ModuleType | Any | None = None) -> None:
+        if nvml is None:
+            import pynvml as nvml  # nvidia-ml-py: imports fine without a driver
+        self._nvml = nvml
+        self._lock = threading.Lock()
+        # per device UUID: newest process-utilisation sample timestamp (µs) seen
+        self._last_seen: dict[str, int] = {}
+        self._codes = {
+            getattr(nvml, name): reason for name, reason in _REASONS.items() if hasattr(nvml, name)
+        }
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def open(self) -> None:
+        """``nvmlInit``; ``NvmlUnavailable`` with a one-line reason if it cannot."""
+        nv = self._nvml
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as err:
+            value = getattr(err, "value", None)
+            if value in (
+                getattr(nv, "NVML_ERROR_LIBRARY_NOT_FOUND", object()),
+                getattr(nv, "NVML_ERROR_DRIVER_NOT_LOADED", object()),
+            ):
+                raise NvmlUnavailable(NO_NVML_MESSAGE) from err
+            raise NvmlUnavailable(f"NVML initialisation failed: {err}") from err
+
+    def close(self) -> None:
+        """``nvmlShutdown``; errors ignored (the process is ending)."""
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as err:
+            log.debug("nvmlShutdown: %s", err)
+
+    def reason(self, err: BaseException) -> str:
+        """Short reason label of an NVML error (``gpu_lost``, ``not_supported``...)."""
+        return self._codes.get(getattr(err, "value", None), "nvml_error")
+
+    # -- polling ---------------------------------------------------------------------
+
+    def poll(self) -> GpuPoll:
+        """Every device; one device's NVML error is a ``DeviceFailure``, not an exception."""
+        nv = self._nvml
+        with self._lock:
+            try:
+                count = int(nv.nvmlDeviceGetCount())
+            except nv.NVMLError as err:
+                raise CollectorError(f"NVML device count failed: {err}") from err
+            try:
+                driver = _text(nv.nvmlSystemGetDriverVersion())
+            except nv.NVMLError:
+                driver = ""
+            devices: list[DeviceReading] = []
+            processes: list[ProcessSample] = []
+            failures: list[DeviceFailure] = []
+            for i in range(count):
+                uuid: str | None = None
+                try:
+                    handle = nv.nvmlDeviceGetHandleByIndex(i)
+                    uuid = _text(nv.nvmlDeviceGetUUID(handle))
+                    devs, procs = self._read_device(handle, i, uuid)
+                except nv.NVMLError as err:
+                    failures.append(DeviceFailure(i, uuid, self.reason(err), str(err)[:200]))
+                    continue
+                devices.extend(devs)
+                processes.extend(procs)
+            return GpuPoll(tuple(devices), tuple(processes), tuple(failures), driver)
+
+    def _read_device(
+        self, handle: Any, position: int, uuid: str
+    ) -> tuple[list[DeviceReading], list[ProcessSample]]:
+        nv = self._nvml
+        try:
+            index = int(nv.nvmlDeviceGetIndex(handle))
+        except nv.NVMLError:
+            index = position
+        model = _text(nv.nvmlDeviceGetName(handle))
+        if self._mig_enabled(handle):
+            devices = self._mig_devices(handle, index, uuid, model)
+            procs = self._processes(handle, uuid, mig=True)
+            return devices, procs
+        util = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
+        mem = nv.nvmlDeviceGetMemoryInfo(handle)
+        device = DeviceReading(
+            index=index,
+            uuid=uuid,
+            model=model,
+            utilization_ratio=None if util is None else min(1.0, util.gpu / 100.0),
+            memory_used_bytes=int(mem.used),
+            memory_total_bytes=int(mem.total),
+        )
+        return [device], self._processes(handle, uuid, mig=False)
+
+    def _optional(self, fn: Any, *args: Any) -> Any:
+        """A reading the device may not support: None instead of a failure."""
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError_NotSupported:
+            return None
+
+    def _mig_enabled(self, handle: Any) -> bool:
+        nv = self._nvml
+        mode = self._optional(nv.nvmlDeviceGetMigMode, handle)
+        return mode is not None and int(mode[0]) == int(nv.NVML_DEVICE_MIG_ENABLE)
+
+    def _mig_devices(self, handle: Any, index: int, uuid: str, model: str) -> list[DeviceReading]:
+        nv = self._nvml
+        out: list[DeviceReading] = []
+        for j in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+            except nv.NVMLError_NotFound:
+                continue  # slot j holds no instance
+            giid = int(nv.nvmlDeviceGetGpuInstanceId(mig))
+            mem = nv.nvmlDeviceGetMemoryInfo(mig)
+            util = self._optional(nv.nvmlDeviceGetUtilizationRates, mig)
+            profile_match = _MIG_PROFILE_RE.search(_text(nv.nvmlDeviceGetName(mig)))
+            out.append(
+                DeviceReading(
+                    index=index,
+                    uuid=uuid,
+                    model=model,
+                    utilization_ratio=None if util is None else min(1.0, util.gpu / 100.0),
+                    memory_used_bytes=int(mem.used),
+                    memory_total_bytes=int(mem.total),
+                    gpu_instance_id=giid,
+                    mig_uuid=_text(nv.nvmlDeviceGetUUID(mig)),
+                    mig_profile=profile_match.group(1) if profile_match else None,
+                )
+            )
+        return out
+
+    def _processes(self, handle: Any, uuid: str, *, mig: bool) -> list[ProcessSample]:
+        """Compute processes with their memory and (if available) SM share.
+
+        ``nvmlDeviceGetProcessUtilization`` returns samples newer than the last-seen
+        timestamp we pass; NOT_FOUND means none arrived (idle processes: 0). Under
+        MIG it is not supported and utilisation stays unknown (None).
+        """
+        nv = self._nvml
+        try:
+            infos: Sequence[Any] = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+        except nv.NVMLError as err:
+            log.debug("device %s: process list unavailable: %s", uuid, err)
+            return []
+        util_by_pid: dict[int, float] | None = None if mig else self._process_util(handle, uuid)
+        out: list[ProcessSample] = []
+        for info in infos:
+            pid = int(info.pid)
+            memory = info.usedGpuMemory
+            giid = getattr(info, "gpuInstanceId", None) if mig else None
+            util = None if util_by_pid is None else util_by_pid.get(pid, 0.0)
+            out.append(
+                ProcessSample(
+                    pid=pid,
+                    device_uuid=uuid,
+                    gpu_instance_id=None if giid is None else int(giid),
+                    memory_used_bytes=None if memory is None else int(memory),
+                    utilization_ratio=util,
+                )
+            )
+        return out
+
+    def _process_util(self, handle: Any, uuid: str) -> dict[int, float] | None:
+        nv = self._nvml
+        last_seen = self._last_seen.get(uuid, 0)
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(handle, last_seen)
+        except nv.NVMLError_NotFound:
+            return {}
+        except nv.NVMLError as err:
+            log.debug("device %s: process utilisation unavailable: %s", uuid, err)
+            return None
+        sums: dict[int, list[float]] = {}
+        newest = last_seen
+        for sample in samples:
+            sums.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+            newest = max(newest, int(sample.timeStamp))
+        self._last_seen[uuid] = newest
+        return {pid: min(1.0, sum(v) / len(v) / 100.0) for pid, v in sums.items()}

@@ -1,0 +1,248 @@
+"""The exporter's configuration: one frozen ``Config``, validated, no I/O.
+
+Flags and the YAML file (``--config.file``) share one vocabulary: a file key is the
+flag's name without the leading dashes (``web.listen-address: ":9842"``,
+``collector.logs: false``, ``pod-labels: [app, team]``). Precedence: defaults <
+file < flags given on the command line. ``config_from_mapping`` does the validation
+for both, so a bad value reads the same wherever it came from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any
+
+from exporter.collectors import ExporterError
+
+COLLECTORS = ("gpu", "podresources", "kube", "cgroup", "hostmemory", "progress", "logs")
+DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+MAX_POD_LABELS = 32
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)?\s*$")
+_LABEL_KEY_RE = re.compile(
+    r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$"
+)
+
+
+class ConfigError(ExporterError):
+    """A flag or config-file value is invalid; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    """``HOST:PORT``; an empty host (``:9842``) means every interface."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def _all_on() -> Mapping[str, bool]:
+    return MappingProxyType(dict.fromkeys(COLLECTORS, True))
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything the exporter process needs to start."""
+
+    web_listen_address: ListenAddress = ListenAddress("", 9842)
+    progress_listen_address: ListenAddress = ListenAddress("", 9843)
+    collection_interval_seconds: float = 5.0
+    collection_timeout_seconds: float = 4.0
+    node_name: str | None = None
+    pod_labels: tuple[str, ...] = ()
+    kubelet_socket: str = DEFAULT_KUBELET_SOCKET
+    procfs: str = "/proc"
+    cgroupfs: str = "/sys/fs/cgroup"
+    pod_logs: str = "/var/log/pods"
+    progress_state_file: str | None = None
+    progress_allow_host_network: bool = False
+    kube_kubeconfig: str | None = None
+    kube_api_url: str | None = None
+    log_level: str = "info"
+    debug: bool = False
+    # None: real sources; "": the built-in scenario; else a scenario file path
+    simulate: str | None = None
+    collectors: Mapping[str, bool] = field(default_factory=_all_on)
+
+    def enabled(self, name: str) -> bool:
+        """Whether collector ``name`` runs."""
+        return bool(self.collectors.get(name, False))
+
+
+def parse_listen_address(value: Any, key: str) -> ListenAddress:
+    """``HOST:PORT``, ``:PORT`` or ``[v6]:PORT``; port 0..65535."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected HOST:PORT, got {value!r}")
+    text = value.strip()
+    match = re.match(r"^\[([0-9a-fA-F:.]+)\]:(\d{1,5})$", text) or re.match(
+        r"^([A-Za-z0-9.\-]*):(\d{1,5})$", text
+    )
+    if match is None:
+        raise ConfigError(
+            f"{key}: expected HOST:PORT (e.g. :9842 or 127.0.0.1:9842), got {value!r}"
+        )
+    port = int(match.group(2))
+    if port > 65535:
+        raise ConfigError(f"{key}: port {port} out of range")
+    return ListenAddress(match.group(1), port)
+
+
+def parse_duration(value: Any, key: str) -> float:
+    """Seconds from ``5s``, ``500ms``, ``2m``, ``1h`` or a bare number of seconds."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a duration like 5s, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION_RE.match(value)):
+        unit = match.group(2) or "s"
+        seconds = float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    else:
+        raise ConfigError(f"{key}: expected a duration like 5s or 500ms, got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{key}: must be > 0, got {value!r}")
+    return seconds
+
+
+def parse_pod_labels(value: Any, key: str) -> tuple[str, ...]:
+    """Kubernetes label keys, as a list or a comma-separated string; deduplicated."""
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, list | tuple):
+        items = [str(v).strip() for v in value]
+    else:
+        raise ConfigError(f"{key}: expected a list of label keys, got {value!r}")
+    out: list[str] = []
+    for item in items:
+        if not _LABEL_KEY_RE.match(item):
+            raise ConfigError(f"{key}: not a Kubernetes label key: {item!r}")
+        if item not in out:
+            out.append(item)
+    if len(out) > MAX_POD_LABELS:
+        raise ConfigError(
+            f"{key}: at most {MAX_POD_LABELS} labels (each one is a label on every pod_info series)"
+        )
+    return tuple(out)
+
+
+def _bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+def _opt_str(value: Any, key: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _path(value: Any, key: str) -> str:
+    out = _opt_str(value, key)
+    if out is None:
+        raise ConfigError(f"{key}: expected a path")
+    return out
+
+
+def _log_level(value: Any, key: str) -> str:
+    if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
+        raise ConfigError(f"{key}: one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return value.lower()
+
+
+def _node_name(value: Any, key: str) -> str | None:
+    out = _opt_str(value, key)
+    if out is not None and not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", out):
+        raise ConfigError(f"{key}: not a valid Kubernetes node name: {out!r}")
+    return out
+
+
+def _simulate(value: Any, key: str) -> str | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return ""
+    if isinstance(value, str):
+        return value.strip()
+    raise ConfigError(f"{key}: expected true, false or a scenario file path, got {value!r}")
+
+
+# key (flag name without dashes) -> (Config field, parser)
+KEYS: Mapping[str, tuple[str, Any]] = MappingProxyType(
+    {
+        "web.listen-address": ("web_listen_address", parse_listen_address),
+        "progress.listen-address": ("progress_listen_address", parse_listen_address),
+        "collection.interval": ("collection_interval_seconds", parse_duration),
+        "collection.timeout": ("collection_timeout_seconds", parse_duration),
+        "node-name": ("node_name", _node_name),
+        "pod-labels": ("pod_labels", parse_pod_labels),
+        "kubelet.socket": ("kubelet_socket", _path),
+        "path.procfs": ("procfs", _path),
+        "path.cgroupfs": ("cgroupfs", _path),
+        "path.pod-logs": ("pod_logs", _path),
+        "progress.state-file": ("progress_state_file", _opt_str),
+        "progress.allow-host-network": ("progress_allow_host_network", _bool),
+        "kube.kubeconfig": ("kube_kubeconfig", _opt_str),
+        "kube.api-url": ("kube_api_url", _opt_str),
+        "log.level": ("log_level", _log_level),
+        "debug": ("debug", _bool),
+        "simulate": ("simulate", _simulate),
+    }
+)
+_FIELD_NAMES = {f.name for f in fields(Config)}
+assert all(spec[0] in _FIELD_NAMES for spec in KEYS.values())
+
+
+def config_from_mapping(data: Mapping[str, Any], base: Config | None = None) -> Config:
+    """``base`` (defaults if None) with the keys of ``data`` applied, validated.
+
+    Keys are flag names without dashes; ``collector.<name>: true|false`` switches a
+    collector. Unknown keys are errors: a typo must not be silently ignored.
+    """
+    cfg = base or Config()
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config: expected a mapping of flag names to values, got {type(data).__name__}"
+        )
+    changes: dict[str, Any] = {}
+    collectors = dict(cfg.collectors)
+    for raw_key, value in data.items():
+        key = str(raw_key)
+        if key.startswith("collector."):
+            name = key.removeprefix("collector.")
+            if name not in COLLECTORS:
+                raise ConfigError(f"{key}: unknown collector (known: {', '.join(COLLECTORS)})")
+            collectors[name] = _bool(value, key)
+            continue
+        if key not in KEYS:
+            raise ConfigError(f"{key}: unknown key")
+        fname, parse = KEYS[key]
+        changes[fname] = parse(value, key)
+    changes["collectors"] = MappingProxyType(collectors)
+    out = replace(cfg, **changes)
+    return validate(out)
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field checks; returns ``cfg`` unchanged if fine."""
+    if cfg.collection_interval_seconds < 0.05:
+        raise ConfigError("collection.interval: must be at least 50ms")
+    if (
+        cfg.web_listen_address.port == cfg.progress_listen_address.port
+        and cfg.web_listen_address.port != 0
+        and cfg.enabled("progress")
+    ):
+        raise ConfigError(
+            "progress.listen-address: must differ from web.listen-address "
+            "(a separate port lets a NetworkPolicy open only it to pods)"
+        )
+    return cfg

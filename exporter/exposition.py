@@ -1,0 +1,336 @@
+"""Snapshot → Prometheus metric families: the metric contract in code.
+
+``render(snapshot, ...)`` is pure and total: it turns one immutable ``Snapshot`` into
+fresh metric families, never raises on odd values (``None`` is left out, NaN and
+infinities are skipped) and does no I/O. ``SnapshotCollector`` is the only
+collector registered for per-pod data: each scrape renders the snapshot the
+scheduler published last, so concurrent scrapes never race and series of pods that
+are gone vanish with the snapshot (the exporter guide's reason for custom
+collectors instead of global gauges).
+
+Names, types and labels follow ``docs/metrics.md`` exactly; HELP says "cached"
+because the values come from the background collection, whose age is
+``gpu_eta_exporter_snapshot_age_seconds``. No sample carries a timestamp.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
+
+from exporter.readings import DeviceReading, PodGpuRow, Progress, Snapshot
+from exporter.snapshot import SnapshotHolder
+
+log = logging.getLogger(__name__)
+
+PROGRESS_RESULTS = ("accepted", "malformed", "invalid", "forbidden", "too_large", "rate_limited")
+LOG_LINE_RESULTS = ("matched", "ignored", "oversize")
+MAX_TRAINING_VALUES = 16
+CACHED = " (cached: from the last background collection)"
+_LABEL_SANITIZE = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def pod_label_name(key: str) -> str:
+    """``label_<key>`` as kube-state-metrics spells it (``app.kubernetes.io/name`` →
+    ``label_app_kubernetes_io_name``)."""
+    return "label_" + _LABEL_SANITIZE.sub("_", key)
+
+
+class _Family:
+    """A metric family being filled; skips values that are not finite numbers."""
+
+    __slots__ = ("metric", "sample_name")
+
+    def __init__(self, name: str, doc: str, typ: str = "gauge") -> None:
+        self.metric = Metric(name, doc, typ)
+        self.sample_name = name + "_total" if typ == "counter" else name
+
+    def add(self, labels: dict[str, str], value: float | int | None) -> None:
+        if value is None:
+            return
+        try:
+            val = float(value)
+        except (TypeError, ValueError):
+            return
+        if math.isfinite(val):
+            self.metric.samples.append(Sample(self.sample_name, labels, val, None, None))
+
+
+def _device_labels(node: str, index: int, uuid: str | None, giid: int | None) -> dict[str, str]:
+    labels = {"node": node, "gpu": str(index), "UUID": uuid or ""}
+    if giid is not None:
+        labels["GPU_I_ID"] = str(giid)
+    return labels
+
+
+def _devices(snap: Snapshot) -> Iterator[Metric]:
+    node = snap.node
+    info = _Family(
+        "gpu_eta_gpu_info", "GPU device metadata, value 1; join on it for the model" + CACHED
+    )
+    util = _Family(
+        "gpu_eta_gpu_utilization_ratio", "Device busy ratio over NVML's sample window" + CACHED
+    )
+    used = _Family("gpu_eta_gpu_memory_used_bytes", "Device memory in use" + CACHED)
+    total = _Family("gpu_eta_gpu_memory_total_bytes", "Device memory size" + CACHED)
+    ok = _Family(
+        "gpu_eta_gpu_read_success",
+        "1 if the last poll read the device, 0 if NVML failed on it" + CACHED,
+    )
+    npods = _Family(
+        "gpu_eta_gpu_pods",
+        "Pods the kubelet allocated this device to (>1 on a time-sliced GPU)" + CACHED,
+    )
+    holders: dict[tuple[int, str, int | None], set[tuple[str, str]]] = {}
+    for row in snap.pod_gpus:
+        if row.allocated:
+            holders.setdefault((row.index, row.uuid, row.gpu_instance_id), set()).add(
+                (row.namespace, row.pod)
+            )
+    read: dict[tuple[int, str], float] = {}
+    for dev in snap.devices:
+        labels = _device_labels(node, dev.index, dev.uuid, dev.gpu_instance_id)
+        info.add(_info_labels(labels, dev), 1)
+        util.add(labels, dev.utilization_ratio)
+        used.add(labels, dev.memory_used_bytes)
+        total.add(labels, dev.memory_total_bytes)
+        npods.add(labels, len(holders.get((dev.index, dev.uuid, dev.gpu_instance_id), ())))
+        read[(dev.index, dev.uuid)] = 1
+    for fail in snap.failures:
+        read[(fail.index, fail.uuid or "")] = 0
+    for (index, uuid), value in sorted(read.items()):
+        ok.add(_device_labels(node, index, uuid, None), value)
+    for fam in (info, util, used, total, ok, npods):
+        yield fam.metric
+
+
+def _info_labels(labels: dict[str, str], dev: DeviceReading) -> dict[str, str]:
+    out = dict(labels)
+    out["model"] = dev.model
+    if dev.mig_profile:
+        out["mig_profile"] = dev.mig_profile
+    return out
+
+
+def _pod_gpus(node: str, rows: Sequence[PodGpuRow]) -> Iterator[Metric]:
+    alloc = _Family(
+        "gpu_eta_pod_gpu_allocated",
+        "The kubelet allocated the device to the container, value 1 (present even when idle)"
+        + CACHED,
+    )
+    since = _Family(
+        "gpu_eta_pod_gpu_allocated_since_timestamp_seconds",
+        "Start of the occupancy (the pod's start time)" + CACHED,
+    )
+    util = _Family(
+        "gpu_eta_pod_gpu_utilization_ratio",
+        "The container's own share of the device from its processes' samples (0 for an idle holder)"
+        + CACHED,
+    )
+    mem = _Family(
+        "gpu_eta_pod_gpu_memory_used_bytes",
+        "Device memory held by the container's processes" + CACHED,
+    )
+    for row in rows:
+        labels = _device_labels(node, row.index, row.uuid, row.gpu_instance_id)
+        labels["namespace"] = row.namespace
+        labels["pod"] = row.pod
+        labels["container"] = row.container
+        if row.allocated:
+            alloc.add(labels, 1)
+            since.add(labels, row.allocated_since_timestamp)
+        util.add(labels, row.utilization_ratio)
+        mem.add(labels, row.memory_used_bytes)
+    for fam in (alloc, since, util, mem):
+        yield fam.metric
+
+
+def _pods(snap: Snapshot, pod_labels: Sequence[str]) -> Iterator[Metric]:
+    node = snap.node
+    info = _Family("gpu_eta_pod_info", "Pod metadata, value 1" + CACHED)
+    start = _Family("gpu_eta_pod_start_timestamp_seconds", "Pod start time" + CACHED)
+    deadline = _Family(
+        "gpu_eta_pod_deadline_timestamp_seconds",
+        "Pod start + activeDeadlineSeconds, or the gpu-eta.io/deadline annotation" + CACHED,
+    )
+    label_names = [(key, pod_label_name(key)) for key in pod_labels]
+    for pod in snap.pods:
+        base = {"node": node, "namespace": pod.namespace, "pod": pod.name}
+        labels = dict(base)
+        labels.update(
+            uid=pod.uid,
+            pod_ip=pod.ip or "",
+            owner_kind=pod.owner_kind,
+            owner_name=pod.owner_name,
+        )
+        for key, name in label_names:
+            if key in pod.labels:
+                labels[name] = pod.labels[key]
+        info.add(labels, 1)
+        start.add(base, pod.start_timestamp)
+        deadline.add(base, pod.deadline_timestamp)
+    ws = _Family(
+        "gpu_eta_pod_memory_working_set_bytes",
+        "Host memory working set (usage - inactive file) from the cgroup" + CACHED,
+    )
+    limit = _Family("gpu_eta_pod_memory_limit_bytes", "Cgroup memory limit, when set" + CACHED)
+    for hm in snap.host_memory:
+        labels = {"node": node, "namespace": hm.namespace, "pod": hm.pod, "container": hm.container}
+        ws.add(labels, hm.working_set_bytes)
+        limit.add(labels, hm.limit_bytes)
+    for fam in (info, start, deadline, ws, limit):
+        yield fam.metric
+
+
+_TRAINING_FIELDS = (
+    ("gpu_eta_training_epoch", "Epochs completed", "epoch"),
+    ("gpu_eta_training_epochs_planned", "Epochs planned", "epochs"),
+    ("gpu_eta_training_step", "Steps completed in the run (global step)", "step"),
+    ("gpu_eta_training_steps_planned", "Total steps planned, when known", "steps"),
+    ("gpu_eta_training_batch_size", "Batch size as reported", "batch_size"),
+    ("gpu_eta_training_run_start_timestamp_seconds", "When the run started", "run_start_timestamp"),
+    (
+        "gpu_eta_training_epoch_end_timestamp_seconds",
+        "When the latest completed epoch ended",
+        "epoch_end_timestamp",
+    ),
+    (
+        "gpu_eta_training_last_report_timestamp_seconds",
+        "Last progress report of any kind (staleness)",
+        "last_report_timestamp",
+    ),
+)
+
+
+def _progress(node: str, runs: Sequence[Progress]) -> Iterator[Metric]:
+    fams = [(_Family(name, doc + CACHED), attr) for name, doc, attr in _TRAINING_FIELDS]
+    info = _Family(
+        "gpu_eta_training_info", "Training run seen, value 1; source is http or log" + CACHED
+    )
+    values = _Family(
+        "gpu_eta_training_value",
+        "Free-form numbers reported with progress (loss, accuracy...)" + CACHED,
+    )
+    for run in runs:
+        labels = {
+            "node": node,
+            "namespace": run.namespace,
+            "pod": run.pod,
+            "container": run.container,
+            "run_id": run.run_id,
+        }
+        for fam, attr in fams:
+            fam.add(labels, getattr(run, attr))
+        info.add({**labels, "source": run.source}, 1)
+        for name in sorted(run.metrics)[:MAX_TRAINING_VALUES]:
+            values.add({**labels, "name": name}, run.metrics[name])
+    for fam, _ in fams:
+        yield fam.metric
+    yield info.metric
+    yield values.metric
+
+
+def _self(snap: Snapshot, age_seconds: float, version: str) -> Iterator[Metric]:
+    node = snap.node
+    success = _Family(
+        "gpu_eta_exporter_collector_success", "1 if the collector's last run succeeded"
+    )
+    duration = _Family(
+        "gpu_eta_exporter_collector_duration_seconds", "Duration of the collector's last run"
+    )
+    last = _Family(
+        "gpu_eta_exporter_collector_last_success_timestamp_seconds",
+        "When the collector last succeeded",
+    )
+    errors = _Family("gpu_eta_exporter_collector_errors", "Failed collector runs", "counter")
+    for status in snap.collectors:
+        labels = {"node": node, "collector": status.name}
+        success.add(labels, 1 if status.success else 0)
+        duration.add(labels, status.duration_seconds)
+        last.add(labels, status.last_success_timestamp)
+        errors.add(labels, status.errors_total)
+    for fam in (success, duration, last, errors):
+        yield fam.metric
+    age = _Family(
+        "gpu_eta_exporter_snapshot_age_seconds",
+        "Age of the cached snapshot this scrape serves (collection runs in the background)",
+    )
+    age.add({"node": node}, age_seconds)
+    yield age.metric
+    names = {s.name for s in snap.collectors}
+    if "progress" in names or snap.progress_reports_total:
+        reports = _Family(
+            "gpu_eta_exporter_progress_reports", "Progress POSTs by result", "counter"
+        )
+        for result, count in _with_known(snap.progress_reports_total, PROGRESS_RESULTS):
+            reports.add({"node": node, "result": result}, count)
+        yield reports.metric
+    if "logs" in names or snap.log_lines_total:
+        lines = _Family("gpu_eta_exporter_log_lines", "Container log lines by result", "counter")
+        for result, count in _with_known(snap.log_lines_total, LOG_LINE_RESULTS):
+            lines.add({"node": node, "result": result}, count)
+        yield lines.metric
+    build = _Family("gpu_eta_exporter_build_info", "Exporter version, value 1")
+    build.add({"node": node, "version": version}, 1)
+    yield build.metric
+
+
+def _with_known(counts: Mapping[str, int], known: Iterable[str]) -> list[tuple[str, int]]:
+    out = dict.fromkeys(known, 0)
+    for key, val in counts.items():
+        if isinstance(key, str) and re.fullmatch(r"[a-z_]{1,32}", key):
+            out[key] = val
+    return sorted(out.items())
+
+
+def render(
+    snap: Snapshot, *, age_seconds: float, pod_labels: Sequence[str] = (), version: str = ""
+) -> list[Metric]:
+    """All metric families for one snapshot, in the order of ``docs/metrics.md``."""
+    out: list[Metric] = []
+    out.extend(_devices(snap))
+    out.extend(_pod_gpus(snap.node, snap.pod_gpus))
+    out.extend(_pods(snap, pod_labels))
+    out.extend(_progress(snap.node, snap.progress))
+    out.extend(_self(snap, age_seconds, version))
+    return out
+
+
+class SnapshotCollector:
+    """The prometheus_client collector serving the holder's current snapshot."""
+
+    def __init__(
+        self,
+        holder: SnapshotHolder,
+        *,
+        pod_labels: Sequence[str] = (),
+        version: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._holder = holder
+        self._pod_labels = tuple(pod_labels)
+        self._version = version
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        """Fresh families each scrape; a bug in rendering never fails the scrape."""
+        snap = self._holder.get()
+        age = max(0.0, self._clock() - snap.timestamp)
+        try:
+            families = render(
+                snap, age_seconds=age, pod_labels=self._pod_labels, version=self._version
+            )
+        except Exception:
+            log.exception("rendering the snapshot failed; serving self-monitoring only")
+            families = list(_self(snap, age, self._version))
+        yield from families
+
+    def describe(self) -> list[Metric]:
+        """Nothing: families are dynamic, so registration does not call ``collect``."""
+        return []

@@ -1,0 +1,344 @@
+"""The collection loop: runs every collector off the scrape path, builds snapshots.
+
+Each cycle runs the enabled collectors, each in a worker thread with its own
+timeout, joins their readings (``exporter.attribution.attribute``) into one
+immutable ``Snapshot`` and swaps it into the ``SnapshotHolder`` that ``/metrics``
+renders. This is the boundary of the error flow (docs/exporter.md):
+
+- a collector that raises or times out never breaks the cycle: its status says
+  success=0, its error counter grows, the failure is logged once per state change
+  (and again when it recovers), and its last good data is kept;
+- ``NoData`` is expected absence: success, empty data, a debug line;
+- a collector still running from an earlier cycle (a hung NFS read, a stuck gRPC
+  call) is not started twice: it is reported failing until it returns.
+
+Stage 1 runs ``gpu``, ``podresources``, ``kube`` and ``logs`` concurrently; stage 2
+runs ``cgroup`` (needs the pids from ``gpu``), ``hostmemory`` (needs the pods from
+``kube``) and ``progress`` (drops progress of pods that are gone, then reads the
+store), so a cycle takes about two timeouts at worst.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from exporter.collectors import (
+    AllocationSource,
+    GpuSource,
+    HostMemorySource,
+    NoData,
+    PodSource,
+    ProcessResolver,
+)
+from exporter.readings import (
+    Allocation,
+    CollectorStatus,
+    ContainerRef,
+    GpuPoll,
+    HostMemory,
+    PodGpuRow,
+    PodMeta,
+    Progress,
+    Snapshot,
+)
+from exporter.snapshot import SnapshotHolder
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 300
+
+
+class ProgressStoreLike(Protocol):
+    """What the scheduler needs of ``exporter.progress_store.ProgressStore``."""
+
+    def snapshot(self) -> tuple[Progress, ...]: ...
+
+    def retain(self, live: Iterable[tuple[str, str]]) -> None: ...
+
+
+class Counting(Protocol):
+    """A progress source that counts what it ingested (listener, log collector)."""
+
+    def counts(self) -> Mapping[str, int]: ...
+
+
+class LogPoller(Counting, Protocol):
+    """``exporter.collectors.logs.LogProgressCollector``."""
+
+    def poll(self) -> None: ...
+
+
+Attribute = Callable[
+    [GpuPoll, Sequence[Allocation], Sequence[PodMeta], Mapping[int, ContainerRef]],
+    tuple[PodGpuRow, ...],
+]
+
+
+@dataclass
+class Sources:
+    """The enabled sources; None means the collector is switched off."""
+
+    gpu: GpuSource | None = None
+    allocations: AllocationSource | None = None
+    pods: PodSource | None = None
+    processes: ProcessResolver | None = None
+    host_memory: HostMemorySource | None = None
+    progress_store: ProgressStoreLike | None = None
+    progress_listener: Counting | None = None  # the "progress" collector
+    logs: LogPoller | None = None
+
+
+class _Tracker:
+    """Status of one collector across cycles; logs on state changes only."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.success = False
+        self.duration_seconds = 0.0
+        self.last_success_timestamp: float | None = None
+        self.errors_total = 0
+        self.last_error = ""
+        self.ever_ran = False
+        self.data: Any = None
+        self.has_data = False
+        self.inflight: Future | None = None
+
+    def ok(self, data: Any, duration: float, now: float) -> None:
+        if self.ever_ran and not self.success:
+            log.info("collector %s recovered", self.name)
+        self.success, self.duration_seconds, self.last_success_timestamp = True, duration, now
+        self.last_error = ""
+        self.data, self.has_data, self.ever_ran = data, True, True
+
+    def fail(self, error: str, duration: float) -> None:
+        error = error[:MAX_ERROR_CHARS]
+        if self.success or not self.ever_ran or error != self.last_error:
+            log.error("collector %s failed: %s", self.name, error)
+        self.success, self.duration_seconds, self.ever_ran = False, duration, True
+        self.errors_total += 1
+        self.last_error = error
+
+    def status(self) -> CollectorStatus:
+        return CollectorStatus(
+            self.name,
+            self.success,
+            self.duration_seconds,
+            self.last_success_timestamp,
+            self.errors_total,
+            self.last_error,
+        )
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+class Scheduler:
+    """Builds a ``Snapshot`` every ``interval_seconds`` in a background thread."""
+
+    def __init__(
+        self,
+        node: str,
+        sources: Sources,
+        holder: SnapshotHolder,
+        *,
+        interval_seconds: float = 5.0,
+        timeout_seconds: float = 4.0,
+        attribute: Attribute | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if attribute is None:
+            from exporter.attribution import attribute as attribute_fn
+
+            attribute = attribute_fn
+        self.node = node
+        self.sources = sources
+        self.holder = holder
+        self.interval_seconds = interval_seconds
+        self.timeout_seconds = timeout_seconds
+        self._attribute = attribute
+        self._clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="gpu-eta-collector")
+        self._trackers: dict[str, _Tracker] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cycle_lock = threading.Lock()
+        self._attribution_error = ""
+
+    # -- one collector ---------------------------------------------------------------
+
+    def _tracker(self, name: str) -> _Tracker:
+        if name not in self._trackers:
+            self._trackers[name] = _Tracker(name)
+        return self._trackers[name]
+
+    def _submit(self, name: str, fn: Callable[[], Any]) -> tuple[_Tracker, Future | None, float]:
+        tracker = self._tracker(name)
+        started = time.monotonic()
+        if tracker.inflight is not None and not tracker.inflight.done():
+            return tracker, None, started
+        future = self._pool.submit(fn)
+        tracker.inflight = future
+        return tracker, future, started
+
+    def _settle(self, tracker: _Tracker, future: Future | None, started: float, empty: Any) -> Any:
+        """Wait for one collector; record its outcome; return its (or last good) data."""
+        if future is None:
+            tracker.fail(
+                f"still running after {self.timeout_seconds:g}s timeout from an earlier cycle",
+                time.monotonic() - started,
+            )
+        else:
+            remaining = max(0.0, self.timeout_seconds - (time.monotonic() - started))
+            try:
+                data = future.result(timeout=remaining)
+            except FutureTimeout:
+                tracker.fail(
+                    f"timed out after {self.timeout_seconds:g}s", time.monotonic() - started
+                )
+            except NoData as err:
+                log.debug("collector %s: no data: %s", tracker.name, err)
+                tracker.ok(empty, time.monotonic() - started, self._clock())
+            except Exception as err:  # the boundary: any failure becomes a status
+                log.debug("collector %s raised", tracker.name, exc_info=True)
+                tracker.fail(_describe(err), time.monotonic() - started)
+            else:
+                tracker.ok(data, time.monotonic() - started, self._clock())
+        return tracker.data if tracker.has_data else empty
+
+    def _run_stage(self, jobs: Mapping[str, tuple[Callable[[], Any], Any]]) -> dict[str, Any]:
+        submitted = {name: (self._submit(name, fn), empty) for name, (fn, empty) in jobs.items()}
+        return {
+            name: self._settle(tracker, future, started, empty)
+            for name, ((tracker, future, started), empty) in submitted.items()
+        }
+
+    # -- one cycle -------------------------------------------------------------------
+
+    def collect_once(self) -> Snapshot:
+        """Run one cycle, swap the new snapshot in, and return it."""
+        with self._cycle_lock:
+            snapshot = self._cycle()
+        self.holder.set(snapshot)
+        return snapshot
+
+    def _cycle(self) -> Snapshot:
+        src = self.sources
+        stage1: dict[str, tuple[Callable[[], Any], Any]] = {}
+        if src.gpu is not None:
+            stage1["gpu"] = (src.gpu.poll, GpuPoll(devices=()))
+        if src.allocations is not None:
+            stage1["podresources"] = (src.allocations.poll, ())
+        if src.pods is not None:
+            stage1["kube"] = (src.pods.poll, ())
+        if src.logs is not None:
+            stage1["logs"] = (src.logs.poll, None)
+        got = self._run_stage(stage1)
+        gpu: GpuPoll = got.get("gpu", GpuPoll(devices=()))
+        allocations: tuple[Allocation, ...] = tuple(got.get("podresources", ()))
+        pods: tuple[PodMeta, ...] = tuple(got.get("kube", ()))
+        kube_known = "kube" in self._trackers and self._trackers["kube"].has_data
+
+        stage2: dict[str, tuple[Callable[[], Any], Any]] = {}
+        if src.processes is not None:
+            pids = sorted({s.pid for s in gpu.processes})
+            resolver = src.processes
+            stage2["cgroup"] = (lambda: dict(resolver.resolve(pids)), {})
+        if src.host_memory is not None:
+            memory_source = src.host_memory
+            stage2["hostmemory"] = (lambda: tuple(memory_source.poll(pods)), ())
+        store = src.progress_store
+        if store is not None:
+
+            def read_progress() -> tuple[Progress, ...]:
+                if kube_known:  # never drop progress because the pod list is unknown
+                    store.retain((p.namespace, p.name) for p in pods)
+                return tuple(store.snapshot())
+
+            # the store is read as part of "progress" (or "logs" if only that runs)
+            stage2["progress" if src.progress_listener is not None else "logs-store"] = (
+                read_progress,
+                (),
+            )
+        got2 = self._run_stage(stage2)
+        containers: Mapping[int, ContainerRef] = got2.get("cgroup", {})
+        host_memory: tuple[HostMemory, ...] = got2.get("hostmemory", ())
+        progress: tuple[Progress, ...] = got2.get("progress", got2.get("logs-store", ()))
+
+        pod_gpus: tuple[PodGpuRow, ...] = ()
+        if src.gpu is not None:
+            try:
+                pod_gpus = self._attribute(gpu, allocations, pods, containers)
+            except Exception as err:  # pure code should not raise; never lose the cycle
+                msg = _describe(err)
+                if msg != self._attribution_error:
+                    log.error("attribution failed: %s", msg)
+                self._attribution_error = msg
+            else:
+                self._attribution_error = ""
+
+        statuses = tuple(
+            t.status() for name, t in sorted(self._trackers.items()) if name != "logs-store"
+        )
+        return Snapshot(
+            node=self.node,
+            timestamp=self._clock(),
+            devices=gpu.devices,
+            failures=gpu.failures,
+            pod_gpus=pod_gpus,
+            pods=pods,
+            host_memory=host_memory,
+            progress=progress,
+            collectors=statuses,
+            progress_reports_total=_counts(src.progress_listener),
+            log_lines_total=_counts(src.logs),
+        )
+
+    # -- loop ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run a first cycle now (so the first scrape has data), then loop in a thread."""
+        self.collect_once()
+        self._thread = threading.Thread(target=self._loop, name="gpu-eta-scheduler", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        next_at = time.monotonic() + self.interval_seconds
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            try:
+                self.collect_once()
+            except Exception:  # a bug here must not end collection for good
+                log.exception("collection cycle failed")
+            next_at += self.interval_seconds
+            now = time.monotonic()
+            if next_at < now:  # fell behind: skip missed ticks instead of bursting
+                next_at = now + self.interval_seconds
+
+    def alive(self) -> bool:
+        """Whether the loop thread runs (``/healthz``)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop the loop; collectors still running are abandoned (daemon threads)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_seconds + self.timeout_seconds * 2 + 1)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _counts(source: Counting | None) -> Mapping[str, int]:
+    if source is None:
+        return {}
+    try:
+        return dict(source.counts())
+    except Exception as err:
+        log.debug("counts() failed: %s", err)
+        return {}
