@@ -160,11 +160,13 @@ def assemble(
                 seen_timestamp=now,
             )
         )
+        # Progress time for stall detection: the latest epoch end or report of any
+        # kind (a step report shows the run is alive inside a long epoch).
         progress_ts = max([t0, *ends.values()])
         report = last_report.get(run_id)
+        if report is not None and _finite(report.value) and t0 <= report.value <= hi:
+            progress_ts = max(progress_ts, report.value)
         view.last_progress[run_id] = progress_ts
-        if report is not None and _finite(report.value) and report.value > hi:
-            view.rejected[run_id] = "report_in_future"
         if running_now and not done:
             view.present.add(run_id)
         else:

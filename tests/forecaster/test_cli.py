@@ -1,0 +1,126 @@
+"""forecaster.cli: help, usage errors (exit 2), runtime errors (exit 1), one line, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from demo.prometheus import free_port
+from forecaster.cli import ExitCode, build_parser, config_from_args, main
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "forecaster", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_help_of_every_own_subcommand(capsys) -> None:
+    for argv in (["--help"], ["serve", "--help"], ["once", "--help"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in (
+        "--prometheus.url",
+        "--prometheus.bearer-token-file",
+        "--prometheus.ca-file",
+        "--history.db",
+        "--history.seed-csv",
+        "--web.listen-address",
+        "--pushgateway.url",
+        "--stall.after",
+    ):
+        assert flag in out, flag
+
+
+def test_no_subcommand_is_usage(capsys) -> None:
+    assert main([]) == ExitCode.USAGE
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--bogus"], "unrecognized arguments: --bogus"),
+        (["serve", "--prometheus.url", "localhost:9090"], "--prometheus.url must be"),
+        (["serve", "--web.listen-address", "nope"], "--web.listen-address must be"),
+        (["serve", "--cycle.interval", "0"], "--cycle.interval must be > 0"),
+        (["once", "--stall.idle-ratio", "2"], "--stall.idle-ratio must be in 0..1"),
+        (["once", "--prometheus.bearer-token-file", "/nonexistent/t"], "bearer-token-file"),
+        (["once", "--prometheus.timeout", "abc"], "invalid float value"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:
+    assert main(argv) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_secrets_are_read_from_files_and_not_in_repr(tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("abc123\n")
+    (tmp_path / "pw").write_text("hunter2\n")
+    args = build_parser().parse_args(
+        [
+            "once",
+            "--prometheus.bearer-token-file",
+            str(tmp_path / "tok"),
+            "--prometheus.basic-auth-user",
+            "me",
+            "--prometheus.basic-auth-password-file",
+            str(tmp_path / "pw"),
+        ]
+    )
+    config = config_from_args(args)
+    assert config.bearer_token == "abc123" and config.basic_auth == ("me", "hunter2")
+    assert "abc123" not in repr(config) and "hunter2" not in repr(config)
+
+
+def test_once_with_prometheus_down_exits_1_with_one_line(tmp_path: Path) -> None:
+    port = free_port()
+    proc = run_cli(
+        "once",
+        "--prometheus.url",
+        f"http://127.0.0.1:{port}",
+        "--prometheus.retries",
+        "0",
+        "--history.db",
+        str(tmp_path / "h.sqlite"),
+        "--log.level",
+        "error",
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot connect" in errors[0]
+
+
+def test_corrupt_history_exits_1_and_keeps_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"garbage" * 1000)
+    proc = run_cli("once", "--history.db", str(db))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: history file") and "Traceback" not in proc.stderr
+    assert db.read_bytes() == b"garbage" * 1000
+    debug = run_cli("once", "--history.db", str(db), "--debug")
+    assert "Traceback" in debug.stderr and debug.returncode == 1
+
+
+def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:
+    seed = tmp_path / "runs.csv"
+    seed.write_text("run_id,epoch\nx,1\n")
+    proc = run_cli(
+        "once", "--history.db", str(tmp_path / "h.sqlite"), "--history.seed-csv", str(seed)
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_evaluate_and_top_are_delegated() -> None:
+    for sub in ("evaluate", "top"):
+        proc = run_cli(sub, "--help")
+        assert "Traceback" not in proc.stderr
+        assert proc.returncode == 0 or proc.stderr.startswith(f"error: {sub} is not available")

@@ -1,0 +1,81 @@
+"""forecaster.server: the cycle loop's stale handling and the HTTP endpoints."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import requests
+
+from forecaster.cycle import ForecastSet
+from forecaster.promapi import PromAPIError
+from forecaster.publish import ServiceState, make_registry
+from forecaster.server import MetricsServer, Service
+
+
+class ScriptedCycle:
+    """Returns or raises what the script says, one entry per call."""
+
+    def __init__(self, script: list) -> None:
+        self.script = list(script)
+        self.calls = 0
+        self.ran = threading.Event()
+
+    def run(self) -> ForecastSet:
+        self.calls += 1
+        self.ran.set()
+        item = self.script.pop(0) if self.script else ForecastSet(timestamp=time.time())
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+def test_stale_while_failing_then_recovers() -> None:
+    state = ServiceState()
+    first = ForecastSet(timestamp=1.0, n_history=5)
+    cycle = ScriptedCycle([PromAPIError("down"), first, PromAPIError("down"), RuntimeError("bug")])
+    svc = Service(cycle, state, 60, clock=lambda: 123.0)
+    assert svc.run_once() is False
+    assert state.stale is False and state.forecasts is None  # nothing to be stale about yet
+    assert svc.run_once() is True
+    assert state.forecasts is first and state.last_success_timestamp == 123.0
+    assert svc.run_once() is False
+    assert state.stale is True and state.forecasts is first  # last good set kept
+    assert svc.run_once() is False  # an unexpected exception does not kill the loop
+    assert "RuntimeError: bug" in state.last_error
+    assert svc.run_once() is True
+    assert state.stale is False
+    assert state.job_errors["cycle_failed"] == 3
+
+
+def test_loop_runs_on_its_interval_and_stops() -> None:
+    cycle = ScriptedCycle([])
+    svc = Service(cycle, ServiceState(), 0.05)
+    svc.start()
+    deadline = time.monotonic() + 20
+    while cycle.calls < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    svc.stop()
+    assert cycle.calls >= 3
+    calls = cycle.calls
+    time.sleep(0.2)
+    assert cycle.calls == calls
+
+
+def test_http_endpoints() -> None:
+    state = ServiceState()
+    srv = MetricsServer(make_registry(state), "127.0.0.1", 0).start()
+    try:
+        base = f"http://127.0.0.1:{srv.port}"
+        resp = requests.get(base + "/metrics", timeout=10)
+        assert resp.status_code == 200
+        assert "gpu_eta_forecaster_stale 0.0" in resp.text
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        om = requests.get(
+            base + "/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=10
+        )
+        assert om.text.rstrip().endswith("# EOF")
+        assert requests.get(base + "/healthz", timeout=10).text == "ok\n"
+        assert requests.get(base + "/nope", timeout=10).status_code == 404
+    finally:
+        srv.stop()
