@@ -1,0 +1,287 @@
+"""Progress of unmodified jobs, read from the container logs the kubelet writes.
+
+Follows ``<root>/<namespace>_<pod>_<uid>/<container>/<N>.log`` for the pods the
+pod source knows (nothing else under the root is opened). Lines are in CRI format::
+
+    2024-01-01T00:00:00.123456789Z stdout F Epoch 3/15
+
+``P`` (partial) lines are continued by the next line of the same stream; tqdm and
+Keras redraw with ``\\r`` inside one line, so each ``\\r`` segment is a screen state
+and only the last complete one of each chunk is parsed (``exporter.logformats``).
+
+Files are tracked by inode: a rotated file (kubelet renames ``0.log`` to
+``0.log.<date>`` and starts a new ``0.log``) is read to its end, then dropped;
+a file that shrank was truncated and is read again from the start. Work is bounded:
+at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll`` in all per
+poll (the rest waits for the next poll), physical lines over ``max_line_bytes`` and
+screen segments over ``max_segment_bytes`` are skipped and counted as ``oversize``;
+bytes are decoded leniently, so binary output is just "ignored".
+
+Lines whose CRI timestamp is older than the progress already stored for the
+container are not applied again, so re-reading a file after an exporter restart
+does not mistake old epochs for a new run.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.logformats import LogState, fold, last_segment, parse_line, parse_setup, visible
+from exporter.progress import ReportError
+from exporter.progress_store import ProgressStore
+from exporter.readings import PodMeta
+
+log = logging.getLogger(__name__)
+
+RESULTS = ("matched", "ignored", "oversize")
+_LOG_NAME = re.compile(r"(\d{1,9})\.log(\.\d{8}-\d{6})?\Z")
+_TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)\Z")
+
+
+def parse_cri_timestamp(text: str) -> float | None:
+    """RFC 3339 with nanoseconds (as CRI runtimes write it) → unix seconds, or None."""
+    m = _TS.match(text)
+    if m is None:
+        return None
+    try:
+        seconds = calendar.timegm(
+            (int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]), 0, 0, 0)
+        )
+    except (ValueError, OverflowError):
+        return None
+    fraction = float(m[7]) if m[7] else 0.0
+    zone = m[8]
+    if zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return seconds + fraction
+
+
+@dataclass
+class _Follower:
+    """Read position in one log file, kept across polls and renames."""
+
+    path: Path
+    inode: tuple[int, int]
+    offset: int = 0
+    pending: bytes = b""  # an incomplete physical line at the end of the file
+    discarding: bool = False  # inside an oversize physical line: skip to its newline
+    carry: dict[str, str] = field(default_factory=dict)  # stream -> unfinished \r segment
+    head: bytes = b""  # first bytes: if they change, the file was truncated and rewritten
+
+
+class LogProgressCollector:
+    """Feeds progress found in container logs into the ``ProgressStore`` (source ``log``)."""
+
+    def __init__(
+        self,
+        root: Path,
+        store: ProgressStore,
+        pods: Callable[[], Sequence[PodMeta]],
+        *,
+        max_bytes_per_poll: int = 16 << 20,
+        max_bytes_per_file: int = 4 << 20,
+        max_line_bytes: int = 64 << 10,
+        max_segment_bytes: int = 8 << 10,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.root = Path(root)
+        self.store = store
+        self._pods = pods
+        self.max_bytes_per_poll = max_bytes_per_poll
+        self.max_bytes_per_file = max_bytes_per_file
+        self.max_line_bytes = max_line_bytes
+        self.max_segment_bytes = max_segment_bytes
+        self._clock = clock
+        self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
+        self._states: dict[tuple[str, str, str], LogState] = {}
+        self._counts = dict.fromkeys(RESULTS, 0)
+
+    def counts(self) -> Mapping[str, int]:
+        """Log lines by result since start (``gpu_eta_exporter_log_lines_total``)."""
+        return dict(self._counts)
+
+    def poll(self) -> None:
+        """Read what is new in the known pods' log files (bounded) and apply it."""
+        try:
+            pods = self._pods()
+        except Exception as err:
+            from exporter.collectors import CollectorError
+
+            raise CollectorError(f"logs: pod list unavailable: {err}") from err
+        wanted = {f"{p.namespace}_{p.name}_{p.uid}": p for p in pods}
+        budget = self.max_bytes_per_poll
+        seen: set[tuple[str, str, str]] = set()
+        for dirname, pod in sorted(wanted.items()):
+            pod_dir = self.root / dirname
+            try:
+                containers = sorted(e.name for e in os.scandir(pod_dir) if e.is_dir())
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as err:
+                log.debug("logs: cannot list %s: %s", pod_dir, err)
+                continue
+            for container in containers:
+                key = (pod.namespace, pod.name, container)
+                seen.add(key)
+                budget = self._poll_container(key, pod_dir / container, budget)
+        for key in [k for k in self._followers if k not in seen]:
+            del self._followers[key]
+            self._states.pop(key, None)
+
+    # -- files -----------------------------------------------------------------------
+
+    def _poll_container(self, key: tuple[str, str, str], directory: Path, budget: int) -> int:
+        found: dict[tuple[int, int], tuple[Path, int, bool, int]] = {}
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return budget
+        for entry in entries:
+            m = _LOG_NAME.match(entry.name)
+            if m is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            found[(st.st_dev, st.st_ino)] = (
+                Path(entry.path),
+                st.st_size,
+                m[2] is not None,
+                int(m[1]),
+            )
+        followers = self._followers.setdefault(key, {})
+        for inode in [i for i in followers if i not in found]:
+            del followers[inode]  # deleted (or gzipped) after rotation
+        for inode, (path, _size, rotated, _n) in found.items():
+            if inode not in followers and not rotated:
+                followers[inode] = _Follower(path=path, inode=inode)
+            elif inode in followers:
+                followers[inode].path = path
+        # rotated files first (older lines), then current files by number
+        order = sorted(
+            followers.values(),
+            key=lambda f: (not found[f.inode][2], found[f.inode][3], f.path.name),
+        )
+        for follower in order:
+            if budget <= 0:
+                break
+            size = found[follower.inode][1]
+            budget -= self._read(key, follower, size, budget)
+        return budget
+
+    def _read(self, key: tuple[str, str, str], follower: _Follower, size: int, budget: int) -> int:
+        try:
+            with open(follower.path, "rb") as fh:
+                if follower.head and (
+                    size < follower.offset or fh.read(len(follower.head)) != follower.head
+                ):
+                    # truncated (copytruncate, or a reused file): start again from the top
+                    follower.offset = 0
+                    follower.pending = b""
+                    follower.discarding = False
+                    follower.carry.clear()
+                    follower.head = b""
+                want = min(size - follower.offset, self.max_bytes_per_file, budget)
+                if want <= 0:
+                    return 0
+                fh.seek(follower.offset)
+                data = fh.read(want)
+        except OSError as err:
+            log.debug("logs: cannot read %s: %s", follower.path, err)
+            return 0
+        if follower.offset == 0:
+            follower.head = data[:64]
+        follower.offset += len(data)
+        self._feed(key, follower, data)
+        return len(data)
+
+    def _feed(self, key: tuple[str, str, str], follower: _Follower, data: bytes) -> None:
+        lines = data.split(b"\n")
+        tail = lines.pop()  # bytes after the last newline: an unfinished line
+        if lines:
+            first = lines[0]
+            if follower.discarding:
+                lines[0] = b""
+                follower.discarding = False
+                if not first:
+                    lines.pop(0)
+            elif follower.pending:
+                lines[0] = follower.pending + first
+            follower.pending = b""
+        elif follower.discarding:
+            return
+        else:
+            tail = follower.pending + tail
+        if len(tail) > self.max_line_bytes:
+            self._counts["oversize"] += 1
+            follower.discarding = True
+            follower.pending = b""
+        else:
+            follower.pending = tail
+        for raw in lines:
+            if raw:
+                self._line(key, follower, raw)
+
+    # -- lines -----------------------------------------------------------------------
+
+    def _line(self, key: tuple[str, str, str], follower: _Follower, raw: bytes) -> None:
+        counts = self._counts
+        if len(raw) > self.max_line_bytes:
+            counts["oversize"] += 1
+            return
+        parts = raw.decode("utf-8", "replace").split(" ", 3)
+        if len(parts) != 4 or parts[2] not in ("F", "P"):
+            counts["ignored"] += 1
+            return
+        stamp, stream, tag, message = parts
+        carry = follower.carry.pop(stream, "")
+        if carry:
+            message = carry + message
+        if tag == "P":
+            head, sep, rest = message.rpartition("\r")
+            if len(rest) > self.max_segment_bytes:
+                counts["oversize"] += 1
+                rest = ""
+            follower.carry[stream] = rest
+            if not sep:
+                counts["ignored"] += 1
+                return
+            message = head
+        segment = last_segment(message)
+        if len(segment) > self.max_segment_bytes:
+            counts["oversize"] += 1
+            return
+        text = visible(segment)
+        match = parse_line(text)
+        if match is None and "=" in text:
+            match = parse_setup(text)
+        if match is None:
+            counts["ignored"] += 1
+            return
+        counts["matched"] += 1
+        now = parse_cri_timestamp(stamp)
+        if now is None:
+            now = self._clock()
+        ns, pod, container = key
+        previous = self.store.get(ns, pod, container, "log")
+        if previous is not None and now < previous.last_report_timestamp:
+            return  # already applied before (a re-read after restart)
+        state, report = fold(self._states.get(key, LogState()), previous, match)
+        self._states[key] = state
+        if report is None:
+            return
+        # a report inconsistent with the run so far is dropped: what is stored stays
+        with contextlib.suppress(ReportError):
+            self.store.merge(ns, pod, container, "log", report, now)

@@ -1,0 +1,302 @@
+"""Recognise training progress in one line of a container's output (pure).
+
+``parse_line(text)`` looks at one terminal line as the user would see it (the last
+``\\r``-separated segment of a log line, ANSI colours and backspaces removed by
+``visible()``) and returns a ``LogMatch`` or ``None``. Unknown lines cost a few
+substring tests. ``fold(state, previous, match)`` turns matches into ``Report``s
+with run-wide meaning (completed epochs, global step) using a little per-container
+state, so the store applies log progress with the same rules as HTTP reports.
+
+Recognised (examples are real output, see ``tests/fixtures/logs/``):
+
+- Keras epoch header: ``Epoch 3/15`` (1-based: epoch 3 starts, 2 are done)
+- Keras step bar, Keras 2 and 3: ``50000/50000 [====...] - 10s 199us/sample - loss: 1.55``
+  and ``12/12 ━━━━━━━━ 1s 59ms/step - accuracy: 0.34 - loss: 0.98``; complete
+  (no ``ETA``) ⇒ the epoch is done
+- tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
+  description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N
+- PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
+  epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
+  index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored
+- Hugging Face Trainer: its log dicts ``{'loss': 0.63, 'epoch': 1.5}`` (numbers or
+  quoted numbers) and its global-step tqdm bar; ``Num Epochs = 3`` and
+  ``Total optimization steps = 24`` when its INFO logging is on
+- the marker line ``GPU_ETA_PROGRESS {"epoch": 3, "epochs": 10, ...}``: the HTTP
+  wire format (``docs/progress.md``) printed on one line
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from exporter.progress import MAX_METRICS, Report, ReportError, parse_report
+from exporter.readings import Progress
+
+MARKER = "GPU_ETA_PROGRESS"
+_EMPTY: Mapping[str, float] = MappingProxyType({})
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x08\x00-\x07\x0b-\x1f]")
+
+_KERAS_EPOCH = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9})\s*\Z")
+# "12/12 ━━━━ 1s 59ms/step - loss: 0.9" and "50000/50000 [=====] - 10s ... - loss: 1.5"
+_KERAS_BAR = re.compile(r"\s*(\d{1,12})/(\d{1,12}) (?:\[[=>.]*\]|━+)(.*)\Z")
+_KERAS_METRIC = re.compile(r" - ([A-Za-z_][A-Za-z0-9_]{0,63}): (-?[0-9.]+(?:e[-+]?\d+)?)")
+# tqdm: "desc: 45%|####      | 450/1000 [00:10<00:12, 45.0it/s, loss=0.2]"
+_TQDM = re.compile(
+    r"(?:(.{0,200}?): ?)?\s*(\d{1,3})%\|[^|]{0,200}\| ?(\d{1,12})/(\d{1,12}) \[(.{0,400})"
+)
+_TQDM_POSTFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=(-?[0-9.]+(?:e[-+]?\d+)?)")
+_EPOCH_OF = re.compile(r"[Ee]poch[ :]*(\d{1,9})\s*/\s*(\d{1,9})")
+_EPOCH_INDEX = re.compile(r"Epoch (\d{1,9})\Z")
+_RICH_LIGHTNING = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9}) +━+ *(\d{1,12})/(\d{1,12}) .*•(.*)\Z")
+_HF_ITEM = re.compile(r"'([A-Za-z_][A-Za-z0-9_]{0,63})': '?(-?[0-9.]+(?:e[-+]?\d+)?)'?")
+_HF_EPOCHS = re.compile(r"\s*Num Epochs = ([\d,]{1,15})\s*\Z")
+_HF_STEPS = re.compile(r"\s*Total optimization steps = ([\d,]{1,15})\s*\Z")
+_SKIP_BARS = ("Validation", "Sanity Checking", "Testing", "Predicting")
+
+
+@dataclass(frozen=True, slots=True)
+class LogMatch:
+    """What one line says. Counts are as printed; ``fold`` gives them run-wide meaning.
+
+    ``kind``: ``keras_epoch``, ``keras_bar``, ``tqdm``, ``lightning``, ``hf_log``,
+    ``hf_setup``, ``marker``.
+    """
+
+    kind: str
+    epoch_done: float | None = None  # completed epochs, when the line alone says so
+    epoch_current: int | None = None  # 1-based epoch in progress (Keras header, tqdm desc)
+    epochs: int | None = None
+    bar: int | None = None  # position in a step bar
+    bar_total: int | None = None
+    bar_is_epoch: bool = False  # the bar counts steps of one epoch (else of the run)
+    complete: bool = False  # bar at its end (and no ETA left)
+    metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    report: Report | None = None  # marker lines carry a full report
+
+
+def visible(segment: str) -> str:
+    """What a terminal shows of one segment: ANSI escapes and control bytes removed."""
+    if "\x1b" in segment or "\x08" in segment or "\x00" in segment:
+        return _ANSI.sub("", segment)
+    return segment
+
+
+def last_segment(message: str) -> str:
+    """The last non-empty ``\\r`` segment: what a terminal shows after the updates."""
+    if "\r" not in message:
+        return message
+    for segment in reversed(message.split("\r")):
+        if segment.strip():
+            return segment
+    return ""
+
+
+def _numbers(pairs: list[tuple[str, str]]) -> Mapping[str, float]:
+    out: dict[str, float] = {}
+    for name, raw in pairs:
+        if len(out) >= MAX_METRICS:
+            break
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        if math.isfinite(value) and abs(value) <= 1e12:
+            out[name] = value
+    return MappingProxyType(out) if out else _EMPTY
+
+
+def parse_line(text: str) -> LogMatch | None:
+    """One visible line → ``LogMatch`` or ``None``. Never raises on any input."""
+    if len(text) > 65536:
+        return None
+    if MARKER in text:
+        _, _, payload = text.partition(MARKER)
+        try:
+            return LogMatch(kind="marker", report=parse_report(payload.strip()))
+        except (ReportError, RecursionError):
+            return None
+    if "/" not in text:
+        return _parse_braced(text) if "{'" in text else None
+    if "|" in text:
+        return _parse_tqdm(text)
+    if "━" in text or "[" in text:
+        rich = _RICH_LIGHTNING.match(text)
+        if rich is not None:
+            index, last_index, n, total = (int(g) for g in rich.groups()[:4])
+            done = n >= total and total > 0
+            return LogMatch(
+                kind="lightning",
+                epoch_done=index + 1 if done else index,
+                epoch_current=index + 1,
+                epochs=last_index + 1,
+                bar=n,
+                bar_total=total,
+                bar_is_epoch=True,
+                complete=done,
+                metrics=_numbers(
+                    re.findall(r"([A-Za-z_][A-Za-z0-9_]{0,63}): (-?[0-9.]+)", rich[5])
+                ),
+            )
+        bar = _KERAS_BAR.match(text)
+        if bar is not None:
+            n, total = int(bar[1]), int(bar[2])
+            if total == 0 or n > total:
+                return None
+            rest = bar[3]
+            return LogMatch(
+                kind="keras_bar",
+                bar=n,
+                bar_total=total,
+                bar_is_epoch=True,
+                complete=n == total and "ETA" not in rest,
+                metrics=_numbers(_KERAS_METRIC.findall(rest)),
+            )
+        return None
+    epoch = _KERAS_EPOCH.match(text)
+    if epoch is not None:
+        k, n = int(epoch[1]), int(epoch[2])
+        if k < 1 or n < 1 or k > n:
+            return None
+        return LogMatch(kind="keras_epoch", epoch_done=k - 1, epoch_current=k, epochs=n)
+    return None
+
+
+def _parse_tqdm(text: str) -> LogMatch | None:
+    m = _TQDM.search(text)
+    if m is None:
+        return None
+    desc = (m[1] or "").strip()
+    if desc.startswith(_SKIP_BARS):
+        return None
+    n, total = int(m[3]), int(m[4])
+    if total == 0 or n > total:
+        return None
+    complete = n == total
+    metrics = _numbers(_TQDM_POSTFIX.findall(m[5]))
+    of = _EPOCH_OF.search(desc) if desc else None
+    if of is not None:  # "Epoch 3/10": 1-based epoch of N, bar over that epoch's steps
+        k, epochs = int(of[1]), int(of[2])
+        if k < 1 or epochs < 1 or k > epochs:
+            return None
+        return LogMatch(
+            kind="tqdm",
+            epoch_done=k if complete else k - 1,
+            epoch_current=k,
+            epochs=epochs,
+            bar=n,
+            bar_total=total,
+            bar_is_epoch=True,
+            complete=complete,
+            metrics=metrics,
+        )
+    index = _EPOCH_INDEX.search(desc) if desc else None
+    if index is not None:  # Lightning's "Epoch 2": 0-based index, N not printed
+        k = int(index[1])
+        return LogMatch(
+            kind="lightning",
+            epoch_done=k + 1 if complete else k,
+            epoch_current=k + 1,
+            bar=n,
+            bar_total=total,
+            bar_is_epoch=True,
+            complete=complete,
+            metrics=metrics,
+        )
+    return LogMatch(kind="tqdm", bar=n, bar_total=total, complete=complete, metrics=metrics)
+
+
+def _parse_braced(text: str) -> LogMatch | None:
+    stripped = text.strip()
+    if stripped.startswith("{'") and stripped.endswith("}"):
+        items = _HF_ITEM.findall(stripped)
+        if not items:
+            return None
+        values = dict(_numbers(items[: MAX_METRICS + 1]))
+        epoch = values.pop("epoch", None)
+        return LogMatch(
+            kind="hf_log",
+            epoch_done=math.floor(epoch) if epoch is not None else None,
+            metrics=MappingProxyType(values) if values else _EMPTY,
+        )
+    return None
+
+
+def parse_setup(text: str) -> LogMatch | None:
+    """HF Trainer's INFO banner lines (``Num Epochs = 3``): rare, so checked apart."""
+    m = _HF_EPOCHS.match(text)
+    if m is not None:
+        value = int(m[1].replace(",", ""))
+        return LogMatch(kind="hf_setup", epochs=value) if value > 0 else None
+    m = _HF_STEPS.match(text)
+    if m is not None:
+        value = int(m[1].replace(",", ""))
+        return LogMatch(kind="hf_setup", bar_total=value) if value > 0 else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """Per-container memory between lines: the Keras epoch in progress and its plan."""
+
+    epoch_current: int | None = None
+    epochs: int | None = None
+
+
+def fold(
+    state: LogState, previous: Progress | None, match: LogMatch
+) -> tuple[LogState, Report | None]:
+    """A match plus what came before → (new state, report for the store, or None)."""
+    if match.kind == "marker":
+        return state, match.report
+    if match.kind == "keras_epoch":
+        return (
+            LogState(epoch_current=match.epoch_current, epochs=match.epochs),
+            Report(epoch=match.epoch_done, epochs=match.epochs),
+        )
+    if match.kind == "hf_setup":
+        if match.epochs is not None:
+            return state, Report(epochs=match.epochs)
+        return state, Report(steps=match.bar_total)
+    if match.kind == "hf_log":
+        if match.epoch_done is None and not match.metrics:
+            return state, None
+        epochs = previous.epochs if previous is not None else None
+        epoch = match.epoch_done
+        if epoch is not None and epochs is not None and epoch > epochs:
+            epoch = epochs
+        return state, Report(epoch=epoch, metrics=match.metrics)
+    if match.kind == "keras_bar":
+        current = state.epoch_current
+        epochs = state.epochs
+        if current is None:  # no header seen (e.g. exporter restarted mid-run)
+            current = int(previous.epoch or 0) + 1 if previous is not None else 1
+            epochs = int(previous.epochs) if previous is not None and previous.epochs else None
+            if epochs is not None and current > epochs:
+                return state, None
+        assert match.bar is not None and match.bar_total is not None
+        step = (current - 1) * match.bar_total + match.bar
+        return state, Report(
+            epoch=current if match.complete else current - 1,
+            epochs=epochs,
+            step=step,
+            steps=epochs * match.bar_total if epochs else None,
+            metrics=match.metrics,
+        )
+    # tqdm and Lightning bars
+    assert match.bar is not None and match.bar_total is not None
+    if match.bar_is_epoch and match.epoch_current is not None:
+        step = (match.epoch_current - 1) * match.bar_total + match.bar
+        steps = match.epochs * match.bar_total if match.epochs else None
+        new_state = replace(state, epoch_current=None)
+        return new_state, Report(
+            epoch=match.epoch_done,
+            epochs=match.epochs,
+            step=step,
+            steps=steps,
+            metrics=match.metrics,
+        )
+    return state, Report(step=match.bar, steps=match.bar_total, metrics=match.metrics)

@@ -1,0 +1,315 @@
+"""Progress reports: validate a wire body, fold a report into the latest progress.
+
+Pure functions only (no I/O, no clock: callers pass ``now``), shared by the HTTP
+listener and the log collector so both sources obey the same rules:
+
+- ``parse_report(body)`` turns an untrusted ``POST /progress`` body (or the JSON of a
+  ``GPU_ETA_PROGRESS`` log marker) into a ``Report`` or raises ``MalformedReport``
+  (not JSON / not an object) or ``InvalidReport`` (wrong type, negative, non-finite,
+  epoch > epochs, ...) whose message is one line, safe to send back to the sender.
+- ``advance(previous, report, ...)`` folds a report into the container's previous
+  ``Progress``: it decides when a new run starts (so two trainings in one notebook
+  never become one series), carries known fields forward and stamps epoch ends.
+
+The wire format is documented in ``docs/progress.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from exporter.readings import Progress
+
+MAX_BODY_BYTES = 4096
+MAX_METRICS = 16
+MAX_NUMBER = 1e12  # larger counts are not training progress; refuse rather than overflow
+_EMPTY: Mapping[str, float] = MappingProxyType({})
+_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+_METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_CONTAINER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_EARLIEST_TIMESTAMP = 946_684_800.0  # 2000-01-01: anything older is a unit mistake
+_FUTURE_SKEW_SECONDS = 300.0
+EVENTS = ("start", "progress", "end")
+_COUNTERS = ("epoch", "epochs", "step", "steps", "batch_size")
+_KNOWN = frozenset({*_COUNTERS, "run_id", "run_start", "container", "event", "metrics"})
+
+
+class ReportError(ValueError):
+    """A report that cannot be used; ``str(err)`` is one line naming the problem."""
+
+    result = "invalid"
+
+
+class MalformedReport(ReportError):
+    """Not a JSON object at all (counted as ``malformed``)."""
+
+    result = "malformed"
+
+
+class InvalidReport(ReportError):
+    """Well-formed JSON with a bad value (counted as ``invalid``)."""
+
+    result = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One validated progress report; ``None`` means "not stated in this report".
+
+    ``epoch`` counts completed epochs (1 after the first epoch ended), ``step`` counts
+    completed steps of the whole run (global step), ``steps`` the run's planned total.
+    """
+
+    epoch: float | None = None
+    epochs: float | None = None
+    step: float | None = None
+    steps: float | None = None
+    batch_size: float | None = None
+    run_id: str | None = None
+    run_start: float | None = None
+    container: str | None = None
+    event: str = "progress"
+    metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+
+
+def _number(name: str, value: object, *, allow_negative: bool = False) -> float:
+    """A finite JSON number (bool is not a number here), or InvalidReport."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidReport(f"{name} must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidReport(f"{name} must be finite")
+    if number < 0 and not allow_negative:
+        raise InvalidReport(f"{name} must not be negative")
+    if abs(number) > MAX_NUMBER:
+        raise InvalidReport(f"{name} is too large")
+    return number
+
+
+def _metrics(items: Mapping[str, object]) -> Mapping[str, float]:
+    out: dict[str, float] = {}
+    for name, value in items.items():
+        if not isinstance(name, str) or not _METRIC_NAME.match(name):
+            raise InvalidReport(f"bad field name {name[:40]!r}")
+        out[name] = _number(name, value, allow_negative=True)
+    if len(out) > MAX_METRICS:
+        raise InvalidReport(f"at most {MAX_METRICS} free-form fields, got {len(out)}")
+    return MappingProxyType(out)
+
+
+def _loads_strict(text: str) -> object:
+    """json.loads that refuses NaN/Infinity literals (not JSON) and deep nesting."""
+
+    def no_constant(name: str) -> object:
+        raise MalformedReport(f"not JSON: {name} is not a JSON value")
+
+    return json.loads(text, parse_constant=no_constant)
+
+
+def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
+    """Validate an untrusted report body (≤ ``MAX_BODY_BYTES``) into a ``Report``.
+
+    ``now`` (unix seconds) bounds ``run_start`` from above when given, so a sender
+    cannot claim a run that starts next year.
+    """
+    if len(body) > MAX_BODY_BYTES:
+        raise InvalidReport(f"body larger than {MAX_BODY_BYTES} bytes")
+    try:
+        text = body.decode("utf-8") if isinstance(body, bytes) else body
+        data = _loads_strict(text)
+    except MalformedReport:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        reason = str(err).splitlines()[0][:80] if str(err) else type(err).__name__
+        raise MalformedReport(f"not JSON: {reason}") from None
+    if not isinstance(data, dict):
+        raise MalformedReport(f"expected a JSON object, got {type(data).__name__}")
+
+    values: dict[str, float | None] = {}
+    for name in _COUNTERS:
+        raw = data.get(name)
+        values[name] = None if raw is None else _number(name, raw)
+    epoch, epochs = values["epoch"], values["epochs"]
+    step, steps = values["step"], values["steps"]
+    if epochs is not None and epochs < 1:
+        raise InvalidReport("epochs must be at least 1")
+    if epoch is not None and epochs is not None and epoch > epochs:
+        raise InvalidReport(f"epoch {epoch:g} > epochs {epochs:g}")
+    if steps is not None and steps < 1:
+        raise InvalidReport("steps must be at least 1")
+    if step is not None and steps is not None and step > steps:
+        raise InvalidReport(f"step {step:g} > steps {steps:g}")
+    if values["batch_size"] is not None and values["batch_size"] < 1:
+        raise InvalidReport("batch_size must be at least 1")
+
+    run_id = data.get("run_id")
+    if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.match(run_id)):
+        raise InvalidReport("run_id must be 1-64 characters of [A-Za-z0-9._-]")
+    run_start = data.get("run_start")
+    if run_start is not None:
+        run_start = _number("run_start", run_start)
+        if run_start < _EARLIEST_TIMESTAMP:
+            raise InvalidReport("run_start must be unix seconds")
+        if now is not None and run_start > now + _FUTURE_SKEW_SECONDS:
+            raise InvalidReport("run_start is in the future")
+    container = data.get("container")
+    if container is not None and (
+        not isinstance(container, str) or not _CONTAINER.match(container)
+    ):
+        raise InvalidReport("container must be a DNS-1123 label")
+    event = data.get("event", "progress")
+    if event not in EVENTS:
+        raise InvalidReport("event must be one of start, progress, end")
+
+    extra: dict[str, object] = {k: v for k, v in data.items() if k not in _KNOWN}
+    nested = data.get("metrics")
+    if nested is not None:
+        if not isinstance(nested, dict):
+            raise InvalidReport("metrics must be an object of numbers")
+        extra.update(nested)
+    if event != "start" and not extra and all(v is None for v in values.values()):
+        raise InvalidReport("no progress fields (epoch, step, ...)")
+    return Report(
+        epoch=epoch,
+        epochs=epochs,
+        step=step,
+        steps=steps,
+        batch_size=values["batch_size"],
+        run_id=run_id,
+        run_start=run_start,
+        container=container,
+        event=event,
+        metrics=_metrics(extra),
+    )
+
+
+def derived_run_id(namespace: str, pod: str, container: str, source: str, start: float) -> str:
+    """A stable run id for runs whose sender named none (logs, plain curl).
+
+    Derived, not random, so a restarted exporter re-reading the same log lines
+    arrives at the same id.
+    """
+    key = f"{namespace}/{pod}/{container}/{source}/{start:.3f}".encode()
+    return hashlib.blake2b(key, digest_size=6).hexdigest()
+
+
+def starts_new_run(previous: Progress | None, report: Report) -> bool:
+    """Whether ``report`` begins a run rather than continuing ``previous``.
+
+    A named run id decides alone. Without one (logs, curl) a run restarts when the
+    epoch or step counter goes back or the planned totals change: the signature of
+    a notebook that trains again.
+    """
+    if previous is None or report.event == "start":
+        return True
+    if report.run_id is not None:
+        return report.run_id != previous.run_id
+    if (
+        report.epochs is not None
+        and previous.epochs is not None
+        and report.epochs != previous.epochs
+    ):
+        return True
+    if report.epoch is not None and previous.epoch is not None and report.epoch < previous.epoch:
+        return True
+    if (
+        report.epoch is None
+        and report.step is not None
+        and previous.step is not None
+        and report.step < previous.step
+    ):
+        return True
+    return bool(
+        report.epochs is None
+        and previous.epochs is None
+        and report.steps is not None
+        and previous.steps is not None
+        and report.steps != previous.steps
+    )
+
+
+def _merged_metrics(old: Mapping[str, float], new: Mapping[str, float]) -> Mapping[str, float]:
+    if not new:
+        return old
+    merged = dict(old)
+    merged.update(new)
+    if len(merged) > MAX_METRICS:  # keep the newest names: the sender switched metrics
+        merged = dict(new)
+        for key, value in old.items():
+            if len(merged) >= MAX_METRICS:
+                break
+            merged.setdefault(key, value)
+    return MappingProxyType(merged)
+
+
+def advance(
+    previous: Progress | None,
+    report: Report,
+    *,
+    namespace: str,
+    pod: str,
+    container: str,
+    source: str,
+    now: float,
+) -> Progress:
+    """Fold ``report`` into ``previous`` (the container's latest progress from ``source``).
+
+    Raises ``InvalidReport`` when the merged state is impossible (epoch above the
+    planned epochs of the same run); the caller then keeps ``previous`` unchanged.
+    """
+    if starts_new_run(previous, report):
+        start = report.run_start if report.run_start is not None else now
+        run_id = report.run_id or derived_run_id(namespace, pod, container, source, start)
+        base = Progress(
+            namespace=namespace,
+            pod=pod,
+            container=container,
+            run_id=run_id,
+            run_start_timestamp=start,
+            last_report_timestamp=now,
+            source=source,
+        )
+        prev_epoch = None
+    else:
+        assert previous is not None
+        base = previous
+        prev_epoch = previous.epoch
+
+    def pick(new: float | None, old: float | None) -> float | None:
+        return old if new is None else new
+
+    epoch = pick(report.epoch, base.epoch)
+    epochs = pick(report.epochs, base.epochs)
+    step = pick(report.step, base.step)
+    steps = pick(report.steps, base.steps)
+    if epoch is not None and epochs is not None and epoch > epochs:
+        raise InvalidReport(f"epoch {epoch:g} > epochs {epochs:g} of run {base.run_id}")
+    if step is not None and steps is not None and step > steps:
+        raise InvalidReport(f"step {step:g} > steps {steps:g} of run {base.run_id}")
+    epoch_end = base.epoch_end_timestamp
+    if report.epoch is not None and prev_epoch is not None and report.epoch > prev_epoch:
+        epoch_end = now
+    elif report.epoch is not None and prev_epoch is None and report.epoch > 0 and epoch_end is None:
+        epoch_end = now  # first word we hear of this run already counts an epoch
+    return Progress(
+        namespace=namespace,
+        pod=pod,
+        container=container,
+        run_id=base.run_id,
+        run_start_timestamp=base.run_start_timestamp,
+        last_report_timestamp=max(now, base.last_report_timestamp),
+        source=source,
+        epoch=epoch,
+        epochs=epochs,
+        step=step,
+        steps=steps,
+        batch_size=pick(report.batch_size, base.batch_size),
+        epoch_end_timestamp=epoch_end,
+        metrics=_merged_metrics(base.metrics, report.metrics),
+    )

@@ -1,0 +1,346 @@
+"""The progress client: runs inside training processes, standard library only.
+
+Design goal: reporting must never hurt training. Every public method returns at
+once and never raises; reports go through a small bounded queue to one daemon
+thread that POSTs them with short timeouts over one kept-alive connection. Each
+report carries the whole state (run id, epoch, step, plan), so dropping one under
+pressure loses nothing but freshness: the queue drops its oldest entry when full,
+step reports are thinned to one per ``min_interval_seconds``, and after failures
+the sender backs off (dropping, and counting, what comes meanwhile).
+
+Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
+``http://10.0.0.5:9843/progress``), else the node IP from the downward API in
+``GPU_ETA_HOST_IP``, ``HOST_IP`` or ``NODE_IP`` (``status.hostIP``) with port
+``GPU_ETA_PORT`` (default 9843). With none of them the reporter is disabled
+(a warning once, no error).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import http.client
+import json
+import logging
+import math
+import os
+import re
+import secrets
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("gpu_eta.report")
+
+DEFAULT_PORT = 9843
+_METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_RESERVED = frozenset(
+    {
+        "epoch",
+        "epochs",
+        "step",
+        "steps",
+        "batch_size",
+        "run_id",
+        "run_start",
+        "container",
+        "event",
+        "metrics",
+    }
+)
+MAX_METRICS = 16
+
+
+def exporter_url(env: Mapping[str, str] | None = None) -> str | None:
+    """The exporter's ``/progress`` URL from the environment, or None if unknown."""
+    env = os.environ if env is None else env
+    url = env.get("GPU_ETA_URL", "").strip()
+    if url:
+        parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        path = parsed.path if parsed.path not in ("", "/") else "/progress"
+        return urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, path, "", ""))
+    for name in ("GPU_ETA_HOST_IP", "HOST_IP", "NODE_IP"):
+        host = env.get(name, "").strip()
+        if host:
+            port = env.get("GPU_ETA_PORT", "").strip() or str(DEFAULT_PORT)
+            if ":" in host and not host.startswith("["):
+                host = f"[{host}]"  # IPv6 node address
+            return f"http://{host}:{port}/progress"
+    return None
+
+
+def _clean_metrics(values: Mapping[str, Any]) -> dict[str, float]:
+    """Keep finite numbers with usable names (tensors with ``__float__`` included)."""
+    out: dict[str, float] = {}
+    for name, value in values.items():
+        if len(out) >= MAX_METRICS:
+            break
+        if not isinstance(name, str) or name in _RESERVED or isinstance(value, bool):
+            continue
+        key = name if _METRIC_NAME.match(name) else re.sub(r"[^A-Za-z0-9_]", "_", name)[:64]
+        if not _METRIC_NAME.match(key):
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError, RuntimeError):
+            continue
+        if math.isfinite(number):
+            out[key] = number
+    return out
+
+
+class ProgressReporter:
+    """One training run's reporter. Make it with ``start()``; see the module doc."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        epochs: int | None = None,
+        steps: int | None = None,
+        steps_per_epoch: int | None = None,
+        batch_size: int | None = None,
+        container: str | None = None,
+        timeout_seconds: float = 2.0,
+        min_interval_seconds: float = 1.0,
+        queue_size: int = 32,
+        source_address: str | None = None,
+        run_id: str | None = None,
+    ):
+        self.url = url if url is not None else exporter_url()
+        self.run_id = run_id or secrets.token_hex(8)
+        self.run_start = time.time()
+        self.epochs = epochs
+        self.steps_per_epoch = steps_per_epoch
+        if steps is None and epochs and steps_per_epoch:
+            steps = epochs * steps_per_epoch
+        self.steps = steps
+        self.batch_size = batch_size
+        self.container = container or os.environ.get("GPU_ETA_CONTAINER") or None
+        self.timeout_seconds = timeout_seconds
+        self.min_interval_seconds = min_interval_seconds
+        self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
+        self._epoch = 0
+        self._step = 0
+        self._metrics: dict[str, float] = {}
+        self._last_step_enqueue = float("-inf")
+        self._queue: collections.deque[bytes] = collections.deque(maxlen=max(1, queue_size))
+        self._cond = threading.Condition()
+        self._closing = False
+        self._inflight = False
+        self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0}
+        self._thread: threading.Thread | None = None
+        self._conn: http.client.HTTPConnection | None = None
+        self._target: tuple[str, int, str] | None = None
+        if self.url is None:
+            log.warning(
+                "gpu-eta: no exporter address (GPU_ETA_URL or HOST_IP/NODE_IP); progress not reported"
+            )
+            return
+        try:
+            parts = urllib.parse.urlsplit(self.url)
+            if parts.scheme != "http" or not parts.hostname:
+                raise ValueError("only http:// URLs")
+            self._target = (parts.hostname, parts.port or DEFAULT_PORT, parts.path or "/progress")
+        except ValueError as err:
+            log.warning("gpu-eta: bad exporter URL %r (%s); progress not reported", self.url, err)
+            self.url = None
+            return
+        self._thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
+        self._thread.start()
+        atexit.register(self.close, 1.0)
+
+    # -- public API: cheap, never raises ---------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._target is not None
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Reports ``sent`` (2xx), ``rejected`` (4xx), ``failed`` (network), ``dropped``."""
+        with self._cond:
+            return dict(self._stats)
+
+    def begin(self) -> None:
+        """Announce the run (``start()`` calls this): a new run id for the exporter."""
+        self._enqueue("start")
+
+    def step(self, step: int, **metrics: Any) -> None:
+        """``step`` steps of the run done (global step). Thinned to one report per interval."""
+        try:
+            self._step = step
+            if metrics:
+                self._metrics.update(_clean_metrics(metrics))
+            now = time.monotonic()
+            if now - self._last_step_enqueue >= self.min_interval_seconds:
+                self._last_step_enqueue = now
+                self._enqueue("progress")
+        except Exception:  # never into the training loop
+            pass
+
+    def epoch_end(self, epoch: int, step: int | None = None, **metrics: Any) -> None:
+        """``epoch`` epochs done (1 after the first). Always reported."""
+        try:
+            self._epoch = epoch
+            if step is not None:
+                self._step = step
+            elif self.steps_per_epoch:
+                self._step = max(self._step, epoch * self.steps_per_epoch)
+            if metrics:
+                self._metrics.update(_clean_metrics(metrics))
+            self._enqueue("progress")
+        except Exception:
+            pass
+
+    def end(self, flush_timeout_seconds: float = 2.0, **metrics: Any) -> None:
+        """Final report, then wait (bounded) until it is sent and stop the sender."""
+        try:
+            if metrics:
+                self._metrics.update(_clean_metrics(metrics))
+            self._enqueue("end")
+            self.close(flush_timeout_seconds)
+        except Exception:
+            pass
+
+    def close(self, flush_timeout_seconds: float = 2.0) -> None:
+        """Send what is queued within the timeout, then stop the thread."""
+        thread = self._thread
+        if thread is None:
+            return
+        deadline = time.monotonic() + flush_timeout_seconds
+        with self._cond:
+            while (self._queue or self._inflight) and time.monotonic() < deadline:
+                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+            self._closing = True
+            self._cond.notify_all()
+        thread.join(timeout=max(0.0, deadline - time.monotonic()) + 0.1)
+        self._thread = None
+
+    def __enter__(self) -> ProgressReporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
+
+    # -- internals -------------------------------------------------------------------
+
+    def _body(self, event: str) -> bytes:
+        body: dict[str, Any] = {
+            "run_id": self.run_id,
+            "run_start": round(self.run_start, 3),
+            "event": event,
+            "epoch": self._epoch,
+            "step": self._step,
+        }
+        if self.epochs:
+            body["epochs"] = self.epochs
+            body["epoch"] = min(self._epoch, self.epochs)
+        if self.steps:
+            body["steps"] = self.steps
+            body["step"] = min(self._step, self.steps)
+        if self.batch_size:
+            body["batch_size"] = self.batch_size
+        if self.container:
+            body["container"] = self.container
+        if self._metrics:
+            body["metrics"] = dict(self._metrics)
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def _enqueue(self, event: str) -> None:
+        if self._target is None or self._closing:
+            return
+        data = self._body(event)
+        with self._cond:
+            if len(self._queue) == self._queue.maxlen:
+                self._stats["dropped"] += 1
+            self._queue.append(data)
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        backoff_until = 0.0
+        failures = 0
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    break
+                data = self._queue.popleft()
+                self._inflight = True
+            try:
+                result = "dropped" if time.monotonic() < backoff_until else self._send(data)
+                if result == "failed":
+                    failures += 1
+                    backoff_until = time.monotonic() + min(30.0, 0.5 * 2 ** min(failures, 6))
+                else:
+                    failures = 0 if result != "dropped" else failures
+            except Exception:  # defensive: the sender thread must not die
+                result = "failed"
+            with self._cond:
+                self._stats[result] += 1
+                self._inflight = False
+                self._cond.notify_all()
+        if self._conn is not None:
+            self._conn.close()
+
+    def _send(self, data: bytes) -> str:
+        assert self._target is not None
+        host, port, path = self._target
+        for attempt in range(2):  # one retry: a kept-alive connection may have gone stale
+            try:
+                if self._conn is None:
+                    source = (self.source_address, 0) if self.source_address else None
+                    self._conn = http.client.HTTPConnection(
+                        host, port, timeout=self.timeout_seconds, source_address=source
+                    )
+                self._conn.request(
+                    "POST", path, body=data, headers={"Content-Type": "application/json"}
+                )
+                resp = self._conn.getresponse()
+                resp.read(1024)
+                if resp.will_close:
+                    self._conn.close()
+                    self._conn = None
+                if 200 <= resp.status < 300:
+                    return "sent"
+                if resp.status == 403 and attempt == 0:
+                    log.warning("gpu-eta: exporter refused progress (403)")
+                return "rejected"
+            except (OSError, http.client.HTTPException):
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                if attempt == 1:
+                    return "failed"
+        return "failed"
+
+
+def start(
+    epochs: int | None = None,
+    steps_per_epoch: int | None = None,
+    batch_size: int | None = None,
+    *,
+    steps: int | None = None,
+    url: str | None = None,
+    container: str | None = None,
+    **options: Any,
+) -> ProgressReporter:
+    """Begin a run and announce it; returns the reporter (disabled if no exporter).
+
+    Each call is a new run with a new random ``run_id``: a notebook that trains
+    twice shows two runs, never one spliced series.
+    """
+    reporter = ProgressReporter(
+        url,
+        epochs=epochs,
+        steps=steps,
+        steps_per_epoch=steps_per_epoch,
+        batch_size=batch_size,
+        container=container,
+        **options,
+    )
+    reporter.begin()
+    return reporter

@@ -1,0 +1,167 @@
+"""exporter.collectors.logs: following CRI log files (rotation, truncation, bounds)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter.collectors.logs import LogProgressCollector, parse_cri_timestamp
+from exporter.progress_store import ProgressStore
+from exporter.readings import PodMeta
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
+POD = PodMeta("ml", "train-1", "0c7c6a2e-uid", ip="127.0.0.2")
+T0 = dt.datetime(2026, 11, 21, 6, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def cri(
+    output: bytes, stream: str = "stdout", start: dt.datetime = T0, chunk: int = 16384
+) -> bytes:
+    """Wrap raw program output as containerd does: one record per newline, P chunks."""
+    lines = output.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    t = start
+    for line in lines:
+        pieces = [line[i : i + chunk] for i in range(0, len(line), chunk)] or [b""]
+        for j, piece in enumerate(pieces):
+            tag = b"F" if j == len(pieces) - 1 else b"P"
+            stamp = t.strftime("%Y-%m-%dT%H:%M:%S.%f").encode() + b"123Z"
+            out.append(stamp + b" " + stream.encode() + b" " + tag + b" " + piece + b"\n")
+            t += dt.timedelta(milliseconds=10)
+    return b"".join(out)
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    (tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer").mkdir(parents=True)
+    return tmp_path
+
+
+def logdir(root: Path) -> Path:
+    return root / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
+
+
+def collector(root: Path, store: ProgressStore | None = None, **kw) -> LogProgressCollector:
+    return LogProgressCollector(root, store or ProgressStore(), lambda: [POD], **kw)
+
+
+def test_cri_timestamps():
+    assert parse_cri_timestamp("2026-11-21T06:00:00.5Z") == T0.timestamp() + 0.5
+    assert parse_cri_timestamp("2026-11-21T08:00:00.000000001+02:00") == pytest.approx(
+        T0.timestamp()
+    )
+    assert parse_cri_timestamp("garbage") is None
+
+
+def test_seed_keras_log_in_cri_format(root):
+    (logdir(root) / "0.log").write_bytes(cri((FIXTURES / "seed002_keras.stdout").read_bytes()))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.namespace, p.pod, p.container, p.source) == ("ml", "train-1", "trainer", "log")
+    assert (p.epoch, p.epochs) == (15, 15)
+    assert p.epoch_end_timestamp == pytest.approx(T0.timestamp() + 0.3, abs=0.01)  # 31st record
+    assert col.counts()["matched"] == 30 and col.counts()["ignored"] == 1
+
+
+def test_keras3_partial_lines_are_joined(root):
+    # 300-byte P chunks: the \r redraws span records, as with a long Keras epoch
+    data = cri((FIXTURES / "keras.stdout").read_bytes(), chunk=300)
+    assert b" P " in data
+    (logdir(root) / "0.log").write_bytes(data)
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 16, 16)
+
+
+def test_follows_appends_rotation_and_truncation(root):
+    d = logdir(root)
+    out = (FIXTURES / "torch.stderr").read_bytes().split(b"\n")
+    col = collector(root)
+    (d / "0.log").write_bytes(cri(out[0] + b"\n", "stderr"))
+    col.poll()
+    assert col.store.snapshot()[0].epoch == 1
+    # rotation: kubelet renames 0.log and starts a new one; the rest of the old one is read
+    with open(d / "0.log", "ab") as fh:
+        fh.write(cri(out[1] + b"\n", "stderr", start=T0 + dt.timedelta(seconds=10)))
+    os.rename(d / "0.log", d / "0.log.20261121-060010")
+    (d / "0.log").write_bytes(cri(out[2] + b"\n", "stderr", start=T0 + dt.timedelta(seconds=20)))
+    col.poll()
+    p = col.store.snapshot()[0]
+    assert (p.epoch, p.step) == (3, 48)
+    # truncation: the file is cut and a new run starts printing into it
+    (d / "0.log").write_bytes(cri(out[0] + b"\n", "stderr", start=T0 + dt.timedelta(seconds=30)))
+    col.poll()
+    q = col.store.snapshot()[0]
+    assert q.epoch == 1 and q.run_id != p.run_id
+
+
+def test_restart_does_not_replay_old_lines_as_a_new_run(root, tmp_path):
+    (logdir(root) / "0.log").write_bytes(cri((FIXTURES / "torch.stderr").read_bytes(), "stderr"))
+    state = tmp_path / "state.json"
+    store = ProgressStore(state)
+    collector(root, store).poll()
+    store.save()
+    before = store.snapshot()[0]
+    again = ProgressStore(state)
+    collector(root, again).poll()  # a fresh collector reads the file from the start
+    after = again.snapshot()[0]
+    assert (after.run_id, after.epoch) == (before.run_id, 3)
+
+
+def test_pathological_lines_are_bounded(root):
+    d = logdir(root)
+    huge = b"2026-11-21T06:00:00.000000000Z stdout F " + b"x" * (3 << 20) + b"\n"
+    binary = os.urandom(200_000).replace(b"\n", b"")
+    good = cri(b"Epoch 2/7\n", start=T0 + dt.timedelta(seconds=1))
+    (d / "0.log").write_bytes(huge + binary + b"\n" + good + b"y" * (2 << 20))
+    col = collector(root, max_bytes_per_file=1 << 20)
+    for _ in range(8):
+        col.poll()
+    assert col.store.snapshot()[0].epochs == 7
+    counts = col.counts()
+    assert counts["oversize"] >= 2 and counts["matched"] == 1
+
+
+def test_unknown_pods_are_not_read(root):
+    other = root / "ml_intruder_uid-x" / "main"
+    other.mkdir(parents=True)
+    (other / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    col = collector(root)
+    col.poll()
+    assert col.store.snapshot() == () and col.counts()["matched"] == 0
+
+
+def test_real_tqdm_and_training_script_live(root):
+    """Run a real training script with tqdm, capture what it prints, parse it from CRI."""
+    script = """
+import sys, torch
+from torch import nn
+from tqdm import tqdm
+x = torch.randn(256, 8); y = x.sum(1, keepdim=True)
+m = nn.Linear(8, 1); opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for epoch in range(2):
+    for i in tqdm(range(0, 256, 32), desc=f"Epoch {epoch + 1}/2", mininterval=0):
+        loss = ((m(x[i:i+32]) - y[i:i+32]) ** 2).mean(); opt.zero_grad(); loss.backward(); opt.step()
+print('GPU_ETA_PROGRESS {"epoch": 2, "epochs": 2, "batch_size": 32, "loss": %.4f}' % loss.item())
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=300, check=True
+    )
+    d = logdir(root)
+    (d / "0.log").write_bytes(
+        cri(proc.stderr, "stderr") + cri(proc.stdout, "stdout", start=T0 + dt.timedelta(seconds=5))
+    )
+    col = collector(root)
+    col.poll()
+    p = col.store.snapshot()[0]
+    assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (2, 2, 16, 16, 32)
+    assert "loss" in p.metrics

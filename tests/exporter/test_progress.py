@@ -1,0 +1,177 @@
+"""exporter.progress: wire-format validation and folding reports into progress."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.progress import (
+    MAX_BODY_BYTES,
+    InvalidReport,
+    MalformedReport,
+    Report,
+    ReportError,
+    advance,
+    parse_report,
+)
+
+NOW = 1_800_000_000.0
+
+
+def test_full_report_round_trip():
+    body = json.dumps(
+        {
+            "run_id": "abc-1",
+            "run_start": NOW - 60,
+            "epoch": 3,
+            "epochs": 10,
+            "step": 300,
+            "steps": 1000,
+            "batch_size": 32,
+            "container": "trainer",
+            "loss": 0.25,
+            "metrics": {"accuracy": 0.9},
+        }
+    ).encode()
+    report = parse_report(body, now=NOW)
+    assert (report.epoch, report.epochs, report.step, report.steps) == (3, 10, 300, 1000)
+    assert report.batch_size == 32 and report.run_id == "abc-1" and report.container == "trainer"
+    assert dict(report.metrics) == {"loss": 0.25, "accuracy": 0.9}
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "reason"),
+    [
+        (b"{", MalformedReport, "not JSON"),
+        (b"\xff\xfe", MalformedReport, "not JSON"),
+        (b"[1, 2]", MalformedReport, "JSON object"),
+        (b'{"epoch": NaN}', MalformedReport, "NaN"),
+        (b'{"epoch": "3"}', InvalidReport, "epoch must be a number"),
+        (b'{"epoch": true}', InvalidReport, "epoch must be a number"),
+        (b'{"epoch": -1}', InvalidReport, "negative"),
+        (b'{"epoch": 1e400}', InvalidReport, "finite"),
+        (b'{"epoch": 12, "epochs": 10}', InvalidReport, "epoch 12 > epochs 10"),
+        (b'{"step": 5, "steps": 4}', InvalidReport, "step 5 > steps 4"),
+        (b'{"epochs": 0}', InvalidReport, "at least 1"),
+        (b'{"batch_size": 0, "epoch": 1}', InvalidReport, "batch_size"),
+        (b'{"epoch": 1, "run_id": "a b"}', InvalidReport, "run_id"),
+        (b'{"epoch": 1, "run_start": 12}', InvalidReport, "unix seconds"),
+        (b'{"epoch": 1, "run_start": 1900000000}', InvalidReport, "future"),
+        (b'{"epoch": 1, "container": "Bad_Name"}', InvalidReport, "container"),
+        (b'{"epoch": 1, "event": "boom"}', InvalidReport, "event"),
+        (b'{"epoch": 1, "loss": "low"}', InvalidReport, "loss must be a number"),
+        (b'{"epoch": 1, "metrics": [1]}', InvalidReport, "metrics"),
+        (b"{}", InvalidReport, "no progress fields"),
+    ],
+)
+def test_bad_bodies_are_refused_with_one_line_reason(body, error, reason):
+    with pytest.raises(error) as info:
+        parse_report(body, now=NOW)
+    assert reason in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_too_many_free_fields_and_oversize_body():
+    many = {f"m{i}": i for i in range(17)} | {"epoch": 1}
+    with pytest.raises(InvalidReport, match="at most 16"):
+        parse_report(json.dumps(many))
+    with pytest.raises(InvalidReport, match="larger than"):
+        parse_report(b" " * (MAX_BODY_BYTES + 1))
+
+
+def test_deeply_nested_json_is_malformed_not_a_crash():
+    body = b"[" * 2000 + b"]" * 2000
+    with pytest.raises(ReportError):
+        parse_report(body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600))
+def test_fuzz_bytes_never_escape_as_other_exceptions(body):
+    try:
+        parse_report(body, now=NOW)
+    except ReportError as err:
+        assert "\n" not in str(err)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "epoch",
+                "epochs",
+                "step",
+                "steps",
+                "batch_size",
+                "run_id",
+                "run_start",
+                "container",
+                "event",
+                "metrics",
+                "loss",
+            ]
+        ),
+        json_values,
+        max_size=6,
+    )
+)
+def test_fuzz_json_objects_validate_or_raise_report_error(data):
+    try:
+        report = parse_report(json.dumps(data), now=NOW)
+    except ReportError:
+        return
+    for value in (report.epoch, report.epochs, report.step, report.steps, report.batch_size):
+        assert value is None or (math.isfinite(value) and value >= 0)
+    if report.epoch is not None and report.epochs is not None:
+        assert report.epoch <= report.epochs
+
+
+def _adv(prev, report, now):
+    return advance(prev, report, namespace="ns", pod="p", container="c", source="log", now=now)
+
+
+def test_advance_carries_fields_and_stamps_epoch_ends():
+    p1 = _adv(None, Report(epoch=0, epochs=5, batch_size=16), NOW)
+    assert p1.run_start_timestamp == NOW and p1.epoch_end_timestamp is None
+    p2 = _adv(p1, Report(step=40), NOW + 5)
+    assert (p2.epoch, p2.epochs, p2.step, p2.batch_size) == (0, 5, 40, 16)
+    assert p2.run_id == p1.run_id
+    p3 = _adv(p2, Report(epoch=1, metrics={"loss": 0.5}), NOW + 10)
+    assert p3.epoch_end_timestamp == NOW + 10 and p3.metrics["loss"] == 0.5
+    p4 = _adv(p3, Report(step=60), NOW + 12)
+    assert p4.epoch_end_timestamp == NOW + 10 and p4.metrics["loss"] == 0.5
+
+
+def test_new_run_when_counter_goes_back_or_plan_changes():
+    p = _adv(None, Report(epoch=4, epochs=5), NOW)
+    again = _adv(p, Report(epoch=0, epochs=5), NOW + 100)
+    assert again.run_id != p.run_id and again.run_start_timestamp == NOW + 100
+    assert again.epoch == 0 and again.epoch_end_timestamp is None
+    replanned = _adv(again, Report(epoch=0, epochs=8), NOW + 200)
+    assert replanned.run_id != again.run_id
+    steps_back = _adv(None, Report(step=90, steps=100), NOW)
+    assert _adv(steps_back, Report(step=10), NOW + 1).run_id != steps_back.run_id
+
+
+def test_named_runs_decide_alone_and_inconsistent_merge_is_refused():
+    a = _adv(None, Report(run_id="r1", epoch=3, epochs=10), NOW)
+    same = _adv(a, Report(run_id="r1", epoch=2), NOW + 1)  # named run: no heuristics
+    assert same.run_id == "r1" and same.epoch == 2
+    b = _adv(same, Report(run_id="r2", epoch=0, epochs=10), NOW + 2)
+    assert b.run_id == "r2" and b.run_start_timestamp == NOW + 2
+    with pytest.raises(InvalidReport):
+        _adv(b, Report(run_id="r2", epoch=11), NOW + 3)

@@ -1,0 +1,217 @@
+"""exporter.progress_http: the sender is its source address; every refusal is counted.
+
+Real sockets: requests are sent from several loopback source addresses
+(127.0.0.x, as the simulated backend gives its pods) to a listener on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from exporter.progress_http import HOST_NETWORK_ANNOTATION, ProgressListener
+from exporter.progress_store import ProgressStore
+from exporter.readings import PodMeta
+
+POD_A = PodMeta(
+    "team-a", "trainer-a", "uid-a", ip="127.0.0.2", container_ids={"main": "c1", "sidecar": "c2"}
+)
+POD_B = PodMeta("team-b", "trainer-b", "uid-b", ip="127.0.0.3", container_ids={"main": "c3"})
+NODE_IP = "127.0.0.9"
+
+
+class Pods:
+    """A pod cache as the exporter keeps it (by IP), mutable per test."""
+
+    def __init__(self, *pods: PodMeta):
+        self.pods = list(pods)
+
+    def by_ip(self, ip: str) -> PodMeta | None:
+        return next((p for p in self.pods if p.ip == ip), None)
+
+    def __call__(self) -> list[PodMeta]:
+        return list(self.pods)
+
+
+@pytest.fixture
+def pods() -> Pods:
+    return Pods(POD_A, POD_B)
+
+
+@pytest.fixture
+def listener(pods) -> Iterator[ProgressListener]:
+    lst = ProgressListener(
+        "127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, burst=5, rate_per_second=1
+    )
+    lst.start()
+    try:
+        yield lst
+    finally:
+        lst.stop()
+
+
+def post(listener: ProgressListener, body: bytes | dict, source: str = "127.0.0.2", headers=None):
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", listener.port, timeout=10, source_address=(source, 0)
+    )
+    try:
+        conn.request("POST", "/progress", body=data, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+def test_accepted_report_is_stored_under_the_sender_pod(listener):
+    status, text = post(
+        listener, {"epoch": 2, "epochs": 5, "step": 20, "container": "sidecar", "loss": 0.3}
+    )
+    assert status == 200 and text.startswith("accepted: team-a/trainer-a") and text.count("\n") == 1
+    (p,) = listener.store.snapshot()
+    assert (p.namespace, p.pod, p.container, p.source, p.epoch, p.epochs) == (
+        "team-a",
+        "trainer-a",
+        "sidecar",
+        "http",
+        2,
+        5,
+    )
+    assert p.metrics["loss"] == 0.3
+    assert listener.counts()["accepted"] == 1
+
+
+def test_spoofing_pod_b_from_a_lands_in_a(listener):
+    # the body names pod B's container and namespace-ish fields: ignored, address decides
+    status, _ = post(
+        listener, {"epoch": 1, "container": "main", "pod": 7, "namespace": 1}, source="127.0.0.2"
+    )
+    assert status == 200
+    status, _ = post(listener, {"epoch": 4, "epochs": 9}, source="127.0.0.3")
+    assert status == 200
+    got = {(p.namespace, p.pod): p.epoch for p in listener.store.snapshot()}
+    assert got == {("team-a", "trainer-a"): 1, ("team-b", "trainer-b"): 4}
+
+
+def test_unknown_container_falls_back_to_the_pods_first(listener):
+    post(listener, {"epoch": 1, "container": "not-mine"})
+    assert listener.store.snapshot()[0].container == "main"
+
+
+def test_unknown_address_is_forbidden_and_nothing_stored(listener):
+    status, text = post(listener, {"epoch": 1}, source="127.0.0.77")
+    assert status == 403 and "127.0.0.77 is not a pod" in text
+    assert listener.store.snapshot() == ()
+    assert listener.counts()["forbidden"] == 1
+
+
+def test_oversize_body_is_413(listener):
+    status, text = post(listener, b'{"epoch": 1, "pad": "' + b"x" * 5000 + b'"}')
+    assert status == 413 and text.startswith("too_large")
+    assert listener.counts()["too_large"] == 1
+
+
+def test_malformed_and_invalid_bodies_are_400_and_keep_stored_progress(listener):
+    assert post(listener, {"epoch": 3, "epochs": 10})[0] == 200
+    status, text = post(listener, b"{not json")
+    assert status == 400 and text.startswith("malformed: not JSON")
+    status, text = post(listener, {"epoch": 12, "epochs": 10})
+    assert status == 400 and text.strip() == "invalid: epoch 12 > epochs 10"
+    status, text = post(listener, {"epoch": -1})
+    assert status == 400 and "negative" in text
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs) == (3, 10)
+    counts = listener.counts()
+    assert (counts["malformed"], counts["invalid"], counts["accepted"]) == (1, 2, 1)
+
+
+def test_flood_is_rate_limited_per_pod(listener):
+    statuses = [post(listener, {"step": i + 1})[0] for i in range(12)]
+    assert statuses[:5] == [200] * 5 and 429 in statuses[5:]
+    # another pod has its own bucket
+    assert post(listener, {"step": 1}, source="127.0.0.3")[0] == 200
+    assert listener.counts()["rate_limited"] >= 5
+
+
+def test_keep_alive_connection_serves_many_reports(pods):
+    lst = ProgressListener(
+        "127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, rate_per_second=1000, burst=1000
+    )
+    lst.start()
+    try:
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", lst.port, timeout=10, source_address=("127.0.0.2", 0)
+        )
+        for i in range(50):
+            conn.request("POST", "/progress", body=json.dumps({"step": i + 1}))
+            resp = conn.getresponse()
+            assert resp.status == 200
+            resp.read()
+        conn.close()
+        assert lst.store.snapshot()[0].step == 50
+    finally:
+        lst.stop()
+
+
+def test_host_network_pods_need_opt_in_annotation_and_uniqueness():
+    plain = PodMeta("ns", "hostnet", "u1", ip=NODE_IP, host_network=True)
+    annotated = PodMeta(
+        "ns",
+        "agent",
+        "u2",
+        ip=NODE_IP,
+        host_network=True,
+        annotations={HOST_NETWORK_ANNOTATION: "true"},
+    )
+    pods = Pods(plain, annotated)
+    store = ProgressStore()
+    off = ProgressListener("127.0.0.1", 0, store, pods.by_ip, pods)
+    pod, reason = off.sender(NODE_IP)
+    assert pod is None and "option off" in reason
+    on = ProgressListener("127.0.0.1", 0, store, pods.by_ip, pods, allow_host_network=True)
+    pod, _ = on.sender(NODE_IP)
+    assert pod is not None and pod.name == "agent"  # the annotated one, never the plain one
+    pods.pods.append(
+        PodMeta(
+            "ns",
+            "agent2",
+            "u3",
+            ip=NODE_IP,
+            host_network=True,
+            annotations={HOST_NETWORK_ANNOTATION: "true"},
+        )
+    )
+    pod, reason = on.sender(NODE_IP)
+    assert pod is None and "need exactly one" in reason
+
+
+def test_wrong_path_and_missing_length(listener):
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", listener.port, timeout=10, source_address=("127.0.0.2", 0)
+    )
+    conn.request("POST", "/other", body=b"{}")
+    assert conn.getresponse().status == 404
+    conn.close()
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", listener.port, timeout=10, source_address=("127.0.0.2", 0)
+    )
+    conn.putrequest("POST", "/progress")
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert resp.status == 411
+    conn.close()
+
+
+def test_start_binds_before_returning_and_stop_frees_the_port(pods):
+    lst = ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods)
+    lst.start()
+    port = lst.port
+    assert post(lst, {"epoch": 1})[0] == 200
+    lst.stop()
+    lst.stop()  # idempotent
+    with pytest.raises(OSError):
+        post(lst, {"epoch": 1})
+    assert port > 0

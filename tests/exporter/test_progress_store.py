@@ -1,0 +1,99 @@
+"""exporter.progress_store: precedence, retention, bounds, durable state."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from exporter.progress import Report
+from exporter.progress_store import HTTP_PRECEDENCE_SECONDS, ProgressStore
+from exporter.readings import Progress
+
+NOW = 1_800_000_000.0
+
+
+def _p(pod="a", container="main", source="http", ts=NOW, epoch=1.0, run_id="r"):
+    return Progress(
+        namespace="ns",
+        pod=pod,
+        container=container,
+        run_id=run_id,
+        run_start_timestamp=NOW - 100,
+        last_report_timestamp=ts,
+        source=source,
+        epoch=epoch,
+        epochs=10.0,
+        metrics={"loss": 0.5},
+    )
+
+
+def test_http_wins_over_logs_until_it_goes_stale():
+    store = ProgressStore()
+    store.update(_p(source="log", epoch=2.0, ts=NOW + 10))
+    assert store.snapshot()[0].source == "log"
+    store.update(_p(source="http", epoch=3.0, ts=NOW))
+    assert [p.source for p in store.snapshot()] == ["http"]
+    store.update(_p(source="log", epoch=4.0, ts=NOW + HTTP_PRECEDENCE_SECONDS + 1))
+    assert [(p.source, p.epoch) for p in store.snapshot()] == [("log", 4.0)]
+
+
+def test_retain_drops_gone_pods_and_bound_holds():
+    store = ProgressStore(max_entries=3)
+    for i in range(5):
+        store.update(_p(pod=f"p{i}", ts=NOW + i))
+    assert [p.pod for p in store.snapshot()] == ["p2", "p3", "p4"]  # oldest evicted
+    store.retain([("ns", "p3"), ("other", "p4")])
+    assert [p.pod for p in store.snapshot()] == ["p3"]
+
+
+def test_state_survives_restart_and_save_is_atomic(tmp_path):
+    path = tmp_path / "state" / "progress.json"
+    store = ProgressStore(path)
+    store.merge("ns", "a", "main", "http", Report(run_id="r9", epoch=2, epochs=10), NOW)
+    store.save()
+    assert json.loads(path.read_text())["version"] == 1
+    assert [f.name for f in path.parent.iterdir()] == ["progress.json"]  # no temp left
+    again = ProgressStore(path)
+    (p,) = again.snapshot()
+    assert (p.run_id, p.epoch, p.epochs, p.source) == ("r9", 2.0, 10.0, "http")
+    # continuing the same run after the restart keeps its identity
+    again.merge("ns", "a", "main", "http", Report(run_id="r9", epoch=3), NOW + 5)
+    assert again.snapshot()[0].epoch_end_timestamp == NOW + 5
+
+
+def test_corrupt_state_is_moved_aside_not_fatal(tmp_path, caplog):
+    path = tmp_path / "progress.json"
+    path.write_text('{"version": 1, "progress": [{"pod": 3}]}')
+    store = ProgressStore(path)
+    assert store.snapshot() == ()
+    assert not path.exists()
+    assert len(list(tmp_path.glob("progress.json.corrupt-*"))) == 1
+    assert "corrupt" in caplog.text
+    store.update(_p())
+    store.save()
+    assert ProgressStore(path).snapshot()[0].pod == "a"
+
+
+def test_unwritable_state_logs_and_keeps_data(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    store = ProgressStore(blocker / "progress.json")
+    store.update(_p())
+    store.save()
+    assert "cannot write" in caplog.text
+    assert store.snapshot()[0].pod == "a"
+
+
+def test_concurrent_merges_lose_nothing():
+    store = ProgressStore()
+
+    def worker(pod):
+        for step in range(1, 201):
+            store.merge("ns", pod, "main", "http", Report(run_id="r", step=step), NOW + step)
+
+    threads = [threading.Thread(target=worker, args=(f"p{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [p.step for p in store.snapshot()] == [200.0] * 4
