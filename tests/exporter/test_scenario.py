@@ -67,12 +67,12 @@ def test_docs_example_is_a_valid_scenario() -> None:
 def test_fixture_device_ids_follow_gpu_kind() -> None:
     scen = load_scenario(FIXTURES / "small.yaml")
     ids = {p.name: p.containers[0].gpus[0].device_id for p in scen.pods}
-    assert ids["train-a"] == "GPU-00000000-0000-0000-0000-000000000000"
+    assert ids["train-a"] == "0"  # explicit override: the plain-index form
     # replicas handed out in file order: late=0, idle-holder=1, sharer=2
     assert ids["late"].endswith("::0")
     assert ids["idle-holder"].endswith("::1")
     assert ids["sharer"].endswith("::2")
-    assert ids["mig-user"] == "2"  # explicit override
+    assert ids["mig-user"] == "MIG-aaaaaaaa-0000-0000-0000-000000000002"
     assert scen.start_timestamp == 1000
 
 

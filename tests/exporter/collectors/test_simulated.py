@@ -84,7 +84,12 @@ def test_allocations_use_kubelet_id_forms(tmp_path: Path) -> None:
         "GPU-11111111-1111-1111-1111-111111111111::1",
         "nvidia.com/gpu",
     ) in allocs
-    assert ("mig-user", "2", "nvidia.com/mig-3g.20gb") in allocs
+    assert (
+        "mig-user",
+        "MIG-aaaaaaaa-0000-0000-0000-000000000002",
+        "nvidia.com/mig-3g.20gb",
+    ) in allocs
+    assert ("train-a", "0", "nvidia.com/gpu") in allocs
     assert len({a for a in allocs if "GPU-1111" in a[1]}) == 3
 
 

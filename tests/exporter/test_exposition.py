@@ -1,0 +1,277 @@
+"""Exposition: the metric contract rendered from snapshots; golden file + real promtool.
+
+Regenerate the golden file after an intended change with
+``GPU_ETA_UPDATE_GOLDEN=1 python -m pytest tests/exporter/test_exposition.py`` and
+review the diff (node_exporter's ``-u`` habit).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from demo.prometheus import find_binary
+from exporter.collectors.simulated import SimulatedNode
+from exporter.exposition import SnapshotCollector, pod_label_name, render
+from exporter.readings import (
+    CollectorStatus,
+    DeviceFailure,
+    DeviceReading,
+    PodGpuRow,
+    PodMeta,
+    Progress,
+    Snapshot,
+)
+from exporter.scheduler import Scheduler, Sources
+from exporter.snapshot import SnapshotHolder
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "fixtures" / "metrics" / "exporter.prom"
+SCENARIO = ROOT / "tests" / "fixtures" / "scenarios" / "small.yaml"
+METRICS_DOC = ROOT / "docs" / "metrics.md"
+NOW = 1000.0 + 60  # 60 s after the fixture scenario's anchor
+
+
+def _exposition(snapshot: Snapshot, pod_labels=("team",), now: float = NOW) -> str:
+    holder = SnapshotHolder(snapshot, clock=lambda: now)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        SnapshotCollector(holder, pod_labels=pod_labels, version="1.2.3", clock=lambda: now)
+    )
+    return generate_latest(registry).decode()
+
+
+def _scenario_snapshot() -> Snapshot:
+    """The whole pipeline on the fixture scenario at a fixed time: sources → attribution."""
+    node = SimulatedNode(SCENARIO, clock=lambda: NOW)
+    holder = SnapshotHolder(Snapshot(node="test-node", timestamp=0))
+    progress = Progress(
+        namespace="ml",
+        pod="train-a",
+        container="trainer",
+        run_id="r1",
+        run_start_timestamp=1001.0,
+        last_report_timestamp=1055.5,
+        source="http",
+        epoch=3,
+        epochs=10,
+        step=300,
+        steps=1000,
+        batch_size=64,
+        epoch_end_timestamp=1050.0,
+        metrics={"loss": 0.25, "accuracy": 0.875},
+    )
+
+    class Store:
+        def snapshot(self):
+            return (progress,)
+
+        def retain(self, live):
+            pass
+
+    class Listener:
+        def counts(self):
+            return {"accepted": 4, "forbidden": 1}
+
+    sched = Scheduler(
+        "test-node",
+        Sources(
+            gpu=node.gpus,
+            allocations=node.allocations,
+            pods=node.pods,
+            processes=node.processes,
+            host_memory=node.host_memory,
+            progress_store=Store(),
+            progress_listener=Listener(),
+        ),
+        holder,
+        clock=lambda: NOW - 2,
+    )
+    snap = sched.collect_once()
+    sched.stop()
+    # durations are wall-clock: pin them for a stable file
+    return Snapshot(
+        **{
+            **{f: getattr(snap, f) for f in snap.__dataclass_fields__},
+            "collectors": tuple(
+                CollectorStatus(s.name, s.success, 0.001, s.last_success_timestamp, s.errors_total)
+                for s in snap.collectors
+            ),
+        }
+    )
+
+
+def test_golden_exposition() -> None:
+    text = _exposition(_scenario_snapshot())
+    if os.environ.get("GPU_ETA_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "exposition changed: see the module docstring to regenerate"
+
+
+def test_golden_passes_promtool_check_metrics() -> None:
+    proc = subprocess.run(
+        [find_binary("promtool"), "check", "metrics"],
+        input=GOLDEN.read_bytes(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+
+
+def test_promtool_would_catch_a_bad_name() -> None:
+    """The check above can fail: promtool rejects a counter without _total."""
+    bad = "# HELP x_errors errors\n# TYPE x_errors counter\nx_errors 1\n"
+    proc = subprocess.run(
+        [find_binary("promtool"), "check", "metrics"],
+        input=bad.encode(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+
+
+def test_every_rendered_metric_is_in_the_contract() -> None:
+    doc = METRICS_DOC.read_text()
+    names = set(re.findall(r"^# TYPE (\S+) ", GOLDEN.read_text(), re.M))
+    assert len(names) > 25
+    missing = sorted(n for n in names if f"`{n}`" not in doc)
+    assert not missing, f"not documented in docs/metrics.md: {missing}"
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            labels, _, value = line.rpartition(" ")
+            out[labels[len(name) :]] = float(value)
+    return out
+
+
+def test_time_sliced_gpu_gives_each_pod_its_share() -> None:
+    text = _exposition(_scenario_snapshot())
+    util = _samples(text, "gpu_eta_pod_gpu_utilization_ratio")
+    sliced = {k: v for k, v in util.items() if 'UUID="GPU-11111111' in k}
+    pods = {re.search(r'pod="([^"]+)"', k).group(1): v for k, v in sliced.items()}
+    assert pods == {"late": 0.25, "idle-holder": 0.0, "sharer": 0.5}
+    npods = _samples(text, "gpu_eta_gpu_pods")
+    assert next(v for k, v in npods.items() if 'UUID="GPU-11111111' in k) == 3
+
+
+def test_idle_holder_series_present_with_zero() -> None:
+    text = _exposition(_scenario_snapshot())
+    for name in (
+        "gpu_eta_pod_gpu_allocated",
+        "gpu_eta_pod_gpu_utilization_ratio",
+        "gpu_eta_pod_gpu_memory_used_bytes",
+    ):
+        rows = {k: v for k, v in _samples(text, name).items() if 'pod="idle-holder"' in k}
+        assert len(rows) == 1, name
+        assert next(iter(rows.values())) == (1.0 if name.endswith("allocated") else 0.0)
+
+
+def test_mig_rows_carry_gpu_i_id_and_plain_index_allocation_resolves() -> None:
+    text = _exposition(_scenario_snapshot())
+    alloc = _samples(text, "gpu_eta_pod_gpu_allocated")
+    mig = [k for k in alloc if 'pod="mig-user"' in k]
+    assert len(mig) == 1 and 'GPU_I_ID="2"' in mig[0]
+    plain = [k for k in alloc if 'pod="train-a"' in k]
+    assert len(plain) == 1 and 'UUID="GPU-00000000-0000-0000-0000-000000000000"' in plain[0]
+
+
+def _snap(**kw) -> Snapshot:
+    base = {"node": "n1", "timestamp": 100.0}
+    base.update(kw)
+    return Snapshot(**base)
+
+
+def test_failing_device_reports_read_success_zero() -> None:
+    snap = _snap(
+        devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 1, 2),),
+        failures=(DeviceFailure(1, "GPU-b", "gpu_lost"), DeviceFailure(2, None, "unknown")),
+    )
+    ok = _samples(_exposition(snap), "gpu_eta_gpu_read_success")
+    assert ok == {
+        '{UUID="GPU-a",gpu="0",node="n1"}': 1.0,
+        '{UUID="GPU-b",gpu="1",node="n1"}': 0.0,
+        '{UUID="",gpu="2",node="n1"}': 0.0,
+    }
+
+
+def test_unknown_and_non_finite_values_are_left_out() -> None:
+    snap = _snap(
+        devices=(DeviceReading(0, "GPU-a", "T4", None, math.nan, math.inf),),
+        pod_gpus=(PodGpuRow(0, "GPU-a", None, "ns", "p", "c", True, None, None, None),),
+    )
+    text = _exposition(snap)
+    assert _samples(text, "gpu_eta_gpu_utilization_ratio") == {}
+    assert _samples(text, "gpu_eta_gpu_memory_used_bytes") == {}
+    assert _samples(text, "gpu_eta_gpu_memory_total_bytes") == {}
+    assert len(_samples(text, "gpu_eta_pod_gpu_allocated")) == 1
+    assert _samples(text, "gpu_eta_pod_gpu_allocated_since_timestamp_seconds") == {}
+
+
+def test_process_only_row_has_no_allocated_series() -> None:
+    row = PodGpuRow(0, "GPU-a", None, "ns", "p", "c", False, 0.3, 5, None)
+    text = _exposition(_snap(pod_gpus=(row,)))
+    assert _samples(text, "gpu_eta_pod_gpu_allocated") == {}
+    assert list(_samples(text, "gpu_eta_pod_gpu_utilization_ratio").values()) == [0.3]
+
+
+def test_pod_labels_allow_list_and_sanitising() -> None:
+    pod = PodMeta(
+        "ns", "p", "u1", labels={"app.kubernetes.io/name": "x", "secret": "s", "team": "t"}
+    )
+    text = _exposition(_snap(pods=(pod,)), pod_labels=("app.kubernetes.io/name", "team", "absent"))
+    (labels,) = _samples(text, "gpu_eta_pod_info")
+    assert 'label_app_kubernetes_io_name="x"' in labels
+    assert 'label_team="t"' in labels
+    assert "secret" not in labels and "absent" not in labels
+    assert pod_label_name("a-b/c.d") == "label_a_b_c_d"
+
+
+def test_training_values_capped_at_16() -> None:
+    run = Progress(
+        "ns", "p", "c", "r", 1.0, 2.0, "log", metrics={f"m{i:02d}": float(i) for i in range(40)}
+    )
+    text = _exposition(_snap(progress=(run,)))
+    assert len(_samples(text, "gpu_eta_training_value")) == 16
+    assert 'source="log"' in next(iter(_samples(text, "gpu_eta_training_info")))
+
+
+def test_snapshot_age_is_computed_at_scrape_time() -> None:
+    age = _samples(
+        _exposition(_snap(timestamp=100.0), now=107.5), "gpu_eta_exporter_snapshot_age_seconds"
+    )
+    assert age == {'{node="n1"}': 7.5}
+
+
+def test_render_is_total_on_an_empty_snapshot() -> None:
+    families = render(_snap(), age_seconds=0)
+    names = {f.name for f in families}
+    assert "gpu_eta_exporter_build_info" in names
+    assert "gpu_eta_exporter_progress_reports" not in names  # the collector is not running
+
+
+def test_a_rendering_bug_never_fails_the_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    import exporter.exposition as exposition
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(exposition, "_devices", broken)
+    text = _exposition(_snap(devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 1, 2),)))
+    assert "gpu_eta_exporter_snapshot_age_seconds" in text
+    assert "gpu_eta_gpu_info" not in text
+
+
+def test_help_says_cached() -> None:
+    text = GOLDEN.read_text()
+    helps = dict(re.findall(r"^# HELP (gpu_eta_(?:gpu|pod|training)_\S+) (.*)$", text, re.M))
+    assert helps and all("cached" in h for h in helps.values())
+    assert not re.search(r"^\S+\{.*\} \S+ \d+$", text, re.M), "no sample timestamps"
