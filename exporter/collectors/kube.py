@@ -1,0 +1,626 @@
+"""Pods of this node from the Kubernetes API: one list + watch, served from a cache.
+
+Why a watch and not a list per poll: a list on every cycle from every node is the
+load pattern the API server's docs warn about; one watch per node with
+``fieldSelector=spec.nodeName=<node>`` costs the API server almost nothing and
+tells us of a new pod within a second. Why a cache: the API server (or the
+network to it) goes away during upgrades, but the pods on the node keep running
+and keep holding GPUs; the exporter must keep attributing them. So ``poll()``
+never blocks and never fails once a first list has succeeded; how fresh the cache
+is, is reported by ``status()`` (``connected``, ``last_sync_timestamp``).
+
+The loop (a daemon thread): list → watch from the list's resourceVersion →
+events update the cache → when the watch ends (server timeout, ``resync_seconds``)
+watch again from the last resourceVersion seen, relisting every
+``resync_seconds``; a ``410 Gone`` (ERROR event or HTTP status) relists at once;
+any other error backs off exponentially (``backoff_initial_seconds`` doubling to
+``backoff_max_seconds``) and then relists. The HTTP stream is read by this module
+(the client's ``_preload_content=False`` response) so each event line is bounded
+in size before it is parsed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from exporter.collectors import CollectorError
+from exporter.readings import PodMeta
+
+__all__ = [
+    "DEADLINE_ANNOTATION",
+    "KubePodSource",
+    "KubeStatus",
+    "PodObjectError",
+    "parse_deadline",
+    "pod_meta_from_object",
+]
+
+log = logging.getLogger(__name__)
+
+DEADLINE_ANNOTATION = "gpu-eta.io/deadline"
+
+# Bounds on what the API may make us hold. A node runs at most a few hundred pods
+# (kubelet default 110); Kubernetes caps label values at 63 characters and keys at
+# 253 + "/" + 63; annotations may be large (last-applied-configuration), so only
+# short ones are kept.
+MAX_PODS = 1000
+MAX_LABELS = 64
+MAX_ANNOTATIONS = 64
+MAX_LABEL_KEY_CHARS = 317
+MAX_LABEL_VALUE_CHARS = 63
+MAX_ANNOTATION_VALUE_CHARS = 4096
+MAX_CONTAINERS = 64
+MAX_NAME_CHARS = 253
+MAX_CONTAINER_ID_CHARS = 128
+MAX_EVENT_BYTES = 4 * 1024 * 1024  # one watch line (one pod object)
+MAX_LIST_BYTES = 64 * 1024 * 1024  # one list answer
+
+
+class PodObjectError(ValueError):
+    """A pod object from the API is not shaped like a pod."""
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""
+
+
+def _str(value: Any, limit: int = MAX_NAME_CHARS) -> str | None:
+    if isinstance(value, str) and 0 < len(value) <= limit:
+        return value
+    return None
+
+
+def _bounded_map(value: Any, max_items: int, max_value_chars: int) -> Mapping[str, str]:
+    if not isinstance(value, dict):
+        return MappingProxyType({})
+    out: dict[str, str] = {}
+    for key, val in value.items():
+        if len(out) >= max_items:
+            break
+        if (
+            isinstance(key, str)
+            and isinstance(val, str)
+            and 0 < len(key) <= MAX_LABEL_KEY_CHARS
+            and len(val) <= max_value_chars
+        ):
+            out[key] = val
+    return MappingProxyType(out)
+
+
+def _parse_rfc3339(text: str) -> float | None:
+    if not isinstance(text, str) or not 0 < len(text) <= 64:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None
+    return moment.timestamp()
+
+
+def parse_deadline(text: str) -> float | None:
+    """``gpu-eta.io/deadline``: unix seconds (``1763700000`` or ``1763700000.5``) or
+    RFC 3339 with a zone (``2026-11-21T18:00:00Z``). None when it is neither."""
+    if not isinstance(text, str) or not 0 < len(text) <= 64:
+        return None
+    stripped = text.strip()
+    try:
+        number = float(stripped)
+    except ValueError:
+        return _parse_rfc3339(stripped)
+    if not math.isfinite(number) or number <= 0 or number > 1e11:
+        return None
+    return number
+
+
+def _strip_runtime(container_id: Any) -> str | None:
+    if not isinstance(container_id, str) or not 0 < len(container_id) <= MAX_CONTAINER_ID_CHARS:
+        return None
+    _, sep, rest = container_id.partition("://")
+    return (rest if sep else container_id) or None
+
+
+def pod_meta_from_object(obj: Any) -> PodMeta:
+    """A ``PodMeta`` from one pod object as the API serves it (JSON decoded).
+
+    Raises ``PodObjectError`` when namespace, name or uid is missing; every other
+    field is optional and dropped when malformed or over its bound.
+    """
+    if not isinstance(obj, dict):
+        raise PodObjectError("pod object is not a JSON object")
+    meta = obj.get("metadata")
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    if not isinstance(meta, dict):
+        raise PodObjectError("pod object has no metadata")
+    namespace, name, uid = (
+        _str(meta.get("namespace")),
+        _str(meta.get("name")),
+        _str(meta.get("uid"), 128),
+    )
+    if namespace is None or name is None or uid is None:
+        raise PodObjectError("pod object lacks metadata.namespace, .name or .uid")
+
+    owner_kind = owner_name = ""
+    owners = meta.get("ownerReferences")
+    if isinstance(owners, list) and owners:
+        refs = [o for o in owners[:16] if isinstance(o, dict)]
+        chosen = next((o for o in refs if o.get("controller") is True), refs[0] if refs else None)
+        if chosen is not None:
+            owner_kind = _str(chosen.get("kind")) or ""
+            owner_name = _str(chosen.get("name")) or ""
+
+    container_ids: dict[str, str] = {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        statuses = status.get(key)
+        if not isinstance(statuses, list):
+            continue
+        for entry in statuses[:MAX_CONTAINERS]:
+            if not isinstance(entry, dict):
+                continue
+            cname = _str(entry.get("name"), 63)
+            cid = _strip_runtime(entry.get("containerID"))
+            if cname and cid and cname not in container_ids:
+                container_ids[cname] = cid
+
+    start = _parse_rfc3339(status.get("startTime", ""))
+    annotations = _bounded_map(meta.get("annotations"), MAX_ANNOTATIONS, MAX_ANNOTATION_VALUE_CHARS)
+    deadlines: list[float] = []
+    active = spec.get("activeDeadlineSeconds")
+    if (
+        start is not None
+        and isinstance(active, int)
+        and not isinstance(active, bool)
+        and active > 0
+    ):
+        deadlines.append(start + active)
+    if DEADLINE_ANNOTATION in annotations:
+        parsed = parse_deadline(annotations[DEADLINE_ANNOTATION])
+        if parsed is None:
+            log.debug(
+                "ignoring invalid %s annotation on pod %s/%s", DEADLINE_ANNOTATION, namespace, name
+            )
+        else:
+            deadlines.append(parsed)
+
+    ip = _str(status.get("podIP"), 64)
+    return PodMeta(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        ip=ip,
+        host_network=spec.get("hostNetwork") is True,
+        phase=_str(status.get("phase"), 32) or "Unknown",
+        labels=_bounded_map(meta.get("labels"), MAX_LABELS, MAX_LABEL_VALUE_CHARS),
+        annotations=annotations,
+        start_timestamp=start,
+        owner_kind=owner_kind,
+        owner_name=owner_name,
+        container_ids=MappingProxyType(container_ids),
+        deadline_timestamp=min(deadlines) if deadlines else None,
+    )
+
+
+def _pod_ips(obj: dict) -> tuple[str, ...]:
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        return ()
+    ips: list[str] = []
+    if (ip := _str(status.get("podIP"), 64)) is not None:
+        ips.append(ip)
+    extra = status.get("podIPs")
+    if isinstance(extra, list):
+        for entry in extra[:4]:
+            if isinstance(entry, dict) and (ip := _str(entry.get("ip"), 64)) and ip not in ips:
+                ips.append(ip)
+    return tuple(ips)
+
+
+class KubeStatus:
+    """How fresh the pod cache is (for logs and self-monitoring)."""
+
+    __slots__ = ("connected", "last_error", "last_sync_timestamp", "listed", "pods")
+
+    def __init__(
+        self,
+        listed: bool,
+        connected: bool,
+        last_sync_timestamp: float | None,
+        last_error: str,
+        pods: int,
+    ) -> None:
+        self.listed = listed  # a first list has succeeded; poll() serves a cache
+        self.connected = connected  # a watch is open right now
+        self.last_sync_timestamp = last_sync_timestamp  # last list, event or clean watch end
+        self.last_error = last_error
+        self.pods = pods
+
+    def __repr__(self) -> str:
+        return (
+            f"KubeStatus(listed={self.listed}, connected={self.connected}, "
+            f"last_sync_timestamp={self.last_sync_timestamp}, pods={self.pods}, "
+            f"last_error={self.last_error!r})"
+        )
+
+
+class KubePodSource:
+    """One watch on this node's pods, in a daemon thread; ``poll()`` serves its cache."""
+
+    def __init__(
+        self,
+        node_name: str,
+        kubeconfig: str | None = None,
+        api_url: str | None = None,
+        resync_seconds: float = 300,
+        *,
+        request_timeout_seconds: float = 10.0,
+        backoff_initial_seconds: float = 1.0,
+        backoff_max_seconds: float = 30.0,
+        max_pods: int = MAX_PODS,
+    ) -> None:
+        if not node_name or len(node_name) > MAX_NAME_CHARS:
+            raise CollectorError(
+                "kube: a node name is required (set NODE_NAME from the downward API)"
+            )
+        self.node_name = node_name
+        self.kubeconfig = kubeconfig
+        self.api_url = api_url
+        self.resync_seconds = resync_seconds
+        self.request_timeout_seconds = request_timeout_seconds
+        self.backoff_initial_seconds = backoff_initial_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.max_pods = max_pods
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._api: Any = None
+        self._objects: dict[str, PodMeta] = {}
+        self._ips: dict[str, tuple[str, ...]] = {}
+        self._snapshot: tuple[PodMeta, ...] = ()
+        self._by_ip: dict[str, PodMeta] = {}
+        self._listed = False
+        self._connected = False
+        self._last_sync: float | None = None
+        self._last_error = ""
+        self._response: Any = None
+        self._warned_full = False
+
+    # -- public face ----------------------------------------------------------------
+
+    def start(self) -> KubePodSource:
+        """Load the client configuration and start the watch thread.
+
+        Raises ``CollectorError`` when no configuration can be loaded (no kubeconfig,
+        not in a cluster); network trouble is retried in the thread instead.
+        """
+        if self._thread is not None:
+            return self
+        self._api = self._make_api()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="kube-pod-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def poll(self) -> tuple[PodMeta, ...]:
+        """The cached pods of this node. Never blocks on the API.
+
+        Raises ``CollectorError`` only until the first list has succeeded (there is
+        nothing to serve yet); afterwards an unreachable API keeps the cache (see
+        ``status()`` for its freshness).
+        """
+        with self._lock:
+            if not self._listed:
+                cause = f": {self._last_error}" if self._last_error else ""
+                raise CollectorError(f"kube: no pod list from the API server yet{cause}")
+            return self._snapshot
+
+    def by_ip(self, ip: str) -> PodMeta | None:
+        """The non-terminated, non-hostNetwork pod with this IP (progress senders)."""
+        with self._lock:
+            return self._by_ip.get(ip)
+
+    def status(self) -> KubeStatus:
+        with self._lock:
+            return KubeStatus(
+                self._listed, self._connected, self._last_sync, self._last_error, len(self._objects)
+            )
+
+    def stop(self, timeout_seconds: float = 10.0) -> None:
+        """Stop the thread (closes an open watch) and wait for it."""
+        self._stop.set()
+        self._abort_response()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout_seconds)
+
+    # -- client ---------------------------------------------------------------------
+
+    def _make_api(self) -> Any:
+        try:
+            from kubernetes import client, config
+        except ImportError as err:  # pragma: no cover - dependency of the exporter extra
+            raise CollectorError(f"kube: the kubernetes package is not installed ({err})") from None
+        cfg = client.Configuration()
+        try:
+            if self.api_url:
+                cfg.host = self.api_url.rstrip("/")
+            elif self.kubeconfig:
+                config.load_kube_config(config_file=self.kubeconfig, client_configuration=cfg)
+            else:
+                config.load_incluster_config(client_configuration=cfg)
+        except Exception as err:
+            where = self.kubeconfig or "in-cluster service account"
+            raise CollectorError(
+                f"kube: cannot load client configuration from {where}: {err}"
+            ) from None
+        # Our loop does its own backoff; urllib3's retries would only hide outages.
+        cfg.retries = False
+        return client.CoreV1Api(client.ApiClient(cfg))
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node_name}"
+
+    # -- cache ------------------------------------------------------------------------
+
+    def _rebuild(self) -> None:
+        """Copy-on-write views so poll() and by_ip() are O(1) and lock-short."""
+        pods = sorted(self._objects.values(), key=lambda p: (p.namespace, p.name, p.uid))
+        by_ip: dict[str, PodMeta] = {}
+        for pod in pods:
+            if pod.host_network or pod.phase in ("Succeeded", "Failed"):
+                continue
+            for ip in self._ips.get(pod.uid, ()):
+                by_ip[ip] = pod
+        self._snapshot = tuple(pods)
+        self._by_ip = by_ip
+
+    def _replace(self, items: list[Any]) -> None:
+        objects: dict[str, PodMeta] = {}
+        ips: dict[str, tuple[str, ...]] = {}
+        for obj in items:
+            if len(objects) >= self.max_pods:
+                self._warn_full()
+                break
+            try:
+                meta = pod_meta_from_object(obj)
+            except PodObjectError as err:
+                log.debug("kube: skipping pod object in list: %s", err)
+                continue
+            objects[meta.uid] = meta
+            ips[meta.uid] = _pod_ips(obj)
+        with self._lock:
+            self._objects, self._ips = objects, ips
+            self._listed = True
+            self._last_sync = time.time()
+            self._rebuild()
+
+    def _apply(self, kind: str, obj: Any) -> None:
+        try:
+            meta = pod_meta_from_object(obj)
+        except PodObjectError as err:
+            log.debug("kube: skipping %s event: %s", kind, err)
+            return
+        with self._lock:
+            if kind == "DELETED":
+                self._objects.pop(meta.uid, None)
+                self._ips.pop(meta.uid, None)
+            else:
+                if meta.uid not in self._objects and len(self._objects) >= self.max_pods:
+                    self._warn_full()
+                    return
+                self._objects[meta.uid] = meta
+                self._ips[meta.uid] = _pod_ips(obj)
+            self._last_sync = time.time()
+            self._rebuild()
+
+    def _warn_full(self) -> None:
+        if not self._warned_full:
+            log.warning(
+                "kube: more than %d pods on node %s; ignoring the rest",
+                self.max_pods,
+                self.node_name,
+            )
+            self._warned_full = True
+
+    # -- loop -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = self.backoff_initial_seconds
+        resource_version: str | None = None
+        listed_at = 0.0
+        while not self._stop.is_set():
+            try:
+                if resource_version is None or time.monotonic() - listed_at >= self.resync_seconds:
+                    resource_version = self._list()
+                    listed_at = time.monotonic()
+                    self._set_error("")
+                remaining = max(1.0, self.resync_seconds - (time.monotonic() - listed_at))
+                resource_version = self._watch(resource_version, remaining)
+                backoff = self.backoff_initial_seconds
+            except _Gone:
+                log.debug("kube: watch resourceVersion expired (410); relisting")
+                resource_version = None
+            except Exception as err:
+                resource_version = None
+                if self._stop.is_set():
+                    break
+                message = f"{type(err).__name__}: {err}"[:500]
+                if self._set_error(message):
+                    log.warning(
+                        "kube: pod watch on %s failed (%s); serving the cache, retrying",
+                        self.node_name,
+                        message,
+                    )
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.backoff_max_seconds)
+            finally:
+                with self._lock:
+                    self._connected = False
+
+    def _set_error(self, message: str) -> bool:
+        """Record the error; True when it changed (log once per state change)."""
+        with self._lock:
+            changed = message != self._last_error
+            self._last_error = message
+        if changed and not message:
+            log.info("kube: pod watch on %s is back", self.node_name)
+        return changed
+
+    def _timeouts(self, read_seconds: float) -> tuple[float, float]:
+        return (self.request_timeout_seconds, read_seconds)
+
+    def _list(self) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._api.list_pod_for_all_namespaces(
+                field_selector=self._selector(),
+                _preload_content=False,
+                _request_timeout=self._timeouts(self.request_timeout_seconds * 3),
+            )
+        except ApiException as err:
+            raise CollectorError(
+                f"kube: list pods failed: HTTP {err.status} {err.reason}"
+            ) from None
+        try:
+            self._check_status(response, "list")
+            body = response.read(MAX_LIST_BYTES + 1)
+            if len(body) > MAX_LIST_BYTES:
+                raise CollectorError(f"kube: pod list larger than {MAX_LIST_BYTES} bytes")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                response.close()
+            raise
+        finally:
+            response.release_conn()
+        document = json.loads(body)
+        if not isinstance(document, dict) or not isinstance(document.get("items"), list):
+            raise CollectorError("kube: pod list answer is not a PodList")
+        metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+        version = _str(metadata.get("resourceVersion"), 64)
+        if version is None:
+            raise CollectorError("kube: pod list has no resourceVersion")
+        self._replace(document["items"])
+        return version
+
+    @staticmethod
+    def _check_status(response: Any, what: str) -> None:
+        """With ``_preload_content=False`` the client returns any status unchecked."""
+        status = getattr(response, "status", 200)
+        if status == 410:
+            raise _Gone()
+        if not 200 <= status <= 299:
+            detail = ""
+            with contextlib.suppress(Exception):
+                document = json.loads(response.read(64 * 1024))
+                detail = f": {_str(document.get('message'), 300) or ''}"
+            raise CollectorError(f"kube: {what} pods failed: HTTP {status}{detail}")
+
+    def _watch(self, resource_version: str, duration_seconds: float) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        timeout = int(max(1, duration_seconds))
+        try:
+            response = self._api.list_pod_for_all_namespaces(
+                field_selector=self._selector(),
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout,
+                _preload_content=False,
+                # the server ends the watch after `timeout`; allow it that plus slack
+                _request_timeout=self._timeouts(timeout + max(30.0, self.request_timeout_seconds)),
+            )
+        except ApiException as err:
+            if err.status == 410:
+                raise _Gone() from None
+            raise CollectorError(
+                f"kube: watch pods failed: HTTP {err.status} {err.reason}"
+            ) from None
+        try:
+            self._check_status(response, "watch")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                response.close()
+                response.release_conn()
+            raise
+        with self._lock:
+            self._response = response
+            self._connected = True
+        if self._stop.is_set():
+            self._abort_response()
+        try:
+            buffer = bytearray()
+            for chunk in response.stream(64 * 1024, decode_content=True):
+                buffer.extend(chunk)
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    resource_version = self._event(line, resource_version)
+                if len(buffer) > MAX_EVENT_BYTES:
+                    raise CollectorError(f"kube: watch event larger than {MAX_EVENT_BYTES} bytes")
+                if self._stop.is_set():
+                    break
+            if buffer.strip():
+                resource_version = self._event(bytes(buffer), resource_version)
+        finally:
+            with self._lock:
+                self._response = None
+            # close, not only release: a half-read stream must not go back to the pool
+            with contextlib.suppress(Exception):
+                response.close()
+            with contextlib.suppress(Exception):
+                response.release_conn()
+        if not self._stop.is_set():
+            with self._lock:
+                self._last_sync = time.time()
+        return resource_version
+
+    def _event(self, line: bytes, resource_version: str) -> str:
+        if not line.strip():
+            return resource_version
+        try:
+            event = json.loads(line)
+        except ValueError:
+            raise CollectorError("kube: watch sent a line that is not JSON") from None
+        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            raise CollectorError("kube: watch sent an event without an object")
+        kind, obj = event.get("type"), event["object"]
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise _Gone()
+            reason = _str(obj.get("message"), 300) or _str(obj.get("reason"), 64) or "unknown"
+            raise CollectorError(f"kube: watch error {code}: {reason}")
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        version = _str(metadata.get("resourceVersion"), 64)
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self._apply(kind, obj)
+        elif kind == "BOOKMARK":
+            with self._lock:
+                self._last_sync = time.time()
+        else:
+            log.debug("kube: ignoring watch event of type %r", kind)
+        return version or resource_version
+
+    def _abort_response(self) -> None:
+        """Unblock a read of the watch stream by shutting its socket down."""
+        with self._lock:
+            response = self._response
+        if response is None:
+            return
+        with contextlib.suppress(Exception):
+            sock = getattr(getattr(response, "connection", None), "sock", None)
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)

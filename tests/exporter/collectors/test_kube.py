@@ -1,0 +1,285 @@
+"""KubePodSource with the real kubernetes client against a local API server fake (list + watch)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.collectors import CollectorError
+from exporter.collectors.kube import (
+    KubePodSource,
+    PodObjectError,
+    parse_deadline,
+    pod_meta_from_object,
+)
+from tests.exporter.kubeapi import FakeKubeAPI, make_pod
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kube"
+NODE = "node-a"
+
+
+def uid(n: int) -> str:
+    return f"0000{n:04d}-1111-4222-8333-444455556666"
+
+
+def wait_for(check: Callable[[], bool], timeout_seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            if check():
+                return
+        except CollectorError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    fake = FakeKubeAPI().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def source_factory() -> Iterator[Callable[..., KubePodSource]]:
+    started: list[KubePodSource] = []
+
+    def factory(url: str, **kwargs) -> KubePodSource:
+        kwargs.setdefault("backoff_initial_seconds", 0.05)
+        kwargs.setdefault("backoff_max_seconds", 0.5)
+        kwargs.setdefault("request_timeout_seconds", 5.0)
+        src = KubePodSource(NODE, api_url=url, **kwargs).start()
+        started.append(src)
+        return src
+
+    yield factory
+    for src in started:
+        src.stop()
+
+
+def names(src: KubePodSource) -> list[str]:
+    return [p.name for p in src.poll()]
+
+
+# --- pure parsing --------------------------------------------------------------------
+
+
+def test_pod_meta_from_a_real_training_pod() -> None:
+    meta = pod_meta_from_object(json.loads((FIXTURES / "pod-training.json").read_text()))
+    assert (meta.namespace, meta.name, meta.uid) == (
+        "ml-vision",
+        "resnet50-imagenet-x7k2p",
+        "9a8b7c6d-5e4f-4a3b-2c1d-0e9f8a7b6c5d",
+    )
+    assert meta.ip == "10.244.7.23" and not meta.host_network and meta.phase == "Running"
+    assert (meta.owner_kind, meta.owner_name) == ("Job", "resnet50-imagenet")
+    assert meta.labels["team"] == "vision"
+    assert dict(meta.container_ids) == {
+        "trainer": "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b",
+        "log-shipper": "7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c",
+    }
+    start = 1795237202.0  # 2026-11-21T05:00:02Z
+    assert meta.start_timestamp == start
+    # annotation 12:00Z is earlier than start + 86400 s: the earliest deadline wins
+    assert meta.deadline_timestamp == 1795262400.0
+
+
+def test_invalid_deadline_annotation_is_ignored_with_a_debug_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="exporter.collectors.kube")
+    meta = pod_meta_from_object(json.loads((FIXTURES / "pod-notebook.json").read_text()))
+    assert meta.deadline_timestamp is None
+    assert meta.container_ids == {
+        "notebook": "5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d"
+    }
+    assert meta.owner_kind == "" and meta.labels["app"] == "jupyterhub"
+    assert any(
+        "gpu-eta.io/deadline" in r.getMessage() and r.levelno == logging.DEBUG
+        for r in caplog.records
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("1795262400", 1795262400.0),
+        (" 1795262400.5 ", 1795262400.5),
+        ("2026-11-21T12:00:00Z", 1795262400.0),
+        ("2026-11-21T13:00:00+01:00", 1795262400.0),
+        ("2026-11-21T12:00:00", None),  # no zone: ambiguous
+        ("nan", None),
+        ("-5", None),
+        ("1e300", None),
+        ("x" * 100, None),
+        ("", None),
+    ],
+)
+def test_parse_deadline(text: str, want: float | None) -> None:
+    assert parse_deadline(text) == want
+
+
+def test_sizes_are_bounded() -> None:
+    pod = make_pod(
+        "big",
+        uid=uid(1),
+        labels={**{f"l{i}": "v" for i in range(200)}, "long": "v" * 64},
+        annotations={"huge": "x" * 100_000, "small": "ok"},
+    )
+    meta = pod_meta_from_object(pod)
+    assert len(meta.labels) == 64 and "long" not in meta.labels
+    assert "huge" not in meta.annotations and meta.annotations["small"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        None,
+        [],
+        {},
+        {"metadata": "x"},
+        {"metadata": {"name": "a", "namespace": "b"}},
+        {"metadata": {"name": "", "namespace": "b", "uid": "c"}},
+    ],
+)
+def test_malformed_pod_objects_raise_pod_object_error(obj) -> None:
+    with pytest.raises(PodObjectError):
+        pod_meta_from_object(obj)
+
+
+def test_odd_field_types_are_dropped_not_fatal() -> None:
+    pod = make_pod("odd", uid=uid(2))
+    pod["status"]["startTime"] = 12
+    pod["status"]["containerStatuses"] = [{"name": "main", "containerID": 5}, "junk"]
+    pod["spec"]["activeDeadlineSeconds"] = "soon"
+    pod["metadata"]["labels"] = ["not", "a", "map"]
+    pod["metadata"]["ownerReferences"] = "nope"
+    meta = pod_meta_from_object(pod)
+    assert meta.start_timestamp is None and meta.container_ids == {} and meta.labels == {}
+    assert meta.deadline_timestamp is None and meta.owner_kind == ""
+
+
+# --- list + watch against the fake API server -----------------------------------------
+
+
+def test_no_configuration_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(CollectorError, match="cannot load client configuration"):
+        KubePodSource(NODE, kubeconfig=str(tmp_path / "missing")).start()
+
+
+def test_poll_fails_until_the_first_list(source_factory) -> None:
+    src = source_factory("http://127.0.0.1:9")  # nothing listens on the discard port
+    with pytest.raises(CollectorError, match="no pod list"):
+        src.poll()
+    assert not src.status().listed
+
+
+def test_cache_fills_follows_updates_and_filters_the_node(api: FakeKubeAPI, source_factory) -> None:
+    api.add_pod(make_pod("train-a", uid=uid(1), ip="10.0.0.1"))
+    api.add_pod(make_pod("elsewhere", uid=uid(2), node="node-b"))
+    src = source_factory(api.url)
+    wait_for(lambda: names(src) == ["train-a"])
+    assert api.count(watch=False) == 1
+    wait_for(lambda: src.status().connected)
+
+    api.add_pod(make_pod("train-b", uid=uid(3), ip="10.0.0.3"))
+    wait_for(lambda: names(src) == ["train-a", "train-b"])
+    assert src.by_ip("10.0.0.3").name == "train-b"
+
+    api.update_pod(make_pod("train-a", uid=uid(1), ip="10.0.0.1", phase="Succeeded"))
+    wait_for(lambda: src.poll()[0].phase == "Succeeded")
+    assert src.by_ip("10.0.0.1") is None  # finished pods do not own their old IP
+
+    api.delete_pod("default", "train-b")
+    wait_for(lambda: names(src) == ["train-a"])
+    assert src.by_ip("10.0.0.3") is None
+    # all of that came over one watch, without relisting
+    assert api.count(watch=False) == 1
+
+
+def test_host_network_pods_never_claim_an_ip(api: FakeKubeAPI, source_factory) -> None:
+    api.add_pod(make_pod("ds", uid=uid(4), ip="192.168.1.10", host_network=True))
+    src = source_factory(api.url)
+    wait_for(lambda: names(src) == ["ds"])
+    assert src.poll()[0].host_network and src.by_ip("192.168.1.10") is None
+
+
+def test_cache_survives_the_api_server_going_away_and_resumes(
+    api: FakeKubeAPI, source_factory
+) -> None:
+    api.add_pod(make_pod("train-a", uid=uid(1)))
+    src = source_factory(api.url)
+    wait_for(lambda: src.status().connected and names(src) == ["train-a"])
+
+    api.stop()
+    wait_for(lambda: not src.status().connected and src.status().last_error != "")
+    before = src.status().last_sync_timestamp
+    time.sleep(0.3)
+    assert names(src) == ["train-a"]  # served from the cache
+    assert src.status().listed and src.status().last_sync_timestamp == before
+
+    api.add_pod(make_pod("train-b", uid=uid(2)))  # happens while we cannot see
+    api.start()
+    wait_for(lambda: names(src) == ["train-a", "train-b"])
+    wait_for(lambda: src.status().connected and src.status().last_error == "")
+    assert src.status().last_sync_timestamp > before
+
+
+def test_expired_resource_version_relists(api: FakeKubeAPI, source_factory) -> None:
+    api.add_pod(make_pod("train-a", uid=uid(1)))
+    src = source_factory(api.url)
+    wait_for(lambda: src.status().connected)
+    lists = api.count(watch=False)
+    api.compact()
+    api.add_pod(make_pod("train-b", uid=uid(2)))
+    wait_for(lambda: names(src) == ["train-a", "train-b"])
+    api.compact()
+    api.end_watches()  # rewatch from a compacted version → ERROR 410 Expired
+    wait_for(lambda: api.count(watch=False) == lists + 1)
+    wait_for(lambda: src.status().connected)
+    assert src.status().last_error == ""  # 410 is routine, not an error
+    api.add_pod(make_pod("train-c", uid=uid(3)))
+    wait_for(lambda: names(src) == ["train-a", "train-b", "train-c"])
+
+
+def test_bookmarks_refresh_the_sync_time(api: FakeKubeAPI, source_factory) -> None:
+    src = source_factory(api.url)
+    wait_for(lambda: src.status().connected)
+    before = src.status().last_sync_timestamp
+    time.sleep(0.05)
+    api.bookmark()
+    wait_for(lambda: src.status().last_sync_timestamp > before)
+
+
+def test_stop_closes_the_watch(api: FakeKubeAPI, source_factory) -> None:
+    src = source_factory(api.url)
+    wait_for(lambda: api.open_watches() == 1)
+    thread = src._thread
+    src.stop()
+    assert thread is not None and not thread.is_alive()
+    assert not src.status().connected
+
+    def server_saw_close() -> bool:
+        api.bookmark()  # a server notices a closed stream only when it writes to it
+        return api.open_watches() == 0
+
+    wait_for(server_saw_close)
+
+
+def test_max_pods_bounds_the_cache(api: FakeKubeAPI, source_factory) -> None:
+    for n in range(5):
+        api.add_pod(make_pod(f"p{n}", uid=uid(n)))
+    src = source_factory(api.url, max_pods=3)
+    wait_for(lambda: len(src.poll()) == 3)
+    api.add_pod(make_pod("p9", uid=uid(9)))
+    time.sleep(0.3)
+    assert len(src.poll()) == 3
