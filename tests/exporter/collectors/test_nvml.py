@@ -1,0 +1,329 @@
+"""NVML backend against a fake ``pynvml`` module (no GPU on this machine).
+
+The fake keeps pynvml's function names and signatures, returns pynvml's own ctypes
+structs (``c_nvmlMemory_t``, ``c_nvmlUtilization_t``,
+``c_nvmlProcessUtilizationSample_t``, friendly objects from
+``c_nvmlProcessInfo_v2_t``) and raises pynvml's own error classes with the codes
+the library uses, so the backend sees what it would see on a real node. One test
+uses the real ``pynvml`` too: without a driver, ``open()`` must say so in one line.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+
+import pynvml as real
+import pytest
+
+from exporter.collectors import CollectorError
+from exporter.collectors.nvml import NO_NVML_MESSAGE, NvmlGpuSource, NvmlUnavailable
+
+GIB = 2**30
+
+
+@dataclass
+class Dev:
+    """A device (or MIG instance) inside the fake driver."""
+
+    uuid: str
+    name: bytes | str
+    index: int = 0
+    util: int = 0
+    used: int = 0
+    total: int = 16 * GIB
+    mig_mode: int | None = None  # None: MIG not supported on this GPU
+    migs: dict[int, Dev] = field(default_factory=dict)  # slot -> instance
+    gpu_instance_id: int = 0
+    procs: list[tuple[int, int | None, int]] = field(default_factory=list)  # pid, mem, giid
+    samples: list[tuple[int, int, int]] = field(default_factory=list)  # pid, timestamp µs, sm %
+    errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
+
+
+def fake_nvml(devices: list[Dev], *, init_error: int | None = None) -> types.ModuleType:
+    """A module object shaped like pynvml over ``devices``."""
+    mod = types.ModuleType("pynvml")
+    for name in dir(real):
+        if name.startswith(("NVMLError", "NVML_")):
+            setattr(mod, name, getattr(real, name))
+    mod.calls = []  # type: ignore[attr-defined]
+
+    def check(fn: str, dev: Dev | None = None) -> None:
+        mod.calls.append(fn)
+        if dev is not None and fn in dev.errors:
+            raise real.NVMLError(dev.errors[fn])
+
+    def nvmlInit() -> None:
+        check("nvmlInit")
+        if init_error is not None:
+            raise real.NVMLError(init_error)
+
+    def nvmlShutdown() -> None:
+        check("nvmlShutdown")
+
+    def nvmlDeviceGetCount() -> int:
+        check("nvmlDeviceGetCount")
+        return len(devices)
+
+    def nvmlSystemGetDriverVersion() -> str:
+        return "550.54.15"
+
+    def nvmlDeviceGetHandleByIndex(index: int) -> Dev:
+        dev = devices[index]
+        check("nvmlDeviceGetHandleByIndex", dev)
+        return dev
+
+    def nvmlDeviceGetUUID(dev: Dev) -> str:
+        check("nvmlDeviceGetUUID", dev)
+        return dev.uuid
+
+    def nvmlDeviceGetName(dev: Dev) -> bytes | str:
+        check("nvmlDeviceGetName", dev)
+        return dev.name
+
+    def nvmlDeviceGetIndex(dev: Dev) -> int:
+        check("nvmlDeviceGetIndex", dev)
+        return dev.index
+
+    def nvmlDeviceGetUtilizationRates(dev: Dev) -> real.c_nvmlUtilization_t:
+        check("nvmlDeviceGetUtilizationRates", dev)
+        return real.c_nvmlUtilization_t(gpu=dev.util, memory=0)
+
+    def nvmlDeviceGetMemoryInfo(dev: Dev, version=None) -> real.c_nvmlMemory_t:
+        check("nvmlDeviceGetMemoryInfo", dev)
+        return real.c_nvmlMemory_t(total=dev.total, free=dev.total - dev.used, used=dev.used)
+
+    def nvmlDeviceGetMigMode(dev: Dev) -> list[int]:
+        check("nvmlDeviceGetMigMode", dev)
+        if dev.mig_mode is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return [dev.mig_mode, dev.mig_mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(dev: Dev) -> int:
+        check("nvmlDeviceGetMaxMigDeviceCount", dev)
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(dev: Dev, index: int) -> Dev:
+        check("nvmlDeviceGetMigDeviceHandleByIndex", dev)
+        if index not in dev.migs:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return dev.migs[index]
+
+    def nvmlDeviceGetGpuInstanceId(dev: Dev) -> int:
+        check("nvmlDeviceGetGpuInstanceId", dev)
+        return dev.gpu_instance_id
+
+    def nvmlDeviceGetComputeRunningProcesses(dev: Dev) -> list:
+        check("nvmlDeviceGetComputeRunningProcesses", dev)
+        out = []
+        for pid, mem, giid in dev.procs:
+            raw = real.c_nvmlProcessInfo_v2_t(
+                pid=pid,
+                usedGpuMemory=real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if mem is None else mem,
+                gpuInstanceId=giid,
+                computeInstanceId=0,
+            )
+            obj = real.nvmlStructToFriendlyObject(raw)
+            if obj.usedGpuMemory == real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+                obj.usedGpuMemory = None  # what pynvml itself does
+            out.append(obj)
+        return out
+
+    def nvmlDeviceGetProcessUtilization(dev: Dev, timeStamp: int) -> list:
+        check("nvmlDeviceGetProcessUtilization", dev)
+        mod.last_seen_args.append(timeStamp)
+        fresh = [s for s in dev.samples if s[1] > timeStamp]
+        if not fresh:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return [
+            real.c_nvmlProcessUtilizationSample_t(
+                pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0
+            )
+            for pid, ts, sm in fresh
+        ]
+
+    mod.last_seen_args = []  # type: ignore[attr-defined]
+    for fn in list(locals().values()):
+        if callable(fn) and getattr(fn, "__name__", "").startswith("nvml"):
+            setattr(mod, fn.__name__, fn)
+    return mod
+
+
+def _gpu(i: int, **kw) -> Dev:
+    kw.setdefault("name", b"Tesla T4")
+    return Dev(uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000", index=i, **kw)
+
+
+def test_function_names_exist_in_real_pynvml() -> None:
+    mod = fake_nvml([])
+    for name in dir(mod):
+        if name.startswith("nvml"):
+            assert hasattr(real, name), f"pynvml has no {name}: the fake drifted"
+
+
+def test_devices_processes_and_utilisation() -> None:
+    gpu0 = _gpu(
+        0,
+        util=87,
+        used=6 * GIB,
+        procs=[(4242, 4 * GIB, 0), (4343, None, 0)],
+        samples=[(4242, 100, 80), (4242, 200, 90), (4343, 150, 5)],
+    )
+    gpu1 = _gpu(1, util=0, used=0, name="NVIDIA L4")
+    source = NvmlGpuSource(fake_nvml([gpu0, gpu1]))
+    source.open()
+    poll = source.poll()
+    assert poll.failures == ()
+    assert poll.driver_version == "550.54.15"
+    d0, d1 = poll.devices
+    assert (d0.index, d0.uuid, d0.model) == (0, gpu0.uuid, "Tesla T4")
+    assert d0.utilization_ratio == pytest.approx(0.87)
+    assert (d0.memory_used_bytes, d0.memory_total_bytes) == (6 * GIB, 16 * GIB)
+    assert d0.gpu_instance_id is None
+    assert d1.model == "NVIDIA L4"
+    procs = {p.pid: p for p in poll.processes}
+    assert procs[4242].utilization_ratio == pytest.approx(0.85)  # mean of its samples
+    assert procs[4242].memory_used_bytes == 4 * GIB
+    assert procs[4343].memory_used_bytes is None  # NVML_VALUE_NOT_AVAILABLE
+    assert procs[4343].gpu_instance_id is None
+
+
+def test_process_util_uses_last_seen_timestamp_and_not_found_means_idle() -> None:
+    gpu0 = _gpu(0, procs=[(1, GIB, 0)], samples=[(1, 500, 40)])
+    nv = fake_nvml([gpu0])
+    source = NvmlGpuSource(nv)
+    first = source.poll()
+    second = source.poll()  # no newer sample: NVML says NOT_FOUND
+    assert nv.last_seen_args == [0, 500]
+    assert first.processes[0].utilization_ratio == pytest.approx(0.4)
+    assert second.processes[0].utilization_ratio == 0.0
+
+
+@pytest.mark.parametrize(
+    ("function", "code", "reason"),
+    [
+        ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_GPU_IS_LOST, "gpu_lost"),
+        ("nvmlDeviceGetName", real.NVML_ERROR_UNKNOWN, "unknown"),
+        ("nvmlDeviceGetUtilizationRates", real.NVML_ERROR_RESET_REQUIRED, "reset_required"),
+        ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_NOT_SUPPORTED, "not_supported"),
+        ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "nvml_error"),
+    ],
+)
+def test_one_failing_device_does_not_fail_the_poll(function: str, code: int, reason: str) -> None:
+    bad = _gpu(1, errors={function: code}, procs=[(9, GIB, 0)])
+    source = NvmlGpuSource(fake_nvml([_gpu(0, util=50), bad, _gpu(2, util=10)]))
+    poll = source.poll()
+    assert [d.index for d in poll.devices] == [0, 2]
+    assert [(f.index, f.uuid, f.reason) for f in poll.failures] == [(1, bad.uuid, reason)]
+    assert poll.failures[0].detail
+    assert all(p.pid != 9 for p in poll.processes)
+
+
+def test_handle_failure_has_no_uuid() -> None:
+    bad = _gpu(0, errors={"nvmlDeviceGetHandleByIndex": real.NVML_ERROR_GPU_IS_LOST})
+    poll = NvmlGpuSource(fake_nvml([bad])).poll()
+    assert [(f.index, f.uuid, f.reason) for f in poll.failures] == [(0, None, "gpu_lost")]
+
+
+def test_process_list_failure_keeps_the_device() -> None:
+    dev = _gpu(
+        0, util=30, errors={"nvmlDeviceGetComputeRunningProcesses": real.NVML_ERROR_NO_PERMISSION}
+    )
+    poll = NvmlGpuSource(fake_nvml([dev])).poll()
+    assert len(poll.devices) == 1 and poll.processes == () and poll.failures == ()
+
+
+def test_process_utilisation_not_supported_is_unknown_not_zero() -> None:
+    dev = _gpu(
+        0,
+        procs=[(5, GIB, 0)],
+        errors={"nvmlDeviceGetProcessUtilization": real.NVML_ERROR_NOT_SUPPORTED},
+    )
+    poll = NvmlGpuSource(fake_nvml([dev])).poll()
+    assert poll.processes[0].utilization_ratio is None
+
+
+def test_mig_instances_become_devices() -> None:
+    parent_uuid = "GPU-abcdef00-0000-0000-0000-000000000000"
+    mig_a = Dev(
+        uuid="MIG-11111111-0000-0000-0000-000000000000",
+        name=b"NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+        gpu_instance_id=1,
+        used=5 * GIB,
+        total=20 * GIB,
+        errors={"nvmlDeviceGetUtilizationRates": real.NVML_ERROR_NOT_SUPPORTED},
+    )
+    mig_b = Dev(
+        uuid="MIG-22222222-0000-0000-0000-000000000000",
+        name="NVIDIA A100-SXM4-40GB MIG 2g.10gb",
+        gpu_instance_id=5,
+        used=0,
+        total=10 * GIB,
+        errors={"nvmlDeviceGetUtilizationRates": real.NVML_ERROR_NOT_SUPPORTED},
+    )
+    parent = Dev(
+        uuid=parent_uuid,
+        name=b"NVIDIA A100-SXM4-40GB",
+        index=3,
+        mig_mode=real.NVML_DEVICE_MIG_ENABLE,
+        migs={0: mig_a, 4: mig_b},
+        procs=[(77, 4 * GIB, 1)],
+        samples=[(77, 10, 99)],
+    )
+    nv = fake_nvml([parent])
+    poll = NvmlGpuSource(nv).poll()
+    assert [
+        (d.index, d.uuid, d.gpu_instance_id, d.mig_uuid, d.mig_profile) for d in poll.devices
+    ] == [
+        (3, parent_uuid, 1, mig_a.uuid, "3g.20gb"),
+        (3, parent_uuid, 5, mig_b.uuid, "2g.10gb"),
+    ]
+    assert poll.devices[0].model == "NVIDIA A100-SXM4-40GB"
+    assert poll.devices[0].utilization_ratio is None
+    assert poll.devices[0].memory_total_bytes == 20 * GIB
+    (proc,) = poll.processes
+    assert (proc.pid, proc.device_uuid, proc.gpu_instance_id, proc.utilization_ratio) == (
+        77,
+        parent_uuid,
+        1,
+        None,  # per-process utilisation is not available under MIG
+    )
+    assert "nvmlDeviceGetProcessUtilization" not in nv.calls
+
+
+def test_mig_disabled_gpu_is_a_whole_device() -> None:
+    dev = _gpu(0, mig_mode=real.NVML_DEVICE_MIG_DISABLE, util=20)
+    poll = NvmlGpuSource(fake_nvml([dev])).poll()
+    assert poll.devices[0].gpu_instance_id is None
+    assert poll.devices[0].utilization_ratio == pytest.approx(0.2)
+
+
+def test_device_count_failure_fails_the_poll() -> None:
+    nv = fake_nvml([])
+
+    def broken() -> int:
+        raise real.NVMLError(real.NVML_ERROR_UNINITIALIZED)
+
+    nv.nvmlDeviceGetCount = broken
+    with pytest.raises(CollectorError, match="device count"):
+        NvmlGpuSource(nv).poll()
+
+
+def test_open_without_library_gives_the_one_line_message() -> None:
+    with pytest.raises(NvmlUnavailable) as info:
+        NvmlGpuSource(fake_nvml([], init_error=real.NVML_ERROR_LIBRARY_NOT_FOUND)).open()
+    assert str(info.value) == NO_NVML_MESSAGE
+    with pytest.raises(NvmlUnavailable, match="initialisation failed: Insufficient Permissions"):
+        NvmlGpuSource(fake_nvml([], init_error=real.NVML_ERROR_NO_PERMISSION)).open()
+
+
+def test_real_pynvml_on_this_machine_reports_no_driver() -> None:
+    """No GPU here: the real library must fail in the documented way, not crash."""
+    source = NvmlGpuSource()
+    try:
+        source.open()
+    except NvmlUnavailable as err:
+        assert str(err) == NO_NVML_MESSAGE
+    else:  # pragma: no cover - only on a machine with a driver
+        source.close()
+        pytest.skip("an NVIDIA driver is present")
