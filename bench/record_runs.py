@@ -1,0 +1,264 @@
+"""Time real PyTorch CPU training runs and write them as an ``evaluate`` runs CSV.
+
+Why: the forecaster's accuracy targets are about *real* runs, not simulated curves.
+These are tiny models (≤ 1M parameters) on synthetic data, trained for real with
+``torch`` on this machine, in the spirit of seed 000's grid (several job names, batch
+sizes and epoch counts). Two scenarios:
+
+- ``dedicated``: plain training, nothing else started by us (the machine is still
+  shared with whatever else runs on it: that contention is real and kept).
+- ``shared``: the same jobs with an evaluation pass every k epochs, a first-epoch
+  warm-up (dataset cache fill) and a competing CPU-bound process (busy loops, one per
+  core) that arrives or leaves part-way through the run; a few runs are cancelled
+  part-way (recorded as not completed).
+
+Each run writes one row per epoch end (epoch 0 = start of training), with the
+columns of docs/forecasting.md: ``run_id,epoch,epochs_planned,timestamp_seconds,
+job_name,batch_size,framework,gpu_model``.
+
+Usage::
+
+    python bench/record_runs.py --scenario shared --runs 40 --seed 1 --out tests/fixtures/runs/shared_tune.csv
+
+Every process started here (the busy loops) is stopped by its PID, even on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+COLUMNS = (
+    "run_id",
+    "epoch",
+    "epochs_planned",
+    "timestamp_seconds",
+    "job_name",
+    "batch_size",
+    "framework",
+    "gpu_model",
+)
+
+BUSY_LOOP = "import time\nend = time.time() + 600\nwhile time.time() < end:\n    pass\n"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A job name: a model builder and its synthetic data shape."""
+
+    name: str
+    n_samples: int
+    in_shape: tuple[int, ...]
+
+    def build(self) -> nn.Module:
+        if self.name == "mnist-mlp":
+            return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+        if self.name == "wide-mlp":
+            return nn.Sequential(
+                nn.Flatten(),
+                nn.Linear(784, 512),
+                nn.ReLU(),
+                nn.Linear(512, 256),
+                nn.ReLU(),
+                nn.Linear(256, 10),
+            )
+        if self.name == "cifar-cnn":
+            return nn.Sequential(
+                nn.Conv2d(3, 16, 3, padding=1),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+                nn.Conv2d(16, 32, 3, padding=1),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+                nn.Flatten(),
+                nn.Linear(32 * 8 * 8, 10),
+            )
+        raise ValueError(f"unknown workload {self.name!r}")
+
+
+WORKLOADS = (
+    Workload("mnist-mlp", 6000, (784,)),
+    Workload("wide-mlp", 3000, (784,)),
+    Workload("cifar-cnn", 800, (3, 32, 32)),
+)
+BATCH_SIZES = (32, 64, 128)
+EPOCHS = (10, 20, 30)
+
+
+class Competitor:
+    """Busy-loop processes, one per core, started and stopped on demand."""
+
+    def __init__(self, n_procs: int) -> None:
+        self.n_procs = n_procs
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        if not self.procs:
+            self.procs = [
+                subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(self.n_procs)
+            ]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self.procs = []
+
+
+def train_run(
+    run_id: str,
+    workload: Workload,
+    batch_size: int,
+    epochs: int,
+    *,
+    eval_every: int,
+    warmup: bool,
+    competitor: Competitor | None,
+    competitor_on: float | None,
+    competitor_off: float | None,
+    cancel_at: int | None,
+    rng: random.Random,
+) -> list[tuple[int, float]]:
+    """Train one real run; return ``(epoch, unix seconds)`` at start and each epoch end."""
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
+    x = torch.randn((workload.n_samples, *workload.in_shape), generator=gen)
+    y = torch.randint(0, 10, (workload.n_samples,), generator=gen)
+    x_val = torch.randn((workload.n_samples // 2, *workload.in_shape), generator=gen)
+    torch.manual_seed(rng.randrange(2**31))
+    model = workload.build()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    cache: torch.Tensor | None = None
+    times = [(0, time.time())]
+    for epoch in range(1, epochs + 1):
+        if competitor is not None:
+            frac = (epoch - 1) / epochs
+            want = (competitor_on is not None and frac >= competitor_on) and not (
+                competitor_off is not None and frac >= competitor_off
+            )
+            if want:
+                competitor.start()
+            else:
+                competitor.stop()
+        if cache is None:
+            if warmup:  # a dataset cache fill on the first pass, sample by sample
+                cache = torch.stack([(s - s.mean()) / (s.std() + 1e-6) for s in x])
+            else:
+                cache = x
+        perm = torch.randperm(workload.n_samples, generator=gen)
+        model.train()
+        for i in range(0, workload.n_samples, batch_size):
+            idx = perm[i : i + batch_size]
+            opt.zero_grad()
+            loss = loss_fn(model(cache[idx]), y[idx])
+            loss.backward()
+            opt.step()
+        if eval_every and epoch % eval_every == 0:
+            model.eval()
+            with torch.no_grad():
+                for _ in range(2):
+                    for i in range(0, len(x_val), 256):
+                        model(x_val[i : i + 256])
+        times.append((epoch, time.time()))
+        if cancel_at is not None and epoch >= cancel_at:
+            break
+    return times
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", choices=("dedicated", "shared"), required=True)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rng = random.Random(args.seed)
+    competitor = Competitor(args.threads) if args.scenario == "shared" else None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    began = time.time()
+    tmp = args.out.with_suffix(".tmp")
+    try:
+        with tmp.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(COLUMNS)
+            for i in range(args.runs):
+                workload = rng.choice(WORKLOADS)
+                batch_size = rng.choice(BATCH_SIZES)
+                epochs = rng.choice(EPOCHS)
+                on = off = None
+                cancel_at = None
+                eval_every = 0
+                if args.scenario == "shared":
+                    eval_every = rng.choice((3, 5))
+                    pattern = rng.choice(("arrives", "leaves", "arrives", "leaves", "none"))
+                    if pattern == "arrives":
+                        on = rng.uniform(0.2, 0.7)
+                    elif pattern == "leaves":
+                        on, off = 0.0, rng.uniform(0.3, 0.8)
+                    if rng.random() < 0.07:
+                        cancel_at = rng.randrange(1, epochs)
+                run_id = f"{args.scenario}-s{args.seed}-{i:03d}-{workload.name}-b{batch_size}"
+                try:
+                    times = train_run(
+                        run_id,
+                        workload,
+                        batch_size,
+                        epochs,
+                        eval_every=eval_every,
+                        warmup=args.scenario == "shared",
+                        competitor=competitor,
+                        competitor_on=on,
+                        competitor_off=off,
+                        cancel_at=cancel_at,
+                        rng=rng,
+                    )
+                finally:
+                    if competitor is not None:
+                        competitor.stop()
+                for epoch, ts in times:
+                    writer.writerow(
+                        (
+                            run_id,
+                            epoch,
+                            epochs,
+                            f"{ts:.3f}",
+                            workload.name,
+                            batch_size,
+                            "pytorch",
+                            "none",
+                        )
+                    )
+                fh.flush()
+                took = times[-1][1] - times[0][1]
+                print(
+                    f"{run_id}: {len(times) - 1}/{epochs} epochs in {took:.1f}s "
+                    f"(competitor on={on} off={off})",
+                    flush=True,
+                )
+        tmp.replace(args.out)
+    finally:
+        if competitor is not None:
+            competitor.stop()
+    print(f"wrote {args.out} ({args.runs} runs) in {time.time() - began:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

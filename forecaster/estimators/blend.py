@@ -1,0 +1,157 @@
+"""Combined estimate: the history prior weighs less as the run's own evidence grows.
+
+Why precision weighting in log space: the prior (``prior.py``) and the run's own rate
+(``rate.py``) are two noisy measurements of the same log remaining time. Weighting
+each by ``1/σ²`` makes the hand-over automatic and explainable: at 0 % only the prior
+exists; early on a consistent job's prior (small σ, e.g. a job re-run many times at
+the same batch size) dominates one or two noisy epochs; as epochs accrue the rate's
+σ shrinks and it takes over; a wide prior (new job, pooled regression) barely
+moves a rate that already has a few epochs. The raw interval here is not
+calibrated: ``forecaster.model.EtaModel`` rescales it from measured residuals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from forecaster.estimators import (
+    NotFittedError,
+    at_now,
+    lognormal_quantiles,
+    ordered,
+    remaining_epochs,
+    stall_widen,
+)
+from forecaster.estimators.prior import PriorEstimator
+from forecaster.estimators.rate import own_rate, rate_sigma
+from forecaster.forecast import Forecast
+from forecaster.runs import Run
+
+
+@dataclass(frozen=True)
+class RawEstimate:
+    """Log remaining seconds from the last epoch end, its log-sd, and provenance."""
+
+    center: float
+    sigma: float
+    method: str  # "rate", "prior" or "blend"
+    n_obs: int
+    prior_weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """The two measurements before weighting, so weights can be tuned cheaply.
+
+    ``rate`` is ``own_rate``'s ``(log seconds per epoch, scale, n_eff, n)`` or None.
+    """
+
+    prior_center: float
+    prior_sigma: float
+    prior_n: int
+    rate: tuple[float, float, float, int] | None
+    remaining: float
+    done: float
+
+    def combine(self, drift: float, prior_scale: float) -> RawEstimate:
+        """Precision-weighted estimate for a drift and a prior-sigma multiplier."""
+        s_p = self.prior_sigma * prior_scale
+        if self.rate is None:
+            return RawEstimate(self.prior_center, s_p, "prior", self.prior_n, 1.0)
+        center, scale, n_eff, n = self.rate
+        mu_r = center + math.log(max(self.remaining, 1e-9))
+        s_r = rate_sigma(scale, n_eff, self.remaining, self.done, drift)
+        mu, sigma, w_p = combine((mu_r, s_r), (self.prior_center, s_p))
+        return RawEstimate(mu, sigma, "blend", n, w_p)
+
+
+def combine(
+    rate: tuple[float, float] | None, prior: tuple[float, float]
+) -> tuple[float, float, float]:
+    """Precision-weighted mean of two log estimates: ``(center, sigma, prior_weight)``."""
+    mu_p, s_p = prior
+    if rate is None:
+        return mu_p, s_p, 1.0
+    mu_r, s_r = rate
+    w_r, w_p = 1.0 / s_r**2, 1.0 / s_p**2
+    total = w_r + w_p
+    return (w_r * mu_r + w_p * mu_p) / total, math.sqrt(1.0 / total), w_p / total
+
+
+class BlendEstimator:
+    """Prior + own rate, precision weighted; uncalibrated log-normal quantiles."""
+
+    def __init__(
+        self,
+        drift: float = 0.25,
+        prior_scale: float = 1.0,
+        half_life_ratio: float = 0.25,
+        huber_c: float = 2.0,
+        max_regression_runs: int = 5000,
+        max_job_runs: int = 200,
+        random_state: int | None = None,
+    ) -> None:
+        self.drift = drift
+        self.prior_scale = prior_scale
+        self.half_life_ratio = half_life_ratio
+        self.huber_c = huber_c
+        self.max_regression_runs = max_regression_runs
+        self.max_job_runs = max_job_runs
+        self.random_state = random_state
+
+    def fit(self, history: Sequence[Run]) -> BlendEstimator:
+        """Fit the prior on finished runs; the rate needs no fitting."""
+        self.prior_ = PriorEstimator(
+            max_regression_runs=self.max_regression_runs,
+            max_job_runs=self.max_job_runs,
+            random_state=self.random_state,
+        ).fit(history)
+        self.n_history_ = self.prior_.n_history_
+        return self
+
+    def components(self, run: Run, before: float | None = None) -> Components:
+        """Prior and rate parts of ``run`` as of its last epoch end.
+
+        ``before`` restricts the job prior to runs that ended before it (calibration's
+        temporal prefix); the live path leaves it ``None``.
+        """
+        if not hasattr(self, "prior_"):
+            raise NotFittedError("BlendEstimator used before fit")
+        mu_p, s_p, est = self.prior_.log_remaining(run, before)
+        rate = own_rate(run, half_life_ratio=self.half_life_ratio, huber_c=self.huber_c)
+        return Components(mu_p, s_p, est.n_obs, rate, remaining_epochs(run), run.epochs_done)
+
+    def raw(
+        self,
+        run: Run,
+        before: float | None = None,
+        drift: float | None = None,
+        prior_scale: float | None = None,
+    ) -> RawEstimate:
+        """The raw log estimate for ``run`` (weights from the arguments or ``__init__``)."""
+        return self.components(run, before).combine(
+            self.drift if drift is None else drift,
+            self.prior_scale if prior_scale is None else prior_scale,
+        )
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        if not hasattr(self, "prior_"):
+            raise NotFittedError("BlendEstimator.predict called before fit")
+        prior = self.prior_
+        if remaining_epochs(run) <= 0:
+            return Forecast(
+                0.0, 0.0, 0.0, method="blend", converged=prior.converged_, warnings=prior.warnings_
+            )
+        raw = self.raw(run)
+        q = lognormal_quantiles(raw.center, raw.sigma)
+        q = stall_widen(q, run, now) if stalled else at_now(q, run, now, 0.0)
+        return Forecast(
+            *ordered(*q),
+            method=raw.method,
+            n_obs=raw.n_obs,
+            stalled=stalled,
+            converged=prior.converged_,
+            warnings=prior.warnings_,
+        )

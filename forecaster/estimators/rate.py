@@ -1,0 +1,163 @@
+"""In-progress estimate from the run's own epoch times.
+
+Why this shape: measured progress rate is the best signal there is (seed 004), but
+raw epoch times carry a slow first epoch (warm-up: seed 002's 10 s vs 8–9 s),
+evaluation/checkpoint spikes every k epochs, and slow drift or sudden shifts when a
+neighbour starts competing for the device. So, in log space (times are positive and
+errors multiplicative):
+
+- the first interval is dropped once three or more exist, and down-weighted to a
+  quarter with two;
+- intervals are weighted by width (gaps span several epochs) and by recency with a
+  half-life of ``max(min_half_life, half_life_ratio · n)`` intervals, so the estimate
+  follows a shift in speed without chasing one noisy epoch;
+- the location is a Huber M-estimate started at the weighted median (``huber_c``
+  robust scales), so a spike counts, but only so much.
+
+Uncertainty (log-sd of the remaining time) adds three parts: the estimate's own
+sampling error ``s²/n_eff``, the averaging of ``m`` future epochs ``s²/m``, and
+regime change ``(drift · m/(n+m))²`` — the further ahead, the likelier the speed
+changes. ``s`` is the robust scale (1.4826·MAD) of the log epoch times, floored,
+and a default until three intervals exist. Calibration (``forecaster.calibration``)
+rescales these sigmas from measured residuals; they need only rank runs well.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from forecaster.estimators import (
+    DEFAULT_EPOCH_SECONDS,
+    DEFAULT_LOG_SIGMA,
+    NotFittedError,
+    at_now,
+    intervals,
+    lognormal_quantiles,
+    ordered,
+    remaining_epochs,
+    stall_widen,
+)
+from forecaster.forecast import Forecast
+from forecaster.runs import Run
+
+MIN_SCALE = 0.03
+DEFAULT_SCALE = 0.15
+
+
+def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The value where the cumulative weight first reaches half."""
+    order = np.argsort(values)
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w)
+    return float(v[np.searchsorted(cum, 0.5 * cum[-1])])
+
+
+def own_rate(
+    run: Run,
+    *,
+    half_life_ratio: float = 0.25,
+    min_half_life: float = 2.0,
+    huber_c: float = 2.0,
+) -> tuple[float, float, float, int] | None:
+    """Robust per-epoch seconds of ``run`` in log space.
+
+    Returns ``(log_seconds_per_epoch, scale, n_eff, n_intervals)`` or ``None`` when the
+    run has no completed interval yet.
+    """
+    per_epoch, width, _ends = intervals(run)
+    n = len(per_epoch)
+    if n == 0:
+        return None
+    logs = np.log(np.maximum(per_epoch, 1e-9))
+    weights = width.astype(float).copy()
+    if n >= 3:
+        logs, weights = logs[1:], weights[1:]
+    elif n == 2:
+        weights[0] *= 0.25
+    k = len(logs)
+    half_life = max(min_half_life, half_life_ratio * k)
+    age = np.arange(k - 1, -1, -1, dtype=float)
+    weights = weights * np.power(0.5, age / half_life)
+    center = weighted_median(logs, weights)
+    if k >= 3:
+        mad = weighted_median(np.abs(logs - center), weights)
+        scale = max(MIN_SCALE, 1.4826 * mad)
+    else:
+        scale = DEFAULT_SCALE
+    for _ in range(4):  # Huber IRLS around the weighted median
+        resid = np.abs(logs - center) / scale
+        hw = np.where(resid <= huber_c, 1.0, huber_c / np.maximum(resid, 1e-12))
+        w = weights * hw
+        center = float(np.sum(w * logs) / np.sum(w))
+    n_eff = float(np.sum(weights) ** 2 / np.sum(weights**2))
+    return center, scale, n_eff, n
+
+
+def rate_sigma(scale: float, n_eff: float, remaining: float, done: float, drift: float) -> float:
+    """Log-sd of the remaining time from the rate's parts (module docstring)."""
+    m = max(remaining, 1e-9)
+    return math.sqrt(
+        scale**2 / n_eff + scale**2 / max(m, 1.0) + (drift * m / (max(done, 1e-9) + m)) ** 2
+    )
+
+
+def rate_log_remaining(
+    run: Run, *, drift: float = 0.25, **rate_params: float
+) -> tuple[float, float, int] | None:
+    """Log remaining seconds from the last epoch end and its log-sd, or ``None``.
+
+    ``None`` when nothing was observed yet or nothing remains.
+    """
+    m = remaining_epochs(run)
+    if m <= 0:
+        return None
+    est = own_rate(run, **rate_params)
+    if est is None:
+        return None
+    center, scale, n_eff, n = est
+    return center + math.log(m), rate_sigma(scale, n_eff, m, run.epochs_done, drift), n
+
+
+class RateEstimator:
+    """The run's own robust rate; with no interval yet, the documented default."""
+
+    def __init__(
+        self,
+        half_life_ratio: float = 0.25,
+        min_half_life: float = 2.0,
+        huber_c: float = 2.0,
+        drift: float = 0.25,
+    ) -> None:
+        self.half_life_ratio = half_life_ratio
+        self.min_half_life = min_half_life
+        self.huber_c = huber_c
+        self.drift = drift
+
+    def fit(self, history: Sequence[Run]) -> RateEstimator:
+        """Nothing to learn from history: the rate is the run's own. Kept for the face."""
+        self.n_history_ = len(history)
+        return self
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        if not hasattr(self, "n_history_"):
+            raise NotFittedError("RateEstimator.predict called before fit")
+        m = remaining_epochs(run)
+        if m <= 0:
+            return Forecast(0.0, 0.0, 0.0, method="rate", n_obs=len(run.epoch_times) - 1)
+        est = rate_log_remaining(
+            run,
+            drift=self.drift,
+            half_life_ratio=self.half_life_ratio,
+            min_half_life=self.min_half_life,
+            huber_c=self.huber_c,
+        )
+        if est is None:
+            center, sigma, n = math.log(DEFAULT_EPOCH_SECONDS * m), DEFAULT_LOG_SIGMA, 0
+        else:
+            center, sigma, n = est
+        q = lognormal_quantiles(center, sigma)
+        q = stall_widen(q, run, now) if stalled else at_now(q, run, now, math.exp(center) / m)
+        return Forecast(*ordered(*q), method="rate", n_obs=n, stalled=stalled)

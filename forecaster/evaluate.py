@@ -1,0 +1,316 @@
+"""``python -m forecaster evaluate --runs FILE.csv``: a temporal backtest on recorded runs.
+
+Why: "better than the ETA I already have" must be shown on anyone's runs, without a
+cluster. Runs are replayed in time order. Every completed run is predicted at its
+start (0 %, history alone) and at the last epoch seen at 10, 25, 50 and 75 % of its
+planned epochs, at the moment that epoch ended. Models learn only from runs that
+*finished before that moment* (a temporal split: nothing from the future leaks).
+gpu-eta's model is refitted when the history has grown by ``refit_fraction`` (5 %) or
+at least one run while small, so a backtest of thousands of runs takes seconds:
+runs that just finished may wait for the next refit, never the other way round.
+
+Scored per point, on the predictions every method could make (rate baselines have
+nothing at 0 %, so the start compares gpu-eta with the history match only): the
+median absolute percentage error of the remaining time, for gpu-eta and each
+baseline, and the share of true remaining times inside gpu-eta's P10–P90.
+``--predictions OUT.csv`` writes every gpu-eta prediction
+(``run_id,epoch,timestamp_seconds,p10,p50,p90``, remaining seconds) so anyone can
+score them independently.
+
+Exit codes: 0 done, 2 bad input or usage (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from forecaster.calibration import POINTS
+from forecaster.estimators import BASELINES, InsufficientData, make_estimator
+from forecaster.model import EtaModel, truncate
+from forecaster.runs import ForecasterError, Run
+from forecaster.runs_csv import RunsCsvError, read_runs
+
+GPU_ETA = "gpu_eta"
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    RUNTIME = 1
+    USAGE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One gpu-eta prediction made during the backtest, with the truth it is scored on."""
+
+    run_id: str
+    point: float
+    epoch: float
+    timestamp_seconds: float
+    p10: float
+    p50: float
+    p90: float
+    actual: float
+
+
+@dataclass
+class PointScore:
+    """Scores at one progress point: median abs % error per method, gpu-eta coverage."""
+
+    point: float
+    n: int = 0
+    skipped: int = 0
+    mape: dict[str, float] = field(default_factory=dict)
+    coverage: float = math.nan
+
+
+@dataclass
+class Backtest:
+    """The whole result: per-point scores and every gpu-eta prediction."""
+
+    n_runs: int
+    n_completed: int
+    points: dict[float, PointScore]
+    predictions: list[Prediction]
+    n_refits: int
+
+    def as_json(self) -> dict:
+        def num(x: float) -> float | None:
+            return None if not math.isfinite(x) else round(x, 6)
+
+        return {
+            "runs": self.n_runs,
+            "completed_runs": self.n_completed,
+            "refits": self.n_refits,
+            "points": [
+                {
+                    "point": s.point,
+                    "n": s.n,
+                    "skipped": s.skipped,
+                    "median_abs_pct_error": {k: num(v) for k, v in s.mape.items()},
+                    "coverage_p10_p90": num(s.coverage),
+                }
+                for s in self.points.values()
+            ],
+        }
+
+
+def methods_at(point: float) -> tuple[str, ...]:
+    """Who is scored at a point: at the start only gpu-eta and the history match."""
+    return (GPU_ETA, "history_match") if point == 0 else (GPU_ETA, *BASELINES)
+
+
+def backtest(
+    runs: Sequence[Run],
+    *,
+    model_factory: Callable[[], EtaModel] | None = None,
+    refit_fraction: float = 0.05,
+    window_seconds: float | None = None,
+) -> Backtest:
+    """Replay ``runs`` in time order and score gpu-eta and the baselines.
+
+    Pure apart from CPU: no I/O. ``model_factory`` builds a fresh unfitted model
+    (default ``EtaModel(random_state=0)``).
+    """
+    factory = model_factory or (lambda: EtaModel(random_state=0))
+    by_end = sorted(runs, key=lambda r: r.last_timestamp)
+    ends = [r.last_timestamp for r in by_end]
+    events: list[tuple[float, float, Run, Run]] = []
+    for run in runs:
+        if run.completed is not True:
+            continue
+        for point in POINTS:
+            part = truncate(run, point)
+            if point > 0 and len(part.epoch_times) < 2:
+                continue  # nothing seen yet at this point: that is the start, scored at 0 %
+            if len(part.epoch_times) == len(run.epoch_times):
+                continue
+            events.append((part.last_timestamp, point, part, run))
+    events.sort(key=lambda e: (e[0], e[2].run_id, e[1]))
+
+    model: EtaModel | None = None
+    history_match = make_estimator("history_match")
+    fitted_k = -1
+    model_k = -1
+    n_refits = 0
+    rate_baselines = {
+        name: make_estimator(name, window_seconds=window_seconds)
+        if name == "predict_linear"
+        else make_estimator(name)
+        for name in BASELINES
+        if name != "history_match"
+    }
+    for est in rate_baselines.values():
+        est.fit([])
+    errors: dict[float, dict[str, list[float]]] = {p: {} for p in POINTS}
+    hits: dict[float, list[bool]] = {p: [] for p in POINTS}
+    skipped: dict[float, int] = dict.fromkeys(POINTS, 0)
+    predictions: list[Prediction] = []
+    for ts, point, part, run in events:
+        k = bisect.bisect_left(ends, ts)  # runs that ended strictly before now
+        if k != fitted_k:
+            history_match.fit(by_end[:k])
+            fitted_k = k
+        if model is None or (k > model_k and k - model_k >= max(1.0, refit_fraction * model_k)):
+            model = factory().fit(by_end[:k])
+            model_k = k
+            n_refits += 1
+        truth = run.last_timestamp - part.last_timestamp
+        forecast = model.predict(part, ts)
+        predictions.append(
+            Prediction(
+                run.run_id,
+                point,
+                part.epochs_done,
+                ts,
+                forecast.p10,
+                forecast.p50,
+                forecast.p90,
+                truth,
+            )
+        )
+        got = {GPU_ETA: forecast.p50}
+        try:
+            for name in methods_at(point)[1:]:
+                est = history_match if name == "history_match" else rate_baselines[name]
+                got[name] = est.predict(part, ts).p50
+        except InsufficientData:
+            skipped[point] += 1
+            continue
+        for name, p50 in got.items():
+            errors[point].setdefault(name, []).append(abs(p50 - truth) / truth)
+        hits[point].append(forecast.p10 <= truth <= forecast.p90)
+
+    points = {}
+    for point in POINTS:
+        score = PointScore(point=point, n=len(hits[point]), skipped=skipped[point])
+        for name in methods_at(point):
+            errs = errors[point].get(name, [])
+            score.mape[name] = float(np.median(errs)) if errs else math.nan
+        score.coverage = float(np.mean(hits[point])) if hits[point] else math.nan
+        points[point] = score
+    return Backtest(
+        n_runs=len(runs),
+        n_completed=sum(1 for r in runs if r.completed is True),
+        points=points,
+        predictions=predictions,
+        n_refits=n_refits,
+    )
+
+
+def format_table(result: Backtest) -> str:
+    """The human table: rows are points, columns methods (median abs % error)."""
+    names = (GPU_ETA, *BASELINES)
+    header = ["point", "n", *names, "gpu_eta P10-P90 coverage"]
+    rows = [header]
+    for s in result.points.values():
+        label = "start" if s.point == 0 else f"{s.point:.0%}"
+        cells = [label, str(s.n)]
+        for name in names:
+            v = s.mape.get(name, math.nan)
+            cells.append("-" if not math.isfinite(v) else f"{v:.1%}")
+        cells.append("-" if not math.isfinite(s.coverage) else f"{s.coverage:.0%}")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
+    lines.append(
+        f"{result.n_runs} runs ({result.n_completed} completed), {len(result.predictions)} "
+        f"predictions, {result.n_refits} refits; median absolute % error of remaining time"
+    )
+    return "\n".join(lines)
+
+
+def write_predictions(predictions: Sequence[Prediction], fh: TextIO) -> None:
+    """``run_id,epoch,timestamp_seconds,p10,p50,p90`` (remaining seconds), one per row."""
+    writer = csv.writer(fh, lineterminator="\n")
+    writer.writerow(("run_id", "epoch", "timestamp_seconds", "p10", "p50", "p90"))
+    for p in predictions:
+        writer.writerow(
+            (
+                p.run_id,
+                f"{p.epoch:g}",
+                f"{p.timestamp_seconds:.3f}",
+                f"{p.p10:.3f}",
+                f"{p.p50:.3f}",
+                f"{p.p90:.3f}",
+            )
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m forecaster evaluate",
+        description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/forecasting.md).",
+    )
+    parser.add_argument("--runs", required=True, type=Path, help="runs CSV, one row per epoch end")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--predictions", type=Path, help="write every gpu-eta prediction to this CSV"
+    )
+    parser.add_argument(
+        "--predict-linear-window",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="trailing window of the predict_linear baseline (default: half the elapsed time)",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Run the backtest; returns the exit code (never raises for bad input)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed its one-line usage error
+        return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE
+    if args.predict_linear_window is not None and not args.predict_linear_window > 0:
+        print("evaluate: --predict-linear-window must be > 0", file=err)
+        return ExitCode.USAGE
+    try:
+        runs = read_runs(args.runs)
+        result = backtest(runs, window_seconds=args.predict_linear_window)
+        if args.predictions is not None:
+            tmp = args.predictions.with_name(args.predictions.name + ".tmp")
+            with tmp.open("w", newline="", encoding="utf-8") as fh:
+                write_predictions(result.predictions, fh)
+            tmp.replace(args.predictions)
+    except RunsCsvError as exc:
+        print(f"evaluate: {args.runs}: {exc}", file=err)
+        return ExitCode.USAGE
+    except (ForecasterError, OSError) as exc:
+        if args.debug:
+            raise
+        print(f"evaluate: {exc}", file=err)
+        return ExitCode.RUNTIME
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2), file=out)
+    else:
+        print(format_table(result), file=out)
+    return ExitCode.OK
+
+
+def scores(result: Backtest) -> Mapping[float, Mapping[str, float]]:
+    """Per point: method → median abs % error, plus ``coverage`` (for benches and tests)."""
+    return {p: {**s.mape, "coverage": s.coverage} for p, s in result.points.items()}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

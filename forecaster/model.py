@@ -1,0 +1,216 @@
+"""``EtaModel``: the one object the service and ``evaluate`` use — blend + calibration.
+
+Why a facade: the service (H5) needs ``fit(history)`` once per cycle and
+``predict(run, now)`` per running job, plus the measured quality it publishes; it
+should not know there is a prior, a rate and a calibrator inside.
+
+``fit`` (budget: well under a second or two on 50,000 runs) does three things:
+
+1. fits the blend's prior (``estimators/prior.py``; regression on the most recent
+   ``max_regression_runs``, job groups capped at ``max_job_runs``);
+2. replays the most recent ``max_calibration_runs`` completed runs at each progress
+   point (start, and the last epoch seen at 10/25/50/75 %), their job prior built only
+   from runs that ended before that moment (temporal), and collects normalised
+   residuals of the raw estimate against the truth;
+3. fits split-conformal z quantiles per bin on them (``calibration.py``) and
+   measures leave-later-out quality, ``quality_``.
+
+``predict`` is then pure arithmetic per run (≈ 0.1 ms): raw estimate → calibrated
+quantiles → shifted to ``now`` (time since the last epoch end counts, never into
+the past) or, for a stalled run, held and widened.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from forecaster.calibration import POINTS, Calibrator, Residual, measure_quality, progress_point
+from forecaster.estimators import NotFittedError, at_now, ordered, remaining_epochs, stall_widen
+from forecaster.estimators.blend import BlendEstimator, Components
+from forecaster.forecast import Forecast
+from forecaster.runs import Run
+
+
+def truncate(run: Run, point: float) -> Run:
+    """``run`` as it looked at its last epoch end at or before ``point`` of its plan."""
+    limit = point * run.epochs_planned + 1e-9
+    times = tuple(et for et in run.epoch_times if et[0] <= limit)
+    return Run(
+        run_id=run.run_id,
+        epochs_planned=run.epochs_planned,
+        epoch_times=times,
+        features=run.features,
+        completed=None,
+        namespace=run.namespace,
+        pod=run.pod,
+        container=run.container,
+    )
+
+
+DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
+PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    """A past run truncated at a point: the raw parts and the true log remaining."""
+
+    point: float
+    parts: Components
+    actual: float
+    timestamp: float
+
+
+class EtaModel:
+    """gpu-eta's forecaster: precision-weighted prior + own rate, conformally calibrated."""
+
+    def __init__(
+        self,
+        random_state: int | None = None,
+        coverage: float = 0.8,
+        max_calibration_runs: int = 600,
+        max_regression_runs: int = 5000,
+        max_job_runs: int = 200,
+        min_samples: int = 8,
+        drift: float = 0.25,
+        half_life_ratio: float = 0.25,
+        huber_c: float = 2.0,
+    ) -> None:
+        self.random_state = random_state
+        self.coverage = coverage
+        self.max_calibration_runs = max_calibration_runs
+        self.max_regression_runs = max_regression_runs
+        self.max_job_runs = max_job_runs
+        self.min_samples = min_samples
+        self.drift = drift
+        self.half_life_ratio = half_life_ratio
+        self.huber_c = huber_c
+
+    def fit(self, history: Sequence[Run]) -> EtaModel:
+        """Learn from finished runs (``completed`` True or False); returns ``self``."""
+        blend = BlendEstimator(
+            half_life_ratio=self.half_life_ratio,
+            huber_c=self.huber_c,
+            max_regression_runs=self.max_regression_runs,
+            max_job_runs=self.max_job_runs,
+            random_state=self.random_state,
+        ).fit(history)
+        samples = self._samples(blend, history)
+        self.weights_ = self._tune(samples)
+        residuals = self._residuals(samples, self.weights_)
+        self.blend_ = blend
+        self.calibrator_ = Calibrator(coverage=self.coverage, min_samples=self.min_samples).fit(
+            residuals
+        )
+        self.quality_: Mapping[float, tuple[float, float]] = measure_quality(
+            residuals, coverage=self.coverage, min_samples=self.min_samples
+        )
+        self.n_residuals_ = len(residuals)
+        self.n_samples_by_point_ = {p: sum(1 for r in residuals if r.point == p) for p in POINTS}
+        self.n_history_ = len(history)
+        return self
+
+    def _samples(self, blend: BlendEstimator, history: Sequence[Run]) -> list[_Sample]:
+        """Replay recent completed runs at each point; job prior from earlier runs only."""
+        done = [r for r in history if r.completed is True and len(r.epoch_times) >= 2]
+        done.sort(key=lambda r: r.last_timestamp)
+        done = done[-self.max_calibration_runs :] if self.max_calibration_runs > 0 else []
+        out: list[_Sample] = []
+        for run in done:
+            end = run.last_timestamp
+            seen: set[int] = set()
+            for point in POINTS:
+                part = truncate(run, point)
+                n_seen = len(part.epoch_times)
+                if n_seen in seen or n_seen == len(run.epoch_times):
+                    continue
+                seen.add(n_seen)
+                truth = end - part.last_timestamp
+                if truth <= 0:
+                    continue
+                out.append(
+                    _Sample(
+                        point=progress_point(part.progress_ratio),
+                        parts=blend.components(part, before=part.last_timestamp),
+                        actual=math.log(truth),
+                        timestamp=part.last_timestamp,
+                    )
+                )
+        return out
+
+    @staticmethod
+    def _residuals(
+        samples: Sequence[_Sample], weights: Mapping[float, tuple[float, float]]
+    ) -> list[Residual]:
+        out = []
+        for s in samples:
+            raw = s.parts.combine(*weights[s.point])
+            out.append(Residual(s.point, raw.center, raw.sigma, s.actual, s.timestamp))
+        return out
+
+    def _tune(self, samples: Sequence[_Sample]) -> dict[float, tuple[float, float]]:
+        """Pick, per progress bin, the rate's drift and the prior's sigma multiplier.
+
+        They set how fast the prior hands over to the run's own rate, which depends on
+        the cluster (steady dedicated GPUs: a job repeats itself and the prior is
+        worth a lot; contended or time-sliced ones: it is not). Scored on past runs by
+        the median absolute error of the bin-median-corrected P50 (what calibration
+        will publish). A bin with fewer than ``min_samples`` samples takes the choice
+        made on all bins pooled; with fewer than that overall, the defaults.
+        """
+        default = (self.drift, 1.0)
+        combos = [(d, p) for d in DRIFT_GRID for p in PRIOR_SCALE_GRID]
+        points = np.array([s.point for s in samples])
+        actual = np.array([s.actual for s in samples])
+        # err[c][i]: error of sample i under combo c after its bin's median z shift
+        errs = np.empty((len(combos), len(samples)))
+        for c, (drift, prior_scale) in enumerate(combos):
+            raws = [s.parts.combine(drift, prior_scale) for s in samples]
+            center = np.array([r.center for r in raws])
+            sigma = np.array([r.sigma for r in raws])
+            z = (actual - center) / sigma
+            for point in POINTS:
+                sel = points == point
+                if sel.any():
+                    shift = np.median(z[sel])
+                    errs[c, sel] = np.abs(np.expm1(center[sel] + sigma[sel] * shift - actual[sel]))
+        pooled = default
+        enough = [p for p in POINTS if (points == p).sum() >= self.min_samples]
+        if enough:
+            score = np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0)
+            pooled = combos[int(np.argmin(score))]
+        out = {}
+        for point in POINTS:
+            sel = points == point
+            if sel.sum() >= self.min_samples:
+                out[point] = combos[int(np.argmin(np.median(errs[:, sel], axis=1)))]
+            else:
+                out[point] = pooled
+        return out
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        """Remaining seconds of ``run`` at ``now``: calibrated P10/P50/P90."""
+        if not hasattr(self, "blend_"):
+            raise NotFittedError("EtaModel.predict called before fit")
+        prior = self.blend_.prior_
+        if remaining_epochs(run) <= 0:
+            return Forecast(
+                0.0, 0.0, 0.0, method="blend", converged=prior.converged_, warnings=prior.warnings_
+            )
+        point = progress_point(run.progress_ratio)
+        drift, prior_scale = self.weights_[point]
+        raw = self.blend_.raw(run, drift=drift, prior_scale=prior_scale)
+        q = self.calibrator_.quantiles(point, raw.center, raw.sigma)
+        q = stall_widen(q, run, now) if stalled else at_now(q, run, now, 0.0)
+        return Forecast(
+            *ordered(*q),
+            method=raw.method,
+            n_obs=raw.n_obs,
+            stalled=stalled,
+            converged=prior.converged_,
+            warnings=prior.warnings_,
+        )
