@@ -1,0 +1,114 @@
+"""CgroupHostMemory against cgroup trees for both versions and both drivers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from exporter.collectors import CollectorError
+from exporter.collectors.hostmemory import (
+    CgroupHostMemory,
+    parse_memory_stat,
+    working_set_bytes,
+)
+from exporter.readings import HostMemory, PodMeta
+
+CGROUP = Path(__file__).resolve().parents[2] / "fixtures" / "cgroup"
+META = json.loads((CGROUP / "expected.json").read_text())
+# containers 10 and 11 live in pods 0 and 1 (see the fixture generator's layout)
+POD_OF = {10: 0, 11: 1}
+EMPTY_PROC = CGROUP / "no-such-proc"
+
+
+def pod_for(n: int, phase: str = "Running") -> PodMeta:
+    p = POD_OF.get(n, n)
+    return PodMeta(
+        namespace="ml",
+        name=f"pod-{n}",
+        uid=META["uid"][str(p)],
+        phase=phase,
+        container_ids={"main": META["cid"][str(n)]},
+    )
+
+
+def cases(tree: str) -> list[tuple[int, list]]:
+    return [
+        (int(key.split(":")[1]), want)
+        for key, want in sorted(META["expected"].items())
+        if key.split(":")[0] == tree
+    ]
+
+
+@pytest.mark.parametrize("tree", ["v2-systemd", "v2-cgroupfs", "v1-cgroupfs", "v1-systemd"])
+def test_working_set_and_limit_for_every_layout(tree: str) -> None:
+    want = cases(tree)
+    assert want
+    source = CgroupHostMemory(str(CGROUP / tree), str(EMPTY_PROC))
+    got = source.poll([pod_for(n) for n, _ in want])
+    assert got == tuple(HostMemory("ml", f"pod-{n}", "main", ws, limit) for n, (ws, limit) in want)
+
+
+def test_nested_kubelet_slice_is_found_through_proc() -> None:
+    ((n, (ws, limit)),) = cases("v2-nested")
+    tree = str(CGROUP / "v2-nested")
+    assert CgroupHostMemory(tree, str(EMPTY_PROC)).poll([pod_for(n)]) == ()
+    source = CgroupHostMemory(tree, str(CGROUP / "proc-nested"))
+    assert source.poll([pod_for(n)]) == (HostMemory("ml", f"pod-{n}", "main", ws, limit),)
+
+
+def test_malformed_and_missing_containers_are_skipped_with_a_debug_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="exporter.collectors.hostmemory")
+    source = CgroupHostMemory(str(CGROUP / "v2-systemd"), str(EMPTY_PROC))
+    unknown = PodMeta(
+        "ml", "ghost", "00000000-0000-4000-8000-000000000000", container_ids={"main": "f" * 64}
+    )
+    got = source.poll([pod_for(4), unknown, pod_for(1)])
+    assert [h.pod for h in got] == ["pod-1"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("pod-4" in m and "integer" in m for m in messages)
+    assert any("ghost" in m and "no cgroup found" in m for m in messages)
+    assert all(r.levelno == logging.DEBUG for r in caplog.records)
+
+
+def test_finished_pods_and_hostile_ids_are_not_read() -> None:
+    source = CgroupHostMemory(str(CGROUP / "v2-systemd"), str(EMPTY_PROC))
+    evil = PodMeta("ml", "evil", META["uid"]["1"], container_ids={"main": "../../../etc"})
+    assert source.poll([pod_for(1, phase="Succeeded"), evil]) == ()
+
+
+def test_a_removed_cgroup_leaves_the_cache(tmp_path: Path) -> None:
+    tree = tmp_path / "cg"
+    shutil.copytree(CGROUP / "v2-systemd", tree)
+    source = CgroupHostMemory(str(tree), str(EMPTY_PROC))
+    assert len(source.poll([pod_for(1)])) == 1
+    scope = next(tree.rglob(f"cri-containerd-{META['cid']['1']}.scope"))
+    shutil.rmtree(scope)
+    assert source.poll([pod_for(1)]) == ()
+
+
+def test_no_cgroup_root_is_a_collector_error(tmp_path: Path) -> None:
+    with pytest.raises(CollectorError, match="no cgroup v2 root or v1 memory hierarchy"):
+        CgroupHostMemory(str(tmp_path), str(EMPTY_PROC)).poll([])
+
+
+def test_parse_memory_stat_and_working_set() -> None:
+    stat = parse_memory_stat("inactive_file 10\nbad line here\nactive_file x\nanon 5\n")
+    assert stat == {"inactive_file": 10, "anon": 5}
+    assert working_set_bytes(100, 30) == 70
+    assert working_set_bytes(100, 300) == 0
+    assert working_set_bytes(100, None) == 100
+
+
+@pytest.mark.skipif(not Path("/sys/fs/cgroup").is_dir(), reason="no cgroupfs")
+def test_this_machine_never_raises_for_unknown_pods() -> None:
+    try:
+        got = CgroupHostMemory().poll([pod_for(1)])
+    except CollectorError:
+        return  # a container without a memory hierarchy: reported, not crashed
+    assert got == ()
