@@ -1,0 +1,184 @@
+"""CLI: --help, the no-GPU line, usage errors, config precedence, a full in-process run."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from demo.prometheus import free_port
+from exporter.cli import ExitCode, main, parse_config
+from exporter.config import COLLECTORS
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "tests" / "fixtures" / "scenarios" / "small.yaml"
+NO_GPU_LINE = (
+    "gpu-eta exporter: NVML library not found (no NVIDIA driver on this node); "
+    "use --simulate for a simulated node"
+)
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def test_help_explains_everything() -> None:
+    proc = _run("--help")
+    assert proc.returncode == 0
+    for flag in (
+        "--simulate",
+        "--web.listen-address",
+        "--config.file",
+        "--collection.interval",
+        "--node-name",
+        "--pod-labels",
+        "--kubelet.socket",
+        "--path.procfs",
+        "--path.cgroupfs",
+        "--path.pod-logs",
+        "--progress.listen-address",
+        "--progress.state-file",
+        "--progress.allow-host-network",
+        "--kube.kubeconfig",
+        "--kube.api-url",
+        "--log.level",
+        "--debug",
+    ):
+        assert flag in proc.stdout, flag
+    for name in COLLECTORS:
+        assert f"--collector.{name}" in proc.stdout and f"--no-collector.{name}" in proc.stdout
+
+
+def test_no_gpu_and_no_simulate_is_one_line_and_exit_1() -> None:
+    proc = _run("--web.listen-address", f"127.0.0.1:{free_port()}")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == NO_GPU_LINE
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_flag_value_is_a_usage_error() -> None:
+    proc = _run("--collection.interval", "5parsecs")
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.strip().startswith(
+        "gpu-eta exporter: --collection.interval: expected a duration"
+    )
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_invalid_scenario_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpus: [{index: 0, colour: red}]\n")
+    proc = _run("--simulate", str(bad), "--web.listen-address", f"127.0.0.1:{free_port()}")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"gpu-eta exporter: {bad}: gpus[0]: unknown key(s) colour"
+    ]
+
+
+def test_port_in_use_is_one_line() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        proc = _run(
+            "--simulate",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--progress.listen-address",
+            f"127.0.0.1:{free_port()}",
+            "--no-collector.logs",
+        )
+    assert proc.returncode == 1
+    assert f"cannot listen on --web.listen-address 127.0.0.1:{port}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_config_file_then_flags_then_env(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "exporter.yaml"
+    cfg_file.write_text(
+        "web.listen-address: 127.0.0.1:1111\n"
+        "collection.interval: 10s\n"
+        "collector.logs: false\n"
+        "pod-labels: [team]\n"
+    )
+    cfg = parse_config(
+        ["--config.file", str(cfg_file), "--collection.interval", "2s", "--no-collector.kube"],
+        env={"NODE_NAME": "gpu-node-3"},
+    )
+    assert cfg.web_listen_address.port == 1111  # from the file
+    assert cfg.collection_interval_seconds == 2  # the flag wins
+    assert not cfg.enabled("logs") and not cfg.enabled("kube") and cfg.enabled("gpu")
+    assert cfg.pod_labels == ("team",)
+    assert cfg.node_name == "gpu-node-3"  # downward API
+    assert parse_config(["--node-name", "a"], env={"NODE_NAME": "b"}).node_name == "a"
+    assert parse_config(["--simulate"], env={}).simulate == ""
+    assert parse_config(["--simulate", "x.yaml"], env={}).simulate == "x.yaml"
+
+
+def test_bad_config_file_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg_file = tmp_path / "exporter.yaml"
+    cfg_file.write_text("collector.nvlink: true\n")
+    assert main(["--config.file", str(cfg_file)]) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"gpu-eta exporter: --config.file {cfg_file}: collector.nvlink: unknown collector (known: gpu, podresources, kube, cgroup, hostmemory, progress, logs)"
+    )
+    assert main(["--config.file", str(tmp_path / "missing.yaml")]) == ExitCode.USAGE
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_in_process_run_serves_and_stops() -> None:
+    port = free_port()
+    stop = threading.Event()
+    result: list[int] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            main(
+                [
+                    "--simulate",
+                    str(SCENARIO),
+                    "--web.listen-address",
+                    f"127.0.0.1:{port}",
+                    "--progress.listen-address",
+                    f"127.0.0.1:{free_port()}",
+                    "--collection.interval",
+                    "200ms",
+                    "--no-collector.logs",
+                ],
+                stop=stop,
+            )
+        )
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+                break
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        assert 'gpu_eta_gpu_info{UUID="GPU-00000000-0000-0000-0000-000000000000"' in text
+        assert 'node="test-node"' in text  # the scenario's node name
+        assert "process_resident_memory_bytes" in text
+        assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).text == "ok\n"
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert result == [0]
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2)

@@ -1,0 +1,133 @@
+"""Config: parsing of every value kind, precedence, validation messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.config import (
+    COLLECTORS,
+    Config,
+    ConfigError,
+    ListenAddress,
+    config_from_mapping,
+    parse_duration,
+    parse_listen_address,
+    parse_pod_labels,
+)
+
+
+def test_defaults() -> None:
+    cfg = Config()
+    assert cfg.web_listen_address == ListenAddress("", 9842)
+    assert cfg.progress_listen_address == ListenAddress("", 9843)
+    assert cfg.collection_interval_seconds == 5.0
+    assert cfg.kubelet_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert cfg.pod_logs == "/var/log/pods"
+    assert all(cfg.enabled(n) for n in COLLECTORS)
+    assert cfg.simulate is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (":9842", ListenAddress("", 9842)),
+        ("127.0.0.1:0", ListenAddress("127.0.0.1", 0)),
+        ("[::1]:9842", ListenAddress("::1", 9842)),
+        ("node-1.local:80", ListenAddress("node-1.local", 80)),
+    ],
+)
+def test_listen_address(raw: str, expected: ListenAddress) -> None:
+    assert parse_listen_address(raw, "k") == expected
+
+
+@pytest.mark.parametrize("raw", ["9842", "host:", ":70000", "a b:1", 9842, None])
+def test_listen_address_rejects(raw) -> None:
+    with pytest.raises(ConfigError, match="^k: "):
+        parse_listen_address(raw, "k")
+
+
+def test_listen_address_str_round_trip() -> None:
+    assert str(ListenAddress("::1", 1)) == "[::1]:1"
+    assert str(ListenAddress("", 9842)) == ":9842"
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [("5s", 5.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), (3, 3.0), ("1.5", 1.5)],
+)
+def test_duration(raw, seconds: float) -> None:
+    assert parse_duration(raw, "d") == seconds
+
+
+@pytest.mark.parametrize("raw", ["0s", "-1s", "5 parsecs", True, "", float("inf")])
+def test_duration_rejects(raw) -> None:
+    with pytest.raises(ConfigError):
+        parse_duration(raw, "d")
+
+
+def test_pod_labels() -> None:
+    assert parse_pod_labels("app, team,app", "k") == ("app", "team")
+    assert parse_pod_labels(["app.kubernetes.io/name"], "k") == ("app.kubernetes.io/name",)
+    with pytest.raises(ConfigError, match="not a Kubernetes label key"):
+        parse_pod_labels("bad key!", "k")
+    with pytest.raises(ConfigError, match="at most"):
+        parse_pod_labels([f"l{i}" for i in range(40)], "k")
+
+
+def test_mapping_applies_keys_and_collectors() -> None:
+    cfg = config_from_mapping(
+        {
+            "web.listen-address": "127.0.0.1:1234",
+            "collection.interval": "10s",
+            "collector.logs": False,
+            "pod-labels": ["team"],
+            "node-name": "gpu-node-7",
+            "simulate": True,
+            "debug": True,
+        }
+    )
+    assert cfg.web_listen_address.port == 1234
+    assert cfg.collection_interval_seconds == 10
+    assert not cfg.enabled("logs") and cfg.enabled("gpu")
+    assert cfg.pod_labels == ("team",)
+    assert cfg.node_name == "gpu-node-7"
+    assert cfg.simulate == ""
+    # a second layer overrides only what it names
+    cfg2 = config_from_mapping({"collector.logs": True}, cfg)
+    assert cfg2.enabled("logs") and cfg2.collection_interval_seconds == 10
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"web.listen_address": ":1"}, "web.listen_address: unknown key"),
+        ({"collector.nvlink": True}, "unknown collector"),
+        ({"collector.gpu": "yes"}, "expected true or false"),
+        ({"log.level": "loud"}, "log.level: one of"),
+        ({"node-name": "Bad_Node"}, "not a valid Kubernetes node name"),
+        ({"collection.interval": "10ms"}, "at least 50ms"),
+        ({"web.listen-address": ":9000", "progress.listen-address": ":9000"}, "must differ"),
+        ({"simulate": 3}, "simulate: expected"),
+        ({"path.procfs": ""}, "path.procfs"),
+    ],
+)
+def test_mapping_errors_name_the_key(data, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping(data)
+    assert fragment in str(info.value)
+
+
+def test_same_port_allowed_when_progress_is_off() -> None:
+    cfg = config_from_mapping(
+        {
+            "web.listen-address": ":9000",
+            "progress.listen-address": ":9000",
+            "collector.progress": False,
+        }
+    )
+    assert cfg.web_listen_address.port == 9000
+
+
+def test_not_a_mapping() -> None:
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        config_from_mapping(["a"])  # type: ignore[arg-type]

@@ -1,0 +1,224 @@
+"""Scheduler: failures become statuses, last good data is kept, timeouts, the loop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from exporter.collectors import CollectorError, NoData
+from exporter.readings import (
+    Allocation,
+    ContainerRef,
+    DeviceReading,
+    GpuPoll,
+    HostMemory,
+    PodMeta,
+    ProcessSample,
+    Progress,
+    Snapshot,
+)
+from exporter.scheduler import Scheduler, Sources
+from exporter.snapshot import SnapshotHolder
+
+GPU = GpuPoll(
+    devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 10, 100),),
+    processes=(ProcessSample(42, "GPU-a", None, 10, 0.5),),
+)
+POD = PodMeta("ns", "p", "uid-1", ip="10.0.0.1", container_ids={"c": "cid"})
+
+
+class Source:
+    """A scripted source: returns ``value`` or raises what ``fail`` holds."""
+
+    def __init__(self, value, fail: BaseException | None = None, delay: float = 0.0) -> None:
+        self.value = value
+        self.fail = fail
+        self.delay = delay
+        self.calls = 0
+        self.release = threading.Event()
+
+    def poll(self, *args):
+        self.calls += 1
+        self.args = args
+        if self.delay:
+            self.release.wait(self.delay)
+        if self.fail is not None:
+            raise self.fail
+        return self.value
+
+    def resolve(self, pids):
+        self.pids = list(pids)
+        return self.poll()
+
+
+def _scheduler(sources: Sources, **kw) -> tuple[Scheduler, SnapshotHolder]:
+    holder = SnapshotHolder(Snapshot(node="n", timestamp=0))
+    sched = Scheduler(
+        "n",
+        sources,
+        holder,
+        interval_seconds=kw.pop("interval", 0.1),
+        timeout_seconds=kw.pop("timeout", 2.0),
+        **kw,
+    )
+    return sched, holder
+
+
+def _status(snap: Snapshot, name: str):
+    return next(s for s in snap.collectors if s.name == name)
+
+
+def test_full_cycle_joins_sources() -> None:
+    store_calls = []
+
+    class Store:
+        def snapshot(self):
+            return (Progress("ns", "p", "c", "r", 1, 2, "http", epoch=1),)
+
+        def retain(self, live):
+            store_calls.append(list(live))
+
+    class Listener:
+        def counts(self):
+            return {"accepted": 2}
+
+    cgroup = Source({42: ContainerRef("cid", "uid-1")})
+    hostmem = Source((HostMemory("ns", "p", "c", 5),))
+    sched, holder = _scheduler(
+        Sources(
+            gpu=Source(GPU),
+            allocations=Source((Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a"),)),
+            pods=Source((POD,)),
+            processes=cgroup,
+            host_memory=hostmem,
+            progress_store=Store(),
+            progress_listener=Listener(),
+        )
+    )
+    snap = sched.collect_once()
+    assert holder.get() is snap
+    assert cgroup.pids == [42]
+    assert hostmem.args == ((POD,),)
+    assert store_calls == [[("ns", "p")]]
+    (row,) = snap.pod_gpus
+    assert (row.pod, row.container, row.allocated, row.utilization_ratio) == ("p", "c", True, 0.5)
+    assert snap.progress[0].epoch == 1
+    assert snap.progress_reports_total == {"accepted": 2}
+    assert {s.name for s in snap.collectors} == {
+        "gpu",
+        "podresources",
+        "kube",
+        "cgroup",
+        "hostmemory",
+        "progress",
+    }
+    assert all(s.success for s in snap.collectors)
+
+
+def test_failing_collector_keeps_last_good_data_and_counts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pods = Source((POD,))
+    sched, _ = _scheduler(Sources(gpu=Source(GPU), pods=pods))
+    sched.collect_once()
+    pods.fail = CollectorError("API server unreachable")
+    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+        snap1 = sched.collect_once()
+        snap2 = sched.collect_once()
+    assert snap2.pods == (POD,), "last good pods kept"
+    status = _status(snap2, "kube")
+    assert not status.success and status.errors_total == 2
+    assert "API server unreachable" in status.last_error
+    assert status.last_success_timestamp is not None
+    assert _status(snap1, "gpu").success
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failed) == 1, "logged once per state change"
+    pods.fail = None
+    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+        snap3 = sched.collect_once()
+    assert _status(snap3, "kube").success and _status(snap3, "kube").errors_total == 2
+    assert any("recovered" in r.getMessage() for r in caplog.records)
+
+
+def test_no_data_is_success_with_empty_data() -> None:
+    sched, _ = _scheduler(Sources(allocations=Source(None, fail=NoData("nothing allocated"))))
+    snap = sched.collect_once()
+    assert _status(snap, "podresources").success
+    assert _status(snap, "podresources").errors_total == 0
+
+
+def test_unexpected_exception_is_contained() -> None:
+    sched, _ = _scheduler(Sources(gpu=Source(GPU, fail=ZeroDivisionError("boom"))))
+    snap = sched.collect_once()
+    status = _status(snap, "gpu")
+    assert not status.success and status.last_error == "ZeroDivisionError: boom"
+    assert snap.devices == ()
+
+
+def test_timeout_and_no_double_start() -> None:
+    slow = Source((POD,), delay=30)
+    sched, _ = _scheduler(Sources(pods=slow, gpu=Source(GPU)), timeout=0.3)
+    try:
+        started = time.monotonic()
+        snap = sched.collect_once()
+        assert time.monotonic() - started < 5
+        assert "timed out after 0.3s" in _status(snap, "kube").last_error
+        assert _status(snap, "gpu").success, "other collectors unaffected"
+        snap = sched.collect_once()
+        assert "still running" in _status(snap, "kube").last_error
+        assert slow.calls == 1, "a hung collector is not started twice"
+        slow.release.set()
+        deadline = time.monotonic() + 10
+        while slow.calls == 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            snap = sched.collect_once()
+        assert _status(snap, "kube").success
+    finally:
+        slow.release.set()
+        sched.stop()
+
+
+def test_progress_not_dropped_while_pods_unknown() -> None:
+    retained = []
+
+    class Store:
+        def snapshot(self):
+            return ()
+
+        def retain(self, live):
+            retained.append(list(live))
+
+    sched, _ = _scheduler(
+        Sources(pods=Source(None, fail=CollectorError("down")), progress_store=Store())
+    )
+    sched.collect_once()
+    assert retained == []
+
+
+def test_attribution_bug_does_not_lose_the_cycle() -> None:
+    def broken(*args):
+        raise RuntimeError("bug")
+
+    sched, _ = _scheduler(Sources(gpu=Source(GPU)), attribute=broken)
+    snap = sched.collect_once()
+    assert snap.devices == GPU.devices and snap.pod_gpus == ()
+
+
+def test_loop_publishes_snapshots_and_stops() -> None:
+    gpu = Source(GPU)
+    sched, holder = _scheduler(Sources(gpu=gpu), interval=0.05)
+    sched.start()
+    try:
+        generation = holder.generation
+        assert generation >= 1, "first cycle runs before start() returns"
+        assert holder.wait_for_newer(generation + 2, timeout=20)
+        assert sched.alive()
+    finally:
+        sched.stop()
+    assert not sched.alive()
+    calls = gpu.calls
+    time.sleep(0.2)
+    assert gpu.calls == calls

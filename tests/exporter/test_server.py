@@ -1,0 +1,81 @@
+"""Metrics server over real HTTP: /metrics, /healthz, 404, render failure → 500."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import requests
+from prometheus_client import CollectorRegistry
+
+from exporter.exposition import SnapshotCollector
+from exporter.readings import DeviceReading, Snapshot
+from exporter.server import MetricsServer
+from exporter.snapshot import SnapshotHolder
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, dict]]:
+    holder = SnapshotHolder(
+        Snapshot(node="n1", timestamp=0, devices=(DeviceReading(0, "GPU-a", "T4", 0.25, 1, 2),))
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(holder, version="9"))
+    state = {"healthy": (True, "ok"), "registry": registry}
+    server = MetricsServer("127.0.0.1", 0, registry, lambda: state["healthy"])
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}", state
+    finally:
+        server.stop()
+
+
+def test_metrics_text_format(served) -> None:
+    url, _ = served
+    resp = requests.get(f"{url}/metrics", timeout=10)
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert 'gpu_eta_gpu_utilization_ratio{UUID="GPU-a",gpu="0",node="n1"} 0.25' in resp.text
+
+
+def test_metrics_openmetrics_when_asked(served) -> None:
+    url, _ = served
+    resp = requests.get(
+        f"{url}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+        timeout=10,
+    )
+    assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert resp.text.rstrip().endswith("# EOF")
+
+
+def test_healthz_and_landing_and_404(served) -> None:
+    url, state = served
+    assert requests.get(f"{url}/healthz", timeout=10).text == "ok\n"
+    state["healthy"] = (False, "snapshot is 99.0s old")
+    resp = requests.get(f"{url}/healthz", timeout=10)
+    assert resp.status_code == 503 and "99.0s" in resp.text
+    assert "/metrics" in requests.get(f"{url}/", timeout=10).text
+    assert requests.get(f"{url}/nope", timeout=10).status_code == 404
+
+
+def test_a_raising_collector_gives_500_not_a_dead_server(served) -> None:
+    url, state = served
+
+    class Broken:
+        def collect(self):
+            raise RuntimeError("boom")
+
+    state["registry"].register(Broken())
+    resp = requests.get(f"{url}/metrics", timeout=10)
+    assert resp.status_code == 500 and "boom" not in resp.text
+    assert requests.get(f"{url}/healthz", timeout=10).status_code == 200
+
+
+def test_port_in_use_raises_oserror(served) -> None:
+    url, _ = served
+    port = int(url.rsplit(":", 1)[1])
+    other = MetricsServer("127.0.0.1", port, CollectorRegistry(), lambda: (True, "ok"))
+    with pytest.raises(OSError):
+        other.start()
+    other.stop()
