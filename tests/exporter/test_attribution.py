@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +20,10 @@ from exporter.attribution import (
     resolve_device,
     unresolved_allocations,
 )
+from exporter.collectors import CollectorError
+from exporter.collectors.cgroups import CgroupResolver
+from exporter.collectors.kube import KubePodSource
+from exporter.collectors.podresources import PodResourcesSource
 from exporter.readings import (
     Allocation,
     ContainerRef,
@@ -24,6 +34,8 @@ from exporter.readings import (
     PodMeta,
     ProcessSample,
 )
+from tests.exporter.kubeapi import FakeKubeAPI, make_pod
+from tests.exporter.podresources_server import PodResourcesServer
 
 U0 = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
 U1 = "GPU-bbbbbbbb-1111-4000-8000-000000000001"
@@ -31,6 +43,7 @@ U2 = "GPU-cccccccc-2222-4000-8000-000000000002"
 MIG1 = "MIG-11111111-aaaa-5000-8000-000000000001"
 MIG2 = "MIG-22222222-bbbb-5000-8000-000000000002"
 GIB = 1 << 30
+UID_IDLE = "abcdef01-2345-4678-9abc-def012345678"
 
 
 def cid(n: int) -> str:
@@ -245,3 +258,92 @@ def test_generated_device_ids_round_trip(
         assert got == DeviceId("mig", mig_uuid=body, replica=replica)
     else:
         assert got == DeviceId("index", index=index, replica=replica)
+
+
+# --- the whole chain with real parts: gRPC pod-resources, list/watch API, /proc files ---
+
+
+def test_chain_time_sliced_gpu_and_idle_holder_from_real_sources() -> None:
+    proc = Path(__file__).resolve().parents[1] / "fixtures" / "proc"
+    expected = json.loads((proc / "expected.json").read_text())
+    runtimes = {"containerd": "containerd://", "cri-o": "cri-o://", "docker": "docker://"}
+    sock_dir = tempfile.mkdtemp(prefix="pr-")
+    kubelet = PodResourcesServer(
+        f"{sock_dir}/kubelet.sock",
+        {
+            ("ml", "a"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::0"])]},
+            ("ml", "b"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::1"])]},
+            ("ml", "c"): {"main": [("nvidia.com/gpu.shared", [f"{U0}::2"])]},
+            ("hub", "idle"): {"notebook": [("nvidia.com/gpu", ["1"])]},
+        },
+    )
+    api = FakeKubeAPI()
+    pods_source = None
+    allocation_source = None
+    try:
+        kubelet.start()
+        api.start()
+        for name, pid in zip("abc", ("1001", "1002", "1003"), strict=True):
+            want = expected[pid]["expect"]
+            api.add_pod(
+                make_pod(
+                    name,
+                    "ml",
+                    uid=want["pod_uid"],
+                    node="gpu-node",
+                    containers={"main": runtimes[want["runtime"]] + want["container_id"]},
+                )
+            )
+        api.add_pod(
+            make_pod("idle", "hub", uid=UID_IDLE, node="gpu-node", containers={"notebook": ""})
+        )
+        pods_source = KubePodSource(
+            "gpu-node", api_url=api.url, backoff_initial_seconds=0.05
+        ).start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if len(pods_source.poll()) == 4:
+                    break
+            except CollectorError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        allocation_source = PodResourcesSource(kubelet.socket_path)
+        gpu = GpuPoll(
+            devices=(dev(0, U0, util=0.75, mem=30 * GIB), dev(1, U1, util=0.0, mem=0)),
+            processes=(
+                ProcessSample(1001, U0, None, 10 * GIB, 0.4),
+                ProcessSample(1002, U0, None, 12 * GIB, 0.25),
+                ProcessSample(1003, U0, None, 8 * GIB, 0.1),
+                ProcessSample(1009, U0, None, 1 * GIB, 0.05),  # host process: dropped
+            ),
+        )
+        containers = CgroupResolver(str(proc)).resolve(p.pid for p in gpu.processes)
+        rows = attribute(gpu, allocation_source.poll(), pods_source.poll(), containers)
+    finally:
+        if pods_source is not None:
+            pods_source.stop()
+        if allocation_source is not None:
+            allocation_source.close()
+        api.stop()
+        kubelet.stop()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    assert [
+        (
+            r.index,
+            r.namespace,
+            r.pod,
+            r.container,
+            r.allocated,
+            r.utilization_ratio,
+            r.memory_used_bytes,
+        )
+        for r in rows
+    ] == [
+        (0, "ml", "a", "main", True, 0.4, 10 * GIB),
+        (0, "ml", "b", "main", True, 0.25, 12 * GIB),
+        (0, "ml", "c", "main", True, 0.1, 8 * GIB),
+        (1, "hub", "idle", "notebook", True, 0.0, 0),
+    ]
+    assert rows[0].allocated_since_timestamp == 1795237200.0  # 2026-11-21T05:00:00Z
