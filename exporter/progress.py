@@ -38,6 +38,8 @@ _FUTURE_SKEW_SECONDS = 300.0
 EVENTS = ("start", "progress", "end")
 _COUNTERS = ("epoch", "epochs", "step", "steps", "batch_size")
 _KNOWN = frozenset({*_COUNTERS, "run_id", "run_start", "container", "event", "metrics"})
+# identity the sender may state but never decides (the source address does): ignored
+_IGNORED = frozenset({"pod", "namespace", "node", "uid"})
 
 
 class ReportError(ValueError):
@@ -167,7 +169,9 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
     if event not in EVENTS:
         raise InvalidReport("event must be one of start, progress, end")
 
-    extra: dict[str, object] = {k: v for k, v in data.items() if k not in _KNOWN}
+    extra: dict[str, object] = {
+        k: v for k, v in data.items() if k not in _KNOWN and k not in _IGNORED
+    }
     nested = data.get("metrics")
     if nested is not None:
         if not isinstance(nested, dict):

@@ -1,0 +1,185 @@
+"""End to end: real PyTorch training → client → exporter (simulated node) → Prometheus.
+
+The exporter runs as ``python -m exporter --simulate`` on free ports; two simulated
+pods have loopback IPs. A real CPU training loop, bound to pod A's address, reports
+with the plain client API; a real Prometheus scrapes the exporter and must see the
+epochs advance to the end. Pod B posts a report that names pod A: it lands in B.
+A CRI log file of a third pod feeds the log collector.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from demo.prometheus import ScrapeJob, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch, pytest.mark.slow]
+
+SCENARIO = """
+version: 1
+node: sim-progress
+gpus:
+  - {index: 0}
+  - {index: 1}
+pods:
+  - name: trainer-a
+    namespace: ml
+    uid: uid-a
+    ip: 127.0.0.21
+    containers:
+      - {name: train, gpus: [{gpu: 0, utilization: 0.9, memory: 10GiB}]}
+  - name: trainer-b
+    namespace: ml
+    uid: uid-b
+    ip: 127.0.0.22
+    containers:
+      - {name: main, gpus: [{gpu: 1, utilization: 0.5, memory: 5GiB}]}
+  - name: batch-c
+    namespace: ml
+    uid: uid-c
+    ip: 127.0.0.23
+    containers:
+      - {name: job}
+"""
+
+TRAIN = """
+import time, torch
+from torch import nn
+from exporter.report import start
+torch.manual_seed(0)
+x = torch.randn(2048, 16); y = (x.sum(1, keepdim=True) > 0).float()
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+EPOCHS, BATCH = 6, 64
+steps = 2048 // BATCH
+r = start(epochs=EPOCHS, steps_per_epoch=steps, batch_size=BATCH)
+for epoch in range(EPOCHS):
+    for i in range(steps):
+        loss = nn.functional.binary_cross_entropy_with_logits(model(x[i*BATCH:(i+1)*BATCH]), y[i*BATCH:(i+1)*BATCH])
+        opt.zero_grad(); loss.backward(); opt.step()
+        r.step(epoch * steps + i + 1)
+    r.epoch_end(epoch + 1, loss=loss.item())
+    time.sleep(1.5)  # let Prometheus scrape each epoch
+r.end()
+print(r.stats)
+"""
+
+
+@pytest.fixture
+def exporter(tmp_path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(SCENARIO)
+    logs = tmp_path / "pods"
+    (logs / "ml_batch-c_uid-c" / "job").mkdir(parents=True)
+    web, progress = free_port(), free_port()
+    log_file = (tmp_path / "exporter.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--simulate",
+            str(scenario),
+            f"--web.listen-address=127.0.0.1:{web}",
+            f"--progress.listen-address=127.0.0.1:{progress}",
+            "--collection.interval=500ms",
+            f"--path.pod-logs={logs}",
+            f"--progress.state-file={tmp_path / 'progress.json'}",
+        ],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+    log_file.close()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "exporter.log").read_text()[-3000:]
+            try:
+                if requests.get(f"http://127.0.0.1:{web}/metrics", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+        yield {"web": web, "progress": progress, "logs": logs, "tmp": tmp_path}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def test_training_progress_reaches_prometheus(exporter, prometheus_factory):
+    prom = prometheus_factory([ScrapeJob("exporter", [f"127.0.0.1:{exporter['web']}"])])
+    url = f"http://127.0.0.1:{exporter['progress']}/progress"
+
+    # pod B claims to be pod A: the address decides, the report is B's
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", exporter["progress"], timeout=10, source_address=("127.0.0.22", 0)
+    )
+    conn.request(
+        "POST",
+        "/progress",
+        body=json.dumps({"epoch": 1, "epochs": 9, "pod": "trainer-a", "container": "train"}),
+    )
+    assert conn.getresponse().status == 200
+    conn.close()
+
+    # an unmodified job: its log says Epoch 2/4
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    (exporter["logs"] / "ml_batch-c_uid-c" / "job" / "0.log").write_text(
+        f"{stamp} stdout F Epoch 2/4\n"
+    )
+
+    env = dict(os.environ, GPU_ETA_URL=url, GPU_ETA_SOURCE_ADDRESS="127.0.0.21")
+    proc = subprocess.run(
+        [sys.executable, "-c", TRAIN], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "'failed': 0" in proc.stdout
+
+    (final,) = prom.wait_for('gpu_eta_training_epoch{pod="trainer-a"} == 6', timeout=60)
+    labels = final["metric"]
+    assert (labels["namespace"], labels["container"], labels["node"]) == (
+        "ml",
+        "train",
+        "sim-progress",
+    )
+    run_id = labels["run_id"]
+    # every epoch value between start and end was scraped at least once: it advanced
+    values = {
+        float(v[1])
+        for s in prom.query('gpu_eta_training_epoch{pod="trainer-a"}[2m]')
+        for v in s["values"]
+    }
+    assert {2.0, 3.0, 4.0, 5.0, 6.0} <= values, values
+    for name, want in [
+        ("epochs_planned", 6),
+        ("steps_planned", 192),
+        ("step", 192),
+        ("batch_size", 64),
+    ]:
+        (s,) = prom.query(f'gpu_eta_training_{name}{{pod="trainer-a"}}')
+        assert float(s["value"][1]) == want and s["metric"]["run_id"] == run_id
+    (end,) = prom.query('gpu_eta_training_epoch_end_timestamp_seconds{pod="trainer-a"}')
+    assert abs(float(end["value"][1]) - time.time()) < 120
+
+    (b,) = prom.wait_for('gpu_eta_training_epochs_planned{pod="trainer-b"}')
+    assert float(b["value"][1]) == 9 and b["metric"]["container"] == "main"
+    assert prom.query('gpu_eta_training_epochs_planned{pod="trainer-a"} == 9') == []
+
+    (c,) = prom.wait_for('gpu_eta_training_epochs_planned{pod="batch-c"}')
+    assert float(c["value"][1]) == 4
+    (info,) = prom.query('gpu_eta_training_info{pod="batch-c"}')
+    assert info["metric"]["source"] == "log"
+    (accepted,) = prom.wait_for('gpu_eta_exporter_progress_reports_total{result="accepted"} > 8')
+    assert float(accepted["value"][1]) >= 8
