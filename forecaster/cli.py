@@ -457,7 +457,11 @@ def once(config: Config) -> int:
     try:
         service = Service(cycle, state, config.interval_seconds)
         ok = service.run_once()
-        registry = make_registry(state)
+        if not ok:
+            # The Pushgateway still holds the previous run's forecasts: mark them stale
+            # and push only the self-monitoring series (POST keeps the others).
+            state.stale = True
+        registry = make_registry(state, self_only=not ok)
         if not ok:
             print(
                 f"error: {state.last_error.splitlines()[0] if state.last_error else 'cycle failed'}",
@@ -466,7 +470,8 @@ def once(config: Config) -> int:
         if config.pushgateway_url:
             url = config.pushgateway_url
             try:
-                exposition.push_to_gateway(
+                push = exposition.push_to_gateway if ok else exposition.pushadd_to_gateway
+                push(
                     url,
                     job=config.pushgateway_job,
                     registry=registry,

@@ -78,13 +78,16 @@ class ServiceState:
 class ForecastCollector(Collector):
     """Renders a ``ServiceState`` as the forecaster metrics of docs/metrics.md."""
 
-    def __init__(self, state: ServiceState, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, state: ServiceState, clock: Callable[[], float] = time.time, self_only: bool = False
+    ) -> None:
         self.state = state
         self.clock = clock
+        self.self_only = self_only
 
     def collect(self) -> Iterator[Metric]:
         try:
-            yield from render(self.state, self.clock())
+            yield from render(self.state, self.clock(), self.self_only)
         except Exception:  # rendering must never fail a scrape
             return
 
@@ -92,9 +95,11 @@ class ForecastCollector(Collector):
         return iter(())
 
 
-def render(state: ServiceState, now: float) -> list[Metric]:
-    """All families for one scrape."""
+def render(state: ServiceState, now: float, self_only: bool = False) -> list[Metric]:
+    """All families for one scrape; ``self_only`` keeps the self-monitoring ones."""
     fs, stale, duration, last_ok, errors, q_ok, q_err = state.snapshot()
+    if self_only:
+        fs = None
     completion = GaugeMetricFamily(
         "gpu_eta_job_predicted_completion_timestamp_seconds",
         "Predicted end of a training run (unix seconds) at P10/P50/P90; never in the past when fresh.",
@@ -158,10 +163,13 @@ def render(state: ServiceState, now: float) -> list[Metric]:
         history.add_metric([], float(fs.n_history))
         jobs_g.add_metric(["running"], float(fs.n_running))
         jobs_g.add_metric(["finished"], float(fs.n_finished))
-    families: list[Metric] = [completion, remaining, info, stalled, gpu_free, mape, coverage]
+    families: list[Metric] = []
+    if not self_only:
+        families += [completion, remaining, info, stalled, gpu_free, mape, coverage]
     if fs is not None:
         families.append(history)
-    families.append(jobs_g)
+    if not self_only:
+        families.append(jobs_g)
 
     stale_g = GaugeMetricFamily(
         "gpu_eta_forecaster_stale",
@@ -205,10 +213,17 @@ def render(state: ServiceState, now: float) -> list[Metric]:
     return families
 
 
-def make_registry(state: ServiceState, clock: Callable[[], float] = time.time) -> CollectorRegistry:
-    """A registry of our own (not the global one) holding only the forecaster collector."""
+def make_registry(
+    state: ServiceState, clock: Callable[[], float] = time.time, self_only: bool = False
+) -> CollectorRegistry:
+    """A registry of our own (not the global one) holding only the forecaster collector.
+
+    ``self_only``: just the ``gpu_eta_forecaster_*`` families, for ``once`` after a
+    failed cycle, so a Pushgateway keeps the forecasts it holds and only learns they
+    are stale.
+    """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ForecastCollector(state, clock))
+    registry.register(ForecastCollector(state, clock, self_only))
     return registry
 
 

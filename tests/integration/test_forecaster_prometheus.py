@@ -1,0 +1,367 @@
+"""The forecaster against a real Prometheus with three weeks of backfilled history.
+
+History and running jobs are written as OpenMetrics following docs/metrics.md and
+turned into TSDB blocks by the real ``promtool tsdb create-blocks-from
+openmetrics``. Then: ``python -m forecaster serve`` is scraped by that Prometheus
+(and survives Prometheus going away and coming back); ``python -m forecaster
+once`` pushes to a real Pushgateway that Prometheus scrapes; and an in-process
+cycle checks what is reconstructed from the real query answers.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from demo.prometheus import ScrapeJob, find_binary, free_port
+from forecaster import queries
+from forecaster.cycle import Cycle, CycleSettings
+from forecaster.history import HistoryStore
+from forecaster.promapi import PromClient
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DAY = 86400
+EPOCH_SECONDS = 120.0
+
+
+@dataclass
+class SimRun:
+    run_id: str
+    pod: str
+    start: float
+    planned: int
+    epochs_done: int  # at the end of its series
+    until: float  # last sample
+    node: str = "gpu-node-1"
+    gpu: str = ""
+    uuid: str = ""
+    util: float = 0.9
+    batch_size: float = 64
+    planned_value: float | None = None
+
+
+def epoch_end(run: SimRun, k: int) -> float:
+    """Epochs of about 120 s with a deterministic wobble (runs are never perfectly even)."""
+    wobble = 15.0 * math.sin(2.3 * k + len(run.run_id) + run.start % 7) if k else 0.0
+    return run.start + k * EPOCH_SECONDS + wobble
+
+
+def scenario(now: float) -> tuple[list[SimRun], list[tuple[str, str, str]]]:
+    """130 finished runs over three weeks (10 vanished early) + running ones now."""
+    runs: list[SimRun] = []
+    for i in range(130):
+        start = now - 21 * DAY + i * (20 * DAY / 130)
+        vanished = i % 13 == 5
+        done = 4 if vanished else 10
+        run = SimRun(f"hist-{i}", f"resnet-{i}", start, 10, done, 0.0)
+        run.until = epoch_end(run, done) + 30  # a last scrape after the last epoch end
+        runs.append(run)
+    t0 = now - 15.5 * EPOCH_SECONDS
+    runs += [
+        SimRun("run-a", "train-a", t0, 30, 15, now, gpu="0", uuid="GPU-0"),
+        SimRun("run-b", "train-b", t0, 30, 15, now, gpu="1", uuid="GPU-1"),
+        # no progress for 40 minutes, GPU idle, series still exported
+        SimRun("stalled", "train-s", now - 3600, 30, 5, now, gpu="2", uuid="GPU-2", util=0.0),
+        SimRun("one-epoch", "train-o", now - 100, 1, 0, now, gpu="3", uuid="GPU-3"),
+        SimRun("nan-plan", "train-n", t0, 30, 15, now, planned_value=math.nan),
+    ]
+    holders = [("gpu-node-1", "1", "GPU-1")]  # an idle notebook shares GPU-1
+    return runs, holders
+
+
+def openmetrics(now: float) -> str:
+    runs, _ = scenario(now)
+    fams: dict[str, list[str]] = {}
+
+    def add(name: str, labels: dict[str, str], value: float, ts: float) -> None:
+        lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        fams.setdefault(name, []).append(f"{name}{{{lab}}} {value!r} {ts:.3f}")
+
+    for run in runs:
+        rl = {
+            "node": run.node,
+            "namespace": "ml",
+            "pod": run.pod,
+            "container": "main",
+            "run_id": run.run_id,
+        }
+        gl = {
+            "node": run.node,
+            "gpu": run.gpu,
+            "UUID": run.uuid,
+            "namespace": "ml",
+            "pod": run.pod,
+            "container": "main",
+        }
+        step = 15.0 if run.until >= now - 1 else 60.0
+        times = [run.start + k * step for k in range(int((run.until - run.start) // step) + 1)]
+        if times[-1] < run.until:
+            times.append(run.until)
+        stall_at = epoch_end(run, run.epochs_done) if run.epochs_done else run.start
+        for ts in times:
+            k = min(run.epochs_done, int((ts - run.start) // EPOCH_SECONDS))
+            while k > 0 and epoch_end(run, k) > ts:
+                k -= 1
+            planned = run.planned if run.planned_value is None else run.planned_value
+            add("gpu_eta_training_epochs_planned", rl, float(planned), ts)
+            add("gpu_eta_training_epoch", rl, float(k), ts)
+            add("gpu_eta_training_run_start_timestamp_seconds", rl, run.start, ts)
+            add("gpu_eta_training_batch_size", rl, run.batch_size, ts)
+            add(
+                "gpu_eta_training_last_report_timestamp_seconds",
+                rl,
+                min(ts, max(stall_at, ts if run.util else stall_at)),
+                ts,
+            )
+            if k > 0:
+                add("gpu_eta_training_epoch_end_timestamp_seconds", rl, epoch_end(run, k), ts)
+            if run.uuid:
+                add("gpu_eta_pod_gpu_allocated", gl, 1.0, ts)
+                add("gpu_eta_pod_gpu_utilization_ratio", gl, run.util, ts)
+    _, holders = scenario(now)
+    for node, gpu, uuid in [("gpu-node-1", str(i), f"GPU-{i}") for i in range(4)]:
+        for k in range(40):
+            ts = now - k * 60
+            add(
+                "gpu_eta_gpu_info",
+                {"node": node, "gpu": gpu, "UUID": uuid, "model": "NVIDIA A100-SXM4-80GB"},
+                1.0,
+                ts,
+            )
+    for node, gpu, uuid in holders:
+        nl = {
+            "node": node,
+            "gpu": gpu,
+            "UUID": uuid,
+            "namespace": "hub",
+            "pod": "jupyter-alice",
+            "container": "notebook",
+        }
+        for k in range(40):
+            add("gpu_eta_pod_gpu_allocated", nl, 1.0, now - k * 60)
+            add("gpu_eta_pod_gpu_utilization_ratio", nl, 0.0, now - k * 60)
+    out = []
+    for name, lines in fams.items():
+        out.append(f"# TYPE {name} gauge")
+        out.extend(
+            sorted(lines, key=lambda line: (line.split(" ")[0], float(line.rsplit(" ", 1)[1])))
+        )
+    out.append("# EOF")
+    return "\n".join(out) + "\n"
+
+
+@pytest.fixture
+def backfill(tmp_path: Path) -> tuple[Path, float]:
+    now = time.time()
+    path = tmp_path / "history.om"
+    path.write_text(openmetrics(now))
+    return path, now
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen]]:
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def values(prom, expr: str) -> dict[str, float]:
+    return {
+        r["metric"].get("run_id") or r["metric"].get("UUID", ""): float(r["value"][1])
+        for r in prom.query(expr)
+    }
+
+
+def scrape_text(url: str) -> str:
+    return requests.get(url, timeout=10).text
+
+
+def wait_until(predicate, timeout: float = 90.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(what)
+
+
+def serve_cmd(prom_url: str, port: int, db: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "forecaster", "serve",
+        "--prometheus.url", prom_url,
+        "--prometheus.timeout", "5",
+        "--prometheus.retries", "0",
+        "--web.listen-address", f"127.0.0.1:{port}",
+        "--history.db", str(db),
+        "--history.lookback", str(22 * DAY),
+        "--cycle.interval", "1",
+        "--model.refit-interval", "0",
+    ]  # fmt: skip
+
+
+def test_serve_is_scraped_and_survives_prometheus_going_away(
+    backfill, procs, tmp_path, prometheus_factory
+) -> None:
+    om, now = backfill
+    fport = free_port()
+    prom_dir = tmp_path / "prom"
+    jobs = [ScrapeJob("forecaster", [f"127.0.0.1:{fport}"])]
+    prom = prometheus_factory(jobs, data_dir=prom_dir, backfill_files=[om])
+    log = (tmp_path / "serve.log").open("w")
+    procs.append(
+        subprocess.Popen(
+            serve_cmd(prom.url, fport, tmp_path / "h.sqlite"), stdout=log, stderr=subprocess.STDOUT
+        )
+    )
+    metric = "gpu_eta_job_predicted_completion_timestamp_seconds"
+    prom.wait_for(f'{metric}{{quantile="0.5"}}', timeout=120, min_results=4)
+
+    p50 = values(prom, f'{metric}{{quantile="0.5"}}')
+    assert set(p50) == {"run-a", "run-b", "stalled", "one-epoch"}  # nan-plan rejected
+    assert all(v >= now for v in p50.values())  # never an ETA in the past
+    # run-a: 15 of 30 epochs of 120 s done -> about 30 minutes left
+    assert 0.5 * 1800 < p50["run-a"] - now < 2 * 1800
+    band = (
+        values(prom, f'{metric}{{run_id="run-a",quantile="0.9"}}')["run-a"]
+        - values(prom, f'{metric}{{run_id="run-a",quantile="0.1"}}')["run-a"]
+    )
+    assert band > 0
+    assert values(prom, "gpu_eta_job_stalled") == {
+        "run-a": 0,
+        "run-b": 0,
+        "stalled": 1,
+        "one-epoch": 0,
+    }
+    free = values(prom, 'gpu_eta_gpu_predicted_free_timestamp_seconds{quantile="0.5"}')
+    assert set(free) == {"GPU-0", "GPU-2", "GPU-3"}  # GPU-1 is shared with an idle notebook
+    assert free["GPU-0"] == pytest.approx(p50["run-a"], abs=120)
+    assert values(prom, "gpu_eta_model_history_jobs") == {"": 130.0}
+    errors = prom.query('gpu_eta_forecaster_job_errors_total{reason="invalid_epochs_planned"}')
+    assert errors and float(errors[0]["value"][1]) >= 1
+    assert float(prom.query("gpu_eta_forecaster_stale")[0]["value"][1]) == 0
+    assert prom.query('gpu_eta_job_forecast_info{run_id="run-a"}')[0]["metric"]["method"] in (
+        "rate",
+        "prior",
+        "blend",
+    )
+
+    # Prometheus goes away: the last forecasts stay, marked stale.
+    prom.stop()
+    url = f"http://127.0.0.1:{fport}/metrics"
+    wait_until(lambda: "gpu_eta_forecaster_stale 1.0" in scrape_text(url), what="stale 1")
+    assert 'run_id="run-a"' in scrape_text(url)
+    # ... and comes back on the same port with the same data: recovery.
+    prom2 = prometheus_factory(jobs, data_dir=prom_dir, port=prom.port)
+    wait_until(lambda: "gpu_eta_forecaster_stale 0.0" in scrape_text(url), what="stale 0")
+    prom2.wait_for("gpu_eta_forecaster_stale == 0", timeout=60)
+
+    procs[0].terminate()
+    assert procs[0].wait(timeout=30) == 0  # SIGTERM: clean stop
+    log.close()
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()
+
+
+def test_once_pushes_through_a_real_pushgateway(
+    backfill, procs, tmp_path, prometheus_factory
+) -> None:
+    om, _ = backfill
+    gport = free_port()
+    procs.append(
+        subprocess.Popen(
+            [find_binary("prometheus-pushgateway"), f"--web.listen-address=127.0.0.1:{gport}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    )
+    gw = f"http://127.0.0.1:{gport}"
+    wait_until(
+        lambda: requests.get(gw + "/-/ready", timeout=2).status_code == 200, 30, "pushgateway"
+    )
+    prom = prometheus_factory(
+        [ScrapeJob("pushgateway", [f"127.0.0.1:{gport}"])], backfill_files=[om]
+    )
+    cmd = [
+        sys.executable, "-m", "forecaster", "once",
+        "--prometheus.url", prom.url,
+        "--pushgateway.url", gw,
+        "--history.db", str(tmp_path / "h.sqlite"),
+        "--history.lookback", str(22 * DAY),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    found = prom.wait_for(
+        'gpu_eta_job_predicted_remaining_seconds{job="gpu_eta_forecaster",quantile="0.5"}',
+        timeout=60,
+        min_results=4,
+    )
+    assert {r["metric"]["run_id"] for r in found} == {"run-a", "run-b", "stalled", "one-epoch"}
+    # a second run reuses the history file: nothing is imported twice
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        assert store.count_finished() == 130
+        assert sum(1 for r in store.finished() if r.completed is False) == 10
+    finally:
+        store.close()
+    # Prometheus stopped: once exits 1; the gateway keeps the forecasts, marked stale.
+    prom.stop()
+    proc = subprocess.run(
+        [*cmd[:6], "--prometheus.retries", "0", *cmd[6:]],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "cannot connect" in proc.stderr
+    pushed = requests.get(gw + "/metrics", timeout=10).text
+    assert 'gpu_eta_forecaster_stale{instance="",job="gpu_eta_forecaster"} 1' in pushed
+    assert 'run_id="run-a"' in pushed
+
+
+def test_cycle_reconstructs_runs_from_real_answers(backfill, tmp_path, prometheus_factory) -> None:
+    om, now = backfill
+    prom = prometheus_factory([], backfill_files=[om])
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        # the first hour only: fine enough steps to see every epoch end of run-a
+        cycle = Cycle(client, store, CycleSettings(lookback_seconds=3600, refit_seconds=0))
+        fs = cycle.run()
+        assert fs.queries == queries.QUERIES_PER_CYCLE <= 20
+        assert client.stats.error == 0
+        by_id = {j.run.run_id: j for j in fs.jobs}
+        run_a = by_id["run-a"].run
+        assert [e for e, _ in run_a.epoch_times] == list(range(16))
+        assert run_a.epoch_times[1][1] == pytest.approx(
+            epoch_end(scenario(now)[0][130], 1), abs=0.01
+        )
+        assert (
+            run_a.features["batch_size"] == 64
+            and run_a.features["gpu_model"] == "NVIDIA A100-SXM4-80GB"
+        )
+        assert run_a.features["gpu_utilization_ratio"] == pytest.approx(0.9)
+        assert by_id["one-epoch"].run.epoch_times == ((0.0, pytest.approx(now - 100, abs=0.01)),)
+        assert fs.n_history == 0  # three-week-old runs are outside a one-hour lookback
+    finally:
+        store.close()
+        client.close()
