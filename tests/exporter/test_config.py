@@ -42,7 +42,7 @@ def test_listen_address(raw: str, expected: ListenAddress) -> None:
 
 @pytest.mark.parametrize("raw", ["9842", "host:", ":70000", "a b:1", 9842, None])
 def test_listen_address_rejects(raw) -> None:
-    with pytest.raises(ConfigError, match="^k: "):
+    with pytest.raises(ConfigError, match=r"^k: "):
         parse_listen_address(raw, "k")
 
 

@@ -1,0 +1,236 @@
+"""A real Prometheus scrapes ``python -m exporter --simulate`` over HTTP.
+
+The exporter runs as a subprocess on free ports, exactly as an operator would run
+it; Prometheus (the Debian package) scrapes it every second and the assertions go
+through Prometheus' HTTP query API, so names, labels and values are checked as the
+dashboards, rules and forecaster will see them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from demo.prometheus import ScrapeJob, free_port
+from exporter.scenario import default_scenario
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ROOT / "tests" / "fixtures" / "scenarios" / "small.yaml"
+
+
+@dataclass
+class Exporter:
+    process: subprocess.Popen
+    port: int
+    progress_port: int
+    log_path: Path
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def _start_exporter(tmp_path: Path, *args: str) -> Exporter:
+    port, progress_port = free_port(), free_port()
+    log_path = tmp_path / "exporter.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                *args,
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                "--progress.listen-address",
+                f"127.0.0.1:{progress_port}",
+                "--path.pod-logs",
+                str(tmp_path / "no-logs-here"),
+                "--collection.interval",
+                "1s",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    exporter = Exporter(process, port, progress_port, log_path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"exporter exited {process.returncode}: {log_path.read_text()}")
+        try:
+            if requests.get(f"http://{exporter.target}/healthz", timeout=2).status_code == 200:
+                return exporter
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    _stop(exporter)
+    raise TimeoutError("exporter did not become healthy")
+
+
+def _stop(exporter: Exporter) -> int:
+    if exporter.process.poll() is None:
+        exporter.process.send_signal(signal.SIGTERM)
+        try:
+            exporter.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(exporter.process.pid, signal.SIGKILL)
+            exporter.process.wait(timeout=10)
+    return exporter.process.returncode
+
+
+@pytest.fixture
+def exporter_factory(tmp_path: Path) -> Iterator:
+    started: list[Exporter] = []
+
+    def factory(*args: str) -> Exporter:
+        exp = _start_exporter(tmp_path, *args)
+        started.append(exp)
+        return exp
+
+    yield factory
+    for exp in started:
+        _stop(exp)
+
+
+def _post_progress(exporter: Exporter, source_ip: str, body: dict) -> int:
+    """POST from a pod's own (loopback) address, as training code in that pod would."""
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", exporter.progress_port, timeout=10, source_address=(source_ip, 0)
+    )
+    try:
+        payload = json.dumps(body).encode()
+        conn.request(
+            "POST", "/progress", body=payload, headers={"Content-Type": "application/json"}
+        )
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
+    exporter_factory, prometheus_factory
+) -> None:
+    exporter = exporter_factory("--simulate", "--pod-labels", "team")
+    prom = prometheus_factory([ScrapeJob("gpu-eta-exporter", [exporter.target])])
+    scenario = default_scenario()
+    sliced = next(g for g in scenario.gpus if g.replicas > 1)
+
+    # time-sliced GPU: three distinct pods, each with its own (different) share
+    alloc = prom.wait_for(f'gpu_eta_pod_gpu_allocated{{UUID="{sliced.uuid}"}}', min_results=3)
+    pods = {s["metric"]["pod"] for s in alloc}
+    assert len(pods) == 3
+    for series in alloc:
+        labels = series["metric"]
+        assert labels["gpu"] == str(sliced.index)
+        assert labels["node"] == "sim-node-0"
+        assert labels["namespace"] and labels["container"]
+        assert labels["job"] == "gpu-eta-exporter"  # honor_labels kept our pod/namespace
+        assert "exported_pod" not in labels
+    shares = prom.query(f'gpu_eta_pod_gpu_utilization_ratio{{UUID="{sliced.uuid}"}}')
+    values = sorted(float(s["value"][1]) for s in shares)
+    assert len(values) == 3 and len(set(values)) == 3
+    device = float(
+        prom.query(f'gpu_eta_gpu_utilization_ratio{{UUID="{sliced.uuid}"}}')[0]["value"][1]
+    )
+    assert max(values) < device
+
+    # idle holders: allocated, utilisation 0, still visible
+    idle = prom.query(
+        "gpu_eta_pod_gpu_utilization_ratio == 0 and on (node, gpu, UUID, namespace, pod, container) "
+        "gpu_eta_pod_gpu_allocated == 1"
+    )
+    idle_pods = {s["metric"]["pod"] for s in idle}
+    assert {"jupyter-alice", "jupyter-bob", "jupyter-dave"} <= idle_pods
+
+    # gpu_info: 7 whole GPUs + 3 MIG instances; MIG rows carry GPU_I_ID
+    info = prom.query("gpu_eta_gpu_info")
+    assert len(info) == 10
+    mig = [s["metric"] for s in info if "GPU_I_ID" in s["metric"]]
+    assert sorted(m["GPU_I_ID"] for m in mig) == ["1", "13", "5"]
+    assert all(m["model"] == "NVIDIA A100-SXM4-80GB" for m in (s["metric"] for s in info))
+    joined = prom.query(
+        "gpu_eta_pod_gpu_utilization_ratio * on (node, gpu, UUID) group_left (model) "
+        "gpu_eta_gpu_info{GPU_I_ID=''}"
+    )
+    assert joined and all("model" in s["metric"] for s in joined)
+
+    # pod metadata with the allow-listed label, host memory, self-monitoring
+    pod_info = prom.query('gpu_eta_pod_info{pod="train-resnet50-x7k2p"}')
+    assert pod_info[0]["metric"]["label_team"] == "vision"
+    assert pod_info[0]["metric"]["owner_kind"] == "Job"
+    assert prom.query('gpu_eta_pod_memory_working_set_bytes{pod="train-resnet50-x7k2p"}')
+    failing = prom.query("gpu_eta_exporter_collector_success == 0")
+    assert failing == [], failing
+    assert len(prom.query("gpu_eta_exporter_collector_success")) == 7
+    assert prom.query("gpu_eta_exporter_snapshot_age_seconds < 10")
+
+    # progress posted from the pod's own address reaches Prometheus
+    status = _post_progress(
+        exporter,
+        "127.0.0.11",
+        {"run_id": "run-1", "epoch": 3, "epochs": 15, "batch_size": 64, "container": "trainer"},
+    )
+    assert status in (200, 202, 204)
+    epoch = prom.wait_for('gpu_eta_training_epoch{pod="train-resnet50-x7k2p"}', timeout=30)
+    assert float(epoch[0]["value"][1]) == 3
+    assert epoch[0]["metric"]["run_id"] == "run-1"
+    # ... and a spoofed sender (an address no pod has) is refused and counted
+    assert _post_progress(exporter, "127.0.0.99", {"run_id": "x", "epoch": 1}) == 403
+    prom.wait_for('gpu_eta_exporter_progress_reports_total{result="forbidden"} == 1', timeout=30)
+
+    assert _stop(exporter) == 0, exporter.log_path.read_text()
+    assert "Traceback" not in exporter.log_path.read_text()
+
+
+def test_scenario_rewrite_is_picked_up_and_bad_rewrite_is_survived(
+    exporter_factory, prometheus_factory, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "node.yaml"
+    shutil.copy(SMALL, scenario)
+    text = scenario.read_text().replace(
+        "start_timestamp: 1000", f"start_timestamp: {int(time.time()) - 60}"
+    )
+    scenario.write_text(text)
+    exporter = exporter_factory("--simulate", str(scenario))
+    prom = prometheus_factory([ScrapeJob("sim", [exporter.target])])
+    prom.wait_for('gpu_eta_pod_info{pod="sharer"}')
+
+    # the demo rewrites the file: a new pod appears, one leaves
+    new = text.replace("name: sharer", "name: newcomer")
+    tmp = scenario.with_suffix(".tmp")
+    tmp.write_text(new)
+    tmp.replace(scenario)
+    prom.wait_for('gpu_eta_pod_info{pod="newcomer"}', timeout=30)
+    prom.wait_for('absent(gpu_eta_pod_gpu_allocated{pod="sharer"})', timeout=30)
+
+    # an invalid rewrite: logged, previous scenario kept, still scraped
+    tmp.write_text("pods: [{name: Not_Valid}]\n")
+    tmp.replace(scenario)
+    deadline = time.monotonic() + 30
+    while "scenario reload failed" not in exporter.log_path.read_text():
+        assert time.monotonic() < deadline, exporter.log_path.read_text()
+        time.sleep(0.2)
+    failed_at = time.time()
+    direct = requests.get(f"http://{exporter.target}/metrics", timeout=10).text
+    assert 'pod="newcomer"' in direct
+    # scrapes after the failure still carry the old scenario (a dropped series would
+    # get a staleness marker and vanish from instant queries at once)
+    prom.wait_for(f"timestamp(up) > {failed_at + 1.5}", timeout=30)
+    assert prom.query('gpu_eta_pod_info{pod="newcomer"}')
+    assert prom.query('gpu_eta_exporter_collector_success{collector="gpu"} == 1')
+    assert exporter.process.poll() is None
