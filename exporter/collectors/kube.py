@@ -64,6 +64,7 @@ MAX_NAME_CHARS = 253
 MAX_CONTAINER_ID_CHARS = 128
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one watch line (one pod object)
 MAX_LIST_BYTES = 64 * 1024 * 1024  # one list answer
+MAX_ACTIVE_DEADLINE_SECONDS = 10**10  # ~300 years: beyond is not a deadline
 
 
 class PodObjectError(ValueError):
@@ -182,7 +183,7 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
         start is not None
         and isinstance(active, int)
         and not isinstance(active, bool)
-        and active > 0
+        and 0 < active <= MAX_ACTIVE_DEADLINE_SECONDS
     ):
         deadlines.append(start + active)
     if DEADLINE_ANNOTATION in annotations:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.collectors import CollectorError
 from exporter.collectors.kube import (
@@ -156,6 +159,11 @@ def test_malformed_pod_objects_raise_pod_object_error(obj) -> None:
         pod_meta_from_object(obj)
 
 
+def test_absurd_active_deadline_is_ignored() -> None:
+    pod = make_pod("odd", uid=uid(2), active_deadline_seconds=10**400)
+    assert pod_meta_from_object(pod).deadline_timestamp is None
+
+
 def test_odd_field_types_are_dropped_not_fatal() -> None:
     pod = make_pod("odd", uid=uid(2))
     pod["status"]["startTime"] = 12
@@ -283,3 +291,51 @@ def test_max_pods_bounds_the_cache(api: FakeKubeAPI, source_factory) -> None:
     api.add_pod(make_pod("p9", uid=uid(9)))
     time.sleep(0.3)
     assert len(src.poll()) == 3
+
+
+# --- property: any JSON-shaped object is a PodMeta or a PodObjectError -----------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+pod_like = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {
+                "name": st.text(max_size=20),
+                "namespace": st.text(max_size=20),
+                "uid": st.text(max_size=40),
+            },
+            optional={
+                "labels": json_values,
+                "annotations": json_values,
+                "ownerReferences": json_values,
+            },
+        ),
+    },
+    optional={
+        "spec": st.dictionaries(
+            st.sampled_from(["hostNetwork", "activeDeadlineSeconds", "nodeName"]), json_values
+        ),
+        "status": st.dictionaries(
+            st.sampled_from(["podIP", "podIPs", "phase", "startTime", "containerStatuses"]),
+            json_values,
+        ),
+    },
+)
+
+
+@given(json_values | pod_like)
+@settings(max_examples=200, deadline=None)
+def test_pod_meta_from_any_json_is_total(obj) -> None:
+    try:
+        meta = pod_meta_from_object(obj)
+    except PodObjectError:
+        return
+    assert meta.name and meta.namespace and meta.uid
+    assert all(isinstance(v, str) for v in meta.container_ids.values())
+    assert meta.deadline_timestamp is None or math.isfinite(meta.deadline_timestamp)
