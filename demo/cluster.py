@@ -128,7 +128,7 @@ class Pod:
     run_id: str = ""
     epochs: int = 0
     batch_size: int = 0
-    report: str = "http"  # "http" or "log"
+    report: str = "http"  # "http", "log", or "real" (an outside process reports)
     run_start: float | None = None
     epoch_ends: list[float] = field(default_factory=list)
     cancelled: bool = False
@@ -497,6 +497,49 @@ class ClusterSim:
         self._pending_events = [e for e in events if e.t > until]
         ready.sort(key=lambda e: (e.t, e.kind != "pod_start"))
         return ready
+
+    def reserve_pod(self, node: int) -> Pod:
+        """A training pod held for an outside process (``--real-training``), from now on.
+
+        It takes a free GPU of ``node`` (or a time-sliced replica) and gets a pod IP;
+        the caller reports its progress itself (``report="real"``) and ends it with
+        ``end_pod``.
+        """
+        slots = [(g, r) for (n, g, r) in self._free_slots(True) if n == node]
+        slots = slots or [(g, r) for (n, g, r) in self._free_slots(False) if n == node]
+        if not slots:
+            raise ClusterConfigError(f"node {node}: no free GPU for a real training pod")
+        g, r = slots[0]
+        pod = Pod(
+            namespace="ml-real",
+            name=self._name("torch-mlp"),
+            uid=self._uid(),
+            ip=self._take_ip(node, self.now),
+            node=node,
+            kind="training",
+            gpus=((g, r),),
+            start=self.now,
+            job_name="torch-mlp",
+            report="real",
+            memory_bytes=600 << 20,
+            utilization_ratio=0.6,
+            gpu_model=self.nodes[node].gpus[g].model,
+        )
+        pod.util_steps.append((self.now, 0.6))
+        self._slots[(node, g, r)] = pod
+        self.pods.append(pod)
+        return pod
+
+    def end_pod(self, pod: Pod, t: float) -> None:
+        """End a reserved pod at ``t`` and free its GPU."""
+        if pod.end is not None:
+            return
+        pod.end = t
+        pod.util_steps.append((t, 0.0))
+        for g, r in pod.gpus:
+            if self._slots.get((pod.node, g, r)) is pod:
+                self._slots[(pod.node, g, r)] = None
+        self._release_ip(pod, t)
 
     def alive(self, t: float) -> Iterator[Pod]:
         """Pods alive at ``t`` (or starting later but already planned)."""

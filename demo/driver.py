@@ -181,7 +181,7 @@ class Driver:
         self.stats = DriverStats()
         self._due: list[Event] = []
         self._retry: list[tuple[float, Event]] = []
-        self._lock = threading.Lock()
+        self.lock = threading.RLock()
 
     def write_scenarios(self, rel_now: float) -> None:
         """Rewrite each node's scenario if its pods changed."""
@@ -193,7 +193,7 @@ class Driver:
 
     def tick(self, now: float | None = None) -> None:
         """Advance the simulation to now + lookahead, update files, fire due events."""
-        with self._lock:
+        with self.lock:
             now = time.time() if now is None else now
             rel = now - self.anchor
             self._due.extend(self.sim.advance(rel + self.lookahead_seconds))
@@ -209,14 +209,14 @@ class Driver:
 
     def _fire(self, event: Event, first_try: float, now: float) -> None:
         pod = event.pod
-        if pod.kind != "training":
+        if pod.kind != "training" or pod.report == "real":
             return
-        if event.kind == "epoch_end":
-            self.stats.epochs += 1
-            if event.epoch >= pod.epochs and first_try == now:
-                self.stats.finished += 1
-        if event.kind == "pod_end" and pod.cancelled:
-            self.stats.cancelled += 1
+        if first_try == now:
+            if event.kind == "epoch_end":
+                self.stats.epochs += 1
+                self.stats.finished += event.epoch >= pod.epochs
+            if event.kind == "pod_end" and pod.cancelled:
+                self.stats.cancelled += 1
         if event.kind not in ("run_start", "epoch_end"):
             return
         if pod.report == "log":

@@ -1,0 +1,193 @@
+"""``python -m demo`` / ``./demo.sh``: flags, start the stack, print where to look, stop.
+
+Exit codes: 0 done (``--seconds`` elapsed, or Ctrl-C/SIGTERM), 1 a part failed to
+start or died, 2 bad flags. Errors are one line on stderr (``--debug`` for
+tracebacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from demo.cluster import ClusterConfig, ClusterConfigError
+from demo.prometheus import PrometheusNotInstalled
+from demo.stack import Stack, StackConfig, StackError
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: unwind through ``Stack.__exit__`` like Ctrl-C does."""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m demo",
+        description=(
+            "A simulated GPU cluster (real exporters on simulated nodes), a real Prometheus "
+            "with days of backfilled history, the real forecaster and `top`, all on "
+            "127.0.0.1. Ctrl-C stops everything."
+        ),
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="run N seconds, print a final top snapshot, exit 0",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the whole simulation (default 0)")
+    p.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
+    p.add_argument("--gpus-min", type=int, default=4, help="fewest GPUs per node (default 4)")
+    p.add_argument("--gpus-max", type=int, default=8, help="most GPUs per node (default 8)")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=20.0,
+        help="simulated seconds per wall second: 20 turns 4-minute epochs into 12 s (default 20)",
+    )
+    p.add_argument(
+        "--arrival-seconds",
+        type=float,
+        default=300.0,
+        help="mean simulated seconds between job arrivals (default 300)",
+    )
+    p.add_argument(
+        "--history-days", type=float, default=1.0, help="days of backfilled history (0: none)"
+    )
+    p.add_argument(
+        "--history-jobs", type=int, default=1000, help="about this many jobs in that history"
+    )
+    p.add_argument(
+        "--prometheus-port", type=int, default=9090, help="Prometheus port if free (default 9090)"
+    )
+    p.add_argument(
+        "--forecaster-port", type=int, default=9844, help="forecaster port if free (default 9844)"
+    )
+    p.add_argument(
+        "--scrape-interval", default="2s", help="Prometheus scrape interval (default 2s)"
+    )
+    p.add_argument(
+        "--real-training",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        help="add N (default 1, at most 2) real PyTorch CPU training runs reporting like user jobs",
+    )
+    p.add_argument(
+        "--workdir", type=Path, default=None, help="keep files here (default: a temp dir, removed)"
+    )
+    p.add_argument(
+        "--refresh", type=float, default=5.0, help="seconds between top refreshes (default 5)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no live top view, just wait")
+    p.add_argument("--debug", action="store_true", help="tracebacks on errors")
+    args = p.parse_args(argv)
+    if args.seconds is not None and args.seconds <= 0:
+        p.error("--seconds must be > 0")
+    if not 0 <= args.real_training <= 2:
+        p.error("--real-training takes 1 or 2")
+    if args.history_days < 0 or args.history_jobs < 1:
+        p.error("--history-days must be >= 0 and --history-jobs >= 1")
+    return args
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+def _top(url: str, plain: bool) -> None:
+    from forecaster import top
+
+    argv = ["--prometheus.url", url, "--once"]
+    if plain:
+        argv.append("--plain")
+    top.main(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo (see the module docstring for exit codes)."""
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        cluster = ClusterConfig(
+            nodes=args.nodes,
+            gpus_min=args.gpus_min,
+            gpus_max=args.gpus_max,
+            seed=args.seed,
+            time_scale=args.time_scale,
+            arrival_seconds=args.arrival_seconds,
+        )
+    except ClusterConfigError as err:
+        print(f"gpu-eta demo: {err}", file=sys.stderr)
+        return 2
+    config = StackConfig(
+        cluster=cluster,
+        history_days=args.history_days,
+        history_jobs=args.history_jobs,
+        prometheus_port=args.prometheus_port,
+        forecaster_port=args.forecaster_port,
+        scrape_interval=args.scrape_interval,
+        real_training=args.real_training,
+        workdir=args.workdir,
+    )
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    stack = Stack(config)
+    try:
+        with stack:
+            print(
+                f"\ngpu-eta demo running: {len(stack.nodes)} simulated nodes, "
+                f"{sum(len(n.spec.gpus) for n in stack.nodes)} GPUs, seed {args.seed}\n"
+                f"  Prometheus UI:  {stack.prometheus_url}/graph\n"
+                f"  forecaster:     {stack.forecaster_url}/metrics\n"
+                + "".join(f"  exporter {n.name}: http://{n.target}/metrics\n" for n in stack.nodes)
+                + f"  top:            python3 -m forecaster top --prometheus.url {stack.prometheus_url}\n"
+                + ("  Ctrl-C stops everything.\n" if args.seconds is None else ""),
+                flush=True,
+            )
+            deadline = None if args.seconds is None else time.monotonic() + args.seconds
+            live = sys.stdout.isatty() and not args.quiet and args.seconds is None
+            next_view = time.monotonic() + min(args.refresh, 20)
+            while deadline is None or time.monotonic() < deadline:
+                dead = stack.poll()
+                if dead:
+                    print(
+                        f"gpu-eta demo: stopped: {', '.join(dead)} exited unexpectedly "
+                        f"(logs in {stack.workdir}/logs)",
+                        file=sys.stderr,
+                    )
+                    return 1
+                if live and time.monotonic() >= next_view:
+                    print("\033[2J\033[H", end="")  # clear, home: a refreshing view
+                    _top(stack.prometheus_url, plain=False)
+                    next_view = time.monotonic() + args.refresh
+                time.sleep(
+                    0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+                )
+            print("final top snapshot:", flush=True)
+            _top(stack.prometheus_url, plain=not sys.stdout.isatty())
+            d = stack.driver.stats if stack.driver else None
+            if d is not None:
+                print(
+                    f"gpu-eta demo: {d.epochs} epochs, {d.finished} jobs finished, {d.cancelled} cancelled; "
+                    f"{d.reports_sent} progress POSTs accepted, {d.reports_failed} failed, "
+                    f"{d.log_lines} log lines written",
+                    file=sys.stderr,
+                )
+        return 0
+    except (KeyboardInterrupt, _Terminated):
+        print("\ngpu-eta demo: stopping…", file=sys.stderr)
+        stack.stop()
+        return 0
+    except (StackError, PrometheusNotInstalled, ClusterConfigError) as err:
+        if args.debug:
+            raise
+        print(f"gpu-eta demo: {err}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)

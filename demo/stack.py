@@ -1,0 +1,413 @@
+"""Starts and stops every process of the demo; ``with Stack(cfg) as stack: ...``.
+
+What runs, all on 127.0.0.1:
+
+- one real exporter per simulated node (``python -m exporter --simulate FILE``), its
+  own metrics and progress ports, its own pod-log directory;
+- a real Prometheus (Debian's), backfilled with days of history before it starts,
+  scraping the exporters and the forecaster;
+- the real forecaster (``python -m forecaster serve``), seeded with the same history
+  as a runs CSV;
+- the driver thread (``demo.driver``) moving the simulated cluster along the clock;
+- optionally real PyTorch CPU training runs (``demo.realtrain``) reporting through
+  ``exporter.report`` from a simulated pod's address.
+
+Every child gets its own process group (``start_new_session``) and is stopped by
+group: SIGTERM, then SIGKILL after a grace period. ``stop()`` is idempotent and
+also registered with ``atexit``, so an exception, Ctrl-C or SIGTERM in the parent
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from demo.backfill import simulate_history, write_history
+from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod
+from demo.driver import Driver, LogWriter, ProgressSender
+from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_prometheus
+
+log = logging.getLogger("gpu_eta.demo")
+
+
+class StackError(RuntimeError):
+    """A part of the demo failed to start; the message says which and why."""
+
+
+@dataclass
+class StackConfig:
+    """Everything ``python -m demo`` can set (defaults = the README's demo)."""
+
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    history_days: float = 1.0
+    history_jobs: int = 1000
+    prometheus_port: int = 9090
+    forecaster_port: int = 9844
+    scrape_interval: str = "2s"
+    collection_interval: str = "1s"
+    forecaster_interval_seconds: float = 5.0
+    real_training: int = 0
+    workdir: Path | None = None
+    ready_timeout_seconds: float = 60.0
+
+
+@dataclass
+class NodeProcess:
+    """One simulated node's exporter."""
+
+    spec: NodeSpec
+    metrics_port: int
+    progress_port: int
+    scenario_path: Path
+    process: subprocess.Popen | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when ``port`` can be bound on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(preferred: int, what: str, say: Callable[[str], None]) -> int:
+    """``preferred`` if free, else a free one, saying which port was busy and why it matters."""
+    if preferred and port_is_free(preferred):
+        return preferred
+    port = free_port()
+    if preferred:
+        say(f"port {preferred} ({what}) is in use by another process; using {port} instead")
+    return port
+
+
+def _python() -> str:
+    return sys.executable or "python3"
+
+
+def stop_process(proc: subprocess.Popen | None, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the process group, SIGKILL it after ``grace_seconds``; reap the child."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+    # children of the group that outlived their leader
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+class Stack:
+    """The whole demo stack (see the module docstring)."""
+
+    def __init__(self, config: StackConfig | None = None, say: Callable[[str], None] | None = None):
+        self.config = config or StackConfig()
+        self.say = say or (lambda msg: print(f"gpu-eta demo: {msg}", file=sys.stderr, flush=True))
+        self.nodes: list[NodeProcess] = []
+        self.prometheus: PrometheusServer | None = None
+        self.forecaster: subprocess.Popen | None = None
+        self.forecaster_port = 0
+        self.trainers: list[tuple[Pod, subprocess.Popen]] = []
+        self.driver: Driver | None = None
+        self.sim: ClusterSim | None = None
+        self.anchor = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._own_dir: tempfile.TemporaryDirectory | None = None
+        self.workdir = Path()
+        self.runs_csv: Path | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------ public face
+
+    @property
+    def prometheus_url(self) -> str:
+        return self.prometheus.url if self.prometheus else ""
+
+    @property
+    def forecaster_url(self) -> str:
+        return f"http://127.0.0.1:{self.forecaster_port}"
+
+    def processes(self) -> list[subprocess.Popen]:
+        """Every child process started (for checks that none is left behind)."""
+        procs = [n.process for n in self.nodes if n.process is not None]
+        if self.prometheus is not None:
+            procs.append(self.prometheus.process)
+        if self.forecaster is not None:
+            procs.append(self.forecaster)
+        procs.extend(p for _, p in self.trainers)
+        return procs
+
+    def __enter__(self) -> Stack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ start
+
+    def start(self) -> None:
+        """Start everything; raises ``StackError`` naming the part that failed."""
+        cfg = self.config
+        atexit.register(self.stop)
+        if cfg.workdir is None:
+            self._own_dir = tempfile.TemporaryDirectory(prefix="gpu-eta-demo-")
+            self.workdir = Path(self._own_dir.name)
+        else:
+            self.workdir = Path(cfg.workdir)
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        self.anchor = time.time()
+
+        history_files: list[Path] = []
+        if cfg.history_days > 0:
+            t0 = time.monotonic()
+            history = simulate_history(
+                cfg.cluster, self.anchor - 400, cfg.history_days * 86400, cfg.history_jobs
+            )
+            om, self.runs_csv = write_history(history, self.workdir / "history")
+            history_files.append(om)
+            self.say(
+                f"history: {len(history.pods)} jobs over {cfg.history_days:g} days "
+                f"({len(history.completed)} finished) simulated in {time.monotonic() - t0:.1f}s"
+            )
+
+        self.sim = ClusterSim(cfg.cluster, stream="live", start=0.0)
+        sender_ports: dict[int, int] = {}
+        for spec in self.sim.nodes:
+            node = NodeProcess(
+                spec=spec,
+                metrics_port=free_port(),
+                progress_port=free_port(),
+                scenario_path=self.workdir / f"{spec.name}.yaml",
+            )
+            self.nodes.append(node)
+            sender_ports[spec.index] = node.progress_port
+        pod_logs = self.workdir / "pod-logs"
+        trainer_pods = [self.sim.reserve_pod(i % len(self.nodes)) for i in range(cfg.real_training)]
+        self.driver = Driver(
+            self.sim,
+            self.anchor,
+            {n.spec.index: n.scenario_path for n in self.nodes},
+            ProgressSender(sender_ports),
+            LogWriter(pod_logs),
+            seed=cfg.cluster.seed,
+        )
+        self.driver.tick(self.anchor)  # scenario files exist before the exporters start
+        for node in self.nodes:
+            node.process = self._spawn(
+                [
+                    _python(),
+                    "-m",
+                    "exporter",
+                    "--simulate",
+                    str(node.scenario_path),
+                    "--node-name",
+                    node.name,
+                    "--web.listen-address",
+                    node.target,
+                    "--progress.listen-address",
+                    f"127.0.0.1:{node.progress_port}",
+                    "--path.pod-logs",
+                    str(pod_logs),
+                    "--collection.interval",
+                    cfg.collection_interval,
+                ],
+                f"exporter-{node.name}",
+            )
+        for node in self.nodes:
+            self._wait_http(
+                f"http://{node.target}/metrics", f"exporter of {node.name}", node.process
+            )
+
+        self.forecaster_port = pick_port(cfg.forecaster_port, "forecaster /metrics", self.say)
+        prom_port = pick_port(cfg.prometheus_port, "Prometheus UI/API", self.say)
+        jobs = [
+            ScrapeJob("gpu-eta-exporter", [n.target for n in self.nodes]),
+            ScrapeJob("gpu-eta-forecaster", [f"127.0.0.1:{self.forecaster_port}"]),
+        ]
+        t0 = time.monotonic()
+        try:
+            self.prometheus = start_prometheus(
+                jobs,
+                port=prom_port,
+                data_dir=self.workdir / "prometheus",
+                scrape_interval=cfg.scrape_interval,
+                backfill_files=history_files,
+                retention=f"{max(15, int(cfg.history_days) + 2)}d",
+                ready_timeout=cfg.ready_timeout_seconds,
+            )
+        except Exception as err:
+            raise StackError(f"Prometheus did not start: {err}") from err
+        self.say(f"Prometheus ready in {time.monotonic() - t0:.1f}s (history backfilled)")
+
+        cmd = [
+            _python(),
+            "-m",
+            "forecaster",
+            "serve",
+            "--prometheus.url",
+            self.prometheus.url,
+            "--web.listen-address",
+            f"127.0.0.1:{self.forecaster_port}",
+            "--history.db",
+            str(self.workdir / "history.sqlite"),
+            "--cycle.interval",
+            str(cfg.forecaster_interval_seconds),
+            "--query.step",
+            "2",
+            "--stall.after",
+            "20",
+            "--stall.idle-window",
+            "30",
+            "--model.refit-interval",
+            "60",
+        ]
+        if self.runs_csv is not None:
+            cmd += ["--history.seed-csv", str(self.runs_csv)]
+        self.forecaster = self._spawn(cmd, "forecaster")
+        self._wait_http(f"{self.forecaster_url}/metrics", "forecaster", self.forecaster)
+
+        self._thread = threading.Thread(
+            target=self.driver.run, args=(self._stop,), name="demo-driver", daemon=True
+        )
+        self._thread.start()
+        for pod in trainer_pods:
+            self._start_trainer(pod, sender_ports[pod.node])
+
+    def _spawn(
+        self, cmd: list[str], name: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        logf = (self.workdir / "logs" / f"{name}.log").open("ab")
+        try:
+            return subprocess.Popen(
+                cmd,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
+        except OSError as err:
+            raise StackError(f"cannot start {name}: {err}") from err
+        finally:
+            logf.close()
+
+    def _wait_http(self, url: str, what: str, proc: subprocess.Popen | None) -> None:
+        deadline = time.monotonic() + self.config.ready_timeout_seconds
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise StackError(
+                    f"{what} exited with code {proc.returncode}: {self._log_tail(what)}"
+                )
+            try:
+                if requests.get(url, timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise StackError(
+            f"{what} not answering on {url} after {self.config.ready_timeout_seconds:g}s"
+        )
+
+    def _log_tail(self, what: str) -> str:
+        name = "forecaster" if what == "forecaster" else f"exporter-{what.rsplit(' ', 1)[-1]}"
+        path = self.workdir / "logs" / f"{name}.log"
+        try:
+            lines = path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return lines[-1] if lines else "(empty log)"
+
+    def _start_trainer(self, pod: Pod, progress_port: int) -> None:
+        env = dict(os.environ)
+        env.update(
+            GPU_ETA_URL=f"http://127.0.0.1:{progress_port}/progress",
+            GPU_ETA_SOURCE_ADDRESS=pod.ip,
+            GPU_ETA_CONTAINER=pod.container,
+            OMP_NUM_THREADS="1",
+        )
+        proc = self._spawn(
+            [_python(), "-m", "demo.realtrain", "--epochs", "60"], f"realtrain-{pod.name}", env
+        )
+        self.trainers.append((pod, proc))
+        self.say(f"real PyTorch training {pod.namespace}/{pod.name} reports from {pod.ip}")
+
+    # ------------------------------------------------------------ running
+
+    def poll(self) -> list[str]:
+        """Children that died unexpectedly (names); ends finished real-training pods."""
+        dead = [
+            n.name for n in self.nodes if n.process is not None and n.process.poll() is not None
+        ]
+        if self.prometheus is not None and self.prometheus.process.poll() is not None:
+            dead.append("prometheus")
+        if self.forecaster is not None and self.forecaster.poll() is not None:
+            dead.append("forecaster")
+        if self.sim is not None and self.driver is not None:
+            for pod, proc in self.trainers:
+                if proc.poll() is not None and pod.end is None:
+                    with self.driver.lock:
+                        self.sim.end_pod(pod, time.time() - self.anchor + 2)
+        return dead
+
+    # ------------------------------------------------------------ stop
+
+    def stop(self) -> None:
+        """Stop everything (idempotent): driver, trainers, forecaster, exporters, Prometheus."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for _, proc in self.trainers:
+            stop_process(proc)
+        stop_process(self.forecaster)
+        for node in self.nodes:
+            stop_process(node.process)
+        if self.prometheus is not None:
+            self.prometheus.stop()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.prometheus.process.pid, signal.SIGKILL)
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
+            self._own_dir = None
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)

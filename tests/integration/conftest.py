@@ -1,0 +1,65 @@
+"""``demo_stack``: the whole demo (real exporters, Prometheus, forecaster) for a session.
+
+Session-scoped so every integration test that needs a live cluster shares one
+start (~10 s) instead of paying for its own. It is bounded: the stack is stopped at
+the end of the session, or after ``MAX_SECONDS`` at the latest, whichever comes
+first, and every child process is stopped by process group.
+
+The yielded object is ``demo.stack.Stack``: ``.prometheus_url``, ``.nodes`` (each
+with ``.name`` and ``.target``), ``.forecaster_url``, ``.processes()``, ``.driver``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from demo.cluster import ClusterConfig
+from demo.stack import Stack, StackConfig
+
+MAX_SECONDS = 600.0  # hard upper bound on the stack's life, even if the session runs on
+WARMUP_SECONDS = 90.0  # at most this long for the first forecasts to appear
+
+
+def wait_until(check, timeout: float, interval: float = 0.5, what: str = "condition"):
+    """Poll ``check()`` until it returns something truthy; raise with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not met after {timeout:g}s (last: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def demo_stack() -> Iterator[Stack]:
+    config = StackConfig(
+        cluster=ClusterConfig(seed=3, time_scale=20.0, arrival_seconds=240.0),
+        history_days=0.25,
+        history_jobs=300,
+        prometheus_port=0,  # any free port: never collide with a developer's Prometheus
+        forecaster_port=0,
+        scrape_interval="1s",
+        forecaster_interval_seconds=3.0,
+        real_training=1,
+    )
+    stack = Stack(config, say=lambda msg: None)
+    stack.start()
+    timer = threading.Timer(MAX_SECONDS, stack.stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        prom = stack.prometheus
+        assert prom is not None
+        # ready = every node scraped and the forecaster has published for some run
+        prom.wait_for('up{job="gpu-eta-exporter"} == 1', timeout=60, min_results=len(stack.nodes))
+        prom.wait_for("gpu_eta_job_predicted_completion_timestamp_seconds", timeout=WARMUP_SECONDS)
+        yield stack
+    finally:
+        timer.cancel()
+        stack.stop()

@@ -1,0 +1,265 @@
+"""The demo end to end: real exporters on simulated nodes, real Prometheus, forecaster, top.
+
+Most tests share the session's ``demo_stack`` (tests/integration/conftest.py); two
+run the README command as a subprocess to check ``--seconds`` and SIGTERM leave no
+process behind.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from forecaster import top
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+RUN_KEY = ("namespace", "pod", "container", "run_id")
+
+
+def wait_until(check, timeout: float, interval: float = 0.5, what: str = "condition"):
+    """Poll ``check()`` until it returns something truthy; raise naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not met after {timeout:g}s (last: {last!r})")
+
+
+def _key(sample: dict) -> tuple[str, ...]:
+    return tuple(sample["metric"].get(k, "") for k in RUN_KEY)
+
+
+def test_every_simulated_node_is_scraped_up(demo_stack) -> None:
+    prom = demo_stack.prometheus
+    up = prom.query('up{job="gpu-eta-exporter"}')
+    assert sorted(s["metric"]["instance"] for s in up) == sorted(n.target for n in demo_stack.nodes)
+    assert all(s["value"][1] == "1" for s in up)
+    nodes = {s["metric"]["node"] for s in prom.query("gpu_eta_gpu_info")}
+    assert nodes == {n.name for n in demo_stack.nodes}
+    # a time-sliced GPU per node: several replicas can be handed out, each to one pod
+    assert prom.query("gpu_eta_pod_gpu_allocated")
+
+
+def test_progress_advances_over_http_and_logs(demo_stack) -> None:
+    prom = demo_stack.prometheus
+    before = {_key(s): float(s["value"][1]) for s in prom.query("gpu_eta_training_epoch")}
+
+    def advanced() -> bool:
+        now = {_key(s): float(s["value"][1]) for s in prom.query("gpu_eta_training_epoch")}
+        return any(v > before[k] for k, v in now.items() if k in before) or bool(
+            set(now) - set(before)
+        )
+
+    wait_until(advanced, 60, what="some run completed another epoch")
+    # both ingestion paths are exercised: HTTP reports from pod IPs and CRI log files
+    sources = wait_until(
+        lambda: (
+            {s["metric"]["source"] for s in prom.query("gpu_eta_training_info")} >= {"http", "log"}
+            and {s["metric"]["source"] for s in prom.query("gpu_eta_training_info")}
+        ),
+        90,
+        what="runs from both sources",
+    )
+    assert sources >= {"http", "log"}
+    accepted = prom.query('gpu_eta_exporter_progress_reports_total{result="accepted"}')
+    assert sum(float(s["value"][1]) for s in accepted) > 0
+    assert demo_stack.driver.stats.reports_failed == 0
+
+
+@pytest.mark.torch
+def test_real_pytorch_training_reports_through_the_client(demo_stack) -> None:
+    """--real-training: a real CPU training run posts from its simulated pod's IP."""
+    prom = demo_stack.prometheus
+    (pod, _proc) = demo_stack.trainers[0]
+    expr = f'gpu_eta_training_epoch{{namespace="{pod.namespace}", pod="{pod.name}"}}[10m]'
+
+    def epochs_seen() -> set[float] | None:
+        seen = {float(v) for s in prom.query(expr) for _, v in s["values"]}
+        return seen if len(seen) >= 2 else None
+
+    seen = wait_until(epochs_seen, 120, what="the real run's epochs advancing in Prometheus")
+    assert max(seen) > min(seen)
+    info = prom.query(f'gpu_eta_training_info{{pod="{pod.name}"}}')
+    assert info and info[0]["metric"]["source"] == "http"
+
+
+RUNNING = (
+    "(gpu_eta_training_epoch < gpu_eta_training_epochs_planned)"
+    " and on(namespace, pod, container, run_id)"
+    " (gpu_eta_training_run_start_timestamp_seconds < time() - 20)"
+)
+
+
+def test_forecaster_series_for_every_running_training_job(demo_stack) -> None:
+    prom = demo_stack.prometheus
+    missing_expr = (
+        f"({RUNNING}) unless on(namespace, pod, container, run_id) "
+        'gpu_eta_job_predicted_completion_timestamp_seconds{quantile="0.5"}'
+    )
+
+    def all_forecast() -> list | None:
+        running = prom.query(RUNNING)
+        if not running:
+            return None
+        return running if not prom.query(missing_expr) else None
+
+    running = wait_until(all_forecast, 90, interval=1.0, what="a forecast for every running run")
+    assert running
+    bands = prom.query("gpu_eta_job_predicted_completion_timestamp_seconds")
+    by_run: dict[tuple, dict[str, float]] = {}
+    for s in bands:
+        by_run.setdefault(_key(s), {})[s["metric"]["quantile"]] = float(s["value"][1])
+    for band in by_run.values():
+        if len(band) == 3:
+            assert band["0.1"] <= band["0.5"] <= band["0.9"]
+
+
+def test_top_json_lists_running_jobs_with_etas(demo_stack) -> None:
+    prom = demo_stack.prometheus
+
+    def snapshot() -> dict | None:
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert top.main(["--prometheus.url", demo_stack.prometheus_url, "--json"]) == 0
+        data = json.loads(out.getvalue())
+        running = {_key(s) for s in prom.query(RUNNING)}
+        listed = {(j["namespace"], j["pod"], j["container"], j["run_id"]): j for j in data["jobs"]}
+        ok = running and running <= set(listed) and all(listed[k]["eta"]["p50"] for k in running)
+        return data if ok else None
+
+    data = wait_until(snapshot, 90, interval=1.0, what="top listing every running run with an ETA")
+    job = next(j for j in data["jobs"] if j["eta"]["p50"])
+    assert job["eta"]["p50"] >= data["timestamp"] - 5
+    assert job["node"] in {n.name for n in demo_stack.nodes} and job["gpus"]
+    # notebooks at start hold a GPU idle: flagged
+    assert any(h["namespace"] == "jupyterhub" for h in data["idle"])
+    assert {g["node"] for g in data["gpus"]} == {n.name for n in demo_stack.nodes}
+
+
+def _children(pid: int) -> set[int]:
+    """Direct children of ``pid`` (from /proc)."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            out.add(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class _Reader:
+    """Collects a subprocess' stdout lines in a thread (so the pipe never blocks it)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+SMALL = [
+    "--history-days",
+    "0.02",
+    "--history-jobs",
+    "30",
+    "--prometheus-port",
+    "0",
+    "--forecaster-port",
+    "0",
+]
+
+
+def _run_and_watch(
+    cmd: list[str], until_running: bool
+) -> tuple[subprocess.Popen, _Reader, set[int]]:
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    reader = _Reader(proc)
+    seen: set[int] = set()
+    try:
+        wait_until(
+            lambda: (
+                (seen.update(_children(proc.pid)) or "gpu-eta demo running" in reader.text)
+                or proc.poll() is not None
+            ),
+            120,
+            interval=0.2,
+            what="the demo to start",
+        )
+        seen.update(_children(proc.pid))
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc, reader, seen
+
+
+def test_readme_command_with_seconds_exits_0_and_leaves_nothing() -> None:
+    proc, reader, children = _run_and_watch(
+        [str(REPO / "demo.sh"), "--seconds", "15", *SMALL], True
+    )
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, reader.text[-3000:]
+    assert "Prometheus UI:" in reader.text and "forecaster top --prometheus.url" in reader.text
+    assert "final top snapshot:" in reader.text and "TRAINING" in reader.text
+    assert len(children) >= 5  # 3 exporters, Prometheus, forecaster
+    assert [p for p in children if _alive(p)] == []
+
+
+def test_sigterm_stops_everything() -> None:
+    cmd = [sys.executable, "-m", "demo", *SMALL, "--quiet"]
+    proc, reader, children = _run_and_watch(cmd, True)
+    try:
+        assert "gpu-eta demo running" in reader.text, reader.text[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, reader.text[-3000:]
+    assert len(children) >= 5
+    wait_until(lambda: not [p for p in children if _alive(p)], 10, what="children gone")
