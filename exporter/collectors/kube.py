@@ -447,8 +447,12 @@ class KubePodSource:
                     listed_at = time.monotonic()
                     self._set_error("")
                 remaining = max(1.0, self.resync_seconds - (time.monotonic() - listed_at))
+                watch_started = time.monotonic()
                 resource_version = self._watch(resource_version, remaining)
                 backoff = self.backoff_initial_seconds
+                if time.monotonic() - watch_started < 1.0:
+                    # a server that ends watches at once must not make us spin
+                    self._stop.wait(self.backoff_initial_seconds)
             except _Gone:
                 log.debug("kube: watch resourceVersion expired (410); relisting")
                 resource_version = None
