@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -64,6 +65,7 @@ class CycleSettings:
     idle_ratio: float = 0.05
     idle_window_seconds: float = 300.0
     refit_seconds: float = 300.0
+    background_refit: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,9 @@ class Cycle:
         self.model: Model | None = None
         self._model_version = -1
         self._last_fit = -math.inf
+        self._refit_thread: threading.Thread | None = None
+        self._refit_done = False
+        self._pending: tuple[Model, int] | None = None
         self._last_query_time: float | None = None
 
     def run(self) -> ForecastSet:
@@ -190,30 +195,73 @@ class Cycle:
         return instant, ranges
 
     def _fitted(self, history: list[Run], now: float) -> Model:
-        """Refit when the history changed and ``refit_seconds`` passed (or never fitted)."""
-        due = self.model is None or (
+        """The model to predict with; refits when the history changed and the period passed.
+
+        The first fit is synchronous (nothing to predict with before it). Later refits
+        run in a background thread when ``background_refit`` is set (fitting on tens
+        of thousands of runs takes seconds; a cycle must not), and the new model is
+        swapped in by the first cycle after it is ready. A failed refit keeps the
+        previous model (logged); a failed first fit fails the cycle.
+        """
+        self._swap_refit()
+        if self.model is None:
+            self._last_fit = now
+            self._install(self._fit(history), self.store.version)
+        elif (
             self.store.version != self._model_version
             and now - self._last_fit >= self.settings.refit_seconds
-        )
-        if due:
-            started = time.monotonic()
-            try:
-                model = self.model_factory().fit(history)
-            except ForecasterError:
-                raise
-            except Exception as err:
-                if self.model is None:
-                    raise ModelError(f"model fit failed on {len(history)} runs: {err}") from err
-                log.warning("model refit failed, keeping the previous model: %s", err)
-            else:
-                self.model = model
-                self._model_version = self.store.version
-                log.info(
-                    "model fitted on %d runs in %.2fs", len(history), time.monotonic() - started
-                )
+            and self._refit_thread is None
+        ):
             self._last_fit = now
+            version = self.store.version
+            if self.settings.background_refit:
+                self._refit_thread = threading.Thread(
+                    target=self._refit_job, args=(list(history), version), daemon=True
+                )
+                self._refit_thread.start()
+            else:
+                self._refit_job(history, version)
+                self._swap_refit()
         assert self.model is not None
         return self.model
+
+    def wait_for_refit(self, timeout: float | None = None) -> None:
+        """Block until a background refit (if any) is done; for tests and shutdown."""
+        thread = self._refit_thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _fit(self, history: Sequence[Run]) -> Model:
+        started = time.monotonic()
+        try:
+            model = self.model_factory().fit(history)
+        except ForecasterError:
+            raise
+        except Exception as err:
+            raise ModelError(f"model fit failed on {len(history)} runs: {err}") from err
+        log.info("model fitted on %d runs in %.2fs", len(history), time.monotonic() - started)
+        return model
+
+    def _refit_job(self, history: Sequence[Run], version: int) -> None:
+        try:
+            self._pending = (self._fit(history), version)
+        except Exception as err:  # keep the previous model
+            log.warning("model refit failed, keeping the previous model: %s", err)
+            self._pending = None
+        self._refit_done = True
+
+    def _swap_refit(self) -> None:
+        if self._refit_thread is not None and not self._refit_done:
+            return
+        if self._pending is not None:
+            self._install(*self._pending)
+        self._pending = None
+        self._refit_thread = None
+        self._refit_done = False
+
+    def _install(self, model: Model, version: int) -> None:
+        self.model = model
+        self._model_version = version
 
 
 def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -130,6 +131,7 @@ def store(tmp_path: Path):
 
 def make_cycle(client, store, clock=lambda: NOW, **settings) -> Cycle:
     StandInModel.fits = []
+    settings.setdefault("background_refit", False)
     return Cycle(client, store, CycleSettings(**settings), model_factory=StandInModel, clock=clock)
 
 
@@ -271,3 +273,30 @@ def test_gpu_free_times_need_every_holder_forecast() -> None:
     ]
     got = {g.uuid: g.timestamps for g in gpu_free_times(allocs, [jf, jf2])}
     assert got == {"GPU-0": (10.0, 20.0, 30.0), "GPU-2": (15.0, 20.0, 40.0)}
+
+
+def test_background_refit_never_blocks_a_cycle(store: HistoryStore) -> None:
+    release = threading.Event()
+    fitted: list[int] = []
+
+    class Slow(StandInModel):
+        def fit(self, history: Sequence[Run]) -> Slow:
+            if fitted:  # the first fit is synchronous; refits wait for the test
+                assert release.wait(30)
+            fitted.append(len(history))
+            return super().fit(history)
+
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    settings = CycleSettings(refit_seconds=0, background_refit=True)
+    cycle = Cycle(client, store, settings, model_factory=Slow, clock=lambda: t[0])
+    cycle.run()
+    first = cycle.model
+    client.answers = job("a", 10, [(1, NOW - 10)], NOW - 100, present=False)  # a finishes
+    t[0] += 60
+    fs = cycle.run()  # starts the refit in the background and returns at once
+    assert fs.n_history == 1 and cycle.model is first
+    release.set()
+    cycle.wait_for_refit(30)
+    cycle.run()
+    assert cycle.model is not first and fitted == [0, 1]

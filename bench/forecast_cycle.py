@@ -1,0 +1,193 @@
+"""Benchmark: one forecast cycle for 1,000 running jobs with 50,000 jobs of history.
+
+Real parts: the running jobs' series (docs/metrics.md) are backfilled into a real
+Prometheus with promtool; the history is 50,000 finished runs in the SQLite store;
+the model is forecaster.model.EtaModel. Prints the wall time and the number of
+queries of (1) the first cycle after start (first model fit on the history, epoch
+ends read over the whole lookback) and (2) steady-state cycles (history unchanged,
+window since the previous cycle). Targets (issue 4): <= 2 s and <= 20 queries.
+
+    python bench/forecast_cycle.py [--running 1000] [--history 50000] [--minutes 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from demo.prometheus import start_prometheus
+from forecaster.cycle import Cycle, CycleSettings
+from forecaster.history import HistoryStore
+from forecaster.promapi import PromClient
+from forecaster.runs import Run
+
+JOBS = [f"job-{i}" for i in range(200)]
+MODELS = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"]
+
+
+def history_runs(n: int, now: float, rng: random.Random) -> list[Run]:
+    """Finished runs over the last 60 days; per-job epoch time with noise; 5 % cancelled."""
+    runs = []
+    for i in range(n):
+        job = rng.randrange(len(JOBS))
+        per = 30.0 * (1 + job % 17) * rng.lognormvariate(0, 0.1)
+        planned = rng.choice((5, 10, 20, 50))
+        done = planned if rng.random() > 0.05 else rng.randrange(1, planned)
+        start = now - 60 * 86400 + i * (59 * 86400 / n)
+        t, times = start, [(0.0, start)]
+        for k in range(1, done + 1):
+            t += per * rng.lognormvariate(0, 0.05)
+            times.append((float(k), t))
+        runs.append(
+            Run(
+                run_id=f"h{i}",
+                epochs_planned=float(planned),
+                epoch_times=tuple(times),
+                features={
+                    "job_name": JOBS[job],
+                    "batch_size": float(2 ** (5 + job % 4)),
+                    "gpu_model": MODELS[job % 3],
+                    "namespace": f"team-{job % 10}",
+                },
+                completed=done == planned,
+            )
+        )
+    return runs
+
+
+def running_openmetrics(n: int, now: float, minutes: float, rng: random.Random) -> str:
+    """n running jobs sampled every 15 s for ``minutes``, one GPU each."""
+    fams: dict[str, list[str]] = {
+        k: []
+        for k in (
+            "gpu_eta_training_epochs_planned",
+            "gpu_eta_training_epoch",
+            "gpu_eta_training_run_start_timestamp_seconds",
+            "gpu_eta_training_epoch_end_timestamp_seconds",
+            "gpu_eta_training_last_report_timestamp_seconds",
+            "gpu_eta_training_batch_size",
+            "gpu_eta_pod_gpu_allocated",
+            "gpu_eta_pod_gpu_utilization_ratio",
+            "gpu_eta_gpu_info",
+        )
+    }
+    first = now - minutes * 60
+    stamps = [first + 15 * k for k in range(int(minutes * 4) + 1)]
+    for i in range(n):
+        job = rng.randrange(len(JOBS))
+        per = 30.0 * (1 + job % 17) * rng.lognormvariate(0, 0.1)
+        start = first - rng.uniform(0, 3600)
+        planned = 1000.0
+        node, gpu = f"node-{i // 8}", str(i % 8)
+        uuid = f"GPU-{i:08d}"
+        rl = f'node="{node}",namespace="team-{job % 10}",pod="{JOBS[job]}-{i}",container="main",run_id="run-{i}"'
+        gl = f'node="{node}",gpu="{gpu}",UUID="{uuid}",namespace="team-{job % 10}",pod="{JOBS[job]}-{i}",container="main"'
+        for ts in stamps:
+            k = math.floor((ts - start) / per)
+            fams["gpu_eta_training_epochs_planned"].append(
+                f"gpu_eta_training_epochs_planned{{{rl}}} {planned} {ts}"
+            )
+            fams["gpu_eta_training_epoch"].append(f"gpu_eta_training_epoch{{{rl}}} {k} {ts}")
+            fams["gpu_eta_training_run_start_timestamp_seconds"].append(
+                f"gpu_eta_training_run_start_timestamp_seconds{{{rl}}} {start:.3f} {ts}"
+            )
+            if k > 0:
+                fams["gpu_eta_training_epoch_end_timestamp_seconds"].append(
+                    f"gpu_eta_training_epoch_end_timestamp_seconds{{{rl}}} {start + k * per:.3f} {ts}"
+                )
+            fams["gpu_eta_training_last_report_timestamp_seconds"].append(
+                f"gpu_eta_training_last_report_timestamp_seconds{{{rl}}} {ts} {ts}"
+            )
+            fams["gpu_eta_training_batch_size"].append(
+                f"gpu_eta_training_batch_size{{{rl}}} {2 ** (5 + job % 4)} {ts}"
+            )
+            fams["gpu_eta_pod_gpu_allocated"].append(f"gpu_eta_pod_gpu_allocated{{{gl}}} 1 {ts}")
+            fams["gpu_eta_pod_gpu_utilization_ratio"].append(
+                f"gpu_eta_pod_gpu_utilization_ratio{{{gl}}} 0.9 {ts}"
+            )
+            fams["gpu_eta_gpu_info"].append(
+                f'gpu_eta_gpu_info{{node="{node}",gpu="{gpu}",UUID="{uuid}",model="{MODELS[job % 3]}"}} 1 {ts}'
+            )
+    out = []
+    for name, lines in fams.items():
+        out.append(f"# TYPE {name} gauge")
+        out.extend(lines)
+    out.append("# EOF\n")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--running", type=int, default=1000)
+    p.add_argument("--history", type=int, default=50_000)
+    p.add_argument(
+        "--minutes", type=float, default=20.0, help="backfilled minutes of running-job series"
+    )
+    p.add_argument("--cycles", type=int, default=5, help="steady-state cycles to time")
+    args = p.parse_args(argv)
+    rng = random.Random(0)
+    now = time.time()
+    with tempfile.TemporaryDirectory(prefix="gpu-eta-bench-") as tmp:
+        om = Path(tmp) / "running.om"
+        t = time.perf_counter()
+        om.write_text(running_openmetrics(args.running, now, args.minutes, rng))
+        print(
+            f"setup: wrote {om.stat().st_size / 1e6:.1f} MB OpenMetrics in {time.perf_counter() - t:.1f}s",
+            flush=True,
+        )
+        t = time.perf_counter()
+        prom = start_prometheus([], data_dir=Path(tmp) / "prom", backfill_files=[om])
+        print(
+            f"setup: promtool backfill + Prometheus start in {time.perf_counter() - t:.1f}s",
+            flush=True,
+        )
+        store = HistoryStore.open(Path(tmp) / "history.sqlite")
+        client = PromClient(prom.url, timeout_seconds=30)
+        try:
+            t = time.perf_counter()
+            added = store.import_finished(history_runs(args.history, now, rng))
+            print(
+                f"setup: {added} history runs stored in {time.perf_counter() - t:.1f}s", flush=True
+            )
+            cycle = Cycle(
+                client, store, CycleSettings(lookback_seconds=6 * 3600, refit_seconds=300)
+            )
+            t = time.perf_counter()
+            fs = cycle.run()
+            first = time.perf_counter() - t
+            print(
+                f"first cycle (fit on {fs.n_history} runs, 6 h lookback): {first:.2f}s, "
+                f"{fs.queries} queries, {len(fs.jobs)} jobs forecast, {len(fs.gpus)} GPUs free-at",
+                flush=True,
+            )
+            times, nq = [], []
+            for _ in range(args.cycles):
+                time.sleep(1.0)
+                t = time.perf_counter()
+                fs = cycle.run()
+                times.append(time.perf_counter() - t)
+                nq.append(fs.queries)
+            med = statistics.median(times)
+            print(
+                f"steady cycle ({len(fs.jobs)} running, {fs.n_history} history): median {med:.2f}s "
+                f"(max {max(times):.2f}s over {args.cycles}), {max(nq)} queries"
+            )
+            verdict = "PASS" if med <= 2.0 and max(nq) <= 20 else "MISS"
+            print(f"target <= 2 s and <= 20 queries per cycle: {verdict}")
+        finally:
+            client.close()
+            store.close()
+            prom.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
