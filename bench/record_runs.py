@@ -8,8 +8,8 @@ sizes and epoch counts). Two scenarios:
 - ``dedicated``: plain training, nothing else started by us (the machine is still
   shared with whatever else runs on it: that contention is real and kept).
 - ``shared``: the same jobs with an evaluation pass every k epochs, a first-epoch
-  warm-up (dataset cache fill) and a competing CPU-bound process (busy loops, one per
-  core) that arrives or leaves part-way through the run; a few runs are cancelled
+  warm-up (dataset cache fill) and a competing CPU-bound process (``--competitors``
+  busy loops, default 1) that arrives or leaves part-way through the run; a few runs are cancelled
   part-way (recorded as not completed).
 
 Each run writes one row per epoch end (epoch 0 = start of training), with the
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -156,10 +157,8 @@ def train_run(
             else:
                 competitor.stop()
         if cache is None:
-            if warmup:  # a dataset cache fill on the first pass, sample by sample
-                cache = torch.stack([(s - s.mean()) / (s.std() + 1e-6) for s in x])
-            else:
-                cache = x
+            # with warm-up: a dataset cache fill on the first pass, sample by sample
+            cache = torch.stack([(s - s.mean()) / (s.std() + 1e-6) for s in x]) if warmup else x
         perm = torch.randperm(workload.n_samples, generator=gen)
         model.train()
         for i in range(0, workload.n_samples, batch_size):
@@ -186,11 +185,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--competitors", type=int, default=1, help="busy-loop processes in the shared scenario"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
-    competitor = Competitor(args.threads) if args.scenario == "shared" else None
+    competitor = Competitor(args.competitors) if args.scenario == "shared" else None
+    # SIGTERM → SystemExit, so the finally blocks stop the busy loops we started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     began = time.time()
     tmp = args.out.with_suffix(".tmp")

@@ -10,7 +10,9 @@ at least one run while small, so a backtest of thousands of runs takes seconds:
 runs that just finished may wait for the next refit, never the other way round.
 
 Scored per point, on the predictions every method could make (rate baselines have
-nothing at 0 %, so the start compares gpu-eta with the history match only): the
+nothing at 0 %, so the start compares gpu-eta with the history match only, on runs
+that have an earlier run; later points score the history match on the runs it could
+answer, ``n`` in the JSON per method): the
 median absolute percentage error of the remaining time, for gpu-eta and each
 baseline, and the share of true remaining times inside gpu-eta's P10–P90.
 ``--predictions OUT.csv`` writes every gpu-eta prediction
@@ -73,6 +75,7 @@ class PointScore:
     n: int = 0
     skipped: int = 0
     mape: dict[str, float] = field(default_factory=dict)
+    answered: dict[str, int] = field(default_factory=dict)
     coverage: float = math.nan
 
 
@@ -100,6 +103,7 @@ class Backtest:
                     "n": s.n,
                     "skipped": s.skipped,
                     "median_abs_pct_error": {k: num(v) for k, v in s.mape.items()},
+                    "answered": dict(s.answered),
                     "coverage_p10_p90": num(s.coverage),
                 }
                 for s in self.points.values()
@@ -182,11 +186,14 @@ def backtest(
             )
         )
         got = {GPU_ETA: forecast.p50}
-        try:
-            for name in methods_at(point)[1:]:
-                est = history_match if name == "history_match" else rate_baselines[name]
+        missing = False
+        for name in methods_at(point)[1:]:
+            est = history_match if name == "history_match" else rate_baselines[name]
+            try:
                 got[name] = est.predict(part, ts).p50
-        except InsufficientData:
+            except InsufficientData:
+                missing = missing or point == 0 or name != "history_match"
+        if missing:  # compare like with like: a required method could not answer
             skipped[point] += 1
             continue
         for name, p50 in got.items():
@@ -199,6 +206,7 @@ def backtest(
         for name in methods_at(point):
             errs = errors[point].get(name, [])
             score.mape[name] = float(np.median(errs)) if errs else math.nan
+            score.answered[name] = len(errs)
         score.coverage = float(np.mean(hits[point])) if hits[point] else math.nan
         points[point] = score
     return Backtest(

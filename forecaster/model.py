@@ -76,7 +76,8 @@ class EtaModel:
         max_regression_runs: int = 5000,
         max_job_runs: int = 200,
         min_samples: int = 8,
-        drift: float = 0.25,
+        drift: float = 0.1,
+        prior_scale: float = 4.0,
         half_life_ratio: float = 0.25,
         huber_c: float = 2.0,
     ) -> None:
@@ -87,6 +88,7 @@ class EtaModel:
         self.max_job_runs = max_job_runs
         self.min_samples = min_samples
         self.drift = drift
+        self.prior_scale = prior_scale
         self.half_life_ratio = half_life_ratio
         self.huber_c = huber_c
 
@@ -162,7 +164,7 @@ class EtaModel:
         will publish). A bin with fewer than ``min_samples`` samples takes the choice
         made on all bins pooled; with fewer than that overall, the defaults.
         """
-        default = (self.drift, 1.0)
+        default = (self.drift, self.prior_scale)
         combos = [(d, p) for d in DRIFT_GRID for p in PRIOR_SCALE_GRID]
         points = np.array([s.point for s in samples])
         actual = np.array([s.actual for s in samples])

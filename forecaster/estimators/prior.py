@@ -268,6 +268,9 @@ class PriorEstimator:
                 self.numeric_, self.medians_, self.levels_ = [], {}, {}
                 return
         msgs = tuple(str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning))
+        iterations = int(getattr(result, "fit_history", {}).get("iteration", 0))
+        if iterations >= self.max_iter:
+            msgs = (*msgs, f"RLM stopped at maxiter={self.max_iter} before converging")
         if msgs:
             self.converged_ = False
             self.warnings_ = msgs

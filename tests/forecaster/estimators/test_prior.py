@@ -1,0 +1,97 @@
+"""Cold-start prior: same job first, pooled robust regression otherwise, default last."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from forecaster.estimators import DEFAULT_EPOCH_SECONDS
+from forecaster.estimators.prior import PriorEstimator
+from tests.forecaster.estimators.runs_factory import job_history, make_run
+
+
+def test_same_job_same_batch_is_used_first() -> None:
+    history = [
+        make_run(f"r{i}", [6.0] * 10, start=1000.0 * i, job_name="train", batch_size=64)
+        for i in range(5)
+    ] + [make_run("other", [60.0] * 10, start=9000.0, job_name="other", batch_size=64)]
+    prior = PriorEstimator().fit(history)
+    est = prior.per_epoch(
+        make_run("new", [], planned=10, start=20000.0, job_name="train", batch_size=64)
+    )
+    assert est.level == "job_batch"
+    assert math.exp(est.log_seconds) == pytest.approx(6.0)
+    f = prior.predict(
+        make_run("new", [], planned=20, start=20000.0, job_name="train", batch_size=64), 20000.0
+    )
+    assert f.p50 == pytest.approx(120.0, rel=0.01)
+    assert f.method == "prior"
+
+
+def test_other_batch_size_moves_along_the_job_slope() -> None:
+    history = job_history(60, seed=1, noise=0.02)
+    prior = PriorEstimator().fit(history)
+    # job "a": 5 s/epoch at batch 64, scaling as (64/batch)^0.5
+    est = prior.per_epoch(make_run("n", [], planned=10, job_name="a", batch_size=256))
+    assert math.exp(est.log_seconds) == pytest.approx(2.5, rel=0.1)
+
+
+def test_regression_for_a_new_job_uses_batch_size() -> None:
+    history = job_history(90, seed=2, noise=0.02, jobs=("a", "b", "c"))
+    prior = PriorEstimator().fit(history)
+    small = prior.per_epoch(make_run("n", [], planned=10, job_name="new", batch_size=32))
+    large = prior.per_epoch(make_run("n", [], planned=10, job_name="new", batch_size=128))
+    assert small.level == large.level == "regression"
+    # the fitted batch effect has the right sign and roughly the right size (x2 → /1.41)
+    assert math.exp(small.log_seconds - large.log_seconds) == pytest.approx(2.0, rel=0.25)
+
+
+def test_empty_history_gives_the_wide_default() -> None:
+    prior = PriorEstimator().fit([])
+    est = prior.per_epoch(make_run("n", [], planned=10))
+    assert est.level == "default"
+    assert math.exp(est.log_seconds) == pytest.approx(DEFAULT_EPOCH_SECONDS)
+    f = prior.predict(make_run("n", [], planned=10), 0.0)
+    assert f.p90 / f.p10 > 50
+
+
+def test_nan_and_missing_features_do_not_break_it() -> None:
+    history = job_history(30, seed=3)
+    runs = [
+        make_run("n1", [], planned=10, batch_size=float("nan"), gpu_utilization_ratio=float("nan")),
+        make_run("n2", [], planned=10, batch_size="not a number"),
+        make_run("n3", [], planned=10),
+    ]
+    prior = PriorEstimator().fit(history)
+    for run in runs:
+        f = prior.predict(run, run.start_timestamp)
+        assert math.isfinite(f.p50) and 0 <= f.p10 <= f.p50 <= f.p90
+
+
+def test_convergence_warning_is_recorded_not_raised() -> None:
+    # identical runs: RLM's scale is exactly 0 and statsmodels warns (ConvergenceWarning)
+    history = [make_run(f"r{i}", [1.0] * 10, start=1000.0 * i) for i in range(20)]
+    prior = PriorEstimator().fit(history)
+    f = prior.predict(make_run("n", [], planned=10), 0.0)
+    assert prior.converged_ is False
+    assert f.converged is False and any("scale is 0.0" in w for w in f.warnings)
+    assert f.p50 == pytest.approx(10.0, rel=0.01)
+
+
+def test_iteration_limit_is_a_warning_too() -> None:
+    history = job_history(40, seed=6, noise=0.3)
+    prior = PriorEstimator(max_iter=1).fit(history)
+    assert prior.converged_ is False
+    assert any("maxiter=1" in w for w in prior.warnings_)
+    assert PriorEstimator().fit(history).converged_ is True
+
+
+def test_cancelled_runs_count_for_speed_not_length() -> None:
+    history = [
+        make_run(f"r{i}", [5.0] * 3, planned=10, completed=False, start=100.0 * i, job_name="j")
+        for i in range(3)
+    ]
+    prior = PriorEstimator().fit(history)
+    est = prior.per_epoch(make_run("n", [], planned=10, job_name="j"))
+    assert math.exp(est.log_seconds) == pytest.approx(5.0)

@@ -1,0 +1,92 @@
+"""The run's own rate: warm-up, spikes, shifts, overdue epochs, stalls."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from forecaster.estimators import DEFAULT_EPOCH_SECONDS, NotFittedError
+from forecaster.estimators.rate import RateEstimator, own_rate
+from tests.forecaster.estimators.runs_factory import make_run
+
+
+def per_epoch(durations: list[float]) -> float:
+    est = own_rate(make_run("x", durations, planned=100))
+    assert est is not None
+    return math.exp(est[0])
+
+
+def test_first_epoch_warm_up_is_not_the_rate() -> None:
+    assert per_epoch([30, 8, 8, 8, 8]) == pytest.approx(8.0, rel=1e-6)
+
+
+def test_two_intervals_down_weight_the_first() -> None:
+    # one warm-up + one steady interval: closer to the steady one than the mean (19)
+    assert per_epoch([30, 8]) < 15
+
+
+def test_a_spike_counts_only_a_little() -> None:
+    steady = [8.0] * 12
+    spiky = [8.0] * 6 + [40.0] + [8.0] * 5
+    assert per_epoch(spiky) < 1.15 * per_epoch(steady)
+
+
+def test_a_shift_in_speed_is_followed() -> None:
+    durations = [8.0] * 10 + [16.0] * 6
+    cumulative = sum(durations) / len(durations)
+    assert per_epoch(durations) > cumulative
+    assert per_epoch(durations) == pytest.approx(16.0, rel=0.1)
+
+
+def test_seed002_keras_log() -> None:
+    # the real log of seed 002: warm-up 10 s, then 8-9 s
+    assert 8.0 <= per_epoch([10, 9, 8, 8, 9, 9, 9, 8, 9, 8, 8, 8, 8, 9, 8]) <= 9.0
+
+
+def test_predict_remaining_and_interval() -> None:
+    run = make_run("x", [8.0] * 5, planned=10)
+    f = RateEstimator().fit([]).predict(run, run.last_timestamp)
+    assert f.p50 == pytest.approx(40.0, rel=0.05)
+    assert 0 <= f.p10 < f.p50 < f.p90
+    assert f.method == "rate" and f.n_obs == 5
+
+
+def test_time_since_last_epoch_counts_but_never_into_the_past() -> None:
+    run = make_run("x", [10.0] * 5, planned=10)
+    est = RateEstimator().fit([])
+    at_end = est.predict(run, run.last_timestamp)
+    later = est.predict(run, run.last_timestamp + 4)
+    assert later.p50 == pytest.approx(at_end.p50 - 4, rel=1e-6)
+    overdue = est.predict(run, run.last_timestamp + 1000)
+    # 4 more epochs plus at least a tenth of the current one
+    assert overdue.p50 >= at_end.p50 * 4.1 / 5 - 1e-9
+    assert overdue.p10 >= 0
+
+
+def test_stalled_holds_eta_and_widens() -> None:
+    run = make_run("x", [10.0] * 5, planned=10)
+    est = RateEstimator().fit([])
+    at_end = est.predict(run, run.last_timestamp)
+    stalled = est.predict(run, run.last_timestamp + 600, stalled=True)
+    assert stalled.stalled
+    assert stalled.p50 == pytest.approx(at_end.p50)
+    assert stalled.p90 > at_end.p90 + 600
+
+
+def test_no_epoch_yet_uses_the_wide_default() -> None:
+    run = make_run("x", [], planned=10)
+    f = RateEstimator().fit([]).predict(run, run.start_timestamp)
+    assert f.p50 == pytest.approx(10 * DEFAULT_EPOCH_SECONDS)
+    assert f.p90 / f.p10 > 50
+
+
+def test_finished_run_has_nothing_left() -> None:
+    run = make_run("x", [5.0] * 3)
+    f = RateEstimator().fit([]).predict(run, run.last_timestamp + 100)
+    assert (f.p10, f.p50, f.p90) == (0.0, 0.0, 0.0)
+
+
+def test_predict_before_fit() -> None:
+    with pytest.raises(NotFittedError):
+        RateEstimator().predict(make_run("x", [1.0], planned=3), 0.0)
