@@ -110,7 +110,9 @@ class Stack:
     def label_values(self, selector: str, label: str) -> list[str]:
         resp = requests.get(
             f"{self.url}/api/v1/label/{label}/values",
-            params={"match[]": selector, "start": self.at - 3600, "end": self.at},
+            # the last 5 minutes, as Grafana would with that time range: pods that exist
+            # now, not every pod of the backfilled history
+            params={"match[]": selector, "start": self.at - 300, "end": self.at},
             timeout=30,
         )
         return sorted(resp.json()["data"])
@@ -137,7 +139,7 @@ def _variable_choices(board: dict, stack: Stack) -> Iterator[dict[str, str]]:
         for value in stack.label_values(selector, match.group(2)):
             yield from expand(index + 1, {**chosen, var["name"]: value})
 
-    yield from itertools.islice(expand(0, fixed), 50)
+    yield from itertools.islice(expand(0, fixed), 200)
 
 
 def _missing(board: dict, name: str, stack: Stack, values: dict, exempt: set) -> list[str]:
