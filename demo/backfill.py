@@ -39,7 +39,6 @@ CSV_COLUMNS = (
     "job_name",
     "namespace",
 )
-FRAMEWORK = {"log": "keras", "http": "pytorch"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +103,9 @@ def runs_csv_rows(pods: Iterable[Pod]) -> Iterator[dict[str, object]]:
             "batch_size": pod.batch_size,
             "gpu_model": pod.gpu_model,
             "gpus": len(pod.gpus),
-            "framework": FRAMEWORK.get(pod.report, "pytorch"),
+            "framework": "keras"
+            if (pod.report == "log" and pod.log_format == "keras")
+            else "pytorch",
             "job_name": pod.job_name,
             "namespace": pod.namespace,
         }

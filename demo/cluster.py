@@ -62,6 +62,7 @@ class ClusterConfig:
     two_gpu_share: float = 0.1
     timeslice_replicas: int = 3
     startup_seconds: tuple[float, float] = (30.0, 90.0)  # pod start → first report
+    max_queue: int = 20  # pending jobs beyond this are turned away (users give up)
     mix: JobMix = field(default_factory=JobMix)
 
     def __post_init__(self) -> None:
@@ -129,6 +130,7 @@ class Pod:
     epochs: int = 0
     batch_size: int = 0
     report: str = "http"  # "http", "log", or "real" (an outside process reports)
+    log_format: str = "keras"  # for report == "log": "keras" or "tqdm"
     run_start: float | None = None
     epoch_ends: list[float] = field(default_factory=list)
     cancelled: bool = False
@@ -320,6 +322,8 @@ class ClusterSim:
             self._start_notebook(None, life, t)
             return
         draw = sample_job(self._rng, cfg.mix)
+        if len(self._queue) >= cfg.max_queue:
+            return
         user = USERS[self._rng.randrange(len(USERS))]
         n_gpus = 2 if self._rng.random() < cfg.two_gpu_share else 1
         pod = Pod(
@@ -336,12 +340,15 @@ class ClusterSim:
             epochs=draw.epochs,
             batch_size=draw.batch_size,
             report="log" if self._rng.random() < cfg.log_share else "http",
+            log_format="keras" if self._rng.random() < 0.5 else "tqdm",
             memory_bytes=int(draw.family.memory_bytes * self._rng.uniform(0.9, 1.1)),
             utilization_ratio=draw.family.utilization_ratio,
         )
         self._queue.append(_Job(pod=pod, draw=draw))
 
     def _schedule_queue(self, t: float) -> None:
+        if not self._queue or all(holder is not None for holder in self._slots.values()):
+            return
         still = []
         for job in self._queue:
             placed = self._place(len(job.pod.gpus), allow_shared=True)
@@ -390,8 +397,9 @@ class ClusterSim:
                     shares.append(k)
                 job.rate = min(rates)
                 util = pod.utilization_ratio / max(shares)
-            if not pod.util_steps or abs(pod.util_steps[-1][1] - util) > 1e-9:
-                pod.util_steps.append((t, round(util, 4)))
+            util = round(util, 4)
+            if not pod.util_steps or pod.util_steps[-1][1] != util:
+                pod.util_steps.append((t, util))
 
     def _begin_epoch(self, job: _Job) -> None:
         k = job.epoch  # 0-based index of the epoch starting

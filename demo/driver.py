@@ -94,6 +94,30 @@ def keras_lines(pod: Pod, event: Event) -> list[str]:
     return lines
 
 
+def tqdm_lines(pod: Pod, event: Event) -> list[str]:
+    """What a PyTorch loop wrapped in ``tqdm(desc=f"Epoch {k}/{n}")`` leaves in the log.
+
+    tqdm redraws with ``\r``; containerd keeps the redraws of one line together,
+    and what the log collector needs is the bar's final state, so each epoch's bar
+    is written as its start and its end, joined by ``\r`` like the real output.
+    """
+    spe = steps_per_epoch(pod)
+    if event.kind == "run_start":
+        return [f"Epoch 1/{pod.epochs}:   0%|          | 0/{spe} [00:00<?, ?it/s]"]
+    if event.kind != "epoch_end":
+        return []
+    k = event.epoch
+    ends = pod.epoch_ends
+    took = max(0.001, ends[k - 1] - (ends[k - 2] if k >= 2 else (pod.run_start or pod.start)))
+    mm, ss = divmod(int(took), 60)
+    done = (
+        f"Epoch {k}/{pod.epochs}:   0%|          | 0/{spe} [00:00<?, ?it/s]\r"
+        f"Epoch {k}/{pod.epochs}: 100%|██████████| {spe}/{spe} "
+        f"[{mm:02d}:{ss:02d}<00:00, {spe / took:.2f}it/s, loss={loss_at(k):.4f}]"
+    )
+    return [done]
+
+
 class ProgressSender:
     """POSTs reports to a node's exporter from a pod's own loopback address."""
 
@@ -220,7 +244,7 @@ class Driver:
         if event.kind not in ("run_start", "epoch_end"):
             return
         if pod.report == "log":
-            lines = keras_lines(pod, event)
+            lines = keras_lines(pod, event) if pod.log_format == "keras" else tqdm_lines(pod, event)
             self.logs.write(pod, lines, self.anchor + event.t)
             self.stats.log_lines += len(lines)
             return

@@ -23,7 +23,17 @@ from demo.cluster import NodeSpec, Pod
 UTIL_NOISE = 0.03
 
 
-def _pod_entry(pod: Pod, node: NodeSpec) -> dict[str, Any]:
+MAX_STEPS = 200
+
+
+def _recent_steps(steps: list[tuple[float, float]], now: float) -> list[tuple[float, float]]:
+    """The steps from the one in force 30 s ago on (older ones cannot matter any more)."""
+    keep = [i for i, (t, _) in enumerate(steps) if t <= now - 30]
+    first = keep[-1] if keep else 0
+    return steps[first:][-MAX_STEPS:]
+
+
+def _pod_entry(pod: Pod, node: NodeSpec, now: float) -> dict[str, Any]:
     """One pod of the scenario: identity, lifetime, its devices with profiles."""
     gpus = []
     for g, replica in pod.gpus:
@@ -34,7 +44,7 @@ def _pod_entry(pod: Pod, node: NodeSpec) -> dict[str, Any]:
             entry["replica"] = replica
         steps = [
             {"at_seconds": round(max(0.0, t - pod.start), 3), "value": round(u, 4)}
-            for t, u in pod.util_steps
+            for t, u in _recent_steps(pod.util_steps, now)
         ] or [{"at_seconds": 0, "value": 0.0}]
         # steps must increase strictly: keep the last value of equal ages
         dedup: dict[float, dict[str, Any]] = {}
@@ -98,7 +108,7 @@ def node_scenario(
             for g in node.gpus
         ],
         "pods": [
-            _pod_entry(p, node)
+            _pod_entry(p, node, now)
             for p in pods
             if p.node == node.index and (p.end is None or p.end > now - 10)
         ],
