@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from exporter.collectors import ExporterError
 from exporter.config import (
@@ -470,20 +470,23 @@ class Runtime:
                     f"cannot listen on --progress.listen-address {addr}: {err.strerror or err}"
                 ) from err
             sources.progress_listener = self.listener
+        collector = SnapshotCollector(self.holder, pod_labels=cfg.pod_labels, version=self.version)
         self.scheduler = Scheduler(
             self.node,
             sources,
             self.holder,
             interval_seconds=cfg.collection_interval_seconds,
             timeout_seconds=cfg.collection_timeout_seconds,
+            prepare=collector.prepare,
         )
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(
-            SnapshotCollector(self.holder, pod_labels=cfg.pod_labels, version=self.version)
-        )
-        ProcessCollector(registry=registry)
+        process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=process)  # the exporter's own CPU and memory
+
+        def body() -> bytes:
+            return collector.exposition() + generate_latest(process)
+
         addr = cfg.web_listen_address
-        self.server = MetricsServer(addr.host, addr.port, registry, self.health)
+        self.server = MetricsServer(addr.host, addr.port, body, self.health)
         try:
             self.server.start()
         except OSError as err:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from exporter.readings import DeviceReading, PodGpuRow, Progress, Snapshot
 from exporter.snapshot import SnapshotHolder
@@ -236,7 +237,16 @@ def _progress(node: str, runs: Sequence[Progress]) -> Iterator[Metric]:
     yield values.metric
 
 
-def _self(snap: Snapshot, age_seconds: float, version: str) -> Iterator[Metric]:
+def _age(snap: Snapshot, age_seconds: float) -> Metric:
+    age = _Family(
+        "gpu_eta_exporter_snapshot_age_seconds",
+        "Age of the cached snapshot this scrape serves (collection runs in the background)",
+    )
+    age.add({"node": snap.node}, age_seconds)
+    return age.metric
+
+
+def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
     node = snap.node
     success = _Family(
         "gpu_eta_exporter_collector_success", "1 if the collector's last run succeeded"
@@ -257,12 +267,6 @@ def _self(snap: Snapshot, age_seconds: float, version: str) -> Iterator[Metric]:
         errors.add(labels, status.errors_total)
     for fam in (success, duration, last, errors):
         yield fam.metric
-    age = _Family(
-        "gpu_eta_exporter_snapshot_age_seconds",
-        "Age of the cached snapshot this scrape serves (collection runs in the background)",
-    )
-    age.add({"node": node}, age_seconds)
-    yield age.metric
     names = {s.name for s in snap.collectors}
     if "progress" in names or snap.progress_reports_total:
         reports = _Family(
@@ -289,21 +293,68 @@ def _with_known(counts: Mapping[str, int], known: Iterable[str]) -> list[tuple[s
     return sorted(out.items())
 
 
-def render(
-    snap: Snapshot, *, age_seconds: float, pod_labels: Sequence[str] = (), version: str = ""
+def render_static(
+    snap: Snapshot, *, pod_labels: Sequence[str] = (), version: str = ""
 ) -> list[Metric]:
-    """All metric families for one snapshot, in the order of ``docs/metrics.md``."""
+    """Every family that depends on the snapshot alone (all but the snapshot's age)."""
     out: list[Metric] = []
     out.extend(_devices(snap))
     out.extend(_pod_gpus(snap.node, snap.pod_gpus))
     out.extend(_pods(snap, pod_labels))
     out.extend(_progress(snap.node, snap.progress))
-    out.extend(_self(snap, age_seconds, version))
+    out.extend(_self(snap, version))
     return out
 
 
+def render(
+    snap: Snapshot, *, age_seconds: float, pod_labels: Sequence[str] = (), version: str = ""
+) -> list[Metric]:
+    """All metric families for one snapshot, in the order of ``docs/metrics.md``."""
+    return [*render_static(snap, pod_labels=pod_labels, version=version), _age(snap, age_seconds)]
+
+
+# -- text format ----------------------------------------------------------------------
+
+
+def _escape_value(value: str) -> str:
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return value
+
+
+def encode_text(families: Iterable[Metric]) -> bytes:
+    """Prometheus text format 0.0.4, byte for byte what ``generate_latest`` writes.
+
+    prometheus_client re-validates and escapes every label name of every sample
+    (~15 µs per sample); our label names are fixed and valid, so this encoder only
+    escapes values. ``tests/exporter/test_exposition.py`` proves the equality.
+    """
+    out: list[str] = []
+    append = out.append
+    for metric in families:
+        name = metric.name + "_total" if metric.type == "counter" else metric.name
+        doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        append(f"# HELP {name} {doc}\n# TYPE {name} {metric.type}\n")
+        for sample in metric.samples:
+            labels = sample.labels
+            value = floatToGoString(sample.value)
+            if labels:
+                pairs = ",".join(f'{k}="{_escape_value(labels[k])}"' for k in sorted(labels))
+                append(f"{sample.name}{{{pairs}}} {value}\n")
+            else:
+                append(f"{sample.name} {value}\n")
+    return "".join(out).encode("utf-8")
+
+
 class SnapshotCollector:
-    """The prometheus_client collector serving the holder's current snapshot."""
+    """Serves the holder's current snapshot: as a prometheus_client collector
+    (``collect``) and as ready text (``exposition``).
+
+    ``exposition`` renders fresh families from the snapshot, encodes them once per
+    snapshot (it is immutable, so the text cannot change) and adds the only value
+    that changes between scrapes, the snapshot's age. A scrape therefore costs a
+    dictionary lookup and one line, whatever the number of pods.
+    """
 
     def __init__(
         self,
@@ -317,19 +368,36 @@ class SnapshotCollector:
         self._pod_labels = tuple(pod_labels)
         self._version = version
         self._clock = clock
+        self._cache: tuple[Snapshot, bytes] | None = None
+
+    def _static(self, snap: Snapshot) -> list[Metric]:
+        try:
+            return render_static(snap, pod_labels=self._pod_labels, version=self._version)
+        except Exception:
+            log.exception("rendering the snapshot failed; serving self-monitoring only")
+            return list(_self(snap, self._version))
 
     def collect(self) -> Iterator[Metric]:
         """Fresh families each scrape; a bug in rendering never fails the scrape."""
         snap = self._holder.get()
         age = max(0.0, self._clock() - snap.timestamp)
-        try:
-            families = render(
-                snap, age_seconds=age, pod_labels=self._pod_labels, version=self._version
-            )
-        except Exception:
-            log.exception("rendering the snapshot failed; serving self-monitoring only")
-            families = list(_self(snap, age, self._version))
-        yield from families
+        yield from self._static(snap)
+        yield _age(snap, age)
+
+    def prepare(self, snap: Snapshot) -> None:
+        """Encode ``snap`` ahead of its first scrape (the scheduler calls this before
+        publishing, so scrapes never pay for rendering)."""
+        self._cache = (snap, encode_text(self._static(snap)))
+
+    def exposition(self) -> bytes:
+        """The text format of ``collect()``, encoded once per snapshot."""
+        snap = self._holder.get()
+        cache = self._cache
+        if cache is None or cache[0] is not snap:
+            cache = (snap, encode_text(self._static(snap)))
+            self._cache = cache  # one reference assignment: concurrent scrapes are fine
+        age = max(0.0, self._clock() - snap.timestamp)
+        return cache[1] + encode_text([_age(snap, age)])
 
     def describe(self) -> list[Metric]:
         """Nothing: families are dynamic, so registration does not call ``collect``."""

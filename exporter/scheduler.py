@@ -154,6 +154,7 @@ class Scheduler:
         timeout_seconds: float = 4.0,
         attribute: Attribute | None = None,
         clock: Callable[[], float] = time.time,
+        prepare: Callable[[Snapshot], None] | None = None,
     ) -> None:
         if attribute is None:
             from exporter.attribution import attribute as attribute_fn
@@ -166,6 +167,7 @@ class Scheduler:
         self.timeout_seconds = timeout_seconds
         self._attribute = attribute
         self._clock = clock
+        self._prepare = prepare
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="gpu-eta-collector")
         self._trackers: dict[str, _Tracker] = {}
         self._stop = threading.Event()
@@ -227,6 +229,11 @@ class Scheduler:
         """Run one cycle, swap the new snapshot in, and return it."""
         with self._cycle_lock:
             snapshot = self._cycle()
+        if self._prepare is not None:
+            try:  # e.g. encode the exposition text before any scrape needs it
+                self._prepare(snapshot)
+            except Exception:
+                log.exception("preparing the snapshot failed")
         self.holder.set(snapshot)
         return snapshot
 

@@ -17,9 +17,6 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-
 log = logging.getLogger(__name__)
 
 LANDING = b"""<!doctype html>
@@ -31,6 +28,8 @@ LANDING = b"""<!doctype html>
 """
 
 Health = Callable[[], tuple[bool, str]]
+Body = Callable[[], bytes]
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _Server(ThreadingHTTPServer):
@@ -40,19 +39,23 @@ class _Server(ThreadingHTTPServer):
 
 
 class MetricsServer:
-    """Serves a registry over HTTP in a background thread."""
+    """Serves ``body()`` (the text exposition) over HTTP in a background thread.
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, health: Health) -> None:
+    Always the Prometheus text format 0.0.4, as node_exporter serves by default:
+    Prometheus accepts it whatever it asks for first.
+    """
+
+    def __init__(self, host: str, port: int, body: Body, health: Health) -> None:
         self.host = host
         self.port = port
-        self._registry = registry
+        self._body = body
         self._health = health
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Bind now (``OSError`` if the address is taken), then serve in a thread."""
-        server = _Server((self.host, self.port), _handler(self._registry, self._health))
+        server = _Server((self.host, self.port), _handler(self._body, self._health))
         self._server = server
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(
@@ -74,7 +77,7 @@ class MetricsServer:
             self._thread = None
 
 
-def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPRequestHandler]:
+def _handler(render: Body, health: Health) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpu-eta-exporter"
         protocol_version = "HTTP/1.1"
@@ -95,14 +98,13 @@ def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPReques
             self.do_GET()
 
         def _metrics(self) -> None:
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
             try:
-                body = encoder(registry)
+                body = render()
             except Exception:
                 log.exception("rendering /metrics failed")
                 self._send(500, "text/plain; charset=utf-8", b"rendering metrics failed\n")
                 return
-            self._send(200, content_type, body)
+            self._send(200, CONTENT_TYPE, body)
 
         def _send(self, code: int, content_type: str, body: bytes) -> None:
             self.send_response(code)

@@ -114,6 +114,46 @@ def test_golden_exposition() -> None:
     assert text == GOLDEN.read_text(), "exposition changed: see the module docstring to regenerate"
 
 
+def test_fast_text_encoder_equals_prometheus_client() -> None:
+    """``exposition()`` (own encoder, cached per snapshot) is byte-identical to
+    prometheus_client's ``generate_latest`` over ``collect()``, odd values included."""
+    snap = _scenario_snapshot()
+    odd = PodMeta(
+        "ns",
+        "p",
+        "u",
+        ip=None,
+        owner_name='quo"te\\back\nline ünï',
+        labels={"team": 'a\\b"c\nd'},
+        start_timestamp=1e10 + 0.5,
+    )
+    for snapshot in (
+        snap,
+        Snapshot(**{**{f: getattr(snap, f) for f in snap.__dataclass_fields__}, "pods": (odd,)}),
+    ):
+        holder = SnapshotHolder(snapshot, clock=lambda: NOW)
+        collector = SnapshotCollector(
+            holder, pod_labels=("team",), version="1.2.3", clock=lambda: NOW
+        )
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        assert collector.exposition() == generate_latest(registry)
+        assert collector.exposition() == generate_latest(registry)  # from the cache
+
+
+def test_cached_text_follows_the_holder_and_the_age() -> None:
+    now = [NOW]
+    holder = SnapshotHolder(_snap(timestamp=NOW), clock=lambda: now[0])
+    collector = SnapshotCollector(holder, clock=lambda: now[0])
+    first = collector.exposition().decode()
+    now[0] += 3
+    second = collector.exposition().decode()
+    assert 'gpu_eta_exporter_snapshot_age_seconds{node="n1"} 0.0' in first
+    assert 'gpu_eta_exporter_snapshot_age_seconds{node="n1"} 3.0' in second
+    holder.set(_snap(node="n2", timestamp=now[0]))
+    assert 'node="n2"' in collector.exposition().decode()
+
+
 def test_golden_passes_promtool_check_metrics() -> None:
     proc = subprocess.run(
         [find_binary("promtool"), "check", "metrics"],
@@ -265,9 +305,14 @@ def test_a_rendering_bug_never_fails_the_scrape(monkeypatch: pytest.MonkeyPatch)
         raise RuntimeError("bug")
 
     monkeypatch.setattr(exposition, "_devices", broken)
-    text = _exposition(_snap(devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 1, 2),)))
-    assert "gpu_eta_exporter_snapshot_age_seconds" in text
-    assert "gpu_eta_gpu_info" not in text
+    snap = _snap(devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 1, 2),))
+    for text in (
+        _exposition(snap),
+        SnapshotCollector(SnapshotHolder(snap)).exposition().decode(),
+    ):
+        assert "gpu_eta_exporter_snapshot_age_seconds" in text
+        assert "gpu_eta_exporter_build_info" in text
+        assert "gpu_eta_gpu_info" not in text
 
 
 def test_help_says_cached() -> None:

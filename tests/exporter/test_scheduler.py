@@ -222,3 +222,18 @@ def test_loop_publishes_snapshots_and_stops() -> None:
     calls = gpu.calls
     time.sleep(0.2)
     assert gpu.calls == calls
+
+
+def test_prepare_runs_before_publishing_and_may_fail() -> None:
+    seen = []
+    holder_box = {}
+
+    def prepare(snap: Snapshot) -> None:
+        seen.append(holder_box["holder"].get() is snap)
+        raise RuntimeError("encoder bug")
+
+    sched, holder = _scheduler(Sources(gpu=Source(GPU)), prepare=prepare)
+    holder_box["holder"] = holder
+    snap = sched.collect_once()
+    assert seen == [False], "prepared before it became visible to scrapes"
+    assert holder.get() is snap, "a failing prepare does not lose the snapshot"

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from prometheus_client import CollectorRegistry
 
 from exporter.exposition import SnapshotCollector
 from exporter.readings import DeviceReading, Snapshot
@@ -19,10 +18,15 @@ def served() -> Iterator[tuple[str, dict]]:
     holder = SnapshotHolder(
         Snapshot(node="n1", timestamp=0, devices=(DeviceReading(0, "GPU-a", "T4", 0.25, 1, 2),))
     )
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(holder, version="9"))
-    state = {"healthy": (True, "ok"), "registry": registry}
-    server = MetricsServer("127.0.0.1", 0, registry, lambda: state["healthy"])
+    collector = SnapshotCollector(holder, version="9")
+    state = {"healthy": (True, "ok"), "broken": False}
+
+    def body() -> bytes:
+        if state["broken"]:
+            raise RuntimeError("boom")
+        return collector.exposition()
+
+    server = MetricsServer("127.0.0.1", 0, body, lambda: state["healthy"])
     server.start()
     try:
         yield f"http://127.0.0.1:{server.port}", state
@@ -38,15 +42,13 @@ def test_metrics_text_format(served) -> None:
     assert 'gpu_eta_gpu_utilization_ratio{UUID="GPU-a",gpu="0",node="n1"} 0.25' in resp.text
 
 
-def test_metrics_openmetrics_when_asked(served) -> None:
+def test_text_format_even_when_openmetrics_is_preferred(served) -> None:
+    """Prometheus asks for OpenMetrics first; the text format is what we serve."""
     url, _ = served
-    resp = requests.get(
-        f"{url}/metrics",
-        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
-        timeout=10,
-    )
-    assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
-    assert resp.text.rstrip().endswith("# EOF")
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    resp = requests.get(f"{url}/metrics", headers={"Accept": accept}, timeout=10)
+    assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# EOF" not in resp.text
 
 
 def test_healthz_and_landing_and_404(served) -> None:
@@ -62,11 +64,7 @@ def test_healthz_and_landing_and_404(served) -> None:
 def test_a_raising_collector_gives_500_not_a_dead_server(served) -> None:
     url, state = served
 
-    class Broken:
-        def collect(self):
-            raise RuntimeError("boom")
-
-    state["registry"].register(Broken())
+    state["broken"] = True
     resp = requests.get(f"{url}/metrics", timeout=10)
     assert resp.status_code == 500 and "boom" not in resp.text
     assert requests.get(f"{url}/healthz", timeout=10).status_code == 200
@@ -75,7 +73,7 @@ def test_a_raising_collector_gives_500_not_a_dead_server(served) -> None:
 def test_port_in_use_raises_oserror(served) -> None:
     url, _ = served
     port = int(url.rsplit(":", 1)[1])
-    other = MetricsServer("127.0.0.1", port, CollectorRegistry(), lambda: (True, "ok"))
+    other = MetricsServer("127.0.0.1", port, lambda: b"", lambda: (True, "ok"))
     with pytest.raises(OSError):
         other.start()
     other.stop()
