@@ -13,6 +13,9 @@ Two stacks:
   return data except the DCGM targets listed in ``DCGM_TARGETS`` (the demo runs no
   DCGM exporter). Skipped only while that fixture does not exist.
 
+The alert rules' expressions are evaluated on both stacks too (no matching errors;
+on the contract series exactly the expected alert condition holds).
+
 Grafana variables are resolved the way Grafana does: multi-value ones to their All
 regex ``.*``; single-value ones (the Training job dashboard's namespace and pod)
 by running the variable's ``label_values`` query and trying its values until one
