@@ -182,3 +182,81 @@ def test_in_process_run_serves_and_stops() -> None:
     assert result == [0]
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_real_sources_are_wired_and_a_missing_kubelet_is_success_zero(tmp_path: Path) -> None:
+    """Without --simulate (and with gpu/kube off: no driver, no API server here) the
+    real pod-resources, cgroup, host-memory, progress and log sources start; the
+    kubelet socket is missing, which shows as success 0 while /metrics keeps working."""
+    port = free_port()
+    (tmp_path / "cgroup").mkdir()
+    (tmp_path / "cgroup" / "cgroup.controllers").write_text("memory\n")
+    stop = threading.Event()
+    result: list[int] = []
+    args = [
+        "--no-collector.gpu",
+        "--no-collector.kube",
+        "--node-name",
+        "gpu-node-1",
+        "--kubelet.socket",
+        str(tmp_path / "kubelet.sock"),
+        "--path.procfs",
+        str(tmp_path),
+        "--path.cgroupfs",
+        str(tmp_path / "cgroup"),
+        "--path.pod-logs",
+        str(tmp_path / "logs"),
+        "--progress.state-file",
+        str(tmp_path / "progress.json"),
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--progress.listen-address",
+        f"127.0.0.1:{free_port()}",
+        "--collection.interval",
+        "200ms",
+        "--collection.timeout",
+        "2s",
+    ]
+    thread = threading.Thread(target=lambda: result.append(main(args, stop=stop)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+                if "collector_success" in text:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+
+        def ok(name: str, value: str) -> str:
+            labels = f'collector="{name}",node="gpu-node-1"'
+            return f"gpu_eta_exporter_collector_success{{{labels}}} {value}"
+
+        assert ok("podresources", "0.0") in text
+        for name in ("cgroup", "hostmemory", "progress", "logs"):
+            assert ok(name, "1.0") in text, name
+        assert 'collector="gpu"' not in text and 'collector="kube"' not in text
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert result == [0]
+
+
+def test_kube_collector_needs_a_node_name(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    code = main(
+        [
+            "--no-collector.gpu",
+            "--no-collector.progress",
+            "--no-collector.logs",
+            "--web.listen-address",
+            f"127.0.0.1:{free_port()}",
+        ]
+    )
+    assert code == ExitCode.ERROR
+    assert "set --node-name or env NODE_NAME" in capsys.readouterr().err

@@ -237,3 +237,55 @@ def test_prepare_runs_before_publishing_and_may_fail() -> None:
     snap = sched.collect_once()
     assert seen == [False], "prepared before it became visible to scrapes"
     assert holder.get() is snap, "a failing prepare does not lose the snapshot"
+
+
+@pytest.mark.parametrize(
+    "name", ["gpu", "podresources", "kube", "cgroup", "hostmemory", "progress", "logs"]
+)
+def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) -> None:
+    """node_exporter's contract, for every collector: a raise never fails /metrics."""
+    from exporter.exposition import SnapshotCollector
+
+    class Store:
+        def snapshot(self):
+            if name == "progress":
+                raise OSError("state file unreadable")
+            return ()
+
+        def retain(self, live):
+            pass
+
+    class Counter:
+        def counts(self):
+            return {}
+
+    class Logs(Counter):
+        def poll(self):
+            if name == "logs":
+                raise PermissionError("/var/log/pods: permission denied")
+
+    boom = CollectorError(f"{name} is down")
+    sources = Sources(
+        gpu=Source(GPU, fail=boom if name == "gpu" else None),
+        allocations=Source((), fail=boom if name == "podresources" else None),
+        pods=Source((POD,), fail=boom if name == "kube" else None),
+        processes=Source({}, fail=boom if name == "cgroup" else None),
+        host_memory=Source((), fail=boom if name == "hostmemory" else None),
+        progress_store=Store(),
+        progress_listener=Counter(),
+        logs=Logs(),
+    )
+    sched, holder = _scheduler(sources)
+    sched.collect_once()
+    text = SnapshotCollector(holder).exposition().decode()
+    sched.stop()
+    assert f'gpu_eta_exporter_collector_success{{collector="{name}",node="n"}} 0.0' in text
+    assert f'gpu_eta_exporter_collector_errors_total{{collector="{name}",node="n"}} 1.0' in text
+    others = [c for c in COLLECTOR_NAMES if c != name]
+    for other in others:
+        assert f'gpu_eta_exporter_collector_success{{collector="{other}",node="n"}} 1.0' in text
+    if name != "gpu":
+        assert "gpu_eta_gpu_utilization_ratio{" in text
+
+
+COLLECTOR_NAMES = ("gpu", "podresources", "kube", "cgroup", "hostmemory", "progress", "logs")
