@@ -99,6 +99,49 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated()
 
 
+class _LiveTop:
+    """``top`` refreshing in place under the demo's banner (rich's Live), on a terminal only."""
+
+    def __init__(self, url: str, refresh_seconds: float, enabled: bool):
+        self.url = url
+        self.refresh_seconds = refresh_seconds
+        self.enabled = enabled
+        self._live = None
+        self._next = time.monotonic() + min(refresh_seconds, 10.0)
+
+    def __enter__(self) -> _LiveTop:
+        if self.enabled:
+            from rich.live import Live
+            from rich.text import Text
+
+            self._live = Live(Text("waiting for the first forecasts…"), auto_refresh=False)
+            self._live.start()
+        return self
+
+    def maybe_refresh(self) -> None:
+        if self._live is None or time.monotonic() < self._next:
+            return
+        from forecaster import top
+
+        view = top.fetch_view(self.url, keep_errors=True)
+        self._live.update(top.render_rich(view, _local_tz()), refresh=True)
+        self._next = time.monotonic() + self.refresh_seconds
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _local_tz():
+    from datetime import datetime
+
+    return datetime.now().astimezone().tzinfo
+
+
 def _top(url: str, plain: bool) -> None:
     from forecaster import top
 
@@ -152,23 +195,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             deadline = None if args.seconds is None else time.monotonic() + args.seconds
             live = sys.stdout.isatty() and not args.quiet and args.seconds is None
-            next_view = time.monotonic() + min(args.refresh, 20)
-            while deadline is None or time.monotonic() < deadline:
-                dead = stack.poll()
-                if dead:
-                    print(
-                        f"gpu-eta demo: stopped: {', '.join(dead)} exited unexpectedly "
-                        f"(logs in {stack.workdir}/logs)",
-                        file=sys.stderr,
-                    )
-                    return 1
-                if live and time.monotonic() >= next_view:
-                    print("\033[2J\033[H", end="")  # clear, home: a refreshing view
-                    _top(stack.prometheus_url, plain=False)
-                    next_view = time.monotonic() + args.refresh
-                time.sleep(
-                    0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-                )
+            with _LiveTop(stack.prometheus_url, args.refresh, enabled=live) as view:
+                while deadline is None or time.monotonic() < deadline:
+                    dead = stack.poll()
+                    if dead:
+                        view.close()
+                        print(
+                            f"gpu-eta demo: stopped: {', '.join(dead)} exited unexpectedly "
+                            f"(logs in {stack.workdir}/logs)",
+                            file=sys.stderr,
+                        )
+                        return 1
+                    view.maybe_refresh()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    time.sleep(0.5 if left is None else max(0.0, min(0.5, left)))
             print("final top snapshot:", flush=True)
             _top(stack.prometheus_url, plain=not sys.stdout.isatty())
             d = stack.driver.stats if stack.driver else None

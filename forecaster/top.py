@@ -542,26 +542,28 @@ def render_rich(view: View, tz: tzinfo | None = None):
     now = view.timestamp
     parts: list[Any] = [Text(summary_line(view, tz), style="bold")]
     parts.extend(Text(f"error: {e}", style="red") for e in view.errors)
-    jobs = Table(title="Training", title_justify="left", expand=False)
-    for h in JOB_HEADERS:
-        jobs.add_column(h, no_wrap=True)
-    for j in view.jobs:
-        style = "yellow" if (j.stalled or j.idle) else None
-        jobs.add_row(*_job_cells(j, now, tz), style=style)
-    parts.append(jobs)
-    idle = Table(title="Idle GPU holders", title_justify="left")
-    for h in IDLE_HEADERS:
-        idle.add_column(h, no_wrap=True)
-    for h in view.idle:
-        idle.add_row(*_idle_cells(h), style="yellow")
-    parts.append(idle)
-    gpus = Table(title="GPUs", title_justify="left")
-    for h in GPU_HEADERS:
-        gpus.add_column(h, no_wrap=True)
     styles = {"free": "green", "idle": "yellow", "busy": None}
-    for g in view.gpus:
-        gpus.add_row(*_gpu_cells(g, now, tz), style=styles.get(g.state))
-    parts.append(gpus)
+    tables = (
+        (
+            "Training",
+            JOB_HEADERS,
+            [
+                (_job_cells(j, now, tz), "yellow" if (j.stalled or j.idle) else None)
+                for j in view.jobs
+            ],
+        ),
+        ("Idle GPU holders", IDLE_HEADERS, [(_idle_cells(h), "yellow") for h in view.idle]),
+        ("GPUs", GPU_HEADERS, [(_gpu_cells(g, now, tz), styles.get(g.state)) for g in view.gpus]),
+    )
+    for title, headers, rows in tables:
+        table = Table(title=title, title_justify="left")
+        for i, h in enumerate(headers):
+            # identity columns (pod, node/gpu) never shrink: the rest may on narrow terminals
+            width = max([len(h), *(len(r[0][i]) for r in rows)]) if i < 2 else None
+            table.add_column(h, no_wrap=True, min_width=width)
+        for cells, style in rows:
+            table.add_row(*cells, style=style)
+        parts.append(table)
     return Group(*parts)
 
 
@@ -608,10 +610,29 @@ def fetch(
     return out
 
 
-def snapshot(args: argparse.Namespace) -> View:
-    """One refresh: fetch, then build the view at the current time."""
-    results = fetch(args.prometheus_url, args.timeout, args.idle_window)
-    return build_view(results, time.time(), args.prometheus_url, args.idle_threshold)
+def fetch_view(
+    url: str,
+    timeout_seconds: float = 10.0,
+    idle_window: str = "5m",
+    idle_threshold: float = 0.05,
+    keep_errors: bool = False,
+) -> View:
+    """One refresh: fetch, then build the view now. ``keep_errors``: an unreachable
+    Prometheus gives a view carrying the error instead of raising (for live views)."""
+    try:
+        results = fetch(url, timeout_seconds, idle_window)
+    except TopError as err:
+        if not keep_errors:
+            raise
+        return View(timestamp=time.time(), prometheus_url=url, errors=(str(err),))
+    return build_view(results, time.time(), url, idle_threshold)
+
+
+def snapshot(args: argparse.Namespace, keep_errors: bool = False) -> View:
+    """``fetch_view`` with the command line's settings."""
+    return fetch_view(
+        args.prometheus_url, args.timeout, args.idle_window, args.idle_threshold, keep_errors
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -698,10 +719,7 @@ def _has_rich() -> bool:
 
 
 def _view_or_error(args: argparse.Namespace) -> View:
-    try:
-        return snapshot(args)
-    except TopError as err:
-        return View(timestamp=time.time(), prometheus_url=args.prometheus_url, errors=(str(err),))
+    return snapshot(args, keep_errors=True)
 
 
 def _loop(args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:

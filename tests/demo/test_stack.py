@@ -1,0 +1,61 @@
+"""Stack helpers: busy ports are reported and replaced; process groups are stopped whole."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from demo.stack import pick_port, port_is_free, stop_process
+
+
+def test_busy_port_is_replaced_and_named() -> None:
+    said: list[str] = []
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        busy = sock.getsockname()[1]
+        assert not port_is_free(busy)
+        port = pick_port(busy, "Prometheus UI/API", said.append)
+    assert port != busy
+    assert said == [
+        f"port {busy} (Prometheus UI/API) is in use by another process; using {port} instead"
+    ]
+
+
+def test_free_preferred_port_is_kept_silently() -> None:
+    said: list[str] = []
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert pick_port(port, "x", said.append) == port and said == []
+    assert pick_port(0, "x", said.append) > 0 and said == []
+
+
+def test_stop_process_kills_the_whole_group_even_if_sigterm_is_ignored(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "c = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    stop_process(proc, grace_seconds=0.5)
+    assert proc.poll() is not None
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists():
+        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            break  # killed; waiting to be reaped by init
+        assert time.monotonic() < deadline, "grandchild survived"
+        time.sleep(0.05)
