@@ -11,6 +11,7 @@ cycle checks what is reconstructed from the real query answers.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -365,3 +366,107 @@ def test_cycle_reconstructs_runs_from_real_answers(backfill, tmp_path, prometheu
     finally:
         store.close()
         client.close()
+
+
+LIVE_SCENARIO = """
+version: 1
+node: sim-live
+gpus:
+  - {index: 0}
+  - {index: 1}
+pods:
+  - name: trainer
+    namespace: ml
+    uid: uid-t
+    ip: 127.0.0.31
+    containers:
+      - {name: train, gpus: [{gpu: 0, utilization: 0.9, memory: 10GiB}]}
+  - name: jupyter-bob
+    namespace: hub
+    uid: uid-n
+    ip: 127.0.0.32
+    containers:
+      - {name: notebook, gpus: [{gpu: 1, utilization: 0.0, memory: 1GiB}]}
+"""
+
+LIVE_TRAIN = """
+import time, torch
+from torch import nn
+from exporter.report import start
+torch.manual_seed(0)
+x = torch.randn(4096, 16); y = (x.sum(1, keepdim=True) > 0).float()
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+EPOCHS, BATCH = 14, 64
+steps = 4096 // BATCH
+r = start(epochs=EPOCHS, steps_per_epoch=steps, batch_size=BATCH)
+for epoch in range(EPOCHS):
+    for i in range(steps):
+        loss = nn.functional.binary_cross_entropy_with_logits(model(x[i*BATCH:(i+1)*BATCH]), y[i*BATCH:(i+1)*BATCH])
+        opt.zero_grad(); loss.backward(); opt.step()
+    r.epoch_end(epoch + 1, loss=loss.item())
+    time.sleep(1.0)  # about one scrape per epoch
+r.end()
+"""
+
+
+@pytest.mark.torch
+def test_live_exporter_and_real_training(procs, tmp_path, prometheus_factory) -> None:
+    """Real PyTorch run → simulated-node exporter → Prometheus → forecaster → Prometheus."""
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(LIVE_SCENARIO)
+    web, progress, fport = free_port(), free_port(), free_port()
+    exporter_log = (tmp_path / "exporter.log").open("wb")
+    procs.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--simulate",
+                str(scenario),
+                f"--web.listen-address=127.0.0.1:{web}",
+                f"--progress.listen-address=127.0.0.1:{progress}",
+                "--collection.interval=500ms",
+                f"--progress.state-file={tmp_path / 'progress.json'}",
+                "--no-collector.logs",
+            ],
+            stdout=exporter_log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    exporter_log.close()
+    wait_until(
+        lambda: requests.get(f"http://127.0.0.1:{web}/metrics", timeout=2).ok, 60, "exporter"
+    )
+    prom = prometheus_factory(
+        [
+            ScrapeJob("exporter", [f"127.0.0.1:{web}"]),
+            ScrapeJob("forecaster", [f"127.0.0.1:{fport}"]),
+        ]
+    )
+    cmd = [*serve_cmd(prom.url, fport, tmp_path / "h.sqlite"), "--query.step", "1"]
+    procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    env = dict(
+        os.environ,
+        GPU_ETA_URL=f"http://127.0.0.1:{progress}/progress",
+        GPU_ETA_SOURCE_ADDRESS="127.0.0.31",
+    )
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", LIVE_TRAIN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    procs.append(trainer)
+    metric = "gpu_eta_job_predicted_completion_timestamp_seconds"
+    (first,) = prom.wait_for(f'{metric}{{pod="trainer",quantile="0.5"}}', timeout=120)
+    assert first["metric"]["container"] == "train" and first["metric"]["namespace"] == "ml"
+    assert float(first["value"][1]) >= time.time() - 5  # not in the past (allowing scrape lag)
+    # once epochs are seen, the run's own rate takes over: 14 epochs of ~1-2 s
+    prom.wait_for(f'{metric}{{pod="trainer",quantile="0.5"}} - time() < 90', timeout=120)
+    (info,) = prom.query('gpu_eta_job_forecast_info{pod="trainer"}')
+    assert info["metric"]["method"] in ("rate", "blend")
+    # GPU 0 is held by the trainer only: a free-at time; GPU 1 by an idle notebook: none
+    free = prom.wait_for('gpu_eta_gpu_predicted_free_timestamp_seconds{quantile="0.5"}', 60)
+    assert {r["metric"]["gpu"] for r in free} == {"0"}
+    assert trainer.wait(timeout=300) == 0, trainer.stderr.read().decode()[-2000:]
+    # the finished run goes into the history
+    prom.wait_for("gpu_eta_model_history_jobs == 1", timeout=120)
