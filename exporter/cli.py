@@ -75,7 +75,8 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; every default is None so the config file can fill in."""
+    """The argument parser; every default is None so the config file can fill in
+    (the real defaults live in ``Config`` and are spelled out in each help text)."""
     parser = argparse.ArgumentParser(
         prog="python -m exporter",
         description=(
@@ -89,7 +90,6 @@ def build_parser() -> argparse.ArgumentParser:
             "--simulate runs it on a simulated node instead (docs/scenario.md). Metrics "
             "are documented in docs/metrics.md, operation in docs/exporter.md."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         argument_default=None,
     )
     add = parser.add_argument
@@ -257,7 +257,10 @@ def parse_config(argv: Sequence[str] | None, env: dict[str, str] | None = None) 
         raise ConfigError(f"--{err}") from err
     env = dict(os.environ) if env is None else env
     if cfg.node_name is None and env.get("NODE_NAME"):
-        cfg = config_from_mapping({"node-name": env["NODE_NAME"]}, cfg)
+        try:
+            cfg = config_from_mapping({"node-name": env["NODE_NAME"]}, cfg)
+        except ConfigError as err:
+            raise ConfigError(f"env NODE_NAME: {err}") from err
     return cfg
 
 

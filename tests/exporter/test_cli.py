@@ -14,7 +14,7 @@ import requests
 
 from demo.prometheus import free_port
 from exporter.cli import ExitCode, main, parse_config
-from exporter.config import COLLECTORS
+from exporter.config import COLLECTORS, ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "tests" / "fixtures" / "scenarios" / "small.yaml"
@@ -59,6 +59,8 @@ def test_help_explains_everything() -> None:
         assert flag in proc.stdout, flag
     for name in COLLECTORS:
         assert f"--collector.{name}" in proc.stdout and f"--no-collector.{name}" in proc.stdout
+    assert "default: None" not in proc.stdout  # real defaults are spelled out instead
+    assert "(default :9842)" in proc.stdout
 
 
 def test_no_gpu_and_no_simulate_is_one_line_and_exit_1() -> None:
@@ -124,6 +126,8 @@ def test_config_file_then_flags_then_env(tmp_path: Path) -> None:
     assert cfg.node_name == "gpu-node-3"  # downward API
     assert parse_config(["--node-name", "a"], env={"NODE_NAME": "b"}).node_name == "a"
     assert parse_config(["--simulate"], env={}).simulate == ""
+    with pytest.raises(ConfigError, match="^env NODE_NAME: node-name: not a valid"):
+        parse_config([], env={"NODE_NAME": "Not_Valid"})
     assert parse_config(["--simulate", "x.yaml"], env={}).simulate == "x.yaml"
 
 
