@@ -126,7 +126,7 @@ def test_config_file_then_flags_then_env(tmp_path: Path) -> None:
     assert cfg.node_name == "gpu-node-3"  # downward API
     assert parse_config(["--node-name", "a"], env={"NODE_NAME": "b"}).node_name == "a"
     assert parse_config(["--simulate"], env={}).simulate == ""
-    with pytest.raises(ConfigError, match="^env NODE_NAME: node-name: not a valid"):
+    with pytest.raises(ConfigError, match=r"^env NODE_NAME: node-name: not a valid"):
         parse_config([], env={"NODE_NAME": "Not_Valid"})
     assert parse_config(["--simulate", "x.yaml"], env={}).simulate == "x.yaml"
 
