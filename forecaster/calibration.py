@@ -60,8 +60,8 @@ def conformal_z(sorted_z: Sequence[float], coverage: float = 0.8) -> tuple[float
     """Lower, median and upper conformal quantiles of sorted residuals (n ≥ 1)."""
     n = len(sorted_z)
     tail = (1.0 - coverage) / 2.0
-    lo = max(1, math.floor(tail * (n + 1)))
-    hi = min(n, math.ceil((1.0 - tail) * (n + 1)))
+    lo = max(1, math.floor(tail * (n + 1) + 1e-9))  # 1e-9: 0.1·20 must be 2, not 1.999…
+    hi = min(n, math.ceil((1.0 - tail) * (n + 1) - 1e-9))
     mid = n // 2
     median = sorted_z[mid] if n % 2 else 0.5 * (sorted_z[mid - 1] + sorted_z[mid])
     return sorted_z[lo - 1], median, sorted_z[hi - 1]

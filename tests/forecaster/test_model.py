@@ -1,0 +1,99 @@
+"""EtaModel: the facade H5's cycle calls — empty history, one-epoch jobs, NaN, quality."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from forecaster.calibration import POINTS
+from forecaster.estimators import NotFittedError
+from forecaster.model import EtaModel, truncate
+from tests.forecaster.estimators.runs_factory import job_history, make_run
+
+
+def check(f) -> None:
+    assert math.isfinite(f.p50)
+    assert 0.0 <= f.p10 <= f.p50 <= f.p90
+
+
+def test_empty_history() -> None:
+    model = EtaModel(random_state=0).fit([])
+    assert model.n_history_ == 0
+    assert all(math.isnan(m) and math.isnan(c) for m, c in model.quality_.values())
+    start = model.predict(make_run("n", [], planned=10), 1_700_000_000.0)
+    check(start)
+    assert start.p90 / start.p10 > 20  # the wide documented default
+    running = make_run("n", [5.0] * 3, planned=10)
+    f = model.predict(running, running.last_timestamp)
+    check(f)
+    assert f.p50 == pytest.approx(35.0, rel=0.2)  # the run's own rate
+
+
+def test_one_epoch_jobs_and_nan_features() -> None:
+    history = [make_run(f"h{i}", [30.0], start=100.0 * i, job_name="one") for i in range(10)]
+    model = EtaModel(random_state=0).fit(history)
+    run = make_run("n", [], planned=1, start=5000.0, job_name="one", batch_size=float("nan"))
+    f = model.predict(run, 5010.0)
+    check(f)
+    assert f.p50 == pytest.approx(20.0, rel=0.15)
+    done = make_run("n", [30.0], start=5000.0, job_name="one")
+    assert model.predict(done, 6000.0).p90 == 0.0
+
+
+def test_quality_is_measured_per_point() -> None:
+    history = job_history(120, seed=7, noise=0.1)
+    model = EtaModel(random_state=0).fit(history)
+    assert set(model.quality_) == set(POINTS)
+    for point in POINTS:
+        mape, coverage = model.quality_[point]
+        assert 0 <= mape < 0.5
+        assert 0.6 <= coverage <= 0.95
+
+
+def test_calibrated_intervals_cover_new_runs() -> None:
+    runs = job_history(240, seed=8, noise=0.15)
+    model = EtaModel(random_state=0).fit(runs[:160])
+    hits, errors = [], []
+    for run in runs[160:]:
+        for point in (0.1, 0.25, 0.5, 0.75):
+            part = truncate(run, point)
+            truth = run.last_timestamp - part.last_timestamp
+            f = model.predict(part, part.last_timestamp)
+            check(f)
+            hits.append(f.p10 <= truth <= f.p90)
+            errors.append(abs(f.p50 - truth) / truth)
+    # 320 predictions from 80 runs: 0.8 ± ~0.07 allows for correlated points per run
+    assert 0.72 <= np.mean(hits) <= 0.9
+    assert np.median(errors) < 0.15
+
+
+def test_prior_helps_at_ten_percent_on_a_repeated_job() -> None:
+    runs = job_history(60, seed=9, noise=0.02, jobs=("a",))
+    model = EtaModel(random_state=0).fit(runs[:-1])
+    run = runs[-1]
+    part = truncate(run, 0.1)
+    truth = run.last_timestamp - part.last_timestamp
+    f = model.predict(part, part.last_timestamp)
+    assert abs(f.p50 - truth) / truth < 0.1
+
+
+def test_stalled_run_holds_and_widens() -> None:
+    model = EtaModel(random_state=0).fit(job_history(30, seed=10))
+    run = make_run("n", [5.0] * 5, planned=10, job_name="a", batch_size=64)
+    normal = model.predict(run, run.last_timestamp)
+    stalled = model.predict(run, run.last_timestamp + 3600, stalled=True)
+    assert stalled.stalled and stalled.p50 == pytest.approx(normal.p50)
+    assert stalled.p90 > normal.p90 + 3600
+    late = model.predict(run, run.last_timestamp + 3600)
+    check(late)
+    assert late.p10 > 0  # never in the past while epochs remain
+
+
+def test_predict_before_fit_and_refit_forgets() -> None:
+    with pytest.raises(NotFittedError):
+        EtaModel().predict(make_run("n", [], planned=3), 0.0)
+    model = EtaModel(random_state=0)
+    assert model.fit(job_history(30, seed=11)) is model
+    assert model.fit([]).n_history_ == 0
