@@ -119,6 +119,30 @@ def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_seed_csv_is_imported_once(tmp_path: Path) -> None:
+    seed = tmp_path / "runs.csv"
+    seed.write_text(
+        "run_id,epoch,epochs_planned,timestamp_seconds,job_name\n"
+        "a,0,2,100,resnet\na,1,2,160,resnet\na,2,2,220,resnet\n"
+        "b,0,3,300,resnet\nb,1,3,360,resnet\n"
+    )
+    db = tmp_path / "h.sqlite"
+    args = ["once", "--history.db", str(db), "--history.seed-csv", str(seed)]
+    args += ["--prometheus.url", f"http://127.0.0.1:{free_port()}", "--prometheus.retries", "0"]
+    for _ in range(2):
+        assert run_cli(*args).returncode == 1  # no Prometheus: the cycle fails, the seed stays
+    from forecaster.history import HistoryStore
+
+    store = HistoryStore.open(db)
+    try:
+        runs = {r.run_id: r for r in store.finished()}
+    finally:
+        store.close()
+    assert sorted(runs) == ["a", "b"]
+    assert runs["a"].completed is True and runs["b"].completed is False
+    assert runs["a"].features["job_name"] == "resnet"
+
+
 def test_evaluate_and_top_are_delegated() -> None:
     for sub in ("evaluate", "top"):
         proc = run_cli(sub, "--help")
