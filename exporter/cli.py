@@ -490,6 +490,8 @@ class Runtime:
 
         addr = cfg.web_listen_address
         self.server = MetricsServer(addr.host, addr.port, body, self.health)
+        # the first collection runs before serving, so no scrape sees an empty node
+        self.scheduler.start()
         try:
             self.server.start()
         except OSError as err:
@@ -497,7 +499,6 @@ class Runtime:
             raise StartupError(
                 f"cannot listen on --web.listen-address {addr}: {err.strerror or err}"
             ) from err
-        self.scheduler.start()
 
     def metrics_address(self) -> str:
         """Where /metrics is served (the real port when 0 was asked)."""
