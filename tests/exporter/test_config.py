@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from exporter.config import (
     COLLECTORS,
@@ -131,3 +135,22 @@ def test_same_port_allowed_when_progress_is_off() -> None:
 def test_not_a_mapping() -> None:
     with pytest.raises(ConfigError, match="expected a mapping"):
         config_from_mapping(["a"])  # type: ignore[arg-type]
+
+
+@given(st.one_of(st.text(max_size=30), st.integers(), st.floats(), st.none(), st.booleans()))
+def test_value_parsers_raise_only_config_error(raw) -> None:
+    for parse in (parse_listen_address, parse_duration, parse_pod_labels):
+        with contextlib.suppress(ConfigError):
+            parse(raw, "k")
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=25),
+        st.one_of(st.text(max_size=10), st.booleans(), st.integers()),
+        max_size=4,
+    )
+)
+def test_config_from_mapping_raises_only_config_error(data) -> None:
+    with contextlib.suppress(ConfigError):
+        config_from_mapping(data)
