@@ -19,11 +19,12 @@ annotated hostNetwork pod is on the node (otherwise the address is ambiguous).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from exporter.progress import MAX_BODY_BYTES, ReportError, parse_report
 from exporter.progress_store import ProgressStore
@@ -35,7 +36,9 @@ HOST_NETWORK_ANNOTATION = "gpu-eta.io/progress-host-network"
 RESULTS = ("accepted", "malformed", "invalid", "forbidden", "too_large", "rate_limited")
 DEFAULT_RATE_PER_SECOND = 10.0
 DEFAULT_BURST = 20
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 1024
+MAX_HEADER_BYTES = 8192
+MAX_CONNECTIONS_PER_ADDRESS = 8
 REQUEST_TIMEOUT_SECONDS = 10.0
 
 
@@ -50,7 +53,12 @@ class _TokenBucket:
 
 
 class ProgressListener:
-    """A small threading HTTP server in a background thread, feeding a ProgressStore."""
+    """An asyncio HTTP endpoint in a background thread, feeding a ProgressStore.
+
+    One event-loop thread instead of a thread per connection: every pod keeps one
+    connection open, and a thread each would cost more in GIL hand-offs than the
+    requests themselves (see ``bench/progress_ingest.py``).
+    """
 
     def __init__(
         self,
@@ -63,6 +71,7 @@ class ProgressListener:
         rate_per_second: float = DEFAULT_RATE_PER_SECOND,
         burst: int = DEFAULT_BURST,
         clock: Callable[[], float] = time.time,
+        lookup_ttl_seconds: float = 1.0,
     ):
         self.host = host
         self.port = port
@@ -76,8 +85,11 @@ class ProgressListener:
         self._counts = dict.fromkeys(RESULTS, 0)
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str, str], _TokenBucket] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        # address -> (expiry, pod): the pod cache is asked at most once a second per
+        # address; pods do not change IPs faster than the pod watch reports them
+        self._lookups: dict[str, tuple[float, PodMeta | None]] = {}
+        self._lookup_ttl = lookup_ttl_seconds
+        self._server: _Server | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -85,25 +97,14 @@ class ProgressListener:
         """Bind now (so callers can connect as soon as this returns), serve in a thread."""
         if self._server is not None:
             return
-        self._server = _Server((self.host, self.port), _make_handler(self))
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="gpu-eta-progress-http",
-            daemon=True,
-        )
-        self._thread.start()
+        self._server = _Server(self, self.host, self.port)
+        self.port = self._server.port
 
     def stop(self) -> None:
         """Stop serving and close the socket; idempotent."""
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+            server.close()
 
     def counts(self) -> Mapping[str, int]:
         """Reports by result since start (``gpu_eta_exporter_progress_reports_total``)."""
@@ -118,11 +119,19 @@ class ProgressListener:
 
     def sender(self, address: str) -> tuple[PodMeta | None, str]:
         """The pod that owns ``address``, or None and the one-line reason for refusing."""
-        try:
-            pod = self._pod_by_ip(address)
-        except Exception as err:  # the pod cache is someone else's code: never a 500
-            log.warning("progress: pod lookup for %s failed: %s", address, err)
-            return None, "pod lookup failed"
+        now = time.monotonic()
+        cached = self._lookups.get(address)
+        if cached is not None and cached[0] > now:
+            pod = cached[1]
+        else:
+            try:
+                pod = self._pod_by_ip(address)
+            except Exception as err:  # the pod cache is someone else's code: never a 500
+                log.warning("progress: pod lookup for %s failed: %s", address, err)
+                return None, "pod lookup failed"
+            if len(self._lookups) > 4096:
+                self._lookups.clear()
+            self._lookups[address] = (now + self._lookup_ttl, pod)
         if pod is None:
             return None, f"{address} is not a pod on this node"
         if not pod.host_network:
@@ -195,90 +204,245 @@ class ProgressListener:
         return 200, f"accepted: {pod.namespace}/{pod.name} run {progress.run_id}"
 
 
-class _Server(ThreadingHTTPServer):
-    """ThreadingHTTPServer with a bound on concurrent connections."""
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Content Too Large",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
 
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
 
-    def __init__(self, address, handler):
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        super().__init__(address, handler)
+class _Connection(asyncio.Protocol):
+    """One client connection: a minimal HTTP/1.1 reader for ``POST /progress``.
 
-    def process_request(self, request, client_address):
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # over the bound: refuse cheaply
+    Only what the endpoint needs: a request line, headers (≤ ``MAX_HEADER_BYTES``),
+    a Content-Length body (no chunked bodies), keep-alive. Everything else gets a
+    one-line error and the connection is closed.
+    """
+
+    def __init__(self, listener: ProgressListener, server: _Server):
+        self.listener = listener
+        self.server = server
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.ip = ""
+        self.timer: asyncio.TimerHandle | None = None
+        self.counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.ip = peer[0] if peer else ""
+        if not self.server.admit(self.ip):
+            transport.abort()
             return
+        self.counted = True
+        self.server.connections.add(self)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.counted:
+            self.server.release(self.ip)
+            self.server.connections.discard(self)
+            self.counted = False
+
+    def _arm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        loop = asyncio.get_running_loop()
+        self.timer = loop.call_later(REQUEST_TIMEOUT_SECONDS, self._idle)
+
+    def _idle(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _reply(self, status: int, text: str, close: bool) -> None:
+        assert self.transport is not None
+        body = (text.replace("\n", " ")[:300] + "\n").encode("utf-8", "replace")
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+        )
+        self.transport.write(head.encode("ascii") + body)
+        if close:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._arm()
+        while self.transport is not None and not self.transport.is_closing():
+            if not self._one_request():
+                return
+
+    def _one_request(self) -> bool:
+        """Handle one buffered request if complete; False when more bytes are needed."""
+        buf = self.buffer
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEADER_BYTES:
+                self._reply(431, "malformed: headers too large", close=True)
+            return False
+        if end > MAX_HEADER_BYTES:
+            self._reply(431, "malformed: headers too large", close=True)
+            return False
+        lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            self.listener._count("malformed")
+            self._reply(400, "malformed: bad request line", close=True)
+            return False
+        method, target, version = parts
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                self.listener._count("malformed")
+                self._reply(400, "malformed: bad header", close=True)
+                return False
+            headers[name.strip().lower()] = value.strip()
+        connection = headers.get("connection", "").lower()
+        close = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
+        if method == "GET" and target == "/healthz":
+            del buf[: end + 4]
+            self._reply(200, "ok", close)
+            return True
+        if method != "POST":
+            self._reply(405, "method not allowed: POST /progress", close=True)
+            return False
+        if target.split("?", 1)[0] != "/progress":
+            self._reply(404, "not found: POST /progress", close=True)
+            return False
+        if "transfer-encoding" in headers:
+            self.listener._count("malformed")
+            self._reply(411, "malformed: chunked bodies not accepted", close=True)
+            return False
+        raw = headers.get("content-length")
+        length: int | None
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
+            length = int(raw) if raw is not None else None
+            if length is not None and length < 0:
+                raise ValueError
+        except ValueError:
+            self.listener._count("malformed")
+            self._reply(400, "malformed: bad Content-Length", close=True)
+            return False
+        start = end + 4
+        if length is not None and length <= MAX_BODY_BYTES and len(buf) < start + length:
+            return False  # wait for the rest of the body
+        body = (
+            bytes(buf[start : start + length])
+            if length is not None and length <= MAX_BODY_BYTES
+            else b""
+        )
+        consumed = False
+
+        def read(n: int) -> bytes:
+            nonlocal consumed
+            consumed = True
+            return body[:n]
+
+        try:
+            status, text = self.listener.handle(self.ip, length, read)
+        except Exception as err:  # a bug must not kill the event loop
+            log.error("progress: request failed: %s", err)
+            status, text = 500, "internal error"
+        if length is None or length > MAX_BODY_BYTES:
+            self._reply(status, text, close=True)  # body not read: the stream is unusable
+            return False
+        del buf[: start + length]
+        self._reply(status, text, close)
+        return not close
+
+
+class _Server:
+    """The asyncio server in its own thread, with bounds on open connections.
+
+    ``MAX_CONNECTIONS`` in all is generous (a node has a few hundred pods and each
+    client keeps one connection); ``MAX_CONNECTIONS_PER_ADDRESS`` stops one pod from
+    using up the slots.
+    """
+
+    def __init__(self, listener: ProgressListener, host: str, port: int):
+        self.listener = listener
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+            self.sock.listen(256)
+        except OSError:
+            self.sock.close()
             raise
+        self.sock.setblocking(False)
+        self.port = int(self.sock.getsockname()[1])
+        self.loop = asyncio.new_event_loop()
+        self._open: dict[str, int] = {}
+        self._open_total = 0
+        self.connections: set[_Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="gpu-eta-progress-http", daemon=True)
+        self.thread.start()
+        self._ready.wait(timeout=10)
 
-    def process_request_thread(self, request, client_address):
+    def admit(self, ip: str) -> bool:
+        if (
+            self._open_total >= MAX_CONNECTIONS
+            or self._open.get(ip, 0) >= MAX_CONNECTIONS_PER_ADDRESS
+        ):
+            return False
+        self._open_total += 1
+        self._open[ip] = self._open.get(ip, 0) + 1
+        return True
+
+    def release(self, ip: str) -> None:
+        self._open_total -= 1
+        left = self._open.get(ip, 1) - 1
+        if left > 0:
+            self._open[ip] = left
+        else:
+            self._open.pop(ip, None)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def serve() -> None:
+            self._server = await self.loop.create_server(
+                lambda: _Connection(self.listener, self), sock=self.sock
+            )
+
         try:
-            super().process_request_thread(request, client_address)
+            self.loop.run_until_complete(serve())
         finally:
-            self._slots.release()
+            self._ready.set()
+        self.loop.run_forever()
+        # stopping: close the server and every open connection, then the loop
+        if self._server is not None:
+            self._server.close()
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
 
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
 
-def _make_handler(listener: ProgressListener) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the client reuses its connection
-        timeout = REQUEST_TIMEOUT_SECONDS
-        server_version = "gpu-eta-progress"
-        sys_version = ""
+        def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+            for conn in list(self.connections):
+                if conn.transport is not None:
+                    conn.transport.abort()
+            self.loop.stop()
 
-        def log_message(self, format: str, *args: object) -> None:
-            """Silent: never log request lines or bodies (they come from untrusted pods)."""
-
-        def _reply(self, status: int, text: str, *, close: bool = False) -> None:
-            data = (text.replace("\n", " ")[:300] + "\n").encode("utf-8", "replace")
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            if close:
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] != "/progress":
-                self._reply(404, "not found: POST /progress", close=True)
-                return
-            if self.headers.get("Transfer-Encoding"):
-                listener._count("malformed")
-                self._reply(411, "malformed: chunked bodies not accepted", close=True)
-                return
-            raw = self.headers.get("Content-Length")
-            try:
-                length = int(raw) if raw is not None else None
-                if length is not None and length < 0:
-                    raise ValueError
-            except ValueError:
-                listener._count("malformed")
-                self._reply(400, "malformed: bad Content-Length", close=True)
-                return
-            consumed = False
-
-            def read(n: int) -> bytes:
-                nonlocal consumed
-                consumed = True
-                return self.rfile.read(n)
-
-            try:
-                status, text = listener.handle(self.client_address[0], length, read)
-            except Exception as err:  # a bug must not kill the listener thread
-                log.error("progress: request failed: %s", err)
-                status, text = 500, "internal error"
-            self._reply(status, text, close=not consumed and bool(length))
-
-        def do_GET(self) -> None:
-            if self.path == "/healthz":
-                self._reply(200, "ok")
-            else:
-                self._reply(405, "method not allowed: POST /progress", close=True)
-
-    return Handler
+        self.loop.call_soon_threadsafe(stop)
+        self.thread.join(timeout=10)
+        self.sock.close()
