@@ -364,7 +364,7 @@ class Stack:
             OMP_NUM_THREADS="1",
         )
         proc = self._spawn(
-            [_python(), "-m", "demo.realtrain", "--epochs", "60"], f"realtrain-{pod.name}", env
+            [_python(), "-m", "demo.realtrain", "--epochs", "150"], f"realtrain-{pod.name}", env
         )
         self.trainers.append((pod, proc))
         self.say(f"real PyTorch training {pod.namespace}/{pod.name} reports from {pod.ip}")
