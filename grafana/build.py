@@ -244,25 +244,34 @@ def cluster_overview() -> dict:
     )
     busy = "A GPU is 'in use' when it is allocated and its device utilisation is at least 5 %."
     free_at = ts(
-        "Time until each GPU is free (P10 / P50 / P90)",
-        "From the forecaster: when every pod on the GPU is predicted to be done. "
-        "The band between P10 and P90 is the calibrated 80 % interval.",
+        "Time until each GPU is free (P50) over time",
+        "From the forecaster: when every pod on the GPU is predicted to be done, median. "
+        "A line that falls one second per second is a forecast that holds; jumps are "
+        "revisions. The interval is in the 'GPU free at' table.",
         "s",
         q(
-            f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="0.1"}} - time()',
-            "{{node}}/{{gpu}} P10",
-            "A",
-        ),
-        q(
             f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="0.5"}} - time()',
-            "{{node}}/{{gpu}} P50",
-            "B",
+            "{{node}}/{{gpu}}",
         ),
-        q(
-            f'gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="0.9"}} - time()',
-            "{{node}}/{{gpu}} P90",
-            "C",
+    )
+    model = "* on (node, gpu, UUID) group_left (model) max by (node, gpu, UUID, model) (gpu_eta_gpu_info)"
+    free_table = rename(
+        tbl(
+            "GPU free at (P10 / P50 / P90)",
+            "Per held GPU: when every pod on it is predicted to be done. P10–P90 is the "
+            "calibrated 80 % interval (see the Forecaster quality dashboard for its measured "
+            "coverage). GPUs nobody holds are free now and not listed.",
+            *[
+                q(
+                    f'max by (node, gpu, UUID) (gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="{qv}"}}) * 1000 {model}',
+                    ref=ref,
+                    instant=True,
+                )
+                for ref, qv in (("A", "0.1"), ("B", "0.5"), ("C", "0.9"))
+            ],
         ),
+        {"A": "free at P10", "B": "free at P50", "C": "free at P90"},
+        {"A": "dateTimeAsIso", "B": "dateTimeAsIso", "C": "dateTimeAsIso"},
     )
     free_bar = (
         bargauge.Panel()
@@ -368,6 +377,7 @@ def cluster_overview() -> dict:
         ),
         free_at,
         free_bar,
+        free_table,
         jobs,
         longest,
         ts(
