@@ -47,8 +47,15 @@ class ProgressStore:
     guards memory against a flood of distinct senders).
     """
 
-    def __init__(self, state_path: Path | None = None, max_entries: int = DEFAULT_MAX_ENTRIES):
+    def __init__(
+        self,
+        state_path: Path | None = None,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        save_interval_seconds: float = 30.0,
+    ):
         self._lock = threading.Lock()
+        self._save_interval = save_interval_seconds
+        self._last_save = time.monotonic()
         self._entries: dict[Key, Progress] = {}
         self._max_entries = max_entries
         self._state_path = Path(state_path) if state_path is not None else None
@@ -124,7 +131,17 @@ class ProgressStore:
     # -- reading ---------------------------------------------------------------------
 
     def snapshot(self) -> tuple[Progress, ...]:
-        """One ``Progress`` per container, the winning source applied, sorted by key."""
+        """One ``Progress`` per container, the winning source applied, sorted by key.
+
+        Also saves the state file when it is due (every ``save_interval_seconds``
+        while something changed): the scheduler reads the snapshot every cycle, so
+        a crash loses at most that interval, without a timer thread of its own.
+        """
+        if (
+            self._state_path is not None
+            and time.monotonic() - self._last_save >= self._save_interval
+        ):
+            self.save()
         with self._lock:
             entries = dict(self._entries)
         winners: dict[tuple[str, str, str], Progress] = {}
@@ -144,6 +161,7 @@ class ProgressStore:
         """
         if self._state_path is None:
             return
+        self._last_save = time.monotonic()
         with self._lock:
             if not self._dirty:
                 return

@@ -215,3 +215,54 @@ def test_start_binds_before_returning_and_stop_frees_the_port(pods):
     with pytest.raises(OSError):
         post(lst, {"epoch": 1})
     assert port > 0
+
+
+def test_one_address_cannot_hold_all_connections(listener):
+    import socket
+
+    from exporter.progress_http import MAX_CONNECTIONS_PER_ADDRESS
+
+    held = []
+    try:
+        for _ in range(MAX_CONNECTIONS_PER_ADDRESS):
+            s = socket.create_connection(
+                ("127.0.0.1", listener.port), timeout=10, source_address=("127.0.0.2", 0)
+            )
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 200")
+            held.append(s)
+        extra = socket.create_connection(
+            ("127.0.0.1", listener.port), timeout=10, source_address=("127.0.0.2", 0)
+        )
+        try:  # refused: closed (reset) at once, never answered
+            extra.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            assert extra.recv(100) == b""
+        except ConnectionResetError:
+            pass
+        finally:
+            extra.close()
+        # another pod still gets in
+        assert post(listener, {"epoch": 1}, source="127.0.0.3")[0] == 200
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_pipelined_requests_on_one_connection(listener):
+    import socket
+
+    body = b'{"step": 1}'
+    req = b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    s = socket.create_connection(
+        ("127.0.0.1", listener.port), timeout=10, source_address=("127.0.0.2", 0)
+    )
+    try:
+        s.sendall(req * 3)
+        data = b""
+        while data.count(b"HTTP/1.1 200") < 3:
+            chunk = s.recv(4096)
+            assert chunk
+            data += chunk
+    finally:
+        s.close()
+    assert listener.counts()["accepted"] == 3

@@ -97,3 +97,16 @@ def test_concurrent_merges_lose_nothing():
     for t in threads:
         t.join()
     assert [p.step for p in store.snapshot()] == [200.0] * 4
+
+
+def test_snapshot_saves_when_due(tmp_path):
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=0.0)
+    store.update(_p())
+    assert not path.exists()
+    store.snapshot()  # the scheduler reads every cycle: the state file follows
+    assert ProgressStore(path).snapshot()[0].pod == "a"
+    lazy = ProgressStore(tmp_path / "other.json", save_interval_seconds=3600)
+    lazy.update(_p())
+    lazy.snapshot()
+    assert not (tmp_path / "other.json").exists()
