@@ -160,12 +160,12 @@ def test_unexpected_exception_is_contained() -> None:
 
 def test_timeout_and_no_double_start() -> None:
     slow = Source((POD,), delay=30)
-    sched, _ = _scheduler(Sources(pods=slow, gpu=Source(GPU)), timeout=0.3)
+    sched, _ = _scheduler(Sources(pods=slow, gpu=Source(GPU)), timeout=1.0)
     try:
         started = time.monotonic()
         snap = sched.collect_once()
-        assert time.monotonic() - started < 5
-        assert "timed out after 0.3s" in _status(snap, "kube").last_error
+        assert time.monotonic() - started < 10
+        assert "timed out after 1s" in _status(snap, "kube").last_error
         assert _status(snap, "gpu").success, "other collectors unaffected"
         snap = sched.collect_once()
         assert "still running" in _status(snap, "kube").last_error
