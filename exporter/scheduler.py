@@ -174,6 +174,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._cycle_lock = threading.Lock()
         self._attribution_error = ""
+        self._failing_devices: dict[tuple[int, str | None], str] = {}
 
     # -- one collector ---------------------------------------------------------------
 
@@ -280,6 +281,8 @@ class Scheduler:
         host_memory: tuple[HostMemory, ...] = got2.get("hostmemory", ())
         progress: tuple[Progress, ...] = got2.get("progress", got2.get("logs-store", ()))
 
+        if src.gpu is not None and self._trackers["gpu"].success:
+            self._log_device_failures(gpu)
         pod_gpus: tuple[PodGpuRow, ...] = ()
         if src.gpu is not None:
             try:
@@ -308,6 +311,23 @@ class Scheduler:
             progress_reports_total=_counts(src.progress_listener),
             log_lines_total=_counts(src.logs),
         )
+
+    def _log_device_failures(self, gpu: GpuPoll) -> None:
+        """One error line when a device starts failing (or its reason changes), one
+        info line when it reads again: the metric says it every scrape, the log once."""
+        now = {(f.index, f.uuid): f for f in gpu.failures}
+        for key, failure in now.items():
+            if self._failing_devices.get(key) != failure.reason:
+                log.error(
+                    "GPU %d (%s) cannot be read: %s%s",
+                    failure.index,
+                    failure.uuid or "uuid unknown",
+                    failure.reason,
+                    f" ({failure.detail})" if failure.detail else "",
+                )
+        for key in self._failing_devices.keys() - now.keys():
+            log.info("GPU %d (%s) reads again", key[0], key[1] or "uuid unknown")
+        self._failing_devices = {key: f.reason for key, f in now.items()}
 
     # -- loop ------------------------------------------------------------------------
 

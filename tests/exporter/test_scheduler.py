@@ -289,3 +289,25 @@ def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) ->
 
 
 COLLECTOR_NAMES = ("gpu", "podresources", "kube", "cgroup", "hostmemory", "progress", "logs")
+
+
+def test_device_failures_are_logged_once_per_state_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from exporter.readings import DeviceFailure
+
+    lost = GpuPoll(
+        devices=GPU.devices, failures=(DeviceFailure(1, "GPU-b", "gpu_lost", "GPU is lost"),)
+    )
+    gpu = Source(lost)
+    sched, _ = _scheduler(Sources(gpu=gpu))
+    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+        sched.collect_once()
+        sched.collect_once()
+        gpu.value = GPU
+        sched.collect_once()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "GPU 1 (GPU-b) cannot be read: gpu_lost (GPU is lost)",
+        "GPU 1 (GPU-b) reads again",
+    ]
