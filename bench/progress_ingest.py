@@ -248,7 +248,8 @@ def bench_mode(mode: str, rates: list[float], seconds: float) -> int:
                 print(
                     f"target {r['target']:6.0f}/s: achieved {r['achieved']:7.0f}/s  "
                     f"p50 {r['p50_ms']:5.2f} ms  p99 {r['p99_ms']:6.2f} ms  max {r['max_ms']:7.1f} ms  "
-                    f"exporter CPU {r['cpu_per_1000']:.3f} s/1000 reports  answers {r['statuses']}"
+                    f"exporter CPU {r['cpu_per_1000']:.3f} s/1000 reports "
+                    f"(≈ {1000 / max(r['cpu_per_1000'], 1e-9):,.0f}/s per core)  answers {r['statuses']}"
                     f"  {'ok' if ok else 'MISSED'}"
                 )
             scrape = prom.query('scrape_duration_seconds{job="exporter"}')

@@ -210,10 +210,12 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     epoch or step counter goes back or the planned totals change: the signature of
     a notebook that trains again.
     """
-    if previous is None or report.event == "start":
+    if previous is None:
         return True
-    if report.run_id is not None:
+    if report.run_id is not None:  # a repeated "start" of the same run changes nothing
         return report.run_id != previous.run_id
+    if report.event == "start":
+        return True
     if (
         report.epochs is not None
         and previous.epochs is not None

@@ -175,3 +175,12 @@ def test_named_runs_decide_alone_and_inconsistent_merge_is_refused():
     assert b.run_id == "r2" and b.run_start_timestamp == NOW + 2
     with pytest.raises(InvalidReport):
         _adv(b, Report(run_id="r2", epoch=11), NOW + 3)
+
+
+def test_start_event_begins_a_run_unless_it_repeats_the_current_one():
+    a = _adv(None, Report(run_id="r1", epoch=3, epochs=10), NOW)
+    again = _adv(a, Report(run_id="r1", event="start", epoch=0), NOW + 1)
+    assert again.run_id == "r1" and again.run_start_timestamp == NOW
+    anon = _adv(None, Report(epoch=3, epochs=10), NOW)
+    fresh = _adv(anon, Report(event="start"), NOW + 5)
+    assert fresh.run_id != anon.run_id and fresh.epoch is None
