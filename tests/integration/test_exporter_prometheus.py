@@ -211,12 +211,21 @@ def test_scenario_rewrite_is_picked_up_and_bad_rewrite_is_survived(
     prom.wait_for('gpu_eta_pod_info{pod="sharer"}')
 
     # the demo rewrites the file: a new pod appears, one leaves
-    new = text.replace("name: sharer", "name: newcomer")
+    new = text.replace("name: sharer", "name: newcomer").replace(
+        "start_seconds: 500, end_seconds: 600", "start_seconds: 0, end_seconds: 86400"
+    )
     tmp = scenario.with_suffix(".tmp")
     tmp.write_text(new)
     tmp.replace(scenario)
     prom.wait_for('gpu_eta_pod_info{pod="newcomer"}', timeout=30)
     prom.wait_for('absent(gpu_eta_pod_gpu_allocated{pod="sharer"})', timeout=30)
+    # ... and GPU 2 falls off the bus: only that device reports failure
+    prom.wait_for('gpu_eta_gpu_read_success{gpu="2"} == 0', timeout=30)
+    assert len(prom.query("gpu_eta_gpu_read_success == 1")) == 2
+    assert prom.query('gpu_eta_exporter_collector_success{collector="gpu"} == 1')
+    assert "GPU 2 (GPU-22222222-2222-2222-2222-222222222222) cannot be read: gpu_lost" in (
+        exporter.log_path.read_text()
+    )
 
     # an invalid rewrite: logged, previous scenario kept, still scraped
     tmp.write_text("pods: [{name: Not_Valid}]\n")
