@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from demo.prometheus import ScrapeJob, free_port
+from demo.prometheus import ScrapeJob, find_binary, free_port
 from exporter.scenario import default_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -192,6 +192,13 @@ def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
     # ... and a spoofed sender (an address no pod has) is refused and counted
     assert _post_progress(exporter, "127.0.0.99", {"run_id": "x", "epoch": 1}) == 403
     prom.wait_for('gpu_eta_exporter_progress_reports_total{result="forbidden"} == 1', timeout=30)
+
+    # the live output (with process_* and progress series) passes promtool too
+    live = requests.get(f"http://{exporter.target}/metrics", timeout=10).content
+    lint = subprocess.run(
+        [find_binary("promtool"), "check", "metrics"], input=live, capture_output=True, timeout=60
+    )
+    assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()
 
     assert _stop(exporter) == 0, exporter.log_path.read_text()
     assert "Traceback" not in exporter.log_path.read_text()
