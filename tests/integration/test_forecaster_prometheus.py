@@ -60,7 +60,8 @@ def scenario(now: float) -> tuple[list[SimRun], list[tuple[str, str, str]]]:
     """130 finished runs over three weeks (10 vanished early) + running ones now."""
     runs: list[SimRun] = []
     for i in range(130):
-        start = now - 21 * DAY + i * (20 * DAY / 130)
+        # 13 batches of 10 runs spread over three weeks (few 2-hour TSDB blocks to write)
+        start = now - 21 * DAY + (i // 10) * (20 * DAY / 13) + (i % 10) * 180
         vanished = i % 13 == 5
         done = 4 if vanished else 10
         run = SimRun(f"hist-{i}", f"resnet-{i}", start, 10, done, 0.0)
