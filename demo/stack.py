@@ -44,6 +44,8 @@ from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_promet
 
 log = logging.getLogger("gpu_eta.demo")
 
+TRAINER_RESTART_SECONDS = 20.0  # pause between two real training runs on a node
+
 
 class StackError(RuntimeError):
     """A part of the demo failed to start; the message says which and why."""
@@ -148,6 +150,7 @@ class Stack:
         self.workdir = Path()
         self.runs_csv: Path | None = None
         self._stopped = False
+        self._restarts: list[tuple[float, int]] = []
 
     # ------------------------------------------------------------ public face
 
@@ -380,11 +383,24 @@ class Stack:
             dead.append("prometheus")
         if self.forecaster is not None and self.forecaster.poll() is not None:
             dead.append("forecaster")
-        if self.sim is not None and self.driver is not None:
+        if self.sim is not None and self.driver is not None and not self._stopped:
+            now = time.time()
             for pod, proc in self.trainers:
                 if proc.poll() is not None and pod.end is None:
                     with self.driver.lock:
-                        self.sim.end_pod(pod, time.time() - self.anchor + 2)
+                        self.sim.end_pod(pod, now - self.anchor + 2)
+                    # like a user, start another run a little later (new pod, new run id)
+                    self._restarts.append((now + TRAINER_RESTART_SECONDS, pod.node))
+            due = [r for r in self._restarts if r[0] <= now]
+            self._restarts = [r for r in self._restarts if r[0] > now]
+            for _, node in due:
+                try:
+                    with self.driver.lock:
+                        pod = self.sim.reserve_pod(node)
+                except ValueError:
+                    self._restarts.append((now + TRAINER_RESTART_SECONDS, node))  # GPUs full
+                    continue
+                self._start_trainer(pod, self.nodes[node].progress_port)
         return dead
 
     # ------------------------------------------------------------ stop

@@ -1,0 +1,72 @@
+"""How long the demo takes to become useful, and what its history costs.
+
+Prints: history simulation time, OpenMetrics size and promtool backfill time for N
+days; then the whole stack's start time, the time until every node is scraped `up`,
+and until the first forecast is in Prometheus. Run: ``python bench/demo_startup.py
+[--history-days 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from demo.backfill import simulate_history, write_history
+from demo.cluster import ClusterConfig
+from demo.prometheus import backfill
+from demo.stack import Stack, StackConfig
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--history-days", type=float, default=1.0)
+    p.add_argument("--history-jobs", type=int, default=1000)
+    args = p.parse_args()
+    cluster = ClusterConfig()
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        hist = simulate_history(
+            cluster, time.time() - 400, args.history_days * 86400, args.history_jobs
+        )
+        t1 = time.perf_counter()
+        om, _runs = write_history(hist, Path(tmp) / "h")
+        t2 = time.perf_counter()
+        size_mb = om.stat().st_size / 1e6
+        backfill(om, Path(tmp) / "data")
+        t3 = time.perf_counter()
+    print(
+        f"history: {len(hist.pods)} jobs ({len(hist.completed)} finished) over {args.history_days:g} days"
+    )
+    print(
+        f"  simulate {t1 - t0:.2f}s, write {t2 - t1:.2f}s ({size_mb:.1f} MB OpenMetrics, "
+        f"runs CSV {len(hist.completed)} runs), promtool backfill {t3 - t2:.2f}s"
+    )
+    cfg = StackConfig(
+        cluster=cluster,
+        history_days=args.history_days,
+        history_jobs=args.history_jobs,
+        prometheus_port=0,
+        forecaster_port=0,
+        scrape_interval="1s",
+        forecaster_interval_seconds=3.0,
+    )
+    t0 = time.perf_counter()
+    with Stack(cfg, say=lambda msg: None) as stack:
+        t1 = time.perf_counter()
+        prom = stack.prometheus
+        assert prom is not None
+        prom.wait_for('up{job="gpu-eta-exporter"} == 1', timeout=120, min_results=len(stack.nodes))
+        t2 = time.perf_counter()
+        prom.wait_for("gpu_eta_job_predicted_completion_timestamp_seconds", timeout=300)
+        t3 = time.perf_counter()
+    t4 = time.perf_counter()
+    print(
+        f"stack: started in {t1 - t0:.1f}s, all nodes up after {t2 - t0:.1f}s, "
+        f"first forecast after {t3 - t0:.1f}s, stopped in {t4 - t3:.1f}s"
+    )
+
+
+if __name__ == "__main__":
+    main()
