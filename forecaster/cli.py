@@ -397,6 +397,8 @@ def _open(config: Config):
             ]
             added = store.import_finished(runs)
             log.info("history seed %s: %d runs read, %d new", config.seed_csv, len(runs), added)
+        # Load the finished history now: a damaged file fails at start, not in a cycle.
+        log.info("history %s: %d finished runs", config.history_db, len(store.finished()))
         client = PromClient(
             url=config.prometheus_url,
             timeout_seconds=config.timeout_seconds,

@@ -141,3 +141,18 @@ def test_monotone_epoch_times_drops_inconsistent_points() -> None:
         planned=4,
     )
     assert got == ((0.0, 100.0), (1.0, 110.0), (3.0, 130.0))
+
+
+def test_damaged_epoch_list_is_a_clear_error(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.import_finished([Run("a", 1, ((0, 0.0), (1, 10.0)))])
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET epoch_times = ? WHERE run_id = 'a'", (b"abc",))
+    conn.commit()
+    conn.close()
+    store = HistoryStore.open(db)
+    with pytest.raises(HistoryError, match="damaged epoch list"):
+        store.finished()
+    store.close()
