@@ -621,6 +621,18 @@ def forecaster_quality() -> dict:
             ),
         ),
         ts(
+            "Job errors by reason",
+            "Jobs the forecaster skipped (invalid_epochs_planned, invalid_start, "
+            "predict_failed, invalid_forecast) and failed cycles (cycle_failed), per second. "
+            "The counter only appears after the first error, so 'none' draws 0 until then.",
+            "ops",
+            q(
+                "sum by (reason) (rate(gpu_eta_forecaster_job_errors_total[$__rate_interval]))"
+                " or on () vector(0)",
+                "{{reason}}",
+            ),
+        ).override_by_name("Value", [DynamicConfigValue(id_val="displayName", value="none")]),
+        ts(
             "Jobs seen by state",
             "Running and finished jobs in the last cycle.",
             "none",

@@ -396,6 +396,12 @@ def contract_openmetrics(end: int) -> str:
                 t,
                 elapsed // (6 if result == "success" else 1200),
             )
+        put(
+            "gpu_eta_forecaster_job_errors_total",
+            {**forecaster, "reason": "invalid_start"},
+            t,
+            elapsed // 1800,
+        )
         for state, count in (("running", 2), ("finished", 120)):
             put("gpu_eta_forecaster_jobs", {**forecaster, "state": state}, t, count)
         for progress in ("0", "0.1", "0.25", "0.5", "0.75"):
@@ -415,7 +421,7 @@ def contract_openmetrics(end: int) -> str:
     lines = []
     for name_labels, points in series.items():
         # one family per metric name: OpenMetrics wants a family's samples together
-        lines.extend(f"{name_labels} {value:g} {t}" for t, value in points)
+        lines.extend(f"{name_labels} {value:.17g} {t}" for t, value in points)
     lines.sort(
         key=lambda line: (line.split("{", 1)[0], line.split(" ", 1)[0], int(line.rsplit(" ", 1)[1]))
     )
