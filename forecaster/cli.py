@@ -413,6 +413,8 @@ def _open(config: Config):
     except BaseException:
         store.close()
         raise
+    if config.insecure_skip_verify:
+        log.warning("TLS certificates of %s are not verified", client.safe_url)
     return client, store, Cycle(client, store, config.cycle)
 
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
 import requests
+from urllib3.exceptions import InsecureRequestWarning
 
 from forecaster.runs import ForecasterError
 
@@ -96,10 +98,13 @@ class PromClient:
             self._session.headers["Authorization"] = f"Bearer {self.bearer_token}"
         if self.basic_auth:
             self._session.auth = self.basic_auth
+        # Passed on every request: a Session-level ``verify`` loses to the
+        # REQUESTS_CA_BUNDLE environment variable (requests issue #3829).
+        self._verify: bool | str = True
         if self.insecure_skip_verify:
-            self._session.verify = False
+            self._verify = False
         elif self.ca_file:
-            self._session.verify = self.ca_file
+            self._verify = self.ca_file
 
     @property
     def safe_url(self) -> str:
@@ -167,9 +172,17 @@ class PromClient:
     def _fetch(self, path: str, params: dict[str, str]) -> tuple[bytes, int]:
         """One HTTP round trip with a body size cap."""
         try:
-            resp = self._session.get(
-                self.url + path, params=params, timeout=self.timeout_seconds, stream=True
-            )
+            with warnings.catch_warnings():
+                # The user chose --prometheus.insecure-skip-verify: once in the log
+                # (cli), not a warning per request.
+                warnings.simplefilter("ignore", InsecureRequestWarning)
+                resp = self._session.get(
+                    self.url + path,
+                    params=params,
+                    timeout=self.timeout_seconds,
+                    stream=True,
+                    verify=self._verify,
+                )
         except requests.Timeout:
             raise _Retryable(f"timed out after {self.timeout_seconds:g}s") from None
         except requests.exceptions.SSLError as err:

@@ -6,10 +6,13 @@ import base64
 import contextlib
 import json
 import math
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -215,6 +218,62 @@ def test_tls_against_plain_http_is_a_clear_error(http_server) -> None:
     url, _ = http_server(lambda r: reply(r, 200, b"{}"))
     with pytest.raises(PromAPIError, match=r"TLS error|cannot connect"):
         client(url.replace("http://", "https://"), insecure_skip_verify=True).instant("up")
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An https server on 127.0.0.1 with a fresh self-signed certificate (openssl)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            reply(self, 200, json.dumps(VECTOR).encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{srv.server_address[1]}", cert
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_tls_with_ca_file_verifies_and_without_it_fails(tls_server) -> None:
+    url, cert = tls_server
+    assert len(client(url, ca_file=str(cert)).instant("up")) == 2
+    with pytest.raises(PromAPIError, match="TLS error"):
+        client(url).instant("up")
+    assert len(client(url, insecure_skip_verify=True).instant("up")) == 2
 
 
 @pytest.mark.parametrize("url", ["localhost:9090", "ftp://x", "http://"])
