@@ -267,6 +267,8 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
         errors.add(labels, status.errors_total)
     for fam in (success, duration, last, errors):
         yield fam.metric
+    if snap.kube_watch is not None:
+        yield from _kube_watch(node, *snap.kube_watch)
     names = {s.name for s in snap.collectors}
     if "progress" in names or snap.progress_reports_total:
         reports = _Family(
@@ -283,6 +285,24 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
     build = _Family("gpu_eta_exporter_build_info", "Exporter version, value 1")
     build.add({"node": node, "version": version}, 1)
     yield build.metric
+
+
+def _kube_watch(node: str, connected: bool, last_sync: float | None) -> Iterator[Metric]:
+    """The pod watch's freshness: ``collector_success{collector="kube"}`` stays 1 while
+    the cache is served through an API outage, so the outage needs its own series."""
+    up = _Family(
+        "gpu_eta_exporter_kube_watch_connected",
+        "1 while the pod watch on the Kubernetes API is open, 0 while pods are served "
+        "from the cache",
+    )
+    up.add({"node": node}, 1 if connected else 0)
+    yield up.metric
+    sync = _Family(
+        "gpu_eta_exporter_kube_last_sync_timestamp_seconds",
+        "When the pod cache last heard from the Kubernetes API (list, event, bookmark)",
+    )
+    sync.add({"node": node}, last_sync)
+    yield sync.metric
 
 
 def _with_known(counts: Mapping[str, int], known: Iterable[str]) -> list[tuple[str, int]]:

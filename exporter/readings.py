@@ -198,3 +198,7 @@ class Snapshot:
     # ingestion counters by result (see docs/metrics.md), cumulative since start
     progress_reports_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
     log_lines_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
+    # the pod watch's freshness, ``(connected, last_sync_timestamp)``: poll() serves a
+    # cache while the API server is away, so collector success alone cannot show the
+    # outage. None when the pod source is no watch (the simulator) or is switched off.
+    kube_watch: tuple[bool, float | None] | None = None

@@ -55,6 +55,13 @@ log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 300
 
 
+class WatchStatus(Protocol):
+    """What the scheduler reads of ``exporter.collectors.kube.KubeStatus``."""
+
+    connected: bool
+    last_sync_timestamp: float | None
+
+
 class ProgressStoreLike(Protocol):
     """What the scheduler needs of ``exporter.progress_store.ProgressStore``."""
 
@@ -254,6 +261,7 @@ class Scheduler:
         allocations: tuple[Allocation, ...] = tuple(got.get("podresources", ()))
         pods: tuple[PodMeta, ...] = tuple(got.get("kube", ()))
         kube_known = "kube" in self._trackers and self._trackers["kube"].has_data
+        kube_watch = _watch_status(src.pods)
 
         stage2: dict[str, tuple[Callable[[], Any], Any]] = {}
         if src.processes is not None:
@@ -310,6 +318,7 @@ class Scheduler:
             collectors=statuses,
             progress_reports_total=_counts(src.progress_listener),
             log_lines_total=_counts(src.logs),
+            kube_watch=kube_watch,
         )
 
     def _log_device_failures(self, gpu: GpuPoll) -> None:
@@ -369,3 +378,19 @@ def _counts(source: Counting | None) -> Mapping[str, int]:
     except Exception as err:
         log.debug("counts() failed: %s", err)
         return {}
+
+
+def _watch_status(pods: PodSource | None) -> tuple[bool, float | None] | None:
+    """``(connected, last_sync_timestamp)`` of a pod source that is a watch (has
+    ``status()``, as ``KubePodSource``); None for the simulator, a disabled source, or
+    a status that cannot be read (it never fails the cycle)."""
+    status_fn = getattr(pods, "status", None)
+    if pods is None or not callable(status_fn):
+        return None
+    try:
+        status: WatchStatus = status_fn()
+        last = status.last_sync_timestamp
+        return bool(status.connected), None if last is None else float(last)
+    except Exception as err:
+        log.debug("kube status() failed: %s", err)
+        return None

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from demo.prometheus import find_binary
+from exporter.collectors.kube import KubeStatus
 from exporter.collectors.simulated import SimulatedNode
 from exporter.exposition import SnapshotCollector, pod_label_name, render
 from exporter.readings import (
@@ -79,12 +80,22 @@ def _scenario_snapshot() -> Snapshot:
         def counts(self):
             return {"accepted": 4, "forbidden": 1}
 
+    class WatchedPods:
+        """The scenario's pods behind a watch that reports its freshness, as
+        ``KubePodSource.status()`` does (connected, last sync)."""
+
+        def poll(self):
+            return node.pods.poll()
+
+        def status(self):
+            return KubeStatus(True, False, NOW - 30, "ConnectionRefusedError", 3)
+
     sched = Scheduler(
         "test-node",
         Sources(
             gpu=node.gpus,
             allocations=node.allocations,
-            pods=node.pods,
+            pods=WatchedPods(),
             processes=node.processes,
             host_memory=node.host_memory,
             progress_store=Store(),
@@ -296,6 +307,19 @@ def test_render_is_total_on_an_empty_snapshot() -> None:
     names = {f.name for f in families}
     assert "gpu_eta_exporter_build_info" in names
     assert "gpu_eta_exporter_progress_reports" not in names  # the collector is not running
+
+
+def test_kube_watch_series_only_for_a_watch() -> None:
+    connected = "gpu_eta_exporter_kube_watch_connected"
+    synced = "gpu_eta_exporter_kube_last_sync_timestamp_seconds"
+    plain = _exposition(_snap())
+    assert connected not in plain and synced not in plain  # no watch (simulator, off)
+    up = _exposition(_snap(kube_watch=(True, 1234.5)))
+    assert _samples(up, connected) == {'{node="n1"}': 1.0}
+    assert _samples(up, synced) == {'{node="n1"}': 1234.5}
+    never = _exposition(_snap(kube_watch=(False, None)))  # never listed yet
+    assert _samples(never, connected) == {'{node="n1"}': 0.0}
+    assert _samples(never, synced) == {}
 
 
 def test_a_rendering_bug_never_fails_the_scrape(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,10 @@ from exporter.collectors.kube import (
     parse_deadline,
     pod_meta_from_object,
 )
+from exporter.exposition import SnapshotCollector
+from exporter.readings import Snapshot
+from exporter.scheduler import Scheduler, Sources
+from exporter.snapshot import SnapshotHolder
 from tests.exporter.kubeapi import FakeKubeAPI, make_pod
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kube"
@@ -270,9 +274,12 @@ def test_bookmarks_refresh_the_sync_time(api: FakeKubeAPI, source_factory) -> No
 
 def test_stop_closes_the_watch(api: FakeKubeAPI, source_factory) -> None:
     src = source_factory(api.url)
-    wait_for(lambda: api.open_watches() == 1)
+    # the client's side of the watch is open, not only the server's
+    wait_for(lambda: api.open_watches() == 1 and src.status().connected, 60)
     thread = src._thread
-    src.stop()
+    # generous: on a loaded 2-core machine the thread may wait long for the CPU; a
+    # stop that does not close the watch would still hang past this
+    src.stop(timeout_seconds=60)
     assert thread is not None and not thread.is_alive()
     assert not src.status().connected
 
@@ -280,7 +287,51 @@ def test_stop_closes_the_watch(api: FakeKubeAPI, source_factory) -> None:
         api.bookmark()  # a server notices a closed stream only when it writes to it
         return api.open_watches() == 0
 
-    wait_for(server_saw_close)
+    wait_for(server_saw_close, 60)
+
+
+def test_watch_outage_shows_in_the_exposition(api: FakeKubeAPI, source_factory) -> None:
+    """While the API is away the cache is served and collector_success stays 1:
+    only ``kube_watch_connected`` (0) and the held last-sync time show the outage."""
+    api.add_pod(make_pod("train-a", uid=uid(1)))
+    src = source_factory(api.url)
+    wait_for(lambda: src.status().connected and names(src) == ["train-a"], 60)
+    holder = SnapshotHolder(Snapshot(node=NODE, timestamp=0))
+    sched = Scheduler(NODE, Sources(pods=src), holder, timeout_seconds=30)
+    collector = SnapshotCollector(holder)
+
+    def scrape() -> dict[str, float]:
+        sched.collect_once()
+        out = {}
+        for line in collector.exposition().decode().splitlines():
+            if line.startswith("gpu_eta_exporter_") and 'collector="' not in line:
+                out[line.split("{")[0]] = float(line.rsplit(" ", 1)[1])
+            elif line.startswith('gpu_eta_exporter_collector_success{collector="kube"'):
+                out["kube_success"] = float(line.rsplit(" ", 1)[1])
+        return out
+
+    try:
+        before = scrape()
+        assert before["gpu_eta_exporter_kube_watch_connected"] == 1
+        synced = before["gpu_eta_exporter_kube_last_sync_timestamp_seconds"]
+        assert synced == src.status().last_sync_timestamp
+        assert abs(synced - time.time()) < 120
+
+        api.stop()
+        wait_for(lambda: not src.status().connected, 60)
+        during = scrape()
+        assert during["gpu_eta_exporter_kube_watch_connected"] == 0
+        assert during["gpu_eta_exporter_kube_last_sync_timestamp_seconds"] == synced
+        assert during["kube_success"] == 1  # the cache is served: success alone hides it
+        assert [p.name for p in holder.get().pods] == ["train-a"]
+
+        api.start()
+        wait_for(lambda: src.status().connected, 60)
+        after = scrape()
+        assert after["gpu_eta_exporter_kube_watch_connected"] == 1
+        assert after["gpu_eta_exporter_kube_last_sync_timestamp_seconds"] > synced
+    finally:
+        sched.stop()
 
 
 def test_max_pods_bounds_the_cache(api: FakeKubeAPI, source_factory) -> None:
