@@ -2,21 +2,25 @@
 
 Why: a model's own σ is a guess; whether "P10–P90" really holds 80 % of outcomes has
 to be measured on past runs (issue 4 item 5). The raw estimate of a run is a log
-remaining time ``c`` with log-sd ``s``; on past runs we know the truth ``a``, so the
-normalised residual ``z = (a − c) / s`` is observable. Per progress bin (0, 10, 25,
-50, 75 %: how much the run's own rate can know differs by bin), the calibrated
-quantiles are ``exp(c + s·z_q)`` with ``z_q`` the conformal quantiles of past ``z``:
-the ``⌊0.1(n+1)⌋``-th and ``⌈0.9(n+1)⌉``-th order statistics (finite-sample valid
-under exchangeability), the median for P50 (which also removes the raw model's
-bias, e.g. evaluation spikes the robust rate discounts), shrunk toward no shift by
-``n / (n + shift_prior)`` because a median of a few heavy-tailed residuals is itself
-noisy. Bins with fewer than
-``min_samples`` residuals use the pooled residuals, and with too few overall a
-widened normal (``fallback_widen`` × ±1.28).
+remaining time ``c`` with log-sd ``s``; on past runs we know the truth ``a``. Per
+progress bin (0, 10, 25, 50, 75 %: how much the run's own rate can know differs by
+bin):
 
-Quality is measured leave-later-out: each residual is scored against quantiles built
-only from the residuals before it in time, so the published coverage and median
-error are out of sample.
+- P50 = ``exp(c + shift)``, ``shift`` the median log error ``a − c`` (this removes
+  the raw model's bias, e.g. evaluation spikes the robust rate discounts), shrunk
+  toward 0 by ``n / (n + shift_prior)`` because a median of a few heavy-tailed
+  residuals is itself noisy;
+- P10/P90 = ``exp(c + shift + s·z_q)`` with ``z_q`` the split-conformal quantiles of
+  the past ``z = (a − c − shift) / s``: the ``⌊0.1(n+1)⌋``-th and ``⌈0.9(n+1)⌉``-th
+  order statistics (finite-sample valid under exchangeability). Scaling by each
+  prediction's own ``s`` keeps confident predictions narrow.
+
+Bins with fewer than ``min_samples`` residuals use the pooled residuals, and with too
+few overall a widened normal (``fallback_widen`` × ±1.28, no shift).
+
+Quality is measured leave-later-out: each residual is scored by a calibration fitted
+only on the residuals before it in time, so the published coverage and median error
+are out of sample.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forecaster.estimators import Z90
+from forecaster.estimators import Z90, safe_exp
 
 POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
 _EDGES = (0.175, 0.375, 0.625)  # midpoints between the points
@@ -67,17 +71,28 @@ def conformal_z(sorted_z: Sequence[float], coverage: float = 0.8) -> tuple[float
     return sorted_z[lo - 1], median, sorted_z[hi - 1]
 
 
-def _shrunk(z: tuple[float, float, float], n: int, prior: float) -> tuple[float, float, float]:
-    """Shrink the median shift toward 0 by ``n / (n + prior)``: a median of a few
-    heavy-tailed residuals moves P50 more than it earns. The bounds stay as measured
-    (and at least contain the new median)."""
-    lo, mid, hi = z
-    mid = mid * n / (n + prior)
-    return min(lo, mid), mid, max(hi, mid)
+def fit_bin(
+    residuals: Sequence[Residual], coverage: float = 0.8, shift_prior: float = 20.0
+) -> tuple[float, float, float]:
+    """``(shift, z_lo, z_hi)`` for one bin (n ≥ 1).
+
+    ``shift`` is the median log error, shrunk toward 0 by ``n / (n + shift_prior)``
+    (a median of a few heavy-tailed residuals is itself noisy); the bounds are the
+    conformal quantiles of the residuals after that shift, in units of each
+    prediction's own sigma, so confident predictions get narrow intervals.
+    """
+    n = len(residuals)
+    errors = sorted(r.actual - r.center for r in residuals)
+    mid = n // 2
+    median = errors[mid] if n % 2 else 0.5 * (errors[mid - 1] + errors[mid])
+    shift = median * n / (n + shift_prior)
+    z = sorted((r.actual - r.center - shift) / r.sigma for r in residuals)
+    z_lo, _z_mid, z_hi = conformal_z(z, coverage)
+    return shift, min(z_lo, 0.0), max(z_hi, 0.0)
 
 
 class Calibrator:
-    """Per-bin conformal z quantiles; ``fit`` on residuals, ``quantiles`` to apply."""
+    """Per-bin shift and conformal z bounds; ``fit`` on residuals, ``quantiles`` to apply."""
 
     def __init__(
         self,
@@ -93,42 +108,36 @@ class Calibrator:
 
     def _fallback(self) -> tuple[float, float, float]:
         w = self.fallback_widen * Z90
-        return -w, 0.0, w
+        return 0.0, -w, w
 
     def fit(self, residuals: Iterable[Residual]) -> Calibrator:
-        by_point: dict[float, list[float]] = {p: [] for p in POINTS}
-        pooled: list[float] = []
+        by_point: dict[float, list[Residual]] = {p: [] for p in POINTS}
+        pooled: list[Residual] = []
         for r in residuals:
-            z = r.z
-            if math.isfinite(z):
-                by_point[r.point].append(z)
-                pooled.append(z)
-        pooled.sort()
+            if math.isfinite(r.z):
+                by_point[r.point].append(r)
+                pooled.append(r)
         default = (
-            _shrunk(conformal_z(pooled, self.coverage), len(pooled), self.shift_prior)
+            fit_bin(pooled, self.coverage, self.shift_prior)
             if len(pooled) >= self.min_samples
             else self._fallback()
         )
-        self.z_: dict[float, tuple[float, float, float]] = {}
+        self.bins_: dict[float, tuple[float, float, float]] = {}
         self.n_: dict[float, int] = {}
-        for p, zs in by_point.items():
-            zs.sort()
-            self.n_[p] = len(zs)
-            self.z_[p] = (
-                _shrunk(conformal_z(zs, self.coverage), len(zs), self.shift_prior)
-                if len(zs) >= self.min_samples
+        for p, items in by_point.items():
+            self.n_[p] = len(items)
+            self.bins_[p] = (
+                fit_bin(items, self.coverage, self.shift_prior)
+                if len(items) >= self.min_samples
                 else default
             )
         return self
 
     def quantiles(self, point: float, center: float, sigma: float) -> tuple[float, float, float]:
         """Calibrated P10/P50/P90 (seconds) for a raw log estimate in bin ``point``."""
-        z_lo, z_mid, z_hi = self.z_.get(point, self._fallback())
-        return (
-            math.exp(center + sigma * z_lo),
-            math.exp(center + sigma * z_mid),
-            math.exp(center + sigma * z_hi),
-        )
+        shift, z_lo, z_hi = self.bins_.get(point, self._fallback())
+        mid = center + shift
+        return safe_exp(mid + sigma * z_lo), safe_exp(mid), safe_exp(mid + sigma * z_hi)
 
 
 def measure_quality(
@@ -140,6 +149,7 @@ def measure_quality(
 ) -> Mapping[float, tuple[float, float]]:
     """Leave-later-out (median absolute % error of P50, P10–P90 coverage) per bin.
 
+    Each residual is scored by a calibration fitted only on the bin's earlier ones.
     NaN where a bin has fewer than ``min_samples + min_scored`` residuals.
     """
     by_point: dict[float, list[Residual]] = {p: [] for p in POINTS}
@@ -149,17 +159,15 @@ def measure_quality(
     out: dict[float, tuple[float, float]] = {}
     for p, items in by_point.items():
         items.sort(key=lambda r: r.timestamp)
-        seen: list[float] = []
         errors: list[float] = []
         hits: list[bool] = []
-        for r in items:
-            if len(seen) >= min_samples:
-                z_lo, z_mid, z_hi = _shrunk(conformal_z(seen, coverage), len(seen), shift_prior)
-                z = r.z
-                hits.append(z_lo <= z <= z_hi)
-                truth = math.exp(r.actual)
-                errors.append(abs(math.exp(r.center + r.sigma * z_mid) - truth) / truth)
-            bisect.insort(seen, r.z)
+        for i in range(min_samples, len(items)):
+            shift, z_lo, z_hi = fit_bin(items[:i], coverage, shift_prior)
+            r = items[i]
+            z = (r.actual - r.center - shift) / r.sigma
+            hits.append(z_lo <= z <= z_hi)
+            truth = math.exp(r.actual)
+            errors.append(abs(safe_exp(r.center + shift) - truth) / truth)
         if len(hits) >= min_scored:
             out[p] = (float(np.median(errors)), float(np.mean(hits)))
         else:

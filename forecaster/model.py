@@ -30,7 +30,7 @@ import numpy as np
 
 from forecaster.calibration import POINTS, Calibrator, Residual, measure_quality, progress_point
 from forecaster.estimators import NotFittedError, at_now, ordered, remaining_epochs, stall_widen
-from forecaster.estimators.blend import BlendEstimator, Components
+from forecaster.estimators.blend import BlendEstimator, Components, combine_many
 from forecaster.forecast import Forecast
 from forecaster.runs import Run
 
@@ -52,7 +52,7 @@ def truncate(run: Run, point: float) -> Run:
 
 
 DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
-PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0)
+PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +72,9 @@ class EtaModel:
         self,
         random_state: int | None = None,
         coverage: float = 0.8,
-        max_calibration_runs: int = 600,
+        max_calibration_runs: int = 300,
         max_regression_runs: int = 5000,
-        max_job_runs: int = 200,
+        max_job_runs: int = 50,
         min_samples: int = 8,
         drift: float = 0.1,
         prior_scale: float = 4.0,
@@ -149,9 +149,15 @@ class EtaModel:
         samples: Sequence[_Sample], weights: Mapping[float, tuple[float, float]]
     ) -> list[Residual]:
         out = []
-        for s in samples:
-            raw = s.parts.combine(*weights[s.point])
-            out.append(Residual(s.point, raw.center, raw.sigma, s.actual, s.timestamp))
+        for point in POINTS:
+            chosen = [s for s in samples if s.point == point]
+            if not chosen:
+                continue
+            center, sigma = combine_many([s.parts for s in chosen], *weights[point])
+            out.extend(
+                Residual(s.point, float(c), float(sg), s.actual, s.timestamp)
+                for s, c, sg in zip(chosen, center, sigma, strict=True)
+            )
         return out
 
     def _tune(self, samples: Sequence[_Sample]) -> dict[float, tuple[float, float]]:
@@ -168,12 +174,11 @@ class EtaModel:
         combos = [(d, p) for d in DRIFT_GRID for p in PRIOR_SCALE_GRID]
         points = np.array([s.point for s in samples])
         actual = np.array([s.actual for s in samples])
+        parts = [s.parts for s in samples]
         # err[c][i]: error of sample i under combo c after its bin's median z shift
         errs = np.empty((len(combos), len(samples)))
         for c, (drift, prior_scale) in enumerate(combos):
-            raws = [s.parts.combine(drift, prior_scale) for s in samples]
-            center = np.array([r.center for r in raws])
-            sigma = np.array([r.sigma for r in raws])
+            center, sigma = combine_many(parts, drift, prior_scale)
             z = (actual - center) / sigma
             for point in POINTS:
                 sel = points == point

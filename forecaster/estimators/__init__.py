@@ -30,6 +30,9 @@ from forecaster.runs import ForecasterError, Run
 DEFAULT_EPOCH_SECONDS = 60.0
 DEFAULT_LOG_SIGMA = 2.0
 Z90 = 1.2815515655446004  # standard normal 0.9 quantile: P10/P90 = median · exp(∓Z90·σ)
+# Remaining times are clamped to this (about 30 years) so no input can overflow exp().
+MAX_LOG_SECONDS = math.log(1e9)
+MIN_LOG_SECONDS = -20.0
 # An overdue epoch (now past its expected end) still needs this share of an epoch.
 OVERDUE_EPOCH_FLOOR = 0.1
 
@@ -109,12 +112,17 @@ def ordered(p10: float, p50: float, p90: float) -> tuple[float, float, float]:
     return p10, p50, p90
 
 
+def safe_exp(log_seconds: float) -> float:
+    """``exp`` clamped to [``MIN_LOG_SECONDS``, ``MAX_LOG_SECONDS``]: never overflows."""
+    return math.exp(min(MAX_LOG_SECONDS, max(MIN_LOG_SECONDS, log_seconds)))
+
+
 def lognormal_quantiles(log_median: float, sigma: float) -> tuple[float, float, float]:
     """P10/P50/P90 of a log-normal with this median (log) and log-sd."""
     return (
-        math.exp(log_median - Z90 * sigma),
-        math.exp(log_median),
-        math.exp(log_median + Z90 * sigma),
+        safe_exp(log_median - Z90 * sigma),
+        safe_exp(log_median),
+        safe_exp(log_median + Z90 * sigma),
     )
 
 

@@ -76,8 +76,9 @@ def job_key(run: Run) -> str:
 
 def log_seconds_per_epoch(run: Run) -> float:
     """The prior's target for a finished run, NaN when it saw no epoch."""
-    done = run.epochs_done
-    elapsed = run.last_timestamp - run.start_timestamp
+    times = run.epoch_times  # direct tuple access: this runs once per history row
+    done = times[-1][0]
+    elapsed = times[-1][1] - times[0][1]
     if done <= 0 or elapsed <= 0:
         return math.nan
     return math.log(elapsed / done)
@@ -121,7 +122,7 @@ class PriorEstimator:
     def __init__(
         self,
         max_regression_runs: int = 5000,
-        max_job_runs: int = 200,
+        max_job_runs: int = 50,
         job_half_life: float = 20.0,
         within_job_sigma: float = 0.15,
         slope_shrinkage: float = 1.0,
@@ -144,8 +145,8 @@ class PriorEstimator:
             if run.completed is None:
                 continue
             y = log_seconds_per_epoch(run)
-            if math.isfinite(y):
-                rows.append((run.last_timestamp, y, run))
+            if y == y:  # not NaN
+                rows.append((run.epoch_times[-1][1], y, run))
         rows.sort(key=lambda r: r[0])
         self.n_history_ = len(history)
         self.n_obs_ = len(rows)
@@ -169,6 +170,7 @@ class PriorEstimator:
             for key, items in groups.items()
         }
         self.within_sigma_ = self._within_sigma(rows)
+        self._job_cache: dict[tuple[str, float], PriorEstimate] = {}
         return self
 
     def _within_sigma(self, rows: Sequence[tuple[float, float, Run]]) -> float:
@@ -183,17 +185,18 @@ class PriorEstimator:
             key = job_key(run)
             if key:
                 groups.setdefault((key, round(log_batch(run), 6)), []).append(y)
-        devs: list[float] = []
+        sq = 0.0
         n_extra = 0
         for ys in groups.values():
             if len(ys) >= 2:
                 arr = np.asarray(ys)
-                devs.extend(np.abs(arr - np.median(arr)).tolist())
+                sq += float(np.sum((arr - arr.mean()) ** 2))
                 n_extra += len(ys) - 1
         if n_extra < 5:
             return self.within_job_sigma
-        # median |dev| from a group's own median understates the spread of small groups
-        return max(MIN_SIGMA, 1.4826 * float(np.median(devs)) * math.sqrt(len(devs) / n_extra))
+        # the pooled standard deviation, not a robust scale: precision weighting needs
+        # the variance, and the rare run that was far off is exactly what it must see
+        return max(MIN_SIGMA, math.sqrt(sq / n_extra))
 
     def _design(self, runs: Sequence[Run]) -> np.ndarray:
         cols = []
@@ -294,7 +297,16 @@ class PriorEstimator:
         """Per-epoch log seconds for ``run``; with ``before``, only from job runs that
         ended before that time (a temporal prefix, used by calibration)."""
         self._check()
-        group = self.groups_.get(job_key(run))
+        key = job_key(run)
+        group = self.groups_.get(key)
+        if group is not None and before is None:  # the live path: once per job and batch
+            cache_key = (key, round(log_batch(run), 9))
+            hit = self._job_cache.get(cache_key)
+            if hit is None:
+                stop = len(group.ends)
+                hit = self._job_level(run, group, max(0, stop - self.max_job_runs), stop)
+                self._job_cache[cache_key] = hit
+            return hit
         if group is not None:
             stop = len(group.ends) if before is None else bisect.bisect_left(group.ends, before)
             start = max(0, stop - self.max_job_runs)
@@ -311,7 +323,7 @@ class PriorEstimator:
         target = log_batch(run)
         known = np.isfinite(lb)
         weights = np.power(0.5, np.arange(len(y) - 1, -1, -1, dtype=float) / self.job_half_life)
-        same = np.isclose(lb, target) if math.isfinite(target) else np.zeros(len(y), dtype=bool)
+        same = np.abs(lb - target) < 1e-9 if math.isfinite(target) else np.zeros(len(y), dtype=bool)
         if same.any():  # the same job at the same batch size: the most specific evidence
             adjusted, weights, level = y[same], weights[same], "job_batch"
         else:

@@ -70,6 +70,8 @@ def test_bias_moves_the_median() -> None:
     cal = Calibrator(shift_prior=0).fit(residuals(400, scale=1.0, shift=2.0, seed=3))
     _lo, mid, _hi = cal.quantiles(0.5, 5.0, 0.2)
     assert math.log(mid) == pytest.approx(5.0 + 0.2 * 2.0, abs=0.05)
+    shrunk = Calibrator(shift_prior=400).fit(residuals(400, scale=1.0, shift=2.0, seed=3))
+    assert math.log(shrunk.quantiles(0.5, 5.0, 0.2)[1]) == pytest.approx(5.0 + 0.2, abs=0.05)
 
 
 def test_small_bins_fall_back_to_pooled_then_wide_default() -> None:
@@ -78,7 +80,7 @@ def test_small_bins_fall_back_to_pooled_then_wide_default() -> None:
     _lo, _mid, hi = cal.quantiles(0.1, 0.0, 1.0)
     assert math.log(hi) == pytest.approx(1.5 * 1.2815515655446004)
     pooled = Calibrator(min_samples=8).fit(few + residuals(50, scale=1.0, shift=0.0, seed=5))
-    assert pooled.z_[0.1] == pooled.z_[0.25]  # empty bins take the pooled quantiles
+    assert pooled.bins_[0.1] == pooled.bins_[0.25]  # small bins take the pooled fit
 
 
 def test_measured_quality_is_out_of_sample() -> None:
