@@ -6,9 +6,12 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.collectors.logs import LogProgressCollector, parse_cri_timestamp
 from exporter.progress_store import ProgressStore
@@ -17,6 +20,16 @@ from exporter.readings import PodMeta
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 POD = PodMeta("ml", "train-1", "0c7c6a2e-uid", ip="127.0.0.2")
 T0 = dt.datetime(2026, 11, 21, 6, 0, 0, tzinfo=dt.timezone.utc)
+_PIECES = [
+    b"2026-11-21T06:00:00.000000000Z stdout F Epoch 1/3\n",
+    b"2026-11-21T06:00:01.000000000Z stdout P 4/8 [====>...] - ETA: 1s\r",
+    b"2026-11-21T06:00:02.000000000Z stdout F 8/8 [========] - 1s - loss: 0.5\n",
+    b"2026-11-21T06:00:03.000000000Z stderr F \r 50%|#####     | 5/10 [00:01<00:01]\n",
+    b'2026-11-21T06:00:04.000000000Z stdout F GPU_ETA_PROGRESS {"epoch": 2, "epochs": 3}\n',
+    b"\n",
+    b"\r",
+    b"\xff\xfe\x00",
+]
 
 
 def cri(
@@ -140,6 +153,21 @@ def test_unknown_pods_are_not_read(root):
     assert col.store.snapshot() == () and col.counts()["matched"] == 0
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.binary(max_size=300) | st.sampled_from(_PIECES), max_size=12))
+def test_fuzz_arbitrary_bytes_never_raise(chunks):
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
+        d.mkdir(parents=True)
+        col = collector(Path(tmp), max_line_bytes=200, max_segment_bytes=100)
+        for chunk in chunks:  # appended piece by piece, a poll after each
+            with open(d / "0.log", "ab") as fh:
+                fh.write(chunk)
+            col.poll()
+        assert sum(col.counts().values()) <= sum(c.count(b"\n") for c in chunks) + len(chunks)
+
+
+@pytest.mark.torch
 def test_real_tqdm_and_training_script_live(root):
     """Run a real training script with tqdm, capture what it prints, parse it from CRI."""
     script = """
