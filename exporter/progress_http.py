@@ -6,7 +6,7 @@ another pod; its optional ``container`` must be one of the sender pod's containe
 Order of checks, each answered with a one-line reason and counted by result:
 
 1. source address is no pod on this node → 403 ``forbidden``
-2. body over ``MAX_BODY_BYTES`` (or no Content-Length) → 413 ``too_large`` / 400
+2. no Content-Length → 411 ``malformed``; body over ``MAX_BODY_BYTES`` → 413 ``too_large``
 3. the pod exceeds its rate (token bucket per pod) → 429 ``rate_limited``
 4. not a JSON object → 400 ``malformed``; bad value → 400 ``invalid``
 5. stored → 200 ``accepted``
@@ -15,6 +15,10 @@ hostNetwork pods share the node's IP, so their address proves nothing. They are
 refused unless the exporter runs with ``allow_host_network`` AND the pod carries
 the annotation ``gpu-eta.io/progress-host-network: "true"`` AND exactly one such
 annotated hostNetwork pod is on the node (otherwise the address is ambiguous).
+
+The HTTP side is a minimal HTTP/1.1 reader on asyncio (one thread for all
+connections, keep-alive, bounded headers/bodies/connections); the decision for a
+request is ``ProgressListener.handle``, plain code without sockets.
 """
 
 from __future__ import annotations
