@@ -169,14 +169,18 @@ class ProgressReporter:
         self._enqueue("start")
 
     def step(self, step: int, **metrics: Any) -> None:
-        """``step`` steps of the run done (global step). Thinned to one report per interval."""
+        """``step`` steps of the run done (global step). Thinned to one report per interval.
+
+        Metrics passed here are read only for the reports that are sent; pass plain
+        numbers (``loss.item()``) where possible.
+        """
         try:
             self._step = step
-            if metrics:
-                self._metrics.update(_clean_metrics(metrics))
             now = time.monotonic()
             if now - self._last_step_enqueue >= self.min_interval_seconds:
                 self._last_step_enqueue = now
+                if metrics:  # converted only when sent: float(cuda_tensor) syncs the GPU
+                    self._metrics.update(_clean_metrics(metrics))
                 self._enqueue("progress")
         except Exception:  # never into the training loop
             pass
