@@ -276,15 +276,8 @@ def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
     if now - last <= max(s.stall_after_seconds, 3 * typical):
         return False
     util = view.util_recent.get((run.namespace, run.pod, run.container))
-    if util is None:
-        util = next(
-            (
-                v
-                for (ns, pod, _), v in view.util_recent.items()
-                if (ns, pod) == (run.namespace, run.pod)
-            ),
-            None,
-        )
+    if util is None:  # the GPU series may name another container of the pod
+        util = view.pod_util_recent().get((run.namespace, run.pod))
     return util is not None and util < s.idle_ratio
 
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from forecaster.history import RunUpdate
 from forecaster.promapi import Sample, Series
@@ -43,6 +44,7 @@ _JOB_LABELS = ("label_job_name", "label_batch_kubernetes_io_job_name")
 _NAME_LABELS = ("label_app_kubernetes_io_name", "label_app")
 
 PodKey = tuple[str, str, str]  # namespace, pod, container
+_S = TypeVar("_S", Sample, Series)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,15 @@ class CycleView:
     util_recent: dict[PodKey, float] = field(default_factory=dict)
     allocations: list[Allocation] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # run_id -> reason
+    _pod_util: dict[tuple[str, str], float] | None = None
+
+    def pod_util_recent(self) -> dict[tuple[str, str], float]:
+        """Highest recent GPU use per (namespace, pod) over its containers (cached)."""
+        if self._pod_util is None:
+            self._pod_util = {}
+            for (ns, pod, _), value in self.util_recent.items():
+                self._pod_util[ns, pod] = max(value, self._pod_util.get((ns, pod), value))
+        return self._pod_util
 
 
 def assemble(
@@ -79,6 +90,8 @@ def assemble(
 ) -> CycleView:
     """Join the per-query answers into a ``CycleView`` (see the module docstring)."""
     view = CycleView()
+    instant = {k: [_unexport(x) for x in v] for k, v in instant.items()}
+    ranges = {k: [_unexport(x) for x in v] for k, v in ranges.items()}
     planned = _by_run(instant.get("planned", ()))
     present = _by_run(instant.get("present", ()))
     epoch = _by_run(instant.get("epoch", ()))
@@ -172,6 +185,23 @@ def assemble(
         else:
             view.finished.add(run_id)
     return view
+
+
+def _unexport(item: _S) -> _S:
+    """``exported_pod`` → ``pod`` (and namespace, container, node, ...).
+
+    Prometheus renames a series' labels to ``exported_<name>`` when the scrape
+    config does not honour labels and the target has the same label (a pod-level
+    scrape of the exporter): the series' own value is the ``exported_`` one.
+    """
+    labels = item.labels
+    if not any(k.startswith("exported_") for k in labels):
+        return item
+    fixed = {k: v for k, v in labels.items() if not k.startswith("exported_")}
+    for key, value in labels.items():
+        if key.startswith("exported_") and key != "exported_":
+            fixed[key[len("exported_") :]] = value
+    return replace(item, labels=fixed)
 
 
 def _by_run(samples: Sequence[Sample]) -> dict[str, Sample]:

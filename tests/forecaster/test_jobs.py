@@ -179,3 +179,15 @@ def test_job_name_fallbacks() -> None:
 def test_empty_answers_give_an_empty_view() -> None:
     view = assemble({}, {}, NOW, 60)
     assert view.updates == [] and view.present == set() and view.finished == set()
+
+
+def test_exported_labels_from_a_scrape_that_does_not_honour_labels() -> None:
+    def rename(sample: Sample) -> Sample:
+        lab = dict(sample.labels)
+        lab["exported_pod"], lab["pod"] = lab["pod"], "gpu-eta-exporter-x7k2p"
+        lab["exported_namespace"], lab["namespace"] = lab["namespace"], "monitoring"
+        return Sample(lab, sample.value, sample.timestamp)
+
+    instant = {k: [rename(x) for x in v] for k, v in base("r", 10, 1, NOW - 100, NOW - 50).items()}
+    up = assemble(instant, {}, NOW, 60).updates[0]
+    assert (up.namespace, up.pod) == ("ml", "train-x7k2p")
