@@ -20,7 +20,7 @@ from demo.stack import Stack, StackConfig, StackError
 
 
 class _Terminated(Exception):
-    """SIGTERM arrived: unwind through ``Stack.__exit__`` like Ctrl-C does."""
+    """SIGTERM or SIGHUP arrived: unwind through ``Stack.__exit__`` like Ctrl-C does."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         real_training=args.real_training,
         workdir=args.workdir,
     )
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = {sig: signal.signal(sig, _on_sigterm) for sig in (signal.SIGTERM, signal.SIGHUP)}
     stack = Stack(config)
     try:
         with stack:
@@ -230,4 +230,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-eta demo: {err}", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

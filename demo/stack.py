@@ -108,6 +108,34 @@ def pick_port(preferred: int, what: str, say: Callable[[str], None]) -> int:
     return port
 
 
+def _load_prctl():
+    """libc's prctl, loaded once in the parent (nothing is imported after fork)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM me when the demo dies, even by SIGKILL (Linux).
+
+    The children run in their own sessions (so a terminal's Ctrl-C reaches only the
+    demo, which then stops them in order); this covers the case where the demo
+    itself is killed without a chance to clean up. Only a preloaded C call runs
+    between fork and exec (no imports, no locks).
+    """
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _python() -> str:
     return sys.executable or "python3"
 
@@ -326,6 +354,7 @@ class Stack:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=env,
+                preexec_fn=_die_with_parent if _PRCTL is not None else None,
             )
         except OSError as err:
             raise StackError(f"cannot start {name}: {err}") from err
