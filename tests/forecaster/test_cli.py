@@ -148,3 +148,53 @@ def test_evaluate_and_top_are_delegated() -> None:
         proc = run_cli(sub, "--help")
         assert "Traceback" not in proc.stderr
         assert proc.returncode == 0 or proc.stderr.startswith(f"error: {sub} is not available")
+
+
+@pytest.fixture
+def empty_prometheus_api():
+    """A minimal server speaking the Prometheus query API with no series at all."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            rtype = "matrix" if self.path.startswith("/api/v1/query_range") else "vector"
+            body = json.dumps({"status": "success", "data": {"resultType": rtype, "result": []}})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_once_without_pushgateway_prints_the_exposition(empty_prometheus_api, tmp_path) -> None:
+    proc = run_cli(
+        "once", "--prometheus.url", empty_prometheus_api, "--history.db", str(tmp_path / "h.sqlite")
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "gpu_eta_forecaster_stale 0.0" in proc.stdout
+    assert 'gpu_eta_forecaster_queries_total{result="success"} 17.0' in proc.stdout
+
+
+def test_once_with_pushgateway_away_exits_1(empty_prometheus_api, tmp_path) -> None:
+    proc = run_cli(
+        "once",
+        "--prometheus.url",
+        empty_prometheus_api,
+        "--history.db",
+        str(tmp_path / "h.sqlite"),
+        "--pushgateway.url",
+        f"http://127.0.0.1:{free_port()}",
+    )
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "push to" in errors[0] and "Traceback" not in proc.stderr
