@@ -186,6 +186,51 @@ def run_level(
     }
 
 
+def client_overhead() -> None:
+    """What ``step()`` / ``epoch_end()`` cost the training loop (the reporter's thread
+    sends to a real listener meanwhile)."""
+    from exporter.progress_http import ProgressListener
+    from exporter.progress_store import ProgressStore
+    from exporter.readings import PodMeta
+    from exporter.report import start
+
+    pod = PodMeta("bench", "client", "uid", ip="127.0.0.9", container_ids={"main": "c"})
+    listener = ProgressListener(
+        "127.0.0.1",
+        0,
+        ProgressStore(),
+        {pod.ip: pod}.get,
+        lambda: [pod],
+        rate_per_second=1e6,
+        burst=10**6,
+    )
+    listener.start()
+    try:
+        r = start(
+            epochs=1000,
+            steps_per_epoch=1000,
+            url=f"http://127.0.0.1:{listener.port}/progress",
+            source_address=pod.ip,
+            min_interval_seconds=0.01,
+        )
+        n = 200_000
+        t0 = time.perf_counter()
+        for i in range(1, n + 1):
+            r.step(i, loss=0.5)
+        step_us = (time.perf_counter() - t0) / n * 1e6
+        t0 = time.perf_counter()
+        for k in range(1, 201):
+            r.epoch_end(k, loss=0.5)
+        epoch_us = (time.perf_counter() - t0) / 200 * 1e6
+        r.end()
+        print(
+            f"client: step() {step_us:.2f} µs per call, epoch_end() {epoch_us:.1f} µs per call; "
+            f"stats {r.stats}"
+        )
+    finally:
+        listener.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="1000,2000,2400")
@@ -194,6 +239,7 @@ def main() -> int:
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     modes = ["listener", "exporter"] if args.mode == "both" else [args.mode]
+    client_overhead()
     for mode in modes:
         code = bench_mode(mode, rates, args.seconds)
         if code:
