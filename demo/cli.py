@@ -214,9 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             d = stack.driver.stats if stack.driver else None
             if d is not None:
                 print(
-                    f"gpu-eta demo: {d.epochs} epochs, {d.finished} jobs finished, {d.cancelled} cancelled; "
-                    f"{d.reports_sent} progress POSTs accepted, {d.reports_failed} failed, "
-                    f"{d.log_lines} log lines written",
+                    f"gpu-eta demo: epochs completed: {d.epochs}, jobs finished: {d.finished}, "
+                    f"cancelled: {d.cancelled}; progress POSTs accepted: {d.reports_sent}, "
+                    f"failed: {d.reports_failed}; log lines written: {d.log_lines}",
                     file=sys.stderr,
                 )
         return 0

@@ -99,3 +99,51 @@ def test_sender_posts_from_the_pods_own_address() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
+    tmp_path: Path,
+) -> None:
+    """Right after a pod appears the exporter may not have reloaded its scenario: 403, retry."""
+    statuses = [403, 403, 200]
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.client_address[0])
+            self.send_response(statuses.pop(0) if statuses else 200)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        from demo.driver import Driver
+
+        config = ClusterConfig(seed=0, nodes=1, log_share=0.0, notebooks_at_start=0)
+        sim = ClusterSim(config)
+        paths = {0: tmp_path / "node.yaml"}
+        driver = Driver(sim, ANCHOR, paths, ProgressSender({0: port}), LogWriter(tmp_path / "logs"))
+        first_run = None
+        t = 0.0
+        while first_run is None and t < 600:
+            t += 1.0
+            driver.tick(ANCHOR + t)
+            first_run = next(
+                (p for p in sim.pods if p.run_start is not None and p.run_start <= t), None
+            )
+        assert first_run is not None
+        assert len(seen) == 1 and driver.stats.reports_sent == 0  # refused once, kept for retry
+        driver.tick(ANCHOR + t + 1)
+        driver.tick(ANCHOR + t + 2)
+        assert driver.stats.reports_sent >= 1 and driver.stats.reports_failed == 0
+        assert set(seen) == {first_run.ip}
+        assert paths[0].exists()
+    finally:
+        server.shutdown()
+        server.server_close()
