@@ -1,0 +1,661 @@
+"""The metric contract (docs/metrics.md) against everything that names a metric.
+
+Fails when a part of the project emits or queries a metric the contract does not
+list, when the contract lists a metric nothing emits, or when an emitted
+``gpu_eta_*`` series carries another label set than its contract row. Emitters run
+for real: the exporter on its built-in simulated node over HTTP (with a progress
+report posted from a pod's address), the exporter's pod watch against the local
+Kubernetes API fake, and the forecaster's collector on a ``ForecastSet``. References
+are read from the rules, the dashboards, the forecaster's queries and ``top``, the
+demo, the manifests and the docs.
+
+Known mismatches in files this test's owner may not edit are listed in
+``KNOWN_MISMATCHES`` and run as ``xfail(strict=True)``: when one is fixed the test
+says so, and the entry must go.
+"""
+
+from __future__ import annotations
+
+import ast
+import http.client
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import generate_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from demo.prometheus import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS_DOC = ROOT / "docs" / "metrics.md"
+
+# A metric name in PromQL or in prose; recording-rule names may contain colons.
+_IDENT = re.compile(r"(?<![A-Za-z0-9_:.\-/$])[A-Za-z_:][A-Za-z0-9_:]*")
+_OURS = re.compile(r"gpu_eta[_:]")
+_DCGM = re.compile(r"DCGM_FI_[A-Z0-9_]+")
+# PromQL string literals hold label values (job="gpu-eta-forecaster"), not names.
+_PROMQL_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+# Prometheus' own series and the exporter's process collector are fine anywhere.
+_FOREIGN_OK = re.compile(r"^(up|scrape_[a-z_]+|process_[a-z_]+|python_[a-z_]+)$")
+
+# (file relative to the repo, name) -> why it is still wrong. Each runs as a strict
+# xfail: fixing the file makes the test fail until the entry is removed.
+KNOWN_MISMATCHES: dict[tuple[str, str], str] = {}
+# Words that look like our metric names but are not metrics.
+NOT_METRICS = {
+    "gpu_eta_forecaster": "the forecaster's default Pushgateway job name (--pushgateway.job)",
+}
+
+
+# --- the contract --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One metric of the contract: required and optional labels."""
+
+    name: str
+    required: frozenset[str]
+    optional: frozenset[str]
+    label_prefixes: tuple[str, ...] = ()  # e.g. ``label_`` for allow-listed pod labels
+
+    def check(self, labels: set[str]) -> str | None:
+        """None when ``labels`` is this row's label set, else what differs."""
+        extra = {
+            n
+            for n in labels - self.required - self.optional
+            if not any(n.startswith(p) for p in self.label_prefixes)
+        }
+        missing = self.required - labels
+        if not extra and not missing:
+            return None
+        return f"missing {sorted(missing)}, not in the contract {sorted(extra)}"
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _label_cell(text: str, previous: Row | None) -> tuple[set[str], set[str], list[str]]:
+    """``node, gpu, [GPU_I_ID], + `label_<key>` for …`` → required, optional, prefixes."""
+    if text == "same":
+        assert previous is not None, "'same' labels on the first row of a table"
+        return set(previous.required), set(previous.optional), list(previous.label_prefixes)
+    required: set[str] = set()
+    optional: set[str] = set()
+    prefixes: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part.startswith("+"):
+            prefix = re.search(r"`([A-Za-z_]+)<", part)
+            assert prefix, f"cannot read the label pattern {part!r}"
+            prefixes.append(prefix.group(1))
+        elif re.fullmatch(r"\[[A-Za-z_][A-Za-z0-9_]*\]", part):
+            optional.add(part[1:-1])
+        else:
+            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part), f"odd label {part!r}"
+            required.add(part)
+    return required, optional, prefixes
+
+
+def parse_contract(text: str) -> dict[str, Row]:
+    """Every metric row of docs/metrics.md, with its labels.
+
+    Tables with a ``labels`` column give them per row (``same`` = the row above,
+    ``[X]`` = optional); tables without one take the section's "All with labels …"
+    sentence plus the ``+ `x``` labels their meaning cell adds.
+    """
+    rows: dict[str, Row] = {}
+    section_labels: set[str] = set()
+    header: list[str] | None = None
+    previous: Row | None = None
+    for line in text.splitlines():
+        if line.startswith("## Read from other exporters"):
+            break  # foreign series: the DCGM allow-list, not ours to emit
+        if line.startswith("#"):
+            section_labels, header, previous = set(), None, None
+            continue
+        sentence = re.match(r"All with labels ([A-Za-z0-9_, ]+)\.", line)
+        if sentence:
+            section_labels = {p.strip() for p in sentence.group(1).split(",") if p.strip()}
+            continue
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = _cells(line)
+        if header is None:
+            header = cells
+            continue
+        if set("".join(cells)) <= set("-: "):
+            continue
+        name_match = re.fullmatch(r"`([A-Za-z_:][A-Za-z0-9_:*]*)`", cells[0])
+        assert name_match, f"docs/metrics.md: cannot read the metric in {line!r}"
+        name = name_match.group(1)
+        if name.endswith("*"):  # process_*: the client library's, not ours
+            continue
+        if "labels" in header:
+            required, optional, prefixes = _label_cell(cells[header.index("labels")], previous)
+        else:
+            required, optional, prefixes = set(section_labels), set(), []
+            meaning = cells[header.index("meaning")]
+            required |= set(re.findall(r"^\+ `([A-Za-z_][A-Za-z0-9_]*)`", meaning))
+        assert name not in rows, f"docs/metrics.md lists {name} twice"
+        rows[name] = previous = Row(name, frozenset(required), frozenset(optional), tuple(prefixes))
+    return rows
+
+
+def dcgm_allow_list(text: str) -> set[str]:
+    """DCGM series gpu-eta reads (the "Read from other exporters" table)."""
+    section = text.split("## Read from other exporters", 1)
+    assert len(section) == 2, "docs/metrics.md has no 'Read from other exporters' section"
+    return set(_DCGM.findall(section[1].split("\n## ", 1)[0]))
+
+
+CONTRACT = parse_contract(METRICS_DOC.read_text())
+DCGM_ALLOWED = dcgm_allow_list(METRICS_DOC.read_text())
+
+
+# --- names referenced by files ----------------------------------------------------------
+
+
+def names_in_text(text: str) -> set[str]:
+    """Metric-like tokens of ours (``gpu_eta_*``, recording names with ``gpu_eta``)
+    and DCGM field names."""
+    out = {t for t in _IDENT.findall(text) if _OURS.search(t) or _DCGM.fullmatch(t)}
+    return {t for t in out if not re.fullmatch(r"gpu_eta[_:]?", t)}
+
+
+def names_in_promql(expr: str) -> set[str]:
+    return names_in_text(_PROMQL_STRING.sub('""', expr))
+
+
+def _strings(node: object, key: str = "") -> Iterator[tuple[str, str]]:
+    """(key, string) for every string in a JSON/YAML document."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from _strings(v, key)
+    elif isinstance(node, str):
+        yield key, node
+
+
+_QUERY_KEYS = {"expr", "query", "definition"}
+
+
+def names_in_document(doc: object) -> set[str]:
+    """Expressions (``expr``/``query``/``definition``) as PromQL, other strings as prose."""
+    out: set[str] = set()
+    for key, text in _strings(doc):
+        out |= names_in_promql(text) if key in _QUERY_KEYS else names_in_text(text)
+    return out
+
+
+def recording_rules(doc: object) -> set[str]:
+    """``record:`` names of a rules file or a PrometheusRule (legitimate new names)."""
+    out: set[str] = set()
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k == "record" and isinstance(v, str):
+                out.add(v)
+            else:
+                out |= recording_rules(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            out |= recording_rules(v)
+    return out
+
+
+def python_strings(source: str) -> list[str]:
+    """The string literals of a module; an f-string with each ``{value}`` as ``\x00``
+    (so ``f"gpu_eta_training_{field}"`` reads as the prefix ``gpu_eta_training_``)."""
+    out: list[str] = []
+    inner: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for value in node.values:
+                inner.add(id(value))
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    parts.append(value.value)
+                else:
+                    parts.append("\x00")
+            out.append("".join(parts))
+        elif (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in inner
+        ):
+            out.append(node.value)
+    return out
+
+
+def names_in_python(source: str) -> set[str]:
+    """Names in the string literals of a module."""
+    return set().union(*(names_in_promql(text) for text in python_strings(source)))
+
+
+_SELECTOR = re.compile(r"(?<![A-Za-z0-9_:])(gpu_eta_[a-z0-9_]+)\{([^{}]*)\}")
+_MATCHER = re.compile(
+    r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*(?:\"(?:[^\"\\\\]|\\\\.)*\"|'[^']*')"
+)
+
+
+def matchers_in_text(text: str) -> set[tuple[str, str]]:
+    """(metric, label) for every label matcher on one of our metrics:
+    ``gpu_eta_pod_gpu_allocated{node=~"$node"}`` → (``gpu_eta_pod_gpu_allocated``, ``node``)."""
+    return {
+        (name, label) for name, body in _SELECTOR.findall(text) for label in _MATCHER.findall(body)
+    }
+
+
+def _yaml_documents(path: Path) -> list[object]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def _reference_files() -> list[Path]:
+    files = sorted((ROOT / "rules").glob("*.yaml"))
+    files += sorted((ROOT / "grafana").glob("*.json"))
+    files += [ROOT / "forecaster" / "queries.py", ROOT / "forecaster" / "top.py"]
+    files += sorted((ROOT / "demo").glob("*.py"))
+    files += sorted((ROOT / "manifests").rglob("*.yaml"))
+    files += sorted(p for p in (ROOT / "docs").glob("*.md") if p != METRICS_DOC)
+    return [p for p in files if p.is_file()]
+
+
+def references(path: Path) -> set[str]:
+    """Metric names one file names."""
+    if path.suffix == ".py":
+        return names_in_python(path.read_text())
+    if path.suffix == ".json":
+        return names_in_document(json.loads(path.read_text()))
+    if path.suffix == ".yaml":
+        return set().union(*(names_in_document(d) for d in _yaml_documents(path)))
+    return names_in_text(path.read_text())
+
+
+def _all_recorded() -> set[str]:
+    out: set[str] = set()
+    for path in sorted((ROOT / "rules").glob("*.yaml")) + sorted(
+        (ROOT / "manifests").rglob("*.yaml")
+    ):
+        for doc in _yaml_documents(path):
+            out |= recording_rules(doc)
+    return out
+
+
+RECORDED = _all_recorded()
+
+
+def known(name: str) -> bool:
+    """A name (or a prefix ending in ``_``) that the contract, a recording rule or
+    the DCGM allow-list accounts for."""
+    allowed = set(CONTRACT) | RECORDED | DCGM_ALLOWED
+    if name in allowed or name in NOT_METRICS:
+        return True
+    if name.endswith("_"):  # gpu_eta_training_… / f"gpu_eta_training_{x}" / DCGM_FI_DEV_*
+        return any(a.startswith(name) for a in allowed)
+    return False
+
+
+def _params(pairs: list[tuple[str, str]]) -> list[object]:
+    out = []
+    for rel, name in pairs:
+        reason = KNOWN_MISMATCHES.get((rel, name))
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        out.append(pytest.param(rel, name, marks=marks, id=f"{rel}:{name}"))
+    return out
+
+
+REFERENCED = sorted(
+    (str(p.relative_to(ROOT)), n) for p in _reference_files() for n in references(p)
+)
+
+
+# --- what the exporter and the forecaster emit -------------------------------------
+
+
+def _series(text: str) -> dict[str, list[set[str]]]:
+    """sample name → label-name sets of its samples, from the text format."""
+    out: dict[str, list[set[str]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(set(sample.labels))
+    return out
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode()
+
+
+def _post_progress(port: int, source_ip: str, body: dict) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source_ip, 0))
+    try:
+        conn.request("POST", "/progress", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def _simulated_exporter_text(tmp: Path) -> str:
+    """``python -m exporter --simulate`` (in-process ``Runtime``) scraped over HTTP
+    once a progress report from the first training pod shows in it."""
+    from exporter.cli import Runtime, parse_config
+
+    port, progress_port = free_port(), free_port()
+    (tmp / "pod-logs").mkdir()
+    cfg = parse_config(
+        [
+            "--simulate",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--progress.listen-address",
+            f"127.0.0.1:{progress_port}",
+            "--path.pod-logs",
+            str(tmp / "pod-logs"),
+            "--collection.interval",
+            "200ms",
+            "--pod-labels",
+            "team,app",
+        ],
+        env={},
+    )
+    runtime = Runtime(cfg, "0.0.0-contract")
+    try:
+        runtime.start()
+        report = {
+            "run_id": "contract-1",
+            "epoch": 2,
+            "epochs": 10,
+            "step": 200,
+            "steps": 1000,
+            "batch_size": 32,
+            "loss": 0.5,
+        }
+        # 127.0.0.11 is train-resnet50's IP in the built-in scenario
+        assert _post_progress(progress_port, "127.0.0.11", report) == 200
+        deadline = time.monotonic() + 60
+        while True:
+            text = _get(f"http://127.0.0.1:{port}/metrics")
+            if 'run_id="contract-1"' in text and "gpu_eta_training_value{" in text:
+                return text
+            assert time.monotonic() < deadline, "progress never showed in /metrics"
+            time.sleep(0.1)
+    finally:
+        runtime.stop()
+
+
+def _kube_watch_text() -> str:
+    """The exporter's pod watch (real client) against the local API fake, through
+    the scheduler and the exposition: the series only a real watch gives."""
+    from exporter.collectors.kube import KubePodSource
+    from exporter.exposition import SnapshotCollector
+    from exporter.readings import Snapshot
+    from exporter.scheduler import Scheduler, Sources
+    from exporter.snapshot import SnapshotHolder
+    from tests.exporter.kubeapi import FakeKubeAPI
+
+    api = FakeKubeAPI().start()
+    src = KubePodSource("node-a", api_url=api.url, request_timeout_seconds=5.0)
+    sched = None
+    try:
+        src.start()
+        deadline = time.monotonic() + 60
+        while not src.status().connected:
+            assert time.monotonic() < deadline, "the pod watch never connected"
+            time.sleep(0.05)
+        holder = SnapshotHolder(Snapshot(node="node-a", timestamp=time.time()))
+        sched = Scheduler("node-a", Sources(pods=src), holder, timeout_seconds=30)
+        sched.collect_once()
+        return SnapshotCollector(holder).exposition().decode()
+    finally:
+        if sched is not None:
+            sched.stop()
+        src.stop(timeout_seconds=60)
+        api.stop()
+
+
+def _forecaster_text() -> str:
+    """The forecaster's collector after one good cycle's ``ForecastSet``."""
+    from forecaster.cycle import ForecastSet, GpuFree, JobForecast
+    from forecaster.forecast import Forecast
+    from forecaster.publish import ServiceState, make_registry
+    from forecaster.runs import Run
+
+    now = 1_700_000_000.0
+    run = Run("r1", 10, ((0, now - 100), (1, now - 50)), namespace="ml", pod="p", container="c")
+    forecast_set = ForecastSet(
+        timestamp=now,
+        jobs=(JobForecast(run, "n1", Forecast(100, 200, 400, "blend", n_obs=1), (1, 2, 3)),),
+        gpus=(GpuFree("n1", "0", "GPU-0", (now + 100, now + 200, now + 400)),),
+        quality={p: (0.3, 0.8) for p in (0.0, 0.1, 0.25, 0.5, 0.75)},
+        n_history=42,
+        n_running=1,
+        n_finished=3,
+        job_errors={"predict_failed": 1},
+    )
+    state = ServiceState()
+    state.success(forecast_set, 0.5, now)
+    return generate_latest(make_registry(state, clock=lambda: now + 50)).decode()
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list[set[str]]]]:
+    """emitter → sample name → label sets."""
+    tmp = tmp_path_factory.mktemp("contract")
+    out: dict[str, dict[str, list[set[str]]]] = {}
+    errors: list[BaseException] = []
+
+    def kube() -> None:  # concurrently: the watch's connect time overlaps the exporter's
+        try:
+            out["exporter pod watch"] = _series(_kube_watch_text())
+        except BaseException as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=kube)
+    thread.start()
+    try:
+        out["exporter --simulate"] = _series(_simulated_exporter_text(tmp))
+        out["forecaster"] = _series(_forecaster_text())
+    finally:
+        thread.join(120)
+    if errors:
+        raise errors[0]
+    assert "exporter pod watch" in out, "the pod-watch exporter did not finish"
+    return out
+
+
+def _backfill_series() -> dict[str, list[set[str]]]:
+    """The demo's backfilled history (OpenMetrics for promtool), a small window."""
+    from demo.backfill import openmetrics_lines, simulate_history
+    from demo.cluster import ClusterConfig
+
+    history = simulate_history(ClusterConfig(seed=2), 1_700_000_000.0, 3 * 3600, jobs=40)
+    text = "\n".join(openmetrics_lines(history, step_seconds=900.0)) + "\n"
+    out: dict[str, list[set[str]]] = {}
+    for family in openmetrics_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(set(sample.labels))
+    return out
+
+
+def _emitted_names(emitted: dict[str, dict[str, list[set[str]]]]) -> dict[str, str]:
+    return {n: who for who, series in emitted.items() for n in series}
+
+
+# --- tests ---------------------------------------------------------------------------
+
+
+def test_the_contract_parses() -> None:
+    """The parser reads the table forms the contract uses (so the tests below can fail)."""
+    assert len(CONTRACT) > 45
+    info = CONTRACT["gpu_eta_gpu_info"]
+    assert info.required == {"node", "gpu", "UUID", "model"}
+    assert info.optional == {"GPU_I_ID", "mig_profile"}
+    since = CONTRACT["gpu_eta_pod_gpu_allocated_since_timestamp_seconds"]
+    assert since.required == CONTRACT["gpu_eta_pod_gpu_allocated"].required  # "same"
+    assert CONTRACT["gpu_eta_pod_info"].label_prefixes == ("label_",)
+    assert CONTRACT["gpu_eta_training_info"].required == {
+        "node",
+        "namespace",
+        "pod",
+        "container",
+        "run_id",
+        "source",
+    }
+    assert CONTRACT["gpu_eta_model_history_jobs"].required == frozenset()
+    assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"} <= DCGM_ALLOWED
+    assert info.check({"node", "gpu", "UUID", "model", "GPU_I_ID"}) is None
+    assert info.check({"node", "gpu", "UUID"}) is not None
+    assert info.check({"node", "gpu", "UUID", "model", "Hostname"}) is not None
+
+
+def test_the_extraction_finds_names_and_skips_label_values() -> None:
+    expr = (
+        'sum by (node) (gpu_eta_pod_gpu_allocated{job="gpu_eta_forecaster"}) '
+        "/ on (node) node:gpu_eta_gpus_free:count + DCGM_FI_DEV_GPU_UTIL + up"
+    )
+    assert names_in_promql(expr) == {
+        "gpu_eta_pod_gpu_allocated",
+        "node:gpu_eta_gpus_free:count",
+        "DCGM_FI_DEV_GPU_UTIL",
+    }
+    code = 'X = f"last_over_time(gpu_eta_training_{name}[{w}])"\nlog = "gpu_eta.demo"\n'
+    assert names_in_python(code) == {"gpu_eta_training_"}
+    assert known("gpu_eta_training_") and not known("gpu_eta_trainig_")
+    assert not known("gpu_eta_pod_gpu_allocated_total")
+    assert not known("DCGM_FI_DEV_POWER_USAGE")
+
+
+def test_every_source_of_references_is_read() -> None:
+    """Each kind of file the contract is checked against holds names (a moved or
+    renamed directory would otherwise make the reference test vacuous)."""
+    files = {rel for rel, _ in REFERENCED}
+    for where in ("rules/", "grafana/", "forecaster/queries.py", "forecaster/top.py", "demo/"):
+        assert any(f.startswith(where) for f in files), f"no metric names found in {where}"
+    assert RECORDED, "no recording rules found"
+
+
+@pytest.mark.parametrize(("rel", "name"), _params(REFERENCED))
+def test_referenced_name_is_in_the_contract(rel: str, name: str) -> None:
+    assert known(name), (
+        f"{rel} names {name!r}, which docs/metrics.md does not list (nor a recording "
+        "rule, nor the DCGM allow-list)"
+    )
+
+
+def test_emitted_names_are_in_the_contract(emitted) -> None:
+    unknown = {
+        name: who
+        for name, who in _emitted_names(emitted).items()
+        if name.startswith("gpu_eta") and name not in CONTRACT
+    }
+    assert not unknown, f"emitted but not in docs/metrics.md: {unknown}"
+    foreign = {
+        name
+        for name in _emitted_names(emitted)
+        if not name.startswith("gpu_eta") and not _FOREIGN_OK.match(name)
+    }
+    assert not foreign, f"emitted names outside gpu_eta_* and process_*: {sorted(foreign)}"
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT))
+def test_contract_metric_is_emitted_with_its_labels(emitted, name: str) -> None:
+    row = CONTRACT[name]
+    found = [(who, labels) for who, series in emitted.items() for labels in series.get(name, ())]
+    assert found, f"docs/metrics.md lists {name} but no emitter produced a sample of it"
+    wrong = {
+        f"{who}: {sorted(labels)}: {problem}"
+        for who, labels in found
+        if (problem := row.check(labels)) is not None
+    }
+    assert not wrong, f"{name} label sets differ from the contract: {sorted(wrong)}"
+
+
+def test_demo_backfill_series_follow_the_contract() -> None:
+    """The demo's history is what dashboards and the forecaster see first: the same
+    names and label sets as the live exporter."""
+    series = _backfill_series()
+    assert "gpu_eta_training_epoch" in series and "gpu_eta_pod_gpu_allocated" in series
+    wrong = {}
+    for name, label_sets in series.items():
+        row = CONTRACT.get(name)
+        if row is None:
+            wrong[name] = "not in docs/metrics.md"
+            continue
+        problems = {p for labels in label_sets if (p := row.check(labels)) is not None}
+        if problems:
+            wrong[name] = sorted(problems)
+    assert not wrong, f"demo/backfill.py series differ from the contract: {wrong}"
+
+
+def _file_matchers() -> list[tuple[str, str, str]]:
+    out = set()
+    for path in _reference_files():
+        if path.suffix == ".py":
+            texts = python_strings(path.read_text())
+        elif path.suffix == ".json":
+            texts = [t for _, t in _strings(json.loads(path.read_text()))]
+        elif path.suffix == ".yaml":
+            texts = [t for d in _yaml_documents(path) for _, t in _strings(d)]
+        else:
+            continue  # prose examples may abbreviate
+        for text in texts:
+            for name, label in matchers_in_text(text):
+                out.add((str(path.relative_to(ROOT)), name, label))
+    return sorted(out)
+
+
+MATCHERS = _file_matchers()
+
+
+def test_the_matcher_extraction() -> None:
+    expr = 'x{a="b"} + gpu_eta_gpu_info{node=~"$node", UUID!="", model=\'T4\'}'
+    assert matchers_in_text(expr) == {
+        ("gpu_eta_gpu_info", "node"),
+        ("gpu_eta_gpu_info", "UUID"),
+        ("gpu_eta_gpu_info", "model"),
+    }
+    assert MATCHERS, "no label matchers found in rules, dashboards or code"
+
+
+@pytest.mark.parametrize(
+    ("rel", "name", "label"),
+    [
+        pytest.param(
+            rel,
+            name,
+            label,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[(rel, name)])]
+            if (rel, name) in KNOWN_MISMATCHES
+            else [],
+            id=f"{rel}:{name}:{label}",
+        )
+        for rel, name, label in MATCHERS
+    ],
+)
+def test_label_matcher_names_a_contract_label(rel: str, name: str, label: str) -> None:
+    """A selector on one of our metrics only matches labels the contract gives it
+    (scrape-added labels such as ``job`` or ``instance`` included)."""
+    row = CONTRACT.get(name)
+    if row is None:
+        pytest.skip(f"{name} is not a contract metric (reported by the reference test)")
+    allowed = row.required | row.optional | {"job", "instance", "__name__"}
+    assert label in allowed or label.startswith(row.label_prefixes or ("\0",)), (
+        f"{rel} selects {name}{{{label}=...}}, but the contract gives {name} the labels "
+        f"{sorted(row.required | row.optional)}"
+    )
