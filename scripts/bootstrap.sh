@@ -31,13 +31,15 @@ if ((${#need_apt[@]})); then
     $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
 fi
 
-extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test"
-if ! "$PY" -c "import exporter.readings, prometheus_client, statsmodels, sklearn, grpc, kubernetes, rich" >/dev/null 2>&1 \
-   || { [[ "$mode" != "--demo" ]] && ! "$PY" -c "import pytest, hypothesis, grpc_tools, tqdm, kubernetes_validate" >/dev/null 2>&1; }; then
-  echo "gpu-eta: installing Python packages (.[${extras}])" >&2
-  "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"
-fi
+# torch first: the framework extras would otherwise resolve the newest CUDA build.
 if [[ "$mode" != "--demo" ]] && ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "gpu-eta: installing torch==2.13.0 (CPU)" >&2
   "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
+fi
+
+extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test,frameworks"
+if ! "$PY" -c "import exporter.readings, prometheus_client, statsmodels, sklearn, grpc, kubernetes, rich" >/dev/null 2>&1 \
+   || { [[ "$mode" != "--demo" ]] && ! "$PY" -c "import pytest, hypothesis, grpc_tools, tqdm, kubernetes_validate, lightning, keras, transformers" >/dev/null 2>&1; }; then
+  echo "gpu-eta: installing Python packages (.[${extras}])" >&2
+  "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"
 fi
