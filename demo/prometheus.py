@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,11 +162,14 @@ def start_prometheus(
     extra_args: Sequence[str] = (),
     ready_timeout: float = 30.0,
     backfill_files: Sequence[Path] = (),
+    preexec_fn: Callable[[], None] | None = None,
 ) -> PrometheusServer:
     """Start Prometheus on 127.0.0.1 and wait until ``/-/ready`` answers 200.
 
     ``backfill_files`` (OpenMetrics text ending in ``# EOF``) are turned into blocks
     before the server starts, so their history is queryable at once.
+    ``preexec_fn`` runs in the child before exec (the demo passes one that makes
+    Prometheus die with it, even when the demo is killed with SIGKILL).
     """
     binary = find_binary("prometheus")
     own_dir = None
@@ -199,6 +202,7 @@ def start_prometheus(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=preexec_fn,
     )
     log.close()
     server = PrometheusServer(

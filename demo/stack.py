@@ -303,6 +303,7 @@ class Stack:
                 backfill_files=history_files,
                 retention=f"{max(15, int(cfg.history_days) + 2)}d",
                 ready_timeout=cfg.ready_timeout_seconds,
+                preexec_fn=_die_with_parent,
             )
         except Exception as err:
             raise StackError(f"Prometheus did not start: {err}") from err
