@@ -77,7 +77,9 @@ class EtaModel:
         max_job_runs: int = 50,
         min_samples: int = 8,
         drift: float = 0.1,
-        prior_scale: float = 4.0,
+        prior_scale: float = 8.0,
+        shift_prior: float = 20.0,
+        tune_margin: float = 0.1,
         half_life_ratio: float = 0.25,
         huber_c: float = 2.0,
     ) -> None:
@@ -89,6 +91,8 @@ class EtaModel:
         self.min_samples = min_samples
         self.drift = drift
         self.prior_scale = prior_scale
+        self.shift_prior = shift_prior
+        self.tune_margin = tune_margin
         self.half_life_ratio = half_life_ratio
         self.huber_c = huber_c
 
@@ -105,11 +109,14 @@ class EtaModel:
         self.weights_ = self._tune(samples)
         residuals = self._residuals(samples, self.weights_)
         self.blend_ = blend
-        self.calibrator_ = Calibrator(coverage=self.coverage, min_samples=self.min_samples).fit(
-            residuals
-        )
+        self.calibrator_ = Calibrator(
+            coverage=self.coverage, min_samples=self.min_samples, shift_prior=self.shift_prior
+        ).fit(residuals)
         self.quality_: Mapping[float, tuple[float, float]] = measure_quality(
-            residuals, coverage=self.coverage, min_samples=self.min_samples
+            residuals,
+            coverage=self.coverage,
+            min_samples=self.min_samples,
+            shift_prior=self.shift_prior,
         )
         self.n_residuals_ = len(residuals)
         self.n_samples_by_point_ = {p: sum(1 for r in residuals if r.point == p) for p in POINTS}
@@ -166,35 +173,50 @@ class EtaModel:
         They set how fast the prior hands over to the run's own rate, which depends on
         the cluster (steady dedicated GPUs: a job repeats itself and the prior is
         worth a lot; contended or time-sliced ones: it is not). Scored on past runs by
-        the median absolute error of the bin-median-corrected P50 (what calibration
-        will publish). A bin with fewer than ``min_samples`` samples takes the choice
-        made on all bins pooled; with fewer than that overall, the defaults.
+        the median absolute error of the shift-corrected P50 (what calibration will
+        publish). The defaults stay unless another choice is better by
+        ``tune_margin`` (10 %): on a few dozen runs a grid of 30 overfits. A bin with
+        fewer than ``min_samples`` samples takes the choice made on all bins pooled;
+        with fewer than that overall, the defaults.
         """
         default = (self.drift, self.prior_scale)
         combos = [(d, p) for d in DRIFT_GRID for p in PRIOR_SCALE_GRID]
+        if default not in combos:
+            combos.append(default)
+        i_default = combos.index(default)
         points = np.array([s.point for s in samples])
         actual = np.array([s.actual for s in samples])
         parts = [s.parts for s in samples]
-        # err[c][i]: error of sample i under combo c after its bin's median z shift
+        # err[c][i]: error of sample i under combo c after its bin's shrunk median shift
         errs = np.empty((len(combos), len(samples)))
         for c, (drift, prior_scale) in enumerate(combos):
-            center, sigma = combine_many(parts, drift, prior_scale)
-            z = (actual - center) / sigma
+            center, _sigma = combine_many(parts, drift, prior_scale)
+            resid = actual - center
             for point in POINTS:
                 sel = points == point
-                if sel.any():
-                    shift = np.median(z[sel])
-                    errs[c, sel] = np.abs(np.expm1(center[sel] + sigma[sel] * shift - actual[sel]))
+                n = int(sel.sum())
+                if n:
+                    shift = np.median(resid[sel]) * n / (n + self.shift_prior)
+                    errs[c, sel] = np.abs(np.expm1(shift - resid[sel]))
+
+        def pick(score: np.ndarray) -> tuple[float, float]:
+            # leave the defaults only for a clear gain: small samples overfit a grid
+            best = int(np.argmin(score))
+            if score[best] < (1.0 - self.tune_margin) * score[i_default]:
+                return combos[best]
+            return default
+
         pooled = default
         enough = [p for p in POINTS if (points == p).sum() >= self.min_samples]
         if enough:
-            score = np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0)
-            pooled = combos[int(np.argmin(score))]
+            pooled = pick(
+                np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0)
+            )
         out = {}
         for point in POINTS:
             sel = points == point
             if sel.sum() >= self.min_samples:
-                out[point] = combos[int(np.argmin(np.median(errs[:, sel], axis=1)))]
+                out[point] = pick(np.median(errs[:, sel], axis=1))
             else:
                 out[point] = pooled
         return out

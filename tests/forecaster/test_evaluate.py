@@ -1,0 +1,135 @@
+"""``evaluate``: the CLI, its outputs, the temporal split, and scores on real recorded runs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from forecaster.evaluate import backtest, main
+from forecaster.model import EtaModel
+from forecaster.runs_csv import format_runs, read_runs
+from tests.forecaster.estimators.runs_factory import job_history
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+RATE_BASELINES = ("tqdm_ema", "keras_mean", "cumulative_mean", "predict_linear")
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def synthetic_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("runs") / "runs.csv"
+    path.write_text(format_runs(job_history(40, seed=21, noise=0.1)))
+    return path
+
+
+def test_table_json_and_predictions(synthetic_csv: Path, tmp_path: Path) -> None:
+    code, out, err = run_cli("--runs", str(synthetic_csv))
+    assert code == 0 and err == ""
+    for label in (
+        "start",
+        "10%",
+        "25%",
+        "50%",
+        "75%",
+        "gpu_eta",
+        "history_match",
+        "predict_linear",
+    ):
+        assert label in out
+
+    preds = tmp_path / "pred.csv"
+    code, out, _ = run_cli("--runs", str(synthetic_csv), "--json", "--predictions", str(preds))
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["runs"] == 40 and [p["point"] for p in doc["points"]] == [0.0, 0.1, 0.25, 0.5, 0.75]
+    ten = doc["points"][1]
+    assert set(ten["median_abs_pct_error"]) == {"gpu_eta", "history_match", *RATE_BASELINES}
+    assert 0.0 <= ten["coverage_p10_p90"] <= 1.0
+    with preds.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["run_id", "epoch", "timestamp_seconds", "p10", "p50", "p90"]
+    assert len(rows) == 40 * 5
+    for row in rows:
+        assert 0 <= float(row["p10"]) <= float(row["p50"]) <= float(row["p90"])
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("run_id,epoch,epochs_planned,timestamp_seconds\na,0,2,0\na,1,2,x\n", "line 3"),
+        ("nothing,useful\n1,2\n", "line 1"),
+    ],
+)
+def test_bad_csv_is_one_line_exit_2(tmp_path: Path, content: str, needle: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    code, out, err = run_cli("--runs", str(path))
+    assert code == 2 and out == ""
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_missing_file_and_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run_cli("--runs", str(tmp_path / "none.csv"))
+    assert code == 2 and "cannot read" in err
+    assert main([]) == 2
+    assert "--runs" in capsys.readouterr().err
+    assert run_cli("--runs", "x.csv", "--predict-linear-window", "0")[0] == 2
+
+
+class SpyModel(EtaModel):
+    """Records, per fit, the latest end in its history; checks every prediction."""
+
+    violations: list[tuple[float, float]] = []  # noqa: RUF012 - shared on purpose
+
+    def fit(self, history):
+        self.latest_end = max((r.last_timestamp for r in history), default=-math.inf)
+        return super().fit(history)
+
+    def predict(self, run, now, stalled=False):
+        if not self.latest_end < now:
+            SpyModel.violations.append((self.latest_end, now))
+        return super().predict(run, now, stalled)
+
+
+def test_temporal_split_never_leaks_the_future() -> None:
+    runs = job_history(30, seed=22)
+    # overlap runs in time so the split matters: shift every other run back
+    runs = [
+        r
+        if i % 2
+        else type(r)(
+            r.run_id,
+            r.epochs_planned,
+            tuple((e, t - 300) for e, t in r.epoch_times),
+            r.features,
+            r.completed,
+        )
+        for i, r in enumerate(runs)
+    ]
+    SpyModel.violations = []
+    result = backtest(runs, model_factory=lambda: SpyModel(random_state=0))
+    assert result.n_refits > 5
+    assert SpyModel.violations == []
+
+
+# -- real recorded runs ----------------------------------------------------------------
+
+
+def test_seed002_keras_log() -> None:
+    result = backtest(read_runs(FIXTURES / "keras_seed002.csv"))
+    for point in (0.25, 0.5, 0.75):
+        score = result.points[point]
+        assert score.n == 1
+        # one steady run after warm-up: within 10 % and inside its own interval
+        assert score.mape["gpu_eta"] < 0.10
+        assert score.coverage == 1.0
