@@ -14,6 +14,10 @@ Decisions (documented in docs/forecaster.md):
   a short job.
 * Epoch ends come from the range pairs ``(epoch, epoch_end_timestamp)`` sampled at
   the same instants plus the latest pair; the store accumulates them across cycles.
+* A run with ``steps_planned`` but no ``epochs_planned`` (a tqdm bar in the logs, a
+  ``max_steps`` trainer) is followed in percent of its steps: ``epochs_planned`` =
+  100, each new step value at the first instant the range query saw it, and the
+  latest step at the last report's time; feature ``progress_unit="steps"``.
 * Features: ``batch_size``; ``gpu_utilization_ratio`` (ours, else DCGM's
   ``DCGM_FI_DEV_GPU_UTIL``/100 for the pod, accepting ``exported_pod``);
   ``memory_utilization_ratio`` (working set / limit); ``gpu_model`` and ``gpus`` from
@@ -36,6 +40,11 @@ from forecaster.promapi import Sample, Series
 
 MAX_RUN_ID = 256
 MAX_EPOCHS = 10_000_000
+MAX_STEPS = 1e12
+# A run that reports only steps is followed in percent of its planned steps: 100
+# "epochs", fractional, at most STEP_CELLS points kept per run (plus overlaps).
+STEP_UNITS = 100.0
+STEP_CELLS = 400
 # Timestamps outside [now - 1 year, now + 5 minutes] are treated as garbage.
 _PAST_LIMIT_SECONDS = 366 * 86400
 _FUTURE_SLACK_SECONDS = 300
@@ -95,41 +104,64 @@ def assemble(
     planned = _by_run(instant.get("planned", ()))
     present = _by_run(instant.get("present", ()))
     epoch = _by_run(instant.get("epoch", ()))
+    steps_planned = _by_run(instant.get("steps_planned", ()))
+    step = _by_run(instant.get("step", ()))
     start = _by_run(instant.get("start", ()))
     last_end = _by_run(instant.get("last_end", ()))
     last_report = _by_run(instant.get("last_report", ()))
     batch = _by_run(instant.get("batch_size", ()))
     pairs = _range_pairs(ranges.get("epoch_range", ()), ranges.get("epoch_end_range", ()))
+    step_firsts = _first_seen(ranges.get("step_range", ()))
 
     util_mean = _by_pod(instant.get("util_mean", ()))
-    dcgm_mean = _dcgm_by_pod(instant.get("dcgm_mean", ()))
     util_recent = _by_pod(instant.get("util_recent", ()))
-    dcgm_recent = _dcgm_by_pod(instant.get("dcgm_recent", ()))
     memory = _by_pod(instant.get("memory_ratio", ()))
     view.allocations = _allocations(instant.get("allocated", ()))
     models = _gpu_models(instant.get("gpu_info", ()))
     jobs = _job_names(instant.get("pod_info", ()))
-    for key, value in dcgm_recent.items():
-        util_recent.setdefault(key, value)
     view.util_recent = util_recent
     pod_gpus: dict[tuple[str, str], list[Allocation]] = {}
     for alloc in view.allocations:
         pod_gpus.setdefault((alloc.namespace, alloc.pod), []).append(alloc)
 
     lo, hi = now - _PAST_LIMIT_SECONDS, now + _FUTURE_SLACK_SECONDS
-    for run_id, sample in planned.items():
+    for run_id in dict.fromkeys([*planned, *steps_planned]):
+        sample = planned.get(run_id)
+        steps_sample = steps_planned.get(run_id)
+        by_steps = sample is None and steps_sample is not None
+        if by_steps:
+            assert steps_sample is not None
+            sample, n_planned = steps_sample, STEP_UNITS
+            n_steps = steps_sample.value
+            if not (_finite(n_steps) and 0 < n_steps <= MAX_STEPS):
+                view.rejected[run_id] = "invalid_steps_planned"
+                continue
+        else:
+            assert sample is not None
+            n_planned = sample.value
+            if not (_finite(n_planned) and 0 < n_planned <= MAX_EPOCHS):
+                view.rejected[run_id] = "invalid_epochs_planned"
+                continue
         labels = sample.labels
-        n_planned = sample.value
-        if not (_finite(n_planned) and 0 < n_planned <= MAX_EPOCHS):
-            view.rejected[run_id] = "invalid_epochs_planned"
-            continue
         start_s = start.get(run_id)
         if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
             view.rejected[run_id] = "invalid_start"
             continue
         t0 = start_s.value
+        if by_steps:
+            scale = STEP_UNITS / n_steps
+            candidates = _thin_steps(
+                [(v * scale, t) for t, v in step_firsts.get(run_id, ())]
+                + [_scaled(step.get(run_id), last_report.get(run_id), scale)]
+            )
+            cur = step.get(run_id)
+            done = cur is not None and _finite(cur.value) and cur.value >= n_steps
+        else:
+            candidates = [*pairs.get(run_id, ()), _pair(epoch.get(run_id), last_end.get(run_id))]
+            cur = epoch.get(run_id)
+            done = cur is not None and _finite(cur.value) and cur.value >= n_planned
         ends: dict[float, float] = {}
-        for e, t in [*pairs.get(run_id, ()), _pair(epoch.get(run_id), last_end.get(run_id))]:
+        for e, t in candidates:
             if e is None or t is None:
                 continue
             if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
@@ -150,12 +182,10 @@ def assemble(
             model = next((models[g.node, g.uuid] for g in gpus if (g.node, g.uuid) in models), None)
             if model:
                 features["gpu_model"] = model
+        if by_steps:
+            features["progress_unit"] = "steps"
         util = _ratio(util_mean.get(key))
-        if util is None:
-            util = _ratio(dcgm_mean.get(key))
         running_now = run_id in present
-        cur_epoch = epoch.get(run_id)
-        done = cur_epoch is not None and _finite(cur_epoch.value) and cur_epoch.value >= n_planned
         view.updates.append(
             RunUpdate(
                 run_id=run_id,
@@ -225,19 +255,6 @@ def _by_pod(samples: Sequence[Sample]) -> dict[PodKey, float]:
     return out
 
 
-def _dcgm_by_pod(samples: Sequence[Sample]) -> dict[PodKey, float]:
-    """DCGM util 0..100 per GPU → ratio per container (mean over the pod's GPUs)."""
-    acc: dict[PodKey, list[float]] = {}
-    for s in samples:
-        lab = s.labels
-        pod = lab.get("pod") or lab.get("exported_pod", "")
-        ns = lab.get("namespace") or lab.get("exported_namespace", "")
-        container = lab.get("container") or lab.get("exported_container", "")
-        if pod and _finite(s.value):
-            acc.setdefault((ns, pod, container), []).append(s.value / 100.0)
-    return {k: sum(v) / len(v) for k, v in acc.items()}
-
-
 def _range_pairs(
     epochs: Sequence[Series], ends: Sequence[Series]
 ) -> dict[str, list[tuple[float, float]]]:
@@ -261,6 +278,56 @@ def _range_pairs(
                 pairs.append((value, end))
                 last = (value, end)
     return out
+
+
+def _first_seen(series: Sequence[Series]) -> dict[str, list[tuple[float, float]]]:
+    """Per run, ``(t, value)`` at the first sampled instant of each new value."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for s in series:
+        run_id = s.labels.get("run_id", "")
+        if not run_id:
+            continue
+        firsts = out.setdefault(run_id, [])
+        last = None
+        for ts, value in s.points:
+            if value != last:
+                firsts.append((ts, value))
+                last = value
+    return out
+
+
+def _scaled(
+    step: Sample | None, report: Sample | None, scale: float
+) -> tuple[float | None, float | None]:
+    """The latest step, as progress units, at the time of the last report."""
+    if step is None or report is None:
+        return None, None
+    return step.value * scale, report.value
+
+
+def _thin_steps(
+    points: list[tuple[float | None, float | None]],
+) -> list[tuple[float, float]]:
+    """At most one point per 1/``STEP_CELLS`` of the run: bounded storage for long runs.
+
+    The latest point is always kept (it carries the freshest rate).
+    """
+    valid = sorted(
+        (
+            (u, t)
+            for u, t in points
+            if u is not None and t is not None and _finite(u) and _finite(t)
+        ),
+        key=lambda p: p[1],
+    )
+    kept: list[tuple[float, float]] = []
+    cells: set[int] = set()
+    for unit, ts in valid[:-1]:
+        cell = int(unit * STEP_CELLS / STEP_UNITS)
+        if cell not in cells:
+            cells.add(cell)
+            kept.append((unit, ts))
+    return kept + valid[-1:]
 
 
 def _pair(epoch: Sample | None, end: Sample | None) -> tuple[float | None, float | None]:

@@ -1,6 +1,6 @@
 """Every PromQL expression the forecaster sends, as named templates.
 
-One cycle sends exactly the queries in ``INSTANT`` plus ``RANGE`` (17 in all),
+One cycle sends exactly the queries in ``INSTANT`` plus ``RANGE`` (18 in all),
 whatever the number of jobs: each query returns the series of every job at once
 and the join happens in Python (``forecaster.jobs``). That keeps the load on
 Prometheus flat as the cluster grows, and makes the count checkable by a test.
@@ -15,28 +15,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-# Runs whose series exist right now (Prometheus' 5-minute lookback): running.
-PRESENT = "gpu_eta_training_epochs_planned"
+# Runs whose series exist right now (Prometheus' 5-minute lookback): running. The
+# last-report series exists for every run, whether it reports epochs or only steps.
+PRESENT = "gpu_eta_training_last_report_timestamp_seconds"
 # Last values of every run seen in the window, including runs that vanished in it.
 PLANNED = "last_over_time(gpu_eta_training_epochs_planned[{window}])"
 EPOCH = "last_over_time(gpu_eta_training_epoch[{window}])"
+STEPS_PLANNED = "last_over_time(gpu_eta_training_steps_planned[{window}])"
+STEP = "last_over_time(gpu_eta_training_step[{window}])"
 START = "last_over_time(gpu_eta_training_run_start_timestamp_seconds[{window}])"
 LAST_END = "last_over_time(gpu_eta_training_epoch_end_timestamp_seconds[{window}])"
 LAST_REPORT = "last_over_time(gpu_eta_training_last_report_timestamp_seconds[{window}])"
 BATCH_SIZE = "last_over_time(gpu_eta_training_batch_size[{window}])"
-# Features: mean utilisation over the window (accumulated across cycles in SQLite).
+# GPU use per container: ours, or else DCGM's (0..100, per device, with pod labels
+# as `pod`/`namespace`/`container` or `exported_*` when the scrape did not honour
+# labels). `or` keeps a DCGM series only where ours has no series with the same
+# labels; forecaster.jobs reads `exported_*` as the plain labels.
 UTIL_MEAN = (
     "avg by (namespace, pod, container) "
-    "(avg_over_time(gpu_eta_pod_gpu_utilization_ratio[{window}]))"
+    "(avg_over_time(gpu_eta_pod_gpu_utilization_ratio[{window}])) or "
+    "(avg by (namespace, pod, container, exported_namespace, exported_pod, exported_container) "
+    "(avg_over_time(DCGM_FI_DEV_GPU_UTIL[{window}])) / 100)"
 )
 UTIL_RECENT = (
-    "max by (namespace, pod, container) (max_over_time(gpu_eta_pod_gpu_utilization_ratio[{idle}]))"
+    "max by (namespace, pod, container) "
+    "(max_over_time(gpu_eta_pod_gpu_utilization_ratio[{idle}])) or "
+    "(max by (namespace, pod, container, exported_namespace, exported_pod, exported_container) "
+    "(max_over_time(DCGM_FI_DEV_GPU_UTIL[{idle}])) / 100)"
 )
-# DCGM's per-device utilisation (0..100) for pods our exporter does not cover. The
-# pod labels are `pod`/`namespace`/`container`, or `exported_*` when the scrape did
-# not honour labels: both are normalised in forecaster.jobs.
-DCGM_MEAN = "avg_over_time(DCGM_FI_DEV_GPU_UTIL[{window}])"
-DCGM_RECENT = "max_over_time(DCGM_FI_DEV_GPU_UTIL[{idle}])"
 MEMORY_RATIO = (
     "avg_over_time(gpu_eta_pod_memory_working_set_bytes[{window}]) "
     "/ avg_over_time(gpu_eta_pod_memory_limit_bytes[{window}])"
@@ -49,20 +55,22 @@ POD_INFO = "gpu_eta_pod_info"
 # so every epoch end seen in the window is recovered, not only the latest.
 EPOCH_RANGE = "gpu_eta_training_epoch"
 EPOCH_END_RANGE = "gpu_eta_training_epoch_end_timestamp_seconds"
+# Runs that report only steps (a tqdm bar in the logs, max_steps trainers).
+STEP_RANGE = "gpu_eta_training_step"
 
 INSTANT: Mapping[str, str] = MappingProxyType(
     {
         "present": PRESENT,
         "planned": PLANNED,
         "epoch": EPOCH,
+        "steps_planned": STEPS_PLANNED,
+        "step": STEP,
         "start": START,
         "last_end": LAST_END,
         "last_report": LAST_REPORT,
         "batch_size": BATCH_SIZE,
         "util_mean": UTIL_MEAN,
         "util_recent": UTIL_RECENT,
-        "dcgm_mean": DCGM_MEAN,
-        "dcgm_recent": DCGM_RECENT,
         "memory_ratio": MEMORY_RATIO,
         "allocated": ALLOCATED,
         "gpu_info": GPU_INFO,
@@ -70,7 +78,7 @@ INSTANT: Mapping[str, str] = MappingProxyType(
     }
 )
 RANGE: Mapping[str, str] = MappingProxyType(
-    {"epoch_range": EPOCH_RANGE, "epoch_end_range": EPOCH_END_RANGE}
+    {"epoch_range": EPOCH_RANGE, "epoch_end_range": EPOCH_END_RANGE, "step_range": STEP_RANGE}
 )
 QUERIES_PER_CYCLE = len(INSTANT) + len(RANGE)
 

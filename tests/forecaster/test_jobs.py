@@ -131,31 +131,43 @@ def test_features_from_our_series() -> None:
 
 
 def test_dcgm_util_with_exported_labels_when_ours_is_absent() -> None:
+    # what the `or` query returns for DCGM series scraped without honour_labels
+    exported = {
+        "namespace": "gpu-operator",
+        "pod": "dcgm-exporter-x7k2p",
+        "exported_namespace": "ml",
+        "exported_pod": "train-x7k2p",
+        "exported_container": "main",
+    }
     instant = merge(
         base("r", 10, 1, NOW - 100, NOW - 50),
-        {
-            "dcgm_mean": [
-                s(
-                    60,
-                    exported_namespace="ml",
-                    exported_pod="train-x7k2p",
-                    exported_container="main",
-                    gpu="0",
-                ),
-                s(
-                    80,
-                    exported_namespace="ml",
-                    exported_pod="train-x7k2p",
-                    exported_container="main",
-                    gpu="1",
-                ),
-            ],
-            "dcgm_recent": [s(2, namespace="ml", pod="train-x7k2p", container="main", gpu="0")],
-        },
+        {"util_mean": [s(0.7, **exported)], "util_recent": [s(0.02, **exported)]},
     )
     view = assemble(instant, {}, NOW, 60)
     assert view.updates[0].util_mean == 0.7
     assert view.util_recent[("ml", "train-x7k2p", "main")] == 0.02
+
+
+def test_steps_only_run_is_followed_in_percent_of_steps() -> None:
+    lab = run_labels("tqdm")
+    instant = {
+        "present": [s(NOW - 5, **lab)],
+        "steps_planned": [s(2000, **lab)],
+        "step": [s(500, **lab)],
+        "start": [s(NOW - 600, **lab)],
+        "last_report": [s(NOW - 5, **lab)],
+    }
+    ts = [NOW - 60, NOW - 45, NOW - 30, NOW - 15]
+    steps = Series(lab, tuple(zip(ts, [400.0, 400.0, 440.0, 480.0], strict=True)))
+    view = assemble(instant, {"step_range": [steps]}, NOW, 60)
+    (up,) = view.updates
+    assert up.epochs_planned == 100.0 and up.features["progress_unit"] == "steps"
+    assert up.epoch_ends == ((20.0, NOW - 60), (22.0, NOW - 30), (24.0, NOW - 15), (25.0, NOW - 5))
+    assert view.present == {"tqdm"}
+    instant["step"] = [s(2000, **lab)]
+    assert assemble(instant, {}, NOW, 60).finished == {"tqdm"}
+    instant["steps_planned"] = [s(float("nan"), **lab)]
+    assert assemble(instant, {}, NOW, 60).rejected == {"tqdm": "invalid_steps_planned"}
 
 
 def test_job_name_fallbacks() -> None:

@@ -48,6 +48,7 @@ class SimRun:
     util: float = 0.9
     batch_size: float = 64
     planned_value: float | None = None
+    steps_only: bool = False  # reports step/steps_planned only (a tqdm bar in the logs)
 
 
 def epoch_end(run: SimRun, k: int) -> float:
@@ -75,6 +76,7 @@ def scenario(now: float) -> tuple[list[SimRun], list[tuple[str, str, str]]]:
         SimRun("stalled", "train-s", now - 3600, 30, 5, now, gpu="2", uuid="GPU-2", util=0.0),
         SimRun("one-epoch", "train-o", now - 100, 1, 0, now, gpu="3", uuid="GPU-3"),
         SimRun("nan-plan", "train-n", t0, 30, 15, now, planned_value=math.nan),
+        SimRun("tqdm-run", "batch-t", t0, 30, 15, now, steps_only=True),
     ]
     holders = [("gpu-node-1", "1", "GPU-1")]  # an idle notebook shares GPU-1
     return runs, holders
@@ -114,8 +116,12 @@ def openmetrics(now: float) -> str:
             while k > 0 and epoch_end(run, k) > ts:
                 k -= 1
             planned = run.planned if run.planned_value is None else run.planned_value
-            add("gpu_eta_training_epochs_planned", rl, float(planned), ts)
-            add("gpu_eta_training_epoch", rl, float(k), ts)
+            if run.steps_only:  # 100 steps per 120 s epoch, the bar updated each scrape
+                add("gpu_eta_training_steps_planned", rl, float(planned * 100), ts)
+                add("gpu_eta_training_step", rl, float(int((ts - run.start) / 1.2)), ts)
+            else:
+                add("gpu_eta_training_epochs_planned", rl, float(planned), ts)
+                add("gpu_eta_training_epoch", rl, float(k), ts)
             add("gpu_eta_training_run_start_timestamp_seconds", rl, run.start, ts)
             add("gpu_eta_training_batch_size", rl, run.batch_size, ts)
             add(
@@ -124,7 +130,7 @@ def openmetrics(now: float) -> str:
                 min(ts, max(stall_at, ts if run.util else stall_at)),
                 ts,
             )
-            if k > 0:
+            if k > 0 and not run.steps_only:
                 add("gpu_eta_training_epoch_end_timestamp_seconds", rl, epoch_end(run, k), ts)
             if run.uuid:
                 add("gpu_eta_pod_gpu_allocated", gl, 1.0, ts)
@@ -235,10 +241,10 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
         )
     )
     metric = "gpu_eta_job_predicted_completion_timestamp_seconds"
-    prom.wait_for(f'{metric}{{quantile="0.5"}}', timeout=120, min_results=4)
+    prom.wait_for(f'{metric}{{quantile="0.5"}}', timeout=120, min_results=5)
 
     p50 = values(prom, f'{metric}{{quantile="0.5"}}')
-    assert set(p50) == {"run-a", "run-b", "stalled", "one-epoch"}  # nan-plan rejected
+    assert set(p50) == {"run-a", "run-b", "stalled", "one-epoch", "tqdm-run"}  # not nan-plan
     assert all(v >= now for v in p50.values())  # never an ETA in the past
     # run-a: 15 of 30 epochs of 120 s done -> about 30 minutes left
     assert 0.5 * 1800 < p50["run-a"] - now < 2 * 1800
@@ -252,7 +258,10 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
         "run-b": 0,
         "stalled": 1,
         "one-epoch": 0,
+        "tqdm-run": 0,
     }
+    # the steps-only run is about half done (1550 of 3000 steps, 1.2 s each): ~29 min left
+    assert 0.5 * 1800 < p50["tqdm-run"] - now < 2 * 1800
     free = values(prom, 'gpu_eta_gpu_predicted_free_timestamp_seconds{quantile="0.5"}')
     assert set(free) == {"GPU-0", "GPU-2", "GPU-3"}  # GPU-1 is shared with an idle notebook
     assert free["GPU-0"] == pytest.approx(p50["run-a"], abs=120)
@@ -313,9 +322,15 @@ def test_once_pushes_through_a_real_pushgateway(
     found = prom.wait_for(
         'gpu_eta_job_predicted_remaining_seconds{job="gpu_eta_forecaster",quantile="0.5"}',
         timeout=60,
-        min_results=4,
+        min_results=5,
     )
-    assert {r["metric"]["run_id"] for r in found} == {"run-a", "run-b", "stalled", "one-epoch"}
+    assert {r["metric"]["run_id"] for r in found} == {
+        "run-a",
+        "run-b",
+        "stalled",
+        "one-epoch",
+        "tqdm-run",
+    }
     # a second run reuses the history file: nothing is imported twice
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
@@ -363,6 +378,9 @@ def test_cycle_reconstructs_runs_from_real_answers(backfill, tmp_path, prometheu
         )
         assert run_a.features["gpu_utilization_ratio"] == pytest.approx(0.9)
         assert by_id["one-epoch"].run.epoch_times == ((0.0, pytest.approx(now - 100, abs=0.01)),)
+        tqdm_run = by_id["tqdm-run"].run
+        assert tqdm_run.epochs_planned == 100 and len(tqdm_run.epoch_times) > 30
+        assert 50 <= tqdm_run.epochs_done <= 53  # percent of steps: 15.5 of 30 epochs
         assert fs.n_history == 0  # three-week-old runs are outside a one-hour lookback
     finally:
         store.close()
