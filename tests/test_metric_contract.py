@@ -23,7 +23,7 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,15 +69,22 @@ class Row:
     required: frozenset[str]
     optional: frozenset[str]
     label_prefixes: tuple[str, ...] = ()  # e.g. ``label_`` for allow-listed pod labels
+    # enumerated labels: (label, the values the contract lists)
+    values: tuple[tuple[str, frozenset[str]], ...] = ()
 
-    def check(self, labels: set[str]) -> str | None:
-        """None when ``labels`` is this row's label set, else what differs."""
+    def allowed_values(self, label: str) -> frozenset[str] | None:
+        """The values the contract allows for ``label``; None when not enumerated."""
+        return dict(self.values).get(label)
+
+    def check(self, labels: Iterable[str]) -> str | None:
+        """None when ``labels`` (names) is this row's label set, else what differs."""
+        names = set(labels)
         extra = {
             n
-            for n in labels - self.required - self.optional
+            for n in names - self.required - self.optional
             if not any(n.startswith(p) for p in self.label_prefixes)
         }
-        missing = self.required - labels
+        missing = self.required - names
         if not extra and not missing:
             return None
         return f"missing {sorted(missing)}, not in the contract {sorted(extra)}"
@@ -110,6 +117,30 @@ def _label_cell(text: str, previous: Row | None) -> tuple[set[str], set[str], li
     return required, optional, prefixes
 
 
+# Labels whose values the contract enumerates (in backticks in the meaning cell, or
+# for quantile and progress in the sentence that introduces them).
+ENUM_LABELS = ("result", "state", "reason", "method", "source")
+
+
+def _global_values(text: str) -> dict[str, frozenset[str]]:
+    out = {}
+    quantile = re.search(r"`quantile` is ((?:`[0-9.]+`(?:, | or )?)+)", text)
+    assert quantile, "docs/metrics.md: no '`quantile` is ...' sentence"
+    out["quantile"] = frozenset(re.findall(r"`([0-9.]+)`", quantile.group(1)))
+    progress = re.search(r"at progress ([0-9., ]+[0-9])", text)
+    assert progress, "docs/metrics.md: no 'at progress 0, 0.1, ...' list"
+    out["progress"] = frozenset(p.strip() for p in progress.group(1).split(","))
+    return out
+
+
+def _enumerated(meaning: str, labels: set[str]) -> tuple[tuple[str, frozenset[str]], ...]:
+    enum = [name for name in ENUM_LABELS if name in labels]
+    if len(enum) != 1:
+        return ()
+    words = set(re.findall(r"`([a-z0-9_]+)`", meaning)) - labels
+    return ((enum[0], frozenset(words)),) if words else ()
+
+
 def parse_contract(text: str) -> dict[str, Row]:
     """Every metric row of docs/metrics.md, with its labels.
 
@@ -118,6 +149,7 @@ def parse_contract(text: str) -> dict[str, Row]:
     sentence plus the ``+ `x``` labels their meaning cell adds.
     """
     rows: dict[str, Row] = {}
+    everywhere = _global_values(text)
     section_labels: set[str] = set()
     header: list[str] | None = None
     previous: Row | None = None
@@ -152,7 +184,12 @@ def parse_contract(text: str) -> dict[str, Row]:
             meaning = cells[header.index("meaning")]
             required |= set(re.findall(r"^\+ `([A-Za-z_][A-Za-z0-9_]*)`", meaning))
         assert name not in rows, f"docs/metrics.md lists {name} twice"
-        rows[name] = previous = Row(name, frozenset(required), frozenset(optional), tuple(prefixes))
+        labels = required | optional
+        values = _enumerated(cells[header.index("meaning")], labels)
+        values += tuple((k, v) for k, v in everywhere.items() if k in labels)
+        rows[name] = previous = Row(
+            name, frozenset(required), frozenset(optional), tuple(prefixes), values
+        )
     return rows
 
 
@@ -248,8 +285,31 @@ def names_in_python(source: str) -> set[str]:
 
 _SELECTOR = re.compile(r"(?<![A-Za-z0-9_:])(gpu_eta_[a-z0-9_]+)\{([^{}]*)\}")
 _MATCHER = re.compile(
-    r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*(?:\"(?:[^\"\\\\]|\\\\.)*\"|'[^']*')"
+    r"""([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*(?:\"(?:[^"\\]|\\.)*\"|'[^']*')"""
 )
+
+
+_MATCHER_VALUE = re.compile(
+    r"""([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(?:\"((?:[^"\\]|\\.)*)\"|'([^']*)')"""
+)
+
+
+def matcher_values_in_text(text: str) -> set[tuple[str, str, str]]:
+    """(metric, label, value) for every literal value a selector on one of our metrics
+    compares a label with; a regex of plain alternatives (``"0.1|0.9"``) gives each."""
+    out = set()
+    for name, body in _SELECTOR.findall(text):
+        for label, op, double, single in _MATCHER_VALUE.findall(body):
+            value = double or single
+            if "$" in value or "{" in value:
+                continue  # a dashboard variable or a template
+            if op in ("=~", "!~"):
+                if not re.fullmatch(r"[A-Za-z0-9_.]+(\|[A-Za-z0-9_.]+)*", value):
+                    continue
+                out |= {(name, label, v) for v in value.replace("\\.", ".").split("|")}
+            else:
+                out.add((name, label, value))
+    return out
 
 
 def matchers_in_text(text: str) -> set[tuple[str, str]]:
@@ -326,12 +386,15 @@ REFERENCED = sorted(
 # --- what the exporter and the forecaster emit -------------------------------------
 
 
-def _series(text: str) -> dict[str, list[set[str]]]:
-    """sample name → label-name sets of its samples, from the text format."""
-    out: dict[str, list[set[str]]] = {}
+Series = dict[str, list[dict[str, str]]]  # sample name → the labels of each sample
+
+
+def _series(text: str) -> Series:
+    """The samples of an exposition in the text format."""
+    out: Series = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            out.setdefault(sample.name, []).append(set(sample.labels))
+            out.setdefault(sample.name, []).append(dict(sample.labels))
     return out
 
 
@@ -454,10 +517,10 @@ def _forecaster_text() -> str:
 
 
 @pytest.fixture(scope="module")
-def emitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list[set[str]]]]:
+def emitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Series]:
     """emitter → sample name → label sets."""
     tmp = tmp_path_factory.mktemp("contract")
-    out: dict[str, dict[str, list[set[str]]]] = {}
+    out: dict[str, Series] = {}
     errors: list[BaseException] = []
 
     def kube() -> None:  # concurrently: the watch's connect time overlaps the exporter's
@@ -479,21 +542,21 @@ def emitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, lis
     return out
 
 
-def _backfill_series() -> dict[str, list[set[str]]]:
+def _backfill_series() -> Series:
     """The demo's backfilled history (OpenMetrics for promtool), a small window."""
     from demo.backfill import openmetrics_lines, simulate_history
     from demo.cluster import ClusterConfig
 
     history = simulate_history(ClusterConfig(seed=2), 1_700_000_000.0, 3 * 3600, jobs=40)
     text = "\n".join(openmetrics_lines(history, step_seconds=900.0)) + "\n"
-    out: dict[str, list[set[str]]] = {}
+    out: Series = {}
     for family in openmetrics_families(text):
         for sample in family.samples:
-            out.setdefault(sample.name, []).append(set(sample.labels))
+            out.setdefault(sample.name, []).append(dict(sample.labels))
     return out
 
 
-def _emitted_names(emitted: dict[str, dict[str, list[set[str]]]]) -> dict[str, str]:
+def _emitted_names(emitted: dict[str, Series]) -> dict[str, str]:
     return {n: who for who, series in emitted.items() for n in series}
 
 
@@ -603,18 +666,21 @@ def test_demo_backfill_series_follow_the_contract() -> None:
     assert not wrong, f"demo/backfill.py series differ from the contract: {wrong}"
 
 
+def _query_texts(path: Path) -> list[str]:
+    """The strings of a rules/dashboard/code file (docs: none, prose may abbreviate)."""
+    if path.suffix == ".py":
+        return python_strings(path.read_text())
+    if path.suffix == ".json":
+        return [t for _, t in _strings(json.loads(path.read_text()))]
+    if path.suffix == ".yaml":
+        return [t for d in _yaml_documents(path) for _, t in _strings(d)]
+    return []
+
+
 def _file_matchers() -> list[tuple[str, str, str]]:
     out = set()
     for path in _reference_files():
-        if path.suffix == ".py":
-            texts = python_strings(path.read_text())
-        elif path.suffix == ".json":
-            texts = [t for _, t in _strings(json.loads(path.read_text()))]
-        elif path.suffix == ".yaml":
-            texts = [t for d in _yaml_documents(path) for _, t in _strings(d)]
-        else:
-            continue  # prose examples may abbreviate
-        for text in texts:
+        for text in _query_texts(path):
             for name, label in matchers_in_text(text):
                 out.add((str(path.relative_to(ROOT)), name, label))
     return sorted(out)
@@ -658,4 +724,77 @@ def test_label_matcher_names_a_contract_label(rel: str, name: str, label: str) -
     assert label in allowed or label.startswith(row.label_prefixes or ("\0",)), (
         f"{rel} selects {name}{{{label}=...}}, but the contract gives {name} the labels "
         f"{sorted(row.required | row.optional)}"
+    )
+
+
+def test_enumerated_values_parse() -> None:
+    assert CONTRACT["gpu_eta_job_predicted_remaining_seconds"].allowed_values("quantile") == {
+        "0.1",
+        "0.5",
+        "0.9",
+    }
+    assert CONTRACT["gpu_eta_exporter_log_lines_total"].allowed_values("result") == {
+        "matched",
+        "ignored",
+        "oversize",
+    }
+    assert CONTRACT["gpu_eta_training_info"].allowed_values("source") == {"http", "log"}
+    assert "0.25" in CONTRACT["gpu_eta_model_interval_coverage_ratio"].allowed_values("progress")
+    assert CONTRACT["gpu_eta_job_forecast_info"].allowed_values("method") == {
+        "rate",
+        "prior",
+        "blend",
+    }
+    assert CONTRACT["gpu_eta_gpu_info"].allowed_values("model") is None
+    got = matcher_values_in_text(
+        'gpu_eta_forecaster_jobs{state="running", node=~"$node"} '
+        "+ gpu_eta_gpu_predicted_free_timestamp_seconds{quantile=~'0.1|0.9'}"
+    )
+    assert got == {
+        ("gpu_eta_forecaster_jobs", "state", "running"),
+        ("gpu_eta_gpu_predicted_free_timestamp_seconds", "quantile", "0.1"),
+        ("gpu_eta_gpu_predicted_free_timestamp_seconds", "quantile", "0.9"),
+    }
+
+
+def test_emitted_enumerated_values_are_documented(emitted) -> None:
+    wrong = set()
+    checked = 0
+    for who, series in emitted.items():
+        for name, samples in series.items():
+            row = CONTRACT.get(name)
+            for labels in samples if row is not None else ():
+                for label, value in labels.items():
+                    allowed = row.allowed_values(label)
+                    if allowed is not None:
+                        checked += 1
+                        if value not in allowed:
+                            wrong.add(
+                                f"{who}: {name}{{{label}={value!r}}} not in {sorted(allowed)}"
+                            )
+    assert checked > 20
+    assert not wrong, sorted(wrong)
+
+
+def _file_matcher_values() -> list[tuple[str, str, str, str]]:
+    out = set()
+    for path in _reference_files():
+        for text in _query_texts(path):
+            for name, label, value in matcher_values_in_text(text):
+                row = CONTRACT.get(name)
+                if row is not None and row.allowed_values(label) is not None:
+                    out.add((str(path.relative_to(ROOT)), name, label, value))
+    return sorted(out)
+
+
+@pytest.mark.parametrize(
+    ("rel", "name", "label", "value"),
+    [pytest.param(*m, id=f"{m[0]}:{m[1]}:{m[2]}={m[3]}") for m in _file_matcher_values()],
+)
+def test_selected_value_is_one_the_contract_lists(rel, name, label, value) -> None:
+    """``quantile="0.5"``, ``state="running"``: a typo here is an empty panel or an
+    alert that never fires."""
+    allowed = CONTRACT[name].allowed_values(label)
+    assert value in allowed, (
+        f"{rel}: {name}{{{label}={value!r}}}: the contract lists {sorted(allowed)}"
     )
