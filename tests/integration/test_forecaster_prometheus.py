@@ -134,6 +134,19 @@ def openmetrics(now: float) -> str:
                 add("gpu_eta_training_epoch_end_timestamp_seconds", rl, epoch_end(run, k), ts)
             if run.uuid:
                 add("gpu_eta_pod_gpu_allocated", gl, 1.0, ts)
+            if run.uuid and run.run_id == "run-b":  # only DCGM knows run-b's GPU use
+                dcgm = {
+                    "gpu": run.gpu,
+                    "UUID": run.uuid,
+                    "Hostname": "dcgm-exporter-x7k2p",
+                    "namespace": "gpu-operator",
+                    "pod": "dcgm-exporter-x7k2p",
+                    "exported_namespace": "ml",
+                    "exported_pod": run.pod,
+                    "exported_container": "main",
+                }
+                add("DCGM_FI_DEV_GPU_UTIL", dcgm, 80.0, ts)
+            elif run.uuid:
                 add("gpu_eta_pod_gpu_utilization_ratio", gl, run.util, ts)
     _, holders = scenario(now)
     for node, gpu, uuid in [("gpu-node-1", str(i), f"GPU-{i}") for i in range(4)]:
@@ -377,6 +390,8 @@ def test_cycle_reconstructs_runs_from_real_answers(backfill, tmp_path, prometheu
             and run_a.features["gpu_model"] == "NVIDIA A100-SXM4-80GB"
         )
         assert run_a.features["gpu_utilization_ratio"] == pytest.approx(0.9)
+        assert by_id["run-b"].run.features["gpu_utilization_ratio"] == pytest.approx(0.8)
+        assert not by_id["run-b"].forecast.stalled
         assert by_id["one-epoch"].run.epoch_times == ((0.0, pytest.approx(now - 100, abs=0.01)),)
         tqdm_run = by_id["tqdm-run"].run
         assert tqdm_run.epochs_planned == 100 and len(tqdm_run.epoch_times) > 30
