@@ -76,6 +76,7 @@ class EtaModel:
         max_regression_runs: int = 5000,
         max_job_runs: int = 50,
         min_samples: int = 8,
+        min_tune_samples: int = 20,
         drift: float = 0.1,
         prior_scale: float = 8.0,
         shift_prior: float = 20.0,
@@ -89,6 +90,7 @@ class EtaModel:
         self.max_regression_runs = max_regression_runs
         self.max_job_runs = max_job_runs
         self.min_samples = min_samples
+        self.min_tune_samples = min_tune_samples
         self.drift = drift
         self.prior_scale = prior_scale
         self.shift_prior = shift_prior
@@ -176,7 +178,7 @@ class EtaModel:
         the median absolute error of the shift-corrected P50 (what calibration will
         publish). The defaults stay unless another choice is better by
         ``tune_margin`` (10 %): on a few dozen runs a grid of 30 overfits. A bin with
-        fewer than ``min_samples`` samples takes the choice made on all bins pooled;
+        fewer than ``min_tune_samples`` samples takes the choice made on all bins pooled;
         with fewer than that overall, the defaults.
         """
         default = (self.drift, self.prior_scale)
@@ -207,7 +209,7 @@ class EtaModel:
             return default
 
         pooled = default
-        enough = [p for p in POINTS if (points == p).sum() >= self.min_samples]
+        enough = [p for p in POINTS if (points == p).sum() >= self.min_tune_samples]
         if enough:
             pooled = pick(
                 np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0)
@@ -215,7 +217,7 @@ class EtaModel:
         out = {}
         for point in POINTS:
             sel = points == point
-            if sel.sum() >= self.min_samples:
+            if sel.sum() >= self.min_tune_samples:
                 out[point] = pick(np.median(errs[:, sel], axis=1))
             else:
                 out[point] = pooled

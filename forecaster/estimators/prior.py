@@ -124,7 +124,7 @@ class PriorEstimator:
         max_regression_runs: int = 5000,
         max_job_runs: int = 50,
         job_half_life: float = 20.0,
-        within_job_sigma: float = 0.15,
+        within_job_sigma: float = 0.3,
         slope_shrinkage: float = 1.0,
         max_iter: int = 50,
         random_state: int | None = None,

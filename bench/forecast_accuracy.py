@@ -1,0 +1,183 @@
+"""Print gpu-eta's accuracy on recorded real runs against issue 4's targets, and its speed.
+
+Why a bench and not a test: the targets are figures to report (and to watch move),
+measured on real runs timed on a shared machine; a test asserts only what holds with
+honest margins (tests/forecaster/test_evaluate.py).
+
+Usage::
+
+    python bench/forecast_accuracy.py                 # held-out sets, then tune sets
+    python bench/forecast_accuracy.py --speed         # + fit/predict/evaluate timings
+    python bench/forecast_accuracy.py --runs my.csv --scenario shared
+
+Targets (issue 4): dedicated runs — no worse than the best baseline at any point and
+≥ 30 % better at 10 %; shared-machine runs — ≥ 30 % lower median error than the best
+baseline at 10 and 25 %, no worse at 50 and 75 %; P10–P90 coverage 77–85 %; at the
+start better than the history-match median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from forecaster.estimators import BASELINES
+from forecaster.evaluate import Backtest, backtest, format_table
+from forecaster.model import EtaModel
+from forecaster.runs import Run
+from forecaster.runs_csv import read_runs
+
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
+DEFAULT_SETS = (
+    ("dedicated_heldout.csv", "dedicated"),
+    ("shared_heldout.csv", "shared"),
+    ("dedicated_tune.csv", "dedicated"),
+    ("shared_tune.csv", "shared"),
+    ("shared_heavy_tune.csv", "shared"),
+    ("keras_seed002.csv", "dedicated"),
+)
+RATE = tuple(b for b in BASELINES if b != "history_match")
+
+
+def best_baseline(result: Backtest, point: float) -> tuple[str, float]:
+    scores = {
+        k: v for k, v in result.points[point].mape.items() if k != "gpu_eta" and math.isfinite(v)
+    }
+    if not scores:
+        return "-", math.nan
+    name = min(scores, key=scores.__getitem__)
+    return name, scores[name]
+
+
+def check_targets(result: Backtest, scenario: str) -> list[str]:
+    """One line per target: measured figure, target, MET/MISSED (or n/a)."""
+    lines = []
+
+    def line(label: str, ok: bool | None, detail: str) -> None:
+        verdict = "n/a" if ok is None else ("MET" if ok else "MISSED")
+        lines.append(f"  {verdict:7s} {label}: {detail}")
+
+    for point in (0.1, 0.25, 0.5, 0.75):
+        ours = result.points[point].mape.get("gpu_eta", math.nan)
+        name, best = best_baseline(result, point)
+        if not (math.isfinite(ours) and math.isfinite(best)):
+            line(f"{point:.0%}", None, "no predictions")
+            continue
+        gain = 1.0 - ours / best if best > 0 else 0.0
+        if (scenario == "dedicated" and point == 0.1) or (
+            scenario == "shared" and point in (0.1, 0.25)
+        ):
+            need, text = 0.30, "≥ 30 % better"
+        else:
+            need, text = 0.0, "no worse"
+        line(
+            f"{point:.0%} {text} than best baseline",
+            gain >= need - 1e-12,
+            f"gpu-eta {ours:.1%} vs {name} {best:.1%} ({gain:+.0%})",
+        )
+    start = result.points[0.0]
+    ours, hist = start.mape.get("gpu_eta", math.nan), start.mape.get("history_match", math.nan)
+    line(
+        "start better than history match",
+        None if not (math.isfinite(ours) and math.isfinite(hist)) else ours < hist,
+        f"gpu-eta {ours:.1%} vs history match {hist:.1%} (n={start.n})",
+    )
+    hits = [p for p in result.predictions if p.point > 0]
+    if hits:
+        cover = float(np.mean([p.p10 <= p.actual <= p.p90 for p in hits]))
+        line(
+            "P10–P90 coverage in 77–85 %",
+            0.77 <= cover <= 0.85,
+            f"{cover:.1%} of {len(hits)} predictions at 10–75 %",
+        )
+    return lines
+
+
+def synthetic_history(n: int, seed: int = 0, n_jobs: int = 300) -> list[Run]:
+    """Many runs quickly, for timing only (accuracy uses the real recorded runs)."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    t = 1.7e9
+    for i in range(n):
+        job = int(rng.integers(n_jobs))
+        batch = float(rng.choice([32, 64, 128]))
+        epochs = int(rng.choice([5, 10, 20]))
+        per = (5 + job % 17) * (64 / batch) ** 0.5
+        d = per * np.exp(rng.normal(0, 0.1, epochs))
+        times = [(0.0, t)]
+        for e in range(epochs):
+            times.append((float(e + 1), times[-1][1] + float(d[e])))
+        runs.append(
+            Run(
+                f"s{i}",
+                float(epochs),
+                tuple(times),
+                {"job_name": f"job{job}", "batch_size": batch, "gpu_model": "A100"},
+                completed=True,
+            )
+        )
+        t += 60.0
+    return runs
+
+
+def speed() -> None:
+    history = synthetic_history(50_000)
+    EtaModel(random_state=0).fit(history[:200])  # imports and first-call costs
+    began = time.perf_counter()
+    model = EtaModel(random_state=0).fit(history)
+    fit_s = time.perf_counter() - began
+    running = [
+        Run(r.run_id + "-live", r.epochs_planned, r.epoch_times[: 1 + i % 5], r.features)
+        for i, r in enumerate(history[-1000:])
+    ]
+    began = time.perf_counter()
+    for run in running:
+        model.predict(run, run.last_timestamp + 1.0)
+    predict_s = time.perf_counter() - began
+    print(
+        f"fit on {len(history)} runs: {fit_s:.2f} s; predict 1000 running jobs: {predict_s:.3f} s"
+    )
+    runs = synthetic_history(2000, seed=1, n_jobs=50)
+    began = time.perf_counter()
+    result = backtest(runs)
+    print(
+        f"evaluate 2000 runs ({len(result.predictions)} predictions, {result.n_refits} refits): "
+        f"{time.perf_counter() - began:.1f} s"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, action="append", help="a runs CSV (repeatable)")
+    parser.add_argument("--scenario", choices=("dedicated", "shared"), default="dedicated")
+    parser.add_argument("--speed", action="store_true", help="also time fit/predict/evaluate")
+    args = parser.parse_args(argv)
+    sets = (
+        [(p, args.scenario) for p in args.runs]
+        if args.runs
+        else [(FIXTURES / name, scenario) for name, scenario in DEFAULT_SETS]
+    )
+    for path, scenario in sets:
+        if not path.exists():
+            print(f"== {path.name}: not recorded (run bench/record_runs.py)\n")
+            continue
+        began = time.perf_counter()
+        result = backtest(read_runs(path))
+        took = time.perf_counter() - began
+        print(f"== {path.name} ({scenario}; backtest {took:.1f} s)")
+        print(format_table(result))
+        print("\n".join(check_targets(result, scenario)))
+        print()
+    if args.speed:
+        speed()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
