@@ -1,8 +1,11 @@
 """The metric contract (docs/metrics.md) against everything that names a metric.
 
 Fails when a part of the project emits or queries a metric the contract does not
-list, when the contract lists a metric nothing emits, or when an emitted
-``gpu_eta_*`` series carries another label set than its contract row. Emitters run
+list, when the contract lists a metric nothing emits, when an emitted ``gpu_eta_*``
+series carries another label set than its contract row, when a selector matches a
+label the metric does not have, or when an enumerated label (``quantile``,
+``result``, ``state``…) is emitted or selected with a value the contract does not
+list. Emitters run
 for real: the exporter on its built-in simulated node over HTTP (with a progress
 report posted from a pod's address), the exporter's pod watch against the local
 Kubernetes API fake, and the forecaster's collector on a ``ForecastSet``. References
