@@ -99,6 +99,25 @@ def check_targets(result: Backtest, scenario: str) -> list[str]:
     return lines
 
 
+def markdown(result: Backtest, title: str) -> str:
+    """The table as Markdown, for docs/forecasting.md."""
+    names = ("gpu_eta", *BASELINES)
+    out = [
+        f"**{title}** ({result.n_runs} runs, {result.n_completed} completed)",
+        "",
+        "| point | n | " + " | ".join(names) + " | gpu-eta P10–P90 coverage |",
+        "| --- " * (len(names) + 3) + "|",
+    ]
+    for s in result.points.values():
+        cells = ["start" if s.point == 0 else f"{s.point:.0%}", str(s.n)]
+        for name in names:
+            v = s.mape.get(name, math.nan)
+            cells.append("–" if not math.isfinite(v) else f"{v:.1%}")
+        cells.append("–" if not math.isfinite(s.coverage) else f"{s.coverage:.0%}")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def synthetic_history(n: int, seed: int = 0, n_jobs: int = 300) -> list[Run]:
     """Many runs quickly, for timing only (accuracy uses the real recorded runs)."""
     rng = np.random.default_rng(seed)
@@ -157,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, action="append", help="a runs CSV (repeatable)")
     parser.add_argument("--scenario", choices=("dedicated", "shared"), default="dedicated")
     parser.add_argument("--speed", action="store_true", help="also time fit/predict/evaluate")
+    parser.add_argument("--markdown", action="store_true", help="tables as Markdown (for docs)")
     args = parser.parse_args(argv)
     sets = (
         [(p, args.scenario) for p in args.runs]
@@ -170,8 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         began = time.perf_counter()
         result = backtest(read_runs(path))
         took = time.perf_counter() - began
-        print(f"== {path.name} ({scenario}; backtest {took:.1f} s)")
-        print(format_table(result))
+        if args.markdown:
+            print(markdown(result, f"{path.name} ({scenario})"))
+        else:
+            print(f"== {path.name} ({scenario}; backtest {took:.1f} s)")
+            print(format_table(result))
         print("\n".join(check_targets(result, scenario)))
         print()
     if args.speed:

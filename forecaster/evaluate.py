@@ -308,10 +308,12 @@ def main(
             raise
         print(f"evaluate: {exc}", file=err)
         return ExitCode.RUNTIME
-    if args.json:
-        print(json.dumps(result.as_json(), indent=2), file=out)
-    else:
-        print(format_table(result), file=out)
+    text = json.dumps(result.as_json(), indent=2) if args.json else format_table(result)
+    try:
+        print(text, file=out)
+        out.flush()
+    except BrokenPipeError:  # `evaluate ... | head`: the reader left; not an error
+        return ExitCode.OK
     return ExitCode.OK
 
 
