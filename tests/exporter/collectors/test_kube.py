@@ -34,7 +34,7 @@ def uid(n: int) -> str:
     return f"0000{n:04d}-1111-4222-8333-444455556666"
 
 
-def wait_for(check: Callable[[], bool], timeout_seconds: float = 30.0) -> None:
+def wait_for(check: Callable[[], bool], timeout_seconds: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_seconds
     while True:
         try:
@@ -275,7 +275,7 @@ def test_bookmarks_refresh_the_sync_time(api: FakeKubeAPI, source_factory) -> No
 def test_stop_closes_the_watch(api: FakeKubeAPI, source_factory) -> None:
     src = source_factory(api.url)
     # the client's side of the watch is open, not only the server's
-    wait_for(lambda: api.open_watches() == 1 and src.status().connected, 60)
+    wait_for(lambda: api.open_watches() == 1 and src.status().connected)
     thread = src._thread
     # generous: on a loaded 2-core machine the thread may wait long for the CPU; a
     # stop that does not close the watch would still hang past this
@@ -287,7 +287,7 @@ def test_stop_closes_the_watch(api: FakeKubeAPI, source_factory) -> None:
         api.bookmark()  # a server notices a closed stream only when it writes to it
         return api.open_watches() == 0
 
-    wait_for(server_saw_close, 60)
+    wait_for(server_saw_close)
 
 
 def test_watch_outage_shows_in_the_exposition(api: FakeKubeAPI, source_factory) -> None:
@@ -295,7 +295,7 @@ def test_watch_outage_shows_in_the_exposition(api: FakeKubeAPI, source_factory) 
     only ``kube_watch_connected`` (0) and the held last-sync time show the outage."""
     api.add_pod(make_pod("train-a", uid=uid(1)))
     src = source_factory(api.url)
-    wait_for(lambda: src.status().connected and names(src) == ["train-a"], 60)
+    wait_for(lambda: src.status().connected and names(src) == ["train-a"])
     holder = SnapshotHolder(Snapshot(node=NODE, timestamp=0))
     sched = Scheduler(NODE, Sources(pods=src), holder, timeout_seconds=30)
     collector = SnapshotCollector(holder)
@@ -318,7 +318,7 @@ def test_watch_outage_shows_in_the_exposition(api: FakeKubeAPI, source_factory) 
         assert abs(synced - time.time()) < 120
 
         api.stop()
-        wait_for(lambda: not src.status().connected, 60)
+        wait_for(lambda: not src.status().connected)
         during = scrape()
         assert during["gpu_eta_exporter_kube_watch_connected"] == 0
         assert during["gpu_eta_exporter_kube_last_sync_timestamp_seconds"] == synced
@@ -326,7 +326,7 @@ def test_watch_outage_shows_in_the_exposition(api: FakeKubeAPI, source_factory) 
         assert [p.name for p in holder.get().pods] == ["train-a"]
 
         api.start()
-        wait_for(lambda: src.status().connected, 60)
+        wait_for(lambda: src.status().connected)
         after = scrape()
         assert after["gpu_eta_exporter_kube_watch_connected"] == 1
         assert after["gpu_eta_exporter_kube_last_sync_timestamp_seconds"] > synced
