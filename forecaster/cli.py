@@ -220,6 +220,14 @@ def _common_flags() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how far back the first cycle reads epoch ends; later cycles read since the previous one",
     )
+    h.add_argument(
+        "--history.vanish-grace",
+        dest="vanish_grace_seconds",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="a run whose series vanished is finished (completed or not) after this long away",
+    )
     c = p.add_argument_group("model and stall detection")
     c.add_argument(
         "--model.refit-interval",
@@ -294,6 +302,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         idle_ratio=args.idle_ratio,
         idle_window_seconds=args.idle_window_seconds,
         refit_seconds=args.refit_seconds,
+        vanish_grace_seconds=args.vanish_grace_seconds,
     )
     if not settings.min_step_seconds > 0:
         raise ConfigError("--query.step must be > 0")

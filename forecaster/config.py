@@ -66,6 +66,10 @@ class Config:
             raise ConfigError(f"--prometheus.retries must be >= 0, got {self.retries}")
         if not 0 <= self.cycle.idle_ratio <= 1:
             raise ConfigError(f"--stall.idle-ratio must be in 0..1, got {self.cycle.idle_ratio}")
+        if self.cycle.vanish_grace_seconds < 0:
+            raise ConfigError(
+                f"--history.vanish-grace must be >= 0, got {self.cycle.vanish_grace_seconds}"
+            )
         if self.cycle.refit_seconds < 0:
             raise ConfigError(
                 f"--model.refit-interval must be >= 0, got {self.cycle.refit_seconds}"

@@ -66,6 +66,7 @@ class CycleSettings:
     idle_window_seconds: float = 300.0
     refit_seconds: float = 300.0
     background_refit: bool = True
+    vanish_grace_seconds: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +144,12 @@ class Cycle:
         errors: Counter[str] = Counter(view.rejected.values())
 
         self.store.record(view.updates)
-        stored_running = {r.run.run_id for r in self.store.running()}
-        newly_finished = self.store.finish(
-            sorted(view.finished | (stored_running - view.present)), now
-        )
+        to_finish = set(view.done)
+        for stored in self.store.running():
+            rid = stored.run.run_id
+            if rid not in view.present and now - stored.last_seen >= s.vanish_grace_seconds:
+                to_finish.add(rid)  # vanished: an exporter restart gets the grace period
+        newly_finished = self.store.finish(sorted(to_finish), now)
         self._last_query_time = now
 
         history = self.store.finished()

@@ -8,10 +8,11 @@ Decisions (documented in docs/forecaster.md):
 
 * A run is keyed by its ``run_id`` label (the exporter gives a notebook that trains
   again a new one).
-* A run is *finished* when it reached ``epochs_planned`` or when its series are no
-  longer present (Prometheus' lookback). Whether it *completed* is decided by its
-  last epoch: one that vanished before its last epoch is ``completed=False``, never
-  a short job.
+* A run is *done* when it reached ``epochs_planned``; a run whose series are no
+  longer present (Prometheus' lookback) is absent from ``present``, and the cycle
+  finishes it once it has been away longer than a grace period. Whether it
+  *completed* is decided by its last epoch: one that vanished before its last epoch
+  is ``completed=False``, never a short job.
 * Epoch ends come from the range pairs ``(epoch, epoch_end_timestamp)`` sampled at
   the same instants plus the latest pair; the store accumulates them across cycles.
 * A run with ``steps_planned`` but no ``epochs_planned`` (a tqdm bar in the logs, a
@@ -75,7 +76,7 @@ class CycleView:
 
     updates: list[RunUpdate] = field(default_factory=list)
     present: set[str] = field(default_factory=set)
-    finished: set[str] = field(default_factory=set)
+    done: set[str] = field(default_factory=set)  # reached their planned epochs/steps
     last_progress: dict[str, float] = field(default_factory=dict)
     util_recent: dict[PodKey, float] = field(default_factory=dict)
     allocations: list[Allocation] = field(default_factory=list)
@@ -200,7 +201,7 @@ def assemble(
                 util_mean=util,
                 memory_mean=_ratio(memory.get(key), upper=4.0),
                 weight_seconds=window_seconds if running_now else 0.0,
-                seen_timestamp=now,
+                seen_timestamp=now if running_now else 0.0,
             )
         )
         # Progress time for stall detection: the latest epoch end or report of any
@@ -212,8 +213,8 @@ def assemble(
         view.last_progress[run_id] = progress_ts
         if running_now and not done:
             view.present.add(run_id)
-        else:
-            view.finished.add(run_id)
+        elif done:
+            view.done.add(run_id)
     return view
 
 

@@ -288,7 +288,7 @@ def test_background_refit_never_blocks_a_cycle(store: HistoryStore) -> None:
 
     t = [NOW]
     client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
-    settings = CycleSettings(refit_seconds=0, background_refit=True)
+    settings = CycleSettings(refit_seconds=0, background_refit=True, vanish_grace_seconds=0)
     cycle = Cycle(client, store, settings, model_factory=Slow, clock=lambda: t[0])
     cycle.run()
     first = cycle.model
@@ -300,3 +300,26 @@ def test_background_refit_never_blocks_a_cycle(store: HistoryStore) -> None:
     cycle.wait_for_refit(30)
     cycle.run()
     assert cycle.model is not first and fitted == [0, 1]
+
+
+def test_vanished_run_is_finished_only_after_the_grace_period(store: HistoryStore) -> None:
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=600)
+    cycle.run()
+    client.answers = {}  # the exporter restarts: series gone for a while
+    t[0] += 300
+    fs = cycle.run()
+    assert fs.jobs == () and fs.n_finished == 0 and store.count_finished() == 0
+    client.answers = job("a", 10, [(1, NOW - 10), (2, NOW + 250)], NOW - 100)  # back
+    t[0] += 60
+    fs = cycle.run()
+    assert [j.run.run_id for j in fs.jobs] == ["a"]
+    assert fs.jobs[0].run.epoch_times[-1] == (2.0, NOW + 250)
+    client.answers = {}  # gone for good
+    t[0] += 599
+    assert cycle.run().n_finished == 0
+    t[0] += 2
+    assert cycle.run().n_finished == 1
+    (done,) = store.finished()
+    assert done.completed is False and done.epochs_done == 2

@@ -54,10 +54,11 @@ def test_running_finished_and_vanished_runs() -> None:
     )
     view = assemble(instant, {}, NOW, 600)
     assert view.present == {"running"}
-    assert view.finished == {"done", "gone"}
+    assert view.done == {"done"}  # "gone" is absent from present: the cycle decides
     ups = {u.run_id: u for u in view.updates}
     assert ups["running"].epoch_ends == ((3.0, NOW - 20),)
     assert ups["running"].weight_seconds == 600 and ups["gone"].weight_seconds == 0
+    assert ups["running"].seen_timestamp == NOW and ups["gone"].seen_timestamp == 0
 
 
 def test_range_pairs_recover_every_epoch_end() -> None:
@@ -92,7 +93,7 @@ def test_nan_and_garbage_values_are_rejected_not_crashing() -> None:
     assert ups["nan_epoch"].epoch_ends == ()  # no usable epoch end, still a running run
     assert "nan_epoch" in view.present
     assert ups["beyond"].epoch_ends == ()  # epoch beyond planned ignored
-    assert "beyond" in view.finished  # but it is not running any more
+    assert "beyond" in view.done  # but it is not running any more
 
 
 def test_features_from_our_series() -> None:
@@ -165,7 +166,7 @@ def test_steps_only_run_is_followed_in_percent_of_steps() -> None:
     assert up.epoch_ends == ((20.0, NOW - 60), (22.0, NOW - 30), (24.0, NOW - 15), (25.0, NOW - 5))
     assert view.present == {"tqdm"}
     instant["step"] = [s(2000, **lab)]
-    assert assemble(instant, {}, NOW, 60).finished == {"tqdm"}
+    assert assemble(instant, {}, NOW, 60).done == {"tqdm"}
     instant["steps_planned"] = [s(float("nan"), **lab)]
     assert assemble(instant, {}, NOW, 60).rejected == {"tqdm": "invalid_steps_planned"}
 
@@ -190,7 +191,7 @@ def test_job_name_fallbacks() -> None:
 
 def test_empty_answers_give_an_empty_view() -> None:
     view = assemble({}, {}, NOW, 60)
-    assert view.updates == [] and view.present == set() and view.finished == set()
+    assert view.updates == [] and view.present == set() and view.done == set()
 
 
 def test_exported_labels_from_a_scrape_that_does_not_honour_labels() -> None:
