@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh
-python3 -m ruff check .
-python3 -m pytest "$@"
+"${PYTHON:-python3}" -m ruff check .
+"${PYTHON:-python3}" -m pytest "$@"
