@@ -126,7 +126,9 @@ class Cycle:
         self._refit_thread: threading.Thread | None = None
         self._refit_done = False
         self._pending: tuple[Model, int] | None = None
-        self._last_query_time: float | None = None
+        # Persisted: after a restart (or in `once` mode) the next cycle reads only
+        # since the previous one instead of the whole lookback.
+        self._last_query_time: float | None = _float_or_none(store.get_meta(LAST_QUERY_KEY))
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors."""
@@ -151,6 +153,7 @@ class Cycle:
                 to_finish.add(rid)  # vanished: an exporter restart gets the grace period
         newly_finished = self.store.finish(sorted(to_finish), now)
         self._last_query_time = now
+        self.store.set_meta(LAST_QUERY_KEY, repr(now))
 
         history = self.store.finished()
         model = self._fitted(history, now)
@@ -265,6 +268,17 @@ class Cycle:
     def _install(self, model: Model, version: int) -> None:
         self.model = model
         self._model_version = version
+
+
+LAST_QUERY_KEY = "last_query_timestamp"
+
+
+def _float_or_none(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:

@@ -54,6 +54,10 @@ CREATE TABLE runs (
     epoch_times BLOB
 );
 CREATE INDEX runs_state ON runs(state);
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE TABLE epoch_ends (
     run_id TEXT NOT NULL,
     epoch REAL NOT NULL,
@@ -283,6 +287,21 @@ class HistoryStore:
                 self._finished_changed(added)
         return len(added)
 
+    def set_meta(self, key: str, value: str) -> None:
+        """Store a small service value (e.g. the last query time), atomically."""
+        with self._lock, self._tx():
+            self._conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def get_meta(self, key: str) -> str | None:
+        """A value stored with ``set_meta``, or None."""
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
     # -- reads ----------------------------------------------------------------
 
     def running(self) -> list[StoredRun]:
@@ -449,7 +468,7 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
             f"history file {path} has schema version {version}, newer than this "
             f"forecaster's {SCHEMA_VERSION}; upgrade gpu-eta"
         )
-    if version < 1 or "runs" not in tables or "epoch_ends" not in tables:
+    if version < 1 or not {"runs", "epoch_ends", "meta"} <= set(tables):
         raise HistoryError(f"history file {path} is damaged (schema {version}, tables {tables})")
     conn.execute("PRAGMA quick_check").fetchone()
 

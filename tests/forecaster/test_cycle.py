@@ -323,3 +323,12 @@ def test_vanished_run_is_finished_only_after_the_grace_period(store: HistoryStor
     assert cycle.run().n_finished == 1
     (done,) = store.finished()
     assert done.completed is False and done.epochs_done == 2
+
+
+def test_a_restarted_cycle_reads_only_since_the_previous_one(store: HistoryStore) -> None:
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    make_cycle(client, store).run()
+    assert "[21600s]" in client.seen[1]  # first ever: the whole lookback
+    client.seen.clear()
+    make_cycle(client, store, clock=lambda: NOW + 60).run()  # a new process, same file
+    assert "[180s]" in client.seen[1]  # 60 s since the last query + 120 s overlap

@@ -156,3 +156,15 @@ def test_damaged_epoch_list_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match="damaged epoch list"):
         store.finished()
     store.close()
+
+
+def test_meta_values_persist(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    assert store.get_meta("k") is None
+    store.set_meta("k", "1")
+    store.set_meta("k", "2")
+    store.close()
+    store = HistoryStore.open(db)
+    assert store.get_meta("k") == "2"
+    store.close()
