@@ -77,7 +77,8 @@ def fit_bin(
     """``(shift, z_lo, z_hi)`` for one bin (n ≥ 1).
 
     ``shift`` is the median log error, shrunk toward 0 by ``n / (n + shift_prior)``
-    (a median of a few heavy-tailed residuals is itself noisy); the bounds are the
+    (a median of a few heavy-tailed residuals is itself noisy), and 0 unless it
+    exceeds two of its standard errors (1.2533·1.4826·MAD/√n); the bounds are the
     conformal quantiles of the residuals after that shift, in units of each
     prediction's own sigma, so confident predictions get narrow intervals.
     """
@@ -85,7 +86,10 @@ def fit_bin(
     errors = sorted(r.actual - r.center for r in residuals)
     mid = n // 2
     median = errors[mid] if n % 2 else 0.5 * (errors[mid - 1] + errors[mid])
-    shift = median * n / (n + shift_prior)
+    # shift only for a bias clearly beyond the median's own noise (≈ 2 standard errors)
+    mad = sorted(abs(e - median) for e in errors)[mid]
+    se = 1.2533 * 1.4826 * mad / math.sqrt(n)
+    shift = median * n / (n + shift_prior) if abs(median) > 2.0 * se else 0.0
     z = sorted((r.actual - r.center - shift) / r.sigma for r in residuals)
     z_lo, _z_mid, z_hi = conformal_z(z, coverage)
     return shift, min(z_lo, 0.0), max(z_hi, 0.0)
@@ -110,7 +114,11 @@ class Calibrator:
         w = self.fallback_widen * Z90
         return 0.0, -w, w
 
-    def fit(self, residuals: Iterable[Residual]) -> Calibrator:
+    def fit(
+        self, residuals: Iterable[Residual], levels: Mapping[float, float] | None = None
+    ) -> Calibrator:
+        """Fit each bin; ``levels`` may raise a bin's nominal coverage (see EtaModel)."""
+        levels = levels or {}
         by_point: dict[float, list[Residual]] = {p: [] for p in POINTS}
         pooled: list[Residual] = []
         for r in residuals:
@@ -127,7 +135,7 @@ class Calibrator:
         for p, items in by_point.items():
             self.n_[p] = len(items)
             self.bins_[p] = (
-                fit_bin(items, self.coverage, self.shift_prior)
+                fit_bin(items, levels.get(p, self.coverage), self.shift_prior)
                 if len(items) >= self.min_samples
                 else default
             )
@@ -146,10 +154,12 @@ def measure_quality(
     min_samples: int = 8,
     min_scored: int = 5,
     shift_prior: float = 20.0,
+    levels: Mapping[float, float] | None = None,
 ) -> Mapping[float, tuple[float, float]]:
     """Leave-later-out (median absolute % error of P50, P10–P90 coverage) per bin.
 
-    Each residual is scored by a calibration fitted only on the bin's earlier ones.
+    Each residual is scored by a calibration fitted only on the bin's earlier ones
+    (refitted on about 30 growing prefixes per bin, so cost stays linear).
     NaN where a bin has fewer than ``min_samples + min_scored`` residuals.
     """
     by_point: dict[float, list[Residual]] = {p: [] for p in POINTS}
@@ -161,8 +171,11 @@ def measure_quality(
         items.sort(key=lambda r: r.timestamp)
         errors: list[float] = []
         hits: list[bool] = []
+        level = (levels or {}).get(p, coverage)
+        step = max(1, len(items) // 30)  # refit on ~30 prefixes: O(n) fits, not O(n²)
         for i in range(min_samples, len(items)):
-            shift, z_lo, z_hi = fit_bin(items[:i], coverage, shift_prior)
+            if i == min_samples or (i - min_samples) % step == 0:
+                shift, z_lo, z_hi = fit_bin(items[:i], level, shift_prior)
             r = items[i]
             z = (r.actual - r.center - shift) / r.sigma
             hits.append(z_lo <= z <= z_hi)

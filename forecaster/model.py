@@ -13,7 +13,9 @@ should not know there is a prior, a rate and a calibrator inside.
    from runs that ended before that moment (temporal), and collects normalised
    residuals of the raw estimate against the truth;
 3. fits split-conformal z quantiles per bin on them (``calibration.py``) and
-   measures leave-later-out quality, ``quality_``.
+   measures leave-later-out quality, ``quality_``; a bin whose measured coverage
+   falls short of the target gets its nominal level raised by the shortfall
+   (once, capped at 0.95), and ``quality_`` is re-measured with it.
 
 ``predict`` is then pure arithmetic per run (≈ 0.1 ms): raw estimate → calibrated
 quantiles → shifted to ``now`` (time since the last epoch end counts, never into
@@ -111,15 +113,32 @@ class EtaModel:
         self.weights_ = self._tune(samples)
         residuals = self._residuals(samples, self.weights_)
         self.blend_ = blend
-        self.calibrator_ = Calibrator(
-            coverage=self.coverage, min_samples=self.min_samples, shift_prior=self.shift_prior
-        ).fit(residuals)
-        self.quality_: Mapping[float, tuple[float, float]] = measure_quality(
+        quality = measure_quality(
             residuals,
             coverage=self.coverage,
             min_samples=self.min_samples,
             shift_prior=self.shift_prior,
         )
+        # measured under-coverage (drift makes the past a little too optimistic):
+        # raise that bin's nominal level by the shortfall, once, and publish the
+        # quality of what is actually used
+        self.levels_ = {
+            p: min(0.95, self.coverage + (self.coverage - cov))
+            for p, (_err, cov) in quality.items()
+            if math.isfinite(cov) and cov < self.coverage
+        }
+        if self.levels_:
+            quality = measure_quality(
+                residuals,
+                coverage=self.coverage,
+                min_samples=self.min_samples,
+                shift_prior=self.shift_prior,
+                levels=self.levels_,
+            )
+        self.calibrator_ = Calibrator(
+            coverage=self.coverage, min_samples=self.min_samples, shift_prior=self.shift_prior
+        ).fit(residuals, self.levels_)
+        self.quality_: Mapping[float, tuple[float, float]] = quality
         self.n_residuals_ = len(residuals)
         self.n_samples_by_point_ = {p: sum(1 for r in residuals if r.point == p) for p in POINTS}
         self.n_history_ = len(history)

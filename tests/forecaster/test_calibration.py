@@ -90,3 +90,15 @@ def test_measured_quality_is_out_of_sample() -> None:
     assert 0.72 <= coverage <= 0.88
     assert 0 < mape < 1
     assert all(math.isnan(quality[p][0]) for p in POINTS if p != 0.5)
+
+
+def test_a_raised_level_widens_only_that_bin() -> None:
+    data = residuals(200, scale=1.0, shift=0.0, seed=9) + residuals(
+        200, scale=1.0, shift=0.0, seed=10, point=0.25
+    )
+    plain = Calibrator().fit(data)
+    raised = Calibrator().fit(data, levels={0.5: 0.95})
+    lo, _mid, hi = raised.quantiles(0.5, 0.0, 1.0)
+    lo0, _mid0, hi0 = plain.quantiles(0.5, 0.0, 1.0)
+    assert lo < lo0 and hi > hi0
+    assert raised.bins_[0.25] == plain.bins_[0.25]
