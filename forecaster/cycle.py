@@ -9,6 +9,7 @@ skipped and counted under ``gpu_eta_forecaster_job_errors_total{reason}``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import statistics
@@ -171,6 +172,8 @@ class Cycle:
             if fc is None:
                 errors["invalid_forecast"] += 1
                 continue
+            if stalled and not fc.stalled:  # the metric follows our detection
+                fc = dataclasses.replace(fc, stalled=True)
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(run, stored.node, fc, ends))
         return ForecastSet(

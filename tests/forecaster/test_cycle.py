@@ -219,6 +219,7 @@ def test_stalled_needs_no_progress_and_an_idle_gpu(store: HistoryStore) -> None:
     fs = cycle.run()
     stalled = {j.run.run_id: j.forecast.stalled for j in fs.jobs}
     assert stalled == {"idle": True, "busy": False, "unknown": False, "fresh": False}
+    assert ("idle", True) in cycle.model.calls  # the model was asked to hold the ETA
 
 
 def test_prometheus_failure_raises_and_changes_nothing(store: HistoryStore) -> None:
