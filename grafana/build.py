@@ -726,6 +726,39 @@ def exporter_health() -> dict:
             )
         ),
         ts(
+            "Kubernetes API pod watch",
+            "Seconds since each exporter's pod cache last heard from the Kubernetes API "
+            "(list, event, bookmark, clean watch end; left axis) and whether its watch is "
+            "open (1/0, right axis). The cache is served through an API outage, so "
+            "collector_success of kube stays 1: this panel is where the outage shows. A "
+            "short drop of connected to 0 is a routine reconnect; a growing age is not: "
+            "GpuEtaExporterKubeSyncStale fires at 10 minutes. Empty with --simulate "
+            "(no watch).",
+            "s",
+            q(
+                f"time() - gpu_eta_exporter_kube_last_sync_timestamp_seconds{{{NODE}}}",
+                "{{node}} since last sync",
+                "A",
+            ),
+            q(
+                f"gpu_eta_exporter_kube_watch_connected{{{NODE}}}",
+                "{{node}} connected",
+                "B",
+            ),
+        )
+        .span(24)
+        .override_by_query(
+            "B",
+            [
+                DynamicConfigValue(id_val="unit", value="none"),
+                DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+                DynamicConfigValue(id_val="min", value=0),
+                DynamicConfigValue(id_val="max", value=1),
+                DynamicConfigValue(id_val="custom.drawStyle", value="line"),
+                DynamicConfigValue(id_val="custom.lineInterpolation", value="stepAfter"),
+            ],
+        ),
+        ts(
             "Collector errors by source",
             "Failed collector runs per second. A collector that fails keeps its last good "
             "data out of the snapshot; GpuEtaExporterCollectorFailing fires after 10 minutes.",

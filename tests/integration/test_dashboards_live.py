@@ -10,8 +10,9 @@ Two stacks:
   target must return data, DCGM ones included: this is what proves the DCGM join.
 * ``demo_stack`` (tests/integration/conftest.py, the one-command demo: real
   exporter, forecaster and Prometheus on a simulated cluster). Every target must
-  return data except the DCGM targets listed in ``DCGM_TARGETS`` (the demo runs no
-  DCGM exporter). Skipped only while that fixture does not exist.
+  return data except the targets listed in ``DEMO_EMPTY_TARGETS``, each with its
+  reason (the demo runs no DCGM exporter, and its simulated nodes have no Kubernetes
+  pod watch). Skipped only while that fixture does not exist.
 
 The alert rules' expressions are evaluated on both stacks too (no matching errors;
 on the contract series exactly the expected alert condition holds).
@@ -55,6 +56,20 @@ DCGM_TARGETS = {
     ("training-job.json", "GPU memory", "C"),
 }
 
+# The pod-watch targets: the simulator (--simulate) has no Kubernetes watch, so the
+# demo's exporters do not export gpu_eta_exporter_kube_* (docs/exporter.md). The
+# contract series below include them, so there they must return data.
+KUBE_WATCH_TARGETS = {
+    ("exporter-health.json", "Kubernetes API pod watch", "A"),
+    ("exporter-health.json", "Kubernetes API pod watch", "B"),
+}
+
+# Targets allowed to be empty on the demo stack, and why.
+DEMO_EMPTY_TARGETS = {
+    **dict.fromkeys(DCGM_TARGETS, "the demo runs no NVIDIA DCGM exporter"),
+    **dict.fromkeys(KUBE_WATCH_TARGETS, "simulated nodes have no Kubernetes pod watch"),
+}
+
 
 # --------------------------------------------------------------- dashboards
 
@@ -80,6 +95,17 @@ def test_dcgm_exemptions_match_the_dashboards() -> None:
         if "DCGM_" in target["expr"]
     }
     assert found == DCGM_TARGETS
+
+
+def test_kube_watch_exemptions_match_the_dashboards() -> None:
+    """Only the pod-watch targets are exempt for lack of a watch, and all of them are."""
+    found = {
+        (path.name, panel["title"], target["refId"])
+        for path in FILES
+        for panel, target in _targets(json.loads(path.read_text()))
+        if "gpu_eta_exporter_kube_" in target["expr"]
+    }
+    assert found == KUBE_WATCH_TARGETS
 
 
 def interpolate(expr: str, values: dict[str, str]) -> str:
@@ -238,6 +264,19 @@ def contract_openmetrics(end: int) -> str:
                 put("gpu_eta_exporter_collector_duration_seconds", labels, t, 0.0078125)
                 put("gpu_eta_exporter_collector_last_success_timestamp_seconds", labels, t, t - 5)
                 put("gpu_eta_exporter_collector_errors_total", labels, t, elapsed // 1800)
+            # the pod watch: reopened every 5 min (a 30 s gap), last sync within 5 min
+            put(
+                "gpu_eta_exporter_kube_watch_connected",
+                {**exporter, "node": node},
+                t,
+                0 if elapsed % 300 == 0 else 1,
+            )
+            put(
+                "gpu_eta_exporter_kube_last_sync_timestamp_seconds",
+                {**exporter, "node": node},
+                t,
+                start + elapsed // 300 * 300,
+            )
             for result in ("accepted", "forbidden"):
                 put(
                     "gpu_eta_exporter_progress_reports_total",
@@ -462,7 +501,9 @@ def test_every_panel_returns_data_on_the_demo(request: pytest.FixtureRequest) ->
     # duration over the last 15 minutes yet): poll, as a user would wait a minute.
     deadline = time.monotonic() + DEMO_WARMUP_SECONDS
     while True:
-        failures = dashboard_failures(Stack(demo.prometheus_url, time.time()), DCGM_TARGETS)
+        failures = dashboard_failures(
+            Stack(demo.prometheus_url, time.time()), set(DEMO_EMPTY_TARGETS)
+        )
         if not failures or time.monotonic() > deadline:
             break
         time.sleep(5)
@@ -524,6 +565,7 @@ def test_alert_rules_on_contract_series(contract_prometheus: Stack) -> None:
         "GpuEtaExporterCollectorFailing",
         "GpuEtaExporterSnapshotStale",
         "GpuEtaGpuReadFailing",
+        "GpuEtaExporterKubeSyncStale",
     ):
         assert results[name] == [], (name, results[name])
     free = {r["metric"]["node"]: r["value"][1] for r in results["node:gpu_eta_gpus_free:count"]}
