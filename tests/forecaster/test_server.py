@@ -79,3 +79,72 @@ def test_http_endpoints() -> None:
         assert requests.get(base + "/nope", timeout=10).status_code == 404
     finally:
         srv.stop()
+
+
+def test_real_cycle_goes_stale_on_a_slow_or_garbage_api_and_recovers(tmp_path) -> None:
+    """A Prometheus-API server that answers, then sleeps, then sends junk, then answers."""
+    import json
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from forecaster.cycle import Cycle, CycleSettings
+    from forecaster.history import HistoryStore
+    from forecaster.promapi import PromClient
+
+    mode = {"now": "ok"}
+    release = threading.Event()
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if mode["now"] == "slow":
+                release.wait(10)
+            if mode["now"] == "garbage":
+                body = b"\x00\xffnot json at all" * 1000
+            else:
+                rtype = "matrix" if "query_range" in self.path else "vector"
+                body = json.dumps(
+                    {"status": "success", "data": {"resultType": rtype, "result": []}}
+                ).encode()
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+    class EmptyModel:
+        def fit(self, history):
+            self.quality_: dict = {}
+            self.n_history_ = len(history)
+            return self
+
+        def predict(self, run, now, stalled=False):
+            raise AssertionError("no runs expected")
+
+    client = PromClient(f"http://127.0.0.1:{srv.server_address[1]}", timeout_seconds=0.3, retries=0)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    state = ServiceState(query_stats=client.stats)
+    svc = Service(Cycle(client, store, CycleSettings(), model_factory=EmptyModel), state, 60)
+    try:
+        assert svc.run_once() and state.stale is False
+        mode["now"] = "slow"
+        assert not svc.run_once() and state.stale is True
+        assert "timed out" in state.last_error
+        mode["now"] = "garbage"
+        assert not svc.run_once() and "not JSON" in state.last_error
+        mode["now"] = "ok"
+        assert svc.run_once() and state.stale is False
+        assert client.stats.error == 2
+    finally:
+        release.set()
+        store.close()
+        client.close()
+        srv.shutdown()
+        srv.server_close()
