@@ -44,6 +44,7 @@ from forecaster.forecast import Forecast
 from forecaster.runs import Run
 
 MIN_SCALE = 0.03
+MAX_INTERVALS = 2000
 DEFAULT_SCALE = 0.15
 
 
@@ -77,8 +78,10 @@ def own_rate(
         logs, weights = logs[1:], weights[1:]
     elif n == 2:
         weights[0] *= 0.25
+    half_life = max(min_half_life, half_life_ratio * len(logs))
+    if len(logs) > MAX_INTERVALS:  # step-level runs: the oldest weigh < 1/16 anyway
+        logs, weights = logs[-MAX_INTERVALS:], weights[-MAX_INTERVALS:]
     k = len(logs)
-    half_life = max(min_half_life, half_life_ratio * k)
     age = np.arange(k - 1, -1, -1, dtype=float)
     weights = weights * np.power(0.5, age / half_life)
     center = weighted_median(logs, weights)

@@ -90,3 +90,10 @@ def test_finished_run_has_nothing_left() -> None:
 def test_predict_before_fit() -> None:
     with pytest.raises(NotFittedError):
         RateEstimator().predict(make_run("x", [1.0], planned=3), 0.0)
+
+
+def test_very_long_runs_follow_the_recent_rate() -> None:
+    # step-level runs: only the last MAX_INTERVALS intervals are weighed
+    run = make_run("x", [1.0] * 50_000 + [2.0] * 3000, planned=60_000)
+    f = RateEstimator().fit([]).predict(run, run.last_timestamp)
+    assert f.p50 == pytest.approx(2.0 * 7000, rel=0.1)
