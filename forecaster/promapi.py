@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -188,7 +189,7 @@ class PromClient:
         except requests.exceptions.SSLError as err:
             raise PromAPIError(f"{self.safe_url}: TLS error: {_first_line(err)}") from None
         except requests.ConnectionError as err:
-            raise _Retryable(f"cannot connect: {_first_line(err)}") from None
+            raise _Retryable(f"cannot connect ({_socket_reason(err)})") from None
         except requests.RequestException as err:
             raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
         with resp:
@@ -305,6 +306,18 @@ def _fmt_time(ts: float) -> str:
 
 def _short(query: str) -> str:
     return repr(query if len(query) <= 80 else query[:77] + "...")
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
+
+
+def _socket_reason(err: BaseException) -> str:
+    """``Connection refused`` out of urllib3's nested wrapper messages."""
+    text = str(err)
+    found = _ERRNO.search(text)
+    if found:
+        return found.group(1).strip()
+    return "connection failed" if "Max retries exceeded" in text else _first_line(err)
 
 
 def _first_line(err: BaseException) -> str:

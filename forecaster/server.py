@@ -53,7 +53,12 @@ class Service:
             )
             self.state.failure(message, time.monotonic() - started)
             if not self._failing:
-                log.error("cycle failed, serving the last forecasts as stale: %s", message)
+                what = (
+                    "serving the last forecasts as stale"
+                    if self.state.stale
+                    else "no forecasts yet"
+                )
+                log.error("cycle failed (%s): %s", what, message)
                 if not isinstance(err, ForecasterError):
                     log.debug("cycle failure", exc_info=True)
             self._failing = True
