@@ -279,6 +279,10 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
     assert set(free) == {"GPU-0", "GPU-2", "GPU-3"}  # GPU-1 is shared with an idle notebook
     assert free["GPU-0"] == pytest.approx(p50["run-a"], abs=120)
     assert values(prom, "gpu_eta_model_history_jobs") == {"": 130.0}
+    coverage = prom.query("gpu_eta_model_interval_coverage_ratio")
+    assert coverage, "measured coverage is published"
+    assert all(0 <= float(r["value"][1]) <= 1 for r in coverage)
+    assert {r["metric"]["progress"] for r in coverage} <= {"0", "0.1", "0.25", "0.5", "0.75"}
     errors = prom.query('gpu_eta_forecaster_job_errors_total{reason="invalid_epochs_planned"}')
     assert errors and float(errors[0]["value"][1]) >= 1
     assert float(prom.query("gpu_eta_forecaster_stale")[0]["value"][1]) == 0
