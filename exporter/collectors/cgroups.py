@@ -12,6 +12,17 @@ cri-containerd-<id>.scope``) and the runtime (``cri-containerd-``, ``crio-``,
 
 The exporter must run with ``hostPID: true`` (or a host ``/proc`` mounted at
 ``--path.procfs``) so that NVML's pids and ``/proc`` agree.
+
+Cgroup namespaces: under cgroup v2 the runtime gives each container a private
+cgroup namespace, and the kernel shows another process' cgroup *relative to the
+reader's own*: from the exporter's container, a GPU pod's process reads
+``0::/../../kubepods-besteffort.slice/kubepods-besteffort-pod<uid>.slice/
+cri-containerd-<id>.scope`` and a sibling container of the exporter's own pod
+``0::/../<id>`` (cgroupfs driver). The parser never needs the absolute path: it
+reads the container id from the last components and the pod uid from any component
+before it, so the leading ``..`` components are simply skipped. The one rule that
+needed them is the bare-id case: a 64-hex directory after ``..`` is a sibling of the
+exporter's own container (which is in a pod), so it is a container too.
 """
 
 from __future__ import annotations
@@ -88,10 +99,14 @@ def _parse_path(path: str) -> ContainerRef | None:
             pod_uid = _normalise_uid(match.group(1))
     if pod_uid is None and "kubepods" not in path and not runtime:
         # A bare 64-hex directory outside kubepods: plain Docker (/docker/<id>) is
-        # still a container; anything else is not ours to guess.
-        if not (id_pos > 0 and parts[id_pos - 1] in ("docker", "system.slice")):
+        # still a container, and so is one right after ``..`` (a path relative to
+        # the exporter's own container in a private cgroup namespace: a sibling
+        # container of its pod, runtime unknown); anything else is not ours to guess.
+        parent = parts[id_pos - 1] if id_pos > 0 else ""
+        if parent in ("docker", "system.slice"):
+            runtime = "docker"
+        elif parent != "..":
             return None
-        runtime = "docker"
     return ContainerRef(container_id=container_id, pod_uid=pod_uid, runtime=runtime)
 
 

@@ -142,6 +142,10 @@ class CgroupHostMemory:
                     len(fields) == 3
                     and ref.container_id in fields[2]
                     and (fields[0] == "0" or "memory" in fields[1].split(","))
+                    # a path with ``..`` is relative to the reader's private cgroup
+                    # namespace, not to ``cgroupfs``: joined to it, it would point
+                    # outside the tree (or at the wrong cgroup), so it is not used
+                    and ".." not in fields[2].split("/")
                 ):
                     found[ref.container_id] = fields[2].lstrip("/")
                     if fields[0] != "0":

@@ -123,3 +123,24 @@ def cgroup_files(draw):
 def test_generated_valid_paths_round_trip(case) -> None:
     text, want = case
     assert parse_cgroup(text) == want
+
+
+@given(cgroup_files(), st.integers(min_value=1, max_value=4), st.data())
+@settings(max_examples=300, deadline=None)
+def test_paths_relative_to_a_cgroup_namespace_parse_the_same(case, ups: int, data) -> None:
+    """In a private cgroup namespace (v2, the exporter in a container with hostPID) the
+    kernel shows other processes' cgroups relative to the reader's: ``/../../<rest>``.
+    Any such view that still includes the pod component names the same container."""
+    text, want = case
+
+    def relative(line: str) -> str:
+        head, sep, path = line.rpartition(":")
+        parts = path.strip("/").split("/")
+        pods = [i for i, part in enumerate(parts) if "pod" in part]
+        if not pods:
+            return line
+        keep = parts[data.draw(st.integers(min_value=0, max_value=pods[0]), label="drop") :]
+        return f"{head}{sep}/" + "/".join([".."] * ups + keep)
+
+    namespaced = "\n".join(relative(line) for line in text.splitlines()) + "\n"
+    assert parse_cgroup(namespaced) == want

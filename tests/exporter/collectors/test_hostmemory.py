@@ -60,6 +60,25 @@ def test_nested_kubelet_slice_is_found_through_proc() -> None:
     assert source.poll([pod_for(n)]) == (HostMemory("ml", f"pod-{n}", "main", ws, limit),)
 
 
+def test_proc_paths_relative_to_a_cgroup_namespace_are_not_followed(tmp_path: Path) -> None:
+    """``0::/../x`` (seen from a private cgroup namespace) is relative to the reader's
+    own cgroup, not to the cgroup root: joining it to the root would leave the tree."""
+    ((n, _),) = cases("v2-nested")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("memory\n")
+    (tmp_path / "cgroup.controllers").write_text("memory\n")
+    shutil.copytree(CGROUP / "v2-nested" / "kubelet.slice", tmp_path / "kubelet.slice")
+    scope = next((tmp_path / "kubelet.slice").rglob("*.scope"))
+    proc = tmp_path / "proc"
+    (proc / "77").mkdir(parents=True)
+    (proc / "77" / "cgroup").write_text(f"0::/../{scope.relative_to(tmp_path)}\n")
+    assert CgroupHostMemory(str(root), str(proc)).poll([pod_for(n)]) == ()
+    # the same file without the namespace prefix, against the tree that has it: found
+    (proc / "77" / "cgroup").write_text(f"0::/{scope.relative_to(tmp_path)}\n")
+    assert len(CgroupHostMemory(str(tmp_path), str(proc)).poll([pod_for(n)])) == 1
+
+
 def test_malformed_and_missing_containers_are_skipped_with_a_debug_log(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
