@@ -187,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"\ngpu-eta demo running: {len(stack.nodes)} simulated nodes, "
                 f"{sum(len(n.spec.gpus) for n in stack.nodes)} GPUs, seed {args.seed}\n"
                 f"  Prometheus UI:  {stack.prometheus_url}/graph\n"
+                f"  alerts:         {stack.prometheus_url}/alerts\n"
                 f"  forecaster:     {stack.forecaster_url}/metrics\n"
                 + "".join(f"  exporter {n.name}: http://{n.target}/metrics\n" for n in stack.nodes)
                 + f"  top:            python3 -m forecaster top --prometheus.url {stack.prometheus_url}\n"

@@ -45,6 +45,9 @@ from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_promet
 log = logging.getLogger("gpu_eta.demo")
 
 TRAINER_RESTART_SECONDS = 20.0  # pause between two real training runs on a node
+# gpu-eta's alert and recording rules, loaded by the demo's Prometheus (its /alerts
+# page) exactly as shipped; absent when the package is installed without the repo.
+RULES_FILE = Path(__file__).resolve().parents[1] / "rules" / "gpu-eta.rules.yaml"
 
 
 class StackError(RuntimeError):
@@ -66,6 +69,7 @@ class StackConfig:
     real_training: int = 0
     workdir: Path | None = None
     ready_timeout_seconds: float = 60.0
+    rules_file: Path | None = RULES_FILE
 
 
 @dataclass
@@ -293,10 +297,17 @@ class Stack:
             ScrapeJob("gpu-eta-exporter", [n.target for n in self.nodes]),
             ScrapeJob("gpu-eta-forecaster", [f"127.0.0.1:{self.forecaster_port}"]),
         ]
+        rule_files = []
+        if cfg.rules_file is not None:
+            if Path(cfg.rules_file).is_file():
+                rule_files.append(str(Path(cfg.rules_file).resolve()))
+            else:
+                self.say(f"alert rules {cfg.rules_file} not found; Prometheus runs without them")
         t0 = time.monotonic()
         try:
             self.prometheus = start_prometheus(
                 jobs,
+                rule_files=rule_files,
                 port=prom_port,
                 data_dir=self.workdir / "prometheus",
                 scrape_interval=cfg.scrape_interval,

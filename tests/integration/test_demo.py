@@ -19,12 +19,15 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+import requests
+import yaml
 
 from forecaster import top
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 RUN_KEY = ("namespace", "pod", "container", "run_id")
+RULES_FILE = (REPO / "rules" / "gpu-eta.rules.yaml").resolve()
 
 
 def wait_until(check, timeout: float, interval: float = 0.5, what: str = "condition"):
@@ -52,6 +55,33 @@ def test_every_simulated_node_is_scraped_up(demo_stack) -> None:
     assert nodes == {n.name for n in demo_stack.nodes}
     # a time-sliced GPU per node: several replicas can be handed out, each to one pod
     assert prom.query("gpu_eta_pod_gpu_allocated")
+
+
+def test_alert_rules_load_and_evaluate_without_errors(demo_stack) -> None:
+    """The demo's Prometheus loads rules/gpu-eta.rules.yaml: every group and rule as
+    shipped, each evaluated with health "ok" (a rule's health is "unknown" until its
+    group's first evaluation, at most one group interval (1m) after start: poll)."""
+    shipped = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    want = {g["name"]: [r.get("alert") or r["record"] for r in g["rules"]] for g in shipped}
+    url = f"{demo_stack.prometheus_url}/api/v1/rules"
+
+    def loaded() -> dict | None:
+        groups = requests.get(url, timeout=30).json()["data"]["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        if any(r["health"] == "unknown" for r in rules):
+            return None
+        return {g["name"]: g for g in groups}
+
+    groups = wait_until(loaded, 180, interval=2, what="every rule evaluated once")
+    assert {name: [r["name"] for r in g["rules"]] for name, g in groups.items()} == want
+    bad = [
+        (r["name"], r["health"], r.get("lastError"))
+        for g in groups.values()
+        for r in g["rules"]
+        if r["health"] != "ok" or r.get("lastError")
+    ]
+    assert not bad, bad
+    assert {g["file"] for g in groups.values()} == {str(RULES_FILE)}
 
 
 def test_progress_advances_over_http_and_logs(demo_stack) -> None:
