@@ -10,6 +10,7 @@ fixed predicted completion (``max(0, completion - now)``), so both series agree.
 
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 import time
 from collections import Counter
@@ -23,7 +24,16 @@ from forecaster.cycle import ForecastSet
 from forecaster.forecast import QUANTILES
 from forecaster.promapi import QueryStats
 
-VERSION = "0.1.0"
+
+def _version() -> str:
+    """The installed gpu-eta version (``unknown`` when run from a bare checkout)."""
+    try:
+        return importlib.metadata.version("gpu-eta")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+VERSION = _version()
 PROGRESS_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
 _JOB_LABELS = ["namespace", "pod", "container", "run_id"]
 
