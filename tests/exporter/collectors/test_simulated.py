@@ -159,3 +159,96 @@ def test_invalid_initial_file_raises(tmp_path: Path) -> None:
     path.write_text("version: 9\n")
     with pytest.raises(ScenarioError, match="version"):
         SimulatedNode(path)
+
+
+# --- by_ip: a per-scenario index, pods appearing and leaving over time ---------------
+
+IP_REUSE = """\
+version: 1
+node: n
+start_timestamp: 1000
+gpus: [{index: 0}]
+pods:
+  - {name: first, ip: 10.0.0.1, start_seconds: 0, end_seconds: 100, containers: [{name: c}]}
+  - {name: second, ip: 10.0.0.1, start_seconds: 100, end_seconds: 200, containers: [{name: c}]}
+  - {name: overlap, ip: 10.0.0.1, start_seconds: 150, containers: [{name: c}]}
+  - {name: hostnet, ip: 10.0.0.2, host_network: true, containers: [{name: c}]}
+  - {name: later, ip: 10.0.0.3, start_seconds: 50, containers: [{name: c}]}
+  - {name: noip, containers: [{name: c}]}
+"""
+
+
+def _brute_force(node: SimulatedNode, ip: str) -> str | None:
+    """What by_ip answered before the index: scan every present pod, first match wins."""
+    for pod in node.pods.poll():
+        if pod.ip == ip and not pod.host_network:
+            return pod.name
+    return None
+
+
+def test_by_ip_follows_lifetimes_and_ip_reuse(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(IP_REUSE)
+    clock = Clock(990)
+    node = SimulatedNode(path, clock=clock)
+    want = {
+        990: (None, None),
+        1000: ("first", None),
+        1049.999: ("first", None),
+        1050: ("first", "later"),
+        1099.999: ("first", "later"),
+        1100: ("second", "later"),
+        1150: ("second", "later"),  # overlap starts too: the first in scenario order wins
+        1199.999: ("second", "later"),
+        1200: ("overlap", "later"),
+        5000: ("overlap", "later"),
+    }
+    for now, (on_1, on_3) in want.items():
+        clock.now = now
+        got = tuple(node.pods.by_ip(ip) for ip in ("10.0.0.1", "10.0.0.3"))
+        assert tuple(p and p.name for p in got) == (on_1, on_3), now
+        assert node.pods.by_ip("10.0.0.2") is None, "host-network pods own no IP"
+        assert node.pods.by_ip("10.0.0.9") is None
+        for ip in ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.9"):
+            found = node.pods.by_ip(ip)
+            assert (found.name if found else None) == _brute_force(node, ip)
+    assert node.pods.index_builds == 1, "time passing never rebuilds the index"
+    # a pod found by IP is the same record poll() returns
+    assert node.pods.by_ip("10.0.0.3") in node.pods.poll()
+
+
+def test_by_ip_index_is_rebuilt_on_reload_only(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(IP_REUSE)
+    clock = Clock(1010)
+    node = SimulatedNode(path, clock=clock)
+    assert node.pods.by_ip("10.0.0.1").name == "first"
+    for _ in range(50):
+        node.pods.by_ip("10.0.0.1")
+        node.pods.poll()
+    assert node.pods.index_builds == 1
+    # the demo rewrites the file: first moves to another IP, a new pod takes 10.0.0.1
+    path.write_text(
+        IP_REUSE.replace("{name: first, ip: 10.0.0.1", "{name: first, ip: 10.0.0.7").replace(
+            "{name: noip,", "{name: newcomer, ip: 10.0.0.1,"
+        )
+    )
+    os.utime(path, ns=(11, 12))
+    assert node.pods.by_ip("10.0.0.7").name == "first"
+    assert node.pods.by_ip("10.0.0.1").name == "newcomer"
+    assert node.pods.index_builds == 2
+    # an invalid rewrite keeps the previous scenario, and so the index
+    path.write_text("pods: [{name: Bad_Name}]\n")
+    os.utime(path, ns=(13, 14))
+    assert node.pods.by_ip("10.0.0.1").name == "newcomer"
+    assert node.pods.index_builds == 2
+
+
+def test_by_ip_agrees_with_a_full_scan_on_the_fixture(tmp_path: Path) -> None:
+    node, clock, _ = _node(tmp_path, 900)
+    ips = [f"127.0.0.{i}" for i in range(10, 17)]
+    for now in range(900, 1700, 7):
+        clock.now = now
+        for ip in ips:
+            found = node.pods.by_ip(ip)
+            assert (found.name if found else None) == _brute_force(node, ip), (now, ip)
