@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from forecaster.estimators import BASELINES
-from forecaster.evaluate import Backtest, backtest, format_table
+from forecaster.evaluate import Backtest, PointScore, backtest, format_table
 from forecaster.model import EtaModel
 from forecaster.runs import Run
 from forecaster.runs_csv import read_runs
@@ -36,7 +36,9 @@ from forecaster.runs_csv import read_runs
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
 DEFAULT_SETS = (
     ("dedicated_heldout.csv", "dedicated"),
+    ("dedicated_heldout2.csv", "dedicated"),
     ("shared_heldout.csv", "shared"),
+    ("shared_heldout2.csv", "shared"),
     ("dedicated_tune.csv", "dedicated"),
     ("shared_tune.csv", "shared"),
     ("shared_heavy_tune.csv", "shared"),
@@ -118,6 +120,35 @@ def markdown(result: Backtest, title: str) -> str:
     return "\n".join(out)
 
 
+def pooled(results: Sequence[Backtest]) -> Backtest:
+    """Several files' scored predictions pooled per point (each file replayed alone)."""
+    errors: dict[float, dict[str, list[float]]] = {}
+    hits: dict[float, list[bool]] = {}
+    for result in results:
+        for point, by_method in result.errors.items():
+            for name, errs in by_method.items():
+                errors.setdefault(point, {}).setdefault(name, []).extend(errs)
+        for point, h in result.hits.items():
+            hits.setdefault(point, []).extend(h)
+    points = {}
+    for point in sorted(errors):
+        score = PointScore(point=point, n=len(hits.get(point, [])))
+        for name, errs in errors[point].items():
+            score.mape[name] = float(np.median(errs)) if errs else math.nan
+            score.answered[name] = len(errs)
+        score.coverage = float(np.mean(hits[point])) if hits.get(point) else math.nan
+        points[point] = score
+    return Backtest(
+        n_runs=sum(r.n_runs for r in results),
+        n_completed=sum(r.n_completed for r in results),
+        points=points,
+        predictions=[p for r in results for p in r.predictions],
+        n_refits=sum(r.n_refits for r in results),
+        errors=errors,
+        hits=hits,
+    )
+
+
 def synthetic_history(n: int, seed: int = 0, n_jobs: int = 300) -> list[Run]:
     """Many runs quickly, for timing only (accuracy uses the real recorded runs)."""
     rng = np.random.default_rng(seed)
@@ -183,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.runs
         else [(FIXTURES / name, scenario) for name, scenario in DEFAULT_SETS]
     )
+    heldout: dict[str, list[Backtest]] = {}
     for path, scenario in sets:
         if not path.exists():
             print(f"== {path.name}: not recorded (run bench/record_runs.py)\n")
@@ -190,10 +222,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         began = time.perf_counter()
         result = backtest(read_runs(path))
         took = time.perf_counter() - began
+        if "heldout" in path.name:
+            heldout.setdefault(scenario, []).append(result)
         if args.markdown:
             print(markdown(result, f"{path.name} ({scenario})"))
         else:
             print(f"== {path.name} ({scenario}; backtest {took:.1f} s)")
+            print(format_table(result))
+        print("\n".join(check_targets(result, scenario)))
+        print()
+    for scenario, results in heldout.items():
+        if len(results) < 2:
+            continue
+        result = pooled(results)
+        title = f"all held-out {scenario} runs pooled ({len(results)} files)"
+        if args.markdown:
+            print(markdown(result, title))
+        else:
+            print(f"== {title}")
             print(format_table(result))
         print("\n".join(check_targets(result, scenario)))
         print()

@@ -88,6 +88,9 @@ class Backtest:
     points: dict[float, PointScore]
     predictions: list[Prediction]
     n_refits: int
+    # point -> method -> absolute % errors of the scored predictions (for pooling files)
+    errors: dict[float, dict[str, list[float]]] = field(default_factory=dict)
+    hits: dict[float, list[bool]] = field(default_factory=dict)
 
     def as_json(self) -> dict:
         def num(x: float) -> float | None:
@@ -215,6 +218,8 @@ def backtest(
         points=points,
         predictions=predictions,
         n_refits=n_refits,
+        errors=errors,
+        hits=hits,
     )
 
 
