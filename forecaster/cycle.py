@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import multiprocessing
+import pickle
 import statistics
 import threading
 import time
@@ -67,6 +69,10 @@ class CycleSettings:
     idle_window_seconds: float = 300.0
     refit_seconds: float = 300.0
     background_refit: bool = True
+    # A background refit runs in a forked child process (its own core and GIL: the
+    # cycles it overlaps are not slowed); False keeps it in a thread of this process.
+    refit_in_process: bool = True
+    refit_timeout_seconds: float = 900.0
     vanish_grace_seconds: float = 600.0
 
 
@@ -207,9 +213,10 @@ class Cycle:
         """The model to predict with; refits when the history changed and the period passed.
 
         The first fit is synchronous (nothing to predict with before it). Later refits
-        run in a background thread when ``background_refit`` is set (fitting on tens
-        of thousands of runs takes seconds; a cycle must not), and the new model is
-        swapped in by the first cycle after it is ready. A failed refit keeps the
+        run in the background when ``background_refit`` is set (fitting on tens of
+        thousands of runs takes seconds; a cycle must not): a thread waits for a
+        forked child doing the fit (``refit_in_process``), or fits itself. The new
+        model is swapped in by the first cycle after it is ready. A failed refit keeps the
         previous model (logged); a failed first fit fails the cycle.
         """
         self._swap_refit()
@@ -253,7 +260,19 @@ class Cycle:
 
     def _refit_job(self, history: Sequence[Run], version: int) -> None:
         try:
-            self._pending = (self._fit(history), version)
+            if self.settings.background_refit and self.settings.refit_in_process:
+                started = time.monotonic()
+                model = fit_in_child(
+                    self.model_factory, history, self.settings.refit_timeout_seconds
+                )
+                log.info(
+                    "model refitted on %d runs in a child process in %.2fs",
+                    len(history),
+                    time.monotonic() - started,
+                )
+            else:
+                model = self._fit(history)
+            self._pending = (model, version)
         except Exception as err:  # keep the previous model
             log.warning("model refit failed, keeping the previous model: %s", err)
             self._pending = None
@@ -274,6 +293,53 @@ class Cycle:
 
 
 LAST_QUERY_KEY = "last_query_timestamp"
+
+
+def fit_in_child(
+    factory: Callable[[], Model], history: Sequence[Run], timeout_seconds: float
+) -> Model:
+    """``factory().fit(history)`` in a forked child; the fitted model comes back pickled.
+
+    Why a process: fitting on tens of thousands of runs holds the GIL for seconds,
+    which would stretch every cycle it overlaps. Fork inherits ``history`` without
+    copying or pickling it; only the fitted model (about 1 MB for 50,000 runs)
+    crosses the pipe. Where fork is unavailable the fit runs in this process. A
+    child that fails, dies or exceeds ``timeout_seconds`` raises ``ModelError``.
+    """
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:  # no fork on this platform
+        return factory().fit(history)
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_fit, args=(factory, history, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        if not receiver.poll(timeout_seconds):
+            raise ModelError(f"refit in a child process took longer than {timeout_seconds:g}s")
+        try:
+            status, payload = pickle.loads(receiver.recv_bytes())
+        except (EOFError, OSError, pickle.UnpicklingError) as err:
+            raise ModelError(f"refit child died (exit code {child.exitcode}): {err}") from None
+    finally:
+        receiver.close()
+        if child.is_alive():
+            child.kill()
+        child.join(10)
+    if status != "ok":
+        raise ModelError(f"model refit failed on {len(history)} runs: {payload}")
+    return payload
+
+
+def _child_fit(factory: Callable[[], Model], history: Sequence[Run], conn) -> None:
+    """Child side of ``fit_in_child``: fit, send ("ok", model) or ("error", text)."""
+    try:
+        model = factory().fit(history)
+        data = pickle.dumps(("ok", model), protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException as err:  # everything goes back to the parent as text
+        data = pickle.dumps(("error", f"{type(err).__name__}: {err}"))
+    conn.send_bytes(data)
+    conn.close()
 
 
 def _float_or_none(text: str | None) -> float | None:

@@ -9,8 +9,10 @@ fixed query count) is checked on its own.
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -18,7 +20,15 @@ from typing import ClassVar
 import pytest
 
 from forecaster import queries
-from forecaster.cycle import Cycle, CycleSettings, ForecastSet, gpu_free_times, sanitize
+from forecaster.cycle import (
+    Cycle,
+    CycleSettings,
+    ForecastSet,
+    ModelError,
+    fit_in_child,
+    gpu_free_times,
+    sanitize,
+)
 from forecaster.forecast import Forecast
 from forecaster.history import HistoryStore
 from forecaster.jobs import Allocation
@@ -289,7 +299,9 @@ def test_background_refit_never_blocks_a_cycle(store: HistoryStore) -> None:
 
     t = [NOW]
     client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
-    settings = CycleSettings(refit_seconds=0, background_refit=True, vanish_grace_seconds=0)
+    settings = CycleSettings(
+        refit_seconds=0, background_refit=True, refit_in_process=False, vanish_grace_seconds=0
+    )
     cycle = Cycle(client, store, settings, model_factory=Slow, clock=lambda: t[0])
     cycle.run()
     first = cycle.model
@@ -333,3 +345,50 @@ def test_a_restarted_cycle_reads_only_since_the_previous_one(store: HistoryStore
     client.seen.clear()
     make_cycle(client, store, clock=lambda: NOW + 60).run()  # a new process, same file
     assert "[180s]" in client.seen[1]  # 60 s since the last query + 120 s overlap
+
+
+def _exit_factory() -> StandInModel:
+    os._exit(3)
+
+
+class _SleepyModel(StandInModel):
+    def fit(self, history: Sequence[Run]) -> _SleepyModel:
+        time.sleep(30)
+        return self
+
+
+class _FailingModel(StandInModel):
+    def fit(self, history: Sequence[Run]) -> _FailingModel:
+        raise ValueError("singular matrix")
+
+
+def test_fit_in_child_returns_the_fitted_model() -> None:
+    history = [Run("a", 1, ((0, 0.0), (1, 10.0)), completed=True)]
+    model = fit_in_child(StandInModel, history, 60)
+    assert isinstance(model, StandInModel) and model.n_history_ == 1
+
+
+def test_fit_in_child_failures_are_model_errors() -> None:
+    with pytest.raises(ModelError, match="ValueError: singular matrix"):
+        fit_in_child(_FailingModel, [], 60)
+    with pytest.raises(ModelError, match="child died"):
+        fit_in_child(_exit_factory, [], 60)
+    started = time.monotonic()
+    with pytest.raises(ModelError, match=r"longer than 0\.5s"):
+        fit_in_child(_SleepyModel, [], 0.5)
+    assert time.monotonic() - started < 20  # the child was killed, not waited for
+
+
+def test_background_refit_in_a_child_process(store: HistoryStore) -> None:
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    settings = CycleSettings(refit_seconds=0, vanish_grace_seconds=0)  # process is the default
+    cycle = Cycle(client, store, settings, model_factory=StandInModel, clock=lambda: t[0])
+    cycle.run()
+    first = cycle.model
+    client.answers = {}
+    t[0] += 60
+    cycle.run()  # "a" vanished: history changed, refit starts in a child
+    cycle.wait_for_refit(60)
+    fs = cycle.run()
+    assert cycle.model is not first and cycle.model.n_history_ == 1 == fs.n_history
