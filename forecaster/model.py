@@ -85,6 +85,7 @@ class EtaModel:
         tune_margin: float = 0.1,
         half_life_ratio: float = 0.25,
         huber_c: float = 2.0,
+        pooled: str = "rlm",
     ) -> None:
         self.random_state = random_state
         self.coverage = coverage
@@ -99,6 +100,7 @@ class EtaModel:
         self.tune_margin = tune_margin
         self.half_life_ratio = half_life_ratio
         self.huber_c = huber_c
+        self.pooled = pooled
 
     def fit(self, history: Sequence[Run]) -> EtaModel:
         """Learn from finished runs (``completed`` True or False); returns ``self``."""
@@ -107,6 +109,7 @@ class EtaModel:
             huber_c=self.huber_c,
             max_regression_runs=self.max_regression_runs,
             max_job_runs=self.max_job_runs,
+            pooled=self.pooled,
             random_state=self.random_state,
         ).fit(history)
         samples = self._samples(blend, history)

@@ -122,6 +122,7 @@ class BlendEstimator:
         huber_c: float = 2.0,
         max_regression_runs: int = 5000,
         max_job_runs: int = 50,
+        pooled: str = "rlm",
         random_state: int | None = None,
     ) -> None:
         self.drift = drift
@@ -130,6 +131,7 @@ class BlendEstimator:
         self.huber_c = huber_c
         self.max_regression_runs = max_regression_runs
         self.max_job_runs = max_job_runs
+        self.pooled = pooled
         self.random_state = random_state
 
     def fit(self, history: Sequence[Run]) -> BlendEstimator:
@@ -137,6 +139,7 @@ class BlendEstimator:
         self.prior_ = PriorEstimator(
             max_regression_runs=self.max_regression_runs,
             max_job_runs=self.max_job_runs,
+            pooled=self.pooled,
             random_state=self.random_state,
         ).fit(history)
         self.n_history_ = self.prior_.n_history_

@@ -12,7 +12,8 @@ much weaker. A cluster re-runs the same jobs, so the most specific evidence wins
    the pooled within-job spread learned from all jobs (``within_sigma_``; the
    ``within_job_sigma`` parameter until enough repeats exist) when it has few runs.
 2. **Pooled regression** otherwise: a robust (Huber) linear model, statsmodels
-   ``RLM``, of log seconds per epoch on log batch size, log planned epochs, log GPUs,
+   ``RLM`` (or, with ``pooled="hgb"`` and ≥ 200 runs, scikit-learn's
+   ``HistGradientBoostingRegressor`` with absolute loss on the same inputs), of log seconds per epoch on log batch size, log planned epochs, log GPUs,
    mean GPU and host-memory utilisation, and one-hot GPU model, framework and
    namespace (top levels). Missing numbers are imputed with the training median.
    A ``ConvergenceWarning`` is kept (``converged_``/``warnings_``), never raised.
@@ -45,13 +46,15 @@ from forecaster.estimators import (
     stall_widen,
 )
 from forecaster.forecast import Forecast
-from forecaster.runs import Feature, Run
+from forecaster.runs import Feature, ForecasterError, Run
 
 NUMERIC_LOG = ("batch_size", "epochs_planned", "gpus")
 NUMERIC_RAW = ("gpu_utilization_ratio", "memory_utilization_ratio")
 CATEGORICAL = ("gpu_model", "framework", "namespace")
 MAX_LEVELS = 15
 MIN_SIGMA = 0.03
+POOLED_MODELS = ("rlm", "hgb")
+MIN_HGB_RUNS = 200
 
 
 def number(value: Feature | None) -> float:
@@ -127,6 +130,7 @@ class PriorEstimator:
         within_job_sigma: float = 0.3,
         slope_shrinkage: float = 1.0,
         max_iter: int = 50,
+        pooled: str = "rlm",
         random_state: int | None = None,
     ) -> None:
         self.max_regression_runs = max_regression_runs
@@ -135,11 +139,16 @@ class PriorEstimator:
         self.within_job_sigma = within_job_sigma
         self.slope_shrinkage = slope_shrinkage
         self.max_iter = max_iter
+        self.pooled = pooled
         self.random_state = random_state
 
     # -- fit ---------------------------------------------------------------
     def fit(self, history: Sequence[Run]) -> PriorEstimator:
         """Learn job groups and the pooled regression from finished runs."""
+        if self.pooled not in POOLED_MODELS:
+            raise ForecasterError(
+                f"pooled must be one of {', '.join(POOLED_MODELS)}, got {self.pooled!r}"
+            )
         rows = []
         for run in history:
             if run.completed is None:
@@ -150,6 +159,7 @@ class PriorEstimator:
         rows.sort(key=lambda r: r[0])
         self.n_history_ = len(history)
         self.n_obs_ = len(rows)
+        self.hgb_ = None
         self.converged_ = True
         self.warnings_: tuple[str, ...] = ()
         self._fit_regression(
@@ -287,6 +297,21 @@ class PriorEstimator:
         self.sigma_ = max(MIN_SIGMA, float(result.scale))
         if "batch_size" in self.numeric_:
             self.batch_slope_ = float(coef[1 + self.numeric_.index("batch_size")])
+        if self.pooled == "hgb" and len(y_arr) >= MIN_HGB_RUNS:
+            self._fit_hgb(X, y_arr)
+
+    def _fit_hgb(self, X: np.ndarray, y: np.ndarray) -> None:
+        """scikit-learn gradient boosting on the same design (seed 000 found non-linear
+        models fit per-epoch time well); the RLM keeps the batch slope for job level."""
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        model = HistGradientBoostingRegressor(
+            loss="absolute_error", max_iter=100, random_state=self.random_state
+        ).fit(X, y)
+        resid = y - model.predict(X)
+        # in-sample residuals are optimistic; calibration measures the truth anyway
+        self.sigma_ = max(MIN_SIGMA, 1.2 * 1.4826 * float(np.median(np.abs(resid))))
+        self.hgb_ = model
 
     # -- predict -----------------------------------------------------------
     def _check(self) -> None:
@@ -314,7 +339,9 @@ class PriorEstimator:
                 return self._job_level(run, group, start, stop)
         if len(self.coef_) == 1 and self.n_obs_ == 0:
             return PriorEstimate(math.log(DEFAULT_EPOCH_SECONDS), DEFAULT_LOG_SIGMA, "default", 0)
-        mu = float(self._design([run])[0] @ self.coef_)
+        x = self._design([run])
+        hgb = getattr(self, "hgb_", None)
+        mu = float(hgb.predict(x)[0]) if hgb is not None else float(x[0] @ self.coef_)
         return PriorEstimate(mu, self.sigma_, "regression", self.n_obs_)
 
     def _job_level(self, run: Run, group: _JobGroup, start: int, stop: int) -> PriorEstimate:

@@ -95,3 +95,28 @@ def test_cancelled_runs_count_for_speed_not_length() -> None:
     prior = PriorEstimator().fit(history)
     est = prior.per_epoch(make_run("n", [], planned=10, job_name="j"))
     assert math.exp(est.log_seconds) == pytest.approx(5.0)
+
+
+def test_gradient_boosting_pooled_model_learns_a_non_linear_effect() -> None:
+    # per-epoch time jumps when the batch no longer fits a cache: not log-linear
+    history = []
+    for i in range(300):
+        batch = (16, 32, 64, 128, 256, 512)[i % 6]
+        per_epoch = 10.0 if batch <= 64 else 40.0
+        history.append(
+            make_run(f"r{i}", [per_epoch] * 5, start=1000.0 * i, batch_size=batch, gpu_model="T4")
+        )
+    probe = make_run("n", [], planned=5, batch_size=32)
+    rlm = PriorEstimator().fit(history).per_epoch(probe)
+    hgb_a = PriorEstimator(pooled="hgb", random_state=0).fit(history).per_epoch(probe)
+    hgb_b = PriorEstimator(pooled="hgb", random_state=0).fit(history).per_epoch(probe)
+    assert hgb_a == hgb_b  # deterministic with random_state
+    assert abs(math.exp(hgb_a.log_seconds) - 10.0) < abs(math.exp(rlm.log_seconds) - 10.0)
+    assert math.exp(hgb_a.log_seconds) == pytest.approx(10.0, rel=0.05)
+
+
+def test_unknown_pooled_model_is_a_clear_error() -> None:
+    from forecaster.runs import ForecasterError
+
+    with pytest.raises(ForecasterError, match="pooled must be one of"):
+        PriorEstimator(pooled="magic").fit([])
