@@ -14,7 +14,7 @@ import importlib.metadata
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -105,20 +105,40 @@ class ForecastCollector(Collector):
         return iter(())
 
 
+class QuantileFamily(Metric):
+    """Quantiles of a predicted distribution, exposed with ``TYPE summary``.
+
+    Prometheus reserves the ``quantile`` label for summaries (``promtool check
+    metrics`` rejects it on gauges), and P10/P50/P90 of a predicted end time are
+    exactly quantiles of a distribution. There is no ``_sum``/``_count`` (both
+    optional in the exposition formats): PromQL sees plain series
+    ``name{quantile="0.5"}``, as the contract in docs/metrics.md says.
+    """
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        super().__init__(name, documentation, "summary")
+        self._labelnames = (*labels, "quantile")
+
+    def add_metric(self, labels: Sequence[str], quantile: str, value: float) -> None:
+        """One quantile sample; ``labels`` in the order given at construction."""
+        values = (*labels, quantile)
+        self.add_sample(self.name, dict(zip(self._labelnames, values, strict=True)), value)
+
+
 def render(state: ServiceState, now: float, self_only: bool = False) -> list[Metric]:
     """All families for one scrape; ``self_only`` keeps the self-monitoring ones."""
     fs, stale, duration, last_ok, errors, q_ok, q_err = state.snapshot()
     if self_only:
         fs = None
-    completion = GaugeMetricFamily(
+    completion = QuantileFamily(
         "gpu_eta_job_predicted_completion_timestamp_seconds",
         "Predicted end of a training run (unix seconds) at P10/P50/P90; never in the past when fresh.",
-        labels=[*_JOB_LABELS, "quantile"],
+        _JOB_LABELS,
     )
-    remaining = GaugeMetricFamily(
+    remaining = QuantileFamily(
         "gpu_eta_job_predicted_remaining_seconds",
         "Seconds until the predicted end of a training run at P10/P50/P90 (computed at scrape time).",
-        labels=[*_JOB_LABELS, "quantile"],
+        _JOB_LABELS,
     )
     info = GaugeMetricFamily(
         "gpu_eta_job_forecast_info",
@@ -130,10 +150,10 @@ def render(state: ServiceState, now: float, self_only: bool = False) -> list[Met
         "1 when the run made no progress with its GPU idle: ETA held, interval widened.",
         labels=_JOB_LABELS,
     )
-    gpu_free = GaugeMetricFamily(
+    gpu_free = QuantileFamily(
         "gpu_eta_gpu_predicted_free_timestamp_seconds",
         "When every pod on the GPU is predicted to be done (unix seconds); absent when a pod on it has no forecast.",
-        labels=["node", "gpu", "UUID", "quantile"],
+        ["node", "gpu", "UUID"],
     )
     mape = GaugeMetricFamily(
         "gpu_eta_model_median_absolute_percentage_error_ratio",
@@ -154,13 +174,13 @@ def render(state: ServiceState, now: float, self_only: bool = False) -> list[Met
             run = job.run
             base = [run.namespace, run.pod, run.container, run.run_id]
             for q, ts in zip(QUANTILES, job.completion_timestamps, strict=True):
-                completion.add_metric([*base, _q(q)], ts)
-                remaining.add_metric([*base, _q(q)], max(0.0, ts - now))
+                completion.add_metric(base, _q(q), ts)
+                remaining.add_metric(base, _q(q), max(0.0, ts - now))
             info.add_metric([*base, job.forecast.method], 1.0)
             stalled.add_metric(base, 1.0 if job.forecast.stalled else 0.0)
         for gpu in fs.gpus:
             for q, ts in zip(QUANTILES, gpu.timestamps, strict=True):
-                gpu_free.add_metric([gpu.node, gpu.gpu, gpu.uuid, _q(q)], ts)
+                gpu_free.add_metric([gpu.node, gpu.gpu, gpu.uuid], _q(q), ts)
         for point in PROGRESS_POINTS:
             measured = _lookup(fs.quality, point)
             if measured is None:
