@@ -32,14 +32,17 @@ if ((${#need_apt[@]})); then
 fi
 
 # torch first: the framework extras would otherwise resolve the newest CUDA build.
-if [[ "$mode" != "--demo" ]] && ! "$PY" -c "import torch" >/dev/null 2>&1; then
+if [[ "$mode" != "--demo" ]] && ! "$PY" -c "import importlib.util as u; assert u.find_spec('torch')" >/dev/null 2>&1; then
   echo "gpu-eta: installing torch==2.13.0 (CPU)" >&2
   "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
 fi
 
 extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test,frameworks"
-if ! "$PY" -c "import exporter.readings, prometheus_client, statsmodels, sklearn, grpc, kubernetes, rich" >/dev/null 2>&1 \
-   || { [[ "$mode" != "--demo" ]] && ! "$PY" -c "import pytest, hypothesis, grpc_tools, tqdm, kubernetes_validate, lightning, keras, transformers" >/dev/null 2>&1; }; then
+# find_spec, not import: cheap, and keras would need KERAS_BACKEND to import at all.
+have() { "$PY" -c "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)" "$@" >/dev/null 2>&1; }
+mods=(prometheus_client pynvml kubernetes statsmodels sklearn grpc google.protobuf requests yaml rich)
+[[ "$mode" != "--demo" ]] && mods+=(pytest hypothesis ruff grpc_tools tqdm kubernetes_validate grafana_foundation_sdk lightning keras transformers)
+if ! have "${mods[@]}" || ! "$PY" -m pip show -q gpu-eta >/dev/null 2>&1; then
   echo "gpu-eta: installing Python packages (.[${extras}])" >&2
   "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"
 fi
