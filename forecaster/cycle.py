@@ -24,7 +24,7 @@ from typing import Protocol
 
 from forecaster import queries
 from forecaster.forecast import Forecast
-from forecaster.history import HistoryStore
+from forecaster.history import HistoryStore, run_key
 from forecaster.jobs import Allocation, CycleView, assemble
 from forecaster.promapi import PromClient, Sample, Series
 from forecaster.runs import ForecasterError, Run
@@ -155,16 +155,16 @@ class Cycle:
         self.store.record(view.updates)
         to_finish = set(view.done)
         for stored in self.store.running():
-            rid = stored.run.run_id
-            if rid not in view.present and now - stored.last_seen >= s.vanish_grace_seconds:
-                to_finish.add(rid)  # vanished: an exporter restart gets the grace period
+            key = run_key(stored.run)
+            if key not in view.present and now - stored.last_seen >= s.vanish_grace_seconds:
+                to_finish.add(key)  # vanished: an exporter restart gets the grace period
         newly_finished = self.store.finish(sorted(to_finish), now)
         self._last_query_time = now
         self.store.set_meta(LAST_QUERY_KEY, repr(now))
 
         history = self.store.finished()
         model = self._fitted(history, now)
-        running = [r for r in self.store.running() if r.run.run_id in view.present]
+        running = [r for r in self.store.running() if run_key(r.run) in view.present]
         jobs: list[JobForecast] = []
         for stored in running:
             run = stored.run
@@ -173,7 +173,7 @@ class Cycle:
                 fc = sanitize(model.predict(run, now, stalled=stalled))
             except Exception as err:  # a bad job must not fail the cycle
                 errors["predict_failed"] += 1
-                log.debug("predict failed for %s: %s", run.run_id, err)
+                log.debug("predict failed for %s: %s", run_key(run), err)
                 continue
             if fc is None:
                 errors["invalid_forecast"] += 1
@@ -356,7 +356,7 @@ def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
     Pure. Unknown GPU use (no utilisation series for the pod) never counts as idle:
     a run without GPU data is not declared stalled on silence alone.
     """
-    last = max(run.last_timestamp, view.last_progress.get(run.run_id, -math.inf))
+    last = max(run.last_timestamp, view.last_progress.get(run_key(run), -math.inf))
     durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
     typical = statistics.median(durations) if durations else 0.0
     if now - last <= max(s.stall_after_seconds, 3 * typical):

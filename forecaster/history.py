@@ -8,11 +8,19 @@ writer, and one file is easy to back up. Two kinds of rows:
   the forecaster or a missed scrape does not lose them;
 * finished runs, ``state`` ``completed`` (reached ``epochs_planned``) or
   ``incomplete`` (vanished before: cancelled or crashed, never a "short job"),
-  with their epoch list frozen as JSON (fast to load 50,000 of them).
+  with their epoch list frozen as packed float64 pairs (fast to load 50,000 of them).
+
+A run is identified by ``(namespace, pod, container, run_id)`` (``RunKey``), never by
+``run_id`` alone: run ids can be hand-written (``my-run-1``) and reused by two pods or
+two containers of one pod, and those are two runs (issue 3: the forecaster never
+splices two runs into one). Runs seeded from a CSV have no pod; see
+``import_finished`` and ``record`` for how they meet live runs with the same id.
 
 Every write is one transaction. The file is tagged with ``PRAGMA application_id``
 and a schema version (``PRAGMA user_version``): a corrupt file, another program's
-database or a newer schema gives ``HistoryError`` and is never overwritten.
+database or a newer schema gives ``HistoryError`` and is never overwritten. An older
+schema is migrated in place in one transaction that keeps every row (schema 1 keyed
+runs by ``run_id`` alone; schema 2 by the run key).
 """
 
 from __future__ import annotations
@@ -31,12 +39,18 @@ from types import MappingProxyType
 from forecaster.runs import Feature, ForecasterError, Run
 
 APPLICATION_ID = 0x67457461  # "gEta"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MAX_FEATURE_TEXT = 256
 
-_SCHEMA = """
-CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
+RunKey = tuple[str, str, str, str]  # namespace, pod, container, run_id
+
+# Schema 2: ``runs.id`` is a surrogate key (epoch_ends refer to it), the run's identity
+# is UNIQUE (namespace, pod, container, run_id); ``runs_run_id`` serves the seed
+# de-duplication by run_id.
+_RUNS_TABLE = """
+CREATE TABLE {name} (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
     namespace TEXT NOT NULL DEFAULT '',
     pod TEXT NOT NULL DEFAULT '',
     container TEXT NOT NULL DEFAULT '',
@@ -44,27 +58,71 @@ CREATE TABLE runs (
     epochs_planned REAL NOT NULL,
     start_timestamp REAL NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('running', 'completed', 'incomplete')),
-    features TEXT NOT NULL DEFAULT '{}',
+    features TEXT NOT NULL DEFAULT '{{}}',
     util_sum REAL NOT NULL DEFAULT 0,
     util_weight REAL NOT NULL DEFAULT 0,
     memory_sum REAL NOT NULL DEFAULT 0,
     memory_weight REAL NOT NULL DEFAULT 0,
     last_seen REAL NOT NULL,
     finished_timestamp REAL,
-    epoch_times BLOB
+    epoch_times BLOB,
+    UNIQUE (namespace, pod, container, run_id)
 );
+"""
+_EPOCH_ENDS_TABLE = """
+CREATE TABLE {name} (
+    run INTEGER NOT NULL,
+    epoch REAL NOT NULL,
+    timestamp REAL NOT NULL,
+    PRIMARY KEY (run, epoch)
+) WITHOUT ROWID;
+"""
+_INDEXES = """
 CREATE INDEX runs_state ON runs(state);
+CREATE INDEX runs_run_id ON runs(run_id);
+"""
+_SCHEMA = (
+    _RUNS_TABLE.format(name="runs")
+    + _EPOCH_ENDS_TABLE.format(name="epoch_ends")
+    + """
 CREATE TABLE meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-CREATE TABLE epoch_ends (
-    run_id TEXT NOT NULL,
-    epoch REAL NOT NULL,
-    timestamp REAL NOT NULL,
-    PRIMARY KEY (run_id, epoch)
-) WITHOUT ROWID;
 """
+    + _INDEXES
+)
+_COLUMNS = (
+    "run_id, namespace, pod, container, node, epochs_planned, start_timestamp, state, "
+    "features, util_sum, util_weight, memory_sum, memory_weight, last_seen, "
+    "finished_timestamp, epoch_times"
+)
+# Schema 1 → 2: copy every run (its rowid becomes ``id``) and re-point epoch_ends,
+# whose run_id was unique in schema 1. Runs inside the caller's transaction.
+_MIGRATE_1_TO_2 = (
+    _RUNS_TABLE.format(name="runs_v2")
+    + _EPOCH_ENDS_TABLE.format(name="epoch_ends_v2")
+    + f"""
+INSERT INTO runs_v2 (id, {_COLUMNS}) SELECT rowid, {_COLUMNS} FROM runs;
+INSERT INTO epoch_ends_v2 (run, epoch, timestamp)
+    SELECT r.id, e.epoch, e.timestamp FROM epoch_ends e JOIN runs_v2 r ON r.run_id = e.run_id;
+DROP TABLE epoch_ends;
+DROP TABLE runs;
+ALTER TABLE runs_v2 RENAME TO runs;
+ALTER TABLE epoch_ends_v2 RENAME TO epoch_ends;
+"""
+    + _INDEXES
+)
+# A stored run with no pod and no container (seeded from a CSV) is the same run as
+# any run with its run_id in a compatible namespace (equal, or either one unknown).
+_SAME_SEEDED = (
+    """run_id = :run_id AND (namespace = :namespace OR namespace = '' OR :namespace = '')"""
+)
+
+
+def run_key(run: Run | RunUpdate) -> RunKey:
+    """A run's identity: ``(namespace, pod, container, run_id)``."""
+    return (run.namespace, run.pod, run.container, run.run_id)
 
 
 class HistoryError(ForecasterError):
@@ -88,6 +146,11 @@ class RunUpdate:
     memory_mean: float | None = None
     weight_seconds: float = 0.0
     seen_timestamp: float = 0.0
+
+    @property
+    def key(self) -> RunKey:
+        """The run's identity (see ``run_key``)."""
+        return (self.namespace, self.pod, self.container, self.run_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,38 +211,47 @@ class HistoryStore:
     # -- writes ---------------------------------------------------------------
 
     def record(self, updates: Iterable[RunUpdate]) -> None:
-        """Upsert running runs and add their epoch ends, all in one transaction."""
+        """Upsert running runs and add their epoch ends, all in one transaction.
+
+        Runs are matched by their full key. A finished run stays frozen. A live run
+        whose run_id belongs to a finished run seeded without a pod (a CSV import,
+        namespace equal or unknown) is that run already in the history and is not
+        recorded again (the demo backfills the same runs into Prometheus and a CSV).
+        """
         rows = []
         ends = []
         for up in updates:
             rows.append(
-                (
-                    up.run_id,
-                    up.namespace,
-                    up.pod,
-                    up.container,
-                    up.node,
-                    float(up.epochs_planned),
-                    float(up.start_timestamp),
-                    _dump_features(up.features),
-                    _finite_or_zero(up.util_mean) * up.weight_seconds,
-                    up.weight_seconds if _finite(up.util_mean) else 0.0,
-                    _finite_or_zero(up.memory_mean) * up.weight_seconds,
-                    up.weight_seconds if _finite(up.memory_mean) else 0.0,
-                    up.seen_timestamp,
-                )
+                {
+                    "run_id": up.run_id,
+                    "namespace": up.namespace,
+                    "pod": up.pod,
+                    "container": up.container,
+                    "node": up.node,
+                    "epochs_planned": float(up.epochs_planned),
+                    "start_timestamp": float(up.start_timestamp),
+                    "features": _dump_features(up.features),
+                    "util_sum": _finite_or_zero(up.util_mean) * up.weight_seconds,
+                    "util_weight": up.weight_seconds if _finite(up.util_mean) else 0.0,
+                    "memory_sum": _finite_or_zero(up.memory_mean) * up.weight_seconds,
+                    "memory_weight": up.weight_seconds if _finite(up.memory_mean) else 0.0,
+                    "last_seen": up.seen_timestamp,
+                }
             )
-            ends.extend((up.run_id, float(e), float(t)) for e, t in up.epoch_ends)
+            ends.extend((float(e), float(t), *up.key) for e, t in up.epoch_ends)
         with self._lock, self._tx():
             self._conn.executemany(
-                """
+                f"""
                 INSERT INTO runs (run_id, namespace, pod, container, node, epochs_planned,
                     start_timestamp, state, features, util_sum, util_weight, memory_sum,
                     memory_weight, last_seen)
-                VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
-                ON CONFLICT(run_id) DO UPDATE SET
-                    namespace = excluded.namespace, pod = excluded.pod,
-                    container = excluded.container, node = excluded.node,
+                SELECT :run_id, :namespace, :pod, :container, :node, :epochs_planned,
+                    :start_timestamp, 'running', :features, :util_sum, :util_weight,
+                    :memory_sum, :memory_weight, :last_seen
+                WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
+                    AND pod = '' AND container = '' AND state != 'running')
+                ON CONFLICT(namespace, pod, container, run_id) DO UPDATE SET
+                    node = excluded.node,
                     epochs_planned = excluded.epochs_planned,
                     start_timestamp = excluded.start_timestamp,
                     features = excluded.features,
@@ -194,24 +266,31 @@ class HistoryStore:
             )
             self._conn.executemany(
                 """
-                INSERT OR IGNORE INTO epoch_ends (run_id, epoch, timestamp)
-                SELECT ?, ?, ? WHERE EXISTS
-                    (SELECT 1 FROM runs WHERE run_id = ?1 AND state = 'running')
+                INSERT OR IGNORE INTO epoch_ends (run, epoch, timestamp)
+                SELECT id, ?, ? FROM runs WHERE namespace = ? AND pod = ? AND container = ?
+                    AND run_id = ? AND state = 'running'
                 """,
                 ends,
             )
 
-    def finish(self, run_ids: Iterable[str], finished_timestamp: float) -> list[Run]:
-        """Freeze running runs as finished (completed or not, by their last epoch)."""
-        ids = list(dict.fromkeys(run_ids))
-        if not ids:
+    def finish(self, keys: Iterable[RunKey], finished_timestamp: float) -> list[Run]:
+        """Freeze running runs as finished (completed or not, by their last epoch).
+
+        ``keys`` are ``run_key`` tuples; unknown or already finished keys are skipped.
+        """
+        wanted = list(dict.fromkeys(keys))
+        for key in wanted:
+            if not (isinstance(key, tuple) and len(key) == 4):
+                raise TypeError(f"finish() takes (namespace, pod, container, run_id), got {key!r}")
+        if not wanted:
             return []
         done: list[Run] = []
         with self._lock, self._tx():
-            for run_id in ids:
-                stored = self._load_running(run_id)
-                if stored is None:
+            for key in wanted:
+                found = self._load_running_key(key)
+                if found is None:
                     continue
+                row_id, stored = found
                 run = stored.run
                 completed = run.epochs_done >= run.epochs_planned
                 final = Run(
@@ -226,23 +305,30 @@ class HistoryStore:
                 )
                 self._conn.execute(
                     """UPDATE runs SET state = ?, finished_timestamp = ?, epoch_times = ?,
-                       features = ? WHERE run_id = ?""",
+                       features = ? WHERE id = ?""",
                     (
                         "completed" if completed else "incomplete",
                         finished_timestamp,
                         pack_epoch_times(final.epoch_times),
                         _dump_features(final.features),
-                        run_id,
+                        row_id,
                     ),
                 )
-                self._conn.execute("DELETE FROM epoch_ends WHERE run_id = ?", (run_id,))
+                self._conn.execute("DELETE FROM epoch_ends WHERE run = ?", (row_id,))
                 done.append(final)
             if done:
                 self._finished_changed(done)
         return done
 
     def import_finished(self, runs: Sequence[Run]) -> int:
-        """Add finished runs (a seed CSV) that are not stored yet; idempotent by run_id."""
+        """Add finished runs (a seed CSV) that are not stored yet; idempotent.
+
+        A run is already stored when a stored run has its key, or when either of
+        the two has no pod and no container (a CSV run) and they share the run_id in
+        a compatible namespace (equal, or either one unknown): CSV runs keep their
+        run_id uniqueness, and a CSV of runs the forecaster already saw live adds
+        nothing.
+        """
         added: list[Run] = []
         with self._lock, self._tx():
             for run in runs:
@@ -252,23 +338,26 @@ class HistoryStore:
                     else run.epochs_done >= run.epochs_planned
                 )
                 cur = self._conn.execute(
-                    """INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
+                    f"""INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
                        epochs_planned, start_timestamp, state, features, last_seen,
                        finished_timestamp, epoch_times)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                    (
-                        run.run_id,
-                        run.namespace,
-                        run.pod,
-                        run.container,
-                        float(run.epochs_planned),
-                        run.start_timestamp,
-                        "completed" if completed else "incomplete",
-                        _dump_features(run.features),
-                        run.last_timestamp,
-                        run.last_timestamp,
-                        pack_epoch_times(run.epoch_times),
-                    ),
+                       SELECT :run_id, :namespace, :pod, :container, :epochs_planned,
+                       :start, :state, :features, :last, :last, :times
+                       WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
+                           AND ((pod = '' AND container = '')
+                                OR (:pod = '' AND :container = '')))""",
+                    {
+                        "run_id": run.run_id,
+                        "namespace": run.namespace,
+                        "pod": run.pod,
+                        "container": run.container,
+                        "epochs_planned": float(run.epochs_planned),
+                        "start": run.start_timestamp,
+                        "state": "completed" if completed else "incomplete",
+                        "features": _dump_features(run.features),
+                        "last": run.last_timestamp,
+                        "times": pack_epoch_times(run.epoch_times),
+                    },
                 )
                 if cur.rowcount:
                     added.append(
@@ -307,16 +396,12 @@ class HistoryStore:
     def running(self) -> list[StoredRun]:
         """Every run still marked running, with its stored epoch ends."""
         with self._lock:
-            ids = [
-                r[0] for r in self._conn.execute("SELECT run_id FROM runs WHERE state = 'running'")
-            ]
+            rows = self._conn.execute(
+                f"SELECT {_RUNNING_COLUMNS} FROM runs WHERE state = 'running' "
+                "ORDER BY namespace, pod, container, run_id"
+            ).fetchall()
             ends = self._all_running_ends()
-            out = []
-            for run_id in ids:
-                stored = self._load_running(run_id, ends.get(run_id, []))
-                if stored is not None:
-                    out.append(stored)
-            return out
+            return [_running_from_row(row, ends.get(row[0], [])) for row in rows]
 
     def finished(self) -> list[Run]:
         """Every finished run (cached in memory after the first call)."""
@@ -325,7 +410,7 @@ class HistoryStore:
                 rows = self._conn.execute(
                     """SELECT run_id, namespace, pod, container, epochs_planned, state,
                        features, epoch_times FROM runs WHERE state != 'running'
-                       ORDER BY finished_timestamp, run_id"""
+                       ORDER BY finished_timestamp, id"""
                 ).fetchall()
                 features_cache: dict[str, Mapping[str, Feature]] = {}
                 self._finished_cache = [_finished_from_row(row, features_cache) for row in rows]
@@ -347,52 +432,32 @@ class HistoryStore:
             self._finished_cache.extend(added)
         self.version += 1
 
-    def _all_running_ends(self) -> dict[str, list[tuple[float, float]]]:
-        ends: dict[str, list[tuple[float, float]]] = {}
-        for run_id, epoch, ts in self._conn.execute(
-            """SELECT e.run_id, e.epoch, e.timestamp FROM epoch_ends e
-               JOIN runs r ON r.run_id = e.run_id WHERE r.state = 'running'
-               ORDER BY e.run_id, e.epoch"""
+    def _all_running_ends(self) -> dict[int, list[tuple[float, float]]]:
+        ends: dict[int, list[tuple[float, float]]] = {}
+        for row_id, epoch, ts in self._conn.execute(
+            """SELECT e.run, e.epoch, e.timestamp FROM epoch_ends e
+               JOIN runs r ON r.id = e.run WHERE r.state = 'running'
+               ORDER BY e.run, e.epoch"""
         ):
-            ends.setdefault(run_id, []).append((epoch, ts))
+            ends.setdefault(row_id, []).append((epoch, ts))
         return ends
 
-    def _load_running(
-        self, run_id: str, ends: list[tuple[float, float]] | None = None
-    ) -> StoredRun | None:
+    def _load_running_key(self, key: RunKey) -> tuple[int, StoredRun] | None:
         row = self._conn.execute(
-            """SELECT run_id, namespace, pod, container, node, epochs_planned,
-               start_timestamp, features, util_sum, util_weight, memory_sum, memory_weight,
-               last_seen FROM runs WHERE run_id = ? AND state = 'running'""",
-            (run_id,),
+            f"""SELECT {_RUNNING_COLUMNS} FROM runs WHERE namespace = ? AND pod = ?
+               AND container = ? AND run_id = ? AND state = 'running'""",
+            key,
         ).fetchone()
         if row is None:
             return None
-        if ends is None:
-            ends = [
-                (e, t)
-                for e, t in self._conn.execute(
-                    "SELECT epoch, timestamp FROM epoch_ends WHERE run_id = ? ORDER BY epoch",
-                    (run_id,),
-                )
-            ]
-        (rid, ns, pod, container, node, planned, start, feats, us, uw, ms, mw, last_seen) = row
-        features = dict(_load_features(feats))
-        if uw > 0:
-            features["gpu_utilization_ratio"] = us / uw
-        if mw > 0:
-            features["memory_utilization_ratio"] = ms / mw
-        run = Run(
-            run_id=rid,
-            epochs_planned=planned,
-            epoch_times=monotone_epoch_times(start, ends, planned),
-            features=MappingProxyType(features),
-            completed=None,
-            namespace=ns,
-            pod=pod,
-            container=container,
-        )
-        return StoredRun(run=run, node=node, last_seen=last_seen)
+        ends = [
+            (e, t)
+            for e, t in self._conn.execute(
+                "SELECT epoch, timestamp FROM epoch_ends WHERE run = ? ORDER BY epoch",
+                (row[0],),
+            )
+        ]
+        return row[0], _running_from_row(row, ends)
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._conn, self.path)
@@ -470,7 +535,37 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
         )
     if version < 1 or not {"runs", "epoch_ends", "meta"} <= set(tables):
         raise HistoryError(f"history file {path} is damaged (schema {version}, tables {tables})")
-    conn.execute("PRAGMA quick_check").fetchone()
+    check = conn.execute("PRAGMA quick_check").fetchone()
+    if version < SCHEMA_VERSION:
+        if check is None or check[0] != "ok":
+            raise HistoryError(
+                f"history file {path} fails SQLite's quick_check ({check}); not migrating it"
+            )
+        _migrate(conn, path, version)
+
+
+def _migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
+    """Upgrade an older schema in place, in one transaction: all rows or no change."""
+    script = {1: _MIGRATE_1_TO_2}
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for step in range(version, SCHEMA_VERSION):
+            for statement in _statements(script[step]):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except sqlite3.Error as err:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise HistoryError(
+            f"history file {path}: migrating schema {version} to {SCHEMA_VERSION} failed "
+            f"({err}); the file was not modified"
+        ) from None
+
+
+def _statements(script: str) -> list[str]:
+    """A schema script split into statements (ours contain no ';' inside literals)."""
+    return [part.strip() for part in script.split(";") if part.strip()]
 
 
 def pack_epoch_times(times: Sequence[tuple[float, float]]) -> bytes:
@@ -490,6 +585,32 @@ def unpack_epoch_times(blob: bytes) -> tuple[tuple[float, float], ...]:
     if sys.byteorder != "little":
         flat.byteswap()
     return tuple(zip(flat[0::2], flat[1::2], strict=True))
+
+
+_RUNNING_COLUMNS = (
+    "id, run_id, namespace, pod, container, node, epochs_planned, start_timestamp, "
+    "features, util_sum, util_weight, memory_sum, memory_weight, last_seen"
+)
+
+
+def _running_from_row(row: tuple, ends: list[tuple[float, float]]) -> StoredRun:
+    (_, rid, ns, pod, container, node, planned, start, feats, us, uw, ms, mw, last_seen) = row
+    features = dict(_load_features(feats))
+    if uw > 0:
+        features["gpu_utilization_ratio"] = us / uw
+    if mw > 0:
+        features["memory_utilization_ratio"] = ms / mw
+    run = Run(
+        run_id=rid,
+        epochs_planned=planned,
+        epoch_times=monotone_epoch_times(start, ends, planned),
+        features=MappingProxyType(features),
+        completed=None,
+        namespace=ns,
+        pod=pod,
+        container=container,
+    )
+    return StoredRun(run=run, node=node, last_seen=last_seen)
 
 
 def _finished_from_row(row: tuple, features_cache: dict[str, Mapping[str, Feature]]) -> Run:

@@ -6,8 +6,11 @@ now, which have finished, each pod's recent GPU use and the GPU allocations. No 
 
 Decisions (documented in docs/forecaster.md):
 
-* A run is keyed by its ``run_id`` label (the exporter gives a notebook that trains
-  again a new one).
+* A run is keyed by ``(namespace, pod, container, run_id)`` (``RunKey``), never by
+  ``run_id`` alone: a hand-written run id reused by two pods, or by two containers
+  of one pod, is two runs (the exporter gives a notebook that trains again a new
+  id). Series with a ``run_id`` or pod label longer than ``MAX_RUN_ID``/
+  ``MAX_LABEL`` characters are ignored.
 * A run is *done* when it reached ``epochs_planned``; a run whose series are no
   longer present (Prometheus' lookback) is absent from ``present``, and the cycle
   finishes it once it has been away longer than a grace period. Whether it
@@ -36,10 +39,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from forecaster.history import RunUpdate
+from forecaster.history import RunKey, RunUpdate
 from forecaster.promapi import Sample, Series
 
 MAX_RUN_ID = 256
+MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
 MAX_EPOCHS = 10_000_000
 MAX_STEPS = 1e12
 # A run that reports only steps is followed in percent of its planned steps: 100
@@ -75,12 +79,12 @@ class CycleView:
     """Everything one cycle's queries say about runs and GPUs."""
 
     updates: list[RunUpdate] = field(default_factory=list)
-    present: set[str] = field(default_factory=set)
-    done: set[str] = field(default_factory=set)  # reached their planned epochs/steps
-    last_progress: dict[str, float] = field(default_factory=dict)
+    present: set[RunKey] = field(default_factory=set)
+    done: set[RunKey] = field(default_factory=set)  # reached their planned epochs/steps
+    last_progress: dict[RunKey, float] = field(default_factory=dict)
     util_recent: dict[PodKey, float] = field(default_factory=dict)
     allocations: list[Allocation] = field(default_factory=list)
-    rejected: dict[str, str] = field(default_factory=dict)  # run_id -> reason
+    rejected: dict[RunKey, str] = field(default_factory=dict)  # run key -> reason
     _pod_util: dict[tuple[str, str], float] | None = None
 
     def pod_util_recent(self) -> dict[tuple[str, str], float]:
@@ -126,40 +130,40 @@ def assemble(
         pod_gpus.setdefault((alloc.namespace, alloc.pod), []).append(alloc)
 
     lo, hi = now - _PAST_LIMIT_SECONDS, now + _FUTURE_SLACK_SECONDS
-    for run_id in dict.fromkeys([*planned, *steps_planned]):
-        sample = planned.get(run_id)
-        steps_sample = steps_planned.get(run_id)
+    for run in dict.fromkeys([*planned, *steps_planned]):
+        sample = planned.get(run)
+        steps_sample = steps_planned.get(run)
         by_steps = sample is None and steps_sample is not None
         if by_steps:
             assert steps_sample is not None
             sample, n_planned = steps_sample, STEP_UNITS
             n_steps = steps_sample.value
             if not (_finite(n_steps) and 0 < n_steps <= MAX_STEPS):
-                view.rejected[run_id] = "invalid_steps_planned"
+                view.rejected[run] = "invalid_steps_planned"
                 continue
         else:
             assert sample is not None
             n_planned = sample.value
             if not (_finite(n_planned) and 0 < n_planned <= MAX_EPOCHS):
-                view.rejected[run_id] = "invalid_epochs_planned"
+                view.rejected[run] = "invalid_epochs_planned"
                 continue
         labels = sample.labels
-        start_s = start.get(run_id)
+        start_s = start.get(run)
         if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
-            view.rejected[run_id] = "invalid_start"
+            view.rejected[run] = "invalid_start"
             continue
         t0 = start_s.value
         if by_steps:
             scale = STEP_UNITS / n_steps
             candidates = _thin_steps(
-                [(v * scale, t) for t, v in step_firsts.get(run_id, ())]
-                + [_scaled(step.get(run_id), last_report.get(run_id), scale)]
+                [(v * scale, t) for t, v in step_firsts.get(run, ())]
+                + [_scaled(step.get(run), last_report.get(run), scale)]
             )
-            cur = step.get(run_id)
+            cur = step.get(run)
             done = cur is not None and _finite(cur.value) and cur.value >= n_steps
         else:
-            candidates = [*pairs.get(run_id, ()), _pair(epoch.get(run_id), last_end.get(run_id))]
-            cur = epoch.get(run_id)
+            candidates = [*pairs.get(run, ()), _pair(epoch.get(run), last_end.get(run))]
+            cur = epoch.get(run)
             done = cur is not None and _finite(cur.value) and cur.value >= n_planned
         ends: dict[float, float] = {}
         for e, t in candidates:
@@ -167,12 +171,12 @@ def assemble(
                 continue
             if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
                 ends[e] = min(t, ends.get(e, math.inf))
-        key = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+        key: PodKey = run[:3]
         gpus = pod_gpus.get(key[:2], [])
         features: dict[str, float | str] = {}
         if key[0]:
             features["namespace"] = key[0]
-        bs = batch.get(run_id)
+        bs = batch.get(run)
         if bs is not None and _finite(bs.value) and 0 < bs.value < 1e9:
             features["batch_size"] = bs.value
         job_name = jobs.get(key[:2]) or _strip_suffix(key[1])
@@ -186,10 +190,10 @@ def assemble(
         if by_steps:
             features["progress_unit"] = "steps"
         util = _ratio(util_mean.get(key))
-        running_now = run_id in present
+        running_now = run in present
         view.updates.append(
             RunUpdate(
-                run_id=run_id,
+                run_id=run[3],
                 epochs_planned=n_planned,
                 start_timestamp=t0,
                 epoch_ends=tuple(sorted(ends.items())),
@@ -207,14 +211,14 @@ def assemble(
         # Progress time for stall detection: the latest epoch end or report of any
         # kind (a step report shows the run is alive inside a long epoch).
         progress_ts = max([t0, *ends.values()])
-        report = last_report.get(run_id)
+        report = last_report.get(run)
         if report is not None and _finite(report.value) and t0 <= report.value <= hi:
             progress_ts = max(progress_ts, report.value)
-        view.last_progress[run_id] = progress_ts
+        view.last_progress[run] = progress_ts
         if running_now and not done:
-            view.present.add(run_id)
+            view.present.add(run)
         elif done:
-            view.done.add(run_id)
+            view.done.add(run)
     return view
 
 
@@ -235,12 +239,23 @@ def _unexport(item: _S) -> _S:
     return replace(item, labels=fixed)
 
 
-def _by_run(samples: Sequence[Sample]) -> dict[str, Sample]:
-    out: dict[str, Sample] = {}
+def _run_key(labels: Mapping[str, str]) -> RunKey | None:
+    """The run a series belongs to, or None (no run_id, or an oversized label)."""
+    run_id = labels.get("run_id", "")
+    if not run_id or len(run_id) > MAX_RUN_ID:
+        return None
+    key = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+    if any(len(part) > MAX_LABEL for part in key):
+        return None
+    return (*key, run_id)
+
+
+def _by_run(samples: Sequence[Sample]) -> dict[RunKey, Sample]:
+    out: dict[RunKey, Sample] = {}
     for s in samples:
-        run_id = s.labels.get("run_id", "")
-        if run_id and len(run_id) <= MAX_RUN_ID and run_id not in out:
-            out[run_id] = s
+        key = _run_key(s.labels)
+        if key is not None and key not in out:
+            out[key] = s
     return out
 
 
@@ -258,20 +273,20 @@ def _by_pod(samples: Sequence[Sample]) -> dict[PodKey, float]:
 
 def _range_pairs(
     epochs: Sequence[Series], ends: Sequence[Series]
-) -> dict[str, list[tuple[float, float]]]:
-    """(epoch, end time) at each instant both series were sampled."""
-    by_run_end: dict[str, dict[float, float]] = {}
+) -> dict[RunKey, list[tuple[float, float]]]:
+    """(epoch, end time) at each instant both series of the same run were sampled."""
+    by_run_end: dict[RunKey, dict[float, float]] = {}
     for s in ends:
-        run_id = s.labels.get("run_id", "")
-        if run_id:
-            by_run_end.setdefault(run_id, {}).update(s.points)
-    out: dict[str, list[tuple[float, float]]] = {}
+        key = _run_key(s.labels)
+        if key is not None:
+            by_run_end.setdefault(key, {}).update(s.points)
+    out: dict[RunKey, list[tuple[float, float]]] = {}
     for s in epochs:
-        run_id = s.labels.get("run_id", "")
-        end_at = by_run_end.get(run_id)
-        if not end_at:
+        key = _run_key(s.labels)
+        end_at = by_run_end.get(key) if key is not None else None
+        if not end_at or key is None:
             continue
-        pairs = out.setdefault(run_id, [])
+        pairs = out.setdefault(key, [])
         last = None
         for ts, value in s.points:
             end = end_at.get(ts)
@@ -281,14 +296,14 @@ def _range_pairs(
     return out
 
 
-def _first_seen(series: Sequence[Series]) -> dict[str, list[tuple[float, float]]]:
+def _first_seen(series: Sequence[Series]) -> dict[RunKey, list[tuple[float, float]]]:
     """Per run, ``(t, value)`` at the first sampled instant of each new value."""
-    out: dict[str, list[tuple[float, float]]] = {}
+    out: dict[RunKey, list[tuple[float, float]]] = {}
     for s in series:
-        run_id = s.labels.get("run_id", "")
-        if not run_id:
+        key = _run_key(s.labels)
+        if key is None:
             continue
-        firsts = out.setdefault(run_id, [])
+        firsts = out.setdefault(key, [])
         last = None
         for ts, value in s.points:
             if value != last:

@@ -30,7 +30,7 @@ from forecaster.cycle import (
     sanitize,
 )
 from forecaster.forecast import Forecast
-from forecaster.history import HistoryStore
+from forecaster.history import HistoryStore, run_key
 from forecaster.jobs import Allocation
 from forecaster.promapi import PromAPIError, QueryStats, Sample, Series
 from forecaster.runs import Run
@@ -105,12 +105,13 @@ def job(
     start: float,
     present: bool = True,
     pod: str | None = None,
+    container: str = "c",
 ) -> dict[str, list[Sample]]:
     lab = {
         "node": "n1",
         "namespace": "ml",
         "pod": pod or f"pod-{run_id}",
-        "container": "c",
+        "container": container,
         "run_id": run_id,
     }
     epoch, last = ends[-1] if ends else (0.0, math.nan)
@@ -392,3 +393,61 @@ def test_background_refit_in_a_child_process(store: HistoryStore) -> None:
     cycle.wait_for_refit(60)
     fs = cycle.run()
     assert cycle.model is not first and cycle.model.n_history_ == 1 == fs.n_history
+
+
+def test_one_run_id_in_two_pods_and_two_containers_is_never_spliced(
+    store: HistoryStore,
+) -> None:
+    """Issue 3: a hand-written run id reused elsewhere gives separate runs and forecasts."""
+    t = [NOW]
+    old = NOW - 3600
+
+    def answers(b_present: bool = True) -> dict[str, list[Sample]]:
+        return merge(
+            job("my-run-1", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300, pod="a"),
+            job("my-run-1", 4, [(1, old - 500)], old - 1000, pod="b", present=b_present),
+            job("my-run-1", 20, [(5, NOW - 50)], NOW - 500, pod="b", container="side"),
+            {
+                "util_recent": [s(0.0, namespace="ml", pod="b", container="c")],
+                "allocated": [
+                    s(1, node="n1", gpu="0", UUID="GPU-0", namespace="ml", pod="a", container="c"),
+                    s(1, node="n1", gpu="1", UUID="GPU-1", namespace="ml", pod="b", container="c"),
+                ],
+            },
+        )
+
+    client = CannedClient(answers())
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=600)
+    fs = cycle.run()
+    jobs = {run_key(j.run): j for j in fs.jobs}
+    a, b, side = (
+        ("ml", "a", "c", "my-run-1"),
+        ("ml", "b", "c", "my-run-1"),
+        ("ml", "b", "side", "my-run-1"),
+    )
+    assert set(jobs) == {a, b, side} and fs.n_running == 3
+    assert jobs[a].run.epoch_times == ((0, NOW - 300), (2, NOW - 100))
+    assert jobs[b].run.epoch_times == ((0, old - 1000), (1, old - 500))
+    assert jobs[side].run.epoch_times == ((0, NOW - 500), (5, NOW - 50))
+    assert jobs[a].run.epochs_planned == 10 and jobs[b].run.epochs_planned == 4
+    assert jobs[a].completion_timestamps == pytest.approx((NOW + 1050, NOW + 1500, NOW + 1950))
+    # stall is judged per run: b made no progress for an hour on an idle GPU, a did
+    assert (jobs[a].forecast.stalled, jobs[b].forecast.stalled) == (False, True)
+    assert not jobs[side].forecast.stalled  # no GPU series for its container: b's says idle
+    # each GPU's free time follows the runs of the pod holding it
+    gpus = {g.uuid: g.timestamps for g in fs.gpus}
+    assert gpus["GPU-0"] == jobs[a].completion_timestamps
+    assert gpus["GPU-1"] == tuple(
+        max(x, y)
+        for x, y in zip(
+            jobs[b].completion_timestamps, jobs[side].completion_timestamps, strict=True
+        )
+    )
+    # pod b's run vanishes: only it is finished, after the grace period
+    client.answers = answers(b_present=False)
+    t[0] += 601
+    fs = cycle.run()
+    assert {run_key(j.run) for j in fs.jobs} == {a, side} and fs.n_finished == 1
+    (done,) = store.finished()
+    assert run_key(done) == b and done.completed is False and done.epochs_planned == 4
+    assert {run_key(r.run) for r in store.running()} == {a, side}

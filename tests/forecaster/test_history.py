@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from forecaster.history import HistoryError, HistoryStore, RunUpdate, monotone_epoch_times
+from forecaster.history import (
+    SCHEMA_VERSION,
+    HistoryError,
+    HistoryStore,
+    RunUpdate,
+    monotone_epoch_times,
+    run_key,
+)
 from forecaster.runs import Run, validate_run
 
 
@@ -17,6 +24,10 @@ def update(run_id: str, ends=(), planned: float = 4, **kw) -> RunUpdate:
     kw.setdefault("start_timestamp", 1000.0)
     kw.setdefault("seen_timestamp", 2000.0)
     return RunUpdate(run_id=run_id, epochs_planned=planned, epoch_ends=tuple(ends), **kw)
+
+
+def key(run_id: str, namespace: str = "", pod: str = "", container: str = "") -> tuple:
+    return (namespace, pod, container, run_id)
 
 
 def digest(path: Path) -> str:
@@ -27,7 +38,7 @@ def test_epoch_ends_accumulate_across_cycles_and_restarts(tmp_path: Path) -> Non
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db)
     store.record([update("r1", [(1, 1100.0)], namespace="ns", pod="p", container="c")])
-    store.record([update("r1", [(2, 1200.0)])])  # a later cycle sees only epoch 2
+    store.record([update("r1", [(2, 1200.0)], namespace="ns", pod="p", container="c")])
     store.close()
     store = HistoryStore.open(db)  # restart: nothing lost
     (stored,) = store.running()
@@ -56,7 +67,7 @@ def test_finish_marks_completed_and_incomplete(tmp_path: Path) -> None:
         ]
     )
     v0 = store.version
-    finished = store.finish(["done", "cancelled", "unknown"], 5000.0)
+    finished = store.finish([key("done"), key("cancelled"), key("unknown")], 5000.0)
     assert {r.run_id: r.completed for r in finished} == {"done": True, "cancelled": False}
     assert store.version == v0 + 1
     assert store.running() == []
@@ -168,3 +179,128 @@ def test_meta_values_persist(tmp_path: Path) -> None:
     store = HistoryStore.open(db)
     assert store.get_meta("k") == "2"
     store.close()
+
+
+def test_same_run_id_in_two_pods_and_two_containers_is_three_runs(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    a = {"namespace": "ml", "pod": "a", "container": "main"}
+    b = {"namespace": "ml", "pod": "b", "container": "main"}
+    b2 = {"namespace": "ml", "pod": "b", "container": "sidecar"}
+    store.record(
+        [
+            update("my-run-1", [(1, 1100.0)], planned=2, **a),
+            update("my-run-1", [(1, 1500.0)], planned=8, start_timestamp=1400.0, **b),
+            update("my-run-1", [(1, 1700.0)], planned=3, start_timestamp=1600.0, **b2),
+        ]
+    )
+    store.record([update("my-run-1", [(2, 1200.0)], planned=2, **a)])
+    store.close()
+    store = HistoryStore.open(db)
+    runs = {run_key(r.run): r.run for r in store.running()}
+    assert runs[key("my-run-1", **a)].epoch_times == ((0, 1000.0), (1, 1100.0), (2, 1200.0))
+    assert runs[key("my-run-1", **b)].epoch_times == ((0, 1400.0), (1, 1500.0))
+    assert runs[key("my-run-1", **b2)].epoch_times == ((0, 1600.0), (1, 1700.0))
+    (done,) = store.finish([key("my-run-1", **a)], 3000.0)
+    assert done.completed is True and done.pod == "a"
+    assert {run_key(r.run) for r in store.running()} == {
+        key("my-run-1", **b),
+        key("my-run-1", **b2),
+    }
+    store.finish([key("my-run-1", **b), key("my-run-1", **b2)], 4000.0)
+    store.close()
+    store = HistoryStore.open(db)
+    got = {run_key(r): r for r in store.finished()}
+    assert len(got) == 3 and store.count_finished() == 3
+    assert got[key("my-run-1", **b)].completed is False
+    assert got[key("my-run-1", **b)].epochs_planned == 8
+    assert got[key("my-run-1", **b2)].epoch_times[-1] == (1.0, 1700.0)
+    with pytest.raises(TypeError, match="namespace, pod, container, run_id"):
+        store.finish(["my-run-1"], 5000.0)  # type: ignore[list-item]
+    store.close()
+
+
+def test_seeded_runs_meet_live_runs_by_run_id_in_a_compatible_namespace(tmp_path: Path) -> None:
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    seed = Run("seed-1", 2, ((0, 0.0), (1, 10.0), (2, 20.0)), namespace="ml")
+    assert store.import_finished([seed]) == 1
+    assert store.import_finished([Run("seed-1", 2, ((0, 0.0), (1, 10.0)))]) == 0  # ns unknown
+    # the demo backfills the seeded runs into Prometheus too: the live series add nothing
+    store.record([update("seed-1", [(1, 10.0)], namespace="ml", pod="p", container="c")])
+    assert store.running() == []
+    # the same hand-written id in another namespace is another run
+    store.record([update("seed-1", [(1, 1100.0)], namespace="other", pod="p", container="c")])
+    assert [run_key(r.run) for r in store.running()] == [key("seed-1", "other", "p", "c")]
+    # a CSV that repeats a run seen live adds nothing; one from another namespace does
+    live_seen = Run("seed-1", 4, ((0, 0.0), (1, 5.0)), namespace="other")
+    assert store.import_finished([live_seen]) == 0
+    assert store.import_finished([Run("seed-1", 4, ((0, 0.0),), namespace="third")]) == 1
+    # runs with pods are matched by their whole key
+    pod_run = Run("x", 1, ((0, 0.0), (1, 1.0)), namespace="ml", pod="a", container="c")
+    assert store.import_finished([pod_run]) == 1
+    assert store.import_finished([pod_run]) == 0
+    assert store.import_finished([Run("x", 1, ((0, 0.0), (1, 1.0)), namespace="ml", pod="b")]) == 1
+    store.close()
+
+
+FIXTURE_V1 = Path(__file__).parent / "data" / "history_v1.sqlite"
+
+
+def test_schema_1_file_is_migrated_keeping_every_run(tmp_path: Path) -> None:
+    """A history file written by the schema-1 forecaster (data/make_history_v1.py)."""
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(FIXTURE_V1.read_bytes())
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.close()
+    store = HistoryStore.open(db)
+    store.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    store = HistoryStore.open(db)  # opening again is a no-op
+    assert store.get_meta("last_query_timestamp") == "2300.0"
+    finished = {r.run_id: r for r in store.finished()}
+    assert {k: r.completed for k, r in finished.items()} == {
+        "seed-1": True,
+        "done-1": True,
+        "gone-1": False,
+    }
+    assert finished["seed-1"].namespace == "ml" and finished["seed-1"].pod == ""
+    assert finished["done-1"].epoch_times == ((0, 1000.0), (1, 1100.0), (2, 1200.0))
+    assert finished["done-1"].features["gpu_utilization_ratio"] == pytest.approx(0.8)
+    assert run_key(finished["gone-1"]) == ("ml", "train-b", "main", "gone-1")
+    (live,) = store.running()
+    assert run_key(live.run) == ("ml", "train-c", "main", "live-1") and live.node == "n2"
+    assert live.run.epoch_times == ((0, 2000.0), (1, 2100.0), (2, 2200.0), (3, 2300.0))
+    assert live.run.features["gpu_utilization_ratio"] == pytest.approx(0.75)
+    assert live.run.features["batch_size"] == 64.0
+    # the migrated run keeps accumulating, and its id can now be reused by another pod
+    other = {"namespace": "ml", "pod": "train-d", "container": "main"}
+    mine = {"namespace": "ml", "pod": "train-c", "container": "main"}
+    store.record(
+        [
+            update("live-1", [(4, 2400.0)], planned=10, start_timestamp=2000.0, **mine),
+            update("live-1", [(1, 5100.0)], planned=3, start_timestamp=5000.0, **other),
+        ]
+    )
+    runs = {r.run.pod: r.run for r in store.running()}
+    assert runs["train-c"].epoch_times[-1] == (4.0, 2400.0)
+    assert runs["train-d"].epoch_times == ((0, 5000.0), (1, 5100.0))
+    store.finish([key("live-1", **mine)], 6000.0)
+    assert len(store.finished()) == 4 and len(store.running()) == 1
+    store.close()
+
+
+def test_failed_migration_leaves_the_file_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(FIXTURE_V1.read_bytes())
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE runs_v2 (x INTEGER)")  # the migration's CREATE TABLE fails
+    conn.commit()
+    conn.close()
+    before = digest(db)
+    with pytest.raises(HistoryError, match="migrating schema 1 to 2 failed"):
+        HistoryStore.open(db)
+    assert digest(db) == before

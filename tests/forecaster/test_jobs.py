@@ -14,8 +14,12 @@ def s(value: float, **labels: str) -> Sample:
     return Sample(labels, value, NOW)
 
 
-def run_labels(run_id: str, pod: str = "train-x7k2p") -> dict[str, str]:
-    return {"node": "n1", "namespace": "ml", "pod": pod, "container": "main", "run_id": run_id}
+def run_labels(run_id: str, pod: str = "train-x7k2p", container: str = "main") -> dict[str, str]:
+    return {"node": "n1", "namespace": "ml", "pod": pod, "container": container, "run_id": run_id}
+
+
+def key(run_id: str, pod: str = "train-x7k2p", container: str = "main") -> tuple[str, ...]:
+    return ("ml", pod, container, run_id)
 
 
 def base(
@@ -26,8 +30,9 @@ def base(
     last_end: float,
     present=True,
     pod="train-x7k2p",
+    container="main",
 ):
-    lab = run_labels(run_id, pod)
+    lab = run_labels(run_id, pod, container)
     out = {
         "planned": [s(planned, **lab)],
         "epoch": [s(epoch, **lab)],
@@ -53,8 +58,8 @@ def test_running_finished_and_vanished_runs() -> None:
         base("gone", 10, 2, NOW - 900, NOW - 700, present=False),
     )
     view = assemble(instant, {}, NOW, 600)
-    assert view.present == {"running"}
-    assert view.done == {"done"}  # "gone" is absent from present: the cycle decides
+    assert view.present == {key("running")}
+    assert view.done == {key("done")}  # "gone" is absent from present: the cycle decides
     ups = {u.run_id: u for u in view.updates}
     assert ups["running"].epoch_ends == ((3.0, NOW - 20),)
     assert ups["running"].weight_seconds == 600 and ups["gone"].weight_seconds == 0
@@ -85,15 +90,15 @@ def test_nan_and_garbage_values_are_rejected_not_crashing() -> None:
     )
     view = assemble(instant, {}, NOW, 60)
     assert view.rejected == {
-        "nan_planned": "invalid_epochs_planned",
-        "nan_start": "invalid_start",
-        "future_start": "invalid_start",
+        key("nan_planned"): "invalid_epochs_planned",
+        key("nan_start"): "invalid_start",
+        key("future_start"): "invalid_start",
     }
     ups = {u.run_id: u for u in view.updates}
     assert ups["nan_epoch"].epoch_ends == ()  # no usable epoch end, still a running run
-    assert "nan_epoch" in view.present
+    assert key("nan_epoch") in view.present
     assert ups["beyond"].epoch_ends == ()  # epoch beyond planned ignored
-    assert "beyond" in view.done  # but it is not running any more
+    assert key("beyond") in view.done  # but it is not running any more
 
 
 def test_features_from_our_series() -> None:
@@ -164,11 +169,11 @@ def test_steps_only_run_is_followed_in_percent_of_steps() -> None:
     (up,) = view.updates
     assert up.epochs_planned == 100.0 and up.features["progress_unit"] == "steps"
     assert up.epoch_ends == ((20.0, NOW - 60), (22.0, NOW - 30), (24.0, NOW - 15), (25.0, NOW - 5))
-    assert view.present == {"tqdm"}
+    assert view.present == {key("tqdm")}
     instant["step"] = [s(2000, **lab)]
-    assert assemble(instant, {}, NOW, 60).done == {"tqdm"}
+    assert assemble(instant, {}, NOW, 60).done == {key("tqdm")}
     instant["steps_planned"] = [s(float("nan"), **lab)]
-    assert assemble(instant, {}, NOW, 60).rejected == {"tqdm": "invalid_steps_planned"}
+    assert assemble(instant, {}, NOW, 60).rejected == {key("tqdm"): "invalid_steps_planned"}
 
 
 def test_job_name_fallbacks() -> None:
@@ -204,3 +209,49 @@ def test_exported_labels_from_a_scrape_that_does_not_honour_labels() -> None:
     instant = {k: [rename(x) for x in v] for k, v in base("r", 10, 1, NOW - 100, NOW - 50).items()}
     up = assemble(instant, {}, NOW, 60).updates[0]
     assert (up.namespace, up.pod) == ("ml", "train-x7k2p")
+
+
+def test_same_run_id_in_two_pods_and_two_containers_is_three_runs() -> None:
+    """A hand-written run id reused elsewhere is never spliced into one run."""
+    a, b = "train-a-x7k2p", "train-b-x7k2p"
+    instant = merge(
+        base("my-run-1", 10, 3, NOW - 300, NOW - 20, pod=a),
+        base("my-run-1", 4, 1, NOW - 100, NOW - 50, pod=b),
+        base("my-run-1", 6, 6, NOW - 500, NOW - 30, pod=b, container="sidecar"),
+    )
+    ts = [NOW - 60, NOW - 45, NOW - 30]
+    ranges = {
+        "epoch_range": [
+            Series(run_labels("my-run-1", a), tuple(zip(ts, [2.0, 3.0, 3.0], strict=True))),
+            Series(run_labels("my-run-1", b), tuple(zip(ts, [1.0, 1.0, 1.0], strict=True))),
+        ],
+        "epoch_end_range": [
+            Series(
+                run_labels("my-run-1", a), tuple(zip(ts, [NOW - 70] + [NOW - 20] * 2, strict=True))
+            ),
+            Series(run_labels("my-run-1", b), tuple(zip(ts, [NOW - 50] * 3, strict=True))),
+        ],
+    }
+    view = assemble(instant, ranges, NOW, 600)
+    ups = {u.key: u for u in view.updates}
+    assert set(ups) == {key("my-run-1", a), key("my-run-1", b), key("my-run-1", b, "sidecar")}
+    assert ups[key("my-run-1", a)].epochs_planned == 10
+    assert ups[key("my-run-1", a)].epoch_ends == ((2.0, NOW - 70), (3.0, NOW - 20))
+    assert ups[key("my-run-1", b)].epochs_planned == 4
+    assert ups[key("my-run-1", b)].epoch_ends == ((1.0, NOW - 50),)
+    assert ups[key("my-run-1", b)].start_timestamp == NOW - 100
+    assert ups[key("my-run-1", b, "sidecar")].start_timestamp == NOW - 500
+    assert view.present == {key("my-run-1", a), key("my-run-1", b)}
+    assert view.done == {key("my-run-1", b, "sidecar")}
+    assert view.last_progress[key("my-run-1", a)] == NOW - 20
+    assert view.last_progress[key("my-run-1", b)] == NOW - 50
+
+
+def test_oversized_identity_labels_are_ignored() -> None:
+    instant = merge(
+        base("ok", 10, 1, NOW - 100, NOW - 50),
+        base("long-pod", 10, 1, NOW - 100, NOW - 50, pod="p" * 300),
+        base("r" * 300, 10, 1, NOW - 100, NOW - 50),
+    )
+    view = assemble(instant, {}, NOW, 60)
+    assert [u.run_id for u in view.updates] == ["ok"]

@@ -127,3 +127,26 @@ def test_a_broken_state_does_not_fail_the_scrape() -> None:
     state.forecasts = "not a forecast set"  # type: ignore[assignment]
     text = generate_latest(make_registry(state)).decode()
     assert isinstance(text, str)
+
+
+def test_one_run_id_in_two_pods_is_two_series_with_the_contract_labels() -> None:
+    def jf(pod: str, container: str, end: float) -> JobForecast:
+        run = Run("my-run-1", 10, ((0, NOW - 100),), namespace="ml", pod=pod, container=container)
+        return JobForecast(run, "n1", Forecast(1, 2, 3, "rate"), (end, end + 1, end + 2))
+
+    state = ServiceState()
+    jobs = (jf("a", "c", NOW + 10), jf("b", "c", NOW + 20), jf("b", "side", NOW + 30))
+    state.success(ForecastSet(timestamp=NOW, jobs=jobs), 0.5, NOW)
+    got = scrape(state)
+    p50 = {
+        dict(labels)["pod"] + "/" + dict(labels)["container"]: value
+        for (name, labels), value in got.items()
+        if name == "gpu_eta_job_predicted_completion_timestamp_seconds"
+        and dict(labels)["quantile"] == "0.5"
+    }
+    assert p50 == {"a/c": NOW + 11, "b/c": NOW + 21, "b/side": NOW + 31}
+    stalled = [labels for (name, labels), _ in got.items() if name == "gpu_eta_job_stalled"]
+    assert len(stalled) == 3
+    assert all(
+        [k for k, _ in labels] == ["container", "namespace", "pod", "run_id"] for labels in stalled
+    )
