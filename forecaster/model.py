@@ -53,6 +53,7 @@ def truncate(run: Run, point: float) -> Run:
     )
 
 
+PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
 DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
 PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
 
@@ -62,7 +63,7 @@ class _Sample:
     """A past run truncated at a point: the raw parts and the true log remaining."""
 
     point: float
-    parts: Components
+    parts: tuple[Components, ...]  # one per Huber constant of EtaModel._huber_grid()
     actual: float
     timestamp: float
 
@@ -168,31 +169,42 @@ class EtaModel:
                 out.append(
                     _Sample(
                         point=progress_point(part.progress_ratio),
-                        parts=blend.components(part, before=part.last_timestamp),
+                        parts=blend.components_for(part, part.last_timestamp, self._huber_grid()),
                         actual=math.log(truth),
                         timestamp=part.last_timestamp,
                     )
                 )
         return out
 
-    @staticmethod
+    def _huber_grid(self) -> tuple[float, ...]:
+        """The configured Huber constant, and a plain (recency-weighted) log mean."""
+        return (self.huber_c, PLAIN_MEAN) if self.huber_c != PLAIN_MEAN else (PLAIN_MEAN,)
+
     def _residuals(
-        samples: Sequence[_Sample], weights: Mapping[float, tuple[float, float]]
+        self, samples: Sequence[_Sample], weights: Mapping[float, tuple[float, float, float]]
     ) -> list[Residual]:
+        grid = self._huber_grid()
         out = []
         for point in POINTS:
             chosen = [s for s in samples if s.point == point]
             if not chosen:
                 continue
-            center, sigma = combine_many([s.parts for s in chosen], *weights[point])
+            c, drift, prior_scale = weights[point]
+            parts = [s.parts[grid.index(c)] for s in chosen]
+            center, sigma = combine_many(parts, drift, prior_scale)
             out.extend(
                 Residual(s.point, float(c), float(sg), s.actual, s.timestamp)
                 for s, c, sg in zip(chosen, center, sigma, strict=True)
             )
         return out
 
-    def _tune(self, samples: Sequence[_Sample]) -> dict[float, tuple[float, float]]:
-        """Pick, per progress bin, the rate's drift and the prior's sigma multiplier.
+    def _tune(self, samples: Sequence[_Sample]) -> dict[float, tuple[float, float, float]]:
+        """Pick, per progress bin, the rate's Huber constant (or a plain mean), its
+        drift and the prior's sigma multiplier.
+
+        The Huber constant decides whether slow epochs are spikes to discount or a
+        slowdown to follow: it depends on the cluster too (evaluation passes vs
+        neighbours whose load persists for many epochs).
 
         They set how fast the prior hands over to the run's own rate, which depends on
         the cluster (steady dedicated GPUs: a job repeats itself and the prior is
@@ -203,18 +215,19 @@ class EtaModel:
         fewer than ``min_tune_samples`` samples takes the choice made on all bins pooled;
         with fewer than that overall, the defaults.
         """
-        default = (self.drift, self.prior_scale)
-        combos = [(d, p) for d in DRIFT_GRID for p in PRIOR_SCALE_GRID]
+        default = (self.huber_c, self.drift, self.prior_scale)
+        grid = self._huber_grid()
+        combos = [(c, d, p) for c in grid for d in DRIFT_GRID for p in PRIOR_SCALE_GRID]
         if default not in combos:
             combos.append(default)
         i_default = combos.index(default)
         points = np.array([s.point for s in samples])
         actual = np.array([s.actual for s in samples])
-        parts = [s.parts for s in samples]
+        parts_by_c = {c: [s.parts[i] for s in samples] for i, c in enumerate(grid)}
         # err[c][i]: error of sample i under combo c after its bin's shrunk median shift
         errs = np.empty((len(combos), len(samples)))
-        for c, (drift, prior_scale) in enumerate(combos):
-            center, _sigma = combine_many(parts, drift, prior_scale)
+        for c, (huber_c, drift, prior_scale) in enumerate(combos):
+            center, _sigma = combine_many(parts_by_c[huber_c], drift, prior_scale)
             resid = actual - center
             for point in POINTS:
                 sel = points == point
@@ -223,7 +236,7 @@ class EtaModel:
                     shift = np.median(resid[sel]) * n / (n + self.shift_prior)
                     errs[c, sel] = np.abs(np.expm1(shift - resid[sel]))
 
-        def pick(score: np.ndarray) -> tuple[float, float]:
+        def pick(score: np.ndarray) -> tuple[float, float, float]:
             # leave the defaults only for a clear gain: small samples overfit a grid
             best = int(np.argmin(score))
             if score[best] < (1.0 - self.tune_margin) * score[i_default]:
@@ -255,8 +268,8 @@ class EtaModel:
                 0.0, 0.0, 0.0, method="blend", converged=prior.converged_, warnings=prior.warnings_
             )
         point = progress_point(run.progress_ratio)
-        drift, prior_scale = self.weights_[point]
-        raw = self.blend_.raw(run, drift=drift, prior_scale=prior_scale)
+        huber_c, drift, prior_scale = self.weights_[point]
+        raw = self.blend_.components(run, huber_c=huber_c).combine(drift, prior_scale)
         q = self.calibrator_.quantiles(point, raw.center, raw.sigma)
         q = stall_widen(q, run, now) if stalled else at_now(q, run, now, 0.0)
         return Forecast(

@@ -145,17 +145,36 @@ class BlendEstimator:
         self.n_history_ = self.prior_.n_history_
         return self
 
-    def components(self, run: Run, before: float | None = None) -> Components:
+    def components(
+        self, run: Run, before: float | None = None, huber_c: float | None = None
+    ) -> Components:
         """Prior and rate parts of ``run`` as of its last epoch end.
 
         ``before`` restricts the job prior to runs that ended before it (calibration's
         temporal prefix); the live path leaves it ``None``.
         """
+        c = self.huber_c if huber_c is None else huber_c
+        return self.components_for(run, before, (c,))[0]
+
+    def components_for(
+        self, run: Run, before: float | None, huber_cs: Sequence[float]
+    ) -> tuple[Components, ...]:
+        """``components`` for several Huber constants, sharing the prior lookup."""
         if not hasattr(self, "prior_"):
             raise NotFittedError("BlendEstimator used before fit")
         mu_p, s_p, est = self.prior_.log_remaining(run, before)
-        rate = own_rate(run, half_life_ratio=self.half_life_ratio, huber_c=self.huber_c)
-        return Components(mu_p, s_p, est.n_obs, rate, remaining_epochs(run), run.epochs_done)
+        m, done = remaining_epochs(run), run.epochs_done
+        return tuple(
+            Components(
+                mu_p,
+                s_p,
+                est.n_obs,
+                own_rate(run, half_life_ratio=self.half_life_ratio, huber_c=c),
+                m,
+                done,
+            )
+            for c in huber_cs
+        )
 
     def raw(
         self,
