@@ -37,6 +37,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
 DEFAULT_SETS = (
     ("dedicated_heldout.csv", "dedicated"),
     ("dedicated_heldout2.csv", "dedicated"),
+    ("dedicated_heldout3.csv", "dedicated"),
     ("shared_heldout.csv", "shared"),
     ("shared_heldout2.csv", "shared"),
     ("dedicated_tune.csv", "dedicated"),

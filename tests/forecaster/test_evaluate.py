@@ -145,7 +145,13 @@ def best_rate_baseline(score) -> float:
 
 
 @pytest.mark.parametrize(
-    "name", ["dedicated_tune.csv", "dedicated_heldout.csv", "dedicated_heldout2.csv"]
+    "name",
+    [
+        "dedicated_tune.csv",
+        "dedicated_heldout.csv",
+        "dedicated_heldout2.csv",
+        "dedicated_heldout3.csv",
+    ],
 )
 def test_real_pytorch_runs_on_a_busy_machine(name: str) -> None:
     """Real PyTorch CPU runs timed here ('dedicated': nothing of ours competing).

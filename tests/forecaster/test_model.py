@@ -97,3 +97,22 @@ def test_predict_before_fit_and_refit_forgets() -> None:
     model = EtaModel(random_state=0)
     assert model.fit(job_history(30, seed=11)) is model
     assert model.fit([]).n_history_ == 0
+
+
+def test_a_slowdown_that_persists_is_followed_not_discounted() -> None:
+    # every run: ~30 % of its epochs come in blocks 3x slower (a neighbour's load),
+    # so the true remaining time follows the mean, which Huber would discount
+    rng = np.random.default_rng(13)
+    runs, t = [], 1.7e9
+    for i in range(200):
+        durations = []
+        while len(durations) < 20:
+            slow = rng.random() < 0.3
+            durations += [3.0 if slow else 1.0] * 3
+        durations = [d * float(np.exp(rng.normal(0, 0.02))) for d in durations[:20]]
+        runs.append(make_run(f"r{i}", durations, start=t, job_name=f"j{i % 7}"))
+        t += sum(durations) + 5
+    model = EtaModel(random_state=0, tune_margin=0.0).fit(runs)
+    chosen = {model.weights_[p][0] for p in (0.25, 0.5, 0.75)}
+    assert all(len(w) == 3 for w in model.weights_.values())
+    assert chosen & {model._huber_grid()[-1]}, model.weights_
