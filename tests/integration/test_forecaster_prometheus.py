@@ -58,7 +58,11 @@ def epoch_end(run: SimRun, k: int) -> float:
 
 
 def scenario(now: float) -> tuple[list[SimRun], list[tuple[str, str, str]]]:
-    """130 finished runs over three weeks (10 vanished early) + running ones now."""
+    """132 finished runs over three weeks (10 vanished early) + running ones now.
+
+    One hand-written run id is reused by two pods twice: two finished runs
+    ``hist-dup`` and two running ``my-run-1`` (issue 3: never spliced into one).
+    """
     runs: list[SimRun] = []
     for i in range(130):
         # 13 batches of 10 runs spread over three weeks (few 2-hour TSDB blocks to write)
@@ -67,6 +71,10 @@ def scenario(now: float) -> tuple[list[SimRun], list[tuple[str, str, str]]]:
         done = 4 if vanished else 10
         run = SimRun(f"hist-{i}", f"resnet-{i}", start, 10, done, 0.0)
         run.until = epoch_end(run, done) + 30  # a last scrape after the last epoch end
+        runs.append(run)
+    for k, pod in enumerate(("dup-a", "dup-b")):
+        run = SimRun("hist-dup", pod, now - 21 * DAY + 2400 + k * 600, 10, 10, 0.0)
+        run.until = epoch_end(run, 10) + 30
         runs.append(run)
     t0 = now - 15.5 * EPOCH_SECONDS
     runs += [
@@ -77,6 +85,9 @@ def scenario(now: float) -> tuple[list[SimRun], list[tuple[str, str, str]]]:
         SimRun("one-epoch", "train-o", now - 100, 1, 0, now, gpu="3", uuid="GPU-3"),
         SimRun("nan-plan", "train-n", t0, 30, 15, now, planned_value=math.nan),
         SimRun("tqdm-run", "batch-t", t0, 30, 15, now, steps_only=True),
+        # the same run id in two pods: 15 of 30 epochs (~30 min left), 5 of 10 (~10 min)
+        SimRun("my-run-1", "train-m1", t0, 30, 15, now),
+        SimRun("my-run-1", "train-m2", now - 5.5 * EPOCH_SECONDS, 10, 5, now),
     ]
     holders = [("gpu-node-1", "1", "GPU-1")]  # an idle notebook shares GPU-1
     return runs, holders
@@ -254,10 +265,18 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
         )
     )
     metric = "gpu_eta_job_predicted_completion_timestamp_seconds"
-    prom.wait_for(f'{metric}{{quantile="0.5"}}', timeout=120, min_results=5)
+    prom.wait_for(f'{metric}{{quantile="0.5"}}', timeout=120, min_results=7)
 
     p50 = values(prom, f'{metric}{{quantile="0.5"}}')
-    assert set(p50) == {"run-a", "run-b", "stalled", "one-epoch", "tqdm-run"}  # not nan-plan
+    assert set(p50) == {"run-a", "run-b", "stalled", "one-epoch", "tqdm-run", "my-run-1"}
+    # one run id in two pods: two runs, two forecasts of their own
+    mine = {
+        r["metric"]["pod"]: float(r["value"][1]) - now
+        for r in prom.query(f'{metric}{{run_id="my-run-1",quantile="0.5"}}')
+    }
+    assert set(mine) == {"train-m1", "train-m2"}
+    assert 0.5 * 1800 < mine["train-m1"] < 2 * 1800
+    assert 0.5 * 600 < mine["train-m2"] < 2 * 600
     assert all(v >= now for v in p50.values())  # never an ETA in the past
     # run-a: 15 of 30 epochs of 120 s done -> about 30 minutes left
     assert 0.5 * 1800 < p50["run-a"] - now < 2 * 1800
@@ -272,13 +291,15 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
         "stalled": 1,
         "one-epoch": 0,
         "tqdm-run": 0,
+        "my-run-1": 0,
     }
+    assert len(prom.query('gpu_eta_job_stalled{run_id="my-run-1"}')) == 2
     # the steps-only run is about half done (1550 of 3000 steps, 1.2 s each): ~29 min left
     assert 0.5 * 1800 < p50["tqdm-run"] - now < 2 * 1800
     free = values(prom, 'gpu_eta_gpu_predicted_free_timestamp_seconds{quantile="0.5"}')
     assert set(free) == {"GPU-0", "GPU-2", "GPU-3"}  # GPU-1 is shared with an idle notebook
     assert free["GPU-0"] == pytest.approx(p50["run-a"], abs=120)
-    assert values(prom, "gpu_eta_model_history_jobs") == {"": 130.0}
+    assert values(prom, "gpu_eta_model_history_jobs") == {"": 132.0}  # hist-dup twice
     coverage = prom.query("gpu_eta_model_interval_coverage_ratio")
     assert coverage, "measured coverage is published"
     assert all(0 <= float(r["value"][1]) <= 1 for r in coverage)
@@ -339,22 +360,26 @@ def test_once_pushes_through_a_real_pushgateway(
     found = prom.wait_for(
         'gpu_eta_job_predicted_remaining_seconds{job="gpu_eta_forecaster",quantile="0.5"}',
         timeout=60,
-        min_results=5,
+        min_results=7,
     )
-    assert {r["metric"]["run_id"] for r in found} == {
-        "run-a",
-        "run-b",
-        "stalled",
-        "one-epoch",
-        "tqdm-run",
-    }
+    assert sorted((r["metric"]["run_id"], r["metric"]["pod"]) for r in found) == [
+        ("my-run-1", "train-m1"),
+        ("my-run-1", "train-m2"),
+        ("one-epoch", "train-o"),
+        ("run-a", "train-a"),
+        ("run-b", "train-b"),
+        ("stalled", "train-s"),
+        ("tqdm-run", "batch-t"),
+    ]
     # a second run reuses the history file: nothing is imported twice
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     store = HistoryStore.open(tmp_path / "h.sqlite")
     try:
-        assert store.count_finished() == 130
+        assert store.count_finished() == 132
         assert sum(1 for r in store.finished() if r.completed is False) == 10
+        dup = sorted((r.pod, r.start_timestamp) for r in store.finished() if r.run_id == "hist-dup")
+        assert [pod for pod, _ in dup] == ["dup-a", "dup-b"] and dup[0][1] != dup[1][1]
     finally:
         store.close()
     # Prometheus stopped: once exits 1; the gateway keeps the forecasts, marked stale.
@@ -387,7 +412,7 @@ def test_cycle_reconstructs_runs_from_real_answers(backfill, tmp_path, prometheu
         run_a = by_id["run-a"].run
         assert [e for e, _ in run_a.epoch_times] == list(range(16))
         assert run_a.epoch_times[1][1] == pytest.approx(
-            epoch_end(scenario(now)[0][130], 1), abs=0.01
+            epoch_end(next(r for r in scenario(now)[0] if r.run_id == "run-a"), 1), abs=0.01
         )
         assert (
             run_a.features["batch_size"] == 64
@@ -401,6 +426,11 @@ def test_cycle_reconstructs_runs_from_real_answers(backfill, tmp_path, prometheu
         assert tqdm_run.epochs_planned == 100 and len(tqdm_run.epoch_times) > 30
         assert 50 <= tqdm_run.epochs_done <= 53  # percent of steps: 15.5 of 30 epochs
         assert fs.n_history == 0  # three-week-old runs are outside a one-hour lookback
+        mine = {j.run.pod: j.run for j in fs.jobs if j.run.run_id == "my-run-1"}
+        assert [e for e, _ in mine["train-m1"].epoch_times] == list(range(16))
+        assert [e for e, _ in mine["train-m2"].epoch_times] == list(range(6))
+        assert (mine["train-m1"].epochs_planned, mine["train-m2"].epochs_planned) == (30, 10)
+        assert mine["train-m2"].start_timestamp == pytest.approx(now - 660, abs=0.01)
     finally:
         store.close()
         client.close()
