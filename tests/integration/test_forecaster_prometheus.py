@@ -538,3 +538,39 @@ def test_live_exporter_and_real_training(procs, tmp_path, prometheus_factory) ->
     assert trainer.wait(timeout=300) == 0, trainer.stderr.read().decode()[-2000:]
     # the finished run goes into the history
     prom.wait_for("gpu_eta_model_history_jobs == 1", timeout=120)
+
+
+def test_seeded_runs_are_not_stored_again_from_their_backfilled_series(
+    tmp_path, prometheus_factory
+) -> None:
+    """The demo writes the same runs to the seed CSV and to Prometheus: stored once each.
+
+    The CSV's runs have no pod; the series do. Keying by pod must not turn each seeded
+    run into a second, live-recorded copy.
+    """
+    from demo.backfill import simulate_history, write_history
+    from demo.cluster import ClusterConfig
+    from forecaster.runs_csv import read_runs
+
+    now = time.time()
+    history = simulate_history(ClusterConfig(seed=2), now - 400, 3 * 3600, jobs=40)
+    om, csv_path = write_history(history, tmp_path / "history", step_seconds=60.0)
+    prom = prometheus_factory([], backfill_files=[om])
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        seeded = read_runs(csv_path)
+        assert store.import_finished(seeded) == len(seeded) == len(history.completed) > 5
+        settings = CycleSettings(lookback_seconds=4 * 3600, refit_seconds=0, vanish_grace_seconds=0)
+        fs = Cycle(client, store, settings).run()
+        assert client.stats.error == 0 and fs.jobs == ()  # all of it is in the past
+        finished = store.finished()
+        ids = [r.run_id for r in finished]
+        assert len(ids) == len(set(ids))  # no run stored twice
+        seeded_ids = {r.run_id for r in seeded}
+        assert seeded_ids <= set(ids)
+        live_only = [r for r in finished if r.run_id not in seeded_ids]
+        assert all(r.pod and r.completed is False for r in live_only)  # cancelled: not in CSV
+    finally:
+        store.close()
+        client.close()
