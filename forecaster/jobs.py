@@ -9,8 +9,8 @@ Decisions (documented in docs/forecaster.md):
 * A run is keyed by ``(namespace, pod, container, run_id)`` (``RunKey``), never by
   ``run_id`` alone: a hand-written run id reused by two pods, or by two containers
   of one pod, is two runs (the exporter gives a notebook that trains again a new
-  id). Series with a ``run_id`` or pod label longer than ``MAX_RUN_ID``/
-  ``MAX_LABEL`` characters are ignored.
+  id). Series whose ``run_id`` is longer than ``MAX_RUN_ID`` or whose
+  ``namespace``/``pod``/``container`` is longer than ``MAX_LABEL`` are ignored.
 * A run is *done* when it reached ``epochs_planned``; a run whose series are no
   longer present (Prometheus' lookback) is absent from ``present``, and the cycle
   finishes it once it has been away longer than a grace period. Whether it
