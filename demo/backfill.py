@@ -21,11 +21,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod
+from demo.driver import log_run_id, log_run_start
 
 CSV_COLUMNS = (
     "run_id",
@@ -72,6 +73,53 @@ def simulate_history(
             continue  # still running at the window's end: the live demo starts clean
         pods.append(_shift(pod, anchor))
     return History(sim.nodes, tuple(pods), anchor, end_timestamp)
+
+
+def warm_history(sim: ClusterSim, anchor: float) -> History:
+    """The live cluster's warm-up (``demo.cluster.warm_start``) as history up to the anchor.
+
+    Every pod that existed before t = 0 (finished ones and those still running), in
+    unix seconds, with the window ``[anchor - warm_start_seconds, anchor)``. Runs still
+    going keep their ``run_id``, so these series and the exporter's later ones are one
+    run; a log-reporting pod gets the id the exporter derives from its log
+    (``demo.driver.log_run_id``) and the run start its first line carries.
+    """
+    warm = sim.config.warm_start_seconds
+    pods = []
+    for pod in sim.pods:
+        if pod.start >= 0 or pod.report == "real":
+            continue
+        shifted = _shift(pod, anchor)
+        if pod.report == "log" and pod.run_start is not None:
+            shifted = replace(
+                shifted, run_id=log_run_id(pod, anchor), run_start=log_run_start(pod, anchor)
+            )
+        pods.append(shifted)
+    return History(sim.nodes, tuple(pods), anchor - warm, anchor)
+
+
+LOOKBACK_SECONDS = 300.0  # Prometheus' default query lookback
+
+
+def without_lingering(history: History, settle_seconds: float) -> History:
+    """``history`` without the pods whose backfilled series would linger as if current.
+
+    Why: Prometheus marks a series stale when a scrape no longer has it; a backfilled
+    series has no such marker, so an instant query keeps returning its last sample
+    for the 5-minute lookback. A pod that ended less than that before the anchor, or
+    that ends before the live exporter's first scrapes (``settle_seconds`` after it),
+    would show in ``top`` as still holding its GPU. Such pods are left out of the
+    OpenMetrics (their finished runs still go into the runs CSV); pods still running
+    after ``settle_seconds`` are kept: the live exporter continues their series.
+    """
+    keep = tuple(
+        p
+        for p in history.pods
+        if p.end is None
+        or p.end > history.end + settle_seconds
+        or p.end <= history.end - LOOKBACK_SECONDS
+    )
+    return replace(history, pods=keep)
 
 
 def _shift(pod: Pod, by: float) -> Pod:
@@ -171,14 +219,24 @@ _HELP = {
 }
 
 
-def openmetrics_lines(history: History, step_seconds: float = 15.0) -> Iterator[str]:
-    """The history as OpenMetrics text lines, family by family, ending with ``# EOF``."""
+def openmetrics_lines(
+    history: History,
+    step_seconds: float = 15.0,
+    node_labels: Mapping[int, Mapping[str, str]] | None = None,
+) -> Iterator[str]:
+    """The history as OpenMetrics text lines, family by family, ending with ``# EOF``.
+
+    ``node_labels`` adds labels to every series of a node (by node index): the
+    ``job`` and ``instance`` Prometheus gives that node's exporter, so a warm-up
+    run's backfilled series and its live ones are the same series.
+    """
     families: dict[str, list[str]] = {name: [] for name in _HELP}
     nodes = {n.index: n for n in history.nodes}
+    extra = {i: dict(node_labels.get(i, {})) if node_labels else {} for i in nodes}
     gpu_util: dict[tuple[int, int], dict[float, float]] = {}
     for pod in history.pods:
         node = nodes[pod.node]
-        end = pod.end if pod.end is not None else history.end
+        end = min(pod.end, history.end) if pod.end is not None else history.end
         if pod.kind == "training" and pod.run_start is not None:
             spe = max(1, 50_000 // max(1, pod.batch_size))
             run = _labels(
@@ -187,6 +245,7 @@ def openmetrics_lines(history: History, step_seconds: float = 15.0) -> Iterator[
                 pod=pod.name,
                 container=pod.container,
                 run_id=pod.run_id,
+                **extra[pod.node],
             )
             source = "log" if pod.report == "log" else "http"
             ends = pod.epoch_ends
@@ -229,6 +288,7 @@ def openmetrics_lines(history: History, step_seconds: float = 15.0) -> Iterator[
                 namespace=pod.namespace,
                 pod=pod.name,
                 container=pod.container,
+                **extra[pod.node],
             )
             memory = min(pod.memory_bytes, int(spec.memory_total_bytes * 0.9))
             for t in _grid(pod.start, end, step_seconds):
@@ -250,8 +310,9 @@ def openmetrics_lines(history: History, step_seconds: float = 15.0) -> Iterator[
     gpu_step = max(step_seconds, 60.0)
     for node in history.nodes:
         for spec in node.gpus:
-            lab = _labels(node=node.name, gpu=spec.index, UUID=spec.uuid)
-            info = _labels(node=node.name, gpu=spec.index, UUID=spec.uuid, model=spec.model)
+            more = extra[node.index]
+            lab = _labels(node=node.name, gpu=spec.index, UUID=spec.uuid, **more)
+            info = _labels(node=node.name, gpu=spec.index, UUID=spec.uuid, model=spec.model, **more)
             busy = gpu_util.get((node.index, spec.index), {})
             for t in _grid(history.start, history.end, gpu_step):
                 families["gpu_eta_gpu_utilization_ratio"].append(
@@ -268,14 +329,20 @@ def openmetrics_lines(history: History, step_seconds: float = 15.0) -> Iterator[
 
 
 def write_history(
-    history: History, directory: Path, step_seconds: float = 15.0
+    history: History,
+    directory: Path,
+    step_seconds: float = 15.0,
+    *,
+    om_name: str = "history.om",
+    csv_name: str = "runs.csv",
+    node_labels: Mapping[int, Mapping[str, str]] | None = None,
 ) -> tuple[Path, Path]:
-    """Write ``history.om`` (OpenMetrics) and ``runs.csv``; returns both paths."""
+    """Write the OpenMetrics (``history.om``) and the runs CSV (``runs.csv``); returns both."""
     directory.mkdir(parents=True, exist_ok=True)
-    om = directory / "history.om"
+    om = directory / om_name
     with om.open("w") as f:
-        for line in openmetrics_lines(history, step_seconds):
+        for line in openmetrics_lines(history, step_seconds, node_labels):
             f.write(line + "\n")
-    runs = directory / "runs.csv"
+    runs = directory / csv_name
     runs.write_text(render_runs_csv(history.pods))
     return om, runs

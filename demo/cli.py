@@ -51,8 +51,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--arrival-seconds",
         type=float,
-        default=300.0,
-        help="mean simulated seconds between job arrivals (default 300)",
+        default=200.0,
+        help="mean simulated seconds between job arrivals (default 200)",
+    )
+    p.add_argument(
+        "--warm-start",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help=(
+            "wall seconds the cluster already ran before the demo starts: jobs at every "
+            "stage, their earlier epochs backfilled (default 600; 0: start empty)"
+        ),
     )
     p.add_argument(
         "--history-days", type=float, default=1.0, help="days of backfilled history (0: none)"
@@ -165,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             time_scale=args.time_scale,
             arrival_seconds=args.arrival_seconds,
+            warm_start_seconds=args.warm_start,
         )
     except ClusterConfigError as err:
         print(f"gpu-eta demo: {err}", file=sys.stderr)

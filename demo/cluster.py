@@ -23,7 +23,7 @@ import heapq
 import math
 import random
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from demo.epochs import JobDraw, JobMix, sample_job
@@ -54,7 +54,7 @@ class ClusterConfig:
     gpus_max: int = 8
     seed: int = 0
     time_scale: float = 20.0  # cluster seconds per wall second
-    arrival_seconds: float = 300.0  # mean gap between job arrivals, cluster seconds
+    arrival_seconds: float = 200.0  # mean gap between job arrivals, cluster seconds
     notebook_share: float = 0.12  # share of arrivals that are notebooks
     notebook_seconds: tuple[float, float] = (3600.0, 4 * 3600.0)  # cluster seconds
     notebooks_at_start: int = 1  # per node, already idle when the demo starts
@@ -63,6 +63,9 @@ class ClusterConfig:
     timeslice_replicas: int = 3
     startup_seconds: tuple[float, float] = (30.0, 90.0)  # pod start → first report
     max_queue: int = 20  # pending jobs beyond this are turned away (users give up)
+    # wall seconds the live cluster already ran before the demo's anchor: jobs at
+    # various stages, a time-sliced GPU shared, notebooks idle for a while (0: empty)
+    warm_start_seconds: float = 600.0
     mix: JobMix = field(default_factory=JobMix)
 
     def __post_init__(self) -> None:
@@ -76,6 +79,10 @@ class ClusterConfig:
             raise ClusterConfigError(f"time scale must be > 0, got {self.time_scale}")
         if not self.arrival_seconds > 0:
             raise ClusterConfigError("arrival_seconds must be > 0")
+        if not 0 <= self.warm_start_seconds <= 86400:
+            raise ClusterConfigError(
+                f"warm start must be 0..86400 s, got {self.warm_start_seconds}"
+            )
         for name in ("notebook_share", "log_share", "two_gpu_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ClusterConfigError(f"{name} must be in 0..1")
@@ -472,7 +479,18 @@ class ClusterSim:
             self._begin_epoch(job)
 
     def advance(self, until: float) -> list[Event]:
-        """Simulate up to ``until``; return the events that happened, in time order."""
+        """Simulate up to ``until``; return the events that happened, in time order.
+
+        ``until`` at or before the simulation's present (it was advanced further
+        already) only hands out the events planned up to ``until``.
+        """
+        if until <= self.now:
+            ready = sorted(
+                (e for e in self._pending_events if e.t <= until),
+                key=lambda e: (e.t, e.kind != "pod_start"),
+            )
+            self._pending_events = [e for e in self._pending_events if e.t > until]
+            return ready
         self._update_rates(self.now)
         while True:
             t_job, job = self._next_job_event()
@@ -561,3 +579,35 @@ class ClusterSim:
     def queued(self) -> int:
         """Jobs waiting for a GPU."""
         return len(self._queue)
+
+
+def warm_start(
+    config: ClusterConfig, keep_free: Sequence[int] = ()
+) -> tuple[ClusterSim, list[Event]]:
+    """The live cluster as it is at the anchor (t = 0), and what happened before it.
+
+    Why: a demo that starts with an empty cluster shows one job and idle GPUs for
+    its first minutes. The live simulation instead starts ``warm_start_seconds``
+    before the anchor and is advanced to 0, so at t = 0 jobs are at every stage
+    (their pods start at negative times, their earlier epoch ends are known), a
+    time-sliced GPU may be shared and notebooks have been idle for a while. The
+    past events are returned for the backfill (``demo.backfill.warm_history``) and
+    the log replay (``demo.driver.Driver.replay``); the driver fires only later ones,
+    with the same pods, run ids and run starts.
+
+    ``keep_free``: node indexes, one GPU each kept free through the warm-up (so
+    ``reserve_pod`` finds one at t = 0 on a full cluster: ``--real-training``).
+    """
+    sim = ClusterSim(config, stream="live", start=-config.warm_start_seconds)
+    held = []
+    for node in keep_free:
+        slots = [(g, r) for (n, g, r) in sim._free_slots(True) if n == node]
+        slots = slots or [(g, r) for (n, g, r) in sim._free_slots(False) if n == node]
+        if slots:
+            placeholder = Pod("", "reserved", "", "", node, "reserved", (slots[0],), 0.0)
+            sim._slots[(node, *slots[0])] = placeholder
+            held.append((node, *slots[0]))
+    past = sim.advance(0.0) if config.warm_start_seconds > 0 else []
+    for key in held:
+        sim._slots[key] = None
+    return sim, past

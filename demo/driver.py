@@ -30,6 +30,7 @@ from typing import Any
 
 from demo.cluster import ClusterSim, Event, Pod
 from demo.scenarios import node_scenario, write_scenario
+from exporter.progress import derived_run_id
 
 log = logging.getLogger("gpu_eta.demo")
 
@@ -66,8 +67,28 @@ def report_body(pod: Pod, event: Event, anchor: float) -> dict[str, Any]:
     return body
 
 
+def log_run_start(pod: Pod, anchor: float) -> float:
+    """The run start a log-reporting pod's first line carries (unix seconds, to the ms)."""
+    return round(anchor + (pod.run_start if pod.run_start is not None else pod.start), 3)
+
+
+def log_run_id(pod: Pod, anchor: float) -> str:
+    """The ``run_id`` the exporter derives for a log-reporting pod's run.
+
+    Log lines carry no run id: the exporter derives one from the pod and the time of
+    the run's first line (``exporter.progress.derived_run_id``). The warm-up
+    backfill labels its series with the same id, so Prometheus sees one run.
+    """
+    return derived_run_id(pod.namespace, pod.name, pod.container, "log", log_run_start(pod, anchor))
+
+
 def cri_line(ts: float, message: str, stream: str = "stdout") -> str:
-    """One line as containerd writes it: RFC 3339 nanoseconds, stream, F(ull), text."""
+    """One line as containerd writes it: RFC 3339 nanoseconds, stream, F(ull), text.
+
+    The time is rounded to the millisecond so that the run start the exporter reads
+    back is exactly ``log_run_start`` (the derived run id hashes it to the ms).
+    """
+    ts = round(ts, 3)
     when = datetime.fromtimestamp(ts, timezone.utc)
     nanos = round((ts % 1) * 1e9) % 1_000_000_000
     return f"{when.strftime('%Y-%m-%dT%H:%M:%S')}.{nanos:09d}Z {stream} F {message}\n"
@@ -214,6 +235,38 @@ class Driver:
             scenario = node_scenario(node, pods, self.anchor, rel_now, self.seed)
             if write_scenario(self.scenario_paths[node.index], scenario):
                 self.stats.scenario_writes += 1
+
+    def replay(self, past: list[Event]) -> int:
+        """Write the log lines of the warm-up (events before t = 0) for pods still alive.
+
+        A log-reporting pod that started before the anchor printed its earlier epochs
+        then; the exporter, following the file from its start, reads them with their
+        own timestamps (so the same derived run id and epoch ends as the backfill).
+        HTTP pods need nothing: their past is in the backfill, and their next report
+        carries the same ``run_id`` and ``run_start``. Returns the lines written.
+        """
+        written = 0
+        with self.lock:
+            for event in past:
+                pod = event.pod
+                if pod.kind != "training" or pod.report != "log":
+                    continue
+                if pod.end is not None and pod.end <= 0:
+                    continue
+                if event.kind not in ("run_start", "epoch_end"):
+                    continue
+                lines = (
+                    keras_lines(pod, event) if pod.log_format == "keras" else tqdm_lines(pod, event)
+                )
+                self.logs.write(pod, lines, self.anchor + event.t)
+                written += len(lines)
+            self.stats.log_lines += written
+        return written
+
+    def queue(self, events: list[Event]) -> None:
+        """Events the simulation already produced (it ran ahead), to fire when due."""
+        with self.lock:
+            self._due.extend(events)
 
     def tick(self, now: float | None = None) -> None:
         """Advance the simulation to now + lookahead, update files, fire due events."""

@@ -37,14 +37,24 @@ from pathlib import Path
 
 import requests
 
-from demo.backfill import simulate_history, write_history
-from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod
+from demo.backfill import (
+    render_runs_csv,
+    simulate_history,
+    warm_history,
+    without_lingering,
+    write_history,
+)
+from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod, warm_start
 from demo.driver import Driver, LogWriter, ProgressSender
 from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_prometheus
 
 log = logging.getLogger("gpu_eta.demo")
 
-TRAINER_RESTART_SECONDS = 20.0  # pause between two real training runs on a node
+EXPORTER_JOB = "gpu-eta-exporter"  # Prometheus job name of the exporters (a series label)
+TRAINER_RESTART_SECONDS = 20.0
+# the live exporters' first scrapes come this long after the anchor at the latest
+# (history, promtool and Prometheus' start); see demo.backfill.without_lingering
+SETTLE_SECONDS = 30.0  # pause between two real training runs on a node
 # gpu-eta's alert and recording rules, loaded by the demo's Prometheus (its /alerts
 # page) exactly as shipped; absent when the package is installed without the repo.
 RULES_FILE = Path(__file__).resolve().parents[1] / "rules" / "gpu-eta.rules.yaml"
@@ -230,20 +240,9 @@ class Stack:
         (self.workdir / "logs").mkdir(exist_ok=True)
         self.anchor = time.time()
 
-        history_files: list[Path] = []
-        if cfg.history_days > 0:
-            t0 = time.monotonic()
-            history = simulate_history(
-                cfg.cluster, self.anchor - 400, cfg.history_days * 86400, cfg.history_jobs
-            )
-            om, self.runs_csv = write_history(history, self.workdir / "history")
-            history_files.append(om)
-            self.say(
-                f"history: {len(history.pods)} jobs over {cfg.history_days:g} days "
-                f"({len(history.completed)} finished) simulated in {time.monotonic() - t0:.1f}s"
-            )
-
-        self.sim = ClusterSim(cfg.cluster, stream="live", start=0.0)
+        # the live cluster "already running": it started warm_start_seconds ago
+        reserve = [i % cfg.cluster.nodes for i in range(cfg.real_training)]
+        self.sim, past = warm_start(cfg.cluster, keep_free=reserve)
         sender_ports: dict[int, int] = {}
         for spec in self.sim.nodes:
             node = NodeProcess(
@@ -254,8 +253,48 @@ class Stack:
             )
             self.nodes.append(node)
             sender_ports[spec.index] = node.progress_port
+
+        history_files: list[Path] = []
+        history_dir = self.workdir / "history"
+        finished_pods: list[Pod] = []
+        # the old history ends where the warm-up begins (and at least 400 s ago, past
+        # Prometheus' 5-minute lookback, so its runs never look current)
+        history_end = self.anchor - max(400.0, cfg.cluster.warm_start_seconds)
+        if cfg.history_days > 0:
+            t0 = time.monotonic()
+            history = simulate_history(
+                cfg.cluster, history_end, cfg.history_days * 86400, cfg.history_jobs
+            )
+            om, _ = write_history(history, history_dir)
+            history_files.append(om)
+            finished_pods.extend(history.pods)
+            self.say(
+                f"history: {len(history.pods)} jobs over {cfg.history_days:g} days "
+                f"({len(history.completed)} finished) simulated in {time.monotonic() - t0:.1f}s"
+            )
+        trainer_pods = [self.sim.reserve_pod(node) for node in reserve]
+        # simulate the first seconds now: which pods end before the exporters are
+        # first scraped decides what the backfill may show (without_lingering)
+        upcoming = self.sim.advance(SETTLE_SECONDS)
+        if cfg.cluster.warm_start_seconds > 0:
+            # the warm-up's series carry the job/instance labels Prometheus gives each
+            # exporter, so a running job's backfilled epochs and its live ones are one series
+            warm = warm_history(self.sim, self.anchor)
+            labels = {n.spec.index: {"job": EXPORTER_JOB, "instance": n.target} for n in self.nodes}
+            om, _ = write_history(
+                without_lingering(warm, SETTLE_SECONDS),
+                history_dir,
+                om_name="warm.om",
+                csv_name="warm-runs.csv",
+                node_labels=labels,
+            )
+            history_files.append(om)
+            finished_pods.extend(p for p in warm.pods if p.end is not None and p.end <= self.anchor)
+        if finished_pods:
+            self.runs_csv = history_dir / "runs.csv"
+            self.runs_csv.write_text(render_runs_csv(finished_pods))
+
         pod_logs = self.workdir / "pod-logs"
-        trainer_pods = [self.sim.reserve_pod(i % len(self.nodes)) for i in range(cfg.real_training)]
         self.driver = Driver(
             self.sim,
             self.anchor,
@@ -264,6 +303,14 @@ class Stack:
             LogWriter(pod_logs),
             seed=cfg.cluster.seed,
         )
+        self.driver.replay(past)  # log pods' earlier epochs, before their exporter starts
+        self.driver.queue(upcoming)
+        if cfg.cluster.warm_start_seconds > 0:
+            running = sum(1 for p in self.sim.alive(0.0) if p.kind == "training" and p.start < 0)
+            self.say(
+                f"warm start: the cluster has been running {cfg.cluster.warm_start_seconds:g}s "
+                f"({running} training pods already running, {self.sim.queued} jobs queued)"
+            )
         self.driver.tick(self.anchor)  # scenario files exist before the exporters start
         for node in self.nodes:
             node.process = self._spawn(
@@ -294,7 +341,7 @@ class Stack:
         self.forecaster_port = pick_port(cfg.forecaster_port, "forecaster /metrics", self.say)
         prom_port = pick_port(cfg.prometheus_port, "Prometheus UI/API", self.say)
         jobs = [
-            ScrapeJob("gpu-eta-exporter", [n.target for n in self.nodes]),
+            ScrapeJob(EXPORTER_JOB, [n.target for n in self.nodes]),
             ScrapeJob("gpu-eta-forecaster", [f"127.0.0.1:{self.forecaster_port}"]),
         ]
         rule_files = []
