@@ -158,6 +158,52 @@ def test_forecaster_series_for_every_running_training_job(demo_stack) -> None:
             assert band["0.1"] <= band["0.5"] <= band["0.9"]
 
 
+def test_jobs_running_before_the_demo_started_have_history_and_forecasts(demo_stack) -> None:
+    """Warm start: jobs that began before the anchor are backfilled as the live series
+    (same labels, job and instance included) and get forecasts from the first cycles."""
+    from demo.driver import log_run_id
+
+    prom = demo_stack.prometheus
+    anchor = demo_stack.anchor
+    with demo_stack.driver.lock:
+        early = {
+            (log_run_id(p, anchor) if p.report == "log" else p.run_id): p
+            for p in demo_stack.sim.alive(time.time() - anchor + 30)
+            if p.kind == "training"
+            and p.report != "real"
+            and p.run_start is not None
+            and p.run_start < -30
+            and any(e <= -30 for e in p.epoch_ends)
+        }
+    assert len(early) >= 4
+
+    def forecast() -> set[str] | None:
+        got = {
+            s["metric"]["run_id"]
+            for s in prom.query(
+                'gpu_eta_job_predicted_completion_timestamp_seconds{quantile="0.5"}'
+            )
+        }
+        return (got & set(early)) if len(got & set(early)) >= 4 else None
+
+    with_forecast = wait_until(forecast, 60, what="forecasts for jobs that started earlier")
+    for run_id in sorted(with_forecast)[:4]:
+        # their epochs before the anchor are in Prometheus, in the same one series
+        before = requests.get(
+            f"{demo_stack.prometheus_url}/api/v1/query",
+            params={"query": f'gpu_eta_training_epoch{{run_id="{run_id}"}}', "time": anchor - 20},
+            timeout=10,
+        ).json()["data"]["result"]
+        assert len(before) == 1 and float(before[0]["value"][1]) >= 1, (run_id, before)
+        pod = early[run_id]
+        node = demo_stack.nodes[pod.node]
+        assert before[0]["metric"]["instance"] == node.target
+        assert before[0]["metric"]["job"] == "gpu-eta-exporter"
+        assert before[0]["metric"]["pod"] == pod.name
+        now = prom.query(f'count by (run_id) (gpu_eta_training_epoch{{run_id="{run_id}"}})')
+        assert [s["value"][1] for s in now] in ([], ["1"])
+
+
 def test_top_json_lists_running_jobs_with_etas(demo_stack) -> None:
     prom = demo_stack.prometheus
 
