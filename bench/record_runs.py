@@ -20,6 +20,18 @@ Usage::
 
     python bench/record_runs.py --scenario shared --runs 40 --seed 1 --out tests/fixtures/runs/shared_tune.csv
 
+For a repeated-job grid on one pinned core (the 2026-11 re-recording)::
+
+    taskset -c 1 python bench/record_runs.py --scenario dedicated --runs 24 --jobs 6 \
+        --size 4 --threads 1 --epochs 10,15,20 --seed 11 --out tests/fixtures/runs/x.csv
+
+``--jobs K`` draws K (job name, batch size) pairs and spreads the runs evenly over
+them in shuffled order, so most runs have earlier runs of the same job (the prior
+issue 4 asks gpu-eta to use); ``--size`` multiplies the synthetic data set so one
+epoch lasts ~0.3–1 s instead of ~0.1 s (timer and scheduler noise then matter less).
+A sidecar ``<out>.meta.json`` states the conditions: load averages before and after
+and at each run's start, CPU affinity, threads, arguments, UTC times.
+
 Every process started here (the busy loops) is stopped by its PID, even on error.
 """
 
@@ -27,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
+import os
 import random
 import signal
 import subprocess
@@ -93,7 +107,6 @@ WORKLOADS = (
     Workload("cifar-cnn", 800, (3, 32, 32)),
 )
 BATCH_SIZES = (32, 64, 128)
-EPOCHS = (10, 20, 30)
 
 
 class Competitor:
@@ -179,6 +192,27 @@ def train_run(
     return times
 
 
+def _load1() -> float:
+    """The 1-minute load average (stated with the recording: it shapes every figure)."""
+    return round(os.getloadavg()[0], 2)
+
+
+def _plan(
+    rng: random.Random, runs: int, jobs: int, epochs: Sequence[int]
+) -> list[tuple[Workload, int, int]]:
+    """(workload, batch size, epochs) per run: independent draws, or a repeated grid."""
+    if jobs <= 0:
+        return [
+            (rng.choice(WORKLOADS), rng.choice(BATCH_SIZES), rng.choice(epochs))
+            for _ in range(runs)
+        ]
+    pairs = [(w, b) for w in WORKLOADS for b in BATCH_SIZES]
+    chosen = rng.sample(pairs, min(jobs, len(pairs)))
+    plan = [(*chosen[i % len(chosen)], rng.choice(epochs)) for i in range(runs)]
+    rng.shuffle(plan)
+    return plan
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=("dedicated", "shared"), required=True)
@@ -188,8 +222,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--competitors", type=int, default=1, help="busy-loop processes in the shared scenario"
     )
+    parser.add_argument(
+        "--jobs", type=int, default=0, help="repeat K (job, batch size) pairs (0: draw each run)"
+    )
+    parser.add_argument("--size", type=int, default=1, help="multiply the data set size")
+    parser.add_argument("--epochs", default="10,20,30", help="epoch counts to draw from")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    try:
+        epoch_choices = [int(e) for e in args.epochs.split(",")]
+    except ValueError:
+        parser.error(f"--epochs: comma-separated integers expected, got {args.epochs!r}")
+    if not epoch_choices or min(epoch_choices) < 1 or not 1 <= args.size <= 50:
+        parser.error("--epochs must be positive and --size within 1..50")
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
     competitor = Competitor(args.competitors) if args.scenario == "shared" else None
@@ -197,15 +242,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     began = time.time()
+    meta = {
+        "scenario": args.scenario,
+        "argv": list(sys.argv[1:] if argv is None else argv),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": args.threads,
+        "load1_before": _load1(),
+        "load1_at_run_start": {},
+    }
+    plan = _plan(rng, args.runs, args.jobs, epoch_choices)
     tmp = args.out.with_suffix(".tmp")
     try:
         with tmp.open("w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(COLUMNS)
-            for i in range(args.runs):
-                workload = rng.choice(WORKLOADS)
-                batch_size = rng.choice(BATCH_SIZES)
-                epochs = rng.choice(EPOCHS)
+            for i, (workload, batch_size, epochs) in enumerate(plan):
+                if args.size > 1:
+                    workload = Workload(
+                        workload.name, workload.n_samples * args.size, workload.in_shape
+                    )
                 on = off = None
                 cancel_at = None
                 eval_every = 0
@@ -219,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if rng.random() < 0.07:
                         cancel_at = rng.randrange(1, epochs)
                 run_id = f"{args.scenario}-s{args.seed}-{i:03d}-{workload.name}-b{batch_size}"
+                meta["load1_at_run_start"][run_id] = _load1()
                 try:
                     times = train_run(
                         run_id,
@@ -257,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
         tmp.replace(args.out)
+        meta["load1_after"] = _load1()
+        meta["wall_seconds"] = round(time.time() - began, 1)
+        args.out.with_name(args.out.name + ".meta.json").write_text(json.dumps(meta, indent=1))
     finally:
         if competitor is not None:
             competitor.stop()
