@@ -31,6 +31,8 @@ from typing import Any
 from demo.cluster import ClusterSim, Event, Pod
 from demo.scenarios import node_scenario, write_scenario
 from exporter.progress import derived_run_id
+from exporter.progress_store import ProgressStore
+from exporter.readings import Progress
 
 log = logging.getLogger("gpu_eta.demo")
 
@@ -80,6 +82,54 @@ def log_run_id(pod: Pod, anchor: float) -> str:
     backfill labels its series with the same id, so Prometheus sees one run.
     """
     return derived_run_id(pod.namespace, pod.name, pod.container, "log", log_run_start(pod, anchor))
+
+
+def resumed_progress(pod: Pod, anchor: float) -> Progress | None:
+    """What a node's exporter holds at the anchor for an HTTP pod that began before it.
+
+    The exporter "has been running" through the warm-up: this is the progress its
+    store would have after the pod's reports so far (same run id, run start, epoch,
+    epoch end and last report time as the backfilled series). Written into the
+    exporter's state file (``--progress.state-file``) before it starts, so its series
+    are live from the first scrape, and Prometheus marks them stale when the pod
+    goes. None for pods that report otherwise or have not started training yet.
+    """
+    if pod.kind != "training" or pod.report != "http" or pod.run_start is None:
+        return None
+    if pod.run_start > 0 or (pod.end is not None and pod.end <= 0):
+        return None
+    spe = steps_per_epoch(pod)
+    ends = [e for e in pod.epoch_ends if e <= 0]
+    done = len(ends)
+    return Progress(
+        namespace=pod.namespace,
+        pod=pod.name,
+        container=pod.container,
+        run_id=pod.run_id,
+        run_start_timestamp=round(anchor + pod.run_start, 3),
+        last_report_timestamp=anchor + (ends[-1] if ends else pod.run_start),
+        source="http",
+        epoch=float(done),
+        epochs=float(pod.epochs),
+        step=float(done * spe),
+        steps=float(pod.epochs * spe),
+        batch_size=float(pod.batch_size),
+        epoch_end_timestamp=anchor + ends[-1] if ends else None,
+        metrics={"loss": loss_at(done)} if done else {},
+    )
+
+
+def write_progress_state(path: Path, pods: list[Pod], anchor: float) -> int:
+    """The exporter's state file (docs/progress.md) with the resumed HTTP runs of ``pods``."""
+    store = ProgressStore(state_path=path)
+    count = 0
+    for pod in pods:
+        progress = resumed_progress(pod, anchor)
+        if progress is not None:
+            store.update(progress)
+            count += 1
+    store.save()
+    return count
 
 
 def cri_line(ts: float, message: str, stream: str = "stdout") -> str:

@@ -45,7 +45,7 @@ from demo.backfill import (
     write_history,
 )
 from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod, warm_start
-from demo.driver import Driver, LogWriter, ProgressSender
+from demo.driver import Driver, LogWriter, ProgressSender, write_progress_state
 from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_prometheus
 
 log = logging.getLogger("gpu_eta.demo")
@@ -243,6 +243,7 @@ class Stack:
         # the live cluster "already running": it started warm_start_seconds ago
         reserve = [i % cfg.cluster.nodes for i in range(cfg.real_training)]
         self.sim, past = warm_start(cfg.cluster, keep_free=reserve)
+        queued_at_anchor = self.sim.queued
         sender_ports: dict[int, int] = {}
         for spec in self.sim.nodes:
             node = NodeProcess(
@@ -304,12 +305,19 @@ class Stack:
             seed=cfg.cluster.seed,
         )
         self.driver.replay(past)  # log pods' earlier epochs, before their exporter starts
+        # HTTP pods' progress so far, as each exporter would hold it after the warm-up
+        for node in self.nodes:
+            write_progress_state(
+                self._state_file(node),
+                [p for p in self.sim.pods if p.node == node.spec.index],
+                self.anchor,
+            )
         self.driver.queue(upcoming)
         if cfg.cluster.warm_start_seconds > 0:
             running = sum(1 for p in self.sim.alive(0.0) if p.kind == "training" and p.start < 0)
             self.say(
                 f"warm start: the cluster has been running {cfg.cluster.warm_start_seconds:g}s "
-                f"({running} training pods already running, {self.sim.queued} jobs queued)"
+                f"({running} training pods already running, {queued_at_anchor} jobs queued)"
             )
         self.driver.tick(self.anchor)  # scenario files exist before the exporters start
         for node in self.nodes:
@@ -330,6 +338,8 @@ class Stack:
                     str(pod_logs),
                     "--collection.interval",
                     cfg.collection_interval,
+                    "--progress.state-file",
+                    str(self._state_file(node)),
                 ],
                 f"exporter-{node.name}",
             )
@@ -400,6 +410,9 @@ class Stack:
         self._thread.start()
         for pod in trainer_pods:
             self._start_trainer(pod, sender_ports[pod.node])
+
+    def _state_file(self, node: NodeProcess) -> Path:
+        return self.workdir / "progress-state" / f"{node.name}.json"
 
     def _spawn(
         self, cmd: list[str], name: str, env: dict[str, str] | None = None

@@ -19,6 +19,8 @@ from demo import cli
         ["--nodes", "0"],
         ["--gpus-min", "9", "--gpus-max", "4"],
         ["--time-scale", "0"],
+        ["--warm-start", "-1"],
+        ["--warm-start", "nan"],
         ["--no-such-flag"],
     ],
 )
@@ -33,4 +35,5 @@ def test_defaults_are_the_readme_demo() -> None:
     args = cli.parse_args([])
     assert (args.nodes, args.gpus_min, args.gpus_max, args.seed) == (3, 4, 8, 0)
     assert args.seconds is None and args.real_training == 0
+    assert (args.arrival_seconds, args.warm_start) == (200.0, 600.0)
     assert cli.parse_args(["--real-training"]).real_training == 1

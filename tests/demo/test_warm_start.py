@@ -15,7 +15,16 @@ from demo.backfill import (
     without_lingering,
 )
 from demo.cluster import ClusterConfig, ClusterSim, warm_start
-from demo.driver import Driver, LogWriter, ProgressSender, log_run_id, log_run_start, report_body
+from demo.driver import (
+    Driver,
+    LogWriter,
+    ProgressSender,
+    log_run_id,
+    log_run_start,
+    report_body,
+    resumed_progress,
+    write_progress_state,
+)
 from exporter.collectors.logs import LogProgressCollector
 from exporter.progress import parse_report
 from exporter.progress_store import ProgressStore
@@ -220,3 +229,34 @@ def test_replayed_logs_give_the_exporter_the_backfills_run(warm, tmp_path: Path)
         assert got.run_id == history[pod.name].run_id == log_run_id(pod, ANCHOR)
         assert got.run_start_timestamp == pytest.approx(log_run_start(pod, ANCHOR), abs=1e-6)
         assert got.epoch == _done(pod, 0.0) and got.epochs == pod.epochs
+
+
+def test_exporter_state_file_resumes_http_runs_where_the_backfill_ends(warm, tmp_path) -> None:
+    """Each exporter starts with the progress it would hold after the warm-up, so its
+    series are live (and go stale when the pod goes) from the first scrape."""
+    sim, _, _ = warm
+    path = tmp_path / "state.json"
+    count = write_progress_state(path, sim.pods, ANCHOR)
+    loaded = ProgressStore(state_path=path)  # the exporter's own loader
+    runs = [p for p in _training_at(sim, 0.0) if p.report == "http" and p.run_start is not None]
+    runs = [p for p in runs if p.run_start <= 0]
+    assert count == len(runs) >= 5
+    for pod in runs:
+        got = loaded.get(pod.namespace, pod.name, "trainer", "http")
+        assert got is not None and got.run_id == pod.run_id
+        assert got.run_start_timestamp == pytest.approx(ANCHOR + pod.run_start, abs=1e-3)
+        done = _done(pod, 0.0)
+        assert got.epoch == done and got.epochs == pod.epochs
+        last = max((e for e in pod.epoch_ends if e <= 0), default=None)
+        if last is None:
+            assert got.epoch_end_timestamp is None
+        else:
+            assert got.epoch_end_timestamp == pytest.approx(ANCHOR + last)
+            assert got.last_report_timestamp == pytest.approx(ANCHOR + last)
+    # notebooks, log pods and runs not started yet are not in it
+    assert all(resumed_progress(p, ANCHOR) is None for p in sim.pods if p.report != "http")
+    assert all(
+        resumed_progress(p, ANCHOR) is None
+        for p in sim.pods
+        if p.run_start is None or p.run_start > 0
+    )
