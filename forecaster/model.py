@@ -24,6 +24,7 @@ the past) or, for a stalled run, held and widened.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ class EtaModel:
         min_tune_samples: int = 20,
         drift: float = 0.1,
         prior_scale: float = 8.0,
+        job_prior_scale: float = 1.0,
         shift_prior: float = 20.0,
         tune_margin: float = 0.1,
         half_life_ratio: float = 0.25,
@@ -97,6 +99,7 @@ class EtaModel:
         self.min_tune_samples = min_tune_samples
         self.drift = drift
         self.prior_scale = prior_scale
+        self.job_prior_scale = job_prior_scale
         self.shift_prior = shift_prior
         self.tune_margin = tune_margin
         self.half_life_ratio = half_life_ratio
@@ -114,6 +117,11 @@ class EtaModel:
             random_state=self.random_state,
         ).fit(history)
         samples = self._samples(blend, history)
+        self.rate_floor_, self.prior_floor_ = self._floors(samples)
+        samples = [
+            dataclasses.replace(s, parts=tuple(self._floored(c, s.point) for c in s.parts))
+            for s in samples
+        ]
         self.weights_ = self._tune(samples)
         residuals = self._residuals(samples, self.weights_)
         self.blend_ = blend
@@ -176,6 +184,61 @@ class EtaModel:
                 )
         return out
 
+    def _floors(self, samples: Sequence[_Sample]) -> tuple[dict[float, float], dict[float, float]]:
+        """The measured error of the run's own rate, and of a same-job prior, per point.
+
+        Why: how much the epochs seen say about the epochs to come is a property of
+        the cluster — a quiet dedicated GPU repeats its epochs within a few %, a
+        shared node sees neighbours arrive and leave, so a run's early speed says
+        little about its end, and an earlier run of the same job says more. The
+        rate's model sigma knows only the run's own scatter and the prior's only
+        how whole runs repeat, so the blend trusted the rate too much exactly where
+        the job's history knew better (shared-machine runs at 10–50 %). Both are
+        measured here on the same replayed past runs, with the same robust spread
+        (1.4826·MAD of log remaining minus the truth, about its median: the bias is
+        calibration's job), and become floors of the two sigmas at that point, so
+        the precision weights rest on measured errors. None at a point until both
+        have ``min_samples`` samples there. Like the pooled regression they are fitted on all replayed runs (a
+        small, documented in-sample leak in ``quality_``).
+        """
+        rate: dict[float, float] = {}
+        prior: dict[float, float] = {}
+        for point in POINTS[1:]:
+            r_err, p_err = [], []
+            for s in samples:
+                c = s.parts[0]
+                if s.point != point or c.rate is None:
+                    continue
+                r_err.append(c.rate[0] + math.log(max(c.remaining, 1e-9)) - s.actual)
+                if c.prior_level == "job_batch":
+                    p_err.append(c.prior_center - s.actual)
+            # both or neither: a measured floor on one side only would tilt the
+            # weights by what happens to be measured (the rate's error includes the
+            # run's unknowable future, a prior's model sigma does not)
+            if min(len(r_err), len(p_err)) >= self.min_samples:
+                for errs, out in ((r_err, rate), (p_err, prior)):
+                    arr = np.asarray(errs)
+                    out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
+        return rate, prior
+
+    def _floored(self, c: Components, point: float) -> Components:
+        return dataclasses.replace(
+            c,
+            rate_floor=self.rate_floor_.get(point, 0.0),
+            prior_floor=self.prior_floor_.get(point, 0.0) if c.prior_level == "job_batch" else 0.0,
+        )
+
+    def _job_scale(self, prior_scale: float) -> float:
+        """The same-job-same-batch prior's sigma multiplier for a tuned ``prior_scale``.
+
+        The job prior's sigma is measured (the pooled spread of repeated runs on this
+        cluster), so it is taken at ``job_prior_scale`` (1: as measured) while the
+        weaker levels (another batch size, the pooled regression, whose in-sample
+        scale is optimistic) keep ``prior_scale``. A tuned ``prior_scale`` moves both
+        by the same factor; "ignore the prior" ignores both.
+        """
+        return self.job_prior_scale * prior_scale / self.prior_scale
+
     def _huber_grid(self) -> tuple[float, ...]:
         """The configured Huber constant, and a plain (recency-weighted) log mean."""
         return (self.huber_c, PLAIN_MEAN) if self.huber_c != PLAIN_MEAN else (PLAIN_MEAN,)
@@ -191,7 +254,7 @@ class EtaModel:
                 continue
             c, drift, prior_scale = weights[point]
             parts = [s.parts[grid.index(c)] for s in chosen]
-            center, sigma = combine_many(parts, drift, prior_scale)
+            center, sigma = combine_many(parts, drift, prior_scale, self._job_scale(prior_scale))
             out.extend(
                 Residual(s.point, float(c), float(sg), s.actual, s.timestamp)
                 for s, c, sg in zip(chosen, center, sigma, strict=True)
@@ -227,7 +290,9 @@ class EtaModel:
         # err[c][i]: error of sample i under combo c after its bin's shrunk median shift
         errs = np.empty((len(combos), len(samples)))
         for c, (huber_c, drift, prior_scale) in enumerate(combos):
-            center, _sigma = combine_many(parts_by_c[huber_c], drift, prior_scale)
+            center, _sigma = combine_many(
+                parts_by_c[huber_c], drift, prior_scale, self._job_scale(prior_scale)
+            )
             resid = actual - center
             for point in POINTS:
                 sel = points == point
@@ -269,7 +334,8 @@ class EtaModel:
             )
         point = progress_point(run.progress_ratio)
         huber_c, drift, prior_scale = self.weights_[point]
-        raw = self.blend_.components(run, huber_c=huber_c).combine(drift, prior_scale)
+        parts = self._floored(self.blend_.components(run, huber_c=huber_c), point)
+        raw = parts.combine(drift, prior_scale, self._job_scale(prior_scale))
         q = self.calibrator_.quantiles(point, raw.center, raw.sigma)
         q = stall_widen(q, run, now) if stalled else at_now(q, run, now, 0.0)
         return Forecast(

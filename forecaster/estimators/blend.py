@@ -56,21 +56,38 @@ class Components:
     rate: tuple[float, float, float, int] | None
     remaining: float
     done: float
+    prior_level: str = ""  # PriorEstimate.level: "job_batch", "job", "regression", …
+    rate_floor: float = 0.0  # the cluster's measured error of own rates (EtaModel sets it)
+    prior_floor: float = 0.0  # the same for a same-job prior (EtaModel sets it)
 
-    def combine(self, drift: float, prior_scale: float) -> RawEstimate:
-        """Precision-weighted estimate for a drift and a prior-sigma multiplier."""
-        s_p = self.prior_sigma * prior_scale
+    def combine(
+        self, drift: float, prior_scale: float, job_prior_scale: float | None = None
+    ) -> RawEstimate:
+        """Precision-weighted estimate for a drift and prior-sigma multipliers.
+
+        ``job_prior_scale`` multiplies a same-job-same-batch prior's sigma (default:
+        ``prior_scale``); ``prior_scale`` the weaker levels' (see ``EtaModel``).
+        """
+        s_p = self.prior_sigma * (
+            job_prior_scale
+            if job_prior_scale is not None and self.prior_level == "job_batch"
+            else prior_scale
+        )
+        s_p = max(s_p, self.prior_floor)
         if self.rate is None:
             return RawEstimate(self.prior_center, s_p, "prior", self.prior_n, 1.0)
         center, scale, n_eff, n = self.rate
         mu_r = center + math.log(max(self.remaining, 1e-9))
-        s_r = rate_sigma(scale, n_eff, self.remaining, self.done, drift)
+        s_r = max(rate_sigma(scale, n_eff, self.remaining, self.done, drift), self.rate_floor)
         mu, sigma, w_p = combine((mu_r, s_r), (self.prior_center, s_p))
         return RawEstimate(mu, sigma, "blend", n, w_p)
 
 
 def combine_many(
-    parts: Sequence[Components], drift: float, prior_scale: float
+    parts: Sequence[Components],
+    drift: float,
+    prior_scale: float,
+    job_prior_scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``Components.combine`` over many samples at once: ``(centers, sigmas)``.
 
@@ -80,6 +97,10 @@ def combine_many(
     n = len(parts)
     p_c = np.fromiter((c.prior_center for c in parts), float, n)
     p_s = np.fromiter((c.prior_sigma for c in parts), float, n) * prior_scale
+    if job_prior_scale is not None:
+        job = np.fromiter((c.prior_level == "job_batch" for c in parts), bool, n)
+        p_s = np.where(job, p_s * (job_prior_scale / prior_scale), p_s)
+    p_s = np.maximum(p_s, np.fromiter((c.prior_floor for c in parts), float, n))
     has = np.fromiter((c.rate is not None for c in parts), bool, n)
     r_c = np.fromiter((c.rate[0] if c.rate else 0.0 for c in parts), float, n)
     r_s = np.fromiter((c.rate[1] if c.rate else 1.0 for c in parts), float, n)
@@ -91,6 +112,7 @@ def combine_many(
     s_r = np.sqrt(
         r_s**2 / r_n + r_s**2 / np.maximum(m, 1.0) + (drift * m / (np.maximum(done, 1e-9) + m)) ** 2
     )
+    s_r = np.maximum(s_r, np.fromiter((c.rate_floor for c in parts), float, n))
     w_r, w_p = 1.0 / s_r**2, 1.0 / p_s**2
     total = w_r + w_p
     center = np.where(has, (w_r * mu_r + w_p * p_c) / total, p_c)
@@ -164,17 +186,14 @@ class BlendEstimator:
             raise NotFittedError("BlendEstimator used before fit")
         mu_p, s_p, est = self.prior_.log_remaining(run, before)
         m, done = remaining_epochs(run), run.epochs_done
-        return tuple(
-            Components(
-                mu_p,
-                s_p,
-                est.n_obs,
-                own_rate(run, half_life_ratio=self.half_life_ratio, huber_c=c),
-                m,
-                done,
+        warm = self.prior_.warmup_excess(run, before) if len(run.epoch_times) < 4 else 0.0
+        out = []
+        for c in huber_cs:
+            rate = own_rate(
+                run, half_life_ratio=self.half_life_ratio, huber_c=c, warmup_excess=warm
             )
-            for c in huber_cs
-        )
+            out.append(Components(mu_p, s_p, est.n_obs, rate, m, done, est.level))
+        return tuple(out)
 
     def raw(
         self,

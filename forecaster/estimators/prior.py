@@ -20,7 +20,13 @@ much weaker. A cluster re-runs the same jobs, so the most specific evidence wins
 3. **No usable history**: the documented default (``DEFAULT_EPOCH_SECONDS``, wide).
 
 Target ``y = log((last − start) / epochs_done)`` uses completed runs and runs that
-vanished part-way alike (their speed is real; their length is not used). Fitting
+vanished part-way alike (their speed is real; their length is not used). A run
+already past its first epoch end no longer has its warm-up ahead of it, so the job
+level then uses the **steady** target, ``log((last − first epoch end) / (done −
+first))`` (the whole-run target when a past run had fewer than two intervals): the
+first epoch of a job is often slower (allocator and cache warm-up; seed 002's 10 s vs
+8–9 s), and counting it in the per-epoch time of the epochs still to come biased the
+prior exactly where it matters most, at 10 %. Fitting
 uses the most recent ``max_regression_runs`` for the regression and keeps the last
 ``max_job_runs`` per job, so a fit on 50,000 runs stays well under a second.
 """
@@ -87,6 +93,37 @@ def log_seconds_per_epoch(run: Run) -> float:
     return math.log(elapsed / done)
 
 
+def log_steady_seconds_per_epoch(run: Run) -> float:
+    """Per-epoch log seconds after the first epoch end (warm-up excluded).
+
+    Falls back to the whole-run target when the run has fewer than two intervals.
+    """
+    times = run.epoch_times
+    if len(times) < 3:
+        return log_seconds_per_epoch(run)
+    done = times[-1][0] - times[1][0]
+    elapsed = times[-1][1] - times[1][1]
+    if done <= 0 or elapsed <= 0:
+        return log_seconds_per_epoch(run)
+    return math.log(elapsed / done)
+
+
+def log_warmup_excess(run: Run) -> float:
+    """How much slower the first interval ran than the rest (log ratio), NaN if unknown.
+
+    Needs at least three intervals: the first, and two to measure the steady rate.
+    """
+    times = run.epoch_times
+    if len(times) < 4:
+        return math.nan
+    first_w = times[1][0] - times[0][0]
+    first_t = times[1][1] - times[0][1]
+    if first_w <= 0 or first_t <= 0:
+        return math.nan
+    steady = log_steady_seconds_per_epoch(run)
+    return math.log(first_t / first_w) - steady
+
+
 def log_batch(run: Run) -> float:
     """Log batch size (NaN when unknown or not positive)."""
     value = number(run.features.get("batch_size"))
@@ -100,6 +137,8 @@ class _JobGroup:
     ends: list[float]
     y: np.ndarray
     log_batch: np.ndarray
+    y_steady: np.ndarray  # warm-up excluded: for runs past their first epoch end
+    warmup: np.ndarray  # log excess of the first interval over the steady rate (NaN: unknown)
 
 
 @dataclass(frozen=True)
@@ -166,16 +205,30 @@ class PriorEstimator:
             [r[2] for r in rows[-self.max_regression_runs :]],
             [r[1] for r in rows[-self.max_regression_runs :]],
         )
-        groups: dict[str, list[tuple[float, float, float]]] = {}
+        groups: dict[str, list[tuple[float, float, float, float, float]]] = {}
         for end, y, run in rows:
             key = job_key(run)
             if key:
-                groups.setdefault(key, []).append((end, y, log_batch(run)))
+                groups.setdefault(key, []).append(
+                    (
+                        end,
+                        y,
+                        log_batch(run),
+                        log_steady_seconds_per_epoch(run),
+                        log_warmup_excess(run),
+                    )
+                )
+        excess = [log_warmup_excess(r[2]) for r in rows[-self.max_regression_runs :]]
+        excess = [e for e in excess if e == e]
+        # pooled warm-up excess: the cluster's typical first-epoch cost (0 until 3 runs)
+        self.warmup_ = float(np.median(excess)) if len(excess) >= 3 else 0.0
         self.groups_: dict[str, _JobGroup] = {
             key: _JobGroup(
                 ends=[r[0] for r in items],
                 y=np.array([r[1] for r in items]),
                 log_batch=np.array([r[2] for r in items]),
+                y_steady=np.array([r[3] for r in items]),
+                warmup=np.array([r[4] for r in items]),
             )
             for key, items in groups.items()
         }
@@ -325,7 +378,7 @@ class PriorEstimator:
         key = job_key(run)
         group = self.groups_.get(key)
         if group is not None and before is None:  # the live path: once per job and batch
-            cache_key = (key, round(log_batch(run), 9))
+            cache_key = (key, round(log_batch(run), 9), run.epochs_done > 0)
             hit = self._job_cache.get(cache_key)
             if hit is None:
                 stop = len(group.ends)
@@ -345,7 +398,8 @@ class PriorEstimator:
         return PriorEstimate(mu, self.sigma_, "regression", self.n_obs_)
 
     def _job_level(self, run: Run, group: _JobGroup, start: int, stop: int) -> PriorEstimate:
-        y = group.y[start:stop]
+        # past its first epoch end, a run's warm-up is behind it: steady per-epoch times
+        y = (group.y_steady if run.epochs_done > 0 else group.y)[start:stop]
         lb = group.log_batch[start:stop]
         target = log_batch(run)
         known = np.isfinite(lb)
@@ -373,6 +427,26 @@ class PriorEstimator:
         if level == "job":  # another batch size: the slope adds its own doubt
             var += self.within_sigma_**2
         return PriorEstimate(mu, max(MIN_SIGMA, math.sqrt(var)), level, k)
+
+    def warmup_excess(self, run: Run, before: float | None = None) -> float:
+        """Log excess of a first epoch over the steady rate, for this run's job.
+
+        The median over the job's earlier runs (those that ended before ``before``),
+        shrunk toward the pooled excess ``warmup_`` with the weight of two runs; the
+        pooled excess alone for a new job. The own rate divides a first interval by
+        it while that interval is most of what a run has shown (10 %).
+        """
+        self._check()
+        group = self.groups_.get(job_key(run))
+        pooled = getattr(self, "warmup_", 0.0)
+        if group is None:
+            return pooled
+        stop = len(group.ends) if before is None else bisect.bisect_left(group.ends, before)
+        w = group.warmup[max(0, stop - self.max_job_runs) : stop]
+        w = w[np.isfinite(w)]
+        if len(w) == 0:
+            return pooled
+        return (len(w) * float(np.median(w)) + 2.0 * pooled) / (len(w) + 2.0)
 
     def log_remaining(
         self, run: Run, before: float | None = None

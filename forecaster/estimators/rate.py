@@ -56,14 +56,71 @@ def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     return float(v[np.searchsorted(cum, 0.5 * cum[-1])])
 
 
+CHANGE_MIN_AFTER = 2  # intervals after a change point before it is believed
+CHANGE_T = 3.0  # shift in standard errors of the two segment means
+CHANGE_MIN_SHIFT = math.log(1.25)  # and at least 25 % in speed
+CHANGE_WINDOW = 200  # searched among the most recent intervals only
+
+
+def change_point(logs: np.ndarray, weights: np.ndarray) -> int:
+    """Start index of the last regime if the run's speed clearly changed, else 0.
+
+    Why: a neighbour arriving on or leaving a shared node changes the speed for
+    good; recency weights follow that only gradually and a Huber estimate even
+    treats the first slow epochs as spikes. One split of the log epoch times into
+    two segments (least squares on cumulative sums, so O(n)), believed when the two
+    means differ by more than ``CHANGE_T`` standard errors (scale: the robust MAD
+    of the residuals around each segment's median, so periodic evaluation spikes do
+    not count as a change) and by at least 25 %, with at least two intervals after
+    it and three in five of them beyond the midpoint of the two medians. Width weights are ignored here (a gap is one interval); only the search is
+    affected, the estimate still uses them.
+    """
+    del weights  # the split is on the sequence; the estimate keeps the weights
+    n = len(logs)
+    lo = max(0, n - CHANGE_WINDOW)
+    x = logs[lo:]
+    k = len(x)
+    if k < 2 + CHANGE_MIN_AFTER:
+        return 0
+    c1 = np.cumsum(x)
+    c2 = np.cumsum(x**2)
+    splits = np.arange(2, k - CHANGE_MIN_AFTER + 1)  # left = x[:j], right = x[j:]
+    n_l, n_r = splits.astype(float), (k - splits).astype(float)
+    s_l, s_r = c1[splits - 1], c1[-1] - c1[splits - 1]
+    q_l, q_r = c2[splits - 1], c2[-1] - c2[splits - 1]
+    sse = (q_l - s_l**2 / n_l) + (q_r - s_r**2 / n_r)
+    best = int(np.argmin(sse))
+    j = int(splits[best])
+    left, right = x[:j], x[j:]
+    shift = float(np.mean(right) - np.mean(left))
+    if abs(shift) < CHANGE_MIN_SHIFT:
+        return 0
+    # the new regime must hold: most intervals after the split lie beyond the midpoint
+    # (one slow last epoch next to a normal one is a spike, not a neighbour)
+    mid = 0.5 * (float(np.median(left)) + float(np.median(right)))
+    beyond = int(np.sum(right > mid)) if shift > 0 else int(np.sum(right < mid))
+    if beyond < max(CHANGE_MIN_AFTER, math.ceil(0.6 * len(right))):
+        return 0
+    resid = np.concatenate([left - np.median(left), right - np.median(right)])
+    scale = max(MIN_SCALE, 1.4826 * float(np.median(np.abs(resid))))
+    t = abs(shift) / (scale * math.sqrt(1.0 / len(left) + 1.0 / len(right)))
+    return lo + j if t > CHANGE_T else 0
+
+
 def own_rate(
     run: Run,
     *,
     half_life_ratio: float = 0.25,
     min_half_life: float = 2.0,
     huber_c: float = 2.0,
+    warmup_excess: float = 0.0,
+    follow_changes: bool = True,
 ) -> tuple[float, float, float, int] | None:
     """Robust per-epoch seconds of ``run`` in log space.
+
+    ``warmup_excess`` (log ratio, learned from history by the prior) is taken off the
+    first interval while it is kept (fewer than three intervals): at 10 % of a short
+    run the first epoch is all there is, and it ran slower than the epochs to come.
 
     Returns ``(log_seconds_per_epoch, scale, n_eff, n_intervals)`` or ``None`` when the
     run has no completed interval yet.
@@ -74,10 +131,15 @@ def own_rate(
         return None
     logs = np.log(np.maximum(per_epoch, 1e-9))
     weights = width.astype(float).copy()
+    if n < 3 and run.epoch_times[0][0] == 0:
+        logs[0] -= warmup_excess
     if n >= 3:
         logs, weights = logs[1:], weights[1:]
     elif n == 2:
         weights[0] *= 0.25
+    if follow_changes and len(logs) >= 2 + CHANGE_MIN_AFTER:
+        start = change_point(logs, weights)
+        logs, weights = logs[start:], weights[start:]  # the speed changed: the new regime
     half_life = max(min_half_life, half_life_ratio * len(logs))
     if len(logs) > MAX_INTERVALS:  # step-level runs: the oldest weigh < 1/16 anyway
         logs, weights = logs[-MAX_INTERVALS:], weights[-MAX_INTERVALS:]

@@ -100,19 +100,67 @@ def test_predict_before_fit_and_refit_forgets() -> None:
 
 
 def test_a_slowdown_that_persists_is_followed_not_discounted() -> None:
-    # every run: ~30 % of its epochs come in blocks 3x slower (a neighbour's load),
-    # so the true remaining time follows the mean, which Huber would discount
+    """Every run: ~30 % of its epochs come in blocks 3x slower (a neighbour's load),
+    so the true remaining time follows the mean, which a spike-discounting Huber
+    estimate would miss. Outcome asserted on new runs: gpu-eta is no worse than the
+    plain cumulative mean at 25–75 % (it once lost to it by 20–40 % here)."""
     rng = np.random.default_rng(13)
+
+    def runs(n: int, t: float, tag: str) -> list:
+        out = []
+        for i in range(n):
+            durations: list[float] = []
+            while len(durations) < 20:
+                slow = rng.random() < 0.3
+                durations += [3.0 if slow else 1.0] * 3
+            durations = [d * float(np.exp(rng.normal(0, 0.02))) for d in durations[:20]]
+            out.append(make_run(f"{tag}{i}", durations, start=t, job_name=f"j{i % 7}"))
+            t += sum(durations) + 5
+        return out
+
+    history = runs(200, 1.7e9, "r")
+    model = EtaModel(random_state=0).fit(history)
+    fresh = runs(80, history[-1].last_timestamp + 10, "n")
+    for point in (0.25, 0.5, 0.75):
+        ours, mean = [], []
+        for run in fresh:
+            part = truncate(run, point)
+            truth = run.last_timestamp - part.last_timestamp
+            ours.append(abs(model.predict(part, part.last_timestamp).p50 - truth) / truth)
+            elapsed = part.last_timestamp - part.epoch_times[0][1]
+            guess = elapsed / part.epochs_done * (run.epochs_planned - part.epochs_done)
+            mean.append(abs(guess - truth) / truth)
+        assert np.median(ours) <= 1.05 * np.median(mean), point
+
+
+def shared_history(n: int, seed: int, change: bool) -> list:
+    """Repeated jobs; with ``change`` a neighbour doubles or halves the speed of
+    most runs at a random point, so a run's early speed says little about its end."""
+    rng = np.random.default_rng(seed)
     runs, t = [], 1.7e9
-    for i in range(200):
-        durations = []
-        while len(durations) < 20:
-            slow = rng.random() < 0.3
-            durations += [3.0 if slow else 1.0] * 3
-        durations = [d * float(np.exp(rng.normal(0, 0.02))) for d in durations[:20]]
-        runs.append(make_run(f"r{i}", durations, start=t, job_name=f"j{i % 7}"))
+    for i in range(n):
+        base = 2.0 + (i % 3)
+        factor, at = 1.0, 20
+        if change and rng.random() < 0.8:
+            factor, at = float(rng.choice([0.5, 2.0])), int(rng.integers(3, 17))
+        durations = [
+            base * (factor if k >= at else 1.0) * float(np.exp(rng.normal(0, 0.02)))
+            for k in range(20)
+        ]
+        runs.append(make_run(f"r{i}", durations, start=t, job_name=f"j{i % 3}", batch_size=64))
         t += sum(durations) + 5
-    model = EtaModel(random_state=0, tune_margin=0.0).fit(runs)
-    chosen = {model.weights_[p][0] for p in (0.25, 0.5, 0.75)}
-    assert all(len(w) == 3 for w in model.weights_.values())
-    assert chosen & {model._huber_grid()[-1]}, model.weights_
+    return runs
+
+
+def test_the_rate_is_trusted_as_much_as_it_has_earned() -> None:
+    """The rate's and the job prior's errors are measured on past runs: where speeds
+    change part-way the rate's floor at 10 % is large and the job prior carries the
+    forecast; where runs are steady the floor stays small."""
+    steady = EtaModel(random_state=0).fit(shared_history(120, 3, change=False))
+    shared = EtaModel(random_state=0).fit(shared_history(120, 3, change=True))
+    assert steady.rate_floor_[0.1] < 0.05 < 0.2 < shared.rate_floor_[0.1]
+    # a new run whose first two epochs were fast: the shared model leans on the prior
+    probe = make_run("p", [2.0 * 0.5, 2.0 * 0.5], planned=20, job_name="j0", batch_size=64)
+    rate_only = 2.0 * 0.5 * 18
+    p50 = shared.predict(probe, probe.last_timestamp).p50
+    assert p50 > 1.3 * rate_only

@@ -120,3 +120,21 @@ def test_unknown_pooled_model_is_a_clear_error() -> None:
 
     with pytest.raises(ForecasterError, match="pooled must be one of"):
         PriorEstimator(pooled="magic").fit([])
+
+
+def test_warm_up_is_learned_and_excluded_after_the_first_epoch() -> None:
+    """A job whose first epoch takes 3x longer: the prior of a run already past its
+    first epoch uses the steady per-epoch time, and the first epoch's excess is
+    learned (log 3) so the own rate can take it off a lone first interval."""
+    history = [
+        make_run(f"r{i}", [30.0] + [10.0] * 9, start=1000.0 * i, job_name="j", batch_size=64)
+        for i in range(4)
+    ]
+    prior = PriorEstimator().fit(history)
+    fresh = make_run("new", [], planned=10, start=9000.0, job_name="j", batch_size=64)
+    started = make_run("new", [30.0], planned=10, start=9000.0, job_name="j", batch_size=64)
+    assert math.exp(prior.per_epoch(fresh).log_seconds) == pytest.approx(12.0)  # 120 s / 10
+    assert math.exp(prior.per_epoch(started).log_seconds) == pytest.approx(10.0)
+    assert prior.warmup_excess(started) == pytest.approx(math.log(3.0))
+    # temporal prefix: before any run of the job ended, only the pooled excess is known
+    assert prior.warmup_excess(started, before=0.0) == pytest.approx(prior.warmup_)

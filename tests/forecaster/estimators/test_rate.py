@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from forecaster.estimators import DEFAULT_EPOCH_SECONDS, NotFittedError
-from forecaster.estimators.rate import RateEstimator, own_rate
+from forecaster.estimators.rate import RateEstimator, change_point, own_rate
 from tests.forecaster.estimators.runs_factory import make_run
 
 
@@ -97,3 +98,33 @@ def test_very_long_runs_follow_the_recent_rate() -> None:
     run = make_run("x", [1.0] * 50_000 + [2.0] * 3000, planned=60_000)
     f = RateEstimator().fit([]).predict(run, run.last_timestamp)
     assert f.p50 == pytest.approx(2.0 * 7000, rel=0.1)
+
+
+def test_a_known_warm_up_is_taken_off_a_lone_first_interval() -> None:
+    run = make_run("w", [30.0], planned=10)
+    plain = own_rate(run)
+    corrected = own_rate(run, warmup_excess=math.log(3.0))
+    assert plain is not None and corrected is not None
+    assert math.exp(plain[0]) == pytest.approx(30.0)
+    assert math.exp(corrected[0]) == pytest.approx(10.0)
+    # once three intervals exist the first is dropped: the excess no longer matters
+    longer = make_run("w", [30.0, 10.0, 10.0, 10.0], planned=10)
+    assert own_rate(longer, warmup_excess=1.0)[0] == pytest.approx(own_rate(longer)[0])
+
+
+def test_a_lasting_change_of_speed_is_followed() -> None:
+    """A neighbour arrives after 14 epochs and halves the speed: two epochs later the
+    rate follows the new regime instead of treating them as spikes of the old one."""
+    durations = [1.0] * 14 + [2.0] * 2
+    est = own_rate(make_run("c", durations, planned=30))
+    assert est is not None
+    assert math.exp(est[0]) == pytest.approx(2.0, rel=0.02)
+    without = own_rate(make_run("c", durations, planned=30), follow_changes=False)
+    assert math.exp(without[0]) < 1.3
+
+
+def test_periodic_evaluation_spikes_are_not_a_change() -> None:
+    spiky = [1.0, 1.0, 1.6] * 6
+    assert change_point(np.log(np.array(spiky)), np.ones(len(spiky))) == 0
+    # nor is one slow last epoch: a change needs two intervals after it
+    assert change_point(np.log(np.array([1.0] * 10 + [3.0])), np.ones(11)) == 0
