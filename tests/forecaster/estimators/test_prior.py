@@ -138,3 +138,16 @@ def test_warm_up_is_learned_and_excluded_after_the_first_epoch() -> None:
     assert prior.warmup_excess(started) == pytest.approx(math.log(3.0))
     # temporal prefix: before any run of the job ended, only the pooled excess is known
     assert prior.warmup_excess(started, before=0.0) == pytest.approx(prior.warmup_)
+
+
+def test_a_first_epoch_faster_than_the_rest_is_no_warm_up() -> None:
+    """Runs that slowed later (a neighbour) make the first epoch look fast: that is
+    not a warm-up, and nothing is added to a lone first interval."""
+    history = [
+        make_run(f"r{i}", [10.0] * 3 + [20.0] * 7, start=1000.0 * i, job_name="j", batch_size=64)
+        for i in range(5)
+    ]
+    prior = PriorEstimator().fit(history)
+    started = make_run("new", [10.0], planned=10, start=9000.0, job_name="j", batch_size=64)
+    assert prior.warmup_ == 0.0
+    assert prior.warmup_excess(started) == 0.0
