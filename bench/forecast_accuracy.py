@@ -37,6 +37,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
 DEFAULT_SETS = (
     # recorded on one pinned core (taskset -c 1) once the machine was quieter, with a
     # repeated-job grid; see the .meta.json sidecars for the load during recording
+    ("pinned_dedicated_heldout2.csv", "dedicated"),
+    ("pinned_shared_heldout2.csv", "shared"),
     ("pinned_dedicated_heldout.csv", "dedicated"),
     ("pinned_shared_heldout.csv", "shared"),
     ("pinned_dedicated_tune.csv", "dedicated"),
@@ -230,8 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         began = time.perf_counter()
         result = backtest(read_runs(path))
         took = time.perf_counter() - began
-        if "heldout" in path.name and not path.name.startswith("pinned_"):
-            heldout.setdefault(scenario, []).append(result)
+        if "heldout" in path.name:
+            group = "pinned" if path.name.startswith("pinned_") else "loaded-machine"
+            heldout.setdefault((group, scenario), []).append(result)
         if args.markdown:
             print(markdown(result, f"{path.name} ({scenario})"))
         else:
@@ -239,11 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(format_table(result))
         print("\n".join(check_targets(result, scenario)))
         print()
-    for scenario, results in heldout.items():
+    for (group, scenario), results in heldout.items():
         if len(results) < 2:
             continue
         result = pooled(results)
-        title = f"all loaded-machine held-out {scenario} runs pooled ({len(results)} files)"
+        title = f"all {group} held-out {scenario} runs pooled ({len(results)} files)"
         if args.markdown:
             print(markdown(result, title))
         else:

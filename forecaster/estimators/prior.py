@@ -220,18 +220,10 @@ class PriorEstimator:
                 )
         excess = [log_warmup_excess(r[2]) for r in rows[-self.max_regression_runs :]]
         excess = [e for e in excess if e == e]
-        # pooled warm-up excess: the cluster's typical first-epoch cost, used only when
-        # clearly there (beyond two standard errors of the median, as calibration's
-        # shift): on a quiet node a first epoch is as fast as the rest, and taking
-        # noise off a lone first interval only adds noise
-        self.warmup_ = 0.0
-        self.warmup_scale_ = math.inf
-        if len(excess) >= 3:
-            arr = np.asarray(excess)
-            med = float(np.median(arr))
-            self.warmup_scale_ = max(MIN_SIGMA, 1.4826 * float(np.median(np.abs(arr - med))))
-            if med > 2.0 * 1.2533 * self.warmup_scale_ / math.sqrt(len(arr)):
-                self.warmup_ = med
+        # pooled warm-up excess: the cluster's typical first-epoch cost (0 until 3 runs;
+        # never negative: a first epoch faster than the rest means the runs slowed
+        # later, which is a neighbour's doing, not a warm-up)
+        self.warmup_ = max(0.0, float(np.median(excess))) if len(excess) >= 3 else 0.0
         self.groups_: dict[str, _JobGroup] = {
             key: _JobGroup(
                 ends=[r[0] for r in items],
@@ -442,11 +434,9 @@ class PriorEstimator:
         """Log excess of a first epoch over the steady rate, for this run's job.
 
         The median over the job's earlier runs (those that ended before ``before``),
-        shrunk toward the pooled excess ``warmup_`` with the weight of two runs, and
-        only when it differs from the pooled one by more than two standard errors
-        (the pooled spread of excesses, ``warmup_scale_``); the pooled excess
-        otherwise (itself 0 unless clearly positive). Never negative: a warm-up
-        only costs time. The own rate divides a first interval by
+        shrunk toward the pooled excess ``warmup_`` with the weight of two runs; the
+        pooled excess alone for a new job. Never negative: a warm-up only costs
+        time (a first epoch faster than the rest means the run slowed later). The own rate divides a first interval by
         it while that interval is most of what a run has shown (10 %).
         """
         self._check()
@@ -460,9 +450,6 @@ class PriorEstimator:
         if len(w) == 0:
             return pooled
         job = float(np.median(w))
-        # the job's own excess only when it clearly differs from the pooled one
-        if abs(job - pooled) <= 2.0 * 1.2533 * self.warmup_scale_ / math.sqrt(len(w)):
-            return pooled
         # a warm-up only ever costs time: a first epoch faster than the rest means the
         # run slowed later (a neighbour), which is not the first epoch's doing
         return max(0.0, (len(w) * job + 2.0 * pooled) / (len(w) + 2.0))
