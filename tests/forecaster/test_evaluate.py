@@ -183,7 +183,7 @@ def test_real_pytorch_runs_with_a_competitor_on_a_loaded_machine(name: str) -> N
     machine's load was 3–10 (runs of one job differed up to 3x).
 
     Every method is off by 30–100 % here; the honest claim left is that gpu-eta's
-    intervals still cover (its P50 is 0.8–1.8x the best rate baseline at 10–25 %:
+    intervals still cover (its P50 is 0.9–1.8x the best rate baseline at 10–25 %:
     docs/forecasting.md lists every figure).
     """
     path = FIXTURES / name
