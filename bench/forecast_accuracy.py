@@ -6,7 +6,8 @@ honest margins (tests/forecaster/test_evaluate.py).
 
 Usage::
 
-    python bench/forecast_accuracy.py                 # held-out sets, then tune sets
+    python bench/forecast_accuracy.py                 # pinned sets, then the loaded-machine ones
+    python bench/forecast_accuracy.py --markdown      # the same as Markdown (docs/forecasting.md)
     python bench/forecast_accuracy.py --speed         # + fit/predict/evaluate timings
     python bench/forecast_accuracy.py --runs my.csv --scenario shared
 
