@@ -75,7 +75,12 @@ class Components:
         )
         s_p = max(s_p, self.prior_floor)
         if self.rate is None:
-            return RawEstimate(self.prior_center, s_p, "prior", self.prior_n, 1.0)
+            # The prior alone: at most its own spread (the calibrator widens it as
+            # measured). A tuned multiplier above 1 only says "weigh the prior less
+            # against a rate"; applied to a prior standing alone it made a
+            # history-only P90 hours past a P50 of minutes (×8 at 0 % progress).
+            alone = max(min(s_p, self.prior_sigma), self.prior_floor)
+            return RawEstimate(self.prior_center, alone, "prior", self.prior_n, 1.0)
         center, scale, n_eff, n = self.rate
         mu_r = center + math.log(max(self.remaining, 1e-9))
         s_r = max(rate_sigma(scale, n_eff, self.remaining, self.done, drift), self.rate_floor)
@@ -100,7 +105,11 @@ def combine_many(
     if job_prior_scale is not None:
         job = np.fromiter((c.prior_level == "job_batch" for c in parts), bool, n)
         p_s = np.where(job, p_s * (job_prior_scale / prior_scale), p_s)
-    p_s = np.maximum(p_s, np.fromiter((c.prior_floor for c in parts), float, n))
+    floors = np.fromiter((c.prior_floor for c in parts), float, n)
+    p_s = np.maximum(p_s, floors)
+    p_alone = np.maximum(
+        np.minimum(p_s, np.fromiter((c.prior_sigma for c in parts), float, n)), floors
+    )
     has = np.fromiter((c.rate is not None for c in parts), bool, n)
     r_c = np.fromiter((c.rate[0] if c.rate else 0.0 for c in parts), float, n)
     r_s = np.fromiter((c.rate[1] if c.rate else 1.0 for c in parts), float, n)
@@ -116,7 +125,7 @@ def combine_many(
     w_r, w_p = 1.0 / s_r**2, 1.0 / p_s**2
     total = w_r + w_p
     center = np.where(has, (w_r * mu_r + w_p * p_c) / total, p_c)
-    sigma = np.where(has, np.sqrt(1.0 / total), p_s)
+    sigma = np.where(has, np.sqrt(1.0 / total), p_alone)
     return center, sigma
 
 
