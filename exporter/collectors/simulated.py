@@ -33,7 +33,9 @@ from exporter.readings import (
 )
 from exporter.scenario import (
     ContainerSpec,
+    GpuSpec,
     GpuUse,
+    MigInstance,
     PodSpec,
     Scenario,
     ScenarioError,
@@ -172,38 +174,34 @@ class SimulatedGpus:
                 failures.append(DeviceFailure(gpu.index, gpu.uuid, failing[gpu.index], "simulated"))
                 continue
             if gpu.mig:
-                for inst in gpu.mig:
-                    mine = [
-                        s
-                        for s in samples
-                        if s.device_uuid == gpu.uuid and s.gpu_instance_id == inst.gpu_instance_id
-                    ]
-                    devices.append(
-                        DeviceReading(
-                            index=gpu.index,
-                            uuid=gpu.uuid,
-                            model=gpu.model,
-                            utilization_ratio=_sum_util(mine),
-                            memory_used_bytes=_sum_mem(mine, inst.memory_total_bytes),
-                            memory_total_bytes=inst.memory_total_bytes,
-                            gpu_instance_id=inst.gpu_instance_id,
-                            mig_uuid=inst.uuid,
-                            mig_profile=inst.profile,
-                        )
-                    )
+                devices.extend(_device_reading(gpu, samples, inst) for inst in gpu.mig)
                 continue
-            mine = [s for s in samples if s.device_uuid == gpu.uuid]
-            devices.append(
-                DeviceReading(
-                    index=gpu.index,
-                    uuid=gpu.uuid,
-                    model=gpu.model,
-                    utilization_ratio=_sum_util(mine),
-                    memory_used_bytes=_sum_mem(mine, gpu.memory_total_bytes),
-                    memory_total_bytes=gpu.memory_total_bytes,
-                )
-            )
+            devices.append(_device_reading(gpu, samples))
         return GpuPoll(tuple(devices), tuple(samples), tuple(failures), scen.driver_version)
+
+
+def _device_reading(
+    gpu: GpuSpec, samples: Sequence[ProcessSample], inst: MigInstance | None = None
+) -> DeviceReading:
+    """One device row: a whole GPU, or (``inst`` given) one MIG instance of it, summing
+    the samples of the processes that run on exactly that device."""
+    mine = [
+        s
+        for s in samples
+        if s.device_uuid == gpu.uuid and (inst is None or s.gpu_instance_id == inst.gpu_instance_id)
+    ]
+    total = gpu.memory_total_bytes if inst is None else inst.memory_total_bytes
+    return DeviceReading(
+        index=gpu.index,
+        uuid=gpu.uuid,
+        model=gpu.model,
+        utilization_ratio=_sum_util(mine),
+        memory_used_bytes=_sum_mem(mine, total),
+        memory_total_bytes=total,
+        gpu_instance_id=None if inst is None else inst.gpu_instance_id,
+        mig_uuid=None if inst is None else inst.uuid,
+        mig_profile=None if inst is None else inst.profile,
+    )
 
 
 def _sum_util(samples: Sequence[ProcessSample]) -> float:
