@@ -144,6 +144,13 @@ def cri_line(ts: float, message: str, stream: str = "stdout") -> str:
     return f"{when.strftime('%Y-%m-%dT%H:%M:%S')}.{nanos:09d}Z {stream} F {message}\n"
 
 
+def _epoch_seconds(pod: Pod, k: int) -> float:
+    """How long epoch ``k`` (1-based) took: from the previous epoch's end (or the run's
+    start) to its own, at least 1 ms so the rates printed in the logs stay finite."""
+    ends = pod.epoch_ends
+    return max(0.001, ends[k - 1] - (ends[k - 2] if k >= 2 else (pod.run_start or pod.start)))
+
+
 def keras_lines(pod: Pod, event: Event) -> list[str]:
     """What Keras' ``model.fit(verbose=1)`` prints at this point of the run."""
     spe = steps_per_epoch(pod)
@@ -152,9 +159,7 @@ def keras_lines(pod: Pod, event: Event) -> list[str]:
     if event.kind != "epoch_end":
         return []
     k = event.epoch
-    ends = pod.epoch_ends
-    took = ends[k - 1] - (ends[k - 2] if k >= 2 else (pod.run_start or pod.start))
-    took = max(took, 0.001)
+    took = _epoch_seconds(pod, k)
     acc = round(1 - loss_at(k) / 2.6, 4)
     lines = [
         f"{spe}/{spe} [==============================] - {max(1, round(took))}s "
@@ -178,8 +183,7 @@ def tqdm_lines(pod: Pod, event: Event) -> list[str]:
     if event.kind != "epoch_end":
         return []
     k = event.epoch
-    ends = pod.epoch_ends
-    took = max(0.001, ends[k - 1] - (ends[k - 2] if k >= 2 else (pod.run_start or pod.start)))
+    took = _epoch_seconds(pod, k)
     mm, ss = divmod(int(took), 60)
     done = (
         f"Epoch {k}/{pod.epochs}:   0%|          | 0/{spe} [00:00<?, ?it/s]\r"
