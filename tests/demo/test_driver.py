@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -15,6 +17,31 @@ from exporter.logformats import last_segment, parse_line
 from exporter.progress import parse_report
 
 ANCHOR = 1_763_700_000.0
+
+
+@contextmanager
+def _progress_endpoint(respond: Callable[[str, bytes], int]) -> Iterator[int]:
+    """A real HTTP server on a free port standing in for the exporter's progress port:
+    each POST's (client address, body) goes to ``respond``, whose status is answered."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(respond(self.client_address[0], body))
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _events(seed: int = 0, until: float = 900) -> list[Event]:
@@ -73,21 +100,11 @@ def test_log_writer_uses_the_kubelet_layout(tmp_path: Path) -> None:
 def test_sender_posts_from_the_pods_own_address() -> None:
     seen: list[tuple[str, bytes]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append((self.client_address[0], body))
-            self.send_response(200)
-            self.end_headers()
+    def respond(client_ip: str, body: bytes) -> int:
+        seen.append((client_ip, body))
+        return 200
 
-        def log_message(self, *args) -> None:
-            pass
-
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _progress_endpoint(respond) as port:
         event = next(e for e in _events() if e.kind == "run_start" and e.pod.node == 1)
         sender = ProgressSender({1: port})
         assert sender.post(event.pod, {"epoch": 0}) == 200
@@ -96,9 +113,6 @@ def test_sender_posts_from_the_pods_own_address() -> None:
         sender.progress_ports[1] = free_port()  # nobody listens: 0, counted, no exception
         assert sender.post(event.pod, {"epoch": 0}) == 0
         assert sender.counts == {"200": 1, "0": 1}
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
@@ -108,21 +122,11 @@ def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
     statuses = [403, 403, 200]
     seen: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append(self.client_address[0])
-            self.send_response(statuses.pop(0) if statuses else 200)
-            self.end_headers()
+    def respond(client_ip: str, body: bytes) -> int:
+        seen.append(client_ip)
+        return statuses.pop(0) if statuses else 200
 
-        def log_message(self, *args) -> None:
-            pass
-
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _progress_endpoint(respond) as port:
         from demo.driver import Driver
 
         config = ClusterConfig(seed=0, nodes=1, log_share=0.0, notebooks_at_start=0)
@@ -144,6 +148,3 @@ def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
         assert driver.stats.reports_sent >= 1 and driver.stats.reports_failed == 0
         assert set(seen) == {first_run.ip}
         assert paths[0].exists()
-    finally:
-        server.shutdown()
-        server.server_close()
