@@ -1,4 +1,5 @@
-"""``demo_stack``: the whole demo (real exporters, Prometheus, forecaster) for a session.
+"""``demo_stack``: the whole demo (real exporters, Prometheus, forecaster) for a session;
+``exporter_factory``: one ``python -m exporter`` subprocess per call, stopped after the test.
 
 Session-scoped so every integration test that needs a live cluster shares one
 start (~10 s) instead of paying for its own. It is bounded: the stack is stopped at
@@ -12,28 +13,17 @@ with ``.name`` and ``.target``), ``.forecaster_url``, ``.processes()``, ``.drive
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from demo.cluster import ClusterConfig
 from demo.stack import Stack, StackConfig
+from tests.integration.helpers import Exporter, start_exporter
 
 MAX_SECONDS = 600.0  # hard upper bound on the stack's life, even if the session runs on
 WARMUP_SECONDS = 90.0  # at most this long for the first forecasts to appear
-
-
-def wait_until(check, timeout: float, interval: float = 0.5, what: str = "condition"):
-    """Poll ``check()`` until it returns something truthy; raise with ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not met after {timeout:g}s (last: {last!r})")
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +53,21 @@ def demo_stack() -> Iterator[Stack]:
     finally:
         timer.cancel()
         stack.stop()
+
+
+@pytest.fixture
+def exporter_factory(tmp_path: Path) -> Iterator[Callable[..., Exporter]]:
+    """``exporter_factory(*args, ready="/healthz")`` starts ``python -m exporter *args``
+    on free ports (log in ``tmp_path``); every exporter started is stopped at teardown,
+    even when the test fails."""
+    started: list[Exporter] = []
+
+    def factory(*args: str, ready: str = "/healthz") -> Exporter:
+        name = "exporter.log" if not started else f"exporter-{len(started) + 1}.log"
+        exporter = start_exporter(tmp_path / name, *args, ready=ready)
+        started.append(exporter)
+        return exporter
+
+    yield factory
+    for exporter in started:
+        exporter.stop()

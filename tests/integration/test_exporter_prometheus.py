@@ -10,101 +10,27 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
 
-from demo.prometheus import ScrapeJob, find_binary, free_port
+from demo.prometheus import ScrapeJob, find_binary
 from exporter.scenario import default_scenario
+from tests.integration.helpers import Exporter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "fixtures" / "scenarios" / "small.yaml"
 
 
-@dataclass
-class Exporter:
-    process: subprocess.Popen
-    port: int
-    progress_port: int
-    log_path: Path
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-
-def _start_exporter(tmp_path: Path, *args: str) -> Exporter:
-    port, progress_port = free_port(), free_port()
-    log_path = tmp_path / "exporter.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                *args,
-                "--web.listen-address",
-                f"127.0.0.1:{port}",
-                "--progress.listen-address",
-                f"127.0.0.1:{progress_port}",
-                "--path.pod-logs",
-                str(tmp_path / "no-logs-here"),
-                "--collection.interval",
-                "1s",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-    exporter = Exporter(process, port, progress_port, log_path)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"exporter exited {process.returncode}: {log_path.read_text()}")
-        try:
-            if requests.get(f"http://{exporter.target}/healthz", timeout=2).status_code == 200:
-                return exporter
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    _stop(exporter)
-    raise TimeoutError("exporter did not become healthy")
-
-
-def _stop(exporter: Exporter) -> int:
-    if exporter.process.poll() is None:
-        exporter.process.send_signal(signal.SIGTERM)
-        try:
-            exporter.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(exporter.process.pid, signal.SIGKILL)
-            exporter.process.wait(timeout=10)
-    return exporter.process.returncode
-
-
-@pytest.fixture
-def exporter_factory(tmp_path: Path) -> Iterator:
-    started: list[Exporter] = []
-
-    def factory(*args: str) -> Exporter:
-        exp = _start_exporter(tmp_path, *args)
-        started.append(exp)
-        return exp
-
-    yield factory
-    for exp in started:
-        _stop(exp)
+def _start(exporter_factory, tmp_path: Path, *args: str) -> Exporter:
+    """The exporter with no pod logs to read, collecting every second."""
+    no_logs = str(tmp_path / "no-logs-here")
+    return exporter_factory(*args, "--path.pod-logs", no_logs, "--collection.interval", "1s")
 
 
 def _post_progress(exporter: Exporter, source_ip: str, body: dict) -> int:
@@ -123,9 +49,9 @@ def _post_progress(exporter: Exporter, source_ip: str, body: dict) -> int:
 
 
 def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
-    exporter_factory, prometheus_factory
+    exporter_factory, prometheus_factory, tmp_path: Path
 ) -> None:
-    exporter = exporter_factory("--simulate", "--pod-labels", "team")
+    exporter = _start(exporter_factory, tmp_path, "--simulate", "--pod-labels", "team")
     prom = prometheus_factory([ScrapeJob("gpu-eta-exporter", [exporter.target])])
     scenario = default_scenario()
     sliced = next(g for g in scenario.gpus if g.replicas > 1)
@@ -200,7 +126,7 @@ def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
     )
     assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()
 
-    assert _stop(exporter) == 0, exporter.log_path.read_text()
+    assert exporter.stop() == 0, exporter.log_path.read_text()
     assert "Traceback" not in exporter.log_path.read_text()
 
 
@@ -213,7 +139,7 @@ def test_scenario_rewrite_is_picked_up_and_bad_rewrite_is_survived(
         "start_timestamp: 1000", f"start_timestamp: {int(time.time()) - 60}"
     )
     scenario.write_text(text)
-    exporter = exporter_factory("--simulate", str(scenario))
+    exporter = _start(exporter_factory, tmp_path, "--simulate", str(scenario))
     prom = prometheus_factory([ScrapeJob("sim", [exporter.target])])
     prom.wait_for('gpu_eta_pod_info{pod="sharer"}')
 

@@ -479,34 +479,21 @@ r.end()
 
 
 @pytest.mark.torch
-def test_live_exporter_and_real_training(procs, tmp_path, prometheus_factory) -> None:
+def test_live_exporter_and_real_training(
+    procs, tmp_path, prometheus_factory, exporter_factory
+) -> None:
     """Real PyTorch run → simulated-node exporter → Prometheus → forecaster → Prometheus."""
     scenario = tmp_path / "node.yaml"
     scenario.write_text(LIVE_SCENARIO)
-    web, progress, fport = free_port(), free_port(), free_port()
-    exporter_log = (tmp_path / "exporter.log").open("wb")
-    procs.append(
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "--simulate",
-                str(scenario),
-                f"--web.listen-address=127.0.0.1:{web}",
-                f"--progress.listen-address=127.0.0.1:{progress}",
-                "--collection.interval=500ms",
-                f"--progress.state-file={tmp_path / 'progress.json'}",
-                "--no-collector.logs",
-            ],
-            stdout=exporter_log,
-            stderr=subprocess.STDOUT,
-        )
+    exporter = exporter_factory(
+        "--simulate",
+        str(scenario),
+        "--collection.interval=500ms",
+        f"--progress.state-file={tmp_path / 'progress.json'}",
+        "--no-collector.logs",
+        ready="/metrics",
     )
-    exporter_log.close()
-    wait_until(
-        lambda: requests.get(f"http://127.0.0.1:{web}/metrics", timeout=2).ok, 60, "exporter"
-    )
+    web, progress, fport = exporter.port, exporter.progress_port, free_port()
     prom = prometheus_factory(
         [
             ScrapeJob("exporter", [f"127.0.0.1:{web}"]),

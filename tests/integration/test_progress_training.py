@@ -18,9 +18,8 @@ import sys
 import time
 
 import pytest
-import requests
 
-from demo.prometheus import ScrapeJob, free_port
+from demo.prometheus import ScrapeJob
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch, pytest.mark.slow]
 
@@ -75,47 +74,20 @@ print(r.stats)
 
 
 @pytest.fixture
-def exporter(tmp_path):
+def exporter(tmp_path, exporter_factory):
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO)
     logs = tmp_path / "pods"
     (logs / "ml_batch-c_uid-c" / "job").mkdir(parents=True)
-    web, progress = free_port(), free_port()
-    log_file = (tmp_path / "exporter.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            "--simulate",
-            str(scenario),
-            f"--web.listen-address=127.0.0.1:{web}",
-            f"--progress.listen-address=127.0.0.1:{progress}",
-            "--collection.interval=500ms",
-            f"--path.pod-logs={logs}",
-            f"--progress.state-file={tmp_path / 'progress.json'}",
-        ],
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
+    running = exporter_factory(
+        "--simulate",
+        str(scenario),
+        "--collection.interval=500ms",
+        f"--path.pod-logs={logs}",
+        f"--progress.state-file={tmp_path / 'progress.json'}",
+        ready="/metrics",
     )
-    log_file.close()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp_path / "exporter.log").read_text()[-3000:]
-            try:
-                if requests.get(f"http://127.0.0.1:{web}/metrics", timeout=2).ok:
-                    break
-            except requests.RequestException:
-                time.sleep(0.2)
-        yield {"web": web, "progress": progress, "logs": logs, "tmp": tmp_path}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    return {"web": running.port, "progress": running.progress_port, "logs": logs, "tmp": tmp_path}
 
 
 def test_training_progress_reaches_prometheus(exporter, prometheus_factory):
