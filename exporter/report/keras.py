@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.report.client import ProgressReporter, start
+from exporter.report.callback_state import ReportingCallbackState
+from exporter.report.client import start
 
 try:
     import keras as _keras
@@ -24,15 +25,11 @@ except ImportError:  # pragma: no cover - depends on what is installed
         _Base = object
 
 
-class GpuEtaCallback(_Base):  # type: ignore[misc, valid-type]
+class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports ``epochs`` and ``steps`` from ``self.params``, plus the epoch logs."""
 
     def __init__(self, url: str | None = None, batch_size: int | None = None, **options: Any):
-        super().__init__()
-        self.url = url
-        self.batch_size = batch_size
-        self.options = options
-        self.reporter: ProgressReporter | None = None
+        super().__init__(url, batch_size, **options)
         self._epoch = 0
         self._steps_per_epoch: int | None = None
         if not hasattr(self, "params"):
@@ -69,6 +66,4 @@ class GpuEtaCallback(_Base):  # type: ignore[misc, valid-type]
             self.reporter.epoch_end(epoch + 1, **dict(logs or {}))
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        if self.reporter is not None:
-            self.reporter.end(**dict(logs or {}))
-            self.reporter = None
+        self._finish(**dict(logs or {}))

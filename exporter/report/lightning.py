@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from exporter.report.client import ProgressReporter, start
+from exporter.report.callback_state import ReportingCallbackState
+from exporter.report.client import start
 
 try:
     from lightning.pytorch.callbacks import Callback as _Base
@@ -30,15 +31,8 @@ def _finite_int(value: Any) -> int | None:
     return int(number) if math.isfinite(number) and number > 0 else None
 
 
-class GpuEtaCallback(_Base):  # type: ignore[misc, valid-type]
+class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports epochs (``max_epochs``), optimizer steps and logged metrics."""
-
-    def __init__(self, url: str | None = None, batch_size: int | None = None, **options: Any):
-        super().__init__()
-        self.url = url
-        self.batch_size = batch_size
-        self.options = options
-        self.reporter: ProgressReporter | None = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         try:
@@ -79,9 +73,7 @@ class GpuEtaCallback(_Base):  # type: ignore[misc, valid-type]
         )
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if self.reporter is not None:
-            self.reporter.end()
-            self.reporter = None
+        self._finish()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.on_train_end(trainer, pl_module)
