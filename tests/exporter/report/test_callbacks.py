@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from exporter.progress_http import ProgressListener
-from exporter.progress_store import ProgressStore
 from exporter.readings import PodMeta
+from tests.exporter.report.listener import listening_for
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 POD = PodMeta("ml", "job-1", "uid-1", ip="127.0.0.6", container_ids={"train": "c"})
@@ -23,14 +23,8 @@ POD = PodMeta("ml", "job-1", "uid-1", ip="127.0.0.6", container_ids={"train": "c
 
 @pytest.fixture
 def listener():
-    lst = ProgressListener(
-        "127.0.0.1", 0, ProgressStore(), lambda ip: POD if ip == POD.ip else None, lambda: [POD]
-    )
-    lst.start()
-    try:
+    with listening_for(POD) as lst:
         yield lst
-    finally:
-        lst.stop()
 
 
 def run(listener: ProgressListener, code: str) -> None:

@@ -11,23 +11,17 @@ import pytest
 
 from demo.prometheus import free_port
 from exporter.progress_http import ProgressListener
-from exporter.progress_store import ProgressStore
 from exporter.readings import PodMeta
 from exporter.report import ProgressReporter, exporter_url, start
+from tests.exporter.report.listener import listening_for
 
 POD = PodMeta("ml", "nb-1", "uid-1", ip="127.0.0.5", container_ids={"notebook": "c"})
 
 
 @pytest.fixture
 def listener():
-    lst = ProgressListener(
-        "127.0.0.1", 0, ProgressStore(), lambda ip: POD if ip == POD.ip else None, lambda: [POD]
-    )
-    lst.start()
-    try:
+    with listening_for(POD) as lst:
         yield lst
-    finally:
-        lst.stop()
 
 
 def url(lst: ProgressListener) -> str:
