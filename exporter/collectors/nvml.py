@@ -140,17 +140,20 @@ class NvmlGpuSource:
             devices = self._mig_devices(handle, index, uuid, model)
             procs = self._processes(handle, uuid, mig=True)
             return devices, procs
+        device = DeviceReading(index=index, uuid=uuid, model=model, **self._usage(handle))
+        return [device], self._processes(handle, uuid, mig=False)
+
+    def _usage(self, handle: Any) -> dict[str, Any]:
+        """Utilisation and memory of a whole GPU or one MIG instance: the same NVML
+        calls answer both, given the device's or the instance's handle."""
+        nv = self._nvml
         util = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
         mem = nv.nvmlDeviceGetMemoryInfo(handle)
-        device = DeviceReading(
-            index=index,
-            uuid=uuid,
-            model=model,
-            utilization_ratio=None if util is None else min(1.0, util.gpu / 100.0),
-            memory_used_bytes=int(mem.used),
-            memory_total_bytes=int(mem.total),
-        )
-        return [device], self._processes(handle, uuid, mig=False)
+        return {
+            "utilization_ratio": None if util is None else min(1.0, util.gpu / 100.0),
+            "memory_used_bytes": int(mem.used),
+            "memory_total_bytes": int(mem.total),
+        }
 
     def _optional(self, fn: Any, *args: Any) -> Any:
         """A reading the device may not support: None instead of a failure."""
@@ -173,17 +176,13 @@ class NvmlGpuSource:
             except nv.NVMLError_NotFound:
                 continue  # slot j holds no instance
             giid = int(nv.nvmlDeviceGetGpuInstanceId(mig))
-            mem = nv.nvmlDeviceGetMemoryInfo(mig)
-            util = self._optional(nv.nvmlDeviceGetUtilizationRates, mig)
             profile_match = _MIG_PROFILE_RE.search(_text(nv.nvmlDeviceGetName(mig)))
             out.append(
                 DeviceReading(
                     index=index,
                     uuid=uuid,
                     model=model,
-                    utilization_ratio=None if util is None else min(1.0, util.gpu / 100.0),
-                    memory_used_bytes=int(mem.used),
-                    memory_total_bytes=int(mem.total),
+                    **self._usage(mig),
                     gpu_instance_id=giid,
                     mig_uuid=_text(nv.nvmlDeviceGetUUID(mig)),
                     mig_profile=profile_match.group(1) if profile_match else None,
