@@ -34,6 +34,22 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )
 
 
+def _scrape_until(port: int, needle: str = "", timeout: float = 30) -> str:
+    """Poll the in-process exporter's /metrics until it answers with ``needle`` in it;
+    the last text seen ("" if it never answered) so the caller's asserts say what was."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        try:
+            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            if needle in text:
+                break
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.1)
+    return text
+
+
 def test_help_explains_everything() -> None:
     proc = _run("--help")
     assert proc.returncode == 0
@@ -168,14 +184,7 @@ def test_in_process_run_serves_and_stops() -> None:
     )
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        text = ""
-        while time.monotonic() < deadline:
-            try:
-                text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-                break
-            except requests.ConnectionError:
-                time.sleep(0.1)
+        text = _scrape_until(port)
         assert 'gpu_eta_gpu_info{UUID="GPU-00000000-0000-0000-0000-000000000000"' in text
         assert 'node="test-node"' in text  # the scenario's node name
         assert "process_resident_memory_bytes" in text
@@ -224,16 +233,7 @@ def test_real_sources_are_wired_and_a_missing_kubelet_is_success_zero(tmp_path: 
     thread = threading.Thread(target=lambda: result.append(main(args, stop=stop)))
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        text = ""
-        while time.monotonic() < deadline:
-            try:
-                text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-                if "collector_success" in text:
-                    break
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.1)
+        text = _scrape_until(port, "collector_success")
 
         def ok(name: str, value: str) -> str:
             labels = f'collector="{name}",node="gpu-node-1"'
