@@ -86,26 +86,24 @@ def _targets(board: dict) -> Iterator[tuple[dict, dict]]:
             yield panel, target
 
 
-def test_dcgm_exemptions_match_the_dashboards() -> None:
-    """The exempt list names exactly the DCGM targets, no more."""
-    found = {
+def _targets_querying(needle: str) -> set[tuple[str, str, str]]:
+    """(file, panel title, refId) of every dashboard target whose expr contains ``needle``."""
+    return {
         (path.name, panel["title"], target["refId"])
         for path in FILES
         for panel, target in _targets(json.loads(path.read_text()))
-        if "DCGM_" in target["expr"]
+        if needle in target["expr"]
     }
-    assert found == DCGM_TARGETS
+
+
+def test_dcgm_exemptions_match_the_dashboards() -> None:
+    """The exempt list names exactly the DCGM targets, no more."""
+    assert _targets_querying("DCGM_") == DCGM_TARGETS
 
 
 def test_kube_watch_exemptions_match_the_dashboards() -> None:
     """Only the pod-watch targets are exempt for lack of a watch, and all of them are."""
-    found = {
-        (path.name, panel["title"], target["refId"])
-        for path in FILES
-        for panel, target in _targets(json.loads(path.read_text()))
-        if "gpu_eta_exporter_kube_" in target["expr"]
-    }
-    assert found == KUBE_WATCH_TARGETS
+    assert _targets_querying("gpu_eta_exporter_kube_") == KUBE_WATCH_TARGETS
 
 
 def interpolate(expr: str, values: dict[str, str]) -> str:
