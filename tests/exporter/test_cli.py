@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,21 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         timeout=timeout,
         cwd=ROOT,
     )
+
+
+@contextmanager
+def _main_in_thread(args: list[str]) -> Iterator[list[int]]:
+    """``main(args)`` in a thread for the ``with`` block; then stopped through its
+    ``stop`` event (as SIGTERM would) and joined. The list gets main's exit code."""
+    stop = threading.Event()
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(main(args, stop=stop)))
+    thread.start()
+    try:
+        yield result
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 def _scrape_until(port: int, needle: str = "", timeout: float = 30) -> str:
@@ -162,36 +179,23 @@ def test_bad_config_file_names_the_file(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_in_process_run_serves_and_stops() -> None:
     port = free_port()
-    stop = threading.Event()
-    result: list[int] = []
-    thread = threading.Thread(
-        target=lambda: result.append(
-            main(
-                [
-                    "--simulate",
-                    str(SCENARIO),
-                    "--web.listen-address",
-                    f"127.0.0.1:{port}",
-                    "--progress.listen-address",
-                    f"127.0.0.1:{free_port()}",
-                    "--collection.interval",
-                    "200ms",
-                    "--no-collector.logs",
-                ],
-                stop=stop,
-            )
-        )
-    )
-    thread.start()
-    try:
+    args = [
+        "--simulate",
+        str(SCENARIO),
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--progress.listen-address",
+        f"127.0.0.1:{free_port()}",
+        "--collection.interval",
+        "200ms",
+        "--no-collector.logs",
+    ]
+    with _main_in_thread(args) as result:
         text = _scrape_until(port)
         assert 'gpu_eta_gpu_info{UUID="GPU-00000000-0000-0000-0000-000000000000"' in text
         assert 'node="test-node"' in text  # the scenario's node name
         assert "process_resident_memory_bytes" in text
         assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).text == "ok\n"
-    finally:
-        stop.set()
-        thread.join(timeout=30)
     assert result == [0]
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
@@ -204,8 +208,6 @@ def test_real_sources_are_wired_and_a_missing_kubelet_is_success_zero(tmp_path: 
     port = free_port()
     (tmp_path / "cgroup").mkdir()
     (tmp_path / "cgroup" / "cgroup.controllers").write_text("memory\n")
-    stop = threading.Event()
-    result: list[int] = []
     args = [
         "--no-collector.gpu",
         "--no-collector.kube",
@@ -230,9 +232,7 @@ def test_real_sources_are_wired_and_a_missing_kubelet_is_success_zero(tmp_path: 
         "--collection.timeout",
         "2s",
     ]
-    thread = threading.Thread(target=lambda: result.append(main(args, stop=stop)))
-    thread.start()
-    try:
+    with _main_in_thread(args) as result:
         text = _scrape_until(port, "collector_success")
 
         def ok(name: str, value: str) -> str:
@@ -243,9 +243,6 @@ def test_real_sources_are_wired_and_a_missing_kubelet_is_success_zero(tmp_path: 
         for name in ("cgroup", "hostmemory", "progress", "logs"):
             assert ok(name, "1.0") in text, name
         assert 'collector="gpu"' not in text and 'collector="kube"' not in text
-    finally:
-        stop.set()
-        thread.join(timeout=30)
     assert result == [0]
 
 
