@@ -60,19 +60,63 @@ class Residual:
         return (self.actual - self.center) / self.sigma
 
 
-def conformal_z(sorted_z: Sequence[float], coverage: float = 0.8) -> tuple[float, float, float]:
+Level = float | tuple[float, float]
+"""A nominal level: a central coverage (0.8), or the two tail probabilities (0.1, 0.9)."""
+
+
+def tails(level: Level) -> tuple[float, float]:
+    """``(q_lo, q_hi)``: the quantile levels of the lower and upper bound."""
+    if isinstance(level, tuple):
+        return level
+    tail = (1.0 - level) / 2.0
+    return tail, 1.0 - tail
+
+
+def conformal_bounds(sorted_z: Sequence[float], q_lo: float, q_hi: float) -> tuple[float, float]:
+    """The ``⌊q_lo(n+1)⌋``-th and ``⌈q_hi(n+1)⌉``-th order statistics (n ≥ 1, clipped).
+
+    Why (n+1): with exchangeable residuals the next one falls below the k-th of n with
+    probability k/(n+1), so these ranks give finite-sample conformal coverage.
+    """
+    n = len(sorted_z)
+    lo = max(1, math.floor(q_lo * (n + 1) + 1e-9))  # 1e-9: 0.1·20 must be 2, not 1.999…
+    hi = min(n, math.ceil(q_hi * (n + 1) - 1e-9))
+    return sorted_z[lo - 1], sorted_z[hi - 1]
+
+
+def conformal_z(sorted_z: Sequence[float], coverage: Level = 0.8) -> tuple[float, float, float]:
     """Lower, median and upper conformal quantiles of sorted residuals (n ≥ 1)."""
     n = len(sorted_z)
-    tail = (1.0 - coverage) / 2.0
-    lo = max(1, math.floor(tail * (n + 1) + 1e-9))  # 1e-9: 0.1·20 must be 2, not 1.999…
-    hi = min(n, math.ceil((1.0 - tail) * (n + 1) - 1e-9))
+    lo, hi = conformal_bounds(sorted_z, *tails(coverage))
     mid = n // 2
     median = sorted_z[mid] if n % 2 else 0.5 * (sorted_z[mid - 1] + sorted_z[mid])
-    return sorted_z[lo - 1], median, sorted_z[hi - 1]
+    return lo, median, hi
+
+
+SIGMA_POWER = 0.5
+"""Residuals are normalised by ``sigma ** SIGMA_POWER`` (see ``scale``)."""
+
+
+def scale(sigma: float, power: float = SIGMA_POWER) -> float:
+    """The unit a residual is measured in: the model's own sigma to ``power``.
+
+    Why not the sigma itself (power 1, the usual studentised conformal score): on a
+    shared machine the error of a run is set by whether a neighbour arrives, not by
+    how steady its epochs were, so a confident prediction is just as likely to be
+    hit by one; dividing by its small sigma made that miss look huge and the
+    calibrated intervals of confident predictions too narrow. Power 0 (raw log
+    residuals) ignores the model's sigma and widens steady dedicated runs' intervals
+    (×1.3 on the tune file); 0.5 keeps most of their narrowness. Chosen on the tune
+    files only (docs/forecasting.md, "Calibration").
+    """
+    return sigma**power
 
 
 def fit_bin(
-    residuals: Sequence[Residual], coverage: float = 0.8, shift_prior: float = 20.0
+    residuals: Sequence[Residual],
+    coverage: Level = 0.8,
+    shift_prior: float = 20.0,
+    power: float = SIGMA_POWER,
 ) -> tuple[float, float, float]:
     """``(shift, z_lo, z_hi)`` for one bin (n ≥ 1).
 
@@ -80,7 +124,9 @@ def fit_bin(
     (a median of a few heavy-tailed residuals is itself noisy), and 0 unless it
     exceeds two of its standard errors (1.2533·1.4826·MAD/√n); the bounds are the
     conformal quantiles of the residuals after that shift, in units of each
-    prediction's own sigma, so confident predictions get narrow intervals.
+    prediction's own ``scale(sigma)``, so confident predictions get narrower intervals. The two
+    bounds are separate order statistics (a skewed residual sample gets a skewed
+    interval), each at its own level when ``coverage`` is a pair of tail levels.
     """
     n = len(residuals)
     errors = sorted(r.actual - r.center for r in residuals)
@@ -90,7 +136,7 @@ def fit_bin(
     mad = sorted(abs(e - median) for e in errors)[mid]
     se = 1.2533 * 1.4826 * mad / math.sqrt(n)
     shift = median * n / (n + shift_prior) if abs(median) > 2.0 * se else 0.0
-    z = sorted((r.actual - r.center - shift) / r.sigma for r in residuals)
+    z = sorted((r.actual - r.center - shift) / scale(r.sigma, power) for r in residuals)
     z_lo, _z_mid, z_hi = conformal_z(z, coverage)
     return shift, min(z_lo, 0.0), max(z_hi, 0.0)
 
@@ -104,8 +150,10 @@ class Calibrator:
         min_samples: int = 8,
         fallback_widen: float = 1.5,
         shift_prior: float = 20.0,
+        power: float = SIGMA_POWER,
     ) -> None:
         self.coverage = coverage
+        self.power = power
         self.min_samples = min_samples
         self.fallback_widen = fallback_widen
         self.shift_prior = shift_prior
@@ -115,9 +163,9 @@ class Calibrator:
         return 0.0, -w, w
 
     def fit(
-        self, residuals: Iterable[Residual], levels: Mapping[float, float] | None = None
+        self, residuals: Iterable[Residual], levels: Mapping[float, Level] | None = None
     ) -> Calibrator:
-        """Fit each bin; ``levels`` may raise a bin's nominal coverage (see EtaModel)."""
+        """Fit each bin; ``levels`` may move a bin's nominal level or tail levels (EtaModel)."""
         levels = levels or {}
         by_point: dict[float, list[Residual]] = {p: [] for p in POINTS}
         pooled: list[Residual] = []
@@ -126,7 +174,7 @@ class Calibrator:
                 by_point[r.point].append(r)
                 pooled.append(r)
         default = (
-            fit_bin(pooled, self.coverage, self.shift_prior)
+            fit_bin(pooled, self.coverage, self.shift_prior, self.power)
             if len(pooled) >= self.min_samples
             else self._fallback()
         )
@@ -135,7 +183,7 @@ class Calibrator:
         for p, items in by_point.items():
             self.n_[p] = len(items)
             self.bins_[p] = (
-                fit_bin(items, levels.get(p, self.coverage), self.shift_prior)
+                fit_bin(items, levels.get(p, self.coverage), self.shift_prior, self.power)
                 if len(items) >= self.min_samples
                 else default
             )
@@ -145,7 +193,55 @@ class Calibrator:
         """Calibrated P10/P50/P90 (seconds) for a raw log estimate in bin ``point``."""
         shift, z_lo, z_hi = self.bins_.get(point, self._fallback())
         mid = center + shift
-        return safe_exp(mid + sigma * z_lo), safe_exp(mid), safe_exp(mid + sigma * z_hi)
+        unit = scale(sigma, self.power)  # the fallback's ±1.92 too: one unit throughout
+        return safe_exp(mid + unit * z_lo), safe_exp(mid), safe_exp(mid + unit * z_hi)
+
+
+def measure_tails(
+    residuals: Iterable[Residual],
+    coverage: float = 0.8,
+    min_samples: int = 8,
+    min_scored: int = 5,
+    shift_prior: float = 20.0,
+    levels: Mapping[float, Level] | None = None,
+    power: float = SIGMA_POWER,
+) -> Mapping[float, tuple[float, float, float, float]]:
+    """Leave-later-out (median absolute % error of P50, P10–P90 coverage, share of
+    truths below P10, share above P90) per bin.
+
+    Each residual is scored by a calibration fitted only on the bin's earlier ones
+    (refitted on about 30 growing prefixes per bin, so cost stays linear). The two
+    tail shares say on which side an interval misses (a neighbour arriving makes runs
+    longer than predicted, never shorter). NaN where a bin has fewer than
+    ``min_samples + min_scored`` residuals.
+    """
+    by_point: dict[float, list[Residual]] = {p: [] for p in POINTS}
+    for r in residuals:
+        if math.isfinite(r.z):
+            by_point[r.point].append(r)
+    out: dict[float, tuple[float, float, float, float]] = {}
+    for p, items in by_point.items():
+        items.sort(key=lambda r: r.timestamp)
+        errors: list[float] = []
+        below: list[bool] = []
+        above: list[bool] = []
+        level = (levels or {}).get(p, coverage)
+        step = max(1, len(items) // 30)  # refit on ~30 prefixes: O(n) fits, not O(n²)
+        for i in range(min_samples, len(items)):
+            if i == min_samples or (i - min_samples) % step == 0:
+                shift, z_lo, z_hi = fit_bin(items[:i], level, shift_prior, power)
+            r = items[i]
+            z = (r.actual - r.center - shift) / scale(r.sigma, power)
+            below.append(z < z_lo)
+            above.append(z > z_hi)
+            truth = math.exp(r.actual)
+            errors.append(abs(safe_exp(r.center + shift) - truth) / truth)
+        if len(below) >= min_scored:
+            lo, hi = float(np.mean(below)), float(np.mean(above))
+            out[p] = (float(np.median(errors)), 1.0 - lo - hi, lo, hi)
+        else:
+            out[p] = (math.nan, math.nan, math.nan, math.nan)
+    return out
 
 
 def measure_quality(
@@ -154,35 +250,12 @@ def measure_quality(
     min_samples: int = 8,
     min_scored: int = 5,
     shift_prior: float = 20.0,
-    levels: Mapping[float, float] | None = None,
+    levels: Mapping[float, Level] | None = None,
+    power: float = SIGMA_POWER,
 ) -> Mapping[float, tuple[float, float]]:
     """Leave-later-out (median absolute % error of P50, P10–P90 coverage) per bin.
 
-    Each residual is scored by a calibration fitted only on the bin's earlier ones
-    (refitted on about 30 growing prefixes per bin, so cost stays linear).
-    NaN where a bin has fewer than ``min_samples + min_scored`` residuals.
+    ``measure_tails`` without the tail shares: what the service publishes.
     """
-    by_point: dict[float, list[Residual]] = {p: [] for p in POINTS}
-    for r in residuals:
-        if math.isfinite(r.z):
-            by_point[r.point].append(r)
-    out: dict[float, tuple[float, float]] = {}
-    for p, items in by_point.items():
-        items.sort(key=lambda r: r.timestamp)
-        errors: list[float] = []
-        hits: list[bool] = []
-        level = (levels or {}).get(p, coverage)
-        step = max(1, len(items) // 30)  # refit on ~30 prefixes: O(n) fits, not O(n²)
-        for i in range(min_samples, len(items)):
-            if i == min_samples or (i - min_samples) % step == 0:
-                shift, z_lo, z_hi = fit_bin(items[:i], level, shift_prior)
-            r = items[i]
-            z = (r.actual - r.center - shift) / r.sigma
-            hits.append(z_lo <= z <= z_hi)
-            truth = math.exp(r.actual)
-            errors.append(abs(safe_exp(r.center + shift) - truth) / truth)
-        if len(hits) >= min_scored:
-            out[p] = (float(np.median(errors)), float(np.mean(hits)))
-        else:
-            out[p] = (math.nan, math.nan)
-    return out
+    tails_ = measure_tails(residuals, coverage, min_samples, min_scored, shift_prior, levels, power)
+    return {p: (err, cov) for p, (err, cov, _lo, _hi) in tails_.items()}

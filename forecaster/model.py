@@ -31,11 +31,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forecaster.calibration import POINTS, Calibrator, Residual, measure_quality, progress_point
-from forecaster.estimators import NotFittedError, at_now, ordered, remaining_epochs, stall_widen
-from forecaster.estimators.blend import BlendEstimator, Components, combine_many
+from forecaster.calibration import (
+    POINTS,
+    SIGMA_POWER,
+    Calibrator,
+    Level,
+    Residual,
+    measure_tails,
+    progress_point,
+    tails,
+)
+from forecaster.estimators import NotFittedError
+from forecaster.estimators.blend import (
+    BlendEstimator,
+    Components,
+    RawEstimate,
+    blend_forecast,
+    combine_many,
+)
 from forecaster.forecast import Forecast
-from forecaster.runs import Run
+from forecaster.runs import ForecasterError, Run
 
 
 def truncate(run: Run, point: float) -> Run:
@@ -89,6 +104,8 @@ class EtaModel:
         half_life_ratio: float = 0.25,
         huber_c: float = 2.0,
         pooled: str = "rlm",
+        tail_levels: str = "per_tail",
+        sigma_power: float = SIGMA_POWER,
     ) -> None:
         self.random_state = random_state
         self.coverage = coverage
@@ -105,6 +122,12 @@ class EtaModel:
         self.half_life_ratio = half_life_ratio
         self.huber_c = huber_c
         self.pooled = pooled
+        if tail_levels not in ("per_tail", "symmetric"):
+            raise ForecasterError(
+                f"tail_levels must be 'per_tail' or 'symmetric', got {tail_levels!r}"
+            )
+        self.tail_levels = tail_levels
+        self.sigma_power = sigma_power
 
     def fit(self, history: Sequence[Run]) -> EtaModel:
         """Learn from finished runs (``completed`` True or False); returns ``self``."""
@@ -125,36 +148,60 @@ class EtaModel:
         self.weights_ = self._tune(samples)
         residuals = self._residuals(samples, self.weights_)
         self.blend_ = blend
-        quality = measure_quality(
+        measured = measure_tails(
             residuals,
             coverage=self.coverage,
             min_samples=self.min_samples,
             shift_prior=self.shift_prior,
+            power=self.sigma_power,
         )
-        # measured under-coverage (drift makes the past a little too optimistic):
-        # raise that bin's nominal level by the shortfall, once, and publish the
-        # quality of what is actually used
-        self.levels_ = {
-            p: min(0.95, self.coverage + (self.coverage - cov))
-            for p, (_err, cov) in quality.items()
-            if math.isfinite(cov) and cov < self.coverage
-        }
+        self.levels_ = self._levels(measured)
         if self.levels_:
-            quality = measure_quality(
+            measured = measure_tails(
                 residuals,
                 coverage=self.coverage,
                 min_samples=self.min_samples,
                 shift_prior=self.shift_prior,
                 levels=self.levels_,
+                power=self.sigma_power,
             )
+        quality = {p: (err, cov) for p, (err, cov, _lo, _hi) in measured.items()}
+        self.tails_ = {p: (lo, hi) for p, (_err, _cov, lo, hi) in measured.items()}
         self.calibrator_ = Calibrator(
-            coverage=self.coverage, min_samples=self.min_samples, shift_prior=self.shift_prior
+            coverage=self.coverage,
+            min_samples=self.min_samples,
+            shift_prior=self.shift_prior,
+            power=self.sigma_power,
         ).fit(residuals, self.levels_)
         self.quality_: Mapping[float, tuple[float, float]] = quality
         self.n_residuals_ = len(residuals)
         self.n_samples_by_point_ = {p: sum(1 for r in residuals if r.point == p) for p in POINTS}
         self.n_history_ = len(history)
         return self
+
+    def _levels(self, measured: Mapping[float, tuple[float, float, float, float]]) -> dict:
+        """Nominal levels for bins whose measured (leave-later-out) intervals miss.
+
+        Drift makes the past a little too optimistic, so a bin whose measured
+        coverage falls short gets its level raised by the shortfall, once (a
+        one-step adaptive conformal inference). ``tail_levels="symmetric"`` raises
+        the central coverage (both tails move alike, capped at 0.95);
+        ``"per_tail"`` moves each bound by its own tail's excess misses (each tail
+        capped at 0.025), because on a shared machine the misses are one-sided: a
+        neighbour arriving makes runs longer than predicted, never shorter.
+        """
+        levels: dict[float, Level] = {}
+        q_lo0, q_hi0 = tails(self.coverage)
+        for p, (_err, cov, below, above) in measured.items():
+            if not (math.isfinite(cov) and cov < self.coverage):
+                continue
+            if self.tail_levels == "symmetric":
+                levels[p] = min(0.95, self.coverage + (self.coverage - cov))
+            else:
+                q_lo = max(0.025, q_lo0 - max(0.0, below - q_lo0))
+                q_hi = min(0.975, q_hi0 + max(0.0, above - (1.0 - q_hi0)))
+                levels[p] = (q_lo, q_hi)
+        return levels
 
     def _samples(self, blend: BlendEstimator, history: Sequence[Run]) -> list[_Sample]:
         """Replay recent completed runs at each point; job prior from earlier runs only."""
@@ -327,22 +374,12 @@ class EtaModel:
         """Remaining seconds of ``run`` at ``now``: calibrated P10/P50/P90."""
         if not hasattr(self, "blend_"):
             raise NotFittedError("EtaModel.predict called before fit")
-        prior = self.blend_.prior_
-        if remaining_epochs(run) <= 0:
-            return Forecast(
-                0.0, 0.0, 0.0, method="blend", converged=prior.converged_, warnings=prior.warnings_
-            )
         point = progress_point(run.progress_ratio)
-        huber_c, drift, prior_scale = self.weights_[point]
-        parts = self._floored(self.blend_.components(run, huber_c=huber_c), point)
-        raw = parts.combine(drift, prior_scale, self._job_scale(prior_scale))
-        q = self.calibrator_.quantiles(point, raw.center, raw.sigma)
-        q = stall_widen(q, run, now) if stalled else at_now(q, run, now, 0.0)
-        return Forecast(
-            *ordered(*q),
-            method=raw.method,
-            n_obs=raw.n_obs,
-            stalled=stalled,
-            converged=prior.converged_,
-            warnings=prior.warnings_,
-        )
+
+        def estimate() -> tuple[RawEstimate, tuple[float, float, float]]:
+            huber_c, drift, prior_scale = self.weights_[point]
+            parts = self._floored(self.blend_.components(run, huber_c=huber_c), point)
+            raw = parts.combine(drift, prior_scale, self._job_scale(prior_scale))
+            return raw, self.calibrator_.quantiles(point, raw.center, raw.sigma)
+
+        return blend_forecast(self.blend_.prior_, run, now, stalled, estimate)

@@ -13,7 +13,7 @@ calibrated: ``forecaster.model.EtaModel`` rescales it from measured residuals.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -220,19 +220,38 @@ class BlendEstimator:
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         if not hasattr(self, "prior_"):
             raise NotFittedError("BlendEstimator.predict called before fit")
-        prior = self.prior_
-        if remaining_epochs(run) <= 0:
-            return Forecast(
-                0.0, 0.0, 0.0, method="blend", converged=prior.converged_, warnings=prior.warnings_
-            )
-        raw = self.raw(run)
-        q = lognormal_quantiles(raw.center, raw.sigma)
-        q = stall_widen(q, run, now) if stalled else at_now(q, run, now, 0.0)
+
+        def estimate() -> tuple[RawEstimate, tuple[float, float, float]]:
+            raw = self.raw(run)
+            return raw, lognormal_quantiles(raw.center, raw.sigma)
+
+        return blend_forecast(self.prior_, run, now, stalled, estimate)
+
+
+def blend_forecast(
+    prior: PriorEstimator,
+    run: Run,
+    now: float,
+    stalled: bool,
+    estimate: Callable[[], tuple[RawEstimate, tuple[float, float, float]]],
+) -> Forecast:
+    """The Forecast of a blend from its quantiles at the last epoch end.
+
+    Why shared: ``BlendEstimator`` (raw log-normal quantiles) and ``EtaModel``
+    (calibrated ones) differ only in ``estimate``; a finished run is 0, a stalled
+    one holds and widens, anything else is shifted to ``now`` (never into the past).
+    """
+    if remaining_epochs(run) <= 0:
         return Forecast(
-            *ordered(*q),
-            method=raw.method,
-            n_obs=raw.n_obs,
-            stalled=stalled,
-            converged=prior.converged_,
-            warnings=prior.warnings_,
+            0.0, 0.0, 0.0, method="blend", converged=prior.converged_, warnings=prior.warnings_
         )
+    raw, q = estimate()
+    q = stall_widen(q, run, now) if stalled else at_now(q, run, now, 0.0)
+    return Forecast(
+        *ordered(*q),
+        method=raw.method,
+        n_obs=raw.n_obs,
+        stalled=stalled,
+        converged=prior.converged_,
+        warnings=prior.warnings_,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,11 +10,16 @@ import pytest
 
 from forecaster.calibration import (
     POINTS,
+    SIGMA_POWER,
     Calibrator,
     Residual,
+    conformal_bounds,
     conformal_z,
     measure_quality,
+    measure_tails,
     progress_point,
+    scale,
+    tails,
 )
 
 
@@ -102,3 +108,88 @@ def test_a_raised_level_widens_only_that_bin() -> None:
     lo0, _mid0, hi0 = plain.quantiles(0.5, 0.0, 1.0)
     assert lo < lo0 and hi > hi0
     assert raised.bins_[0.25] == plain.bins_[0.25]
+
+
+def skewed(n: int, seed: int, sigmas: tuple[float, ...] = (0.2,)) -> list[Residual]:
+    """Shared-machine residuals: mostly on time, and 25 % of runs hit by a neighbour
+    (+0.6 in log, ×1.8 longer); the error does not depend on the model's sigma."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        err = rng.normal(0.0, 0.05) + (0.6 if rng.random() < 0.25 else 0.0)
+        sigma = sigmas[i % len(sigmas)]
+        out.append(Residual(0.5, 5.0, sigma, 5.0 + err, float(i)))
+    return out
+
+
+def test_tails_and_conformal_bounds_take_separate_ranks() -> None:
+    assert tails(0.8) == pytest.approx((0.1, 0.9))
+    assert tails((0.1, 0.97)) == (0.1, 0.97)
+    z = list(range(1, 20))  # n = 19: ⌊0.1·20⌋ = 2nd; ⌈0.97·20⌉ = 20 → clipped to the 19th
+    assert conformal_bounds(z, 0.1, 0.97) == (2, 19)
+    assert conformal_bounds(z, 0.1, 0.9) == (2, 18)
+
+
+def test_a_skewed_sample_gets_a_skewed_interval() -> None:
+    cal = Calibrator(shift_prior=1e9).fit(skewed(400, seed=1))  # no shift: raw bounds
+    lo, mid, hi = (math.log(q) - 5.0 for q in cal.quantiles(0.5, 5.0, 0.2))
+    assert mid == pytest.approx(0.0, abs=1e-6)
+    assert -0.12 < lo < -0.03  # the on-time mode's lower edge
+    assert 0.5 < hi < 0.7  # the neighbour mode
+
+
+def test_one_sided_misses_move_only_that_bound() -> None:
+    # per-tail levels (EtaModel, tail_levels="per_tail"): the upper tail missed 20 %,
+    # the lower 10 % as asked, so only P90 widens; a symmetric raise of the central
+    # coverage (the former rule) would also have moved P10, which was right
+    data = skewed(300, seed=2)
+    plain = Calibrator().fit(data)
+    per_tail = Calibrator().fit(data, levels={0.5: (0.1, 0.975)})
+    symmetric = Calibrator().fit(data, levels={0.5: 0.9})
+    lo0, _m, hi0 = plain.quantiles(0.5, 5.0, 0.2)
+    lo, _m, hi = per_tail.quantiles(0.5, 5.0, 0.2)
+    assert lo == lo0 and hi > hi0
+    assert symmetric.quantiles(0.5, 5.0, 0.2)[0] < lo0
+
+
+def conditional_coverage(cal: Calibrator, test: list[Residual], sigma: float) -> float:
+    return coverage_on(cal, [r for r in test if r.sigma == sigma])
+
+
+def test_errors_that_ignore_sigma_are_not_scaled_by_it() -> None:
+    # half the predictions are confident (sigma 0.05), half not (0.4), and a neighbour
+    # hits either alike: dividing by sigma (power 1) makes the confident ones'
+    # intervals far too narrow; the default sigma ** 0.5 narrows the gap and raw
+    # residuals (power 0) close it (each at the price of wider steady intervals)
+    train = skewed(400, seed=3, sigmas=(0.05, 0.4))
+    test = skewed(2000, seed=4, sigmas=(0.05, 0.4))
+    gaps = {}
+    for power in (1.0, SIGMA_POWER, 0.0):
+        cal = Calibrator(power=power, shift_prior=1e9).fit(train)
+        gaps[power] = conditional_coverage(cal, test, 0.4) - conditional_coverage(cal, test, 0.05)
+        assert 0.75 <= coverage_on(cal, test) <= 0.88  # marginal coverage holds for any power
+    assert gaps[1.0] > 0.35
+    assert gaps[SIGMA_POWER] < gaps[1.0] - 0.04
+    assert abs(gaps[0.0]) < 0.1
+
+
+def test_scale_is_sigma_to_the_power() -> None:
+    cal = Calibrator(power=0.5).fit(residuals(200, scale=1.0, shift=0.0, seed=11))
+    lo1, mid1, hi1 = cal.quantiles(0.5, 5.0, 0.1)
+    lo4, mid4, hi4 = cal.quantiles(0.5, 5.0, 0.4)
+    assert mid1 == mid4
+    assert math.log(hi4 / lo4) == pytest.approx(2.0 * math.log(hi1 / lo1))
+    assert scale(0.25, 0.5) == 0.5 and scale(0.25, 1.0) == 0.25
+
+
+def test_measured_tails_say_which_side_misses() -> None:
+    # calibrated on runs before a neighbour arrived, scored after: misses are above P90
+    before = [
+        dataclasses.replace(r, actual=r.center + 0.05 * (r.actual - r.center))
+        for r in skewed(40, seed=5)
+    ]
+    after = [dataclasses.replace(r, timestamp=r.timestamp + 100) for r in skewed(200, seed=6)]
+    err, cov, below, above = measure_tails(before + after)[0.5]
+    assert above > 0.15 and below < 0.15
+    assert cov == pytest.approx(1.0 - below - above)
+    assert measure_quality(before + after)[0.5] == (err, cov)

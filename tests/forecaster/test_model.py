@@ -10,6 +10,7 @@ import pytest
 from forecaster.calibration import POINTS
 from forecaster.estimators import NotFittedError
 from forecaster.model import EtaModel, truncate
+from forecaster.runs import ForecasterError
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 
@@ -164,3 +165,18 @@ def test_the_rate_is_trusted_as_much_as_it_has_earned() -> None:
     rate_only = 2.0 * 0.5 * 18
     p50 = shared.predict(probe, probe.last_timestamp).p50
     assert p50 > 1.3 * rate_only
+
+
+def test_levels_move_only_the_tail_that_missed() -> None:
+    # leave-later-out: 70 % coverage, 10 % below P10 (as asked), 20 % above P90
+    measured = {0.5: (0.2, 0.7, 0.1, 0.2), 0.25: (0.1, 0.82, 0.09, 0.09)}
+    per_tail = EtaModel()._levels(measured)
+    assert per_tail == {0.5: pytest.approx((0.1, 0.975))}  # 0.9 + 0.1, capped at 0.975
+    symmetric = EtaModel(tail_levels="symmetric")._levels(measured)
+    assert symmetric == {0.5: pytest.approx(0.9)}  # the former rule: both tails move
+    assert EtaModel()._levels({0.5: (math.nan,) * 4}) == {}
+
+
+def test_unknown_tail_levels_is_a_clear_error() -> None:
+    with pytest.raises(ForecasterError, match="tail_levels"):
+        EtaModel(tail_levels="both")
