@@ -23,23 +23,12 @@ import requests
 import yaml
 
 from forecaster import top
+from tests.integration.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 RUN_KEY = ("namespace", "pod", "container", "run_id")
 RULES_FILE = (REPO / "rules" / "gpu-eta.rules.yaml").resolve()
-
-
-def wait_until(check, timeout: float, interval: float = 0.5, what: str = "condition"):
-    """Poll ``check()`` until it returns something truthy; raise naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not met after {timeout:g}s (last: {last!r})")
 
 
 def _key(sample: dict) -> tuple[str, ...]:
