@@ -489,17 +489,9 @@ def test_a_wrong_metric_name_is_caught(contract_prometheus: Stack) -> None:
     assert not contract_prometheus.has_data("gpu_eta_gpu_utilisation_ratio", instant=True)
 
 
-def _demo_stack(request: pytest.FixtureRequest):
-    """The session's ``demo_stack`` (tests/integration/conftest.py); skip without it."""
-    try:
-        return request.getfixturevalue("demo_stack")
-    except pytest.FixtureLookupError:
-        pytest.skip("demo_stack fixture (tests/integration/conftest.py) not available yet")
-
-
 @pytest.mark.slow
-def test_every_panel_returns_data_on_the_demo(request: pytest.FixtureRequest) -> None:
-    demo = _demo_stack(request)
+def test_every_panel_returns_data_on_the_demo(demo_stack) -> None:
+    demo = demo_stack
     # A demo that has just started has runs with a single finished epoch (no epoch
     # duration over the last 15 minutes yet): poll, as a user would wait a minute.
     deadline = time.monotonic() + DEMO_WARMUP_SECONDS
@@ -576,9 +568,9 @@ def test_alert_rules_on_contract_series(contract_prometheus: Stack) -> None:
 
 
 @pytest.mark.slow
-def test_alert_rules_evaluate_on_the_demo(request: pytest.FixtureRequest) -> None:
+def test_alert_rules_evaluate_on_the_demo(demo_stack) -> None:
     """Every rule expression runs without error on the demo's real series."""
-    demo = _demo_stack(request)
+    demo = demo_stack
     stack = Stack(demo.prometheus_url, time.time())
     for expr in _alert_exprs().values():
         _instant(stack, expr)  # asserts status == success (no many-to-many, no parse error)
