@@ -9,6 +9,7 @@ Usage::
     python bench/forecast_accuracy.py                 # pinned sets, then the loaded-machine ones
     python bench/forecast_accuracy.py --markdown      # the same as Markdown (docs/forecasting.md)
     python bench/forecast_accuracy.py --speed         # + fit/predict/evaluate timings
+    python bench/forecast_accuracy.py --intervals     # coverage and width: now vs the former calibration
     python bench/forecast_accuracy.py --runs my.csv --scenario shared
 
 Targets (issue 4): dedicated runs — no worse than the best baseline at any point and
@@ -213,18 +214,74 @@ def speed() -> None:
     )
 
 
+FORMER_CALIBRATION = {"sigma_power": 1.0, "tail_levels": "symmetric"}
+"""The calibration before the √s unit and per-tail levels (docs/forecasting.md)."""
+
+
+def interval_stats(result: Backtest) -> tuple[float, float, float, float, float, int]:
+    """Coverage, share below P10, above P90, median and geometric-mean P90/P10, n
+    (predictions at 10–75 %). The arithmetic mean of P90/P10 is not given: a few
+    fallback intervals of 10⁶× dominate it."""
+    preds = [p for p in result.predictions if p.point > 0]
+    if not preds:
+        return (math.nan,) * 5 + (0,)
+    actual = np.array([p.actual for p in preds])
+    lo = np.array([p.p10 for p in preds])
+    hi = np.array([p.p90 for p in preds])
+    ratio = hi / np.maximum(lo, 1e-12)
+    below, above = float(np.mean(actual < lo)), float(np.mean(actual > hi))
+    return (
+        1.0 - below - above,
+        below,
+        above,
+        float(np.median(ratio)),
+        float(np.exp(np.mean(np.log(ratio)))),
+        len(preds),
+    )
+
+
+def intervals(sets: Sequence[tuple[Path, str]]) -> None:
+    """Per file, P10–P90 coverage and width with the model as shipped and the former
+    calibration (same medians: only the intervals differ)."""
+    print(
+        "file | coverage (below/above) former -> now | P90/P10 median, geo-mean former -> now | n"
+    )
+    for path, _scenario in sets:
+        if not path.exists():
+            continue
+        runs = read_runs(path)
+        before = interval_stats(
+            backtest(runs, model_factory=lambda: EtaModel(random_state=0, **FORMER_CALIBRATION))
+        )
+        after = interval_stats(backtest(runs))
+        cells = [
+            f"{c:.1%} ({b:.0%}/{a:.0%})" + (" -> " if i == 0 else "")
+            for i, (c, b, a, _m, _g, _n) in enumerate((before, after))
+        ]
+        widths = [f"{m:.2f}, {g:.2f}" for _c, _b, _a, m, g, _n in (before, after)]
+        print(f"{path.name} | {''.join(cells)} | {widths[0]} -> {widths[1]} | {after[5]}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, action="append", help="a runs CSV (repeatable)")
     parser.add_argument("--scenario", choices=("dedicated", "shared"), default="dedicated")
     parser.add_argument("--speed", action="store_true", help="also time fit/predict/evaluate")
     parser.add_argument("--markdown", action="store_true", help="tables as Markdown (for docs)")
+    parser.add_argument(
+        "--intervals",
+        action="store_true",
+        help="only P10–P90 coverage and width, now vs the former calibration",
+    )
     args = parser.parse_args(argv)
     sets = (
         [(p, args.scenario) for p in args.runs]
         if args.runs
         else [(FIXTURES / name, scenario) for name, scenario in DEFAULT_SETS]
     )
+    if args.intervals:
+        intervals(sets)
+        return 0
     heldout: dict[str, list[Backtest]] = {}
     for path, scenario in sets:
         if not path.exists():

@@ -10,13 +10,15 @@ bin):
   the raw model's bias, e.g. evaluation spikes the robust rate discounts), shrunk
   toward 0 by ``n / (n + shift_prior)`` because a median of a few heavy-tailed
   residuals is itself noisy;
-- P10/P90 = ``exp(c + shift + s·z_q)`` with ``z_q`` the split-conformal quantiles of
-  the past ``z = (a − c − shift) / s``: the ``⌊0.1(n+1)⌋``-th and ``⌈0.9(n+1)⌉``-th
-  order statistics (finite-sample valid under exchangeability). Scaling by each
-  prediction's own ``s`` keeps confident predictions narrow.
+- P10/P90 = ``exp(c + shift + √s·z_q)`` with ``z_q`` the split-conformal quantiles
+  of the past ``z = (a − c − shift) / √s``: the ``⌊q_lo(n+1)⌋``-th and
+  ``⌈q_hi(n+1)⌉``-th order statistics (finite-sample valid under exchangeability),
+  two separate ranks so skewed errors get a skewed interval. The unit ``√s`` (see
+  ``scale``) keeps confident predictions narrower without trusting ``s`` fully: on a
+  shared machine a neighbour hits a confident run as often as any other.
 
 Bins with fewer than ``min_samples`` residuals use the pooled residuals, and with too
-few overall a widened normal (``fallback_widen`` × ±1.28, no shift).
+few overall a widened normal (``fallback_widen`` × ±1.28 in the same unit, no shift).
 
 Quality is measured leave-later-out: each residual is scored by a calibration fitted
 only on the residuals before it in time, so the published coverage and median error

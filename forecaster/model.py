@@ -13,9 +13,10 @@ should not know there is a prior, a rate and a calibrator inside.
    from runs that ended before that moment (temporal), and collects normalised
    residuals of the raw estimate against the truth;
 3. fits split-conformal z quantiles per bin on them (``calibration.py``) and
-   measures leave-later-out quality, ``quality_``; a bin whose measured coverage
-   falls short of the target gets its nominal level raised by the shortfall
-   (once, capped at 0.95), and ``quality_`` is re-measured with it.
+   measures leave-later-out quality, ``quality_`` (and ``tails_``, the shares below
+   P10 and above P90); a bin whose measured coverage falls short of the target has
+   each tail's level moved by that tail's excess misses (once, ``_levels``), and
+   ``quality_`` is re-measured with them.
 
 ``predict`` is then pure arithmetic per run (≈ 0.1 ms): raw estimate → calibrated
 quantiles → shifted to ``now`` (time since the last epoch end counts, never into
