@@ -244,20 +244,3 @@ def measure_tails(
         else:
             out[p] = (math.nan, math.nan, math.nan, math.nan)
     return out
-
-
-def measure_quality(
-    residuals: Iterable[Residual],
-    coverage: float = 0.8,
-    min_samples: int = 8,
-    min_scored: int = 5,
-    shift_prior: float = 20.0,
-    levels: Mapping[float, Level] | None = None,
-    power: float = SIGMA_POWER,
-) -> Mapping[float, tuple[float, float]]:
-    """Leave-later-out (median absolute % error of P50, P10–P90 coverage) per bin.
-
-    ``measure_tails`` without the tail shares: what the service publishes.
-    """
-    tails_ = measure_tails(residuals, coverage, min_samples, min_scored, shift_prior, levels, power)
-    return {p: (err, cov) for p, (err, cov, _lo, _hi) in tails_.items()}

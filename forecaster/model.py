@@ -26,6 +26,7 @@ the past) or, for a stalled run, held and widened.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -149,23 +150,18 @@ class EtaModel:
         self.weights_ = self._tune(samples)
         residuals = self._residuals(samples, self.weights_)
         self.blend_ = blend
-        measured = measure_tails(
+        measure = functools.partial(
+            measure_tails,
             residuals,
             coverage=self.coverage,
             min_samples=self.min_samples,
             shift_prior=self.shift_prior,
             power=self.sigma_power,
         )
+        measured = measure()
         self.levels_ = self._levels(measured)
         if self.levels_:
-            measured = measure_tails(
-                residuals,
-                coverage=self.coverage,
-                min_samples=self.min_samples,
-                shift_prior=self.shift_prior,
-                levels=self.levels_,
-                power=self.sigma_power,
-            )
+            measured = measure(levels=self.levels_)
         quality = {p: (err, cov) for p, (err, cov, _lo, _hi) in measured.items()}
         self.tails_ = {p: (lo, hi) for p, (_err, _cov, lo, hi) in measured.items()}
         self.calibrator_ = Calibrator(

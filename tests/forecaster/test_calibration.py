@@ -15,7 +15,6 @@ from forecaster.calibration import (
     Residual,
     conformal_bounds,
     conformal_z,
-    measure_quality,
     measure_tails,
     progress_point,
     scale,
@@ -91,8 +90,9 @@ def test_small_bins_fall_back_to_pooled_then_wide_default() -> None:
 
 def test_measured_quality_is_out_of_sample() -> None:
     data = residuals(300, scale=2.0, shift=0.0, seed=6)
-    quality = measure_quality(data)
-    mape, coverage = quality[0.5]
+    quality = measure_tails(data)
+    mape, coverage, below, above = quality[0.5]
+    assert coverage == pytest.approx(1.0 - below - above)
     assert 0.72 <= coverage <= 0.88
     assert 0 < mape < 1
     assert all(math.isnan(quality[p][0]) for p in POINTS if p != 0.5)
@@ -189,7 +189,6 @@ def test_measured_tails_say_which_side_misses() -> None:
         for r in skewed(40, seed=5)
     ]
     after = [dataclasses.replace(r, timestamp=r.timestamp + 100) for r in skewed(200, seed=6)]
-    err, cov, below, above = measure_tails(before + after)[0.5]
+    _err, cov, below, above = measure_tails(before + after)[0.5]
     assert above > 0.15 and below < 0.15
     assert cov == pytest.approx(1.0 - below - above)
-    assert measure_quality(before + after)[0.5] == (err, cov)
