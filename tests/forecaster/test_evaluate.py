@@ -162,9 +162,7 @@ def test_real_pytorch_runs_on_a_busy_machine(name: str) -> None:
     file (it wins, ties or loses: docs/forecasting.md lists every figure), so that
     is reported by bench/forecast_accuracy.py rather than asserted here.
     """
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"{name} not recorded")
+    path = FIXTURES / name  # committed recordings: a missing one is a failure, not a skip
     result = backtest(read_runs(path))
     for point in (0.1, 0.25, 0.5, 0.75):
         assert result.points[point].n >= 15
@@ -186,9 +184,7 @@ def test_real_pytorch_runs_with_a_competitor_on_a_loaded_machine(name: str) -> N
     intervals still cover (its P50 is 0.9–1.8x the best rate baseline at 10–25 %:
     docs/forecasting.md lists every figure).
     """
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"{name} not recorded")
+    path = FIXTURES / name  # committed recordings: a missing one is a failure, not a skip
     result = backtest(read_runs(path))
     for point in (0.1, 0.25):
         assert result.points[point].n >= 10
@@ -218,9 +214,7 @@ def test_pinned_dedicated_runs(name: str) -> None:
     the same job's history makes it ≥ 2x better than the history-match median
     (measured 3.5–7x), and its intervals cover.
     """
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"{name} not recorded")
+    path = FIXTURES / name  # committed recordings: a missing one is a failure, not a skip
     result = backtest(read_runs(path))
     start = result.points[0.0]
     assert start.n >= 15
@@ -245,9 +239,7 @@ def test_pinned_shared_runs(name: str) -> None:
     intervals cover 60–92 % (measured 63–75 %: short of 77 %). The rest is in
     docs/forecasting.md, not asserted.
     """
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"{name} not recorded")
+    path = FIXTURES / name  # committed recordings: a missing one is a failure, not a skip
     result = backtest(read_runs(path))
     start = result.points[0.0]
     assert start.n >= 15
