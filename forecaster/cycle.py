@@ -154,7 +154,8 @@ class Cycle:
 
         self.store.record(view.updates)
         to_finish = set(view.done)
-        for stored in self.store.running():
+        stored_running = self.store.running()
+        for stored in stored_running:
             key = run_key(stored.run)
             if key not in view.present and now - stored.last_seen >= s.vanish_grace_seconds:
                 to_finish.add(key)  # vanished: an exporter restart gets the grace period
@@ -162,9 +163,12 @@ class Cycle:
         self._last_query_time = now
         self.store.set_meta(LAST_QUERY_KEY, repr(now))
 
-        history = self.store.finished()
-        model = self._fitted(history, now)
-        running = [r for r in self.store.running() if run_key(r.run) in view.present]
+        # The finished history is read only when a fit needs it (tens of thousands of
+        # runs: reading them every cycle was most of a steady cycle's time).
+        model = self._fitted(self.store.finished, now)
+        # done and present are disjoint, and finish() only removes: what is still
+        # running and present is the list read above, filtered.
+        running = [r for r in stored_running if run_key(r.run) in view.present]
         jobs: list[JobForecast] = []
         for stored in running:
             run = stored.run
@@ -187,7 +191,7 @@ class Cycle:
             jobs=tuple(jobs),
             gpus=tuple(gpu_free_times(view.allocations, jobs)),
             quality=dict(getattr(model, "quality_", {}) or {}),
-            n_history=len(history),
+            n_history=self.store.count_finished(),
             n_running=len(running),
             n_finished=len(newly_finished),
             job_errors=dict(errors),
@@ -209,7 +213,7 @@ class Cycle:
         }
         return instant, ranges
 
-    def _fitted(self, history: list[Run], now: float) -> Model:
+    def _fitted(self, load_history: Callable[[], list[Run]], now: float) -> Model:
         """The model to predict with; refits when the history changed and the period passed.
 
         The first fit is synchronous (nothing to predict with before it). Later refits
@@ -222,7 +226,7 @@ class Cycle:
         self._swap_refit()
         if self.model is None:
             self._last_fit = now
-            self._install(self._fit(history), self.store.version)
+            self._install(self._fit(load_history()), self.store.version)
         elif (
             self.store.version != self._model_version
             and now - self._last_fit >= self.settings.refit_seconds
@@ -230,9 +234,10 @@ class Cycle:
         ):
             self._last_fit = now
             version = self.store.version
+            history = load_history()
             if self.settings.background_refit:
                 self._refit_thread = threading.Thread(
-                    target=self._refit_job, args=(list(history), version), daemon=True
+                    target=self._refit_job, args=(history, version), daemon=True
                 )
                 self._refit_thread.start()
             else:
