@@ -170,6 +170,12 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
         for entry in statuses[:MAX_CONTAINERS]:
             if not isinstance(entry, dict):
                 continue
+            state = entry.get("state")
+            if isinstance(state, dict) and "terminated" in state:
+                # A finished container (every completed init container) has no
+                # processes and no cgroup: listing it made host memory search all
+                # of /proc for it on every cycle.
+                continue
             cname = _str(entry.get("name"), 63)
             cid = _strip_runtime(entry.get("containerID"))
             if cname and cid and cname not in container_ids:

@@ -390,3 +390,17 @@ def test_pod_meta_from_any_json_is_total(obj) -> None:
     assert meta.name and meta.namespace and meta.uid
     assert all(isinstance(v, str) for v in meta.container_ids.values())
     assert meta.deadline_timestamp is None or math.isfinite(meta.deadline_timestamp)
+
+
+def test_finished_containers_are_not_listed() -> None:
+    """A completed init container has no processes and no cgroup; listing its id made
+    host memory scan all of /proc for it on every cycle."""
+    pod = make_pod("train-x", uid="u-x", containers={"main": "containerd://" + "ab" * 32})
+    pod["status"]["initContainerStatuses"] = [
+        {
+            "name": "fetch-data",
+            "containerID": "containerd://" + "cd" * 32,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+        }
+    ]
+    assert dict(pod_meta_from_object(pod).container_ids) == {"main": "ab" * 32}
