@@ -136,12 +136,17 @@ class ProgressListener:
             if len(self._lookups) > 4096:
                 self._lookups.clear()
             self._lookups[address] = (now + self._lookup_ttl, pod)
-        if pod is None:
-            return None, f"{address} is not a pod on this node"
-        if not pod.host_network:
+        if pod is not None and not pod.host_network:
             return pod, ""
+        # The pod caches index pod IPs only (kube.py and simulated.py leave
+        # hostNetwork pods out: their IP is the node's, shared), so a hostNetwork
+        # sender is looked up among all pods here.
         if not self.allow_host_network:
+            if pod is None:
+                return None, f"{address} is not a pod on this node"
             return None, "hostNetwork pods may not report (exporter option off)"
+        if pod is None and not any(p.host_network and p.ip == address for p in self._pods()):
+            return None, f"{address} is not a pod on this node"
         candidates = [
             p
             for p in self._pods()

@@ -30,7 +30,8 @@ class Pods:
         self.pods = list(pods)
 
     def by_ip(self, ip: str) -> PodMeta | None:
-        return next((p for p in self.pods if p.ip == ip), None)
+        # as the real caches (kube.py, simulated.py): hostNetwork pods are not indexed
+        return next((p for p in self.pods if p.ip == ip and not p.host_network), None)
 
     def __call__(self) -> list[PodMeta]:
         return list(self.pods)
@@ -170,7 +171,7 @@ def test_host_network_pods_need_opt_in_annotation_and_uniqueness():
     store = ProgressStore()
     off = ProgressListener("127.0.0.1", 0, store, pods.by_ip, pods)
     pod, reason = off.sender(NODE_IP)
-    assert pod is None and "option off" in reason
+    assert pod is None and "not a pod" in reason
     on = ProgressListener("127.0.0.1", 0, store, pods.by_ip, pods, allow_host_network=True)
     pod, _ = on.sender(NODE_IP)
     assert pod is not None and pod.name == "agent"  # the annotated one, never the plain one
@@ -266,3 +267,31 @@ def test_pipelined_requests_on_one_connection(listener):
     finally:
         s.close()
     assert listener.counts()["accepted"] == 3
+
+
+def test_host_network_opt_in_works_with_the_real_pod_cache(tmp_path):
+    """The simulated cache (like kube.py) does not index hostNetwork pods by IP; the
+    opt-in must still find the annotated one."""
+    from exporter.collectors.simulated import SimulatedNode
+
+    scenario = tmp_path / "hostnet.yaml"
+    scenario.write_text(
+        "version: 1\nnode: n\nstart_timestamp: 0\n"
+        "gpus: [{index: 0, uuid: GPU-00000000-0000-0000-0000-000000000000, model: T4,"
+        " memory_total: 16GiB}]\n"
+        "pods:\n"
+        "  - {namespace: ns, name: agent, ip: 127.0.0.9, host_network: true,"
+        f" annotations: {{{HOST_NETWORK_ANNOTATION}: 'true'}}, containers: [{{name: main}}]}}\n"
+        "  - {namespace: ns, name: trainer, ip: 127.0.0.2, containers: [{name: main}]}\n"
+    )
+    node = SimulatedNode(scenario, clock=lambda: 10.0)
+    pods = node.pods
+    assert pods.by_ip(NODE_IP) is None  # what made the opt-in unreachable before
+    on = ProgressListener(
+        "127.0.0.1", 0, ProgressStore(), pods.by_ip, pods.poll, allow_host_network=True
+    )
+    pod, reason = on.sender(NODE_IP)
+    assert pod is not None and pod.name == "agent", reason
+    off = ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods.poll)
+    assert off.sender(NODE_IP)[0] is None
+    assert on.sender("127.0.0.2")[0].name == "trainer"
