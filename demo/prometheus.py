@@ -9,7 +9,10 @@ appear only after a reload), and a stop that leaves no process behind.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -42,6 +45,24 @@ def find_binary(name: str) -> str:
             "(apt-get install prometheus prometheus-pushgateway)"
         )
     return path
+
+
+def stop_process(proc: subprocess.Popen | None, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the process group, SIGKILL it after ``grace_seconds``; reap the child."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+    # children of the group that outlived their leader
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -117,14 +138,8 @@ class PrometheusServer:
         )
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s; removes a data dir it created."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        """Stop its process group (SIGTERM, SIGKILL after 10 s); removes a data dir it created."""
+        stop_process(self.process)
         if self._own_dir is not None:
             self._own_dir.cleanup()
             self._own_dir = None

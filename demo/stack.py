@@ -46,7 +46,7 @@ from demo.backfill import (
 )
 from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod, warm_start
 from demo.driver import Driver, LogWriter, ProgressSender, write_progress_state
-from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_prometheus
+from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_prometheus, stop_process
 
 log = logging.getLogger("gpu_eta.demo")
 
@@ -152,24 +152,6 @@ def _die_with_parent() -> None:
 
 def _python() -> str:
     return sys.executable or "python3"
-
-
-def stop_process(proc: subprocess.Popen | None, grace_seconds: float = 10.0) -> None:
-    """SIGTERM the process group, SIGKILL it after ``grace_seconds``; reap the child."""
-    if proc is None:
-        return
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_seconds)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-    # children of the group that outlived their leader
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 class Stack:
@@ -521,8 +503,6 @@ class Stack:
             stop_process(node.process)
         if self.prometheus is not None:
             self.prometheus.stop()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.prometheus.process.pid, signal.SIGKILL)
         if self._own_dir is not None:
             self._own_dir.cleanup()
             self._own_dir = None
