@@ -79,7 +79,7 @@ def remaining_epochs(run: Run) -> float:
 
 
 def at_now(
-    quantiles: tuple[float, float, float], run: Run, now: float, per_epoch: float
+    quantiles: tuple[float, float, float], run: Run, now: float
 ) -> tuple[float, float, float]:
     """Shift remaining times measured from the last epoch end to ``now``.
 
@@ -97,7 +97,6 @@ def at_now(
         q = max(0.0, q)
         floor = q * (m - 1 + OVERDUE_EPOCH_FLOOR) / m if m >= 1 else q * OVERDUE_EPOCH_FLOOR
         out.append(max(q - waited, floor))
-    del per_epoch  # kept in the signature for callers that know only a rate
     return ordered(out[0], out[1], out[2])
 
 

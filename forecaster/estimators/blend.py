@@ -246,7 +246,7 @@ def blend_forecast(
             0.0, 0.0, 0.0, method="blend", converged=prior.converged_, warnings=prior.warnings_
         )
     raw, q = estimate()
-    q = stall_widen(q, run, now) if stalled else at_now(q, run, now, 0.0)
+    q = stall_widen(q, run, now) if stalled else at_now(q, run, now)
     return Forecast(
         *ordered(*q),
         method=raw.method,

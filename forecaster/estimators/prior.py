@@ -51,6 +51,7 @@ from forecaster.estimators import (
     remaining_epochs,
     stall_widen,
 )
+from forecaster.estimators.rate import weighted_median
 from forecaster.forecast import Forecast
 from forecaster.runs import Feature, ForecasterError, Run
 
@@ -149,13 +150,6 @@ class PriorEstimate:
     sigma: float
     level: str  # "job_batch", "job", "regression" or "default"
     n_obs: int
-
-
-def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
-    """The value where the cumulative weight first reaches half."""
-    order = np.argsort(values)
-    cum = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cum, 0.5 * cum[-1])])
 
 
 class PriorEstimator:
@@ -470,7 +464,7 @@ class PriorEstimator:
             )
         center, sigma, est = self.log_remaining(run)
         q = lognormal_quantiles(center, sigma)
-        q = stall_widen(q, run, now) if stalled else at_now(q, run, now, math.exp(est.log_seconds))
+        q = stall_widen(q, run, now) if stalled else at_now(q, run, now)
         return Forecast(
             *ordered(*q),
             method="prior",

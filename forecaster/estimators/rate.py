@@ -62,7 +62,7 @@ CHANGE_MIN_SHIFT = math.log(1.25)  # and at least 25 % in speed
 CHANGE_WINDOW = 200  # searched among the most recent intervals only
 
 
-def change_point(logs: np.ndarray, weights: np.ndarray) -> int:
+def change_point(logs: np.ndarray) -> int:
     """Start index of the last regime if the run's speed clearly changed, else 0.
 
     Why: a neighbour arriving on or leaving a shared node changes the speed for
@@ -72,10 +72,9 @@ def change_point(logs: np.ndarray, weights: np.ndarray) -> int:
     means differ by more than ``CHANGE_T`` standard errors (scale: the robust MAD
     of the residuals around each segment's median, so periodic evaluation spikes do
     not count as a change) and by at least 25 %, with at least two intervals after
-    it and three in five of them beyond the midpoint of the two medians. Width weights are ignored here (a gap is one interval); only the search is
-    affected, the estimate still uses them.
+    it and three in five of them beyond the midpoint of the two medians. Weights play no part in the
+    split (a gap is one interval); the estimate after it still uses them.
     """
-    del weights  # the split is on the sequence; the estimate keeps the weights
     n = len(logs)
     lo = max(0, n - CHANGE_WINDOW)
     x = logs[lo:]
@@ -138,7 +137,7 @@ def own_rate(
     elif n == 2:
         weights[0] *= 0.25
     if follow_changes and len(logs) >= 2 + CHANGE_MIN_AFTER:
-        start = change_point(logs, weights)
+        start = change_point(logs)
         logs, weights = logs[start:], weights[start:]  # the speed changed: the new regime
     half_life = max(min_half_life, half_life_ratio * len(logs))
     if len(logs) > MAX_INTERVALS:  # step-level runs: the oldest weigh < 1/16 anyway
@@ -224,5 +223,5 @@ class RateEstimator:
         else:
             center, sigma, n = est
         q = lognormal_quantiles(center, sigma)
-        q = stall_widen(q, run, now) if stalled else at_now(q, run, now, math.exp(center) / m)
+        q = stall_widen(q, run, now) if stalled else at_now(q, run, now)
         return Forecast(*ordered(*q), method="rate", n_obs=n, stalled=stalled)
