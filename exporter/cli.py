@@ -377,7 +377,7 @@ class Runtime:
         cfg = self.cfg
         self.node = cfg.node_name or socket.gethostname().lower()
         sources = Sources()
-        by_ip: Callable[[str], PodMeta | None] = self._by_ip_from_snapshot
+        by_ip: Callable[[str], PodMeta | None] = _no_pods
         if cfg.enabled("gpu"):
             from exporter.collectors.nvml import NO_NVML_MESSAGE, NvmlGpuSource, NvmlUnavailable
 
@@ -409,6 +409,11 @@ class Runtime:
             self._closers.append(pods.stop)
             sources.pods = pods
             by_ip = pods.by_ip
+        elif cfg.enabled("progress") or cfg.enabled("logs"):
+            log.warning(
+                "collector kube is off: progress reports and container logs cannot be "
+                "matched to pods, so every report is refused (403) and logs are skipped"
+            )
         if cfg.enabled("cgroup"):
             cgroups = _import("cgroup", "exporter.collectors.cgroups")
             sources.processes = cgroups.CgroupResolver(procfs=cfg.procfs)
@@ -418,14 +423,6 @@ class Runtime:
                 cgroupfs=cfg.cgroupfs, procfs=cfg.procfs
             )
         return sources, by_ip
-
-    def _by_ip_from_snapshot(self, ip: str) -> PodMeta | None:
-        if self.holder is None:
-            return None
-        for pod in self.holder.get().pods:
-            if pod.ip == ip:
-                return pod
-        return None
 
     def _pods(self) -> tuple[PodMeta, ...]:
         return () if self.holder is None else self.holder.get().pods
@@ -556,3 +553,8 @@ def _import(collector: str, module: str) -> Any:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _no_pods(ip: str) -> PodMeta | None:
+    """Pod lookup without the pod watch: no pod is known (see the startup warning)."""
+    return None

@@ -25,13 +25,13 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from exporter.collectors.logs import RESULTS as LOG_LINE_RESULTS
+from exporter.progress_http import RESULTS as PROGRESS_RESULTS
 from exporter.readings import DeviceReading, PodGpuRow, Progress, Snapshot
 from exporter.snapshot import SnapshotHolder
 
 log = logging.getLogger(__name__)
 
-PROGRESS_RESULTS = ("accepted", "malformed", "invalid", "forbidden", "too_large", "rate_limited")
-LOG_LINE_RESULTS = ("matched", "ignored", "oversize")
 MAX_TRAINING_VALUES = 16
 CACHED = " (cached: from the last background collection)"
 _LABEL_SANITIZE = re.compile(r"[^a-zA-Z0-9_]")
