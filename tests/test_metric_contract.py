@@ -11,10 +11,6 @@ report posted from a pod's address), the exporter's pod watch against the local
 Kubernetes API fake, and the forecaster's collector on a ``ForecastSet``. References
 are read from the rules, the dashboards, the forecaster's queries and ``top``, the
 demo, the manifests and the docs.
-
-Known mismatches in files this test's owner may not edit are listed in
-``KNOWN_MISMATCHES`` and run as ``xfail(strict=True)``: when one is fixed the test
-says so, and the entry must go.
 """
 
 from __future__ import annotations
@@ -52,9 +48,6 @@ _PROMQL_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 # Prometheus' own series and the exporter's process collector are fine anywhere.
 _FOREIGN_OK = re.compile(r"^(up|scrape_[a-z_]+|process_[a-z_]+|python_[a-z_]+)$")
 
-# (file relative to the repo, name) -> why it is still wrong. Each runs as a strict
-# xfail: fixing the file makes the test fail until the entry is removed.
-KNOWN_MISMATCHES: dict[tuple[str, str], str] = {}
 # Words that look like our metric names but are not metrics.
 NOT_METRICS = {
     "gpu_eta_forecaster": "the forecaster's default Pushgateway job name (--pushgateway.job)",
@@ -372,15 +365,6 @@ def known(name: str) -> bool:
     return False
 
 
-def _params(pairs: list[tuple[str, str]]) -> list[object]:
-    out = []
-    for rel, name in pairs:
-        reason = KNOWN_MISMATCHES.get((rel, name))
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        out.append(pytest.param(rel, name, marks=marks, id=f"{rel}:{name}"))
-    return out
-
-
 REFERENCED = sorted(
     (str(p.relative_to(ROOT)), n) for p in _reference_files() for n in references(p)
 )
@@ -616,7 +600,9 @@ def test_every_source_of_references_is_read() -> None:
     assert RECORDED, "no recording rules found"
 
 
-@pytest.mark.parametrize(("rel", "name"), _params(REFERENCED))
+@pytest.mark.parametrize(
+    ("rel", "name"), [pytest.param(r, n, id=f"{r}:{n}") for r, n in REFERENCED]
+)
 def test_referenced_name_is_in_the_contract(rel: str, name: str) -> None:
     assert known(name), (
         f"{rel} names {name!r}, which docs/metrics.md does not list (nor a recording "
@@ -704,18 +690,7 @@ def test_the_matcher_extraction() -> None:
 
 @pytest.mark.parametrize(
     ("rel", "name", "label"),
-    [
-        pytest.param(
-            rel,
-            name,
-            label,
-            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[(rel, name)])]
-            if (rel, name) in KNOWN_MISMATCHES
-            else [],
-            id=f"{rel}:{name}:{label}",
-        )
-        for rel, name, label in MATCHERS
-    ],
+    [pytest.param(rel, name, label, id=f"{rel}:{name}:{label}") for rel, name, label in MATCHERS],
 )
 def test_label_matcher_names_a_contract_label(rel: str, name: str, label: str) -> None:
     """A selector on one of our metrics only matches labels the contract gives it

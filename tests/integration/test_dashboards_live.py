@@ -565,15 +565,3 @@ def test_alert_rules_on_contract_series(contract_prometheus: Stack) -> None:
         assert results[name] == [], (name, results[name])
     free = {r["metric"]["node"]: r["value"][1] for r in results["node:gpu_eta_gpus_free:count"]}
     assert free == {"n2": "1"}
-
-
-@pytest.mark.slow
-def test_alert_rules_evaluate_on_the_demo(demo_stack) -> None:
-    """Every rule expression runs without error on the demo's real series."""
-    demo = demo_stack
-    stack = Stack(demo.prometheus_url, time.time())
-    for expr in _alert_exprs().values():
-        _instant(stack, expr)  # asserts status == success (no many-to-many, no parse error)
-    # Which alerts fire is not asserted here: under CPU load the demo's 1 s scrapes and
-    # collector timeouts can legitimately trip the self-monitoring ones. The firing set
-    # is asserted on the deterministic contract series above.

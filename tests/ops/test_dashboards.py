@@ -204,17 +204,13 @@ def test_promql_check_catches_a_broken_query(tmp_path: Path) -> None:
     assert proc.returncode != 0
 
 
-def test_metrics_are_in_the_contract() -> None:
-    contract = set(
-        re.findall(r"^\| `(gpu_eta_[a-z0-9_]+)`", (ROOT / "docs" / "metrics.md").read_text(), re.M)
-    )
+def test_user_facing_series_are_on_a_dashboard() -> None:
+    """(Names against docs/metrics.md: tests/test_metric_contract.py, for every file.)"""
     used: set[str] = set()
     for path in FILES:
         board = _load(path)
         for _, target in _targets(board):
             used |= set(re.findall(r"(?<![:\w])gpu_eta_[a-z0-9_]+", target["expr"]))
-    used.discard("gpu_eta_")  # the __name__ regex prefix in the series-count panel
-    assert used <= contract, sorted(used - contract)
     # every series a user looks at is on some dashboard
     for metric in (
         "gpu_eta_gpu_predicted_free_timestamp_seconds",
