@@ -25,6 +25,7 @@ runs by ``run_id`` alone; schema 2 by the run key).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
@@ -293,16 +294,7 @@ class HistoryStore:
                 row_id, stored = found
                 run = stored.run
                 completed = run.epochs_done >= run.epochs_planned
-                final = Run(
-                    run_id=run.run_id,
-                    epochs_planned=run.epochs_planned,
-                    epoch_times=run.epoch_times,
-                    features=run.features,
-                    completed=completed,
-                    namespace=run.namespace,
-                    pod=run.pod,
-                    container=run.container,
-                )
+                final = dataclasses.replace(run, completed=completed)
                 self._conn.execute(
                     """UPDATE runs SET state = ?, finished_timestamp = ?, epoch_times = ?,
                        features = ? WHERE id = ?""",
@@ -361,15 +353,8 @@ class HistoryStore:
                 )
                 if cur.rowcount:
                     added.append(
-                        Run(
-                            run_id=run.run_id,
-                            epochs_planned=run.epochs_planned,
-                            epoch_times=tuple(run.epoch_times),
-                            features=run.features,
-                            completed=completed,
-                            namespace=run.namespace,
-                            pod=run.pod,
-                            container=run.container,
+                        dataclasses.replace(
+                            run, epoch_times=tuple(run.epoch_times), completed=completed
                         )
                     )
             if added:

@@ -59,16 +59,7 @@ def truncate(run: Run, point: float) -> Run:
     """``run`` as it looked at its last epoch end at or before ``point`` of its plan."""
     limit = point * run.epochs_planned + 1e-9
     times = tuple(et for et in run.epoch_times if et[0] <= limit)
-    return Run(
-        run_id=run.run_id,
-        epochs_planned=run.epochs_planned,
-        epoch_times=times,
-        features=run.features,
-        completed=None,
-        namespace=run.namespace,
-        pod=run.pod,
-        container=run.container,
-    )
+    return dataclasses.replace(run, epoch_times=times, completed=None)
 
 
 PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
