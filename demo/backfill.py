@@ -18,8 +18,6 @@ into the OpenMetrics. Rendering is pure; ``write_history`` does the file I/O.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -27,19 +25,10 @@ from pathlib import Path
 
 from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod
 from demo.driver import log_run_id, log_run_start
+from forecaster.runs import Run
+from forecaster.runs_csv import format_runs
 
-CSV_COLUMNS = (
-    "run_id",
-    "epoch",
-    "epochs_planned",
-    "timestamp_seconds",
-    "batch_size",
-    "gpu_model",
-    "gpus",
-    "framework",
-    "job_name",
-    "namespace",
-)
+FEATURE_COLUMNS = ("batch_size", "gpu_model", "gpus", "framework", "job_name", "namespace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,35 +129,33 @@ def _shift(pod: Pod, by: float) -> Pod:
 # ---------------------------------------------------------------- runs CSV
 
 
-def runs_csv_rows(pods: Iterable[Pod]) -> Iterator[dict[str, object]]:
-    """One row per epoch end of each completed run (epoch 0 = its start)."""
+def finished_runs(pods: Iterable[Pod]) -> Iterator[Run]:
+    """Each completed run as the forecaster's ``Run`` (epoch 0 = its start)."""
     for pod in pods:
         if not pod.completed or pod.run_start is None:
             continue
-        common = {
-            "run_id": pod.run_id,
-            "epochs_planned": pod.epochs,
-            "batch_size": pod.batch_size,
-            "gpu_model": pod.gpu_model,
-            "gpus": len(pod.gpus),
-            "framework": "keras"
-            if (pod.report == "log" and pod.log_format == "keras")
-            else "pytorch",
-            "job_name": pod.job_name,
-            "namespace": pod.namespace,
-        }
-        times = [pod.run_start, *pod.epoch_ends]
-        for epoch, ts in enumerate(times):
-            yield {**common, "epoch": epoch, "timestamp_seconds": f"{ts:.3f}"}
+        framework = "keras" if (pod.report == "log" and pod.log_format == "keras") else "pytorch"
+        yield Run(
+            run_id=pod.run_id,
+            epochs_planned=float(pod.epochs),
+            epoch_times=tuple(
+                (float(k), t) for k, t in enumerate([pod.run_start, *pod.epoch_ends])
+            ),
+            features={
+                "batch_size": float(pod.batch_size),
+                "gpu_model": pod.gpu_model,
+                "gpus": float(len(pod.gpus)),
+                "framework": framework,
+                "job_name": pod.job_name,
+                "namespace": pod.namespace,
+            },
+            completed=True,
+        )
 
 
 def render_runs_csv(pods: Iterable[Pod]) -> str:
-    """The runs CSV as text (header + rows)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(runs_csv_rows(pods))
-    return out.getvalue()
+    """The runs CSV (forecaster/runs_csv.py's format) of the completed runs."""
+    return format_runs(finished_runs(pods), feature_columns=FEATURE_COLUMNS)
 
 
 # ---------------------------------------------------------------- OpenMetrics
