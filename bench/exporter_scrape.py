@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import os
 import signal
 import statistics
@@ -33,6 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from demo.driver import post_progress  # noqa: E402
 from demo.prometheus import free_port  # noqa: E402
 
 N_GPUS = 8
@@ -158,26 +158,20 @@ def uncached_render_ms(path: Path, rounds: int = 50) -> tuple[float, float]:
     return statistics.median(cycles) * 1e3, statistics.median(renders) * 1e3
 
 
-def post_progress(progress_port: int, n_pods: int) -> int:
+def post_progress_all(progress_port: int, n_pods: int) -> int:
+    """One report from each pod's own address; returns how many were accepted."""
     ok = 0
     for n in range(n_pods):
-        conn = http.client.HTTPConnection(
-            "127.0.0.1", progress_port, timeout=10, source_address=(f"127.0.1.{n + 1}", 0)
-        )
-        body = json.dumps(
-            {
-                "run_id": f"run-{n}",
-                "epoch": n % 10,
-                "epochs": 10,
-                "step": 100 * n,
-                "steps": 1000 * 10,
-                "batch_size": 64,
-                "metrics": {"loss": 0.5, "accuracy": 0.8},
-            }
-        )
-        conn.request("POST", "/progress", body=body, headers={"Content-Type": "application/json"})
-        ok += conn.getresponse().status < 300
-        conn.close()
+        body = {
+            "run_id": f"run-{n}",
+            "epoch": n % 10,
+            "epochs": 10,
+            "step": 100 * n,
+            "steps": 1000 * 10,
+            "batch_size": 64,
+            "metrics": {"loss": 0.5, "accuracy": 0.8},
+        }
+        ok += post_progress(progress_port, f"127.0.1.{n + 1}", body) < 300
     return ok
 
 
@@ -240,7 +234,7 @@ def main() -> int:
         node = None
         try:
             wait_http(f"http://127.0.0.1:{port}/healthz")
-            accepted = post_progress(progress_port, N_GPUS * PODS_PER_GPU)
+            accepted = post_progress_all(progress_port, N_GPUS * PODS_PER_GPU)
             time.sleep(5.5)  # one collection picks the progress up
             ours, text = measure(port, args.scrapes)
             our_series = series(text)

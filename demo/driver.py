@@ -203,25 +203,35 @@ class ProgressSender:
 
     def post(self, pod: Pod, body: Mapping[str, Any]) -> int:
         """Send one report; returns the HTTP status (0 when the exporter is unreachable)."""
-        port = self.progress_ports[pod.node]
-        data = json.dumps(body).encode()
-        conn = http.client.HTTPConnection(
-            "127.0.0.1", port, timeout=self.timeout_seconds, source_address=(pod.ip, 0)
-        )
         try:
-            conn.request(
-                "POST", "/progress", body=data, headers={"Content-Type": "application/json"}
+            status = post_progress(
+                self.progress_ports[pod.node], pod.ip, body, self.timeout_seconds
             )
-            resp = conn.getresponse()
-            resp.read(4096)
-            status = resp.status
         except OSError:
             status = 0
-        finally:
-            conn.close()
         key = str(status)
         self.counts[key] = self.counts.get(key, 0) + 1
         return status
+
+
+def post_progress(
+    port: int, source_ip: str, body: Mapping[str, Any], timeout_seconds: float = 10.0
+) -> int:
+    """POST one report to ``127.0.0.1:port/progress`` from ``source_ip`` (a pod's own
+    loopback address, as training code in that pod would); returns the HTTP status,
+    raises ``OSError`` when the exporter is unreachable."""
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=timeout_seconds, source_address=(source_ip, 0)
+    )
+    try:
+        conn.request(
+            "POST", "/progress", body=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
+        resp = conn.getresponse()
+        resp.read(4096)
+        return resp.status
+    finally:
+        conn.close()
 
 
 class LogWriter:

@@ -16,7 +16,6 @@ demo, the manifests and the docs.
 from __future__ import annotations
 
 import ast
-import http.client
 import json
 import re
 import threading
@@ -34,6 +33,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from demo.driver import post_progress
 from demo.prometheus import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -390,17 +390,6 @@ def _get(url: str) -> str:
         return response.read().decode()
 
 
-def _post_progress(port: int, source_ip: str, body: dict) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source_ip, 0))
-    try:
-        conn.request("POST", "/progress", json.dumps(body), {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
-
-
 def _simulated_exporter_text(tmp: Path) -> str:
     """``python -m exporter --simulate`` (in-process ``Runtime``) scraped over HTTP
     once a progress report from the first training pod shows in it."""
@@ -437,7 +426,7 @@ def _simulated_exporter_text(tmp: Path) -> str:
             "loss": 0.5,
         }
         # 127.0.0.11 is train-resnet50's IP in the built-in scenario
-        assert _post_progress(progress_port, "127.0.0.11", report) == 200
+        assert post_progress(progress_port, "127.0.0.11", report) == 200
         deadline = time.monotonic() + 60
         while True:
             text = _get(f"http://127.0.0.1:{port}/metrics")

@@ -8,8 +8,6 @@ dashboards, rules and forecaster will see them.
 
 from __future__ import annotations
 
-import http.client
-import json
 import shutil
 import subprocess
 import time
@@ -18,6 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from demo.driver import post_progress
 from demo.prometheus import ScrapeJob, find_binary
 from exporter.scenario import default_scenario
 from tests.integration.helpers import Exporter
@@ -31,21 +30,6 @@ def _start(exporter_factory, tmp_path: Path, *args: str) -> Exporter:
     """The exporter with no pod logs to read, collecting every second."""
     no_logs = str(tmp_path / "no-logs-here")
     return exporter_factory(*args, "--path.pod-logs", no_logs, "--collection.interval", "1s")
-
-
-def _post_progress(exporter: Exporter, source_ip: str, body: dict) -> int:
-    """POST from a pod's own (loopback) address, as training code in that pod would."""
-    conn = http.client.HTTPConnection(
-        "127.0.0.1", exporter.progress_port, timeout=10, source_address=(source_ip, 0)
-    )
-    try:
-        payload = json.dumps(body).encode()
-        conn.request(
-            "POST", "/progress", body=payload, headers={"Content-Type": "application/json"}
-        )
-        return conn.getresponse().status
-    finally:
-        conn.close()
 
 
 def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
@@ -106,8 +90,8 @@ def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
     assert prom.query("gpu_eta_exporter_snapshot_age_seconds < 10")
 
     # progress posted from the pod's own address reaches Prometheus
-    status = _post_progress(
-        exporter,
+    status = post_progress(
+        exporter.progress_port,
         "127.0.0.11",
         {"run_id": "run-1", "epoch": 3, "epochs": 15, "batch_size": 64, "container": "trainer"},
     )
@@ -116,7 +100,7 @@ def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
     assert float(epoch[0]["value"][1]) == 3
     assert epoch[0]["metric"]["run_id"] == "run-1"
     # ... and a spoofed sender (an address no pod has) is refused and counted
-    assert _post_progress(exporter, "127.0.0.99", {"run_id": "x", "epoch": 1}) == 403
+    assert post_progress(exporter.progress_port, "127.0.0.99", {"run_id": "x", "epoch": 1}) == 403
     prom.wait_for('gpu_eta_exporter_progress_reports_total{result="forbidden"} == 1', timeout=30)
 
     # the live output (with process_* and progress series) passes promtool too
