@@ -11,7 +11,6 @@ a clear one-line error instead of breaking ``serve``.
 from __future__ import annotations
 
 import argparse
-import enum
 import importlib
 import logging
 import signal
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from forecaster.config import Config, ConfigError, parse_listen_address
 from forecaster.cycle import Cycle, CycleSettings
-from forecaster.runs import ForecasterError
+from forecaster.runs import ExitCode, ForecasterError
 
 log = logging.getLogger("forecaster")
 
@@ -32,14 +31,6 @@ DELEGATED = {
     "evaluate": ("forecaster.evaluate", "backtest recorded runs from a CSV against baselines"),
     "top": ("forecaster.top", "terminal table of running jobs, ETAs and GPUs"),
 }
-
-
-class ExitCode(enum.IntEnum):
-    """Process exit status."""
-
-    OK = 0
-    RUNTIME = 1
-    USAGE = 2
 
 
 class UsageError(Exception):

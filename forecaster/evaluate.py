@@ -32,7 +32,6 @@ import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from pathlib import Path
 from typing import TextIO
 
@@ -41,16 +40,10 @@ import numpy as np
 from forecaster.calibration import POINTS
 from forecaster.estimators import BASELINES, InsufficientData, make_estimator
 from forecaster.model import EtaModel, truncate
-from forecaster.runs import ForecasterError, Run
+from forecaster.runs import ExitCode, ForecasterError, Run
 from forecaster.runs_csv import RunsCsvError, read_runs
 
 GPU_ETA = "gpu_eta"
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    RUNTIME = 1
-    USAGE = 2
 
 
 @dataclass(frozen=True, slots=True)

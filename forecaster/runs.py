@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from types import MappingProxyType
 
 Feature = float | str
 
 _NO_FEATURES: Mapping[str, Feature] = MappingProxyType({})
+
+
+class ExitCode(IntEnum):
+    """Exit status of every forecaster command (serve, once, evaluate, top)."""
+
+    OK = 0
+    RUNTIME = 1
+    USAGE = 2
 
 
 class ForecasterError(Exception):

@@ -21,19 +21,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone, tzinfo
-from enum import IntEnum
 from typing import Any
+
+from forecaster.runs import ExitCode
 
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
-
-
-class ExitCode(IntEnum):
-    """Exit codes, as every gpu-eta CLI maps them."""
-
-    OK = 0
-    ERROR = 1
-    USAGE = 2
 
 
 class TopError(Exception):
@@ -705,7 +698,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"gpu-eta top: {err}", file=sys.stderr)
-        return ExitCode.ERROR
+        return ExitCode.RUNTIME
     except KeyboardInterrupt:
         return ExitCode.OK
 
