@@ -1,7 +1,8 @@
 """Just enough of ``kustomize build`` to test our manifests without the binary.
 
-No kustomize or kubectl can be installed here, so the tests render the
-kustomizations themselves. Supported, because our kustomizations use exactly
+kustomize is not in the registries CI installs from (PyPI, Debian, npm), so the
+tests render the kustomizations themselves; test_manifests.py compares the result
+with ``kubectl kustomize`` wherever that is installed. Supported, because our kustomizations use exactly
 this and a test fails on anything else: ``resources`` (files and directories),
 ``components``, ``configMapGenerator`` with ``files``, ``generatorOptions``
 (labels, annotations, disableNameSuffixHash — required true), ``namespace``,
