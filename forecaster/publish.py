@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from forecaster.calibration import POINTS
 from forecaster.cycle import ForecastSet
 from forecaster.forecast import QUANTILES
 from forecaster.promapi import QueryStats
@@ -34,7 +35,6 @@ def _version() -> str:
 
 
 VERSION = _version()
-PROGRESS_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
 _JOB_LABELS = ["namespace", "pod", "container", "run_id"]
 
 
@@ -181,7 +181,7 @@ def render(state: ServiceState, now: float, self_only: bool = False) -> list[Met
         for gpu in fs.gpus:
             for q, ts in zip(QUANTILES, gpu.timestamps, strict=True):
                 gpu_free.add_metric([gpu.node, gpu.gpu, gpu.uuid], _q(q), ts)
-        for point in PROGRESS_POINTS:
+        for point in POINTS:
             measured = _lookup(fs.quality, point)
             if measured is None:
                 continue
