@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
@@ -372,7 +371,8 @@ class SnapshotCollector:
 
     ``exposition`` renders fresh families from the snapshot, encodes them once per
     snapshot (it is immutable, so the text cannot change) and adds the only value
-    that changes between scrapes, the snapshot's age. A scrape therefore costs a
+    that changes between scrapes, the snapshot's age (on the holder's clock, the
+    same one ``/healthz`` reads). A scrape therefore costs a
     dictionary lookup and one line, whatever the number of pods.
     """
 
@@ -382,12 +382,10 @@ class SnapshotCollector:
         *,
         pod_labels: Sequence[str] = (),
         version: str = "",
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self._holder = holder
         self._pod_labels = tuple(pod_labels)
         self._version = version
-        self._clock = clock
         self._cache: tuple[Snapshot, bytes] | None = None
 
     def _static(self, snap: Snapshot) -> list[Metric]:
@@ -400,9 +398,8 @@ class SnapshotCollector:
     def collect(self) -> Iterator[Metric]:
         """Fresh families each scrape; a bug in rendering never fails the scrape."""
         snap = self._holder.get()
-        age = max(0.0, self._clock() - snap.timestamp)
         yield from self._static(snap)
-        yield _age(snap, age)
+        yield _age(snap, self._holder.age_seconds(snap))
 
     def prepare(self, snap: Snapshot) -> None:
         """Encode ``snap`` ahead of its first scrape (the scheduler calls this before
@@ -416,8 +413,7 @@ class SnapshotCollector:
         if cache is None or cache[0] is not snap:
             cache = (snap, encode_text(self._static(snap)))
             self._cache = cache  # one reference assignment: concurrent scrapes are fine
-        age = max(0.0, self._clock() - snap.timestamp)
-        return cache[1] + encode_text([_age(snap, age)])
+        return cache[1] + encode_text([_age(snap, self._holder.age_seconds(snap))])
 
     def describe(self) -> list[Metric]:
         """Nothing: families are dynamic, so registration does not call ``collect``."""

@@ -40,9 +40,16 @@ class SnapshotHolder:
             self._generation += 1
             self._changed.notify_all()
 
-    def age_seconds(self) -> float:
-        """Seconds since the served snapshot was built (never negative)."""
-        return max(0.0, self._clock() - self._snapshot.timestamp)
+    def age_seconds(self, snapshot: Snapshot | None = None) -> float:
+        """Seconds since ``snapshot`` (default: the served one) was built, never negative.
+
+        The one clock for snapshot ages: ``/healthz`` and the exposition's
+        ``gpu_eta_exporter_snapshot_age_seconds`` both ask here. A scrape passes the
+        snapshot it renders, so a swap between its ``get()`` and this call cannot
+        pair one snapshot's series with another's age.
+        """
+        snap = self._snapshot if snapshot is None else snapshot
+        return max(0.0, self._clock() - snap.timestamp)
 
     def wait_for_newer(self, generation: int, timeout: float) -> bool:
         """Block until a snapshot newer than ``generation`` is published, or time out."""

@@ -42,9 +42,7 @@ NOW = 1000.0 + 60  # 60 s after the fixture scenario's anchor
 def _exposition(snapshot: Snapshot, pod_labels=("team",), now: float = NOW) -> str:
     holder = SnapshotHolder(snapshot, clock=lambda: now)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        SnapshotCollector(holder, pod_labels=pod_labels, version="1.2.3", clock=lambda: now)
-    )
+    registry.register(SnapshotCollector(holder, pod_labels=pod_labels, version="1.2.3"))
     return generate_latest(registry).decode()
 
 
@@ -143,9 +141,7 @@ def test_fast_text_encoder_equals_prometheus_client() -> None:
         Snapshot(**{**{f: getattr(snap, f) for f in snap.__dataclass_fields__}, "pods": (odd,)}),
     ):
         holder = SnapshotHolder(snapshot, clock=lambda: NOW)
-        collector = SnapshotCollector(
-            holder, pod_labels=("team",), version="1.2.3", clock=lambda: NOW
-        )
+        collector = SnapshotCollector(holder, pod_labels=("team",), version="1.2.3")
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         assert collector.exposition() == generate_latest(registry)
@@ -155,7 +151,7 @@ def test_fast_text_encoder_equals_prometheus_client() -> None:
 def test_cached_text_follows_the_holder_and_the_age() -> None:
     now = [NOW]
     holder = SnapshotHolder(_snap(timestamp=NOW), clock=lambda: now[0])
-    collector = SnapshotCollector(holder, clock=lambda: now[0])
+    collector = SnapshotCollector(holder)  # the age comes from the holder's clock
     first = collector.exposition().decode()
     now[0] += 3
     second = collector.exposition().decode()

@@ -48,3 +48,13 @@ def test_readers_never_see_a_partial_snapshot() -> None:
     stop.set()
     thread.join()
     assert seen and all(seen)
+
+
+def test_age_of_a_given_snapshot_on_the_holder_clock() -> None:
+    """A scrape asks the age of the snapshot it renders, even if a newer one was
+    published meanwhile."""
+    holder = SnapshotHolder(Snapshot(node="n", timestamp=50.0), clock=lambda: 100.0)
+    rendered = holder.get()
+    holder.set(Snapshot(node="n", timestamp=99.0))
+    assert holder.age_seconds(rendered) == 50.0
+    assert holder.age_seconds() == 1.0
