@@ -177,10 +177,14 @@ class ProgressListener:
             bucket.tokens -= 1.0
             return True
 
-    def handle(
-        self, address: str, length: int | None, read: Callable[[int], bytes]
-    ) -> tuple[int, str]:
-        """Decide one request: (HTTP status, one-line reason). Counts the result."""
+    def handle(self, address: str, length: int | None, body: bytes) -> tuple[int, str]:
+        """Decide one request: (HTTP status, one-line reason). Counts the result.
+
+        ``length`` is the request's Content-Length (None when absent) and ``body`` the
+        bytes the connection buffered for it (empty when over the limit or absent):
+        the size checks go by the declared length, so an oversized request is refused
+        without its body ever being read.
+        """
         pod, reason = self.sender(address)
         if pod is None:
             self._count("forbidden")
@@ -194,7 +198,6 @@ class ProgressListener:
         if not self._allow(pod):
             self._count("rate_limited")
             return 429, f"rate_limited: over {self._rate:g} reports/s for this pod"
-        body = read(length)
         now = self._clock()
         try:
             report = parse_report(body, now=now)
@@ -352,15 +355,8 @@ class _Connection(asyncio.Protocol):
             if length is not None and length <= MAX_BODY_BYTES
             else b""
         )
-        consumed = False
-
-        def read(n: int) -> bytes:
-            nonlocal consumed
-            consumed = True
-            return body[:n]
-
         try:
-            status, text = self.listener.handle(self.ip, length, read)
+            status, text = self.listener.handle(self.ip, length, body)
         except Exception as err:  # a bug must not kill the event loop
             log.error("progress: request failed: %s", err)
             status, text = 500, "internal error"

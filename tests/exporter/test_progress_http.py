@@ -85,6 +85,22 @@ def test_accepted_report_is_stored_under_the_sender_pod(listener):
     assert listener.counts()["accepted"] == 1
 
 
+def test_handle_decides_a_request_without_sockets(pods):
+    """The decision is plain code: address, declared length and buffered body in,
+    (status, reason) out; the listener need not be started."""
+    lst = ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods)
+    body = json.dumps({"epoch": 1, "epochs": 4}).encode()
+    status, text = lst.handle("127.0.0.3", len(body), body)
+    assert status == 200 and text.startswith("accepted: team-b/trainer-b")
+    assert lst.store.get("team-b", "trainer-b", "main", "http").epochs == 4
+    assert lst.handle("127.0.0.3", 5000, b"")[0] == 413  # by the declared length
+    assert lst.handle("127.0.0.3", None, b"")[0] == 411
+    assert lst.handle("127.0.0.77", len(body), body)[0] == 403
+    assert lst.handle("127.0.0.3", 4, b"{no}")[0] == 400
+    counts = lst.counts()
+    assert [counts[r] for r in ("accepted", "too_large", "malformed", "forbidden")] == [1, 1, 2, 1]
+
+
 def test_spoofing_pod_b_from_a_lands_in_a(listener):
     # the body names pod B's container and namespace-ish fields: ignored, address decides
     status, _ = post(
