@@ -7,40 +7,36 @@ import threading
 
 from exporter.progress import Report
 from exporter.progress_store import HTTP_PRECEDENCE_SECONDS, ProgressStore
-from exporter.readings import Progress
 
 NOW = 1_800_000_000.0
 
 
-def _p(pod="a", container="main", source="http", ts=NOW, epoch=1.0, run_id="r"):
-    return Progress(
-        namespace="ns",
-        pod=pod,
-        container=container,
-        run_id=run_id,
-        run_start_timestamp=NOW - 100,
-        last_report_timestamp=ts,
-        source=source,
-        epoch=epoch,
-        epochs=10.0,
-        metrics={"loss": 0.5},
+def _report(store, pod="a", source="http", ts=NOW, epoch=1.0):
+    """One report through ``merge``, the path the listener and the log collector use."""
+    return store.merge(
+        "ns",
+        pod,
+        "main",
+        source,
+        Report(run_id="r", epoch=epoch, epochs=10, metrics={"loss": 0.5}),
+        ts,
     )
 
 
 def test_http_wins_over_logs_until_it_goes_stale():
     store = ProgressStore()
-    store.update(_p(source="log", epoch=2.0, ts=NOW + 10))
+    _report(store, source="log", epoch=2.0, ts=NOW + 10)
     assert store.snapshot()[0].source == "log"
-    store.update(_p(source="http", epoch=3.0, ts=NOW))
+    _report(store, source="http", epoch=3.0, ts=NOW)
     assert [p.source for p in store.snapshot()] == ["http"]
-    store.update(_p(source="log", epoch=4.0, ts=NOW + HTTP_PRECEDENCE_SECONDS + 1))
+    _report(store, source="log", epoch=4.0, ts=NOW + HTTP_PRECEDENCE_SECONDS + 1)
     assert [(p.source, p.epoch) for p in store.snapshot()] == [("log", 4.0)]
 
 
 def test_retain_drops_gone_pods_and_bound_holds():
     store = ProgressStore(max_entries=3)
     for i in range(5):
-        store.update(_p(pod=f"p{i}", ts=NOW + i))
+        _report(store, pod=f"p{i}", ts=NOW + i)
     assert [p.pod for p in store.snapshot()] == ["p2", "p3", "p4"]  # oldest evicted
     store.retain([("ns", "p3"), ("other", "p4")])
     assert [p.pod for p in store.snapshot()] == ["p3"]
@@ -69,7 +65,7 @@ def test_corrupt_state_is_moved_aside_not_fatal(tmp_path, caplog):
     assert not path.exists()
     assert len(list(tmp_path.glob("progress.json.corrupt-*"))) == 1
     assert "corrupt" in caplog.text
-    store.update(_p())
+    _report(store)
     store.save()
     assert ProgressStore(path).snapshot()[0].pod == "a"
 
@@ -78,7 +74,7 @@ def test_unwritable_state_logs_and_keeps_data(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     store = ProgressStore(blocker / "progress.json")
-    store.update(_p())
+    _report(store)
     store.save()
     assert "cannot write" in caplog.text
     assert store.snapshot()[0].pod == "a"
@@ -102,11 +98,11 @@ def test_concurrent_merges_lose_nothing():
 def test_snapshot_saves_when_due(tmp_path):
     path = tmp_path / "progress.json"
     store = ProgressStore(path, save_interval_seconds=0.0)
-    store.update(_p())
+    _report(store)
     assert not path.exists()
     store.snapshot()  # the scheduler reads every cycle: the state file follows
     assert ProgressStore(path).snapshot()[0].pod == "a"
     lazy = ProgressStore(tmp_path / "other.json", save_interval_seconds=3600)
-    lazy.update(_p())
+    _report(lazy)
     lazy.snapshot()
     assert not (tmp_path / "other.json").exists()
