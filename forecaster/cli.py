@@ -20,6 +20,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from forecaster.config import Config, ConfigError, parse_listen_address
 from forecaster.cycle import Cycle, CycleSettings
@@ -115,13 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _common_flags() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("Prometheus")
+def add_prometheus_flags(
+    parser: argparse.ArgumentParser, default_url: str = "http://localhost:9090"
+) -> None:
+    """The ``--prometheus.*`` flags: one definition for the forecaster and ``top``, so
+    both reach a Prometheus behind auth or TLS the same way (``prometheus_connection``)."""
+    g = parser.add_argument_group("Prometheus")
     g.add_argument(
         "--prometheus.url",
         dest="prometheus_url",
-        default="http://localhost:9090",
+        default=default_url,
         help="base URL of any Prometheus-API server (Prometheus, Thanos, Mimir, VictoriaMetrics)",
     )
     g.add_argument(
@@ -187,6 +191,11 @@ def _common_flags() -> argparse.ArgumentParser:
         default=64 * 1024 * 1024,
         help="larger responses are refused",
     )
+
+
+def _common_flags() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    add_prometheus_flags(p)
     h = p.add_argument_group("history")
     h.add_argument(
         "--history.db",
@@ -271,8 +280,9 @@ def _common_flags() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """Flags → Config; secrets read from their files here (missing file: ConfigError)."""
+def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--prometheus.*`` flags but the URL, as keyword arguments of both ``Config``
+    and ``PromClient``; secrets read from their files here (missing file: ConfigError)."""
     token = _read_secret(args.bearer_token_file, "--prometheus.bearer-token-file")
     basic = None
     if args.basic_auth_user:
@@ -286,6 +296,20 @@ def config_from_args(args: argparse.Namespace) -> Config:
         )
     if args.ca_file and not Path(args.ca_file).is_file():
         raise ConfigError(f"--prometheus.ca-file {args.ca_file}: no such file")
+    return {
+        "timeout_seconds": args.timeout_seconds,
+        "retries": args.retries,
+        "backoff_seconds": args.backoff_seconds,
+        "bearer_token": token,
+        "basic_auth": basic,
+        "ca_file": args.ca_file,
+        "insecure_skip_verify": args.insecure_skip_verify,
+        "max_response_bytes": args.max_response_bytes,
+    }
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Flags → Config (see ``prometheus_connection`` for the secrets)."""
     settings = CycleSettings(
         lookback_seconds=args.lookback_seconds,
         min_step_seconds=args.min_step_seconds,
@@ -299,14 +323,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise ConfigError("--query.step must be > 0")
     return Config(
         prometheus_url=args.prometheus_url,
-        timeout_seconds=args.timeout_seconds,
-        retries=args.retries,
-        backoff_seconds=args.backoff_seconds,
-        bearer_token=token,
-        basic_auth=basic,
-        ca_file=args.ca_file,
-        insecure_skip_verify=args.insecure_skip_verify,
-        max_response_bytes=args.max_response_bytes,
+        **prometheus_connection(args),
         history_db=args.history_db,
         seed_csv=args.seed_csv,
         listen_address=getattr(args, "listen_address", ":9844"),

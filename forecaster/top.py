@@ -2,9 +2,12 @@
 
 Reads only Prometheus' HTTP API (any server speaking it: the demo's, a cluster's,
 Thanos...), with a fixed set of instant queries per refresh, so it costs the same
-whatever the cluster size. The queries' results go through pure functions
-(``build_view`` → ``View`` → ``render_plain`` / ``render_json`` / ``render_rich``),
-which the tests drive with fixed query results; only ``fetch`` and ``main`` do I/O.
+whatever the cluster size. It talks to Prometheus through the forecaster's own client
+(``forecaster.promapi``) with the forecaster's ``--prometheus.*`` flags, so a
+Prometheus behind auth or TLS is reached the same way and every answer is bounded and
+checked in one place. The queries' results go through pure functions (``build_view``
+→ ``View`` → ``render_plain`` / ``render_json`` / ``render_rich``), which the tests
+drive with fixed query results; only ``fetch`` and ``main`` do I/O.
 
 ``rich`` draws the tables when stdout is a terminal (and refreshes them in place);
 otherwise the output is plain text, one snapshot after the other, so it pipes and
@@ -23,14 +26,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone, tzinfo
 from typing import Any
 
+from forecaster.cli import add_prometheus_flags, prometheus_connection
+from forecaster.config import ConfigError
+from forecaster.promapi import PromAPIError, PromClient, Sample
 from forecaster.runs import ExitCode
 
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
-MAX_RESPONSE_BYTES = 32 * 1024 * 1024
-
-
-class TopError(Exception):
-    """Prometheus could not be read (unreachable, bad answer): one line for the user."""
 
 
 def queries(idle_window: str = "5m") -> dict[str, str]:
@@ -131,18 +132,13 @@ class View:
     errors: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _value(sample: Mapping[str, Any]) -> float | None:
-    """The float of a vector sample, ``None`` for NaN/garbage."""
-    try:
-        v = float(sample["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
+def _value(sample: Sample) -> float | None:
+    """The sample's value, ``None`` for NaN/±Inf (no number to show)."""
+    return sample.value if math.isfinite(sample.value) else None
 
 
-def _labels(sample: Mapping[str, Any]) -> Mapping[str, str]:
-    metric = sample.get("metric")
-    return metric if isinstance(metric, Mapping) else {}
+def _labels(sample: Sample) -> Mapping[str, str]:
+    return sample.labels
 
 
 def _run_key(labels: Mapping[str, str]) -> tuple[str, str, str, str]:
@@ -161,7 +157,7 @@ def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
     return (labels.get("node", ""), gpu, labels.get("UUID", ""))
 
 
-def _by_run(results: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str, str], float]:
+def _by_run(results: Sequence[Sample]) -> dict[tuple[str, str, str, str], float]:
     out: dict[tuple[str, str, str, str], float] = {}
     for s in results:
         v = _value(s)
@@ -170,7 +166,7 @@ def _by_run(results: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str, s
     return out
 
 
-def _bands(results: Sequence[Mapping[str, Any]], key_fn) -> dict[Any, dict[str, float]]:
+def _bands(results: Sequence[Sample], key_fn) -> dict[Any, dict[str, float]]:
     out: dict[Any, dict[str, float]] = {}
     for s in results:
         labels = _labels(s)
@@ -182,12 +178,12 @@ def _bands(results: Sequence[Mapping[str, Any]], key_fn) -> dict[Any, dict[str, 
 
 
 def build_view(
-    results: Mapping[str, Sequence[Mapping[str, Any]]],
+    results: Mapping[str, Sequence[Sample]],
     now: float,
     prometheus_url: str = "",
     idle_threshold: float = 0.05,
 ) -> View:
-    """Join the query results (name → Prometheus vector) into one ``View``.
+    """Join the query results (name → ``promapi`` samples) into one ``View``.
 
     A run is shown while ``epoch < epochs_planned`` (or the plan is unknown);
     holders whose average utilisation over the idle window is below
@@ -563,44 +559,27 @@ def render_rich(view: View, tz: tzinfo | None = None):
 # ---------------------------------------------------------------- I/O
 
 
-def fetch(
-    url: str, timeout_seconds: float = 10.0, idle_window: str = "5m"
-) -> dict[str, list[dict[str, Any]]]:
-    """Run every query against ``url``; raise ``TopError`` with one clear line on failure."""
-    import requests
+def fetch(client: PromClient, idle_window: str = "5m") -> dict[str, list[Sample]]:
+    """Run every query (one instant query each); ``PromAPIError`` with one clear line
+    on failure (unreachable, refused, not Prometheus, too large, not a vector)."""
+    return {name: client.instant(expr) for name, expr in queries(idle_window).items()}
 
-    out: dict[str, list[dict[str, Any]]] = {}
-    with requests.Session() as session:
-        for name, expr in queries(idle_window).items():
-            try:
-                resp = session.get(
-                    f"{url.rstrip('/')}/api/v1/query",
-                    params={"query": expr},
-                    timeout=timeout_seconds,
-                    stream=True,
-                )
-                raw = resp.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)
-            except requests.RequestException as err:
-                raise TopError(f"cannot reach Prometheus at {url}: {type(err).__name__}") from err
-            if len(raw) > MAX_RESPONSE_BYTES:
-                raise TopError(f"{name}: answer larger than {MAX_RESPONSE_BYTES} bytes")
-            try:
-                body = json.loads(raw)
-            except ValueError as err:
-                raise TopError(
-                    f"{url} answered HTTP {resp.status_code} with non-JSON: is it Prometheus?"
-                ) from err
-            if not isinstance(body, dict) or body.get("status") != "success":
-                err_text = body.get("error", "") if isinstance(body, dict) else ""
-                raise TopError(f"query {name} failed: HTTP {resp.status_code} {err_text}".strip())
-            data = body.get("data")
-            result = data.get("result") if isinstance(data, dict) else None
-            if not isinstance(result, list) or (
-                isinstance(data, dict) and data.get("resultType") != "vector"
-            ):
-                raise TopError(f"query {name}: unexpected answer shape (not a vector)")
-            out[name] = [r for r in result if isinstance(r, dict)]
-    return out
+
+def refresh(
+    client: PromClient,
+    idle_window: str = "5m",
+    idle_threshold: float = 0.05,
+    keep_errors: bool = False,
+) -> View:
+    """One refresh: fetch, then build the view now. ``keep_errors``: a failed fetch gives
+    a view carrying the error instead of raising (live views try again next time)."""
+    try:
+        results = fetch(client, idle_window)
+    except PromAPIError as err:
+        if not keep_errors:
+            raise
+        return View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
+    return build_view(results, time.time(), client.safe_url, idle_threshold)
 
 
 def fetch_view(
@@ -610,22 +589,13 @@ def fetch_view(
     idle_threshold: float = 0.05,
     keep_errors: bool = False,
 ) -> View:
-    """One refresh: fetch, then build the view now. ``keep_errors``: an unreachable
-    Prometheus gives a view carrying the error instead of raising (for live views)."""
+    """``refresh`` for a bare URL without auth (the demo's live view; a URL that is not
+    http(s) raises ``PromAPIError`` whatever ``keep_errors``)."""
+    client = PromClient(url, timeout_seconds=timeout_seconds)
     try:
-        results = fetch(url, timeout_seconds, idle_window)
-    except TopError as err:
-        if not keep_errors:
-            raise
-        return View(timestamp=time.time(), prometheus_url=url, errors=(str(err),))
-    return build_view(results, time.time(), url, idle_threshold)
-
-
-def snapshot(args: argparse.Namespace, keep_errors: bool = False) -> View:
-    """``fetch_view`` with the command line's settings."""
-    return fetch_view(
-        args.prometheus_url, args.timeout, args.idle_window, args.idle_threshold, keep_errors
-    )
+        return refresh(client, idle_window, idle_threshold, keep_errors)
+    finally:
+        client.close()
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -636,12 +606,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "Training runs, their progress and predicted completion, idle GPU holders and "
             "when each GPU frees up, read from Prometheus only."
         ),
-    )
-    p.add_argument(
-        "--prometheus.url",
-        dest="prometheus_url",
-        default="http://127.0.0.1:9090",
-        help="Prometheus HTTP API base URL (default %(default)s)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--once", action="store_true", help="print one snapshot and exit")
     p.add_argument("--json", action="store_true", help="print one JSON snapshot and exit")
@@ -649,27 +614,40 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--interval",
         type=float,
         default=5.0,
-        help="seconds between refreshes (default %(default)s)",
+        help="seconds between refreshes",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="per-query timeout in seconds")
     p.add_argument(
         "--idle-threshold",
         type=float,
         default=0.05,
-        help="a holder whose average GPU utilisation is below this ratio is idle (default %(default)s)",
+        help="a holder whose average GPU utilisation is below this ratio is idle",
     )
-    p.add_argument(
-        "--idle-window", default="5m", help="PromQL range for that average (default %(default)s)"
-    )
+    p.add_argument("--idle-window", default="5m", help="PromQL range for that average")
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal (no rich)")
     p.add_argument("--utc", action="store_true", help="clock times in UTC instead of local time")
     p.add_argument("--debug", action="store_true", help="tracebacks on errors")
+    add_prometheus_flags(p, default_url="http://127.0.0.1:9090")
+    # the flag's name before top shared the forecaster's flags; kept so scripts still work
+    p.add_argument("--timeout", dest="timeout_seconds", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.interval <= 0 or args.timeout <= 0:
-        p.error("--interval and --timeout must be > 0")
+    if args.interval <= 0 or args.timeout_seconds <= 0:
+        p.error("--interval and --prometheus.timeout must be > 0")
     if not 0 <= args.idle_threshold <= 1:
         p.error("--idle-threshold must be a ratio in 0..1")
+    if args.max_response_bytes < 1024:
+        p.error("--prometheus.max-response-bytes must be >= 1024")
     return args
+
+
+def make_client(args: argparse.Namespace) -> PromClient:
+    """The Prometheus client of the command line (``ConfigError``/``PromAPIError`` on
+    bad values: a usage error); says once when TLS is not verified, as ``serve`` does."""
+    client = PromClient(args.prometheus_url, **prometheus_connection(args))
+    if args.insecure_skip_verify:
+        print(
+            f"gpu-eta top: TLS certificates of {client.safe_url} are not verified", file=sys.stderr
+        )
+    return client
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -678,14 +656,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else ExitCode.USAGE
+    try:
+        client = make_client(args)
+    except (ConfigError, PromAPIError) as err:
+        print(f"gpu-eta top: {err}", file=sys.stderr)
+        return ExitCode.USAGE
     tz = timezone.utc if args.utc else datetime.now().astimezone().tzinfo
     try:
         if args.json:
-            print(json.dumps(render_json(snapshot(args)), indent=2))
+            view = refresh(client, args.idle_window, args.idle_threshold)
+            print(json.dumps(render_json(view), indent=2))
             return ExitCode.OK
         use_rich = sys.stdout.isatty() and not args.plain and _has_rich()
         if args.once:
-            view = snapshot(args)
+            view = refresh(client, args.idle_window, args.idle_threshold)
             if use_rich:
                 from rich.console import Console
 
@@ -693,14 +677,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 sys.stdout.write(render_plain(view, tz))
             return ExitCode.OK
-        return _loop(args, tz, use_rich)
-    except TopError as err:
+        return _loop(client, args, tz, use_rich)
+    except PromAPIError as err:
         if args.debug:
             raise
         print(f"gpu-eta top: {err}", file=sys.stderr)
         return ExitCode.RUNTIME
     except KeyboardInterrupt:
         return ExitCode.OK
+    finally:
+        client.close()
 
 
 def _has_rich() -> bool:
@@ -711,21 +697,21 @@ def _has_rich() -> bool:
     return True
 
 
-def _view_or_error(args: argparse.Namespace) -> View:
-    return snapshot(args, keep_errors=True)
-
-
-def _loop(args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
+def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
     """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise."""
+
+    def view() -> View:
+        return refresh(client, args.idle_window, args.idle_threshold, keep_errors=True)
+
     if use_rich:
         from rich.live import Live
 
-        with Live(render_rich(_view_or_error(args), tz), auto_refresh=False, screen=False) as live:
+        with Live(render_rich(view(), tz), auto_refresh=False, screen=False) as live:
             while True:
                 time.sleep(args.interval)
-                live.update(render_rich(_view_or_error(args), tz), refresh=True)
+                live.update(render_rich(view(), tz), refresh=True)
     while True:
-        sys.stdout.write(render_plain(_view_or_error(args), tz) + "\n")
+        sys.stdout.write(render_plain(view(), tz) + "\n")
         sys.stdout.flush()
         time.sleep(args.interval)
 

@@ -1,24 +1,34 @@
-"""``top``: pure joins and formatting on fixed query results, then a real Prometheus."""
+"""``top``: pure joins and formatting on fixed query results, then real HTTP servers:
+answers that are not Prometheus', auth flags on the wire, and a real Prometheus."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import math
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import timezone
+from pathlib import Path
 
 import pytest
 
 from forecaster import top
+from forecaster.promapi import PromClient, Sample, parse_vector
+from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 
 NOW = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 GIB = 1 << 30
 
 
 def vec(value: float | str, **labels: str) -> dict:
-    """One sample of a Prometheus instant-vector answer."""
+    """One sample of a Prometheus instant-vector answer (the JSON on the wire)."""
     return {"metric": {"__name__": "x", **labels}, "value": [NOW, str(value)]}
+
+
+def parsed(items: list[dict]) -> list[Sample]:
+    """What ``promapi`` makes of an answer's ``data``: top gets nothing else."""
+    return parse_vector({"resultType": "vector", "result": items})
 
 
 RUN = {"node": "node-0", "namespace": "ml", "pod": "cnn-1", "container": "main", "run_id": "r1"}
@@ -31,8 +41,13 @@ NB = {"namespace": "jupyter", "pod": "nb-alice", "container": "notebook"}
 DONEC = {"namespace": "ml", "pod": "done-1", "container": "main"}
 
 
-def results() -> dict[str, list[dict]]:
+def results() -> dict[str, list[Sample]]:
     """A node with 3 GPUs: one training run, one idle notebook, one free GPU."""
+    return {name: parsed(items) for name, items in answers().items()}
+
+
+def answers() -> dict[str, list[dict]]:
+    """``results()`` as Prometheus answers them (the vectors' JSON)."""
     return {
         "epoch": [vec(7, **RUN), vec(10, **DONE)],
         "epochs": [vec(20, **RUN), vec(10, **DONE)],
@@ -127,14 +142,13 @@ def test_rich_rendering_shows_the_same_rows() -> None:
     assert "ml/cnn-1" in text and "jupyter/nb-alice" in text and "7/20" in text
 
 
-def test_garbage_values_and_missing_series_do_not_break_the_view() -> None:
-    bad = results()
+def test_nan_values_and_missing_series_do_not_break_the_view() -> None:
+    bad = answers()
     bad["epoch"].append({"metric": RUN | {"run_id": "r2"}, "value": [NOW, "NaN"]})
-    bad["epoch"].append({"metric": "not a mapping", "value": None})
-    bad["pod_util"].append({"value": ["x"]})
+    bad["pod_util"].append(vec("+Inf", **GPU2, **NB))
     bad["completion"] = []
     del bad["gpu_info"]
-    view = top.build_view(bad, NOW)
+    view = top.build_view({name: parsed(items) for name, items in bad.items()}, NOW)
     by_run = {j.run_id: j for j in view.jobs}
     assert by_run["r1"].eta == top.Band()
     assert by_run["r2"].epoch is None
@@ -167,22 +181,107 @@ def test_progress_bar_bounds() -> None:
     assert top.progress_bar(3, None, 4) == "[????]"
 
 
+def run_top(*argv: str) -> tuple[int, str, str]:
+    """``top.main(argv)`` in process: (exit code, stdout, stderr)."""
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        code = top.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
 def test_unreachable_prometheus_is_one_line_and_exit_1() -> None:
     from demo.prometheus import free_port
 
-    err, out = io.StringIO(), io.StringIO()
-    with redirect_stderr(err), redirect_stdout(out):
-        code = top.main(["--prometheus.url", f"http://127.0.0.1:{free_port()}", "--once"])
-    assert code == 1
-    assert err.getvalue().count("\n") == 1
-    assert err.getvalue().startswith("gpu-eta top: cannot reach Prometheus")
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out, err = run_top("--prometheus.url", url, "--prometheus.retries", "0", "--once")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1
+    assert err.startswith(f"gpu-eta top: {url}: query ") and "cannot connect" in err
 
 
-def test_usage_errors_exit_2() -> None:
-    with redirect_stderr(io.StringIO()):
-        assert top.main(["--interval", "0"]) == 2
-        assert top.main(["--no-such-flag"]) == 2
-        assert top.main(["--idle-threshold", "3"]) == 2
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"<html>login</html>", "not JSON"),
+        (json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode(),
+         "expected a vector"),
+        (json.dumps({"status": "success", "data": {"resultType": "vector",
+                     "result": [{"metric": "not a mapping", "value": [NOW, "1"]}]}}).encode(),
+         "malformed label set"),
+        (json.dumps({"status": "success", "data": {"resultType": "vector",
+                     "result": [vec(1, pod="p" * 2000)] * 2}}).encode(),
+         "exceeds the 4096-byte limit"),
+    ],
+    ids=["html", "matrix", "bad-labels", "too-large"],
+)  # fmt: skip
+def test_an_answer_that_is_not_a_prometheus_vector_is_one_line_and_exit_1(
+    http_server,  # noqa: F811
+    body: bytes,
+    says: str,
+) -> None:
+    url, _ = http_server(lambda r: reply(r, 200, body))
+    code, out, err = run_top(
+        "--prometheus.url", url, "--prometheus.max-response-bytes", "4096", "--json"
+    )
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and says in err, err
+
+
+def test_a_live_view_shows_the_error_and_no_credentials(http_server) -> None:  # noqa: F811
+    url, _ = http_server(lambda r: reply(r, 503, b"busy"))
+    secret_url = url.replace("http://", "http://me:pw@")
+    client = PromClient(secret_url, retries=0)
+    view = top.refresh(client, keep_errors=True)
+    assert view.prometheus_url == url and view.jobs == ()
+    assert len(view.errors) == 1 and "HTTP 503" in view.errors[0]
+    assert "pw" not in top.render_plain(view, timezone.utc)
+    with pytest.raises(top.PromAPIError):
+        top.refresh(client)
+
+
+def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path) -> None:  # noqa: F811
+    """The forecaster's --prometheus.* auth flags work for top: each of the 15 queries
+    carries them (a Prometheus behind an authenticating proxy)."""
+    empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+    url, seen = http_server(lambda r: reply(r, 200, empty.encode()))
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    code, out, err = run_top(
+        "--prometheus.url", url, "--prometheus.bearer-token-file", str(token), "--json"
+    )
+    assert (code, err) == (0, "") and json.loads(out)["jobs"] == []
+    assert len(seen) == len(top.queries()) == 15
+    assert {r.headers["Authorization"] for r in seen} == {"Bearer s3cret"}
+
+    seen.clear()
+    password = tmp_path / "password"
+    password.write_text("pw")
+    code, _, err = run_top(
+        "--prometheus.url", url, "--prometheus.basic-auth-user", "me",
+        "--prometheus.basic-auth-password-file", str(password), "--once", "--plain",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    basic = "Basic " + base64.b64encode(b"me:pw").decode()
+    assert len(seen) == 15 and {r.headers["Authorization"] for r in seen} == {basic}
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    for argv in (
+        ["--interval", "0"],
+        ["--no-such-flag"],
+        ["--idle-threshold", "3"],
+        ["--timeout", "0"],  # the old name of --prometheus.timeout still works
+        ["--prometheus.timeout", "-1"],
+        ["--prometheus.max-response-bytes", "10"],
+        ["--prometheus.url", "ftp://prometheus"],
+        ["--prometheus.retries", "-1"],
+        ["--prometheus.bearer-token-file", str(tmp_path / "missing")],
+        ["--prometheus.basic-auth-password-file", str(tmp_path / "missing")],
+        ["--prometheus.ca-file", str(tmp_path / "missing")],
+    ):
+        code, out, err = run_top(*argv, "--once")
+        assert code == 2 and out == "", argv
+        assert "Traceback" not in err and err.strip(), argv
 
 
 @pytest.mark.integration
