@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from exporter.collectors import CollectorError
 from exporter.progress import MAX_BODY_BYTES, ReportError, parse_report
 from exporter.progress_store import ProgressStore
 from exporter.readings import PodMeta
@@ -114,6 +115,18 @@ class ProgressListener:
         """Reports by result since start (``gpu_eta_exporter_progress_reports_total``)."""
         with self._lock:
             return dict(self._counts)
+
+    def poll(self) -> Mapping[str, int]:
+        """The ``progress`` collector's run: ``counts()`` while the endpoint serves.
+
+        Raises ``CollectorError`` when it does not (never started, stopped, or its
+        event-loop thread ended on a bug), so pods' reports being refused at the
+        socket shows as ``collector_success{collector="progress"} 0``.
+        """
+        server = self._server
+        if server is None or not server.thread.is_alive():
+            raise CollectorError(f"progress endpoint on {self.host}:{self.port} is not serving")
+        return self.counts()
 
     # -- request logic (no HTTP here: testable on its own) ---------------------------
 

@@ -12,10 +12,16 @@ renders. This is the boundary of the error flow (docs/exporter.md):
 - a collector still running from an earlier cycle (a hung NFS read, a stuck gRPC
   call) is not started twice: it is reported failing until it returns.
 
-Stage 1 runs ``gpu``, ``podresources``, ``kube`` and ``logs`` concurrently; stage 2
-runs ``cgroup`` (needs the pids from ``gpu``), ``hostmemory`` (needs the pods from
-``kube``) and ``progress`` (drops progress of pods that are gone, then reads the
-store), so a cycle takes about two timeouts at worst.
+Stage 1 runs ``gpu``, ``podresources``, ``kube``, ``logs`` and ``progress`` (the
+HTTP endpoint: is it serving, what did it count) concurrently; stage 2 runs
+``cgroup`` (needs the pids from ``gpu``), ``hostmemory`` (needs the pods from
+``kube``) and the progress-store read (drops progress of pods that are gone, then
+reads the store), so a cycle takes about two timeouts at worst.
+
+The store read is a step of the cycle, not a collector: it has no
+``gpu_eta_exporter_collector_*`` series (both progress sources write the store; its
+failure is neither's), but it runs under the same timeout, keeps its last good
+progress when it fails and logs once per change of cause.
 """
 
 from __future__ import annotations
@@ -82,6 +88,16 @@ class LogPoller(Counting, Protocol):
     def poll(self) -> None: ...
 
 
+class ProgressEndpoint(Protocol):
+    """``exporter.progress_http.ProgressListener``: ``poll()`` returns the reports
+    counted by result, or raises when the endpoint no longer serves."""
+
+    def poll(self) -> Mapping[str, int]: ...
+
+
+# an internal step of the cycle: its tracker (not published), the job, its empty value
+_Step = tuple["_Tracker", Callable[[], Any], Any]
+
 Attribute = Callable[
     [GpuPoll, Sequence[Allocation], Sequence[PodMeta], Mapping[int, ContainerRef]],
     tuple[PodGpuRow, ...],
@@ -98,15 +114,17 @@ class Sources:
     processes: ProcessResolver | None = None
     host_memory: HostMemorySource | None = None
     progress_store: ProgressStoreLike | None = None
-    progress_listener: Counting | None = None  # the "progress" collector
+    progress_listener: ProgressEndpoint | None = None  # the "progress" collector
     logs: LogPoller | None = None
 
 
 class _Tracker:
-    """Status of one collector across cycles; logs on state changes only."""
+    """Status of one collector (or internal step) across cycles; logs on state
+    changes only. ``kind`` names it in those lines ("collector", "step")."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, kind: str = "collector") -> None:
         self.name = name
+        self.kind = kind
         self.success = False
         self.duration_seconds = 0.0
         self.last_success_timestamp: float | None = None
@@ -119,7 +137,7 @@ class _Tracker:
 
     def ok(self, data: Any, duration: float, now: float) -> None:
         if self.ever_ran and not self.success:
-            log.info("collector %s recovered", self.name)
+            log.info("%s %s recovered", self.kind, self.name)
         self.success, self.duration_seconds, self.last_success_timestamp = True, duration, now
         self.last_error = ""
         self.data, self.has_data, self.ever_ran = data, True, True
@@ -127,7 +145,7 @@ class _Tracker:
     def fail(self, error: str, duration: float) -> None:
         error = error[:MAX_ERROR_CHARS]
         if self.success or not self.ever_ran or error != self.last_error:
-            log.error("collector %s failed: %s", self.name, error)
+            log.error("%s %s failed: %s", self.kind, self.name, error)
         self.success, self.duration_seconds, self.ever_ran = False, duration, True
         self.errors_total += 1
         self.last_error = error
@@ -176,7 +194,8 @@ class Scheduler:
         self._clock = clock
         self._prepare = prepare
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="gpu-eta-collector")
-        self._trackers: dict[str, _Tracker] = {}
+        self._trackers: dict[str, _Tracker] = {}  # collectors: their statuses are published
+        self._store_step = _Tracker("progress-store read", kind="step")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cycle_lock = threading.Lock()
@@ -190,14 +209,13 @@ class Scheduler:
             self._trackers[name] = _Tracker(name)
         return self._trackers[name]
 
-    def _submit(self, name: str, fn: Callable[[], Any]) -> tuple[_Tracker, Future | None, float]:
-        tracker = self._tracker(name)
+    def _submit(self, tracker: _Tracker, fn: Callable[[], Any]) -> tuple[Future | None, float]:
         started = time.monotonic()
         if tracker.inflight is not None and not tracker.inflight.done():
-            return tracker, None, started
+            return None, started
         future = self._pool.submit(fn)
         tracker.inflight = future
-        return tracker, future, started
+        return future, started
 
     def _settle(self, tracker: _Tracker, future: Future | None, started: float, empty: Any) -> Any:
         """Wait for one collector; record its outcome; return its (or last good) data."""
@@ -215,20 +233,26 @@ class Scheduler:
                     f"timed out after {self.timeout_seconds:g}s", time.monotonic() - started
                 )
             except NoData as err:
-                log.debug("collector %s: no data: %s", tracker.name, err)
+                log.debug("%s %s: no data: %s", tracker.kind, tracker.name, err)
                 tracker.ok(empty, time.monotonic() - started, self._clock())
             except Exception as err:  # the boundary: any failure becomes a status
-                log.debug("collector %s raised", tracker.name, exc_info=True)
+                log.debug("%s %s raised", tracker.kind, tracker.name, exc_info=True)
                 tracker.fail(_describe(err), time.monotonic() - started)
             else:
                 tracker.ok(data, time.monotonic() - started, self._clock())
         return tracker.data if tracker.has_data else empty
 
-    def _run_stage(self, jobs: Mapping[str, tuple[Callable[[], Any], Any]]) -> dict[str, Any]:
-        submitted = {name: (self._submit(name, fn), empty) for name, (fn, empty) in jobs.items()}
+    def _run_stage(
+        self, jobs: Mapping[str, tuple[Callable[[], Any], Any]], steps: Sequence[_Step] = ()
+    ) -> dict[str, Any]:
+        """Run the named collectors and the internal ``steps`` concurrently; their
+        results (or last good data) by collector name, then by step tracker name."""
+        runs = [(self._tracker(name), fn, empty) for name, (fn, empty) in jobs.items()]
+        runs.extend(steps)
+        submitted = [(tracker, self._submit(tracker, fn), empty) for tracker, fn, empty in runs]
         return {
-            name: self._settle(tracker, future, started, empty)
-            for name, ((tracker, future, started), empty) in submitted.items()
+            tracker.name: self._settle(tracker, future, started, empty)
+            for tracker, (future, started), empty in submitted
         }
 
     # -- one cycle -------------------------------------------------------------------
@@ -256,6 +280,8 @@ class Scheduler:
             stage1["kube"] = (src.pods.poll, ())
         if src.logs is not None:
             stage1["logs"] = (src.logs.poll, None)
+        if src.progress_listener is not None:
+            stage1["progress"] = (src.progress_listener.poll, {})
         got = self._run_stage(stage1)
         gpu: GpuPoll = got.get("gpu", GpuPoll(devices=()))
         allocations: tuple[Allocation, ...] = tuple(got.get("podresources", ()))
@@ -271,6 +297,7 @@ class Scheduler:
         if src.host_memory is not None:
             memory_source = src.host_memory
             stage2["hostmemory"] = (lambda: tuple(memory_source.poll(pods)), ())
+        steps: list[_Step] = []
         store = src.progress_store
         if store is not None:
 
@@ -279,15 +306,11 @@ class Scheduler:
                     store.retain((p.namespace, p.name) for p in pods)
                 return tuple(store.snapshot())
 
-            # the store is read as part of "progress" (or "logs" if only that runs)
-            stage2["progress" if src.progress_listener is not None else "logs-store"] = (
-                read_progress,
-                (),
-            )
-        got2 = self._run_stage(stage2)
+            steps.append((self._store_step, read_progress, ()))
+        got2 = self._run_stage(stage2, steps)
         containers: Mapping[int, ContainerRef] = got2.get("cgroup", {})
         host_memory: tuple[HostMemory, ...] = got2.get("hostmemory", ())
-        progress: tuple[Progress, ...] = got2.get("progress", got2.get("logs-store", ()))
+        progress: tuple[Progress, ...] = got2.get(self._store_step.name, ())
 
         if src.gpu is not None and self._trackers["gpu"].success:
             self._log_device_failures(gpu)
@@ -303,9 +326,7 @@ class Scheduler:
             else:
                 self._attribution_error = ""
 
-        statuses = tuple(
-            t.status() for name, t in sorted(self._trackers.items()) if name != "logs-store"
-        )
+        statuses = tuple(t.status() for _, t in sorted(self._trackers.items()))
         return Snapshot(
             node=self.node,
             timestamp=self._clock(),
@@ -316,7 +337,7 @@ class Scheduler:
             host_memory=host_memory,
             progress=progress,
             collectors=statuses,
-            progress_reports_total=_counts(src.progress_listener),
+            progress_reports_total=dict(got.get("progress", {})),
             log_lines_total=_counts(src.logs),
             kube_watch=kube_watch,
         )

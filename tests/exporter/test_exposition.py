@@ -75,7 +75,7 @@ def _scenario_snapshot() -> Snapshot:
             pass
 
     class Listener:
-        def counts(self):
+        def poll(self):
             return {"accepted": 4, "forbidden": 1}
 
     class WatchedPods:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from exporter.collectors import CollectorError
 from exporter.progress_http import HOST_NETWORK_ANNOTATION, ProgressListener
 from exporter.progress_store import ProgressStore
 from exporter.readings import PodMeta
@@ -220,6 +221,22 @@ def test_wrong_path_and_missing_length(listener):
     resp = conn.getresponse()
     assert resp.status == 411
     conn.close()
+
+
+def test_poll_counts_while_serving_and_fails_when_stopped(pods):
+    """The ``progress`` collector's run: counts while the endpoint serves, a
+    CollectorError before start and after stop."""
+    lst = ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods)
+    with pytest.raises(CollectorError, match="not serving"):
+        lst.poll()
+    lst.start()
+    try:
+        assert post(lst, {"epoch": 1})[0] == 200
+        assert lst.poll()["accepted"] == 1
+    finally:
+        lst.stop()
+    with pytest.raises(CollectorError, match="not serving"):
+        lst.poll()
 
 
 def test_start_binds_before_returning_and_stop_frees_the_port(pods):

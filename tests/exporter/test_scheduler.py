@@ -82,7 +82,7 @@ def test_full_cycle_joins_sources() -> None:
             store_calls.append(list(live))
 
     class Listener:
-        def counts(self):
+        def poll(self):
             return {"accepted": 2}
 
     cgroup = Source({42: ContainerRef("cid", "uid-1")})
@@ -248,18 +248,21 @@ def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) ->
 
     class Store:
         def snapshot(self):
-            if name == "progress":
-                raise OSError("state file unreadable")
             return ()
 
         def retain(self, live):
             pass
 
     class Counter:
+        def poll(self):
+            if name == "progress":
+                raise CollectorError("progress endpoint on 0.0.0.0:9401 is not serving")
+            return {}
+
+    class Logs:
         def counts(self):
             return {}
 
-    class Logs(Counter):
         def poll(self):
             if name == "logs":
                 raise PermissionError("/var/log/pods: permission denied")
@@ -311,3 +314,90 @@ def test_device_failures_are_logged_once_per_state_change(
         "GPU 1 (GPU-b) cannot be read: gpu_lost (GPU is lost)",
         "GPU 1 (GPU-b) reads again",
     ]
+
+
+class FailingStore:
+    """A progress store whose read fails while ``error`` is set."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def snapshot(self):
+        if self.error is not None:
+            raise self.error
+        return (Progress("ns", "p", "c", "r", 1, 2, "log", epoch=1),)
+
+    def retain(self, live):
+        pass
+
+
+class NoLogs:
+    def poll(self):
+        return None
+
+    def counts(self):
+        return {"matched": 3}
+
+
+@pytest.mark.parametrize("listener", [False, True])
+def test_store_read_is_a_step_not_a_collector(
+    listener: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store read fails no collector (neither source owns it), publishes no status
+    of its own, keeps the last good progress and is logged once per change."""
+
+    class Endpoint:
+        def poll(self):
+            return {"accepted": 1}
+
+    store = FailingStore()
+    sched, _ = _scheduler(
+        Sources(
+            pods=Source((POD,)),
+            progress_store=store,
+            logs=NoLogs(),
+            progress_listener=Endpoint() if listener else None,
+        )
+    )
+    expected = {"kube", "logs", "progress"} if listener else {"kube", "logs"}
+    good = sched.collect_once()
+    store.error = OSError("state file unreadable")
+    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+        bad1 = sched.collect_once()
+        bad2 = sched.collect_once()
+        store.error = None
+        sched.collect_once()
+    for snap in (good, bad1, bad2):
+        assert {s.name for s in snap.collectors} == expected
+        assert all(s.success and s.errors_total == 0 for s in snap.collectors)
+        assert snap.progress == good.progress and len(good.progress) == 1
+        assert snap.log_lines_total == {"matched": 3}
+    assert [r.getMessage() for r in caplog.records] == [
+        "step progress-store read failed: OSError: state file unreadable",
+        "step progress-store read recovered",
+    ]
+    sched.stop()
+
+
+def test_progress_collector_is_the_endpoint_serving() -> None:
+    """``progress`` fails when the endpoint stops serving, even while the store reads."""
+
+    class Endpoint:
+        serving = True
+
+        def poll(self):
+            if not self.serving:
+                raise CollectorError("progress endpoint on 0.0.0.0:9401 is not serving")
+            return {"accepted": 5}
+
+    endpoint = Endpoint()
+    sched, _ = _scheduler(Sources(progress_store=FailingStore(), progress_listener=endpoint))
+    snap = sched.collect_once()
+    assert _status(snap, "progress").success and snap.progress_reports_total == {"accepted": 5}
+    endpoint.serving = False
+    snap = sched.collect_once()
+    status = _status(snap, "progress")
+    assert not status.success and "not serving" in status.last_error
+    assert snap.progress_reports_total == {"accepted": 5}, "last good counts kept"
+    assert len(snap.progress) == 1, "the store is still read"
+    sched.stop()
