@@ -11,7 +11,8 @@ time-sliced GPU each show their own part instead of three copies of the device's
 Pure functions only: no I/O, no logging. ``parse_device_id`` raises
 ``DeviceIdError`` for a malformed id; ``attribute`` never raises for ids it cannot
 resolve (another resource, a device that vanished): it leaves them out, and
-``unresolved_allocations`` says which and why so the caller can log or count them.
+``unresolved_allocations`` says which and why; the scheduler logs them and counts
+them in ``gpu_eta_exporter_unresolved_allocations``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from dataclasses import dataclass
 from exporter.readings import (
     Allocation,
     ContainerRef,
-    DeviceReading,
     GpuPoll,
     PodGpuRow,
     PodMeta,
@@ -37,7 +37,6 @@ __all__ = [
     "DeviceIdError",
     "attribute",
     "parse_device_id",
-    "resolve_device",
     "unresolved_allocations",
 ]
 
@@ -161,25 +160,6 @@ def _resolve(
     if key is None or key not in by_key:
         raise AttributionError(f"device id {device_id[:80]!r} matches no device on this node")
     return key
-
-
-def resolve_device(device_id: str, gpu: GpuPoll) -> DeviceReading | None:
-    """The device reading a kubelet device id names, or None when none matches.
-
-    Raises ``DeviceIdError`` for a malformed id.
-    """
-    parse_device_id(device_id)
-    by_key, by_mig, by_index = _slots(gpu)
-    try:
-        key = _resolve(device_id, by_key, by_mig, by_index)
-    except DeviceIdError:
-        raise
-    except AttributionError:
-        return None
-    for dev in gpu.devices:
-        if _key(dev.uuid, dev.gpu_instance_id) == key:
-            return dev
-    return None
 
 
 def unresolved_allocations(

@@ -268,6 +268,14 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
         yield fam.metric
     if snap.kube_watch is not None:
         yield from _kube_watch(node, *snap.kube_watch)
+    if snap.unresolved_allocations is not None:
+        unresolved = _Family(
+            "gpu_eta_exporter_unresolved_allocations",
+            "Kubelet device allocations that match no device NVML lists on this node "
+            "(or a malformed id): their holders get no pod series" + CACHED,
+        )
+        unresolved.add({"node": node}, snap.unresolved_allocations)
+        yield unresolved.metric
     names = {s.name for s in snap.collectors}
     if "progress" in names or snap.progress_reports_total:
         reports = _Family(

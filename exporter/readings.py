@@ -202,3 +202,7 @@ class Snapshot:
     # cache while the API server is away, so collector success alone cannot show the
     # outage. None when the pod source is no watch (the simulator) or is switched off.
     kube_watch: tuple[bool, float | None] | None = None
+    # kubelet allocations of this cycle that name no device NVML lists here (or a
+    # malformed id): they get no pod series, so they are counted. None when not
+    # computed (no gpu or podresources source, or no GPU reading yet).
+    unresolved_allocations: int | None = None

@@ -35,6 +35,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from exporter.attribution import attribute as attribute_rows
+from exporter.attribution import unresolved_allocations
 from exporter.collectors import (
     AllocationSource,
     GpuSource,
@@ -182,9 +184,7 @@ class Scheduler:
         prepare: Callable[[Snapshot], None] | None = None,
     ) -> None:
         if attribute is None:
-            from exporter.attribution import attribute as attribute_fn
-
-            attribute = attribute_fn
+            attribute = attribute_rows
         self.node = node
         self.sources = sources
         self.holder = holder
@@ -201,6 +201,7 @@ class Scheduler:
         self._cycle_lock = threading.Lock()
         self._attribution_error = ""
         self._failing_devices: dict[tuple[int, str | None], str] = {}
+        self._unresolved: set[tuple[str, str]] = set()  # (device id, reason) logged
 
     # -- one collector ---------------------------------------------------------------
 
@@ -315,9 +316,12 @@ class Scheduler:
         if src.gpu is not None and self._trackers["gpu"].success:
             self._log_device_failures(gpu)
         pod_gpus: tuple[PodGpuRow, ...] = ()
+        unresolved: int | None = None
         if src.gpu is not None:
             try:
                 pod_gpus = self._attribute(gpu, allocations, pods, containers)
+                if src.allocations is not None and self._trackers["gpu"].has_data:
+                    unresolved = self._count_unresolved(gpu, allocations)
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
                 if msg != self._attribution_error:
@@ -340,7 +344,33 @@ class Scheduler:
             progress_reports_total=dict(got.get("progress", {})),
             log_lines_total=_counts(src.logs),
             kube_watch=kube_watch,
+            unresolved_allocations=unresolved,
         )
+
+    def _count_unresolved(self, gpu: GpuPoll, allocations: Sequence[Allocation]) -> int:
+        """How many allocations name no device here; a warning for each new (device
+        id, reason), not every cycle: the count is in the metric every scrape.
+
+        Such an allocation gets no pod series, so without this a container holding
+        a GPU the exporter cannot name (an id form it does not know, a device NVML
+        does not list) would silently look like no holder at all.
+        """
+        found = unresolved_allocations(gpu, allocations)
+        now = {(alloc.device_id, reason) for alloc, reason in found}
+        for alloc, reason in found:
+            key = (alloc.device_id, reason)
+            if key not in self._unresolved:
+                log.warning(
+                    "allocation of %s to %s/%s container %s is not attributed: %s",
+                    alloc.resource_name,
+                    alloc.namespace,
+                    alloc.pod,
+                    alloc.container,
+                    reason,
+                )
+                self._unresolved.add(key)
+        self._unresolved &= now  # forget ids gone, so one that returns is logged again
+        return len(found)
 
     def _log_device_failures(self, gpu: GpuPoll) -> None:
         """One error line when a device starts failing (or its reason changes), one

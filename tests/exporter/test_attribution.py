@@ -17,7 +17,6 @@ from exporter.attribution import (
     DeviceIdError,
     attribute,
     parse_device_id,
-    resolve_device,
     unresolved_allocations,
 )
 from exporter.collectors import CollectorError
@@ -191,15 +190,21 @@ def test_replicas_of_one_gpu_held_by_one_container_give_one_row() -> None:
     assert len(attribute(gpu, allocs, [pod("a", 1)], {})) == 1
 
 
-def test_resolve_device() -> None:
+def test_each_id_form_resolves_to_its_device() -> None:
     d0, d1 = dev(0, U0), dev(1, U1, gpu_instance_id=3, mig_uuid=MIG1)
     gpu = GpuPoll(devices=(d0, d1))
-    assert resolve_device(U0 + "::2", gpu) == d0
-    assert resolve_device("0", gpu) == d0
-    assert resolve_device(MIG1.upper().replace("MIG-", "MIG-"), gpu) == d1
-    assert resolve_device(U2, gpu) is None
-    with pytest.raises(DeviceIdError):
-        resolve_device("gpu zero", gpu)
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/gpu", U0 + "::2"),
+        Allocation("ml", "b", "main", "nvidia.com/gpu", "0"),
+        Allocation("ml", "c", "main", "nvidia.com/mig-1g.10gb", MIG1.upper()),  # any case
+    ]
+    rows = attribute(gpu, allocs, [], {})
+    assert [(r.pod, r.index, r.gpu_instance_id) for r in rows] == [
+        ("a", 0, None),
+        ("b", 0, None),
+        ("c", 1, 3),
+    ]
+    assert unresolved_allocations(gpu, allocs) == ()
 
 
 @pytest.mark.parametrize(

@@ -401,3 +401,54 @@ def test_progress_collector_is_the_endpoint_serving() -> None:
     assert snap.progress_reports_total == {"accepted": 5}, "last good counts kept"
     assert len(snap.progress) == 1, "the store is still read"
     sched.stop()
+
+
+def test_unresolved_allocations_are_counted_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An allocation naming no device here gets no pod row: the scheduler counts it
+    (the gauge) and logs each new (device id, reason) once, not every cycle."""
+    from exporter.exposition import SnapshotCollector
+
+    def alloc(pod: str, device_id: str) -> Allocation:
+        return Allocation("ns", pod, "c", "nvidia.com/gpu", device_id)
+
+    good, elsewhere, gke = alloc("p", "GPU-a"), alloc("q", "GPU-zz"), alloc("r", "nvidia0/gi1")
+    allocations = Source((good, elsewhere, gke))
+    sched, holder = _scheduler(Sources(gpu=Source(GPU), allocations=allocations))
+    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+        first = sched.collect_once()
+        second = sched.collect_once()
+        allocations.value = (good, gke)
+        third = sched.collect_once()
+        allocations.value = (good, elsewhere, gke)
+        sched.collect_once()
+    assert [s.unresolved_allocations for s in (first, second, third)] == [2, 2, 1]
+    assert [r.pod for r in first.pod_gpus] == ["p"]
+    text = SnapshotCollector(holder).exposition().decode()
+    assert 'gpu_eta_exporter_unresolved_allocations{node="n"} 2.0' in text
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "allocation of nvidia.com/gpu to ns/q container c is not attributed: "
+        "device id 'GPU-zz' matches no device on this node",
+        "allocation of nvidia.com/gpu to ns/r container c is not attributed: "
+        "unrecognised device id 'nvidia0/gi1'",
+        "allocation of nvidia.com/gpu to ns/q container c is not attributed: "
+        "device id 'GPU-zz' matches no device on this node",
+    ]
+    assert all(r.levelno == logging.WARNING for r in caplog.records)
+    sched.stop()
+
+
+def test_unresolved_allocations_unknown_without_both_sources() -> None:
+    """No series when nothing can be resolved against: no podresources source, or no
+    GPU reading yet (every allocation would look unresolved)."""
+    allocations = Source((Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a"),))
+    no_alloc, _ = _scheduler(Sources(gpu=Source(GPU)))
+    never_read, _ = _scheduler(
+        Sources(gpu=Source(GPU, fail=CollectorError("NVML down")), allocations=allocations)
+    )
+    assert no_alloc.collect_once().unresolved_allocations is None
+    assert never_read.collect_once().unresolved_allocations is None
+    no_alloc.stop()
+    never_read.stop()
