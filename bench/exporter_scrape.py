@@ -18,22 +18,20 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import requests
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from demo.driver import post_progress  # noqa: E402
-from demo.prometheus import free_port  # noqa: E402
+from demo.launcher import start_http  # noqa: E402
+from demo.prometheus import free_port, stop_process  # noqa: E402
 
 N_GPUS = 8
 PODS_PER_GPU = 8
@@ -75,18 +73,6 @@ def scenario() -> dict:
             }
         )
     return {"version": 1, "node": "bench-node", "seed": 1, "gpus": gpus, "pods": pods}
-
-
-def wait_http(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(url, timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(url)
 
 
 def measure(port: int, scrapes: int) -> tuple[list[float], str]:
@@ -175,16 +161,6 @@ def post_progress_all(progress_port: int, n_pods: int) -> int:
     return ok
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 def report(name: str, times: list[float], n_series: int, rss: float | None) -> float:
     p50, p99 = pct(times, 50) * 1e3, pct(times, 99) * 1e3
     us_per_series = statistics.median(times) * 1e6 / max(n_series, 1)
@@ -208,7 +184,7 @@ def main() -> int:
         if args.keep:
             args.keep.write_text(path.read_text())
         port, progress_port = free_port(), free_port()
-        exporter = subprocess.Popen(
+        exporter = start_http(
             [
                 sys.executable,
                 "-m",
@@ -228,12 +204,14 @@ def main() -> int:
                 "--log.level",
                 "warning",
             ],
+            f"http://127.0.0.1:{port}/healthz",
+            Path(tmp) / "exporter.log",
+            name="exporter",
             cwd=ROOT,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
         node = None
         try:
-            wait_http(f"http://127.0.0.1:{port}/healthz")
             accepted = post_progress_all(progress_port, N_GPUS * PODS_PER_GPU)
             time.sleep(5.5)  # one collection picks the progress up
             ours, text = measure(port, args.scrapes)
@@ -241,24 +219,23 @@ def main() -> int:
             our_rss = rss_mb(exporter.pid)
 
             node_port = free_port()
-            node = subprocess.Popen(
+            node = start_http(
                 [
                     "/usr/bin/prometheus-node-exporter",
                     f"--web.listen-address=127.0.0.1:{node_port}",
                     "--log.level=error",
                 ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                f"http://127.0.0.1:{node_port}/metrics",
+                Path(tmp) / "node-exporter.log",
+                name="prometheus-node-exporter",
             )
-            wait_http(f"http://127.0.0.1:{node_port}/metrics")
             theirs, node_text = measure(node_port, args.scrapes)
             node_series = series(node_text)
             node_rss = rss_mb(node.pid)
             cycle_ms, render_ms = uncached_render_ms(path)
         finally:
-            stop(exporter)
-            if node is not None:
-                stop(node)
+            stop_process(exporter)
+            stop_process(node)
 
     print(
         f"gpu-eta exporter scrape benchmark: {N_GPUS} GPUs x {N_GPUS * PODS_PER_GPU} pods, "

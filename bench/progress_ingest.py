@@ -30,17 +30,15 @@ import json
 import multiprocessing as mp
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-import requests
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from demo.prometheus import ScrapeJob, free_port, start_prometheus
+from demo.launcher import LaunchError, start_http
+from demo.prometheus import ScrapeJob, free_port, start_prometheus, stop_process
 
 N_PODS = 256
 
@@ -294,25 +292,19 @@ def bench_mode(mode: str, rates: list[float], seconds: float) -> int:
                 "--collection.interval=1s",
                 "--no-collector.logs",
             ]
-        exporter = subprocess.Popen(
-            cmd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: os.sched_setaffinity(0, {0}),  # every thread on one core
-        )
+        try:
+            exporter = start_http(
+                cmd,
+                f"http://127.0.0.1:{web}/metrics",
+                Path(tmp) / f"{mode}.log",
+                name=mode,
+                preexec_fn=lambda: os.sched_setaffinity(0, {0}),  # every thread on one core
+            )
+        except LaunchError as err:
+            print(err, file=sys.stderr)
+            return 1
         prom = None
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if requests.get(f"http://127.0.0.1:{web}/metrics", timeout=2).ok:
-                        break
-                except requests.RequestException:
-                    pass
-                if time.monotonic() > deadline or exporter.poll() is not None:
-                    print("exporter did not start", file=sys.stderr)
-                    return 1
-                time.sleep(0.2)
             prom = start_prometheus(
                 [ScrapeJob("exporter", [f"127.0.0.1:{web}"])], scrape_interval="1s"
             )
@@ -341,11 +333,7 @@ def bench_mode(mode: str, rates: list[float], seconds: float) -> int:
         finally:
             if prom is not None:
                 prom.stop()
-            exporter.terminate()
-            try:
-                exporter.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                exporter.kill()
+            stop_process(exporter, grace_seconds=15)
     return 0
 
 

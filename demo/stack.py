@@ -12,10 +12,11 @@ What runs, all on 127.0.0.1:
 - optionally real PyTorch CPU training runs (``demo.realtrain``) reporting through
   ``exporter.report`` from a simulated pod's address.
 
-Every child gets its own process group (``start_new_session``) and is stopped by
-group: SIGTERM, then SIGKILL after a grace period. ``stop()`` is idempotent and
-also registered with ``atexit``, so an exception, Ctrl-C or SIGTERM in the parent
-leaves nothing behind.
+Every child is started by ``demo.launcher`` (its own process group, output in
+``logs/<name>.log``, ready on a 2xx answer, errors ending with the log's last lines)
+and is stopped by group: SIGTERM, then SIGKILL after a grace period. ``stop()`` is
+idempotent and also registered with ``atexit``, so an exception, Ctrl-C or SIGTERM
+in the parent leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import requests
-
 from demo.backfill import (
     render_runs_csv,
     simulate_history,
@@ -46,6 +45,7 @@ from demo.backfill import (
 )
 from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod, warm_start
 from demo.driver import Driver, LogWriter, ProgressSender, write_progress_state
+from demo.launcher import LaunchError, spawn, wait_http
 from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_prometheus, stop_process
 
 log = logging.getLogger("gpu_eta.demo")
@@ -326,9 +326,8 @@ class Stack:
                 f"exporter-{node.name}",
             )
         for node in self.nodes:
-            self._wait_http(
-                f"http://{node.target}/metrics", f"exporter of {node.name}", node.process
-            )
+            assert node.process is not None  # spawned just above
+            self._wait_http(node.process, f"http://{node.target}/metrics", f"exporter-{node.name}")
 
         self.forecaster_port = pick_port(cfg.forecaster_port, "forecaster /metrics", self.say)
         prom_port = pick_port(cfg.prometheus_port, "Prometheus UI/API", self.say)
@@ -384,7 +383,7 @@ class Stack:
         if self.runs_csv is not None:
             cmd += ["--history.seed-csv", str(self.runs_csv)]
         self.forecaster = self._spawn(cmd, "forecaster")
-        self._wait_http(f"{self.forecaster_url}/metrics", "forecaster", self.forecaster)
+        self._wait_http(self.forecaster, f"{self.forecaster_url}/metrics", "forecaster")
 
         self._thread = threading.Thread(
             target=self.driver.run, args=(self._stop,), name="demo-driver", daemon=True
@@ -396,50 +395,34 @@ class Stack:
     def _state_file(self, node: NodeProcess) -> Path:
         return self.workdir / "progress-state" / f"{node.name}.json"
 
+    def _log_path(self, name: str) -> Path:
+        return self.workdir / "logs" / f"{name}.log"
+
     def _spawn(
         self, cmd: list[str], name: str, env: dict[str, str] | None = None
     ) -> subprocess.Popen:
-        logf = (self.workdir / "logs" / f"{name}.log").open("ab")
         try:
-            return subprocess.Popen(
+            return spawn(
                 cmd,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                self._log_path(name),
                 env=env,
                 preexec_fn=_die_with_parent if _PRCTL is not None else None,
             )
-        except OSError as err:
-            raise StackError(f"cannot start {name}: {err}") from err
-        finally:
-            logf.close()
+        except LaunchError as err:
+            raise StackError(str(err)) from None
 
-    def _wait_http(self, url: str, what: str, proc: subprocess.Popen | None) -> None:
-        deadline = time.monotonic() + self.config.ready_timeout_seconds
-        while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None:
-                raise StackError(
-                    f"{what} exited with code {proc.returncode}: {self._log_tail(what)}"
-                )
-            try:
-                if requests.get(url, timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise StackError(
-            f"{what} not answering on {url} after {self.config.ready_timeout_seconds:g}s"
-        )
-
-    def _log_tail(self, what: str) -> str:
-        name = "forecaster" if what == "forecaster" else f"exporter-{what.rsplit(' ', 1)[-1]}"
-        path = self.workdir / "logs" / f"{name}.log"
+    def _wait_http(self, proc: subprocess.Popen, url: str, name: str) -> None:
+        """Children are started together and waited for in turn, so they start in parallel."""
         try:
-            lines = path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return "(no log)"
-        return lines[-1] if lines else "(empty log)"
+            wait_http(
+                proc,
+                url,
+                name=name,
+                log_path=self._log_path(name),
+                timeout_seconds=self.config.ready_timeout_seconds,
+            )
+        except LaunchError as err:
+            raise StackError(str(err)) from None
 
     def _start_trainer(self, pod: Pod, progress_port: int) -> None:
         env = dict(os.environ)

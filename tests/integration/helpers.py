@@ -1,24 +1,22 @@
 """Shared by the integration tests: poll for a condition, run the exporter as a process.
 
 One place starts ``python -m exporter`` on free ports and waits until it answers, so
-every test that needs a live exporter starts it the same way an operator would (a
-subprocess in its own process group, output to a log file) and stops it the same way
-(SIGTERM, then SIGKILL to the group), whatever it then asserts.
+every test that needs a live exporter starts it the same way the demo does
+(``demo.launcher``: its own process group, output to a log file, an error that ends
+with the log's last lines) and stops it the same way (``demo.prometheus.stop_process``:
+SIGTERM, then SIGKILL to the group), whatever it then asserts.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
-from demo.prometheus import free_port
+from demo.launcher import start_http
+from demo.prometheus import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,13 +56,7 @@ class Exporter:
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL to the process group if it hangs; the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        stop_process(self.process, grace_seconds=20)
         return self.process.returncode
 
 
@@ -72,36 +64,20 @@ def start_exporter(
     log_path: Path, *args: str, ready: str = "/healthz", timeout: float = 60.0
 ) -> Exporter:
     """Start ``python -m exporter *args`` on two free loopback ports; return once
-    ``ready`` (a path on the web port) answers 2xx. Raises (with the log) if the
-    process exits or does not get ready in ``timeout`` seconds, leaving nothing running."""
+    ``ready`` (a path on the web port) answers 2xx. ``demo.launcher.LaunchError`` (with
+    the log's last lines) if it exits or is not ready in ``timeout`` seconds, leaving
+    nothing running."""
     port, progress_port = free_port(), free_port()
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                *args,
-                "--web.listen-address",
-                f"127.0.0.1:{port}",
-                "--progress.listen-address",
-                f"127.0.0.1:{progress_port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-    exporter = Exporter(process, port, progress_port, log_path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"exporter exited {process.returncode}: {log_path.read_text()}")
-        try:
-            if requests.get(f"http://{exporter.target}{ready}", timeout=2).ok:
-                return exporter
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    exporter.stop()
-    raise TimeoutError(f"exporter did not answer {ready} in {timeout:g}s: {log_path.read_text()}")
+    cmd = [
+        sys.executable,
+        "-m",
+        "exporter",
+        *args,
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--progress.listen-address",
+        f"127.0.0.1:{progress_port}",
+    ]
+    url = f"http://127.0.0.1:{port}{ready}"
+    process = start_http(cmd, url, log_path, name="exporter", timeout_seconds=timeout, cwd=ROOT)
+    return Exporter(process, port, progress_port, log_path)
