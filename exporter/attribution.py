@@ -48,6 +48,8 @@ _MIG_RE = re.compile(rf"(MIG-{_UUID_BODY})")
 # Pre-R470 drivers named MIG devices MIG-GPU-<parent uuid>/<gi>/<ci>.
 _MIG_LEGACY_RE = re.compile(rf"MIG-(GPU-{_UUID_BODY})/([0-9]{{1,3}})/([0-9]{{1,3}})")
 _INDEX_RE = re.compile(r"([0-9]{1,4})")
+# NVIDIA device plugin, --device-id-strategy=index, MIG: "<gpu index>:<mig index>"
+_MIG_INDEX_RE = re.compile(r"([0-9]{1,4}):([0-9]{1,3})")
 _REPLICA_RE = re.compile(r"(.*)::([0-9]{1,6})", re.DOTALL)
 # All patterns are applied with fullmatch: "$" would accept a trailing newline.
 
@@ -65,7 +67,8 @@ class DeviceId:
     """A parsed kubelet device id.
 
     ``kind`` is ``"gpu"`` (``uuid`` set), ``"index"`` (``index`` set) or ``"mig"``
-    (``mig_uuid`` set, or ``uuid`` + ``gpu_instance_id`` for the legacy form).
+    (``mig_uuid`` set; ``uuid`` + ``gpu_instance_id`` for the legacy form; ``index`` +
+    ``mig_index`` for the device plugin's index form ``<gpu index>:<mig index>``).
     ``replica`` is the time-slicing replica number of ``<id>::<n>``, else None.
     """
 
@@ -75,11 +78,13 @@ class DeviceId:
     mig_uuid: str | None = None
     gpu_instance_id: int | None = None
     replica: int | None = None
+    mig_index: int | None = None
 
 
 def parse_device_id(text: str) -> DeviceId:
     """Parse ``GPU-<uuid>``, ``<index>``, ``MIG-<uuid>`` (or ``MIG-GPU-<uuid>/<gi>/<ci>``),
-    each optionally followed by the time-slicing suffix ``::<n>``.
+    ``<gpu index>:<mig index>``, each optionally followed by the time-slicing suffix
+    ``::<n>`` (docs/attribution.md says where each form comes from).
 
     Raises ``DeviceIdError`` naming the value for anything else.
     """
@@ -101,6 +106,10 @@ def parse_device_id(text: str) -> DeviceId:
         return DeviceId(kind="mig", mig_uuid=m.group(1), replica=replica)
     if (m := _INDEX_RE.fullmatch(body)) is not None:
         return DeviceId(kind="index", index=int(m.group(1)), replica=replica)
+    if (m := _MIG_INDEX_RE.fullmatch(body)) is not None:
+        return DeviceId(
+            kind="mig", index=int(m.group(1)), mig_index=int(m.group(2)), replica=replica
+        )
     raise DeviceIdError(f"unrecognised device id {text[:80]!r}")
 
 
@@ -119,11 +128,30 @@ def _key(uuid: str, gpu_instance_id: int | None) -> _Key:
     return (uuid.lower(), gpu_instance_id)
 
 
-def _slots(gpu: GpuPoll) -> tuple[dict[_Key, _Slot], dict[str, _Key], dict[int, _Key]]:
-    """Index the poll's devices (and failing devices, which still have owners)."""
+@dataclass(frozen=True, slots=True)
+class _Devices:
+    """The poll's devices indexed by every handle a kubelet id may use."""
+
+    by_key: Mapping[_Key, _Slot]
+    by_mig: Mapping[str, _Key]  # MIG uuid, lowercased
+    by_index: Mapping[int, _Key]  # whole GPUs by NVML index
+    by_mig_index: Mapping[tuple[int, int], _Key]  # (GPU index, position among its MIGs)
+
+
+def _devices(gpu: GpuPoll) -> _Devices:
+    """Index the poll's devices (and failing devices, which still have owners).
+
+    A MIG device's ``<mig index>`` is its position among its parent GPU's MIG
+    devices in the poll, which keeps NVML's enumeration order
+    (``nvmlDeviceGetMigDeviceHandleByIndex`` 0, 1, …; the NVML collector reads a
+    GPU's MIG devices all or none) — the ``j`` the NVIDIA device plugin puts in
+    ``<i>:<j>``.
+    """
     by_key: dict[_Key, _Slot] = {}
     by_mig: dict[str, _Key] = {}
     by_index: dict[int, _Key] = {}
+    by_mig_index: dict[tuple[int, int], _Key] = {}
+    mig_count: dict[int, int] = {}
     for dev in gpu.devices:
         key = _key(dev.uuid, dev.gpu_instance_id)
         by_key.setdefault(key, _Slot(dev.index, dev.uuid, dev.gpu_instance_id))
@@ -131,6 +159,10 @@ def _slots(gpu: GpuPoll) -> tuple[dict[_Key, _Slot], dict[str, _Key], dict[int, 
             by_mig.setdefault(dev.mig_uuid.lower(), key)
         if dev.gpu_instance_id is None:
             by_index.setdefault(dev.index, key)
+        else:
+            position = mig_count.get(dev.index, 0)
+            mig_count[dev.index] = position + 1
+            by_mig_index.setdefault((dev.index, position), key)
     for fail in gpu.failures:
         if fail.uuid is None:
             continue
@@ -138,26 +170,23 @@ def _slots(gpu: GpuPoll) -> tuple[dict[_Key, _Slot], dict[str, _Key], dict[int, 
         if key not in by_key:
             by_key[key] = _Slot(fail.index, fail.uuid, None)
             by_index.setdefault(fail.index, key)
-    return by_key, by_mig, by_index
+    return _Devices(by_key, by_mig, by_index, by_mig_index)
 
 
-def _resolve(
-    device_id: str,
-    by_key: Mapping[_Key, _Slot],
-    by_mig: Mapping[str, _Key],
-    by_index: Mapping[int, _Key],
-) -> _Key:
+def _resolve(device_id: str, devices: _Devices) -> _Key:
     parsed = parse_device_id(device_id)
     key: _Key | None = None
     if parsed.kind == "gpu" and parsed.uuid is not None:
         key = _key(parsed.uuid, None)
     elif parsed.kind == "index" and parsed.index is not None:
-        key = by_index.get(parsed.index)
+        key = devices.by_index.get(parsed.index)
     elif parsed.mig_uuid is not None:
-        key = by_mig.get(parsed.mig_uuid.lower())
+        key = devices.by_mig.get(parsed.mig_uuid.lower())
+    elif parsed.index is not None and parsed.mig_index is not None:
+        key = devices.by_mig_index.get((parsed.index, parsed.mig_index))
     elif parsed.uuid is not None:
         key = _key(parsed.uuid, parsed.gpu_instance_id)
-    if key is None or key not in by_key:
+    if key is None or key not in devices.by_key:
         raise AttributionError(f"device id {device_id[:80]!r} matches no device on this node")
     return key
 
@@ -166,11 +195,11 @@ def unresolved_allocations(
     gpu: GpuPoll, allocations: Sequence[Allocation]
 ) -> tuple[tuple[Allocation, str], ...]:
     """Allocations ``attribute`` leaves out, each with the reason (for logs/counters)."""
-    by_key, by_mig, by_index = _slots(gpu)
+    devices = _devices(gpu)
     out: list[tuple[Allocation, str]] = []
     for alloc in allocations:
         try:
-            _resolve(alloc.device_id, by_key, by_mig, by_index)
+            _resolve(alloc.device_id, devices)
         except AttributionError as err:
             out.append((alloc, str(err)))
     return tuple(out)
@@ -233,7 +262,8 @@ def attribute(
     - ``allocated`` tells whether the kubelet allocated the device to the
       container; ``allocated_since_timestamp`` is the pod's start time.
     """
-    by_key, by_mig, by_index = _slots(gpu)
+    devices = _devices(gpu)
+    by_key = devices.by_key
     pods_by_name = {(p.namespace, p.name): p for p in pods}
     pods_by_uid = {p.uid: p for p in pods if p.uid}
     owner_of: dict[str, tuple[PodMeta, str]] = {}
@@ -246,7 +276,7 @@ def attribute(
     allocated_names: dict[tuple[_Key, str, str], set[str]] = {}
     for alloc in allocations:
         try:
-            key = _resolve(alloc.device_id, by_key, by_mig, by_index)
+            key = _resolve(alloc.device_id, devices)
         except AttributionError:
             continue
         rows.setdefault((key, alloc.namespace, alloc.pod, alloc.container), _Acc()).allocated = True

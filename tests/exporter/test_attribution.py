@@ -217,6 +217,8 @@ def test_each_id_form_resolves_to_its_device() -> None:
         (MIG1, DeviceId("mig", mig_uuid=MIG1)),
         (f"{MIG1}::0", DeviceId("mig", mig_uuid=MIG1, replica=0)),
         (f"MIG-{U0}/7/0", DeviceId("mig", uuid=U0, gpu_instance_id=7)),
+        ("1:0", DeviceId("mig", index=1, mig_index=0)),
+        ("12:6::3", DeviceId("mig", index=12, mig_index=6, replica=3)),
     ],
 )
 def test_parse_device_id_forms(text: str, want: DeviceId) -> None:
@@ -224,7 +226,11 @@ def test_parse_device_id_forms(text: str, want: DeviceId) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "GPU-", "gpu0", "-1", "3::", "::1", "MIG-", "x" * 400, "GPU-a b", "3\n", "\u0663"]
+    "text",
+    [
+        *("", "GPU-", "gpu0", "-1", "3::", "::1", "MIG-", "x" * 400, "GPU-a b", "3\n", "\u0663"),
+        *("1:", ":1", "1:2:3", "1:-1", "a:1", "1:0\n", "nvidia0/gi1", "nvidia0"),
+    ],
 )
 def test_parse_device_id_rejects(text: str) -> None:
     with pytest.raises(DeviceIdError):
@@ -352,3 +358,26 @@ def test_chain_time_sliced_gpu_and_idle_holder_from_real_sources() -> None:
         (1, "hub", "idle", "notebook", True, 0.0, 0),
     ]
     assert rows[0].allocated_since_timestamp == 1795237200.0  # 2026-11-21T05:00:00Z
+
+
+def test_mig_index_form_resolves_by_position_among_the_gpus_mig_devices() -> None:
+    """``<gpu index>:<mig index>`` (device plugin, ``--device-id-strategy=index``): the
+    MIG index is the device's position among its GPU's MIG devices as NVML lists
+    them, not its GPU instance id."""
+    whole = dev(0, U0)
+    first = dev(1, U1, gpu_instance_id=5, mig_uuid=MIG1)  # NVML lists it first
+    second = dev(1, U1, gpu_instance_id=1, mig_uuid=MIG2)
+    gpu = GpuPoll(devices=(whole, first, second))
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/mig-3g.40gb", "1:0"),
+        Allocation("ml", "b", "main", "nvidia.com/mig-1g.10gb", "1:1::2"),
+        Allocation("ml", "c", "main", "nvidia.com/mig-1g.10gb", "1:2"),  # no third MIG
+        Allocation("ml", "d", "main", "nvidia.com/mig-1g.10gb", "0:0"),  # GPU 0: no MIG
+        Allocation("ml", "e", "main", "nvidia.com/gpu", "1"),  # GPU 1 is split: no whole
+    ]
+    rows = attribute(gpu, allocs, [], {})
+    assert [(r.pod, r.index, r.uuid, r.gpu_instance_id) for r in rows] == [
+        ("b", 1, U1, 1),
+        ("a", 1, U1, 5),
+    ]
+    assert {a.pod for a, _ in unresolved_allocations(gpu, allocs)} == {"c", "d", "e"}
