@@ -65,6 +65,7 @@ def truncate(run: Run, point: float) -> Run:
 PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
 DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
 PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
+MIX_GRID = tuple(i / 10 for i in range(11))  # a same-job prior's weight against the rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,7 @@ class EtaModel:
         pooled: str = "rlm",
         tail_levels: str = "per_tail",
         sigma_power: float = SIGMA_POWER,
+        measured_mix: bool = True,
     ) -> None:
         self.random_state = random_state
         self.coverage = coverage
@@ -121,6 +123,7 @@ class EtaModel:
             )
         self.tail_levels = tail_levels
         self.sigma_power = sigma_power
+        self.measured_mix = measured_mix
 
     def fit(self, history: Sequence[Run]) -> EtaModel:
         """Learn from finished runs (``completed`` True or False); returns ``self``."""
@@ -139,6 +142,18 @@ class EtaModel:
             for s in samples
         ]
         self.weights_ = self._tune(samples)
+        self.mix_: dict[float, float] = {}
+        if self.measured_mix:
+            self.mix_ = self._mixes(samples, self.weights_)
+            samples = [
+                dataclasses.replace(
+                    s,
+                    parts=tuple(
+                        dataclasses.replace(c, prior_mix=self.mix_.get(s.point)) for c in s.parts
+                    ),
+                )
+                for s in samples
+            ]
         residuals = self._residuals(samples, self.weights_)
         self.blend_ = blend
         measure = functools.partial(
@@ -261,7 +276,54 @@ class EtaModel:
             c,
             rate_floor=self.rate_floor_.get(point, 0.0),
             prior_floor=self.prior_floor_.get(point, 0.0) if c.prior_level == "job_batch" else 0.0,
+            prior_mix=getattr(self, "mix_", {}).get(point),
         )
+
+    def _mixes(
+        self, samples: Sequence[_Sample], weights: Mapping[float, tuple[float, float, float]]
+    ) -> dict[float, float]:
+        """The same-job prior's weight against the run's own rate, measured per point.
+
+        Why: precision weights rest on two sigmas, and on a shared node neither is a
+        good description of the error: a run's rate is right until a neighbour
+        arrives or leaves (a bimodal error whose spread says little about which
+        weight minimises it) and a job's history averages over neighbours coming and
+        going. So the weight itself is chosen where it matters, on the replayed past
+        runs that had a same-job prior: the grid weight with the smallest median
+        error of the shift-corrected P50 (what is published), kept only when it
+        beats the precision weights by ``tune_margin`` on ``min_samples`` or more.
+        """
+        grid = self._huber_grid()
+        out: dict[float, float] = {}
+        for point in POINTS[1:]:
+            chosen = [
+                s
+                for s in samples
+                if s.point == point
+                and s.parts[0].rate is not None
+                and s.parts[0].prior_level == "job_batch"
+            ]
+            if len(chosen) < self.min_samples:
+                continue
+            huber_c, drift, prior_scale = weights[point]
+            parts = [s.parts[grid.index(huber_c)] for s in chosen]
+            actual = np.array([s.actual for s in chosen])
+            n = len(chosen)
+
+            def score(center: np.ndarray, actual: np.ndarray = actual, n: int = n) -> float:
+                resid = actual - center
+                shift = np.median(resid) * n / (n + self.shift_prior)
+                return float(np.median(np.abs(np.expm1(shift - resid))))
+
+            base, _ = combine_many(parts, drift, prior_scale, self._job_scale(prior_scale))
+            plain = [dataclasses.replace(c, prior_mix=0.0) for c in parts]
+            mu_r, _ = combine_many(plain, drift, prior_scale, self._job_scale(prior_scale))
+            mu_p = np.array([c.prior_center for c in parts])
+            scores = {w: score(w * mu_p + (1.0 - w) * mu_r) for w in MIX_GRID}
+            best = min(scores, key=scores.__getitem__)
+            if scores[best] < (1.0 - self.tune_margin) * score(base):
+                out[point] = best
+        return out
 
     def _job_scale(self, prior_scale: float) -> float:
         """The same-job-same-batch prior's sigma multiplier for a tuned ``prior_scale``.

@@ -59,6 +59,9 @@ class Components:
     prior_level: str = ""  # PriorEstimate.level: "job_batch", "job", "regression", …
     rate_floor: float = 0.0  # the cluster's measured error of own rates (EtaModel sets it)
     prior_floor: float = 0.0  # the same for a same-job prior (EtaModel sets it)
+    # a same-job prior's measured weight against the rate (EtaModel sets it; None:
+    # precision weights decide)
+    prior_mix: float | None = None
 
     def combine(
         self, drift: float, prior_scale: float, job_prior_scale: float | None = None
@@ -85,6 +88,9 @@ class Components:
         mu_r = center + math.log(max(self.remaining, 1e-9))
         s_r = max(rate_sigma(scale, n_eff, self.remaining, self.done, drift), self.rate_floor)
         mu, sigma, w_p = combine((mu_r, s_r), (self.prior_center, s_p))
+        if self.prior_mix is not None and self.prior_level == "job_batch":
+            w_p = self.prior_mix
+            mu = w_p * self.prior_center + (1.0 - w_p) * mu_r
         return RawEstimate(mu, sigma, "blend", n, w_p)
 
 
@@ -125,6 +131,16 @@ def combine_many(
     w_r, w_p = 1.0 / s_r**2, 1.0 / p_s**2
     total = w_r + w_p
     center = np.where(has, (w_r * mu_r + w_p * p_c) / total, p_c)
+    mix = np.fromiter(
+        (
+            c.prior_mix if c.prior_mix is not None and c.prior_level == "job_batch" else np.nan
+            for c in parts
+        ),
+        float,
+        n,
+    )
+    mixed = has & np.isfinite(mix)
+    center = np.where(mixed, mix * p_c + (1.0 - mix) * mu_r, center)
     sigma = np.where(has, np.sqrt(1.0 / total), p_alone)
     return center, sigma
 

@@ -180,3 +180,32 @@ def test_levels_move_only_the_tail_that_missed() -> None:
 def test_unknown_tail_levels_is_a_clear_error() -> None:
     with pytest.raises(ForecasterError, match="tail_levels"):
         EtaModel(tail_levels="both")
+
+
+def test_measured_mix_is_chosen_on_past_runs_and_helps_new_ones() -> None:
+    """Where a neighbour doubles or halves most runs' speed part-way, the same-job
+    prior's weight against the rate is measured on past runs; on new runs of the same
+    process the published median error with that weight is no worse than with
+    precision weights alone, and strictly better somewhere. Steady runs need no
+    measured weight."""
+    steady = EtaModel(random_state=0).fit(shared_history(120, 3, change=False))
+    assert steady.mix_ == {}
+    history = shared_history(120, 3, change=True)
+    new = shared_history(240, 9, change=True)[120:]
+    mixed = EtaModel(random_state=0).fit(history)
+    plain = EtaModel(random_state=0, measured_mix=False).fit(history)
+    assert mixed.mix_ and plain.mix_ == {}
+    assert all(0.0 <= w <= 1.0 for w in mixed.mix_.values())
+    gains = []
+    for point in mixed.mix_:
+        errs = {}
+        for name, model in (("mixed", mixed), ("plain", plain)):
+            e = []
+            for run in new:
+                part = truncate(run, point)
+                truth = run.last_timestamp - part.last_timestamp
+                e.append(abs(model.predict(part, part.last_timestamp).p50 - truth) / truth)
+            errs[name] = float(np.median(e))
+        assert errs["mixed"] <= errs["plain"] * 1.001, point
+        gains.append(errs["plain"] - errs["mixed"])
+    assert max(gains) > 0

@@ -54,3 +54,37 @@ def test_a_prior_standing_alone_keeps_its_own_spread() -> None:
     assert alone.combine(drift=0.1, prior_scale=0.5).sigma == 0.25  # narrowing still applies
     centers, sigmas = combine_many([alone], drift=0.1, prior_scale=8.0)
     assert (centers[0], sigmas[0]) == (5.0, 0.5)
+
+
+def test_a_measured_mix_sets_a_job_priors_weight_in_both_paths() -> None:
+    """``prior_mix`` replaces the precision weight of a same-job prior only, the
+    scalar and the vectorised paths agree, and the interval's sigma is unchanged."""
+    import math
+
+    from forecaster.estimators.blend import Components, combine_many
+
+    def part(level: str, mix: float | None) -> Components:
+        return Components(
+            prior_center=math.log(40.0),
+            prior_sigma=0.1,
+            prior_n=5,
+            rate=(math.log(2.0), 0.05, 4.0, 4),
+            remaining=10.0,
+            done=4.0,
+            prior_level=level,
+            prior_mix=mix,
+        )
+
+    mu_r = math.log(2.0 * 10.0)
+    for level, mix in (("job_batch", 0.25), ("job_batch", None), ("regression", 0.25)):
+        c = part(level, mix)
+        raw = c.combine(drift=0.1, prior_scale=1.0)
+        plain = part(level, None).combine(drift=0.1, prior_scale=1.0)
+        if level == "job_batch" and mix is not None:
+            assert raw.center == pytest.approx(0.25 * math.log(40.0) + 0.75 * mu_r)
+            assert raw.prior_weight == 0.25
+        else:
+            assert raw.center == pytest.approx(plain.center)
+        assert raw.sigma == pytest.approx(plain.sigma)
+        centers, sigmas = combine_many([c], drift=0.1, prior_scale=1.0)
+        assert centers[0] == pytest.approx(raw.center) and sigmas[0] == pytest.approx(raw.sigma)
