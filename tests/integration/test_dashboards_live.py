@@ -31,13 +31,14 @@ import math
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import requests
 import yaml
 
 from demo.prometheus import PrometheusServer, start_prometheus
+from forecaster.promapi import PromClient, Sample
 
 pytestmark = pytest.mark.integration
 
@@ -113,49 +114,40 @@ def interpolate(expr: str, values: dict[str, str]) -> str:
     return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: values.get(m.group(1), m.group(0)), expr)
 
 
-class Stack:
-    """Queries a Prometheus at a fixed evaluation time (the end of its data)."""
+@dataclass(frozen=True)
+class PromAt:
+    """A Prometheus queried at one evaluation time (the end of its data), through the
+    project's own client (``forecaster.promapi``), as the forecaster and top query it."""
 
-    def __init__(self, url: str, at: float) -> None:
-        self.url = url
-        self.at = at
+    client: PromClient
+    at: float
 
-    def _get(self, path: str, params: dict) -> list:
-        resp = requests.get(f"{self.url}{path}", params=params, timeout=30)
-        body = resp.json()
-        assert body.get("status") == "success", f"{params}: {body}"
-        return body["data"]["result"] if "result" in body.get("data", {}) else body["data"]
+    def instant(self, expr: str) -> list[Sample]:
+        return self.client.instant(expr, at=self.at)
 
     def has_data(self, expr: str, instant: bool) -> bool:
         if instant:
-            result = self._get("/api/v1/query", {"query": expr, "time": self.at})
-            return any(_finite(s["value"][1]) for s in result)
-        result = self._get(
-            "/api/v1/query_range",
-            {"query": expr, "start": self.at - 3600, "end": self.at, "step": 60},
-        )
-        return any(_finite(v) for s in result for _, v in s["values"])
+            return any(math.isfinite(s.value) for s in self.instant(expr))
+        series = self.client.range(expr, self.at - 3600, self.at, 60)
+        return any(math.isfinite(v) for s in series for _, v in s.points)
 
     def label_values(self, selector: str, label: str) -> list[str]:
-        """Values over the last hour, those seen in the last 5 minutes (running pods) first."""
+        """Values over the last hour, those seen in the last 5 minutes (running pods) first
+        (Grafana's ``label_values``, as a query: series with a sample in the window)."""
 
         def values(seconds: int) -> list[str]:
-            resp = requests.get(
-                f"{self.url}/api/v1/label/{label}/values",
-                params={"match[]": selector, "start": self.at - seconds, "end": self.at},
-                timeout=30,
-            )
-            return sorted(resp.json()["data"])
+            found = self.instant(f"group by ({label}) (last_over_time({selector}[{seconds}s]))")
+            return sorted({s.labels.get(label, "") for s in found} - {""})
 
         recent = values(300)
         return recent + [value for value in values(3600) if value not in recent]
 
 
-def _finite(value: str) -> bool:
-    return math.isfinite(float(value))
+def client(url: str) -> PromClient:
+    return PromClient(url, timeout_seconds=30.0)
 
 
-def _variable_choices(board: dict, stack: Stack) -> Iterator[dict[str, str]]:
+def _variable_choices(board: dict, stack: PromAt) -> Iterator[dict[str, str]]:
     """Every assignment of the dashboard's variables worth trying (All for multi ones)."""
     variables = [v for v in board["templating"]["list"] if v["type"] == "query"]
     fixed = {v["name"]: ".*" for v in variables if v.get("multi")}
@@ -175,7 +167,7 @@ def _variable_choices(board: dict, stack: Stack) -> Iterator[dict[str, str]]:
     yield from itertools.islice(expand(0, fixed), 200)
 
 
-def _missing(board: dict, name: str, stack: Stack, values: dict, exempt: set) -> list[str]:
+def _missing(board: dict, name: str, stack: PromAt, values: dict, exempt: set) -> list[str]:
     missing = []
     for panel, target in _targets(board):
         if (name, panel["title"], target["refId"]) in exempt:
@@ -186,7 +178,7 @@ def _missing(board: dict, name: str, stack: Stack, values: dict, exempt: set) ->
     return missing
 
 
-def dashboard_failures(stack: Stack, exempt: set) -> dict:
+def dashboard_failures(stack: PromAt, exempt: set) -> dict:
     """Per dashboard: the best variable choice and its targets without data (empty = pass)."""
     failures = {}
     for path in FILES:
@@ -204,7 +196,7 @@ def dashboard_failures(stack: Stack, exempt: set) -> dict:
     return failures
 
 
-def check_dashboards(stack: Stack, exempt: set) -> None:
+def check_dashboards(stack: PromAt, exempt: set) -> None:
     failures = dashboard_failures(stack, exempt)
     assert not failures, json.dumps(failures, indent=2)
 
@@ -466,24 +458,26 @@ def contract_openmetrics(end: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def contract_prometheus(tmp_path_factory) -> Iterator[Stack]:
+def contract_prometheus(tmp_path_factory) -> Iterator[PromAt]:
     end = int(time.time()) // STEP * STEP - STEP
     data = tmp_path_factory.mktemp("contract") / "series.om"
     data.write_text(contract_openmetrics(end))
     server: PrometheusServer = start_prometheus([], backfill_files=[data])
+    prom = client(server.url)
     try:
-        yield Stack(server.url, float(end))
+        yield PromAt(prom, float(end))
     finally:
+        prom.close()
         server.stop()
 
 
 @pytest.mark.slow
-def test_every_panel_returns_data_on_contract_series(contract_prometheus: Stack) -> None:
+def test_every_panel_returns_data_on_contract_series(contract_prometheus: PromAt) -> None:
     check_dashboards(contract_prometheus, exempt=set())
 
 
 @pytest.mark.slow
-def test_a_wrong_metric_name_is_caught(contract_prometheus: Stack) -> None:
+def test_a_wrong_metric_name_is_caught(contract_prometheus: PromAt) -> None:
     """The check is not vacuous: a misspelt metric shows no data."""
     assert contract_prometheus.has_data("gpu_eta_gpu_utilization_ratio", instant=True)
     assert not contract_prometheus.has_data("gpu_eta_gpu_utilisation_ratio", instant=True)
@@ -491,17 +485,18 @@ def test_a_wrong_metric_name_is_caught(contract_prometheus: Stack) -> None:
 
 @pytest.mark.slow
 def test_every_panel_returns_data_on_the_demo(demo_stack) -> None:
-    demo = demo_stack
+    prom = client(demo_stack.prometheus_url)
     # A demo that has just started has runs with a single finished epoch (no epoch
     # duration over the last 15 minutes yet): poll, as a user would wait a minute.
     deadline = time.monotonic() + DEMO_WARMUP_SECONDS
-    while True:
-        failures = dashboard_failures(
-            Stack(demo.prometheus_url, time.time()), set(DEMO_EMPTY_TARGETS)
-        )
-        if not failures or time.monotonic() > deadline:
-            break
-        time.sleep(5)
+    try:
+        while True:
+            failures = dashboard_failures(PromAt(prom, time.time()), set(DEMO_EMPTY_TARGETS))
+            if not failures or time.monotonic() > deadline:
+                break
+            time.sleep(5)
+    finally:
+        prom.close()
     assert not failures, json.dumps(failures, indent=2)
 
 
@@ -512,7 +507,7 @@ def test_every_panel_returns_data_on_the_demo(demo_stack) -> None:
     ids=["dcgm-exported_pod", "dcgm-pod"],
 )
 def test_dcgm_join_tolerates_both_label_styles(
-    contract_prometheus: Stack, namespace: str, pod: str
+    contract_prometheus: PromAt, namespace: str, pod: str
 ) -> None:
     """train-a's DCGM series carry exported_pod (no honorLabels), train-b's carry pod."""
     board = json.loads((ROOT / "grafana" / "training-job.json").read_text())
@@ -534,19 +529,13 @@ def _alert_exprs() -> dict[str, str]:
     return {r.get("alert") or r["record"]: r["expr"] for g in groups for r in g["rules"]}
 
 
-def _instant(stack: Stack, expr: str) -> list[dict]:
-    return stack._get("/api/v1/query", {"query": expr, "time": stack.at})
-
-
 @pytest.mark.slow
-def test_alert_rules_on_contract_series(contract_prometheus: Stack) -> None:
+def test_alert_rules_on_contract_series(contract_prometheus: PromAt) -> None:
     """Rule expressions on exporter-shaped data: no matching errors, and the right firing set."""
     exprs = _alert_exprs()
-    results = {name: _instant(contract_prometheus, expr) for name, expr in exprs.items()}
+    results = {name: contract_prometheus.instant(expr) for name, expr in exprs.items()}
     # idle-nb has held n1/1 for 2 h 10 min at 0 %: the only allocated-but-idle GPU
-    idle = [
-        (r["metric"]["namespace"], r["metric"]["pod"]) for r in results["GpuEtaGpuAllocatedIdle"]
-    ]
+    idle = [(s.labels["namespace"], s.labels["pod"]) for s in results["GpuEtaGpuAllocatedIdle"]]
     assert idle == [("ml", "idle-nb")]
     # nothing else is wrong in that cluster
     for name in (
@@ -563,5 +552,5 @@ def test_alert_rules_on_contract_series(contract_prometheus: Stack) -> None:
         "GpuEtaExporterKubeSyncStale",
     ):
         assert results[name] == [], (name, results[name])
-    free = {r["metric"]["node"]: r["value"][1] for r in results["node:gpu_eta_gpus_free:count"]}
-    assert free == {"n2": "1"}
+    free = {s.labels["node"]: s.value for s in results["node:gpu_eta_gpus_free:count"]}
+    assert free == {"n2": 1.0}
