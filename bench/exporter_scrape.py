@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from demo.driver import post_progress  # noqa: E402
-from demo.launcher import start_http  # noqa: E402
+from demo.launcher import LaunchError, start_http  # noqa: E402
 from demo.prometheus import free_port, stop_process  # noqa: E402
 
 N_GPUS = 8
@@ -259,4 +259,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except LaunchError as err:  # the exporter or node_exporter did not start: say why
+        sys.exit(f"exporter_scrape: {err}")
