@@ -1,4 +1,5 @@
-"""Stack helpers: busy ports are reported and replaced; process groups are stopped whole."""
+"""Stack helpers: busy ports are reported and replaced; process groups are stopped whole;
+a child that cannot start stops the stack with its log's last lines."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from demo.stack import pick_port, port_is_free, stop_process
+import pytest
+
+from demo.cluster import ClusterConfig
+from demo.stack import Stack, StackConfig, StackError, pick_port, port_is_free, stop_process
 
 
 def test_busy_port_is_replaced_and_named() -> None:
@@ -59,3 +63,27 @@ def test_stop_process_kills_the_whole_group_even_if_sigterm_is_ignored(tmp_path:
             break  # killed; waiting to be reaped by init
         assert time.monotonic() < deadline, "grandchild survived"
         time.sleep(0.05)
+
+
+def test_an_exporter_that_cannot_start_is_named_with_its_log_lines(tmp_path: Path) -> None:
+    """A child that exits at start stops the whole stack with its own words (demo.launcher)."""
+    config = StackConfig(
+        cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
+        history_days=0,
+        prometheus_port=0,
+        forecaster_port=0,
+        collection_interval="nonsense",  # the exporter refuses it (exit 2)
+        workdir=tmp_path,
+    )
+    stack = Stack(config, say=lambda _msg: None)
+    with pytest.raises(StackError) as info, stack:
+        pass
+    first, *rest = str(info.value).splitlines()
+    assert first.startswith("exporter-gpu-node-0 exited with code 2 before answering http://")
+    assert str(tmp_path / "logs" / "exporter-gpu-node-0.log") in first
+    assert rest[-1] == (
+        "  gpu-eta exporter: --collection.interval: expected a duration like 5s or 500ms, "
+        "got 'nonsense'"
+    )
+    assert stack.prometheus is None and stack.forecaster is None  # it stopped there
+    assert all(proc.poll() is not None for proc in stack.processes())
