@@ -745,9 +745,7 @@ def exporter_health() -> dict:
                 "{{node}} connected",
                 "B",
             ),
-        )
-        .span(24)
-        .override_by_query(
+        ).override_by_query(
             "B",
             [
                 DynamicConfigValue(id_val="unit", value="none"),
@@ -758,6 +756,20 @@ def exporter_health() -> dict:
                 DynamicConfigValue(id_val="custom.lineInterpolation", value="stepAfter"),
             ],
         ),
+        ts(
+            "Unresolved GPU allocations",
+            "Kubelet GPU allocations (pod-resources) in each exporter's current snapshot "
+            "whose device id matches no device NVML lists on the node, or is in no accepted "
+            "form (docs/attribution.md). They give no gpu_eta_pod_gpu_allocated row, so "
+            "those GPUs show no holder and count as free on the other dashboards. 0 is "
+            "healthy; GpuEtaExporterUnresolvedAllocations fires after 15 minutes above 0. "
+            "The exporter logs each one once ('is not attributed': pod, container, device "
+            "id, reason). Empty when the gpu or podresources collector is off.",
+            "none",
+            q(f"gpu_eta_exporter_unresolved_allocations{{{NODE}}}", "{{node}}"),
+        )
+        .decimals(0)
+        .min(0),
         ts(
             "Collector errors by source",
             "Failed collector runs per second. A collector that fails keeps its last good "

@@ -240,6 +240,7 @@ def contract_openmetrics(end: int) -> str:
             put("scrape_samples_post_metric_relabeling", exporter, t, 160)
             put("gpu_eta_exporter_build_info", {**exporter, "node": node, "version": "0.1.0"}, t, 1)
             put("gpu_eta_exporter_snapshot_age_seconds", {**exporter, "node": node}, t, 5)
+            put("gpu_eta_exporter_unresolved_allocations", {**exporter, "node": node}, t, 0)
             for collector in (
                 "gpu",
                 "podresources",
@@ -550,6 +551,7 @@ def test_alert_rules_on_contract_series(contract_prometheus: PromAt) -> None:
         "GpuEtaExporterSnapshotStale",
         "GpuEtaGpuReadFailing",
         "GpuEtaExporterKubeSyncStale",
+        "GpuEtaExporterUnresolvedAllocations",
     ):
         assert results[name] == [], (name, results[name])
     free = {s.labels["node"]: s.value for s in results["node:gpu_eta_gpus_free:count"]}
