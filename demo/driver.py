@@ -30,9 +30,8 @@ from typing import Any
 
 from demo.cluster import ClusterSim, Event, Pod
 from demo.scenarios import node_scenario, write_scenario
-from exporter.progress import derived_run_id
+from exporter.progress import Report, derived_run_id, parse_report
 from exporter.progress_store import ProgressStore
-from exporter.readings import Progress
 
 log = logging.getLogger("gpu_eta.demo")
 
@@ -84,50 +83,47 @@ def log_run_id(pod: Pod, anchor: float) -> str:
     return derived_run_id(pod.namespace, pod.name, pod.container, "log", log_run_start(pod, anchor))
 
 
-def resumed_progress(pod: Pod, anchor: float) -> Progress | None:
-    """What a node's exporter holds at the anchor for an HTTP pod that began before it.
+def warm_up_reports(pod: Pod, anchor: float) -> list[tuple[float, Report]]:
+    """The reports an HTTP pod still running at the anchor sent during the warm-up.
 
-    The exporter "has been running" through the warm-up: this is the progress its
-    store would have after the pod's reports so far (same run id, run start, epoch,
-    epoch end and last report time as the backfilled series). Written into the
-    exporter's state file (``--progress.state-file``) before it starts, so its series
-    are live from the first scrape, and Prometheus marks them stale when the pod
-    goes. None for pods that report otherwise or have not started training yet.
+    Each is ``(unix time it arrived, Report)``: the body the driver would have posted
+    (``report_body``), validated by the listener's own ``parse_report``, in order: the
+    run's start, then one per epoch ended by the anchor. Empty for pods that report
+    otherwise, are gone by the anchor, or have not started training yet.
     """
     if pod.kind != "training" or pod.report != "http" or pod.run_start is None:
-        return None
+        return []
     if pod.run_start > 0 or (pod.end is not None and pod.end <= 0):
-        return None
-    spe = steps_per_epoch(pod)
-    ends = [e for e in pod.epoch_ends if e <= 0]
-    done = len(ends)
-    return Progress(
-        namespace=pod.namespace,
-        pod=pod.name,
-        container=pod.container,
-        run_id=pod.run_id,
-        run_start_timestamp=round(anchor + pod.run_start, 3),
-        last_report_timestamp=anchor + (ends[-1] if ends else pod.run_start),
-        source="http",
-        epoch=float(done),
-        epochs=float(pod.epochs),
-        step=float(done * spe),
-        steps=float(pod.epochs * spe),
-        batch_size=float(pod.batch_size),
-        epoch_end_timestamp=anchor + ends[-1] if ends else None,
-        metrics={"loss": loss_at(done)} if done else {},
-    )
+        return []
+    events = [Event(pod.run_start, "run_start", pod)] + [
+        Event(t, "epoch_end", pod, epoch=k) for k, t in enumerate(pod.epoch_ends, 1) if t <= 0
+    ]
+    reports = []
+    for event in events:
+        now = anchor + event.t
+        body = json.dumps(report_body(pod, event, anchor))
+        reports.append((now, parse_report(body, now=now)))
+    return reports
 
 
 def write_progress_state(path: Path, pods: list[Pod], anchor: float) -> int:
-    """The exporter's state file (docs/progress.md) with the resumed HTTP runs of ``pods``."""
+    """The exporter's state file (docs/progress.md) as it would be after the warm-up.
+
+    The exporter "has been running" through the warm-up: each HTTP pod's reports so far
+    (``warm_up_reports``) go through ``ProgressStore.merge`` with the time they
+    arrived, the path real reports take, so run id, run start, epoch, epoch end and
+    last report time are what the exporter itself would have saved (and match the
+    backfilled series). Written before the exporter starts (``--progress.state-file``),
+    so its series are live from the first scrape and Prometheus marks them stale when
+    the pod goes. Returns how many pods it holds.
+    """
     store = ProgressStore(state_path=path)
     count = 0
     for pod in pods:
-        progress = resumed_progress(pod, anchor)
-        if progress is not None:
-            store.update(progress)
-            count += 1
+        reports = warm_up_reports(pod, anchor)
+        for now, report in reports:
+            store.merge(pod.namespace, pod.name, pod.container, "http", report, now=now)
+        count += bool(reports)
     store.save()
     return count
 

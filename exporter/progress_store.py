@@ -65,22 +65,6 @@ class ProgressStore:
 
     # -- writing ---------------------------------------------------------------------
 
-    def update(self, progress: Progress) -> None:
-        """Store ``progress`` as is, as the latest of its container and source.
-
-        Not the ingestion path (the listener and the log collector fold reports in
-        with ``merge``, and the tests use that): this seeds a store with records
-        known in full, which is how the demo writes its warm-start state file
-        (``demo/driver.py write_progress_state``).
-        """
-        if progress.source not in _SOURCES:
-            raise ValueError(f"unknown progress source {progress.source!r}")
-        key = (progress.namespace, progress.pod, progress.container, progress.source)
-        with self._lock:
-            self._entries[key] = progress
-            self._dirty = True
-            self._evict()
-
     def merge(
         self,
         namespace: str,

@@ -21,8 +21,10 @@ from demo.driver import (
     ProgressSender,
     log_run_id,
     log_run_start,
+    loss_at,
     report_body,
-    resumed_progress,
+    steps_per_epoch,
+    warm_up_reports,
     write_progress_state,
 )
 from exporter.collectors.logs import LogProgressCollector
@@ -234,7 +236,7 @@ def test_replayed_logs_give_the_exporter_the_backfills_run(warm, tmp_path: Path)
 def test_exporter_state_file_resumes_http_runs_where_the_backfill_ends(warm, tmp_path) -> None:
     """Each exporter starts with the progress it would hold after the warm-up, so its
     series are live (and go stale when the pod goes) from the first scrape."""
-    sim, _, _ = warm
+    sim, _, future = warm
     path = tmp_path / "state.json"
     count = write_progress_state(path, sim.pods, ANCHOR)
     loaded = ProgressStore(state_path=path)  # the exporter's own loader
@@ -247,16 +249,38 @@ def test_exporter_state_file_resumes_http_runs_where_the_backfill_ends(warm, tmp
         assert got.run_start_timestamp == pytest.approx(ANCHOR + pod.run_start, abs=1e-3)
         done = _done(pod, 0.0)
         assert got.epoch == done and got.epochs == pod.epochs
+        spe = steps_per_epoch(pod)
+        assert got.step == done * spe and got.steps == pod.epochs * spe
+        assert got.batch_size == pod.batch_size
         last = max((e for e in pod.epoch_ends if e <= 0), default=None)
         if last is None:
-            assert got.epoch_end_timestamp is None
+            assert got.epoch_end_timestamp is None and dict(got.metrics) == {}
+            assert got.last_report_timestamp == pytest.approx(ANCHOR + pod.run_start, abs=1e-6)
         else:
-            assert got.epoch_end_timestamp == pytest.approx(ANCHOR + last)
-            assert got.last_report_timestamp == pytest.approx(ANCHOR + last)
-    # notebooks, log pods and runs not started yet are not in it
-    assert all(resumed_progress(p, ANCHOR) is None for p in sim.pods if p.report != "http")
+            assert got.epoch_end_timestamp == pytest.approx(ANCHOR + last, abs=1e-6)
+            assert got.last_report_timestamp == pytest.approx(ANCHOR + last, abs=1e-6)
+            assert dict(got.metrics) == {"loss": loss_at(done)}
+        # the reports it was built from: the run's start, then one per epoch ended
+        assert len(warm_up_reports(pod, ANCHOR)) == 1 + done
+    # each resumed run's next live report continues it: same run, one more epoch, ended now
+    continued = 0
+    for e in future:
+        if e.kind != "epoch_end" or e.pod not in runs or e.epoch != _done(e.pod, 0.0) + 1:
+            continue
+        pod = e.pod
+        before = loaded.get(pod.namespace, pod.name, "trainer", "http")
+        now = ANCHOR + e.t
+        report = parse_report(json.dumps(report_body(pod, e, ANCHOR)), now=now)
+        after = loaded.merge(pod.namespace, pod.name, "trainer", "http", report, now=now)
+        assert after.run_id == before.run_id
+        assert after.run_start_timestamp == before.run_start_timestamp
+        assert after.epoch == before.epoch + 1 and after.epoch_end_timestamp == now
+        continued += 1
+    assert continued >= 3
+    # notebooks, log pods, pods gone by the anchor and runs not started yet are not in it
+    assert all(warm_up_reports(p, ANCHOR) == [] for p in sim.pods if p.report != "http")
     assert all(
-        resumed_progress(p, ANCHOR) is None
+        warm_up_reports(p, ANCHOR) == []
         for p in sim.pods
-        if p.run_start is None or p.run_start > 0
+        if p.run_start is None or p.run_start > 0 or (p.end is not None and p.end <= 0)
     )
