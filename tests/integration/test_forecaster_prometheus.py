@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from demo.prometheus import ScrapeJob, find_binary, free_port
+from demo.launcher import log_tail, spawn, start_http
+from demo.prometheus import ScrapeJob, find_binary, free_port, stop_process
 from forecaster import queries
 from forecaster.cycle import Cycle, CycleSettings
 from forecaster.history import HistoryStore
@@ -201,16 +202,14 @@ def backfill(tmp_path: Path) -> tuple[Path, float]:
 
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen]]:
+    """Processes a test started (``demo.launcher``, each in its own session): all stopped
+    with their process groups afterwards, whatever happened, the last started first."""
     started: list[subprocess.Popen] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+    try:
+        yield started
+    finally:
+        for proc in reversed(started):
+            stop_process(proc, grace_seconds=20)
 
 
 def values(prom, expr: str) -> dict[str, float]:
@@ -258,12 +257,14 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
     prom_dir = tmp_path / "prom"
     jobs = [ScrapeJob("forecaster", [f"127.0.0.1:{fport}"])]
     prom = prometheus_factory(jobs, data_dir=prom_dir, backfill_files=[om])
-    log = (tmp_path / "serve.log").open("w")
-    procs.append(
-        subprocess.Popen(
-            serve_cmd(prom.url, fport, tmp_path / "h.sqlite"), stdout=log, stderr=subprocess.STDOUT
-        )
+    serve_log = tmp_path / "serve.log"
+    serve = start_http(
+        serve_cmd(prom.url, fport, tmp_path / "h.sqlite"),
+        f"http://127.0.0.1:{fport}/-/healthy",
+        serve_log,
+        name="forecaster serve",
     )
+    procs.append(serve)
     metric = "gpu_eta_job_predicted_completion_timestamp_seconds"
     prom.wait_for(f'{metric}{{quantile="0.5"}}', timeout=120, min_results=7)
 
@@ -323,10 +324,9 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
     wait_until(lambda: "gpu_eta_forecaster_stale 0.0" in scrape_text(url), what="stale 0")
     prom2.wait_for("gpu_eta_forecaster_stale == 0", timeout=60)
 
-    procs[0].terminate()
-    assert procs[0].wait(timeout=30) == 0  # SIGTERM: clean stop
-    log.close()
-    assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    serve.terminate()
+    assert serve.wait(timeout=30) == 0  # SIGTERM: clean stop
+    assert "Traceback" not in serve_log.read_text()
 
 
 def test_once_pushes_through_a_real_pushgateway(
@@ -334,16 +334,14 @@ def test_once_pushes_through_a_real_pushgateway(
 ) -> None:
     om, _ = backfill
     gport = free_port()
-    procs.append(
-        subprocess.Popen(
-            [find_binary("prometheus-pushgateway"), f"--web.listen-address=127.0.0.1:{gport}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    )
     gw = f"http://127.0.0.1:{gport}"
-    wait_until(
-        lambda: requests.get(gw + "/-/ready", timeout=2).status_code == 200, 30, "pushgateway"
+    procs.append(
+        start_http(
+            [find_binary("prometheus-pushgateway"), f"--web.listen-address=127.0.0.1:{gport}"],
+            gw + "/-/ready",
+            tmp_path / "pushgateway.log",
+            name="pushgateway",
+        )
     )
     prom = prometheus_factory(
         [ScrapeJob("pushgateway", [f"127.0.0.1:{gport}"])], backfill_files=[om]
@@ -501,15 +499,15 @@ def test_live_exporter_and_real_training(
         ]
     )
     cmd = [*serve_cmd(prom.url, fport, tmp_path / "h.sqlite"), "--query.step", "1"]
-    procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    url = f"http://127.0.0.1:{fport}/-/healthy"
+    procs.append(start_http(cmd, url, tmp_path / "serve.log", name="forecaster serve"))
     env = dict(
         os.environ,
         GPU_ETA_URL=f"http://127.0.0.1:{progress}/progress",
         GPU_ETA_SOURCE_ADDRESS="127.0.0.31",
     )
-    trainer = subprocess.Popen(
-        [sys.executable, "-c", LIVE_TRAIN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    trainer_log = tmp_path / "trainer.log"
+    trainer = spawn([sys.executable, "-c", LIVE_TRAIN], trainer_log, env=env)
     procs.append(trainer)
     metric = "gpu_eta_job_predicted_completion_timestamp_seconds"
     (first,) = prom.wait_for(f'{metric}{{pod="trainer",quantile="0.5"}}', timeout=120)
@@ -522,7 +520,7 @@ def test_live_exporter_and_real_training(
     # GPU 0 is held by the trainer only: a free-at time; GPU 1 by an idle notebook: none
     free = prom.wait_for('gpu_eta_gpu_predicted_free_timestamp_seconds{quantile="0.5"}', 60)
     assert {r["metric"]["gpu"] for r in free} == {"0"}
-    assert trainer.wait(timeout=300) == 0, trainer.stderr.read().decode()[-2000:]
+    assert trainer.wait(timeout=300) == 0, log_tail(trainer_log)
     # the finished run goes into the history
     prom.wait_for("gpu_eta_model_history_jobs == 1", timeout=120)
 
