@@ -37,24 +37,34 @@ from forecaster.runs_csv import read_runs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
 DEFAULT_SETS = (
-    # recorded on one pinned core (taskset -c 1) once the machine was quieter, with a
+    # (file, scenario, pool): files of one pool are also scored pooled; None = a tune file.
+    # Session 2 (2026-11-21 07:52–08:25 UTC): one pinned core, --size 4, --jobs 4 (6 runs
+    # of each (job, batch size) on dedicated, 5 on shared). heldout3/4 were recorded and
+    # set aside before the model change of that session and scored once, after it.
+    ("pinned_dedicated_heldout3.csv", "dedicated", "fresh session-2"),
+    ("pinned_shared_heldout3.csv", "shared", "fresh session-2"),
+    ("pinned_dedicated_heldout4.csv", "dedicated", "fresh session-2"),
+    ("pinned_shared_heldout4.csv", "shared", "fresh session-2"),
+    ("pinned_dedicated_tune2.csv", "dedicated", None),
+    ("pinned_shared_tune2.csv", "shared", None),
+    # session 1: one pinned core (taskset -c 1) once the machine was quieter, with a
     # repeated-job grid; see the .meta.json sidecars for the load during recording
-    ("pinned_dedicated_heldout2.csv", "dedicated"),
-    ("pinned_shared_heldout2.csv", "shared"),
-    ("pinned_dedicated_heldout.csv", "dedicated"),
-    ("pinned_shared_heldout.csv", "shared"),
-    ("pinned_dedicated_tune.csv", "dedicated"),
-    ("pinned_shared_tune.csv", "shared"),
+    ("pinned_dedicated_heldout2.csv", "dedicated", "pinned session-1"),
+    ("pinned_shared_heldout2.csv", "shared", "pinned session-1"),
+    ("pinned_dedicated_heldout.csv", "dedicated", "pinned session-1"),
+    ("pinned_shared_heldout.csv", "shared", "pinned session-1"),
+    ("pinned_dedicated_tune.csv", "dedicated", None),
+    ("pinned_shared_tune.csv", "shared", None),
     # the first recordings, on a heavily loaded machine (load 3–10)
-    ("dedicated_heldout.csv", "dedicated"),
-    ("dedicated_heldout2.csv", "dedicated"),
-    ("dedicated_heldout3.csv", "dedicated"),
-    ("shared_heldout.csv", "shared"),
-    ("shared_heldout2.csv", "shared"),
-    ("dedicated_tune.csv", "dedicated"),
-    ("shared_tune.csv", "shared"),
-    ("shared_heavy_tune.csv", "shared"),
-    ("keras_seed002.csv", "dedicated"),
+    ("dedicated_heldout.csv", "dedicated", "loaded-machine"),
+    ("dedicated_heldout2.csv", "dedicated", "loaded-machine"),
+    ("dedicated_heldout3.csv", "dedicated", "loaded-machine"),
+    ("shared_heldout.csv", "shared", "loaded-machine"),
+    ("shared_heldout2.csv", "shared", "loaded-machine"),
+    ("dedicated_tune.csv", "dedicated", None),
+    ("shared_tune.csv", "shared", None),
+    ("shared_heavy_tune.csv", "shared", None),
+    ("keras_seed002.csv", "dedicated", None),
 )
 RATE = tuple(b for b in BASELINES if b != "history_match")
 
@@ -268,13 +278,13 @@ def interval_stats(result: Backtest) -> tuple[float, float, float, float, float,
     )
 
 
-def intervals(sets: Sequence[tuple[Path, str]]) -> None:
+def intervals(sets: Sequence[tuple[Path, str, str | None]]) -> None:
     """Per file, P10–P90 coverage and width with the model as shipped and the former
     calibration (same medians: only the intervals differ)."""
     print(
         "file | coverage (below/above) former -> now | P90/P10 median, geo-mean former -> now | n"
     )
-    for path, _scenario in sets:
+    for path, _scenario, _pool in sets:
         if not path.exists():
             continue
         runs = read_runs(path)
@@ -303,24 +313,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sets = (
-        [(p, args.scenario) for p in args.runs]
+        [(p, args.scenario, None) for p in args.runs]
         if args.runs
-        else [(FIXTURES / name, scenario) for name, scenario in DEFAULT_SETS]
+        else [(FIXTURES / name, scenario, pool) for name, scenario, pool in DEFAULT_SETS]
     )
     if args.intervals:
         intervals(sets)
         return 0
-    heldout: dict[str, list[Backtest]] = {}
-    for path, scenario in sets:
+    heldout: dict[tuple[str, str], list[Backtest]] = {}
+    for path, scenario, pool in sets:
         if not path.exists():
             print(f"== {path.name}: not recorded (run bench/record_runs.py)\n")
             continue
         began = time.perf_counter()
         result = backtest(read_runs(path))
         took = time.perf_counter() - began
-        if "heldout" in path.name:
-            group = "pinned" if path.name.startswith("pinned_") else "loaded-machine"
-            heldout.setdefault((group, scenario), []).append(result)
+        if pool is not None:
+            heldout.setdefault((pool, scenario), []).append(result)
         if args.markdown:
             print(markdown(result, f"{path.name} ({scenario})"))
         else:

@@ -51,6 +51,7 @@ from forecaster.estimators.blend import (
     blend_forecast,
     combine_many,
 )
+from forecaster.estimators.rate import weighted_median
 from forecaster.forecast import Forecast
 from forecaster.runs import ForecasterError, Run
 
@@ -65,7 +66,8 @@ def truncate(run: Run, point: float) -> Run:
 PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
 DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
 PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
-MIX_GRID = tuple(i / 10 for i in range(11))  # a same-job prior's weight against the rate
+MAX_MIX_CUTS = 32  # epoch ends per past run used to measure a job prior's weight
+MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +148,7 @@ class EtaModel:
         self.weights_ = self._tune(samples)
         self.mix_: dict[float, float] = {}
         if self.measured_mix:
-            self.mix_ = self._mixes(samples, self.weights_)
+            self.mix_ = self._mixes(blend, history, self.weights_)
             samples = [
                 dataclasses.replace(
                     s,
@@ -282,51 +284,67 @@ class EtaModel:
         )
 
     def _mixes(
-        self, samples: Sequence[_Sample], weights: Mapping[float, tuple[float, float, float]]
+        self,
+        blend: BlendEstimator,
+        history: Sequence[Run],
+        weights: Mapping[float, tuple[float, float, float]],
     ) -> dict[float, float]:
         """The same-job prior's weight against the run's own rate, measured per point.
 
-        Why: precision weights rest on two sigmas, and on a shared node neither is a
-        good description of the error: a run's rate is right until a neighbour
-        arrives or leaves (a bimodal error whose spread says little about which
-        weight minimises it) and a job's history averages over neighbours coming and
-        going. So the weight itself is chosen where it matters, on the replayed past
-        runs that had a same-job prior: the grid weight with the smallest median
-        error of the shift-corrected P50 (what is published), kept only when it
-        beats the precision weights by ``tune_margin`` on ``min_mix_samples`` (12) or
-        more: an argmin over 11 weights on 8 runs (the floors' minimum) jumped between
-        0.1 and 1 from one run to the next.
+        Why: precision weights rest on two sigmas, and on a shared node neither
+        describes the error that matters: a run's rate is right until a neighbour
+        arrives or leaves (a bimodal error whose spread says little about the best
+        weight) and a job's history averages over neighbours coming and going. What
+        matters is how much of a run's current departure from its job's usual speed
+        lasts until the end. So on past runs that had a same-job prior, at every
+        epoch end (up to ``MAX_MIX_CUTS`` per run, evenly spaced), ``x`` = own rate −
+        prior and ``y`` = truth − prior (log remaining seconds); the share of ``x``
+        that persists, ``g``, is the median regression of ``y`` on ``x`` through the
+        origin (the weighted median of ``y/x`` with weights ``|x|``), per progress bin,
+        clipped to [0, 1]; the prior's weight is ``1 − g``. Every epoch end counts, not
+        just the four replay points: ~4× the samples of the replay, so the estimate
+        settles with a few dozen runs. On a quiet node departures persist (``g`` ≈ 1,
+        the rate decides); where neighbours come and go they fade, the more so the
+        further ahead. A bin needs ``min_mix_samples`` (12) such epoch ends.
         """
-        grid = self._huber_grid()
+        done = [r for r in history if r.completed is True and len(r.epoch_times) >= 3]
+        done.sort(key=lambda r: r.last_timestamp)
+        done = done[-self.max_calibration_runs :] if self.max_calibration_runs > 0 else []
+        xs: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+        ys: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+        ws: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+        for run in done:
+            end, n = run.last_timestamp, len(run.epoch_times)
+            cuts = np.linspace(2, n - 1, min(MAX_MIX_CUTS, n - 2)).round().astype(int)
+            for j in np.unique(cuts).tolist():
+                part = dataclasses.replace(run, epoch_times=run.epoch_times[:j], completed=None)
+                truth = end - part.last_timestamp
+                if truth <= 0:
+                    continue
+                point = progress_point(part.progress_ratio)
+                huber_c, drift, prior_scale = weights[point]
+                c = blend.components_for(part, part.last_timestamp, (huber_c,))[0]
+                if c.rate is None or c.prior_level != "job_batch":
+                    continue
+                scale = self._job_scale(prior_scale)
+                mu_r = dataclasses.replace(c, prior_mix=0.0).combine(drift, prior_scale, scale)
+                precision = self._floored(c, point).combine(drift, prior_scale, scale)
+                xs[point].append(mu_r.center - c.prior_center)
+                ys[point].append(math.log(truth) - c.prior_center)
+                ws[point].append(precision.prior_weight)
         out: dict[float, float] = {}
         for point in POINTS[1:]:
-            chosen = [
-                s
-                for s in samples
-                if s.point == point
-                and s.parts[0].rate is not None
-                and s.parts[0].prior_level == "job_batch"
-            ]
-            if len(chosen) < self.min_mix_samples:
+            x, y = np.asarray(xs[point]), np.asarray(ys[point])
+            ok = np.abs(x) > 1e-6
+            if int(ok.sum()) < self.min_mix_samples:
                 continue
-            huber_c, drift, prior_scale = weights[point]
-            parts = [s.parts[grid.index(huber_c)] for s in chosen]
-            actual = np.array([s.actual for s in chosen])
-            n = len(chosen)
-
-            def score(center: np.ndarray, actual: np.ndarray = actual, n: int = n) -> float:
-                resid = actual - center
-                shift = np.median(resid) * n / (n + self.shift_prior)
-                return float(np.median(np.abs(np.expm1(shift - resid))))
-
-            base, _ = combine_many(parts, drift, prior_scale, self._job_scale(prior_scale))
-            plain = [dataclasses.replace(c, prior_mix=0.0) for c in parts]
-            mu_r, _ = combine_many(plain, drift, prior_scale, self._job_scale(prior_scale))
-            mu_p = np.array([c.prior_center for c in parts])
-            scores = {w: score(w * mu_p + (1.0 - w) * mu_r) for w in MIX_GRID}
-            best = min(scores, key=scores.__getitem__)
-            if scores[best] < (1.0 - self.tune_margin) * score(base):
-                out[point] = best
+            g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
+            measured = float(np.clip(1.0 - g, 0.0, 1.0))
+            # departures far below MIX_SCALE barely move a forecast and say little
+            # about how long a departure lasts: then the precision weights stand
+            evidence = float(np.sum(np.abs(x[ok])))
+            trust = evidence / (evidence + self.min_mix_samples * MIX_SCALE)
+            out[point] = trust * measured + (1.0 - trust) * float(np.median(ws[point]))
         return out
 
     def _job_scale(self, prior_scale: float) -> float:

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from forecaster.evaluate import backtest, main
@@ -207,23 +208,36 @@ PINNED_SHARED = (
 def test_pinned_dedicated_runs(name: str) -> None:
     """Real PyTorch runs on one pinned core of a quieter machine, six jobs repeated.
 
-    Every rate method is within 2–7 % here and the best of five per point is chosen
-    after the fact, so "no worse" is asserted as "within 1.3x" at 50–75 % (measured
-    0.8–1.2x) and the ≥ 30 %-better-at-10 % target, missed, is not asserted
-    (docs/forecasting.md). What gpu-eta adds is asserted with margins: at the start,
-    the same job's history makes it ≥ 2x better than the history-match median
-    (measured 3.5–7x), and its intervals cover.
+    What gpu-eta adds is asserted per file with margins: at the start, the same job's
+    history makes it ≥ 2x better than the history-match median (measured 3.5–7x),
+    and its intervals cover. How its P50 compares with the rate baselines is
+    asserted on the three files pooled (below): one file's median of 24 runs is
+    uncertain by tens of % (bench/forecast_accuracy.py prints bootstrap intervals).
     """
     path = FIXTURES / name  # committed recordings: a missing one is a failure, not a skip
     result = backtest(read_runs(path))
     start = result.points[0.0]
     assert start.n >= 15
     assert start.mape["gpu_eta"] <= 0.5 * start.mape["history_match"]
-    for point in (0.5, 0.75):
-        score = result.points[point]
-        assert score.n >= 15
-        assert score.mape["gpu_eta"] <= 1.3 * best_rate_baseline(score)
-    assert 0.65 <= pooled_coverage(result) <= 0.92
+    assert 0.65 <= pooled_coverage(result) <= 0.95
+
+
+def test_pinned_dedicated_runs_pooled_against_the_rate_baselines() -> None:
+    """Every rate method is within 2–7 % on these files and the best of four per point
+    is chosen after the fact, so "no worse" is asserted as "within 1.15x" at 25–75 %
+    on the three files pooled (measured 0.90–1.07x); the ≥ 30 %-better-at-10 % target
+    is not asserted (docs/forecasting.md has every figure)."""
+    errors: dict[float, dict[str, list[float]]] = {}
+    for name in PINNED_DEDICATED:
+        result = backtest(read_runs(FIXTURES / name))
+        for point, by_method in result.errors.items():
+            for method, errs in by_method.items():
+                errors.setdefault(point, {}).setdefault(method, []).extend(errs)
+    for point in (0.25, 0.5, 0.75):
+        medians = {m: float(np.median(e)) for m, e in errors[point].items()}
+        assert len(errors[point]["gpu_eta"]) >= 60
+        best = min(medians[m] for m in RATE_BASELINES)
+        assert medians["gpu_eta"] <= 1.15 * best, (point, medians)
 
 
 @pytest.mark.parametrize("name", PINNED_SHARED)
