@@ -151,10 +151,23 @@ def _run_key(labels: Mapping[str, str]) -> tuple[str, str, str, str]:
 
 
 def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
+    """A device as top lists it: a whole GPU ``(node, "3", UUID)``, or one MIG instance
+    of it ``(node, "7/5", UUID)`` (DCGM's labels: the parent's ``gpu`` and ``UUID`` plus
+    ``GPU_I_ID``)."""
     gpu = labels.get("gpu", "")
     if labels.get("GPU_I_ID"):
         gpu = f"{gpu}/{labels['GPU_I_ID']}"
     return (labels.get("node", ""), gpu, labels.get("UUID", ""))
+
+
+def _physical(gkey: tuple[str, str, str]) -> tuple[str, str, str]:
+    """The physical GPU of a device key: a MIG instance's parent, a whole GPU itself.
+    The forecaster's free time is per physical GPU (no ``GPU_I_ID``, docs/metrics.md)."""
+    return (gkey[0], gkey[1].split("/", 1)[0], gkey[2])
+
+
+def _physical_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
+    return (labels.get("node", ""), labels.get("gpu", ""), labels.get("UUID", ""))
 
 
 def _by_run(results: Sequence[Sample]) -> dict[tuple[str, str, str, str], float]:
@@ -298,18 +311,25 @@ def build_view(
         for (gkey, ckey) in sorted(idle_holders)
     ]
 
-    free = _bands(get("gpu_free"), _gpu_key)
+    # The forecaster's free time is per physical GPU; under MIG each instance is its own
+    # row, and the GPU's time applies to its busy instances. A band is only the GPU's
+    # free time while it describes the current holders: the forecaster publishes one
+    # only when every pod on the GPU has a forecast, so a band next to a holder without
+    # one is left over from an earlier holder set (a pod that just replaced a finished
+    # one) and is not shown; a band for a GPU nobody holds is not shown either.
+    free = _bands(get("gpu_free"), _physical_key)
+    forecast_pods = {(k[0], k[1]) for k, b in eta.items() if "p50" in b}
+    holders_of: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
+    for g, ck in holders:
+        holders_of.setdefault(_physical(g), set()).add(ck)
     gpus: list[GpuRow] = []
-    seen: set[tuple[str, str, str]] = set()
     info = {_gpu_key(_labels(s)): _labels(s).get("model", "") for s in get("gpu_info")}
-    all_gpus = set(info) | {g for g, _ in holders} | set(free)
-    for gkey in sorted(all_gpus, key=lambda g: (g[0], _num(g[1]), g[2])):
-        if gkey in seen:
-            continue
-        seen.add(gkey)
+    for gkey in sorted(set(info) | {g for g, _ in holders}, key=_gpu_order):
         held_by = sorted(ck for g, ck in holders if g == gkey)
         names = tuple(f"{ns}/{pod}" for ns, pod, _ in held_by)
-        band = free.get(gkey, {})
+        siblings = holders_of.get(_physical(gkey), set())
+        unforecast = {ck for ck in siblings if ck[:2] not in forecast_pods}
+        band = free.get(_physical(gkey), {}) if held_by and not unforecast else {}
         if not held_by:
             state, note = "free", "free now"
         elif all((gkey, ck) in idle_holders for ck in held_by):
@@ -318,7 +338,13 @@ def build_view(
         else:
             state, note = "busy", ""
         if held_by and not band:
-            note = (note + "; " if note else "") + "no forecast for a holder"
+            if any(ck in unforecast for ck in held_by):
+                why = "no forecast for a holder"
+            elif unforecast:
+                why = "no forecast for a holder of another MIG instance"
+            else:
+                why = "no GPU forecast yet"
+            note = (note + "; " if note else "") + why
         gpus.append(
             GpuRow(
                 node=gkey[0],
@@ -340,9 +366,14 @@ def build_view(
     )
 
 
-def _num(text: str) -> tuple[int, str]:
-    head = text.split("/", 1)[0]
-    return (int(head), text) if head.isdigit() else (1 << 30, text)
+def _gpu_order(gkey: tuple[str, str, str]) -> tuple:
+    """Node, then GPU index, then MIG instance id, numerically (2 < 10, 7/5 < 7/13)."""
+    gpu, _, instance = gkey[1].partition("/")
+
+    def num(text: str) -> tuple[int, str]:
+        return (int(text), "") if text.isdigit() else (1 << 30, text)
+
+    return (gkey[0], num(gpu), num(instance) if instance else (-1, ""), gkey[2])
 
 
 # ---------------------------------------------------------------- formatting (pure)
@@ -479,12 +510,12 @@ def summary_line(view: View, tz: tzinfo | None = None) -> str:
     when = datetime.fromtimestamp(view.timestamp, tz or timezone.utc).strftime(
         "%Y-%m-%d %H:%M:%S %Z"
     )
-    busy = sum(g.state == "busy" for g in view.gpus)
-    free = sum(g.state == "free" for g in view.gpus)
+    counts = {state: sum(g.state == state for g in view.gpus) for state in ("busy", "idle", "free")}
+    # each row is a device: a whole GPU or a MIG instance, so busy + idle + free = seen
     return (
         f"gpu-eta top  {view.prometheus_url}  {when}  |  {len(view.jobs)} training, "
-        f"{len(view.idle)} idle holders, GPUs: {busy} busy, {len(view.gpus) - busy - free} idle, "
-        f"{free} free"
+        f"{len(view.idle)} idle holders, GPUs: {len(view.gpus)} seen, {counts['busy']} busy, "
+        f"{counts['idle']} idle, {counts['free']} free"
     )
 
 

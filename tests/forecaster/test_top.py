@@ -112,7 +112,7 @@ def test_plain_rendering_is_a_readable_table() -> None:
     text = top.render_plain(top.build_view(results(), NOW, "http://prom"), timezone.utc)
     lines = text.splitlines()
     assert lines[0].startswith("gpu-eta top  http://prom  2023-11-14 22:13:20 UTC")
-    assert "1 training, 1 idle holders, GPUs: 2 busy, 1 idle, 1 free" in lines[0]
+    assert "1 training, 1 idle holders, GPUs: 4 seen, 2 busy, 1 idle, 1 free" in lines[0]
     row = next(line for line in lines if line.startswith("ml/cnn-1"))
     # 7/20 of a 20-wide bar = 7 hashes
     assert "[#######.............]" in row and "7/20" in row and "80%" in row
@@ -140,6 +140,108 @@ def test_rich_rendering_shows_the_same_rows() -> None:
     console.print(top.render_rich(top.build_view(results(), NOW, "http://prom"), timezone.utc))
     text = console.export_text()
     assert "ml/cnn-1" in text and "jupyter/nb-alice" in text and "7/20" in text
+
+
+MIG_UUID = "GPU-b1561691-f502-5f0b-b8dc-11a26496ad16"
+
+
+def mig_answers(notebook_on_5: bool = False) -> dict[str, list[dict]]:
+    """GPU 7 of an A100 split into MIG instances 1, 5 and 13, with the labels the exporter
+    emits (``python -m exporter --simulate``): per-instance device and holder series with
+    ``GPU_I_ID`` and the parent's ``gpu``/``UUID``; the forecaster's free time per
+    physical GPU (no ``GPU_I_ID``, docs/metrics.md)."""
+    gpu7 = {"node": "n", "gpu": "7", "UUID": MIG_UUID}
+    inst = {i: gpu7 | {"GPU_I_ID": i} for i in ("1", "5", "13")}
+    runs = [
+        {"namespace": "ml", "pod": "llama-0", "container": "trainer", "run_id": "a"},
+        {"namespace": "ml", "pod": "bert-0", "container": "trainer", "run_id": "b"},
+    ]
+    ckey = lambda r: {k: r[k] for k in ("namespace", "pod", "container")}  # noqa: E731
+    holder_5 = (
+        {"namespace": "jupyterhub", "pod": "nb-dave", "container": "notebook"}
+        if notebook_on_5
+        else ckey(runs[1])
+    )
+    trained = runs[:1] if notebook_on_5 else runs
+    out: dict[str, list[dict]] = {
+        "epoch": [vec(3, node="n", **r) for r in trained],
+        "epochs": [vec(10, node="n", **r) for r in trained],
+        "completion": [
+            vec(NOW + dt + 100 * i, **r, quantile=q)
+            for i, r in enumerate(trained)
+            for q, dt in (("0.1", 200), ("0.5", 300), ("0.9", 400))
+        ],
+        "allocated": [vec(1, **inst["1"], **ckey(runs[0])), vec(1, **inst["5"], **holder_5)],
+        "since": [vec(NOW - 3600, **inst["1"], **ckey(runs[0])),
+                  vec(NOW - 3600, **inst["5"], **holder_5)],
+        "pod_util": [vec(0.9, **inst["1"], **ckey(runs[0])),
+                     vec(0.0 if notebook_on_5 else 0.8, **inst["5"], **holder_5)],
+        "gpu_info": [
+            vec(1, **inst[i], model="NVIDIA A100-SXM4-80GB", mig_profile=p)
+            for i, p in (("1", "3g.40gb"), ("5", "2g.20gb"), ("13", "1g.10gb"))
+        ],
+        "gpu_memory_total": [vec(40 * GIB, **inst["1"]), vec(20 * GIB, **inst["5"])],
+        # the latest end of the pods on all of GPU 7's instances (what the forecaster sends)
+        "gpu_free": [
+            vec(NOW + dt + 100, **gpu7, quantile=q)
+            for q, dt in (("0.1", 200), ("0.5", 300), ("0.9", 400))
+        ],
+    }  # fmt: skip
+    return out
+
+
+def test_mig_instances_are_rows_and_the_gpu_free_time_applies_to_the_busy_ones() -> None:
+    view = top.build_view({k: parsed(v) for k, v in mig_answers().items()}, NOW, "http://prom")
+    rows = {g.gpu: g for g in view.gpus}
+    assert list(rows) == ["7/1", "7/5", "7/13"]  # no phantom whole-GPU "7" row
+    for inst in ("7/1", "7/5"):
+        assert rows[inst].state == "busy" and rows[inst].note == ""
+        assert rows[inst].free_at == top.Band(NOW + 300, NOW + 400, NOW + 500)
+    assert rows["7/13"].state == "free" and rows["7/13"].free_at == top.Band()
+    assert rows["7/1"].holders == ("ml/llama-0",) and rows["7/5"].holders == ("ml/bert-0",)
+    assert {j.pod: j.gpus for j in view.jobs} == {"llama-0": ("7/1",), "bert-0": ("7/5",)}
+    assert next(j for j in view.jobs if j.pod == "llama-0").memory_total_bytes == 40 * GIB
+    text = top.render_plain(view, timezone.utc)
+    assert "GPUs: 3 seen, 2 busy, 0 idle, 1 free" in text.splitlines()[0]
+    assert not any(line.startswith("n/7 ") for line in text.splitlines())
+    assert "no forecast" not in text
+
+
+def test_mig_sibling_without_forecast_hides_a_left_over_gpu_band() -> None:
+    """Instance 5 now holds an idle notebook (no forecast): the forecaster publishes no
+    free time for GPU 7 any more, and the band still in Prometheus is from the earlier
+    holders: it is shown on no instance."""
+    answers = mig_answers(notebook_on_5=True)
+    view = top.build_view({k: parsed(v) for k, v in answers.items()}, NOW)
+    rows = {g.gpu: g for g in view.gpus}
+    assert list(rows) == ["7/1", "7/5", "7/13"]
+    assert rows["7/1"].state == "busy" and rows["7/1"].free_at == top.Band()
+    assert rows["7/1"].note == "no forecast for a holder of another MIG instance"
+    assert rows["7/5"].state == "idle" and rows["7/5"].free_at == top.Band()
+    assert rows["7/5"].note == "held, unused; no forecast for a holder"
+    assert [(h.pod, h.gpu) for h in view.idle] == [("nb-dave", "7/5")]
+    assert top.summary_line(view).endswith("GPUs: 3 seen, 1 busy, 1 idle, 1 free")
+
+
+def test_a_free_band_of_an_earlier_holder_set_is_not_the_gpus_free_time() -> None:
+    """GPU 2's run finished and a new pod holds it before its first forecast: the band
+    the forecaster published for the old holder is not this GPU's free time."""
+    answers_ = answers()
+    answers_["gpu_free"] += [
+        vec(NOW - 5, **GPU2, quantile="0.5"),
+        vec(NOW - 9, **GPU2, quantile="0.1"),
+        vec(NOW + 1, **GPU2, quantile="0.9"),
+    ]
+    view = top.build_view({k: parsed(v) for k, v in answers_.items()}, NOW)
+    gpu2 = next(g for g in view.gpus if g.gpu == "2")
+    assert gpu2.holders == ("ml/done-1",) and gpu2.free_at == top.Band()
+    assert gpu2.note == "no forecast for a holder"
+    # a band for a GPU nobody holds is not shown either (and adds no row)
+    answers_["gpu_free"] += [vec(NOW + 50, node="node-0", gpu="9", UUID="GPU-zzz", quantile="0.5")]
+    view = top.build_view({k: parsed(v) for k, v in answers_.items()}, NOW)
+    assert [g.gpu for g in view.gpus] == ["0", "1", "2", "3"]
+    gpu0 = next(g for g in view.gpus if g.gpu == "0")
+    assert gpu0.free_at.p50 == NOW + 200  # current holders all forecast: shown
 
 
 def test_nan_values_and_missing_series_do_not_break_the_view() -> None:
