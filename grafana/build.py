@@ -79,18 +79,20 @@ def dcgm_for_pod(metric: str, scale: str) -> str:
     )
 
 
-ALLOCATED_GPUS = f"max by (node, gpu, UUID) (gpu_eta_pod_gpu_allocated{{{NODE}}})"
+# One device is a whole GPU or one MIG instance: GPU_I_ID is part of the key (empty
+# on whole GPUs, so the same join works on both). In use + idle + free = seen: an
+# allocated device without a utilisation reading (NVML may not sample a MIG
+# instance) counts as in use, never as idle.
+DEVICE = "node, gpu, UUID, GPU_I_ID"
+ALLOCATED_GPUS = f"max by ({DEVICE}) (gpu_eta_pod_gpu_allocated{{{NODE}}})"
 GPUS_IN_USE = (
-    f"count({ALLOCATED_GPUS} and on (node, gpu, UUID) "
-    f"(gpu_eta_gpu_utilization_ratio{{{NODE}}} >= 0.05))"
+    f"count({ALLOCATED_GPUS} unless on ({DEVICE}) (gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
 )
 GPUS_IDLE = (
-    f"count({ALLOCATED_GPUS} and on (node, gpu, UUID) "
-    f"(gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
+    f"count({ALLOCATED_GPUS} and on ({DEVICE}) (gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
 )
 GPUS_FREE = (
-    f"count(gpu_eta_gpu_info{{{NODE}}} unless on (node, gpu, UUID) "
-    f"gpu_eta_pod_gpu_allocated{{{NODE}}})"
+    f"count(gpu_eta_gpu_info{{{NODE}}} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}})"
 )
 PROGRESS = (
     "max by (namespace, pod, container, run_id) ("
@@ -134,7 +136,12 @@ def ts(title: str, description: str, unit: str, *targets: prom.Dataquery) -> tim
     return panel
 
 
-def st(title: str, description: str, unit: str, expr: str, width: int = 6) -> stat.Panel:
+def st(
+    title: str, description: str, unit: str, expr: str, width: int = 6, no_value: str = "–"
+) -> stat.Panel:
+    """A stat panel. ``no_value`` is what an empty query shows: "0" only for counts
+    (count() of nothing is 0); elsewhere 0 means something (an ETA of now, a report
+    just now, not stale), so "no data" must not read as 0."""
     return (
         stat.Panel()
         .title(title)
@@ -143,7 +150,7 @@ def st(title: str, description: str, unit: str, expr: str, width: int = 6) -> st
         .unit(unit)
         .height(4)
         .span(width)
-        .no_value("0")
+        .no_value(no_value)
         .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]))
         .with_target(q(expr, instant=False))
     )
@@ -242,7 +249,10 @@ def cluster_overview() -> dict:
             )
         )
     )
-    busy = "A GPU is 'in use' when it is allocated and its device utilisation is at least 5 %."
+    busy = (
+        "A device (a whole GPU, or one MIG instance) is 'in use' when it is allocated and "
+        "its utilisation is at least 5 % (or unknown); in use + idle + free = seen."
+    )
     free_at = ts(
         "Time until each GPU is free (P50) over time",
         "From the forecaster: when every pod on the GPU is predicted to be done, median. "
@@ -352,14 +362,27 @@ def cluster_overview() -> dict:
         {"A": "s", "B": "percentunit"},
     )
     panels = [
-        st("GPUs in use", busy, "none", GPUS_IN_USE),
-        st("Allocated but idle", "Allocated GPUs under 5 % device utilisation.", "none", GPUS_IDLE),
-        st("Free GPUs", "GPUs the exporter sees that no pod holds.", "none", GPUS_FREE),
+        st("GPUs in use", busy, "none", GPUS_IN_USE, no_value="0"),
+        st(
+            "Allocated but idle",
+            "Allocated devices under 5 % utilisation.",
+            "none",
+            GPUS_IDLE,
+            no_value="0",
+        ),
+        st(
+            "Free GPUs",
+            "Devices (whole GPUs or MIG instances) the exporter sees that no pod holds.",
+            "none",
+            GPUS_FREE,
+            no_value="0",
+        ),
         st(
             "GPUs seen",
-            "All devices reported by the exporters.",
+            "All devices (whole GPUs or MIG instances) reported by the exporters.",
             "none",
             f"count(gpu_eta_gpu_info{{{NODE}}})",
+            no_value="0",
         ),
         ts(
             "GPU states over time",
@@ -459,6 +482,7 @@ def training_job() -> dict:
             "Median predicted completion.",
             "dateTimeFromNow",
             f'max(gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="0.5"}}) * 1000',
+            no_value="no forecast",
         ),
         st(
             "Epoch",
@@ -471,6 +495,7 @@ def training_job() -> dict:
             "Seconds since the run last reported anything (GpuEtaTrainingStalled fires after 30 min).",
             "s",
             f"time() - max(gpu_eta_training_last_report_timestamp_seconds{{{JOB}}})",
+            no_value="never",
         ),
         ts(
             "Progress over time",
@@ -504,7 +529,7 @@ def training_job() -> dict:
             "percentunit",
             q(f"gpu_eta_pod_gpu_utilization_ratio{{{JOB}}}", "pod on GPU {{gpu}}", "A"),
             q(
-                "gpu_eta_gpu_utilization_ratio and on (node, gpu, UUID) "
+                f"gpu_eta_gpu_utilization_ratio and on ({DEVICE}) "
                 f"gpu_eta_pod_gpu_allocated{{{JOB}}}",
                 "device {{gpu}}",
                 "B",
@@ -517,7 +542,7 @@ def training_job() -> dict:
             "bytes",
             q(f"gpu_eta_pod_gpu_memory_used_bytes{{{JOB}}}", "pod on GPU {{gpu}}", "A"),
             q(
-                "gpu_eta_gpu_memory_total_bytes and on (node, gpu, UUID) "
+                f"gpu_eta_gpu_memory_total_bytes and on ({DEVICE}) "
                 f"gpu_eta_pod_gpu_allocated{{{JOB}}}",
                 "device {{gpu}} total",
                 "B",
@@ -587,6 +612,7 @@ def forecaster_quality() -> dict:
             "GpuEtaForecasterStale fires past 15 minutes.",
             "s",
             "time() - max(gpu_eta_forecaster_last_success_timestamp_seconds)",
+            no_value="never",
         ),
         st(
             "Running jobs forecast",

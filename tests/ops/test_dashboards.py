@@ -220,3 +220,99 @@ def test_user_facing_series_are_on_a_dashboard() -> None:
         "gpu_eta_exporter_progress_reports_total",
     ):
         assert metric in used
+
+
+def _stat_panels(name: str) -> dict[str, dict]:
+    return {p["title"]: p for p in _panels(_load(GRAFANA / name)) if p.get("type") == "stat"}
+
+
+def test_no_data_never_reads_as_zero_unless_counting() -> None:
+    """REVIEW2 item 13: an empty query shows "0" only on a count() panel (where an empty
+    count is truly 0); an ETA, a "last report" age or a stale flag of 0 means something."""
+    for path in FILES:
+        for title, panel in _stat_panels(path.name).items():
+            no_value = panel["fieldConfig"]["defaults"].get("noValue")
+            assert no_value, f"{path.name} '{title}': set noValue"
+            expr = panel["targets"][0]["expr"]
+            if no_value == "0":
+                assert expr.startswith("count("), f"{path.name} '{title}': no data shows 0"
+    assert _stat_panels("training-job.json")["ETA (P50)"]["fieldConfig"]["defaults"]["noValue"] == (
+        "no forecast"
+    )
+    for name, title in (
+        ("training-job.json", "Last report"),
+        ("forecaster-quality.json", "Since last good cycle"),
+        ("forecaster-quality.json", "Stale"),
+    ):
+        assert _stat_panels(name)[title]["fieldConfig"]["defaults"]["noValue"] != "0"
+
+
+def test_gpu_state_counts_add_up_under_mig(tmp_path: Path) -> None:
+    """REVIEW2 item 2: the Cluster overview's in use + idle + free = seen per device (a
+    whole GPU or a MIG instance), evaluated by promtool on exporter-shaped MIG series.
+
+    n1 GPU 7 is a MIG GPU with instances 1 (allocated, busy), 5 (allocated, idle) and
+    13 (free); instance 2 is allocated with no utilisation reading (counts in use);
+    GPU 0 is a whole GPU, allocated and busy; GPU 1 whole and free.
+    """
+    stats = _stat_panels("cluster-overview.json")
+    titles = {"GPUs in use": 3, "Allocated but idle": 1, "Free GPUs": 2, "GPUs seen": 6}
+    mig = 'node="n1",gpu="7",UUID="GPU-m"'
+    series = [
+        (f'gpu_eta_gpu_info{{{mig},GPU_I_ID="{i}",model="A100",mig_profile="1g"}}', "1")
+        for i in (1, 2, 5, 13)
+    ]
+    series += [
+        ('gpu_eta_gpu_info{node="n1",gpu="0",UUID="GPU-a",model="A100"}', "1"),
+        ('gpu_eta_gpu_info{node="n1",gpu="1",UUID="GPU-b",model="A100"}', "1"),
+        ('gpu_eta_gpu_utilization_ratio{node="n1",gpu="0",UUID="GPU-a"}', "0.5"),
+        ('gpu_eta_gpu_utilization_ratio{node="n1",gpu="1",UUID="GPU-b"}', "0"),
+        (f'gpu_eta_gpu_utilization_ratio{{{mig},GPU_I_ID="1"}}', "0.5"),
+        (f'gpu_eta_gpu_utilization_ratio{{{mig},GPU_I_ID="5"}}', "0"),
+        (f'gpu_eta_gpu_utilization_ratio{{{mig},GPU_I_ID="13"}}', "0"),
+    ]
+    for gid, pod in (("1", "busy"), ("2", "unknown"), ("5", "idle")):
+        series.append(
+            (
+                f'gpu_eta_pod_gpu_allocated{{{mig},GPU_I_ID="{gid}",'
+                f'namespace="ml",pod="{pod}",container="c"}}',
+                "1",
+            )
+        )
+    series.append(
+        (
+            'gpu_eta_pod_gpu_allocated{node="n1",gpu="0",UUID="GPU-a",'
+            'namespace="ml",pod="whole",container="c"}',
+            "1",
+        )
+    )
+    rules = tmp_path / "empty.rules.yaml"
+    rules.write_text("groups: []\n")
+    test = {
+        "rule_files": [rules.name],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": f"{v}x5"} for s, v in series],
+                "promql_expr_test": [
+                    {
+                        "expr": substitute(stats[title]["targets"][0]["expr"]),
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": "{}", "value": value}],
+                    }
+                    for title, value in titles.items()
+                ],
+            }
+        ],
+    }
+    assert sum(v for t, v in titles.items() if t != "GPUs seen") == titles["GPUs seen"]
+    test_file = tmp_path / "mig.test.yaml"
+    test_file.write_text(yaml.safe_dump(test, sort_keys=False))
+    proc = subprocess.run(
+        [find_binary("promtool"), "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
