@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,27 @@ from forecaster.promapi import PromAPIError, PromClient, Sample
 from forecaster.runs import ExitCode
 
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
+
+# Prometheus' duration syntax (model.ParseDuration): units in this order, each once.
+_DURATION = re.compile(
+    r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$"
+)
+_DURATION_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+
+
+def parse_duration(text: str) -> float:
+    """A Prometheus duration (``5m``, ``1h30m``, ``90s``) in seconds, > 0.
+
+    Checked here rather than by Prometheus, so that ``--idle-window abc`` is a usage
+    error (exit 2) instead of a query error; top also needs the seconds for the idle
+    holders' age guard. ``ValueError`` with the reason otherwise."""
+    m = _DURATION.match(text.strip()) if len(text) <= 32 else None
+    if m is None or not any(m.groups()):
+        raise ValueError(f"not a Prometheus duration (like 5m, 1h30m, 90s): {text!r}")
+    seconds = sum(int(g) * unit for g, unit in zip(m.groups(), _DURATION_UNITS, strict=True) if g)
+    if seconds <= 0:
+        raise ValueError(f"must be > 0: {text!r}")
+    return float(seconds)
 
 
 def queries(idle_window: str = "5m") -> dict[str, str]:
@@ -195,13 +217,18 @@ def build_view(
     now: float,
     prometheus_url: str = "",
     idle_threshold: float = 0.05,
+    idle_window_seconds: float = 300.0,
 ) -> View:
     """Join the query results (name → ``promapi`` samples) into one ``View``.
 
-    A run is shown while ``epoch < epochs_planned`` (or the plan is unknown);
-    holders whose average utilisation over the idle window is below
-    ``idle_threshold`` are flagged idle. Joins use DCGM's label names: runs meet
-    their GPUs on (namespace, pod, container), GPUs are (node, gpu, UUID).
+    A run is shown while ``epoch < epochs_planned`` (or the plan is unknown). A
+    holder is idle when its average utilisation over the idle window is below
+    ``idle_threshold`` *and* it has held the GPU for at least that window (like the
+    idle alert's age guard): a pod seconds old (pulling its image, loading data) has
+    no window to average over. A holder whose start is unknown (no
+    ``..._allocated_since_...`` series: the exporter runs without the kube collector)
+    is judged on utilisation alone. Joins use DCGM's label names: runs meet their
+    GPUs on (namespace, pod, container), GPUs are (node, gpu, UUID[, GPU_I_ID]).
     """
     get = lambda name: results.get(name) or ()  # noqa: E731
     epochs = _by_run(get("epochs"))
@@ -247,7 +274,9 @@ def build_view(
     idle_holders = {
         hk
         for hk in holders
-        if (avg := util_avg.get(hk, util.get(hk))) is not None and avg < idle_threshold
+        if (avg := util_avg.get(hk, util.get(hk))) is not None
+        and avg < idle_threshold
+        and (hk not in since or now - since[hk] >= idle_window_seconds)
     }
 
     jobs: list[JobRow] = []
@@ -603,14 +632,18 @@ def refresh(
     keep_errors: bool = False,
 ) -> View:
     """One refresh: fetch, then build the view now. ``keep_errors``: a failed fetch gives
-    a view carrying the error instead of raising (live views try again next time)."""
+    a view carrying the error instead of raising (live views try again next time).
+    ``idle_window`` is a Prometheus duration (``ValueError`` otherwise)."""
+    parse_duration(idle_window)  # before any query: a bad window is the caller's error
     try:
         results = fetch(client, idle_window)
     except PromAPIError as err:
         if not keep_errors:
             raise
         return View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
-    return build_view(results, time.time(), client.safe_url, idle_threshold)
+    return build_view(
+        results, time.time(), client.safe_url, idle_threshold, parse_duration(idle_window)
+    )
 
 
 def fetch_view(
@@ -629,9 +662,18 @@ def fetch_view(
         client.close()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, ``gpu-eta top: …``, exit 2 (the usage
+    text is ``--help``'s job), like the forecaster's commands."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(ExitCode.USAGE)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line (see docs/top.md)."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="gpu-eta top",
         description=(
             "Training runs, their progress and predicted completion, idle GPU holders and "
@@ -653,7 +695,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0.05,
         help="a holder whose average GPU utilisation is below this ratio is idle",
     )
-    p.add_argument("--idle-window", default="5m", help="PromQL range for that average")
+    p.add_argument(
+        "--idle-window",
+        type=_duration_flag,
+        default="5m",
+        help="Prometheus duration: the average's range, and how long a pod must have held "
+        "its GPU before it can be called idle",
+    )
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal (no rich)")
     p.add_argument("--utc", action="store_true", help="clock times in UTC instead of local time")
     p.add_argument("--debug", action="store_true", help="tracebacks on errors")
@@ -668,6 +716,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.max_response_bytes < 1024:
         p.error("--prometheus.max-response-bytes must be >= 1024")
     return args
+
+
+def _duration_flag(text: str) -> str:
+    """argparse type: a valid Prometheus duration, kept as text for the query."""
+    try:
+        parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text.strip()
 
 
 def make_client(args: argparse.Namespace) -> PromClient:

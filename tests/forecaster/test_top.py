@@ -10,6 +10,7 @@ import math
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import timezone
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 import pytest
 
@@ -244,6 +245,57 @@ def test_a_free_band_of_an_earlier_holder_set_is_not_the_gpus_free_time() -> Non
     assert gpu0.free_at.p50 == NOW + 200  # current holders all forecast: shown
 
 
+def test_a_holder_is_idle_only_after_holding_its_gpu_for_the_idle_window() -> None:
+    """A pod seconds old (image pull, data loading) is not an idle holder; the notebook
+    held for an hour is, unless the window is longer than that."""
+    fresh = answers()
+    fresh["since"] = [vec(NOW - 4, **GPU0, **CNN), vec(NOW - 4, **GPU1, **NB)]
+    view = top.build_view({k: parsed(v) for k, v in fresh.items()}, NOW)
+    assert view.idle == ()
+    assert {g.gpu: g.state for g in view.gpus}["1"] == "busy"
+    assert top.summary_line(view).endswith("GPUs: 4 seen, 3 busy, 0 idle, 1 free")
+
+    held_an_hour = {k: parsed(v) for k, v in answers().items()}
+    assert [h.pod for h in top.build_view(held_an_hour, NOW, idle_window_seconds=3600).idle] == [
+        "nb-alice"
+    ]
+    assert top.build_view(held_an_hour, NOW, idle_window_seconds=3601).idle == ()
+
+    unknown_start = answers()
+    unknown_start["since"] = []  # exporter without the kube collector: no pod start time
+    view = top.build_view({k: parsed(v) for k, v in unknown_start.items()}, NOW)
+    assert [(h.pod, h.held_seconds) for h in view.idle] == [("nb-alice", None)]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5m", 300), ("90s", 90), ("1h30m", 5400), ("1d", 86400), ("1w", 604800),
+     ("500ms", 0.5), (" 2h ", 7200)],
+)  # fmt: skip
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert top.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text", ["abc", "", "5", "0s", "5x", "m5", "1.5h", "5m1h", "-5m", "9" * 40]
+)
+def test_parse_duration_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match=r"duration|> 0"):
+        top.parse_duration(text)
+
+
+def test_a_bad_idle_window_is_a_one_line_usage_error_before_any_query(http_server) -> None:  # noqa: F811
+    empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+    url, seen = http_server(lambda r: reply(r, 200, empty.encode()))
+    for window in ("abc", "0s", "5"):
+        code, out, err = run_top("--prometheus.url", url, "--idle-window", window, "--once")
+        assert (code, out) == (2, "") and seen == [], window
+        assert err.startswith("gpu-eta top: argument --idle-window: ") and err.count("\n") == 1
+    code, out, err = run_top("--prometheus.url", url, "--idle-window", "10m", "--json")
+    assert (code, err) == (0, "")
+    assert any("[10m]" in unquote_plus(r.path) for r in seen)
+
+
 def test_nan_values_and_missing_series_do_not_break_the_view() -> None:
     bad = answers()
     bad["epoch"].append({"metric": RUN | {"run_id": "r2"}, "value": [NOW, "NaN"]})
@@ -383,7 +435,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     ):
         code, out, err = run_top(*argv, "--once")
         assert code == 2 and out == "", argv
-        assert "Traceback" not in err and err.strip(), argv
+        assert err.startswith("gpu-eta top: ") and err.count("\n") == 1, (argv, err)
 
 
 @pytest.mark.integration
