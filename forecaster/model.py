@@ -67,6 +67,7 @@ PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
 DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
 PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
 MAX_MIX_CUTS = 32  # epoch ends per past run used to measure a job prior's weight
+MIX_BUDGET = 1000  # ... and in all (~0.15 ms each: ~0.15 s of a fit)
 MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full sample
 
 
@@ -297,7 +298,8 @@ class EtaModel:
         weight) and a job's history averages over neighbours coming and going. What
         matters is how much of a run's current departure from its job's usual speed
         lasts until the end. So on past runs that had a same-job prior, at every
-        epoch end (up to ``MAX_MIX_CUTS`` per run, evenly spaced), ``x`` = own rate −
+        epoch end (up to ``MAX_MIX_CUTS`` per run and ``MIX_BUDGET`` in all, evenly
+        spaced), ``x`` = own rate −
         prior and ``y`` = truth − prior (log remaining seconds); the share of ``x``
         that persists, ``g``, is the median regression of ``y`` on ``x`` through the
         origin (the weighted median of ``y/x`` with weights ``|x|``), per progress bin,
@@ -313,9 +315,10 @@ class EtaModel:
         xs: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
         ys: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
         ws: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+        per_run = min(MAX_MIX_CUTS, max(3, MIX_BUDGET // max(1, len(done))))
         for run in done:
             end, n = run.last_timestamp, len(run.epoch_times)
-            cuts = np.linspace(2, n - 1, min(MAX_MIX_CUTS, n - 2)).round().astype(int)
+            cuts = np.linspace(2, n - 1, min(per_run, n - 2)).round().astype(int)
             for j in np.unique(cuts).tolist():
                 part = dataclasses.replace(run, epoch_times=run.epoch_times[:j], completed=None)
                 truth = end - part.last_timestamp
