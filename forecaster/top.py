@@ -423,12 +423,23 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def fmt_clock(ts: float | None, now: float, tz: tzinfo | None = None) -> str:
-    """Clock time ``14:05:09``; with the date when not today; ``-`` when unknown."""
+    """A clock time that cannot be misread; ``-`` when unknown.
+
+    ``14:05:09`` today; ``11-15 22:13`` on another day less than a day away (tomorrow
+    morning, last night); the full date ``2028-08-03 19:42`` beyond that, so a band
+    spanning months or years never reads like this year's dates."""
     if ts is None or not math.isfinite(ts):
         return "-"
-    when = datetime.fromtimestamp(ts, tz or timezone.utc)
-    today = datetime.fromtimestamp(now, tz or timezone.utc).date()
-    return when.strftime("%H:%M:%S") if when.date() == today else when.strftime("%m-%d %H:%M")
+    zone = tz or timezone.utc
+    try:
+        when = datetime.fromtimestamp(ts, zone)
+    except (OverflowError, OSError, ValueError):  # beyond year 9999: no calendar date
+        return "far future" if ts > now else "-"
+    if when.date() == datetime.fromtimestamp(now, zone).date():
+        return when.strftime("%H:%M:%S")
+    if abs(ts - now) <= 86400:
+        return when.strftime("%m-%d %H:%M")
+    return when.strftime("%Y-%m-%d %H:%M")
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -461,11 +472,21 @@ def fmt_epoch(epoch: float | None, epochs: float | None) -> str:
 
 
 def fmt_band(band: Band, now: float, tz: tzinfo | None = None) -> tuple[str, str]:
-    """(P50 clock, ``P10–P90`` clocks) for a job or GPU."""
+    """(P50 cell, ``P10–P90`` clocks) for a job or GPU.
+
+    A P50 already past when the view is drawn is not shown as a past clock time: it is
+    ``due`` while the P90 is still ahead (inside the band: any moment now) and
+    ``overdue`` once the P90 has passed too (or is unknown). The forecaster never
+    publishes a past time, but a view is drawn between its cycles; the band keeps its
+    clock times, so how late it is stays readable."""
     if band.p50 is None:
         return "-", "-"
     lo, hi = fmt_clock(band.p10, now, tz), fmt_clock(band.p90, now, tz)
-    return fmt_clock(band.p50, now, tz), f"{lo}–{hi}"
+    if band.p50 <= now:
+        p50 = "due" if band.p90 is not None and band.p90 > now else "overdue"
+    else:
+        p50 = fmt_clock(band.p50, now, tz)
+    return p50, f"{lo}–{hi}"
 
 
 def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:

@@ -325,8 +325,44 @@ def test_fmt_duration(seconds: float | None, text: str) -> None:
 
 
 def test_fmt_clock_shows_the_date_when_not_today() -> None:
+    assert top.fmt_clock(NOW + 60, NOW, timezone.utc) == "22:14:20"
     assert top.fmt_clock(NOW + 86400, NOW, timezone.utc) == "11-15 22:13"
+    assert top.fmt_clock(NOW - 23 * 3600, NOW, timezone.utc) == "11-13 23:13"
     assert top.fmt_clock(None, NOW) == "-"
+
+
+def test_fmt_clock_beyond_a_day_shows_the_year() -> None:
+    """A run of a million epochs: its band spans years and must not read like this
+    year's dates (REVIEW2 #11: ``08-03 19:42`` for a date in 2028)."""
+    assert top.fmt_clock(NOW + 86401, NOW, timezone.utc) == "2023-11-15 22:13"
+    assert top.fmt_clock(NOW + 3 * 365 * 86400, NOW, timezone.utc) == "2026-11-13 22:13"
+    assert top.fmt_clock(1e15, NOW, timezone.utc) == "far future"
+    band = top.Band(NOW + 200 * 86400, NOW + 600 * 86400, NOW + 1100 * 86400)
+    assert top.fmt_band(band, NOW, timezone.utc) == (
+        "2025-07-06 22:13",
+        "2024-06-01 22:13–2026-11-18 22:13",
+    )
+
+
+def test_a_past_eta_or_free_time_is_due_or_overdue_not_a_past_clock_time() -> None:
+    assert top.fmt_band(top.Band(NOW - 20, NOW - 2, NOW + 30), NOW, timezone.utc) == (
+        "due",
+        "22:13:00–22:13:50",
+    )
+    assert top.fmt_band(top.Band(NOW - 60, NOW - 30, NOW - 1), NOW, timezone.utc)[0] == "overdue"
+    assert top.fmt_band(top.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
+    late = answers()
+    for item in late["completion"] + late["gpu_free"]:
+        item["value"] = [NOW, str(float(item["value"][1]) - 250)]  # P10 -100 s, P50 -50 s, P90 +40 s
+    text = top.render_plain(
+        top.build_view({k: parsed(v) for k, v in late.items()}, NOW), timezone.utc
+    )
+    job = next(line for line in text.splitlines() if line.startswith("ml/cnn-1"))
+    gpu0 = next(line for line in text.splitlines() if line.startswith("node-0/0"))
+    for row in (job, gpu0):
+        assert " due " in row and "22:12:30" not in row and "22:11:40–22:14:00" in row, row
+    later = top.build_view({k: parsed(v) for k, v in late.items()}, NOW + 60)
+    assert " overdue " in top.render_plain(later, timezone.utc)
 
 
 def test_progress_bar_bounds() -> None:
