@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -775,6 +776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             view = refresh(client, args.idle_window, args.idle_threshold)
             print(json.dumps(render_json(view), indent=2))
+            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
             return ExitCode.OK
         use_rich = sys.stdout.isatty() and not args.plain and _has_rich()
         if args.once:
@@ -785,8 +787,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 Console().print(render_rich(view, tz))
             else:
                 sys.stdout.write(render_plain(view, tz))
+            sys.stdout.flush()
             return ExitCode.OK
         return _loop(client, args, tz, use_rich)
+    except BrokenPipeError:
+        return _reader_gone()
     except PromAPIError as err:
         if args.debug:
             raise
@@ -796,6 +801,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
     finally:
         client.close()
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``top | head``): that is how pipes end, not an
+    error, so exit 0 quietly. stdout is pointed at /dev/null first, or Python's own
+    flush at exit would print a second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (tests, embedding)
+        pass
+    return ExitCode.OK
 
 
 def _has_rich() -> bool:

@@ -353,7 +353,10 @@ def test_a_past_eta_or_free_time_is_due_or_overdue_not_a_past_clock_time() -> No
     assert top.fmt_band(top.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
     late = answers()
     for item in late["completion"] + late["gpu_free"]:
-        item["value"] = [NOW, str(float(item["value"][1]) - 250)]  # P10 -100 s, P50 -50 s, P90 +40 s
+        item["value"] = [
+            NOW,
+            str(float(item["value"][1]) - 250),
+        ]  # P10 -100 s, P50 -50 s, P90 +40 s
     text = top.render_plain(
         top.build_view({k: parsed(v) for k, v in late.items()}, NOW), timezone.utc
     )
@@ -472,6 +475,35 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         code, out, err = run_top(*argv, "--once")
         assert code == 2 and out == "", argv
         assert err.startswith("gpu-eta top: ") and err.count("\n") == 1, (argv, err)
+
+
+@pytest.mark.parametrize(
+    "mode", [["--json"], ["--once", "--plain"], ["--interval", "0.2"]], ids=["json", "once", "live"]
+)
+def test_a_reader_closing_the_pipe_ends_top_quietly(http_server, mode: list[str]) -> None:  # noqa: F811
+    """``top | head``: the reader goes away before top writes; top exits 0 with nothing
+    on stderr (no BrokenPipeError traceback, no 'Exception ignored' at exit)."""
+    import subprocess
+    import sys
+
+    body = json.dumps({"status": "success", "data": {"resultType": "vector",
+                       "result": answers()["gpu_info"]}}).encode()  # fmt: skip
+    url, seen = http_server(lambda r: reply(r, 200, body))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forecaster", "top", "--prometheus.url", url, *mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    proc.stdout.close()  # like head after its lines: before top's first write
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert seen, "top never queried: the pipe was not tested"
+    assert (proc.returncode, err.decode()) == (0, "")
 
 
 @pytest.mark.integration
