@@ -30,7 +30,7 @@ KNOWN_KEYS = {
     "images",
     "patches",
 }
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 
 
 class KustomizeError(ValueError):

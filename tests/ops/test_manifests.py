@@ -153,7 +153,9 @@ def test_rendered_resources_validate(name: str) -> None:
     objects = _build(name)
     assert not _validate_all(objects)
     for obj in objects:
-        if obj["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}:
+        if obj["kind"] in kl.CLUSTER_SCOPED:
+            assert "namespace" not in obj["metadata"], obj["metadata"]["name"]
+        else:
             assert obj["metadata"].get("namespace") == "gpu-eta", obj["metadata"]["name"]
 
 
@@ -259,6 +261,30 @@ def test_exporter_daemonset_properties() -> None:
     args = container["args"]
     assert "--kubelet.socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
     assert "--path.pod-logs=/var/log/pods" in args
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_no_system_priority_class_outside_kube_system(name: str) -> None:
+    """REVIEW2 item 5: GKE admits system-node-critical / system-cluster-critical pods
+    only in kube-system (or with a ResourceQuota scoped to them), so a pod of ours in
+    namespace gpu-eta must use a class the build itself ships."""
+    objects = _build(name)
+    shipped = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PriorityClass"}
+    for workload in objects:
+        spec = kl.pod_spec(workload)
+        if not spec or "priorityClassName" not in spec:
+            continue
+        cls = spec["priorityClassName"]
+        where = f"{workload['kind']}/{workload['metadata']['name']}"
+        assert workload["metadata"].get("namespace") == "gpu-eta", where
+        assert not cls.startswith("system-"), f"{where}: {cls} is refused outside kube-system"
+        assert cls in shipped, f"{where}: PriorityClass {cls} is not in the build"
+    pc = _find(objects, "PriorityClass", "gpu-eta-node-critical")
+    assert "namespace" not in pc["metadata"]  # cluster-scoped
+    assert 0 < pc["value"] <= 1_000_000_000  # user classes: at most 1e9
+    assert pc["preemptionPolicy"] == "Never" and pc["globalDefault"] is False
+    ds = _find(objects, "DaemonSet", "gpu-eta-exporter")
+    assert ds["spec"]["template"]["spec"]["priorityClassName"] == "gpu-eta-node-critical"
 
 
 def test_rbac_is_get_list_watch_pods_only() -> None:
@@ -467,6 +493,44 @@ def test_dockerfile_structure() -> None:
                     assert command in scripts
                     assert container["image"].startswith("ghcr.io/gpu-eta/gpu-eta:")
     assert "[exporter,forecaster]" in text
+
+
+def _overlay_snippets(text: str) -> list[str]:
+    """The ```yaml blocks of a document that are a kustomization naming our image."""
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    return [b for b in blocks if "kind: Kustomization" in b and "newName:" in b]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/deploy.md"])
+def test_documented_image_overlay_replaces_every_image(doc: str, tmp_path: Path) -> None:
+    """REVIEW2 item 8: the overlay the docs tell users to write (after building and
+    pushing their image) makes every container pull from their registry."""
+    text = (ROOT / doc).read_text()
+    assert "docker push" in text, f"{doc}: say to push the image"
+    snippets = [s for s in _overlay_snippets(text) if "../gpu-eta/manifests/" in s]
+    assert snippets, f"{doc}: no overlay snippet with images: newName"
+    (tmp_path / "gpu-eta").symlink_to(ROOT)
+    for snippet in snippets:
+        overlay = tmp_path / "my-gpu-eta"
+        overlay.mkdir(exist_ok=True)
+        (overlay / "kustomization.yaml").write_text(snippet)
+        wanted = yaml.safe_load(snippet)["images"][0]
+        objects = kl.build(overlay)
+        renders = [objects]
+        if shutil.which("kubectl"):
+            proc = subprocess.run(
+                ["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, timeout=120
+            )
+            assert proc.returncode == 0, proc.stderr
+            renders.append([o for o in yaml.safe_load_all(proc.stdout) if o])
+        for rendered in renders:
+            images = {
+                c["image"]
+                for workload in rendered
+                for c in (kl.pod_spec(workload) or {}).get("containers", [])
+                if "gpu-eta" in c["image"] or "ghcr.io" in c["image"]
+            }
+            assert images == {f"{wanted['newName']}:{wanted['newTag']}"}, images
 
 
 def _canonical(objects: list[dict]) -> list[str]:
