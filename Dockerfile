@@ -2,7 +2,9 @@
 # One image for both services (the manifests pick the command):
 #   gpu-eta-exporter ...      (DaemonSet; runs as uid 0 with every capability dropped)
 #   gpu-eta-forecaster ...    (Deployment / CronJob; runs as the image's uid 65532)
-# Build:  docker build -t ghcr.io/gpu-eta/gpu-eta:0.1.0 .
+# Build and push to a registry your nodes can pull from, then set images: in an
+# overlay (docs/deploy.md "The image"; nothing is published as ghcr.io/gpu-eta):
+#   docker build -t registry.example.com/ml/gpu-eta:0.1.0 . && docker push registry.example.com/ml/gpu-eta:0.1.0
 # (Not built in CI here: these machines have no container engine. tests/ops lints
 # this file structurally instead.)
 
