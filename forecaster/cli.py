@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import signal
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# Standard library and these two modules only: the rest (requests, numpy, ...) comes
+# with the extras, imported once the command is known to have them (``missing_extra``).
 from forecaster.config import Config, ConfigError, parse_listen_address
-from forecaster.cycle import Cycle, CycleSettings
 from forecaster.runs import ExitCode, ForecasterError
 
 log = logging.getLogger("forecaster")
@@ -32,6 +34,37 @@ DELEGATED = {
     "evaluate": ("forecaster.evaluate", "backtest recorded runs from a CSV against baselines"),
     "top": ("forecaster.top", "terminal table of running jobs, ETAs and GPUs"),
 }
+
+# What each command imports, as (module → distribution) of the pyproject extra that
+# brings it: ``pip install gpu-eta`` alone is the progress client for training images.
+FORECASTER_EXTRA = {
+    "prometheus_client": "prometheus-client",
+    "requests": "requests",
+    "yaml": "pyyaml",
+    "numpy": "numpy",
+    "statsmodels": "statsmodels",
+    "sklearn": "scikit-learn",
+}
+TOP_EXTRA = {"requests": "requests"}  # rich is optional: plain text without it
+EXTRAS = {
+    "serve": ("forecaster", FORECASTER_EXTRA),
+    "once": ("forecaster", FORECASTER_EXTRA),
+    "evaluate": ("forecaster", FORECASTER_EXTRA),
+    "top": ("top", TOP_EXTRA),
+}
+
+
+def missing_extra(modules: Mapping[str, str]) -> list[str]:
+    """The distributions of ``modules`` that are not installed (found without importing)."""
+    return sorted({dist for mod, dist in modules.items() if importlib.util.find_spec(mod) is None})
+
+
+def extra_message(command: str, extra: str, missing: Sequence[str]) -> str:
+    """One line naming the extra to install (``missing`` may be an ImportError's text)."""
+    return (
+        f"{command} needs the {extra} extra, not installed here "
+        f"(missing: {', '.join(missing)}): pip install 'gpu-eta[{extra}]'"
+    )
 
 
 class UsageError(Exception):
@@ -310,6 +343,8 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """Flags → Config (see ``prometheus_connection`` for the secrets)."""
+    from forecaster.cycle import CycleSettings
+
     settings = CycleSettings(
         lookback_seconds=args.lookback_seconds,
         min_step_seconds=args.min_step_seconds,
@@ -348,6 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         return _delegate(argv[0], argv[1:])
+    missing = missing_extra(FORECASTER_EXTRA)
+    if missing:  # serve/once (and their --help): a client-only install
+        print(f"error: {extra_message('the forecaster', 'forecaster', missing)}", file=sys.stderr)
+        return ExitCode.USAGE
     debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
@@ -388,17 +427,27 @@ def _report(err: BaseException, debug: bool, unexpected: bool = False) -> None:
 
 
 def _delegate(name: str, rest: list[str]) -> int:
+    """``evaluate``/``top``: their own module, flags and exit codes; a missing extra is
+    one line naming it (exit 2) rather than an ImportError."""
     module_name = DELEGATED[name][0]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        print(f"error: {name} is not available ({module_name}: {err})", file=sys.stderr)
-        return ExitCode.RUNTIME
+    extra, modules = EXTRAS[name]
+    missing = missing_extra(modules)
+    if not missing:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if (err.name or "").split(".")[0] == "forecaster":
+                raise  # our own module missing: a broken install, not a missing extra
+            missing = [err.name or str(err)]
+    if missing:
+        print(f"error: {extra_message(name, extra, missing)}", file=sys.stderr)
+        return ExitCode.USAGE
     return int(module.main(rest))
 
 
 def _open(config: Config):
     """Client, store (seeded) and cycle for serve/once."""
+    from forecaster.cycle import Cycle
     from forecaster.history import HistoryStore
     from forecaster.promapi import PromClient
 

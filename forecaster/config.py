@@ -1,6 +1,8 @@
 """The forecaster's settings as one frozen record; validation only, no I/O.
 
 The CLI turns flags into a ``Config``; everything else takes the pieces it needs.
+Standard library only (``CycleSettings`` is imported when first needed), so
+``forecaster.cli`` can import this module without the forecaster extra.
 Secrets (bearer token, basic-auth password) are read from files by the CLI and
 kept out of ``repr`` so they never reach a log line.
 """
@@ -8,14 +10,26 @@ kept out of ``repr`` so they never reach a log line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from forecaster.cycle import CycleSettings
 from forecaster.runs import ForecasterError
+
+if TYPE_CHECKING:
+    from forecaster.cycle import CycleSettings
 
 
 class ConfigError(ForecasterError, ValueError):
     """A setting is out of range or inconsistent (a usage error: exit code 2)."""
+
+
+def _default_cycle() -> CycleSettings:
+    # imported here: this module stays standard-library only, so the CLI can start and
+    # name a missing extra instead of failing on an import (forecaster.cycle needs
+    # requests)
+    from forecaster.cycle import CycleSettings
+
+    return CycleSettings()
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,7 @@ class Config:
     interval_seconds: float = 60.0
     pushgateway_url: str | None = None
     pushgateway_job: str = "gpu_eta_forecaster"
-    cycle: CycleSettings = field(default_factory=CycleSettings)
+    cycle: CycleSettings = field(default_factory=_default_cycle)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.prometheus_url)

@@ -146,8 +146,57 @@ def test_seed_csv_is_imported_once(tmp_path: Path) -> None:
 def test_evaluate_and_top_are_delegated() -> None:
     for sub in ("evaluate", "top"):
         proc = run_cli(sub, "--help")
-        assert "Traceback" not in proc.stderr
-        assert proc.returncode == 0 or proc.stderr.startswith(f"error: {sub} is not available")
+        assert (proc.returncode, proc.stderr) == (0, "")
+        assert proc.stdout.startswith("usage: ") and "--help" in proc.stdout
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_client_only(*args: str) -> subprocess.CompletedProcess:
+    """The repo on a Python without site-packages (``-S``): what ``pip install gpu-eta``
+    alone gives a training image (the progress client, no extras)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-S", *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (["-m", "forecaster", "--help"], "forecaster"),
+        (["-m", "forecaster"], "forecaster"),
+        (["-m", "forecaster", "serve"], "forecaster"),
+        (["-m", "forecaster", "once", "--pushgateway.url", "http://pg:9091"], "forecaster"),
+        (["-m", "forecaster", "evaluate", "--runs", "x.csv"], "forecaster"),
+        (["-m", "forecaster", "top", "--once"], "top"),
+        # the gpu-eta-forecaster console script: forecaster.cli:main
+        (["-c", "import sys; from forecaster.cli import main; sys.exit(main())", "serve"],
+         "forecaster"),
+    ],
+)  # fmt: skip
+def test_without_the_extra_one_line_names_it_and_exits_2(argv: list[str], extra: str) -> None:
+    assert run_client_only("-c", "import requests").returncode != 0, "site-packages leaked in"
+    proc = run_client_only(*argv)
+    assert proc.returncode == ExitCode.USAGE and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert f"pip install 'gpu-eta[{extra}]'" in proc.stderr and "requests" in proc.stderr
+
+
+def test_top_imports_nothing_of_the_forecaster_extra_but_requests() -> None:
+    """``gpu-eta[top]`` (requests, rich) is enough for top: it needs neither numpy nor
+    the model libraries nor prometheus_client."""
+    code = (
+        "import sys, forecaster.top, forecaster.cli; "
+        "print(sorted(m for m in ('numpy', 'statsmodels', 'sklearn', 'prometheus_client', "
+        "'yaml') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "[]"), proc.stderr
 
 
 @pytest.fixture
