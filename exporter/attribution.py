@@ -8,6 +8,12 @@ samples resolved through cgroups: true even without a device plugin). Each
 memory come from the container's own processes, so the three pods sharing a
 time-sliced GPU each show their own part instead of three copies of the device's.
 
+Process data can be missing (cgroup collector off, no ``hostPID`` so NVML hides
+the processes, a pid no cgroup names). Then "no process of this container" does
+not mean "idle": a container that is the device's only holder gets the device's
+own numbers (its use is the device's use), holders of a shared device get no
+utilisation/memory at all (unknown, never 0). docs/attribution.md has the rules.
+
 Pure functions only: no I/O, no logging. ``parse_device_id`` raises
 ``DeviceIdError`` for a malformed id; ``attribute`` never raises for ids it cannot
 resolve (another resource, a device that vanished): it leaves them out, and
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from exporter.readings import (
     Allocation,
     ContainerRef,
+    DeviceReading,
     GpuPoll,
     PodGpuRow,
     PodMeta,
@@ -133,6 +140,7 @@ class _Devices:
     """The poll's devices indexed by every handle a kubelet id may use."""
 
     by_key: Mapping[_Key, _Slot]
+    readings: Mapping[_Key, DeviceReading]  # failing devices have none
     by_mig: Mapping[str, _Key]  # MIG uuid, lowercased
     by_index: Mapping[int, _Key]  # whole GPUs by NVML index
     by_mig_index: Mapping[tuple[int, int], _Key]  # (GPU index, position among its MIGs)
@@ -148,6 +156,7 @@ def _devices(gpu: GpuPoll) -> _Devices:
     ``<i>:<j>``.
     """
     by_key: dict[_Key, _Slot] = {}
+    readings: dict[_Key, DeviceReading] = {}
     by_mig: dict[str, _Key] = {}
     by_index: dict[int, _Key] = {}
     by_mig_index: dict[tuple[int, int], _Key] = {}
@@ -155,6 +164,7 @@ def _devices(gpu: GpuPoll) -> _Devices:
     for dev in gpu.devices:
         key = _key(dev.uuid, dev.gpu_instance_id)
         by_key.setdefault(key, _Slot(dev.index, dev.uuid, dev.gpu_instance_id))
+        readings.setdefault(key, dev)
         if dev.mig_uuid:
             by_mig.setdefault(dev.mig_uuid.lower(), key)
         if dev.gpu_instance_id is None:
@@ -170,7 +180,7 @@ def _devices(gpu: GpuPoll) -> _Devices:
         if key not in by_key:
             by_key[key] = _Slot(fail.index, fail.uuid, None)
             by_index.setdefault(fail.index, key)
-    return _Devices(by_key, by_mig, by_index, by_mig_index)
+    return _Devices(by_key, readings, by_mig, by_index, by_mig_index)
 
 
 def _resolve(device_id: str, devices: _Devices) -> _Key:
@@ -244,7 +254,7 @@ def attribute(
     gpu: GpuPoll,
     allocations: Sequence[Allocation],
     pods: Sequence[PodMeta],
-    containers: Mapping[int, ContainerRef],
+    containers: Mapping[int, ContainerRef] | None,
 ) -> tuple[PodGpuRow, ...]:
     """Per (device, container) rows from allocations and process samples.
 
@@ -257,8 +267,16 @@ def attribute(
       container named after its single allocation on that device, else ``""``.
       Processes in no known container are dropped: they are not a pod's.
     - Utilisation is the sum of the container's processes' samples clamped to
-      0..1, memory the sum of theirs; an allocated container with no process gets
-      0.0 and 0; a container with processes but no samples of a kind gets None.
+      0..1, memory the sum of theirs; a container with processes but no samples
+      of a kind gets None.
+    - An allocated container with no attributed process gets 0.0 and 0 only when
+      the device's process data is complete (``_complete``): then it really holds
+      the device and runs nothing on it. Otherwise the process split is unknown:
+      the device's only holder gets the device's utilisation and memory (its use
+      IS the device's use), holders of a shared device get None (no series: the
+      forecaster's DCGM fallback and dashboards read "unknown", not "idle").
+      ``containers=None`` says there is no process data at all (the cgroup
+      resolver is switched off or never read).
     - ``allocated`` tells whether the kubelet allocated the device to the
       container; ``allocated_since_timestamp`` is the pod's start time.
     """
@@ -282,12 +300,16 @@ def attribute(
         rows.setdefault((key, alloc.namespace, alloc.pod, alloc.container), _Acc()).allocated = True
         allocated_names.setdefault((key, alloc.namespace, alloc.pod), set()).add(alloc.container)
 
+    sampled: set[_Key] = set()  # devices NVML listed a process on
+    unplaced: set[_Key] = set()  # devices with a process no cgroup/pod names
     for sample in gpu.processes:
-        ref = containers.get(sample.pid)
-        if ref is None:
-            continue
         key = _sample_key(sample, by_key)
         if key is None:
+            continue
+        sampled.add(key)
+        ref = None if containers is None else containers.get(sample.pid)
+        if ref is None:
+            unplaced.add(key)
             continue
         owner = owner_of.get(ref.container_id)
         if owner is not None:
@@ -297,18 +319,34 @@ def attribute(
             names = allocated_names.get((key, pod.namespace, pod.name), set())
             cname = next(iter(names)) if len(names) == 1 else ""
         else:
+            unplaced.add(key)
             continue
         rows.setdefault((key, pod.namespace, pod.name, cname), _Acc()).add(sample)
+
+    holders: dict[_Key, int] = {}  # containers allocated the device or running on it
+    for key, *_ in rows:
+        holders[key] = holders.get(key, 0) + 1
 
     out: list[PodGpuRow] = []
     for (key, namespace, pod_name, cname), acc in rows.items():
         slot = by_key[key]
-        if acc.n_processes == 0:
-            utilization: float | None = 0.0
-            memory: int | None = 0
-        else:
+        utilization: float | None
+        memory: int | None
+        if acc.n_processes > 0:
             utilization = None if acc.utilization is None else min(max(acc.utilization, 0.0), 1.0)
             memory = acc.memory
+        elif _complete(key, containers, devices, sampled, unplaced):
+            utilization, memory = 0.0, 0
+        elif holders[key] == 1 and key in devices.readings:
+            reading = devices.readings[key]
+            util = _finite(reading.utilization_ratio)
+            utilization = None if util is None else min(max(util, 0.0), 1.0)
+            mem = reading.memory_used_bytes
+            memory = (
+                mem if isinstance(mem, int) and not isinstance(mem, bool) and mem >= 0 else None
+            )
+        else:
+            utilization, memory = None, None
         meta = pods_by_name.get((namespace, pod_name))
         out.append(
             PodGpuRow(
@@ -334,3 +372,32 @@ def attribute(
         )
     )
     return tuple(out)
+
+
+def _complete(
+    key: _Key,
+    containers: Mapping[int, ContainerRef] | None,
+    devices: _Devices,
+    sampled: set[_Key],
+    unplaced: set[_Key],
+) -> bool:
+    """Whether a holder with no process on this device is known to run nothing on it.
+
+    Not when: there is no process data (``containers`` None); a process on the
+    device could not be placed in a pod (a pid no cgroup names, e.g. outside the
+    exporter's pid namespace, or a container of no known pod — it may be the
+    holder's); the device could not be read (a failure, no reading); or NVML
+    lists no process while the device reports work (utilisation > 0): NVML only
+    lists processes in the caller's pid namespace, so without ``hostPID`` a busy
+    GPU shows none. A device idle and without processes is genuinely unused.
+    """
+    if containers is None or key in unplaced:
+        return False
+    reading = devices.readings.get(key)
+    if reading is None:
+        return False
+    if key not in sampled:
+        util = _finite(reading.utilization_ratio)
+        if util is not None and util > 0.0:
+            return False
+    return True

@@ -100,8 +100,9 @@ class ProgressEndpoint(Protocol):
 # an internal step of the cycle: its tracker (not published), the job, its empty value
 _Step = tuple["_Tracker", Callable[[], Any], Any]
 
+# containers None: no process data at all (cgroup collector off or never read)
 Attribute = Callable[
-    [GpuPoll, Sequence[Allocation], Sequence[PodMeta], Mapping[int, ContainerRef]],
+    [GpuPoll, Sequence[Allocation], Sequence[PodMeta], Mapping[int, ContainerRef] | None],
     tuple[PodGpuRow, ...],
 ]
 
@@ -309,7 +310,13 @@ class Scheduler:
 
             steps.append((self._store_step, read_progress, ()))
         got2 = self._run_stage(stage2, steps)
-        containers: Mapping[int, ContainerRef] = got2.get("cgroup", {})
+        # No resolver, or one that never answered: no process data, which attribution
+        # must not read as "no process" (that would publish every holder as idle).
+        # A resolver failing now keeps its last good map: pids it does not name make
+        # their device's split unknown in attribution.
+        containers: Mapping[int, ContainerRef] | None = None
+        if src.processes is not None and self._trackers["cgroup"].has_data:
+            containers = got2.get("cgroup", {})
         host_memory: tuple[HostMemory, ...] = got2.get("hostmemory", ())
         progress: tuple[Progress, ...] = got2.get(self._store_step.name, ())
 

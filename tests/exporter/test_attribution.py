@@ -108,7 +108,8 @@ def test_idle_holder_still_shows_its_owner() -> None:
 def test_mig_instances_resolve_by_mig_uuid_and_legacy_form() -> None:
     gpu = GpuPoll(
         devices=(
-            dev(0, U0, util=0.4, gpu_instance_id=1, mig_uuid=MIG1, mig_profile="1g.10gb"),
+            # instance 1 idle (no process, no work), instance 2 runs pod b
+            dev(0, U0, util=0.0, gpu_instance_id=1, mig_uuid=MIG1, mig_profile="1g.10gb"),
             dev(0, U0, util=0.2, gpu_instance_id=2, mig_uuid=MIG2, mig_profile="1g.10gb"),
             dev(1, U1),
         ),
@@ -381,3 +382,66 @@ def test_mig_index_form_resolves_by_position_among_the_gpus_mig_devices() -> Non
         ("a", 1, U1, 5),
     ]
     assert {a.pod for a, _ in unresolved_allocations(gpu, allocs)} == {"c", "d", "e"}
+
+
+# -- process data missing: unknown is not idle (REVIEW2 item 1) ------------------------
+
+
+def _holders_of_two_gpus(util0: float = 0.8) -> tuple[GpuPoll, list[Allocation], list[PodMeta]]:
+    """GPU 0 held by pod a alone; GPU 1 time-sliced between b and c."""
+    gpu = GpuPoll(devices=(dev(0, U0, util=util0, mem=9 * GIB), dev(1, U1, util=0.6, mem=7 * GIB)))
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/gpu", U0),
+        Allocation("ml", "b", "main", "nvidia.com/gpu.shared", f"{U1}::0"),
+        Allocation("ml", "c", "main", "nvidia.com/gpu.shared", f"{U1}::1"),
+    ]
+    return gpu, allocs, [pod("a", 1), pod("b", 2), pod("c", 3)]
+
+
+def _use(rows: tuple[PodGpuRow, ...]) -> list[tuple[str, float | None, int | None]]:
+    return [(r.pod, r.utilization_ratio, r.memory_used_bytes) for r in rows]
+
+
+def test_no_process_data_sole_holder_gets_the_device_and_sharers_get_nothing() -> None:
+    gpu, allocs, pods = _holders_of_two_gpus()
+    rows = attribute(gpu, allocs, pods, None)
+    assert _use(rows) == [("a", 0.8, 9 * GIB), ("b", None, None), ("c", None, None)]
+    assert all(r.allocated for r in rows)  # who holds what is still known
+
+
+def test_complete_process_data_without_a_process_is_a_genuine_zero() -> None:
+    gpu, allocs, pods = _holders_of_two_gpus(util0=0.0)
+    rows = attribute(gpu, allocs, pods, {})
+    # GPU 0 is idle and lists no process: a holds it and runs nothing. GPU 1 reports
+    # work but NVML lists no process on it (hidden by the pid namespace): unknown.
+    assert _use(rows) == [("a", 0.0, 0), ("b", None, None), ("c", None, None)]
+
+
+def test_busy_device_with_no_listed_process_is_the_sole_holders_use() -> None:
+    gpu, allocs, pods = _holders_of_two_gpus(util0=0.8)
+    rows = attribute(gpu, allocs, pods, {})  # resolver ran, NVML listed nothing
+    assert _use(rows)[0] == ("a", 0.8, 9 * GIB)
+
+
+def test_a_pid_no_cgroup_names_makes_the_idle_sharers_unknown() -> None:
+    gpu, allocs, pods = _holders_of_two_gpus()
+    gpu = GpuPoll(
+        devices=gpu.devices,
+        processes=(
+            ProcessSample(21, U1, None, 3 * GIB, 0.4),  # pod b
+            ProcessSample(22, U1, None, 2 * GIB, 0.25),  # not resolved: maybe c's
+            ProcessSample(11, U0, None, 9 * GIB, 0.8),  # pod a
+        ),
+    )
+    rows = attribute(gpu, allocs, pods, {21: ref(2), 11: ref(1)})
+    assert _use(rows) == [("a", 0.8, 9 * GIB), ("b", 0.4, 3 * GIB), ("c", None, None)]
+    # the same with every pid resolved: c genuinely runs nothing on GPU 1
+    rows = attribute(gpu, allocs, pods, {21: ref(2), 22: ref(2), 11: ref(1)})
+    assert _use(rows) == [("a", 0.8, 9 * GIB), ("b", 0.65, 5 * GIB), ("c", 0.0, 0)]
+
+
+def test_failing_device_gives_its_holder_no_use_at_all() -> None:
+    gpu = GpuPoll(devices=(), failures=(DeviceFailure(0, U0, "gpu_lost"),))
+    rows = attribute(gpu, [Allocation("ml", "a", "main", "nvidia.com/gpu", U0)], [pod("a", 1)], {})
+    assert _use(rows) == [("a", None, None)]
+    assert rows[0].allocated
