@@ -290,6 +290,32 @@ class ClusterSim:
                 return n, ((g, r),)
         return None
 
+    def _fit_memory(self, pod: Pod, at: float) -> None:
+        """Shrink a pod's GPU memory to what its time-sliced device has left.
+
+        Time-slicing shares one device's memory: the pods on it must together hold
+        at most its size (REVIEW2 item 14: an 11 GB card showed 18.9 GB held). A pod
+        gets at most 90 % of the device minus what its co-tenants hold, and never
+        less than half of what is really left, so the sum stays under the size.
+        Exclusive devices keep the 90 % cap of ``demo.scenarios``. Deterministic:
+        no random draw, so seeds give the same cluster as before.
+        """
+        for g, _ in pod.gpus:
+            spec = self.nodes[pod.node].gpus[g]
+            if spec.replicas == 1:
+                continue
+            others = sum(
+                other.memory_bytes
+                for other in self.pods
+                if other is not pod
+                and other.node == pod.node
+                and any(og == g for og, _ in other.gpus)
+                and (other.end is None or other.end > at)  # a finished pod lingers 2 s
+            )
+            left = max(0, spec.memory_total_bytes - others)
+            budget = max(int(spec.memory_total_bytes * 0.9) - others, left // 2)
+            pod.memory_bytes = min(pod.memory_bytes, budget)
+
     def _start_notebook(self, node_hint: int | None, lifetime: float | None, at: float) -> None:
         placed = None
         if node_hint is not None:
@@ -317,6 +343,7 @@ class ClusterSim:
         pod.util_steps.append((at, 0.0))
         for g, r in gpus:
             self._slots[(node, g, r)] = pod
+        self._fit_memory(pod, at)
         self.pods.append(pod)
         self._pending_events.append(Event(at, "pod_start", pod))
         if lifetime is not None:
@@ -369,6 +396,7 @@ class ClusterSim:
             pod.gpu_model = self.nodes[node].gpus[gpus[0][0]].model
             for g, r in gpus:
                 self._slots[(node, g, r)] = pod
+            self._fit_memory(pod, t)
             job.phase = "startup"
             job.phase_end = (
                 t + self._rng.uniform(*self.config.startup_seconds) / self.config.time_scale
@@ -553,6 +581,7 @@ class ClusterSim:
         )
         pod.util_steps.append((self.now, 0.6))
         self._slots[(node, g, r)] = pod
+        self._fit_memory(pod, self.now)
         self.pods.append(pod)
         return pod
 
