@@ -261,3 +261,46 @@ def test_kube_collector_needs_a_node_name(
     )
     assert code == ExitCode.ERROR
     assert "set --node-name or env NODE_NAME" in capsys.readouterr().err
+
+
+# -- client-only install (REVIEW2 item 7c): no `exporter` extra ----------------------
+
+_BLOCK_AND_RUN = """
+import runpy, sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None  # what a venv without the package looks like to import
+how, sys.argv = sys.argv[2], ["gpu-eta-exporter", *sys.argv[3:]]
+if how == "script":  # the console script's own code: from exporter.cli import main
+    from exporter.cli import main
+    sys.exit(main())
+runpy.run_module("exporter", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+@pytest.mark.parametrize(
+    ("blocked", "named"),
+    [("yaml", "yaml"), ("prometheus_client", "prometheus_client"), ("grpc,yaml", "yaml")],
+)
+def test_without_the_exporter_extra_one_line_and_exit_2(how: str, blocked: str, named: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _BLOCK_AND_RUN, blocked, how, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr == (
+        f"gpu-eta exporter: missing dependency '{named}': pip install 'gpu-eta[exporter]'\n"
+    )
+
+
+def test_a_missing_module_that_is_no_extra_keeps_its_traceback() -> None:
+    from exporter.cli import missing_dependency
+
+    assert missing_dependency(ModuleNotFoundError("x", name="exporter.nope")) is None
+    assert missing_dependency(ModuleNotFoundError("x", name="google.protobuf")) == (
+        "gpu-eta exporter: missing dependency 'google.protobuf': pip install 'gpu-eta[exporter]'"
+    )
