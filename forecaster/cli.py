@@ -2,8 +2,9 @@
 
 Exit codes are mapped in one place (``ExitCode``): 0 success, 1 runtime failure
 (Prometheus away in ``once``, a push refused, an unusable history file), 2 usage
-(bad flags or values). Errors are one line on stderr; ``--debug`` adds the
-traceback. ``evaluate`` and ``top`` belong to ``forecaster.evaluate`` and
+(bad flags or values). Errors are one line on stderr starting ``gpu-eta forecaster:``
+(``gpu-eta top:`` for top), like the exporter's ``gpu-eta exporter:``; ``--debug``
+adds the traceback. ``evaluate`` and ``top`` belong to ``forecaster.evaluate`` and
 ``forecaster.top``; they are imported only when asked for, so a missing module is
 a clear one-line error instead of breaking ``serve``.
 """
@@ -29,6 +30,8 @@ from forecaster.config import Config, ConfigError, parse_listen_address
 from forecaster.runs import ExitCode, ForecasterError
 
 log = logging.getLogger("forecaster")
+
+PREFIX = "gpu-eta forecaster: "  # every error line of serve/once (docs/forecaster.md)
 
 DELEGATED = {
     "evaluate": ("forecaster.evaluate", "backtest recorded runs from a CSV against baselines"),
@@ -59,10 +62,10 @@ def missing_extra(modules: Mapping[str, str]) -> list[str]:
     return sorted({dist for mod, dist in modules.items() if importlib.util.find_spec(mod) is None})
 
 
-def extra_message(command: str, extra: str, missing: Sequence[str]) -> str:
-    """One line naming the extra to install (``missing`` may be an ImportError's text)."""
+def extra_message(extra: str, missing: Sequence[str]) -> str:
+    """The line naming the extra to install (after the command's prefix)."""
     return (
-        f"{command} needs the {extra} extra, not installed here "
+        f"needs the {extra} extra, not installed here "
         f"(missing: {', '.join(missing)}): pip install 'gpu-eta[{extra}]'"
     )
 
@@ -75,7 +78,11 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so main() maps every error once."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        sub = self.prog.removeprefix(ROOT_PROG).strip()  # "serve", "once" or ""
+        raise UsageError(f"{sub}: {message}" if sub else message)
+
+
+ROOT_PROG = "python -m forecaster"
 
 
 DESCRIPTION = """\
@@ -96,7 +103,7 @@ exit codes: 0 ok, 1 runtime failure, 2 usage error. --debug prints tracebacks.""
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (``evaluate``/``top`` only named: they parse their own flags)."""
     parser = _Parser(
-        prog="python -m forecaster",
+        prog=ROOT_PROG,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -142,7 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="Pushgateway base URL, e.g. http://pushgateway:9091",
     )
     once.add_argument(
-        "--pushgateway.job", dest="pushgateway_job", default="gpu_eta_forecaster", help="job label"
+        "--pushgateway.job",
+        dest="pushgateway_job",
+        default="gpu-eta-forecaster",
+        help="job label of the pushed group (the name the rules and manifests use)",
     )
     for name, (_, text) in DELEGATED.items():
         sub.add_parser(name, help=text, add_help=False)
@@ -364,7 +374,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         listen_address=getattr(args, "listen_address", ":9844"),
         interval_seconds=getattr(args, "interval_seconds", 60.0),
         pushgateway_url=getattr(args, "pushgateway_url", None),
-        pushgateway_job=getattr(args, "pushgateway_job", "gpu_eta_forecaster"),
+        pushgateway_job=getattr(args, "pushgateway_job", "gpu-eta-forecaster"),
         cycle=settings,
     )
 
@@ -385,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _delegate(argv[0], argv[1:])
     missing = missing_extra(FORECASTER_EXTRA)
     if missing:  # serve/once (and their --help): a client-only install
-        print(f"error: {extra_message('the forecaster', 'forecaster', missing)}", file=sys.stderr)
+        print(PREFIX + extra_message("forecaster", missing), file=sys.stderr)
         return ExitCode.USAGE
     debug = "--debug" in argv
     try:
@@ -395,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.USAGE
         config = config_from_args(args)
     except (UsageError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{PREFIX}{err}", file=sys.stderr)
         return ExitCode.USAGE
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -422,7 +432,7 @@ def _report(err: BaseException, debug: bool, unexpected: bool = False) -> None:
     if debug:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
     text = str(err).splitlines()[0] if str(err) else type(err).__name__
-    prefix = f"error: {type(err).__name__}: " if unexpected else "error: "
+    prefix = f"{PREFIX}{type(err).__name__}: " if unexpected else PREFIX
     print(prefix + text, file=sys.stderr)
 
 
@@ -440,7 +450,9 @@ def _delegate(name: str, rest: list[str]) -> int:
                 raise  # our own module missing: a broken install, not a missing extra
             missing = [err.name or str(err)]
     if missing:
-        print(f"error: {extra_message(name, extra, missing)}", file=sys.stderr)
+        # top's own prefix for top; evaluate is a forecaster command
+        prefix = "gpu-eta top: " if name == "top" else f"{PREFIX}{name} "
+        print(prefix + extra_message(extra, missing), file=sys.stderr)
         return ExitCode.USAGE
     return int(module.main(rest))
 
@@ -534,7 +546,7 @@ def once(config: Config) -> int:
         registry = make_registry(state, self_only=not ok)
         if not ok:
             print(
-                f"error: {state.last_error.splitlines()[0] if state.last_error else 'cycle failed'}",
+                PREFIX + (state.last_error.splitlines()[0] if state.last_error else "cycle failed"),
                 file=sys.stderr,
             )
         if config.pushgateway_url:

@@ -50,7 +50,7 @@ class Config:
     listen_address: str = ":9844"
     interval_seconds: float = 60.0
     pushgateway_url: str | None = None
-    pushgateway_job: str = "gpu_eta_forecaster"
+    pushgateway_job: str = "gpu-eta-forecaster"  # the job name rules and manifests use
     cycle: CycleSettings = field(default_factory=_default_cycle)
 
     def __post_init__(self) -> None:

@@ -11,6 +11,8 @@ import pytest
 from demo.prometheus import free_port
 from forecaster.cli import ExitCode, build_parser, config_from_args, main
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -45,6 +47,7 @@ def test_no_subcommand_is_usage(capsys) -> None:
     ("argv", "message"),
     [
         (["serve", "--bogus"], "unrecognized arguments: --bogus"),
+        (["bogus"], "invalid choice: 'bogus'"),
         (["serve", "--prometheus.url", "localhost:9090"], "--prometheus.url must be"),
         (["serve", "--web.listen-address", "nope"], "--web.listen-address must be"),
         (["serve", "--cycle.interval", "0"], "--cycle.interval must be > 0"),
@@ -56,8 +59,36 @@ def test_no_subcommand_is_usage(capsys) -> None:
 def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:
     assert main(argv) == ExitCode.USAGE
     err = capsys.readouterr().err
-    assert message in err
+    assert err.startswith("gpu-eta forecaster: ") and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_once_pushes_under_the_job_name_the_rules_and_manifests_use() -> None:
+    """``up{job="gpu-eta-forecaster"}`` in the rules, the CronJob's explicit flag: a
+    hand-run ``once`` pushes under the same name by default."""
+    config = config_from_args(build_parser().parse_args(["once"]))
+    assert config.pushgateway_job == "gpu-eta-forecaster"
+    rules = (REPO / "rules" / "gpu-eta.rules.yaml").read_text()
+    cronjob = (REPO / "manifests/variants/forecaster-cronjob/forecaster-cronjob.yaml").read_text()
+    assert f'job="{config.pushgateway_job}"' in rules
+    assert f"--pushgateway.job={config.pushgateway_job}" in cronjob
+
+
+def test_top_help_shows_the_prometheus_flags_defaults(capsys) -> None:
+    from forecaster import top
+
+    with pytest.raises(SystemExit):
+        top.parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for text in (
+        "(default: http://127.0.0.1:9090)",
+        "timeout of one HTTP request (default: 10.0)",
+        "(default: 2)",
+        "(doubles each retry) (default: 0.5)",
+        "(default: 67108864)",
+        "(default: 5m)",
+    ):
+        assert text in help_text, text
 
 
 def test_secrets_are_read_from_files_and_not_in_repr(tmp_path: Path) -> None:
@@ -94,7 +125,7 @@ def test_once_with_prometheus_down_exits_1_with_one_line(tmp_path: Path) -> None
     )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("gpu-eta forecaster: ")]
     assert len(errors) == 1 and "cannot connect" in errors[0]
 
 
@@ -103,7 +134,10 @@ def test_corrupt_history_exits_1_and_keeps_the_file(tmp_path: Path) -> None:
     db.write_bytes(b"garbage" * 1000)
     proc = run_cli("once", "--history.db", str(db))
     assert proc.returncode == 1
-    assert proc.stderr.strip().startswith("error: history file") and "Traceback" not in proc.stderr
+    assert (
+        proc.stderr.strip().startswith("gpu-eta forecaster: history file")
+        and "Traceback" not in proc.stderr
+    )
     assert db.read_bytes() == b"garbage" * 1000
     debug = run_cli("once", "--history.db", str(db), "--debug")
     assert "Traceback" in debug.stderr and debug.returncode == 1
@@ -116,7 +150,10 @@ def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:
         "once", "--history.db", str(tmp_path / "h.sqlite"), "--history.seed-csv", str(seed)
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+    assert (
+        proc.stderr.startswith("gpu-eta forecaster: ")
+        and len(proc.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_seed_csv_is_imported_once(tmp_path: Path) -> None:
@@ -148,9 +185,6 @@ def test_evaluate_and_top_are_delegated() -> None:
         proc = run_cli(sub, "--help")
         assert (proc.returncode, proc.stderr) == (0, "")
         assert proc.stdout.startswith("usage: ") and "--help" in proc.stdout
-
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def run_client_only(*args: str) -> subprocess.CompletedProcess:
@@ -248,5 +282,5 @@ def test_once_with_pushgateway_away_exits_1(empty_prometheus_api, tmp_path) -> N
         f"http://127.0.0.1:{free_port()}",
     )
     assert proc.returncode == 1
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("gpu-eta forecaster: ")]
     assert len(errors) == 1 and "push to" in errors[0] and "Traceback" not in proc.stderr

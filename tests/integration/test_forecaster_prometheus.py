@@ -356,7 +356,7 @@ def test_once_pushes_through_a_real_pushgateway(
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     found = prom.wait_for(
-        'gpu_eta_job_predicted_remaining_seconds{job="gpu_eta_forecaster",quantile="0.5"}',
+        'gpu_eta_job_predicted_remaining_seconds{job="gpu-eta-forecaster",quantile="0.5"}',
         timeout=60,
         min_results=7,
     )
