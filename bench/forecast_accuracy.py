@@ -37,34 +37,91 @@ from forecaster.runs_csv import read_runs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
 DEFAULT_SETS = (
-    # (file, scenario, pool): files of one pool are also scored pooled; None = a tune file.
+    # (file, scenario, pools): the files of a pool are also scored pooled. "all pinned"
+    # pools every pinned recording, tune files included (no choosing after the fact).
     # Session 2 (2026-11-21 07:52–08:25 UTC): one pinned core, --size 4, --jobs 4 (6 runs
     # of each (job, batch size) on dedicated, 5 on shared). heldout3/4 were recorded and
     # set aside before the model change of that session and scored once, after it.
-    ("pinned_dedicated_heldout3.csv", "dedicated", "fresh session-2"),
-    ("pinned_shared_heldout3.csv", "shared", "fresh session-2"),
-    ("pinned_dedicated_heldout4.csv", "dedicated", "fresh session-2"),
-    ("pinned_shared_heldout4.csv", "shared", "fresh session-2"),
-    ("pinned_dedicated_tune2.csv", "dedicated", None),
-    ("pinned_shared_tune2.csv", "shared", None),
+    (
+        "pinned_dedicated_heldout3.csv",
+        "dedicated",
+        (
+            "fresh session-2",
+            "all pinned",
+        ),
+    ),
+    (
+        "pinned_shared_heldout3.csv",
+        "shared",
+        (
+            "fresh session-2",
+            "all pinned",
+        ),
+    ),
+    (
+        "pinned_dedicated_heldout4.csv",
+        "dedicated",
+        (
+            "fresh session-2",
+            "all pinned",
+        ),
+    ),
+    (
+        "pinned_shared_heldout4.csv",
+        "shared",
+        (
+            "fresh session-2",
+            "all pinned",
+        ),
+    ),
+    ("pinned_dedicated_tune2.csv", "dedicated", ("all pinned",)),
+    ("pinned_shared_tune2.csv", "shared", ("all pinned",)),
     # session 1: one pinned core (taskset -c 1) once the machine was quieter, with a
     # repeated-job grid; see the .meta.json sidecars for the load during recording
-    ("pinned_dedicated_heldout2.csv", "dedicated", "pinned session-1"),
-    ("pinned_shared_heldout2.csv", "shared", "pinned session-1"),
-    ("pinned_dedicated_heldout.csv", "dedicated", "pinned session-1"),
-    ("pinned_shared_heldout.csv", "shared", "pinned session-1"),
-    ("pinned_dedicated_tune.csv", "dedicated", None),
-    ("pinned_shared_tune.csv", "shared", None),
+    (
+        "pinned_dedicated_heldout2.csv",
+        "dedicated",
+        (
+            "pinned session-1",
+            "all pinned",
+        ),
+    ),
+    (
+        "pinned_shared_heldout2.csv",
+        "shared",
+        (
+            "pinned session-1",
+            "all pinned",
+        ),
+    ),
+    (
+        "pinned_dedicated_heldout.csv",
+        "dedicated",
+        (
+            "pinned session-1",
+            "all pinned",
+        ),
+    ),
+    (
+        "pinned_shared_heldout.csv",
+        "shared",
+        (
+            "pinned session-1",
+            "all pinned",
+        ),
+    ),
+    ("pinned_dedicated_tune.csv", "dedicated", ("all pinned",)),
+    ("pinned_shared_tune.csv", "shared", ("all pinned",)),
     # the first recordings, on a heavily loaded machine (load 3–10)
-    ("dedicated_heldout.csv", "dedicated", "loaded-machine"),
-    ("dedicated_heldout2.csv", "dedicated", "loaded-machine"),
-    ("dedicated_heldout3.csv", "dedicated", "loaded-machine"),
-    ("shared_heldout.csv", "shared", "loaded-machine"),
-    ("shared_heldout2.csv", "shared", "loaded-machine"),
-    ("dedicated_tune.csv", "dedicated", None),
-    ("shared_tune.csv", "shared", None),
-    ("shared_heavy_tune.csv", "shared", None),
-    ("keras_seed002.csv", "dedicated", None),
+    ("dedicated_heldout.csv", "dedicated", ("loaded-machine",)),
+    ("dedicated_heldout2.csv", "dedicated", ("loaded-machine",)),
+    ("dedicated_heldout3.csv", "dedicated", ("loaded-machine",)),
+    ("shared_heldout.csv", "shared", ("loaded-machine",)),
+    ("shared_heldout2.csv", "shared", ("loaded-machine",)),
+    ("dedicated_tune.csv", "dedicated", ()),
+    ("shared_tune.csv", "shared", ()),
+    ("shared_heavy_tune.csv", "shared", ()),
+    ("keras_seed002.csv", "dedicated", ()),
 )
 RATE = tuple(b for b in BASELINES if b != "history_match")
 
@@ -278,7 +335,7 @@ def interval_stats(result: Backtest) -> tuple[float, float, float, float, float,
     )
 
 
-def intervals(sets: Sequence[tuple[Path, str, str | None]]) -> None:
+def intervals(sets: Sequence[tuple[Path, str, tuple[str, ...]]]) -> None:
     """Per file, P10–P90 coverage and width with the model as shipped and the former
     calibration (same medians: only the intervals differ)."""
     print(
@@ -313,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sets = (
-        [(p, args.scenario, None) for p in args.runs]
+        [(p, args.scenario, ()) for p in args.runs]
         if args.runs
         else [(FIXTURES / name, scenario, pool) for name, scenario, pool in DEFAULT_SETS]
     )
@@ -321,14 +378,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         intervals(sets)
         return 0
     heldout: dict[tuple[str, str], list[Backtest]] = {}
-    for path, scenario, pool in sets:
+    for path, scenario, pools in sets:
         if not path.exists():
             print(f"== {path.name}: not recorded (run bench/record_runs.py)\n")
             continue
         began = time.perf_counter()
         result = backtest(read_runs(path))
         took = time.perf_counter() - began
-        if pool is not None:
+        for pool in pools:
             heldout.setdefault((pool, scenario), []).append(result)
         if args.markdown:
             print(markdown(result, f"{path.name} ({scenario})"))
@@ -341,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(results) < 2:
             continue
         result = pooled(results)
-        title = f"all {group} held-out {scenario} runs pooled ({len(results)} files)"
+        title = f"{group}: {scenario} runs pooled ({len(results)} files)"
         if args.markdown:
             print(markdown(result, title))
         else:
