@@ -13,6 +13,11 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - Keras step bar, Keras 2 and 3: ``50000/50000 [====...] - 10s 199us/sample - loss: 1.55``
   and ``12/12 ━━━━━━━━ 1s 59ms/step - accuracy: 0.34 - loss: 0.98``; complete
   (no ``ETA``) ⇒ the epoch is done
+- Keras ``verbose=2`` epoch summary (no bar, one line per epoch, what Keras advises
+  for logs): Keras 3 ``12/12 - 0s - 8ms/step - accuracy: 0.58 - loss: 0.69``, tf.keras
+  2 ``8/8 - 0s - loss: 0.71 - accuracy: 0.54`` (2.5+ append ``- 245ms/epoch -
+  31ms/step``), read as the complete bar it stands for; Keras ≤ 2.2 printed no count
+  (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N
 - PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
@@ -43,6 +48,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x08\x00-\x07\x0b-\x1f]")
 _KERAS_EPOCH = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9})\s*\Z")
 # "12/12 ━━━━ 1s 59ms/step - loss: 0.9" and "50000/50000 [=====] - 10s ... - loss: 1.5"
 _KERAS_BAR = re.compile(r"\s*(\d{1,12})/(\d{1,12}) (?:\[[=>.]*\]|━+)(.*)\Z")
+# verbose=2: "12/12 - 0s - 8ms/step - loss: 0.6", "8/8 - 0s - loss: 0.7", " - 1s - loss: 0.2"
+_KERAS_SUMMARY = re.compile(r"\s*(?:(\d{1,12})/(\d{1,12}) )?- \d{1,9}s( - .*)?\Z")
 _KERAS_METRIC = re.compile(r" - ([A-Za-z_][A-Za-z0-9_]{0,63}): (-?[0-9.]+(?:e[-+]?\d+)?)")
 # tqdm: "desc: 45%|####      | 450/1000 [00:10<00:12, 45.0it/s, loss=0.2]"
 _TQDM = re.compile(
@@ -62,8 +69,9 @@ _SKIP_BARS = ("Validation", "Sanity Checking", "Testing", "Predicting")
 class LogMatch:
     """What one line says. Counts are as printed; ``fold`` gives them run-wide meaning.
 
-    ``kind``: ``keras_epoch``, ``keras_bar``, ``tqdm``, ``lightning``, ``hf_log``,
-    ``hf_setup``, ``marker``.
+    ``kind``: ``keras_epoch``, ``keras_bar`` (also a ``verbose=2`` line with a count),
+    ``keras_summary`` (a count-less ``verbose=2`` line), ``tqdm``, ``lightning``,
+    ``hf_log``, ``hf_setup``, ``marker``.
     """
 
     kind: str
@@ -120,7 +128,9 @@ def parse_line(text: str) -> LogMatch | None:
         except (ReportError, RecursionError):
             return None
     if "/" not in text:
-        return _parse_braced(text) if "{'" in text else None
+        if "{'" in text:
+            return _parse_braced(text)
+        return _parse_keras_summary(text) if "- " in text else None
     if "|" in text:
         return _parse_tqdm(text)
     if "━" in text or "[" in text:
@@ -162,7 +172,33 @@ def parse_line(text: str) -> LogMatch | None:
         if k < 1 or n < 1 or k > n:
             return None
         return LogMatch(kind="keras_epoch", epoch_done=k - 1, epoch_current=k, epochs=n)
-    return None
+    return _parse_keras_summary(text) if "- " in text else None
+
+
+def _parse_keras_summary(text: str) -> LogMatch | None:
+    """Keras ``verbose=2``: printed once, when the epoch's last step is done.
+
+    With a count it is the complete bar without the bar (the same ``keras_bar``
+    match, so header, step and restart rules are shared). Without one (Keras ≤ 2.2)
+    only a metric makes it a Keras line: ``fold`` then needs the ``Epoch k/N`` header.
+    """
+    m = _KERAS_SUMMARY.match(text)
+    if m is None:
+        return None
+    metrics = _numbers(_KERAS_METRIC.findall(m[3] or ""))
+    if m[1] is None:
+        return LogMatch(kind="keras_summary", complete=True, metrics=metrics) if metrics else None
+    n, total = int(m[1]), int(m[2])
+    if total == 0 or n > total:
+        return None
+    return LogMatch(
+        kind="keras_bar",
+        bar=n,
+        bar_total=total,
+        bar_is_epoch=True,
+        complete=n == total,
+        metrics=metrics,
+    )
 
 
 def _parse_tqdm(text: str) -> LogMatch | None:
@@ -269,6 +305,10 @@ def fold(
         if epoch is not None and epochs is not None and epoch > epochs:
             epoch = epochs
         return state, Report(epoch=epoch, metrics=match.metrics)
+    if match.kind == "keras_summary":  # the header's epoch is done; no header, no meaning
+        if state.epoch_current is None:
+            return state, None
+        return state, Report(epoch=state.epoch_current, epochs=state.epochs, metrics=match.metrics)
     if match.kind == "keras_bar":
         current = state.epoch_current
         epochs = state.epochs

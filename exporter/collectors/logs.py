@@ -256,8 +256,9 @@ class LogProgressCollector:
                 continue
             message = parts[3]
             # fast path: a complete line that no format could match: parse_line needs
-            # the marker, "{'" or a "/" with a bar ("|", "━", "[=") or "Epoch";
-            # parse_setup needs " = ". Same answer as the slow path, 3x cheaper.
+            # the marker, "{'", a "/" with a bar ("|", "━", "[=") or "Epoch", or Keras
+            # verbose=2's "<elapsed>s - <metric>"; parse_setup needs " = ". Same answer
+            # as the slow path, 3x cheaper.
             if (
                 parts[2] == b"F"
                 and not follower.carry
@@ -274,6 +275,7 @@ class LogProgressCollector:
                 )
                 and b"{'" not in message
                 and b" = " not in message
+                and b"s - " not in message
                 and _MARKER_BYTES not in message
             ):
                 ignored += 1

@@ -62,6 +62,85 @@ def test_keras3_two_fits_are_two_runs():
     assert second.metrics["loss"] == pytest.approx(0.8166)
 
 
+def test_keras3_verbose2_summary_lines_complete_each_epoch():
+    history = replay("keras_verbose2.stdout")  # real Keras 3 output, verbose=2
+    runs = list(dict.fromkeys(p.run_id for p in history))
+    assert len(runs) == 2
+    first = [p for p in history if p.run_id == runs[0]]
+    # header k says k-1 done, the summary line after it says k done
+    assert [p.epoch for p in first] == [0, 1, 1, 2, 2, 3, 3, 4]
+    assert (first[-1].epochs, first[-1].step, first[-1].steps) == (4, 48, 48)
+    assert first[-1].metrics["val_loss"] == pytest.approx(0.6407)
+    assert first[-1].metrics["accuracy"] == pytest.approx(0.6536)
+    second = history[-1]
+    assert (second.epoch, second.epochs, second.step, second.steps) == (2, 2, 16, 16)
+    assert second.metrics["loss"] == pytest.approx(0.6073)
+
+
+# tf.keras 2 (TF 2.2-2.4; 2.5+ appends "- 245ms/epoch - 31ms/step") and Keras <= 2.2
+# (no count), as their Progbar's verbose=2 branch prints them
+KERAS2_VERBOSE2 = [
+    "Epoch 1/3",
+    "8/8 - 0s - loss: 0.7131 - accuracy: 0.5000",
+    "Epoch 2/3",
+    "8/8 - 0s - loss: 0.6900 - accuracy: 0.5400 - 245ms/epoch - 31ms/step",
+    "Epoch 3/3",
+    "8/8 - 0s - loss: 0.6712 - accuracy: 0.5600 - 230ms/epoch - 29ms/step",
+]
+KERAS22_VERBOSE2 = [
+    "Epoch 1/2",
+    " - 1s - loss: 0.1760 - acc: 0.9300 - val_loss: 0.2000 - val_acc: 0.9100",
+    "Epoch 2/2",
+    " - 0s - loss: 0.1650 - acc: 0.9400 - val_loss: 0.1900 - val_acc: 0.9150",
+]
+
+
+def _fold_lines(lines: list[str]) -> list:
+    state, progress, history = LogState(), None, []
+    for i, line in enumerate(lines):
+        match = parse_line(line)
+        assert match is not None, line
+        state, report = fold(state, progress, match)
+        if report is not None:
+            progress = advance(
+                progress, report, namespace="n", pod="p", container="c", source="log", now=NOW + i
+            )
+            history.append(progress)
+    return history
+
+
+def test_keras2_verbose2_forms():
+    history = _fold_lines(KERAS2_VERBOSE2)
+    assert [p.epoch for p in history] == [0, 1, 1, 2, 2, 3]
+    last = history[-1]
+    assert (last.epochs, last.step, last.steps) == (3, 24, 24)
+    assert dict(last.metrics) == {"loss": 0.6712, "accuracy": 0.56}
+    history = _fold_lines(KERAS22_VERBOSE2)
+    assert [p.epoch for p in history] == [0, 1, 1, 2]
+    assert (history[-1].epochs, history[-1].metrics["val_acc"]) == (2, 0.915)
+
+
+def test_countless_summary_without_a_header_says_nothing():
+    match = parse_line(" - 1s - loss: 0.1760 - acc: 0.9300")
+    assert match is not None and match.kind == "keras_summary"
+    assert fold(LogState(), None, match) == (LogState(), None)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        " - 1s - no metric here",
+        "a - 1s - loss: 0.3",  # not at the start
+        "9/8 - 0s - loss: 0.3",  # past the end
+        "8/0 - 0s - loss: 0.3",
+        "2024-01-01 - 5s - retry",
+        "8/8 - 0 - loss: 0.3",  # no seconds unit
+    ],
+)
+def test_near_misses_of_the_verbose2_line(line: str):
+    assert parse_line(line) is None
+
+
 def test_real_tqdm_bar_and_torch_epoch_bars():
     (last,) = replay("tqdm.stderr")[-1:]
     assert (last.step, last.steps) == (40, 40)

@@ -95,6 +95,17 @@ def test_keras3_partial_lines_are_joined(root):
     assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 16, 16)
 
 
+def test_keras_verbose2_in_cri_format_reaches_the_last_epoch(root):
+    # whole-line (F) records take the collector's fast path: it must not skip them
+    (logdir(root) / "0.log").write_bytes(cri((FIXTURES / "keras_verbose2.stdout").read_bytes()))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 16, 16)
+    assert p.metrics["loss"] == pytest.approx(0.6073)
+    assert col.counts()["matched"] == 12
+
+
 def test_follows_appends_rotation_and_truncation(root):
     d = logdir(root)
     out = (FIXTURES / "torch.stderr").read_bytes().split(b"\n")
