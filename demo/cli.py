@@ -8,8 +8,12 @@ tracebacks).
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
+import re
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +21,56 @@ from pathlib import Path
 from demo.cluster import ClusterConfig, ClusterConfigError
 from demo.prometheus import PrometheusNotInstalled
 from demo.stack import Stack, StackConfig, StackError
+
+# A Prometheus duration (model.ParseDuration): units in this order, each at most once.
+_DURATION = re.compile(
+    r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?"
+)
+_UNIT_SECONDS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
+
+
+def scrape_interval(text: str) -> str:
+    """``--scrape-interval``: a Prometheus duration from 1s to 1m, returned as given.
+
+    Checked here so a typo is a usage error (exit 2) and not Prometheus' config error
+    after the history was simulated (exit 1); 0s would make Prometheus refuse its
+    config, and the demo's exporters and forecaster move every few seconds, so an
+    interval past a minute shows nothing moving.
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 2s, 1500ms or 1m")
+    seconds = sum(int(v) * u for v, u in zip(match.groups(), _UNIT_SECONDS, strict=True) if v)
+    low, high = SCRAPE_INTERVAL_RANGE
+    if not low <= seconds <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 1s and 1m")
+    return text.strip()
+
+
+def workdir_problem(path: Path) -> str | None:
+    """Why ``--workdir`` cannot hold the demo's files, or None when it can.
+
+    Creates the directory (as the demo would) and checks it is writable, so an
+    unusable path is one line and exit 2 before anything starts.
+    """
+    if path.exists() and not path.is_dir():
+        return f"--workdir {path}: not a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return f"--workdir {path}: cannot create it ({err.strerror or err})"
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        return f"--workdir {path}: not writable ({err.strerror or err})"
+    return None
+
+
+def torch_missing() -> bool:
+    """True when PyTorch cannot be imported by the interpreter that runs the trainers."""
+    return importlib.util.find_spec("torch") is None
 
 
 class _Terminated(Exception):
@@ -77,7 +131,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--forecaster-port", type=int, default=9844, help="forecaster port if free (default 9844)"
     )
     p.add_argument(
-        "--scrape-interval", default="2s", help="Prometheus scrape interval (default 2s)"
+        "--scrape-interval",
+        type=scrape_interval,
+        default="2s",
+        help="Prometheus scrape interval, 1s to 1m (default 2s)",
     )
     p.add_argument(
         "--real-training",
@@ -102,6 +159,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--real-training takes 1 or 2")
     if args.history_days < 0 or args.history_jobs < 1:
         p.error("--history-days must be >= 0 and --history-jobs >= 1")
+    if not (math.isfinite(args.refresh) and args.refresh > 0):
+        p.error("--refresh must be a number of seconds > 0")
+    for flag, port in (
+        ("--prometheus-port", args.prometheus_port),
+        ("--forecaster-port", args.forecaster_port),
+    ):
+        if not 0 <= port <= 65535:
+            p.error(f"{flag} must be 0 (any free port) to 65535")
     return args
 
 
@@ -167,6 +232,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
+    if args.real_training and torch_missing():
+        print(
+            "gpu-eta demo: --real-training needs PyTorch, which this Python cannot import "
+            f"({sys.executable}); install it (pip install torch) or drop the flag",
+            file=sys.stderr,
+        )
+        return 2
+    if args.workdir is not None and (problem := workdir_problem(args.workdir)):
+        print(f"gpu-eta demo: {problem}", file=sys.stderr)
+        return 2
     try:
         cluster = ClusterConfig(
             nodes=args.nodes,

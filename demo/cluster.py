@@ -555,11 +555,16 @@ class ClusterSim:
     def reserve_pod(self, node: int) -> Pod:
         """A training pod held for an outside process (``--real-training``), from now on.
 
-        It takes a free GPU of ``node`` (or a time-sliced replica) and gets a pod IP;
-        the caller reports its progress itself (``report="real"``) and ends it with
-        ``end_pod``.
+        It takes a GPU of ``node`` that ``end_pod(..., hold=True)`` kept for it, else a
+        free GPU (or a time-sliced replica), and gets a pod IP; the caller reports its
+        progress itself (``report="real"``) and ends it with ``end_pod``.
         """
-        slots = [(g, r) for (n, g, r) in self._free_slots(True) if n == node]
+        slots = [
+            (g, r)
+            for (n, g, r), holder in self._slots.items()
+            if n == node and holder is not None and holder.kind == "reserved"
+        ]
+        slots = slots or [(g, r) for (n, g, r) in self._free_slots(True) if n == node]
         slots = slots or [(g, r) for (n, g, r) in self._free_slots(False) if n == node]
         if not slots:
             raise ClusterConfigError(f"node {node}: no free GPU for a real training pod")
@@ -585,15 +590,22 @@ class ClusterSim:
         self.pods.append(pod)
         return pod
 
-    def end_pod(self, pod: Pod, t: float) -> None:
-        """End a reserved pod at ``t`` and free its GPU."""
+    def end_pod(self, pod: Pod, t: float, hold: bool = False) -> None:
+        """End a reserved pod at ``t`` and free its GPU.
+
+        ``hold``: keep the GPU for the next ``reserve_pod`` on the node instead of
+        handing it to the queue. Why: the demo restarts a finished real training
+        run 20 s later, and on a full cluster the scheduler would otherwise fill the
+        freed GPU from its queue at once, so the real run never came back (REVIEW2
+        item 15). The held GPU shows no holder meanwhile, as a freed GPU would.
+        """
         if pod.end is not None:
             return
         pod.end = t
         pod.util_steps.append((t, 0.0))
         for g, r in pod.gpus:
             if self._slots.get((pod.node, g, r)) is pod:
-                self._slots[(pod.node, g, r)] = None
+                self._slots[(pod.node, g, r)] = _placeholder(pod.node, (g, r)) if hold else None
         self._release_ip(pod, t)
 
     def alive(self, t: float) -> Iterator[Pod]:
@@ -608,6 +620,11 @@ class ClusterSim:
     def queued(self) -> int:
         """Jobs waiting for a GPU."""
         return len(self._queue)
+
+
+def _placeholder(node: int, slot: tuple[int, int]) -> Pod:
+    """A slot holder that is no pod: keeps the scheduler off a GPU kept for ``reserve_pod``."""
+    return Pod("", "reserved", "", "", node, "reserved", (slot,), 0.0)
 
 
 def warm_start(
@@ -633,8 +650,7 @@ def warm_start(
         slots = [(g, r) for (n, g, r) in sim._free_slots(True) if n == node]
         slots = slots or [(g, r) for (n, g, r) in sim._free_slots(False) if n == node]
         if slots:
-            placeholder = Pod("", "reserved", "", "", node, "reserved", (slots[0],), 0.0)
-            sim._slots[(node, *slots[0])] = placeholder
+            sim._slots[(node, *slots[0])] = _placeholder(node, slots[0])
             held.append((node, *slots[0]))
     past = sim.advance(0.0) if config.warm_start_seconds > 0 else []
     for key in held:

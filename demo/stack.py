@@ -52,6 +52,8 @@ log = logging.getLogger("gpu_eta.demo")
 
 EXPORTER_JOB = "gpu-eta-exporter"  # Prometheus job name of the exporters (a series label)
 TRAINER_RESTART_SECONDS = 20.0
+# a real run lasts about two minutes on an idle core (docs/demo.md)
+REAL_TRAINING_EPOCHS = 300
 # the live exporters' first scrapes come this long after the anchor at the latest
 # (history, promtool and Prometheus' start); see demo.backfill.without_lingering
 SETTLE_SECONDS = 30.0  # pause between two real training runs on a node
@@ -433,7 +435,9 @@ class Stack:
             OMP_NUM_THREADS="1",
         )
         proc = self._spawn(
-            [_python(), "-m", "demo.realtrain", "--epochs", "150"], f"realtrain-{pod.name}", env
+            [_python(), "-m", "demo.realtrain", "--epochs", str(REAL_TRAINING_EPOCHS)],
+            f"realtrain-{pod.name}",
+            env,
         )
         self.trainers.append((pod, proc))
         self.say(f"real PyTorch training {pod.namespace}/{pod.name} reports from {pod.ip}")
@@ -453,8 +457,8 @@ class Stack:
             now = time.time()
             for pod, proc in self.trainers:
                 if proc.poll() is not None and pod.end is None:
-                    with self.driver.lock:
-                        self.sim.end_pod(pod, now - self.anchor + 2)
+                    with self.driver.lock:  # its GPU is kept for the next run
+                        self.sim.end_pod(pod, now - self.anchor + 2, hold=True)
                     # like a user, start another run a little later (new pod, new run id)
                     self._restarts.append((now + TRAINER_RESTART_SECONDS, pod.node))
             due = [r for r in self._restarts if r[0] <= now]

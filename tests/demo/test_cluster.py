@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from demo.cluster import ClusterConfig, ClusterConfigError, ClusterSim, make_nodes
+from demo.cluster import ClusterConfig, ClusterConfigError, ClusterSim, make_nodes, warm_start
 from demo.epochs import FAMILIES, JobMix
 
 
@@ -154,3 +154,26 @@ def test_reserved_pod_holds_a_gpu_until_ended() -> None:
     assert all(p.gpus != pod.gpus for p in others)
     sim.end_pod(pod, 100)
     assert pod.end == 100
+
+
+def test_a_held_gpu_goes_to_the_next_real_run_not_the_queue() -> None:
+    """REVIEW2 item 15: on a full cluster the queue took the GPU a finished real run
+    freed, so its restart 20 s later never found one; with ``hold`` it does."""
+    config = ClusterConfig(arrival_seconds=60)  # saturated: a long queue
+    for hold in (False, True):
+        sim, _ = warm_start(config, keep_free=[0])
+        first = sim.reserve_pod(0)
+        sim.advance(60)
+        assert sim.queued > 0
+        sim.end_pod(first, 60, hold=hold)
+        sim.advance(80)  # the demo restarts the run 20 s later
+        if not hold:
+            with pytest.raises(ValueError):
+                sim.reserve_pod(0)
+            continue
+        second = sim.reserve_pod(0)
+        assert second.gpus == first.gpus and second.name != first.name
+        # meanwhile no simulated pod was placed on that GPU
+        for pod in sim.pods:
+            if pod not in (first, second) and pod.node == 0 and pod.gpus == first.gpus:
+                assert pod.end is not None and pod.end <= 60
