@@ -17,6 +17,14 @@ any other error backs off exponentially (``backoff_initial_seconds`` doubling to
 ``backoff_max_seconds``) and then relists. The HTTP stream is read by this module
 (the client's ``_preload_content=False`` response) so each event line is bounded
 in size before it is parsed.
+
+Job-level deadlines: a ``batch/v1`` Job's ``spec.activeDeadlineSeconds`` is not
+copied to its pods, and it is how most people bound a training job. For a pod
+whose controller is a Job, the watch thread GETs that Job (one GET per Job, cached
+for ``resync_seconds``; needs ``get`` on ``jobs.batch``) and the pod's deadline is
+the earliest of its own, its annotation's and the Job's ``status.startTime +
+spec.activeDeadlineSeconds``. A refused or failed GET is logged once and leaves the
+pod's own deadline: it never delays or breaks the pod watch beyond its timeout.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -41,6 +50,8 @@ __all__ = [
     "KubePodSource",
     "KubeStatus",
     "PodObjectError",
+    "job_deadline_from_object",
+    "job_owner",
     "parse_deadline",
     "pod_meta_from_object",
 ]
@@ -65,6 +76,10 @@ MAX_CONTAINER_ID_CHARS = 128
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one watch line (one pod object)
 MAX_LIST_BYTES = 64 * 1024 * 1024  # one list answer
 MAX_ACTIVE_DEADLINE_SECONDS = 10**10  # ~300 years: beyond is not a deadline
+MAX_JOB_BYTES = 1024 * 1024  # one Job object (its pod template included)
+
+# (namespace, name, uid) of a pod's controlling Job
+JobKey = tuple[str, str, str]
 
 
 class PodObjectError(ValueError):
@@ -132,6 +147,48 @@ def _strip_runtime(container_id: Any) -> str | None:
     return (rest if sep else container_id) or None
 
 
+def _active_deadline(value: Any) -> int | None:
+    valid = isinstance(value, int) and not isinstance(value, bool)
+    return value if valid and 0 < value <= MAX_ACTIVE_DEADLINE_SECONDS else None
+
+
+def job_owner(obj: Any) -> JobKey | None:
+    """The ``batch`` Job that controls a pod object (its ``controller: true`` owner
+    reference), as (namespace, name, uid); None for any other pod or a malformed one."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return None
+    meta = obj["metadata"]
+    namespace, owners = _str(meta.get("namespace")), meta.get("ownerReferences")
+    if namespace is None or not isinstance(owners, list):
+        return None
+    for ref in owners[:16]:
+        if (
+            isinstance(ref, dict)
+            and ref.get("controller") is True
+            and ref.get("kind") == "Job"
+            and isinstance(ref.get("apiVersion"), str)
+            and ref["apiVersion"].startswith("batch/")
+        ):
+            name, uid = _str(ref.get("name")), _str(ref.get("uid"), 128)
+            return (namespace, name, uid) if name and uid else None
+    return None
+
+
+def job_deadline_from_object(obj: Any) -> float | None:
+    """``status.startTime + spec.activeDeadlineSeconds`` of a Job object (the Job
+    controller counts the deadline from the Job's start); None when either is
+    missing or malformed. Never raises."""
+    if not isinstance(obj, dict):
+        return None
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    active = _active_deadline(spec.get("activeDeadlineSeconds"))
+    start = _parse_rfc3339(status.get("startTime", ""))
+    if active is None or start is None:
+        return None
+    return start + active
+
+
 def pod_meta_from_object(obj: Any) -> PodMeta:
     """A ``PodMeta`` from one pod object as the API serves it (JSON decoded).
 
@@ -184,13 +241,8 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
     start = _parse_rfc3339(status.get("startTime", ""))
     annotations = _bounded_map(meta.get("annotations"), MAX_ANNOTATIONS, MAX_ANNOTATION_VALUE_CHARS)
     deadlines: list[float] = []
-    active = spec.get("activeDeadlineSeconds")
-    if (
-        start is not None
-        and isinstance(active, int)
-        and not isinstance(active, bool)
-        and 0 < active <= MAX_ACTIVE_DEADLINE_SECONDS
-    ):
+    active = _active_deadline(spec.get("activeDeadlineSeconds"))
+    if start is not None and active is not None:
         deadlines.append(start + active)
     if DEADLINE_ANNOTATION in annotations:
         parsed = parse_deadline(annotations[DEADLINE_ANNOTATION])
@@ -275,6 +327,7 @@ class KubePodSource:
         backoff_initial_seconds: float = 1.0,
         backoff_max_seconds: float = 30.0,
         max_pods: int = MAX_PODS,
+        job_deadlines: bool = True,
     ) -> None:
         if not node_name or len(node_name) > MAX_NAME_CHARS:
             raise CollectorError(
@@ -302,6 +355,11 @@ class KubePodSource:
         self._last_error = ""
         self._response: Any = None
         self._warned_full = False
+        self.job_deadlines = job_deadlines
+        self._batch: Any = None
+        # watch thread only: Job -> (deadline or None, monotonic time of the GET)
+        self._jobs: dict[JobKey, tuple[float | None, float]] = {}
+        self._job_error = ""
 
     # -- public face ----------------------------------------------------------------
 
@@ -373,7 +431,9 @@ class KubePodSource:
             ) from None
         # Our loop does its own backoff; urllib3's retries would only hide outages.
         cfg.retries = False
-        return client.CoreV1Api(client.ApiClient(cfg))
+        api_client = client.ApiClient(cfg)
+        self._batch = client.BatchV1Api(api_client)
+        return client.CoreV1Api(api_client)
 
     def _selector(self) -> str:
         return f"spec.nodeName={self.node_name}"
@@ -395,6 +455,7 @@ class KubePodSource:
     def _replace(self, items: list[Any]) -> None:
         objects: dict[str, PodMeta] = {}
         ips: dict[str, tuple[str, ...]] = {}
+        jobs: set[JobKey] = set()
         for obj in items:
             if len(objects) >= self.max_pods:
                 self._warn_full()
@@ -404,8 +465,11 @@ class KubePodSource:
             except PodObjectError as err:
                 log.debug("kube: skipping pod object in list: %s", err)
                 continue
+            meta = self._with_job_deadline(meta, obj, jobs)
             objects[meta.uid] = meta
             ips[meta.uid] = _pod_ips(obj)
+        # a relist is the one moment every Job still referenced is known
+        self._jobs = {key: value for key, value in self._jobs.items() if key in jobs}
         with self._lock:
             self._objects, self._ips = objects, ips
             self._listed = True
@@ -418,6 +482,8 @@ class KubePodSource:
         except PodObjectError as err:
             log.debug("kube: skipping %s event: %s", kind, err)
             return
+        if kind != "DELETED":
+            meta = self._with_job_deadline(meta, obj, set())
         with self._lock:
             if kind == "DELETED":
                 self._objects.pop(meta.uid, None)
@@ -430,6 +496,83 @@ class KubePodSource:
                 self._ips[meta.uid] = _pod_ips(obj)
             self._last_sync = time.time()
             self._rebuild()
+
+    # -- Job deadlines (watch thread) -------------------------------------------------
+
+    def _with_job_deadline(self, meta: PodMeta, obj: Any, seen: set[JobKey]) -> PodMeta:
+        """``meta`` with its controlling Job's deadline folded in (the earliest wins)."""
+        key = job_owner(obj) if self.job_deadlines and self._batch is not None else None
+        if key is None:
+            return meta
+        seen.add(key)
+        deadline = self._job_deadline(key)
+        if deadline is None:
+            return meta
+        if meta.deadline_timestamp is not None and meta.deadline_timestamp <= deadline:
+            return meta
+        return replace(meta, deadline_timestamp=deadline)
+
+    def _job_deadline(self, key: JobKey) -> float | None:
+        """The Job's deadline, from the cache or one GET (cached for ``resync_seconds``,
+        failures too: a Job is asked at most once per resync)."""
+        cached = self._jobs.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < self.resync_seconds:
+            return cached[0]
+        deadline, error = self._get_job(key)
+        if len(self._jobs) >= 2 * self.max_pods:  # bounded between relists
+            self._jobs.clear()
+        self._jobs[key] = (deadline, now)
+        if error and error != self._job_error:  # once per change of cause
+            log.warning(
+                "kube: cannot read Job %s/%s (%s); its activeDeadlineSeconds is not known: "
+                "grant the exporter get on jobs.batch, or set the gpu-eta.io/deadline "
+                "annotation on the pod template",
+                key[0],
+                key[1],
+                error,
+            )
+        self._job_error = error
+        return deadline
+
+    def _get_job(self, key: JobKey) -> tuple[float | None, str]:
+        """GET one Job: (deadline or None, "" or a short error)."""
+        from kubernetes.client.exceptions import ApiException
+
+        namespace, name, uid = key
+        try:
+            response = self._batch.read_namespaced_job(
+                name,
+                namespace,
+                _preload_content=False,
+                _request_timeout=self._timeouts(self.request_timeout_seconds),
+            )
+        except ApiException as err:
+            return None, f"HTTP {err.status} {err.reason}"
+        except Exception as err:
+            return None, f"{type(err).__name__}: {err}"[:300]
+        try:
+            status = getattr(response, "status", 200)
+            if status == 404:
+                return None, ""  # gone (finished and deleted): nothing to resolve
+            if not 200 <= status <= 299:
+                return None, f"HTTP {status}"
+            body = response.read(MAX_JOB_BYTES + 1)
+        except Exception as err:
+            return None, f"{type(err).__name__}: {err}"[:300]
+        finally:
+            with contextlib.suppress(Exception):
+                response.release_conn()
+        if len(body) > MAX_JOB_BYTES:
+            return None, f"Job object larger than {MAX_JOB_BYTES} bytes"
+        try:
+            job = json.loads(body)
+        except ValueError:
+            return None, "answer is not JSON"
+        meta = job.get("metadata") if isinstance(job, dict) else None
+        if not isinstance(meta, dict) or meta.get("uid") != uid:
+            return None, ""  # another Job of the same name: not this pod's
+        return job_deadline_from_object(job), ""
 
     def _warn_full(self) -> None:
         if not self._warned_full:

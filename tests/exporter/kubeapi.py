@@ -11,7 +11,10 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   ``ERROR`` event with a ``Status`` of ``code: 410, reason: Expired``; watches end
   cleanly after ``timeoutSeconds``; ``resourceVersion`` absent or ``"0"`` starts
   with synthetic ADDED events for every current pod, as the real server does;
-- ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400).
+- ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400);
+- ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``: a Job added with ``add_job``,
+  else the real server's 404 ``Status``; with ``jobs_forbidden`` its 403 ``Status``
+  (what a service account without ``get`` on ``jobs.batch`` receives).
 
 ``stop()`` kills the server abruptly (open watches see their connection drop, as
 when an API server dies); ``start()`` brings it back on the same port with the
@@ -101,6 +104,40 @@ def make_pod(
     return {"metadata": meta, "spec": spec, "status": status}
 
 
+def make_job(
+    name: str,
+    namespace: str = "default",
+    *,
+    uid: str = "99999999-0000-4000-8000-000000000000",
+    active_deadline_seconds: int | None = 3600,
+    start_time: str | None = "2026-11-21T04:59:50Z",
+) -> dict[str, Any]:
+    """A ``batch/v1`` Job object shaped like the API's (the fields gpu-eta reads and a
+    few more); its default uid is the one ``make_pod``'s owner reference names."""
+    spec: dict[str, Any] = {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 0,
+        "template": {"spec": {"containers": [{"name": "main", "image": "python:3.11"}]}},
+    }
+    if active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = active_deadline_seconds
+    status: dict[str, Any] = {"active": 1, "ready": 1}
+    if start_time is not None:
+        status["startTime"] = start_time
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "creationTimestamp": "2026-11-21T04:59:50Z",
+            "labels": {"job-name": name},
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
 class FakeKubeAPI:
     """Start with ``start()``; always ``stop()`` (idempotent)."""
 
@@ -109,6 +146,8 @@ class FakeKubeAPI:
         self.requests: list[tuple[str, dict[str, str]]] = []
         self._cond = threading.Condition()
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self._jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.jobs_forbidden = False  # answer Job GETs 403, as without the RBAC rule
         self._events: list[tuple[int, str, dict[str, Any]]] = []
         self._rv = 100
         self._floor = 0
@@ -174,8 +213,21 @@ class FakeKubeAPI:
         with self._cond:
             return len(self._conns)
 
+    def add_job(self, job: dict[str, Any]) -> None:
+        """Serve a Job at ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``."""
+        with self._cond:
+            self._jobs[(job["metadata"]["namespace"], job["metadata"]["name"])] = copy.deepcopy(job)
+
+    def job_gets(self) -> int:
+        return sum(1 for path, _ in self.requests if path.startswith("/apis/batch/v1/"))
+
     def count(self, watch: bool) -> int:
-        return sum(1 for _, q in self.requests if (q.get("watch") in ("true", "1")) == watch)
+        """Pod lists (``watch=False``) or pod watches served so far."""
+        return sum(
+            1
+            for path, q in self.requests
+            if path == "/api/v1/pods" and (q.get("watch") in ("true", "1")) == watch
+        )
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -262,6 +314,9 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         api.requests.append((parts.path, query))
+        if parts.path.startswith("/apis/batch/v1/namespaces/"):
+            self._job(parts.path)
+            return
         if parts.path != "/api/v1/pods":
             self._status(
                 404, "NotFound", f"the server could not find the requested resource {parts.path}"
@@ -293,6 +348,31 @@ class _Handler(BaseHTTPRequestHandler):
                     "items": items,
                 },
             )
+
+    def _job(self, path: str) -> None:
+        """``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>`` as the API server answers."""
+        segments = path.split("/")  # "", apis, batch, v1, namespaces, ns, jobs, name
+        if len(segments) != 8 or segments[6] != "jobs":
+            self._status(
+                404, "NotFound", f"the server could not find the requested resource {path}"
+            )
+            return
+        namespace, name = segments[5], segments[7]
+        if self.api.jobs_forbidden:
+            self._status(
+                403,
+                "Forbidden",
+                f'jobs.batch "{name}" is forbidden: User '
+                '"system:serviceaccount:gpu-eta:gpu-eta-exporter" cannot get resource "jobs" '
+                f'in API group "batch" in the namespace "{namespace}"',
+            )
+            return
+        with self.api._cond:
+            job = copy.deepcopy(self.api._jobs.get((namespace, name)))
+        if job is None:
+            self._status(404, "NotFound", f'jobs.batch "{name}" not found')
+            return
+        self._json(200, {"kind": "Job", "apiVersion": "batch/v1", **job})
 
     def _chunk(self, event: dict[str, Any]) -> None:
         data = json.dumps(event).encode() + b"\n"

@@ -287,12 +287,13 @@ def test_no_system_priority_class_outside_kube_system(name: str) -> None:
     assert ds["spec"]["template"]["spec"]["priorityClassName"] == "gpu-eta-node-critical"
 
 
-def test_rbac_is_get_list_watch_pods_only() -> None:
+def test_rbac_is_get_list_watch_pods_and_get_jobs_only() -> None:
     objects = _build("base")
     roles = [o for o in objects if o["kind"] in {"ClusterRole", "Role"}]
     assert len(roles) == 1
     assert roles[0]["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},  # Job deadlines
     ]
     binding = _find(objects, "ClusterRoleBinding", "gpu-eta-exporter")
     assert binding["roleRef"]["name"] == "gpu-eta-exporter"

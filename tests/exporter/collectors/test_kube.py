@@ -17,6 +17,8 @@ from exporter.collectors import CollectorError
 from exporter.collectors.kube import (
     KubePodSource,
     PodObjectError,
+    job_deadline_from_object,
+    job_owner,
     parse_deadline,
     pod_meta_from_object,
 )
@@ -24,7 +26,7 @@ from exporter.exposition import SnapshotCollector
 from exporter.readings import Snapshot
 from exporter.scheduler import Scheduler, Sources
 from exporter.snapshot import SnapshotHolder
-from tests.exporter.kubeapi import FakeKubeAPI, make_pod
+from tests.exporter.kubeapi import FakeKubeAPI, make_job, make_pod
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kube"
 NODE = "node-a"
@@ -404,3 +406,78 @@ def test_finished_containers_are_not_listed() -> None:
         }
     ]
     assert dict(pod_meta_from_object(pod).container_ids) == {"main": "ab" * 32}
+
+
+# --- Job-level deadlines (REVIEW2 item 9) --------------------------------------------
+
+JOB_UID = "99999999-0000-4000-8000-000000000000"  # make_pod's default owner reference
+JOB_START = 1795237190.0  # 2026-11-21T04:59:50Z, make_job's startTime
+POD_START = 1795237200.0  # 2026-11-21T05:00:00Z, make_pod's startTime
+
+
+def test_job_owner_and_job_deadline_are_pure() -> None:
+    pod = make_pod("train-x", "ml", uid=uid(1))
+    assert job_owner(pod) == ("ml", "train", JOB_UID)
+    assert job_owner(make_pod("nb", uid=uid(2), owner=("StatefulSet", "nb"))) is None
+    assert job_owner(make_pod("bare", uid=uid(3), owner=None)) is None
+    not_batch = make_pod("cr", uid=uid(4))
+    not_batch["metadata"]["ownerReferences"][0]["apiVersion"] = "example.com/v1"
+    assert job_owner(not_batch) is None
+    assert job_deadline_from_object(make_job("train")) == JOB_START + 3600
+    assert job_deadline_from_object(make_job("t", active_deadline_seconds=None)) is None
+    assert job_deadline_from_object(make_job("t", start_time=None)) is None  # not started
+    for junk in (None, [], {"spec": "x"}, make_job("t", active_deadline_seconds=True)):
+        assert job_deadline_from_object(junk) is None
+
+
+def test_a_jobs_active_deadline_becomes_its_pods_deadline(api: FakeKubeAPI, source_factory) -> None:
+    api.add_job(make_job("train", "ml", active_deadline_seconds=7200))
+    api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
+    api.add_pod(make_pod("train-b", "ml", uid=uid(2), active_deadline_seconds=600))
+    api.add_pod(make_pod("nb", "ml", uid=uid(3), owner=("StatefulSet", "nb")))
+    src = source_factory(api.url)
+    wait_for(lambda: len(src.poll()) == 3)
+    deadlines = {p.name: p.deadline_timestamp for p in src.poll()}
+    assert deadlines == {
+        "train-a": JOB_START + 7200,
+        "train-b": POD_START + 600,  # the pod's own, earlier deadline wins
+        "nb": None,
+    }
+    assert api.job_gets() == 1  # one GET for the two pods of one Job
+    # a new pod of the same Job over the watch: served from the cache
+    api.add_pod(make_pod("train-c", "ml", uid=uid(4)))
+    wait_for(lambda: len(src.poll()) == 4)
+    assert {p.name: p.deadline_timestamp for p in src.poll()}["train-c"] == JOB_START + 7200
+    assert api.job_gets() == 1
+
+
+def test_forbidden_or_missing_jobs_leave_the_pod_deadline_and_log_once(
+    api: FakeKubeAPI, source_factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.jobs_forbidden = True
+    api.add_pod(make_pod("a", "ml", uid=uid(1), active_deadline_seconds=600))
+    for n, job in ((2, "j2"), (3, "j3")):
+        pod = make_pod(f"p{n}", "ml", uid=uid(n), owner=("Job", job))
+        pod["metadata"]["ownerReferences"][0]["uid"] = uid(100 + n)
+        api.add_pod(pod)
+    with caplog.at_level(logging.WARNING, logger="exporter.collectors.kube"):
+        src = source_factory(api.url)
+        wait_for(lambda: len(src.poll()) == 3)
+    assert {p.name: p.deadline_timestamp for p in src.poll()} == {
+        "a": POD_START + 600,
+        "p2": None,
+        "p3": None,
+    }
+    warnings = [r.getMessage() for r in caplog.records if "cannot read Job" in r.getMessage()]
+    assert len(warnings) == 1 and "HTTP 403" in warnings[0] and "gpu-eta.io/deadline" in warnings[0]
+    assert src.status().last_error == ""  # the pod watch itself never failed
+
+
+def test_a_job_recreated_under_the_same_name_is_not_this_pods(
+    api: FakeKubeAPI, source_factory
+) -> None:
+    api.add_job(make_job("train", "ml", uid=uid(77)))  # same name, another uid
+    api.add_pod(make_pod("train-a", "ml", uid=uid(1)))
+    src = source_factory(api.url)
+    wait_for(lambda: len(src.poll()) == 1)
+    assert src.poll()[0].deadline_timestamp is None
