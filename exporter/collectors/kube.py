@@ -360,6 +360,7 @@ class KubePodSource:
         # watch thread only: Job -> (deadline or None, monotonic time of the GET)
         self._jobs: dict[JobKey, tuple[float | None, float]] = {}
         self._job_error = ""
+        self._job_pause_until = 0.0  # after a network failure: no Job GETs until then
 
     # -- public face ----------------------------------------------------------------
 
@@ -519,7 +520,13 @@ class KubePodSource:
         now = time.monotonic()
         if cached is not None and now - cached[1] < self.resync_seconds:
             return cached[0]
+        if now < self._job_pause_until:
+            # the last GET did not get an answer: a relist of many Job pods must not
+            # wait one timeout per Job; asked again after the pause
+            return None if cached is None else cached[0]
         deadline, error = self._get_job(key)
+        if error and not error.startswith("HTTP "):
+            self._job_pause_until = time.monotonic() + min(60.0, self.resync_seconds)
         if len(self._jobs) >= 2 * self.max_pods:  # bounded between relists
             self._jobs.clear()
         self._jobs[key] = (deadline, now)

@@ -481,3 +481,21 @@ def test_a_job_recreated_under_the_same_name_is_not_this_pods(
     src = source_factory(api.url)
     wait_for(lambda: len(src.poll()) == 1)
     assert src.poll()[0].deadline_timestamp is None
+
+
+def test_an_unreachable_jobs_api_is_not_asked_once_per_job(caplog) -> None:
+    class Unreachable:
+        calls = 0
+
+        def read_namespaced_job(self, name: str, namespace: str, **kw) -> None:
+            Unreachable.calls += 1
+            raise ConnectionRefusedError("connection refused")
+
+    src = KubePodSource(NODE, api_url="http://127.0.0.1:9")  # not started: no thread
+    src._batch = Unreachable()
+    pods = [make_pod(f"p{n}", "ml", uid=uid(n), owner=("Job", f"j{n}")) for n in range(5)]
+    with caplog.at_level(logging.WARNING, logger="exporter.collectors.kube"):
+        metas = [src._with_job_deadline(pod_meta_from_object(p), p, set()) for p in pods]
+    assert [m.deadline_timestamp for m in metas] == [None] * 5
+    assert Unreachable.calls == 1  # then paused: a relist does not wait 5 timeouts
+    assert sum("cannot read Job" in r.getMessage() for r in caplog.records) == 1
