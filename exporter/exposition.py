@@ -157,7 +157,8 @@ def _pods(snap: Snapshot, pod_labels: Sequence[str]) -> Iterator[Metric]:
     start = _Family("gpu_eta_pod_start_timestamp_seconds", "Pod start time" + CACHED)
     deadline = _Family(
         "gpu_eta_pod_deadline_timestamp_seconds",
-        "Pod start + activeDeadlineSeconds, or the gpu-eta.io/deadline annotation" + CACHED,
+        "Earliest of pod start + activeDeadlineSeconds, its Job start + the Job's, "
+        "and the gpu-eta.io/deadline annotation" + CACHED,
     )
     label_names = [(key, pod_label_name(key)) for key in pod_labels]
     for pod in snap.pods:

@@ -102,7 +102,8 @@ class PodMeta:
     owner_name: str = ""
     # container name -> runtime container id without the "containerd://" prefix
     container_ids: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    # start + spec.activeDeadlineSeconds, or the gpu-eta.io/deadline annotation
+    # earliest of start + spec.activeDeadlineSeconds, its Job's start + the Job's, and
+    # the gpu-eta.io/deadline annotation
     deadline_timestamp: float | None = None
 
 
@@ -132,9 +133,11 @@ class PodGpuRow:
 
     ``utilization_ratio`` is the pod's own share of the device computed from its
     processes' samples (on a time-sliced GPU each pod gets its part, not a copy of
-    the device value); ``None`` when no process sample exists (an idle holder then
-    shows ``allocated`` but no utilisation — exposition renders 0 for an allocated
-    device with no processes, because "holds it, uses nothing" is the point).
+    the device value). With complete process data, an allocated container with no
+    process on the device gets 0 ("holds it, uses nothing" is the point); without it
+    (no cgroup resolver, hidden processes, an unread device) a sole holder gets the
+    device's own figures and holders of a shared device get ``None`` — unknown, never
+    0 (``exporter.attribution.attribute``, docs/attribution.md).
     """
 
     index: int

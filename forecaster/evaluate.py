@@ -288,7 +288,7 @@ def main(
     except SystemExit as exc:  # argparse already printed its one-line usage error
         return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE
     if args.predict_linear_window is not None and not args.predict_linear_window > 0:
-        print("evaluate: --predict-linear-window must be > 0", file=err)
+        print("gpu-eta forecaster: evaluate: --predict-linear-window must be > 0", file=err)
         return ExitCode.USAGE
     try:
         runs = read_runs(args.runs)
@@ -299,12 +299,12 @@ def main(
                 write_predictions(result.predictions, fh)
             tmp.replace(args.predictions)
     except RunsCsvError as exc:
-        print(f"evaluate: {args.runs}: {exc}", file=err)
+        print(f"gpu-eta forecaster: evaluate: {args.runs}: {exc}", file=err)
         return ExitCode.USAGE
     except (ForecasterError, OSError) as exc:
         if args.debug:
             raise
-        print(f"evaluate: {exc}", file=err)
+        print(f"gpu-eta forecaster: evaluate: {exc}", file=err)
         return ExitCode.RUNTIME
     text = json.dumps(result.as_json(), indent=2) if args.json else format_table(result)
     try:
