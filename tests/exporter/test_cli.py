@@ -5,10 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +13,7 @@ import requests
 from demo.prometheus import free_port
 from exporter.cli import ExitCode, main, parse_config
 from exporter.config import COLLECTORS, ConfigError
+from tests.exporter.inprocess import main_in_thread, scrape_until, simulated_args
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "tests" / "fixtures" / "scenarios" / "small.yaml"
@@ -34,37 +31,6 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         timeout=timeout,
         cwd=ROOT,
     )
-
-
-@contextmanager
-def _main_in_thread(args: list[str]) -> Iterator[list[int]]:
-    """``main(args)`` in a thread for the ``with`` block; then stopped through its
-    ``stop`` event (as SIGTERM would) and joined. The list gets main's exit code."""
-    stop = threading.Event()
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(main(args, stop=stop)))
-    thread.start()
-    try:
-        yield result
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-
-
-def _scrape_until(port: int, needle: str = "", timeout: float = 30) -> str:
-    """Poll the in-process exporter's /metrics until it answers with ``needle`` in it;
-    the last text seen ("" if it never answered) so the caller's asserts say what was."""
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        try:
-            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-            if needle in text:
-                break
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.1)
-    return text
 
 
 def test_help_explains_everything() -> None:
@@ -179,19 +145,8 @@ def test_bad_config_file_names_the_file(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_in_process_run_serves_and_stops() -> None:
     port = free_port()
-    args = [
-        "--simulate",
-        str(SCENARIO),
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-        "--progress.listen-address",
-        f"127.0.0.1:{free_port()}",
-        "--collection.interval",
-        "200ms",
-        "--no-collector.logs",
-    ]
-    with _main_in_thread(args) as result:
-        text = _scrape_until(port)
+    with main_in_thread(simulated_args(SCENARIO, port)) as result:
+        text = scrape_until(port)
         assert 'gpu_eta_gpu_info{UUID="GPU-00000000-0000-0000-0000-000000000000"' in text
         assert 'node="test-node"' in text  # the scenario's node name
         assert "process_resident_memory_bytes" in text
@@ -232,8 +187,8 @@ def test_real_sources_are_wired_and_a_missing_kubelet_is_success_zero(tmp_path: 
         "--collection.timeout",
         "2s",
     ]
-    with _main_in_thread(args) as result:
-        text = _scrape_until(port, "collector_success")
+    with main_in_thread(args) as result:
+        text = scrape_until(port, "collector_success")
 
         def ok(name: str, value: str) -> str:
             labels = f'collector="{name}",node="gpu-node-1"'

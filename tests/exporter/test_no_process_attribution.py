@@ -9,20 +9,17 @@ queries fall back to DCGM exactly where our per-pod series is absent.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import requests
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo.prometheus import ScrapeJob, free_port
-from exporter.cli import main
 from forecaster.queries import UTIL_RECENT
+from tests.exporter.inprocess import main_in_thread, scrape_until, simulated_args
 
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"
@@ -59,44 +56,16 @@ pods:
 
 @contextmanager
 def _exporter(tmp_path: Path, *extra: str) -> Iterator[int]:
-    """The exporter's ``main`` in a thread on a free port; stopped and joined after."""
+    """The exporter on this module's scenario, in this process; yields its port."""
     scenario = tmp_path / "node.yaml"
     scenario.write_text(SCENARIO)
     port = free_port()
-    args = [
-        "--simulate",
-        str(scenario),
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-        "--progress.listen-address",
-        f"127.0.0.1:{free_port()}",
-        "--collection.interval",
-        "200ms",
-        "--no-collector.logs",
-        *extra,
-    ]
-    stop = threading.Event()
-    thread = threading.Thread(target=main, args=(args,), kwargs={"stop": stop})
-    thread.start()
-    try:
+    with main_in_thread(simulated_args(scenario, port, *extra)):
         yield port
-    finally:
-        stop.set()
-        thread.join(timeout=30)
 
 
 def _scrape(port: int, needle: str = "gpu_eta_pod_gpu_allocated{") -> str:
-    deadline = time.monotonic() + 60
-    text = ""
-    while time.monotonic() < deadline:
-        try:
-            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-            if needle in text:
-                return text
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.1)
-    return text
+    return scrape_until(port, needle, timeout=60)
 
 
 def _values(text: str, name: str) -> dict[tuple[str, str], float]:
