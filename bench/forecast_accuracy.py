@@ -39,9 +39,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
 DEFAULT_SETS = (
     # (file, scenario, pools): the files of a pool are also scored pooled. "all pinned"
     # pools every pinned recording, tune files included (no choosing after the fact).
-    # Session 2 (2026-11-21 07:52–08:25 UTC): one pinned core, --size 4, --jobs 4 (6 runs
+    # Session 2 (2026-11-21 07:52–08:55 UTC): one pinned core, --size 4, --jobs 4 (6 runs
     # of each (job, batch size) on dedicated, 5 on shared). heldout3/4 were recorded and
-    # set aside before the model change of that session and scored once, after it.
+    # set aside before the model change of that session and scored once, after it;
+    # heldout5 was recorded after the model was final and scored once.
     (
         "pinned_dedicated_heldout3.csv",
         "dedicated",
@@ -74,6 +75,8 @@ DEFAULT_SETS = (
             "all pinned",
         ),
     ),
+    ("pinned_dedicated_heldout5.csv", "dedicated", ("fresh session-2", "all pinned")),
+    ("pinned_shared_heldout5.csv", "shared", ("fresh session-2", "all pinned")),
     ("pinned_dedicated_tune2.csv", "dedicated", ("all pinned",)),
     ("pinned_shared_tune2.csv", "shared", ("all pinned",)),
     # session 1: one pinned core (taskset -c 1) once the machine was quieter, with a

@@ -195,11 +195,11 @@ def test_real_pytorch_runs_with_a_competitor_on_a_loaded_machine(name: str) -> N
 
 PINNED_DEDICATED = tuple(
     f"pinned_dedicated_{t}.csv"
-    for t in ("tune", "heldout", "heldout2", "tune2", "heldout3", "heldout4")
+    for t in ("tune", "heldout", "heldout2", "tune2", "heldout3", "heldout4", "heldout5")
 )
 PINNED_SHARED = tuple(
     f"pinned_shared_{t}.csv"
-    for t in ("tune", "heldout", "heldout2", "tune2", "heldout3", "heldout4")
+    for t in ("tune", "heldout", "heldout2", "tune2", "heldout3", "heldout4", "heldout5")
 )
 
 
