@@ -10,6 +10,7 @@ Usage::
     python bench/forecast_accuracy.py --markdown      # the same as Markdown (docs/forecasting.md)
     python bench/forecast_accuracy.py --speed         # + fit/predict/evaluate timings
     python bench/forecast_accuracy.py --intervals     # coverage and width: now vs the former calibration
+    python bench/forecast_accuracy.py --mid-epoch     # coverage at epoch ends vs part-way into the next
     python bench/forecast_accuracy.py --runs my.csv --scenario shared
 
 Targets (issue 4): dedicated runs — no worse than the best baseline at any point and
@@ -21,6 +22,7 @@ start better than the history-match median.
 from __future__ import annotations
 
 import argparse
+import bisect
 import math
 import sys
 import time
@@ -29,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from forecaster.calibration import POINTS
 from forecaster.estimators import BASELINES
 from forecaster.evaluate import Backtest, PointScore, backtest, format_table
-from forecaster.model import EtaModel
+from forecaster.model import EtaModel, truncate
 from forecaster.runs import Run
 from forecaster.runs_csv import read_runs
 
@@ -360,6 +363,53 @@ def intervals(sets: Sequence[tuple[Path, str, tuple[str, ...]]]) -> None:
         print(f"{path.name} | {''.join(cells)} | {widths[0]} -> {widths[1]} | {after[5]}")
 
 
+def mid_epoch_coverage(runs: Sequence[Run], fraction: float) -> tuple[float, float, int]:
+    """P10–P90 coverage of the forecasts made at each scored epoch end, and of the same
+    forecasts asked again ``fraction`` of the way into the next epoch (``predict(run,
+    now)`` shifts them to ``now``), with the truth counted from that moment.
+
+    Why: the published coverage is measured at epoch ends, while people read ``top``
+    at any moment; this shows whether the shift to ``now`` keeps the intervals honest.
+    Same temporal replay as ``evaluate`` (the model knows only runs that ended before).
+    """
+    by_end = sorted(runs, key=lambda r: r.last_timestamp)
+    ends = [r.last_timestamp for r in by_end]
+    events = []
+    for run in runs:
+        if run.completed is not True:
+            continue
+        for point in POINTS[1:]:
+            part = truncate(run, point)
+            n = len(part.epoch_times)
+            if n < 2 or n == len(run.epoch_times):
+                continue
+            events.append((part.last_timestamp, part, run, run.epoch_times[n][1]))
+    events.sort(key=lambda e: e[0])
+    model, fitted, at_end, later = None, -1, [], []
+    for ts, part, run, next_end in events:
+        k = bisect.bisect_left(ends, ts)
+        if model is None or k > fitted:
+            model, fitted = EtaModel(random_state=0).fit(by_end[:k]), k
+        for now, hits in ((ts, at_end), (ts + fraction * (next_end - ts), later)):
+            f = model.predict(part, now)
+            hits.append(f.p10 <= run.last_timestamp - now <= f.p90)
+    if not at_end:
+        return math.nan, math.nan, 0
+    return float(np.mean(at_end)), float(np.mean(later)), len(at_end)
+
+
+def mid_epoch(sets: Sequence[tuple[Path, str, tuple[str, ...]]]) -> None:
+    """Per file: coverage at epoch ends, half-way and 90 % into the next epoch."""
+    print("file | at epoch end | 50 % into the next epoch | 90 % into it | n")
+    for path, _scenario, _pools in sets:
+        if not path.exists() or not path.name.startswith("pinned_"):
+            continue
+        runs = read_runs(path)
+        end, half, n = mid_epoch_coverage(runs, 0.5)
+        _end, late, _n = mid_epoch_coverage(runs, 0.9)
+        print(f"{path.name} | {end:.1%} | {half:.1%} | {late:.1%} | {n}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, action="append", help="a runs CSV (repeatable)")
@@ -371,12 +421,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="only P10–P90 coverage and width, now vs the former calibration",
     )
+    parser.add_argument(
+        "--mid-epoch",
+        action="store_true",
+        help="only P10–P90 coverage at epoch ends vs part-way into the next epoch",
+    )
     args = parser.parse_args(argv)
     sets = (
         [(p, args.scenario, ()) for p in args.runs]
         if args.runs
         else [(FIXTURES / name, scenario, pool) for name, scenario, pool in DEFAULT_SETS]
     )
+    if args.mid_epoch:
+        mid_epoch(sets)
+        return 0
     if args.intervals:
         intervals(sets)
         return 0
