@@ -367,7 +367,8 @@ def build_view(
             note = "held, unused"
         else:
             state, note = "busy", ""
-        if held_by and not band:
+        if held_by and not band and state != "idle":
+            # an idle holder (a notebook) never has a forecast: "held, unused" says it all
             if any(ck in unforecast for ck in held_by):
                 why = "no forecast for a holder"
             elif unforecast:

@@ -219,7 +219,7 @@ def test_mig_sibling_without_forecast_hides_a_left_over_gpu_band() -> None:
     assert rows["7/1"].state == "busy" and rows["7/1"].free_at == top.Band()
     assert rows["7/1"].note == "no forecast for a holder of another MIG instance"
     assert rows["7/5"].state == "idle" and rows["7/5"].free_at == top.Band()
-    assert rows["7/5"].note == "held, unused; no forecast for a holder"
+    assert rows["7/5"].note == "held, unused"  # a notebook never has a forecast
     assert [(h.pod, h.gpu) for h in view.idle] == [("nb-dave", "7/5")]
     assert top.summary_line(view).endswith("GPUs: 3 seen, 1 busy, 1 idle, 1 free")
 
