@@ -75,6 +75,20 @@ def number(value: Feature | None) -> float:
     return out if math.isfinite(out) else math.nan
 
 
+def numeric_column(runs: Sequence[Run], name: str) -> np.ndarray:
+    """One numeric regressor over ``runs``: NaN where missing, log where ``NUMERIC_LOG``
+    (a non-positive value is missing too). One definition for fitting and predicting."""
+    values = np.array(
+        [
+            number(r.epochs_planned if name == "epochs_planned" else r.features.get(name))
+            for r in runs
+        ]
+    )
+    if name in NUMERIC_LOG:
+        values = np.log(np.where(values > 0, values, np.nan))
+    return values
+
+
 def job_key(run: Run) -> str:
     """What makes two runs 'the same job': job name, else image, else nothing."""
     for name in ("job_name", "image"):
@@ -260,14 +274,7 @@ class PriorEstimator:
     def _design(self, runs: Sequence[Run]) -> np.ndarray:
         cols = []
         for name in self.numeric_:
-            values = np.array(
-                [
-                    number(r.epochs_planned if name == "epochs_planned" else r.features.get(name))
-                    for r in runs
-                ]
-            )
-            if name in NUMERIC_LOG:
-                values = np.log(np.where(values > 0, values, np.nan))
+            values = numeric_column(runs, name)
             values = np.where(np.isnan(values), self.medians_[name], values)
             cols.append(values)
         for name, levels in self.levels_.items():
@@ -292,14 +299,7 @@ class PriorEstimator:
         self.coef_ = np.array([center])
         self.sigma_ = max(MIN_SIGMA, 1.4826 * mad) if len(y_arr) >= 3 else DEFAULT_LOG_SIGMA / 2
         for name in (*NUMERIC_LOG, *NUMERIC_RAW):
-            values = np.array(
-                [
-                    number(r.epochs_planned if name == "epochs_planned" else r.features.get(name))
-                    for r in runs
-                ]
-            )
-            if name in NUMERIC_LOG:
-                values = np.log(np.where(values > 0, values, np.nan))
+            values = numeric_column(runs, name)
             finite = values[np.isfinite(values)]
             if len(finite) >= 3 and np.ptp(finite) > 0:
                 self.numeric_.append(name)
