@@ -38,6 +38,7 @@ import pytest
 import yaml
 
 from demo.prometheus import PrometheusServer, start_prometheus
+from exporter.config import COLLECTORS
 from forecaster.promapi import PromClient, Sample
 
 pytestmark = pytest.mark.integration
@@ -241,15 +242,7 @@ def contract_openmetrics(end: int) -> str:
             put("gpu_eta_exporter_build_info", {**exporter, "node": node, "version": "0.1.0"}, t, 1)
             put("gpu_eta_exporter_snapshot_age_seconds", {**exporter, "node": node}, t, 5)
             put("gpu_eta_exporter_unresolved_allocations", {**exporter, "node": node}, t, 0)
-            for collector in (
-                "gpu",
-                "podresources",
-                "kube",
-                "cgroup",
-                "hostmemory",
-                "progress",
-                "logs",
-            ):
+            for collector in COLLECTORS:
                 labels = {**exporter, "node": node, "collector": collector}
                 put("gpu_eta_exporter_collector_success", labels, t, 1)
                 put("gpu_eta_exporter_collector_duration_seconds", labels, t, 0.0078125)
