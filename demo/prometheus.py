@@ -145,22 +145,28 @@ class PrometheusServer:
             self._own_dir = None
 
 
-def backfill(openmetrics_file: Path, data_dir: Path) -> None:
-    """Write TSDB blocks from an OpenMetrics file (must end with ``# EOF``)."""
-    promtool = find_binary("promtool")
-    data_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(openmetrics_file),
-            str(data_dir),
-        ],
+def promtool(
+    *args: str, stdin: str | None = None, timeout: float = 300.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``promtool *args`` (text in and out) and return the finished process.
+
+    Whatever the exit code: callers decide what a failure means (a check that must
+    pass, one that must fail, or ``backfill``'s error). One place finds the binary.
+    """
+    return subprocess.run(
+        [find_binary("promtool"), *args],
+        input=stdin,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
+    )
+
+
+def backfill(openmetrics_file: Path, data_dir: Path) -> None:
+    """Write TSDB blocks from an OpenMetrics file (must end with ``# EOF``)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc = promtool(
+        "tsdb", "create-blocks-from", "openmetrics", str(openmetrics_file), str(data_dir)
     )
     if proc.returncode != 0:
         raise RuntimeError(f"promtool backfill failed: {proc.stderr.strip()[-2000:]}")

@@ -9,7 +9,6 @@ dashboards, rules and forecaster will see them.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import requests
 
 from demo.driver import post_progress
-from demo.prometheus import ScrapeJob, find_binary
+from demo.prometheus import ScrapeJob, promtool
 from exporter.scenario import default_scenario
 from tests.integration.helpers import Exporter
 
@@ -104,11 +103,9 @@ def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
     prom.wait_for('gpu_eta_exporter_progress_reports_total{result="forbidden"} == 1', timeout=30)
 
     # the live output (with process_* and progress series) passes promtool too
-    live = requests.get(f"http://{exporter.target}/metrics", timeout=10).content
-    lint = subprocess.run(
-        [find_binary("promtool"), "check", "metrics"], input=live, capture_output=True, timeout=60
-    )
-    assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()
+    live = requests.get(f"http://{exporter.target}/metrics", timeout=10).text
+    lint = promtool("check", "metrics", stdin=live, timeout=60)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
 
     assert exporter.stop() == 0, exporter.log_path.read_text()
     assert "Traceback" not in exporter.log_path.read_text()

@@ -24,7 +24,7 @@ import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from demo.prometheus import find_binary
+from demo.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "grafana"
@@ -177,12 +177,7 @@ def test_every_expression_parses(tmp_path: Path) -> None:
                 )
     rule_file = tmp_path / "dashboards.rules.yaml"
     rule_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
-    proc = subprocess.run(
-        [find_binary("promtool"), "check", "rules", str(rule_file)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = promtool("check", "rules", str(rule_file), timeout=120)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "FAILED" not in output, output
     assert f"SUCCESS: {len(rules)} rules found" in output, output
@@ -195,12 +190,7 @@ def test_promql_check_catches_a_broken_query(tmp_path: Path) -> None:
     rule_file.write_text(
         yaml.safe_dump({"groups": [{"name": "x", "rules": [{"record": "x:y", "expr": bad}]}]})
     )
-    proc = subprocess.run(
-        [find_binary("promtool"), "check", "rules", str(rule_file)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = promtool("check", "rules", str(rule_file), timeout=60)
     assert proc.returncode != 0
 
 
@@ -309,10 +299,5 @@ def test_gpu_state_counts_add_up_under_mig(tmp_path: Path) -> None:
     assert sum(v for t, v in titles.items() if t != "GPUs seen") == titles["GPUs seen"]
     test_file = tmp_path / "mig.test.yaml"
     test_file.write_text(yaml.safe_dump(test, sort_keys=False))
-    proc = subprocess.run(
-        [find_binary("promtool"), "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = promtool("test", "rules", str(test_file), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

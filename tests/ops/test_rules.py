@@ -8,13 +8,12 @@ file asks about: an alert nobody tests would pass silently.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from demo.prometheus import find_binary
+from demo.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
@@ -32,20 +31,14 @@ def _alerts() -> list[dict]:
     return [rule for rule in _rules() if "alert" in rule]
 
 
-def _promtool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [find_binary("promtool"), *args], capture_output=True, text=True, timeout=300
-    )
-
-
 def test_promtool_check_rules() -> None:
-    proc = _promtool("check", "rules", str(RULES))
+    proc = promtool("check", "rules", str(RULES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_promtool_unit_tests_pass() -> None:
     assert RULE_TESTS, "no promtool test files in tests/rules"
-    proc = _promtool("test", "rules", *map(str, RULE_TESTS))
+    proc = promtool("test", "rules", *map(str, RULE_TESTS))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

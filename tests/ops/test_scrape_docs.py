@@ -12,7 +12,6 @@ its node) and one that must be dropped (the progress Service's port).
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 import requests
 import yaml
 
-from demo.prometheus import find_binary
+from demo.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "scrape-tuning.md"
@@ -85,12 +84,7 @@ def test_example_jobs_match_the_rules_and_honor_labels() -> None:
 def test_example_passes_promtool_check_config(tmp_path: Path) -> None:
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(_runnable(_example(), 9842)))
-    proc = subprocess.run(
-        [find_binary("promtool"), "check", "config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = promtool("check", "config", str(path), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
