@@ -2,13 +2,11 @@
 
 A ``Snapshot`` is frozen, so publishing a new one is a single reference assignment
 (atomic in CPython): a scrape that started on the old snapshot renders it whole, the
-next one sees the new one, and neither ever waits for collection. The lock only
-orders writers with ``wait_for_newer`` (tests and ``/healthz`` readiness).
+next one sees the new one, and neither ever waits for collection: no lock.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
@@ -21,24 +19,14 @@ class SnapshotHolder:
     def __init__(self, initial: Snapshot, clock: Callable[[], float] = time.time) -> None:
         self._snapshot = initial
         self._clock = clock
-        self._changed = threading.Condition()
-        self._generation = 0
 
     def get(self) -> Snapshot:
         """The current snapshot (never None; the initial one is empty)."""
         return self._snapshot
 
-    @property
-    def generation(self) -> int:
-        """How many snapshots were published (0: only the initial empty one)."""
-        return self._generation
-
     def set(self, snapshot: Snapshot) -> None:
         """Publish a new snapshot."""
-        with self._changed:
-            self._snapshot = snapshot
-            self._generation += 1
-            self._changed.notify_all()
+        self._snapshot = snapshot
 
     def age_seconds(self, snapshot: Snapshot | None = None) -> float:
         """Seconds since ``snapshot`` (default: the served one) was built, never negative.
@@ -50,8 +38,3 @@ class SnapshotHolder:
         """
         snap = self._snapshot if snapshot is None else snapshot
         return max(0.0, self._clock() - snap.timestamp)
-
-    def wait_for_newer(self, generation: int, timeout: float) -> bool:
-        """Block until a snapshot newer than ``generation`` is published, or time out."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self._generation > generation, timeout)

@@ -1,4 +1,4 @@
-"""SnapshotHolder: swap by reference, age, waiting for a newer snapshot."""
+"""SnapshotHolder: swap by reference, age."""
 
 from __future__ import annotations
 
@@ -12,23 +12,11 @@ def test_set_get_and_age() -> None:
     now = [100.0]
     holder = SnapshotHolder(Snapshot(node="n", timestamp=90.0), clock=lambda: now[0])
     assert holder.age_seconds() == 10.0
-    assert holder.generation == 0
     new = Snapshot(node="n", timestamp=100.0)
     holder.set(new)
-    assert holder.get() is new and holder.generation == 1
+    assert holder.get() is new
     now[0] = 99.0  # clock stepped back: age never negative
     assert holder.age_seconds() == 0.0
-
-
-def test_wait_for_newer() -> None:
-    holder = SnapshotHolder(Snapshot(node="n", timestamp=0))
-    assert not holder.wait_for_newer(0, timeout=0.05)
-    timer = threading.Timer(0.05, holder.set, args=(Snapshot(node="n", timestamp=1),))
-    timer.start()
-    try:
-        assert holder.wait_for_newer(0, timeout=10)
-    finally:
-        timer.cancel()
 
 
 def test_readers_never_see_a_partial_snapshot() -> None:
