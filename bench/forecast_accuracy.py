@@ -22,7 +22,6 @@ start better than the history-match median.
 from __future__ import annotations
 
 import argparse
-import bisect
 import math
 import sys
 import time
@@ -31,10 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from forecaster.calibration import POINTS
 from forecaster.estimators import BASELINES
-from forecaster.evaluate import Backtest, PointScore, backtest, format_table
-from forecaster.model import EtaModel, truncate
+from forecaster.evaluate import Backtest, PointScore, Replay, backtest, format_table, replay_events
+from forecaster.model import EtaModel
 from forecaster.runs import Run
 from forecaster.runs_csv import read_runs
 
@@ -370,26 +368,17 @@ def mid_epoch_coverage(runs: Sequence[Run], fraction: float) -> tuple[float, flo
 
     Why: the published coverage is measured at epoch ends, while people read ``top``
     at any moment; this shows whether the shift to ``now`` keeps the intervals honest.
-    Same temporal replay as ``evaluate`` (the model knows only runs that ended before).
+    The same replay as ``evaluate`` (``Replay``, ``replay_events``): the model knows
+    only runs that ended before.
     """
-    by_end = sorted(runs, key=lambda r: r.last_timestamp)
-    ends = [r.last_timestamp for r in by_end]
-    events = []
-    for run in runs:
-        if run.completed is not True:
-            continue
-        for point in POINTS[1:]:
-            part = truncate(run, point)
-            n = len(part.epoch_times)
-            if n < 2 or n == len(run.epoch_times):
-                continue
-            events.append((part.last_timestamp, part, run, run.epoch_times[n][1]))
-    events.sort(key=lambda e: e[0])
-    model, fitted, at_end, later = None, -1, [], []
-    for ts, part, run, next_end in events:
-        k = bisect.bisect_left(ends, ts)
-        if model is None or k > fitted:
-            model, fitted = EtaModel(random_state=0).fit(by_end[:k]), k
+    replay = Replay(runs)
+    at_end: list[bool] = []
+    later: list[bool] = []
+    for ts, point, part, run in replay_events(runs):
+        if point == 0:
+            continue  # no epoch in progress to be part-way into
+        model = replay.model_at(ts)
+        next_end = run.epoch_times[len(part.epoch_times)][1]
         for now, hits in ((ts, at_end), (ts + fraction * (next_end - ts), later)):
             f = model.predict(part, now)
             hits.append(f.p10 <= run.last_timestamp - now <= f.p90)

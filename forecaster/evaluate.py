@@ -112,21 +112,11 @@ def methods_at(point: float) -> tuple[str, ...]:
     return (GPU_ETA, "history_match") if point == 0 else (GPU_ETA, *BASELINES)
 
 
-def backtest(
-    runs: Sequence[Run],
-    *,
-    model_factory: Callable[[], EtaModel] | None = None,
-    refit_fraction: float = 0.05,
-    window_seconds: float | None = None,
-) -> Backtest:
-    """Replay ``runs`` in time order and score gpu-eta and the baselines.
-
-    Pure apart from CPU: no I/O. ``model_factory`` builds a fresh unfitted model
-    (default ``EtaModel(random_state=0)``).
-    """
-    factory = model_factory or (lambda: EtaModel(random_state=0))
-    by_end = sorted(runs, key=lambda r: r.last_timestamp)
-    ends = [r.last_timestamp for r in by_end]
+def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
+    """``(timestamp, point, run as seen then, whole run)`` for every scored moment, in
+    time order: each completed run at its start and at its last epoch end at or before
+    10/25/50/75 % of its plan (a point whose last epoch seen is the start is scored at
+    0 % only; a point that already shows the whole run is not a forecast)."""
     events: list[tuple[float, float, Run, Run]] = []
     for run in runs:
         if run.completed is not True:
@@ -139,12 +129,61 @@ def backtest(
                 continue
             events.append((part.last_timestamp, point, part, run))
     events.sort(key=lambda e: (e[0], e[2].run_id, e[1]))
+    return events
 
-    model: EtaModel | None = None
+
+class Replay:
+    """gpu-eta as it would have been at a moment: fitted only on runs that ended before
+    it, refitted when that history has grown by ``refit_fraction`` (at least one run).
+
+    Why a class: ``backtest`` and the benches that ask the same forecasts other
+    questions (bench/forecast_accuracy.py ``--mid-epoch``) must replay identically.
+    Call ``model_at`` with non-decreasing moments.
+    """
+
+    def __init__(
+        self,
+        runs: Sequence[Run],
+        model_factory: Callable[[], EtaModel] | None = None,
+        refit_fraction: float = 0.05,
+    ) -> None:
+        self.by_end = sorted(runs, key=lambda r: r.last_timestamp)
+        self._ends = [r.last_timestamp for r in self.by_end]
+        self._factory = model_factory or (lambda: EtaModel(random_state=0))
+        self._refit_fraction = refit_fraction
+        self._model: EtaModel | None = None
+        self._model_k = -1
+        self.n_refits = 0
+
+    def ended_before(self, moment: float) -> int:
+        """How many runs ended strictly before ``moment`` (a prefix of ``by_end``)."""
+        return bisect.bisect_left(self._ends, moment)
+
+    def model_at(self, moment: float) -> EtaModel:
+        k = self.ended_before(moment)
+        grown = k - self._model_k >= max(1.0, self._refit_fraction * self._model_k)
+        if self._model is None or (k > self._model_k and grown):
+            self._model = self._factory().fit(self.by_end[:k])
+            self._model_k = k
+            self.n_refits += 1
+        return self._model
+
+
+def backtest(
+    runs: Sequence[Run],
+    *,
+    model_factory: Callable[[], EtaModel] | None = None,
+    refit_fraction: float = 0.05,
+    window_seconds: float | None = None,
+) -> Backtest:
+    """Replay ``runs`` in time order and score gpu-eta and the baselines.
+
+    Pure apart from CPU: no I/O. ``model_factory`` builds a fresh unfitted model
+    (default ``EtaModel(random_state=0)``).
+    """
+    replay = Replay(runs, model_factory, refit_fraction)
     history_match = make_estimator("history_match")
     fitted_k = -1
-    model_k = -1
-    n_refits = 0
     rate_baselines = {
         name: make_estimator(name, window_seconds=window_seconds)
         if name == "predict_linear"
@@ -158,15 +197,12 @@ def backtest(
     hits: dict[float, list[bool]] = {p: [] for p in POINTS}
     skipped: dict[float, int] = dict.fromkeys(POINTS, 0)
     predictions: list[Prediction] = []
-    for ts, point, part, run in events:
-        k = bisect.bisect_left(ends, ts)  # runs that ended strictly before now
+    for ts, point, part, run in replay_events(runs):
+        k = replay.ended_before(ts)
         if k != fitted_k:
-            history_match.fit(by_end[:k])
+            history_match.fit(replay.by_end[:k])
             fitted_k = k
-        if model is None or (k > model_k and k - model_k >= max(1.0, refit_fraction * model_k)):
-            model = factory().fit(by_end[:k])
-            model_k = k
-            n_refits += 1
+        model = replay.model_at(ts)
         truth = run.last_timestamp - part.last_timestamp
         forecast = model.predict(part, ts)
         predictions.append(
@@ -210,7 +246,7 @@ def backtest(
         n_completed=sum(1 for r in runs if r.completed is True),
         points=points,
         predictions=predictions,
-        n_refits=n_refits,
+        n_refits=replay.n_refits,
         errors=errors,
         hits=hits,
     )
