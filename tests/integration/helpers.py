@@ -1,4 +1,5 @@
-"""Shared by the integration tests: poll for a condition, run the exporter as a process.
+"""Shared by the integration tests: poll for a condition, run the exporter as a process,
+a real PyTorch training script.
 
 One place starts ``python -m exporter`` on free ports and waits until it answers, so
 every test that needs a live exporter starts it the same way the demo does
@@ -81,3 +82,34 @@ def start_exporter(
     url = f"http://127.0.0.1:{port}{ready}"
     process = start_http(cmd, url, log_path, name="exporter", timeout_seconds=timeout, cwd=ROOT)
     return Exporter(process, port, progress_port, log_path)
+
+
+_TRAINING = """
+import time, torch
+from torch import nn
+from exporter.report import start
+torch.manual_seed(0)
+x = torch.randn({samples}, 16); y = (x.sum(1, keepdim=True) > 0).float()
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+EPOCHS, BATCH = {epochs}, 64
+steps = {samples} // BATCH
+r = start(epochs=EPOCHS, steps_per_epoch=steps, batch_size=BATCH)
+for epoch in range(EPOCHS):
+    for i in range(steps):
+        loss = nn.functional.binary_cross_entropy_with_logits(model(x[i*BATCH:(i+1)*BATCH]), y[i*BATCH:(i+1)*BATCH])
+        opt.zero_grad(); loss.backward(); opt.step()
+        r.step(epoch * steps + i + 1)
+    r.epoch_end(epoch + 1, loss=loss.item())
+    time.sleep({pause_seconds})
+r.end()
+print(r.stats)
+"""
+
+
+def training_script(*, samples: int, epochs: int, pause_seconds: float) -> str:
+    """Source for ``python -c``: a real PyTorch CPU training loop (an MLP, batches of 64)
+    that reports through ``exporter.report`` like a user's job, every step (thinned by the
+    client) and every epoch, then prints the client's stats. It pauses ``pause_seconds``
+    after each epoch so that a Prometheus scraping every second sees each one."""
+    return _TRAINING.format(samples=samples, epochs=epochs, pause_seconds=pause_seconds)

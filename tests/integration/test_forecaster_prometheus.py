@@ -28,6 +28,7 @@ from forecaster import queries
 from forecaster.cycle import Cycle, CycleSettings
 from forecaster.history import HistoryStore
 from forecaster.promapi import PromClient
+from tests.integration.helpers import training_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -455,25 +456,7 @@ pods:
       - {name: notebook, gpus: [{gpu: 1, utilization: 0.0, memory: 1GiB}]}
 """
 
-LIVE_TRAIN = """
-import time, torch
-from torch import nn
-from exporter.report import start
-torch.manual_seed(0)
-x = torch.randn(4096, 16); y = (x.sum(1, keepdim=True) > 0).float()
-model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-EPOCHS, BATCH = 14, 64
-steps = 4096 // BATCH
-r = start(epochs=EPOCHS, steps_per_epoch=steps, batch_size=BATCH)
-for epoch in range(EPOCHS):
-    for i in range(steps):
-        loss = nn.functional.binary_cross_entropy_with_logits(model(x[i*BATCH:(i+1)*BATCH]), y[i*BATCH:(i+1)*BATCH])
-        opt.zero_grad(); loss.backward(); opt.step()
-    r.epoch_end(epoch + 1, loss=loss.item())
-    time.sleep(1.0)  # about one scrape per epoch
-r.end()
-"""
+LIVE_TRAIN = training_script(samples=4096, epochs=14, pause_seconds=1.0)
 
 
 @pytest.mark.torch

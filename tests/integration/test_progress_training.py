@@ -20,6 +20,7 @@ import time
 import pytest
 
 from demo.prometheus import ScrapeJob
+from tests.integration.helpers import training_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch, pytest.mark.slow]
 
@@ -50,27 +51,7 @@ pods:
       - {name: job}
 """
 
-TRAIN = """
-import time, torch
-from torch import nn
-from exporter.report import start
-torch.manual_seed(0)
-x = torch.randn(2048, 16); y = (x.sum(1, keepdim=True) > 0).float()
-model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-EPOCHS, BATCH = 6, 64
-steps = 2048 // BATCH
-r = start(epochs=EPOCHS, steps_per_epoch=steps, batch_size=BATCH)
-for epoch in range(EPOCHS):
-    for i in range(steps):
-        loss = nn.functional.binary_cross_entropy_with_logits(model(x[i*BATCH:(i+1)*BATCH]), y[i*BATCH:(i+1)*BATCH])
-        opt.zero_grad(); loss.backward(); opt.step()
-        r.step(epoch * steps + i + 1)
-    r.epoch_end(epoch + 1, loss=loss.item())
-    time.sleep(1.5)  # let Prometheus scrape each epoch
-r.end()
-print(r.stats)
-"""
+TRAIN = training_script(samples=2048, epochs=6, pause_seconds=1.5)
 
 
 @pytest.fixture
