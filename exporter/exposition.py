@@ -2,11 +2,10 @@
 
 ``render(snapshot, ...)`` is pure and total: it turns one immutable ``Snapshot`` into
 fresh metric families, never raises on odd values (``None`` is left out, NaN and
-infinities are skipped) and does no I/O. ``SnapshotCollector`` is the only
-collector registered for per-pod data: each scrape renders the snapshot the
-scheduler published last, so concurrent scrapes never race and series of pods that
-are gone vanish with the snapshot (the exporter guide's reason for custom
-collectors instead of global gauges).
+infinities are skipped) and does no I/O. ``SnapshotCollector`` serves all per-pod
+data: each scrape serves the snapshot the scheduler published last, so concurrent
+scrapes never race and series of pods that are gone vanish with the snapshot (the
+exporter guide's reason for custom collectors instead of global gauges).
 
 Names, types and labels follow ``docs/metrics.md`` exactly; HELP says "cached"
 because the values come from the background collection, whose age is
@@ -25,13 +24,13 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from exporter.collectors.logs import RESULTS as LOG_LINE_RESULTS
+from exporter.progress import MAX_METRICS
 from exporter.progress_http import RESULTS as PROGRESS_RESULTS
 from exporter.readings import DeviceReading, PodGpuRow, Progress, Snapshot
 from exporter.snapshot import SnapshotHolder
 
 log = logging.getLogger(__name__)
 
-MAX_TRAINING_VALUES = 16
 CACHED = " (cached: from the last background collection)"
 _LABEL_SANITIZE = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -229,7 +228,7 @@ def _progress(node: str, runs: Sequence[Progress]) -> Iterator[Metric]:
         for fam, attr in fams:
             fam.add(labels, getattr(run, attr))
         info.add({**labels, "source": run.source}, 1)
-        for name in sorted(run.metrics)[:MAX_TRAINING_VALUES]:
+        for name in sorted(run.metrics)[:MAX_METRICS]:
             values.add({**labels, "name": name}, run.metrics[name])
     for fam, _ in fams:
         yield fam.metric
@@ -375,8 +374,7 @@ def encode_text(families: Iterable[Metric]) -> bytes:
 
 
 class SnapshotCollector:
-    """Serves the holder's current snapshot: as a prometheus_client collector
-    (``collect``) and as ready text (``exposition``).
+    """Serves the holder's current snapshot as ready text (``exposition``).
 
     ``exposition`` renders fresh families from the snapshot, encodes them once per
     snapshot (it is immutable, so the text cannot change) and adds the only value
@@ -404,26 +402,17 @@ class SnapshotCollector:
             log.exception("rendering the snapshot failed; serving self-monitoring only")
             return list(_self(snap, self._version))
 
-    def collect(self) -> Iterator[Metric]:
-        """Fresh families each scrape; a bug in rendering never fails the scrape."""
-        snap = self._holder.get()
-        yield from self._static(snap)
-        yield _age(snap, self._holder.age_seconds(snap))
-
     def prepare(self, snap: Snapshot) -> None:
         """Encode ``snap`` ahead of its first scrape (the scheduler calls this before
         publishing, so scrapes never pay for rendering)."""
         self._cache = (snap, encode_text(self._static(snap)))
 
     def exposition(self) -> bytes:
-        """The text format of ``collect()``, encoded once per snapshot."""
+        """The text format of ``render()``, encoded once per snapshot; a bug in
+        rendering never fails the scrape (self-monitoring is still served)."""
         snap = self._holder.get()
         cache = self._cache
         if cache is None or cache[0] is not snap:
             cache = (snap, encode_text(self._static(snap)))
             self._cache = cache  # one reference assignment: concurrent scrapes are fine
         return cache[1] + encode_text([_age(snap, self._holder.age_seconds(snap))])
-
-    def describe(self) -> list[Metric]:
-        """Nothing: families are dynamic, so registration does not call ``collect``."""
-        return []

@@ -41,9 +41,7 @@ NOW = 1000.0 + 60  # 60 s after the fixture scenario's anchor
 
 def _exposition(snapshot: Snapshot, pod_labels=("team",), now: float = NOW) -> str:
     holder = SnapshotHolder(snapshot, clock=lambda: now)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(holder, pod_labels=pod_labels, version="1.2.3"))
-    return generate_latest(registry).decode()
+    return SnapshotCollector(holder, pod_labels=pod_labels, version="1.2.3").exposition().decode()
 
 
 def _scenario_snapshot() -> Snapshot:
@@ -125,7 +123,15 @@ def test_golden_exposition() -> None:
 
 def test_fast_text_encoder_equals_prometheus_client() -> None:
     """``exposition()`` (own encoder, cached per snapshot) is byte-identical to
-    prometheus_client's ``generate_latest`` over ``collect()``, odd values included."""
+    prometheus_client's ``generate_latest`` over ``render()``, odd values included."""
+
+    class Reference:  # prometheus_client's collector protocol over the pure render()
+        def __init__(self, snapshot: Snapshot) -> None:
+            self.snapshot = snapshot
+
+        def collect(self):
+            return render(self.snapshot, age_seconds=0.0, pod_labels=("team",), version="1.2.3")
+
     snap = _scenario_snapshot()
     odd = PodMeta(
         "ns",
@@ -140,10 +146,10 @@ def test_fast_text_encoder_equals_prometheus_client() -> None:
         snap,
         Snapshot(**{**{f: getattr(snap, f) for f in snap.__dataclass_fields__}, "pods": (odd,)}),
     ):
-        holder = SnapshotHolder(snapshot, clock=lambda: NOW)
+        holder = SnapshotHolder(snapshot, clock=lambda t=snapshot.timestamp: t)
         collector = SnapshotCollector(holder, pod_labels=("team",), version="1.2.3")
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
+        registry.register(Reference(snapshot))
         assert collector.exposition() == generate_latest(registry)
         assert collector.exposition() == generate_latest(registry)  # from the cache
 
@@ -326,10 +332,7 @@ def test_a_rendering_bug_never_fails_the_scrape(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(exposition, "_devices", broken)
     snap = _snap(devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 1, 2),))
-    for text in (
-        _exposition(snap),
-        SnapshotCollector(SnapshotHolder(snap)).exposition().decode(),
-    ):
+    for text in (_exposition(snap), _exposition(snap)):  # rendered, then from the cache
         assert "gpu_eta_exporter_snapshot_age_seconds" in text
         assert "gpu_eta_exporter_build_info" in text
         assert "gpu_eta_gpu_info" not in text
