@@ -276,12 +276,15 @@ class EtaModel:
                     out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
         return rate, prior
 
-    def _floored(self, c: Components, point: float) -> Components:
+    def _floored(self, c: Components, point: float, mix: float | None = None) -> Components:
+        """``c`` with this model's measured floors at ``point`` and a prior weight ``mix``
+        (None: precision weights). The mix is passed, not read from ``self.mix_``: during
+        a refit ``self.mix_`` still holds the previous fit's weights."""
         return dataclasses.replace(
             c,
             rate_floor=self.rate_floor_.get(point, 0.0),
             prior_floor=self.prior_floor_.get(point, 0.0) if c.prior_level == "job_batch" else 0.0,
-            prior_mix=getattr(self, "mix_", {}).get(point),
+            prior_mix=mix,
         )
 
     def _mixes(
@@ -453,7 +456,9 @@ class EtaModel:
 
         def estimate() -> tuple[RawEstimate, tuple[float, float, float]]:
             huber_c, drift, prior_scale = self.weights_[point]
-            parts = self._floored(self.blend_.components(run, huber_c=huber_c), point)
+            parts = self._floored(
+                self.blend_.components(run, huber_c=huber_c), point, self.mix_.get(point)
+            )
             raw = parts.combine(drift, prior_scale, self._job_scale(prior_scale))
             return raw, self.calibrator_.quantiles(point, raw.center, raw.sigma)
 

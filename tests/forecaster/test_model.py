@@ -230,3 +230,19 @@ def test_measured_mix_follows_how_long_departures_last() -> None:
     for point in (0.1, 0.25, 0.5, 0.75):
         assert errs["mixed"][point] <= 1.02 * errs["plain"][point], (point, errs)
     assert errs["mixed"][0.25] < 0.97 * errs["plain"][0.25], errs
+
+
+def test_a_refit_is_the_same_as_a_fresh_fit() -> None:
+    """A model refitted on a history learns exactly what a fresh one does: nothing of
+    the previous fit (here its measured prior weights) leaks into the new one."""
+    shared = departures_history(120, 3, transient=True)
+    steady = departures_history(120, 5, transient=False)
+    refit = EtaModel(random_state=0).fit(shared)
+    assert refit.mix_  # the first fit measured prior weights
+    refit.fit(steady)
+    fresh = EtaModel(random_state=0).fit(steady)
+    assert refit.mix_ == fresh.mix_
+    assert refit.weights_ == fresh.weights_
+    assert refit.calibrator_.bins_ == fresh.calibrator_.bins_
+    probe = make_run("p", [2.5, 2.6, 2.4], planned=20, job_name="j0", batch_size=64)
+    assert refit.predict(probe, probe.last_timestamp) == fresh.predict(probe, probe.last_timestamp)
