@@ -310,7 +310,7 @@ def _run(cfg: Config, stop: threading.Event | None) -> int:
         runtime.start()
         log.info(
             "gpu-eta exporter %s on node %s: metrics on %s, collectors: %s",
-            version(),
+            runtime.version,
             runtime.node,
             runtime.metrics_address(),
             ", ".join(n for n in COLLECTORS if cfg.enabled(n)) or "none",
@@ -554,10 +554,10 @@ def _import(collector: str, module: str) -> Any:
         ) from err
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
 def _no_pods(ip: str) -> PodMeta | None:
     """Pod lookup without the pod watch: no pod is known (see the startup warning)."""
     return None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
