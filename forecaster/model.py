@@ -264,7 +264,7 @@ class EtaModel:
                 c = s.parts[0]
                 if s.point != point or c.rate is None:
                     continue
-                r_err.append(c.rate[0] + math.log(max(c.remaining, 1e-9)) - s.actual)
+                r_err.append(c.rate_center - s.actual)
                 if c.prior_level == "job_batch":
                     p_err.append(c.prior_center - s.actual)
             # both or neither: a measured floor on one side only would tilt the
@@ -333,9 +333,8 @@ class EtaModel:
                 if c.rate is None or c.prior_level != "job_batch":
                     continue
                 scale = self._job_scale(prior_scale)
-                mu_r = dataclasses.replace(c, prior_mix=0.0).combine(drift, prior_scale, scale)
                 precision = self._floored(c, point).combine(drift, prior_scale, scale)
-                xs[point].append(mu_r.center - c.prior_center)
+                xs[point].append(c.rate_center - c.prior_center)
                 ys[point].append(math.log(truth) - c.prior_center)
                 ws[point].append(precision.prior_weight)
         out: dict[float, float] = {}

@@ -63,6 +63,13 @@ class Components:
     # precision weights decide)
     prior_mix: float | None = None
 
+    @property
+    def rate_center(self) -> float | None:
+        """Log remaining seconds by the run's own rate alone (None before any interval)."""
+        if self.rate is None:
+            return None
+        return self.rate[0] + math.log(max(self.remaining, 1e-9))
+
     def combine(
         self, drift: float, prior_scale: float, job_prior_scale: float | None = None
     ) -> RawEstimate:
@@ -84,8 +91,8 @@ class Components:
             # history-only P90 hours past a P50 of minutes (×8 at 0 % progress).
             alone = max(min(s_p, self.prior_sigma), self.prior_floor)
             return RawEstimate(self.prior_center, alone, "prior", self.prior_n, 1.0)
-        center, scale, n_eff, n = self.rate
-        mu_r = center + math.log(max(self.remaining, 1e-9))
+        _center, scale, n_eff, n = self.rate
+        mu_r = self.rate_center
         s_r = max(rate_sigma(scale, n_eff, self.remaining, self.done, drift), self.rate_floor)
         mu, sigma, w_p = combine((mu_r, s_r), (self.prior_center, s_p))
         if self.prior_mix is not None and self.prior_level == "job_batch":
