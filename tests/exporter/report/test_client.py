@@ -10,9 +10,10 @@ import time
 import pytest
 
 from demo.prometheus import free_port
+from exporter import progress
 from exporter.progress_http import ProgressListener
 from exporter.readings import PodMeta
-from exporter.report import ProgressReporter, exporter_url, start
+from exporter.report import ProgressReporter, client, exporter_url, start
 from tests.exporter.report.listener import listening_for
 
 POD = PodMeta("ml", "nb-1", "uid-1", ip="127.0.0.5", container_ids={"notebook": "c"})
@@ -145,3 +146,11 @@ def test_wire_body_is_the_documented_format(listener):
         "container",
     }
     r.close(0.1)
+
+
+def test_the_client_copies_of_the_wire_rules_match_the_parser() -> None:
+    """The client is one vendorable file, so it cannot import ``exporter.progress``;
+    its copies of the wire rules must stay the parser's."""
+    assert client._RESERVED == progress._KNOWN
+    assert client.MAX_METRICS == progress.MAX_METRICS
+    assert client._METRIC_NAME.pattern == progress._METRIC_NAME.pattern
