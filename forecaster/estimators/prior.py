@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -473,16 +473,3 @@ class PriorEstimator:
             converged=self.converged_,
             warnings=self.warnings_,
         )
-
-    def describe(self) -> Mapping[str, object]:
-        """What was learned, for logs and docs (not a stable interface)."""
-        self._check()
-        return {
-            "n_obs": self.n_obs_,
-            "jobs": len(self.groups_),
-            "numeric": list(self.numeric_),
-            "levels": {k: len(v) for k, v in self.levels_.items()},
-            "sigma": self.sigma_,
-            "batch_slope": self.batch_slope_,
-            "converged": self.converged_,
-        }
