@@ -131,7 +131,6 @@ class Cycle:
         self._model_version = -1
         self._last_fit = -math.inf
         self._refit_thread: threading.Thread | None = None
-        self._refit_done = False
         self._pending: tuple[Model, int] | None = None
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback.
@@ -281,16 +280,14 @@ class Cycle:
         except Exception as err:  # keep the previous model
             log.warning("model refit failed, keeping the previous model: %s", err)
             self._pending = None
-        self._refit_done = True
 
     def _swap_refit(self) -> None:
-        if self._refit_thread is not None and not self._refit_done:
+        if self._refit_thread is not None and self._refit_thread.is_alive():
             return
         if self._pending is not None:
             self._install(*self._pending)
         self._pending = None
         self._refit_thread = None
-        self._refit_done = False
 
     def _install(self, model: Model, version: int) -> None:
         self.model = model
@@ -380,16 +377,7 @@ def sanitize(fc: Forecast) -> Forecast | None:
     p10, p50, p90 = sorted(max(0.0, float(v)) for v in values)
     if (p10, p50, p90) == values:
         return fc
-    return Forecast(
-        p10=p10,
-        p50=p50,
-        p90=p90,
-        method=fc.method,
-        n_obs=fc.n_obs,
-        stalled=fc.stalled,
-        converged=fc.converged,
-        warnings=fc.warnings,
-    )
+    return dataclasses.replace(fc, p10=p10, p50=p50, p90=p90)
 
 
 def gpu_free_times(allocations: Sequence[Allocation], jobs: Sequence[JobForecast]) -> list[GpuFree]:

@@ -267,6 +267,9 @@ def test_sanitize_keeps_good_forecasts_identical() -> None:
     fc = Forecast(1, 2, 3, "blend")
     assert sanitize(fc) is fc
     assert sanitize(Forecast(1, math.inf, 3, "blend")) is None
+    # a repaired forecast keeps everything but its quantiles
+    bad = Forecast(-5, 9, 4, "prior", n_obs=7, stalled=True, converged=False, warnings=("w",))
+    assert sanitize(bad) == Forecast(0.0, 4.0, 9.0, "prior", 7, True, False, ("w",))
 
 
 def test_gpu_free_times_need_every_holder_forecast() -> None:
