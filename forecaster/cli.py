@@ -468,11 +468,7 @@ def _open(config: Config):
         if config.seed_csv:
             from forecaster.runs_csv import read_runs
 
-            runs = [
-                r
-                for r in read_runs(config.seed_csv)
-                if r.completed is not None or r.epochs_done > 0
-            ]
+            runs = read_runs(config.seed_csv)  # every CSV run is finished (completed or not)
             added = store.import_finished(runs)
             log.info("history seed %s: %d runs read, %d new", config.seed_csv, len(runs), added)
         # Load the finished history now: a damaged file fails at start, not in a cycle.
