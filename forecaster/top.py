@@ -160,17 +160,12 @@ def _value(sample: Sample) -> float | None:
     return sample.value if math.isfinite(sample.value) else None
 
 
-def _labels(sample: Sample) -> Mapping[str, str]:
-    return sample.labels
+def _container_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
+    return (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
 
 
 def _run_key(labels: Mapping[str, str]) -> tuple[str, str, str, str]:
-    return (
-        labels.get("namespace", ""),
-        labels.get("pod", ""),
-        labels.get("container", ""),
-        labels.get("run_id", ""),
-    )
+    return (*_container_key(labels), labels.get("run_id", ""))
 
 
 def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
@@ -198,14 +193,14 @@ def _by_run(results: Sequence[Sample]) -> dict[tuple[str, str, str, str], float]
     for s in results:
         v = _value(s)
         if v is not None:
-            out[_run_key(_labels(s))] = v
+            out[_run_key(s.labels)] = v
     return out
 
 
 def _bands(results: Sequence[Sample], key_fn) -> dict[Any, dict[str, float]]:
     out: dict[Any, dict[str, float]] = {}
     for s in results:
-        labels = _labels(s)
+        labels = s.labels
         q = QUANTILE_KEYS.get(labels.get("quantile", ""))
         v = _value(s)
         if q is not None and v is not None:
@@ -237,32 +232,27 @@ def build_view(
     last_report = _by_run(get("last_report"))
     stalled = _by_run(get("stalled"))
     eta = _bands(get("completion"), _run_key)
-    methods = {_run_key(_labels(s)): _labels(s).get("method", "") for s in get("method")}
+    methods = {_run_key(s.labels): s.labels.get("method", "") for s in get("method")}
 
     # Per container: its allocated GPUs with utilisation and memory.
     container_gpus: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
-    holders: dict[tuple[tuple[str, str, str], tuple[str, str, str]], Mapping[str, str]] = {}
+    holders: set[tuple[tuple[str, str, str], tuple[str, str, str]]] = set()
     for s in get("allocated"):
-        labels = _labels(s)
+        labels = s.labels
         if _value(s) != 1:
             continue
-        ckey = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+        ckey = _container_key(labels)
         gkey = _gpu_key(labels)
         container_gpus.setdefault(ckey, []).append(gkey)
-        holders[(gkey, ckey)] = labels
+        holders.add((gkey, ckey))
 
     def per_holder(name: str) -> dict[tuple, float]:
         out: dict[tuple, float] = {}
         for s in get(name):
-            labels = _labels(s)
+            labels = s.labels
             v = _value(s)
             if v is not None:
-                ckey = (
-                    labels.get("namespace", ""),
-                    labels.get("pod", ""),
-                    labels.get("container", ""),
-                )
-                out[(_gpu_key(labels), ckey)] = v
+                out[(_gpu_key(labels), _container_key(labels))] = v
         return out
 
     util = per_holder("pod_util")
@@ -270,7 +260,7 @@ def build_view(
     memory = per_holder("pod_memory")
     since = per_holder("since")
     gpu_total = {
-        _gpu_key(_labels(s)): v for s in get("gpu_memory_total") if (v := _value(s)) is not None
+        _gpu_key(s.labels): v for s in get("gpu_memory_total") if (v := _value(s)) is not None
     }
     idle_holders = {
         hk
@@ -283,7 +273,7 @@ def build_view(
     jobs: list[JobRow] = []
     training_containers: set[tuple[str, str, str]] = set()
     for s in get("epoch"):
-        labels = _labels(s)
+        labels = s.labels
         key = _run_key(labels)
         epoch = _value(s)
         planned = epochs.get(key)
@@ -353,7 +343,7 @@ def build_view(
     for g, ck in holders:
         holders_of.setdefault(_physical(g), set()).add(ck)
     gpus: list[GpuRow] = []
-    info = {_gpu_key(_labels(s)): _labels(s).get("model", "") for s in get("gpu_info")}
+    info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
     for gkey in sorted(set(info) | {g for g, _ in holders}, key=_gpu_order):
         held_by = sorted(ck for g, ck in holders if g == gkey)
         names = tuple(f"{ns}/{pod}" for ns, pod, _ in held_by)
