@@ -158,14 +158,13 @@ class ProgressListener:
             if pod is None:
                 return None, f"{address} is not a pod on this node"
             return None, "hostNetwork pods may not report (exporter option off)"
-        if pod is None and not any(p.host_network and p.ip == address for p in self._pods()):
+        on_address = [p for p in self._pods() if p.host_network and p.ip == address]
+        if pod is None and not on_address:
             return None, f"{address} is not a pod on this node"
         candidates = [
             p
-            for p in self._pods()
-            if p.host_network
-            and p.ip == address
-            and p.annotations.get(HOST_NETWORK_ANNOTATION, "").lower() == "true"
+            for p in on_address
+            if p.annotations.get(HOST_NETWORK_ANNOTATION, "").lower() == "true"
         ]
         if len(candidates) != 1:
             return None, (
