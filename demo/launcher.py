@@ -5,9 +5,10 @@ processes (exporters, the forecaster, node_exporter, a bare listener) and must n
 go on before those answer. Doing it in one place means every one of them gets the
 same guarantees:
 
-- the child runs in its own session (process group), so ``demo.prometheus.
-  stop_process`` can stop it and anything it started, and a terminal's Ctrl-C
-  reaches only the parent, which then stops its children in order;
+- the child runs in its own session (process group), so ``stop_process`` (here:
+  SIGTERM to the group, SIGKILL after a grace period) can stop it and anything it
+  started, and a terminal's Ctrl-C reaches only the parent, which then stops its
+  children in order;
 - its stdout and stderr go to a log file, so when it dies or hangs the error says
   *why*: ``LaunchError`` carries the log's last lines (read with a size cap: a child
   that printed megabytes cannot make the message huge);
@@ -17,15 +18,15 @@ same guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import requests
-
-from demo.prometheus import stop_process
 
 TAIL_LINES = 12
 _TAIL_BYTES = 16 * 1024  # read at most this much of the log's end
@@ -138,6 +139,24 @@ def start_http(
         stop_process(process)
         raise
     return process
+
+
+def stop_process(proc: subprocess.Popen | None, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the process group, SIGKILL it after ``grace_seconds``; reap the child."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+    # children of the group that outlived their leader
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _indent(text: str) -> str:

@@ -1,18 +1,15 @@
 """Start and stop a real Prometheus (the Debian package) on loopback.
 
 Used by the demo and by the integration tests, so both exercise the same code: a
-temporary data directory, ports picked by the caller (or free ones), readiness
-polled on ``/-/ready``, optional backfill with ``promtool tsdb
+temporary data directory, ports picked by the caller (or free ones), started and
+made ready (``/-/ready``) by ``demo.launcher`` like every other child, optional backfill with ``promtool tsdb
 create-blocks-from openmetrics`` before start (blocks added to a running server
 appear only after a reload), and a stop that leaves no process behind.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -23,6 +20,8 @@ from pathlib import Path
 
 import requests
 import yaml
+
+from demo.launcher import start_http, stop_process
 
 
 class PrometheusNotInstalled(RuntimeError):
@@ -45,24 +44,6 @@ def find_binary(name: str) -> str:
             "(apt-get install prometheus prometheus-pushgateway)"
         )
     return path
-
-
-def stop_process(proc: subprocess.Popen | None, grace_seconds: float = 10.0) -> None:
-    """SIGTERM the process group, SIGKILL it after ``grace_seconds``; reap the child."""
-    if proc is None:
-        return
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_seconds)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-    # children of the group that outlived their leader
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -201,33 +182,38 @@ def start_prometheus(
         base = data_dir
         base.mkdir(parents=True, exist_ok=True)
     tsdb = base / "data"
-    tsdb.mkdir(exist_ok=True)
-    for path in backfill_files:
-        backfill(Path(path), tsdb)
     config_path = base / "prometheus.yml"
-    config_path.write_text(render_config(jobs, scrape_interval, rule_files))
-    port = port or free_port()
     log_path = base / "prometheus.log"
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config_path}",
-            f"--storage.tsdb.path={tsdb}",
-            f"--storage.tsdb.retention.time={retention}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-            "--storage.remote.flush-deadline=1s",
-            *extra_args,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=preexec_fn,
-    )
-    log.close()
-    server = PrometheusServer(
-        url=f"http://127.0.0.1:{port}",
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        tsdb.mkdir(exist_ok=True)
+        for path in backfill_files:
+            backfill(Path(path), tsdb)
+        config_path.write_text(render_config(jobs, scrape_interval, rule_files))
+        process = start_http(
+            [
+                binary,
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={tsdb}",
+                f"--storage.tsdb.retention.time={retention}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--web.enable-lifecycle",
+                "--storage.remote.flush-deadline=1s",
+                *extra_args,
+            ],
+            f"{url}/-/ready",
+            log_path,
+            name="prometheus",
+            timeout_seconds=ready_timeout,
+            preexec_fn=preexec_fn,
+        )
+    except BaseException:
+        if own_dir is not None:
+            own_dir.cleanup()
+        raise
+    return PrometheusServer(
+        url=url,
         port=port,
         data_dir=tsdb,
         config_path=config_path,
@@ -235,17 +221,3 @@ def start_prometheus(
         log_path=log_path,
         _own_dir=own_dir,
     )
-    deadline = time.monotonic() + ready_timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:]
-            server.stop()
-            raise RuntimeError(f"prometheus exited with {process.returncode}: {tail}")
-        try:
-            if requests.get(f"{server.url}/-/ready", timeout=1).status_code == 200:
-                return server
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    server.stop()
-    raise TimeoutError(f"prometheus not ready on port {port} after {ready_timeout}s")
