@@ -51,12 +51,12 @@ from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_promet
 log = logging.getLogger("gpu_eta.demo")
 
 EXPORTER_JOB = "gpu-eta-exporter"  # Prometheus job name of the exporters (a series label)
-TRAINER_RESTART_SECONDS = 20.0
+TRAINER_RESTART_SECONDS = 20.0  # pause between two real training runs on a node
 # a real run lasts about two minutes on an idle core (docs/demo.md)
 REAL_TRAINING_EPOCHS = 300
 # the live exporters' first scrapes come this long after the anchor at the latest
 # (history, promtool and Prometheus' start); see demo.backfill.without_lingering
-SETTLE_SECONDS = 30.0  # pause between two real training runs on a node
+SETTLE_SECONDS = 30.0
 # gpu-eta's alert and recording rules, loaded by the demo's Prometheus (its /alerts
 # page) exactly as shipped; absent when the package is installed without the repo.
 RULES_FILE = Path(__file__).resolve().parents[1] / "rules" / "gpu-eta.rules.yaml"
@@ -408,7 +408,7 @@ class Stack:
                 cmd,
                 self._log_path(name),
                 env=env,
-                preexec_fn=_die_with_parent if _PRCTL is not None else None,
+                preexec_fn=_die_with_parent,
             )
         except LaunchError as err:
             raise StackError(str(err)) from None
