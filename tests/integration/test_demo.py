@@ -269,9 +269,9 @@ SMALL = [
 ]
 
 
-def _run_and_watch(
-    cmd: list[str], until_running: bool
-) -> tuple[subprocess.Popen, _Reader, set[int]]:
+def _run_and_watch(cmd: list[str]) -> tuple[subprocess.Popen, _Reader, set[int]]:
+    """Start the demo in its own group; return once it says it runs (or exits), with
+    every child pid seen meanwhile."""
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
@@ -300,9 +300,7 @@ def _run_and_watch(
 
 
 def test_readme_command_with_seconds_exits_0_and_leaves_nothing() -> None:
-    proc, reader, children = _run_and_watch(
-        [str(REPO / "demo.sh"), "--seconds", "15", *SMALL], True
-    )
+    proc, reader, children = _run_and_watch([str(REPO / "demo.sh"), "--seconds", "15", *SMALL])
     try:
         code = proc.wait(timeout=120)
     finally:
@@ -317,7 +315,7 @@ def test_readme_command_with_seconds_exits_0_and_leaves_nothing() -> None:
 
 def test_sigterm_stops_everything() -> None:
     cmd = [sys.executable, "-m", "demo", *SMALL, "--quiet"]
-    proc, reader, children = _run_and_watch(cmd, True)
+    proc, reader, children = _run_and_watch(cmd)
     try:
         assert "gpu-eta demo running" in reader.text, reader.text[-3000:]
         proc.send_signal(signal.SIGTERM)
