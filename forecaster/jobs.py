@@ -157,12 +157,12 @@ def assemble(
             scale = STEP_UNITS / n_steps
             candidates = _thin_steps(
                 [(v * scale, t) for t, v in step_firsts.get(run, ())]
-                + [_scaled(step.get(run), last_report.get(run), scale)]
+                + [_latest(step.get(run), last_report.get(run), scale)]
             )
             cur = step.get(run)
             done = cur is not None and _finite(cur.value) and cur.value >= n_steps
         else:
-            candidates = [*pairs.get(run, ()), _pair(epoch.get(run), last_end.get(run))]
+            candidates = [*pairs.get(run, ()), _latest(epoch.get(run), last_end.get(run))]
             cur = epoch.get(run)
             done = cur is not None and _finite(cur.value) and cur.value >= n_planned
         ends: dict[float, float] = {}
@@ -312,13 +312,14 @@ def _first_seen(series: Sequence[Series]) -> dict[RunKey, list[tuple[float, floa
     return out
 
 
-def _scaled(
-    step: Sample | None, report: Sample | None, scale: float
+def _latest(
+    progress: Sample | None, at: Sample | None, scale: float = 1.0
 ) -> tuple[float | None, float | None]:
-    """The latest step, as progress units, at the time of the last report."""
-    if step is None or report is None:
+    """The latest ``(progress × scale, time)`` pair: an epoch at its end time, or a step
+    as progress units at the last report's time; ``(None, None)`` when either is missing."""
+    if progress is None or at is None:
         return None, None
-    return step.value * scale, report.value
+    return progress.value * scale, at.value
 
 
 def _thin_steps(
@@ -344,12 +345,6 @@ def _thin_steps(
             cells.add(cell)
             kept.append((unit, ts))
     return kept + valid[-1:]
-
-
-def _pair(epoch: Sample | None, end: Sample | None) -> tuple[float | None, float | None]:
-    if epoch is None or end is None:
-        return None, None
-    return epoch.value, end.value
 
 
 def _allocations(samples: Sequence[Sample]) -> list[Allocation]:
