@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
+from exporter.cli import PROG, USAGE_EXIT
 from exporter.collectors import ExporterError
 from exporter.config import (
     COLLECTORS,
@@ -48,7 +49,6 @@ from exporter.snapshot import SnapshotHolder
 
 log = logging.getLogger("exporter")
 
-PROG = "gpu-eta exporter"
 MAX_CONFIG_BYTES = 1024 * 1024
 COLLECTOR_HELP = {
     "gpu": "GPU devices, MIG instances and per-process samples (NVML, or the scenario)",
@@ -66,7 +66,7 @@ class ExitCode(enum.IntEnum):
 
     OK = 0
     ERROR = 1
-    USAGE = 2
+    USAGE = USAGE_EXIT
 
 
 def version() -> str:

@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["EXTRA_MODULES", "main", "missing_dependency"]
 
 PROG = "gpu-eta exporter"
-USAGE_EXIT = 2  # exporter.app.ExitCode.USAGE, without importing it
+USAGE_EXIT = 2  # exporter.app.ExitCode.USAGE is this value (app imports it)
 # top-level modules of the `exporter` extra (pyproject.toml) the program imports
 EXTRA_MODULES = frozenset(
     {"yaml", "prometheus_client", "grpc", "google", "kubernetes", "requests", "pynvml"}
