@@ -21,6 +21,7 @@ import threading
 import grpc
 
 from exporter._proto import api_pb2, api_pb2_grpc
+from exporter.attribution import MAX_DEVICE_ID_CHARS
 from exporter.collectors import CollectorError
 from exporter.readings import Allocation
 
@@ -32,7 +33,6 @@ MAX_RECEIVE_BYTES = 16 * 1024 * 1024
 # Bounds on what one List may contribute: a node runs at most a few hundred pods.
 MAX_ALLOCATIONS = 65536
 _MAX_NAME_CHARS = 253
-_MAX_DEVICE_ID_CHARS = 256
 
 
 class PodResourcesSource:
@@ -142,7 +142,7 @@ def allocations_from_response(
                 if not resource.startswith(resource_prefixes) or len(resource) > _MAX_NAME_CHARS:
                     continue
                 for device_id in devices.device_ids:
-                    if not device_id or len(device_id) > _MAX_DEVICE_ID_CHARS:
+                    if not device_id or len(device_id) > MAX_DEVICE_ID_CHARS:
                         continue
                     out.append(
                         Allocation(
