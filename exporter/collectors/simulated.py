@@ -324,12 +324,6 @@ class SimulatedPods:
                 return meta
         return None
 
-    def start(self) -> None:
-        """Nothing to start (the real pod watch has a thread); kept for symmetry."""
-
-    def stop(self) -> None:
-        """Nothing to stop."""
-
 
 class SimulatedProcesses:
     """``ProcessResolver``: pid → container, as ``/proc/<pid>/cgroup`` would tell."""
