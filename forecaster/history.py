@@ -148,11 +148,6 @@ class RunUpdate:
     weight_seconds: float = 0.0
     seen_timestamp: float = 0.0
 
-    @property
-    def key(self) -> RunKey:
-        """The run's identity (see ``run_key``)."""
-        return (self.namespace, self.pod, self.container, self.run_id)
-
 
 @dataclass(frozen=True, slots=True)
 class StoredRun:
@@ -239,7 +234,7 @@ class HistoryStore:
                     "last_seen": up.seen_timestamp,
                 }
             )
-            ends.extend((float(e), float(t), *up.key) for e, t in up.epoch_ends)
+            ends.extend((float(e), float(t), *run_key(up)) for e, t in up.epoch_ends)
         with self._lock, self._tx():
             self._conn.executemany(
                 f"""

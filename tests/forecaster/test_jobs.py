@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from forecaster.history import run_key
 from forecaster.jobs import assemble
 from forecaster.promapi import Sample, Series
 
@@ -233,7 +234,7 @@ def test_same_run_id_in_two_pods_and_two_containers_is_three_runs() -> None:
         ],
     }
     view = assemble(instant, ranges, NOW, 600)
-    ups = {u.key: u for u in view.updates}
+    ups = {run_key(u): u for u in view.updates}
     assert set(ups) == {key("my-run-1", a), key("my-run-1", b), key("my-run-1", b, "sidecar")}
     assert ups[key("my-run-1", a)].epochs_planned == 10
     assert ups[key("my-run-1", a)].epoch_ends == ((2.0, NOW - 70), (3.0, NOW - 20))
