@@ -338,7 +338,13 @@ def test_once_pushes_through_a_real_pushgateway(
     gw = f"http://127.0.0.1:{gport}"
     procs.append(
         start_http(
-            [find_binary("prometheus-pushgateway"), f"--web.listen-address=127.0.0.1:{gport}"],
+            [
+                find_binary("prometheus-pushgateway"),
+                f"--web.listen-address=127.0.0.1:{gport}",
+                # in memory only: Debian's default file (/var/lib/prometheus/
+                # pushgateway.data) would carry earlier runs' groups into this one
+                "--persistence.file=",
+            ],
             gw + "/-/ready",
             tmp_path / "pushgateway.log",
             name="pushgateway",
@@ -392,7 +398,7 @@ def test_once_pushes_through_a_real_pushgateway(
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "cannot connect" in proc.stderr
     pushed = requests.get(gw + "/metrics", timeout=10).text
-    assert 'gpu_eta_forecaster_stale{instance="",job="gpu_eta_forecaster"} 1' in pushed
+    assert 'gpu_eta_forecaster_stale{instance="",job="gpu-eta-forecaster"} 1' in pushed
     assert 'run_id="run-a"' in pushed
 
 
