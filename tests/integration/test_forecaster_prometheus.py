@@ -28,7 +28,7 @@ from forecaster import queries
 from forecaster.cycle import Cycle, CycleSettings
 from forecaster.history import HistoryStore
 from forecaster.promapi import PromClient
-from tests.integration.helpers import training_script
+from tests.integration.helpers import training_script, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -221,19 +221,11 @@ def values(prom, expr: str) -> dict[str, float]:
 
 
 def scrape_text(url: str) -> str:
-    return requests.get(url, timeout=10).text
-
-
-def wait_until(predicate, timeout: float = 90.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(what)
+    """The page at ``url``; empty while it does not answer (polled by ``wait_until``)."""
+    try:
+        return requests.get(url, timeout=10).text
+    except requests.RequestException:
+        return ""
 
 
 def serve_cmd(prom_url: str, port: int, db: Path) -> list[str]:
@@ -318,11 +310,11 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
     # Prometheus goes away: the last forecasts stay, marked stale.
     prom.stop()
     url = f"http://127.0.0.1:{fport}/metrics"
-    wait_until(lambda: "gpu_eta_forecaster_stale 1.0" in scrape_text(url), what="stale 1")
+    wait_until(lambda: "gpu_eta_forecaster_stale 1.0" in scrape_text(url), 90, what="stale 1")
     assert 'run_id="run-a"' in scrape_text(url)
     # ... and comes back on the same port with the same data: recovery.
     prom2 = prometheus_factory(jobs, data_dir=prom_dir, port=prom.port)
-    wait_until(lambda: "gpu_eta_forecaster_stale 0.0" in scrape_text(url), what="stale 0")
+    wait_until(lambda: "gpu_eta_forecaster_stale 0.0" in scrape_text(url), 90, what="stale 0")
     prom2.wait_for("gpu_eta_forecaster_stale == 0", timeout=60)
 
     serve.terminate()
