@@ -325,7 +325,14 @@ def _common_flags() -> argparse.ArgumentParser:
 
 def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
     """The ``--prometheus.*`` flags but the URL, as keyword arguments of both ``Config``
-    and ``PromClient``; secrets read from their files here (missing file: ConfigError)."""
+    and ``PromClient``; checked and secrets read from their files here, once for every
+    command that has these flags (bad value or missing file: ConfigError)."""
+    if not args.timeout_seconds > 0:
+        raise ConfigError(f"--prometheus.timeout must be > 0, got {args.timeout_seconds}")
+    if args.retries < 0:
+        raise ConfigError(f"--prometheus.retries must be >= 0, got {args.retries}")
+    if args.max_response_bytes < 1024:
+        raise ConfigError("--prometheus.max-response-bytes must be >= 1024")
     token = _read_secret(args.bearer_token_file, "--prometheus.bearer-token-file")
     basic = None
     if args.basic_auth_user:

@@ -67,8 +67,9 @@ class Config:
             )
             if not pg.netloc:
                 raise ConfigError(f"--pushgateway.url is not a URL: {self.pushgateway_url!r}")
+        # The other --prometheus.* values are checked where the flags are read, once
+        # for serve, once and top (cli.prometheus_connection).
         for name, value in (
-            ("--prometheus.timeout", self.timeout_seconds),
             ("--cycle.interval", self.interval_seconds),
             ("--history.lookback", self.cycle.lookback_seconds),
             ("--stall.after", self.cycle.stall_after_seconds),
@@ -76,8 +77,6 @@ class Config:
         ):
             if not value > 0:
                 raise ConfigError(f"{name} must be > 0, got {value}")
-        if self.retries < 0:
-            raise ConfigError(f"--prometheus.retries must be >= 0, got {self.retries}")
         if not 0 <= self.cycle.idle_ratio <= 1:
             raise ConfigError(f"--stall.idle-ratio must be in 0..1, got {self.cycle.idle_ratio}")
         if self.cycle.vanish_grace_seconds < 0:
@@ -88,8 +87,6 @@ class Config:
             raise ConfigError(
                 f"--model.refit-interval must be >= 0, got {self.cycle.refit_seconds}"
             )
-        if self.max_response_bytes < 1024:
-            raise ConfigError("--prometheus.max-response-bytes must be >= 1024")
         parse_listen_address(self.listen_address)
 
 

@@ -54,6 +54,9 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["once", "--stall.idle-ratio", "2"], "--stall.idle-ratio must be in 0..1"),
         (["once", "--prometheus.bearer-token-file", "/nonexistent/t"], "bearer-token-file"),
         (["once", "--prometheus.timeout", "abc"], "invalid float value"),
+        (["once", "--prometheus.timeout", "0"], "--prometheus.timeout must be > 0"),
+        (["serve", "--prometheus.retries", "-1"], "--prometheus.retries must be >= 0"),
+        (["once", "--prometheus.max-response-bytes", "10"], "must be >= 1024"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:
