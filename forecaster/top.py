@@ -647,16 +647,14 @@ def refresh(
     """One refresh: fetch, then build the view now. ``keep_errors``: a failed fetch gives
     a view carrying the error instead of raising (live views try again next time).
     ``idle_window`` is a Prometheus duration (``ValueError`` otherwise)."""
-    parse_duration(idle_window)  # before any query: a bad window is the caller's error
+    idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
     try:
         results = fetch(client, idle_window)
     except PromAPIError as err:
         if not keep_errors:
             raise
         return View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
-    return build_view(
-        results, time.time(), client.safe_url, idle_threshold, parse_duration(idle_window)
-    )
+    return build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
 
 
 def fetch_view(
