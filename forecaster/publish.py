@@ -262,10 +262,12 @@ def _q(value: float) -> str:
 
 
 def _lookup(quality, point: float) -> tuple[float, float] | None:
+    """The (error, coverage) pair measured at ``point``; None when absent or malformed
+    (a malformed entry for another point does not hide this one)."""
     for key, value in dict(quality).items():
         try:
             if abs(float(key) - point) < 1e-9:
                 return (float(value[0]), float(value[1]))
         except (TypeError, ValueError, IndexError):
-            return None
+            continue
     return None

@@ -122,6 +122,16 @@ def test_every_name_is_in_the_contract_and_promtool_is_happy() -> None:
     assert "# TYPE gpu_eta_job_predicted_completion_timestamp_seconds summary" in text
 
 
+def test_a_malformed_quality_entry_hides_only_itself() -> None:
+    quality = {"bogus": (1.0, 1.0), 0.1: ("x",), 0.0: (0.35, 0.78)}
+    state = ServiceState()
+    state.success(ForecastSet(timestamp=NOW, quality=quality), 0.5, NOW)
+    got = scrape(state)
+    mape = "gpu_eta_model_median_absolute_percentage_error_ratio"
+    assert got[(mape, (("progress", "0"),))] == 0.35
+    assert (mape, (("progress", "0.1"),)) not in got
+
+
 def test_a_broken_state_does_not_fail_the_scrape() -> None:
     state = ServiceState()
     state.forecasts = "not a forecast set"  # type: ignore[assignment]
