@@ -107,8 +107,8 @@ def test_prometheus_sees_per_pod_series_of_the_builtin_scenario(
     lint = promtool("check", "metrics", stdin=live, timeout=60)
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
-    assert exporter.stop() == 0, exporter.log_path.read_text()
-    assert "Traceback" not in exporter.log_path.read_text()
+    assert exporter.stop() == 0, exporter.log()
+    assert "Traceback" not in exporter.log()
 
 
 def test_scenario_rewrite_is_picked_up_and_bad_rewrite_is_survived(
@@ -138,15 +138,15 @@ def test_scenario_rewrite_is_picked_up_and_bad_rewrite_is_survived(
     assert len(prom.query("gpu_eta_gpu_read_success == 1")) == 2
     assert prom.query('gpu_eta_exporter_collector_success{collector="gpu"} == 1')
     assert "GPU 2 (GPU-22222222-2222-2222-2222-222222222222) cannot be read: gpu_lost" in (
-        exporter.log_path.read_text()
+        exporter.log()
     )
 
     # an invalid rewrite: logged, previous scenario kept, still scraped
     tmp.write_text("pods: [{name: Not_Valid}]\n")
     tmp.replace(scenario)
     deadline = time.monotonic() + 30
-    while "scenario reload failed" not in exporter.log_path.read_text():
-        assert time.monotonic() < deadline, exporter.log_path.read_text()
+    while "scenario reload failed" not in exporter.log():
+        assert time.monotonic() < deadline, exporter.log()
         time.sleep(0.2)
     failed_at = time.time()
     direct = requests.get(f"http://{exporter.target}/metrics", timeout=10).text

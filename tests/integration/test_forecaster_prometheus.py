@@ -472,10 +472,10 @@ def test_live_exporter_and_real_training(
         "--no-collector.logs",
         ready="/metrics",
     )
-    web, progress, fport = exporter.port, exporter.progress_port, free_port()
+    fport = free_port()
     prom = prometheus_factory(
         [
-            ScrapeJob("exporter", [f"127.0.0.1:{web}"]),
+            ScrapeJob("exporter", [exporter.target]),
             ScrapeJob("forecaster", [f"127.0.0.1:{fport}"]),
         ]
     )
@@ -484,7 +484,7 @@ def test_live_exporter_and_real_training(
     procs.append(start_http(cmd, url, tmp_path / "serve.log", name="forecaster serve"))
     env = dict(
         os.environ,
-        GPU_ETA_URL=f"http://127.0.0.1:{progress}/progress",
+        GPU_ETA_URL=exporter.progress_url,
         GPU_ETA_SOURCE_ADDRESS="127.0.0.31",
     )
     trainer_log = tmp_path / "trainer.log"

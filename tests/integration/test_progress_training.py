@@ -55,7 +55,8 @@ TRAIN = training_script(samples=2048, epochs=6, pause_seconds=1.5)
 
 
 @pytest.fixture
-def exporter(tmp_path, exporter_factory):
+def sim_exporter(tmp_path, exporter_factory):
+    """The simulated node's exporter and the pod-log directory it follows."""
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO)
     logs = tmp_path / "pods"
@@ -68,16 +69,16 @@ def exporter(tmp_path, exporter_factory):
         f"--progress.state-file={tmp_path / 'progress.json'}",
         ready="/metrics",
     )
-    return {"web": running.port, "progress": running.progress_port, "logs": logs, "tmp": tmp_path}
+    return running, logs
 
 
-def test_training_progress_reaches_prometheus(exporter, prometheus_factory):
-    prom = prometheus_factory([ScrapeJob("exporter", [f"127.0.0.1:{exporter['web']}"])])
-    url = f"http://127.0.0.1:{exporter['progress']}/progress"
+def test_training_progress_reaches_prometheus(sim_exporter, prometheus_factory):
+    exporter, logs = sim_exporter
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
 
     # pod B claims to be pod A: the address decides, the report is B's
     conn = http.client.HTTPConnection(
-        "127.0.0.1", exporter["progress"], timeout=10, source_address=("127.0.0.22", 0)
+        "127.0.0.1", exporter.progress_port, timeout=10, source_address=("127.0.0.22", 0)
     )
     conn.request(
         "POST",
@@ -89,11 +90,9 @@ def test_training_progress_reaches_prometheus(exporter, prometheus_factory):
 
     # an unmodified job: its log says Epoch 2/4
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
-    (exporter["logs"] / "ml_batch-c_uid-c" / "job" / "0.log").write_text(
-        f"{stamp} stdout F Epoch 2/4\n"
-    )
+    (logs / "ml_batch-c_uid-c" / "job" / "0.log").write_text(f"{stamp} stdout F Epoch 2/4\n")
 
-    env = dict(os.environ, GPU_ETA_URL=url, GPU_ETA_SOURCE_ADDRESS="127.0.0.21")
+    env = dict(os.environ, GPU_ETA_URL=exporter.progress_url, GPU_ETA_SOURCE_ADDRESS="127.0.0.21")
     proc = subprocess.run(
         [sys.executable, "-c", TRAIN], env=env, capture_output=True, text=True, timeout=600
     )
