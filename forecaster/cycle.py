@@ -164,7 +164,7 @@ class Cycle:
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).
-        model = self._fitted(self.store.finished, now)
+        model = self._fitted(now)
         # done and present are disjoint, and finish() only removes: what is still
         # running and present is the list read above, filtered.
         running = [r for r in stored_running if run_key(r.run) in view.present]
@@ -212,7 +212,7 @@ class Cycle:
         }
         return instant, ranges
 
-    def _fitted(self, load_history: Callable[[], list[Run]], now: float) -> Model:
+    def _fitted(self, now: float) -> Model:
         """The model to predict with; refits when the history changed and the period passed.
 
         The first fit is synchronous (nothing to predict with before it). Later refits
@@ -225,7 +225,7 @@ class Cycle:
         self._swap_refit()
         if self.model is None:
             self._last_fit = now
-            self._install(self._fit(load_history()), self.store.version)
+            self._install(self._fit(self.store.finished()), self.store.version)
         elif (
             self.store.version != self._model_version
             and now - self._last_fit >= self.settings.refit_seconds
@@ -233,7 +233,7 @@ class Cycle:
         ):
             self._last_fit = now
             version = self.store.version
-            history = load_history()
+            history = self.store.finished()
             if self.settings.background_refit:
                 self._refit_thread = threading.Thread(
                     target=self._refit_job, args=(history, version), daemon=True
