@@ -315,21 +315,25 @@ def openmetrics_lines(
     yield "# EOF"
 
 
-def write_history(
+def write_openmetrics(
     history: History,
-    directory: Path,
+    path: Path,
     step_seconds: float = 15.0,
-    *,
-    om_name: str = "history.om",
-    csv_name: str = "runs.csv",
     node_labels: Mapping[int, Mapping[str, str]] | None = None,
-) -> tuple[Path, Path]:
-    """Write the OpenMetrics (``history.om``) and the runs CSV (``runs.csv``); returns both."""
-    directory.mkdir(parents=True, exist_ok=True)
-    om = directory / om_name
-    with om.open("w") as f:
+) -> Path:
+    """Write ``history``'s series (``openmetrics_lines``) to ``path`` for promtool; returns it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
         for line in openmetrics_lines(history, step_seconds, node_labels):
             f.write(line + "\n")
-    runs = directory / csv_name
+    return path
+
+
+def write_history(
+    history: History, directory: Path, step_seconds: float = 15.0
+) -> tuple[Path, Path]:
+    """Write the OpenMetrics (``history.om``) and the runs CSV (``runs.csv``); returns both."""
+    om = write_openmetrics(history, directory / "history.om", step_seconds)
+    runs = directory / "runs.csv"
     runs.write_text(render_runs_csv(history.pods))
     return om, runs

@@ -41,7 +41,7 @@ from demo.backfill import (
     simulate_history,
     warm_history,
     without_lingering,
-    write_history,
+    write_openmetrics,
 )
 from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod, warm_start
 from demo.driver import Driver, LogWriter, ProgressSender, write_progress_state
@@ -250,8 +250,7 @@ class Stack:
             history = simulate_history(
                 cfg.cluster, history_end, cfg.history_days * 86400, cfg.history_jobs
             )
-            om, _ = write_history(history, history_dir)
-            history_files.append(om)
+            history_files.append(write_openmetrics(history, history_dir / "history.om"))
             finished_pods.extend(history.pods)
             self.say(
                 f"history: {len(history.pods)} jobs over {cfg.history_days:g} days "
@@ -266,12 +265,8 @@ class Stack:
             # exporter, so a running job's backfilled epochs and its live ones are one series
             warm = warm_history(self.sim, self.anchor)
             labels = {n.spec.index: {"job": EXPORTER_JOB, "instance": n.target} for n in self.nodes}
-            om, _ = write_history(
-                without_lingering(warm, SETTLE_SECONDS),
-                history_dir,
-                om_name="warm.om",
-                csv_name="warm-runs.csv",
-                node_labels=labels,
+            om = write_openmetrics(
+                without_lingering(warm, SETTLE_SECONDS), history_dir / "warm.om", node_labels=labels
             )
             history_files.append(om)
             finished_pods.extend(p for p in warm.pods if p.end is not None and p.end <= self.anchor)
