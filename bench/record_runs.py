@@ -53,6 +53,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from demo.launcher import stop_process
+
 COLUMNS = (
     "run_id",
     "epoch",
@@ -118,19 +120,16 @@ class Competitor:
 
     def start(self) -> None:
         if not self.procs:
+            # own sessions, so the shared stop_process can stop each loop's group; the
+            # CPU affinity (taskset) is inherited all the same
             self.procs = [
-                subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(self.n_procs)
+                subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True)
+                for _ in range(self.n_procs)
             ]
 
     def stop(self) -> None:
         for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop_process(proc)
         self.procs = []
 
 
