@@ -50,7 +50,6 @@ _FOREIGN_OK = re.compile(r"^(up|scrape_[a-z_]+|process_[a-z_]+|python_[a-z_]+)$"
 
 # Words that look like our metric names but are not metrics.
 NOT_METRICS = {
-    "gpu_eta_forecaster": "a Pushgateway job name in a test query (the default is now gpu-eta-forecaster)",
 }
 
 
