@@ -2,7 +2,7 @@
 
 The rules file is the single source: a plain Prometheus loads it as is (ConfigMap
 ``gpu-eta-rules``) and this script wraps its ``groups`` unchanged in a
-PrometheusRule, written to manifests/overlays/prometheus-operator/prometheusrule.yaml
+PrometheusRule, written to manifests/components/prometheus-operator/prometheusrule.yaml
 (kustomize cannot turn a file's content into a resource's spec). Run
 ``python rules/render.py`` after editing the rules; ``--check`` exits 1 when the
 committed PrometheusRule is stale (tests/ops/test_manifests.py runs it).
@@ -19,7 +19,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
-OUT = ROOT / "manifests" / "overlays" / "prometheus-operator" / "prometheusrule.yaml"
+OUT = ROOT / "manifests" / "components" / "prometheus-operator" / "prometheusrule.yaml"
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -44,7 +44,12 @@ def render(rules_text: str, release: str = "kube-prometheus-stack") -> str:
         "kind": "PrometheusRule",
         "metadata": {
             "name": "gpu-eta",
-            "labels": {"app.kubernetes.io/name": "gpu-eta-rules", "release": release},
+            "namespace": "gpu-eta",
+            "labels": {
+                "app.kubernetes.io/name": "gpu-eta-rules",
+                "app.kubernetes.io/part-of": "gpu-eta",
+                "release": release,
+            },
         },
         "spec": {"groups": groups},
     }
