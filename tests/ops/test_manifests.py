@@ -283,7 +283,10 @@ def test_item1_exporter_leaves_nodes_gpu_operator_pauses_for_driver_or_mig() -> 
         cases = {
             "GPU Operator 26.7+, normal": ({"nvidia.com/gpu.deploy.client": "true"}, True),
             "GPU Operator before 26.7": ({}, True),
-            "driver upgrade": ({"nvidia.com/gpu.deploy.client": "paused-for-driver-upgrade"}, False),
+            "driver upgrade": (
+                {"nvidia.com/gpu.deploy.client": "paused-for-driver-upgrade"},
+                False,
+            ),
             "MIG change": ({"nvidia.com/gpu.deploy.client": "paused-for-mig-change"}, False),
             "client label false": ({"nvidia.com/gpu.deploy.client": "false"}, False),
             "admin opt-out": ({"gpu-eta.io/exporter": "false"}, False),
@@ -404,7 +407,9 @@ def test_dashboards_and_rules_configmaps() -> None:
             assert text == (ROOT / "grafana" / key).read_text()
             assert len(text.encode()) < 900_000  # ConfigMaps stop at 1 MiB
     rules = find(objects, "ConfigMap", "gpu-eta-rules")
-    assert rules["data"]["gpu-eta.rules.yaml"] == (ROOT / "rules" / "gpu-eta.rules.yaml").read_text()
+    assert (
+        rules["data"]["gpu-eta.rules.yaml"] == (ROOT / "rules" / "gpu-eta.rules.yaml").read_text()
+    )
 
 
 # ---------------------------------------------------- issue 13, item by item
@@ -446,7 +451,11 @@ def test_item3_only_the_forecaster_may_push_to_the_pushgateway() -> None:
 
     def allows(ns: str, pod: dict) -> bool:
         return k8s.policy_allows(
-            policy, port=9091, namespace=ns, namespace_labels=k8s.namespace_labels(ns), pod_labels=pod
+            policy,
+            port=9091,
+            namespace=ns,
+            namespace_labels=k8s.namespace_labels(ns),
+            pod_labels=pod,
         )
 
     assert allows("gpu-eta", forecaster)
@@ -600,7 +609,11 @@ def test_item10_grafana_folder_and_gpu_operator_dcgm_documented() -> None:
 
 def _help(*args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", *args, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", *args, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -643,7 +656,9 @@ def test_documented_image_overlay_replaces_every_image(tmp_path: Path) -> None:
     for i, snippet in enumerate(snippets):
         body = yaml.safe_load(snippet)
         body["resources"] = [r.replace("<gpu-eta>", "../gpu-eta") for r in body["resources"]]
-        body["components"] = [c.replace("<gpu-eta>", "../gpu-eta") for c in body.get("components", [])]
+        body["components"] = [
+            c.replace("<gpu-eta>", "../gpu-eta") for c in body.get("components", [])
+        ]
         objects = k8s.kustomize(k8s.overlay(tmp_path, body, name=f"images{i}"))
         wanted = {f"{e['newName']}:{e['newTag']}" for e in body["images"]}
         images = {

@@ -1,0 +1,82 @@
+{{/* The forecaster's pod spec, shared by the Deployment and the CronJob. */}}
+{{- define "gpu-eta.forecasterPod" -}}
+{{- $f := .Values.forecaster -}}
+{{- if eq $f.mode "cronjob" }}
+restartPolicy: Never
+{{- end }}
+serviceAccountName: gpu-eta-forecaster
+automountServiceAccountToken: false
+{{- include "gpu-eta.imagePullSecrets" . }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  fsGroup: 65532
+  seccompProfile:
+    type: RuntimeDefault
+containers:
+  - name: forecaster
+    image: {{ include "gpu-eta.image" $f.image }}
+    imagePullPolicy: {{ $f.image.pullPolicy }}
+    command: ["gpu-eta-forecaster"]
+    args:
+      {{- if eq $f.mode "cronjob" }}
+      - once
+      - --prometheus.url=$(PROMETHEUS_URL)
+      - --pushgateway.url=http://gpu-eta-pushgateway:9091
+      - --pushgateway.job=gpu-eta-forecaster
+      - --history.db=/var/lib/gpu-eta/history.sqlite
+      {{- else }}
+      - serve
+      - --prometheus.url=$(PROMETHEUS_URL)
+      - --web.listen-address=:9844
+      - --history.db=/var/lib/gpu-eta/history.sqlite
+      - --cycle.interval={{ $f.cycleInterval }}
+      {{- end }}
+      {{- range $f.extraArgs }}
+      - {{ . }}
+      {{- end }}
+    env:
+      - name: PROMETHEUS_URL
+        valueFrom:
+          configMapKeyRef:
+            name: gpu-eta-settings
+            key: PROMETHEUS_URL
+    {{- if eq $f.mode "deployment" }}
+    ports:
+      - name: metrics
+        containerPort: 9844
+        protocol: TCP
+    readinessProbe:
+      httpGet:
+        path: /healthz
+        port: metrics
+      periodSeconds: 15
+    livenessProbe:
+      httpGet:
+        path: /healthz
+        port: metrics
+      initialDelaySeconds: 60
+      periodSeconds: 30
+      failureThreshold: 4
+    {{- end }}
+    resources:
+      {{- toYaml $f.resources | nindent 6 }}
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities:
+        drop: ["ALL"]
+    volumeMounts:
+      - name: history
+        mountPath: /var/lib/gpu-eta
+      - name: tmp
+        mountPath: /tmp
+volumes:
+  - name: history
+    persistentVolumeClaim:
+      claimName: gpu-eta-forecaster-history
+  - name: tmp
+    emptyDir:
+      sizeLimit: 64Mi
+{{- end -}}

@@ -1,0 +1,38 @@
+{{/*
+Object names are fixed (gpu-eta-exporter, gpu-eta-forecaster, ...), not derived
+from the release name: the alert rules and dashboards match the job labels
+Prometheus derives from these Service names, and the kustomize manifests use the
+same names (tests/ops compares the two renderings). One release per namespace.
+*/}}
+
+{{/* Labels on every object's metadata: the kustomize ones plus Helm's own. */}}
+{{- define "gpu-eta.labels" -}}
+app.kubernetes.io/part-of: gpu-eta
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "gpu-eta.image" -}}
+{{ .repository }}:{{ .tag }}
+{{- end -}}
+
+{{- define "gpu-eta.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* NetworkPolicy peers for the scraper's namespaces. */}}
+{{- define "gpu-eta.scraperPeers" -}}
+{{- range .Values.networkPolicy.scraperNamespaceSelectors }}
+- namespaceSelector:
+    {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpu-eta.validate" -}}
+{{- if not (has .Values.forecaster.mode (list "deployment" "cronjob")) -}}
+{{- fail (printf "forecaster.mode must be deployment or cronjob, not %q" .Values.forecaster.mode) -}}
+{{- end -}}
+{{- end -}}

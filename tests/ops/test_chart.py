@@ -1,0 +1,178 @@
+"""charts/gpu-eta rendered by the real Helm engine (Helm 4's Go SDK through
+helm-python-sdk's libhelm_c: ``lint`` and ``template``), for every values file in
+charts/gpu-eta/ci/: lint clean in strict mode, every object valid against
+Kubernetes' schemas, and — for each values file that names its kustomize twin
+(a ``# kustomize:`` line) — the very objects kustomize renders from manifests/,
+apart from Helm's own two labels. So the chart and the manifests cannot drift.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.ops import k8s
+from tests.ops.k8s import CHART, find, pod_spec
+
+K8S_VERSION = "1.30.0"
+VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
+HELM_ONLY_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by"}
+
+
+def _values(path: Path) -> dict:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _twin(path: Path) -> list[str] | None:
+    for line in path.read_text().splitlines():
+        if line.startswith("# kustomize:"):
+            return line.split(":", 1)[1].split()
+    return None
+
+
+def _strip_helm(objects: list[dict]) -> list[dict]:
+    out = []
+    for obj in copy.deepcopy(objects):
+        labels = obj["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm", obj["metadata"]["name"]
+        assert labels.get("helm.sh/chart") == "gpu-eta-0.1.0"
+        for key in HELM_ONLY_LABELS:
+            labels.pop(key)
+        out.append(obj)
+    return out
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def test_values_files_found() -> None:
+    names = {p.name for p in VALUES_FILES}
+    assert {"default-values.yaml", "kube-prometheus-stack-values.yaml", "site-values.yaml"} <= names
+    assert sum(_twin(p) is not None for p in VALUES_FILES) >= 4
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.stem)
+def test_helm_lint_strict_is_clean(path: Path) -> None:
+    report = k8s.helm_lint(_values(path))
+    assert report["total_charts_linted"] == 1
+    assert not report["errors"], report
+    # severities: 1 info, 2 warning, 3 error; strict lint fails on warnings too
+    assert not [m for m in report["messages"] if m["severity"] >= 2], report["messages"]
+
+
+def test_helm_lint_is_not_vacuous(tmp_path: Path) -> None:
+    """Lint really renders the templates: a broken one is an error (a copy of the
+    chart with one template cut short), and a bad value fails ``template``."""
+    import helm_python
+
+    chart = tmp_path / "gpu-eta"
+    shutil.copytree(CHART, chart, symlinks=False)
+    broken = chart / "templates" / "exporter-services.yaml"
+    broken.write_text(broken.read_text() + "\n{{ .Values.exporter.metricsPort \n")
+    report = helm_python.lint(str(chart), {}, strict=True, namespace="gpu-eta")
+    assert report["errors"], report
+    with pytest.raises(k8s.RenderError, match=r"forecaster\.mode"):
+        k8s.helm_template({"forecaster": {"mode": "sidecar"}})
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.stem)
+def test_template_renders_valid_objects(path: Path) -> None:
+    objects = k8s.helm_template(_values(path))
+    assert len({_key(o) for o in objects}) == len(objects), "duplicate objects"
+    errors = []
+    for obj in objects:
+        if obj["kind"] in k8s.CRD_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            errors.append(f"{_key(obj)}: {err.message} at {list(err.path)}")
+    assert not errors, errors
+    for obj in objects:
+        if obj["kind"] not in k8s.CLUSTER_SCOPED:
+            assert obj["metadata"]["namespace"] == "gpu-eta", _key(obj)
+
+
+@pytest.mark.parametrize("path", [p for p in VALUES_FILES if _twin(p)], ids=lambda p: p.stem)
+def test_chart_renders_what_kustomize_renders(path: Path, tmp_path: Path) -> None:
+    """No drift: the chart with these values = kustomize with these components."""
+    base, *components = _twin(path)
+    assert base == "base"
+    overlay = k8s.overlay(
+        tmp_path,
+        {
+            "resources": ["../gpu-eta/manifests/base"],
+            "components": [f"../gpu-eta/manifests/{c}" for c in components],
+        },
+    )
+    kustomized = {_key(o): o for o in k8s.kustomize(overlay)}
+    helmed = {_key(o): o for o in _strip_helm(k8s.helm_template(_values(path)))}
+    assert sorted(helmed) == sorted(kustomized)
+    for key, obj in kustomized.items():
+        assert helmed[key] == obj, key
+
+
+def test_a_difference_would_be_seen(tmp_path: Path) -> None:
+    """The comparison is not vacuous: one changed value makes the twins differ."""
+    overlay = k8s.overlay(tmp_path, {"resources": ["../gpu-eta/manifests/base"]})
+    kustomized = {_key(o): o for o in k8s.kustomize(overlay)}
+    changed = {
+        _key(o): o
+        for o in _strip_helm(k8s.helm_template({"exporter": {"collectionInterval": "30s"}}))
+    }
+    key = ("DaemonSet", "gpu-eta-exporter")
+    assert changed[key] != kustomized[key]
+
+
+def test_site_values_land_where_they_should() -> None:
+    """The values a Helm-only admin sets (dcgm-exporter's chart has the same knobs)."""
+    objects = k8s.helm_template(_values(CHART / "ci" / "site-values.yaml"), namespace="gpu-eta")
+    ds = find(objects, "DaemonSet", "gpu-eta-exporter")
+    spec = pod_spec(ds)
+    assert spec["containers"][0]["image"] == "registry.example.com/ml/gpu-eta-exporter:0.1.0"
+    assert spec["priorityClassName"] == "gpu-monitoring"
+    assert "runtimeClassName" not in spec and "affinity" not in spec
+    assert spec["nodeSelector"] == {"node-role.example.com/gpu": "true"}
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    # the quota only exists for system-node-critical
+    assert not [o for o in objects if o["kind"] == "ResourceQuota"]
+    for kind, name in (("ServiceMonitor", "gpu-eta-exporter"), ("PrometheusRule", "gpu-eta")):
+        assert find(objects, kind, name)["metadata"]["labels"]["release"] == "my-kps"
+    settings = find(objects, "ConfigMap", "gpu-eta-settings")
+    assert settings["data"]["PROMETHEUS_URL"] == "http://prometheus.observability.svc:9090"
+    pvc = find(objects, "PersistentVolumeClaim", "gpu-eta-forecaster-history")
+    assert pvc["spec"]["storageClassName"] == "fast"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    policy = find(objects, "NetworkPolicy", "gpu-eta-exporter")
+    assert k8s.policy_allows(
+        policy,
+        port=9842,
+        namespace="observability",
+        namespace_labels=k8s.namespace_labels("observability"),
+        pod_labels={},
+    )
+    assert not k8s.policy_allows(
+        policy,
+        port=9842,
+        namespace="monitoring",
+        namespace_labels=k8s.namespace_labels("monitoring"),
+        pod_labels={},
+    )
+    for cm in (o for o in objects if o["metadata"]["name"].startswith("gpu-eta-dashboard-")):
+        assert "annotations" not in cm["metadata"]
+    assert not [o for o in objects if o["metadata"]["name"] == "gpu-eta-rules"]
+
+
+def test_release_namespace_is_followed() -> None:
+    """Installed into another namespace, the binding's subject follows (item 9)."""
+    objects = k8s.helm_template({}, namespace="monitoring")
+    binding = find(objects, "ClusterRoleBinding", "gpu-eta-exporter")
+    assert binding["subjects"][0]["namespace"] == "monitoring"
+    assert not [o for o in objects if o["kind"] == "Namespace"]
