@@ -587,15 +587,14 @@ def test_item10_grafana_folder_and_gpu_operator_dcgm_documented() -> None:
     label, off by default) is switched on through ClusterPolicy values; and no
     query of ours depends on DCGM's job name or port (metric names only)."""
     doc = (ROOT / "docs" / "deploy.md").read_text()
-    for needle in (
-        "folderAnnotation: grafana_folder",
-        "foldersFromFilesStructure: true",
-        "dcgmExporter.serviceMonitor.enabled",
-        "dcgmExporter.serviceMonitor.additionalLabels",
-        "dcgmExporter.serviceMonitor.honorLabels",
-        "gpu-metrics",
-    ):
-        assert needle in doc, needle
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, flags=re.S)]
+    grafana = [b["grafana"]["sidecar"]["dashboards"] for b in blocks if "grafana" in (b or {})]
+    assert grafana and grafana[0]["folderAnnotation"] == "grafana_folder"
+    assert grafana[0]["provider"]["foldersFromFilesStructure"] is True
+    dcgm = [b["dcgmExporter"]["serviceMonitor"] for b in blocks if "dcgmExporter" in (b or {})]
+    assert dcgm and dcgm[0]["enabled"] is True and dcgm[0]["honorLabels"] is True
+    assert dcgm[0]["additionalLabels"]["release"]
+    assert "gpu-metrics" in doc and "nvidia-dcgm-exporter" in doc
     sources = [ROOT / "rules" / "gpu-eta.rules.yaml", *sorted((ROOT / "grafana").glob("*.json"))]
     sources += sorted((ROOT / "forecaster").rglob("*.py"))
     for path in sources:
