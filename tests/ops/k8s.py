@@ -21,6 +21,7 @@ MANIFESTS = ROOT / "manifests"
 CHART = ROOT / "charts" / "gpu-eta"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+K8S_VERSION = "1.30.0"  # the schemas kubernetes-validate checks against
 
 
 class RenderError(RuntimeError):
@@ -93,6 +94,22 @@ def helm_lint(values: dict[str, Any] | None = None) -> dict[str, Any]:
     import helm_python
 
     return helm_python.lint(str(CHART), values or {}, strict=True, namespace="gpu-eta")
+
+
+def validate_all(objects: list[dict]) -> list[str]:
+    """kubernetes-validate (strict) on every object but the CRDs; the errors, one line each."""
+    import kubernetes_validate
+
+    errors = []
+    for obj in objects:
+        if obj["kind"] in CRD_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            name = f"{obj['kind']}/{obj['metadata']['name']}"
+            errors.append(f"{name}: {err.message} at {list(err.path)}")
+    return errors
 
 
 def find(objects: list[dict], kind: str, name: str) -> dict:

@@ -12,14 +12,12 @@ import copy
 import shutil
 from pathlib import Path
 
-import kubernetes_validate
 import pytest
 import yaml
 
 from tests.ops import k8s
 from tests.ops.k8s import CHART, find, pod_spec
 
-K8S_VERSION = "1.30.0"
 VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 HELM_ONLY_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by"}
 
@@ -85,14 +83,7 @@ def test_helm_lint_is_not_vacuous(tmp_path: Path) -> None:
 def test_template_renders_valid_objects(path: Path) -> None:
     objects = k8s.helm_template(_values(path))
     assert len({_key(o) for o in objects}) == len(objects), "duplicate objects"
-    errors = []
-    for obj in objects:
-        if obj["kind"] in k8s.CRD_KINDS:
-            continue
-        try:
-            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as err:
-            errors.append(f"{_key(obj)}: {err.message} at {list(err.path)}")
+    errors = k8s.validate_all(objects)
     assert not errors, errors
     for obj in objects:
         if obj["kind"] not in k8s.CLUSTER_SCOPED:

@@ -15,14 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import kubernetes_validate
 import pytest
 import yaml
 
 from tests.ops import k8s
 from tests.ops.k8s import MANIFESTS, ROOT, find, pod_spec, template_labels
-
-K8S_VERSION = "1.30.0"
 
 KUSTOMIZATIONS = sorted(
     p.parent for p in ROOT.glob("**/kustomization.yaml") if ".git" not in p.parts
@@ -58,20 +55,6 @@ def _combo(tmp: Path, components: tuple[str, ...], **extra) -> list[dict]:
         **extra,
     }
     return k8s.kustomize(k8s.overlay(tmp, body, name="-".join(components) or "none"))
-
-
-def _validate_all(objects: list[dict]) -> list[str]:
-    errors = []
-    for obj in objects:
-        if obj["kind"] in k8s.CRD_KINDS:
-            continue
-        try:
-            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as err:
-            errors.append(
-                f"{obj['kind']}/{obj['metadata']['name']}: {err.message} at {list(err.path)}"
-            )
-    return errors
 
 
 def _referenced(directory: Path) -> list[Path]:
@@ -139,7 +122,7 @@ COMBOS = [
 @pytest.mark.parametrize("name", sorted(OVERLAYS))
 def test_overlays_render_and_validate(name: str) -> None:
     objects = _build(name)
-    assert not _validate_all(objects)
+    assert not k8s.validate_all(objects)
     for obj in objects:
         if obj["kind"] in k8s.CLUSTER_SCOPED:
             assert "namespace" not in obj["metadata"], obj["metadata"]["name"]
@@ -155,7 +138,7 @@ def test_every_combination_of_components_renders_and_validates(
 ) -> None:
     """Issue 13 item 7 and beyond: the components combine in any subset."""
     objects = _combo(tmp_path, components)
-    assert not _validate_all(objects)
+    assert not k8s.validate_all(objects)
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert ("DaemonSet", "gpu-eta-exporter") in kinds
     forecasters = {k for k in kinds if k[1] == "gpu-eta-forecaster" and k[0] != "ServiceMonitor"}
@@ -175,7 +158,7 @@ def test_source_files_validate_one_by_one() -> None:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc["kind"] not in k8s.CRD_KINDS:
                 count += 1
-                errors += [f"{_rel(path)}: {e}" for e in _validate_all([doc])]
+                errors += [f"{_rel(path)}: {e}" for e in k8s.validate_all([doc])]
     assert count >= 14
     assert not errors, errors
 
@@ -184,7 +167,7 @@ def test_validation_is_not_vacuous() -> None:
     ds = find(_build("plain-prometheus"), "DaemonSet", "gpu-eta-exporter")
     broken = json.loads(json.dumps(ds))
     broken["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFS"] = True
-    assert _validate_all([broken])
+    assert k8s.validate_all([broken])
 
 
 # ------------------------------------------------------------------- the CRDs
@@ -515,7 +498,7 @@ def test_item7_cronjob_and_operator_combine(tmp_path: Path) -> None:
     forecaster's ServiceMonitor then scrapes the Pushgateway (honorLabels keeps the
     pushed job="gpu-eta-forecaster" the alert rules match)."""
     objects = _combo(tmp_path, ("prometheus-operator", "forecaster-cronjob"))
-    assert not _validate_all(objects)
+    assert not k8s.validate_all(objects)
     _check_monitors(objects)
     monitor = find(objects, "ServiceMonitor", "gpu-eta-forecaster")
     selector = monitor["spec"]["selector"]["matchLabels"]
