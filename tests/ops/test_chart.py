@@ -9,6 +9,7 @@ apart from Helm's own two labels. So the chart and the manifests cannot drift.
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 from pathlib import Path
 
@@ -167,3 +168,37 @@ def test_release_namespace_is_followed() -> None:
     binding = find(objects, "ClusterRoleBinding", "gpu-eta-exporter")
     assert binding["subjects"][0]["namespace"] == "monitoring"
     assert not [o for o in objects if o["kind"] == "Namespace"]
+
+
+def _merge(into: dict, extra: dict) -> dict:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def test_documented_helm_install_renders_the_site() -> None:
+    """The `helm install` of docs/deploy.md, its --set values parsed by Helm's own
+    parser: the images are the user's, the prometheus-operator objects are there."""
+    import helm_python
+
+    doc = (k8s.ROOT / "docs" / "deploy.md").read_text()
+    command = re.search(r"helm install gpu-eta \./charts/gpu-eta(.*?)\n```", doc, re.S)
+    assert command, "docs/deploy.md: no `helm install gpu-eta ./charts/gpu-eta` block"
+    text = re.sub(r"#[^\n]*", "", command.group(1)).replace("\\\n", " ")
+    sets = re.findall(r"--set\s+(\S+)", text)
+    assert sets
+    values: dict = {}
+    for expression in sets:
+        _merge(values, helm_python.parse_set_string(expression))
+    objects = k8s.helm_template(values)
+    assert not k8s.validate_all(objects)
+    images = {c["image"] for o in objects for c in (pod_spec(o) or {}).get("containers", [])}
+    assert images == {
+        "registry.example.com/ml/gpu-eta-exporter:0.1.0",
+        "registry.example.com/ml/gpu-eta-forecaster:0.1.0",
+    }
+    kinds = {o["kind"] for o in objects}
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds
