@@ -9,4 +9,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh --demo
-exec "${PYTHON:-python3}" -m demo "$@"
+exec "${PYTHON:-python3}" -m gpu_eta.demo "$@"

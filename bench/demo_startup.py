@@ -13,10 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from demo.backfill import simulate_history, write_history
-from demo.cluster import ClusterConfig
-from demo.prometheus import backfill
-from demo.stack import Stack, StackConfig
+from gpu_eta.demo.stack import Stack, StackConfig
+from gpu_eta.launch.prometheus import backfill
+from gpu_eta.simulation.backfill import simulate_history, write_history
+from gpu_eta.simulation.cluster import ClusterConfig
 
 
 def main() -> None:

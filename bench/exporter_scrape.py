@@ -1,7 +1,7 @@
 """Scrape cost of the exporter at 8 GPUs × 64 pods, side by side with node_exporter.
 
 Prints (not asserts) scrape latency p50/p99, the exporter's RSS, series counts and
-µs per series, for ``python -m exporter --simulate`` on a generated 8 × 64 scenario
+µs per series, for ``python -m gpu_eta.exporter --simulate`` on a generated 8 × 64 scenario
 (every GPU time-sliced between 8 pods, each pod with host memory and a training run
 reported through the progress endpoint) and for Debian's
 ``prometheus-node-exporter`` on this machine. Targets (issue 2): p99 ≤ 10 ms,
@@ -29,9 +29,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from demo.driver import post_progress  # noqa: E402
-from demo.launcher import LaunchError, start_http  # noqa: E402
-from demo.prometheus import free_port, stop_process  # noqa: E402
+from gpu_eta.launch.processes import LaunchError, start_http  # noqa: E402
+from gpu_eta.launch.prometheus import free_port, stop_process  # noqa: E402
+from gpu_eta.simulation.driver import post_progress  # noqa: E402
 
 N_GPUS = 8
 PODS_PER_GPU = 8
@@ -115,11 +115,11 @@ def uncached_render_ms(path: Path, rounds: int = 50) -> tuple[float, float]:
     publishing it (``SnapshotCollector.prepare``); scrapes reuse that text. This is
     that background cost, which a scrape would pay only without ``prepare``.
     """
-    from exporter.collectors.simulated import SimulatedNode
-    from exporter.exposition import SnapshotCollector
-    from exporter.readings import Snapshot
-    from exporter.scheduler import Scheduler, Sources
-    from exporter.snapshot import SnapshotHolder
+    from gpu_eta.exporter.collectors.simulated import SimulatedNode
+    from gpu_eta.exporter.exposition import SnapshotCollector
+    from gpu_eta.exporter.readings import Snapshot
+    from gpu_eta.exporter.scheduler import Scheduler, Sources
+    from gpu_eta.exporter.snapshot import SnapshotHolder
 
     node = SimulatedNode(path)
     holder = SnapshotHolder(Snapshot(node="bench-node", timestamp=0))
@@ -188,7 +188,7 @@ def main() -> int:
             [
                 sys.executable,
                 "-m",
-                "exporter",
+                "gpu_eta.exporter",
                 "--simulate",
                 str(path),
                 "--web.listen-address",

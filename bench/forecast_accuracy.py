@@ -30,11 +30,18 @@ from pathlib import Path
 
 import numpy as np
 
-from forecaster.estimators import BASELINES
-from forecaster.evaluate import Backtest, PointScore, Replay, backtest, format_table, replay_events
-from forecaster.model import EtaModel
-from forecaster.runs import Run
-from forecaster.runs_csv import read_runs
+from gpu_eta.forecaster.estimators import BASELINES
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.evaluate import (
+    Backtest,
+    PointScore,
+    Replay,
+    backtest,
+    format_table,
+    replay_events,
+)
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs_csv import read_runs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
 DEFAULT_SETS = (

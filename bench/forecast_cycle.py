@@ -2,7 +2,7 @@
 
 Real parts: the running jobs' series (docs/metrics.md) are backfilled into a real
 Prometheus with promtool; the history is 50,000 finished runs in the SQLite store;
-the model is forecaster.model.EtaModel. Prints the wall time and the number of
+the model is gpu_eta.forecaster.estimators.eta_model.EtaModel. Prints the wall time and the number of
 queries of (1) the first cycle after start (first model fit on the history, epoch
 ends read over the whole lookback), (2) steady-state cycles (history unchanged,
 window since the previous cycle) and (3) cycles while a refit runs in the
@@ -23,11 +23,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from demo.prometheus import start_prometheus
-from forecaster.cycle import Cycle, CycleSettings
-from forecaster.history import HistoryStore
-from forecaster.promapi import PromClient
-from forecaster.runs import Run
+from gpu_eta.forecaster.cycle import Cycle, CycleSettings
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.launch.prometheus import start_prometheus
 
 JOBS = [f"job-{i}" for i in range(200)]
 MODELS = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"]

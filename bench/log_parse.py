@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from exporter.collectors.logs import LogProgressCollector
-from exporter.logformats import last_segment, parse_line, visible
-from exporter.progress_store import ProgressStore
-from exporter.readings import PodMeta
+from gpu_eta.exporter.collectors.logs import LogProgressCollector
+from gpu_eta.exporter.logformats import last_segment, parse_line, visible
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "logs"
 ORDINARY = [

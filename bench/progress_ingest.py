@@ -7,7 +7,7 @@ Prometheus, with 256 pods on loopback addresses:
   (``exposition.render`` of a snapshot holding the store's progress and the
   listener's counters) and an indexed pod cache, as on a real node, where the pod
   watch keeps pods by IP;
-- ``exporter``: the whole ``python -m exporter --simulate`` process: the collection
+- ``exporter``: the whole ``python -m gpu_eta.exporter --simulate`` process: the collection
   loop (every 1 s), scrapes and the listener share one core and one GIL. Its
   simulated pod cache is indexed by IP per scenario (``by_ip`` ≈ 3 µs; it used to
   build every pod per call, ≈ 0.85 ms at 256 pods, which doubled the exporter's CPU
@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from demo.launcher import LaunchError, start_http
-from demo.prometheus import ScrapeJob, free_port, start_prometheus, stop_process
+from gpu_eta.launch.processes import LaunchError, start_http
+from gpu_eta.launch.prometheus import ScrapeJob, free_port, start_prometheus, stop_process
 
 N_PODS = 256
 
@@ -189,10 +189,10 @@ def run_level(
 def client_overhead() -> None:
     """What ``step()`` / ``epoch_end()`` cost the training loop (the reporter's thread
     sends to a real listener meanwhile)."""
-    from exporter.progress_http import ProgressListener
-    from exporter.progress_store import ProgressStore
-    from exporter.readings import PodMeta
-    from exporter.report import start
+    from gpu_eta.exporter.progress_http import ProgressListener
+    from gpu_eta.exporter.progress_store import ProgressStore
+    from gpu_eta.exporter.readings import PodMeta
+    from gpu_eta_report import start
 
     pod = PodMeta("bench", "client", "uid", ip="127.0.0.9", container_ids={"main": "c"})
     listener = ProgressListener(
@@ -250,11 +250,11 @@ def main() -> int:
 LISTENER = """
 import sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from exporter.collectors.simulated import SimulatedNode
-from exporter.exposition import encode_text, render
-from exporter.progress_http import ProgressListener
-from exporter.progress_store import ProgressStore
-from exporter.readings import Snapshot
+from gpu_eta.exporter.collectors.simulated import SimulatedNode
+from gpu_eta.exporter.exposition import encode_text, render
+from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import Snapshot
 from pathlib import Path
 sim = SimulatedNode(Path(sys.argv[1]))
 pods = {p.ip: p for p in sim.pods.poll()}
@@ -284,7 +284,7 @@ def bench_mode(mode: str, rates: list[float], seconds: float) -> int:
             cmd = [
                 sys.executable,
                 "-m",
-                "exporter",
+                "gpu_eta.exporter",
                 "--simulate",
                 str(path),
                 f"--web.listen-address=127.0.0.1:{web}",

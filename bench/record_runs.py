@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from demo.launcher import stop_process
+from gpu_eta.launch.processes import stop_process
 
 COLUMNS = (
     "run_id",

@@ -1,7 +1,8 @@
-"""``python -m demo``: the one-command demo (see docs/demo.md)."""
+"""``python -m gpu_eta.demo``: the one-command demo (see docs/demo.md)."""
 
 import sys
 
-from demo.cli import main
+from gpu_eta.demo.main import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """A real (small) PyTorch CPU training run that reports like any user job.
 
-``python -m demo.realtrain`` trains an MLP on a synthetic classification task and
-reports through ``exporter.report`` — the two-line client users put in their loops.
+``python -m gpu_eta.demo.realtrain`` trains an MLP on a synthetic classification task and
+reports through ``gpu_eta_report`` — the two-line client users put in their loops.
 The demo starts it with ``GPU_ETA_URL`` (its node's exporter) and
 ``GPU_ETA_SOURCE_ADDRESS`` (its simulated pod's loopback IP), exactly the
 environment a pod gets from the downward API, plus the source address a real pod
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train; exit 0 when done, 2 on bad arguments, 1 when torch is missing."""
-    p = argparse.ArgumentParser(prog="python -m demo.realtrain", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m gpu_eta.demo.realtrain", description=__doc__)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--samples", type=int, default=40_000)
     p.add_argument("--hidden", type=int, default=512)
@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("gpu-eta demo: --real-training needs PyTorch (pip install torch)", file=sys.stderr)
         return 1
-    from exporter.report import start
+    from gpu_eta_report import start
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)

@@ -2,17 +2,17 @@
 
 What runs, all on 127.0.0.1:
 
-- one real exporter per simulated node (``python -m exporter --simulate FILE``), its
+- one real exporter per simulated node (``python -m gpu_eta.exporter --simulate FILE``), its
   own metrics and progress ports, its own pod-log directory;
 - a real Prometheus (Debian's), backfilled with days of history before it starts,
   scraping the exporters and the forecaster;
-- the real forecaster (``python -m forecaster serve``), seeded with the same history
+- the real forecaster (``python -m gpu_eta.forecaster serve``), seeded with the same history
   as a runs CSV;
-- the driver thread (``demo.driver``) moving the simulated cluster along the clock;
-- optionally real PyTorch CPU training runs (``demo.realtrain``) reporting through
-  ``exporter.report`` from a simulated pod's address.
+- the driver thread (``gpu_eta.simulation.driver``) moving the simulated cluster along the clock;
+- optionally real PyTorch CPU training runs (``gpu_eta.demo.realtrain``) reporting through
+  ``gpu_eta_report`` from a simulated pod's address.
 
-Every child is started by ``demo.launcher`` (its own process group, output in
+Every child is started by ``gpu_eta.launch.processes`` (its own process group, output in
 ``logs/<name>.log``, ready on a 2xx answer, errors ending with the log's last lines)
 and is stopped by group: SIGTERM, then SIGKILL after a grace period. ``stop()`` is
 idempotent and also registered with ``atexit``, so an exception, Ctrl-C or SIGTERM
@@ -36,17 +36,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from demo.backfill import (
+from gpu_eta.launch.processes import LaunchError, spawn, wait_http
+from gpu_eta.launch.prometheus import (
+    PrometheusServer,
+    ScrapeJob,
+    free_port,
+    start_prometheus,
+    stop_process,
+)
+from gpu_eta.simulation.backfill import (
     render_runs_csv,
     simulate_history,
     warm_history,
     without_lingering,
     write_openmetrics,
 )
-from demo.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod, warm_start
-from demo.driver import Driver, LogWriter, ProgressSender, write_progress_state
-from demo.launcher import LaunchError, spawn, wait_http
-from demo.prometheus import PrometheusServer, ScrapeJob, free_port, start_prometheus, stop_process
+from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, NodeSpec, Pod, warm_start
+from gpu_eta.simulation.driver import Driver, LogWriter, ProgressSender, write_progress_state
 
 log = logging.getLogger("gpu_eta.demo")
 
@@ -55,7 +61,7 @@ TRAINER_RESTART_SECONDS = 20.0  # pause between two real training runs on a node
 # a real run lasts about two minutes on an idle core (docs/demo.md)
 REAL_TRAINING_EPOCHS = 300
 # the live exporters' first scrapes come this long after the anchor at the latest
-# (history, promtool and Prometheus' start); see demo.backfill.without_lingering
+# (history, promtool and Prometheus' start); see gpu_eta.simulation.backfill.without_lingering
 SETTLE_SECONDS = 30.0
 # gpu-eta's alert and recording rules, loaded by the demo's Prometheus (its /alerts
 # page) exactly as shipped; absent when the package is installed without the repo.
@@ -68,7 +74,7 @@ class StackError(RuntimeError):
 
 @dataclass
 class StackConfig:
-    """Everything ``python -m demo`` can set (defaults = the README's demo)."""
+    """Everything ``python -m gpu_eta.demo`` can set (defaults = the README's demo)."""
 
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     history_days: float = 1.0
@@ -304,7 +310,7 @@ class Stack:
                 [
                     _python(),
                     "-m",
-                    "exporter",
+                    "gpu_eta.exporter",
                     "--simulate",
                     str(node.scenario_path),
                     "--node-name",
@@ -358,7 +364,7 @@ class Stack:
         cmd = [
             _python(),
             "-m",
-            "forecaster",
+            "gpu_eta.forecaster",
             "serve",
             "--prometheus.url",
             self.prometheus.url,
@@ -430,7 +436,7 @@ class Stack:
             OMP_NUM_THREADS="1",
         )
         proc = self._spawn(
-            [_python(), "-m", "demo.realtrain", "--epochs", str(REAL_TRAINING_EPOCHS)],
+            [_python(), "-m", "gpu_eta.demo.realtrain", "--epochs", str(REAL_TRAINING_EPOCHS)],
             f"realtrain-{pod.name}",
             env,
         )

@@ -1,8 +1,8 @@
-"""``python -m exporter``."""
+"""``python -m gpu_eta.exporter``."""
 
 import sys
 
-from exporter.cli import main
+from gpu_eta.exporter.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

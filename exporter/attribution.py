@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.readings import (
+from gpu_eta.exporter.readings import (
     Allocation,
     ContainerRef,
     DeviceReading,

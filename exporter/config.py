@@ -13,13 +13,22 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from importlib import metadata
 from types import MappingProxyType
 from typing import Any
 
-from exporter.collectors import ExporterError
+from gpu_eta.exporter.collectors import ExporterError
 
 COLLECTORS = ("gpu", "podresources", "kube", "cgroup", "hostmemory", "progress", "logs")
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+def version() -> str:
+    """The installed package version (``0+unknown`` when run from a bare tree)."""
+    try:
+        return metadata.version("gpu-eta")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_POD_LABELS = 32
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)?\s*$")

@@ -38,8 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from exporter.progress import MAX_METRICS, Report, ReportError, parse_report
-from exporter.readings import Progress
+from gpu_eta.exporter.progress import MAX_METRICS, Report, ReportError, parse_report
+from gpu_eta.exporter.readings import Progress
 
 MARKER = "GPU_ETA_PROGRESS"
 _EMPTY: Mapping[str, float] = MappingProxyType({})

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.readings import Progress
+from gpu_eta.exporter.readings import Progress
 
 MAX_BODY_BYTES = 4096
 MAX_METRICS = 16

@@ -30,10 +30,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from exporter.collectors import CollectorError
-from exporter.progress import MAX_BODY_BYTES, ReportError, parse_report
-from exporter.progress_store import ProgressStore
-from exporter.readings import PodMeta
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.progress import MAX_BODY_BYTES, ReportError, parse_report
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
-from exporter.progress import Report, advance
-from exporter.readings import Progress
+from gpu_eta.exporter.progress import Report, advance
+from gpu_eta.exporter.readings import Progress
 
 log = logging.getLogger(__name__)
 

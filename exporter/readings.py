@@ -137,7 +137,7 @@ class PodGpuRow:
     process on the device gets 0 ("holds it, uses nothing" is the point); without it
     (no cgroup resolver, hidden processes, an unread device) a sole holder gets the
     device's own figures and holders of a shared device get ``None`` — unknown, never
-    0 (``exporter.attribution.attribute``, docs/attribution.md).
+    0 (``gpu_eta.exporter.attribution.attribute``, docs/attribution.md).
     """
 
     index: int

@@ -6,7 +6,7 @@ them and how their utilisation and memory evolve over time. ``parse_scenario`` t
 the YAML mapping into frozen records and rejects anything malformed with a
 ``ScenarioError`` naming the offending path, so a bad file written by the demo is a
 one-line log, never a traceback. ``evaluate`` is a pure function of the scenario and
-a unix time: the simulated backend (``exporter.collectors.simulated``) is only the
+a unix time: the simulated backend (``gpu_eta.exporter.collectors.simulated``) is only the
 I/O around it. The format is documented in ``docs/scenario.md``.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from exporter.collectors import ExporterError
+from gpu_eta.exporter.collectors import ExporterError
 
 SCENARIO_VERSION = 1
 MAX_SCENARIO_BYTES = 4 * 1024 * 1024
@@ -622,7 +622,7 @@ def load_scenario(path: Path) -> Scenario:
 
 def default_scenario() -> Scenario:
     """The built-in node (``exporter/scenarios/default.yaml``)."""
-    raw = resources.files("exporter").joinpath("scenarios/default.yaml").read_bytes()
+    raw = resources.files("gpu_eta.exporter").joinpath("scenarios/default.yaml").read_bytes()
     return _load_bytes(raw, "<built-in default.yaml>")
 
 

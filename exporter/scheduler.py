@@ -1,7 +1,7 @@
 """The collection loop: runs every collector off the scrape path, builds snapshots.
 
 Each cycle runs the enabled collectors, each in a worker thread with its own
-timeout, joins their readings (``exporter.attribution.attribute``) into one
+timeout, joins their readings (``gpu_eta.exporter.attribution.attribute``) into one
 immutable ``Snapshot`` and swaps it into the ``SnapshotHolder`` that ``/metrics``
 renders. This is the boundary of the error flow (docs/exporter.md):
 
@@ -35,9 +35,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from exporter.attribution import attribute as attribute_rows
-from exporter.attribution import unresolved_allocations
-from exporter.collectors import (
+from gpu_eta.exporter.attribution import attribute as attribute_rows
+from gpu_eta.exporter.attribution import unresolved_allocations
+from gpu_eta.exporter.collectors import (
     AllocationSource,
     GpuSource,
     HostMemorySource,
@@ -45,7 +45,7 @@ from exporter.collectors import (
     PodSource,
     ProcessResolver,
 )
-from exporter.readings import (
+from gpu_eta.exporter.readings import (
     Allocation,
     CollectorStatus,
     ContainerRef,
@@ -56,7 +56,7 @@ from exporter.readings import (
     Progress,
     Snapshot,
 )
-from exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.snapshot import SnapshotHolder
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +64,14 @@ MAX_ERROR_CHARS = 300
 
 
 class WatchStatus(Protocol):
-    """What the scheduler reads of ``exporter.collectors.kube.KubeStatus``."""
+    """What the scheduler reads of ``gpu_eta.exporter.collectors.kube.KubeStatus``."""
 
     connected: bool
     last_sync_timestamp: float | None
 
 
 class ProgressStoreLike(Protocol):
-    """What the scheduler needs of ``exporter.progress_store.ProgressStore``."""
+    """What the scheduler needs of ``gpu_eta.exporter.progress_store.ProgressStore``."""
 
     def snapshot(self) -> tuple[Progress, ...]: ...
 
@@ -85,13 +85,13 @@ class Counting(Protocol):
 
 
 class LogPoller(Counting, Protocol):
-    """``exporter.collectors.logs.LogProgressCollector``."""
+    """``gpu_eta.exporter.collectors.logs.LogProgressCollector``."""
 
     def poll(self) -> None: ...
 
 
 class ProgressEndpoint(Protocol):
-    """``exporter.progress_http.ProgressListener``: ``poll()`` returns the reports
+    """``gpu_eta.exporter.progress_http.ProgressListener``: ``poll()`` returns the reports
     counted by result, or raises when the endpoint no longer serves."""
 
     def poll(self) -> Mapping[str, int]: ...

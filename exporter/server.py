@@ -2,7 +2,7 @@
 
 It only renders: collection happens in the scheduler, so a scrape costs one render
 of the cached snapshot however often Prometheus (or several) comes. The progress
-endpoint is a separate listener on its own port (``exporter.progress_http``), so a
+endpoint is a separate listener on its own port (``gpu_eta.exporter.progress_http``), so a
 NetworkPolicy can open that one to pods without exposing metrics.
 
 Requests are handled in threads; a failing render is logged and answered 500

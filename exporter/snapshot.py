@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from exporter.readings import Snapshot
+from gpu_eta.exporter.readings import Snapshot
 
 
 class SnapshotHolder:

@@ -1,8 +1,8 @@
-"""``python -m forecaster``: see ``forecaster.cli``."""
+"""``python -m gpu_eta.forecaster``: see ``gpu_eta.forecaster.main``."""
 
 import sys
 
-from forecaster.cli import main
+from gpu_eta.forecaster.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 The CLI turns flags into a ``Config``; everything else takes the pieces it needs.
 Standard library only (``CycleSettings`` is imported when first needed), so
-``forecaster.cli`` can import this module without the forecaster extra.
+``gpu_eta.forecaster.main`` can import this module without the forecaster extra.
 Secrets (bearer token, basic-auth password) are read from files by the CLI and
 kept out of ``repr`` so they never reach a log line.
 """
@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from forecaster.runs import ForecasterError
+from gpu_eta.forecaster.errors import ForecasterError
 
 if TYPE_CHECKING:
-    from forecaster.cycle import CycleSettings
+    from gpu_eta.forecaster.cycle import CycleSettings
 
 
 class ConfigError(ForecasterError, ValueError):
@@ -25,9 +25,9 @@ class ConfigError(ForecasterError, ValueError):
 
 def _default_cycle() -> CycleSettings:
     # imported here: this module stays standard-library only, so the CLI can start and
-    # name a missing extra instead of failing on an import (forecaster.cycle needs
+    # name a missing extra instead of failing on an import (gpu_eta.forecaster.cycle needs
     # requests)
-    from forecaster.cycle import CycleSettings
+    from gpu_eta.forecaster.cycle import CycleSettings
 
     return CycleSettings()
 

@@ -22,12 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from forecaster import queries
-from forecaster.forecast import Forecast
-from forecaster.history import HistoryStore, run_key
-from forecaster.jobs import Allocation, CycleView, assemble
-from forecaster.promapi import PromClient, Sample, Series
-from forecaster.runs import ForecasterError, Run
+from gpu_eta.forecaster import queries
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.history import HistoryStore, run_key
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs_from_series import Allocation, CycleView, assemble
+from gpu_eta.forecaster.series import Sample, Series
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,7 @@ class ModelError(ForecasterError):
 
 
 class Model(Protocol):
-    """The face of ``forecaster.model.EtaModel`` the cycle uses."""
+    """The face of ``gpu_eta.forecaster.estimators.eta_model.EtaModel`` the cycle uses."""
 
     quality_: Mapping[float, tuple[float, float]]
     n_history_: int
@@ -50,9 +52,9 @@ class Model(Protocol):
 def default_model_factory() -> Model:
     """``EtaModel(random_state=0)``, imported late so a missing module is a clear error."""
     try:
-        from forecaster.model import EtaModel
+        from gpu_eta.forecaster.estimators.eta_model import EtaModel
     except ImportError as err:
-        raise ModelError(f"forecaster.model is not available: {err}") from None
+        raise ModelError(f"gpu_eta.forecaster.estimators.eta_model is not available: {err}") from None
     return EtaModel(random_state=0)
 
 

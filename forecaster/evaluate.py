@@ -1,4 +1,4 @@
-"""``python -m forecaster evaluate --runs FILE.csv``: a temporal backtest on recorded runs.
+"""``python -m gpu_eta.forecaster evaluate --runs FILE.csv``: a temporal backtest on recorded runs.
 
 Why: "better than the ETA I already have" must be shown on anyone's runs, without a
 cluster. Runs are replayed in time order. Every completed run is predicted at its
@@ -37,11 +37,12 @@ from typing import TextIO
 
 import numpy as np
 
-from forecaster.calibration import POINTS
-from forecaster.estimators import BASELINES, InsufficientData, make_estimator
-from forecaster.model import EtaModel, truncate
-from forecaster.runs import ExitCode, ForecasterError, Run
-from forecaster.runs_csv import RunsCsvError, read_runs
+from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.errors import ExitCode, ForecasterError
+from gpu_eta.forecaster.estimators import BASELINES, InsufficientData, make_estimator
+from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs
 
 GPU_ETA = "gpu_eta"
 
@@ -293,7 +294,7 @@ def write_predictions(predictions: Sequence[Prediction], fh: TextIO) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m forecaster evaluate",
+        prog="python -m gpu_eta.forecaster evaluate",
         description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/forecasting.md).",
     )
     parser.add_argument("--runs", required=True, type=Path, help="runs CSV, one row per epoch end")

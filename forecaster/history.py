@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from forecaster.runs import Feature, ForecasterError, Run
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.runs import Feature, Run
 
 APPLICATION_ID = 0x67457461  # "gEta"
 SCHEMA_VERSION = 2
@@ -132,7 +133,7 @@ class HistoryError(ForecasterError):
 
 @dataclass(frozen=True, slots=True)
 class RunUpdate:
-    """What one cycle learned about one run (see ``forecaster.jobs``)."""
+    """What one cycle learned about one run (see ``gpu_eta.forecaster.runs_from_series``)."""
 
     run_id: str
     epochs_planned: float

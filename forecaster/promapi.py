@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 import requests
 from urllib3.exceptions import InsecureRequestWarning
 
-from forecaster.runs import ForecasterError
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.series import QueryStats, Sample, Series
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -33,31 +34,6 @@ _MAX_LABEL_VALUE = 4096
 
 class PromAPIError(ForecasterError):
     """Prometheus could not be queried or answered something unusable."""
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One element of an instant vector: its labels and value (NaN kept as NaN)."""
-
-    labels: Mapping[str, str]
-    value: float
-    timestamp: float
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """One element of a range matrix: labels and ``(unix_seconds, value)`` points."""
-
-    labels: Mapping[str, str]
-    points: tuple[tuple[float, float], ...]
-
-
-@dataclass
-class QueryStats:
-    """Counts of queries by outcome; read by publish for ``gpu_eta_forecaster_queries_total``."""
-
-    success: int = 0
-    error: int = 0
 
 
 @dataclass

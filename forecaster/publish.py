@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from forecaster.calibration import POINTS
-from forecaster.cycle import ForecastSet
-from forecaster.forecast import QUANTILES
-from forecaster.promapi import QueryStats
+from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.cycle import ForecastSet
+from gpu_eta.forecaster.forecast import QUANTILES
+from gpu_eta.forecaster.series import QueryStats
 
 
 def _version() -> str:

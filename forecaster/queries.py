@@ -2,7 +2,7 @@
 
 One cycle sends exactly the queries in ``INSTANT`` plus ``RANGE`` (18 in all),
 whatever the number of jobs: each query returns the series of every job at once
-and the join happens in Python (``forecaster.jobs``). That keeps the load on
+and the join happens in Python (``gpu_eta.forecaster.runs_from_series``). That keeps the load on
 Prometheus flat as the cluster grows, and makes the count checkable by a test.
 
 Templates take ``{window}`` (the span since the previous cycle, or the first-cycle
@@ -30,7 +30,7 @@ BATCH_SIZE = "last_over_time(gpu_eta_training_batch_size[{window}])"
 # GPU use per container: ours, or else DCGM's (0..100, per device, with pod labels
 # as `pod`/`namespace`/`container` or `exported_*` when the scrape did not honour
 # labels). `or` keeps a DCGM series only where ours has no series with the same
-# labels; forecaster.jobs reads `exported_*` as the plain labels.
+# labels; gpu_eta.forecaster.runs_from_series reads `exported_*` as the plain labels.
 UTIL_MEAN = (
     "avg by (namespace, pod, container) "
     "(avg_over_time(gpu_eta_pod_gpu_utilization_ratio[{window}])) or "

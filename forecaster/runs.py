@@ -10,24 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
 from types import MappingProxyType
+
+from gpu_eta.forecaster.errors import ForecasterError
 
 Feature = float | str
 
 _NO_FEATURES: Mapping[str, Feature] = MappingProxyType({})
-
-
-class ExitCode(IntEnum):
-    """Exit status of every forecaster command (serve, once, evaluate, top)."""
-
-    OK = 0
-    RUNTIME = 1
-    USAGE = 2
-
-
-class ForecasterError(Exception):
-    """Base of every error the forecaster raises on purpose."""
 
 
 class RunError(ForecasterError, ValueError):

@@ -27,7 +27,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from forecaster.runs import Feature, ForecasterError, Run, RunError, validate_run
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.runs import Feature, Run, RunError, validate_run
 
 REQUIRED_COLUMNS = ("run_id", "epoch", "epochs_planned", "timestamp_seconds")
 MAX_FIELD_CHARS = 256

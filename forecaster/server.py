@@ -17,9 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from forecaster.cycle import Cycle
-from forecaster.publish import ServiceState
-from forecaster.runs import ForecasterError
+from gpu_eta.forecaster.cycle import Cycle
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.publish import ServiceState
 
 log = logging.getLogger(__name__)
 

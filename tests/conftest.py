@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from demo.prometheus import PrometheusServer, ScrapeJob, start_prometheus
+from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob, start_prometheus
 
 
 @pytest.fixture

@@ -33,8 +33,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo.driver import post_progress
-from demo.prometheus import free_port
+from gpu_eta.launch.prometheus import free_port
+from gpu_eta.simulation.driver import post_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -390,9 +390,9 @@ def _get(url: str) -> str:
 
 
 def _simulated_exporter_text(tmp: Path) -> str:
-    """``python -m exporter --simulate`` (in-process ``Runtime``) scraped over HTTP
+    """``python -m gpu_eta.exporter --simulate`` (in-process ``Runtime``) scraped over HTTP
     once a progress report from the first training pod shows in it."""
-    from exporter.cli import Runtime, parse_config
+    from gpu_eta.exporter.main import Runtime, parse_config
 
     port, progress_port = free_port(), free_port()
     (tmp / "pod-logs").mkdir()
@@ -440,12 +440,12 @@ def _simulated_exporter_text(tmp: Path) -> str:
 def _kube_watch_text() -> str:
     """The exporter's pod watch (real client) against the local API fake, through
     the scheduler and the exposition: the series only a real watch gives."""
-    from exporter.collectors.kube import KubePodSource
-    from exporter.exposition import SnapshotCollector
-    from exporter.readings import Snapshot
-    from exporter.scheduler import Scheduler, Sources
-    from exporter.snapshot import SnapshotHolder
-    from tests.exporter.kubeapi import FakeKubeAPI
+    from gpu_eta.exporter.collectors.kube import KubePodSource
+    from gpu_eta.exporter.exposition import SnapshotCollector
+    from gpu_eta.exporter.readings import Snapshot
+    from gpu_eta.exporter.scheduler import Scheduler, Sources
+    from gpu_eta.exporter.snapshot import SnapshotHolder
+    from tests.support.kubeapi import FakeKubeAPI
 
     api = FakeKubeAPI().start()
     src = KubePodSource("node-a", api_url=api.url, request_timeout_seconds=5.0)
@@ -469,10 +469,10 @@ def _kube_watch_text() -> str:
 
 def _forecaster_text() -> str:
     """The forecaster's collector after one good cycle's ``ForecastSet``."""
-    from forecaster.cycle import ForecastSet, GpuFree, JobForecast
-    from forecaster.forecast import Forecast
-    from forecaster.publish import ServiceState, make_registry
-    from forecaster.runs import Run
+    from gpu_eta.forecaster.cycle import ForecastSet, GpuFree, JobForecast
+    from gpu_eta.forecaster.forecast import Forecast
+    from gpu_eta.forecaster.publish import ServiceState, make_registry
+    from gpu_eta.forecaster.runs import Run
 
     now = 1_700_000_000.0
     run = Run("r1", 10, ((0, now - 100), (1, now - 50)), namespace="ml", pod="p", container="c")
@@ -519,8 +519,8 @@ def emitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Series]:
 
 def _backfill_series() -> Series:
     """The demo's backfilled history (OpenMetrics for promtool), a small window."""
-    from demo.backfill import openmetrics_lines, simulate_history
-    from demo.cluster import ClusterConfig
+    from gpu_eta.simulation.backfill import openmetrics_lines, simulate_history
+    from gpu_eta.simulation.cluster import ClusterConfig
 
     history = simulate_history(ClusterConfig(seed=2), 1_700_000_000.0, 3 * 3600, jobs=40)
     text = "\n".join(openmetrics_lines(history, step_seconds=900.0)) + "\n"

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from exporter._proto import api_pb2 as exporter_dot___proto_dot_api__pb2
+from gpu_eta.exporter._proto import api_pb2 as exporter_dot___proto_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

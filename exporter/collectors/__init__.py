@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from exporter.readings import Allocation, ContainerRef, GpuPoll, HostMemory, PodMeta
+from gpu_eta.exporter.readings import Allocation, ContainerRef, GpuPoll, HostMemory, PodMeta
 
 
 class ExporterError(Exception):

@@ -32,7 +32,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from exporter.readings import ContainerRef
+from gpu_eta.exporter.readings import ContainerRef
 
 __all__ = ["MAX_CGROUP_FILE_BYTES", "CgroupResolver", "parse_cgroup"]
 

@@ -29,9 +29,9 @@ import logging
 import os
 from collections.abc import Sequence
 
-from exporter.collectors import CollectorError
-from exporter.collectors.cgroups import MAX_CGROUP_FILE_BYTES
-from exporter.readings import HostMemory, PodMeta
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors.cgroups import MAX_CGROUP_FILE_BYTES
+from gpu_eta.exporter.readings import HostMemory, PodMeta
 
 __all__ = ["CgroupHostMemory", "parse_memory_stat", "working_set_bytes"]
 
@@ -114,7 +114,7 @@ class CgroupHostMemory:
 
     def _scan_proc(self, wanted: set[str]) -> dict[str, str]:
         """container id -> cgroup path, from the processes in ``procfs`` (fallback)."""
-        from exporter.collectors.cgroups import parse_cgroup
+        from gpu_eta.exporter.collectors.cgroups import parse_cgroup
 
         found: dict[str, str] = {}
         try:

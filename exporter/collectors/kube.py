@@ -42,8 +42,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from exporter.collectors import CollectorError
-from exporter.readings import PodMeta
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.readings import PodMeta
 
 __all__ = [
     "DEADLINE_ANNOTATION",

@@ -7,7 +7,7 @@ pod source knows (nothing else under the root is opened). Lines are in CRI forma
 
 ``P`` (partial) lines are continued by the next line of the same stream; tqdm and
 Keras redraw with ``\\r`` inside one line, so each ``\\r`` segment is a screen state
-and only the last complete one of each chunk is parsed (``exporter.logformats``).
+and only the last complete one of each chunk is parsed (``gpu_eta.exporter.logformats``).
 
 Files are tracked by inode: a rotated file (kubelet renames ``0.log`` to
 ``0.log.<date>`` and starts a new ``0.log``) is read to its end, then dropped;
@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.logformats import (
+from gpu_eta.exporter.logformats import (
     MARKER,
     LogState,
     fold,
@@ -43,9 +43,9 @@ from exporter.logformats import (
     parse_setup,
     visible,
 )
-from exporter.progress import ReportError
-from exporter.progress_store import ProgressStore
-from exporter.readings import PodMeta
+from gpu_eta.exporter.progress import ReportError
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class LogProgressCollector:
         try:
             pods = self._pods()
         except Exception as err:
-            from exporter.collectors import CollectorError
+            from gpu_eta.exporter.collectors import CollectorError
 
             raise CollectorError(f"logs: pod list unavailable: {err}") from err
         wanted = {f"{p.namespace}_{p.name}_{p.uid}": p for p in pods}

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from exporter.collectors import CollectorError, ExporterError
-from exporter.readings import DeviceFailure, DeviceReading, GpuPoll, ProcessSample
+from gpu_eta.exporter.collectors import CollectorError, ExporterError
+from gpu_eta.exporter.readings import DeviceFailure, DeviceReading, GpuPoll, ProcessSample
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,15 @@ import threading
 
 import grpc
 
-from exporter._proto import api_pb2, api_pb2_grpc
-from exporter.attribution import MAX_DEVICE_ID_CHARS
-from exporter.collectors import CollectorError
-from exporter.readings import Allocation
+from gpu_eta.exporter._proto import api_pb2, api_pb2_grpc
+from gpu_eta.exporter.attribution import MAX_DEVICE_ID_CHARS
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.config import DEFAULT_KUBELET_SOCKET
+from gpu_eta.exporter.readings import Allocation
 
 __all__ = ["DEFAULT_SOCKET", "MAX_RECEIVE_BYTES", "PodResourcesSource"]
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_SOCKET = DEFAULT_KUBELET_SOCKET
 # DCGM exporter's figure: a node with many pods and devices exceeds gRPC's 4 MiB default.
 MAX_RECEIVE_BYTES = 16 * 1024 * 1024
 # Bounds on what one List may contribute: a node runs at most a few hundred pods.

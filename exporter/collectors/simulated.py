@@ -7,7 +7,7 @@ scenario and the clock; five thin views implement ``GpuSource``,
 over it, so the scheduler, attribution and exposition run exactly as on a real node.
 
 Readings are a pure function of the scenario, its seed and the clock
-(``exporter.scenario.evaluate``). The scenario file is re-read when its mtime or
+(``gpu_eta.exporter.scenario.evaluate``). The scenario file is re-read when its mtime or
 size changes (the demo drives nodes by rewriting files); an invalid new file is
 logged once and the previous scenario stays in force.
 """
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from exporter.readings import (
+from gpu_eta.exporter.readings import (
     Allocation,
     ContainerRef,
     DeviceFailure,
@@ -31,7 +31,7 @@ from exporter.readings import (
     PodMeta,
     ProcessSample,
 )
-from exporter.scenario import (
+from gpu_eta.exporter.scenario import (
     ContainerSpec,
     GpuSpec,
     GpuUse,

@@ -21,8 +21,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from sklearn.exceptions import NotFittedError as _SkNotFittedError
 
-from forecaster.forecast import Forecast
-from forecaster.runs import ForecasterError, Run
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Run
 
 # With no history at all and no observed epoch, the per-epoch time is unknown: this
 # default (a minute per epoch, log-sd 2: P10–P90 of about 5 s to 13 min per epoch)
@@ -137,16 +138,16 @@ def stall_widen(
 
 
 def _registry() -> dict[str, type]:
-    from forecaster.estimators.baselines import (
+    from gpu_eta.forecaster.estimators.baselines import (
         CumulativeMean,
         HistoryMatch,
         KerasMean,
         PredictLinear,
         TqdmEma,
     )
-    from forecaster.estimators.blend import BlendEstimator
-    from forecaster.estimators.prior import PriorEstimator
-    from forecaster.estimators.rate import RateEstimator
+    from gpu_eta.forecaster.estimators.blend import BlendEstimator
+    from gpu_eta.forecaster.estimators.prior import PriorEstimator
+    from gpu_eta.forecaster.estimators.rate import RateEstimator
 
     return {
         "rate": RateEstimator,

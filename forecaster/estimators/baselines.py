@@ -17,10 +17,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from forecaster.estimators import InsufficientData, NotFittedError, intervals, remaining_epochs
-from forecaster.estimators.prior import job_key
-from forecaster.forecast import Forecast
-from forecaster.runs import Run
+from gpu_eta.forecaster.estimators import (
+    InsufficientData,
+    NotFittedError,
+    intervals,
+    remaining_epochs,
+)
+from gpu_eta.forecaster.estimators.prior import job_key
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Run
 
 
 def _point(remaining: float, method: str, n_obs: int = 0) -> Forecast:

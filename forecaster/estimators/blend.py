@@ -7,7 +7,7 @@ exists; early on a consistent job's prior (small σ, e.g. a job re-run many time
 the same batch size) dominates one or two noisy epochs; as epochs accrue the rate's
 σ shrinks and it takes over; a wide prior (new job, pooled regression) barely
 moves a rate that already has a few epochs. The raw interval here is not
-calibrated: ``forecaster.model.EtaModel`` rescales it from measured residuals.
+calibrated: ``gpu_eta.forecaster.estimators.eta_model.EtaModel`` rescales it from measured residuals.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forecaster.estimators import (
+from gpu_eta.forecaster.estimators import (
     NotFittedError,
     at_now,
     lognormal_quantiles,
@@ -26,10 +26,10 @@ from forecaster.estimators import (
     remaining_epochs,
     stall_widen,
 )
-from forecaster.estimators.prior import PriorEstimator
-from forecaster.estimators.rate import own_rate, rate_sigma
-from forecaster.forecast import Forecast
-from forecaster.runs import Run
+from gpu_eta.forecaster.estimators.prior import PriorEstimator
+from gpu_eta.forecaster.estimators.rate import own_rate, rate_sigma
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Run
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forecaster.estimators import (
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators import (
     DEFAULT_EPOCH_SECONDS,
     DEFAULT_LOG_SIGMA,
     NotFittedError,
@@ -51,9 +52,9 @@ from forecaster.estimators import (
     remaining_epochs,
     stall_widen,
 )
-from forecaster.estimators.rate import weighted_median
-from forecaster.forecast import Forecast
-from forecaster.runs import Feature, ForecasterError, Run
+from gpu_eta.forecaster.estimators.rate import weighted_median
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Feature, Run
 
 NUMERIC_LOG = ("batch_size", "epochs_planned", "gpus")
 NUMERIC_RAW = ("gpu_utilization_ratio", "memory_utilization_ratio")

@@ -18,7 +18,7 @@ Uncertainty (log-sd of the remaining time) adds three parts: the estimate's own
 sampling error ``s²/n_eff``, the averaging of ``m`` future epochs ``s²/m``, and
 regime change ``(drift · m/(n+m))²`` — the further ahead, the likelier the speed
 changes. ``s`` is the robust scale (1.4826·MAD) of the log epoch times, floored,
-and a default until three intervals exist. Calibration (``forecaster.calibration``)
+and a default until three intervals exist. Calibration (``gpu_eta.forecaster.calibration``)
 rescales these sigmas from measured residuals; they need only rank runs well.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from forecaster.estimators import (
+from gpu_eta.forecaster.estimators import (
     DEFAULT_EPOCH_SECONDS,
     DEFAULT_LOG_SIGMA,
     NotFittedError,
@@ -40,8 +40,8 @@ from forecaster.estimators import (
     remaining_epochs,
     stall_widen,
 )
-from forecaster.forecast import Forecast
-from forecaster.runs import Run
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Run
 
 MIN_SCALE = 0.03
 MAX_INTERVALS = 2000

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from demo.cluster import ClusterConfig
-from demo.stack import Stack, StackConfig, StackError, pick_port, port_is_free, stop_process
+from gpu_eta.demo.stack import Stack, StackConfig, StackError, pick_port, port_is_free, stop_process
+from gpu_eta.simulation.cluster import ClusterConfig
 
 
 def test_busy_port_is_replaced_and_named() -> None:
@@ -66,7 +66,7 @@ def test_stop_process_kills_the_whole_group_even_if_sigterm_is_ignored(tmp_path:
 
 
 def test_an_exporter_that_cannot_start_is_named_with_its_log_lines(tmp_path: Path) -> None:
-    """A child that exits at start stops the whole stack with its own words (demo.launcher)."""
+    """A child that exits at start stops the whole stack with its own words (gpu_eta.launch.processes)."""
     config = StackConfig(
         cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
         history_days=0,

@@ -12,18 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.attribution import (
+from gpu_eta.exporter.attribution import (
     DeviceId,
     DeviceIdError,
     attribute,
     parse_device_id,
     unresolved_allocations,
 )
-from exporter.collectors import CollectorError
-from exporter.collectors.cgroups import CgroupResolver
-from exporter.collectors.kube import KubePodSource
-from exporter.collectors.podresources import PodResourcesSource
-from exporter.readings import (
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors.cgroups import CgroupResolver
+from gpu_eta.exporter.collectors.kube import KubePodSource
+from gpu_eta.exporter.collectors.podresources import PodResourcesSource
+from gpu_eta.exporter.readings import (
     Allocation,
     ContainerRef,
     DeviceFailure,
@@ -33,8 +33,8 @@ from exporter.readings import (
     PodMeta,
     ProcessSample,
 )
-from tests.exporter.kubeapi import FakeKubeAPI, make_pod
-from tests.exporter.podresources_server import PodResourcesServer
+from tests.support.kubeapi import FakeKubeAPI, make_pod
+from tests.support.podresources_server import PodResourcesServer
 
 U0 = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
 U1 = "GPU-bbbbbbbb-1111-4000-8000-000000000001"

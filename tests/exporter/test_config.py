@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config import (
+from gpu_eta.exporter.config import (
     COLLECTORS,
     Config,
     ConfigError,

@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from demo.prometheus import find_binary
-from exporter.collectors.kube import KubeStatus
-from exporter.collectors.simulated import SimulatedNode
-from exporter.exposition import SnapshotCollector, pod_label_name, render
-from exporter.readings import (
+from gpu_eta.exporter.collectors.kube import KubeStatus
+from gpu_eta.exporter.collectors.simulated import SimulatedNode
+from gpu_eta.exporter.exposition import SnapshotCollector, pod_label_name, render
+from gpu_eta.exporter.readings import (
     CollectorStatus,
     DeviceFailure,
     DeviceReading,
@@ -29,8 +28,9 @@ from exporter.readings import (
     Progress,
     Snapshot,
 )
-from exporter.scheduler import Scheduler, Sources
-from exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.scheduler import Scheduler, Sources
+from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.launch.prometheus import find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "metrics" / "exporter.prom"
@@ -325,7 +325,7 @@ def test_kube_watch_series_only_for_a_watch() -> None:
 
 
 def test_a_rendering_bug_never_fails_the_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
-    import exporter.exposition as exposition
+    import gpu_eta.exporter.exposition as exposition
 
     def broken(*args, **kwargs):
         raise RuntimeError("bug")

@@ -1,4 +1,4 @@
-"""exporter.logformats on real framework output (tests/fixtures/logs) and on fuzz."""
+"""gpu_eta.exporter.logformats on real framework output (tests/fixtures/logs) and on fuzz."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.logformats import LogState, fold, last_segment, parse_line, parse_setup, visible
-from exporter.progress import Report, advance
+from gpu_eta.exporter.logformats import (
+    LogState,
+    fold,
+    last_segment,
+    parse_line,
+    parse_setup,
+    visible,
+)
+from gpu_eta.exporter.progress import Report, advance
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 NOW = 1_800_000_000.0

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo.prometheus import ScrapeJob, free_port
-from forecaster.queries import UTIL_RECENT
-from tests.exporter.inprocess import main_in_thread, scrape_until, simulated_args
+from gpu_eta.forecaster.queries import UTIL_RECENT
+from gpu_eta.launch.prometheus import ScrapeJob, free_port
+from tests.support.inprocess import main_in_thread, scrape_until, simulated_args
 
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"

@@ -1,4 +1,4 @@
-"""exporter.progress: wire-format validation and folding reports into progress."""
+"""gpu_eta.exporter.progress: wire-format validation and folding reports into progress."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter import progress
-from exporter.progress import (
+from gpu_eta.exporter import progress
+from gpu_eta.exporter.progress import (
     MAX_BODY_BYTES,
     InvalidReport,
     MalformedReport,

@@ -1,4 +1,4 @@
-"""exporter.progress_http: the sender is its source address; every refusal is counted.
+"""gpu_eta.exporter.progress_http: the sender is its source address; every refusal is counted.
 
 Real sockets: requests are sent from several loopback source addresses
 (127.0.0.x, as the simulated backend gives its pods) to a listener on 127.0.0.1.
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.collectors import CollectorError
-from exporter.progress_http import HOST_NETWORK_ANNOTATION, ProgressListener
-from exporter.progress_store import ProgressStore
-from exporter.readings import PodMeta
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.progress_http import HOST_NETWORK_ANNOTATION, ProgressListener
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta
 
 POD_A = PodMeta(
     "team-a", "trainer-a", "uid-a", ip="127.0.0.2", container_ids={"main": "c1", "sidecar": "c2"}
@@ -254,7 +254,7 @@ def test_start_binds_before_returning_and_stop_frees_the_port(pods):
 def test_one_address_cannot_hold_all_connections(listener):
     import socket
 
-    from exporter.progress_http import MAX_CONNECTIONS_PER_ADDRESS
+    from gpu_eta.exporter.progress_http import MAX_CONNECTIONS_PER_ADDRESS
 
     held = []
     try:
@@ -305,7 +305,7 @@ def test_pipelined_requests_on_one_connection(listener):
 def test_host_network_opt_in_works_with_the_real_pod_cache(tmp_path):
     """The simulated cache (like kube.py) does not index hostNetwork pods by IP; the
     opt-in must still find the annotated one."""
-    from exporter.collectors.simulated import SimulatedNode
+    from gpu_eta.exporter.collectors.simulated import SimulatedNode
 
     scenario = tmp_path / "hostnet.yaml"
     scenario.write_text(

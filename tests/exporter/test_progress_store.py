@@ -1,12 +1,12 @@
-"""exporter.progress_store: precedence, retention, bounds, durable state."""
+"""gpu_eta.exporter.progress_store: precedence, retention, bounds, durable state."""
 
 from __future__ import annotations
 
 import json
 import threading
 
-from exporter.progress import Report
-from exporter.progress_store import HTTP_PRECEDENCE_SECONDS, ProgressStore
+from gpu_eta.exporter.progress import Report
+from gpu_eta.exporter.progress_store import HTTP_PRECEDENCE_SECONDS, ProgressStore
 
 NOW = 1_800_000_000.0
 

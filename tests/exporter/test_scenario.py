@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.scenario import (
+from gpu_eta.exporter.scenario import (
     Profile,
     ScenarioError,
     default_scenario,

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from exporter.collectors import CollectorError, NoData
-from exporter.readings import (
+from gpu_eta.exporter.collectors import CollectorError, NoData
+from gpu_eta.exporter.readings import (
     Allocation,
     ContainerRef,
     DeviceReading,
@@ -20,8 +20,8 @@ from exporter.readings import (
     Progress,
     Snapshot,
 )
-from exporter.scheduler import Scheduler, Sources
-from exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.scheduler import Scheduler, Sources
+from gpu_eta.exporter.snapshot import SnapshotHolder
 
 GPU = GpuPoll(
     devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 10, 100),),
@@ -125,7 +125,7 @@ def test_failing_collector_keeps_last_good_data_and_counts(
     sched, _ = _scheduler(Sources(gpu=Source(GPU), pods=pods))
     sched.collect_once()
     pods.fail = CollectorError("API server unreachable")
-    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.scheduler"):
         snap1 = sched.collect_once()
         snap2 = sched.collect_once()
     assert snap2.pods == (POD,), "last good pods kept"
@@ -137,7 +137,7 @@ def test_failing_collector_keeps_last_good_data_and_counts(
     failed = [r for r in caplog.records if "failed" in r.getMessage()]
     assert len(failed) == 1, "logged once per state change"
     pods.fail = None
-    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.scheduler"):
         snap3 = sched.collect_once()
     assert _status(snap3, "kube").success and _status(snap3, "kube").errors_total == 2
     assert any("recovered" in r.getMessage() for r in caplog.records)
@@ -250,7 +250,7 @@ def test_prepare_runs_before_publishing_and_may_fail() -> None:
 )
 def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) -> None:
     """node_exporter's contract, for every collector: a raise never fails /metrics."""
-    from exporter.exposition import SnapshotCollector
+    from gpu_eta.exporter.exposition import SnapshotCollector
 
     class Store:
         def snapshot(self):
@@ -303,14 +303,14 @@ COLLECTOR_NAMES = ("gpu", "podresources", "kube", "cgroup", "hostmemory", "progr
 def test_device_failures_are_logged_once_per_state_change(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from exporter.readings import DeviceFailure
+    from gpu_eta.exporter.readings import DeviceFailure
 
     lost = GpuPoll(
         devices=GPU.devices, failures=(DeviceFailure(1, "GPU-b", "gpu_lost", "GPU is lost"),)
     )
     gpu = Source(lost)
     sched, _ = _scheduler(Sources(gpu=gpu))
-    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.scheduler"):
         sched.collect_once()
         sched.collect_once()
         gpu.value = GPU
@@ -368,7 +368,7 @@ def test_store_read_is_a_step_not_a_collector(
     expected = {"kube", "logs", "progress"} if listener else {"kube", "logs"}
     good = sched.collect_once()
     store.error = OSError("state file unreadable")
-    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.scheduler"):
         bad1 = sched.collect_once()
         bad2 = sched.collect_once()
         store.error = None
@@ -414,7 +414,7 @@ def test_unresolved_allocations_are_counted_and_logged_once(
 ) -> None:
     """An allocation naming no device here gets no pod row: the scheduler counts it
     (the gauge) and logs each new (device id, reason) once, not every cycle."""
-    from exporter.exposition import SnapshotCollector
+    from gpu_eta.exporter.exposition import SnapshotCollector
 
     def alloc(pod: str, device_id: str) -> Allocation:
         return Allocation("ns", pod, "c", "nvidia.com/gpu", device_id)
@@ -422,7 +422,7 @@ def test_unresolved_allocations_are_counted_and_logged_once(
     good, elsewhere, gke = alloc("p", "GPU-a"), alloc("q", "GPU-zz"), alloc("r", "nvidia0/gi1")
     allocations = Source((good, elsewhere, gke))
     sched, holder = _scheduler(Sources(gpu=Source(GPU), allocations=allocations))
-    with caplog.at_level(logging.INFO, logger="exporter.scheduler"):
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.scheduler"):
         first = sched.collect_once()
         second = sched.collect_once()
         allocations.value = (good, gke)

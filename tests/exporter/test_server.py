@@ -7,10 +7,10 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from exporter.exposition import SnapshotCollector
-from exporter.readings import DeviceReading, Snapshot
-from exporter.server import MetricsServer
-from exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.exposition import SnapshotCollector
+from gpu_eta.exporter.readings import DeviceReading, Snapshot
+from gpu_eta.exporter.server import MetricsServer
+from gpu_eta.exporter.snapshot import SnapshotHolder
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from forecaster.calibration import (
+from gpu_eta.forecaster.calibration import (
     POINTS,
     SIGMA_POWER,
     Calibrator,

@@ -1,4 +1,4 @@
-"""forecaster.cycle: the cycle's logic against canned query answers and a stand-in model.
+"""gpu_eta.forecaster.cycle: the cycle's logic against canned query answers and a stand-in model.
 
 The wire (real Prometheus, real queries) is covered in
 tests/integration/test_forecaster_prometheus.py; here the answers are Samples
@@ -19,8 +19,8 @@ from typing import ClassVar
 
 import pytest
 
-from forecaster import queries
-from forecaster.cycle import (
+from gpu_eta.forecaster import queries
+from gpu_eta.forecaster.cycle import (
     Cycle,
     CycleSettings,
     ForecastSet,
@@ -29,11 +29,12 @@ from forecaster.cycle import (
     gpu_free_times,
     sanitize,
 )
-from forecaster.forecast import Forecast
-from forecaster.history import HistoryStore, run_key
-from forecaster.jobs import Allocation
-from forecaster.promapi import PromAPIError, QueryStats, Sample, Series
-from forecaster.runs import Run
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.history import HistoryStore, run_key
+from gpu_eta.forecaster.promapi import PromAPIError
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs_from_series import Allocation
+from gpu_eta.forecaster.series import QueryStats, Sample, Series
 
 NOW = 1_700_000_000.0
 
@@ -47,7 +48,7 @@ _RANGE = {_shape(t): name for name, t in queries.RANGE.items()}
 
 
 class CannedClient:
-    """Answers each query by its name in forecaster.queries; counts like PromClient."""
+    """Answers each query by its name in gpu_eta.forecaster.queries; counts like PromClient."""
 
     def __init__(self, instant: dict[str, list[Sample]], ranges: dict | None = None) -> None:
         self.answers = instant
@@ -273,7 +274,7 @@ def test_sanitize_keeps_good_forecasts_identical() -> None:
 
 
 def test_gpu_free_times_need_every_holder_forecast() -> None:
-    from forecaster.cycle import JobForecast
+    from gpu_eta.forecaster.cycle import JobForecast
 
     run = Run("r", 10, ((0, 0.0),), namespace="ml", pod="train")
     jf = JobForecast(run, "n1", Forecast(1, 2, 3, "rate"), (10.0, 20.0, 30.0))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from forecaster.estimators import (
+from gpu_eta.forecaster.estimators import (
     BASELINES,
     Estimator,
     NotFittedError,
     estimator_names,
     make_estimator,
 )
-from forecaster.model import EtaModel
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 HISTORY = job_history(40, seed=12, noise=0.1)

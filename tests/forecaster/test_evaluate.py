@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from forecaster.evaluate import backtest, main
-from forecaster.model import EtaModel
-from forecaster.runs_csv import format_runs, read_runs
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.evaluate import backtest, main
+from gpu_eta.forecaster.runs_csv import format_runs, read_runs
 from tests.forecaster.estimators.runs_factory import job_history
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"

@@ -1,4 +1,4 @@
-"""forecaster.history: a real SQLite file in a temp dir; refusals leave files untouched."""
+"""gpu_eta.forecaster.history: a real SQLite file in a temp dir; refusals leave files untouched."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from forecaster.history import (
+from gpu_eta.forecaster.history import (
     SCHEMA_VERSION,
     HistoryError,
     HistoryStore,
@@ -17,7 +17,7 @@ from forecaster.history import (
     monotone_epoch_times,
     run_key,
 )
-from forecaster.runs import Run, validate_run
+from gpu_eta.forecaster.runs import Run, validate_run
 
 
 def update(run_id: str, ends=(), planned: float = 4, **kw) -> RunUpdate:

@@ -1,4 +1,4 @@
-"""forecaster.promapi against local HTTP servers that misbehave like real ones do."""
+"""gpu_eta.forecaster.promapi against local HTTP servers that misbehave like real ones do."""
 
 from __future__ import annotations
 
@@ -16,8 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from demo.prometheus import free_port
-from forecaster.promapi import PromAPIError, PromClient, decode_response, parse_matrix, parse_vector
+from gpu_eta.forecaster.promapi import (
+    PromAPIError,
+    PromClient,
+    decode_response,
+    parse_matrix,
+    parse_vector,
+)
+from gpu_eta.launch.prometheus import free_port
 
 VECTOR = {
     "status": "success",

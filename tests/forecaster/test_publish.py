@@ -1,4 +1,4 @@
-"""forecaster.publish: exposition checked by the real promtool and against docs/metrics.md."""
+"""gpu_eta.forecaster.publish: exposition checked by the real promtool and against docs/metrics.md."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo.prometheus import find_binary
-from forecaster.cycle import ForecastSet, GpuFree, JobForecast
-from forecaster.forecast import Forecast
-from forecaster.publish import ServiceState, make_registry
-from forecaster.runs import Run
+from gpu_eta.forecaster.cycle import ForecastSet, GpuFree, JobForecast
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.publish import ServiceState, make_registry
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.launch.prometheus import find_binary
 
 NOW = 1_700_000_000.0
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

@@ -1,4 +1,4 @@
-"""forecaster.queries: a fixed, small set of well-formed PromQL templates."""
+"""gpu_eta.forecaster.queries: a fixed, small set of well-formed PromQL templates."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from forecaster import queries
+from gpu_eta.forecaster import queries
 
 
 def test_fixed_count_within_budget() -> None:

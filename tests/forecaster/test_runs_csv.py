@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forecaster.runs_csv import RunsCsvError, format_runs, parse_runs, read_runs
+from gpu_eta.forecaster.runs_csv import RunsCsvError, format_runs, parse_runs, read_runs
 from tests.forecaster.estimators.runs_factory import make_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"

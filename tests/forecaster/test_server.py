@@ -1,4 +1,4 @@
-"""forecaster.server: the cycle loop's stale handling and the HTTP endpoints."""
+"""gpu_eta.forecaster.server: the cycle loop's stale handling and the HTTP endpoints."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 
 import requests
 
-from forecaster.cycle import ForecastSet
-from forecaster.promapi import PromAPIError
-from forecaster.publish import ServiceState, make_registry
-from forecaster.server import MetricsServer, Service
+from gpu_eta.forecaster.cycle import ForecastSet
+from gpu_eta.forecaster.promapi import PromAPIError
+from gpu_eta.forecaster.publish import ServiceState, make_registry
+from gpu_eta.forecaster.server import MetricsServer, Service
 
 
 class ScriptedCycle:
@@ -86,9 +86,9 @@ def test_real_cycle_goes_stale_on_a_slow_or_garbage_api_and_recovers(tmp_path) -
     import json
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from forecaster.cycle import Cycle, CycleSettings
-    from forecaster.history import HistoryStore
-    from forecaster.promapi import PromClient
+    from gpu_eta.forecaster.cycle import Cycle, CycleSettings
+    from gpu_eta.forecaster.history import HistoryStore
+    from gpu_eta.forecaster.promapi import PromClient
 
     mode = {"now": "ok"}
     release = threading.Event()

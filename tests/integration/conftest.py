@@ -1,12 +1,12 @@
 """``demo_stack``: the whole demo (real exporters, Prometheus, forecaster) for a session;
-``exporter_factory``: one ``python -m exporter`` subprocess per call, stopped after the test.
+``exporter_factory``: one ``python -m gpu_eta.exporter`` subprocess per call, stopped after the test.
 
 Session-scoped so every integration test that needs a live cluster shares one
 start (~10 s) instead of paying for its own. It is bounded: the stack is stopped at
 the end of the session, or after ``MAX_SECONDS`` at the latest, whichever comes
 first, and every child process is stopped by process group.
 
-The yielded object is ``demo.stack.Stack``: ``.prometheus_url``, ``.nodes`` (each
+The yielded object is ``gpu_eta.demo.stack.Stack``: ``.prometheus_url``, ``.nodes`` (each
 with ``.name`` and ``.target``), ``.forecaster_url``, ``.processes()``, ``.driver``.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from demo.cluster import ClusterConfig
-from demo.stack import Stack, StackConfig
+from gpu_eta.demo.stack import Stack, StackConfig
+from gpu_eta.simulation.cluster import ClusterConfig
 from tests.integration.helpers import Exporter, start_exporter
 
 MAX_SECONDS = 600.0  # hard upper bound on the stack's life, even if the session runs on
@@ -57,7 +57,7 @@ def demo_stack() -> Iterator[Stack]:
 
 @pytest.fixture
 def exporter_factory(tmp_path: Path) -> Iterator[Callable[..., Exporter]]:
-    """``exporter_factory(*args, ready="/healthz")`` starts ``python -m exporter *args``
+    """``exporter_factory(*args, ready="/healthz")`` starts ``python -m gpu_eta.exporter *args``
     on free ports (log in ``tmp_path``); every exporter started is stopped at teardown,
     even when the test fails."""
     started: list[Exporter] = []

@@ -1,10 +1,10 @@
 """Shared by the integration tests: poll for a condition, run the exporter as a process,
 a real PyTorch training script.
 
-One place starts ``python -m exporter`` on free ports and waits until it answers, so
+One place starts ``python -m gpu_eta.exporter`` on free ports and waits until it answers, so
 every test that needs a live exporter starts it the same way the demo does
-(``demo.launcher``: its own process group, output to a log file, an error that ends
-with the log's last lines) and stops it the same way (``demo.prometheus.stop_process``:
+(``gpu_eta.launch.processes``: its own process group, output to a log file, an error that ends
+with the log's last lines) and stops it the same way (``gpu_eta.launch.prometheus.stop_process``:
 SIGTERM, then SIGKILL to the group), whatever it then asserts.
 """
 
@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from demo.launcher import start_http
-from demo.prometheus import free_port, stop_process
+from gpu_eta.launch.processes import start_http
+from gpu_eta.launch.prometheus import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def wait_until(check, timeout: float, interval: float = 0.5, what: str = "condit
 
 @dataclass
 class Exporter:
-    """A running ``python -m exporter``: its process, ports and log file."""
+    """A running ``python -m gpu_eta.exporter``: its process, ports and log file."""
 
     process: subprocess.Popen
     port: int
@@ -64,15 +64,15 @@ class Exporter:
 def start_exporter(
     log_path: Path, *args: str, ready: str = "/healthz", timeout: float = 60.0
 ) -> Exporter:
-    """Start ``python -m exporter *args`` on two free loopback ports; return once
-    ``ready`` (a path on the web port) answers 2xx. ``demo.launcher.LaunchError`` (with
+    """Start ``python -m gpu_eta.exporter *args`` on two free loopback ports; return once
+    ``ready`` (a path on the web port) answers 2xx. ``gpu_eta.launch.processes.LaunchError`` (with
     the log's last lines) if it exits or is not ready in ``timeout`` seconds, leaving
     nothing running."""
     port, progress_port = free_port(), free_port()
     cmd = [
         sys.executable,
         "-m",
-        "exporter",
+        "gpu_eta.exporter",
         *args,
         "--web.listen-address",
         f"127.0.0.1:{port}",
@@ -87,7 +87,7 @@ def start_exporter(
 _TRAINING = """
 import time, torch
 from torch import nn
-from exporter.report import start
+from gpu_eta_report import start
 torch.manual_seed(0)
 x = torch.randn({samples}, 16); y = (x.sum(1, keepdim=True) > 0).float()
 model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
@@ -109,7 +109,7 @@ print(r.stats)
 
 def training_script(*, samples: int, epochs: int, pause_seconds: float) -> str:
     """Source for ``python -c``: a real PyTorch CPU training loop (an MLP, batches of 64)
-    that reports through ``exporter.report`` like a user's job, every step (thinned by the
+    that reports through ``gpu_eta_report`` like a user's job, every step (thinned by the
     client) and every epoch, then prints the client's stats. It pauses ``pause_seconds``
     after each epoch so that a Prometheus scraping every second sees each one."""
     return _TRAINING.format(samples=samples, epochs=epochs, pause_seconds=pause_seconds)

@@ -37,9 +37,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from demo.prometheus import PrometheusServer, start_prometheus
-from exporter.config import COLLECTORS
-from forecaster.promapi import PromClient, Sample
+from gpu_eta.exporter.config import COLLECTORS
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.series import Sample
+from gpu_eta.launch.prometheus import PrometheusServer, start_prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +119,7 @@ def interpolate(expr: str, values: dict[str, str]) -> str:
 @dataclass(frozen=True)
 class PromAt:
     """A Prometheus queried at one evaluation time (the end of its data), through the
-    project's own client (``forecaster.promapi``), as the forecaster and top query it."""
+    project's own client (``gpu_eta.forecaster.promapi``), as the forecaster and top query it."""
 
     client: PromClient
     at: float

@@ -22,7 +22,7 @@ import pytest
 import requests
 import yaml
 
-from forecaster import top
+from gpu_eta.forecaster import top
 from tests.integration.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -150,7 +150,7 @@ def test_forecaster_series_for_every_running_training_job(demo_stack) -> None:
 def test_jobs_running_before_the_demo_started_have_history_and_forecasts(demo_stack) -> None:
     """Warm start: jobs that began before the anchor are backfilled as the live series
     (same labels, job and instance included) and get forecasts from the first cycles."""
-    from demo.driver import log_run_id
+    from gpu_eta.simulation.driver import log_run_id
 
     prom = demo_stack.prometheus
     anchor = demo_stack.anchor
@@ -314,7 +314,7 @@ def test_readme_command_with_seconds_exits_0_and_leaves_nothing() -> None:
 
 
 def test_sigterm_stops_everything() -> None:
-    cmd = [sys.executable, "-m", "demo", *SMALL, "--quiet"]
+    cmd = [sys.executable, "-m", "gpu_eta.demo", *SMALL, "--quiet"]
     proc, reader, children = _run_and_watch(cmd)
     try:
         assert "gpu-eta demo running" in reader.text, reader.text[-3000:]

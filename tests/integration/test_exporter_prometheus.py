@@ -1,4 +1,4 @@
-"""A real Prometheus scrapes ``python -m exporter --simulate`` over HTTP.
+"""A real Prometheus scrapes ``python -m gpu_eta.exporter --simulate`` over HTTP.
 
 The exporter runs as a subprocess on free ports, exactly as an operator would run
 it; Prometheus (the Debian package) scrapes it every second and the assertions go
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from demo.driver import post_progress
-from demo.prometheus import ScrapeJob, promtool
-from exporter.scenario import default_scenario
+from gpu_eta.exporter.scenario import default_scenario
+from gpu_eta.launch.prometheus import ScrapeJob, promtool
+from gpu_eta.simulation.driver import post_progress
 from tests.integration.helpers import Exporter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -2,8 +2,8 @@
 
 History and running jobs are written as OpenMetrics following docs/metrics.md and
 turned into TSDB blocks by the real ``promtool tsdb create-blocks-from
-openmetrics``. Then: ``python -m forecaster serve`` is scraped by that Prometheus
-(and survives Prometheus going away and coming back); ``python -m forecaster
+openmetrics``. Then: ``python -m gpu_eta.forecaster serve`` is scraped by that Prometheus
+(and survives Prometheus going away and coming back); ``python -m gpu_eta.forecaster
 once`` pushes to a real Pushgateway that Prometheus scrapes; and an in-process
 cycle checks what is reconstructed from the real query answers.
 """
@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from demo.launcher import log_tail, spawn, start_http
-from demo.prometheus import ScrapeJob, find_binary, free_port, stop_process
-from forecaster import queries
-from forecaster.cycle import Cycle, CycleSettings
-from forecaster.history import HistoryStore
-from forecaster.promapi import PromClient
+from gpu_eta.forecaster import queries
+from gpu_eta.forecaster.cycle import Cycle, CycleSettings
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.launch.processes import log_tail, spawn, start_http
+from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port, stop_process
 from tests.integration.helpers import training_script, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -203,7 +203,7 @@ def backfill(tmp_path: Path) -> tuple[Path, float]:
 
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen]]:
-    """Processes a test started (``demo.launcher``, each in its own session): all stopped
+    """Processes a test started (``gpu_eta.launch.processes``, each in its own session): all stopped
     with their process groups afterwards, whatever happened, the last started first."""
     started: list[subprocess.Popen] = []
     try:
@@ -230,7 +230,7 @@ def scrape_text(url: str) -> str:
 
 def serve_cmd(prom_url: str, port: int, db: Path) -> list[str]:
     return [
-        sys.executable, "-m", "forecaster", "serve",
+        sys.executable, "-m", "gpu_eta.forecaster", "serve",
         "--prometheus.url", prom_url,
         "--prometheus.timeout", "5",
         "--prometheus.retries", "0",
@@ -346,7 +346,7 @@ def test_once_pushes_through_a_real_pushgateway(
         [ScrapeJob("pushgateway", [f"127.0.0.1:{gport}"])], backfill_files=[om]
     )
     cmd = [
-        sys.executable, "-m", "forecaster", "once",
+        sys.executable, "-m", "gpu_eta.forecaster", "once",
         "--prometheus.url", prom.url,
         "--pushgateway.url", gw,
         "--history.db", str(tmp_path / "h.sqlite"),
@@ -514,9 +514,9 @@ def test_seeded_runs_are_not_stored_again_from_their_backfilled_series(
     The CSV's runs have no pod; the series do. Keying by pod must not turn each seeded
     run into a second, live-recorded copy.
     """
-    from demo.backfill import simulate_history, write_history
-    from demo.cluster import ClusterConfig
-    from forecaster.runs_csv import read_runs
+    from gpu_eta.forecaster.runs_csv import read_runs
+    from gpu_eta.simulation.backfill import simulate_history, write_history
+    from gpu_eta.simulation.cluster import ClusterConfig
 
     now = time.time()
     history = simulate_history(ClusterConfig(seed=2), now - 400, 3 * 3600, jobs=40)

@@ -1,6 +1,6 @@
 """End to end: real PyTorch training → client → exporter (simulated node) → Prometheus.
 
-The exporter runs as ``python -m exporter --simulate`` on free ports; two simulated
+The exporter runs as ``python -m gpu_eta.exporter --simulate`` on free ports; two simulated
 pods have loopback IPs. A real CPU training loop, bound to pod A's address, reports
 with the plain client API; a real Prometheus scrapes the exporter and must see the
 epochs advance to the end. Pod B posts a report that names pod A: it lands in B.
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from demo.prometheus import ScrapeJob
+from gpu_eta.launch.prometheus import ScrapeJob
 from tests.integration.helpers import training_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch, pytest.mark.slow]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from demo.prometheus import promtool
+from gpu_eta.launch.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"

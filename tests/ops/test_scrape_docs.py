@@ -19,7 +19,7 @@ import pytest
 import requests
 import yaml
 
-from demo.prometheus import promtool
+from gpu_eta.launch.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "scrape-tuning.md"

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors import CollectorError
-from exporter.collectors.hostmemory import (
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors.hostmemory import (
     CgroupHostMemory,
     parse_memory_stat,
     working_set_bytes,
 )
-from exporter.readings import HostMemory, PodMeta
+from gpu_eta.exporter.readings import HostMemory, PodMeta
 
 CGROUP = Path(__file__).resolve().parents[2] / "fixtures" / "cgroup"
 META = json.loads((CGROUP / "expected.json").read_text())
@@ -82,7 +82,7 @@ def test_proc_paths_relative_to_a_cgroup_namespace_are_not_followed(tmp_path: Pa
 def test_malformed_and_missing_containers_are_skipped_with_a_debug_log(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="exporter.collectors.hostmemory")
+    caplog.set_level(logging.DEBUG, logger="gpu_eta.exporter.collectors.hostmemory")
     source = CgroupHostMemory(str(CGROUP / "v2-systemd"), str(EMPTY_PROC))
     unknown = PodMeta(
         "ml", "ghost", "00000000-0000-4000-8000-000000000000", container_ids={"main": "f" * 64}

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.collectors import CollectorError
-from exporter.collectors.kube import (
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors.kube import (
     KubePodSource,
     PodObjectError,
     job_deadline_from_object,
@@ -22,11 +22,11 @@ from exporter.collectors.kube import (
     parse_deadline,
     pod_meta_from_object,
 )
-from exporter.exposition import SnapshotCollector
-from exporter.readings import Snapshot
-from exporter.scheduler import Scheduler, Sources
-from exporter.snapshot import SnapshotHolder
-from tests.exporter.kubeapi import FakeKubeAPI, make_job, make_pod
+from gpu_eta.exporter.exposition import SnapshotCollector
+from gpu_eta.exporter.readings import Snapshot
+from gpu_eta.exporter.scheduler import Scheduler, Sources
+from gpu_eta.exporter.snapshot import SnapshotHolder
+from tests.support.kubeapi import FakeKubeAPI, make_job, make_pod
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kube"
 NODE = "node-a"
@@ -105,7 +105,7 @@ def test_pod_meta_from_a_real_training_pod() -> None:
 def test_invalid_deadline_annotation_is_ignored_with_a_debug_log(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="exporter.collectors.kube")
+    caplog.set_level(logging.DEBUG, logger="gpu_eta.exporter.collectors.kube")
     meta = pod_meta_from_object(json.loads((FIXTURES / "pod-notebook.json").read_text()))
     assert meta.deadline_timestamp is None
     assert meta.container_ids == {
@@ -460,7 +460,7 @@ def test_forbidden_or_missing_jobs_leave_the_pod_deadline_and_log_once(
         pod = make_pod(f"p{n}", "ml", uid=uid(n), owner=("Job", job))
         pod["metadata"]["ownerReferences"][0]["uid"] = uid(100 + n)
         api.add_pod(pod)
-    with caplog.at_level(logging.WARNING, logger="exporter.collectors.kube"):
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.exporter.collectors.kube"):
         src = source_factory(api.url)
         wait_for(lambda: len(src.poll()) == 3)
     assert {p.name: p.deadline_timestamp for p in src.poll()} == {
@@ -494,7 +494,7 @@ def test_an_unreachable_jobs_api_is_not_asked_once_per_job(caplog) -> None:
     src = KubePodSource(NODE, api_url="http://127.0.0.1:9")  # not started: no thread
     src._batch = Unreachable()
     pods = [make_pod(f"p{n}", "ml", uid=uid(n), owner=("Job", f"j{n}")) for n in range(5)]
-    with caplog.at_level(logging.WARNING, logger="exporter.collectors.kube"):
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.exporter.collectors.kube"):
         metas = [src._with_job_deadline(pod_meta_from_object(p), p, set()) for p in pods]
     assert [m.deadline_timestamp for m in metas] == [None] * 5
     assert Unreachable.calls == 1  # then paused: a relist does not wait 5 timeouts

@@ -1,4 +1,4 @@
-"""exporter.collectors.logs: following CRI log files (rotation, truncation, bounds)."""
+"""gpu_eta.exporter.collectors.logs: following CRI log files (rotation, truncation, bounds)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.collectors.logs import LogProgressCollector, parse_cri_timestamp
-from exporter.progress_store import ProgressStore
-from exporter.readings import PodMeta
+from gpu_eta.exporter.collectors.logs import LogProgressCollector, parse_cri_timestamp
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 POD = PodMeta("ml", "train-1", "0c7c6a2e-uid", ip="127.0.0.2")

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pynvml as real
 import pytest
 
-from exporter.collectors import CollectorError
-from exporter.collectors.nvml import NO_NVML_MESSAGE, NvmlGpuSource, NvmlUnavailable
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors.nvml import NO_NVML_MESSAGE, NvmlGpuSource, NvmlUnavailable
 
 GIB = 2**30
 

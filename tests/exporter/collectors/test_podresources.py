@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors import CollectorError
-from exporter.collectors.podresources import PodResourcesSource
-from exporter.readings import Allocation
-from tests.exporter.podresources_server import PodResourcesServer
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors.podresources import PodResourcesSource
+from gpu_eta.exporter.readings import Allocation
+from tests.support.podresources_server import PodResourcesServer
 
 UUID0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
 UUID1 = "GPU-0a1b2c3d-1111-4000-8000-000000000001"

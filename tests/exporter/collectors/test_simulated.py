@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors.simulated import SimulatedNode
-from exporter.scenario import ScenarioError
+from gpu_eta.exporter.collectors.simulated import SimulatedNode
+from gpu_eta.exporter.scenario import ScenarioError
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "scenarios" / "small.yaml"
 GIB = 2**30

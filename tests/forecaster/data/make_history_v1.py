@@ -15,13 +15,13 @@ import sys
 import types
 from pathlib import Path
 
-from forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run
 
 SCHEMA_1_COMMIT = "00cfa04"
 
 
 def load_schema_1() -> types.ModuleType:
-    """``forecaster.history`` as it was at ``SCHEMA_1_COMMIT``."""
+    """``gpu_eta.forecaster.history`` as it was at ``SCHEMA_1_COMMIT``."""
     source = subprocess.run(
         ["git", "show", f"{SCHEMA_1_COMMIT}:forecaster/history.py"],
         check=True,

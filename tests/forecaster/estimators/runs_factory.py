@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run
 
 
 def make_run(

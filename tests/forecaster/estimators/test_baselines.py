@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tqdm.std import EMA
 
-from forecaster.estimators import InsufficientData
-from forecaster.estimators.baselines import (
+from gpu_eta.forecaster.estimators import InsufficientData
+from gpu_eta.forecaster.estimators.baselines import (
     CumulativeMean,
     HistoryMatch,
     KerasMean,

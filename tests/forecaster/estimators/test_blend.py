@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from forecaster.estimators.blend import BlendEstimator, combine
+from gpu_eta.forecaster.estimators.blend import BlendEstimator, combine
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 
@@ -37,7 +37,7 @@ def test_method_names() -> None:
 def test_a_prior_standing_alone_keeps_its_own_spread() -> None:
     """A tuned multiplier > 1 weighs the prior less against a rate; with no rate it
     must not inflate the prior's interval (it once gave P90/P50 ≈ 300 in the demo)."""
-    from forecaster.estimators.blend import Components, combine_many
+    from gpu_eta.forecaster.estimators.blend import Components, combine_many
 
     alone = Components(
         prior_center=5.0,
@@ -61,7 +61,7 @@ def test_a_measured_mix_sets_a_job_priors_weight_in_both_paths() -> None:
     scalar and the vectorised paths agree, and the interval's sigma is unchanged."""
     import math
 
-    from forecaster.estimators.blend import Components, combine_many
+    from gpu_eta.forecaster.estimators.blend import Components, combine_many
 
     def part(level: str, mix: float | None) -> Components:
         return Components(

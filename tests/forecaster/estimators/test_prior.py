@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from forecaster.estimators import DEFAULT_EPOCH_SECONDS
-from forecaster.estimators.prior import PriorEstimator
+from gpu_eta.forecaster.estimators import DEFAULT_EPOCH_SECONDS
+from gpu_eta.forecaster.estimators.prior import PriorEstimator
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 
@@ -116,7 +116,7 @@ def test_gradient_boosting_pooled_model_learns_a_non_linear_effect() -> None:
 
 
 def test_unknown_pooled_model_is_a_clear_error() -> None:
-    from forecaster.runs import ForecasterError
+    from gpu_eta.forecaster.errors import ForecasterError
 
     with pytest.raises(ForecasterError, match="pooled must be one of"):
         PriorEstimator(pooled="magic").fit([])

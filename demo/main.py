@@ -1,0 +1,315 @@
+"""``python -m gpu_eta.demo`` / ``./demo.sh``: flags, start the stack, print where to look, stop.
+
+Exit codes: 0 done (``--seconds`` elapsed, or Ctrl-C/SIGTERM), 1 a part failed to
+start or died, 2 bad flags. Errors are one line on stderr (``--debug`` for
+tracebacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpu_eta.common.durations import duration_seconds
+from gpu_eta.demo.stack import Stack, StackConfig, StackError
+from gpu_eta.launch.prometheus import PrometheusNotInstalled
+from gpu_eta.simulation.cluster import ClusterConfig, ClusterConfigError
+
+SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
+
+
+def scrape_interval(text: str) -> str:
+    """``--scrape-interval``: a Prometheus duration from 1s to 1m, returned as given.
+
+    Checked here so a typo is a usage error (exit 2) and not Prometheus' config error
+    after the history was simulated (exit 1); 0s would make Prometheus refuse its
+    config, and the demo's exporters and forecaster move every few seconds, so an
+    interval past a minute shows nothing moving.
+    """
+    seconds = duration_seconds(text)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 2s, 1500ms or 1m")
+    low, high = SCRAPE_INTERVAL_RANGE
+    if not low <= seconds <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 1s and 1m")
+    return text.strip()
+
+
+def workdir_problem(path: Path) -> str | None:
+    """Why ``--workdir`` cannot hold the demo's files, or None when it can.
+
+    Creates the directory (as the demo would) and checks it is writable, so an
+    unusable path is one line and exit 2 before anything starts.
+    """
+    if path.exists() and not path.is_dir():
+        return f"--workdir {path}: not a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return f"--workdir {path}: cannot create it ({err.strerror or err})"
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        return f"--workdir {path}: not writable ({err.strerror or err})"
+    return None
+
+
+def torch_missing() -> bool:
+    """True when PyTorch cannot be imported by the interpreter that runs the trainers."""
+    return importlib.util.find_spec("torch") is None
+
+
+class _Terminated(Exception):
+    """SIGTERM or SIGHUP arrived: unwind through ``Stack.__exit__`` like Ctrl-C does."""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m gpu_eta.demo",
+        description=(
+            "A simulated GPU cluster (real exporters on simulated nodes), a real Prometheus "
+            "with days of backfilled history, the real forecaster and `top`, all on "
+            "127.0.0.1. Ctrl-C stops everything."
+        ),
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="run N seconds, print a final top snapshot, exit 0",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the whole simulation (default 0)")
+    p.add_argument("--nodes", type=int, default=3, help="simulated nodes (default 3)")
+    p.add_argument("--gpus-min", type=int, default=4, help="fewest GPUs per node (default 4)")
+    p.add_argument("--gpus-max", type=int, default=8, help="most GPUs per node (default 8)")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=20.0,
+        help="simulated seconds per wall second: 20 turns 4-minute epochs into 12 s (default 20)",
+    )
+    p.add_argument(
+        "--arrival-seconds",
+        type=float,
+        default=200.0,
+        help="mean simulated seconds between job arrivals (default 200)",
+    )
+    p.add_argument(
+        "--warm-start",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help=(
+            "wall seconds the cluster already ran before the demo starts: jobs at every "
+            "stage, their earlier epochs backfilled (default 600; 0: start empty)"
+        ),
+    )
+    p.add_argument(
+        "--history-days", type=float, default=1.0, help="days of backfilled history (0: none)"
+    )
+    p.add_argument(
+        "--history-jobs", type=int, default=1000, help="about this many jobs in that history"
+    )
+    p.add_argument(
+        "--prometheus-port", type=int, default=9090, help="Prometheus port if free (default 9090)"
+    )
+    p.add_argument(
+        "--forecaster-port", type=int, default=9844, help="forecaster port if free (default 9844)"
+    )
+    p.add_argument(
+        "--scrape-interval",
+        type=scrape_interval,
+        default="2s",
+        help="Prometheus scrape interval, 1s to 1m (default 2s)",
+    )
+    p.add_argument(
+        "--real-training",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        help="add N (default 1, at most 2) real PyTorch CPU training runs reporting like user jobs",
+    )
+    p.add_argument(
+        "--workdir", type=Path, default=None, help="keep files here (default: a temp dir, removed)"
+    )
+    p.add_argument(
+        "--refresh", type=float, default=5.0, help="seconds between top refreshes (default 5)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no live top view, just wait")
+    p.add_argument("--debug", action="store_true", help="tracebacks on errors")
+    args = p.parse_args(argv)
+    if args.seconds is not None and args.seconds <= 0:
+        p.error("--seconds must be > 0")
+    if not 0 <= args.real_training <= 2:
+        p.error("--real-training takes 1 or 2")
+    if args.history_days < 0 or args.history_jobs < 1:
+        p.error("--history-days must be >= 0 and --history-jobs >= 1")
+    if not (math.isfinite(args.refresh) and args.refresh > 0):
+        p.error("--refresh must be a number of seconds > 0")
+    for flag, port in (
+        ("--prometheus-port", args.prometheus_port),
+        ("--forecaster-port", args.forecaster_port),
+    ):
+        if not 0 <= port <= 65535:
+            p.error(f"{flag} must be 0 (any free port) to 65535")
+    return args
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+class _LiveTop:
+    """``top`` refreshing in place under the demo's banner (rich's Live), on a terminal only."""
+
+    def __init__(self, url: str, refresh_seconds: float, enabled: bool):
+        self.url = url
+        self.refresh_seconds = refresh_seconds
+        self.enabled = enabled
+        self._live = None
+        self._next = time.monotonic() + min(refresh_seconds, 10.0)
+
+    def __enter__(self) -> _LiveTop:
+        if self.enabled:
+            from rich.live import Live
+            from rich.text import Text
+
+            self._live = Live(Text("waiting for the first forecasts…"), auto_refresh=False)
+            self._live.start()
+        return self
+
+    def maybe_refresh(self) -> None:
+        if self._live is None or time.monotonic() < self._next:
+            return
+        from gpu_eta.forecaster import top
+
+        view = top.fetch_view(self.url, keep_errors=True)
+        self._live.update(top.render_rich(view, _local_tz()), refresh=True)
+        self._next = time.monotonic() + self.refresh_seconds
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _local_tz():
+    from datetime import datetime
+
+    return datetime.now().astimezone().tzinfo
+
+
+def _top(url: str, plain: bool) -> None:
+    from gpu_eta.forecaster import top
+
+    argv = ["--prometheus.url", url, "--once"]
+    if plain:
+        argv.append("--plain")
+    top.main(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo (see the module docstring for exit codes)."""
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.real_training and torch_missing():
+        print(
+            "gpu-eta demo: --real-training needs PyTorch, which this Python cannot import "
+            f"({sys.executable}); install it (pip install torch) or drop the flag",
+            file=sys.stderr,
+        )
+        return 2
+    if args.workdir is not None and (problem := workdir_problem(args.workdir)):
+        print(f"gpu-eta demo: {problem}", file=sys.stderr)
+        return 2
+    try:
+        cluster = ClusterConfig(
+            nodes=args.nodes,
+            gpus_min=args.gpus_min,
+            gpus_max=args.gpus_max,
+            seed=args.seed,
+            time_scale=args.time_scale,
+            arrival_seconds=args.arrival_seconds,
+            warm_start_seconds=args.warm_start,
+        )
+    except ClusterConfigError as err:
+        print(f"gpu-eta demo: {err}", file=sys.stderr)
+        return 2
+    config = StackConfig(
+        cluster=cluster,
+        history_days=args.history_days,
+        history_jobs=args.history_jobs,
+        prometheus_port=args.prometheus_port,
+        forecaster_port=args.forecaster_port,
+        scrape_interval=args.scrape_interval,
+        real_training=args.real_training,
+        workdir=args.workdir,
+    )
+    previous = {sig: signal.signal(sig, _on_sigterm) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    stack = Stack(config)
+    try:
+        with stack:
+            print(
+                f"\ngpu-eta demo running: {len(stack.nodes)} simulated nodes, "
+                f"{sum(len(n.spec.gpus) for n in stack.nodes)} GPUs, seed {args.seed}\n"
+                f"  Prometheus UI:  {stack.prometheus_url}/graph\n"
+                f"  alerts:         {stack.prometheus_url}/alerts\n"
+                f"  forecaster:     {stack.forecaster_url}/metrics\n"
+                + "".join(f"  exporter {n.name}: http://{n.target}/metrics\n" for n in stack.nodes)
+                + f"  top:            python3 -m gpu_eta.forecaster top --prometheus.url {stack.prometheus_url}\n"
+                + ("  Ctrl-C stops everything.\n" if args.seconds is None else ""),
+                flush=True,
+            )
+            deadline = None if args.seconds is None else time.monotonic() + args.seconds
+            live = sys.stdout.isatty() and not args.quiet and args.seconds is None
+            with _LiveTop(stack.prometheus_url, args.refresh, enabled=live) as view:
+                while deadline is None or time.monotonic() < deadline:
+                    dead = stack.poll()
+                    if dead:
+                        view.close()
+                        print(
+                            f"gpu-eta demo: stopped: {', '.join(dead)} exited unexpectedly "
+                            f"(logs in {stack.workdir}/logs)",
+                            file=sys.stderr,
+                        )
+                        return 1
+                    view.maybe_refresh()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    time.sleep(0.5 if left is None else max(0.0, min(0.5, left)))
+            print("final top snapshot:", flush=True)
+            _top(stack.prometheus_url, plain=not sys.stdout.isatty())
+            d = stack.driver.stats if stack.driver else None
+            if d is not None:
+                print(
+                    f"gpu-eta demo: epochs completed: {d.epochs}, jobs finished: {d.finished}, "
+                    f"cancelled: {d.cancelled}; progress POSTs accepted: {d.reports_sent}, "
+                    f"failed: {d.reports_failed}; log lines written: {d.log_lines}",
+                    file=sys.stderr,
+                )
+        return 0
+    except (KeyboardInterrupt, _Terminated):
+        print("\ngpu-eta demo: stopping…", file=sys.stderr)
+        stack.stop()
+        return 0
+    except (StackError, PrometheusNotInstalled, ClusterConfigError) as err:
+        if args.debug:
+            raise
+        print(f"gpu-eta demo: {err}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,465 @@
+"""``EtaModel``: the one object the service and ``evaluate`` use — blend + calibration.
+
+Why a facade: the service (H5) needs ``fit(history)`` once per cycle and
+``predict(run, now)`` per running job, plus the measured quality it publishes; it
+should not know there is a prior, a rate and a calibrator inside.
+
+``fit`` (budget: well under a second or two on 50,000 runs) does three things:
+
+1. fits the blend's prior (``estimators/prior.py``; regression on the most recent
+   ``max_regression_runs``, job groups capped at ``max_job_runs``);
+2. replays the most recent ``max_calibration_runs`` completed runs at each progress
+   point (start, and the last epoch seen at 10/25/50/75 %), their job prior built only
+   from runs that ended before that moment (temporal), and collects normalised
+   residuals of the raw estimate against the truth;
+3. fits split-conformal z quantiles per bin on them (``calibration.py``) and
+   measures leave-later-out quality, ``quality_`` (and ``tails_``, the shares below
+   P10 and above P90); a bin whose measured coverage falls short of the target has
+   each tail's level moved by that tail's excess misses (once, ``_levels``), and
+   ``quality_`` is re-measured with them.
+
+``predict`` is then pure arithmetic per run (≈ 0.1 ms): raw estimate → calibrated
+quantiles → shifted to ``now`` (time since the last epoch end counts, never into
+the past) or, for a stalled run, held and widened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu_eta.forecaster.calibration import (
+    POINTS,
+    SIGMA_POWER,
+    Calibrator,
+    Level,
+    Residual,
+    measure_tails,
+    progress_point,
+    tails,
+)
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators import NotFittedError
+from gpu_eta.forecaster.estimators.blend import (
+    BlendEstimator,
+    Components,
+    RawEstimate,
+    blend_forecast,
+    combine_many,
+)
+from gpu_eta.forecaster.estimators.rate import weighted_median
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Run
+
+
+def truncate(run: Run, point: float) -> Run:
+    """``run`` as it looked at its last epoch end at or before ``point`` of its plan."""
+    limit = point * run.epochs_planned + 1e-9
+    times = tuple(et for et in run.epoch_times if et[0] <= limit)
+    return dataclasses.replace(run, epoch_times=times, completed=None)
+
+
+PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
+DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
+PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
+MAX_MIX_CUTS = 32  # epoch ends per past run used to measure a job prior's weight
+MIX_BUDGET = 1000  # ... and in all (~0.15 ms each: ~0.15 s of a fit)
+MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full sample
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    """A past run truncated at a point: the raw parts and the true log remaining."""
+
+    point: float
+    parts: tuple[Components, ...]  # one per Huber constant of EtaModel._huber_grid()
+    actual: float
+    timestamp: float
+
+
+class EtaModel:
+    """gpu-eta's forecaster: precision-weighted prior + own rate, conformally calibrated."""
+
+    def __init__(
+        self,
+        random_state: int | None = None,
+        coverage: float = 0.8,
+        max_calibration_runs: int = 300,
+        max_regression_runs: int = 5000,
+        max_job_runs: int = 50,
+        min_samples: int = 8,
+        min_tune_samples: int = 20,
+        drift: float = 0.1,
+        prior_scale: float = 8.0,
+        job_prior_scale: float = 1.0,
+        shift_prior: float = 20.0,
+        tune_margin: float = 0.1,
+        half_life_ratio: float = 0.25,
+        huber_c: float = 2.0,
+        pooled: str = "rlm",
+        tail_levels: str = "per_tail",
+        sigma_power: float = SIGMA_POWER,
+        measured_mix: bool = True,
+        min_mix_samples: int = 12,
+    ) -> None:
+        self.random_state = random_state
+        self.coverage = coverage
+        self.max_calibration_runs = max_calibration_runs
+        self.max_regression_runs = max_regression_runs
+        self.max_job_runs = max_job_runs
+        self.min_samples = min_samples
+        self.min_tune_samples = min_tune_samples
+        self.drift = drift
+        self.prior_scale = prior_scale
+        self.job_prior_scale = job_prior_scale
+        self.shift_prior = shift_prior
+        self.tune_margin = tune_margin
+        self.half_life_ratio = half_life_ratio
+        self.huber_c = huber_c
+        self.pooled = pooled
+        if tail_levels not in ("per_tail", "symmetric"):
+            raise ForecasterError(
+                f"tail_levels must be 'per_tail' or 'symmetric', got {tail_levels!r}"
+            )
+        self.tail_levels = tail_levels
+        self.sigma_power = sigma_power
+        self.measured_mix = measured_mix
+        self.min_mix_samples = min_mix_samples
+
+    def fit(self, history: Sequence[Run]) -> EtaModel:
+        """Learn from finished runs (``completed`` True or False); returns ``self``."""
+        blend = BlendEstimator(
+            half_life_ratio=self.half_life_ratio,
+            huber_c=self.huber_c,
+            max_regression_runs=self.max_regression_runs,
+            max_job_runs=self.max_job_runs,
+            pooled=self.pooled,
+            random_state=self.random_state,
+        ).fit(history)
+        samples = self._samples(blend, history)
+        self.rate_floor_, self.prior_floor_ = self._floors(samples)
+        samples = [
+            dataclasses.replace(s, parts=tuple(self._floored(c, s.point) for c in s.parts))
+            for s in samples
+        ]
+        self.weights_ = self._tune(samples)
+        self.mix_: dict[float, float] = {}
+        if self.measured_mix:
+            self.mix_ = self._mixes(blend, history, self.weights_)
+            samples = [
+                dataclasses.replace(
+                    s,
+                    parts=tuple(
+                        dataclasses.replace(c, prior_mix=self.mix_.get(s.point)) for c in s.parts
+                    ),
+                )
+                for s in samples
+            ]
+        residuals = self._residuals(samples, self.weights_)
+        self.blend_ = blend
+        measure = functools.partial(
+            measure_tails,
+            residuals,
+            coverage=self.coverage,
+            min_samples=self.min_samples,
+            shift_prior=self.shift_prior,
+            power=self.sigma_power,
+        )
+        measured = measure()
+        self.levels_ = self._levels(measured)
+        if self.levels_:
+            measured = measure(levels=self.levels_)
+        quality = {p: (err, cov) for p, (err, cov, _lo, _hi) in measured.items()}
+        self.tails_ = {p: (lo, hi) for p, (_err, _cov, lo, hi) in measured.items()}
+        self.calibrator_ = Calibrator(
+            coverage=self.coverage,
+            min_samples=self.min_samples,
+            shift_prior=self.shift_prior,
+            power=self.sigma_power,
+        ).fit(residuals, self.levels_)
+        self.quality_: Mapping[float, tuple[float, float]] = quality
+        self.n_residuals_ = len(residuals)
+        self.n_samples_by_point_ = {p: sum(1 for r in residuals if r.point == p) for p in POINTS}
+        self.n_history_ = len(history)
+        return self
+
+    def _levels(self, measured: Mapping[float, tuple[float, float, float, float]]) -> dict:
+        """Nominal levels for bins whose measured (leave-later-out) intervals miss.
+
+        Drift makes the past a little too optimistic, so a bin whose measured
+        coverage falls short gets its level raised by the shortfall, once (a
+        one-step adaptive conformal inference). ``tail_levels="symmetric"`` raises
+        the central coverage (both tails move alike, capped at 0.95);
+        ``"per_tail"`` moves each bound by its own tail's excess misses (each tail
+        capped at 0.025), because on a shared machine the misses are one-sided: a
+        neighbour arriving makes runs longer than predicted, never shorter.
+        """
+        levels: dict[float, Level] = {}
+        q_lo0, q_hi0 = tails(self.coverage)
+        for p, (_err, cov, below, above) in measured.items():
+            if not (math.isfinite(cov) and cov < self.coverage):
+                continue
+            if self.tail_levels == "symmetric":
+                levels[p] = min(0.95, self.coverage + (self.coverage - cov))
+            else:
+                q_lo = max(0.025, q_lo0 - max(0.0, below - q_lo0))
+                q_hi = min(0.975, q_hi0 + max(0.0, above - (1.0 - q_hi0)))
+                levels[p] = (q_lo, q_hi)
+        return levels
+
+    def _samples(self, blend: BlendEstimator, history: Sequence[Run]) -> list[_Sample]:
+        """Replay recent completed runs at each point; job prior from earlier runs only."""
+        done = [r for r in history if r.completed is True and len(r.epoch_times) >= 2]
+        done.sort(key=lambda r: r.last_timestamp)
+        done = done[-self.max_calibration_runs :] if self.max_calibration_runs > 0 else []
+        out: list[_Sample] = []
+        for run in done:
+            end = run.last_timestamp
+            seen: set[int] = set()
+            for point in POINTS:
+                part = truncate(run, point)
+                n_seen = len(part.epoch_times)
+                if n_seen in seen or n_seen == len(run.epoch_times):
+                    continue
+                seen.add(n_seen)
+                truth = end - part.last_timestamp
+                if truth <= 0:
+                    continue
+                out.append(
+                    _Sample(
+                        point=progress_point(part.progress_ratio),
+                        parts=blend.components_for(part, part.last_timestamp, self._huber_grid()),
+                        actual=math.log(truth),
+                        timestamp=part.last_timestamp,
+                    )
+                )
+        return out
+
+    def _floors(self, samples: Sequence[_Sample]) -> tuple[dict[float, float], dict[float, float]]:
+        """The measured error of the run's own rate, and of a same-job prior, per point.
+
+        Why: how much the epochs seen say about the epochs to come is a property of
+        the cluster — a quiet dedicated GPU repeats its epochs within a few %, a
+        shared node sees neighbours arrive and leave, so a run's early speed says
+        little about its end, and an earlier run of the same job says more. The
+        rate's model sigma knows only the run's own scatter and the prior's only
+        how whole runs repeat, so the blend trusted the rate too much exactly where
+        the job's history knew better (shared-machine runs at 10–50 %). Both are
+        measured here on the same replayed past runs, with the same robust spread
+        (1.4826·MAD of log remaining minus the truth, about its median: the bias is
+        calibration's job), and become floors of the two sigmas at that point, so
+        the precision weights rest on measured errors. None at a point until both
+        have ``min_samples`` samples there. Like the pooled regression they are fitted on all replayed runs (a
+        small, documented in-sample leak in ``quality_``).
+        """
+        rate: dict[float, float] = {}
+        prior: dict[float, float] = {}
+        for point in POINTS[1:]:
+            r_err, p_err = [], []
+            for s in samples:
+                c = s.parts[0]
+                if s.point != point or c.rate is None:
+                    continue
+                r_err.append(c.rate_center - s.actual)
+                if c.prior_level == "job_batch":
+                    p_err.append(c.prior_center - s.actual)
+            # both or neither: a measured floor on one side only would tilt the
+            # weights by what happens to be measured (the rate's error includes the
+            # run's unknowable future, a prior's model sigma does not)
+            if min(len(r_err), len(p_err)) >= self.min_samples:
+                for errs, out in ((r_err, rate), (p_err, prior)):
+                    arr = np.asarray(errs)
+                    out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
+        return rate, prior
+
+    def _floored(self, c: Components, point: float, mix: float | None = None) -> Components:
+        """``c`` with this model's measured floors at ``point`` and a prior weight ``mix``
+        (None: precision weights). The mix is passed, not read from ``self.mix_``: during
+        a refit ``self.mix_`` still holds the previous fit's weights."""
+        return dataclasses.replace(
+            c,
+            rate_floor=self.rate_floor_.get(point, 0.0),
+            prior_floor=self.prior_floor_.get(point, 0.0) if c.prior_level == "job_batch" else 0.0,
+            prior_mix=mix,
+        )
+
+    def _mixes(
+        self,
+        blend: BlendEstimator,
+        history: Sequence[Run],
+        weights: Mapping[float, tuple[float, float, float]],
+    ) -> dict[float, float]:
+        """The same-job prior's weight against the run's own rate, measured per point.
+
+        Why: precision weights rest on two sigmas, and on a shared node neither
+        describes the error that matters: a run's rate is right until a neighbour
+        arrives or leaves (a bimodal error whose spread says little about the best
+        weight) and a job's history averages over neighbours coming and going. What
+        matters is how much of a run's current departure from its job's usual speed
+        lasts until the end. So on past runs that had a same-job prior, at every
+        epoch end (up to ``MAX_MIX_CUTS`` per run and ``MIX_BUDGET`` in all, evenly
+        spaced), ``x`` = own rate −
+        prior and ``y`` = truth − prior (log remaining seconds); the share of ``x``
+        that persists, ``g``, is the median regression of ``y`` on ``x`` through the
+        origin (the weighted median of ``y/x`` with weights ``|x|``), per progress bin,
+        clipped to [0, 1]; the prior's weight is ``1 − g``. Every epoch end counts, not
+        just the four replay points: ~4× the samples of the replay, so the estimate
+        settles with a few dozen runs. On a quiet node departures persist (``g`` ≈ 1,
+        the rate decides); where neighbours come and go they fade, the more so the
+        further ahead. A bin needs ``min_mix_samples`` (12) such epoch ends.
+        """
+        done = [r for r in history if r.completed is True and len(r.epoch_times) >= 3]
+        done.sort(key=lambda r: r.last_timestamp)
+        done = done[-self.max_calibration_runs :] if self.max_calibration_runs > 0 else []
+        xs: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+        ys: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+        ws: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+        per_run = min(MAX_MIX_CUTS, max(3, MIX_BUDGET // max(1, len(done))))
+        for run in done:
+            end, n = run.last_timestamp, len(run.epoch_times)
+            cuts = np.linspace(2, n - 1, min(per_run, n - 2)).round().astype(int)
+            for j in np.unique(cuts).tolist():
+                part = dataclasses.replace(run, epoch_times=run.epoch_times[:j], completed=None)
+                truth = end - part.last_timestamp
+                if truth <= 0:
+                    continue
+                point = progress_point(part.progress_ratio)
+                huber_c, drift, prior_scale = weights[point]
+                c = blend.components_for(part, part.last_timestamp, (huber_c,))[0]
+                if c.rate is None or c.prior_level != "job_batch":
+                    continue
+                scale = self._job_scale(prior_scale)
+                precision = self._floored(c, point).combine(drift, prior_scale, scale)
+                xs[point].append(c.rate_center - c.prior_center)
+                ys[point].append(math.log(truth) - c.prior_center)
+                ws[point].append(precision.prior_weight)
+        out: dict[float, float] = {}
+        for point in POINTS[1:]:
+            x, y = np.asarray(xs[point]), np.asarray(ys[point])
+            ok = np.abs(x) > 1e-6
+            if int(ok.sum()) < self.min_mix_samples:
+                continue
+            g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
+            measured = float(np.clip(1.0 - g, 0.0, 1.0))
+            # departures far below MIX_SCALE barely move a forecast and say little
+            # about how long a departure lasts: then the precision weights stand
+            evidence = float(np.sum(np.abs(x[ok])))
+            trust = evidence / (evidence + self.min_mix_samples * MIX_SCALE)
+            out[point] = trust * measured + (1.0 - trust) * float(np.median(ws[point]))
+        return out
+
+    def _job_scale(self, prior_scale: float) -> float:
+        """The same-job-same-batch prior's sigma multiplier for a tuned ``prior_scale``.
+
+        The job prior's sigma is measured (the pooled spread of repeated runs on this
+        cluster), so it is taken at ``job_prior_scale`` (1: as measured) while the
+        weaker levels (another batch size, the pooled regression, whose in-sample
+        scale is optimistic) keep ``prior_scale``. A tuned ``prior_scale`` moves both
+        by the same factor; "ignore the prior" ignores both.
+        """
+        return self.job_prior_scale * prior_scale / self.prior_scale
+
+    def _huber_grid(self) -> tuple[float, ...]:
+        """The configured Huber constant, and a plain (recency-weighted) log mean."""
+        return (self.huber_c, PLAIN_MEAN) if self.huber_c != PLAIN_MEAN else (PLAIN_MEAN,)
+
+    def _residuals(
+        self, samples: Sequence[_Sample], weights: Mapping[float, tuple[float, float, float]]
+    ) -> list[Residual]:
+        grid = self._huber_grid()
+        out = []
+        for point in POINTS:
+            chosen = [s for s in samples if s.point == point]
+            if not chosen:
+                continue
+            c, drift, prior_scale = weights[point]
+            parts = [s.parts[grid.index(c)] for s in chosen]
+            center, sigma = combine_many(parts, drift, prior_scale, self._job_scale(prior_scale))
+            out.extend(
+                Residual(s.point, float(c), float(sg), s.actual, s.timestamp)
+                for s, c, sg in zip(chosen, center, sigma, strict=True)
+            )
+        return out
+
+    def _tune(self, samples: Sequence[_Sample]) -> dict[float, tuple[float, float, float]]:
+        """Pick, per progress bin, the rate's Huber constant (or a plain mean), its
+        drift and the prior's sigma multiplier.
+
+        The Huber constant decides whether slow epochs are spikes to discount or a
+        slowdown to follow: it depends on the cluster too (evaluation passes vs
+        neighbours whose load persists for many epochs).
+
+        They set how fast the prior hands over to the run's own rate, which depends on
+        the cluster (steady dedicated GPUs: a job repeats itself and the prior is
+        worth a lot; contended or time-sliced ones: it is not). Scored on past runs by
+        the median absolute error of the shift-corrected P50 (what calibration will
+        publish). The defaults stay unless another choice is better by
+        ``tune_margin`` (10 %): on a few dozen runs a grid of 30 overfits. A bin with
+        fewer than ``min_tune_samples`` samples takes the choice made on all bins pooled;
+        with fewer than that overall, the defaults.
+        """
+        default = (self.huber_c, self.drift, self.prior_scale)
+        grid = self._huber_grid()
+        combos = [(c, d, p) for c in grid for d in DRIFT_GRID for p in PRIOR_SCALE_GRID]
+        if default not in combos:
+            combos.append(default)
+        i_default = combos.index(default)
+        points = np.array([s.point for s in samples])
+        actual = np.array([s.actual for s in samples])
+        parts_by_c = {c: [s.parts[i] for s in samples] for i, c in enumerate(grid)}
+        # err[c][i]: error of sample i under combo c after its bin's shrunk median shift
+        errs = np.empty((len(combos), len(samples)))
+        for c, (huber_c, drift, prior_scale) in enumerate(combos):
+            center, _sigma = combine_many(
+                parts_by_c[huber_c], drift, prior_scale, self._job_scale(prior_scale)
+            )
+            resid = actual - center
+            for point in POINTS:
+                sel = points == point
+                n = int(sel.sum())
+                if n:
+                    shift = np.median(resid[sel]) * n / (n + self.shift_prior)
+                    errs[c, sel] = np.abs(np.expm1(shift - resid[sel]))
+
+        def pick(score: np.ndarray) -> tuple[float, float, float]:
+            # leave the defaults only for a clear gain: small samples overfit a grid
+            best = int(np.argmin(score))
+            if score[best] < (1.0 - self.tune_margin) * score[i_default]:
+                return combos[best]
+            return default
+
+        pooled = default
+        enough = [p for p in POINTS if (points == p).sum() >= self.min_tune_samples]
+        if enough:
+            pooled = pick(
+                np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0)
+            )
+        out = {}
+        for point in POINTS:
+            sel = points == point
+            if sel.sum() >= self.min_tune_samples:
+                out[point] = pick(np.median(errs[:, sel], axis=1))
+            else:
+                out[point] = pooled
+        return out
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        """Remaining seconds of ``run`` at ``now``: calibrated P10/P50/P90."""
+        if not hasattr(self, "blend_"):
+            raise NotFittedError("EtaModel.predict called before fit")
+        point = progress_point(run.progress_ratio)
+
+        def estimate() -> tuple[RawEstimate, tuple[float, float, float]]:
+            huber_c, drift, prior_scale = self.weights_[point]
+            parts = self._floored(
+                self.blend_.components(run, huber_c=huber_c), point, self.mix_.get(point)
+            )
+            raw = parts.combine(drift, prior_scale, self._job_scale(prior_scale))
+            return raw, self.calibrator_.quantiles(point, raw.center, raw.sigma)
+
+        return blend_forecast(self.blend_.prior_, run, now, stalled, estimate)

@@ -1,0 +1,453 @@
+"""``python -m gpu_eta.forecaster {serve,once,evaluate,top}``: flags → Config → service.
+
+Exit codes are mapped in one place (``ExitCode``): 0 success, 1 runtime failure
+(Prometheus away in ``once``, a push refused, an unusable history file), 2 usage
+(bad flags or values). Errors are one line on stderr starting ``gpu-eta forecaster:``
+(``gpu-eta top:`` for top), like the exporter's ``gpu-eta exporter:``; ``--debug``
+adds the traceback. ``evaluate`` and ``top`` belong to ``gpu_eta.forecaster.evaluate`` and
+``gpu_eta.top.main``; they are imported only when asked for, so a missing module is
+a clear one-line error instead of breaking ``serve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+
+# Standard library and these two modules only: the rest (requests, numpy, ...) comes
+# with the extras, imported once the command is known to have them (``missing_extra``).
+from gpu_eta.forecaster.config import Config, ConfigError, parse_listen_address
+from gpu_eta.forecaster.errors import ExitCode, ForecasterError
+from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
+
+log = logging.getLogger("forecaster")
+
+PREFIX = "gpu-eta forecaster: "  # every error line of serve/once (docs/forecaster.md)
+
+DELEGATED = {
+    "evaluate": ("gpu_eta.forecaster.evaluate", "backtest recorded runs from a CSV against baselines"),
+    "top": ("gpu_eta.top.main", "terminal table of running jobs, ETAs and GPUs"),
+}
+
+# What each command imports, as (module → distribution) of the pyproject extra that
+# brings it: ``pip install gpu-eta`` alone is the progress client for training images.
+FORECASTER_EXTRA = {
+    "prometheus_client": "prometheus-client",
+    "requests": "requests",
+    "yaml": "pyyaml",
+    "numpy": "numpy",
+    "statsmodels": "statsmodels",
+    "sklearn": "scikit-learn",
+}
+TOP_EXTRA = {"requests": "requests"}  # rich is optional: plain text without it
+EXTRAS = {
+    "serve": ("forecaster", FORECASTER_EXTRA),
+    "once": ("forecaster", FORECASTER_EXTRA),
+    "evaluate": ("forecaster", FORECASTER_EXTRA),
+    "top": ("top", TOP_EXTRA),
+}
+
+
+def missing_extra(modules: Mapping[str, str]) -> list[str]:
+    """The distributions of ``modules`` that are not installed (found without importing)."""
+    return sorted({dist for mod, dist in modules.items() if importlib.util.find_spec(mod) is None})
+
+
+def extra_message(extra: str, missing: Sequence[str]) -> str:
+    """The line naming the extra to install (after the command's prefix)."""
+    return (
+        f"needs the {extra} extra, not installed here "
+        f"(missing: {', '.join(missing)}): pip install 'gpu-eta[{extra}]'"
+    )
+
+
+class UsageError(Exception):
+    """Bad command line (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() maps every error once."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sub = self.prog.removeprefix(ROOT_PROG).strip()  # "serve", "once" or ""
+        raise UsageError(f"{sub}: {message}" if sub else message)
+
+
+ROOT_PROG = "python -m gpu_eta.forecaster"
+
+
+DESCRIPTION = """\
+gpu-eta forecaster: reads the exporter's training-progress series from Prometheus,
+learns how long training runs take from finished ones (kept in a SQLite history
+file), and publishes when each running job and each GPU will be done, as
+Prometheus metrics (see docs/metrics.md and docs/forecaster.md).
+
+subcommands:
+  serve      long-running: a cycle every --cycle.interval, /metrics on --web.listen-address
+  once       one cycle, then push the metrics to --pushgateway.url (a CronJob); exit 0/1
+  evaluate   backtest recorded runs (CSV) against baselines  (python -m gpu_eta.forecaster evaluate --help)
+  top        terminal view of jobs and ETAs                   (python -m gpu_eta.forecaster top --help)
+
+exit codes: 0 ok, 1 runtime failure, 2 usage error. --debug prints tracebacks."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser (``evaluate``/``top`` only named: they parse their own flags)."""
+    parser = _Parser(
+        prog=ROOT_PROG,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{serve,once,evaluate,top}")
+    common = _common_flags()
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="run cycles on a timer and serve /metrics",
+        description="Run a forecast cycle every --cycle.interval seconds and serve the "
+        "results on /metrics. When Prometheus is away the last forecasts stay served "
+        "with gpu_eta_forecaster_stale 1 until a cycle succeeds again.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    serve.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=":9844",
+        help="[host]:port for /metrics and /healthz",
+    )
+    serve.add_argument(
+        "--cycle.interval",
+        dest="interval_seconds",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds between the starts of two cycles",
+    )
+    once = sub.add_parser(
+        "once",
+        parents=[common],
+        help="run one cycle and push to a Pushgateway",
+        description="Run one forecast cycle and push every forecaster metric to a "
+        "Pushgateway (grouping key job=--pushgateway.job). Exit 0 when the cycle and "
+        "the push succeeded, 1 otherwise. Without --pushgateway.url the metrics are "
+        "printed on stdout in the text exposition format.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    once.add_argument(
+        "--pushgateway.url",
+        dest="pushgateway_url",
+        default=None,
+        help="Pushgateway base URL, e.g. http://pushgateway:9091",
+    )
+    once.add_argument(
+        "--pushgateway.job",
+        dest="pushgateway_job",
+        default="gpu-eta-forecaster",
+        help="job label of the pushed group (the name the rules and manifests use)",
+    )
+    for name, (_, text) in DELEGATED.items():
+        sub.add_parser(name, help=text, add_help=False)
+    return parser
+
+
+def _common_flags() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    add_prometheus_flags(p)
+    h = p.add_argument_group("history")
+    h.add_argument(
+        "--history.db",
+        "--history.path",
+        dest="history_db",
+        default="gpu-eta-history.sqlite",
+        metavar="PATH",
+        help="SQLite file of runs (created if missing; on a PVC in the cluster)",
+    )
+    h.add_argument(
+        "--history.seed-csv",
+        dest="seed_csv",
+        default=None,
+        metavar="FILE",
+        help="runs CSV (docs/forecasting.md) whose finished runs are imported at start if not stored yet",
+    )
+    h.add_argument(
+        "--history.lookback",
+        dest="lookback_seconds",
+        type=float,
+        default=6 * 3600.0,
+        metavar="SECONDS",
+        help="how far back the first cycle reads epoch ends; later cycles read since the previous one",
+    )
+    h.add_argument(
+        "--history.vanish-grace",
+        dest="vanish_grace_seconds",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="a run whose series vanished is finished (completed or not) after this long away",
+    )
+    c = p.add_argument_group("model and stall detection")
+    c.add_argument(
+        "--model.refit-interval",
+        dest="refit_seconds",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="refit at most this often, and only when the history changed",
+    )
+    c.add_argument(
+        "--stall.after",
+        dest="stall_after_seconds",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="no epoch end for max(this, 3 x median epoch) ...",
+    )
+    c.add_argument(
+        "--stall.idle-ratio",
+        dest="idle_ratio",
+        type=float,
+        default=0.05,
+        help="... and GPU utilisation below this over --stall.idle-window: stalled",
+    )
+    c.add_argument(
+        "--stall.idle-window",
+        dest="idle_window_seconds",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="window of the GPU idle check",
+    )
+    c.add_argument(
+        "--query.step",
+        dest="min_step_seconds",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="step of the epoch-end range queries (about the scrape interval)",
+    )
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level",
+    )
+    o.add_argument("--debug", action="store_true", help="print tracebacks on errors")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Flags → Config (see ``prometheus_connection`` for the secrets)."""
+    from gpu_eta.forecaster.cycle import CycleSettings
+
+    settings = CycleSettings(
+        lookback_seconds=args.lookback_seconds,
+        min_step_seconds=args.min_step_seconds,
+        stall_after_seconds=args.stall_after_seconds,
+        idle_ratio=args.idle_ratio,
+        idle_window_seconds=args.idle_window_seconds,
+        refit_seconds=args.refit_seconds,
+        vanish_grace_seconds=args.vanish_grace_seconds,
+    )
+    if not settings.min_step_seconds > 0:
+        raise ConfigError("--query.step must be > 0")
+    return Config(
+        prometheus_url=args.prometheus_url,
+        **prometheus_connection(args),
+        history_db=args.history_db,
+        seed_csv=args.seed_csv,
+        listen_address=getattr(args, "listen_address", ":9844"),
+        interval_seconds=getattr(args, "interval_seconds", 60.0),
+        pushgateway_url=getattr(args, "pushgateway_url", None),
+        pushgateway_job=getattr(args, "pushgateway_job", "gpu-eta-forecaster"),
+        cycle=settings,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (``sys.exit(main())`` in ``__main__``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return _delegate(argv[0], argv[1:])
+    missing = missing_extra(FORECASTER_EXTRA)
+    if missing:  # serve/once (and their --help): a client-only install
+        print(PREFIX + extra_message("forecaster", missing), file=sys.stderr)
+        return ExitCode.USAGE
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help(sys.stderr)
+            return ExitCode.USAGE
+        config = config_from_args(args)
+    except (UsageError, ConfigError) as err:
+        print(f"{PREFIX}{err}", file=sys.stderr)
+        return ExitCode.USAGE
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "serve":
+            return serve(config)
+        return once(config)
+    except ConfigError as err:
+        _report(err, debug)
+        return ExitCode.USAGE
+    except ForecasterError as err:
+        _report(err, debug)
+        return ExitCode.RUNTIME
+    except KeyboardInterrupt:
+        return ExitCode.RUNTIME
+    except Exception as err:  # the one place a surprise becomes an exit code
+        _report(err, debug, unexpected=True)
+        return ExitCode.RUNTIME
+
+
+def _report(err: BaseException, debug: bool, unexpected: bool = False) -> None:
+    if debug:
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    prefix = f"{PREFIX}{type(err).__name__}: " if unexpected else PREFIX
+    print(prefix + text, file=sys.stderr)
+
+
+def _delegate(name: str, rest: list[str]) -> int:
+    """``evaluate``/``top``: their own module, flags and exit codes; a missing extra is
+    one line naming it (exit 2) rather than an ImportError."""
+    module_name = DELEGATED[name][0]
+    extra, modules = EXTRAS[name]
+    missing = missing_extra(modules)
+    if not missing:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if (err.name or "").startswith("gpu_eta."):
+                raise  # our own module missing: a broken install, not a missing extra
+            missing = [err.name or str(err)]
+    if missing:
+        # top's own prefix for top; evaluate is a forecaster command
+        prefix = "gpu-eta top: " if name == "top" else f"{PREFIX}{name} "
+        print(prefix + extra_message(extra, missing), file=sys.stderr)
+        return ExitCode.USAGE
+    return int(module.main(rest))
+
+
+def _open(config: Config):
+    """Client, store (seeded) and cycle for serve/once."""
+    from gpu_eta.forecaster.cycle import Cycle
+    from gpu_eta.forecaster.history import HistoryStore
+    from gpu_eta.forecaster.promapi import PromClient
+
+    store = HistoryStore.open(config.history_db)
+    try:
+        if config.seed_csv:
+            from gpu_eta.forecaster.runs_csv import read_runs
+
+            runs = read_runs(config.seed_csv)  # every CSV run is finished (completed or not)
+            added = store.import_finished(runs)
+            log.info("history seed %s: %d runs read, %d new", config.seed_csv, len(runs), added)
+        # Load the finished history now: a damaged file fails at start, not in a cycle.
+        log.info("history %s: %d finished runs", config.history_db, len(store.finished()))
+        client = PromClient(
+            url=config.prometheus_url,
+            timeout_seconds=config.timeout_seconds,
+            retries=config.retries,
+            backoff_seconds=config.backoff_seconds,
+            bearer_token=config.bearer_token,
+            basic_auth=config.basic_auth,
+            ca_file=config.ca_file,
+            insecure_skip_verify=config.insecure_skip_verify,
+            max_response_bytes=config.max_response_bytes,
+        )
+    except BaseException:
+        store.close()
+        raise
+    if config.insecure_skip_verify:
+        log.warning("TLS certificates of %s are not verified", client.safe_url)
+    return client, store, Cycle(client, store, config.cycle)
+
+
+def serve(config: Config) -> int:
+    """Run until SIGTERM/SIGINT; returns 0 on a clean stop."""
+    from gpu_eta.forecaster.publish import ServiceState, make_registry
+    from gpu_eta.forecaster.server import MetricsServer, Service
+
+    host, port = parse_listen_address(config.listen_address)
+    client, store, cycle = _open(config)
+    state = ServiceState(query_stats=client.stats)
+    try:
+        try:
+            http = MetricsServer(make_registry(state), host, port).start()
+        except OSError as err:
+            raise ForecasterError(
+                f"cannot listen on {config.listen_address}: {err.strerror or err}"
+            ) from None
+        log.info("serving /metrics on %s:%d, Prometheus %s", host, http.port, client.safe_url)
+        service = Service(cycle, state, config.interval_seconds)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        service.start()
+        while not stop.wait(1.0):
+            pass
+        service.stop()
+        http.stop()
+    finally:
+        client.close()
+        store.close()
+    return ExitCode.OK
+
+
+def once(config: Config) -> int:
+    """One cycle, then push (or print); 1 when either failed."""
+    from prometheus_client import exposition
+
+    from gpu_eta.forecaster.publish import ServiceState, make_registry
+    from gpu_eta.forecaster.server import Service
+
+    client, store, cycle = _open(config)
+    state = ServiceState(query_stats=client.stats)
+    try:
+        service = Service(cycle, state, config.interval_seconds)
+        ok = service.run_once()
+        if not ok:
+            # The Pushgateway still holds the previous run's forecasts: mark them stale
+            # and push only the self-monitoring series (POST keeps the others).
+            state.stale = True
+        registry = make_registry(state, self_only=not ok)
+        if not ok:
+            print(
+                PREFIX + (state.last_error.splitlines()[0] if state.last_error else "cycle failed"),
+                file=sys.stderr,
+            )
+        if config.pushgateway_url:
+            url = config.pushgateway_url
+            try:
+                push = exposition.push_to_gateway if ok else exposition.pushadd_to_gateway
+                push(
+                    url,
+                    job=config.pushgateway_job,
+                    registry=registry,
+                    timeout=config.timeout_seconds,
+                )
+            except Exception as err:  # urllib errors: refused, 4xx/5xx
+                raise ForecasterError(
+                    f"push to {url} failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                ) from None
+        else:
+            sys.stdout.write(exposition.generate_latest(registry).decode())
+        log.info("once: cycle %s at %s", "ok" if ok else "failed", time.strftime("%H:%M:%S"))
+    finally:
+        client.close()
+        store.close()
+    return ExitCode.OK if ok else ExitCode.RUNTIME

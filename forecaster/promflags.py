@@ -1,0 +1,132 @@
+"""The ``--prometheus.*`` flags and their checked values: one definition for the
+forecaster's commands and for ``top`` (``gpu_eta.top``), so that both reach a
+Prometheus behind auth or TLS the same way. Standard library only."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from gpu_eta.forecaster.config import ConfigError
+
+
+def add_prometheus_flags(
+    parser: argparse.ArgumentParser, default_url: str = "http://localhost:9090"
+) -> None:
+    """The ``--prometheus.*`` flags: one definition for the forecaster and ``top``, so
+    both reach a Prometheus behind auth or TLS the same way (``prometheus_connection``)."""
+    g = parser.add_argument_group("Prometheus")
+    g.add_argument(
+        "--prometheus.url",
+        dest="prometheus_url",
+        default=default_url,
+        help="base URL of any Prometheus-API server (Prometheus, Thanos, Mimir, VictoriaMetrics)",
+    )
+    g.add_argument(
+        "--prometheus.timeout",
+        dest="timeout_seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="timeout of one HTTP request",
+    )
+    g.add_argument(
+        "--prometheus.retries",
+        dest="retries",
+        type=int,
+        default=2,
+        help="extra attempts after a timeout, refused connection or 429/5xx",
+    )
+    g.add_argument(
+        "--prometheus.backoff",
+        dest="backoff_seconds",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="first retry delay (doubles each retry)",
+    )
+    g.add_argument(
+        "--prometheus.bearer-token-file",
+        dest="bearer_token_file",
+        default=None,
+        metavar="FILE",
+        help="file holding a bearer token sent as Authorization",
+    )
+    g.add_argument(
+        "--prometheus.basic-auth-user",
+        dest="basic_auth_user",
+        default=None,
+        help="basic-auth user (password from --prometheus.basic-auth-password-file)",
+    )
+    g.add_argument(
+        "--prometheus.basic-auth-password-file",
+        dest="basic_auth_password_file",
+        default=None,
+        metavar="FILE",
+        help="file holding the basic-auth password",
+    )
+    g.add_argument(
+        "--prometheus.ca-file",
+        dest="ca_file",
+        default=None,
+        metavar="FILE",
+        help="CA bundle to verify an https Prometheus",
+    )
+    g.add_argument(
+        "--prometheus.insecure-skip-verify",
+        dest="insecure_skip_verify",
+        action="store_true",
+        help="do not verify TLS certificates (test clusters only)",
+    )
+    g.add_argument(
+        "--prometheus.max-response-bytes",
+        dest="max_response_bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="larger responses are refused",
+    )
+
+
+def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--prometheus.*`` flags but the URL, as keyword arguments of both ``Config``
+    and ``PromClient``; checked and secrets read from their files here, once for every
+    command that has these flags (bad value or missing file: ConfigError)."""
+    if not args.timeout_seconds > 0:
+        raise ConfigError(f"--prometheus.timeout must be > 0, got {args.timeout_seconds}")
+    if args.retries < 0:
+        raise ConfigError(f"--prometheus.retries must be >= 0, got {args.retries}")
+    if args.max_response_bytes < 1024:
+        raise ConfigError("--prometheus.max-response-bytes must be >= 1024")
+    token = _read_secret(args.bearer_token_file, "--prometheus.bearer-token-file")
+    basic = None
+    if args.basic_auth_user:
+        password = _read_secret(
+            args.basic_auth_password_file, "--prometheus.basic-auth-password-file"
+        )
+        basic = (args.basic_auth_user, password or "")
+    elif args.basic_auth_password_file:
+        raise ConfigError(
+            "--prometheus.basic-auth-password-file needs --prometheus.basic-auth-user"
+        )
+    if args.ca_file and not Path(args.ca_file).is_file():
+        raise ConfigError(f"--prometheus.ca-file {args.ca_file}: no such file")
+    return {
+        "timeout_seconds": args.timeout_seconds,
+        "retries": args.retries,
+        "backoff_seconds": args.backoff_seconds,
+        "bearer_token": token,
+        "basic_auth": basic,
+        "ca_file": args.ca_file,
+        "insecure_skip_verify": args.insecure_skip_verify,
+        "max_response_bytes": args.max_response_bytes,
+    }
+
+
+def _read_secret(path: str | None, flag: str) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise ConfigError(f"{flag} {path}: {err.strerror or err}") from None

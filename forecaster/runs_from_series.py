@@ -1,0 +1,410 @@
+"""Pure: one cycle's query results → what is known about each training run.
+
+Input is the answers to ``gpu_eta.forecaster.queries`` (series of every run at once); output
+is a ``CycleView``: per-run updates for the history store, which runs are running
+now, which have finished, each pod's recent GPU use and the GPU allocations. No I/O.
+
+Decisions (documented in docs/forecaster.md):
+
+* A run is keyed by ``(namespace, pod, container, run_id)`` (``RunKey``), never by
+  ``run_id`` alone: a hand-written run id reused by two pods, or by two containers
+  of one pod, is two runs (the exporter gives a notebook that trains again a new
+  id). Series whose ``run_id`` is longer than ``MAX_RUN_ID`` or whose
+  ``namespace``/``pod``/``container`` is longer than ``MAX_LABEL`` are ignored.
+* A run is *done* when it reached ``epochs_planned``; a run whose series are no
+  longer present (Prometheus' lookback) is absent from ``present``, and the cycle
+  finishes it once it has been away longer than a grace period. Whether it
+  *completed* is decided by its last epoch: one that vanished before its last epoch
+  is ``completed=False``, never a short job.
+* Epoch ends come from the range pairs ``(epoch, epoch_end_timestamp)`` sampled at
+  the same instants plus the latest pair; the store accumulates them across cycles.
+* A run with ``steps_planned`` but no ``epochs_planned`` (a tqdm bar in the logs, a
+  ``max_steps`` trainer) is followed in percent of its steps: ``epochs_planned`` =
+  100, each new step value at the first instant the range query saw it, and the
+  latest step at the last report's time; feature ``progress_unit="steps"``.
+* Features: ``batch_size``; ``gpu_utilization_ratio`` (ours, else DCGM's
+  ``DCGM_FI_DEV_GPU_UTIL``/100 for the pod, accepting ``exported_pod``);
+  ``memory_utilization_ratio`` (working set / limit); ``gpu_model`` and ``gpus`` from
+  the allocations joined with ``gpu_eta_gpu_info``; ``namespace``; ``job_name``.
+* ``job_name``: the pod label ``job-name`` (Kubernetes Jobs), else
+  ``app.kubernetes.io/name``, else ``app``, else the owner's name (a ReplicaSet's
+  pod-template hash stripped), else the pod name without a trailing random suffix.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from gpu_eta.forecaster.history import RunKey, RunUpdate
+from gpu_eta.forecaster.series import Sample, Series
+
+MAX_RUN_ID = 256
+MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
+MAX_EPOCHS = 10_000_000
+MAX_STEPS = 1e12
+# A run that reports only steps is followed in percent of its planned steps: 100
+# "epochs", fractional, at most STEP_CELLS points kept per run (plus overlaps).
+STEP_UNITS = 100.0
+STEP_CELLS = 400
+# Timestamps outside [now - 1 year, now + 5 minutes] are treated as garbage.
+_PAST_LIMIT_SECONDS = 366 * 86400
+_FUTURE_SLACK_SECONDS = 300
+_HASH_SUFFIX = re.compile(r"-(?:[0-9a-f]{8,10}|[bcdfghjklmnpqrstvwxz2456789]{5})$")
+_JOB_LABELS = ("label_job_name", "label_batch_kubernetes_io_job_name")
+_NAME_LABELS = ("label_app_kubernetes_io_name", "label_app")
+
+PodKey = tuple[str, str, str]  # namespace, pod, container
+_S = TypeVar("_S", Sample, Series)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A GPU held by a container (``gpu_eta_pod_gpu_allocated``)."""
+
+    node: str
+    gpu: str
+    uuid: str
+    namespace: str
+    pod: str
+    container: str
+    gpu_instance: str = ""
+
+
+@dataclass
+class CycleView:
+    """Everything one cycle's queries say about runs and GPUs."""
+
+    updates: list[RunUpdate] = field(default_factory=list)
+    present: set[RunKey] = field(default_factory=set)
+    done: set[RunKey] = field(default_factory=set)  # reached their planned epochs/steps
+    last_progress: dict[RunKey, float] = field(default_factory=dict)
+    util_recent: dict[PodKey, float] = field(default_factory=dict)
+    allocations: list[Allocation] = field(default_factory=list)
+    rejected: dict[RunKey, str] = field(default_factory=dict)  # run key -> reason
+    _pod_util: dict[tuple[str, str], float] | None = None
+
+    def pod_util_recent(self) -> dict[tuple[str, str], float]:
+        """Highest recent GPU use per (namespace, pod) over its containers (cached)."""
+        if self._pod_util is None:
+            self._pod_util = {}
+            for (ns, pod, _), value in self.util_recent.items():
+                self._pod_util[ns, pod] = max(value, self._pod_util.get((ns, pod), value))
+        return self._pod_util
+
+
+def assemble(
+    instant: Mapping[str, Sequence[Sample]],
+    ranges: Mapping[str, Sequence[Series]],
+    now: float,
+    window_seconds: float,
+) -> CycleView:
+    """Join the per-query answers into a ``CycleView`` (see the module docstring)."""
+    view = CycleView()
+    instant = {k: [_unexport(x) for x in v] for k, v in instant.items()}
+    ranges = {k: [_unexport(x) for x in v] for k, v in ranges.items()}
+    planned = _by_run(instant.get("planned", ()))
+    present = _by_run(instant.get("present", ()))
+    epoch = _by_run(instant.get("epoch", ()))
+    steps_planned = _by_run(instant.get("steps_planned", ()))
+    step = _by_run(instant.get("step", ()))
+    start = _by_run(instant.get("start", ()))
+    last_end = _by_run(instant.get("last_end", ()))
+    last_report = _by_run(instant.get("last_report", ()))
+    batch = _by_run(instant.get("batch_size", ()))
+    pairs = _range_pairs(ranges.get("epoch_range", ()), ranges.get("epoch_end_range", ()))
+    step_firsts = _first_seen(ranges.get("step_range", ()))
+
+    util_mean = _by_pod(instant.get("util_mean", ()))
+    util_recent = _by_pod(instant.get("util_recent", ()))
+    memory = _by_pod(instant.get("memory_ratio", ()))
+    view.allocations = _allocations(instant.get("allocated", ()))
+    models = _gpu_models(instant.get("gpu_info", ()))
+    jobs = _job_names(instant.get("pod_info", ()))
+    view.util_recent = util_recent
+    pod_gpus: dict[tuple[str, str], list[Allocation]] = {}
+    for alloc in view.allocations:
+        pod_gpus.setdefault((alloc.namespace, alloc.pod), []).append(alloc)
+
+    lo, hi = now - _PAST_LIMIT_SECONDS, now + _FUTURE_SLACK_SECONDS
+    for run in dict.fromkeys([*planned, *steps_planned]):
+        sample = planned.get(run)
+        steps_sample = steps_planned.get(run)
+        by_steps = sample is None and steps_sample is not None
+        if by_steps:
+            assert steps_sample is not None
+            sample, n_planned = steps_sample, STEP_UNITS
+            n_steps = steps_sample.value
+            if not (_finite(n_steps) and 0 < n_steps <= MAX_STEPS):
+                view.rejected[run] = "invalid_steps_planned"
+                continue
+        else:
+            assert sample is not None
+            n_planned = sample.value
+            if not (_finite(n_planned) and 0 < n_planned <= MAX_EPOCHS):
+                view.rejected[run] = "invalid_epochs_planned"
+                continue
+        labels = sample.labels
+        start_s = start.get(run)
+        if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
+            view.rejected[run] = "invalid_start"
+            continue
+        t0 = start_s.value
+        if by_steps:
+            scale = STEP_UNITS / n_steps
+            candidates = _thin_steps(
+                [(v * scale, t) for t, v in step_firsts.get(run, ())]
+                + [_latest(step.get(run), last_report.get(run), scale)]
+            )
+            cur = step.get(run)
+            done = cur is not None and _finite(cur.value) and cur.value >= n_steps
+        else:
+            candidates = [*pairs.get(run, ()), _latest(epoch.get(run), last_end.get(run))]
+            cur = epoch.get(run)
+            done = cur is not None and _finite(cur.value) and cur.value >= n_planned
+        ends: dict[float, float] = {}
+        for e, t in candidates:
+            if e is None or t is None:
+                continue
+            if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
+                ends[e] = min(t, ends.get(e, math.inf))
+        key: PodKey = run[:3]
+        gpus = pod_gpus.get(key[:2], [])
+        features: dict[str, float | str] = {}
+        if key[0]:
+            features["namespace"] = key[0]
+        bs = batch.get(run)
+        if bs is not None and _finite(bs.value) and 0 < bs.value < 1e9:
+            features["batch_size"] = bs.value
+        job_name = jobs.get(key[:2]) or _strip_suffix(key[1])
+        if job_name:
+            features["job_name"] = job_name
+        if gpus:
+            features["gpus"] = float(len(gpus))
+            model = next((models[g.node, g.uuid] for g in gpus if (g.node, g.uuid) in models), None)
+            if model:
+                features["gpu_model"] = model
+        if by_steps:
+            features["progress_unit"] = "steps"
+        util = _ratio(util_mean.get(key))
+        running_now = run in present
+        view.updates.append(
+            RunUpdate(
+                run_id=run[3],
+                epochs_planned=n_planned,
+                start_timestamp=t0,
+                epoch_ends=tuple(sorted(ends.items())),
+                namespace=key[0],
+                pod=key[1],
+                container=key[2],
+                node=labels.get("node", ""),
+                features=features,
+                util_mean=util,
+                memory_mean=_ratio(memory.get(key), upper=4.0),
+                weight_seconds=window_seconds if running_now else 0.0,
+                seen_timestamp=now if running_now else 0.0,
+            )
+        )
+        # Progress time for stall detection: the latest epoch end or report of any
+        # kind (a step report shows the run is alive inside a long epoch).
+        progress_ts = max([t0, *ends.values()])
+        report = last_report.get(run)
+        if report is not None and _finite(report.value) and t0 <= report.value <= hi:
+            progress_ts = max(progress_ts, report.value)
+        view.last_progress[run] = progress_ts
+        if running_now and not done:
+            view.present.add(run)
+        elif done:
+            view.done.add(run)
+    return view
+
+
+def _unexport(item: _S) -> _S:
+    """``exported_pod`` → ``pod`` (and namespace, container, node, ...).
+
+    Prometheus renames a series' labels to ``exported_<name>`` when the scrape
+    config does not honour labels and the target has the same label (a pod-level
+    scrape of the exporter): the series' own value is the ``exported_`` one.
+    """
+    labels = item.labels
+    if not any(k.startswith("exported_") for k in labels):
+        return item
+    fixed = {k: v for k, v in labels.items() if not k.startswith("exported_")}
+    for key, value in labels.items():
+        if key.startswith("exported_") and key != "exported_":
+            fixed[key[len("exported_") :]] = value
+    return replace(item, labels=fixed)
+
+
+def _run_key(labels: Mapping[str, str]) -> RunKey | None:
+    """The run a series belongs to, or None (no run_id, or an oversized label)."""
+    run_id = labels.get("run_id", "")
+    if not run_id or len(run_id) > MAX_RUN_ID:
+        return None
+    key = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+    if any(len(part) > MAX_LABEL for part in key):
+        return None
+    return (*key, run_id)
+
+
+def _by_run(samples: Sequence[Sample]) -> dict[RunKey, Sample]:
+    out: dict[RunKey, Sample] = {}
+    for s in samples:
+        key = _run_key(s.labels)
+        if key is not None and key not in out:
+            out[key] = s
+    return out
+
+
+def _pod_key(labels: Mapping[str, str]) -> PodKey:
+    return (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+
+
+def _by_pod(samples: Sequence[Sample]) -> dict[PodKey, float]:
+    out: dict[PodKey, float] = {}
+    for s in samples:
+        if _finite(s.value):
+            out[_pod_key(s.labels)] = s.value
+    return out
+
+
+def _range_pairs(
+    epochs: Sequence[Series], ends: Sequence[Series]
+) -> dict[RunKey, list[tuple[float, float]]]:
+    """(epoch, end time) at each instant both series of the same run were sampled."""
+    by_run_end: dict[RunKey, dict[float, float]] = {}
+    for s in ends:
+        key = _run_key(s.labels)
+        if key is not None:
+            by_run_end.setdefault(key, {}).update(s.points)
+    out: dict[RunKey, list[tuple[float, float]]] = {}
+    for s in epochs:
+        key = _run_key(s.labels)
+        end_at = by_run_end.get(key) if key is not None else None
+        if not end_at or key is None:
+            continue
+        pairs = out.setdefault(key, [])
+        last = None
+        for ts, value in s.points:
+            end = end_at.get(ts)
+            if end is not None and (value, end) != last:
+                pairs.append((value, end))
+                last = (value, end)
+    return out
+
+
+def _first_seen(series: Sequence[Series]) -> dict[RunKey, list[tuple[float, float]]]:
+    """Per run, ``(t, value)`` at the first sampled instant of each new value."""
+    out: dict[RunKey, list[tuple[float, float]]] = {}
+    for s in series:
+        key = _run_key(s.labels)
+        if key is None:
+            continue
+        firsts = out.setdefault(key, [])
+        last = None
+        for ts, value in s.points:
+            if value != last:
+                firsts.append((ts, value))
+                last = value
+    return out
+
+
+def _latest(
+    progress: Sample | None, at: Sample | None, scale: float = 1.0
+) -> tuple[float | None, float | None]:
+    """The latest ``(progress × scale, time)`` pair: an epoch at its end time, or a step
+    as progress units at the last report's time; ``(None, None)`` when either is missing."""
+    if progress is None or at is None:
+        return None, None
+    return progress.value * scale, at.value
+
+
+def _thin_steps(
+    points: list[tuple[float | None, float | None]],
+) -> list[tuple[float, float]]:
+    """At most one point per 1/``STEP_CELLS`` of the run: bounded storage for long runs.
+
+    The latest point is always kept (it carries the freshest rate).
+    """
+    valid = sorted(
+        (
+            (u, t)
+            for u, t in points
+            if u is not None and t is not None and _finite(u) and _finite(t)
+        ),
+        key=lambda p: p[1],
+    )
+    kept: list[tuple[float, float]] = []
+    cells: set[int] = set()
+    for unit, ts in valid[:-1]:
+        cell = int(unit * STEP_CELLS / STEP_UNITS)
+        if cell not in cells:
+            cells.add(cell)
+            kept.append((unit, ts))
+    return kept + valid[-1:]
+
+
+def _allocations(samples: Sequence[Sample]) -> list[Allocation]:
+    out = []
+    for s in samples:
+        lab = s.labels
+        if not lab.get("pod") or not lab.get("UUID"):
+            continue
+        out.append(
+            Allocation(
+                node=lab.get("node", ""),
+                gpu=lab.get("gpu", ""),
+                uuid=lab["UUID"],
+                namespace=lab.get("namespace", ""),
+                pod=lab["pod"],
+                container=lab.get("container", ""),
+                gpu_instance=lab.get("GPU_I_ID", ""),
+            )
+        )
+    return out
+
+
+def _gpu_models(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:
+    return {
+        (s.labels.get("node", ""), s.labels["UUID"]): s.labels.get("model", "")[:128]
+        for s in samples
+        if s.labels.get("UUID") and s.labels.get("model")
+    }
+
+
+def _job_names(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for s in samples:
+        lab = s.labels
+        key = (lab.get("namespace", ""), lab.get("pod", ""))
+        name = next((lab[k] for k in (*_JOB_LABELS, *_NAME_LABELS) if lab.get(k)), "")
+        if not name and lab.get("owner_name"):
+            owner = lab["owner_name"]
+            name = _strip_suffix(owner) if lab.get("owner_kind") == "ReplicaSet" else owner
+        if name:
+            out[key] = name[:128]
+    return out
+
+
+def _strip_suffix(pod: str) -> str:
+    """``train-abc12`` → ``train``; ``train-7d9f8c6b5-x2x4z`` → ``train`` (Deployment pods)."""
+    name = pod
+    for _ in range(2):
+        stripped = _HASH_SUFFIX.sub("", name)
+        if stripped == name or not stripped:
+            break
+        name = stripped
+    return name[:128]
+
+
+def _ratio(value: float | None, upper: float = 1.0) -> float | None:
+    if value is None or not _finite(value) or value < 0:
+        return None
+    return min(value, upper)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

@@ -1,0 +1,163 @@
+"""Start a child process and wait until its HTTP endpoint answers: one way for all.
+
+The demo (``gpu_eta.demo.stack``), the integration tests and the benchmarks all start real
+processes (exporters, the forecaster, node_exporter, a bare listener) and must not
+go on before those answer. Doing it in one place means every one of them gets the
+same guarantees:
+
+- the child runs in its own session (process group), so ``stop_process`` (here:
+  SIGTERM to the group, SIGKILL after a grace period) can stop it and anything it
+  started, and a terminal's Ctrl-C reaches only the parent, which then stops its
+  children in order;
+- its stdout and stderr go to a log file, so when it dies or hangs the error says
+  *why*: ``LaunchError`` carries the log's last lines (read with a size cap: a child
+  that printed megabytes cannot make the message huge);
+- readiness is a 2xx answer on a URL, polled with a deadline; a process that exits
+  first fails at once instead of after the whole timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import requests
+
+TAIL_LINES = 12
+_TAIL_BYTES = 16 * 1024  # read at most this much of the log's end
+_LINE_CHARS = 300
+
+
+class LaunchError(RuntimeError):
+    """A child exited or did not answer in time; the message ends with its log's last lines."""
+
+
+def spawn(
+    cmd: Sequence[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.Popen:
+    """Start ``cmd`` in its own session with stdout and stderr appended to ``log_path``.
+
+    stdin is closed (no child may wait on the terminal). ``LaunchError`` when the
+    program cannot be started at all (not found, not executable).
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        try:
+            return subprocess.Popen(
+                list(cmd),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                preexec_fn=preexec_fn,
+            )
+        except OSError as err:
+            raise LaunchError(f"cannot start {cmd[0]}: {err.strerror or err}") from None
+
+
+def log_tail(log_path: Path, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log, each cut to a sane length; a note when none."""
+    try:
+        with log_path.open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            size = log.tell()
+            log.seek(max(0, size - _TAIL_BYTES))
+            data = log.read()
+    except OSError as err:
+        return f"(no log: {err.strerror or err})"
+    text = data.decode("utf-8", "replace").splitlines()
+    if size > _TAIL_BYTES and text:
+        text = text[1:]  # the first line read is probably cut
+    kept = [line[:_LINE_CHARS] for line in text if line.strip()][-lines:]
+    return "\n".join(kept) if kept else "(empty log)"
+
+
+def wait_http(
+    process: subprocess.Popen,
+    url: str,
+    *,
+    name: str,
+    log_path: Path,
+    timeout_seconds: float = 60.0,
+    interval_seconds: float = 0.1,
+) -> None:
+    """Poll ``url`` until it answers 2xx; ``LaunchError`` if ``process`` exits first or
+    time runs out. The process is left as it is: stopping it is the caller's choice."""
+    deadline = time.monotonic() + timeout_seconds
+    last = "no answer"
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise LaunchError(
+                f"{name} exited with code {code} before answering {url}; "
+                f"last lines of {log_path}:\n{_indent(log_tail(log_path))}"
+            )
+        try:
+            status = requests.get(url, timeout=2).status_code
+            if 200 <= status < 300:
+                return
+            last = f"HTTP {status}"
+        except requests.RequestException as err:
+            last = type(err).__name__
+        if time.monotonic() >= deadline:
+            raise LaunchError(
+                f"{name} did not answer {url} within {timeout_seconds:g}s (last: {last}); "
+                f"last lines of {log_path}:\n{_indent(log_tail(log_path))}"
+            )
+        time.sleep(interval_seconds)
+
+
+def start_http(
+    cmd: Sequence[str],
+    url: str,
+    log_path: Path,
+    *,
+    name: str,
+    timeout_seconds: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.Popen:
+    """``spawn`` then ``wait_http``; on failure the process group is stopped before the
+    ``LaunchError`` propagates, so nothing is left running."""
+    process = spawn(cmd, log_path, env=env, cwd=cwd, preexec_fn=preexec_fn)
+    try:
+        wait_http(process, url, name=name, log_path=log_path, timeout_seconds=timeout_seconds)
+    except BaseException:
+        stop_process(process)
+        raise
+    return process
+
+
+def stop_process(proc: subprocess.Popen | None, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the process group, SIGKILL it after ``grace_seconds``; reap the child."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+    # children of the group that outlived their leader
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())

@@ -1,0 +1,223 @@
+"""Start and stop a real Prometheus (the Debian package) on loopback.
+
+Used by the demo and by the integration tests, so both exercise the same code: a
+temporary data directory, ports picked by the caller (or free ones), started and
+made ready (``/-/ready``) by ``gpu_eta.launch.processes`` like every other child, optional backfill with ``promtool tsdb
+create-blocks-from openmetrics`` before start (blocks added to a running server
+appear only after a reload), and a stop that leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+import yaml
+
+from gpu_eta.launch.processes import start_http, stop_process
+
+
+class PrometheusNotInstalled(RuntimeError):
+    """The prometheus/promtool binaries are missing (apt package ``prometheus``)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def find_binary(name: str) -> str:
+    """Path of a Prometheus-family binary, or a clear error naming the apt package."""
+    path = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+    if path is None:
+        raise PrometheusNotInstalled(
+            f"{name} not found: install Debian's prometheus packages "
+            "(apt-get install prometheus prometheus-pushgateway)"
+        )
+    return path
+
+
+@dataclass
+class ScrapeJob:
+    """One static scrape job: a name, targets as host:port, optional relabel labels."""
+
+    name: str
+    targets: Sequence[str]
+    labels: dict[str, str] = field(default_factory=dict)
+    honor_labels: bool = True
+    metrics_path: str = "/metrics"
+
+
+def render_config(
+    jobs: Sequence[ScrapeJob],
+    scrape_interval: str = "1s",
+    rule_files: Sequence[str] = (),
+) -> str:
+    """Prometheus YAML for static jobs; ``honor_labels`` as our ServiceMonitor sets it."""
+    cfg: dict = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "scrape_configs": [
+            {
+                "job_name": job.name,
+                "honor_labels": job.honor_labels,
+                "metrics_path": job.metrics_path,
+                "static_configs": [{"targets": list(job.targets), "labels": dict(job.labels)}],
+            }
+            for job in jobs
+        ],
+    }
+    if rule_files:
+        cfg["rule_files"] = list(rule_files)
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+@dataclass
+class PrometheusServer:
+    """A running Prometheus; ``url`` is its HTTP base, ``stop()`` is idempotent."""
+
+    url: str
+    port: int
+    data_dir: Path
+    config_path: Path
+    process: subprocess.Popen
+    log_path: Path
+    _own_dir: tempfile.TemporaryDirectory | None = None
+
+    def reload(self) -> None:
+        """Re-read the config file (POST /-/reload; enabled at start)."""
+        requests.post(f"{self.url}/-/reload", timeout=5).raise_for_status()
+
+    def query(self, expr: str, timeout: float = 5.0) -> list[dict]:
+        """Instant query; returns the ``result`` list (vector) or raises."""
+        resp = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=timeout)
+        resp.raise_for_status()
+        body = resp.json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"query failed: {body}")
+        return list(body["data"]["result"])
+
+    def wait_for(self, expr: str, timeout: float = 30.0, min_results: int = 1) -> list[dict]:
+        """Poll an instant query until it returns ``min_results`` series or time runs out."""
+        deadline = time.monotonic() + timeout
+        result: list[dict] = []
+        while time.monotonic() < deadline:
+            result = self.query(expr)
+            if len(result) >= min_results:
+                return result
+            time.sleep(0.25)
+        raise TimeoutError(
+            f"{expr!r}: {len(result)} series after {timeout}s (wanted {min_results})"
+        )
+
+    def stop(self) -> None:
+        """Stop its process group (SIGTERM, SIGKILL after 10 s); removes a data dir it created."""
+        stop_process(self.process)
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
+            self._own_dir = None
+
+
+def promtool(
+    *args: str, stdin: str | None = None, timeout: float = 300.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``promtool *args`` (text in and out) and return the finished process.
+
+    Whatever the exit code: callers decide what a failure means (a check that must
+    pass, one that must fail, or ``backfill``'s error). One place finds the binary.
+    """
+    return subprocess.run(
+        [find_binary("promtool"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def backfill(openmetrics_file: Path, data_dir: Path) -> None:
+    """Write TSDB blocks from an OpenMetrics file (must end with ``# EOF``)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc = promtool(
+        "tsdb", "create-blocks-from", "openmetrics", str(openmetrics_file), str(data_dir)
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"promtool backfill failed: {proc.stderr.strip()[-2000:]}")
+
+
+def start_prometheus(
+    jobs: Sequence[ScrapeJob],
+    *,
+    port: int | None = None,
+    data_dir: Path | None = None,
+    scrape_interval: str = "1s",
+    rule_files: Sequence[str] = (),
+    retention: str = "90d",
+    extra_args: Sequence[str] = (),
+    ready_timeout: float = 30.0,
+    backfill_files: Sequence[Path] = (),
+    preexec_fn: Callable[[], None] | None = None,
+) -> PrometheusServer:
+    """Start Prometheus on 127.0.0.1 and wait until ``/-/ready`` answers 200.
+
+    ``backfill_files`` (OpenMetrics text ending in ``# EOF``) are turned into blocks
+    before the server starts, so their history is queryable at once.
+    ``preexec_fn`` runs in the child before exec (the demo passes one that makes
+    Prometheus die with it, even when the demo is killed with SIGKILL).
+    """
+    binary = find_binary("prometheus")
+    own_dir = None
+    if data_dir is None:
+        own_dir = tempfile.TemporaryDirectory(prefix="gpu-eta-prom-")
+        base = Path(own_dir.name)
+    else:
+        base = data_dir
+        base.mkdir(parents=True, exist_ok=True)
+    tsdb = base / "data"
+    config_path = base / "prometheus.yml"
+    log_path = base / "prometheus.log"
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        tsdb.mkdir(exist_ok=True)
+        for path in backfill_files:
+            backfill(Path(path), tsdb)
+        config_path.write_text(render_config(jobs, scrape_interval, rule_files))
+        process = start_http(
+            [
+                binary,
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={tsdb}",
+                f"--storage.tsdb.retention.time={retention}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--web.enable-lifecycle",
+                "--storage.remote.flush-deadline=1s",
+                *extra_args,
+            ],
+            f"{url}/-/ready",
+            log_path,
+            name="prometheus",
+            timeout_seconds=ready_timeout,
+            preexec_fn=preexec_fn,
+        )
+    except BaseException:
+        if own_dir is not None:
+            own_dir.cleanup()
+        raise
+    return PrometheusServer(
+        url=url,
+        port=port,
+        data_dir=tsdb,
+        config_path=config_path,
+        process=process,
+        log_path=log_path,
+        _own_dir=own_dir,
+    )

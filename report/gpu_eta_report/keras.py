@@ -1,0 +1,69 @@
+"""Keras callback: ``model.fit(..., callbacks=[GpuEtaCallback(batch_size=32)])``.
+
+Imports Keras 3 (``keras``) or ``tensorflow.keras`` only here. Without either the
+class still imports with ``object`` as its base (call ``set_params`` yourself then).
+Keras does not tell callbacks the batch size: pass it. Hooks never raise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_eta_report.callback_state import ReportingCallbackState
+from gpu_eta_report.client import start
+
+try:
+    import keras as _keras
+
+    _Base = _keras.callbacks.Callback
+except ImportError:  # pragma: no cover - depends on what is installed
+    try:
+        from tensorflow import keras as _keras
+
+        _Base = _keras.callbacks.Callback
+    except ImportError:
+        _Base = object
+
+
+class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
+    """Reports ``epochs`` and ``steps`` from ``self.params``, plus the epoch logs."""
+
+    def __init__(self, url: str | None = None, batch_size: int | None = None, **options: Any):
+        super().__init__(url, batch_size, **options)
+        self._epoch = 0
+        self._steps_per_epoch: int | None = None
+        if not hasattr(self, "params"):
+            self.params: dict[str, Any] = {}
+
+    def set_params(self, params: dict[str, Any]) -> None:  # Keras calls this before training
+        self.params = params
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        try:
+            params = self.params or {}
+            epochs = params.get("epochs")
+            steps = params.get("steps")
+            self._steps_per_epoch = int(steps) if steps else None
+            self.reporter = start(
+                epochs=int(epochs) if epochs else None,
+                steps_per_epoch=self._steps_per_epoch,
+                batch_size=self.batch_size,
+                url=self.url,
+                **self.options,
+            )
+        except Exception:
+            self.reporter = None
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self.reporter is not None and self._steps_per_epoch:
+            self.reporter.step(self._epoch * self._steps_per_epoch + batch + 1)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self.reporter is not None:
+            self.reporter.epoch_end(epoch + 1, **dict(logs or {}))
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self._finish(**dict(logs or {}))

@@ -1,0 +1,658 @@
+"""The simulated cluster: nodes, job arrivals, GPU placement, time-slicing, fates.
+
+A discrete-event simulation in wall-clock seconds relative to an anchor. Jobs arrive
+as a Poisson process, are placed on a free GPU (or a free replica of a node's
+time-sliced GPU, or wait in a FIFO queue), and work through their epochs at a rate
+of ``gpu speed × time_scale / active trainers on the device`` (seed 001: sharing
+slows each job roughly in proportion to the number of sharers). Stalled jobs hold
+their GPU and do nothing; cancelled ones vanish part-way; notebooks hold a GPU idle
+for long stretches.
+
+Everything is seeded: the same ``ClusterConfig`` gives the same cluster, the same
+pods, the same epoch ends. The simulation is incremental (``advance(until)``) so the
+live demo can run for as long as the user wants while it plans only a little ahead;
+the history backfill runs the same code over a past window.
+
+Pure: no I/O. ``gpu_eta.simulation.scenarios`` turns pods into the exporter's scenario files,
+``gpu_eta.simulation.driver`` turns events into progress reports and log lines.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import uuid as uuidlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from gpu_eta.simulation.epochs import JobDraw, JobMix, sample_job
+
+
+class ClusterConfigError(ValueError):
+    """A cluster parameter is out of range."""
+
+
+# Home-grade and data-centre GPUs as in seed 001, with a speed relative to a 2080 Ti.
+GPU_MODELS: tuple[tuple[str, float, int], ...] = (
+    ("NVIDIA GeForce GTX 1080 Ti", 0.8, 11 << 30),
+    ("NVIDIA GeForce RTX 2080 Ti", 1.0, 11 << 30),
+    ("NVIDIA GeForce RTX 3070", 1.1, 8 << 30),
+    ("NVIDIA GeForce RTX 4080", 1.9, 16 << 30),
+    ("NVIDIA A2", 0.6, 16 << 30),
+    ("NVIDIA A100-SXM4-40GB", 2.6, 40 << 30),
+)
+USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """What the user can tune (`python -m gpu_eta.demo --help` shows the same)."""
+
+    nodes: int = 3
+    gpus_min: int = 4
+    gpus_max: int = 8
+    seed: int = 0
+    time_scale: float = 20.0  # cluster seconds per wall second
+    arrival_seconds: float = 200.0  # mean gap between job arrivals, cluster seconds
+    notebook_share: float = 0.12  # share of arrivals that are notebooks
+    notebook_seconds: tuple[float, float] = (3600.0, 4 * 3600.0)  # cluster seconds
+    notebooks_at_start: int = 1  # per node, already idle when the demo starts
+    log_share: float = 0.3  # share of training jobs that only print logs (no HTTP)
+    two_gpu_share: float = 0.1
+    timeslice_replicas: int = 3
+    startup_seconds: tuple[float, float] = (30.0, 90.0)  # pod start → first report
+    max_queue: int = 20  # pending jobs beyond this are turned away (users give up)
+    # wall seconds the live cluster already ran before the demo's anchor: jobs at
+    # various stages, a time-sliced GPU shared, notebooks idle for a while (0: empty)
+    warm_start_seconds: float = 600.0
+    mix: JobMix = field(default_factory=JobMix)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= 200:
+            raise ClusterConfigError(f"nodes must be 1..200, got {self.nodes}")
+        if not 1 <= self.gpus_min <= self.gpus_max <= 16:
+            raise ClusterConfigError(
+                f"need 1 <= gpus-min <= gpus-max <= 16, got {self.gpus_min}..{self.gpus_max}"
+            )
+        if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
+            raise ClusterConfigError(f"time scale must be > 0, got {self.time_scale}")
+        if not self.arrival_seconds > 0:
+            raise ClusterConfigError("arrival_seconds must be > 0")
+        if not 0 <= self.warm_start_seconds <= 86400:
+            raise ClusterConfigError(
+                f"warm start must be 0..86400 s, got {self.warm_start_seconds}"
+            )
+        for name in ("notebook_share", "log_share", "two_gpu_share"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ClusterConfigError(f"{name} must be in 0..1")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One device of a simulated node."""
+
+    index: int
+    uuid: str
+    model: str
+    speed: float
+    memory_total_bytes: int
+    replicas: int  # 1: exclusive; >1: time-sliced
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A simulated node: its name, GPUs and the loopback /24 its pod IPs come from."""
+
+    index: int
+    name: str
+    gpus: tuple[GpuSpec, ...]
+    ip_prefix: str  # "127.0.1" → pods get 127.0.1.2 ... 127.0.1.254
+
+    @property
+    def gpu_model(self) -> str:
+        return self.gpus[0].model
+
+
+@dataclass
+class Pod:
+    """A pod the simulation created; mutable while it runs, frozen in spirit after.
+
+    Times are wall seconds relative to the simulation's anchor. ``util_steps`` are
+    ``(t, utilisation)`` changes of its process on each of its devices;
+    ``epoch_ends[k-1]`` is when epoch k ended.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    ip: str
+    node: int
+    kind: str  # "training" | "notebook"
+    gpus: tuple[tuple[int, int], ...]  # (gpu index, replica) — replica 0 on exclusive GPUs
+    start: float
+    end: float | None = None
+    job_name: str = ""
+    run_id: str = ""
+    epochs: int = 0
+    batch_size: int = 0
+    report: str = "http"  # "http", "log", or "real" (an outside process reports)
+    log_format: str = "keras"  # for report == "log": "keras" or "tqdm"
+    run_start: float | None = None
+    epoch_ends: list[float] = field(default_factory=list)
+    cancelled: bool = False
+    stalled_between: tuple[float, float] | None = None
+    util_steps: list[tuple[float, float]] = field(default_factory=list)
+    memory_bytes: int = 0
+    utilization_ratio: float = 0.0  # alone on the device, while training
+    gpu_model: str = ""
+
+    @property
+    def container(self) -> str:
+        return "notebook" if self.kind == "notebook" else "trainer"
+
+    @property
+    def completed(self) -> bool:
+        return (
+            self.kind == "training" and not self.cancelled and len(self.epoch_ends) == self.epochs
+        )
+
+    def alive_at(self, t: float) -> bool:
+        return self.start <= t and (self.end is None or t < self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something the driver acts on: ``pod_start``, ``run_start``, ``epoch_end``, ``pod_end``."""
+
+    t: float
+    kind: str
+    pod: Pod
+    epoch: int = 0
+
+
+def make_nodes(config: ClusterConfig) -> tuple[NodeSpec, ...]:
+    """The nodes, their GPUs (the last one time-sliced on nodes with ≥ 2) and IP ranges."""
+    rng = random.Random(f"{config.seed}:nodes")
+    nodes = []
+    for i in range(config.nodes):
+        model, speed, memory = GPU_MODELS[rng.randrange(len(GPU_MODELS))]
+        n = rng.randint(config.gpus_min, config.gpus_max)
+        gpus = tuple(
+            GpuSpec(
+                index=g,
+                uuid=f"GPU-{uuidlib.UUID(int=rng.getrandbits(128), version=4)}",
+                model=model,
+                speed=speed,
+                memory_total_bytes=memory,
+                replicas=config.timeslice_replicas if (n >= 2 and g == n - 1) else 1,
+            )
+            for g in range(n)
+        )
+        nodes.append(NodeSpec(i, f"gpu-node-{i}", gpus, f"127.0.{i + 1}"))
+    return tuple(nodes)
+
+
+@dataclass
+class _Job:
+    pod: Pod
+    draw: JobDraw
+    phase: str = "pending"  # startup, epoch, stall, done
+    phase_end: float = math.inf  # for timed phases
+    epoch: int = 0  # epochs completed
+    remaining: float = 0.0  # work left in the current epoch (cluster seconds)
+    stop_at: float = 0.0  # remaining work at which the epoch phase ends (cancel point)
+    rate: float = 0.0  # work per wall second right now
+
+
+class ClusterSim:
+    """Incremental, seeded simulation of one cluster (see the module docstring)."""
+
+    def __init__(self, config: ClusterConfig, stream: str = "live", start: float = 0.0) -> None:
+        self.config = config
+        self.nodes = make_nodes(config)
+        self.now = start
+        self._rng = random.Random(f"{config.seed}:{stream}")
+        self._stream = stream
+        self._seq = 0
+        self._queue: list[_Job] = []
+        self._running: list[_Job] = []
+        self._slots: dict[tuple[int, int, int], Pod | None] = {
+            (n.index, g.index, r): None
+            for n in self.nodes
+            for g in n.gpus
+            for r in range(g.replicas)
+        }
+        self._ips_free: dict[int, list[int]] = {n.index: list(range(2, 255)) for n in self.nodes}
+        self._ip_released: dict[int, list[tuple[float, int]]] = {n.index: [] for n in self.nodes}
+        self._pending_events: list[Event] = []
+        self.pods: list[Pod] = []
+        self._next_arrival = start + self._gap()
+        self._timers: list[tuple[float, int, Pod]] = []  # notebook ends
+        if stream == "live":
+            for node in self.nodes:
+                for _ in range(config.notebooks_at_start):
+                    self._start_notebook(node_hint=node.index, lifetime=None, at=start)
+
+    # ------------------------------------------------------------ helpers
+
+    def _gap(self) -> float:
+        return self._rng.expovariate(self.config.time_scale / self.config.arrival_seconds)
+
+    def _name(self, base: str) -> str:
+        self._seq += 1
+        suffix = "".join(self._rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+        return f"{base}-{suffix}"
+
+    def _uid(self) -> str:
+        return str(uuidlib.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def _take_ip(self, node: int, t: float) -> str:
+        released = self._ip_released[node]
+        # an address is reused only after 60 s, so late reports of a dead pod go nowhere
+        while released and released[0][0] <= t - 60:
+            self._ips_free[node].append(heapq.heappop(released)[1])
+        free = self._ips_free[node]
+        if not free:
+            raise ClusterConfigError(f"node {node}: out of pod IPs")
+        octet = free.pop(0)
+        return f"{self.nodes[node].ip_prefix}.{octet}"
+
+    def _release_ip(self, pod: Pod, t: float) -> None:
+        heapq.heappush(self._ip_released[pod.node], (t, int(pod.ip.rsplit(".", 1)[1])))
+
+    def _free_slots(self, exclusive: bool) -> list[tuple[int, int, int]]:
+        out = []
+        for (n, g, r), holder in self._slots.items():
+            if holder is not None:
+                continue
+            replicas = self.nodes[n].gpus[g].replicas
+            if (replicas == 1) == exclusive:
+                out.append((n, g, r))
+        return out
+
+    def _place(
+        self, n_gpus: int, allow_shared: bool
+    ) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+        """Pick (node, ((gpu, replica), ...)): exclusive first, then a time-sliced replica."""
+        free = self._free_slots(exclusive=True)
+        by_node: dict[int, list[tuple[int, int]]] = {}
+        for n, g, r in free:
+            by_node.setdefault(n, []).append((g, r))
+        fitting = sorted(n for n, slots in by_node.items() if len(slots) >= n_gpus)
+        if fitting:
+            node = fitting[self._rng.randrange(len(fitting))]
+            return node, tuple(sorted(by_node[node])[:n_gpus])
+        if n_gpus == 1 and allow_shared:
+            shared = self._free_slots(exclusive=False)
+            if shared:
+                n, g, r = shared[self._rng.randrange(len(shared))]
+                return n, ((g, r),)
+        return None
+
+    def _fit_memory(self, pod: Pod, at: float) -> None:
+        """Shrink a pod's GPU memory to what its time-sliced device has left.
+
+        Time-slicing shares one device's memory: the pods on it must together hold
+        at most its size (REVIEW2 item 14: an 11 GB card showed 18.9 GB held). A pod
+        gets at most 90 % of the device minus what its co-tenants hold, and never
+        less than half of what is really left, so the sum stays under the size.
+        Exclusive devices keep the 90 % cap of ``gpu_eta.simulation.scenarios``. Deterministic:
+        no random draw, so seeds give the same cluster as before.
+        """
+        for g, _ in pod.gpus:
+            spec = self.nodes[pod.node].gpus[g]
+            if spec.replicas == 1:
+                continue
+            others = sum(
+                other.memory_bytes
+                for other in self.pods
+                if other is not pod
+                and other.node == pod.node
+                and any(og == g for og, _ in other.gpus)
+                and (other.end is None or other.end > at)  # a finished pod lingers 2 s
+            )
+            left = max(0, spec.memory_total_bytes - others)
+            budget = max(int(spec.memory_total_bytes * 0.9) - others, left // 2)
+            pod.memory_bytes = min(pod.memory_bytes, budget)
+
+    def _start_notebook(self, node_hint: int | None, lifetime: float | None, at: float) -> None:
+        placed = None
+        if node_hint is not None:
+            slots = [(g, r) for (n, g, r) in self._free_slots(True) if n == node_hint]
+            if slots:
+                placed = (node_hint, (slots[0],))
+        if placed is None:
+            placed = self._place(1, allow_shared=True)
+        if placed is None:
+            return  # JupyterHub would refuse the spawn: nothing to hold
+        node, gpus = placed
+        user = USERS[self._rng.randrange(len(USERS))]
+        pod = Pod(
+            namespace="jupyterhub",
+            name=self._name(f"jupyter-{user}"),
+            uid=self._uid(),
+            ip=self._take_ip(node, at),
+            node=node,
+            kind="notebook",
+            gpus=gpus,
+            start=at,
+            memory_bytes=int(self._rng.uniform(0.3, 2.5) * (1 << 30)),
+            gpu_model=self.nodes[node].gpus[gpus[0][0]].model,
+        )
+        pod.util_steps.append((at, 0.0))
+        for g, r in gpus:
+            self._slots[(node, g, r)] = pod
+        self._fit_memory(pod, at)
+        self.pods.append(pod)
+        self._pending_events.append(Event(at, "pod_start", pod))
+        if lifetime is not None:
+            heapq.heappush(self._timers, (at + lifetime, self._seq, pod))
+
+    def _arrival(self, t: float) -> None:
+        cfg = self.config
+        if self._rng.random() < cfg.notebook_share:
+            life = self._rng.uniform(*cfg.notebook_seconds) / cfg.time_scale
+            self._start_notebook(None, life, t)
+            return
+        draw = sample_job(self._rng, cfg.mix)
+        if len(self._queue) >= cfg.max_queue:
+            return
+        user = USERS[self._rng.randrange(len(USERS))]
+        n_gpus = 2 if self._rng.random() < cfg.two_gpu_share else 1
+        pod = Pod(
+            namespace=f"ml-{user}",
+            name=self._name(draw.family.job_name),
+            uid=self._uid(),
+            ip="",
+            node=-1,
+            kind="training",
+            gpus=tuple((-1, 0) for _ in range(n_gpus)),
+            start=t,
+            job_name=draw.family.job_name,
+            run_id=f"{self._stream}-{self._seq:06d}",
+            epochs=draw.epochs,
+            batch_size=draw.batch_size,
+            report="log" if self._rng.random() < cfg.log_share else "http",
+            log_format="keras" if self._rng.random() < 0.5 else "tqdm",
+            memory_bytes=int(draw.family.memory_bytes * self._rng.uniform(0.9, 1.1)),
+            utilization_ratio=draw.family.utilization_ratio,
+        )
+        self._queue.append(_Job(pod=pod, draw=draw))
+
+    def _schedule_queue(self, t: float) -> None:
+        if not self._queue or all(holder is not None for holder in self._slots.values()):
+            return
+        still = []
+        for job in self._queue:
+            placed = self._place(len(job.pod.gpus), allow_shared=True)
+            if placed is None:
+                still.append(job)
+                continue
+            node, gpus = placed
+            pod = job.pod
+            pod.node, pod.gpus, pod.start = node, gpus, t
+            pod.ip = self._take_ip(node, t)
+            pod.gpu_model = self.nodes[node].gpus[gpus[0][0]].model
+            for g, r in gpus:
+                self._slots[(node, g, r)] = pod
+            self._fit_memory(pod, t)
+            job.phase = "startup"
+            job.phase_end = (
+                t + self._rng.uniform(*self.config.startup_seconds) / self.config.time_scale
+            )
+            pod.util_steps.append((t, 0.05))
+            self.pods.append(pod)
+            self._running.append(job)
+            self._pending_events.append(Event(t, "pod_start", pod))
+        self._queue = still
+
+    def _sharers(self, node: int, gpu: int) -> int:
+        replicas = self.nodes[node].gpus[gpu].replicas
+        return sum(
+            1
+            for r in range(replicas)
+            if (p := self._slots[(node, gpu, r)]) is not None
+            and any(j.pod is p and j.phase == "epoch" for j in self._running)
+        )
+
+    def _update_rates(self, t: float) -> None:
+        cfg = self.config
+        for job in self._running:
+            pod = job.pod
+            if job.phase != "epoch":
+                job.rate = 0.0
+                util = 0.05 if job.phase == "startup" else 0.0
+            else:
+                rates = []
+                shares = []
+                for g, _ in pod.gpus:
+                    k = max(1, self._sharers(pod.node, g))
+                    rates.append(self.nodes[pod.node].gpus[g].speed * cfg.time_scale / k)
+                    shares.append(k)
+                job.rate = min(rates)
+                util = pod.utilization_ratio / max(shares)
+            util = round(util, 4)
+            if not pod.util_steps or pod.util_steps[-1][1] != util:
+                pod.util_steps.append((t, util))
+
+    def _begin_epoch(self, job: _Job) -> None:
+        k = job.epoch  # 0-based index of the epoch starting
+        work = job.draw.work_seconds[k]
+        job.phase = "epoch"
+        job.remaining = work
+        job.stop_at = 0.0
+        if job.draw.cancel_after_epoch is not None and k == job.draw.cancel_after_epoch:
+            job.stop_at = work * (1 - job.draw.cancel_fraction)
+
+    def _finish(self, job: _Job, t: float, cancelled: bool) -> None:
+        pod = job.pod
+        job.phase = "done"
+        pod.cancelled = cancelled
+        # a finished job lingers a moment (final log lines, checkpoint) before the pod goes
+        pod.end = t + (0.0 if cancelled else 2.0)
+        self._running.remove(job)
+        for g, r in pod.gpus:
+            self._slots[(pod.node, g, r)] = None
+        self._release_ip(pod, pod.end)
+        pod.util_steps.append((t, 0.0))
+        self._pending_events.append(Event(pod.end, "pod_end", pod))
+
+    def _end_notebook(self, pod: Pod, t: float) -> None:
+        if pod.end is not None:
+            return
+        pod.end = t
+        for g, r in pod.gpus:
+            self._slots[(pod.node, g, r)] = None
+        self._release_ip(pod, t)
+        self._pending_events.append(Event(t, "pod_end", pod))
+
+    def _next_job_event(self) -> tuple[float, _Job | None]:
+        best, who = math.inf, None
+        for job in self._running:
+            if job.phase in ("startup", "stall"):
+                when = job.phase_end
+            elif job.phase == "epoch" and job.rate > 0:
+                when = self.now + max(0.0, job.remaining - job.stop_at) / job.rate
+            else:
+                continue
+            if when < best:
+                best, who = when, job
+        return best, who
+
+    def _step_job(self, job: _Job, t: float) -> None:
+        pod = job.pod
+        if job.phase == "startup":
+            pod.run_start = t
+            self._pending_events.append(Event(t, "run_start", pod))
+            self._begin_epoch(job)
+            return
+        if job.phase == "stall":
+            self._begin_epoch(job)
+            return
+        # epoch phase ended: cancelled part-way, or the epoch completed
+        if job.stop_at > 0:
+            self._finish(job, t, cancelled=True)
+            return
+        job.epoch += 1
+        pod.epoch_ends.append(t)
+        self._pending_events.append(Event(t, "epoch_end", pod, epoch=job.epoch))
+        if job.epoch >= pod.epochs:
+            self._finish(job, t, cancelled=False)
+        elif job.draw.stall_after_epoch == job.epoch:
+            job.phase = "stall"
+            job.phase_end = t + job.draw.stall_seconds / self.config.time_scale
+            pod.stalled_between = (t, job.phase_end)
+        else:
+            self._begin_epoch(job)
+
+    def advance(self, until: float) -> list[Event]:
+        """Simulate up to ``until``; return the events that happened, in time order.
+
+        ``until`` at or before the simulation's present (it was advanced further
+        already) only hands out the events planned up to ``until``.
+        """
+        if until <= self.now:
+            ready = sorted(
+                (e for e in self._pending_events if e.t <= until),
+                key=lambda e: (e.t, e.kind != "pod_start"),
+            )
+            self._pending_events = [e for e in self._pending_events if e.t > until]
+            return ready
+        self._update_rates(self.now)
+        while True:
+            t_job, job = self._next_job_event()
+            t_nb = self._timers[0][0] if self._timers else math.inf
+            t = min(self._next_arrival, t_job, t_nb)
+            if t > until:
+                break
+            for j in self._running:
+                if j.phase == "epoch":
+                    j.remaining -= j.rate * (t - self.now)
+            self.now = t
+            if t == t_job and job is not None:
+                if job.phase == "epoch":
+                    job.remaining = job.stop_at
+                self._step_job(job, t)
+            elif t == t_nb:
+                _, _, pod = heapq.heappop(self._timers)
+                self._end_notebook(pod, t)
+            else:
+                self._arrival(t)
+                self._next_arrival = t + self._gap()
+            self._schedule_queue(t)
+            self._update_rates(t)
+        for j in self._running:
+            if j.phase == "epoch":
+                j.remaining -= j.rate * (until - self.now)
+        self.now = max(self.now, until)
+        events, self._pending_events = self._pending_events, []
+        ready = [e for e in events if e.t <= until]
+        self._pending_events = [e for e in events if e.t > until]
+        ready.sort(key=lambda e: (e.t, e.kind != "pod_start"))
+        return ready
+
+    def reserve_pod(self, node: int) -> Pod:
+        """A training pod held for an outside process (``--real-training``), from now on.
+
+        It takes a GPU of ``node`` that ``end_pod(..., hold=True)`` kept for it, else a
+        free GPU (or a time-sliced replica), and gets a pod IP; the caller reports its
+        progress itself (``report="real"``) and ends it with ``end_pod``.
+        """
+        slots = [
+            (g, r)
+            for (n, g, r), holder in self._slots.items()
+            if n == node and holder is not None and holder.kind == "reserved"
+        ]
+        slots = slots or [(g, r) for (n, g, r) in self._free_slots(True) if n == node]
+        slots = slots or [(g, r) for (n, g, r) in self._free_slots(False) if n == node]
+        if not slots:
+            raise ClusterConfigError(f"node {node}: no free GPU for a real training pod")
+        g, r = slots[0]
+        pod = Pod(
+            namespace="ml-real",
+            name=self._name("torch-mlp"),
+            uid=self._uid(),
+            ip=self._take_ip(node, self.now),
+            node=node,
+            kind="training",
+            gpus=((g, r),),
+            start=self.now,
+            job_name="torch-mlp",
+            report="real",
+            memory_bytes=600 << 20,
+            utilization_ratio=0.6,
+            gpu_model=self.nodes[node].gpus[g].model,
+        )
+        pod.util_steps.append((self.now, 0.6))
+        self._slots[(node, g, r)] = pod
+        self._fit_memory(pod, self.now)
+        self.pods.append(pod)
+        return pod
+
+    def end_pod(self, pod: Pod, t: float, hold: bool = False) -> None:
+        """End a reserved pod at ``t`` and free its GPU.
+
+        ``hold``: keep the GPU for the next ``reserve_pod`` on the node instead of
+        handing it to the queue. Why: the demo restarts a finished real training
+        run 20 s later, and on a full cluster the scheduler would otherwise fill the
+        freed GPU from its queue at once, so the real run never came back (REVIEW2
+        item 15). The held GPU shows no holder meanwhile, as a freed GPU would.
+        """
+        if pod.end is not None:
+            return
+        pod.end = t
+        pod.util_steps.append((t, 0.0))
+        for g, r in pod.gpus:
+            if self._slots.get((pod.node, g, r)) is pod:
+                self._slots[(pod.node, g, r)] = _placeholder(pod.node, (g, r)) if hold else None
+        self._release_ip(pod, t)
+
+    def alive(self, t: float) -> Iterator[Pod]:
+        """Pods alive at ``t`` (or starting later but already planned)."""
+        return (p for p in self.pods if p.end is None or p.end > t)
+
+    def forget_before(self, t: float) -> None:
+        """Drop pods that ended before ``t`` (keeps a long demo's memory bounded)."""
+        self.pods = [p for p in self.pods if p.end is None or p.end >= t]
+
+    @property
+    def queued(self) -> int:
+        """Jobs waiting for a GPU."""
+        return len(self._queue)
+
+
+def _placeholder(node: int, slot: tuple[int, int]) -> Pod:
+    """A slot holder that is no pod: keeps the scheduler off a GPU kept for ``reserve_pod``."""
+    return Pod("", "reserved", "", "", node, "reserved", (slot,), 0.0)
+
+
+def warm_start(
+    config: ClusterConfig, keep_free: Sequence[int] = ()
+) -> tuple[ClusterSim, list[Event]]:
+    """The live cluster as it is at the anchor (t = 0), and what happened before it.
+
+    Why: a demo that starts with an empty cluster shows one job and idle GPUs for
+    its first minutes. The live simulation instead starts ``warm_start_seconds``
+    before the anchor and is advanced to 0, so at t = 0 jobs are at every stage
+    (their pods start at negative times, their earlier epoch ends are known), a
+    time-sliced GPU may be shared and notebooks have been idle for a while. The
+    past events are returned for the backfill (``gpu_eta.simulation.backfill.warm_history``) and
+    the log replay (``gpu_eta.simulation.driver.Driver.replay``); the driver fires only later ones,
+    with the same pods, run ids and run starts.
+
+    ``keep_free``: node indexes, one GPU each kept free through the warm-up (so
+    ``reserve_pod`` finds one at t = 0 on a full cluster: ``--real-training``).
+    """
+    sim = ClusterSim(config, stream="live", start=-config.warm_start_seconds)
+    held = []
+    for node in keep_free:
+        slots = [(g, r) for (n, g, r) in sim._free_slots(True) if n == node]
+        slots = slots or [(g, r) for (n, g, r) in sim._free_slots(False) if n == node]
+        if slots:
+            sim._slots[(node, *slots[0])] = _placeholder(node, slots[0])
+            held.append((node, *slots[0]))
+    past = sim.advance(0.0) if config.warm_start_seconds > 0 else []
+    for key in held:
+        sim._slots[key] = None
+    return sim, past

@@ -1,0 +1,380 @@
+"""Turns the simulation's events into what real training pods would do.
+
+- Scenario files: rewritten (atomically) whenever a node's pods change, a few
+  seconds ahead of time, so the exporter knows a pod before it reports.
+- HTTP pods: ``POST /progress`` to their node's exporter **from the pod's own
+  loopback address** (the socket is bound to the pod IP), the same wire format as
+  ``gpu_eta_report`` sends (docs/progress.md). The exporter identifies the sender by
+  that address, exactly as on a real node.
+- Log pods: Keras-style lines (``Epoch 3/15`` and the end-of-epoch step bar) in CRI
+  format under ``<root>/<ns>_<pod>_<uid>/<container>/0.log``, which the exporter's
+  log collector follows.
+
+Body and line construction are pure functions (tested on their own); the I/O is in
+``ProgressSender``, ``LogWriter`` and ``Driver.tick``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpu_eta.exporter.progress import Report, derived_run_id, parse_report
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.simulation.cluster import ClusterSim, Event, Pod
+from gpu_eta.simulation.scenarios import node_scenario, write_scenario
+
+log = logging.getLogger("gpu_eta.demo")
+
+SAMPLES_PER_EPOCH = 50_000  # the simulated data set size (steps = samples / batch)
+RETRY_SECONDS = 15.0  # a 403 right after a pod appears is retried this long
+
+
+def loss_at(epoch: int) -> float:
+    """A plausible training loss curve (for the free-form ``loss`` value)."""
+    return round(2.3 * math.exp(-0.35 * epoch) + 0.12, 4)
+
+
+def steps_per_epoch(pod: Pod) -> int:
+    """Optimizer steps per epoch for the pod's batch size."""
+    return max(1, SAMPLES_PER_EPOCH // max(1, pod.batch_size))
+
+
+def report_body(pod: Pod, event: Event, anchor: float) -> dict[str, Any]:
+    """The JSON a training process posts for ``event`` (docs/progress.md wire format)."""
+    spe = steps_per_epoch(pod)
+    body: dict[str, Any] = {
+        "run_id": pod.run_id,
+        "run_start": round(anchor + (pod.run_start if pod.run_start is not None else pod.start), 3),
+        "epochs": pod.epochs,
+        "steps": pod.epochs * spe,
+        "batch_size": pod.batch_size,
+        "container": pod.container,
+    }
+    if event.kind == "run_start":
+        body.update(event="start", epoch=0, step=0)
+    else:
+        body.update(epoch=event.epoch, step=event.epoch * spe, loss=loss_at(event.epoch))
+        body["event"] = "end" if event.epoch >= pod.epochs else "progress"
+    return body
+
+
+def log_run_start(pod: Pod, anchor: float) -> float:
+    """The run start a log-reporting pod's first line carries (unix seconds, to the ms)."""
+    return round(anchor + (pod.run_start if pod.run_start is not None else pod.start), 3)
+
+
+def log_run_id(pod: Pod, anchor: float) -> str:
+    """The ``run_id`` the exporter derives for a log-reporting pod's run.
+
+    Log lines carry no run id: the exporter derives one from the pod and the time of
+    the run's first line (``gpu_eta.exporter.progress.derived_run_id``). The warm-up
+    backfill labels its series with the same id, so Prometheus sees one run.
+    """
+    return derived_run_id(pod.namespace, pod.name, pod.container, "log", log_run_start(pod, anchor))
+
+
+def warm_up_reports(pod: Pod, anchor: float) -> list[tuple[float, Report]]:
+    """The reports an HTTP pod still running at the anchor sent during the warm-up.
+
+    Each is ``(unix time it arrived, Report)``: the body the driver would have posted
+    (``report_body``), validated by the listener's own ``parse_report``, in order: the
+    run's start, then one per epoch ended by the anchor. Empty for pods that report
+    otherwise, are gone by the anchor, or have not started training yet.
+    """
+    if pod.kind != "training" or pod.report != "http" or pod.run_start is None:
+        return []
+    if pod.run_start > 0 or (pod.end is not None and pod.end <= 0):
+        return []
+    events = [Event(pod.run_start, "run_start", pod)] + [
+        Event(t, "epoch_end", pod, epoch=k) for k, t in enumerate(pod.epoch_ends, 1) if t <= 0
+    ]
+    reports = []
+    for event in events:
+        now = anchor + event.t
+        body = json.dumps(report_body(pod, event, anchor))
+        reports.append((now, parse_report(body, now=now)))
+    return reports
+
+
+def write_progress_state(path: Path, pods: list[Pod], anchor: float) -> int:
+    """The exporter's state file (docs/progress.md) as it would be after the warm-up.
+
+    The exporter "has been running" through the warm-up: each HTTP pod's reports so far
+    (``warm_up_reports``) go through ``ProgressStore.merge`` with the time they
+    arrived, the path real reports take, so run id, run start, epoch, epoch end and
+    last report time are what the exporter itself would have saved (and match the
+    backfilled series). Written before the exporter starts (``--progress.state-file``),
+    so its series are live from the first scrape and Prometheus marks them stale when
+    the pod goes. Returns how many pods it holds.
+    """
+    store = ProgressStore(state_path=path)
+    count = 0
+    for pod in pods:
+        reports = warm_up_reports(pod, anchor)
+        for now, report in reports:
+            store.merge(pod.namespace, pod.name, pod.container, "http", report, now=now)
+        count += bool(reports)
+    store.save()
+    return count
+
+
+def cri_line(ts: float, message: str, stream: str = "stdout") -> str:
+    """One line as containerd writes it: RFC 3339 nanoseconds, stream, F(ull), text.
+
+    The time is rounded to the millisecond so that the run start the exporter reads
+    back is exactly ``log_run_start`` (the derived run id hashes it to the ms).
+    """
+    ts = round(ts, 3)
+    when = datetime.fromtimestamp(ts, timezone.utc)
+    nanos = round((ts % 1) * 1e9) % 1_000_000_000
+    return f"{when.strftime('%Y-%m-%dT%H:%M:%S')}.{nanos:09d}Z {stream} F {message}\n"
+
+
+def _epoch_seconds(pod: Pod, k: int) -> float:
+    """How long epoch ``k`` (1-based) took: from the previous epoch's end (or the run's
+    start) to its own, at least 1 ms so the rates printed in the logs stay finite."""
+    ends = pod.epoch_ends
+    return max(0.001, ends[k - 1] - (ends[k - 2] if k >= 2 else (pod.run_start or pod.start)))
+
+
+def keras_lines(pod: Pod, event: Event) -> list[str]:
+    """What Keras' ``model.fit(verbose=1)`` prints at this point of the run."""
+    spe = steps_per_epoch(pod)
+    if event.kind == "run_start":
+        return [f"Epoch 1/{pod.epochs}"]
+    if event.kind != "epoch_end":
+        return []
+    k = event.epoch
+    took = _epoch_seconds(pod, k)
+    acc = round(1 - loss_at(k) / 2.6, 4)
+    lines = [
+        f"{spe}/{spe} [==============================] - {max(1, round(took))}s "
+        f"{max(1, round(1000 * took / spe))}ms/step - loss: {loss_at(k):.4f} - accuracy: {acc:.4f}"
+    ]
+    if k < pod.epochs:
+        lines.append(f"Epoch {k + 1}/{pod.epochs}")
+    return lines
+
+
+def tqdm_lines(pod: Pod, event: Event) -> list[str]:
+    """What a PyTorch loop wrapped in ``tqdm(desc=f"Epoch {k}/{n}")`` leaves in the log.
+
+    tqdm redraws with ``\r``; containerd keeps the redraws of one line together,
+    and what the log collector needs is the bar's final state, so each epoch's bar
+    is written as its start and its end, joined by ``\r`` like the real output.
+    """
+    spe = steps_per_epoch(pod)
+    if event.kind == "run_start":
+        return [f"Epoch 1/{pod.epochs}:   0%|          | 0/{spe} [00:00<?, ?it/s]"]
+    if event.kind != "epoch_end":
+        return []
+    k = event.epoch
+    took = _epoch_seconds(pod, k)
+    mm, ss = divmod(int(took), 60)
+    done = (
+        f"Epoch {k}/{pod.epochs}:   0%|          | 0/{spe} [00:00<?, ?it/s]\r"
+        f"Epoch {k}/{pod.epochs}: 100%|██████████| {spe}/{spe} "
+        f"[{mm:02d}:{ss:02d}<00:00, {spe / took:.2f}it/s, loss={loss_at(k):.4f}]"
+    )
+    return [done]
+
+
+class ProgressSender:
+    """POSTs reports to a node's exporter from a pod's own loopback address."""
+
+    def __init__(self, progress_ports: Mapping[int, int], timeout_seconds: float = 2.0):
+        self.progress_ports = dict(progress_ports)
+        self.timeout_seconds = timeout_seconds
+        self.counts: dict[str, int] = {}
+
+    def post(self, pod: Pod, body: Mapping[str, Any]) -> int:
+        """Send one report; returns the HTTP status (0 when the exporter is unreachable)."""
+        try:
+            status = post_progress(
+                self.progress_ports[pod.node], pod.ip, body, self.timeout_seconds
+            )
+        except OSError:
+            status = 0
+        key = str(status)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return status
+
+
+def post_progress(
+    port: int, source_ip: str, body: Mapping[str, Any], timeout_seconds: float = 10.0
+) -> int:
+    """POST one report to ``127.0.0.1:port/progress`` from ``source_ip`` (a pod's own
+    loopback address, as training code in that pod would); returns the HTTP status,
+    raises ``OSError`` when the exporter is unreachable."""
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=timeout_seconds, source_address=(source_ip, 0)
+    )
+    try:
+        conn.request(
+            "POST", "/progress", body=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
+        resp = conn.getresponse()
+        resp.read(4096)
+        return resp.status
+    finally:
+        conn.close()
+
+
+class LogWriter:
+    """Appends CRI lines to ``<root>/<ns>_<pod>_<uid>/<container>/0.log``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, pod: Pod) -> Path:
+        return self.root / f"{pod.namespace}_{pod.name}_{pod.uid}" / pod.container / "0.log"
+
+    def write(self, pod: Pod, lines: list[str], ts: float) -> None:
+        if not lines:
+            return
+        path = self.path(pod)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.writelines(cri_line(ts, line) for line in lines)
+
+
+@dataclass
+class DriverStats:
+    """What the driver did so far (printed at the end of the demo)."""
+
+    reports_sent: int = 0
+    reports_failed: int = 0
+    log_lines: int = 0
+    epochs: int = 0
+    finished: int = 0
+    cancelled: int = 0
+
+
+class Driver:
+    """Keeps scenario files, progress reports and log files in step with the wall clock."""
+
+    def __init__(
+        self,
+        sim: ClusterSim,
+        anchor: float,
+        scenario_paths: Mapping[int, Path],
+        sender: ProgressSender,
+        logs: LogWriter,
+        lookahead_seconds: float = 5.0,
+        seed: int = 0,
+    ):
+        self.sim = sim
+        self.anchor = anchor
+        self.scenario_paths = dict(scenario_paths)
+        self.sender = sender
+        self.logs = logs
+        self.lookahead_seconds = lookahead_seconds
+        self.seed = seed
+        self.stats = DriverStats()
+        self._due: list[Event] = []
+        self._retry: list[tuple[float, Event]] = []
+        self.lock = threading.RLock()
+
+    def write_scenarios(self, rel_now: float) -> None:
+        """Rewrite each node's scenario if its pods changed."""
+        pods = list(self.sim.alive(rel_now - 15))
+        for node in self.sim.nodes:
+            scenario = node_scenario(node, pods, self.anchor, rel_now, self.seed)
+            write_scenario(self.scenario_paths[node.index], scenario)
+
+    def replay(self, past: list[Event]) -> int:
+        """Write the log lines of the warm-up (events before t = 0) for pods still alive.
+
+        A log-reporting pod that started before the anchor printed its earlier epochs
+        then; the exporter, following the file from its start, reads them with their
+        own timestamps (so the same derived run id and epoch ends as the backfill).
+        HTTP pods need nothing: their past is in the backfill, and their next report
+        carries the same ``run_id`` and ``run_start``. Returns the lines written.
+        """
+        written = 0
+        with self.lock:
+            for event in past:
+                pod = event.pod
+                if pod.kind != "training" or pod.report != "log":
+                    continue
+                if pod.end is not None and pod.end <= 0:
+                    continue
+                if event.kind not in ("run_start", "epoch_end"):
+                    continue
+                lines = (
+                    keras_lines(pod, event) if pod.log_format == "keras" else tqdm_lines(pod, event)
+                )
+                self.logs.write(pod, lines, self.anchor + event.t)
+                written += len(lines)
+            self.stats.log_lines += written
+        return written
+
+    def queue(self, events: list[Event]) -> None:
+        """Events the simulation already produced (it ran ahead), to fire when due."""
+        with self.lock:
+            self._due.extend(events)
+
+    def tick(self, now: float | None = None) -> None:
+        """Advance the simulation to now + lookahead, update files, fire due events."""
+        with self.lock:
+            now = time.time() if now is None else now
+            rel = now - self.anchor
+            self._due.extend(self.sim.advance(rel + self.lookahead_seconds))
+            self.write_scenarios(rel)
+            due = [e for e in self._due if e.t <= rel]
+            self._due = [e for e in self._due if e.t > rel]
+            retry, self._retry = self._retry, []
+            for first, event in retry:
+                self._fire(event, first, now)
+            for event in due:
+                self._fire(event, now, now)
+            self.sim.forget_before(rel - 120)
+
+    def _fire(self, event: Event, first_try: float, now: float) -> None:
+        pod = event.pod
+        if pod.kind != "training" or pod.report == "real":
+            return
+        if first_try == now:
+            if event.kind == "epoch_end":
+                self.stats.epochs += 1
+                self.stats.finished += event.epoch >= pod.epochs
+            if event.kind == "pod_end" and pod.cancelled:
+                self.stats.cancelled += 1
+        if event.kind not in ("run_start", "epoch_end"):
+            return
+        if pod.report == "log":
+            lines = keras_lines(pod, event) if pod.log_format == "keras" else tqdm_lines(pod, event)
+            self.logs.write(pod, lines, self.anchor + event.t)
+            self.stats.log_lines += len(lines)
+            return
+        status = self.sender.post(pod, report_body(pod, event, self.anchor))
+        if status == 200 or status == 202 or status == 204:
+            self.stats.reports_sent += 1
+        elif (
+            status in (0, 403, 429, 503)
+            and now - first_try < RETRY_SECONDS
+            and pod.alive_at(now - self.anchor)
+        ):
+            self._retry.append((first_try, event))  # exporter has not seen the pod yet
+        else:
+            self.stats.reports_failed += 1
+
+    def run(self, stop: threading.Event, interval_seconds: float = 0.5) -> None:
+        """Tick until ``stop`` is set (the demo runs this in a thread)."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # keep the demo alive; the cause is logged once per tick
+                log.exception("demo driver tick failed")
+            stop.wait(interval_seconds)

@@ -1,0 +1,248 @@
+"""EtaModel: the facade H5's cycle calls — empty history, one-epoch jobs, NaN, quality."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators import NotFittedError
+from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from tests.forecaster.estimators.runs_factory import job_history, make_run
+
+
+def check(f) -> None:
+    assert math.isfinite(f.p50)
+    assert 0.0 <= f.p10 <= f.p50 <= f.p90
+
+
+def test_empty_history() -> None:
+    model = EtaModel(random_state=0).fit([])
+    assert model.n_history_ == 0
+    assert all(math.isnan(m) and math.isnan(c) for m, c in model.quality_.values())
+    start = model.predict(make_run("n", [], planned=10), 1_700_000_000.0)
+    check(start)
+    assert start.p90 / start.p10 > 20  # the wide documented default
+    running = make_run("n", [5.0] * 3, planned=10)
+    f = model.predict(running, running.last_timestamp)
+    check(f)
+    assert f.p50 == pytest.approx(35.0, rel=0.2)  # the run's own rate
+
+
+def test_one_epoch_jobs_and_nan_features() -> None:
+    history = [make_run(f"h{i}", [30.0], start=100.0 * i, job_name="one") for i in range(10)]
+    model = EtaModel(random_state=0).fit(history)
+    run = make_run("n", [], planned=1, start=5000.0, job_name="one", batch_size=float("nan"))
+    f = model.predict(run, 5010.0)
+    check(f)
+    assert f.p50 == pytest.approx(20.0, rel=0.15)
+    done = make_run("n", [30.0], start=5000.0, job_name="one")
+    assert model.predict(done, 6000.0).p90 == 0.0
+
+
+def test_quality_is_measured_per_point() -> None:
+    history = job_history(120, seed=7, noise=0.1)
+    model = EtaModel(random_state=0).fit(history)
+    assert set(model.quality_) == set(POINTS)
+    for point in POINTS:
+        mape, coverage = model.quality_[point]
+        assert 0 <= mape < 0.5
+        assert 0.6 <= coverage <= 0.95
+
+
+def test_calibrated_intervals_cover_new_runs() -> None:
+    runs = job_history(240, seed=8, noise=0.15)
+    model = EtaModel(random_state=0).fit(runs[:160])
+    hits, errors = [], []
+    for run in runs[160:]:
+        for point in (0.1, 0.25, 0.5, 0.75):
+            part = truncate(run, point)
+            truth = run.last_timestamp - part.last_timestamp
+            f = model.predict(part, part.last_timestamp)
+            check(f)
+            hits.append(f.p10 <= truth <= f.p90)
+            errors.append(abs(f.p50 - truth) / truth)
+    # 320 predictions from 80 runs: 0.8 ± ~0.07 allows for correlated points per run
+    assert 0.72 <= np.mean(hits) <= 0.9
+    assert np.median(errors) < 0.15
+
+
+def test_prior_helps_at_ten_percent_on_a_repeated_job() -> None:
+    runs = job_history(60, seed=9, noise=0.02, jobs=("a",))
+    model = EtaModel(random_state=0).fit(runs[:-1])
+    run = runs[-1]
+    part = truncate(run, 0.1)
+    truth = run.last_timestamp - part.last_timestamp
+    f = model.predict(part, part.last_timestamp)
+    assert abs(f.p50 - truth) / truth < 0.1
+
+
+def test_stalled_run_holds_and_widens() -> None:
+    model = EtaModel(random_state=0).fit(job_history(30, seed=10))
+    run = make_run("n", [5.0] * 5, planned=10, job_name="a", batch_size=64)
+    normal = model.predict(run, run.last_timestamp)
+    stalled = model.predict(run, run.last_timestamp + 3600, stalled=True)
+    assert stalled.stalled and stalled.p50 == pytest.approx(normal.p50)
+    assert stalled.p90 > normal.p90 + 3600
+    late = model.predict(run, run.last_timestamp + 3600)
+    check(late)
+    assert late.p10 > 0  # never in the past while epochs remain
+
+
+def test_predict_before_fit_and_refit_forgets() -> None:
+    with pytest.raises(NotFittedError):
+        EtaModel().predict(make_run("n", [], planned=3), 0.0)
+    model = EtaModel(random_state=0)
+    assert model.fit(job_history(30, seed=11)) is model
+    assert model.fit([]).n_history_ == 0
+
+
+def test_a_slowdown_that_persists_is_followed_not_discounted() -> None:
+    """Every run: ~30 % of its epochs come in blocks 3x slower (a neighbour's load),
+    so the true remaining time follows the mean, which a spike-discounting Huber
+    estimate would miss. Outcome asserted on new runs: gpu-eta is no worse than the
+    plain cumulative mean at 25–75 % (it once lost to it by 20–40 % here)."""
+    rng = np.random.default_rng(13)
+
+    def runs(n: int, t: float, tag: str) -> list:
+        out = []
+        for i in range(n):
+            durations: list[float] = []
+            while len(durations) < 20:
+                slow = rng.random() < 0.3
+                durations += [3.0 if slow else 1.0] * 3
+            durations = [d * float(np.exp(rng.normal(0, 0.02))) for d in durations[:20]]
+            out.append(make_run(f"{tag}{i}", durations, start=t, job_name=f"j{i % 7}"))
+            t += sum(durations) + 5
+        return out
+
+    history = runs(200, 1.7e9, "r")
+    model = EtaModel(random_state=0).fit(history)
+    fresh = runs(80, history[-1].last_timestamp + 10, "n")
+    for point in (0.25, 0.5, 0.75):
+        ours, mean = [], []
+        for run in fresh:
+            part = truncate(run, point)
+            truth = run.last_timestamp - part.last_timestamp
+            ours.append(abs(model.predict(part, part.last_timestamp).p50 - truth) / truth)
+            elapsed = part.last_timestamp - part.epoch_times[0][1]
+            guess = elapsed / part.epochs_done * (run.epochs_planned - part.epochs_done)
+            mean.append(abs(guess - truth) / truth)
+        assert np.median(ours) <= 1.05 * np.median(mean), point
+
+
+def shared_history(n: int, seed: int, change: bool) -> list:
+    """Repeated jobs; with ``change`` a neighbour doubles or halves the speed of
+    most runs at a random point, so a run's early speed says little about its end."""
+    rng = np.random.default_rng(seed)
+    runs, t = [], 1.7e9
+    for i in range(n):
+        base = 2.0 + (i % 3)
+        factor, at = 1.0, 20
+        if change and rng.random() < 0.8:
+            factor, at = float(rng.choice([0.5, 2.0])), int(rng.integers(3, 17))
+        durations = [
+            base * (factor if k >= at else 1.0) * float(np.exp(rng.normal(0, 0.02)))
+            for k in range(20)
+        ]
+        runs.append(make_run(f"r{i}", durations, start=t, job_name=f"j{i % 3}", batch_size=64))
+        t += sum(durations) + 5
+    return runs
+
+
+def test_the_rate_is_trusted_as_much_as_it_has_earned() -> None:
+    """The rate's and the job prior's errors are measured on past runs: where speeds
+    change part-way the rate's floor at 10 % is large and the job prior carries the
+    forecast; where runs are steady the floor stays small."""
+    steady = EtaModel(random_state=0).fit(shared_history(120, 3, change=False))
+    # the floors alone (the measured mix, tested below, replaces their weight for a
+    # same-job prior where it has evidence)
+    shared = EtaModel(random_state=0, measured_mix=False).fit(shared_history(120, 3, change=True))
+    assert steady.rate_floor_[0.1] < 0.05 < 0.2 < shared.rate_floor_[0.1]
+    # a new run whose first two epochs were fast: the shared model leans on the prior
+    probe = make_run("p", [2.0 * 0.5, 2.0 * 0.5], planned=20, job_name="j0", batch_size=64)
+    rate_only = 2.0 * 0.5 * 18
+    p50 = shared.predict(probe, probe.last_timestamp).p50
+    assert p50 > 1.3 * rate_only
+
+
+def test_levels_move_only_the_tail_that_missed() -> None:
+    # leave-later-out: 70 % coverage, 10 % below P10 (as asked), 20 % above P90
+    measured = {0.5: (0.2, 0.7, 0.1, 0.2), 0.25: (0.1, 0.82, 0.09, 0.09)}
+    per_tail = EtaModel()._levels(measured)
+    assert per_tail == {0.5: pytest.approx((0.1, 0.975))}  # 0.9 + 0.1, capped at 0.975
+    symmetric = EtaModel(tail_levels="symmetric")._levels(measured)
+    assert symmetric == {0.5: pytest.approx(0.9)}  # the former rule: both tails move
+    assert EtaModel()._levels({0.5: (math.nan,) * 4}) == {}
+
+
+def test_unknown_tail_levels_is_a_clear_error() -> None:
+    with pytest.raises(ForecasterError, match="tail_levels"):
+        EtaModel(tail_levels="both")
+
+
+def departures_history(n: int, seed: int, transient: bool) -> list:
+    """Three repeated jobs; each run is off its job's speed by a lasting factor
+    (log-sd 0.15) and, with ``transient``, by a second one (log-sd 0.3) that lasts only
+    its first 6 of 20 epochs (a neighbour that leaves)."""
+    rng = np.random.default_rng(seed)
+    runs, t = [], 1.7e9
+    for i in range(n):
+        base, lasting = 2.0 + (i % 3), rng.normal(0, 0.15)
+        early = rng.normal(0, 0.3) if transient else 0.0
+        durations = [
+            base * float(np.exp(lasting + (early if k < 6 else 0.0) + rng.normal(0, 0.02)))
+            for k in range(20)
+        ]
+        runs.append(make_run(f"r{i}", durations, start=t, job_name=f"j{i % 3}", batch_size=64))
+        t += sum(durations) + 5
+    return runs
+
+
+def test_measured_mix_follows_how_long_departures_last() -> None:
+    """The job prior's weight is how much of a run's departure from its job's speed
+    fades before the end, measured on past runs: none where departures last (the rate
+    decides), most of it early on where a transient one fades by 30 % (theory:
+    0.09 / (0.09 + 0.0225) = 0.8 of it), and none once it has passed. New runs of the
+    same process are forecast at least as well as with precision weights alone, and
+    better at 25 %."""
+    lasting = EtaModel(random_state=0).fit(departures_history(120, 3, transient=False))
+    assert lasting.mix_ and all(w < 0.1 for w in lasting.mix_.values())
+    history = departures_history(120, 3, transient=True)
+    mixed = EtaModel(random_state=0).fit(history)
+    plain = EtaModel(random_state=0, measured_mix=False).fit(history)
+    assert plain.mix_ == {}
+    assert 0.4 <= mixed.mix_[0.1] <= 0.9 and 0.4 <= mixed.mix_[0.25] <= 0.9
+    assert mixed.mix_[0.5] < 0.1 and mixed.mix_[0.75] < 0.1
+    new = departures_history(240, 9, transient=True)[120:]
+    errs: dict[str, dict[float, float]] = {}
+    for name, model in (("mixed", mixed), ("plain", plain)):
+        for point in (0.1, 0.25, 0.5, 0.75):
+            e = []
+            for run in new:
+                part = truncate(run, point)
+                truth = run.last_timestamp - part.last_timestamp
+                e.append(abs(model.predict(part, part.last_timestamp).p50 - truth) / truth)
+            errs.setdefault(name, {})[point] = float(np.median(e))
+    for point in (0.1, 0.25, 0.5, 0.75):
+        assert errs["mixed"][point] <= 1.02 * errs["plain"][point], (point, errs)
+    assert errs["mixed"][0.25] < 0.97 * errs["plain"][0.25], errs
+
+
+def test_a_refit_is_the_same_as_a_fresh_fit() -> None:
+    """A model refitted on a history learns exactly what a fresh one does: nothing of
+    the previous fit (here its measured prior weights) leaks into the new one."""
+    shared = departures_history(120, 3, transient=True)
+    steady = departures_history(120, 5, transient=False)
+    refit = EtaModel(random_state=0).fit(shared)
+    assert refit.mix_  # the first fit measured prior weights
+    refit.fit(steady)
+    fresh = EtaModel(random_state=0).fit(steady)
+    assert refit.mix_ == fresh.mix_
+    assert refit.weights_ == fresh.weights_
+    assert refit.calibrator_.bins_ == fresh.calibrator_.bins_
+    probe = make_run("p", [2.5, 2.6, 2.4], planned=20, job_name="j0", batch_size=64)
+    assert refit.predict(probe, probe.last_timestamp) == fresh.predict(probe, probe.last_timestamp)

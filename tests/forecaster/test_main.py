@@ -1,0 +1,289 @@
+"""gpu_eta.forecaster.main: help, usage errors (exit 2), runtime errors (exit 1), one line, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.main import ExitCode, build_parser, config_from_args, main
+from gpu_eta.launch.prometheus import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpu_eta.forecaster", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_help_of_every_own_subcommand(capsys) -> None:
+    for argv in (["--help"], ["serve", "--help"], ["once", "--help"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in (
+        "--prometheus.url",
+        "--prometheus.bearer-token-file",
+        "--prometheus.ca-file",
+        "--history.db",
+        "--history.seed-csv",
+        "--web.listen-address",
+        "--pushgateway.url",
+        "--stall.after",
+    ):
+        assert flag in out, flag
+
+
+def test_no_subcommand_is_usage(capsys) -> None:
+    assert main([]) == ExitCode.USAGE
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--bogus"], "unrecognized arguments: --bogus"),
+        (["bogus"], "invalid choice: 'bogus'"),
+        (["serve", "--prometheus.url", "localhost:9090"], "--prometheus.url must be"),
+        (["serve", "--web.listen-address", "nope"], "--web.listen-address must be"),
+        (["serve", "--cycle.interval", "0"], "--cycle.interval must be > 0"),
+        (["once", "--stall.idle-ratio", "2"], "--stall.idle-ratio must be in 0..1"),
+        (["once", "--prometheus.bearer-token-file", "/nonexistent/t"], "bearer-token-file"),
+        (["once", "--prometheus.timeout", "abc"], "invalid float value"),
+        (["once", "--prometheus.timeout", "0"], "--prometheus.timeout must be > 0"),
+        (["serve", "--prometheus.retries", "-1"], "--prometheus.retries must be >= 0"),
+        (["once", "--prometheus.max-response-bytes", "10"], "must be >= 1024"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:
+    assert main(argv) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-eta forecaster: ") and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_once_pushes_under_the_job_name_the_rules_and_manifests_use() -> None:
+    """``up{job="gpu-eta-forecaster"}`` in the rules, the CronJob's explicit flag: a
+    hand-run ``once`` pushes under the same name by default."""
+    config = config_from_args(build_parser().parse_args(["once"]))
+    assert config.pushgateway_job == "gpu-eta-forecaster"
+    rules = (REPO / "rules" / "gpu-eta.rules.yaml").read_text()
+    cronjob = (REPO / "manifests/variants/forecaster-cronjob/forecaster-cronjob.yaml").read_text()
+    assert f'job="{config.pushgateway_job}"' in rules
+    assert f"--pushgateway.job={config.pushgateway_job}" in cronjob
+
+
+def test_top_help_shows_the_prometheus_flags_defaults(capsys) -> None:
+    from gpu_eta.forecaster import top
+
+    with pytest.raises(SystemExit):
+        top.parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for text in (
+        "(default: http://127.0.0.1:9090)",
+        "timeout of one HTTP request (default: 10.0)",
+        "(default: 2)",
+        "(doubles each retry) (default: 0.5)",
+        "(default: 67108864)",
+        "(default: 5m)",
+    ):
+        assert text in help_text, text
+
+
+def test_secrets_are_read_from_files_and_not_in_repr(tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("abc123\n")
+    (tmp_path / "pw").write_text("hunter2\n")
+    args = build_parser().parse_args(
+        [
+            "once",
+            "--prometheus.bearer-token-file",
+            str(tmp_path / "tok"),
+            "--prometheus.basic-auth-user",
+            "me",
+            "--prometheus.basic-auth-password-file",
+            str(tmp_path / "pw"),
+        ]
+    )
+    config = config_from_args(args)
+    assert config.bearer_token == "abc123" and config.basic_auth == ("me", "hunter2")
+    assert "abc123" not in repr(config) and "hunter2" not in repr(config)
+
+
+def test_once_with_prometheus_down_exits_1_with_one_line(tmp_path: Path) -> None:
+    port = free_port()
+    proc = run_cli(
+        "once",
+        "--prometheus.url",
+        f"http://127.0.0.1:{port}",
+        "--prometheus.retries",
+        "0",
+        "--history.db",
+        str(tmp_path / "h.sqlite"),
+        "--log.level",
+        "error",
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("gpu-eta forecaster: ")]
+    assert len(errors) == 1 and "cannot connect" in errors[0]
+
+
+def test_corrupt_history_exits_1_and_keeps_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"garbage" * 1000)
+    proc = run_cli("once", "--history.db", str(db))
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip().startswith("gpu-eta forecaster: history file")
+        and "Traceback" not in proc.stderr
+    )
+    assert db.read_bytes() == b"garbage" * 1000
+    debug = run_cli("once", "--history.db", str(db), "--debug")
+    assert "Traceback" in debug.stderr and debug.returncode == 1
+
+
+def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:
+    seed = tmp_path / "runs.csv"
+    seed.write_text("run_id,epoch\nx,1\n")
+    proc = run_cli(
+        "once", "--history.db", str(tmp_path / "h.sqlite"), "--history.seed-csv", str(seed)
+    )
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.startswith("gpu-eta forecaster: ")
+        and len(proc.stderr.strip().splitlines()) == 1
+    )
+
+
+def test_seed_csv_is_imported_once(tmp_path: Path) -> None:
+    seed = tmp_path / "runs.csv"
+    seed.write_text(
+        "run_id,epoch,epochs_planned,timestamp_seconds,job_name\n"
+        "a,0,2,100,resnet\na,1,2,160,resnet\na,2,2,220,resnet\n"
+        "b,0,3,300,resnet\nb,1,3,360,resnet\n"
+    )
+    db = tmp_path / "h.sqlite"
+    args = ["once", "--history.db", str(db), "--history.seed-csv", str(seed)]
+    args += ["--prometheus.url", f"http://127.0.0.1:{free_port()}", "--prometheus.retries", "0"]
+    for _ in range(2):
+        assert run_cli(*args).returncode == 1  # no Prometheus: the cycle fails, the seed stays
+    from gpu_eta.forecaster.history import HistoryStore
+
+    store = HistoryStore.open(db)
+    try:
+        runs = {r.run_id: r for r in store.finished()}
+    finally:
+        store.close()
+    assert sorted(runs) == ["a", "b"]
+    assert runs["a"].completed is True and runs["b"].completed is False
+    assert runs["a"].features["job_name"] == "resnet"
+
+
+def test_evaluate_and_top_are_delegated() -> None:
+    for sub in ("evaluate", "top"):
+        proc = run_cli(sub, "--help")
+        assert (proc.returncode, proc.stderr) == (0, "")
+        assert proc.stdout.startswith("usage: ") and "--help" in proc.stdout
+
+
+def run_client_only(*args: str) -> subprocess.CompletedProcess:
+    """The repo on a Python without site-packages (``-S``): what ``pip install gpu-eta``
+    alone gives a training image (the progress client, no extras)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-S", *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (["-m", "gpu_eta.forecaster", "--help"], "forecaster"),
+        (["-m", "gpu_eta.forecaster"], "forecaster"),
+        (["-m", "gpu_eta.forecaster", "serve"], "forecaster"),
+        (["-m", "gpu_eta.forecaster", "once", "--pushgateway.url", "http://pg:9091"], "forecaster"),
+        (["-m", "gpu_eta.forecaster", "evaluate", "--runs", "x.csv"], "forecaster"),
+        (["-m", "gpu_eta.forecaster", "top", "--once"], "top"),
+        # the gpu-eta-forecaster console script: gpu_eta.forecaster.main:main
+        (["-c", "import sys; from gpu_eta.forecaster.main import main; sys.exit(main())", "serve"],
+         "forecaster"),
+    ],
+)  # fmt: skip
+def test_without_the_extra_one_line_names_it_and_exits_2(argv: list[str], extra: str) -> None:
+    assert run_client_only("-c", "import requests").returncode != 0, "site-packages leaked in"
+    proc = run_client_only(*argv)
+    assert proc.returncode == ExitCode.USAGE and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert f"pip install 'gpu-eta[{extra}]'" in proc.stderr and "requests" in proc.stderr
+
+
+def test_top_imports_nothing_of_the_forecaster_extra_but_requests() -> None:
+    """``gpu-eta[top]`` (requests, rich) is enough for top: it needs neither numpy nor
+    the model libraries nor prometheus_client."""
+    code = (
+        "import sys, gpu_eta.top.main, gpu_eta.forecaster.main; "
+        "print(sorted(m for m in ('numpy', 'statsmodels', 'sklearn', 'prometheus_client', "
+        "'yaml') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "[]"), proc.stderr
+
+
+@pytest.fixture
+def empty_prometheus_api():
+    """A minimal server speaking the Prometheus query API with no series at all."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            rtype = "matrix" if self.path.startswith("/api/v1/query_range") else "vector"
+            body = json.dumps({"status": "success", "data": {"resultType": rtype, "result": []}})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_once_without_pushgateway_prints_the_exposition(empty_prometheus_api, tmp_path) -> None:
+    proc = run_cli(
+        "once", "--prometheus.url", empty_prometheus_api, "--history.db", str(tmp_path / "h.sqlite")
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "gpu_eta_forecaster_stale 0.0" in proc.stdout
+    from gpu_eta.forecaster.queries import QUERIES_PER_CYCLE
+
+    want = f'gpu_eta_forecaster_queries_total{{result="success"}} {QUERIES_PER_CYCLE:.1f}'
+    assert want in proc.stdout
+
+
+def test_once_with_pushgateway_away_exits_1(empty_prometheus_api, tmp_path) -> None:
+    proc = run_cli(
+        "once",
+        "--prometheus.url",
+        empty_prometheus_api,
+        "--history.db",
+        str(tmp_path / "h.sqlite"),
+        "--pushgateway.url",
+        f"http://127.0.0.1:{free_port()}",
+    )
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("gpu-eta forecaster: ")]
+    assert len(errors) == 1 and "push to" in errors[0] and "Traceback" not in proc.stderr

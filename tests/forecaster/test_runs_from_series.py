@@ -1,0 +1,258 @@
+"""gpu_eta.forecaster.runs_from_series.assemble: query answers → runs, pure."""
+
+from __future__ import annotations
+
+import math
+
+from gpu_eta.forecaster.history import run_key
+from gpu_eta.forecaster.runs_from_series import assemble
+from gpu_eta.forecaster.series import Sample, Series
+
+NOW = 1_700_000_000.0
+
+
+def s(value: float, **labels: str) -> Sample:
+    return Sample(labels, value, NOW)
+
+
+def run_labels(run_id: str, pod: str = "train-x7k2p", container: str = "main") -> dict[str, str]:
+    return {"node": "n1", "namespace": "ml", "pod": pod, "container": container, "run_id": run_id}
+
+
+def key(run_id: str, pod: str = "train-x7k2p", container: str = "main") -> tuple[str, ...]:
+    return ("ml", pod, container, run_id)
+
+
+def base(
+    run_id: str,
+    planned: float,
+    epoch: float,
+    start: float,
+    last_end: float,
+    present=True,
+    pod="train-x7k2p",
+    container="main",
+):
+    lab = run_labels(run_id, pod, container)
+    out = {
+        "planned": [s(planned, **lab)],
+        "epoch": [s(epoch, **lab)],
+        "start": [s(start, **lab)],
+        "last_end": [s(last_end, **lab)],
+    }
+    out["present"] = [s(planned, **lab)] if present else []
+    return out
+
+
+def merge(*parts):
+    out: dict[str, list] = {}
+    for p in parts:
+        for k, v in p.items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+def test_running_finished_and_vanished_runs() -> None:
+    instant = merge(
+        base("running", 10, 3, NOW - 300, NOW - 20),
+        base("done", 5, 5, NOW - 900, NOW - 100),
+        base("gone", 10, 2, NOW - 900, NOW - 700, present=False),
+    )
+    view = assemble(instant, {}, NOW, 600)
+    assert view.present == {key("running")}
+    assert view.done == {key("done")}  # "gone" is absent from present: the cycle decides
+    ups = {u.run_id: u for u in view.updates}
+    assert ups["running"].epoch_ends == ((3.0, NOW - 20),)
+    assert ups["running"].weight_seconds == 600 and ups["gone"].weight_seconds == 0
+    assert ups["running"].seen_timestamp == NOW and ups["gone"].seen_timestamp == 0
+
+
+def test_range_pairs_recover_every_epoch_end() -> None:
+    lab = run_labels("r")
+    ts = [NOW - 60, NOW - 45, NOW - 30, NOW - 15]
+    epochs = Series(lab, tuple(zip(ts, [1.0, 1.0, 2.0, 3.0], strict=True)))
+    ends = Series(lab, tuple(zip(ts, [NOW - 70, NOW - 70, NOW - 40, NOW - 20], strict=True)))
+    view = assemble(
+        base("r", 10, 3, NOW - 100, NOW - 20),
+        {"epoch_range": [epochs], "epoch_end_range": [ends]},
+        NOW,
+        60,
+    )
+    assert view.updates[0].epoch_ends == ((1.0, NOW - 70), (2.0, NOW - 40), (3.0, NOW - 20))
+
+
+def test_nan_and_garbage_values_are_rejected_not_crashing() -> None:
+    instant = merge(
+        base("nan_planned", math.nan, 1, NOW - 100, NOW - 50),
+        base("nan_start", 10, 1, math.nan, NOW - 50),
+        base("future_start", 10, 1, NOW + 10**6, NOW - 50),
+        base("nan_epoch", 10, math.nan, NOW - 100, math.nan),
+        base("beyond", 10, 50, NOW - 100, NOW - 50),
+    )
+    view = assemble(instant, {}, NOW, 60)
+    assert view.rejected == {
+        key("nan_planned"): "invalid_epochs_planned",
+        key("nan_start"): "invalid_start",
+        key("future_start"): "invalid_start",
+    }
+    ups = {u.run_id: u for u in view.updates}
+    assert ups["nan_epoch"].epoch_ends == ()  # no usable epoch end, still a running run
+    assert key("nan_epoch") in view.present
+    assert ups["beyond"].epoch_ends == ()  # epoch beyond planned ignored
+    assert key("beyond") in view.done  # but it is not running any more
+
+
+def test_features_from_our_series() -> None:
+    lab = run_labels("r", pod="resnet-train-x7k2p")
+    key = {"namespace": "ml", "pod": "resnet-train-x7k2p", "container": "main"}
+    gpu = {"node": "n1", "gpu": "0", "UUID": "GPU-1"}
+    instant = merge(
+        base("r", 10, 1, NOW - 100, NOW - 50, pod="resnet-train-x7k2p"),
+        {
+            "batch_size": [s(64, **lab)],
+            "util_mean": [s(0.8, **key)],
+            "memory_ratio": [s(0.25, **key)],
+            "allocated": [s(1, **gpu, **key), s(1, **{**gpu, "gpu": "1", "UUID": "GPU-2"}, **key)],
+            "gpu_info": [s(1, **gpu, model="NVIDIA A100-SXM4-80GB")],
+            "pod_info": [
+                s(
+                    1,
+                    namespace="ml",
+                    pod="resnet-train-x7k2p",
+                    owner_kind="Job",
+                    owner_name="resnet-train",
+                )
+            ],
+        },
+    )
+    f = dict(assemble(instant, {}, NOW, 60).updates[0].features)
+    assert f == {
+        "namespace": "ml",
+        "batch_size": 64.0,
+        "job_name": "resnet-train",
+        "gpus": 2.0,
+        "gpu_model": "NVIDIA A100-SXM4-80GB",
+    }
+    up = assemble(instant, {}, NOW, 60).updates[0]
+    assert up.util_mean == 0.8 and up.memory_mean == 0.25
+
+
+def test_dcgm_util_with_exported_labels_when_ours_is_absent() -> None:
+    # what the `or` query returns for DCGM series scraped without honour_labels
+    exported = {
+        "namespace": "gpu-operator",
+        "pod": "dcgm-exporter-x7k2p",
+        "exported_namespace": "ml",
+        "exported_pod": "train-x7k2p",
+        "exported_container": "main",
+    }
+    instant = merge(
+        base("r", 10, 1, NOW - 100, NOW - 50),
+        {"util_mean": [s(0.7, **exported)], "util_recent": [s(0.02, **exported)]},
+    )
+    view = assemble(instant, {}, NOW, 60)
+    assert view.updates[0].util_mean == 0.7
+    assert view.util_recent[("ml", "train-x7k2p", "main")] == 0.02
+
+
+def test_steps_only_run_is_followed_in_percent_of_steps() -> None:
+    lab = run_labels("tqdm")
+    instant = {
+        "present": [s(NOW - 5, **lab)],
+        "steps_planned": [s(2000, **lab)],
+        "step": [s(500, **lab)],
+        "start": [s(NOW - 600, **lab)],
+        "last_report": [s(NOW - 5, **lab)],
+    }
+    ts = [NOW - 60, NOW - 45, NOW - 30, NOW - 15]
+    steps = Series(lab, tuple(zip(ts, [400.0, 400.0, 440.0, 480.0], strict=True)))
+    view = assemble(instant, {"step_range": [steps]}, NOW, 60)
+    (up,) = view.updates
+    assert up.epochs_planned == 100.0 and up.features["progress_unit"] == "steps"
+    assert up.epoch_ends == ((20.0, NOW - 60), (22.0, NOW - 30), (24.0, NOW - 15), (25.0, NOW - 5))
+    assert view.present == {key("tqdm")}
+    instant["step"] = [s(2000, **lab)]
+    assert assemble(instant, {}, NOW, 60).done == {key("tqdm")}
+    instant["steps_planned"] = [s(float("nan"), **lab)]
+    assert assemble(instant, {}, NOW, 60).rejected == {key("tqdm"): "invalid_steps_planned"}
+
+
+def test_job_name_fallbacks() -> None:
+    def name(pod: str, **info: str) -> str:
+        instant = merge(
+            base("r", 10, 1, NOW - 100, NOW - 50),
+            {"pod_info": [s(1, namespace="ml", pod=pod, **info)]} if info else {},
+        )
+        for k in ("planned", "present", "epoch", "start", "last_end"):
+            instant[k] = [Sample({**x.labels, "pod": pod}, x.value, NOW) for x in instant[k]]
+        return str(assemble(instant, {}, NOW, 60).updates[0].features.get("job_name"))
+
+    assert (
+        name("bert-7d9f8c6b5-x2x4z", owner_kind="ReplicaSet", owner_name="bert-7d9f8c6b5") == "bert"
+    )
+    assert name("p", label_job_name="nightly", owner_kind="Job", owner_name="x") == "nightly"
+    assert name("jupyter-alice") == "jupyter-alice"
+    assert name("train-x7k2p") == "train"
+
+
+def test_empty_answers_give_an_empty_view() -> None:
+    view = assemble({}, {}, NOW, 60)
+    assert view.updates == [] and view.present == set() and view.done == set()
+
+
+def test_exported_labels_from_a_scrape_that_does_not_honour_labels() -> None:
+    def rename(sample: Sample) -> Sample:
+        lab = dict(sample.labels)
+        lab["exported_pod"], lab["pod"] = lab["pod"], "gpu-eta-exporter-x7k2p"
+        lab["exported_namespace"], lab["namespace"] = lab["namespace"], "monitoring"
+        return Sample(lab, sample.value, sample.timestamp)
+
+    instant = {k: [rename(x) for x in v] for k, v in base("r", 10, 1, NOW - 100, NOW - 50).items()}
+    up = assemble(instant, {}, NOW, 60).updates[0]
+    assert (up.namespace, up.pod) == ("ml", "train-x7k2p")
+
+
+def test_same_run_id_in_two_pods_and_two_containers_is_three_runs() -> None:
+    """A hand-written run id reused elsewhere is never spliced into one run."""
+    a, b = "train-a-x7k2p", "train-b-x7k2p"
+    instant = merge(
+        base("my-run-1", 10, 3, NOW - 300, NOW - 20, pod=a),
+        base("my-run-1", 4, 1, NOW - 100, NOW - 50, pod=b),
+        base("my-run-1", 6, 6, NOW - 500, NOW - 30, pod=b, container="sidecar"),
+    )
+    ts = [NOW - 60, NOW - 45, NOW - 30]
+    ranges = {
+        "epoch_range": [
+            Series(run_labels("my-run-1", a), tuple(zip(ts, [2.0, 3.0, 3.0], strict=True))),
+            Series(run_labels("my-run-1", b), tuple(zip(ts, [1.0, 1.0, 1.0], strict=True))),
+        ],
+        "epoch_end_range": [
+            Series(
+                run_labels("my-run-1", a), tuple(zip(ts, [NOW - 70] + [NOW - 20] * 2, strict=True))
+            ),
+            Series(run_labels("my-run-1", b), tuple(zip(ts, [NOW - 50] * 3, strict=True))),
+        ],
+    }
+    view = assemble(instant, ranges, NOW, 600)
+    ups = {run_key(u): u for u in view.updates}
+    assert set(ups) == {key("my-run-1", a), key("my-run-1", b), key("my-run-1", b, "sidecar")}
+    assert ups[key("my-run-1", a)].epochs_planned == 10
+    assert ups[key("my-run-1", a)].epoch_ends == ((2.0, NOW - 70), (3.0, NOW - 20))
+    assert ups[key("my-run-1", b)].epochs_planned == 4
+    assert ups[key("my-run-1", b)].epoch_ends == ((1.0, NOW - 50),)
+    assert ups[key("my-run-1", b)].start_timestamp == NOW - 100
+    assert ups[key("my-run-1", b, "sidecar")].start_timestamp == NOW - 500
+    assert view.present == {key("my-run-1", a), key("my-run-1", b)}
+    assert view.done == {key("my-run-1", b, "sidecar")}
+    assert view.last_progress[key("my-run-1", a)] == NOW - 20
+    assert view.last_progress[key("my-run-1", b)] == NOW - 50
+
+
+def test_oversized_identity_labels_are_ignored() -> None:
+    instant = merge(
+        base("ok", 10, 1, NOW - 100, NOW - 50),
+        base("long-pod", 10, 1, NOW - 100, NOW - 50, pod="p" * 300),
+        base("r" * 300, 10, 1, NOW - 100, NOW - 50),
+    )
+    view = assemble(instant, {}, NOW, 60)
+    assert [u.run_id for u in view.updates] == ["ok"]

@@ -1,0 +1,48 @@
+"""``gpu_eta.launch.prometheus.start_prometheus`` with the real Debian Prometheus: ready, or a
+clear error that leaves nothing behind."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.launch.processes import LaunchError
+from gpu_eta.launch.prometheus import ScrapeJob, start_prometheus
+
+
+def test_prometheus_starts_ready_and_stops(tmp_path: Path) -> None:
+    server = start_prometheus([ScrapeJob("x", ["127.0.0.1:9"])], data_dir=tmp_path / "p")
+    try:
+        assert server.process.poll() is None
+        assert server.query("vector(1)")[0]["value"][1] == "1"
+    finally:
+        server.stop()
+    assert server.process.returncode is not None
+
+
+@pytest.fixture
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private temp root (other test runs share /tmp), to see what is left in it."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def test_a_prometheus_that_exits_says_why_and_leaves_no_directory(own_tmp: Path) -> None:
+    with pytest.raises(LaunchError) as info:
+        start_prometheus([], extra_args=["--no-such-flag"], ready_timeout=60)
+    text = str(info.value)
+    assert text.startswith("prometheus exited with code ")
+    assert "no-such-flag" in text  # the log's last lines say why
+    assert list(own_tmp.iterdir()) == []
+
+
+def test_a_failed_backfill_leaves_no_directory(own_tmp: Path) -> None:
+    bad = own_tmp / "bad.om"
+    bad.write_text("not openmetrics\n")
+    with pytest.raises(RuntimeError, match="promtool backfill failed"):
+        start_prometheus([], backfill_files=[bad])
+    assert list(own_tmp.iterdir()) == [bad]

@@ -1,0 +1,150 @@
+"""Framework callbacks run inside real Keras, Lightning and HF Trainer training.
+
+Each training runs as a subprocess bound to a pod's loopback address
+(``GPU_ETA_SOURCE_ADDRESS``), reporting to a real ProgressListener.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.readings import PodMeta
+from tests.support.report_listener import listening_for
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+POD = PodMeta("ml", "job-1", "uid-1", ip="127.0.0.6", container_ids={"train": "c"})
+
+
+@pytest.fixture
+def listener():
+    with listening_for(POD) as lst:
+        yield lst
+
+
+def run(listener: ProgressListener, code: str) -> None:
+    env = dict(
+        os.environ,
+        GPU_ETA_URL=f"http://127.0.0.1:{listener.port}/progress",
+        GPU_ETA_SOURCE_ADDRESS=POD.ip,
+        KERAS_BACKEND="torch",
+        HF_HUB_OFFLINE="1",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def needs(module: str):
+    return pytest.mark.skipif(
+        importlib.util.find_spec(module) is None, reason=f"{module} not installed"
+    )
+
+
+def test_frameworks_are_not_imported_by_each_other():
+    code = (
+        "import sys, gpu_eta_report.lightning, gpu_eta_report.hf\n"
+        "print('keras' in sys.modules, 'tensorflow' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.split() == ["False", "False"]
+
+
+@needs("lightning")
+def test_lightning_callback(listener):
+    run(
+        listener,
+        """
+import torch, lightning as L
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from gpu_eta_report.lightning import GpuEtaCallback
+x = torch.randn(128, 8); y = x.sum(1, keepdim=True)
+class M(L.LightningModule):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
+    def training_step(self, b, i):
+        loss = ((self.net(b[0]) - b[1]) ** 2).mean(); self.log("train_loss", loss); return loss
+    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
+L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+          enable_model_summary=False, accelerator="cpu", callbacks=[GpuEtaCallback()]).fit(
+    M(), DataLoader(TensorDataset(x, y), batch_size=16))
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (3, 3, 24, 24, 16)
+    assert "train_loss" in p.metrics and p.container == "train"
+
+
+@needs("keras")
+def test_keras_callback(listener):
+    run(
+        listener,
+        """
+import numpy as np, keras
+from gpu_eta_report.keras import GpuEtaCallback
+x = np.random.default_rng(0).normal(size=(128, 8)).astype("float32"); y = x.sum(1)
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse")
+m.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_size=32)])
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (4, 4, 16, 16, 32)
+    assert "loss" in p.metrics
+
+
+@needs("transformers")
+def test_hf_trainer_callback(listener, tmp_path):
+    run(
+        listener,
+        f"""
+import torch
+from torch import nn
+from transformers import Trainer, TrainingArguments
+from gpu_eta_report.hf import GpuEtaCallback
+class DS(torch.utils.data.Dataset):
+    def __init__(self): self.x = torch.randn(64, 8); self.y = (self.x.sum(1) > 0).long()
+    def __len__(self): return 64
+    def __getitem__(self, i): return {{"x": self.x[i], "labels": self.y[i]}}
+class M(nn.Module):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
+    def forward(self, x, labels=None):
+        logits = self.net(x); return {{"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}}
+args = TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=2, per_device_train_batch_size=16,
+    logging_steps=2, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+Trainer(model=M(), args=args, train_dataset=DS(), callbacks=[GpuEtaCallback()]).train()
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (2, 2, 8, 8, 16)
+    assert "loss" in p.metrics
+
+
+def test_callbacks_survive_hooks_with_minimal_objects(listener):
+    """The hook signatures work without the frameworks' own objects (duck-typed)."""
+    from types import SimpleNamespace
+
+    from gpu_eta_report.hf import GpuEtaCallback as HfCallback
+
+    cb = HfCallback(url=f"http://127.0.0.1:{listener.port}/progress", source_address=POD.ip)
+    args = SimpleNamespace(num_train_epochs=1, per_device_train_batch_size=4, world_size=1)
+    state = SimpleNamespace(
+        is_world_process_zero=True, max_steps=2, num_train_epochs=1, global_step=0, epoch=0
+    )
+    cb.on_train_begin(args, state, None)
+    state.global_step = 2
+    state.epoch = 1.0
+    cb.on_log(args, state, None, logs={"loss": 0.5, "epoch": 1.0})
+    cb.on_step_end(args, state, None)
+    cb.on_epoch_end(args, state, None)
+    cb.on_train_end(args, state, None)
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (1, 1, 2, 2, 4)

@@ -1,0 +1,156 @@
+"""gpu_eta_report.client against a real ProgressListener on loopback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpu_eta.exporter import progress
+from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.readings import PodMeta
+from gpu_eta.launch.prometheus import free_port
+from gpu_eta_report import ProgressReporter, client, exporter_url, start
+from tests.support.report_listener import listening_for
+
+POD = PodMeta("ml", "nb-1", "uid-1", ip="127.0.0.5", container_ids={"notebook": "c"})
+
+
+@pytest.fixture
+def listener():
+    with listening_for(POD) as lst:
+        yield lst
+
+
+def url(lst: ProgressListener) -> str:
+    return f"http://127.0.0.1:{lst.port}/progress"
+
+
+def test_client_imports_with_the_standard_library_only():
+    code = (
+        "import sys, sysconfig\n"
+        "before = set(sys.modules)\n"
+        "import gpu_eta_report, gpu_eta_report.client\n"
+        "site = sysconfig.get_paths()['purelib']\n"
+        "bad = sorted(n for n, m in list(sys.modules.items()) if n not in before\n"
+        "    if getattr(m, '__file__', None) and m.__file__.startswith(site) and not n.startswith('exporter'))\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_two_line_loop_reports_every_epoch_and_the_end(listener):
+    r = start(epochs=3, steps_per_epoch=20, batch_size=16, url=url(listener), source_address=POD.ip)
+    for epoch in range(3):
+        for i in range(20):
+            r.step(epoch * 20 + i + 1)
+        r.epoch_end(epoch + 1, loss=1.0 / (epoch + 1))
+    r.end()
+    assert r.stats["sent"] >= 5 and r.stats["failed"] == 0 and r.stats["rejected"] == 0
+    (p,) = listener.store.snapshot()
+    assert (p.pod, p.container, p.run_id) == ("nb-1", "notebook", r.run_id)
+    assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (3, 3, 60, 60, 16)
+    assert p.metrics["loss"] == pytest.approx(1 / 3)
+    assert p.run_start_timestamp == pytest.approx(r.run_start, abs=0.01)
+
+
+def test_second_training_in_the_same_pod_is_a_new_run(listener):
+    first = start(epochs=2, url=url(listener), source_address=POD.ip)
+    first.epoch_end(2)
+    first.end()
+    second = start(epochs=5, url=url(listener), source_address=POD.ip)
+    second.epoch_end(1)
+    second.end()
+    (p,) = listener.store.snapshot()
+    assert p.run_id == second.run_id != first.run_id and (p.epoch, p.epochs) == (1, 5)
+
+
+def test_exporter_down_never_raises_nor_blocks():
+    port = free_port()  # nothing listens here
+    r = start(
+        epochs=100, steps_per_epoch=1000, url=f"http://127.0.0.1:{port}/progress", queue_size=4
+    )
+    t0 = time.perf_counter()
+    for step in range(1, 20001):
+        r.step(step)
+        if step % 1000 == 0:
+            r.epoch_end(step // 1000)
+    elapsed = time.perf_counter() - t0
+    r.end(flush_timeout_seconds=0.5)
+    stats = r.stats
+    assert stats["sent"] == 0 and stats["failed"] >= 1
+    assert stats["failed"] + stats["dropped"] >= 2
+    assert elapsed < 5.0  # 20k calls: a loose bound, only to catch blocking sends
+
+
+def test_refused_sender_is_counted_not_raised(listener):
+    r = start(epochs=2, url=url(listener))  # from 127.0.0.1: not a pod
+    r.end()
+    assert r.stats["rejected"] == 2 and listener.counts()["forbidden"] == 2
+
+
+def test_bad_metric_values_are_dropped_not_sent(listener):
+    r = start(epochs=2, url=url(listener), source_address=POD.ip)
+    r.epoch_end(1, loss=float("nan"), acc=0.5, name="text", **{"bad name": 1.0})
+    r.end()
+    (p,) = listener.store.snapshot()
+    assert dict(p.metrics) == {"acc": 0.5, "bad_name": 1.0}
+    assert listener.counts()["invalid"] == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"GPU_ETA_URL": "http://10.1.2.3:9843/progress"}, "http://10.1.2.3:9843/progress"),
+        ({"GPU_ETA_URL": "10.1.2.3:9999"}, "http://10.1.2.3:9999/progress"),
+        ({"HOST_IP": "10.0.0.7"}, "http://10.0.0.7:9843/progress"),
+        ({"NODE_IP": "fd00::7", "GPU_ETA_PORT": "9000"}, "http://[fd00::7]:9000/progress"),
+        ({}, None),
+    ],
+)
+def test_exporter_url_from_environment(env, expected):
+    assert exporter_url(env) == expected
+
+
+def test_no_address_means_disabled_quietly(monkeypatch):
+    for name in ("GPU_ETA_URL", "GPU_ETA_HOST_IP", "HOST_IP", "NODE_IP"):
+        monkeypatch.delenv(name, raising=False)
+    r = ProgressReporter(epochs=3)
+    assert not r.enabled
+    r.step(1)
+    r.epoch_end(1)
+    r.end()
+    assert r.stats == {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0}
+
+
+def test_wire_body_is_the_documented_format(listener):
+    r = ProgressReporter(
+        url(listener), epochs=4, steps_per_epoch=10, batch_size=8, container="notebook"
+    )
+    body = json.loads(r._body("progress"))
+    assert set(body) == {
+        "run_id",
+        "run_start",
+        "event",
+        "epoch",
+        "step",
+        "epochs",
+        "steps",
+        "batch_size",
+        "container",
+    }
+    r.close(0.1)
+
+
+def test_the_client_copies_of_the_wire_rules_match_the_parser() -> None:
+    """The client is one vendorable file, so it cannot import ``gpu_eta.exporter.progress``;
+    its copies of the wire rules must stay the parser's."""
+    assert client._RESERVED == progress._KNOWN
+    assert client.MAX_METRICS == progress.MAX_METRICS
+    assert client._METRIC_NAME.pattern == progress._METRIC_NAME.pattern

@@ -1,0 +1,157 @@
+"""Reports and log lines as real training emits them, sent from the pod's own address."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from gpu_eta.exporter.logformats import last_segment, parse_line
+from gpu_eta.exporter.progress import parse_report
+from gpu_eta.launch.prometheus import free_port
+from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, Event
+from gpu_eta.simulation.driver import (
+    LogWriter,
+    ProgressSender,
+    cri_line,
+    keras_lines,
+    report_body,
+    tqdm_lines,
+)
+
+ANCHOR = 1_763_700_000.0
+
+
+@contextmanager
+def _progress_endpoint(respond: Callable[[str, bytes], int]) -> Iterator[int]:
+    """A real HTTP server on a free port standing in for the exporter's progress port:
+    each POST's (client address, body) goes to ``respond``, whose status is answered."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(respond(self.client_address[0], body))
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _events(seed: int = 0, until: float = 900) -> list[Event]:
+    sim = ClusterSim(ClusterConfig(seed=seed))
+    return sim.advance(until)
+
+
+def test_report_bodies_pass_the_exporters_validator() -> None:
+    events = [
+        e for e in _events() if e.kind in ("run_start", "epoch_end") and e.pod.report == "http"
+    ]
+    assert events
+    for e in events:
+        report = parse_report(json.dumps(report_body(e.pod, e, ANCHOR)), now=ANCHOR + e.t + 1)
+        assert report.run_id == e.pod.run_id and report.epochs == e.pod.epochs
+        assert report.epoch == (0 if e.kind == "run_start" else e.epoch)
+        assert report.event == (
+            "start" if e.kind == "run_start" else "end" if e.epoch == e.pod.epochs else "progress"
+        )
+
+
+def test_log_lines_parse_as_the_epochs_they_stand_for() -> None:
+    events = [e for e in _events(until=1500) if e.kind in ("run_start", "epoch_end")]
+    formats = set()
+    for e in events:
+        for fmt, lines in (("keras", keras_lines(e.pod, e)), ("tqdm", tqdm_lines(e.pod, e))):
+            matches = [parse_line(last_segment(line)) for line in lines]
+            assert all(m is not None for m in matches), lines
+            if e.kind == "epoch_end":
+                done = [m.epoch_done for m in matches if m.epoch_done is not None or m.complete]
+                if fmt == "tqdm":
+                    assert matches[0].epoch_done == e.epoch and matches[0].epochs == e.pod.epochs
+                else:
+                    assert matches[0].complete and matches[0].bar_total == matches[0].bar
+                    if e.epoch < e.pod.epochs:
+                        assert matches[1].epoch_current == e.epoch + 1
+                assert done is not None
+            formats.add(fmt)
+    assert formats == {"keras", "tqdm"}
+
+
+def test_cri_line_format() -> None:
+    line = cri_line(1_700_000_000.25, "Epoch 1/3")
+    assert re.fullmatch(r"2023-11-14T22:13:20\.250000000Z stdout F Epoch 1/3\n", line)
+
+
+def test_log_writer_uses_the_kubelet_layout(tmp_path: Path) -> None:
+    event = next(e for e in _events() if e.kind == "run_start")
+    writer = LogWriter(tmp_path)
+    writer.write(event.pod, keras_lines(event.pod, event), ANCHOR)
+    pod = event.pod
+    path = tmp_path / f"{pod.namespace}_{pod.name}_{pod.uid}" / pod.container / "0.log"
+    assert path.read_text().endswith(f"stdout F Epoch 1/{pod.epochs}\n")
+
+
+def test_sender_posts_from_the_pods_own_address() -> None:
+    seen: list[tuple[str, bytes]] = []
+
+    def respond(client_ip: str, body: bytes) -> int:
+        seen.append((client_ip, body))
+        return 200
+
+    with _progress_endpoint(respond) as port:
+        event = next(e for e in _events() if e.kind == "run_start" and e.pod.node == 1)
+        sender = ProgressSender({1: port})
+        assert sender.post(event.pod, {"epoch": 0}) == 200
+        assert seen == [(event.pod.ip, b'{"epoch": 0}')]
+        assert event.pod.ip.startswith("127.0.2.")
+        sender.progress_ports[1] = free_port()  # nobody listens: 0, counted, no exception
+        assert sender.post(event.pod, {"epoch": 0}) == 0
+        assert sender.counts == {"200": 1, "0": 1}
+
+
+def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
+    tmp_path: Path,
+) -> None:
+    """Right after a pod appears the exporter may not have reloaded its scenario: 403, retry."""
+    statuses = [403, 403, 200]
+    seen: list[str] = []
+
+    def respond(client_ip: str, body: bytes) -> int:
+        seen.append(client_ip)
+        return statuses.pop(0) if statuses else 200
+
+    with _progress_endpoint(respond) as port:
+        from gpu_eta.simulation.driver import Driver
+
+        config = ClusterConfig(seed=0, nodes=1, log_share=0.0, notebooks_at_start=0)
+        sim = ClusterSim(config)
+        paths = {0: tmp_path / "node.yaml"}
+        driver = Driver(sim, ANCHOR, paths, ProgressSender({0: port}), LogWriter(tmp_path / "logs"))
+        first_run = None
+        t = 0.0
+        while first_run is None and t < 600:
+            t += 1.0
+            driver.tick(ANCHOR + t)
+            first_run = next(
+                (p for p in sim.pods if p.run_start is not None and p.run_start <= t), None
+            )
+        assert first_run is not None
+        assert len(seen) == 1 and driver.stats.reports_sent == 0  # refused once, kept for retry
+        driver.tick(ANCHOR + t + 1)
+        driver.tick(ANCHOR + t + 2)
+        assert driver.stats.reports_sent >= 1 and driver.stats.reports_failed == 0
+        assert set(seen) == {first_run.ip}
+        assert paths[0].exists()

@@ -1,0 +1,479 @@
+"""A small local Kubernetes API server fake: pods list + watch, on loopback HTTP.
+
+No real API server can run on the test machines (see TESTING.md), so this serves
+what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
+
+- list: ``{"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion":
+  "N"}, "items": [...]}``;
+- ``watch=true``: HTTP 200 with ``Transfer-Encoding: chunked``, one JSON event per
+  line ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": {...}}``;
+  a ``resourceVersion`` older than the compaction floor gets the real server's
+  ``ERROR`` event with a ``Status`` of ``code: 410, reason: Expired``; watches end
+  cleanly after ``timeoutSeconds``; ``resourceVersion`` absent or ``"0"`` starts
+  with synthetic ADDED events for every current pod, as the real server does;
+- ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400);
+- ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``: a Job added with ``add_job``,
+  else the real server's 404 ``Status``; with ``jobs_forbidden`` its 403 ``Status``
+  (what a service account without ``get`` on ``jobs.batch`` receives).
+
+``stop()`` kills the server abruptly (open watches see their connection drop, as
+when an API server dies); ``start()`` brings it back on the same port with the
+same store, as a restarted API server backed by the same etcd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from gpu_eta.launch.prometheus import free_port
+
+
+def make_pod(
+    name: str,
+    namespace: str = "default",
+    *,
+    uid: str,
+    node: str = "node-a",
+    ip: str | None = "10.0.0.10",
+    containers: dict[str, str] | None = None,
+    phase: str = "Running",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    start_time: str | None = "2026-11-21T05:00:00Z",
+    owner: tuple[str, str] | None = ("Job", "train"),
+    host_network: bool = False,
+    active_deadline_seconds: int | None = None,
+) -> dict[str, Any]:
+    """A pod object shaped like the API's (only the fields gpu-eta reads, plus a few more)."""
+    containers = containers if containers is not None else {"main": "containerd://" + "ab" * 32}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": uid,
+        "creationTimestamp": "2026-11-21T04:59:58Z",
+        "labels": labels or {},
+    }
+    if annotations:
+        meta["annotations"] = annotations
+    if owner:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": owner[0],
+                "name": owner[1],
+                "uid": "99999999-0000-4000-8000-000000000000",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "containers": [{"name": c, "image": "python:3.11"} for c in containers],
+        "restartPolicy": "Never",
+    }
+    if host_network:
+        spec["hostNetwork"] = True
+    if active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = active_deadline_seconds
+    status: dict[str, Any] = {"phase": phase, "hostIP": "192.168.1.10"}
+    if ip:
+        status["podIP"] = ip
+        status["podIPs"] = [{"ip": ip}]
+    if start_time:
+        status["startTime"] = start_time
+    status["containerStatuses"] = [
+        {
+            "name": c,
+            "containerID": cid,
+            "image": "python:3.11",
+            "ready": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": start_time}},
+        }
+        for c, cid in containers.items()
+        if cid
+    ]
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def make_job(
+    name: str,
+    namespace: str = "default",
+    *,
+    uid: str = "99999999-0000-4000-8000-000000000000",
+    active_deadline_seconds: int | None = 3600,
+    start_time: str | None = "2026-11-21T04:59:50Z",
+) -> dict[str, Any]:
+    """A ``batch/v1`` Job object shaped like the API's (the fields gpu-eta reads and a
+    few more); its default uid is the one ``make_pod``'s owner reference names."""
+    spec: dict[str, Any] = {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 0,
+        "template": {"spec": {"containers": [{"name": "main", "image": "python:3.11"}]}},
+    }
+    if active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = active_deadline_seconds
+    status: dict[str, Any] = {"active": 1, "ready": 1}
+    if start_time is not None:
+        status["startTime"] = start_time
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "creationTimestamp": "2026-11-21T04:59:50Z",
+            "labels": {"job-name": name},
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+class FakeKubeAPI:
+    """Start with ``start()``; always ``stop()`` (idempotent)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self._cond = threading.Condition()
+        self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self._jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.jobs_forbidden = False  # answer Job GETs 403, as without the RBAC rule
+        self._events: list[tuple[int, str, dict[str, Any]]] = []
+        self._rv = 100
+        self._floor = 0
+        self._generation = 0
+        self._ends = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._conns: set[socket.socket] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- store ------------------------------------------------------------------------
+
+    def _record(self, kind: str, obj: dict[str, Any]) -> None:
+        self._rv += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        if kind == "DELETED":
+            self._pods.pop((obj["metadata"]["namespace"], obj["metadata"]["name"]), None)
+        else:
+            self._pods[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+        self._events.append((self._rv, kind, obj))
+        self._cond.notify_all()
+
+    def add_pod(self, pod: dict[str, Any]) -> None:
+        with self._cond:
+            self._record("ADDED", pod)
+
+    def update_pod(self, pod: dict[str, Any]) -> None:
+        with self._cond:
+            self._record("MODIFIED", pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with self._cond:
+            self._record("DELETED", self._pods[(namespace, name)])
+
+    def compact(self) -> None:
+        """Forget history: watches from any earlier resourceVersion get 410 Gone.
+
+        etcd's revision moves on with every object in the cluster, so the current
+        version also advances past everything this client has seen.
+        """
+        with self._cond:
+            self._rv += 1
+            self._floor = self._rv
+            self._events.clear()
+
+    def bookmark(self) -> None:
+        """Ask open watches that allowed bookmarks to send one now."""
+        with self._cond:
+            self._events.append((self._rv, "BOOKMARK", {}))
+            self._cond.notify_all()
+
+    def end_watches(self) -> None:
+        """End open watches cleanly (the real server ends each one after a random timeout)."""
+        with self._cond:
+            self._ends += 1
+            self._cond.notify_all()
+
+    def open_watches(self) -> int:
+        with self._cond:
+            return len(self._conns)
+
+    def add_job(self, job: dict[str, Any]) -> None:
+        """Serve a Job at ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``."""
+        with self._cond:
+            self._jobs[(job["metadata"]["namespace"], job["metadata"]["name"])] = copy.deepcopy(job)
+
+    def job_gets(self) -> int:
+        return sum(1 for path, _ in self.requests if path.startswith("/apis/batch/v1/"))
+
+    def count(self, watch: bool) -> int:
+        """Pod lists (``watch=False``) or pod watches served so far."""
+        return sum(
+            1
+            for path, q in self.requests
+            if path == "/api/v1/pods" and (q.get("watch") in ("true", "1")) == watch
+        )
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> FakeKubeAPI:
+        fake = self
+
+        class Handler(_Handler):
+            api = fake
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        server.daemon_threads = True
+        with self._cond:
+            self._generation += 1
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Die abruptly: stop accepting, drop every open connection mid-stream."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def __enter__(self) -> FakeKubeAPI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: FakeKubeAPI
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _json(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, code: int, reason: str, message: str) -> None:
+        self._json(
+            code,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": message,
+                "reason": reason,
+                "code": code,
+            },
+        )
+
+    def do_GET(self) -> None:
+        api = self.api
+        parts = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        api.requests.append((parts.path, query))
+        if parts.path.startswith("/apis/batch/v1/namespaces/"):
+            self._job(parts.path)
+            return
+        if parts.path != "/api/v1/pods":
+            self._status(
+                404, "NotFound", f"the server could not find the requested resource {parts.path}"
+            )
+            return
+        node = None
+        selector = query.get("fieldSelector", "")
+        if selector:
+            if not selector.startswith("spec.nodeName="):
+                self._status(400, "BadRequest", f"unsupported field selector {selector!r}")
+                return
+            node = selector.split("=", 1)[1]
+        if query.get("watch") in ("true", "1"):
+            self._watch(node, query)
+        else:
+            with api._cond:
+                items = [
+                    {k: v for k, v in copy.deepcopy(p).items()}
+                    for p in api._pods.values()
+                    if node is None or p["spec"].get("nodeName") == node
+                ]
+                rv = api._rv
+            self._json(
+                200,
+                {
+                    "kind": "PodList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(rv)},
+                    "items": items,
+                },
+            )
+
+    def _job(self, path: str) -> None:
+        """``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>`` as the API server answers."""
+        segments = path.split("/")  # "", apis, batch, v1, namespaces, ns, jobs, name
+        if len(segments) != 8 or segments[6] != "jobs":
+            self._status(
+                404, "NotFound", f"the server could not find the requested resource {path}"
+            )
+            return
+        namespace, name = segments[5], segments[7]
+        if self.api.jobs_forbidden:
+            self._status(
+                403,
+                "Forbidden",
+                f'jobs.batch "{name}" is forbidden: User '
+                '"system:serviceaccount:gpu-eta:gpu-eta-exporter" cannot get resource "jobs" '
+                f'in API group "batch" in the namespace "{namespace}"',
+            )
+            return
+        with self.api._cond:
+            job = copy.deepcopy(self.api._jobs.get((namespace, name)))
+        if job is None:
+            self._status(404, "NotFound", f'jobs.batch "{name}" not found')
+            return
+        self._json(200, {"kind": "Job", "apiVersion": "batch/v1", **job})
+
+    def _chunk(self, event: dict[str, Any]) -> None:
+        data = json.dumps(event).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _watch(self, node: str | None, query: dict[str, str]) -> None:
+        api = self.api
+        timeout = float(query.get("timeoutSeconds", "1800"))
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        rv_text = query.get("resourceVersion", "0") or "0"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with api._cond:
+            api._conns.add(self.connection)
+            generation = api._generation
+            ends = api._ends
+        try:
+            start = int(rv_text)
+            pending: list[dict[str, Any]] = []
+            with api._cond:
+                if start == 0:
+                    start = api._rv
+                    pending = [
+                        {"type": "ADDED", "object": self._typed(p)}
+                        for p in api._pods.values()
+                        if node is None or p["spec"].get("nodeName") == node
+                    ]
+                elif start < api._floor:
+                    pending = [
+                        {
+                            "type": "ERROR",
+                            "object": {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "metadata": {},
+                                "status": "Failure",
+                                "message": f"too old resource version: {start} ({api._floor})",
+                                "reason": "Expired",
+                                "code": 410,
+                            },
+                        }
+                    ]
+                    start = -1
+            for event in pending:
+                self._chunk(event)
+            if start < 0:
+                self._end()
+                return
+            deadline = time.monotonic() + timeout
+            sent_upto = start
+            bookmark_seen = len(api._events)
+            while True:
+                with api._cond:
+                    while True:
+                        if api._generation != generation:
+                            return  # killed: drop the connection without a final chunk
+                        if api._ends != ends:
+                            remaining = 0.0
+                            fresh, marks = [], []
+                            break
+                        fresh = [e for e in api._events if e[0] > sent_upto and e[1] != "BOOKMARK"]
+                        marks = [e for e in api._events[bookmark_seen:] if e[1] == "BOOKMARK"]
+                        remaining = deadline - time.monotonic()
+                        if fresh or marks or remaining <= 0:
+                            break
+                        api._cond.wait(min(remaining, 0.5))
+                    bookmark_seen = len(api._events)
+                if remaining <= 0 and not fresh and not marks:
+                    self._end()
+                    return
+                for rv, kind, obj in fresh:
+                    sent_upto = rv
+                    if node is None or obj["spec"].get("nodeName") == node:
+                        self._chunk({"type": kind, "object": self._typed(obj)})
+                if marks and bookmarks:
+                    self._chunk(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": "Pod",
+                                "apiVersion": "v1",
+                                "metadata": {"resourceVersion": str(api._rv)},
+                            },
+                        }
+                    )
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return
+        finally:
+            with api._cond:
+                api._conns.discard(self.connection)
+            self.close_connection = True
+
+    @staticmethod
+    def _typed(obj: dict[str, Any]) -> dict[str, Any]:
+        out = {"kind": "Pod", "apiVersion": "v1"}
+        out.update(copy.deepcopy(obj))
+        return out
+
+    def _end(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()

@@ -1,0 +1,27 @@
+"""A real ProgressListener on loopback that knows exactly one pod, for the report tests.
+
+``test_client.py`` and ``test_callbacks.py`` both post progress as one pod (bound to its
+loopback address) and read back what the listener stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta
+
+
+@contextmanager
+def listening_for(pod: PodMeta) -> Iterator[ProgressListener]:
+    """A started listener on a free port resolving only ``pod.ip``; stopped on exit."""
+    lst = ProgressListener(
+        "127.0.0.1", 0, ProgressStore(), lambda ip: pod if ip == pod.ip else None, lambda: [pod]
+    )
+    lst.start()
+    try:
+        yield lst
+    finally:
+        lst.stop()

@@ -1,0 +1,565 @@
+"""``top``: pure joins and formatting on fixed query results, then real HTTP servers:
+answers that are not Prometheus', auth flags on the wire, and a real Prometheus."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+from contextlib import redirect_stderr, redirect_stdout
+from datetime import timezone
+from pathlib import Path
+from urllib.parse import unquote_plus
+
+import pytest
+
+from gpu_eta.forecaster import top
+from gpu_eta.forecaster.promapi import PromClient, parse_vector
+from gpu_eta.forecaster.series import Sample
+from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
+
+NOW = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+GIB = 1 << 30
+
+
+def vec(value: float | str, **labels: str) -> dict:
+    """One sample of a Prometheus instant-vector answer (the JSON on the wire)."""
+    return {"metric": {"__name__": "x", **labels}, "value": [NOW, str(value)]}
+
+
+def parsed(items: list[dict]) -> list[Sample]:
+    """What ``promapi`` makes of an answer's ``data``: top gets nothing else."""
+    return parse_vector({"resultType": "vector", "result": items})
+
+
+RUN = {"node": "node-0", "namespace": "ml", "pod": "cnn-1", "container": "main", "run_id": "r1"}
+DONE = {"node": "node-0", "namespace": "ml", "pod": "done-1", "container": "main", "run_id": "r0"}
+GPU0 = {"node": "node-0", "gpu": "0", "UUID": "GPU-aaa"}
+GPU1 = {"node": "node-0", "gpu": "1", "UUID": "GPU-bbb"}
+GPU2 = {"node": "node-0", "gpu": "2", "UUID": "GPU-ccc"}
+CNN = {"namespace": "ml", "pod": "cnn-1", "container": "main"}
+NB = {"namespace": "jupyter", "pod": "nb-alice", "container": "notebook"}
+DONEC = {"namespace": "ml", "pod": "done-1", "container": "main"}
+
+
+def results() -> dict[str, list[Sample]]:
+    """A node with 3 GPUs: one training run, one idle notebook, one free GPU."""
+    return {name: parsed(items) for name, items in answers().items()}
+
+
+def answers() -> dict[str, list[dict]]:
+    """``results()`` as Prometheus answers them (the vectors' JSON)."""
+    return {
+        "epoch": [vec(7, **RUN), vec(10, **DONE)],
+        "epochs": [vec(20, **RUN), vec(10, **DONE)],
+        "run_start": [vec(NOW - 125, **RUN), vec(NOW - 900, **DONE)],
+        "last_report": [vec(NOW - 3, **RUN)],
+        "completion": [
+            vec(NOW + 200, **{k: v for k, v in RUN.items() if k != "node"}, quantile="0.5"),
+            vec(NOW + 150, **{k: v for k, v in RUN.items() if k != "node"}, quantile="0.1"),
+            vec(NOW + 290, **{k: v for k, v in RUN.items() if k != "node"}, quantile="0.9"),
+        ],
+        "method": [vec(1, **{k: v for k, v in RUN.items() if k != "node"}, method="blend")],
+        "stalled": [vec(0, **{k: v for k, v in RUN.items() if k != "node"})],
+        "allocated": [vec(1, **GPU0, **CNN), vec(1, **GPU1, **NB), vec(1, **GPU2, **DONEC)],
+        "since": [vec(NOW - 130, **GPU0, **CNN), vec(NOW - 3600, **GPU1, **NB)],
+        "pod_util": [vec(0.8, **GPU0, **CNN), vec(0, **GPU1, **NB), vec(0.0, **GPU2, **DONEC)],
+        "pod_util_avg": [
+            vec(0.75, **GPU0, **CNN),
+            vec(0.01, **GPU1, **NB),
+            vec(0.5, **GPU2, **DONEC),
+        ],
+        "pod_memory": [vec(3 * GIB, **GPU0, **CNN), vec(GIB, **GPU1, **NB)],
+        "gpu_info": [
+            vec(1, **GPU0, model="NVIDIA A2"),
+            vec(1, **GPU1, model="NVIDIA A2"),
+            vec(1, **GPU2, model="NVIDIA A2"),
+            vec(1, node="node-0", gpu="3", UUID="GPU-ddd", model="NVIDIA A2"),
+        ],
+        "gpu_memory_total": [vec(16 * GIB, **GPU0), vec(16 * GIB, **GPU1)],
+        "gpu_free": [
+            vec(NOW + 200, **GPU0, quantile="0.5"),
+            vec(NOW + 150, **GPU0, quantile="0.1"),
+            vec(NOW + 290, **GPU0, quantile="0.9"),
+        ],
+    }
+
+
+def test_build_view_joins_runs_gpus_and_forecasts() -> None:
+    view = top.build_view(results(), NOW, "http://prom")
+    assert [(j.namespace, j.pod) for j in view.jobs] == [("ml", "cnn-1")]  # done-1 finished
+    job = view.jobs[0]
+    assert job.gpus == ("0",) and job.node == "node-0"
+    assert (job.epoch, job.epochs) == (7, 20)
+    assert job.utilization_ratio == 0.8
+    assert job.memory_used_bytes == 3 * GIB and job.memory_total_bytes == 16 * GIB
+    assert job.elapsed_seconds == 125
+    assert job.eta == top.Band(NOW + 150, NOW + 200, NOW + 290)
+    assert job.method == "blend" and not job.stalled and not job.idle
+    assert [(h.pod, h.gpu, h.training) for h in view.idle] == [("nb-alice", "1", False)]
+    assert view.idle[0].held_seconds == 3600
+    states = {g.gpu: (g.state, g.holders) for g in view.gpus}
+    assert states == {
+        "0": ("busy", ("ml/cnn-1",)),
+        "1": ("idle", ("jupyter/nb-alice",)),
+        "2": ("busy", ("ml/done-1",)),
+        "3": ("free", ()),
+    }
+    gpu0 = next(g for g in view.gpus if g.gpu == "0")
+    assert gpu0.free_at.p50 == NOW + 200
+
+
+def test_plain_rendering_is_a_readable_table() -> None:
+    text = top.render_plain(top.build_view(results(), NOW, "http://prom"), timezone.utc)
+    lines = text.splitlines()
+    assert lines[0].startswith("gpu-eta top  http://prom  2023-11-14 22:13:20 UTC")
+    assert "1 training, 1 idle holders, GPUs: 4 seen, 2 busy, 1 idle, 1 free" in lines[0]
+    row = next(line for line in lines if line.startswith("ml/cnn-1"))
+    # 7/20 of a 20-wide bar = 7 hashes
+    assert "[#######.............]" in row and "7/20" in row and "80%" in row
+    assert "3.0G/16.0G" in row and "2m05s" in row
+    assert "22:16:40" in row and "22:15:50–22:18:10" in row
+    idle = next(line for line in lines if line.startswith("jupyter/nb-alice"))
+    assert "node-0/1" in idle and "1%" in idle and "1h00m" in idle
+    gpu3 = next(line for line in lines if line.startswith("node-0/3"))
+    assert "free" in gpu3 and "now" in gpu3
+
+
+def test_json_has_eta_clock_and_remaining_seconds() -> None:
+    data = top.render_json(top.build_view(results(), NOW, "http://prom"))
+    json.dumps(data)  # serialisable
+    job = data["jobs"][0]
+    assert job["eta"] == {"p10": NOW + 150, "p50": NOW + 200, "p90": NOW + 290}
+    assert job["remaining_seconds"] == {"p10": 150.0, "p50": 200.0, "p90": 290.0}
+    assert {g["gpu"]: g["state"] for g in data["gpus"]}["3"] == "free"
+
+
+def test_rich_rendering_shows_the_same_rows() -> None:
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(top.render_rich(top.build_view(results(), NOW, "http://prom"), timezone.utc))
+    text = console.export_text()
+    assert "ml/cnn-1" in text and "jupyter/nb-alice" in text and "7/20" in text
+
+
+MIG_UUID = "GPU-b1561691-f502-5f0b-b8dc-11a26496ad16"
+
+
+def mig_answers(notebook_on_5: bool = False) -> dict[str, list[dict]]:
+    """GPU 7 of an A100 split into MIG instances 1, 5 and 13, with the labels the exporter
+    emits (``python -m gpu_eta.exporter --simulate``): per-instance device and holder series with
+    ``GPU_I_ID`` and the parent's ``gpu``/``UUID``; the forecaster's free time per
+    physical GPU (no ``GPU_I_ID``, docs/metrics.md)."""
+    gpu7 = {"node": "n", "gpu": "7", "UUID": MIG_UUID}
+    inst = {i: gpu7 | {"GPU_I_ID": i} for i in ("1", "5", "13")}
+    runs = [
+        {"namespace": "ml", "pod": "llama-0", "container": "trainer", "run_id": "a"},
+        {"namespace": "ml", "pod": "bert-0", "container": "trainer", "run_id": "b"},
+    ]
+    ckey = lambda r: {k: r[k] for k in ("namespace", "pod", "container")}  # noqa: E731
+    holder_5 = (
+        {"namespace": "jupyterhub", "pod": "nb-dave", "container": "notebook"}
+        if notebook_on_5
+        else ckey(runs[1])
+    )
+    trained = runs[:1] if notebook_on_5 else runs
+    out: dict[str, list[dict]] = {
+        "epoch": [vec(3, node="n", **r) for r in trained],
+        "epochs": [vec(10, node="n", **r) for r in trained],
+        "completion": [
+            vec(NOW + dt + 100 * i, **r, quantile=q)
+            for i, r in enumerate(trained)
+            for q, dt in (("0.1", 200), ("0.5", 300), ("0.9", 400))
+        ],
+        "allocated": [vec(1, **inst["1"], **ckey(runs[0])), vec(1, **inst["5"], **holder_5)],
+        "since": [vec(NOW - 3600, **inst["1"], **ckey(runs[0])),
+                  vec(NOW - 3600, **inst["5"], **holder_5)],
+        "pod_util": [vec(0.9, **inst["1"], **ckey(runs[0])),
+                     vec(0.0 if notebook_on_5 else 0.8, **inst["5"], **holder_5)],
+        "gpu_info": [
+            vec(1, **inst[i], model="NVIDIA A100-SXM4-80GB", mig_profile=p)
+            for i, p in (("1", "3g.40gb"), ("5", "2g.20gb"), ("13", "1g.10gb"))
+        ],
+        "gpu_memory_total": [vec(40 * GIB, **inst["1"]), vec(20 * GIB, **inst["5"])],
+        # the latest end of the pods on all of GPU 7's instances (what the forecaster sends)
+        "gpu_free": [
+            vec(NOW + dt + 100, **gpu7, quantile=q)
+            for q, dt in (("0.1", 200), ("0.5", 300), ("0.9", 400))
+        ],
+    }  # fmt: skip
+    return out
+
+
+def test_mig_instances_are_rows_and_the_gpu_free_time_applies_to_the_busy_ones() -> None:
+    view = top.build_view({k: parsed(v) for k, v in mig_answers().items()}, NOW, "http://prom")
+    rows = {g.gpu: g for g in view.gpus}
+    assert list(rows) == ["7/1", "7/5", "7/13"]  # no phantom whole-GPU "7" row
+    for inst in ("7/1", "7/5"):
+        assert rows[inst].state == "busy" and rows[inst].note == ""
+        assert rows[inst].free_at == top.Band(NOW + 300, NOW + 400, NOW + 500)
+    assert rows["7/13"].state == "free" and rows["7/13"].free_at == top.Band()
+    assert rows["7/1"].holders == ("ml/llama-0",) and rows["7/5"].holders == ("ml/bert-0",)
+    assert {j.pod: j.gpus for j in view.jobs} == {"llama-0": ("7/1",), "bert-0": ("7/5",)}
+    assert next(j for j in view.jobs if j.pod == "llama-0").memory_total_bytes == 40 * GIB
+    text = top.render_plain(view, timezone.utc)
+    assert "GPUs: 3 seen, 2 busy, 0 idle, 1 free" in text.splitlines()[0]
+    assert not any(line.startswith("n/7 ") for line in text.splitlines())
+    assert "no forecast" not in text
+
+
+def test_mig_sibling_without_forecast_hides_a_left_over_gpu_band() -> None:
+    """Instance 5 now holds an idle notebook (no forecast): the forecaster publishes no
+    free time for GPU 7 any more, and the band still in Prometheus is from the earlier
+    holders: it is shown on no instance."""
+    answers = mig_answers(notebook_on_5=True)
+    view = top.build_view({k: parsed(v) for k, v in answers.items()}, NOW)
+    rows = {g.gpu: g for g in view.gpus}
+    assert list(rows) == ["7/1", "7/5", "7/13"]
+    assert rows["7/1"].state == "busy" and rows["7/1"].free_at == top.Band()
+    assert rows["7/1"].note == "no forecast for a holder of another MIG instance"
+    assert rows["7/5"].state == "idle" and rows["7/5"].free_at == top.Band()
+    assert rows["7/5"].note == "held, unused"  # a notebook never has a forecast
+    assert [(h.pod, h.gpu) for h in view.idle] == [("nb-dave", "7/5")]
+    assert top.summary_line(view).endswith("GPUs: 3 seen, 1 busy, 1 idle, 1 free")
+
+
+def test_a_free_band_of_an_earlier_holder_set_is_not_the_gpus_free_time() -> None:
+    """GPU 2's run finished and a new pod holds it before its first forecast: the band
+    the forecaster published for the old holder is not this GPU's free time."""
+    answers_ = answers()
+    answers_["gpu_free"] += [
+        vec(NOW - 5, **GPU2, quantile="0.5"),
+        vec(NOW - 9, **GPU2, quantile="0.1"),
+        vec(NOW + 1, **GPU2, quantile="0.9"),
+    ]
+    view = top.build_view({k: parsed(v) for k, v in answers_.items()}, NOW)
+    gpu2 = next(g for g in view.gpus if g.gpu == "2")
+    assert gpu2.holders == ("ml/done-1",) and gpu2.free_at == top.Band()
+    assert gpu2.note == "no forecast for a holder"
+    # a band for a GPU nobody holds is not shown either (and adds no row)
+    answers_["gpu_free"] += [vec(NOW + 50, node="node-0", gpu="9", UUID="GPU-zzz", quantile="0.5")]
+    view = top.build_view({k: parsed(v) for k, v in answers_.items()}, NOW)
+    assert [g.gpu for g in view.gpus] == ["0", "1", "2", "3"]
+    gpu0 = next(g for g in view.gpus if g.gpu == "0")
+    assert gpu0.free_at.p50 == NOW + 200  # current holders all forecast: shown
+
+
+def test_a_holder_is_idle_only_after_holding_its_gpu_for_the_idle_window() -> None:
+    """A pod seconds old (image pull, data loading) is not an idle holder; the notebook
+    held for an hour is, unless the window is longer than that."""
+    fresh = answers()
+    fresh["since"] = [vec(NOW - 4, **GPU0, **CNN), vec(NOW - 4, **GPU1, **NB)]
+    view = top.build_view({k: parsed(v) for k, v in fresh.items()}, NOW)
+    assert view.idle == ()
+    assert {g.gpu: g.state for g in view.gpus}["1"] == "busy"
+    assert top.summary_line(view).endswith("GPUs: 4 seen, 3 busy, 0 idle, 1 free")
+
+    held_an_hour = {k: parsed(v) for k, v in answers().items()}
+    assert [h.pod for h in top.build_view(held_an_hour, NOW, idle_window_seconds=3600).idle] == [
+        "nb-alice"
+    ]
+    assert top.build_view(held_an_hour, NOW, idle_window_seconds=3601).idle == ()
+
+    unknown_start = answers()
+    unknown_start["since"] = []  # exporter without the kube collector: no pod start time
+    view = top.build_view({k: parsed(v) for k, v in unknown_start.items()}, NOW)
+    assert [(h.pod, h.held_seconds) for h in view.idle] == [("nb-alice", None)]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5m", 300), ("90s", 90), ("1h30m", 5400), ("1d", 86400), ("1w", 604800),
+     ("500ms", 0.5), (" 2h ", 7200)],
+)  # fmt: skip
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert top.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text", ["abc", "", "5", "0s", "5x", "m5", "1.5h", "5m1h", "-5m", "9" * 40]
+)
+def test_parse_duration_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match=r"duration|> 0"):
+        top.parse_duration(text)
+
+
+def test_a_bad_idle_window_is_a_one_line_usage_error_before_any_query(http_server) -> None:  # noqa: F811
+    empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+    url, seen = http_server(lambda r: reply(r, 200, empty.encode()))
+    for window in ("abc", "0s", "5"):
+        code, out, err = run_top("--prometheus.url", url, "--idle-window", window, "--once")
+        assert (code, out) == (2, "") and seen == [], window
+        assert err.startswith("gpu-eta top: argument --idle-window: ") and err.count("\n") == 1
+    code, out, err = run_top("--prometheus.url", url, "--idle-window", "10m", "--json")
+    assert (code, err) == (0, "")
+    assert any("[10m]" in unquote_plus(r.path) for r in seen)
+
+
+def test_nan_values_and_missing_series_do_not_break_the_view() -> None:
+    bad = answers()
+    bad["epoch"].append({"metric": RUN | {"run_id": "r2"}, "value": [NOW, "NaN"]})
+    bad["pod_util"].append(vec("+Inf", **GPU2, **NB))
+    bad["completion"] = []
+    del bad["gpu_info"]
+    view = top.build_view({name: parsed(items) for name, items in bad.items()}, NOW)
+    by_run = {j.run_id: j for j in view.jobs}
+    assert by_run["r1"].eta == top.Band()
+    assert by_run["r2"].epoch is None
+    text = top.render_plain(view, timezone.utc)
+    assert "[????????????????????]" in text
+
+
+def test_empty_prometheus_says_so() -> None:
+    text = top.render_plain(top.build_view({}, NOW, "http://prom"), timezone.utc)
+    assert "(no training run reporting progress)" in text
+    assert "is the exporter scraped?" in text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (math.nan, "-"), (0, "0s"), (59.6, "1m00s"), (3725, "1h02m"), (90000, "1d01h")],
+)
+def test_fmt_duration(seconds: float | None, text: str) -> None:
+    assert top.fmt_duration(seconds) == text
+
+
+def test_fmt_clock_shows_the_date_when_not_today() -> None:
+    assert top.fmt_clock(NOW + 60, NOW, timezone.utc) == "22:14:20"
+    assert top.fmt_clock(NOW + 86400, NOW, timezone.utc) == "11-15 22:13"
+    assert top.fmt_clock(NOW - 23 * 3600, NOW, timezone.utc) == "11-13 23:13"
+    assert top.fmt_clock(None, NOW) == "-"
+
+
+def test_fmt_clock_beyond_a_day_shows_the_year() -> None:
+    """A run of a million epochs: its band spans years and must not read like this
+    year's dates (REVIEW2 #11: ``08-03 19:42`` for a date in 2028)."""
+    assert top.fmt_clock(NOW + 86401, NOW, timezone.utc) == "2023-11-15 22:13"
+    assert top.fmt_clock(NOW + 3 * 365 * 86400, NOW, timezone.utc) == "2026-11-13 22:13"
+    assert top.fmt_clock(1e15, NOW, timezone.utc) == "far future"
+    band = top.Band(NOW + 200 * 86400, NOW + 600 * 86400, NOW + 1100 * 86400)
+    assert top.fmt_band(band, NOW, timezone.utc) == (
+        "2025-07-06 22:13",
+        "2024-06-01 22:13–2026-11-18 22:13",
+    )
+
+
+def test_a_past_eta_or_free_time_is_due_or_overdue_not_a_past_clock_time() -> None:
+    assert top.fmt_band(top.Band(NOW - 20, NOW - 2, NOW + 30), NOW, timezone.utc) == (
+        "due",
+        "22:13:00–22:13:50",
+    )
+    assert top.fmt_band(top.Band(NOW - 60, NOW - 30, NOW - 1), NOW, timezone.utc)[0] == "overdue"
+    assert top.fmt_band(top.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
+    late = answers()
+    for item in late["completion"] + late["gpu_free"]:
+        item["value"] = [
+            NOW,
+            str(float(item["value"][1]) - 250),
+        ]  # P10 -100 s, P50 -50 s, P90 +40 s
+    text = top.render_plain(
+        top.build_view({k: parsed(v) for k, v in late.items()}, NOW), timezone.utc
+    )
+    job = next(line for line in text.splitlines() if line.startswith("ml/cnn-1"))
+    gpu0 = next(line for line in text.splitlines() if line.startswith("node-0/0"))
+    for row in (job, gpu0):
+        assert " due " in row and "22:12:30" not in row and "22:11:40–22:14:00" in row, row
+    later = top.build_view({k: parsed(v) for k, v in late.items()}, NOW + 60)
+    assert " overdue " in top.render_plain(later, timezone.utc)
+
+
+def test_progress_bar_bounds() -> None:
+    assert top.progress_bar(0, 10, 10) == "[..........]"
+    assert top.progress_bar(12, 10, 10) == "[##########]"
+    assert top.progress_bar(3, None, 4) == "[????]"
+
+
+def run_top(*argv: str) -> tuple[int, str, str]:
+    """``top.main(argv)`` in process: (exit code, stdout, stderr)."""
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        code = top.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_unreachable_prometheus_is_one_line_and_exit_1() -> None:
+    from gpu_eta.launch.prometheus import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out, err = run_top("--prometheus.url", url, "--prometheus.retries", "0", "--once")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1
+    assert err.startswith(f"gpu-eta top: {url}: query ") and "cannot connect" in err
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"<html>login</html>", "not JSON"),
+        (json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode(),
+         "expected a vector"),
+        (json.dumps({"status": "success", "data": {"resultType": "vector",
+                     "result": [{"metric": "not a mapping", "value": [NOW, "1"]}]}}).encode(),
+         "malformed label set"),
+        (json.dumps({"status": "success", "data": {"resultType": "vector",
+                     "result": [vec(1, pod="p" * 2000)] * 2}}).encode(),
+         "exceeds the 4096-byte limit"),
+    ],
+    ids=["html", "matrix", "bad-labels", "too-large"],
+)  # fmt: skip
+def test_an_answer_that_is_not_a_prometheus_vector_is_one_line_and_exit_1(
+    http_server,  # noqa: F811
+    body: bytes,
+    says: str,
+) -> None:
+    url, _ = http_server(lambda r: reply(r, 200, body))
+    code, out, err = run_top(
+        "--prometheus.url", url, "--prometheus.max-response-bytes", "4096", "--json"
+    )
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and says in err, err
+
+
+def test_a_live_view_shows_the_error_and_no_credentials(http_server) -> None:  # noqa: F811
+    url, _ = http_server(lambda r: reply(r, 503, b"busy"))
+    secret_url = url.replace("http://", "http://me:pw@")
+    client = PromClient(secret_url, retries=0)
+    view = top.refresh(client, keep_errors=True)
+    assert view.prometheus_url == url and view.jobs == ()
+    assert len(view.errors) == 1 and "HTTP 503" in view.errors[0]
+    assert "pw" not in top.render_plain(view, timezone.utc)
+    with pytest.raises(top.PromAPIError):
+        top.refresh(client)
+
+
+def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path) -> None:  # noqa: F811
+    """The forecaster's --prometheus.* auth flags work for top: each of the 15 queries
+    carries them (a Prometheus behind an authenticating proxy)."""
+    empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+    url, seen = http_server(lambda r: reply(r, 200, empty.encode()))
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    code, out, err = run_top(
+        "--prometheus.url", url, "--prometheus.bearer-token-file", str(token), "--json"
+    )
+    assert (code, err) == (0, "") and json.loads(out)["jobs"] == []
+    assert len(seen) == len(top.queries()) == 15
+    assert {r.headers["Authorization"] for r in seen} == {"Bearer s3cret"}
+
+    seen.clear()
+    password = tmp_path / "password"
+    password.write_text("pw")
+    code, _, err = run_top(
+        "--prometheus.url", url, "--prometheus.basic-auth-user", "me",
+        "--prometheus.basic-auth-password-file", str(password), "--once", "--plain",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    basic = "Basic " + base64.b64encode(b"me:pw").decode()
+    assert len(seen) == 15 and {r.headers["Authorization"] for r in seen} == {basic}
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    for argv in (
+        ["--interval", "0"],
+        ["--no-such-flag"],
+        ["--idle-threshold", "3"],
+        ["--timeout", "0"],  # the old name of --prometheus.timeout still works
+        ["--prometheus.timeout", "-1"],
+        ["--prometheus.max-response-bytes", "10"],
+        ["--prometheus.url", "ftp://prometheus"],
+        ["--prometheus.retries", "-1"],
+        ["--prometheus.bearer-token-file", str(tmp_path / "missing")],
+        ["--prometheus.basic-auth-password-file", str(tmp_path / "missing")],
+        ["--prometheus.ca-file", str(tmp_path / "missing")],
+    ):
+        code, out, err = run_top(*argv, "--once")
+        assert code == 2 and out == "", argv
+        assert err.startswith("gpu-eta top: ") and err.count("\n") == 1, (argv, err)
+
+
+@pytest.mark.parametrize(
+    "mode", [["--json"], ["--once", "--plain"], ["--interval", "0.2"]], ids=["json", "once", "live"]
+)
+def test_a_reader_closing_the_pipe_ends_top_quietly(http_server, mode: list[str]) -> None:  # noqa: F811
+    """``top | head``: the reader goes away before top writes; top exits 0 with nothing
+    on stderr (no BrokenPipeError traceback, no 'Exception ignored' at exit)."""
+    import subprocess
+    import sys
+
+    body = json.dumps({"status": "success", "data": {"resultType": "vector",
+                       "result": answers()["gpu_info"]}}).encode()  # fmt: skip
+    url, seen = http_server(lambda r: reply(r, 200, body))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_eta.forecaster", "top", "--prometheus.url", url, *mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    proc.stdout.close()  # like head after its lines: before top's first write
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert seen, "top never queried: the pipe was not tested"
+    assert (proc.returncode, err.decode()) == (0, "")
+
+
+@pytest.mark.integration
+def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
+    """A real Prometheus scrapes contract-shaped series from a real HTTP exporter."""
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from gpu_eta.launch.prometheus import ScrapeJob, free_port
+
+    reg = CollectorRegistry()
+    run_labels = ["node", "namespace", "pod", "container", "run_id"]
+    fc_labels = ["namespace", "pod", "container", "run_id", "quantile"]
+    gpu_labels = ["node", "gpu", "UUID", "namespace", "pod", "container"]
+    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(*RUN.values()).set(3)
+    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
+        *RUN.values()
+    ).set(8)
+    eta = Gauge("gpu_eta_job_predicted_completion_timestamp_seconds", "t", fc_labels, registry=reg)
+    import time
+
+    t0 = time.time()
+    for q, dt in (("0.1", 60), ("0.5", 90), ("0.9", 150)):
+        eta.labels("ml", "cnn-1", "main", "r1", q).set(t0 + dt)
+    Gauge("gpu_eta_pod_gpu_allocated", "a", gpu_labels, registry=reg).labels(
+        "node-0", "0", "GPU-aaa", "ml", "cnn-1", "main"
+    ).set(1)
+    Gauge("gpu_eta_pod_gpu_utilization_ratio", "u", gpu_labels, registry=reg).labels(
+        "node-0", "0", "GPU-aaa", "ml", "cnn-1", "main"
+    ).set(0.9)
+    Gauge("gpu_eta_gpu_info", "i", ["node", "gpu", "UUID", "model"], registry=reg).labels(
+        "node-0", "0", "GPU-aaa", "NVIDIA A2"
+    ).set(1)
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
+    try:
+        prom = prometheus_factory([ScrapeJob("fake-exporter", [f"127.0.0.1:{port}"])])
+        prom.wait_for(
+            "gpu_eta_job_predicted_completion_timestamp_seconds", timeout=60, min_results=3
+        )
+        prom.wait_for("gpu_eta_gpu_info", timeout=30)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            code = top.main(["--prometheus.url", prom.url, "--json"])
+        assert code == 0
+        data = json.loads(out.getvalue())
+        (job,) = data["jobs"]
+        assert (job["pod"], job["epoch"], job["epochs"], job["gpus"]) == ("cnn-1", 3, 8, ["0"])
+        assert job["eta"]["p50"] == pytest.approx(t0 + 90)
+        assert job["utilization_ratio"] == pytest.approx(0.9)
+        assert data["gpus"][0]["holders"] == ["ml/cnn-1"]
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert top.main(["--prometheus.url", prom.url, "--once", "--plain"]) == 0
+        assert "ml/cnn-1" in out.getvalue()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

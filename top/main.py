@@ -1,0 +1,244 @@
+"""``gpu-eta-top`` / ``python -m gpu_eta.top`` / ``python -m gpu_eta.forecaster top``: who holds each GPU, how far their training is, when it frees up.
+
+Reads only Prometheus' HTTP API (any server speaking it: the demo's, a cluster's,
+Thanos...), with a fixed set of instant queries per refresh, so it costs the same
+whatever the cluster size. It talks to Prometheus through the forecaster's own client
+(``gpu_eta.forecaster.promapi``) with the forecaster's ``--prometheus.*`` flags, so a
+Prometheus behind auth or TLS is reached the same way and every answer is bounded and
+checked in one place. The queries' results go through pure functions (``build_view``
+→ ``View`` → ``render_plain`` / ``render_json`` / ``render_rich``), which the tests
+drive with fixed query results; only ``fetch`` and ``main`` do I/O.
+
+``rich`` draws the tables when stdout is a terminal (and refreshes them in place);
+otherwise the output is plain text, one snapshot after the other, so it pipes and
+logs well. ``--json`` prints one machine-readable snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone, tzinfo
+
+from gpu_eta.common.durations import parse_duration
+from gpu_eta.forecaster.config import ConfigError
+from gpu_eta.forecaster.promapi import PromAPIError, PromClient
+from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
+from gpu_eta.forecaster.series import Sample
+from gpu_eta.top.queries import queries
+from gpu_eta.top.render import render_json, render_plain, render_rich
+from gpu_eta.top.view import View, build_view
+
+
+class ExitCode(enum.IntEnum):
+    """``top``'s exit codes, in this one place."""
+
+    OK = 0
+    RUNTIME = 1  # Prometheus unreachable or its answer unusable
+    USAGE = 2
+
+def fetch(client: PromClient, idle_window: str = "5m") -> dict[str, list[Sample]]:
+    """Run every query (one instant query each); ``PromAPIError`` with one clear line
+    on failure (unreachable, refused, not Prometheus, too large, not a vector)."""
+    return {name: client.instant(expr) for name, expr in queries(idle_window).items()}
+
+
+def refresh(
+    client: PromClient,
+    idle_window: str = "5m",
+    idle_threshold: float = 0.05,
+    keep_errors: bool = False,
+) -> View:
+    """One refresh: fetch, then build the view now. ``keep_errors``: a failed fetch gives
+    a view carrying the error instead of raising (live views try again next time).
+    ``idle_window`` is a Prometheus duration (``ValueError`` otherwise)."""
+    idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
+    try:
+        results = fetch(client, idle_window)
+    except PromAPIError as err:
+        if not keep_errors:
+            raise
+        return View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
+    return build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
+
+
+def fetch_view(
+    url: str,
+    timeout_seconds: float = 10.0,
+    idle_window: str = "5m",
+    idle_threshold: float = 0.05,
+    keep_errors: bool = False,
+) -> View:
+    """``refresh`` for a bare URL without auth (the demo's live view; a URL that is not
+    http(s) raises ``PromAPIError`` whatever ``keep_errors``)."""
+    client = PromClient(url, timeout_seconds=timeout_seconds)
+    try:
+        return refresh(client, idle_window, idle_threshold, keep_errors)
+    finally:
+        client.close()
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, ``gpu-eta top: …``, exit 2 (the usage
+    text is ``--help``'s job), like the forecaster's commands."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(ExitCode.USAGE)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line (see docs/top.md)."""
+    p = _Parser(
+        prog="gpu-eta top",
+        description=(
+            "Training runs, their progress and predicted completion, idle GPU holders and "
+            "when each GPU frees up, read from Prometheus only."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    p.add_argument("--json", action="store_true", help="print one JSON snapshot and exit")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=5.0,
+        help="seconds between refreshes",
+    )
+    p.add_argument(
+        "--idle-threshold",
+        type=float,
+        default=0.05,
+        help="a holder whose average GPU utilisation is below this ratio is idle",
+    )
+    p.add_argument(
+        "--idle-window",
+        type=_duration_flag,
+        default="5m",
+        help="Prometheus duration: the average's range, and how long a pod must have held "
+        "its GPU before it can be called idle",
+    )
+    p.add_argument("--plain", action="store_true", help="plain text even on a terminal (no rich)")
+    p.add_argument("--utc", action="store_true", help="clock times in UTC instead of local time")
+    p.add_argument("--debug", action="store_true", help="tracebacks on errors")
+    add_prometheus_flags(p, default_url="http://127.0.0.1:9090")
+    # the flag's name before top shared the forecaster's flags; kept so scripts still work
+    p.add_argument("--timeout", dest="timeout_seconds", type=float, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.interval <= 0:
+        p.error("--interval must be > 0")
+    if not 0 <= args.idle_threshold <= 1:
+        p.error("--idle-threshold must be a ratio in 0..1")
+    return args  # the --prometheus.* values: prometheus_connection (make_client)
+
+
+def _duration_flag(text: str) -> str:
+    """argparse type: a valid Prometheus duration, kept as text for the query."""
+    try:
+        parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text.strip()
+
+
+def make_client(args: argparse.Namespace) -> PromClient:
+    """The Prometheus client of the command line (``ConfigError``/``PromAPIError`` on
+    bad values: a usage error); says once when TLS is not verified, as ``serve`` does."""
+    client = PromClient(args.prometheus_url, **prometheus_connection(args))
+    if args.insecure_skip_verify:
+        print(
+            f"gpu-eta top: TLS certificates of {client.safe_url} are not verified", file=sys.stderr
+        )
+    return client
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m gpu_eta.forecaster top`` (exit 0 ok, 1 Prometheus error, 2 usage)."""
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if isinstance(exc.code, int) else ExitCode.USAGE
+    try:
+        client = make_client(args)
+    except (ConfigError, PromAPIError) as err:
+        print(f"gpu-eta top: {err}", file=sys.stderr)
+        return ExitCode.USAGE
+    tz = timezone.utc if args.utc else datetime.now().astimezone().tzinfo
+    try:
+        if args.json:
+            view = refresh(client, args.idle_window, args.idle_threshold)
+            print(json.dumps(render_json(view), indent=2))
+            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+            return ExitCode.OK
+        use_rich = sys.stdout.isatty() and not args.plain and _has_rich()
+        if args.once:
+            view = refresh(client, args.idle_window, args.idle_threshold)
+            if use_rich:
+                from rich.console import Console
+
+                Console().print(render_rich(view, tz))
+            else:
+                sys.stdout.write(render_plain(view, tz))
+            sys.stdout.flush()
+            return ExitCode.OK
+        return _loop(client, args, tz, use_rich)
+    except BrokenPipeError:
+        return _reader_gone()
+    except PromAPIError as err:
+        if args.debug:
+            raise
+        print(f"gpu-eta top: {err}", file=sys.stderr)
+        return ExitCode.RUNTIME
+    except KeyboardInterrupt:
+        return ExitCode.OK
+    finally:
+        client.close()
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``top | head``): that is how pipes end, not an
+    error, so exit 0 quietly. stdout is pointed at /dev/null first, or Python's own
+    flush at exit would print a second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (tests, embedding)
+        pass
+    return ExitCode.OK
+
+
+def _has_rich() -> bool:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
+    """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise."""
+
+    def view() -> View:
+        return refresh(client, args.idle_window, args.idle_threshold, keep_errors=True)
+
+    if use_rich:
+        from rich.live import Live
+
+        with Live(render_rich(view(), tz), auto_refresh=False, screen=False) as live:
+            while True:
+                time.sleep(args.interval)
+                live.update(render_rich(view(), tz), refresh=True)
+    while True:
+        sys.stdout.write(render_plain(view(), tz) + "\n")
+        sys.stdout.flush()
+        time.sleep(args.interval)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

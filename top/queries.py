@@ -1,0 +1,26 @@
+"""The PromQL top asks, one instant query each per refresh (a fixed budget whatever
+the cluster size), and the quantile labels it reads from the forecaster's series."""
+
+from __future__ import annotations
+
+QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
+
+def queries(idle_window: str = "5m") -> dict[str, str]:
+    """Every PromQL query one refresh issues, by name (a fixed number, ~14)."""
+    return {
+        "epoch": "gpu_eta_training_epoch",
+        "epochs": "gpu_eta_training_epochs_planned",
+        "run_start": "gpu_eta_training_run_start_timestamp_seconds",
+        "last_report": "gpu_eta_training_last_report_timestamp_seconds",
+        "completion": "gpu_eta_job_predicted_completion_timestamp_seconds",
+        "method": "gpu_eta_job_forecast_info",
+        "stalled": "gpu_eta_job_stalled",
+        "allocated": "gpu_eta_pod_gpu_allocated",
+        "since": "gpu_eta_pod_gpu_allocated_since_timestamp_seconds",
+        "pod_util": "gpu_eta_pod_gpu_utilization_ratio",
+        "pod_util_avg": f"avg_over_time(gpu_eta_pod_gpu_utilization_ratio[{idle_window}])",
+        "pod_memory": "gpu_eta_pod_gpu_memory_used_bytes",
+        "gpu_info": "gpu_eta_gpu_info",
+        "gpu_memory_total": "gpu_eta_gpu_memory_total_bytes",
+        "gpu_free": "gpu_eta_gpu_predicted_free_timestamp_seconds",
+    }

@@ -1,0 +1,240 @@
+"""Pure: a ``View`` → plain text, JSON, or rich tables (rich imported only there)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime, timezone, tzinfo
+from typing import Any
+
+from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, View
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``2h05m``, ``4m07s``, ``12s``; ``-`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    s = round(max(0.0, seconds))
+    if s >= 86400:
+        return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def fmt_clock(ts: float | None, now: float, tz: tzinfo | None = None) -> str:
+    """A clock time that cannot be misread; ``-`` when unknown.
+
+    ``14:05:09`` today; ``11-15 22:13`` on another day less than a day away (tomorrow
+    morning, last night); the full date ``2028-08-03 19:42`` beyond that, so a band
+    spanning months or years never reads like this year's dates."""
+    if ts is None or not math.isfinite(ts):
+        return "-"
+    zone = tz or timezone.utc
+    try:
+        when = datetime.fromtimestamp(ts, zone)
+    except (OverflowError, OSError, ValueError):  # beyond year 9999: no calendar date
+        return "far future" if ts > now else "-"
+    if when.date() == datetime.fromtimestamp(now, zone).date():
+        return when.strftime("%H:%M:%S")
+    if abs(ts - now) <= 86400:
+        return when.strftime("%m-%d %H:%M")
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def fmt_bytes(n: float | None) -> str:
+    """GiB with one decimal (MiB below 1 GiB); ``-`` when unknown."""
+    if n is None:
+        return "-"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f}G"
+    return f"{n / (1 << 20):.0f}M"
+
+
+def fmt_ratio(r: float | None) -> str:
+    """A 0..1 ratio as a whole percentage."""
+    return "-" if r is None else f"{100 * r:.0f}%"
+
+
+def progress_bar(epoch: float | None, epochs: float | None, width: int = 20) -> str:
+    """``[#######.............]``; unknown plan → a bar of ``?``."""
+    if epoch is None or not epochs or epochs <= 0:
+        return "[" + "?" * width + "]"
+    filled = round(width * min(1.0, max(0.0, epoch / epochs)))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def fmt_epoch(epoch: float | None, epochs: float | None) -> str:
+    """``7/20`` (fractional epochs rounded down, as "completed")."""
+    e = "-" if epoch is None else str(int(epoch))
+    n = "?" if epochs is None else str(int(epochs))
+    return f"{e}/{n}"
+
+
+def fmt_band(band: Band, now: float, tz: tzinfo | None = None) -> tuple[str, str]:
+    """(P50 cell, ``P10–P90`` clocks) for a job or GPU.
+
+    A P50 already past when the view is drawn is not shown as a past clock time: it is
+    ``due`` while the P90 is still ahead (inside the band: any moment now) and
+    ``overdue`` once the P90 has passed too (or is unknown). The forecaster never
+    publishes a past time, but a view is drawn between its cycles; the band keeps its
+    clock times, so how late it is stays readable."""
+    if band.p50 is None:
+        return "-", "-"
+    lo, hi = fmt_clock(band.p10, now, tz), fmt_clock(band.p90, now, tz)
+    if band.p50 <= now:
+        p50 = "due" if band.p90 is not None and band.p90 > now else "overdue"
+    else:
+        p50 = fmt_clock(band.p50, now, tz)
+    return p50, f"{lo}–{hi}"
+
+
+def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:
+    eta, rng = fmt_band(job.eta, now, tz)
+    flags = ",".join(f for f, on in (("stalled", job.stalled), ("idle", job.idle)) if on)
+    mem = f"{fmt_bytes(job.memory_used_bytes)}/{fmt_bytes(job.memory_total_bytes)}"
+    return [
+        f"{job.namespace}/{job.pod}",
+        f"{job.node}/{','.join(job.gpus) or '-'}",
+        progress_bar(job.epoch, job.epochs),
+        fmt_epoch(job.epoch, job.epochs),
+        fmt_ratio(job.utilization_ratio),
+        mem,
+        fmt_duration(job.elapsed_seconds),
+        eta,
+        rng,
+        flags,
+    ]
+
+
+JOB_HEADERS = [
+    "POD",
+    "NODE/GPU",
+    "PROGRESS",
+    "EPOCH",
+    "UTIL",
+    "MEM",
+    "ELAPSED",
+    "ETA",
+    "P10–P90",
+    "",
+]
+IDLE_HEADERS = ["POD", "NODE/GPU", "UTIL(avg)", "MEM", "HELD", ""]
+GPU_HEADERS = ["NODE/GPU", "MODEL", "STATE", "HELD BY", "FREE AT", "P10–P90", ""]
+
+
+def _idle_cells(h: HolderRow) -> list[str]:
+    return [
+        f"{h.namespace}/{h.pod}",
+        f"{h.node}/{h.gpu}",
+        fmt_ratio(h.utilization_ratio),
+        fmt_bytes(h.memory_used_bytes),
+        fmt_duration(h.held_seconds),
+        "training, stalled?" if h.training else "",
+    ]
+
+
+def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None) -> list[str]:
+    free, rng = fmt_band(g.free_at, now, tz)
+    if g.state == "free":
+        free = "now"
+    return [
+        f"{g.node}/{g.gpu}",
+        g.model or "-",
+        g.state,
+        " ".join(g.holders) or "-",
+        free,
+        rng,
+        g.note,
+    ]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+    return [line(headers), *(line(r) for r in rows)]
+
+
+def summary_line(view: View, tz: tzinfo | None = None) -> str:
+    """One header line: where, when, and counts."""
+    when = datetime.fromtimestamp(view.timestamp, tz or timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S %Z"
+    )
+    counts = {state: sum(g.state == state for g in view.gpus) for state in ("busy", "idle", "free")}
+    # each row is a device: a whole GPU or a MIG instance, so busy + idle + free = seen
+    return (
+        f"gpu-eta top  {view.prometheus_url}  {when}  |  {len(view.jobs)} training, "
+        f"{len(view.idle)} idle holders, GPUs: {len(view.gpus)} seen, {counts['busy']} busy, "
+        f"{counts['idle']} idle, {counts['free']} free"
+    )
+
+
+def render_plain(view: View, tz: tzinfo | None = None) -> str:
+    """The whole snapshot as aligned plain text (for pipes, logs, CI)."""
+    now = view.timestamp
+    out = [summary_line(view, tz), ""]
+    out.extend(f"error: {e}" for e in view.errors)
+    out.append("TRAINING")
+    if view.jobs:
+        out.extend(_table(JOB_HEADERS, [_job_cells(j, now, tz) for j in view.jobs]))
+    else:
+        out.append("  (no training run reporting progress)")
+    out += ["", "IDLE GPU HOLDERS"]
+    if view.idle:
+        out.extend(_table(IDLE_HEADERS, [_idle_cells(h) for h in view.idle]))
+    else:
+        out.append("  (none)")
+    out += ["", "GPUS"]
+    if view.gpus:
+        out.extend(_table(GPU_HEADERS, [_gpu_cells(g, now, tz) for g in view.gpus]))
+    else:
+        out.append("  (no gpu_eta_gpu_info series: is the exporter scraped?)")
+    return "\n".join(out) + "\n"
+
+
+def render_json(view: View) -> dict[str, Any]:
+    """The snapshot for machines: unix seconds, ratios 0..1, bytes; remaining seconds too."""
+    data = asdict(view)
+    for job in data["jobs"]:
+        band = job["eta"]
+        job["remaining_seconds"] = {
+            k: (max(0.0, v - view.timestamp) if v is not None else None) for k, v in band.items()
+        }
+    return data
+
+
+def render_rich(view: View, tz: tzinfo | None = None):
+    """The snapshot as ``rich`` tables (imported lazily: rich is the ``top`` extra)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    now = view.timestamp
+    parts: list[Any] = [Text(summary_line(view, tz), style="bold")]
+    parts.extend(Text(f"error: {e}", style="red") for e in view.errors)
+    styles = {"free": "green", "idle": "yellow", "busy": None}
+    tables = (
+        (
+            "Training",
+            JOB_HEADERS,
+            [
+                (_job_cells(j, now, tz), "yellow" if (j.stalled or j.idle) else None)
+                for j in view.jobs
+            ],
+        ),
+        ("Idle GPU holders", IDLE_HEADERS, [(_idle_cells(h), "yellow") for h in view.idle]),
+        ("GPUs", GPU_HEADERS, [(_gpu_cells(g, now, tz), styles.get(g.state)) for g in view.gpus]),
+    )
+    for title, headers, rows in tables:
+        table = Table(title=title, title_justify="left")
+        for i, h in enumerate(headers):
+            # identity columns (pod, node/gpu) never shrink: the rest may on narrow terminals
+            width = max([len(h), *(len(r[0][i]) for r in rows)]) if i < 2 else None
+            table.add_column(h, no_wrap=True, min_width=width)
+        for cells, style in rows:
+            table.add_row(*cells, style=style)
+        parts.append(table)
+    return Group(*parts)

@@ -1,0 +1,330 @@
+"""Pure: the query results of one refresh → ``View`` (jobs, idle holders, GPUs).
+
+Tests drive ``build_view`` with fixed query results; no I/O here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_eta.forecaster.series import Sample
+from gpu_eta.top.queries import QUANTILE_KEYS
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """P10 / P50 / P90 of a clock time (unix seconds); any may be missing."""
+
+    p10: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One training run in progress, with its GPUs and forecast."""
+
+    namespace: str
+    pod: str
+    container: str
+    run_id: str
+    node: str
+    gpus: tuple[str, ...]
+    epoch: float | None
+    epochs: float | None
+    utilization_ratio: float | None
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    start_timestamp: float | None
+    elapsed_seconds: float | None
+    last_report_timestamp: float | None
+    eta: Band
+    method: str
+    stalled: bool
+    idle: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRow:
+    """A pod holding a GPU that it (nearly) does not use over the idle window."""
+
+    namespace: str
+    pod: str
+    container: str
+    node: str
+    gpu: str
+    utilization_ratio: float | None
+    memory_used_bytes: float | None
+    held_seconds: float | None
+    training: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """One device: who holds it and when it is predicted to be free."""
+
+    node: str
+    gpu: str
+    uuid: str
+    model: str
+    holders: tuple[str, ...]
+    state: str  # "free", "busy", "idle" (held, unused)
+    free_at: Band
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """Everything one snapshot shows."""
+
+    timestamp: float
+    prometheus_url: str
+    jobs: tuple[JobRow, ...] = ()
+    idle: tuple[HolderRow, ...] = ()
+    gpus: tuple[GpuRow, ...] = ()
+    errors: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _value(sample: Sample) -> float | None:
+    """The sample's value, ``None`` for NaN/±Inf (no number to show)."""
+    return sample.value if math.isfinite(sample.value) else None
+
+
+def _container_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
+    return (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+
+
+def _run_key(labels: Mapping[str, str]) -> tuple[str, str, str, str]:
+    return (*_container_key(labels), labels.get("run_id", ""))
+
+
+def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
+    """A device as top lists it: a whole GPU ``(node, "3", UUID)``, or one MIG instance
+    of it ``(node, "7/5", UUID)`` (DCGM's labels: the parent's ``gpu`` and ``UUID`` plus
+    ``GPU_I_ID``)."""
+    gpu = labels.get("gpu", "")
+    if labels.get("GPU_I_ID"):
+        gpu = f"{gpu}/{labels['GPU_I_ID']}"
+    return (labels.get("node", ""), gpu, labels.get("UUID", ""))
+
+
+def _physical(gkey: tuple[str, str, str]) -> tuple[str, str, str]:
+    """The physical GPU of a device key: a MIG instance's parent, a whole GPU itself.
+    The forecaster's free time is per physical GPU (no ``GPU_I_ID``, docs/metrics.md)."""
+    return (gkey[0], gkey[1].split("/", 1)[0], gkey[2])
+
+
+def _physical_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
+    return (labels.get("node", ""), labels.get("gpu", ""), labels.get("UUID", ""))
+
+
+def _by_run(results: Sequence[Sample]) -> dict[tuple[str, str, str, str], float]:
+    out: dict[tuple[str, str, str, str], float] = {}
+    for s in results:
+        v = _value(s)
+        if v is not None:
+            out[_run_key(s.labels)] = v
+    return out
+
+
+def _bands(results: Sequence[Sample], key_fn) -> dict[Any, dict[str, float]]:
+    out: dict[Any, dict[str, float]] = {}
+    for s in results:
+        labels = s.labels
+        q = QUANTILE_KEYS.get(labels.get("quantile", ""))
+        v = _value(s)
+        if q is not None and v is not None:
+            out.setdefault(key_fn(labels), {})[q] = v
+    return out
+
+
+def build_view(
+    results: Mapping[str, Sequence[Sample]],
+    now: float,
+    prometheus_url: str = "",
+    idle_threshold: float = 0.05,
+    idle_window_seconds: float = 300.0,
+) -> View:
+    """Join the query results (name → ``promapi`` samples) into one ``View``.
+
+    A run is shown while ``epoch < epochs_planned`` (or the plan is unknown). A
+    holder is idle when its average utilisation over the idle window is below
+    ``idle_threshold`` *and* it has held the GPU for at least that window (like the
+    idle alert's age guard): a pod seconds old (pulling its image, loading data) has
+    no window to average over. A holder whose start is unknown (no
+    ``..._allocated_since_...`` series: the exporter runs without the kube collector)
+    is judged on utilisation alone. Joins use DCGM's label names: runs meet their
+    GPUs on (namespace, pod, container), GPUs are (node, gpu, UUID[, GPU_I_ID]).
+    """
+    get = lambda name: results.get(name) or ()  # noqa: E731
+    epochs = _by_run(get("epochs"))
+    run_start = _by_run(get("run_start"))
+    last_report = _by_run(get("last_report"))
+    stalled = _by_run(get("stalled"))
+    eta = _bands(get("completion"), _run_key)
+    methods = {_run_key(s.labels): s.labels.get("method", "") for s in get("method")}
+
+    # Per container: its allocated GPUs with utilisation and memory.
+    container_gpus: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+    holders: set[tuple[tuple[str, str, str], tuple[str, str, str]]] = set()
+    for s in get("allocated"):
+        labels = s.labels
+        if _value(s) != 1:
+            continue
+        ckey = _container_key(labels)
+        gkey = _gpu_key(labels)
+        container_gpus.setdefault(ckey, []).append(gkey)
+        holders.add((gkey, ckey))
+
+    def per_holder(name: str) -> dict[tuple, float]:
+        out: dict[tuple, float] = {}
+        for s in get(name):
+            labels = s.labels
+            v = _value(s)
+            if v is not None:
+                out[(_gpu_key(labels), _container_key(labels))] = v
+        return out
+
+    util = per_holder("pod_util")
+    util_avg = per_holder("pod_util_avg")
+    memory = per_holder("pod_memory")
+    since = per_holder("since")
+    gpu_total = {
+        _gpu_key(s.labels): v for s in get("gpu_memory_total") if (v := _value(s)) is not None
+    }
+    idle_holders = {
+        hk
+        for hk in holders
+        if (avg := util_avg.get(hk, util.get(hk))) is not None
+        and avg < idle_threshold
+        and (hk not in since or now - since[hk] >= idle_window_seconds)
+    }
+
+    jobs: list[JobRow] = []
+    training_containers: set[tuple[str, str, str]] = set()
+    for s in get("epoch"):
+        labels = s.labels
+        key = _run_key(labels)
+        epoch = _value(s)
+        planned = epochs.get(key)
+        if epoch is not None and planned is not None and epoch >= planned:
+            continue  # finished: its pod may linger, its GPU shows in the GPU list
+        ckey = key[:3]
+        training_containers.add(ckey)
+        gkeys = sorted(container_gpus.get(ckey, []))
+        node = labels.get("node", "") or (gkeys[0][0] if gkeys else "")
+
+        def total(values: Mapping[tuple, float], gks=gkeys, ck=ckey) -> float | None:
+            found = [values[(g, ck)] for g in gks if (g, ck) in values]
+            return sum(found) if found else None
+
+        n_util = [util[(g, ckey)] for g in gkeys if (g, ckey) in util]
+        mem_total = [gpu_total[g] for g in gkeys if g in gpu_total]
+        start = run_start.get(key)
+        band = eta.get(key, {})
+        jobs.append(
+            JobRow(
+                namespace=key[0],
+                pod=key[1],
+                container=key[2],
+                run_id=key[3],
+                node=node,
+                gpus=tuple(g[1] for g in gkeys),
+                epoch=epoch,
+                epochs=planned,
+                utilization_ratio=(sum(n_util) / len(n_util)) if n_util else None,
+                memory_used_bytes=total(memory),
+                memory_total_bytes=sum(mem_total) if mem_total else None,
+                start_timestamp=start,
+                elapsed_seconds=max(0.0, now - start) if start is not None else None,
+                last_report_timestamp=last_report.get(key),
+                eta=Band(band.get("p10"), band.get("p50"), band.get("p90")),
+                method=methods.get(key, ""),
+                stalled=stalled.get(key, 0.0) >= 1,
+                idle=any((g, ckey) in idle_holders for g in gkeys),
+            )
+        )
+    jobs.sort(key=lambda j: (j.eta.p50 is None, j.eta.p50 or 0.0, j.namespace, j.pod))
+
+    idle_rows = [
+        HolderRow(
+            namespace=ckey[0],
+            pod=ckey[1],
+            container=ckey[2],
+            node=gkey[0],
+            gpu=gkey[1],
+            utilization_ratio=util_avg.get((gkey, ckey), util.get((gkey, ckey))),
+            memory_used_bytes=memory.get((gkey, ckey)),
+            held_seconds=max(0.0, now - since[(gkey, ckey)]) if (gkey, ckey) in since else None,
+            training=ckey in training_containers,
+        )
+        for (gkey, ckey) in sorted(idle_holders)
+    ]
+
+    # The forecaster's free time is per physical GPU; under MIG each instance is its own
+    # row, and the GPU's time applies to its busy instances. A band is only the GPU's
+    # free time while it describes the current holders: the forecaster publishes one
+    # only when every pod on the GPU has a forecast, so a band next to a holder without
+    # one is left over from an earlier holder set (a pod that just replaced a finished
+    # one) and is not shown; a band for a GPU nobody holds is not shown either.
+    free = _bands(get("gpu_free"), _physical_key)
+    forecast_pods = {(k[0], k[1]) for k, b in eta.items() if "p50" in b}
+    holders_of: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
+    for g, ck in holders:
+        holders_of.setdefault(_physical(g), set()).add(ck)
+    gpus: list[GpuRow] = []
+    info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
+    for gkey in sorted(set(info) | {g for g, _ in holders}, key=_gpu_order):
+        held_by = sorted(ck for g, ck in holders if g == gkey)
+        names = tuple(f"{ns}/{pod}" for ns, pod, _ in held_by)
+        siblings = holders_of.get(_physical(gkey), set())
+        unforecast = {ck for ck in siblings if ck[:2] not in forecast_pods}
+        band = free.get(_physical(gkey), {}) if held_by and not unforecast else {}
+        if not held_by:
+            state, note = "free", "free now"
+        elif all((gkey, ck) in idle_holders for ck in held_by):
+            state = "idle"
+            note = "held, unused"
+        else:
+            state, note = "busy", ""
+        if held_by and not band and state != "idle":
+            # an idle holder (a notebook) never has a forecast: "held, unused" says it all
+            if any(ck in unforecast for ck in held_by):
+                why = "no forecast for a holder"
+            elif unforecast:
+                why = "no forecast for a holder of another MIG instance"
+            else:
+                why = "no GPU forecast yet"
+            note = (note + "; " if note else "") + why
+        gpus.append(
+            GpuRow(
+                node=gkey[0],
+                gpu=gkey[1],
+                uuid=gkey[2],
+                model=info.get(gkey, ""),
+                holders=names,
+                state=state,
+                free_at=Band(band.get("p10"), band.get("p50"), band.get("p90")),
+                note=note,
+            )
+        )
+    return View(
+        timestamp=now,
+        prometheus_url=prometheus_url,
+        jobs=tuple(jobs),
+        idle=tuple(idle_rows),
+        gpus=tuple(gpus),
+    )
+
+
+def _gpu_order(gkey: tuple[str, str, str]) -> tuple:
+    """Node, then GPU index, then MIG instance id, numerically (2 < 10, 7/5 < 7/13)."""
+    gpu, _, instance = gkey[1].partition("/")
+
+    def num(text: str) -> tuple[int, str]:
+        return (int(text), "") if text.isdigit() else (1 << 30, text)
+
+    return (gkey[0], num(gpu), num(instance) if instance else (-1, ""), gkey[2])
