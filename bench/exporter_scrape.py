@@ -117,9 +117,8 @@ def uncached_render_ms(path: Path, rounds: int = 50) -> tuple[float, float]:
     """
     from gpu_eta.exporter.collectors.simulated import SimulatedNode
     from gpu_eta.exporter.exposition import SnapshotCollector
-    from gpu_eta.exporter.readings import Snapshot
     from gpu_eta.exporter.scheduler import Scheduler, Sources
-    from gpu_eta.exporter.snapshot import SnapshotHolder
+    from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
     node = SimulatedNode(path)
     holder = SnapshotHolder(Snapshot(node="bench-node", timestamp=0))

@@ -23,7 +23,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpu_eta.forecaster.cycle import Cycle, CycleSettings
+from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.runs import Run

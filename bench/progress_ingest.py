@@ -254,7 +254,7 @@ from gpu_eta.exporter.collectors.simulated import SimulatedNode
 from gpu_eta.exporter.exposition import encode_text, render
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore
-from gpu_eta.exporter.readings import Snapshot
+from gpu_eta.exporter.snapshot import Snapshot
 from pathlib import Path
 sim = SimulatedNode(Path(sys.argv[1]))
 pods = {p.ip: p for p in sim.pods.poll()}

@@ -190,10 +190,11 @@ class _LiveTop:
     def maybe_refresh(self) -> None:
         if self._live is None or time.monotonic() < self._next:
             return
-        from gpu_eta.forecaster import top
+        from gpu_eta.top import main as top_main
+        from gpu_eta.top import render as top_render
 
-        view = top.fetch_view(self.url, keep_errors=True)
-        self._live.update(top.render_rich(view, _local_tz()), refresh=True)
+        view = top_main.fetch_view(self.url, keep_errors=True)
+        self._live.update(top_render.render_rich(view, _local_tz()), refresh=True)
         self._next = time.monotonic() + self.refresh_seconds
 
     def close(self) -> None:
@@ -212,12 +213,12 @@ def _local_tz():
 
 
 def _top(url: str, plain: bool) -> None:
-    from gpu_eta.forecaster import top
+    from gpu_eta.top import main as top_main
 
     argv = ["--prometheus.url", url, "--once"]
     if plain:
         argv.append("--plain")
-    top.main(argv)
+    top_main.main(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,11 +23,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from gpu_eta.exporter.collectors.logs import RESULTS as LOG_LINE_RESULTS
 from gpu_eta.exporter.progress import MAX_METRICS
-from gpu_eta.exporter.progress_http import RESULTS as PROGRESS_RESULTS
-from gpu_eta.exporter.readings import DeviceReading, PodGpuRow, Progress, Snapshot
-from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.readings import DeviceReading, PodGpuRow, Progress
+from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS, PROGRESS_RESULTS, Snapshot, SnapshotHolder
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress import MAX_BODY_BYTES, ReportError, parse_report
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from gpu_eta.exporter.snapshot import PROGRESS_RESULTS
 
 log = logging.getLogger(__name__)
 
 HOST_NETWORK_ANNOTATION = "gpu-eta.io/progress-host-network"
-RESULTS = ("accepted", "malformed", "invalid", "forbidden", "too_large", "rate_limited")
 DEFAULT_RATE_PER_SECOND = 10.0
 DEFAULT_BURST = 20
 MAX_CONNECTIONS = 1024
@@ -87,7 +87,7 @@ class ProgressListener:
         self._rate = float(rate_per_second)
         self._burst = float(burst)
         self._clock = clock
-        self._counts = dict.fromkeys(RESULTS, 0)
+        self._counts = dict.fromkeys(PROGRESS_RESULTS, 0)
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str, str], _TokenBucket] = {}
         # address -> (expiry, pod): the pod cache is asked at most once a second per

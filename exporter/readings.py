@@ -16,7 +16,6 @@ from types import MappingProxyType
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _EMPTY_F: Mapping[str, float] = MappingProxyType({})
-_EMPTY_I: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,29 +182,3 @@ class CollectorStatus:
     last_success_timestamp: float | None
     errors_total: int
     last_error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Everything one ``/metrics`` answer renders. Immutable; swapped by reference."""
-
-    node: str
-    timestamp: float
-    devices: tuple[DeviceReading, ...] = ()
-    failures: tuple[DeviceFailure, ...] = ()
-    pod_gpus: tuple[PodGpuRow, ...] = ()
-    pods: tuple[PodMeta, ...] = ()
-    host_memory: tuple[HostMemory, ...] = ()
-    progress: tuple[Progress, ...] = ()
-    collectors: tuple[CollectorStatus, ...] = ()
-    # ingestion counters by result (see docs/metrics.md), cumulative since start
-    progress_reports_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
-    log_lines_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
-    # the pod watch's freshness, ``(connected, last_sync_timestamp)``: poll() serves a
-    # cache while the API server is away, so collector success alone cannot show the
-    # outage. None when the pod source is no watch (the simulator) or is switched off.
-    kube_watch: tuple[bool, float | None] | None = None
-    # kubelet allocations of this cycle that name no device NVML lists here (or a
-    # malformed id): they get no pod series, so they are counted. None when not
-    # computed (no gpu or podresources source, or no GPU reading yet).
-    unresolved_allocations: int | None = None

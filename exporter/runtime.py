@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from gpu_eta.exporter.collectors import ExporterError
 from gpu_eta.exporter.config import Config, version
 from gpu_eta.exporter.exposition import SnapshotCollector
-from gpu_eta.exporter.readings import PodMeta, Snapshot
+from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.server import MetricsServer
-from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 log = logging.getLogger("exporter")
 

@@ -54,9 +54,8 @@ from gpu_eta.exporter.readings import (
     PodGpuRow,
     PodMeta,
     Progress,
-    Snapshot,
 )
-from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 log = logging.getLogger(__name__)
 

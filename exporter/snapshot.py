@@ -1,4 +1,5 @@
-"""Holds the latest immutable ``Snapshot``; the scheduler swaps it, scrapes read it.
+"""``Snapshot``, everything one ``/metrics`` answer renders, and ``SnapshotHolder``,
+which holds the latest one: the scheduler swaps it, scrapes read it.
 
 A ``Snapshot`` is frozen, so publishing a new one is a single reference assignment
 (atomic in CPython): a scrape that started on the old snapshot renders it whole, the
@@ -8,9 +9,51 @@ next one sees the new one, and neither ever waits for collection: no lock.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from gpu_eta.exporter.readings import Snapshot
+from gpu_eta.exporter.readings import (
+    CollectorStatus,
+    DeviceFailure,
+    DeviceReading,
+    HostMemory,
+    PodGpuRow,
+    PodMeta,
+    Progress,
+)
+
+# label values of the ingestion counters a Snapshot carries (docs/metrics.md)
+PROGRESS_RESULTS = ("accepted", "malformed", "invalid", "forbidden", "too_large", "rate_limited")
+LOG_LINE_RESULTS = ("matched", "ignored", "oversize")
+_EMPTY_I: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one ``/metrics`` answer renders. Immutable; swapped by reference."""
+
+    node: str
+    timestamp: float
+    devices: tuple[DeviceReading, ...] = ()
+    failures: tuple[DeviceFailure, ...] = ()
+    pod_gpus: tuple[PodGpuRow, ...] = ()
+    pods: tuple[PodMeta, ...] = ()
+    host_memory: tuple[HostMemory, ...] = ()
+    progress: tuple[Progress, ...] = ()
+    collectors: tuple[CollectorStatus, ...] = ()
+    # ingestion counters by result (see docs/metrics.md), cumulative since start
+    progress_reports_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
+    log_lines_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
+    # the pod watch's freshness, ``(connected, last_sync_timestamp)``: poll() serves a
+    # cache while the API server is away, so collector success alone cannot show the
+    # outage. None when the pod source is no watch (the simulator) or is switched off.
+    kube_watch: tuple[bool, float | None] | None = None
+    # kubelet allocations of this cycle that name no device NVML lists here (or a
+    # malformed id): they get no pod series, so they are counted. None when not
+    # computed (no gpu or podresources source, or no GPU reading yet).
+    unresolved_allocations: int | None = None
+
 
 
 class SnapshotHolder:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_eta.forecaster.estimators import Z90, safe_exp
+from gpu_eta.forecaster.estimators.base import Z90, safe_exp
 
 POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
 _EDGES = (0.175, 0.375, 0.625)  # midpoints between the points

@@ -1,8 +1,8 @@
 """The forecaster's settings as one frozen record; validation only, no I/O.
 
 The CLI turns flags into a ``Config``; everything else takes the pieces it needs.
-Standard library only (``CycleSettings`` is imported when first needed), so
-``gpu_eta.forecaster.main`` can import this module without the forecaster extra.
+Standard library only, so ``gpu_eta.forecaster.main`` can import this module
+without the forecaster extra.
 Secrets (bearer token, basic-auth password) are read from files by the CLI and
 kept out of ``repr`` so they never reach a log line.
 """
@@ -10,26 +10,33 @@ kept out of ``repr`` so they never reach a log line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from gpu_eta.forecaster.errors import ForecasterError
-
-if TYPE_CHECKING:
-    from gpu_eta.forecaster.cycle import CycleSettings
 
 
 class ConfigError(ForecasterError, ValueError):
     """A setting is out of range or inconsistent (a usage error: exit code 2)."""
 
 
-def _default_cycle() -> CycleSettings:
-    # imported here: this module stays standard-library only, so the CLI can start and
-    # name a missing extra instead of failing on an import (gpu_eta.forecaster.cycle needs
-    # requests)
-    from gpu_eta.forecaster.cycle import CycleSettings
+@dataclass(frozen=True, slots=True)
+class CycleSettings:
+    """Knobs of a cycle (from the CLI; see docs/forecaster.md)."""
 
-    return CycleSettings()
+    lookback_seconds: float = 6 * 3600.0
+    overlap_seconds: float = 120.0
+    min_step_seconds: float = 15.0
+    max_points: int = 240
+    stall_after_seconds: float = 900.0
+    idle_ratio: float = 0.05
+    idle_window_seconds: float = 300.0
+    refit_seconds: float = 300.0
+    background_refit: bool = True
+    # A background refit runs in a forked child process (its own core and GIL: the
+    # cycles it overlaps are not slowed); False keeps it in a thread of this process.
+    refit_in_process: bool = True
+    refit_timeout_seconds: float = 900.0
+    vanish_grace_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class Config:
     interval_seconds: float = 60.0
     pushgateway_url: str | None = None
     pushgateway_job: str = "gpu-eta-forecaster"  # the job name rules and manifests use
-    cycle: CycleSettings = field(default_factory=_default_cycle)
+    cycle: CycleSettings = field(default_factory=CycleSettings)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.prometheus_url)

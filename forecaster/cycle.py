@@ -19,15 +19,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpu_eta.forecaster import queries
+from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.history import HistoryStore, run_key
+from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
+from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, run_key
 from gpu_eta.forecaster.runs_from_series import Allocation, CycleView, assemble
 from gpu_eta.forecaster.series import Sample, Series
 
@@ -56,61 +56,6 @@ def default_model_factory() -> Model:
     except ImportError as err:
         raise ModelError(f"gpu_eta.forecaster.estimators.eta_model is not available: {err}") from None
     return EtaModel(random_state=0)
-
-
-@dataclass(frozen=True, slots=True)
-class CycleSettings:
-    """Knobs of a cycle (from the CLI; see docs/forecaster.md)."""
-
-    lookback_seconds: float = 6 * 3600.0
-    overlap_seconds: float = 120.0
-    min_step_seconds: float = 15.0
-    max_points: int = 240
-    stall_after_seconds: float = 900.0
-    idle_ratio: float = 0.05
-    idle_window_seconds: float = 300.0
-    refit_seconds: float = 300.0
-    background_refit: bool = True
-    # A background refit runs in a forked child process (its own core and GIL: the
-    # cycles it overlaps are not slowed); False keeps it in a thread of this process.
-    refit_in_process: bool = True
-    refit_timeout_seconds: float = 900.0
-    vanish_grace_seconds: float = 600.0
-
-
-@dataclass(frozen=True, slots=True)
-class JobForecast:
-    """A running job's forecast, with the absolute end times it implies."""
-
-    run: Run
-    node: str
-    forecast: Forecast
-    completion_timestamps: tuple[float, float, float]  # p10, p50, p90
-
-
-@dataclass(frozen=True, slots=True)
-class GpuFree:
-    """When every pod on a GPU is predicted to be done (p10, p50, p90 timestamps)."""
-
-    node: str
-    gpu: str
-    uuid: str
-    timestamps: tuple[float, float, float]
-
-
-@dataclass(frozen=True)
-class ForecastSet:
-    """Everything ``publish`` renders from one good cycle."""
-
-    timestamp: float
-    jobs: tuple[JobForecast, ...] = ()
-    gpus: tuple[GpuFree, ...] = ()
-    quality: Mapping[float, tuple[float, float]] = field(default_factory=dict)
-    n_history: int = 0
-    n_running: int = 0
-    n_finished: int = 0
-    job_errors: Mapping[str, int] = field(default_factory=dict)
-    queries: int = 0
 
 
 class Cycle:

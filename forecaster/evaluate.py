@@ -39,7 +39,8 @@ import numpy as np
 
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
-from gpu_eta.forecaster.estimators import BASELINES, InsufficientData, make_estimator
+from gpu_eta.forecaster.estimators import BASELINES, make_estimator
+from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs

@@ -1,8 +1,12 @@
-"""The result of one prediction: what ``publish`` renders and ``evaluate`` scores."""
+"""Pure: the result of one prediction (``Forecast``, what ``evaluate`` scores) and of one
+cycle (``ForecastSet``, what ``publish`` renders)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpu_eta.forecaster.runs import Run
 
 QUANTILES = (0.1, 0.5, 0.9)
 
@@ -30,3 +34,38 @@ class Forecast:
     def quantile(self, q: float) -> float:
         """Remaining seconds at quantile 0.1, 0.5 or 0.9."""
         return {0.1: self.p10, 0.5: self.p50, 0.9: self.p90}[q]
+
+
+@dataclass(frozen=True, slots=True)
+class JobForecast:
+    """A running job's forecast, with the absolute end times it implies."""
+
+    run: Run
+    node: str
+    forecast: Forecast
+    completion_timestamps: tuple[float, float, float]  # p10, p50, p90
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFree:
+    """When every pod on a GPU is predicted to be done (p10, p50, p90 timestamps)."""
+
+    node: str
+    gpu: str
+    uuid: str
+    timestamps: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class ForecastSet:
+    """Everything ``publish`` renders from one good cycle."""
+
+    timestamp: float
+    jobs: tuple[JobForecast, ...] = ()
+    gpus: tuple[GpuFree, ...] = ()
+    quality: Mapping[float, tuple[float, float]] = field(default_factory=dict)
+    n_history: int = 0
+    n_running: int = 0
+    n_finished: int = 0
+    job_errors: Mapping[str, int] = field(default_factory=dict)
+    queries: int = 0

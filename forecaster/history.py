@@ -33,18 +33,16 @@ import sys
 import threading
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.runs import Feature, Run
+from gpu_eta.forecaster.runs import Feature, Run, RunKey, RunUpdate, run_key
 
 APPLICATION_ID = 0x67457461  # "gEta"
 SCHEMA_VERSION = 2
 _MAX_FEATURE_TEXT = 256
-
-RunKey = tuple[str, str, str, str]  # namespace, pod, container, run_id
 
 # Schema 2: ``runs.id`` is a surrogate key (epoch_ends refer to it), the run's identity
 # is UNIQUE (namespace, pod, container, run_id); ``runs_run_id`` serves the seed
@@ -122,32 +120,8 @@ _SAME_SEEDED = (
 )
 
 
-def run_key(run: Run | RunUpdate) -> RunKey:
-    """A run's identity: ``(namespace, pod, container, run_id)``."""
-    return (run.namespace, run.pod, run.container, run.run_id)
-
-
 class HistoryError(ForecasterError):
     """The history file cannot be used (corrupt, foreign, newer schema, unwritable)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunUpdate:
-    """What one cycle learned about one run (see ``gpu_eta.forecaster.runs_from_series``)."""
-
-    run_id: str
-    epochs_planned: float
-    start_timestamp: float
-    epoch_ends: tuple[tuple[float, float], ...] = ()
-    namespace: str = ""
-    pod: str = ""
-    container: str = ""
-    node: str = ""
-    features: Mapping[str, Feature] = field(default_factory=dict)
-    util_mean: float | None = None
-    memory_mean: float | None = None
-    weight_seconds: float = 0.0
-    seen_timestamp: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

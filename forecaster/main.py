@@ -247,7 +247,7 @@ def _common_flags() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """Flags → Config (see ``prometheus_connection`` for the secrets)."""
-    from gpu_eta.forecaster.cycle import CycleSettings
+    from gpu_eta.forecaster.config import CycleSettings
 
     settings = CycleSettings(
         lookback_seconds=args.lookback_seconds,

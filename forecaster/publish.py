@@ -21,8 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpu_eta.forecaster.calibration import POINTS
-from gpu_eta.forecaster.cycle import ForecastSet
-from gpu_eta.forecaster.forecast import QUANTILES
+from gpu_eta.forecaster.forecast import QUANTILES, ForecastSet
 from gpu_eta.forecaster.series import QueryStats
 
 

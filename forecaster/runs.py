@@ -92,3 +92,30 @@ def validate_run(run: Run) -> Run:
             f"run {run.run_id!r}: epoch {prev_e} beyond epochs_planned {run.epochs_planned}"
         )
     return run
+
+
+RunKey = tuple[str, str, str, str]  # namespace, pod, container, run_id
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """What one cycle learned about one run (see ``gpu_eta.forecaster.runs_from_series``)."""
+
+    run_id: str
+    epochs_planned: float
+    start_timestamp: float
+    epoch_ends: tuple[tuple[float, float], ...] = ()
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    node: str = ""
+    features: Mapping[str, Feature] = field(default_factory=dict)
+    util_mean: float | None = None
+    memory_mean: float | None = None
+    weight_seconds: float = 0.0
+    seen_timestamp: float = 0.0
+
+
+def run_key(run: Run | RunUpdate) -> RunKey:
+    """A run's identity: ``(namespace, pod, container, run_id)``."""
+    return (run.namespace, run.pod, run.container, run.run_id)

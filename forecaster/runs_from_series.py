@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from gpu_eta.forecaster.history import RunKey, RunUpdate
+from gpu_eta.forecaster.runs import RunKey, RunUpdate
 from gpu_eta.forecaster.series import Sample, Series
 
 MAX_RUN_ID = 256

@@ -442,9 +442,8 @@ def _kube_watch_text() -> str:
     the scheduler and the exposition: the series only a real watch gives."""
     from gpu_eta.exporter.collectors.kube import KubePodSource
     from gpu_eta.exporter.exposition import SnapshotCollector
-    from gpu_eta.exporter.readings import Snapshot
     from gpu_eta.exporter.scheduler import Scheduler, Sources
-    from gpu_eta.exporter.snapshot import SnapshotHolder
+    from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
     from tests.support.kubeapi import FakeKubeAPI
 
     api = FakeKubeAPI().start()
@@ -469,8 +468,7 @@ def _kube_watch_text() -> str:
 
 def _forecaster_text() -> str:
     """The forecaster's collector after one good cycle's ``ForecastSet``."""
-    from gpu_eta.forecaster.cycle import ForecastSet, GpuFree, JobForecast
-    from gpu_eta.forecaster.forecast import Forecast
+    from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
     from gpu_eta.forecaster.publish import ServiceState, make_registry
     from gpu_eta.forecaster.runs import Run
 

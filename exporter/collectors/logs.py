@@ -46,10 +46,10 @@ from gpu_eta.exporter.logformats import (
 from gpu_eta.exporter.progress import ReportError
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS
 
 log = logging.getLogger(__name__)
 
-RESULTS = ("matched", "ignored", "oversize")
 _MARKER_BYTES = MARKER.encode()
 _BAR_BYTES = "━".encode()
 _LOG_NAME = re.compile(r"(\d{1,9})\.log(\.\d{8}-\d{6})?\Z")
@@ -113,7 +113,7 @@ class LogProgressCollector:
         self._clock = clock
         self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
         self._states: dict[tuple[str, str, str], LogState] = {}
-        self._counts = dict.fromkeys(RESULTS, 0)
+        self._counts = dict.fromkeys(LOG_LINE_RESULTS, 0)
 
     def counts(self) -> Mapping[str, int]:
         """Log lines by result since start (``gpu_eta_exporter_log_lines_total``)."""

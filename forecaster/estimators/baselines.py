@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpu_eta.forecaster.estimators import (
+from gpu_eta.forecaster.estimators.base import (
     InsufficientData,
     NotFittedError,
     intervals,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_eta.forecaster.estimators import (
+from gpu_eta.forecaster.estimators.base import (
     NotFittedError,
     at_now,
     lognormal_quantiles,

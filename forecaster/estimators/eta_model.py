@@ -44,7 +44,7 @@ from gpu_eta.forecaster.calibration import (
     tails,
 )
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.estimators import NotFittedError
+from gpu_eta.forecaster.estimators.base import NotFittedError
 from gpu_eta.forecaster.estimators.blend import (
     BlendEstimator,
     Components,

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.estimators import (
+from gpu_eta.forecaster.estimators.base import (
     DEFAULT_EPOCH_SECONDS,
     DEFAULT_LOG_SIGMA,
     NotFittedError,

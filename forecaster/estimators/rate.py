@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpu_eta.forecaster.estimators import (
+from gpu_eta.forecaster.estimators.base import (
     DEFAULT_EPOCH_SECONDS,
     DEFAULT_LOG_SIGMA,
     NotFittedError,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_eta.demo import cli
+from gpu_eta.demo import main as cli
 
 
 @pytest.mark.parametrize(

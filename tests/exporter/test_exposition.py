@@ -26,10 +26,9 @@ from gpu_eta.exporter.readings import (
     PodGpuRow,
     PodMeta,
     Progress,
-    Snapshot,
 )
 from gpu_eta.exporter.scheduler import Scheduler, Sources
-from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from gpu_eta.launch.prometheus import find_binary
 
 ROOT = Path(__file__).resolve().parents[2]

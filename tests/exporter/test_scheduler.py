@@ -18,10 +18,9 @@ from gpu_eta.exporter.readings import (
     PodMeta,
     ProcessSample,
     Progress,
-    Snapshot,
 )
 from gpu_eta.exporter.scheduler import Scheduler, Sources
-from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 GPU = GpuPoll(
     devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 10, 100),),

@@ -8,9 +8,9 @@ import pytest
 import requests
 
 from gpu_eta.exporter.exposition import SnapshotCollector
-from gpu_eta.exporter.readings import DeviceReading, Snapshot
+from gpu_eta.exporter.readings import DeviceReading
 from gpu_eta.exporter.server import MetricsServer
-from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 
 @pytest.fixture

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from gpu_eta.exporter.readings import Snapshot
-from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 
 def test_set_get_and_age() -> None:

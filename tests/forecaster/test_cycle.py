@@ -20,19 +20,12 @@ from typing import ClassVar
 import pytest
 
 from gpu_eta.forecaster import queries
-from gpu_eta.forecaster.cycle import (
-    Cycle,
-    CycleSettings,
-    ForecastSet,
-    ModelError,
-    fit_in_child,
-    gpu_free_times,
-    sanitize,
-)
-from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.history import HistoryStore, run_key
+from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle import Cycle, ModelError, fit_in_child, gpu_free_times, sanitize
+from gpu_eta.forecaster.forecast import Forecast, ForecastSet
+from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromAPIError
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, run_key
 from gpu_eta.forecaster.runs_from_series import Allocation
 from gpu_eta.forecaster.series import QueryStats, Sample, Series
 
@@ -274,7 +267,7 @@ def test_sanitize_keeps_good_forecasts_identical() -> None:
 
 
 def test_gpu_free_times_need_every_holder_forecast() -> None:
-    from gpu_eta.forecaster.cycle import JobForecast
+    from gpu_eta.forecaster.forecast import JobForecast
 
     run = Run("r", 10, ((0, 0.0),), namespace="ml", pod="train")
     jf = JobForecast(run, "n1", Forecast(1, 2, 3, "rate"), (10.0, 20.0, 30.0))

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_eta.forecaster.estimators import (
-    BASELINES,
-    Estimator,
-    NotFittedError,
-    estimator_names,
-    make_estimator,
-)
+from gpu_eta.forecaster.estimators import BASELINES, estimator_names, make_estimator
+from gpu_eta.forecaster.estimators.base import Estimator, NotFittedError
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 

@@ -13,11 +13,9 @@ from gpu_eta.forecaster.history import (
     SCHEMA_VERSION,
     HistoryError,
     HistoryStore,
-    RunUpdate,
     monotone_epoch_times,
-    run_key,
 )
-from gpu_eta.forecaster.runs import Run, validate_run
+from gpu_eta.forecaster.runs import Run, RunUpdate, run_key, validate_run
 
 
 def update(run_id: str, ends=(), planned: float = 4, **kw) -> RunUpdate:

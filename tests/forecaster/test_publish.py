@@ -9,8 +9,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_eta.forecaster.cycle import ForecastSet, GpuFree, JobForecast
-from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.publish import ServiceState, make_registry
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.launch.prometheus import find_binary

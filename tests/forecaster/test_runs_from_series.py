@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gpu_eta.forecaster.history import run_key
+from gpu_eta.forecaster.runs import run_key
 from gpu_eta.forecaster.runs_from_series import assemble
 from gpu_eta.forecaster.series import Sample, Series
 

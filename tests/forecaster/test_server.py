@@ -7,7 +7,7 @@ import time
 
 import requests
 
-from gpu_eta.forecaster.cycle import ForecastSet
+from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.promapi import PromAPIError
 from gpu_eta.forecaster.publish import ServiceState, make_registry
 from gpu_eta.forecaster.server import MetricsServer, Service
@@ -86,7 +86,8 @@ def test_real_cycle_goes_stale_on_a_slow_or_garbage_api_and_recovers(tmp_path) -
     import json
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from gpu_eta.forecaster.cycle import Cycle, CycleSettings
+    from gpu_eta.forecaster.config import CycleSettings
+    from gpu_eta.forecaster.cycle import Cycle
     from gpu_eta.forecaster.history import HistoryStore
     from gpu_eta.forecaster.promapi import PromClient
 

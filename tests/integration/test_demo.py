@@ -22,7 +22,7 @@ import pytest
 import requests
 import yaml
 
-from gpu_eta.forecaster import top
+from gpu_eta.top import main as top_main
 from tests.integration.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -199,7 +199,7 @@ def test_top_json_lists_running_jobs_with_etas(demo_stack) -> None:
     def snapshot() -> dict | None:
         out = io.StringIO()
         with redirect_stdout(out):
-            assert top.main(["--prometheus.url", demo_stack.prometheus_url, "--json"]) == 0
+            assert top_main.main(["--prometheus.url", demo_stack.prometheus_url, "--json"]) == 0
         data = json.loads(out.getvalue())
         running = {_key(s) for s in prom.query(RUNNING)}
         listed = {(j["namespace"], j["pod"], j["container"], j["run_id"]): j for j in data["jobs"]}

@@ -23,7 +23,8 @@ import pytest
 import requests
 
 from gpu_eta.forecaster import queries
-from gpu_eta.forecaster.cycle import Cycle, CycleSettings
+from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.processes import log_tail, spawn, start_http

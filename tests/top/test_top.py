@@ -14,9 +14,13 @@ from urllib.parse import unquote_plus
 
 import pytest
 
-from gpu_eta.forecaster import top
+from gpu_eta.common import durations
 from gpu_eta.forecaster.promapi import PromClient, parse_vector
 from gpu_eta.forecaster.series import Sample
+from gpu_eta.top import main as top_main
+from gpu_eta.top import queries as top_queries
+from gpu_eta.top import render as top_render
+from gpu_eta.top import view as top_view
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 
 NOW = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
@@ -87,7 +91,7 @@ def answers() -> dict[str, list[dict]]:
 
 
 def test_build_view_joins_runs_gpus_and_forecasts() -> None:
-    view = top.build_view(results(), NOW, "http://prom")
+    view = top_view.build_view(results(), NOW, "http://prom")
     assert [(j.namespace, j.pod) for j in view.jobs] == [("ml", "cnn-1")]  # done-1 finished
     job = view.jobs[0]
     assert job.gpus == ("0",) and job.node == "node-0"
@@ -95,7 +99,7 @@ def test_build_view_joins_runs_gpus_and_forecasts() -> None:
     assert job.utilization_ratio == 0.8
     assert job.memory_used_bytes == 3 * GIB and job.memory_total_bytes == 16 * GIB
     assert job.elapsed_seconds == 125
-    assert job.eta == top.Band(NOW + 150, NOW + 200, NOW + 290)
+    assert job.eta == top_view.Band(NOW + 150, NOW + 200, NOW + 290)
     assert job.method == "blend" and not job.stalled and not job.idle
     assert [(h.pod, h.gpu, h.training) for h in view.idle] == [("nb-alice", "1", False)]
     assert view.idle[0].held_seconds == 3600
@@ -111,7 +115,7 @@ def test_build_view_joins_runs_gpus_and_forecasts() -> None:
 
 
 def test_plain_rendering_is_a_readable_table() -> None:
-    text = top.render_plain(top.build_view(results(), NOW, "http://prom"), timezone.utc)
+    text = top_render.render_plain(top_view.build_view(results(), NOW, "http://prom"), timezone.utc)
     lines = text.splitlines()
     assert lines[0].startswith("gpu-eta top  http://prom  2023-11-14 22:13:20 UTC")
     assert "1 training, 1 idle holders, GPUs: 4 seen, 2 busy, 1 idle, 1 free" in lines[0]
@@ -127,7 +131,7 @@ def test_plain_rendering_is_a_readable_table() -> None:
 
 
 def test_json_has_eta_clock_and_remaining_seconds() -> None:
-    data = top.render_json(top.build_view(results(), NOW, "http://prom"))
+    data = top_render.render_json(top_view.build_view(results(), NOW, "http://prom"))
     json.dumps(data)  # serialisable
     job = data["jobs"][0]
     assert job["eta"] == {"p10": NOW + 150, "p50": NOW + 200, "p90": NOW + 290}
@@ -139,7 +143,7 @@ def test_rich_rendering_shows_the_same_rows() -> None:
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=200, record=True)
-    console.print(top.render_rich(top.build_view(results(), NOW, "http://prom"), timezone.utc))
+    console.print(top_render.render_rich(top_view.build_view(results(), NOW, "http://prom"), timezone.utc))
     text = console.export_text()
     assert "ml/cnn-1" in text and "jupyter/nb-alice" in text and "7/20" in text
 
@@ -193,17 +197,17 @@ def mig_answers(notebook_on_5: bool = False) -> dict[str, list[dict]]:
 
 
 def test_mig_instances_are_rows_and_the_gpu_free_time_applies_to_the_busy_ones() -> None:
-    view = top.build_view({k: parsed(v) for k, v in mig_answers().items()}, NOW, "http://prom")
+    view = top_view.build_view({k: parsed(v) for k, v in mig_answers().items()}, NOW, "http://prom")
     rows = {g.gpu: g for g in view.gpus}
     assert list(rows) == ["7/1", "7/5", "7/13"]  # no phantom whole-GPU "7" row
     for inst in ("7/1", "7/5"):
         assert rows[inst].state == "busy" and rows[inst].note == ""
-        assert rows[inst].free_at == top.Band(NOW + 300, NOW + 400, NOW + 500)
-    assert rows["7/13"].state == "free" and rows["7/13"].free_at == top.Band()
+        assert rows[inst].free_at == top_view.Band(NOW + 300, NOW + 400, NOW + 500)
+    assert rows["7/13"].state == "free" and rows["7/13"].free_at == top_view.Band()
     assert rows["7/1"].holders == ("ml/llama-0",) and rows["7/5"].holders == ("ml/bert-0",)
     assert {j.pod: j.gpus for j in view.jobs} == {"llama-0": ("7/1",), "bert-0": ("7/5",)}
     assert next(j for j in view.jobs if j.pod == "llama-0").memory_total_bytes == 40 * GIB
-    text = top.render_plain(view, timezone.utc)
+    text = top_render.render_plain(view, timezone.utc)
     assert "GPUs: 3 seen, 2 busy, 0 idle, 1 free" in text.splitlines()[0]
     assert not any(line.startswith("n/7 ") for line in text.splitlines())
     assert "no forecast" not in text
@@ -214,15 +218,15 @@ def test_mig_sibling_without_forecast_hides_a_left_over_gpu_band() -> None:
     free time for GPU 7 any more, and the band still in Prometheus is from the earlier
     holders: it is shown on no instance."""
     answers = mig_answers(notebook_on_5=True)
-    view = top.build_view({k: parsed(v) for k, v in answers.items()}, NOW)
+    view = top_view.build_view({k: parsed(v) for k, v in answers.items()}, NOW)
     rows = {g.gpu: g for g in view.gpus}
     assert list(rows) == ["7/1", "7/5", "7/13"]
-    assert rows["7/1"].state == "busy" and rows["7/1"].free_at == top.Band()
+    assert rows["7/1"].state == "busy" and rows["7/1"].free_at == top_view.Band()
     assert rows["7/1"].note == "no forecast for a holder of another MIG instance"
-    assert rows["7/5"].state == "idle" and rows["7/5"].free_at == top.Band()
+    assert rows["7/5"].state == "idle" and rows["7/5"].free_at == top_view.Band()
     assert rows["7/5"].note == "held, unused"  # a notebook never has a forecast
     assert [(h.pod, h.gpu) for h in view.idle] == [("nb-dave", "7/5")]
-    assert top.summary_line(view).endswith("GPUs: 3 seen, 1 busy, 1 idle, 1 free")
+    assert top_render.summary_line(view).endswith("GPUs: 3 seen, 1 busy, 1 idle, 1 free")
 
 
 def test_a_free_band_of_an_earlier_holder_set_is_not_the_gpus_free_time() -> None:
@@ -234,13 +238,13 @@ def test_a_free_band_of_an_earlier_holder_set_is_not_the_gpus_free_time() -> Non
         vec(NOW - 9, **GPU2, quantile="0.1"),
         vec(NOW + 1, **GPU2, quantile="0.9"),
     ]
-    view = top.build_view({k: parsed(v) for k, v in answers_.items()}, NOW)
+    view = top_view.build_view({k: parsed(v) for k, v in answers_.items()}, NOW)
     gpu2 = next(g for g in view.gpus if g.gpu == "2")
-    assert gpu2.holders == ("ml/done-1",) and gpu2.free_at == top.Band()
+    assert gpu2.holders == ("ml/done-1",) and gpu2.free_at == top_view.Band()
     assert gpu2.note == "no forecast for a holder"
     # a band for a GPU nobody holds is not shown either (and adds no row)
     answers_["gpu_free"] += [vec(NOW + 50, node="node-0", gpu="9", UUID="GPU-zzz", quantile="0.5")]
-    view = top.build_view({k: parsed(v) for k, v in answers_.items()}, NOW)
+    view = top_view.build_view({k: parsed(v) for k, v in answers_.items()}, NOW)
     assert [g.gpu for g in view.gpus] == ["0", "1", "2", "3"]
     gpu0 = next(g for g in view.gpus if g.gpu == "0")
     assert gpu0.free_at.p50 == NOW + 200  # current holders all forecast: shown
@@ -251,20 +255,20 @@ def test_a_holder_is_idle_only_after_holding_its_gpu_for_the_idle_window() -> No
     held for an hour is, unless the window is longer than that."""
     fresh = answers()
     fresh["since"] = [vec(NOW - 4, **GPU0, **CNN), vec(NOW - 4, **GPU1, **NB)]
-    view = top.build_view({k: parsed(v) for k, v in fresh.items()}, NOW)
+    view = top_view.build_view({k: parsed(v) for k, v in fresh.items()}, NOW)
     assert view.idle == ()
     assert {g.gpu: g.state for g in view.gpus}["1"] == "busy"
-    assert top.summary_line(view).endswith("GPUs: 4 seen, 3 busy, 0 idle, 1 free")
+    assert top_render.summary_line(view).endswith("GPUs: 4 seen, 3 busy, 0 idle, 1 free")
 
     held_an_hour = {k: parsed(v) for k, v in answers().items()}
-    assert [h.pod for h in top.build_view(held_an_hour, NOW, idle_window_seconds=3600).idle] == [
+    assert [h.pod for h in top_view.build_view(held_an_hour, NOW, idle_window_seconds=3600).idle] == [
         "nb-alice"
     ]
-    assert top.build_view(held_an_hour, NOW, idle_window_seconds=3601).idle == ()
+    assert top_view.build_view(held_an_hour, NOW, idle_window_seconds=3601).idle == ()
 
     unknown_start = answers()
     unknown_start["since"] = []  # exporter without the kube collector: no pod start time
-    view = top.build_view({k: parsed(v) for k, v in unknown_start.items()}, NOW)
+    view = top_view.build_view({k: parsed(v) for k, v in unknown_start.items()}, NOW)
     assert [(h.pod, h.held_seconds) for h in view.idle] == [("nb-alice", None)]
 
 
@@ -274,7 +278,7 @@ def test_a_holder_is_idle_only_after_holding_its_gpu_for_the_idle_window() -> No
      ("500ms", 0.5), (" 2h ", 7200)],
 )  # fmt: skip
 def test_parse_duration(text: str, seconds: float) -> None:
-    assert top.parse_duration(text) == seconds
+    assert durations.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize(
@@ -282,7 +286,7 @@ def test_parse_duration(text: str, seconds: float) -> None:
 )
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(ValueError, match=r"duration|> 0"):
-        top.parse_duration(text)
+        durations.parse_duration(text)
 
 
 def test_a_bad_idle_window_is_a_one_line_usage_error_before_any_query(http_server) -> None:  # noqa: F811
@@ -303,16 +307,16 @@ def test_nan_values_and_missing_series_do_not_break_the_view() -> None:
     bad["pod_util"].append(vec("+Inf", **GPU2, **NB))
     bad["completion"] = []
     del bad["gpu_info"]
-    view = top.build_view({name: parsed(items) for name, items in bad.items()}, NOW)
+    view = top_view.build_view({name: parsed(items) for name, items in bad.items()}, NOW)
     by_run = {j.run_id: j for j in view.jobs}
-    assert by_run["r1"].eta == top.Band()
+    assert by_run["r1"].eta == top_view.Band()
     assert by_run["r2"].epoch is None
-    text = top.render_plain(view, timezone.utc)
+    text = top_render.render_plain(view, timezone.utc)
     assert "[????????????????????]" in text
 
 
 def test_empty_prometheus_says_so() -> None:
-    text = top.render_plain(top.build_view({}, NOW, "http://prom"), timezone.utc)
+    text = top_render.render_plain(top_view.build_view({}, NOW, "http://prom"), timezone.utc)
     assert "(no training run reporting progress)" in text
     assert "is the exporter scraped?" in text
 
@@ -322,64 +326,64 @@ def test_empty_prometheus_says_so() -> None:
     [(None, "-"), (math.nan, "-"), (0, "0s"), (59.6, "1m00s"), (3725, "1h02m"), (90000, "1d01h")],
 )
 def test_fmt_duration(seconds: float | None, text: str) -> None:
-    assert top.fmt_duration(seconds) == text
+    assert top_render.fmt_duration(seconds) == text
 
 
 def test_fmt_clock_shows_the_date_when_not_today() -> None:
-    assert top.fmt_clock(NOW + 60, NOW, timezone.utc) == "22:14:20"
-    assert top.fmt_clock(NOW + 86400, NOW, timezone.utc) == "11-15 22:13"
-    assert top.fmt_clock(NOW - 23 * 3600, NOW, timezone.utc) == "11-13 23:13"
-    assert top.fmt_clock(None, NOW) == "-"
+    assert top_render.fmt_clock(NOW + 60, NOW, timezone.utc) == "22:14:20"
+    assert top_render.fmt_clock(NOW + 86400, NOW, timezone.utc) == "11-15 22:13"
+    assert top_render.fmt_clock(NOW - 23 * 3600, NOW, timezone.utc) == "11-13 23:13"
+    assert top_render.fmt_clock(None, NOW) == "-"
 
 
 def test_fmt_clock_beyond_a_day_shows_the_year() -> None:
     """A run of a million epochs: its band spans years and must not read like this
     year's dates (REVIEW2 #11: ``08-03 19:42`` for a date in 2028)."""
-    assert top.fmt_clock(NOW + 86401, NOW, timezone.utc) == "2023-11-15 22:13"
-    assert top.fmt_clock(NOW + 3 * 365 * 86400, NOW, timezone.utc) == "2026-11-13 22:13"
-    assert top.fmt_clock(1e15, NOW, timezone.utc) == "far future"
-    band = top.Band(NOW + 200 * 86400, NOW + 600 * 86400, NOW + 1100 * 86400)
-    assert top.fmt_band(band, NOW, timezone.utc) == (
+    assert top_render.fmt_clock(NOW + 86401, NOW, timezone.utc) == "2023-11-15 22:13"
+    assert top_render.fmt_clock(NOW + 3 * 365 * 86400, NOW, timezone.utc) == "2026-11-13 22:13"
+    assert top_render.fmt_clock(1e15, NOW, timezone.utc) == "far future"
+    band = top_view.Band(NOW + 200 * 86400, NOW + 600 * 86400, NOW + 1100 * 86400)
+    assert top_render.fmt_band(band, NOW, timezone.utc) == (
         "2025-07-06 22:13",
         "2024-06-01 22:13–2026-11-18 22:13",
     )
 
 
 def test_a_past_eta_or_free_time_is_due_or_overdue_not_a_past_clock_time() -> None:
-    assert top.fmt_band(top.Band(NOW - 20, NOW - 2, NOW + 30), NOW, timezone.utc) == (
+    assert top_render.fmt_band(top_view.Band(NOW - 20, NOW - 2, NOW + 30), NOW, timezone.utc) == (
         "due",
         "22:13:00–22:13:50",
     )
-    assert top.fmt_band(top.Band(NOW - 60, NOW - 30, NOW - 1), NOW, timezone.utc)[0] == "overdue"
-    assert top.fmt_band(top.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
+    assert top_render.fmt_band(top_view.Band(NOW - 60, NOW - 30, NOW - 1), NOW, timezone.utc)[0] == "overdue"
+    assert top_render.fmt_band(top_view.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
     late = answers()
     for item in late["completion"] + late["gpu_free"]:
         item["value"] = [
             NOW,
             str(float(item["value"][1]) - 250),
         ]  # P10 -100 s, P50 -50 s, P90 +40 s
-    text = top.render_plain(
-        top.build_view({k: parsed(v) for k, v in late.items()}, NOW), timezone.utc
+    text = top_render.render_plain(
+        top_view.build_view({k: parsed(v) for k, v in late.items()}, NOW), timezone.utc
     )
     job = next(line for line in text.splitlines() if line.startswith("ml/cnn-1"))
     gpu0 = next(line for line in text.splitlines() if line.startswith("node-0/0"))
     for row in (job, gpu0):
         assert " due " in row and "22:12:30" not in row and "22:11:40–22:14:00" in row, row
-    later = top.build_view({k: parsed(v) for k, v in late.items()}, NOW + 60)
-    assert " overdue " in top.render_plain(later, timezone.utc)
+    later = top_view.build_view({k: parsed(v) for k, v in late.items()}, NOW + 60)
+    assert " overdue " in top_render.render_plain(later, timezone.utc)
 
 
 def test_progress_bar_bounds() -> None:
-    assert top.progress_bar(0, 10, 10) == "[..........]"
-    assert top.progress_bar(12, 10, 10) == "[##########]"
-    assert top.progress_bar(3, None, 4) == "[????]"
+    assert top_render.progress_bar(0, 10, 10) == "[..........]"
+    assert top_render.progress_bar(12, 10, 10) == "[##########]"
+    assert top_render.progress_bar(3, None, 4) == "[????]"
 
 
 def run_top(*argv: str) -> tuple[int, str, str]:
-    """``top.main(argv)`` in process: (exit code, stdout, stderr)."""
+    """``top_main.main(argv)`` in process: (exit code, stdout, stderr)."""
     err, out = io.StringIO(), io.StringIO()
     with redirect_stderr(err), redirect_stdout(out):
-        code = top.main(list(argv))
+        code = top_main.main(list(argv))
     return code, out.getvalue(), err.getvalue()
 
 
@@ -425,12 +429,12 @@ def test_a_live_view_shows_the_error_and_no_credentials(http_server) -> None:  #
     url, _ = http_server(lambda r: reply(r, 503, b"busy"))
     secret_url = url.replace("http://", "http://me:pw@")
     client = PromClient(secret_url, retries=0)
-    view = top.refresh(client, keep_errors=True)
+    view = top_main.refresh(client, keep_errors=True)
     assert view.prometheus_url == url and view.jobs == ()
     assert len(view.errors) == 1 and "HTTP 503" in view.errors[0]
-    assert "pw" not in top.render_plain(view, timezone.utc)
-    with pytest.raises(top.PromAPIError):
-        top.refresh(client)
+    assert "pw" not in top_render.render_plain(view, timezone.utc)
+    with pytest.raises(top_main.PromAPIError):
+        top_main.refresh(client)
 
 
 def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path) -> None:  # noqa: F811
@@ -444,7 +448,7 @@ def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path)
         "--prometheus.url", url, "--prometheus.bearer-token-file", str(token), "--json"
     )
     assert (code, err) == (0, "") and json.loads(out)["jobs"] == []
-    assert len(seen) == len(top.queries()) == 15
+    assert len(seen) == len(top_queries.queries()) == 15
     assert {r.headers["Authorization"] for r in seen} == {"Bearer s3cret"}
 
     seen.clear()
@@ -547,7 +551,7 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
         prom.wait_for("gpu_eta_gpu_info", timeout=30)
         out = io.StringIO()
         with redirect_stdout(out):
-            code = top.main(["--prometheus.url", prom.url, "--json"])
+            code = top_main.main(["--prometheus.url", prom.url, "--json"])
         assert code == 0
         data = json.loads(out.getvalue())
         (job,) = data["jobs"]
@@ -557,7 +561,7 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
         assert data["gpus"][0]["holders"] == ["ml/cnn-1"]
         out = io.StringIO()
         with redirect_stdout(out):
-            assert top.main(["--prometheus.url", prom.url, "--once", "--plain"]) == 0
+            assert top_main.main(["--prometheus.url", prom.url, "--once", "--plain"]) == 0
         assert "ml/cnn-1" in out.getvalue()
     finally:
         server.shutdown()

@@ -23,9 +23,8 @@ from gpu_eta.exporter.collectors.kube import (
     pod_meta_from_object,
 )
 from gpu_eta.exporter.exposition import SnapshotCollector
-from gpu_eta.exporter.readings import Snapshot
 from gpu_eta.exporter.scheduler import Scheduler, Sources
-from gpu_eta.exporter.snapshot import SnapshotHolder
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from tests.support.kubeapi import FakeKubeAPI, make_job, make_pod
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kube"

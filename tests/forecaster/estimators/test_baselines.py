@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tqdm.std import EMA
 
-from gpu_eta.forecaster.estimators import InsufficientData
+from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import (
     CumulativeMean,
     HistoryMatch,

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.estimators import NotFittedError
+from gpu_eta.forecaster.estimators.base import NotFittedError
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gpu_eta.forecaster.estimators import DEFAULT_EPOCH_SECONDS
+from gpu_eta.forecaster.estimators.base import DEFAULT_EPOCH_SECONDS
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 

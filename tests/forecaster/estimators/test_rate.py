@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gpu_eta.forecaster.estimators import DEFAULT_EPOCH_SECONDS, NotFittedError
+from gpu_eta.forecaster.estimators.base import DEFAULT_EPOCH_SECONDS, NotFittedError
 from gpu_eta.forecaster.estimators.rate import RateEstimator, change_point, own_rate
 from tests.forecaster.estimators.runs_factory import make_run
 

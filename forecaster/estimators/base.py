@@ -1,0 +1,136 @@
+"""The estimator face shared by gpu-eta's models and the baselines it is scored against.
+
+Every estimator is scikit-learn shaped (``__init__`` stores parameters only, ``fit``
+returns ``self`` and forgets earlier fits, learned state ends in ``_``, ``predict``
+before ``fit`` raises ``NotFittedError``) but works on ``Run`` records instead of
+arrays, because the live cycle, the SQLite history and ``evaluate`` all speak
+``Run``. The registry (names → classes) is the package's ``__init__``.
+
+The pure helpers here are the pieces every estimator needs to agree on: how epoch
+intervals are read from a run, and how a remaining time measured from the last epoch
+end becomes a remaining time at ``now`` without ever going into the past.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from sklearn.exceptions import NotFittedError as _SkNotFittedError
+
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Run
+
+# With no history at all and no observed epoch, the per-epoch time is unknown: this
+# default (a minute per epoch, log-sd 2: P10–P90 of about 5 s to 13 min per epoch)
+# says so with a deliberately wide interval instead of a confident guess.
+DEFAULT_EPOCH_SECONDS = 60.0
+DEFAULT_LOG_SIGMA = 2.0
+Z90 = 1.2815515655446004  # standard normal 0.9 quantile: P10/P90 = median · exp(∓Z90·σ)
+# Remaining times are clamped to this (about 30 years) so no input can overflow exp().
+MAX_LOG_SECONDS = math.log(1e9)
+MIN_LOG_SECONDS = -20.0
+# An overdue epoch (now past its expected end) still needs this share of an epoch.
+OVERDUE_EPOCH_FLOOR = 0.1
+
+
+class NotFittedError(ForecasterError, _SkNotFittedError):
+    """``predict`` was called before ``fit`` (scikit-learn's error, so both catch it)."""
+
+
+class InsufficientData(ForecasterError):
+    """A baseline has nothing to predict from (e.g. a rate baseline at 0 %)."""
+
+
+@runtime_checkable
+class Estimator(Protocol):
+    """What ``evaluate``, the facade and the contract test rely on."""
+
+    def fit(self, history: Sequence[Run]) -> Estimator:
+        """Learn from finished runs (``completed`` True or False); return ``self``."""
+        ...
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        """Remaining seconds of ``run`` at ``now`` as P10/P50/P90."""
+        ...
+
+
+def intervals(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-epoch seconds of each observed interval, its width in epochs, its end epoch.
+
+    Gaps (a missed epoch end) give one interval spanning several epochs, so widths
+    weigh it fairly; a zero-width interval cannot exist (``validate_run``).
+    """
+    times = np.asarray(run.epoch_times, dtype=float)
+    if len(times) < 2:
+        empty = np.empty(0)
+        return empty, empty, empty
+    d_epoch = np.diff(times[:, 0])
+    d_time = np.diff(times[:, 1])
+    return d_time / d_epoch, d_epoch, times[1:, 0]
+
+
+def remaining_epochs(run: Run) -> float:
+    """Planned epochs not yet done (0 when the run reached its plan)."""
+    return max(0.0, run.epochs_planned - run.epochs_done)
+
+
+def at_now(
+    quantiles: tuple[float, float, float], run: Run, now: float
+) -> tuple[float, float, float]:
+    """Shift remaining times measured from the last epoch end to ``now``.
+
+    Time already spent in the current epoch counts (``remaining - waited``), but once
+    the current epoch is overdue the run still needs at least the epochs after it plus
+    ``OVERDUE_EPOCH_FLOOR`` of one: an ETA never lands in the past, and it slides
+    forward while the run is late instead of collapsing to zero.
+    """
+    waited = max(0.0, now - run.last_timestamp)
+    m = remaining_epochs(run)
+    if m <= 0:
+        return 0.0, 0.0, 0.0
+    out = []
+    for q in quantiles:
+        q = max(0.0, q)
+        floor = q * (m - 1 + OVERDUE_EPOCH_FLOOR) / m if m >= 1 else q * OVERDUE_EPOCH_FLOOR
+        out.append(max(q - waited, floor))
+    return ordered(out[0], out[1], out[2])
+
+
+def ordered(p10: float, p50: float, p90: float) -> tuple[float, float, float]:
+    """Clamp to ``0 <= p10 <= p50 <= p90`` and replace non-finite values safely."""
+    vals = [v if math.isfinite(v) else math.nan for v in (p10, p50, p90)]
+    if math.isnan(vals[1]):
+        raise ForecasterError("a forecast's median is not finite")
+    p50 = max(0.0, vals[1])
+    p10 = p50 if math.isnan(vals[0]) else min(max(0.0, vals[0]), p50)
+    p90 = p50 if math.isnan(vals[2]) else max(vals[2], p50)
+    return p10, p50, p90
+
+
+def safe_exp(log_seconds: float) -> float:
+    """``exp`` clamped to [``MIN_LOG_SECONDS``, ``MAX_LOG_SECONDS``]: never overflows."""
+    return math.exp(min(MAX_LOG_SECONDS, max(MIN_LOG_SECONDS, log_seconds)))
+
+
+def lognormal_quantiles(log_median: float, sigma: float) -> tuple[float, float, float]:
+    """P10/P50/P90 of a log-normal with this median (log) and log-sd."""
+    return (
+        safe_exp(log_median - Z90 * sigma),
+        safe_exp(log_median),
+        safe_exp(log_median + Z90 * sigma),
+    )
+
+
+def stall_widen(
+    quantiles: tuple[float, float, float], run: Run, now: float
+) -> tuple[float, float, float]:
+    """A stalled run holds its ETA: remaining as of its last epoch end, not shrunk by
+    the stall and not extrapolated from it; the upper bound grows by the stall length
+    (and doubles) because nobody knows when it resumes."""
+    stall = max(0.0, now - run.last_timestamp)
+    p10, p50, p90 = quantiles
+    return ordered(p10, p50, 2.0 * p90 + stall)
