@@ -1,0 +1,287 @@
+"""The code's layout rules (docs/architecture.md), checked on the source:
+
+- modules listed as pure import no I/O module, directly or through any of our modules
+  they import (at module level or inside a function);
+- no import cycles between our modules;
+- no module ``__getattr__`` (no name forwarding between modules);
+- nothing imports the folder names (``exporter``, ``forecaster``, ``demo``…) as
+  top-level packages: the installed names are ``gpu_eta.<folder>``.
+
+Static (the ``ast`` of each file), so it sees imports hidden in functions too and needs
+no extra installed. Third-party packages are not followed: ``prometheus_client``'s own
+imports are its business; importing it for its metric types does not make a module do I/O.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Parsing, maths, types and rendering: no network, no database, no processes.
+PURE = (
+    "gpu_eta.common.durations",
+    "gpu_eta.exporter.readings",
+    "gpu_eta.exporter.snapshot",
+    "gpu_eta.exporter.config",
+    "gpu_eta.exporter.logformats",
+    "gpu_eta.exporter.attribution",
+    "gpu_eta.exporter.exposition",
+    "gpu_eta.exporter.progress",
+    "gpu_eta.forecaster.errors",
+    "gpu_eta.forecaster.runs",
+    "gpu_eta.forecaster.series",
+    "gpu_eta.forecaster.forecast",
+    "gpu_eta.forecaster.config",
+    "gpu_eta.forecaster.queries",
+    "gpu_eta.forecaster.runs_from_series",
+    "gpu_eta.forecaster.publish",
+    "gpu_eta.forecaster.calibration",
+    "gpu_eta.forecaster.estimators",
+    "gpu_eta.forecaster.estimators.base",
+    "gpu_eta.forecaster.estimators.baselines",
+    "gpu_eta.forecaster.estimators.blend",
+    "gpu_eta.forecaster.estimators.prior",
+    "gpu_eta.forecaster.estimators.rate",
+    "gpu_eta.top.queries",
+    "gpu_eta.top.view",
+    "gpu_eta.top.render",
+    "gpu_eta.simulation.epochs",
+)
+# What a pure module must not reach (the first dotted part is enough for packages).
+IO_MODULES = frozenset(
+    {
+        "sqlite3",
+        "requests",
+        "urllib3",
+        "socket",
+        "socketserver",
+        "ssl",
+        "asyncio",
+        "selectors",
+        "subprocess",
+        "multiprocessing",
+        "http.server",
+        "http.client",
+        "urllib.request",
+        "grpc",
+        "kubernetes",
+        "pynvml",
+    }
+)
+OLD_TOP_LEVEL = frozenset(
+    {"exporter", "forecaster", "demo", "top", "simulation", "launch", "common", "report"}
+)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the gpu_eta distributions, by import name, from pyproject's
+    package-dir mapping (the same mapping the wheel is built from)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    mapping = project["tool"]["setuptools"]["package-dir"]
+    found: dict[str, Path] = {}
+    for package, folder in mapping.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            found[".".join([package, *parts])] = path
+    report = ROOT / "report" / "gpu_eta_report"
+    for path in sorted(report.rglob("*.py")):
+        rel = path.relative_to(report).with_suffix("")
+        found[".".join(["gpu_eta_report", *[p for p in rel.parts if p != "__init__"]])] = path
+    return found
+
+
+MODULES = modules()
+
+
+def _imports(name: str, tree: ast.AST, *, module_level_only: bool) -> Iterator[str]:
+    """Absolute names ``name``'s file imports (``from a import b`` yields ``a`` and
+    ``a.b``: b may be a module). ``TYPE_CHECKING`` blocks are skipped."""
+    package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+    nodes = _module_level(tree) if module_level_only else _all_nodes(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, base] if base else parts)
+            yield base
+            for alias in node.names:
+                yield f"{base}.{alias.name}"
+
+
+def _module_level(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Statements run at import (into if/try bodies), minus ``if TYPE_CHECKING:``."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if "TYPE_CHECKING" not in test:
+                stack.extend(node.body)
+            stack.extend(node.orelse)
+        elif isinstance(node, ast.Try):
+            stack.extend(node.body + node.orelse + node.finalbody)
+            for handler in node.handlers:
+                stack.extend(handler.body)
+        else:
+            yield node
+
+
+def _all_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, into functions too, minus ``if TYPE_CHECKING:`` bodies."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _trees() -> dict[str, ast.Module]:
+    return {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+
+
+TREES = _trees()
+
+
+def _ours(imported: str) -> str | None:
+    """The module of ours ``imported`` names (``a.b.C`` → ``a.b``), or None."""
+    while imported:
+        if imported in MODULES:
+            return imported
+        imported = imported.rpartition(".")[0]
+    return None
+
+
+def _graph(module_level_only: bool) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, tree in TREES.items():
+        edges = set()
+        for imported in _imports(name, tree, module_level_only=module_level_only):
+            target = _ours(imported)
+            if target and target != name and not name.startswith(target + "."):
+                edges.add(target)  # a package's own __init__ is no cycle
+        graph[name] = edges
+    return graph
+
+
+def _io_reached(start: str) -> dict[str, list[str]]:
+    """I/O modules reachable from ``start`` (any import, any depth), each with the path."""
+    graph = _graph(module_level_only=False)
+    seen, found = {start: [start]}, {}
+    stack = [start]
+    while stack:
+        name = stack.pop()
+        for imported in _imports(name, TREES[name], module_level_only=False):
+            for io in IO_MODULES:
+                if imported == io or imported.startswith(io + "."):
+                    found.setdefault(io, [*seen[name], imported])
+        for nxt in graph[name]:
+            if nxt not in seen:
+                seen[nxt] = [*seen[name], nxt]
+                stack.append(nxt)
+    return found
+
+
+def test_the_pure_list_names_existing_modules() -> None:
+    assert set(PURE) <= set(MODULES), set(PURE) - set(MODULES)
+
+
+@pytest.mark.parametrize("name", PURE)
+def test_pure_modules_reach_no_io_module(name: str) -> None:
+    reached = _io_reached(name)
+    assert not reached, "\n".join(" → ".join(path) for path in reached.values())
+
+
+def test_the_io_check_sees_a_transitive_import() -> None:
+    """The check itself: the forecaster's cycle reaches sqlite3 through the history store."""
+    assert _io_reached("gpu_eta.forecaster.cycle")["sqlite3"][:3] == [
+        "gpu_eta.forecaster.cycle",
+        "gpu_eta.forecaster.history",
+        "sqlite3",
+    ]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_no_import_cycles() -> None:
+    """Counting imports inside functions too: a lazy import is still a dependency."""
+    assert _cycles(_graph(module_level_only=False)) == []
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_getattr() -> None:
+    forwarding = [
+        name
+        for name, tree in TREES.items()
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+    ]
+    assert forwarding == []
+
+
+def test_nothing_imports_the_folder_names() -> None:
+    """``import exporter`` would find the repository folder from a checkout and nothing
+    once installed: every import is ``gpu_eta.<folder>`` (or ``gpu_eta_report``)."""
+    files = {str(p.relative_to(ROOT)): p for p in MODULES.values()}
+    for folder in ("tests", "bench", "rules"):
+        files.update({str(p.relative_to(ROOT)): p for p in (ROOT / folder).rglob("*.py")})
+    bad = []
+    for rel, path in sorted(files.items()):
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            bad += [f"{rel}: {n}" for n in names if n.split(".")[0] in OLD_TOP_LEVEL]
+    assert bad == []
