@@ -17,6 +17,8 @@ from importlib import metadata
 from types import MappingProxyType
 from typing import Any
 
+from gpu_eta.common.listen import ListenAddress
+from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.exporter.collectors import ExporterError
 
 COLLECTORS = ("gpu", "podresources", "kube", "cgroup", "hostmemory", "progress", "logs")
@@ -39,18 +41,6 @@ _LABEL_KEY_RE = re.compile(
 
 class ConfigError(ExporterError):
     """A flag or config-file value is invalid; the message names the key."""
-
-
-@dataclass(frozen=True, slots=True)
-class ListenAddress:
-    """``HOST:PORT``; an empty host (``:9842``) means every interface."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
 
 
 def _all_on() -> Mapping[str, bool]:
@@ -87,21 +77,11 @@ class Config:
 
 
 def parse_listen_address(value: Any, key: str) -> ListenAddress:
-    """``HOST:PORT``, ``:PORT`` or ``[v6]:PORT``; port 0..65535."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}: expected HOST:PORT, got {value!r}")
-    text = value.strip()
-    match = re.match(r"^\[([0-9a-fA-F:.]+)\]:(\d{1,5})$", text) or re.match(
-        r"^([A-Za-z0-9.\-]*):(\d{1,5})$", text
-    )
-    if match is None:
-        raise ConfigError(
-            f"{key}: expected HOST:PORT (e.g. :9842 or 127.0.0.1:9842), got {value!r}"
-        )
-    port = int(match.group(2))
-    if port > 65535:
-        raise ConfigError(f"{key}: port {port} out of range")
-    return ListenAddress(match.group(1), port)
+    """A config key's ``HOST:PORT`` (``gpu_eta.common.listen``), errors naming the key."""
+    try:
+        return common_listen_address(value)
+    except ValueError as err:
+        raise ConfigError(f"{key}: {err}") from None
 
 
 def parse_duration(value: Any, key: str) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import importlib.util
 import logging
 import os
 import signal
@@ -44,6 +45,8 @@ PROG = "gpu-eta exporter"
 EXTRA_MODULES = frozenset(
     {"yaml", "prometheus_client", "grpc", "google", "kubernetes", "requests", "pynvml"}
 )
+# what every run needs (config file, exposition); the others are per collector
+CORE_EXTRA_MODULES = ("yaml", "prometheus_client")
 MAX_CONFIG_BYTES = 1024 * 1024
 COLLECTOR_HELP = {
     "gpu": "GPU devices, MIG instances and per-process samples (NVML, or the scenario)",
@@ -276,6 +279,10 @@ def _setup_logging(cfg: Config) -> None:
 
 def main(argv: Sequence[str] | None = None, stop: threading.Event | None = None) -> int:
     """Run the exporter until SIGTERM/SIGINT (or ``stop`` is set); return the exit code."""
+    for name in CORE_EXTRA_MODULES:  # first, so even --help names a missing extra
+        if importlib.util.find_spec(name) is None:
+            print(missing_dependency(ModuleNotFoundError(name=name)), file=sys.stderr)
+            return ExitCode.USAGE
     try:
         cfg = parse_config(argv)
     except ConfigError as err:

@@ -13,12 +13,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
+from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.exporter.collectors import ExporterError
 from gpu_eta.exporter.config import Config, version
 from gpu_eta.exporter.exposition import SnapshotCollector
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.scheduler import Scheduler, Sources
-from gpu_eta.exporter.server import MetricsServer
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 log = logging.getLogger("exporter")
@@ -176,11 +176,20 @@ class Runtime:
         process = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=process)  # the exporter's own CPU and memory
 
-        def body() -> bytes:
-            return collector.exposition() + generate_latest(process)
+        def render(accept: str) -> tuple[bytes, str]:
+            # always the text format 0.0.4, as node_exporter serves by default:
+            # Prometheus accepts it whatever it asks for first
+            return collector.exposition() + generate_latest(process), TEXT_FORMAT
 
         addr = cfg.web_listen_address
-        self.server = MetricsServer(addr.host, addr.port, body, self.health)
+        self.server = MetricsServer(
+            addr.host,
+            addr.port,
+            render,
+            self.health,
+            title="gpu-eta exporter",
+            description="Per-pod GPU, GPU memory, host memory and training progress metrics.",
+        )
         # the first collection runs before serving, so no scrape sees an empty node
         self.scheduler.start()
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.forecaster.errors import ForecasterError
 
 
@@ -98,9 +99,10 @@ class Config:
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``:port`` → (host, port); empty host means all interfaces."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--web.listen-address must be [host]:port, got {address!r}")
-    host = host.strip("[]")
-    return (host or "0.0.0.0", int(port))
+    """``--web.listen-address`` (``gpu_eta.common.listen``) → (host, port); an empty
+    host means all interfaces."""
+    try:
+        parsed = common_listen_address(address)
+    except ValueError:
+        raise ConfigError(f"--web.listen-address must be [host]:port, got {address!r}") from None
+    return (parsed.host or "0.0.0.0", parsed.port)

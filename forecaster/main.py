@@ -380,14 +380,14 @@ def _open(config: Config):
 def serve(config: Config) -> int:
     """Run until SIGTERM/SIGINT; returns 0 on a clean stop."""
     from gpu_eta.forecaster.publish import ServiceState, make_registry
-    from gpu_eta.forecaster.server import MetricsServer, Service
+    from gpu_eta.forecaster.server import Service, metrics_server
 
     host, port = parse_listen_address(config.listen_address)
     client, store, cycle = _open(config)
     state = ServiceState(query_stats=client.stats)
     try:
         try:
-            http = MetricsServer(make_registry(state), host, port).start()
+            http = metrics_server(make_registry(state), host, port).serve()
         except OSError as err:
             raise ForecasterError(
                 f"cannot listen on {config.listen_address}: {err.strerror or err}"

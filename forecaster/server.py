@@ -12,11 +12,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
+from gpu_eta.common.metrics_http import MetricsServer
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.publish import ServiceState
@@ -87,60 +87,18 @@ class Service:
             self._thread.join(timeout)
 
 
-class MetricsServer:
-    """``/metrics`` (the registry), ``/healthz`` (the process is up); nothing else."""
+def metrics_server(registry: CollectorRegistry, host: str, port: int) -> MetricsServer:
+    """The forecaster's ``/metrics`` (``registry``, OpenMetrics when asked for) and
+    ``/healthz`` (the process is up), not yet started."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        handler = _handler(registry)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        self.port = int(self.httpd.server_address[1])
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name="metrics-http", daemon=True
-        )
+    def render(accept: str) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(registry), content_type
 
-    def start(self) -> MetricsServer:
-        """Serve in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def _handler(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                try:
-                    body = encoder(registry)
-                except Exception:
-                    self._send(500, b"metrics rendering failed\n", "text/plain")
-                    return
-                self._send(200, body, content_type)
-            elif path in ("/healthz", "/-/healthy"):
-                self._send(200, b"ok\n", "text/plain")
-            elif path == "/":
-                self._send(
-                    200,
-                    b"<html><body><h1>gpu-eta forecaster</h1><a href='/metrics'>metrics</a></body></html>",
-                    "text/html",
-                )
-            else:
-                self._send(404, b"not found\n", "text/plain")
-
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("http: " + format, *args)
-
-    return Handler
+    return MetricsServer(
+        host,
+        port,
+        render,
+        title="gpu-eta forecaster",
+        description="Predicted completion times of training runs and when each GPU frees up.",
+    )

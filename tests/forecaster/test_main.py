@@ -10,6 +10,7 @@ import pytest
 
 from gpu_eta.forecaster.main import ExitCode, build_parser, config_from_args, main
 from gpu_eta.launch.prometheus import free_port
+from tests.support.installed_tree import installed_tree
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,7 +79,7 @@ def test_once_pushes_under_the_job_name_the_rules_and_manifests_use() -> None:
 
 
 def test_top_help_shows_the_prometheus_flags_defaults(capsys) -> None:
-    from gpu_eta.forecaster import top
+    from gpu_eta.top import main as top
 
     with pytest.raises(SystemExit):
         top.parse_args(["--help"])
@@ -191,12 +192,14 @@ def test_evaluate_and_top_are_delegated() -> None:
 
 
 def run_client_only(*args: str) -> subprocess.CompletedProcess:
-    """The repo on a Python without site-packages (``-S``): what ``pip install gpu-eta``
-    alone gives a training image (the progress client, no extras)."""
+    """This checkout's packages on a Python without site-packages (``-S``): what
+    ``pip install gpu-eta`` without an extra gives."""
     import os
+    import tempfile
 
+    tree = installed_tree(Path(tempfile.mkdtemp(prefix="gpu-eta-bare-")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = str(tree)
     return subprocess.run(
         [sys.executable, "-S", *args], capture_output=True, text=True, timeout=120, env=env
     )

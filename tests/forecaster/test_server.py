@@ -10,7 +10,7 @@ import requests
 from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.promapi import PromAPIError
 from gpu_eta.forecaster.publish import ServiceState, make_registry
-from gpu_eta.forecaster.server import MetricsServer, Service
+from gpu_eta.forecaster.server import Service, metrics_server
 
 
 class ScriptedCycle:
@@ -64,7 +64,7 @@ def test_loop_runs_on_its_interval_and_stops() -> None:
 
 def test_http_endpoints() -> None:
     state = ServiceState()
-    srv = MetricsServer(make_registry(state), "127.0.0.1", 0).start()
+    srv = metrics_server(make_registry(state), "127.0.0.1", 0).serve()
     try:
         base = f"http://127.0.0.1:{srv.port}"
         resp = requests.get(base + "/metrics", timeout=10)

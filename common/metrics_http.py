@@ -1,9 +1,11 @@
-"""The metrics HTTP server: ``/metrics``, ``/healthz``, a landing page; nothing else.
+"""The metrics HTTP server of every program: ``/metrics``, ``/healthz`` (and
+Prometheus' ``/-/healthy``), a landing page; nothing else.
 
-It only renders: collection happens in the scheduler, so a scrape costs one render
-of the cached snapshot however often Prometheus (or several) comes. The progress
-endpoint is a separate listener on its own port (``gpu_eta.exporter.progress_http``), so a
-NetworkPolicy can open that one to pods without exposing metrics.
+It only renders: collection happens elsewhere (the exporter's scheduler, the
+forecaster's cycle), so a scrape costs one render of cached state however often
+Prometheus (or several) comes. ``render(accept)`` gets the request's ``Accept`` header
+and returns the body and its content type (the exporter always answers the text
+format 0.0.4, as node_exporter does; the forecaster negotiates OpenMetrics).
 
 Requests are handled in threads; a failing render is logged and answered 500
 (never a traceback to the client), and request lines are logged at debug only.
@@ -19,17 +21,24 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
-LANDING = b"""<!doctype html>
-<html><head><title>gpu-eta exporter</title></head>
-<body><h1>gpu-eta exporter</h1>
-<p>Per-pod GPU, GPU memory, host memory and training progress metrics.</p>
-<ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li></ul>
-</body></html>
-"""
-
 Health = Callable[[], tuple[bool, str]]
-Body = Callable[[], bytes]
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+Render = Callable[[str], tuple[bytes, str]]
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def landing_page(title: str, description: str) -> bytes:
+    """The HTML ``/`` answers: the program's name and the two paths."""
+    return (
+        f"<!doctype html>\n<html><head><title>{title}</title></head>\n"
+        f"<body><h1>{title}</h1>\n<p>{description}</p>\n"
+        '<ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li></ul>\n'
+        "</body></html>\n"
+    ).encode()
+
+
+def always_healthy() -> tuple[bool, str]:
+    """``/healthz`` of a program whose being up is its health."""
+    return True, "ok"
 
 
 class _Server(ThreadingHTTPServer):
@@ -39,23 +48,31 @@ class _Server(ThreadingHTTPServer):
 
 
 class MetricsServer:
-    """Serves ``body()`` (the text exposition) over HTTP in a background thread.
+    """Serves ``render(accept)`` over HTTP in a background thread."""
 
-    Always the Prometheus text format 0.0.4, as node_exporter serves by default:
-    Prometheus accepts it whatever it asks for first.
-    """
-
-    def __init__(self, host: str, port: int, body: Body, health: Health) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        render: Render,
+        health: Health = always_healthy,
+        title: str = "gpu-eta",
+        description: str = "",
+    ) -> None:
         self.host = host
         self.port = port
-        self._body = body
+        self._render = render
         self._health = health
+        self._landing = landing_page(title, description)
+        self._name = title.replace(" ", "-")
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Bind now (``OSError`` if the address is taken), then serve in a thread."""
-        server = _Server((self.host, self.port), _handler(self._body, self._health))
+        server = _Server(
+            (self.host, self.port), _handler(self._render, self._health, self._landing, self._name)
+        )
         self._server = server
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(
@@ -65,6 +82,11 @@ class MetricsServer:
             daemon=True,
         )
         self._thread.start()
+
+    def serve(self) -> MetricsServer:
+        """``start()``, returning the server (for ``with``-less one-liners)."""
+        self.start()
+        return self
 
     def stop(self) -> None:
         """Stop serving and release the port; idempotent."""
@@ -77,20 +99,22 @@ class MetricsServer:
             self._thread = None
 
 
-def _handler(render: Body, health: Health) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    render: Render, health: Health, landing: bytes, name: str
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        server_version = "gpu-eta-exporter"
+        server_version = name
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
             path = urlsplit(self.path).path
             if path == "/metrics":
                 self._metrics()
-            elif path == "/healthz":
+            elif path in ("/healthz", "/-/healthy"):
                 ok, why = health()
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", (why + "\n").encode())
             elif path == "/":
-                self._send(200, "text/html; charset=utf-8", LANDING)
+                self._send(200, "text/html; charset=utf-8", landing)
             else:
                 self._send(404, "text/plain; charset=utf-8", b"not found\n")
 
@@ -99,12 +123,12 @@ def _handler(render: Body, health: Health) -> type[BaseHTTPRequestHandler]:
 
         def _metrics(self) -> None:
             try:
-                body = render()
+                body, content_type = render(self.headers.get("Accept", ""))
             except Exception:
                 log.exception("rendering /metrics failed")
                 self._send(500, "text/plain; charset=utf-8", b"rendering metrics failed\n")
                 return
-            self._send(200, CONTENT_TYPE, body)
+            self._send(200, content_type, body)
 
         def _send(self, code: int, content_type: str, body: bytes) -> None:
             self.send_response(code)

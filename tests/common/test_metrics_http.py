@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.exporter.exposition import SnapshotCollector
 from gpu_eta.exporter.readings import DeviceReading
-from gpu_eta.exporter.server import MetricsServer
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 
@@ -26,7 +26,9 @@ def served() -> Iterator[tuple[str, dict]]:
             raise RuntimeError("boom")
         return collector.exposition()
 
-    server = MetricsServer("127.0.0.1", 0, body, lambda: state["healthy"])
+    server = MetricsServer(
+        "127.0.0.1", 0, lambda accept: (body(), TEXT_FORMAT), lambda: state["healthy"]
+    )
     server.start()
     try:
         yield f"http://127.0.0.1:{server.port}", state
@@ -73,7 +75,7 @@ def test_a_raising_collector_gives_500_not_a_dead_server(served) -> None:
 def test_port_in_use_raises_oserror(served) -> None:
     url, _ = served
     port = int(url.rsplit(":", 1)[1])
-    other = MetricsServer("127.0.0.1", port, lambda: b"", lambda: (True, "ok"))
+    other = MetricsServer("127.0.0.1", port, lambda accept: (b"", TEXT_FORMAT))
     with pytest.raises(OSError):
         other.start()
     other.stop()
