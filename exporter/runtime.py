@@ -45,6 +45,7 @@ class Runtime:
         self.listener: Any = None
         self.store: Any = None
         self._closers: list[Callable[[], None]] = []
+        self._pod_source: Any = None
 
     # -- sources ---------------------------------------------------------------------
 
@@ -119,6 +120,16 @@ class Runtime:
         return sources, by_ip
 
     def _pods(self) -> tuple[PodMeta, ...]:
+        """This node's pods now, for the log collector and the progress listener: the
+        pod source's own list (a cache, never the API), so that a pod listed in this
+        cycle has its logs read in this cycle; the last snapshot's list only while the
+        source has nothing yet."""
+        source = self._pod_source
+        if source is not None:
+            try:
+                return tuple(source.poll())
+            except ExporterError:
+                pass
         return () if self.holder is None else self.holder.get().pods
 
     # -- lifecycle -------------------------------------------------------------------
@@ -138,6 +149,7 @@ class Runtime:
         else:
             sources, by_ip = self._real_sources()
         self.holder = SnapshotHolder(Snapshot(node=self.node, timestamp=time.time()))
+        self._pod_source = sources.pods
         if cfg.enabled("progress") or cfg.enabled("logs"):
             store_mod = _import("progress", "gpu_eta.exporter.progress_store")
             state = Path(cfg.progress_state_file) if cfg.progress_state_file else None

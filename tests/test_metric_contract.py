@@ -646,7 +646,7 @@ def test_demo_backfill_series_follow_the_contract() -> None:
         problems = {p for labels in label_sets if (p := row.check(labels)) is not None}
         if problems:
             wrong[name] = sorted(problems)
-    assert not wrong, f"demo/backfill.py series differ from the contract: {wrong}"
+    assert not wrong, f"simulation/backfill.py series differ from the contract: {wrong}"
 
 
 def _query_texts(path: Path) -> list[str]:
