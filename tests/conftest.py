@@ -1,12 +1,48 @@
-"""Shared fixtures: a real Prometheus launcher (skips nothing: CI installs it)."""
+"""Shared fixtures: a real Prometheus launcher (skips nothing: CI installs it).
+
+Also a guard: the code under test is imported as ``gpu_eta.*`` through an install
+(``pip install -e .``), so a run from a checkout other than the installed one would
+silently test the other one. It stops with how to fix it instead.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob, start_prometheus
+if TYPE_CHECKING:
+    from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _installed_elsewhere() -> list[str]:
+    wrong = []
+    for name, folder in (("gpu_eta.exporter", "exporter"), ("gpu_eta_report", "report/gpu_eta_report")):
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:  # gpu_eta itself missing
+            spec = None
+        where = Path(spec.origin).resolve().parent if spec and spec.origin else None
+        if where != (ROOT / folder).resolve():
+            wrong.append(f"{name} is {where or 'not installed'}")
+    return wrong
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    wrong = _installed_elsewhere()
+    if wrong:
+        raise pytest.UsageError(
+            f"this checkout is {ROOT}, but {'; '.join(wrong)}. Run the tests with a Python "
+            "whose editable install is this checkout, e.g. python3 -m venv --without-pip "
+            "--system-site-packages VENV && VENV/bin/pip install --no-deps "
+            f"--no-build-isolation -e {ROOT} -e {ROOT}/report (docs/architecture.md)"
+        )
+
 
 
 @pytest.fixture
@@ -15,6 +51,8 @@ def prometheus_factory() -> Iterator:
 
     Usage: ``prom = prometheus_factory([ScrapeJob("exporter", ["127.0.0.1:9842"])])``.
     """
+    from gpu_eta.launch.prometheus import start_prometheus
+
     started: list[PrometheusServer] = []
 
     def factory(jobs: list[ScrapeJob], **kwargs) -> PrometheusServer:
