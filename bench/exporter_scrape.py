@@ -112,11 +112,11 @@ def uncached_render_ms(path: Path, rounds: int = 50) -> tuple[float, float]:
     """In-process: (collection cycle, render + encode of a new snapshot) medians in ms.
 
     The exporter encodes each snapshot once, in the collection thread before
-    publishing it (``SnapshotCollector.prepare``); scrapes reuse that text. This is
+    publishing it (``SnapshotExposition.prepare``); scrapes reuse that text. This is
     that background cost, which a scrape would pay only without ``prepare``.
     """
     from gpu_eta.exporter.collectors.simulated import SimulatedNode
-    from gpu_eta.exporter.exposition import SnapshotCollector
+    from gpu_eta.exporter.exposition import SnapshotExposition
     from gpu_eta.exporter.scheduler import Scheduler, Sources
     from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
@@ -130,7 +130,7 @@ def uncached_render_ms(path: Path, rounds: int = 50) -> tuple[float, float]:
         host_memory=node.host_memory,
     )
     sched = Scheduler("bench-node", sources, holder)
-    collector = SnapshotCollector(holder, pod_labels=("app", "team"))
+    collector = SnapshotExposition(holder, pod_labels=("app", "team"))
     cycles, renders = [], []
     for _ in range(rounds):
         start = time.perf_counter()

@@ -8,6 +8,7 @@ tracebacks).
 from __future__ import annotations
 
 import argparse
+import enum
 import importlib.util
 import math
 import signal
@@ -23,6 +24,14 @@ from gpu_eta.launch.prometheus import PrometheusNotInstalled
 from gpu_eta.simulation.cluster import ClusterConfig, ClusterConfigError
 
 SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
+
+
+class ExitCode(enum.IntEnum):
+    """The demo's exit codes, in this one place."""
+
+    OK = 0  # finished (--seconds) or stopped by Ctrl-C / SIGTERM
+    ERROR = 1  # a part failed to start or died
+    USAGE = 2  # a bad flag or value
 
 
 def scrape_interval(text: str) -> str:
@@ -226,17 +235,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     if args.real_training and torch_missing():
         print(
             "gpu-eta demo: --real-training needs PyTorch, which this Python cannot import "
             f"({sys.executable}); install it (pip install torch) or drop the flag",
             file=sys.stderr,
         )
-        return 2
+        return ExitCode.USAGE
     if args.workdir is not None and (problem := workdir_problem(args.workdir)):
         print(f"gpu-eta demo: {problem}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     try:
         cluster = ClusterConfig(
             nodes=args.nodes,
@@ -249,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ClusterConfigError as err:
         print(f"gpu-eta demo: {err}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     config = StackConfig(
         cluster=cluster,
         history_days=args.history_days,
@@ -287,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             f"(logs in {stack.workdir}/logs)",
                             file=sys.stderr,
                         )
-                        return 1
+                        return ExitCode.ERROR
                     view.maybe_refresh()
                     left = None if deadline is None else deadline - time.monotonic()
                     time.sleep(0.5 if left is None else max(0.0, min(0.5, left)))
@@ -301,16 +310,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"failed: {d.reports_failed}; log lines written: {d.log_lines}",
                     file=sys.stderr,
                 )
-        return 0
+        return ExitCode.OK
     except (KeyboardInterrupt, _Terminated):
         print("\ngpu-eta demo: stopping…", file=sys.stderr)
         stack.stop()
-        return 0
+        return ExitCode.OK
     except (StackError, PrometheusNotInstalled, ClusterConfigError) as err:
         if args.debug:
             raise
         print(f"gpu-eta demo: {err}", file=sys.stderr)
-        return 1
+        return ExitCode.ERROR
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -2,7 +2,7 @@
 
 ``render(snapshot, ...)`` is pure and total: it turns one immutable ``Snapshot`` into
 fresh metric families, never raises on odd values (``None`` is left out, NaN and
-infinities are skipped) and does no I/O. ``SnapshotCollector`` serves all per-pod
+infinities are skipped) and does no I/O. ``SnapshotExposition`` serves all per-pod
 data: each scrape serves the snapshot the scheduler published last, so concurrent
 scrapes never race and series of pods that are gone vanish with the snapshot (the
 exporter guide's reason for custom collectors instead of global gauges).
@@ -371,7 +371,7 @@ def encode_text(families: Iterable[Metric]) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-class SnapshotCollector:
+class SnapshotExposition:
     """Serves the holder's current snapshot as ready text (``exposition``).
 
     ``exposition`` renders fresh families from the snapshot, encodes them once per

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.exporter.collectors import ExporterError
 from gpu_eta.exporter.config import Config, version
-from gpu_eta.exporter.exposition import SnapshotCollector
+from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
@@ -176,7 +176,7 @@ class Runtime:
                     f"cannot listen on --progress.listen-address {addr}: {err.strerror or err}"
                 ) from err
             sources.progress_listener = self.listener
-        collector = SnapshotCollector(self.holder, pod_labels=cfg.pod_labels, version=self.version)
+        collector = SnapshotExposition(self.holder, pod_labels=cfg.pod_labels, version=self.version)
         self.scheduler = Scheduler(
             self.node,
             sources,

@@ -449,7 +449,7 @@ def _kube_watch_text() -> str:
     """The exporter's pod watch (real client) against the local API fake, through
     the scheduler and the exposition: the series only a real watch gives."""
     from gpu_eta.exporter.collectors.kube import KubePodSource
-    from gpu_eta.exporter.exposition import SnapshotCollector
+    from gpu_eta.exporter.exposition import SnapshotExposition
     from gpu_eta.exporter.scheduler import Scheduler, Sources
     from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
     from tests.support.kubeapi import FakeKubeAPI
@@ -466,7 +466,7 @@ def _kube_watch_text() -> str:
         holder = SnapshotHolder(Snapshot(node="node-a", timestamp=time.time()))
         sched = Scheduler("node-a", Sources(pods=src), holder, timeout_seconds=30)
         sched.collect_once()
-        return SnapshotCollector(holder).exposition().decode()
+        return SnapshotExposition(holder).exposition().decode()
     finally:
         if sched is not None:
             sched.stop()

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
-from gpu_eta.exporter.exposition import SnapshotCollector
+from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.readings import DeviceReading
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
@@ -18,7 +18,7 @@ def served() -> Iterator[tuple[str, dict]]:
     holder = SnapshotHolder(
         Snapshot(node="n1", timestamp=0, devices=(DeviceReading(0, "GPU-a", "T4", 0.25, 1, 2),))
     )
-    collector = SnapshotCollector(holder, version="9")
+    collector = SnapshotExposition(holder, version="9")
     state = {"healthy": (True, "ok"), "broken": False}
 
     def body() -> bytes:

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpu_eta.exporter.collectors.kube import KubeStatus
 from gpu_eta.exporter.collectors.simulated import SimulatedNode
-from gpu_eta.exporter.exposition import SnapshotCollector, pod_label_name, render
+from gpu_eta.exporter.exposition import SnapshotExposition, pod_label_name, render
 from gpu_eta.exporter.readings import (
     CollectorStatus,
     DeviceFailure,
@@ -40,7 +40,7 @@ NOW = 1000.0 + 60  # 60 s after the fixture scenario's anchor
 
 def _exposition(snapshot: Snapshot, pod_labels=("team",), now: float = NOW) -> str:
     holder = SnapshotHolder(snapshot, clock=lambda: now)
-    return SnapshotCollector(holder, pod_labels=pod_labels, version="1.2.3").exposition().decode()
+    return SnapshotExposition(holder, pod_labels=pod_labels, version="1.2.3").exposition().decode()
 
 
 def _scenario_snapshot() -> Snapshot:
@@ -146,7 +146,7 @@ def test_fast_text_encoder_equals_prometheus_client() -> None:
         Snapshot(**{**{f: getattr(snap, f) for f in snap.__dataclass_fields__}, "pods": (odd,)}),
     ):
         holder = SnapshotHolder(snapshot, clock=lambda t=snapshot.timestamp: t)
-        collector = SnapshotCollector(holder, pod_labels=("team",), version="1.2.3")
+        collector = SnapshotExposition(holder, pod_labels=("team",), version="1.2.3")
         registry = CollectorRegistry(auto_describe=False)
         registry.register(Reference(snapshot))
         assert collector.exposition() == generate_latest(registry)
@@ -156,7 +156,7 @@ def test_fast_text_encoder_equals_prometheus_client() -> None:
 def test_cached_text_follows_the_holder_and_the_age() -> None:
     now = [NOW]
     holder = SnapshotHolder(_snap(timestamp=NOW), clock=lambda: now[0])
-    collector = SnapshotCollector(holder)  # the age comes from the holder's clock
+    collector = SnapshotExposition(holder)  # the age comes from the holder's clock
     first = collector.exposition().decode()
     now[0] += 3
     second = collector.exposition().decode()

@@ -249,7 +249,7 @@ def test_prepare_runs_before_publishing_and_may_fail() -> None:
 )
 def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) -> None:
     """node_exporter's contract, for every collector: a raise never fails /metrics."""
-    from gpu_eta.exporter.exposition import SnapshotCollector
+    from gpu_eta.exporter.exposition import SnapshotExposition
 
     class Store:
         def snapshot(self):
@@ -285,7 +285,7 @@ def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) ->
     )
     sched, holder = _scheduler(sources)
     sched.collect_once()
-    text = SnapshotCollector(holder).exposition().decode()
+    text = SnapshotExposition(holder).exposition().decode()
     sched.stop()
     assert f'gpu_eta_exporter_collector_success{{collector="{name}",node="n"}} 0.0' in text
     assert f'gpu_eta_exporter_collector_errors_total{{collector="{name}",node="n"}} 1.0' in text
@@ -413,7 +413,7 @@ def test_unresolved_allocations_are_counted_and_logged_once(
 ) -> None:
     """An allocation naming no device here gets no pod row: the scheduler counts it
     (the gauge) and logs each new (device id, reason) once, not every cycle."""
-    from gpu_eta.exporter.exposition import SnapshotCollector
+    from gpu_eta.exporter.exposition import SnapshotExposition
 
     def alloc(pod: str, device_id: str) -> Allocation:
         return Allocation("ns", pod, "c", "nvidia.com/gpu", device_id)
@@ -430,7 +430,7 @@ def test_unresolved_allocations_are_counted_and_logged_once(
         sched.collect_once()
     assert [s.unresolved_allocations for s in (first, second, third)] == [2, 2, 1]
     assert [r.pod for r in first.pod_gpus] == ["p"]
-    text = SnapshotCollector(holder).exposition().decode()
+    text = SnapshotExposition(holder).exposition().decode()
     assert 'gpu_eta_exporter_unresolved_allocations{node="n"} 2.0' in text
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [

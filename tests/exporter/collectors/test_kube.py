@@ -22,7 +22,7 @@ from gpu_eta.exporter.collectors.kube import (
     parse_deadline,
     pod_meta_from_object,
 )
-from gpu_eta.exporter.exposition import SnapshotCollector
+from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from tests.support.kubeapi import FakeKubeAPI, make_job, make_pod
@@ -299,7 +299,7 @@ def test_watch_outage_shows_in_the_exposition(api: FakeKubeAPI, source_factory) 
     wait_for(lambda: src.status().connected and names(src) == ["train-a"])
     holder = SnapshotHolder(Snapshot(node=NODE, timestamp=0))
     sched = Scheduler(NODE, Sources(pods=src), holder, timeout_seconds=30)
-    collector = SnapshotCollector(holder)
+    collector = SnapshotExposition(holder)
 
     def scrape() -> dict[str, float]:
         sched.collect_once()
