@@ -176,14 +176,14 @@ class Runtime:
                     f"cannot listen on --progress.listen-address {addr}: {err.strerror or err}"
                 ) from err
             sources.progress_listener = self.listener
-        collector = SnapshotExposition(self.holder, pod_labels=cfg.pod_labels, version=self.version)
+        exposition = SnapshotExposition(self.holder, pod_labels=cfg.pod_labels, version=self.version)
         self.scheduler = Scheduler(
             self.node,
             sources,
             self.holder,
             interval_seconds=cfg.collection_interval_seconds,
             timeout_seconds=cfg.collection_timeout_seconds,
-            prepare=collector.prepare,
+            prepare=exposition.prepare,
         )
         process = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=process)  # the exporter's own CPU and memory
@@ -191,7 +191,7 @@ class Runtime:
         def render(accept: str) -> tuple[bytes, str]:
             # always the text format 0.0.4, as node_exporter serves by default:
             # Prometheus accepts it whatever it asks for first
-            return collector.exposition() + generate_latest(process), TEXT_FORMAT
+            return exposition.exposition() + generate_latest(process), TEXT_FORMAT
 
         addr = cfg.web_listen_address
         self.server = MetricsServer(
