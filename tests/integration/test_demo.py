@@ -275,6 +275,8 @@ def _run_and_watch(cmd: list[str]) -> tuple[subprocess.Popen, _Reader, set[int]]
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
+        # demo.sh runs ${PYTHON:-python3}: this test's Python, whose gpu_eta is this checkout
+        env={**os.environ, "PYTHON": sys.executable},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
