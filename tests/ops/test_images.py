@@ -74,19 +74,19 @@ def test_exporter_imports_no_numerical_stack() -> None:
     progress client's framework callbacks) in a fresh interpreter."""
     code = """
 import importlib, json, pkgutil, sys
-import exporter
-for m in pkgutil.walk_packages(exporter.__path__, "exporter."):
-    if not m.name.startswith("exporter.report."):
-        importlib.import_module(m.name)
-print(json.dumps(sorted({n.split(".")[0] for n in sys.modules})))
+import gpu_eta.exporter as exporter
+for m in pkgutil.walk_packages(exporter.__path__, "gpu_eta.exporter."):
+    importlib.import_module(m.name)
+print(json.dumps(sorted({n if n.startswith("gpu_eta.") else n.split(".")[0] for n in sys.modules})))
 """
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stderr
     loaded = set(json.loads(proc.stdout))
-    assert "exporter" in loaded and "prometheus_client" in loaded
-    assert not loaded & {"numpy", "scipy", "pandas", "statsmodels", "sklearn", "forecaster"}
+    assert "gpu_eta.exporter" in loaded and "prometheus_client" in loaded
+    assert not loaded & {"numpy", "scipy", "pandas", "statsmodels", "sklearn"}
+    assert not {n for n in loaded if n.startswith("gpu_eta.forecaster")}
 
 
 def _lines(path: Path) -> list[str]:
