@@ -63,6 +63,7 @@ class Config:
     pod_logs: str = "/var/log/pods"
     progress_state_file: str | None = None
     progress_allow_host_network: bool = False
+    nvml_wait_for_driver: bool = False
     kube_kubeconfig: str | None = None
     kube_api_url: str | None = None
     log_level: str = "info"
@@ -180,6 +181,7 @@ KEYS: Mapping[str, tuple[str, Any]] = MappingProxyType(
         "path.pod-logs": ("pod_logs", _path),
         "progress.state-file": ("progress_state_file", _opt_str),
         "progress.allow-host-network": ("progress_allow_host_network", _bool),
+        "nvml.wait-for-driver": ("nvml_wait_for_driver", _bool),
         "kube.kubeconfig": ("kube_kubeconfig", _opt_str),
         "kube.api-url": ("kube_api_url", _opt_str),
         "log.level": ("log_level", _log_level),

@@ -128,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept progress from host-network pods (their IP is the node's; default off)",
     )
     add(
+        "--nvml.wait-for-driver",
+        dest="nvml.wait-for-driver",
+        action=argparse.BooleanOptionalAction,
+        help="with no NVIDIA driver loaded, wait for it instead of exiting, and release "
+        "NVML while the driver is away (default off; the DaemonSet sets it)",
+    )
+    add(
         "--collection.interval",
         dest="collection.interval",
         metavar="DURATION",

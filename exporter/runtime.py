@@ -76,7 +76,7 @@ class Runtime:
                 NvmlUnavailable,
             )
 
-            nvml = NvmlGpuSource()
+            nvml = NvmlGpuSource(wait_for_driver=cfg.nvml_wait_for_driver)
             try:
                 nvml.open()
             except NvmlUnavailable as err:

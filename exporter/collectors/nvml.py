@@ -10,7 +10,18 @@ Failure granularity follows the issue: an ``NVMLError`` on one device (lost GPU,
 Xid, not supported) becomes a ``DeviceFailure`` with a short reason and the other
 devices keep flowing; only failing to enumerate devices at all fails the poll
 (``CollectorError``). Missing NVML (no driver) is ``NvmlUnavailable`` at ``open()``,
-which the CLI turns into its one-line message.
+which the CLI turns into its one-line message — unless ``wait_for_driver`` is set
+(the DaemonSet does): then the source waits for the driver instead.
+
+The driver's lifecycle (GPU Operator upgrades it, or changes MIG, under a running
+exporter): when an NVML call says the driver is gone (not loaded, library not
+found, uninitialised), the source shuts NVML down at once — so it holds
+nothing that keeps the kernel module from unloading — and reports every device it
+knew as unread (``DeviceFailure`` reason ``driver_not_loaded``:
+``gpu_eta_gpu_read_success`` 0). Each later poll tries ``nvmlInit`` again and
+reads normally once it succeeds. With no device known yet (no driver at start) a
+poll raises ``CollectorError`` (``gpu_eta_exporter_collector_success{collector="gpu"}``
+0) instead of exiting, and ``/healthz`` stays up: a clean wait, not a crash loop.
 """
 
 from __future__ import annotations
@@ -45,6 +56,15 @@ _REASONS = {
 }
 
 
+DRIVER_GONE_REASON = "driver_not_loaded"
+# NVML errors that mean the driver (not one device) is away: shut down, wait, re-init.
+_DRIVER_GONE = (
+    "NVML_ERROR_DRIVER_NOT_LOADED",
+    "NVML_ERROR_LIBRARY_NOT_FOUND",
+    "NVML_ERROR_UNINITIALIZED",
+)
+
+
 class NvmlUnavailable(ExporterError):
     """NVML cannot be loaded or initialised on this node (no driver, no library)."""
 
@@ -59,10 +79,20 @@ def _text(value: Any) -> str:
 class NvmlGpuSource:
     """``GpuSource`` over NVML. Call ``open()`` once, then ``poll()`` each cycle."""
 
-    def __init__(self, nvml: ModuleType | Any | None = None) -> None:
+    def __init__(
+        self, nvml: ModuleType | Any | None = None, *, wait_for_driver: bool = False
+    ) -> None:
         if nvml is None:
             import pynvml as nvml  # nvidia-ml-py: imports fine without a driver
         self._nvml = nvml
+        self._wait_for_driver = wait_for_driver
+        self._initialised = False
+        # (index, UUID) of every device read since the driver last came up: reported
+        # as unread while the driver is away
+        self._known: dict[int, str] = {}
+        self._driver_gone_codes = {
+            getattr(nvml, name) for name in _DRIVER_GONE if hasattr(nvml, name)
+        }
         self._lock = threading.Lock()
         # per device UUID: newest process-utilisation sample timestamp (µs) seen
         self._last_seen: dict[str, int] = {}
@@ -73,25 +103,58 @@ class NvmlGpuSource:
     # -- lifecycle -------------------------------------------------------------------
 
     def open(self) -> None:
-        """``nvmlInit``; ``NvmlUnavailable`` with a one-line reason if it cannot."""
+        """``nvmlInit``; ``NvmlUnavailable`` with a one-line reason if it cannot —
+        or, with ``wait_for_driver`` and no driver loaded, a warning and a wait
+        (each ``poll()`` tries again)."""
+        with self._lock:
+            try:
+                self._init()
+            except NvmlUnavailable as err:
+                if not (self._wait_for_driver and str(err) == NO_NVML_MESSAGE):
+                    raise
+                log.warning("%s: waiting for the driver (GPU metrics follow once it loads)", err)
+
+    def _init(self) -> None:
         nv = self._nvml
         try:
             nv.nvmlInit()
         except nv.NVMLError as err:
-            value = getattr(err, "value", None)
-            if value in (
-                getattr(nv, "NVML_ERROR_LIBRARY_NOT_FOUND", object()),
-                getattr(nv, "NVML_ERROR_DRIVER_NOT_LOADED", object()),
-            ):
+            if getattr(err, "value", None) in self._driver_gone_codes:
                 raise NvmlUnavailable(NO_NVML_MESSAGE) from err
             raise NvmlUnavailable(f"NVML initialisation failed: {err}") from err
+        self._initialised = True
 
     def close(self) -> None:
         """``nvmlShutdown``; errors ignored (the process is ending)."""
+        with self._lock:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if not self._initialised:
+            return
+        self._initialised = False
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError as err:
             log.debug("nvmlShutdown: %s", err)
+
+    @property
+    def driver_loaded(self) -> bool:
+        """Whether NVML is initialised (the driver answered the last init)."""
+        return self._initialised
+
+    def _driver_gone(self, err: BaseException) -> bool:
+        return getattr(err, "value", None) in self._driver_gone_codes
+
+    def _away(self, detail: str) -> GpuPoll:
+        """The poll while the driver is away: every known device unread."""
+        if not self._known:
+            raise CollectorError(f"{NO_NVML_MESSAGE}: waiting for the driver ({detail})")
+        failures = tuple(
+            DeviceFailure(index, uuid, DRIVER_GONE_REASON, detail[:200])
+            for index, uuid in sorted(self._known.items())
+        )
+        return GpuPoll(devices=(), processes=(), failures=failures)
 
     def reason(self, err: BaseException) -> str:
         """Short reason label of an NVML error (``gpu_lost``, ``not_supported``...)."""
@@ -103,9 +166,21 @@ class NvmlGpuSource:
         """Every device; one device's NVML error is a ``DeviceFailure``, not an exception."""
         nv = self._nvml
         with self._lock:
+            if not self._initialised:
+                try:
+                    self._init()
+                except NvmlUnavailable as err:
+                    if str(err) != NO_NVML_MESSAGE:
+                        raise CollectorError(str(err)) from err
+                    return self._away(str(err.__cause__ or err))
+                log.warning("NVIDIA driver loaded: NVML initialised, reading GPUs again")
+                self._known.clear()
+                self._last_seen.clear()
             try:
                 count = int(nv.nvmlDeviceGetCount())
             except nv.NVMLError as err:
+                if self._driver_gone(err):
+                    return self._release(err)
                 raise CollectorError(f"NVML device count failed: {err}") from err
             try:
                 driver = _text(nv.nvmlSystemGetDriverVersion())
@@ -121,11 +196,20 @@ class NvmlGpuSource:
                     uuid = _text(nv.nvmlDeviceGetUUID(handle))
                     devs, procs = self._read_device(handle, i, uuid)
                 except nv.NVMLError as err:
+                    if self._driver_gone(err):
+                        return self._release(err)
                     failures.append(DeviceFailure(i, uuid, self.reason(err), str(err)[:200]))
                     continue
+                self._known[i] = uuid
                 devices.extend(devs)
                 processes.extend(procs)
             return GpuPoll(tuple(devices), tuple(processes), tuple(failures), driver)
+
+    def _release(self, err: BaseException) -> GpuPoll:
+        """The driver went away mid-poll: let NVML go now, report the devices unread."""
+        log.warning("NVIDIA driver gone (%s): NVML released until it is back", err)
+        self._shutdown()
+        return self._away(str(err))
 
     def _read_device(
         self, handle: Any, position: int, uuid: str

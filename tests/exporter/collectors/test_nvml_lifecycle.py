@@ -1,0 +1,173 @@
+"""The exporter through the NVIDIA driver's lifecycle, on the NVML fake of
+test_nvml.py made able to lose its driver and get it back (as GPU Operator's
+driver manager does on an upgrade, or a node boots before the driver is loaded):
+
+- no driver at start: the source waits (no exit, no crash loop), the gpu collector
+  reports failure and ``/healthz`` material stays healthy;
+- the driver goes away: NVML is shut down at once (nothing of ours holds the
+  driver: the fake's init count drops to 0) and every known device reads
+  ``gpu_eta_gpu_read_success`` 0;
+- the driver comes back: NVML is initialised again and the devices read 1.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pynvml as real
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors.nvml import DRIVER_GONE_REASON, NvmlGpuSource, NvmlUnavailable
+from gpu_eta.exporter.exposition import encode_text, render
+from gpu_eta.exporter.scheduler import Scheduler, Sources
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
+from tests.exporter.collectors.test_nvml import Dev, fake_nvml
+
+U0 = "GPU-00000000-0000-0000-0000-000000000000"
+U1 = "GPU-11111111-1111-1111-1111-111111111111"
+
+
+def driver_fake(loaded: bool) -> types.ModuleType:
+    """fake_nvml with a driver that can be unloaded and loaded again.
+
+    ``nvmlInit`` fails with DRIVER_NOT_LOADED while it is away and counts
+    references otherwise (like libnvidia-ml); every other call fails with
+    UNINITIALIZED without a reference and DRIVER_NOT_LOADED while away.
+    """
+    mod = fake_nvml([Dev(U0, b"Tesla T4", index=0, util=40), Dev(U1, b"Tesla T4", index=1)])
+    mod.driver = {"loaded": loaded, "refs": 0}  # type: ignore[attr-defined]
+    state = mod.driver
+    inner = {n: getattr(mod, n) for n in dir(mod) if n.startswith("nvml") and n != "nvmlInit"}
+
+    def nvmlInit() -> None:
+        mod.calls.append("nvmlInit")
+        if not state["loaded"]:
+            raise real.NVMLError(real.NVML_ERROR_DRIVER_NOT_LOADED)
+        state["refs"] += 1
+
+    def nvmlShutdown() -> None:
+        mod.calls.append("nvmlShutdown")
+        if state["refs"] == 0:
+            raise real.NVMLError(real.NVML_ERROR_UNINITIALIZED)
+        state["refs"] -= 1
+
+    def guarded(fn):
+        def call(*args, **kwargs):
+            if state["refs"] == 0:
+                raise real.NVMLError(real.NVML_ERROR_UNINITIALIZED)
+            if not state["loaded"]:
+                raise real.NVMLError(real.NVML_ERROR_DRIVER_NOT_LOADED)
+            return fn(*args, **kwargs)
+
+        return call
+
+    for name, fn in inner.items():
+        if name != "nvmlShutdown" and callable(fn):
+            setattr(mod, name, guarded(fn))
+    mod.nvmlInit = nvmlInit
+    mod.nvmlShutdown = nvmlShutdown
+    return mod
+
+
+def _read_success(snapshot: Snapshot) -> dict[str, float]:
+    text = encode_text(render(snapshot, age_seconds=0.0)).decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "gpu_eta_gpu_read_success":
+            out.update({s.labels["UUID"]: s.value for s in family.samples})
+    return out
+
+
+def _collector_ok(snapshot: Snapshot) -> bool:
+    return next(s for s in snapshot.collectors if s.name == "gpu").success
+
+
+def test_without_wait_no_driver_is_still_the_one_line_startup_error() -> None:
+    with pytest.raises(NvmlUnavailable):
+        NvmlGpuSource(driver_fake(loaded=False)).open()
+
+
+def test_driver_absent_then_loaded_then_gone_then_back() -> None:
+    nv = driver_fake(loaded=False)
+    source = NvmlGpuSource(nv, wait_for_driver=True)
+    source.open()  # no exception: waits
+    assert not source.driver_loaded
+    holder = SnapshotHolder(Snapshot(node="n", timestamp=0))
+    sched = Scheduler("n", Sources(gpu=source), holder, interval_seconds=60, timeout_seconds=5)
+
+    # 1. no driver yet: the collector fails, nothing is served as read, nothing held
+    with pytest.raises(CollectorError, match="waiting for the driver"):
+        source.poll()
+    snap = sched.collect_once()
+    assert not _collector_ok(snap) and _read_success(snap) == {}
+    assert nv.driver["refs"] == 0
+
+    # 2. the driver loads: read on the next cycle
+    nv.driver["loaded"] = True
+    snap = sched.collect_once()
+    assert _collector_ok(snap)
+    assert _read_success(snap) == {U0: 1.0, U1: 1.0}
+    assert {d.uuid for d in snap.devices} == {U0, U1} and nv.driver["refs"] == 1
+
+    # 3. the driver goes away (upgrade): released at once, every device unread
+    nv.driver["loaded"] = False
+    poll = source.poll()
+    assert poll.devices == () and {f.reason for f in poll.failures} == {DRIVER_GONE_REASON}
+    assert nv.driver["refs"] == 0 and not source.driver_loaded
+    snap = sched.collect_once()
+    assert _collector_ok(snap)
+    assert _read_success(snap) == {U0: 0.0, U1: 0.0}
+    assert snap.devices == ()
+    calls_before = nv.calls.count("nvmlInit")
+    sched.collect_once()  # still away: tries again, holds nothing
+    assert nv.calls.count("nvmlInit") == calls_before + 1 and nv.driver["refs"] == 0
+
+    # 4. the driver is back: re-initialised, read again
+    nv.driver["loaded"] = True
+    snap = sched.collect_once()
+    assert _read_success(snap) == {U0: 1.0, U1: 1.0} and nv.driver["refs"] == 1
+    util = {d.uuid: d.utilization_ratio for d in snap.devices}
+    assert util[U0] == pytest.approx(0.4)
+
+    # 5. shutdown lets go exactly once
+    source.close()
+    source.close()
+    assert nv.driver["refs"] == 0
+
+
+def test_real_exporter_without_a_driver_waits_instead_of_exiting(tmp_path) -> None:
+    """The whole exporter, real pynvml, on this machine (no NVIDIA driver): with
+    --nvml.wait-for-driver it keeps running, /healthz answers ok (no restart by the
+    liveness probe) and the gpu collector says it is failing."""
+    import requests
+
+    from gpu_eta.launch.prometheus import free_port
+    from tests.support.inprocess import main_in_thread, scrape_until
+
+    port = free_port()
+    args = [
+        "--nvml.wait-for-driver",
+        "--no-collector.kube",
+        "--no-collector.podresources",
+        "--no-collector.logs",
+        "--no-collector.cgroup",
+        "--no-collector.hostmemory",
+        "--node-name",
+        "gpu-node-1",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--progress.listen-address",
+        f"127.0.0.1:{free_port()}",
+        "--collection.interval",
+        "200ms",
+    ]
+    with main_in_thread(args) as result:
+        text = scrape_until(port, 'collector="gpu"')
+        assert 'gpu_eta_exporter_collector_success{collector="gpu",node="gpu-node-1"} 0.0' in text
+        assert "gpu_eta_gpu_read_success{" not in text
+        for _ in range(3):  # several cycles later: still up, still healthy
+            assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).text == "ok\n"
+        assert result == []  # main has not returned
+    assert result == [0]
