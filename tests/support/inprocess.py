@@ -20,20 +20,21 @@ from gpu_eta.exporter.main import main
 from gpu_eta.launch.prometheus import free_port
 
 
-def simulated_args(scenario: Path | str, port: int, *extra: str) -> list[str]:
-    """Flags for a simulated node serving /metrics on ``port`` (progress on a free one)."""
+def local_args(port: int) -> list[str]:
+    """/metrics on loopback ``port``, progress on a free loopback port, 200 ms cycles."""
     return [
-        "--simulate",
-        str(scenario),
         "--web.listen-address",
         f"127.0.0.1:{port}",
         "--progress.listen-address",
         f"127.0.0.1:{free_port()}",
         "--collection.interval",
         "200ms",
-        "--no-collector.logs",
-        *extra,
     ]
+
+
+def simulated_args(scenario: Path | str, port: int, *extra: str) -> list[str]:
+    """Flags for a simulated node serving /metrics on ``port`` (progress on a free one)."""
+    return ["--simulate", str(scenario), *local_args(port), "--no-collector.logs", *extra]
 
 
 @contextmanager

@@ -144,7 +144,7 @@ def test_real_exporter_without_a_driver_waits_instead_of_exiting(tmp_path) -> No
     import requests
 
     from gpu_eta.launch.prometheus import free_port
-    from tests.support.inprocess import main_in_thread, scrape_until
+    from tests.support.inprocess import local_args, main_in_thread, scrape_until
 
     port = free_port()
     args = [
@@ -156,12 +156,7 @@ def test_real_exporter_without_a_driver_waits_instead_of_exiting(tmp_path) -> No
         "--no-collector.hostmemory",
         "--node-name",
         "gpu-node-1",
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-        "--progress.listen-address",
-        f"127.0.0.1:{free_port()}",
-        "--collection.interval",
-        "200ms",
+        *local_args(port),
     ]
     with main_in_thread(args) as result:
         text = scrape_until(port, 'collector="gpu"')
