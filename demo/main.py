@@ -21,7 +21,7 @@ from pathlib import Path
 from gpu_eta.common.durations import duration_seconds
 from gpu_eta.demo.stack import Stack, StackConfig, StackError
 from gpu_eta.launch.prometheus import PrometheusNotInstalled
-from gpu_eta.simulation.cluster import ClusterConfig, ClusterConfigError
+from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig, ClusterConfigError
 
 SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
 
@@ -134,6 +134,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--forecaster-port", type=int, default=9844, help="forecaster port if free (default 9844)"
     )
     p.add_argument(
+        "--alertmanager-port",
+        type=int,
+        default=9093,
+        help="Alertmanager port if free (default 9093)",
+    )
+    p.add_argument(
+        "--tsdb",
+        choices=("prometheus", "victoriametrics"),
+        default="prometheus",
+        help="the server that scrapes and answers queries: Prometheus, or VictoriaMetrics "
+        "with vmalert for the rules (default prometheus)",
+    )
+    p.add_argument(
+        "--alert-for",
+        type=scrape_interval,
+        default="30s",
+        metavar="DURATION",
+        help="every alert's for: in the demo's copy of the rules, 1s to 1m (default 30s)",
+    )
+    p.add_argument(
         "--scrape-interval",
         type=scrape_interval,
         default="2s",
@@ -167,10 +187,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for flag, port in (
         ("--prometheus-port", args.prometheus_port),
         ("--forecaster-port", args.forecaster_port),
+        ("--alertmanager-port", args.alertmanager_port),
     ):
         if not 0 <= port <= 65535:
             p.error(f"{flag} must be 0 (any free port) to 65535")
     return args
+
+
+def _tsdb_lines(stack: Stack) -> str:
+    """The banner's lines for the query server and the alert chain."""
+    url = stack.prometheus_url
+    am = stack.alertmanager.url if stack.alertmanager else ""
+    if stack.config.tsdb == "victoriametrics":
+        lines = f"  VictoriaMetrics: {url}/api/v1/query (vmalert evaluates the rules)\n"
+    else:
+        lines = f"  Prometheus UI:  {url}/graph\n  alerts:         {url}/alerts\n"
+    if am:
+        lines += f"  Alertmanager:   {am}/#/alerts  (amtool --alertmanager.url={am} alert query)\n"
+    return lines
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -255,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             time_scale=args.time_scale,
             arrival_seconds=args.arrival_seconds,
             warm_start_seconds=args.warm_start,
+            **ALERT_CAUSES,
         )
     except ClusterConfigError as err:
         print(f"gpu-eta demo: {err}", file=sys.stderr)
@@ -265,6 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         history_jobs=args.history_jobs,
         prometheus_port=args.prometheus_port,
         forecaster_port=args.forecaster_port,
+        alertmanager_port=args.alertmanager_port,
+        tsdb=args.tsdb,
+        alert_for=args.alert_for,
         scrape_interval=args.scrape_interval,
         real_training=args.real_training,
         workdir=args.workdir,
@@ -276,9 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"\ngpu-eta demo running: {len(stack.nodes)} simulated nodes, "
                 f"{sum(len(n.spec.gpus) for n in stack.nodes)} GPUs, seed {args.seed}\n"
-                f"  Prometheus UI:  {stack.prometheus_url}/graph\n"
-                f"  alerts:         {stack.prometheus_url}/alerts\n"
-                f"  forecaster:     {stack.forecaster_url}/metrics\n"
+                + _tsdb_lines(stack)
+                + f"  forecaster:     {stack.forecaster_url}/metrics\n"
                 + "".join(f"  exporter {n.name}: http://{n.target}/metrics\n" for n in stack.nodes)
                 + f"  top:            python3 -m gpu_eta.forecaster top --prometheus.url {stack.prometheus_url}\n"
                 + ("  Ctrl-C stops everything.\n" if args.seconds is None else ""),

@@ -5,7 +5,10 @@ What runs, all on 127.0.0.1:
 - one real exporter per simulated node (``python -m gpu_eta.exporter --simulate FILE``), its
   own metrics and progress ports, its own pod-log directory;
 - a real Prometheus (Debian's), backfilled with days of history before it starts,
-  scraping the exporters and the forecaster;
+  scraping the exporters and the forecaster, evaluating gpu-eta's rules (``for:``
+  shortened, ``gpu_eta.demo.rules``) and sending the alerts to a real Alertmanager; or, with
+  ``tsdb="victoriametrics"``, a real VictoriaMetrics in its place (same scrape jobs,
+  the history imported from the same blocks) with vmalert evaluating the rules;
 - the real forecaster (``python -m gpu_eta.forecaster serve``), seeded with the same history
   as a runs CSV;
 - the driver thread (``gpu_eta.simulation.driver``) moving the simulated cluster along the clock;
@@ -36,14 +39,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpu_eta.demo.rules import write_fast_rules
+from gpu_eta.launch.alertmanager import AlertmanagerServer, start_alertmanager
 from gpu_eta.launch.processes import LaunchError, spawn, wait_http
 from gpu_eta.launch.prometheus import (
     PrometheusServer,
     ScrapeJob,
+    backfill,
     free_port,
     start_prometheus,
     stop_process,
 )
+from gpu_eta.launch.victoria import import_blocks, start_victoriametrics, start_vmalert
 from gpu_eta.simulation.backfill import (
     render_runs_csv,
     simulate_history,
@@ -88,6 +95,12 @@ class StackConfig:
     workdir: Path | None = None
     ready_timeout_seconds: float = 60.0
     rules_file: Path | None = RULES_FILE
+    # "prometheus" or "victoriametrics" (+ vmalert): the server everything reads from
+    tsdb: str = "prometheus"
+    alertmanager_port: int = 9093
+    # every alert's for: in the demo's copy of the rules (demo.rules): a short demo
+    # sees alerts fire; thresholds and expressions stay as shipped
+    alert_for: str = "30s"
 
 
 @dataclass
@@ -169,7 +182,10 @@ class Stack:
         self.config = config or StackConfig()
         self.say = say or (lambda msg: print(f"gpu-eta demo: {msg}", file=sys.stderr, flush=True))
         self.nodes: list[NodeProcess] = []
+        # the TSDB: a PrometheusServer, or its VictoriaMetrics twin (same face)
         self.prometheus: PrometheusServer | None = None
+        self.alertmanager: AlertmanagerServer | None = None
+        self.vmalert: subprocess.Popen | None = None
         self.forecaster: subprocess.Popen | None = None
         self.forecaster_port = 0
         self.trainers: list[tuple[Pod, subprocess.Popen]] = []
@@ -199,6 +215,10 @@ class Stack:
         procs = [n.process for n in self.nodes if n.process is not None]
         if self.prometheus is not None:
             procs.append(self.prometheus.process)
+        if self.alertmanager is not None:
+            procs.append(self.alertmanager.process)
+        if self.vmalert is not None:
+            procs.append(self.vmalert)
         if self.forecaster is not None:
             procs.append(self.forecaster)
         procs.extend(p for _, p in self.trainers)
@@ -341,25 +361,43 @@ class Stack:
         rule_files = []
         if cfg.rules_file is not None:
             if Path(cfg.rules_file).is_file():
-                rule_files.append(str(Path(cfg.rules_file).resolve()))
+                fast = write_fast_rules(
+                    Path(cfg.rules_file),
+                    self.workdir / "rules" / "gpu-eta.rules.yaml",
+                    cfg.alert_for,
+                )
+                rule_files.append(str(fast))
             else:
                 self.say(f"alert rules {cfg.rules_file} not found; Prometheus runs without them")
         t0 = time.monotonic()
+        am_port = pick_port(cfg.alertmanager_port, "Alertmanager", self.say)
         try:
-            self.prometheus = start_prometheus(
-                jobs,
-                rule_files=rule_files,
-                port=prom_port,
-                data_dir=self.workdir / "prometheus",
-                scrape_interval=cfg.scrape_interval,
-                backfill_files=history_files,
-                retention=f"{max(15, int(cfg.history_days) + 2)}d",
-                ready_timeout=cfg.ready_timeout_seconds,
-                preexec_fn=_die_with_parent,
+            self.alertmanager = start_alertmanager(
+                port=am_port, data_dir=self.workdir / "alertmanager", preexec_fn=_die_with_parent
             )
         except Exception as err:
-            raise StackError(f"Prometheus did not start: {err}") from err
-        self.say(f"Prometheus ready in {time.monotonic() - t0:.1f}s (history backfilled)")
+            raise StackError(f"Alertmanager did not start: {err}") from err
+        if cfg.tsdb == "victoriametrics":
+            self._start_victoriametrics(jobs, rule_files, history_files, prom_port)
+        else:
+            try:
+                self.prometheus = start_prometheus(
+                    jobs,
+                    rule_files=rule_files,
+                    alertmanagers=[f"127.0.0.1:{self.alertmanager.port}"],
+                    port=prom_port,
+                    data_dir=self.workdir / "prometheus",
+                    scrape_interval=cfg.scrape_interval,
+                    backfill_files=history_files,
+                    retention=f"{max(15, int(cfg.history_days) + 2)}d",
+                    ready_timeout=cfg.ready_timeout_seconds,
+                    # alerts reach the Alertmanager seconds after firing, not a minute
+                    extra_args=["--rules.alert.resend-delay=2s"],
+                    preexec_fn=_die_with_parent,
+                )
+            except Exception as err:
+                raise StackError(f"Prometheus did not start: {err}") from err
+            self.say(f"Prometheus ready in {time.monotonic() - t0:.1f}s (history backfilled)")
 
         cmd = [
             _python(),
@@ -394,6 +432,49 @@ class Stack:
         self._thread.start()
         for pod in trainer_pods:
             self._start_trainer(pod, sender_ports[pod.node])
+
+    def _start_victoriametrics(
+        self,
+        jobs: list[ScrapeJob],
+        rule_files: list[str],
+        history_files: list[Path],
+        port: int,
+    ) -> None:
+        """VictoriaMetrics in Prometheus' place: it scrapes the same jobs, holds the same
+        backfilled history (promtool blocks copied in with vmctl), and vmalert evaluates
+        the same rules and sends the alerts to the same Alertmanager."""
+        cfg = self.config
+        t0 = time.monotonic()
+        try:
+            self.prometheus = start_victoriametrics(
+                jobs,
+                port=port,
+                data_dir=self.workdir / "victoria-metrics",
+                scrape_interval=cfg.scrape_interval,
+                ready_timeout=cfg.ready_timeout_seconds,
+                preexec_fn=_die_with_parent,
+            )
+            if history_files:
+                blocks = self.workdir / "blocks"
+                for path in history_files:
+                    backfill(path, blocks)
+                import_blocks(blocks, self.prometheus.url)
+        except Exception as err:
+            raise StackError(f"VictoriaMetrics did not start: {err}") from err
+        self.say(f"VictoriaMetrics ready in {time.monotonic() - t0:.1f}s (history imported)")
+        if rule_files and self.alertmanager is not None:
+            try:
+                self.vmalert, _ = start_vmalert(
+                    rule_files,
+                    self.prometheus.url,
+                    self.alertmanager.url,
+                    self._log_path("vmalert"),
+                    evaluation_interval=cfg.scrape_interval,
+                    ready_timeout=cfg.ready_timeout_seconds,
+                    preexec_fn=_die_with_parent,
+                )
+            except Exception as err:
+                raise StackError(f"vmalert did not start: {err}") from err
 
     def _state_file(self, node: NodeProcess) -> Path:
         return self.workdir / "progress-state" / f"{node.name}.json"
@@ -451,7 +532,11 @@ class Stack:
             n.name for n in self.nodes if n.process is not None and n.process.poll() is not None
         ]
         if self.prometheus is not None and self.prometheus.process.poll() is not None:
-            dead.append("prometheus")
+            dead.append(self.config.tsdb)
+        if self.alertmanager is not None and self.alertmanager.process.poll() is not None:
+            dead.append("alertmanager")
+        if self.vmalert is not None and self.vmalert.poll() is not None:
+            dead.append("vmalert")
         if self.forecaster is not None and self.forecaster.poll() is not None:
             dead.append("forecaster")
         if self.sim is not None and self.driver is not None and not self._stopped:
@@ -489,8 +574,11 @@ class Stack:
         stop_process(self.forecaster)
         for node in self.nodes:
             stop_process(node.process)
+        stop_process(self.vmalert)
         if self.prometheus is not None:
             self.prometheus.stop()
+        if self.alertmanager is not None:
+            self.alertmanager.stop()
         if self._own_dir is not None:
             self._own_dir.cleanup()
             self._own_dir = None

@@ -38,6 +38,9 @@ class CycleSettings:
     refit_in_process: bool = True
     refit_timeout_seconds: float = 900.0
     vanish_grace_seconds: float = 600.0
+    # the model fits on the most recent this many finished runs (0: all of them):
+    # bounded memory and fit time however long the history grows (docs/forecaster.md)
+    fit_runs: int = 100_000
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class Config:
             raise ConfigError(
                 f"--history.vanish-grace must be >= 0, got {self.cycle.vanish_grace_seconds}"
             )
+        if self.cycle.fit_runs < 0:
+            raise ConfigError(f"--model.fit-runs must be >= 0, got {self.cycle.fit_runs}")
         if self.cycle.refit_seconds < 0:
             raise ConfigError(
                 f"--model.refit-interval must be >= 0, got {self.cycle.refit_seconds}"

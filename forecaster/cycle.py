@@ -54,7 +54,9 @@ def default_model_factory() -> Model:
     try:
         from gpu_eta.forecaster.estimators.eta_model import EtaModel
     except ImportError as err:
-        raise ModelError(f"gpu_eta.forecaster.estimators.eta_model is not available: {err}") from None
+        raise ModelError(
+            f"gpu_eta.forecaster.estimators.eta_model is not available: {err}"
+        ) from None
     return EtaModel(random_state=0)
 
 
@@ -172,7 +174,7 @@ class Cycle:
         self._swap_refit()
         if self.model is None:
             self._last_fit = now
-            self._install(self._fit(self.store.finished()), self.store.version)
+            self._install(self._fit(self._history()), self.store.version)
         elif (
             self.store.version != self._model_version
             and now - self._last_fit >= self.settings.refit_seconds
@@ -180,7 +182,7 @@ class Cycle:
         ):
             self._last_fit = now
             version = self.store.version
-            history = self.store.finished()
+            history = self._history()
             if self.settings.background_refit:
                 self._refit_thread = threading.Thread(
                     target=self._refit_job, args=(history, version), daemon=True
@@ -191,6 +193,10 @@ class Cycle:
                 self._swap_refit()
         assert self.model is not None
         return self.model
+
+    def _history(self) -> list[Run]:
+        """The finished runs the model fits on: the most recent ``fit_runs`` (0: all)."""
+        return self.store.finished(self.settings.fit_runs or None)
 
     def wait_for_refit(self, timeout: float | None = None) -> None:
         """Block until a background refit (if any) is done; for tests and shutdown."""

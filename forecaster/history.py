@@ -145,6 +145,7 @@ class HistoryStore:
         self.path = path
         self._lock = threading.Lock()
         self._finished_cache: list[Run] | None = None
+        self._cache_limit: int | None = None  # the cache holds the most recent this many
         self.version = 0  # bumps whenever the finished history changes
 
     @classmethod
@@ -358,17 +359,28 @@ class HistoryStore:
             ends = self._all_running_ends()
             return [_running_from_row(row, ends.get(row[0], [])) for row in rows]
 
-    def finished(self) -> list[Run]:
-        """Every finished run (cached in memory after the first call)."""
+    def finished(self, limit: int | None = None) -> list[Run]:
+        """Finished runs, oldest first (cached in memory after the first call).
+
+        ``limit``: only the most recent ``limit`` (by finish time). Why: the model
+        learns from recent runs (its regression and calibration take the newest few
+        thousand, job groups weigh old runs down), while a cluster's history grows
+        without end; one million runs held as ``Run`` objects are gigabytes.
+        """
         with self._lock:
-            if self._finished_cache is None:
-                rows = self._conn.execute(
-                    """SELECT run_id, namespace, pod, container, epochs_planned, state,
+            if self._finished_cache is None or self._cache_limit != limit:
+                query = """SELECT run_id, namespace, pod, container, epochs_planned, state,
                        features, epoch_times FROM runs WHERE state != 'running'
-                       ORDER BY finished_timestamp, id"""
-                ).fetchall()
+                       ORDER BY finished_timestamp DESC, id DESC"""
+                params: tuple = ()
+                if limit is not None:
+                    query += " LIMIT ?"
+                    params = (max(0, int(limit)),)
+                rows = self._conn.execute(query, params).fetchall()
+                rows.reverse()
                 features_cache: dict[str, Mapping[str, Feature]] = {}
                 self._finished_cache = [_finished_from_row(row, features_cache) for row in rows]
+                self._cache_limit = limit
             return list(self._finished_cache)
 
     def count_finished(self) -> int:
@@ -385,6 +397,8 @@ class HistoryStore:
     def _finished_changed(self, added: list[Run]) -> None:
         if self._finished_cache is not None:
             self._finished_cache.extend(added)
+            if self._cache_limit is not None and len(self._finished_cache) > self._cache_limit:
+                del self._finished_cache[: len(self._finished_cache) - self._cache_limit]
         self.version += 1
 
     def _all_running_ends(self) -> dict[int, list[tuple[float, float]]]:

@@ -33,7 +33,10 @@ log = logging.getLogger("forecaster")
 PREFIX = "gpu-eta forecaster: "  # every error line of serve/once (docs/forecaster.md)
 
 DELEGATED = {
-    "evaluate": ("gpu_eta.forecaster.evaluate", "backtest recorded runs from a CSV against baselines"),
+    "evaluate": (
+        "gpu_eta.forecaster.evaluate",
+        "backtest recorded runs from a CSV against baselines",
+    ),
     "top": ("gpu_eta.top.main", "terminal table of running jobs, ETAs and GPUs"),
 }
 
@@ -203,6 +206,14 @@ def _common_flags() -> argparse.ArgumentParser:
         help="refit at most this often, and only when the history changed",
     )
     c.add_argument(
+        "--model.fit-runs",
+        dest="fit_runs",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="fit on the most recent N finished runs (0: all): bounds memory and fit time",
+    )
+    c.add_argument(
         "--stall.after",
         dest="stall_after_seconds",
         type=float,
@@ -257,6 +268,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         idle_window_seconds=args.idle_window_seconds,
         refit_seconds=args.refit_seconds,
         vanish_grace_seconds=args.vanish_grace_seconds,
+        fit_runs=args.fit_runs,
     )
     if not settings.min_step_seconds > 0:
         raise ConfigError("--query.step must be > 0")
@@ -356,8 +368,17 @@ def _open(config: Config):
             runs = read_runs(config.seed_csv)  # every CSV run is finished (completed or not)
             added = store.import_finished(runs)
             log.info("history seed %s: %d runs read, %d new", config.seed_csv, len(runs), added)
-        # Load the finished history now: a damaged file fails at start, not in a cycle.
-        log.info("history %s: %d finished runs", config.history_db, len(store.finished()))
+        # Load what the first fit reads now (cached for it): a damaged file fails at start,
+        # not in a cycle. Only the most recent --model.fit-runs: all of a long history
+        # would be gigabytes (docs/scrape-tuning.md).
+        limit = config.cycle.fit_runs or None
+        loaded = len(store.finished(limit))
+        log.info(
+            "history %s: %d finished runs, the most recent %d loaded for the model",
+            config.history_db,
+            store.count_finished(),
+            loaded,
+        )
         client = PromClient(
             url=config.prometheus_url,
             timeout_seconds=config.timeout_seconds,

@@ -61,8 +61,12 @@ def render_config(
     jobs: Sequence[ScrapeJob],
     scrape_interval: str = "1s",
     rule_files: Sequence[str] = (),
+    alertmanagers: Sequence[str] = (),
 ) -> str:
-    """Prometheus YAML for static jobs; ``honor_labels`` as our ServiceMonitor sets it."""
+    """Prometheus YAML for static jobs; ``honor_labels`` as our ServiceMonitor sets it.
+
+    ``alertmanagers`` (host:port) receive the alerts of the rules in ``rule_files``.
+    """
     cfg: dict = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
         "scrape_configs": [
@@ -77,6 +81,10 @@ def render_config(
     }
     if rule_files:
         cfg["rule_files"] = list(rule_files)
+    if alertmanagers:
+        cfg["alerting"] = {
+            "alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]
+        }
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
@@ -160,6 +168,7 @@ def start_prometheus(
     data_dir: Path | None = None,
     scrape_interval: str = "1s",
     rule_files: Sequence[str] = (),
+    alertmanagers: Sequence[str] = (),
     retention: str = "90d",
     extra_args: Sequence[str] = (),
     ready_timeout: float = 30.0,
@@ -190,7 +199,7 @@ def start_prometheus(
         tsdb.mkdir(exist_ok=True)
         for path in backfill_files:
             backfill(Path(path), tsdb)
-        config_path.write_text(render_config(jobs, scrape_interval, rule_files))
+        config_path.write_text(render_config(jobs, scrape_interval, rule_files, alertmanagers))
         process = start_http(
             [
                 binary,

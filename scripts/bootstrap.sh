@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install what gpu-eta's demo and tests need on a Debian/Ubuntu machine, idempotently:
-# Debian's Prometheus family (prometheus, promtool, pushgateway, node exporter for the
-# benchmark) and the Python packages (the project with all extras, test tools, and the
-# CPU build of PyTorch for real training loops). Fast when everything is present.
+# Debian's Prometheus family (prometheus, promtool, pushgateway, alertmanager + amtool,
+# node exporter for the benchmark), VictoriaMetrics (victoria-metrics, vmctl, vmalert)
+# and the Python packages (the project with all extras, test tools, and the CPU build
+# of PyTorch for real training loops). Fast when everything is present.
 #   scripts/bootstrap.sh            everything (tests)
 #   scripts/bootstrap.sh --demo     what the demo needs (no test tools, no torch)
 set -euo pipefail
@@ -11,7 +12,9 @@ mode="${1:-all}"
 PY="${PYTHON:-python3}"
 
 need_apt=()
-for pair in prometheus:prometheus promtool:prometheus prometheus-pushgateway:prometheus-pushgateway; do
+for pair in prometheus:prometheus promtool:prometheus prometheus-pushgateway:prometheus-pushgateway \
+    prometheus-alertmanager:prometheus-alertmanager amtool:prometheus-alertmanager \
+    victoria-metrics:victoria-metrics vmctl:victoria-metrics vmalert:victoria-metrics; do
   bin="${pair%%:*}"; pkg="${pair##*:}"
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

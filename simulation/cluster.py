@@ -24,7 +24,7 @@ import math
 import random
 import uuid as uuidlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpu_eta.simulation.epochs import JobDraw, JobMix, sample_job
 
@@ -43,6 +43,9 @@ GPU_MODELS: tuple[tuple[str, float, int], ...] = (
     ("NVIDIA A100-SXM4-40GB", 2.6, 40 << 30),
 )
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
+# what the demo plants so its alerts fire (docs/demo.md): ClusterConfig(**ALERT_CAUSES)
+ALERT_CAUSES = {"notebook_held_seconds": 26 * 3600.0, "hung_jobs": 1}
+HUNG_SECONDS = 1e9  # a hung job's stall, cluster seconds: it never resumes
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,15 @@ class ClusterConfig:
     notebook_share: float = 0.12  # share of arrivals that are notebooks
     notebook_seconds: tuple[float, float] = (3600.0, 4 * 3600.0)  # cluster seconds
     notebooks_at_start: int = 1  # per node, already idle when the demo starts
+    # how long (wall seconds before the live start) the first node's notebook has held
+    # its GPU: a notebook left open since yesterday, so the long-occupancy and
+    # idle-GPU alerts have a real cause to fire on (0: it opened with the others;
+    # the demo uses ALERT_CAUSES)
+    notebook_held_seconds: float = 0.0
+    # the first N training jobs of the live cluster hang after their first epoch (a
+    # stuck data loader: no progress, GPU idle) and never recover, so the stalled-
+    # training alert has a real cause to fire on during a short demo
+    hung_jobs: int = 0
     log_share: float = 0.3  # share of training jobs that only print logs (no HTTP)
     two_gpu_share: float = 0.1
     timeslice_replicas: int = 3
@@ -82,6 +94,12 @@ class ClusterConfig:
         if not 0 <= self.warm_start_seconds <= 86400:
             raise ClusterConfigError(
                 f"warm start must be 0..86400 s, got {self.warm_start_seconds}"
+            )
+        if self.hung_jobs < 0:
+            raise ClusterConfigError(f"hung_jobs must be >= 0, got {self.hung_jobs}")
+        if not 0 <= self.notebook_held_seconds <= 30 * 86400:
+            raise ClusterConfigError(
+                f"notebook_held_seconds must be 0..30 days, got {self.notebook_held_seconds}"
             )
         for name in ("notebook_share", "log_share", "two_gpu_share"):
             if not 0 <= getattr(self, name) <= 1:
@@ -229,10 +247,12 @@ class ClusterSim:
         self.pods: list[Pod] = []
         self._next_arrival = start + self._gap()
         self._timers: list[tuple[float, int, Pod]] = []  # notebook ends
+        self._hung_left = config.hung_jobs if stream == "live" else 0
         if stream == "live":
             for node in self.nodes:
-                for _ in range(config.notebooks_at_start):
-                    self._start_notebook(node_hint=node.index, lifetime=None, at=start)
+                for k in range(config.notebooks_at_start):
+                    held = config.notebook_held_seconds if node.index == k == 0 else 0.0
+                    self._start_notebook(node_hint=node.index, lifetime=None, at=start - held)
 
     # ------------------------------------------------------------ helpers
 
@@ -310,7 +330,7 @@ class ClusterSim:
                 if other is not pod
                 and other.node == pod.node
                 and any(og == g for og, _ in other.gpus)
-                and (other.end is None or other.end > at)  # a finished pod lingers 2 s
+                and (other.end is None or other.end > at)  # a finished pod lingers 5 s
             )
             left = max(0, spec.memory_total_bytes - others)
             budget = max(int(spec.memory_total_bytes * 0.9) - others, left // 2)
@@ -358,6 +378,11 @@ class ClusterSim:
         draw = sample_job(self._rng, cfg.mix)
         if len(self._queue) >= cfg.max_queue:
             return
+        if self._hung_left and draw.epochs > 1:
+            self._hung_left -= 1
+            draw = replace(
+                draw, stall_after_epoch=1, stall_seconds=HUNG_SECONDS, cancel_after_epoch=None
+            )
         user = USERS[self._rng.randrange(len(USERS))]
         n_gpus = 2 if self._rng.random() < cfg.two_gpu_share else 1
         pod = Pod(
@@ -449,8 +474,9 @@ class ClusterSim:
         pod = job.pod
         job.phase = "done"
         pod.cancelled = cancelled
-        # a finished job lingers a moment (final log lines, checkpoint) before the pod goes
-        pod.end = t + (0.0 if cancelled else 2.0)
+        # a finished job lingers a moment (final log lines, checkpoint) before the pod goes:
+        # 5 s, so its last report still finds its pod on a loaded machine
+        pod.end = t + (0.0 if cancelled else 5.0)
         self._running.remove(job)
         for g, r in pod.gpus:
             self._slots[(pod.node, g, r)] = None

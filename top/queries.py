@@ -5,6 +5,7 @@ from __future__ import annotations
 
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 
+
 def queries(idle_window: str = "5m") -> dict[str, str]:
     """Every PromQL query one refresh issues, by name (a fixed number, ~14)."""
     return {
@@ -23,4 +24,9 @@ def queries(idle_window: str = "5m") -> dict[str, str]:
         "gpu_info": "gpu_eta_gpu_info",
         "gpu_memory_total": "gpu_eta_gpu_memory_total_bytes",
         "gpu_free": "gpu_eta_gpu_predicted_free_timestamp_seconds",
+        # Prometheus (and vmalert with remote write) keep alert state as ALERTS series
+        "alerts": ALERTS_FIRING,
     }
+
+
+ALERTS_FIRING = 'count by (alertname) (ALERTS{alertstate="firing", alertname=~"GpuEta.+"})'

@@ -172,10 +172,16 @@ def summary_line(view: View, tz: tzinfo | None = None) -> str:
     )
 
 
+def alerts_line(view: View) -> str:
+    """``ALERTS firing: GpuEtaGpuAllocatedIdle ×2, …`` or ``ALERTS firing: none``."""
+    body = ", ".join(f"{name} ×{count}" for name, count in view.alerts) or "none"
+    return f"ALERTS firing: {body}"
+
+
 def render_plain(view: View, tz: tzinfo | None = None) -> str:
     """The whole snapshot as aligned plain text (for pipes, logs, CI)."""
     now = view.timestamp
-    out = [summary_line(view, tz), ""]
+    out = [summary_line(view, tz), alerts_line(view), ""]
     out.extend(f"error: {e}" for e in view.errors)
     out.append("TRAINING")
     if view.jobs:
@@ -198,6 +204,7 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
 def render_json(view: View) -> dict[str, Any]:
     """The snapshot for machines: unix seconds, ratios 0..1, bytes; remaining seconds too."""
     data = asdict(view)
+    data["alerts"] = [{"alertname": name, "firing": count} for name, count in view.alerts]
     for job in data["jobs"]:
         band = job["eta"]
         job["remaining_seconds"] = {
@@ -213,7 +220,10 @@ def render_rich(view: View, tz: tzinfo | None = None):
     from rich.text import Text
 
     now = view.timestamp
-    parts: list[Any] = [Text(summary_line(view, tz), style="bold")]
+    parts: list[Any] = [
+        Text(summary_line(view, tz), style="bold"),
+        Text(alerts_line(view), style="red" if view.alerts else None),
+    ]
     parts.extend(Text(f"error: {e}", style="red") for e in view.errors)
     styles = {"free": "green", "idle": "yellow", "busy": None}
     tables = (

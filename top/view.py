@@ -86,6 +86,7 @@ class View:
     idle: tuple[HolderRow, ...] = ()
     gpus: tuple[GpuRow, ...] = ()
     errors: tuple[str, ...] = field(default_factory=tuple)
+    alerts: tuple[tuple[str, int], ...] = ()  # firing gpu-eta alerts: (alertname, count)
 
 
 def _value(sample: Sample) -> float | None:
@@ -317,7 +318,19 @@ def build_view(
         jobs=tuple(jobs),
         idle=tuple(idle_rows),
         gpus=tuple(gpus),
+        alerts=_firing(get("alerts")),
     )
+
+
+def _firing(samples: Sequence[Sample]) -> tuple[tuple[str, int], ...]:
+    """(alertname, how many firing), sorted by name; malformed samples skipped."""
+    out = {}
+    for s in samples:
+        name = s.labels.get("alertname", "")
+        value = _value(s)
+        if name and value is not None and value > 0:
+            out[name[:128]] = int(value)
+    return tuple(sorted(out.items()))
 
 
 def _gpu_order(gkey: tuple[str, str, str]) -> tuple:

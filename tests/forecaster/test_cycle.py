@@ -205,6 +205,20 @@ def test_refit_only_when_history_changed_and_period_passed(store: HistoryStore) 
     assert StandInModel.fits == [1, 2]  # period passed but nothing changed
 
 
+def test_the_fit_sees_only_the_most_recent_fit_runs(store: HistoryStore) -> None:
+    """``fit_runs`` bounds what the model is fitted on (memory and fit time at scale)."""
+    runs = [
+        Run(f"h{i}", 2, ((0, 100.0 * i), (1, 100.0 * i + 10), (2, 100.0 * i + 20)))
+        for i in range(5)
+    ]
+    store.import_finished(runs)
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    make_cycle(client, store, fit_runs=2).run()
+    assert StandInModel.fits == [2]
+    make_cycle(client, store, fit_runs=0).run()  # 0: all of them
+    assert StandInModel.fits == [5]
+
+
 def test_stalled_needs_no_progress_and_an_idle_gpu(store: HistoryStore) -> None:
     old = NOW - 3600
     parts = merge(

@@ -79,6 +79,23 @@ def test_finish_marks_completed_and_incomplete(tmp_path: Path) -> None:
     store.close()
 
 
+def test_finished_limit_keeps_the_most_recent_runs_oldest_first(tmp_path: Path) -> None:
+    """``finished(limit)``: the newest ``limit`` by finish time, in the same order as
+    ``finished()``; runs finished later join it and push the oldest out."""
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    for i in range(5):
+        store.record([update(f"r{i}", [(1, 1100.0), (2, 1200.0)], planned=2)])
+        store.finish([key(f"r{i}")], 5000.0 + i)
+    assert [r.run_id for r in store.finished()] == ["r0", "r1", "r2", "r3", "r4"]
+    assert [r.run_id for r in store.finished(3)] == ["r2", "r3", "r4"]
+    store.record([update("r5", [(1, 1100.0)], planned=2)])
+    store.finish([key("r5")], 6000.0)
+    assert [r.run_id for r in store.finished(3)] == ["r3", "r4", "r5"]
+    assert [r.run_id for r in store.finished()][-2:] == ["r4", "r5"]
+    assert len(store.finished()) == store.count_finished() == 6
+    store.close()
+
+
 def test_import_finished_is_idempotent(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     runs = [

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpu_eta.demo.stack import Stack, StackConfig
-from gpu_eta.simulation.cluster import ClusterConfig
+from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig
 from tests.integration.helpers import Exporter, start_exporter
 
 MAX_SECONDS = 600.0  # hard upper bound on the stack's life, even if the session runs on
@@ -29,7 +29,7 @@ WARMUP_SECONDS = 90.0  # at most this long for the first forecasts to appear
 @pytest.fixture(scope="session")
 def demo_stack() -> Iterator[Stack]:
     config = StackConfig(
-        cluster=ClusterConfig(seed=3, time_scale=20.0, arrival_seconds=240.0),
+        cluster=ClusterConfig(seed=3, time_scale=20.0, arrival_seconds=240.0, **ALERT_CAUSES),
         history_days=0.25,
         history_jobs=300,
         prometheus_port=0,  # any free port: never collide with a developer's Prometheus
@@ -37,6 +37,8 @@ def demo_stack() -> Iterator[Stack]:
         scrape_interval="1s",
         forecaster_interval_seconds=3.0,
         real_training=1,
+        alertmanager_port=0,
+        alert_for="5s",
     )
     stack = Stack(config, say=lambda msg: None)
     stack.start()

@@ -526,9 +526,14 @@ def _alert_exprs() -> dict[str, str]:
 
 @pytest.mark.slow
 def test_alert_rules_on_contract_series(contract_prometheus: PromAt) -> None:
-    """Rule expressions on exporter-shaped data: no matching errors, and the right firing set."""
+    check_alert_rules(contract_prometheus)
+
+
+def check_alert_rules(stack: PromAt) -> None:
+    """Rule expressions on exporter-shaped data: no matching errors, and the right firing set
+    (also run against VictoriaMetrics, tests/integration/test_victoriametrics.py)."""
     exprs = _alert_exprs()
-    results = {name: contract_prometheus.instant(expr) for name, expr in exprs.items()}
+    results = {name: stack.instant(expr) for name, expr in exprs.items()}
     # idle-nb has held n1/1 for 2 h 10 min at 0 %: the only allocated-but-idle GPU
     idle = [(s.labels["namespace"], s.labels["pod"]) for s in results["GpuEtaGpuAllocatedIdle"]]
     assert idle == [("ml", "idle-nb")]

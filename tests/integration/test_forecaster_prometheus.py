@@ -396,8 +396,17 @@ def test_once_pushes_through_a_real_pushgateway(
 
 
 def test_cycle_reconstructs_runs_from_real_answers(backfill, tmp_path, prometheus_factory) -> None:
+    check_cycle_reconstruction(backfill, tmp_path, prometheus_factory)
+
+
+def check_cycle_reconstruction(backfill, tmp_path, server_factory) -> None:
+    """One in-process cycle on a server holding ``backfill`` reconstructs every run exactly.
+
+    ``server_factory(jobs, backfill_files=[om])`` starts Prometheus or VictoriaMetrics
+    (tests/integration/test_victoriametrics.py): the answers must give the same runs.
+    """
     om, now = backfill
-    prom = prometheus_factory([], backfill_files=[om])
+    prom = server_factory([], backfill_files=[om])
     client = PromClient(prom.url)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     try:

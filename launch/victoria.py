@@ -1,0 +1,175 @@
+"""Start and stop a real VictoriaMetrics (Debian ``victoria-metrics``) on loopback.
+
+The forecaster, ``top``, the dashboards and the demo promise to work against any
+server speaking the Prometheus query API; VictoriaMetrics is the peer they are
+tested against. One place starts it so the demo, the integration tests and the
+scale benchmark run it the same way: a data directory, ``-promscrape.config`` with
+the same scrape jobs Prometheus would get (``gpu_eta.launch.prometheus.render_config``: the
+same ``honor_labels`` as our ServiceMonitors), ``-search.latencyOffset=0s`` (by
+default VictoriaMetrics hides the last 30 s of samples from queries, which would
+make a fresh scrape invisible) and ``/health`` as the readiness check.
+
+``import_blocks`` copies Prometheus TSDB blocks (as ``promtool tsdb
+create-blocks-from openmetrics`` writes them) into it with ``vmctl prometheus``, so
+a backfilled history exists in both servers from one file.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import yaml
+
+from gpu_eta.launch.processes import start_http
+from gpu_eta.launch.prometheus import (
+    PrometheusServer,
+    ScrapeJob,
+    find_binary,
+    free_port,
+    render_config,
+)
+
+
+class VictoriaServer(PrometheusServer):
+    """A running single-node VictoriaMetrics: the same face as ``PrometheusServer``
+    (``url``, ``query``, ``wait_for``, ``reload``, ``stop``), so the demo and the tests
+    use either without knowing which."""
+
+
+def scrape_config(jobs: Sequence[ScrapeJob], scrape_interval: str) -> str:
+    """Prometheus' scrape config for ``jobs`` without what vmagent's strict parser rejects.
+
+    VictoriaMetrics reads the same ``scrape_configs`` but refuses keys it does not
+    know, such as the rule-evaluation ``evaluation_interval`` under ``global``.
+    """
+    cfg = yaml.safe_load(render_config(jobs, scrape_interval))
+    cfg["global"].pop("evaluation_interval", None)
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def start_victoriametrics(
+    jobs: Sequence[ScrapeJob],
+    *,
+    port: int | None = None,
+    data_dir: Path | None = None,
+    scrape_interval: str = "1s",
+    extra_args: Sequence[str] = (),
+    ready_timeout: float = 30.0,
+    preexec_fn: Callable[[], None] | None = None,
+) -> VictoriaServer:
+    """Start VictoriaMetrics on 127.0.0.1 scraping ``jobs``; return once ``/health`` is OK.
+
+    Retention is 100 years so backfilled history of any age stays (the default,
+    one month, would drop an older benchmark history silently).
+    """
+    binary = find_binary("victoria-metrics")
+    own_dir = None
+    if data_dir is None:
+        own_dir = tempfile.TemporaryDirectory(prefix="gpu-eta-vm-")
+        base = Path(own_dir.name)
+    else:
+        base = data_dir
+        base.mkdir(parents=True, exist_ok=True)
+    storage = base / "data"
+    config_path = base / "scrape.yml"
+    log_path = base / "victoria-metrics.log"
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        config_path.write_text(scrape_config(jobs, scrape_interval))
+        process = start_http(
+            [
+                binary,
+                f"-httpListenAddr=127.0.0.1:{port}",
+                f"-storageDataPath={storage}",
+                f"-promscrape.config={config_path}",
+                "-retentionPeriod=100y",
+                "-search.latencyOffset=0s",
+                *extra_args,
+            ],
+            f"{url}/health",
+            log_path,
+            name="victoria-metrics",
+            timeout_seconds=ready_timeout,
+            preexec_fn=preexec_fn,
+        )
+    except BaseException:
+        if own_dir is not None:
+            own_dir.cleanup()
+        raise
+    return VictoriaServer(
+        url=url,
+        port=port,
+        data_dir=storage,
+        config_path=config_path,
+        process=process,
+        log_path=log_path,
+        _own_dir=own_dir,
+    )
+
+
+def import_blocks(tsdb_dir: Path, vm_url: str, timeout: float = 3600.0) -> str:
+    """``vmctl prometheus --prom-snapshot=tsdb_dir``: copy TSDB blocks into VictoriaMetrics.
+
+    vmctl insists on a terminal even with ``-s`` (it sizes a progress bar), so it
+    runs under ``script`` with a pseudo-terminal. Returns vmctl's output; raises
+    RuntimeError with its tail on failure.
+    """
+    vmctl = find_binary("vmctl")
+    command = (
+        f"{vmctl} prometheus -s --prom-snapshot={tsdb_dir} --vm-addr={vm_url} "
+        "--vm-disable-progress-bar --prom-concurrency=2"
+    )
+    proc = subprocess.run(
+        [find_binary("script"), "-qec", command, "/dev/null"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0 or "import requests:" not in proc.stdout:
+        raise RuntimeError(f"vmctl import failed: {(proc.stdout + proc.stderr).strip()[-2000:]}")
+    return proc.stdout
+
+
+def start_vmalert(
+    rule_files: Sequence[str],
+    vm_url: str,
+    alertmanager_url: str,
+    log_path: Path,
+    *,
+    evaluation_interval: str = "2s",
+    ready_timeout: float = 30.0,
+    preexec_fn: Callable[[], None] | None = None,
+) -> tuple[subprocess.Popen, str]:
+    """``vmalert``: VictoriaMetrics' rule evaluator, with gpu-eta's rules, against ``vm_url``.
+
+    VictoriaMetrics evaluates no rules itself. vmalert reads the same rules file
+    Prometheus loads, queries VictoriaMetrics, sends alerts to the Alertmanager and
+    writes recording rules and the ``ALERTS`` series back into VictoriaMetrics
+    (``-remoteWrite.url``; what ``top``'s alert line reads), restoring alert state
+    after a restart from it (``-remoteRead.url``). Returns the process and its URL.
+    """
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start_http(
+        [
+            find_binary("vmalert"),
+            *(f"-rule={path}" for path in rule_files),
+            f"-datasource.url={vm_url}",
+            f"-notifier.url={alertmanager_url}",
+            f"-remoteWrite.url={vm_url}",
+            f"-remoteRead.url={vm_url}",
+            f"-evaluationInterval={evaluation_interval}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+        ],
+        f"{url}/health",
+        log_path,
+        name="vmalert",
+        timeout_seconds=ready_timeout,
+        preexec_fn=preexec_fn,
+    )
+    return process, url

@@ -1,0 +1,117 @@
+"""An alert travels rule → Prometheus → Alertmanager, intact, and resolves when its cause ends.
+
+Real parts only: a simulated-node exporter (``--simulate``) with a notebook that has
+held GPU 1 for 25 hours without using it, a real Prometheus scraping it every
+second and evaluating gpu-eta's shipped rules (``for:`` shortened to 1 s by
+``demo.rules``, everything else as shipped) with a 1 s resend delay, and a real
+Alertmanager. Checked: GpuEtaGpuAllocatedIdle and GpuEtaLongOccupancy reach the
+Alertmanager with their namespace, pod, node and gpu labels and the runbook
+annotation, ``amtool`` lists them, and both resolve once the scenario file no longer
+has the pod (the exporter re-reads it; the series vanish).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.demo.rules import write_fast_rules
+from gpu_eta.launch.alertmanager import start_alertmanager
+from gpu_eta.launch.prometheus import ScrapeJob
+from tests.integration.helpers import ROOT, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
+NOTEBOOK = """
+  - name: jupyter-dave
+    namespace: hub
+    uid: uid-d
+    ip: 127.0.0.52
+    start_seconds: -90000
+    containers:
+      - {name: notebook, gpus: [{gpu: 1, utilization: 0.0, memory: 1GiB}]}
+"""
+SCENARIO = """
+version: 1
+node: am-node
+gpus:
+  - {index: 0}
+  - {index: 1}
+pods:
+  - name: trainer
+    namespace: ml
+    uid: uid-t
+    ip: 127.0.0.51
+    containers:
+      - {name: train, gpus: [{gpu: 0, utilization: 0.9, memory: 10GiB}]}
+"""
+EXPECTED = {"GpuEtaGpuAllocatedIdle", "GpuEtaLongOccupancy"}
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomically, as docs/scenario.md asks (the exporter never reads half a file)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _ours(am) -> dict[str, dict]:
+    """Active alerts about jupyter-dave by name."""
+    return {
+        a["labels"]["alertname"]: a for a in am.alerts() if a["labels"].get("pod") == "jupyter-dave"
+    }
+
+
+def test_alert_reaches_alertmanager_intact_and_resolves(
+    tmp_path, exporter_factory, prometheus_factory
+) -> None:
+    scenario = tmp_path / "node.yaml"
+    _write(scenario, SCENARIO + NOTEBOOK)
+    exporter = exporter_factory("--simulate", str(scenario), "--collection.interval=500ms")
+    am = start_alertmanager(data_dir=tmp_path / "am")
+    try:
+        rules = write_fast_rules(RULES, tmp_path / "rules.yaml", "1s")
+        prom = prometheus_factory(
+            [ScrapeJob("gpu-eta-exporter", [exporter.target])],
+            rule_files=[str(rules)],
+            alertmanagers=[f"127.0.0.1:{am.port}"],
+            extra_args=["--rules.alert.resend-delay=1s"],
+        )
+        alerts = wait_until(
+            lambda: (found := _ours(am)) and set(found) >= EXPECTED and found,
+            90,
+            what="GpuEtaGpuAllocatedIdle and GpuEtaLongOccupancy in Alertmanager",
+        )
+        for name in EXPECTED:
+            alert = alerts[name]
+            labels = alert["labels"]
+            assert (labels["namespace"], labels["pod"], labels["node"], labels["gpu"]) == (
+                "hub",
+                "jupyter-dave",
+                "am-node",
+                "1",
+            ), labels
+            assert labels["severity"] == "warning"
+            assert alert["status"]["state"] == "active"
+            assert alert["annotations"]["runbook"].strip()
+            assert alert["annotations"]["runbook_url"].endswith(f"#{name.lower()}")
+            assert "hub/jupyter-dave" in alert["annotations"]["summary"]
+        # the busy trainer on GPU 0 is not idle
+        assert not any(
+            a["labels"].get("pod") == "trainer" and a["labels"]["alertname"] in EXPECTED
+            for a in am.alerts()
+        )
+        listed = am.amtool("alert", "query", "alertname=GpuEtaGpuAllocatedIdle", "-o", "extended")
+        assert "jupyter-dave" in listed and "am-node" in listed
+
+        # the cause ends: the notebook is gone, its series vanish, the alerts resolve
+        _write(scenario, SCENARIO)
+        wait_until(lambda: not _ours(am), 90, what="the alerts resolved in Alertmanager")
+        # resolved at the source too (not merely expired in Alertmanager)
+        assert prom.query('ALERTS{pod="jupyter-dave"}') == []
+        assert "jupyter-dave" not in am.amtool("alert", "query")
+    finally:
+        am.stop()

@@ -1,0 +1,238 @@
+"""VictoriaMetrics as a peer of Prometheus: the same checks, against a real VictoriaMetrics.
+
+The forecaster, ``top``, every dashboard panel and every alert rule expression are
+run against a real single-node VictoriaMetrics (Debian ``victoria-metrics``) holding
+the same data the Prometheus tests use: the contract-shaped series of
+``test_dashboards_live`` and the backfilled history of ``test_forecaster_prometheus``,
+written to TSDB blocks by promtool and copied in with ``vmctl prometheus``
+(``gpu_eta.launch.victoria.import_blocks``); and, live, VictoriaMetrics scraping a real
+exporter and the real forecaster through ``-promscrape.config`` while the
+forecaster reads from it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tests.integration.test_dashboards_live as live
+import tests.integration.test_demo as demo_tests
+import tests.integration.test_forecaster_prometheus as fp
+from gpu_eta.demo.stack import Stack, StackConfig
+from gpu_eta.launch.processes import start_http, stop_process
+from gpu_eta.launch.prometheus import ScrapeJob, backfill, free_port
+from gpu_eta.launch.victoria import VictoriaServer, import_blocks, start_victoriametrics
+from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig
+from tests.integration.helpers import ROOT, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def loaded_victoria(om: Path, work: Path, jobs=(), **kwargs) -> VictoriaServer:
+    """A VictoriaMetrics holding ``om`` (OpenMetrics), through promtool blocks and vmctl."""
+    backfill(om, work / "blocks")
+    vm = start_victoriametrics(list(jobs), data_dir=work / "vm", **kwargs)
+    try:
+        import_blocks(work / "blocks", vm.url)
+        # rows become searchable about a second after an import
+        wait_until(lambda: vm.query("count({__name__=~'gpu_eta_.+'})"), 30, what="imported series")
+    except BaseException:
+        vm.stop()
+        raise
+    return vm
+
+
+@pytest.fixture
+def victoria_factory(tmp_path: Path) -> Iterator:
+    """``victoria_factory(jobs, backfill_files=[om])``: the ``prometheus_factory`` interface
+    for VictoriaMetrics, so a Prometheus test body runs unchanged against it."""
+    started: list[VictoriaServer] = []
+
+    def factory(jobs, backfill_files=(), **kwargs) -> VictoriaServer:
+        work = tmp_path / f"vm{len(started)}"
+        if backfill_files:
+            (om,) = backfill_files
+            vm = loaded_victoria(Path(om), work, jobs, **kwargs)
+        else:
+            vm = start_victoriametrics(list(jobs), data_dir=work / "vm", **kwargs)
+        started.append(vm)
+        return vm
+
+    yield factory
+    for vm in started:
+        vm.stop()
+
+
+@pytest.fixture(scope="module")
+def contract_victoria(tmp_path_factory) -> Iterator[live.PromAt]:
+    end = int(time.time()) // live.STEP * live.STEP - live.STEP
+    work = tmp_path_factory.mktemp("contract-vm")
+    (work / "series.om").write_text(live.contract_openmetrics(end))
+    vm = loaded_victoria(work / "series.om", work)
+    client = live.client(vm.url)
+    try:
+        yield live.PromAt(client, float(end))
+    finally:
+        client.close()
+        vm.stop()
+
+
+def test_every_panel_returns_data(contract_victoria: live.PromAt) -> None:
+    live.check_dashboards(contract_victoria, exempt=set())
+
+
+def test_a_wrong_metric_name_is_caught(contract_victoria: live.PromAt) -> None:
+    assert contract_victoria.has_data("gpu_eta_gpu_utilization_ratio", instant=True)
+    assert not contract_victoria.has_data("gpu_eta_gpu_utilisation_ratio", instant=True)
+
+
+def test_alert_rules_give_the_same_firing_set(contract_victoria: live.PromAt) -> None:
+    live.check_alert_rules(contract_victoria)
+
+
+def test_cycle_reconstructs_runs_from_real_answers(backfill_history, tmp_path, victoria_factory):
+    """The forecaster's in-process cycle on VictoriaMetrics' answers: same runs, same epochs."""
+    fp.check_cycle_reconstruction(backfill_history, tmp_path, victoria_factory)
+
+
+@pytest.fixture
+def backfill_history(tmp_path: Path) -> tuple[Path, float]:
+    now = time.time()
+    path = tmp_path / "history.om"
+    path.write_text(fp.openmetrics(now))
+    return path, now
+
+
+SCENARIO = """
+version: 1
+node: vm-node
+gpus:
+  - {index: 0}
+  - {index: 1}
+pods:
+  - name: trainer
+    namespace: ml
+    uid: uid-t
+    ip: 127.0.0.41
+    containers:
+      - {name: train, gpus: [{gpu: 0, utilization: 0.9, memory: 10GiB}]}
+  - name: jupyter-carol
+    namespace: hub
+    uid: uid-n
+    ip: 127.0.0.42
+    containers:
+      - {name: notebook, gpus: [{gpu: 1, utilization: 0.0, memory: 1GiB}]}
+"""
+
+
+def test_scrapes_exporter_and_forecaster_and_serves_them_and_top(
+    tmp_path, exporter_factory, victoria_factory, backfill_history
+) -> None:
+    """-promscrape.config scrapes a live exporter and ``forecaster serve``, which reads
+    from the same VictoriaMetrics; its forecasts come back through it, and ``top``
+    shows the cluster from it."""
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(SCENARIO)
+    exporter = exporter_factory("--simulate", str(scenario), "--collection.interval=500ms")
+    fport = free_port()
+    om, _ = backfill_history
+    vm = victoria_factory(
+        [
+            ScrapeJob("gpu-eta-exporter", [exporter.target]),
+            ScrapeJob("gpu-eta-forecaster", [f"127.0.0.1:{fport}"]),
+        ],
+        backfill_files=[om],
+    )
+    forecaster = start_http(
+        fp.serve_cmd(vm.url, fport, tmp_path / "h.sqlite"),
+        f"http://127.0.0.1:{fport}/metrics",
+        tmp_path / "forecaster.log",
+        name="forecaster",
+        cwd=ROOT,
+    )
+    try:
+        wait_until(
+            lambda: (
+                vm.query('up{job="gpu-eta-exporter"} == 1')
+                and vm.query('up{job="gpu-eta-forecaster"} == 1')
+            ),
+            60,
+            what="both targets scraped",
+        )
+        # the forecaster read the backfilled runs from VictoriaMetrics and published them
+        etas = wait_until(
+            lambda: vm.query('gpu_eta_job_predicted_completion_timestamp_seconds{quantile="0.5"}'),
+            120,
+            what="forecasts scraped back",
+        )
+        assert {r["metric"]["run_id"] for r in etas} >= {"run-a", "run-b"}
+        assert vm.query("gpu_eta_forecaster_queries_total{result='error'} > 0") == []
+        # the live exporter's idle notebook is seen
+        held = vm.query('gpu_eta_pod_gpu_allocated{node="vm-node"}')
+        assert {r["metric"]["pod"] for r in held} == {"trainer", "jupyter-carol"}
+        # top, as a user runs it, against VictoriaMetrics (the idle window must fit in
+        # the exporter's short life here)
+        data = wait_until(
+            lambda: _top_json(vm.url, "--idle-window", "5s"), 60, what="top listing the cluster"
+        )
+        assert {j["run_id"] for j in data["jobs"]} >= {"run-a", "run-b"}
+        assert any(h["pod"] == "jupyter-carol" for h in data["idle"])
+        assert {g["node"] for g in data["gpus"]} >= {"vm-node"}
+    finally:
+        stop_process(forecaster)
+
+
+def _top_json(url: str, *args: str) -> dict | None:
+    """``python -m forecaster top --json`` against ``url``; None unless it has jobs and holders."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_eta.forecaster",
+            "top",
+            "--prometheus.url",
+            url,
+            "--json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    return data if data["jobs"] and data["idle"] else None
+
+
+def test_the_demo_runs_on_victoriametrics(tmp_path: Path) -> None:
+    """``python -m demo --tsdb victoriametrics``: VictoriaMetrics scrapes every exporter
+    and the forecaster, which forecasts from it; vmalert's alerts reach Alertmanager
+    and ``top``'s alert line (the ALERTS series vmalert writes back)."""
+    config = StackConfig(
+        cluster=ClusterConfig(seed=3, time_scale=20.0, arrival_seconds=240.0, **ALERT_CAUSES),
+        history_days=0.25,
+        history_jobs=300,
+        prometheus_port=0,
+        forecaster_port=0,
+        alertmanager_port=0,
+        scrape_interval="1s",
+        forecaster_interval_seconds=3.0,
+        tsdb="victoriametrics",
+        alert_for="5s",
+        workdir=tmp_path / "demo",
+    )
+    with Stack(config, say=lambda msg: None) as stack:
+        vm = stack.prometheus
+        assert vm is not None and stack.vmalert is not None
+        vm.wait_for('up{job="gpu-eta-exporter"} == 1', timeout=60, min_results=len(stack.nodes))
+        vm.wait_for("gpu_eta_job_predicted_completion_timestamp_seconds", timeout=120)
+        # the backfilled history came in through vmctl: a day-old series is there
+        assert vm.query("count(count_over_time(gpu_eta_gpu_info[6h] offset 1h))")
+        demo_tests.check_demo_alerts(stack)
