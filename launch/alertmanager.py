@@ -21,7 +21,7 @@ import requests
 import yaml
 
 from gpu_eta.launch.processes import start_http, stop_process
-from gpu_eta.launch.prometheus import find_binary, free_port
+from gpu_eta.launch.prometheus import find_binary, free_port, server_dir
 
 BINARY = "prometheus-alertmanager"  # Debian's name; upstream's is "alertmanager"
 
@@ -90,13 +90,7 @@ def start_alertmanager(
 ) -> AlertmanagerServer:
     """Start Alertmanager on 127.0.0.1; return once ``/-/ready`` answers."""
     binary = find_binary(BINARY)
-    own_dir = None
-    if data_dir is None:
-        own_dir = tempfile.TemporaryDirectory(prefix="gpu-eta-am-")
-        base = Path(own_dir.name)
-    else:
-        base = data_dir
-        base.mkdir(parents=True, exist_ok=True)
+    base, own_dir = server_dir(data_dir, "gpu-eta-am-")
     config_path = base / "alertmanager.yml"
     log_path = base / "alertmanager.log"
     port = port or free_port()

@@ -134,6 +134,18 @@ class PrometheusServer:
             self._own_dir = None
 
 
+def server_dir(
+    data_dir: Path | None, prefix: str
+) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    """Where a server keeps its files: ``data_dir`` (created if missing), or a new
+    temporary directory the server owns (returned too, so ``stop`` removes it)."""
+    if data_dir is None:
+        own_dir = tempfile.TemporaryDirectory(prefix=prefix)
+        return Path(own_dir.name), own_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return data_dir, None
+
+
 def promtool(
     *args: str, stdin: str | None = None, timeout: float = 300.0
 ) -> subprocess.CompletedProcess[str]:
@@ -183,13 +195,7 @@ def start_prometheus(
     Prometheus die with it, even when the demo is killed with SIGKILL).
     """
     binary = find_binary("prometheus")
-    own_dir = None
-    if data_dir is None:
-        own_dir = tempfile.TemporaryDirectory(prefix="gpu-eta-prom-")
-        base = Path(own_dir.name)
-    else:
-        base = data_dir
-        base.mkdir(parents=True, exist_ok=True)
+    base, own_dir = server_dir(data_dir, "gpu-eta-prom-")
     tsdb = base / "data"
     config_path = base / "prometheus.yml"
     log_path = base / "prometheus.log"

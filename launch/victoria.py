@@ -17,7 +17,6 @@ a backfilled history exists in both servers from one file.
 from __future__ import annotations
 
 import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from gpu_eta.launch.prometheus import (
     find_binary,
     free_port,
     render_config,
+    server_dir,
 )
 
 
@@ -66,13 +66,7 @@ def start_victoriametrics(
     one month, would drop an older benchmark history silently).
     """
     binary = find_binary("victoria-metrics")
-    own_dir = None
-    if data_dir is None:
-        own_dir = tempfile.TemporaryDirectory(prefix="gpu-eta-vm-")
-        base = Path(own_dir.name)
-    else:
-        base = data_dir
-        base.mkdir(parents=True, exist_ok=True)
+    base, own_dir = server_dir(data_dir, "gpu-eta-vm-")
     storage = base / "data"
     config_path = base / "scrape.yml"
     log_path = base / "victoria-metrics.log"
