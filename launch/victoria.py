@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import requests
 import yaml
 
 from gpu_eta.launch.processes import start_http
@@ -110,7 +111,8 @@ def import_blocks(tsdb_dir: Path, vm_url: str, timeout: float = 3600.0) -> str:
 
     vmctl insists on a terminal even with ``-s`` (it sizes a progress bar), so it
     runs under ``script`` with a pseudo-terminal. Returns vmctl's output; raises
-    RuntimeError with its tail on failure.
+    RuntimeError with its tail on failure. Flushes, so every imported row is
+    searchable when it returns.
     """
     vmctl = find_binary("vmctl")
     command = (
@@ -126,6 +128,9 @@ def import_blocks(tsdb_dir: Path, vm_url: str, timeout: float = 3600.0) -> str:
     )
     if proc.returncode != 0 or "import requests:" not in proc.stdout:
         raise RuntimeError(f"vmctl import failed: {(proc.stdout + proc.stderr).strip()[-2000:]}")
+    # imported rows become searchable only at the next background flush (~1 s) unless
+    # flushed now: a query right after the import would see part of them
+    requests.get(f"{vm_url}/internal/force_flush", timeout=60).raise_for_status()
     return proc.stdout
 
 
