@@ -22,10 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _installed_elsewhere() -> list[str]:
     wrong = []
-    for name, folder in (
-        ("gpu_eta.exporter", "exporter"),
-        ("gpu_eta_report", "report/gpu_eta_report"),
-    ):
+    for name, folder in (("gpu_eta.exporter", "exporter"), ("gpu_eta_report", "report/gpu_eta_report")):
         try:
             spec = importlib.util.find_spec(name)
         except ModuleNotFoundError:  # gpu_eta itself missing
@@ -45,6 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "--system-site-packages VENV && VENV/bin/pip install --no-deps "
             f"--no-build-isolation -e {ROOT} -e {ROOT}/report (docs/architecture.md)"
         )
+
 
 
 @pytest.fixture

@@ -49,7 +49,8 @@ _PROMQL_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _FOREIGN_OK = re.compile(r"^(up|scrape_[a-z_]+|process_[a-z_]+|python_[a-z_]+)$")
 
 # Words that look like our metric names but are not metrics.
-NOT_METRICS = {}
+NOT_METRICS = {
+}
 
 
 # --- the contract --------------------------------------------------------------------

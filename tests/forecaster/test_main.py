@@ -17,10 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpu_eta.forecaster", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        [sys.executable, "-m", "gpu_eta.forecaster", *args], capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -143,9 +143,7 @@ def test_rich_rendering_shows_the_same_rows() -> None:
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=200, record=True)
-    console.print(
-        top_render.render_rich(top_view.build_view(results(), NOW, "http://prom"), timezone.utc)
-    )
+    console.print(top_render.render_rich(top_view.build_view(results(), NOW, "http://prom"), timezone.utc))
     text = console.export_text()
     assert "ml/cnn-1" in text and "jupyter/nb-alice" in text and "7/20" in text
 
@@ -263,9 +261,9 @@ def test_a_holder_is_idle_only_after_holding_its_gpu_for_the_idle_window() -> No
     assert top_render.summary_line(view).endswith("GPUs: 4 seen, 3 busy, 0 idle, 1 free")
 
     held_an_hour = {k: parsed(v) for k, v in answers().items()}
-    assert [
-        h.pod for h in top_view.build_view(held_an_hour, NOW, idle_window_seconds=3600).idle
-    ] == ["nb-alice"]
+    assert [h.pod for h in top_view.build_view(held_an_hour, NOW, idle_window_seconds=3600).idle] == [
+        "nb-alice"
+    ]
     assert top_view.build_view(held_an_hour, NOW, idle_window_seconds=3601).idle == ()
 
     unknown_start = answers()
@@ -356,13 +354,8 @@ def test_a_past_eta_or_free_time_is_due_or_overdue_not_a_past_clock_time() -> No
         "due",
         "22:13:00–22:13:50",
     )
-    assert (
-        top_render.fmt_band(top_view.Band(NOW - 60, NOW - 30, NOW - 1), NOW, timezone.utc)[0]
-        == "overdue"
-    )
-    assert (
-        top_render.fmt_band(top_view.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
-    )
+    assert top_render.fmt_band(top_view.Band(NOW - 60, NOW - 30, NOW - 1), NOW, timezone.utc)[0] == "overdue"
+    assert top_render.fmt_band(top_view.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
     late = answers()
     for item in late["completion"] + late["gpu_free"]:
         item["value"] = [
@@ -467,9 +460,7 @@ def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path)
     )  # fmt: skip
     assert (code, err) == (0, "")
     basic = "Basic " + base64.b64encode(b"me:pw").decode()
-    assert len(seen) == len(top_queries.queries()) and {
-        r.headers["Authorization"] for r in seen
-    } == {basic}
+    assert len(seen) == len(top_queries.queries()) and {r.headers["Authorization"] for r in seen} == {basic}
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
