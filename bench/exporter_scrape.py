@@ -115,9 +115,9 @@ def uncached_render_ms(path: Path, rounds: int = 50) -> tuple[float, float]:
     publishing it (``SnapshotExposition.prepare``); scrapes reuse that text. This is
     that background cost, which a scrape would pay only without ``prepare``.
     """
-    from gpu_eta.exporter.collectors.simulated import SimulatedNode
     from gpu_eta.exporter.exposition import SnapshotExposition
     from gpu_eta.exporter.scheduler import Scheduler, Sources
+    from gpu_eta.exporter.simulated_node import SimulatedNode
     from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
     node = SimulatedNode(path)

@@ -250,7 +250,7 @@ def main() -> int:
 LISTENER = """
 import sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from gpu_eta.exporter.collectors.simulated import SimulatedNode
+from gpu_eta.exporter.simulated_node import SimulatedNode
 from gpu_eta.exporter.exposition import encode_text, render
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore

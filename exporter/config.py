@@ -19,9 +19,9 @@ from typing import Any
 
 from gpu_eta.common.listen import ListenAddress
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
-from gpu_eta.exporter.collectors import ExporterError
+from gpu_eta.exporter.collectors import ExporterError, names
 
-COLLECTORS = ("gpu", "podresources", "kube", "cgroup", "hostmemory", "progress", "logs")
+COLLECTORS = names()  # one module per collector in exporter/collectors/
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
@@ -44,7 +44,7 @@ class ConfigError(ExporterError):
 
 
 def _all_on() -> Mapping[str, bool]:
-    return MappingProxyType(dict.fromkeys(COLLECTORS, True))
+    return MappingProxyType(dict.fromkeys(names(), True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +210,9 @@ def config_from_mapping(data: Mapping[str, Any], base: Config | None = None) -> 
         key = str(raw_key)
         if key.startswith("collector."):
             name = key.removeprefix("collector.")
-            if name not in COLLECTORS:
-                raise ConfigError(f"{key}: unknown collector (known: {', '.join(COLLECTORS)})")
+            known = names()
+            if name not in known:
+                raise ConfigError(f"{key}: unknown collector (known: {', '.join(known)})")
             collectors[name] = _bool(value, key)
             continue
         if key not in KEYS:

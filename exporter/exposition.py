@@ -327,6 +327,8 @@ def render_static(
     out.extend(_pod_gpus(snap.node, snap.pod_gpus))
     out.extend(_pods(snap, pod_labels))
     out.extend(_progress(snap.node, snap.progress))
+    for _name, families in snap.families:  # collectors with their own series
+        out.extend(families)
     out.extend(_self(snap, version))
     return out
 

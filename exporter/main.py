@@ -27,9 +27,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gpu_eta.exporter.collectors import ExporterError
+from gpu_eta.exporter.collectors import ExporterError, registry
 from gpu_eta.exporter.config import (
-    COLLECTORS,
     DEFAULT_KUBELET_SOCKET,
     KEYS,
     Config,
@@ -48,17 +47,6 @@ EXTRA_MODULES = frozenset(
 # what every run needs (config file, exposition); the others are per collector
 CORE_EXTRA_MODULES = ("yaml", "prometheus_client")
 MAX_CONFIG_BYTES = 1024 * 1024
-COLLECTOR_HELP = {
-    "gpu": "GPU devices, MIG instances and per-process samples (NVML, or the scenario)",
-    "podresources": "which container the kubelet allocated each GPU to (pod-resources List)",
-    "kube": "pod metadata from one watch on this node's pods (cached across API outages)",
-    "cgroup": "process → container from /proc/<pid>/cgroup",
-    "hostmemory": "container host-memory working set and limit from the cgroup",
-    "progress": "HTTP endpoint that training code posts progress to",
-    "logs": "training progress parsed from container logs under --path.pod-logs",
-}
-
-
 class ExitCode(enum.IntEnum):
     """The exporter's exit codes, in this one place."""
 
@@ -212,12 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run on a simulated node described by SCENARIO.yaml (the built-in 8-GPU "
         "scenario without a file) instead of NVML, the kubelet and the API server",
     )
-    for name in COLLECTORS:
+    for name, collector in registry.load().items():  # one module per collector
         add(
             f"--collector.{name}",
             dest=f"collector.{name}",
             action=argparse.BooleanOptionalAction,
-            help=f"{COLLECTOR_HELP[name]} (default on)",
+            help=f"{collector.help} (default on)",
         )
     add("--version", action="version", version=f"%(prog)s {version()}")
     return parser
@@ -335,7 +323,7 @@ def _run(runtime: Any, stop: threading.Event | None) -> int:
             runtime.version,
             runtime.node,
             runtime.metrics_address(),
-            ", ".join(n for n in COLLECTORS if cfg.enabled(n)) or "none",
+            ", ".join(n for n in registry.registered() if cfg.enabled(n)) or "none",
         )
         stop.wait()
         log.info("shutting down")

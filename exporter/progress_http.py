@@ -151,7 +151,7 @@ class ProgressListener:
             self._lookups[address] = (now + self._lookup_ttl, pod)
         if pod is not None and not pod.host_network:
             return pod, ""
-        # The pod caches index pod IPs only (kube.py and simulated.py leave
+        # The pod caches index pod IPs only (kube.py and simulated_node.py leave
         # hostNetwork pods out: their IP is the node's, shared), so a hostNetwork
         # sender is looked up among all pods here.
         if not self.allow_host_network:

@@ -7,25 +7,20 @@ import importlib
 import logging
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
-from gpu_eta.exporter.collectors import ExporterError
+from gpu_eta.exporter.collectors import ExporterError, StartupError, registry
 from gpu_eta.exporter.config import Config, version
 from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.readings import PodMeta
-from gpu_eta.exporter.scheduler import Scheduler, Sources
+from gpu_eta.exporter.scheduler import SLOTS, Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 log = logging.getLogger("exporter")
-
-
-class StartupError(ExporterError):
-    """The exporter cannot start (port taken, module missing...); one line."""
 
 
 class Runtime:
@@ -44,80 +39,48 @@ class Runtime:
         self.server: MetricsServer | None = None
         self.listener: Any = None
         self.store: Any = None
-        self._closers: list[Callable[[], None]] = []
+        self._ctx = registry.BuildContext(cfg=cfg, node="", pods_now=self._pods)
         self._pod_source: Any = None
 
     # -- sources ---------------------------------------------------------------------
 
-    def _simulated_sources(self) -> tuple[Sources, Callable[[str], PodMeta | None]]:
-        from gpu_eta.exporter.collectors.simulated import SimulatedNode
-
+    def _build_sources(self) -> Sources:
+        """Each enabled collector's source, built by its own module (``registry``), in
+        the collectors' order; a simulated node stands in for the real sources."""
         cfg = self.cfg
-        sim = SimulatedNode(Path(cfg.simulate) if cfg.simulate else None)
-        self.node = cfg.node_name or sim.node_name
-        sources = Sources(
-            gpu=sim.gpus if cfg.enabled("gpu") else None,
-            allocations=sim.allocations if cfg.enabled("podresources") else None,
-            pods=sim.pods if cfg.enabled("kube") else None,
-            processes=sim.processes if cfg.enabled("cgroup") else None,
-            host_memory=sim.host_memory if cfg.enabled("hostmemory") else None,
-        )
-        return sources, sim.pods.by_ip
+        ctx = self._ctx
+        if cfg.simulate is not None:
+            from gpu_eta.exporter.simulated_node import SimulatedNode
 
-    def _real_sources(self) -> tuple[Sources, Callable[[str], PodMeta | None]]:
-        cfg = self.cfg
-        self.node = cfg.node_name or socket.gethostname().lower()
-        sources = Sources()
-        by_ip: Callable[[str], PodMeta | None] = _no_pods
-        if cfg.enabled("gpu"):
-            from gpu_eta.exporter.collectors.nvml import (
-                NO_NVML_MESSAGE,
-                NvmlGpuSource,
-                NvmlUnavailable,
-            )
-
-            nvml = NvmlGpuSource(wait_for_driver=cfg.nvml_wait_for_driver)
-            try:
-                nvml.open()
-            except NvmlUnavailable as err:
-                if str(err) == NO_NVML_MESSAGE:
-                    raise StartupError(f"{err}; use --simulate for a simulated node") from err
-                raise
-            self._closers.append(nvml.close)
-            sources.gpu = nvml
-        if cfg.enabled("podresources"):
-            podresources = _import("podresources", "gpu_eta.exporter.collectors.podresources")
-            source = podresources.PodResourcesSource(cfg.kubelet_socket)
-            self._closers.append(source.close)
-            sources.allocations = source
-        if cfg.enabled("kube"):
-            if cfg.node_name is None:
-                raise StartupError(
-                    "the kube collector needs this node's name: set --node-name or env "
-                    "NODE_NAME (downward API: spec.nodeName)"
+            ctx.simulated = SimulatedNode(Path(cfg.simulate) if cfg.simulate else None)
+            ctx.pod_by_ip = ctx.simulated.pods.by_ip
+            self.node = cfg.node_name or ctx.simulated.node_name
+        else:
+            self.node = cfg.node_name or socket.gethostname().lower()
+        ctx.node = self.node
+        enabled = [c for c in registry.load().values() if cfg.enabled(c.name)]
+        if any(c.needs_progress_store for c in enabled):
+            store_mod = _import("progress", "gpu_eta.exporter.progress_store")
+            state = Path(cfg.progress_state_file) if cfg.progress_state_file else None
+            self.store = ctx.store = store_mod.ProgressStore(state_path=state)
+            if ctx.simulated is None and not cfg.enabled("kube"):
+                log.warning(
+                    "collector kube is off: progress reports and container logs cannot be "
+                    "matched to pods, so every report is refused (403) and logs are skipped"
                 )
-            kube = _import("kube", "gpu_eta.exporter.collectors.kube")
-            pods = kube.KubePodSource(
-                cfg.node_name, kubeconfig=cfg.kube_kubeconfig, api_url=cfg.kube_api_url
-            )
-            pods.start()
-            self._closers.append(pods.stop)
-            sources.pods = pods
-            by_ip = pods.by_ip
-        elif cfg.enabled("progress") or cfg.enabled("logs"):
-            log.warning(
-                "collector kube is off: progress reports and container logs cannot be "
-                "matched to pods, so every report is refused (403) and logs are skipped"
-            )
-        if cfg.enabled("cgroup"):
-            cgroups = _import("cgroup", "gpu_eta.exporter.collectors.cgroups")
-            sources.processes = cgroups.CgroupResolver(procfs=cfg.procfs)
-        if cfg.enabled("hostmemory"):
-            hostmemory = _import("hostmemory", "gpu_eta.exporter.collectors.hostmemory")
-            sources.host_memory = hostmemory.CgroupHostMemory(
-                cgroupfs=cfg.cgroupfs, procfs=cfg.procfs
-            )
-        return sources, by_ip
+        sources = Sources(progress_store=self.store)
+        for collector in enabled:
+            source = collector.build(ctx)
+            if collector.kind == "families":
+                sources.families[collector.name] = source
+            else:
+                setattr(sources, SLOTS[collector.kind], source)
+                sources.names[SLOTS[collector.kind]] = collector.name
+            if collector.kind == "progress":
+                self.listener = source
+            if collector.kind == "pods":
+                self._pod_source = source
+        return sources
 
     def _pods(self) -> tuple[PodMeta, ...]:
         """This node's pods now, for the log collector and the progress listener: the
@@ -144,38 +107,8 @@ class Runtime:
 
     def _start(self) -> None:
         cfg = self.cfg
-        if cfg.simulate is not None:
-            sources, by_ip = self._simulated_sources()
-        else:
-            sources, by_ip = self._real_sources()
+        sources = self._build_sources()
         self.holder = SnapshotHolder(Snapshot(node=self.node, timestamp=time.time()))
-        self._pod_source = sources.pods
-        if cfg.enabled("progress") or cfg.enabled("logs"):
-            store_mod = _import("progress", "gpu_eta.exporter.progress_store")
-            state = Path(cfg.progress_state_file) if cfg.progress_state_file else None
-            self.store = store_mod.ProgressStore(state_path=state)
-            sources.progress_store = self.store
-        if cfg.enabled("logs"):
-            logs_mod = _import("logs", "gpu_eta.exporter.collectors.logs")
-            sources.logs = logs_mod.LogProgressCollector(Path(cfg.pod_logs), self.store, self._pods)
-        if cfg.enabled("progress"):
-            http_mod = _import("progress", "gpu_eta.exporter.progress_http")
-            addr = cfg.progress_listen_address
-            self.listener = http_mod.ProgressListener(
-                addr.host,
-                addr.port,
-                self.store,
-                pod_by_ip=by_ip,
-                pods=self._pods,
-                allow_host_network=cfg.progress_allow_host_network,
-            )
-            try:
-                self.listener.start()
-            except OSError as err:
-                raise StartupError(
-                    f"cannot listen on --progress.listen-address {addr}: {err.strerror or err}"
-                ) from err
-            sources.progress_listener = self.listener
         exposition = SnapshotExposition(self.holder, pod_labels=cfg.pod_labels, version=self.version)
         self.scheduler = Scheduler(
             self.node,
@@ -231,12 +164,14 @@ class Runtime:
 
     def stop(self) -> None:
         """Stop serving and collecting, persist progress, release NVML; idempotent."""
-        for part in (self.server, self.listener):
-            if part is not None:
-                try:
-                    part.stop()
-                except Exception as err:
-                    log.warning("stopping %s: %s", type(part).__name__, err)
+        first = [self.server.stop] if self.server is not None else []
+        first += reversed(self._ctx.stop_first)  # servers taking input (progress)
+        self._ctx.stop_first.clear()
+        for stop in first:
+            try:
+                stop()
+            except Exception as err:
+                log.warning("stopping %s: %s", getattr(stop, "__qualname__", stop), err)
         self.server = None
         self.listener = None
         if self.scheduler is not None:
@@ -247,8 +182,9 @@ class Runtime:
                 self.store.save()
             except Exception as err:
                 log.warning("saving progress state failed: %s", err)
-        while self._closers:
-            closer = self._closers.pop()
+        closers = self._ctx.closers
+        while closers:
+            closer = closers.pop()
             try:
                 closer()
             except Exception as err:
@@ -264,10 +200,3 @@ def _import(collector: str, module: str) -> Any:
             f"collector {collector} is not available in this build ({module}: {err}); "
             f"disable it with --no-collector.{collector}"
         ) from err
-
-
-def _no_pods(ip: str) -> PodMeta | None:
-    """Pod lookup without the pod watch: no pod is known (see the startup warning)."""
-    return None
-
-

@@ -6,7 +6,7 @@ them and how their utilisation and memory evolve over time. ``parse_scenario`` t
 the YAML mapping into frozen records and rejects anything malformed with a
 ``ScenarioError`` naming the offending path, so a bad file written by the demo is a
 one-line log, never a traceback. ``evaluate`` is a pure function of the scenario and
-a unix time: the simulated backend (``gpu_eta.exporter.collectors.simulated``) is only the
+a unix time: the simulated backend (``gpu_eta.exporter.simulated_node``) is only the
 I/O around it. The format is documented in ``docs/scenario.md``.
 """
 

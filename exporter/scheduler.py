@@ -32,13 +32,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpu_eta.exporter.attribution import attribute as attribute_rows
 from gpu_eta.exporter.attribution import unresolved_allocations
 from gpu_eta.exporter.collectors import (
     AllocationSource,
+    FamilySource,
     GpuSource,
     HostMemorySource,
     NoData,
@@ -106,9 +107,36 @@ Attribute = Callable[
 ]
 
 
+# The Sources field that holds a collector of each kind (``registry.KINDS``).
+SLOTS = {
+    "gpu": "gpu",
+    "allocations": "allocations",
+    "pods": "pods",
+    "logs": "logs",
+    "progress": "progress_listener",
+    "processes": "processes",
+    "host_memory": "host_memory",
+}
+
+
+def _default_names() -> dict[str, str]:
+    # the built-in collectors' names; the runtime sets them from the registry
+    return {
+        "gpu": "gpu",
+        "allocations": "podresources",
+        "pods": "kube",
+        "logs": "logs",
+        "progress_listener": "progress",
+        "processes": "cgroup",
+        "host_memory": "hostmemory",
+    }
+
+
 @dataclass
 class Sources:
-    """The enabled sources; None means the collector is switched off."""
+    """The enabled sources; None means the collector is switched off. ``names``: the
+    collector name each field's source publishes its status under; ``families``:
+    collectors with their own series, by name."""
 
     gpu: GpuSource | None = None
     allocations: AllocationSource | None = None
@@ -118,6 +146,8 @@ class Sources:
     progress_store: ProgressStoreLike | None = None
     progress_listener: ProgressEndpoint | None = None  # the "progress" collector
     logs: LogPoller | None = None
+    families: dict[str, FamilySource] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=_default_names)
 
 
 class _Tracker:
@@ -272,32 +302,35 @@ class Scheduler:
 
     def _cycle(self) -> Snapshot:
         src = self.sources
+        n = src.names
         stage1: dict[str, tuple[Callable[[], Any], Any]] = {}
         if src.gpu is not None:
-            stage1["gpu"] = (src.gpu.poll, GpuPoll(devices=()))
+            stage1[n["gpu"]] = (src.gpu.poll, GpuPoll(devices=()))
         if src.allocations is not None:
-            stage1["podresources"] = (src.allocations.poll, ())
+            stage1[n["allocations"]] = (src.allocations.poll, ())
         if src.pods is not None:
-            stage1["kube"] = (src.pods.poll, ())
+            stage1[n["pods"]] = (src.pods.poll, ())
         if src.logs is not None:
-            stage1["logs"] = (src.logs.poll, None)
+            stage1[n["logs"]] = (src.logs.poll, None)
         if src.progress_listener is not None:
-            stage1["progress"] = (src.progress_listener.poll, {})
+            stage1[n["progress_listener"]] = (src.progress_listener.poll, {})
+        for name, family_source in src.families.items():
+            stage1[name] = (family_source.poll, ())
         got = self._run_stage(stage1)
-        gpu: GpuPoll = got.get("gpu", GpuPoll(devices=()))
-        allocations: tuple[Allocation, ...] = tuple(got.get("podresources", ()))
-        pods: tuple[PodMeta, ...] = tuple(got.get("kube", ()))
-        kube_known = "kube" in self._trackers and self._trackers["kube"].has_data
+        gpu: GpuPoll = got.get(n["gpu"], GpuPoll(devices=()))
+        allocations: tuple[Allocation, ...] = tuple(got.get(n["allocations"], ()))
+        pods: tuple[PodMeta, ...] = tuple(got.get(n["pods"], ()))
+        kube_known = n["pods"] in self._trackers and self._trackers[n["pods"]].has_data
         kube_watch = _watch_status(src.pods)
 
         stage2: dict[str, tuple[Callable[[], Any], Any]] = {}
         if src.processes is not None:
             pids = sorted({s.pid for s in gpu.processes})
             resolver = src.processes
-            stage2["cgroup"] = (lambda: dict(resolver.resolve(pids)), {})
+            stage2[n["processes"]] = (lambda: dict(resolver.resolve(pids)), {})
         if src.host_memory is not None:
             memory_source = src.host_memory
-            stage2["hostmemory"] = (lambda: tuple(memory_source.poll(pods)), ())
+            stage2[n["host_memory"]] = (lambda: tuple(memory_source.poll(pods)), ())
         steps: list[_Step] = []
         store = src.progress_store
         if store is not None:
@@ -314,19 +347,19 @@ class Scheduler:
         # A resolver failing now keeps its last good map: pids it does not name make
         # their device's split unknown in attribution.
         containers: Mapping[int, ContainerRef] | None = None
-        if src.processes is not None and self._trackers["cgroup"].has_data:
-            containers = got2.get("cgroup", {})
-        host_memory: tuple[HostMemory, ...] = got2.get("hostmemory", ())
+        if src.processes is not None and self._trackers[n["processes"]].has_data:
+            containers = got2.get(n["processes"], {})
+        host_memory: tuple[HostMemory, ...] = got2.get(n["host_memory"], ())
         progress: tuple[Progress, ...] = got2.get(self._store_step.name, ())
 
-        if src.gpu is not None and self._trackers["gpu"].success:
+        if src.gpu is not None and self._trackers[n["gpu"]].success:
             self._log_device_failures(gpu)
         pod_gpus: tuple[PodGpuRow, ...] = ()
         unresolved: int | None = None
         if src.gpu is not None:
             try:
                 pod_gpus = self._attribute(gpu, allocations, pods, containers)
-                if src.allocations is not None and self._trackers["gpu"].has_data:
+                if src.allocations is not None and self._trackers[n["gpu"]].has_data:
                     unresolved = self._count_unresolved(gpu, allocations)
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
@@ -347,10 +380,11 @@ class Scheduler:
             host_memory=host_memory,
             progress=progress,
             collectors=statuses,
-            progress_reports_total=dict(got.get("progress", {})),
+            progress_reports_total=dict(got.get(n["progress_listener"], {})),
             log_lines_total=_counts(src.logs),
             kube_watch=kube_watch,
             unresolved_allocations=unresolved,
+            families=tuple((name, tuple(got.get(name, ()))) for name in sorted(src.families)),
         )
 
     def _count_unresolved(self, gpu: GpuPoll, allocations: Sequence[Allocation]) -> int:

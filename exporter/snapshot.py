@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from gpu_eta.exporter.readings import (
     CollectorStatus,
@@ -53,6 +54,8 @@ class Snapshot:
     # malformed id): they get no pod series, so they are counted. None when not
     # computed (no gpu or podresources source, or no GPU reading yet).
     unresolved_allocations: int | None = None
+    # collectors with their own series (registry kind "families"): (name, families)
+    families: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
 
 

@@ -28,9 +28,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.collectors.cgroups import MAX_CGROUP_FILE_BYTES
+from gpu_eta.exporter.collectors.cgroup import MAX_CGROUP_FILE_BYTES
+from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.readings import HostMemory, PodMeta
 
 __all__ = ["CgroupHostMemory", "parse_memory_stat", "working_set_bytes"]
@@ -114,7 +116,7 @@ class CgroupHostMemory:
 
     def _scan_proc(self, wanted: set[str]) -> dict[str, str]:
         """container id -> cgroup path, from the processes in ``procfs`` (fallback)."""
-        from gpu_eta.exporter.collectors.cgroups import parse_cgroup
+        from gpu_eta.exporter.collectors.cgroup import parse_cgroup
 
         found: dict[str, str] = {}
         try:
@@ -226,3 +228,21 @@ class CgroupHostMemory:
                 continue
             out.append(HostMemory(pod.namespace, pod.name, cname, working_set, limit))
         return tuple(out)
+
+
+def build(ctx: BuildContext) -> Any:
+    """Cgroup memory files under ``--path.cgroupfs``, or the simulated node's."""
+    if ctx.simulated is not None:
+        return ctx.simulated.host_memory
+    return CgroupHostMemory(cgroupfs=ctx.cfg.cgroupfs, procfs=ctx.cfg.procfs)
+
+
+register(
+    Collector(
+        "hostmemory",
+        "container host-memory working set and limit from the cgroup",
+        kind="host_memory",
+        build=build,
+        order=50,
+    )
+)

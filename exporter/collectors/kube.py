@@ -42,7 +42,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors import CollectorError, StartupError
+from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.readings import PodMeta
 
 __all__ = [
@@ -785,3 +786,32 @@ class KubePodSource:
             sock = getattr(getattr(response, "connection", None), "sock", None)
             if sock is not None:
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+def build(ctx: BuildContext) -> Any:
+    """One watch on this node's pods (needs ``--node-name``), or the simulated node's
+    pods; either also answers the progress listener's pod-by-IP lookups."""
+    if ctx.simulated is not None:
+        return ctx.simulated.pods
+    cfg = ctx.cfg
+    if cfg.node_name is None:
+        raise StartupError(
+            "the kube collector needs this node's name: set --node-name or env "
+            "NODE_NAME (downward API: spec.nodeName)"
+        )
+    pods = KubePodSource(cfg.node_name, kubeconfig=cfg.kube_kubeconfig, api_url=cfg.kube_api_url)
+    pods.start()
+    ctx.closers.append(pods.stop)
+    ctx.pod_by_ip = pods.by_ip
+    return pods
+
+
+register(
+    Collector(
+        "kube",
+        "pod metadata from one watch on this node's pods (cached across API outages)",
+        kind="pods",
+        build=build,
+        order=30,
+    )
+)

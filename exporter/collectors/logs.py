@@ -33,7 +33,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.logformats import (
     MARKER,
     LogState,
@@ -334,3 +336,21 @@ class LogProgressCollector:
         # a report inconsistent with the run so far is dropped: what is stored stays
         with contextlib.suppress(ReportError):
             self.store.merge(ns, pod, container, "log", report, now)
+
+
+def build(ctx: BuildContext) -> Any:
+    """Follows ``--path.pod-logs`` for the pods of this node (the same on a simulated
+    node: the demo writes real log files)."""
+    return LogProgressCollector(Path(ctx.cfg.pod_logs), ctx.store, ctx.pods_now)
+
+
+register(
+    Collector(
+        "logs",
+        "training progress parsed from container logs under --path.pod-logs",
+        kind="logs",
+        build=build,
+        order=70,
+        needs_progress_store=True,
+    )
+)

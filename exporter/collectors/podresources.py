@@ -17,12 +17,14 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from typing import Any
 
 import grpc
 
 from gpu_eta.exporter._proto import api_pb2, api_pb2_grpc
 from gpu_eta.exporter.attribution import MAX_DEVICE_ID_CHARS
 from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.config import DEFAULT_KUBELET_SOCKET
 from gpu_eta.exporter.readings import Allocation
 
@@ -157,3 +159,24 @@ def allocations_from_response(
                     if len(out) >= MAX_ALLOCATIONS:
                         return tuple(out)
     return tuple(out)
+
+
+def build(ctx: BuildContext) -> Any:
+    """The kubelet's pod-resources socket (``--kubelet.socket``), or the simulated
+    node's allocations."""
+    if ctx.simulated is not None:
+        return ctx.simulated.allocations
+    source = PodResourcesSource(ctx.cfg.kubelet_socket)
+    ctx.closers.append(source.close)
+    return source
+
+
+register(
+    Collector(
+        "podresources",
+        "which container the kubelet allocated each GPU to (pod-resources List)",
+        kind="allocations",
+        build=build,
+        order=20,
+    )
+)

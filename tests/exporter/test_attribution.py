@@ -20,7 +20,7 @@ from gpu_eta.exporter.attribution import (
     unresolved_allocations,
 )
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.collectors.cgroups import CgroupResolver
+from gpu_eta.exporter.collectors.cgroup import CgroupResolver
 from gpu_eta.exporter.collectors.kube import KubePodSource
 from gpu_eta.exporter.collectors.podresources import PodResourcesSource
 from gpu_eta.exporter.readings import (

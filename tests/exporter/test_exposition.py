@@ -17,7 +17,6 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpu_eta.exporter.collectors.kube import KubeStatus
-from gpu_eta.exporter.collectors.simulated import SimulatedNode
 from gpu_eta.exporter.exposition import SnapshotExposition, pod_label_name, render
 from gpu_eta.exporter.readings import (
     CollectorStatus,
@@ -28,6 +27,7 @@ from gpu_eta.exporter.readings import (
     Progress,
 )
 from gpu_eta.exporter.scheduler import Scheduler, Sources
+from gpu_eta.exporter.simulated_node import SimulatedNode
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from gpu_eta.launch.prometheus import find_binary
 

@@ -137,7 +137,7 @@ def test_bad_config_file_names_the_file(tmp_path: Path, capsys: pytest.CaptureFi
     err = capsys.readouterr().err.strip()
     assert (
         err
-        == f"gpu-eta exporter: --config.file {cfg_file}: collector.nvlink: unknown collector (known: gpu, podresources, kube, cgroup, hostmemory, progress, logs)"
+        == f"gpu-eta exporter: --config.file {cfg_file}: collector.nvlink: unknown collector (known: cgroup, gpu, hostmemory, kube, logs, podresources, progress)"
     )
     assert main(["--config.file", str(tmp_path / "missing.yaml")]) == ExitCode.USAGE
     assert "cannot read" in capsys.readouterr().err

@@ -31,7 +31,7 @@ class Pods:
         self.pods = list(pods)
 
     def by_ip(self, ip: str) -> PodMeta | None:
-        # as the real caches (kube.py, simulated.py): hostNetwork pods are not indexed
+        # as the real caches (kube.py, simulated_node.py): hostNetwork pods are not indexed
         return next((p for p in self.pods if p.ip == ip and not p.host_network), None)
 
     def __call__(self) -> list[PodMeta]:
@@ -305,7 +305,7 @@ def test_pipelined_requests_on_one_connection(listener):
 def test_host_network_opt_in_works_with_the_real_pod_cache(tmp_path):
     """The simulated cache (like kube.py) does not index hostNetwork pods by IP; the
     opt-in must still find the annotated one."""
-    from gpu_eta.exporter.collectors.simulated import SimulatedNode
+    from gpu_eta.exporter.simulated_node import SimulatedNode
 
     scenario = tmp_path / "hostnet.yaml"
     scenario.write_text(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpu_eta.exporter.main import parse_config
 from gpu_eta.exporter.runtime import Runtime
+from gpu_eta.exporter.simulated_node import SimulatedNode
 from gpu_eta.exporter.snapshot import Snapshot
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta.simulation.driver import cri_line
@@ -38,9 +39,7 @@ def test_the_first_cycle_reads_the_logs_of_the_pods_it_lists(tmp_path: Path) -> 
     """The log collector asks for the pods of *this* cycle (the pod source's list), not
     the previous snapshot's: at start that snapshot is empty, and a pod that just
     appeared would have its logs skipped for one whole interval."""
-    runtime = _runtime(tmp_path)
-    sources, _ = runtime._simulated_sources()
-    pod = next(p for p in sources.pods.poll() if p.ip)
+    pod = next(p for p in SimulatedNode(None).pods.poll() if p.ip)
     container = tmp_path / f"{pod.namespace}_{pod.name}_{pod.uid}" / "train"
     container.mkdir(parents=True)
     lines = KERAS.read_text().splitlines()

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.collectors.nvml import DRIVER_GONE_REASON, NvmlGpuSource, NvmlUnavailable
+from gpu_eta.exporter.collectors.gpu import DRIVER_GONE_REASON, NvmlGpuSource, NvmlUnavailable
 from gpu_eta.exporter.exposition import encode_text, render
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder

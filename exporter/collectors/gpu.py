@@ -33,7 +33,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from gpu_eta.exporter.collectors import CollectorError, ExporterError
+from gpu_eta.exporter.collectors import CollectorError, ExporterError, StartupError
+from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.readings import DeviceFailure, DeviceReading, GpuPoll, ProcessSample
 
 log = logging.getLogger(__name__)
@@ -322,3 +323,30 @@ class NvmlGpuSource:
             newest = max(newest, int(sample.timeStamp))
         self._last_seen[uuid] = newest
         return {pid: min(1.0, sum(v) / len(v) / 100.0) for pid, v in sums.items()}
+
+
+def build(ctx: BuildContext) -> Any:
+    """NVML opened once (a node without the driver is a one-line start-up error), or
+    the simulated node's devices."""
+    if ctx.simulated is not None:
+        return ctx.simulated.gpus
+    nvml = NvmlGpuSource(wait_for_driver=ctx.cfg.nvml_wait_for_driver)
+    try:
+        nvml.open()
+    except NvmlUnavailable as err:
+        if str(err) == NO_NVML_MESSAGE:
+            raise StartupError(f"{err}; use --simulate for a simulated node") from err
+        raise
+    ctx.closers.append(nvml.close)
+    return nvml
+
+
+register(
+    Collector(
+        "gpu",
+        "GPU devices, MIG instances and per-process samples (NVML, or the scenario)",
+        kind="gpu",
+        build=build,
+        order=10,
+    )
+)

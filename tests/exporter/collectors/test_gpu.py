@@ -17,7 +17,7 @@ import pynvml as real
 import pytest
 
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.collectors.nvml import NO_NVML_MESSAGE, NvmlGpuSource, NvmlUnavailable
+from gpu_eta.exporter.collectors.gpu import NO_NVML_MESSAGE, NvmlGpuSource, NvmlUnavailable
 
 GIB = 2**30
 

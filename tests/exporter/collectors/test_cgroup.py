@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_eta.exporter.collectors.cgroups import MAX_CGROUP_FILE_BYTES, CgroupResolver, parse_cgroup
+from gpu_eta.exporter.collectors.cgroup import MAX_CGROUP_FILE_BYTES, CgroupResolver, parse_cgroup
 from gpu_eta.exporter.readings import ContainerRef
 
 PROC = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
@@ -58,7 +58,7 @@ def test_malformed_and_missing_files_are_skipped_with_a_debug_log(
     (tmp_path / "12" / "cgroup").mkdir()  # a directory: reading it fails
     (tmp_path / "13").mkdir()
     (tmp_path / "13" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-2.scope\n")
-    caplog.set_level(logging.DEBUG, logger="gpu_eta.exporter.collectors.cgroups")
+    caplog.set_level(logging.DEBUG, logger="gpu_eta.exporter.collectors.cgroup")
     assert CgroupResolver(str(tmp_path)).resolve([10, 11, 12, 13, 14]) == {}
     messages = "\n".join(r.getMessage() for r in caplog.records)
     assert all(r.levelno == logging.DEBUG for r in caplog.records)

@@ -31,7 +31,9 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.readings import ContainerRef
 
 __all__ = ["MAX_CGROUP_FILE_BYTES", "CgroupResolver", "parse_cgroup"]
@@ -184,3 +186,21 @@ class CgroupResolver:
             if ref is not None:
                 found[pid] = ref
         return found
+
+
+def build(ctx: BuildContext) -> Any:
+    """``/proc/<pid>/cgroup`` under ``--path.procfs``, or the simulated processes."""
+    if ctx.simulated is not None:
+        return ctx.simulated.processes
+    return CgroupResolver(procfs=ctx.cfg.procfs)
+
+
+register(
+    Collector(
+        "cgroup",
+        "process → container from /proc/<pid>/cgroup",
+        kind="processes",
+        build=build,
+        order=40,
+    )
+)

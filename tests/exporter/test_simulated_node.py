@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_eta.exporter.collectors.simulated import SimulatedNode
 from gpu_eta.exporter.scenario import ScenarioError
+from gpu_eta.exporter.simulated_node import SimulatedNode
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "scenarios" / "small.yaml"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "small.yaml"
 GIB = 2**30
 
 
