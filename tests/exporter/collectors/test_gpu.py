@@ -302,7 +302,7 @@ def test_device_count_failure_fails_the_poll() -> None:
     nv = fake_nvml([])
 
     def broken() -> int:
-        raise real.NVMLError(real.NVML_ERROR_UNKNOWN)  # driver-gone codes: test_nvml_lifecycle
+        raise real.NVMLError(real.NVML_ERROR_UNKNOWN)  # driver-gone codes: test_gpu_lifecycle
 
     nv.nvmlDeviceGetCount = broken
     with pytest.raises(CollectorError, match="device count"):

@@ -1,5 +1,5 @@
 """The exporter through the NVIDIA driver's lifecycle, on the NVML fake of
-test_nvml.py made able to lose its driver and get it back (as GPU Operator's
+test_gpu.py made able to lose its driver and get it back (as GPU Operator's
 driver manager does on an upgrade, or a node boots before the driver is loaded):
 
 - no driver at start: the source waits (no exit, no crash loop), the gpu collector
@@ -23,7 +23,7 @@ from gpu_eta.exporter.collectors.gpu import DRIVER_GONE_REASON, NvmlGpuSource, N
 from gpu_eta.exporter.exposition import encode_text, render
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
-from tests.exporter.collectors.test_nvml import Dev, fake_nvml
+from tests.exporter.collectors.test_gpu import Dev, fake_nvml
 
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"
