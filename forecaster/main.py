@@ -33,7 +33,10 @@ log = logging.getLogger("forecaster")
 PREFIX = "gpu-eta forecaster: "  # every error line of serve/once (docs/forecaster.md)
 
 DELEGATED = {
-    "evaluate": ("gpu_eta.forecaster.evaluate", "backtest recorded runs from a CSV against baselines"),
+    "evaluate": (
+        "gpu_eta.forecaster.evaluate",
+        "backtest recorded runs from a CSV against baselines",
+    ),
     "top": ("gpu_eta.top.main", "terminal table of running jobs, ETAs and GPUs"),
 }
 

@@ -44,6 +44,7 @@ from gpu_eta.forecaster.calibration import (
     tails,
 )
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
 from gpu_eta.forecaster.estimators.base import NotFittedError
 from gpu_eta.forecaster.estimators.blend import (
     BlendEstimator,
@@ -51,6 +52,17 @@ from gpu_eta.forecaster.estimators.blend import (
     RawEstimate,
     blend_forecast,
     combine_many,
+)
+from gpu_eta.forecaster.estimators.choice import (
+    ANALOGS,
+    DEFAULTS,
+    OPTIONS,
+    SITUATIONS,
+    Option,
+    centre,
+    choose,
+    rate_candidates,
+    situation,
 )
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.forecast import Forecast
@@ -80,6 +92,13 @@ class _Sample:
     parts: tuple[Components, ...]  # one per Huber constant of EtaModel._huber_grid()
     actual: float
     timestamp: float
+    analog: AnalogEstimate | None = None  # from runs of the same identity that ended before
+    rates: Mapping[str, float] = dataclasses.field(default_factory=dict)  # choice.rate_candidates
+
+
+def samples_in_order(samples: Sequence[_Sample]) -> list[_Sample]:
+    """``samples`` in the order ``EtaModel._residuals`` returns their residuals."""
+    return [s for point in POINTS for s in samples if s.point == point]
 
 
 class EtaModel:
@@ -141,7 +160,8 @@ class EtaModel:
             pooled=self.pooled,
             random_state=self.random_state,
         ).fit(history)
-        samples = self._samples(blend, history)
+        analog = AnalogEstimator().fit(history)
+        samples = self._samples(blend, analog, history)
         self.rate_floor_, self.prior_floor_ = self._floors(samples)
         samples = [
             dataclasses.replace(s, parts=tuple(self._floored(c, s.point) for c in s.parts))
@@ -162,6 +182,59 @@ class EtaModel:
             ]
         residuals = self._residuals(samples, self.weights_)
         self.blend_ = blend
+        self.analog_ = analog
+        ordered_samples = samples_in_order(samples)
+        cands = [
+            self._candidates(r.center, smp.rates, smp.analog)
+            for r, smp in zip(residuals, ordered_samples, strict=True)
+        ]
+        self.choice_: dict[str, dict[float, Option]] = {}
+        where = [
+            situation(smp.analog is not None, smp.parts[0].prior_level) for smp in ordered_samples
+        ]
+        moved: dict[str, list[Residual]] = {name: [] for name in SITUATIONS}
+        for name in SITUATIONS:
+            idx = [i for i, w in enumerate(where) if w == name]
+            self.choice_[name] = choose(
+                [residuals[i].point for i in idx],
+                [residuals[i].actual for i in idx],
+                [cands[i] for i in idx],
+                OPTIONS[name],
+                all_points=POINTS,
+                default=DEFAULTS[name],
+                min_samples=self.min_tune_samples,
+                margin=self.tune_margin,
+                shift_prior=self.shift_prior,
+            )
+            for i in idx:
+                r = residuals[i]
+                option = self.choice_[name][r.point]
+                moved[name].append(self._moved(r, option, cands[i], ordered_samples[i].analog))
+        # each situation is calibrated on its own kind of past prediction (a run with
+        # earlier runs of its configuration is forecast far better than one without);
+        # a situation with too few residuals at a point uses the calibration of all
+        everything = [r for name in SITUATIONS for r in moved[name]]
+        self.calibrator_, self.levels_, measured = self._calibrate(everything)
+        self.tails_ = {p: (lo, hi) for p, (_err, _cov, lo, hi) in measured.items()}
+        self.calibrators_: dict[str, Calibrator] = {}
+        for name in SITUATIONS:
+            if len(moved[name]) >= self.min_samples and len(moved[name]) < len(everything):
+                self.calibrators_[name] = self._calibrate(moved[name])[0]
+        # leave-later-out quality of all of them (each situation calibrated alike)
+        self.quality_: Mapping[float, tuple[float, float]] = {
+            p: (err, cov) for p, (err, cov, _lo, _hi) in measured.items()
+        }
+        self.n_residuals_ = len(everything)
+        self.n_by_situation_ = {name: len(moved[name]) for name in SITUATIONS}
+        self.n_samples_by_point_ = {p: sum(1 for r in everything if r.point == p) for p in POINTS}
+        self.n_history_ = len(history)
+        return self
+
+    def _calibrate(
+        self, residuals: Sequence[Residual]
+    ) -> tuple[Calibrator, dict, Mapping[float, tuple[float, float, float, float]]]:
+        """Split-conformal calibration on ``residuals``, its adjusted levels, and its
+        leave-later-out quality (median error, coverage, tail shares) per point."""
         measure = functools.partial(
             measure_tails,
             residuals,
@@ -171,22 +244,39 @@ class EtaModel:
             power=self.sigma_power,
         )
         measured = measure()
-        self.levels_ = self._levels(measured)
-        if self.levels_:
-            measured = measure(levels=self.levels_)
-        quality = {p: (err, cov) for p, (err, cov, _lo, _hi) in measured.items()}
-        self.tails_ = {p: (lo, hi) for p, (_err, _cov, lo, hi) in measured.items()}
-        self.calibrator_ = Calibrator(
+        levels = self._levels(measured)
+        if levels:
+            measured = measure(levels=levels)
+        calibrator = Calibrator(
             coverage=self.coverage,
             min_samples=self.min_samples,
             shift_prior=self.shift_prior,
             power=self.sigma_power,
-        ).fit(residuals, self.levels_)
-        self.quality_: Mapping[float, tuple[float, float]] = quality
-        self.n_residuals_ = len(residuals)
-        self.n_samples_by_point_ = {p: sum(1 for r in residuals if r.point == p) for p in POINTS}
-        self.n_history_ = len(history)
-        return self
+        ).fit(residuals, levels)
+        return calibrator, levels, measured
+
+    @staticmethod
+    def _candidates(
+        blend: float, rates: Mapping[str, float], analog: AnalogEstimate | None
+    ) -> dict[str, float]:
+        """Every candidate's log remaining seconds for one run (``choice.py``)."""
+        out = {"blend": blend, **rates}
+        if analog is not None:
+            out["analog"] = analog.log_remaining
+        return out
+
+    @staticmethod
+    def _moved(
+        r: Residual, option: Option, cands: Mapping[str, float], analog: AnalogEstimate | None
+    ) -> Residual:
+        """``r`` with the centre of ``option`` (the blend where a candidate is missing)
+        and, for the analogs' share, their spread in place of the blend's sigma."""
+        c = centre(option, cands)
+        if c is None:
+            return r
+        share = sum(w for name, w in option if name == "analog")
+        sigma = r.sigma if analog is None else share * analog.spread + (1 - share) * r.sigma
+        return dataclasses.replace(r, center=c, sigma=sigma)
 
     def _levels(self, measured: Mapping[float, tuple[float, float, float, float]]) -> dict:
         """Nominal levels for bins whose measured (leave-later-out) intervals miss.
@@ -212,7 +302,9 @@ class EtaModel:
                 levels[p] = (q_lo, q_hi)
         return levels
 
-    def _samples(self, blend: BlendEstimator, history: Sequence[Run]) -> list[_Sample]:
+    def _samples(
+        self, blend: BlendEstimator, analog: AnalogEstimator, history: Sequence[Run]
+    ) -> list[_Sample]:
         """Replay recent completed runs at each point; job prior from earlier runs only."""
         done = [r for r in history if r.completed is True and len(r.epoch_times) >= 2]
         done.sort(key=lambda r: r.last_timestamp)
@@ -236,6 +328,8 @@ class EtaModel:
                         parts=blend.components_for(part, part.last_timestamp, self._huber_grid()),
                         actual=math.log(truth),
                         timestamp=part.last_timestamp,
+                        analog=analog.estimate(part, part.last_timestamp),
+                        rates=rate_candidates(part),
                     )
                 )
         return out
@@ -448,6 +542,18 @@ class EtaModel:
                 out[point] = pooled
         return out
 
+    def update(self, history: Sequence[Run]) -> None:
+        """Learn the runs that finished since ``fit`` as analogs, without refitting.
+
+        ``history`` is what ``fit`` saw with new runs appended (see
+        ``AnalogEstimator.update``). Why: configurations are often re-run back to back,
+        and the run that ended a minute ago is the best analog there is; the blend,
+        its weights and the calibration change slowly and wait for the next ``fit``.
+        """
+        if not hasattr(self, "analog_"):
+            raise NotFittedError("EtaModel.update called before fit")
+        self.analog_.update(history)
+
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         """Remaining seconds of ``run`` at ``now``: calibrated P10/P50/P90."""
         if not hasattr(self, "blend_"):
@@ -460,6 +566,25 @@ class EtaModel:
                 self.blend_.components(run, huber_c=huber_c), point, self.mix_.get(point)
             )
             raw = parts.combine(drift, prior_scale, self._job_scale(prior_scale))
-            return raw, self.calibrator_.quantiles(point, raw.center, raw.sigma)
+            found = self.analog_.estimate(run)
+            name = situation(found is not None, parts.prior_level)
+            option = self.choice_[name].get(point, DEFAULTS[name])
+            if found is not None and parts.prior_level not in ("job_batch", "job"):
+                # analogs added by ``update`` since the fit, the job prior not yet: what
+                # the replay measured for the blend here does not hold; the analogs do
+                option = ANALOGS
+            calibrator = self.calibrators_.get(name)
+            if calibrator is None or calibrator.n_.get(point, 0) < self.min_samples:
+                calibrator = self.calibrator_  # too few of this situation here: all of them
+            if option == (("blend", 1.0),):
+                return raw, calibrator.quantiles(point, raw.center, raw.sigma)
+            cands = self._candidates(raw.center, rate_candidates(run), found)
+            moved = self._moved(
+                Residual(point, raw.center, raw.sigma, 0.0, 0.0), option, cands, found
+            )
+            # ``method`` keeps the blend's name: the published label set (prior, blend,
+            # rate) is a metric contract; choice_ says which option stands behind it
+            raw = dataclasses.replace(raw, center=moved.center, sigma=moved.sigma)
+            return raw, calibrator.quantiles(point, raw.center, raw.sigma)
 
         return blend_forecast(self.blend_.prior_, run, now, stalled, estimate)

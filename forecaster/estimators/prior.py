@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators.analog import node_type
 from gpu_eta.forecaster.estimators.base import (
     DEFAULT_EPOCH_SECONDS,
     DEFAULT_LOG_SIGMA,
@@ -97,6 +98,22 @@ def job_key(run: Run) -> str:
         if isinstance(value, str) and value:
             return f"{name}={value}"
     return ""
+
+
+def group_key(run: Run) -> str:
+    """The job prior's group: the job on the same kind of node for the same namespace.
+
+    Why not the job name alone: the same benchmark runs 100x faster on one system than
+    on another (MLPerf's resnet), so per-epoch times pooled over node types made a
+    "same job" prior confidently wrong. The node type is the ``node_type`` feature or
+    ``<gpus>x<gpu_model>`` (``analog.node_type``); both parts are empty where unknown,
+    and the key is then the job key alone.
+    """
+    key = job_key(run)
+    if not key:
+        return ""
+    namespace = run.namespace or str(run.features.get("namespace", "") or "")
+    return f"{key}|{namespace}|{node_type(run)}"
 
 
 def log_seconds_per_epoch(run: Run) -> float:
@@ -216,7 +233,7 @@ class PriorEstimator:
         )
         groups: dict[str, list[tuple[float, float, float, float, float]]] = {}
         for end, y, run in rows:
-            key = job_key(run)
+            key = group_key(run)
             if key:
                 groups.setdefault(key, []).append(
                     (
@@ -256,7 +273,7 @@ class PriorEstimator:
         """
         groups: dict[tuple[str, float], list[float]] = {}
         for _end, y, run in rows[-self.max_regression_runs :]:
-            key = job_key(run)
+            key = group_key(run)
             if key:
                 groups.setdefault((key, round(log_batch(run), 6)), []).append(y)
         sq = 0.0
@@ -372,7 +389,7 @@ class PriorEstimator:
         """Per-epoch log seconds for ``run``; with ``before``, only from job runs that
         ended before that time (a temporal prefix, used by calibration)."""
         self._check()
-        key = job_key(run)
+        key = group_key(run)
         group = self.groups_.get(key)
         if group is not None and before is None:  # the live path: once per job and batch
             cache_key = (key, round(log_batch(run), 9), run.epochs_done > 0)
@@ -435,7 +452,7 @@ class PriorEstimator:
         it while that interval is most of what a run has shown (10 %).
         """
         self._check()
-        group = self.groups_.get(job_key(run))
+        group = self.groups_.get(group_key(run))
         pooled = getattr(self, "warmup_", 0.0)
         if group is None:
             return pooled

@@ -1,0 +1,213 @@
+"""Analog forecast: how earlier runs of the same configuration went on from here.
+
+Why: a cluster re-runs the same configuration (the same job, by the same team, on the
+same kind of node, at the same batch size). Such runs share their whole *shape*, not
+just their speed: the start-up (data loading, compilation), the evaluation passes,
+the slower first epoch. So the remaining time of a run at progress fraction ``f``,
+``elapsed`` seconds after its start, is read off its analogs: each earlier run ``i``
+reached ``f`` after ``t_i(f)`` seconds (interpolated between its progress points)
+and finished after ``T_i``; this run is expected to need
+
+    remaining = elapsed · median_i (T_i − t_i(f)) / t_i(f)
+
+— each analog's "time still to go per second already spent", so a run on a faster
+or slower node than its analogs keeps its own speed while borrowing their shape. No
+constant is fitted. Before the first progress point (elapsed carries no speed yet)
+it is the median total ``T_i``, scaled by the ratio of planned epochs: "as long as
+last time". Measured on MLPerf rounds
+v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md).
+
+Identity (``identity``): namespace, job name, node type and batch size and GPU count
+where known. The live service has no node type label: it is derived as
+``<gpus>x<gpu_model>`` (what a node type name says about the hardware), so a job
+moved to other hardware has no analogs — MLPerf's resnet spans 100× in speed across
+systems, and a ratio taken from another node type is no better than the run's own
+rate. A run with no job name has no identity and no analogs.
+
+Spread: the robust scale (1.4826·MAD) of the analogs' log ratios, floored; with one
+analog a default. Calibration (``forecaster.calibration``) sets the intervals from
+measured residuals; the spread only ranks runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu_eta.forecaster.estimators.base import (
+    InsufficientData,
+    NotFittedError,
+    at_now,
+    lognormal_quantiles,
+    ordered,
+    remaining_epochs,
+    stall_widen,
+)
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Run
+
+MAX_ANALOGS = 10  # the most recent earlier runs of one identity used per forecast
+MAX_KEPT = 50  # runs kept per identity (older ones are never among the last 10 later)
+MIN_SPREAD = 0.01
+DEFAULT_SPREAD = 0.1  # log-sd with a single analog (no spread to measure)
+
+
+def node_type(run: Run) -> str:
+    """The run's node type: the ``node_type`` feature, else ``<gpus>x<gpu_model>``."""
+    value = run.features.get("node_type")
+    if isinstance(value, str) and value:
+        return value
+    model = run.features.get("gpu_model")
+    gpus = run.features.get("gpus")
+    if isinstance(model, str) and model:
+        if isinstance(gpus, float | int) and math.isfinite(gpus) and gpus > 0:
+            return f"{gpus:g}x{model}"
+        return model
+    return ""
+
+
+def identity(run: Run) -> tuple[str, ...] | None:
+    """What makes two runs 'the same configuration', or None without a job name."""
+    job = run.features.get("job_name")
+    if not (isinstance(job, str) and job):
+        return None
+    namespace = run.namespace or str(run.features.get("namespace", "") or "")
+    extra = []
+    for name in ("batch_size", "gpus"):
+        value = run.features.get(name)
+        extra.append(f"{value:g}" if isinstance(value, float | int) else str(value or ""))
+    return (namespace, job, node_type(run), *extra)
+
+
+@dataclass(frozen=True, slots=True)
+class _Curve:
+    """One finished run: progress fractions and seconds since its start."""
+
+    end: float
+    fractions: np.ndarray
+    elapsed: np.ndarray
+    planned: float
+
+    @property
+    def total(self) -> float:
+        return float(self.elapsed[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class AnalogEstimate:
+    """Log remaining seconds from the last progress point, its log-sd, analogs used."""
+
+    log_remaining: float
+    spread: float
+    n: int
+
+
+def _curve(run: Run) -> _Curve:
+    times = np.asarray(run.epoch_times, dtype=float)
+    return _Curve(
+        end=float(times[-1, 1]),
+        fractions=times[:, 0] / run.epochs_planned,
+        elapsed=times[:, 1] - times[0, 1],
+        planned=run.epochs_planned,
+    )
+
+
+class AnalogEstimator:
+    """Remaining time from earlier runs of the same identity (module docstring)."""
+
+    def __init__(self, max_analogs: int = MAX_ANALOGS, max_kept: int = MAX_KEPT) -> None:
+        self.max_analogs = max_analogs
+        self.max_kept = max_kept
+
+    def fit(self, history: Sequence[Run]) -> AnalogEstimator:
+        """Index completed runs by identity, ordered by end time (O(n))."""
+        self.groups_: dict[tuple[str, ...], list[_Curve]] = {}
+        self.ends_: dict[tuple[str, ...], list[float]] = {}
+        self.n_history_ = 0
+        self.update(history)
+        return self
+
+    def update(self, history: Sequence[Run]) -> None:
+        """Add the runs of ``history`` beyond the first ``n_history_`` already indexed.
+
+        Why: an index refreshed as runs finish, between the model's (costly) refits.
+        ``history`` must be what was indexed before with new runs appended (a replay's
+        growing prefix, the store's finished list); only the tail is read, so an
+        update costs the new runs, not the whole history.
+        """
+        if not hasattr(self, "groups_"):
+            raise NotFittedError("AnalogEstimator.update called before fit")
+        touched: set[tuple[str, ...]] = set()
+        for run in history[self.n_history_ :]:
+            if run.completed is not True or len(run.epoch_times) < 2:
+                continue
+            if run.last_timestamp <= run.start_timestamp:
+                continue
+            key = identity(run)
+            if key is None:
+                continue
+            self.groups_.setdefault(key, []).append(_curve(run))
+            touched.add(key)
+        for key in touched:
+            curves = sorted(self.groups_[key], key=lambda c: c.end)[-self.max_kept :]
+            self.groups_[key] = curves
+            self.ends_[key] = [c.end for c in curves]
+        self.n_history_ = max(self.n_history_, len(history))
+
+    def analogs(self, run: Run, before: float | None = None) -> list[_Curve]:
+        """The most recent earlier runs of ``run``'s identity that ended before ``before``."""
+        if not hasattr(self, "groups_"):
+            raise NotFittedError("AnalogEstimator used before fit")
+        key = identity(run)
+        if key is None or key not in self.groups_:
+            return []
+        curves = self.groups_[key]
+        stop = len(curves) if before is None else bisect.bisect_left(self.ends_[key], before)
+        return curves[max(0, stop - self.max_analogs) : stop]
+
+    def estimate(self, run: Run, before: float | None = None) -> AnalogEstimate | None:
+        """The analog forecast from ``run``'s last progress point, or None without analogs."""
+        curves = self.analogs(run, before)
+        if not curves or remaining_epochs(run) <= 0:
+            return None
+        frac = run.epochs_done / run.epochs_planned
+        spent = run.last_timestamp - run.start_timestamp
+        totals = np.array([c.total for c in curves])
+        if frac <= 0 or spent <= 0:
+            # at the start nothing has been spent: the analogs' whole length, per
+            # planned epoch times this run's plan (a configuration may be run for
+            # 10 epochs, then for 20)
+            scale = np.array([run.epochs_planned / c.planned for c in curves])
+            est_logs = np.log(totals * scale)
+            center = float(np.median(est_logs))
+        else:
+            at = np.array([np.interp(frac, c.fractions, c.elapsed) for c in curves])
+            ok = at > 0
+            if not ok.any():
+                return None
+            ratios = np.maximum((totals[ok] - at[ok]) / at[ok], 1e-9)
+            est_logs = np.log(spent * ratios)
+            center = float(np.median(est_logs))
+        if len(est_logs) >= 2:
+            spread = 1.4826 * float(np.median(np.abs(est_logs - center)))
+            spread = max(MIN_SPREAD, spread, DEFAULT_SPREAD / math.sqrt(len(est_logs)))
+        else:
+            spread = DEFAULT_SPREAD
+        return AnalogEstimate(center, spread, len(est_logs))
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        """Raw (uncalibrated) log-normal quantiles around the analog forecast."""
+        if not hasattr(self, "groups_"):
+            raise NotFittedError("AnalogEstimator.predict called before fit")
+        if remaining_epochs(run) <= 0:
+            return Forecast(0.0, 0.0, 0.0, method="analog")
+        est = self.estimate(run)
+        if est is None:
+            raise InsufficientData("analog: no earlier run of this configuration")
+        q = lognormal_quantiles(est.log_remaining, est.spread)
+        q = stall_widen(q, run, now) if stalled else at_now(q, run, now)
+        return Forecast(*ordered(*q), method="analog", n_obs=est.n, stalled=stalled)

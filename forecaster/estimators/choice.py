@@ -1,0 +1,149 @@
+"""Which estimate to publish, chosen per progress point on this cluster's past runs.
+
+Why: no one estimate is best everywhere. On a cluster that re-runs its configurations
+on dedicated GPUs (MLPerf) the analogs are several times better than anything read
+from the run itself; on a shared machine where a neighbour arrives in one run and not
+the next, the blend of history prior and robust own rate wins; on steady runs with a
+long start-up and no history, a plain recent rate (Keras' mean, ``predict_linear``)
+can beat a blend whose prior is a regression over other jobs. So ``EtaModel`` replays
+its recent past runs (the calibration replay, every history-based part built only
+from runs that ended before that moment), scores a few fixed **options** — single
+candidates and even mixes, in log space — and keeps per progress point and
+*situation* (``SITUATIONS``) the option with the lowest median error. ``DEFAULTS``
+stand unless another option is better by ``margin`` (10 %): with a few dozen replayed
+runs a choice among ten overfits otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gpu_eta.forecaster.estimators.base import InsufficientData
+from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
+from gpu_eta.forecaster.runs import Run
+
+Option = tuple[tuple[str, float], ...]
+"""Candidate names and their shares of the log centre (shares sum to 1)."""
+
+BLEND: Option = (("blend", 1.0),)
+RATES: Option = (("keras", 0.5), ("linear", 0.5))
+ANALOGS: Option = (("analog", 1.0),)
+PLAIN_OPTIONS: tuple[Option, ...] = (
+    BLEND,
+    RATES,
+    (("keras", 1.0),),
+    (("linear", 1.0),),
+    (("blend", 0.5), ("linear", 0.5)),
+    (("blend", 0.5), ("keras", 0.5)),
+)
+ANALOG_OPTIONS: tuple[Option, ...] = (
+    *PLAIN_OPTIONS,
+    ANALOGS,
+    (("analog", 0.75), ("blend", 0.25)),
+    (("analog", 0.5), ("blend", 0.5)),
+    (("analog", 0.5), ("linear", 0.5)),
+)
+SITUATIONS = ("new", "job", "analog")
+"""No history of the job on this node type; a job prior; analogs (the same configuration)."""
+OPTIONS = {"new": PLAIN_OPTIONS, "job": PLAIN_OPTIONS, "analog": ANALOG_OPTIONS}
+DEFAULTS = {"new": RATES, "job": BLEND, "analog": BLEND}
+"""What stands until the replay shows a clearly better option: for a job never seen on
+this node type, the run's own recent rate as the baselines read it (a prior that is a
+regression over other jobs was 10–100x off at 10 % on MLPerf); otherwise the blend."""
+
+
+def situation(has_analogs: bool, prior_level: str) -> str:
+    """The situation of a run: analogs, a job prior, or neither."""
+    if has_analogs:
+        return "analog"
+    return "job" if prior_level in ("job_batch", "job") else "new"
+
+
+_KERAS = KerasMean().fit([])
+_LINEAR = PredictLinear().fit([])
+
+
+def rate_candidates(run: Run) -> dict[str, float]:
+    """Log remaining seconds from the last progress point by Keras' mean and by
+    ``predict_linear`` (half the elapsed time); a candidate that cannot answer is absent."""
+    out = {}
+    for name, est in (("keras", _KERAS), ("linear", _LINEAR)):
+        try:
+            value = est.predict(run, run.last_timestamp).p50
+        except InsufficientData:
+            continue
+        if value > 0 and math.isfinite(value):
+            out[name] = math.log(value)
+    return out
+
+
+def centre(option: Option, candidates: Mapping[str, float]) -> float | None:
+    """The option's log centre, or None when one of its candidates is missing."""
+    total = 0.0
+    for name, share in option:
+        value = candidates.get(name)
+        if value is None:
+            return None
+        total += share * value
+    return total
+
+
+def choose(
+    points: Sequence[float],
+    actual: Sequence[float],
+    candidates: Sequence[Mapping[str, float]],
+    options: Sequence[Option],
+    *,
+    all_points: Sequence[float],
+    default: Option = BLEND,
+    min_samples: int = 20,
+    margin: float = 0.1,
+    shift_prior: float = 20.0,
+) -> dict[float, Option]:
+    """Per point, the option with the lowest median absolute error (after the bin's
+    shrunk median shift, as calibration will apply it) on the replayed samples.
+
+    An option must answer every sample of its bin to compete (a missing candidate
+    falls back to the blend in use, so an option is scored as it would be published).
+    ``default`` stays unless another is better by ``margin``; a point with fewer than
+    ``min_samples`` samples takes the choice made on all points pooled.
+    """
+    pts = np.asarray(points, dtype=float)
+    act = np.asarray(actual, dtype=float)
+    n = len(pts)
+    errs = np.full((len(options), n), np.nan)
+    for i, option in enumerate(options):
+        c = np.array(
+            [
+                centre(option, cand) if centre(option, cand) is not None else cand["blend"]
+                for cand in candidates
+            ],
+            dtype=float,
+        )
+        resid = act - c
+        for point in all_points:
+            sel = pts == point
+            k = int(sel.sum())
+            if k:
+                shift = np.median(resid[sel]) * k / (k + shift_prior)
+                errs[i, sel] = np.abs(np.expm1(shift - resid[sel]))
+    i_default = list(options).index(default)
+
+    def pick(score: np.ndarray) -> Option:
+        best = int(np.argmin(score))
+        if score[best] < (1.0 - margin) * score[i_default]:
+            return options[best]
+        return default
+
+    enough = [p for p in all_points if (pts == p).sum() >= min_samples]
+    pooled = default
+    if enough:
+        pooled = pick(np.mean([np.median(errs[:, pts == p], axis=1) for p in enough], axis=0))
+    out = {}
+    for point in all_points:
+        sel = pts == point
+        out[point] = pick(np.median(errs[:, sel], axis=1)) if sel.sum() >= min_samples else pooled
+    return out
