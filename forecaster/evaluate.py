@@ -17,7 +17,13 @@ median absolute percentage error of the remaining time, for gpu-eta and each
 baseline, and the share of true remaining times inside gpu-eta's P10–P90.
 ``--predictions OUT.csv`` writes every gpu-eta prediction
 (``run_id,epoch,timestamp_seconds,p10,p50,p90``, remaining seconds) so anyone can
-score them independently.
+score them independently; ``--plot OUT.png`` draws the scores by progress
+(``forecaster.evaluate_plot``, needs matplotlib). A moment with no time left to
+forecast (a run whose remaining epochs took zero seconds) is not scored.
+
+The runs file may be gzip-compressed; a damaged run in it is skipped and named in one
+warning line on stderr (``forecaster.runs_csv``). On a terminal, stderr shows how many
+runs have been replayed.
 
 Exit codes: 0 done, 2 bad input or usage (one line on stderr, no traceback).
 """
@@ -30,6 +36,8 @@ import csv
 import json
 import math
 import sys
+import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +51,13 @@ from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from gpu_eta.forecaster.runs import Run
-from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs
+from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
 
 GPU_ETA = "gpu_eta"
+# What makes two runs "the same configuration" for the with-history subset the bench
+# reports (issue 10: same namespace + job + node type); absent columns count as empty.
+IDENTITY_COLUMNS = ("namespace", "job_name", "node_type")
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,19 @@ class Prediction:
     p50: float
     p90: float
     actual: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One scored moment: every method's absolute % error of the remaining time,
+    whether gpu-eta's P10–P90 held the truth, and how many runs of the same identity
+    (``identity_key``) had ended before it (for the with-history subset)."""
+
+    run_id: str
+    point: float
+    errors: Mapping[str, float]
+    covered: bool
+    earlier_same_identity: int
 
 
 @dataclass
@@ -86,6 +111,8 @@ class Backtest:
     # point -> method -> absolute % errors of the scored predictions (for pooling files)
     errors: dict[float, dict[str, list[float]]] = field(default_factory=dict)
     hits: dict[float, list[bool]] = field(default_factory=dict)
+    # every scored moment with its run (for bootstrap intervals and subsets)
+    scored: list[Scored] = field(default_factory=list)
 
     def as_json(self) -> dict:
         def num(x: float) -> float | None:
@@ -114,11 +141,18 @@ def methods_at(point: float) -> tuple[str, ...]:
     return (GPU_ETA, "history_match") if point == 0 else (GPU_ETA, *BASELINES)
 
 
+def identity_key(run: Run) -> tuple[str, ...] | None:
+    """The run's (namespace, job_name, node_type) as text; None when all are absent."""
+    key = tuple(str(run.features.get(name, "") or "") for name in IDENTITY_COLUMNS)
+    return key if any(key) else None
+
+
 def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
     """``(timestamp, point, run as seen then, whole run)`` for every scored moment, in
     time order: each completed run at its start and at its last epoch end at or before
     10/25/50/75 % of its plan (a point whose last epoch seen is the start is scored at
-    0 % only; a point that already shows the whole run is not a forecast)."""
+    0 % only; a point that already shows the whole run is not a forecast, and neither
+    is one with no time left: the remaining epochs took zero seconds)."""
     events: list[tuple[float, float, Run, Run]] = []
     for run in runs:
         if run.completed is not True:
@@ -129,6 +163,8 @@ def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
                 continue  # nothing seen yet at this point: that is the start, scored at 0 %
             if len(part.epoch_times) == len(run.epoch_times):
                 continue
+            if not run.last_timestamp > part.last_timestamp:
+                continue  # nothing left to forecast: an error in % of zero is undefined
             events.append((part.last_timestamp, point, part, run))
     events.sort(key=lambda e: (e[0], e[2].run_id, e[1]))
     return events
@@ -177,15 +213,22 @@ def backtest(
     model_factory: Callable[[], EtaModel] | None = None,
     refit_fraction: float = 0.05,
     window_seconds: float | None = None,
+    progress: Progress | None = None,
 ) -> Backtest:
     """Replay ``runs`` in time order and score gpu-eta and the baselines.
 
     Pure apart from CPU: no I/O. ``model_factory`` builds a fresh unfitted model
-    (default ``EtaModel(random_state=0)``).
+    (default ``EtaModel(random_state=0)``). ``progress(done, total)`` is called after
+    each scored moment with the runs whose moments are all scored.
     """
     replay = Replay(runs, model_factory, refit_fraction)
     history_match = make_estimator("history_match")
     fitted_k = -1
+    ended_by_identity: Counter[tuple[str, ...] | None] = Counter()
+    events = replay_events(runs)
+    left = Counter(run.run_id for _ts, _p, _part, run in events)
+    total_runs, done_runs = len(left), 0
+    scored: list[Scored] = []
     rate_baselines = {
         name: make_estimator(name, window_seconds=window_seconds)
         if name == "predict_linear"
@@ -199,10 +242,16 @@ def backtest(
     hits: dict[float, list[bool]] = {p: [] for p in POINTS}
     skipped: dict[float, int] = dict.fromkeys(POINTS, 0)
     predictions: list[Prediction] = []
-    for ts, point, part, run in replay_events(runs):
+    for ts, point, part, run in events:
+        left[run.run_id] -= 1
+        if not left[run.run_id]:
+            done_runs += 1
+        if progress is not None:
+            progress(done_runs, total_runs)
         k = replay.ended_before(ts)
         if k != fitted_k:
             history_match.fit(replay.by_end[:k])
+            ended_by_identity.update(identity_key(r) for r in replay.by_end[max(fitted_k, 0) : k])
             fitted_k = k
         model = replay.model_at(ts)
         truth = run.last_timestamp - part.last_timestamp
@@ -230,9 +279,14 @@ def backtest(
         if missing:  # compare like with like: a required method could not answer
             skipped[point] += 1
             continue
-        for name, p50 in got.items():
-            errors[point].setdefault(name, []).append(abs(p50 - truth) / truth)
-        hits[point].append(forecast.p10 <= truth <= forecast.p90)
+        errs = {name: abs(p50 - truth) / truth for name, p50 in got.items()}
+        for name, e in errs.items():
+            errors[point].setdefault(name, []).append(e)
+        covered = forecast.p10 <= truth <= forecast.p90
+        hits[point].append(covered)
+        key = identity_key(run)
+        earlier = ended_by_identity[key] if key is not None else 0
+        scored.append(Scored(run.run_id, point, errs, covered, earlier))
 
     points = {}
     for point in POINTS:
@@ -251,6 +305,7 @@ def backtest(
         n_refits=replay.n_refits,
         errors=errors,
         hits=hits,
+        scored=scored,
     )
 
 
@@ -298,7 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gpu_eta.forecaster evaluate",
         description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/forecasting.md).",
     )
-    parser.add_argument("--runs", required=True, type=Path, help="runs CSV, one row per epoch end")
+    parser.add_argument(
+        "--runs", required=True, type=Path, help="runs CSV (or .csv.gz), one row per epoch end"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--predictions", type=Path, help="write every gpu-eta prediction to this CSV"
@@ -310,8 +367,48 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="trailing window of the predict_linear baseline (default: half the elapsed time)",
     )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="draw error and P10–P90 coverage by progress (needs matplotlib)",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
+
+
+class TerminalProgress:
+    """``1,234/8,265 runs`` on one rewritten stderr line, at most 4 times a second, and
+    only when stderr is a terminal (a log file or a pipe gets nothing)."""
+
+    def __init__(self, stream: TextIO, interval: float = 0.25) -> None:
+        self.stream = stream
+        self.interval = interval
+        self._last = -math.inf
+        self._shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval and done < total:
+            return
+        self._last = now
+        self.stream.write(f"\r{done:,}/{total:,} runs")
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        """Erase the line so what follows starts clean."""
+        if self._shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self._shown = False
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def main(
@@ -328,9 +425,33 @@ def main(
     if args.predict_linear_window is not None and not args.predict_linear_window > 0:
         print("gpu-eta forecaster: evaluate: --predict-linear-window must be > 0", file=err)
         return ExitCode.USAGE
+    if args.plot is not None:
+        from gpu_eta.forecaster.evaluate_plot import PlotUnavailable, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except PlotUnavailable as exc:
+            print(f"gpu-eta forecaster: evaluate: --plot: {exc}", file=err)
+            return ExitCode.USAGE
+    progress = TerminalProgress(err) if _is_tty(err) else None
     try:
-        runs = read_runs(args.runs)
-        result = backtest(runs, window_seconds=args.predict_linear_window)
+        loaded = read_runs_file(args.runs)
+        warning = loaded.warning()
+        if not loaded.runs:
+            raise RunsCsvError(0, f"no run left to score: {warning or 'no data rows'}")
+        if warning:
+            print(f"gpu-eta forecaster: evaluate: {args.runs}: {warning}", file=err)
+        try:
+            result = backtest(
+                loaded.runs, window_seconds=args.predict_linear_window, progress=progress
+            )
+        finally:
+            if progress is not None:
+                progress.close()
+        if args.plot is not None:
+            from gpu_eta.forecaster.evaluate_plot import plot_backtest
+
+            plot_backtest(result, args.plot, title=args.runs.name)
         if args.predictions is not None:
             tmp = args.predictions.with_name(args.predictions.name + ".tmp")
             with tmp.open("w", newline="", encoding="utf-8") as fh:

@@ -1,29 +1,38 @@
-"""Recorded runs as CSV, one row per epoch end, ⇄ ``Run`` records.
+"""Recorded runs as CSV, one row per progress point, ⇄ ``Run`` records.
 
 Why a CSV: ``evaluate`` must score gpu-eta on anyone's recorded runs, and anyone can
 produce and read this file without gpu-eta. The format (docs/forecasting.md):
 
 ``run_id,epoch,epochs_planned,timestamp_seconds`` are required; epoch 0 is the start
-of training; rows of one run may be anywhere in the file and unevenly spaced. Any
-other column is a feature (``batch_size``, ``gpu_model``, ``gpus``, ``framework``,
-``job_name``, ``namespace``, ``image``, ``gpu_utilization_ratio``,
-``memory_utilization_ratio``, ...): a number when it parses as one, else text; per
-run, numbers are averaged over its rows (utilisation is a mean) and text takes the
-first non-empty value. A run whose last epoch reaches ``epochs_planned`` is
-completed; one that stops earlier is recorded as not completed (cancelled or
-crashed), never as a short run.
+of training; rows of one run may be anywhere in the file and unevenly spaced.
+``epoch`` is progress in any unit (epochs, steps, samples: up to ``MAX_PROGRESS``).
+Any other column is a feature. The identity columns (``TEXT_COLUMNS``: ``namespace``,
+``job_name``, ``node_type``, ``gpu_model``, ``framework``, ``image``, ...) are always
+text, the first non-empty value of the run; ``namespace``, ``pod`` and ``container``
+also fill the ``Run`` fields of those names. Any other column (``batch_size``,
+``gpus``, ``gpu_utilization_ratio``, ...) is a number when it parses as one (averaged
+over the run's rows: utilisation is a mean), else text. A run whose last epoch
+reaches ``epochs_planned`` is completed; one that stops earlier is recorded as not
+completed (cancelled or crashed), never as a short run.
 
-Input is untrusted: sizes are bounded and every problem is one ``RunsCsvError``
-naming the line.
+Input is untrusted: sizes are bounded. Damage to the file as a whole (no header, a
+required column missing, unreadable gzip) is one ``RunsCsvError`` naming the line.
+Damage to one run (a bad number, times going back, a row with the wrong field count)
+skips that run and is recorded in ``RunsFile.skipped``: one bad run is never a reason
+to refuse the others. ``parse_runs``/``read_runs`` are the strict forms: they raise
+for the first damaged run (the seed of the history store uses them).
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -31,10 +40,28 @@ from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.runs import Feature, Run, RunError, validate_run
 
 REQUIRED_COLUMNS = ("run_id", "epoch", "epochs_planned", "timestamp_seconds")
+# Identity columns: text even when they look like numbers (a namespace "2024" is not 2024.0).
+TEXT_COLUMNS = frozenset(
+    {
+        "namespace",
+        "pod",
+        "container",
+        "job_name",
+        "node_type",
+        "gpu_model",
+        "framework",
+        "image",
+        "progress_unit",
+    }
+)
 MAX_FIELD_CHARS = 256
 MAX_COLUMNS = 64
 MAX_ROWS = 5_000_000
-MAX_EPOCHS = 1e7
+# Progress may count samples (MLPerf bert: ~1.2e9); 1e12 leaves room and stays exact in a float.
+MAX_PROGRESS = 1e12
+MAX_EPOCHS = MAX_PROGRESS  # the former name
+MAX_NAMED = 5  # runs named in RunsFile.warning()
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class RunsCsvError(ForecasterError, ValueError):
@@ -42,41 +69,109 @@ class RunsCsvError(ForecasterError, ValueError):
 
     def __init__(self, line: int, message: str) -> None:
         self.line = line
+        self.reason = message
         super().__init__(f"line {line}: {message}" if line else message)
 
 
-def _number(text: str, line: int, column: str) -> float:
+@dataclass(frozen=True, slots=True)
+class SkippedRun:
+    """A run left out because of damage: its id ("" for a row without one), the first
+    damaged line and why."""
+
+    run_id: str
+    line: int
+    reason: str
+
+    def describe(self) -> str:
+        who = f"run {self.run_id!r}" if self.run_id else "a row without a run_id"
+        return f"{who} (line {self.line}: {self.reason})"
+
+
+@dataclass(frozen=True, slots=True)
+class RunsFile:
+    """What a runs CSV held: the good runs, sorted by start time, and what was skipped."""
+
+    runs: list[Run]
+    skipped: list[SkippedRun] = field(default_factory=list)
+
+    def warning(self) -> str | None:
+        """One line naming the skipped runs (at most ``MAX_NAMED``), or None."""
+        if not self.skipped:
+            return None
+        bad_runs = sum(1 for s in self.skipped if s.run_id)
+        bad_rows = len(self.skipped) - bad_runs
+        what = []
+        if bad_runs:
+            total = bad_runs + len(self.runs)
+            what.append(f"{bad_runs:,} malformed run(s) of {total:,}")
+        if bad_rows:
+            what.append(f"{bad_rows:,} row(s) without a run_id")
+        named = "; ".join(s.describe() for s in self.skipped[:MAX_NAMED])
+        more = len(self.skipped) - MAX_NAMED
+        tail = f"; and {more:,} more" if more > 0 else ""
+        return f"skipped {' and '.join(what)}: {named}{tail}"
+
+
+class _BadRow(Exception):
+    """One row is damaged; the message says how."""
+
+
+def _number(text: str, column: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise RunsCsvError(line, f"{column} is not a number: {text[:40]!r}") from None
+        raise _BadRow(f"{column} is not a number: {text[:40]!r}") from None
     if not math.isfinite(value):
-        raise RunsCsvError(line, f"{column} must be finite, got {text[:40]!r}")
+        raise _BadRow(f"{column} must be finite, got {text[:40]!r}")
     return value
 
 
-def _feature(text: str) -> Feature:
+def _feature(name: str, text: str) -> Feature:
+    if name in TEXT_COLUMNS:
+        return text
     try:
         return float(text)
     except ValueError:
         return text
 
 
-def parse_runs(fh: TextIO) -> list[Run]:
-    """Read runs from an open CSV text stream, sorted by start time.
+def _undecodable(text: str) -> bool:
+    """True if ``text`` holds bytes that were not UTF-8 (decoded with surrogateescape)."""
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
 
-    Raises ``RunsCsvError`` (with the line number) on any malformed input.
-    """
-    reader = csv.reader(fh)
+
+@dataclass
+class _Acc:
+    """One run being read: its plan, first line, points and features."""
+
+    planned: float
+    first_line: int
+    rows: list[tuple[float, float, int]] = field(default_factory=list)
+    sums: dict[str, tuple[float, int]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+
+
+def _read_header(fh: TextIO) -> tuple[list[str], Iterator[str]]:
+    first = fh.readline()
+    if not first.strip():
+        raise RunsCsvError(1, "empty file: expected a header with " + ",".join(REQUIRED_COLUMNS))
+    if _undecodable(first):
+        raise RunsCsvError(1, "not UTF-8 text")
+    first = first.removeprefix("\ufeff")  # a BOM (Excel's "CSV UTF-8") is not part of a name
     try:
-        header = next(reader)
-    except StopIteration:
-        raise RunsCsvError(
-            1, "empty file: expected a header with " + ",".join(REQUIRED_COLUMNS)
-        ) from None
-    except csv.Error as err:
-        raise RunsCsvError(1, f"unreadable CSV: {err}") from None
-    header = [h.strip() for h in header]
+        header = next(csv.reader([first]))
+    except (csv.Error, StopIteration) as err:
+        raise RunsCsvError(1, f"unreadable CSV header: {err}") from None
+    return [h.strip() for h in header], iter(fh)
+
+
+def parse_runs_file(fh: TextIO) -> RunsFile:
+    """Read runs from an open CSV text stream, skipping (and recording) damaged runs.
+
+    Raises ``RunsCsvError`` only for damage to the file as a whole: no header, a
+    required column missing, too many rows, no data row at all.
+    """
+    header, rest = _read_header(fh)
     if len(header) > MAX_COLUMNS:
         raise RunsCsvError(1, f"too many columns ({len(header)} > {MAX_COLUMNS})")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -88,115 +183,174 @@ def parse_runs(fh: TextIO) -> list[Run]:
     extra = [(name, i) for name, i in index.items() if name not in REQUIRED_COLUMNS and name]
     i_run, i_epoch, i_plan, i_ts = (index[c] for c in REQUIRED_COLUMNS)
 
-    # run_id -> (epochs_planned, first line, rows[(epoch, ts, line)], numeric sums, text)
-    runs: dict[str, tuple[float, int, list[tuple[float, float, int]], dict, dict]] = {}
+    runs: dict[str, _Acc] = {}
+    bad: dict[str, SkippedRun] = {}
+    bad_rows: list[SkippedRun] = []
+    reader = csv.reader(rest)
     n_rows = 0
     line = 1
-    try:
-        for row in reader:
-            line = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            n_rows += 1
-            if n_rows > MAX_ROWS:
-                raise RunsCsvError(line, f"more than {MAX_ROWS} rows")
-            if len(row) != len(header):
-                raise RunsCsvError(line, f"expected {len(header)} fields, got {len(row)}")
-            if any(len(cell) > MAX_FIELD_CHARS for cell in row):
-                raise RunsCsvError(line, f"a field is longer than {MAX_FIELD_CHARS} characters")
-            run_id = row[i_run].strip()
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:  # one unreadable row (a NUL, a field over the size limit)
+            line = reader.line_num + 1
+            bad_rows.append(SkippedRun("", line, f"unreadable CSV: {err}"))
+            continue
+        line = reader.line_num + 1  # + the header line read before the reader
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        n_rows += 1
+        if n_rows > MAX_ROWS:
+            raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
+        run_id = row[i_run].strip() if len(row) > i_run else ""
+        if run_id and (len(run_id) > MAX_FIELD_CHARS or _undecodable(run_id)):
+            run_id = ""
+        try:
             if not run_id:
-                raise RunsCsvError(line, "run_id is empty")
-            epoch = _number(row[i_epoch].strip(), line, "epoch")
-            planned = _number(row[i_plan].strip(), line, "epochs_planned")
-            ts = _number(row[i_ts].strip(), line, "timestamp_seconds")
-            if epoch < 0 or epoch > MAX_EPOCHS:
-                raise RunsCsvError(line, f"epoch must be in 0..{MAX_EPOCHS:g}, got {epoch:g}")
-            if planned <= 0 or planned > MAX_EPOCHS:
-                raise RunsCsvError(
-                    line, f"epochs_planned must be in (0, {MAX_EPOCHS:g}], got {planned:g}"
+                raise _BadRow("run_id is empty")
+            if run_id in bad:
+                continue  # already skipped: its first damaged line is reported
+            if len(row) != len(header):
+                raise _BadRow(f"expected {len(header)} fields, got {len(row)}")
+            if any(len(cell) > MAX_FIELD_CHARS for cell in row):
+                raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
+            if any(_undecodable(cell) for cell in row):
+                raise _BadRow("not UTF-8 text")
+            epoch = _number(row[i_epoch].strip(), "epoch")
+            planned = _number(row[i_plan].strip(), "epochs_planned")
+            ts = _number(row[i_ts].strip(), "timestamp_seconds")
+            if epoch < 0 or epoch > MAX_PROGRESS:
+                raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch:g}")
+            if planned <= 0 or planned > MAX_PROGRESS:
+                raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned:g}")
+            acc = runs.get(run_id)
+            if acc is None:
+                acc = runs[run_id] = _Acc(planned, line)
+            elif acc.planned != planned:
+                raise _BadRow(
+                    f"run {run_id!r}: epochs_planned {planned:g} differs from "
+                    f"{acc.planned:g} (line {acc.first_line})"
                 )
-            entry = runs.get(run_id)
-            if entry is None:
-                entry = (planned, line, [], {}, {})
-                runs[run_id] = entry
-            elif entry[0] != planned:
-                raise RunsCsvError(
-                    line,
-                    f"run {run_id!r}: epochs_planned {planned:g} differs from {entry[0]:g} "
-                    f"(line {entry[1]})",
-                )
-            entry[2].append((epoch, ts, line))
-            sums, texts = entry[3], entry[4]
-            for name, i in extra:
-                cell = row[i].strip()
-                if not cell:
-                    continue
-                value = _feature(cell)
-                if isinstance(value, float):
-                    if math.isfinite(value):
-                        total, count = sums.get(name, (0.0, 0))
-                        sums[name] = (total + value, count + 1)
-                else:
-                    texts.setdefault(name, value)
-    except csv.Error as err:
-        raise RunsCsvError(line, f"unreadable CSV: {err}") from None
+        except _BadRow as err:
+            if run_id:
+                bad[run_id] = SkippedRun(run_id, line, str(err))
+                runs.pop(run_id, None)
+            else:
+                bad_rows.append(SkippedRun("", line, str(err)))
+            continue
+        acc.rows.append((epoch, ts, line))
+        for name, i in extra:
+            cell = row[i].strip()
+            if not cell:
+                continue
+            value = _feature(name, cell)
+            if isinstance(value, float):
+                if math.isfinite(value):
+                    total, count = acc.sums.get(name, (0.0, 0))
+                    acc.sums[name] = (total + value, count + 1)
+            else:
+                acc.texts.setdefault(name, value)
 
-    if not runs:
+    if not runs and not bad and not bad_rows:
         raise RunsCsvError(line, "no data rows")
     out = []
-    for run_id, (planned, first_line, rows, sums, texts) in runs.items():
-        rows.sort(key=lambda r: (r[0], r[1]))
-        if rows[0][0] != 0:
-            raise RunsCsvError(
-                rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"
-            )
-        for prev, cur in itertools.pairwise(rows):
-            if cur[0] == prev[0]:
-                raise RunsCsvError(
-                    cur[2], f"run {run_id!r}: epoch {cur[0]:g} repeated (line {prev[2]})"
-                )
-            if cur[1] < prev[1]:
-                raise RunsCsvError(
-                    cur[2],
-                    f"run {run_id!r}: epoch {cur[0]:g} at {cur[1]:.3f} is earlier than "
-                    f"epoch {prev[0]:g} at {prev[1]:.3f} (line {prev[2]})",
-                )
-        if rows[-1][0] > planned:
-            raise RunsCsvError(
-                rows[-1][2],
-                f"run {run_id!r}: epoch {rows[-1][0]:g} beyond epochs_planned {planned:g}",
-            )
-        features: dict[str, Feature] = dict(texts)
-        for name, (total, count) in sums.items():
-            if name not in features:
-                features[name] = total / count
-        run = Run(
-            run_id=run_id,
-            epochs_planned=planned,
-            epoch_times=tuple((e, t) for e, t, _ in rows),
-            features=features,
-            completed=rows[-1][0] >= planned,
-            namespace=str(features.get("namespace", "")),
-        )
+    for run_id, acc in runs.items():
         try:
-            validate_run(run)
-        except RunError as err:  # pragma: no cover - the checks above are stricter
-            raise RunsCsvError(first_line, str(err)) from None
-        out.append(run)
+            out.append(_assemble(run_id, acc))
+        except RunsCsvError as err:
+            bad[run_id] = SkippedRun(run_id, err.line, err.reason)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id))
-    return out
+    skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
+    return RunsFile(out, skipped)
+
+
+def _assemble(run_id: str, acc: _Acc) -> Run:
+    """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
+    rows = sorted(acc.rows, key=lambda r: (r[0], r[1]))
+    if rows[0][0] != 0:
+        raise RunsCsvError(
+            rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"
+        )
+    for prev, cur in itertools.pairwise(rows):
+        if cur[0] == prev[0]:
+            raise RunsCsvError(
+                cur[2], f"run {run_id!r}: epoch {cur[0]:g} repeated (line {prev[2]})"
+            )
+        if cur[1] < prev[1]:
+            raise RunsCsvError(
+                cur[2],
+                f"run {run_id!r}: epoch {cur[0]:g} at {cur[1]:.3f} is earlier than "
+                f"epoch {prev[0]:g} at {prev[1]:.3f} (line {prev[2]})",
+            )
+    if rows[-1][0] > acc.planned:
+        raise RunsCsvError(
+            rows[-1][2],
+            f"run {run_id!r}: epoch {rows[-1][0]:g} beyond epochs_planned {acc.planned:g}",
+        )
+    features: dict[str, Feature] = dict(acc.texts)
+    for name, (total, count) in acc.sums.items():
+        features.setdefault(name, total / count)
+    run = Run(
+        run_id=run_id,
+        epochs_planned=acc.planned,
+        epoch_times=tuple((e, t) for e, t, _ in rows),
+        features=features,
+        completed=rows[-1][0] >= acc.planned,
+        namespace=str(features.get("namespace", "")),
+        pod=str(features.get("pod", "")),
+        container=str(features.get("container", "")),
+    )
+    try:
+        return validate_run(run)
+    except RunError as err:  # pragma: no cover - the checks above are stricter
+        raise RunsCsvError(acc.first_line, str(err)) from None
+
+
+def _strict(result: RunsFile) -> list[Run]:
+    if result.skipped:
+        first = result.skipped[0]
+        raise RunsCsvError(first.line, first.reason)
+    return result.runs
+
+
+def parse_runs(fh: TextIO) -> list[Run]:
+    """Strict ``parse_runs_file``: the first damaged run is a ``RunsCsvError``."""
+    return _strict(parse_runs_file(fh))
+
+
+def read_runs_file(path: str | Path) -> RunsFile:
+    """Read a runs CSV, plain or gzip-compressed (told by its first bytes, not its name).
+
+    A missing, unreadable or damaged-gzip file is a ``RunsCsvError`` (line 0 or the line
+    reached); bytes that are not UTF-8 damage only the rows holding them.
+    """
+    try:
+        with open(path, "rb") as raw:
+            compressed = raw.read(2) == GZIP_MAGIC
+        opener = gzip.open if compressed else open
+        with opener(path, "rt", newline="", encoding="utf-8", errors="surrogateescape") as fh:
+            return parse_runs_file(fh)
+    except OSError as err:  # gzip.BadGzipFile is an OSError
+        if isinstance(err, gzip.BadGzipFile) or not err.strerror:
+            raise RunsCsvError(0, f"{path}: damaged gzip data: {err}") from None
+        raise RunsCsvError(0, f"cannot read {path}: {err.strerror}") from None
+    except (EOFError, zlib.error) as err:
+        raise RunsCsvError(0, f"{path}: damaged gzip data: {err or 'truncated'}") from None
 
 
 def read_runs(path: str | Path) -> list[Run]:
-    """Read a runs CSV file; a missing or unreadable file is a ``RunsCsvError`` too."""
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            return parse_runs(fh)
-    except OSError as err:
-        raise RunsCsvError(0, f"cannot read {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise RunsCsvError(0, f"{path} is not UTF-8 text: {err.reason}") from None
+    """Strict ``read_runs_file``: the first damaged run is a ``RunsCsvError``."""
+    return _strict(read_runs_file(path))
+
+
+def _exact(value: float | int) -> str:
+    """A number as text that reads back equal (``:g`` would turn 1234567890 into 1.23457e+09)."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
 
 
 def format_runs(runs: Iterable[Run], feature_columns: Sequence[str] | None = None) -> str:
@@ -213,9 +367,9 @@ def format_runs(runs: Iterable[Run], feature_columns: Sequence[str] | None = Non
     writer.writerow((*REQUIRED_COLUMNS, *feature_columns))
     for run in runs:
         feats = [run.features.get(name, "") for name in feature_columns]
-        feats = [f"{v:g}" if isinstance(v, float) else v for v in feats]
+        feats = [_exact(v) if isinstance(v, float) else v for v in feats]
         for epoch, ts in run.epoch_times:
             writer.writerow(
-                (run.run_id, f"{epoch:g}", f"{run.epochs_planned:g}", f"{ts:.3f}", *feats)
+                (run.run_id, _exact(epoch), _exact(run.epochs_planned), f"{ts:.3f}", *feats)
             )
     return buf.getvalue()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import gzip
 import io
 import json
 import math
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.evaluate import backtest, main
@@ -78,6 +81,121 @@ def test_bad_csv_is_one_line_exit_2(tmp_path: Path, content: str, needle: str) -
     code, out, err = run_cli("--runs", str(path))
     assert code == 2 and out == ""
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+HEADER = "run_id,epoch,epochs_planned,timestamp_seconds"
+
+
+def test_zero_duration_run_after_an_earlier_one_is_not_a_crash(tmp_path: Path) -> None:
+    """A completed run whose epochs all end at its start (zero seconds left to forecast)
+    used to divide by zero; such moments are not forecasts and are not scored."""
+    path = tmp_path / "zero.csv"
+    path.write_text(f"{HEADER}\na,0,2,0\na,1,2,10\na,2,2,20\nb,0,2,30\nb,1,2,30\nb,2,2,30\n")
+    code, out, err = run_cli("--runs", str(path), "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["runs"] == 2
+    # run a at 50 and 75 %; its start has no history to compare with; b has nothing left
+    assert [p["n"] for p in doc["points"]] == [0, 0, 0, 1, 1]
+    assert doc["points"][0]["skipped"] == 1
+
+
+def test_real_files_gzip_bom_and_sample_counts(tmp_path: Path) -> None:
+    """The MLPerf shape: gzip, a BOM, progress counted in samples, identity columns."""
+    rows = [f"\ufeff{HEADER},namespace,job_name,node_type,gpus"]
+    for i in range(6):
+        t0 = 1_650_000_000 + 4000 * i
+        for k in range(5):
+            rows.append(
+                f"{i},{k * 300_000_000},1200000000,{t0 + 600 * k + (k > 0) * 120},"
+                f"acme,bert,8xA100,8"
+            )
+    path = tmp_path / "runs.csv.gz"
+    path.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+    code, out, err = run_cli("--runs", str(path), "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["runs"] == 6 and doc["completed_runs"] == 6
+    result = backtest(read_runs(path))
+    later = [s for s in result.scored if s.run_id == "5"]
+    assert later and all(s.earlier_same_identity == 5 for s in later)
+    assert all(s.earlier_same_identity == 0 for s in result.scored if s.run_id == "0")
+
+
+def test_a_damaged_run_is_one_warning_line_not_a_refusal(
+    synthetic_csv: Path, tmp_path: Path
+) -> None:
+    text = synthetic_csv.read_text()
+    damaged = tmp_path / "damaged.csv"
+    damaged.write_text(text + "zz,0,2,0\nzz,1,2,not-a-time\nyy,0,1e13,0\n")
+    code, out, err = run_cli("--runs", str(damaged), "--json")
+    assert code == 0 and err.count("\n") == 1
+    assert "skipped 2 malformed run(s) of 42" in err and "'zz'" in err and "'yy'" in err
+    _code, clean, _err = run_cli("--runs", str(synthetic_csv), "--json")
+    assert json.loads(out) == json.loads(clean)  # the same shape and the same scores
+
+
+class FakeTty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_shown_on_a_terminal_only(synthetic_csv: Path) -> None:
+    tty = FakeTty()
+    assert main(["--runs", str(synthetic_csv)], stdout=io.StringIO(), stderr=tty) == 0
+    shown = tty.getvalue()
+    assert "\r40/40 runs" in shown and shown.endswith("\r\033[K")
+    pipe = io.StringIO()
+    assert main(["--runs", str(synthetic_csv)], stdout=io.StringIO(), stderr=pipe) == 0
+    assert pipe.getvalue() == ""
+
+
+def test_plot_writes_a_png(synthetic_csv: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "scores.png"
+    code, out, err = run_cli("--runs", str(synthetic_csv), "--plot", str(png))
+    assert (code, err) == (0, "") and "gpu_eta" in out
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
+    assert not (tmp_path / "scores.png.tmp").exists()
+
+
+def test_plot_without_matplotlib_is_one_line_before_any_work(
+    synthetic_csv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
+    )
+    code, out, err = run_cli("--runs", str(synthetic_csv), "--plot", str(tmp_path / "x.png"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "matplotlib" in err and "pip install" in err
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 400),
+    st.integers(0, 20),
+    st.text(alphabet=st.sampled_from(list(',"\n0123456789.-ex\x00\ufeff')), max_size=10),
+)
+def test_fuzz_damaged_files_never_a_traceback(at: int, cut: int, insert: str) -> None:
+    """Any damage: exit 0 (with at most one warning line) or 2 (one error line)."""
+    import tempfile
+
+    damaged = FUZZ_BASE[:at] + insert + FUZZ_BASE[at + cut :]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.csv"
+        path.write_text(damaged, encoding="utf-8", errors="surrogatepass")
+        code, _out, err = run_cli("--runs", str(path))
+    assert code in (0, 2) and "Traceback" not in err
+    assert err.count("\n") <= 1
+
+
+FUZZ_BASE = format_runs(job_history(4, seed=3))[:600]
 
 
 def test_missing_file_and_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from gpu_eta.forecaster.runs_csv import RunsCsvError, format_runs, parse_runs, read_runs
+from gpu_eta.forecaster.runs_csv import (
+    RunsCsvError,
+    RunsFile,
+    format_runs,
+    parse_runs,
+    parse_runs_file,
+    read_runs,
+    read_runs_file,
+)
 from tests.forecaster.estimators.runs_factory import make_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
@@ -89,3 +100,152 @@ def test_recorded_fixtures_parse() -> None:
         assert runs and all(r.epochs_planned > 0 for r in runs)
     (keras,) = read_runs(FIXTURES / "keras_seed002.csv")
     assert keras.epochs_planned == 15 and keras.last_timestamp - keras.start_timestamp == 128
+
+
+# -- real files: large counts, gzip, BOM, identity, one damaged run among good ones ----
+
+GOOD = f"{HEADER}\na,0,2,0\na,1,2,10\na,2,2,20\nc,0,1,5\nc,1,1,9\n"
+
+
+def test_progress_counted_in_samples_up_to_1e12() -> None:
+    """MLPerf bert counts samples (~1.2e9): accepted, and written back exactly."""
+    text = f"{HEADER}\nbert,0,1234567890,0\nbert,617283945,1234567890,600\nbert,1234567890,1234567890,1200\n"
+    (run,) = parse(text)
+    assert run.epochs_planned == 1234567890 and run.completed is True
+    (back,) = parse(format_runs([run]))
+    assert back.epoch_times == run.epoch_times and back.epochs_planned == 1234567890
+    (big,) = parse(f"{HEADER}\nx,0,1e12,0\nx,5e11,1e12,10\n")
+    assert big.epochs_done == 5e11
+    with pytest.raises(RunsCsvError, match="epochs_planned must be in"):
+        parse(f"{HEADER}\nx,0,2e12,0\n")
+
+
+def test_gzip_is_read_by_its_bytes_not_its_name(tmp_path: Path) -> None:
+    for name in ("runs.csv.gz", "runs.csv"):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(GOOD.encode()))
+        assert [r.run_id for r in read_runs(path)] == ["a", "c"]
+
+
+def test_damaged_gzip_is_one_error(tmp_path: Path) -> None:
+    data = gzip.compress((GOOD * 200).encode())
+    for damaged in (data[: len(data) // 2], data[:10] + b"\x00" * 40 + data[50:]):
+        path = tmp_path / "bad.csv.gz"
+        path.write_bytes(damaged)
+        with pytest.raises(RunsCsvError, match="damaged gzip"):
+            read_runs_file(path)
+
+
+def test_utf8_bom_before_the_header(tmp_path: Path) -> None:
+    """Excel's "CSV UTF-8" starts with a BOM; it is not part of the first column's name."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    assert [r.run_id for r in read_runs(path)] == ["a", "c"]
+    assert [r.run_id for r in parse("\ufeff" + GOOD)] == ["a", "c"]
+
+
+def test_identity_columns_stay_text_and_fill_the_run() -> None:
+    text = (
+        f"{HEADER},namespace,job_name,node_type,pod,gpus,batch_size\n"
+        "a,0,1,0,2024,bert,8xA100,p-0,8,256\n"
+        "a,1,1,60,2024,bert,8xA100,p-0,8,256\n"
+    )
+    (run,) = parse(text)
+    assert run.namespace == "2024" and run.pod == "p-0"
+    assert run.features["namespace"] == "2024" and run.features["node_type"] == "8xA100"
+    assert run.features["gpus"] == 8.0 and run.features["batch_size"] == 256.0
+
+
+def test_a_damaged_run_is_skipped_counted_and_named() -> None:
+    text = (
+        f"{HEADER}\n"
+        "a,0,2,0\na,1,2,10\na,2,2,20\n"
+        "b,0,2,0\nb,1,2,x\nb,2,2,20\n"  # line 6: a time that is not a number
+        "c,0,1,5\nc,1,1,9\n"
+        "d,0,2,0\nd,1,2,10\nd,2,2,5\n"  # line 12: time goes back
+        ",0,1,0\n"  # line 13: no run id
+        "e,0,1,0,extra\n"  # line 14: wrong field count
+    )
+    result = parse_runs_file(io.StringIO(text))
+    assert [r.run_id for r in result.runs] == ["a", "c"]
+    assert [(s.run_id, s.line) for s in result.skipped] == [
+        ("b", 6),
+        ("d", 12),
+        ("", 13),
+        ("e", 14),
+    ]
+    warning = result.warning()
+    assert warning is not None and "\n" not in warning
+    assert "3 malformed run(s) of 5" in warning and "1 row(s) without a run_id" in warning
+    assert "run 'b' (line 6: timestamp_seconds is not a number" in warning and "'d'" in warning
+    with pytest.raises(RunsCsvError, match=r"^line 6: timestamp_seconds is not a number"):
+        parse(text)  # the strict form still refuses
+
+
+def test_the_warning_names_a_few_and_counts_the_rest() -> None:
+    rows = "".join(f"r{i},0,2,0\nr{i},1,2,y\n" for i in range(20))
+    result = parse_runs_file(io.StringIO(f"{HEADER}\n{rows}a,0,1,0\na,1,1,5\n"))
+    assert [r.run_id for r in result.runs] == ["a"]
+    warning = result.warning() or ""
+    assert "20 malformed run(s) of 21" in warning and warning.endswith("and 15 more")
+    assert RunsFile(result.runs).warning() is None
+
+
+def test_a_non_utf8_byte_damages_only_its_run(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(
+        f"{HEADER},job_name\n".encode()
+        + b"a,0,1,0,caf\xe9\na,1,1,5,caf\xe9\n"
+        + b"c,0,1,5,ok\nc,1,1,9,ok\n"
+    )
+    result = read_runs_file(path)
+    assert [r.run_id for r in result.runs] == ["c"]
+    assert result.skipped[0].run_id == "a" and "UTF-8" in result.skipped[0].reason
+
+
+# -- fuzz: any damage is a RunsFile or one RunsCsvError, never another exception --------
+
+VALID = format_runs(
+    [make_run("a", [10.0, 9.5, 9.0], job_name="j", batch_size=64.0), make_run("b", [1.0, 2.0])]
+)
+
+
+def _parse_anything(data: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "fuzz.csv"
+    path.write_bytes(data)
+    try:
+        result = read_runs_file(path)
+    except RunsCsvError as err:
+        assert "\n" not in str(err)
+        return
+    for run in result.runs:
+        assert run.epoch_times[0][0] == 0
+    line = result.warning()
+    assert line is None or "\n" not in line
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.binary(max_size=400))
+def test_fuzz_random_bytes(tmp_path: Path, data: bytes) -> None:
+    _parse_anything(data, tmp_path)
+    _parse_anything(gzip.compress(data), tmp_path)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.integers(0, len(VALID)),
+    st.integers(0, 30),
+    st.text(
+        alphabet=st.sampled_from(list(',"\n\r0123456789.-eEnaifx\x00\ufeff\u00e9')), max_size=12
+    ),
+)
+def test_fuzz_damaged_valid_file(tmp_path: Path, at: int, cut: int, insert: str) -> None:
+    """A valid file with a slice cut out and junk put in (the likely damage)."""
+    damaged = VALID[:at] + insert + VALID[at + cut :]
+    _parse_anything(damaged.encode("utf-8", "surrogatepass"), tmp_path)
+    data = gzip.compress(VALID.encode())
+    _parse_anything(data[: max(2, at % len(data))], tmp_path)  # truncated gzip
