@@ -1,270 +1,474 @@
-"""Print gpu-eta's accuracy on recorded real runs against issue 4's targets, and its speed.
+"""gpu-eta beside every baseline, per corpus of real runs, with bootstrap intervals.
 
-Why a bench and not a test: the targets are figures to report (and to watch move),
-measured on real runs timed on a shared machine; a test asserts only what holds with
-honest margins (tests/forecaster/test_evaluate.py).
+One command prints the accuracy table published in docs/forecasting.md::
 
-Usage::
+    python bench/forecast_accuracy.py                     # every corpus, a few minutes
+    python bench/forecast_accuracy.py --limit 300         # at most 300 runs per corpus: quick
+    python bench/forecast_accuracy.py --corpus cpu-shared --corpus keras-seed002
+    python bench/forecast_accuracy.py --write-docs        # also rewrite the docs table
+    python bench/forecast_accuracy.py --json out.json     # every figure, for scripts
+    python bench/forecast_accuracy.py --speed             # fit/predict/evaluate timings
+    python bench/forecast_accuracy.py --mid-epoch         # coverage part-way into an epoch
 
-    python bench/forecast_accuracy.py                 # pinned sets, then the loaded-machine ones
-    python bench/forecast_accuracy.py --markdown      # the same as Markdown (docs/forecasting.md)
-    python bench/forecast_accuracy.py --speed         # + fit/predict/evaluate timings
-    python bench/forecast_accuracy.py --intervals     # coverage and width: now vs the former calibration
-    python bench/forecast_accuracy.py --mid-epoch     # coverage at epoch ends vs part-way into the next
-    python bench/forecast_accuracy.py --runs my.csv --scenario shared
+Why a bench and not a test: these are figures to report and watch move, with their
+uncertainty; tests assert only what holds with honest margins.
 
-Targets (issue 4): dedicated runs — no worse than the best baseline at any point and
-≥ 30 % better at 10 %; shared-machine runs — ≥ 30 % lower median error than the best
-baseline at 10 and 25 %, no worse at 50 and 75 %; P10–P90 coverage 77–85 %; at the
-start better than the history-match median.
+Corpora (each replayed alone by ``forecaster.evaluate.backtest``: a temporal split,
+the model knows only runs that ended before each moment):
+
+* ``mlperf-choose`` / ``mlperf-confirm``: the real MLPerf Training runs of
+  ``shared/data/mlperf-dev/runs.csv.gz`` (``--mlperf``). Choose on v0.5–v1.1, confirm
+  on v2.0–v2.1. The file has no round column; a run's round is told by its start
+  time (``round_of``): the rounds' runs fall in separate windows — v0.5 Oct–Dec
+  2018, v0.6 May–Jun 2019, v0.7 Jun–Jul 2020, v1.0 Apr–Jun 2021, v1.1 Oct–Nov 2021,
+  v2.0 Apr–Jun 2022, v2.1 Sep–Oct 2022 — so "choose" is every run that started
+  before 2022-01-01 UTC and "confirm" every run from then on. Ten dlrm runs of v0.7
+  (node types ``dgx*_ngc20.06_merlin_hugectr``; ``ngc20.06`` is the June 2020
+  container) have timestamps near 1.59e6 s (their logs count from another origin;
+  durations are plausible): they start "in 1970" and so fall, rightly, in "choose".
+  Run ids also grow round by round (0–584 v0.5, 600–994 v0.6, 1005–1864 v0.7, …),
+  which agrees.
+* ``cpu-dedicated`` / ``cpu-shared``: the real PyTorch CPU runs recorded on this
+  project's machines (tests/fixtures/runs/, ``*dedicated*`` and ``*shared*``; a
+  shared run has a busy-loop neighbour arriving or leaving part-way). Each file is
+  replayed alone (they are separate sessions) and the scores pooled.
+* ``keras-seed002``: seed 002's Keras log (one run: a smoke figure, not a claim).
+* ``mlperf-fixture``: tests/fixtures/runs/mlperf*.csv[.gz] when present.
+
+Scored per point (start, 10, 25, 50, 75 % of the planned progress): the median
+absolute error of the remaining time in % of the true remaining time, with a 90 %
+bootstrap interval (runs resampled with replacement; a run has one moment per point,
+so resampling moments at a point resamples runs; seeded). Beside the project's
+baselines (``BASELINES``) one yardstick is added: ``identity_median``, the median
+duration of earlier completed runs of the same namespace + job + node type minus the
+time elapsed (issue 10's start-of-run reference). ``gpu-eta ÷ best`` is gpu-eta's
+median over the best baseline's on the very moments that baseline answered (the best
+is picked after the fact, which favours the baselines). Coverage is the share of true
+remaining times inside gpu-eta's P10–P90 (the baselines give no interval). Each
+table is printed again for the moments whose run had at least one earlier run of
+the same identity when the moment came ("with history").
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
+import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators import BASELINES
+from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.evaluate import (
-    Backtest,
-    PointScore,
+    GPU_ETA,
     Replay,
+    Scored,
+    TerminalProgress,
     backtest,
-    format_table,
+    identity_key,
     replay_events,
 )
+from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
-from gpu_eta.forecaster.runs_csv import read_runs
+from gpu_eta.forecaster.runs_csv import read_runs_file
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "runs"
-DEFAULT_SETS = (
-    # (file, scenario, pools): the files of a pool are also scored pooled. "all pinned"
-    # pools every pinned recording, tune files included (no choosing after the fact).
-    # Session 2 (2026-11-21 07:52–08:55 UTC): one pinned core, --size 4, --jobs 4 (6 runs
-    # of each (job, batch size) on dedicated, 5 on shared). heldout3/4 were recorded and
-    # set aside before the model change of that session and scored once, after it;
-    # heldout5 was recorded after the model was final and scored once.
-    (
-        "pinned_dedicated_heldout3.csv",
-        "dedicated",
-        (
-            "fresh session-2",
-            "all pinned",
-        ),
-    ),
-    (
-        "pinned_shared_heldout3.csv",
-        "shared",
-        (
-            "fresh session-2",
-            "all pinned",
-        ),
-    ),
-    (
-        "pinned_dedicated_heldout4.csv",
-        "dedicated",
-        (
-            "fresh session-2",
-            "all pinned",
-        ),
-    ),
-    (
-        "pinned_shared_heldout4.csv",
-        "shared",
-        (
-            "fresh session-2",
-            "all pinned",
-        ),
-    ),
-    ("pinned_dedicated_heldout5.csv", "dedicated", ("fresh session-2", "all pinned")),
-    ("pinned_shared_heldout5.csv", "shared", ("fresh session-2", "all pinned")),
-    ("pinned_dedicated_tune2.csv", "dedicated", ("all pinned",)),
-    ("pinned_shared_tune2.csv", "shared", ("all pinned",)),
-    # session 1: one pinned core (taskset -c 1) once the machine was quieter, with a
-    # repeated-job grid; see the .meta.json sidecars for the load during recording
-    (
-        "pinned_dedicated_heldout2.csv",
-        "dedicated",
-        (
-            "pinned session-1",
-            "all pinned",
-        ),
-    ),
-    (
-        "pinned_shared_heldout2.csv",
-        "shared",
-        (
-            "pinned session-1",
-            "all pinned",
-        ),
-    ),
-    (
-        "pinned_dedicated_heldout.csv",
-        "dedicated",
-        (
-            "pinned session-1",
-            "all pinned",
-        ),
-    ),
-    (
-        "pinned_shared_heldout.csv",
-        "shared",
-        (
-            "pinned session-1",
-            "all pinned",
-        ),
-    ),
-    ("pinned_dedicated_tune.csv", "dedicated", ("all pinned",)),
-    ("pinned_shared_tune.csv", "shared", ("all pinned",)),
-    # the first recordings, on a heavily loaded machine (load 3–10)
-    ("dedicated_heldout.csv", "dedicated", ("loaded-machine",)),
-    ("dedicated_heldout2.csv", "dedicated", ("loaded-machine",)),
-    ("dedicated_heldout3.csv", "dedicated", ("loaded-machine",)),
-    ("shared_heldout.csv", "shared", ("loaded-machine",)),
-    ("shared_heldout2.csv", "shared", ("loaded-machine",)),
-    ("dedicated_tune.csv", "dedicated", ()),
-    ("shared_tune.csv", "shared", ()),
-    ("shared_heavy_tune.csv", "shared", ()),
-    ("keras_seed002.csv", "dedicated", ()),
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "runs"
+DOCS = REPO / "docs" / "forecasting.md"
+BEGIN, END = "<!-- accuracy-table:begin -->", "<!-- accuracy-table:end -->"
+MLPERF_CANDIDATES = (
+    REPO.parent / "shared" / "data" / "mlperf-dev" / "runs.csv.gz",
+    REPO.parent.parent / "shared" / "data" / "mlperf-dev" / "runs.csv.gz",  # from a worktree
 )
-RATE = tuple(b for b in BASELINES if b != "history_match")
+CONFIRM_FROM = datetime(2022, 1, 1, tzinfo=timezone.utc).timestamp()
+ROUNDS = (  # (label, first month, last month): the windows the rounds' runs fall in
+    ("v0.5", "2018-10", "2018-12"),
+    ("v0.6", "2019-05", "2019-06"),
+    ("v0.7", "2020-06", "2020-07"),
+    ("v1.0", "2021-04", "2021-06"),
+    ("v1.1", "2021-10", "2021-11"),
+    ("v2.0", "2022-04", "2022-06"),
+    ("v2.1", "2022-09", "2022-10"),
+)
+IDENTITY_MEDIAN = "identity_median"
+METHODS = (*BASELINES, IDENTITY_MEDIAN)
+CONFIDENCE = 0.90
+N_BOOT = 1000
+SEED = 20261124
 
 
-def best_baseline(result: Backtest, point: float) -> tuple[str, float]:
-    scores = {
-        k: v for k, v in result.points[point].mape.items() if k != "gpu_eta" and math.isfinite(v)
+# -- corpora -------------------------------------------------------------------------
+
+
+def round_of(start_timestamp: float) -> str:
+    """The MLPerf round of a run from its start time ("?" outside every window;
+    the v0.7 dlrm runs with an origin near 1970 are "v0.7?")."""
+    if start_timestamp < datetime(2018, 1, 1, tzinfo=timezone.utc).timestamp():
+        return "v0.7?"
+    month = datetime.fromtimestamp(start_timestamp, timezone.utc).strftime("%Y-%m")
+    for label, first, last in ROUNDS:
+        if first <= month <= last:
+            return label
+    return "?"
+
+
+def split_mlperf(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """``mlperf-choose`` (started before 2022: v0.5–v1.1) and ``mlperf-confirm``."""
+    return {
+        "mlperf-choose": [r for r in runs if r.start_timestamp < CONFIRM_FROM],
+        "mlperf-confirm": [r for r in runs if r.start_timestamp >= CONFIRM_FROM],
     }
-    if not scores:
-        return "-", math.nan
-    name = min(scores, key=scores.__getitem__)
-    return name, scores[name]
 
 
-def gain_interval(
-    result: Backtest, point: float, baseline: str, n_boot: int = 2000, seed: int = 0
-) -> tuple[float, float]:
-    """90 % bootstrap interval of ``1 − gpu-eta's median error / the baseline's``.
+def limit_runs(runs: Sequence[Run], limit: int | None, seed: int = SEED) -> list[Run]:
+    """At most ``limit`` runs, taken as whole identities (so "earlier runs of the same
+    job" survive the cut) in a seeded pseudo-random order; all runs if ``limit`` is None."""
+    if limit is None or len(runs) <= limit:
+        return list(runs)
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        key = identity_key(run)
+        groups.setdefault(repr(key) if key else f"run={run.run_id}", []).append(run)
 
-    Why: a file has ~20 runs, so a median error is itself uncertain by tens of %;
-    "missed by 0.2 points" may be a tie. Predictions are resampled in pairs (same
-    run, same point) when both methods answered the same events (the rate
-    baselines), independently otherwise (the history match may skip some). The
-    verdict stays the point estimate's; this interval says how much it means.
-    """
-    ours = np.asarray(result.errors.get(point, {}).get("gpu_eta", []))
-    base = np.asarray(result.errors.get(point, {}).get(baseline, []))
-    if len(ours) < 2 or len(base) < 2:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    i = rng.integers(len(ours), size=(n_boot, len(ours)))
-    j = i if len(base) == len(ours) else rng.integers(len(base), size=(n_boot, len(base)))
-    m_ours, m_base = np.median(ours[i], axis=1), np.median(base[j], axis=1)
-    ok = m_base > 0
-    if not ok.any():
-        return math.nan, math.nan
-    gains = 1.0 - m_ours[ok] / m_base[ok]
-    return float(np.quantile(gains, 0.05)), float(np.quantile(gains, 0.95))
+    def order(name: str) -> str:
+        return hashlib.sha256(f"{seed}:{name}".encode()).hexdigest()
 
-
-def check_targets(result: Backtest, scenario: str) -> list[str]:
-    """One line per target: measured figure, target, MET/MISSED (or n/a), and the 90 %
-    bootstrap interval of the gain (``gain_interval``)."""
-    lines = []
-
-    def line(label: str, ok: bool | None, detail: str) -> None:
-        verdict = "n/a" if ok is None else ("MET" if ok else "MISSED")
-        lines.append(f"  {verdict:7s} {label}: {detail}")
-
-    for point in (0.1, 0.25, 0.5, 0.75):
-        ours = result.points[point].mape.get("gpu_eta", math.nan)
-        name, best = best_baseline(result, point)
-        if not (math.isfinite(ours) and math.isfinite(best)):
-            line(f"{point:.0%}", None, "no predictions")
+    kept: list[Run] = []
+    for name in sorted(groups, key=order):
+        if kept and len(kept) + len(groups[name]) > limit:
             continue
-        gain = 1.0 - ours / best if best > 0 else 0.0
-        if (scenario == "dedicated" and point == 0.1) or (
-            scenario == "shared" and point in (0.1, 0.25)
-        ):
-            need, text = 0.30, "≥ 30 % better"
-        else:
-            need, text = 0.0, "no worse"
-        lo, hi = gain_interval(result, point, name)
-        line(
-            f"{point:.0%} {text} than best baseline",
-            gain >= need - 1e-12,
-            f"gpu-eta {ours:.1%} vs {name} {best:.1%} ({gain:+.0%}; 90 % CI {lo:+.0%} to {hi:+.0%})",
+        kept.extend(groups[name])
+        if len(kept) >= limit:
+            break
+    return sorted(kept, key=lambda r: (r.start_timestamp, r.run_id))
+
+
+@dataclass
+class Corpus:
+    """A named corpus: one or more run lists, each replayed alone."""
+
+    name: str
+    description: str
+    parts: list[list[Run]]
+    skipped: int = 0
+
+    @property
+    def n_runs(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+
+def _read(path: Path) -> tuple[list[Run], int]:
+    loaded = read_runs_file(path)
+    return loaded.runs, len(loaded.skipped)
+
+
+def find_mlperf(explicit: Path | None) -> Path | None:
+    if explicit is not None:
+        return explicit
+    return next((p for p in MLPERF_CANDIDATES if p.exists()), None)
+
+
+def load_corpora(mlperf: Path | None, limit: int | None) -> list[Corpus]:
+    """Every corpus found (a missing one is said, not an error)."""
+    corpora: list[Corpus] = []
+    if mlperf is not None and mlperf.exists():
+        runs, skipped = _read(mlperf)
+        split = split_mlperf(runs)
+        labels = {"mlperf-choose": "MLPerf v0.5–v1.1", "mlperf-confirm": "MLPerf v2.0–v2.1"}
+        for name, part in split.items():
+            corpora.append(
+                Corpus(name, f"{labels[name]} (real GPU runs)", [limit_runs(part, limit)], skipped)
+            )
+    else:
+        print(f"(MLPerf runs not found: {mlperf or ' or '.join(map(str, MLPERF_CANDIDATES))})")
+    for name, pattern, description in (
+        ("mlperf-fixture", "mlperf*.csv*", "MLPerf subset in tests/fixtures/runs"),
+        ("cpu-dedicated", "*dedicated*.csv", "PyTorch CPU runs, nothing competing"),
+        ("cpu-shared", "*shared*.csv", "PyTorch CPU runs, a neighbour arriving/leaving"),
+        ("keras-seed002", "keras_seed002.csv", "seed 002's Keras log (1 run)"),
+    ):
+        files = sorted(FIXTURES.glob(pattern))
+        if not files:
+            continue
+        parts, skipped = [], 0
+        for path in files:
+            runs, bad = _read(path)
+            parts.append(limit_runs(runs, limit))
+            skipped += bad
+        corpora.append(Corpus(name, f"{description}, {len(files)} file(s)", parts, skipped))
+    return corpora
+
+
+# -- the identity-median yardstick ---------------------------------------------------
+
+
+class IdentityMedian:
+    """Median duration of earlier completed runs of the same namespace + job + node
+    type, minus the time elapsed: what an admin who remembers past runs would say.
+
+    ``backtest`` refits it on a history that only grows (a prefix of the runs by end
+    time), so a refit adds the new runs instead of starting again."""
+
+    method = IDENTITY_MEDIAN
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._totals: dict[tuple[str, ...], list[float]] = {}
+        self.medians_: dict[tuple[str, ...], float] = {}
+
+    def fit(self, history: Sequence[Run]) -> IdentityMedian:
+        if len(history) < self._seen:  # not a grown prefix: start again
+            self._seen, self._totals, self.medians_ = 0, {}, {}
+        for run in history[self._seen :]:
+            key = identity_key(run)
+            if run.completed is True and key is not None:
+                values = self._totals.setdefault(key, [])
+                values.append(run.last_timestamp - run.start_timestamp)
+                self.medians_[key] = statistics.median(values)
+        self._seen = len(history)
+        return self
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        key = identity_key(run)
+        total = self.medians_.get(key) if key is not None else None
+        if total is None:
+            raise InsufficientData("identity median: no earlier completed run of this identity")
+        left = max(0.0, total - (now - run.start_timestamp))
+        return Forecast(left, left, left, method=self.method)
+
+
+# -- scoring -------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    """One method at one point: median error with its interval, and its ``n``."""
+
+    median: float
+    lo: float
+    hi: float
+    n: int
+
+
+@dataclass
+class Row:
+    point: float
+    n: int
+    cells: dict[str, Cell] = field(default_factory=dict)
+    best: str = "-"
+    ratio: Cell | None = None
+    coverage: Cell | None = None
+
+
+def _boot_indices(n: int, rng: np.random.Generator, n_boot: int = N_BOOT) -> np.ndarray:
+    return rng.integers(n, size=(n_boot, n))
+
+
+def _interval(samples: np.ndarray) -> tuple[float, float]:
+    tail = (1.0 - CONFIDENCE) / 2
+    return float(np.quantile(samples, tail)), float(np.quantile(samples, 1.0 - tail))
+
+
+def score_rows(scored: Sequence[Scored], seed: int = SEED) -> list[Row]:
+    """Per point: every method's median error with a bootstrap interval, the best
+    baseline and gpu-eta's ratio to it on the same moments, and coverage."""
+    rows = []
+    for point in POINTS:
+        at = [s for s in scored if s.point == point]
+        row = Row(point, len(at))
+        rows.append(row)
+        if not at:
+            continue
+        rng = np.random.default_rng(seed + int(point * 100))
+        for name in (GPU_ETA, *METHODS):
+            errs = np.array([s.errors[name] for s in at if name in s.errors])
+            if len(errs) == 0:
+                continue
+            boot = np.median(errs[_boot_indices(len(errs), rng)], axis=1)
+            row.cells[name] = Cell(float(np.median(errs)), *_interval(boot), len(errs))
+        baselines = {k: c for k, c in row.cells.items() if k != GPU_ETA}
+        if baselines:
+            row.best = min(baselines, key=lambda k: (baselines[k].median, k))
+            pairs = np.array(
+                [(s.errors[GPU_ETA], s.errors[row.best]) for s in at if row.best in s.errors]
+            )
+            ours, base = pairs[:, 0], pairs[:, 1]
+            idx = _boot_indices(len(pairs), rng)
+            m_ours, m_base = np.median(ours[idx], axis=1), np.median(base[idx], axis=1)
+            ok = m_base > 0
+            ratio = float(np.median(ours) / np.median(base)) if np.median(base) > 0 else math.inf
+            lo, hi = _interval(m_ours[ok] / m_base[ok]) if ok.any() else (math.nan, math.nan)
+            row.ratio = Cell(ratio, lo, hi, len(pairs))
+        hits = np.array([s.covered for s in at], dtype=float)
+        boot = hits[_boot_indices(len(hits), rng)].mean(axis=1)
+        row.coverage = Cell(float(hits.mean()), *_interval(boot), len(hits))
+    return rows
+
+
+@dataclass
+class CorpusResult:
+    corpus: Corpus
+    scored: list[Scored]
+    seconds: float
+    refits: int
+
+    def rows(self, with_history: bool = False) -> list[Row]:
+        chosen = (
+            [s for s in self.scored if s.earlier_same_identity >= 1]
+            if with_history
+            else self.scored
         )
-    start = result.points[0.0]
-    ours, hist = start.mape.get("gpu_eta", math.nan), start.mape.get("history_match", math.nan)
-    line(
-        "start better than history match",
-        None if not (math.isfinite(ours) and math.isfinite(hist)) else ours < hist,
-        f"gpu-eta {ours:.1%} vs history match {hist:.1%} (n={start.n})",
-    )
-    hits = [p for p in result.predictions if p.point > 0]
-    if hits:
-        cover = float(np.mean([p.p10 <= p.actual <= p.p90 for p in hits]))
-        line(
-            "P10–P90 coverage in 77–85 %",
-            0.77 <= cover <= 0.85,
-            f"{cover:.1%} of {len(hits)} predictions at 10–75 %",
+        return score_rows(chosen)
+
+
+def run_corpus(
+    corpus: Corpus,
+    refit_fraction: float,
+    model_factory: Callable[[], EtaModel] | None = None,
+    progress: TerminalProgress | None = None,
+) -> CorpusResult:
+    began = time.perf_counter()
+    scored: list[Scored] = []
+    refits = 0
+    for part in corpus.parts:
+        if not part:
+            continue
+        result = backtest(
+            part,
+            model_factory=model_factory,
+            refit_fraction=refit_fraction,
+            progress=progress,
+            extra_baselines={IDENTITY_MEDIAN: IdentityMedian()},
         )
+        scored.extend(result.scored)
+        refits += result.n_refits
+    if progress is not None:
+        progress.close()
+    return CorpusResult(corpus, scored, time.perf_counter() - began, refits)
+
+
+# -- output --------------------------------------------------------------------------
+
+
+def _pct(cell: Cell | None, interval: bool = True) -> str:
+    if cell is None or not math.isfinite(cell.median):
+        return "–"
+    text = f"{cell.median:.1%}"
+    if interval and math.isfinite(cell.lo):
+        text += f" ({cell.lo:.1%}–{cell.hi:.1%})"
+    return text
+
+
+def _ratio(cell: Cell | None) -> str:
+    if cell is None or not math.isfinite(cell.median):
+        return "–"
+    return f"{cell.median:.2f}× ({cell.lo:.2f}–{cell.hi:.2f})"
+
+
+SHORT = {
+    GPU_ETA: "gpu-eta",
+    "history_match": "history match",
+    IDENTITY_MEDIAN: "identity median",
+    "tqdm_ema": "tqdm EMA",
+    "keras_mean": "Keras mean",
+    "cumulative_mean": "elapsed/progress",
+    "predict_linear": "predict_linear",
+}
+
+
+def markdown_table(rows: Sequence[Row]) -> list[str]:
+    """Rows are points; columns gpu-eta, each baseline, the ratio, coverage, n."""
+    names = (GPU_ETA, *METHODS)
+    head = ["point", "n", *(SHORT[n] for n in names), "gpu-eta ÷ best (which)", "P10–P90 coverage"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in rows:
+        label = "start" if row.point == 0 else f"{row.point:.0%}"
+        cells = [label, f"{row.n:,}"]
+        cells += [_pct(row.cells.get(n)) for n in names]
+        best = f" ({SHORT.get(row.best, row.best)})" if row.ratio else ""
+        cells.append(_ratio(row.ratio) + best)
+        cells.append(_pct(row.coverage))
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def markdown(result: Backtest, title: str) -> str:
-    """The table as Markdown, for docs/forecasting.md."""
-    names = ("gpu_eta", *BASELINES)
+def report(results: Sequence[CorpusResult]) -> str:
+    """Every corpus: all moments, then the with-history subset, as Markdown."""
     out = [
-        f"**{title}** ({result.n_runs} runs, {result.n_completed} completed)",
+        "Median absolute error of the remaining time, % of the true remaining time "
+        f"({CONFIDENCE:.0%} bootstrap interval over runs, seeded); "
+        "`gpu-eta ÷ best`: gpu-eta's median over the best baseline's on the moments that "
+        "baseline answered; coverage: true remaining time inside gpu-eta's P10–P90 "
+        "(target 77–85 %). Each corpus is replayed in time order; the model knows only "
+        "runs that ended before each moment.",
         "",
-        "| point | n | " + " | ".join(names) + " | gpu-eta P10–P90 coverage |",
-        "| --- " * (len(names) + 3) + "|",
     ]
-    for s in result.points.values():
-        cells = ["start" if s.point == 0 else f"{s.point:.0%}", str(s.n)]
-        for name in names:
-            v = s.mape.get(name, math.nan)
-            cells.append("–" if not math.isfinite(v) else f"{v:.1%}")
-        cells.append("–" if not math.isfinite(s.coverage) else f"{s.coverage:.0%}")
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out)
+    for res in results:
+        c = res.corpus
+        out.append(
+            f"**{c.name}** — {c.description}: {c.n_runs:,} runs"
+            + (f" ({c.skipped:,} damaged runs skipped)" if c.skipped else "")
+        )
+        out.append("")
+        out += markdown_table(res.rows())
+        hist = res.rows(with_history=True)
+        if any(r.n for r in hist):
+            out += ["", f"*{c.name}, runs with ≥ 1 earlier run of the same identity:*", ""]
+            out += markdown_table(hist)
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
 
 
-def pooled(results: Sequence[Backtest]) -> Backtest:
-    """Several files' scored predictions pooled per point (each file replayed alone)."""
-    errors: dict[float, dict[str, list[float]]] = {}
-    hits: dict[float, list[bool]] = {}
-    for result in results:
-        for point, by_method in result.errors.items():
-            for name, errs in by_method.items():
-                errors.setdefault(point, {}).setdefault(name, []).extend(errs)
-        for point, h in result.hits.items():
-            hits.setdefault(point, []).extend(h)
-    points = {}
-    for point in sorted(errors):
-        score = PointScore(point=point, n=len(hits.get(point, [])))
-        for name, errs in errors[point].items():
-            score.mape[name] = float(np.median(errs)) if errs else math.nan
-            score.answered[name] = len(errs)
-        score.coverage = float(np.mean(hits[point])) if hits.get(point) else math.nan
-        points[point] = score
-    return Backtest(
-        n_runs=sum(r.n_runs for r in results),
-        n_completed=sum(r.n_completed for r in results),
-        points=points,
-        predictions=[p for r in results for p in r.predictions],
-        n_refits=sum(r.n_refits for r in results),
-        errors=errors,
-        hits=hits,
-    )
+def as_json(results: Sequence[CorpusResult]) -> dict:
+    def cell(c: Cell | None) -> dict | None:
+        return None if c is None else {"median": c.median, "lo": c.lo, "hi": c.hi, "n": c.n}
+
+    def rows(rs: Sequence[Row]) -> list[dict]:
+        return [
+            {
+                "point": r.point,
+                "n": r.n,
+                "methods": {k: cell(v) for k, v in r.cells.items()},
+                "best_baseline": r.best,
+                "ratio_to_best": cell(r.ratio),
+                "coverage_p10_p90": cell(r.coverage),
+            }
+            for r in rs
+        ]
+
+    return {
+        res.corpus.name: {
+            "runs": res.corpus.n_runs,
+            "seconds": round(res.seconds, 1),
+            "refits": res.refits,
+            "all": rows(res.rows()),
+            "with_history": rows(res.rows(with_history=True)),
+        }
+        for res in results
+    }
+
+
+def replace_between_markers(doc: str, table: str, command: str) -> str:
+    """``doc`` with the text between the accuracy-table markers replaced (the markers
+    appended under a heading when absent)."""
+    block = f"{BEGIN}\n<!-- generated by `{command}`; do not edit by hand -->\n\n{table}\n{END}"
+    start, end = doc.find(BEGIN), doc.find(END)
+    if start == -1 or end == -1 or end < start:
+        return doc.rstrip("\n") + "\n\n## Measured accuracy\n\n" + block + "\n"
+    return doc[:start] + block + doc[end + len(END) :]
+
+
+# -- the older questions, kept: speed and mid-epoch coverage ------------------------
 
 
 def synthetic_history(n: int, seed: int = 0, n_jobs: int = 300) -> list[Run]:
@@ -320,54 +524,6 @@ def speed() -> None:
     )
 
 
-FORMER_CALIBRATION = {"sigma_power": 1.0, "tail_levels": "symmetric"}
-"""The calibration before the √s unit and per-tail levels (docs/forecasting.md)."""
-
-
-def interval_stats(result: Backtest) -> tuple[float, float, float, float, float, int]:
-    """Coverage, share below P10, above P90, median and geometric-mean P90/P10, n
-    (predictions at 10–75 %). The arithmetic mean of P90/P10 is not given: a few
-    fallback intervals of 10⁶× dominate it."""
-    preds = [p for p in result.predictions if p.point > 0]
-    if not preds:
-        return (math.nan,) * 5 + (0,)
-    actual = np.array([p.actual for p in preds])
-    lo = np.array([p.p10 for p in preds])
-    hi = np.array([p.p90 for p in preds])
-    ratio = hi / np.maximum(lo, 1e-12)
-    below, above = float(np.mean(actual < lo)), float(np.mean(actual > hi))
-    return (
-        1.0 - below - above,
-        below,
-        above,
-        float(np.median(ratio)),
-        float(np.exp(np.mean(np.log(ratio)))),
-        len(preds),
-    )
-
-
-def intervals(sets: Sequence[tuple[Path, str, tuple[str, ...]]]) -> None:
-    """Per file, P10–P90 coverage and width with the model as shipped and the former
-    calibration (same medians: only the intervals differ)."""
-    print(
-        "file | coverage (below/above) former -> now | P90/P10 median, geo-mean former -> now | n"
-    )
-    for path, _scenario, _pool in sets:
-        if not path.exists():
-            continue
-        runs = read_runs(path)
-        before = interval_stats(
-            backtest(runs, model_factory=lambda: EtaModel(random_state=0, **FORMER_CALIBRATION))
-        )
-        after = interval_stats(backtest(runs))
-        cells = [
-            f"{c:.1%} ({b:.0%}/{a:.0%})" + (" -> " if i == 0 else "")
-            for i, (c, b, a, _m, _g, _n) in enumerate((before, after))
-        ]
-        widths = [f"{m:.2f}, {g:.2f}" for _c, _b, _a, m, g, _n in (before, after)]
-        print(f"{path.name} | {''.join(cells)} | {widths[0]} -> {widths[1]} | {after[5]}")
-
-
 def mid_epoch_coverage(runs: Sequence[Run], fraction: float) -> tuple[float, float, int]:
     """P10–P90 coverage of the forecasts made at each scored epoch end, and of the same
     forecasts asked again ``fraction`` of the way into the next epoch (``predict(run,
@@ -375,8 +531,7 @@ def mid_epoch_coverage(runs: Sequence[Run], fraction: float) -> tuple[float, flo
 
     Why: the published coverage is measured at epoch ends, while people read ``top``
     at any moment; this shows whether the shift to ``now`` keeps the intervals honest.
-    The same replay as ``evaluate`` (``Replay``, ``replay_events``): the model knows
-    only runs that ended before.
+    The same replay as ``evaluate`` (``Replay``, ``replay_events``).
     """
     replay = Replay(runs)
     at_end: list[bool] = []
@@ -394,77 +549,83 @@ def mid_epoch_coverage(runs: Sequence[Run], fraction: float) -> tuple[float, flo
     return float(np.mean(at_end)), float(np.mean(later)), len(at_end)
 
 
-def mid_epoch(sets: Sequence[tuple[Path, str, tuple[str, ...]]]) -> None:
+def mid_epoch(paths: Iterable[Path]) -> None:
     """Per file: coverage at epoch ends, half-way and 90 % into the next epoch."""
     print("file | at epoch end | 50 % into the next epoch | 90 % into it | n")
-    for path, _scenario, _pools in sets:
-        if not path.exists() or not path.name.startswith("pinned_"):
-            continue
-        runs = read_runs(path)
+    for path in paths:
+        runs = read_runs_file(path).runs
         end, half, n = mid_epoch_coverage(runs, 0.5)
         _end, late, _n = mid_epoch_coverage(runs, 0.9)
         print(f"{path.name} | {end:.1%} | {half:.1%} | {late:.1%} | {n}")
 
 
+# -- command line --------------------------------------------------------------------
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=Path, action="append", help="a runs CSV (repeatable)")
-    parser.add_argument("--scenario", choices=("dedicated", "shared"), default="dedicated")
-    parser.add_argument("--speed", action="store_true", help="also time fit/predict/evaluate")
-    parser.add_argument("--markdown", action="store_true", help="tables as Markdown (for docs)")
+    parser.add_argument("--mlperf", type=Path, help="the MLPerf runs file (runs.csv.gz)")
     parser.add_argument(
-        "--intervals",
-        action="store_true",
-        help="only P10–P90 coverage and width, now vs the former calibration",
+        "--corpus", action="append", help="only this corpus (repeatable; default: all)"
     )
     parser.add_argument(
-        "--mid-epoch",
-        action="store_true",
-        help="only P10–P90 coverage at epoch ends vs part-way into the next epoch",
+        "--limit", type=int, help="at most this many runs per corpus (whole identities)"
+    )
+    parser.add_argument(
+        "--refit-fraction",
+        type=float,
+        default=0.05,
+        help="refit when the history grew by this share (evaluate's default: 0.05)",
+    )
+    parser.add_argument(
+        "--write-docs", action="store_true", help=f"rewrite the table in {DOCS.name}"
+    )
+    parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
+    parser.add_argument("--speed", action="store_true", help="only fit/predict/evaluate timings")
+    parser.add_argument(
+        "--mid-epoch", action="store_true", help="only coverage part-way into the next epoch"
     )
     args = parser.parse_args(argv)
-    sets = (
-        [(p, args.scenario, ()) for p in args.runs]
-        if args.runs
-        else [(FIXTURES / name, scenario, pool) for name, scenario, pool in DEFAULT_SETS]
-    )
-    if args.mid_epoch:
-        mid_epoch(sets)
-        return 0
-    if args.intervals:
-        intervals(sets)
-        return 0
-    heldout: dict[tuple[str, str], list[Backtest]] = {}
-    for path, scenario, pools in sets:
-        if not path.exists():
-            print(f"== {path.name}: not recorded (run bench/record_runs.py)\n")
-            continue
-        began = time.perf_counter()
-        result = backtest(read_runs(path))
-        took = time.perf_counter() - began
-        for pool in pools:
-            heldout.setdefault((pool, scenario), []).append(result)
-        if args.markdown:
-            print(markdown(result, f"{path.name} ({scenario})"))
-        else:
-            print(f"== {path.name} ({scenario}; backtest {took:.1f} s)")
-            print(format_table(result))
-        print("\n".join(check_targets(result, scenario)))
-        print()
-    for (group, scenario), results in heldout.items():
-        if len(results) < 2:
-            continue
-        result = pooled(results)
-        title = f"{group}: {scenario} runs pooled ({len(results)} files)"
-        if args.markdown:
-            print(markdown(result, title))
-        else:
-            print(f"== {title}")
-            print(format_table(result))
-        print("\n".join(check_targets(result, scenario)))
-        print()
     if args.speed:
         speed()
+        return 0
+    if args.mid_epoch:
+        mid_epoch(sorted(FIXTURES.glob("pinned_*.csv")))
+        return 0
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be ≥ 1")
+    if not 0 < args.refit_fraction <= 1:
+        parser.error("--refit-fraction must be in (0, 1]")
+    corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
+    if args.corpus:
+        unknown = set(args.corpus) - {c.name for c in corpora}
+        if unknown:
+            parser.error(
+                f"unknown or absent corpus {', '.join(sorted(unknown))}; "
+                f"have {', '.join(c.name for c in corpora)}"
+            )
+        corpora = [c for c in corpora if c.name in args.corpus]
+    if args.write_docs and (args.limit is not None or args.corpus):
+        parser.error("--write-docs publishes every corpus in full: drop --limit/--corpus")
+    results = []
+    for corpus in corpora:
+        progress = TerminalProgress(sys.stderr) if sys.stderr.isatty() else None
+        res = run_corpus(corpus, args.refit_fraction, progress=progress)
+        results.append(res)
+        print(
+            f"{corpus.name}: {corpus.n_runs:,} runs, {len(res.scored):,} scored moments, "
+            f"{res.refits} refits, {res.seconds:.0f} s",
+            flush=True,
+        )
+    text = report(results)
+    print()
+    print(text)
+    if args.json is not None:
+        args.json.write_text(json.dumps(as_json(results), indent=2) + "\n")
+    if args.write_docs:
+        command = "python bench/forecast_accuracy.py --write-docs"
+        DOCS.write_text(replace_between_markers(DOCS.read_text(), text, command))
+        print(f"wrote the table into {DOCS}")
     return 0
 
 

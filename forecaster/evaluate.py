@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import csv
 import json
 import math
@@ -48,7 +49,7 @@ import numpy as np
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
-from gpu_eta.forecaster.estimators.base import InsufficientData
+from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
@@ -214,13 +215,18 @@ def backtest(
     refit_fraction: float = 0.05,
     window_seconds: float | None = None,
     progress: Progress | None = None,
+    extra_baselines: Mapping[str, Estimator] | None = None,
 ) -> Backtest:
     """Replay ``runs`` in time order and score gpu-eta and the baselines.
 
     Pure apart from CPU: no I/O. ``model_factory`` builds a fresh unfitted model
     (default ``EtaModel(random_state=0)``). ``progress(done, total)`` is called after
     each scored moment with the runs whose moments are all scored.
+    ``extra_baselines`` (name → unfitted estimator) are fitted on the same history
+    as the history match and scored where they answer, never required (a bench's
+    yardsticks; the CLI scores ``BASELINES`` only).
     """
+    extra = dict(extra_baselines or {})
     replay = Replay(runs, model_factory, refit_fraction)
     history_match = make_estimator("history_match")
     fitted_k = -1
@@ -251,6 +257,8 @@ def backtest(
         k = replay.ended_before(ts)
         if k != fitted_k:
             history_match.fit(replay.by_end[:k])
+            for est in extra.values():
+                est.fit(replay.by_end[:k])
             ended_by_identity.update(identity_key(r) for r in replay.by_end[max(fitted_k, 0) : k])
             fitted_k = k
         model = replay.model_at(ts)
@@ -279,6 +287,9 @@ def backtest(
         if missing:  # compare like with like: a required method could not answer
             skipped[point] += 1
             continue
+        for name, est in extra.items():
+            with contextlib.suppress(InsufficientData):
+                got[name] = est.predict(part, ts).p50
         errs = {name: abs(p50 - truth) / truth for name, p50 in got.items()}
         for name, e in errs.items():
             errors[point].setdefault(name, []).append(e)

@@ -1,0 +1,124 @@
+"""bench/forecast_accuracy.py: round split, limits, bootstrap scores, the docs block.
+
+The bench's figures are reported, not asserted; what is tested here is that the
+machinery computing them is right on inputs whose answer is known.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.estimators.base import InsufficientData
+from gpu_eta.forecaster.evaluate import Scored, backtest
+from tests.forecaster.estimators.runs_factory import make_run
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "forecast_accuracy.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_forecast_accuracy", BENCH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+fa = _load()
+
+
+def ts(year: int, month: int, day: int = 15) -> float:
+    return datetime(year, month, day, tzinfo=timezone.utc).timestamp()
+
+
+def test_rounds_are_told_by_start_time() -> None:
+    assert fa.round_of(ts(2018, 11)) == "v0.5"
+    assert fa.round_of(ts(2020, 7)) == "v0.7"
+    assert fa.round_of(ts(2021, 10)) == "v1.1"
+    assert fa.round_of(ts(2022, 5)) == "v2.0"
+    assert fa.round_of(ts(2022, 10)) == "v2.1"
+    assert fa.round_of(1_593_049.6) == "v0.7?"  # the dlrm logs with another time origin
+    assert fa.round_of(ts(2019, 12)) == "?"
+    runs = [make_run("old", [5.0], start=ts(2021, 11)), make_run("new", [5.0], start=ts(2022, 4))]
+    split = fa.split_mlperf(runs)
+    assert [r.run_id for r in split["mlperf-choose"]] == ["old"]
+    assert [r.run_id for r in split["mlperf-confirm"]] == ["new"]
+
+
+def test_limit_keeps_whole_identities_and_is_seeded() -> None:
+    runs = [
+        make_run(f"{job}{i}", [5.0], start=1e9 + 100 * i + j, job_name=job, namespace="ns")
+        for j, job in enumerate("abcdefgh")
+        for i in range(5)
+    ]
+    kept = fa.limit_runs(runs, 12)
+    jobs = {r.features["job_name"] for r in kept}
+    assert len(kept) == 10 and len(jobs) == 2  # two whole jobs of 5; a third would be 15
+    assert all(sum(r.features["job_name"] == j for r in kept) == 5 for j in jobs)
+    assert fa.limit_runs(runs, 12) == kept
+    assert fa.limit_runs(runs, None) == runs
+
+
+def test_identity_median_knows_only_the_same_identity() -> None:
+    a1 = make_run("a1", [10.0, 10.0], job_name="a", node_type="x")  # 20 s
+    a2 = make_run("a2", [20.0, 20.0], start=1_700_000_100.0, job_name="a", node_type="x")
+    other = make_run("b", [1.0, 1.0], job_name="a", node_type="y")
+    est = fa.IdentityMedian().fit([a1])
+    est.fit([a1, a2, other])  # a grown prefix: only the new runs are added
+    running = make_run("r", [], planned=2, start=2e9, job_name="a", node_type="x")
+    assert est.predict(running, 2e9 + 5).p50 == pytest.approx(30.0 - 5)
+    with pytest.raises(InsufficientData):
+        est.predict(make_run("n", [], planned=2, job_name="new"), 1_700_000_000.0)
+
+
+def scored(point: float, ours: float, base: float, covered: bool = True, history: int = 1):
+    return Scored("r", point, {"gpu_eta": ours, "keras_mean": base}, covered, history)
+
+
+def test_score_rows_medians_intervals_ratio_and_coverage() -> None:
+    moments = [scored(0.1, 0.1 * (1 + i % 3), 0.2 * (1 + i % 3), i % 5 != 0) for i in range(60)]
+    rows = fa.score_rows(moments)
+    ten = next(r for r in rows if r.point == 0.1)
+    assert ten.n == 60 and ten.best == "keras_mean"
+    ours = ten.cells["gpu_eta"]
+    assert ours.median == pytest.approx(0.2) and ours.lo <= ours.median <= ours.hi
+    assert ten.ratio.median == pytest.approx(0.5)
+    assert ten.ratio.lo == pytest.approx(0.5) and ten.ratio.hi == pytest.approx(0.5)  # paired
+    assert ten.coverage.median == pytest.approx(0.8)
+    assert ten.coverage.lo < 0.8 < ten.coverage.hi
+    assert fa.score_rows(moments)[1].cells["gpu_eta"].lo == ours.lo  # seeded
+    assert next(r for r in rows if r.point == 0.5).n == 0
+
+
+def test_report_on_a_real_replay_has_every_point_and_the_history_subset() -> None:
+    runs = [
+        make_run(f"r{i}", [10.0 + i % 3] * 8, start=1_700_000_000.0 + 200 * i, job_name="j")
+        for i in range(8)
+    ]
+    corpus = fa.Corpus("tiny", "eight runs of one job", [runs])
+    res = fa.run_corpus(corpus, refit_fraction=0.05)
+    direct = backtest(runs)
+    assert len(res.scored) == len(direct.scored) > 0
+    text = fa.report([res])
+    assert "**tiny**" in text and "with ≥ 1 earlier run" in text
+    for label in ("| start |", "| 10% |", "| 25% |", "| 50% |", "| 75% |"):
+        assert label in text
+    doc = fa.as_json([res])["tiny"]
+    assert doc["runs"] == 8 and [r["point"] for r in doc["all"]] == [0.0, 0.1, 0.25, 0.5, 0.75]
+    assert math.isfinite(doc["all"][2]["methods"]["gpu_eta"]["median"])  # 25 %: 2 epochs seen
+
+
+def test_docs_block_replaced_between_markers_or_appended() -> None:
+    doc = f"# Title\n\nprose\n\n{fa.BEGIN}\nold table\n{fa.END}\n\nmore prose\n"
+    new = fa.replace_between_markers(doc, "| new |\n", "cmd")
+    assert "old table" not in new and "| new |" in new
+    assert new.startswith("# Title\n\nprose\n\n") and new.endswith(f"{fa.END}\n\nmore prose\n")
+    assert fa.replace_between_markers(new, "| new |\n", "cmd") == new  # idempotent
+    appended = fa.replace_between_markers("# Title\n", "| t |\n", "cmd")
+    assert appended.count(fa.BEGIN) == 1 and appended.index("| t |") > appended.index(fa.BEGIN)
