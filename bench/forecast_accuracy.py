@@ -402,15 +402,20 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-def report(results: Sequence[CorpusResult]) -> str:
+def report(results: Sequence[CorpusResult], limit: int | None = None) -> str:
     """Every corpus: all moments, then the with-history subset, as Markdown."""
+    cut = (
+        f" At most {limit:,} runs per corpus (whole identities, seeded: `--limit {limit}`)."
+        if limit is not None
+        else ""
+    )
     out = [
         "Median absolute error of the remaining time, % of the true remaining time "
         f"({CONFIDENCE:.0%} bootstrap interval over runs, seeded); "
         "`gpu-eta ÷ best`: gpu-eta's median over the best baseline's on the moments that "
         "baseline answered; coverage: true remaining time inside gpu-eta's P10–P90 "
         "(target 77–85 %). Each corpus is replayed in time order; the model knows only "
-        "runs that ended before each moment.",
+        "runs that ended before each moment." + cut,
         "",
     ]
     for res in results:
@@ -605,8 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"have {', '.join(c.name for c in corpora)}"
             )
         corpora = [c for c in corpora if c.name in args.corpus]
-    if args.write_docs and (args.limit is not None or args.corpus):
-        parser.error("--write-docs publishes every corpus in full: drop --limit/--corpus")
+    if args.write_docs and args.corpus:
+        parser.error("--write-docs publishes every corpus: drop --corpus")
     results = []
     for corpus in corpora:
         progress = TerminalProgress(sys.stderr) if sys.stderr.isatty() else None
@@ -617,13 +622,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{res.refits} refits, {res.seconds:.0f} s",
             flush=True,
         )
-    text = report(results)
+    text = report(results, args.limit)
     print()
     print(text)
     if args.json is not None:
         args.json.write_text(json.dumps(as_json(results), indent=2) + "\n")
     if args.write_docs:
-        command = "python bench/forecast_accuracy.py --write-docs"
+        command = "python bench/forecast_accuracy.py --write-docs" + (
+            f" --limit {args.limit}" if args.limit is not None else ""
+        )
         DOCS.write_text(replace_between_markers(DOCS.read_text(), text, command))
         print(f"wrote the table into {DOCS}")
     return 0
