@@ -151,7 +151,6 @@ def test_progress_is_shown_on_a_terminal_only(synthetic_csv: Path) -> None:
 
 
 def test_plot_writes_a_png(synthetic_csv: Path, tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     png = tmp_path / "scores.png"
     code, out, err = run_cli("--runs", str(synthetic_csv), "--plot", str(png))
     assert (code, err) == (0, "") and "gpu_eta" in out
