@@ -363,9 +363,14 @@ def _open(config: Config):
     store = HistoryStore.open(config.history_db)
     try:
         if config.seed_csv:
-            from gpu_eta.forecaster.runs_csv import read_runs
+            from gpu_eta.forecaster.runs_csv import read_runs_file
 
-            runs = read_runs(config.seed_csv)  # every CSV run is finished (completed or not)
+            # every CSV run is finished (completed or not); a damaged run is skipped and
+            # named in one warning, never a reason to refuse the others or to stop
+            seed = read_runs_file(config.seed_csv)
+            if seed.warning():
+                log.warning("history seed %s: %s", config.seed_csv, seed.warning())
+            runs = seed.runs
             added = store.import_finished(runs)
             log.info("history seed %s: %d runs read, %d new", config.seed_csv, len(runs), added)
         # Load what the first fit reads now (cached for it): a damaged file fails at start,

@@ -160,6 +160,28 @@ def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_a_damaged_run_in_the_seed_csv_is_skipped_and_named(tmp_path: Path) -> None:
+    seed = tmp_path / "runs.csv"
+    seed.write_text(
+        "run_id,epoch,epochs_planned,timestamp_seconds\n"
+        "a,0,2,100\na,1,2,160\na,2,2,220\nbad,0,2,0\nbad,1,2,soon\n"
+    )
+    db = tmp_path / "h.sqlite"
+    args = ["once", "--history.db", str(db), "--history.seed-csv", str(seed)]
+    args += ["--prometheus.url", f"http://127.0.0.1:{free_port()}", "--prometheus.retries", "0"]
+    proc = run_cli(*args)
+    assert proc.returncode == 1  # no Prometheus: the cycle fails, the seed stays
+    warned = [line for line in proc.stderr.splitlines() if "skipped 1 malformed run" in line]
+    assert len(warned) == 1 and "'bad'" in warned[0] and "Traceback" not in proc.stderr
+    from gpu_eta.forecaster.history import HistoryStore
+
+    store = HistoryStore.open(db)
+    try:
+        assert [r.run_id for r in store.finished()] == ["a"]
+    finally:
+        store.close()
+
+
 def test_seed_csv_is_imported_once(tmp_path: Path) -> None:
     seed = tmp_path / "runs.csv"
     seed.write_text(
