@@ -25,7 +25,8 @@ the model knows only runs that ended before each moment):
   before 2022-01-01 UTC and "confirm" every run from then on. Ten dlrm runs of v0.7
   (node types ``dgx*_ngc20.06_merlin_hugectr``; ``ngc20.06`` is the June 2020
   container) have timestamps near 1.59e6 s (their logs count from another origin;
-  durations are plausible): they start "in 1970" and so fall, rightly, in "choose".
+  durations are plausible): their place in time is unknown, so a temporal replay
+  cannot use them and they are left out (``split_mlperf``).
   Run ids also grow round by round (0–584 v0.5, 600–994 v0.6, 1005–1864 v0.7, …),
   which agrees.
 * ``cpu-dedicated`` / ``cpu-shared``: the real PyTorch CPU runs recorded on this
@@ -91,6 +92,7 @@ MLPERF_CANDIDATES = (
     REPO.parent.parent / "shared" / "data" / "mlperf-dev" / "runs.csv.gz",  # from a worktree
 )
 CONFIRM_FROM = datetime(2022, 1, 1, tzinfo=timezone.utc).timestamp()
+FIRST_ROUND = datetime(2018, 1, 1, tzinfo=timezone.utc).timestamp()
 ROUNDS = (  # (label, first month, last month): the windows the rounds' runs fall in
     ("v0.5", "2018-10", "2018-12"),
     ("v0.6", "2019-05", "2019-06"),
@@ -113,7 +115,7 @@ SEED = 20261124
 def round_of(start_timestamp: float) -> str:
     """The MLPerf round of a run from its start time ("?" outside every window;
     the v0.7 dlrm runs with an origin near 1970 are "v0.7?")."""
-    if start_timestamp < datetime(2018, 1, 1, tzinfo=timezone.utc).timestamp():
+    if start_timestamp < FIRST_ROUND:
         return "v0.7?"
     month = datetime.fromtimestamp(start_timestamp, timezone.utc).strftime("%Y-%m")
     for label, first, last in ROUNDS:
@@ -123,9 +125,10 @@ def round_of(start_timestamp: float) -> str:
 
 
 def split_mlperf(runs: Sequence[Run]) -> dict[str, list[Run]]:
-    """``mlperf-choose`` (started before 2022: v0.5–v1.1) and ``mlperf-confirm``."""
+    """``mlperf-choose`` (started before 2022: v0.5–v1.1) and ``mlperf-confirm``; runs
+    whose start is before MLPerf existed (a time origin other than Unix) are left out."""
     return {
-        "mlperf-choose": [r for r in runs if r.start_timestamp < CONFIRM_FROM],
+        "mlperf-choose": [r for r in runs if FIRST_ROUND <= r.start_timestamp < CONFIRM_FROM],
         "mlperf-confirm": [r for r in runs if r.start_timestamp >= CONFIRM_FROM],
     }
 

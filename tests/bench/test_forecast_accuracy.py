@@ -45,8 +45,12 @@ def test_rounds_are_told_by_start_time() -> None:
     assert fa.round_of(ts(2022, 10)) == "v2.1"
     assert fa.round_of(1_593_049.6) == "v0.7?"  # the dlrm logs with another time origin
     assert fa.round_of(ts(2019, 12)) == "?"
-    runs = [make_run("old", [5.0], start=ts(2021, 11)), make_run("new", [5.0], start=ts(2022, 4))]
-    split = fa.split_mlperf(runs)
+    runs = [
+        make_run("1970", [5.0], start=1_593_049.6),
+        make_run("old", [5.0], start=ts(2021, 11)),
+        make_run("new", [5.0], start=ts(2022, 4)),
+    ]
+    split = fa.split_mlperf(runs)  # the run with another time origin is in neither
     assert [r.run_id for r in split["mlperf-choose"]] == ["old"]
     assert [r.run_id for r in split["mlperf-confirm"]] == ["new"]
 
