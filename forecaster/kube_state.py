@@ -1,0 +1,262 @@
+"""The GPU queue as kube-state-metrics shows it: queries, and their samples → replay inputs.
+
+The forecaster stays a pure Prometheus reader: everything about pods and nodes comes
+from kube-state-metrics (KSM) series a kube-prometheus-stack already scrapes, with the
+names, labels and types KSM documents (docs/metrics/workload/pod-metrics.md and
+docs/metrics/cluster/node-metrics.md upstream):
+
+- ``kube_pod_container_resource_requests`` (gauge; ``namespace, pod, uid, container,
+  node, resource, unit``): extended resources are sanitised (``nvidia.com/gpu`` →
+  ``resource="nvidia_com_gpu"``, ``unit="integer"``); ``node`` is absent until the pod
+  is bound. MIG slices appear as ``nvidia_com_mig_<profile>``.
+- ``kube_pod_status_phase`` (gauge, 1 for the current ``phase``).
+- ``kube_pod_created`` and ``kube_pod_start_time`` (gauges, unix seconds).
+- ``kube_pod_info`` (gauge 1, ``priority_class`` among its labels). KSM exposes the
+  class name, not its value: ``--pending.priority-class NAME=VALUE`` maps names to
+  values (unknown names count as 0, the default priority).
+- ``kube_pod_nodeselectors`` (opt-in in KSM: ``--metric-opt-in-list``) with
+  ``nodeselector_nvidia_com_gpu_product``: a pod that selects a GPU type. Node
+  affinity is not exposed by KSM at all; a pod that asks for a type through affinity
+  is predicted as if any type would do.
+- ``kube_node_status_allocatable`` (``node, resource, unit``): GPU units per node
+  (time-sliced replicas included, as the device plugin advertises them).
+- ``kube_node_labels``: only labels allow-listed with KSM's
+  ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,nvidia.com/gpu.replicas]``
+  appear, as ``label_nvidia_com_gpu_product`` and ``label_nvidia_com_gpu_replicas``
+  (GPU feature discovery sets both). Without them the GPU type falls back to the model
+  gpu-eta's own exporter reports for the node (``gpu_eta_gpu_info``), and no node
+  counts as time-sliced.
+
+Every query covers all pods at once, so the number of queries per cycle is fixed
+(``len(QUERIES)``) whatever the number of pods; each is limited to pods that ask
+for a GPU resource.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpu_eta.forecaster.queue_replay import Arrival, Holder, Node, PendingPod
+from gpu_eta.forecaster.series import Sample
+
+# nvidia.com/gpu, its time-sliced rename nvidia.com/gpu.shared, and MIG slices
+GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+_REQ = f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
+_GPU_PODS = f"and on (uid) {_REQ}"
+_PENDING = 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
+_ALLOCATABLE = f'kube_node_status_allocatable{{resource=~"{GPU_RESOURCES}"}}'
+
+
+def _tagged(label: str, parts: Mapping[str, str]) -> str:
+    """``a or b``, each series tagged with ``label="<name>"`` (label_replace)."""
+    return " or ".join(
+        f'label_replace({expr}, "{label}", "{name}", "__name__", ".*")'
+        for name, expr in parts.items()
+    )
+
+
+# GPU pods Pending or Running: units of their GPU resource, with phase and node (if bound)
+PODS = (
+    f"sum by (namespace, pod, uid, node, resource) ({_REQ}) "
+    '* on (uid) group_left (phase) (kube_pod_status_phase{phase=~"Pending|Running"} == 1)'
+)
+POD_TIMES = _tagged(
+    "time",
+    {
+        "created": f"kube_pod_created {_PENDING} {_GPU_PODS}",
+        "started": f"kube_pod_start_time {_GPU_PODS}",
+    },
+)
+POD_META = _tagged(
+    "meta",
+    {
+        "info": f"kube_pod_info {_PENDING} {_GPU_PODS}",
+        "nodeselectors": f"kube_pod_nodeselectors {_PENDING} {_GPU_PODS}",
+    },
+)
+# GPU units per node, with the GPU feature discovery labels when KSM exposes them
+NODES = (
+    f"({_ALLOCATABLE} * on (node) group_left (label_nvidia_com_gpu_product, "
+    "label_nvidia_com_gpu_replicas) kube_node_labels) "
+    f"or on (node, resource) {_ALLOCATABLE}"
+)
+# GPU pods created in the window (still present or not): the arrival rate per shape.
+ARRIVALS = (
+    f"max by (namespace, pod, uid, resource) (last_over_time({_REQ}[{{arrivals}}])) "
+    "and on (uid) "
+    "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
+)
+
+QUERIES: Mapping[str, str] = {
+    "ksm_pods": PODS,
+    "ksm_pod_times": POD_TIMES,
+    "ksm_pod_meta": POD_META,
+    "ksm_nodes": NODES,
+    "ksm_arrivals": ARRIVALS,
+}
+
+PRODUCT_LABEL = "label_nvidia_com_gpu_product"
+REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
+SELECTOR_LABEL = "nodeselector_nvidia_com_gpu_product"
+MAX_UNITS = 1024  # a request or allocatable beyond this is not a real GPU count
+_RESOURCE = re.compile(r"^nvidia_com_(gpu|gpu_shared|mig_[a-z0-9_]+)$")
+
+
+def render(template: str, arrivals_seconds: float) -> str:
+    """Fill the arrival window of a query (the others have no parameters)."""
+    seconds = max(1, round(arrivals_seconds))
+    return template.replace("{arrivals}", f"{seconds}s").replace("{arrivals_seconds}", str(seconds))
+
+
+@dataclass(frozen=True)
+class ClusterQueue:
+    """The queue and the cluster it waits on, from one cycle's KSM samples.
+
+    ``scheduled``: pods bound to a node whose containers are still starting (phase
+    Pending with a node); they hold their GPUs and start about now. ``rejected``
+    counts samples skipped as malformed, by reason.
+    """
+
+    nodes: tuple[Node, ...] = ()
+    holders: tuple[Holder, ...] = ()
+    pending: tuple[PendingPod, ...] = ()
+    scheduled: tuple[tuple[str, str], ...] = ()
+    arrivals: tuple[Arrival, ...] = ()
+    rejected: Mapping[str, int] = field(default_factory=dict)
+
+
+def _units(value: float) -> int | None:
+    if not math.isfinite(value) or value <= 0 or value > MAX_UNITS:
+        return None
+    return math.ceil(value)
+
+
+def parse(
+    samples: Mapping[str, Sequence[Sample]],
+    now: float,
+    node_models: Mapping[str, str] | None = None,
+    priorities: Mapping[str, int] | None = None,
+    arrivals_seconds: float = 3600.0,
+) -> ClusterQueue:
+    """Pure: one cycle's answers to ``QUERIES`` → nodes, holders, pending pods, arrivals.
+
+    ``node_models``: node → GPU model from gpu-eta's exporter, used where KSM has no
+    product label. ``priorities``: priority class name → value. A pod asking for
+    several GPU resources at once (rare) is placed on its largest request.
+    """
+    rejected: Counter[str] = Counter()
+    priorities = priorities or {}
+    node_models = node_models or {}
+
+    def get(name: str) -> Sequence[Sample]:
+        return samples.get(name, ())
+
+    # nodes
+    labels: dict[str, Mapping[str, str]] = {}
+    alloc: dict[str, dict[str, int]] = {}
+    for s in get("ksm_nodes"):
+        node, res = s.labels.get("node", ""), s.labels.get("resource", "")
+        units = _units(s.value)
+        if not node or not _RESOURCE.match(res):
+            rejected["bad_node_series"] += 1
+            continue
+        if PRODUCT_LABEL in s.labels or REPLICAS_LABEL in s.labels:
+            labels[node] = s.labels
+        if units is None:
+            continue  # 0 allocatable: a GPU node with its plugin down
+        alloc.setdefault(node, {})[res] = units
+    nodes = []
+    shared_nodes = set()
+    for name, resources in sorted(alloc.items()):
+        lab = labels.get(name, {})
+        product = lab.get(PRODUCT_LABEL) or node_models.get(name, "")
+        try:
+            replicas = int(lab.get(REPLICAS_LABEL, "1") or "1")
+        except ValueError:
+            replicas = 1
+        shared = {}
+        if replicas > 1:
+            shared_nodes.add(name)
+            shared = {r: v for r, v in resources.items() if r == "nvidia_com_gpu"}
+        if "nvidia_com_gpu_shared" in resources:
+            shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
+        nodes.append(Node(name, dict(resources), product, shared))
+
+    # pods: their largest GPU request, phase, node
+    requests: dict[str, tuple[str, str, str, str, int]] = {}  # uid → ns, pod, node, res, units
+    phase: dict[str, str] = {}
+    for s in get("ksm_pods"):
+        lab = s.labels
+        uid, res = lab.get("uid", ""), lab.get("resource", "")
+        units = _units(s.value)
+        if not uid or not lab.get("namespace") or not lab.get("pod") or not _RESOURCE.match(res):
+            rejected["bad_pod_series"] += 1
+            continue
+        if units is None:
+            continue
+        phase[uid] = lab.get("phase", "")
+        prev = requests.get(uid)
+        if prev is None or units > prev[4]:
+            requests[uid] = (lab["namespace"], lab["pod"], lab.get("node", ""), res, units)
+    created, started = {}, {}
+    for s in get("ksm_pod_times"):
+        target = {"created": created, "started": started}.get(s.labels.get("time", ""))
+        if target is not None:
+            target[s.labels.get("uid", "")] = s.value
+    klass, selector = {}, {}
+    for s in get("ksm_pod_meta"):
+        uid = s.labels.get("uid", "")
+        if s.labels.get("meta") == "info":
+            klass[uid] = s.labels.get("priority_class", "")
+        elif s.labels.get("meta") == "nodeselectors":
+            selector[uid] = s.labels.get(SELECTOR_LABEL, "")
+
+    holders, pending, scheduled = [], [], []
+    for uid, (ns, pod, node, res, units) in sorted(requests.items()):
+        ph = phase.get(uid)
+        if ph == "Running" or (ph == "Pending" and node):
+            if not node:
+                rejected["running_without_node"] += 1
+                continue
+            start = started.get(uid)
+            start = start if start is not None and math.isfinite(start) else None
+            holders.append(Holder(ns, pod, node, res, units, None, start, node in shared_nodes))
+            if ph == "Pending":
+                scheduled.append((ns, pod))
+        elif ph == "Pending":
+            c = created.get(uid)
+            if c is None or not math.isfinite(c) or c > now + 300:
+                rejected["bad_created"] += 1
+                continue
+            pending.append(
+                PendingPod(
+                    ns,
+                    pod,
+                    res,
+                    units,
+                    c,
+                    priorities.get(klass.get(uid, ""), 0),
+                    selector.get(uid, ""),
+                )
+            )
+
+    # arrivals: GPU pods created in the window, per (resource, units)
+    shapes: Counter[tuple[str, int]] = Counter()
+    seen = set()
+    for s in get("ksm_arrivals"):
+        uid, res = s.labels.get("uid", ""), s.labels.get("resource", "")
+        units = _units(s.value)
+        if not uid or units is None or not _RESOURCE.match(res) or uid in seen:
+            continue
+        seen.add(uid)
+        shapes[(res, units)] += 1
+    arrivals = tuple(
+        Arrival(res, units, n / arrivals_seconds) for (res, units), n in sorted(shapes.items())
+    )
+    return ClusterQueue(
+        tuple(nodes), tuple(holders), tuple(pending), tuple(scheduled), arrivals, dict(rejected)
+    )

@@ -1,0 +1,129 @@
+"""Predicted starts of pending GPU pods and of requests made now, for one cycle.
+
+Pure glue between ``kube_state`` (what the cluster looks like), the cycle's job
+forecasts (when the running jobs end) and ``queue_replay`` (the replay). ``publish``
+renders the result; ``top`` and the spawner hook read it back from Prometheus.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from gpu_eta.forecaster.kube_state import ClusterQueue
+from gpu_eta.forecaster.queue_replay import (
+    PLACEMENTS,
+    REQUEST_SIZES,
+    SCHEDULED,
+    ReplayError,
+    Request,
+    StartPrediction,
+    default_requests,
+    replay,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSettings:
+    """Knobs of the pending-pod prediction (CLI ``--pending.*``; docs/forecaster.md)."""
+
+    enabled: bool = True
+    n_samples: int = 100
+    horizon_seconds: float = 7 * 86400.0
+    placement: str = "spread"
+    arrivals_seconds: float = 3600.0
+    max_pods: int = 500
+    request_sizes: tuple[int, ...] = REQUEST_SIZES
+    priorities: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ReplayError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.n_samples < 1 or self.max_pods < 1:
+            raise ReplayError("n_samples and max_pods must be >= 1")
+        if not (self.horizon_seconds > 0 and self.arrivals_seconds > 0):
+            raise ReplayError("horizon and arrival window must be > 0 seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class PodStart:
+    """A pending pod's predicted start (``prediction.starts``: P10/P50/P90 timestamps)."""
+
+    namespace: str
+    pod: str
+    resource: str
+    units: int
+    created: float
+    prediction: StartPrediction
+
+
+@dataclass(frozen=True)
+class PendingSet:
+    """Everything about the queue one cycle publishes."""
+
+    pods: tuple[PodStart, ...] = ()
+    requests: Mapping[Request, StartPrediction] = field(default_factory=dict)
+    skipped: int = 0  # pending pods past max_pods (no prediction)
+    rejected: Mapping[str, int] = field(default_factory=dict)
+
+
+def predict(
+    queue: ClusterQueue,
+    job_ends: Mapping[tuple[str, str], tuple[float, float, float]],
+    durations: Sequence[float],
+    now: float,
+    settings: PendingSettings,
+    random_state: int | None = 0,
+) -> PendingSet:
+    """The queue's predicted starts: running jobs end as forecast, then the replay runs.
+
+    ``job_ends``: (namespace, pod) → the latest P10/P50/P90 completion timestamps of
+    its runs. ``durations``: finished runs' durations (seconds), drawn for pods
+    without a forecast and for pods once they start.
+    """
+    holders = tuple(replace(h, ends=job_ends.get((h.namespace, h.pod))) for h in queue.holders)
+    ordered = sorted(queue.pending, key=lambda p: (-p.priority, p.created, p.namespace, p.pod))
+    kept = ordered[: settings.max_pods]
+    requests = default_requests(queue.nodes, settings.request_sizes)
+    result = replay(
+        queue.nodes,
+        holders,
+        kept,
+        now,
+        durations,
+        requests=requests,
+        arrivals=queue.arrivals,
+        n_samples=settings.n_samples,
+        horizon_seconds=settings.horizon_seconds,
+        placement=settings.placement,
+        random_state=random_state,
+    )
+    pods = [
+        PodStart(
+            p.namespace, p.pod, p.resource, p.units, p.created, result.pods[(p.namespace, p.pod)]
+        )
+        for p in kept
+    ]
+    by_key = {(h.namespace, h.pod): h for h in holders}
+    for ns, pod in queue.scheduled:
+        h = by_key[(ns, pod)]
+        pods.append(
+            PodStart(
+                ns, pod, h.resource, h.units, math.nan, StartPrediction(SCHEDULED, (now,) * 3, 1.0)
+            )
+        )
+    return PendingSet(tuple(pods), result.requests, len(ordered) - len(kept), queue.rejected)
+
+
+def job_end_times(
+    jobs: Sequence[tuple[str, str, tuple[float, float, float]]],
+) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(namespace, pod, ends) per run → per pod the latest end, quantile by quantile."""
+    out: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for ns, pod, ends in jobs:
+        prev = out.get((ns, pod))
+        out[(ns, pod)] = (
+            ends if prev is None else tuple(max(a, b) for a, b in zip(prev, ends, strict=True))
+        )  # type: ignore[assignment]
+    return out

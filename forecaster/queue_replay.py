@@ -1,0 +1,485 @@
+"""When will a pending GPU pod start? A forward replay of the scheduler's queue.
+
+Pure: no I/O, no clock. The caller hands over the cluster as kube-state-metrics
+shows it (nodes and their allocatable GPU units, running pods and what they hold,
+pending pods in the queue) plus the forecaster's predicted end of each running job,
+and gets back, per pending pod, P10/P50/P90 of its start time, and per GPU type
+and request size, when a request made now would start.
+
+How (a Monte Carlo replay, ``n_samples`` times):
+
+1. Every running pod's end is drawn: from its forecast's P10/P50/P90 when it has one
+   (the quantile function interpolated between them, extended linearly past them),
+   else from the history of finished runs' durations, conditioned on having already
+   run ``now - started`` (a holder that has outlived every recorded run holds its
+   GPUs past the horizon).
+2. Pending pods are taken in the scheduler's order (priority, then creation time).
+   At ``now`` and then at every moment GPUs free up, each pod still waiting is tried
+   in that order and starts on the first node that has enough free units of its
+   resource (and its GPU type, when it asks for one), best fit first. A pod that does
+   not fit does not block the pods behind it (kube-scheduler moves on to the next pod;
+   it reserves nothing for a large pod), so a 1-GPU pod can start before an older
+   2-GPU pod that waits for a whole node.
+3. A pod that started holds its units for a duration drawn from the history.
+4. A new request "made now" is a pod queued behind every pending pod of its priority:
+   its start is the first moment it would fit in that sweep. It is not placed, so it
+   changes nobody else's start.
+
+Across samples the start times give P10/P50/P90. A pod asking more units than any
+suitable node has can never fit and gets no time (``never_fits``); a pod that starts
+after the horizon in half the samples or more gets none either (``beyond_horizon``).
+
+Time-sliced GPUs: the NVIDIA device plugin advertises each replica as one
+``nvidia.com/gpu`` unit in the node's allocatable, and a pod holds as many units as
+it requests. ``Node.shared`` says how many of those units are replicas of a shared
+device: they go to single-unit pods only (the plugin's ``failRequestsGreaterThanOne``),
+after whole GPUs. MIG slices are resources of their own (``nvidia_com_mig_1g_5gb``...):
+each is a separate pool.
+
+Not modelled (each shows as an error of the prediction, not as a failure):
+preemption (a high-priority pod that evicts a running one starts earlier than
+predicted, and the evicted pod's neighbours' predictions are late), resource quotas
+and limit ranges (a pod held back by its namespace's quota is predicted to start when
+GPUs free up: too early), gang scheduling and co-scheduling plugins (all-or-nothing
+groups start later than the sum of their pods), taints, cordoned nodes, node affinity
+other than the GPU product, CPU/memory shortages, and pods arriving after now (they
+can only take GPUs from pods behind them in the order, or from later requests).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+QUANTILES = (0.1, 0.5, 0.9)
+GPU_RESOURCE = "nvidia_com_gpu"
+REQUEST_SIZES = (1, 2, 4, 8)
+PLACEMENTS = ("spread", "pack")
+
+# status of a prediction
+PREDICTED = "predicted"
+SCHEDULED = "scheduled"  # bound to a node, containers starting
+NEVER_FITS = "never_fits"
+BEYOND_HORIZON = "beyond_horizon"
+STATUSES = (PREDICTED, SCHEDULED, NEVER_FITS, BEYOND_HORIZON)
+
+
+class ReplayError(ValueError):
+    """An input of the replay is out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node's allocatable GPU units per resource, and its GPU product when known."""
+
+    name: str
+    allocatable: Mapping[str, int]  # resource (KSM spelling, nvidia_com_gpu) → units
+    product: str = ""  # nvidia.com/gpu.product label value; "" when not exposed
+    shared: Mapping[str, int] = field(default_factory=dict)  # of which time-sliced replicas
+
+    def whole(self, resource: str) -> int:
+        """Units of ``resource`` that are whole devices (a multi-unit pod can use them)."""
+        return self.allocatable.get(resource, 0) - self.shared.get(resource, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A pod holding GPU units on a node.
+
+    ``ends``: the forecast's P10/P50/P90 completion timestamps, or None (no forecast:
+    an idle notebook, a job that reports no progress, a pod still starting).
+    ``started``: when it started, for conditioning a drawn duration on its age.
+    """
+
+    namespace: str
+    pod: str
+    node: str
+    resource: str
+    units: int
+    ends: tuple[float, float, float] | None = None
+    started: float | None = None
+    shared: bool = False  # holds replicas of a time-sliced device
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A pod waiting for GPUs; ``product`` "" means any GPU type will do."""
+
+    namespace: str
+    pod: str
+    resource: str
+    units: int
+    created: float
+    priority: int = 0
+    product: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request made now: ``units`` of ``resource`` on a ``product`` GPU."""
+
+    product: str
+    resource: str
+    units: int
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """New pods of one shape arriving at ``rate_per_second`` (measured on recent pods).
+
+    Why: a pod waiting for a whole node loses every single GPU that frees to pods
+    created after it that fit at once; without arrivals the replay would start it
+    as soon as the queue ahead of it drains.
+    """
+
+    resource: str
+    units: int
+    rate_per_second: float
+    product: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StartPrediction:
+    """Start of one pending pod or request: P10/P50/P90 timestamps or why there is none.
+
+    ``starts`` holds only finite values: a quantile past the horizon is ``math.inf``
+    and ``status`` says ``beyond_horizon`` when the median is. ``started_share``: the
+    share of samples in which it started within the horizon.
+    """
+
+    status: str
+    starts: tuple[float, float, float] | None
+    started_share: float
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Predictions per pending pod ((namespace, pod) → ...) and per request."""
+
+    pods: Mapping[tuple[str, str], StartPrediction] = field(default_factory=dict)
+    requests: Mapping[Request, StartPrediction] = field(default_factory=dict)
+    n_samples: int = 0
+
+
+# --------------------------------------------------------------------- sampling
+
+
+def quantile_draw(q: tuple[float, float, float], u: float) -> float:
+    """The value at probability ``u`` of the distribution with P10/P50/P90 ``q``.
+
+    Linear between the three quantiles, extended with the slope of the nearest
+    segment below P10 and above P90 (never below 0 seconds of remaining time is
+    the caller's business).
+    """
+    p10, p50, p90 = q
+    if u <= 0.5:
+        return p50 - (p50 - p10) * (0.5 - u) / 0.4
+    return p50 + (p90 - p50) * (u - 0.5) / 0.4
+
+
+class _Durations:
+    """Finished runs' durations, drawn from conditioned on a minimum age."""
+
+    def __init__(self, durations: Sequence[float]) -> None:
+        self.sorted = sorted(d for d in durations if d > 0 and math.isfinite(d))
+
+    def draw(self, rng: random.Random, older_than: float = 0.0) -> float:
+        """A duration longer than ``older_than``; inf when none is (or no history)."""
+        lo = bisect.bisect_right(self.sorted, older_than)
+        if lo >= len(self.sorted):
+            return math.inf
+        return self.sorted[lo + int(rng.random() * (len(self.sorted) - lo))]
+
+
+# --------------------------------------------------------------------- the replay
+
+
+def _order(pods: Sequence[PendingPod]) -> list[PendingPod]:
+    """The scheduler's order: higher priority first, then older first."""
+    return sorted(pods, key=lambda p: (-p.priority, p.created, p.namespace, p.pod))
+
+
+def _suitable(node: Node, resource: str, product: str) -> bool:
+    return node.allocatable.get(resource, 0) > 0 and (not product or node.product == product)
+
+
+def fits_somewhere(nodes: Sequence[Node], resource: str, product: str, units: int) -> bool:
+    """True when some suitable node could hold ``units`` with nothing else on it."""
+    return any(
+        _suitable(n, resource, product)
+        and (n.whole(resource) >= units or (units == 1 and n.shared.get(resource, 0) > 0))
+        for n in nodes
+    )
+
+
+def default_requests(nodes: Sequence[Node], sizes: Sequence[int] = REQUEST_SIZES) -> list[Request]:
+    """One request per (GPU product, resource) seen on the nodes and per size that fits."""
+    out = []
+    for product, resource in sorted(
+        {(n.product, r) for n in nodes if n.product for r, v in n.allocatable.items() if v > 0}
+    ):
+        for size in sizes:
+            if fits_somewhere(nodes, resource, product, size):
+                out.append(Request(product, resource, size))
+    return out
+
+
+def replay(
+    nodes: Sequence[Node],
+    holders: Sequence[Holder],
+    pending: Sequence[PendingPod],
+    now: float,
+    durations: Sequence[float] = (),
+    requests: Sequence[Request] = (),
+    arrivals: Sequence[Arrival] = (),
+    max_arrivals: int = 200,
+    placement: str = "spread",
+    n_samples: int = 100,
+    horizon_seconds: float = 7 * 86400.0,
+    random_state: int | None = 0,
+) -> ReplayResult:
+    """Predicted starts of ``pending`` and ``requests`` (see the module docstring)."""
+    if placement not in PLACEMENTS:
+        raise ReplayError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    if n_samples < 1:
+        raise ReplayError(f"n_samples must be >= 1, got {n_samples}")
+    if not horizon_seconds > 0:
+        raise ReplayError(f"horizon_seconds must be > 0, got {horizon_seconds}")
+    if any(not (a.rate_per_second >= 0 and math.isfinite(a.rate_per_second)) for a in arrivals):
+        raise ReplayError("arrival rates must be finite and >= 0")
+    rng = random.Random(random_state)
+    hist = _Durations(durations)
+    node_index = {n.name: i for i, n in enumerate(nodes)}
+    ordered = _order(pending)
+    # requests sit behind every pending pod of their priority (created "now")
+    queue: list[tuple[tuple, int, PendingPod | Request]] = []
+    for i, p in enumerate(ordered):
+        queue.append(((-p.priority, p.created), i, p))
+    for j, r in enumerate(requests):
+        queue.append(((-r.priority, math.inf), len(ordered) + j, r))
+    queue.sort(key=lambda e: (e[0], e[1]))
+    items = [e[2] for e in queue]
+    fit_ok = [fits_somewhere(nodes, it.resource, it.product, it.units) for it in items]
+    candidates = [
+        [k for k, n in enumerate(nodes) if _suitable(n, it.resource, it.product)] for it in items
+    ]
+    horizon = now + horizon_seconds
+    future = [
+        (a, [k for k, n in enumerate(nodes) if _suitable(n, a.resource, a.product)])
+        for a in arrivals
+        if a.rate_per_second > 0 and fits_somewhere(nodes, a.resource, a.product, a.units)
+    ]
+    starts: list[list[float]] = [[] for _ in items]
+    for _ in range(n_samples):
+        for k, t in enumerate(
+            _one_sample(
+                nodes,
+                node_index,
+                holders,
+                items,
+                fit_ok,
+                candidates,
+                future,
+                max_arrivals,
+                placement,
+                now,
+                horizon,
+                hist,
+                rng,
+            )
+        ):
+            starts[k].append(t)
+    pods: dict[tuple[str, str], StartPrediction] = {}
+    reqs: dict[Request, StartPrediction] = {}
+    for k, it in enumerate(items):
+        pred = _summarise(starts[k], fit_ok[k])
+        if isinstance(it, Request):
+            reqs[it] = pred
+        else:
+            pods[(it.namespace, it.pod)] = pred
+    return ReplayResult(pods=pods, requests=reqs, n_samples=n_samples)
+
+
+def _summarise(samples: list[float], fits: bool) -> StartPrediction:
+    if not fits:
+        return StartPrediction(NEVER_FITS, None, 0.0)
+    samples.sort()
+    n = len(samples)
+    started = sum(1 for t in samples if math.isfinite(t)) / n
+    q = tuple(_quantile(samples, p) for p in QUANTILES)
+    if not math.isfinite(q[1]):
+        return StartPrediction(BEYOND_HORIZON, None, started)
+    return StartPrediction(PREDICTED, q, started)  # type: ignore[arg-type]
+
+
+def _quantile(sorted_values: list[float], p: float) -> float:
+    """Linear-interpolated quantile; inf when it falls among infinite values."""
+    pos = p * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    a, b = sorted_values[lo], sorted_values[hi]
+    if pos == lo:
+        return a
+    if math.isinf(b):
+        return math.inf
+    return a + (b - a) * (pos - lo)
+
+
+def _one_sample(
+    nodes: Sequence[Node],
+    node_index: Mapping[str, int],
+    holders: Sequence[Holder],
+    items: Sequence[PendingPod | Request],
+    fit_ok: Sequence[bool],
+    candidates: Sequence[Sequence[int]],
+    arrivals: Sequence[tuple[Arrival, Sequence[int]]],
+    max_arrivals: int,
+    placement: str,
+    now: float,
+    horizon: float,
+    hist: _Durations,
+    rng: random.Random,
+) -> list[float]:
+    """One draw of the future: each item's start timestamp (inf: not within the horizon)."""
+    # free units per node and pool: (resource, shared)
+    free: list[dict[tuple[str, bool], int]] = []
+    for n in nodes:
+        pools = {(r, False): n.whole(r) for r in n.allocatable}
+        pools.update({(r, True): v for r, v in n.shared.items()})
+        free.append(pools)
+    events: list[tuple[float, int, int, tuple[str, bool], int]] = []  # t, seq, node, pool, units
+    seq = 0
+    for h in holders:
+        k = node_index.get(h.node)
+        if k is None or h.units <= 0:
+            continue
+        pool = (h.resource, h.shared)
+        free[k][pool] = free[k].get(pool, 0) - h.units
+        if h.ends is not None:
+            end = quantile_draw(h.ends, rng.random())
+        else:
+            age = max(0.0, now - h.started) if h.started is not None else 0.0
+            end = now + hist.draw(rng, age) - age
+        end = max(now, end)
+        if end <= horizon:
+            heapq.heappush(events, (end, seq, k, pool, h.units))
+            seq += 1
+    n_items = len(items)
+    start = [math.inf] * n_items
+    waiting = [i for i in range(n_items) if fit_ok[i]]
+    # future pods: index n_items + j in `waiting`; they queue behind everything known
+    future: list[tuple[Arrival, Sequence[int]]] = []
+    total_rate = sum(a.rate_per_second for a, _ in arrivals)
+    next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
+    t = now
+    fresh = set(waiting)  # waiting pods to try on every node (not only where GPUs freed)
+    changed: set[int] = set()
+    while any(i < n_items for i in waiting):
+        still = []
+        for i in waiting:
+            it = items[i] if i < n_items else future[i - n_items][0]
+            cand = candidates[i] if i < n_items else future[i - n_items][1]
+            best, pool = _choose(
+                free,
+                cand if i in fresh else changed.intersection(cand),
+                it.resource,
+                it.units,
+                placement,
+                rng,
+            )
+            if best < 0:
+                still.append(i)
+                continue
+            if i < n_items:
+                start[i] = t
+                if isinstance(it, Request):
+                    continue  # a request made now takes nothing from anyone
+            free[best][pool] -= it.units
+            end = t + hist.draw(rng)
+            if end <= horizon:
+                heapq.heappush(events, (end, seq, best, pool, it.units))
+                seq += 1
+        waiting = still
+        fresh = set()
+        changed = set()
+        t = min(events[0][0] if events else math.inf, next_arrival)
+        if t > horizon:
+            break
+        if next_arrival <= t:  # a new pod joins the end of the queue
+            future.append(_pick(arrivals, rng.random() * total_rate))
+            waiting.append(n_items + len(future) - 1)
+            fresh.add(waiting[-1])
+            next_arrival = t + rng.expovariate(total_rate)
+            if len(future) >= max_arrivals:
+                next_arrival = math.inf
+        while events and events[0][0] == t:
+            _, _, k, pool, units = heapq.heappop(events)
+            free[k][pool] = free[k].get(pool, 0) + units
+            changed.add(k)
+    return start
+
+
+def _pick(
+    arrivals: Sequence[tuple[Arrival, Sequence[int]]], x: float
+) -> tuple[Arrival, Sequence[int]]:
+    """The arrival shape at ``x`` in [0, total rate): shapes drawn in proportion to rate."""
+    for entry in arrivals:
+        x -= entry[0].rate_per_second
+        if x < 0:
+            return entry
+    return arrivals[-1]
+
+
+def _choose(
+    free: Sequence[dict[tuple[str, bool], int]],
+    nodes: Iterable[int],
+    resource: str,
+    units: int,
+    placement: str,
+    rng: random.Random,
+) -> tuple[int, tuple[str, bool]]:
+    """The node a pod lands on: whole GPUs first, else (one unit) a time-sliced replica.
+
+    ``pack``: the fitting node with the fewest free units (bin-packing scoring);
+    ``spread``: any fitting node, at random (kube-scheduler's default scoring weighs
+    CPU and memory only, so GPU placement is as good as random). (-1, pool) when
+    nothing fits.
+    """
+    nodes = sorted(nodes)
+    for pool in ((resource, False), (resource, True)) if units == 1 else ((resource, False),):
+        fitting = [k for k in nodes if free[k].get(pool, 0) >= units]
+        if not fitting:
+            continue
+        if placement == "pack":
+            return min(fitting, key=lambda k: free[k][pool]), pool
+        return fitting[int(rng.random() * len(fitting))], pool
+    return -1, (resource, False)
+
+
+# --------------------------------------------------------------------- the naive answer
+
+
+def naive_start(
+    nodes: Sequence[Node], holders: Sequence[Holder], pod: PendingPod | Request, now: float
+) -> float:
+    """The naive answer: "when the earliest running job on a suitable node ends" (P50), or now if one fits.
+
+    The answer people give by hand; the bench compares the replay with it. inf when
+    no suitable node has a holder with a forecast.
+    """
+    best = math.inf
+    for n in nodes:
+        if not _suitable(n, pod.resource, pod.product):
+            continue
+        held = sum(h.units for h in holders if h.node == n.name and h.resource == pod.resource)
+        if n.allocatable[pod.resource] - held >= pod.units:
+            return now
+        for h in holders:
+            if h.node == n.name and h.resource == pod.resource and h.ends is not None:
+                best = min(best, max(now, h.ends[1]))
+    return best

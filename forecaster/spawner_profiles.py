@@ -1,0 +1,162 @@
+"""JupyterHub KubeSpawner ``profile_list`` hook: "free now" / "~14:20" on each GPU profile.
+
+Standard library only, so it runs in the hub's image without gpu-eta's dependencies
+(copy this one file next to ``jupyterhub_config.py``, or install gpu-eta there).
+It reads what the forecaster publishes, ``gpu_eta_request_predicted_start_timestamp_seconds``
+(when a request made now for ``gpus`` GPUs of a ``model`` would start, P50), with one
+Prometheus query per page load, and appends the answer to each GPU profile's
+``display_name``::
+
+    from gpu_eta_profiles import profile_list_hook      # or gpu_eta.forecaster.spawner_profiles
+    c.KubeSpawner.profile_list = profile_list_hook(
+        [
+            {"display_name": "RTX 4080, 1 GPU", "kubespawner_override": {
+                "extra_resource_limits": {"nvidia.com/gpu": "1"},
+                "node_selector": {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-4080"}}},
+            {"display_name": "CPU only"},
+        ],
+        prometheus_url="http://prometheus-operated.monitoring:9090",
+    )
+
+A profile's GPU count comes from ``extra_resource_limits`` (or ``_guarantees``)
+``nvidia.com/gpu``; its GPU type from ``node_selector`` ``nvidia.com/gpu.product``
+(any type when absent: the earliest of them). A count the forecaster does not publish
+(3, 5...) takes the next published size up. Profiles without GPUs are left alone. When
+Prometheus cannot be read the profiles come back unchanged (the spawn page must never
+break because of a forecast) and the reason is logged.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, tzinfo
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+METRIC = "gpu_eta_request_predicted_start_timestamp_seconds"
+QUERY = f'{METRIC}{{quantile="0.5", resource="nvidia_com_gpu"}}'
+GPU_RESOURCE = "nvidia.com/gpu"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+FREE_NOW_SECONDS = 60.0
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+
+class ProfileError(ValueError):
+    """A profile asks for a GPU count that is not a positive integer."""
+
+
+def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> dict[tuple[str, int], float]:
+    """(model, gpus) → P50 start timestamp, from one instant query; raises OSError/ValueError."""
+    url = f"{prometheus_url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": QUERY})
+    with urllib.request.urlopen(url, timeout=timeout_seconds) as resp:
+        raw = resp.read(MAX_RESPONSE_BYTES + 1)
+    if len(raw) > MAX_RESPONSE_BYTES:
+        raise ValueError(f"Prometheus answer larger than {MAX_RESPONSE_BYTES} bytes")
+    body = json.loads(raw)
+    if not isinstance(body, dict):
+        raise ValueError("Prometheus answer is not a JSON object")
+    if body.get("status") != "success":
+        raise ValueError(f"Prometheus answered {body.get('status')!r}: {body.get('error', '')}")
+    out: dict[tuple[str, int], float] = {}
+    for item in body.get("data", {}).get("result", []):
+        labels = item.get("metric", {})
+        try:
+            gpus = int(labels["gpus"])
+            value = float(item["value"][1])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue  # one bad series is skipped, not a reason to show nothing
+        if math.isfinite(value):
+            key = (str(labels.get("model", "")), gpus)
+            out[key] = min(value, out.get(key, math.inf))
+    return out
+
+
+def gpus_of(profile: Mapping[str, Any]) -> int:
+    """The profile's ``nvidia.com/gpu`` count (0 when it asks for none)."""
+    override = profile.get("kubespawner_override") or {}
+    for key in ("extra_resource_limits", "extra_resource_guarantees"):
+        value = (override.get(key) or {}).get(GPU_RESOURCE)
+        if value is not None:
+            try:
+                n = int(str(value))
+            except ValueError:
+                raise ProfileError(f"{GPU_RESOURCE} must be an integer, got {value!r}") from None
+            if n < 0:
+                raise ProfileError(f"{GPU_RESOURCE} must be >= 0, got {n}")
+            return n
+    return 0
+
+
+def start_for(starts: Mapping[tuple[str, int], float], gpus: int, model: str = "") -> float | None:
+    """P50 start for ``gpus`` GPUs of ``model`` ("" = any); the next size up if needed."""
+    best = None
+    for (m, size), ts in starts.items():
+        if (model and m != model) or size < gpus:
+            continue
+        key = (size, ts)
+        if best is None or key < best[0]:
+            best = (key, ts)
+    return None if best is None else best[1]
+
+
+def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
+    """The text shown: "free now", "~14:20" (local time, or ``tz``), or "no estimate"."""
+    if start is None or not math.isfinite(start):
+        return "no estimate"
+    if start - now <= FREE_NOW_SECONDS:
+        return "free now"
+    when = datetime.fromtimestamp(start, tz)
+    day = "" if when.date() == datetime.fromtimestamp(now, tz).date() else when.strftime("%a ")
+    return f"~{day}{when:%H:%M}"
+
+
+def annotate(
+    profiles: Sequence[Mapping[str, Any]],
+    starts: Mapping[tuple[str, int], float],
+    now: float,
+    tz: tzinfo | None = None,
+) -> list[dict[str, Any]]:
+    """Copies of ``profiles`` with " — free now" / " — ~HH:MM" after each GPU profile's name."""
+    out = []
+    for profile in profiles:
+        p = copy.deepcopy(dict(profile))
+        try:
+            gpus = gpus_of(p)
+        except ProfileError as err:
+            log.warning("profile %r: %s", p.get("display_name"), err)
+            gpus = 0
+        if gpus > 0:
+            override = p.get("kubespawner_override") or {}
+            model = str((override.get("node_selector") or {}).get(PRODUCT_LABEL, ""))
+            text = label(start_for(starts, gpus, model), now, tz)
+            p["display_name"] = f"{p.get('display_name', '')} — {text}"
+        out.append(p)
+    return out
+
+
+def profile_list_hook(
+    profiles: Sequence[Mapping[str, Any]],
+    prometheus_url: str,
+    timeout_seconds: float = 2.0,
+    tz: tzinfo | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Callable[[Any], list[dict[str, Any]]]:
+    """A callable for ``c.KubeSpawner.profile_list`` (KubeSpawner calls it with the spawner)."""
+
+    def hook(_spawner: Any = None) -> list[dict[str, Any]]:
+        try:
+            starts = fetch(prometheus_url, timeout_seconds)
+        except (OSError, ValueError) as err:
+            log.warning("gpu-eta: no start estimates from %s: %s", prometheus_url, err)
+            return [dict(p) for p in profiles]
+        return annotate(profiles, starts, clock(), tz)
+
+    return hook

@@ -1,0 +1,215 @@
+"""kube-state-metrics-shaped series for the simulated cluster (and for tests).
+
+Why: the forecaster reads the GPU queue from kube-state-metrics (forecaster/kube_state.py);
+the demo has no Kubernetes, so it serves what kube-state-metrics would serve for its
+simulated pods and nodes, with the real exporter's names, label names and types
+(upstream docs/metrics/workload/pod-metrics.md and docs/metrics/cluster/node-metrics.md):
+``kube_pod_status_phase`` (one series per phase, 1 for the current one),
+``kube_pod_container_resource_requests`` (``resource`` sanitised as KSM does,
+``nvidia.com/gpu`` → ``nvidia_com_gpu``, ``unit="integer"``, ``node`` only once bound),
+``kube_pod_created``, ``kube_pod_start_time``, ``kube_pod_info`` (with
+``priority_class``), ``kube_pod_nodeselectors`` (opt-in upstream),
+``kube_node_status_allocatable`` and ``kube_node_labels`` (only allow-listed labels, as
+``label_<sanitised key>``).
+
+Pure: records in, exposition text out; ``from_sim`` reads a ``ClusterSim``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpu_eta.simulation.cluster import ClusterSim
+
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+GPU = "nvidia.com/gpu"
+DEFAULT_LABEL_ALLOWLIST = ("nvidia.com/gpu.product",)
+_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+
+
+@dataclass(frozen=True, slots=True)
+class KsmNode:
+    """A node: allocatable resources (Kubernetes names) and its labels."""
+
+    name: str
+    allocatable: Mapping[str, int]
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class KsmPod:
+    """A pod as kube-state-metrics sees it (times in unix seconds)."""
+
+    namespace: str
+    pod: str
+    uid: str
+    phase: str
+    created: float
+    requests: Mapping[str, int]  # resource (Kubernetes name) → amount
+    container: str = "main"
+    node: str = ""
+    start_time: float | None = None
+    priority_class: str = ""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+
+def sanitize(name: str) -> str:
+    """KSM's label sanitising: every character outside [a-zA-Z0-9_] becomes ``_``."""
+    return _INVALID.sub("_", name)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _line(name: str, labels: Mapping[str, str], value: float) -> str:
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items() if v != "")
+    return f"{name}{{{body}}} {value!r}" if body else f"{name} {value!r}"
+
+
+_HELP = {
+    "kube_pod_info": "Information about pod.",
+    "kube_pod_created": "Unix creation timestamp",
+    "kube_pod_start_time": "Start time in unix timestamp for a pod.",
+    "kube_pod_status_phase": "The pods current phase.",
+    "kube_pod_nodeselectors": "Describes the Pod nodeSelectors.",
+    "kube_pod_container_resource_requests": (
+        "The number of requested request resource by a container. It is recommended to use "
+        "the kube_pod_resource_requests metric exposed by kube-scheduler instead, as it is "
+        "more precise."
+    ),
+    "kube_node_labels": "Kubernetes labels converted to Prometheus labels.",
+    "kube_node_status_allocatable": (
+        "The allocatable for different resources of a node that are available for scheduling."
+    ),
+}
+
+
+def exposition(
+    nodes: Iterable[KsmNode],
+    pods: Iterable[KsmPod],
+    label_allowlist: Sequence[str] = DEFAULT_LABEL_ALLOWLIST,
+) -> str:
+    """The Prometheus text exposition KSM would serve for these nodes and pods."""
+    families: dict[str, list[str]] = {name: [] for name in _HELP}
+    for n in nodes:
+        labels = {"node": n.name}
+        labels.update(
+            {f"label_{sanitize(k)}": v for k, v in sorted(n.labels.items()) if k in label_allowlist}
+        )
+        families["kube_node_labels"].append(_line("kube_node_labels", labels, 1.0))
+        for res, amount in sorted(n.allocatable.items()):
+            families["kube_node_status_allocatable"].append(
+                _line(
+                    "kube_node_status_allocatable",
+                    {"node": n.name, "resource": sanitize(res), "unit": "integer"},
+                    float(amount),
+                )
+            )
+    for p in pods:
+        base = {"namespace": p.namespace, "pod": p.pod, "uid": p.uid}
+        families["kube_pod_info"].append(
+            _line(
+                "kube_pod_info",
+                {
+                    **base,
+                    "host_ip": "",
+                    "pod_ip": "",
+                    "node": p.node,
+                    "created_by_kind": "",
+                    "created_by_name": "",
+                    "priority_class": p.priority_class,
+                    "host_network": "false",
+                },
+                1.0,
+            )
+        )
+        families["kube_pod_created"].append(_line("kube_pod_created", base, float(p.created)))
+        if p.start_time is not None:
+            families["kube_pod_start_time"].append(
+                _line("kube_pod_start_time", base, float(p.start_time))
+            )
+        for phase in PHASES:
+            families["kube_pod_status_phase"].append(
+                _line(
+                    "kube_pod_status_phase",
+                    {**base, "phase": phase},
+                    1.0 if phase == p.phase else 0.0,
+                )
+            )
+        families["kube_pod_nodeselectors"].append(
+            _line(
+                "kube_pod_nodeselectors",
+                {**base, **{f"nodeselector_{sanitize(k)}": v for k, v in p.node_selector.items()}},
+                1.0,
+            )
+        )
+        for res, amount in sorted(p.requests.items()):
+            families["kube_pod_container_resource_requests"].append(
+                _line(
+                    "kube_pod_container_resource_requests",
+                    {
+                        **base,
+                        "container": p.container,
+                        "node": p.node,
+                        "resource": sanitize(res),
+                        "unit": "integer",
+                    },
+                    float(amount),
+                )
+            )
+    out = []
+    for name, lines in families.items():
+        out.append(f"# HELP {name} {_HELP[name]}")
+        out.append(f"# TYPE {name} gauge")
+        out.extend(lines)
+    return "\n".join(out) + "\n"
+
+
+def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], list[KsmPod]]:
+    """The simulated cluster at sim time ``t`` as KSM records (unix = anchor + sim time).
+
+    Nodes advertise one ``nvidia.com/gpu`` unit per device, or per replica on a
+    time-sliced device, as NVIDIA's device plugin does; their product label is the GPU
+    model. Queued jobs are Pending pods without a node; running pods are Running.
+    """
+    nodes = [
+        KsmNode(
+            n.name,
+            {GPU: sum(g.replicas for g in n.gpus)},
+            {"nvidia.com/gpu.product": n.gpu_model.replace(" ", "-")},
+        )
+        for n in sim.nodes
+    ]
+    pods = []
+    for pod in tuple(sim.pods):
+        if pod.kind not in ("training", "notebook") or not pod.alive_at(t) or pod.node < 0:
+            continue
+        pods.append(
+            KsmPod(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                "Running",
+                anchor + getattr(pod, "created", pod.start),
+                {GPU: len(pod.gpus)},
+                pod.container,
+                sim.nodes[pod.node].name,
+                anchor + pod.start,
+            )
+        )
+    for pod in sim.queued_pods():
+        pods.append(
+            KsmPod(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                "Pending",
+                anchor + pod.start,
+                {GPU: len(pod.gpus)},
+                pod.container,
+            )
+        )
+    return nodes, pods

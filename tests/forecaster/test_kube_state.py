@@ -1,0 +1,239 @@
+"""kube-state-metrics series → the queue: parsing, and the queries against a real Prometheus."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gpu_eta.forecaster import kube_state
+from gpu_eta.forecaster.pending import PendingSettings, predict
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.queue_replay import NEVER_FITS, PREDICTED, SCHEDULED
+from gpu_eta.forecaster.series import Sample
+from gpu_eta.launch.prometheus import ScrapeJob, promtool
+from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
+
+NOW = time.time()
+
+
+def sample(**labels: str) -> Sample:
+    value = float(labels.pop("value", "1"))
+    return Sample(labels, value, NOW)
+
+
+def test_parse_builds_nodes_holders_pending_and_skips_bad_series():
+    samples = {
+        "ksm_nodes": [
+            sample(
+                node="n1",
+                resource="nvidia_com_gpu",
+                label_nvidia_com_gpu_product="NVIDIA-A100",
+                value="4",
+            ),
+            sample(
+                node="n2", resource="nvidia_com_gpu", label_nvidia_com_gpu_replicas="3", value="3"
+            ),
+            sample(node="", resource="nvidia_com_gpu", value="4"),  # bad
+        ],
+        "ksm_pods": [
+            sample(
+                namespace="ml",
+                pod="run",
+                uid="u1",
+                node="n1",
+                resource="nvidia_com_gpu",
+                phase="Running",
+                value="2",
+            ),
+            sample(
+                namespace="ml",
+                pod="wait",
+                uid="u2",
+                resource="nvidia_com_gpu",
+                phase="Pending",
+                value="1",
+            ),
+            sample(
+                namespace="ml",
+                pod="bound",
+                uid="u3",
+                node="n2",
+                resource="nvidia_com_gpu",
+                phase="Pending",
+                value="1",
+            ),
+            sample(
+                namespace="ml",
+                pod="huge",
+                uid="u4",
+                resource="nvidia_com_gpu",
+                phase="Pending",
+                value="1e9",
+            ),
+            sample(
+                namespace="ml", pod="x", uid="u5", resource="cpu", phase="Pending", value="1"
+            ),  # bad
+        ],
+        "ksm_pod_times": [
+            sample(uid="u2", time="created", value=str(NOW - 60)),
+            sample(uid="u1", time="started", value=str(NOW - 600)),
+        ],
+        "ksm_pod_meta": [
+            sample(uid="u2", meta="info", priority_class="high"),
+            sample(
+                uid="u2", meta="nodeselectors", nodeselector_nvidia_com_gpu_product="NVIDIA-A100"
+            ),
+        ],
+        "ksm_arrivals": [
+            sample(uid="u1", resource="nvidia_com_gpu", value="2"),
+            sample(uid="u2", resource="nvidia_com_gpu", value="1"),
+        ],
+    }
+    q = kube_state.parse(samples, NOW, {"n2": "T4"}, {"high": 1000}, arrivals_seconds=100)
+    assert [(n.name, n.allocatable, n.product, dict(n.shared)) for n in q.nodes] == [
+        ("n1", {"nvidia_com_gpu": 4}, "NVIDIA-A100", {}),
+        ("n2", {"nvidia_com_gpu": 3}, "T4", {"nvidia_com_gpu": 3}),
+    ]
+    assert [(h.pod, h.node, h.units, h.started, h.shared) for h in q.holders] == [
+        ("run", "n1", 2, NOW - 600, False),
+        ("bound", "n2", 1, None, True),
+    ]
+    assert [(p.pod, p.units, p.priority, p.product) for p in q.pending] == [
+        ("wait", 1, 1000, "NVIDIA-A100")
+    ]
+    assert q.scheduled == (("ml", "bound"),)
+    assert {(a.units, a.rate_per_second) for a in q.arrivals} == {(1, 0.01), (2, 0.01)}
+    assert q.rejected == {"bad_node_series": 1, "bad_pod_series": 1}
+
+
+def test_query_count_is_fixed():
+    assert len(kube_state.QUERIES) == 5
+    for template in kube_state.QUERIES.values():
+        assert "{arrivals}" not in kube_state.render(template, 600)
+
+
+# --- against a real Prometheus -------------------------------------------------------
+
+
+@pytest.fixture
+def ksm_target() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server serving KSM-shaped series; the test sets the body."""
+    body: list[str] = [""]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = body[0].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}", body
+    server.shutdown()
+    server.server_close()
+
+
+def cluster(now: float) -> str:
+    nodes = [
+        KsmNode(
+            "a100-node", {GPU: 2, "cpu": 64}, {"nvidia.com/gpu.product": "NVIDIA-A100", "zone": "x"}
+        ),
+        KsmNode("t4-node", {GPU: 4}, {"nvidia.com/gpu.product": "Tesla-T4"}),
+    ]
+    pods = [
+        KsmPod(
+            "ml",
+            "train-a",
+            "u1",
+            "Running",
+            now - 900,
+            {GPU: 2},
+            node="a100-node",
+            start_time=now - 890,
+        ),
+        KsmPod(
+            "ml",
+            "train-t",
+            "u2",
+            "Running",
+            now - 900,
+            {GPU: 4},
+            node="t4-node",
+            start_time=now - 890,
+        ),
+        KsmPod(
+            "ml",
+            "waits-a100",
+            "u3",
+            "Pending",
+            now - 300,
+            {GPU: 1},
+            node_selector={"nvidia.com/gpu.product": "NVIDIA-A100"},
+        ),
+        KsmPod("ml", "any-gpu", "u4", "Pending", now - 200, {GPU: 1}, priority_class="low"),
+        KsmPod("ml", "too-big", "u5", "Pending", now - 100, {GPU: 8}),
+        KsmPod("hub", "starting", "u6", "Pending", now - 5, {"cpu": 1}),  # no GPU: ignored
+    ]
+    return exposition(nodes, pods)
+
+
+def test_exposition_passes_promtool():
+    proc = promtool("check", "metrics", stdin=cluster(NOW))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_queries_against_real_prometheus(prometheus_factory, ksm_target):
+    target, body = ksm_target
+    body[0] = cluster(time.time())
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=4)
+    client = PromClient(prom.url)
+    now = time.time()
+    samples = {
+        name: client.instant(kube_state.render(tpl, 3600), at=now)
+        for name, tpl in kube_state.QUERIES.items()
+    }
+    q = kube_state.parse(samples, now, priorities={"low": -10})
+    assert {n.name: (n.allocatable, n.product) for n in q.nodes} == {
+        "a100-node": ({"nvidia_com_gpu": 2}, "NVIDIA-A100"),
+        "t4-node": ({"nvidia_com_gpu": 4}, "Tesla-T4"),
+    }
+    assert {p.pod: (p.units, p.product, p.priority) for p in q.pending} == {
+        "waits-a100": (1, "NVIDIA-A100", 0),
+        "any-gpu": (1, "", -10),
+        "too-big": (8, "", 0),
+    }
+    assert sorted(h.pod for h in q.holders) == ["train-a", "train-t"]
+    assert sum(a.rate_per_second for a in q.arrivals) * 3600 == pytest.approx(5)
+
+    ends = {
+        ("ml", "train-a"): (now + 500, now + 600, now + 700),
+        ("ml", "train-t"): (now + 100,) * 3,
+    }
+    result = predict(q, ends, [1000.0], now, PendingSettings(n_samples=50))
+    by = {p.pod: p.prediction for p in result.pods}
+    assert by["too-big"].status == NEVER_FITS
+    assert by["waits-a100"].status == PREDICTED
+    assert by["waits-a100"].starts[1] == pytest.approx(now + 600, abs=60)
+    # any-gpu (low priority, behind waits-a100) takes a T4 at +100 s
+    assert by["any-gpu"].starts[1] == pytest.approx(now + 100, abs=1)
+    sizes = {(r.product, r.units): v for r, v in result.requests.items()}
+    assert set(sizes) == {
+        ("NVIDIA-A100", 1),
+        ("NVIDIA-A100", 2),
+        ("Tesla-T4", 1),
+        ("Tesla-T4", 2),
+        ("Tesla-T4", 4),
+    }
+    assert all(v.status in (PREDICTED, SCHEDULED) for v in sizes.values())

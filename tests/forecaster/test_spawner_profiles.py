@@ -1,0 +1,128 @@
+"""The KubeSpawner profile_list hook: labels, and a real Prometheus holding the forecaster's series."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from gpu_eta.forecaster.spawner_profiles import (
+    ProfileError,
+    annotate,
+    gpus_of,
+    label,
+    profile_list_hook,
+    start_for,
+)
+from gpu_eta.launch.prometheus import ScrapeJob, free_port
+
+A100 = "NVIDIA-A100-SXM4-40GB"
+T4 = "Tesla-T4"
+
+
+def profile(name: str, gpus: int | None = None, product: str = "") -> dict:
+    override: dict = {}
+    if gpus is not None:
+        override["extra_resource_limits"] = {"nvidia.com/gpu": str(gpus)}
+    if product:
+        override["node_selector"] = {"nvidia.com/gpu.product": product}
+    return {"display_name": name, "kubespawner_override": override}
+
+
+def test_label_free_now_and_clock_time():
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    assert label(now + 30, now, UTC) == "free now"
+    assert label(now + 5 * 3600 + 20 * 60, now, UTC) == "~14:20"
+    assert label(now + 86400, now, UTC) == "~Thu 09:00"
+    assert label(None, now, UTC) == "no estimate"
+
+
+def test_start_for_picks_the_model_and_the_next_size_up():
+    starts = {(A100, 1): 100.0, (A100, 4): 400.0, (T4, 1): 50.0}
+    assert start_for(starts, 1, A100) == 100.0
+    assert start_for(starts, 3, A100) == 400.0  # 3 GPUs: the 4-GPU answer
+    assert start_for(starts, 1) == 50.0  # any type: the earliest
+    assert start_for(starts, 8, A100) is None
+
+
+def test_gpus_of_and_bad_counts():
+    assert gpus_of(profile("cpu")) == 0
+    assert gpus_of(profile("x", 2)) == 2
+    with pytest.raises(ProfileError):
+        gpus_of(profile("x", -1))
+    bad = {
+        "display_name": "bad",
+        "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "two"}},
+    }
+    # a bad profile is left alone, never breaks the page
+    assert annotate([bad], {}, 0.0) == [bad]
+
+
+@pytest.fixture
+def forecaster_target() -> Iterator[str]:
+    """Serves the forecaster's request series (summary, as publish renders it)."""
+    now = time.time()
+    body = (
+        "\n".join(
+            [
+                "# HELP gpu_eta_request_predicted_start_timestamp_seconds When a request made now would start.",
+                "# TYPE gpu_eta_request_predicted_start_timestamp_seconds summary",
+                *(
+                    f'gpu_eta_request_predicted_start_timestamp_seconds{{model="{m}",resource="nvidia_com_gpu",gpus="{g}",quantile="{q}"}} {t + d}'
+                    for m, g, t in ((A100, 1, now), (A100, 2, now + 7200), (T4, 1, now + 600))
+                    for q, d in (("0.1", -60), ("0.5", 0), ("0.9", 60))
+                ),
+            ]
+        )
+        + "\n"
+    )
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
+    prom = prometheus_factory([ScrapeJob("gpu-eta-forecaster", [forecaster_target])])
+    prom.wait_for("gpu_eta_request_predicted_start_timestamp_seconds", min_results=9)
+    profiles = [
+        profile("A100, 1 GPU", 1, A100),
+        profile("A100, 2 GPUs", 2, A100),
+        profile("Any GPU", 1),
+        profile("CPU only"),
+    ]
+    now = time.time()
+    hook = profile_list_hook(profiles, prom.url, tz=UTC, clock=lambda: now)
+    names = [p["display_name"] for p in hook(None)]
+    two = datetime.fromtimestamp(now + 7200, UTC).strftime("%H:%M")
+    assert names[0] == "A100, 1 GPU — free now"
+    assert names[1] in (
+        f"A100, 2 GPUs — ~{two}",
+        f"A100, 2 GPUs — ~{datetime.fromtimestamp(now + 7200, UTC):%a %H:%M}",
+    )
+    assert names[2] == "Any GPU — free now"
+    assert names[3] == "CPU only"
+    assert profiles[0]["display_name"] == "A100, 1 GPU"  # the input is not modified
+
+
+def test_hook_without_prometheus_leaves_profiles_alone():
+    profiles = [profile("A100, 1 GPU", 1, A100)]
+    hook = profile_list_hook(profiles, f"http://127.0.0.1:{free_port()}", timeout_seconds=0.5)
+    assert hook(None) == profiles
