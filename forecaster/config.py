@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.pending import PendingSettings
 
 
 class ConfigError(ForecasterError, ValueError):
@@ -41,6 +42,7 @@ class CycleSettings:
     # the model fits on the most recent this many finished runs (0: all of them):
     # bounded memory and fit time however long the history grows (docs/forecaster.md)
     fit_runs: int = 100_000
+    pending: PendingSettings = field(default_factory=PendingSettings)
 
 
 @dataclass(frozen=True)

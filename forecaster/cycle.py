@@ -21,11 +21,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from gpu_eta.forecaster import queries
+from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.runs import Run, run_key
 from gpu_eta.forecaster.runs_from_series import Allocation, CycleView, assemble
@@ -84,6 +85,7 @@ class Cycle:
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback.
         self._last_query_time: float | None = _float_or_none(store.get_meta(LAST_QUERY_KEY))
+        self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors."""
@@ -134,6 +136,8 @@ class Cycle:
                 fc = dataclasses.replace(fc, stalled=True)
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(run, stored.node, fc, ends))
+        queue = self._queue_starts(now, instant, jobs, errors)
+        n_queries = self.client.stats.success + self.client.stats.error - before
         return ForecastSet(
             timestamp=now,
             jobs=tuple(jobs),
@@ -144,7 +148,43 @@ class Cycle:
             n_finished=len(newly_finished),
             job_errors=dict(errors),
             queries=n_queries,
+            pending=queue,
         )
+
+    def _queue_starts(
+        self,
+        now: float,
+        instant: Mapping[str, Sequence[Sample]],
+        jobs: Sequence[JobForecast],
+        errors: Counter[str],
+    ) -> PendingSet | None:
+        """Predicted starts of the GPU queue (docs/pending.md); None when turned off.
+
+        Its queries fail the cycle like the others (Prometheus away); a failure of the
+        replay itself only loses this cycle's queue predictions (counted).
+        """
+        ps = self.settings.pending
+        if not ps.enabled:
+            return None
+        samples = {
+            name: self.client.instant(kube_state.render(tpl, ps.arrivals_seconds), at=now)
+            for name, tpl in kube_state.QUERIES.items()
+        }
+        try:
+            node_models = {
+                s.labels["node"]: s.labels["model"]
+                for s in instant.get("gpu_info", ())
+                if s.labels.get("node") and s.labels.get("model")
+            }
+            queue = kube_state.parse(samples, now, node_models, ps.priorities, ps.arrivals_seconds)
+            ends = job_end_times(
+                [(j.run.namespace, j.run.pod, j.completion_timestamps) for j in jobs]
+            )
+            return predict(queue, ends, self._durations, now, ps)
+        except Exception as err:  # the queue must not fail the cycle
+            errors["pending_failed"] += 1
+            log.warning("pending-pod prediction failed: %s", err)
+            return None
 
     def _query(
         self, now: float, window: float
@@ -174,7 +214,9 @@ class Cycle:
         self._swap_refit()
         if self.model is None:
             self._last_fit = now
-            self._install(self._fit(self._history()), self.store.version)
+            history = self._history()
+            self._durations = run_durations(history)
+            self._install(self._fit(history), self.store.version)
         elif (
             self.store.version != self._model_version
             and now - self._last_fit >= self.settings.refit_seconds
@@ -183,6 +225,7 @@ class Cycle:
             self._last_fit = now
             version = self.store.version
             history = self._history()
+            self._durations = run_durations(history)
             if self.settings.background_refit:
                 self._refit_thread = threading.Thread(
                     target=self._refit_job, args=(history, version), daemon=True

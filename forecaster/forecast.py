@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpu_eta.forecaster.pending import PendingSet
 from gpu_eta.forecaster.runs import Run
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -69,3 +70,4 @@ class ForecastSet:
     n_finished: int = 0
     job_errors: Mapping[str, int] = field(default_factory=dict)
     queries: int = 0
+    pending: PendingSet | None = None  # None: pending-pod prediction off or failed

@@ -22,6 +22,7 @@ from gpu_eta.forecaster.queue_replay import (
     default_requests,
     replay,
 )
+from gpu_eta.forecaster.runs import Run
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,19 @@ def predict(
             )
         )
     return PendingSet(tuple(pods), result.requests, len(ordered) - len(kept), queue.rejected)
+
+
+def run_durations(history: Sequence[Run], limit: int = 5000) -> tuple[float, ...]:
+    """Wall seconds from start to last epoch of the latest ``limit`` finished runs.
+
+    Cancelled runs count too: they held their GPUs as long.
+    """
+    out = []
+    for run in history[-limit:]:
+        d = run.last_timestamp - run.start_timestamp
+        if d > 0 and math.isfinite(d):
+            out.append(d)
+    return tuple(out)
 
 
 def job_end_times(

@@ -1,7 +1,8 @@
 """Every PromQL expression the forecaster sends, as named templates.
 
-One cycle sends exactly the queries in ``INSTANT`` plus ``RANGE`` (18 in all),
-whatever the number of jobs: each query returns the series of every job at once
+One cycle sends exactly the queries in ``INSTANT`` plus ``RANGE`` plus ``PENDING``
+(the kube-state-metrics queries of the GPU queue, ``gpu_eta.forecaster.kube_state``;
+23 in all), whatever the number of jobs and pods: each query returns the series of every job at once
 and the join happens in Python (``gpu_eta.forecaster.runs_from_series``). That keeps the load on
 Prometheus flat as the cluster grows, and makes the count checkable by a test.
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+
+from gpu_eta.forecaster import kube_state
 
 # Runs whose series exist right now (Prometheus' 5-minute lookback): running. The
 # last-report series exists for every run, whether it reports epochs or only steps.
@@ -80,7 +83,8 @@ INSTANT: Mapping[str, str] = MappingProxyType(
 RANGE: Mapping[str, str] = MappingProxyType(
     {"epoch_range": EPOCH_RANGE, "epoch_end_range": EPOCH_END_RANGE, "step_range": STEP_RANGE}
 )
-QUERIES_PER_CYCLE = len(INSTANT) + len(RANGE)
+PENDING: Mapping[str, str] = kube_state.QUERIES
+QUERIES_PER_CYCLE = len(INSTANT) + len(RANGE) + len(PENDING)
 
 
 def duration(seconds: float) -> str:

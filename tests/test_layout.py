@@ -39,6 +39,9 @@ PURE = (
     "gpu_eta.forecaster.forecast",
     "gpu_eta.forecaster.config",
     "gpu_eta.forecaster.queries",
+    "gpu_eta.forecaster.queue_replay",
+    "gpu_eta.forecaster.kube_state",
+    "gpu_eta.forecaster.pending",
     "gpu_eta.forecaster.runs_from_series",
     "gpu_eta.forecaster.publish",
     "gpu_eta.forecaster.calibration",
@@ -54,6 +57,7 @@ PURE = (
     "gpu_eta.top.view",
     "gpu_eta.top.render",
     "gpu_eta.simulation.epochs",
+    "gpu_eta.simulation.ksm",
 )
 # What a pure module must not reach (the first dotted part is enough for packages).
 IO_MODULES = frozenset(

@@ -19,11 +19,12 @@ from typing import ClassVar
 
 import pytest
 
-from gpu_eta.forecaster import queries
+from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle, ModelError, fit_in_child, gpu_free_times, sanitize
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet
 from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promapi import PromAPIError
 from gpu_eta.forecaster.runs import Run, run_key
 from gpu_eta.forecaster.runs_from_series import Allocation
@@ -37,6 +38,12 @@ def _shape(q: str) -> str:
 
 
 _INSTANT = {_shape(t): name for name, t in queries.INSTANT.items()}
+_INSTANT.update(
+    {
+        _shape(kube_state.render(t, PendingSettings().arrivals_seconds)): name
+        for name, t in queries.PENDING.items()
+    }
+)
 _RANGE = {_shape(t): name for name, t in queries.RANGE.items()}
 
 
@@ -154,7 +161,7 @@ def test_one_cycle_forecasts_running_and_records_vanished(store: HistoryStore) -
     assert jf.completion_timestamps == pytest.approx((NOW + 560, NOW + 800, NOW + 1040))
     assert fs.n_running == 1 and fs.n_finished == 1 and fs.n_history == 1
     assert [r.completed for r in store.finished()] == [False]
-    assert fs.queries == queries.QUERIES_PER_CYCLE == len(client.seen) <= 20
+    assert fs.queries == queries.QUERIES_PER_CYCLE == len(client.seen) <= 25
 
 
 def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
@@ -462,3 +469,40 @@ def test_one_run_id_in_two_pods_and_two_containers_is_never_spliced(
     (done,) = store.finished()
     assert run_key(done) == b and done.completed is False and done.epochs_planned == 4
     assert {run_key(r.run) for r in store.running()} == {a, side}
+
+
+def test_pending_pods_get_predicted_starts_from_the_running_jobs_forecasts(
+    store: HistoryStore,
+) -> None:
+    """One node with 1 GPU held by a forecast job; a pod waits for it, another never fits."""
+    gpu = {"resource": "nvidia_com_gpu"}
+    ksm = {
+        "ksm_nodes": [s(1, node="n1", label_nvidia_com_gpu_product="A100", **gpu)],
+        "ksm_pods": [
+            s(1, namespace="ml", pod="pod-run", uid="u1", node="n1", phase="Running", **gpu),
+            s(1, namespace="ml", pod="waits", uid="u2", phase="Pending", **gpu),
+            s(2, namespace="ml", pod="too-big", uid="u3", phase="Pending", **gpu),
+        ],
+        "ksm_pod_times": [
+            s(NOW - 50, uid="u2", time="created"),
+            s(NOW - 40, uid="u3", time="created"),
+        ],
+    }
+    client = CannedClient(merge(job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300), ksm))
+    fs = make_cycle(client, store).run()
+    assert fs.pending is not None
+    by = {p.pod: p.prediction for p in fs.pending.pods}
+    assert by["too-big"].status == "never_fits" and by["too-big"].starts is None
+    assert by["waits"].status == "predicted"
+    # the GPU frees when the run ends: the start's P10..P90 follow its completion's
+    ends = fs.jobs[0].completion_timestamps
+    for got, want in zip(by["waits"].starts, ends, strict=True):
+        assert got == pytest.approx(want, abs=0.1 * (ends[2] - ends[0]))
+    assert {(r.product, r.units) for r in fs.pending.requests} == {("A100", 1)}
+
+
+def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
+    client = CannedClient(job("run", 10, [(1, NOW - 200)], NOW - 300))
+    fs = make_cycle(client, store, pending=PendingSettings(enabled=False)).run()
+    assert fs.pending is None
+    assert fs.queries == queries.QUERIES_PER_CYCLE - len(queries.PENDING)
