@@ -11,6 +11,7 @@ fixed predicted completion (``max(0, completion - now)``), so both series agree.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import threading
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.forecast import QUANTILES, ForecastSet
+from gpu_eta.forecaster.pending import PendingSet
 from gpu_eta.forecaster.series import QueryStats
 
 
@@ -195,6 +197,7 @@ def render(state: ServiceState, now: float, self_only: bool = False) -> list[Met
     families: list[Metric] = []
     if not self_only:
         families += [completion, remaining, info, stalled, gpu_free, mape, coverage]
+        families += pending_families(fs.pending if fs is not None else None)
     if fs is not None:
         families.append(history)
     if not self_only:
@@ -240,6 +243,39 @@ def render(state: ServiceState, now: float, self_only: bool = False) -> list[Met
     build.add_metric([VERSION], 1.0)
     families.append(build)
     return families
+
+
+def pending_families(pending: PendingSet | None) -> list[Metric]:
+    """The GPU queue's families (docs/pending.md): starts per pod, per request size."""
+    start = QuantileFamily(
+        "gpu_eta_pod_predicted_start_timestamp_seconds",
+        "Predicted start of a pod waiting for GPUs (unix seconds) at P10/P50/P90, from a replay of the queue.",
+        ["namespace", "pod"],
+    )
+    info = GaugeMetricFamily(
+        "gpu_eta_pod_start_prediction_info",
+        "One per pending GPU pod: its request and the prediction's status (predicted, scheduled, never_fits, beyond_horizon).",
+        labels=["namespace", "pod", "resource", "gpus", "status"],
+    )
+    request = QuantileFamily(
+        "gpu_eta_request_predicted_start_timestamp_seconds",
+        "When a request for `gpus` units of `resource` on a `model` GPU made now would start (unix seconds), P10/P50/P90.",
+        ["model", "resource", "gpus"],
+    )
+    if pending is not None:
+        for p in pending.pods:
+            pred = p.prediction
+            info.add_metric([p.namespace, p.pod, p.resource, str(p.units), pred.status], 1.0)
+            for q, ts in zip(QUANTILES, pred.starts or (), strict=False):
+                if math.isfinite(ts):
+                    start.add_metric([p.namespace, p.pod], _q(q), ts)
+        for r, pred in sorted(
+            pending.requests.items(), key=lambda kv: (kv[0].product, kv[0].resource, kv[0].units)
+        ):
+            for q, ts in zip(QUANTILES, pred.starts or (), strict=False):
+                if math.isfinite(ts):
+                    request.add_metric([r.product, r.resource, str(r.units)], _q(q), ts)
+    return [start, info, request]
 
 
 def make_registry(

@@ -7,7 +7,7 @@ It reads what the forecaster publishes, ``gpu_eta_request_predicted_start_timest
 Prometheus query per page load, and appends the answer to each GPU profile's
 ``display_name``::
 
-    from gpu_eta_profiles import profile_list_hook      # or gpu_eta.forecaster.spawner_profiles
+    from spawner_profiles import profile_list_hook      # or gpu_eta.forecaster.spawner_profiles
     c.KubeSpawner.profile_list = profile_list_hook(
         [
             {"display_name": "RTX 4080, 1 GPU", "kubespawner_override": {

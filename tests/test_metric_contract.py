@@ -49,8 +49,7 @@ _PROMQL_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _FOREIGN_OK = re.compile(r"^(up|scrape_[a-z_]+|process_[a-z_]+|python_[a-z_]+)$")
 
 # Words that look like our metric names but are not metrics.
-NOT_METRICS = {
-}
+NOT_METRICS = {}
 
 
 # --- the contract --------------------------------------------------------------------
@@ -477,7 +476,9 @@ def _kube_watch_text() -> str:
 def _forecaster_text() -> str:
     """The forecaster's collector after one good cycle's ``ForecastSet``."""
     from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
+    from gpu_eta.forecaster.pending import PendingSet, PodStart
     from gpu_eta.forecaster.publish import ServiceState, make_registry
+    from gpu_eta.forecaster.queue_replay import Request, StartPrediction
     from gpu_eta.forecaster.runs import Run
 
     now = 1_700_000_000.0
@@ -491,6 +492,24 @@ def _forecaster_text() -> str:
         n_running=1,
         n_finished=3,
         job_errors={"predict_failed": 1},
+        pending=PendingSet(
+            pods=tuple(
+                PodStart(
+                    "ml", name, "nvidia_com_gpu", 1, now - 60, StartPrediction(status, starts, 1.0)
+                )
+                for name, status, starts in (
+                    ("waits", "predicted", (now + 60, now + 120, now + 300)),
+                    ("bound", "scheduled", (now, now, now)),
+                    ("huge", "never_fits", None),
+                    ("stuck", "beyond_horizon", None),
+                )
+            ),
+            requests={
+                Request("NVIDIA-A100", "nvidia_com_gpu", 2): StartPrediction(
+                    "predicted", (now, now + 60, now + 120), 1.0
+                )
+            },
+        ),
     )
     state = ServiceState()
     state.success(forecast_set, 0.5, now)
