@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 # with the extras, imported once the command is known to have them (``missing_extra``).
 from gpu_eta.forecaster.config import Config, ConfigError, parse_listen_address
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
+from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
 
 log = logging.getLogger("forecaster")
@@ -244,6 +245,59 @@ def _common_flags() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="step of the epoch-end range queries (about the scrape interval)",
     )
+    q = p.add_argument_group("pending GPU pods (docs/pending.md)")
+    q.add_argument(
+        "--pending",
+        dest="pending",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="predict when pods waiting for GPUs start (reads kube-state-metrics)",
+    )
+    q.add_argument(
+        "--pending.priority-class",
+        dest="priority_classes",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a PriorityClass's value (kube-state-metrics exports only names; unknown: 0); repeatable",
+    )
+    q.add_argument(
+        "--pending.samples",
+        dest="pending_samples",
+        type=int,
+        default=100,
+        help="replays of the queue per cycle (more: smoother quantiles, slower)",
+    )
+    q.add_argument(
+        "--pending.placement",
+        dest="pending_placement",
+        choices=["spread", "pack"],
+        default="spread",
+        help="where a pod lands among nodes that fit: at random (default scheduler) or best fit",
+    )
+    q.add_argument(
+        "--pending.horizon",
+        dest="pending_horizon_seconds",
+        type=float,
+        default=7 * 86400.0,
+        metavar="SECONDS",
+        help="no prediction further out than this",
+    )
+    q.add_argument(
+        "--pending.arrivals-window",
+        dest="pending_arrivals_seconds",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="new pods keep arriving at the rate seen over this window",
+    )
+    q.add_argument(
+        "--pending.max-pods",
+        dest="pending_max_pods",
+        type=int,
+        default=500,
+        help="predict the first this many pending pods in queue order",
+    )
     o = p.add_argument_group("output")
     o.add_argument(
         "--log.level",
@@ -254,6 +308,33 @@ def _common_flags() -> argparse.ArgumentParser:
     )
     o.add_argument("--debug", action="store_true", help="print tracebacks on errors")
     return p
+
+
+def pending_settings(args: argparse.Namespace) -> PendingSettings:
+    """The ``--pending.*`` flags; a bad value is a ``ConfigError`` naming the flag."""
+    priorities: dict[str, int] = {}
+    for item in args.priority_classes:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            priorities[name] = int(value)
+        except ValueError:
+            raise ConfigError(
+                f"--pending.priority-class wants NAME=INTEGER, got {item!r}"
+            ) from None
+    try:
+        return PendingSettings(
+            enabled=args.pending,
+            n_samples=args.pending_samples,
+            horizon_seconds=args.pending_horizon_seconds,
+            placement=args.pending_placement,
+            arrivals_seconds=args.pending_arrivals_seconds,
+            max_pods=args.pending_max_pods,
+            priorities=priorities,
+        )
+    except ValueError as err:
+        raise ConfigError(f"--pending.*: {err}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -269,6 +350,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         refit_seconds=args.refit_seconds,
         vanish_grace_seconds=args.vanish_grace_seconds,
         fit_runs=args.fit_runs,
+        pending=pending_settings(args),
     )
     if not settings.min_step_seconds > 0:
         raise ConfigError("--query.step must be > 0")
