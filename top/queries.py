@@ -7,7 +7,7 @@ QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 
 
 def queries(idle_window: str = "5m") -> dict[str, str]:
-    """Every PromQL query one refresh issues, by name (a fixed number, ~14)."""
+    """Every PromQL query one refresh issues, by name (a fixed number, 19)."""
     return {
         "epoch": "gpu_eta_training_epoch",
         "epochs": "gpu_eta_training_epochs_planned",
@@ -26,6 +26,12 @@ def queries(idle_window: str = "5m") -> dict[str, str]:
         "gpu_free": "gpu_eta_gpu_predicted_free_timestamp_seconds",
         # Prometheus (and vmalert with remote write) keep alert state as ALERTS series
         "alerts": ALERTS_FIRING,
+        # the GPU queue (docs/pending.md); creation times from kube-state-metrics
+        "pending_info": "gpu_eta_pod_start_prediction_info",
+        "pending_start": "gpu_eta_pod_predicted_start_timestamp_seconds",
+        "pending_created": (
+            'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
+        ),
     }
 
 

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone, tzinfo
 from typing import Any
 
-from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, View
+from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -124,6 +124,26 @@ JOB_HEADERS = [
 ]
 IDLE_HEADERS = ["POD", "NODE/GPU", "UTIL(avg)", "MEM", "HELD", ""]
 GPU_HEADERS = ["NODE/GPU", "MODEL", "STATE", "HELD BY", "FREE AT", "P10–P90", ""]
+PENDING_HEADERS = ["POD", "GPUS", "WAITED", "START", "P10–P90", ""]
+_PENDING_NOTES = {
+    "never_fits": "never fits: more GPUs (or a type) than any node has",
+    "beyond_horizon": "no start within the horizon",
+    "scheduled": "starting (bound to a node)",
+}
+
+
+def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
+    waited = None if p.created_timestamp is None else max(0.0, now - p.created_timestamp)
+    start, rng = fmt_band(p.start, now, tz)
+    gpus = p.gpus if p.resource in ("", "nvidia_com_gpu") else f"{p.gpus} {p.resource}"
+    return [
+        f"{p.namespace}/{p.pod}",
+        gpus,
+        fmt_duration(waited),
+        start,
+        rng,
+        _PENDING_NOTES.get(p.status, ""),
+    ]
 
 
 def _idle_cells(h: HolderRow) -> list[str]:
@@ -193,6 +213,11 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
         out.extend(_table(IDLE_HEADERS, [_idle_cells(h) for h in view.idle]))
     else:
         out.append("  (none)")
+    out += ["", "PENDING"]
+    if view.pending:
+        out.extend(_table(PENDING_HEADERS, [_pending_cells(p, now, tz) for p in view.pending]))
+    else:
+        out.append("  (no pod waiting for GPUs)")
     out += ["", "GPUS"]
     if view.gpus:
         out.extend(_table(GPU_HEADERS, [_gpu_cells(g, now, tz) for g in view.gpus]))
@@ -236,6 +261,14 @@ def render_rich(view: View, tz: tzinfo | None = None):
             ],
         ),
         ("Idle GPU holders", IDLE_HEADERS, [(_idle_cells(h), "yellow") for h in view.idle]),
+        (
+            "Pending",
+            PENDING_HEADERS,
+            [
+                (_pending_cells(p, now, tz), "red" if p.status == "never_fits" else None)
+                for p in view.pending
+            ],
+        ),
         ("GPUs", GPU_HEADERS, [(_gpu_cells(g, now, tz), styles.get(g.state)) for g in view.gpus]),
     )
     for title, headers, rows in tables:

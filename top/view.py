@@ -77,6 +77,19 @@ class GpuRow:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingRow:
+    """A pod waiting for GPUs and its predicted start (docs/pending.md)."""
+
+    namespace: str
+    pod: str
+    resource: str
+    gpus: str
+    status: str  # predicted, scheduled, never_fits, beyond_horizon
+    created_timestamp: float | None
+    start: Band
+
+
+@dataclass(frozen=True, slots=True)
 class View:
     """Everything one snapshot shows."""
 
@@ -87,6 +100,7 @@ class View:
     gpus: tuple[GpuRow, ...] = ()
     errors: tuple[str, ...] = field(default_factory=tuple)
     alerts: tuple[tuple[str, int], ...] = ()  # firing gpu-eta alerts: (alertname, count)
+    pending: tuple[PendingRow, ...] = ()
 
 
 def _value(sample: Sample) -> float | None:
@@ -319,6 +333,7 @@ def build_view(
         idle=tuple(idle_rows),
         gpus=tuple(gpus),
         alerts=_firing(get("alerts")),
+        pending=pending_rows(results),
     )
 
 
@@ -331,6 +346,30 @@ def _firing(samples: Sequence[Sample]) -> tuple[tuple[str, int], ...]:
         if name and value is not None and value > 0:
             out[name[:128]] = int(value)
     return tuple(sorted(out.items()))
+
+
+def pending_rows(results: Mapping[str, Sequence[Sample]]) -> tuple[PendingRow, ...]:
+    """Pods waiting for GPUs, soonest predicted start first (no prediction last)."""
+    pod_key = lambda labels: (labels.get("namespace", ""), labels.get("pod", ""))  # noqa: E731
+    starts = _bands(results.get("pending_start") or (), pod_key)
+    created = {pod_key(s.labels): _value(s) for s in results.get("pending_created") or ()}
+    rows = []
+    for s in results.get("pending_info") or ():
+        key = pod_key(s.labels)
+        band = starts.get(key, {})
+        rows.append(
+            PendingRow(
+                namespace=key[0],
+                pod=key[1],
+                resource=s.labels.get("resource", ""),
+                gpus=s.labels.get("gpus", ""),
+                status=s.labels.get("status", ""),
+                created_timestamp=created.get(key),
+                start=Band(band.get("p10"), band.get("p50"), band.get("p90")),
+            )
+        )
+    rows.sort(key=lambda r: (r.start.p50 is None, r.start.p50 or 0.0, r.namespace, r.pod))
+    return tuple(rows)
 
 
 def _gpu_order(gkey: tuple[str, str, str]) -> tuple:

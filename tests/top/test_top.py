@@ -143,7 +143,9 @@ def test_rich_rendering_shows_the_same_rows() -> None:
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=200, record=True)
-    console.print(top_render.render_rich(top_view.build_view(results(), NOW, "http://prom"), timezone.utc))
+    console.print(
+        top_render.render_rich(top_view.build_view(results(), NOW, "http://prom"), timezone.utc)
+    )
     text = console.export_text()
     assert "ml/cnn-1" in text and "jupyter/nb-alice" in text and "7/20" in text
 
@@ -261,9 +263,9 @@ def test_a_holder_is_idle_only_after_holding_its_gpu_for_the_idle_window() -> No
     assert top_render.summary_line(view).endswith("GPUs: 4 seen, 3 busy, 0 idle, 1 free")
 
     held_an_hour = {k: parsed(v) for k, v in answers().items()}
-    assert [h.pod for h in top_view.build_view(held_an_hour, NOW, idle_window_seconds=3600).idle] == [
-        "nb-alice"
-    ]
+    assert [
+        h.pod for h in top_view.build_view(held_an_hour, NOW, idle_window_seconds=3600).idle
+    ] == ["nb-alice"]
     assert top_view.build_view(held_an_hour, NOW, idle_window_seconds=3601).idle == ()
 
     unknown_start = answers()
@@ -354,8 +356,13 @@ def test_a_past_eta_or_free_time_is_due_or_overdue_not_a_past_clock_time() -> No
         "due",
         "22:13:00–22:13:50",
     )
-    assert top_render.fmt_band(top_view.Band(NOW - 60, NOW - 30, NOW - 1), NOW, timezone.utc)[0] == "overdue"
-    assert top_render.fmt_band(top_view.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
+    assert (
+        top_render.fmt_band(top_view.Band(NOW - 60, NOW - 30, NOW - 1), NOW, timezone.utc)[0]
+        == "overdue"
+    )
+    assert (
+        top_render.fmt_band(top_view.Band(None, NOW - 30, None), NOW, timezone.utc)[0] == "overdue"
+    )
     late = answers()
     for item in late["completion"] + late["gpu_free"]:
         item["value"] = [
@@ -438,7 +445,7 @@ def test_a_live_view_shows_the_error_and_no_credentials(http_server) -> None:  #
 
 
 def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path) -> None:  # noqa: F811
-    """The forecaster's --prometheus.* auth flags work for top: each of the 15 queries
+    """The forecaster's --prometheus.* auth flags work for top: each of the 18 queries
     carries them (a Prometheus behind an authenticating proxy)."""
     empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
     url, seen = http_server(lambda r: reply(r, 200, empty.encode()))
@@ -448,7 +455,7 @@ def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path)
         "--prometheus.url", url, "--prometheus.bearer-token-file", str(token), "--json"
     )
     assert (code, err) == (0, "") and json.loads(out)["jobs"] == []
-    assert len(seen) == len(top_queries.queries()) == 16
+    assert len(seen) == len(top_queries.queries()) == 19
     assert {r.headers["Authorization"] for r in seen} == {"Bearer s3cret"}
 
     seen.clear()
@@ -460,7 +467,9 @@ def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path)
     )  # fmt: skip
     assert (code, err) == (0, "")
     basic = "Basic " + base64.b64encode(b"me:pw").decode()
-    assert len(seen) == len(top_queries.queries()) and {r.headers["Authorization"] for r in seen} == {basic}
+    assert len(seen) == len(top_queries.queries()) and {
+        r.headers["Authorization"] for r in seen
+    } == {basic}
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
@@ -593,3 +602,47 @@ def test_firing_gpu_eta_alerts_are_one_line() -> None:
         top_view.build_view(results(), NOW, "http://prom"), timezone.utc
     )
     assert quiet.splitlines()[1] == "ALERTS firing: none"
+
+
+def test_pending_section_lists_the_queue_soonest_first() -> None:
+    pod = {"namespace": "ml"}
+    res = {
+        "pending_info": parsed(
+            [
+                vec(1, **pod, pod="big", resource="nvidia_com_gpu", gpus="8", status="never_fits"),
+                vec(1, **pod, pod="next", resource="nvidia_com_gpu", gpus="1", status="predicted"),
+                vec(
+                    1,
+                    **pod,
+                    pod="mig",
+                    resource="nvidia_com_mig_1g_5gb",
+                    gpus="1",
+                    status="predicted",
+                ),
+            ]
+        ),
+        "pending_start": parsed(
+            [
+                vec(NOW + 100 + d, **pod, pod="next", quantile=q)
+                for q, d in (("0.1", -60), ("0.5", 0), ("0.9", 120))
+            ]
+            + [vec(NOW + 900, **pod, pod="mig", quantile="0.5")]
+        ),
+        "pending_created": parsed([vec(NOW - 125, **pod, pod="next", uid="u1")]),
+    }
+    view = top_view.build_view(res, NOW, "http://prom")
+    assert [p.pod for p in view.pending] == ["next", "mig", "big"]
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    at = lines.index("PENDING")
+    assert lines[at + 1].split() == ["POD", "GPUS", "WAITED", "START", "P10–P90"]
+    nxt = lines[at + 2]
+    assert nxt.startswith("ml/next") and "2m05s" in nxt and "22:15:00" in nxt
+    assert "22:14:00–22:17:00" in nxt
+    assert "1 nvidia_com_mig_1g_5gb" in lines[at + 3]
+    assert lines[at + 4].startswith("ml/big") and "never fits" in lines[at + 4]
+    assert top_render.render_json(view)["pending"][0]["pod"] == "next"
+
+
+def test_no_pending_pods_says_so() -> None:
+    text = top_render.render_plain(top_view.build_view({}, NOW, "http://prom"), timezone.utc)
+    assert "PENDING\n  (no pod waiting for GPUs)" in text
