@@ -128,8 +128,8 @@ def snapshot(
             )
         )
     pending = [
-        PendingPod(j.pod.namespace, j.pod.name, GPU_RESOURCE, len(j.pod.gpus), j.pod.start)
-        for j in sim._queue  # the simulator has no public view of its queue
+        PendingPod(j.namespace, j.name, GPU_RESOURCE, len(j.gpus), j.start)
+        for j in sim.queued_pods()
     ]
     return nodes, holders, pending
 
@@ -176,7 +176,7 @@ def run_seed(
         for p in pending:
             created.setdefault(p.pod, (p.created, p.units))
         for p in sim.pods:
-            created.setdefault(p.name, (p.start, len(p.gpus)))
+            created.setdefault(p.name, (p.start if p.created is None else p.created, len(p.gpus)))
         if pending:
             result = replay(
                 nodes,

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.demo.rules import write_fast_rules
 from gpu_eta.launch.alertmanager import AlertmanagerServer, start_alertmanager
 from gpu_eta.launch.processes import LaunchError, spawn, wait_http
@@ -51,6 +52,7 @@ from gpu_eta.launch.prometheus import (
     stop_process,
 )
 from gpu_eta.launch.victoria import import_blocks, start_victoriametrics, start_vmalert
+from gpu_eta.simulation import ksm
 from gpu_eta.simulation.backfill import (
     render_runs_csv,
     simulate_history,
@@ -64,6 +66,7 @@ from gpu_eta.simulation.driver import Driver, LogWriter, ProgressSender, write_p
 log = logging.getLogger("gpu_eta.demo")
 
 EXPORTER_JOB = "gpu-eta-exporter"  # Prometheus job name of the exporters (a series label)
+KSM_JOB = "kube-state-metrics"
 TRAINER_RESTART_SECONDS = 20.0  # pause between two real training runs on a node
 # a real run lasts about two minutes on an idle core (docs/demo.md)
 REAL_TRAINING_EPOCHS = 300
@@ -199,6 +202,7 @@ class Stack:
         self.runs_csv: Path | None = None
         self._stopped = False
         self._restarts: list[tuple[float, int]] = []
+        self.ksm: MetricsServer | None = None
 
     # ------------------------------------------------------------ public face
 
@@ -354,9 +358,15 @@ class Stack:
 
         self.forecaster_port = pick_port(cfg.forecaster_port, "forecaster /metrics", self.say)
         prom_port = pick_port(cfg.prometheus_port, "Prometheus UI/API", self.say)
+        # what kube-state-metrics would serve for the simulated pods and nodes: the
+        # forecaster reads the GPU queue from it (docs/pending.md)
+        self.ksm = MetricsServer(
+            "127.0.0.1", 0, self._ksm_render, title="kube-state-metrics (simulated)"
+        ).serve()
         jobs = [
             ScrapeJob(EXPORTER_JOB, [n.target for n in self.nodes]),
             ScrapeJob("gpu-eta-forecaster", [f"127.0.0.1:{self.forecaster_port}"]),
+            ScrapeJob(KSM_JOB, [f"127.0.0.1:{self.ksm.port}"]),
         ]
         rule_files = []
         if cfg.rules_file is not None:
@@ -559,6 +569,12 @@ class Stack:
                 self._start_trainer(pod, self.nodes[node].progress_port)
         return dead
 
+    def _ksm_render(self, _accept: str) -> tuple[bytes, str]:
+        """The simulated cluster now, as kube-state-metrics series (simulation/ksm.py)."""
+        assert self.sim is not None  # the server starts after the simulation
+        nodes, pods = ksm.from_sim(self.sim, time.time() - self.anchor, self.anchor)
+        return ksm.exposition(nodes, pods).encode(), TEXT_FORMAT
+
     # ------------------------------------------------------------ stop
 
     def stop(self) -> None:
@@ -572,6 +588,8 @@ class Stack:
         for _, proc in self.trainers:
             stop_process(proc)
         stop_process(self.forecaster)
+        if self.ksm is not None:
+            self.ksm.stop()
         for node in self.nodes:
             stop_process(node.process)
         stop_process(self.vmalert)

@@ -150,6 +150,7 @@ class Pod:
     gpus: tuple[tuple[int, int], ...]  # (gpu index, replica) — replica 0 on exclusive GPUs
     start: float
     end: float | None = None
+    created: float | None = None  # arrival (queued jobs start later); None: = start
     job_name: str = ""
     run_id: str = ""
     epochs: int = 0
@@ -357,6 +358,7 @@ class ClusterSim:
             kind="notebook",
             gpus=gpus,
             start=at,
+            created=at,
             memory_bytes=int(self._rng.uniform(0.3, 2.5) * (1 << 30)),
             gpu_model=self.nodes[node].gpus[gpus[0][0]].model,
         )
@@ -394,6 +396,7 @@ class ClusterSim:
             kind="training",
             gpus=tuple((-1, 0) for _ in range(n_gpus)),
             start=t,
+            created=t,
             job_name=draw.family.job_name,
             run_id=f"{self._stream}-{self._seq:06d}",
             epochs=draw.epochs,
@@ -604,6 +607,7 @@ class ClusterSim:
             kind="training",
             gpus=((g, r),),
             start=self.now,
+            created=self.now,
             job_name="torch-mlp",
             report="real",
             memory_bytes=600 << 20,
@@ -646,6 +650,10 @@ class ClusterSim:
     def queued(self) -> int:
         """Jobs waiting for a GPU."""
         return len(self._queue)
+
+    def queued_pods(self) -> tuple[Pod, ...]:
+        """The pods of the jobs waiting for a GPU, in queue order (``start`` = arrival)."""
+        return tuple(job.pod for job in self._queue)
 
 
 def _placeholder(node: int, slot: tuple[int, int]) -> Pod:

@@ -193,7 +193,7 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
                 pod.name,
                 pod.uid,
                 "Running",
-                anchor + getattr(pod, "created", pod.start),
+                anchor + (pod.start if pod.created is None else pod.created),
                 {GPU: len(pod.gpus)},
                 pod.container,
                 sim.nodes[pod.node].name,

@@ -370,3 +370,38 @@ def test_sigterm_stops_everything() -> None:
     assert code == 0, reader.text[-3000:]
     assert len(children) >= 5
     wait_until(lambda: not [p for p in children if _alive(p)], 10, what="children gone")
+
+
+def test_queued_pods_get_predicted_starts(demo_stack) -> None:
+    """The simulator's queue reaches the forecaster as kube-state-metrics series and
+    comes back as a predicted start (or a reason) for each queued pod."""
+    prom = demo_stack.prometheus
+    statuses = {"predicted", "scheduled", "never_fits", "beyond_horizon"}
+
+    def covered() -> tuple[set[str], dict[str, str]] | None:
+        with demo_stack.driver.lock:
+            queued = {p.name for p in demo_stack.sim.queued_pods()}
+        info = {
+            s["metric"]["pod"]: s["metric"]["status"]
+            for s in prom.query("gpu_eta_pod_start_prediction_info")
+        }
+        # pods queued for a while have a verdict (a pod queued since the last cycle not yet)
+        both = queued & set(info)
+        return (both, info) if len(both) >= max(1, len(queued) // 2) else None
+
+    both, info = wait_until(covered, 90, interval=1.0, what="predictions for the queued pods")
+    assert {info[p] for p in both} <= statuses
+    starts = {
+        s["metric"]["pod"]: float(s["value"][1])
+        for s in prom.query('gpu_eta_pod_predicted_start_timestamp_seconds{quantile="0.5"}')
+    }
+    predicted = [p for p in both if info[p] == "predicted"]
+    assert predicted, info
+    for pod in predicted:
+        assert starts[pod] >= time.time() - 60  # a start ahead (a cycle may be a few s old)
+    # "when would a new request start", per GPU model of the simulated nodes
+    models = {
+        s["metric"]["model"]
+        for s in prom.query('gpu_eta_request_predicted_start_timestamp_seconds{gpus="1"}')
+    }
+    assert models == {n.spec.gpu_model.replace(" ", "-") for n in demo_stack.nodes}
