@@ -404,4 +404,5 @@ def test_queued_pods_get_predicted_starts(demo_stack) -> None:
         s["metric"]["model"]
         for s in prom.query('gpu_eta_request_predicted_start_timestamp_seconds{gpus="1"}')
     }
-    assert models == {n.spec.gpu_model.replace(" ", "-") for n in demo_stack.nodes}
+    # (a model whose GPUs are all held by pods without a forecast has no time to show)
+    assert models and models <= {n.spec.gpu_model.replace(" ", "-") for n in demo_stack.nodes}
