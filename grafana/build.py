@@ -361,6 +361,56 @@ def cluster_overview() -> dict:
         {"A": "held for", "B": "pod utilisation"},
         {"A": "s", "B": "percentunit"},
     )
+    queue = rename(
+        tbl(
+            "Queue: predicted starts",
+            "Pods waiting for GPUs (kube-state-metrics) and when the forecaster's replay of "
+            "the queue starts them, P10 / P50 / P90 (docs/pending.md). status never_fits: "
+            "the pod asks more GPUs, or a GPU type, than any node has; beyond_horizon: no "
+            "start within the horizon (GPUs held by pods without a forecast).",
+            *[
+                q(
+                    "max by (namespace, pod) (gpu_eta_pod_predicted_start_timestamp_seconds"
+                    f'{{{NS}, quantile="{qv}"}}) * 1000',
+                    ref=ref,
+                    instant=True,
+                )
+                for ref, qv in (("A", "0.1"), ("B", "0.5"), ("C", "0.9"))
+            ],
+            q(
+                f"time() - max by (namespace, pod) (kube_pod_created{{{NS}}} "
+                'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1))',
+                ref="D",
+                instant=True,
+            ),
+            q(
+                f"max by (namespace, pod, gpus, status) (gpu_eta_pod_start_prediction_info{{{NS}}})",
+                ref="E",
+                instant=True,
+            ),
+        ),
+        {"A": "start P10", "B": "start P50", "C": "start P90", "D": "waited", "E": "pods"},
+        {"A": "dateTimeAsIso", "B": "dateTimeAsIso", "C": "dateTimeAsIso", "D": "s"},
+    )
+    new_request = rename(
+        tbl(
+            "A new request now would start",
+            "When a request made now for 1, 2, 4 or 8 GPUs of each model would start "
+            "(P10 / P50 / P90): it queues behind every pending pod. Sizes no node of the "
+            "model can hold are not listed. JupyterHub can show the same on its spawn page.",
+            *[
+                q(
+                    "min by (model, gpus) (gpu_eta_request_predicted_start_timestamp_seconds"
+                    f'{{resource="nvidia_com_gpu", quantile="{qv}"}}) * 1000',
+                    ref=ref,
+                    instant=True,
+                )
+                for ref, qv in (("A", "0.1"), ("B", "0.5"), ("C", "0.9"))
+            ],
+        ),
+        {"A": "start P10", "B": "start P50", "C": "start P90"},
+        {"A": "dateTimeAsIso", "B": "dateTimeAsIso", "C": "dateTimeAsIso"},
+    )
     panels = [
         st("GPUs in use", busy, "none", GPUS_IN_USE, no_value="0"),
         st(
@@ -402,6 +452,8 @@ def cluster_overview() -> dict:
         free_bar,
         free_table,
         jobs,
+        queue,
+        new_request,
         longest,
         ts(
             "GPU utilisation: gpu-eta and DCGM",

@@ -406,7 +406,53 @@ def contract_openmetrics(end: int) -> str:
                 )
             put("gpu_eta_job_forecast_info", {**forecast, "method": "blend"}, t, 1)
             put("gpu_eta_job_stalled", forecast, t, 0)
+        # the GPU queue: kube-state-metrics sees ml/queued waiting for one GPU since the
+        # window's middle; the forecaster predicts its start 5 min ahead
+        ksm = {"job": "kube-state-metrics", "instance": "ksm:8080"}
+        gpu_res = {"resource": "nvidia_com_gpu", "unit": "integer"}
+        for node, uuids in NODES.items():
+            put("kube_node_status_allocatable", {**ksm, "node": node, **gpu_res}, t, len(uuids))
+        queued_at = start + 3600
+        if t >= queued_at:
+            qpod = {"namespace": "ml", "pod": "queued", "uid": "u-queued"}
+            put("kube_pod_created", {**ksm, **qpod}, t, queued_at)
+            put("kube_pod_status_phase", {**ksm, **qpod, "phase": "Pending"}, t, 1)
+            put(
+                "kube_pod_container_resource_requests",
+                {**ksm, **qpod, "container": "main", **gpu_res},
+                t,
+                1,
+            )
         forecaster = {"job": "gpu-eta-forecaster", "instance": "forecaster:9844"}
+        if t >= queued_at:
+            who = {**forecaster, "namespace": "ml", "pod": "queued"}
+            put(
+                "gpu_eta_pod_start_prediction_info",
+                {**who, "resource": "nvidia_com_gpu", "gpus": "1", "status": "predicted"},
+                t,
+                1,
+            )
+            for quantile, ahead in (("0.1", 120), ("0.5", 300), ("0.9", 900)):
+                put(
+                    "gpu_eta_pod_predicted_start_timestamp_seconds",
+                    {**who, "quantile": quantile},
+                    t,
+                    t + ahead,
+                )
+        for gpus, ahead in (("1", 300), ("2", 1800)):
+            for quantile, k in (("0.1", 0.5), ("0.5", 1), ("0.9", 2)):
+                put(
+                    "gpu_eta_request_predicted_start_timestamp_seconds",
+                    {
+                        **forecaster,
+                        "model": "NVIDIA-A100-SXM4-40GB",
+                        "resource": "nvidia_com_gpu",
+                        "gpus": gpus,
+                        "quantile": quantile,
+                    },
+                    t,
+                    t + ahead * k,
+                )
         put("up", forecaster, t, 1)
         put("gpu_eta_forecaster_build_info", {**forecaster, "version": "0.1.0"}, t, 1)
         put("gpu_eta_forecaster_cycle_duration_seconds", forecaster, t, 0.25)
@@ -551,6 +597,7 @@ def check_alert_rules(stack: PromAt) -> None:
         "GpuEtaGpuReadFailing",
         "GpuEtaExporterKubeSyncStale",
         "GpuEtaExporterUnresolvedAllocations",
+        "GpuEtaPodPendingNoStart",
     ):
         assert results[name] == [], (name, results[name])
     free = {s.labels["node"]: s.value for s in results["node:gpu_eta_gpus_free:count"]}
