@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
@@ -123,25 +122,9 @@ def test_query_count_is_fixed():
 def ksm_target() -> Iterator[tuple[str, list[str]]]:
     """An HTTP server serving KSM-shaped series; the test sets the body."""
     body: list[str] = [""]
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            data = body[0].encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}", body
-    server.shutdown()
-    server.server_close()
+    server = MetricsServer("127.0.0.1", 0, lambda _accept: (body[0].encode(), TEXT_FORMAT)).serve()
+    yield f"127.0.0.1:{server.port}", body
+    server.stop()
 
 
 def cluster(now: float) -> str:

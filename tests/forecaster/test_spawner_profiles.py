@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 
+from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster.spawner_profiles import (
     ProfileError,
     annotate,
@@ -81,22 +80,9 @@ def forecaster_target() -> Iterator[str]:
         + "\n"
     )
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            data = body.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    server = MetricsServer("127.0.0.1", 0, lambda _accept: (body.encode(), TEXT_FORMAT)).serve()
+    yield f"127.0.0.1:{server.port}"
+    server.stop()
 
 
 def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
