@@ -92,9 +92,13 @@ def run_of(pod: Pod, t: float) -> Run | None:
 
 
 def snapshot(
-    sim: ClusterSim, model: EtaModel, t: float
+    sim: ClusterSim, model: EtaModel, t: float, exact_ends: dict[str, float] | None = None
 ) -> tuple[list[Node], list[Holder], list[PendingPod]]:
-    """What kube-state-metrics and the forecaster would show at ``t``."""
+    """What kube-state-metrics and the forecaster would show at ``t``.
+
+    ``exact_ends``: each pod's real end instead of the forecast (to separate the
+    replay's own error from the forecasts'); notebooks then get theirs too.
+    """
     nodes = [
         Node(
             n.name,
@@ -110,7 +114,10 @@ def snapshot(
             continue
         ends = None
         run = run_of(pod, t)
-        if run is not None and run.epochs_done < run.epochs_planned:
+        if exact_ends is not None:
+            end = exact_ends.get(pod.name)
+            ends = None if end is None else (end, end, end)
+        elif run is not None and run.epochs_done < run.epochs_planned:
             fc = model.predict(run, t)
             ends = (t + fc.p10, t + fc.p50, t + fc.p90)
         node = sim.nodes[pod.node]
@@ -151,6 +158,7 @@ def run_seed(
     every: float,
     n_samples: int,
     window: float = 900.0,
+    exact: bool = False,
 ) -> tuple[list[Observation], dict[str, float]]:
     """Observations of one seeded run, and each queued pod's real start."""
     cfg = replace(config, seed=seed)
@@ -166,13 +174,18 @@ def run_seed(
     runs = list(finished_runs(history.pods))
     model = EtaModel(random_state=0).fit(runs)
     durations = [r.last_timestamp - r.start_timestamp for r in runs]
+    exact_ends = None
+    if exact:  # the same seeded run, played to the end first: every pod's real end
+        future = ClusterSim(cfg, stream="live", start=0.0)
+        future.advance(live_seconds * 3)
+        exact_ends = {p.name: p.end for p in future.pods if p.end is not None}
     sim = ClusterSim(cfg, stream="live", start=0.0)
     obs: list[Observation] = []
     created: dict[str, tuple[float, int]] = {}  # pod → (creation time, GPUs)
     t = every
     while t <= live_seconds:
         sim.advance(t)
-        nodes, holders, pending = snapshot(sim, model, t)
+        nodes, holders, pending = snapshot(sim, model, t, exact_ends)
         for p in pending:
             created.setdefault(p.pod, (p.created, p.units))
         for p in sim.pods:
@@ -256,13 +269,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--min-wait", type=float, default=10.0)
+    parser.add_argument(
+        "--exact-ends",
+        action="store_true",
+        help="give the replay every running pod's real end (the replay's own error)",
+    )
     args = parser.parse_args(argv)
     config = ClusterConfig(arrival_seconds=args.arrival_seconds, warm_start_seconds=0.0)
     all_obs: list[Observation] = []
     actual: dict[tuple[int, str], float] = {}
     started = time.monotonic()
     for seed in parse_seeds(args.seeds):
-        obs, starts = run_seed(seed, config, args.live_seconds, args.every, args.samples)
+        obs, starts = run_seed(
+            seed, config, args.live_seconds, args.every, args.samples, exact=args.exact_ends
+        )
         all_obs += obs
         actual.update({(seed, k): v for k, v in starts.items()})
         s = score(obs, actual, args.min_wait)
