@@ -52,7 +52,7 @@ import bisect
 import heapq
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -371,38 +371,45 @@ def _one_sample(
             seq += 1
     n_items = len(items)
     start = [math.inf] * n_items
+    # every waiting pod, known ones first (index < n_items), then future ones
+    shape_of: list[tuple[str, int, str]] = [(it.resource, it.units, it.product) for it in items]
+    cands: list[Sequence[int]] = list(candidates)
     waiting = [i for i in range(n_items) if fit_ok[i]]
-    # future pods: index n_items + j in `waiting`; they queue behind everything known
-    future: list[tuple[Arrival, Sequence[int]]] = []
+    real_waiting = len(waiting)
     total_rate = sum(a.rate_per_second for a, _ in arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
+    n_future = 0
     t = now
     fresh = set(waiting)  # waiting pods to try on every node (not only where GPUs freed)
     changed: set[int] = set()
-    while any(i < n_items for i in waiting):
+    while real_waiting:
         still = []
+        # A pod that does not fit blocks later pods of the same shape for this sweep
+        # (free units only shrink during a sweep): they are skipped without a look.
+        blocked: set[tuple[str, int, str]] = set()  # failed on the changed nodes
+        blocked_all: set[tuple[str, int, str]] = set()  # failed on every node
         for i in waiting:
-            it = items[i] if i < n_items else future[i - n_items][0]
-            cand = candidates[i] if i < n_items else future[i - n_items][1]
-            best, pool = _choose(
-                free,
-                cand if i in fresh else changed.intersection(cand),
-                it.resource,
-                it.units,
-                placement,
-                rng,
-            )
+            shape = shape_of[i]
+            is_fresh = i in fresh
+            if shape in blocked_all or (not is_fresh and shape in blocked):
+                still.append(i)
+                continue
+            cand = cands[i]
+            nodes_now = cand if is_fresh else [k for k in cand if k in changed]
+            best, pool = _choose(free, nodes_now, shape[0], shape[1], placement, rng)
             if best < 0:
+                (blocked_all if is_fresh else blocked).add(shape)
                 still.append(i)
                 continue
             if i < n_items:
                 start[i] = t
-                if isinstance(it, Request):
+                real_waiting -= 1
+                if isinstance(items[i], Request):
                     continue  # a request made now takes nothing from anyone
-            free[best][pool] -= it.units
+            free[best][pool] -= shape[1]
             end = t + hist.draw(rng)
             if end <= horizon:
-                heapq.heappush(events, (end, seq, best, pool, it.units))
+                heapq.heappush(events, (end, seq, best, pool, shape[1]))
                 seq += 1
         waiting = still
         fresh = set()
@@ -411,11 +418,14 @@ def _one_sample(
         if t > horizon:
             break
         if next_arrival <= t:  # a new pod joins the end of the queue
-            future.append(_pick(arrivals, rng.random() * total_rate))
-            waiting.append(n_items + len(future) - 1)
+            arrival, cand = _pick(arrivals, rng.random() * total_rate)
+            shape_of.append((arrival.resource, arrival.units, arrival.product))
+            cands.append(cand)
+            waiting.append(len(shape_of) - 1)
             fresh.add(waiting[-1])
+            n_future += 1
             next_arrival = t + rng.expovariate(total_rate)
-            if len(future) >= max_arrivals:
+            if n_future >= max_arrivals:
                 next_arrival = math.inf
         while events and events[0][0] == t:
             _, _, k, pool, units = heapq.heappop(events)
@@ -437,7 +447,7 @@ def _pick(
 
 def _choose(
     free: Sequence[dict[tuple[str, bool], int]],
-    nodes: Iterable[int],
+    nodes: Sequence[int],
     resource: str,
     units: int,
     placement: str,
@@ -450,7 +460,6 @@ def _choose(
     CPU and memory only, so GPU placement is as good as random). (-1, pool) when
     nothing fits.
     """
-    nodes = sorted(nodes)
     for pool in ((resource, False), (resource, True)) if units == 1 else ((resource, False),):
         fitting = [k for k in nodes if free[k].get(pool, 0) >= units]
         if not fitting:
