@@ -47,6 +47,7 @@ from gpu_eta.forecaster.queue_replay import (
     Holder,
     Node,
     PendingPod,
+    StartCalibrator,
     naive_start,
     replay,
 )
@@ -159,6 +160,7 @@ def run_seed(
     n_samples: int,
     window: float = 900.0,
     exact: bool = False,
+    calibrate: bool = True,
 ) -> tuple[list[Observation], dict[str, float]]:
     """Observations of one seeded run, and each queued pod's real start."""
     cfg = replace(config, seed=seed)
@@ -182,6 +184,9 @@ def run_seed(
     sim = ClusterSim(cfg, stream="live", start=0.0)
     obs: list[Observation] = []
     created: dict[str, tuple[float, int]] = {}  # pod → (creation time, GPUs)
+    # as the forecaster does: learn the interval scale from pods that have started
+    calibrator = StartCalibrator()
+    raw: dict[str, list[tuple[float, float, float]]] = {}  # pod → its raw predictions
     t = every
     while t <= live_seconds:
         sim.advance(t)
@@ -190,6 +195,10 @@ def run_seed(
             created.setdefault(p.pod, (p.created, p.units))
         for p in sim.pods:
             created.setdefault(p.name, (p.start if p.created is None else p.created, len(p.gpus)))
+        for p in sim.pods:
+            if p.name in raw and p.start <= t:
+                for starts in raw.pop(p.name):
+                    calibrator.observe(starts, p.start)
         if pending:
             result = replay(
                 nodes,
@@ -205,6 +214,9 @@ def run_seed(
                 pred = result.pods[(p.namespace, p.pod)]
                 if pred.starts is None:
                     continue
+                raw.setdefault(p.pod, []).append(pred.starts)
+                if calibrate:
+                    pred = calibrator.widen(pred, t)
                 obs.append(
                     Observation(
                         seed, p.pod, t, p.created, *pred.starts, naive_start(nodes, holders, p, t)
@@ -270,6 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--min-wait", type=float, default=10.0)
     parser.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="score the replay's raw P10-P90 (no interval scale learned from started pods)",
+    )
+    parser.add_argument(
         "--exact-ends",
         action="store_true",
         help="give the replay every running pod's real end (the replay's own error)",
@@ -281,7 +298,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     for seed in parse_seeds(args.seeds):
         obs, starts = run_seed(
-            seed, config, args.live_seconds, args.every, args.samples, exact=args.exact_ends
+            seed,
+            config,
+            args.live_seconds,
+            args.every,
+            args.samples,
+            exact=args.exact_ends,
+            calibrate=not args.no_calibration,
         )
         all_obs += obs
         actual.update({(seed, k): v for k, v in starts.items()})

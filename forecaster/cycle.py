@@ -26,7 +26,13 @@ from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryStore
-from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
+from gpu_eta.forecaster.pending import (
+    PendingSet,
+    StartTracker,
+    job_end_times,
+    predict,
+    run_durations,
+)
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.runs import Run, run_key
 from gpu_eta.forecaster.runs_from_series import Allocation, CycleView, assemble
@@ -86,6 +92,7 @@ class Cycle:
         # since the previous one instead of the whole lookback.
         self._last_query_time: float | None = _float_or_none(store.get_meta(LAST_QUERY_KEY))
         self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
+        self._starts = StartTracker()  # calibrates the queue's intervals on real starts
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors."""
@@ -180,7 +187,7 @@ class Cycle:
             ends = job_end_times(
                 [(j.run.namespace, j.run.pod, j.completion_timestamps) for j in jobs]
             )
-            return predict(queue, ends, self._durations, now, ps)
+            return self._starts.update(queue, predict(queue, ends, self._durations, now, ps), now)
         except Exception as err:  # the queue must not fail the cycle
             errors["pending_failed"] += 1
             log.warning("pending-pod prediction failed: %s", err)

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field, replace
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.queue_replay import (
     PLACEMENTS,
+    PREDICTED,
     REQUEST_SIZES,
     SCHEDULED,
     ReplayError,
     Request,
+    StartCalibrator,
     StartPrediction,
     default_requests,
     replay,
@@ -67,6 +69,7 @@ class PendingSet:
     requests: Mapping[Request, StartPrediction] = field(default_factory=dict)
     skipped: int = 0  # pending pods past max_pods (no prediction)
     rejected: Mapping[str, int] = field(default_factory=dict)
+    interval_scale: float = 1.0  # applied by StartTracker (1: raw replay intervals)
 
 
 def predict(
@@ -141,3 +144,44 @@ def job_end_times(
             ends if prev is None else tuple(max(a, b) for a, b in zip(prev, ends, strict=True))
         )  # type: ignore[assignment]
     return out
+
+
+class StartTracker:
+    """Remembers each pending pod's raw predictions and calibrates new ones (no I/O).
+
+    When a pod it predicted shows up running with a start time (``kube_pod_start_time``),
+    its earlier predictions become observations for a ``StartCalibrator``; the scale it
+    learns widens (or narrows) the intervals published from then on. Bounded: at most
+    ``per_pod`` predictions per pod (the latest), pods that vanish without starting are
+    forgotten.
+    """
+
+    def __init__(self, calibrator: StartCalibrator | None = None, per_pod: int = 20) -> None:
+        self.calibrator = calibrator or StartCalibrator()
+        self.per_pod = per_pod
+        self._raw: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+
+    def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
+        """Learn from pods that started since, remember ``result``'s, return it calibrated."""
+        started = {(h.namespace, h.pod): h.started for h in queue.holders}
+        for key in list(self._raw):
+            if key in started and started[key] is not None:
+                for starts in self._raw.pop(key):
+                    self.calibrator.observe(starts, started[key])  # type: ignore[arg-type]
+        waiting = {(p.namespace, p.pod) for p in queue.pending}
+        for key in [k for k in self._raw if k not in waiting and k not in started]:
+            del self._raw[key]  # deleted before it started: nothing to learn
+        for p in result.pods:
+            if p.prediction.status == PREDICTED and p.prediction.starts is not None:
+                kept = self._raw.setdefault((p.namespace, p.pod), [])
+                kept.append(p.prediction.starts)
+                del kept[: -self.per_pod]
+        scale = self.calibrator.scale
+        pods = tuple(
+            replace(p, prediction=self.calibrator.widen(p.prediction, now, scale))
+            for p in result.pods
+        )
+        requests = {
+            r: self.calibrator.widen(pred, now, scale) for r, pred in result.requests.items()
+        }
+        return replace(result, pods=pods, requests=requests, interval_scale=scale)

@@ -492,3 +492,62 @@ def naive_start(
             if h.node == n.name and h.resource == pod.resource and h.ends is not None:
                 best = min(best, max(now, h.ends[1]))
     return best
+
+
+# --------------------------------------------------------------------- calibration
+
+
+class StartCalibrator:
+    """Widens predicted start intervals to the coverage measured on pods that started.
+
+    Why: the replay's spread comes from the running jobs' intervals and the history's
+    durations; what it does not model (preemption, quotas, jobs slowing down when a
+    time-sliced GPU gets busier) makes real starts fall outside P10–P90 more often than
+    20 %. Conformal, online: each prediction of a pod that has since started gives the
+    error ``(actual − P50)`` in units of the interval's half on that side
+    (``P90 − P50`` above, ``P50 − P10`` below); the scale is the ``coverage`` quantile
+    of those errors' sizes (1 when the intervals already cover as promised), applied to
+    both halves of new intervals. Before ``min_obs`` observations nothing changes.
+    """
+
+    def __init__(self, coverage: float = 0.8, window: int = 500, min_obs: int = 30) -> None:
+        if not 0 < coverage < 1:
+            raise ReplayError(f"coverage must be in (0, 1), got {coverage}")
+        self.coverage = coverage
+        self.window = window
+        self.min_obs = min_obs
+        self._errors: list[float] = []
+
+    def observe(self, starts: tuple[float, float, float], actual: float) -> None:
+        """One prediction (P10/P50/P90 timestamps) of a pod that started at ``actual``."""
+        p10, p50, p90 = starts
+        half = (p90 - p50) if actual >= p50 else (p50 - p10)
+        err = abs(actual - p50) / max(half, 1.0)
+        if math.isfinite(err):
+            self._errors.append(err)
+            del self._errors[: -self.window]
+
+    @property
+    def n_obs(self) -> int:
+        """Observations kept (at most ``window``, the latest)."""
+        return len(self._errors)
+
+    @property
+    def scale(self) -> float:
+        """Factor on both halves of an interval: 1 until ``min_obs``, then in [0.5, 10]."""
+        if len(self._errors) < self.min_obs:
+            return 1.0
+        errors = sorted(self._errors)
+        return min(10.0, max(0.5, _quantile(errors, self.coverage)))
+
+    def widen(
+        self, pred: StartPrediction, now: float, scale: float | None = None
+    ) -> StartPrediction:
+        """``pred`` with its interval scaled around P50 (P10 never before ``now``)."""
+        if pred.starts is None or pred.status != PREDICTED:
+            return pred
+        s = self.scale if scale is None else scale
+        p10, p50, p90 = pred.starts
+        lo = max(min(now, p50), p50 - s * (p50 - p10))
+        hi = p50 + s * (p90 - p50)
+        return StartPrediction(pred.status, (lo, p50, hi), pred.started_share)

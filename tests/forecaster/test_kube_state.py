@@ -220,3 +220,36 @@ def test_queries_against_real_prometheus(prometheus_factory, ksm_target):
         ("Tesla-T4", 4),
     }
     assert all(v.status in (PREDICTED, SCHEDULED) for v in sizes.values())
+
+
+def test_start_tracker_learns_from_pods_that_started():
+    """Predictions of a pod that later runs calibrate the intervals published after."""
+    from gpu_eta.forecaster.kube_state import ClusterQueue
+    from gpu_eta.forecaster.pending import PendingSet, PodStart, StartTracker
+    from gpu_eta.forecaster.queue_replay import (
+        Holder,
+        PendingPod,
+        StartCalibrator,
+        StartPrediction,
+    )
+
+    tracker = StartTracker(StartCalibrator(min_obs=3))
+    pred = StartPrediction(PREDICTED, (NOW + 90, NOW + 100, NOW + 110), 1.0)
+    for i in range(3):
+        waiting = tuple(PendingPod("ml", f"p{j}", "nvidia_com_gpu", 1, NOW - 10) for j in range(3))
+        queue = ClusterQueue(pending=waiting)
+        out = tracker.update(
+            queue, PendingSet(pods=(PodStart("ml", f"p{i}", "nvidia_com_gpu", 1, NOW, pred),)), NOW
+        )
+        assert out.interval_scale == 1.0
+    # all three started 30 s after their P50: errors of 3 half-intervals
+    running = tuple(
+        Holder("ml", f"p{i}", "n1", "nvidia_com_gpu", 1, None, NOW + 130) for i in range(3)
+    )
+    out = tracker.update(
+        ClusterQueue(holders=running),
+        PendingSet(pods=(PodStart("ml", "next", "nvidia_com_gpu", 1, NOW, pred),)),
+        NOW,
+    )
+    assert out.interval_scale == pytest.approx(3.0)
+    assert out.pods[0].prediction.starts == pytest.approx((NOW + 70, NOW + 100, NOW + 130))

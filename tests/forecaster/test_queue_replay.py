@@ -15,6 +15,8 @@ from gpu_eta.forecaster.queue_replay import (
     PendingPod,
     ReplayError,
     Request,
+    StartCalibrator,
+    StartPrediction,
     default_requests,
     naive_start,
     quantile_draw,
@@ -205,3 +207,29 @@ def test_unknown_node_and_empty_queue():
     assert math.isinf(
         naive_start([node("n1", 1)], [Holder("a", "b", "n1", G, 1)], pending("p"), NOW)
     )
+
+
+def test_calibrator_learns_the_scale_that_covers_80_percent():
+    cal = StartCalibrator(min_obs=10)
+    pred = StartPrediction(PREDICTED, (NOW + 50, NOW + 100, NOW + 150), 1.0)
+    assert cal.scale == 1.0 and cal.widen(pred, NOW) == pred  # nothing learned yet
+    # real starts 0..200 s past P50 in units of the 50 s upper half: errors 0..4
+    for k in range(100):
+        cal.observe(pred.starts, NOW + 100 + 2 * k)
+    assert cal.n_obs == 100
+    assert cal.scale == pytest.approx(0.8 * 99 * 2 / 50, rel=0.01)  # 80th percentile
+    wide = cal.widen(pred, NOW)
+    assert wide.starts[1] == NOW + 100
+    assert wide.starts[2] == pytest.approx(NOW + 100 + cal.scale * 50)
+    assert wide.starts[0] == NOW  # never before now
+    never = StartPrediction(NEVER_FITS, None, 0.0)
+    assert cal.widen(never, NOW) is never
+
+
+def test_calibrator_keeps_a_window_and_bounds_the_scale():
+    cal = StartCalibrator(window=5, min_obs=1)
+    for _ in range(10):
+        cal.observe((0.0, 100.0, 101.0), 1e9)  # far off: a huge error
+    assert cal.n_obs == 5 and cal.scale == 10.0
+    with pytest.raises(ReplayError):
+        StartCalibrator(coverage=1.0)
