@@ -62,7 +62,7 @@ def test_gpus_of_and_bad_counts():
 
 
 @pytest.fixture
-def forecaster_target() -> Iterator[str]:
+def forecaster_target() -> Iterator[tuple[str, float]]:
     """Serves the forecaster's request series (summary, as publish renders it)."""
     now = time.time()
     body = (
@@ -81,12 +81,13 @@ def forecaster_target() -> Iterator[str]:
     )
 
     server = MetricsServer("127.0.0.1", 0, lambda _accept: (body.encode(), TEXT_FORMAT)).serve()
-    yield f"127.0.0.1:{server.port}"
+    yield f"127.0.0.1:{server.port}", now
     server.stop()
 
 
 def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
-    prom = prometheus_factory([ScrapeJob("gpu-eta-forecaster", [forecaster_target])])
+    target, now = forecaster_target  # the series' "now": the hook's clock too
+    prom = prometheus_factory([ScrapeJob("gpu-eta-forecaster", [target])])
     prom.wait_for("gpu_eta_request_predicted_start_timestamp_seconds", min_results=9)
     profiles = [
         profile("A100, 1 GPU", 1, A100),
@@ -94,7 +95,6 @@ def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
         profile("Any GPU", 1),
         profile("CPU only"),
     ]
-    now = time.time()
     hook = profile_list_hook(profiles, prom.url, tz=UTC, clock=lambda: now)
     names = [p["display_name"] for p in hook(None)]
     two = datetime.fromtimestamp(now + 7200, UTC).strftime("%H:%M")
