@@ -277,7 +277,9 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
     names = {s.name for s in snap.collectors}
     if "progress" in names or snap.progress_reports_total:
         reports = _Family(
-            "gpu_eta_exporter_progress_reports", "Progress POSTs by result", "counter"
+            "gpu_eta_exporter_progress_reports",
+            "Answers of the progress endpoint by result",
+            "counter",
         )
         for result, count in _with_known(snap.progress_reports_total, PROGRESS_RESULTS):
             reports.add({"node": node, "result": result}, count)

@@ -226,6 +226,10 @@ def load_config_file(path: str) -> dict[str, Any]:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as err:
         raise ConfigError(f"--config.file {path}: not valid YAML") from err
+    except RecursionError:
+        raise ConfigError(f"--config.file {path}: nested too deeply") from None
+    except ValueError as err:  # an integer of thousands of digits
+        raise ConfigError(f"--config.file {path}: {str(err).split(':')[0][:80]}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -84,7 +84,10 @@ def _number(name: str, value: object, *, allow_negative: bool = False) -> float:
     """A finite JSON number (bool is not a number here), or InvalidReport."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidReport(f"{name} must be a number, got {type(value).__name__}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer of hundreds of digits
+        raise InvalidReport(f"{name} is too large") from None
     if not math.isfinite(number):
         raise InvalidReport(f"{name} must be finite")
     if number < 0 and not allow_negative:
@@ -143,38 +146,18 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
     for name in _COUNTERS:
         raw = data.get(name)
         values[name] = None if raw is None else _number(name, raw)
-    epoch, epochs = values["epoch"], values["epochs"]
-    step, steps = values["step"], values["steps"]
-    if epochs is not None and epochs < 1:
-        raise InvalidReport("epochs must be at least 1")
-    if epoch is not None and epochs is not None and epoch > epochs:
-        raise InvalidReport(f"epoch {epoch:g} > epochs {epochs:g}")
-    if steps is not None and steps < 1:
-        raise InvalidReport("steps must be at least 1")
-    if step is not None and steps is not None and step > steps:
-        raise InvalidReport(f"step {step:g} > steps {steps:g}")
-    if values["batch_size"] is not None and values["batch_size"] < 1:
-        raise InvalidReport("batch_size must be at least 1")
-
-    run_id = data.get("run_id")
-    if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.match(run_id)):
-        raise InvalidReport("run_id must be 1-64 characters of [A-Za-z0-9._-]")
     run_start = data.get("run_start")
     if run_start is not None:
         run_start = _number("run_start", run_start)
-        if run_start < _EARLIEST_TIMESTAMP:
-            raise InvalidReport("run_start must be unix seconds")
-        if now is not None and run_start > now + _FUTURE_SKEW_SECONDS:
-            raise InvalidReport("run_start is in the future")
+    run_id = data.get("run_id")
+    if run_id is not None and not isinstance(run_id, str):
+        raise InvalidReport("run_id must be 1-64 characters of [A-Za-z0-9._-]")
     container = data.get("container")
-    if container is not None and (
-        not isinstance(container, str) or not _CONTAINER.match(container)
-    ):
+    if container is not None and not isinstance(container, str):
         raise InvalidReport("container must be a DNS-1123 label")
     event = data.get("event", "progress")
-    if event not in EVENTS:
+    if not isinstance(event, str):
         raise InvalidReport("event must be one of start, progress, end")
-
     extra: dict[str, object] = {
         k: v for k, v in data.items() if k not in _KNOWN and k not in _IGNORED
     }
@@ -185,11 +168,11 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
         extra.update(nested)
     if event != "start" and not extra and all(v is None for v in values.values()):
         raise InvalidReport("no progress fields (epoch, step, ...)")
-    return Report(
-        epoch=epoch,
-        epochs=epochs,
-        step=step,
-        steps=steps,
+    report = Report(
+        epoch=values["epoch"],
+        epochs=values["epochs"],
+        step=values["step"],
+        steps=values["steps"],
         batch_size=values["batch_size"],
         run_id=run_id,
         run_start=run_start,
@@ -197,6 +180,56 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
         event=event,
         metrics=_metrics(extra),
     )
+    return check_report(report, now=now)
+
+
+def check_report(report: Report, *, now: float | None = None) -> Report:
+    """``report`` unchanged if it obeys the wire format's rules, else ``InvalidReport``.
+
+    The one definition of a valid report, whatever built it: ``parse_report`` for
+    HTTP bodies and marker lines, ``logformats.fold`` for recognised log lines (whose
+    numbers come from regexes, not JSON), and the store before every merge. So a log
+    line can never store what an HTTP report would be refused for.
+    """
+    for name in _COUNTERS:
+        value = getattr(report, name)
+        if value is not None:
+            _number(name, value)
+    epoch, epochs = report.epoch, report.epochs
+    step, steps = report.step, report.steps
+    if epochs is not None and epochs < 1:
+        raise InvalidReport("epochs must be at least 1")
+    if epoch is not None and epochs is not None and epoch > epochs:
+        raise InvalidReport(f"epoch {epoch:g} > epochs {epochs:g}")
+    if steps is not None and steps < 1:
+        raise InvalidReport("steps must be at least 1")
+    if step is not None and steps is not None and step > steps:
+        raise InvalidReport(f"step {step:g} > steps {steps:g}")
+    if report.batch_size is not None and report.batch_size < 1:
+        raise InvalidReport("batch_size must be at least 1")
+    run_id = report.run_id
+    if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.match(run_id)):
+        raise InvalidReport("run_id must be 1-64 characters of [A-Za-z0-9._-]")
+    if report.run_start is not None:
+        run_start = _number("run_start", report.run_start)
+        if run_start < _EARLIEST_TIMESTAMP:
+            raise InvalidReport("run_start must be unix seconds")
+        if now is not None and run_start > now + _FUTURE_SKEW_SECONDS:
+            raise InvalidReport("run_start is in the future")
+    container = report.container
+    if container is not None and (
+        not isinstance(container, str) or not _CONTAINER.match(container)
+    ):
+        raise InvalidReport("container must be a DNS-1123 label")
+    if report.event not in EVENTS:
+        raise InvalidReport("event must be one of start, progress, end")
+    if len(report.metrics) > MAX_METRICS:
+        raise InvalidReport(f"at most {MAX_METRICS} free-form fields, got {len(report.metrics)}")
+    for name, value in report.metrics.items():
+        if not isinstance(name, str) or not _METRIC_NAME.match(name):
+            raise InvalidReport(f"bad field name {str(name)[:40]!r}")
+        _number(name, value, allow_negative=True)
+    return report
 
 
 def derived_run_id(namespace: str, pod: str, container: str, source: str, start: float) -> str:
@@ -325,3 +358,43 @@ def advance(
         epoch_end_timestamp=epoch_end,
         metrics=_merged_metrics(base.metrics, report.metrics),
     )
+
+
+_POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_SOURCES = ("http", "log")
+
+
+def check_progress(progress: Progress) -> Progress:
+    """``progress`` unchanged if a store could have built it, else ``InvalidReport``.
+
+    For rows read back from disk (state file, journal), which may be damaged or
+    hand-edited: the same bounds as a report, plus the identity fields the listener
+    derives from the pod cache (DNS names), so nothing is published from disk that
+    could not have been published from the wire.
+    """
+    for name in ("namespace", "pod"):
+        value = getattr(progress, name)
+        if not isinstance(value, str) or not _POD_NAME.match(value):
+            raise InvalidReport(f"{name} is not a Kubernetes name")
+    container = progress.container
+    if not isinstance(container, str) or (container and not _CONTAINER.match(container)):
+        raise InvalidReport("container must be a DNS-1123 label")
+    if not isinstance(progress.run_id, str) or not _RUN_ID.match(progress.run_id):
+        raise InvalidReport("run_id must be 1-64 characters of [A-Za-z0-9._-]")
+    if progress.source not in _SOURCES:
+        raise InvalidReport("source must be http or log")
+    for name in ("run_start_timestamp", "last_report_timestamp", "epoch_end_timestamp"):
+        value = getattr(progress, name)
+        if value is not None:
+            _number(name, value)
+    check_report(
+        Report(
+            epoch=progress.epoch,
+            epochs=progress.epochs,
+            step=progress.step,
+            steps=progress.steps,
+            batch_size=progress.batch_size,
+            metrics=progress.metrics,
+        )
+    )
+    return progress

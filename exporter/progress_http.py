@@ -5,11 +5,15 @@ the connection's source address (from the exporter's pod cache). A body cannot n
 another pod; its optional ``container`` must be one of the sender pod's containers.
 Order of checks, each answered with a one-line reason and counted by result:
 
-1. source address is no pod on this node → 403 ``forbidden``
+1. source address is no pod on this node → 403 ``forbidden``, at accept (nothing read)
 2. no Content-Length → 411 ``malformed``; body over ``MAX_BODY_BYTES`` → 413 ``too_large``
 3. the pod exceeds its rate (token bucket per pod) → 429 ``rate_limited``
 4. not a JSON object → 400 ``malformed``; bad value → 400 ``invalid``
-5. stored → 200 ``accepted``
+5. stored → 200 ``accepted``; with a state file only once the report is on disk
+   (``exporter.progress_journal``), or 503 ``not_persisted`` if that write failed
+
+Protocol-level answers are counted too (``RESULTS``): 404, 405, 408 (header or
+request deadline missed), 431, 500, and GET ``/healthz``.
 
 hostNetwork pods share the node's IP, so their address proves nothing. They are
 refused unless the exporter runs with ``allow_host_network`` AND the pod carries
@@ -24,6 +28,7 @@ request is ``ProgressListener.handle``, plain code without sockets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import threading
@@ -44,7 +49,17 @@ DEFAULT_BURST = 20
 MAX_CONNECTIONS = 1024
 MAX_HEADER_BYTES = 8192
 MAX_CONNECTIONS_PER_ADDRESS = 8
+# Deadlines per request, from its first byte: the headers, then the whole request.
+# Not reset by each byte (a byte every 2 s would hold a slot for ever otherwise).
+HEADER_TIMEOUT_SECONDS = 5.0
 REQUEST_TIMEOUT_SECONDS = 10.0
+# A kept-alive connection with no request in progress is closed after this.
+IDLE_TIMEOUT_SECONDS = 10.0
+# A connection refused at accept gets its 403, then its request is read and dropped
+# for at most this long (closing at once would reset it before the client reads the
+# 403); at most MAX_REFUSED_LINGERING such connections at once, the rest are reset.
+REFUSED_LINGER_SECONDS = 1.0
+MAX_REFUSED_LINGERING = 64
 
 
 class _TokenBucket:
@@ -189,13 +204,23 @@ class ProgressListener:
             bucket.tokens -= 1.0
             return True
 
-    def handle(self, address: str, length: int | None, body: bytes) -> tuple[int, str]:
+    def handle(
+        self,
+        address: str,
+        length: int | None,
+        body: bytes,
+        on_durable: Callable[[bool], None] | None = None,
+    ) -> tuple[int, str]:
         """Decide one request: (HTTP status, one-line reason). Counts the result.
 
         ``length`` is the request's Content-Length (None when absent) and ``body`` the
         bytes the connection buffered for it (empty when over the limit or absent):
         the size checks go by the declared length, so an oversized request is refused
         without its body ever being read.
+
+        With ``on_durable`` and a journaled store, an accepted report is not counted
+        here: the store calls ``on_durable(ok)`` once the report is on disk and the
+        caller answers (and counts) then, 200 or 503.
         """
         pod, reason = self.sender(address)
         if pod is None:
@@ -211,6 +236,7 @@ class ProgressListener:
             self._count("rate_limited")
             return 429, f"rate_limited: over {self._rate:g} reports/s for this pod"
         now = self._clock()
+        deferred = on_durable is not None and self.store.journaled
         try:
             report = parse_report(body, now=now)
             containers = list(pod.container_ids)
@@ -220,11 +246,20 @@ class ProgressListener:
                 container = containers[0]
             else:  # container list unknown (no runtime ids yet): trust the label only
                 container = report.container or ""
-            progress = self.store.merge(pod.namespace, pod.name, container, "http", report, now)
+            progress = self.store.merge(
+                pod.namespace,
+                pod.name,
+                container,
+                "http",
+                report,
+                now,
+                on_durable=on_durable if deferred else None,
+            )
         except ReportError as err:
             self._count(err.result)
             return 400, f"{err.result}: {err}"
-        self._count("accepted")
+        if not deferred:
+            self._count("accepted")
         return 200, f"accepted: {pod.namespace}/{pod.name} run {progress.run_id}"
 
 
@@ -234,12 +269,31 @@ _REASONS = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     411: "Length Required",
     413: "Content Too Large",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
+
+
+def content_length(values: list[str]) -> int | None:
+    """The one Content-Length of a request, or ``ValueError``; None when absent.
+
+    Strict, as RFC 9110 asks of a server: only ASCII digits (``int()`` would take
+    ``+12``, ``1_2`` and spaces), at most 12 of them, and no second header with
+    another or even the same value (a request smuggling trick).
+    """
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ValueError("more than one Content-Length")
+    raw = values[0]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
+        raise ValueError(f"bad Content-Length {raw[:20]!r}")
+    return int(raw)
 
 
 class _Connection(asyncio.Protocol):
@@ -248,6 +302,13 @@ class _Connection(asyncio.Protocol):
     Only what the endpoint needs: a request line, headers (≤ ``MAX_HEADER_BYTES``),
     a Content-Length body (no chunked bodies), keep-alive. Everything else gets a
     one-line error and the connection is closed.
+
+    Hygiene: a source address that is no pod here is answered 403 and closed at
+    accept, before a byte is read; each request must bring its headers within
+    ``HEADER_TIMEOUT_SECONDS`` and all of itself within ``REQUEST_TIMEOUT_SECONDS``
+    of its first byte (408 otherwise); an idle kept-alive connection is closed after
+    ``IDLE_TIMEOUT_SECONDS``. While an accepted report waits for the journal, the
+    connection reads nothing more (answers stay in request order).
     """
 
     def __init__(self, listener: ProgressListener, server: _Server):
@@ -258,6 +319,11 @@ class _Connection(asyncio.Protocol):
         self.ip = ""
         self.timer: asyncio.TimerHandle | None = None
         self.counted = False
+        self.request_started: float | None = None  # loop time of the request's first byte
+        self.headers_done = False
+        self.waiting = False  # an answer waits for the journal's fsync
+        self.refused = False  # answered 403 at accept: what it sends is dropped
+        self.paused = False  # reading paused while an answer waits (pipelining bound)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -268,44 +334,116 @@ class _Connection(asyncio.Protocol):
             return
         self.counted = True
         self.server.connections.add(self)
+        pod, reason = self.listener.sender(self.ip)
+        if pod is None:  # refused at accept: no request of it is ever parsed
+            self.listener._count("forbidden")
+            if self.server.lingering >= MAX_REFUSED_LINGERING:
+                transport.abort()
+                return
+            self.refused = True
+            self.server.lingering += 1
+            self._reply(403, f"forbidden: {reason}", close=False, linger=True)
+            if self.transport.can_write_eof():  # type: ignore[union-attr]
+                self.transport.write_eof()  # type: ignore[union-attr]
+            self.timer = asyncio.get_running_loop().call_later(
+                REFUSED_LINGER_SECONDS, transport.abort
+            )
+            return
         self._arm()
+
+    def eof_received(self) -> bool | None:
+        return False  # the client is done sending: close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
+            self.timer = None
+        if self.refused:
+            self.refused = False
+            self.server.lingering -= 1
         if self.counted:
             self.server.release(self.ip)
             self.server.connections.discard(self)
             self.counted = False
 
     def _arm(self) -> None:
+        """(Re)start the one timer for the current phase: idle, headers or request."""
         if self.timer is not None:
             self.timer.cancel()
+            self.timer = None
+        if self.waiting or self.transport is None or self.transport.is_closing():
+            return
         loop = asyncio.get_running_loop()
-        self.timer = loop.call_later(REQUEST_TIMEOUT_SECONDS, self._idle)
+        if self.request_started is None:
+            self.timer = loop.call_later(IDLE_TIMEOUT_SECONDS, self._idle)
+            return
+        limit = REQUEST_TIMEOUT_SECONDS if self.headers_done else HEADER_TIMEOUT_SECONDS
+        self.timer = loop.call_at(self.request_started + limit, self._late)
 
     def _idle(self) -> None:
         if self.transport is not None:
             self.transport.close()
 
-    def _reply(self, status: int, text: str, close: bool) -> None:
+    def _late(self) -> None:
+        if self.transport is None or self.transport.is_closing() or self.waiting:
+            return
+        what = "request" if self.headers_done else "headers"
+        limit = REQUEST_TIMEOUT_SECONDS if self.headers_done else HEADER_TIMEOUT_SECONDS
+        self.listener._count("timeout")
+        self._reply(408, f"timeout: {what} not complete within {limit:g}s", close=True)
+
+    def _reply(self, status: int, text: str, close: bool, linger: bool = False) -> None:
+        """Write one answer; ``close`` ends the connection after it (``linger``: the
+        answer says so, but the caller closes later)."""
         assert self.transport is not None
         body = (text.replace("\n", " ")[:300] + "\n").encode("utf-8", "replace")
         head = (
             f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
             "Content-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            + ("Connection: close\r\n" if close or linger else "")
+            + "\r\n"
         )
         self.transport.write(head.encode("ascii") + body)
         if close:
             self.transport.close()
 
+    def _refuse(self, status: int, result: str, text: str) -> bool:
+        self.listener._count(result)
+        self._reply(status, text, close=True)
+        return False
+
     def data_received(self, data: bytes) -> None:
+        if self.refused or self.transport is None or self.transport.is_closing():
+            return
+        if self.waiting:  # pipelined behind an answer that waits for the journal
+            self.buffer += data
+            if len(self.buffer) > MAX_HEADER_BYTES + MAX_BODY_BYTES and not self.paused:
+                self.paused = True  # bounded: stop reading until the answer is out
+                self.transport.pause_reading()
+            return
+        if self.request_started is None and data:
+            self.request_started = asyncio.get_running_loop().time()
+            self.headers_done = False
+            self._arm()
         self.buffer += data
-        self._arm()
-        while self.transport is not None and not self.transport.is_closing():
+        self._drain()
+
+    def _drain(self) -> None:
+        while (
+            self.transport is not None
+            and not self.transport.is_closing()
+            and not self.waiting
+            and self.buffer
+        ):
             if not self._one_request():
                 return
+
+    def _next_request(self) -> None:
+        """The previous request is answered: time what is buffered as the next one."""
+        self.request_started = asyncio.get_running_loop().time() if self.buffer else None
+        self.headers_done = False
+        self._arm()
 
     def _one_request(self) -> bool:
         """Handle one buffered request if complete; False when more bytes are needed."""
@@ -313,52 +451,42 @@ class _Connection(asyncio.Protocol):
         end = buf.find(b"\r\n\r\n")
         if end < 0:
             if len(buf) > MAX_HEADER_BYTES:
-                self._reply(431, "malformed: headers too large", close=True)
+                return self._refuse(431, "headers_too_large", "malformed: headers too large")
             return False
         if end > MAX_HEADER_BYTES:
-            self._reply(431, "malformed: headers too large", close=True)
-            return False
+            return self._refuse(431, "headers_too_large", "malformed: headers too large")
+        if not self.headers_done:
+            self.headers_done = True
+            self._arm()  # the header deadline is met: the request deadline runs on
         lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            self.listener._count("malformed")
-            self._reply(400, "malformed: bad request line", close=True)
-            return False
+            return self._refuse(400, "malformed", "malformed: bad request line")
         method, target, version = parts
-        headers: dict[str, str] = {}
+        headers: dict[str, list[str]] = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")
-            if not sep:
-                self.listener._count("malformed")
-                self._reply(400, "malformed: bad header", close=True)
-                return False
-            headers[name.strip().lower()] = value.strip()
-        connection = headers.get("connection", "").lower()
+            if not sep or not name or name != name.strip():
+                return self._refuse(400, "malformed", "malformed: bad header")
+            headers.setdefault(name.lower(), []).append(value.strip())
+        connection = (headers.get("connection") or [""])[-1].lower()
         close = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
         if method == "GET" and target == "/healthz":
             del buf[: end + 4]
+            self.listener._count("health")
             self._reply(200, "ok", close)
-            return True
+            self._next_request()
+            return not close
         if method != "POST":
-            self._reply(405, "method not allowed: POST /progress", close=True)
-            return False
+            return self._refuse(405, "method_not_allowed", "method not allowed: POST /progress")
         if target.split("?", 1)[0] != "/progress":
-            self._reply(404, "not found: POST /progress", close=True)
-            return False
+            return self._refuse(404, "not_found", "not found: POST /progress")
         if "transfer-encoding" in headers:
-            self.listener._count("malformed")
-            self._reply(411, "malformed: chunked bodies not accepted", close=True)
-            return False
-        raw = headers.get("content-length")
-        length: int | None
+            return self._refuse(411, "malformed", "malformed: chunked bodies not accepted")
         try:
-            length = int(raw) if raw is not None else None
-            if length is not None and length < 0:
-                raise ValueError
-        except ValueError:
-            self.listener._count("malformed")
-            self._reply(400, "malformed: bad Content-Length", close=True)
-            return False
+            length = content_length(headers.get("content-length", []))
+        except ValueError as err:
+            return self._refuse(400, "malformed", f"malformed: {err}")
         start = end + 4
         if length is not None and length <= MAX_BODY_BYTES and len(buf) < start + length:
             return False  # wait for the rest of the body
@@ -367,17 +495,65 @@ class _Connection(asyncio.Protocol):
             if length is not None and length <= MAX_BODY_BYTES
             else b""
         )
+        ack = _Ack(self, close) if self.listener.store.journaled else None
         try:
-            status, text = self.listener.handle(self.ip, length, body)
+            status, text = self.listener.handle(
+                self.ip, length, body, on_durable=ack.fire if ack is not None else None
+            )
         except Exception as err:  # a bug must not kill the event loop
-            log.error("progress: request failed: %s", err)
+            log.error("progress: request failed: %s", str(err).splitlines()[0][:200])
+            self.listener._count("error")
             status, text = 500, "internal error"
         if length is None or length > MAX_BODY_BYTES:
             self._reply(status, text, close=True)  # body not read: the stream is unusable
             return False
         del buf[: start + length]
+        if status == 200 and ack is not None:
+            # answered once the journal has the report on disk (``_Ack``)
+            self.waiting = True
+            ack.text = text
+            self._arm()
+            return False
         self._reply(status, text, close)
+        self._next_request()
         return not close
+
+    def acked(self, ok: bool, text: str, close: bool) -> None:
+        """The journal answered for the report this connection waits on (loop thread)."""
+        self.waiting = False
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            # the client is gone: count what it would have got
+            self.listener._count("accepted" if ok else "not_persisted")
+            return
+        if ok:
+            self.listener._count("accepted")
+            self._reply(200, text, close)
+        else:
+            self.listener._count("not_persisted")
+            self._reply(503, "not_persisted: applied, but the state file cannot be written", True)
+            return
+        if close:
+            return
+        if self.paused:
+            self.paused = False
+            transport.resume_reading()
+        self._next_request()
+        self._drain()
+
+
+class _Ack:
+    """Carries the journal's word (from its thread) back to the connection's loop."""
+
+    __slots__ = ("close", "conn", "text")
+
+    def __init__(self, conn: _Connection, close: bool):
+        self.conn = conn
+        self.close = close
+        self.text = ""
+
+    def fire(self, ok: bool) -> None:
+        self.conn.server.post_ack(self, ok)
 
 
 class _Server:
@@ -404,12 +580,35 @@ class _Server:
         self.loop = asyncio.new_event_loop()
         self._open: dict[str, int] = {}
         self._open_total = 0
+        self.lingering = 0  # refused connections still open (see REFUSED_LINGER_SECONDS)
+        self._ack_lock = threading.Lock()
+        self._acks: list[tuple[_Ack, bool]] = []
+        self._ack_scheduled = False
         self.connections: set[_Connection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name="gpu-eta-progress-http", daemon=True)
         self.thread.start()
         self._ready.wait(timeout=10)
+
+    def post_ack(self, ack: _Ack, ok: bool) -> None:
+        """From the journal's thread: queue an answer; one loop wake-up per batch."""
+        with self._ack_lock:
+            self._acks.append((ack, ok))
+            if self._ack_scheduled:
+                return
+            self._ack_scheduled = True
+        if self.loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (shutdown)
+            self.loop.call_soon_threadsafe(self._deliver_acks)
+
+    def _deliver_acks(self) -> None:
+        with self._ack_lock:
+            acks, self._acks = self._acks, []
+            self._ack_scheduled = False
+        for ack, ok in acks:
+            ack.conn.acked(ok, ack.text, ack.close)
 
     def admit(self, ip: str) -> bool:
         if (

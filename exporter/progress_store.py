@@ -18,15 +18,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from gpu_eta.exporter.progress import Report, advance
+from gpu_eta.exporter.progress import Report, ReportError, advance, check_progress, check_report
+from gpu_eta.exporter.progress_journal import Ack, Journal, encode_line, read_journal
 from gpu_eta.exporter.readings import Progress
 
 log = logging.getLogger(__name__)
@@ -34,9 +36,23 @@ log = logging.getLogger(__name__)
 HTTP_PRECEDENCE_SECONDS = 600.0
 DEFAULT_MAX_ENTRIES = 4096
 STATE_VERSION = 1
+MAX_STATE_BYTES = 64 << 20  # 4,096 rows are ~2 MB: anything near this is not ours
 _SOURCES = ("http", "log")
 
 Key = tuple[str, str, str, str]  # namespace, pod, container, source
+
+
+class StateError(ValueError):
+    """The state file as a whole is unusable (not JSON, another version...)."""
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """What ``parse_state`` read: the good rows, how many were damaged, the journal mark."""
+
+    rows: tuple[Progress, ...]
+    damaged: int
+    journal_seq: int
 
 
 class ProgressStore:
@@ -45,6 +61,11 @@ class ProgressStore:
     At most ``max_entries`` entries: beyond that the entry with the oldest report is
     evicted (a node never runs thousands of training containers; the bound only
     guards memory against a flood of distinct senders).
+
+    With a ``state_path`` every merge is also appended to a journal beside it
+    (``<state>.journal``, see ``exporter.progress_journal``) unless ``durable`` is
+    False; ``merge(..., on_durable=ack)`` calls ``ack(True)`` once the merged row is
+    on disk, which is when the HTTP listener answers 200.
     """
 
     def __init__(
@@ -52,6 +73,7 @@ class ProgressStore:
         state_path: Path | None = None,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         save_interval_seconds: float = 30.0,
+        durable: bool = True,
     ):
         self._lock = threading.Lock()
         self._save_interval = save_interval_seconds
@@ -60,8 +82,19 @@ class ProgressStore:
         self._max_entries = max_entries
         self._state_path = Path(state_path) if state_path is not None else None
         self._dirty = False
+        self._seq = 0
+        self.journal: Journal | None = None
         if self._state_path is not None:
             self._load(self._state_path)
+            if durable:
+                self.journal = Journal(_journal_path(self._state_path))
+            if self._dirty:
+                self.save()  # fold what was replayed into the state file now
+
+    @property
+    def journaled(self) -> bool:
+        """Whether merges are made durable (``on_durable`` callbacks will be called)."""
+        return self.journal is not None
 
     # -- writing ---------------------------------------------------------------------
 
@@ -73,13 +106,18 @@ class ProgressStore:
         source: str,
         report: Report,
         now: float,
+        on_durable: Ack | None = None,
     ) -> Progress:
         """Fold ``report`` into the stored progress atomically and return the result.
 
-        Raises ``InvalidReport`` (from ``advance``) without changing anything.
+        Raises ``InvalidReport`` (from ``check_report`` or ``advance``) without
+        changing anything. With a journal, ``on_durable`` is called (from the
+        journal's thread) once the result is on disk, with False if writing failed;
+        without one it is never called.
         """
         if source not in _SOURCES:
             raise ValueError(f"unknown progress source {source!r}")
+        check_report(report)
         key = (namespace, pod, container, source)
         with self._lock:
             new = advance(
@@ -94,6 +132,9 @@ class ProgressStore:
             self._entries[key] = new
             self._dirty = True
             self._evict()
+            if self.journal is not None:
+                self._seq += 1
+                self.journal.append(key, encode_line(self._seq, _to_json(new)), on_durable)
         return new
 
     def get(self, namespace: str, pod: str, container: str, source: str) -> Progress | None:
@@ -124,12 +165,12 @@ class ProgressStore:
         """One ``Progress`` per container, the winning source applied, sorted by key.
 
         Also saves the state file when it is due (every ``save_interval_seconds``
-        while something changed): the scheduler reads the snapshot every cycle, so
-        a crash loses at most that interval, without a timer thread of its own.
+        while something changed, or when the journal grew large): the scheduler
+        reads the snapshot every cycle, so this needs no timer thread of its own.
         """
-        if (
-            self._state_path is not None
-            and time.monotonic() - self._last_save >= self._save_interval
+        if self._state_path is not None and (
+            time.monotonic() - self._last_save >= self._save_interval
+            or (self.journal is not None and self.journal.oversized)
         ):
             self.save()
         with self._lock:
@@ -144,29 +185,51 @@ class ProgressStore:
     # -- persistence -----------------------------------------------------------------
 
     def save(self) -> None:
-        """Write the state file atomically (temp file + rename) if anything changed.
+        """Write the state file atomically (temp file + rename) and empty the journal.
 
-        Errors are logged, never raised: losing the state file costs a restart's
-        worth of history, a crash would cost the node's exporter.
+        Errors are logged, never raised: the journal still holds what the state file
+        misses, and a crash would cost the node's exporter.
         """
         if self._state_path is None:
             return
         self._last_save = time.monotonic()
+        journal = self.journal
+        if journal is None:
+            self._save_state()
+            return
+        with journal.io_lock:  # no journal batch between the state write and the truncate
+            if self._save_state():
+                try:
+                    journal.truncate()
+                except OSError as err:
+                    log.error("progress state: cannot truncate %s: %s", journal.path, err)
+
+    def close(self) -> None:
+        """Save, then stop the journal's writer; for shutdown."""
+        self.save()
+        if self.journal is not None:
+            self.journal.close()
+
+    def _save_state(self) -> bool:
+        """Write the state file if anything changed; False when writing failed."""
         with self._lock:
             if not self._dirty:
-                return
+                return True
             rows = [_to_json(p) for p in self._entries.values()]
+            seq = self._seq
             self._dirty = False
         path = self._state_path
+        assert path is not None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
             try:
                 with os.fdopen(fd, "w") as fh:
-                    json.dump({"version": STATE_VERSION, "progress": rows}, fh)
+                    json.dump({"version": STATE_VERSION, "journal_seq": seq, "progress": rows}, fh)
                     fh.flush()
                     os.fsync(fh.fileno())
                 os.replace(tmp, path)
+                _fsync_dir(path.parent)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
@@ -174,40 +237,159 @@ class ProgressStore:
             with self._lock:
                 self._dirty = True
             log.error("progress state: cannot write %s: %s", path, err)
+            return False
+        return True
 
     def _load(self, path: Path) -> None:
+        """State file, then the journal's newer rows; damage is set aside, never fatal."""
+        state = StateFile((), 0, 0)
         try:
-            text = path.read_text()
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_STATE_BYTES + 1)
+        except FileNotFoundError:
+            data = None
+        except OSError as err:
+            log.error("progress state: cannot read %s: %s; starting empty", path, err)
+            data = None
+        if data is not None:
+            try:
+                state = parse_state(data)
+            except StateError as err:
+                aside = _set_aside(path, move=True)
+                log.error(
+                    "progress state: %s is unusable (%s); moved to %s, starting empty",
+                    path,
+                    err,
+                    aside,
+                )
+            else:
+                if state.damaged:
+                    aside = _set_aside(path, move=False)
+                    log.error(
+                        "progress state: %s: %d damaged row(s) skipped, %d loaded; a copy "
+                        "of the file is kept as %s",
+                        path,
+                        state.damaged,
+                        len(state.rows),
+                        aside,
+                    )
+                    self._dirty = True
+        for progress in state.rows:
+            self._entries[_key(progress)] = progress
+        self._seq = state.journal_seq
+        self._replay(_journal_path(path), state.journal_seq)
+        self._evict()
+
+    def _replay(self, path: Path, after: int) -> None:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_STATE_BYTES + 1)
         except FileNotFoundError:
             return
         except OSError as err:
-            log.error("progress state: cannot read %s: %s; starting empty", path, err)
+            log.error("progress journal: cannot read %s: %s", path, err)
             return
-        try:
-            data = json.loads(text)
-            if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-                raise ValueError("unknown state file version")
-            rows = data["progress"]
-            if not isinstance(rows, list):
-                raise ValueError("progress is not a list")
-            loaded = [_from_json(row) for row in rows]
-        except (ValueError, KeyError, TypeError) as err:
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-            log.error(
-                "progress state: %s is corrupt (%s); moved to %s, starting empty",
-                path,
-                str(err)[:200],
-                aside.name,
-            )
+        lines, damaged, torn = read_journal(data[:MAX_STATE_BYTES])
+        applied = 0
+        for seq, row in lines:
+            self._seq = max(self._seq, seq)
+            if seq <= after:
+                continue  # already in the state file
             try:
-                os.replace(path, aside)
-            except OSError as move_err:
-                log.error("progress state: cannot move %s aside: %s", path, move_err)
-            return
-        for progress in loaded:
-            key = (progress.namespace, progress.pod, progress.container, progress.source)
-            self._entries[key] = progress
-        self._evict()
+                progress = progress_from_row(row)
+            except ValueError:
+                damaged += 1
+                continue
+            self._entries[_key(progress)] = progress
+            applied += 1
+        if applied:
+            self._dirty = True
+        if damaged:
+            aside = _set_aside(path, move=False)
+            log.error(
+                "progress journal: %s: %d damaged line(s) skipped, %d replayed; a copy is "
+                "kept as %s",
+                path,
+                damaged,
+                applied,
+                aside,
+            )
+        elif applied or torn:
+            log.info(
+                "progress journal: %d report(s) replayed from %s%s",
+                applied,
+                path,
+                " (an unacknowledged torn last line dropped)" if torn else "",
+            )
+
+
+def parse_state(data: bytes) -> StateFile:
+    """State-file bytes → the usable rows (pure; ``StateError`` if nothing is usable).
+
+    A damaged row is skipped and counted, not a reason to drop the others.
+    """
+    if len(data) > MAX_STATE_BYTES:
+        raise StateError(f"larger than {MAX_STATE_BYTES} bytes")
+    try:
+        loaded = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise StateError("not UTF-8 text") from None
+    except RecursionError:
+        raise StateError("nested too deeply") from None
+    except ValueError as err:
+        raise StateError(f"not JSON: {str(err).splitlines()[0][:80]}") from None
+    if not isinstance(loaded, dict) or loaded.get("version") != STATE_VERSION:
+        raise StateError("unknown state file version")
+    rows = loaded.get("progress")
+    if not isinstance(rows, list):
+        raise StateError("progress is not a list")
+    seq = loaded.get("journal_seq", 0)
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**62:
+        raise StateError("journal_seq is not a count")
+    good: list[Progress] = []
+    damaged = 0
+    for row in rows:
+        try:
+            good.append(progress_from_row(row))
+        except ValueError:
+            damaged += 1
+    return StateFile(tuple(good), damaged, seq)
+
+
+def _key(progress: Progress) -> Key:
+    return (progress.namespace, progress.pod, progress.container, progress.source)
+
+
+def _journal_path(state: Path) -> Path:
+    return state.with_name(state.name + ".journal")
+
+
+def _set_aside(path: Path, *, move: bool) -> str:
+    """Move (or copy) a damaged file to ``<name>.corrupt-<unix time>``; its name."""
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    try:
+        if move:
+            os.replace(path, aside)
+        else:
+            shutil.copyfile(path, aside)
+    except OSError as err:
+        log.error("progress state: cannot keep %s aside: %s", path, err)
+        return "nowhere (see the error above)"
+    return aside.name
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename durable (the directory entry), where the platform allows."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _winner(a: Progress, b: Progress) -> Progress:
@@ -228,8 +410,12 @@ _NUM_FIELDS = ("run_start_timestamp", "last_report_timestamp")
 _OPT_FIELDS = ("epoch", "epochs", "step", "steps", "batch_size", "epoch_end_timestamp")
 
 
-def _from_json(row: object) -> Progress:
-    """A state-file row back into ``Progress``, type-checked (the file may be damaged)."""
+def progress_from_row(row: object) -> Progress:
+    """A state-file or journal row back into ``Progress``; ``ValueError`` if damaged.
+
+    Type-checked here, then held to the same bounds as a report (``check_progress``):
+    the file may be damaged or edited by hand.
+    """
     if not isinstance(row, dict):
         raise ValueError("row is not an object")
     for name in _STR_FIELDS:
@@ -250,12 +436,21 @@ def _from_json(row: object) -> Progress:
         for k, v in metrics.items()
     ):
         raise ValueError("metrics is not an object of numbers")
-    base = Progress(
-        **{name: row[name] for name in _STR_FIELDS},
-        **{name: float(row[name]) for name in _NUM_FIELDS},
-    )
-    return replace(
-        base,
-        **{name: None if row.get(name) is None else float(row[name]) for name in _OPT_FIELDS},
-        metrics=MappingProxyType({k: float(v) for k, v in metrics.items()}),
-    )
+    try:
+        base = Progress(
+            **{name: row[name] for name in _STR_FIELDS},
+            **{name: float(row[name]) for name in _NUM_FIELDS},
+        )
+    except OverflowError:
+        raise ValueError("a number is too large") from None
+    try:
+        progress = replace(
+            base,
+            **{name: None if row.get(name) is None else float(row[name]) for name in _OPT_FIELDS},
+            metrics=MappingProxyType({k: float(v) for k, v in metrics.items()}),
+        )
+        return check_progress(progress)
+    except OverflowError:
+        raise ValueError("a number is too large") from None
+    except ReportError as err:
+        raise ValueError(str(err)) from None

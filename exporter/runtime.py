@@ -179,7 +179,7 @@ class Runtime:
             self.scheduler = None
         if self.store is not None:
             try:
-                self.store.save()
+                self.store.close()
             except Exception as err:
                 log.warning("saving progress state failed: %s", err)
         closers = self._ctx.closers

@@ -635,10 +635,16 @@ def _load_bytes(raw: bytes, source: str) -> Scenario:
         mark = getattr(err, "problem_mark", None)
         pos = f" (line {mark.line + 1})" if mark is not None else ""
         raise ScenarioError(f"{source}: not valid YAML{pos}") from err
+    except RecursionError:
+        raise ScenarioError(f"{source}: nested too deeply") from None
+    except ValueError as err:  # an integer of thousands of digits
+        raise ScenarioError(f"{source}: {str(err).split(':')[0][:80]}") from None
     try:
         return parse_scenario(data, source)
     except ScenarioError as err:
         raise ScenarioError(f"{source}: {err}") from err
+    except RecursionError:  # a self-referencing alias (``a: &x [*x]``)
+        raise ScenarioError(f"{source}: nested too deeply (a recursive alias?)") from None
 
 
 # ---------------------------------------------------------------------------

@@ -24,9 +24,25 @@ from gpu_eta.exporter.readings import (
     Progress,
 )
 
-# label values of the ingestion counters a Snapshot carries (docs/metrics.md)
-PROGRESS_RESULTS = ("accepted", "malformed", "invalid", "forbidden", "too_large", "rate_limited")
-LOG_LINE_RESULTS = ("matched", "ignored", "oversize")
+# Every answer on the progress port is counted under one result (docs/metrics.md):
+# the report outcomes, then the protocol-level answers with their status code.
+PROGRESS_RESULTS = (
+    "accepted",  # 200
+    "malformed",  # 400, 411
+    "invalid",  # 400
+    "forbidden",  # 403 (also a connection refused at accept: not a pod here)
+    "too_large",  # 413
+    "rate_limited",  # 429
+    "not_found",  # 404
+    "method_not_allowed",  # 405
+    "timeout",  # 408: headers or the whole request not in within their deadline
+    "headers_too_large",  # 431
+    "error",  # 500
+    "not_persisted",  # 503: applied but the state journal could not be written
+    "health",  # 200 to GET /healthz
+)
+# ``invalid``: recognised, but what it says breaks the wire format's rules (not stored)
+LOG_LINE_RESULTS = ("matched", "ignored", "oversize", "invalid")
 _EMPTY_I: Mapping[str, int] = MappingProxyType({})
 
 
@@ -56,7 +72,6 @@ class Snapshot:
     unresolved_allocations: int | None = None
     # collectors with their own series (registry kind "families"): (name, families)
     families: tuple[tuple[str, tuple[Any, ...]], ...] = ()
-
 
 
 class SnapshotHolder:

@@ -117,7 +117,7 @@ def write_progress_state(path: Path, pods: list[Pod], anchor: float) -> int:
     so its series are live from the first scrape and Prometheus marks them stale when
     the pod goes. Returns how many pods it holds.
     """
-    store = ProgressStore(state_path=path)
+    store = ProgressStore(state_path=path, durable=False)  # written once, before start
     count = 0
     for pod in pods:
         reports = warm_up_reports(pod, anchor)

@@ -25,7 +25,6 @@ does not mistake old epochs for a new run.
 from __future__ import annotations
 
 import calendar
-import contextlib
 import logging
 import os
 import re
@@ -321,21 +320,25 @@ class LogProgressCollector:
         if match is None:
             counts["ignored"] += 1
             return
-        counts["matched"] += 1
         now = parse_cri_timestamp(stamp)
         if now is None:
             now = self._clock()
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
         if previous is not None and now < previous.last_report_timestamp:
+            counts["matched"] += 1
             return  # already applied before (a re-read after restart)
         state, report = fold(self._states.get(key, LogState()), previous, match)
         self._states[key] = state
-        if report is None:
-            return
-        # a report inconsistent with the run so far is dropped: what is stored stays
-        with contextlib.suppress(ReportError):
-            self.store.merge(ns, pod, container, "log", report, now)
+        if report is not None:
+            # a report the wire format refuses (a negative epoch, a step beyond 1e12)
+            # or inconsistent with the run so far is dropped and counted as invalid
+            try:
+                self.store.merge(ns, pod, container, "log", report, now)
+            except ReportError:
+                counts["invalid"] += 1
+                return
+        counts["matched"] += 1
 
 
 def build(ctx: BuildContext) -> Any:

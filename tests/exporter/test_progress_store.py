@@ -48,7 +48,11 @@ def test_state_survives_restart_and_save_is_atomic(tmp_path):
     store.merge("ns", "a", "main", "http", Report(run_id="r9", epoch=2, epochs=10), NOW)
     store.save()
     assert json.loads(path.read_text())["version"] == 1
-    assert [f.name for f in path.parent.iterdir()] == ["progress.json"]  # no temp left
+    # no temp file left (the journal beside it holds what the state file may miss)
+    assert sorted(f.name for f in path.parent.iterdir()) == [
+        "progress.json",
+        "progress.json.journal",
+    ]
     again = ProgressStore(path)
     (p,) = again.snapshot()
     assert (p.run_id, p.epoch, p.epochs, p.source) == ("r9", 2.0, 10.0, "http")
@@ -62,9 +66,8 @@ def test_corrupt_state_is_moved_aside_not_fatal(tmp_path, caplog):
     path.write_text('{"version": 1, "progress": [{"pod": 3}]}')
     store = ProgressStore(path)
     assert store.snapshot() == ()
-    assert not path.exists()
-    assert len(list(tmp_path.glob("progress.json.corrupt-*"))) == 1
-    assert "corrupt" in caplog.text
+    assert len(list(tmp_path.glob("progress.json.corrupt-*"))) == 1  # kept for a human
+    assert "1 damaged row(s) skipped" in caplog.text
     _report(store)
     store.save()
     assert ProgressStore(path).snapshot()[0].pod == "a"

@@ -1,0 +1,221 @@
+"""Group-commit journal: an accepted progress report is on disk before it is answered.
+
+Why: a ``200`` from ``POST /progress`` promises the report survives the exporter
+being killed (OOM, node drain, SIGKILL after the grace period). The state file alone
+is written every ``save_interval`` (30 s), so a kill lost up to that much
+acknowledged progress. Each merge now appends the container's new progress row to
+this journal; the answer waits for the ``fsync`` of the batch holding it.
+
+Group commit keeps that cheap: one writer thread takes every row queued while the
+previous ``fsync`` ran, writes them in one ``write`` and syncs once, then calls the
+waiting callbacks. Rows of one key queued together are coalesced (each row is the
+container's full state, the newest wins). The state file stays the compact form:
+``ProgressStore.save`` writes it and truncates the journal; every line carries a
+sequence number and the state file the last number it includes, so a crash between
+the two never replays an older row over a newer one.
+
+Line format (one per row): ``<crc32 hex, 8> <JSON {"seq": N, "row": {...}}>\\n``. A
+damaged line (bit flips, a torn tail after a crash) fails its checksum and is
+skipped and counted by ``read_journal``, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import zlib
+from collections.abc import Callable, Hashable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+Ack = Callable[[bool], None]  # called with True once durable, False if the write failed
+MAX_LINE_BYTES = 64 * 1024
+
+
+def encode_line(seq: int, row: dict) -> bytes:
+    """One journal line for ``row`` (a JSON-able state row) with sequence ``seq``."""
+    text = json.dumps({"seq": seq, "row": row}, separators=(",", ":"))
+    data = text.encode("utf-8")
+    return b"%08x %s\n" % (zlib.crc32(data), data)
+
+
+def read_journal(data: bytes) -> tuple[list[tuple[int, dict]], int, bool]:
+    """Parse journal bytes → (``[(seq, row), ...]`` in file order, damaged lines, torn tail).
+
+    Pure; never raises. A last line without its newline is a write cut short by a
+    crash (``torn`` is True): it was never acknowledged, so it is dropped quietly.
+    Any other line that fails its checksum or is not ``{"seq": int, "row": {...}}``
+    counts as damaged. Rows are returned as parsed: the caller validates them.
+    """
+    rows: list[tuple[int, dict]] = []
+    damaged = 0
+    lines = data.split(b"\n")
+    tail = lines.pop()
+    torn = bool(tail)
+    for line in lines:
+        if not line:
+            continue
+        parsed = _parse_line(line)
+        if parsed is None:
+            damaged += 1
+        else:
+            rows.append(parsed)
+    return rows, damaged, torn
+
+
+def _parse_line(line: bytes) -> tuple[int, dict] | None:
+    if len(line) > MAX_LINE_BYTES or len(line) < 10 or line[8:9] != b" ":
+        return None
+    try:
+        crc = int(line[:8], 16)
+    except ValueError:
+        return None
+    payload = line[9:]
+    if zlib.crc32(payload) != crc:
+        return None
+    try:
+        data = json.loads(payload.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    seq, row = data.get("seq"), data.get("row")
+    if (
+        isinstance(seq, bool)
+        or not isinstance(seq, int)
+        or not 0 < seq < 2**62
+        or not isinstance(row, dict)
+    ):
+        return None
+    return seq, row
+
+
+class Journal:
+    """The append side: ``append`` queues, a writer thread writes and syncs in batches.
+
+    ``io_lock`` is held around every write and by ``truncate``, so the store can
+    write its state file and empty the journal with no batch in between.
+    """
+
+    def __init__(self, path: Path, *, max_bytes: int = 8 << 20) -> None:
+        self.path = Path(path)
+        self.io_lock = threading.Lock()
+        self.max_bytes = max_bytes
+        self._cond = threading.Condition()
+        self._pending: dict[Hashable, bytes] = {}
+        self._waiters: list[Ack] = []
+        self._stopping = False
+        self._idle = False  # the writer waits for rows (else it will look again by itself)
+        self._fd: int | None = None
+        self._size = 0
+        self._failing = False
+        self.batches = 0
+        self.rows_written = 0
+        self._thread = threading.Thread(target=self._run, name="gpu-eta-journal", daemon=True)
+        self._thread.start()
+
+    @property
+    def oversized(self) -> bool:
+        """The journal grew past ``max_bytes``: the store should compact it soon."""
+        return self._size > self.max_bytes
+
+    def append(self, key: Hashable, line: bytes, ack: Ack | None = None) -> None:
+        """Queue ``line`` (replacing a queued line of the same key); ``ack`` once synced."""
+        with self._cond:
+            if self._stopping:
+                if ack is not None:
+                    ack(False)
+                return
+            self._pending.pop(key, None)  # keep file order = merge order
+            self._pending[key] = line
+            if ack is not None:
+                self._waiters.append(ack)
+            if self._idle:  # a busy writer takes what is pending when its fsync ends
+                self._cond.notify()
+
+    def truncate(self) -> None:
+        """Empty the journal (the caller holds ``io_lock`` and has saved the state)."""
+        fd = self._open()
+        os.ftruncate(fd, 0)
+        os.fsync(fd)
+        self._size = 0
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued, stop the writer, close the file; idempotent."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout)
+        with self.io_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                os.write(fd, b"\n")  # a torn tail from a crash: the next line starts clean
+                size += 1
+            self._fd, self._size = fd, size
+        return self._fd
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._waiters and not self._stopping:
+                    self._idle = True
+                    self._cond.wait()
+                self._idle = False
+                if self._stopping and not self._pending and not self._waiters:
+                    return
+                batch, self._pending = self._pending, {}
+                waiters, self._waiters = self._waiters, []
+            ok = self._write(b"".join(batch.values())) if batch else True
+            self.batches += 1
+            self.rows_written += len(batch) if ok else 0
+            for ack in waiters:
+                try:
+                    ack(ok)
+                except Exception as err:  # a waiter's bug must not stop the journal
+                    log.error("progress journal: acknowledgement failed: %s", err)
+
+    def _write(self, data: bytes) -> bool:
+        try:
+            with self.io_lock:
+                fd = self._open()
+                try:
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+                    os.fsync(fd)
+                except OSError:
+                    # a partial write would glue its torn line to the next batch's
+                    # first line: cut the file back to where this batch began
+                    try:
+                        os.ftruncate(fd, self._size)
+                    except OSError:
+                        os.close(fd)
+                        self._fd = None  # reopened (and its tail checked) next time
+                    raise
+                self._size += len(data)
+        except OSError as err:
+            if not self._failing:
+                log.error(
+                    "progress journal: cannot write %s: %s; reports are answered 503 until "
+                    "it works again",
+                    self.path,
+                    err,
+                )
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("progress journal: %s writable again", self.path)
+        self._failing = False
+        return True
