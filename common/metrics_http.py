@@ -1,5 +1,9 @@
 """The metrics HTTP server of every program: ``/metrics``, ``/healthz`` (and
-Prometheus' ``/-/healthy``), a landing page; nothing else.
+Prometheus' ``/-/healthy``), ``/readyz`` (and ``/-/ready``), a landing page; nothing else.
+
+``/healthz`` is liveness (a restart would help when it fails), ``/readyz`` readiness
+(the program has something to serve yet); a program that gives no readiness probe is
+ready whenever it is alive.
 
 It only renders: collection happens elsewhere (the exporter's scheduler, the
 forecaster's cycle), so a scrape costs one render of cached state however often
@@ -31,7 +35,7 @@ def landing_page(title: str, description: str) -> bytes:
     return (
         f"<!doctype html>\n<html><head><title>{title}</title></head>\n"
         f"<body><h1>{title}</h1>\n<p>{description}</p>\n"
-        '<ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li></ul>\n'
+        '<ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li></ul>\n'
         "</body></html>\n"
     ).encode()
 
@@ -57,12 +61,14 @@ class MetricsServer:
         render: Render,
         health: Health = always_healthy,
         title: str = "gpu-eta",
+        ready: Health | None = None,
         description: str = "",
     ) -> None:
         self.host = host
         self.port = port
         self._render = render
         self._health = health
+        self._ready = ready if ready is not None else health
         self._landing = landing_page(title, description)
         self._name = title.replace(" ", "-")
         self._server: _Server | None = None
@@ -71,7 +77,8 @@ class MetricsServer:
     def start(self) -> None:
         """Bind now (``OSError`` if the address is taken), then serve in a thread."""
         server = _Server(
-            (self.host, self.port), _handler(self._render, self._health, self._landing, self._name)
+            (self.host, self.port),
+            _handler(self._render, self._health, self._ready, self._landing, self._name),
         )
         self._server = server
         self.port = int(server.server_address[1])
@@ -100,7 +107,7 @@ class MetricsServer:
 
 
 def _handler(
-    render: Render, health: Health, landing: bytes, name: str
+    render: Render, health: Health, ready: Health, landing: bytes, name: str
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = name
@@ -110,8 +117,12 @@ def _handler(
             path = urlsplit(self.path).path
             if path == "/metrics":
                 self._metrics()
-            elif path in ("/healthz", "/-/healthy"):
-                ok, why = health()
+            elif path in ("/healthz", "/-/healthy", "/readyz", "/-/ready"):
+                probe = health if path in ("/healthz", "/-/healthy") else ready
+                try:
+                    ok, why = probe()
+                except Exception as err:  # a probe's bug is an unhealthy answer, not a 500
+                    ok, why = False, f"probe failed: {type(err).__name__}"
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", (why + "\n").encode())
             elif path == "/":
                 self._send(200, "text/html; charset=utf-8", landing)

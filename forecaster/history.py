@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
+import os
 import sqlite3
 import sys
 import threading
+import time
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +41,17 @@ from pathlib import Path
 from types import MappingProxyType
 
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.runs import Feature, Run, RunKey, RunUpdate, run_key
+from gpu_eta.forecaster.runs import (
+    Feature,
+    Run,
+    RunError,
+    RunKey,
+    RunUpdate,
+    run_key,
+    validate_run,
+)
+
+log = logging.getLogger(__name__)
 
 APPLICATION_ID = 0x67457461  # "gEta"
 SCHEMA_VERSION = 2
@@ -124,6 +137,10 @@ class HistoryError(ForecasterError):
     """The history file cannot be used (corrupt, foreign, newer schema, unwritable)."""
 
 
+class DamagedHistory(HistoryError):
+    """The file is ours (or no database at all) but damaged: set aside, start afresh."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRun:
     """A run as stored: the Run record plus where it ran."""
@@ -147,10 +164,20 @@ class HistoryStore:
         self._finished_cache: list[Run] | None = None
         self._cache_limit: int | None = None  # the cache holds the most recent this many
         self.version = 0  # bumps whenever the finished history changes
+        self.persistent = True  # False: a read-only file, used through a memory copy
+        self.skipped_rows = 0  # damaged rows left out of the last read (kept in the file)
 
     @classmethod
     def open(cls, path: str | Path) -> HistoryStore:
-        """Open or create the store; refuse anything that is not ours."""
+        """Open or create the store; refuse anything that is not ours.
+
+        A damaged file (not SQLite, failing ``quick_check``, tables missing) is moved
+        aside to ``<name>.corrupt-<unix time>`` with one ERROR line and a new history
+        starts: a forecaster that refused to start would restart for ever. Another
+        program's database and a newer schema are refused (``HistoryError``), never
+        touched. A file that cannot be written (read-only volume) is used through an
+        in-memory copy, with one ERROR line: forecasts go on, new history is not kept.
+        """
         spath = str(path)
         if spath != ":memory:":
             p = Path(spath)
@@ -159,19 +186,48 @@ class HistoryStore:
             if not p.parent.exists():
                 raise HistoryError(f"history directory {p.parent} does not exist")
         try:
+            return cls._open(spath)
+        except DamagedHistory as err:
+            aside = _set_aside(spath)
+            log.error(
+                "%s; moved to %s, starting a new history (re-seeded if --history.seed-csv)",
+                err,
+                aside,
+            )
+            return cls._open(spath)
+
+    @classmethod
+    def _open(cls, spath: str) -> HistoryStore:
+        try:
             conn = sqlite3.connect(spath, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as err:
             raise HistoryError(f"cannot open history file {spath}: {err}") from None
         try:
             _prepare(conn, spath)
+            if spath != ":memory:":
+                _probe_write(conn)
         except HistoryError:
             conn.close()
             raise
+        except sqlite3.OperationalError as err:
+            if "readonly" in str(err) or "unable to open" in str(err) or "read-only" in str(err):
+                memory = _memory_copy(conn)
+                conn.close()
+                log.error(
+                    "history file %s is not writable (%s): forecasting from an in-memory copy; "
+                    "history learned from now on is lost at restart",
+                    spath,
+                    err,
+                )
+                store = cls(memory, spath)
+                store.persistent = False
+                return store
+            conn.close()
+            raise DamagedHistory(f"history file {spath} is not usable ({err})") from None
         except sqlite3.DatabaseError as err:
             conn.close()
-            raise HistoryError(
-                f"history file {spath} is not a usable SQLite database ({err}); "
-                "move it away or point --history.db elsewhere (it was not modified)"
+            raise DamagedHistory(
+                f"history file {spath} is not a usable SQLite database ({err})"
             ) from None
         return cls(conn, spath)
 
@@ -357,7 +413,15 @@ class HistoryStore:
                 "ORDER BY namespace, pod, container, run_id"
             ).fetchall()
             ends = self._all_running_ends()
-            return [_running_from_row(row, ends.get(row[0], [])) for row in rows]
+            out: list[StoredRun] = []
+            bad: list[str] = []
+            for row in rows:
+                try:
+                    out.append(_running_from_row(row, ends.get(row[0], [])))
+                except (HistoryError, RunError, TypeError, ValueError) as err:
+                    bad.append(str(err))
+            self._skipped("running", bad)
+            return out
 
     def finished(self, limit: int | None = None) -> list[Run]:
         """Finished runs, oldest first (cached in memory after the first call).
@@ -379,7 +443,15 @@ class HistoryStore:
                 rows = self._conn.execute(query, params).fetchall()
                 rows.reverse()
                 features_cache: dict[str, Mapping[str, Feature]] = {}
-                self._finished_cache = [_finished_from_row(row, features_cache) for row in rows]
+                runs: list[Run] = []
+                bad: list[str] = []
+                for row in rows:
+                    try:
+                        runs.append(_finished_from_row(row, features_cache))
+                    except (HistoryError, RunError, TypeError, ValueError) as err:
+                        bad.append(str(err))
+                self._skipped("finished", bad)
+                self._finished_cache = runs
                 self._cache_limit = limit
             return list(self._finished_cache)
 
@@ -393,6 +465,22 @@ class HistoryStore:
             )
 
     # -- internals --------------------------------------------------------------
+
+    def _skipped(self, what: str, bad: list[str]) -> None:
+        """Count damaged rows left out of a read; one ERROR line when the count changes.
+
+        The rows stay in the file untouched (a human may repair them); one bad row
+        must not stop every fit, as it did when it reached the model.
+        """
+        if bad and len(bad) != self.skipped_rows:
+            log.error(
+                "history file %s: %d damaged %s run row(s) skipped (first: %s)",
+                self.path,
+                len(bad),
+                what,
+                bad[0][:200],
+            )
+        self.skipped_rows = len(bad)
 
     def _finished_changed(self, added: list[Run]) -> None:
         if self._finished_cache is not None:
@@ -503,13 +591,11 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
             f"forecaster's {SCHEMA_VERSION}; upgrade gpu-eta"
         )
     if version < 1 or not {"runs", "epoch_ends", "meta"} <= set(tables):
-        raise HistoryError(f"history file {path} is damaged (schema {version}, tables {tables})")
+        raise DamagedHistory(f"history file {path} is damaged (schema {version}, tables {tables})")
     check = conn.execute("PRAGMA quick_check").fetchone()
+    if check is None or check[0] != "ok":
+        raise DamagedHistory(f"history file {path} fails SQLite's quick_check ({str(check)[:120]})")
     if version < SCHEMA_VERSION:
-        if check is None or check[0] != "ok":
-            raise HistoryError(
-                f"history file {path} fails SQLite's quick_check ({check}); not migrating it"
-            )
         _migrate(conn, path, version)
 
 
@@ -564,6 +650,10 @@ _RUNNING_COLUMNS = (
 
 def _running_from_row(row: tuple, ends: list[tuple[float, float]]) -> StoredRun:
     (_, rid, ns, pod, container, node, planned, start, feats, us, uw, ms, mw, last_seen) = row
+    _check_planned(rid, planned)
+    for value in (start, us, uw, ms, mw, last_seen):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise HistoryError(f"stored run {rid!r}: a number column holds {value!r}")
     features = dict(_load_features(feats))
     if uw > 0:
         features["gpu_utilization_ratio"] = us / uw
@@ -584,6 +674,7 @@ def _running_from_row(row: tuple, ends: list[tuple[float, float]]) -> StoredRun:
 
 def _finished_from_row(row: tuple, features_cache: dict[str, Mapping[str, Feature]]) -> Run:
     run_id, ns, pod, container, planned, state, feats, times = row
+    _check_planned(run_id, planned)
     try:
         epoch_times = unpack_epoch_times(times)
     except ValueError:
@@ -591,16 +682,26 @@ def _finished_from_row(row: tuple, features_cache: dict[str, Mapping[str, Featur
     features = features_cache.get(feats)
     if features is None:
         features = features_cache[feats] = MappingProxyType(dict(_load_features(feats)))
-    return Run(
-        run_id=run_id,
-        epochs_planned=planned,
-        epoch_times=epoch_times,
-        features=features,
-        completed=state == "completed",
-        namespace=ns,
-        pod=pod,
-        container=container,
+    return validate_run(
+        Run(
+            run_id=str(run_id),
+            epochs_planned=float(planned),
+            epoch_times=epoch_times,
+            features=features,
+            completed=state == "completed",
+            namespace=str(ns),
+            pod=str(pod),
+            container=str(container),
+        )
     )
+
+
+def _check_planned(run_id: object, planned: object) -> None:
+    """SQLite keeps any value in a REAL column (a hand edit can store text there)."""
+    if isinstance(planned, bool) or not isinstance(planned, int | float):
+        raise HistoryError(f"stored run {run_id!r}: epochs_planned {planned!r} is not a number")
+    if not (math.isfinite(planned) and planned > 0):
+        raise HistoryError(f"stored run {run_id!r}: epochs_planned {planned!r} is not > 0")
 
 
 def _dump_features(features: Mapping[str, Feature]) -> str:
@@ -627,3 +728,43 @@ def _finite(value: float | None) -> bool:
 
 def _finite_or_zero(value: float | None) -> float:
     return float(value) if _finite(value) else 0.0  # type: ignore[arg-type]
+
+
+def _set_aside(path: str) -> str:
+    """Move a damaged history file (and its journal) to ``<name>.corrupt-<unix time>``."""
+    aside = f"{path}.corrupt-{int(time.time())}"
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        try:
+            os.replace(path + suffix, aside + suffix)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise HistoryError(
+                f"history file {path} is damaged and cannot be moved aside: {err}"
+            ) from None
+    return os.path.basename(aside)
+
+
+def _probe_write(conn: sqlite3.Connection) -> None:
+    """One empty write transaction: a read-only file or directory fails here, at start."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('write_probe', '1') "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _memory_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """The whole database copied into memory (SQLite's backup API), for reading and
+    writing when the file cannot be written."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.backup(memory)
+    return memory

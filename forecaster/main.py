@@ -494,14 +494,20 @@ def serve(config: Config) -> int:
     client, store, cycle = _open(config)
     state = ServiceState(query_stats=client.stats)
     try:
+        service = Service(cycle, state, config.interval_seconds)
         try:
-            http = metrics_server(make_registry(state), host, port).serve()
+            http = metrics_server(
+                make_registry(state),
+                host,
+                port,
+                liveness=service.liveness,
+                readiness=service.readiness,
+            ).serve()
         except OSError as err:
             raise ForecasterError(
                 f"cannot listen on {config.listen_address}: {err.strerror or err}"
             ) from None
         log.info("serving /metrics on %s:%d, Prometheus %s", host, http.port, client.safe_url)
-        service = Service(cycle, state, config.interval_seconds)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

@@ -203,6 +203,8 @@ def decode_response(body: bytes, status: int) -> dict:
     """Check the API envelope and return its ``data``; pure so it can be tested alone."""
     try:
         doc = json.loads(body)
+    except RecursionError:
+        raise PromAPIError(f"HTTP {status}: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
         snippet = body[:80].decode("utf-8", "replace").replace("\n", " ")
         raise PromAPIError(f"HTTP {status}: not JSON (starts with {snippet!r})") from None
@@ -269,7 +271,7 @@ def _point(raw: object, query: str) -> tuple[float, float]:
     try:
         ts = float(raw[0])
         value = float(raw[1])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a 400-digit integer
         raise PromAPIError(f"query {_short(query)}: malformed sample {str(raw)[:60]}") from None
     if not math.isfinite(ts):
         raise PromAPIError(f"query {_short(query)}: non-finite timestamp")

@@ -130,3 +130,5 @@ def _read_secret(path: str | None, flag: str) -> str | None:
         return Path(path).read_text(encoding="utf-8").strip()
     except OSError as err:
         raise ConfigError(f"{flag} {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{flag} {path}: not UTF-8 text") from None

@@ -4,6 +4,13 @@ The cycle thread and the HTTP thread share only a ``ServiceState``. When a cycle
 fails (Prometheus away, slow or answering garbage) the previous forecasts keep
 being served with ``gpu_eta_forecaster_stale 1``; the next good cycle clears it.
 Failures are logged once per change of state, not once per cycle.
+
+Probes (docs/forecaster.md, "Health"): ``/healthz`` (liveness) fails when the cycle
+loop is gone, when one cycle has run longer than ``wedged_after_seconds`` (a hung
+socket, a stuck fit: only a restart helps) or when every cycle has failed for
+``failing_after_seconds``; ``/readyz`` (readiness) succeeds once a cycle has
+published forecasts (a fitted model, answers Prometheus gave), and stays so while
+stale forecasts are served.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Callable
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from gpu_eta.common.metrics_http import MetricsServer
+from gpu_eta.common.metrics_http import Health, MetricsServer, always_healthy
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.publish import ServiceState
@@ -33,18 +40,72 @@ class Service:
         state: ServiceState,
         interval_seconds: float,
         clock: Callable[[], float] = time.time,
+        wedged_after_seconds: float | None = None,
+        failing_after_seconds: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cycle = cycle
         self.state = state
         self.interval_seconds = interval_seconds
         self.clock = clock
+        self.monotonic = monotonic
+        # generous: a cycle's queries each have their own timeout and retries, a first
+        # fit on 50,000 runs takes tens of seconds; Prometheus being away for an hour
+        # is not cured by restarting the forecaster, so failing must last long
+        self.wedged_after_seconds = (
+            wedged_after_seconds
+            if wedged_after_seconds is not None
+            else max(600.0, 10 * interval_seconds)
+        )
+        self.failing_after_seconds = (
+            failing_after_seconds
+            if failing_after_seconds is not None
+            else max(1800.0, 30 * interval_seconds)
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._cycle_started: float | None = None  # monotonic start of the running cycle
+        self._failing_since: float | None = None  # monotonic end of the first failed cycle
+
+    def liveness(self) -> tuple[bool, str]:
+        """``/healthz``: (alive, one-line reason). A restart would help when False."""
+        now = self.monotonic()
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return False, "cycle loop is not running"
+        started = self._cycle_started
+        if started is not None and now - started > self.wedged_after_seconds:
+            return False, (
+                f"cycle running for {now - started:.0f}s "
+                f"(limit {self.wedged_after_seconds:g}s): wedged"
+            )
+        since = self._failing_since
+        if since is not None and now - since > self.failing_after_seconds:
+            return False, (
+                f"every cycle failed for {now - since:.0f}s "
+                f"(limit {self.failing_after_seconds:g}s): "
+                + (self.state.last_error.splitlines()[0][:200] if self.state.last_error else "")
+            )
+        return True, "ok"
+
+    def readiness(self) -> tuple[bool, str]:
+        """``/readyz``: (ready, reason): forecasts have been published at least once."""
+        if self.state.forecasts is None:
+            why = self.state.last_error.splitlines()[0][:200] if self.state.last_error else ""
+            return False, "no forecast published yet" + (f" ({why})" if why else "")
+        note = "" if getattr(self.cycle.store, "persistent", True) else " (history not persisted)"
+        return True, ("ok, stale" if self.state.stale else "ok") + note
 
     def run_once(self) -> bool:
         """One cycle; True on success. Never raises (the loop must go on)."""
         started = time.monotonic()
+        self._cycle_started = self.monotonic()
+        try:
+            return self._run_once(started)
+        finally:
+            self._cycle_started = None
+
+    def _run_once(self, started: float) -> bool:
         try:
             fs = self.cycle.run()
         except Exception as err:
@@ -62,11 +123,14 @@ class Service:
                 if not isinstance(err, ForecasterError):
                     log.debug("cycle failure", exc_info=True)
             self._failing = True
+            if self._failing_since is None:
+                self._failing_since = self.monotonic()
             return False
         self.state.success(fs, time.monotonic() - started, self.clock())
         if self._failing:
             log.info("cycle recovered: %d running jobs forecast", len(fs.jobs))
         self._failing = False
+        self._failing_since = None
         return True
 
     def start(self) -> None:
@@ -87,9 +151,16 @@ class Service:
             self._thread.join(timeout)
 
 
-def metrics_server(registry: CollectorRegistry, host: str, port: int) -> MetricsServer:
-    """The forecaster's ``/metrics`` (``registry``, OpenMetrics when asked for) and
-    ``/healthz`` (the process is up), not yet started."""
+def metrics_server(
+    registry: CollectorRegistry,
+    host: str,
+    port: int,
+    liveness: Health = always_healthy,
+    readiness: Health = always_healthy,
+) -> MetricsServer:
+    """The forecaster's ``/metrics`` (``registry``, OpenMetrics when asked for),
+    ``/healthz`` (``liveness``: ``Service.liveness`` in ``serve``) and ``/readyz``
+    (``readiness``: ``Service.readiness``), not yet started."""
 
     def render(accept: str) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
@@ -99,6 +170,8 @@ def metrics_server(registry: CollectorRegistry, host: str, port: int) -> Metrics
         host,
         port,
         render,
+        health=liveness,
+        ready=readiness,
         title="gpu-eta forecaster",
         description="Predicted completion times of training runs and when each GPU frees up.",
     )

@@ -124,13 +124,15 @@ def test_a_failing_write_leaves_nothing_half_done(tmp_path: Path) -> None:
     store.close()
 
 
-def test_corrupt_file_is_refused_and_untouched(tmp_path: Path) -> None:
+def test_corrupt_file_is_set_aside_untouched_and_a_new_history_starts(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     db.write_bytes(b"this is not sqlite at all\n" * 100)
     before = digest(db)
-    with pytest.raises(HistoryError, match="not a usable SQLite database"):
-        HistoryStore.open(db)
-    assert digest(db) == before
+    store = HistoryStore.open(db)  # a refusal would restart the forecaster for ever
+    assert store.finished() == [] and store.persistent
+    store.close()
+    (aside,) = tmp_path.glob("h.sqlite.corrupt-*")
+    assert digest(aside) == before
 
 
 def test_foreign_database_is_refused_and_untouched(tmp_path: Path) -> None:
@@ -169,18 +171,19 @@ def test_monotone_epoch_times_drops_inconsistent_points() -> None:
     assert got == ((0.0, 100.0), (1.0, 110.0), (3.0, 130.0))
 
 
-def test_damaged_epoch_list_is_a_clear_error(tmp_path: Path) -> None:
+def test_damaged_epoch_list_skips_that_run_only(tmp_path: Path, caplog) -> None:
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db)
-    store.import_finished([Run("a", 1, ((0, 0.0), (1, 10.0)))])
+    store.import_finished([Run(r, 1, ((0, 0.0), (1, 10.0))) for r in ("a", "b")])
     store.close()
     conn = sqlite3.connect(db)
     conn.execute("UPDATE runs SET epoch_times = ? WHERE run_id = 'a'", (b"abc",))
     conn.commit()
     conn.close()
     store = HistoryStore.open(db)
-    with pytest.raises(HistoryError, match="damaged epoch list"):
-        store.finished()
+    assert [r.run_id for r in store.finished()] == ["b"]
+    assert store.skipped_rows == 1 and "damaged epoch list" in caplog.text
+    assert store.count_finished() == 2  # the row stays in the file for a human
     store.close()
 
 

@@ -17,7 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpu_eta.forecaster", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "gpu_eta.forecaster", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -133,18 +136,34 @@ def test_once_with_prometheus_down_exits_1_with_one_line(tmp_path: Path) -> None
     assert len(errors) == 1 and "cannot connect" in errors[0]
 
 
-def test_corrupt_history_exits_1_and_keeps_the_file(tmp_path: Path) -> None:
+def test_foreign_history_exits_1_and_keeps_the_file(tmp_path: Path) -> None:
+    import sqlite3
+
     db = tmp_path / "h.sqlite"
-    db.write_bytes(b"garbage" * 1000)
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE dashboard (id INTEGER)")  # another program's database
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
     proc = run_cli("once", "--history.db", str(db))
     assert proc.returncode == 1
     assert (
         proc.stderr.strip().startswith("gpu-eta forecaster: history file")
         and "Traceback" not in proc.stderr
     )
-    assert db.read_bytes() == b"garbage" * 1000
+    assert db.read_bytes() == before
     debug = run_cli("once", "--history.db", str(db), "--debug")
     assert "Traceback" in debug.stderr and debug.returncode == 1
+
+
+def test_corrupt_history_is_set_aside_and_the_forecaster_goes_on(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"garbage" * 1000)
+    proc = run_cli("once", "--history.db", str(db))  # no Prometheus: the cycle fails
+    assert "moved to h.sqlite.corrupt-" in proc.stderr and "Traceback" not in proc.stderr
+    (aside,) = tmp_path.glob("h.sqlite.corrupt-*")
+    assert aside.read_bytes() == b"garbage" * 1000
+    assert "once: cycle failed" in proc.stderr and proc.returncode == 1  # it ran a cycle
 
 
 def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:

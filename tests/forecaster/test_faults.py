@@ -1,0 +1,230 @@
+"""Damaged history and a forecaster whose cycles wedge or fail (issues 13 and 15).
+
+Real SQLite files (damaged by hand, as a disk or a person would), the real
+``EtaModel``, the real HTTP server answering the probes; cycles are scripted where
+the test is about the service around them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.forecast import ForecastSet
+from gpu_eta.forecaster.history import HistoryError, HistoryStore
+from gpu_eta.forecaster.publish import ServiceState, make_registry
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.server import Service, metrics_server
+
+
+def finished_runs(n: int) -> list[Run]:
+    return [
+        Run(f"r{i}", 4, tuple((e, 1000.0 * i + 60.0 * e) for e in range(5)), completed=True)
+        for i in range(n)
+    ]
+
+
+def test_one_non_numeric_epochs_planned_does_not_stop_every_fit(tmp_path: Path, caplog) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.import_finished(finished_runs(12))
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET epochs_planned = 'abc' WHERE run_id = 'r3'")  # REAL keeps text
+    conn.commit()
+    conn.close()
+    store = HistoryStore.open(db)
+    history = store.finished()
+    assert len(history) == 11 and "r3" not in {r.run_id for r in history}
+    EtaModel(random_state=0).fit(history)  # used to fail on every cycle
+    assert store.skipped_rows == 1 and "epochs_planned 'abc' is not a number" in caplog.text
+    store.close()
+
+
+def test_bad_running_row_is_skipped_not_fatal(tmp_path: Path) -> None:
+    from gpu_eta.forecaster.runs import RunUpdate
+
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    store.record([RunUpdate(f"live{i}", 4, 1000.0, ((1, 1060.0),)) for i in range(3)])
+    store._conn.execute("UPDATE runs SET epochs_planned = x'00ff' WHERE run_id = 'live1'")
+    assert sorted(r.run.run_id for r in store.running()) == ["live0", "live2"]
+    store.close()
+
+
+def test_page_damage_is_set_aside_and_a_new_history_starts(tmp_path: Path, caplog) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.import_finished(finished_runs(200))
+    store.close()
+    data = bytearray(db.read_bytes())
+    for offset in range(4096 + 100, len(data), 997):  # scribble over pages after the header
+        data[offset] ^= 0x5A
+    db.write_bytes(bytes(data))
+    store = HistoryStore.open(db)
+    try:
+        assert store.finished() == []  # a usable, empty history: the service goes on
+        assert list(tmp_path.glob("h.sqlite.corrupt-*"))
+        assert "moved to h.sqlite.corrupt-" in caplog.text
+    finally:
+        store.close()
+
+
+def _open_as_nobody(path: str, queue) -> None:
+    os.setgid(65534)
+    os.setuid(65534)  # root writes anywhere: drop to a user the directory refuses
+    try:
+        store = HistoryStore.open(path)
+        n = len(store.finished())
+        store.import_finished([Run("new", 1, ((0, 0.0), (1, 5.0)))])
+        queue.put(("ok", n, store.persistent, len(store.finished())))
+    except HistoryError as err:
+        queue.put(("error", str(err), None, None))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to drop to another user")
+def test_read_only_directory_forecasts_from_a_memory_copy() -> None:
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="gpu-eta-ro-"))  # pytest's tmp is private to root
+    os.chmod(top, 0o755)
+    directory = top / "ro"
+    directory.mkdir()
+    db = directory / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.import_finished(finished_runs(5))
+    store.close()
+    before = db.read_bytes()
+    os.chmod(directory, 0o555)
+    os.chmod(db, 0o444)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_open_as_nobody, args=(str(db), queue))
+    child.start()
+    child.join(60)
+    try:
+        result = queue.get(timeout=10)
+        assert result == ("ok", 5, False, 6)  # 5 read, writes work in memory
+        assert db.read_bytes() == before  # the file itself is untouched
+    finally:
+        os.chmod(directory, 0o755)
+        shutil.rmtree(top)
+
+
+# -- the probes ------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FailingCycle:
+    store = None
+
+    def run(self) -> ForecastSet:
+        raise HistoryError(
+            "history file h.sqlite: cannot write: attempt to write a readonly database"
+        )
+
+
+def test_liveness_fails_when_every_cycle_fails_for_long() -> None:
+    clock = Clock()
+    svc = Service(FailingCycle(), ServiceState(), 60, failing_after_seconds=600, monotonic=clock)
+    assert svc.run_once() is False
+    assert svc.liveness() == (True, "ok")  # a failure or two is Prometheus restarting
+    clock.now += 601
+    assert svc.run_once() is False
+    ok, why = svc.liveness()
+    assert not ok and "every cycle failed for 601s" in why and "readonly" in why
+    ready, why = svc.readiness()
+    assert not ready and "no forecast published yet" in why
+
+
+class BlockingCycle:
+    store = None
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def run(self) -> ForecastSet:
+        self.entered.set()
+        self.release.wait(30)
+        return ForecastSet(timestamp=time.time())
+
+
+def test_probes_over_http_wedged_cycle_and_readiness() -> None:
+    cycle = BlockingCycle()
+    state = ServiceState()
+    svc = Service(cycle, state, 60, wedged_after_seconds=0.3)
+    srv = metrics_server(
+        make_registry(state), "127.0.0.1", 0, liveness=svc.liveness, readiness=svc.readiness
+    ).serve()
+    base = f"http://127.0.0.1:{srv.port}"
+    try:
+        svc.start()
+        assert cycle.entered.wait(10)
+        ready = requests.get(base + "/readyz", timeout=10)
+        assert ready.status_code == 503 and "no forecast published yet" in ready.text
+        time.sleep(0.5)
+        live = requests.get(base + "/healthz", timeout=10)
+        assert live.status_code == 503 and "wedged" in live.text
+        cycle.release.set()
+        deadline = time.monotonic() + 10
+        while state.forecasts is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert requests.get(base + "/healthz", timeout=10).status_code == 200
+        assert requests.get(base + "/readyz", timeout=10).status_code == 200
+        assert requests.get(base + "/-/ready", timeout=10).status_code == 200
+    finally:
+        svc.stop(5)
+        srv.stop()
+
+
+# -- Prometheus API answers: hostile JSON is a PromAPIError, never an escape -------------
+
+
+def test_deeply_nested_or_huge_numbers_in_an_api_answer_are_prom_api_errors() -> None:
+    import json
+
+    from gpu_eta.forecaster.promapi import PromAPIError, decode_response, parse_vector
+
+    deep = b"[" * 100_000
+    huge = json.dumps(
+        {
+            "status": "success",
+            "data": {"resultType": "vector", "result": [{"metric": {}, "value": [10**400, "1"]}]},
+        }
+    ).encode()
+    for body in (deep, huge):
+        with pytest.raises(PromAPIError):
+            parse_vector(decode_response(body, 200))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_fuzz_api_answers_raise_only_prom_api_errors(body: bytes) -> None:
+    from gpu_eta.forecaster.promapi import PromAPIError, decode_response, parse_matrix, parse_vector
+
+    try:
+        data = decode_response(
+            b'{"status":"success","data":{"resultType":"vector","result":[' + body + b"]}}", 200
+        )
+        parse_vector(data)
+        parse_matrix(data)
+    except PromAPIError:
+        pass
