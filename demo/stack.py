@@ -309,7 +309,9 @@ class Stack:
             self.sim,
             self.anchor,
             {n.spec.index: n.scenario_path for n in self.nodes},
-            ProgressSender(sender_ports),
+            # an answer waits for the exporter's journal fsync; on a machine whose disk
+            # is busy that can pass the client's 2 s default (docs/progress.md)
+            ProgressSender(sender_ports, timeout_seconds=10.0),
             LogWriter(pod_logs),
             seed=cfg.cluster.seed,
         )
