@@ -650,3 +650,12 @@ def test_documented_image_overlay_replaces_every_image(tmp_path: Path) -> None:
             if "gpu-eta" in c["image"]
         }
         assert images == wanted, images
+
+
+def test_item8_forecaster_probes_readiness_and_liveness_apart() -> None:
+    """Item 8: Ready only once the first forecasts are published (/readyz), restarted
+    when the cycle loop is wedged (/healthz); the kustomize and Helm forms agree."""
+    deployment = find(_build("prometheus-operator"), "Deployment", "gpu-eta-forecaster")
+    (container,) = pod_spec(deployment)["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

@@ -47,9 +47,11 @@ containers:
       - name: metrics
         containerPort: 9844
         protocol: TCP
+    # Ready once the first forecasts are published; alive while the cycle
+    # loop runs and makes progress (docs/forecaster.md).
     readinessProbe:
       httpGet:
-        path: /healthz
+        path: /readyz
         port: metrics
       periodSeconds: 15
     livenessProbe:
