@@ -12,7 +12,7 @@ What runs, all on loopback, started as the demo starts its children:
 - one reporter thread per pod, posting from the pod's own address: runs of 8 epochs,
   an epoch every ~1.2 s, then the next run (the forecaster records them finished).
 
-Faults, one after another at random moments (seeded): SIGKILL + restart of each
+Faults, one after another at random moments (the seed and thread timing decide): SIGKILL + restart of each
 exporter, of the forecaster (twice) and of Prometheus; Prometheus unreachable
 (SIGSTOP: connections hang, the worst kind) for ``--outage-seconds``; the Kubernetes
 API fake gone for 30 s; a damaged state file under a killed exporter; a damaged
