@@ -246,3 +246,38 @@ def test_a_refit_is_the_same_as_a_fresh_fit() -> None:
     assert refit.calibrator_.bins_ == fresh.calibrator_.bins_
     probe = make_run("p", [2.5, 2.6, 2.4], planned=20, job_name="j0", batch_size=64)
     assert refit.predict(probe, probe.last_timestamp) == fresh.predict(probe, probe.last_timestamp)
+
+
+def test_analogs_that_arrive_by_update_get_the_analogs_calibration() -> None:
+    """A configuration whose earlier runs ended after the fit (``update``) and whose job
+    the prior has not seen is published as the analogs alone; its interval must come
+    from the replay calibrated on that centre and the analogs' spread, not from the
+    option chosen for the analog situation (another centre and sigma)."""
+    rng = np.random.default_rng(5)
+    history, start = [], 1_700_000_000.0
+    for rep in range(4):
+        for cfg in range(12):
+            speed = (1.0 + cfg) * float(np.exp(rng.normal(0.0, 0.1)))
+            durations = [speed * float(np.exp(rng.normal(0.0, 0.05))) for _ in range(10)]
+            history.append(
+                make_run(
+                    f"r{rep}-{cfg}", durations, start=start, job_name=f"job{cfg}", namespace="ns"
+                )
+            )
+            start += 3.0 * sum(durations)
+    model = EtaModel(random_state=0).fit(history)
+    fresh = [
+        make_run(f"f{i}", [7.0 + i] * 10, start=start + 200.0 * i, job_name="fresh", namespace="ns")
+        for i in range(3)
+    ]
+    model.update([*history, *fresh])
+    run = truncate(
+        make_run("now", [7.5] * 10, start=start + 1000.0, job_name="fresh", namespace="ns"), 0.5
+    )
+    got = model.predict(run, run.last_timestamp)
+    found = model.analog_.estimate(run)
+    assert found is not None and model.analogs_calibrator_ is not None
+    want = model.analogs_calibrator_.quantiles(0.5, found.log_remaining, found.spread)
+    assert (got.p10, got.p50, got.p90) == pytest.approx(want)
+    situation = model.calibrators_.get("analog", model.calibrator_)
+    assert situation.quantiles(0.5, found.log_remaining, found.spread) != pytest.approx(want)
