@@ -105,7 +105,13 @@ class PromClient:
         return parse_vector(data, query)
 
     def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
-        """Evaluate ``query`` from ``start`` to ``end`` every ``step_seconds``."""
+        """Evaluate ``query`` from ``start`` to ``end`` every ``step_seconds``.
+
+        Sends ``nocache=1``: VictoriaMetrics otherwise moves ``start`` and ``end`` of a
+        query of 50 or more points onto multiples of the step (for its response cache),
+        so the newest epoch end or step of a run can fall outside the answer depending
+        on where the cycle's clock lands. Prometheus ignores the parameter.
+        """
         if not end >= start:
             raise PromAPIError(f"range query {query!r}: end {end} before start {start}")
         if not step_seconds > 0:
@@ -115,6 +121,7 @@ class PromClient:
             "start": _fmt_time(start),
             "end": _fmt_time(end),
             "step": f"{step_seconds:.3f}",
+            "nocache": "1",
         }
         data = self._get("/api/v1/query_range", params, query)
         return parse_matrix(data, query)

