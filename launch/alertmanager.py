@@ -20,8 +20,14 @@ from pathlib import Path
 import requests
 import yaml
 
-from gpu_eta.launch.processes import start_http, stop_process
-from gpu_eta.launch.prometheus import find_binary, free_port, server_dir
+from gpu_eta.launch.processes import start_http
+from gpu_eta.launch.prometheus import (
+    OwnedServer,
+    find_binary,
+    free_port,
+    removed_on_failure,
+    server_dir,
+)
 
 BINARY = "prometheus-alertmanager"  # Debian's name; upstream's is "alertmanager"
 
@@ -42,7 +48,7 @@ def render_config(group_wait: str = "1s", group_interval: str = "5s") -> str:
 
 
 @dataclass
-class AlertmanagerServer:
+class AlertmanagerServer(OwnedServer):
     """A running Alertmanager; ``url`` is its HTTP base."""
 
     url: str
@@ -72,13 +78,6 @@ class AlertmanagerServer:
             raise RuntimeError(f"amtool {' '.join(args)} failed: {proc.stderr.strip()[-500:]}")
         return proc.stdout
 
-    def stop(self) -> None:
-        """Stop its process group; removes a data dir it created. Idempotent."""
-        stop_process(self.process)
-        if self._own_dir is not None:
-            self._own_dir.cleanup()
-            self._own_dir = None
-
 
 def start_alertmanager(
     *,
@@ -95,7 +94,7 @@ def start_alertmanager(
     log_path = base / "alertmanager.log"
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
-    try:
+    with removed_on_failure(own_dir):
         config_path.write_text(render_config())
         process = start_http(
             [
@@ -112,8 +111,4 @@ def start_alertmanager(
             timeout_seconds=ready_timeout,
             preexec_fn=preexec_fn,
         )
-    except BaseException:
-        if own_dir is not None:
-            own_dir.cleanup()
-        raise
     return AlertmanagerServer(url, port, process, log_path, own_dir)

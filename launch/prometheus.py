@@ -14,7 +14,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,8 +89,37 @@ def render_config(
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
+class OwnedServer:
+    """``stop()`` for a started server: its ``process`` and the ``_own_dir`` it may own.
+
+    Shared by the Prometheus, VictoriaMetrics and Alertmanager launchers.
+    """
+
+    process: subprocess.Popen
+    _own_dir: tempfile.TemporaryDirectory | None
+
+    def stop(self) -> None:
+        """Stop its process group (SIGTERM, SIGKILL after 10 s); removes a data dir it
+        created. Idempotent."""
+        stop_process(self.process)
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
+            self._own_dir = None
+
+
+@contextmanager
+def removed_on_failure(own_dir: tempfile.TemporaryDirectory | None) -> Iterator[None]:
+    """Remove a server's own directory when starting it fails, then re-raise."""
+    try:
+        yield
+    except BaseException:
+        if own_dir is not None:
+            own_dir.cleanup()
+        raise
+
+
 @dataclass
-class PrometheusServer:
+class PrometheusServer(OwnedServer):
     """A running Prometheus; ``url`` is its HTTP base, ``stop()`` is idempotent."""
 
     url: str
@@ -125,13 +155,6 @@ class PrometheusServer:
         raise TimeoutError(
             f"{expr!r}: {len(result)} series after {timeout}s (wanted {min_results})"
         )
-
-    def stop(self) -> None:
-        """Stop its process group (SIGTERM, SIGKILL after 10 s); removes a data dir it created."""
-        stop_process(self.process)
-        if self._own_dir is not None:
-            self._own_dir.cleanup()
-            self._own_dir = None
 
 
 def server_dir(
@@ -201,7 +224,7 @@ def start_prometheus(
     log_path = base / "prometheus.log"
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
-    try:
+    with removed_on_failure(own_dir):
         tsdb.mkdir(exist_ok=True)
         for path in backfill_files:
             backfill(Path(path), tsdb)
@@ -223,10 +246,6 @@ def start_prometheus(
             timeout_seconds=ready_timeout,
             preexec_fn=preexec_fn,
         )
-    except BaseException:
-        if own_dir is not None:
-            own_dir.cleanup()
-        raise
     return PrometheusServer(
         url=url,
         port=port,

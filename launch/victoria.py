@@ -29,6 +29,7 @@ from gpu_eta.launch.prometheus import (
     ScrapeJob,
     find_binary,
     free_port,
+    removed_on_failure,
     render_config,
     server_dir,
 )
@@ -73,7 +74,7 @@ def start_victoriametrics(
     log_path = base / "victoria-metrics.log"
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
-    try:
+    with removed_on_failure(own_dir):
         config_path.write_text(scrape_config(jobs, scrape_interval))
         process = start_http(
             [
@@ -91,10 +92,6 @@ def start_victoriametrics(
             timeout_seconds=ready_timeout,
             preexec_fn=preexec_fn,
         )
-    except BaseException:
-        if own_dir is not None:
-            own_dir.cleanup()
-        raise
     return VictoriaServer(
         url=url,
         port=port,
