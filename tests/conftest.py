@@ -37,12 +37,12 @@ def pytest_configure(config: pytest.Config) -> None:
     wrong = _installed_elsewhere()
     if wrong:
         raise pytest.UsageError(
-            f"this checkout is {ROOT}, but {'; '.join(wrong)}. Run the tests with a Python "
-            "whose editable install is this checkout, e.g. python3 -m venv --without-pip "
+            f"this checkout is {ROOT}, but {'; '.join(wrong)}. ./test.sh re-installs this "
+            "checkout into the interpreter it runs (scripts/bootstrap.sh); to keep the other "
+            "install, run the tests with a Python of their own, e.g. python3 -m venv --without-pip "
             "--system-site-packages VENV && VENV/bin/pip install --no-deps "
             f"--no-build-isolation -e {ROOT} -e {ROOT}/report (docs/architecture.md)"
         )
-
 
 
 @pytest.fixture
