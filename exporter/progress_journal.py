@@ -14,7 +14,11 @@ container's full state, the newest wins). The state file stays the compact form:
 sequence number and the state file the last number it includes, so a crash between
 the two never replays an older row over a newer one.
 
-Line format (one per row): ``<crc32 hex, 8> <JSON {"seq": N, "row": {...}}>\\n``. A
+Line format (one per row): ``<crc32 hex, 8> <JSON {"seq": N, "row": {...}}>\\n``.
+A removal (the pod is gone, or the entry was evicted) is a line of its own,
+``{"seq": N, "gone": [namespace, pod, container, source]}``: without it, a restart
+would replay the removed container's last row from the journal (or find it in a
+state file written before the removal) and its progress would come back. A
 damaged line (bit flips, a torn tail after a crash) fails its checksum and is
 skipped and counted by ``read_journal``, never trusted.
 """
@@ -27,30 +31,49 @@ import os
 import threading
 import zlib
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 Ack = Callable[[bool], None]  # called with True once durable, False if the write failed
 MAX_LINE_BYTES = 64 * 1024
+KEY_PARTS = 4  # namespace, pod, container, source
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A journal entry saying the entry under ``key`` was removed (pod gone, evicted)."""
+
+    key: tuple[str, ...]
 
 
 def encode_line(seq: int, row: dict) -> bytes:
     """One journal line for ``row`` (a JSON-able state row) with sequence ``seq``."""
-    text = json.dumps({"seq": seq, "row": row}, separators=(",", ":"))
-    data = text.encode("utf-8")
+    return _frame({"seq": seq, "row": row})
+
+
+def encode_removal(seq: int, key: tuple[str, ...]) -> bytes:
+    """One journal line saying the entry under ``key`` is gone, with sequence ``seq``."""
+    return _frame({"seq": seq, "gone": list(key)})
+
+
+def _frame(entry: dict) -> bytes:
+    data = json.dumps(entry, separators=(",", ":")).encode("utf-8")
     return b"%08x %s\n" % (zlib.crc32(data), data)
 
 
-def read_journal(data: bytes) -> tuple[list[tuple[int, dict]], int, bool]:
-    """Parse journal bytes → (``[(seq, row), ...]`` in file order, damaged lines, torn tail).
+def read_journal(data: bytes) -> tuple[list[tuple[int, dict | Removal]], int, bool]:
+    """Parse journal bytes → (``[(seq, row or Removal), ...]`` in file order, damaged
+    lines, torn tail).
 
     Pure; never raises. A last line without its newline is a write cut short by a
     crash (``torn`` is True): it was never acknowledged, so it is dropped quietly.
-    Any other line that fails its checksum or is not ``{"seq": int, "row": {...}}``
-    counts as damaged. Rows are returned as parsed: the caller validates them.
+    Any other line that fails its checksum or is neither ``{"seq": int, "row": {...}}``
+    nor ``{"seq": int, "gone": [4 strings]}`` counts as damaged. Rows are returned as
+    parsed: the caller validates them.
     """
-    rows: list[tuple[int, dict]] = []
+    rows: list[tuple[int, dict | Removal]] = []
     damaged = 0
     lines = data.split(b"\n")
     tail = lines.pop()
@@ -66,7 +89,7 @@ def read_journal(data: bytes) -> tuple[list[tuple[int, dict]], int, bool]:
     return rows, damaged, torn
 
 
-def _parse_line(line: bytes) -> tuple[int, dict] | None:
+def _parse_line(line: bytes) -> tuple[int, dict | Removal] | None:
     if len(line) > MAX_LINE_BYTES or len(line) < 10 or line[8:9] != b" ":
         return None
     try:
@@ -82,15 +105,19 @@ def _parse_line(line: bytes) -> tuple[int, dict] | None:
         return None
     if not isinstance(data, dict):
         return None
-    seq, row = data.get("seq"), data.get("row")
-    if (
-        isinstance(seq, bool)
-        or not isinstance(seq, int)
-        or not 0 < seq < 2**62
-        or not isinstance(row, dict)
-    ):
+    seq, row, gone = data.get("seq"), data.get("row"), data.get("gone")
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 < seq < 2**62:
         return None
-    return seq, row
+    if isinstance(row, dict) and gone is None:
+        return seq, row
+    if (
+        row is None
+        and isinstance(gone, list)
+        and len(gone) == KEY_PARTS
+        and all(isinstance(part, str) for part in gone)
+    ):
+        return seq, Removal(tuple(gone))
+    return None
 
 
 class Journal:

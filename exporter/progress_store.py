@@ -28,7 +28,14 @@ from pathlib import Path
 from types import MappingProxyType
 
 from gpu_eta.exporter.progress import Report, ReportError, advance, check_progress, check_report
-from gpu_eta.exporter.progress_journal import Ack, Journal, encode_line, read_journal
+from gpu_eta.exporter.progress_journal import (
+    Ack,
+    Journal,
+    Removal,
+    encode_line,
+    encode_removal,
+    read_journal,
+)
 from gpu_eta.exporter.readings import Progress
 
 log = logging.getLogger(__name__)
@@ -131,10 +138,10 @@ class ProgressStore:
             )
             self._entries[key] = new
             self._dirty = True
-            self._evict()
             if self.journal is not None:
                 self._seq += 1
                 self.journal.append(key, encode_line(self._seq, _to_json(new)), on_durable)
+            self._evict()  # after the row: an evicted new entry is journaled as removed
         return new
 
     def get(self, namespace: str, pod: str, container: str, source: str) -> Progress | None:
@@ -146,18 +153,28 @@ class ProgressStore:
         """Keep only progress of the given (namespace, pod) pairs: the others are gone."""
         alive = set(live)
         with self._lock:
-            gone = [key for key in self._entries if (key[0], key[1]) not in alive]
-            for key in gone:
-                del self._entries[key]
-            if gone:
-                self._dirty = True
+            self._remove([key for key in self._entries if (key[0], key[1]) not in alive])
 
     def _evict(self) -> None:
         excess = len(self._entries) - self._max_entries
         if excess > 0:
             oldest = sorted(self._entries, key=lambda k: self._entries[k].last_report_timestamp)
-            for key in oldest[:excess]:
-                del self._entries[key]
+            self._remove(oldest[:excess])
+
+    def _remove(self, keys: list[Key]) -> None:
+        """Drop ``keys`` (the caller holds the lock) and journal each removal.
+
+        Journaled, because a restart rebuilds the store from the state file and the
+        journal: a removal known only in memory would be undone by replaying the
+        container's last row (or by a state file written before the removal).
+        """
+        for key in keys:
+            del self._entries[key]
+            if self.journal is not None:
+                self._seq += 1
+                self.journal.append(key, encode_removal(self._seq, key))
+        if keys:
+            self._dirty = True
 
     # -- reading ---------------------------------------------------------------------
 
@@ -295,6 +312,10 @@ class ProgressStore:
             self._seq = max(self._seq, seq)
             if seq <= after:
                 continue  # already in the state file
+            if isinstance(row, Removal):
+                self._entries.pop(row.key, None)
+                applied += 1
+                continue
             try:
                 progress = progress_from_row(row)
             except ValueError:
@@ -316,7 +337,7 @@ class ProgressStore:
             )
         elif applied or torn:
             log.info(
-                "progress journal: %d report(s) replayed from %s%s",
+                "progress journal: %d report(s) and removal(s) replayed from %s%s",
                 applied,
                 path,
                 " (an unacknowledged torn last line dropped)" if torn else "",

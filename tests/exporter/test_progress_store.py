@@ -109,3 +109,63 @@ def test_snapshot_saves_when_due(tmp_path):
     _report(lazy)
     lazy.snapshot()
     assert not (tmp_path / "other.json").exists()
+
+
+# -- removals are journaled: a restart never brings a removed pod's progress back ----
+
+
+def _restarted(path, **kwargs):
+    """What a killed exporter's successor sees: the files alone (no save ran)."""
+    return ProgressStore(path, durable=False, **kwargs)
+
+
+def test_retained_away_pod_stays_gone_after_a_restart(tmp_path):
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    _report(store, pod="a")
+    _report(store, pod="b")
+    store.save()  # the state file holds a and b, the journal is empty
+    _report(store, pod="c")  # journal only
+    store.retain([("ns", "b")])  # a (in the state file) and c (in the journal) are gone
+    store.journal.close()  # flushed, then "killed": no save
+    assert [p.pod for p in _restarted(path).snapshot()] == ["b"]
+
+
+def test_a_pod_reported_again_after_its_removal_comes_back_with_the_new_report(tmp_path):
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    _report(store, pod="a", epoch=5.0)
+    store.retain([])
+    _report(store, pod="a", epoch=1.0, ts=NOW + 60)  # a pod of the same name, recreated
+    store.journal.close()
+    (p,) = _restarted(path).snapshot()
+    assert (p.pod, p.epoch) == ("a", 1.0)
+
+
+def test_evicted_entries_stay_evicted_after_a_restart(tmp_path):
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, max_entries=2, save_interval_seconds=3600)
+    for i in range(4):
+        _report(store, pod=f"p{i}", ts=NOW + i)
+    store.journal.close()
+    assert [p.pod for p in _restarted(path, max_entries=10).snapshot()] == ["p2", "p3"]
+
+
+def test_removal_lines_round_trip_and_bad_ones_count_as_damaged():
+    from gpu_eta.exporter.progress_journal import (
+        Removal,
+        _frame,
+        encode_line,
+        encode_removal,
+        read_journal,
+    )
+
+    good = encode_line(1, {"a": 1}) + encode_removal(2, ("ns", "p", "main", "http"))
+    bad = (
+        _frame({"seq": 3, "gone": ["ns", "p", "main"]})  # three parts
+        + _frame({"seq": 4, "gone": ["ns", "p", "main", 5]})  # not strings
+        + _frame({"seq": 5, "gone": ["ns", "p", "main", "http"], "row": {}})  # both
+    )
+    rows, damaged, torn = read_journal(good + bad)
+    assert rows == [(1, {"a": 1}), (2, Removal(("ns", "p", "main", "http")))]
+    assert (damaged, torn) == (3, False)

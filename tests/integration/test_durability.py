@@ -1,8 +1,11 @@
-"""Acknowledged progress survives SIGKILL of the exporter (issue 15, item 8).
+"""Acknowledged progress survives SIGKILL of the exporter (issue 15, item 8), and so
+does the removal of a gone pod's progress.
 
 A real ``python -m exporter --simulate`` with a state file; reports are answered
 200 and the process group is killed with SIGKILL at once (no chance to save). The
-restarted exporter must serve every acknowledged epoch, never an older one.
+restarted exporter must serve every acknowledged epoch, never an older one, and
+never the progress of a pod that was gone before the kill (a StatefulSet pod
+recreated under the same name starts without its predecessor's progress).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import os
 import re
 import signal
+import time
 import urllib.request
 
 import pytest
@@ -35,6 +39,16 @@ pods:
 """
 
 
+OTHER_POD = """
+  - name: other
+    namespace: ml
+    uid: uid-o
+    ip: 127.0.0.32
+    containers:
+      - {name: main, gpus: [{gpu: 0, utilization: 0.1, memory: 1GiB}]}
+"""
+
+
 def post(port: int, body: dict) -> int:
     conn = http.client.HTTPConnection(
         "127.0.0.1", port, timeout=10, source_address=("127.0.0.31", 0)
@@ -48,10 +62,17 @@ def post(port: int, body: dict) -> int:
         conn.close()
 
 
+def metrics(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+
 def served_epoch(port: int) -> float | None:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    m = re.search(r'^gpu_eta_training_epoch\{[^}]*pod="trainer"[^}]*\} (\S+)$', text, re.M)
+    m = re.search(r'^gpu_eta_training_epoch\{[^}]*pod="trainer"[^}]*\} (\S+)$', metrics(port), re.M)
     return float(m[1]) if m else None
+
+
+def serves_pod(port: int, pod: str) -> bool:
+    return re.search(rf'^gpu_eta_pod_info\{{[^}}]*pod="{pod}"', metrics(port), re.M) is not None
 
 
 def test_reports_answered_200_survive_sigkill(tmp_path):
@@ -77,6 +98,39 @@ def test_reports_answered_200_survive_sigkill(tmp_path):
             lambda: served_epoch(second.port), timeout=30, what="the restarted exporter's epoch"
         )
         assert epoch == 15.0
+        assert "replayed" in second.log()
+    finally:
+        second.stop()
+
+
+def test_progress_of_a_removed_pod_stays_gone_after_sigkill(tmp_path):
+    with_trainer = SCENARIO + OTHER_POD
+    without_trainer = SCENARIO.split("  - name: trainer")[0] + OTHER_POD.lstrip("\n")
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(with_trainer)
+    state = tmp_path / "state" / "progress.json"
+    journal = state.with_name("progress.json.journal")
+    args = ("--simulate", str(scenario), "--progress.state-file", str(state))
+    args += ("--collection.interval", "1s")
+    first = start_exporter(tmp_path / "first.log", *args)
+    try:
+        for epoch in (1, 2, 3):
+            report = {"run_id": "gone-1", "epoch": epoch, "epochs": 9}
+            assert post(first.progress_port, report) == 200
+        wait_until(lambda: served_epoch(first.port) == 3.0, timeout=30, what="epoch 3 served")
+        scenario.write_text(without_trainer)  # the pod is deleted
+        wait_until(lambda: served_epoch(first.port) is None, timeout=30, what="trainer dropped")
+        wait_until(lambda: b'"gone"' in journal.read_bytes(), timeout=10, what="removal on disk")
+        os.killpg(first.process.pid, signal.SIGKILL)  # before any save of the state file
+        first.process.wait(10)
+    finally:
+        first.stop()
+    scenario.write_text(with_trainer)  # recreated under the same name
+    second = start_exporter(tmp_path / "second.log", *args)
+    try:
+        wait_until(lambda: serves_pod(second.port, "trainer"), timeout=30, what="trainer listed")
+        time.sleep(2.5)  # two more collections: any replayed progress would be served
+        assert served_epoch(second.port) is None
         assert "replayed" in second.log()
     finally:
         second.stop()
