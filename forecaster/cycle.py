@@ -26,13 +26,8 @@ from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryStore
-from gpu_eta.forecaster.pending import (
-    PendingSet,
-    StartTracker,
-    job_end_times,
-    predict,
-    run_durations,
-)
+from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
+from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.runs import Run, run_key
 from gpu_eta.forecaster.runs_from_series import Allocation, CycleView, assemble
@@ -92,7 +87,8 @@ class Cycle:
         # since the previous one instead of the whole lookback.
         self._last_query_time: float | None = _float_or_none(store.get_meta(LAST_QUERY_KEY))
         self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
-        self._starts = StartTracker()  # calibrates the queue's intervals on real starts
+        # calibrates the queue's intervals on real starts; kept in the history file
+        self._starts = SavedStartTracker(store)
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors."""

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import json
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -66,6 +67,13 @@ SCHEDULED = "scheduled"  # bound to a node, containers starting
 NEVER_FITS = "never_fits"
 BEYOND_HORIZON = "beyond_horizon"
 STATUSES = (PREDICTED, SCHEDULED, NEVER_FITS, BEYOND_HORIZON)
+
+
+# the calibrator's saved form (``StartCalibrator.to_json`` / ``parse_calibration``)
+CALIBRATION_VERSION = 1
+MAX_CALIBRATION_CHARS = 256 * 1024  # 500 errors are ~10 KB: anything near this is not ours
+MAX_CALIBRATION_ERRORS = 10_000
+MAX_START_ERROR = 1e9  # half-intervals; a real error past this is decades off
 
 
 class ReplayError(ValueError):
@@ -517,6 +525,7 @@ class StartCalibrator:
         self.window = window
         self.min_obs = min_obs
         self._errors: list[float] = []
+        self.changes = 0  # bumped by every observation: when to save again
 
     def observe(self, starts: tuple[float, float, float], actual: float) -> None:
         """One prediction (P10/P50/P90 timestamps) of a pod that started at ``actual``."""
@@ -524,8 +533,22 @@ class StartCalibrator:
         half = (p90 - p50) if actual >= p50 else (p50 - p10)
         err = abs(actual - p50) / max(half, 1.0)
         if math.isfinite(err):
-            self._errors.append(err)
+            self._errors.append(min(err, MAX_START_ERROR))
             del self._errors[: -self.window]
+            self.changes += 1
+
+    def to_json(self) -> str:
+        """What it learned, to be saved (``parse_calibration`` reads it back).
+
+        The errors themselves, not the scale: the scale is their quantile, and new
+        observations must join the old ones after a restart.
+        """
+        return json.dumps({"version": CALIBRATION_VERSION, "errors": self._errors})
+
+    def restore(self, errors: Sequence[float]) -> None:
+        """Take saved errors (from ``parse_calibration``) as if observed; the latest
+        ``window`` are kept."""
+        self._errors = [float(e) for e in errors][-self.window :]
 
     @property
     def n_obs(self) -> int:
@@ -551,3 +574,34 @@ class StartCalibrator:
         lo = max(min(now, p50), p50 - s * (p50 - p10))
         hi = p50 + s * (p90 - p50)
         return StartPrediction(pred.status, (lo, p50, hi), pred.started_share)
+
+
+def parse_calibration(text: str) -> tuple[tuple[float, ...], int]:
+    """A saved ``StartCalibrator.to_json`` → (the usable errors, how many were skipped).
+
+    Pure; ``ReplayError`` when the text is unusable as a whole (too long, not JSON,
+    nested too deeply, another version, no list of errors). An error that is not a
+    finite number in [0, ``MAX_START_ERROR``] is skipped and counted: one bad value
+    is no reason to forget the others.
+    """
+    if len(text) > MAX_CALIBRATION_CHARS:
+        raise ReplayError(f"longer than {MAX_CALIBRATION_CHARS} characters")
+    try:
+        loaded = json.loads(text)
+    except RecursionError:
+        raise ReplayError("nested too deeply") from None
+    except ValueError as err:
+        raise ReplayError(f"not JSON: {str(err).splitlines()[0][:80]}") from None
+    if not isinstance(loaded, dict) or loaded.get("version") != CALIBRATION_VERSION:
+        raise ReplayError("unknown calibration version")
+    errors = loaded.get("errors")
+    if not isinstance(errors, list) or len(errors) > MAX_CALIBRATION_ERRORS:
+        raise ReplayError(f"errors is not a list of at most {MAX_CALIBRATION_ERRORS}")
+    good = tuple(
+        float(e)
+        for e in errors
+        if isinstance(e, int | float)
+        and not isinstance(e, bool)
+        and 0 <= e <= MAX_START_ERROR  # also false for NaN; an int too large for a float
+    )
+    return good, len(errors) - len(good)

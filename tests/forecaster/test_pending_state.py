@@ -1,0 +1,173 @@
+"""gpu_eta.forecaster.pending_state: the queue's start calibration survives a restart.
+
+Real SQLite history files, closed and opened again as a restarted forecaster does;
+damaged saved values are set aside with one line, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.pending_state import (
+    CORRUPT_KEY,
+    START_CALIBRATION_KEY,
+    SavedStartTracker,
+)
+from gpu_eta.forecaster.queue_replay import (
+    MAX_CALIBRATION_CHARS,
+    ReplayError,
+    StartCalibrator,
+    parse_calibration,
+)
+from tests.forecaster.test_cycle import CannedClient, job, make_cycle, merge, s
+
+NOW = 1_700_000_000.0
+GPU = {"resource": "nvidia_com_gpu"}
+
+
+def cluster(waiting: int, running: int, at: float) -> dict:
+    """One 64-GPU node; pods ``q0..`` pending since NOW - 50, the first ``running`` of
+    them running since ``at`` (60 s after their predicted start: now)."""
+    pods, times = [], []
+    for i in range(waiting + running):
+        uid = f"u{i}"
+        times.append(s(NOW - 50, uid=uid, time="created"))
+        if i < running:
+            pods.append(
+                s(1, namespace="ml", pod=f"q{i}", uid=uid, node="n1", phase="Running", **GPU)
+            )
+            times.append(s(at, uid=uid, time="started"))
+        else:
+            pods.append(s(1, namespace="ml", pod=f"q{i}", uid=uid, phase="Pending", **GPU))
+    return {"ksm_nodes": [s(64, node="n1", **GPU)], "ksm_pods": pods, "ksm_pod_times": times}
+
+
+def learned(tracker: SavedStartTracker, n: int) -> None:
+    """``n`` observations: real starts 3 half-intervals after P50."""
+    for _ in range(n):
+        tracker.calibrator.observe((NOW + 90, NOW + 100, NOW + 110), NOW + 130)
+    tracker.save()
+
+
+def test_the_calibration_survives_a_restart_of_the_history(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite"
+    store = HistoryStore.open(path)
+    tracker = SavedStartTracker(store, StartCalibrator(min_obs=30))
+    learned(tracker, 40)
+    assert tracker.calibrator.scale == pytest.approx(3.0)
+    store.close()
+    again = HistoryStore.open(path)
+    try:
+        restored = SavedStartTracker(again, StartCalibrator(min_obs=30))
+        assert restored.calibrator.n_obs == 40
+        assert restored.calibrator.scale == pytest.approx(3.0)
+    finally:
+        again.close()
+
+
+def test_a_restarted_forecaster_publishes_the_calibrated_scale(tmp_path: Path) -> None:
+    """30 pods predicted to start now start 60 s later; a new Cycle on the same
+    history file (a restarted forecaster) widens its intervals as the old one did."""
+    path = tmp_path / "h.sqlite"
+    running = job("run", 10, [(1, NOW - 200)], NOW - 300)
+    store = HistoryStore.open(path)
+    settings = {"pending": PendingSettings(n_samples=20)}
+    cycle = make_cycle(CannedClient(merge(running, cluster(30, 0, NOW))), store, **settings)
+    assert cycle.run().pending.interval_scale == 1.0
+    cycle.client = CannedClient(merge(running, cluster(1, 30, NOW + 60)))
+    cycle.clock = lambda: NOW + 60
+    assert cycle.run().pending.interval_scale == 10.0  # far outside: the bound
+    store.close()
+
+    store = HistoryStore.open(path)
+    try:
+        client = CannedClient(merge(running, cluster(1, 30, NOW + 60)))
+        again = make_cycle(client, store, clock=lambda: NOW + 120, **settings)
+        assert again.run().pending.interval_scale == 10.0
+    finally:
+        store.close()
+
+
+def test_saved_errors_are_bounded_by_the_window(tmp_path: Path) -> None:
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    learned(SavedStartTracker(store, StartCalibrator(window=500)), 600)
+    assert len(json.loads(store.get_meta(START_CALIBRATION_KEY))["errors"]) == 500
+    assert SavedStartTracker(store, StartCalibrator(window=50)).calibrator.n_obs == 50
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        '{"version": 2, "errors": []}',
+        '{"version": 1, "errors": {"a": 1}}',
+        "[" * 10_000 + "]" * 10_000,
+        '{"version": 1, "errors": [' + "1," * MAX_CALIBRATION_CHARS + "1]}",
+    ],
+    ids=["not-json", "other-version", "not-a-list", "deep", "huge"],
+)
+def test_an_unusable_value_is_set_aside_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    store.set_meta(START_CALIBRATION_KEY, text)
+    with caplog.at_level(logging.ERROR):
+        tracker = SavedStartTracker(store)
+    assert tracker.calibrator.n_obs == 0
+    assert store.get_meta(CORRUPT_KEY) == text[:MAX_CALIBRATION_CHARS]
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "unusable" in errors[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+    # the next start no longer meets the damage
+    caplog.clear()
+    assert SavedStartTracker(store).calibrator.n_obs == 0 and not caplog.records
+    store.close()
+
+
+def test_damaged_values_are_skipped_the_good_ones_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    bad = '[1.5, -1, true, "x", NaN, Infinity, 1' + "0" * 400 + ", 2.5]"
+    store.set_meta(START_CALIBRATION_KEY, '{"version": 1, "errors": ' + bad + "}")
+    with caplog.at_level(logging.ERROR):
+        tracker = SavedStartTracker(store, StartCalibrator(min_obs=1))
+    assert tracker.calibrator.n_obs == 2
+    assert "6 damaged value(s) skipped, 2 loaded" in caplog.text
+    store.close()
+
+
+def test_a_failing_save_is_one_line_and_retried(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        def __init__(self) -> None:
+            self.fail = True
+            self.saved: dict[str, str] = {}
+
+        def get_meta(self, key: str) -> str | None:
+            return self.saved.get(key)
+
+        def set_meta(self, key: str, value: str) -> None:
+            if self.fail:
+                raise OSError("disk full")
+            self.saved[key] = value
+
+    store = Broken()
+    tracker = SavedStartTracker(store)
+    tracker.calibrator.observe((NOW, NOW, NOW), NOW + 10)
+    assert tracker.save() is False and tracker.save() is False
+    assert caplog.text.count("cannot save") == 1
+    store.fail = False
+    assert tracker.save() is True and START_CALIBRATION_KEY in store.saved
+
+
+def test_parse_calibration_refuses_what_it_cannot_use() -> None:
+    assert parse_calibration(StartCalibrator().to_json()) == ((), 0)
+    with pytest.raises(ReplayError):
+        parse_calibration('{"version": 1}')
