@@ -11,12 +11,21 @@ has by itself. Its epoch times are real: they vary with the machine's load.
 from __future__ import annotations
 
 import argparse
+import enum
 import sys
 from collections.abc import Sequence
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Train; exit 0 when done, 2 on bad arguments, 1 when torch is missing."""
+class ExitCode(enum.IntEnum):
+    """The training run's exit codes, in this one place."""
+
+    OK = 0  # trained every epoch
+    ERROR = 1  # PyTorch cannot be imported
+    USAGE = 2  # a bad flag or value
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The flags; ``SystemExit`` (argparse's usage line) on a bad one."""
     p = argparse.ArgumentParser(prog="python -m gpu_eta.demo.realtrain", description=__doc__)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--samples", type=int, default=40_000)
@@ -26,12 +35,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if min(args.epochs, args.samples, args.hidden, args.batch_size) < 1:
         p.error("all sizes must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train; an ``ExitCode`` (argparse's exits are returned, not raised)."""
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:  # --help is 0, a bad flag argparse's 2
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     try:
         import torch
         from torch import nn
     except ImportError:
         print("gpu-eta demo: --real-training needs PyTorch (pip install torch)", file=sys.stderr)
-        return 1
+        return ExitCode.ERROR
     from gpu_eta_report import start
 
     torch.manual_seed(args.seed)
@@ -61,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reporter.step(step)
         reporter.epoch_end(epoch + 1, loss=total / args.samples)
     reporter.end()
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
