@@ -13,6 +13,11 @@ Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
 ``GPU_ETA_HOST_IP``, ``HOST_IP`` or ``NODE_IP`` (``status.hostIP``) with port
 ``GPU_ETA_PORT`` (default 9843). With none of them the reporter is disabled
 (a warning once, no error).
+
+How long one send may take: ``timeout_seconds`` argument, else
+``GPU_ETA_TIMEOUT_SECONDS``, else 2 s (a value that is not a number in (0, 60] is
+replaced by the default, with one warning); ``end()`` waits that long for the
+final report.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from typing import Any
 log = logging.getLogger("gpu_eta.report")
 
 DEFAULT_PORT = 9843
+DEFAULT_TIMEOUT_SECONDS = 2.0
+MAX_TIMEOUT_SECONDS = 60.0  # longer would only hold queued reports back from fresher ones
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _RESERVED = frozenset(
     {
@@ -71,6 +78,38 @@ def exporter_url(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+def timeout_setting(value: object = None, env: Mapping[str, str] | None = None) -> float:
+    """The send timeout in seconds: ``value``, else ``GPU_ETA_TIMEOUT_SECONDS``, else 2.
+
+    Never raises: a value that is not a number in (0, ``MAX_TIMEOUT_SECONDS``] (a
+    typo in a pod spec, ``"2s"``, a negative number) gives the default and one warning
+    naming it, since a bad knob must not stop a training job.
+    """
+    env = os.environ if env is None else env
+    source = "timeout_seconds"
+    if value is None:
+        value = env.get("GPU_ETA_TIMEOUT_SECONDS", "").strip() or None
+        source = "GPU_ETA_TIMEOUT_SECONDS"
+        if value is None:
+            return DEFAULT_TIMEOUT_SECONDS
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        seconds = math.nan
+    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:  # also false for NaN
+        log.warning(
+            "gpu-eta: %s=%r is not a number of seconds in (0, %g]; using %g",
+            source,
+            value,
+            MAX_TIMEOUT_SECONDS,
+            DEFAULT_TIMEOUT_SECONDS,
+        )
+        return DEFAULT_TIMEOUT_SECONDS
+    return seconds
+
+
 def _clean_metrics(values: Mapping[str, Any]) -> dict[str, float]:
     """Keep finite numbers with usable names (tensors with ``__float__`` included)."""
     out: dict[str, float] = {}
@@ -103,7 +142,7 @@ class ProgressReporter:
         steps_per_epoch: int | None = None,
         batch_size: int | None = None,
         container: str | None = None,
-        timeout_seconds: float = 2.0,
+        timeout_seconds: float | None = None,
         min_interval_seconds: float = 1.0,
         queue_size: int = 32,
         source_address: str | None = None,
@@ -119,7 +158,7 @@ class ProgressReporter:
         self.steps = steps
         self.batch_size = batch_size
         self.container = container or os.environ.get("GPU_ETA_CONTAINER") or None
-        self.timeout_seconds = timeout_seconds
+        self.timeout_seconds = timeout_setting(timeout_seconds)
         self.min_interval_seconds = min_interval_seconds
         self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
         self._epoch = 0
@@ -199,8 +238,9 @@ class ProgressReporter:
         except Exception:
             pass
 
-    def end(self, flush_timeout_seconds: float = 2.0, **metrics: Any) -> None:
-        """Final report, then wait (bounded) until it is sent and stop the sender."""
+    def end(self, flush_timeout_seconds: float | None = None, **metrics: Any) -> None:
+        """Final report, then wait (at most ``flush_timeout_seconds``, by default the
+        send timeout) until it is sent and stop the sender."""
         try:
             if metrics:
                 self._metrics.update(_clean_metrics(metrics))
@@ -209,11 +249,14 @@ class ProgressReporter:
         except Exception:
             pass
 
-    def close(self, flush_timeout_seconds: float = 2.0) -> None:
-        """Send what is queued within the timeout, then stop the thread."""
+    def close(self, flush_timeout_seconds: float | None = None) -> None:
+        """Send what is queued within the timeout (by default the send timeout), then
+        stop the thread."""
         thread = self._thread
         if thread is None:
             return
+        if flush_timeout_seconds is None:
+            flush_timeout_seconds = self.timeout_seconds
         deadline = time.monotonic() + flush_timeout_seconds
         with self._cond:
             while (self._queue or self._inflight) and time.monotonic() < deadline:

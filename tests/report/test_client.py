@@ -154,3 +154,84 @@ def test_the_client_copies_of_the_wire_rules_match_the_parser() -> None:
     assert client._RESERVED == progress._KNOWN
     assert client.MAX_METRICS == progress.MAX_METRICS
     assert client._METRIC_NAME.pattern == progress._METRIC_NAME.pattern
+
+
+# -- the send timeout: argument, GPU_ETA_TIMEOUT_SECONDS, default 2 s -------------------
+
+
+class SilentExporter:
+    """A real TCP server that accepts and reads but never answers: a hung exporter.
+
+    Records when each connection arrives, so a test sees the client give up on one
+    connection (its timeout) and retry on a new one.
+    """
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[float] = []
+        self._held: list = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(time.monotonic())
+            self._held.append(conn)  # read nothing back, answer nothing
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_the_send_timeout_is_configurable(how, monkeypatch):
+    silent = SilentExporter()
+    try:
+        if how == "environment":
+            monkeypatch.setenv("GPU_ETA_TIMEOUT_SECONDS", "0.25")
+            options = {}
+        else:
+            monkeypatch.setenv("GPU_ETA_TIMEOUT_SECONDS", "30")  # the argument wins
+            options = {"timeout_seconds": 0.25}
+        r = start(epochs=2, url=f"http://127.0.0.1:{silent.port}/progress", **options)
+        assert r.timeout_seconds == 0.25
+        r.end(flush_timeout_seconds=10)
+        # one timed-out send, one retry on a new connection that timed out too
+        assert r.stats["failed"] >= 1 and r.stats["sent"] == 0
+        first, second = silent.accepted[:2]
+        assert second - first < 1.5  # the 2 s default would be at least 2 s apart
+    finally:
+        silent.close()
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "nan", "inf", "1e9", "2s", " "])
+def test_a_bad_timeout_in_the_environment_is_the_default_with_a_warning(value, monkeypatch, caplog):
+    monkeypatch.setenv("GPU_ETA_TIMEOUT_SECONDS", value)
+    assert client.timeout_setting() == client.DEFAULT_TIMEOUT_SECONDS
+    assert caplog.text.count("GPU_ETA_TIMEOUT_SECONDS") == (0 if value == " " else 1)
+
+
+@pytest.mark.parametrize("value", ["x", -1, 0, float("nan"), True, [1], 61])
+def test_a_bad_timeout_argument_never_raises(value, monkeypatch, caplog):
+    monkeypatch.delenv("GPU_ETA_TIMEOUT_SECONDS", raising=False)
+    r = ProgressReporter(url=f"http://127.0.0.1:{free_port()}/progress", timeout_seconds=value)
+    try:
+        assert r.timeout_seconds == client.DEFAULT_TIMEOUT_SECONDS
+        assert "timeout_seconds=" in caplog.text
+    finally:
+        r.close(0.1)
+
+
+def test_the_timeout_default_and_a_good_environment_value(monkeypatch):
+    monkeypatch.delenv("GPU_ETA_TIMEOUT_SECONDS", raising=False)
+    assert client.timeout_setting() == 2.0
+    assert client.timeout_setting(env={"GPU_ETA_TIMEOUT_SECONDS": "7.5"}) == 7.5
+    assert client.timeout_setting(3, env={"GPU_ETA_TIMEOUT_SECONDS": "7.5"}) == 3.0
