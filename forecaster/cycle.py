@@ -152,6 +152,7 @@ class Cycle:
             job_errors=dict(errors),
             queries=n_queries,
             pending=queue,
+            history_persisted=self.store.persistent,
         )
 
     def _queue_starts(

@@ -71,3 +71,6 @@ class ForecastSet:
     job_errors: Mapping[str, int] = field(default_factory=dict)
     queries: int = 0
     pending: PendingSet | None = None  # None: pending-pod prediction off or failed
+    # False: the history file cannot be written (read-only), the store works on an
+    # in-memory copy and what it learns is lost at restart
+    history_persisted: bool = True

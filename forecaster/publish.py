@@ -167,6 +167,10 @@ def render(state: ServiceState, now: float, self_only: bool = False) -> list[Met
         labels=["progress"],
     )
     history = GaugeMetricFamily("gpu_eta_model_history_jobs", "Finished jobs in the history store.")
+    persisted = GaugeMetricFamily(
+        "gpu_eta_forecaster_history_persisted",
+        "1 while the history file is written; 0 when it cannot be (read-only) and the forecaster works on an in-memory copy whose new history is lost at restart.",
+    )
     jobs_g = GaugeMetricFamily(
         "gpu_eta_forecaster_jobs", "Jobs seen in the last good cycle by state.", labels=["state"]
     )
@@ -192,6 +196,7 @@ def render(state: ServiceState, now: float, self_only: bool = False) -> list[Met
             if cov == cov:
                 coverage.add_metric([_q(point)], float(cov))
         history.add_metric([], float(fs.n_history))
+        persisted.add_metric([], 1.0 if fs.history_persisted else 0.0)
         jobs_g.add_metric(["running"], float(fs.n_running))
         jobs_g.add_metric(["finished"], float(fs.n_finished))
     families: list[Metric] = []
@@ -200,6 +205,7 @@ def render(state: ServiceState, now: float, self_only: bool = False) -> list[Met
         families += pending_families(fs.pending if fs is not None else None)
     if fs is not None:
         families.append(history)
+        families.append(persisted)
     if not self_only:
         families.append(jobs_g)
 
