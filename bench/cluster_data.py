@@ -12,7 +12,9 @@ the dashboards see what a real cluster of that size would give them.
   per allocation, per pod and per running training run, one sample every
   ``step`` seconds (metadata series every ``4 × step``, as they never change).
 * ``history_batches`` yields finished runs in batches (never all at once: one
-  million ``Run`` objects would be the benchmark's memory, not the forecaster's).
+  million ``Run`` objects would be the benchmark's memory, not the forecaster's);
+  ``bench/forecast_cycle.py`` takes its history from here too, so both benchmarks
+  measure the same kind of jobs.
 
 Deterministic for a seed. Pure apart from the file the writer is handed.
 """

@@ -23,45 +23,23 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# one generator of synthetic jobs for every benchmark: the history's job names,
+# epoch times, namespaces and GPU models are the running jobs' (job groups match)
+from cluster_data import (
+    JOB_NAMES,
+    MODELS,
+    NAMESPACES,
+    history_batches,
+    job_epoch_seconds,
+)
+
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.forecaster.runs import Run
 from gpu_eta.launch.prometheus import start_prometheus
-
-JOBS = [f"job-{i}" for i in range(200)]
-MODELS = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"]
-
-
-def history_runs(n: int, now: float, rng: random.Random) -> list[Run]:
-    """Finished runs over the last 60 days; per-job epoch time with noise; 5 % cancelled."""
-    runs = []
-    for i in range(n):
-        job = rng.randrange(len(JOBS))
-        per = 30.0 * (1 + job % 17) * rng.lognormvariate(0, 0.1)
-        planned = rng.choice((5, 10, 20, 50))
-        done = planned if rng.random() > 0.05 else rng.randrange(1, planned)
-        start = now - 60 * 86400 + i * (59 * 86400 / n)
-        t, times = start, [(0.0, start)]
-        for k in range(1, done + 1):
-            t += per * rng.lognormvariate(0, 0.05)
-            times.append((float(k), t))
-        runs.append(
-            Run(
-                run_id=f"h{i}",
-                epochs_planned=float(planned),
-                epoch_times=tuple(times),
-                features={
-                    "job_name": JOBS[job],
-                    "batch_size": float(2 ** (5 + job % 4)),
-                    "gpu_model": MODELS[job % 3],
-                    "namespace": f"team-{job % 10}",
-                },
-                completed=done == planned,
-            )
-        )
-    return runs
 
 
 def running_openmetrics(n: int, now: float, minutes: float, rng: random.Random) -> str:
@@ -83,14 +61,17 @@ def running_openmetrics(n: int, now: float, minutes: float, rng: random.Random) 
     first = now - minutes * 60
     stamps = [first + 15 * k for k in range(int(minutes * 4) + 1)]
     for i in range(n):
-        job = rng.randrange(len(JOBS))
-        per = 30.0 * (1 + job % 17) * rng.lognormvariate(0, 0.1)
+        job = rng.randrange(JOB_NAMES)
+        per = job_epoch_seconds(job) * rng.lognormvariate(0, 0.1)
         start = first - rng.uniform(0, 3600)
         planned = 1000.0
         node, gpu = f"node-{i // 8}", str(i % 8)
         uuid = f"GPU-{i:08d}"
-        rl = f'node="{node}",namespace="team-{job % 10}",pod="{JOBS[job]}-{i}",container="main",run_id="run-{i}"'
-        gl = f'node="{node}",gpu="{gpu}",UUID="{uuid}",namespace="team-{job % 10}",pod="{JOBS[job]}-{i}",container="main"'
+        ns, pod = f"team-{job % NAMESPACES}", f"train-{job}-{i}"  # job_name train-<job>
+        rl = f'node="{node}",namespace="{ns}",pod="{pod}",container="main",run_id="run-{i}"'
+        gl = (
+            f'node="{node}",gpu="{gpu}",UUID="{uuid}",namespace="{ns}",pod="{pod}",container="main"'
+        )
         for ts in stamps:
             k = math.floor((ts - start) / per)
             fams["gpu_eta_training_epochs_planned"].append(
@@ -115,7 +96,7 @@ def running_openmetrics(n: int, now: float, minutes: float, rng: random.Random) 
                 f"gpu_eta_pod_gpu_utilization_ratio{{{gl}}} 0.9 {ts}"
             )
             fams["gpu_eta_gpu_info"].append(
-                f'gpu_eta_gpu_info{{node="{node}",gpu="{gpu}",UUID="{uuid}",model="{MODELS[job % 3]}"}} 1 {ts}'
+                f'gpu_eta_gpu_info{{node="{node}",gpu="{gpu}",UUID="{uuid}",model="{MODELS[job % len(MODELS)]}"}} 1 {ts}'
             )
     out = []
     for name, lines in fams.items():
@@ -156,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         client = PromClient(prom.url, timeout_seconds=30)
         try:
             t = time.perf_counter()
-            added = store.import_finished(history_runs(args.history, now, rng))
+            added = sum(store.import_finished(b) for b in history_batches(args.history, now))
             print(
                 f"setup: {added} history runs stored in {time.perf_counter() - t:.1f}s", flush=True
             )
@@ -182,9 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"(max {max(times):.2f}s over {args.cycles}), {max(nq)} queries"
             )
             # the history changes: the refit runs in the background, cycles go on
-            store.import_finished(
-                [replace(r, run_id="new-run") for r in history_runs(1, now, random.Random(1))]
-            )
+            (new,) = next(history_batches(1, now, seed=2))
+            store.import_finished([replace(new, run_id="new-run", pod="train-new-run")])
             before = cycle.model
             during = []
             for _ in range(3):
