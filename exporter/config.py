@@ -31,6 +31,8 @@ def version() -> str:
         return metadata.version("gpu-eta")
     except metadata.PackageNotFoundError:
         return "0+unknown"
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_POD_LABELS = 32
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)?\s*$")

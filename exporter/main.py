@@ -47,6 +47,8 @@ EXTRA_MODULES = frozenset(
 # what every run needs (config file, exposition); the others are per collector
 CORE_EXTRA_MODULES = ("yaml", "prometheus_client")
 MAX_CONFIG_BYTES = 1024 * 1024
+
+
 class ExitCode(enum.IntEnum):
     """The exporter's exit codes, in this one place."""
 

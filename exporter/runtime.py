@@ -109,7 +109,9 @@ class Runtime:
         cfg = self.cfg
         sources = self._build_sources()
         self.holder = SnapshotHolder(Snapshot(node=self.node, timestamp=time.time()))
-        exposition = SnapshotExposition(self.holder, pod_labels=cfg.pod_labels, version=self.version)
+        exposition = SnapshotExposition(
+            self.holder, pod_labels=cfg.pod_labels, version=self.version
+        )
         self.scheduler = Scheduler(
             self.node,
             sources,

@@ -42,6 +42,7 @@ class ExitCode(enum.IntEnum):
     RUNTIME = 1  # Prometheus unreachable or its answer unusable
     USAGE = 2
 
+
 def fetch(client: PromClient, idle_window: str = "5m") -> dict[str, list[Sample]]:
     """Run every query (one instant query each); ``PromAPIError`` with one clear line
     on failure (unreachable, refused, not Prometheus, too large, not a vector)."""

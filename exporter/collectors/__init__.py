@@ -41,9 +41,7 @@ class StartupError(ExporterError):
 def names() -> tuple[str, ...]:
     """Every collector's name: the modules of this package (``registry`` aside),
     listed from the folder, not imported."""
-    return tuple(
-        sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "registry")
-    )
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "registry"))
 
 
 class GpuSource(Protocol):

@@ -113,6 +113,4 @@ def _unavailable(name: str, module: str, err: ImportError) -> Collector:
 
 def registered() -> Mapping[str, Collector]:
     """The collectors registered so far, in their ``order`` (then by name)."""
-    return {
-        c.name: c for c in sorted(_REGISTERED.values(), key=lambda c: (c.order, c.name))
-    }
+    return {c.name: c for c in sorted(_REGISTERED.values(), key=lambda c: (c.order, c.name))}

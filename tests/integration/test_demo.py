@@ -103,7 +103,9 @@ def check_demo_alerts(stack) -> None:
     def top_line() -> str | None:
         out = io.StringIO()
         with redirect_stdout(out):
-            assert top_main.main(["--prometheus.url", stack.prometheus_url, "--plain", "--once"]) == 0
+            assert (
+                top_main.main(["--prometheus.url", stack.prometheus_url, "--plain", "--once"]) == 0
+            )
         line = next(x for x in out.getvalue().splitlines() if x.startswith("ALERTS firing:"))
         return line if all(name in line for name in DEMO_ALERTS) else None
 

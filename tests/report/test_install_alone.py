@@ -38,7 +38,15 @@ def test_the_report_distribution_installs_and_reports_alone(tmp_path: Path) -> N
     shutil.copytree(REPORT, build, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run(
-        [*pip, "--no-deps", "--no-build-isolation", "--no-index", "--target", str(target), str(build)],
+        [
+            *pip,
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(build),
+        ],
         check=True,
         timeout=300,
     )

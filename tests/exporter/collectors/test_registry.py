@@ -103,7 +103,9 @@ def test_a_collector_added_as_one_file_has_its_flag_label_and_series(
     (new_collector_file / "temperature.py").write_text(textwrap.dedent(NEW_COLLECTOR))
     text = _scrape([])
     assert 'gpu_eta_test_temperature_celsius{node="n"} 42.0' in text
-    assert re.search(r'gpu_eta_exporter_collector_success\{collector="temperature",node="[^"]+"\} 1\.0', text)
+    assert re.search(
+        r'gpu_eta_exporter_collector_success\{collector="temperature",node="[^"]+"\} 1\.0', text
+    )
     off = _scrape(["--no-collector.temperature"])
     assert "gpu_eta_test_temperature_celsius" not in off
     assert 'collector="temperature"' not in off
