@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from gpu_eta.common.versioned_json import load_versioned
 from gpu_eta.exporter.progress import Report, ReportError, advance, check_progress, check_report
 from gpu_eta.exporter.progress_journal import (
     Ack,
@@ -349,18 +350,7 @@ def parse_state(data: bytes) -> StateFile:
 
     A damaged row is skipped and counted, not a reason to drop the others.
     """
-    if len(data) > MAX_STATE_BYTES:
-        raise StateError(f"larger than {MAX_STATE_BYTES} bytes")
-    try:
-        loaded = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise StateError("not UTF-8 text") from None
-    except RecursionError:
-        raise StateError("nested too deeply") from None
-    except ValueError as err:
-        raise StateError(f"not JSON: {str(err).splitlines()[0][:80]}") from None
-    if not isinstance(loaded, dict) or loaded.get("version") != STATE_VERSION:
-        raise StateError("unknown state file version")
+    loaded = load_versioned(data, version=STATE_VERSION, max_size=MAX_STATE_BYTES, error=StateError)
     rows = loaded.get("progress")
     if not isinstance(rows, list):
         raise StateError("progress is not a list")

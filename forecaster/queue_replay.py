@@ -56,6 +56,8 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpu_eta.common.versioned_json import load_versioned
+
 QUANTILES = (0.1, 0.5, 0.9)
 GPU_RESOURCE = "nvidia_com_gpu"
 REQUEST_SIZES = (1, 2, 4, 8)
@@ -584,16 +586,9 @@ def parse_calibration(text: str) -> tuple[tuple[float, ...], int]:
     finite number in [0, ``MAX_START_ERROR``] is skipped and counted: one bad value
     is no reason to forget the others.
     """
-    if len(text) > MAX_CALIBRATION_CHARS:
-        raise ReplayError(f"longer than {MAX_CALIBRATION_CHARS} characters")
-    try:
-        loaded = json.loads(text)
-    except RecursionError:
-        raise ReplayError("nested too deeply") from None
-    except ValueError as err:
-        raise ReplayError(f"not JSON: {str(err).splitlines()[0][:80]}") from None
-    if not isinstance(loaded, dict) or loaded.get("version") != CALIBRATION_VERSION:
-        raise ReplayError("unknown calibration version")
+    loaded = load_versioned(
+        text, version=CALIBRATION_VERSION, max_size=MAX_CALIBRATION_CHARS, error=ReplayError
+    )
     errors = loaded.get("errors")
     if not isinstance(errors, list) or len(errors) > MAX_CALIBRATION_ERRORS:
         raise ReplayError(f"errors is not a list of at most {MAX_CALIBRATION_ERRORS}")

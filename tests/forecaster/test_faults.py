@@ -7,8 +7,6 @@ the test is about the service around them.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import sqlite3
 import threading
 import time
@@ -25,6 +23,7 @@ from gpu_eta.forecaster.history import HistoryError, HistoryStore
 from gpu_eta.forecaster.publish import ServiceState, make_registry
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.server import Service, metrics_server
+from tests.support.read_only import read_only_directory, run_unprivileged
 
 
 def finished_runs(n: int) -> list[Run]:
@@ -79,46 +78,29 @@ def test_page_damage_is_set_aside_and_a_new_history_starts(tmp_path: Path, caplo
         store.close()
 
 
-def _open_as_nobody(path: str, queue) -> None:
-    os.setgid(65534)
-    os.setuid(65534)  # root writes anywhere: drop to a user the directory refuses
+def _open_and_write(path: str) -> tuple:
     try:
         store = HistoryStore.open(path)
         n = len(store.finished())
         store.import_finished([Run("new", 1, ((0, 0.0), (1, 5.0)))])
-        queue.put(("ok", n, store.persistent, len(store.finished())))
+        return ("ok", n, store.persistent, len(store.finished()))
     except HistoryError as err:
-        queue.put(("error", str(err), None, None))
+        return ("error", str(err), None, None)
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to drop to another user")
-def test_read_only_directory_forecasts_from_a_memory_copy() -> None:
-    import shutil
-    import tempfile
-
-    top = Path(tempfile.mkdtemp(prefix="gpu-eta-ro-"))  # pytest's tmp is private to root
-    os.chmod(top, 0o755)
-    directory = top / "ro"
-    directory.mkdir()
-    db = directory / "h.sqlite"
-    store = HistoryStore.open(db)
+def _history_of_five(directory: Path) -> None:
+    store = HistoryStore.open(directory / "h.sqlite")
     store.import_finished(finished_runs(5))
     store.close()
-    before = db.read_bytes()
-    os.chmod(directory, 0o555)
-    os.chmod(db, 0o444)
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_open_as_nobody, args=(str(db), queue))
-    child.start()
-    child.join(60)
-    try:
-        result = queue.get(timeout=10)
+
+
+def test_read_only_directory_forecasts_from_a_memory_copy() -> None:
+    with read_only_directory(_history_of_five) as directory:
+        db = directory / "h.sqlite"
+        before = db.read_bytes()
+        result = run_unprivileged(_open_and_write, str(db))
         assert result == ("ok", 5, False, 6)  # 5 read, writes work in memory
         assert db.read_bytes() == before  # the file itself is untouched
-    finally:
-        os.chmod(directory, 0o755)
-        shutil.rmtree(top)
 
 
 # -- the probes ------------------------------------------------------------------------

@@ -10,11 +10,6 @@ collector rendered and checked by the real ``promtool``.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.publish import ServiceState, make_registry
-from gpu_eta.launch.prometheus import find_binary
+from gpu_eta.launch.prometheus import promtool
 from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle
+from tests.support.read_only import read_only_directory, run_unprivileged
 
 NAME = "gpu_eta_forecaster_history_persisted"
 
@@ -41,16 +37,6 @@ def exposition(path: str) -> str:
         store.close()
 
 
-def _in_child(path: str, queue) -> None:
-    try:
-        if os.getuid() == 0:
-            os.setgid(65534)
-            os.setuid(65534)  # root writes anywhere: drop to a user the directory refuses
-        queue.put(exposition(path))
-    except BaseException as err:  # reported to the test, not lost in the child
-        queue.put(f"ERROR {type(err).__name__}: {err}")
-
-
 def gauge(text: str) -> float:
     for fam in text_string_to_metric_families(text):
         if fam.name == NAME:
@@ -60,13 +46,7 @@ def gauge(text: str) -> float:
 
 
 def promtool_check(text: str) -> None:
-    proc = subprocess.run(
-        [find_binary("promtool"), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = promtool("check", "metrics", stdin=text, timeout=60)
     assert (proc.returncode, proc.stdout + proc.stderr) == (0, "")
 
 
@@ -76,28 +56,15 @@ def test_a_writable_history_is_published_as_persisted(tmp_path: Path) -> None:
     promtool_check(text)
 
 
+def _empty_history(directory: Path) -> None:
+    HistoryStore.open(directory / "h.sqlite").close()
+
+
 def test_a_read_only_history_is_published_as_not_persisted() -> None:
-    top = Path(tempfile.mkdtemp(prefix="gpu-eta-ro-"))  # pytest's tmp is private to root
-    os.chmod(top, 0o755)
-    directory = top / "ro"
-    directory.mkdir()
-    db = directory / "h.sqlite"
-    HistoryStore.open(db).close()
-    os.chmod(db, 0o444)
-    os.chmod(directory, 0o555)
-    try:
-        ctx = multiprocessing.get_context("fork")
-        queue = ctx.Queue()
-        child = ctx.Process(target=_in_child, args=(str(db), queue))
-        child.start()
-        text = queue.get(timeout=120)
-        child.join(30)
-        assert not text.startswith("ERROR"), text
-        assert gauge(text) == 0.0
-        promtool_check(text)
-    finally:
-        os.chmod(directory, 0o755)
-        shutil.rmtree(top)
+    with read_only_directory(_empty_history) as directory:
+        text = run_unprivileged(exposition, str(directory / "h.sqlite"))
+    assert gauge(text) == 0.0
+    promtool_check(text)
 
 
 @pytest.mark.parametrize("persisted", [True, False])
