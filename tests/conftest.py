@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _installed_elsewhere() -> list[str]:
     wrong = []
-    for name, folder in (("gpu_eta.exporter", "exporter"), ("gpu_eta_report", "report/gpu_eta_report")):
+    for name, folder in (
+        ("gpu_eta.exporter", "exporter"),
+        ("gpu_eta_report", "report/gpu_eta_report"),
+    ):
         try:
             spec = importlib.util.find_spec(name)
         except ModuleNotFoundError:  # gpu_eta itself missing
