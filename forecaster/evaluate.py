@@ -6,8 +6,10 @@ start (0 %, history alone) and at the last epoch seen at 10, 25, 50 and 75 % of 
 planned epochs, at the moment that epoch ended. Models learn only from runs that
 *finished before that moment* (a temporal split: nothing from the future leaks).
 gpu-eta's model is refitted when the history has grown by ``refit_fraction`` (5 %) or
-at least one run while small, so a backtest of thousands of runs takes seconds:
-runs that just finished may wait for the next refit, never the other way round.
+at least one run while small, so a backtest of thousands of runs takes seconds; in
+between, runs that just finished reach its analogs and job priors through
+``EtaModel.update`` (the regression, weights and calibration wait for the next refit),
+never the other way round.
 
 Scored per point, on the predictions every method could make (rate baselines have
 nothing at 0 %, so the start compares gpu-eta with the history match only, on runs
@@ -173,7 +175,8 @@ def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
 
 class Replay:
     """gpu-eta as it would have been at a moment: fitted only on runs that ended before
-    it, refitted when that history has grown by ``refit_fraction`` (at least one run).
+    it, refitted when that history has grown by ``refit_fraction`` (at least one run)
+    and updated with every run that ended in between.
 
     Why a class: ``backtest`` and the benches that ask the same forecasts other
     questions (bench/forecast_accuracy.py ``--mid-epoch``) must replay identically.
@@ -192,6 +195,7 @@ class Replay:
         self._refit_fraction = refit_fraction
         self._model: EtaModel | None = None
         self._model_k = -1
+        self._updated_k = -1
         self.n_refits = 0
 
     def ended_before(self, moment: float) -> int:
@@ -199,12 +203,18 @@ class Replay:
         return bisect.bisect_left(self._ends, moment)
 
     def model_at(self, moment: float) -> EtaModel:
+        """The model as of ``moment``: refitted when the history grew enough, else
+        told the runs that ended since (``EtaModel.update``: their analogs and job
+        prior), as the live service learns a run that ended a minute ago."""
         k = self.ended_before(moment)
         grown = k - self._model_k >= max(1.0, self._refit_fraction * self._model_k)
         if self._model is None or (k > self._model_k and grown):
             self._model = self._factory().fit(self.by_end[:k])
-            self._model_k = k
+            self._model_k = self._updated_k = k
             self.n_refits += 1
+        elif k > self._updated_k:
+            self._model.update(self.by_end[:k])
+            self._updated_k = k
         return self._model
 
 

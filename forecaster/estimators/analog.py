@@ -24,9 +24,12 @@ moved to other hardware has no analogs — MLPerf's resnet spans 100× in speed 
 systems, and a ratio taken from another node type is no better than the run's own
 rate. A run with no job name has no identity and no analogs.
 
-Spread: the robust scale (1.4826·MAD) of the analogs' log ratios, floored; with one
-analog a default. Calibration (``forecaster.calibration``) sets the intervals from
-measured residuals; the spread only ranks runs.
+Spread: the robust scale (1.4826·MAD) of the analogs' log ratios (floored only
+against 0); with one analog a default. It is how much this configuration's runs
+differ from one another (0.1 % for MLPerf's RNN-T, 5 % for BERT, which stops at a
+quality target), so calibration (``forecaster.calibration``, ``EtaModel``) uses it
+as the unit of the analogs' residuals; a floor such as 0.1/√n made it the same for
+every configuration and the intervals of the noisy ones far too narrow.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from gpu_eta.forecaster.runs import Run
 
 MAX_ANALOGS = 10  # the most recent earlier runs of one identity used per forecast
 MAX_KEPT = 50  # runs kept per identity (older ones are never among the last 10 later)
-MIN_SPREAD = 0.01
+MIN_SPREAD = 0.0005  # two analogs that agree exactly still leave some doubt
 DEFAULT_SPREAD = 0.1  # log-sd with a single analog (no spread to measure)
 
 
@@ -169,26 +172,14 @@ class AnalogEstimator:
         stop = len(curves) if before is None else bisect.bisect_left(self.ends_[key], before)
         return curves[max(0, stop - self.max_analogs) : stop]
 
-    def estimate(
-        self, run: Run, before: float | None = None, target: float | None = None
-    ) -> AnalogEstimate | None:
-        """The analog forecast from ``run``'s last progress point, or None without analogs.
-
-        ``target`` (progress, in the run's units) asks for the time until that progress
-        instead of the end of the plan: the self-check (``selfcheck.py``) scores the
-        analogs on a stretch of the run already seen, read off their own curves.
-        """
+    def estimate(self, run: Run, before: float | None = None) -> AnalogEstimate | None:
+        """The analog forecast from ``run``'s last progress point, or None without analogs."""
         curves = self.analogs(run, before)
         if not curves or remaining_epochs(run) <= 0:
             return None
         frac = run.epochs_done / run.epochs_planned
         spent = run.last_timestamp - run.start_timestamp
         totals = np.array([c.total for c in curves])
-        if target is not None:
-            if frac <= 0 or spent <= 0:
-                return None
-            goal = min(1.0, target / run.epochs_planned)
-            totals = np.array([np.interp(goal, c.fractions, c.elapsed) for c in curves])
         if frac <= 0 or spent <= 0:
             # at the start nothing has been spent: the analogs' whole length, per
             # planned epoch times this run's plan (a configuration may be run for
@@ -206,7 +197,7 @@ class AnalogEstimator:
             center = float(np.median(est_logs))
         if len(est_logs) >= 2:
             spread = 1.4826 * float(np.median(np.abs(est_logs - center)))
-            spread = max(MIN_SPREAD, spread, DEFAULT_SPREAD / math.sqrt(len(est_logs)))
+            spread = max(MIN_SPREAD, spread)
         else:
             spread = DEFAULT_SPREAD
         return AnalogEstimate(center, spread, len(est_logs))

@@ -10,7 +10,8 @@ should not know there is a prior, a rate and a calibrator inside.
    ``max_regression_runs``, job groups capped at ``max_job_runs``);
 2. replays the most recent ``max_calibration_runs`` completed runs at each progress
    point (start, and the last epoch seen at 10/25/50/75 %), their job prior built only
-   from runs that ended before that moment (temporal), and collects normalised
+   from runs that ended before that moment (temporal), the pooled regression fitted
+   without their job (``PriorEstimator.held_out``), and collects normalised
    residuals of the raw estimate against the truth;
 3. fits split-conformal z quantiles per bin on them (``calibration.py``) and
    measures leave-later-out quality, ``quality_`` (and ``tails_``, the shares below
@@ -59,7 +60,6 @@ from gpu_eta.forecaster.estimators.choice import (
     ANALOGS,
     DEFAULTS,
     OPTIONS,
-    SELF_CHECK,
     SITUATIONS,
     Option,
     centre,
@@ -68,7 +68,6 @@ from gpu_eta.forecaster.estimators.choice import (
     situation,
 )
 from gpu_eta.forecaster.estimators.rate import weighted_median
-from gpu_eta.forecaster.estimators.selfcheck import Cut, analog_trust
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 
@@ -85,6 +84,10 @@ DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
 PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
 MAX_MIX_CUTS = 32  # epoch ends per past run used to measure a job prior's weight
 MIX_BUDGET = 1000  # ... and in all (~0.15 ms each: ~0.15 s of a fit)
+POWERS = {"analog": 1.0}
+"""Per situation, the power of sigma that is the unit of its residuals (default
+``sigma_power``, 0.5). Analogs: 1, the usual studentised score, because their spread
+is a measured dispersion of this configuration's own runs (see ``analog.py``)."""
 MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full sample
 
 
@@ -98,7 +101,6 @@ class _Sample:
     timestamp: float
     analog: AnalogEstimate | None = None  # from runs of the same identity that ended before
     rates: Mapping[str, float] = dataclasses.field(default_factory=dict)  # choice.rate_candidates
-    trust: float | None = None  # the analogs' self-check on the run's own past (selfcheck.py)
 
 
 def samples_in_order(samples: Sequence[_Sample]) -> list[_Sample]:
@@ -190,7 +192,7 @@ class EtaModel:
         self.analog_ = analog
         ordered_samples = samples_in_order(samples)
         cands = [
-            self._candidates(r.center, smp.rates, smp.analog, smp.trust)
+            self._candidates(r.center, smp.rates, smp.analog)
             for r, smp in zip(residuals, ordered_samples, strict=True)
         ]
         self.choice_: dict[str, dict[float, Option]] = {}
@@ -224,7 +226,7 @@ class EtaModel:
         self.calibrators_: dict[str, Calibrator] = {}
         for name in SITUATIONS:
             if len(moved[name]) >= self.min_samples and len(moved[name]) < len(everything):
-                self.calibrators_[name] = self._calibrate(moved[name])[0]
+                self.calibrators_[name] = self._calibrate(moved[name], POWERS.get(name))[0]
         # the analogs alone, as ``predict`` publishes them for a configuration whose
         # analogs arrived by ``update`` before its job prior: calibrated on the same
         # replayed runs with that centre and the analogs' spread, not on the option
@@ -235,7 +237,7 @@ class EtaModel:
             if w == "analog"
         ]
         self.analogs_calibrator_: Calibrator | None = (
-            self._calibrate(alone)[0] if len(alone) >= self.min_samples else None
+            self._calibrate(alone, POWERS["analog"])[0] if len(alone) >= self.min_samples else None
         )
         # leave-later-out quality of all of them (each situation calibrated alike)
         self.quality_: Mapping[float, tuple[float, float]] = {
@@ -248,17 +250,19 @@ class EtaModel:
         return self
 
     def _calibrate(
-        self, residuals: Sequence[Residual]
+        self, residuals: Sequence[Residual], power: float | None = None
     ) -> tuple[Calibrator, dict, Mapping[float, tuple[float, float, float, float]]]:
         """Split-conformal calibration on ``residuals``, its adjusted levels, and its
-        leave-later-out quality (median error, coverage, tail shares) per point."""
+        leave-later-out quality (median error, coverage, tail shares) per point;
+        residuals in units of ``sigma ** power`` (default ``sigma_power``)."""
+        power = self.sigma_power if power is None else power
         measure = functools.partial(
             measure_tails,
             residuals,
             coverage=self.coverage,
             min_samples=self.min_samples,
             shift_prior=self.shift_prior,
-            power=self.sigma_power,
+            power=power,
         )
         measured = measure()
         levels = self._levels(measured)
@@ -268,24 +272,18 @@ class EtaModel:
             coverage=self.coverage,
             min_samples=self.min_samples,
             shift_prior=self.shift_prior,
-            power=self.sigma_power,
+            power=power,
         ).fit(residuals, levels)
         return calibrator, levels, measured
 
     @staticmethod
     def _candidates(
-        blend: float,
-        rates: Mapping[str, float],
-        analog: AnalogEstimate | None,
-        trust: float | None = None,
+        blend: float, rates: Mapping[str, float], analog: AnalogEstimate | None
     ) -> dict[str, float]:
-        """Every candidate's log remaining seconds for one run, and the analogs'
-        self-check trust (``choice.py``)."""
+        """Every candidate's log remaining seconds for one run (``choice.py``)."""
         out = {"blend": blend, **rates}
         if analog is not None:
             out["analog"] = analog.log_remaining
-            if trust is not None:
-                out[SELF_CHECK] = trust
         return out
 
     @staticmethod
@@ -297,10 +295,6 @@ class EtaModel:
         c = centre(option, cands)
         if c is None:
             return r
-        # the option's own analog share, not the self-check's: the trust moves the
-        # centre; how far to trust that centre is calibration's measurement (P10–P90
-        # held closer to 80 % on MLPerf than with the trust's share of the analogs'
-        # spread, which made the intervals of trusted runs narrow)
         share = sum(w for name, w in option if name == "analog")
         sigma = r.sigma if analog is None else share * analog.spread + (1 - share) * r.sigma
         return dataclasses.replace(r, center=c, sigma=sigma)
@@ -349,17 +343,14 @@ class EtaModel:
                 truth = end - part.last_timestamp
                 if truth <= 0:
                     continue
-                end_before = part.last_timestamp
-                found = analog.estimate(part, end_before)
                 out.append(
                     _Sample(
                         point=progress_point(part.progress_ratio),
                         parts=blend.components_for(part, part.last_timestamp, self._huber_grid()),
                         actual=math.log(truth),
                         timestamp=part.last_timestamp,
-                        analog=found,
+                        analog=analog.estimate(part, part.last_timestamp),
                         rates=rate_candidates(part),
-                        trust=None if found is None else self._trust(analog, part, end_before),
                     )
                 )
         return out
@@ -573,27 +564,20 @@ class EtaModel:
         return out
 
     def update(self, history: Sequence[Run]) -> None:
-        """Learn the runs that finished since ``fit`` as analogs, without refitting.
+        """Learn the runs that finished since ``fit`` as analogs and in their job's
+        prior, without refitting.
 
         ``history`` is what ``fit`` saw with new runs appended (see
         ``AnalogEstimator.update``). Why: configurations are often re-run back to back,
-        and the run that ended a minute ago is the best analog there is; the blend,
-        its weights and the calibration change slowly and wait for the next ``fit``.
+        and the run that ended a minute ago is the best analog there is; the replay
+        that calibrates built every past run's analogs and job prior from all runs
+        that ended before it, so both are refreshed here; the regression, the weights
+        and the calibration change slowly and wait for the next ``fit``.
         """
         if not hasattr(self, "analog_"):
             raise NotFittedError("EtaModel.update called before fit")
         self.analog_.update(history)
-
-    @staticmethod
-    def _trust(analog: AnalogEstimator, run: Run, before: float | None) -> float | None:
-        """The analogs' trust for ``run`` from their misses on its own past
-        (``selfcheck.py``); None without analogs or epochs enough to check them."""
-
-        def horizon(cut: Cut) -> float | None:
-            found = analog.estimate(cut.run, before, target=cut.target)
-            return None if found is None else found.log_remaining
-
-        return analog_trust(run, horizon)
+        self.blend_.prior_.update(history)
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         """Remaining seconds of ``run`` at ``now``: calibrated P10/P50/P90."""
@@ -621,10 +605,7 @@ class EtaModel:
                 calibrator = self.calibrator_  # too few of this situation here: all of them
             if option == (("blend", 1.0),):
                 return raw, calibrator.quantiles(point, raw.center, raw.sigma)
-            trust = None
-            if found is not None and SELF_CHECK in {name for name, _w in option}:
-                trust = self._trust(self.analog_, run, None)
-            cands = self._candidates(raw.center, rate_candidates(run), found, trust)
+            cands = self._candidates(raw.center, rate_candidates(run), found)
             moved = self._moved(
                 Residual(point, raw.center, raw.sigma, 0.0, 0.0), option, cands, found
             )

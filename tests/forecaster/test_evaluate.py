@@ -209,10 +209,18 @@ class SpyModel(EtaModel):
     """Records, per fit, the latest end in its history; checks every prediction."""
 
     violations: list[tuple[float, float]] = []  # noqa: RUF012 - shared on purpose
+    n_updates = 0
 
     def fit(self, history):
         self.latest_end = max((r.last_timestamp for r in history), default=-math.inf)
+        self.updates = 0
         return super().fit(history)
+
+    def update(self, history):
+        self.latest_end = max((r.last_timestamp for r in history), default=-math.inf)
+        self.updates += 1
+        SpyModel.n_updates += 1
+        return super().update(history)
 
     def predict(self, run, now, stalled=False):
         if not self.latest_end < now:
@@ -236,8 +244,11 @@ def test_temporal_split_never_leaks_the_future() -> None:
         for i, r in enumerate(runs)
     ]
     SpyModel.violations = []
-    result = backtest(runs, model_factory=lambda: SpyModel(random_state=0))
+    SpyModel.n_updates = 0
+    result = backtest(runs, model_factory=lambda: SpyModel(random_state=0), refit_fraction=0.3)
     assert result.n_refits > 5
+    # between refits the runs that ended reach the model by update, never a later one
+    assert SpyModel.n_updates > 0
     assert SpyModel.violations == []
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from gpu_eta.forecaster.estimators.base import DEFAULT_EPOCH_SECONDS
@@ -151,3 +153,58 @@ def test_a_first_epoch_faster_than_the_rest_is_no_warm_up() -> None:
     started = make_run("new", [10.0], planned=10, start=9000.0, job_name="j", batch_size=64)
     assert prior.warmup_ == 0.0
     assert prior.warmup_excess(started) == 0.0
+
+
+def test_a_replayed_run_is_predicted_by_a_regression_that_never_saw_its_job() -> None:
+    """Calibration replays past runs (``before`` given); a run whose job had no earlier
+    run reaches the pooled regression, which live has never seen that job. A regression
+    fitted on the replayed run itself (a namespace of its own: one indicator column
+    fits it exactly) would make the replay look far better than a new job really is."""
+    history = [
+        dataclasses.replace(r, features={**r.features, "namespace": f"ns{i % 2}"})
+        for i, r in enumerate(job_history(60, seed=4, noise=0.02))
+    ]
+    odd = make_run(
+        "odd", [500.0] * 10, start=1_600_000_000.0, job_name="odd", namespace="x", batch_size=64
+    )
+    history.append(odd)
+    prior = PriorEstimator().fit(history)
+    truth = math.log(500.0)
+    in_sample = prior.per_epoch(odd)  # the live path: the run is history, its job known
+    assert in_sample.level == "job_batch"
+    assert prior._pooled(odd).log_seconds == pytest.approx(truth, abs=0.05)  # fits itself
+    replayed = prior.per_epoch(odd, before=odd.start_timestamp)
+    assert replayed.level == "regression"
+    assert abs(replayed.log_seconds - truth) > 1.0  # the held-out regression cannot know it
+    held_out = prior.held_out(odd)
+    assert held_out is prior.held_out(odd)  # fitted once per fold
+    assert held_out.n_obs_ < prior.n_obs_
+    assert "x" not in held_out.levels_.get("namespace", [])
+
+
+def test_update_adds_finished_runs_to_their_job_groups() -> None:
+    """Between fits the job prior learns the runs that ended (as the analogs do), the
+    same groups a fresh fit on the grown history builds."""
+    history = job_history(30, seed=5, noise=0.02)
+    t = history[-1].last_timestamp + 100.0
+    fresh = [
+        make_run(f"f{i}", [9.0 + 0.1 * i] * 10, start=t + 200.0 * i, job_name="new", batch_size=64)
+        for i in range(3)
+    ]
+    late_a = make_run("late-a", [4.0] * 10, start=t + 900.0, job_name="a", batch_size=64)
+    prior = PriorEstimator().fit(history)
+    probe = make_run("p", [], planned=10, start=t + 5000.0, job_name="new", batch_size=64)
+    assert prior.per_epoch(probe).level == "regression"
+    grown = [*history, *fresh, late_a]
+    prior.update(grown)
+    refit = PriorEstimator().fit(grown)
+    assert prior.groups_.keys() == refit.groups_.keys()
+    for key, group in refit.groups_.items():
+        assert prior.groups_[key].ends == group.ends
+        np.testing.assert_allclose(prior.groups_[key].y, group.y)
+        np.testing.assert_allclose(prior.groups_[key].y_steady, group.y_steady)
+    est = prior.per_epoch(probe)
+    assert est.level == "job_batch"
+    assert math.exp(est.log_seconds) == pytest.approx(9.1, rel=0.02)
+    prior.update(grown)  # nothing new: unchanged
+    assert prior.groups_["job_name=new||"].ends == refit.groups_["job_name=new||"].ends
