@@ -172,14 +172,26 @@ class AnalogEstimator:
         stop = len(curves) if before is None else bisect.bisect_left(self.ends_[key], before)
         return curves[max(0, stop - self.max_analogs) : stop]
 
-    def estimate(self, run: Run, before: float | None = None) -> AnalogEstimate | None:
-        """The analog forecast from ``run``'s last progress point, or None without analogs."""
+    def estimate(
+        self, run: Run, before: float | None = None, target: float | None = None
+    ) -> AnalogEstimate | None:
+        """The analog forecast from ``run``'s last progress point, or None without analogs.
+
+        ``target`` (progress, in the run's units) asks for the time until that progress
+        instead of the end of the plan: the self-check (``selfcheck.py``) scores the
+        analogs on a stretch of the run already seen, read off their own curves.
+        """
         curves = self.analogs(run, before)
         if not curves or remaining_epochs(run) <= 0:
             return None
         frac = run.epochs_done / run.epochs_planned
         spent = run.last_timestamp - run.start_timestamp
         totals = np.array([c.total for c in curves])
+        if target is not None:
+            if frac <= 0 or spent <= 0:
+                return None
+            goal = min(1.0, target / run.epochs_planned)
+            totals = np.array([np.interp(goal, c.fractions, c.elapsed) for c in curves])
         if frac <= 0 or spent <= 0:
             # at the start nothing has been spent: the analogs' whole length, per
             # planned epoch times this run's plan (a configuration may be run for

@@ -23,6 +23,7 @@ import numpy as np
 
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
+from gpu_eta.forecaster.estimators.selfcheck import checked as checked_centre
 from gpu_eta.forecaster.runs import Run
 
 Option = tuple[tuple[str, float], ...]
@@ -39,12 +40,27 @@ PLAIN_OPTIONS: tuple[Option, ...] = (
     (("blend", 0.5), ("linear", 0.5)),
     (("blend", 0.5), ("keras", 0.5)),
 )
-ANALOG_OPTIONS: tuple[Option, ...] = (
-    *PLAIN_OPTIONS,
-    ANALOGS,
+SELF_CHECK = "selfcheck"
+"""An option holding ``(SELF_CHECK, 0.0)`` is *self-checked*: the candidates' entry of
+that name is the analogs' trust for this run (``selfcheck.py``: how well they foresaw
+the run's own past), and that share of the option's centre moves to the analogs."""
+ANALOG_MIXES: tuple[Option, ...] = (
     (("analog", 0.75), ("blend", 0.25)),
     (("analog", 0.5), ("blend", 0.5)),
     (("analog", 0.5), ("linear", 0.5)),
+)
+
+
+def checked(option: Option) -> Option:
+    """``option`` self-checked (see ``SELF_CHECK``)."""
+    return (*option, (SELF_CHECK, 0.0))
+
+
+ANALOG_OPTIONS: tuple[Option, ...] = (
+    *PLAIN_OPTIONS,
+    ANALOGS,
+    *ANALOG_MIXES,
+    *(checked(o) for o in (*PLAIN_OPTIONS, *ANALOG_MIXES)),
 )
 SITUATIONS = ("new", "job", "analog")
 """No history of the job on this node type; a job prior; analogs (the same configuration)."""
@@ -81,13 +97,21 @@ def rate_candidates(run: Run) -> dict[str, float]:
 
 
 def centre(option: Option, candidates: Mapping[str, float]) -> float | None:
-    """The option's log centre, or None when one of its candidates is missing."""
+    """The option's log centre, or None when one of its candidates is missing.
+
+    A self-checked option whose run has no trust (no analogs, or too few epochs to
+    check them) is the option itself.
+    """
     total = 0.0
     for name, share in option:
+        if name == SELF_CHECK:
+            continue
         value = candidates.get(name)
         if value is None:
             return None
         total += share * value
+    if (SELF_CHECK, 0.0) in option and SELF_CHECK in candidates and "analog" in candidates:
+        return checked_centre(total, candidates["analog"], candidates[SELF_CHECK])
     return total
 
 

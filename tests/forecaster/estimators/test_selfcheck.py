@@ -1,0 +1,115 @@
+"""The self-check: analogs trusted per run by how well they foresaw the run's own past."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpu_eta.forecaster.estimators.analog import AnalogEstimator
+from gpu_eta.forecaster.estimators.choice import (
+    ANALOG_OPTIONS,
+    OPTIONS,
+    RATES,
+    SELF_CHECK,
+    centre,
+    checked,
+)
+from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.estimators.selfcheck import TRUST_SCALE, cuts, trust
+from tests.forecaster.estimators.runs_factory import make_run
+
+CONFIG = {"job_name": "bert", "namespace": "team", "node_type": "8xA100", "batch_size": 64.0}
+
+
+def shaped(run_id: str, start: float, durations: list[float]):
+    return make_run(run_id, durations, start=start, **CONFIG)
+
+
+# the configuration's usual shape: a long start-up, then steady epochs with an
+# evaluation pass every 5th
+USUAL = [70.0] + [10.0, 10.0, 10.0, 10.0, 25.0] * 3 + [10.0] * 4
+STEADY = [10.0] * len(USUAL)  # this run: no start-up, no evaluation passes
+
+
+def _trust_of(analog: AnalogEstimator, run) -> float | None:
+    return EtaModel._trust(analog, run, run.last_timestamp)
+
+
+def test_cuts_are_earlier_epoch_ends_of_the_same_run() -> None:
+    run = truncate(shaped("r", 1e6, STEADY), 0.5)  # 10 epochs of 20 seen
+    got = cuts(run)
+    assert [c.run.epochs_done for c in got] == [5.0, 7.0]
+    for c in got:
+        assert c.target == 10.0
+        assert c.actual == pytest.approx(math.log(run.last_timestamp - c.run.last_timestamp))
+        assert c.run.epochs_planned == run.epochs_planned
+    assert len(cuts(truncate(shaped("r", 1e6, STEADY), 0.1))) == 1  # epoch 1, seen 2
+    assert cuts(truncate(shaped("r", 1e6, STEADY), 0.05)) == []  # one epoch: nothing to check
+
+
+def test_trust_falls_with_the_misses() -> None:
+    assert trust([]) is None
+    assert trust([0.0, 0.0]) == 1.0
+    assert trust([TRUST_SCALE, -TRUST_SCALE]) == pytest.approx(0.5)
+    assert trust([0.1]) < 0.01
+
+
+def test_analogs_read_the_seen_stretch_off_their_curves() -> None:
+    history = [shaped(f"h{i}", 1e6 + i * 1e3, USUAL) for i in range(4)]
+    est = AnalogEstimator().fit(history)
+    run = shaped("now", 2e6, [d * 1.5 for d in USUAL])  # the same shape, 1.5x slower
+    part = truncate(run, 0.3)
+    got = est.estimate(part, None, target=12.0)
+    assert got is not None
+    seconds = dict(run.epoch_times)[12.0] - part.last_timestamp
+    assert got.log_remaining == pytest.approx(math.log(seconds), abs=1e-9)
+
+
+def test_analogs_that_foresaw_the_run_carry_it_and_contradicted_ones_barely_count() -> None:
+    history = [shaped(f"h{i}", 1e6 + i * 1e3, USUAL) for i in range(4)]
+    est = AnalogEstimator().fit(history)
+    like = truncate(shaped("like", 2e6, [d * 1.5 for d in USUAL]), 0.5)
+    unlike = truncate(shaped("unlike", 2e6, STEADY), 0.5)
+    t_like, t_unlike = _trust_of(est, like), _trust_of(est, unlike)
+    assert t_like == pytest.approx(1.0)
+    assert t_unlike is not None and t_unlike < 0.05
+    # a steady run whose analogs had a long start-up: the analog-biased forecast is
+    # down-weighted and the rate option it was checked against stands
+    cands = {"analog": math.log(50.0), "keras": math.log(100.0), "linear": math.log(100.0)}
+    plain = centre(RATES, cands)
+    assert centre(checked(RATES), {**cands, SELF_CHECK: t_unlike}) == pytest.approx(
+        plain, abs=0.05 * (math.log(100.0) - math.log(50.0))
+    )
+    assert centre(checked(RATES), {**cands, SELF_CHECK: t_like}) == pytest.approx(math.log(50.0))
+
+
+def test_a_self_checked_option_without_a_check_is_the_option() -> None:
+    cands = {"blend": 1.0, "keras": 2.0, "linear": 3.0, "analog": 4.0}
+    for option in ANALOG_OPTIONS:
+        if (SELF_CHECK, 0.0) in option:
+            plain = tuple(o for o in option if o[0] != SELF_CHECK)
+            assert centre(option, cands) == centre(plain, cands)
+    # offered only where analogs exist
+    assert not any((SELF_CHECK, 0.0) in o for name in ("new", "job") for o in OPTIONS[name])
+
+
+def test_predict_moves_to_the_analogs_only_where_they_foresaw_the_run() -> None:
+    history = [
+        shaped(f"h{i}", 1e6 + i * 1e4, [d * (1 + 0.01 * (i % 3)) for d in USUAL]) for i in range(30)
+    ]
+    model = EtaModel(random_state=0).fit(history)
+
+    def p50(run, option) -> float:
+        model.choice_["analog"] = {p: option for p in model.choice_["analog"]}
+        return model.predict(run, run.last_timestamp).p50
+
+    # like its analogs (start-up and evaluation passes): the checked forecast is theirs,
+    # nearer the truth than the rate's (which knows nothing of the passes to come)
+    whole = shaped("like", 2e6, [d * 1.2 for d in USUAL])
+    like = truncate(whole, 0.5)
+    truth = whole.last_timestamp - like.last_timestamp
+    assert abs(p50(like, checked(RATES)) - truth) < 0.5 * abs(p50(like, RATES) - truth)
+    # a steady run: its analogs missed its own past, the rate's forecast stands
+    steady = truncate(shaped("steady", 2e6, STEADY), 0.5)
+    assert p50(steady, checked(RATES)) == pytest.approx(p50(steady, RATES), rel=0.02)
