@@ -304,11 +304,15 @@ class EtaModel:
         c = centre(option, cands)
         if c is None:
             return r
-        # the option's own analog share, not the self-check's: the trust moves the
-        # centre; how far to trust that centre is calibration's measurement (P10–P90
-        # held closer to 80 % on MLPerf than with the trust's share of the analogs'
-        # spread, which made the intervals of trusted runs narrow)
+        # the analogs' share of the centre, the self-check's trust included: their
+        # spread measures how this configuration's runs differ, and the calibration
+        # of a centre set by the analogs is in its units (POWERS). With the option's
+        # own share only, a trusted analog centre kept the blend's sigma, one unit for
+        # steady and noisy configurations alike (MLPerf fixture at 50 %: 0.68)
         share = sum(w for name, w in option if name == "analog")
+        trust = cands.get(SELF_CHECK)
+        if trust is not None and (SELF_CHECK, 0.0) in option:
+            share = share + trust * (1.0 - share)
         sigma = r.sigma if analog is None else share * analog.spread + (1 - share) * r.sigma
         return dataclasses.replace(r, center=c, sigma=sigma)
 
