@@ -487,7 +487,7 @@ def _open(config: Config):
 
 def serve(config: Config) -> int:
     """Run until SIGTERM/SIGINT; returns 0 on a clean stop."""
-    from gpu_eta.forecaster.publish import ServiceState, make_registry
+    from gpu_eta.forecaster.publish import Exposition, ServiceState
     from gpu_eta.forecaster.server import Service, metrics_server
 
     host, port = parse_listen_address(config.listen_address)
@@ -497,7 +497,7 @@ def serve(config: Config) -> int:
         service = Service(cycle, state, config.interval_seconds)
         try:
             http = metrics_server(
-                make_registry(state),
+                Exposition(state),
                 host,
                 port,
                 liveness=service.liveness,

@@ -26,7 +26,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpu_eta.common.metrics_http import Health, MetricsServer, always_healthy
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.publish import ServiceState
+from gpu_eta.forecaster.publish import Exposition, ServiceState
 
 log = logging.getLogger(__name__)
 
@@ -152,19 +152,27 @@ class Service:
 
 
 def metrics_server(
-    registry: CollectorRegistry,
+    source: CollectorRegistry | Exposition,
     host: str,
     port: int,
     liveness: Health = always_healthy,
     readiness: Health = always_healthy,
 ) -> MetricsServer:
-    """The forecaster's ``/metrics`` (``registry``, OpenMetrics when asked for),
-    ``/healthz`` (``liveness``: ``Service.liveness`` in ``serve``) and ``/readyz``
-    (``readiness``: ``Service.readiness``), not yet started."""
+    """The forecaster's ``/metrics`` (OpenMetrics when asked for), ``/healthz``
+    (``liveness``: ``Service.liveness`` in ``serve``) and ``/readyz`` (``readiness``:
+    ``Service.readiness``), not yet started.
 
-    def render(accept: str) -> tuple[bytes, str]:
-        encoder, content_type = choose_encoder(accept)
-        return encoder(registry), content_type
+    ``source`` is an ``Exposition`` (``serve``: the forecast families encoded once
+    per published set) or any registry (encoded on every scrape).
+    """
+    if isinstance(source, Exposition):
+        render = source.render
+    else:
+        registry = source
+
+        def render(accept: str) -> tuple[bytes, str]:
+            encoder, content_type = choose_encoder(accept)
+            return encoder(registry), content_type
 
     return MetricsServer(
         host,

@@ -6,11 +6,14 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_eta.forecaster import publish
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
-from gpu_eta.forecaster.publish import ServiceState, make_registry
+from gpu_eta.forecaster.publish import Exposition, ServiceState, make_registry
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.launch.prometheus import find_binary
 
@@ -159,3 +162,57 @@ def test_one_run_id_in_two_pods_is_two_series_with_the_contract_labels() -> None
     assert all(
         [k for k, _ in labels] == ["container", "namespace", "pod", "run_id"] for labels in stalled
     )
+
+
+def many_jobs(n: int) -> ForecastSet:
+    jobs = []
+    for i in range(n):
+        run = Run(f"r{i}", 10, ((0, NOW - 100),), namespace="ml", pod=f'p"\\{i}\n', container="c\r")
+        fc = Forecast(10.0 * i, 20.0 * i, 40.5 * i, "rate", stalled=i % 2 == 0)
+        jobs.append(JobForecast(run, "n1", fc, (NOW + 10 * i, NOW + 20 * i + 0.25, NOW + 1e6)))
+    gpus = (GpuFree("n1", "0", "GPU-0", (NOW + 1, NOW + 2, NOW + 3)),)
+    return ForecastSet(timestamp=NOW, jobs=tuple(jobs), gpus=gpus, quality={0.0: (0.3, 0.8)})
+
+
+@pytest.mark.parametrize(
+    "accept", ["", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"]
+)
+def test_cached_exposition_equals_the_registry_encoding(accept: str) -> None:
+    clock = [NOW + 50]
+    state = ServiceState()
+    state.success(many_jobs(5), 0.5, NOW)
+    exposition = Exposition(state, clock=lambda: clock[0])
+    registry = make_registry(state, clock=lambda: clock[0])
+    encoder, content_type = choose_encoder(accept)
+    for later in (0.0, 3.5, 2e6):  # the second and third scrape reuse the encoded set
+        clock[0] = NOW + 50 + later
+        assert exposition.render(accept) == (encoder(registry), content_type)
+    # a new set, a failed cycle: both show at once
+    state.success(many_jobs(2), 0.7, NOW + 60)
+    state.failure("cannot connect", 0.1)
+    assert exposition.render(accept) == (encoder(registry), content_type)
+
+
+def test_cached_exposition_encodes_each_set_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = publish.forecast_families
+    monkeypatch.setattr(
+        publish, "forecast_families", lambda fs, now: calls.append(fs) or real(fs, now)
+    )
+    state = ServiceState()
+    state.success(many_jobs(3), 0.5, NOW)
+    exposition = Exposition(state, clock=lambda: NOW + 5)
+    for _ in range(3):
+        exposition.render("")
+    assert len(calls) == 1
+    exposition.render("application/openmetrics-text;version=1.0.0")  # another format
+    state.success(many_jobs(3), 0.5, NOW + 60)  # another set
+    exposition.render("")
+    assert len(calls) == 3
+
+
+def test_cached_exposition_survives_a_broken_state() -> None:
+    state = ServiceState()
+    state.forecasts = "not a forecast set"  # type: ignore[assignment]
+    body, _ = Exposition(state).render("")
+    assert b"gpu_eta_forecaster_stale" in body and b"gpu_eta_job_" not in body
