@@ -170,10 +170,13 @@ class Cycle:
         ps = self.settings.pending
         if not ps.enabled:
             return None
-        samples = {
-            name: self.client.instant(kube_state.render(tpl, ps.arrivals_seconds), at=now)
-            for name, tpl in kube_state.QUERIES.items()
-        }
+        folded = queries.fold(
+            {
+                name: kube_state.render(tpl, ps.arrivals_seconds)
+                for name, tpl in queries.PENDING.items()
+            }
+        )
+        samples = queries.unfold(self.client.instant(folded, at=now), queries.PENDING)
         try:
             node_models = {
                 s.labels["node"]: s.labels["model"]
@@ -194,13 +197,18 @@ class Cycle:
         self, now: float, window: float
     ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]]]:
         s = self.settings
-        instant = {
-            name: self.client.instant(queries.render(tpl, window, s.idle_window_seconds), at=now)
-            for name, tpl in queries.INSTANT.items()
-        }
+        instant: dict[str, list[Sample]] = {}
+        for group in queries.INSTANT_GROUPS.values():
+            folded = queries.fold(
+                {
+                    name: queries.render(tpl, window, s.idle_window_seconds)
+                    for name, tpl in group.items()
+                }
+            )
+            instant.update(queries.unfold(self.client.instant(folded, at=now), group))
         step = queries.range_step(window, s.min_step_seconds, s.max_points)
         ranges = {
-            name: self.client.range(tpl, now - window, now, step)
+            name: self.client.range(queries.render_range(tpl, step), now - window, now, step)
             for name, tpl in queries.RANGE.items()
         }
         return instant, ranges

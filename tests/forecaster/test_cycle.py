@@ -34,21 +34,26 @@ NOW = 1_700_000_000.0
 
 
 def _shape(q: str) -> str:
-    return re.sub(r"\[[^\]]*\]", "[X]", q)
+    return re.sub(r"offset \S+", "offset X", re.sub(r"\[[^\]]*\]", "[X]", q))
 
 
-_INSTANT = {_shape(t): name for name, t in queries.INSTANT.items()}
-_INSTANT.update(
-    {
-        _shape(kube_state.render(t, PendingSettings().arrivals_seconds)): name
-        for name, t in queries.PENDING.items()
-    }
-)
+_FOLDED = {_shape(queries.fold(group)): tuple(group) for group in queries.INSTANT_GROUPS.values()}
+_FOLDED[
+    _shape(
+        queries.fold(
+            {
+                name: kube_state.render(t, PendingSettings().arrivals_seconds)
+                for name, t in queries.PENDING.items()
+            }
+        )
+    )
+] = tuple(queries.PENDING)
 _RANGE = {_shape(t): name for name, t in queries.RANGE.items()}
 
 
 class CannedClient:
-    """Answers each query by its name in gpu_eta.forecaster.queries; counts like PromClient."""
+    """Answers each query by its parts' names in gpu_eta.forecaster.queries (tagged as
+    a folded query's answer is); counts like PromClient."""
 
     def __init__(self, instant: dict[str, list[Sample]], ranges: dict | None = None) -> None:
         self.answers = instant
@@ -59,7 +64,11 @@ class CannedClient:
 
     def instant(self, query: str, at: float | None = None) -> list[Sample]:
         self._count(query)
-        return list(self.answers.get(_INSTANT[_shape(query)], []))
+        return [
+            Sample({**s.labels, queries.TAG: name}, s.value, s.timestamp)
+            for name in _FOLDED[_shape(query)]
+            for s in self.answers.get(name, [])
+        ]
 
     def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
         self._count(query)
@@ -161,7 +170,7 @@ def test_one_cycle_forecasts_running_and_records_vanished(store: HistoryStore) -
     assert jf.completion_timestamps == pytest.approx((NOW + 560, NOW + 800, NOW + 1040))
     assert fs.n_running == 1 and fs.n_finished == 1 and fs.n_history == 1
     assert [r.completed for r in store.finished()] == [False]
-    assert fs.queries == queries.QUERIES_PER_CYCLE == len(client.seen) <= 25
+    assert fs.queries == queries.QUERIES_PER_CYCLE == len(client.seen) <= 20
 
 
 def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
@@ -505,4 +514,4 @@ def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
     client = CannedClient(job("run", 10, [(1, NOW - 200)], NOW - 300))
     fs = make_cycle(client, store, pending=PendingSettings(enabled=False)).run()
     assert fs.pending is None
-    assert fs.queries == queries.QUERIES_PER_CYCLE - len(queries.PENDING)
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 1  # the folded pending query

@@ -7,22 +7,45 @@ import re
 import pytest
 
 from gpu_eta.forecaster import queries
+from gpu_eta.forecaster.series import Sample
 
 
 def test_fixed_count_within_budget() -> None:
-    assert (
-        queries.QUERIES_PER_CYCLE
-        == len(queries.INSTANT) + len(queries.RANGE) + len(queries.PENDING)
-        <= 25
+    # one folded query per instant group, the range queries, one folded pending query
+    assert len(queries.INSTANT_GROUPS) + len(queries.RANGE) + 1 == queries.QUERIES_PER_CYCLE
+    assert queries.QUERIES_PER_CYCLE <= 20
+    assert set(queries.INSTANT) == {n for g in queries.INSTANT_GROUPS.values() for n in g}
+
+
+def test_fold_tags_every_part_and_unfold_splits_them_back() -> None:
+    folded = queries.fold({"a": "up", "b": "x or y"})
+    assert folded == (
+        'label_replace((up), "gpu_eta_query", "a", "__name__", ".*") or '
+        'label_replace((x or y), "gpu_eta_query", "b", "__name__", ".*")'
     )
+    answer = [
+        Sample({"pod": "p", queries.TAG: "b"}, 2.0, 1.0),
+        Sample({"pod": "p", queries.TAG: "a"}, 1.0, 1.0),
+        Sample({"pod": "q"}, 3.0, 1.0),  # untagged: not any part's
+        Sample({"pod": "q", queries.TAG: "zzz"}, 4.0, 1.0),
+    ]
+    got = queries.unfold(answer, ["a", "b", "c"])
+    assert got == {
+        "a": [Sample({"pod": "p"}, 1.0, 1.0)],
+        "b": [Sample({"pod": "p"}, 2.0, 1.0)],
+        "c": [],
+    }
 
 
 def test_render_fills_every_placeholder() -> None:
-    for tpl in [*queries.INSTANT.values(), *queries.RANGE.values()]:
+    for tpl in queries.INSTANT.values():
         q = queries.render(tpl, 3600.4, 299.6)
         assert "{window}" not in q and "{idle}" not in q
         for span in re.findall(r"\[([^\]]+)\]", q):
             assert span in ("3600s", "300s")
+    for tpl in queries.RANGE.values():
+        q = queries.render_range(tpl, 15.0)
+        assert "{" not in q and "offset 15s" in q
 
 
 def test_duration_is_whole_seconds_at_least_one() -> None:
@@ -32,6 +55,7 @@ def test_duration_is_whole_seconds_at_least_one() -> None:
 
 def test_range_step_caps_points() -> None:
     assert queries.range_step(600, 15, 240) == 15
+    assert queries.range_step(600, 15.2, 240) == 16  # whole seconds: offset = step
     step = queries.range_step(22 * 86400, 15, 240)
     assert 22 * 86400 / step + 1 <= 240
     with pytest.raises(ValueError):
