@@ -9,7 +9,9 @@ skipped and counted under ``gpu_eta_forecaster_job_errors_total{reason}``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import logging
 import math
 import multiprocessing
@@ -18,7 +20,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from gpu_eta.forecaster import kube_state, queries
@@ -91,7 +93,14 @@ class Cycle:
         self._starts = SavedStartTracker(store)
 
     def run(self) -> ForecastSet:
-        """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors."""
+        """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
+
+        The cyclic garbage collector is paused meanwhile (``gc_paused``).
+        """
+        with gc_paused():
+            return self._run()
+
+    def _run(self) -> ForecastSet:
         now = self.clock()
         s = self.settings
         if self._last_query_time is None:
@@ -305,6 +314,25 @@ class Cycle:
 LAST_QUERY_KEY = "last_query_timestamp"
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the block, then restore it.
+
+    Why: a cycle at 10,000 running jobs builds a few million short-lived, acyclic
+    objects (parsed answers, runs, forecasts): reference counting frees them, but
+    their numbers trigger full collections that walk the whole heap again and
+    again (3.8 s of a 22 s cycle, measured with ``gc.callbacks``). Nothing
+    cyclic is lost: it is collected after the block.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def fit_in_child(
     factory: Callable[[], Model], history: Sequence[Run], timeout_seconds: float
 ) -> Model:
@@ -343,6 +371,7 @@ def fit_in_child(
 
 def _child_fit(factory: Callable[[], Model], history: Sequence[Run], conn) -> None:
     """Child side of ``fit_in_child``: fit, send ("ok", model) or ("error", text)."""
+    gc.enable()  # forked inside a cycle, where the parent pauses it
     try:
         model = factory().fit(history)
         data = pickle.dumps(("ok", model), protocol=pickle.HIGHEST_PROTOCOL)

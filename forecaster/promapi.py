@@ -264,12 +264,14 @@ def parse_matrix(data: dict, query: str = "") -> list[Series]:
 
 
 def _labels(raw: object, query: str) -> Mapping[str, str]:
+    """A read-only view of a decoded label set (the dict is this answer's own: no copy)."""
     if not isinstance(raw, dict) or len(raw) > _MAX_LABELS:
         raise PromAPIError(f"query {_short(query)}: malformed label set")
-    for key, value in raw.items():
-        if not isinstance(value, str) or len(value) > _MAX_LABEL_VALUE:
-            raise PromAPIError(f"query {_short(query)}: malformed label {str(key)[:40]!r}")
-    return MappingProxyType(dict(raw))
+    if not all(type(v) is str and len(v) <= _MAX_LABEL_VALUE for v in raw.values()):
+        for key, value in raw.items():
+            if not isinstance(value, str) or len(value) > _MAX_LABEL_VALUE:
+                raise PromAPIError(f"query {_short(query)}: malformed label {str(key)[:40]!r}")
+    return MappingProxyType(raw)
 
 
 def _point(raw: object, query: str) -> tuple[float, float]:

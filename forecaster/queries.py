@@ -45,8 +45,11 @@ PRESENT = _per_run("gpu_eta_training_last_report_timestamp_seconds")
 # Last values of every run seen in the window, including runs that vanished in it.
 PLANNED = _per_run("last_over_time(gpu_eta_training_epochs_planned[{window}])")
 EPOCH = _per_run("last_over_time(gpu_eta_training_epoch[{window}])")
-STEPS_PLANNED = _per_run("last_over_time(gpu_eta_training_steps_planned[{window}])")
-STEP = _per_run("last_over_time(gpu_eta_training_step[{window}])")
+# Steps are read only for runs without planned epochs (followed in percent of their
+# steps); a run that reports both is followed by its epochs.
+_NO_EPOCHS = "unless last_over_time(gpu_eta_training_epochs_planned[{window}])"
+STEPS_PLANNED = _per_run(f"last_over_time(gpu_eta_training_steps_planned[{{window}}]) {_NO_EPOCHS}")
+STEP = _per_run(f"last_over_time(gpu_eta_training_step[{{window}}]) {_NO_EPOCHS}")
 START = _per_run("last_over_time(gpu_eta_training_run_start_timestamp_seconds[{window}])")
 LAST_END = _per_run("last_over_time(gpu_eta_training_epoch_end_timestamp_seconds[{window}])")
 LAST_REPORT = _per_run("last_over_time(gpu_eta_training_last_report_timestamp_seconds[{window}])")
@@ -67,13 +70,23 @@ UTIL_RECENT = (
     "(max by (namespace, pod, container, exported_namespace, exported_pod, exported_container) "
     "(max_over_time(DCGM_FI_DEV_GPU_UTIL[{idle}])) / 100)"
 )
+_CONTAINER = "namespace, pod, container, exported_namespace, exported_pod, exported_container"
 MEMORY_RATIO = (
-    "avg_over_time(gpu_eta_pod_memory_working_set_bytes[{window}]) "
-    "/ avg_over_time(gpu_eta_pod_memory_limit_bytes[{window}])"
+    f"max by ({_CONTAINER}) "
+    "(avg_over_time(gpu_eta_pod_memory_working_set_bytes[{window}]) "
+    "/ avg_over_time(gpu_eta_pod_memory_limit_bytes[{window}]))"
 )
-ALLOCATED = "gpu_eta_pod_gpu_allocated"
-GPU_INFO = "gpu_eta_gpu_info"
-POD_INFO = "gpu_eta_pod_info"
+# Inventory, with only the labels read (runs_from_series, kube_state): the GPU a
+# container holds, each GPU's model, the pod labels that name its job.
+ALLOCATED = (
+    f"max by ({_CONTAINER}, node, exported_node, gpu, UUID, GPU_I_ID) (gpu_eta_pod_gpu_allocated)"
+)
+GPU_INFO = "max by (node, exported_node, UUID, model) (gpu_eta_gpu_info)"
+POD_INFO = (
+    "max by (namespace, pod, exported_namespace, exported_pod, owner_kind, owner_name, "
+    "label_job_name, label_batch_kubernetes_io_job_name, label_app_kubernetes_io_name, "
+    "label_app) (gpu_eta_pod_info)"
+)
 
 
 # Range queries: epoch and epoch-end time sampled together give (epoch, end) pairs,
@@ -89,7 +102,7 @@ def _changed(metric: str) -> str:
 EPOCH_END_RANGE = _changed("gpu_eta_training_epoch_end_timestamp_seconds")
 EPOCH_RANGE = f"gpu_eta_training_epoch and ({EPOCH_END_RANGE})"
 # Runs that report only steps (a tqdm bar in the logs, max_steps trainers).
-STEP_RANGE = _changed("gpu_eta_training_step")
+STEP_RANGE = f"({_changed('gpu_eta_training_step')}) unless gpu_eta_training_epochs_planned"
 
 # Instant queries, folded by group into one query each (``fold``).
 INSTANT_GROUPS: Mapping[str, Mapping[str, str]] = MappingProxyType(
@@ -143,16 +156,17 @@ def fold(parts: Mapping[str, str]) -> str:
 
 
 def unfold(samples: Sequence[Sample], names: Iterable[str]) -> dict[str, list[Sample]]:
-    """A folded query's answer → the answer of each part, without the tag label.
+    """A folded query's answer → the answer of each part.
 
-    Samples without a known tag (a server that mangled the query) are left out.
+    The samples keep their ``gpu_eta_query`` label (nothing reads it; copying
+    100,000 label sets to drop it cost seconds per cycle). Samples without a known
+    tag (a server that mangled the query) are left out.
     """
     out: dict[str, list[Sample]] = {name: [] for name in names}
     for sample in samples:
         part = out.get(sample.labels.get(TAG, ""))
         if part is not None:
-            labels = {k: v for k, v in sample.labels.items() if k != TAG}
-            part.append(Sample(MappingProxyType(labels), sample.value, sample.timestamp))
+            part.append(sample)
     return out
 
 

@@ -230,7 +230,9 @@ def _unexport(item: _S) -> _S:
     scrape of the exporter): the series' own value is the ``exported_`` one.
     """
     labels = item.labels
-    if not any(k.startswith("exported_") for k in labels):
+    # fast filter (one C-level join per sample, 100,000s per cycle); a false hit
+    # only takes the exact path below
+    if "exported_" not in "".join(labels) or not any(k.startswith("exported_") for k in labels):
         return item
     fixed = {k: v for k, v in labels.items() if not k.startswith("exported_")}
     for key, value in labels.items():

@@ -515,3 +515,32 @@ def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
     fs = make_cycle(client, store, pending=PendingSettings(enabled=False)).run()
     assert fs.pending is None
     assert fs.queries == queries.QUERIES_PER_CYCLE - 1  # the folded pending query
+
+
+def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> None:
+    import gc
+
+    from gpu_eta.forecaster.cycle import gc_paused
+
+    seen = []
+
+    class Probe(CannedClient):
+        def instant(self, query: str, at: float | None = None) -> list[Sample]:
+            seen.append(gc.isenabled())
+            return super().instant(query, at)
+
+    assert gc.isenabled()
+    client = Probe(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    make_cycle(client, store).run()
+    assert seen and not any(seen) and gc.isenabled()
+    client.fail = True
+    with pytest.raises(PromAPIError):
+        make_cycle(client, store).run()
+    assert gc.isenabled()  # restored after a failed cycle too
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()
