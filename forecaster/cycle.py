@@ -206,20 +206,17 @@ class Cycle:
         self, now: float, window: float
     ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]]]:
         s = self.settings
-        instant: dict[str, list[Sample]] = {}
-        for group in queries.INSTANT_GROUPS.values():
-            folded = queries.fold(
-                {
-                    name: queries.render(tpl, window, s.idle_window_seconds)
-                    for name, tpl in group.items()
-                }
-            )
-            instant.update(queries.unfold(self.client.instant(folded, at=now), group))
+        instant = {
+            name: self.client.instant(queries.render(tpl, window, s.idle_window_seconds), at=now)
+            for name, tpl in queries.INSTANT.items()
+        }
         step = queries.range_step(window, s.min_step_seconds, s.max_points)
         ranges = {
-            name: self.client.range(queries.render_range(tpl, step), now - window, now, step)
+            name: self.client.range(tpl, now - window, now, step)
             for name, tpl in queries.RANGE.items()
         }
+        if instant["steps_planned"]:  # some run reports only steps
+            ranges["step_range"] = self.client.range(queries.STEP_RANGE, now - window, now, step)
         return instant, ranges
 
     def _fitted(self, now: float) -> Model:

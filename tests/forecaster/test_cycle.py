@@ -37,8 +37,8 @@ def _shape(q: str) -> str:
     return re.sub(r"offset \S+", "offset X", re.sub(r"\[[^\]]*\]", "[X]", q))
 
 
-_FOLDED = {_shape(queries.fold(group)): tuple(group) for group in queries.INSTANT_GROUPS.values()}
-_FOLDED[
+_INSTANT = {_shape(t): name for name, t in queries.INSTANT.items()}
+_FOLDED = {
     _shape(
         queries.fold(
             {
@@ -46,14 +46,16 @@ _FOLDED[
                 for name, t in queries.PENDING.items()
             }
         )
-    )
-] = tuple(queries.PENDING)
-_RANGE = {_shape(t): name for name, t in queries.RANGE.items()}
+    ): tuple(queries.PENDING)
+}
+_RANGE = {
+    _shape(t): name for name, t in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items()
+}
 
 
 class CannedClient:
-    """Answers each query by its parts' names in gpu_eta.forecaster.queries (tagged as
-    a folded query's answer is); counts like PromClient."""
+    """Answers each query by its name in gpu_eta.forecaster.queries (the parts of a
+    folded query tagged as in a real answer); counts like PromClient."""
 
     def __init__(self, instant: dict[str, list[Sample]], ranges: dict | None = None) -> None:
         self.answers = instant
@@ -64,6 +66,8 @@ class CannedClient:
 
     def instant(self, query: str, at: float | None = None) -> list[Sample]:
         self._count(query)
+        if _shape(query) in _INSTANT:
+            return list(self.answers.get(_INSTANT[_shape(query)], []))
         return [
             Sample({**s.labels, queries.TAG: name}, s.value, s.timestamp)
             for name in _FOLDED[_shape(query)]
@@ -170,15 +174,20 @@ def test_one_cycle_forecasts_running_and_records_vanished(store: HistoryStore) -
     assert jf.completion_timestamps == pytest.approx((NOW + 560, NOW + 800, NOW + 1040))
     assert fs.n_running == 1 and fs.n_finished == 1 and fs.n_history == 1
     assert [r.completed for r in store.finished()] == [False]
-    assert fs.queries == queries.QUERIES_PER_CYCLE == len(client.seen) <= 20
+    # no run reports only steps: no step range query
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 1 == len(client.seen) <= 20
+    assert queries.STEP_RANGE not in client.seen
 
 
 def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
     many = merge(*(job(f"r{i}", 10, [(1, NOW - 60)], NOW - 120) for i in range(300)))
+    steps_only = {"ns": "ml", "pod": "pod-tqdm", "container": "c", "run_id": "tqdm", "node": "n1"}
+    many["steps_planned"] = [s(1000, **steps_only)]
     client = CannedClient(many)
     fs = make_cycle(client, store).run()
     assert len(fs.jobs) == 300
-    assert len(client.seen) == queries.QUERIES_PER_CYCLE
+    assert len(client.seen) == fs.queries == queries.QUERIES_PER_CYCLE <= 20  # all of them
+    assert queries.STEP_RANGE in client.seen
 
 
 def test_empty_prometheus_and_empty_history(store: HistoryStore) -> None:
@@ -514,7 +523,8 @@ def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
     client = CannedClient(job("run", 10, [(1, NOW - 200)], NOW - 300))
     fs = make_cycle(client, store, pending=PendingSettings(enabled=False)).run()
     assert fs.pending is None
-    assert fs.queries == queries.QUERIES_PER_CYCLE - 1  # the folded pending query
+    # neither the folded pending query nor the step range query
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 2
 
 
 def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> None:
