@@ -28,8 +28,9 @@ docs/metrics/cluster/node-metrics.md upstream):
   counts as time-sliced.
 
 Every query covers all pods at once, so the number of queries per cycle is fixed
-(``len(QUERIES)``) whatever the number of pods; each is limited to pods that ask
-for a GPU resource.
+whatever the number of pods (the cycle sends the ``QUERIES`` folded into one,
+``gpu_eta.forecaster.queries.fold``); each is limited to pods that ask for a GPU
+resource.
 """
 
 from __future__ import annotations

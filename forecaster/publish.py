@@ -1,8 +1,9 @@
 """The only Prometheus collector of the forecaster: ``ServiceState`` → metric families.
 
-Families are built fresh on each scrape from the last good ``ForecastSet`` (the
-exporter guide's advice: no global gauges, so series of finished jobs disappear
-instead of lingering). Rendering is total: it does no I/O and never raises.
+Families are built from the last good ``ForecastSet`` (the exporter guide's advice:
+no global gauges, so series of finished jobs disappear instead of lingering):
+``ForecastCollector`` on each scrape (``once``, tests), ``Exposition`` once per set
+and format (``serve``). Rendering is total: it does no I/O and never raises.
 
 ``gpu_eta_job_predicted_remaining_seconds`` is computed at scrape time from the
 fixed predicted completion (``max(0, completion - now)``), so both series agree.
