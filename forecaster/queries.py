@@ -4,7 +4,7 @@ Each query returns the series of every job at once and the join happens in Pytho
 (``gpu_eta.forecaster.runs_from_series``). One cycle sends the ``INSTANT`` and
 ``RANGE`` queries, ``STEP_RANGE`` when some run reports only steps, and the
 kube-state-metrics queries of the GPU queue (``PENDING``) folded into one
-(``fold``: each part tagged with a ``gpu_eta_query`` label, joined with ``or``,
+(``fold``: each part tagged with a ``forecaster_query`` label, joined with ``or``,
 split again by ``unfold``): at most ``QUERIES_PER_CYCLE`` (19), whatever the number
 of jobs and pods. That keeps the load on Prometheus flat as the cluster grows, and
 makes the count checkable by a test. (Folding the per-run queries the same way
@@ -129,11 +129,11 @@ PENDING: Mapping[str, str] = kube_state.QUERIES
 QUERIES_PER_CYCLE = len(INSTANT) + len(RANGE) + 1 + 1  # + step range + pending
 
 # The label ``fold`` tags each part's series with (a name no exporter uses).
-TAG = "gpu_eta_query"
+TAG = "forecaster_query"
 
 
 def fold(parts: Mapping[str, str]) -> str:
-    """One query answering every part: each tagged ``gpu_eta_query="<name>"``, joined by ``or``.
+    """One query answering every part: each tagged ``forecaster_query="<name>"``, joined by ``or``.
 
     The tag makes every part's label sets distinct, so ``or`` keeps all of them; the
     parts are rendered expressions (Prometheus and VictoriaMetrics alike).
@@ -147,7 +147,7 @@ def fold(parts: Mapping[str, str]) -> str:
 def unfold(samples: Sequence[Sample], names: Iterable[str]) -> dict[str, list[Sample]]:
     """A folded query's answer → the answer of each part.
 
-    The samples keep their ``gpu_eta_query`` label (nothing reads it; copying
+    The samples keep their ``forecaster_query`` label (nothing reads it; copying
     100,000 label sets to drop it cost seconds per cycle). Samples without a known
     tag (a server that mangled the query) are left out.
     """

@@ -18,8 +18,8 @@ def test_fixed_count_within_budget() -> None:
 def test_fold_tags_every_part_and_unfold_splits_them_back() -> None:
     folded = queries.fold({"a": "up", "b": "x or y"})
     assert folded == (
-        'label_replace((up), "gpu_eta_query", "a", "__name__", ".*") or '
-        'label_replace((x or y), "gpu_eta_query", "b", "__name__", ".*")'
+        'label_replace((up), "forecaster_query", "a", "__name__", ".*") or '
+        'label_replace((x or y), "forecaster_query", "b", "__name__", ".*")'
     )
     answer = [
         Sample({"pod": "p", queries.TAG: "b"}, 2.0, 1.0),
