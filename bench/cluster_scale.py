@@ -21,7 +21,8 @@ service) and whether /metrics answered meanwhile; steady cycles: wall time
 delta), time the TSDB spent answering them (its own request-duration sums:
 ``prometheus_http_request_duration_seconds_sum`` /
 ``vm_request_duration_seconds_sum`` for the query endpoints) and the service's
-RSS (``/proc/PID/status``, current and peak); series per node, GPU and job.
+RSS (``/proc/PID/status``, current and peak); series per node, GPU and job; then
+each of the cycle's queries sent once on its own (time and answer size).
 
     python bench/cluster_scale.py                     # full scale (~15 min)
     python bench/cluster_scale.py --scale 0.1         # a tenth of everything (~2 min)
@@ -49,6 +50,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cluster_data import ClusterShape, history_batches, write_openmetrics  # noqa: E402
 
+from gpu_eta.forecaster import kube_state, queries  # noqa: E402
 from gpu_eta.forecaster.history import HistoryStore  # noqa: E402
 from gpu_eta.launch.processes import start_http, stop_process  # noqa: E402
 from gpu_eta.launch.prometheus import ScrapeJob, free_port, promtool, start_prometheus  # noqa: E402
@@ -225,6 +227,39 @@ def run_forecaster(
     return out
 
 
+def query_breakdown(base_url: str, window: float = 180.0, step: float = 15.0) -> list[str]:
+    """Each query of a steady cycle sent once on its own: seconds and answer size.
+
+    ``window`` as in a steady cycle (the time since the previous one plus 120 s of
+    overlap); the pending queries folded as the cycle sends them. Shows which
+    queries the TSDB's time goes to.
+    """
+    now = time.time()
+    sent = [
+        ("instant", name, queries.render(tpl, window, 300.0))
+        for name, tpl in queries.INSTANT.items()
+    ]
+    sent += [("range", name, tpl) for name, tpl in queries.RANGE.items()]
+    sent.append(("range", "step_range", queries.STEP_RANGE))
+    pending = {n: kube_state.render(t, 3600.0) for n, t in queries.PENDING.items()}
+    sent.append(("instant", "pending (folded)", queries.fold(pending)))
+    rows = []
+    for kind, name, q in sent:
+        if kind == "instant":
+            path, params = "/api/v1/query", {"query": q, "time": f"{now:.3f}"}
+        else:
+            params = {"query": q, "start": f"{now - window:.3f}", "end": f"{now:.3f}"}
+            path, params = "/api/v1/query_range", {**params, "step": f"{step:g}", "nocache": "1"}
+        t = time.perf_counter()
+        resp = requests.get(base_url + path, params=params, timeout=300)
+        took = time.perf_counter() - t
+        rows.append((took, len(resp.content), f"{kind} {name}"))
+    total = sum(r[0] for r in rows)
+    lines = [f"each query alone (W={window:.0f}s): {total:.2f}s in all"]
+    lines += [f"  {t:6.3f}s {n / 1e6:6.2f} MB  {what}" for t, n, what in sorted(rows, reverse=True)]
+    return lines
+
+
 def _queries(text: str) -> float:
     return sum(
         metric(text, "gpu_eta_forecaster_queries_total", f'result="{r}"') or 0.0
@@ -272,7 +307,7 @@ def report(kind: str, r: dict, shape: ClusterShape) -> list[str]:
     lines.append(
         "targets: " + ", ".join(f"{k}: {'PASS' if v else 'MISS'}" for k, v in checks.items())
     )
-    return lines
+    return lines + r.get("breakdown", [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                 results[kind] = run_forecaster(kind, server.url, history, work, args)
+                results[kind]["breakdown"] = query_breakdown(server.url)
             finally:
                 server.stop()
             for line in report(kind, results[kind], shape):
