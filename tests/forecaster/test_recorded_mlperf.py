@@ -3,8 +3,8 @@
 What issue 10 asks of the model, checked on 140 recorded runs it was not chosen on:
 within 1.05x of the best rate baseline at every point, ≤ 0.7x at 10 % on runs that
 had an earlier run of the same configuration, P10–P90 coverage 77–85 %. The same
-replay with analogs and history ignored must fail those thresholds, so the test can
-fail.
+replay with every earlier run ignored must fail the accuracy and the coverage
+thresholds, so the test can fail.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pytest
 from gpu_eta.forecaster.estimators import make_estimator
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.estimators.base import InsufficientData
-from gpu_eta.forecaster.estimators.choice import SITUATIONS
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from gpu_eta.forecaster.evaluate import backtest
 from gpu_eta.forecaster.runs_csv import read_runs
@@ -29,17 +28,14 @@ POINTS = (0.1, 0.25, 0.5, 0.75)
 
 
 class NoHistory(EtaModel):
-    """gpu-eta with analogs and the history prior ignored: the run's own rate only."""
+    """gpu-eta with every earlier run ignored (no analogs, no prior, no learned warm-up,
+    no calibration replay): the run's own rate only, with the default intervals."""
 
     def __init__(self) -> None:
-        super().__init__(
-            random_state=0, prior_scale=1000.0, job_prior_scale=1000.0, measured_mix=False
-        )
+        super().__init__(random_state=0)
 
     def fit(self, history):
-        super().fit(history)
-        self.choice_ = {name: {} for name in SITUATIONS}  # the defaults: blend or own rates
-        return self
+        return super().fit([])
 
 
 @functools.cache
@@ -102,9 +98,13 @@ def test_mlperf_runs_against_the_rate_baselines() -> None:
 
 
 def test_the_same_thresholds_fail_with_history_ignored() -> None:
-    """Without analogs and prior, gpu-eta is a rate estimate like the baselines and
-    misses the thresholds above (so the test above can fail)."""
-    assert failures(ignore_history=True) != []
+    """Without earlier runs gpu-eta is a rate estimate like the baselines: it misses
+    the accuracy the history buys (within 1.05x of the best rate baseline at 50 and
+    75 %), and its uncalibrated intervals miss the coverage, so the test above can
+    fail on both."""
+    missed = failures(ignore_history=True)
+    assert any("best rate baseline" in m for m in missed), missed
+    assert any("coverage" in m for m in missed), missed
 
 
 @pytest.mark.parametrize("point", POINTS)
