@@ -246,10 +246,14 @@ def _run_key(labels: Mapping[str, str]) -> RunKey | None:
     run_id = labels.get("run_id", "")
     if not run_id or len(run_id) > MAX_RUN_ID:
         return None
-    key = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
-    if any(len(part) > MAX_LABEL for part in key):
+    ns, pod, container = (
+        labels.get("namespace", ""),
+        labels.get("pod", ""),
+        labels.get("container", ""),
+    )
+    if len(ns) > MAX_LABEL or len(pod) > MAX_LABEL or len(container) > MAX_LABEL:
         return None
-    return (*key, run_id)
+    return (ns, pod, container, run_id)
 
 
 def _by_run(samples: Sequence[Sample]) -> dict[RunKey, Sample]:

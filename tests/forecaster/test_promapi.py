@@ -300,3 +300,18 @@ def test_pure_decoders() -> None:
     assert scalar[0].value == 2.5 and dict(scalar[0].labels) == {}
     with pytest.raises(PromAPIError, match="malformed label"):
         parse_vector({"resultType": "vector", "result": [{"metric": {"a": 1}, "value": [1, "1"]}]})
+
+
+@pytest.mark.parametrize(
+    "point",
+    [[1, 2], "12", [1], [1, "2", 3], ["x", "1"], ["inf", "1"], [1e400, "1"], None, [[1], "1"]],
+)
+def test_a_malformed_point_is_a_clear_error_in_vectors_and_matrices(point) -> None:
+    good = {"metric": {"pod": "p"}, "values": [[1, "1"], [2, "2"]]}
+    with pytest.raises(PromAPIError, match="malformed sample|non-finite timestamp"):
+        parse_vector({"resultType": "vector", "result": [{"metric": {}, "value": point}]})
+    bad = {"metric": {"pod": "q"}, "values": [[1, "1"], point]}
+    with pytest.raises(PromAPIError, match="malformed sample|non-finite timestamp"):
+        parse_matrix({"resultType": "matrix", "result": [good, bad]})
+    (series,) = parse_matrix({"resultType": "matrix", "result": [good]})
+    assert series.points == ((1.0, 1.0), (2.0, 2.0)) and dict(series.labels) == {"pod": "p"}
