@@ -308,10 +308,10 @@ def test_pure_decoders() -> None:
 )
 def test_a_malformed_point_is_a_clear_error_in_vectors_and_matrices(point) -> None:
     good = {"metric": {"pod": "p"}, "values": [[1, "1"], [2, "2"]]}
-    with pytest.raises(PromAPIError, match="malformed sample|non-finite timestamp"):
+    with pytest.raises(PromAPIError, match=r"malformed sample|non-finite timestamp"):
         parse_vector({"resultType": "vector", "result": [{"metric": {}, "value": point}]})
     bad = {"metric": {"pod": "q"}, "values": [[1, "1"], point]}
-    with pytest.raises(PromAPIError, match="malformed sample|non-finite timestamp"):
+    with pytest.raises(PromAPIError, match=r"malformed sample|non-finite timestamp"):
         parse_matrix({"resultType": "matrix", "result": [good, bad]})
     (series,) = parse_matrix({"resultType": "matrix", "result": [good]})
     assert series.points == ((1.0, 1.0), (2.0, 2.0)) and dict(series.labels) == {"pod": "p"}
