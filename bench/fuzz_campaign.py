@@ -56,7 +56,7 @@ from gpu_eta.exporter.logformats import (
     visible,
 )
 from gpu_eta.exporter.progress import ReportError, check_report, parse_report
-from gpu_eta.exporter.progress_journal import encode_line, read_journal
+from gpu_eta.exporter.progress_journal import encode_line, encode_removal, read_journal
 from gpu_eta.exporter.progress_store import StateError, parse_state
 from gpu_eta.forecaster.promapi import PromAPIError, decode_response, parse_matrix, parse_vector
 from gpu_eta.forecaster.runs_csv import RunsCsvError, parse_runs
@@ -234,7 +234,11 @@ STATE_SEEDS = [
     dumps({"version": 1, "journal_seq": 7, "progress": [STATE_ROW, dict(STATE_ROW, pod="q")]}),
     dumps({"version": 1, "progress": []}),
 ]
-JOURNAL_SEEDS = [encode_line(1, STATE_ROW) + encode_line(2, dict(STATE_ROW, epoch=3.0))]
+JOURNAL_SEEDS = [
+    encode_line(1, STATE_ROW)
+    + encode_line(2, dict(STATE_ROW, epoch=3.0))
+    + encode_removal(3, ("ns", "p", "main", "http"))
+]
 CSV_SEEDS = [
     "run_id,epochs_planned,epoch,timestamp_seconds\nr1,3,0,1000\nr1,3,1,1060\nr1,3,2,1120\nr1,3,3,1180\n",
     "run_id,epochs_planned,epoch,timestamp_seconds,batch_size,gpu_model\n"

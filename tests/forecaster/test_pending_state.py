@@ -11,6 +11,8 @@ import logging
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings
@@ -171,3 +173,22 @@ def test_parse_calibration_refuses_what_it_cannot_use() -> None:
     assert parse_calibration(StartCalibrator().to_json()) == ((), 0)
     with pytest.raises(ReplayError):
         parse_calibration('{"version": 1}')
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=5),
+            lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5), inner),
+            max_leaves=20,
+        ).map(lambda doc: json.dumps({"version": 1, "errors": doc})),
+    )
+)
+def test_fuzz_parse_calibration_refuses_or_returns_bounded_errors(text: str) -> None:
+    try:
+        errors, skipped = parse_calibration(text)
+    except ReplayError:
+        return
+    assert skipped >= 0 and all(0 <= e <= 1e9 for e in errors)
