@@ -113,3 +113,17 @@ def test_predict_moves_to_the_analogs_only_where_they_foresaw_the_run() -> None:
     # a steady run: its analogs missed its own past, the rate's forecast stands
     steady = truncate(shaped("steady", 2e6, STEADY), 0.5)
     assert p50(steady, checked(RATES)) == pytest.approx(p50(steady, RATES), rel=0.02)
+
+
+def test_a_run_whose_speed_changed_is_not_trusted_to_its_analogs() -> None:
+    history = [shaped(f"h{i}", 1e6 + i * 1e3, USUAL) for i in range(4)]
+    est = AnalogEstimator().fit(history)
+    # the usual shape, but a neighbour arrived after epoch 5 and every epoch since took
+    # twice as long: the analogs (which scale this run's elapsed time by their shape)
+    # foresaw the stretch since the cuts too short
+    slowed = [d * (2.0 if i > 5 else 1.0) for i, d in enumerate(USUAL)]
+    part = truncate(shaped("slowed", 2e6, slowed), 0.6)
+    t = _trust_of(est, part)
+    assert t is not None and t < 0.05
+    # the same run without the neighbour is trusted to them
+    assert _trust_of(est, truncate(shaped("usual", 2e6, USUAL), 0.6)) == pytest.approx(1.0)
