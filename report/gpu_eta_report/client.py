@@ -255,9 +255,15 @@ class ProgressReporter:
         thread = self._thread
         if thread is None:
             return
-        if flush_timeout_seconds is None:
-            flush_timeout_seconds = self.timeout_seconds
-        deadline = time.monotonic() + flush_timeout_seconds
+        try:
+            wait = float(
+                self.timeout_seconds if flush_timeout_seconds is None else flush_timeout_seconds
+            )
+        except (TypeError, ValueError):
+            wait = self.timeout_seconds  # a bad value must not raise at the end of training
+        if not 0 <= wait <= MAX_TIMEOUT_SECONDS:  # NaN, negative, absurd
+            wait = self.timeout_seconds
+        deadline = time.monotonic() + wait
         with self._cond:
             while (self._queue or self._inflight) and time.monotonic() < deadline:
                 self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))

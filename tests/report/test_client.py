@@ -235,3 +235,10 @@ def test_the_timeout_default_and_a_good_environment_value(monkeypatch):
     assert client.timeout_setting() == 2.0
     assert client.timeout_setting(env={"GPU_ETA_TIMEOUT_SECONDS": "7.5"}) == 7.5
     assert client.timeout_setting(3, env={"GPU_ETA_TIMEOUT_SECONDS": "7.5"}) == 3.0
+
+
+@pytest.mark.parametrize("wait", ["x", float("nan"), -1, [1]])
+def test_a_bad_flush_timeout_never_raises(wait, listener):
+    r = start(epochs=2, url=url(listener), source_address=POD.ip)
+    r.close(wait)  # waits the send timeout instead
+    assert r.stats["sent"] == 1
