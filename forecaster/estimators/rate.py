@@ -24,6 +24,8 @@ rescales these sigmas from measured residuals; they need only rank runs well.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -46,6 +48,11 @@ from gpu_eta.forecaster.runs import Run
 MIN_SCALE = 0.03
 MAX_INTERVALS = 2000
 DEFAULT_SCALE = 0.15
+SMALL_INTERVALS = 64
+"""Up to this many intervals ``own_rate`` runs on Python floats (``_own_rate_small``):
+numpy's per-call overhead (~1 µs × ~40 calls) dominated the arithmetic on a typical
+run's 2–50 intervals and made the rate most of a forecaster cycle at 10,000 jobs.
+Beyond it, numpy. Both paths compute the same (tests/forecaster/estimators/test_rate_paths.py)."""
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
@@ -124,10 +131,14 @@ def own_rate(
     Returns ``(log_seconds_per_epoch, scale, n_eff, n_intervals)`` or ``None`` when the
     run has no completed interval yet.
     """
-    per_epoch, width, _ends = intervals(run)
-    n = len(per_epoch)
-    if n == 0:
+    n = len(run.epoch_times) - 1
+    if n <= 0:
         return None
+    if n <= SMALL_INTERVALS:
+        return _own_rate_small(
+            run, half_life_ratio, min_half_life, huber_c, warmup_excess, follow_changes
+        )
+    per_epoch, width, _ends = intervals(run)
     logs = np.log(np.maximum(per_epoch, 1e-9))
     weights = width.astype(float).copy()
     if n < 3 and run.epoch_times[0][0] == 0:
@@ -157,6 +168,108 @@ def own_rate(
         w = weights * hw
         center = float(np.sum(w * logs) / np.sum(w))
     n_eff = float(np.sum(weights) ** 2 / np.sum(weights**2))
+    return center, scale, n_eff, n
+
+
+def _weighted_median_list(values: list[float], weights: list[float]) -> float:
+    """``weighted_median`` on Python lists (same result: ascending order, the first
+    cumulative weight reaching half, cumulated left to right as ``np.cumsum`` does)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    cum = list(itertools.accumulate(weights[i] for i in order))
+    return values[order[bisect.bisect_left(cum, 0.5 * cum[-1])]]
+
+
+def median_list(values: Sequence[float]) -> float:
+    """``np.median`` of a non-empty sequence of floats (the mean of the two middle
+    values if even), without an array: for the few values of one run."""
+    v = sorted(values)
+    k, odd = divmod(len(v), 2)
+    return v[k] if odd else (v[k - 1] + v[k]) / 2.0
+
+
+def _change_point_list(logs: list[float]) -> int:
+    """``change_point`` on a Python list (the same maths, statement by statement)."""
+    n = len(logs)
+    lo = max(0, n - CHANGE_WINDOW)
+    x = logs[lo:]
+    k = len(x)
+    if k < 2 + CHANGE_MIN_AFTER:
+        return 0
+    c1 = list(itertools.accumulate(x))
+    c2 = list(itertools.accumulate(v * v for v in x))
+    t1, t2 = c1[-1], c2[-1]
+    j, best = 0, math.inf
+    for split in range(2, k - CHANGE_MIN_AFTER + 1):  # left = x[:split], right = x[split:]
+        s_l, s_r = c1[split - 1], t1 - c1[split - 1]
+        q_l, q_r = c2[split - 1], t2 - c2[split - 1]
+        sse = (q_l - s_l * s_l / split) + (q_r - s_r * s_r / (k - split))
+        if sse < best:  # the first minimum, as np.argmin
+            j, best = split, sse
+    left, right = x[:j], x[j:]
+    shift = sum(right) / len(right) - sum(left) / len(left)
+    if abs(shift) < CHANGE_MIN_SHIFT:
+        return 0
+    med_l, med_r = median_list(left), median_list(right)
+    mid = 0.5 * (med_l + med_r)
+    beyond = sum(1 for v in right if v > mid) if shift > 0 else sum(1 for v in right if v < mid)
+    if beyond < max(CHANGE_MIN_AFTER, math.ceil(0.6 * len(right))):
+        return 0
+    resid = [abs(v - med_l) for v in left] + [abs(v - med_r) for v in right]
+    scale = max(MIN_SCALE, 1.4826 * median_list(resid))
+    t = abs(shift) / (scale * math.sqrt(1.0 / len(left) + 1.0 / len(right)))
+    return lo + j if t > CHANGE_T else 0
+
+
+def _own_rate_small(
+    run: Run,
+    half_life_ratio: float,
+    min_half_life: float,
+    huber_c: float,
+    warmup_excess: float,
+    follow_changes: bool,
+) -> tuple[float, float, float, int]:
+    """``own_rate`` for a run with 1..``SMALL_INTERVALS`` intervals, on Python floats.
+
+    The same maths as the numpy path, statement by statement (sums may round in
+    another order: equal to ~1e-15, not bit for bit).
+    """
+    times = run.epoch_times
+    n = len(times) - 1
+    logs, weights = [], []
+    prev_e, prev_t = times[0]
+    for e, t in times[1:]:
+        width = float(e - prev_e)
+        logs.append(math.log(max((t - prev_t) / width, 1e-9)))
+        weights.append(width)
+        prev_e, prev_t = e, t
+    if n < 3 and times[0][0] == 0:
+        logs[0] -= warmup_excess
+    if n >= 3:
+        logs, weights = logs[1:], weights[1:]
+    elif n == 2:
+        weights[0] *= 0.25
+    if follow_changes and len(logs) >= 2 + CHANGE_MIN_AFTER:
+        start = _change_point_list(logs)
+        logs, weights = logs[start:], weights[start:]  # the speed changed: the new regime
+    half_life = max(min_half_life, half_life_ratio * len(logs))
+    k = len(logs)
+    weights = [w * 0.5 ** ((k - 1 - i) / half_life) for i, w in enumerate(weights)]
+    center = _weighted_median_list(logs, weights)
+    if k >= 3:
+        mad = _weighted_median_list([abs(v - center) for v in logs], weights)
+        scale = max(MIN_SCALE, 1.4826 * mad)
+    else:
+        scale = DEFAULT_SCALE
+    for _ in range(4):  # Huber IRLS around the weighted median
+        num = den = 0.0
+        for v, wt in zip(logs, weights, strict=True):
+            resid = abs(v - center) / scale
+            w = wt * (1.0 if resid <= huber_c else huber_c / max(resid, 1e-12))
+            num += w * v
+            den += w
+        center = num / den
+    total = sum(weights)
+    n_eff = total**2 / sum(w * w for w in weights)
     return center, scale, n_eff, n
 
 

@@ -1,0 +1,231 @@
+"""The fast per-run paths of ``EtaModel.predict`` compute what the numpy paths compute.
+
+Why: ``own_rate`` on Python floats (``_own_rate_small``), the prior's design row built
+without arrays (``_design_row``) and the analogs read with ``interp`` instead of
+``np.interp`` exist only for speed (bench/predict_speed.py); a change of the maths in
+one path and not in the other must fail here. Each fast part is compared with its
+numpy reference (the array path kept in the module, or the former numpy code kept
+below as ``numpy_estimate``) on a few hundred varied runs, and whole forecasts with
+every fast part swapped for its reference: P10/P50/P90 equal to 1e-9 relative.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpu_eta.forecaster.estimators import analog as analog_mod
+from gpu_eta.forecaster.estimators import rate as rate_mod
+from gpu_eta.forecaster.estimators.analog import (
+    DEFAULT_SPREAD,
+    MIN_SPREAD,
+    AnalogEstimate,
+    AnalogEstimator,
+    interp,
+)
+from gpu_eta.forecaster.estimators.base import intervals, remaining_epochs
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.prior import PriorEstimator
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs_csv import read_runs
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_subset.csv"
+REL = 1e-9
+
+
+def close(a: float, b: float) -> bool:
+    """Equal to ``REL`` relative (exactly equal for 0 and non-finite values)."""
+    if a == b:
+        return True
+    return abs(a - b) <= REL * max(abs(a), abs(b))
+
+
+def varied_run(rng: random.Random, i: int) -> Run:
+    """A running job with what real ones show: a slow first epoch, evaluation spikes,
+    missed epoch ends (gaps), a neighbour changing the speed part-way, fractional
+    (step-derived) progress, repeated identical epochs; 1 to ~70 intervals."""
+    n = rng.choice([1, 2, 3, 4, 5, 8, 13, 21, 40, 64, 65, 70])
+    per = rng.uniform(0.5, 600.0)
+    frac = rng.random() < 0.2
+    steady = rng.random() < 0.1  # identical epochs: ties everywhere
+    shift_at = rng.randrange(n) if rng.random() < 0.4 else -1
+    shift = rng.choice([0.4, 0.6, 1.5, 2.5])
+    e, t = 0.0, 1.7e9 + rng.uniform(0, 1e6)
+    times = [(e, t)]
+    for k in range(n):
+        width = rng.choice([1.0, 1.0, 1.0, 2.0, 3.0]) * (0.37 if frac else 1.0)
+        speed = per * (shift if 0 <= shift_at <= k else 1.0)
+        d = speed if steady else speed * math.exp(rng.gauss(0, 0.05))
+        if k == 0:
+            d *= rng.choice([1.0, 1.5, 4.0])
+        if not steady and rng.random() < 0.1:
+            d *= rng.uniform(2, 5)  # evaluation / checkpoint spike
+        e, t = e + width, t + d * width
+        times.append((round(e, 6), t))
+    planned = e * rng.choice([1.05, 1.5, 3.0])
+    feats = {"job_name": f"job{i % 7}", "batch_size": float(2 ** (4 + i % 3))}
+    return Run(f"v{i}", planned, tuple(times), feats)
+
+
+RUNS = [varied_run(random.Random(seed), seed) for seed in range(400)]
+PARAMS = [
+    {},
+    {"huber_c": 1.0, "half_life_ratio": 0.5},
+    {"warmup_excess": 0.3, "min_half_life": 4.0},
+    {"follow_changes": False, "huber_c": 3.0},
+]
+
+
+@pytest.mark.parametrize("params", PARAMS)
+def test_own_rate_small_path_equals_numpy_path(monkeypatch, params):
+    fast = [rate_mod.own_rate(run, **params) for run in RUNS]
+    monkeypatch.setattr(rate_mod, "SMALL_INTERVALS", 0)  # every run through numpy
+    slow = [rate_mod.own_rate(run, **params) for run in RUNS]
+    small = 0
+    for run, a, b in zip(RUNS, fast, slow, strict=True):
+        small += len(run.epoch_times) - 1 <= 64
+        assert a[3] == b[3]
+        assert all(close(x, y) for x, y in zip(a[:3], b[:3], strict=True)), (run.run_id, a, b)
+    assert small > 300  # the fast path was the one compared
+
+
+def test_the_varied_runs_reach_every_branch_of_the_rate():
+    """The comparison above means something only if the runs exercise the branches."""
+    changed = [rate_mod.change_point(np.log(intervals(r)[0])) for r in RUNS]
+    assert sum(c > 0 for c in changed) >= 20  # a neighbour's change of speed believed
+    lengths = {len(r.epoch_times) - 1 for r in RUNS}
+    assert {1, 2, 3} <= lengths and max(lengths) > rate_mod.SMALL_INTERVALS
+
+
+def test_median_list_is_numpys_median():
+    rng = random.Random(3)
+    for n in range(1, 30):
+        values = [rng.choice([1.0, 2.0, rng.uniform(-5, 5)]) for _ in range(n)]
+        assert rate_mod.median_list(values) == float(np.median(values))
+
+
+def test_weighted_median_list_is_the_array_version():
+    rng = random.Random(4)
+    for n in range(1, 40):
+        values = [rng.choice([0.5, rng.gauss(0, 1)]) for _ in range(n)]
+        weights = [rng.uniform(0.01, 3.0) for _ in range(n)]
+        assert rate_mod._weighted_median_list(values, weights) == rate_mod.weighted_median(
+            np.array(values), np.array(weights)
+        )
+
+
+def test_interp_is_numpys_interp():
+    rng = random.Random(5)
+    for _ in range(300):
+        n = rng.randint(2, 25)
+        xp = sorted({rng.uniform(0, 1) for _ in range(n)} | {0.0})
+        fp = sorted(rng.uniform(0, 1000) for _ in xp)
+        for x in (*(rng.uniform(-0.2, 1.2) for _ in range(5)), xp[0], xp[-1], xp[len(xp) // 2]):
+            assert interp(x, tuple(xp), tuple(fp)) == float(np.interp(x, xp, fp))
+    assert math.isnan(interp(math.nan, (0.0, 1.0), (0.0, 5.0)))
+
+
+def test_design_row_is_the_design_matrix_row():
+    runs = read_runs(FIXTURE)
+    prior = PriorEstimator(random_state=0).fit(runs[:100])
+    assert prior.numeric_ and prior.levels_  # a regression with both kinds of column
+    odd = Run("odd", 3.0, ((0.0, 1.0e9),), {"batch_size": -1.0, "gpu_model": 7, "gpus": "x"})
+    for run in [*runs, odd]:
+        row = prior._design_row(run)
+        ref = prior._design([run])[0]
+        assert row.shape == ref.shape
+        assert all(close(a, b) for a, b in zip(row, ref, strict=True))
+
+
+def numpy_estimate(
+    self: AnalogEstimator, run: Run, before: float | None = None, target: float | None = None
+) -> AnalogEstimate | None:
+    """``AnalogEstimator.estimate`` as it was written with numpy (the reference)."""
+    curves = self.analogs(run, before)
+    if not curves or remaining_epochs(run) <= 0:
+        return None
+    frac = run.epochs_done / run.epochs_planned
+    spent = run.last_timestamp - run.start_timestamp
+    totals = np.array([c.total for c in curves])
+    if target is not None:
+        if frac <= 0 or spent <= 0:
+            return None
+        goal = min(1.0, target / run.epochs_planned)
+        totals = np.array([np.interp(goal, c.fractions, c.elapsed) for c in curves])
+    if frac <= 0 or spent <= 0:
+        scale = np.array([run.epochs_planned / c.planned for c in curves])
+        est_logs = np.log(totals * scale)
+        center = float(np.median(est_logs))
+    else:
+        at = np.array([np.interp(frac, c.fractions, c.elapsed) for c in curves])
+        ok = at > 0
+        if not ok.any():
+            return None
+        ratios = np.maximum((totals[ok] - at[ok]) / at[ok], 1e-9)
+        est_logs = np.log(spent * ratios)
+        center = float(np.median(est_logs))
+    if len(est_logs) >= 2:
+        spread = max(MIN_SPREAD, 1.4826 * float(np.median(np.abs(est_logs - center))))
+    else:
+        spread = DEFAULT_SPREAD
+    return AnalogEstimate(center, spread, len(est_logs))
+
+
+def cut(run: Run, keep: int, suffix: str) -> Run:
+    """``run`` running, with its first ``keep`` points."""
+    return Run(f"{run.run_id}-{suffix}", run.epochs_planned, run.epoch_times[:keep], run.features)
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[EtaModel, list[Run]]:
+    """A model fitted on the older half of the MLPerf fixture, and running jobs cut from
+    all its runs at every few points (analogs, job priors and new jobs all occur)."""
+    runs = sorted(read_runs(FIXTURE), key=lambda r: r.last_timestamp)
+    model = EtaModel(random_state=0).fit(runs[: len(runs) // 2])
+    jobs = [cut(run, keep, str(keep)) for run in runs for keep in range(1, len(run.epoch_times), 4)]
+    return model, jobs
+
+
+def test_analog_estimate_equals_numpy_reference(fitted):
+    model, jobs = fitted
+    answered = 0
+    for run in jobs:
+        targets = (None, run.epochs_done, 0.5 * run.epochs_done, run.epochs_planned)
+        for target in targets:
+            a = model.analog_.estimate(run, target=target)
+            b = numpy_estimate(model.analog_, run, target=target)
+            assert (a is None) == (b is None)
+            if a is not None:
+                answered += 1
+                assert a.n == b.n
+                assert close(a.log_remaining, b.log_remaining) and close(a.spread, b.spread)
+    assert answered > 200
+
+
+def test_whole_forecasts_equal_with_every_reference_swapped_in(fitted, monkeypatch):
+    model, jobs = fitted
+    assert len(jobs) > 300
+
+    def forecasts() -> list[tuple[float, float, float]]:
+        out = []
+        for run in jobs:
+            for now, stalled in (
+                (run.last_timestamp + 30.0, False),
+                (run.last_timestamp + 1e4, True),
+            ):
+                f = model.predict(run, now, stalled)
+                out.append((f.p10, f.p50, f.p90))
+        return out
+
+    fast = forecasts()
+    monkeypatch.setattr(rate_mod, "SMALL_INTERVALS", 0)
+    monkeypatch.setattr(PriorEstimator, "_design_row", lambda self, run: self._design([run])[0])
+    monkeypatch.setattr(analog_mod.AnalogEstimator, "estimate", numpy_estimate)
+    slow = forecasts()
+    for a, b in zip(fast, slow, strict=True):
+        assert all(close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
+    assert len({f[1] for f in fast}) > 100  # varied forecasts, not one repeated value
