@@ -632,10 +632,21 @@ class EtaModel:
                 # calibrated as the analogs alone
                 option = ANALOGS
                 calibrator = self.analogs_calibrator_
+            own = calibrator
             if calibrator is None or calibrator.n_.get(point, 0) < self.min_samples:
                 calibrator = self.calibrator_  # too few of this situation here: all of them
+
+            def quantiles(center: float, sigma: float) -> tuple[float, float, float]:
+                q = calibrator.quantiles(point, center, sigma)
+                if own is None or own is calibrator:
+                    return q
+                # neither is this situation at this point: the bounds of both (its
+                # residuals at other points, everyone's here), the centre of all
+                lo, _mid, hi = own.quantiles(point, center, sigma)
+                return min(q[0], lo), q[1], max(q[2], hi)
+
             if option == (("blend", 1.0),):
-                return raw, calibrator.quantiles(point, raw.center, raw.sigma)
+                return raw, quantiles(raw.center, raw.sigma)
             trust = None
             if found is not None and SELF_CHECK in {name for name, _w in option}:
                 trust = self._trust(self.analog_, run, None)
@@ -646,6 +657,6 @@ class EtaModel:
             # ``method`` keeps the blend's name: the published label set (prior, blend,
             # rate) is a metric contract; choice_ says which option stands behind it
             raw = dataclasses.replace(raw, center=moved.center, sigma=moved.sigma)
-            return raw, calibrator.quantiles(point, raw.center, raw.sigma)
+            return raw, quantiles(raw.center, raw.sigma)
 
         return blend_forecast(self.blend_.prior_, run, now, stalled, estimate)

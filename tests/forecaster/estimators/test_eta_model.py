@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.calibration import POINTS, Calibrator, Residual
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.base import NotFittedError
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
@@ -281,3 +281,33 @@ def test_runs_that_arrive_by_update_reach_analogs_and_job_prior() -> None:
     got = model.predict(run, run.last_timestamp)
     assert got.p10 <= 5 * 7.5 <= got.p90
     assert got.p50 == pytest.approx(5 * 8.0, rel=0.1)  # the analogs' shape and the job's speed
+
+
+def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both() -> None:
+    """Where a situation has too few replayed residuals at a point (a job's first runs
+    are rare on a cluster that repeats its jobs), the interval is the envelope of its
+    own calibration at other points and everyone's here; the P50 stays everyone's."""
+    history = job_history(60, seed=8)
+    model = EtaModel(random_state=0).fit(history)
+    run = truncate(
+        make_run(
+            "n",
+            [7.0] * 10,
+            start=history[-1].last_timestamp + 100.0,
+            job_name="brand-new",
+            batch_size=64,
+        ),
+        0.5,
+    )
+    assert model.analog_.estimate(run) is None
+    assert model.blend_.components(run).prior_level == "regression"  # situation "new"
+    model.calibrators_.pop("new", None)
+    everyone = model.predict(run, run.last_timestamp)
+    wide = [
+        Residual(0.1, 0.0, 0.04, float(a), float(i)) for i, a in enumerate(np.linspace(-1, 1, 20))
+    ]
+    model.calibrators_["new"] = Calibrator().fit(wide)  # residuals at 10 % only
+    assert model.calibrators_["new"].n_[0.5] == 0
+    both = model.predict(run, run.last_timestamp)
+    assert both.p50 == pytest.approx(everyone.p50)
+    assert both.p10 < everyone.p10 and both.p90 > everyone.p90
