@@ -235,13 +235,11 @@ def _own_rate_small(
     """
     times = run.epoch_times
     n = len(times) - 1
-    logs, weights = [], []
-    prev_e, prev_t = times[0]
-    for e, t in times[1:]:
-        width = float(e - prev_e)
-        logs.append(math.log(max((t - prev_t) / width, 1e-9)))
-        weights.append(width)
-        prev_e, prev_t = e, t
+    weights = [float(b[0] - a[0]) for a, b in itertools.pairwise(times)]
+    logs = [
+        math.log(max((b[1] - a[1]) / w, 1e-9))
+        for (a, b), w in zip(itertools.pairwise(times), weights, strict=True)
+    ]
     if n < 3 and times[0][0] == 0:
         logs[0] -= warmup_excess
     if n >= 3:
@@ -260,11 +258,13 @@ def _own_rate_small(
         scale = max(MIN_SCALE, 1.4826 * mad)
     else:
         scale = DEFAULT_SCALE
+    pairs = list(zip(logs, weights, strict=True))
     for _ in range(4):  # Huber IRLS around the weighted median
         num = den = 0.0
-        for v, wt in zip(logs, weights, strict=True):
+        for v, w in pairs:
             resid = abs(v - center) / scale
-            w = wt * (1.0 if resid <= huber_c else huber_c / max(resid, 1e-12))
+            if resid > huber_c:  # (within it the Huber weight is 1: w unchanged)
+                w *= huber_c / max(resid, 1e-12)
             num += w * v
             den += w
         center = num / den
