@@ -126,13 +126,15 @@ class PredictLinear:
             raise NotFittedError("PredictLinear.predict called before fit")
         if remaining_epochs(run) <= 0:
             return _point(0.0, self.method)
-        pts = np.asarray(run.epoch_times, dtype=float)
-        if len(pts) < 2:
+        if len(run.epoch_times) < 2:
             raise InsufficientData("predict_linear needs two samples")
         elapsed = max(0.0, now - run.start_timestamp)
         window = (
             self.window_seconds if self.window_seconds is not None else self.window_ratio * elapsed
         )
+        if len(run.epoch_times) <= SMALL_SAMPLES:
+            return self._predict_small(run, now, window)
+        pts = np.asarray(run.epoch_times, dtype=float)
         sel = pts[pts[:, 1] >= now - window]
         if len(sel) < 2:
             sel = pts[-2:]
@@ -146,6 +148,62 @@ class PredictLinear:
             raise InsufficientData("predict_linear: no progress in the window")
         at_plan = t_mean + (run.epochs_planned - e.mean()) / slope
         return _point(at_plan - now, self.method, len(sel))
+
+    def _predict_small(self, run: Run, now: float, window: float) -> Forecast:
+        """``predict`` on Python floats for a run of ≤ ``SMALL_SAMPLES`` samples.
+
+        Why: it runs for every running job in every cycle (``choice.rate_candidates``),
+        and numpy's per-call overhead on 2–20 samples was most of its cost. The same
+        arithmetic, sums in numpy's order (``numpy_sum``), so the results are equal.
+        """
+        pts = [(float(e), float(t)) for e, t in run.epoch_times]
+        sel = [p for p in pts if p[1] >= now - window]
+        if len(sel) < 2:
+            sel = pts[-2:]
+        t = [p[1] for p in sel]
+        e = [p[0] for p in sel]
+        n = len(sel)
+        t_mean = numpy_sum(t) / n
+        dt = [v - t_mean for v in t]
+        sxx = numpy_sum([d * d for d in dt])
+        if sxx <= 0:
+            raise InsufficientData("predict_linear: samples share one timestamp")
+        e_mean = numpy_sum(e) / n
+        slope = numpy_sum([d * (v - e_mean) for d, v in zip(dt, e, strict=True)]) / sxx
+        if slope <= 0:
+            raise InsufficientData("predict_linear: no progress in the window")
+        at_plan = t_mean + (run.epochs_planned - e_mean) / slope
+        return _point(at_plan - now, self.method, n)
+
+
+SMALL_SAMPLES = 64
+"""Up to this many samples ``PredictLinear`` computes on Python floats (see
+``PredictLinear._predict_small``); beyond, numpy."""
+
+
+def numpy_sum(values: Sequence[float], start: int = 0, n: int | None = None) -> float:
+    """``np.sum`` of a float64 sequence, bit for bit: numpy's pairwise summation
+    (sequential below 8 values, eight interleaved partial sums up to 128, halves
+    beyond), so a plain-float path rounds exactly as the array path does."""
+    n = len(values) - start if n is None else n
+    if n < 8:
+        res = 0.0
+        for i in range(start, start + n):
+            res += values[i]
+        return res
+    if n <= 128:
+        r = list(values[start : start + 8])
+        end = n - n % 8
+        for i in range(8, end, 8):
+            for j in range(8):
+                r[j] += values[start + i + j]
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for i in range(end, n):
+            res += values[start + i]
+        return res
+    half = n // 2
+    half -= half % 8
+    return numpy_sum(values, start, half) + numpy_sum(values, start + half, n - half)
 
 
 class HistoryMatch:

@@ -1,8 +1,9 @@
 """The fast per-run paths of ``EtaModel.predict`` compute what the numpy paths compute.
 
 Why: ``own_rate`` on Python floats (``_own_rate_small``), the prior's design row built
-without arrays (``_design_row``) and the analogs read with ``interp`` instead of
-``np.interp`` exist only for speed (bench/predict_speed.py); a change of the maths in
+without arrays (``_design_row``), the analogs read with ``interp`` instead of
+``np.interp`` and ``PredictLinear`` on Python floats (``_predict_small``, a candidate of
+every forecast) exist only for speed (bench/predict_speed.py); a change of the maths in
 one path and not in the other must fail here. Each fast part is compared with its
 numpy reference (the array path kept in the module, or the former numpy code kept
 below as ``numpy_estimate``) on a few hundred varied runs, and whole forecasts with
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from gpu_eta.forecaster.estimators import analog as analog_mod
+from gpu_eta.forecaster.estimators import baselines as baselines_mod
 from gpu_eta.forecaster.estimators import rate as rate_mod
 from gpu_eta.forecaster.estimators.analog import (
     DEFAULT_SPREAD,
@@ -27,7 +29,8 @@ from gpu_eta.forecaster.estimators.analog import (
     AnalogEstimator,
     interp,
 )
-from gpu_eta.forecaster.estimators.base import intervals, remaining_epochs
+from gpu_eta.forecaster.estimators.base import InsufficientData, intervals, remaining_epochs
+from gpu_eta.forecaster.estimators.baselines import PredictLinear, numpy_sum
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
 from gpu_eta.forecaster.runs import Run
@@ -129,6 +132,44 @@ def test_interp_is_numpys_interp():
     assert math.isnan(interp(math.nan, (0.0, 1.0), (0.0, 5.0)))
 
 
+def test_numpy_sum_is_numpys_pairwise_sum_bit_for_bit():
+    rng = random.Random(6)
+    for trial in range(1500):
+        n = rng.randint(1, 300)
+        values = [rng.uniform(1.6e9, 1.8e9) if trial % 2 else rng.gauss(0, 1) for _ in range(n)]
+        column = np.array([[0.0, v] for v in values])[:, 1]  # strided, as a run's times
+        assert numpy_sum(values) == float(np.sum(values)) == float(np.sum(column))
+
+
+def linear_answers(est: PredictLinear, runs: list[Run]) -> list[tuple[float, int] | str]:
+    """``est``'s P50 and n_obs per run at a few moments, or the refusal's message."""
+    out: list[tuple[float, int] | str] = []
+    for run in runs:
+        for wait in (0.0, 7.0, 3600.0):
+            try:
+                f = est.predict(run, run.last_timestamp + wait)
+            except InsufficientData as err:
+                out.append(str(err))
+            else:
+                out.append((f.p50, f.n_obs))
+    return out
+
+
+@pytest.mark.parametrize("window", [{}, {"window_ratio": 0.2}, {"window_seconds": 600.0}])
+def test_predict_linear_small_path_equals_numpy_path(monkeypatch, window):
+    runs = [*RUNS, *(cut(r, k, "c") for r in read_runs(FIXTURE)[:60] for k in (2, 5, 12))]
+    est = PredictLinear(**window).fit([])
+    fast = linear_answers(est, runs)
+    monkeypatch.setattr(baselines_mod, "SMALL_SAMPLES", 0)
+    slow = linear_answers(est, runs)
+    assert sum(isinstance(a, tuple) for a in fast) > 500
+    for a, b in zip(fast, slow, strict=True):
+        if isinstance(a, str) or isinstance(b, str):
+            assert a == b
+        else:
+            assert a == b  # bit for bit: the same sums in the same order
+
+
 def test_design_row_is_the_design_matrix_row():
     runs = read_runs(FIXTURE)
     prior = PriorEstimator(random_state=0).fit(runs[:100])
@@ -223,6 +264,7 @@ def test_whole_forecasts_equal_with_every_reference_swapped_in(fitted, monkeypat
 
     fast = forecasts()
     monkeypatch.setattr(rate_mod, "SMALL_INTERVALS", 0)
+    monkeypatch.setattr(baselines_mod, "SMALL_SAMPLES", 0)
     monkeypatch.setattr(PriorEstimator, "_design_row", lambda self, run: self._design([run])[0])
     monkeypatch.setattr(analog_mod.AnalogEstimator, "estimate", numpy_estimate)
     slow = forecasts()
