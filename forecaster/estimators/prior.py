@@ -368,7 +368,10 @@ class PriorEstimator:
             row.append(self.medians_[name] if math.isnan(value) else value)
         for name, levels in self.levels_.items():
             v = run.features.get(name)
-            row.extend(1.0 if v == level else 0.0 for level in levels)
+            at = len(row)
+            row.extend([0.0] * len(levels))
+            if v in levels:  # levels are distinct: one column at most is 1
+                row[at + levels.index(v)] = 1.0
         return np.array(row)
 
     def _fit_regression(self, runs: Sequence[Run], y: Sequence[float]) -> None:
