@@ -192,6 +192,9 @@ def run_forecaster(
         fit = re.search(r"model fitted on (\d+) runs in ([\d.]+)s", log_path.read_text())
         out["fit"] = (int(fit.group(1)), float(fit.group(2))) if fit else None
         out["rss_after_first"] = rss_mb(proc.pid)
+        # steady cycles: poll like a scraper, not every half second (each scrape of
+        # 100,000 series costs the service CPU its cycle would otherwise have)
+        poller.interval = args.steady_poll
         # steady cycles: one sample per completed cycle
         cycles = []
         last_ts = metric(poller.last, "gpu_eta_forecaster_last_success_timestamp_seconds")
@@ -325,6 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles", type=int, default=4)
     p.add_argument("--cycle-interval", type=float, default=20.0)
     p.add_argument("--first-timeout", type=float, default=900.0)
+    p.add_argument(
+        "--steady-poll",
+        type=float,
+        default=5.0,
+        help="seconds between scrapes of the service's /metrics during the steady cycles "
+        "(every 0.5 s during the first cycle)",
+    )
     p.add_argument("--live-exporters", type=int, default=2)
     p.add_argument("--tsdb", default="prometheus,victoriametrics")
     p.add_argument("--workdir", type=Path, help="keep files here (default: a temp dir)")

@@ -98,8 +98,10 @@ POD_INFO = (
 EPOCH_RANGE = "gpu_eta_training_epoch"
 EPOCH_END_RANGE = "gpu_eta_training_epoch_end_timestamp_seconds"
 # Runs that report only steps (a tqdm bar in the logs, max_steps trainers); sent
-# only when the instant queries found such a run.
-STEP_RANGE = "gpu_eta_training_step unless gpu_eta_training_epochs_planned"
+# only when the instant queries found such a run. ``last_over_time(…[5m])``, not the
+# bare selector: VictoriaMetrics looks back about one step in a range query, so a
+# sparsely sampled epochs_planned would exclude nothing there (Prometheus: 5 min).
+STEP_RANGE = "gpu_eta_training_step unless last_over_time(gpu_eta_training_epochs_planned[5m])"
 
 INSTANT: Mapping[str, str] = MappingProxyType(
     {
