@@ -382,10 +382,8 @@ class PriorEstimator:
         self.sigma_ = DEFAULT_LOG_SIGMA
         self.batch_slope_ = 0.0
         y_arr = np.asarray(y, dtype=float)
-        self.y_range_ = (-math.inf, math.inf)
         if len(y_arr) == 0:
             return
-        self.y_range_ = (float(np.min(y_arr)), float(np.max(y_arr)))
         center = float(np.median(y_arr))
         mad = float(np.median(np.abs(y_arr - center)))
         self.coef_ = np.array([center])
@@ -496,11 +494,6 @@ class PriorEstimator:
         x = self._design_row(run)
         hgb = getattr(self, "hgb_", None)
         mu = float(hgb.predict(x[None, :])[0]) if hgb is not None else float(x @ self.coef_)
-        # never beyond the per-epoch times the regression was fitted on: on few,
-        # varied runs a linear model extrapolates wildly (MLPerf fixture: e^273 and
-        # e^-202 s per epoch for a new job, a published P50 of 10^9 s or 2 ns)
-        lo, hi = getattr(self, "y_range_", (-math.inf, math.inf))
-        mu = min(max(mu, lo), hi)
         return PriorEstimate(mu, self.sigma_, "regression", self.n_obs_)
 
     def held_out(self, run: Run) -> PriorEstimator:
