@@ -17,9 +17,12 @@ cluster's runs (``bench/cluster_data.py``: 400 job names, many epochs each)::
     python bench/predict_speed.py --source cluster --running 1000
     python bench/predict_speed.py --profile                # + where the time goes
 
-Figures: µs per predict (the best of ``--repeat`` passes over all running jobs, so a
-burst of load on the shared machine counts less), the same for ``PredictLinear``, and
-their ratio; with ``--profile`` the cumulative time of predict's parts (cProfile).
+Figures, per pass over all running jobs: **cold** (jobs never seen: every forecast
+computed) and **steady** (the same jobs a cycle later, ``--advanced`` of them with a new
+epoch end: ``EtaModel`` reuses what it computed for an unchanged run). µs per predict
+is the best of ``--repeat`` passes (a burst of load on the shared machine counts
+less), beside ``PredictLinear`` on the same jobs and their ratio; with ``--profile``
+the cumulative time of predict's parts (cProfile, cold).
 """
 
 from __future__ import annotations
@@ -63,15 +66,33 @@ def running_copy(run: Run, keep: int, suffix: str) -> Run:
     )
 
 
-def running_jobs(pool: Sequence[Run], n: int, seed: int = SEED) -> list[Run]:
-    """``n`` running jobs cut from ``pool`` at seeded random progress points (1 point:
-    just started, … all but the last: nearly done), cycling through the pool."""
+def cut_points(pool: Sequence[Run], n: int, seed: int = SEED) -> list[tuple[Run, int]]:
+    """``n`` (run, points kept) pairs at seeded random progress (1 point: just
+    started, … all but the last: nearly done), cycling through ``pool``."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         run = pool[i % len(pool)]
-        keep = rng.randint(1, max(1, len(run.epoch_times) - 1))
-        out.append(running_copy(run, keep, str(i)))
+        out.append((run, rng.randint(1, max(1, len(run.epoch_times) - 1))))
+    return out
+
+
+def running_jobs(pool: Sequence[Run], n: int, seed: int = SEED) -> list[Run]:
+    """``n`` running jobs cut from ``pool`` (``cut_points``)."""
+    return [
+        running_copy(run, keep, str(i)) for i, (run, keep) in enumerate(cut_points(pool, n, seed))
+    ]
+
+
+def steady_jobs(cuts: Sequence[tuple[Run, int]], advanced: float, seed: int) -> list[Run]:
+    """The same jobs one cycle later: a share ``advanced`` of them (seeded) has one
+    more progress point, the others are unchanged (new ``Run`` objects, equal content,
+    as the cycle rebuilds them from the TSDB)."""
+    rng = random.Random(seed)
+    out = []
+    for i, (run, keep) in enumerate(cuts):
+        more = rng.random() < advanced and keep < len(run.epoch_times) - 1
+        out.append(running_copy(run, keep + more, str(i)))
     return out
 
 
@@ -94,15 +115,19 @@ def cluster(history: int) -> tuple[list[Run], list[Run]]:
     return runs[:history], [r for r in runs[history:] if r.completed]
 
 
-def per_call_us(fn: Callable[[Run, float], object], jobs: Sequence[Run], repeat: int) -> float:
-    """Best-of-``repeat`` µs per call of ``fn`` over all ``jobs``."""
+def per_call_us(
+    fn: Callable[[Run, float], object], passes: Sequence[Sequence[Run]], repeat: int
+) -> float:
+    """Best-of-``repeat`` µs per call of ``fn`` over each pass's jobs, the passes in
+    order (a pass: one cycle's running jobs)."""
     best = float("inf")
-    for _ in range(repeat):
+    for r in range(repeat):
+        jobs = passes[r % len(passes)]
         began = time.perf_counter()
         for run in jobs:
             fn(run, run.last_timestamp + 30.0)
         best = min(best, time.perf_counter() - began)
-    return 1e6 * best / len(jobs)
+    return 1e6 * best / len(passes[0])
 
 
 def peer(linear: PredictLinear) -> Callable[[Run, float], object]:
@@ -125,7 +150,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--running", type=int, action="append", help="running jobs (repeatable; 1000, 10000)"
     )
     parser.add_argument("--repeat", type=int, default=3, help="passes; the best is kept")
-    parser.add_argument("--profile", action="store_true", help="cProfile one pass")
+    parser.add_argument(
+        "--advanced",
+        type=float,
+        default=0.2,
+        help="share of jobs with a new epoch end from one steady cycle to the next",
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile one cold pass")
     args = parser.parse_args(argv)
     sizes = args.running or [1000, 10000]
     history, pool = (mlperf if args.source == "mlperf" else cluster)(args.history)
@@ -137,15 +168,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"source {args.source}: fitted on {len(history)} runs in {fit_s:.1f} s; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'running':>8} {'EtaModel µs':>12} {'linear µs':>10} {'ratio':>7} {'per cycle s':>12}")
+    print(
+        f"{'running':>8} {'pass':>7} {'EtaModel µs':>12} {'linear µs':>10} {'ratio':>7} "
+        f"{'per cycle s':>12}"
+    )
     for n in sizes:
-        jobs = running_jobs(pool, n)
-        model.predict(jobs[0], jobs[0].last_timestamp)  # first-call costs
-        eta = per_call_us(model.predict, jobs, args.repeat)
-        lin = per_call_us(peer(linear), jobs, args.repeat)
-        print(f"{n:>8} {eta:>12.1f} {lin:>10.1f} {eta / lin:>7.1f} {eta * n / 1e6:>12.2f}")
+        cuts = cut_points(pool, n)
+        # cold: jobs never seen (fresh run ids each repeat: nothing to reuse)
+        cold = [
+            [running_copy(run, keep, f"{r}-{i}") for i, (run, keep) in enumerate(cuts)]
+            for r in range(args.repeat)
+        ]
+        # steady: a cycle after another with the same jobs, ``--advanced`` of them with a
+        # new epoch end (a 60 s cycle, epochs of minutes)
+        first = steady_jobs(cuts, 0.0, 0)
+        steady = [steady_jobs(cuts, args.advanced, r + 1) for r in range(args.repeat)]
+        model.predict(first[0], first[0].last_timestamp)  # first-call costs
+        for label, passes in (("cold", cold), ("steady", steady)):
+            for run in first if label == "steady" else ():
+                model.predict(run, run.last_timestamp + 30.0)  # the cycle before
+            eta = per_call_us(model.predict, passes, args.repeat)
+            lin = per_call_us(peer(linear), passes, args.repeat)
+            print(
+                f"{n:>8} {label:>7} {eta:>12.1f} {lin:>10.1f} {eta / lin:>7.1f} "
+                f"{eta * n / 1e6:>12.2f}"
+            )
     if args.profile:
-        jobs = running_jobs(pool, sizes[0])
+        jobs = running_jobs(pool, sizes[0], seed=SEED + 1)
         prof = cProfile.Profile()
         prof.enable()
         for run in jobs:
