@@ -1,0 +1,159 @@
+"""``EtaModel`` reuses a run's costly parts only for the same run content and model.
+
+Why: the cycle predicts every running job each minute and most show nothing new, so
+``EtaModel.predict`` keeps each run's components, analog forecast, trust and rate
+candidates (``EtaModel._known``). A forecast from kept parts must be exactly what a
+fresh one would be: these tests compare every reuse with the forecast computed from
+scratch (the memo dropped), and check that a changed run, a changed feature,
+``update`` and a refit all recompute, and that choices changed on the fitted model
+are followed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.estimators import blend as blend_mod
+from gpu_eta.forecaster.estimators import eta_model as eta_mod
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs_csv import read_runs
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_subset.csv"
+
+
+def running(run: Run, keep: int, suffix: str = "") -> Run:
+    """A new ``Run`` object for ``run``'s first ``keep`` points (as each cycle builds)."""
+    return Run(
+        run.run_id + suffix,
+        run.epochs_planned,
+        tuple(tuple(p) for p in run.epoch_times[:keep]),
+        dict(run.features),
+    )
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[list[Run], list[Run]]:
+    runs = sorted(read_runs(FIXTURE), key=lambda r: r.last_timestamp)
+    half = len(runs) // 2
+    return runs[:half], runs[half:]
+
+
+@pytest.fixture(scope="module")
+def model(data) -> EtaModel:
+    return EtaModel(random_state=0).fit(data[0])
+
+
+def fresh(model: EtaModel, run: Run, now: float, stalled: bool = False):
+    """The forecast computed from scratch: the memo dropped first."""
+    model.__dict__.pop("_memo", None)
+    return model.predict(run, now, stalled)
+
+
+def counting_own_rate(monkeypatch) -> list[int]:
+    """Count the blend's own-rate computations (one per forecast computed)."""
+    calls = [0]
+    real = blend_mod.own_rate
+
+    def own_rate(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(blend_mod, "own_rate", own_rate)
+    return calls
+
+
+def test_an_unchanged_run_reuses_its_forecast_and_it_equals_a_fresh_one(model, data, monkeypatch):
+    jobs = [running(r, k, f"-{k}") for r in data[1] for k in (2, 5, 9) if k < len(r.epoch_times)]
+    assert len(jobs) > 100
+    model.__dict__.pop("_memo", None)
+    for run in jobs:
+        model.predict(run, run.last_timestamp + 5.0)
+    calls = counting_own_rate(monkeypatch)
+    again = [running(r, len(r.epoch_times)) for r in jobs]  # new objects, same content
+    reused = [model.predict(r, r.last_timestamp + 50.0) for r in again]
+    assert calls[0] == 0  # nothing recomputed
+    for run, got in zip(again, reused, strict=True):
+        assert got == fresh(model, run, run.last_timestamp + 50.0)
+    # stalled runs too: the memo holds the estimate, ``now`` and the stall apply after
+    for run in again[:20]:
+        model.predict(run, run.last_timestamp)
+        got = model.predict(run, run.last_timestamp + 1e4, stalled=True)
+        assert got == fresh(model, run, run.last_timestamp + 1e4, stalled=True)
+
+
+def test_a_changed_run_is_recomputed(model, data, monkeypatch):
+    base = next(r for r in data[1] if len(r.epoch_times) >= 8)
+    run = running(base, 5)
+    now = run.last_timestamp + 5.0
+    first = model.predict(run, now)
+    changes = [
+        running(base, 6),  # a new epoch end
+        dataclasses.replace(run, epochs_planned=run.epochs_planned * 2),  # a longer plan
+        dataclasses.replace(  # a feature the prior reads
+            run, features={**run.features, "batch_size": 2 * float(run.features["batch_size"])}
+        ),
+        dataclasses.replace(  # an epoch end moved, count and last point unchanged
+            run,
+            epoch_times=(
+                *run.epoch_times[:2],
+                (run.epoch_times[2][0], run.epoch_times[2][1] + 1.0),
+                *run.epoch_times[3:],
+            ),
+        ),
+    ]
+    calls = counting_own_rate(monkeypatch)
+    for changed in changes:
+        before = calls[0]
+        got = model.predict(changed, now)
+        assert calls[0] == before + 1  # computed, not reused
+        assert got == fresh(model, changed, now)
+        model.predict(run, now)  # back to the original content: recomputed too
+    assert [model.predict(c, now) for c in changes[:2]] != [first, first]
+
+
+def test_update_and_refit_start_a_new_memo(data, monkeypatch):
+    history, later = data
+    model = EtaModel(random_state=0).fit(history)
+    jobs = [running(r, 3) for r in later[:30] if len(r.epoch_times) > 3]
+    for run in jobs:
+        model.predict(run, run.last_timestamp)
+    calls = counting_own_rate(monkeypatch)
+    model.update([*history, *later[:40]])  # new analogs and job runs
+    after = [model.predict(r, r.last_timestamp) for r in jobs]
+    assert calls[0] == len(jobs)  # every one recomputed
+    assert after == [fresh(model, r, r.last_timestamp) for r in jobs]
+    model.fit(history)  # a refit of the same object
+    calls[0] = 0
+    for run in jobs:
+        model.predict(run, run.last_timestamp)
+    assert calls[0] == len(jobs)
+
+
+def test_choices_changed_after_the_fit_are_followed(model, data):
+    run = running(next(r for r in data[1] if len(r.epoch_times) >= 8), 5)
+    now = run.last_timestamp
+    first = model.predict(run, now)
+    saved = dict(model.choice_), dict(model.weights_)
+    try:
+        for name in model.choice_:
+            model.choice_[name] = {p: (("linear", 1.0),) for p in model.choice_[name]}
+        model.weights_ = {p: (1.0, 0.8, 1000.0) for p in model.weights_}
+        changed = model.predict(run, now)
+        assert changed != first
+        assert changed == fresh(model, run, now)
+    finally:
+        model.choice_.update(saved[0])
+        model.weights_ = saved[1]
+    assert model.predict(run, now) == first
+
+
+def test_the_memo_is_bounded(model, data, monkeypatch):
+    monkeypatch.setattr(eta_mod, "MEMO_MAX", 5)
+    model.__dict__.pop("_memo", None)
+    for i, r in enumerate(data[1][:20]):
+        model.predict(dataclasses.replace(running(r, 2), run_id=f"m{i}"), r.epoch_times[1][1])
+    assert len(model.__dict__["_memo"][1]) <= 5
