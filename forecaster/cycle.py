@@ -95,7 +95,8 @@ class Cycle:
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
 
-        The cyclic garbage collector is paused meanwhile (``gc_paused``).
+        The cyclic garbage collector is paused meanwhile (``gc_paused``), except
+        during a model fit (``gc_running``).
         """
         with gc_paused():
             return self._run()
@@ -127,7 +128,8 @@ class Cycle:
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).
-        model = self._fitted(now)
+        with gc_running():  # a fit's temporaries may hold cycles around large arrays
+            model = self._fitted(now)
         # done and present are disjoint, and finish() only removes: what is still
         # running and present is the list read above, filtered.
         running = [r for r in stored_running if run_key(r.run) in view.present]
@@ -328,6 +330,23 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@contextlib.contextmanager
+def gc_running() -> Iterator[None]:
+    """The collector on for the block (inside ``gc_paused``), then as it was.
+
+    Why: a fit builds large arrays that reference cycles can keep alive (model and
+    results objects pointing at each other); collected as usual, they do not add to
+    the cycle's peak memory.
+    """
+    was_enabled = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        if not was_enabled:
+            gc.disable()
 
 
 def fit_in_child(

@@ -539,10 +539,19 @@ def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> 
             seen.append(gc.isenabled())
             return super().instant(query, at)
 
+    class FitProbe(StandInModel):
+        def fit(self, history):
+            seen_fit.append(gc.isenabled())
+            return super().fit(history)
+
+    seen_fit: list[bool] = []
     assert gc.isenabled()
     client = Probe(job("a", 10, [(1, NOW - 10)], NOW - 100))
-    make_cycle(client, store).run()
+    cycle = make_cycle(client, store)
+    cycle.model_factory = FitProbe
+    cycle.run()
     assert seen and not any(seen) and gc.isenabled()
+    assert seen_fit == [True]  # the fit runs with the collector on
     client.fail = True
     with pytest.raises(PromAPIError):
         make_cycle(client, store).run()
