@@ -46,12 +46,11 @@ from gpu_eta.launch.processes import LaunchError, spawn, wait_http
 from gpu_eta.launch.prometheus import (
     PrometheusServer,
     ScrapeJob,
-    backfill,
     free_port,
     start_prometheus,
     stop_process,
 )
-from gpu_eta.launch.victoria import import_blocks, start_victoriametrics, start_vmalert
+from gpu_eta.launch.victoria import import_openmetrics, start_victoriametrics, start_vmalert
 from gpu_eta.simulation import ksm
 from gpu_eta.simulation.backfill import (
     render_runs_csv,
@@ -453,7 +452,7 @@ class Stack:
         port: int,
     ) -> None:
         """VictoriaMetrics in Prometheus' place: it scrapes the same jobs, holds the same
-        backfilled history (promtool blocks copied in with vmctl), and vmalert evaluates
+        backfilled history (the same OpenMetrics files, through its import API), and vmalert evaluates
         the same rules and sends the alerts to the same Alertmanager."""
         cfg = self.config
         t0 = time.monotonic()
@@ -467,10 +466,7 @@ class Stack:
                 preexec_fn=_die_with_parent,
             )
             if history_files:
-                blocks = self.workdir / "blocks"
-                for path in history_files:
-                    backfill(path, blocks)
-                import_blocks(blocks, self.prometheus.url)
+                import_openmetrics(history_files, self.prometheus.url)
         except Exception as err:
             raise StackError(f"VictoriaMetrics did not start: {err}") from err
         self.say(f"VictoriaMetrics ready in {time.monotonic() - t0:.1f}s (history imported)")

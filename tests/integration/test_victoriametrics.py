@@ -4,8 +4,9 @@ The forecaster, ``top``, every dashboard panel and every alert rule expression a
 run against a real single-node VictoriaMetrics (Debian ``victoria-metrics``) holding
 the same data the Prometheus tests use: the contract-shaped series of
 ``test_dashboards_live`` and the backfilled history of ``test_forecaster_prometheus``,
-written to TSDB blocks by promtool and copied in with ``vmctl prometheus``
-(``gpu_eta.launch.victoria.import_blocks``); and, live, VictoriaMetrics scraping a real
+loaded through VictoriaMetrics' import API
+(``gpu_eta.launch.victoria.import_openmetrics``; Debian's ``vmctl prometheus`` drops
+samples in about one import in three); and, live, VictoriaMetrics scraping a real
 exporter and the real forecaster through ``-promscrape.config`` while the
 forecaster reads from it.
 """
@@ -13,6 +14,7 @@ forecaster reads from it.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -20,14 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 import tests.integration.test_dashboards_live as live
 import tests.integration.test_demo as demo_tests
 import tests.integration.test_forecaster_prometheus as fp
 from gpu_eta.demo.stack import Stack, StackConfig
 from gpu_eta.launch.processes import start_http, stop_process
-from gpu_eta.launch.prometheus import ScrapeJob, backfill, free_port
-from gpu_eta.launch.victoria import VictoriaServer, import_blocks, start_victoriametrics
+from gpu_eta.launch.prometheus import ScrapeJob, free_port
+from gpu_eta.launch.victoria import VictoriaServer, import_openmetrics, start_victoriametrics
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig
 from tests.integration.helpers import ROOT, wait_until
 
@@ -35,17 +38,59 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def loaded_victoria(om: Path, work: Path, jobs=(), **kwargs) -> VictoriaServer:
-    """A VictoriaMetrics holding ``om`` (OpenMetrics), through promtool blocks and vmctl."""
-    backfill(om, work / "blocks")
+    """A VictoriaMetrics holding ``om`` (OpenMetrics), through its import API, with
+    every series of the file searchable."""
     vm = start_victoriametrics(list(jobs), data_dir=work / "vm", **kwargs)
     try:
-        import_blocks(work / "blocks", vm.url)
-        # rows become searchable about a second after an import
-        wait_until(lambda: vm.query("count({__name__=~'gpu_eta_.+'})"), 30, what="imported series")
+        import_openmetrics([om], vm.url)
+        n, samples, first, last = om_series(om)
+        assert samples_in(vm.url, first, last) == samples, "imported samples missing"
+        assert searchable(vm.url, first, last) == n, "imported series missing"
     except BaseException:
         vm.stop()
         raise
     return vm
+
+
+def om_series(om: Path) -> tuple[int, int, float, float]:
+    """Series and samples a query can see in an OpenMetrics file (NaN values are not
+    returned by VictoriaMetrics), and the first and last sample time (every sample line
+    has a timestamp)."""
+    keys: set[str] = set()
+    samples = 0
+    first, last = math.inf, -math.inf
+    for line in om.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, value, ts = line.rsplit(" ", 2)
+        if math.isnan(float(value)):
+            continue
+        keys.add(key)
+        samples += 1
+        first, last = min(first, float(ts)), max(last, float(ts))
+    return len(keys), samples, first, last
+
+
+def _count(url: str, expr: str, first: float, last: float) -> int:
+    span = int(last - first) + 2
+    resp = requests.get(
+        f"{url}/api/v1/query",
+        params={"query": expr.format(span=span), "time": f"{last + 1:.3f}", "nocache": "1"},
+        timeout=30,
+    )
+    resp.raise_for_status()
+    result = resp.json()["data"]["result"]
+    return int(float(result[0]["value"][1])) if result else 0
+
+
+def searchable(url: str, first: float, last: float) -> int:
+    """Series VictoriaMetrics finds with a sample in ``[first, last]``."""
+    return _count(url, 'count(last_over_time({{__name__=~".+"}}[{span}s]))', first, last)
+
+
+def samples_in(url: str, first: float, last: float) -> int:
+    """Samples VictoriaMetrics holds in ``[first, last]``."""
+    return _count(url, 'sum(count_over_time({{__name__=~".+"}}[{span}s]))', first, last)
 
 
 @pytest.fixture
@@ -97,22 +142,8 @@ def test_alert_rules_give_the_same_firing_set(contract_victoria: live.PromAt) ->
 
 
 def test_cycle_reconstructs_runs_from_real_answers(backfill_history, tmp_path, victoria_factory):
-    """The forecaster's in-process cycle on VictoriaMetrics' answers: same runs, same epochs.
-
-    Up to three fresh servers: in about one cycle in ten right after a bulk import,
-    VictoriaMetrics 1.79 leaves one or two runs out of the ``last_over_time`` answer
-    for their start time (the run is skipped that cycle as ``invalid_start`` and
-    comes back the next). A cycle that never reconstructs the runs still fails.
-    """
-    for attempt in range(3):
-        work = tmp_path / f"try{attempt}"
-        work.mkdir()
-        try:
-            fp.check_cycle_reconstruction(backfill_history, work, victoria_factory)
-            return
-        except (KeyError, AssertionError):
-            if attempt == 2:
-                raise
+    """The forecaster's in-process cycle on VictoriaMetrics' answers: same runs, same epochs."""
+    fp.check_cycle_reconstruction(backfill_history, tmp_path, victoria_factory)
 
 
 @pytest.fixture
