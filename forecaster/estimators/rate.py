@@ -27,7 +27,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from gpu_eta.forecaster.runs import Run
 MIN_SCALE = 0.03
 MAX_INTERVALS = 2000
 DEFAULT_SCALE = 0.15
+L = TypeVar("L", np.ndarray, list[float])
 SMALL_INTERVALS = 64
 """Up to this many intervals ``own_rate`` runs on Python floats (``_own_rate_small``):
 numpy's per-call overhead (~1 µs × ~40 calls) dominated the arithmetic on a typical
@@ -82,10 +84,8 @@ def change_point(logs: np.ndarray) -> int:
     it and three in five of them beyond the midpoint of the two medians. Weights play no part in the
     split (a gap is one interval); the estimate after it still uses them.
     """
-    n = len(logs)
-    lo = max(0, n - CHANGE_WINDOW)
-    x = logs[lo:]
-    k = len(x)
+    lo = max(0, len(logs) - CHANGE_WINDOW)
+    x, k = logs[lo:], len(logs) - lo
     if k < 2 + CHANGE_MIN_AFTER:
         return 0
     c1 = np.cumsum(x)
@@ -141,15 +141,7 @@ def own_rate(
     per_epoch, width, _ends = intervals(run)
     logs = np.log(np.maximum(per_epoch, 1e-9))
     weights = width.astype(float).copy()
-    if n < 3 and run.epoch_times[0][0] == 0:
-        logs[0] -= warmup_excess
-    if n >= 3:
-        logs, weights = logs[1:], weights[1:]
-    elif n == 2:
-        weights[0] *= 0.25
-    if follow_changes and len(logs) >= 2 + CHANGE_MIN_AFTER:
-        start = change_point(logs)
-        logs, weights = logs[start:], weights[start:]  # the speed changed: the new regime
+    logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, change_point)
     half_life = max(min_half_life, half_life_ratio * len(logs))
     if len(logs) > MAX_INTERVALS:  # step-level runs: the oldest weigh < 1/16 anyway
         logs, weights = logs[-MAX_INTERVALS:], weights[-MAX_INTERVALS:]
@@ -171,6 +163,31 @@ def own_rate(
     return center, scale, n_eff, n
 
 
+def _regime(
+    logs: L,
+    weights: L,
+    run: Run,
+    warmup_excess: float,
+    follow_changes: bool,
+    change: Callable[[L], int],
+) -> tuple[L, L]:
+    """The intervals ``own_rate`` weighs (log times and widths; arrays or lists alike):
+    the warm-up taken off a kept first interval, the first dropped from three on (a
+    quarter of its weight with two), and only the last regime after a change of speed.
+    One place for both of ``own_rate``'s paths."""
+    n = len(logs)
+    if n < 3 and run.epoch_times[0][0] == 0:
+        logs[0] -= warmup_excess
+    if n >= 3:
+        logs, weights = logs[1:], weights[1:]
+    elif n == 2:
+        weights[0] *= 0.25
+    if follow_changes and len(logs) >= 2 + CHANGE_MIN_AFTER:
+        start = change(logs)
+        logs, weights = logs[start:], weights[start:]  # the speed changed: the new regime
+    return logs, weights
+
+
 def _weighted_median_list(values: list[float], weights: list[float]) -> float:
     """``weighted_median`` on Python lists (same result: ascending order, the first
     cumulative weight reaching half, cumulated left to right as ``np.cumsum`` does)."""
@@ -189,10 +206,8 @@ def median_list(values: Sequence[float]) -> float:
 
 def _change_point_list(logs: list[float]) -> int:
     """``change_point`` on a Python list (the same maths, statement by statement)."""
-    n = len(logs)
-    lo = max(0, n - CHANGE_WINDOW)
-    x = logs[lo:]
-    k = len(x)
+    lo = max(0, len(logs) - CHANGE_WINDOW)
+    x, k = logs[lo:], len(logs) - lo
     if k < 2 + CHANGE_MIN_AFTER:
         return 0
     c1 = list(itertools.accumulate(x))
@@ -240,15 +255,7 @@ def _own_rate_small(
         math.log(max((b[1] - a[1]) / w, 1e-9))
         for (a, b), w in zip(itertools.pairwise(times), weights, strict=True)
     ]
-    if n < 3 and times[0][0] == 0:
-        logs[0] -= warmup_excess
-    if n >= 3:
-        logs, weights = logs[1:], weights[1:]
-    elif n == 2:
-        weights[0] *= 0.25
-    if follow_changes and len(logs) >= 2 + CHANGE_MIN_AFTER:
-        start = _change_point_list(logs)
-        logs, weights = logs[start:], weights[start:]  # the speed changed: the new regime
+    logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, _change_point_list)
     half_life = max(min_half_life, half_life_ratio * len(logs))
     k = len(logs)
     weights = [w * 0.5 ** ((k - 1 - i) / half_life) for i, w in enumerate(weights)]
