@@ -84,6 +84,7 @@ class Cycle:
         self._model_version = -1
         self._last_fit = -math.inf
         self._refit_thread: threading.Thread | None = None
+        self._learned_version = -1  # store version the model has learned up to (fit or update)
         self._pending: tuple[Model, int] | None = None
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback.
@@ -255,7 +256,27 @@ class Cycle:
                 self._refit_job(history, version)
                 self._swap_refit()
         assert self.model is not None
+        if self.store.version != self._learned_version:
+            self._learn_since_fit()
         return self.model
+
+    def _learn_since_fit(self) -> None:
+        """Hand runs that finished since the model's fit to its ``update`` (if it has one).
+
+        Why: a configuration is often re-run right after its previous run ends, and that
+        run is its best analog; waiting for the next refit (``refit_seconds``) would
+        forecast the re-run without it. ``update`` reads only the runs appended after
+        what ``fit`` saw (``history.finished`` keeps that order); the regression, weights
+        and calibration wait for the refit. A failed update keeps the model as it was.
+        """
+        update = getattr(self.model, "update", None)
+        self._learned_version = self.store.version
+        if update is None:
+            return
+        try:
+            update(self._history())
+        except Exception as err:  # the model keeps forecasting from its fit
+            log.warning("model update with newly finished runs failed: %s", err)
 
     def _history(self) -> list[Run]:
         """The finished runs the model fits on: the most recent ``fit_runs`` (0: all)."""
@@ -308,6 +329,7 @@ class Cycle:
     def _install(self, model: Model, version: int) -> None:
         self.model = model
         self._model_version = version
+        self._learned_version = version
 
 
 LAST_QUERY_KEY = "last_query_timestamp"

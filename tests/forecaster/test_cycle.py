@@ -230,6 +230,33 @@ def test_refit_only_when_history_changed_and_period_passed(store: HistoryStore) 
     assert StandInModel.fits == [1, 2]  # period passed but nothing changed
 
 
+class _LearningModel(StandInModel):
+    """Records the history lengths ``update`` was given."""
+
+    updates: ClassVar[list[int]] = []
+
+    def update(self, history: Sequence[Run]) -> None:
+        _LearningModel.updates.append(len(history))
+
+
+def test_runs_finished_between_refits_reach_the_model_by_update(store: HistoryStore) -> None:
+    _LearningModel.updates = []
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100, present=False))
+    cycle = make_cycle(client, store, clock=lambda: t[0], refit_seconds=600)
+    cycle.model_factory = _LearningModel
+    cycle.run()
+    assert StandInModel.fits == [1] and _LearningModel.updates == []  # the fit saw "a"
+    client.answers = job("b", 10, [(1, NOW - 10)], NOW - 100, present=False)
+    t[0] += 60
+    cycle.run()
+    assert StandInModel.fits == [1]  # no refit yet (the period has not passed) ...
+    assert _LearningModel.updates == [2]  # ... but "b" reached the model
+    t[0] += 60
+    cycle.run()
+    assert _LearningModel.updates == [2]  # nothing new, no update
+
+
 def test_the_fit_sees_only_the_most_recent_fit_runs(store: HistoryStore) -> None:
     """``fit_runs`` bounds what the model is fitted on (memory and fit time at scale)."""
     runs = [
