@@ -94,7 +94,11 @@ POWERS = {"analog": 1.0}
 """Per situation, the power of sigma that is the unit of its residuals (default
 ``sigma_power``, 0.5). Analogs: 1, the usual studentised score, because their spread
 is a measured dispersion of this configuration's own runs (see ``analog.py``)."""
-MEMO_MAX = 100_000  # runs whose costly parts are kept (one per running job; ``EtaModel._known``)
+MEMO_MAX = 50_000
+"""Runs whose costly parts ``EtaModel._known`` keeps (one entry per running job; runs
+that ended linger until the next fit). About 2.5 KB each on MLPerf-sized runs (1.5 KB
+of parts, plus the epoch ends the entry still holds once the cycle's ``Run`` objects
+are rebuilt): 25 MB at 10,000 running jobs, ≤ ~125 MB before it is cleared."""
 T = TypeVar("T")
 MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full sample
 
