@@ -72,6 +72,7 @@ from gpu_eta.forecaster.estimators.choice import (
     rate_candidates,
     situation,
 )
+from gpu_eta.forecaster.estimators.prior import NUMERIC_RAW, group_key
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.estimators.selfcheck import Cut, analog_trust
 from gpu_eta.forecaster.forecast import Forecast
@@ -684,7 +685,8 @@ class EtaModel:
         cost and depend only on the run's content and the fitted blend and analogs;
         the choices made with them (weights, option, calibration) are made again each
         time, so they follow any change of those. Safe by construction: kept parts are
-        reused only for the run's whole content equal (epoch ends, plan, features),
+        reused only for the run's whole content equal (epoch ends, plan, features; the
+        utilisation means, which drift every cycle, only where the regression reads them),
         the same fitted ``blend_`` and ``analog_`` and their history lengths
         (``update`` adds analogs and job runs: a new memo). One entry per run (a
         changed run replaces its entry); at most ``MEMO_MAX`` entries, then cleared.
@@ -702,7 +704,12 @@ class EtaModel:
             memo = self.__dict__["_memo"] = (state, {})
         entries = memo[1]
         who = (run.run_id, run.namespace, run.pod, run.container)
-        content = (run.epochs_planned, run.epoch_times, tuple(run.features.items()))
+        features = run.features
+        if group_key(run) in self.blend_.prior_.groups_:
+            # a job prior: nothing kept reads the utilisation means (only the pooled
+            # regression does, for a run without one), and they drift every cycle
+            features = {k: v for k, v in features.items() if k not in NUMERIC_RAW}
+        content = (run.epochs_planned, run.epoch_times, tuple(features.items()))
         hit = entries.get(who)
         if hit is not None and hit[0] == content:
             return hit[1]

@@ -21,6 +21,7 @@ from gpu_eta.forecaster.estimators import eta_model as eta_mod
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs
+from tests.forecaster.estimators.runs_factory import make_run
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_subset.csv"
 
@@ -149,6 +150,42 @@ def test_choices_changed_after_the_fit_are_followed(model, data):
         model.choice_.update(saved[0])
         model.weights_ = saved[1]
     assert model.predict(run, now) == first
+
+
+def test_drifting_utilisation_recomputes_only_where_the_regression_reads_it(monkeypatch):
+    """The cycle's utilisation means drift every minute: a run with a job prior keeps
+    its parts (nothing kept reads them), a new job's regression prior is recomputed."""
+    start = 1_700_000_000.0
+    history = [
+        make_run(
+            f"h{i}",
+            [10.0 * (1 + i % 3) * (1 + 2.0 * (0.2 + 0.013 * i))] * 6,
+            start=start + 1000.0 * i,
+            job_name=f"job{i % 3}",
+            batch_size=64.0,
+            gpu_utilization_ratio=0.2 + 0.013 * i,
+        )
+        for i in range(60)
+    ]
+    model = EtaModel(random_state=0).fit(history)
+    assert "gpu_utilization_ratio" in model.blend_.prior_.numeric_  # the regression reads it
+    later = start + 1e5
+    known = make_run("k", [10.0] * 3, planned=6.0, start=later, job_name="job0", batch_size=64.0)
+    new = make_run("n", [10.0] * 3, planned=6.0, start=later, job_name="brand-new", batch_size=64.0)
+    calls = counting_own_rate(monkeypatch)
+    for run, recomputed in ((known, False), (new, True)):
+        now = run.last_timestamp
+        a = dataclasses.replace(run, features={**run.features, "gpu_utilization_ratio": 0.3})
+        b = dataclasses.replace(run, features={**run.features, "gpu_utilization_ratio": 0.9})
+        model.predict(a, now)
+        before = calls[0]
+        got = model.predict(b, now)
+        assert calls[0] == before + recomputed
+        assert got == fresh(model, b, now)
+        # what the memo relies on: with a job prior the utilisation changes no part
+        parts_a, parts_b = model.blend_.components(a), model.blend_.components(b)
+        assert (parts_a == parts_b) is not recomputed
+        assert model.analog_.estimate(a) == model.analog_.estimate(b)
 
 
 def test_the_memo_is_bounded(model, data, monkeypatch):
