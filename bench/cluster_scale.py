@@ -6,8 +6,9 @@ What runs (all real processes on loopback):
   notebooks holding GPUs (half of them idle), ``--minutes`` up to now and
   ``--ahead`` minutes beyond (so the data is still "now" when the cycles run after a
   setup of minutes), written by ``bench/cluster_data.py`` and backfilled with
-  ``promtool tsdb create-blocks-from openmetrics`` into a real Prometheus, and copied
-  from those blocks into a real VictoriaMetrics with ``vmctl prometheus``;
+  ``promtool tsdb create-blocks-from openmetrics`` into a real Prometheus, and the
+  same file loaded into a real VictoriaMetrics through its import API
+  (``launch.victoria.import_openmetrics``; Debian's vmctl drops samples);
 * ``--live-exporters`` real ``python -m gpu_eta.exporter --simulate`` processes on top,
   scraped by both servers, and Prometheus evaluating the shipped rules;
 * a history store of ``--history`` finished runs (1,000,000 by default, 60 days);
@@ -54,7 +55,7 @@ from gpu_eta.forecaster import kube_state, queries  # noqa: E402
 from gpu_eta.forecaster.history import HistoryStore  # noqa: E402
 from gpu_eta.launch.processes import start_http, stop_process  # noqa: E402
 from gpu_eta.launch.prometheus import ScrapeJob, free_port, promtool, start_prometheus  # noqa: E402
-from gpu_eta.launch.victoria import import_blocks, start_victoriametrics  # noqa: E402
+from gpu_eta.launch.victoria import import_openmetrics, start_victoriametrics  # noqa: E402
 
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
 TARGETS = {"cycle": 5.0, "queries": 20, "tsdb": 2.0, "rss_mb": 1024.0, "first_fit": 60.0}
@@ -453,10 +454,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
             else:
                 server = start_victoriametrics(jobs, data_dir=work / "vm", scrape_interval="15s")
-                import_blocks(blocks, server.url)
-                time.sleep(2)  # VictoriaMetrics makes fresh rows searchable within ~1 s
+                import_openmetrics([om], server.url)
                 print(
-                    f"setup: vmctl import into VictoriaMetrics in {time.perf_counter() - t:.0f}s",
+                    f"setup: import into VictoriaMetrics in {time.perf_counter() - t:.0f}s",
                     flush=True,
                 )
             try:
