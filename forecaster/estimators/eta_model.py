@@ -51,7 +51,7 @@ from gpu_eta.forecaster.calibration import (
     tails,
 )
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
+from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator, identity
 from gpu_eta.forecaster.estimators.base import NotFittedError
 from gpu_eta.forecaster.estimators.blend import (
     BlendEstimator,
@@ -687,34 +687,39 @@ class EtaModel:
         time, so they follow any change of those. Safe by construction: kept parts are
         reused only for the run's whole content equal (epoch ends, plan, features; the
         utilisation means, which drift every cycle, only where the regression reads them),
-        the same fitted ``blend_`` and ``analog_`` and their history lengths
-        (``update`` adds analogs and job runs: a new memo). One entry per run (a
-        changed run replaces its entry); at most ``MEMO_MAX`` entries, then cleared.
+        the same fitted ``blend_`` and ``analog_``, and the same analogs and job group
+        of this run (``update`` replaces those of the runs that finished: only runs of
+        the same configuration or job are recomputed). One entry per run (a changed
+        run replaces its entry); at most ``MEMO_MAX`` entries, then cleared.
         """
-        # the fitted parts themselves (held, so a refit's new parts cannot reuse their
-        # ids) and the history lengths ``update`` grows
-        state = (self.blend_, self.analog_, self.analog_.n_history_, self.blend_.prior_.n_history_)
+        # the fitted parts themselves (held, so a refit's new parts cannot reuse their ids)
+        state = (self.blend_, self.analog_)
         memo = self.__dict__.get("_memo")
         if (
             memo is None
-            or any(a is not b for a, b in zip(memo[0][:2], state[:2], strict=True))
-            or memo[0][2:] != state[2:]
+            or memo[0][0] is not state[0]
+            or memo[0][1] is not state[1]
             or len(memo[1]) >= MEMO_MAX
         ):
             memo = self.__dict__["_memo"] = (state, {})
         entries = memo[1]
         who = (run.run_id, run.namespace, run.pod, run.container)
+        prior = self.blend_.prior_
+        job = prior.groups_.get(group_key(run))
         features = run.features
-        if group_key(run) in self.blend_.prior_.groups_:
+        if job is not None:
             # a job prior: nothing kept reads the utilisation means (only the pooled
             # regression does, for a run without one), and they drift every cycle
             features = {k: v for k, v in features.items() if k not in NUMERIC_RAW}
         content = (run.epochs_planned, run.epoch_times, tuple(features.items()))
+        # what ``update`` changes for this run: its analogs and its job group (both
+        # replaced by new objects when a run of theirs finishes; compared by identity)
+        analogs = self.analog_.groups_.get(identity(run) or ())
         hit = entries.get(who)
-        if hit is not None and hit[0] == content:
-            return hit[1]
+        if hit is not None and hit[0] == content and hit[1] is analogs and hit[2] is job:
+            return hit[3]
         known: dict = {}
-        entries[who] = (content, known)
+        entries[who] = (content, analogs, job, known)
         return known
 
 

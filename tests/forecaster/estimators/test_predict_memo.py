@@ -5,8 +5,8 @@ Why: the cycle predicts every running job each minute and most show nothing new,
 candidates (``EtaModel._known``). A forecast from kept parts must be exactly what a
 fresh one would be: these tests compare every reuse with the forecast computed from
 scratch (the memo dropped), and check that a changed run, a changed feature,
-``update`` and a refit all recompute, and that choices changed on the fitted model
-are followed.
+``update`` (for the runs it concerns) and a refit recompute, and that choices changed
+on the fitted model are followed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import pytest
 
 from gpu_eta.forecaster.estimators import blend as blend_mod
 from gpu_eta.forecaster.estimators import eta_model as eta_mod
+from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.prior import group_key
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs
 from tests.forecaster.estimators.runs_factory import make_run
@@ -116,18 +118,25 @@ def test_a_changed_run_is_recomputed(model, data, monkeypatch):
     assert [model.predict(c, now) for c in changes[:2]] != [first, first]
 
 
-def test_update_and_refit_start_a_new_memo(data, monkeypatch):
+def test_update_recomputes_the_runs_it_concerns_and_a_refit_all(data, monkeypatch):
+    """``update`` (the live cycle calls it whenever a run finished) gives new analogs
+    and job runs to some configurations: exactly their running jobs are recomputed."""
     history, later = data
     model = EtaModel(random_state=0).fit(history)
-    jobs = [running(r, 3) for r in later[:30] if len(r.epoch_times) > 3]
+    jobs = [running(r, 3) for r in later[40:] if len(r.epoch_times) > 3]
     for run in jobs:
         model.predict(run, run.last_timestamp)
+    finished = later[:40]
+    concerned = {identity(r) for r in finished} - {None}
+    groups = {group_key(r) for r in finished} - {""}
+    expected = sum(identity(r) in concerned or group_key(r) in groups for r in jobs)
+    assert 0 < expected < len(jobs)  # some jobs concerned, some not
     calls = counting_own_rate(monkeypatch)
-    model.update([*history, *later[:40]])  # new analogs and job runs
+    model.update([*history, *finished])
     after = [model.predict(r, r.last_timestamp) for r in jobs]
-    assert calls[0] == len(jobs)  # every one recomputed
+    assert calls[0] == expected
     assert after == [fresh(model, r, r.last_timestamp) for r in jobs]
-    model.fit(history)  # a refit of the same object
+    model.fit(history)  # a refit of the same object: everything again
     calls[0] = 0
     for run in jobs:
         model.predict(run, run.last_timestamp)
