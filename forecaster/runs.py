@@ -49,6 +49,28 @@ class Run:
     pod: str = ""
     container: str = ""
 
+    def __reduce__(self) -> tuple:
+        """Pickle with the features as a plain dict, restored read-only.
+
+        Why: the service's background refit sends the fitted model back from a child
+        process by pickle, and a model keeps runs (regression rows, the predict memo);
+        runs read from the history file carry ``MappingProxyType`` features, which
+        pickle refuses, so every refit failed and the first model stayed for good.
+        """
+        return (
+            _unpickle_run,
+            (
+                self.run_id,
+                self.epochs_planned,
+                self.epoch_times,
+                dict(self.features),
+                self.completed,
+                self.namespace,
+                self.pod,
+                self.container,
+            ),
+        )
+
     @property
     def start_timestamp(self) -> float:
         """When the run started (epoch 0)."""
@@ -70,6 +92,29 @@ class Run:
         if self.epochs_planned <= 0:
             return 0.0
         return min(1.0, self.epochs_done / self.epochs_planned)
+
+
+def _unpickle_run(
+    run_id: str,
+    epochs_planned: float,
+    epoch_times: tuple[tuple[float, float], ...],
+    features: dict[str, Feature],
+    completed: bool | None,
+    namespace: str,
+    pod: str,
+    container: str,
+) -> Run:
+    """``Run.__reduce__``'s other half: the features read-only again."""
+    return Run(
+        run_id,
+        epochs_planned,
+        epoch_times,
+        MappingProxyType(features) if features else _NO_FEATURES,
+        completed,
+        namespace,
+        pod,
+        container,
+    )
 
 
 def validate_run(run: Run) -> Run:
