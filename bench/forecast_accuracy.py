@@ -325,10 +325,12 @@ class CorpusResult:
     seconds: float
     refits: int
 
-    def rows(self, with_history: bool = False) -> list[Row]:
+    def rows(self, with_history: bool = False, new_only: bool = False) -> list[Row]:
         chosen = (
             [s for s in self.scored if s.earlier_same_identity >= 1]
             if with_history
+            else [s for s in self.scored if s.earlier_same_identity == 0]
+            if new_only
             else self.scored
         )
         return score_rows(chosen)
@@ -461,6 +463,7 @@ def as_json(results: Sequence[CorpusResult]) -> dict:
             "refits": res.refits,
             "all": rows(res.rows()),
             "with_history": rows(res.rows(with_history=True)),
+            "new_identity": rows(res.rows(new_only=True)),
         }
         for res in results
     }

@@ -13,13 +13,22 @@ much weaker. A cluster re-runs the same jobs, so the most specific evidence wins
    ``within_job_sigma`` parameter until enough repeats exist) when it has few runs.
 2. **Pooled regression** otherwise: a robust (Huber) linear model, statsmodels
    ``RLM`` (or, with ``pooled="hgb"`` and ≥ 200 runs, scikit-learn's
-   ``HistGradientBoostingRegressor`` with absolute loss on the same inputs), of log seconds per epoch on log batch size, log planned epochs, log GPUs,
-   mean GPU and host-memory utilisation, and one-hot GPU model, framework and
-   namespace (top levels). Missing numbers are imputed with the training median.
-   A ``ConvergenceWarning`` is kept (``converged_``/``warnings_``), never raised.
+   ``HistGradientBoostingRegressor`` with absolute loss on the same inputs), of log
+   seconds **for the whole run** (per-epoch time × planned progress) on log batch
+   size, log GPUs, mean GPU and host-memory utilisation, and one-hot GPU model,
+   framework, namespace and job name (top levels); divided by the run's planned
+   progress it gives the per-epoch time the other levels give. Why the whole run and
+   not per epoch: the unit of progress differs between jobs (epochs, steps, samples —
+   MLPerf's bert plans 10⁶ samples where resnet plans 40 epochs), so a regression of
+   time per unit pooled over jobs handed a new job counting samples 10⁶ "epochs" of
+   an epoch-counting job's length (a start P50 of 10⁹ s), or the reverse ~0 s; a
+   run's whole duration has the same unit for every job. The planned progress is not
+   a regressor for the same reason. Missing numbers are imputed with the training
+   median. A ``ConvergenceWarning`` is kept (``converged_``/``warnings_``), never raised.
 3. **No usable history**: the documented default (``DEFAULT_EPOCH_SECONDS``, wide).
 
-Target ``y = log((last − start) / epochs_done)`` uses completed runs and runs that
+The job levels' target ``y = log((last − start) / epochs_done)`` (the regression's:
+``y + log(epochs_planned)``) uses completed runs and runs that
 vanished part-way alike (their speed is real; their length is not used). A run
 already past its first epoch end no longer has its warm-up ahead of it, so the job
 level then uses the **steady** target, ``log((last − first epoch end) / (done −
@@ -60,7 +69,10 @@ from gpu_eta.forecaster.runs import Feature, Run
 
 NUMERIC_LOG = ("batch_size", "epochs_planned", "gpus")
 NUMERIC_RAW = ("gpu_utilization_ratio", "memory_utilization_ratio")
-CATEGORICAL = ("gpu_model", "framework", "namespace")
+CATEGORICAL = ("gpu_model", "framework", "namespace", "job_name")
+# the pooled regression's numbers: not the planned progress, whose unit differs by job
+# (epochs, steps, samples) — see the module docstring
+REGRESSORS = ("batch_size", "gpus", *NUMERIC_RAW)
 MAX_LEVELS = 15
 MIN_SIGMA = 0.03
 POOLED_MODELS = ("rlm", "hgb")
@@ -245,8 +257,9 @@ class PriorEstimator:
         self.converged_ = True
         self.warnings_: tuple[str, ...] = ()
         recent = rows[-self.max_regression_runs :]
-        self._fit_regression([r[2] for r in recent], [r[1] for r in recent])
-        self._regression_rows = [(r[2], r[1]) for r in recent]
+        totals = [r[1] + math.log(r[2].epochs_planned) for r in recent]  # log whole run
+        self._fit_regression([r[2] for r in recent], totals)
+        self._regression_rows = list(zip((r[2] for r in recent), totals, strict=True))
         self._folds = np.array([holdout_fold(r[2]) for r in recent], dtype=int)
         self._held_out: dict[int, PriorEstimator] = {}
         groups: dict[str, list[tuple[float, float, float, float, float]]] = {}
@@ -388,7 +401,7 @@ class PriorEstimator:
         mad = float(np.median(np.abs(y_arr - center)))
         self.coef_ = np.array([center])
         self.sigma_ = max(MIN_SIGMA, 1.4826 * mad) if len(y_arr) >= 3 else DEFAULT_LOG_SIGMA / 2
-        for name in (*NUMERIC_LOG, *NUMERIC_RAW):
+        for name in REGRESSORS:
             values = numeric_column(runs, name)
             finite = values[np.isfinite(values)]
             if len(finite) >= 3 and np.ptp(finite) > 0:
@@ -493,8 +506,10 @@ class PriorEstimator:
             return PriorEstimate(math.log(DEFAULT_EPOCH_SECONDS), DEFAULT_LOG_SIGMA, "default", 0)
         x = self._design_row(run)
         hgb = getattr(self, "hgb_", None)
-        mu = float(hgb.predict(x[None, :])[0]) if hgb is not None else float(x @ self.coef_)
-        return PriorEstimate(mu, self.sigma_, "regression", self.n_obs_)
+        total = float(hgb.predict(x[None, :])[0]) if hgb is not None else float(x @ self.coef_)
+        return PriorEstimate(
+            total - math.log(run.epochs_planned), self.sigma_, "regression", self.n_obs_
+        )
 
     def held_out(self, run: Run) -> PriorEstimator:
         """The pooled regression refitted without ``run``'s fold of job groups.
