@@ -15,15 +15,18 @@ much weaker. A cluster re-runs the same jobs, so the most specific evidence wins
    ``RLM`` (or, with ``pooled="hgb"`` and ≥ 200 runs, scikit-learn's
    ``HistGradientBoostingRegressor`` with absolute loss on the same inputs), of log
    seconds **for the whole run** (per-epoch time × planned progress) on log batch
-   size, log GPUs, mean GPU and host-memory utilisation, and one-hot GPU model,
+   size, log GPUs, mean GPU and host-memory utilisation, the planned-progress ratio
+   below, and one-hot GPU model,
    framework, namespace and job name (top levels); divided by the run's planned
    progress it gives the per-epoch time the other levels give. Why the whole run and
    not per epoch: the unit of progress differs between jobs (epochs, steps, samples —
    MLPerf's bert plans 10⁶ samples where resnet plans 40 epochs), so a regression of
    time per unit pooled over jobs handed a new job counting samples 10⁶ "epochs" of
    an epoch-counting job's length (a start P50 of 10⁹ s), or the reverse ~0 s; a
-   run's whole duration has the same unit for every job. The planned progress is not
-   a regressor for the same reason. Missing numbers are imputed with the training
+   run's whole duration has the same unit for every job. For the same reason the
+   planned progress enters only as the log ratio to the typical plan of runs with the
+   same job name (0 for a new name): a run planned twice as long as its job usually is
+   takes about twice as long, whatever the unit. Missing numbers are imputed with the training
    median. A ``ConvergenceWarning`` is kept (``converged_``/``warnings_``), never raised.
 3. **No usable history**: the documented default (``DEFAULT_EPOCH_SECONDS``, wide).
 
@@ -71,8 +74,10 @@ NUMERIC_LOG = ("batch_size", "epochs_planned", "gpus")
 NUMERIC_RAW = ("gpu_utilization_ratio", "memory_utilization_ratio")
 CATEGORICAL = ("gpu_model", "framework", "namespace", "job_name")
 # the pooled regression's numbers: not the planned progress, whose unit differs by job
-# (epochs, steps, samples) — see the module docstring
-REGRESSORS = ("batch_size", "gpus", *NUMERIC_RAW)
+# (epochs, steps, samples), but how much longer than usual for its job name a run is
+# planned (``PLANNED_VS_JOB``; unit-free) — see the module docstring
+PLANNED_VS_JOB = "planned_vs_job"
+REGRESSORS = ("batch_size", "gpus", *NUMERIC_RAW, PLANNED_VS_JOB)
 MAX_LEVELS = 15
 MIN_SIGMA = 0.03
 POOLED_MODELS = ("rlm", "hgb")
@@ -351,10 +356,22 @@ class PriorEstimator:
         # the variance, and the rare run that was far off is exactly what it must see
         return max(MIN_SIGMA, math.sqrt(sq / n_extra))
 
+    def _planned_vs_job(self, run: Run) -> float:
+        """Log planned progress over the typical plan of runs with its job name (0 when
+        the name is new): unit-free, so a regressor where the planned progress is not."""
+        job = run.features.get("job_name")
+        typical = self.job_planned_.get(job) if isinstance(job, str) else None
+        return 0.0 if typical is None else math.log(run.epochs_planned) - typical
+
+    def _column(self, runs: Sequence[Run], name: str) -> np.ndarray:
+        if name == PLANNED_VS_JOB:
+            return np.array([self._planned_vs_job(r) for r in runs])
+        return numeric_column(runs, name)
+
     def _design(self, runs: Sequence[Run]) -> np.ndarray:
         cols = []
         for name in self.numeric_:
-            values = numeric_column(runs, name)
+            values = self._column(runs, name)
             values = np.where(np.isnan(values), self.medians_[name], values)
             cols.append(values)
         for name, levels in self.levels_.items():
@@ -373,6 +390,9 @@ class PriorEstimator:
         """
         row = [1.0]
         for name in self.numeric_:
+            if name == PLANNED_VS_JOB:
+                row.append(self._planned_vs_job(run))
+                continue
             value = number(
                 run.epochs_planned if name == "epochs_planned" else run.features.get(name)
             )
@@ -391,6 +411,7 @@ class PriorEstimator:
         self.numeric_: list[str] = []
         self.medians_: dict[str, float] = {}
         self.levels_: dict[str, list[str]] = {}
+        self.job_planned_: dict[str, float] = {}
         self.coef_ = np.array([math.log(DEFAULT_EPOCH_SECONDS)])
         self.sigma_ = DEFAULT_LOG_SIGMA
         self.batch_slope_ = 0.0
@@ -401,8 +422,14 @@ class PriorEstimator:
         mad = float(np.median(np.abs(y_arr - center)))
         self.coef_ = np.array([center])
         self.sigma_ = max(MIN_SIGMA, 1.4826 * mad) if len(y_arr) >= 3 else DEFAULT_LOG_SIGMA / 2
+        by_job: dict[str, list[float]] = {}
+        for r in runs:
+            job = r.features.get("job_name")
+            if isinstance(job, str) and job:
+                by_job.setdefault(job, []).append(math.log(r.epochs_planned))
+        self.job_planned_ = {job: float(np.median(v)) for job, v in by_job.items()}
         for name in REGRESSORS:
-            values = numeric_column(runs, name)
+            values = self._column(runs, name)
             finite = values[np.isfinite(values)]
             if len(finite) >= 3 and np.ptp(finite) > 0:
                 self.numeric_.append(name)
