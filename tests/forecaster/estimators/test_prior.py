@@ -227,3 +227,18 @@ def test_a_new_job_counting_samples_gets_a_start_forecast_near_the_pooled_durati
     replayed = prior.per_epoch(bert, before=bert.last_timestamp)
     assert replayed.level == "regression"
     assert lo / 3 < math.exp(replayed.log_seconds) * 1e6 < hi * 3
+
+
+def test_a_known_job_name_planned_longer_than_usual_takes_longer_in_the_regression() -> None:
+    # new identity (another namespace) of a known job name: the regression, not the job
+    # level; planned 20 vs 10 epochs must double the run, not halve the per-epoch time
+    prior = PriorEstimator().fit(job_history(90, seed=12))
+    short, long = (
+        make_run(f"x{p}", [], planned=p, job_name="b", batch_size=64, namespace="other")
+        for p in (10, 20)
+    )
+    assert prior.per_epoch(short).level == prior.per_epoch(long).level == "regression"
+    per_epoch_ratio = math.exp(
+        prior.per_epoch(long).log_seconds - prior.per_epoch(short).log_seconds
+    )
+    assert per_epoch_ratio == pytest.approx(1.0, abs=0.15)
