@@ -25,7 +25,19 @@ systems, and a ratio taken from another node type is no better than the run's ow
 rate. A run with no job name has no identity and no analogs.
 
 Spread: the robust scale (1.4826·MAD) of the analogs' log ratios (floored only
-against 0); with one analog a default. It is how much this configuration's runs
+against 0; with one analog ``DEFAULT_SPREAD``). At the start of a run (their log
+totals), where it is the unit of the intervals whatever the centre (``EtaModel``), it is
+shrunk toward a typical spread ``s0`` when the analogs are few:
+
+    spread² = ((n − 1)·s² + SHRINK·s0²) / (n − 1 + SHRINK)
+
+— a scale measured on n analogs has n − 1 degrees of freedom, and on one to three
+of them it is often ~0 by chance (a new configuration's second run agreeing with its
+first), which made the intervals of late new configurations far too narrow (MLPerf
+fixture at the start: 70 % P10–P90 coverage). ``s0`` is the median spread of the
+configurations indexed with at least ``MIN_TYPICAL`` runs, their total durations'
+scale (the start-of-run spread); with none such yet, ``DEFAULT_SPREAD``. With one
+analog the spread is ``s0``. It is how much this configuration's runs
 differ from one another (0.1 % for MLPerf's RNN-T, 5 % for BERT, which stops at a
 quality target), so calibration (``forecaster.calibration``, ``EtaModel``) uses it
 as the unit of the analogs' residuals; a floor such as 0.1/√n made it the same for
@@ -55,7 +67,9 @@ from gpu_eta.forecaster.runs import Run
 MAX_ANALOGS = 10  # the most recent earlier runs of one identity used per forecast
 MAX_KEPT = 50  # runs kept per identity (older ones are never among the last 10 later)
 MIN_SPREAD = 0.0005  # two analogs that agree exactly still leave some doubt
-DEFAULT_SPREAD = 0.1  # log-sd with a single analog (no spread to measure)
+DEFAULT_SPREAD = 0.1  # one analog's log-sd mid-run; the typical one before MIN_TYPICAL runs
+SHRINK = 2.0  # pseudo degrees of freedom of the typical spread (module docstring)
+MIN_TYPICAL = 5  # runs of one configuration for its spread to count as typical
 
 
 def node_type(run: Run) -> str:
@@ -148,6 +162,25 @@ def interp(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
     return out
 
 
+def _scale(values: Sequence[float], center: float | None = None) -> float:
+    """The robust scale (1.4826·MAD) of ``values`` around ``center`` (their median)."""
+    if center is None:
+        center = median_list(values)
+    return 1.4826 * median_list([abs(v - center) for v in values])
+
+
+def shrunk_spread(measured: float, n: int, typical: float, k: float = SHRINK) -> float:
+    """``measured`` (the scale of ``n`` analogs) shrunk toward ``typical`` by its
+    degrees of freedom (module docstring), floored at ``MIN_SPREAD``.
+
+    Why: a scale from one to three analogs is unreliable and often ~0 by chance; with
+    many analogs it is (nearly) the measured one.
+    """
+    dof = max(n - 1, 0)
+    spread = math.sqrt((dof * measured**2 + k * typical**2) / (dof + k))
+    return max(MIN_SPREAD, spread)
+
+
 class AnalogEstimator:
     """Remaining time from earlier runs of the same identity (module docstring)."""
 
@@ -160,6 +193,8 @@ class AnalogEstimator:
         self.groups_: dict[tuple[str, ...], list[_Curve]] = {}
         self.ends_: dict[tuple[str, ...], list[float]] = {}
         self.n_history_ = 0
+        self.group_spread_: dict[tuple[str, ...], float] = {}
+        self.typical_spread_ = DEFAULT_SPREAD
         self.update(history)
         return self
 
@@ -188,6 +223,12 @@ class AnalogEstimator:
             curves = sorted(self.groups_[key], key=lambda c: c.end)[-self.max_kept :]
             self.groups_[key] = curves
             self.ends_[key] = [c.end for c in curves]
+            if len(curves) >= MIN_TYPICAL:
+                self.group_spread_[key] = _scale(
+                    [math.log(c.total / c.planned) for c in curves[-self.max_analogs :]]
+                )
+        if touched and self.group_spread_:
+            self.typical_spread_ = median_list(list(self.group_spread_.values()))
         self.n_history_ = max(self.n_history_, len(history))
 
     def analogs(self, run: Run, before: float | None = None) -> list[_Curve]:
@@ -241,12 +282,15 @@ class AnalogEstimator:
             if not est_logs:
                 return None
         center = median_list(est_logs)
-        if len(est_logs) >= 2:
-            spread = 1.4826 * median_list([abs(v - center) for v in est_logs])
-            spread = max(MIN_SPREAD, spread)
+        n = len(est_logs)
+        if frac <= 0 or spent <= 0:
+            # the analogs' totals: the same quantity as the typical spread
+            spread = shrunk_spread(_scale(est_logs, center), n, self.typical_spread_)
+        elif n >= 2:
+            spread = max(MIN_SPREAD, _scale(est_logs, center))
         else:
             spread = DEFAULT_SPREAD
-        return AnalogEstimate(center, spread, len(est_logs))
+        return AnalogEstimate(center, spread, n)
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         """Raw (uncalibrated) log-normal quantiles around the analog forecast."""

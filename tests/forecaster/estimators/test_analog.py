@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from gpu_eta.forecaster.estimators.analog import AnalogEstimator, identity, node_type
+from gpu_eta.forecaster.estimators.analog import (
+    DEFAULT_SPREAD,
+    AnalogEstimator,
+    identity,
+    node_type,
+    shrunk_spread,
+)
 from gpu_eta.forecaster.estimators.base import InsufficientData, NotFittedError
 from gpu_eta.forecaster.estimators.eta_model import truncate
 from tests.forecaster.estimators.runs_factory import make_run
@@ -62,6 +68,34 @@ def test_update_adds_new_runs_without_refit() -> None:
     assert est.estimate(run).n == 2
     est.update([*history])  # nothing new: unchanged
     assert est.estimate(run).n == 2
+
+
+def test_few_analogs_borrow_the_typical_spread() -> None:
+    """Two runs of a new configuration that agree by chance do not make a ~0 spread:
+    it is shrunk toward the median spread of configurations with many runs."""
+    # five configurations of 6 runs each whose total durations vary by ±10 %
+    speeds = (0.9, 1.0, 1.1, 0.95, 1.05, 1.0)
+    history = [
+        shaped(f"{job}{i}", 1e6 + (j * 10 + i) * 1e3, s, job_name=job)
+        for j, job in enumerate("abcde")
+        for i, s in enumerate(speeds)
+    ]
+    history += [shaped(f"new{i}", 2e6 + i * 1e3, 1.0, job_name="new") for i in range(2)]
+    est = AnalogEstimator().fit(history)
+    typical = est.typical_spread_
+    assert 0.04 < typical < 0.12 and typical != DEFAULT_SPREAD
+    fresh = shaped("now", 3e6, 1.0, job_name="new")
+    got = est.estimate(truncate(fresh, 0.0))
+    assert got is not None and got.n == 2
+    # the two agree exactly (measured scale 0): one degree of freedom against two
+    assert got.spread == pytest.approx(typical * math.sqrt(2 / 3))
+    # one analog: the typical spread itself; many: nearly the measured one
+    assert shrunk_spread(0.0, 1, typical) == pytest.approx(typical)
+    assert shrunk_spread(0.3, 1000, 0.05) == pytest.approx(0.3, rel=1e-3)
+    # a configuration with many runs keeps (mostly) its own spread: five degrees of freedom
+    own = est.estimate(truncate(shaped("now", 3e6, 1.0, job_name="a"), 0.0))
+    assert own is not None and own.n == 6
+    assert own.spread > 0.5 * typical
 
 
 def test_contract() -> None:

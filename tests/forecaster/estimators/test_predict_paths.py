@@ -25,6 +25,7 @@ from gpu_eta.forecaster.estimators import rate as rate_mod
 from gpu_eta.forecaster.estimators.analog import (
     DEFAULT_SPREAD,
     MIN_SPREAD,
+    SHRINK,
     AnalogEstimate,
     AnalogEstimator,
     interp,
@@ -209,8 +210,14 @@ def numpy_estimate(
         ratios = np.maximum((totals[ok] - at[ok]) / at[ok], 1e-9)
         est_logs = np.log(spent * ratios)
         center = float(np.median(est_logs))
-    if len(est_logs) >= 2:
-        spread = max(MIN_SPREAD, 1.4826 * float(np.median(np.abs(est_logs - center))))
+    measured = 1.4826 * float(np.median(np.abs(est_logs - center)))
+    if frac <= 0 or spent <= 0:  # shrunk toward the typical spread by n - 1 dof
+        dof = len(est_logs) - 1
+        typical = self.typical_spread_
+        shrunk = (dof * measured**2 + SHRINK * typical**2) / (dof + SHRINK)
+        spread = max(MIN_SPREAD, float(np.sqrt(shrunk)))
+    elif len(est_logs) >= 2:
+        spread = max(MIN_SPREAD, measured)
     else:
         spread = DEFAULT_SPREAD
     return AnalogEstimate(center, spread, len(est_logs))
