@@ -72,10 +72,13 @@ def om_series(om: Path) -> tuple[int, int, float, float]:
 
 
 def _count(url: str, expr: str, first: float, last: float) -> int:
+    """``expr`` over the window ``(first - 1, last]``, evaluated at ``last`` exactly: a
+    server that also scrapes live targets holds samples after ``last`` (scraped after
+    the file was written), which must not count."""
     span = int(last - first) + 2
     resp = requests.get(
         f"{url}/api/v1/query",
-        params={"query": expr.format(span=span), "time": f"{last + 1:.3f}", "nocache": "1"},
+        params={"query": expr.format(span=span), "time": f"{last:.3f}", "nocache": "1"},
         timeout=30,
     )
     resp.raise_for_status()
