@@ -59,7 +59,18 @@ for name, folder in (("gpu_eta.exporter", "exporter"), ("gpu_eta_report", "repor
         sys.exit(1)
 PYEOF
 }
-if ! have "${mods[@]}" || ! here; then
+# With every dependency present and setuptools >= 68 (pyproject's build requirement),
+# only the two editable installs are needed: no resolver, no download of a build
+# environment (a CI machine without an index still works).
+build_ready() { "$PY" -c "import setuptools, sys; sys.exit(0 if int(setuptools.__version__.split('.')[0]) >= 68 else 1)" >/dev/null 2>&1; }
+if ! have "${mods[@]}"; then
   echo "gpu-eta: installing Python packages (.[${extras}] and ./report, editable, from $PWD)" >&2
   "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]" -e ./report
+elif ! here; then
+  echo "gpu-eta: installing this checkout ($PWD) and ./report, editable" >&2
+  if build_ready; then
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./report
+  else
+    "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]" -e ./report
+  fi
 fi
