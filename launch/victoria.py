@@ -12,9 +12,8 @@ make a fresh scrape invisible) and ``/health`` as the readiness check.
 ``import_openmetrics`` loads the OpenMetrics files a Prometheus is backfilled from
 (``promtool tsdb create-blocks-from openmetrics``) through VictoriaMetrics' own
 ``/api/v1/import/prometheus``, so a backfilled history exists in both servers from
-one file. ``import_blocks`` (``vmctl prometheus`` over TSDB blocks) is kept for data
-that exists only as blocks; it refuses an import where vmctl sent fewer samples than
-it read, which Debian's vmctl does in about one import in three.
+one file. Not ``vmctl prometheus`` over the promtool blocks: Debian's vmctl (1.79)
+sends fewer samples than it reads in about one import in three.
 """
 
 from __future__ import annotations
@@ -104,54 +103,6 @@ def start_victoriametrics(
         log_path=log_path,
         _own_dir=own_dir,
     )
-
-
-def import_blocks(tsdb_dir: Path, vm_url: str, timeout: float = 3600.0) -> str:
-    """``vmctl prometheus --prom-snapshot=tsdb_dir``: copy TSDB blocks into VictoriaMetrics.
-
-    vmctl insists on a terminal even with ``-s`` (it sizes a progress bar), so it
-    runs under ``script`` with a pseudo-terminal. Returns vmctl's output; raises
-    RuntimeError with its tail on failure. Flushes, so every imported row is
-    searchable when it returns.
-    """
-    vmctl = find_binary("vmctl")
-    command = (
-        f"{vmctl} prometheus -s --prom-snapshot={tsdb_dir} --vm-addr={vm_url} "
-        "--vm-disable-progress-bar --prom-concurrency=2"
-    )
-    proc = subprocess.run(
-        [find_binary("script"), "-qec", command, "/dev/null"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-    if proc.returncode != 0 or "import requests:" not in proc.stdout:
-        raise RuntimeError(f"vmctl import failed: {(proc.stdout + proc.stderr).strip()[-2000:]}")
-    read, sent = _vmctl_counts(proc.stdout)
-    if read != sent:
-        raise RuntimeError(
-            f"vmctl read {read} samples from the blocks but imported {sent}: the import is "
-            "incomplete (a vmctl race; import the OpenMetrics file with import_openmetrics)"
-        )
-    # imported rows become searchable only at the next background flush (~1 s) unless
-    # flushed now: a query right after the import would see part of them
-    requests.get(f"{vm_url}/internal/force_flush", timeout=60).raise_for_status()
-    return proc.stdout
-
-
-def _vmctl_counts(output: str) -> tuple[int, int]:
-    """``(samples read from the blocks, samples imported)`` from vmctl's summary."""
-    read = sent = -1
-    for line in output.splitlines():
-        text = line.strip().rstrip(";")
-        if text.startswith("total samples:"):
-            sent = int(text.split(":", 1)[1])
-        elif text.startswith("samples:"):
-            read = int(text.split(":", 1)[1])
-    if read < 0 or sent < 0:
-        raise RuntimeError(f"vmctl printed no sample counts: {output.strip()[-2000:]}")
-    return read, sent
 
 
 def prometheus_lines(lines: Iterable[str]) -> Iterator[str]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what gpu-eta's demo and tests need on a Debian/Ubuntu machine, idempotently:
 # Debian's Prometheus family (prometheus, promtool, pushgateway, alertmanager + amtool,
-# node exporter for the benchmark), VictoriaMetrics (victoria-metrics, vmctl, vmalert)
+# node exporter for the benchmark), VictoriaMetrics (victoria-metrics, vmalert)
 # and the Python packages (the project with all extras, test tools, and the CPU build
 # of PyTorch for real training loops). Fast when everything is present.
 #   scripts/bootstrap.sh            everything (tests)
@@ -14,7 +14,7 @@ PY="${PYTHON:-python3}"
 need_apt=()
 for pair in prometheus:prometheus promtool:prometheus prometheus-pushgateway:prometheus-pushgateway \
     prometheus-alertmanager:prometheus-alertmanager amtool:prometheus-alertmanager \
-    victoria-metrics:victoria-metrics vmctl:victoria-metrics vmalert:victoria-metrics; do
+    victoria-metrics:victoria-metrics vmalert:victoria-metrics; do
   bin="${pair%%:*}"; pkg="${pair##*:}"
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

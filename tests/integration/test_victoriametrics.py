@@ -281,6 +281,6 @@ def test_the_demo_runs_on_victoriametrics(tmp_path: Path) -> None:
         assert vm is not None and stack.vmalert is not None
         vm.wait_for('up{job="gpu-eta-exporter"} == 1', timeout=60, min_results=len(stack.nodes))
         vm.wait_for("gpu_eta_job_predicted_completion_timestamp_seconds", timeout=120)
-        # the backfilled history came in through vmctl: a day-old series is there
+        # the backfilled history came in through the import API: a day-old series is there
         assert vm.query("count(count_over_time(gpu_eta_gpu_info[6h] offset 1h))")
         demo_tests.check_demo_alerts(stack)

@@ -9,32 +9,10 @@ import pytest
 import requests
 
 from gpu_eta.launch.victoria import (
-    _vmctl_counts,
     import_openmetrics,
     prometheus_lines,
     start_victoriametrics,
 )
-
-VMCTL_SUMMARY = """Prometheus import mode
-blocks found: 2;
-blocks skipped by time filter: 0;
-samples: 50483;
-VictoriaMetrics importer stats:
-  idle duration: 0s;
-  total samples: {sent};
-  import requests: 2;
-  import requests retries: 0;
-"""
-
-
-def test_vmctl_counts_read_and_sent() -> None:
-    assert _vmctl_counts(VMCTL_SUMMARY.format(sent=50483)) == (50483, 50483)
-    assert _vmctl_counts(VMCTL_SUMMARY.format(sent=49473)) == (50483, 49473)
-
-
-def test_vmctl_without_counts_is_an_error() -> None:
-    with pytest.raises(RuntimeError, match="no sample counts"):
-        _vmctl_counts("import requests: 2;")
 
 
 def test_prometheus_lines_milliseconds_and_no_comments() -> None:
