@@ -17,9 +17,7 @@ should not know there is a prior, a rate and a calibrator inside.
    measures leave-later-out quality, ``quality_`` (and ``tails_``, the shares below
    P10 and above P90); a bin whose measured coverage falls short of the target has
    each tail's level moved by that tail's excess misses (once, ``_levels``), and
-   ``quality_`` is re-measured with them. The analogs alone (what ``predict``
-   publishes for analogs that arrived by ``update``) get their own calibration,
-   ``analogs_calibrator_``.
+   ``quality_`` is re-measured with them.
 
 ``predict`` is then pure arithmetic per run (≈ 0.08 ms on MLPerf runs,
 ``bench/predict_speed.py``): raw estimate → calibrated quantiles → shifted to ``now``
@@ -61,7 +59,6 @@ from gpu_eta.forecaster.estimators.blend import (
     combine_many,
 )
 from gpu_eta.forecaster.estimators.choice import (
-    ANALOGS,
     DEFAULTS,
     OPTIONS,
     SELF_CHECK,
@@ -241,18 +238,6 @@ class EtaModel:
         for name in SITUATIONS:
             if len(moved[name]) >= self.min_samples and len(moved[name]) < len(everything):
                 self.calibrators_[name] = self._calibrate(moved[name], POWERS.get(name))[0]
-        # the analogs alone, as ``predict`` publishes them for a configuration whose
-        # analogs arrived by ``update`` before its job prior: calibrated on the same
-        # replayed runs with that centre and the analogs' spread, not on the option
-        # chosen for the analog situation (another centre, another sigma)
-        alone = [
-            self._moved(residuals[i], ANALOGS, cands[i], ordered_samples[i].analog)
-            for i, w in enumerate(where)
-            if w == "analog"
-        ]
-        self.analogs_calibrator_: Calibrator | None = (
-            self._calibrate(alone, POWERS["analog"])[0] if len(alone) >= self.min_samples else None
-        )
         # leave-later-out quality of all of them (each situation calibrated alike)
         self.quality_: Mapping[float, tuple[float, float]] = {
             p: (err, cov) for p, (err, cov, _lo, _hi) in measured.items()
@@ -612,7 +597,10 @@ class EtaModel:
         and the run that ended a minute ago is the best analog there is; the replay
         that calibrates built every past run's analogs and job prior from all runs
         that ended before it, so both are refreshed here; the regression, the weights
-        and the calibration change slowly and wait for the next ``fit``.
+        and the calibration change slowly and wait for the next ``fit``. A run with
+        analogs therefore always has its job prior too (a configuration is a job on a
+        node type): ``predict`` has no "analogs without a job prior" case (none in
+        41,384 replayed forecasts of the MLPerf, fixture and CPU corpora).
         """
         if not hasattr(self, "analog_"):
             raise NotFittedError("EtaModel.update called before fit")
@@ -648,12 +636,6 @@ class EtaModel:
             name = situation(found is not None, parts.prior_level)
             option = self.choice_[name].get(point, DEFAULTS[name])
             calibrator = self.calibrators_.get(name)
-            if found is not None and parts.prior_level not in ("job_batch", "job"):
-                # analogs added by ``update`` since the fit, the job prior not yet: what
-                # the replay measured for the blend here does not hold; the analogs do,
-                # calibrated as the analogs alone
-                option = ANALOGS
-                calibrator = self.analogs_calibrator_
             own = calibrator
             if calibrator is None or calibrator.n_.get(point, 0) < self.min_samples:
                 calibrator = self.calibrator_  # too few of this situation here: all of them
