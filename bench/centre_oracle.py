@@ -1,0 +1,225 @@
+"""How far could choosing among gpu-eta's own candidates go? An oracle diagnostic.
+
+Replays a corpus exactly as ``bench/forecast_accuracy.py`` does (``evaluate.Replay``:
+the model knows only runs that ended before each moment) and, at every scored moment,
+records every candidate the model already computes — the analogs, the blend, the
+run's own rate, the history prior, Keras' mean, ``predict_linear`` — beside gpu-eta's
+published P50 and every baseline. Printed per point, as a ratio to the best baseline
+on the same moments (the table's ``gpu-eta ÷ best``):
+
+* each candidate alone, and the best fixed one (picked after the fact);
+* the **oracle**: per moment the candidate closest to the truth. If even the oracle
+  misses a target, no choosing or weighting of these candidates reaches it;
+* the best fixed weight ``w`` of the job prior against the run's own rate (the two
+  measurements the blend weighs), picked after the fact per point;
+* how much of the remaining time's speed differed from the speed at the moment of the
+  forecast (``future/current``: mean seconds per remaining epoch over the median of
+  the last three intervals' seconds per epoch) — contention arriving or leaving after
+  the forecast, which nothing in the run's past shows.
+
+    python bench/centre_oracle.py --corpus cpu-shared --corpus cpu-dedicated
+    python bench/centre_oracle.py --corpus mlperf-choose --limit 300
+
+Why a bench: a figure to read before trying a new combination, not a property to test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import pickle
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+from forecast_accuracy import (
+    IDENTITY_MEDIAN,
+    IdentityMedian,
+    find_mlperf,
+    load_corpora,
+)
+
+from gpu_eta.forecaster.calibration import POINTS, progress_point
+from gpu_eta.forecaster.estimators import BASELINES, make_estimator
+from gpu_eta.forecaster.estimators.base import InsufficientData
+from gpu_eta.forecaster.estimators.choice import rate_candidates
+from gpu_eta.forecaster.evaluate import Replay, identity_key, replay_events
+from gpu_eta.forecaster.runs import Run
+
+CANDIDATES = ("analog", "blend", "rate", "prior", "keras", "linear")
+"""gpu-eta's own candidates (log remaining seconds), as ``EtaModel.predict`` computes them."""
+
+
+def candidates(model, part: Run) -> dict[str, float]:
+    """Every candidate's log remaining seconds for ``part`` (absent when it cannot answer)."""
+    point = progress_point(part.progress_ratio)
+    huber_c, drift, prior_scale = model.weights_[point]
+    comp = model.blend_.components(part, huber_c=huber_c)
+    parts = model._floored(comp, point, model.mix_.get(point))
+    raw = parts.combine(drift, prior_scale, model._job_scale(prior_scale))
+    out = {"blend": raw.center, "prior": comp.prior_center}
+    if comp.rate_center is not None:
+        out["rate"] = comp.rate_center
+    found = model.analog_.estimate(part)
+    if found is not None:
+        out["analog"] = found.log_remaining
+    keras_linear = rate_candidates(part)
+    out.update(keras_linear)
+    return out
+
+
+def speed_change(part: Run, run: Run) -> float | None:
+    """log(mean seconds per remaining epoch / median seconds per epoch of the last
+    three intervals seen): how the speed changed after the forecast."""
+    t = part.epoch_times
+    if len(t) < 2:
+        return None
+    per = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(t) if b[0] > a[0]]
+    if not per:
+        return None
+    current = float(np.median(per[-3:]))
+    left = run.epoch_times[-1][0] - t[-1][0]
+    future = (run.last_timestamp - part.last_timestamp) / left if left > 0 else None
+    if not future or current <= 0:
+        return None
+    return math.log(future / current)
+
+
+def collect(parts: Sequence[Sequence[Run]]) -> list[dict]:
+    """One record per scored moment: point, truth, candidates, gpu-eta, baselines."""
+    rows = []
+    for i_part, runs in enumerate(parts):
+        if not runs:
+            continue
+        replay = Replay(runs)
+        extra = {
+            "history_match": make_estimator("history_match"),
+            IDENTITY_MEDIAN: IdentityMedian(),
+        }
+        rate_baselines = {n: make_estimator(n).fit([]) for n in BASELINES if n != "history_match"}
+        seen: dict = {}
+        fitted_k = -1
+        for ts, point, part, run in replay_events(runs):
+            if point == 0:
+                continue
+            k = replay.ended_before(ts)
+            if k != fitted_k:
+                for est in extra.values():
+                    est.fit(replay.by_end[:k])
+                for r in replay.by_end[max(fitted_k, 0) : k]:
+                    seen[identity_key(r)] = seen.get(identity_key(r), 0) + 1
+                fitted_k = k
+            model = replay.model_at(ts)
+            truth = run.last_timestamp - part.last_timestamp
+            base = {}
+            missing = False
+            for name, est in (*rate_baselines.items(), *extra.items()):
+                try:
+                    base[name] = est.predict(part, ts).p50
+                except InsufficientData:
+                    missing = missing or name in rate_baselines
+            if missing:
+                continue
+            key = identity_key(run)
+            rows.append(
+                {
+                    "part": i_part,
+                    "ts": ts,
+                    "run": run.run_id,
+                    "point": point,
+                    "truth": truth,
+                    "gpu_eta": model.predict(part, ts).p50,
+                    "cands": candidates(model, part),
+                    "base": base,
+                    "history": (seen.get(key, 0) if key is not None else 0) > 0,
+                    "change": speed_change(part, run),
+                }
+            )
+    return rows
+
+
+def err(value: float, truth: float) -> float:
+    return abs(value - truth) / truth
+
+
+def summary(rows: Sequence[dict], title: str) -> None:
+    print(f"\n{title}")
+    head = ["point", "n", "best base", "gpu-eta", *CANDIDATES, "best fixed", "oracle"]
+    head += ["oracle+base", "best w·prior+(1-w)·rate", "|chg|>25%", "med |chg|"]
+    print(" | ".join(head))
+    for point in POINTS[1:]:
+        sel = [r for r in rows if r["point"] == point]
+        if not sel:
+            continue
+        truth = np.array([r["truth"] for r in sel])
+        names = sorted({n for r in sel for n in r["base"]})
+        base_med = {
+            n: np.median([err(r["base"][n], r["truth"]) for r in sel if n in r["base"]])
+            for n in names
+        }
+        best = min(base_med.values())
+        eta = np.median([err(r["gpu_eta"], t) for r, t in zip(sel, truth, strict=True)])
+
+        def cand_err(r: dict, name: str) -> float:
+            # a candidate that cannot answer falls back to the blend (as choice.py scores it)
+            value = r["cands"].get(name, r["cands"]["blend"])
+            return err(math.exp(value), r["truth"])
+
+        per = {n: np.array([cand_err(r, n) for r in sel]) for n in CANDIDATES}
+        med = {n: float(np.median(v)) for n, v in per.items()}
+        stack = np.vstack([per[n] for n in CANDIDATES])
+        oracle = float(np.median(stack.min(axis=0)))
+        base_stack = np.array(
+            [
+                [err(r["base"][n], r["truth"]) if n in r["base"] else np.inf for n in names]
+                for r in sel
+            ]
+        ).T
+        oracle_all = float(np.median(np.vstack([stack, base_stack]).min(axis=0)))
+        # the best fixed weight of the job prior against the run's own rate (in-sample)
+        both = [r for r in sel if "rate" in r["cands"]]
+        log_t = np.log([r["truth"] for r in both])
+        prior = np.array([r["cands"]["prior"] for r in both])
+        rate = np.array([r["cands"]["rate"] for r in both])
+        weighted = min(
+            (float(np.median(np.abs(np.expm1(w * prior + (1 - w) * rate - log_t)))), w)
+            for w in np.linspace(0.0, 1.0, 21)
+        )
+        chg = np.array([abs(r["change"]) for r in sel if r["change"] is not None])
+        cells = [f"{point:.0%}", str(len(sel)), f"{best:.1%}", f"{eta / best:.2f}x"]
+        cells += [f"{med[n] / best:.2f}x" for n in CANDIDATES]
+        cells += [f"{min(med.values()) / best:.2f}x", f"{oracle / best:.2f}x"]
+        cells += [f"{oracle_all / best:.2f}x", f"{weighted[0] / best:.2f}x (w={weighted[1]:.2f})"]
+        cells += [f"{np.mean(chg > math.log(1.25)):.0%}", f"{np.median(np.expm1(chg)):.1%}"]
+        print(" | ".join(cells))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
+    parser.add_argument("--mlperf", type=Path, default=None, help="the MLPerf runs file")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many runs")
+    parser.add_argument("--save", type=Path, default=None, help="pickle every record here")
+    args = parser.parse_args(argv)
+    saved = {}
+    corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
+    for corpus in corpora:
+        if args.corpus and corpus.name not in args.corpus:
+            continue
+        rows = collect(corpus.parts)
+        saved[corpus.name] = rows
+        summary(rows, f"{corpus.name}: ratio to the best baseline on the same moments")
+        summary([r for r in rows if r["history"]], f"{corpus.name}, with history")
+    if args.save is not None:
+        args.save.write_bytes(pickle.dumps(saved))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
