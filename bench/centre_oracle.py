@@ -8,6 +8,9 @@ published P50 and every baseline. Printed per point, as a ratio to the best base
 on the same moments (the table's ``gpu-eta ÷ best``):
 
 * each candidate alone, and the best fixed one (picked after the fact);
+* the best candidate per fifth of the run's departure from its job's usual speed (own
+  rate − prior: whether it runs faster or slower than the job usually does now),
+  picked after the fact — a bound for any rule choosing by what the run shows;
 * the **oracle**: per moment the candidate closest to the truth. If even the oracle
   misses a target, no choosing or weighting of these candidates reaches it;
 * the best fixed weight ``w`` of the job prior against the run's own rate (the two
@@ -150,7 +153,8 @@ def err(value: float, truth: float) -> float:
 
 def summary(rows: Sequence[dict], title: str) -> None:
     print(f"\n{title}")
-    head = ["point", "n", "best base", "gpu-eta", *CANDIDATES, "best fixed", "oracle"]
+    head = ["point", "n", "best base", "gpu-eta", *CANDIDATES, "best fixed", "best per fifth"]
+    head += ["oracle"]
     head += ["oracle+base", "best w·prior+(1-w)·rate", "|chg|>25%", "med |chg|"]
     print(" | ".join(head))
     for point in POINTS[1:]:
@@ -191,10 +195,23 @@ def summary(rows: Sequence[dict], title: str) -> None:
             (float(np.median(np.abs(np.expm1(w * prior + (1 - w) * rate - log_t)))), w)
             for w in np.linspace(0.0, 1.0, 21)
         )
+        # the best candidate per fifth of the run's departure from its job's usual speed
+        # (own rate − prior, what a run shows at the moment), picked after the fact
+        x = np.array(
+            [r["cands"].get("rate", r["cands"]["blend"]) - r["cands"]["prior"] for r in sel]
+        )
+        edges = np.quantile(x, np.linspace(0.0, 1.0, 6))
+        fifth = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, 4)
+        by_fifth = np.empty(len(sel))
+        for b in range(5):
+            m = fifth == b
+            if m.any():
+                by_fifth[m] = stack[int(np.argmin(np.median(stack[:, m], axis=1))), m]
         chg = np.array([abs(r["change"]) for r in sel if r["change"] is not None])
         cells = [f"{point:.0%}", str(len(sel)), f"{best:.1%}", f"{eta / best:.2f}x"]
         cells += [f"{med[n] / best:.2f}x" for n in CANDIDATES]
-        cells += [f"{min(med.values()) / best:.2f}x", f"{oracle / best:.2f}x"]
+        cells += [f"{min(med.values()) / best:.2f}x", f"{np.median(by_fifth) / best:.2f}x"]
+        cells += [f"{oracle / best:.2f}x"]
         cells += [f"{oracle_all / best:.2f}x", f"{weighted[0] / best:.2f}x (w={weighted[1]:.2f})"]
         cells += [f"{np.mean(chg > math.log(1.25)):.0%}", f"{np.median(np.expm1(chg)):.1%}"]
         print(" | ".join(cells))
