@@ -4,27 +4,13 @@ not asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 from gpu_eta.forecaster.estimators.eta_model import truncate
+from tests.bench.bench_module import load_bench
 from tests.forecaster.estimators.runs_factory import make_run
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "centre_oracle.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_centre_oracle", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-co = _load()
+co = load_bench("centre_oracle")
 
 
 def test_speed_change_is_the_future_speed_over_the_current_one() -> None:

@@ -6,31 +6,17 @@ machinery computing them is right on inputs whose answer is known.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.evaluate import Scored, backtest
+from tests.bench.bench_module import load_bench
 from tests.forecaster.estimators.runs_factory import make_run
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "forecast_accuracy.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_forecast_accuracy", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-fa = _load()
+fa = load_bench("forecast_accuracy")
 
 
 def ts(year: int, month: int, day: int = 15) -> float:

@@ -6,25 +6,10 @@ says (cut from real runs, a steady pass changing only the share asked for).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+from tests.bench.bench_module import load_bench
 from tests.forecaster.estimators.runs_factory import job_history
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "predict_speed.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_predict_speed", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ps = _load()
+ps = load_bench("predict_speed")
 POOL = job_history(30, seed=2)
 
 
