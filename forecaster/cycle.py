@@ -434,6 +434,8 @@ def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
     a run without GPU data is not declared stalled on silence alone.
     """
     last = max(run.last_timestamp, view.last_progress.get(run_key(run), -math.inf))
+    if now - last <= s.stall_after_seconds:  # recent progress: no need for the median
+        return False
     durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
     typical = statistics.median(durations) if durations else 0.0
     if now - last <= max(s.stall_after_seconds, 3 * typical):

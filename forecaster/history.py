@@ -166,6 +166,12 @@ class HistoryStore:
         self.version = 0  # bumps whenever the finished history changes
         self.persistent = True  # False: a read-only file, used through a memory copy
         self.skipped_rows = 0  # damaged rows left out of the last read (kept in the file)
+        # Running runs' epoch ends as stored, by run key (None: not read yet). Why: a
+        # cycle reads every running run, and re-reading their epoch ends from the file
+        # each time (a million rows for 10,000 runs of a hundred epochs) was most of
+        # the cycle's history time. Only ``record`` and ``finish`` change them; both
+        # keep this in step after their transaction commits.
+        self._running_ends: dict[RunKey, _StoredEnds] | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> HistoryStore:
@@ -248,6 +254,7 @@ class HistoryStore:
         """
         rows = []
         ends = []
+        known = self._running_ends or {}
         for up in updates:
             rows.append(
                 {
@@ -266,40 +273,53 @@ class HistoryStore:
                     "last_seen": up.seen_timestamp,
                 }
             )
-            ends.extend((float(e), float(t), *run_key(up)) for e, t in up.epoch_ends)
-        with self._lock, self._tx():
-            self._conn.executemany(
-                f"""
-                INSERT INTO runs (run_id, namespace, pod, container, node, epochs_planned,
-                    start_timestamp, state, features, util_sum, util_weight, memory_sum,
-                    memory_weight, last_seen)
-                SELECT :run_id, :namespace, :pod, :container, :node, :epochs_planned,
-                    :start_timestamp, 'running', :features, :util_sum, :util_weight,
-                    :memory_sum, :memory_weight, :last_seen
-                WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
-                    AND pod = '' AND container = '' AND state != 'running')
-                ON CONFLICT(namespace, pod, container, run_id) DO UPDATE SET
-                    node = excluded.node,
-                    epochs_planned = excluded.epochs_planned,
-                    start_timestamp = excluded.start_timestamp,
-                    features = excluded.features,
-                    util_sum = util_sum + excluded.util_sum,
-                    util_weight = util_weight + excluded.util_weight,
-                    memory_sum = memory_sum + excluded.memory_sum,
-                    memory_weight = memory_weight + excluded.memory_weight,
-                    last_seen = MAX(last_seen, excluded.last_seen)
-                WHERE runs.state = 'running'
-                """,
-                rows,
+            key = run_key(up)
+            stored = known.get(key)
+            # an epoch already stored keeps its first time (INSERT OR IGNORE): skip it
+            ends.extend(
+                (float(e), float(t), *key)
+                for e, t in up.epoch_ends
+                if stored is None or float(e) not in stored.ends
             )
-            self._conn.executemany(
-                """
-                INSERT OR IGNORE INTO epoch_ends (run, epoch, timestamp)
-                SELECT id, ?, ? FROM runs WHERE namespace = ? AND pod = ? AND container = ?
-                    AND run_id = ? AND state = 'running'
-                """,
-                ends,
-            )
+        with self._lock:
+            with self._tx():
+                self._conn.executemany(
+                    f"""
+                    INSERT INTO runs (run_id, namespace, pod, container, node, epochs_planned,
+                        start_timestamp, state, features, util_sum, util_weight, memory_sum,
+                        memory_weight, last_seen)
+                    SELECT :run_id, :namespace, :pod, :container, :node, :epochs_planned,
+                        :start_timestamp, 'running', :features, :util_sum, :util_weight,
+                        :memory_sum, :memory_weight, :last_seen
+                    WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
+                        AND pod = '' AND container = '' AND state != 'running')
+                    ON CONFLICT(namespace, pod, container, run_id) DO UPDATE SET
+                        node = excluded.node,
+                        epochs_planned = excluded.epochs_planned,
+                        start_timestamp = excluded.start_timestamp,
+                        features = excluded.features,
+                        util_sum = util_sum + excluded.util_sum,
+                        util_weight = util_weight + excluded.util_weight,
+                        memory_sum = memory_sum + excluded.memory_sum,
+                        memory_weight = memory_weight + excluded.memory_weight,
+                        last_seen = MAX(last_seen, excluded.last_seen)
+                    WHERE runs.state = 'running'
+                    """,
+                    rows,
+                )
+                self._conn.executemany(
+                    """
+                    INSERT OR IGNORE INTO epoch_ends (run, epoch, timestamp)
+                    SELECT id, ?, ? FROM runs WHERE namespace = ? AND pod = ? AND container = ?
+                        AND run_id = ? AND state = 'running'
+                    """,
+                    ends,
+                )
+            if self._running_ends is not None:  # committed: the same ends in memory
+                for epoch, ts, *key in ends:
+                    stored = self._running_ends.get(tuple(key))  # type: ignore[arg-type]
+                    if stored is not None and epoch not in stored.ends:
+                        stored.add(epoch, ts)
 
     def finish(self, keys: Iterable[RunKey], finished_timestamp: float) -> list[Run]:
         """Freeze running runs as finished (completed or not, by their last epoch).
@@ -337,6 +357,10 @@ class HistoryStore:
                 done.append(final)
             if done:
                 self._finished_changed(done)
+        if self._running_ends is not None:
+            with self._lock:
+                for run in done:
+                    self._running_ends.pop(run_key(run), None)
         return done
 
     def import_finished(self, runs: Sequence[Run]) -> int:
@@ -406,22 +430,58 @@ class HistoryStore:
     # -- reads ----------------------------------------------------------------
 
     def running(self) -> list[StoredRun]:
-        """Every run still marked running, with its stored epoch ends."""
+        """Every run still marked running, with its stored epoch ends.
+
+        The rows are read every time (their utilisation sums change every cycle); the
+        epoch ends and the epoch list built from them are kept in memory and read from
+        the file only for runs not held yet (``_running_ends``).
+        """
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_RUNNING_COLUMNS} FROM runs WHERE state = 'running' "
                 "ORDER BY namespace, pod, container, run_id"
             ).fetchall()
-            ends = self._all_running_ends()
+            held = self._held_ends(rows)
             out: list[StoredRun] = []
             bad: list[str] = []
             for row in rows:
+                stored = held[(row[2], row[3], row[4], row[1])]
                 try:
-                    out.append(_running_from_row(row, ends.get(row[0], [])))
+                    out.append(_running_from_row(row, stored))
                 except (HistoryError, RunError, TypeError, ValueError) as err:
                     bad.append(str(err))
             self._skipped("running", bad)
             return out
+
+    def _held_ends(self, rows: list[tuple]) -> dict[RunKey, _StoredEnds]:
+        """The epoch ends of the running ``rows``, read from the file only where not held.
+
+        Keeps exactly the running runs (a finished or vanished key is dropped).
+        """
+        keys = {(row[2], row[3], row[4], row[1]): row[0] for row in rows}
+        held = self._running_ends or {}
+        missing = [row_id for key, row_id in keys.items() if key not in held]
+        if self._running_ends is None or len(missing) > len(keys) // 2:
+            fresh = self._all_running_ends()
+        else:
+            fresh = self._running_ends_of(missing)
+        by_id = {row_id: key for key, row_id in keys.items()}
+        out = {key: held[key] for key in keys if key in held}
+        for row_id in missing:
+            out[by_id[row_id]] = _StoredEnds(dict(fresh.get(row_id, ())))
+        self._running_ends = out
+        return out
+
+    def _running_ends_of(self, row_ids: list[int]) -> dict[int, list[tuple[float, float]]]:
+        ends: dict[int, list[tuple[float, float]]] = {}
+        for chunk in range(0, len(row_ids), 500):
+            part = row_ids[chunk : chunk + 500]
+            marks = ",".join("?" * len(part))
+            for row_id, epoch, ts in self._conn.execute(
+                f"SELECT run, epoch, timestamp FROM epoch_ends WHERE run IN ({marks})", part
+            ):
+                ends.setdefault(row_id, []).append((epoch, ts))
+        return ends
 
     def finished(self, limit: int | None = None) -> list[Run]:
         """Finished runs, oldest first (cached in memory after the first call).
@@ -507,14 +567,10 @@ class HistoryStore:
         ).fetchone()
         if row is None:
             return None
-        ends = [
-            (e, t)
-            for e, t in self._conn.execute(
-                "SELECT epoch, timestamp FROM epoch_ends WHERE run = ? ORDER BY epoch",
-                (row[0],),
-            )
-        ]
-        return row[0], _running_from_row(row, ends)
+        ends = self._conn.execute(
+            "SELECT epoch, timestamp FROM epoch_ends WHERE run = ?", (row[0],)
+        ).fetchall()
+        return row[0], _running_from_row(row, _StoredEnds(dict(ends)))
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._conn, self.path)
@@ -648,7 +704,39 @@ _RUNNING_COLUMNS = (
 )
 
 
-def _running_from_row(row: tuple, ends: list[tuple[float, float]]) -> StoredRun:
+@dataclass(slots=True)
+class _StoredEnds:
+    """A running run's stored epoch ends (epoch → time) and the epoch list last built
+    from them with its (start, planned), kept until either changes."""
+
+    ends: dict[float, float]
+    times: tuple[tuple[float, float], ...] | None = None
+    basis: tuple[object, object] = (None, None)
+
+    def add(self, epoch: float, ts: float) -> None:
+        """A new stored end; the epoch list grows by it when it follows the list's last
+        pair (what ``monotone_epoch_times`` would give), else is rebuilt when next read."""
+        self.ends[epoch] = ts
+        times = self.times
+        if (
+            times is not None
+            and _finite(epoch)
+            and _finite(ts)
+            and times[-1][0] < epoch <= self.basis[1]  # type: ignore[operator]
+            and ts >= times[-1][1]
+        ):
+            self.times = (*times, (float(epoch), float(ts)))
+        else:
+            self.times = None
+
+    def epoch_times(self, start: float, planned: float) -> tuple[tuple[float, float], ...]:
+        if self.times is None or self.basis != (start, planned):
+            self.times = monotone_epoch_times(start, self.ends.items(), planned)
+            self.basis = (start, planned)
+        return self.times
+
+
+def _running_from_row(row: tuple, stored: _StoredEnds) -> StoredRun:
     (_, rid, ns, pod, container, node, planned, start, feats, us, uw, ms, mw, last_seen) = row
     _check_planned(rid, planned)
     for value in (start, us, uw, ms, mw, last_seen):
@@ -662,7 +750,7 @@ def _running_from_row(row: tuple, ends: list[tuple[float, float]]) -> StoredRun:
     run = Run(
         run_id=rid,
         epochs_planned=planned,
-        epoch_times=monotone_epoch_times(start, ends, planned),
+        epoch_times=stored.epoch_times(start, planned),
         features=MappingProxyType(features),
         completed=None,
         namespace=ns,

@@ -322,3 +322,40 @@ def test_failed_migration_leaves_the_file_untouched(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match="migrating schema 1 to 2 failed"):
         HistoryStore.open(db)
     assert digest(db) == before
+
+
+def test_running_runs_held_in_memory_match_a_fresh_read_of_the_file(tmp_path: Path) -> None:
+    """running() keeps epoch ends in memory between cycles; after every kind of write it
+    must give exactly what a second connection reading the file gives."""
+    import random
+
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    # a finished run seeded without a pod: a live run with its id is never recorded
+    store.import_finished([Run("seeded", 3, ((0, 10.0), (3, 40.0)), completed=True)])
+    rng = random.Random(7)
+    ids = [f"r{i}" for i in range(12)] + ["seeded"]
+    ends: dict[str, list[tuple[float, float]]] = {r: [] for r in ids}
+    finished: set[str] = set()
+    for step in range(30):
+        batch = []
+        for run_id in rng.sample(ids, 6):
+            if ends[run_id] and rng.random() < 0.3:  # a moved end: the first time stays
+                epoch, ts = ends[run_id][-1]
+                ends[run_id].append((epoch, ts + 5))
+            ends[run_id].append((len(ends[run_id]) + 1.0, 1000.0 + 50 * step + rng.random()))
+            planned = 40.0 if rng.random() < 0.9 else 30.0  # a changed plan now and then
+            batch.append(update(run_id, ends[run_id][-3:], planned=planned, pod=f"p-{run_id}"))
+        store.record(batch)
+        if step % 4 == 3:  # some runs vanish or end
+            gone = [run_id for run_id in rng.sample(ids, 2) if run_id not in finished]
+            store.finish([key(r, pod=f"p-{r}") for r in gone], 5000.0 + step)
+            finished.update(gone)
+        fresh = HistoryStore.open(db)
+        try:
+            assert store.running() == fresh.running()
+            assert sorted(r.run_id for r in fresh.finished()) == sorted(finished | {"seeded"})
+        finally:
+            fresh.close()
+    assert all(s.run.run_id != "seeded" for s in store.running())
+    store.close()
