@@ -42,6 +42,9 @@ class CycleSettings:
     # the model fits on the most recent this many finished runs (0: all of them):
     # bounded memory and fit time however long the history grows (docs/forecaster.md)
     fit_runs: int = 100_000
+    # runs' unchanging series (plan, start, batch size, pod labels) are read for every
+    # run in one cycle of this many, otherwise only for runs not seen yet (static_series)
+    static_full_every: int = 10
     pending: PendingSettings = field(default_factory=PendingSettings)
 
 

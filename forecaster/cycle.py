@@ -31,9 +31,10 @@ from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.forecaster.runs import Run, run_key
-from gpu_eta.forecaster.runs_from_series import Allocation, CycleView, assemble
+from gpu_eta.forecaster.runs import Run, RunKey, run_key
+from gpu_eta.forecaster.runs_from_series import Allocation, CycleView, assemble, sample_run_key
 from gpu_eta.forecaster.series import Sample, Series
+from gpu_eta.forecaster.static_series import StaticSeries
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,9 @@ class Cycle:
         self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
         # calibrates the queue's intervals on real starts; kept in the history file
         self._starts = SavedStartTracker(store)
+        # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
+        # and then, otherwise only for runs not seen yet (static_series)
+        self._static = StaticSeries(self.settings.static_full_every)
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
@@ -208,19 +212,76 @@ class Cycle:
     def _query(
         self, now: float, window: float
     ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]]]:
+        """Every answer ``assemble`` reads, the unchanging ones from ``self._static``."""
         s = self.settings
-        instant = {
-            name: self.client.instant(queries.render(tpl, window, s.idle_window_seconds), at=now)
-            for name, tpl in queries.INSTANT.items()
+
+        def ask(name: str, runs: str = "", pods: str = "") -> list[Sample]:
+            query = queries.render(queries.INSTANT[name], window, s.idle_window_seconds, runs, pods)
+            return self.client.instant(query, at=now)
+
+        static = self._static
+        instant = {name: ask(name) for name in queries.DYNAMIC}
+        seen = {
+            key
+            for name in queries.SEEN
+            for sample in instant[name]
+            if (key := sample_run_key(sample)) is not None
         }
+        full = static.full_due()
+        parts = None if full else self._unknown_runs_parts(static.unknown(seen), window)
+        if full or parts is None:
+            full = True
+            answers = {name: ask(name) for name in (*queries.STATIC_RUN, queries.STATIC_POD)}
+        elif parts:
+            answers = queries.unfold(self.client.instant(queries.fold(parts), at=now), parts)
+            answers[queries.STATIC_POD] += answers.pop(queries.STATIC_POD_EXPORTED, [])
+        else:
+            answers = {}
+        static.store(answers, full)
+        instant.update(static.answers(seen))
+        if full or static.gpus_unknown(instant["allocated"]):
+            static.store_gpus(ask("gpu_info"))
+        instant["gpu_info"] = static.gpus()
+        steps_only = static.steps_only()  # some run reports only steps
+        instant["step"] = ask("step") if steps_only else []
         step = queries.range_step(window, s.min_step_seconds, s.max_points)
         ranges = {
             name: self.client.range(tpl, now - window, now, step)
             for name, tpl in queries.RANGE.items()
         }
-        if instant["steps_planned"]:  # some run reports only steps
+        if steps_only:
             ranges["step_range"] = self.client.range(queries.STEP_RANGE, now - window, now, step)
         return instant, ranges
+
+    def _unknown_runs_parts(self, keys: Sequence[RunKey], window: float) -> dict[str, str] | None:
+        """The unchanging series of ``keys`` only, as parts of one folded query; {} when
+        there is none to read, None when a full read is needed instead (too many runs for
+        one query, or a label a set match cannot name)."""
+        if not keys:
+            return {}
+        if len(keys) > queries.MAX_UNKNOWN_RUNS:
+            return None
+        idle = self.settings.idle_window_seconds
+        runs = queries.matcher("run_id", [k[3] for k in keys])
+        if runs is None:
+            return None
+        parts = {
+            name: queries.render(queries.INSTANT[name], window, idle, runs=runs)
+            for name in queries.STATIC_RUN
+        }
+        pods = [k[1] for k in keys if k[1]]
+        if pods:
+            for name, label in (
+                (queries.STATIC_POD, "pod"),
+                (queries.STATIC_POD_EXPORTED, "exported_pod"),
+            ):
+                match = queries.matcher(label, pods)
+                if match is None:
+                    return None
+                parts[name] = queries.render(queries.POD_INFO, window, idle, pods=match)
+        if len(queries.fold(parts)) > queries.MAX_QUERY_CHARS:
+            return None
+        return parts
 
     def _fitted(self, now: float) -> Model:
         """The model to predict with; refits when the history changed and the period passed.

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import requests
 from urllib3.exceptions import InsecureRequestWarning
@@ -30,6 +30,10 @@ DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
 _MAX_LABELS = 128
 _MAX_LABEL_VALUE = 4096
+# A query whose URL-encoded parameters are longer goes as a POST form (the API takes
+# both): a long URL can exceed a proxy's limit (nginx's default is 8 KiB per request
+# line).
+POST_OVER_CHARS = 6000
 
 
 class PromAPIError(ForecasterError):
@@ -127,7 +131,7 @@ class PromClient:
         return parse_matrix(data, query)
 
     def _get(self, path: str, params: dict[str, str], query: str) -> dict:
-        """GET with retries; returns the decoded ``data`` object or raises PromAPIError."""
+        """GET (POST for a long query) with retries; returns the decoded ``data`` object or raises PromAPIError."""
         params = {**params, "timeout": f"{self.timeout_seconds:g}s"}
         last: str = ""
         for attempt in range(self.retries + 1):
@@ -160,9 +164,12 @@ class PromClient:
                 # The user chose --prometheus.insecure-skip-verify: once in the log
                 # (cli), not a warning per request.
                 warnings.simplefilter("ignore", InsecureRequestWarning)
-                resp = self._session.get(
+                post = len(urlencode(params)) > POST_OVER_CHARS
+                resp = self._session.request(
+                    "POST" if post else "GET",
                     self.url + path,
-                    params=params,
+                    params=None if post else params,
+                    data=params if post else None,
                     timeout=self.timeout_seconds,
                     stream=True,
                     verify=self._verify,

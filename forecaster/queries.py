@@ -45,17 +45,19 @@ def _per_run(expr: str) -> str:
 # last-report series exists for every run, whether it reports epochs or only steps.
 PRESENT = _per_run("gpu_eta_training_last_report_timestamp_seconds")
 # Last values of every run seen in the window, including runs that vanished in it.
-PLANNED = _per_run("last_over_time(gpu_eta_training_epochs_planned[{window}])")
+PLANNED = _per_run("last_over_time(gpu_eta_training_epochs_planned{runs}[{window}])")
 EPOCH = _per_run("last_over_time(gpu_eta_training_epoch[{window}])")
 # Steps are read only for runs without planned epochs (followed in percent of their
 # steps); a run that reports both is followed by its epochs.
-_NO_EPOCHS = "unless last_over_time(gpu_eta_training_epochs_planned[{window}])"
-STEPS_PLANNED = _per_run(f"last_over_time(gpu_eta_training_steps_planned[{{window}}]) {_NO_EPOCHS}")
+_NO_EPOCHS = "unless last_over_time(gpu_eta_training_epochs_planned{runs}[{window}])"
+STEPS_PLANNED = _per_run(
+    f"last_over_time(gpu_eta_training_steps_planned{{runs}}[{{window}}]) {_NO_EPOCHS}"
+)
 STEP = _per_run(f"last_over_time(gpu_eta_training_step[{{window}}]) {_NO_EPOCHS}")
-START = _per_run("last_over_time(gpu_eta_training_run_start_timestamp_seconds[{window}])")
+START = _per_run("last_over_time(gpu_eta_training_run_start_timestamp_seconds{runs}[{window}])")
 LAST_END = _per_run("last_over_time(gpu_eta_training_epoch_end_timestamp_seconds[{window}])")
 LAST_REPORT = _per_run("last_over_time(gpu_eta_training_last_report_timestamp_seconds[{window}])")
-BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size[{window}])")
+BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size{runs}[{window}])")
 # GPU use per container: ours, or else DCGM's (0..100, per device, with pod labels
 # as `pod`/`namespace`/`container` or `exported_*` when the scrape did not honour
 # labels). `or` keeps a DCGM series only where ours has no series with the same
@@ -87,7 +89,7 @@ GPU_INFO = "max by (node, exported_node, UUID, model) (gpu_eta_gpu_info)"
 POD_INFO = (
     "max by (namespace, pod, exported_namespace, exported_pod, owner_kind, owner_name, "
     "label_job_name, label_batch_kubernetes_io_job_name, label_app_kubernetes_io_name, "
-    "label_app) (gpu_eta_pod_info)"
+    "label_app) (gpu_eta_pod_info{pods})"
 )
 
 
@@ -130,6 +132,35 @@ RANGE: Mapping[str, str] = MappingProxyType(
 PENDING: Mapping[str, str] = kube_state.QUERIES
 QUERIES_PER_CYCLE = len(INSTANT) + len(RANGE) + 1 + 1  # + step range + pending
 
+# Answers that do not change while a run lives: its plan, start and batch size (per
+# run, matched by ``{runs}``) and the pod labels that name its job (per pod, ``{pods}``).
+# The cycle reads them in full only now and then, and otherwise for the runs it has not
+# seen yet, folded into one query (``gpu_eta.forecaster.static_series``).
+STATIC_RUN = ("planned", "steps_planned", "start", "batch_size")
+STATIC_POD = "pod_info"
+# The pod-info part for series scraped without honouring labels (``exported_pod``).
+STATIC_POD_EXPORTED = "pod_info_exported"
+# Read in full every cycle: progress, presence, GPU use, allocations. ``step`` only
+# when some run reports only steps (as ``STEP_RANGE``), ``gpu_info`` when an
+# allocation names a GPU not read before (static_series).
+DYNAMIC = (
+    "present",
+    "epoch",
+    "last_end",
+    "last_report",
+    "util_mean",
+    "util_recent",
+    "memory_ratio",
+    "allocated",
+)
+# The answers whose run keys are the runs seen in a cycle.
+SEEN = ("present", "epoch", "last_end", "last_report")
+# A read of unknown runs' unchanging series stays one query of at most this many
+# characters (VictoriaMetrics refuses queries over 16 KiB by default,
+# ``-search.maxQueryLen``) for at most this many runs; beyond, a full read.
+MAX_QUERY_CHARS = 12_000
+MAX_UNKNOWN_RUNS = 200
+
 # The label ``fold`` tags each part's series with (a name no exporter uses).
 TAG = "forecaster_query"
 
@@ -166,9 +197,35 @@ def duration(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
 
-def render(template: str, window_seconds: float, idle_seconds: float) -> str:
-    """Fill a template's ``{window}`` and ``{idle}``."""
-    return template.format(window=duration(window_seconds), idle=duration(idle_seconds))
+def render(
+    template: str, window_seconds: float, idle_seconds: float, runs: str = "", pods: str = ""
+) -> str:
+    """Fill a template's ``{window}`` and ``{idle}``, and its selectors' ``{runs}`` and
+    ``{pods}`` matchers (``matcher``; empty: every run and pod)."""
+    return template.format(
+        window=duration(window_seconds), idle=duration(idle_seconds), runs=runs, pods=pods
+    )
+
+
+# PromQL's regular-expression metacharacters (RE2's), escaped in set matches.
+_RE_META = frozenset("\\.+*?()|[]{}^$")
+
+
+def matcher(label: str, values: Iterable[str]) -> str | None:
+    """``{label=~"a|b|c"}``: a set match TSDBs answer from their index (Prometheus looks up
+    each literal's postings, VictoriaMetrics each value) instead of scanning a metric's
+    series. None when a value is not printable ASCII (no set match is built for it).
+    """
+    parts = []
+    for value in sorted(set(values)):
+        if not value or not value.isascii() or not value.isprintable():
+            return None
+        parts.append("".join("\\" + c if c in _RE_META else c for c in value))
+    if not parts:
+        return None
+    # a PromQL string: backslashes and quotes escaped once more
+    regex = "|".join(parts).replace("\\", "\\\\").replace('"', '\\"')
+    return f'{{{label}=~"{regex}"}}'
 
 
 def range_step(window_seconds: float, min_step_seconds: float, max_points: int) -> float:

@@ -222,6 +222,26 @@ def assemble(
     return view
 
 
+def sample_run_key(sample: Sample) -> RunKey | None:
+    """The run a sample belongs to, as ``assemble`` reads it (``exported_*`` labels
+    honoured); None without a usable run key."""
+    return _run_key(_unexport(sample).labels)
+
+
+def sample_pod(sample: Sample) -> tuple[str, str]:
+    """``(namespace, pod)`` of a sample, as ``assemble`` reads it."""
+    labels = _unexport(sample).labels
+    return (labels.get("namespace", ""), labels.get("pod", ""))
+
+
+def sample_gpu(sample: Sample) -> tuple[str, str] | None:
+    """``(node, UUID)`` of a GPU-info or allocation sample, the key ``assemble`` joins
+    them on; None without a UUID."""
+    labels = _unexport(sample).labels
+    uuid = labels.get("UUID", "")
+    return (labels.get("node", ""), uuid) if uuid else None
+
+
 def _unexport(item: _S) -> _S:
     """``exported_pod`` → ``pod`` (and namespace, container, node, ...).
 

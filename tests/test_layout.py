@@ -44,6 +44,7 @@ PURE = (
     "gpu_eta.forecaster.kube_state",
     "gpu_eta.forecaster.pending",
     "gpu_eta.forecaster.runs_from_series",
+    "gpu_eta.forecaster.static_series",
     "gpu_eta.forecaster.publish",
     "gpu_eta.forecaster.calibration",
     "gpu_eta.forecaster.estimators",

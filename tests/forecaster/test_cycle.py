@@ -37,7 +37,9 @@ def _shape(q: str) -> str:
     return re.sub(r"offset \S+", "offset X", re.sub(r"\[[^\]]*\]", "[X]", q))
 
 
-_INSTANT = {_shape(t): name for name, t in queries.INSTANT.items()}
+_INSTANT = {_shape(queries.render(t, 60, 300)): name for name, t in queries.INSTANT.items()}
+_PART = re.compile(r'label_replace\(\((.*?)\), "forecaster_query", "(\w+)", "__name__", "\.\*"\)')
+_SET_MATCH = re.compile(r'\b(run_id|exported_pod|pod)=~"([^"]*)"')
 _FOLDED = {
     _shape(
         queries.fold(
@@ -68,6 +70,14 @@ class CannedClient:
         self._count(query)
         if _shape(query) in _INSTANT:
             return list(self.answers.get(_INSTANT[_shape(query)], []))
+        if _shape(query) not in _FOLDED:  # the unchanging series of runs not seen yet
+            out = []
+            for part, name in _PART.findall(query):
+                label, values = _SET_MATCH.search(part).groups()  # type: ignore[union-attr]
+                for s in self.answers.get(name.removesuffix("_exported"), []):
+                    if s.labels.get(label) in values.split("|"):
+                        out.append(Sample({**s.labels, queries.TAG: name}, s.value, s.timestamp))
+            return out
         return [
             Sample({**s.labels, queries.TAG: name}, s.value, s.timestamp)
             for name in _FOLDED[_shape(query)]
@@ -174,15 +184,16 @@ def test_one_cycle_forecasts_running_and_records_vanished(store: HistoryStore) -
     assert jf.completion_timestamps == pytest.approx((NOW + 560, NOW + 800, NOW + 1040))
     assert fs.n_running == 1 and fs.n_finished == 1 and fs.n_history == 1
     assert [r.completed for r in store.finished()] == [False]
-    # no run reports only steps: no step range query
-    assert fs.queries == queries.QUERIES_PER_CYCLE - 1 == len(client.seen) <= 20
+    # no run reports only steps: neither step query
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 2 == len(client.seen) <= 20
     assert queries.STEP_RANGE not in client.seen
 
 
 def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
     many = merge(*(job(f"r{i}", 10, [(1, NOW - 60)], NOW - 120) for i in range(300)))
-    steps_only = {"ns": "ml", "pod": "pod-tqdm", "container": "c", "run_id": "tqdm", "node": "n1"}
+    steps_only = {"namespace": "ml", "pod": "pod-tqdm", "container": "c", "run_id": "tqdm"}
     many["steps_planned"] = [s(1000, **steps_only)]
+    many["last_report"] = [s(NOW - 5, **steps_only)]  # every run has a last report
     client = CannedClient(many)
     fs = make_cycle(client, store).run()
     assert len(fs.jobs) == 300
@@ -550,8 +561,8 @@ def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
     client = CannedClient(job("run", 10, [(1, NOW - 200)], NOW - 300))
     fs = make_cycle(client, store, pending=PendingSettings(enabled=False)).run()
     assert fs.pending is None
-    # neither the folded pending query nor the step range query
-    assert fs.queries == queries.QUERIES_PER_CYCLE - 2
+    # neither the folded pending query nor the step queries
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 3
 
 
 def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> None:
@@ -590,3 +601,122 @@ def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> 
         assert not gc.isenabled()  # left as it was found
     finally:
         gc.enable()
+
+
+_UNCHANGING = (
+    "gpu_eta_training_epochs_planned",
+    "gpu_eta_training_steps_planned",
+    "gpu_eta_training_run_start_timestamp_seconds",
+    "gpu_eta_training_batch_size",
+    "gpu_eta_pod_info",
+    "gpu_eta_gpu_info",
+)
+
+
+def unchanging(seen: list[str]) -> list[str]:
+    """The queries of a cycle that ask for runs' unchanging series or the GPU models."""
+    return [q for q in seen if any(name in q for name in _UNCHANGING)]
+
+
+def labels_of(run_id: str, **more: str) -> dict[str, str]:
+    return {
+        "node": "n1",
+        "namespace": "ml",
+        "pod": f"pod-{run_id}",
+        "container": "c",
+        "run_id": run_id,
+        **more,
+    }
+
+
+def test_unchanging_series_are_read_in_full_every_nth_cycle_else_only_for_new_runs(
+    store: HistoryStore,
+) -> None:
+    t = [NOW]
+    a = merge(
+        job("a", 10, [(1, NOW - 10)], NOW - 100),
+        {
+            "batch_size": [s(64, **labels_of("a"))],
+            "pod_info": [s(1, namespace="ml", pod="pod-a", label_job_name="train-a")],
+            "allocated": [s(1, gpu="0", UUID="GPU-0", **labels_of("a"))],
+            "gpu_info": [s(1, node="n1", UUID="GPU-0", model="A100")],
+        },
+    )
+    client = CannedClient(a)
+    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=3)
+    fs = cycle.run()  # the first cycle reads them all
+    assert len(unchanging(client.seen)) == 6 and fs.queries == len(client.seen) == 17
+
+    def again(answers: dict[str, list[Sample]]) -> dict[str, Run]:
+        client.answers, client.seen = answers, []
+        t[0] += 60
+        fs = cycle.run()
+        assert fs.queries == len(client.seen)
+        return {j.run.run_id: j.run for j in fs.jobs}
+
+    runs = again(a)  # nothing new: none of them, the runs as before
+    assert unchanging(client.seen) == [] and len(client.seen) == 8 + 2 + 1
+    assert runs["a"].epochs_planned == 10
+    assert runs["a"].features["batch_size"] == 64 and runs["a"].features["job_name"] == "train-a"
+    assert runs["a"].features["gpu_model"] == "A100"
+    # a new run, its pod labelled only as exported_pod (a scrape without honor_labels):
+    # one query for its series alone, matched on its run id and pod
+    b = merge(
+        a,
+        job("b", 20, [], NOW - 50),
+        {
+            "batch_size": [s(32, **labels_of("b"))],
+            "pod_info": [s(1, exported_namespace="ml", exported_pod="pod-b", label_app="bee")],
+        },
+    )
+    runs = again(b)
+    (read,) = unchanging(client.seen)
+    assert 'run_id=~"b"' in read and 'pod=~"pod-b"' in read and '"a"' not in read
+    assert runs["b"].epochs_planned == 20 and runs["b"].start_timestamp == NOW - 50
+    assert runs["b"].features["batch_size"] == 32 and runs["b"].features["job_name"] == "bee"
+    assert runs["a"].features["batch_size"] == 64
+    # the third cycle since the full read reads them all again: a changed plan is seen
+    changed = {**b, "planned": [s(12, **labels_of("a")), s(20, **labels_of("b"))]}
+    runs = again(changed)
+    assert len(unchanging(client.seen)) == 6 and runs["a"].epochs_planned == 12
+
+
+def test_a_gpu_not_read_before_or_too_many_new_runs_mean_a_full_read(
+    store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = [NOW]
+    a = merge(
+        job("a", 10, [(1, NOW - 10)], NOW - 100),
+        {
+            "allocated": [s(1, gpu="0", UUID="GPU-0", **labels_of("a"))],
+            "gpu_info": [s(1, node="n1", UUID="GPU-0", model="A100")],
+        },
+    )
+    client = CannedClient(a)
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    cycle.run()
+    # a new run on a GPU not read before: the GPU models are read in full again
+    new_gpu = merge(
+        a,
+        job("b", 10, [], NOW),
+        {
+            "allocated": [s(1, gpu="1", UUID="GPU-1", **labels_of("b"))],
+            "gpu_info": [s(1, node="n1", UUID="GPU-1", model="H100")],
+        },
+    )
+    client.answers, client.seen = new_gpu, []
+    t[0] += 60
+    fs = cycle.run()
+    assert sum("gpu_eta_gpu_info" in q for q in client.seen) == 1
+    assert {j.run.run_id: j.run.features["gpu_model"] for j in fs.jobs} == {
+        "a": "A100",
+        "b": "H100",
+    }
+    # more new runs than one query should name: read in full instead
+    monkeypatch.setattr(queries, "MAX_UNKNOWN_RUNS", 1)
+    client.answers = merge(new_gpu, job("c", 10, [], NOW), job("d", 10, [], NOW))
+    client.seen = []
+    t[0] += 60
+    fs = cycle.run()
+    assert len(unchanging(client.seen)) == 6
+    assert {j.run.run_id for j in fs.jobs} == {"a", "b", "c", "d"}

@@ -10,12 +10,14 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from gpu_eta.forecaster import promapi
 from gpu_eta.forecaster.promapi import (
     PromAPIError,
     PromClient,
@@ -51,6 +53,8 @@ def http_server() -> Iterator[Callable[[Handler], tuple[str, list[BaseHTTPReques
             def do_GET(self) -> None:
                 seen.append(self)
                 handle(self)
+
+            do_POST = do_GET
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -90,6 +94,25 @@ def test_instant_query_parses_vector_and_keeps_nan(http_server) -> None:
     assert [s.labels["run_id"] for s in samples] == ["a", "b"]
     assert samples[0].value == 3.0 and math.isnan(samples[1].value)
     assert "time=1700000000.500" in seen[0].path and "query=up" in seen[0].path
+
+
+def test_a_long_query_is_posted_as_a_form_a_short_one_sent_in_the_url(http_server) -> None:
+    bodies: list[tuple[str, str, bytes]] = []
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        bodies.append((req.command, req.path, req.rfile.read(length)))
+        reply(req, 200, json.dumps(VECTOR).encode())
+
+    url, _ = http_server(handle)
+    long = 'up{run_id=~"' + "|".join(f"run-{i:05d}" for i in range(600)) + '"}'
+    assert len(long) > promapi.POST_OVER_CHARS
+    assert len(client(url).instant(long, at=1700000000.0)) == 2
+    client(url).instant("up", at=1700000000.0)
+    (post_cmd, post_path, form), (get_cmd, get_path, _) = bodies
+    assert post_cmd == "POST" and post_path == "/api/v1/query"
+    assert urllib.parse.parse_qs(form.decode())["query"] == [long]
+    assert get_cmd == "GET" and "query=up" in get_path
 
 
 def test_range_query_parses_matrix(http_server) -> None:

@@ -50,3 +50,14 @@ def test_range_step_caps_points() -> None:
     assert 22 * 86400 / step + 1 <= 240
     with pytest.raises(ValueError):
         queries.range_step(60, 15, 1)
+
+
+def test_set_match_escapes_regex_and_promql_and_refuses_what_it_cannot_name() -> None:
+    m = queries.matcher("run_id", ["run-1", "a.b", 'x"y', "c\\d", "e|f", "run-1"])
+    assert m == '{run_id=~"a\\\\.b|c\\\\\\\\d|e\\\\|f|run-1|x\\"y"}'
+    assert queries.matcher("pod", []) is None
+    assert queries.matcher("pod", ["ok", "tab\there"]) is None  # not printable
+    assert queries.matcher("pod", ["ok", "é"]) is None  # not ASCII
+    q = queries.render(queries.PLANNED, 60, 300, runs=queries.matcher("run_id", ["r1", "r2"]))
+    assert 'gpu_eta_training_epochs_planned{run_id=~"r1|r2"}[60s]' in q
+    assert queries.render(queries.PLANNED, 60, 300).count("{") == 0  # a full read: no matcher

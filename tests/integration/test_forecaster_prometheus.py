@@ -18,15 +18,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import requests
 
-from gpu_eta.forecaster import queries
+from gpu_eta.forecaster import promapi, queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.runs import run_key
+from gpu_eta.forecaster.runs_from_series import sample_pod, sample_run_key
 from gpu_eta.launch.processes import log_tail, spawn, start_http
 from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port, stop_process
 from tests.integration.helpers import training_script, wait_until
@@ -438,9 +441,33 @@ def check_cycle_reconstruction(backfill, tmp_path, server_factory) -> None:
         assert [e for e, _ in mine["train-m2"].epoch_times] == list(range(6))
         assert (mine["train-m1"].epochs_planned, mine["train-m2"].epochs_planned) == (30, 10)
         assert mine["train-m2"].start_timestamp == pytest.approx(now - 660, abs=0.01)
+        check_unknown_runs_read(cycle, client, fs.timestamp, [run_key(j.run) for j in fs.jobs])
     finally:
         store.close()
         client.close()
+
+
+def check_unknown_runs_read(cycle: Cycle, client: PromClient, at: float, keys: list) -> None:
+    """Runs not seen before are read by a set match on their run id and pod, in one query
+    (here long enough to go as a POST): the same answers as the full read, for them."""
+    keys = sorted(k for k in keys if k[3] in ("my-run-1", "tqdm-run", "run-a"))
+    filler = [("ml", f"pod-{i}", "c", f"none.{i:04d}") for i in range(100)]  # no such runs
+    parts = cycle._unknown_runs_parts(keys + filler, 3600)
+    assert parts and len(urlencode({"query": queries.fold(parts)})) > promapi.POST_OVER_CHARS
+    got = queries.unfold(client.instant(queries.fold(parts), at=at), parts)
+    got[queries.STATIC_POD] += got.pop(queries.STATIC_POD_EXPORTED)
+    for name in queries.STATIC_RUN:
+        full = client.instant(queries.render(queries.INSTANT[name], 3600, 300), at=at)
+        want = {sample_run_key(x): x.value for x in full if sample_run_key(x) in keys}
+        assert {sample_run_key(x): x.value for x in got[name]} == want, name
+        assert want, name  # every part has runs to compare
+    full = client.instant(queries.render(queries.POD_INFO, 3600, 300), at=at)
+    pods = {k[:2] for k in keys}
+    want_pods = {sample_pod(x): dict(x.labels) for x in full if sample_pod(x) in pods}
+    assert {
+        sample_pod(x): {k: v for k, v in x.labels.items() if k != queries.TAG}
+        for x in got[queries.STATIC_POD]
+    } == want_pods
 
 
 LIVE_SCENARIO = """

@@ -1,0 +1,114 @@
+"""Pure: the answers that do not change while a run lives, kept between cycles.
+
+A run's plan, start and batch size, its pod's job labels and each GPU's model are the
+same every cycle, yet asking for them in full costs the TSDB as much as any other
+query: it selects and encodes the series of every run (10,000 at the scale of
+docs/scrape-tuning.md) to answer what the forecaster already knows. So the cycle
+reads them in full only every ``full_every`` cycles (and in the first), and in the
+other cycles only for the runs it has not seen yet, by a set match on their
+``run_id`` (and ``pod``) that the TSDB answers from its index
+(``queries.matcher``), all folded into one query. A changed plan or batch size is
+therefore seen at the next full read at the latest (``--cycle.interval`` ×
+``full_every``); a new run is read in its first cycle.
+
+``StaticSeries`` holds what was read, by run key and by pod; ``answers`` gives the
+cycle the same lists a full read would have (for the runs seen in this cycle), so
+``runs_from_series.assemble`` is unchanged. The GPU models (``gpu_info``, per node and
+UUID) are kept whole and read again in full when an allocation names a GPU they
+do not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpu_eta.forecaster import queries
+from gpu_eta.forecaster.runs import RunKey
+from gpu_eta.forecaster.runs_from_series import sample_gpu, sample_pod, sample_run_key
+from gpu_eta.forecaster.series import Sample
+
+# A run is known once its plan (epochs or steps) and start have been read; a run
+# without them is asked for again each cycle, as a full read would.
+_DEFINING = (("planned", "steps_planned"), ("start",))
+
+
+class StaticSeries:
+    """The unchanging answers of the runs seen lately (see the module docstring)."""
+
+    def __init__(self, full_every: int = 10) -> None:
+        if full_every < 1:
+            raise ValueError("full_every must be >= 1")
+        self.full_every = full_every
+        self._runs: dict[str, dict[RunKey, Sample]] = {n: {} for n in queries.STATIC_RUN}
+        self._pods: dict[tuple[str, str], Sample] = {}
+        self._gpus: list[Sample] | None = None
+        self._gpu_keys: frozenset[tuple[str, str]] = frozenset()
+        self._since_full: int | None = None  # cycles since the last full read
+
+    def full_due(self) -> bool:
+        """Whether this cycle reads every run's unchanging series (first, or every Nth)."""
+        return self._since_full is None or self._since_full + 1 >= self.full_every
+
+    def unknown(self, seen: Iterable[RunKey]) -> list[RunKey]:
+        """The runs seen now whose plan or start has not been read yet, in key order."""
+        runs = self._runs
+        return sorted(
+            key
+            for key in set(seen)
+            if not all(any(key in runs[n] for n in names) for names in _DEFINING)
+        )
+
+    def gpus_unknown(self, allocated: Sequence[Sample]) -> bool:
+        """Whether the GPU models must be read (never read, or an allocation on a GPU
+        they do not list)."""
+        if self._gpus is None:
+            return True
+        return any(
+            key not in self._gpu_keys for s in allocated if (key := sample_gpu(s)) is not None
+        )
+
+    def store_gpus(self, samples: Sequence[Sample]) -> None:
+        """A full read of the GPU models."""
+        self._gpus = list(samples)
+        self._gpu_keys = frozenset(k for s in samples if (k := sample_gpu(s)) is not None)
+
+    def gpus(self) -> list[Sample]:
+        """The GPU models last read (empty before the first read)."""
+        return list(self._gpus or ())
+
+    def store(self, answers: Mapping[str, Sequence[Sample]], full: bool) -> None:
+        """Keep a read's answers: a full read replaces what was held, a read of new runs adds."""
+        if full:
+            for held in self._runs.values():
+                held.clear()
+            self._pods.clear()
+            self._since_full = 0
+        elif self._since_full is not None:
+            self._since_full += 1
+        for name in queries.STATIC_RUN:
+            held = self._runs[name]
+            for s in answers.get(name, ()):
+                key = sample_run_key(s)
+                if key is not None:
+                    held[key] = s
+        for s in answers.get(queries.STATIC_POD, ()):
+            self._pods[sample_pod(s)] = s
+
+    def answers(self, seen: Iterable[RunKey]) -> dict[str, list[Sample]]:
+        """What a full read would answer for the runs ``seen`` this cycle; forgets the
+        others (a run back after it vanished from the window is read again)."""
+        keys = set(seen)
+        out: dict[str, list[Sample]] = {}
+        for name, held in self._runs.items():
+            for key in [k for k in held if k not in keys]:
+                del held[key]
+            out[name] = list(held.values())
+        pods = {key[:2] for key in keys}
+        for pod in [p for p in self._pods if p not in pods]:
+            del self._pods[pod]
+        out[queries.STATIC_POD] = list(self._pods.values())
+        return out
+
+    def steps_only(self) -> bool:
+        """Whether some held run reports only steps (the step queries are then sent)."""
+        return bool(self._runs["steps_planned"])
