@@ -232,35 +232,79 @@ def run_forecaster(
 
 
 def query_breakdown(base_url: str, window: float = 180.0, step: float = 15.0) -> list[str]:
-    """Each query of a steady cycle sent once on its own: seconds and answer size.
+    """Each query of a cycle sent once on its own: seconds and answer size.
 
     ``window`` as in a steady cycle (the time since the previous one plus 120 s of
-    overlap); the pending queries folded as the cycle sends them. Shows which
-    queries the TSDB's time goes to.
+    overlap); the pending queries folded as the cycle sends them. Marks which queries
+    a steady cycle sends (every cycle), which only the full read of the unchanging
+    series (one cycle in 10, ``static_series``) and the step queries (only when a run
+    reports only steps), and times the read of 30 new runs' unchanging series by set
+    match (what a steady cycle sends instead of the full read). Shows which queries
+    the TSDB's time goes to.
     """
     now = time.time()
+    every, full = "every cycle", "full read"
     sent = [
-        ("instant", name, queries.render(tpl, window, 300.0))
+        (
+            "instant",
+            name,
+            queries.render(tpl, window, 300.0),
+            every if name in queries.DYNAMIC else full,
+        )
         for name, tpl in queries.INSTANT.items()
+        if name != "step"
     ]
-    sent += [("range", name, tpl) for name, tpl in queries.RANGE.items()]
-    sent.append(("range", "step_range", queries.STEP_RANGE))
+    sent.append(("instant", "step", queries.render(queries.STEP, window, 300.0), "steps only"))
+    sent += [("range", name, tpl, every) for name, tpl in queries.RANGE.items()]
+    sent.append(("range", "step_range", queries.STEP_RANGE, "steps only"))
     pending = {n: kube_state.render(t, 3600.0) for n, t in queries.PENDING.items()}
-    sent.append(("instant", "pending (folded)", queries.fold(pending)))
+    sent.append(("instant", "pending (folded)", queries.fold(pending), every))
+    present = requests.get(
+        base_url + "/api/v1/query",
+        params={"query": queries.PRESENT, "time": f"{now:.3f}"},
+        timeout=300,
+    ).json()["data"]["result"]
+    new = [r["metric"] for r in present[:: max(1, len(present) // 30)][:30]]
+    runs = queries.matcher("run_id", [m.get("run_id", "") for m in new])
+    pods = queries.matcher("pod", [m.get("pod", "") for m in new])
+    xpods = queries.matcher("exported_pod", [m.get("pod", "") for m in new])
+    if runs and pods and xpods:
+        parts = {
+            n: queries.render(queries.INSTANT[n], window, 300.0, runs=runs)
+            for n in queries.STATIC_RUN
+        }
+        parts[queries.STATIC_POD] = queries.render(queries.POD_INFO, window, 300.0, pods=pods)
+        parts[queries.STATIC_POD_EXPORTED] = queries.render(
+            queries.POD_INFO, window, 300.0, pods=xpods
+        )
+        sent.append(
+            (
+                "instant",
+                f"{len(new)} new runs' unchanging series (folded)",
+                queries.fold(parts),
+                "new runs",
+            )
+        )
     rows = []
-    for kind, name, q in sent:
+    for kind, name, q, when in sent:
         if kind == "instant":
             path, params = "/api/v1/query", {"query": q, "time": f"{now:.3f}"}
         else:
             params = {"query": q, "start": f"{now - window:.3f}", "end": f"{now:.3f}"}
             path, params = "/api/v1/query_range", {**params, "step": f"{step:g}", "nocache": "1"}
         t = time.perf_counter()
-        resp = requests.get(base_url + path, params=params, timeout=300)
+        resp = requests.post(base_url + path, data=params, timeout=300)
         took = time.perf_counter() - t
-        rows.append((took, len(resp.content), f"{kind} {name}"))
-    total = sum(r[0] for r in rows)
-    lines = [f"each query alone (W={window:.0f}s): {total:.2f}s in all"]
-    lines += [f"  {t:6.3f}s {n / 1e6:6.2f} MB  {what}" for t, n, what in sorted(rows, reverse=True)]
+        rows.append((took, len(resp.content), f"{kind} {name}", when))
+    steady = [r for r in rows if r[3] == every]
+    lines = [
+        f"each query alone (W={window:.0f}s): {sum(r[0] for r in rows):.2f}s in all; "
+        f"the {len(steady)} a steady cycle sends: {sum(r[0] for r in steady):.2f}s"
+    ]
+    lines += [
+        f"  {t:6.3f}s {n / 1e6:6.2f} MB  {what}  [{when}]"
+        for t, n, what, when in sorted(rows, reverse=True)
+    ]
     return lines
 
 
