@@ -17,7 +17,8 @@ much weaker. A cluster re-runs the same jobs, so the most specific evidence wins
    seconds **for the whole run** (per-epoch time × planned progress) on log batch
    size, log GPUs, mean GPU and host-memory utilisation, the planned-progress ratio
    below, and one-hot GPU model,
-   framework, namespace and job name (top levels); divided by the run's planned
+   framework, namespace and job name (top levels; a value never seen gets the mean
+   of the level effects over the runs most like it, ``_unknown_level``); divided by the run's planned
    progress it gives the per-epoch time the other levels give. Why the whole run and
    not per epoch: the unit of progress differs between jobs (epochs, steps, samples —
    MLPerf's bert plans 10⁶ samples where resnet plans 40 epochs), so a regression of
@@ -73,6 +74,9 @@ from gpu_eta.forecaster.runs import Feature, Run
 NUMERIC_LOG = ("batch_size", "epochs_planned", "gpus")
 NUMERIC_RAW = ("gpu_utilization_ratio", "memory_utilization_ratio")
 CATEGORICAL = ("gpu_model", "framework", "namespace", "job_name")
+# which of the other categoricals a value the regression never saw is matched on first
+# (``PriorEstimator._unknown_level``): the job name, then framework, namespace, GPU model
+UNKNOWN_MATCH_ORDER = (3, 1, 2, 0)
 # the pooled regression's numbers: not the planned progress, whose unit differs by job
 # (epochs, steps, samples), but how much longer than usual for its job name a run is
 # planned (``PLANNED_VS_JOB``; unit-free) — see the module docstring
@@ -375,9 +379,14 @@ class PriorEstimator:
             values = np.where(np.isnan(values), self.medians_[name], values)
             cols.append(values)
         for name, levels in self.levels_.items():
-            vals = [r.features.get(name) for r in runs]
-            for level in levels:
-                cols.append(np.array([1.0 if v == level else 0.0 for v in vals]))
+            enc = np.zeros((len(runs), len(levels)))
+            for i, run in enumerate(runs):
+                v = run.features.get(name)
+                if v in levels:
+                    enc[i, levels.index(v)] = 1.0
+                elif self._is_unknown(name, v):
+                    enc[i] = self._unknown_level(name, run)
+            cols.extend(enc.T)
         cols.insert(0, np.ones(len(runs)))
         return np.column_stack(cols)
 
@@ -401,16 +410,67 @@ class PriorEstimator:
             row.append(self.medians_[name] if math.isnan(value) else value)
         for name, levels in self.levels_.items():
             v = run.features.get(name)
+            if self._is_unknown(name, v):
+                row.extend(self._unknown_level(name, run))
+                continue
             at = len(row)
             row.extend([0.0] * len(levels))
             if v in levels:  # levels are distinct: one column at most is 1
                 row[at + levels.index(v)] = 1.0
         return np.array(row)
 
+    def _is_unknown(self, name: str, value: Feature | None) -> bool:
+        """A value of categorical ``name`` that no run in the regression's history had
+        (a missing value is not unknown: it was fitted as missing, with the baseline)."""
+        return isinstance(value, str) and bool(value) and value not in self.seen_[name]
+
+    def _unknown_level(self, name: str, run: Run) -> tuple[float, ...]:
+        """The columns of categorical ``name`` for a value the regression never saw: the
+        mean of the training runs' columns, over the runs most like this one.
+
+        Why: coded as all zeros, an unseen GPU model, framework, namespace or job name got
+        the effect of the dropped baseline level, the *most frequent* one, as if the new
+        value were surely that one (a new benchmark was the most frequent benchmark). Not
+        knowing which level it is, its expected effect is the mean effect of the levels,
+        weighted by how often each ran: the mean of the training runs' one-hot columns
+        (a run of a rare or baseline level counting zeros). Over runs that share this
+        run's other known categorical values where any do (the job name first, then
+        framework, namespace, GPU model; a filter that would leave no run is skipped),
+        because the categoricals go together: a new submitter of a benchmark on A100s is
+        like the submitters of that benchmark on A100s, not like the one that runs TPUs,
+        and the namespace and GPU model effects are not separable where they coincide.
+        No fitted constant.
+        """
+        at = CATEGORICAL.index(name)
+        known = ((j, run.features.get(CATEGORICAL[j])) for j in UNKNOWN_MATCH_ORDER if j != at)
+        others = tuple((j, v) for j, v in known if isinstance(v, str) and v)
+        key = (name, others)
+        hit = self._unknown_cache.get(key)
+        if hit is not None:
+            return hit
+        rows = self._cat_rows
+        for j, v in others:
+            narrower = [r for r in rows if r[j] == v]
+            if narrower:
+                rows = narrower
+        levels = self.levels_[name]
+        index = {level: i for i, level in enumerate(levels)}
+        counts = [0.0] * len(levels)
+        for r in rows:
+            i = index.get(r[at])
+            if i is not None:
+                counts[i] += 1.0
+        hit = tuple(c / len(rows) for c in counts) if rows else tuple(counts)
+        self._unknown_cache[key] = hit
+        return hit
+
     def _fit_regression(self, runs: Sequence[Run], y: Sequence[float]) -> None:
         self.numeric_: list[str] = []
         self.medians_: dict[str, float] = {}
         self.levels_: dict[str, list[str]] = {}
+        self.seen_: dict[str, set[str]] = {}
+        self._cat_rows = [tuple(r.features.get(c) for c in CATEGORICAL) for r in runs]
+        self._unknown_cache: dict[tuple, tuple[float, ...]] = {}
         self.job_planned_: dict[str, float] = {}
         self.coef_ = np.array([math.log(DEFAULT_EPOCH_SECONDS)])
         self.sigma_ = DEFAULT_LOG_SIGMA
@@ -443,6 +503,7 @@ class PriorEstimator:
             if len(counts) >= 2:
                 top = sorted(counts, key=lambda k: (-counts[k], k))[: MAX_LEVELS + 1]
                 self.levels_[name] = top[1:]  # the most frequent level is the baseline
+                self.seen_[name] = set(counts)  # rare levels too: fitted with the baseline
         X = self._design(runs)
         if len(y_arr) < X.shape[1] + 5:
             self.numeric_, self.medians_, self.levels_ = [], {}, {}

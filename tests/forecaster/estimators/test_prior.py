@@ -242,3 +242,63 @@ def test_a_known_job_name_planned_longer_than_usual_takes_longer_in_the_regressi
         prior.per_epoch(long).log_seconds - prior.per_epoch(short).log_seconds
     )
     assert per_epoch_ratio == pytest.approx(1.0, abs=0.15)
+
+
+def _per_epoch_of(prior: PriorEstimator, **features: str) -> float:
+    """Seconds per epoch the pooled regression gives a 10-epoch run with ``features``."""
+    est = prior.per_epoch(make_run("probe", [], planned=10, start=1e9, **features))
+    assert est.level == "regression"
+    return math.exp(est.log_seconds)
+
+
+def test_a_job_name_never_seen_gets_the_frequency_weighted_mean_effect() -> None:
+    # three jobs, the fast one run most often: 60 % "a" at 5 s/epoch, 20 % "b" at 20 s,
+    # 20 % "c" at 80 s. A new job could be any of them: its expected log time is their
+    # frequency-weighted mean, 0.6·ln 5 + 0.2·ln 20 + 0.2·ln 80 (≈ 11.5 s/epoch). Coded
+    # as all zeros (the dropped baseline column), it got "a"'s 5 s: the most frequent
+    # job taken for certain.
+    rng = np.random.default_rng(3)
+    speeds = {"a": 5.0, "b": 20.0, "c": 80.0}
+    jobs = ["a", "a", "a", "b", "c"] * 12
+    history = [
+        make_run(
+            f"r{i}",
+            list(speeds[job] * np.exp(rng.normal(0, 0.01, 10))),
+            start=1000.0 * i,
+            job_name=job,
+            namespace="team",
+        )
+        for i, job in enumerate(jobs)
+    ]
+    prior = PriorEstimator().fit(history)
+    for job, speed in speeds.items():  # a new namespace: the regression, known job
+        assert _per_epoch_of(prior, job_name=job, namespace="x") == pytest.approx(speed, rel=0.05)
+    expected = math.exp(0.6 * math.log(5.0) + 0.2 * math.log(20.0) + 0.2 * math.log(80.0))
+    new = _per_epoch_of(prior, job_name="new", namespace="x")
+    assert new == pytest.approx(expected, rel=0.05)
+    assert new > 2 * speeds["a"]  # not the most frequent job's effect
+
+
+def test_an_unseen_namespace_is_matched_on_what_else_is_known_about_the_run() -> None:
+    # namespaces go with hardware: "nv" and "dell" run A100s (10 and 12 s/epoch), "goog"
+    # runs TPUs (1 s/epoch, and most runs). A new submitter on A100s is like the A100
+    # submitters, not like the TPU one (the most frequent, the old baseline) nor half TPU.
+    rng = np.random.default_rng(4)
+    plan = [("goog", "TPU", 1.0)] * 3 + [("nv", "A100", 10.0), ("dell", "A100", 12.0)]
+    history = [
+        make_run(
+            f"r{i}",
+            list(speed * np.exp(rng.normal(0, 0.01, 10))),
+            start=1000.0 * i,
+            job_name="resnet",
+            namespace=namespace,
+            gpu_model=gpu,
+        )
+        for i, (namespace, gpu, speed) in enumerate(plan * 12)
+    ]
+    prior = PriorEstimator().fit(history)
+    new = _per_epoch_of(prior, job_name="resnet", namespace="hpe", gpu_model="A100")
+    assert 10.0 * 0.95 < new < 12.0 * 1.05
+    # with nothing else known in common, the mean over every run: between the two
+    unmatched = _per_epoch_of(prior, job_name="bert", namespace="hpe", gpu_model="H100")
+    assert 1.0 < unmatched < 10.0
