@@ -275,6 +275,21 @@ class EtaModel:
         ).fit(residuals, levels)
         return calibrator, levels, measured
 
+    def _calibration(self, name: str, point: float) -> tuple[Calibrator, Calibrator | None]:
+        """The calibration ``predict`` applies in situation ``name`` at ``point``, and
+        the situation's own (None without one).
+
+        The situation's own where it has ``min_samples`` residuals at ``point``
+        (returned twice); else everyone's, and ``predict`` widens its bounds to the
+        envelope with the situation's own (pooled over the other points) where that
+        exists. A method so that a bench can count which one each forecast took
+        (``bench/calibration_paths.py``).
+        """
+        own = self.calibrators_.get(name)
+        if own is None or own.n_.get(point, 0) < self.min_samples:
+            return self.calibrator_, own  # too few of this situation here: all of them
+        return own, own
+
     @staticmethod
     def _candidates(
         blend: float,
@@ -635,10 +650,7 @@ class EtaModel:
             found = remember(known, "analog", lambda: self.analog_.estimate(run))
             name = situation(found is not None, parts.prior_level)
             option = self.choice_[name].get(point, DEFAULTS[name])
-            calibrator = self.calibrators_.get(name)
-            own = calibrator
-            if calibrator is None or calibrator.n_.get(point, 0) < self.min_samples:
-                calibrator = self.calibrator_  # too few of this situation here: all of them
+            calibrator, own = self._calibration(name, point)
 
             def quantiles(center: float, sigma: float) -> tuple[float, float, float]:
                 q = calibrator.quantiles(point, center, sigma)

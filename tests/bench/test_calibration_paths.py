@@ -1,0 +1,64 @@
+"""bench/calibration_paths.py: every forecast is tallied under the calibration that
+``EtaModel.predict`` really applied (the figures themselves are reported, not asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from gpu_eta.forecaster.calibration import progress_point
+from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.evaluate import backtest
+from tests.forecaster.estimators.runs_factory import job_history
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load():
+    sys.path.insert(0, str(BENCH))  # the bench imports its sibling forecast_accuracy
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_calibration_paths", BENCH / "calibration_paths.py"
+        )
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+cp = _load()
+
+
+def test_every_forecast_is_tallied_under_the_calibration_it_took() -> None:
+    runs = job_history(40, seed=3)
+    tallies = cp.tally_paths(runs)
+    result = backtest(runs, model_factory=lambda: EtaModel(random_state=0))
+    assert sum(t.n for t in tallies.values()) == len(result.predictions)
+    assert {path for _p, _s, path in tallies} <= {cp.OWN, cp.EVERYONE, cp.ENVELOPE}
+    assert {s for _p, s, _path in tallies} <= {"new", "job", "analog"}
+    # the same forecasts: the tallied hits are backtest's coverage hits
+    hits = sum(p.p10 <= p.actual <= p.p90 for p in result.predictions)
+    assert sum(t.hits for t in tallies.values()) == hits
+    for t in tallies.values():
+        assert t.hits + t.below + t.above == t.n
+    # a history of three repeated jobs: most forecasts have their situation's own
+    # calibration, and none of those rests on fewer residuals than min_samples
+    own = [t for (_p, _s, path), t in tallies.items() if path == cp.OWN]
+    assert sum(t.n for t in own) > 0.5 * len(result.predictions)
+    assert min(n for t in own for n in t.own_n) >= EtaModel().min_samples
+
+
+def test_the_path_is_the_one_predict_used() -> None:
+    model = cp.Counting(random_state=0).fit(job_history(60, seed=8))
+    run = truncate(job_history(61, seed=8)[-1], 0.5)  # a run half done
+    model.predict(run, run.last_timestamp)
+    assert model.last is not None
+    name, path, own_n = model.last
+    point = progress_point(run.progress_ratio)
+    calibrator, own = EtaModel._calibration(model, name, point)
+    assert (path == cp.OWN) == (calibrator is own)
+    assert own_n == (0 if own is None else own.n_.get(point, 0))
