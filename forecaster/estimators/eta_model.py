@@ -69,7 +69,7 @@ from gpu_eta.forecaster.estimators.choice import (
     rate_candidates,
     situation,
 )
-from gpu_eta.forecaster.estimators.prior import NUMERIC_RAW, group_key
+from gpu_eta.forecaster.estimators.prior import NUMERIC_RAW
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.estimators.selfcheck import Cut, analog_trust
 from gpu_eta.forecaster.forecast import Forecast
@@ -708,7 +708,7 @@ class EtaModel:
         entries = memo[1]
         who = (run.run_id, run.namespace, run.pod, run.container)
         prior = self.blend_.prior_
-        job = prior.groups_.get(group_key(run))
+        job = prior.job_group(run)
         features = run.features
         if job is not None:
             # a job prior: nothing kept reads the utilisation means (only the pooled

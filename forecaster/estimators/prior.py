@@ -11,6 +11,9 @@ much weaker. A cluster re-runs the same jobs, so the most specific evidence wins
    batch sizes), with extra doubt. Spread: the job's robust scale, shrunk toward
    the pooled within-job spread learned from all jobs (``within_sigma_``; the
    ``within_job_sigma`` parameter until enough repeats exist) when it has few runs.
+   A job never run in this namespace on this node type reads, the same way, the job's
+   runs on the same hardware elsewhere (``hardware_key``: same GPU model and count,
+   any namespace), with the within-job spread added once more, labelled "job".
 2. **Pooled regression** otherwise: a robust (Huber) linear model, statsmodels
    ``RLM`` (or, with ``pooled="hgb"`` and ≥ 200 runs, scikit-learn's
    ``HistGradientBoostingRegressor`` with absolute loss on the same inputs), of log
@@ -149,6 +152,23 @@ def group_key(run: Run) -> str:
     return f"{key}|{namespace}|{node_type(run)}"
 
 
+def hardware_key(run: Run) -> str:
+    """The job on the same hardware, whoever ran it: job key and ``<gpus>x<gpu_model>``;
+    empty unless the job, the GPU model and the GPU count are all known.
+
+    Why: a configuration never run in this namespace on this node type has usually
+    run elsewhere on the same accelerators (MLPerf: one benchmark on 8 A100s from a
+    dozen submitters), and those runs' time per epoch foresaw a new one's start within
+    a few % where the pooled regression was off by 20–30 %.
+    """
+    key = job_key(run)
+    model = run.features.get("gpu_model")
+    gpus = number(run.features.get("gpus"))
+    if not key or not (isinstance(model, str) and model) or not gpus > 0:
+        return ""
+    return f"{key}|{gpus:g}x{model}"
+
+
 def log_seconds_per_epoch(run: Run) -> float:
     """The prior's target for a finished run, NaN when it saw no epoch."""
     times = run.epoch_times  # direct tuple access: this runs once per history row
@@ -212,6 +232,29 @@ def _group_row(run: Run, end: float, y: float) -> tuple[float, float, float, flo
     return end, y, log_batch(run), log_steady_seconds_per_epoch(run), log_warmup_excess(run)
 
 
+def _job_group(items: Sequence[tuple[float, float, float, float, float]]) -> _JobGroup:
+    """A job group from ``_group_row`` rows ordered by end time."""
+    return _JobGroup(
+        ends=[r[0] for r in items],
+        y=np.array([r[1] for r in items]),
+        log_batch=np.array([r[2] for r in items]),
+        y_steady=np.array([r[3] for r in items]),
+        warmup=np.array([r[4] for r in items]),
+    )
+
+
+def _with_row(group: _JobGroup | None, row: tuple[float, float, float, float, float]) -> _JobGroup:
+    """``group`` with one more ``_group_row`` row, kept in end-time order."""
+    if group is None:
+        return _job_group([row])
+    i = bisect.bisect_right(group.ends, row[0])
+    arrays = (group.y, group.log_batch, group.y_steady, group.warmup)
+    return _JobGroup(
+        [*group.ends[:i], row[0], *group.ends[i:]],
+        *(np.insert(arr, i, v) for arr, v in zip(arrays, row[1:], strict=True)),
+    )
+
+
 @dataclass(frozen=True)
 class PriorEstimate:
     """Per-epoch log seconds, its log-sd, and where it came from."""
@@ -272,28 +315,25 @@ class PriorEstimator:
         self._folds = np.array([holdout_fold(r[2]) for r in recent], dtype=int)
         self._held_out: dict[int, PriorEstimator] = {}
         groups: dict[str, list[tuple[float, float, float, float, float]]] = {}
+        hardware: dict[str, list[tuple[float, float, float, float, float]]] = {}
         for end, y, run in rows:
-            key = group_key(run)
-            if key:
-                groups.setdefault(key, []).append(_group_row(run, end, y))
+            key, hw = group_key(run), hardware_key(run)
+            if key or hw:
+                row = _group_row(run, end, y)
+                if key:
+                    groups.setdefault(key, []).append(row)
+                if hw:
+                    hardware.setdefault(hw, []).append(row)
         excess = [log_warmup_excess(r[2]) for r in rows[-self.max_regression_runs :]]
         excess = [e for e in excess if e == e]
         # pooled warm-up excess: the cluster's typical first-epoch cost (0 until 3 runs;
         # never negative: a first epoch faster than the rest means the runs slowed
         # later, which is a neighbour's doing, not a warm-up)
         self.warmup_ = max(0.0, float(np.median(excess))) if len(excess) >= 3 else 0.0
-        self.groups_: dict[str, _JobGroup] = {
-            key: _JobGroup(
-                ends=[r[0] for r in items],
-                y=np.array([r[1] for r in items]),
-                log_batch=np.array([r[2] for r in items]),
-                y_steady=np.array([r[3] for r in items]),
-                warmup=np.array([r[4] for r in items]),
-            )
-            for key, items in groups.items()
-        }
+        self.groups_ = {key: _job_group(items) for key, items in groups.items()}
+        self.hardware_ = {key: _job_group(items) for key, items in hardware.items()}
         self.within_sigma_ = self._within_sigma(rows)
-        self._job_cache: dict[tuple[str, float], PriorEstimate] = {}
+        self._job_cache: dict[tuple, PriorEstimate] = {}
         return self
 
     def update(self, history: Sequence[Run]) -> None:
@@ -310,28 +350,16 @@ class PriorEstimator:
         """
         self._check()
         for run in history[self.n_history_ :]:
-            key = group_key(run)
-            if run.completed is None or not key:
+            key, hw = group_key(run), hardware_key(run)
+            if run.completed is None or not (key or hw):
                 continue
             y = log_seconds_per_epoch(run)
             if y != y:  # NaN: no epoch seen
                 continue
-            end = run.epoch_times[-1][1]
-            row = _group_row(run, end, y)
-            old = self.groups_.get(key)
-            if old is None:
-                self.groups_[key] = _JobGroup([end], *(np.array([v]) for v in row[1:]))
-            else:
-                i = bisect.bisect_right(old.ends, end)
-                self.groups_[key] = _JobGroup(
-                    [*old.ends[:i], end, *old.ends[i:]],
-                    *(
-                        np.insert(arr, i, v)
-                        for arr, v in zip(
-                            (old.y, old.log_batch, old.y_steady, old.warmup), row[1:], strict=True
-                        )
-                    ),
-                )
+            row = _group_row(run, run.epoch_times[-1][1], y)
+            for groups, k in ((self.groups_, key), (self.hardware_, hw)):
+                if k:
+                    groups[k] = _with_row(groups.get(k), row)
             self._job_cache.clear()
         self.n_history_ = max(self.n_history_, len(history))
 
@@ -569,24 +597,38 @@ class PriorEstimator:
         prefix) and, at the regression level, from a regression that never saw the
         run's job (``held_out``)."""
         self._check()
-        key = group_key(run)
-        group = self.groups_.get(key)
-        if group is not None and before is None:  # the live path: once per job and batch
-            cache_key = (key, round(log_batch(run), 9), run.epochs_done > 0)
-            hit = self._job_cache.get(cache_key)
-            if hit is None:
-                stop = len(group.ends)
-                hit = self._job_level(run, group, max(0, stop - self.max_job_runs), stop)
-                self._job_cache[cache_key] = hit
-            return hit
-        if group is not None:
-            stop = len(group.ends) if before is None else bisect.bisect_left(group.ends, before)
+        own, hw = group_key(run), hardware_key(run)
+        for key, group, transfer in (
+            (own, self.groups_.get(own), False),
+            (hw, self.hardware_.get(hw), True),
+        ):
+            if group is None:
+                continue
+            if before is None:  # the live path: once per job and batch
+                cache_key = (key, transfer, round(log_batch(run), 9), run.epochs_done > 0)
+                hit = self._job_cache.get(cache_key)
+                if hit is None:
+                    stop = len(group.ends)
+                    start = max(0, stop - self.max_job_runs)
+                    hit = self._job_level(run, group, start, stop, transfer)
+                    self._job_cache[cache_key] = hit
+                return hit
+            stop = bisect.bisect_left(group.ends, before)
             start = max(0, stop - self.max_job_runs)
             if stop > start:
-                return self._job_level(run, group, start, stop)
+                return self._job_level(run, group, start, stop, transfer)
         if before is not None:  # a replayed past run: the regression must not know its job
             return self.held_out(run)._pooled(run)
         return self._pooled(run)
+
+    def job_group(self, run: Run) -> _JobGroup | None:
+        """The runs the live job level reads for ``run``: its own job group, else the
+        job on the same hardware (``hardware_key``); None when the regression answers.
+        ``update`` replaces a group that gains a run, so its identity tells a cache
+        whether the job level may have changed (``EtaModel._known``)."""
+        self._check()
+        own = self.groups_.get(group_key(run))
+        return own if own is not None else self.hardware_.get(hardware_key(run))
 
     def _pooled(self, run: Run) -> PriorEstimate:
         """The pooled regression's estimate (the default with no history at all)."""
@@ -635,7 +677,13 @@ class PriorEstimator:
             self._held_out[fold] = model
         return model
 
-    def _job_level(self, run: Run, group: _JobGroup, start: int, stop: int) -> PriorEstimate:
+    def _job_level(
+        self, run: Run, group: _JobGroup, start: int, stop: int, transfer: bool = False
+    ) -> PriorEstimate:
+        """The job level from ``group``'s runs ``start:stop``; ``transfer``: the group is
+        the job on the same hardware elsewhere (``hardware_key``), which adds the
+        within-job spread once more for being another namespace and node, and is never
+        "job_batch" (the blend's measured floors and weights are for the job itself)."""
         # past its first epoch end, a run's warm-up is behind it: steady per-epoch times
         y = (group.y_steady if run.epochs_done > 0 else group.y)[start:stop]
         lb = group.log_batch[start:stop]
@@ -663,6 +711,9 @@ class PriorEstimator:
         k0 = 2.0
         var = (k * spread**2 + k0 * self.within_sigma_**2) / (k + k0) + spread**2 / k
         if level == "job":  # another batch size: the slope adds its own doubt
+            var += self.within_sigma_**2
+        if transfer:
+            level = "job"
             var += self.within_sigma_**2
         return PriorEstimate(mu, max(MIN_SIGMA, math.sqrt(var)), level, k)
 

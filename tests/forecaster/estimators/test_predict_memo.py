@@ -20,7 +20,7 @@ from gpu_eta.forecaster.estimators import blend as blend_mod
 from gpu_eta.forecaster.estimators import eta_model as eta_mod
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
-from gpu_eta.forecaster.estimators.prior import group_key
+from gpu_eta.forecaster.estimators.prior import group_key, hardware_key
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs
 from tests.forecaster.estimators.runs_factory import make_run
@@ -128,8 +128,16 @@ def test_update_recomputes_the_runs_it_concerns_and_a_refit_all(data, monkeypatc
         model.predict(run, run.last_timestamp)
     finished = later[:40]
     concerned = {identity(r) for r in finished} - {None}
+    prior = model.blend_.prior_
     groups = {group_key(r) for r in finished} - {""}
-    expected = sum(identity(r) in concerned or group_key(r) in groups for r in jobs)
+    hardware = {hardware_key(r) for r in finished} - {""}
+
+    def reads(r: Run) -> bool:  # its job level reads a group a finished run joins
+        if group_key(r) in prior.groups_ or group_key(r) in groups:
+            return group_key(r) in groups
+        return hardware_key(r) in hardware
+
+    expected = sum(identity(r) in concerned or reads(r) for r in jobs)
     assert 0 < expected < len(jobs)  # some jobs concerned, some not
     calls = counting_own_rate(monkeypatch)
     model.update([*history, *finished])

@@ -302,3 +302,61 @@ def test_an_unseen_namespace_is_matched_on_what_else_is_known_about_the_run() ->
     # with nothing else known in common, the mean over every run: between the two
     unmatched = _per_epoch_of(prior, job_name="bert", namespace="hpe", gpu_model="H100")
     assert 1.0 < unmatched < 10.0
+
+
+def test_a_job_new_to_this_namespace_reads_the_same_job_on_the_same_hardware() -> None:
+    # resnet on 8 A100s takes 10 s/epoch whoever runs it; on TPUs 1 s. A submitter
+    # that never ran it gets the A100 runs' time (the pooled regression, mixing
+    # hardware, namespaces and other jobs, is far less sure), with more doubt than a
+    # run of its own job would have; another GPU count is other hardware.
+    rng = np.random.default_rng(5)
+    plan = [("nv", "A100", 10.0), ("goog", "TPU", 1.0), ("nv", "A100", 10.0)]
+    history = [
+        make_run(
+            f"r{i}",
+            list(speed * np.exp(rng.normal(0, 0.02, 10))),
+            start=1000.0 * i,
+            job_name="resnet" if i % 4 else "bert",
+            namespace=namespace,
+            gpu_model=gpu,
+            gpus=8.0,
+            batch_size=256.0,
+        )
+        for i, (namespace, gpu, speed) in enumerate(plan * 10)
+    ]
+    prior = PriorEstimator().fit(history)
+    new = make_run(
+        "n",
+        [],
+        planned=10,
+        start=1e6,
+        job_name="resnet",
+        namespace="dell",
+        gpu_model="A100",
+        gpus=8.0,
+        batch_size=256.0,
+    )
+    est = prior.per_epoch(new)
+    assert est.level == "job"
+    assert math.exp(est.log_seconds) == pytest.approx(10.0, rel=0.03)
+    own = prior.per_epoch(dataclasses.replace(new, features={**new.features, "namespace": "nv"}))
+    assert own.level == "job_batch" and est.sigma > own.sigma
+    # the calibration replay reads only the runs that ended before the moment
+    assert prior.per_epoch(new, before=1e6).level == "job"
+    assert prior.per_epoch(new, before=500.0).level == "regression"
+    other = dataclasses.replace(new, features={**new.features, "gpus": 4.0})
+    assert prior.per_epoch(other).level == "regression"
+    # a run finishing between fits joins its hardware group at once
+    ran = make_run(
+        "h",
+        [5.0] * 10,
+        start=2e5,
+        job_name="resnet",
+        namespace="hpe",
+        gpu_model="A100",
+        gpus=4.0,
+        batch_size=256.0,
+    )
+    prior.update([*history, ran])
+    assert prior.per_epoch(other).level == "job"
+    assert math.exp(prior.per_epoch(other).log_seconds) == pytest.approx(5.0, rel=0.01)
