@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cluster_data import ClusterShape, history_batches, write_openmetrics  # noqa: E402
 
 from gpu_eta.forecaster import kube_state, queries  # noqa: E402
+from gpu_eta.forecaster.config import CycleSettings  # noqa: E402
 from gpu_eta.forecaster.history import HistoryStore  # noqa: E402
 from gpu_eta.launch.processes import start_http, stop_process  # noqa: E402
 from gpu_eta.launch.prometheus import ScrapeJob, free_port, promtool, start_prometheus  # noqa: E402
@@ -237,7 +238,8 @@ def query_breakdown(base_url: str, window: float = 180.0, step: float = 15.0) ->
     ``window`` as in a steady cycle (the time since the previous one plus 120 s of
     overlap); the pending queries folded as the cycle sends them. Marks which queries
     a steady cycle sends (every cycle), which only the full read of the unchanging
-    series (one cycle in 10, ``static_series``) and the step queries (only when a run
+    series (one cycle in 10, ``static_series``), the range queries (one cycle in
+    ``range_every``, ``Cycle._range_window``) and the step queries (only when a run
     reports only steps), and times the read of 30 new runs' unchanging series by set
     match (what a steady cycle sends instead of the full read). Shows which queries
     the TSDB's time goes to.
@@ -255,8 +257,11 @@ def query_breakdown(base_url: str, window: float = 180.0, step: float = 15.0) ->
         if name != "step"
     ]
     sent.append(("instant", "step", queries.render(queries.STEP, window, 300.0), "steps only"))
-    sent += [("range", name, tpl, every) for name, tpl in queries.RANGE.items()]
-    sent.append(("range", "step_range", queries.STEP_RANGE, "steps only"))
+    ranges = f"one cycle in {CycleSettings().range_every}"
+    sent += [("range", name, tpl.format(runs=""), ranges) for name, tpl in queries.RANGE.items()]
+    sent.append(
+        ("range", "step_range", queries.STEP_RANGE.format(runs=""), f"steps only, {ranges}")
+    )
     pending = {n: kube_state.render(t, 3600.0) for n, t in queries.PENDING.items()}
     sent.append(("instant", "pending (folded)", queries.fold(pending), every))
     present = requests.get(

@@ -45,6 +45,10 @@ class CycleSettings:
     # runs' unchanging series (plan, start, batch size, pod labels) are read for every
     # run in one cycle of this many, otherwise only for runs not seen yet (static_series)
     static_full_every: int = 10
+    # the range queries that recover every epoch end (and step) between two cycles are
+    # sent one cycle in this many, covering the span since the last such read; in the
+    # others each run's latest epoch end comes from the instant queries (cycle.py)
+    range_every: int = 5
     pending: PendingSettings = field(default_factory=PendingSettings)
 
 

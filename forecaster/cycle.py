@@ -32,7 +32,13 @@ from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_d
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.runs import Run, RunKey, run_key
-from gpu_eta.forecaster.runs_from_series import Allocation, CycleView, assemble, sample_run_key
+from gpu_eta.forecaster.runs_from_series import (
+    Allocation,
+    CycleView,
+    assemble,
+    ending_runs,
+    sample_run_key,
+)
 from gpu_eta.forecaster.series import Sample, Series
 from gpu_eta.forecaster.static_series import StaticSeries
 
@@ -96,6 +102,15 @@ class Cycle:
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
         # and then, otherwise only for runs not seen yet (static_series)
         self._static = StaticSeries(self.settings.static_full_every)
+        if self.settings.range_every < 1:
+            raise ValueError("range_every must be >= 1")
+        # The range queries read every run one cycle in ``range_every``, over the span
+        # since the previous such read (persisted like the query time; _range_span).
+        self._last_range_time: float | None = _float_or_none(store.get_meta(LAST_RANGE_KEY))
+        self._cycles_since_range: int | None = None
+        # runs this process finished lately (their series linger in the window's
+        # answers): no range read for them, the store keeps a finished run frozen
+        self._finished_at: dict[RunKey, float] = {}
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
@@ -115,7 +130,7 @@ class Cycle:
             window = min(s.lookback_seconds, now - self._last_query_time + s.overlap_seconds)
         window = max(window, s.min_step_seconds)
         before = self.client.stats.success + self.client.stats.error
-        instant, ranges = self._query(now, window)
+        instant, ranges, full_ranges = self._query(now, window)
         n_queries = self.client.stats.success + self.client.stats.error - before
         view = assemble(instant, ranges, now, window)
         errors: Counter[str] = Counter(view.rejected.values())
@@ -128,8 +143,15 @@ class Cycle:
             if key not in view.present and now - stored.last_seen >= s.vanish_grace_seconds:
                 to_finish.add(key)  # vanished: an exporter restart gets the grace period
         newly_finished = self.store.finish(sorted(to_finish), now)
+        self._finished_at.update((run_key(r), now) for r in newly_finished)
         self._last_query_time = now
         self.store.set_meta(LAST_QUERY_KEY, repr(now))
+        if not full_ranges:
+            self._cycles_since_range = (self._cycles_since_range or 0) + 1
+        else:
+            self._cycles_since_range = 0
+            self._last_range_time = now
+            self.store.set_meta(LAST_RANGE_KEY, repr(now))
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).
@@ -209,10 +231,34 @@ class Cycle:
             log.warning("pending-pod prediction failed: %s", err)
             return None
 
+    def _range_span(self, now: float, window: float) -> tuple[float, bool]:
+        """The span the range queries cover (since the previous full range read, plus
+        the overlap) and whether this cycle reads them for every run.
+
+        Why not every run every cycle: they are the cycle's largest answers (every
+        sample of every running run's epoch and epoch end in the window: 10 MB and
+        0.8 s of the TSDB's time per cycle at 10,000 runs, docs/scrape-tuning.md), and
+        what they add to the instant queries (each run's latest epoch and its end
+        time) is the epoch ends *between* two cycles, which a forecast does not need
+        at once: a run's rate reads an interval spanning several epochs with its
+        width. So they are read for every run one cycle in ``range_every`` (and in the
+        first), over the span since the previous such read: every epoch end the
+        scrapes saw is still recovered, at most ``range_every`` cycles late. In the
+        other cycles they are read only for the runs that may not be seen again
+        (``ending_runs``), so that a finished run is stored with all its epochs.
+        """
+        s = self.settings
+        full = self._cycles_since_range is None or self._cycles_since_range + 1 >= s.range_every
+        if self._last_range_time is None:
+            return window, full
+        since = now - self._last_range_time + s.overlap_seconds
+        return max(window, min(s.lookback_seconds, since)), full
+
     def _query(
         self, now: float, window: float
-    ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]]]:
-        """Every answer ``assemble`` reads, the unchanging ones from ``self._static``."""
+    ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]], bool]:
+        """Every answer ``assemble`` reads, the unchanging ones from ``self._static``,
+        and whether the range queries were read for every run (``_range_span``)."""
         s = self.settings
 
         def ask(name: str, runs: str = "", pods: str = "") -> list[Sample]:
@@ -244,14 +290,24 @@ class Cycle:
         instant["gpu_info"] = static.gpus()
         steps_only = static.steps_only()  # some run reports only steps
         instant["step"] = ask("step") if steps_only else []
-        step = queries.range_step(window, s.min_step_seconds, s.max_points)
+        span, full = self._range_span(now, window)
+        runs = ""  # every run
+        if not full:
+            self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
+            ending = [k for k in ending_runs(instant) if k not in self._finished_at]
+            if not ending:
+                return instant, {}, False
+            if len(ending) <= queries.MAX_UNKNOWN_RUNS:
+                runs = queries.matcher("run_id", [k[3] for k in ending]) or ""
+            full = not runs or len(runs) > queries.MAX_QUERY_CHARS
+            runs = "" if full else runs
+        step = queries.range_step(span, s.min_step_seconds, s.max_points)
+        templates = {**queries.RANGE, **({"step_range": queries.STEP_RANGE} if steps_only else {})}
         ranges = {
-            name: self.client.range(tpl, now - window, now, step)
-            for name, tpl in queries.RANGE.items()
+            name: self.client.range(tpl.format(runs=runs), now - span, now, step)
+            for name, tpl in templates.items()
         }
-        if steps_only:
-            ranges["step_range"] = self.client.range(queries.STEP_RANGE, now - window, now, step)
-        return instant, ranges
+        return instant, ranges, full
 
     def _unknown_runs_parts(self, keys: Sequence[RunKey], window: float) -> dict[str, str] | None:
         """The unchanging series of ``keys`` only, as parts of one folded query; {} when
@@ -394,6 +450,7 @@ class Cycle:
 
 
 LAST_QUERY_KEY = "last_query_timestamp"
+LAST_RANGE_KEY = "last_range_query_timestamp"
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
 Each query returns the series of every job at once and the join happens in Python
 (``gpu_eta.forecaster.runs_from_series``). One cycle sends the ``INSTANT`` and
-``RANGE`` queries, ``STEP_RANGE`` when some run reports only steps, and the
+``RANGE`` queries (the latter for every run one cycle in ``range_every``:
+``Cycle._range_span``), ``STEP_RANGE`` when some run reports only steps, and the
 kube-state-metrics queries of the GPU queue (``PENDING``) folded into one
 (``fold``: each part tagged with a ``forecaster_query`` label, joined with ``or``,
 split again by ``unfold``): at most ``QUERIES_PER_CYCLE`` (19), whatever the number
@@ -97,13 +98,16 @@ POD_INFO = (
 # so every epoch end seen in the window is recovered, not only the latest. Plain
 # selectors: asking only for the steps where a value changed (``x != x offset
 # step``) shrank the answer but tripled the TSDB's time (0.3 s → 0.9 s at 10,000 runs).
-EPOCH_RANGE = "gpu_eta_training_epoch"
-EPOCH_END_RANGE = "gpu_eta_training_epoch_end_timestamp_seconds"
+# ``{runs}``: empty (every run), or a set match on the runs read (Cycle._range_span).
+EPOCH_RANGE = "gpu_eta_training_epoch{runs}"
+EPOCH_END_RANGE = "gpu_eta_training_epoch_end_timestamp_seconds{runs}"
 # Runs that report only steps (a tqdm bar in the logs, max_steps trainers); sent
 # only when the instant queries found such a run. ``last_over_time(…[5m])``, not the
 # bare selector: VictoriaMetrics looks back about one step in a range query, so a
 # sparsely sampled epochs_planned would exclude nothing there (Prometheus: 5 min).
-STEP_RANGE = "gpu_eta_training_step unless last_over_time(gpu_eta_training_epochs_planned[5m])"
+STEP_RANGE = (
+    "gpu_eta_training_step{runs} unless last_over_time(gpu_eta_training_epochs_planned[5m])"
+)
 
 INSTANT: Mapping[str, str] = MappingProxyType(
     {

@@ -17,7 +17,8 @@ Decisions (documented in docs/forecaster.md):
   *completed* is decided by its last epoch: one that vanished before its last epoch
   is ``completed=False``, never a short job.
 * Epoch ends come from the range pairs ``(epoch, epoch_end_timestamp)`` sampled at
-  the same instants plus the latest pair; the store accumulates them across cycles.
+  the same instants (in the cycles that send the range queries) plus the latest pair;
+  the store accumulates them across cycles.
 * A run with ``steps_planned`` but no ``epochs_planned`` (a tqdm bar in the logs, a
   ``max_steps`` trainer) is followed in percent of its steps: ``epochs_planned`` =
   100, each new step value at the first instant the range query saw it, and the
@@ -220,6 +221,27 @@ def assemble(
         elif done:
             view.done.add(run)
     return view
+
+
+def ending_runs(instant: Mapping[str, Sequence[Sample]]) -> list[RunKey]:
+    """Runs whose progress series may not be read again, in key order: at their plan
+    (epochs, or steps for a run that reports only steps), or seen in the window but no
+    longer present. Their epoch ends between two full range reads are read before the
+    store freezes them (``Cycle._range_span``)."""
+    present = {k for s in instant.get("present", ()) if (k := sample_run_key(s)) is not None}
+    out: set[RunKey] = set()
+    for progress, plan in (("epoch", "planned"), ("step", "steps_planned")):
+        planned = {
+            k: s.value for s in instant.get(plan, ()) if (k := sample_run_key(s)) is not None
+        }
+        for s in instant.get(progress, ()):
+            key = sample_run_key(s)
+            if key is None:
+                continue
+            limit = planned.get(key)
+            if key not in present or (limit is not None and s.value >= limit):
+                out.add(key)
+    return sorted(out)
 
 
 def sample_run_key(sample: Sample) -> RunKey | None:

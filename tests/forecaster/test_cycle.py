@@ -51,7 +51,8 @@ _FOLDED = {
     ): tuple(queries.PENDING)
 }
 _RANGE = {
-    _shape(t): name for name, t in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items()
+    _shape(t.format(runs="")): name
+    for name, t in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items()
 }
 
 
@@ -65,6 +66,7 @@ class CannedClient:
         self.stats = QueryStats()
         self.fail = False
         self.seen: list[str] = []
+        self.range_spans: list[tuple[str, float, float]] = []  # (name, start, end)
 
     def instant(self, query: str, at: float | None = None) -> list[Sample]:
         self._count(query)
@@ -85,8 +87,17 @@ class CannedClient:
         ]
 
     def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
+        """The canned series of the query's name, only the set-matched runs' if it has
+        a set match (as the TSDB would answer)."""
         self._count(query)
-        return list(self.ranges.get(_RANGE[_shape(query)], []))
+        match = _SET_MATCH.search(query)
+        name = _RANGE[_shape(re.sub(r'\{run_id=~"[^"]*"\}', "", query))]
+        self.range_spans.append((name, start, end))
+        series = self.ranges.get(name, [])
+        if match is not None:
+            label, values = match.groups()
+            series = [x for x in series if x.labels.get(label) in values.split("|")]
+        return list(series)
 
     def _count(self, query: str) -> None:
         self.seen.append(query)
@@ -186,7 +197,7 @@ def test_one_cycle_forecasts_running_and_records_vanished(store: HistoryStore) -
     assert [r.completed for r in store.finished()] == [False]
     # no run reports only steps: neither step query
     assert fs.queries == queries.QUERIES_PER_CYCLE - 2 == len(client.seen) <= 20
-    assert queries.STEP_RANGE not in client.seen
+    assert queries.STEP_RANGE.format(runs="") not in client.seen
 
 
 def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
@@ -198,7 +209,7 @@ def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
     fs = make_cycle(client, store).run()
     assert len(fs.jobs) == 300
     assert len(client.seen) == fs.queries == queries.QUERIES_PER_CYCLE <= 20  # all of them
-    assert queries.STEP_RANGE in client.seen
+    assert queries.STEP_RANGE.format(runs="") in client.seen
 
 
 def test_empty_prometheus_and_empty_history(store: HistoryStore) -> None:
@@ -643,7 +654,8 @@ def test_unchanging_series_are_read_in_full_every_nth_cycle_else_only_for_new_ru
         },
     )
     client = CannedClient(a)
-    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=3)
+    # the range queries every cycle: this test counts the unchanging series' reads
+    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=3, range_every=1)
     fs = cycle.run()  # the first cycle reads them all
     assert len(unchanging(client.seen)) == 6 and fs.queries == len(client.seen) == 17
 
@@ -720,3 +732,103 @@ def test_a_gpu_not_read_before_or_too_many_new_runs_mean_a_full_read(
     fs = cycle.run()
     assert len(unchanging(client.seen)) == 6
     assert {j.run.run_id for j in fs.jobs} == {"a", "b", "c", "d"}
+
+
+def test_epoch_ends_between_cycles_are_read_one_cycle_in_range_every(
+    store: HistoryStore,
+) -> None:
+    """The range queries go out in the first cycle and then one cycle in ``range_every``,
+    over the span since the previous range read plus the overlap; in between, each
+    run's latest epoch end (the instant queries) keeps its forecast current, and the
+    ends in between arrive with the next range read."""
+    t = [NOW]
+    lab = labels_of("a")
+    client = CannedClient(job("a", 10, [(1, NOW - 30)], NOW - 100))
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=3, overlap_seconds=120)
+
+    def at(now: float, ends: list[tuple[float, float]]) -> Run:
+        """A cycle at ``now`` where the scrapes saw epochs ``ends``; its run ``a``."""
+        t[0] = now
+        client.answers = job("a", 10, ends, NOW - 100)
+        client.ranges = {
+            "epoch_range": [Series(lab, tuple((ts, e) for e, ts in ends))],
+            "epoch_end_range": [Series(lab, tuple((ts, ts) for _e, ts in ends))],
+        }
+        client.range_spans = []
+        (jf,) = cycle.run().jobs
+        return jf.run
+
+    run = at(NOW, [(1, NOW - 30)])  # the first cycle: ranges over the first window
+    assert [name for name, *_ in client.range_spans] == ["epoch_range", "epoch_end_range"]
+    assert run.epoch_times[-1] == (1, NOW - 30)
+    # two cycles without range queries: the latest end is current, epoch 2 is not read
+    run = at(NOW + 60, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 50)])
+    assert client.range_spans == [] and run.epoch_times == (
+        (0, NOW - 100),
+        (1, NOW - 30),
+        (3, NOW + 50),
+    )
+    run = at(NOW + 120, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 50), (4, NOW + 110)])
+    assert client.range_spans == [] and [e for e, _ in run.epoch_times] == [0, 1, 3, 4]
+    # the third cycle since: the range read covers everything since the last one
+    run = at(NOW + 180, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 50), (4, NOW + 110)])
+    assert {(start, end) for _name, start, end in client.range_spans} == {(NOW - 120, NOW + 180)}
+    assert [e for e, _ in run.epoch_times] == [0, 1, 2, 3, 4]
+    assert dict(run.epoch_times)[2] == NOW + 10
+
+
+def test_the_range_read_resumes_after_a_restart_from_the_stored_time(
+    store: HistoryStore,
+) -> None:
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 30)], NOW - 100))
+    make_cycle(client, store, clock=lambda: t[0], range_every=5).run()
+    t[0] = NOW + 600  # a new process on the same history file, ten minutes later
+    client.range_spans = []
+    make_cycle(client, store, clock=lambda: t[0], range_every=5).run()
+    # its first cycle reads the ranges since the last read before the restart
+    assert {(start, end) for _n, start, end in client.range_spans} == {
+        (NOW - CycleSettings().overlap_seconds, NOW + 600)
+    }
+
+
+def test_a_run_ending_between_range_reads_is_stored_with_every_epoch(
+    store: HistoryStore,
+) -> None:
+    """A run that reaches its plan in a cycle without the full range read gets its own
+    range read (set match on its run id), so the history keeps all its epoch ends."""
+    t = [NOW]
+    runs = {"a": [(1, NOW - 30)], "b": [(1, NOW - 40)]}
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
+
+    def at(now: float) -> None:
+        t[0] = now
+        client.answers = merge(*(job(r, 3, ends, NOW - 100) for r, ends in runs.items()))
+        client.ranges = {
+            "epoch_range": [
+                Series(labels_of(r), tuple((ts, e) for e, ts in ends)) for r, ends in runs.items()
+            ],
+            "epoch_end_range": [
+                Series(labels_of(r), tuple((ts, ts) for _e, ts in ends)) for r, ends in runs.items()
+            ],
+        }
+        client.range_spans, client.seen = [], []
+        cycle.run()
+
+    at(NOW)  # the first cycle: every run's ranges
+    runs["a"] += [(2, NOW + 10), (3, NOW + 50)]  # "a" ends; "b" goes on
+    runs["b"] += [(2, NOW + 20)]
+    at(NOW + 60)
+    ranged = [q for q in client.seen if "run_id=~" in q and "[" not in q]
+    assert len(ranged) == 2 and all('run_id=~"a"' in q for q in ranged)
+    assert {(start, end) for _n, start, end in client.range_spans} == {
+        (NOW - CycleSettings().overlap_seconds, NOW + 60)
+    }
+    (done,) = store.finished()
+    assert done.run_id == "a" and done.completed
+    assert done.epoch_times == ((0, NOW - 100), (1, NOW - 30), (2, NOW + 10), (3, NOW + 50))
+    # the next cycle: "a" is still in the window's answers but already stored as
+    # finished, "b" goes on: no range query at all
+    at(NOW + 120)
+    assert client.range_spans == []

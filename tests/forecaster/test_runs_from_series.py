@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from gpu_eta.forecaster.runs import run_key
-from gpu_eta.forecaster.runs_from_series import assemble
+from gpu_eta.forecaster.runs_from_series import assemble, ending_runs
 from gpu_eta.forecaster.series import Sample, Series
 
 NOW = 1_700_000_000.0
@@ -65,6 +65,21 @@ def test_running_finished_and_vanished_runs() -> None:
     assert ups["running"].epoch_ends == ((3.0, NOW - 20),)
     assert ups["running"].weight_seconds == 600 and ups["gone"].weight_seconds == 0
     assert ups["running"].seen_timestamp == NOW and ups["gone"].seen_timestamp == 0
+
+
+def test_ending_runs_are_those_at_their_plan_or_gone() -> None:
+    steps = run_labels("tqdm", pod="tqdm-pod")
+    instant = merge(
+        base("running", 10, 3, NOW - 300, NOW - 20),
+        base("done", 5, 5, NOW - 900, NOW - 100),
+        base("gone", 10, 2, NOW - 900, NOW - 700, present=False),
+        {"steps_planned": [s(1000, **steps)], "step": [s(1000, **steps)]},
+        {"present": [s(1, **steps)]},
+    )
+    assert ending_runs(instant) == sorted([key("done"), key("gone"), key("tqdm", pod="tqdm-pod")])
+    instant["step"] = [s(999, **steps)]
+    assert ending_runs(instant) == [key("done"), key("gone")]
+    assert ending_runs({}) == []
 
 
 def test_range_pairs_recover_every_epoch_end() -> None:

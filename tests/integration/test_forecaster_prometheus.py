@@ -442,6 +442,7 @@ def check_cycle_reconstruction(backfill, tmp_path, server_factory) -> None:
         assert (mine["train-m1"].epochs_planned, mine["train-m2"].epochs_planned) == (30, 10)
         assert mine["train-m2"].start_timestamp == pytest.approx(now - 660, abs=0.01)
         check_unknown_runs_read(cycle, client, fs.timestamp, [run_key(j.run) for j in fs.jobs])
+        check_ranges_of_some_runs(client, fs.timestamp, ["run-a", "my-run-1", "tqdm-run"])
     finally:
         store.close()
         client.close()
@@ -468,6 +469,24 @@ def check_unknown_runs_read(cycle: Cycle, client: PromClient, at: float, keys: l
         sample_pod(x): {k: v for k, v in x.labels.items() if k != queries.TAG}
         for x in got[queries.STATIC_POD]
     } == want_pods
+
+
+def check_ranges_of_some_runs(client: PromClient, at: float, run_ids: list[str]) -> None:
+    """The range queries restricted to some runs by a set match on ``run_id`` (what a
+    cycle sends for runs that end between two full range reads) answer exactly the
+    full read's series of those runs."""
+    runs = queries.matcher("run_id", run_ids)
+    assert runs is not None
+    for name, tpl in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items():
+        full = client.range(tpl.format(runs=""), at - 3600, at, 15)
+        some = client.range(tpl.format(runs=runs), at - 3600, at, 15)
+        want = sorted(
+            (x.labels["pod"], x.labels["run_id"], x.points)
+            for x in full
+            if x.labels.get("run_id") in run_ids
+        )
+        got = sorted((x.labels["pod"], x.labels["run_id"], x.points) for x in some)
+        assert got == want and want, name
 
 
 LIVE_SCENARIO = """
