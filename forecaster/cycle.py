@@ -231,7 +231,9 @@ class Cycle:
             log.warning("pending-pod prediction failed: %s", err)
             return None
 
-    def _range_span(self, now: float, window: float) -> tuple[float, bool]:
+    def _range_span(
+        self, now: float, window: float, static_full: bool = False
+    ) -> tuple[float, bool]:
         """The span the range queries cover (since the previous full range read, plus
         the overlap) and whether this cycle reads them for every run.
 
@@ -243,12 +245,17 @@ class Cycle:
         at once: a run's rate reads an interval spanning several epochs with its
         width. So they are read for every run one cycle in ``range_every`` (and in the
         first), over the span since the previous such read: every epoch end the
-        scrapes saw is still recovered, at most ``range_every`` cycles late. In the
+        scrapes saw is still recovered, at most ``range_every`` + 1 cycles late. In the
         other cycles they are read only for the runs that may not be seen again
-        (``ending_runs``), so that a finished run is stored with all its epochs.
+        (``ending_runs``), so that a finished run is stored with all its epochs. A read
+        for every run due in a cycle that also reads the unchanging series in full
+        (``static_full``) waits one cycle, so that the two heaviest reads do not add up.
         """
         s = self.settings
-        full = self._cycles_since_range is None or self._cycles_since_range + 1 >= s.range_every
+        since_range = self._cycles_since_range
+        full = since_range is None or since_range + 1 >= s.range_every
+        if full and static_full and since_range is not None and s.range_every > 1:
+            full = since_range + 1 > s.range_every  # waited once already: read now
         if self._last_range_time is None:
             return window, full
         since = now - self._last_range_time + s.overlap_seconds
@@ -290,7 +297,7 @@ class Cycle:
         instant["gpu_info"] = static.gpus()
         steps_only = static.steps_only()  # some run reports only steps
         instant["step"] = ask("step") if steps_only else []
-        span, full = self._range_span(now, window)
+        span, full = self._range_span(now, window, static_full=full)
         runs = ""  # every run
         if not full:
             self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}

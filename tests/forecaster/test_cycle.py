@@ -832,3 +832,22 @@ def test_a_run_ending_between_range_reads_is_stored_with_every_epoch(
     # finished, "b" goes on: no range query at all
     at(NOW + 120)
     assert client.range_spans == []
+
+
+def test_the_full_range_read_waits_a_cycle_when_the_unchanging_series_are_read_in_full(
+    store: HistoryStore,
+) -> None:
+    t = [NOW]
+    client = CannedClient(job("a", 100, [(1, NOW - 30)], NOW - 100))
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5, static_full_every=10)
+    kinds = []
+    for i in range(31):
+        t[0] = NOW + 60 * i
+        client.seen, client.range_spans = [], []
+        cycle.run()
+        kinds.append((len(unchanging(client.seen)) >= 4, bool(client.range_spans)))
+    static_full = [i for i, (st, _r) in enumerate(kinds) if st]
+    range_full = [i for i, (_s, r) in enumerate(kinds) if r]
+    assert static_full == [0, 10, 20, 30]
+    # every 5 cycles, the one due in cycle 10 (the static read's) a cycle later
+    assert range_full == [0, 5, 11, 16, 21, 26]
