@@ -238,26 +238,27 @@ def query_breakdown(base_url: str, window: float = 180.0, step: float = 15.0) ->
     ``window`` as in a steady cycle (the time since the previous one plus 120 s of
     overlap); the pending queries folded as the cycle sends them. Marks which queries
     a steady cycle sends (every cycle), which only the full read of the unchanging
-    series (one cycle in 10, ``static_series``), the range queries (one cycle in
-    ``range_every``, ``Cycle._range_window``) and the step queries (only when a run
+    series (one cycle in 10, ``static_series``), the range queries and the GPU-use
+    and memory means (one cycle in ``range_every``, ``Cycle._range_span``), the stall
+    check's GPU use (only when a run shows no progress) and the step queries (only when a run
     reports only steps), and times the read of 30 new runs' unchanging series by set
     match (what a steady cycle sends instead of the full read). Shows which queries
     the TSDB's time goes to.
     """
     now = time.time()
     every, full = "every cycle", "full read"
+    ranges = f"one cycle in {CycleSettings().range_every}"
+    when = {
+        **dict.fromkeys(queries.DYNAMIC, every),
+        **dict.fromkeys(queries.SPAN, ranges),
+        **dict.fromkeys(queries.ON_DEMAND, "a run without progress"),
+    }
     sent = [
-        (
-            "instant",
-            name,
-            queries.render(tpl, window, 300.0),
-            every if name in queries.DYNAMIC else full,
-        )
+        ("instant", name, queries.render(tpl, window, 300.0), when.get(name, full))
         for name, tpl in queries.INSTANT.items()
         if name != "step"
     ]
     sent.append(("instant", "step", queries.render(queries.STEP, window, 300.0), "steps only"))
-    ranges = f"one cycle in {CycleSettings().range_every}"
     sent += [("range", name, tpl.format(runs=""), ranges) for name, tpl in queries.RANGE.items()]
     sent.append(
         ("range", "step_range", queries.STEP_RANGE.format(runs=""), f"steps only, {ranges}")

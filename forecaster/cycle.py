@@ -37,6 +37,7 @@ from gpu_eta.forecaster.runs_from_series import (
     CycleView,
     assemble,
     ending_runs,
+    pod_values,
     sample_run_key,
 )
 from gpu_eta.forecaster.series import Sample, Series
@@ -130,9 +131,8 @@ class Cycle:
             window = min(s.lookback_seconds, now - self._last_query_time + s.overlap_seconds)
         window = max(window, s.min_step_seconds)
         before = self.client.stats.success + self.client.stats.error
-        instant, ranges, full_ranges = self._query(now, window)
-        n_queries = self.client.stats.success + self.client.stats.error - before
-        view = assemble(instant, ranges, now, window)
+        instant, ranges, span = self._query(now, window)
+        view = assemble(instant, ranges, now, span or 0.0)
         errors: Counter[str] = Counter(view.rejected.values())
 
         self.store.record(view.updates)
@@ -146,7 +146,7 @@ class Cycle:
         self._finished_at.update((run_key(r), now) for r in newly_finished)
         self._last_query_time = now
         self.store.set_meta(LAST_QUERY_KEY, repr(now))
-        if not full_ranges:
+        if span is None:
             self._cycles_since_range = (self._cycles_since_range or 0) + 1
         else:
             self._cycles_since_range = 0
@@ -160,6 +160,10 @@ class Cycle:
         # done and present are disjoint, and finish() only removes: what is still
         # running and present is the list read above, filtered.
         running = [r for r in stored_running if run_key(r.run) in view.present]
+        if any(progress_overdue(stored.run, view, now, s) for stored in running):
+            # the stall check's GPU use, asked only when some run may be stalled
+            query = queries.render(queries.UTIL_RECENT, window, s.idle_window_seconds)
+            view.set_util_recent(pod_values(self.client.instant(query, at=now)))
         jobs: list[JobForecast] = []
         for stored in running:
             run = stored.run
@@ -247,7 +251,9 @@ class Cycle:
         first), over the span since the previous such read: every epoch end the
         scrapes saw is still recovered, at most ``range_every`` + 1 cycles late. In the
         other cycles they are read only for the runs that may not be seen again
-        (``ending_runs``), so that a finished run is stored with all its epochs. A read
+        (``ending_runs``), so that a finished run is stored with all its epochs. The
+        GPU-use and memory means (``queries.SPAN``) go with the read for every run, over
+        the same span, which is their weight in each run's lifetime means. A read
         for every run due in a cycle that also reads the unchanging series in full
         (``static_full``) waits one cycle, so that the two heaviest reads do not add up.
         """
@@ -263,13 +269,15 @@ class Cycle:
 
     def _query(
         self, now: float, window: float
-    ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]], bool]:
-        """Every answer ``assemble`` reads, the unchanging ones from ``self._static``,
-        and whether the range queries were read for every run (``_range_span``)."""
+    ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]], float | None]:
+        """Every answer ``assemble`` reads but the stall check's (``_run``), the
+        unchanging ones from ``self._static``; and the span of this cycle's range read
+        for every run and of its GPU-use and memory means, None without that read
+        (``_range_span``)."""
         s = self.settings
 
-        def ask(name: str, runs: str = "", pods: str = "") -> list[Sample]:
-            query = queries.render(queries.INSTANT[name], window, s.idle_window_seconds, runs, pods)
+        def ask(name: str, runs: str = "", pods: str = "", over: float = window) -> list[Sample]:
+            query = queries.render(queries.INSTANT[name], over, s.idle_window_seconds, runs, pods)
             return self.client.instant(query, at=now)
 
         static = self._static
@@ -303,18 +311,20 @@ class Cycle:
             self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
             ending = [k for k in ending_runs(instant) if k not in self._finished_at]
             if not ending:
-                return instant, {}, False
+                return instant, {}, None
             if len(ending) <= queries.MAX_UNKNOWN_RUNS:
                 runs = queries.matcher("run_id", [k[3] for k in ending]) or ""
             full = not runs or len(runs) > queries.MAX_QUERY_CHARS
             runs = "" if full else runs
+        if full:
+            instant.update({name: ask(name, over=span) for name in queries.SPAN})
         step = queries.range_step(span, s.min_step_seconds, s.max_points)
         templates = {**queries.RANGE, **({"step_range": queries.STEP_RANGE} if steps_only else {})}
         ranges = {
             name: self.client.range(tpl.format(runs=runs), now - span, now, step)
             for name, tpl in templates.items()
         }
-        return instant, ranges, full
+        return instant, ranges, span if full else None
 
     def _unknown_runs_parts(self, keys: Sequence[RunKey], window: float) -> dict[str, str] | None:
         """The unchanging series of ``keys`` only, as parts of one folded query; {} when
@@ -552,15 +562,22 @@ def _float_or_none(text: str | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def progress_overdue(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
+    """No progress (epoch end or report of any kind) for ``stall_after_seconds``: the
+    first condition of ``is_stalled``, the one that needs no GPU data. Pure."""
+    last = max(run.last_timestamp, view.last_progress.get(run_key(run), -math.inf))
+    return now - last > s.stall_after_seconds
+
+
 def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
     """No progress for ``max(stall_after, 3 × median epoch)`` AND the GPU idle meanwhile.
 
     Pure. Unknown GPU use (no utilisation series for the pod) never counts as idle:
     a run without GPU data is not declared stalled on silence alone.
     """
-    last = max(run.last_timestamp, view.last_progress.get(run_key(run), -math.inf))
-    if now - last <= s.stall_after_seconds:  # recent progress: no need for the median
+    if not progress_overdue(run, view, now, s):  # recent progress: no need for the median
         return False
+    last = max(run.last_timestamp, view.last_progress.get(run_key(run), -math.inf))
     durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
     typical = statistics.median(durations) if durations else 0.0
     if now - last <= max(s.stall_after_seconds, 3 * typical):

@@ -2,8 +2,9 @@
 
 Each query returns the series of every job at once and the join happens in Python
 (``gpu_eta.forecaster.runs_from_series``). One cycle sends the ``INSTANT`` and
-``RANGE`` queries (the latter for every run one cycle in ``range_every``:
-``Cycle._range_span``), ``STEP_RANGE`` when some run reports only steps, and the
+``RANGE`` queries (the latter and the ``SPAN`` means for every run one cycle in
+``range_every``: ``Cycle._range_span``; ``ON_DEMAND`` when some run shows no
+progress), ``STEP_RANGE`` when some run reports only steps, and the
 kube-state-metrics queries of the GPU queue (``PENDING``) folded into one
 (``fold``: each part tagged with a ``forecaster_query`` label, joined with ``or``,
 split again by ``unfold``): at most ``QUERIES_PER_CYCLE`` (19), whatever the number
@@ -144,19 +145,17 @@ STATIC_RUN = ("planned", "steps_planned", "start", "batch_size")
 STATIC_POD = "pod_info"
 # The pod-info part for series scraped without honouring labels (``exported_pod``).
 STATIC_POD_EXPORTED = "pod_info_exported"
-# Read in full every cycle: progress, presence, GPU use, allocations. ``step`` only
-# when some run reports only steps (as ``STEP_RANGE``), ``gpu_info`` when an
-# allocation names a GPU not read before (static_series).
-DYNAMIC = (
-    "present",
-    "epoch",
-    "last_end",
-    "last_report",
-    "util_mean",
-    "util_recent",
-    "memory_ratio",
-    "allocated",
-)
+# Read in full every cycle: progress, presence, allocations. ``step`` only when some
+# run reports only steps (as ``STEP_RANGE``), ``gpu_info`` when an allocation names a
+# GPU not read before (static_series).
+DYNAMIC = ("present", "epoch", "last_end", "last_report", "allocated")
+# Means over a span, read with the range queries for every run (one cycle in
+# ``range_every``) over the same span since the previous such read: each run's GPU
+# use and memory are averaged over its life, weighted by the span (history.record).
+SPAN = ("util_mean", "memory_ratio")
+# Read only in a cycle where some running run has shown no progress for
+# ``stall_after_seconds``: the stall check is the only reader (cycle.is_stalled).
+ON_DEMAND = ("util_recent",)
 # The answers whose run keys are the runs seen in a cycle.
 SEEN = ("present", "epoch", "last_end", "last_report")
 # A read of unknown runs' unchanging series stays one query of at most this many

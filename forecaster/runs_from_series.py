@@ -88,6 +88,11 @@ class CycleView:
     rejected: dict[RunKey, str] = field(default_factory=dict)  # run key -> reason
     _pod_util: dict[tuple[str, str], float] | None = None
 
+    def set_util_recent(self, values: dict[PodKey, float]) -> None:
+        """Recent GPU use per container, read after ``assemble`` (``queries.ON_DEMAND``)."""
+        self.util_recent = values
+        self._pod_util = None
+
     def pod_util_recent(self) -> dict[tuple[str, str], float]:
         """Highest recent GPU use per (namespace, pod) over its containers (cached)."""
         if self._pod_util is None:
@@ -101,9 +106,12 @@ def assemble(
     instant: Mapping[str, Sequence[Sample]],
     ranges: Mapping[str, Sequence[Series]],
     now: float,
-    window_seconds: float,
+    span_seconds: float,
 ) -> CycleView:
-    """Join the per-query answers into a ``CycleView`` (see the module docstring)."""
+    """Join the per-query answers into a ``CycleView`` (see the module docstring).
+
+    ``span_seconds``: the span the GPU-use and memory means (util_mean, memory_ratio)
+    cover, their weight in each running run's lifetime means (history.record)."""
     view = CycleView()
     instant = {k: [_unexport(x) for x in v] for k, v in instant.items()}
     ranges = {k: [_unexport(x) for x in v] for k, v in ranges.items()}
@@ -205,7 +213,7 @@ def assemble(
                 features=features,
                 util_mean=util,
                 memory_mean=_ratio(memory.get(key), upper=4.0),
-                weight_seconds=window_seconds if running_now else 0.0,
+                weight_seconds=span_seconds if running_now else 0.0,
                 seen_timestamp=now if running_now else 0.0,
             )
         )
@@ -221,6 +229,12 @@ def assemble(
         elif done:
             view.done.add(run)
     return view
+
+
+def pod_values(samples: Sequence[Sample]) -> dict[PodKey, float]:
+    """Per-container answers (``util_recent``) by ``(namespace, pod, container)``,
+    ``exported_*`` labels read as the plain ones."""
+    return _by_pod([_unexport(x) for x in samples])
 
 
 def ending_runs(instant: Mapping[str, Sequence[Sample]]) -> list[RunKey]:

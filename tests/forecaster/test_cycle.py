@@ -195,8 +195,8 @@ def test_one_cycle_forecasts_running_and_records_vanished(store: HistoryStore) -
     assert jf.completion_timestamps == pytest.approx((NOW + 560, NOW + 800, NOW + 1040))
     assert fs.n_running == 1 and fs.n_finished == 1 and fs.n_history == 1
     assert [r.completed for r in store.finished()] == [False]
-    # no run reports only steps: neither step query
-    assert fs.queries == queries.QUERIES_PER_CYCLE - 2 == len(client.seen) <= 20
+    # no run reports only steps and none is overdue: neither step query, no util_recent
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 3 == len(client.seen) <= 20
     assert queries.STEP_RANGE.format(runs="") not in client.seen
 
 
@@ -205,9 +205,10 @@ def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
     steps_only = {"namespace": "ml", "pod": "pod-tqdm", "container": "c", "run_id": "tqdm"}
     many["steps_planned"] = [s(1000, **steps_only)]
     many["last_report"] = [s(NOW - 5, **steps_only)]  # every run has a last report
+    many = merge(many, job("overdue", 10, [(1, NOW - 3600)], NOW - 4000))  # may be stalled
     client = CannedClient(many)
     fs = make_cycle(client, store).run()
-    assert len(fs.jobs) == 300
+    assert len(fs.jobs) == 301
     assert len(client.seen) == fs.queries == queries.QUERIES_PER_CYCLE <= 20  # all of them
     assert queries.STEP_RANGE.format(runs="") in client.seen
 
@@ -572,8 +573,8 @@ def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
     client = CannedClient(job("run", 10, [(1, NOW - 200)], NOW - 300))
     fs = make_cycle(client, store, pending=PendingSettings(enabled=False)).run()
     assert fs.pending is None
-    # neither the folded pending query nor the step queries
-    assert fs.queries == queries.QUERIES_PER_CYCLE - 3
+    # neither the folded pending query nor the step queries nor util_recent
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 4
 
 
 def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> None:
@@ -657,7 +658,7 @@ def test_unchanging_series_are_read_in_full_every_nth_cycle_else_only_for_new_ru
     # the range queries every cycle: this test counts the unchanging series' reads
     cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=3, range_every=1)
     fs = cycle.run()  # the first cycle reads them all
-    assert len(unchanging(client.seen)) == 6 and fs.queries == len(client.seen) == 17
+    assert len(unchanging(client.seen)) == 6 and fs.queries == len(client.seen) == 16
 
     def again(answers: dict[str, list[Sample]]) -> dict[str, Run]:
         client.answers, client.seen = answers, []
@@ -667,7 +668,8 @@ def test_unchanging_series_are_read_in_full_every_nth_cycle_else_only_for_new_ru
         return {j.run.run_id: j.run for j in fs.jobs}
 
     runs = again(a)  # nothing new: none of them, the runs as before
-    assert unchanging(client.seen) == [] and len(client.seen) == 8 + 2 + 1
+    # 5 instant, GPU use and memory means, 2 range, pending
+    assert unchanging(client.seen) == [] and len(client.seen) == 5 + 2 + 2 + 1
     assert runs["a"].epochs_planned == 10
     assert runs["a"].features["batch_size"] == 64 and runs["a"].features["job_name"] == "train-a"
     assert runs["a"].features["gpu_model"] == "A100"
@@ -851,3 +853,55 @@ def test_the_full_range_read_waits_a_cycle_when_the_unchanging_series_are_read_i
     assert static_full == [0, 10, 20, 30]
     # every 5 cycles, the one due in cycle 10 (the static read's) a cycle later
     assert range_full == [0, 5, 11, 16, 21, 26]
+
+
+def test_the_stall_checks_gpu_use_is_asked_only_when_some_run_may_be_stalled(
+    store: HistoryStore,
+) -> None:
+    t = [NOW]
+    fresh = job("fresh", 10, [(1, NOW - 60), (2, NOW - 10)], NOW - 120, pod="p-fresh")
+    client = CannedClient(fresh)
+    cycle = make_cycle(client, store, clock=lambda: t[0], stall_after_seconds=900)
+    cycle.run()
+    assert not any("max_over_time(gpu_eta_pod_gpu_utilization_ratio" in q for q in client.seen)
+    # twenty minutes later without progress and an idle GPU: asked, and the run is stalled
+    t[0] = NOW + 1200
+    client.answers = merge(
+        fresh, {"util_recent": [s(0.0, namespace="ml", pod="p-fresh", container="c")]}
+    )
+    client.seen = []
+    (jf,) = cycle.run().jobs
+    assert sum("max_over_time(gpu_eta_pod_gpu_utilization_ratio" in q for q in client.seen) == 1
+    assert jf.forecast.stalled
+
+
+def test_gpu_use_and_memory_means_are_read_with_the_ranges_over_their_span(
+    store: HistoryStore,
+) -> None:
+    """Read one cycle in ``range_every`` over the span since the previous such read,
+    and weighted by it in the run's lifetime mean."""
+    t = [NOW]
+    base = job("a", 10, [(1, NOW - 30)], NOW - 100, pod="p-a")
+    cycle = make_cycle(
+        client := CannedClient({}), store, clock=lambda: t[0], range_every=2, lookback_seconds=600
+    )
+
+    def at(now: float, util: float) -> list[str]:
+        t[0] = now
+        pod = {"namespace": "ml", "pod": "p-a", "container": "c"}
+        client.answers = merge(
+            base, {"util_mean": [s(util, **pod)], "memory_ratio": [s(0.5, **pod)]}
+        )
+        client.seen = []
+        cycle.run()
+        return [q for q in client.seen if "avg_over_time(gpu_eta_pod_gpu_utilization_ratio" in q]
+
+    assert len(read := at(NOW, 0.2)) == 1 and "[600s]" in read[0]  # the first window
+    assert at(NOW + 60, 0.9) == []  # not read: 0.9 never enters the mean
+    (read,) = at(NOW + 120, 0.8)  # since the last read, plus the 120 s overlap
+    assert "[240s]" in read
+    (stored,) = store.running()
+    assert stored.run.features["gpu_utilization_ratio"] == pytest.approx(
+        (0.2 * 600 + 0.8 * 240) / (600 + 240)
+    )
+    assert stored.run.features["memory_utilization_ratio"] == pytest.approx(0.5)

@@ -314,8 +314,9 @@ def test_once_without_pushgateway_prints_the_exposition(empty_prometheus_api, tm
     assert "gpu_eta_forecaster_stale 0.0" in proc.stdout
     from gpu_eta.forecaster.queries import QUERIES_PER_CYCLE
 
-    # an empty Prometheus: no run reports only steps, so neither step query
-    want = f'gpu_eta_forecaster_queries_total{{result="success"}} {QUERIES_PER_CYCLE - 2:.1f}'
+    # an empty Prometheus: no run reports only steps and none may be stalled, so
+    # neither step query nor the stall check's GPU use
+    want = f'gpu_eta_forecaster_queries_total{{result="success"}} {QUERIES_PER_CYCLE - 3:.1f}'
     assert want in proc.stdout
 
 
