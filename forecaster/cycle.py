@@ -143,6 +143,8 @@ class Cycle:
             if key not in view.present and now - stored.last_seen >= s.vanish_grace_seconds:
                 to_finish.add(key)  # vanished: an exporter restart gets the grace period
         newly_finished = self.store.finish(sorted(to_finish), now)
+        # runs finished more than a window ago have left the answers: forget them
+        self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
         self._finished_at.update((run_key(r), now) for r in newly_finished)
         self._last_query_time = now
         self.store.set_meta(LAST_QUERY_KEY, repr(now))
@@ -308,7 +310,6 @@ class Cycle:
         span, full = self._range_span(now, window, static_full=full)
         runs = ""  # every run
         if not full:
-            self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
             ending = [k for k in ending_runs(instant) if k not in self._finished_at]
             if not ending:
                 return instant, {}, None
@@ -562,11 +563,15 @@ def _float_or_none(text: str | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def last_progress(run: Run, view: CycleView) -> float:
+    """Time of the run's latest progress: an epoch end or a report of any kind. Pure."""
+    return max(run.last_timestamp, view.last_progress.get(run_key(run), -math.inf))
+
+
 def progress_overdue(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
-    """No progress (epoch end or report of any kind) for ``stall_after_seconds``: the
-    first condition of ``is_stalled``, the one that needs no GPU data. Pure."""
-    last = max(run.last_timestamp, view.last_progress.get(run_key(run), -math.inf))
-    return now - last > s.stall_after_seconds
+    """No progress for ``stall_after_seconds``: the first condition of ``is_stalled``,
+    the one that needs no GPU data. Pure."""
+    return now - last_progress(run, view) > s.stall_after_seconds
 
 
 def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
@@ -577,7 +582,7 @@ def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
     """
     if not progress_overdue(run, view, now, s):  # recent progress: no need for the median
         return False
-    last = max(run.last_timestamp, view.last_progress.get(run_key(run), -math.inf))
+    last = last_progress(run, view)
     durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
     typical = statistics.median(durations) if durations else 0.0
     if now - last <= max(s.stall_after_seconds, 3 * typical):

@@ -83,6 +83,7 @@ class CycleView:
     present: set[RunKey] = field(default_factory=set)
     done: set[RunKey] = field(default_factory=set)  # reached their planned epochs/steps
     last_progress: dict[RunKey, float] = field(default_factory=dict)
+    # filled by the cycle after ``assemble`` when the stall check needs it (set_util_recent)
     util_recent: dict[PodKey, float] = field(default_factory=dict)
     allocations: list[Allocation] = field(default_factory=list)
     rejected: dict[RunKey, str] = field(default_factory=dict)  # run key -> reason
@@ -128,12 +129,10 @@ def assemble(
     step_firsts = _first_seen(ranges.get("step_range", ()))
 
     util_mean = _by_pod(instant.get("util_mean", ()))
-    util_recent = _by_pod(instant.get("util_recent", ()))
     memory = _by_pod(instant.get("memory_ratio", ()))
     view.allocations = _allocations(instant.get("allocated", ()))
     models = _gpu_models(instant.get("gpu_info", ()))
     jobs = _job_names(instant.get("pod_info", ()))
-    view.util_recent = util_recent
     pod_gpus: dict[tuple[str, str], list[Allocation]] = {}
     for alloc in view.allocations:
         pod_gpus.setdefault((alloc.namespace, alloc.pod), []).append(alloc)

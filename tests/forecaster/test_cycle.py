@@ -905,3 +905,18 @@ def test_gpu_use_and_memory_means_are_read_with_the_ranges_over_their_span(
         (0.2 * 600 + 0.8 * 240) / (600 + 240)
     )
     assert stored.run.features["memory_utilization_ratio"] == pytest.approx(0.5)
+
+
+def test_finished_runs_are_forgotten_once_out_of_the_window(store: HistoryStore) -> None:
+    """The runs kept to skip their range read leave that set a window after they
+    finished, whatever ``range_every`` (every cycle here reads the ranges in full)."""
+    t = [NOW]
+    client = CannedClient(job("a", 2, [(1, NOW - 60), (2, NOW - 10)], NOW - 100))
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=1)
+    cycle.run()  # "a" reached its plan: finished
+    assert list(cycle._finished_at) == [("ml", "pod-a", "c", "a")]
+    client.answers = {}
+    for minutes in (1, 2, 3, 4):
+        t[0] = NOW + 60 * minutes
+        cycle.run()
+    assert cycle._finished_at == {}  # the window is 60 s + 120 s of overlap
