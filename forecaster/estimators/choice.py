@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from gpu_eta.forecaster.calibration import bias_shift
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
 from gpu_eta.forecaster.estimators.selfcheck import checked as checked_centre
@@ -128,7 +129,8 @@ def choose(
     shift_prior: float = 20.0,
 ) -> dict[float, Option]:
     """Per point, the option with the lowest median absolute error (after the bin's
-    shrunk median shift, as calibration will apply it) on the replayed samples.
+    shift, ``calibration.bias_shift``, as calibration will apply it) on the replayed
+    samples.
 
     An option must answer every sample of its bin to compete (a missing candidate
     falls back to the blend in use, so an option is scored as it would be published).
@@ -152,7 +154,7 @@ def choose(
             sel = pts == point
             k = int(sel.sum())
             if k:
-                shift = np.median(resid[sel]) * k / (k + shift_prior)
+                shift = bias_shift(resid[sel], shift_prior)
                 errs[i, sel] = np.abs(np.expm1(shift - resid[sel]))
     i_default = list(options).index(default)
 

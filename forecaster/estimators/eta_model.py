@@ -44,6 +44,7 @@ from gpu_eta.forecaster.calibration import (
     Calibrator,
     Level,
     Residual,
+    bias_shift,
     measure_tails,
     progress_point,
     tails,
@@ -567,7 +568,7 @@ class EtaModel:
         points = np.array([s.point for s in samples])
         actual = np.array([s.actual for s in samples])
         parts_by_c = {c: [s.parts[i] for s in samples] for i, c in enumerate(grid)}
-        # err[c][i]: error of sample i under combo c after its bin's shrunk median shift
+        # err[c][i]: error of sample i under combo c after its bin's shift (bias_shift)
         errs = np.empty((len(combos), len(samples)))
         for c, (huber_c, drift, prior_scale) in enumerate(combos):
             center, _sigma = combine_many(
@@ -578,7 +579,7 @@ class EtaModel:
                 sel = points == point
                 n = int(sel.sum())
                 if n:
-                    shift = np.median(resid[sel]) * n / (n + self.shift_prior)
+                    shift = bias_shift(resid[sel], self.shift_prior)
                     errs[c, sel] = np.abs(np.expm1(shift - resid[sel]))
 
         def pick(score: np.ndarray) -> tuple[float, float, float]:

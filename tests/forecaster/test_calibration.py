@@ -13,6 +13,7 @@ from gpu_eta.forecaster.calibration import (
     SIGMA_POWER,
     Calibrator,
     Residual,
+    bias_shift,
     conformal_bounds,
     conformal_z,
     measure_tails,
@@ -77,6 +78,24 @@ def test_bias_moves_the_median() -> None:
     assert math.log(mid) == pytest.approx(5.0 + 0.2 * 2.0, abs=0.05)
     shrunk = Calibrator(shift_prior=400).fit(residuals(400, scale=1.0, shift=2.0, seed=3))
     assert math.log(shrunk.quantiles(0.5, 5.0, 0.2)[1]) == pytest.approx(5.0 + 0.2, abs=0.05)
+
+
+def test_a_late_minority_does_not_move_the_median() -> None:
+    # 75 % of runs on time, 25 % far later: the median error is inside the on-time
+    # mode and within the errors' spread; moving P50 toward the minority would take it
+    # away from most runs
+    sample = skewed(400, seed=1)
+    errors = [r.actual - r.center for r in sample]
+    assert 0.0 < float(np.median(errors)) < 0.1  # a median shift would have moved it
+    assert bias_shift(errors) == 0.0
+    _lo, mid, hi = Calibrator().fit(sample).quantiles(0.5, 5.0, 0.2)
+    assert math.log(mid) == pytest.approx(5.0, abs=1e-9)
+    assert math.log(hi) - 5.0 > 0.5  # the late minority is in the interval instead
+    # most runs off the same way: moved (shrunk by n / (n + shift_prior))
+    rng = np.random.default_rng(2)
+    biased = rng.normal(0.3, 0.05, 400)
+    assert bias_shift(biased, shift_prior=0.0) == pytest.approx(0.3, abs=0.01)
+    assert bias_shift(biased) == pytest.approx(0.3 * 400 / 420, abs=0.01)
 
 
 def test_small_bins_fall_back_to_pooled_then_wide_default() -> None:
