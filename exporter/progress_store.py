@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -150,11 +150,22 @@ class ProgressStore:
         with self._lock:
             return self._entries.get((namespace, pod, container, source))
 
-    def retain(self, live: Iterable[tuple[str, str]]) -> None:
-        """Keep only progress of the given (namespace, pod) pairs: the others are gone."""
+    def retain(self, live: Iterable[tuple[str, str]], wait_seconds: float = 1.0) -> None:
+        """Keep only progress of the given (namespace, pod) pairs: the others are gone.
+
+        Returns once the removals are on disk (at most ``wait_seconds``; a journal
+        that cannot write answers at once). Why wait: the caller serves a snapshot
+        read next, without the removed pods; a kill before the journal's ``fsync``
+        would otherwise bring a removed pod's progress back after a restart, after it
+        had been shown gone.
+        """
         alive = set(live)
         with self._lock:
-            self._remove([key for key in self._entries if (key[0], key[1]) not in alive])
+            durable = self._remove(
+                [key for key in self._entries if (key[0], key[1]) not in alive], wait=True
+            )
+        if durable is not None:
+            durable.wait(wait_seconds)
 
     def _evict(self) -> None:
         excess = len(self._entries) - self._max_entries
@@ -162,20 +173,29 @@ class ProgressStore:
             oldest = sorted(self._entries, key=lambda k: self._entries[k].last_report_timestamp)
             self._remove(oldest[:excess])
 
-    def _remove(self, keys: list[Key]) -> None:
-        """Drop ``keys`` (the caller holds the lock) and journal each removal.
+    def _remove(self, keys: list[Key], wait: bool = False) -> threading.Event | None:
+        """Drop ``keys`` (the caller holds the lock) and journal each removal; with
+        ``wait``, an event set once the last of them is written and synced (None
+        when nothing was journaled).
 
         Journaled, because a restart rebuilds the store from the state file and the
         journal: a removal known only in memory would be undone by replaying the
-        container's last row (or by a state file written before the removal).
+        container's last row (or by a state file written before the removal). One
+        event suffices: the journal writes its lines in the order they were queued.
         """
-        for key in keys:
+        durable = None
+        for i, key in enumerate(keys):
             del self._entries[key]
             if self.journal is not None:
                 self._seq += 1
-                self.journal.append(key, encode_removal(self._seq, key))
+                ack = None
+                if wait and i == len(keys) - 1:
+                    durable = threading.Event()
+                    ack = _set_on_ack(durable)
+                self.journal.append(key, encode_removal(self._seq, key), ack)
         if keys:
             self._dirty = True
+        return durable
 
     # -- reading ---------------------------------------------------------------------
 
@@ -465,3 +485,12 @@ def progress_from_row(row: object) -> Progress:
         raise ValueError("a number is too large") from None
     except ReportError as err:
         raise ValueError(str(err)) from None
+
+
+def _set_on_ack(event: threading.Event) -> Callable[[bool], None]:
+    """A journal acknowledgement that sets ``event`` (written or failed: stop waiting)."""
+
+    def ack(_ok: bool) -> None:
+        event.set()
+
+    return ack

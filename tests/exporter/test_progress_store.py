@@ -169,3 +169,35 @@ def test_removal_lines_round_trip_and_bad_ones_count_as_damaged():
     rows, damaged, torn = read_journal(good + bad)
     assert rows == [(1, {"a": 1}), (2, Removal(("ns", "p", "main", "http")))]
     assert (damaged, torn) == (3, False)
+
+
+def test_retain_returns_once_the_removal_is_on_disk(tmp_path):
+    """The snapshot read after ``retain`` is served without the removed pod; a kill
+    after that must not bring it back, so ``retain`` waits for the journal's sync."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    _report(store, pod="a")
+    _report(store, pod="b")
+    returned = threading.Event()
+
+    def retain() -> None:
+        store.retain([("ns", "b")])
+        returned.set()
+
+    with store.journal.io_lock:  # the journal cannot write while this is held
+        worker = threading.Thread(target=retain)
+        worker.start()
+        assert not returned.wait(0.3)  # still waiting for the removal to be written
+    assert returned.wait(5.0)
+    worker.join()
+    # "killed" right after: no save, no close; the files alone
+    assert [p.pod for p in _restarted(path).snapshot()] == ["b"]
+    store.journal.close()
+
+
+def test_retain_does_not_wait_for_a_journal_that_stopped(tmp_path):
+    store = ProgressStore(tmp_path / "progress.json", save_interval_seconds=3600)
+    _report(store, pod="a")
+    store.journal.close()
+    store.retain([], wait_seconds=30.0)  # acknowledged at once (not written): no hang
+    assert store.snapshot() == ()
