@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -183,15 +183,13 @@ class ProgressStore:
         container's last row (or by a state file written before the removal). One
         event suffices: the journal writes its lines in the order they were queued.
         """
-        durable = None
-        for i, key in enumerate(keys):
+        durable = threading.Event() if wait and keys and self.journal is not None else None
+        for key in keys:
             del self._entries[key]
             if self.journal is not None:
                 self._seq += 1
-                ack = None
-                if wait and i == len(keys) - 1:
-                    durable = threading.Event()
-                    ack = _set_on_ack(durable)
+                last = durable is not None and key == keys[-1]
+                ack = (lambda _ok: durable.set()) if last else None
                 self.journal.append(key, encode_removal(self._seq, key), ack)
         if keys:
             self._dirty = True
@@ -485,12 +483,3 @@ def progress_from_row(row: object) -> Progress:
         raise ValueError("a number is too large") from None
     except ReportError as err:
         raise ValueError(str(err)) from None
-
-
-def _set_on_ack(event: threading.Event) -> Callable[[bool], None]:
-    """A journal acknowledgement that sets ``event`` (written or failed: stop waiting)."""
-
-    def ack(_ok: bool) -> None:
-        event.set()
-
-    return ack

@@ -129,8 +129,7 @@ def bias_shift(errors: Sequence[float] | np.ndarray, shift_prior: float = 20.0) 
     MLPerf runs (v0.5–v1.1 to choose, v2.0–v2.1 to confirm) the shift that only had to
     beat its own standard error made the error at 75 % on runs with no earlier run of
     their configuration 0.94 % where the unshifted centre had 0.61 % (docs/forecasting.md,
-    "Calibration"). The choice of estimate and the tuning score their candidates after
-    this same shift, so they rank what calibration will publish.
+    "Calibration").
     """
     e = np.asarray(errors, dtype=float)
     n = len(e)
@@ -139,6 +138,18 @@ def bias_shift(errors: Sequence[float] | np.ndarray, shift_prior: float = 20.0) 
     median = float(np.median(e))
     spread = 1.4826 * float(np.median(np.abs(e - median)))
     return median * n / (n + shift_prior) if abs(median) > spread else 0.0
+
+
+def shifted_errors(points: np.ndarray, resid: np.ndarray, shift_prior: float = 20.0) -> np.ndarray:
+    """Each sample's absolute relative error after its bin's ``bias_shift``: how a
+    replayed candidate would score once calibrated. ``points`` gives each sample's bin,
+    ``resid`` its log error ``a − c``. The choice of estimate and the weight tuning both
+    rank their options by it, so they rank what calibration will publish."""
+    errs = np.empty(len(resid))
+    for point in np.unique(points):
+        sel = points == point
+        errs[sel] = np.abs(np.expm1(bias_shift(resid[sel], shift_prior) - resid[sel]))
+    return errs
 
 
 def fit_bin(

@@ -580,9 +580,9 @@ def is_stalled(run: Run, view: CycleView, now: float, s: CycleSettings) -> bool:
     Pure. Unknown GPU use (no utilisation series for the pod) never counts as idle:
     a run without GPU data is not declared stalled on silence alone.
     """
-    if not progress_overdue(run, view, now, s):  # recent progress: no need for the median
-        return False
     last = last_progress(run, view)
+    if now - last <= s.stall_after_seconds:  # recent progress (not progress_overdue)
+        return False
     durations = [b[1] - a[1] for a, b in zip(run.epoch_times, run.epoch_times[1:], strict=False)]
     typical = statistics.median(durations) if durations else 0.0
     if now - last <= max(s.stall_after_seconds, 3 * typical):

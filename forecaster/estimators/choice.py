@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gpu_eta.forecaster.calibration import bias_shift
+from gpu_eta.forecaster.calibration import shifted_errors
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
 from gpu_eta.forecaster.estimators.selfcheck import checked as checked_centre
@@ -143,19 +143,10 @@ def choose(
     errs = np.full((len(options), n), np.nan)
     for i, option in enumerate(options):
         c = np.array(
-            [
-                centre(option, cand) if centre(option, cand) is not None else cand["blend"]
-                for cand in candidates
-            ],
+            [cand["blend"] if (x := centre(option, cand)) is None else x for cand in candidates],
             dtype=float,
         )
-        resid = act - c
-        for point in all_points:
-            sel = pts == point
-            k = int(sel.sum())
-            if k:
-                shift = bias_shift(resid[sel], shift_prior)
-                errs[i, sel] = np.abs(np.expm1(shift - resid[sel]))
+        errs[i] = shifted_errors(pts, act - c, shift_prior)
     i_default = list(options).index(default)
 
     def pick(score: np.ndarray) -> Option:

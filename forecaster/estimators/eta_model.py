@@ -44,9 +44,9 @@ from gpu_eta.forecaster.calibration import (
     Calibrator,
     Level,
     Residual,
-    bias_shift,
     measure_tails,
     progress_point,
+    shifted_errors,
     tails,
 )
 from gpu_eta.forecaster.errors import ForecasterError
@@ -568,19 +568,13 @@ class EtaModel:
         points = np.array([s.point for s in samples])
         actual = np.array([s.actual for s in samples])
         parts_by_c = {c: [s.parts[i] for s in samples] for i, c in enumerate(grid)}
-        # err[c][i]: error of sample i under combo c after its bin's shift (bias_shift)
+        # err[c][i]: error of sample i under combo c after its bin's shift
         errs = np.empty((len(combos), len(samples)))
         for c, (huber_c, drift, prior_scale) in enumerate(combos):
             center, _sigma = combine_many(
                 parts_by_c[huber_c], drift, prior_scale, self._job_scale(prior_scale)
             )
-            resid = actual - center
-            for point in POINTS:
-                sel = points == point
-                n = int(sel.sum())
-                if n:
-                    shift = bias_shift(resid[sel], self.shift_prior)
-                    errs[c, sel] = np.abs(np.expm1(shift - resid[sel]))
+            errs[c] = shifted_errors(points, actual - center, self.shift_prior)
 
         def pick(score: np.ndarray) -> tuple[float, float, float]:
             # leave the defaults only for a clear gain: small samples overfit a grid

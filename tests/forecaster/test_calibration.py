@@ -19,6 +19,7 @@ from gpu_eta.forecaster.calibration import (
     measure_tails,
     progress_point,
     scale,
+    shifted_errors,
     tails,
 )
 
@@ -211,3 +212,14 @@ def test_measured_tails_say_which_side_misses() -> None:
     _err, cov, below, above = measure_tails(before + after)[0.5]
     assert above > 0.15 and below < 0.15
     assert cov == pytest.approx(1.0 - below - above)
+
+
+def test_shifted_errors_score_each_bin_after_its_own_shift() -> None:
+    # bin 0.5: a bias every run shares, moved away; bin 0.25: a late minority, kept
+    rng = np.random.default_rng(3)
+    biased = rng.normal(0.3, 0.02, 200)
+    mixed = np.array([r.actual - r.center for r in skewed(200, seed=4)])
+    points = np.r_[np.full(200, 0.5), np.full(200, 0.25)]
+    errs = shifted_errors(points, np.r_[biased, mixed], shift_prior=0.0)
+    assert np.median(errs[:200]) < 0.03  # shifted: the shared bias is gone
+    assert errs[200:] == pytest.approx(np.abs(np.expm1(-mixed)))  # not shifted
