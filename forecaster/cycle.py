@@ -105,13 +105,17 @@ class Cycle:
         self._static = StaticSeries(self.settings.static_full_every)
         if self.settings.range_every < 1:
             raise ValueError("range_every must be >= 1")
-        # The range queries read every run one cycle in ``range_every``, over the span
-        # since the previous such read (persisted like the query time; _range_span).
+        # The range queries and the means read every run one cycle in ``range_every``,
+        # over the span since the previous such read (persisted like the query time),
+        # else only the runs that end (_range_span).
         self._last_range_time: float | None = _float_or_none(store.get_meta(LAST_RANGE_KEY))
         self._cycles_since_range: int | None = None
         # runs this process finished lately (their series linger in the window's
         # answers): no range read for them, the store keeps a finished run frozen
         self._finished_at: dict[RunKey, float] = {}
+        # runs whose means were read since the last full read, as ending runs: the time
+        # their stored means reach (later reads weigh only the seconds after it)
+        self._means_until: dict[RunKey, float] = {}
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
@@ -131,8 +135,14 @@ class Cycle:
             window = min(s.lookback_seconds, now - self._last_query_time + s.overlap_seconds)
         window = max(window, s.min_step_seconds)
         before = self.client.stats.success + self.client.stats.error
-        instant, ranges, span = self._query(now, window)
-        view = assemble(instant, ranges, now, span or 0.0)
+        instant, ranges, span, ending = self._query(now, window)
+        full = span is not None and ending is None
+        # the seconds the means add: since the previous full read (or the whole span)
+        new_seconds = 0.0 if span is None else span
+        if span is not None and self._last_range_time is not None:
+            new_seconds = min(span, now - self._last_range_time)
+        means_for = None if ending is None else frozenset(ending)
+        view = assemble(instant, ranges, now, new_seconds, means_for, self._means_until)
         errors: Counter[str] = Counter(view.rejected.values())
 
         self.store.record(view.updates)
@@ -148,12 +158,14 @@ class Cycle:
         self._finished_at.update((run_key(r), now) for r in newly_finished)
         self._last_query_time = now
         self.store.set_meta(LAST_QUERY_KEY, repr(now))
-        if span is None:
-            self._cycles_since_range = (self._cycles_since_range or 0) + 1
-        else:
+        if full:
             self._cycles_since_range = 0
             self._last_range_time = now
             self.store.set_meta(LAST_RANGE_KEY, repr(now))
+            self._means_until = {}  # every run's means reach now
+        else:
+            self._cycles_since_range = (self._cycles_since_range or 0) + 1
+            self._means_until.update(view.means_until)
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).
@@ -253,11 +265,22 @@ class Cycle:
         first), over the span since the previous such read: every epoch end the
         scrapes saw is still recovered, at most ``range_every`` + 1 cycles late. In the
         other cycles they are read only for the runs that may not be seen again
-        (``ending_runs``), so that a finished run is stored with all its epochs. The
-        GPU-use and memory means (``queries.SPAN``) go with the read for every run, over
-        the same span, which is their weight in each run's lifetime means. A read
-        for every run due in a cycle that also reads the unchanging series in full
-        (``static_full``) waits one cycle, so that the two heaviest reads do not add up.
+        (``ending_runs``: a set match on their ``run_id``), so that a finished run is
+        stored with all its epochs. A read for every run due in a cycle that also reads
+        the unchanging series in full (``static_full``) waits one cycle, so that the two
+        heaviest reads do not add up.
+
+        The GPU-use and memory means (``queries.SPAN``) go with either read, over the
+        same span: for every run, or for the ending runs' pods (``_ending_queries``), so
+        that a finished run's lifetime means cover its whole life, a run shorter than
+        ``range_every`` cycles included. Each read adds to a run's lifetime means with
+        the weight of the seconds of its life not counted yet (``assemble``): since the
+        previous full read, or since a later read of its own (``_means_until``: a run
+        read as ending that goes on, e.g. one missing from a scrape, is not counted
+        twice by the next read), from its start, until now or until its last report
+        when it is gone. The overlap is read, never weighted. ``_means_until`` is not
+        persisted: after a restart, such a run's seconds since the previous full read
+        may count twice once.
         """
         s = self.settings
         since_range = self._cycles_since_range
@@ -271,11 +294,16 @@ class Cycle:
 
     def _query(
         self, now: float, window: float
-    ) -> tuple[dict[str, list[Sample]], dict[str, list[Series]], float | None]:
+    ) -> tuple[
+        dict[str, list[Sample]],
+        dict[str, list[Series]],
+        float | None,
+        tuple[RunKey, ...] | None,
+    ]:
         """Every answer ``assemble`` reads but the stall check's (``_run``), the
-        unchanging ones from ``self._static``; and the span of this cycle's range read
-        for every run and of its GPU-use and memory means, None without that read
-        (``_range_span``)."""
+        unchanging ones from ``self._static``; the span of this cycle's range read and
+        GPU-use and memory means, None without one; and the runs they were read for:
+        None for every run (a full read), the ending runs otherwise (``_range_span``)."""
         s = self.settings
 
         def ask(name: str, runs: str = "", pods: str = "", over: float = window) -> list[Sample]:
@@ -309,14 +337,18 @@ class Cycle:
         instant["step"] = ask("step") if steps_only else []
         span, full = self._range_span(now, window, static_full=full)
         runs = ""  # every run
+        ending: tuple[RunKey, ...] | None = None  # every run
         if not full:
-            ending = [k for k in ending_runs(instant) if k not in self._finished_at]
+            ending = tuple(k for k in ending_runs(instant) if k not in self._finished_at)
             if not ending:
-                return instant, {}, None
-            if len(ending) <= queries.MAX_UNKNOWN_RUNS:
-                runs = queries.matcher("run_id", [k[3] for k in ending]) or ""
-            full = not runs or len(runs) > queries.MAX_QUERY_CHARS
-            runs = "" if full else runs
+                return instant, {}, None, ()
+            read = self._ending_queries(ending, span)
+            if read is None:
+                full, ending = True, None
+            else:
+                runs, means = read
+                for name, query in means.items():
+                    instant[name] = self.client.instant(query, at=now)
         if full:
             instant.update({name: ask(name, over=span) for name in queries.SPAN})
         step = queries.range_step(span, s.min_step_seconds, s.max_points)
@@ -325,7 +357,33 @@ class Cycle:
             name: self.client.range(tpl.format(runs=runs), now - span, now, step)
             for name, tpl in templates.items()
         }
-        return instant, ranges, span if full else None
+        return instant, ranges, span, ending
+
+    def _ending_queries(
+        self, keys: Sequence[RunKey], span: float
+    ) -> tuple[str, dict[str, str]] | None:
+        """For the runs ``keys`` only: the set match on their ``run_id`` the range queries
+        take (None when a full read is needed instead: too many runs for one query, a
+        run id a set match cannot name, a match over ``queries.MAX_QUERY_CHARS``); and
+        the GPU-use and memory means over ``span`` (``queries.SPAN``) of their pods,
+        named by ``pod`` or ``exported_pod`` (``queries.for_pods``), or of every pod when
+        the pods cannot be named or make too long a query (a heavier answer, only the
+        ending runs' means are counted from it: ``assemble``'s ``means_for``); none for
+        runs without a pod."""
+        if len(keys) > queries.MAX_UNKNOWN_RUNS:
+            return None
+        runs = queries.matcher("run_id", [k[3] for k in keys])
+        if runs is None or len(runs) > queries.MAX_QUERY_CHARS:
+            return None
+        pods = [k[1] for k in keys if k[1]]
+        idle = self.settings.idle_window_seconds
+        means = {}
+        for name in queries.SPAN if pods else ():
+            query = queries.for_pods(queries.INSTANT[name], span, idle, pods)
+            if query is None or len(query) > queries.MAX_QUERY_CHARS:
+                query = queries.render(queries.INSTANT[name], span, idle)
+            means[name] = query
+        return runs, means
 
     def _unknown_runs_parts(self, keys: Sequence[RunKey], window: float) -> dict[str, str] | None:
         """The unchanging series of ``keys`` only, as parts of one folded query; {} when

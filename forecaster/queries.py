@@ -3,15 +3,16 @@
 Each query returns the series of every job at once and the join happens in Python
 (``gpu_eta.forecaster.runs_from_series``). One cycle sends the ``INSTANT`` and
 ``RANGE`` queries (the latter and the ``SPAN`` means for every run one cycle in
-``range_every``: ``Cycle._range_span``; ``ON_DEMAND`` when some run shows no
-progress), ``STEP_RANGE`` when some run reports only steps, and the
-kube-state-metrics queries of the GPU queue (``PENDING``) folded into one
-(``fold``: each part tagged with a ``forecaster_query`` label, joined with ``or``,
-split again by ``unfold``): at most ``QUERIES_PER_CYCLE`` (19), whatever the number
-of jobs and pods. That keeps the load on Prometheus flat as the cluster grows, and
-makes the count checkable by a test. (Folding the per-run queries the same way
-would save queries, not TSDB time: Prometheus' ``or`` over 90,000 series cost a
-third more than the nine queries it replaced.)
+``range_every``, in the other cycles only for the runs that end:
+``Cycle._range_span``; ``ON_DEMAND`` when some run shows no progress),
+``STEP_RANGE`` when some run reports only steps, and the kube-state-metrics queries
+of the GPU queue (``PENDING``) folded into one (``fold``: each part tagged with a
+``forecaster_query`` label, joined with ``or``, split again by ``unfold``): at most
+``QUERIES_PER_CYCLE`` (19), whatever the number of jobs and pods. That keeps the load
+on Prometheus flat as the cluster grows, and makes the count checkable by a test.
+(Folding the per-run queries the same way would save queries, not TSDB time:
+Prometheus' ``or`` over 90,000 series cost a third more than the nine queries it
+replaced.)
 
 What the TSDB spends is mostly encoding the answers (docs/scrape-tuning.md): the
 per-run, per-container and inventory queries keep only the labels the forecaster
@@ -20,7 +21,8 @@ that did not honour labels), and the step queries only runs without planned epoc
 
 Templates take ``{window}`` (the span since the previous cycle, or the first-cycle
 lookback) and ``{idle}`` (the span over which a GPU must have been idle for a job
-to count as stalled), both rendered as ``<n>s``.
+to count as stalled), both rendered as ``<n>s``, and in their selectors ``{runs}`` or
+``{pods}``: empty, or a set match restricting them to some runs or pods (``matcher``).
 """
 
 from __future__ import annotations
@@ -64,11 +66,12 @@ BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size{runs}[{window}
 # as `pod`/`namespace`/`container` or `exported_*` when the scrape did not honour
 # labels). `or` keeps a DCGM series only where ours has no series with the same
 # labels; gpu_eta.forecaster.runs_from_series reads `exported_*` as the plain labels.
+# ``{pods}``: empty (every pod), or a set match on ``pod`` or ``exported_pod`` (for_pods).
 UTIL_MEAN = (
     "avg by (namespace, pod, container) "
-    "(avg_over_time(gpu_eta_pod_gpu_utilization_ratio[{window}])) or "
+    "(avg_over_time(gpu_eta_pod_gpu_utilization_ratio{pods}[{window}])) or "
     "(avg by (namespace, pod, container, exported_namespace, exported_pod, exported_container) "
-    "(avg_over_time(DCGM_FI_DEV_GPU_UTIL[{window}])) / 100)"
+    "(avg_over_time(DCGM_FI_DEV_GPU_UTIL{pods}[{window}])) / 100)"
 )
 UTIL_RECENT = (
     "max by (namespace, pod, container) "
@@ -79,8 +82,8 @@ UTIL_RECENT = (
 _CONTAINER = "namespace, pod, container, exported_namespace, exported_pod, exported_container"
 MEMORY_RATIO = (
     f"max by ({_CONTAINER}) "
-    "(avg_over_time(gpu_eta_pod_memory_working_set_bytes[{window}]) "
-    "/ avg_over_time(gpu_eta_pod_memory_limit_bytes[{window}]))"
+    "(avg_over_time(gpu_eta_pod_memory_working_set_bytes{pods}[{window}]) "
+    "/ avg_over_time(gpu_eta_pod_memory_limit_bytes{pods}[{window}]))"
 )
 # Inventory, with only the labels read (runs_from_series, kube_state): the GPU a
 # container holds, each GPU's model, the pod labels that name its job.
@@ -149,10 +152,15 @@ STATIC_POD_EXPORTED = "pod_info_exported"
 # run reports only steps (as ``STEP_RANGE``), ``gpu_info`` when an allocation names a
 # GPU not read before (static_series).
 DYNAMIC = ("present", "epoch", "last_end", "last_report", "allocated")
-# Means over a span, read with the range queries for every run (one cycle in
-# ``range_every``) over the same span since the previous such read: each run's GPU
-# use and memory are averaged over its life, weighted by the span (history.record).
+# Means over a span, read with the range queries over the same span since the previous
+# read for every run: for every run one cycle in ``range_every``, in the other cycles
+# for the pods of the runs that end (``for_pods``), so that a finished run's means
+# cover its whole life. Each run's GPU use and memory are averaged over its life, each
+# read weighted by the seconds of the run's life it adds (Cycle._range_span).
 SPAN = ("util_mean", "memory_ratio")
+# The labels that name a series' pod: its own, or the renamed one of a scrape that did
+# not honour labels.
+POD_LABELS = ("pod", "exported_pod")
 # Read only in a cycle where some running run has shown no progress for
 # ``stall_after_seconds``: the stall check is the only reader (cycle.is_stalled).
 ON_DEMAND = ("util_recent",)
@@ -208,6 +216,25 @@ def render(
     return template.format(
         window=duration(window_seconds), idle=duration(idle_seconds), runs=runs, pods=pods
     )
+
+
+def for_pods(
+    template: str, window_seconds: float, idle_seconds: float, pods: Iterable[str]
+) -> str | None:
+    """``template`` for the series of ``pods`` only, whichever label names them: rendered
+    once with a set match on ``pod`` and once on ``exported_pod`` in its ``{pods}``, the
+    two joined with ``or``: for those pods, the series the template rendered for every
+    pod returns (checked on Prometheus and VictoriaMetrics, tests/integration). None when
+    ``matcher`` cannot name a pod.
+    """
+    names = list(pods)
+    forms = []
+    for label in POD_LABELS:
+        match = matcher(label, names)
+        if match is None:
+            return None
+        forms.append(f"({render(template, window_seconds, idle_seconds, pods=match)})")
+    return " or ".join(forms)
 
 
 # PromQL's regular-expression metacharacters (RE2's), escaped in set matches.

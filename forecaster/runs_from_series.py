@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -87,6 +87,8 @@ class CycleView:
     util_recent: dict[PodKey, float] = field(default_factory=dict)
     allocations: list[Allocation] = field(default_factory=list)
     rejected: dict[RunKey, str] = field(default_factory=dict)  # run key -> reason
+    # per run whose GPU-use and memory means were read: the time its means reach now
+    means_until: dict[RunKey, float] = field(default_factory=dict)
     _pod_util: dict[tuple[str, str], float] | None = None
 
     def set_util_recent(self, values: dict[PodKey, float]) -> None:
@@ -108,11 +110,20 @@ def assemble(
     ranges: Mapping[str, Sequence[Series]],
     now: float,
     span_seconds: float,
+    means_for: Collection[RunKey] | None = None,
+    covered: Mapping[RunKey, float] | None = None,
 ) -> CycleView:
     """Join the per-query answers into a ``CycleView`` (see the module docstring).
 
-    ``span_seconds``: the span the GPU-use and memory means (util_mean, memory_ratio)
-    cover, their weight in each running run's lifetime means (history.record)."""
+    The GPU-use and memory means (util_mean, memory_ratio) were read for the runs
+    ``means_for`` (None: every run) and add the ``span_seconds`` before ``now`` to their
+    lifetime means (0: none read); ``covered``: per run, the time its stored means
+    already reach, when a read of its own came later than that span's start. Each read
+    is weighted (history.record) by the seconds of the run's life it adds: from the
+    latest of the span's start, the run's start and its ``covered`` time, to ``now``, or
+    to its last progress or report when it is no longer present (none after it).
+    ``CycleView.means_until`` holds, per run read, the time its means then reach."""
+    covered = covered or {}
     view = CycleView()
     instant = {k: [_unexport(x) for x in v] for k, v in instant.items()}
     ranges = {k: [_unexport(x) for x in v] for k, v in ranges.items()}
@@ -199,6 +210,18 @@ def assemble(
             features["progress_unit"] = "steps"
         util = _ratio(util_mean.get(key))
         running_now = run in present
+        # Progress time for stall detection: the latest epoch end or report of any
+        # kind (a step report shows the run is alive inside a long epoch).
+        progress_ts = max([t0, *ends.values()])
+        report = last_report.get(run)
+        if report is not None and _finite(report.value) and t0 <= report.value <= hi:
+            progress_ts = max(progress_ts, report.value)
+        weight = 0.0
+        if span_seconds > 0 and (means_for is None or run in means_for):
+            since = max(now - span_seconds, t0, covered.get(run, -math.inf))
+            until = now if running_now else min(now, progress_ts)
+            weight = max(0.0, until - since)
+            view.means_until[run] = max(since, until)
         view.updates.append(
             RunUpdate(
                 run_id=run[3],
@@ -212,16 +235,10 @@ def assemble(
                 features=features,
                 util_mean=util,
                 memory_mean=_ratio(memory.get(key), upper=4.0),
-                weight_seconds=span_seconds if running_now else 0.0,
+                weight_seconds=weight,
                 seen_timestamp=now if running_now else 0.0,
             )
         )
-        # Progress time for stall detection: the latest epoch end or report of any
-        # kind (a step report shows the run is alive inside a long epoch).
-        progress_ts = max([t0, *ends.values()])
-        report = last_report.get(run)
-        if report is not None and _finite(report.value) and t0 <= report.value <= hi:
-            progress_ts = max(progress_ts, report.value)
         view.last_progress[run] = progress_ts
         if running_now and not done:
             view.present.add(run)

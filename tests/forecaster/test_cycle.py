@@ -54,6 +54,13 @@ _RANGE = {
     _shape(t.format(runs="")): name
     for name, t in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items()
 }
+# the GPU-use and memory means of some pods (queries.for_pods), matchers taken out
+_POD_MATCH = re.compile(r'\{(?:exported_)?pod=~"([^"]*)"\}')
+_SOME_PODS = {
+    _shape(f"({r}) or ({r})"): name
+    for name in queries.SPAN
+    if (r := queries.render(queries.INSTANT[name], 60, 300))
+}
 
 
 class CannedClient:
@@ -72,6 +79,15 @@ class CannedClient:
         self._count(query)
         if _shape(query) in _INSTANT:
             return list(self.answers.get(_INSTANT[_shape(query)], []))
+        pods = _POD_MATCH.findall(query)
+        if pods and "label_replace" not in query:  # some pods' means, either pod label
+            name = _SOME_PODS[_shape(_POD_MATCH.sub("", query))]
+            wanted = set(pods[0].split("|"))
+            return [
+                x
+                for x in self.answers.get(name, [])
+                if wanted & {x.labels.get("pod"), x.labels.get("exported_pod")}
+            ]
         if _shape(query) not in _FOLDED:  # the unchanging series of runs not seen yet
             out = []
             for part, name in _PART.findall(query):
@@ -879,7 +895,8 @@ def test_gpu_use_and_memory_means_are_read_with_the_ranges_over_their_span(
     store: HistoryStore,
 ) -> None:
     """Read one cycle in ``range_every`` over the span since the previous such read,
-    and weighted by it in the run's lifetime mean."""
+    and weighted in the run's lifetime mean by the seconds of its life the read adds
+    (since its start, then since the previous read: the overlap is read, not weighted)."""
     t = [NOW]
     base = job("a", 10, [(1, NOW - 30)], NOW - 100, pod="p-a")
     cycle = make_cycle(
@@ -902,7 +919,7 @@ def test_gpu_use_and_memory_means_are_read_with_the_ranges_over_their_span(
     assert "[240s]" in read
     (stored,) = store.running()
     assert stored.run.features["gpu_utilization_ratio"] == pytest.approx(
-        (0.2 * 600 + 0.8 * 240) / (600 + 240)
+        (0.2 * 100 + 0.8 * 120) / (100 + 120)
     )
     assert stored.run.features["memory_utilization_ratio"] == pytest.approx(0.5)
 
@@ -920,3 +937,180 @@ def test_finished_runs_are_forgotten_once_out_of_the_window(store: HistoryStore)
         t[0] = NOW + 60 * minutes
         cycle.run()
     assert cycle._finished_at == {}  # the window is 60 s + 120 s of overlap
+
+
+def means_read(seen: list[str]) -> list[str]:
+    """The queries of a cycle that read GPU-use or memory means."""
+    return [
+        q
+        for q in seen
+        if "avg_over_time(gpu_eta_pod_gpu_utilization_ratio" in q
+        or "gpu_eta_pod_memory_working_set_bytes" in q
+    ]
+
+
+def means_of(pod: str, util: float, memory: float = 0.5, exported: bool = False) -> dict:
+    """The util_mean and memory_ratio answers for container ``c`` of ``pod``."""
+    prefix = "exported_" if exported else ""
+    labels = {f"{prefix}namespace": "ml", f"{prefix}pod": pod, f"{prefix}container": "c"}
+    return {"util_mean": [s(util, **labels)], "memory_ratio": [s(memory, **labels)]}
+
+
+def test_a_run_ending_between_full_reads_gets_its_means_for_the_tail(
+    store: HistoryStore,
+) -> None:
+    """Between two full reads, a run that ends gets its pod's means read with its range
+    read (set match on ``pod`` and ``exported_pod``), weighted by the seconds since the
+    full read: its lifetime mean covers its last cycles too. Another run's are not read."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
+
+    def at(now: float, a_ends: list[tuple[float, float]], util_a: float, util_b: float) -> None:
+        t[0] = now
+        client.answers = merge(
+            job("a", 3, a_ends, NOW - 100, pod="p-a"),
+            job("b", 10, [(1, NOW - 40)], NOW - 100, pod="p-b"),
+            means_of("p-a", util_a),
+            means_of("p-b", util_b, exported=True),  # a scrape without honor_labels
+        )
+        client.seen = []
+        cycle.run()
+
+    at(NOW, [(1, NOW - 30)], 0.2, 0.3)  # the first cycle: every run's, 100 s of life
+    at(NOW + 60, [(1, NOW - 30), (2, NOW + 10)], 0.9, 0.9)
+    assert means_read(client.seen) == []  # nothing ends: not read
+    at(NOW + 120, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 110)], 0.6, 0.9)  # "a" ends
+    util, memory = means_read(client.seen)
+    for read in (util, memory):
+        assert 'pod=~"p-a"' in read and 'exported_pod=~"p-a"' in read and "p-b" not in read
+        assert "[240s]" in read  # since the full read, plus the overlap
+    (done,) = store.finished()
+    assert done.run_id == "a" and done.completed
+    assert done.features["gpu_utilization_ratio"] == pytest.approx((0.2 * 100 + 0.6 * 120) / 220)
+    assert done.features["memory_utilization_ratio"] == pytest.approx(0.5)
+    (b,) = store.running()
+    assert b.run.features["gpu_utilization_ratio"] == pytest.approx(0.3)  # its 0.9 not read
+
+
+def test_a_run_shorter_than_range_every_cycles_is_stored_with_its_means(
+    store: HistoryStore,
+) -> None:
+    """A run that starts and ends between two full reads (it vanishes: the usual end of
+    a pod) gets means at all, weighted from its start to its last report."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5, vanish_grace_seconds=0)
+    long = job("a", 100, [(1, NOW - 30)], NOW - 100)
+
+    def at(now: float, short: dict) -> None:
+        t[0] = now
+        client.answers = merge(long, short, means_of("pod-a", 0.9))
+        client.seen = []
+        cycle.run()
+
+    at(NOW, {})  # the full read, before the short run
+    report = {"last_report": [s(NOW + 55, **labels_of("s"))]}
+    at(NOW + 60, merge(job("s", 10, [], NOW + 10), report, means_of("pod-s", 0.1, 0.2)))
+    assert means_read(client.seen) == []
+    gone = job("s", 10, [(1, NOW + 70)], NOW + 10, present=False)  # left the scrapes
+    report = {"last_report": [s(NOW + 100, **labels_of("s"))]}
+    at(NOW + 120, merge(gone, report, means_of("pod-s", 0.7, 0.4)))
+    assert len(reads := means_read(client.seen)) == 2
+    assert all('pod=~"pod-s"' in q and "pod-a" not in q for q in reads)
+    (done,) = store.finished()
+    assert done.run_id == "s" and not done.completed
+    assert done.features["gpu_utilization_ratio"] == pytest.approx(0.7)
+    assert done.features["memory_utilization_ratio"] == pytest.approx(0.4)
+
+
+def test_a_run_read_as_ending_that_goes_on_is_not_counted_twice(store: HistoryStore) -> None:
+    """A run missing from a scrape is read as ending (its means up to its last report);
+    when it comes back, the next full read weighs only the seconds after that read,
+    and a second read while it is still missing adds nothing."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
+
+    def at(now: float, util: float, present: bool = True, report: float | None = None) -> None:
+        t[0] = now
+        client.answers = merge(
+            job("a", 10, [(1, NOW - 30)], NOW - 100, present=present),
+            {"last_report": [s(now if report is None else report, **labels_of("a"))]},
+            means_of("pod-a", util),
+        )
+        client.seen = []
+        cycle.run()
+
+    at(NOW, 0.2)  # the full read: 100 s of life
+    at(NOW + 60, 0.5, present=False, report=NOW + 50)  # missing: read up to its report, 50 s
+    assert len(means_read(client.seen)) == 2
+    at(NOW + 120, 0.9, present=False, report=NOW + 50)  # still missing: read, adds nothing
+    assert len(means_read(client.seen)) == 2
+    for minutes in (3, 4):  # back: nothing ends, not read
+        at(NOW + 60 * minutes, 0.9)
+        assert means_read(client.seen) == []
+    at(NOW + 300, 0.8)  # the next full read: the 250 s since the run's own read
+    assert len(means_read(client.seen)) == 2 and client.range_spans
+    (stored,) = store.running()
+    assert stored.run.features["gpu_utilization_ratio"] == pytest.approx(
+        (0.2 * 100 + 0.5 * 50 + 0.8 * 250) / 400
+    )
+
+
+def test_a_steady_cycle_sends_the_same_queries_and_an_ending_one_the_means_too(
+    store: HistoryStore,
+) -> None:
+    """Nothing ends: the 5 instant queries whose answers change and the queue's, as
+    before. A run ends: its 2 range queries and its pod's 2 means besides."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
+
+    def at(now: float, ends: list[tuple[float, float]]) -> int:
+        t[0] = now
+        client.answers = merge(
+            job("a", 3, ends, NOW - 100), job("b", 10, [(1, NOW - 40)], NOW - 100)
+        )
+        client.seen = []
+        fs = cycle.run()
+        assert fs.queries == len(client.seen)
+        return fs.queries
+
+    at(NOW, [(1, NOW - 30)])
+    assert at(NOW + 60, [(1, NOW - 30), (2, NOW + 10)]) == len(queries.DYNAMIC) + 1 == 6
+    assert at(NOW + 120, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 110)]) == 6 + 2 + 2
+    assert len(means_read(client.seen)) == 2
+    assert at(NOW + 180, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 110)]) == 6  # "a" finished
+
+
+def test_ending_runs_means_too_long_to_set_match_are_read_for_every_pod(
+    store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A means query naming the ending runs' pods over ``MAX_QUERY_CHARS``: every pod's
+    means are read instead (the ranges stay set-matched), and only the ending run's count."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
+
+    def at(now: float, a_ends: list[tuple[float, float]], util_b: float) -> None:
+        t[0] = now
+        client.answers = merge(
+            job("a", 3, a_ends, NOW - 100),
+            job("b", 10, [(1, NOW - 40)], NOW - 100),
+            means_of("pod-a", 0.2 if now == NOW else 0.6),
+            means_of("pod-b", util_b),
+        )
+        client.seen = []
+        cycle.run()
+
+    at(NOW, [(1, NOW - 30)], 0.3)
+    monkeypatch.setattr(queries, "MAX_QUERY_CHARS", 400)  # room for the run ids only
+    at(NOW + 60, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 50)], 0.9)  # "a" ends
+    reads = means_read(client.seen)
+    assert len(reads) == 2 and not any("pod=~" in q for q in reads)
+    assert sum('run_id=~"a"' in q for q in client.seen) == 2  # the two range queries
+    (done,) = store.finished()
+    assert done.features["gpu_utilization_ratio"] == pytest.approx((0.2 * 100 + 0.6 * 60) / 160)
+    (b,) = store.running()
+    assert b.run.features["gpu_utilization_ratio"] == pytest.approx(0.3)  # its 0.9 not counted

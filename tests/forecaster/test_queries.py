@@ -61,3 +61,16 @@ def test_set_match_escapes_regex_and_promql_and_refuses_what_it_cannot_name() ->
     q = queries.render(queries.PLANNED, 60, 300, runs=queries.matcher("run_id", ["r1", "r2"]))
     assert 'gpu_eta_training_epochs_planned{run_id=~"r1|r2"}[60s]' in q
     assert queries.render(queries.PLANNED, 60, 300).count("{") == 0  # a full read: no matcher
+
+
+def test_the_means_for_some_pods_match_every_selector_in_both_pod_labels() -> None:
+    for name in queries.SPAN:
+        tpl = queries.INSTANT[name]
+        q = queries.for_pods(tpl, 600, 300, ["p-b", "p.a"])
+        assert q is not None
+        plain, exported = q.count('{pod=~"p-b|p\\\\.a"}'), q.count('{exported_pod=~"p-b|p\\\\.a"}')
+        assert plain == exported == 2  # each form on both selectors of the template
+        full = queries.render(tpl, 600, 300)
+        assert re.sub(r"\{(exported_)?pod=~\"[^\"]*\"\}", "", q) == f"({full}) or ({full})"
+        assert "{" not in full  # every pod: no matcher
+        assert queries.for_pods(tpl, 600, 300, ["ok", "é"]) is None

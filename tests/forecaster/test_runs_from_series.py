@@ -63,8 +63,37 @@ def test_running_finished_and_vanished_runs() -> None:
     assert view.done == {key("done")}  # "gone" is absent from present: the cycle decides
     ups = {u.run_id: u for u in view.updates}
     assert ups["running"].epoch_ends == ((3.0, NOW - 20),)
-    assert ups["running"].weight_seconds == 600 and ups["gone"].weight_seconds == 0
+    # the means' weight: the seconds of each run's life in the span (none for "gone")
+    assert ups["running"].weight_seconds == 300 and ups["gone"].weight_seconds == 0
     assert ups["running"].seen_timestamp == NOW and ups["gone"].seen_timestamp == 0
+
+
+def test_the_means_weigh_the_seconds_of_life_a_read_adds() -> None:
+    """From the latest of the span's start, the run's start and its own later read, to
+    now, or to its last report for a run no longer present; only the runs read."""
+    instant = merge(
+        base("old", 10, 3, NOW - 3000, NOW - 20),
+        base("young", 10, 1, NOW - 100, NOW - 20),
+        base("again", 10, 3, NOW - 3000, NOW - 20),  # read as ending 200 s ago
+        base("gone", 10, 2, NOW - 3000, NOW - 250, present=False),
+        base("late", 10, 2, NOW - 3000, NOW - 900, present=False),  # gone before the span
+        base("other", 10, 3, NOW - 3000, NOW - 20),  # not read
+        {"last_report": [s(NOW - 200, **run_labels("gone"))]},
+    )
+    read = {key(r) for r in ("old", "young", "again", "gone", "late")}
+    view = assemble(instant, {}, NOW, 600, read, {key("again"): NOW - 200})
+    weights = {u.run_id: u.weight_seconds for u in view.updates}
+    assert weights == {"old": 600, "young": 100, "again": 200, "gone": 400, "late": 0, "other": 0}
+    assert view.means_until == {
+        key("old"): NOW,
+        key("young"): NOW,
+        key("again"): NOW,
+        key("gone"): NOW - 200,
+        key("late"): NOW - 600,
+    }
+    # none read (span 0): no weight, nothing reached
+    view = assemble(instant, {}, NOW, 0)
+    assert {u.weight_seconds for u in view.updates} == {0} and view.means_until == {}
 
 
 def test_ending_runs_are_those_at_their_plan_or_gone() -> None:

@@ -29,7 +29,7 @@ from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.runs import run_key
-from gpu_eta.forecaster.runs_from_series import sample_pod, sample_run_key
+from gpu_eta.forecaster.runs_from_series import pod_values, sample_pod, sample_run_key
 from gpu_eta.launch.processes import log_tail, spawn, start_http
 from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port, stop_process
 from tests.integration.helpers import training_script, wait_until
@@ -487,6 +487,110 @@ def check_ranges_of_some_runs(client: PromClient, at: float, run_ids: list[str])
         )
         got = sorted((x.labels["pod"], x.labels["run_id"], x.points) for x in some)
         assert got == want and want, name
+
+
+# Per-container GPU use and memory in every label form the means queries read:
+# (metric, labels, value). DCGM's series as a scrape with honor_labels leaves them
+# (the workload's pod/namespace/container) and as one without (its own target's, the
+# workload's as exported_*); ours with the memory series of a scrape without honor_labels.
+_DCGM_TARGET = {"namespace": "gpu-operator", "pod": "dcgm-exporter-x7k2p", "Hostname": "n1"}
+_OUR_TARGET = {"namespace": "gpu-eta", "pod": "gpu-eta-exporter-q8x2m", "container": "exporter"}
+_GIB = float(2**30)
+
+
+def _plain(pod: str, **more: str) -> dict[str, str]:
+    return {"namespace": "ml", "pod": pod, "container": "main", **more}
+
+
+def _exported(target: dict[str, str], pod: str) -> dict[str, str]:
+    return {
+        **target,
+        "exported_namespace": "ml",
+        "exported_pod": pod,
+        "exported_container": "main",
+    }
+
+
+MEANS_SERIES = [
+    ("gpu_eta_pod_gpu_utilization_ratio", _plain("p-ours", UUID="GPU-0"), 0.9),
+    ("gpu_eta_pod_gpu_utilization_ratio", _plain("p-both", UUID="GPU-1"), 0.5),
+    ("DCGM_FI_DEV_GPU_UTIL", _plain("p-both", UUID="GPU-1"), 99.0),  # ours is read
+    ("DCGM_FI_DEV_GPU_UTIL", _plain("p-dcgm", UUID="GPU-2"), 70.0),
+    ("DCGM_FI_DEV_GPU_UTIL", {**_exported(_DCGM_TARGET, "p-exp"), "UUID": "GPU-3"}, 40.0),
+    ("gpu_eta_pod_gpu_utilization_ratio", _plain("p.dot", UUID="GPU-4"), 0.6),
+    # not asked for: other pods, one the unescaped "." would match, one a prefix matches
+    ("gpu_eta_pod_gpu_utilization_ratio", _plain("pxdot", UUID="GPU-5"), 0.1),
+    ("gpu_eta_pod_gpu_utilization_ratio", _plain("p-ours-2", UUID="GPU-6"), 0.2),
+    ("DCGM_FI_DEV_GPU_UTIL", _plain("p-other", UUID="GPU-7"), 30.0),
+    ("DCGM_FI_DEV_GPU_UTIL", {**_exported(_DCGM_TARGET, "p-other-x"), "UUID": "GPU-8"}, 20.0),
+    ("gpu_eta_pod_memory_working_set_bytes", _plain("p-ours"), 2 * _GIB),
+    ("gpu_eta_pod_memory_limit_bytes", _plain("p-ours"), 8 * _GIB),
+    ("gpu_eta_pod_memory_working_set_bytes", _exported(_OUR_TARGET, "p-exp"), 4 * _GIB),
+    ("gpu_eta_pod_memory_limit_bytes", _exported(_OUR_TARGET, "p-exp"), 8 * _GIB),
+    ("gpu_eta_pod_memory_working_set_bytes", _plain("p-other"), 1 * _GIB),
+    ("gpu_eta_pod_memory_limit_bytes", _plain("p-other"), 8 * _GIB),
+    ("gpu_eta_pod_memory_working_set_bytes", _exported(_OUR_TARGET, "p-other-x"), 3 * _GIB),
+    ("gpu_eta_pod_memory_limit_bytes", _exported(_OUR_TARGET, "p-other-x"), 8 * _GIB),
+]
+MEANS_PODS = ("p-ours", "p-both", "p-dcgm", "p-exp", "p.dot")
+
+
+def means_openmetrics(now: float) -> str:
+    """``MEANS_SERIES`` every 15 s for the 20 minutes before ``now``."""
+    fams: dict[str, list[str]] = {}
+    for name, labels, value in MEANS_SERIES:
+        lab = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for k in range(80, -1, -1):
+            fams.setdefault(name, []).append(f"{name}{{{lab}}} {value!r} {now - 15 * k:.3f}")
+    out = []
+    for name, lines in fams.items():
+        out += [f"# TYPE {name} gauge", *lines]
+    return "\n".join([*out, "# EOF"]) + "\n"
+
+
+def test_the_means_of_ending_runs_pods_are_theirs_in_either_label_form(
+    tmp_path, prometheus_factory
+) -> None:
+    check_means_of_some_pods(tmp_path, prometheus_factory)
+
+
+def check_means_of_some_pods(tmp_path: Path, server_factory) -> None:
+    """The GPU-use and memory means a cycle reads for the pods of the runs that end
+    (``Cycle._ending_queries``: a set match on ``pod`` and on ``exported_pod``) answer
+    exactly the full read's series of those pods, in either label form, and no other
+    pod's. ``server_factory``: Prometheus, or VictoriaMetrics
+    (tests/integration/test_victoriametrics.py)."""
+    now = float(int(time.time()))
+    om = tmp_path / "means.om"
+    om.write_text(means_openmetrics(now))
+    server = server_factory([], backfill_files=[om])
+    client = PromClient(server.url)
+    store = HistoryStore.open(tmp_path / "means.sqlite")
+    try:
+        cycle = Cycle(client, store, CycleSettings())
+        keys = [("ml", pod, "main", f"run-{i}") for i, pod in enumerate(MEANS_PODS)]
+        read = cycle._ending_queries(keys, 600)
+        assert read is not None
+        _runs, means = read
+        assert set(means) == set(queries.SPAN)
+        want_values = {
+            "util_mean": {"p-ours": 0.9, "p-both": 0.5, "p-dcgm": 0.7, "p-exp": 0.4, "p.dot": 0.6},
+            "memory_ratio": {"p-ours": 0.25, "p-exp": 0.5},
+        }
+        for name in queries.SPAN:
+            full = client.instant(queries.render(queries.INSTANT[name], 600, 300), at=now)
+            some = client.instant(means[name], at=now)
+            want = sorted(
+                (sorted(x.labels.items()), x.value) for x in full if sample_pod(x)[1] in MEANS_PODS
+            )
+            got = sorted((sorted(x.labels.items()), x.value) for x in some)
+            assert got == want, name
+            values = pod_values(some)
+            assert {k[1]: v for k, v in values.items()} == pytest.approx(want_values[name]), name
+            assert {k for k in values if k[0] != "ml" or k[2] != "main"} == set(), name
+    finally:
+        store.close()
+        client.close()
 
 
 LIVE_SCENARIO = """

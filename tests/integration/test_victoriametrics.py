@@ -149,6 +149,13 @@ def test_cycle_reconstructs_runs_from_real_answers(backfill_history, tmp_path, v
     fp.check_cycle_reconstruction(backfill_history, tmp_path, victoria_factory)
 
 
+def test_the_means_of_ending_runs_pods_are_theirs_in_either_label_form(
+    tmp_path, victoria_factory
+) -> None:
+    """The set-matched GPU-use and memory means on VictoriaMetrics: the same series."""
+    fp.check_means_of_some_pods(tmp_path, victoria_factory)
+
+
 @pytest.fixture
 def backfill_history(tmp_path: Path) -> tuple[Path, float]:
     now = time.time()
