@@ -17,6 +17,7 @@ completed (cancelled or crashed), never as a short run.
 
 Input is untrusted: sizes are bounded. Damage to the file as a whole (no header, a
 required column missing, unreadable gzip) is one ``RunsCsvError`` naming the line.
+A progress value on several rows counts from its first time (``first_reached``).
 Damage to one run (a bad number, times going back, a row with the wrong field count)
 skips that run and is recorded in ``RunsFile.skipped``: one bad run is never a reason
 to refuse the others. ``parse_runs``/``read_runs`` are the strict forms: they raise
@@ -222,9 +223,9 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             planned = _number(row[i_plan].strip(), "epochs_planned")
             ts = _number(row[i_ts].strip(), "timestamp_seconds")
             if epoch < 0 or epoch > MAX_PROGRESS:
-                raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch:g}")
+                raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch!r}")
             if planned <= 0 or planned > MAX_PROGRESS:
-                raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned:g}")
+                raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned!r}")
             acc = runs.get(run_id)
             if acc is None:
                 acc = runs[run_id] = _Acc(planned, line)
@@ -266,18 +267,31 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     return RunsFile(out, skipped)
 
 
+def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
+    """``(progress, time, line)`` rows in progress order, each progress value at the
+    first time it was seen.
+
+    Why the first: a progress gauge sampled by every scrape (a file exported from
+    Prometheus) repeats its value until the next epoch ends, and files exported over
+    overlapping windows repeat whole rows; the epoch ended when the value first
+    appeared. A run restarted from a checkpoint shows its old values again later;
+    taking their first times leaves the lost time in the next new value.
+    """
+    out: list[tuple[float, float, int]] = []
+    for row in sorted(rows, key=lambda r: (r[0], r[1])):
+        if not out or row[0] != out[-1][0]:
+            out.append(row)
+    return out
+
+
 def _assemble(run_id: str, acc: _Acc) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
-    rows = sorted(acc.rows, key=lambda r: (r[0], r[1]))
+    rows = first_reached(acc.rows)
     if rows[0][0] != 0:
         raise RunsCsvError(
             rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"
         )
     for prev, cur in itertools.pairwise(rows):
-        if cur[0] == prev[0]:
-            raise RunsCsvError(
-                cur[2], f"run {run_id!r}: epoch {cur[0]:g} repeated (line {prev[2]})"
-            )
         if cur[1] < prev[1]:
             raise RunsCsvError(
                 cur[2],

@@ -63,7 +63,6 @@ def test_interleaved_uneven_rows_and_features() -> None:
         ("run_id,epoch\n", 1, "missing required column"),
         (f"{HEADER}\na,0,2,0\na,x,2,5\n", 3, "epoch is not a number"),
         (f"{HEADER}\na,0,2,0\na,1,3,5\n", 3, "differs"),
-        (f"{HEADER}\na,0,2,0\na,1,2,5\na,1,2,6\n", 4, "repeated"),
         (f"{HEADER}\na,0,2,10\na,1,2,5\n", 3, "earlier than"),
         (f"{HEADER}\na,1,2,10\n", 2, "no epoch 0"),
         (f"{HEADER}\na,0,2,0\na,3,2,5\n", 3, "beyond epochs_planned"),
@@ -81,6 +80,16 @@ def test_errors_name_the_line(text: str, line: int, words: str) -> None:
     assert err.value.line == line
     assert words in str(err.value)
     assert str(err.value).startswith(f"line {line}: ")
+
+
+def test_a_progress_value_on_several_rows_counts_from_its_first_time() -> None:
+    # a gauge sampled by every scrape, a duplicated export, a restart from a checkpoint
+    sampled = f"{HEADER}\na,0,3,0\na,0,3,15\na,1,3,30\na,1,3,45\na,1,3,30\na,2,3,60\na,3,3,90\n"
+    (run,) = parse(sampled)
+    assert run.epoch_times == ((0, 0), (1, 30), (2, 60), (3, 90))
+    restarted = f"{HEADER}\nb,0,4,0\nb,1,4,10\nb,2,4,20\nb,1,4,30\nb,2,4,40\nb,3,4,50\nb,4,4,60\n"
+    (run,) = parse(restarted)
+    assert run.epoch_times == ((0, 0), (1, 10), (2, 20), (3, 50), (4, 60))
 
 
 def test_missing_and_binary_files(tmp_path: Path) -> None:
