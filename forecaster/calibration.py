@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,6 +150,30 @@ def shifted_errors(points: np.ndarray, resid: np.ndarray, shift_prior: float = 2
         sel = points == point
         errs[sel] = np.abs(np.expm1(bias_shift(resid[sel], shift_prior) - resid[sel]))
     return errs
+
+
+def group_shifts(
+    keys: Sequence[Hashable],
+    errors: Sequence[float],
+    shift_prior: float = 5.0,
+    min_samples: int = 3,
+) -> dict[Hashable, float]:
+    """Per key with at least ``min_samples`` log errors, their ``bias_shift`` (nonzero
+    ones only): the bias a group of predictions shares beyond the shift of its bin.
+
+    ``EtaModel`` groups the runs without analogs by job name: the bias of a rate read
+    off the run itself (evaluation passes the robust rate discounts, a slow last
+    stretch) is a property of the job's *shape*, which carries over to other hardware
+    where its speed does not.
+    """
+    by_key: dict[Hashable, list[float]] = {}
+    for key, error in zip(keys, errors, strict=True):
+        by_key.setdefault(key, []).append(error)
+    out = {}
+    for key, errs in by_key.items():
+        if len(errs) >= min_samples and (shift := bias_shift(errs, shift_prior)) != 0.0:
+            out[key] = shift
+    return out
 
 
 def fit_bin(

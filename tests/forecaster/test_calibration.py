@@ -16,6 +16,7 @@ from gpu_eta.forecaster.calibration import (
     bias_shift,
     conformal_bounds,
     conformal_z,
+    group_shifts,
     measure_tails,
     progress_point,
     scale,
@@ -223,3 +224,15 @@ def test_shifted_errors_score_each_bin_after_its_own_shift() -> None:
     errs = shifted_errors(points, np.r_[biased, mixed], shift_prior=0.0)
     assert np.median(errs[:200]) < 0.03  # shifted: the shared bias is gone
     assert errs[200:] == pytest.approx(np.abs(np.expm1(-mixed)))  # not shifted
+
+
+def test_group_shifts_move_only_groups_whose_errors_share_a_bias() -> None:
+    rng = np.random.default_rng(5)
+    slow_end = list(rng.normal(0.2, 0.02, 12))  # every forecast of this job 20 % short
+    steady = list(rng.normal(0.0, 0.02, 12))
+    mixed = [0.0] * 7 + [0.5] * 5  # most on time, a late minority: no shared bias
+    few = [0.3, 0.3]  # too few to tell
+    keys = ["slow"] * 12 + ["steady"] * 12 + ["mixed"] * 12 + ["few"] * 2
+    shifts = group_shifts(keys, slow_end + steady + mixed + few, shift_prior=5.0)
+    assert set(shifts) == {"slow"}
+    assert shifts["slow"] == pytest.approx(float(np.median(slow_end)) * 12 / 17)

@@ -311,3 +311,47 @@ def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both()
     both = model.predict(run, run.last_timestamp)
     assert both.p50 == pytest.approx(everyone.p50)
     assert both.p10 < everyone.p10 and both.p90 > everyone.p90
+
+
+def shaped_history(n: int, seed: int, tag: str, start: float = 1.7e9) -> list:
+    """Two jobs, each run on another system (no analogs, no job prior: situation
+    "new"), their speeds 10x apart: "slow-end" spends its last quarter in passes 3x
+    slower than its epochs (an evaluation-heavy end), "steady" does not."""
+    rng = np.random.default_rng(seed)
+    runs, t = [], start
+    for i in range(n):
+        job = ("slow-end", "steady")[i % 2]
+        per_epoch = float(np.exp(rng.uniform(0, math.log(10))))
+        durations = [per_epoch * float(np.exp(rng.normal(0, 0.01))) for _ in range(20)]
+        if job == "slow-end":
+            durations[15:] = [3.0 * d for d in durations[15:]]
+        system = f"{tag}{i}"
+        runs.append(make_run(system, durations, start=t, job_name=job, node_type=system))
+        t += sum(durations) + 5
+    return runs
+
+
+def test_a_job_whose_own_rates_share_a_bias_gets_its_own_shift() -> None:
+    """Without analogs the centre is read off the run itself; the shape it misses (a
+    slow end) is the job's on any hardware, so the job's replayed forecasts move its
+    centre, and only its own. Without the job shift (``job_shift_prior`` infinite) the
+    same model misses the slow end."""
+    history = shaped_history(160, seed=2, tag="old")
+    fresh = shaped_history(40, seed=3, tag="new", start=history[-1].last_timestamp + 100)
+    shifted = EtaModel(random_state=0).fit(history)
+    plain = EtaModel(random_state=0, job_shift_prior=math.inf).fit(history)
+    assert plain.job_shifts_ == {}
+    assert {job for _name, job, _p in shifted.job_shifts_} == {"job_name=slow-end"}
+
+    def errors(model: EtaModel, job: str) -> float:
+        out = []
+        for run in fresh:
+            if run.features["job_name"] != job:
+                continue
+            part = truncate(run, 0.5)
+            truth = run.last_timestamp - part.last_timestamp
+            out.append(abs(model.predict(part, part.last_timestamp).p50 - truth) / truth)
+        return float(np.median(out))
+
+    assert errors(shifted, "slow-end") < 0.5 * errors(plain, "slow-end")
+    assert errors(shifted, "steady") == pytest.approx(errors(plain, "steady"))
