@@ -218,8 +218,10 @@ class EtaModel:
             situation(smp.analog is not None, smp.parts[0].prior_level) for smp in ordered_samples
         ]
         moved: dict[str, list[Residual]] = {name: [] for name in SITUATIONS}
+        jobs: dict[str, list[str]] = {}  # the job of each of ``moved``'s residuals
         for name in SITUATIONS:
             idx = [i for i, w in enumerate(where) if w == name]
+            jobs[name] = [ordered_samples[i].job for i in idx]
             self.choice_[name] = choose(
                 [residuals[i].point for i in idx],
                 [residuals[i].actual for i in idx],
@@ -245,7 +247,7 @@ class EtaModel:
         for name in SITUATIONS:
             if len(moved[name]) >= self.min_samples and len(moved[name]) < len(everything):
                 self.calibrators_[name] = self._calibrate(moved[name], POWERS.get(name))[0]
-        self.job_shifts_ = self._job_shifts(where, moved, ordered_samples)
+        self.job_shifts_ = self._job_shifts(moved, jobs)
         # leave-later-out quality of all of them (each situation calibrated alike)
         self.quality_: Mapping[float, tuple[float, float]] = {
             p: (err, cov) for p, (err, cov, _lo, _hi) in measured.items()
@@ -284,10 +286,7 @@ class EtaModel:
         return calibrator, levels, measured
 
     def _job_shifts(
-        self,
-        where: Sequence[str],
-        moved: Mapping[str, Sequence[Residual]],
-        samples: Sequence[_Sample],
+        self, moved: Mapping[str, Sequence[Residual]], jobs: Mapping[str, Sequence[str]]
     ) -> dict:
         """Per (situation, job, point) without analogs, the bias the job's replayed
         forecasts share after their calibration's shift (``calibration.group_shifts``).
@@ -304,9 +303,7 @@ class EtaModel:
         keys: list[tuple[str, str, float]] = []
         errors: list[float] = []
         for name in ("new", "job"):
-            idx = [i for i, w in enumerate(where) if w == name]
-            for r, i in zip(moved[name], idx, strict=True):
-                job = samples[i].job
+            for r, job in zip(moved[name], jobs[name], strict=True):
                 if job:
                     shift = self._calibration(name, r.point)[0].bins_[r.point][0]
                     keys.append((name, job, r.point))

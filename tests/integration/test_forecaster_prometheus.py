@@ -99,13 +99,33 @@ def scenario(now: float) -> tuple[list[SimRun], list[tuple[str, str, str]]]:
     return runs, holders
 
 
+def om_add(
+    fams: dict[str, list[str]], name: str, labels: dict[str, str], value: float, ts: float
+) -> None:
+    """One OpenMetrics sample of family ``name``, for ``om_text``."""
+    lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    fams.setdefault(name, []).append(f"{name}{{{lab}}} {value!r} {ts:.3f}")
+
+
+def om_text(fams: dict[str, list[str]]) -> str:
+    """The families as an OpenMetrics file for a backfill: each family's samples by
+    series, then time (promtool wants them in order), and ``# EOF``."""
+    out = []
+    for name, lines in fams.items():
+        out.append(f"# TYPE {name} gauge")
+        out.extend(
+            sorted(lines, key=lambda line: (line.split(" ")[0], float(line.rsplit(" ", 1)[1])))
+        )
+    out.append("# EOF")
+    return "\n".join(out) + "\n"
+
+
 def openmetrics(now: float) -> str:
     runs, _ = scenario(now)
     fams: dict[str, list[str]] = {}
 
     def add(name: str, labels: dict[str, str], value: float, ts: float) -> None:
-        lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        fams.setdefault(name, []).append(f"{name}{{{lab}}} {value!r} {ts:.3f}")
+        om_add(fams, name, labels, value, ts)
 
     for run in runs:
         rl = {
@@ -187,14 +207,7 @@ def openmetrics(now: float) -> str:
         for k in range(40):
             add("gpu_eta_pod_gpu_allocated", nl, 1.0, now - k * 60)
             add("gpu_eta_pod_gpu_utilization_ratio", nl, 0.0, now - k * 60)
-    out = []
-    for name, lines in fams.items():
-        out.append(f"# TYPE {name} gauge")
-        out.extend(
-            sorted(lines, key=lambda line: (line.split(" ")[0], float(line.rsplit(" ", 1)[1])))
-        )
-    out.append("# EOF")
-    return "\n".join(out) + "\n"
+    return om_text(fams)
 
 
 @pytest.fixture
@@ -539,13 +552,9 @@ def means_openmetrics(now: float) -> str:
     """``MEANS_SERIES`` every 15 s for the 20 minutes before ``now``."""
     fams: dict[str, list[str]] = {}
     for name, labels, value in MEANS_SERIES:
-        lab = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         for k in range(80, -1, -1):
-            fams.setdefault(name, []).append(f"{name}{{{lab}}} {value!r} {now - 15 * k:.3f}")
-    out = []
-    for name, lines in fams.items():
-        out += [f"# TYPE {name} gauge", *lines]
-    return "\n".join([*out, "# EOF"]) + "\n"
+            om_add(fams, name, labels, value, now - 15 * k)
+    return om_text(fams)
 
 
 def test_the_means_of_ending_runs_pods_are_theirs_in_either_label_form(
