@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import json
 import logging
 import math
 import multiprocessing
@@ -114,8 +115,9 @@ class Cycle:
         # answers): no range read for them, the store keeps a finished run frozen
         self._finished_at: dict[RunKey, float] = {}
         # runs whose means were read since the last full read, as ending runs: the time
-        # their stored means reach (later reads weigh only the seconds after it)
-        self._means_until: dict[RunKey, float] = {}
+        # their stored means reach (later reads weigh only the seconds after it);
+        # persisted, like the range time it completes
+        self._means_until: dict[RunKey, float] = decode_means_until(store.get_meta(MEANS_UNTIL_KEY))
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
@@ -162,10 +164,14 @@ class Cycle:
             self._cycles_since_range = 0
             self._last_range_time = now
             self.store.set_meta(LAST_RANGE_KEY, repr(now))
+            if self._means_until:
+                self.store.set_meta(MEANS_UNTIL_KEY, encode_means_until({}))
             self._means_until = {}  # every run's means reach now
         else:
             self._cycles_since_range = (self._cycles_since_range or 0) + 1
-            self._means_until.update(view.means_until)
+            if view.means_until:
+                self._means_until.update(view.means_until)
+                self.store.set_meta(MEANS_UNTIL_KEY, encode_means_until(self._means_until))
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).
@@ -278,9 +284,9 @@ class Cycle:
         previous full read, or since a later read of its own (``_means_until``: a run
         read as ending that goes on, e.g. one missing from a scrape, is not counted
         twice by the next read), from its start, until now or until its last report
-        when it is gone. The overlap is read, never weighted. ``_means_until`` is not
-        persisted: after a restart, such a run's seconds since the previous full read
-        may count twice once.
+        when it is gone. The overlap is read, never weighted. ``_means_until`` is kept
+        in the history file beside the range time, so a restart does not count such a
+        run's seconds twice either.
         """
         s = self.settings
         since_range = self._cycles_since_range
@@ -527,6 +533,41 @@ class Cycle:
 
 LAST_QUERY_KEY = "last_query_timestamp"
 LAST_RANGE_KEY = "last_range_query_timestamp"
+MEANS_UNTIL_KEY = "means_until"
+MAX_MEANS_UNTIL_CHARS = 4_000_000  # about 20,000 runs; a larger value is not ours
+
+
+def encode_means_until(until: Mapping[RunKey, float]) -> str:
+    """``Cycle._means_until`` as the JSON text kept in the history file. Pure."""
+    return json.dumps([[*key, t] for key, t in sorted(until.items())])
+
+
+def decode_means_until(text: str | None) -> dict[RunKey, float]:
+    """The mapping ``encode_means_until`` wrote; entries that are not four strings and
+    a finite number are skipped, and an unreadable value reads as empty (logged): the
+    cost is counting a few runs' seconds twice once, never a failed start. Pure but
+    for the log line."""
+    if not text:
+        return {}
+    try:
+        rows = json.loads(text) if len(text) <= MAX_MEANS_UNTIL_CHARS else None
+    except (ValueError, RecursionError):
+        rows = None
+    if not isinstance(rows, list):
+        log.warning("stored %s unreadable: ignored", MEANS_UNTIL_KEY)
+        return {}
+    until: dict[RunKey, float] = {}
+    for row in rows:
+        if (
+            isinstance(row, list)
+            and len(row) == 5
+            and all(isinstance(part, str) for part in row[:4])
+            and isinstance(row[4], (int, float))
+            and not isinstance(row[4], bool)
+            and math.isfinite(row[4])
+        ):
+            until[(row[0], row[1], row[2], row[3])] = float(row[4])
+    return until
 
 
 @contextlib.contextmanager

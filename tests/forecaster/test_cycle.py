@@ -21,7 +21,15 @@ import pytest
 
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
-from gpu_eta.forecaster.cycle import Cycle, ModelError, fit_in_child, gpu_free_times, sanitize
+from gpu_eta.forecaster.cycle import (
+    Cycle,
+    ModelError,
+    decode_means_until,
+    encode_means_until,
+    fit_in_child,
+    gpu_free_times,
+    sanitize,
+)
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings
@@ -1056,6 +1064,58 @@ def test_a_run_read_as_ending_that_goes_on_is_not_counted_twice(store: HistorySt
     assert stored.run.features["gpu_utilization_ratio"] == pytest.approx(
         (0.2 * 100 + 0.5 * 50 + 0.8 * 250) / 400
     )
+
+
+def test_a_restart_does_not_count_a_run_read_as_ending_twice(store: HistoryStore) -> None:
+    """The time a run's own read reached is kept in the history file: a forecaster
+    restarted before the next full read (its first cycle is one) weighs only the
+    seconds after that read, as the same process would have."""
+    t = [NOW]
+
+    def at(cycle: Cycle, now: float, util: float, present: bool, report: float) -> None:
+        t[0] = now
+        cycle.client.answers = merge(
+            job("a", 10, [(1, NOW - 30)], NOW - 100, present=present),
+            {"last_report": [s(report, **labels_of("a"))]},
+            means_of("pod-a", util),
+        )
+        cycle.run()
+
+    first = make_cycle(CannedClient({}), store, clock=lambda: t[0], range_every=5)
+    at(first, NOW, 0.2, True, NOW)  # the full read: 100 s of life
+    at(first, NOW + 60, 0.5, False, NOW + 50)  # missing: read up to its report, 50 s
+    restarted = make_cycle(CannedClient({}), store, clock=lambda: t[0], range_every=5)
+    assert restarted._means_until == {("ml", "pod-a", "c", "a"): NOW + 50}
+    at(restarted, NOW + 180, 0.8, True, NOW + 180)  # a full read: the 130 s after NOW + 50
+    (stored,) = store.running()
+    assert stored.run.features["gpu_utilization_ratio"] == pytest.approx(
+        (0.2 * 100 + 0.5 * 50 + 0.8 * 130) / 280
+    )
+    assert make_cycle(CannedClient({}), store, clock=lambda: t[0])._means_until == {}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        "{}",
+        "[1, 2]",
+        '[["ml", "p", "c", "r", "NaN"]]',
+        "[" * 100_000,
+        "[" * 5_000_000,
+    ],
+)
+def test_an_unreadable_stored_means_until_reads_as_empty(text: str) -> None:
+    """Whatever the history file holds under the key, the forecaster starts."""
+    assert decode_means_until(text) == {}
+
+
+def test_means_until_survives_its_encoding_and_skips_bad_entries() -> None:
+    until = {("ml", "p", "c", "r"): 12.5, ("ns", "q", "", "1"): 3.0}
+    assert decode_means_until(encode_means_until(until)) == until
+    mixed = '[["ml", "p", "c", "r", 1.5], ["ml", "p", "c", 7, 2.0], ["x", 1e999], 5]'
+    assert decode_means_until(mixed) == {("ml", "p", "c", "r"): 1.5}
 
 
 def test_a_steady_cycle_sends_the_same_queries_and_an_ending_one_the_means_too(
