@@ -353,8 +353,8 @@ class Cycle:
                 full, ending = True, None
             else:
                 runs, means = read
-                for name, query in means.items():
-                    instant[name] = self.client.instant(query, at=now)
+                for name, parts in means.items():
+                    instant[name] = [s for q in parts for s in self.client.instant(q, at=now)]
         if full:
             instant.update({name: ask(name, over=span) for name in queries.SPAN})
         step = queries.range_step(span, s.min_step_seconds, s.max_points)
@@ -367,15 +367,15 @@ class Cycle:
 
     def _ending_queries(
         self, keys: Sequence[RunKey], span: float
-    ) -> tuple[str, dict[str, str]] | None:
+    ) -> tuple[str, dict[str, list[str]]] | None:
         """For the runs ``keys`` only: the set match on their ``run_id`` the range queries
         take (None when a full read is needed instead: too many runs for one query, a
         run id a set match cannot name, a match over ``queries.MAX_QUERY_CHARS``); and
         the GPU-use and memory means over ``span`` (``queries.SPAN``) of their pods,
-        named by ``pod`` or ``exported_pod`` (``queries.for_pods``), or of every pod when
-        the pods cannot be named or make too long a query (a heavier answer, only the
-        ending runs' means are counted from it: ``assemble``'s ``means_for``); none for
-        runs without a pod."""
+        named by ``pod`` or ``exported_pod`` in up to ``queries.MAX_POD_QUERIES``
+        queries each (``queries.for_pods_split``), or of every pod when the pods cannot
+        be named or need more (a heavier answer, only the ending runs' means are counted
+        from it: ``assemble``'s ``means_for``); none for runs without a pod."""
         if len(keys) > queries.MAX_UNKNOWN_RUNS:
             return None
         runs = queries.matcher("run_id", [k[3] for k in keys])
@@ -385,10 +385,10 @@ class Cycle:
         idle = self.settings.idle_window_seconds
         means = {}
         for name in queries.SPAN if pods else ():
-            query = queries.for_pods(queries.INSTANT[name], span, idle, pods)
-            if query is None or len(query) > queries.MAX_QUERY_CHARS:
-                query = queries.render(queries.INSTANT[name], span, idle)
-            means[name] = query
+            template = queries.INSTANT[name]
+            means[name] = queries.for_pods_split(
+                template, span, idle, pods, queries.MAX_QUERY_CHARS, queries.MAX_POD_QUERIES
+            ) or [queries.render(template, span, idle)]
         return runs, means
 
     def _unknown_runs_parts(self, keys: Sequence[RunKey], window: float) -> dict[str, str] | None:

@@ -171,6 +171,9 @@ SEEN = ("present", "epoch", "last_end", "last_report")
 # ``-search.maxQueryLen``) for at most this many runs; beyond, a full read.
 MAX_QUERY_CHARS = 12_000
 MAX_UNKNOWN_RUNS = 200
+# the ending runs' pods' means are read in at most this many queries each (beyond, every
+# pod's: one heavier answer)
+MAX_POD_QUERIES = 4
 
 # The label ``fold`` tags each part's series with (a name no exporter uses).
 TAG = "forecaster_query"
@@ -235,6 +238,47 @@ def for_pods(
             return None
         forms.append(f"({render(template, window_seconds, idle_seconds, pods=match)})")
     return " or ".join(forms)
+
+
+def for_pods_split(
+    template: str,
+    window_seconds: float,
+    idle_seconds: float,
+    pods: Iterable[str],
+    max_chars: int,
+    max_queries: int,
+) -> list[str] | None:
+    """``for_pods`` over ``pods`` cut into as few queries of at most ``max_chars`` as
+    the sorted pods allow; None when a pod cannot be named, one pod alone makes too
+    long a query, or more than ``max_queries`` would be needed (then a read of every
+    pod costs less).
+
+    Why: the pods of the runs ending in one cycle (about 70 of them fit one query) are
+    many at cluster scale, where reading every pod's means instead weighs as much as a
+    full read. Each pod is in one query only, so no series is answered twice.
+    """
+    names = sorted(set(pods))
+    out: list[str] = []
+    chunk: list[str] = []
+    last = ""
+    for name in names:
+        query = for_pods(template, window_seconds, idle_seconds, [*chunk, name])
+        if query is None:
+            return None
+        if len(query) <= max_chars:
+            chunk.append(name)
+            last = query
+            continue
+        if not chunk:
+            return None  # this pod alone
+        out.append(last)
+        chunk = [name]
+        last = for_pods(template, window_seconds, idle_seconds, chunk) or ""
+        if len(last) > max_chars:
+            return None
+    if chunk:
+        out.append(last)
+    return out if len(out) <= max_queries else None
 
 
 # PromQL's regular-expression metacharacters (RE2's), escaped in set matches.

@@ -369,6 +369,15 @@ class Driver:
             self._retry.append((first_try, event))  # exporter has not seen the pod yet
         else:
             self.stats.reports_failed += 1
+            log.warning(
+                "progress report of %s/%s (%s, epoch %s) refused: HTTP %s%s",
+                pod.namespace,
+                pod.name,
+                event.kind,
+                event.epoch,
+                status,
+                "" if pod.alive_at(now - self.anchor) else " (pod already gone)",
+            )
 
     def run(self, stop: threading.Event, interval_seconds: float = 0.5) -> None:
         """Tick until ``stop`` is set (the demo runs this in a thread)."""

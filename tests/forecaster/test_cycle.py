@@ -1144,6 +1144,44 @@ def test_a_steady_cycle_sends_the_same_queries_and_an_ending_one_the_means_too(
     assert at(NOW + 180, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 110)]) == 6  # "a" finished
 
 
+def test_many_ending_runs_pods_are_read_in_several_set_matched_queries(
+    store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More ending runs' pods than one means query can name: several set-matched queries
+    (one pod each here), never every pod's means, and each run gets its own pod's."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
+    util = {"a": 0.1, "b": 0.5, "c": 0.7}
+
+    def at(now: float, ends: list[tuple[float, float]]) -> None:
+        t[0] = now
+        client.answers = merge(
+            *(job(r, 3, ends, NOW - 100, pod=f"pod-{r}") for r in util),
+            job("d", 10, [(1, NOW - 40)], NOW - 100),
+            *(means_of(f"pod-{r}", u if now > NOW else 0.3) for r, u in util.items()),
+            means_of("pod-d", 0.9),
+        )
+        client.seen = []
+        cycle.run()
+
+    at(NOW, [(1, NOW - 30)])  # the full read: 100 s of life at 0.3
+    # room for one pod's GPU-use query (the longer template), not two
+    limit = len(queries.for_pods(queries.INSTANT["util_mean"], 180, 300, ["pod-a"]) or "")
+    monkeypatch.setattr(queries, "MAX_QUERY_CHARS", limit)
+    at(NOW + 60, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 50)])  # a, b and c end
+    reads = means_read(client.seen)
+    assert all(len(q) <= limit for q in reads) and not any("pod-d" in q for q in reads)
+    use = [q for q in reads if "gpu_utilization_ratio" in q]
+    memory = [q for q in reads if q not in use]
+    assert len(use) == 3 and memory
+    for some in (use, memory):  # each pod named in one query of each of the two means
+        for r in util:
+            assert sum(re.search(f"pod-{r}\\b", q) is not None for q in some) == 1
+    done = {r.run_id: r.features["gpu_utilization_ratio"] for r in store.finished()}
+    assert done == {r: pytest.approx((0.3 * 100 + u * 60) / 160) for r, u in util.items()}
+
+
 def test_ending_runs_means_too_long_to_set_match_are_read_for_every_pod(
     store: HistoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,3 +74,22 @@ def test_the_means_for_some_pods_match_every_selector_in_both_pod_labels() -> No
         assert re.sub(r"\{(exported_)?pod=~\"[^\"]*\"\}", "", q) == f"({full}) or ({full})"
         assert "{" not in full  # every pod: no matcher
         assert queries.for_pods(tpl, 600, 300, ["ok", "é"]) is None
+
+
+def test_the_means_of_many_pods_are_cut_into_queries_that_each_fit() -> None:
+    """Every pod in exactly one query, each within the limit; None where one pod alone
+    does not fit, a pod cannot be named, or more queries than allowed are needed."""
+    tpl = queries.INSTANT["util_mean"]
+    pods = [f"train-{i:03d}-worker" for i in range(40)]
+    limit = len(queries.for_pods(tpl, 600, 300, pods[:10]) or "")
+    parts = queries.for_pods_split(tpl, 600, 300, reversed(pods), limit, 10)
+    assert parts is not None and len(parts) == 4
+    assert all(len(q) <= limit for q in parts)
+    named = [set(re.findall(r'pod=~"([^"]*)"', q)[0].split("|")) for q in parts]
+    assert sorted(p for n in named for p in n) == pods  # each pod once, none lost
+    assert queries.for_pods_split(tpl, 600, 300, pods, 10**6, 1) == [
+        queries.for_pods(tpl, 600, 300, pods)
+    ]
+    assert queries.for_pods_split(tpl, 600, 300, pods, limit, 3) is None  # 4 needed
+    assert queries.for_pods_split(tpl, 600, 300, pods, 100, 10) is None  # one alone
+    assert queries.for_pods_split(tpl, 600, 300, [*pods, "é"], limit, 10) is None
