@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import json
 import logging
 import math
 import multiprocessing
@@ -26,6 +25,14 @@ from typing import Protocol
 
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle_meta import (
+    LAST_QUERY_KEY,
+    LAST_RANGE_KEY,
+    MEANS_UNTIL_KEY,
+    decode_means_until,
+    encode_means_until,
+    float_or_none,
+)
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryStore
@@ -97,7 +104,7 @@ class Cycle:
         self._pending: tuple[Model, int] | None = None
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback.
-        self._last_query_time: float | None = _float_or_none(store.get_meta(LAST_QUERY_KEY))
+        self._last_query_time: float | None = float_or_none(store.get_meta(LAST_QUERY_KEY))
         self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
         # calibrates the queue's intervals on real starts; kept in the history file
         self._starts = SavedStartTracker(store)
@@ -109,7 +116,7 @@ class Cycle:
         # The range queries and the means read every run one cycle in ``range_every``,
         # over the span since the previous such read (persisted like the query time),
         # else only the runs that end (_range_span).
-        self._last_range_time: float | None = _float_or_none(store.get_meta(LAST_RANGE_KEY))
+        self._last_range_time: float | None = float_or_none(store.get_meta(LAST_RANGE_KEY))
         self._cycles_since_range: int | None = None
         # runs this process finished lately (their series linger in the window's
         # answers): no range read for them, the store keeps a finished run frozen
@@ -531,45 +538,6 @@ class Cycle:
         self._learned_version = version
 
 
-LAST_QUERY_KEY = "last_query_timestamp"
-LAST_RANGE_KEY = "last_range_query_timestamp"
-MEANS_UNTIL_KEY = "means_until"
-MAX_MEANS_UNTIL_CHARS = 4_000_000  # about 20,000 runs; a larger value is not ours
-
-
-def encode_means_until(until: Mapping[RunKey, float]) -> str:
-    """``Cycle._means_until`` as the JSON text kept in the history file. Pure."""
-    return json.dumps([[*key, t] for key, t in sorted(until.items())])
-
-
-def decode_means_until(text: str | None) -> dict[RunKey, float]:
-    """The mapping ``encode_means_until`` wrote; entries that are not four strings and
-    a finite number are skipped, and an unreadable value reads as empty (logged): the
-    cost is counting a few runs' seconds twice once, never a failed start. Pure but
-    for the log line."""
-    if not text:
-        return {}
-    try:
-        rows = json.loads(text) if len(text) <= MAX_MEANS_UNTIL_CHARS else None
-    except (ValueError, RecursionError):
-        rows = None
-    if not isinstance(rows, list):
-        log.warning("stored %s unreadable: ignored", MEANS_UNTIL_KEY)
-        return {}
-    until: dict[RunKey, float] = {}
-    for row in rows:
-        if (
-            isinstance(row, list)
-            and len(row) == 5
-            and all(isinstance(part, str) for part in row[:4])
-            and isinstance(row[4], (int, float))
-            and not isinstance(row[4], bool)
-            and math.isfinite(row[4])
-        ):
-            until[(row[0], row[1], row[2], row[3])] = float(row[4])
-    return until
-
-
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector for the block, then restore it.
@@ -652,14 +620,6 @@ def _child_fit(factory: Callable[[], Model], history: Sequence[Run], conn) -> No
         data = pickle.dumps(("error", f"{type(err).__name__}: {err}"))
     conn.send_bytes(data)
     conn.close()
-
-
-def _float_or_none(text: str | None) -> float | None:
-    try:
-        value = float(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and math.isfinite(value) else None
 
 
 def last_progress(run: Run, view: CycleView) -> float:

@@ -24,12 +24,11 @@ from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import (
     Cycle,
     ModelError,
-    decode_means_until,
-    encode_means_until,
     fit_in_child,
     gpu_free_times,
     sanitize,
 )
+from gpu_eta.forecaster.cycle_meta import decode_means_until, encode_means_until
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings
