@@ -166,19 +166,20 @@ class Cycle:
         self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
         self._finished_at.update((run_key(r), now) for r in newly_finished)
         self._last_query_time = now
-        self.store.set_meta(LAST_QUERY_KEY, repr(now))
+        meta = {LAST_QUERY_KEY: repr(now)}  # the cycle's state, written in one transaction
         if full:
             self._cycles_since_range = 0
             self._last_range_time = now
-            self.store.set_meta(LAST_RANGE_KEY, repr(now))
+            meta[LAST_RANGE_KEY] = repr(now)
             if self._means_until:
-                self.store.set_meta(MEANS_UNTIL_KEY, encode_means_until({}))
+                meta[MEANS_UNTIL_KEY] = encode_means_until({})
             self._means_until = {}  # every run's means reach now
         else:
             self._cycles_since_range = (self._cycles_since_range or 0) + 1
             if view.means_until:
                 self._means_until.update(view.means_until)
-                self.store.set_meta(MEANS_UNTIL_KEY, encode_means_until(self._means_until))
+                meta[MEANS_UNTIL_KEY] = encode_means_until(self._means_until)
+        self.store.set_metas(meta)
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).

@@ -414,11 +414,16 @@ class HistoryStore:
 
     def set_meta(self, key: str, value: str) -> None:
         """Store a small service value (e.g. the last query time), atomically."""
+        self.set_metas({key: value})
+
+    def set_metas(self, values: Mapping[str, str]) -> None:
+        """Store several service values in one transaction (one commit, one sync: a
+        cycle's state is written together, and either all of it or none)."""
         with self._lock, self._tx():
-            self._conn.execute(
+            self._conn.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (key, value),
+                list(values.items()),
             )
 
     def get_meta(self, key: str) -> str | None:

@@ -257,28 +257,20 @@ def for_pods_split(
     many at cluster scale, where reading every pod's means instead weighs as much as a
     full read. Each pod is in one query only, so no series is answered twice.
     """
-    names = sorted(set(pods))
     out: list[str] = []
     chunk: list[str] = []
     last = ""
-    for name in names:
+    for name in sorted(set(pods)):
         query = for_pods(template, window_seconds, idle_seconds, [*chunk, name])
-        if query is None:
+        if query is not None and len(query) > max_chars and chunk:
+            out.append(last)  # full: this pod starts the next query
+            chunk = []
+            query = for_pods(template, window_seconds, idle_seconds, [name])
+        if query is None or len(query) > max_chars or len(out) >= max_queries:
             return None
-        if len(query) <= max_chars:
-            chunk.append(name)
-            last = query
-            continue
-        if not chunk:
-            return None  # this pod alone
-        out.append(last)
-        chunk = [name]
-        last = for_pods(template, window_seconds, idle_seconds, chunk) or ""
-        if len(last) > max_chars:
-            return None
-    if chunk:
-        out.append(last)
-    return out if len(out) <= max_queries else None
+        chunk.append(name)
+        last = query
+    return [*out, last] if chunk else out
 
 
 # PromQL's regular-expression metacharacters (RE2's), escaped in set matches.

@@ -359,13 +359,10 @@ class Driver:
             self.stats.log_lines += len(lines)
             return
         status = self.sender.post(pod, report_body(pod, event, self.anchor))
+        alive = pod.alive_at(now - self.anchor)
         if status == 200 or status == 202 or status == 204:
             self.stats.reports_sent += 1
-        elif (
-            status in (0, 403, 429, 503)
-            and now - first_try < RETRY_SECONDS
-            and pod.alive_at(now - self.anchor)
-        ):
+        elif status in (0, 403, 429, 503) and now - first_try < RETRY_SECONDS and alive:
             self._retry.append((first_try, event))  # exporter has not seen the pod yet
         else:
             self.stats.reports_failed += 1
@@ -376,7 +373,7 @@ class Driver:
                 event.kind,
                 event.epoch,
                 status,
-                "" if pod.alive_at(now - self.anchor) else " (pod already gone)",
+                "" if alive else " (pod already gone)",
             )
 
     def run(self, stop: threading.Event, interval_seconds: float = 0.5) -> None:

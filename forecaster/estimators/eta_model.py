@@ -26,8 +26,8 @@ shift above is measured per situation and point, and the situations without anal
 are a small share of a cluster's recent runs, so with 300 they rarely held the samples
 a choice needs. Chosen on MLPerf v0.5–v1.1 among 300, 600 and 1,000 (gpu-eta ÷ best
 baseline at 50 / 75 %: 0.47 / 0.54, 0.41 / 0.49, 0.43 / 0.52) and confirmed on
-v2.0–v2.1 (0.42 / 0.48 → 0.39 / 0.42); the replay is not what a fit's time goes to
-(3.0–3.4 s on 4,297 runs either way).
+v2.0–v2.1 (0.42 / 0.48 → 0.39 / 0.42); a fit costs little more (3.0–3.4 s on 4,297
+MLPerf runs either way; 3.6–3.8 → 4.1–4.2 s on the cluster bench's 100,000).
 
 ``predict`` is then pure arithmetic per run (≈ 0.08 ms on MLPerf runs,
 ``bench/predict_speed.py``): raw estimate → calibrated quantiles → shifted to ``now``

@@ -193,9 +193,10 @@ def test_meta_values_persist(tmp_path: Path) -> None:
     assert store.get_meta("k") is None
     store.set_meta("k", "1")
     store.set_meta("k", "2")
+    store.set_metas({"a": "x", "b": "y"})  # a cycle's state, in one transaction
     store.close()
     store = HistoryStore.open(db)
-    assert store.get_meta("k") == "2"
+    assert (store.get_meta("k"), store.get_meta("a"), store.get_meta("b")) == ("2", "x", "y")
     store.close()
 
 
