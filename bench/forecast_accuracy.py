@@ -33,6 +33,9 @@ the model knows only runs that ended before each moment):
   project's machines (tests/fixtures/runs/, ``*dedicated*`` and ``*shared*``; a
   shared run has a busy-loop neighbour arriving or leaving part-way). Each file is
   replayed alone (they are separate sessions) and the scores pooled.
+* ``cpu-periodic``: the same recorder's shared scenario on one torch thread, unpinned
+  (``periodic_*``): the neighbour has the other core, so what a run shows is its
+  evaluation pass every 3 or 5 epochs and its slow first epoch, little contention.
 * ``keras-seed002``: seed 002's Keras log (one run: a smoke figure, not a claim).
 * ``mlperf-fixture``: tests/fixtures/runs/mlperf*.csv[.gz] when present.
 
@@ -198,6 +201,11 @@ def load_corpora(mlperf: Path | None, limit: int | None) -> list[Corpus]:
         ("mlperf-fixture", "mlperf*.csv*", "MLPerf subset in tests/fixtures/runs"),
         ("cpu-dedicated", "*dedicated*.csv", "PyTorch CPU runs, nothing competing"),
         ("cpu-shared", "*shared*.csv", "PyTorch CPU runs, a neighbour arriving/leaving"),
+        (
+            "cpu-periodic",
+            "periodic_*.csv",
+            "PyTorch CPU runs on one thread, evaluation every 3–5 epochs, little contention",
+        ),
         ("keras-seed002", "keras_seed002.csv", "seed 002's Keras log (1 run)"),
     ):
         files = sorted(FIXTURES.glob(pattern))

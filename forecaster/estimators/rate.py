@@ -12,7 +12,10 @@ errors multiplicative):
   half-life of ``max(min_half_life, half_life_ratio · n)`` intervals, so the estimate
   follows a shift in speed without chasing one noisy epoch;
 - the location is a Huber M-estimate started at the weighted median (``huber_c``
-  robust scales), so a spike counts, but only so much.
+  robust scales), so a spike counts, but only so much;
+- unless the spikes are periodic (``periodic_spikes``): an evaluation or checkpoint
+  pass every ``d`` epochs will come again, so the passes still ahead are counted in
+  full, each at the observed spikes' mean excess.
 
 Uncertainty (log-sd of the remaining time) adds three parts: the estimate's own
 sampling error ``s²/n_eff``, the averaging of ``m`` future epochs ``s²/m``, and
@@ -113,6 +116,56 @@ def change_point(logs: np.ndarray) -> int:
     return lo + j if t > CHANGE_T else 0
 
 
+PERIODIC_MIN_SPIKES = 2  # two spikes give a period; one is a stall as likely as a pass
+
+
+def periodic_spikes(
+    ends: Sequence[float],
+    logs: Sequence[float],
+    weights: Sequence[float],
+    center: float,
+    threshold: float,
+    done: float,
+    remaining: float,
+) -> float | None:
+    """Log seconds per remaining epoch with the periodic passes still ahead, or None.
+
+    Why: the Huber location treats a slow epoch as a spike to discount, which is right
+    for a one-off stall and wrong for an evaluation pass every ``d`` epochs: those come
+    again, and a rate without them was short by their share of the time (real PyTorch
+    runs evaluating every 3 or 5 epochs: gpu-eta 1.19–1.32x the best baseline at 75 %,
+    where the baselines' plain means carry the passes). Only a clear period counts:
+    epoch-by-epoch intervals (``ends`` one epoch apart), at least
+    ``PERIODIC_MIN_SPIKES`` intervals slower than ``center`` by more than
+    ``threshold``, all ``d ≥ 2`` epochs apart, and none missed since the last. Then the
+    remaining ``remaining`` epochs hold the passes at ``last + k·d``, each costing the
+    spikes' mean excess over the other epochs, whose (``weights``-weighted) median is
+    the rate between passes (the Huber location still leans a little toward the
+    passes it down-weighted, which would count them twice). MLPerf's logs, thinned to 20 uneven
+    points, never show such a period; neither does a neighbour's arrival (the change
+    point takes that).
+    """
+    if len(ends) < 3 or remaining <= 0:
+        return None
+    if any(b - a != 1 for a, b in itertools.pairwise(ends)):
+        return None
+    spikes = [(e, v) for e, v in zip(ends, logs, strict=True) if v - center > threshold]
+    if len(spikes) < PERIODIC_MIN_SPIKES:
+        return None
+    gaps = {round(b[0] - a[0]) for a, b in itertools.pairwise(spikes)}
+    if len(gaps) != 1:
+        return None
+    period = gaps.pop()
+    last = spikes[-1][0]
+    if period < 2 or ends[-1] - last >= period:
+        return None
+    calm = [(v, w) for v, w in zip(logs, weights, strict=True) if v - center <= threshold]
+    base = math.exp(_weighted_median_list([v for v, _ in calm], [w for _, w in calm]))
+    excess = sum(math.exp(v) - base for _, v in spikes) / len(spikes)
+    ahead = math.floor((done + remaining - last) / period) - math.floor((done - last) / period)
+    return math.log(base + max(ahead, 0) * excess / remaining)
+
+
 def own_rate(
     run: Run,
     *,
@@ -138,10 +191,11 @@ def own_rate(
         return _own_rate_small(
             run, half_life_ratio, min_half_life, huber_c, warmup_excess, follow_changes
         )
-    per_epoch, width, _ends = intervals(run)
+    per_epoch, width, ends = intervals(run)
     logs = np.log(np.maximum(per_epoch, 1e-9))
     weights = width.astype(float).copy()
     logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, change_point)
+    ends = ends[len(ends) - len(logs) :]  # the regime only drops a prefix
     half_life = max(min_half_life, half_life_ratio * len(logs))
     if len(logs) > MAX_INTERVALS:  # step-level runs: the oldest weigh < 1/16 anyway
         logs, weights = logs[-MAX_INTERVALS:], weights[-MAX_INTERVALS:]
@@ -160,7 +214,16 @@ def own_rate(
         w = weights * hw
         center = float(np.sum(w * logs) / np.sum(w))
     n_eff = float(np.sum(weights) ** 2 / np.sum(weights**2))
-    return center, scale, n_eff, n
+    periodic = periodic_spikes(
+        ends[-k:].tolist(),
+        logs.tolist(),
+        weights.tolist(),
+        center,
+        huber_c * scale,
+        run.epochs_done,
+        remaining_epochs(run),
+    )
+    return (center if periodic is None else periodic), scale, n_eff, n
 
 
 def _regime(
@@ -258,6 +321,7 @@ def _own_rate_small(
     logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, _change_point_list)
     half_life = max(min_half_life, half_life_ratio * len(logs))
     k = len(logs)
+    ends = [float(t[0]) for t in times[len(times) - k :]]  # the regime only drops a prefix
     weights = [w * 0.5 ** ((k - 1 - i) / half_life) for i, w in enumerate(weights)]
     center = _weighted_median_list(logs, weights)
     if k >= 3:
@@ -277,7 +341,10 @@ def _own_rate_small(
         center = num / den
     total = sum(weights)
     n_eff = total**2 / sum(w * w for w in weights)
-    return center, scale, n_eff, n
+    periodic = periodic_spikes(
+        ends, logs, weights, center, huber_c * scale, run.epochs_done, remaining_epochs(run)
+    )
+    return (center if periodic is None else periodic), scale, n_eff, n
 
 
 def rate_sigma(scale: float, n_eff: float, remaining: float, done: float, drift: float) -> float:

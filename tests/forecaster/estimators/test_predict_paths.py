@@ -58,16 +58,20 @@ def varied_run(rng: random.Random, i: int) -> Run:
     steady = rng.random() < 0.1  # identical epochs: ties everywhere
     shift_at = rng.randrange(n) if rng.random() < 0.4 else -1
     shift = rng.choice([0.4, 0.6, 1.5, 2.5])
+    period = rng.choice([2, 3, 5]) if rng.random() < 0.2 else 0  # an evaluation pass
     e, t = 0.0, 1.7e9 + rng.uniform(0, 1e6)
     times = [(e, t)]
     for k in range(n):
         width = rng.choice([1.0, 1.0, 1.0, 2.0, 3.0]) * (0.37 if frac else 1.0)
+        width = 1.0 if period else width  # periodic passes show on epoch-by-epoch reports
         speed = per * (shift if 0 <= shift_at <= k else 1.0)
         d = speed if steady else speed * math.exp(rng.gauss(0, 0.05))
         if k == 0:
             d *= rng.choice([1.0, 1.5, 4.0])
         if not steady and rng.random() < 0.1:
             d *= rng.uniform(2, 5)  # evaluation / checkpoint spike
+        if period and (k + 1) % period == 0:
+            d *= 1.6
         e, t = e + width, t + d * width
         times.append((round(e, 6), t))
     planned = e * rng.choice([1.05, 1.5, 3.0])
@@ -103,6 +107,18 @@ def test_the_varied_runs_reach_every_branch_of_the_rate():
     assert sum(c > 0 for c in changed) >= 20  # a neighbour's change of speed believed
     lengths = {len(r.epoch_times) - 1 for r in RUNS}
     assert {1, 2, 3} <= lengths and max(lengths) > rate_mod.SMALL_INTERVALS
+    periodic = [r for r in RUNS if own_rate_is_periodic(r)]
+    assert len(periodic) >= 10  # the periodic passes' branch taken on both paths
+
+
+def own_rate_is_periodic(run: Run) -> bool:
+    """Whether ``own_rate`` counted periodic passes for ``run`` (it differs from the
+    rate with the period detection switched off)."""
+    est = rate_mod.own_rate(run)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
+        plain = rate_mod.own_rate(run)
+    return est is not None and plain is not None and est[0] != plain[0]
 
 
 def test_median_list_is_numpys_median():

@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from gpu_eta.forecaster.estimators.base import DEFAULT_EPOCH_SECONDS, NotFittedError
-from gpu_eta.forecaster.estimators.rate import RateEstimator, change_point, own_rate
+from gpu_eta.forecaster.estimators.rate import (
+    RateEstimator,
+    change_point,
+    own_rate,
+    periodic_spikes,
+)
 from tests.forecaster.estimators.runs_factory import make_run
 
 
@@ -128,3 +133,50 @@ def test_periodic_evaluation_spikes_are_not_a_change() -> None:
     assert change_point(np.log(np.array(spiky))) == 0
     # nor is one slow last epoch: a change needs two intervals after it
     assert change_point(np.log(np.array([1.0] * 10 + [3.0]))) == 0
+
+
+def test_periodic_evaluation_passes_still_ahead_are_counted() -> None:
+    """Evaluation every 3 epochs (1 s + 0.6 s): at epoch 10 of 20 the passes at 13, 16
+    and 19 are ahead, so 10 epochs need 10 + 3 · 0.6 s, not the robust 10 s."""
+    durations = [3.0] + [1.0, 1.0, 1.6] * 3  # warm-up, then passes at epochs 4, 7, 10
+    run = make_run("p", durations, planned=20)
+    est = own_rate(run)
+    assert est is not None
+    assert math.exp(est[0]) * 10 == pytest.approx(10 + 3 * 0.6, rel=1e-6)
+    # the phase says where the passes fall: one calm epoch later, all three still ahead
+    later = own_rate(make_run("p", [*durations, 1.0], planned=20))
+    assert later is not None
+    assert math.exp(later[0]) * 9 == pytest.approx(9 + 3 * 0.6, rel=1e-6)
+
+
+def test_the_pure_period_rule() -> None:
+    ends = [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    base = [0.0, 0.5, 0.0, 0.0, 0.5, 0.0]  # log excess 0.5 at epochs 3 and 6
+    ones = [1.0] * 6  # weights
+    got = periodic_spikes(ends, base, ones, 0.0, 0.1, 7.0, 3.0)
+    assert got == pytest.approx(math.log(1 + (math.exp(0.5) - 1) / 3))  # epoch 9
+    # one spike: a stall as likely as a pass, nothing counted
+    assert periodic_spikes(ends, [0.0, 0.5, 0, 0, 0, 0], ones, 0.0, 0.1, 7.0, 3.0) is None
+    # spikes 2 and 3 epochs apart: no period
+    assert periodic_spikes(ends, [0.5, 0, 0.5, 0, 0, 0.5], ones, 0.0, 0.1, 7.0, 3.0) is None
+    # the pass due at epoch 9 did not come: no longer believed
+    later = [*ends, 8.0, 9.0]
+    assert periodic_spikes(later, [*base, 0.0, 0.0], [*ones, 1.0, 1.0], 0.0, 0.1, 9.0, 3.0) is None
+    # a missed epoch end (an interval of two epochs): no epoch-by-epoch phase
+    gappy = [2.0, 3.0, 5.0, 6.0, 7.0, 8.0]
+    assert periodic_spikes(gappy, base, ones, 0.0, 0.1, 8.0, 3.0) is None
+    # nothing left, or nothing ahead before the end
+    assert periodic_spikes(ends, base, ones, 0.0, 0.1, 7.0, 0.0) is None
+    assert periodic_spikes(ends, base, ones, 0.0, 0.1, 7.0, 1.0) == pytest.approx(0.0)
+
+
+def test_a_lone_stall_is_still_a_spike() -> None:
+    """One slow epoch (a stall, or a pass not yet seen twice) keeps its small weight."""
+    spiky = [8.0] * 6 + [40.0] + [8.0] * 5
+    run = make_run("s", spiky, planned=100)
+    with pytest.MonkeyPatch.context() as mp:
+        import gpu_eta.forecaster.estimators.rate as rate_mod
+
+        mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
+        plain = own_rate(run)
+    assert own_rate(run) == plain
