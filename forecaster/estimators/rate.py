@@ -141,9 +141,9 @@ def periodic_spikes(
     remaining ``remaining`` epochs hold the passes at ``last + k·d``, each costing the
     spikes' mean excess over the other epochs, whose (``weights``-weighted) median is
     the rate between passes (the Huber location still leans a little toward the
-    passes it down-weighted, which would count them twice). MLPerf's logs, thinned to 20 uneven
-    points, never show such a period; neither does a neighbour's arrival (the change
-    point takes that).
+    passes it down-weighted, which would count them twice). MLPerf's logs, thinned to
+    20 uneven points, never show such a period (every MLPerf figure is unchanged);
+    neither does a neighbour's arrival (the change point takes that).
     """
     if len(ends) < 3 or remaining <= 0:
         return None
