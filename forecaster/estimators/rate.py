@@ -214,14 +214,21 @@ def own_rate(
         w = weights * hw
         center = float(np.sum(w * logs) / np.sum(w))
     n_eff = float(np.sum(weights) ** 2 / np.sum(weights**2))
-    periodic = periodic_spikes(
-        ends[-k:].tolist(),
-        logs.tolist(),
-        weights.tolist(),
-        center,
-        huber_c * scale,
-        run.epochs_done,
-        remaining_epochs(run),
+    # the period needs epoch-by-epoch reports: step-level runs read at scrape times
+    # rarely have them, and skip the lists of up to MAX_INTERVALS values (~0.1 ms a run)
+    ends = ends[-k:]
+    periodic = (
+        periodic_spikes(
+            ends.tolist(),
+            logs.tolist(),
+            weights.tolist(),
+            center,
+            huber_c * scale,
+            run.epochs_done,
+            remaining_epochs(run),
+        )
+        if bool(np.all(np.diff(ends) == 1))
+        else None
     )
     return (center if periodic is None else periodic), scale, n_eff, n
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from gpu_eta.forecaster.estimators import rate as rate_mod
 from gpu_eta.forecaster.estimators.base import DEFAULT_EPOCH_SECONDS, NotFittedError
 from gpu_eta.forecaster.estimators.rate import (
     RateEstimator,
@@ -175,8 +176,6 @@ def test_a_lone_stall_is_still_a_spike() -> None:
     spiky = [8.0] * 6 + [40.0] + [8.0] * 5
     run = make_run("s", spiky, planned=100)
     with pytest.MonkeyPatch.context() as mp:
-        import gpu_eta.forecaster.estimators.rate as rate_mod
-
         mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
         plain = own_rate(run)
     assert own_rate(run) == plain
