@@ -59,6 +59,7 @@ import argparse
 import hashlib
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -167,10 +168,20 @@ class Corpus:
     description: str
     parts: list[list[Run]]
     skipped: int = 0
+    kinds: tuple[str, ...] = ()  # per part, its file's kind (``file_kind``); () if one
 
     @property
     def n_runs(self) -> int:
         return sum(len(p) for p in self.parts)
+
+
+def file_kind(path: Path) -> str:
+    """A recording's kind: its name without the tune/held-out/session suffix
+    (``pinned_shared_heldout3.csv`` → ``pinned_shared``, ``periodic_s41.csv`` →
+    ``periodic``). Why: a corpus pools recordings made under different conditions
+    (pinned or not, one thread or two), and a pooled median can hide a kind where
+    gpu-eta trails; the report prints one line per kind."""
+    return re.sub(r"_(tune|heldout)\d*$|_s\d+$", "", path.name.split(".")[0])
 
 
 def _read(path: Path) -> tuple[list[Run], int]:
@@ -216,7 +227,8 @@ def load_corpora(mlperf: Path | None, limit: int | None) -> list[Corpus]:
             runs, bad = _read(path)
             parts.append(limit_runs(runs, limit))
             skipped += bad
-        corpora.append(Corpus(name, f"{description}, {len(files)} file(s)", parts, skipped))
+        kinds = tuple(file_kind(path) for path in files)
+        corpora.append(Corpus(name, f"{description}, {len(files)} file(s)", parts, skipped, kinds))
     return corpora
 
 
@@ -332,8 +344,11 @@ class CorpusResult:
     scored: list[Scored]
     seconds: float
     refits: int
+    kinds: list[str] = field(default_factory=list)  # per scored moment, its file's kind
 
-    def rows(self, with_history: bool = False, new_only: bool = False) -> list[Row]:
+    def rows(
+        self, with_history: bool = False, new_only: bool = False, kind: str | None = None
+    ) -> list[Row]:
         chosen = (
             [s for s in self.scored if s.earlier_same_identity >= 1]
             if with_history
@@ -341,6 +356,9 @@ class CorpusResult:
             if new_only
             else self.scored
         )
+        if kind is not None:
+            own = {id(s) for s, k in zip(self.scored, self.kinds, strict=True) if k == kind}
+            chosen = [s for s in chosen if id(s) in own]
         return score_rows(chosen)
 
 
@@ -352,8 +370,9 @@ def run_corpus(
 ) -> CorpusResult:
     began = time.perf_counter()
     scored: list[Scored] = []
+    kinds: list[str] = []
     refits = 0
-    for part in corpus.parts:
+    for i, part in enumerate(corpus.parts):
         if not part:
             continue
         result = backtest(
@@ -364,10 +383,11 @@ def run_corpus(
             extra_baselines={IDENTITY_MEDIAN: IdentityMedian()},
         )
         scored.extend(result.scored)
+        kinds.extend([corpus.kinds[i] if corpus.kinds else ""] * len(result.scored))
         refits += result.n_refits
     if progress is not None:
         progress.close()
-    return CorpusResult(corpus, scored, time.perf_counter() - began, refits)
+    return CorpusResult(corpus, scored, time.perf_counter() - began, refits, kinds)
 
 
 # -- output --------------------------------------------------------------------------
@@ -415,6 +435,27 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def kind_table(res: CorpusResult) -> list[str]:
+    """One line per file kind of a corpus pooling several: runs, gpu-eta ÷ best
+    baseline per point (bootstrap interval) and coverage; [] for a single kind."""
+    kinds = sorted(set(res.corpus.kinds))
+    if len(kinds) < 2:
+        return []
+    runs = dict.fromkeys(kinds, 0)
+    for kind, part in zip(res.corpus.kinds, res.corpus.parts, strict=True):
+        runs[kind] += len(part)
+    head = ["file kind", "runs", *(f"{p:.0%}" if p else "start" for p in POINTS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for kind in kinds:
+        rows = res.rows(kind=kind)
+        cells = [f"`{kind}`", f"{runs[kind]:,}"]
+        for row in rows:
+            cov = "" if row.coverage is None else f", cov. {row.coverage.median:.0%}"
+            cells.append(_ratio(row.ratio) + cov if row.ratio else "–" + cov)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def report(results: Sequence[CorpusResult], limit: int | None = None) -> str:
     """Every corpus: all moments, then the with-history subset, as Markdown."""
     cut = (
@@ -443,6 +484,14 @@ def report(results: Sequence[CorpusResult], limit: int | None = None) -> str:
         if any(r.n for r in hist):
             out += ["", f"*{c.name}, runs with ≥ 1 earlier run of the same identity:*", ""]
             out += markdown_table(hist)
+        by_kind = kind_table(res)
+        if by_kind:
+            out += [
+                "",
+                f"*{c.name} by file kind: gpu-eta ÷ best baseline (interval), P10–P90 coverage:*",
+                "",
+                *by_kind,
+            ]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -472,6 +521,9 @@ def as_json(results: Sequence[CorpusResult]) -> dict:
             "all": rows(res.rows()),
             "with_history": rows(res.rows(with_history=True)),
             "new_identity": rows(res.rows(new_only=True)),
+            "by_file_kind": {
+                kind: rows(res.rows(kind=kind)) for kind in sorted(set(res.corpus.kinds))
+            },
         }
         for res in results
     }

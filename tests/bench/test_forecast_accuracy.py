@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -102,6 +103,34 @@ def test_report_on_a_real_replay_has_every_point_and_the_history_subset() -> Non
     doc = fa.as_json([res])["tiny"]
     assert doc["runs"] == 8 and [r["point"] for r in doc["all"]] == [0.0, 0.1, 0.25, 0.5, 0.75]
     assert math.isfinite(doc["all"][2]["methods"]["gpu_eta"]["median"])  # 25 %: 2 epochs seen
+
+
+def test_file_kinds_and_one_line_per_kind() -> None:
+    assert fa.file_kind(Path("pinned_shared_heldout3.csv")) == "pinned_shared"
+    assert fa.file_kind(Path("dedicated_tune.csv")) == "dedicated"
+    assert fa.file_kind(Path("periodic_s41.csv")) == "periodic"
+    assert fa.file_kind(Path("long_pinned_dedicated.csv")) == "long_pinned_dedicated"
+    assert fa.file_kind(Path("mlperf_v2_subset.csv")) == "mlperf_v2_subset"
+
+    def session(tag: str, pace: float, t0: float) -> list:
+        return [
+            make_run(f"{tag}{i}", [pace + i % 3] * 8, start=t0 + 200 * i, job_name=tag)
+            for i in range(6)
+        ]
+
+    parts = [session("a", 10.0, 1.7e9), session("b", 20.0, 1.8e9), session("c", 5.0, 1.9e9)]
+    corpus = fa.Corpus("mixed", "two kinds", parts, kinds=("calm", "calm", "busy"))
+    res = fa.run_corpus(corpus, refit_fraction=0.05)
+    assert res.kinds.count("busy") == len(backtest(parts[2]).scored)
+    calm = res.rows(kind="calm")
+    assert sum(r.n for r in calm) == res.kinds.count("calm")
+    lines = fa.kind_table(res)
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| `busy`", "| `calm`"]
+    assert lines[2].split(" | ")[1] == "6" and lines[3].split(" | ")[1] == "12"
+    assert "*mixed by file kind" in fa.report([res])
+    assert set(fa.as_json([res])["mixed"]["by_file_kind"]) == {"busy", "calm"}
+    one = fa.Corpus("one", "one kind", parts[:2], kinds=("calm", "calm"))
+    assert fa.kind_table(fa.run_corpus(one, refit_fraction=0.05)) == []
 
 
 def test_docs_block_replaced_between_markers_or_appended() -> None:

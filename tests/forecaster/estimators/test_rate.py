@@ -35,7 +35,7 @@ def test_two_intervals_down_weight_the_first() -> None:
 
 def test_a_spike_counts_only_a_little() -> None:
     steady = [8.0] * 12
-    spiky = [8.0] * 6 + [40.0] + [8.0] * 5
+    spiky = [8.0] * 3 + [40.0] + [8.0] * 8  # at epoch 4, and no pass at 8: a stall
     assert per_epoch(spiky) < 1.15 * per_epoch(steady)
 
 
@@ -156,7 +156,7 @@ def test_the_pure_period_rule() -> None:
     ones = [1.0] * 6  # weights
     got = periodic_spikes(ends, base, ones, 0.0, 0.1, 7.0, 3.0)
     assert got == pytest.approx(math.log(1 + (math.exp(0.5) - 1) / 3))  # epoch 9
-    # one spike: a stall as likely as a pass, nothing counted
+    # one spike at epoch 3 would be a first pass, but the next, due at 6, did not come
     assert periodic_spikes(ends, [0.0, 0.5, 0, 0, 0, 0], ones, 0.0, 0.1, 7.0, 3.0) is None
     # spikes 2 and 3 epochs apart: no period
     assert periodic_spikes(ends, [0.5, 0, 0.5, 0, 0, 0.5], ones, 0.0, 0.1, 7.0, 3.0) is None
@@ -171,9 +171,28 @@ def test_the_pure_period_rule() -> None:
     assert periodic_spikes(ends, base, ones, 0.0, 0.1, 7.0, 1.0) == pytest.approx(0.0)
 
 
+def test_a_lone_slow_epoch_after_calm_ones_is_a_first_pass() -> None:
+    """Epochs 2–5 seen, epoch 4 slow and none before it: a pass every 4 epochs, the
+    next at 8 (and 12 beyond the plan's 10 is not counted); at epoch 2 or with the
+    early epochs unseen it is no pass."""
+    ends, ones = [2.0, 3.0, 4.0, 5.0], [1.0] * 4
+    lone = [0.0, 0.0, 0.5, 0.0]
+    got = periodic_spikes(ends, lone, ones, 0.0, 0.1, 5.0, 5.0)
+    assert got == pytest.approx(math.log(1 + (math.exp(0.5) - 1) / 5))
+    assert periodic_spikes(ends, [0.5, 0.0, 0.0, 0.0], ones, 0.0, 0.1, 5.0, 5.0) is None
+    later = [3.0, 4.0, 5.0, 6.0]  # epoch 2 unseen (cut by a change point, say)
+    assert periodic_spikes(later, [0.0, 0.5, 0.0, 0.0], ones, 0.0, 0.1, 6.0, 5.0) is None
+    # through own_rate: warm-up, epochs 2 and 3 calm, a 0.6 s pass at 4; 7 of 12 left,
+    # passes at 8 and 12 ahead
+    run = make_run("f", [3.0, 1.0, 1.0, 1.6, 1.0], planned=12)
+    est = own_rate(run)
+    assert est is not None
+    assert math.exp(est[0]) * 7 == pytest.approx(7 + 2 * 0.6, rel=1e-6)
+
+
 def test_a_lone_stall_is_still_a_spike() -> None:
-    """One slow epoch (a stall, or a pass not yet seen twice) keeps its small weight."""
-    spiky = [8.0] * 6 + [40.0] + [8.0] * 5
+    """One slow epoch whose next pass, were it one, is overdue keeps its small weight."""
+    spiky = [8.0] * 3 + [40.0] + [8.0] * 8  # slow at epoch 4, calm through 12
     run = make_run("s", spiky, planned=100)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
