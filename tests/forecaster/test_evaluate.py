@@ -408,18 +408,18 @@ def test_pinned_shared_runs_pooled_against_the_rate_baselines() -> None:
         assert medians["gpu_eta"] <= bound * best, (point, medians)
 
 
-PERIODIC = tuple(f"periodic_s{seed}.csv" for seed in range(41, 50))
+PERIODIC = tuple(f"periodic_s{seed}.csv" for seed in range(41, 56))
 
 
 def test_periodic_runs_pooled_against_the_rate_baselines() -> None:
-    """Nine 20-run sessions on one thread, evaluating every 3 or 5 epochs, a light
+    """Fifteen 20-run sessions on one thread, evaluating every 3 or 5 epochs, a light
     neighbour: pooled, ≥ 30 % better than the best rate baseline at 10 % (measured
-    0.39x: the job's history) and no worse at 25–75 % (0.87 / 0.90 / 0.88x). At 50 %
+    0.38x: the job's history) and no worse at 25–75 % (0.87 / 0.88 / 0.76x). At 50 %
     the run has shown one pass: read as a pass only by ``rate.periodic_spikes``'s
-    first-pass rule (1.18x without it), which this fails without."""
+    first-pass rule (1.26x without it), which this fails without."""
     for point, bound in ((0.1, 0.7), (0.25, 1.0), (0.5, 1.0), (0.75, 1.0)):
         medians, n = pooled_medians(PERIODIC, point)
-        assert n >= 150
+        assert n >= 250
         best = min(medians[m] for m in RATE_BASELINES)
         assert medians["gpu_eta"] <= bound * best, (point, medians)
     for name in PERIODIC:
