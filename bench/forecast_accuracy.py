@@ -349,17 +349,24 @@ class CorpusResult:
     def rows(
         self, with_history: bool = False, new_only: bool = False, kind: str | None = None
     ) -> list[Row]:
-        chosen = (
-            [s for s in self.scored if s.earlier_same_identity >= 1]
-            if with_history
-            else [s for s in self.scored if s.earlier_same_identity == 0]
-            if new_only
-            else self.scored
+        pool = (
+            self.scored
+            if kind is None
+            else [s for s, k in zip(self.scored, self.kinds, strict=True) if k == kind]
         )
-        if kind is not None:
-            own = {id(s) for s, k in zip(self.scored, self.kinds, strict=True) if k == kind}
-            chosen = [s for s in chosen if id(s) in own]
+        chosen = (
+            [s for s in pool if s.earlier_same_identity >= 1]
+            if with_history
+            else [s for s in pool if s.earlier_same_identity == 0]
+            if new_only
+            else pool
+        )
         return score_rows(chosen)
+
+    def kind_names(self) -> list[str]:
+        """The file kinds this corpus pools, sorted; [] when it holds one kind or none."""
+        kinds = sorted(set(self.corpus.kinds))
+        return kinds if len(kinds) > 1 else []
 
 
 def run_corpus(
@@ -438,8 +445,8 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
 def kind_table(res: CorpusResult) -> list[str]:
     """One line per file kind of a corpus pooling several: runs, gpu-eta ÷ best
     baseline per point (bootstrap interval) and coverage; [] for a single kind."""
-    kinds = sorted(set(res.corpus.kinds))
-    if len(kinds) < 2:
+    kinds = res.kind_names()
+    if not kinds:
         return []
     runs = dict.fromkeys(kinds, 0)
     for kind, part in zip(res.corpus.kinds, res.corpus.parts, strict=True):
@@ -451,7 +458,7 @@ def kind_table(res: CorpusResult) -> list[str]:
         cells = [f"`{kind}`", f"{runs[kind]:,}"]
         for row in rows:
             cov = "" if row.coverage is None else f", cov. {row.coverage.median:.0%}"
-            cells.append(_ratio(row.ratio) + cov if row.ratio else "–" + cov)
+            cells.append(_ratio(row.ratio) + cov)
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -521,9 +528,7 @@ def as_json(results: Sequence[CorpusResult]) -> dict:
             "all": rows(res.rows()),
             "with_history": rows(res.rows(with_history=True)),
             "new_identity": rows(res.rows(new_only=True)),
-            "by_file_kind": {
-                kind: rows(res.rows(kind=kind)) for kind in sorted(set(res.corpus.kinds))
-            },
+            "by_file_kind": {kind: rows(res.rows(kind=kind)) for kind in res.kind_names()},
         }
         for res in results
     }

@@ -130,7 +130,13 @@ def test_file_kinds_and_one_line_per_kind() -> None:
     assert "*mixed by file kind" in fa.report([res])
     assert set(fa.as_json([res])["mixed"]["by_file_kind"]) == {"busy", "calm"}
     one = fa.Corpus("one", "one kind", parts[:2], kinds=("calm", "calm"))
-    assert fa.kind_table(fa.run_corpus(one, refit_fraction=0.05)) == []
+    single = fa.run_corpus(one, refit_fraction=0.05)
+    assert fa.kind_table(single) == []
+    assert fa.as_json([single])["one"]["by_file_kind"] == {}
+    busy_hist = res.rows(with_history=True, kind="busy")
+    assert sum(r.n for r in busy_hist) == sum(
+        1 for s in backtest(parts[2]).scored if s.earlier_same_identity >= 1
+    )
 
 
 def test_docs_block_replaced_between_markers_or_appended() -> None:
