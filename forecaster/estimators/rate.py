@@ -166,20 +166,19 @@ def periodic_spikes(
     if any(b - a != 1 for a, b in itertools.pairwise(ends)):
         return None
     spikes = [(e, v) for e, v in zip(ends, logs, strict=True) if v - center > threshold]
-    if len(spikes) == 1:
-        first = round(spikes[0][0])
-        if first < FIRST_PASS_MIN_EPOCH or ends[0] > 2:
-            return None  # too early to be a pass, or epochs before it unseen
-        period = first
-    elif len(spikes) >= 2:
-        gaps = {round(b[0] - a[0]) for a, b in itertools.pairwise(spikes)}
-        if len(gaps) != 1:
-            return None
-        period = gaps.pop()
-    else:
+    if not spikes:
         return None
+    if len(spikes) == 1:
+        period = round(spikes[0][0])
+        if period < FIRST_PASS_MIN_EPOCH or ends[0] > 2:
+            return None  # too early to be a pass, or epochs before it unseen
+    else:
+        gaps = {round(b[0] - a[0]) for a, b in itertools.pairwise(spikes)}
+        period = gaps.pop()
+        if gaps or period < 2:
+            return None
     last = spikes[-1][0]
-    if period < 2 or ends[-1] - last >= period:
+    if ends[-1] - last >= period:
         return None
     calm = [(v, w) for v, w in zip(logs, weights, strict=True) if v - center <= threshold]
     base = math.exp(_weighted_median_list([v for v, _ in calm], [w for _, w in calm]))
