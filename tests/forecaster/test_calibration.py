@@ -16,6 +16,7 @@ from gpu_eta.forecaster.calibration import (
     bias_shift,
     conformal_bounds,
     conformal_z,
+    fit_bin,
     group_shifts,
     measure_tails,
     progress_point,
@@ -107,6 +108,26 @@ def test_small_bins_fall_back_to_pooled_then_wide_default() -> None:
     assert math.log(hi) == pytest.approx(1.5 * 1.2815515655446004)
     pooled = Calibrator(min_samples=8).fit(few + residuals(50, scale=1.0, shift=0.0, seed=5))
     assert pooled.bins_[0.1] == pooled.bins_[0.25]  # small bins take the pooled fit
+
+
+def test_small_bins_with_epochs_pool_without_the_start() -> None:
+    """A small bin past the start takes the residuals of the points with epochs: the
+    start's, off by a factor where a job's history is all there is, do not widen it.
+    A small start bin still takes every residual."""
+    later = residuals(6, scale=1.0, shift=0.0, seed=12, point=0.1) + residuals(
+        6, scale=1.0, shift=0.0, seed=13, point=0.25
+    )
+    start = residuals(5, scale=10.0, shift=0.0, seed=11, point=0.0)
+    cal = Calibrator(min_samples=8).fit(start + later)
+    assert cal.bins_[0.5] == cal.bins_[0.1] == cal.bins_[0.25] == fit_bin(later)
+    assert cal.bins_[0.0] == fit_bin(start + later)
+    width = {p: cal.bins_[p][2] - cal.bins_[p][1] for p in (0.0, 0.5)}
+    assert width[0.5] < 0.5 * width[0.0]  # unit-z residuals, not the start's 10×
+    # too few with epochs: the small bins there take every residual as well
+    only_start = Calibrator(min_samples=8).fit(
+        residuals(10, scale=10.0, shift=0.0, seed=11, point=0.0) + later[:3]
+    )
+    assert only_start.bins_[0.5] == only_start.bins_[0.0]
 
 
 def test_measured_quality_is_out_of_sample() -> None:
