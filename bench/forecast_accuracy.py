@@ -349,19 +349,14 @@ class CorpusResult:
     def rows(
         self, with_history: bool = False, new_only: bool = False, kind: str | None = None
     ) -> list[Row]:
-        pool = (
-            self.scored
-            if kind is None
-            else [s for s, k in zip(self.scored, self.kinds, strict=True) if k == kind]
-        )
-        chosen = (
-            [s for s in pool if s.earlier_same_identity >= 1]
-            if with_history
-            else [s for s in pool if s.earlier_same_identity == 0]
-            if new_only
-            else pool
-        )
-        return score_rows(chosen)
+        pool = self.scored
+        if kind is not None:
+            pool = [s for s, k in zip(pool, self.kinds, strict=True) if k == kind]
+        if with_history:
+            pool = [s for s in pool if s.earlier_same_identity >= 1]
+        elif new_only:
+            pool = [s for s in pool if s.earlier_same_identity == 0]
+        return score_rows(pool)
 
     def kind_names(self) -> list[str]:
         """The file kinds this corpus pools, sorted; [] when it holds one kind or none."""
