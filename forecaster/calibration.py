@@ -129,8 +129,8 @@ def bias_shift(errors: Sequence[float] | np.ndarray, shift_prior: float = 20.0) 
     takes it away from the majority, and the typical error grows. Replayed on the
     MLPerf runs (v0.5–v1.1 to choose, v2.0–v2.1 to confirm) the shift that only had to
     beat its own standard error made the error at 75 % on runs with no earlier run of
-    their configuration 0.94 % where the unshifted centre had 0.61 % (docs/forecasting.md,
-    "Calibration").
+    their configuration 0.94 % where the unshifted centre had 0.61 %
+    (docs/forecasting-evidence.md, "Calibration and quality").
     """
     e = np.asarray(errors, dtype=float)
     n = len(e)
@@ -231,7 +231,8 @@ class Calibrator:
         no history at all), while one epoch later the run's own rate has set the
         centre. With the start's residuals in the pool the first runs of a young
         cluster got intervals at 10–75 % widened by them (cpu-periodic covered
-        88–91 % there, 86–89 % without; docs/forecasting.md, "Calibration").
+        88–91 % there, 86–89 % without; docs/forecasting-evidence.md, "Calibration and
+        quality").
         """
         levels = levels or {}
         by_point: dict[float, list[Residual]] = {p: [] for p in POINTS}

@@ -306,7 +306,7 @@ class EtaModel:
         MLPerf runs of configurations never run before: at 50 / 75 % 0.96 / 0.61 % →
         0.78 / 0.57 % (v0.5–v1.1, where ``job_shift_prior`` 5 was chosen over 10),
         2.18 / 1.40 % → 2.05 / 1.29 % (v2.0–v2.1), within noise at 10 / 25 %
-        (docs/forecasting.md, "Calibration").
+        (docs/forecasting-evidence.md, "Calibration and quality").
         """
         keys: list[tuple[str, str, float]] = []
         errors: list[float] = []

@@ -48,7 +48,8 @@ CUT_FRACTIONS = (0.5, 0.75)
 before each (a cut needs the start and one epoch end, and one epoch end after it)."""
 TRUST_SCALE = 0.01
 """The log error taken for the replay-chosen option when weighing the analogs against it
-(chosen on MLPerf v0.5–v1.1 among 0.005–0.05; see docs/forecasting.md)."""
+(chosen on MLPerf v0.5–v1.1 and confirmed on v2.0–v2.1; the figures for 0.005, 0.01
+and 0.02 are in docs/forecasting-evidence.md, "Self-check")."""
 
 
 @dataclass(frozen=True, slots=True)
