@@ -344,7 +344,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     f"gpu-eta demo: epochs completed: {d.epochs}, jobs finished: {d.finished}, "
                     f"cancelled: {d.cancelled}; progress POSTs accepted: {d.reports_sent}, "
-                    f"failed: {d.reports_failed}; log lines written: {d.log_lines}",
+                    f"failed: {d.reports_failed}"
+                    + (
+                        f", not sent (pod ended first): {d.reports_skipped}"
+                        if d.reports_skipped
+                        else ""
+                    )
+                    + f"; log lines written: {d.log_lines}",
                     file=sys.stderr,
                 )
         return ExitCode.OK

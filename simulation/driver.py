@@ -255,6 +255,9 @@ class DriverStats:
 
     reports_sent: int = 0
     reports_failed: int = 0
+    # reports whose pod had ended before the driver could send them: the driver fell
+    # behind (the demo's first seconds, before its exporters listen; a stalled machine)
+    reports_skipped: int = 0
     log_lines: int = 0
     epochs: int = 0
     finished: int = 0
@@ -283,7 +286,7 @@ class Driver:
         self.seed = seed
         self.stats = DriverStats()
         self._due: list[Event] = []
-        self._retry: list[tuple[float, Event]] = []
+        self._retry: list[tuple[float, Event, bool]] = []  # first try, event, refused
         self.lock = threading.RLock()
 
     def write_scenarios(self, rel_now: float) -> None:
@@ -335,13 +338,15 @@ class Driver:
             due = [e for e in self._due if e.t <= rel]
             self._due = [e for e in self._due if e.t > rel]
             retry, self._retry = self._retry, []
-            for first, event in retry:
-                self._fire(event, first, now)
+            for first, event, refused in retry:
+                self._fire(event, first, now, refused)
             for event in due:
                 self._fire(event, now, now)
             self.sim.forget_before(rel - 120)
 
-    def _fire(self, event: Event, first_try: float, now: float) -> None:
+    def _fire(self, event: Event, first_try: float, now: float, refused: bool = False) -> None:
+        """Act on ``event`` (first tried at ``first_try``); ``refused``: an earlier try
+        reached the exporter while the pod lived and was turned away."""
         pod = event.pod
         if pod.kind != "training" or pod.report == "real":
             return
@@ -358,12 +363,28 @@ class Driver:
             self.logs.write(pod, lines, self.anchor + event.t)
             self.stats.log_lines += len(lines)
             return
+        if not pod.alive_at(now - self.anchor) and not refused:
+            # a real pod sends its reports while it runs; this one's pod ended before the
+            # driver could send it (nothing listened yet, or the driver fell behind), and
+            # the exporter rightly refuses a report from a pod that is gone
+            self.stats.reports_skipped += 1
+            log.info(
+                "progress report of %s/%s (%s, epoch %s) not sent: the pod ended %.1fs "
+                "before the driver could send it",
+                pod.namespace,
+                pod.name,
+                event.kind,
+                event.epoch,
+                now - self.anchor - (pod.end or 0.0),
+            )
+            return
         status = self.sender.post(pod, report_body(pod, event, self.anchor))
         alive = pod.alive_at(now - self.anchor)
         if status == 200 or status == 202 or status == 204:
             self.stats.reports_sent += 1
         elif status in (0, 403, 429, 503) and now - first_try < RETRY_SECONDS and alive:
-            self._retry.append((first_try, event))  # exporter has not seen the pod yet
+            # the exporter has not seen the pod yet (or is not listening yet): retry
+            self._retry.append((first_try, event, refused or status != 0))
         else:
             self.stats.reports_failed += 1
             log.warning(

@@ -155,3 +155,54 @@ def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
         assert driver.stats.reports_sent >= 1 and driver.stats.reports_failed == 0
         assert set(seen) == {first_run.ip}
         assert paths[0].exists()
+
+
+def _driver_on(port: int, tmp_path: Path):
+    from gpu_eta.simulation.driver import Driver
+
+    config = ClusterConfig(seed=0, nodes=1, log_share=0.0, notebooks_at_start=0)
+    sim = ClusterSim(config)
+    paths = {0: tmp_path / "node.yaml"}
+    return sim, Driver(sim, ANCHOR, paths, ProgressSender({0: port}), LogWriter(tmp_path / "logs"))
+
+
+def test_a_report_whose_pod_ended_before_the_driver_ran_is_skipped_not_failed(
+    tmp_path: Path,
+) -> None:
+    """The demo's first seconds: the clock runs from the anchor, but the driver first
+    ticks later. A real pod sent those reports while it ran; the exporter rightly refuses
+    a report from a pod that is gone, so the driver does not send it and says so."""
+    seen: list[str] = []
+    late = 3600.0
+    box: list[ClusterSim] = []
+
+    def respond(client_ip: str, body: bytes) -> int:
+        """As the exporter: a report from an address no live pod holds is refused."""
+        seen.append(client_ip)
+        alive = {p.ip for p in box[0].pods if p.alive_at(late)}
+        return 200 if client_ip in alive else 403
+
+    with _progress_endpoint(respond) as port:
+        sim, driver = _driver_on(port, tmp_path)
+        box.append(sim)
+        driver.tick(ANCHOR + late)  # the first tick, an hour after the anchor
+        ended = [p for p in sim.pods if p.kind == "training" and p.end is not None]
+        assert any(p.end <= late for p in ended), "the first hour ends some training pods"
+        assert driver.stats.reports_skipped > 0
+        assert driver.stats.reports_failed == 0
+        assert driver.stats.reports_sent == len(seen)  # every report sent was accepted
+
+
+def test_a_report_refused_while_the_pod_lived_fails_once_the_pod_is_gone(
+    tmp_path: Path,
+) -> None:
+    """A live pod's report the exporter keeps refusing is a real failure, still counted
+    when the retries outlast the pod."""
+    with _progress_endpoint(lambda _ip, _body: 403) as port:
+        _sim, driver = _driver_on(port, tmp_path)
+        t = 0.0
+        while driver.stats.reports_failed == 0 and t < 3600:
+            t += 1.0
+            driver.tick(ANCHOR + t)
+        assert driver.stats.reports_failed > 0
+        assert driver.stats.reports_sent == 0
