@@ -341,16 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _top(stack.prometheus_url, plain=not sys.stdout.isatty())
             d = stack.driver.stats if stack.driver else None
             if d is not None:
+                posts = f"progress POSTs accepted: {d.reports_sent}, failed: {d.reports_failed}"
+                if d.reports_skipped:
+                    posts += f", not sent (pod ended first): {d.reports_skipped}"
                 print(
                     f"gpu-eta demo: epochs completed: {d.epochs}, jobs finished: {d.finished}, "
-                    f"cancelled: {d.cancelled}; progress POSTs accepted: {d.reports_sent}, "
-                    f"failed: {d.reports_failed}"
-                    + (
-                        f", not sent (pod ended first): {d.reports_skipped}"
-                        if d.reports_skipped
-                        else ""
-                    )
-                    + f"; log lines written: {d.log_lines}",
+                    f"cancelled: {d.cancelled}; {posts}; log lines written: {d.log_lines}",
                     file=sys.stderr,
                 )
         return ExitCode.OK
