@@ -363,39 +363,44 @@ class Driver:
             self.logs.write(pod, lines, self.anchor + event.t)
             self.stats.log_lines += len(lines)
             return
-        if not pod.alive_at(now - self.anchor) and not refused:
-            # a real pod sends its reports while it runs; this one's pod ended before the
-            # driver could send it (nothing listened yet, or the driver fell behind), and
-            # the exporter rightly refuses a report from a pod that is gone
-            self.stats.reports_skipped += 1
-            log.info(
-                "progress report of %s/%s (%s, epoch %s) not sent: the pod ended %.1fs "
-                "before the driver could send it",
-                pod.namespace,
-                pod.name,
-                event.kind,
-                event.epoch,
-                now - self.anchor - (pod.end or 0.0),
-            )
+        if not pod.alive_at(now - self.anchor):
+            # a real pod reports while it runs, and the exporter refuses a report from a
+            # pod that is gone: none is sent once the pod has ended
+            if refused:
+                self._failed(event, "refused while the pod ran, and the pod is gone")
+            else:  # nothing reached the exporter in time (demo start, a stalled driver)
+                self.stats.reports_skipped += 1
+                log.info(
+                    "progress report of %s/%s (%s, epoch %s) not sent: the pod ended "
+                    "%.1fs before the driver could send it",
+                    pod.namespace,
+                    pod.name,
+                    event.kind,
+                    event.epoch,
+                    now - self.anchor - (pod.end or 0.0),
+                )
             return
         status = self.sender.post(pod, report_body(pod, event, self.anchor))
-        alive = pod.alive_at(now - self.anchor)
         if status == 200 or status == 202 or status == 204:
             self.stats.reports_sent += 1
-        elif status in (0, 403, 429, 503) and now - first_try < RETRY_SECONDS and alive:
+        elif status in (0, 403, 429, 503) and now - first_try < RETRY_SECONDS:
             # the exporter has not seen the pod yet (or is not listening yet): retry
             self._retry.append((first_try, event, refused or status != 0))
         else:
-            self.stats.reports_failed += 1
-            log.warning(
-                "progress report of %s/%s (%s, epoch %s) refused: HTTP %s%s",
-                pod.namespace,
-                pod.name,
-                event.kind,
-                event.epoch,
-                status,
-                "" if alive else " (pod already gone)",
-            )
+            self._failed(event, f"refused: HTTP {status}")
+
+    def _failed(self, event: Event, why: str) -> None:
+        """Count and name a report the exporter would not take."""
+        self.stats.reports_failed += 1
+        pod = event.pod
+        log.warning(
+            "progress report of %s/%s (%s, epoch %s) %s",
+            pod.namespace,
+            pod.name,
+            event.kind,
+            event.epoch,
+            why,
+        )
 
     def run(self, stop: threading.Event, interval_seconds: float = 0.5) -> None:
         """Tick until ``stop`` is set (the demo runs this in a thread)."""

@@ -15,6 +15,7 @@ from gpu_eta.exporter.progress import parse_report
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, Event
 from gpu_eta.simulation.driver import (
+    Driver,
     LogWriter,
     ProgressSender,
     cri_line,
@@ -122,6 +123,14 @@ def test_sender_posts_from_the_pods_own_address() -> None:
         assert sender.counts == {"200": 1, "0": 1}
 
 
+def _driver_on(port: int, tmp_path: Path) -> tuple[ClusterSim, Driver]:
+    """A one-node simulation and its driver, posting to ``port``."""
+    config = ClusterConfig(seed=0, nodes=1, log_share=0.0, notebooks_at_start=0)
+    sim = ClusterSim(config)
+    paths = {0: tmp_path / "node.yaml"}
+    return sim, Driver(sim, ANCHOR, paths, ProgressSender({0: port}), LogWriter(tmp_path / "logs"))
+
+
 def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
     tmp_path: Path,
 ) -> None:
@@ -134,12 +143,7 @@ def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
         return statuses.pop(0) if statuses else 200
 
     with _progress_endpoint(respond) as port:
-        from gpu_eta.simulation.driver import Driver
-
-        config = ClusterConfig(seed=0, nodes=1, log_share=0.0, notebooks_at_start=0)
-        sim = ClusterSim(config)
-        paths = {0: tmp_path / "node.yaml"}
-        driver = Driver(sim, ANCHOR, paths, ProgressSender({0: port}), LogWriter(tmp_path / "logs"))
+        sim, driver = _driver_on(port, tmp_path)
         first_run = None
         t = 0.0
         while first_run is None and t < 600:
@@ -154,16 +158,7 @@ def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
         driver.tick(ANCHOR + t + 2)
         assert driver.stats.reports_sent >= 1 and driver.stats.reports_failed == 0
         assert set(seen) == {first_run.ip}
-        assert paths[0].exists()
-
-
-def _driver_on(port: int, tmp_path: Path):
-    from gpu_eta.simulation.driver import Driver
-
-    config = ClusterConfig(seed=0, nodes=1, log_share=0.0, notebooks_at_start=0)
-    sim = ClusterSim(config)
-    paths = {0: tmp_path / "node.yaml"}
-    return sim, Driver(sim, ANCHOR, paths, ProgressSender({0: port}), LogWriter(tmp_path / "logs"))
+        assert driver.scenario_paths[0].exists()
 
 
 def test_a_report_whose_pod_ended_before_the_driver_ran_is_skipped_not_failed(
@@ -174,17 +169,15 @@ def test_a_report_whose_pod_ended_before_the_driver_ran_is_skipped_not_failed(
     a report from a pod that is gone, so the driver does not send it and says so."""
     seen: list[str] = []
     late = 3600.0
-    box: list[ClusterSim] = []
 
     def respond(client_ip: str, body: bytes) -> int:
         """As the exporter: a report from an address no live pod holds is refused."""
         seen.append(client_ip)
-        alive = {p.ip for p in box[0].pods if p.alive_at(late)}
+        alive = {p.ip for p in sim.pods if p.alive_at(late)}
         return 200 if client_ip in alive else 403
 
     with _progress_endpoint(respond) as port:
         sim, driver = _driver_on(port, tmp_path)
-        box.append(sim)
         driver.tick(ANCHOR + late)  # the first tick, an hour after the anchor
         ended = [p for p in sim.pods if p.kind == "training" and p.end is not None]
         assert any(p.end <= late for p in ended), "the first hour ends some training pods"
