@@ -177,6 +177,47 @@ def group_shifts(
     return out
 
 
+def group_scales(
+    keys: Sequence[Hashable], scores: Sequence[float], prior: float = 5.0
+) -> tuple[dict[Hashable, float], list[float]]:
+    """Per key, how wide its scores run against everyone's, shrunk toward 1; and for
+    each score the same factor measured without it (leave one out).
+
+    ``scores`` are one bin's residuals in their calibration unit, after the bin's
+    shift. A key's factor is ``√((n·s_k² + prior·s²) / (n + prior)) / s``, with ``s``
+    and ``s_k`` the robust size (1.4826 · median absolute score) of all scores and of
+    the key's ``n``: a group of a few scores says little about its own width, so it
+    is shrunk toward the bin's (an infinite ``prior``: every factor 1). The size is measured about 0, not about the group's
+    median, so a group whose forecasts share a bias that nothing removes is wider.
+
+    Why leave one out: a score divided by a factor measured on itself is pulled
+    toward the middle (with ``n`` = 1 all the way to ``s``), so calibration quantiles
+    fitted on such scores would be too narrow for the next run. The factors of the
+    first return value (every score) are what a new forecast uses.
+    """
+    z = np.abs(np.asarray(scores, dtype=float))
+    everyone = 1.4826 * float(np.median(z)) if len(z) else 0.0
+    if everyone <= 0.0 or math.isinf(prior):
+        return {}, [1.0] * len(z)
+
+    def factor(group: np.ndarray) -> float:
+        n = len(group)
+        own = 1.4826 * float(np.median(group)) if n else 0.0
+        return math.sqrt((n * own**2 + prior * everyone**2) / (n + prior)) / everyone
+
+    members: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        members.setdefault(key, []).append(i)
+    factors: dict[Hashable, float] = {}
+    left_out = [1.0] * len(z)
+    for key, idx in members.items():
+        group = z[idx]
+        factors[key] = factor(group)
+        for j, i in enumerate(idx):
+            left_out[i] = factor(np.delete(group, j))
+    return factors, left_out
+
+
 def fit_bin(
     residuals: Sequence[Residual],
     coverage: Level = 0.8,

@@ -110,7 +110,7 @@ def test_file_kinds_and_one_line_per_kind() -> None:
     assert fa.file_kind(Path("dedicated_tune.csv")) == "dedicated"
     assert fa.file_kind(Path("periodic_s41.csv")) == "periodic"
     assert fa.file_kind(Path("long_pinned_dedicated.csv")) == "long_pinned_dedicated"
-    assert fa.file_kind(Path("mlperf_v2_subset.csv")) == "mlperf_v2_subset"
+    assert fa.file_kind(Path("mlperf_v2_sample.csv.gz")) == "mlperf_v2_sample"
 
     def session(tag: str, pace: float, t0: float) -> list:
         return [

@@ -17,6 +17,7 @@ from gpu_eta.forecaster.calibration import (
     conformal_bounds,
     conformal_z,
     fit_bin,
+    group_scales,
     group_shifts,
     measure_tails,
     progress_point,
@@ -257,3 +258,30 @@ def test_group_shifts_move_only_groups_whose_errors_share_a_bias() -> None:
     shifts = group_shifts(keys, slow_end + steady + mixed + few, shift_prior=5.0)
     assert set(shifts) == {"slow"}
     assert shifts["slow"] == pytest.approx(float(np.median(slow_end)) * 12 / 17)
+
+
+def test_group_scales_widen_a_wide_group_and_narrow_a_steady_one() -> None:
+    rng = np.random.default_rng(6)
+    wide = list(rng.normal(0.0, 3.0, 200))
+    steady = list(rng.normal(0.0, 0.3, 200))
+    lone = [0.1]
+    keys = ["wide"] * 200 + ["steady"] * 200 + ["lone"]
+    factors, left_out = group_scales(keys, wide + steady + lone, prior=5.0)
+    everyone = 1.4826 * float(np.median(np.abs(wide + steady + lone)))
+    assert factors["wide"] > 1.5 and factors["steady"] < 0.6
+    assert factors["wide"] > 5 * factors["steady"]  # ten times wider, shrunk a little
+    # many samples: close to the group's own size over everyone's
+    assert factors["wide"] == pytest.approx(1.4826 * np.median(np.abs(wide)) / everyone, rel=0.05)
+    # one sample, shrunk toward everyone's: √((0.15² + 5) / 6)
+    own = 1.4826 * 0.1 / everyone
+    assert factors["lone"] == pytest.approx(math.sqrt((own**2 + 5.0) / 6.0))
+    assert left_out[-1] == 1.0  # without its only score the group is everyone's width
+    # leave one out: every factor of a group within a sample's influence of the group's
+    assert np.allclose(left_out[:200], factors["wide"], rtol=0.05)
+    assert np.allclose(left_out[200:400], factors["steady"], rtol=0.05)
+
+
+def test_group_scales_of_a_zero_width_bin_or_an_infinite_prior_are_one() -> None:
+    assert group_scales(["a", "b"], [0.0, 0.0]) == ({}, [1.0, 1.0])
+    assert group_scales(["a", "b"], [1.0, 5.0], prior=math.inf) == ({}, [1.0, 1.0])
+    assert group_scales([], []) == ({}, [])

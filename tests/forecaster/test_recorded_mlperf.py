@@ -1,6 +1,6 @@
 """gpu-eta on real GPU training runs (MLPerf v2.0–v2.1, tests/fixtures/runs/README.md).
 
-What issue 10 asks of the model, checked on 140 recorded runs it was not chosen on:
+What issue 10 asks of the model, checked on 360 recorded runs it was not chosen on:
 within 1.05x of the best rate baseline at every point, ≤ 0.7x at 10 % on runs that
 had an earlier run of the same configuration, P10–P90 coverage 77–85 % at every point
 and at the start of a run (no epoch yet: no rate baseline to compare with). The same
@@ -23,7 +23,7 @@ from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from gpu_eta.forecaster.evaluate import backtest
 from gpu_eta.forecaster.runs_csv import read_runs
 
-FILE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "mlperf_v2_subset.csv"
+FILE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "mlperf_v2_sample.csv.gz"
 RATE_BASELINES = ("tqdm_ema", "keras_mean", "cumulative_mean", "predict_linear")
 POINTS = (0.1, 0.25, 0.5, 0.75)
 START = 0.0  # no epoch yet: coverage only (a rate baseline has no rate)

@@ -18,7 +18,7 @@ from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "mlperf_v2_subset.csv"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "mlperf_v2_sample.csv.gz"
 
 
 def stored_runs(tmp_path: Path) -> list[Run]:

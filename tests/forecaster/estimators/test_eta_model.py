@@ -355,3 +355,51 @@ def test_a_job_whose_own_rates_share_a_bias_gets_its_own_shift() -> None:
 
     assert errors(shifted, "slow-end") < 0.5 * errors(plain, "slow-end")
     assert errors(shifted, "steady") == pytest.approx(errors(plain, "steady"))
+
+
+def two_widths(n: int, seed: int, start: float = 1.7e9) -> list:
+    """Two jobs re-run on one node type (analogs): "steady" runs its second half at the
+    speed of its first, within 1 %; "noisy" runs it 15 % (log-sd) faster or slower,
+    which nothing before the half can foresee."""
+    rng = np.random.default_rng(seed)
+    runs, t = [], start
+    for i in range(n):
+        job = ("steady", "noisy")[i % 2]
+        base = {"steady": 5.0, "noisy": 8.0}[job] * float(np.exp(rng.normal(0, 0.01)))
+        late = float(np.exp(rng.normal(0, 0.15 if job == "noisy" else 0.01)))
+        durations = [
+            base * float(np.exp(rng.normal(0, 0.005))) * (late if e >= 10 else 1.0)
+            for e in range(20)
+        ]
+        runs.append(make_run(f"{job}{i}", durations, start=t, job_name=job, node_type="8xA100"))
+        t += sum(durations) + 5
+    return runs
+
+
+def test_each_job_gets_intervals_as_wide_as_its_misses() -> None:
+    """One calibration per situation and point fits the mix of jobs, not each job: the
+    steady job's intervals then hold every outcome and the noisy job's too few. The
+    job's measured width (``_job_scales``) makes the same quantiles fit both; without
+    it (``job_scale_prior`` infinite) the same model misses on both sides."""
+    history = two_widths(200, seed=1)
+    fresh = two_widths(120, seed=2, start=history[-1].last_timestamp + 100)
+
+    def coverage(model: EtaModel, job: str, point: float) -> float:
+        hits = []
+        for run in fresh:
+            if run.features["job_name"] == job:
+                part = truncate(run, point)
+                truth = run.last_timestamp - part.last_timestamp
+                f = model.predict(part, part.last_timestamp)
+                hits.append(f.p10 <= truth <= f.p90)
+        return float(np.mean(hits))
+
+    scaled = EtaModel(random_state=0).fit(history)
+    plain = EtaModel(random_state=0, job_scale_prior=math.inf).fit(history)
+    assert plain.job_scales_ == {}
+    assert scaled.job_scales_[("analog", "job_name=noisy", 0.25)] > 3.0
+    assert scaled.job_scales_[("analog", "job_name=steady", 0.25)] < 0.7
+    assert 0.7 <= coverage(scaled, "steady", 0.25) <= 0.95
+    assert 0.7 <= coverage(scaled, "noisy", 0.25) <= 0.95
+    assert coverage(plain, "steady", 0.25) >= 0.95
+    assert coverage(plain, "noisy", 0.25) <= 0.7

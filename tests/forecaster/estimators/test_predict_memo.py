@@ -25,7 +25,7 @@ from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs
 from tests.forecaster.estimators.runs_factory import make_run
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_subset.csv"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_sample.csv.gz"
 
 
 def running(run: Run, keep: int, suffix: str = "") -> Run:

@@ -37,7 +37,7 @@ from gpu_eta.forecaster.estimators.prior import PriorEstimator
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_subset.csv"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_sample.csv.gz"
 REL = 1e-9
 
 
