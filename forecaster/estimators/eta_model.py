@@ -80,6 +80,7 @@ from gpu_eta.forecaster.estimators.choice import (
     Option,
     centre,
     choose,
+    own_centre,
     rate_candidates,
     situation,
 )
@@ -221,8 +222,15 @@ class EtaModel:
         self.blend_ = blend
         self.analog_ = analog
         ordered_samples = samples_in_order(samples)
+        grid = self._huber_grid()
         cands = [
-            self._candidates(r.center, smp.rates, smp.analog, smp.trust)
+            self._candidates(
+                r.center,
+                smp.rates,
+                smp.analog,
+                smp.trust,
+                smp.parts[grid.index(self.weights_[smp.point][0])],
+            )
             for r, smp in zip(residuals, ordered_samples, strict=True)
         ]
         self.choice_: dict[str, dict[float, Option]] = {}
@@ -394,10 +402,13 @@ class EtaModel:
         rates: Mapping[str, float],
         analog: AnalogEstimate | None,
         trust: float | None = None,
+        parts: Components | None = None,
     ) -> dict[str, float]:
         """Every candidate's log remaining seconds for one run, and the analogs'
         self-check trust (``choice.py``)."""
         out = {"blend": blend, **rates}
+        if parts is not None and (own := own_centre(parts, rates)) is not None:
+            out["own"] = own
         if analog is not None:
             out["analog"] = analog.log_remaining
             if trust is not None:
@@ -765,7 +776,7 @@ class EtaModel:
             if found is not None and SELF_CHECK in {name for name, _w in option}:
                 trust = remember(known, "trust", lambda: self._trust(self.analog_, run, None))
             rates = remember(known, "rates", lambda: rate_candidates(run))
-            cands = self._candidates(raw.center, rates, found, trust)
+            cands = self._candidates(raw.center, rates, found, trust, parts)
             moved = self._moved(
                 Residual(point, raw.center, raw.sigma, 0.0, 0.0), option, cands, found
             )
