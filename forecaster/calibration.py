@@ -187,8 +187,9 @@ def group_scales(
     shift. A key's factor is ``√((n·s_k² + prior·s²) / (n + prior)) / s``, with ``s``
     and ``s_k`` the robust size (1.4826 · median absolute score) of all scores and of
     the key's ``n``: a group of a few scores says little about its own width, so it
-    is shrunk toward the bin's (an infinite ``prior``: every factor 1). The size is measured about 0, not about the group's
-    median, so a group whose forecasts share a bias that nothing removes is wider.
+    is shrunk toward the bin's (an infinite ``prior``: every factor 1). The size is
+    measured about 0, not about the group's median, so a group whose forecasts share a
+    bias that nothing removes is wider.
 
     Why leave one out: a score divided by a factor measured on itself is pulled
     toward the middle (with ``n`` = 1 all the way to ``s``), so calibration quantiles

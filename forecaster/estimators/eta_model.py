@@ -19,7 +19,8 @@ should not know there is a prior, a rate and a calibrator inside.
    each tail's level moved by that tail's excess misses (once, ``_levels``), and
    ``quality_`` is re-measured with them; without analogs, a job whose replayed
    forecasts share a bias beyond that calibration's shift gets its own
-   (``_job_shifts``).
+   (``_job_shifts``); before all this, each job's unit is scaled by how wide its
+   replayed forecasts miss against the others' (``_job_scales``).
 
 Why 600 replayed runs (``max_calibration_runs``): every choice, calibration bin and job
 shift above is measured per situation and point, and the situations without analogs
@@ -361,6 +362,11 @@ class EtaModel:
             scaled = list(moved[name])
             for point in POINTS:
                 idx = [i for i, r in enumerate(scaled) if r.point == point and jobs[name][i]]
+                # the factor is on the situation's own unit (``power``); every
+                # calibration is fitted on the sigmas scaled here, so whichever one
+                # ``predict`` applies agrees with them (where all residuals are of one
+                # situation that is everyone's, in ``sigma_power``: the factor's effect
+                # is then its power-weighted share)
                 if len(idx) < self.min_tune_samples:
                     continue
                 errors = [scaled[i].actual - scaled[i].center for i in idx]
