@@ -394,12 +394,21 @@ class EtaModel:
         The situation's own where it has ``min_samples`` residuals at ``point``
         (returned twice); else everyone's, and ``predict`` widens its bounds to the
         envelope with the situation's own (pooled over the other points) where that
-        exists. A method so that a bench can count which one each forecast took
-        (``bench/calibration_paths.py``).
+        exists, but for runs with analogs. A method so that a bench can count which
+        one each forecast took (``bench/calibration_paths.py``).
+
+        Why no envelope with analogs: the envelope keeps a situation less accurate
+        than most from inheriting the narrow bounds of the rest (a new job on a
+        cluster of repeated ones). Runs with analogs are the most accurate forecasts
+        there are, and where they are short at a point (early in a session)
+        everyone's residuals are the same session's runs forecast without them; the
+        envelope then held 94–97 % of their outcomes on the CPU recordings at 10 / 25 %
+        (docs/forecasting-evidence.md, "Calibration and quality").
         """
         own = self.calibrators_.get(name)
         if own is None or own.n_.get(point, 0) < self.min_samples:
-            return self.calibrator_, own  # too few of this situation here: all of them
+            # too few of this situation here: all of them
+            return self.calibrator_, None if name == "analog" else own
         return own, own
 
     @staticmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -311,6 +312,34 @@ def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both()
     both = model.predict(run, run.last_timestamp)
     assert both.p50 == pytest.approx(everyone.p50)
     assert both.p10 < everyone.p10 and both.p90 > everyone.p90
+
+
+def test_runs_with_analogs_short_of_residuals_at_a_point_get_everyones_bounds_alone() -> None:
+    """Runs with analogs are the most accurate forecasts; where their situation is
+    short at a point, everyone's calibration is already wide enough for them, and the
+    envelope with their own (other points) would only widen it."""
+    history = job_history(60, seed=8)
+    model = EtaModel(random_state=0).fit(history)
+    run = truncate(
+        make_run(
+            "n", [7.0] * 10, start=history[-1].last_timestamp + 100.0, job_name="a", batch_size=64
+        ),
+        0.5,
+    )
+    assert model.analog_.estimate(run) is not None  # situation "analog"
+    model.calibrators_.pop("analog", None)
+    everyone = model.predict(run, run.last_timestamp)
+    wide = [
+        Residual(0.1, 0.0, 0.04, float(a), float(i)) for i, a in enumerate(np.linspace(-1, 1, 20))
+    ]
+    model.calibrators_["analog"] = Calibrator().fit(wide)  # residuals at 10 % only
+    assert model.calibrators_["analog"].n_[0.5] == 0
+    got = model.predict(run, run.last_timestamp)
+    assert (got.p10, got.p50, got.p90) == pytest.approx((everyone.p10, everyone.p50, everyone.p90))
+    model.calibrators_["analog"] = Calibrator().fit(
+        [dataclasses.replace(r, point=0.5) for r in wide]
+    )
+    assert model.predict(run, run.last_timestamp).p90 > everyone.p90  # its own where it has them
 
 
 def shaped_history(n: int, seed: int, tag: str, start: float = 1.7e9) -> list:
