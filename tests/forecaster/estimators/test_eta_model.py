@@ -284,6 +284,12 @@ def test_runs_that_arrive_by_update_reach_analogs_and_job_prior() -> None:
     assert got.p50 == pytest.approx(5 * 8.0, rel=0.1)  # the analogs' shape and the job's speed
 
 
+WIDE_AT_TEN = [
+    Residual(0.1, 0.0, 0.04, float(a), float(i)) for i, a in enumerate(np.linspace(-1, 1, 20))
+]
+"""A situation's residuals at 10 % only, far wider than ``job_history``'s forecasts miss."""
+
+
 def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both() -> None:
     """Where a situation has too few replayed residuals at a point (a job's first runs
     are rare on a cluster that repeats its jobs), the interval is the envelope of its
@@ -304,10 +310,7 @@ def test_a_situation_with_too_few_residuals_at_a_point_gets_the_bounds_of_both()
     assert model.blend_.components(run).prior_level == "regression"  # situation "new"
     model.calibrators_.pop("new", None)
     everyone = model.predict(run, run.last_timestamp)
-    wide = [
-        Residual(0.1, 0.0, 0.04, float(a), float(i)) for i, a in enumerate(np.linspace(-1, 1, 20))
-    ]
-    model.calibrators_["new"] = Calibrator().fit(wide)  # residuals at 10 % only
+    model.calibrators_["new"] = Calibrator().fit(WIDE_AT_TEN)  # residuals at 10 % only
     assert model.calibrators_["new"].n_[0.5] == 0
     both = model.predict(run, run.last_timestamp)
     assert both.p50 == pytest.approx(everyone.p50)
@@ -329,15 +332,12 @@ def test_runs_with_analogs_short_of_residuals_at_a_point_get_everyones_bounds_al
     assert model.analog_.estimate(run) is not None  # situation "analog"
     model.calibrators_.pop("analog", None)
     everyone = model.predict(run, run.last_timestamp)
-    wide = [
-        Residual(0.1, 0.0, 0.04, float(a), float(i)) for i, a in enumerate(np.linspace(-1, 1, 20))
-    ]
-    model.calibrators_["analog"] = Calibrator().fit(wide)  # residuals at 10 % only
+    model.calibrators_["analog"] = Calibrator().fit(WIDE_AT_TEN)  # residuals at 10 % only
     assert model.calibrators_["analog"].n_[0.5] == 0
     got = model.predict(run, run.last_timestamp)
     assert (got.p10, got.p50, got.p90) == pytest.approx((everyone.p10, everyone.p50, everyone.p90))
     model.calibrators_["analog"] = Calibrator().fit(
-        [dataclasses.replace(r, point=0.5) for r in wide]
+        [dataclasses.replace(r, point=0.5) for r in WIDE_AT_TEN]
     )
     assert model.predict(run, run.last_timestamp).p90 > everyone.p90  # its own where it has them
 
