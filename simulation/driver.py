@@ -264,6 +264,12 @@ class DriverStats:
     cancelled: int = 0
 
 
+def _described(event: Event) -> str:
+    """A progress report as the driver's log lines name it."""
+    pod = event.pod
+    return f"progress report of {pod.namespace}/{pod.name} ({event.kind}, epoch {event.epoch})"
+
+
 class Driver:
     """Keeps scenario files, progress reports and log files in step with the wall clock."""
 
@@ -371,12 +377,8 @@ class Driver:
             else:  # nothing reached the exporter in time (demo start, a stalled driver)
                 self.stats.reports_skipped += 1
                 log.info(
-                    "progress report of %s/%s (%s, epoch %s) not sent: the pod ended "
-                    "%.1fs before the driver could send it",
-                    pod.namespace,
-                    pod.name,
-                    event.kind,
-                    event.epoch,
+                    "%s not sent: the pod ended %.1fs before the driver could send it",
+                    _described(event),
                     now - self.anchor - (pod.end or 0.0),
                 )
             return
@@ -392,15 +394,7 @@ class Driver:
     def _failed(self, event: Event, why: str) -> None:
         """Count and name a report the exporter would not take."""
         self.stats.reports_failed += 1
-        pod = event.pod
-        log.warning(
-            "progress report of %s/%s (%s, epoch %s) %s",
-            pod.namespace,
-            pod.name,
-            event.kind,
-            event.epoch,
-            why,
-        )
+        log.warning("%s %s", _described(event), why)
 
     def run(self, stop: threading.Event, interval_seconds: float = 0.5) -> None:
         """Tick until ``stop`` is set (the demo runs this in a thread)."""
