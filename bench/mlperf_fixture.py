@@ -33,13 +33,12 @@ import io
 import random
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
+
+from forecast_accuracy import CONFIRM_FROM, find_mlperf
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "tests" / "fixtures" / "runs" / "mlperf_v2_sample.csv.gz"
-MLPERF = REPO.parent / "shared" / "data" / "mlperf-dev" / "runs.csv.gz"
-FROM = datetime(2022, 1, 1, tzinfo=timezone.utc).timestamp()
 SEED = 2022
 CONFIGS_PER_JOB = 6
 MIN_RUNS = 5
@@ -100,30 +99,34 @@ def started_from(runs: dict[str, Rows], start: float) -> dict[str, Rows]:
 
 def write(path: Path, header: Sequence[str], runs: dict[str, Rows], ids: Sequence[str]) -> None:
     """The chosen runs, ids prefixed ``mlperf-``, gzip-compressed without a timestamp
-    (the same input gives the same bytes)."""
+    or a file name in the header (the same input gives the same bytes, wherever
+    written)."""
     text = io.StringIO()
     writer = csv.DictWriter(text, header, lineterminator="\n")
     writer.writeheader()
     for run_id in ids:
         for row in runs[run_id]:
             writer.writerow({**row, "run_id": f"mlperf-{run_id}"})
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz:
         gz.write(text.getvalue().encode())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mlperf", type=Path, default=MLPERF, help="the development set")
+    parser.add_argument("--mlperf", type=Path, help="the development set (runs.csv.gz)")
     parser.add_argument("--out", type=Path, default=OUT, help="the fixture to write")
     args = parser.parse_args(argv)
-    if not args.mlperf.exists():
-        print(f"error: {args.mlperf} not found (pass --mlperf)", file=sys.stderr)
+    mlperf = find_mlperf(args.mlperf)
+    if mlperf is None or not mlperf.exists():
+        print(
+            f"error: {mlperf or 'the development set'} not found (pass --mlperf)", file=sys.stderr
+        )
         return 2
-    with gzip.open(args.mlperf, "rt", newline="") as f:
+    with gzip.open(mlperf, "rt", newline="") as f:
         reader = csv.DictReader(f)
         header = list(reader.fieldnames or [])
         everything = runs_of(reader)
-    recent = started_from(everything, FROM)
+    recent = started_from(everything, CONFIRM_FROM)
     distinct = without_copies(recent)
     ids = pick(distinct)
     write(args.out, header, distinct, ids)

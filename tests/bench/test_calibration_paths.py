@@ -3,34 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from gpu_eta.forecaster.calibration import progress_point
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from gpu_eta.forecaster.evaluate import backtest
+from tests.bench.bench_module import load_bench
 from tests.forecaster.estimators.runs_factory import job_history
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load():
-    sys.path.insert(0, str(BENCH))  # the bench imports its sibling forecast_accuracy
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "bench_calibration_paths", BENCH / "calibration_paths.py"
-        )
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-cp = _load()
+cp = load_bench("calibration_paths")
 
 
 def test_every_forecast_is_tallied_under_the_calibration_it_took() -> None:

@@ -64,6 +64,17 @@ def test_pick_caps_configurations_per_job_and_runs_per_configuration() -> None:
     assert chosen == mf.pick(runs)  # seeded: the same file every time
 
 
+def test_the_same_runs_give_the_same_bytes_under_any_file_name(tmp_path) -> None:
+    runs = {"1": rows("1", ("ns", "ssd", "n", "32", "8"), (0.0, 5.0))}
+    header = list(runs["1"][0])
+    a, b = tmp_path / "a.csv.gz", tmp_path / "other_name.csv.gz"
+    mf.write(a, header, runs, ["1"])
+    mf.write(b, header, runs, ["1"])
+    assert a.read_bytes() == b.read_bytes()
+    with gzip.open(a, "rt", newline="") as f:
+        assert [r["run_id"] for r in csv.DictReader(f)] == ["mlperf-1", "mlperf-1"]
+
+
 def test_the_committed_file_holds_no_copies_and_only_v2_rounds() -> None:
     with gzip.open(mf.OUT, "rt", newline="") as f:
         runs = mf.runs_of(csv.DictReader(f))
@@ -72,4 +83,4 @@ def test_the_committed_file_holds_no_copies_and_only_v2_rounds() -> None:
     assert mf.without_copies({k.removeprefix("mlperf-"): v for k, v in runs.items()}).keys() == {
         k.removeprefix("mlperf-") for k in runs
     }
-    assert len(mf.started_from(runs, mf.FROM)) == len(runs)
+    assert len(mf.started_from(runs, mf.CONFIRM_FROM)) == len(runs)
