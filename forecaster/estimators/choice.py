@@ -25,6 +25,7 @@ from gpu_eta.forecaster.calibration import shifted_errors
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
 from gpu_eta.forecaster.estimators.blend import Components
+from gpu_eta.forecaster.estimators.rate import DROP_FIRST_FROM
 from gpu_eta.forecaster.estimators.selfcheck import checked as checked_centre
 from gpu_eta.forecaster.runs import Run
 
@@ -101,10 +102,6 @@ def rate_candidates(run: Run) -> dict[str, float]:
     return out
 
 
-WARMED_UP = 3
-"""Intervals a run needs before its robust rate drops the first one (``rate.own_rate``)."""
-
-
 def own_centre(parts: Components, rates: Mapping[str, float]) -> float | None:
     """The run's own robust rate alone (``Components.rate_center``: warm-up, spikes,
     periodic passes and a neighbour's arrival handled) once it has dropped its first
@@ -117,7 +114,7 @@ def own_centre(parts: Components, rates: Mapping[str, float]) -> float | None:
     """
     if parts.rate is None:
         return None
-    if parts.rate[3] >= WARMED_UP:
+    if parts.rate[3] >= DROP_FIRST_FROM:
         return parts.rate_center
     if "keras" in rates and "linear" in rates:
         return 0.5 * rates["keras"] + 0.5 * rates["linear"]

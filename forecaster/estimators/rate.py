@@ -54,6 +54,9 @@ MIN_SCALE = 0.03
 MAX_INTERVALS = 2000
 DEFAULT_SCALE = 0.15
 L = TypeVar("L", np.ndarray, list[float])
+DROP_FIRST_FROM = 3
+"""Intervals from which ``own_rate`` drops the first one (start-up, cache fill); with
+fewer it keeps it (a quarter of its weight with two), less the learned warm-up."""
 SMALL_INTERVALS = 64
 """Up to this many intervals ``own_rate`` runs on Python floats (``_own_rate_small``):
 numpy's per-call overhead (~1 µs × ~40 calls) dominated the arithmetic on a typical
@@ -267,9 +270,9 @@ def _regime(
     quarter of its weight with two), and only the last regime after a change of speed.
     One place for both of ``own_rate``'s paths."""
     n = len(logs)
-    if n < 3 and run.epoch_times[0][0] == 0:
+    if n < DROP_FIRST_FROM and run.epoch_times[0][0] == 0:
         logs[0] -= warmup_excess
-    if n >= 3:
+    if n >= DROP_FIRST_FROM:
         logs, weights = logs[1:], weights[1:]
     elif n == 2:
         weights[0] *= 0.25
