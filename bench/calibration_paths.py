@@ -55,7 +55,10 @@ class Counting(EtaModel):
     def _calibration(self, name: str, point: float) -> tuple[Calibrator, Calibrator | None]:
         calibrator, own = super()._calibration(name, point)
         path = OWN if calibrator is own else EVERYONE if own is None else ENVELOPE
-        self.last = (name, path, 0 if own is None else own.n_.get(point, 0))
+        # the situation's own residuals at the point, whether or not ``predict`` uses
+        # its calibration (runs with analogs short of them take everyone's alone)
+        situation = self.calibrators_.get(name)
+        self.last = (name, path, 0 if situation is None else situation.n_.get(point, 0))
         return calibrator, own
 
 

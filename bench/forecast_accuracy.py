@@ -9,6 +9,7 @@ One command prints the accuracy table published in docs/forecasting.md::
     python bench/forecast_accuracy.py --json out.json     # every figure, for scripts
     python bench/forecast_accuracy.py --speed             # fit/predict/evaluate timings
     python bench/forecast_accuracy.py --mid-epoch         # coverage part-way into an epoch
+    python bench/forecast_accuracy.py --no-repeats --corpus mlperf-confirm  # nothing repeats
 
 Why a bench and not a test: these are figures to report and watch move, with their
 uncertainty; tests assert only what holds with honest margins.
@@ -26,8 +27,11 @@ the model knows only runs that ended before each moment):
   (node types ``dgx*_ngc20.06_merlin_hugectr``; ``ngc20.06`` is the June 2020
   container) have timestamps near 1.59e6 s (their logs count from another origin;
   durations are plausible): their place in time is unknown, so a temporal replay
-  cannot use them and they are left out (``split_mlperf``).
-  Run ids also grow round by round (0–584 v0.5, 600–994 v0.6, 1005–1864 v0.7, …),
+  cannot use them and they are left out (``split_mlperf``). 725 runs repeat another
+  run exactly (the same configuration and every progress point at the same second:
+  results published again in a later round's repository); each is scored once, as
+  the lowest-numbered run (``without_copies``), and the table says how many were left
+  out. Run ids also grow round by round (0–584 v0.5, 600–994 v0.6, 1005–1864 v0.7, …),
   which agrees.
 * ``cpu-dedicated`` / ``cpu-shared``: the real PyTorch CPU runs recorded on this
   project's machines (tests/fixtures/runs/, ``*dedicated*`` and ``*shared*``; a
@@ -64,7 +68,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -137,6 +141,47 @@ def split_mlperf(runs: Sequence[Run]) -> dict[str, list[Run]]:
     }
 
 
+def _id_order(run: Run) -> tuple[int, int | str]:
+    """Numeric run ids in number order, before any other id in text order."""
+    return (0, int(run.run_id)) if run.run_id.isdigit() else (1, run.run_id)
+
+
+def without_copies(runs: Sequence[Run]) -> list[Run]:
+    """``runs`` (in their order) without those repeating a lower-numbered run exactly:
+    the same plan and progress points, every one at the same second.
+
+    Why: a run published again in a later round's repository is one real run, and
+    scored twice it counts twice in every median and every bootstrap interval. A
+    copy ends when its original does, so neither was ever the other's history. The
+    identity is not compared: two runs cannot end every epoch at the same second, and
+    50 of the MLPerf set's copies were published again under another system name.
+    """
+    seen: set[tuple] = set()
+    kept: set[str] = set()
+    for run in sorted(runs, key=_id_order):
+        key = (run.epochs_planned, run.epoch_times)
+        if key not in seen:
+            seen.add(key)
+            kept.add(run.run_id)
+    return [run for run in runs if run.run_id in kept]
+
+
+NO_REPEAT_FEATURES = ("namespace", "job_name", "node_type")
+
+
+def alone(run: Run) -> Run:
+    """``run`` as a job of its own: namespace, job name and node type are its run id.
+
+    Why: on a cluster where nothing repeats (every user's job new to it) gpu-eta has
+    no analogs and no job prior, only the run itself and the pooled regression;
+    ``--no-repeats`` replays a corpus that way, to show what that costs.
+    """
+    features = dict(run.features)
+    for name in NO_REPEAT_FEATURES:
+        features[name] = run.run_id
+    return replace(run, features=features, namespace=run.run_id)
+
+
 def limit_runs(runs: Sequence[Run], limit: int | None, seed: int = SEED) -> list[Run]:
     """At most ``limit`` runs, taken as whole identities (so "earlier runs of the same
     job" survive the cut) in a seeded pseudo-random order; all runs if ``limit`` is None."""
@@ -169,6 +214,7 @@ class Corpus:
     parts: list[list[Run]]
     skipped: int = 0
     kinds: tuple[str, ...] = ()  # per part, its file's kind (``file_kind``); () if one
+    copies: int = 0  # exact copies of other runs left out (``without_copies``)
 
     @property
     def n_runs(self) -> int:
@@ -203,8 +249,15 @@ def load_corpora(mlperf: Path | None, limit: int | None) -> list[Corpus]:
         split = split_mlperf(runs)
         labels = {"mlperf-choose": "MLPerf v0.5–v1.1", "mlperf-confirm": "MLPerf v2.0–v2.1"}
         for name, part in split.items():
+            distinct = without_copies(part)
             corpora.append(
-                Corpus(name, f"{labels[name]} (real GPU runs)", [limit_runs(part, limit)], skipped)
+                Corpus(
+                    name,
+                    f"{labels[name]} (real GPU runs)",
+                    [limit_runs(distinct, limit)],
+                    skipped,
+                    copies=len(part) - len(distinct),
+                )
             )
     else:
         print(f"(MLPerf runs not found: {mlperf or ' or '.join(map(str, MLPERF_CANDIDATES))})")
@@ -479,6 +532,7 @@ def report(results: Sequence[CorpusResult], limit: int | None = None) -> str:
         out.append(
             f"**{c.name}** — {c.description}: {c.n_runs:,} runs"
             + (f" ({c.skipped:,} damaged runs skipped)" if c.skipped else "")
+            + (f" ({c.copies:,} exact copies of other runs left out)" if c.copies else "")
         )
         out.append("")
         out += markdown_table(res.rows())
@@ -656,6 +710,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--mid-epoch", action="store_true", help="only coverage part-way into the next epoch"
     )
+    parser.add_argument(
+        "--no-repeats",
+        action="store_true",
+        help="every run a job of its own (no analogs, no job prior): a cluster where nothing repeats",
+    )
     args = parser.parse_args(argv)
     if args.speed:
         speed()
@@ -676,8 +735,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"have {', '.join(c.name for c in corpora)}"
             )
         corpora = [c for c in corpora if c.name in args.corpus]
-    if args.write_docs and args.corpus:
-        parser.error("--write-docs publishes every corpus: drop --corpus")
+    if args.write_docs and (args.corpus or args.no_repeats):
+        parser.error("--write-docs publishes every corpus as recorded: drop --corpus/--no-repeats")
+    if args.no_repeats:
+        for corpus in corpora:
+            corpus.parts = [[alone(run) for run in part] for part in corpus.parts]
+            corpus.description += ", every run a job of its own (--no-repeats)"
     results = []
     for corpus in corpora:
         progress = TerminalProgress(sys.stderr) if sys.stderr.isatty() else None

@@ -40,4 +40,6 @@ def test_the_path_is_the_one_predict_used() -> None:
     point = progress_point(run.progress_ratio)
     calibrator, own = EtaModel._calibration(model, name, point)
     assert (path == cp.OWN) == (calibrator is own)
-    assert own_n == (0 if own is None else own.n_.get(point, 0))
+    # the situation's own residuals at the point, also where predict did not use them
+    situation = model.calibrators_.get(name)
+    assert own_n == (0 if situation is None else situation.n_.get(point, 0))

@@ -42,6 +42,33 @@ def test_rounds_are_told_by_start_time() -> None:
     assert [r.run_id for r in split["mlperf-confirm"]] == ["new"]
 
 
+def test_an_exact_copy_of_a_run_is_scored_once_as_the_lowest_numbered() -> None:
+    """A run published again (every progress point at the same second) is left out,
+    whatever system name it carries; the lowest-numbered of the two stays, in the
+    runs' own order; a run one second apart is another run."""
+    original = make_run("12", [5.0, 5.0], start=1e9, job_name="bert", node_type="a")
+    again = make_run("3012", [5.0, 5.0], start=1e9, job_name="bert", node_type="renamed")
+    moved = make_run("40", [5.0, 5.0], start=1e9 + 1, job_name="bert", node_type="a")
+    other = make_run("x7", [6.0], start=2e9)
+    assert fa.without_copies([again, other, original, moved]) == [other, original, moved]
+    assert fa.without_copies([other]) == [other]
+
+
+def test_no_repeats_makes_every_run_a_job_of_its_own() -> None:
+    """``--no-repeats``: two runs of one configuration share no identity and no job
+    any more; their progress and their other features are untouched."""
+    from gpu_eta.forecaster.estimators.prior import job_key
+    from gpu_eta.forecaster.evaluate import identity_key
+
+    a = make_run("1", [5.0, 5.0], job_name="bert", namespace="lab", batch_size=64)
+    b = make_run("2", [5.0, 5.0], start=1e9, job_name="bert", namespace="lab", batch_size=64)
+    assert identity_key(a) == identity_key(b) and job_key(a) == job_key(b)
+    lone_a, lone_b = fa.alone(a), fa.alone(b)
+    assert identity_key(lone_a) != identity_key(lone_b) and job_key(lone_a) != job_key(lone_b)
+    assert lone_a.namespace == "1" and lone_a.features["batch_size"] == 64
+    assert lone_a.epoch_times == a.epoch_times and lone_a.epochs_planned == a.epochs_planned
+
+
 def test_limit_keeps_whole_identities_and_is_seeded() -> None:
     runs = [
         make_run(f"{job}{i}", [5.0], start=1e9 + 100 * i + j, job_name=job, namespace="ns")
