@@ -28,10 +28,10 @@ the model knows only runs that ended before each moment):
   container) have timestamps near 1.59e6 s (their logs count from another origin;
   durations are plausible): their place in time is unknown, so a temporal replay
   cannot use them and they are left out (``split_mlperf``). 725 runs repeat another
-  run exactly (the same configuration and every progress point at the same second:
-  results published again in a later round's repository); each is scored once, as
-  the lowest-numbered run (``without_copies``), and the table says how many were left
-  out. Run ids also grow round by round (0–584 v0.5, 600–994 v0.6, 1005–1864 v0.7, …),
+  run exactly (the same plan and every progress point at the same second: results
+  published again in a later round's repository, 50 under another system name); each
+  is scored once, as the lowest-numbered run (``without_copies``), and the table says
+  how many were left out. Run ids also grow round by round (0–584 v0.5, 600–994 v0.6, 1005–1864 v0.7, …),
   which agrees.
 * ``cpu-dedicated`` / ``cpu-shared``: the real PyTorch CPU runs recorded on this
   project's machines (tests/fixtures/runs/, ``*dedicated*`` and ``*shared*``; a
