@@ -31,8 +31,8 @@ the model knows only runs that ended before each moment):
   run exactly (the same plan and every progress point at the same second: results
   published again in a later round's repository, 50 under another system name); each
   is scored once, as the lowest-numbered run (``without_copies``), and the table says
-  how many were left out. Run ids also grow round by round (0–584 v0.5, 600–994 v0.6, 1005–1864 v0.7, …),
-  which agrees.
+  how many were left out. Run ids also grow round by round (0–584 v0.5, 600–994 v0.6,
+  1005–1864 v0.7, …), which agrees.
 * ``cpu-dedicated`` / ``cpu-shared``: the real PyTorch CPU runs recorded on this
   project's machines (tests/fixtures/runs/, ``*dedicated*`` and ``*shared*``; a
   shared run has a busy-loop neighbour arriving or leaving part-way). Each file is
@@ -80,6 +80,7 @@ from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.evaluate import (
     GPU_ETA,
+    IDENTITY_COLUMNS,
     Replay,
     Scored,
     TerminalProgress,
@@ -166,9 +167,6 @@ def without_copies(runs: Sequence[Run]) -> list[Run]:
     return [run for run in runs if run.run_id in kept]
 
 
-NO_REPEAT_FEATURES = ("namespace", "job_name", "node_type")
-
-
 def alone(run: Run) -> Run:
     """``run`` as a job of its own: namespace, job name and node type are its run id.
 
@@ -177,7 +175,7 @@ def alone(run: Run) -> Run:
     ``--no-repeats`` replays a corpus that way, to show what that costs.
     """
     features = dict(run.features)
-    for name in NO_REPEAT_FEATURES:
+    for name in IDENTITY_COLUMNS:  # what identity_key and prior.job_key read
         features[name] = run.run_id
     return replace(run, features=features, namespace=run.run_id)
 
