@@ -304,9 +304,14 @@ class Calibrator:
             )
         return self
 
-    def quantiles(self, point: float, center: float, sigma: float) -> tuple[float, float, float]:
-        """Calibrated P10/P50/P90 (seconds) for a raw log estimate in bin ``point``."""
+    def quantiles(
+        self, point: float, center: float, sigma: float, shift_cap: float | None = None
+    ) -> tuple[float, float, float]:
+        """Calibrated P10/P50/P90 (seconds) for a raw log estimate in bin ``point``;
+        a positive shift at most ``shift_cap`` (and not below 0) where one is given."""
         shift, z_lo, z_hi = self.bins_.get(point, self._fallback())
+        if shift_cap is not None and shift > 0:
+            shift = max(0.0, min(shift, shift_cap))
         mid = center + shift
         unit = scale(sigma, self.power)  # the fallback's ±1.92 too: one unit throughout
         return safe_exp(mid + unit * z_lo), safe_exp(mid), safe_exp(mid + unit * z_hi)

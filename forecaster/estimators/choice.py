@@ -11,7 +11,12 @@ from runs that ended before that moment), scores a few fixed **options** — sin
 candidates and even mixes, in log space — and keeps per progress point and
 *situation* (``SITUATIONS``) the option with the lowest median error. ``DEFAULTS``
 stand unless another option is better by ``margin`` (10 %): with a few dozen replayed
-runs a choice among ten overfits otherwise.
+runs a choice among ten overfits otherwise. Where a run has no analogs, the other option
+must also be better by that margin on the older and on the newer half of the replayed
+runs alike (``both_halves``): those runs are other jobs', and whichever job filled the
+recent past decided the choice for all (MLPerf with every run a job of its own, at 25 %:
+1.42× the best baseline on v0.5–v1.1, where this was chosen, 1.05× with it; v2.0–v2.1
+1.31 → 1.25×; docs/forecasting-evidence.md, "Which estimate is published").
 """
 
 from __future__ import annotations
@@ -121,6 +126,25 @@ def own_centre(parts: Components, rates: Mapping[str, float]) -> float | None:
     return parts.rate_center
 
 
+def own_discount(parts: Components, rates: Mapping[str, float]) -> float | None:
+    """How much longer Keras' mean reads the rest of the run than its robust rate does
+    (log; negative where the robust rate is the slower), or None before the robust
+    rate has dropped its first interval.
+
+    Why: the calibration's positive P50 shift puts back, for every run of a situation,
+    the cost of the slow epochs (evaluation passes, a neighbour's spikes) the robust
+    rate discounts; this is what the run's own epochs say that cost is. A run whose
+    epochs were steady has nothing to put back, whatever the recent past's runs had:
+    where one job filled the replay its bias moved every other job's centre (MLPerf
+    with every run a job of its own, v2.0–v2.1 at 25 %: 1.25× the best baseline
+    without this limit, 0.94× with it; neutral on v0.5–v1.1;
+    docs/forecasting-evidence.md, "Calibration and quality").
+    """
+    if parts.rate is None or parts.rate[3] < DROP_FIRST_FROM or "keras" not in rates:
+        return None
+    return rates["keras"] - parts.rate_center
+
+
 def centre(option: Option, candidates: Mapping[str, float]) -> float | None:
     """The option's log centre, or None when one of its candidates is missing.
 
@@ -151,6 +175,7 @@ def choose(
     min_samples: int = 20,
     margin: float = 0.1,
     shift_prior: float = 20.0,
+    both_halves: bool = False,
 ) -> dict[float, Option]:
     """Per point, the option with the lowest median absolute error (after the bin's
     shift, ``calibration.bias_shift``, as calibration will apply it) on the replayed
@@ -158,8 +183,10 @@ def choose(
 
     An option must answer every sample of its bin to compete (a missing candidate
     falls back to the blend in use, so an option is scored as it would be published).
-    ``default`` stays unless another is better by ``margin``; a point with fewer than
-    ``min_samples`` samples takes the choice made on all points pooled.
+    ``default`` stays unless another is better by ``margin``, with ``both_halves`` on
+    the older and the newer half of the samples (their order is time order) too; a
+    point with fewer than ``min_samples`` samples takes the choice made on all points
+    pooled.
     """
     pts = np.asarray(points, dtype=float)
     act = np.asarray(actual, dtype=float)
@@ -173,18 +200,36 @@ def choose(
         errs[i] = shifted_errors(pts, act - c, shift_prior)
     i_default = list(options).index(default)
 
-    def pick(score: np.ndarray) -> Option:
+    def beats(score: np.ndarray, best: int) -> bool:
+        return bool(score[best] < (1.0 - margin) * score[i_default])
+
+    def pick(sels: Sequence[np.ndarray]) -> Option:
+        """The best option on the samples of ``sels`` (one mask per point, their
+        median errors averaged) where it beats the default by ``margin`` there and on
+        the older and the newer half of each mask alike."""
+        score = np.mean([np.median(errs[:, sel], axis=1) for sel in sels], axis=0)
         best = int(np.argmin(score))
-        if score[best] < (1.0 - margin) * score[i_default]:
-            return options[best]
-        return default
+        if not beats(score, best):
+            return default
+        if both_halves:
+            for half in (0, 1):
+                masks = []
+                for sel in sels:
+                    idx = np.flatnonzero(sel)
+                    m = np.zeros(n, dtype=bool)
+                    m[idx[: len(idx) // 2] if half == 0 else idx[len(idx) // 2 :]] = True
+                    masks.append(m)
+                part = np.mean([np.median(errs[:, m], axis=1) for m in masks], axis=0)
+                if not beats(part, best):
+                    return default
+        return options[best]
 
     enough = [p for p in all_points if (pts == p).sum() >= min_samples]
     pooled = default
     if enough:
-        pooled = pick(np.mean([np.median(errs[:, pts == p], axis=1) for p in enough], axis=0))
+        pooled = pick([pts == p for p in enough])
     out = {}
     for point in all_points:
         sel = pts == point
-        out[point] = pick(np.median(errs[:, sel], axis=1)) if sel.sum() >= min_samples else pooled
+        out[point] = pick([sel]) if sel.sum() >= min_samples else pooled
     return out

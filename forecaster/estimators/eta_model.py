@@ -82,6 +82,7 @@ from gpu_eta.forecaster.estimators.choice import (
     centre,
     choose,
     own_centre,
+    own_discount,
     rate_candidates,
     situation,
 )
@@ -253,6 +254,9 @@ class EtaModel:
                 min_samples=self.min_tune_samples,
                 margin=self.tune_margin,
                 shift_prior=self.shift_prior,
+                # without analogs the replayed runs are other jobs': an option must win
+                # on the older and newer half alike, not only where one job filled both
+                both_halves=name != "analog",
             )
             for i in idx:
                 r = residuals[i]
@@ -774,15 +778,20 @@ class EtaModel:
             job_shift = self.job_shifts_.get((name, job, point), 0.0)
             job_scale = self.job_scales_.get((name, job, point), 1.0)
 
+            rates = remember(known, "rates", lambda: rate_candidates(run))
+            # a positive shift puts back the slow epochs' cost the robust rate discounts;
+            # a run without analogs gets no more of it than its own epochs have shown
+            cap = None if name == "analog" else own_discount(parts, rates)
+
             def quantiles(center: float, sigma: float) -> tuple[float, float, float]:
                 center += job_shift  # 0 but for a job whose own rates share a bias
                 sigma *= job_scale  # 1 but for a job forecast better or worse than most
-                q = calibrator.quantiles(point, center, sigma)
+                q = calibrator.quantiles(point, center, sigma, cap)
                 if own is None or own is calibrator:
                     return q
                 # neither is this situation at this point: the bounds of both (its
                 # residuals at other points, everyone's here), the centre of all
-                lo, _mid, hi = own.quantiles(point, center, sigma)
+                lo, _mid, hi = own.quantiles(point, center, sigma, cap)
                 return min(q[0], lo), q[1], max(q[2], hi)
 
             if option == (("blend", 1.0),) and found is None:
@@ -790,7 +799,6 @@ class EtaModel:
             trust = None
             if found is not None and SELF_CHECK in {name for name, _w in option}:
                 trust = remember(known, "trust", lambda: self._trust(self.analog_, run, None))
-            rates = remember(known, "rates", lambda: rate_candidates(run))
             cands = self._candidates(raw.center, rates, found, trust, parts)
             moved = self._moved(
                 Residual(point, raw.center, raw.sigma, 0.0, 0.0), option, cands, found

@@ -84,6 +84,23 @@ def test_bias_moves_the_median() -> None:
     assert math.log(shrunk.quantiles(0.5, 5.0, 0.2)[1]) == pytest.approx(5.0 + 0.2, abs=0.05)
 
 
+def test_a_positive_shift_is_held_to_its_cap_and_the_interval_moves_with_it() -> None:
+    cal = Calibrator(shift_prior=0).fit(residuals(400, scale=1.0, shift=2.0, seed=3))
+    full = cal.quantiles(0.5, 5.0, 0.2)
+    shift = math.log(full[1]) - 5.0
+    assert shift > 0.3
+    capped = cal.quantiles(0.5, 5.0, 0.2, shift_cap=0.1)
+    assert math.log(capped[1]) == pytest.approx(5.1)
+    assert capped[0] == pytest.approx(full[0] * math.exp(0.1 - shift))
+    assert cal.quantiles(0.5, 5.0, 0.2, shift_cap=-0.3)[1] == pytest.approx(math.exp(5.0))
+    assert cal.quantiles(0.5, 5.0, 0.2, shift_cap=1.0) == full  # a cap above it: no change
+
+
+def test_a_negative_shift_is_not_capped() -> None:
+    cal = Calibrator(shift_prior=0).fit(residuals(400, scale=1.0, shift=-2.0, seed=3))
+    assert cal.quantiles(0.5, 5.0, 0.2, shift_cap=0.0) == cal.quantiles(0.5, 5.0, 0.2)
+
+
 def test_a_late_minority_does_not_move_the_median() -> None:
     # 75 % of runs on time, 25 % far later: the median error is inside the on-time
     # mode and within the errors' spread; moving P50 toward the minority would take it

@@ -1,4 +1,5 @@
-"""choice.py: the "own" candidate of a job never seen on its node type."""
+"""choice.py: the "own" candidate of a job never seen on its node type, and the choice
+of an option on the replay."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import pytest
 
 from gpu_eta.forecaster.estimators.blend import BlendEstimator
-from gpu_eta.forecaster.estimators.choice import own_centre, rate_candidates
+from gpu_eta.forecaster.estimators.choice import choose, own_centre, own_discount, rate_candidates
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from tests.forecaster.estimators.runs_factory import make_run
 
@@ -48,3 +49,55 @@ def test_before_that_own_reads_the_run_as_the_baselines_do() -> None:
     assert own_centre(parts, rates) == pytest.approx(0.5 * rates["keras"] + 0.5 * rates["linear"])
     start = truncate(run, 0.0)
     assert own_centre(*parts_and_rates(start)) is None  # no interval: nothing of its own
+
+
+def replay(errors_keras: list[float], errors_own: list[float]) -> dict:
+    """``choose`` on samples at 25 % whose "keras" and "own" candidates are off by the
+    given relative errors (in time order), the truth 100 s each."""
+    actual = [math.log(100.0)] * len(errors_keras)
+    cands = [
+        {
+            "blend": math.log(100.0 * (1 + o)),
+            "own": math.log(100.0 * (1 + o)),
+            "keras": math.log(100.0 * (1 + k)),
+        }
+        for k, o in zip(errors_keras, errors_own, strict=True)
+    ]
+    kwargs = dict(all_points=(0.25,), default=(("own", 1.0),), min_samples=20)
+    options = ((("own", 1.0),), (("keras", 1.0),))
+    points = [0.25] * len(actual)
+    return {
+        both: choose(points, actual, cands, options, both_halves=both, **kwargs)[0.25]
+        for both in (False, True)
+    }
+
+
+def test_an_option_better_only_on_the_older_half_of_the_replay_does_not_replace_the_default() -> (
+    None
+):
+    """Keras' mean is exact on the older 20 runs and 3 % off on the newer ones, the own
+    rate 10 % off and then exact (either way: no shift): better on the whole replay,
+    worse on the newer half (another job took over the replay). The default stays."""
+    chosen = replay([0.0] * 20 + [0.03, -0.03] * 10, [0.10, -0.10] * 10 + [0.0] * 20)
+    assert chosen[False] == (("keras", 1.0),)  # the median over all of them alone
+    assert chosen[True] == (("own", 1.0),)
+
+
+def test_an_option_better_on_both_halves_replaces_the_default() -> None:
+    chosen = replay([0.0] * 20 + [0.01, -0.01] * 10, [0.10, -0.10] * 20)
+    assert chosen[True] == chosen[False] == (("keras", 1.0),)
+
+
+def test_the_own_discount_is_what_the_robust_rate_leaves_out_of_the_mean() -> None:
+    """Steady epochs: nothing discounted. A slow epoch that is no periodic pass: the
+    mean reads the rest longer than the robust rate. Periodic passes: the robust rate
+    already adds those still to come, so it reads the rest longer than the mean, and
+    there is nothing left to put back. Before three intervals: None."""
+    steady = truncate(make_run("r", [60.0] + [5.0] * 19), 0.5)
+    assert own_discount(*parts_and_rates(steady)) == pytest.approx(0.0, abs=0.02)
+    spike = truncate(make_run("r", [60.0] + [5.0] * 3 + [30.0] + [5.0] * 15), 0.6)
+    assert own_discount(*parts_and_rates(spike)) > 0.2
+    passes = truncate(make_run("r", [60.0] + [5.0, 5.0, 5.0, 30.0] * 5), 0.6)
+    assert own_discount(*parts_and_rates(passes)) < -0.2
+    early = truncate(make_run("r", [60.0] + [5.0] * 19), 0.1)
+    assert own_discount(*parts_and_rates(early)) is None
