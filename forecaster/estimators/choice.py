@@ -164,6 +164,15 @@ def centre(option: Option, candidates: Mapping[str, float]) -> float | None:
     return total
 
 
+def halves(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``mask`` split into its first and its second half of selected samples (the
+    older and the newer, for samples in time order)."""
+    idx = np.flatnonzero(mask)
+    older = np.zeros(len(mask), dtype=bool)
+    older[idx[: len(idx) // 2]] = True
+    return older, mask & ~older
+
+
 def choose(
     points: Sequence[float],
     actual: Sequence[float],
@@ -200,28 +209,24 @@ def choose(
         errs[i] = shifted_errors(pts, act - c, shift_prior)
     i_default = list(options).index(default)
 
-    def beats(score: np.ndarray, best: int) -> bool:
-        return bool(score[best] < (1.0 - margin) * score[i_default])
+    def beats(scores: np.ndarray, best: int) -> bool:
+        return bool(scores[best] < (1.0 - margin) * scores[i_default])
+
+    def score(sels: Sequence[np.ndarray]) -> np.ndarray:
+        return np.mean([np.median(errs[:, sel], axis=1) for sel in sels], axis=0)
 
     def pick(sels: Sequence[np.ndarray]) -> Option:
         """The best option on the samples of ``sels`` (one mask per point, their
-        median errors averaged) where it beats the default by ``margin`` there and on
-        the older and the newer half of each mask alike."""
-        score = np.mean([np.median(errs[:, sel], axis=1) for sel in sels], axis=0)
-        best = int(np.argmin(score))
-        if not beats(score, best):
+        median errors averaged) where it beats the default by ``margin`` there, and
+        with ``both_halves`` on the older and on the newer half of each mask too."""
+        whole = score(sels)
+        best = int(np.argmin(whole))
+        if not beats(whole, best):
             return default
         if both_halves:
-            for half in (0, 1):
-                masks = []
-                for sel in sels:
-                    idx = np.flatnonzero(sel)
-                    m = np.zeros(n, dtype=bool)
-                    m[idx[: len(idx) // 2] if half == 0 else idx[len(idx) // 2 :]] = True
-                    masks.append(m)
-                part = np.mean([np.median(errs[:, m], axis=1) for m in masks], axis=0)
-                if not beats(part, best):
-                    return default
+            older, newer = zip(*(halves(sel) for sel in sels), strict=True)
+            if not (beats(score(older), best) and beats(score(newer), best)):
+                return default
         return options[best]
 
     enough = [p for p in all_points if (pts == p).sum() >= min_samples]
