@@ -43,3 +43,20 @@ def test_the_path_is_the_one_predict_used() -> None:
     # the situation's own residuals at the point, also where predict did not use them
     situation = model.calibrators_.get(name)
     assert own_n == (0 if situation is None else situation.n_.get(point, 0))
+
+
+def test_a_run_with_analogs_short_of_residuals_counts_its_situations_own() -> None:
+    """A run with analogs whose situation has fewer than ``min_samples`` residuals at
+    its point takes everyone's calibration with no envelope; the tally still reports
+    how many of its own situation's residuals there were (not 0)."""
+    from gpu_eta.forecaster.calibration import Calibrator, Residual
+
+    model = cp.Counting(random_state=0).fit(job_history(60, seed=8))
+    run = truncate(job_history(61, seed=8)[-1], 0.5)
+    point = progress_point(run.progress_ratio)
+    model.predict(run, run.last_timestamp)
+    assert model.last is not None and model.last[0] == "analog"
+    few = [Residual(point, 0.0, 0.1, 0.01 * i, float(i)) for i in range(3)]
+    model.calibrators_["analog"] = Calibrator().fit(few)
+    model.predict(run, run.last_timestamp)
+    assert model.last == ("analog", cp.EVERYONE, 3)
