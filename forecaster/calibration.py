@@ -10,7 +10,8 @@ bin):
   are off the same way (it removes a bias the raw model has for every run, e.g.
   evaluation spikes the robust rate discounts; 0 where the median is within the
   errors' own spread, see ``bias_shift``), shrunk toward 0 by ``n / (n + shift_prior)``
-  because a median of a few heavy-tailed residuals is itself noisy;
+  because a median of a few heavy-tailed residuals is itself noisy; a forecast with a
+  ``shift_cap`` gets ``applied_shift`` instead, in the fit as when it is applied;
 - P10/P90 = ``exp(c + shift + √s·z_q)`` with ``z_q`` the split-conformal quantiles
   of the past ``z = (a − c − shift) / √s``: the ``⌊q_lo(n+1)⌋``-th and
   ``⌈q_hi(n+1)⌉``-th order statistics (finite-sample valid under exchangeability),
@@ -58,6 +59,7 @@ class Residual:
     sigma: float
     actual: float
     timestamp: float
+    shift_cap: float | None = None  # ``applied_shift``'s cap for this prediction
 
     @property
     def z(self) -> float:
@@ -114,6 +116,15 @@ def scale(sigma: float, power: float = SIGMA_POWER) -> float:
     files only (docs/forecasting.md, "Calibration").
     """
     return sigma**power
+
+
+def applied_shift(shift: float, cap: float | None) -> float:
+    """The shift one forecast gets: a positive ``shift`` held to ``[0, cap]`` where a
+    cap is given (EtaModel: the run's own discount of its slow epochs,
+    ``choice.own_discount``), else ``shift`` itself."""
+    if cap is None or shift <= 0:
+        return shift
+    return max(0.0, min(shift, cap))
 
 
 def bias_shift(errors: Sequence[float] | np.ndarray, shift_prior: float = 20.0) -> float:
@@ -235,7 +246,10 @@ def fit_bin(
     interval), each at its own level when ``coverage`` is a pair of tail levels.
     """
     shift = bias_shift([r.actual - r.center for r in residuals], shift_prior)
-    z = sorted((r.actual - r.center - shift) / scale(r.sigma, power) for r in residuals)
+    z = sorted(
+        (r.actual - r.center - applied_shift(shift, r.shift_cap)) / scale(r.sigma, power)
+        for r in residuals
+    )
     z_lo, _z_mid, z_hi = conformal_z(z, coverage)
     return shift, min(z_lo, 0.0), max(z_hi, 0.0)
 
@@ -310,9 +324,7 @@ class Calibrator:
         """Calibrated P10/P50/P90 (seconds) for a raw log estimate in bin ``point``;
         a positive shift at most ``shift_cap`` (and not below 0) where one is given."""
         shift, z_lo, z_hi = self.bins_.get(point, self._fallback())
-        if shift_cap is not None and shift > 0:
-            shift = max(0.0, min(shift, shift_cap))
-        mid = center + shift
+        mid = center + applied_shift(shift, shift_cap)
         unit = scale(sigma, self.power)  # the fallback's ±1.92 too: one unit throughout
         return safe_exp(mid + unit * z_lo), safe_exp(mid), safe_exp(mid + unit * z_hi)
 
@@ -351,11 +363,12 @@ def measure_tails(
             if i == min_samples or (i - min_samples) % step == 0:
                 shift, z_lo, z_hi = fit_bin(items[:i], level, shift_prior, power)
             r = items[i]
-            z = (r.actual - r.center - shift) / scale(r.sigma, power)
+            mid = r.center + applied_shift(shift, r.shift_cap)
+            z = (r.actual - mid) / scale(r.sigma, power)
             below.append(z < z_lo)
             above.append(z > z_hi)
             truth = math.exp(r.actual)
-            errors.append(abs(safe_exp(r.center + shift) - truth) / truth)
+            errors.append(abs(safe_exp(mid) - truth) / truth)
         if len(below) >= min_scored:
             lo, hi = float(np.mean(below)), float(np.mean(above))
             out[p] = (float(np.median(errors)), 1.0 - lo - hi, lo, hi)

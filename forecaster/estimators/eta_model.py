@@ -55,6 +55,7 @@ from gpu_eta.forecaster.calibration import (
     Calibrator,
     Level,
     Residual,
+    applied_shift,
     bias_shift,
     group_scales,
     group_shifts,
@@ -261,7 +262,12 @@ class EtaModel:
             for i in idx:
                 r = residuals[i]
                 option = self.choice_[name][r.point]
-                moved[name].append(self._moved(r, option, cands[i], ordered_samples[i].analog))
+                r = self._moved(r, option, cands[i], ordered_samples[i].analog)
+                if name != "analog":  # as predict applies the shift (own_discount)
+                    smp = ordered_samples[i]
+                    parts = smp.parts[grid.index(self.weights_[smp.point][0])]
+                    r = dataclasses.replace(r, shift_cap=own_discount(parts, smp.rates))
+                moved[name].append(r)
         self.job_scales_, moved = self._job_scales(moved, jobs)
         # each situation is calibrated on its own kind of past prediction (a run with
         # earlier runs of its configuration is forecast far better than one without);
@@ -333,7 +339,7 @@ class EtaModel:
                 if job:
                     shift = self._calibration(name, r.point)[0].bins_[r.point][0]
                     keys.append((name, job, r.point))
-                    errors.append(r.actual - r.center - shift)
+                    errors.append(r.actual - r.center - applied_shift(shift, r.shift_cap))
         return group_shifts(keys, errors, self.job_shift_prior)
 
     def _job_scales(
@@ -376,7 +382,8 @@ class EtaModel:
                 errors = [scaled[i].actual - scaled[i].center for i in idx]
                 shift = bias_shift(errors, self.shift_prior)
                 scores = [
-                    (e - shift) / max(scaled[i].sigma, 1e-12) ** power
+                    (e - applied_shift(shift, scaled[i].shift_cap))
+                    / max(scaled[i].sigma, 1e-12) ** power
                     for e, i in zip(errors, idx, strict=True)
                 ]
                 by_job, left_out = group_scales(

@@ -96,6 +96,18 @@ def test_a_positive_shift_is_held_to_its_cap_and_the_interval_moves_with_it() ->
     assert cal.quantiles(0.5, 5.0, 0.2, shift_cap=1.0) == full  # a cap above it: no change
 
 
+def test_bounds_are_fitted_around_the_shift_each_forecast_got() -> None:
+    """Every run 0.3 (log) later than its centre: the bin's shift is 0.3. Half of them
+    had a cap of 0 (no shift for them): their scores are 0.3 from their centre, and the
+    upper bound must hold them, where without caps every score is 0."""
+    plain = [Residual(0.5, 5.0, 1.0, 5.3, float(i)) for i in range(40)]
+    shift, _lo, hi = fit_bin(plain, shift_prior=0)
+    assert shift == pytest.approx(0.3) and hi == pytest.approx(0.0)
+    capped = [dataclasses.replace(r, shift_cap=0.0) if i % 2 else r for i, r in enumerate(plain)]
+    shift, _lo, hi = fit_bin(capped, shift_prior=0)
+    assert shift == pytest.approx(0.3) and hi == pytest.approx(0.3)
+
+
 def test_a_negative_shift_is_not_capped() -> None:
     cal = Calibrator(shift_prior=0).fit(residuals(400, scale=1.0, shift=-2.0, seed=3))
     assert cal.quantiles(0.5, 5.0, 0.2, shift_cap=0.0) == cal.quantiles(0.5, 5.0, 0.2)
