@@ -133,6 +133,15 @@ class _Sample:
     job: str = ""  # prior.job_key of the run: the key of its job shift (EtaModel._job_shifts)
 
 
+def shift_cap(name: str, parts: Components, rates: Mapping[str, float]) -> float | None:
+    """The cap on a forecast's positive calibration shift in situation ``name``: the
+    run's own discount of its slow epochs without analogs (``choice.own_discount``: a
+    shift puts back that cost, and one job filling the replay otherwise sets it for
+    all), none with analogs, whose centre is not the run's rate. One rule for the
+    replayed forecasts (``fit``) and the published ones (``predict``)."""
+    return None if name == "analog" else own_discount(parts, rates)
+
+
 def samples_in_order(samples: Sequence[_Sample]) -> list[_Sample]:
     """``samples`` in the order ``EtaModel._residuals`` returns their residuals."""
     return [s for point in POINTS for s in samples if s.point == point]
@@ -226,15 +235,11 @@ class EtaModel:
         self.analog_ = analog
         ordered_samples = samples_in_order(samples)
         grid = self._huber_grid()
+        # each sample's parts at its point's tuned Huber constant, as predict computes them
+        tuned = [smp.parts[grid.index(self.weights_[smp.point][0])] for smp in ordered_samples]
         cands = [
-            self._candidates(
-                r.center,
-                smp.rates,
-                smp.analog,
-                smp.trust,
-                smp.parts[grid.index(self.weights_[smp.point][0])],
-            )
-            for r, smp in zip(residuals, ordered_samples, strict=True)
+            self._candidates(r.center, smp.rates, smp.analog, smp.trust, parts)
+            for r, smp, parts in zip(residuals, ordered_samples, tuned, strict=True)
         ]
         self.choice_: dict[str, dict[float, Option]] = {}
         where = [
@@ -263,11 +268,8 @@ class EtaModel:
                 r = residuals[i]
                 option = self.choice_[name][r.point]
                 r = self._moved(r, option, cands[i], ordered_samples[i].analog)
-                if name != "analog":  # as predict applies the shift (own_discount)
-                    smp = ordered_samples[i]
-                    parts = smp.parts[grid.index(self.weights_[smp.point][0])]
-                    r = dataclasses.replace(r, shift_cap=own_discount(parts, smp.rates))
-                moved[name].append(r)
+                cap = shift_cap(name, tuned[i], ordered_samples[i].rates)
+                moved[name].append(dataclasses.replace(r, shift_cap=cap))
         self.job_scales_, moved = self._job_scales(moved, jobs)
         # each situation is calibrated on its own kind of past prediction (a run with
         # earlier runs of its configuration is forecast far better than one without);
@@ -786,9 +788,7 @@ class EtaModel:
             job_scale = self.job_scales_.get((name, job, point), 1.0)
 
             rates = remember(known, "rates", lambda: rate_candidates(run))
-            # a positive shift puts back the slow epochs' cost the robust rate discounts;
-            # a run without analogs gets no more of it than its own epochs have shown
-            cap = None if name == "analog" else own_discount(parts, rates)
+            cap = shift_cap(name, parts, rates)
 
             def quantiles(center: float, sigma: float) -> tuple[float, float, float]:
                 center += job_shift  # 0 but for a job whose own rates share a bias

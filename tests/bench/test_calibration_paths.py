@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gpu_eta.forecaster.calibration import progress_point
+from gpu_eta.forecaster.calibration import Calibrator, Residual, progress_point
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
 from gpu_eta.forecaster.evaluate import backtest
 from tests.bench.bench_module import load_bench
@@ -49,8 +49,6 @@ def test_a_run_with_analogs_short_of_residuals_counts_its_situations_own() -> No
     """A run with analogs whose situation has fewer than ``min_samples`` residuals at
     its point takes everyone's calibration with no envelope; the tally still reports
     how many of its own situation's residuals there were (not 0)."""
-    from gpu_eta.forecaster.calibration import Calibrator, Residual
-
     model = cp.Counting(random_state=0).fit(job_history(60, seed=8))
     run = truncate(job_history(61, seed=8)[-1], 0.5)
     point = progress_point(run.progress_ratio)
