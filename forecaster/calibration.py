@@ -152,15 +152,26 @@ def bias_shift(errors: Sequence[float] | np.ndarray, shift_prior: float = 20.0) 
     return median * n / (n + shift_prior) if abs(median) > spread else 0.0
 
 
-def shifted_errors(points: np.ndarray, resid: np.ndarray, shift_prior: float = 20.0) -> np.ndarray:
+def shifted_errors(
+    points: np.ndarray,
+    resid: np.ndarray,
+    shift_prior: float = 20.0,
+    caps: Sequence[float | None] | None = None,
+) -> np.ndarray:
     """Each sample's absolute relative error after its bin's ``bias_shift``: how a
     replayed candidate would score once calibrated. ``points`` gives each sample's bin,
-    ``resid`` its log error ``a − c``. The choice of estimate and the weight tuning both
-    rank their options by it, so they rank what calibration will publish."""
+    ``resid`` its log error ``a − c``, ``caps`` (where given) each sample's
+    ``applied_shift`` cap. The choice of estimate and the weight tuning both rank their
+    options by it, so they rank what calibration will publish."""
     errs = np.empty(len(resid))
     for point in np.unique(points):
         sel = points == point
-        errs[sel] = np.abs(np.expm1(bias_shift(resid[sel], shift_prior) - resid[sel]))
+        shift = bias_shift(resid[sel], shift_prior)
+        if caps is None or shift <= 0:
+            applied = np.full(int(sel.sum()), shift)
+        else:
+            applied = np.array([applied_shift(shift, caps[i]) for i in np.flatnonzero(sel)])
+        errs[sel] = np.abs(np.expm1(applied - resid[sel]))
     return errs
 
 

@@ -58,8 +58,9 @@ TEXT_COLUMNS = frozenset(
 MAX_FIELD_CHARS = 256
 MAX_COLUMNS = 64
 MAX_ROWS = 5_000_000
-# Progress may count samples (MLPerf bert: ~1.2e9); 1e12 leaves room and stays exact in a float.
-MAX_PROGRESS = 1e12
+# Progress may count samples (MLPerf bert: ~1.2e9) or tokens (a language model's
+# pretraining: 1e11-1e12); 1e15 leaves room and every whole count stays exact in a float.
+MAX_PROGRESS = 1e15
 MAX_EPOCHS = MAX_PROGRESS  # the former name
 MAX_NAMED = 5  # runs named in RunsFile.warning()
 GZIP_MAGIC = b"\x1f\x8b"

@@ -185,10 +185,11 @@ def choose(
     margin: float = 0.1,
     shift_prior: float = 20.0,
     both_halves: bool = False,
+    caps: Sequence[float | None] | None = None,
 ) -> dict[float, Option]:
     """Per point, the option with the lowest median absolute error (after the bin's
-    shift, ``calibration.bias_shift``, as calibration will apply it) on the replayed
-    samples.
+    shift, ``calibration.bias_shift``, held to each sample's ``caps`` where given, as
+    calibration will apply it) on the replayed samples.
 
     An option must answer every sample of its bin to compete (a missing candidate
     falls back to the blend in use, so an option is scored as it would be published).
@@ -206,7 +207,7 @@ def choose(
             [cand["blend"] if (x := centre(option, cand)) is None else x for cand in candidates],
             dtype=float,
         )
-        errs[i] = shifted_errors(pts, act - c, shift_prior)
+        errs[i] = shifted_errors(pts, act - c, shift_prior, caps)
     i_default = list(options).index(default)
 
     def beats(scores: np.ndarray, best: int) -> bool:

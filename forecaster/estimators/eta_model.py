@@ -250,6 +250,7 @@ class EtaModel:
         for name in SITUATIONS:
             idx = [i for i, w in enumerate(where) if w == name]
             jobs[name] = [ordered_samples[i].job for i in idx]
+            caps = [shift_cap(name, tuned[i], ordered_samples[i].rates) for i in idx]
             self.choice_[name] = choose(
                 [residuals[i].point for i in idx],
                 [residuals[i].actual for i in idx],
@@ -263,12 +264,12 @@ class EtaModel:
                 # without analogs the replayed runs are other jobs': an option must win
                 # on the older and newer half alike, not only where one job filled both
                 both_halves=name != "analog",
+                caps=caps,
             )
-            for i in idx:
+            for i, cap in zip(idx, caps, strict=True):
                 r = residuals[i]
                 option = self.choice_[name][r.point]
                 r = self._moved(r, option, cands[i], ordered_samples[i].analog)
-                cap = shift_cap(name, tuned[i], ordered_samples[i].rates)
                 moved[name].append(dataclasses.replace(r, shift_cap=cap))
         self.job_scales_, moved = self._job_scales(moved, jobs)
         # each situation is calibrated on its own kind of past prediction (a run with
@@ -691,7 +692,8 @@ class EtaModel:
         the cluster (steady dedicated GPUs: a job repeats itself and the prior is
         worth a lot; contended or time-sliced ones: it is not). Scored on past runs by
         the median absolute error of the shift-corrected P50 (what calibration will
-        publish). The defaults stay unless another choice is better by
+        publish; the shift unheld, as the blend is tuned for every situation at once,
+        before the choice decides which runs publish it). The defaults stay unless another choice is better by
         ``tune_margin`` (10 %): on a few dozen runs a grid of 30 overfits. A bin with
         fewer than ``min_tune_samples`` samples takes the choice made on all bins pooled;
         with fewer than that overall, the defaults.

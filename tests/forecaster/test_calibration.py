@@ -277,6 +277,17 @@ def test_shifted_errors_score_each_bin_after_its_own_shift() -> None:
     assert errs[200:] == pytest.approx(np.abs(np.expm1(-mixed)))  # not shifted
 
 
+def test_shifted_errors_hold_each_sample_to_its_cap() -> None:
+    """The bin's shift (0.3) as each forecast gets it: uncapped, held to 0.1, or none."""
+    resid = np.full(60, 0.3)
+    points = np.full(60, 0.5)
+    caps: list[float | None] = [None] * 20 + [0.1] * 20 + [0.0] * 20
+    errs = shifted_errors(points, resid, shift_prior=0.0, caps=caps)
+    assert errs[:20] == pytest.approx(0.0)
+    assert errs[20:40] == pytest.approx(np.abs(np.expm1(0.1 - 0.3)))
+    assert errs[40:] == pytest.approx(np.abs(np.expm1(-0.3)))
+
+
 def test_group_shifts_move_only_groups_whose_errors_share_a_bias() -> None:
     rng = np.random.default_rng(5)
     slow_end = list(rng.normal(0.2, 0.02, 12))  # every forecast of this job 20 % short

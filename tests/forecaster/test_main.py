@@ -238,12 +238,13 @@ def run_client_only(*args: str) -> subprocess.CompletedProcess:
     import os
     import tempfile
 
-    tree = installed_tree(Path(tempfile.mkdtemp(prefix="gpu-eta-bare-")))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONPATH"] = str(tree)
-    return subprocess.run(
-        [sys.executable, "-S", *args], capture_output=True, text=True, timeout=120, env=env
-    )
+    with tempfile.TemporaryDirectory(prefix="gpu-eta-bare-") as tmp:
+        tree = installed_tree(Path(tmp))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env["PYTHONPATH"] = str(tree)
+        return subprocess.run(
+            [sys.executable, "-S", *args], capture_output=True, text=True, timeout=120, env=env
+        )
 
 
 @pytest.mark.parametrize(

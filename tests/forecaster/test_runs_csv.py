@@ -116,17 +116,18 @@ def test_recorded_fixtures_parse() -> None:
 GOOD = f"{HEADER}\na,0,2,0\na,1,2,10\na,2,2,20\nc,0,1,5\nc,1,1,9\n"
 
 
-def test_progress_counted_in_samples_up_to_1e12() -> None:
-    """MLPerf bert counts samples (~1.2e9): accepted, and written back exactly."""
+def test_progress_counted_in_samples_or_tokens_up_to_1e15() -> None:
+    """MLPerf bert counts samples (~1.2e9), a language model's pretraining tokens
+    (~1e12): accepted, and written back exactly."""
     text = f"{HEADER}\nbert,0,1234567890,0\nbert,617283945,1234567890,600\nbert,1234567890,1234567890,1200\n"
     (run,) = parse(text)
     assert run.epochs_planned == 1234567890 and run.completed is True
     (back,) = parse(format_runs([run]))
     assert back.epoch_times == run.epoch_times and back.epochs_planned == 1234567890
-    (big,) = parse(f"{HEADER}\nx,0,1e12,0\nx,5e11,1e12,10\n")
-    assert big.epochs_done == 5e11
+    (big,) = parse(f"{HEADER}\nx,0,1e15,0\nx,123456789012345,1e15,10\n")
+    assert big.epochs_done == 123456789012345
     with pytest.raises(RunsCsvError, match="epochs_planned must be in"):
-        parse(f"{HEADER}\nx,0,2e12,0\n")
+        parse(f"{HEADER}\nx,0,2e15,0\n")
 
 
 def test_gzip_is_read_by_its_bytes_not_its_name(tmp_path: Path) -> None:

@@ -88,6 +88,29 @@ def test_an_option_better_on_both_halves_replaces_the_default() -> None:
     assert chosen[True] == chosen[False] == (("keras", 1.0),)
 
 
+def test_an_option_is_scored_with_the_shift_each_run_would_get() -> None:
+    """Keras' mean reads every run 30 % short, the own rate ±5 %. The bin's shift would
+    make Keras' mean exact, but where each run's own epochs leave nothing to put back
+    (cap 0) it is published unshifted, 30 % off: then the own rate stays."""
+    n = 40
+    actual = [math.log(100.0)] * n
+    cands = [
+        {
+            "blend": math.log(100.0 * (1 + o)),
+            "own": math.log(100.0 * (1 + o)),
+            "keras": math.log(100.0 / math.exp(0.3)),
+        }
+        for o in [0.05, -0.05] * (n // 2)
+    ]
+    options = ((("own", 1.0),), (("keras", 1.0),))
+    kwargs = dict(all_points=(0.25,), default=(("own", 1.0),), min_samples=20, shift_prior=0.0)
+    points = [0.25] * n
+    uncapped = choose(points, actual, cands, options, **kwargs)[0.25]
+    capped = choose(points, actual, cands, options, caps=[0.0] * n, **kwargs)[0.25]
+    assert uncapped == (("keras", 1.0),)
+    assert capped == (("own", 1.0),)
+
+
 def test_the_own_discount_is_what_the_robust_rate_leaves_out_of_the_mean() -> None:
     """Steady epochs: nothing discounted. A slow epoch that is no periodic pass: the
     mean reads the rest longer than the robust rate. Periodic passes: the robust rate
