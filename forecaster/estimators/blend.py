@@ -93,7 +93,7 @@ class Components:
             return RawEstimate(self.prior_center, alone, "prior", self.prior_n, 1.0)
         _center, scale, n_eff, n = self.rate
         mu_r = self.rate_center
-        s_r = max(rate_sigma(scale, n_eff, self.remaining, self.done, drift), self.rate_floor)
+        s_r = max(rate_sigma(scale, n_eff, self.remaining, self.done, drift, n), self.rate_floor)
         mu, sigma, w_p = combine((mu_r, s_r), (self.prior_center, s_p))
         if self.prior_mix is not None and self.prior_level == "job_batch":
             w_p = self.prior_mix
@@ -127,12 +127,21 @@ def combine_many(
     r_c = np.fromiter((c.rate[0] if c.rate else 0.0 for c in parts), float, n)
     r_s = np.fromiter((c.rate[1] if c.rate else 1.0 for c in parts), float, n)
     r_n = np.fromiter((c.rate[2] if c.rate else 1.0 for c in parts), float, n)
+    r_k = np.fromiter((c.rate[3] if c.rate else 0 for c in parts), float, n)
     rem = np.fromiter((c.remaining for c in parts), float, n)
     done = np.fromiter((c.done for c in parts), float, n)
     mu_r = r_c + np.log(np.maximum(rem, 1e-9))
     m = np.maximum(rem, 1e-9)
+    # rate.intervals_ahead, vectorised
+    ahead = np.where(
+        (r_k > 0) & (done > 0),
+        np.maximum(rem, 0.0) * r_k / np.maximum(done, 1e-300),
+        np.maximum(rem, 0.0),
+    )
     s_r = np.sqrt(
-        r_s**2 / r_n + r_s**2 / np.maximum(m, 1.0) + (drift * m / (np.maximum(done, 1e-9) + m)) ** 2
+        r_s**2 / r_n
+        + r_s**2 / np.maximum(ahead, 1.0)
+        + (drift * m / (np.maximum(done, 1e-9) + m)) ** 2
     )
     s_r = np.maximum(s_r, np.fromiter((c.rate_floor for c in parts), float, n))
     w_r, w_p = 1.0 / s_r**2, 1.0 / p_s**2

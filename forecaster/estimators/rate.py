@@ -19,7 +19,8 @@ errors multiplicative):
   the observed spikes' mean excess.
 
 Uncertainty (log-sd of the remaining time) adds three parts: the estimate's own
-sampling error ``s²/n_eff``, the averaging of ``m`` future epochs ``s²/m``, and
+sampling error ``s²/n_eff``, the averaging of the intervals still ahead ``s²/k`` (``k``
+the remaining progress in units of the run's mean reported interval), and
 regime change ``(drift · m/(n+m))²`` — the further ahead, the likelier the speed
 changes. ``s`` is the robust scale (1.4826·MAD) of the log epoch times, floored,
 and a default until three intervals exist. Calibration (``gpu_eta.forecaster.calibration``)
@@ -57,6 +58,10 @@ L = TypeVar("L", np.ndarray, list[float])
 DROP_FIRST_FROM = 3
 """Intervals from which ``own_rate`` drops the first one (start-up, cache fill); with
 fewer it keeps it (a quarter of its weight with two), less the learned warm-up."""
+MIN_INTERVAL_SECONDS = 1e-3
+"""An interval's floor (two progress points in the same millisecond): per interval,
+not per unit of progress, so a run counted in samples or tokens (up to 1e9 a
+second) is floored exactly where the same run counted in epochs is."""
 SMALL_INTERVALS = 64
 """Up to this many intervals ``own_rate`` runs on Python floats (``_own_rate_small``):
 numpy's per-call overhead (~1 µs × ~40 calls) dominated the arithmetic on a typical
@@ -216,7 +221,7 @@ def own_rate(
             run, half_life_ratio, min_half_life, huber_c, warmup_excess, follow_changes
         )
     per_epoch, width, ends = intervals(run)
-    logs = np.log(np.maximum(per_epoch, 1e-9))
+    logs = np.log(np.maximum(per_epoch, MIN_INTERVAL_SECONDS / width))
     weights = width.astype(float).copy()
     logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, change_point)
     ends = ends[len(ends) - len(logs) :]  # the regime only drops a prefix
@@ -346,7 +351,7 @@ def _own_rate_small(
     n = len(times) - 1
     weights = [float(b[0] - a[0]) for a, b in itertools.pairwise(times)]
     logs = [
-        math.log(max((b[1] - a[1]) / w, 1e-9))
+        math.log(max(b[1] - a[1], MIN_INTERVAL_SECONDS) / w)
         for (a, b), w in zip(itertools.pairwise(times), weights, strict=True)
     ]
     logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, _change_point_list)
@@ -378,11 +383,29 @@ def _own_rate_small(
     return (center if periodic is None else periodic), scale, n_eff, n
 
 
-def rate_sigma(scale: float, n_eff: float, remaining: float, done: float, drift: float) -> float:
-    """Log-sd of the remaining time from the rate's parts (module docstring)."""
+def intervals_ahead(remaining: float, done: float, n: int) -> float:
+    """How many intervals of the run's own reporting width (``done / n``) remain.
+
+    Why: the scale ``s`` is measured per reported interval, so the remaining time
+    averages that many intervals' noise, not one per unit of progress: counted in
+    samples (MLPerf bert, ~1e9) a per-unit count made that noise vanish, counted in
+    epochs thinned to 20 points it was overstated. Epoch-by-epoch reports from 0: the
+    remaining epochs, as before.
+    """
+    if n <= 0 or done <= 0:
+        return max(remaining, 0.0)
+    return max(remaining, 0.0) * n / done
+
+
+def rate_sigma(
+    scale: float, n_eff: float, remaining: float, done: float, drift: float, n: int
+) -> float:
+    """Log-sd of the remaining time from the rate's parts (module docstring); ``n``
+    the run's reported intervals."""
     m = max(remaining, 1e-9)
+    ahead = intervals_ahead(remaining, done, n)
     return math.sqrt(
-        scale**2 / n_eff + scale**2 / max(m, 1.0) + (drift * m / (max(done, 1e-9) + m)) ** 2
+        scale**2 / n_eff + scale**2 / max(ahead, 1.0) + (drift * m / (max(done, 1e-9) + m)) ** 2
     )
 
 
@@ -400,7 +423,7 @@ def rate_log_remaining(
     if est is None:
         return None
     center, scale, n_eff, n = est
-    return center + math.log(m), rate_sigma(scale, n_eff, m, run.epochs_done, drift), n
+    return center + math.log(m), rate_sigma(scale, n_eff, m, run.epochs_done, drift, n), n
 
 
 class RateEstimator:

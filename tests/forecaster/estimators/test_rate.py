@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,7 +15,10 @@ from gpu_eta.forecaster.estimators.rate import (
     change_point,
     own_rate,
     periodic_spikes,
+    rate_log_remaining,
+    rate_sigma,
 )
+from gpu_eta.forecaster.runs import Run
 from tests.forecaster.estimators.runs_factory import make_run
 
 
@@ -198,3 +202,31 @@ def test_a_lone_stall_is_still_a_spike() -> None:
         mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
         plain = own_rate(run)
     assert own_rate(run) == plain
+
+
+def scaled(run: Run, factor: float) -> Run:
+    """``run`` with its progress counted in units ``factor`` times smaller (samples)."""
+    times = tuple((e * factor, t) for e, t in run.epoch_times)
+    return dataclasses.replace(run, epochs_planned=run.epochs_planned * factor, epoch_times=times)
+
+
+def test_the_forecast_does_not_depend_on_the_unit_of_progress() -> None:
+    """Epochs or samples (MLPerf bert counts ~1e9 of them): the same remaining time and
+    the same sigma, the noise of the intervals still ahead counted at the run's own
+    reporting width. (Steady epochs: a period of evaluation passes is read in epochs.)"""
+    run = make_run("x", [14, 10, 10.3, 9.8, 10.1, 9.9, 10.2, 10.0, 9.7], planned=40)
+    in_epochs = rate_log_remaining(run)
+    in_samples = rate_log_remaining(scaled(run, 1e6))
+    assert in_epochs is not None and in_samples is not None
+    assert in_samples[0] == pytest.approx(in_epochs[0], abs=1e-9)
+    assert in_samples[1] == pytest.approx(in_epochs[1], abs=1e-9)
+
+
+def test_the_noise_ahead_is_counted_in_reported_intervals() -> None:
+    """31 epochs ahead reported one by one average 31 intervals' noise; reported every
+    other epoch (a thinned log), 15.5 of them: a wider sigma for the same speed."""
+    scale, n_eff, drift = 0.1, 8.0, 0.0
+    by_one = rate_sigma(scale, n_eff, 31.0, 9.0, drift, 9)
+    by_two = rate_sigma(scale, n_eff, 31.0, 9.0, drift, 4)
+    assert by_one == pytest.approx(math.sqrt(scale**2 / n_eff + scale**2 / 31.0))
+    assert by_two == pytest.approx(math.sqrt(scale**2 / n_eff + scale**2 / (31.0 * 4 / 9)))
