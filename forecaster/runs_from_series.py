@@ -45,7 +45,9 @@ from gpu_eta.forecaster.series import Sample, Series
 
 MAX_RUN_ID = 256
 MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
-MAX_EPOCHS = 10_000_000
+# The progress wire format's bound (docs/progress.md): a run counting samples as its
+# epochs (MLPerf bert: ~1.2e9) is taken as the exporter took it.
+MAX_EPOCHS = 1e12
 MAX_STEPS = 1e12
 # A run that reports only steps is followed in percent of its planned steps: 100
 # "epochs", fractional, at most STEP_CELLS points kept per run (plus overlaps).

@@ -125,6 +125,19 @@ def test_range_pairs_recover_every_epoch_end() -> None:
     assert view.updates[0].epoch_ends == ((1.0, NOW - 70), (2.0, NOW - 40), (3.0, NOW - 20))
 
 
+def test_progress_counted_in_samples_is_taken_up_to_the_wire_formats_bound() -> None:
+    """What the exporter accepts (at most 1e12) the forecaster takes: a run reporting
+    samples as its epochs is followed, a plan beyond the bound is rejected."""
+    instant = merge(
+        base("samples", 1.2e9, 3e8, NOW - 100, NOW - 50),
+        base("beyond_bound", 2e12, 1, NOW - 100, NOW - 50),
+    )
+    view = assemble(instant, {}, NOW, 60)
+    assert view.rejected == {key("beyond_bound"): "invalid_epochs_planned"}
+    (up,) = view.updates
+    assert up.run_id == "samples" and up.epochs_planned == 1.2e9
+
+
 def test_nan_and_garbage_values_are_rejected_not_crashing() -> None:
     instant = merge(
         base("nan_planned", math.nan, 1, NOW - 100, NOW - 50),
