@@ -12,8 +12,8 @@ text, the first non-empty value of the run; ``namespace``, ``pod`` and ``contain
 also fill the ``Run`` fields of those names. Any other column (``batch_size``,
 ``gpus``, ``gpu_utilization_ratio``, ...) is a number when it parses as one (averaged
 over the run's rows: utilisation is a mean), else text. A run whose last epoch
-reaches ``epochs_planned`` is completed; one that stops earlier is recorded as not
-completed (cancelled or crashed), never as a short run.
+reaches ``epochs_planned`` (within ``PLAN_SLACK``) is completed; one that stops
+earlier is recorded as not completed (cancelled or crashed), never as a short run.
 
 Input is untrusted: sizes are bounded. Damage to the file as a whole (no header, a
 required column missing, unreadable gzip) is one ``RunsCsvError`` naming the line.
@@ -63,6 +63,9 @@ MAX_ROWS = 5_000_000
 MAX_PROGRESS = 1e15
 MAX_EPOCHS = MAX_PROGRESS  # the former name
 MAX_NAMED = 5  # runs named in RunsFile.warning()
+# Progress past the plan by at most this share is the plan (a total written with
+# another rounding than the last row: 10.0000001 of 10); beyond it the run is damaged.
+PLAN_SLACK = 1e-6
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -287,7 +290,10 @@ def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float,
 
 def _assemble(run_id: str, acc: _Acc) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
-    rows = first_reached(acc.rows)
+    limit = acc.planned * (1.0 + PLAN_SLACK)
+    rows = first_reached(
+        (min(e, acc.planned) if e <= limit else e, t, line) for e, t, line in acc.rows
+    )
     if rows[0][0] != 0:
         raise RunsCsvError(
             rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"
@@ -296,13 +302,13 @@ def _assemble(run_id: str, acc: _Acc) -> Run:
         if cur[1] < prev[1]:
             raise RunsCsvError(
                 cur[2],
-                f"run {run_id!r}: epoch {cur[0]:g} at {cur[1]:.3f} is earlier than "
-                f"epoch {prev[0]:g} at {prev[1]:.3f} (line {prev[2]})",
+                f"run {run_id!r}: epoch {cur[0]:.12g} at {cur[1]:.3f} is earlier than "
+                f"epoch {prev[0]:.12g} at {prev[1]:.3f} (line {prev[2]})",
             )
     if rows[-1][0] > acc.planned:
         raise RunsCsvError(
             rows[-1][2],
-            f"run {run_id!r}: epoch {rows[-1][0]:g} beyond epochs_planned {acc.planned:g}",
+            f"run {run_id!r}: epoch {rows[-1][0]:.12g} beyond epochs_planned {acc.planned:.12g}",
         )
     features: dict[str, Feature] = dict(acc.texts)
     for name, (total, count) in acc.sums.items():

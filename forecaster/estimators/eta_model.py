@@ -693,10 +693,10 @@ class EtaModel:
         worth a lot; contended or time-sliced ones: it is not). Scored on past runs by
         the median absolute error of the shift-corrected P50 (what calibration will
         publish; the shift unheld, as the blend is tuned for every situation at once,
-        before the choice decides which runs publish it). The defaults stay unless another choice is better by
-        ``tune_margin`` (10 %): on a few dozen runs a grid of 30 overfits. A bin with
-        fewer than ``min_tune_samples`` samples takes the choice made on all bins pooled;
-        with fewer than that overall, the defaults.
+        before the choice decides which runs publish it). The defaults stay unless
+        another choice is better by ``tune_margin`` (10 %): on a few dozen runs a grid
+        of 30 overfits. A bin with fewer than ``min_tune_samples`` samples takes the
+        choice made on all bins pooled; with fewer than that overall, the defaults.
         """
         default = (self.huber_c, self.drift, self.prior_scale)
         grid = self._huber_grid()

@@ -56,6 +56,15 @@ def test_interleaved_uneven_rows_and_features() -> None:
     assert b.epoch_times == ((0, 100), (2, 150))  # a missed epoch end is fine
 
 
+def test_a_last_point_a_rounding_past_the_plan_is_the_plan() -> None:
+    """10.0000001 of 10 (the total written with another rounding): completed at 10. A
+    point truly past the plan is damage, named with every digit that tells them apart."""
+    (run,) = parse(f"{HEADER}\na,0,10,0\na,5,10,50\na,10.0000001,10,100\n")
+    assert run.completed is True and run.epoch_times[-1] == (10.0, 100.0)
+    result = parse_runs_file(io.StringIO(f"{HEADER}\nb,0,10,0\nb,10.001,10,100\n"))
+    assert result.runs == [] and "epoch 10.001 beyond epochs_planned 10" in result.skipped[0].reason
+
+
 @pytest.mark.parametrize(
     ("text", "line", "words"),
     [
