@@ -387,10 +387,10 @@ def intervals_ahead(remaining: float, done: float, n: int) -> float:
     """How many intervals of the run's own reporting width (``done / n``) remain.
 
     Why: the scale ``s`` is measured per reported interval, so the remaining time
-    averages that many intervals' noise, not one per unit of progress: counted in
-    samples (MLPerf bert, ~1e9) a per-unit count made that noise vanish, counted in
-    epochs thinned to 20 points it was overstated. Epoch-by-epoch reports from 0: the
-    remaining epochs, as before.
+    averages that many intervals' noise, not one per unit of progress: counted per
+    unit, that noise vanishes for a run counted in samples (MLPerf bert, ~1e9) and
+    shrinks for epochs thinned to 20 points. For epoch-by-epoch reports from 0 it is
+    the remaining epochs.
     """
     if n <= 0 or done <= 0:
         return max(remaining, 0.0)
