@@ -292,7 +292,8 @@ class Driver:
         self.seed = seed
         self.stats = DriverStats()
         self._due: list[Event] = []
-        self._retry: list[tuple[float, Event, bool]] = []  # first try, event, refused
+        # first try, event, the exporter's last refusal (HTTP status; 0: none yet)
+        self._retry: list[tuple[float, Event, int]] = []
         self.lock = threading.RLock()
 
     def write_scenarios(self, rel_now: float) -> None:
@@ -350,9 +351,9 @@ class Driver:
                 self._fire(event, now, now)
             self.sim.forget_before(rel - 120)
 
-    def _fire(self, event: Event, first_try: float, now: float, refused: bool = False) -> None:
-        """Act on ``event`` (first tried at ``first_try``); ``refused``: an earlier try
-        reached the exporter while the pod lived and was turned away."""
+    def _fire(self, event: Event, first_try: float, now: float, refused: int = 0) -> None:
+        """Act on ``event`` (first tried at ``first_try``); ``refused``: the HTTP status
+        with which the exporter turned away an earlier try while the pod lived (0: none)."""
         pod = event.pod
         if pod.kind != "training" or pod.report == "real":
             return
@@ -373,7 +374,9 @@ class Driver:
             # a real pod reports while it runs, and the exporter refuses a report from a
             # pod that is gone: none is sent once the pod has ended
             if refused:
-                self._failed(event, "refused while the pod ran, and the pod is gone")
+                self._failed(
+                    event, f"refused (HTTP {refused}) while the pod ran, and the pod is gone"
+                )
             else:  # nothing reached the exporter in time (demo start, a stalled driver)
                 self.stats.reports_skipped += 1
                 log.info(
@@ -387,7 +390,7 @@ class Driver:
             self.stats.reports_sent += 1
         elif status in (0, 403, 429, 503) and now - first_try < RETRY_SECONDS:
             # the exporter has not seen the pod yet (or is not listening yet): retry
-            self._retry.append((first_try, event, refused or status != 0))
+            self._retry.append((first_try, event, status or refused))
         else:
             self._failed(event, f"refused: HTTP {status}")
 

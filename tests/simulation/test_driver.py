@@ -203,4 +203,4 @@ def test_a_report_refused_while_the_pod_lived_fails_once_the_pod_is_gone(
         assert driver.stats.reports_failed > 0
         assert driver.stats.reports_sent == 0
         assert driver.stats.reports_skipped == 0
-        assert "the pod is gone" in caplog.text
+        assert "refused (HTTP 403) while the pod ran, and the pod is gone" in caplog.text
