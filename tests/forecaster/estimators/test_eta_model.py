@@ -386,6 +386,27 @@ def test_a_job_whose_own_rates_share_a_bias_gets_its_own_shift() -> None:
     assert errors(shifted, "steady") == pytest.approx(errors(plain, "steady"))
 
 
+def test_a_new_job_reading_its_first_intervals_takes_no_job_shift() -> None:
+    """With one or two intervals a new job's centre is its first intervals' reading,
+    whose bias is the system's start-up, not the job's shape: the slow-end job's shift
+    is neither learned nor applied there (at 10 %: two of twenty epochs), and still is
+    at half-way."""
+    history = shaped_history(160, seed=2, tag="old")
+    fresh = shaped_history(2, seed=3, tag="new", start=history[-1].last_timestamp + 100)[0]
+    assert fresh.features["job_name"] == "slow-end"
+    shifted = EtaModel(random_state=0).fit(history)
+    plain = EtaModel(random_state=0, job_shift_prior=math.inf).fit(history)
+    assert not any(p == 0.1 for _name, _job, p in shifted.job_shifts_)
+    early, half = truncate(fresh, 0.1), truncate(fresh, 0.5)
+    assert len(early.epoch_times) - 1 == 2
+    p50 = {m: m.predict(early, early.last_timestamp).p50 for m in (shifted, plain)}
+    assert p50[shifted] == pytest.approx(p50[plain])
+    assert (
+        shifted.predict(half, half.last_timestamp).p50
+        > 1.2 * plain.predict(half, half.last_timestamp).p50
+    )
+
+
 def two_widths(n: int, seed: int, start: float = 1.7e9) -> list:
     """Two jobs re-run on one node type (analogs): "steady" runs its second half at the
     speed of its first, within 1 %; "noisy" runs it 15 % (log-sd) faster or slower,
