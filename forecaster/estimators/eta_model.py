@@ -142,10 +142,10 @@ def shift_cap(name: str, parts: Components, rates: Mapping[str, float]) -> float
     return None if name == "analog" else own_discount(parts, rates)
 
 
-def takes_job_shift(name: str, intervals: int, cap: float | None) -> bool:
-    """Whether a forecast in situation ``name`` whose run has reported ``intervals``
-    intervals (with ``shift_cap`` ``cap``) gets its job's shift: in "new" not while its
-    centre reads one or two intervals.
+def takes_job_shift(name: str, parts: Components, cap: float | None) -> bool:
+    """Whether a forecast in situation ``name`` (its run's ``parts``, its ``shift_cap``
+    ``cap``) gets its job's shift: in "new" not while its centre reads one or two
+    intervals.
 
     Why: a job shift is a bias by job name on any hardware, the job's shape (evaluation
     passes, a slow last stretch). Until the robust rate drops its first interval, a new
@@ -155,7 +155,7 @@ def takes_job_shift(name: str, intervals: int, cap: float | None) -> bool:
     3.35 / 3.28 %); docs/forecasting-evidence.md, "Calibration and quality". One rule
     for ``fit`` and ``predict``.
     """
-    return name != "new" or intervals == 0 or cap is not None
+    return name != "new" or parts.rate is None or cap is not None
 
 
 def samples_in_order(samples: Sequence[_Sample]) -> list[_Sample]:
@@ -269,8 +269,7 @@ class EtaModel:
             jobs[name] = [ordered_samples[i].job for i in idx]
             caps = [shift_cap(name, tuned[i], ordered_samples[i].rates) for i in idx]
             shiftable[name] = [
-                takes_job_shift(name, 0 if tuned[i].rate is None else tuned[i].rate[3], cap)
-                for i, cap in zip(idx, caps, strict=True)
+                takes_job_shift(name, tuned[i], cap) for i, cap in zip(idx, caps, strict=True)
             ]
             self.choice_[name] = choose(
                 [residuals[i].point for i in idx],
@@ -815,10 +814,9 @@ class EtaModel:
 
             rates = remember(known, "rates", lambda: rate_candidates(run))
             cap = shift_cap(name, parts, rates)
-            intervals = 0 if parts.rate is None else parts.rate[3]
             job_shift = (
                 self.job_shifts_.get((name, job, point), 0.0)
-                if takes_job_shift(name, intervals, cap)
+                if takes_job_shift(name, parts, cap)
                 else 0.0
             )
 
