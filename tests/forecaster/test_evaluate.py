@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.evaluate import backtest, main
-from gpu_eta.forecaster.runs_csv import format_runs, read_runs
+from gpu_eta.forecaster.runs_csv import MAX_PROGRESS, format_runs, read_runs
 from tests.forecaster.estimators.runs_factory import job_history
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
@@ -126,11 +126,16 @@ def test_a_damaged_run_is_one_warning_line_not_a_refusal(
     synthetic_csv: Path, tmp_path: Path
 ) -> None:
     text = synthetic_csv.read_text()
+    # Whole rows (every column of the header), so each run is refused for its values.
+    pad = "," * (len(next(csv.reader([text.splitlines()[0]]))) - 4)
     damaged = tmp_path / "damaged.csv"
-    damaged.write_text(text + "zz,0,2,0\nzz,1,2,not-a-time\nyy,0,1e13,0\n")
+    damaged.write_text(
+        text + f"zz,0,2,0{pad}\nzz,1,2,not-a-time{pad}\nyy,0,{MAX_PROGRESS * 10:g},0{pad}\n"
+    )
     code, out, err = run_cli("--runs", str(damaged), "--json")
     assert code == 0 and err.count("\n") == 1
     assert "skipped 2 malformed run(s) of 42" in err and "'zz'" in err and "'yy'" in err
+    assert "not-a-time" in err and "epochs_planned must be in" in err
     _code, clean, _err = run_cli("--runs", str(synthetic_csv), "--json")
     assert json.loads(out) == json.loads(clean)  # the same shape and the same scores
 
