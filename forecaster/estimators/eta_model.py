@@ -11,7 +11,7 @@ should not know there is a prior, a rate and a calibrator inside.
 2. replays the most recent ``max_calibration_runs`` completed runs at each progress
    point (start, and the last epoch seen at 10/25/50/75 %), their job prior built only
    from runs that ended before that moment (temporal), the pooled regression fitted
-   without their job (``PriorEstimator.held_out``), and collects normalised
+   as it stood before the run (``PriorEstimator.held_out``), and collects normalised
    residuals of the raw estimate against the truth;
 3. fits split-conformal z quantiles per bin on them (``calibration.py``) and
    measures leave-later-out quality, ``quality_`` (and ``tails_``, the shares below

@@ -165,9 +165,8 @@ def test_a_replayed_run_is_predicted_by_a_regression_that_never_saw_its_job() ->
         dataclasses.replace(r, features={**r.features, "namespace": f"ns{i % 2}"})
         for i, r in enumerate(job_history(60, seed=4, noise=0.02))
     ]
-    odd = make_run(
-        "odd", [500.0] * 10, start=1_600_000_000.0, job_name="odd", namespace="x", batch_size=64
-    )
+    after = max(r.last_timestamp for r in history) + 100.0
+    odd = make_run("odd", [500.0] * 10, start=after, job_name="odd", namespace="x", batch_size=64)
     history.append(odd)
     prior = PriorEstimator().fit(history)
     truth = math.log(500.0)
@@ -177,10 +176,39 @@ def test_a_replayed_run_is_predicted_by_a_regression_that_never_saw_its_job() ->
     replayed = prior.per_epoch(odd, before=odd.start_timestamp)
     assert replayed.level == "regression"
     assert abs(replayed.log_seconds - truth) > 1.0  # the held-out regression cannot know it
-    held_out = prior.held_out(odd)
-    assert held_out is prior.held_out(odd)  # fitted once per fold
+    held_out = prior.held_out(odd.start_timestamp)
+    assert held_out is prior.held_out(odd.start_timestamp + 1.0)  # fitted once per cut
     assert held_out.n_obs_ < prior.n_obs_
     assert "x" not in held_out.levels_.get("namespace", [])
+
+
+def test_a_replayed_run_is_predicted_by_the_regression_as_it_stood_when_it_started() -> None:
+    """A submission's runs come together: a new configuration's first run, replayed,
+    must not be predicted from its sisters that ran after it (other jobs of the same
+    namespace, so leaving its own job out does not remove them). Live they were not
+    there yet; a regression that knew them made new jobs' intervals too narrow."""
+    history = job_history(60, seed=4, noise=0.02)
+    t = max(r.last_timestamp for r in history) + 100.0
+    sisters = [
+        make_run(
+            f"s{i}",
+            [500.0] * 10,
+            start=t + 6000.0 * i,
+            job_name=f"big{i}",
+            namespace="new",
+            batch_size=64,
+        )
+        for i in range(6)
+    ]
+    first = sisters[0]
+    prior = PriorEstimator().fit([*history, *sisters])
+    truth = math.log(500.0)
+    assert prior._pooled(first).log_seconds == pytest.approx(truth, abs=0.3)  # knows them
+    replayed = prior.per_epoch(first, before=first.start_timestamp)
+    assert replayed.level == "regression"
+    assert abs(replayed.log_seconds - truth) > 1.0  # as it stood: none of them had run
+    assert prior.held_out(first.start_timestamp).n_obs_ <= len(history)  # none of them
+    assert prior.held_out(sisters[-1].last_timestamp + 1.0).n_obs_ == prior.n_obs_
 
 
 def test_update_adds_finished_runs_to_their_job_groups() -> None:
@@ -224,7 +252,7 @@ def test_a_new_job_counting_samples_gets_a_start_forecast_near_the_pooled_durati
     assert prior.per_epoch(bert).level == "regression"
     assert lo / 3 < live.p50 < hi * 3, (live.p50, lo, hi)
     # the calibration replay's held-out regression (a job it never saw) agrees
-    replayed = prior.per_epoch(bert, before=bert.last_timestamp)
+    replayed = prior.per_epoch(bert, before=max(r.last_timestamp for r in history) + 1.0)
     assert replayed.level == "regression"
     assert lo / 3 < math.exp(replayed.log_seconds) * 1e6 < hi * 3
 
@@ -343,7 +371,8 @@ def test_a_job_new_to_this_namespace_reads_the_same_job_on_the_same_hardware() -
     assert own.level == "job_batch" and est.sigma > own.sigma
     # the calibration replay reads only the runs that ended before the moment
     assert prior.per_epoch(new, before=1e6).level == "job"
-    assert prior.per_epoch(new, before=500.0).level == "regression"
+    # before any run had ended there was nothing to learn from, not even a regression
+    assert prior.per_epoch(new, before=500.0).level == "default"
     other = dataclasses.replace(new, features={**new.features, "gpus": 4.0})
     assert prior.per_epoch(other).level == "regression"
     # a run finishing between fits joins its hardware group at once
