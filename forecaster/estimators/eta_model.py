@@ -361,7 +361,7 @@ class EtaModel:
         """
         keys: list[tuple[str, str, float]] = []
         errors: list[float] = []
-        for name in ("new", "transfer", "job"):
+        for name in (s for s in SITUATIONS if s != "analog"):
             for r, job, takes in zip(moved[name], jobs[name], shiftable[name], strict=True):
                 if job and takes:
                     shift = self._calibration(name, r.point)[0].bins_[r.point][0]

@@ -650,8 +650,9 @@ class PriorEstimator:
         runs a replay reads (``HOLDOUT_SPAN``, or all when fewer): a replay takes
         about ten fits, and knows on average half a step (30 runs) less than live
         did; with five cuts (60 runs) the starts of MLPerf runs where nothing repeats
-        were covered 85–95 %, too wide. A run that started further back than ``MAX_HOLDOUT_STEPS`` steps
-        uses the oldest cut (it may then know runs that ended after it started).
+        were covered 85–95 %, too wide. A run that started further back than
+        ``MAX_HOLDOUT_STEPS`` steps uses the oldest cut (it may then know runs that
+        ended after it started).
         Each fit is made on first use and kept with this fit.
         """
         self._check()
