@@ -15,6 +15,10 @@ on the same moments (the table's ``gpu-eta ÷ best``):
   misses a target, no choosing or weighting of these candidates reaches it;
 * the best fixed weight ``w`` of the job prior against the run's own rate (the two
   measurements the blend weighs), picked after the fact per point;
+* the **history pace** (``IdentityPace``): the time
+  elapsed × how the earlier runs of the same identity went on from the same fraction
+  of their plan, no fitted constant — what the identity's own past says with nothing
+  learned, on the moments it can answer (an earlier completed run of the identity);
 * how much of the remaining time's speed differed from the speed at the moment of the
   forecast (``future/current``: mean seconds per remaining epoch over the median of
   the last three intervals' seconds per epoch) — contention arriving or leaving after
@@ -54,6 +58,48 @@ from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.choice import rate_candidates
 from gpu_eta.forecaster.evaluate import Replay, identity_key, replay_events
 from gpu_eta.forecaster.runs import Run
+
+
+class IdentityPace:
+    """Remaining seconds as the time elapsed × the median, over earlier completed runs
+    of the same namespace + job + node type, of the time each took after reaching the
+    run's fraction of its plan ÷ the time it took to reach it.
+
+    Why here: beside the candidates it says how much the identity's past alone carries
+    on a corpus, with nothing fitted: where it trails the rate baselines, a prior built
+    on that past has little to add to the run's own rate.
+    ``fit`` takes a history that only grows (``Replay.by_end`` prefixes)."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._paths: dict[tuple[str, ...], list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def fit(self, history: Sequence[Run]) -> IdentityPace:
+        if len(history) < self._seen:  # not a grown prefix: start again
+            self._seen, self._paths = 0, {}
+        for run in history[self._seen :]:
+            key = identity_key(run)
+            if run.completed is True and key is not None and run.epochs_planned > 0:
+                done = np.array([e for e, _t in run.epoch_times]) / run.epochs_planned
+                took = np.array([t for _e, t in run.epoch_times]) - run.start_timestamp
+                self._paths.setdefault(key, []).append((done, took))
+        self._seen = len(history)
+        return self
+
+    def predict(self, run: Run, now: float) -> float:
+        """Remaining seconds at ``now``; ``InsufficientData`` without a usable past."""
+        key = identity_key(run)
+        elapsed = run.last_timestamp - run.start_timestamp
+        fraction = run.epochs_done / run.epochs_planned if run.epochs_planned > 0 else 0.0
+        ratios = []
+        for done, took in self._paths.get(key, []) if key is not None else []:
+            before = float(np.interp(fraction, done, took))
+            if before > 0:
+                ratios.append((took[-1] - before) / before)
+        if not ratios or elapsed <= 0:
+            raise InsufficientData("history pace: no earlier run of this identity to read")
+        return max(0.0, elapsed * float(np.median(ratios)) - (now - run.last_timestamp))
+
 
 CANDIDATES = ("analog", "blend", "rate", "prior", "keras", "linear")
 """gpu-eta's own candidates (log remaining seconds), as ``EtaModel.predict`` computes them."""
@@ -106,6 +152,7 @@ def collect(parts: Sequence[Sequence[Run]]) -> list[dict]:
             IDENTITY_MEDIAN: IdentityMedian(),
         }
         rate_baselines = {n: make_estimator(n).fit([]) for n in BASELINES if n != "history_match"}
+        pace = IdentityPace()
         seen: dict = {}
         fitted_k = -1
         for ts, point, part, run in replay_events(runs):
@@ -113,7 +160,7 @@ def collect(parts: Sequence[Sequence[Run]]) -> list[dict]:
                 continue
             k = replay.ended_before(ts)
             if k != fitted_k:
-                for est in extra.values():
+                for est in (*extra.values(), pace):
                     est.fit(replay.by_end[:k])
                 for r in replay.by_end[max(fitted_k, 0) : k]:
                     seen[identity_key(r)] = seen.get(identity_key(r), 0) + 1
@@ -129,6 +176,10 @@ def collect(parts: Sequence[Sequence[Run]]) -> list[dict]:
                     missing = missing or name in rate_baselines
             if missing:
                 continue
+            try:
+                paced: float | None = pace.predict(part, ts)
+            except InsufficientData:
+                paced = None
             key = identity_key(run)
             rows.append(
                 {
@@ -140,6 +191,7 @@ def collect(parts: Sequence[Sequence[Run]]) -> list[dict]:
                     "gpu_eta": model.predict(part, ts).p50,
                     "cands": candidates(model, part),
                     "base": base,
+                    "pace": paced,
                     "history": (seen.get(key, 0) if key is not None else 0) > 0,
                     "change": speed_change(part, run),
                 }
@@ -155,7 +207,7 @@ def summary(rows: Sequence[dict], title: str) -> None:
     print(f"\n{title}")
     head = ["point", "n", "best base", "gpu-eta", *CANDIDATES, "best fixed", "best per fifth"]
     head += ["oracle"]
-    head += ["oracle+base", "best w·prior+(1-w)·rate", "|chg|>25%", "med |chg|"]
+    head += ["oracle+base", "best w·prior+(1-w)·rate", "history pace", "|chg|>25%", "med |chg|"]
     print(" | ".join(head))
     for point in POINTS[1:]:
         sel = [r for r in rows if r["point"] == point]
@@ -208,11 +260,23 @@ def summary(rows: Sequence[dict], title: str) -> None:
             if m.any():
                 by_fifth[m] = stack[int(np.argmin(np.median(stack[:, m], axis=1))), m]
         chg = np.array([abs(r["change"]) for r in sel if r["change"] is not None])
+        paced = [r for r in sel if r["pace"] is not None]
+        pace = "–"
+        if paced:  # on the moments it answered, against the best baseline there
+            best_there = min(
+                np.median([err(r["base"][n], r["truth"]) for r in paced if n in r["base"]])
+                for n in names
+                if any(n in r["base"] for r in paced)
+            )
+            pace_err = np.median([err(r["pace"], r["truth"]) for r in paced])
+            pace = f"{pace_err / best_there:.2f}x (n={len(paced)})"
+
         cells = [f"{point:.0%}", str(len(sel)), f"{best:.1%}", f"{eta / best:.2f}x"]
         cells += [f"{med[n] / best:.2f}x" for n in CANDIDATES]
         cells += [f"{min(med.values()) / best:.2f}x", f"{np.median(by_fifth) / best:.2f}x"]
         cells += [f"{oracle / best:.2f}x"]
         cells += [f"{oracle_all / best:.2f}x", f"{weighted[0] / best:.2f}x (w={weighted[1]:.2f})"]
+        cells += [pace]
         cells += [f"{np.mean(chg > math.log(1.25)):.0%}", f"{np.median(np.expm1(chg)):.1%}"]
         print(" | ".join(cells))
 
