@@ -24,10 +24,12 @@ from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 
-# With no history at all and no observed epoch, the per-epoch time is unknown: this
-# default (a minute per epoch, log-sd 2: P10–P90 of about 5 s to 13 min per epoch)
-# says so with a deliberately wide interval instead of a confident guess.
-DEFAULT_EPOCH_SECONDS = 60.0
+# With no history at all and no observed epoch, the run's length is unknown: this
+# default (an hour for the whole run, log-sd 2: P10–P90 of about 5 min to 13 h) says so
+# with a deliberately wide interval instead of a confident guess. A whole run, not a
+# time per unit of progress: the unit is the job's (epochs, steps, samples), and a
+# minute per unit gave a first job counting 4·10⁶ samples a forecast of eight years.
+DEFAULT_RUN_SECONDS = 3600.0
 DEFAULT_LOG_SIGMA = 2.0
 Z90 = 1.2815515655446004  # standard normal 0.9 quantile: P10/P90 = median · exp(∓Z90·σ)
 # Remaining times are clamped to this (about 30 years) so no input can overflow exp().

@@ -32,7 +32,8 @@ much weaker. A cluster re-runs the same jobs, so the most specific evidence wins
    same job name (0 for a new name): a run planned twice as long as its job usually is
    takes about twice as long, whatever the unit. Missing numbers are imputed with the training
    median. A ``ConvergenceWarning`` is kept (``converged_``/``warnings_``), never raised.
-3. **No usable history**: the documented default (``DEFAULT_EPOCH_SECONDS``, wide).
+3. **No usable history**: the documented default (``DEFAULT_RUN_SECONDS`` for the whole
+   run, wide).
 
 The job levels' target ``y = log((last − start) / epochs_done)`` (the regression's:
 ``y + log(epochs_planned)``) uses completed runs and runs that
@@ -60,8 +61,8 @@ import numpy as np
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.analog import node_type
 from gpu_eta.forecaster.estimators.base import (
-    DEFAULT_EPOCH_SECONDS,
     DEFAULT_LOG_SIGMA,
+    DEFAULT_RUN_SECONDS,
     NotFittedError,
     at_now,
     lognormal_quantiles,
@@ -491,7 +492,7 @@ class PriorEstimator:
         self._cat_rows = [tuple(r.features.get(c) for c in CATEGORICAL) for r in runs]
         self._unknown_cache: dict[tuple, tuple[float, ...]] = {}
         self.job_planned_: dict[str, float] = {}
-        self.coef_ = np.array([math.log(DEFAULT_EPOCH_SECONDS)])
+        self.coef_ = np.array([math.log(DEFAULT_RUN_SECONDS)])
         self.sigma_ = DEFAULT_LOG_SIGMA
         self.batch_slope_ = 0.0
         y_arr = np.asarray(y, dtype=float)
@@ -624,7 +625,8 @@ class PriorEstimator:
     def _pooled(self, run: Run) -> PriorEstimate:
         """The pooled regression's estimate (the default with no history at all)."""
         if len(self.coef_) == 1 and self.n_obs_ == 0:
-            return PriorEstimate(math.log(DEFAULT_EPOCH_SECONDS), DEFAULT_LOG_SIGMA, "default", 0)
+            log_epoch = math.log(DEFAULT_RUN_SECONDS) - math.log(run.epochs_planned)
+            return PriorEstimate(log_epoch, DEFAULT_LOG_SIGMA, "default", 0)
         x = self._design_row(run)
         hgb = getattr(self, "hgb_", None)
         total = float(hgb.predict(x[None, :])[0]) if hgb is not None else float(x @ self.coef_)

@@ -38,8 +38,8 @@ from typing import TypeVar
 import numpy as np
 
 from gpu_eta.forecaster.estimators.base import (
-    DEFAULT_EPOCH_SECONDS,
     DEFAULT_LOG_SIGMA,
+    DEFAULT_RUN_SECONDS,
     NotFittedError,
     at_now,
     intervals,
@@ -460,7 +460,8 @@ class RateEstimator:
             huber_c=self.huber_c,
         )
         if est is None:
-            center, sigma, n = math.log(DEFAULT_EPOCH_SECONDS * m), DEFAULT_LOG_SIGMA, 0
+            default = DEFAULT_RUN_SECONDS * m / run.epochs_planned  # the rest of a default run
+            center, sigma, n = math.log(default), DEFAULT_LOG_SIGMA, 0
         else:
             center, sigma, n = est
         q = lognormal_quantiles(center, sigma)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from gpu_eta.forecaster.estimators.base import DEFAULT_EPOCH_SECONDS
+from gpu_eta.forecaster.estimators.base import DEFAULT_RUN_SECONDS
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
@@ -53,9 +53,13 @@ def test_empty_history_gives_the_wide_default() -> None:
     prior = PriorEstimator().fit([])
     est = prior.per_epoch(make_run("n", [], planned=10))
     assert est.level == "default"
-    assert math.exp(est.log_seconds) == pytest.approx(DEFAULT_EPOCH_SECONDS)
+    assert math.exp(est.log_seconds) * 10 == pytest.approx(DEFAULT_RUN_SECONDS)
     f = prior.predict(make_run("n", [], planned=10), 0.0)
     assert f.p90 / f.p10 > 50
+    # the same whole run whatever the unit: a first job counting 4·10⁶ samples is not
+    # forecast 4·10⁶ times longer than one counting 10 epochs
+    samples = prior.predict(make_run("s", [], planned=4e6), 0.0)
+    assert samples.p50 == pytest.approx(f.p50) == pytest.approx(DEFAULT_RUN_SECONDS)
 
 
 def test_nan_and_missing_features_do_not_break_it() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpu_eta.forecaster.estimators import rate as rate_mod
-from gpu_eta.forecaster.estimators.base import DEFAULT_EPOCH_SECONDS, NotFittedError
+from gpu_eta.forecaster.estimators.base import DEFAULT_RUN_SECONDS, NotFittedError
 from gpu_eta.forecaster.estimators.rate import (
     RateEstimator,
     change_point,
@@ -88,8 +88,10 @@ def test_stalled_holds_eta_and_widens() -> None:
 def test_no_epoch_yet_uses_the_wide_default() -> None:
     run = make_run("x", [], planned=10)
     f = RateEstimator().fit([]).predict(run, run.start_timestamp)
-    assert f.p50 == pytest.approx(10 * DEFAULT_EPOCH_SECONDS)
+    assert f.p50 == pytest.approx(DEFAULT_RUN_SECONDS)
     assert f.p90 / f.p10 > 50
+    samples = make_run("s", [], planned=4e6)  # the unit of progress does not matter
+    assert RateEstimator().fit([]).predict(samples, samples.start_timestamp).p50 == f.p50
 
 
 def test_finished_run_has_nothing_left() -> None:
