@@ -10,6 +10,7 @@ One command prints the accuracy table published in docs/forecasting.md::
     python bench/forecast_accuracy.py --speed             # fit/predict/evaluate timings
     python bench/forecast_accuracy.py --mid-epoch         # coverage part-way into an epoch
     python bench/forecast_accuracy.py --no-repeats --corpus mlperf-confirm  # nothing repeats
+    python bench/forecast_accuracy.py --no-identity --corpus mlperf-confirm  # bare files
 
 Why a bench and not a test: these are figures to report and watch move, with their
 uncertainty; tests assert only what holds with honest margins.
@@ -178,6 +179,16 @@ def alone(run: Run) -> Run:
     for name in IDENTITY_COLUMNS:  # what identity_key and prior.job_key read
         features[name] = run.run_id
     return replace(run, features=features, namespace=run.run_id)
+
+
+def bare(run: Run) -> Run:
+    """``run`` with no features at all: no identity, batch size, GPU count or model.
+
+    Why: a runs file may hold only run id, progress, plan and time (a log scraped
+    without its job's labels); ``--no-identity`` replays a corpus that way, where not
+    even the pooled regression has an input and the run's own progress is all there is.
+    """
+    return replace(run, features={}, namespace="")
 
 
 def limit_runs(runs: Sequence[Run], limit: int | None, seed: int = SEED) -> list[Run]:
@@ -713,6 +724,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="every run a job of its own (no analogs, no job prior): a cluster where nothing repeats",
     )
+    parser.add_argument(
+        "--no-identity",
+        action="store_true",
+        help="every run without features (no job name, namespace, batch size...): a bare file",
+    )
     args = parser.parse_args(argv)
     if args.speed:
         speed()
@@ -724,6 +740,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--limit must be ≥ 1")
     if not 0 < args.refit_fraction <= 1:
         parser.error("--refit-fraction must be in (0, 1]")
+    if args.write_docs and (args.corpus or args.no_repeats or args.no_identity):
+        parser.error(
+            "--write-docs publishes every corpus as recorded: "
+            "drop --corpus/--no-repeats/--no-identity"
+        )
+    if args.no_repeats and args.no_identity:
+        parser.error("--no-repeats and --no-identity are two different replays: pick one")
     corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
     if args.corpus:
         unknown = set(args.corpus) - {c.name for c in corpora}
@@ -733,8 +756,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"have {', '.join(c.name for c in corpora)}"
             )
         corpora = [c for c in corpora if c.name in args.corpus]
-    if args.write_docs and (args.corpus or args.no_repeats):
-        parser.error("--write-docs publishes every corpus as recorded: drop --corpus/--no-repeats")
+    if args.no_identity:
+        for corpus in corpora:
+            corpus.parts = [[bare(run) for run in part] for part in corpus.parts]
+            corpus.description += ", every run without features (--no-identity)"
     if args.no_repeats:
         for corpus in corpora:
             corpus.parts = [[alone(run) for run in part] for part in corpus.parts]

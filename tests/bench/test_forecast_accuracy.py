@@ -69,6 +69,23 @@ def test_no_repeats_makes_every_run_a_job_of_its_own() -> None:
     assert lone_a.epoch_times == a.epoch_times and lone_a.epochs_planned == a.epochs_planned
 
 
+def test_no_identity_leaves_a_run_only_its_progress() -> None:
+    """``--no-identity``: no feature survives, so no identity, no job and no regression
+    input; progress, plan and times are untouched; it cannot be combined with
+    ``--no-repeats`` or published."""
+    from gpu_eta.forecaster.estimators.prior import job_key
+    from gpu_eta.forecaster.evaluate import identity_key
+
+    run = make_run("1", [5.0, 5.0], job_name="bert", namespace="lab", batch_size=64, gpus=8)
+    plain = fa.bare(run)
+    assert dict(plain.features) == {} and plain.namespace == ""
+    assert identity_key(plain) is None and not job_key(plain)
+    assert plain.epoch_times == run.epoch_times and plain.epochs_planned == run.epochs_planned
+    for argv in (["--no-identity", "--no-repeats"], ["--no-identity", "--write-docs"]):
+        with pytest.raises(SystemExit):  # refused before any corpus is read
+            fa.main(argv)
+
+
 def test_limit_keeps_whole_identities_and_is_seeded() -> None:
     runs = [
         make_run(f"{job}{i}", [5.0], start=1e9 + 100 * i + j, job_name=job, namespace="ns")
