@@ -90,7 +90,7 @@ class IdentityPace:
         """Remaining seconds at ``now``; ``InsufficientData`` without a usable past."""
         key = identity_key(run)
         elapsed = run.last_timestamp - run.start_timestamp
-        fraction = run.epochs_done / run.epochs_planned if run.epochs_planned > 0 else 0.0
+        fraction = run.progress_ratio
         ratios = []
         for done, took in self._paths.get(key, []) if key is not None else []:
             before = float(np.interp(fraction, done, took))

@@ -80,6 +80,12 @@ def remaining_epochs(run: Run) -> float:
     return max(0.0, run.epochs_planned - run.epochs_done)
 
 
+def default_log_seconds_per_epoch(run: Run) -> float:
+    """Log seconds per unit of progress of a default run (``DEFAULT_RUN_SECONDS`` for
+    its whole plan): what the prior and the rate estimator assume with nothing known."""
+    return math.log(DEFAULT_RUN_SECONDS) - math.log(run.epochs_planned)
+
+
 def at_now(
     quantiles: tuple[float, float, float], run: Run, now: float
 ) -> tuple[float, float, float]:

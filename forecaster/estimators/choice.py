@@ -87,10 +87,11 @@ OPTIONS = {
 }
 DEFAULTS = {"new": OWN, "transfer": OWN, "job": BLEND, "analog": BLEND}
 """What stands until the replay shows a clearly better option: for a job never seen on
-this node type, or one whose prior is borrowed ("transfer"), the run's own rate (``own_centre``: a prior that is a regression over
-other jobs was 10–100x off at 10 % on MLPerf, and once the first interval is dropped the
-robust rate beat the baselines' reading at 25–75 % on most corpora,
-docs/forecasting-evidence.md, "Which estimate is published"); otherwise the blend."""
+this node type, or one whose prior is borrowed ("transfer"), the run's own rate
+(``own_centre``: a prior that is a regression over other jobs was 10–100x off at 10 %
+on MLPerf, and once the first interval is dropped the robust rate beat the baselines'
+reading at 25–75 % on most corpora, docs/forecasting-evidence.md, "Which estimate is
+published"); otherwise the blend."""
 
 
 def situation(has_analogs: bool, prior_level: str) -> str:

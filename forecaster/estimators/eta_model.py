@@ -87,7 +87,7 @@ from gpu_eta.forecaster.estimators.choice import (
     rate_candidates,
     situation,
 )
-from gpu_eta.forecaster.estimators.prior import NUMERIC_RAW, job_key
+from gpu_eta.forecaster.estimators.prior import HOLDOUT_SPAN, NUMERIC_RAW, job_key
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.estimators.selfcheck import Cut, analog_trust
 from gpu_eta.forecaster.forecast import Forecast
@@ -170,7 +170,7 @@ class EtaModel:
         self,
         random_state: int | None = None,
         coverage: float = 0.8,
-        max_calibration_runs: int = 600,
+        max_calibration_runs: int = HOLDOUT_SPAN,
         max_regression_runs: int = 5000,
         max_job_runs: int = 50,
         min_samples: int = 8,

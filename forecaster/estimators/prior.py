@@ -65,6 +65,7 @@ from gpu_eta.forecaster.estimators.base import (
     DEFAULT_RUN_SECONDS,
     NotFittedError,
     at_now,
+    default_log_seconds_per_epoch,
     lognormal_quantiles,
     ordered,
     remaining_epochs,
@@ -89,7 +90,7 @@ MAX_LEVELS = 15
 MIN_SIGMA = 0.03
 POOLED_MODELS = ("rlm", "hgb")
 MIN_HGB_RUNS = 200
-HOLDOUT_SPAN = 600  # the runs a calibration replays (EtaModel.max_calibration_runs)
+HOLDOUT_SPAN = 600  # the runs a calibration replays: EtaModel.max_calibration_runs' default
 HOLDOUT_CUTS = 10  # held-out regressions over that span
 MAX_HOLDOUT_STEPS = 24
 
@@ -625,8 +626,9 @@ class PriorEstimator:
     def _pooled(self, run: Run) -> PriorEstimate:
         """The pooled regression's estimate (the default with no history at all)."""
         if len(self.coef_) == 1 and self.n_obs_ == 0:
-            log_epoch = math.log(DEFAULT_RUN_SECONDS) - math.log(run.epochs_planned)
-            return PriorEstimate(log_epoch, DEFAULT_LOG_SIGMA, "default", 0)
+            return PriorEstimate(
+                default_log_seconds_per_epoch(run), DEFAULT_LOG_SIGMA, "default", 0
+            )
         x = self._design_row(run)
         hgb = getattr(self, "hgb_", None)
         total = float(hgb.predict(x[None, :])[0]) if hgb is not None else float(x @ self.coef_)

@@ -39,9 +39,9 @@ import numpy as np
 
 from gpu_eta.forecaster.estimators.base import (
     DEFAULT_LOG_SIGMA,
-    DEFAULT_RUN_SECONDS,
     NotFittedError,
     at_now,
+    default_log_seconds_per_epoch,
     intervals,
     lognormal_quantiles,
     ordered,
@@ -460,8 +460,9 @@ class RateEstimator:
             huber_c=self.huber_c,
         )
         if est is None:
-            default = DEFAULT_RUN_SECONDS * m / run.epochs_planned  # the rest of a default run
-            center, sigma, n = math.log(default), DEFAULT_LOG_SIGMA, 0
+            # the rest of a default run
+            center = default_log_seconds_per_epoch(run) + math.log(m)
+            sigma, n = DEFAULT_LOG_SIGMA, 0
         else:
             center, sigma, n = est
         q = lognormal_quantiles(center, sigma)
