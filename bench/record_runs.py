@@ -14,7 +14,11 @@ sizes and epoch counts). Two scenarios:
 
 Each run writes one row per epoch end (epoch 0 = start of training), with the
 columns of docs/forecasting.md: ``run_id,epoch,epochs_planned,timestamp_seconds,
-job_name,batch_size,framework,gpu_model``.
+job_name,batch_size,framework,gpu_model``. With ``--points N`` progress is counted
+in optimizer steps instead (a ``max_steps`` trainer, a tqdm bar): one row every
+``total_steps // N`` steps and at the last, ``epochs_planned`` = the planned steps.
+That is what the live forecaster sees of a step-level run (up to 400 points), where
+the rows of an epoch-level recording are ~20.
 
 Usage::
 
@@ -146,8 +150,13 @@ def train_run(
     competitor_off: float | None,
     cancel_at: int | None,
     rng: random.Random,
+    report_every: int = 0,
 ) -> list[tuple[int, float]]:
-    """Train one real run; return ``(epoch, unix seconds)`` at start and each epoch end."""
+    """Train one real run; return ``(progress, unix seconds)`` at the start and after.
+
+    Progress is the epoch at each epoch end, or with ``report_every`` > 0 the optimizer
+    step every ``report_every`` steps and at the run's last step.
+    """
     gen = torch.Generator().manual_seed(rng.randrange(2**31))
     x = torch.randn((workload.n_samples, *workload.in_shape), generator=gen)
     y = torch.randint(0, 10, (workload.n_samples,), generator=gen)
@@ -158,6 +167,8 @@ def train_run(
     loss_fn = nn.CrossEntropyLoss()
     cache: torch.Tensor | None = None
     times = [(0, time.time())]
+    step = 0
+    last_step = epochs * -(-workload.n_samples // batch_size)
     for epoch in range(1, epochs + 1):
         if competitor is not None:
             frac = (epoch - 1) / epochs
@@ -179,13 +190,17 @@ def train_run(
             loss = loss_fn(model(cache[idx]), y[idx])
             loss.backward()
             opt.step()
+            step += 1
+            if report_every and (step % report_every == 0 or step == last_step):
+                times.append((step, time.time()))
         if eval_every and epoch % eval_every == 0:
             model.eval()
             with torch.no_grad():
                 for _ in range(2):
                     for i in range(0, len(x_val), 256):
                         model(x_val[i : i + 256])
-        times.append((epoch, time.time()))
+        if not report_every:
+            times.append((epoch, time.time()))
         if cancel_at is not None and epoch >= cancel_at:
             break
     return times
@@ -226,6 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--size", type=int, default=1, help="multiply the data set size")
     parser.add_argument("--epochs", default="10,20,30", help="epoch counts to draw from")
+    parser.add_argument(
+        "--points",
+        type=int,
+        default=0,
+        help="count progress in optimizer steps, about N rows a run (0: one row per epoch)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
@@ -234,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--epochs: comma-separated integers expected, got {args.epochs!r}")
     if not epoch_choices or min(epoch_choices) < 1 or not 1 <= args.size <= 50:
         parser.error("--epochs must be positive and --size within 1..50")
+    if not 0 <= args.points <= 5000:
+        parser.error("--points must be within 0..5000")
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
     competitor = Competitor(args.competitors) if args.scenario == "shared" else None
@@ -275,6 +298,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if rng.random() < 0.07:
                         cancel_at = rng.randrange(1, epochs)
                 run_id = f"{args.scenario}-s{args.seed}-{i:03d}-{workload.name}-b{batch_size}"
+                planned = epochs
+                every = 0
+                if args.points:
+                    planned = epochs * -(-workload.n_samples // batch_size)
+                    every = max(1, planned // args.points)
                 meta["load1_at_run_start"][run_id] = _load1()
                 try:
                     times = train_run(
@@ -289,16 +317,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         competitor_off=off,
                         cancel_at=cancel_at,
                         rng=rng,
+                        report_every=every,
                     )
                 finally:
                     if competitor is not None:
                         competitor.stop()
-                for epoch, ts in times:
+                for progress, ts in times:
                     writer.writerow(
                         (
                             run_id,
-                            epoch,
-                            epochs,
+                            progress,
+                            planned,
                             f"{ts:.3f}",
                             workload.name,
                             batch_size,
@@ -309,7 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 fh.flush()
                 took = times[-1][1] - times[0][1]
                 print(
-                    f"{run_id}: {len(times) - 1}/{epochs} epochs in {took:.1f}s "
+                    f"{run_id}: {times[-1][0]}/{planned} {'steps' if every else 'epochs'} "
+                    f"in {took:.1f}s "
                     f"(competitor on={on} off={off})",
                     flush=True,
                 )
