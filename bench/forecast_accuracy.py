@@ -41,6 +41,11 @@ the model knows only runs that ended before each moment):
 * ``cpu-periodic``: the same recorder's shared scenario on one torch thread, unpinned
   (``periodic_*``): the neighbour has the other core, so what a run shows is its
   evaluation pass every 3 or 5 epochs and its slow first epoch, little contention.
+* ``cpu-steps``: the same recorder with ``--points 200`` (``steps_*``): progress in
+  optimizer steps, about 200 points a run, as the live forecaster sees a ``max_steps``
+  trainer or a tqdm bar (the other corpora hold ~20 points a run). ``steps_pinned``
+  sessions have nothing of ours competing, ``steps_contended`` ones the shared
+  scenario's neighbour, evaluation passes and cache fill, on the same core.
 * ``keras-seed002``: seed 002's Keras log (one run: a smoke figure, not a claim).
 * ``mlperf-fixture``: tests/fixtures/runs/mlperf*.csv[.gz] when present.
 
@@ -278,6 +283,11 @@ def load_corpora(mlperf: Path | None, limit: int | None) -> list[Corpus]:
             "cpu-periodic",
             "periodic_*.csv",
             "PyTorch CPU runs on one thread, evaluation every 3–5 epochs, little contention",
+        ),
+        (
+            "cpu-steps",
+            "steps_*.csv.gz",
+            "PyTorch CPU runs counted in optimizer steps, ~200 points a run",
         ),
         ("keras-seed002", "keras_seed002.csv", "seed 002's Keras log (1 run)"),
     ):

@@ -429,3 +429,29 @@ def test_periodic_runs_pooled_against_the_rate_baselines() -> None:
         assert medians["gpu_eta"] <= bound * best, (point, medians)
     for name in PERIODIC:
         assert 0.65 <= pooled_coverage(scored(name)) <= 0.97
+
+
+STEP_LEVEL = (
+    *(f"steps_pinned_s{seed}.csv.gz" for seed in (61, 62, 63)),
+    *(f"steps_contended_s{seed}.csv.gz" for seed in (64, 65, 67, 68)),
+)
+
+
+def test_step_level_runs_pooled_against_the_rate_baselines() -> None:
+    """Progress counted in optimizer steps, ~200 rows a run: what the live forecaster
+    keeps of a ``max_steps`` trainer or a tqdm bar (every other recording has a row per
+    epoch). The robust rate, its dropped first interval and the change point read
+    hundreds of short intervals here, most of them noisier than an epoch. Pooled over
+    the seven sessions gpu-eta is within 1.2x of the best rate baseline at 10–75 %
+    (measured 0.90 / 0.93 / 0.94 / 1.05x: level, not better; the ~5 % drift of a run on a
+    shared machine dominates, as on the epoch-level files); each file's intervals cover
+    60–95 % (measured 69–85 %)."""
+    for point in (0.1, 0.25, 0.5, 0.75):
+        medians, n = pooled_medians(STEP_LEVEL, point)
+        assert n >= 120
+        best = min(medians[m] for m in RATE_BASELINES)
+        assert medians["gpu_eta"] <= 1.2 * best, (point, medians)
+    for name in STEP_LEVEL:
+        runs = read_runs(FIXTURES / name)
+        assert min(len(r.epoch_times) for r in runs if r.completed) > 150
+        assert 0.6 <= pooled_coverage(scored(name)) <= 0.95
