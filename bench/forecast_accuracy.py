@@ -11,6 +11,7 @@ One command prints the accuracy table published in docs/forecasting.md::
     python bench/forecast_accuracy.py --mid-epoch         # coverage part-way into an epoch
     python bench/forecast_accuracy.py --no-repeats --corpus mlperf-confirm  # nothing repeats
     python bench/forecast_accuracy.py --no-identity --corpus mlperf-confirm  # bare files
+    python bench/forecast_accuracy.py --percent --corpus cpu-steps  # as live step-only runs
 
 Why a bench and not a test: these are figures to report and watch move, with their
 uncertainty; tests assert only what holds with honest margins.
@@ -194,6 +195,19 @@ def bare(run: Run) -> Run:
     even the pooled regression has an input and the run's own progress is all there is.
     """
     return replace(run, features={}, namespace="")
+
+
+def in_percent(run: Run) -> Run:
+    """``run`` with its progress in percent of its plan (``epochs_planned`` = 100).
+
+    Why: that is how the live forecaster follows a run that reports only steps
+    (``runs_from_series.STEP_UNITS``), so a job re-run with another ``max_steps`` gets
+    a per-unit history that no longer agrees run to run; ``--percent`` replays a
+    corpus that way, to show what it costs against the file's own units.
+    """
+    scale = 100.0 / run.epochs_planned
+    times = tuple((epoch * scale, ts) for epoch, ts in run.epoch_times)
+    return replace(run, epochs_planned=100.0, epoch_times=times)
 
 
 def limit_runs(runs: Sequence[Run], limit: int | None, seed: int = SEED) -> list[Run]:
@@ -739,6 +753,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="every run without features (no job name, namespace, batch size...): a bare file",
     )
+    parser.add_argument(
+        "--percent",
+        action="store_true",
+        help="progress in percent of each run's plan, as the live forecaster follows step-only runs",
+    )
     args = parser.parse_args(argv)
     if args.speed:
         speed()
@@ -750,10 +769,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--limit must be ≥ 1")
     if not 0 < args.refit_fraction <= 1:
         parser.error("--refit-fraction must be in (0, 1]")
-    if args.write_docs and (args.corpus or args.no_repeats or args.no_identity):
+    if args.write_docs and (args.corpus or args.no_repeats or args.no_identity or args.percent):
         parser.error(
             "--write-docs publishes every corpus as recorded: "
-            "drop --corpus/--no-repeats/--no-identity"
+            "drop --corpus/--no-repeats/--no-identity/--percent"
         )
     if args.no_repeats and args.no_identity:
         parser.error("--no-repeats and --no-identity are two different replays: pick one")
@@ -770,6 +789,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for corpus in corpora:
             corpus.parts = [[bare(run) for run in part] for part in corpus.parts]
             corpus.description += ", every run without features (--no-identity)"
+    if args.percent:
+        for corpus in corpora:
+            corpus.parts = [[in_percent(run) for run in part] for part in corpus.parts]
+            corpus.description += ", progress in percent of each run's plan (--percent)"
     if args.no_repeats:
         for corpus in corpora:
             corpus.parts = [[alone(run) for run in part] for part in corpus.parts]

@@ -86,6 +86,19 @@ def test_no_identity_leaves_a_run_only_its_progress() -> None:
             fa.main(argv)
 
 
+def test_percent_rescales_progress_to_the_plan_and_keeps_the_rest() -> None:
+    """``--percent``: progress in percent of the plan (the live path's step-only runs),
+    times, features and outcome untouched; not publishable."""
+    run = make_run("1", [5.0, 6.0, 7.0], planned=4.0, job_name="bert", batch_size=64)
+    scaled = fa.in_percent(run)
+    assert scaled.epochs_planned == 100.0
+    assert [e for e, _ in scaled.epoch_times] == [0.0, 25.0, 50.0, 75.0]
+    assert [t for _, t in scaled.epoch_times] == [t for _, t in run.epoch_times]
+    assert scaled.features == run.features and scaled.completed == run.completed
+    with pytest.raises(SystemExit):  # refused before any corpus is read
+        fa.main(["--percent", "--write-docs"])
+
+
 def test_limit_keeps_whole_identities_and_is_seeded() -> None:
     runs = [
         make_run(f"{job}{i}", [5.0], start=1e9 + 100 * i + j, job_name=job, namespace="ns")
