@@ -107,6 +107,11 @@ class Workload:
         raise ValueError(f"unknown workload {self.name!r}")
 
 
+def steps_per_epoch(workload: Workload, batch_size: int) -> int:
+    """Optimizer steps in one pass over the data (the last batch may be short)."""
+    return -(-workload.n_samples // batch_size)
+
+
 WORKLOADS = (
     Workload("mnist-mlp", 6000, (784,)),
     Workload("wide-mlp", 3000, (784,)),
@@ -168,7 +173,7 @@ def train_run(
     cache: torch.Tensor | None = None
     times = [(0, time.time())]
     step = 0
-    last_step = epochs * -(-workload.n_samples // batch_size)
+    last_step = epochs * steps_per_epoch(workload, batch_size)
     for epoch in range(1, epochs + 1):
         if competitor is not None:
             frac = (epoch - 1) / epochs
@@ -301,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 planned = epochs
                 every = 0
                 if args.points:
-                    planned = epochs * -(-workload.n_samples // batch_size)
+                    planned = epochs * steps_per_epoch(workload, batch_size)
                     every = max(1, planned // args.points)
                 meta["load1_at_run_start"][run_id] = _load1()
                 try:
