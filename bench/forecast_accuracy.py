@@ -98,6 +98,7 @@ from gpu_eta.forecaster.evaluate import (
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs_file
+from gpu_eta.forecaster.runs_from_series import STEP_UNITS
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "runs"
@@ -198,16 +199,17 @@ def bare(run: Run) -> Run:
 
 
 def in_percent(run: Run) -> Run:
-    """``run`` with its progress in percent of its plan (``epochs_planned`` = 100).
+    """``run`` with its progress in percent of its plan (``epochs_planned`` = 100, the
+    live path's ``STEP_UNITS``, read from there so the two cannot part).
 
     Why: that is how the live forecaster follows a run that reports only steps
     (``runs_from_series.STEP_UNITS``), so a job re-run with another ``max_steps`` gets
     a per-unit history that no longer agrees run to run; ``--percent`` replays a
     corpus that way, to show what it costs against the file's own units.
     """
-    scale = 100.0 / run.epochs_planned
+    scale = STEP_UNITS / run.epochs_planned
     times = tuple((epoch * scale, ts) for epoch, ts in run.epoch_times)
-    return replace(run, epochs_planned=100.0, epoch_times=times)
+    return replace(run, epochs_planned=STEP_UNITS, epoch_times=times)
 
 
 def limit_runs(runs: Sequence[Run], limit: int | None, seed: int = SEED) -> list[Run]:
