@@ -11,7 +11,7 @@ One command prints the accuracy table published in docs/forecasting.md::
     python bench/forecast_accuracy.py --mid-epoch         # coverage part-way into an epoch
     python bench/forecast_accuracy.py --no-repeats --corpus mlperf-confirm  # nothing repeats
     python bench/forecast_accuracy.py --no-identity --corpus mlperf-confirm  # bare files
-    python bench/forecast_accuracy.py --percent --corpus cpu-steps  # as live step-only runs
+    python bench/forecast_accuracy.py --percent --corpus cpu-steps  # progress in percent
 
 Why a bench and not a test: these are figures to report and watch move, with their
 uncertainty; tests assert only what holds with honest margins.
@@ -98,7 +98,6 @@ from gpu_eta.forecaster.evaluate import (
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs_file
-from gpu_eta.forecaster.runs_from_series import STEP_UNITS
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "runs"
@@ -198,18 +197,20 @@ def bare(run: Run) -> Run:
     return replace(run, features={}, namespace="")
 
 
-def in_percent(run: Run) -> Run:
-    """``run`` with its progress in percent of its plan (``epochs_planned`` = 100, the
-    live path's ``STEP_UNITS``, read from there so the two cannot part).
+PERCENT = 100.0
 
-    Why: that is how the live forecaster follows a run that reports only steps
-    (``runs_from_series.STEP_UNITS``), so a job re-run with another ``max_steps`` gets
-    a per-unit history that no longer agrees run to run; ``--percent`` replays a
-    corpus that way, to show what it costs against the file's own units.
+
+def in_percent(run: Run) -> Run:
+    """``run`` with its progress in percent of its plan (``epochs_planned`` = 100).
+
+    Why: the alternative to following a run that reports only steps in its steps (what
+    the live forecaster does, docs/forecaster.md). In percent, a job re-run with another
+    ``max_steps`` gets a per-unit history that no longer agrees run to run;
+    ``--percent`` replays a corpus that way so the cost of that choice stays measurable.
     """
-    scale = STEP_UNITS / run.epochs_planned
+    scale = PERCENT / run.epochs_planned
     times = tuple((epoch * scale, ts) for epoch, ts in run.epoch_times)
-    return replace(run, epochs_planned=STEP_UNITS, epoch_times=times)
+    return replace(run, epochs_planned=PERCENT, epoch_times=times)
 
 
 def limit_runs(runs: Sequence[Run], limit: int | None, seed: int = SEED) -> list[Run]:
@@ -758,7 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--percent",
         action="store_true",
-        help="progress in percent of each run's plan, as the live forecaster follows step-only runs",
+        help="progress in percent of each run's plan (the unit the live path does not use)",
     )
     args = parser.parse_args(argv)
     if args.speed:

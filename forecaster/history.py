@@ -20,7 +20,14 @@ Every write is one transaction. The file is tagged with ``PRAGMA application_id`
 and a schema version (``PRAGMA user_version``): a corrupt file, another program's
 database or a newer schema gives ``HistoryError`` and is never overwritten. An older
 schema is migrated in place in one transaction that keeps every row (schema 1 keyed
-runs by ``run_id`` alone; schema 2 by the run key).
+runs by ``run_id`` alone; schema 2 by the run key; schema 2 stored a run that reports
+only steps in percent of them, schema 3 in its steps).
+
+Runs stored in percent of their steps (feature ``progress_unit="percent"``, set by the
+migration to schema 3) are kept and used, but as a job of their own: to the models a
+finished one's ``job_name`` reads ``<name> (percent)``, since its time per unit is not
+comparable with the same job's runs counted in steps. A running one is converted to
+steps, losslessly, at its first update (which carries the steps planned).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -54,8 +61,12 @@ from gpu_eta.forecaster.runs import (
 log = logging.getLogger(__name__)
 
 APPLICATION_ID = 0x67457461  # "gEta"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MAX_FEATURE_TEXT = 256
+# Schema 2 followed a run that reports only steps in percent of them (plan 100); those
+# rows are marked with this unit by the migration to schema 3 (see the module doc).
+PERCENT_UNIT = "percent"
+_JOB_SUFFIX = " (percent)"
 
 # Schema 2: ``runs.id`` is a surrogate key (epoch_ends refer to it), the run's identity
 # is UNIQUE (namespace, pod, container, run_id); ``runs_run_id`` serves the seed
@@ -172,6 +183,16 @@ class HistoryStore:
         # the cycle's history time. Only ``record`` and ``finish`` change them; both
         # keep this in step after their transaction commits.
         self._running_ends: dict[RunKey, _StoredEnds] | None = None
+        # Running runs still stored in percent of their steps (only after a migration
+        # from schema 2; empty ever after): converted at their first update.
+        self._percent_running: set[RunKey] = {
+            (ns, pod, container, rid)
+            for rid, ns, pod, container, feats in conn.execute(
+                "SELECT run_id, namespace, pod, container, features FROM runs "
+                "WHERE state = 'running' AND features LIKE '%progress_unit%'"
+            )
+            if _load_features(feats).get("progress_unit") == PERCENT_UNIT
+        }
 
     @classmethod
     def open(cls, path: str | Path) -> HistoryStore:
@@ -255,6 +276,12 @@ class HistoryStore:
         rows = []
         ends = []
         known = self._running_ends or {}
+        updates = list(updates)
+        to_steps = {
+            run_key(up): float(up.epochs_planned)
+            for up in updates
+            if run_key(up) in self._percent_running and up.features.get("progress_unit") == "steps"
+        }
         for up in updates:
             rows.append(
                 {
@@ -274,7 +301,7 @@ class HistoryStore:
                 }
             )
             key = run_key(up)
-            stored = known.get(key)
+            stored = None if key in to_steps else known.get(key)
             # an epoch already stored keeps its first time (INSERT OR IGNORE): skip it
             ends.extend(
                 (float(e), float(t), *key)
@@ -283,6 +310,8 @@ class HistoryStore:
             )
         with self._lock:
             with self._tx():
+                for key, steps in to_steps.items():
+                    self._percent_to_steps(key, steps)
                 self._conn.executemany(
                     f"""
                     INSERT INTO runs (run_id, namespace, pod, container, node, epochs_planned,
@@ -315,11 +344,31 @@ class HistoryStore:
                     """,
                     ends,
                 )
+            self._percent_running -= set(to_steps)
             if self._running_ends is not None:  # committed: the same ends in memory
+                for key in to_steps:
+                    self._running_ends.pop(key, None)  # re-read in steps
                 for epoch, ts, *key in ends:
                     stored = self._running_ends.get(tuple(key))  # type: ignore[arg-type]
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
+
+    def _percent_to_steps(self, key: RunKey, steps_planned: float) -> None:
+        """Rescale a running run's stored ends from percent of its steps to steps (the
+        caller's transaction). Negated first: the (run, epoch) key must never collide
+        while the rows are rewritten one by one."""
+        found = self._conn.execute(
+            "SELECT id, epochs_planned FROM runs WHERE namespace = ? AND pod = ? "
+            "AND container = ? AND run_id = ? AND state = 'running'",
+            key,
+        ).fetchone()
+        if found is None or not _finite(found[1]) or found[1] <= 0:
+            return
+        scale = steps_planned / float(found[1])
+        self._conn.execute(
+            "UPDATE epoch_ends SET epoch = -epoch * ? WHERE run = ?", (scale, found[0])
+        )
+        self._conn.execute("UPDATE epoch_ends SET epoch = -epoch WHERE run = ?", (found[0],))
 
     def finish(self, keys: Iterable[RunKey], finished_timestamp: float) -> list[Run]:
         """Freeze running runs as finished (completed or not, by their last epoch).
@@ -355,6 +404,7 @@ class HistoryStore:
                 )
                 self._conn.execute("DELETE FROM epoch_ends WHERE run = ?", (row_id,))
                 done.append(final)
+                self._percent_running.discard(key)
             if done:
                 self._finished_changed(done)
         if self._running_ends is not None:
@@ -662,12 +712,14 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
 
 def _migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
     """Upgrade an older schema in place, in one transaction: all rows or no change."""
-    script = {1: _MIGRATE_1_TO_2}
+    steps: dict[int, Callable[[sqlite3.Connection], None]] = {
+        1: _run_script(_MIGRATE_1_TO_2),
+        2: _mark_percent_runs,
+    }
     try:
         conn.execute("BEGIN IMMEDIATE")
         for step in range(version, SCHEMA_VERSION):
-            for statement in _statements(script[step]):
-                conn.execute(statement)
+            steps[step](conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except sqlite3.Error as err:
@@ -677,6 +729,30 @@ def _migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
             f"history file {path}: migrating schema {version} to {SCHEMA_VERSION} failed "
             f"({err}); the file was not modified"
         ) from None
+
+
+def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
+    def run(conn: sqlite3.Connection) -> None:
+        for statement in _statements(script):
+            conn.execute(statement)
+
+    return run
+
+
+def _mark_percent_runs(conn: sqlite3.Connection) -> None:
+    """Schema 2 → 3: every run schema 2 followed in percent of its steps (feature
+    ``progress_unit="steps"``, plan 100) is marked ``progress_unit="percent"``; its
+    rows are otherwise untouched (the module doc says how they are used)."""
+    rows = conn.execute(
+        "SELECT id, features FROM runs WHERE features LIKE '%progress_unit%'"
+    ).fetchall()
+    for row_id, text in rows:
+        features = dict(_load_features(text))
+        if features.get("progress_unit") == "steps":
+            features["progress_unit"] = PERCENT_UNIT
+            conn.execute(
+                "UPDATE runs SET features = ? WHERE id = ?", (_dump_features(features), row_id)
+            )
 
 
 def _statements(script: str) -> list[str]:
@@ -774,7 +850,7 @@ def _finished_from_row(row: tuple, features_cache: dict[str, Mapping[str, Featur
         raise HistoryError(f"stored run {run_id!r} has a damaged epoch list") from None
     features = features_cache.get(feats)
     if features is None:
-        features = features_cache[feats] = MappingProxyType(dict(_load_features(feats)))
+        features = features_cache[feats] = MappingProxyType(_as_own_job(_load_features(feats)))
     return validate_run(
         Run(
             run_id=str(run_id),
@@ -795,6 +871,17 @@ def _check_planned(run_id: object, planned: object) -> None:
         raise HistoryError(f"stored run {run_id!r}: epochs_planned {planned!r} is not a number")
     if not (math.isfinite(planned) and planned > 0):
         raise HistoryError(f"stored run {run_id!r}: epochs_planned {planned!r} is not > 0")
+
+
+def _as_own_job(features: Mapping[str, Feature]) -> dict[str, Feature]:
+    """A finished run counted in percent of its steps is a job of its own to the models
+    (``<job_name> (percent)``): its time per unit is 1/100 of the run where the same
+    job's runs in steps have 1/steps, and pooled they would read as noise."""
+    out = dict(features)
+    job = out.get("job_name")
+    if out.get("progress_unit") == PERCENT_UNIT and isinstance(job, str) and job:
+        out["job_name"] = job + _JOB_SUFFIX
+    return out
 
 
 def _dump_features(features: Mapping[str, Feature]) -> str:

@@ -20,9 +20,11 @@ Decisions (documented in docs/forecaster.md):
   the same instants (in the cycles that send the range queries) plus the latest pair;
   the store accumulates them across cycles.
 * A run with ``steps_planned`` but no ``epochs_planned`` (a tqdm bar in the logs, a
-  ``max_steps`` trainer) is followed in percent of its steps: ``epochs_planned`` =
-  100, each new step value at the first instant the range query saw it, and the
-  latest step at the last report's time; feature ``progress_unit="steps"``.
+  ``max_steps`` trainer) is followed in its steps: ``epochs_planned`` = the steps
+  planned, each new step value at the first instant the range query saw it, and the
+  latest step at the last report's time, at most ``STEP_CELLS`` points per run;
+  feature ``progress_unit="steps"``. Steps, not percent of them: a job re-run with
+  another ``max_steps`` keeps one time per unit, which its prior and analogs read.
 * Features: ``batch_size``; ``gpu_utilization_ratio`` (ours, else DCGM's
   ``DCGM_FI_DEV_GPU_UTIL``/100 for the pod, accepting ``exported_pod``);
   ``memory_utilization_ratio`` (working set / limit); ``gpu_model`` and ``gpus`` from
@@ -49,9 +51,8 @@ MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
 # epochs (MLPerf bert: ~1.2e9) is taken as the exporter took it.
 MAX_EPOCHS = 1e12
 MAX_STEPS = 1e12
-# A run that reports only steps is followed in percent of its planned steps: 100
-# "epochs", fractional, at most STEP_CELLS points kept per run (plus overlaps).
-STEP_UNITS = 100.0
+# A run that reports only steps keeps at most STEP_CELLS points (one per 1/STEP_CELLS
+# of its plan, plus the latest): bounded storage for a run of millions of steps.
 STEP_CELLS = 400
 # Timestamps outside [now - 1 year, now + 5 minutes] are treated as garbage.
 _PAST_LIMIT_SECONDS = 366 * 86400
@@ -157,9 +158,8 @@ def assemble(
         by_steps = sample is None and steps_sample is not None
         if by_steps:
             assert steps_sample is not None
-            sample, n_planned = steps_sample, STEP_UNITS
-            n_steps = steps_sample.value
-            if not (_finite(n_steps) and 0 < n_steps <= MAX_STEPS):
+            sample, n_planned = steps_sample, steps_sample.value
+            if not (_finite(n_planned) and 0 < n_planned <= MAX_STEPS):
                 view.rejected[run] = "invalid_steps_planned"
                 continue
         else:
@@ -175,13 +175,13 @@ def assemble(
             continue
         t0 = start_s.value
         if by_steps:
-            scale = STEP_UNITS / n_steps
             candidates = _thin_steps(
-                [(v * scale, t) for t, v in step_firsts.get(run, ())]
-                + [_latest(step.get(run), last_report.get(run), scale)]
+                [(v, t) for t, v in step_firsts.get(run, ())]
+                + [_latest(step.get(run), last_report.get(run))],
+                n_planned,
             )
             cur = step.get(run)
-            done = cur is not None and _finite(cur.value) and cur.value >= n_steps
+            done = cur is not None and _finite(cur.value) and cur.value >= n_planned
         else:
             candidates = [*pairs.get(run, ()), _latest(epoch.get(run), last_end.get(run))]
             cur = epoch.get(run)
@@ -392,20 +392,19 @@ def _first_seen(series: Sequence[Series]) -> dict[RunKey, list[tuple[float, floa
     return out
 
 
-def _latest(
-    progress: Sample | None, at: Sample | None, scale: float = 1.0
-) -> tuple[float | None, float | None]:
-    """The latest ``(progress × scale, time)`` pair: an epoch at its end time, or a step
-    as progress units at the last report's time; ``(None, None)`` when either is missing."""
+def _latest(progress: Sample | None, at: Sample | None) -> tuple[float | None, float | None]:
+    """The latest ``(progress, time)`` pair: an epoch at its end time, or a step at the
+    last report's time; ``(None, None)`` when either is missing."""
     if progress is None or at is None:
         return None, None
-    return progress.value * scale, at.value
+    return progress.value, at.value
 
 
 def _thin_steps(
-    points: list[tuple[float | None, float | None]],
+    points: list[tuple[float | None, float | None]], planned: float
 ) -> list[tuple[float, float]]:
-    """At most one point per 1/``STEP_CELLS`` of the run: bounded storage for long runs.
+    """At most one point per 1/``STEP_CELLS`` of the ``planned`` steps: bounded storage
+    for long runs.
 
     The latest point is always kept (it carries the freshest rate).
     """
@@ -420,7 +419,7 @@ def _thin_steps(
     kept: list[tuple[float, float]] = []
     cells: set[int] = set()
     for unit, ts in valid[:-1]:
-        cell = int(unit * STEP_CELLS / STEP_UNITS)
+        cell = int(unit * STEP_CELLS / planned)
         if cell not in cells:
             cells.add(cell)
             kept.append((unit, ts))

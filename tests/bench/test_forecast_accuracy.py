@@ -87,8 +87,8 @@ def test_no_identity_leaves_a_run_only_its_progress() -> None:
 
 
 def test_percent_rescales_progress_to_the_plan_and_keeps_the_rest() -> None:
-    """``--percent``: progress in percent of the plan (the live path's step-only runs),
-    times, features and outcome untouched; not publishable."""
+    """``--percent``: progress in percent of the plan, times, features and outcome
+    untouched; not publishable."""
     run = make_run("1", [5.0, 6.0, 7.0], planned=4.0, job_name="bert", batch_size=64)
     scaled = fa.in_percent(run)
     assert scaled.epochs_planned == 100.0

@@ -275,7 +275,7 @@ def test_schema_1_file_is_migrated_keeping_every_run(tmp_path: Path) -> None:
     store = HistoryStore.open(db)
     store.close()
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
     store = HistoryStore.open(db)  # opening again is a no-op
@@ -320,9 +320,77 @@ def test_failed_migration_leaves_the_file_untouched(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     before = digest(db)
-    with pytest.raises(HistoryError, match="migrating schema 1 to 2 failed"):
+    with pytest.raises(HistoryError, match="migrating schema 1 to 3 failed"):
         HistoryStore.open(db)
     assert digest(db) == before
+
+
+FIXTURE_V2 = Path(__file__).parent / "data" / "history_v2.sqlite"
+
+
+def test_schema_2_step_runs_stored_in_percent_are_kept_apart_or_converted(tmp_path: Path) -> None:
+    """Schema 2 stored a step-only run in percent of its steps (data/make_history_v2.py).
+    A finished one stays as stored but is its own job to the models; a running one is
+    rescaled to steps at its first update, once, and finishes as the job it is."""
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(FIXTURE_V2.read_bytes())
+    store = HistoryStore.open(db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    conn.close()
+    finished = {r.run_id: r for r in store.finished()}
+    old = finished["steps-done"]
+    assert old.epochs_planned == 100.0 and old.epoch_times[-1] == (100.0, 1400.0)
+    assert old.features["job_name"] == "bert (percent)"
+    assert old.features["progress_unit"] == "percent"
+    assert dict(finished["epochs-done"].features) == {"job_name": "cnn", "namespace": "ml"}
+    (live,) = store.running()
+    assert live.run.epoch_times == ((0, 2000.0), (10.0, 2100.0), (20.0, 2200.0))
+    # the first update after the upgrade carries the steps planned (2,000) and the steps
+    # seen again (400) and new (600): the stored 10 / 20 % become 200 / 400 steps
+    bert = {"namespace": "ml", "pod": "bert-b", "container": "main", "node": "n1"}
+    features = {"job_name": "bert", "namespace": "ml", "progress_unit": "steps"}
+    ends = [(400.0, 2200.0), (600.0, 2300.0)]
+    store.record(
+        [update("steps-live", ends, 2000.0, start_timestamp=2000.0, features=features, **bert)]
+    )
+    times = ((0, 2000.0), (200.0, 2100.0), (400.0, 2200.0), (600.0, 2300.0))
+    (live,) = store.running()
+    assert live.run.epochs_planned == 2000.0 and live.run.epoch_times == times
+    store.close()
+    store = HistoryStore.open(db)  # converted once: a restart does not rescale again
+    store.record(
+        [
+            update(
+                "steps-live",
+                [(800.0, 2400.0)],
+                2000.0,
+                start_timestamp=2000.0,
+                features=features,
+                **bert,
+            )
+        ]
+    )
+    (live,) = store.running()
+    assert live.run.epoch_times == (*times, (800.0, 2400.0))
+    store.finish([key("steps-live", "ml", "bert-b", "main")], 2500.0)
+    new = {r.run_id: r for r in store.finished()}["steps-live"]
+    assert new.features["job_name"] == "bert" and new.features["progress_unit"] == "steps"
+    store.close()
+
+
+def test_a_step_run_stored_in_percent_that_never_reports_again_finishes_in_percent(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(FIXTURE_V2.read_bytes())
+    store = HistoryStore.open(db)
+    (run,) = store.finish([key("steps-live", "ml", "bert-b", "main")], 2500.0)
+    assert run.completed is False
+    gone = {r.run_id: r for r in store.finished()}["steps-live"]
+    assert gone.epoch_times[-1] == (20.0, 2200.0)
+    assert gone.features["job_name"] == "bert (percent)"
+    store.close()
 
 
 def test_running_runs_held_in_memory_match_a_fresh_read_of_the_file(tmp_path: Path) -> None:

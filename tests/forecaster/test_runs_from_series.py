@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from gpu_eta.forecaster.runs import run_key
-from gpu_eta.forecaster.runs_from_series import assemble, ending_runs, pod_values
+from gpu_eta.forecaster.runs_from_series import STEP_CELLS, assemble, ending_runs, pod_values
 from gpu_eta.forecaster.series import Sample, Series
 
 NOW = 1_700_000_000.0
@@ -213,7 +213,9 @@ def test_dcgm_util_with_exported_labels_when_ours_is_absent() -> None:
     assert pod_values(instant["util_recent"])[("ml", "train-x7k2p", "main")] == 0.02
 
 
-def test_steps_only_run_is_followed_in_percent_of_steps() -> None:
+def test_steps_only_run_is_followed_in_its_steps() -> None:
+    """Steps are the unit (plan = steps planned): a job re-run with another max_steps
+    keeps one time per unit; each step value at the first instant it was seen."""
     lab = run_labels("tqdm")
     instant = {
         "present": [s(NOW - 5, **lab)],
@@ -226,13 +228,41 @@ def test_steps_only_run_is_followed_in_percent_of_steps() -> None:
     steps = Series(lab, tuple(zip(ts, [400.0, 400.0, 440.0, 480.0], strict=True)))
     view = assemble(instant, {"step_range": [steps]}, NOW, 60)
     (up,) = view.updates
-    assert up.epochs_planned == 100.0 and up.features["progress_unit"] == "steps"
-    assert up.epoch_ends == ((20.0, NOW - 60), (22.0, NOW - 30), (24.0, NOW - 15), (25.0, NOW - 5))
+    assert up.epochs_planned == 2000.0 and up.features["progress_unit"] == "steps"
+    assert up.epoch_ends == (
+        (400.0, NOW - 60),
+        (440.0, NOW - 30),
+        (480.0, NOW - 15),
+        (500.0, NOW - 5),
+    )
     assert view.present == {key("tqdm")}
     instant["step"] = [s(2000, **lab)]
     assert assemble(instant, {}, NOW, 60).done == {key("tqdm")}
     instant["steps_planned"] = [s(float("nan"), **lab)]
     assert assemble(instant, {}, NOW, 60).rejected == {key("tqdm"): "invalid_steps_planned"}
+
+
+def test_a_long_step_run_keeps_one_point_per_cell_of_its_plan() -> None:
+    """Storage stays bounded however many steps a run plans: one point per
+    1/STEP_CELLS of the plan (the first seen in it), plus the latest."""
+    lab = run_labels("long")
+    planned = 4_000_000.0
+    cell = planned / STEP_CELLS  # 10,000 steps
+    instant = {
+        "present": [s(NOW - 1, **lab)],
+        "steps_planned": [s(planned, **lab)],
+        "step": [s(3 * cell + 7, **lab)],
+        "start": [s(NOW - 3000, **lab)],
+        "last_report": [s(NOW - 1, **lab)],
+    }
+    values = [k * cell / 4 for k in range(1, 13)]  # four samples in each of three cells
+    ts = [NOW - 1000 + 10 * k for k in range(len(values))]
+    view = assemble(
+        instant, {"step_range": [Series(lab, tuple(zip(ts, values, strict=True)))]}, NOW, 60
+    )
+    ends = view.updates[0].epoch_ends
+    assert [e for e, _ in ends] == [cell / 4, cell, 2 * cell, 3 * cell, 3 * cell + 7]
+    assert ends[1] == (cell, NOW - 1000 + 30)
 
 
 def test_job_name_fallbacks() -> None:
