@@ -240,6 +240,17 @@ class HistoryStore:
             if "readonly" in str(err) or "unable to open" in str(err) or "read-only" in str(err):
                 memory = _memory_copy(conn)
                 conn.close()
+                try:
+                    _prepare(memory, spath)  # an older schema: migrated in the copy
+                except HistoryError:
+                    memory.close()
+                    raise
+                except sqlite3.Error as copy_err:
+                    memory.close()
+                    raise HistoryError(
+                        f"history file {spath} is not writable and its in-memory copy "
+                        f"cannot be migrated ({copy_err})"
+                    ) from None
                 log.error(
                     "history file %s is not writable (%s): forecasting from an in-memory copy; "
                     "history learned from now on is lost at restart",
@@ -725,6 +736,8 @@ def _migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
     except sqlite3.Error as err:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+        if isinstance(err, sqlite3.OperationalError) and "readonly" in str(err):
+            raise  # the caller works on a memory copy, migrated there
         raise HistoryError(
             f"history file {path}: migrating schema {version} to {SCHEMA_VERSION} failed "
             f"({err}); the file was not modified"

@@ -74,3 +74,38 @@ def test_the_gauge_follows_the_forecast_set(persisted: bool) -> None:
     state = ServiceState()
     state.success(ForecastSet(timestamp=NOW, history_persisted=persisted), 0.5, NOW)
     assert gauge(generate_latest(make_registry(state)).decode()) == float(persisted)
+
+
+FIXTURE_V2 = Path(__file__).parent / "data" / "history_v2.sqlite"
+
+
+def _schema_2_history(directory: Path) -> None:
+    (directory / "h.sqlite").write_bytes(FIXTURE_V2.read_bytes())
+
+
+def _read_migrated(path: str) -> tuple[bool, int, str, list[str]]:
+    store = HistoryStore.open(path)
+    try:
+        finished = {r.run_id: r for r in store.finished()}
+        version = store._conn.execute("PRAGMA user_version").fetchone()[0]
+        jobs = sorted(str(r.features.get("job_name")) for r in finished.values())
+        return (
+            store.persistent,
+            version,
+            str(finished["steps-done"].features["progress_unit"]),
+            jobs,
+        )
+    finally:
+        store.close()
+
+
+def test_an_older_read_only_history_is_migrated_in_memory_and_left_untouched() -> None:
+    """A schema-2 file on a read-only volume: the forecaster goes on from a migrated
+    in-memory copy (as for any read-only file), and the file stays as it was."""
+    with read_only_directory(_schema_2_history) as directory:
+        path = directory / "h.sqlite"
+        before = path.read_bytes()
+        persistent, version, unit, jobs = run_unprivileged(_read_migrated, str(path))
+        assert path.read_bytes() == before
+    assert (persistent, version, unit) == (False, 3, "percent")
+    assert jobs == ["bert (percent)", "cnn"]
