@@ -10,33 +10,18 @@ and writes a seeded run, two finished live runs and one running run with epoch e
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import types
 from pathlib import Path
+
+from old_history import load_history
 
 from gpu_eta.forecaster.runs import Run
 
 SCHEMA_1_COMMIT = "00cfa04"
 
 
-def load_schema_1() -> types.ModuleType:
-    """``gpu_eta.forecaster.history`` as it was at ``SCHEMA_1_COMMIT``."""
-    source = subprocess.run(
-        ["git", "show", f"{SCHEMA_1_COMMIT}:forecaster/history.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parents[3],
-    ).stdout
-    module = types.ModuleType("history_schema_1")
-    sys.modules[module.__name__] = module
-    exec(compile(source, "history_schema_1.py", "exec"), module.__dict__)
-    return module
-
-
 def main(path: str) -> None:
-    h = load_schema_1()
+    h = load_history(SCHEMA_1_COMMIT, "history_schema_1")
     assert h.SCHEMA_VERSION == 1
     Path(path).unlink(missing_ok=True)
     store = h.HistoryStore.open(path)

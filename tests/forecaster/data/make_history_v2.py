@@ -12,31 +12,16 @@ run counted in epochs.
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import types
 from pathlib import Path
+
+from old_history import load_history
 
 SCHEMA_2_COMMIT = "ace9b9b"
 
 
-def load_schema_2() -> types.ModuleType:
-    """``gpu_eta.forecaster.history`` as it was at ``SCHEMA_2_COMMIT``."""
-    source = subprocess.run(
-        ["git", "show", f"{SCHEMA_2_COMMIT}:forecaster/history.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parents[3],
-    ).stdout
-    module = types.ModuleType("history_schema_2")
-    sys.modules[module.__name__] = module
-    exec(compile(source, "history_schema_2.py", "exec"), module.__dict__)
-    return module
-
-
 def main(path: str) -> None:
-    h = load_schema_2()
+    h = load_history(SCHEMA_2_COMMIT, "history_schema_2")
     assert h.SCHEMA_VERSION == 2
     Path(path).unlink(missing_ok=True)
     store = h.HistoryStore.open(path)
