@@ -96,7 +96,7 @@ from gpu_eta.forecaster.evaluate import (
     replay_events,
 )
 from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, thinned
 from gpu_eta.forecaster.runs_csv import read_runs_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -659,6 +659,20 @@ def synthetic_history(n: int, seed: int = 0, n_jobs: int = 300) -> list[Run]:
     return runs
 
 
+def as_steps(run: Run, per_epoch: int) -> Run:
+    """``run`` reported ``per_epoch`` evenly timed steps an epoch (a step-level run of
+    the same shape, for timing the history the live path keeps of one)."""
+    pairs = zip(run.epoch_times, run.epoch_times[1:], strict=False)
+    steps = [
+        (e * per_epoch + k, t0 + (t1 - t0) * k / per_epoch)
+        for (e, t0), (_, t1) in pairs
+        for k in range(per_epoch)
+    ]
+    end = (run.epochs_planned * per_epoch, run.epoch_times[-1][1])
+    features = {**run.features, "progress_unit": "steps"}
+    return replace(run, epochs_planned=end[0], epoch_times=(*steps, end), features=features)
+
+
 def speed() -> None:
     history = synthetic_history(50_000)
     EtaModel(random_state=0).fit(history[:200])  # imports and first-call costs
@@ -676,6 +690,14 @@ def speed() -> None:
     print(
         f"fit on {len(history)} runs: {fit_s:.2f} s; predict 1000 running jobs: {predict_s:.3f} s"
     )
+    step_runs = [as_steps(r, 40) for r in synthetic_history(10_000, seed=2)]
+    for label, runs in (("whole", step_runs), ("thinned", [thinned(r) for r in step_runs])):
+        began = time.perf_counter()
+        EtaModel(random_state=0).fit(runs)
+        points = max(len(r.epoch_times) for r in runs)
+        print(
+            f"fit on 10000 step runs, {label} (≤ {points} points): {time.perf_counter() - began:.2f} s"
+        )
     runs = synthetic_history(2000, seed=1, n_jobs=50)
     began = time.perf_counter()
     result = backtest(runs)

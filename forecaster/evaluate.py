@@ -53,7 +53,7 @@ from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, thinned
 from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
 
 GPU_ETA = "gpu_eta"
@@ -190,6 +190,8 @@ class Replay:
         refit_fraction: float = 0.05,
     ) -> None:
         self.by_end = sorted(runs, key=lambda r: r.last_timestamp)
+        # what the model learns from, as the live history store gives it (thinned)
+        self._history = [thinned(r) for r in self.by_end]
         self._ends = [r.last_timestamp for r in self.by_end]
         self._factory = model_factory or (lambda: EtaModel(random_state=0))
         self._refit_fraction = refit_fraction
@@ -209,11 +211,11 @@ class Replay:
         k = self.ended_before(moment)
         grown = k - self._model_k >= max(1.0, self._refit_fraction * self._model_k)
         if self._model is None or (k > self._model_k and grown):
-            self._model = self._factory().fit(self.by_end[:k])
+            self._model = self._factory().fit(self._history[:k])
             self._model_k = self._updated_k = k
             self.n_refits += 1
         elif k > self._updated_k:
-            self._model.update(self.by_end[:k])
+            self._model.update(self._history[:k])
             self._updated_k = k
         return self._model
 

@@ -55,6 +55,7 @@ from gpu_eta.forecaster.runs import (
     RunKey,
     RunUpdate,
     run_key,
+    thinned,
     validate_run,
 )
 
@@ -609,8 +610,8 @@ class HistoryStore:
         self.skipped_rows = len(bad)
 
     def _finished_changed(self, added: list[Run]) -> None:
-        if self._finished_cache is not None:
-            self._finished_cache.extend(added)
+        if self._finished_cache is not None:  # as a read of the file would give them
+            self._finished_cache.extend(_to_learn_from(run) for run in added)
             if self._cache_limit is not None and len(self._finished_cache) > self._cache_limit:
                 del self._finished_cache[: len(self._finished_cache) - self._cache_limit]
         self.version += 1
@@ -864,16 +865,18 @@ def _finished_from_row(row: tuple, features_cache: dict[str, Mapping[str, Featur
     features = features_cache.get(feats)
     if features is None:
         features = features_cache[feats] = MappingProxyType(_as_own_job(_load_features(feats)))
-    return validate_run(
-        Run(
-            run_id=str(run_id),
-            epochs_planned=float(planned),
-            epoch_times=epoch_times,
-            features=features,
-            completed=state == "completed",
-            namespace=str(ns),
-            pod=str(pod),
-            container=str(container),
+    return thinned(  # to learn from: at most runs.HISTORY_POINTS points (the file keeps all)
+        validate_run(
+            Run(
+                run_id=str(run_id),
+                epochs_planned=float(planned),
+                epoch_times=epoch_times,
+                features=features,
+                completed=state == "completed",
+                namespace=str(ns),
+                pod=str(pod),
+                container=str(container),
+            )
         )
     )
 
@@ -884,6 +887,14 @@ def _check_planned(run_id: object, planned: object) -> None:
         raise HistoryError(f"stored run {run_id!r}: epochs_planned {planned!r} is not a number")
     if not (math.isfinite(planned) and planned > 0):
         raise HistoryError(f"stored run {run_id!r}: epochs_planned {planned!r} is not > 0")
+
+
+def _to_learn_from(run: Run) -> Run:
+    """A finished run as ``finished`` reads it back: thinned, a run in percent of its
+    steps as a job of its own."""
+    if run.features.get("progress_unit") == PERCENT_UNIT:
+        run = dataclasses.replace(run, features=MappingProxyType(_as_own_job(run.features)))
+    return thinned(run)
 
 
 def _as_own_job(features: Mapping[str, Feature]) -> dict[str, Feature]:

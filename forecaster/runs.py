@@ -9,7 +9,7 @@ production.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpu_eta.forecaster.errors import ForecasterError
@@ -17,6 +17,15 @@ from gpu_eta.forecaster.errors import ForecasterError
 Feature = float | str
 
 _NO_FEATURES: Mapping[str, Feature] = MappingProxyType({})
+
+
+# A finished run is learnt from with at most this many progress points (its first and
+# last kept). Why: a run reporting steps keeps up to ~400 points, ~45 kB as a Run, so a
+# history of 100,000 of them would hold ~4.5 GB; the model reads a finished run at a
+# few fractions of its plan, its total and the shape of its curve, and replaying the
+# step-level recordings with their history cut to 25, 50 or 100 points left every
+# figure within noise (docs/forecaster.md).
+HISTORY_POINTS = 50
 
 
 class RunError(ForecasterError, ValueError):
@@ -115,6 +124,18 @@ def _unpickle_run(
         pod,
         container,
     )
+
+
+def thinned(run: Run, max_points: int = HISTORY_POINTS) -> Run:
+    """``run`` with at most ``max_points`` progress points, evenly spaced by index, the
+    first (the start) and the last kept; unchanged when it has no more than that."""
+    times = run.epoch_times
+    n = len(times)
+    if n <= max_points:
+        return run
+    step = (n - 1) / (max_points - 1)
+    keep = sorted({round(i * step) for i in range(max_points)})
+    return replace(run, epoch_times=tuple(times[i] for i in keep))
 
 
 def validate_run(run: Run) -> Run:

@@ -15,7 +15,14 @@ from gpu_eta.forecaster.history import (
     HistoryStore,
     monotone_epoch_times,
 )
-from gpu_eta.forecaster.runs import Run, RunUpdate, run_key, validate_run
+from gpu_eta.forecaster.runs import (
+    HISTORY_POINTS,
+    Run,
+    RunUpdate,
+    run_key,
+    thinned,
+    validate_run,
+)
 
 
 def update(run_id: str, ends=(), planned: float = 4, **kw) -> RunUpdate:
@@ -391,6 +398,41 @@ def test_a_step_run_stored_in_percent_that_never_reports_again_finishes_in_perce
     assert gone.epoch_times[-1] == (20.0, 2200.0)
     assert gone.features["job_name"] == "bert (percent)"
     store.close()
+
+
+def test_a_long_run_is_learnt_from_thinned_and_kept_whole_in_the_file(tmp_path: Path) -> None:
+    """A run of 400 step reports is read back with HISTORY_POINTS points, its start and
+    end kept, whether the cache was loaded before it finished or read after; the file
+    keeps all 401."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    assert store.finished() == []  # the cache is loaded before the run finishes
+    ends = [(float(10 * k), 1000.0 + 3.0 * k) for k in range(1, 401)]
+    store.record([update("long", ends, 4000.0, pod="p", features={"progress_unit": "steps"})])
+    (final,) = store.finish([key("long", pod="p")], 3000.0)
+    assert len(final.epoch_times) == 401  # what finish returns is the whole run
+    (cached,) = store.finished()
+    store.close()
+    store = HistoryStore.open(db)
+    (read,) = store.finished()
+    store.close()
+    assert cached == read
+    assert len(read.epoch_times) == HISTORY_POINTS
+    assert read.epoch_times[0] == (0, 1000.0) and read.epoch_times[-1] == (4000.0, 2200.0)
+    assert read.completed is True and read.epochs_planned == 4000.0
+    conn = sqlite3.connect(db)
+    (blob,) = conn.execute("SELECT epoch_times FROM runs").fetchone()
+    conn.close()
+    assert len(blob) == 401 * 16
+
+
+def test_thinned_keeps_the_ends_and_even_spacing() -> None:
+    times = tuple((float(k), 100.0 + k) for k in range(1000))
+    run = Run("r", 999.0, times, completed=True)
+    short = thinned(run, 10)
+    assert [e for e, _ in short.epoch_times] == [0, 111, 222, 333, 444, 555, 666, 777, 888, 999]
+    assert short.features == run.features and short.completed is True
+    assert thinned(short, 10) is short and thinned(run, 1000) is run
 
 
 def test_running_runs_held_in_memory_match_a_fresh_read_of_the_file(tmp_path: Path) -> None:
