@@ -8,6 +8,7 @@ production.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -20,11 +21,14 @@ _NO_FEATURES: Mapping[str, Feature] = MappingProxyType({})
 
 
 # A finished run is learnt from with at most this many progress points (its first and
-# last kept). Why: a run reporting steps keeps up to ~400 points, ~45 kB as a Run, so a
-# history of 100,000 of them would hold ~4.5 GB; the model reads a finished run at a
-# few fractions of its plan, its total and the shape of its curve, and replaying the
-# step-level recordings with their history cut to 25, 50 or 100 points left every
-# figure within noise (docs/forecaster.md).
+# last kept) unless it was reported epoch by epoch. Why: a run reporting steps keeps up
+# to ~400 points, ~45 kB as a Run, so a history of 100,000 of them would hold ~4.5 GB;
+# the model reads such a run at a few fractions of its plan, its total and the shape of
+# its curve, and replaying the step-level recordings with their history cut to 25, 50 or
+# 100 points left every figure within noise (docs/forecaster.md). A run reported epoch
+# by epoch keeps every point: only such a run shows a period of evaluation passes
+# (``rate.periodic_spikes``), and the model's replays of it must see what a live run
+# shows; its epochs bound its size.
 HISTORY_POINTS = 50
 
 
@@ -127,11 +131,14 @@ def _unpickle_run(
 
 
 def thinned(run: Run, max_points: int = HISTORY_POINTS) -> Run:
-    """``run`` with at most ``max_points`` progress points, evenly spaced by index, the
-    first (the start) and the last kept; unchanged when it has no more than that."""
+    """``run`` with at most ``max_points`` (≥ 2) progress points, evenly spaced by index,
+    the first (the start) and the last kept; unchanged when it has no more than that or
+    was reported epoch by epoch (every point one unit after the one before)."""
+    if max_points < 2:
+        raise ValueError(f"max_points must be at least 2, got {max_points}")
     times = run.epoch_times
     n = len(times)
-    if n <= max_points:
+    if n <= max_points or all(b[0] - a[0] == 1 for a, b in itertools.pairwise(times)):
         return run
     step = (n - 1) / (max_points - 1)
     keep = sorted({round(i * step) for i in range(max_points)})

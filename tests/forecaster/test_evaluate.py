@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import gzip
 import io
@@ -260,8 +261,8 @@ def test_temporal_split_never_leaks_the_future() -> None:
 
 def test_the_model_learns_from_runs_thinned_as_the_history_store_gives_them() -> None:
     """evaluate scores what the service would forecast: its model is fitted on finished
-    runs as ``HistoryStore.finished`` returns them (at most HISTORY_POINTS points), while
-    each run is still forecast and scored on every point it has."""
+    runs as ``HistoryStore.finished`` returns them (a step-level run at most
+    HISTORY_POINTS points), while each run is still forecast on every point it has."""
     seen: list[int] = []
 
     class Longest(EtaModel):
@@ -273,7 +274,9 @@ def test_the_model_learns_from_runs_thinned_as_the_history_store_gives_them() ->
     runs, t = [], 1_700_000_000.0
     for i in range(8):  # step-level runs: 120 reports each
         durations = list(2.0 * np.exp(rng.normal(0, 0.05, 120)))
-        runs.append(make_run(f"r{i}", durations, start=t, job_name="a"))
+        run = make_run(f"r{i}", durations, start=t, job_name="a")
+        times = tuple((10 * e, ts) for e, ts in run.epoch_times)  # a report every 10 steps
+        runs.append(dataclasses.replace(run, epochs_planned=1200.0, epoch_times=times))
         t += sum(durations) + 10
     assert min(len(r.epoch_times) for r in runs) > HISTORY_POINTS
     result = backtest(runs, model_factory=lambda: Longest(random_state=0), refit_fraction=0.3)

@@ -426,13 +426,29 @@ def test_a_long_run_is_learnt_from_thinned_and_kept_whole_in_the_file(tmp_path: 
     assert len(blob) == 401 * 16
 
 
-def test_thinned_keeps_the_ends_and_even_spacing() -> None:
-    times = tuple((float(k), 100.0 + k) for k in range(1000))
-    run = Run("r", 999.0, times, completed=True)
+def test_thinned_keeps_the_ends_and_even_spacing_and_epoch_by_epoch_runs() -> None:
+    steps = tuple((10.0 * k, 100.0 + k) for k in range(1000))
+    run = Run("r", 9990.0, steps, completed=True)
     short = thinned(run, 10)
-    assert [e for e, _ in short.epoch_times] == [0, 111, 222, 333, 444, 555, 666, 777, 888, 999]
+    assert [e for e, _ in short.epoch_times] == [
+        0,
+        1110,
+        2220,
+        3330,
+        4440,
+        5550,
+        6660,
+        7770,
+        8880,
+        9990,
+    ]
     assert short.features == run.features and short.completed is True
     assert thinned(short, 10) is short and thinned(run, 1000) is run
+    # reported epoch by epoch: kept whole (a period of evaluation passes shows only so)
+    epochs = Run("e", 999.0, tuple((float(k), 100.0 + k) for k in range(1000)))
+    assert thinned(epochs, 10) is epochs
+    with pytest.raises(ValueError):
+        thinned(run, 1)
 
 
 def test_running_runs_held_in_memory_match_a_fresh_read_of_the_file(tmp_path: Path) -> None:
