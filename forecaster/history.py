@@ -291,7 +291,7 @@ class HistoryStore:
         updates = list(updates)
         to_steps = {
             run_key(up): float(up.epochs_planned)
-            for up in updates
+            for up in (updates if self._percent_running else ())
             if run_key(up) in self._percent_running and up.features.get("progress_unit") == "steps"
         }
         for up in updates:
@@ -756,9 +756,12 @@ def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
 def _mark_percent_runs(conn: sqlite3.Connection) -> None:
     """Schema 2 → 3: every run schema 2 followed in percent of its steps (feature
     ``progress_unit="steps"``, plan 100) is marked ``progress_unit="percent"``; its
-    rows are otherwise untouched (the module doc says how they are used)."""
+    rows are otherwise untouched (the module doc says how they are used). A run with
+    that feature and another plan came from a CSV counting real steps and is left as
+    it is."""
     rows = conn.execute(
-        "SELECT id, features FROM runs WHERE features LIKE '%progress_unit%'"
+        "SELECT id, features FROM runs WHERE features LIKE '%progress_unit%' "
+        "AND epochs_planned = 100"
     ).fetchall()
     for row_id, text in rows:
         features = dict(_load_features(text))

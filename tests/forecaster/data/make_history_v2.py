@@ -4,8 +4,8 @@ Why a stored file: the migration test must open a file made by the code that shi
 schema 2, which followed a run reporting only steps in percent of them (plan 100,
 feature ``progress_unit="steps"``). This script loads ``forecaster/history.py`` as of
 commit ace9b9b (the last schema-2 version) from git and writes what that forecaster
-stored: a finished step-only run and a running one (both in percent), and a finished
-run counted in epochs.
+stored: a finished step-only run and a running one (both in percent), a finished run
+counted in epochs, and a run seeded from a CSV counting real steps.
 
     python tests/forecaster/data/make_history_v2.py tests/forecaster/data/history_v2.sqlite
 """
@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 from old_history import load_history
+
+from gpu_eta.forecaster.runs import Run
 
 SCHEMA_2_COMMIT = "ace9b9b"
 
@@ -62,6 +64,19 @@ def main(path: str) -> None:
                 features=steps,
                 seen_timestamp=2200.0,
                 **common,
+            )
+        ]
+    )
+    # a run seeded from a CSV that counts real steps (plan 3,000): not schema 2's percent
+    store.import_finished(
+        [
+            Run(
+                "csv-steps",
+                3000.0,
+                ((0.0, 500.0), (1500.0, 600.0), (3000.0, 700.0)),
+                {"job_name": "bert", "namespace": "ml", "progress_unit": "steps"},
+                completed=True,
+                namespace="ml",
             )
         ]
     )
