@@ -42,6 +42,9 @@ class ClusterShape:
     running: int = 10_000  # training jobs, one GPU each
     notebooks: int = 2000  # notebook pods holding one GPU each, no progress reports
     idle_notebook_share: float = 0.5  # notebooks whose GPU sits idle
+    # training jobs that report only steps (a tqdm bar, a ``max_steps`` trainer): no
+    # epoch series; the forecaster follows them in steps, a point per scrape
+    steps_only_share: float = 0.0
 
     @property
     def gpus(self) -> int:
@@ -51,6 +54,8 @@ class ClusterShape:
         """A clear error when the workload does not fit on the GPUs."""
         if min(self.nodes, self.gpus_per_node) < 1 or min(self.running, self.notebooks) < 0:
             raise ValueError("nodes and GPUs per node must be >= 1, workloads >= 0")
+        if not 0.0 <= self.steps_only_share <= 1.0:
+            raise ValueError(f"steps_only_share must be in [0, 1], got {self.steps_only_share}")
         if self.running + self.notebooks > self.gpus:
             raise ValueError(
                 f"{self.running} jobs + {self.notebooks} notebooks need more than "
@@ -77,6 +82,7 @@ class Pod:
     epochs_planned: int = 0
     steps_per_epoch: int = 0
     batch_size: int = 0
+    steps_only: bool = False
 
 
 def job_epoch_seconds(job: int) -> float:
@@ -129,6 +135,10 @@ def pods(shape: ClusterShape, now: float, seed: int = 0) -> list[Pod]:
                 epochs_planned=max(5, math.ceil(done * rng.uniform(1.15, 3.0))),
                 steps_per_epoch=100 * (1 + job % 5),
                 batch_size=2 ** (5 + job % 4),
+                # spread evenly by index, not drawn: the default cluster's random stream
+                # is unchanged
+                steps_only=math.floor((i + 1) * shape.steps_only_share)
+                > math.floor(i * shape.steps_only_share),
                 **common,
             )
         )
@@ -272,6 +282,12 @@ def write_openmetrics(
     def epoch_at(p: Pod, ts: float) -> int:
         return min(p.epochs_planned, int((ts - p.start) // p.epoch_seconds))
 
+    by_epoch = [p for p in jobs if not p.steps_only]
+    epoch_series = (
+        "gpu_eta_training_epochs_planned",
+        "gpu_eta_training_epoch",
+        "gpu_eta_training_epoch_end_timestamp_seconds",
+    )
     for name, value, at in (
         ("gpu_eta_training_epochs_planned", lambda p, ts: p.epochs_planned, slow),
         (
@@ -290,10 +306,10 @@ def write_openmetrics(
         ("gpu_eta_training_last_report_timestamp_seconds", lambda p, ts: ts - 1.0, stamps),
     ):
         family(name)
-        for p in jobs:
+        for p in by_epoch if name in epoch_series else jobs:
             series(name, run_labels(p), ((ts, value(p, ts)) for ts in at))  # type: ignore[operator]
     family("gpu_eta_training_epoch_end_timestamp_seconds")
-    for p in jobs:
+    for p in by_epoch:
         series(
             "gpu_eta_training_epoch_end_timestamp_seconds",
             run_labels(p),
@@ -316,7 +332,7 @@ def series_per_unit(shape: ClusterShape) -> dict[str, float]:
         "per GPU": 5,
         "per allocation (container, GPU)": 4,
         "per pod (+ its container)": 4,
-        "per training run": 9,
+        "per training run": 9,  # 6 for one that reports only steps
     }
 
 

@@ -28,6 +28,7 @@ each of the cycle's queries sent once on its own (time and answer size).
     python bench/cluster_scale.py                     # full scale (~15 min)
     python bench/cluster_scale.py --scale 0.1         # a tenth of everything (~2 min)
     python bench/cluster_scale.py --tsdb prometheus   # one server only
+    python bench/cluster_scale.py --steps-only-share 0.5  # half the jobs report only steps
 """
 
 from __future__ import annotations
@@ -386,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds between scrapes of the service's /metrics during the steady cycles "
         "(every 0.5 s during the first cycle)",
     )
+    p.add_argument(
+        "--steps-only-share",
+        type=float,
+        default=0.0,
+        help="share of the training jobs that report only steps (no epoch series)",
+    )
     p.add_argument("--live-exporters", type=int, default=2)
     p.add_argument("--tsdb", default="prometheus,victoriametrics")
     p.add_argument("--workdir", type=Path, help="keep files here (default: a temp dir)")
@@ -400,7 +407,12 @@ def main(argv: list[str] | None = None) -> int:
         nodes=max(1, round(args.nodes * args.scale)),
         running=round(args.running * args.scale),
         notebooks=round(args.notebooks * args.scale),
+        steps_only_share=args.steps_only_share,
     )
+    try:
+        shape.check()
+    except ValueError as err:
+        p.error(str(err))
     n_history = round(args.history * args.scale)
     kinds = [k.strip() for k in args.tsdb.split(",") if k.strip()]
     if not set(kinds) <= set(QUERY_TIME):
@@ -408,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     now = time.time()
     print(
         f"cluster: {shape.nodes:,} nodes × {shape.gpus_per_node} GPUs = {shape.gpus:,} GPUs, "
-        f"{shape.running:,} running jobs, {shape.notebooks:,} notebooks; history {n_history:,} runs",
+        f"{shape.running:,} running jobs ({shape.steps_only_share:.0%} reporting only steps), "
+        f"{shape.notebooks:,} notebooks; history {n_history:,} runs",
         flush=True,
     )
     tmp = None
