@@ -551,7 +551,10 @@ class HistoryStore:
         return ends
 
     def finished(self, limit: int | None = None) -> list[Run]:
-        """Finished runs, oldest first (cached in memory after the first call).
+        """Finished runs, oldest first (cached in memory after the first call), as the
+        models learn from them: a run not reported epoch by epoch thinned to
+        ``runs.HISTORY_POINTS`` points (the file keeps all), a run stored in percent of
+        its steps as a job of its own (the module doc).
 
         ``limit``: only the most recent ``limit`` (by finish time). Why: the model
         learns from recent runs (its regression and calibration take the newest few
