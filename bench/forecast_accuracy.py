@@ -693,11 +693,23 @@ def speed() -> None:
     step_runs = [as_steps(r, 40) for r in synthetic_history(10_000, seed=2)]
     for label, runs in (("whole", step_runs), ("thinned", [thinned(r) for r in step_runs])):
         began = time.perf_counter()
-        EtaModel(random_state=0).fit(runs)
+        step_model = EtaModel(random_state=0).fit(runs)
         points = max(len(r.epoch_times) for r in runs)
         print(
             f"fit on 10000 step runs, {label} (≤ {points} points): {time.perf_counter() - began:.2f} s"
         )
+    # running step-only jobs as the live path keeps them (up to STEP_CELLS points); each
+    # cycle brings a new point, so every forecast is computed afresh
+    live = [
+        replace(r, run_id=r.run_id + "-live", epoch_times=r.epoch_times[: 100 + i % 300])
+        for i, r in enumerate(step_runs[-1000:])
+    ]
+    began = time.perf_counter()
+    for run in live:
+        step_model.predict(run, run.last_timestamp + 1.0)
+    print(
+        f"predict 1000 running step-only jobs (100–400 points): {time.perf_counter() - began:.3f} s"
+    )
     runs = synthetic_history(2000, seed=1, n_jobs=50)
     began = time.perf_counter()
     result = backtest(runs)

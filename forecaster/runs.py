@@ -133,12 +133,17 @@ def _unpickle_run(
 def thinned(run: Run, max_points: int = HISTORY_POINTS) -> Run:
     """``run`` with at most ``max_points`` (≥ 2) progress points, evenly spaced by index,
     the first (the start) and the last kept; unchanged when it has no more than that or
-    was reported epoch by epoch (every point one unit after the one before)."""
+    was reported epoch by epoch (every point one unit after the one before, and not a
+    run counted in steps: ``progress_unit="steps"``, whose every step is no epoch)."""
     if max_points < 2:
         raise ValueError(f"max_points must be at least 2, got {max_points}")
     times = run.epoch_times
     n = len(times)
-    if n <= max_points or all(b[0] - a[0] == 1 for a, b in itertools.pairwise(times)):
+    if n <= max_points:
+        return run
+    if run.features.get("progress_unit") != "steps" and all(
+        b[0] - a[0] == 1 for a, b in itertools.pairwise(times)
+    ):
         return run
     step = (n - 1) / (max_points - 1)
     keep = sorted({round(i * step) for i in range(max_points)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import sqlite3
@@ -450,6 +451,9 @@ def test_thinned_keeps_the_ends_and_even_spacing_and_epoch_by_epoch_runs() -> No
     # reported epoch by epoch: kept whole (a period of evaluation passes shows only so)
     epochs = Run("e", 999.0, tuple((float(k), 100.0 + k) for k in range(1000)))
     assert thinned(epochs, 10) is epochs
+    # a run counted in steps, reported at every step, is no epoch-by-epoch run
+    every_step = dataclasses.replace(epochs, features={"progress_unit": "steps"})
+    assert len(thinned(every_step, 10).epoch_times) == 10
     with pytest.raises(ValueError):
         thinned(run, 1)
 
