@@ -190,7 +190,8 @@ class HistoryStore:
             (ns, pod, container, rid)
             for rid, ns, pod, container, feats in conn.execute(
                 "SELECT run_id, namespace, pod, container, features FROM runs "
-                "WHERE state = 'running' AND features LIKE '%progress_unit%'"
+                "WHERE state = 'running' AND features LIKE ?",
+                (f'%"progress_unit": "{PERCENT_UNIT}"%',),  # _dump_features' own text
             )
             if _load_features(feats).get("progress_unit") == PERCENT_UNIT
         }
@@ -238,20 +239,17 @@ class HistoryStore:
             conn.close()
             raise
         except sqlite3.OperationalError as err:
-            if "readonly" in str(err) or "unable to open" in str(err) or "read-only" in str(err):
+            if _read_only(err):
                 memory = _memory_copy(conn)
                 conn.close()
-                try:
-                    _prepare(memory, spath)  # an older schema: migrated in the copy
-                except HistoryError:
-                    memory.close()
-                    raise
-                except sqlite3.Error as copy_err:
-                    memory.close()
-                    raise HistoryError(
-                        f"history file {spath} is not writable and its in-memory copy "
-                        f"cannot be migrated ({copy_err})"
-                    ) from None
+                # the file passed _prepare's checks; an older schema is migrated in the copy
+                version = memory.execute("PRAGMA user_version").fetchone()[0]
+                if version < SCHEMA_VERSION:
+                    try:
+                        _migrate(memory, spath, version)
+                    except HistoryError:
+                        memory.close()
+                        raise
                 log.error(
                     "history file %s is not writable (%s): forecasting from an in-memory copy; "
                     "history learned from now on is lost at restart",
@@ -289,11 +287,14 @@ class HistoryStore:
         ends = []
         known = self._running_ends or {}
         updates = list(updates)
-        to_steps = {
-            run_key(up): float(up.epochs_planned)
-            for up in (updates if self._percent_running else ())
-            if run_key(up) in self._percent_running and up.features.get("progress_unit") == "steps"
-        }
+        to_steps: dict[RunKey, float] = {}
+        if self._percent_running:  # only after a migration from schema 2
+            to_steps = {
+                run_key(up): float(up.epochs_planned)
+                for up in updates
+                if run_key(up) in self._percent_running
+                and up.features.get("progress_unit") == "steps"
+            }
         for up in updates:
             rows.append(
                 {
@@ -740,12 +741,18 @@ def _migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
     except sqlite3.Error as err:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        if isinstance(err, sqlite3.OperationalError) and "readonly" in str(err):
+        if isinstance(err, sqlite3.OperationalError) and _read_only(err):
             raise  # the caller works on a memory copy, migrated there
         raise HistoryError(
             f"history file {path}: migrating schema {version} to {SCHEMA_VERSION} failed "
             f"({err}); the file was not modified"
         ) from None
+
+
+def _read_only(err: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused a write because the file or its directory is read-only."""
+    text = str(err)
+    return "readonly" in text or "read-only" in text or "unable to open" in text
 
 
 def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
@@ -870,7 +877,7 @@ def _finished_from_row(row: tuple, features_cache: dict[str, Mapping[str, Featur
         raise HistoryError(f"stored run {run_id!r} has a damaged epoch list") from None
     features = features_cache.get(feats)
     if features is None:
-        features = features_cache[feats] = MappingProxyType(_as_own_job(_load_features(feats)))
+        features = features_cache[feats] = _as_own_job(MappingProxyType(_load_features(feats)))
     return thinned(  # to learn from: at most runs.HISTORY_POINTS points (the file keeps all)
         validate_run(
             Run(
@@ -898,20 +905,21 @@ def _check_planned(run_id: object, planned: object) -> None:
 def _to_learn_from(run: Run) -> Run:
     """A finished run as ``finished`` reads it back: thinned, a run in percent of its
     steps as a job of its own."""
-    if run.features.get("progress_unit") == PERCENT_UNIT:
-        run = dataclasses.replace(run, features=MappingProxyType(_as_own_job(run.features)))
+    features = _as_own_job(run.features)
+    if features is not run.features:
+        run = dataclasses.replace(run, features=features)
     return thinned(run)
 
 
-def _as_own_job(features: Mapping[str, Feature]) -> dict[str, Feature]:
+def _as_own_job(features: Mapping[str, Feature]) -> Mapping[str, Feature]:
     """A finished run counted in percent of its steps is a job of its own to the models
     (``<job_name> (percent)``): its time per unit is 1/100 of the run where the same
-    job's runs in steps have 1/steps, and pooled they would read as noise."""
-    out = dict(features)
-    job = out.get("job_name")
-    if out.get("progress_unit") == PERCENT_UNIT and isinstance(job, str) and job:
-        out["job_name"] = job + _JOB_SUFFIX
-    return out
+    job's runs in steps have 1/steps, and pooled they would read as noise. Any other
+    run's features are returned as they are."""
+    job = features.get("job_name")
+    if features.get("progress_unit") != PERCENT_UNIT or not (isinstance(job, str) and job):
+        return features
+    return MappingProxyType({**features, "job_name": job + _JOB_SUFFIX})
 
 
 def _dump_features(features: Mapping[str, Feature]) -> str:
