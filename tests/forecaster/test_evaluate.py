@@ -461,7 +461,7 @@ def test_periodic_runs_pooled_against_the_rate_baselines() -> None:
     neighbour: pooled, ≥ 30 % better than the best rate baseline at 10 % (measured
     0.40x: the job's history) and no worse at 25–75 % (0.82 / 0.89 / 0.77x). At 50 %
     the run has shown one pass: read as a pass only by ``rate.periodic_spikes``'s
-    first-pass rule (1.26x without it), which this fails without."""
+    first-pass rule (1.27x without it), which this fails without."""
     for point, bound in ((0.1, 0.7), (0.25, 1.0), (0.5, 1.0), (0.75, 1.0)):
         medians, n = pooled_medians(PERIODIC, point, REFIT_TENTH)
         assert n >= 250

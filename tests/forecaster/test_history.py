@@ -274,7 +274,7 @@ FIXTURE_V1 = Path(__file__).parent / "data" / "history_v1.sqlite"
 
 
 def test_schema_1_file_is_migrated_keeping_every_run(tmp_path: Path) -> None:
-    """A history file written by the schema-1 forecaster (data/make_history_v1.py)."""
+    """A history file written by the schema-1 forecaster (data/make_history.py 1)."""
     db = tmp_path / "h.sqlite"
     db.write_bytes(FIXTURE_V1.read_bytes())
     conn = sqlite3.connect(db)
@@ -337,7 +337,7 @@ FIXTURE_V2 = Path(__file__).parent / "data" / "history_v2.sqlite"
 
 
 def test_schema_2_step_runs_stored_in_percent_are_kept_apart_or_converted(tmp_path: Path) -> None:
-    """Schema 2 stored a step-only run in percent of its steps (data/make_history_v2.py).
+    """Schema 2 stored a step-only run in percent of its steps (data/make_history.py 2).
     A finished one stays as stored but is its own job to the models; a running one is
     rescaled to steps at its first update, once, and finishes as the job it is."""
     db = tmp_path / "h.sqlite"

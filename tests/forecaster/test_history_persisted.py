@@ -20,6 +20,7 @@ from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.publish import ServiceState, make_registry
 from gpu_eta.launch.prometheus import promtool
 from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle
+from tests.forecaster.test_history import FIXTURE_V2
 from tests.support.read_only import read_only_directory, run_unprivileged
 
 NAME = "gpu_eta_forecaster_history_persisted"
@@ -74,9 +75,6 @@ def test_the_gauge_follows_the_forecast_set(persisted: bool) -> None:
     state = ServiceState()
     state.success(ForecastSet(timestamp=NOW, history_persisted=persisted), 0.5, NOW)
     assert gauge(generate_latest(make_registry(state)).decode()) == float(persisted)
-
-
-FIXTURE_V2 = Path(__file__).parent / "data" / "history_v2.sqlite"
 
 
 def _schema_2_history(directory: Path) -> None:
