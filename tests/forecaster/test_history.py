@@ -355,6 +355,8 @@ def test_schema_2_step_runs_stored_in_percent_are_kept_apart_or_converted(tmp_pa
     # seeded from a CSV counting real steps (plan 3,000, not 100): left as it was
     assert finished["csv-steps"].features["job_name"] == "bert"
     assert finished["csv-steps"].features["progress_unit"] == "steps"
+    store.close()
+    store = HistoryStore.open(db)  # a restart between the upgrade and the run's next update
     (live,) = store.running()
     assert live.run.epoch_times == ((0, 2000.0), (10.0, 2100.0), (20.0, 2200.0))
     # the first update after the upgrade carries the steps planned (2,000) and the steps
