@@ -42,6 +42,10 @@ class CycleSettings:
     # the model fits on the most recent this many finished runs (0: all of them):
     # bounded memory and fit time however long the history grows (docs/forecaster.md)
     fit_runs: int = 100_000
+    # ... and of them the most recent holding at most this many progress points (0: any
+    # number): a run reported epoch by epoch keeps every point, ~110 bytes each in memory
+    # (docs/forecaster.md); 2,000,000 is what the scale benchmark's 100,000 runs hold
+    fit_points: int = 2_000_000
     # runs' unchanging series (plan, start, batch size, pod labels) are read for every
     # run in one cycle of this many, otherwise only for runs not seen yet (static_series)
     static_full_every: int = 10
@@ -105,6 +109,8 @@ class Config:
             )
         if self.cycle.fit_runs < 0:
             raise ConfigError(f"--model.fit-runs must be >= 0, got {self.cycle.fit_runs}")
+        if self.cycle.fit_points < 0:
+            raise ConfigError(f"--model.fit-points must be >= 0, got {self.cycle.fit_points}")
         if self.cycle.refit_seconds < 0:
             raise ConfigError(
                 f"--model.refit-interval must be >= 0, got {self.cycle.refit_seconds}"

@@ -101,7 +101,8 @@ class Cycle:
         self._last_fit = -math.inf
         self._refit_thread: threading.Thread | None = None
         self._learned_version = -1  # store version the model has learned up to (fit or update)
-        self._pending: tuple[Model, int] | None = None
+        self._pending: tuple[Model, int, Sequence[Run]] | None = None
+        self._learnt_runs: list[Run] = []  # the finished runs the model has seen, in order
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback.
         self._last_query_time: float | None = float_or_none(store.get_meta(LAST_QUERY_KEY))
@@ -444,7 +445,7 @@ class Cycle:
             self._last_fit = now
             history = self._history()
             self._durations = run_durations(history)
-            self._install(self._fit(history), self.store.version)
+            self._install(self._fit(history), self.store.version, history)
         elif (
             self.store.version != self._model_version
             and now - self._last_fit >= self.settings.refit_seconds
@@ -480,14 +481,21 @@ class Cycle:
         self._learned_version = self.store.version
         if update is None:
             return
+        learnt = self._learnt_runs
+        added = appended_since(learnt, self._history())
+        if not added:
+            return
         try:
-            update(self._history())
+            update(learnt + added)
         except Exception as err:  # the model keeps forecasting from its fit
             log.warning("model update with newly finished runs failed: %s", err)
+        else:
+            self._learnt_runs = learnt + added
 
     def _history(self) -> list[Run]:
-        """The finished runs the model fits on: the most recent ``fit_runs`` (0: all)."""
-        return self.store.finished(self.settings.fit_runs or None)
+        """The finished runs the model fits on: the most recent ``fit_runs`` (0: all)
+        holding at most ``fit_points`` progress points (0: any number)."""
+        return self.store.finished(self.settings.fit_runs or None, self.settings.fit_points or None)
 
     def wait_for_refit(self, timeout: float | None = None) -> None:
         """Block until a background refit (if any) is done; for tests and shutdown."""
@@ -520,7 +528,7 @@ class Cycle:
                 )
             else:
                 model = self._fit(history)
-            self._pending = (model, version)
+            self._pending = (model, version, history)
         except Exception as err:  # keep the previous model
             log.warning("model refit failed, keeping the previous model: %s", err)
             self._pending = None
@@ -533,10 +541,30 @@ class Cycle:
         self._pending = None
         self._refit_thread = None
 
-    def _install(self, model: Model, version: int) -> None:
+    def _install(self, model: Model, version: int, history: Sequence[Run]) -> None:
         self.model = model
         self._model_version = version
         self._learned_version = version
+        self._learnt_runs = list(history)
+
+
+def appended_since(learnt: Sequence[Run], history: Sequence[Run]) -> list[Run]:
+    """The runs of ``history`` (the store's finished list, oldest first) after the last
+    run of ``learnt`` (what the model has seen): the runs finished since.
+
+    Why not ``history[len(learnt):]``: once the store holds ``fit_runs`` runs (or
+    ``fit_points`` points) its list keeps its length as runs finish, the oldest making
+    room, and a new run's place is no longer past the end of what the model saw. When
+    the model's last run is no longer in the list (as many runs finished since as the
+    list holds) every run of it is newer.
+    """
+    if not learnt:
+        return list(history)
+    last = learnt[-1]
+    for i in range(len(history) - 1, -1, -1):
+        if history[i] is last or history[i] == last:
+            return list(history[i + 1 :])
+    return list(history)
 
 
 @contextlib.contextmanager

@@ -174,7 +174,9 @@ class HistoryStore:
         self.path = path
         self._lock = threading.Lock()
         self._finished_cache: list[Run] | None = None
-        self._cache_limit: int | None = None  # the cache holds the most recent this many
+        # the cache holds the most recent this many runs and, of them, this many points
+        self._cache_limit: tuple[int | None, int | None] = (None, None)
+        self._cache_points = 0  # progress points held by the cache
         self.version = 0  # bumps whenever the finished history changes
         self.persistent = True  # False: a read-only file, used through a memory copy
         self.skipped_rows = 0  # damaged rows left out of the last read (kept in the file)
@@ -551,19 +553,23 @@ class HistoryStore:
                 ends.setdefault(row_id, []).append((epoch, ts))
         return ends
 
-    def finished(self, limit: int | None = None) -> list[Run]:
+    def finished(self, limit: int | None = None, points: int | None = None) -> list[Run]:
         """Finished runs, oldest first (cached in memory after the first call), as the
         models learn from them: a run not reported epoch by epoch thinned to
         ``runs.HISTORY_POINTS`` points (the file keeps all), a run stored in percent of
         its steps as a job of its own (the module doc).
 
-        ``limit``: only the most recent ``limit`` (by finish time). Why: the model
-        learns from recent runs (its regression and calibration take the newest few
-        thousand, job groups weigh old runs down), while a cluster's history grows
-        without end; one million runs held as ``Run`` objects are gigabytes.
+        ``limit``: only the most recent ``limit`` (by finish time). ``points``: of
+        those, only the most recent whose progress points (as learnt from) add up to
+        at most ``points``. Why: the model learns from recent runs (its regression and
+        calibration take the newest few thousand, job groups weigh old runs down),
+        while a cluster's history grows without end; one million runs held as ``Run``
+        objects are gigabytes. A run's size is its points (~110 bytes each in memory)
+        and runs reported epoch by epoch keep them all, so a count of runs alone does
+        not bound the memory: 100,000 runs of 300 epochs are ~3.4 GB.
         """
         with self._lock:
-            if self._finished_cache is None or self._cache_limit != limit:
+            if self._finished_cache is None or self._cache_limit != (limit, points):
                 query = """SELECT run_id, namespace, pod, container, epochs_planned, state,
                        features, epoch_times FROM runs WHERE state != 'running'
                        ORDER BY finished_timestamp DESC, id DESC"""
@@ -571,19 +577,25 @@ class HistoryStore:
                 if limit is not None:
                     query += " LIMIT ?"
                     params = (max(0, int(limit)),)
-                rows = self._conn.execute(query, params).fetchall()
-                rows.reverse()
                 features_cache: dict[str, Mapping[str, Feature]] = {}
-                runs: list[Run] = []
+                runs: list[Run] = []  # newest first until reversed
                 bad: list[str] = []
-                for row in rows:
+                held = 0
+                for row in self._conn.execute(query, params):
                     try:
-                        runs.append(_finished_from_row(row, features_cache))
+                        run = _finished_from_row(row, features_cache)
                     except (HistoryError, RunError, TypeError, ValueError) as err:
                         bad.append(str(err))
+                        continue
+                    if points is not None and held + len(run.epoch_times) > points:
+                        break
+                    held += len(run.epoch_times)
+                    runs.append(run)
+                runs.reverse()
                 self._skipped("finished", bad)
                 self._finished_cache = runs
-                self._cache_limit = limit
+                self._cache_limit = (limit, points)
+                self._cache_points = held
             return list(self._finished_cache)
 
     def count_finished(self) -> int:
@@ -614,10 +626,19 @@ class HistoryStore:
         self.skipped_rows = len(bad)
 
     def _finished_changed(self, added: list[Run]) -> None:
-        if self._finished_cache is not None:  # as a read of the file would give them
-            self._finished_cache.extend(_to_learn_from(run) for run in added)
-            if self._cache_limit is not None and len(self._finished_cache) > self._cache_limit:
-                del self._finished_cache[: len(self._finished_cache) - self._cache_limit]
+        cache = self._finished_cache
+        if cache is not None:  # as a read of the file would give them
+            learn = [_to_learn_from(run) for run in added]
+            cache.extend(learn)
+            self._cache_points += sum(len(run.epoch_times) for run in learn)
+            limit, points = self._cache_limit
+            drop = 0 if limit is None else max(0, len(cache) - limit)
+            held = self._cache_points - sum(len(run.epoch_times) for run in cache[:drop])
+            while points is not None and held > points and drop < len(cache):
+                held -= len(cache[drop].epoch_times)
+                drop += 1
+            del cache[:drop]
+            self._cache_points = held
         self.version += 1
 
     def _all_running_ends(self) -> dict[int, list[tuple[float, float]]]:

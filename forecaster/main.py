@@ -215,6 +215,15 @@ def _common_flags() -> argparse.ArgumentParser:
         help="fit on the most recent N finished runs (0: all): bounds memory and fit time",
     )
     c.add_argument(
+        "--model.fit-points",
+        dest="fit_points",
+        type=int,
+        default=2_000_000,
+        metavar="N",
+        help="of those, the most recent holding at most N progress points (0: any "
+        "number): bounds memory when runs report hundreds of epochs",
+    )
+    c.add_argument(
         "--stall.after",
         dest="stall_after_seconds",
         type=float,
@@ -350,6 +359,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         refit_seconds=args.refit_seconds,
         vanish_grace_seconds=args.vanish_grace_seconds,
         fit_runs=args.fit_runs,
+        fit_points=args.fit_points,
         pending=pending_settings(args),
     )
     if not settings.min_step_seconds > 0:
@@ -456,10 +466,9 @@ def _open(config: Config):
             added = store.import_finished(runs)
             log.info("history seed %s: %d runs read, %d new", config.seed_csv, len(runs), added)
         # Load what the first fit reads now (cached for it): a damaged file fails at start,
-        # not in a cycle. Only the most recent --model.fit-runs: all of a long history
-        # would be gigabytes (docs/scrape-tuning.md).
-        limit = config.cycle.fit_runs or None
-        loaded = len(store.finished(limit))
+        # not in a cycle. Only the most recent --model.fit-runs (and --model.fit-points):
+        # all of a long history would be gigabytes (docs/scrape-tuning.md).
+        loaded = len(store.finished(config.cycle.fit_runs or None, config.cycle.fit_points or None))
         log.info(
             "history %s: %d finished runs, the most recent %d loaded for the model",
             config.history_db,

@@ -277,12 +277,16 @@ def test_refit_only_when_history_changed_and_period_passed(store: HistoryStore) 
 
 
 class _LearningModel(StandInModel):
-    """Records the history lengths ``update`` was given."""
+    """Records the history lengths ``update`` was given, and the runs it learns as a
+    real model does (those past the ``n_history_`` it has seen)."""
 
     updates: ClassVar[list[int]] = []
+    learnt: ClassVar[list[str]] = []
 
     def update(self, history: Sequence[Run]) -> None:
         _LearningModel.updates.append(len(history))
+        _LearningModel.learnt.extend(run.run_id for run in history[self.n_history_ :])
+        self.n_history_ = max(self.n_history_, len(history))
 
 
 def test_runs_finished_between_refits_reach_the_model_by_update(store: HistoryStore) -> None:
@@ -303,8 +307,32 @@ def test_runs_finished_between_refits_reach_the_model_by_update(store: HistorySt
     assert _LearningModel.updates == [2]  # nothing new, no update
 
 
+def test_runs_finished_between_refits_reach_the_model_when_the_history_is_full(
+    store: HistoryStore,
+) -> None:
+    """At ``fit_runs`` the store's list stays as long as a run finishes (the oldest
+    makes room): the model must still be handed the new run after what it saw."""
+    _LearningModel.updates, _LearningModel.learnt = [], []
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100, present=False))
+    cycle = make_cycle(client, store, clock=lambda: t[0], refit_seconds=600, fit_runs=1)
+    cycle.model_factory = _LearningModel
+    cycle.run()
+    assert StandInModel.fits == [1]
+    for name in ("b", "c"):
+        client.answers = job(name, 10, [(1, t[0] - 10)], t[0] - 100, present=False)
+        t[0] += 60
+        cycle.run()
+    assert StandInModel.fits == [1]  # no refit: "b" and "c" came by update
+    assert _LearningModel.learnt == ["b", "c"]
+    t[0] += 600
+    cycle.run()  # the refit, on the most recent run only
+    assert StandInModel.fits == [1, 1] and _LearningModel.learnt == ["b", "c"]
+
+
 def test_the_fit_sees_only_the_most_recent_fit_runs(store: HistoryStore) -> None:
-    """``fit_runs`` bounds what the model is fitted on (memory and fit time at scale)."""
+    """``fit_runs`` and ``fit_points`` bound what the model is fitted on (memory and fit
+    time at scale)."""
     runs = [
         Run(f"h{i}", 2, ((0, 100.0 * i), (1, 100.0 * i + 10), (2, 100.0 * i + 20)))
         for i in range(5)
@@ -314,6 +342,10 @@ def test_the_fit_sees_only_the_most_recent_fit_runs(store: HistoryStore) -> None
     make_cycle(client, store, fit_runs=2).run()
     assert StandInModel.fits == [2]
     make_cycle(client, store, fit_runs=0).run()  # 0: all of them
+    assert StandInModel.fits == [5]
+    make_cycle(client, store, fit_points=7).run()  # 3 points a run: the newest two
+    assert StandInModel.fits == [2]
+    make_cycle(client, store, fit_runs=0, fit_points=0).run()
     assert StandInModel.fits == [5]
 
 

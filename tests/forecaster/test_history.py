@@ -104,6 +104,38 @@ def test_finished_limit_keeps_the_most_recent_runs_oldest_first(tmp_path: Path) 
     store.close()
 
 
+def test_finished_points_keeps_the_most_recent_runs_within_a_point_budget(
+    tmp_path: Path,
+) -> None:
+    """``finished(limit, points)``: of the newest ``limit``, the newest whose points add
+    up to at most ``points`` (a run of hundreds of epochs weighs what it holds); runs
+    finished later push out as many of the oldest as the budget needs, and the cache
+    ends where a fresh read of the file does."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+
+    def add(name: str, epochs: int, finish: float) -> None:
+        ends = [(float(e), 1000.0 + 100 * e) for e in range(1, epochs + 1)]
+        store.record([update(name, ends, planned=epochs)])
+        store.finish([key(name)], finish)
+
+    for i, epochs in enumerate((2, 4, 2, 3, 1)):  # 3, 5, 3, 4 and 2 points
+        add(f"r{i}", epochs, 5000.0 + i)
+    assert [r.run_id for r in store.finished(None, 9)] == ["r2", "r3", "r4"]  # 3 + 4 + 2
+    assert [r.run_id for r in store.finished(2, 9)] == ["r3", "r4"]
+    assert [r.run_id for r in store.finished(None, 1)] == []  # the newest alone is over
+    assert [r.run_id for r in store.finished(None, 9)] == ["r2", "r3", "r4"]
+    add("r5", 3, 6000.0)  # 4 points: r2 and r3 make room
+    assert [r.run_id for r in store.finished(None, 9)] == ["r4", "r5"]
+    add("r6", 1, 6001.0)  # 2 points: fits beside them
+    assert [r.run_id for r in store.finished(None, 9)] == ["r4", "r5", "r6"]
+    store.close()
+    again = HistoryStore.open(db)
+    assert [r.run_id for r in again.finished(None, 9)] == ["r4", "r5", "r6"]
+    assert again.count_finished() == 7  # the file keeps every run
+    again.close()
+
+
 def test_import_finished_is_idempotent(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     runs = [

@@ -60,6 +60,7 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["once", "--prometheus.timeout", "abc"], "invalid float value"),
         (["once", "--prometheus.timeout", "0"], "--prometheus.timeout must be > 0"),
         (["serve", "--prometheus.retries", "-1"], "--prometheus.retries must be >= 0"),
+        (["serve", "--model.fit-points", "-1"], "--model.fit-points must be >= 0"),
         (["once", "--prometheus.max-response-bytes", "10"], "must be >= 1024"),
     ],
 )
