@@ -133,6 +133,12 @@ def test_site_values_land_where_they_should() -> None:
     assert spec["nodeSelector"] == {"node-role.example.com/gpu": "true"}
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    # another kubelet root: the host side of the socket's directory moves, the
+    # container's path (the exporter's --kubelet.socket) stays
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["pod-resources"]["hostPath"]["path"] == "/var/lib/k0s/kubelet/pod-resources"
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["pod-resources"] == "/var/lib/kubelet/pod-resources"
     # the quota only exists for system-node-critical
     assert not [o for o in objects if o["kind"] == "ResourceQuota"]
     for kind, name in (("ServiceMonitor", "gpu-eta-exporter"), ("PrometheusRule", "gpu-eta")):

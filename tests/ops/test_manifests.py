@@ -235,7 +235,8 @@ def test_exporter_daemonset_properties() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert env["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    # what the exporter reads (NODE_NAME) and what the NVIDIA runtime reads, nothing else
+    assert set(env) == {"NODE_NAME", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
     resources = container["resources"]
     assert resources["requests"] and resources["limits"]
     assert not any("nvidia.com" in key for key in {**resources["requests"], **resources["limits"]})
@@ -346,12 +347,12 @@ def test_volumes_claims_and_accounts_exist() -> None:
                 assert container["resources"]["requests"] and container["resources"]["limits"]
 
 
-def test_rbac_is_get_list_watch_pods_and_get_jobs_only() -> None:
+def test_rbac_is_list_watch_pods_and_get_jobs_only() -> None:
     objects = _build("plain-prometheus")
     roles = [o for o in objects if o["kind"] in {"ClusterRole", "Role"}]
     assert len(roles) == 1
     assert roles[0]["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},  # Job deadlines
     ]
     binding = find(objects, "ClusterRoleBinding", "gpu-eta-exporter")
