@@ -18,7 +18,10 @@ splices two runs into one). Runs seeded from a CSV have no pod; see
 
 Every write is one transaction. The file is tagged with ``PRAGMA application_id``
 and a schema version (``PRAGMA user_version``): a corrupt file, another program's
-database or a newer schema gives ``HistoryError`` and is never overwritten. An older
+database or a newer schema gives ``HistoryError`` and is never overwritten. Only a
+file SQLite itself calls corrupt (or not a database) is set aside; a file that is
+busy (another process holds its lock), on a full disk or failing I/O is refused with
+``HistoryError`` and left exactly where it is (``HistoryStore.open``). An older
 schema is migrated in place in one transaction that keeps every row (schema 1 keyed
 runs by ``run_id`` alone; schema 2 by the run key; schema 2 stored a run that reports
 only steps in percent of them, schema 3 in its steps).
@@ -42,8 +45,9 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -68,6 +72,21 @@ _MAX_FEATURE_TEXT = 256
 # rows are marked with this unit by the migration to schema 3 (see the module doc).
 PERCENT_UNIT = "percent"
 _JOB_SUFFIX = " (percent)"
+# How long a statement waits for another process's lock on the file before it fails
+# (SQLite's busy timeout; Python's default is 5 s). Why 30 s: an admin's ``sqlite3``
+# shell or a backup tool (``sqlite3 .backup``, a volume snapshot reading the file) may
+# hold a read or write transaction for seconds, and a start or cycle that waits it out
+# loses nothing; 30 s is still well under the chart's 60 s liveness delay and a tenth
+# of the wedged-cycle limit (600 s), so a lock held for good still fails visibly.
+BUSY_TIMEOUT_SECONDS = 30.0
+# SQLite's primary result codes (``sqlite3.Error.sqlite_errorcode & 0xFF``, Python
+# >= 3.11) that this module tells apart: only the last two mean a damaged file.
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+_SQLITE_IOERR = 10
+_SQLITE_CORRUPT = 11
+_SQLITE_FULL = 13
+_SQLITE_NOTADB = 26
 
 # Schema 2: ``runs.id`` is a surrogate key (epoch_ends refer to it), the run's identity
 # is UNIQUE (namespace, pod, container, run_id); ``runs_run_id`` serves the seed
@@ -180,6 +199,10 @@ class HistoryStore:
         self.version = 0  # bumps whenever the finished history changes
         self.persistent = True  # False: a read-only file, used through a memory copy
         self.skipped_rows = 0  # damaged rows left out of the last read (kept in the file)
+        # run updates the last ``record`` left out: text SQLite cannot store (not valid
+        # Unicode, e.g. a lone surrogate decoded from a label's JSON); the rest are kept
+        self.skipped_updates = 0
+        self._unstorable: frozenset[RunKey] = frozenset()  # their keys, logged once
         # Running runs' epoch ends as stored, by run key (None: not read yet). Why: a
         # cycle reads every running run, and re-reading their epoch ends from the file
         # each time (a million rows for 10,000 runs of a hundred epochs) was most of
@@ -202,12 +225,20 @@ class HistoryStore:
     def open(cls, path: str | Path) -> HistoryStore:
         """Open or create the store; refuse anything that is not ours.
 
-        A damaged file (not SQLite, failing ``quick_check``, tables missing) is moved
-        aside to ``<name>.corrupt-<unix time>`` with one ERROR line and a new history
-        starts: a forecaster that refused to start would restart for ever. Another
-        program's database and a newer schema are refused (``HistoryError``), never
-        touched. A file that cannot be written (read-only volume) is used through an
-        in-memory copy, with one ERROR line: forecasts go on, new history is not kept.
+        A damaged file (not SQLite, failing ``quick_check``, tables missing, an error
+        SQLite reports as corruption) is moved aside to ``<name>.corrupt-<unix time>``
+        with one ERROR line and a new history starts: a forecaster that refused to
+        start would restart for ever. Another program's database and a newer schema
+        are refused (``HistoryError``), never touched. A file that cannot be written
+        (read-only volume) is used through an in-memory copy, with one ERROR line:
+        forecasts go on, new history is not kept.
+
+        Any other failure is refused with ``HistoryError`` and the file is neither
+        changed nor moved: a lock another process holds for longer than
+        ``BUSY_TIMEOUT_SECONDS``, a full disk, an I/O error. Why not set it aside: the
+        file is healthy, and a new empty history would drop months of runs for a
+        condition that passes; the service exits and is restarted, and opens the same
+        file once the lock is released or space freed.
         """
         spath = str(path)
         if spath != ":memory:":
@@ -230,45 +261,68 @@ class HistoryStore:
     @classmethod
     def _open(cls, spath: str) -> HistoryStore:
         try:
-            conn = sqlite3.connect(spath, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(
+                spath,
+                timeout=BUSY_TIMEOUT_SECONDS,
+                check_same_thread=False,
+                isolation_level=None,
+            )
         except sqlite3.Error as err:
-            raise HistoryError(f"cannot open history file {spath}: {err}") from None
+            raise HistoryError(f"cannot open history file {spath}: {_why(err)}") from None
         try:
             _prepare(conn, spath)
             if spath != ":memory:":
                 _probe_write(conn)
+            return cls(conn, spath)
         except HistoryError:
             conn.close()
             raise
-        except sqlite3.OperationalError as err:
-            if _read_only(err):
-                memory = _memory_copy(conn)
-                conn.close()
-                # the file passed _prepare's checks; an older schema is migrated in the copy
-                version = memory.execute("PRAGMA user_version").fetchone()[0]
-                if version < SCHEMA_VERSION:
-                    try:
-                        _migrate(memory, spath, version)
-                    except HistoryError:
-                        memory.close()
-                        raise
-                log.error(
-                    "history file %s is not writable (%s): forecasting from an in-memory copy; "
-                    "history learned from now on is lost at restart",
-                    spath,
-                    err,
-                )
-                store = cls(memory, spath)
-                store.persistent = False
-                return store
+        except sqlite3.Error as err:
+            if isinstance(err, sqlite3.OperationalError) and _read_only(err):
+                return cls._open_copy(conn, spath, err)
             conn.close()
-            raise DamagedHistory(f"history file {spath} is not usable ({err})") from None
-        except sqlite3.DatabaseError as err:
-            conn.close()
-            raise DamagedHistory(
-                f"history file {spath} is not a usable SQLite database ({err})"
+            if _corrupt(err):
+                raise DamagedHistory(
+                    f"history file {spath} is not a usable SQLite database ({err})"
+                ) from None
+            raise HistoryError(
+                f"history file {spath} cannot be used now ({_why(err)}); "
+                "it was not changed or moved"
             ) from None
-        return cls(conn, spath)
+
+    @classmethod
+    def _open_copy(cls, conn: sqlite3.Connection, spath: str, why: sqlite3.Error) -> HistoryStore:
+        """The store on an in-memory copy of a file that cannot be written (closes
+        ``conn``); a failure to copy is a ``HistoryError``, the file untouched."""
+        try:
+            memory = _memory_copy(conn)
+        except sqlite3.Error as err:
+            raise HistoryError(
+                f"history file {spath} is not writable ({why}) and cannot be copied into "
+                f"memory ({_why(err)}); it was not changed"
+            ) from None
+        finally:
+            conn.close()
+        try:
+            # the file passed _prepare's checks; an older schema is migrated in the copy
+            version = memory.execute("PRAGMA user_version").fetchone()[0]
+            if version < SCHEMA_VERSION:
+                _migrate(memory, spath, version)
+            store = cls(memory, spath)
+        except HistoryError:
+            memory.close()
+            raise
+        except sqlite3.Error as err:
+            memory.close()
+            raise HistoryError(f"history file {spath}: its in-memory copy failed ({err})") from None
+        log.error(
+            "history file %s is not writable (%s): forecasting from an in-memory copy; "
+            "history learned from now on is lost at restart",
+            spath,
+            why,
+        )
+        store.persistent = False
+        return store
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -284,11 +338,17 @@ class HistoryStore:
         whose run_id belongs to a finished run seeded without a pod (a CSV import,
         namespace equal or unknown) is that run already in the history and is not
         recorded again (the demo backfills the same runs into Prometheus and a CSV).
+
+        A run that reports a start no earlier than the stored one loses its stored
+        epoch ends from before that start (``_drop_ends_before_start``). An update
+        whose text SQLite cannot store (not valid Unicode) is skipped and counted in
+        ``skipped_updates``, the others are recorded (``_storable``).
         """
+        updates = self._storable(updates)
         rows = []
         ends = []
+        recheck: list[dict[str, object]] = []  # rows whose old ends may predate the start
         known = self._running_ends or {}
-        updates = list(updates)
         to_steps: dict[RunKey, float] = {}
         if self._percent_running:  # only after a migration from schema 2
             to_steps = {
@@ -298,25 +358,30 @@ class HistoryStore:
                 and up.features.get("progress_unit") == "steps"
             }
         for up in updates:
-            rows.append(
-                {
-                    "run_id": up.run_id,
-                    "namespace": up.namespace,
-                    "pod": up.pod,
-                    "container": up.container,
-                    "node": up.node,
-                    "epochs_planned": float(up.epochs_planned),
-                    "start_timestamp": float(up.start_timestamp),
-                    "features": _dump_features(up.features),
-                    "util_sum": _finite_or_zero(up.util_mean) * up.weight_seconds,
-                    "util_weight": up.weight_seconds if _finite(up.util_mean) else 0.0,
-                    "memory_sum": _finite_or_zero(up.memory_mean) * up.weight_seconds,
-                    "memory_weight": up.weight_seconds if _finite(up.memory_mean) else 0.0,
-                    "last_seen": up.seen_timestamp,
-                }
-            )
+            row = {
+                "run_id": up.run_id,
+                "namespace": up.namespace,
+                "pod": up.pod,
+                "container": up.container,
+                "node": up.node,
+                "epochs_planned": float(up.epochs_planned),
+                "start_timestamp": float(up.start_timestamp),
+                "features": _dump_features(up.features),
+                "util_sum": _finite_or_zero(up.util_mean) * up.weight_seconds,
+                "util_weight": up.weight_seconds if _finite(up.util_mean) else 0.0,
+                "memory_sum": _finite_or_zero(up.memory_mean) * up.weight_seconds,
+                "memory_weight": up.weight_seconds if _finite(up.memory_mean) else 0.0,
+                "last_seen": up.seen_timestamp,
+            }
+            rows.append(row)
             key = run_key(up)
             stored = None if key in to_steps else known.get(key)
+            # Held ends all at or after the start: the file has none before it, nothing
+            # to drop (the steady state: no statement). Else the file is asked, and
+            # every end is sent, since those of the same epochs may be dropped.
+            if stored is None or not stored.earliest >= row["start_timestamp"]:
+                recheck.append(row)
+                stored = None
             # an epoch already stored keeps its first time (INSERT OR IGNORE): skip it
             ends.extend(
                 (float(e), float(t), *key)
@@ -327,6 +392,7 @@ class HistoryStore:
             with self._tx():
                 for key, steps in to_steps.items():
                     self._percent_to_steps(key, steps)
+                dropped = self._drop_ends_before_start(recheck)
                 self._conn.executemany(
                     f"""
                     INSERT INTO runs (run_id, namespace, pod, container, node, epochs_planned,
@@ -360,13 +426,95 @@ class HistoryStore:
                     ends,
                 )
             self._percent_running -= set(to_steps)
+            if dropped:
+                log.info(
+                    "history file %s: %d epoch end(s) from before their run's new start "
+                    "dropped (a run restarted under the same key; its new ends are kept)",
+                    self.path,
+                    dropped,
+                )
             if self._running_ends is not None:  # committed: the same ends in memory
                 for key in to_steps:
                     self._running_ends.pop(key, None)  # re-read in steps
+                for row in recheck:  # re-read: some of their ends may be gone
+                    self._running_ends.pop(_row_key(row), None)
                 for epoch, ts, *key in ends:
                     stored = self._running_ends.get(tuple(key))  # type: ignore[arg-type]
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
+
+    def _drop_ends_before_start(self, rows: list[dict[str, object]]) -> int:
+        """Delete a running run's stored epoch ends older than the start in its update
+        ``row``, when that start is not earlier than the stored one (the caller's
+        transaction); returns how many went.
+
+        Why: a run that keeps its key but starts again (its exporter lost its state
+        and the job restarted, or a named run re-run in the same pod) reports its new
+        start and epochs from 1 again. Its old attempt's ends are all before the new
+        start, so they are never shown (an epoch list starts at its start:
+        ``monotone_epoch_times``), but they would keep the new attempt's ends out (an
+        epoch keeps its first stored time): the run would show no progress at all.
+        Ends at or after the start are kept, so a start that moves later by a little
+        (re-read, rounded) loses nothing shown. An EARLIER start deletes nothing: it
+        is a corrected start or an exporter replaying an older snapshot of the run,
+        and the ends stored since are still the run's.
+        """
+        if not rows:
+            return 0
+        before = self._conn.total_changes
+        self._conn.executemany(
+            """
+            DELETE FROM epoch_ends WHERE timestamp < :start_timestamp AND run = (
+                SELECT id FROM runs WHERE namespace = :namespace AND pod = :pod
+                    AND container = :container AND run_id = :run_id AND state = 'running'
+                    AND start_timestamp <= :start_timestamp)
+            """,
+            rows,
+        )
+        return self._conn.total_changes - before
+
+    def _storable(self, updates: Iterable[RunUpdate]) -> list[RunUpdate]:
+        """``updates`` without those whose text SQLite cannot store, counted in
+        ``skipped_updates``; one WARNING line whenever the set of such runs changes.
+
+        Why: Python strings may hold lone surrogates (a label decoded from JSON
+        ``"\\ud800"``) that UTF-8 cannot encode; binding one fails the whole
+        transaction, so one odd label used to fail every cycle. A run's key cannot be
+        repaired without risking it meeting another run's, so the update is left out
+        (nothing stored is touched); the run is forecast again once its labels are
+        valid.
+        """
+        good: list[RunUpdate] = []
+        bad: list[tuple[RunKey, str]] = []
+        for up in updates:
+            where = _unencodable(
+                (
+                    ("run_id", up.run_id),
+                    ("namespace", up.namespace),
+                    ("pod", up.pod),
+                    ("container", up.container),
+                    ("node", up.node),
+                ),
+                up.features,
+            )
+            if where is None:
+                good.append(up)
+            else:
+                bad.append((run_key(up), where))
+        self.skipped_updates = len(bad)
+        keys = frozenset(key for key, _ in bad)
+        if bad and keys != self._unstorable:
+            key, where = bad[0]
+            log.warning(
+                "history file %s: %d run update(s) skipped, their %s is not valid Unicode "
+                "(first: namespace/pod/container/run_id %s); the others were recorded",
+                self.path,
+                len(bad),
+                where,
+                ascii("/".join(key)),
+            )
+        self._unstorable = keys
+        return good
 
     def _percent_to_steps(self, key: RunKey, steps_planned: float) -> None:
         """Rescale a running run's stored ends from percent of its steps to steps (the
@@ -388,44 +536,71 @@ class HistoryStore:
     def finish(self, keys: Iterable[RunKey], finished_timestamp: float) -> list[Run]:
         """Freeze running runs as finished (completed or not, by their last epoch).
 
-        ``keys`` are ``run_key`` tuples; unknown or already finished keys are skipped.
+        ``keys`` are ``run_key`` tuples; unknown or already finished keys are skipped,
+        and so are keys with text SQLite cannot store (never recorded: ``_storable``)
+        and a damaged running row (one ERROR line; the row stays in the file as it
+        is, like the rows ``running`` leaves out): one such run must not fail every
+        cycle that finishes runs.
         """
         wanted = list(dict.fromkeys(keys))
         for key in wanted:
             if not (isinstance(key, tuple) and len(key) == 4):
                 raise TypeError(f"finish() takes (namespace, pod, container, run_id), got {key!r}")
+        wanted = [key for key in wanted if _unencodable(zip(_KEY_FIELDS, key, strict=True)) is None]
         if not wanted:
             return []
         done: list[Run] = []
-        with self._lock, self._tx():
-            for key in wanted:
-                found = self._load_running_key(key)
-                if found is None:
-                    continue
-                row_id, stored = found
-                run = stored.run
-                completed = run.epochs_done >= run.epochs_planned
-                final = dataclasses.replace(run, completed=completed)
-                self._conn.execute(
-                    """UPDATE runs SET state = ?, finished_timestamp = ?, epoch_times = ?,
-                       features = ? WHERE id = ?""",
-                    (
-                        "completed" if completed else "incomplete",
-                        finished_timestamp,
-                        pack_epoch_times(final.epoch_times),
-                        _dump_features(final.features),
-                        row_id,
-                    ),
-                )
-                self._conn.execute("DELETE FROM epoch_ends WHERE run = ?", (row_id,))
-                done.append(final)
-                self._percent_running.discard(key)
+        damaged: list[str] = []
+        with self._lock:
+            with self._tx():
+                done = self._finish_keys(wanted, finished_timestamp, damaged)
+            # committed: the memory follows (a failed commit leaves it as the file is)
+            for run in done:
+                self._percent_running.discard(run_key(run))
+                if self._running_ends is not None:
+                    self._running_ends.pop(run_key(run), None)
             if done:
                 self._finished_changed(done)
-        if self._running_ends is not None:
-            with self._lock:
-                for run in done:
-                    self._running_ends.pop(run_key(run), None)
+        if damaged:
+            log.error(
+                "history file %s: %d damaged running run row(s) not finished, kept as they "
+                "are (first: %s)",
+                self.path,
+                len(damaged),
+                damaged[0][:200],
+            )
+        return done
+
+    def _finish_keys(
+        self, wanted: list[RunKey], finished_timestamp: float, damaged: list[str]
+    ) -> list[Run]:
+        """``finish``'s writes, in the caller's transaction; damaged rows go to ``damaged``."""
+        done: list[Run] = []
+        for key in wanted:
+            try:
+                found = self._load_running_key(key)
+            except (HistoryError, RunError, TypeError, ValueError) as err:
+                damaged.append(str(err))
+                continue
+            if found is None:
+                continue
+            row_id, stored = found
+            run = stored.run
+            completed = run.epochs_done >= run.epochs_planned
+            final = dataclasses.replace(run, completed=completed)
+            self._conn.execute(
+                """UPDATE runs SET state = ?, finished_timestamp = ?, epoch_times = ?,
+                   features = ? WHERE id = ?""",
+                (
+                    "completed" if completed else "incomplete",
+                    finished_timestamp,
+                    pack_epoch_times(final.epoch_times),
+                    _dump_features(final.features),
+                    row_id,
+                ),
+            )
+            self._conn.execute("DELETE FROM epoch_ends WHERE run = ?", (row_id,))
+            done.append(final)
         return done
 
     def import_finished(self, runs: Sequence[Run]) -> int:
@@ -435,47 +610,68 @@ class HistoryStore:
         the two has no pod and no container (a CSV run) and they share the run_id in
         a compatible namespace (equal, or either one unknown): CSV runs keep their
         run_id uniqueness, and a CSV of runs the forecaster already saw live adds
-        nothing.
+        nothing. A run whose text SQLite cannot store (not valid Unicode) is left out
+        with one WARNING line, the others are added.
         """
+        storable = [
+            run
+            for run in runs
+            if _unencodable(zip(_KEY_FIELDS, run_key(run), strict=True), run.features) is None
+        ]
+        if len(storable) < len(runs):
+            log.warning(
+                "history file %s: %d of %d finished runs to import left out, their text is "
+                "not valid Unicode",
+                self.path,
+                len(runs) - len(storable),
+                len(runs),
+            )
         added: list[Run] = []
-        with self._lock, self._tx():
-            for run in runs:
-                completed = (
-                    run.completed
-                    if run.completed is not None
-                    else run.epochs_done >= run.epochs_planned
-                )
-                cur = self._conn.execute(
-                    f"""INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
-                       epochs_planned, start_timestamp, state, features, last_seen,
-                       finished_timestamp, epoch_times)
-                       SELECT :run_id, :namespace, :pod, :container, :epochs_planned,
-                       :start, :state, :features, :last, :last, :times
-                       WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
-                           AND ((pod = '' AND container = '')
-                                OR (:pod = '' AND :container = '')))""",
-                    {
-                        "run_id": run.run_id,
-                        "namespace": run.namespace,
-                        "pod": run.pod,
-                        "container": run.container,
-                        "epochs_planned": float(run.epochs_planned),
-                        "start": run.start_timestamp,
-                        "state": "completed" if completed else "incomplete",
-                        "features": _dump_features(run.features),
-                        "last": run.last_timestamp,
-                        "times": pack_epoch_times(run.epoch_times),
-                    },
-                )
-                if cur.rowcount:
-                    added.append(
-                        dataclasses.replace(
-                            run, epoch_times=tuple(run.epoch_times), completed=completed
-                        )
-                    )
-            if added:
+        with self._lock:
+            with self._tx():
+                added = self._import_runs(storable)
+            if added:  # committed: the cache follows (a failed commit leaves it as the file)
                 self._finished_changed(added)
         return len(added)
+
+    def _import_runs(self, runs: Sequence[Run]) -> list[Run]:
+        """``import_finished``'s writes, in the caller's transaction: the runs added."""
+        added: list[Run] = []
+        for run in runs:
+            completed = (
+                run.completed
+                if run.completed is not None
+                else run.epochs_done >= run.epochs_planned
+            )
+            cur = self._conn.execute(
+                f"""INSERT OR IGNORE INTO runs (run_id, namespace, pod, container,
+                   epochs_planned, start_timestamp, state, features, last_seen,
+                   finished_timestamp, epoch_times)
+                   SELECT :run_id, :namespace, :pod, :container, :epochs_planned,
+                   :start, :state, :features, :last, :last, :times
+                   WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
+                       AND ((pod = '' AND container = '')
+                            OR (:pod = '' AND :container = '')))""",
+                {
+                    "run_id": run.run_id,
+                    "namespace": run.namespace,
+                    "pod": run.pod,
+                    "container": run.container,
+                    "epochs_planned": float(run.epochs_planned),
+                    "start": run.start_timestamp,
+                    "state": "completed" if completed else "incomplete",
+                    "features": _dump_features(run.features),
+                    "last": run.last_timestamp,
+                    "times": pack_epoch_times(run.epoch_times),
+                },
+            )
+            if cur.rowcount:
+                added.append(
+                    dataclasses.replace(
+                        run, epoch_times=tuple(run.epoch_times), completed=completed
+                    )
+                )
+        return added
 
     def set_meta(self, key: str, value: str) -> None:
         """Store a small service value (e.g. the last query time), atomically."""
@@ -493,7 +689,7 @@ class HistoryStore:
 
     def get_meta(self, key: str) -> str | None:
         """A value stored with ``set_meta``, or None."""
-        with self._lock:
+        with self._lock, self._reading():
             row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
@@ -506,7 +702,7 @@ class HistoryStore:
         epoch ends and the epoch list built from them are kept in memory and read from
         the file only for runs not held yet (``_running_ends``).
         """
-        with self._lock:
+        with self._lock, self._reading():
             rows = self._conn.execute(
                 f"SELECT {_RUNNING_COLUMNS} FROM runs WHERE state = 'running' "
                 "ORDER BY namespace, pod, container, run_id"
@@ -568,7 +764,7 @@ class HistoryStore:
         and runs reported epoch by epoch keep them all, so a count of runs alone does
         not bound the memory: 100,000 runs of 300 epochs are ~3.4 GB.
         """
-        with self._lock:
+        with self._lock, self._reading():
             if self._finished_cache is None or self._cache_limit != (limit, points):
                 query = """SELECT run_id, namespace, pod, container, epochs_planned, state,
                        features, epoch_times FROM runs WHERE state != 'running'
@@ -600,7 +796,7 @@ class HistoryStore:
 
     def count_finished(self) -> int:
         """Number of finished runs stored."""
-        with self._lock:
+        with self._lock, self._reading():
             return int(
                 self._conn.execute("SELECT COUNT(*) FROM runs WHERE state != 'running'").fetchone()[
                     0
@@ -667,19 +863,38 @@ class HistoryStore:
     def _tx(self) -> _Transaction:
         return _Transaction(self._conn, self.path)
 
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """SQLite errors of a read as ``HistoryError`` with the reason (a lock held
+        past ``BUSY_TIMEOUT_SECONDS``, an I/O error): a clear message for the cycle's
+        log and the probes, not an ``OperationalError`` from deep inside."""
+        try:
+            yield
+        except sqlite3.Error as err:
+            raise HistoryError(f"history file {self.path}: read failed ({_why(err)})") from None
+
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error (atomic writes)."""
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error (atomic writes).
+
+    Every SQLite error becomes a ``HistoryError`` saying why (a lock held past
+    ``BUSY_TIMEOUT_SECONDS``, a full disk, an I/O error) and that the write was rolled
+    back: the caller's cycle fails and the next one writes it again, since the cycle
+    advances its query time only after its writes.
+    """
 
     def __init__(self, conn: sqlite3.Connection, path: str) -> None:
         self._conn = conn
         self._path = path
 
     def __enter__(self) -> None:
+        _rollback(self._conn)  # a transaction left open by a failed ROLLBACK
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
-            raise HistoryError(f"history file {self._path}: cannot write: {err}") from None
+            raise HistoryError(
+                f"history file {self._path}: cannot write ({_why(err)}); nothing was written"
+            ) from None
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is None:
@@ -687,12 +902,67 @@ class _Transaction:
                 self._conn.execute("COMMIT")
                 return False
             except sqlite3.Error as err:
-                self._conn.execute("ROLLBACK")
-                raise HistoryError(f"history file {self._path}: commit failed: {err}") from None
-        self._conn.execute("ROLLBACK")
+                _rollback(self._conn)
+                raise HistoryError(
+                    f"history file {self._path}: commit failed ({_why(err)}); "
+                    "this write was rolled back"
+                ) from None
+        _rollback(self._conn)
         if isinstance(exc, sqlite3.Error):
-            raise HistoryError(f"history file {self._path}: write failed: {exc}") from None
+            raise HistoryError(
+                f"history file {self._path}: write failed ({_why(exc)}); this write was rolled back"
+            ) from None
+        if isinstance(exc, UnicodeEncodeError):  # text no caller checked (_storable)
+            raise HistoryError(
+                f"history file {self._path}: write failed (text that is not valid Unicode: "
+                f"{exc.reason}); this write was rolled back"
+            ) from None
         return False
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back an open transaction, if any; never raises. Why: after a full disk or
+    an I/O error SQLite may have rolled back already, and a ROLLBACK then fails with
+    "no transaction is active", which used to hide the real error behind a traceback."""
+    if conn.in_transaction:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def _error_code(err: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``err`` (Python >= 3.11), else None."""
+    code = getattr(err, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _corrupt(err: sqlite3.Error) -> bool:
+    """Whether ``err`` says the file is damaged (SQLITE_CORRUPT) or no database at all
+    (SQLITE_NOTADB): the only errors for which the file is set aside. By the result
+    code where Python gives it (>= 3.11), else by SQLite's own messages (3.10)."""
+    code = _error_code(err)
+    if code is not None:
+        return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    text = str(err).lower()
+    return "file is not a database" in text or "malformed" in text
+
+
+def _why(err: sqlite3.Error) -> str:
+    """``err`` with what it means for the history file, one line."""
+    code = _error_code(err)
+    text = str(err)
+    low = text.lower()
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or (
+        code is None and ("locked" in low or "busy" in low)
+    ):
+        return (
+            f"{text}: another process (a second forecaster, a sqlite3 shell, a backup) held "
+            f"its lock for longer than {BUSY_TIMEOUT_SECONDS:g} s"
+        )
+    if code == _SQLITE_FULL or (code is None and "full" in low):
+        return f"{text}: the volume holding it is full"
+    if code == _SQLITE_IOERR or (code is None and "i/o error" in low):
+        return f"{text}: the disk or file system failed a read or write"
+    return text
 
 
 def monotone_epoch_times(
@@ -766,7 +1036,7 @@ def _migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
             raise  # the caller works on a memory copy, migrated there
         raise HistoryError(
             f"history file {path}: migrating schema {version} to {SCHEMA_VERSION} failed "
-            f"({err}); the file was not modified"
+            f"({_why(err)}); the file was not modified"
         ) from None
 
 
@@ -827,6 +1097,39 @@ def unpack_epoch_times(blob: bytes) -> tuple[tuple[float, float], ...]:
     return tuple(zip(flat[0::2], flat[1::2], strict=True))
 
 
+_KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
+
+
+def _row_key(row: Mapping[str, object]) -> RunKey:
+    """The run key of one of ``record``'s rows."""
+    return tuple(row[name] for name in _KEY_FIELDS)  # type: ignore[return-value]
+
+
+def _unencodable(
+    fields: Iterable[tuple[str, object]], features: Mapping[str, Feature] | None = None
+) -> str | None:
+    """The name of the first text among ``fields`` (name, value) and ``features``
+    (keys and text values) that UTF-8 cannot encode (a lone surrogate), or None.
+    SQLite stores text as UTF-8: such text fails the write it is in."""
+    for name, value in fields:
+        if isinstance(value, str) and not _utf8(value):
+            return name
+    for key, value in (features or {}).items():
+        if not _utf8(str(key)) or (isinstance(value, str) and not _utf8(value)):
+            return "feature " + ascii(str(key))
+    return None
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():  # nearly all: no encoding needed to know
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 _RUNNING_COLUMNS = (
     "id, run_id, namespace, pod, container, node, epochs_planned, start_timestamp, "
     "features, util_sum, util_weight, memory_sum, memory_weight, last_seen"
@@ -841,11 +1144,23 @@ class _StoredEnds:
     ends: dict[float, float]
     times: tuple[tuple[float, float], ...] | None = None
     basis: tuple[object, object] = (None, None)
+    # the earliest end's time (inf: none): ``record`` asks the file about ends before
+    # a run's start only when this is before it or unknown (a restarted run,
+    # ``_drop_ends_before_start``); in the steady state it asks nothing
+    earliest: float = field(init=False, default=math.inf)
+
+    def __post_init__(self) -> None:
+        try:
+            self.earliest = float(min(self.ends.values(), default=math.inf))
+        except (TypeError, ValueError):  # text in the file (a hand edit): always ask
+            self.earliest = -math.inf
 
     def add(self, epoch: float, ts: float) -> None:
         """A new stored end; the epoch list grows by it when it follows the list's last
         pair (what ``monotone_epoch_times`` would give), else is rebuilt when next read."""
         self.ends[epoch] = ts
+        if not ts >= self.earliest:
+            self.earliest = ts if _finite(ts) else -math.inf
         times = self.times
         if (
             times is not None
@@ -985,17 +1300,20 @@ def _set_aside(path: str) -> str:
 
 
 def _probe_write(conn: sqlite3.Connection) -> None:
-    """One empty write transaction: a read-only file or directory fails here, at start."""
+    """One small write transaction: a read-only file or directory, a full disk or
+    failing I/O fails here, at start. The value is the start's time: SQLite skips
+    rewriting a row to what it already holds, so a constant value wrote nothing
+    (no journal, no page) from the second start on, and those went unnoticed."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('write_probe', '1') "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+            "INSERT INTO meta (key, value) VALUES ('write_probe', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (repr(time.time()),),
         )
         conn.execute("COMMIT")
     except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        _rollback(conn)  # the caller needs the first error, not the rollback's
         raise
 
 

@@ -527,3 +527,134 @@ def test_running_runs_held_in_memory_match_a_fresh_read_of_the_file(tmp_path: Pa
             fresh.close()
     assert all(s.run.run_id != "seeded" for s in store.running())
     store.close()
+
+
+T0 = 1_800_000_000.0
+POD = {"namespace": "ml", "pod": "train-0", "container": "main"}
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["ends-held-in-memory", "restarted-store"])
+def test_a_run_restarted_under_its_key_shows_the_new_attempts_progress(
+    tmp_path: Path, held: bool
+) -> None:
+    """Same (namespace, pod, container, run_id), a later start, epochs from 1 again (the
+    job restarted, its exporter lost its state). The first attempt's ends used to stay
+    (all before the new start, so never shown) and keep the new attempt's ends of the
+    same epochs out: the run showed no progress at all, and finished so."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    first = [(e, T0 + 100 * e) for e in range(1, 6)]
+    store.record([update("my-run", first, planned=20, start_timestamp=T0, **POD)])
+    assert store.running()[0].run.epochs_done == 5
+    if not held:
+        store.close()
+        store = HistoryStore.open(db)
+    start = T0 + 1000
+    for ends in ([(1, start + 100), (2, start + 200)], [(3, start + 300)]):  # two cycles
+        store.record([update("my-run", ends, planned=20, start_timestamp=start, **POD)])
+        store.running()
+    expected = ((0.0, start), (1.0, start + 100), (2.0, start + 200), (3.0, start + 300))
+    (stored,) = store.running()
+    assert stored.run.epoch_times == expected
+    fresh = HistoryStore.open(db)
+    assert fresh.running() == store.running()
+    fresh.close()
+    (done,) = store.finish([key("my-run", **POD)], start + 400)
+    assert done.epoch_times == expected and done.completed is False
+    store.close()
+
+
+def test_a_restarted_run_a_previous_version_left_without_progress_recovers(
+    tmp_path: Path,
+) -> None:
+    """The file as the defect left it: the new start stored, the old attempt's ends
+    kept. The next update clears them and the new attempt's ends are stored."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([update("r", [(1, 1100.0), (2, 1200.0)], start_timestamp=1000.0, **POD)])
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET start_timestamp = 5000")
+    conn.commit()
+    conn.close()
+    store = HistoryStore.open(db)
+    assert store.running()[0].run.epoch_times == ((0.0, 5000.0),)
+    store.record([update("r", [(1, 5100.0)], start_timestamp=5000.0, **POD)])
+    assert store.running()[0].run.epoch_times == ((0.0, 5000.0), (1.0, 5100.0))
+    store.close()
+
+
+def test_a_start_moved_earlier_or_a_little_later_keeps_every_end_shown(tmp_path: Path) -> None:
+    """Only ends before a run's new start go (never shown under it); a start re-read a
+    little later, or corrected earlier (an exporter replaying an older snapshot), keeps
+    the stored ends. The rule already held before the restart fix; this guards it."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([update("r", [(1, 1100.0), (2, 1200.0)], start_timestamp=1000.0)])
+    store.running()
+    store.record([update("r", [(3, 1300.0)], start_timestamp=1000.5)])
+    assert store.running()[0].run.epoch_times == (
+        (0.0, 1000.5),
+        (1.0, 1100.0),
+        (2.0, 1200.0),
+        (3.0, 1300.0),
+    )
+    store.record([update("r", [], start_timestamp=900.0)])
+    assert store.running()[0].run.epoch_times == (
+        (0.0, 900.0),
+        (1.0, 1100.0),
+        (2.0, 1200.0),
+        (3.0, 1300.0),
+    )
+    assert store._conn.execute("SELECT COUNT(*) FROM epoch_ends").fetchone()[0] == 3
+    store.close()
+
+
+def test_restarts_and_start_corrections_match_a_fresh_read_and_the_attempt(
+    tmp_path: Path,
+) -> None:
+    """Runs that restart under their key (a later start, epochs from 1), have their
+    start corrected earlier, or just go on, in random order, with restarts of the
+    store: every read gives exactly the current attempt, and the ends held in memory
+    agree with a second connection reading the file."""
+    import random
+
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    rng = random.Random(11)
+    ids = [f"r{i}" for i in range(8)]
+    start = {r: 1000.0 + rng.random() for r in ids}
+    ends: dict[str, list[tuple[float, float]]] = {r: [] for r in ids}
+    restarts = 0
+    for step in range(40):
+        batch = []
+        for run_id in rng.sample(ids, 5):
+            last = ends[run_id][-1][1] if ends[run_id] else start[run_id]
+            roll = rng.random()
+            if ends[run_id] and roll < 0.2:  # the job restarted: a later start, epoch 1
+                start[run_id] = last + 50 + rng.random()
+                ends[run_id] = []
+                last = start[run_id]
+                restarts += 1
+            elif roll < 0.3:  # the start corrected earlier: every end is still the run's
+                start[run_id] -= 5.0
+            ends[run_id].append((len(ends[run_id]) + 1.0, last + 10 + rng.random()))
+            batch.append(
+                update(run_id, ends[run_id][-2:], planned=400, start_timestamp=start[run_id])
+            )
+        store.record(batch)
+        if step % 3 == 0:
+            store.running()  # the ends held in memory between some cycles, not others
+        if step % 10 == 9:
+            store.close()
+            store = HistoryStore.open(db)
+        got = {s.run.run_id: s.run.epoch_times for s in store.running()}
+        want = {r: ((0.0, start[r]), *ends[r]) for r in ids if ends[r]}
+        assert got == want, step
+        fresh = HistoryStore.open(db)
+        try:
+            assert store.running() == fresh.running()
+        finally:
+            fresh.close()
+    assert restarts >= 10
+    store.close()

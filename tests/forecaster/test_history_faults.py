@@ -1,0 +1,502 @@
+"""The history file under the faults a cluster gives it: another process holding its
+lock, a full disk, failing I/O, text SQLite cannot store, a damaged running row.
+
+Real parts only: real SQLite files; the lock is held by a real second process (an
+admin's ``sqlite3`` shell or a backup tool does the same); I/O errors come from a
+real file-size limit (``RLIMIT_FSIZE``) in a forked child; the full disk is a real
+1 MiB tmpfs, mounted in a private mount namespace (root only; skipped elsewhere).
+What each test guards: nothing already stored is lost or moved aside, the error is a
+``HistoryError`` with the reason, and the next attempt stores everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import resource
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_eta.forecaster import history
+from gpu_eta.forecaster.history import HistoryError, HistoryStore
+from gpu_eta.forecaster.runs import Run, RunUpdate
+from tests.support.read_only import read_only_directory, run_unprivileged
+
+# A second process on the file: takes the lock ``how`` asks, says "held", and keeps
+# it until its stdin closes or ``seconds`` pass.
+HOLDER = """
+import select, sqlite3, sys
+path, how, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+conn = sqlite3.connect(path, isolation_level=None)
+if how == "write":
+    conn.execute("BEGIN IMMEDIATE")
+elif how == "exclusive":
+    conn.execute("BEGIN EXCLUSIVE")
+else:  # a reader in a transaction: a long SELECT, sqlite3 .backup
+    conn.execute("BEGIN")
+    conn.execute("SELECT count(*) FROM runs").fetchone()
+print("held", flush=True)
+select.select([sys.stdin], [], [], seconds)
+conn.execute("ROLLBACK")
+"""
+
+
+@contextmanager
+def lock_held(db: Path, how: str, seconds: float = 120.0) -> Iterator[subprocess.Popen]:
+    """Another process holding ``how`` ("write", "exclusive", "read") on ``db`` for
+    the ``with`` block (or ``seconds``, whichever ends first)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db), how, str(seconds)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def finished_runs(n: int) -> list[Run]:
+    return [
+        Run(f"r{i}", 2, ((0, 100.0 * i), (1, 100.0 * i + 10), (2, 100.0 * i + 20)), completed=True)
+        for i in range(n)
+    ]
+
+
+def update(run_id: str, ends=(), **kw: Any) -> RunUpdate:
+    kw.setdefault("start_timestamp", 1000.0)
+    kw.setdefault("seen_timestamp", 2000.0)
+    return RunUpdate(run_id=run_id, epochs_planned=4, epoch_ends=tuple(ends), **kw)
+
+
+def key(run_id: str, pod: str = "") -> tuple[str, str, str, str]:
+    return ("", pod, "", run_id)
+
+
+def history_of(db: Path, n: int = 50, probe_row: bool = True) -> str:
+    """A healthy history of ``n`` finished runs at ``db``; its digest. ``probe_row``
+    False: without the start's write-probe row (any start then writes a new one, as
+    every start does since the probe writes its time)."""
+    store = HistoryStore.open(db)
+    store.import_finished(finished_runs(n))
+    if not probe_row:
+        store._conn.execute("DELETE FROM meta WHERE key = 'write_probe'")
+    store.close()
+    return digest(db)
+
+
+def set_aside(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if ".corrupt-" in p.name)
+
+
+def in_child(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a forked child (its limits die with it); what it returned."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child() -> None:
+        try:
+            queue.put(("ok", fn(*args)))
+        except BaseException as err:  # reported to the test, not lost in the child
+            queue.put(("raised", f"{type(err).__name__}: {err}"))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    try:
+        status, value = queue.get(timeout=120)
+    finally:
+        proc.join(30)
+    assert status == "ok", value
+    return value
+
+
+def limit_file_size(size: int) -> None:
+    """Writes past ``size`` bytes of any file fail (EFBIG), as on a failing disk."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+
+
+def unlimit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+
+def outcome(call: Callable[[], object]) -> str:
+    try:
+        call()
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+    return "ok"
+
+
+# -- another process holds the file's lock ------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["write", "read"])
+def test_a_lock_held_past_the_busy_timeout_refuses_the_start_and_moves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """It used to be "damage": the healthy file was renamed *.corrupt-* and an empty
+    history started. A writer blocks the start's write probe at once, a reader (a
+    backup) at its commit."""
+    monkeypatch.setattr(history, "BUSY_TIMEOUT_SECONDS", 0.5, raising=False)
+    db = tmp_path / "h.sqlite"
+    before = history_of(db)
+    with lock_held(db, how), pytest.raises(HistoryError) as caught:
+        HistoryStore.open(db)
+    message = str(caught.value)
+    assert "database is locked" in message and "another process" in message
+    assert "not changed or moved" in message and "\n" not in message
+    assert set_aside(tmp_path) == [] and digest(db) == before
+    store = HistoryStore.open(db)  # the restart once the lock is gone: all there
+    assert store.count_finished() == 50
+    store.close()
+
+
+def test_a_backup_reading_the_file_for_seconds_is_waited_out_at_start(tmp_path: Path) -> None:
+    """A read transaction held 6.5 s (Python's default busy timeout is 5 s): the start
+    waits for it (``BUSY_TIMEOUT_SECONDS``) and opens the same file."""
+    db = tmp_path / "h.sqlite"
+    history_of(db)
+    with lock_held(db, "read", seconds=6.5):
+        store = HistoryStore.open(db)
+    assert store.count_finished() == 50 and set_aside(tmp_path) == []
+    store.close()
+
+
+def test_a_lock_held_during_cycles_fails_them_clearly_and_the_next_one_stores_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads and writes under another process's lock give ``HistoryError`` (reads
+    used to raise ``sqlite3.OperationalError``); a failed commit leaves the store's
+    memory as the file is (``finish`` used to add the run to the finished list
+    before its commit failed, and again when it was retried); retried, all is stored."""
+    monkeypatch.setattr(history, "BUSY_TIMEOUT_SECONDS", 0.3, raising=False)
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.import_finished(finished_runs(3))
+    store.record([update("a", [(1, 1100.0)])])
+    assert len(store.finished()) == 3 and len(store.running()) == 1  # held in memory
+    with lock_held(db, "exclusive"):  # nobody else may even read
+        calls: dict[str, Callable[[], object]] = {
+            "running": store.running,
+            "count_finished": store.count_finished,
+            "get_meta": lambda: store.get_meta("k"),
+            "record": lambda: store.record([update("a", [(2, 1200.0)])]),
+            "finish": lambda: store.finish([key("a")], 5000.0),
+            "set_meta": lambda: store.set_meta("k", "v"),
+        }
+        for name, call in calls.items():
+            got = outcome(call)
+            assert got.startswith("HistoryError: ") and "database is locked" in got, (name, got)
+    with lock_held(db, "read"):  # reads go on; a commit cannot
+        for name in ("record", "finish", "set_meta"):
+            got = outcome(calls[name])
+            assert got.startswith("HistoryError: ") and "rolled back" in got, (name, got)
+        assert [r.run_id for r in store.finished()] == ["r0", "r1", "r2"]
+        (running,) = store.running()
+        assert running.run.epoch_times == ((0.0, 1000.0), (1.0, 1100.0))
+    store.record([update("a", [(2, 1200.0)])])  # the next cycle
+    (done,) = store.finish([key("a")], 5000.0)
+    assert done.epoch_times == ((0.0, 1000.0), (1.0, 1100.0), (2.0, 1200.0))
+    assert [r.run_id for r in store.finished()] == ["r0", "r1", "r2", "a"]
+    store.close()
+    fresh = HistoryStore.open(db)
+    assert [r.run_id for r in fresh.finished()] == ["r0", "r1", "r2", "a"]
+    assert fresh.running() == []
+    fresh.close()
+
+
+# -- failing I/O, a full disk ---------------------------------------------------------
+
+
+def _open_with_failing_writes(path: str) -> str:
+    limit_file_size(1)
+    try:
+        return outcome(lambda: HistoryStore.open(path))
+    finally:
+        unlimit_file_size()
+
+
+@pytest.mark.parametrize("probe_row", [True, False], ids=["probe-row", "no-probe-row"])
+def test_an_io_error_at_start_refuses_and_moves_nothing(tmp_path: Path, probe_row: bool) -> None:
+    """The old probe rewrote the row it wrote before (SQLite then writes nothing) and
+    missed the failing disk; without that row it wrote, failed, and the healthy file
+    was set aside."""
+    db = tmp_path / "h.sqlite"
+    before = history_of(db, probe_row=probe_row)
+    got = in_child(_open_with_failing_writes, str(db))
+    assert set_aside(tmp_path) == [] and digest(db) == before
+    assert got.startswith("HistoryError: ") and "disk I/O error" in got, got
+    assert "not changed or moved" in got
+
+
+def _cycle_writes_on_a_failing_disk(path: str) -> tuple[list[str], tuple, list[str]]:
+    store = HistoryStore.open(path)
+    store.record([update("a", [(1, 1100.0)])])
+    limit_file_size(1)
+    try:
+        failed = [
+            outcome(lambda: store.record([update("a", [(2, 1200.0)])])),
+            outcome(lambda: store.finish([key("a")], 5000.0)),
+            outcome(lambda: store.set_meta("k", "v")),
+        ]
+    finally:
+        unlimit_file_size()
+    store.record([update("a", [(2, 1200.0)])])  # the next cycle, the disk back
+    (done,) = store.finish([key("a")], 5000.0)
+    store.close()
+    return failed, done.epoch_times, [r.run_id for r in HistoryStore.open(path).finished()]
+
+
+def test_an_io_error_during_a_cycle_is_a_history_error_and_the_retry_stores_all(
+    tmp_path: Path,
+) -> None:
+    """SQLite rolls the transaction back itself after an I/O error; the ROLLBACK that
+    followed used to raise "cannot rollback - no transaction is active", a traceback
+    that hid the reason."""
+    failed, times, finished = in_child(_cycle_writes_on_a_failing_disk, str(tmp_path / "h.sqlite"))
+    for got in failed:
+        assert got.startswith("HistoryError: ") and "disk I/O error" in got, got
+        assert "rolled back" in got
+    assert times == ((0.0, 1000.0), (1.0, 1100.0), (2.0, 1200.0))
+    assert finished == ["a"]
+
+
+def test_a_full_disk_during_a_cycle_is_a_history_error_and_the_retry_stores_all(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([update("a", [(1, 1100.0)])])
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count = {pages}")  # the volume is full
+    many = [update(f"n{i}", [(1, 1100.0)], node="x" * 200) for i in range(200)]
+    got = outcome(lambda: store.record(many))
+    assert got.startswith("HistoryError: ") and "full" in got and "rolled back" in got, got
+    assert [s.run.run_id for s in store.running()] == ["a"]
+    store._conn.execute("PRAGMA max_page_count = 1073741823")  # space freed
+    store.record(many)
+    assert len(store.running()) == 201
+    store.close()
+
+
+FULL_DISK_CHILD = """
+import json, os, sqlite3, sys
+from pathlib import Path
+from gpu_eta.forecaster.history import HistoryError, HistoryStore
+from gpu_eta.forecaster.runs import Run
+
+d = Path(sys.argv[1])
+db = d / "h.sqlite"
+store = HistoryStore.open(db)
+store.import_finished(
+    [Run(f"r{i}", 10, tuple((k, 100.0 * k) for k in range(11)), completed=True)
+     for i in range(300)]
+)
+if sys.argv[2] == "no-probe-row":
+    store._conn.execute("DELETE FROM meta WHERE key = 'write_probe'")
+store.close()
+fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
+try:
+    while True:
+        os.write(fd, b"\\0" * 4096)
+except OSError:
+    pass
+os.close(fd)
+try:
+    HistoryStore.open(db).close()
+    got = "ok"
+except HistoryError as err:
+    got = f"HistoryError: {err}"
+files = sorted(os.listdir(d))
+os.remove(d / "filler")
+store = HistoryStore.open(db)
+print(json.dumps([got, files, store.count_finished()]))
+store.close()
+"""
+
+
+@pytest.mark.parametrize("probe_row", ["probe-row", "no-probe-row"])
+def test_a_full_disk_at_start_refuses_and_moves_nothing(tmp_path: Path, probe_row: str) -> None:
+    """The start's write probe on a full volume (a real 1 MiB tmpfs). The old probe
+    rewrote the row it wrote before (SQLite then writes nothing) and missed it;
+    without that row, it failed and the healthy file was set aside."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("mounting a tmpfs needs root and unshare(1)")
+    script = tmp_path / "child.py"
+    script.write_text(FULL_DISK_CHILD)
+    mount = tmp_path / "vol"
+    mount.mkdir()
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "sh",
+            "-c",
+            'mount -t tmpfs -o size=1m tmpfs "$1" || exit 77; exec "$2" "$3" "$1" "$4"',
+            "sh",
+            str(mount),
+            sys.executable,
+            str(script),
+            probe_row,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode == 77 or "unshare failed" in proc.stderr:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr
+    got, files, runs_after = json.loads(proc.stdout.splitlines()[-1])
+    assert files == ["filler", "h.sqlite"]  # nothing set aside
+    assert runs_after == 300  # space freed: the same history
+    assert got.startswith("HistoryError: ") and "full" in got and "not changed or moved" in got
+
+
+def _start_and_write(path: str) -> tuple[bool, str]:
+    store = HistoryStore.open(path)
+    try:
+        return store.persistent, outcome(lambda: store.record([update("a", [(1, 1100.0)])]))
+    finally:
+        store.close()
+
+
+def test_a_directory_made_read_only_is_found_at_a_later_start_too() -> None:
+    """The start's write probe wrote the same value each time, which SQLite does not
+    write at all: from the second start on, a file that cannot be written (here its
+    directory, where the journal goes) was taken for a writable one and every cycle's
+    write failed. Found, the service works on its in-memory copy."""
+    with read_only_directory(lambda d: HistoryStore.open(d / "h.sqlite").close()) as directory:
+        db = directory / "h.sqlite"
+        os.chmod(db, 0o666)  # the file writable, its directory not: no journal
+        before = digest(db)
+        assert run_unprivileged(_start_and_write, str(db)) == (False, "ok")
+        assert digest(db) == before
+
+
+def test_only_corruption_sets_a_file_aside_also_without_sqlite_error_codes() -> None:
+    """Python 3.10 (``requires-python``) has no ``sqlite_errorcode``: SQLite's own
+    messages decide. Exceptions made here carry no code, as there."""
+    corrupt = history._corrupt
+    assert corrupt(sqlite3.DatabaseError("file is not a database"))
+    assert corrupt(sqlite3.DatabaseError("database disk image is malformed"))
+    assert corrupt(sqlite3.OperationalError("malformed database schema (runs)"))
+    for text in (
+        "database is locked",
+        "database or disk is full",
+        "disk I/O error",
+        "unable to open database file",
+    ):
+        assert not corrupt(sqlite3.OperationalError(text)), text
+
+
+# -- text SQLite cannot store ---------------------------------------------------------
+
+
+def test_an_update_with_text_that_is_not_unicode_is_skipped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lone surrogate (a label decoded from JSON "\\ud800") cannot be UTF-8: binding
+    it raised UnicodeEncodeError through the transaction, every cycle."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([update("old", [(1, 1100.0)], pod="p")])
+    bad_pod = update("x", [(1, 1100.0)], pod="train-\ud800")
+    bad_feature = update("y", [(1, 1100.0)], pod="p", features={"job_name": "j\udcff"})
+    batch = [update("a", [(1, 1100.0)], pod="p"), bad_pod, bad_feature]
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.history"):
+        store.record(batch)
+        store.record([*batch, update("a", [(2, 1200.0)], pod="p")])  # the next cycle
+    assert store.skipped_updates == 2
+    lines = [r.getMessage() for r in caplog.records if "not valid Unicode" in r.getMessage()]
+    assert len(lines) == 1 and "\\ud800" in lines[0], lines  # once, printable
+    got = {s.run.run_id: s.run.epoch_times for s in store.running()}
+    assert got == {
+        "a": ((0.0, 1000.0), (1.0, 1100.0), (2.0, 1200.0)),
+        "old": ((0.0, 1000.0), (1.0, 1100.0)),
+    }
+    # the bad run completes: finishing it (never stored) must not fail the others
+    done = store.finish([("", "train-\ud800", "", "x"), key("a", pod="p")], 5000.0)
+    assert [r.run_id for r in done] == ["a"]
+    store.record([update("old", [(2, 1200.0)], pod="p")])
+    assert store.skipped_updates == 0
+    store.close()
+
+
+def test_a_cycle_with_a_label_that_is_not_unicode_forecasts_the_other_runs(
+    tmp_path: Path,
+) -> None:
+    """The whole cycle (canned Prometheus answers, a label the API client let through):
+    it used to fail every time with UnicodeEncodeError; now the other run is recorded
+    and forecast, and the odd run, finished by Prometheus, does not fail the finish."""
+    from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, merge
+
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        client = CannedClient(
+            merge(
+                job("good", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300),
+                job("odd", 10, [(1, NOW - 200)], NOW - 300, pod="train-x\ud800"),
+            )
+        )
+        forecasts = make_cycle(client, store).run()
+        assert [j.run.run_id for j in forecasts.jobs] == ["good"]
+        assert [s.run.run_id for s in store.running()] == ["good"]
+        assert store.skipped_updates == 1
+        client.answers = merge(
+            job("good", 10, [(2, NOW - 100)], NOW - 300),
+            job("odd", 10, [(10, NOW - 50)], NOW - 300, pod="train-x\ud800"),  # done
+        )
+        make_cycle(client, store).run()
+    finally:
+        store.close()
+
+
+def test_text_that_is_not_unicode_anywhere_else_is_a_history_error(tmp_path: Path) -> None:
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    with pytest.raises(HistoryError, match="not valid Unicode"):
+        store.set_meta("k", "\ud800")
+    added = store.import_finished([*finished_runs(2), Run("bad\ud800", 1, ((0, 0.0), (1, 5.0)))])
+    assert added == 2
+    assert store.count_finished() == 2
+    store.close()
+
+
+# -- a damaged running row ---------------------------------------------------------------
+
+
+def test_a_damaged_running_row_does_not_stop_finishing_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``running`` leaves such a row out; ``finish`` used to fail whole on it, every
+    cycle, while Prometheus still said the run was done."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([update("bad", [(1, 1100.0)]), update("good", [(1, 1100.0)])])
+    store._conn.execute("UPDATE runs SET epochs_planned = 'abc' WHERE run_id = 'bad'")
+    done = store.finish([key("bad"), key("good")], 5000.0)
+    assert [r.run_id for r in done] == ["good"]
+    assert "1 damaged running run row(s) not finished" in caplog.text
+    row = store._conn.execute("SELECT state, epochs_planned FROM runs WHERE run_id = 'bad'")
+    assert row.fetchone() == ("running", "abc")  # kept as it is, for a human
+    store.close()
