@@ -156,6 +156,8 @@ class Cycle:
         errors: Counter[str] = Counter(view.rejected.values())
 
         self.store.record(view.updates)
+        if self.store.skipped_updates:  # text SQLite cannot store: skipped, counted here
+            errors["unencodable_label"] += self.store.skipped_updates
         to_finish = set(view.done)
         stored_running = self.store.running()
         for stored in stored_running:

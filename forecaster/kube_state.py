@@ -131,7 +131,21 @@ class ClusterQueue:
 
 
 def _units(value: float) -> int | None:
+    """Units of a node's allocatable or of an arrival; None when not a real count."""
     if not math.isfinite(value) or value <= 0 or value > MAX_UNITS:
+        return None
+    return math.ceil(value)
+
+
+def _requested(value: float) -> int | None:
+    """Units a pod asks for; None when NaN, infinite, 0 or negative.
+
+    Unlike ``_units`` there is no upper bound: a pending pod asking more than
+    ``MAX_UNITS`` (more than any node has) stays in the queue, where the replay finds
+    it fits nowhere and publishes it as ``never_fits`` (docs/pending.md), rather than
+    vanishing from the queue's metrics.
+    """
+    if not math.isfinite(value) or value <= 0:
         return None
     return math.ceil(value)
 
@@ -148,6 +162,11 @@ def parse(
     ``node_models``: node → GPU model from gpu-eta's exporter, used where KSM has no
     product label. ``priorities``: priority class name → value. A pod asking for
     several GPU resources at once (rare) is placed on its largest request.
+
+    Nothing is dropped unseen: a malformed sample or a pod that cannot be placed is
+    counted in ``ClusterQueue.rejected`` by reason (``invalid_request``: a pod whose
+    GPU request is NaN, 0 or negative, or a bound pod asking more than ``MAX_UNITS``);
+    a pending pod asking more units than any node has is kept (``never_fits``).
     """
     rejected: Counter[str] = Counter()
     priorities = priorities or {}
@@ -190,14 +209,16 @@ def parse(
     # pods: their largest GPU request, phase, node
     requests: dict[str, tuple[str, str, str, str, int]] = {}  # uid → ns, pod, node, res, units
     phase: dict[str, str] = {}
+    unusable: set[str] = set()  # pods with a request that is no count of units
     for s in get("ksm_pods"):
         lab = s.labels
         uid, res = lab.get("uid", ""), lab.get("resource", "")
-        units = _units(s.value)
         if not uid or not lab.get("namespace") or not lab.get("pod") or not _RESOURCE.match(res):
             rejected["bad_pod_series"] += 1
             continue
+        units = _requested(s.value)
         if units is None:
+            unusable.add(uid)
             continue
         phase[uid] = lab.get("phase", "")
         prev = requests.get(uid)
@@ -216,12 +237,20 @@ def parse(
         elif s.labels.get("meta") == "nodeselectors":
             selector[uid] = s.labels.get(SELECTOR_LABEL, "")
 
+    # a pod whose every GPU request is NaN, 0 or negative; one with another usable
+    # request is placed on that one
+    if unusable - requests.keys():
+        rejected["invalid_request"] += len(unusable - requests.keys())
+
     holders, pending, scheduled = [], [], []
     for uid, (ns, pod, node, res, units) in sorted(requests.items()):
         ph = phase.get(uid)
         if ph == "Running" or (ph == "Pending" and node):
             if not node:
                 rejected["running_without_node"] += 1
+                continue
+            if units > MAX_UNITS:  # no node holds that many: a garbage value
+                rejected["invalid_request"] += 1
                 continue
             start = started.get(uid)
             start = start if start is not None and math.isfinite(start) else None

@@ -120,6 +120,51 @@ def predict(
     return PendingSet(tuple(pods), result.requests, len(ordered) - len(kept), queue.rejected)
 
 
+# ``gpu_eta_forecaster_job_errors_total{reason}`` values for the queue's pods left
+# without a prediction (``PendingSet.skipped``, ``PendingSet.rejected``)
+SKIPPED_REASON = "pending_skipped"
+REJECTED_REASON = "pending_rejected"
+
+
+def error_counts(pending: PendingSet | None) -> dict[str, int]:
+    """What one cycle's queue adds to the forecaster's error counter, by reason.
+
+    Why: a pending pod that gets no prediction must not vanish unseen. Pods past
+    ``--pending.max-pods`` are ``pending_skipped``; series and pods ``kube_state.parse``
+    could not use (a NaN or 0 GPU request, no creation time, ...) are
+    ``pending_rejected``, their own reasons summed (``describe`` names them). Counted
+    per cycle, as the jobs skipped are. Only non-zero counts.
+    """
+    if pending is None:
+        return {}
+    out = {REJECTED_REASON: sum(pending.rejected.values()), SKIPPED_REASON: pending.skipped}
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def describe(pending: PendingSet | None) -> str:
+    """One line on the queue's pods and series left without a prediction ("" when none),
+    with ``kube_state``'s reasons: what an operator reads in the log."""
+    if pending is None:
+        return ""
+    parts = []
+    if pending.skipped:
+        parts.append(f"{pending.skipped} pending pods past --pending.max-pods (no prediction)")
+    if pending.rejected:
+        why = ", ".join(f"{k} {v}" for k, v in sorted(pending.rejected.items()))
+        parts.append(
+            f"{sum(pending.rejected.values())} kube-state-metrics series or pods skipped ({why})"
+        )
+    return "; ".join(parts)
+
+
+def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
+    """What changes the queue's log line (``describe``): the rejections by reason and
+    whether any pod is past ``--pending.max-pods``. Not the number skipped, which moves
+    with the queue every cycle (the counter has it): one line per change, not per cycle."""
+    rejected = tuple(sorted((k, v) for k, v in pending.rejected.items() if v > 0))
+    return (*rejected, (SKIPPED_REASON, 1)) if pending.skipped > 0 else rejected
+
+
 def run_durations(history: Sequence[Run], limit: int = 5000) -> tuple[float, ...]:
     """Wall seconds from start to last epoch of the latest ``limit`` finished runs.
 

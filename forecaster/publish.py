@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
@@ -27,7 +27,7 @@ from prometheus_client.utils import floatToGoString
 
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.forecast import QUANTILES, ForecastSet
-from gpu_eta.forecaster.pending import PendingSet
+from gpu_eta.forecaster.pending import PendingSet, describe, error_counts, left_out
 from gpu_eta.forecaster.series import QueryStats
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,9 @@ def _version() -> str:
 
 VERSION = _version()
 _JOB_LABELS = ["namespace", "pod", "container", "run_id"]
+# gpu_eta_forecaster_job_errors_total{reason}: a series left out because a label value
+# cannot be encoded (``publishable``)
+UNENCODABLE = "unencodable_label"
 
 
 @dataclass
@@ -57,16 +60,50 @@ class ServiceState:
     query_stats: QueryStats = field(default_factory=QueryStats)
     last_error: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # the queue's pods left out as last logged (pending.left_out)
+    _queue_left_out: tuple[tuple[str, int], ...] = field(default=(), repr=False)
+    _unencodable: int = field(default=0, repr=False)  # as last logged
 
     def success(self, fs: ForecastSet, duration_seconds: float, at: float) -> None:
-        """Record a good cycle: its set replaces the old one, stale clears."""
+        """Record a good cycle: its set replaces the old one, stale clears.
+
+        The set is kept without the rows whose labels cannot be encoded
+        (``publishable``): one such row would otherwise fail the encoding of every
+        forecast. Those rows and the queue's pods left without a prediction (past
+        ``--pending.max-pods``, or unusable series) are counted in ``job_errors``, and
+        logged when what is left out changes, not every cycle.
+        """
+        try:
+            fs, unencodable = publishable(fs)
+        except Exception as err:  # the set is published anyway (render falls back)
+            log.warning("cannot check the forecasts' label values: %s", err)
+            unencodable = 0
         with self._lock:
             self.forecasts = fs
             self.stale = False
             self.cycle_duration_seconds = duration_seconds
             self.last_success_timestamp = at
             self.job_errors.update(fs.job_errors)
+            self.job_errors.update(error_counts(fs.pending))
+            if unencodable:
+                self.job_errors[UNENCODABLE] += unencodable
             self.last_error = ""
+        if unencodable != self._unencodable:
+            self._unencodable = unencodable
+            if unencodable:
+                log.warning(
+                    "%d jobs, GPUs or pending pods not published: a label value is not "
+                    "valid Unicode (counted as job_errors reason %s)",
+                    unencodable,
+                    UNENCODABLE,
+                )
+        if fs.pending is not None and left_out(fs.pending) != self._queue_left_out:
+            self._queue_left_out = left_out(fs.pending)
+            line = describe(fs.pending)
+            if line:
+                log.warning("GPU queue: %s", line)
+            else:
+                log.info("GPU queue: no pending pod or series is left out any more")
 
     def failure(self, message: str, duration_seconds: float) -> None:
         """Record a failed cycle: the previous set stays, marked stale."""
@@ -90,6 +127,48 @@ class ServiceState:
                 self.query_stats.success,
                 self.query_stats.error,
             )
+
+
+def publishable(fs: ForecastSet) -> tuple[ForecastSet, int]:
+    """``fs`` without the jobs, GPUs, pending pods and request rows that carry a label
+    value the exposition cannot encode, and how many were left out (``fs`` itself when
+    none).
+
+    Why: label values come from Prometheus' JSON, where an escape such as ``"\\ud800"``
+    decodes to a lone surrogate that UTF-8 cannot encode; the encoder then fails the
+    whole body, and one such pod name left every forecast unpublished. Such a value
+    cannot be a Kubernetes name, so the row is skipped (and counted), not repaired.
+    """
+    jobs = tuple(
+        j
+        for j in fs.jobs
+        if _encodable(j.run.namespace, j.run.pod, j.run.container, j.run.run_id, j.forecast.method)
+    )
+    gpus = tuple(g for g in fs.gpus if _encodable(g.node, g.gpu, g.uuid))
+    bad = len(fs.jobs) - len(jobs) + len(fs.gpus) - len(gpus)
+    pending = fs.pending
+    if pending is not None:
+        pods = tuple(p for p in pending.pods if _encodable(p.namespace, p.pod, p.resource))
+        requests = {
+            r: pred for r, pred in pending.requests.items() if _encodable(r.product, r.resource)
+        }
+        dropped = len(pending.pods) - len(pods) + len(pending.requests) - len(requests)
+        if dropped:
+            bad += dropped
+            pending = replace(pending, pods=pods, requests=requests)
+    if not bad:
+        return fs, 0
+    return replace(fs, jobs=jobs, gpus=gpus, pending=pending), bad
+
+
+def _encodable(*values: str) -> bool:
+    """True when every value is a str that encodes as UTF-8 (no lone surrogate)."""
+    try:
+        for value in values:
+            value.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        return False
+    return True
 
 
 class ForecastCollector(Collector):

@@ -128,18 +128,22 @@ def assemble(
     ``CycleView.means_until`` holds, per run read, the time its means then reach."""
     covered = covered or {}
     view = CycleView()
+    # progress and its time are paired on the labels as they came (_twins), so a run
+    # scraped twice never gets one scrape's epoch with the other's end time
+    pairs = _range_pairs(ranges.get("epoch_range", ()), ranges.get("epoch_end_range", ()))
+    latest_epochs = _latest_pairs(instant.get("epoch", ()), instant.get("last_end", ()))
+    latest_steps = _latest_pairs(instant.get("step", ()), instant.get("last_report", ()))
     instant = {k: [_unexport(x) for x in v] for k, v in instant.items()}
     ranges = {k: [_unexport(x) for x in v] for k, v in ranges.items()}
     planned = _by_run(instant.get("planned", ()))
     present = _by_run(instant.get("present", ()))
-    epoch = _by_run(instant.get("epoch", ()))
+    # progress of a run scraped twice: the scrape furthest on
+    epoch = _by_run(instant.get("epoch", ()), highest=True)
     steps_planned = _by_run(instant.get("steps_planned", ()))
-    step = _by_run(instant.get("step", ()))
+    step = _by_run(instant.get("step", ()), highest=True)
     start = _by_run(instant.get("start", ()))
-    last_end = _by_run(instant.get("last_end", ()))
-    last_report = _by_run(instant.get("last_report", ()))
+    last_report = _by_run(instant.get("last_report", ()), highest=True)
     batch = _by_run(instant.get("batch_size", ()))
-    pairs = _range_pairs(ranges.get("epoch_range", ()), ranges.get("epoch_end_range", ()))
     step_firsts = _first_seen(ranges.get("step_range", ()))
 
     util_mean = _by_pod(instant.get("util_mean", ()))
@@ -176,20 +180,17 @@ def assemble(
         t0 = start_s.value
         if by_steps:
             candidates = _thin_steps(
-                [(v, t) for t, v in step_firsts.get(run, ())]
-                + [_latest(step.get(run), last_report.get(run))],
+                [(v, t) for t, v in step_firsts.get(run, ())] + latest_steps.get(run, []),
                 n_planned,
             )
             cur = step.get(run)
             done = cur is not None and _finite(cur.value) and cur.value >= n_planned
         else:
-            candidates = [*pairs.get(run, ()), _latest(epoch.get(run), last_end.get(run))]
+            candidates = [*pairs.get(run, ()), *latest_epochs.get(run, ())]
             cur = epoch.get(run)
             done = cur is not None and _finite(cur.value) and cur.value >= n_planned
-        ends: dict[float, float] = {}
+        ends: dict[float, float] = {}  # duplicates of one epoch: its earliest end
         for e, t in candidates:
-            if e is None or t is None:
-                continue
             if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
                 ends[e] = min(t, ends.get(e, math.inf))
         key: PodKey = run[:3]
@@ -330,11 +331,18 @@ def _run_key(labels: Mapping[str, str]) -> RunKey | None:
     return (ns, pod, container, run_id)
 
 
-def _by_run(samples: Sequence[Sample]) -> dict[RunKey, Sample]:
+def _by_run(samples: Sequence[Sample], highest: bool = False) -> dict[RunKey, Sample]:
+    """Per run, its first sample, or with ``highest`` the one with the highest finite
+    value (a run scraped twice: the scrape furthest on)."""
     out: dict[RunKey, Sample] = {}
     for s in samples:
         key = _run_key(s.labels)
-        if key is not None and key not in out:
+        if key is None:
+            continue
+        prev = out.get(key)
+        if prev is None or (
+            highest and _finite(s.value) and not (_finite(prev.value) and prev.value >= s.value)
+        ):
             out[key] = s
     return out
 
@@ -354,26 +362,75 @@ def _by_pod(samples: Sequence[Sample]) -> dict[PodKey, float]:
 def _range_pairs(
     epochs: Sequence[Series], ends: Sequence[Series]
 ) -> dict[RunKey, list[tuple[float, float]]]:
-    """(epoch, end time) at each instant both series of the same run were sampled."""
-    by_run_end: dict[RunKey, dict[float, float]] = {}
-    for s in ends:
-        key = _run_key(s.labels)
-        if key is not None:
-            by_run_end.setdefault(key, {}).update(s.points)
+    """(epoch, end time) at each instant an epoch series and its own end-time series
+    (``_twins``) were both sampled, per run."""
     out: dict[RunKey, list[tuple[float, float]]] = {}
-    for s in epochs:
-        key = _run_key(s.labels)
-        end_at = by_run_end.get(key) if key is not None else None
-        if not end_at or key is None:
-            continue
+    for key, twins in _twins(epochs, ends).items():
         pairs = out.setdefault(key, [])
-        last = None
-        for ts, value in s.points:
-            end = end_at.get(ts)
-            if end is not None and (value, end) != last:
-                pairs.append((value, end))
-                last = (value, end)
+        for s, end_series in twins:
+            end_at = dict(end_series.points)
+            last = None
+            for ts, value in s.points:
+                end = end_at.get(ts)
+                if end is not None and (value, end) != last:
+                    pairs.append((value, end))
+                    last = (value, end)
     return out
+
+
+def _latest_pairs(
+    progress: Sequence[Sample], times: Sequence[Sample]
+) -> dict[RunKey, list[tuple[float, float]]]:
+    """The latest ``(progress, time)`` per run and scrape (``_twins``): an epoch at its
+    end time, or a step at the last report's time."""
+    return {
+        key: [(p.value, t.value) for p, t in twins]
+        for key, twins in _twins(progress, times).items()
+    }
+
+
+def _twins(firsts: Sequence[_S], seconds: Sequence[_S]) -> dict[RunKey, list[tuple[_S, _S]]]:
+    """Per run, each of ``firsts`` with the one of ``seconds`` from the same scrape.
+
+    Why: the same run's series may come twice (the exporter scraped by two jobs or
+    through two instances, or once with its labels honoured and once as
+    ``exported_*``: the same run key, other labels), each scrape at its own moment, so
+    one may be an epoch ahead of the other. Joined on the run key alone, an epoch was
+    paired with the other scrape's end time and stored so for good. So a series is
+    joined with the one of exactly its labels but the metric name, read as they came
+    (before ``exported_*`` are renamed). Without such a twin it takes the run's only
+    one (labels that differ otherwise); with several and no twin, none. Duplicates
+    then meet in ``assemble``, which keeps each epoch's earliest end time.
+    """
+    of_run: dict[RunKey, list[_S]] = {}
+    for item in seconds:
+        key = _run_key(_unexport(item).labels)
+        if key is not None:
+            of_run.setdefault(key, []).append(item)
+    # per run with several: its items by labels, built when first needed
+    by_labels: dict[RunKey, dict[frozenset[tuple[str, str]], _S]] = {}
+    out: dict[RunKey, list[tuple[_S, _S]]] = {}
+    for item in firsts:
+        key = _run_key(_unexport(item).labels)
+        if key is None or key not in of_run:
+            continue
+        candidates = of_run[key]
+        if len(candidates) == 1:  # the common case: nothing to compare
+            out.setdefault(key, []).append((item, candidates[0]))
+            continue
+        if key not in by_labels:
+            by_labels[key] = {}
+            for c in candidates:
+                by_labels[key].setdefault(_identity(c.labels), c)
+        twin = by_labels[key].get(_identity(item.labels))
+        if twin is not None:
+            out.setdefault(key, []).append((item, twin))
+    return out
+
+
+def _identity(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """A series' labels but its metric name: what makes two metrics one scrape's."""
+    return frozenset((k, v) for k, v in labels.items() if k != "__name__")
 
 
 def _first_seen(series: Sequence[Series]) -> dict[RunKey, list[tuple[float, float]]]:
@@ -392,30 +449,13 @@ def _first_seen(series: Sequence[Series]) -> dict[RunKey, list[tuple[float, floa
     return out
 
 
-def _latest(progress: Sample | None, at: Sample | None) -> tuple[float | None, float | None]:
-    """The latest ``(progress, time)`` pair: an epoch at its end time, or a step at the
-    last report's time; ``(None, None)`` when either is missing."""
-    if progress is None or at is None:
-        return None, None
-    return progress.value, at.value
-
-
-def _thin_steps(
-    points: list[tuple[float | None, float | None]], planned: float
-) -> list[tuple[float, float]]:
+def _thin_steps(points: list[tuple[float, float]], planned: float) -> list[tuple[float, float]]:
     """At most one point per 1/``STEP_CELLS`` of the ``planned`` steps: bounded storage
     for long runs.
 
     The latest point is always kept (it carries the freshest rate).
     """
-    valid = sorted(
-        (
-            (u, t)
-            for u, t in points
-            if u is not None and t is not None and _finite(u) and _finite(t)
-        ),
-        key=lambda p: p[1],
-    )
+    valid = sorted(((u, t) for u, t in points if _finite(u) and _finite(t)), key=lambda p: p[1])
     kept: list[tuple[float, float]] = []
     cells: set[int] = set()
     for unit, ts in valid[:-1]:

@@ -463,6 +463,7 @@ def test_a_cycle_with_a_label_that_is_not_unicode_forecasts_the_other_runs(
         assert [j.run.run_id for j in forecasts.jobs] == ["good"]
         assert [s.run.run_id for s in store.running()] == ["good"]
         assert store.skipped_updates == 1
+        assert forecasts.job_errors == {"unencodable_label": 1}  # counted where it shows
         client.answers = merge(
             job("good", 10, [(2, NOW - 100)], NOW - 300),
             job("odd", 10, [(10, NOW - 50)], NOW - 300, pod="train-x\ud800"),  # done

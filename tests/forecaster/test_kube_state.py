@@ -6,11 +6,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state
+from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.publish import Exposition, ServiceState
 from gpu_eta.forecaster.queue_replay import NEVER_FITS, PREDICTED, SCHEDULED
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob, promtool
@@ -79,6 +82,7 @@ def test_parse_builds_nodes_holders_pending_and_skips_bad_series():
         ],
         "ksm_pod_times": [
             sample(uid="u2", time="created", value=str(NOW - 60)),
+            sample(uid="u4", time="created", value=str(NOW - 30)),
             sample(uid="u1", time="started", value=str(NOW - 600)),
         ],
         "ksm_pod_meta": [
@@ -101,12 +105,65 @@ def test_parse_builds_nodes_holders_pending_and_skips_bad_series():
         ("run", "n1", 2, NOW - 600, False),
         ("bound", "n2", 1, None, True),
     ]
+    # "huge" asks more than any node has: kept, the replay says never_fits
     assert [(p.pod, p.units, p.priority, p.product) for p in q.pending] == [
-        ("wait", 1, 1000, "NVIDIA-A100")
+        ("wait", 1, 1000, "NVIDIA-A100"),
+        ("huge", 10**9, 0, ""),
     ]
     assert q.scheduled == (("ml", "bound"),)
     assert {(a.units, a.rate_per_second) for a in q.arrivals} == {(1, 0.01), (2, 0.01)}
     assert q.rejected == {"bad_node_series": 1, "bad_pod_series": 1}
+
+
+def pod_request(pod: str, value: float, phase: str = "Pending", node: str = "") -> Sample:
+    return Sample(
+        {
+            "namespace": "ml",
+            "pod": pod,
+            "uid": f"uid-{pod}",
+            "resource": "nvidia_com_gpu",
+            "phase": phase,
+            **({"node": node} if node else {}),
+        },
+        value,
+        NOW,
+    )
+
+
+def test_no_pod_vanishes_unseen():
+    """A pending pod asking more than any node has is kept (never_fits); one whose
+    request is no count of GPUs (NaN, 0, negative, or a bound pod beyond MAX_UNITS) is
+    counted as ``invalid_request``; a pod with one usable request is placed on it."""
+    pods = [
+        pod_request("fits", 1),
+        pod_request("huge", 2000),
+        pod_request("nan", float("nan")),
+        pod_request("zero", 0),
+        pod_request("negative", -1),
+        pod_request("bound-huge", 5000, "Running", "n1"),
+        pod_request("mixed", 0),
+        Sample({**pod_request("mixed", 1).labels, "resource": "nvidia_com_mig_1g_5gb"}, 1, NOW),
+    ]
+    names = ("fits", "huge", "nan", "zero", "negative", "mixed")
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="8")],
+        "ksm_pods": pods,
+        "ksm_pod_times": [
+            Sample({"uid": f"uid-{p}", "time": "created"}, NOW - 100 + i, NOW)
+            for i, p in enumerate(names)
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert [(p.pod, p.resource, p.units) for p in q.pending] == [
+        ("fits", "nvidia_com_gpu", 1),
+        ("huge", "nvidia_com_gpu", 2000),
+        ("mixed", "nvidia_com_mig_1g_5gb", 1),
+    ]
+    assert q.holders == ()
+    assert q.rejected == {"invalid_request": 4}  # nan, zero, negative, bound-huge
+    by = {p.pod: p for p in predict(q, {}, [600.0], NOW, PendingSettings(n_samples=5)).pods}
+    assert (by["huge"].prediction.status, by["huge"].units) == (NEVER_FITS, 2000)
+    assert by["fits"].prediction.status == PREDICTED
 
 
 def test_query_count_is_fixed():
@@ -220,6 +277,51 @@ def test_queries_against_real_prometheus(prometheus_factory, ksm_target):
         ("Tesla-T4", 4),
     }
     assert all(v.status in (PREDICTED, SCHEDULED) for v in sizes.values())
+
+
+def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, ksm_target):
+    """Real Prometheus scraping KSM-shaped series, through to /metrics: a pod asking
+    2000 GPUs is ``never_fits``, NaN and 0 requests are ``pending_rejected``, a pod past
+    --pending.max-pods is ``pending_skipped``; all pass promtool."""
+    target, body = ksm_target
+    now = time.time()
+    pods = [
+        KsmPod("ml", "fits", "u1", "Pending", now - 400, {GPU: 1}),
+        KsmPod("ml", "huge", "u2", "Pending", now - 300, {GPU: 2000}),
+        KsmPod("ml", "nan-req", "u3", "Pending", now - 250, {GPU: float("nan")}),  # type: ignore[dict-item]
+        KsmPod("ml", "zero", "u4", "Pending", now - 220, {GPU: 0}),
+        KsmPod("ml", "later", "u5", "Pending", now - 200, {GPU: 1}),
+    ]
+    body[0] = exposition([KsmNode("n1", {GPU: 4})], pods)
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=5)
+    client = PromClient(prom.url)
+    now = time.time()
+    samples = {
+        name: client.instant(kube_state.render(tpl, 3600), at=now)
+        for name, tpl in kube_state.QUERIES.items()
+    }
+    q = kube_state.parse(samples, now)
+    result = predict(q, {}, [600.0], now, PendingSettings(n_samples=10, max_pods=2))
+    state = ServiceState()
+    state.success(ForecastSet(timestamp=now, pending=result), 0.1, now)
+    text = Exposition(state, clock=lambda: now).render("text/plain")[0].decode()
+    info = {
+        (s.labels["pod"], s.labels["gpus"], s.labels["status"])
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "gpu_eta_pod_start_prediction_info"
+    }
+    assert info == {("fits", "1", PREDICTED), ("huge", "2000", NEVER_FITS)}
+    errors = {
+        s.labels["reason"]: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "gpu_eta_forecaster_job_errors_total"
+    }
+    assert errors == {"pending_rejected": 2, "pending_skipped": 1}
+    proc = promtool("check", "metrics", stdin=text)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_start_tracker_learns_from_pods_that_started():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 from pathlib import Path
@@ -13,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.forecaster import publish
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
+from gpu_eta.forecaster.pending import PendingSet, PodStart
 from gpu_eta.forecaster.publish import Exposition, ServiceState, make_registry
+from gpu_eta.forecaster.queue_replay import PREDICTED, Request, StartPrediction
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.launch.prometheus import find_binary
 
@@ -216,3 +219,86 @@ def test_cached_exposition_survives_a_broken_state() -> None:
     state.forecasts = "not a forecast set"  # type: ignore[assignment]
     body, _ = Exposition(state).render("")
     assert b"gpu_eta_forecaster_stale" in body and b"gpu_eta_job_" not in body
+
+
+def promtool_check(text: str) -> tuple[int, str]:
+    proc = subprocess.run(
+        [find_binary("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("accept", ["", "application/openmetrics-text;version=1.0.0"])
+def test_a_label_value_that_cannot_be_encoded_hides_only_its_row(accept: str) -> None:
+    """A lone surrogate (a ``"\\ud800"`` JSON escape in Prometheus' answer) in a pod
+    name, a node and a GPU model: those rows are left out and counted, every other
+    forecast is served (it used to be none at all), by ``serve`` and by ``once``."""
+    bad = "bad\ud800"
+
+    def jf(pod: str) -> JobForecast:
+        run = Run("r", 10, ((0, NOW - 100),), namespace="ml", pod=pod, container="c")
+        return JobForecast(run, "n1", Forecast(1, 2, 3, "rate"), (NOW + 1, NOW + 2, NOW + 3))
+
+    ok = StartPrediction(PREDICTED, (NOW + 1, NOW + 2, NOW + 3), 1.0)
+    fs = ForecastSet(
+        timestamp=NOW,
+        jobs=(jf("good"), jf(bad)),
+        gpus=(GpuFree("n1", "0", "GPU-0", (NOW, NOW, NOW)), GpuFree(bad, "0", "GPU-1", (NOW,) * 3)),
+        pending=PendingSet(
+            pods=(
+                PodStart("ml", "waits", "nvidia_com_gpu", 1, NOW - 60, ok),
+                PodStart("ml", bad, "nvidia_com_gpu", 1, NOW - 60, ok),
+            ),
+            requests={
+                Request("A100", "nvidia_com_gpu", 1): ok,
+                Request(bad, "nvidia_com_gpu", 1): ok,
+            },
+        ),
+    )
+    state = ServiceState()
+    state.success(fs, 0.5, NOW)
+    body, _ = Exposition(state, clock=lambda: NOW).render(accept)
+    text = body.decode("utf-8")
+    assert 'pod="good"' in text and 'pod="waits"' in text and 'model="A100"' in text
+    assert 'UUID="GPU-0"' in text and "bad" not in text
+    assert 'gpu_eta_forecaster_job_errors_total{reason="unencodable_label"} 4.0' in text
+    once = generate_latest(make_registry(state, clock=lambda: NOW)).decode()  # once's path
+    assert 'pod="good"' in once and "bad" not in once
+    if not accept:
+        assert promtool_check(text) == (0, "")
+
+
+def test_the_queues_pods_left_out_are_counted_and_logged_once_per_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pods past --pending.max-pods and series kube_state could not use count under
+    ``gpu_eta_forecaster_job_errors_total`` every cycle; the log says so when what is
+    left out changes, not every cycle."""
+    caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
+    state = ServiceState()
+
+    def cycle(pending: PendingSet | None) -> list[str]:
+        caplog.clear()
+        state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
+        return [f"{r.levelname} {r.getMessage()}" for r in caplog.records]
+
+    queue = PendingSet(skipped=3, rejected={"invalid_request": 1, "bad_created": 1})
+    first = cycle(queue)
+    assert len(first) == 1 and first[0].startswith("WARNING")
+    assert "3 pending pods past --pending.max-pods" in first[0]
+    assert "bad_created 1, invalid_request 1" in first[0]
+    assert cycle(queue) == []
+    assert cycle(PendingSet(skipped=5, rejected=queue.rejected)) == []  # only how many skipped
+    assert cycle(None) == []  # the queue's prediction failed: nothing known
+    got = scrape(state)
+    errors = "gpu_eta_forecaster_job_errors_total"
+    assert got[(errors, (("reason", "pending_rejected"),))] == 6
+    assert got[(errors, (("reason", "pending_skipped"),))] == 11
+    assert [r.split(" ")[0] for r in cycle(PendingSet(rejected={"invalid_request": 2}))] == [
+        "WARNING"
+    ]
+    assert [r.split(" ")[0] for r in cycle(PendingSet())] == ["INFO"]

@@ -344,3 +344,70 @@ def test_oversized_identity_labels_are_ignored() -> None:
     )
     view = assemble(instant, {}, NOW, 60)
     assert [u.run_id for u in view.updates] == ["ok"]
+
+
+def test_a_run_scraped_twice_keeps_each_epochs_own_end_time() -> None:
+    """The exporter scraped by two jobs (other ``instance``), B 10 s behind A: at some
+    instants B is an epoch behind. Each epoch series is paired with the end times of
+    its own scrape, so every epoch keeps its true end (100 s apart), never the other
+    scrape's."""
+    t0, epoch_s = NOW - 1000, 100.0
+    lab = run_labels("twice")
+    steps = [t0 + 15 * i for i in range(1, 35)]  # ~5 epochs at 15 s steps
+
+    def seen(ts: float, lag: float) -> tuple[float, float]:
+        k = int((ts - lag - t0) // epoch_s)  # epochs done as a scrape `lag` s late saw it
+        return float(k), t0 + k * epoch_s
+
+    def series(instance: str, lag: float, column: int) -> Series:
+        return Series(
+            {**lab, "instance": instance}, tuple((t, seen(t, lag)[column]) for t in steps)
+        )
+
+    ranges = {
+        "epoch_range": [series("a:9842", 0, 0), series("b:9842", 10, 0)],
+        "epoch_end_range": [series("a:9842", 0, 1), series("b:9842", 10, 1)],
+    }
+    view = assemble(base("twice", 20, 5, t0, t0 + 500), ranges, NOW, 600)
+    assert view.updates[0].epoch_ends == tuple((float(e), t0 + e * epoch_s) for e in range(1, 6))
+
+
+def test_a_run_seen_plain_and_as_exported_labels_pairs_the_latest_per_scrape() -> None:
+    """The instant queries keep apart a run scraped once with its labels honoured and
+    once as ``exported_*`` (a pod-level scrape): the latest epoch of one is paired with
+    the end time of the same one, whatever order the answers list them in; the run's
+    progress is the scrape furthest on."""
+    plain = run_labels("r")
+    exported = {
+        "node": "n1",
+        "namespace": "monitoring",
+        "pod": "gpu-eta-exporter-abc12",
+        "container": "exporter",
+        "exported_namespace": "ml",
+        "exported_pod": "train-x7k2p",
+        "exported_container": "main",
+        "run_id": "r",
+    }
+    instant = base("r", 10, 5, NOW - 600, NOW - 100)
+    instant["epoch"] = [s(5, **plain), s(4, **exported)]
+    instant["last_end"] = [s(NOW - 200, **exported), s(NOW - 100, **plain)]
+    view = assemble(instant, {}, NOW, 600)
+    assert view.updates[0].epoch_ends == ((4.0, NOW - 200), (5.0, NOW - 100))
+    # the lagging scrape listed first does not hold the run back
+    instant["epoch"] = [s(9, **exported), s(10, **plain)]
+    assert key("r") in assemble(instant, {}, NOW, 600).done
+
+
+def test_an_epoch_series_pairs_with_the_runs_only_end_series_despite_other_labels() -> None:
+    """Without an end-time series of exactly its labels, an epoch series takes its
+    run's only one (as before the per-scrape pairing); with two and no twin, none."""
+    lab = run_labels("r")
+    ts = [NOW - 60, NOW - 30]
+    epochs = Series({**lab, "instance": "a"}, tuple(zip(ts, [1.0, 2.0], strict=True)))
+    ends = [Series(lab, tuple(zip(ts, [NOW - 70, NOW - 40], strict=True)))]
+    instant = base("r", 10, 2, NOW - 100, NOW - 40)
+    view = assemble(instant, {"epoch_range": [epochs], "epoch_end_range": ends}, NOW, 60)
+    assert view.updates[0].epoch_ends == ((1.0, NOW - 70), (2.0, NOW - 40))
+    ends.append(Series({**lab, "instance": "b"}, tuple(zip(ts, [NOW - 99, NOW - 98], strict=True))))
+    view = assemble(instant, {"epoch_range": [epochs], "epoch_end_range": ends}, NOW, 60)
+    assert view.updates[0].epoch_ends == ((2.0, NOW - 40),)  # the instant pair only
