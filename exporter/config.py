@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from importlib import metadata
 from types import MappingProxyType
@@ -36,6 +36,7 @@ def version() -> str:
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_POD_LABELS = 32
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)?\s*$")
+_LABEL_SANITIZE = re.compile(r"[^a-zA-Z0-9_]")
 _LABEL_KEY_RE = re.compile(
     r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$"
 )
@@ -103,8 +104,35 @@ def parse_duration(value: Any, key: str) -> float:
     return seconds
 
 
+def pod_label_name(key: str) -> str:
+    """``label_<key>`` as kube-state-metrics spells it (``app.kubernetes.io/name`` →
+    ``label_app_kubernetes_io_name``)."""
+    return "label_" + _LABEL_SANITIZE.sub("_", key)
+
+
+def pod_label_names(keys: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``(key, Prometheus label name)`` for each distinct key, in order.
+
+    ``ValueError`` naming both keys when two of them become the same label name
+    (``app.kubernetes.io/name`` and ``app_kubernetes_io_name``): a series can carry
+    a label once, so one pod label's value would silently replace the other's.
+    """
+    seen: dict[str, str] = {}
+    out: list[tuple[str, str]] = []
+    for key in keys:
+        name = pod_label_name(key)
+        other = seen.get(name)
+        if other is None:
+            seen[name] = key
+            out.append((key, name))
+        elif other != key:
+            raise ValueError(f"{other!r} and {key!r} are both exported as {name}; keep one")
+    return tuple(out)
+
+
 def parse_pod_labels(value: Any, key: str) -> tuple[str, ...]:
-    """Kubernetes label keys, as a list or a comma-separated string; deduplicated."""
+    """Kubernetes label keys, as a list or a comma-separated string; deduplicated.
+    Two keys that would be the same Prometheus label are refused (``pod_label_names``)."""
     if isinstance(value, str):
         items = [v.strip() for v in value.split(",") if v.strip()]
     elif isinstance(value, list | tuple):
@@ -121,6 +149,10 @@ def parse_pod_labels(value: Any, key: str) -> tuple[str, ...]:
         raise ConfigError(
             f"{key}: at most {MAX_POD_LABELS} labels (each one is a label on every pod_info series)"
         )
+    try:
+        pod_label_names(out)
+    except ValueError as err:
+        raise ConfigError(f"{key}: {err}") from None
     return tuple(out)
 
 

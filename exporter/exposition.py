@@ -23,6 +23,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from gpu_eta.exporter.config import pod_label_name as pod_label_name  # re-exported
+from gpu_eta.exporter.config import pod_label_names
 from gpu_eta.exporter.progress import MAX_METRICS
 from gpu_eta.exporter.readings import DeviceReading, PodGpuRow, Progress
 from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS, PROGRESS_RESULTS, Snapshot, SnapshotHolder
@@ -30,13 +32,6 @@ from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS, PROGRESS_RESULTS, Snapsh
 log = logging.getLogger(__name__)
 
 CACHED = " (cached: from the last background collection)"
-_LABEL_SANITIZE = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def pod_label_name(key: str) -> str:
-    """``label_<key>`` as kube-state-metrics spells it (``app.kubernetes.io/name`` →
-    ``label_app_kubernetes_io_name``)."""
-    return "label_" + _LABEL_SANITIZE.sub("_", key)
 
 
 class _Family:
@@ -157,7 +152,7 @@ def _pods(snap: Snapshot, pod_labels: Sequence[str]) -> Iterator[Metric]:
         "Earliest of pod start + activeDeadlineSeconds, its Job start + the Job's, "
         "and the gpu-eta.io/deadline annotation" + CACHED,
     )
-    label_names = [(key, pod_label_name(key)) for key in pod_labels]
+    label_names = pod_label_names(pod_labels)  # ValueError on two keys, one name
     for pod in snap.pods:
         base = {"node": node, "namespace": pod.namespace, "pod": pod.name}
         labels = dict(base)
@@ -393,6 +388,7 @@ class SnapshotExposition:
         version: str = "",
     ) -> None:
         self._holder = holder
+        pod_label_names(pod_labels)  # refused here, not at every scrape (ValueError)
         self._pod_labels = tuple(pod_labels)
         self._version = version
         self._cache: tuple[Snapshot, bytes] | None = None

@@ -20,6 +20,11 @@ refused unless the exporter runs with ``allow_host_network`` AND the pod carries
 the annotation ``gpu-eta.io/progress-host-network: "true"`` AND exactly one such
 annotated hostNetwork pod is on the node (otherwise the address is ambiguous).
 
+Addresses: an empty listen host (``:9843``, the default) listens on every address
+of both families when the node has IPv6 (one dual-stack socket), on IPv4 only when
+it has not; ``[::]:9843`` is dual-stack too. An IPv4 sender seen on an IPv6 socket
+(``::ffff:10.1.2.3``) is looked up as ``10.1.2.3``, the form the pod cache holds.
+
 The HTTP side is a minimal HTTP/1.1 reader on asyncio (one thread for all
 connections, keep-alive, bounded headers/bodies/connections); the decision for a
 request is ``ProgressListener.handle``, plain code without sockets.
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import ipaddress
 import logging
 import socket
 import threading
@@ -151,6 +158,7 @@ class ProgressListener:
 
     def sender(self, address: str) -> tuple[PodMeta | None, str]:
         """The pod that owns ``address``, or None and the one-line reason for refusing."""
+        address = peer_address(address)
         now = time.monotonic()
         cached = self._lookups.get(address)
         if cached is not None and cached[0] > now:
@@ -239,13 +247,7 @@ class ProgressListener:
         deferred = on_durable is not None and self.store.journaled
         try:
             report = parse_report(body, now=now)
-            containers = list(pod.container_ids)
-            if report.container is not None and report.container in pod.container_ids:
-                container = report.container
-            elif containers:
-                container = containers[0]
-            else:  # container list unknown (no runtime ids yet): trust the label only
-                container = report.container or ""
+            container = report_container(pod, report.container)
             progress = self.store.merge(
                 pod.namespace,
                 pod.name,
@@ -261,6 +263,72 @@ class ProgressListener:
         if not deferred:
             self._count("accepted")
         return 200, f"accepted: {pod.namespace}/{pod.name} run {progress.run_id}"
+
+
+def report_container(pod: PodMeta, named: str | None) -> str:
+    """The container a report from ``pod`` is filed under.
+
+    The body's ``container`` when it is one of the pod's containers, else the pod's
+    first container. While the pod's containers are not known yet (no runtime ids in
+    its status), ``""``: a name the exporter cannot check must not become a label
+    value and a store key, or one pod posting many names would fill the store and
+    evict every other pod's progress (at most one row per pod this way). Reports
+    after the pod watch knows the containers are filed under the right one; the
+    ``""`` row stays until the pod is gone (usually never made: a container posts
+    progress well after its runtime id is in the pod's status).
+    """
+    if named is not None and named in pod.container_ids:
+        return named
+    return next(iter(pod.container_ids), "")
+
+
+def peer_address(address: str) -> str:
+    """A connection's source address in the form the pod cache holds it.
+
+    An IPv6 socket (dual-stack, or ``[::]``) sees an IPv4 sender as
+    ``::ffff:10.1.2.3``; pods are indexed by ``10.1.2.3``, so without this every
+    IPv4 pod was refused 403 there. IPv6 addresses come back compressed and in lower
+    case (``fd00::1``), as Kubernetes writes pod IPs. Anything else is left as is.
+    """
+    if ":" not in address:
+        return address
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return str(mapped if mapped is not None else ip)
+
+
+def listening_socket(host: str, port: int, backlog: int = 256) -> socket.socket:
+    """A bound, listening TCP socket for ``host:port``.
+
+    An empty host or ``::`` means every address: one dual-stack IPv6 socket where
+    the node has IPv6 (IPv4 senders arrive as ``::ffff:a.b.c.d``, see
+    ``peer_address``), else IPv4 only. Why: an IPv4-only default refused every pod
+    of an IPv6 or dual-stack cluster. A node without IPv6 (module not loaded,
+    ``ipv6.disable=1``) falls back to IPv4 with one info line; a port in use is
+    an error either way (``OSError``, the caller's one-line start-up error).
+    """
+    if host in ("", "::") and socket.has_dualstack_ipv6():
+        try:
+            return socket.create_server(
+                (host, port), family=socket.AF_INET6, backlog=backlog, dualstack_ipv6=True
+            )
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE or host == "::":
+                raise
+            log.info("progress: cannot listen on IPv6 (%s); listening on IPv4 only", err)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 _REASONS = {
@@ -328,7 +396,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
-        self.ip = peer[0] if peer else ""
+        self.ip = peer_address(peer[0]) if peer else ""
         if not self.server.admit(self.ip):
             transport.abort()
             return
@@ -566,15 +634,7 @@ class _Server:
 
     def __init__(self, listener: ProgressListener, host: str, port: int):
         self.listener = listener
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self.sock.bind((host, port))
-            self.sock.listen(256)
-        except OSError:
-            self.sock.close()
-            raise
+        self.sock = listening_socket(host, port)
         self.sock.setblocking(False)
         self.port = int(self.sock.getsockname()[1])
         self.loop = asyncio.new_event_loop()

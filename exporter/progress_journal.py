@@ -19,8 +19,9 @@ A removal (the pod is gone, or the entry was evicted) is a line of its own,
 ``{"seq": N, "gone": [namespace, pod, container, source]}``: without it, a restart
 would replay the removed container's last row from the journal (or find it in a
 state file written before the removal) and its progress would come back. A
-damaged line (bit flips, a torn tail after a crash) fails its checksum and is
-skipped and counted by ``read_journal``, never trusted.
+damaged line (bit flips) fails its checksum and is skipped and counted by
+``read_journal``, never trusted. A torn tail after a crash (a last line without its
+newline) is dropped at load and cut from the file before the next append.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 Ack = Callable[[bool], None]  # called with True once durable, False if the write failed
 MAX_LINE_BYTES = 64 * 1024
 KEY_PARTS = 4  # namespace, pod, container, source
+_TAIL_CHUNK = 64 * 1024  # read backwards this much at a time looking for a newline
 
 
 @dataclass(frozen=True)
@@ -185,10 +187,13 @@ class Journal:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                os.write(fd, b"\n")  # a torn tail from a crash: the next line starts clean
-                size += 1
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    size = _cut_torn_tail(fd, size, self.path)
+            except OSError:
+                os.close(fd)
+                raise
             self._fd, self._size = fd, size
         return self._fd
 
@@ -246,3 +251,30 @@ class Journal:
             log.info("progress journal: %s writable again", self.path)
         self._failing = False
         return True
+
+
+def _cut_torn_tail(fd: int, size: int, path: Path) -> int:
+    """Cut the file back to just after its last newline; the new size.
+
+    The bytes after the last newline are a write a crash (or a failed batch) cut
+    short: never acknowledged, and ``read_journal`` drops them quietly as a torn
+    tail. Why cut them rather than end them with a newline: completed, they would be
+    a whole line failing its checksum, so the next start would call the journal
+    damaged and set a copy aside for what was only an unacknowledged write.
+    """
+    end, keep = size, 0
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        end = start
+    os.ftruncate(fd, keep)
+    os.fsync(fd)
+    log.info(
+        "progress journal: %s: cut %d byte(s) of an unacknowledged torn last line",
+        path,
+        size - keep,
+    )
+    return keep

@@ -15,10 +15,12 @@ moment HTTP reports stop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -45,6 +47,10 @@ HTTP_PRECEDENCE_SECONDS = 600.0
 DEFAULT_MAX_ENTRIES = 4096
 STATE_VERSION = 1
 MAX_STATE_BYTES = 64 << 20  # 4,096 rows are ~2 MB: anything near this is not ours
+# A state file or journal that cannot be read is read again this often (a transient
+# EIO or NFS hiccup passes) before it is moved aside.
+READ_ATTEMPTS = 3
+READ_RETRY_SECONDS = 0.2
 _SOURCES = ("http", "log")
 
 Key = tuple[str, str, str, str]  # namespace, pod, container, source
@@ -74,6 +80,12 @@ class ProgressStore:
     (``<state>.journal``, see ``exporter.progress_journal``) unless ``durable`` is
     False; ``merge(..., on_durable=ack)`` calls ``ack(True)`` once the merged row is
     on disk, which is when the HTTP listener answers 200.
+
+    The rule at start: a file under ``state_path`` (or its journal) is never written
+    over unless its bytes were loaded or kept. One that cannot be read, parsed or
+    fully used is moved (or copied) aside to ``<name>.<why>-<time>``; when even that
+    fails, the store runs in memory only: nothing is written at all and every
+    ``on_durable`` is called with False (the listener answers 503), until a restart.
     """
 
     def __init__(
@@ -92,17 +104,27 @@ class ProgressStore:
         self._dirty = False
         self._seq = 0
         self.journal: Journal | None = None
+        # why nothing may be written (a file could be neither read nor kept), or None
+        self.not_persisting: str | None = None
+        self._durable = durable
         if self._state_path is not None:
             self._load(self._state_path)
-            if durable:
+            if self.not_persisting is not None:
+                log.error(
+                    "%s; progress is kept in memory only until a restart: nothing is "
+                    "written and reports are answered 503",
+                    self.not_persisting,
+                )
+            elif durable:
                 self.journal = Journal(_journal_path(self._state_path))
             if self._dirty:
                 self.save()  # fold what was replayed into the state file now
 
     @property
     def journaled(self) -> bool:
-        """Whether merges are made durable (``on_durable`` callbacks will be called)."""
-        return self.journal is not None
+        """Whether ``on_durable`` callbacks will be called: merges are made durable,
+        or (``not_persisting``) were meant to be and are answered False at once."""
+        return self.journal is not None or (self._durable and self.not_persisting is not None)
 
     # -- writing ---------------------------------------------------------------------
 
@@ -121,11 +143,17 @@ class ProgressStore:
         Raises ``InvalidReport`` (from ``check_report`` or ``advance``) without
         changing anything. With a journal, ``on_durable`` is called (from the
         journal's thread) once the result is on disk, with False if writing failed;
-        without one it is never called.
+        while ``not_persisting`` it is called with False before this returns; else
+        it is never called.
+
+        ``now`` is the report's time (the listener's clock, a log line's timestamp):
+        ``check_report`` gets it, so a ``run_start`` in the future is refused here
+        whatever the source, as the HTTP path refuses it (a log marker line must not
+        store what a POST would be refused for).
         """
         if source not in _SOURCES:
             raise ValueError(f"unknown progress source {source!r}")
-        check_report(report)
+        check_report(report, now=now)
         key = (namespace, pod, container, source)
         with self._lock:
             new = advance(
@@ -143,6 +171,8 @@ class ProgressStore:
                 self._seq += 1
                 self.journal.append(key, encode_line(self._seq, _to_json(new)), on_durable)
             self._evict()  # after the row: an evicted new entry is journaled as removed
+        if on_durable is not None and self.journal is None and self.journaled:
+            on_durable(False)  # not_persisting: applied in memory, never on disk
         return new
 
     def get(self, namespace: str, pod: str, container: str, source: str) -> Progress | None:
@@ -224,9 +254,10 @@ class ProgressStore:
         """Write the state file atomically (temp file + rename) and empty the journal.
 
         Errors are logged, never raised: the journal still holds what the state file
-        misses, and a crash would cost the node's exporter.
+        misses, and a crash would cost the node's exporter. Nothing at all while
+        ``not_persisting``: the file there could be neither read nor kept aside.
         """
-        if self._state_path is None:
+        if self._state_path is None or self.not_persisting is not None:
             return
         self._last_save = time.monotonic()
         journal = self.journal
@@ -279,36 +310,31 @@ class ProgressStore:
     def _load(self, path: Path) -> None:
         """State file, then the journal's newer rows; damage is set aside, never fatal."""
         state = StateFile((), 0, 0)
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_STATE_BYTES + 1)
-        except FileNotFoundError:
-            data = None
-        except OSError as err:
-            log.error("progress state: cannot read %s: %s; starting empty", path, err)
-            data = None
+        data = self._read(path, "progress state")
         if data is not None:
             try:
                 state = parse_state(data)
             except StateError as err:
-                aside = _set_aside(path, move=True)
-                log.error(
-                    "progress state: %s is unusable (%s); moved to %s, starting empty",
-                    path,
-                    err,
-                    aside,
-                )
-            else:
-                if state.damaged:
-                    aside = _set_aside(path, move=False)
+                aside = self._keep_aside(path, move=True, why="corrupt")
+                if aside is not None:
                     log.error(
-                        "progress state: %s: %d damaged row(s) skipped, %d loaded; a copy "
-                        "of the file is kept as %s",
+                        "progress state: %s is unusable (%s); moved to %s, starting empty",
                         path,
-                        state.damaged,
-                        len(state.rows),
+                        err,
                         aside,
                     )
+            else:
+                if state.damaged:
+                    aside = self._keep_aside(path, move=False, why="corrupt")
+                    if aside is not None:
+                        log.error(
+                            "progress state: %s: %d damaged row(s) skipped, %d loaded; a "
+                            "copy of the file is kept as %s",
+                            path,
+                            state.damaged,
+                            len(state.rows),
+                            aside,
+                        )
                     self._dirty = True
         for progress in state.rows:
             self._entries[_key(progress)] = progress
@@ -316,15 +342,68 @@ class ProgressStore:
         self._replay(_journal_path(path), state.journal_seq)
         self._evict()
 
-    def _replay(self, path: Path, after: int) -> None:
+    def _read(self, path: Path, what: str) -> bytes | None:
+        """The bytes of ``path`` (at most ``MAX_STATE_BYTES + 1``); None when nothing
+        is stored there or it could not be read (then it is kept aside, see below).
+
+        Why not "log and start empty" on a read error: the next ``save`` (at once
+        after a journal replay, else within ``save_interval``) replaces the state file
+        and empties the journal, so one EIO or a permission slip would destroy
+        progress already answered 200. A failed read is tried again (a transient
+        error passes); a file that still cannot be read is moved aside to
+        ``<name>.unreadable-<time>``, where it stays for a human (nothing lost), and
+        the store starts without it: the exporter keeps serving GPU metrics and new
+        progress. What is not a regular file (a directory, a FIFO) is not moved, and
+        neither is a file the move fails for: then nothing is written
+        (``not_persisting``). The file is opened non-blocking, so a FIFO put there
+        cannot hang the start.
+        """
+        error: OSError | None = None
+        for attempt in range(READ_ATTEMPTS):
+            if attempt:
+                time.sleep(READ_RETRY_SECONDS)
+            try:
+                with open(path, "rb", opener=_open_nonblocking) as fh:
+                    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                        error = OSError("not a regular file")
+                        break
+                    return fh.read(MAX_STATE_BYTES + 1)
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # nothing can be stored there
+            except IsADirectoryError:
+                error = OSError("a directory")
+                break
+            except OSError as err:
+                error = err
+        reason = f"{what}: cannot read {path}: {error}"
         try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_STATE_BYTES + 1)
-        except FileNotFoundError:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError:
+            regular = True  # cannot tell: moving it aside keeps it whatever it is
+        if not regular:
+            self.not_persisting = reason
+            return None
+        aside = self._keep_aside(path, move=True, why="unreadable", reason=reason)
+        if aside is not None:
+            log.error("%s; moved to %s (kept for a human), starting without it", reason, aside)
+        return None
+
+    def _keep_aside(
+        self, path: Path, *, move: bool, why: str, reason: str | None = None
+    ) -> str | None:
+        """``_set_aside``; if it fails, nothing may be written any more
+        (``not_persisting``): the next save would destroy the only copy."""
+        aside = _set_aside(path, move=move, why=why)
+        if aside is None and self.not_persisting is None:
+            what = reason or f"progress state: {path} is damaged"
+            self.not_persisting = f"{what}, and it cannot be kept aside"
+        return aside
+
+    def _replay(self, path: Path, after: int) -> None:
+        data = self._read(path, "progress journal")
+        if data is None:
             return
-        except OSError as err:
-            log.error("progress journal: cannot read %s: %s", path, err)
-            return
+        oversized = len(data) > MAX_STATE_BYTES
         lines, damaged, torn = read_journal(data[:MAX_STATE_BYTES])
         applied = 0
         for seq, row in lines:
@@ -344,16 +423,29 @@ class ProgressStore:
             applied += 1
         if applied:
             self._dirty = True
-        if damaged:
-            aside = _set_aside(path, move=False)
-            log.error(
-                "progress journal: %s: %d damaged line(s) skipped, %d replayed; a copy is "
-                "kept as %s",
-                path,
-                damaged,
-                applied,
-                aside,
-            )
+        if oversized:
+            # the save would empty it: what lies past the limit is kept, not dropped
+            aside = self._keep_aside(path, move=True, why="oversized")
+            if aside is not None:
+                log.error(
+                    "progress journal: %s is over %d bytes: %d report(s) and removal(s) "
+                    "replayed from its start; moved to %s (kept for a human)",
+                    path,
+                    MAX_STATE_BYTES,
+                    applied,
+                    aside,
+                )
+        elif damaged:
+            aside = self._keep_aside(path, move=False, why="corrupt")
+            if aside is not None:
+                log.error(
+                    "progress journal: %s: %d damaged line(s) skipped, %d replayed; a copy "
+                    "is kept as %s",
+                    path,
+                    damaged,
+                    applied,
+                    aside,
+                )
         elif applied or torn:
             log.info(
                 "progress journal: %d report(s) and removal(s) replayed from %s%s",
@@ -393,18 +485,42 @@ def _journal_path(state: Path) -> Path:
     return state.with_name(state.name + ".journal")
 
 
-def _set_aside(path: Path, *, move: bool) -> str:
-    """Move (or copy) a damaged file to ``<name>.corrupt-<unix time>``; its name."""
-    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+def _set_aside(path: Path, *, move: bool, why: str = "corrupt") -> str | None:
+    """Move (or copy) a file to ``<name>.<why>-<unix time>[-<n>]``; its new name, or
+    None (logged) when that failed.
+
+    The name is one no file has yet: two set-asides in the same second (the state
+    file and, after a quick restart, again) must not overwrite each other's copy.
+    """
+    stamp = int(time.time())
+    aside = path.with_name(f"{path.name}.{why}-{stamp}")
+    n = 1
+    while os.path.lexists(aside):
+        aside = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
+        n += 1
+    created = False
     try:
         if move:
-            os.replace(path, aside)
+            os.rename(path, aside)
         else:
-            shutil.copyfile(path, aside)
+            with open(path, "rb") as src, open(aside, "xb") as dst:
+                created = True
+                shutil.copyfileobj(src, dst)
+                dst.flush()
+                os.fsync(dst.fileno())
     except OSError as err:
-        log.error("progress state: cannot keep %s aside: %s", path, err)
-        return "nowhere (see the error above)"
+        if created:
+            with contextlib.suppress(OSError):
+                aside.unlink()  # a partial copy would pass for the whole file
+        log.error("progress state: cannot keep %s aside as %s: %s", path, aside.name, err)
+        return None
     return aside.name
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """``open`` opener: O_NONBLOCK, so opening a FIFO put at the path does not wait
+    for a writer (it is then refused as not a regular file)."""
+    return os.open(path, flags | os.O_NONBLOCK)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -62,6 +62,13 @@ class Runtime:
         if any(c.needs_progress_store for c in enabled):
             store_mod = _import("progress", "gpu_eta.exporter.progress_store")
             state = Path(cfg.progress_state_file) if cfg.progress_state_file else None
+            if state is not None and state.exists() and not state.is_file():
+                # a mistake in the flag, not stored progress: say so now (the store
+                # would run without persisting, every report answered 503)
+                raise StartupError(
+                    f"--progress.state-file {state} is not a regular file (a directory?); "
+                    f"name a file, e.g. {state / 'progress.json'}"
+                )
             self.store = ctx.store = store_mod.ProgressStore(state_path=state)
             if ctx.simulated is None and not cfg.enabled("kube"):
                 log.warning(

@@ -1,6 +1,6 @@
 """The collection loop: runs every collector off the scrape path, builds snapshots.
 
-Each cycle runs the enabled collectors, each in a worker thread with its own
+Each cycle runs the enabled collectors, each in a daemon thread of its own with a
 timeout, joins their readings (``gpu_eta.exporter.attribution.attribute``) into one
 immutable ``Snapshot`` and swaps it into the ``SnapshotHolder`` that ``/metrics``
 renders. This is the boundary of the error flow (docs/exporter.md):
@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -223,7 +223,6 @@ class Scheduler:
         self._attribute = attribute
         self._clock = clock
         self._prepare = prepare
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="gpu-eta-collector")
         self._trackers: dict[str, _Tracker] = {}  # collectors: their statuses are published
         self._store_step = _Tracker("progress-store read", kind="step")
         self._stop = threading.Event()
@@ -244,7 +243,7 @@ class Scheduler:
         started = time.monotonic()
         if tracker.inflight is not None and not tracker.inflight.done():
             return None, started
-        future = self._pool.submit(fn)
+        future = _run_detached(fn, f"gpu-eta-{tracker.kind}-{tracker.name}")
         tracker.inflight = future
         return future, started
 
@@ -454,11 +453,44 @@ class Scheduler:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
-        """Stop the loop; collectors still running are abandoned (daemon threads)."""
+        """Stop the loop; collectors still running are abandoned: they run in daemon
+        threads (``_run_detached``), which neither this nor the interpreter's exit
+        waits for."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_seconds + self.timeout_seconds * 2 + 1)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run_detached(fn: Callable[[], Any], name: str) -> Future:
+    """Run ``fn`` in a new daemon thread; its ``Future``.
+
+    Why not a ``ThreadPoolExecutor``: its workers are not daemon threads, and Python
+    (3.9 and later) joins them when the interpreter exits, so a collector stuck in a
+    hung NFS read or a gRPC call without a deadline kept the process alive after
+    SIGTERM for as long as it hung, past the pod's grace period, until the kubelet's
+    SIGKILL. A daemon thread is abandoned at exit (the progress store is saved
+    before: ``Runtime.stop``). A pool's queue would also let stuck runs hold every
+    worker and starve the other collectors. No pool is needed to bound the threads:
+    a collector still running from an earlier cycle is not started again
+    (``Scheduler._submit``), so there is at most one thread per collector or step.
+    """
+    future: Future = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = fn()
+        except BaseException as err:  # delivered to the waiter, as an executor does
+            future.set_exception(err)
+        else:
+            future.set_result(result)
+
+    try:
+        threading.Thread(target=run, name=name, daemon=True).start()
+    except RuntimeError as err:  # cannot start a thread: this run fails, not the cycle
+        future.set_exception(err)
+    return future
 
 
 def _counts(source: Counting | None) -> Mapping[str, int]:

@@ -154,3 +154,35 @@ def test_value_parsers_raise_only_config_error(raw) -> None:
 def test_config_from_mapping_raises_only_config_error(data) -> None:
     with contextlib.suppress(ConfigError):
         config_from_mapping(data)
+
+
+def test_pod_labels_that_would_be_one_prometheus_label_are_refused() -> None:
+    """``app.kubernetes.io/name`` and ``app_kubernetes_io_name`` are both
+    ``label_app_kubernetes_io_name``: one value would silently replace the other."""
+    keys = "app.kubernetes.io/name,app_kubernetes_io_name"
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping({"pod-labels": keys})
+    text = str(err.value)
+    assert "app.kubernetes.io/name" in text and "app_kubernetes_io_name" in text
+    assert text.startswith("pod-labels: ") and "\n" not in text
+    assert parse_pod_labels("app.kubernetes.io/name,app", "k") == ("app.kubernetes.io/name", "app")
+
+
+def test_colliding_pod_labels_are_one_line_from_the_command_line() -> None:
+    from gpu_eta.exporter.main import parse_config
+
+    with pytest.raises(ConfigError) as err:  # main() prints it, exit code 2
+        parse_config(["--simulate", "--pod-labels", "a-b,a.b"], env={})
+    assert str(err.value) == (
+        "--pod-labels: 'a-b' and 'a.b' are both exported as label_a_b; keep one"
+    )
+
+
+def test_the_exposition_refuses_colliding_pod_labels_too() -> None:
+    from gpu_eta.exporter.exposition import SnapshotExposition
+    from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
+
+    holder = SnapshotHolder(Snapshot(node="n", timestamp=0.0))
+    with pytest.raises(ValueError, match="label_a_b"):
+        SnapshotExposition(holder, pod_labels=("a-b", "a.b"))
+    SnapshotExposition(holder, pod_labels=("a-b", "c"))

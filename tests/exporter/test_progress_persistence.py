@@ -1,0 +1,351 @@
+"""What the progress store keeps when its files misbehave: nothing stored is lost.
+
+Real state files and journals in ``tmp_path``, real restarts (a new ``ProgressStore``
+on the same files), a real listener on a loopback socket where the answer matters.
+Read errors other than "not found" (EIO, EACCES) cannot be produced on demand as
+root on a healthy disk, so those tests make the store's ``open`` of one chosen
+file raise ``OSError(EIO)``; everything else about the files is real.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.exporter import progress_store
+from gpu_eta.exporter.collectors import StartupError
+from gpu_eta.exporter.progress import InvalidReport, Report, parse_report
+from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.progress_journal import read_journal
+from gpu_eta.exporter.progress_store import ProgressStore, parse_state
+from gpu_eta.exporter.readings import PodMeta
+
+NOW = time.time()  # run_start is checked against it: keep it a real "now"
+POD = PodMeta("ns", "sender", "uid-s", ip="127.0.0.2", container_ids={"main": "c1"})
+
+
+def merge(store: ProgressStore, pod: str, epoch: float = 1.0) -> bool:
+    """One report as the listener makes it: returns once the store says it is
+    durable (True) or not (False); True at once for a store without a journal."""
+    done = threading.Event()
+    result: list[bool] = []
+
+    def ack(ok: bool) -> None:
+        result.append(ok)
+        done.set()
+
+    store.merge("ns", pod, "main", "http", Report(run_id="r", epoch=epoch, epochs=9), NOW, ack)
+    if not store.journaled:
+        return True
+    assert done.wait(10), "never acknowledged"
+    return result[0]
+
+
+def pods(store: ProgressStore) -> list[str]:
+    return sorted(p.pod for p in store.snapshot())
+
+
+def fail_reads(monkeypatch: pytest.MonkeyPatch, path: Path, times: int | None) -> list[int]:
+    """Make the store's ``open(path)`` for reading raise EIO ``times`` times (None:
+    always); returns a one-item list counting the failures."""
+    failed = [0]
+
+    def flaky_open(file: object, mode: str = "r", *args: object, **kwargs: object):
+        if str(file) == str(path) and "r" in mode and (times is None or failed[0] < times):
+            failed[0] += 1
+            raise OSError(errno.EIO, "Input/output error", str(file))
+        return open(file, mode, *args, **kwargs)  # the store closes it
+
+    monkeypatch.setattr(progress_store, "open", flaky_open, raising=False)
+    return failed
+
+
+def saved_store(path: Path, names: str = "abc") -> bytes:
+    """A state file holding one row per pod name (then closed cleanly); its bytes."""
+    store = ProgressStore(path)
+    for name in names:
+        assert merge(store, name)
+    store.close()
+    return path.read_bytes()
+
+
+def journal_only_store(path: Path, names: str = "abc") -> bytes:
+    """Reports answered 200 that only the journal holds (killed before any save);
+    the journal's bytes."""
+    store = ProgressStore(path, save_interval_seconds=3600)
+    for name in names:
+        assert merge(store, name)
+    store.journal.close()  # flushed; then "killed": no save, no close
+    assert not path.exists()
+    return journal_path(path).read_bytes()
+
+
+def journal_path(path: Path) -> Path:
+    return path.with_name(path.name + ".journal")
+
+
+def restart_and_report(path: Path) -> ProgressStore:
+    """A restart that saves as soon as it can, a new report, the scheduler's read,
+    a clean stop: every chance to write over what the restart could not read."""
+    store = ProgressStore(path, save_interval_seconds=0)
+    merge(store, "d")
+    store.snapshot()
+    store.close()
+    return store
+
+
+# -- 1. a read error other than "not found" never leads to a write over the file ------
+
+
+def test_one_failed_read_of_the_state_file_loses_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "progress.json"
+    saved_store(path)
+    failed = fail_reads(monkeypatch, path, times=1)
+    restart_and_report(path)
+    assert failed == [1]
+    monkeypatch.undo()
+    assert pods(ProgressStore(path)) == ["a", "b", "c", "d"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["progress.json", "progress.json.journal"]
+
+
+def test_one_failed_read_of_the_journal_loses_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "progress.json"
+    journal_only_store(path)
+    failed = fail_reads(monkeypatch, journal_path(path), times=1)
+    restart_and_report(path)
+    assert failed == [1]
+    monkeypatch.undo()
+    assert pods(ProgressStore(path)) == ["a", "b", "c", "d"]
+
+
+def test_a_state_file_that_stays_unreadable_is_moved_aside_unchanged(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "progress.json"
+    before = saved_store(path)
+    fail_reads(monkeypatch, path, times=None)
+    with caplog.at_level(logging.ERROR):
+        restarted = restart_and_report(path)
+    monkeypatch.undo()
+    (aside,) = tmp_path.glob("progress.json.unreadable-*")
+    assert aside.read_bytes() == before  # kept for a human, byte for byte
+    assert sorted(p.pod for p in parse_state(aside.read_bytes()).rows) == ["a", "b", "c"]
+    assert pods(ProgressStore(path)) == ["d"]
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "cannot read" in line and aside.name in line and "\n" not in line
+    assert restarted.not_persisting is None  # it goes on persisting new progress
+
+
+def test_a_journal_that_stays_unreadable_is_moved_aside_unchanged(tmp_path, monkeypatch):
+    path = tmp_path / "progress.json"
+    before = journal_only_store(path)
+    fail_reads(monkeypatch, journal_path(path), times=None)
+    restart_and_report(path)
+    monkeypatch.undo()
+    (aside,) = tmp_path.glob("progress.json.journal.unreadable-*")
+    assert aside.read_bytes() == before
+    rows, damaged, torn = read_journal(aside.read_bytes())
+    assert sorted(row["pod"] for _, row in rows) == ["a", "b", "c"] and not damaged and not torn
+    assert pods(ProgressStore(path)) == ["d"]
+
+
+def http_post(port: int, body: bytes, source: str = "127.0.0.2") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), 10, source_address=(source, 0)) as conn:
+        conn.sendall(
+            b"POST /progress HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    return answer
+
+
+def test_an_unreadable_file_that_cannot_be_moved_aside_is_never_written_over(
+    tmp_path, monkeypatch, caplog
+):
+    """The double fault: unreadable, and the rename fails too. Then nothing is
+    written at all: reports are applied in memory and answered 503, not 200."""
+    path = tmp_path / "progress.json"
+    before = saved_store(path)
+    fail_reads(monkeypatch, path, times=None)
+    real_rename = os.rename
+
+    def no_rename(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        if str(src) == str(path):
+            raise OSError(errno.EROFS, "Read-only file system")
+        real_rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", no_rename)
+    with caplog.at_level(logging.ERROR):
+        store = ProgressStore(path, save_interval_seconds=0)
+    listener = ProgressListener("127.0.0.1", 0, store, {POD.ip: POD}.get, lambda: [POD])
+    listener.start()
+    try:
+        answer = http_post(listener.port, b'{"epoch": 2, "epochs": 9}')
+    finally:
+        listener.stop()
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+    assert [p.pod for p in store.snapshot()] == ["sender"]  # applied, shown
+    store.close()
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert not journal_path(path).exists() or journal_path(path).read_bytes() == b""
+    assert store.not_persisting and "cannot read" in store.not_persisting
+    assert "memory only" in caplog.text
+
+
+def test_a_directory_at_the_state_path_is_left_alone_and_nothing_is_written(tmp_path):
+    path = tmp_path / "progress.json"
+    path.mkdir()
+    (path / "keep").write_text("x")
+    store = ProgressStore(path, save_interval_seconds=0)
+    assert merge(store, "a") is False  # answered 503 by the listener
+    assert store.not_persisting and "directory" in store.not_persisting
+    assert pods(store) == ["a"]
+    store.close()
+    assert (path / "keep").read_text() == "x"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["progress.json"]  # no journal
+
+
+def test_the_runtime_refuses_a_directory_as_state_file_in_one_line(tmp_path):
+    from gpu_eta.exporter.config import config_from_mapping
+    from gpu_eta.exporter.runtime import Runtime
+
+    cfg = config_from_mapping(
+        {
+            "simulate": True,
+            "web.listen-address": "127.0.0.1:0",
+            "progress.listen-address": "127.0.0.1:0",
+            "path.pod-logs": str(tmp_path),
+            "progress.state-file": str(tmp_path),
+        }
+    )
+    runtime = Runtime(cfg)
+    try:
+        with pytest.raises(StartupError) as err:
+            runtime.start()
+    finally:
+        runtime.stop()
+    assert "not a regular file" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_fifo_at_the_state_path_does_not_hang_the_start(tmp_path):
+    path = tmp_path / "progress.json"
+    os.mkfifo(path)
+    made: list[ProgressStore] = []
+    worker = threading.Thread(target=lambda: made.append(ProgressStore(path)), daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():  # release the blocked open() before failing
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(5)
+        pytest.fail("opening the state file waited for a writer to the FIFO")
+    (store,) = made
+    assert store.not_persisting and "not a regular file" in store.not_persisting
+
+
+# -- 4. a torn journal tail is cut, not completed into a damaged line ----------------
+
+
+def test_a_torn_journal_tail_is_cut_so_the_next_start_sees_no_damage(tmp_path, caplog):
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path)
+    merge(store, "pod-0")
+    store.close()  # clean: state saved, journal empty
+    with open(journal_path(path), "ab") as fh:  # a crash in the middle of a line
+        fh.write(b'deadbeef {"seq":2,"row":{"namesp')
+    store = ProgressStore(path)
+    assert merge(store, "pod-1")
+    store.journal.close()  # then killed: no save
+    data = journal_path(path).read_bytes()
+    assert data.endswith(b"\n") and read_journal(data)[1:] == (0, False)
+    with caplog.at_level(logging.ERROR):
+        again = ProgressStore(path)
+    assert pods(again) == ["pod-0", "pod-1"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_a_journal_of_one_torn_line_is_cut_to_nothing(tmp_path):
+    path = tmp_path / "progress.json"
+    journal_path(path).write_bytes(b"x" * 200_000)  # no newline at all (longer than a chunk)
+    store = ProgressStore(path)
+    assert merge(store, "a")
+    store.journal.close()
+    rows, damaged, torn = read_journal(journal_path(path).read_bytes())
+    assert [row["pod"] for _, row in rows] == ["a"] and (damaged, torn) == (0, False)
+
+
+# -- 5. set-aside copies never overwrite one another --------------------------------
+
+
+def test_setting_aside_never_overwrites_an_earlier_copy(tmp_path):
+    path = tmp_path / "progress.json"
+    now = int(time.time())
+    earlier = {
+        path.with_name(f"progress.json.corrupt-{t}"): f"copy {t}".encode()
+        for t in range(now - 2, now + 60)  # whatever second the set-aside runs in
+    }
+    for aside, data in earlier.items():
+        aside.write_bytes(data)
+    path.write_bytes(b"\x00 not a state file")
+    assert ProgressStore(path).snapshot() == ()
+    for aside, data in earlier.items():
+        assert aside.read_bytes() == data, f"{aside.name} was overwritten"
+    (new,) = set(tmp_path.glob("progress.json.corrupt-*")) - set(earlier)
+    assert new.read_bytes() == b"\x00 not a state file"
+
+
+# -- a journal over the read limit is kept, not cut at the limit by the next save ----
+
+
+def test_an_oversized_journal_is_moved_aside_whole(tmp_path, monkeypatch):
+    path = tmp_path / "progress.json"
+    before = journal_only_store(path, names="abcdefghijklmnopqrst")
+    limit = len(before) // 2
+    monkeypatch.setattr(progress_store, "MAX_STATE_BYTES", limit)
+    store = ProgressStore(path, save_interval_seconds=0)  # replays, then saves
+    served = pods(store)
+    store.close()
+    (aside,) = tmp_path.glob("progress.json.journal.oversized-*")
+    assert aside.read_bytes() == before  # every acknowledged line is still on disk
+    assert 0 < len(served) < 20  # what fits under the limit is served meanwhile
+    assert len(read_journal(aside.read_bytes())[0]) == 20
+
+
+# -- 8. a run_start in the future is refused whatever the source --------------------
+
+
+def test_run_start_in_the_future_is_refused_by_the_store_as_by_http():
+    future = NOW + 10 * 365 * 86400
+    body = json.dumps({"epoch": 1, "epochs": 5, "run_start": future})
+    with pytest.raises(InvalidReport):
+        parse_report(body, now=NOW)
+    store = ProgressStore()
+    for source in ("log", "http"):
+        with pytest.raises(InvalidReport, match="future"):
+            store.merge("ns", "p", "main", source, Report(epoch=1, epochs=5, run_start=future), NOW)
+    assert store.snapshot() == ()
+    # the same run_start is fine once it is no longer in the future of the report
+    store.merge("ns", "p", "main", "log", Report(epoch=1, epochs=5, run_start=future), future)
+
+
+def test_a_log_marker_line_cannot_store_a_future_run_start(tmp_path):
+    from gpu_eta.exporter.collectors.logs import LogProgressCollector
+
+    pod = PodMeta("ml", "p", "uid-1", ip="127.0.0.40")
+    directory = tmp_path / "ml_p_uid-1" / "main"
+    directory.mkdir(parents=True)
+    body = json.dumps({"epoch": 1, "epochs": 5, "run_start": NOW + 10 * 365 * 86400})
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime(NOW))
+    (directory / "0.log").write_text(f"{stamp} stdout F GPU_ETA_PROGRESS {body}\n")
+    store = ProgressStore()
+    LogProgressCollector(tmp_path, store, lambda: [pod]).poll()
+    assert store.snapshot() == ()
