@@ -6,6 +6,12 @@ a real job are not progress), then times ``LogProgressCollector.poll`` reading i
 from disk (CRI split, P joining, \\r segments, parsing, store updates) and the pure
 ``parse_line`` alone. Prints lines/s for each.
 
+Then times ``parse_line`` on hostile lines, built to make a backtracking parser slow
+(long whitespace runs, repeated ``%|``, many ``•`` before a newline), at the
+collector's 8 KiB segment limit and parse_line's 64 KiB limit: a container can print
+them, and the exporter parses with the GIL held. Target: linear time, under 1 ms per
+8 KiB of line (a quadratic tqdm regex once took 0.55 s at 8 KiB, 54 s at 64 KiB).
+
     python bench/log_parse.py [--lines 1000000]
 """
 
@@ -57,6 +63,51 @@ def build(lines: int) -> bytes:
     return b"".join(out)
 
 
+def hostile(size: int) -> dict[str, str]:
+    """Lines that made the old single-regex parsers slow, at most ``size`` characters."""
+
+    def fill(unit: str, end: str = "", start: str = "") -> str:
+        return start + unit * ((size - len(start) - len(end)) // len(unit)) + end
+
+    return {
+        "|/ then spaces": fill(" ", start="|/"),
+        "spaces then |/": fill(" ", end="|/"),
+        "': ' then spaces then |/": fill(" ", start=": ", end="|/"),
+        "'a: ' repeated": fill("a: ", end="|/"),
+        "'1%|' repeated": fill("1%|", end="/"),
+        "'1%|x| 1/' repeated": fill("1%|x| 1/"),
+        "described bars, 200-char bars": fill("x: 1%|" + "x" * 200 + "| 1/"),
+        "a valid bar repeated": fill("e: 1%|x| 1/2 ["),
+        "every latin-1 character": fill(bytes(range(256)).decode("latin-1")),
+        "rich bar, many • then a newline": fill("•", start="Epoch 1/2 ━ 1/2 ", end="\nx"),
+        "Keras bar with many metrics": fill(" - a: 1", start="1/1 [=] "),
+    }
+
+
+def _timed(text: str) -> float:
+    start = time.perf_counter()
+    parse_line(text)
+    return time.perf_counter() - start
+
+
+def time_hostile() -> None:
+    """Best of three per line (wall time: the GIL is held for all of it)."""
+    normal = "Epoch 3/10: 45%|####      | 450/1000 [00:10<00:12, 45.0it/s, loss=0.2]"
+    for size in (8 << 10, 64 << 10):
+        worst, worst_name = 0.0, ""
+        for name, text in [("a normal tqdm line (70 chars)", normal), *hostile(size).items()]:
+            best = min(_timed(text) for _ in range(3))
+            print(f"  {size >> 10:2d} KiB  {name:34s} {best * 1e3:8.3f} ms")
+            if best > worst:
+                worst, worst_name = best, name
+        target = (size >> 13) * 1e-3  # 1 ms per 8 KiB: linear
+        verdict = "met" if worst < target else "NOT met"
+        print(
+            f"hostile lines at {size >> 10} KiB: worst {worst * 1e3:.3f} ms ({worst_name}); "
+            f"target < {target * 1e3:.0f} ms each: {verdict}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
@@ -100,6 +151,7 @@ def main() -> None:
     print(
         f"parse_line alone: {len(texts) / elapsed:,.0f} lines/s ({matched} matched of {len(texts)})"
     )
+    time_hostile()
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@
 ``parse_line(text)`` looks at one terminal line as the user would see it (the last
 ``\\r``-separated segment of a log line, ANSI colours and backspaces removed by
 ``visible()``) and returns a ``LogMatch`` or ``None``. Unknown lines cost a few
-substring tests. ``fold(state, previous, match)`` turns matches into ``Report``s
-with run-wide meaning (completed epochs, global step) using a little per-container
-state, so the store applies log progress with the same rules as HTTP reports.
+substring tests, and no line costs more than linear time in its length (a container's
+output is untrusted, and parsing holds the GIL). ``fold(state, previous, match)``
+turns matches into ``Report``s with run-wide meaning (completed epochs, global step)
+using a little per-container state, so the store applies log progress with the same
+rules as HTTP reports.
 
 Recognised (examples are real output, see ``tests/fixtures/logs/``):
 
@@ -51,14 +53,21 @@ _KERAS_BAR = re.compile(r"\s*(\d{1,12})/(\d{1,12}) (?:\[[=>.]*\]|━+)(.*)\Z")
 # verbose=2: "12/12 - 0s - 8ms/step - loss: 0.6", "8/8 - 0s - loss: 0.7", " - 1s - loss: 0.2"
 _KERAS_SUMMARY = re.compile(r"\s*(?:(\d{1,12})/(\d{1,12}) )?- \d{1,9}s( - .*)?\Z")
 _KERAS_METRIC = re.compile(r" - ([A-Za-z_][A-Za-z0-9_]{0,63}): (-?[0-9.]+(?:e[-+]?\d+)?)")
-# tqdm: "desc: 45%|####      | 450/1000 [00:10<00:12, 45.0it/s, loss=0.2]"
-_TQDM = re.compile(
-    r"(?:(.{0,200}?): ?)?\s*(\d{1,3})%\|[^|]{0,200}\| ?(\d{1,12})/(\d{1,12}) \[(.{0,400})"
-)
+# tqdm: "desc: 45%|####      | 450/1000 [00:10<00:12, 45.0it/s, loss=0.2]", found from
+# its "%|" and read with anchored, bounded steps, never a regex search over the whole
+# line: the one-regex search it replaced was quadratic (ReDoS, see ``_find_tqdm``)
+_TQDM_TAIL = re.compile(r"[^|]{0,200}\| ?(\d{1,12})/(\d{1,12}) \[")
+_TQDM_DESC_CHARS = 200  # the description kept: the last 200 characters before its ":"
+_TQDM_GAP_CHARS = 200  # whitespace looked through between "desc:" and the percentage
+_TQDM_POSTFIX_CHARS = 400  # "[00:10<00:12, 45.0it/s, loss=0.2]" and the postfix after it
+_TQDM_CANDIDATES = 32  # "%|" looked at per line (a real line has one)
 _TQDM_POSTFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=(-?[0-9.]+(?:e[-+]?\d+)?)")
 _EPOCH_OF = re.compile(r"[Ee]poch[ :]*(\d{1,9})\s*/\s*(\d{1,9})")
 _EPOCH_INDEX = re.compile(r"Epoch (\d{1,9})\Z")
-_RICH_LIGHTNING = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9}) +━+ *(\d{1,12})/(\d{1,12}) .*•(.*)\Z")
+# the rich bar's head; its metrics follow the last "•" (``_parse_rich``)
+_RICH_LIGHTNING = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9}) +━+ *(\d{1,12})/(\d{1,12}) ")
+_RICH_METRIC = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63}): (-?[0-9.]+)")
+_RICH_POSTFIX_CHARS = 1024  # metrics read after the "•": 16 names fit with room to spare
 _HF_ITEM = re.compile(r"'([A-Za-z_][A-Za-z0-9_]{0,63})': '?(-?[0-9.]+(?:e[-+]?\d+)?)'?")
 _HF_EPOCHS = re.compile(r"\s*Num Epochs = ([\d,]{1,15})\s*\Z")
 _HF_STEPS = re.compile(r"\s*Total optimization steps = ([\d,]{1,15})\s*\Z")
@@ -117,14 +126,22 @@ def _numbers(pairs: list[tuple[str, str]]) -> Mapping[str, float]:
     return MappingProxyType(out) if out else _EMPTY
 
 
-def parse_line(text: str) -> LogMatch | None:
-    """One visible line → ``LogMatch`` or ``None``. Never raises on any input."""
+def parse_line(text: str, *, now: float | None = None) -> LogMatch | None:
+    """One visible line → ``LogMatch`` or ``None``. Never raises on any input.
+
+    Time is linear in ``len(text)`` whatever the text (a container can print
+    anything, and the exporter parses it holding the GIL). ``now`` is the line's time
+    (unix seconds): a marker line's ``run_start`` must not be after it, as an HTTP
+    report's must not be after its arrival; without it that one check is skipped.
+    A marker line the wire format refuses gives ``None`` (the collector counts a
+    refused marker line as ``invalid``, not ``ignored``).
+    """
     if len(text) > 65536:
         return None
     if MARKER in text:
         _, _, payload = text.partition(MARKER)
         try:
-            return LogMatch(kind="marker", report=parse_report(payload.strip()))
+            return LogMatch(kind="marker", report=parse_report(payload.strip(), now=now))
         except (ReportError, RecursionError):
             return None
     if "/" not in text:
@@ -134,23 +151,9 @@ def parse_line(text: str) -> LogMatch | None:
     if "|" in text:
         return _parse_tqdm(text)
     if "━" in text or "[" in text:
-        rich = _RICH_LIGHTNING.match(text)
+        rich = _parse_rich(text)
         if rich is not None:
-            index, last_index, n, total = (int(g) for g in rich.groups()[:4])
-            done = n >= total and total > 0
-            return LogMatch(
-                kind="lightning",
-                epoch_done=index + 1 if done else index,
-                epoch_current=index + 1,
-                epochs=last_index + 1,
-                bar=n,
-                bar_total=total,
-                bar_is_epoch=True,
-                complete=done,
-                metrics=_numbers(
-                    re.findall(r"([A-Za-z_][A-Za-z0-9_]{0,63}): (-?[0-9.]+)", rich[5])
-                ),
-            )
+            return rich
         bar = _KERAS_BAR.match(text)
         if bar is not None:
             n, total = int(bar[1]), int(bar[2])
@@ -201,18 +204,100 @@ def _parse_keras_summary(text: str) -> LogMatch | None:
     )
 
 
-def _parse_tqdm(text: str) -> LogMatch | None:
-    m = _TQDM.search(text)
-    if m is None:
+def _parse_rich(text: str) -> LogMatch | None:
+    """Lightning's rich bar ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s v_num: 0``.
+
+    The head is an anchored regex; the metrics are read after the last ``•`` of a
+    line without a newline, in Python, not with ``.*•(.*)\\Z``: that pattern
+    backtracks from every ``•`` to the end of the line when the text holds a newline
+    (quadratic), and its metric search over an unbounded tail costs 64 steps a
+    character.
+    """
+    head = _RICH_LIGHTNING.match(text)
+    if head is None:
         return None
-    desc = (m[1] or "").strip()
+    rest = text[head.end() :]
+    if "•" not in rest or "\n" in rest:
+        return None
+    index, last_index, n, total = (int(g) for g in head.groups())
+    done = n >= total and total > 0
+    postfix = rest.rpartition("•")[2][:_RICH_POSTFIX_CHARS]
+    return LogMatch(
+        kind="lightning",
+        epoch_done=index + 1 if done else index,
+        epoch_current=index + 1,
+        epochs=last_index + 1,
+        bar=n,
+        bar_total=total,
+        bar_is_epoch=True,
+        complete=done,
+        metrics=_numbers(_RICH_METRIC.findall(postfix)),
+    )
+
+
+def _find_tqdm(text: str) -> tuple[str | None, str, str, str] | None:
+    """The tqdm bar of a line: (description or None, n, total, postfix), or None.
+
+    Why not one regex: ``(?:(.{0,200}?): ?)?\\s*(\\d{1,3})%\\|...`` searched over the line
+    restarts at every character and rescans up to 200 characters of description and
+    every whitespace run after it from each start: 0.5-1 s for ``"|/"`` and 8 KiB of
+    spaces, 35-54 s at parse_line's 64 KiB limit, the GIL held throughout (200 such
+    lines stalled the whole exporter). Here each ``%|`` (at most
+    ``_TQDM_CANDIDATES``) is a candidate checked by anchored, bounded steps, so a
+    line costs one ``str.find`` pass and a constant per candidate.
+
+    The answer is the old search's (``test_tqdm_finder_agrees_with_the_regex_it_replaced``),
+    so no recognised form changed: of several bars on one line, the one whose match
+    would start leftmost, a bar with a ``desc:`` starting up to 200 characters before
+    its colon and winning a tie. Bounds beyond the old ones: at most 200 whitespace
+    characters between ``desc:`` and the percentage, 32 ``%|`` per line.
+    """
+    best: tuple[int, bool, str | None, str, str, str] | None = None
+    search_from = 0
+    for _ in range(_TQDM_CANDIDATES):
+        pct = text.find("%|", search_from)
+        if pct < 0:
+            break
+        search_from = pct + 2
+        digits = 0  # the percentage: 1-3 digits right before "%"
+        while digits < 4 and pct - digits > 0 and text[pct - digits - 1].isdecimal():
+            digits += 1
+        if digits == 0:
+            continue
+        tail = _TQDM_TAIL.match(text, pct + 2)
+        if tail is None:
+            continue
+        end = tail.end()
+        postfix = text[end : end + _TQDM_POSTFIX_CHARS].partition("\n")[0]
+        begin = pct - min(digits, 3)  # where an undescribed bar's match begins
+        desc: str | None = None
+        if digits <= 3:  # "desc: 45%|": a colon, whitespace, the percentage
+            floor = max(0, begin - _TQDM_GAP_CHARS)
+            while begin > floor and text[begin - 1].isspace():
+                begin -= 1
+            colon = begin - 1
+            if colon >= 0 and text[colon] == ":":
+                floor = max(0, colon - _TQDM_DESC_CHARS)
+                begin = max(floor, text.rfind("\n", floor, colon) + 1)
+                desc = text[begin:colon]
+        if best is None or (begin, desc is None) < best[:2]:
+            best = (begin, desc is None, desc, tail[1], tail[2], postfix)
+    return None if best is None else best[2:]
+
+
+def _parse_tqdm(text: str) -> LogMatch | None:
+    found = _find_tqdm(text)
+    if found is None:
+        return None
+    raw_desc, raw_n, raw_total, postfix = found
+    desc = (raw_desc or "").strip()
     if desc.startswith(_SKIP_BARS):
         return None
-    n, total = int(m[3]), int(m[4])
+    n, total = int(raw_n), int(raw_total)
     if total == 0 or n > total:
         return None
     complete = n == total
-    metrics = _numbers(_TQDM_POSTFIX.findall(m[5]))
+    metrics = _numbers(_TQDM_POSTFIX.findall(postfix))
     of = _EPOCH_OF.search(desc) if desc else None
     if of is not None:  # "Epoch 3/10": 1-based epoch of N, bar over that epoch's steps
         k, epochs = int(of[1]), int(of[2])
@@ -261,15 +346,22 @@ def _parse_braced(text: str) -> LogMatch | None:
     return None
 
 
+def _grouped_count(raw: str) -> int:
+    """``"1,200"`` → 1200; 0 (no count) for commas alone, which ``[\\d,]`` admits:
+    ``Num Epochs = ,`` once raised ValueError out of the collector's poll."""
+    digits = raw.replace(",", "")
+    return int(digits) if digits else 0
+
+
 def parse_setup(text: str) -> LogMatch | None:
     """HF Trainer's INFO banner lines (``Num Epochs = 3``): rare, so checked apart."""
     m = _HF_EPOCHS.match(text)
     if m is not None:
-        value = int(m[1].replace(",", ""))
+        value = _grouped_count(m[1])
         return LogMatch(kind="hf_setup", epochs=value) if value > 0 else None
     m = _HF_STEPS.match(text)
     if m is not None:
-        value = int(m[1].replace(",", ""))
+        value = _grouped_count(m[1])
         return LogMatch(kind="hf_setup", bar_total=value) if value > 0 else None
     return None
 

@@ -15,7 +15,9 @@ a file that shrank was truncated and is read again from the start. Work is bound
 at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll`` in all per
 poll (the rest waits for the next poll), physical lines over ``max_line_bytes`` and
 screen segments over ``max_segment_bytes`` are skipped and counted as ``oversize``;
-bytes are decoded leniently, so binary output is just "ignored".
+bytes are decoded leniently, so binary output is just "ignored". A ``GPU_ETA_PROGRESS``
+marker line the wire format refuses is counted ``invalid``, and so is a line whose
+handling raised anything: one bad line is skipped, never the rest of its chunk.
 
 Lines whose CRI timestamp is older than the progress already stored for the
 container are not applied again, so re-reading a file after an exporter restart
@@ -115,6 +117,7 @@ class LogProgressCollector:
         self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
         self._states: dict[tuple[str, str, str], LogState] = {}
         self._counts = dict.fromkeys(LOG_LINE_RESULTS, 0)
+        self._warned = False  # a line raised once already (``_skipped``)
 
     def counts(self) -> Mapping[str, int]:
         """Log lines by result since start (``gpu_eta_exporter_log_lines_total``)."""
@@ -281,10 +284,40 @@ class LogProgressCollector:
             ):
                 ignored += 1
                 continue
-            line(key, follower, parts)
+            try:
+                line(key, follower, parts)
+            except Exception as err:  # one bad record never costs the others
+                # the file offset is already past this chunk: raising would lose every
+                # later line of it (up to max_bytes_per_file) and fail the poll
+                counts["invalid"] += 1
+                self._skipped(key, err)
         counts["ignored"] += ignored
 
+    def _skipped(self, key: tuple[str, str, str], err: Exception) -> None:
+        """Say once (a WARNING, one line, no traceback) that a line raised, then DEBUG.
+
+        A line that raises is a parser defect, not the container's fault: worth one
+        line for whoever reads the exporter's log, not one per line of a hostile
+        container. The count is ``gpu_eta_exporter_log_lines_total{result="invalid"}``.
+        """
+        first = str(err).splitlines()[0][:120] if str(err) else ""
+        level = logging.DEBUG if self._warned else logging.WARNING
+        self._warned = True
+        log.log(
+            level,
+            "logs: %s/%s/%s: a line could not be read (%s: %r); skipped, counted invalid",
+            *key,
+            type(err).__name__,
+            first,
+        )
+
     # -- lines -----------------------------------------------------------------------
+
+    def _line_time(self, stamp: str) -> float:
+        """A line's time: its CRI timestamp (written by the runtime, not the container),
+        else the clock."""
+        now = parse_cri_timestamp(stamp)
+        return self._clock() if now is None else now
 
     def _line(self, key: tuple[str, str, str], follower: _Follower, parts: list[bytes]) -> None:
         counts = self._counts
@@ -314,15 +347,19 @@ class LogProgressCollector:
             counts["oversize"] += 1
             return
         text = visible(segment)
-        match = parse_line(text)
+        now: float | None = None
+        if MARKER in text:  # its run_start is held to the line's time, as HTTP's to arrival
+            now = self._line_time(stamp)
+        match = parse_line(text, now=now)
         if match is None and " = " in text:
             match = parse_setup(text)
         if match is None:
-            counts["ignored"] += 1
+            # a marker line is a report by intent: one the wire format refuses (bad
+            # JSON, a negative epoch, a run_start in the future) is invalid, not noise
+            counts["invalid" if MARKER in text else "ignored"] += 1
             return
-        now = parse_cri_timestamp(stamp)
         if now is None:
-            now = self._clock()
+            now = self._line_time(stamp)
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
         if previous is not None and now < previous.last_report_timestamp:

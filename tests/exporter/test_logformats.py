@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 from gpu_eta.exporter.logformats import (
     LogState,
+    _find_tqdm,
     fold,
     last_segment,
     parse_line,
@@ -179,6 +182,136 @@ def test_marker_line_is_the_wire_format():
     assert match is not None and match.kind == "marker"
     assert match.report == Report(epoch=2, epochs=4, metrics={"loss": 0.1})
     assert parse_line('GPU_ETA_PROGRESS {"epoch": 5, "epochs": 4}') is None
+
+
+def test_marker_run_start_is_held_to_the_lines_time():
+    # HTTP refuses a run_start more than 300 s after the report arrives; a marker line
+    # is held to its own time the same way (it once stored a run starting in 10 years)
+    line = 'GPU_ETA_PROGRESS {"epoch": 1, "epochs": 5, "run_start": %r}'
+    assert parse_line(line % (NOW + 86400), now=NOW) is None
+    near = parse_line(line % (NOW + 60), now=NOW)  # within the same 300 s of clock skew
+    assert near is not None and near.report.run_start == NOW + 60
+    assert parse_line(line % (NOW + 86400)) is not None  # no time given: not checked here
+
+
+@pytest.mark.parametrize(
+    "line", ["  Num Epochs = ,", "Num Epochs = ,,,", "  Total optimization steps = ,"]
+)
+def test_hf_setup_commas_without_digits_are_no_count(line: str):
+    # the pattern admits commas alone; int("") once raised out of the collector's poll
+    assert parse_setup(line) is None
+
+
+# Lines a container can print that made the old tqdm search quadratic (a "|" and a
+# "/" send a line to the tqdm parser), cut to at most `size` characters: 8 KiB is the
+# collector's screen-segment limit, 64 KiB parse_line's. Old times on the shared
+# 2-core build machine in the comments; the new code takes under 1 ms on each.
+def _fill(unit: str, size: int, end: str = "") -> str:
+    return unit * ((size - len(end)) // len(unit)) + end
+
+
+K8, K64 = 8 << 10, 64 << 10
+HOSTILE_LINES = {
+    "|/ then 8 KiB of spaces": "|/" + " " * (K8 - 2),  # 0.55-1.3 s
+    "8 KiB of spaces then |/": " " * (K8 - 2) + "|/",  # 0.55-1.1 s
+    "': ' then 8 KiB of spaces then |/": ": " + " " * (K8 - 4) + "|/",  # 0.57 s
+    "'a: ' repeated, 64 KiB": _fill("a: ", K64, "|/"),
+    "'1%|' repeated, 64 KiB": _fill("1%|", K64, "/"),  # 0.19 s
+    "'1%|x| 1/' repeated, 64 KiB": _fill("1%|x| 1/", K64),
+    "described bars with 200-character bars, 64 KiB": _fill("x: 1%|" + "x" * 200 + "| 1/", K64),
+    "every latin-1 character, 64 KiB": _fill(bytes(range(256)).decode("latin-1"), K64),
+    "rich bar, a newline after 8 KiB of •": "Epoch 1/2 ━ 1/2 " + "•" * (K8 - 20) + "\nx",  # 0.2 s
+    "|/ then 64 KiB of spaces": "|/" + " " * (K64 - 2),  # 54 s
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_LINES))
+def test_hostile_lines_parse_in_linear_time(name: str):
+    # a generous bound, far from both: the old code took 14 ms to 41 s on these, the
+    # new one under 1 ms; best of three, so a busy shared machine does not fail it
+    text = HOSTILE_LINES[name]
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        parse_line(text)
+        best = min(best, time.perf_counter() - start)
+        if best < 0.05:
+            break
+    assert best < 0.05, f"{name}: {best * 1000:.1f} ms"
+
+
+# The single regex the tqdm finder replaced: the finder must give its answer.
+_REPLACED_TQDM = re.compile(
+    r"(?:(.{0,200}?): ?)?\s*(\d{1,3})%\|[^|]{0,200}\| ?(\d{1,12})/(\d{1,12}) \[(.{0,400})"
+)
+
+
+def _replaced(text: str) -> tuple[str | None, str, str, str] | None:
+    m = _REPLACED_TQDM.search(text)
+    return None if m is None else (m[1], m[3], m[4], m[5])
+
+
+def test_tqdm_finder_agrees_with_the_regex_it_replaced_on_real_output():
+    lines = 0
+    for path in sorted(FIXTURES.glob("*.std*")):
+        for line in path.read_bytes().decode("utf-8", "replace").split("\n"):
+            seg = visible(last_segment(line))
+            expected = _replaced(seg)
+            assert _find_tqdm(seg) == expected, (path.name, seg)
+            lines += expected is not None
+    assert lines > 20  # the fixtures hold real tqdm and Lightning bars
+
+
+# a tqdm bar in pieces: (forms that keep it a bar, forms that break it or change how
+# it reads); a drawn bar has up to two pieces broken, so most are bars or near misses
+_BAR_PIECES = [
+    (["", "Epoch 3/10", "Validation DataLoader 0", "d" * 150, "x: y", "é٣"], []),
+    (["", ":", ": ", "::", ":\n", " "], []),
+    (["", " ", "\t", "\n ", "\u00a0", " " * 120], []),
+    (["45", "5", "100", "٣"], ["", "1000"]),
+    (["%|"], ["%", "|", "%|%|"]),
+    (["####", "", "█" * 150, "%"], ["█" * 201, "5%|", "|"]),
+    (["|"], ["", "||"]),
+    ([" ", ""], ["  "]),
+    (["450", "1", "٣"], ["1" * 13, ""]),
+    (["/"], ["", "//"]),
+    (["1000", "2"], [""]),
+    ([" ["], ["[", " ", " [["]),
+    (["00:10<00:12, 45.0it/s, loss=0.2]", "", "z" * 450, "a\nb", "Epoch 1/2: 9%|"], []),
+]
+
+
+@st.composite
+def _tqdm_bar(draw: st.DrawFn) -> str:
+    broken = draw(st.sets(st.integers(0, len(_BAR_PIECES) - 1), max_size=2))
+    return "".join(
+        draw(st.sampled_from(bad if i in broken and bad else good))
+        for i, (good, bad) in enumerate(_BAR_PIECES)
+    )
+
+
+_JUNK = st.text(alphabet=":% |/[\n1aE", max_size=12) | st.sampled_from(["a" * 190, "Epoch 2/5"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_JUNK, _tqdm_bar()), min_size=1, max_size=4), _JUNK)
+def test_tqdm_finder_agrees_with_the_regex_it_replaced(parts, end):
+    # same description, counts and postfix as the old search, bars side by side
+    # included; beyond the old bounds only: > 200 whitespace after "desc:", > 32 "%|"
+    text = "".join(junk + bar for junk, bar in parts) + end
+    assert _find_tqdm(text) == _replaced(text)
+
+
+def test_rich_bar_metrics_follow_the_last_bullet():
+    # a guard on the rewrite of the rich pattern (".*•(.*)\\Z" was quadratic across a
+    # newline): what follows the last "•" only, as before
+    line = "Epoch 2/2 ━━━━ 8/8 0:00:00 • old: 1 • 0:00:00 86.72it/s v_num: 0 train_loss: 0.629 "
+    match = parse_line(line)
+    assert match is not None and match.kind == "lightning"
+    assert (match.epoch_done, match.epochs, match.complete) == (3, 3, True)
+    assert dict(match.metrics) == {"v_num": 0.0, "train_loss": 0.629}
+    assert parse_line(line.replace("•", "-")) is None  # no "•": not the rich bar
+    assert parse_line(line + "\n") is None  # nor across a newline, as before
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import logging
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpu_eta.exporter.collectors import logs as logs_module
 from gpu_eta.exporter.collectors.logs import LogProgressCollector, parse_cri_timestamp
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
@@ -153,6 +157,74 @@ def test_pathological_lines_are_bounded(root):
     assert col.store.snapshot()[0].epochs == 7
     counts = col.counts()
     assert counts["oversize"] >= 2 and counts["matched"] == 1
+
+
+def test_hf_setup_line_without_digits_does_not_cost_the_lines_after_it(root):
+    # "Num Epochs = ," once raised ValueError out of poll(); the file offset was already
+    # past the chunk, so the epochs after it were never read
+    (logdir(root) / "0.log").write_bytes(cri(b"Epoch 1/10\n  Num Epochs = ,\nEpoch 3/10\n"))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 10)
+    assert col.counts() == {"matched": 2, "ignored": 1, "oversize": 0, "invalid": 0}
+
+
+def test_a_line_that_raises_is_counted_invalid_and_the_chunk_goes_on(root, monkeypatch, caplog):
+    # whatever raises while one line is read (here an injected parser fault) costs
+    # that line only: counted invalid, one WARNING line without a traceback, no raise
+    def faulty(text: str, **kw):
+        if "BOOM" in text:
+            raise RuntimeError("parser fault\nsecond line")
+        return real(text, **kw)
+
+    real = logs_module.parse_line
+    monkeypatch.setattr(logs_module, "parse_line", faulty)
+    lines = b"Epoch 1/10\nBOOM 1/2 |\nEpoch 2/10\nBOOM 1/2 |\nEpoch 3/10\n"
+    (logdir(root) / "0.log").write_bytes(cri(lines))
+    col = collector(root)
+    with caplog.at_level(logging.DEBUG, logger=logs_module.__name__):
+        col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 10)
+    assert col.counts() == {"matched": 3, "ignored": 0, "oversize": 0, "invalid": 2}
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "RuntimeError" in warnings[0].getMessage()
+    assert "\n" not in warnings[0].getMessage() and warnings[0].exc_info is None
+
+
+def test_refused_marker_lines_are_counted_invalid_and_never_stored(root):
+    # docs/metrics.md: "invalid" is a recognised line breaking the wire format's rules;
+    # a run_start after the line's own time is refused as HTTP refuses it
+    future = T0.timestamp() + 86400
+    refused = [
+        '{"epoch": -1, "epochs": 10}',
+        '{"epoch": 11, "epochs": 10}',
+        '{"epoch": 1, "run_id": "bad id!"}',
+        "{epoch: 1}",
+        json.dumps({"epoch": 1, "epochs": 5, "run_start": future}),
+    ]
+    out = [f"GPU_ETA_PROGRESS {body}" for body in refused]
+    out += ["Epoch 3/2", 'GPU_ETA_PROGRESS {"epoch": 2, "epochs": 10}']
+    (logdir(root) / "0.log").write_bytes(cri("\n".join(out).encode() + b"\n"))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 10) and p.run_start_timestamp < future
+    # "Epoch 3/2" is no marker: an impossible header is other output, ignored
+    assert col.counts() == {"matched": 1, "ignored": 1, "oversize": 0, "invalid": 5}
+
+
+def test_hostile_tqdm_lines_do_not_stall_the_poll(root):
+    # 20 lines of "|/" and 8 KiB of spaces took ~11 s of GIL-held regex (41 s per
+    # line at 64 KiB); a generous bound, far from both
+    hostile = b"|/" + b" " * (8192 - 2) + b"\n"
+    (logdir(root) / "0.log").write_bytes(cri(hostile * 20 + b"Epoch 2/7\n"))
+    col = collector(root)
+    start = time.perf_counter()
+    col.poll()
+    assert time.perf_counter() - start < 1.0
+    assert col.store.snapshot()[0].epochs == 7
 
 
 def test_unknown_pods_are_not_read(root):
