@@ -2,42 +2,82 @@
 
 Only the two read endpoints every Prometheus-compatible server speaks (Prometheus,
 Thanos Query, Mimir, VictoriaMetrics), so the forecaster works against any of them.
-Everything that comes back is untrusted: the body is read with a size cap and its
-shape is checked before anything reaches the forecaster, so a proxy answering HTML,
-a truncated body or a huge response becomes one ``PromAPIError`` with a clear
-message instead of a traceback or an out-of-memory kill.
+Everything that comes back is untrusted: the body is read with a size cap and a
+deadline and its shape is checked before anything reaches the forecaster, so a proxy
+answering HTML, a truncated body or a huge response becomes one ``PromAPIError`` with
+a clear message instead of a traceback or an out-of-memory kill. Within a good
+answer, one bad series (a label that is not valid UTF-8 or too long, a malformed
+sample) is skipped and counted (``stats.skipped_series``, one warning per query), not
+a reason to refuse every other series: a single odd job must not stop the forecasts
+of all the others.
 """
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
+import itertools
 import json
+import logging
 import math
 import re
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timezone
+from http.client import HTTPException
 from types import MappingProxyType
-from urllib.parse import urlencode, urlsplit
+from typing import TypeVar
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import requests
+import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
 
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.series import QueryStats, Sample, Series
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
 _MAX_LABELS = 128
-_MAX_LABEL_VALUE = 4096
+_MAX_LABEL_VALUE = 4096  # characters, for label values and names alike
 # A query whose URL-encoded parameters are longer goes as a POST form (the API takes
 # both): a long URL can exceed a proxy's limit (nginx's default is 8 KiB per request
 # line).
 POST_OVER_CHARS = 6000
+# The body is read one network read at a time (``read1``), at most this much each:
+# the deadline is checked between reads, so a slow body cannot outlast it.
+_READ_BYTES = 1 << 16
+# Characters no valid UTF-8 text decodes to: lone surrogates come from bytes that are
+# not UTF-8 (decoded with ``surrogateescape``) or from a JSON ``\ud800`` escape.
+_NOT_UTF8 = re.compile(r"[\ud800-\udfff]")
+_MAX_REASON = 200  # characters of the first skip reason in a log line
+_MAX_WARNED_QUERIES = 256  # queries whose last skip warning is remembered
 
 
 class PromAPIError(ForecasterError):
     """Prometheus could not be queried or answered something unusable."""
+
+
+@dataclass
+class Skipped:
+    """The series one answer's parsing left out: how many, and why the first one was."""
+
+    count: int = 0
+    first: str = ""
+
+    def add(self, reason: str, item: object = None) -> None:
+        """Count one; only the first reason is kept (with a few labels naming the series)."""
+        if not self.count:
+            self.first = (reason + _describe(item))[:_MAX_REASON]
+        self.count += 1
+
+
+_T = TypeVar("_T", Sample, Series)
 
 
 @dataclass
@@ -48,7 +88,10 @@ class PromClient:
     ``ca_file`` verifies TLS with a private CA, ``insecure_skip_verify`` turns
     verification off (for test clusters only). A request that times out, cannot
     connect or gets 429/502/503/504 is retried ``retries`` times with exponential
-    backoff starting at ``backoff_seconds``; a 4xx (a bad query) is not retried.
+    backoff starting at ``backoff_seconds``, or after the server's ``Retry-After`` when
+    that is longer; a 4xx (a bad query) is not retried, and neither is a redirect
+    (see ``redirect_message``). The body must arrive within 3 × ``timeout_seconds``
+    and ``max_response_bytes`` (after decompression).
     """
 
     url: str
@@ -63,6 +106,9 @@ class PromClient:
     sleep: Callable[[float], None] = time.sleep
     stats: QueryStats = field(default_factory=QueryStats)
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
+    # per query (by hash): the skip warning last logged, so a bad series that stays
+    # for days is one warning and not one per cycle
+    _warned: dict[int, tuple[int, str]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -105,8 +151,7 @@ class PromClient:
         params: dict[str, str] = {"query": query}
         if at is not None:
             params["time"] = _fmt_time(at)
-        data = self._get("/api/v1/query", params, query)
-        return parse_vector(data, query)
+        return self._query("/api/v1/query", params, query, parse_vector)
 
     def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
         """Evaluate ``query`` from ``start`` to ``end`` every ``step_seconds``.
@@ -127,52 +172,125 @@ class PromClient:
             "step": f"{step_seconds:.3f}",
             "nocache": "1",
         }
-        data = self._get("/api/v1/query_range", params, query)
-        return parse_matrix(data, query)
+        return self._query("/api/v1/query_range", params, query, parse_matrix)
+
+    def _query(
+        self,
+        path: str,
+        params: dict[str, str],
+        query: str,
+        parse: Callable[[dict, str, Skipped], list[_T]],
+    ) -> list[_T]:
+        """Fetch and parse one answer; it counts as a success only once it parsed."""
+        data = self._get(path, params, query)
+        skipped = Skipped()
+        try:
+            out = parse(data, query, skipped)
+        except PromAPIError as err:
+            self.stats.error += 1
+            raise PromAPIError(f"{self.safe_url}: {err}") from None
+        self.stats.success += 1
+        self._report_skipped(query, skipped, len(out))
+        return out
+
+    def _report_skipped(self, query: str, skipped: Skipped, kept: int) -> None:
+        """Count the series an answer lost; one warning line per query, not per series.
+
+        The warning is repeated only when what it says changes (a DEBUG line
+        otherwise): the same bad series is in every cycle's answer until its job ends.
+        """
+        key = hash(str(query))  # str(): a caller passing a list must not make this raise
+        if not skipped.count:
+            self._warned.pop(key, None)
+            return
+        self.stats.skipped_series += skipped.count
+        said = (skipped.count, skipped.first)
+        level = logging.DEBUG if self._warned.get(key) == said else logging.WARNING
+        if len(self._warned) >= _MAX_WARNED_QUERIES:
+            self._warned.clear()
+        self._warned[key] = said
+        log.log(
+            level,
+            "%s: query %s: skipped %d of %d series (first: %s)",
+            self.safe_url,
+            _short(query),
+            skipped.count,
+            skipped.count + kept,
+            skipped.first,
+        )
+
+    def _backoff(self, attempt: int) -> float:
+        """The delay before retry number ``attempt`` (1, 2, ...): doubling."""
+        return self.backoff_seconds * 2 ** (attempt - 1)
 
     def _get(self, path: str, params: dict[str, str], query: str) -> dict:
-        """GET (POST for a long query) with retries; returns the decoded ``data`` object or raises PromAPIError."""
+        """GET (POST for a long query) with retries; the decoded ``data`` object.
+
+        A failure is counted as an error and raised as PromAPIError. A retry waits
+        the backoff or the server's ``Retry-After``, whichever is longer. The wait for
+        ``Retry-After`` is capped at ``timeout_seconds``: a query's worst case then
+        stays what the timeout and retries already allow, and the cycle (every
+        query of it runs in turn) is not held for minutes by one busy server. A
+        server asking for longer is not retried at all: asking again sooner than it
+        said is what a rate limiter counts against us, and the next cycle asks anyway.
+        """
         params = {**params, "timeout": f"{self.timeout_seconds:g}s"}
         last: str = ""
+        retry_after: float | None = None
         for attempt in range(self.retries + 1):
             if attempt:
-                self.sleep(self.backoff_seconds * 2 ** (attempt - 1))
+                self.sleep(max(self._backoff(attempt), retry_after or 0.0))
             try:
                 body, status = self._fetch(path, params)
             except _Retryable as err:
-                last = str(err)
+                last, retry_after = str(err), err.retry_after
+                if (
+                    attempt < self.retries
+                    and retry_after is not None
+                    and retry_after > max(self.timeout_seconds, self._backoff(attempt + 1))
+                ):
+                    self.stats.error += 1
+                    raise PromAPIError(
+                        f"{self.safe_url}: query {_short(query)}: {last}: not retried, that "
+                        f"is longer than the {self.timeout_seconds:g}s this client waits "
+                        "(--prometheus.timeout)"
+                    ) from None
                 continue
             except PromAPIError:
                 self.stats.error += 1
                 raise
             try:
-                data = decode_response(body, status)
+                return decode_response(body, status)
             except PromAPIError as err:
                 self.stats.error += 1
                 raise PromAPIError(f"{self.safe_url}: query {_short(query)}: {err}") from None
-            self.stats.success += 1
-            return data
         self.stats.error += 1
         raise PromAPIError(
             f"{self.safe_url}: query {_short(query)} failed after {self.retries + 1} attempts: {last}"
         )
 
     def _fetch(self, path: str, params: dict[str, str]) -> tuple[bytes, int]:
-        """One HTTP round trip with a body size cap."""
+        """One HTTP round trip: the status and the body (see ``_read_body``).
+
+        Redirects are not followed (``redirect_message`` says why); gzip is the only
+        content encoding asked for, and it is undone here within the size cap.
+        """
+        post = len(urlencode(params)) > POST_OVER_CHARS
         try:
             with warnings.catch_warnings():
                 # The user chose --prometheus.insecure-skip-verify: once in the log
                 # (cli), not a warning per request.
                 warnings.simplefilter("ignore", InsecureRequestWarning)
-                post = len(urlencode(params)) > POST_OVER_CHARS
                 resp = self._session.request(
                     "POST" if post else "GET",
                     self.url + path,
                     params=None if post else params,
                     data=params if post else None,
+                    headers={"Accept-Encoding": "gzip"},
                     timeout=self.timeout_seconds,
                     stream=True,
                     verify=self._verify,
+                    allow_redirects=False,
                 )
         except requests.Timeout:
             raise _Retryable(f"timed out after {self.timeout_seconds:g}s") from None
@@ -183,50 +301,204 @@ class PromClient:
         except requests.RequestException as err:
             raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
         with resp:
-            if resp.status_code in _RETRY_STATUS:
-                raise _Retryable(f"HTTP {resp.status_code}")
+            status = resp.status_code
+            if status in _RETRY_STATUS:
+                wait = parse_retry_after(resp.headers.get("Retry-After"), time.time())
+                hint = "" if wait is None else f" (Retry-After {round(wait, 1):g}s)"
+                raise _Retryable(f"HTTP {status}{hint}", retry_after=wait)
+            if 300 <= status < 400:
+                where = redirect_message(status, resp.headers.get("Location"), resp.url, path)
+                raise PromAPIError(f"{self.safe_url}: {where}")
             declared = resp.headers.get("Content-Length")
             if declared and declared.isdigit() and int(declared) > self.max_response_bytes:
                 raise PromAPIError(
                     f"{self.safe_url}: response of {int(declared)} bytes exceeds the "
                     f"{self.max_response_bytes}-byte limit"
                 )
-            chunks: list[bytes] = []
-            size = 0
-            deadline = time.monotonic() + self.timeout_seconds * 3
-            try:
-                for chunk in resp.iter_content(chunk_size=1 << 16):
-                    size += len(chunk)
-                    if size > self.max_response_bytes:
-                        raise PromAPIError(
-                            f"{self.safe_url}: response exceeds the {self.max_response_bytes}-byte limit"
-                        )
-                    if time.monotonic() > deadline:
-                        raise _Retryable("response body too slow")
-                    chunks.append(chunk)
-            except requests.RequestException as err:
-                raise _Retryable(f"reading response failed: {_first_line(err)}") from None
-            return b"".join(chunks), resp.status_code
+            return self._read_body(resp), status
+
+    def _read_body(self, resp: requests.Response) -> bytes:
+        """The body, decompressed, within ``max_response_bytes`` and 3 × the timeout.
+
+        Each ``read1`` is one network read, and the socket's read timeout is cut to
+        what is left of the deadline before it, so the deadline holds however the
+        server paces the body: awaiting whole 64 KiB chunks, a 967-byte body with a
+        Content-Length dripped 10 bytes every 0.5 s took 48 s against a 6 s bound.
+        gzip is undone here with ``max_length``, so a small compressed body cannot
+        expand past the cap (a gzip bomb), and a body whose encoding never yields
+        output (endless empty deflate blocks) still meets the deadline.
+        """
+        encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+        inflate = None
+        if encoding in ("gzip", "x-gzip"):
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding not in ("", "identity"):
+            raise PromAPIError(
+                f"{self.safe_url}: response in an unsupported Content-Encoding {encoding[:40]!r}"
+            )
+        raw = resp.raw
+        read1 = getattr(raw, "read1", None)  # urllib3 2; older: read(), per piece
+        sock = _body_socket(raw)
+        limit = self.max_response_bytes
+        chunks: list[bytes] = []
+        size = wire = 0
+        deadline = time.monotonic() + self.timeout_seconds * 3
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _Retryable("response body too slow")
+                if left < self.timeout_seconds:
+                    _set_timeout(sock, left)
+                try:
+                    if read1 is not None:
+                        data = read1(_READ_BYTES, decode_content=False)
+                    else:
+                        data = raw.read(_READ_BYTES, decode_content=False)
+                except (urllib3.exceptions.HTTPError, HTTPException, OSError, ValueError) as err:
+                    if time.monotonic() >= deadline:
+                        raise _Retryable("response body too slow") from None
+                    raise _Retryable(f"reading response failed: {_first_line(err)}") from None
+                if not data:
+                    break
+                wire += len(data)
+                if inflate is not None:
+                    try:  # at most one byte past the cap: enough to tell it is exceeded
+                        data = inflate.decompress(data, limit - size + 1)
+                    except zlib.error as err:
+                        raise _Retryable(f"damaged gzip body ({err})") from None
+                size += len(data)
+                if size > limit or wire > limit:
+                    raise PromAPIError(f"{self.safe_url}: response exceeds the {limit}-byte limit")
+                chunks.append(data)
+        finally:
+            _set_timeout(sock, self.timeout_seconds)  # the pooled connection's own
+        if inflate is not None and wire and not inflate.eof:  # an empty body is no stream
+            raise _Retryable("truncated gzip body")
+        return b"".join(chunks)
+
+
+def _body_socket(raw: object) -> object | None:
+    """The socket a response body is read from, so its read timeout can be cut.
+
+    ``raw.connection.sock`` while the connection is kept alive; once the server said
+    it closes, http.client lets go of it there and it is only reachable through the
+    body's reader (CPython's ``SocketIO._sock``). None if neither: the deadline then
+    holds within one read timeout.
+    """
+    sock = getattr(getattr(raw, "connection", None), "sock", None)
+    if sock is None:
+        reader = getattr(getattr(raw, "_fp", None), "fp", None)
+        sock = getattr(getattr(reader, "raw", None), "_sock", None)
+    return sock
+
+
+def _set_timeout(sock: object, seconds: float) -> None:
+    """Give the response's socket this read timeout, where it can be reached."""
+    if sock is not None:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            sock.settimeout(max(seconds, 0.001))  # type: ignore[attr-defined]
 
 
 class _Retryable(Exception):
-    """Internal: a failure worth another attempt (timeout, refused, 5xx)."""
+    """Internal: a failure worth another attempt (timeout, refused, 5xx).
+
+    ``retry_after``: the seconds the server's ``Retry-After`` asked for, if it sent one.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _BadSeries(Exception):
+    """Internal: one series (or vector element) is unusable; it is skipped, not the answer."""
+
+
+_DELAY_SECONDS = re.compile(r"[0-9]{1,9}")
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (delay-seconds or an HTTP-date).
+
+    Never negative (a date in the past is 0). None when absent or unreadable: a bad
+    header loses only the hint, never the retry. Pure: ``now`` is unix seconds.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text or len(text) > 64:
+        return None
+    if _DELAY_SECONDS.fullmatch(text):
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+        if when.tzinfo is None:  # "-0000": UTC by RFC 5322
+            when = when.replace(tzinfo=timezone.utc)
+        return max(0.0, when.timestamp() - now)
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
+        return None
+
+
+def redirect_message(status: int, location: str | None, request_url: str, api_path: str) -> str:
+    """Why a 3xx answer is an error: where it points and the URL to configure instead.
+
+    Redirects are not followed, whatever the method or code. Following them worked
+    for the short queries sent as GET, but a 301/302 turns the POST of a long query
+    (over POST_OVER_CHARS) into a GET without its body, which the server answers with
+    ``bad_data``: a setup that works while the cluster is small and fails once it has
+    many runs. A redirect also costs every query two round trips, from http to https
+    means the credentials already went out in clear text, and an authenticating
+    proxy's redirect to its login page would only read as "not JSON". Naming the
+    address the server points to lets the user fix all of these once, at the first
+    query. The Location is shown without its query string or credentials. Pure.
+    """
+    if not location or not location.strip():
+        return f"answered HTTP {status}, a redirect without a Location"
+    try:
+        target = urlsplit(urljoin(request_url, location.strip()[:2000]))
+        host = target.hostname or ""
+        port = target.port
+    except ValueError:
+        return f"answered HTTP {status}, a redirect to an unreadable Location {location[:100]!r}"
+    if ":" in host:
+        host = f"[{host}]"
+    if port:
+        host = f"{host}:{port}"
+    shown = f"{target.scheme}://{host}{target.path}"
+    if target.scheme in ("http", "https") and host and target.path.endswith(api_path):
+        base = shown[: len(shown) - len(api_path)]
+        return (
+            f"answered HTTP {status}, a redirect to {shown[:200]!r}; redirects are not "
+            f"followed: set --prometheus.url to {base[:200]!r}"
+        )
+    return (
+        f"answered HTTP {status}, a redirect to {shown[:200]!r}, which is not the query "
+        "API (a login page?); redirects are not followed: set --prometheus.url to the "
+        "address of the Prometheus API"
+    )
 
 
 def decode_response(body: bytes, status: int) -> dict:
-    """Check the API envelope and return its ``data``; pure so it can be tested alone."""
+    """Check the API envelope and return its ``data``; pure so it can be tested alone.
+
+    Bytes that are not UTF-8 (VictoriaMetrics returns label values as they were
+    stored, raw bytes and all) decode to lone surrogates (``surrogateescape``)
+    instead of refusing the whole answer: ``parse_vector``/``parse_matrix`` skip the
+    series carrying them and keep every other one.
+    """
     try:
-        doc = json.loads(body)
+        doc = json.loads(body.decode("utf-8-sig", "surrogateescape"))
     except RecursionError:
         raise PromAPIError(f"HTTP {status}: JSON nested too deeply") from None
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:
         snippet = body[:80].decode("utf-8", "replace").replace("\n", " ")
         raise PromAPIError(f"HTTP {status}: not JSON (starts with {snippet!r})") from None
     if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
         raise PromAPIError(f"HTTP {status}: not a Prometheus API response")
     if doc["status"] == "error":
-        etype = str(doc.get("errorType", "error"))[:64]
-        msg = str(doc.get("error", ""))[:300]
+        etype = _printable(str(doc.get("errorType", "error"))[:64])
+        msg = _printable(str(doc.get("error", ""))[:300])
         raise PromAPIError(f"HTTP {status}: {etype}: {msg}")
     if status >= 400:
         raise PromAPIError(f"HTTP {status}")
@@ -236,81 +508,171 @@ def decode_response(body: bytes, status: int) -> dict:
     return data
 
 
-def parse_vector(data: dict, query: str = "") -> list[Sample]:
-    """``data`` of an instant query → samples; a scalar becomes one unlabelled sample."""
+def parse_vector(data: dict, query: str = "", skipped: Skipped | None = None) -> list[Sample]:
+    """``data`` of an instant query → samples; a scalar becomes one unlabelled sample.
+
+    An element with a bad label set or sample is left out and counted in ``skipped``
+    (one bad series must not cost the others their forecasts). The answer as a
+    whole is refused (PromAPIError) only when its shape is wrong: not a vector or a
+    scalar, no result list, a malformed scalar.
+    """
     rtype = data.get("resultType")
+    result = data.get("result")
     if rtype == "scalar":
-        ts, value = _point(data["result"], query)
+        try:
+            ts, value = _point(result)
+        except _BadSeries as err:
+            raise PromAPIError(f"query {_short(query)}: {err}") from None
         return [Sample(MappingProxyType({}), value, ts)]
     if rtype != "vector":
         raise PromAPIError(f"query {_short(query)}: expected a vector, got {rtype!r}")
+    if not isinstance(result, list):
+        raise PromAPIError(f"query {_short(query)}: no result list")
+    if skipped is None:
+        skipped = Skipped()
     out: list[Sample] = []
-    for item in data["result"]:
-        if not isinstance(item, dict):
-            raise PromAPIError(f"query {_short(query)}: malformed vector element")
-        labels = _labels(item.get("metric"), query)
-        raw = item.get("value")
-        try:  # the common case inline (100,000s of samples per cycle); _point says what is wrong
-            if type(raw) is not list or len(raw) != 2 or type(raw[1]) is not str:
-                raise TypeError
-            ts, value = float(raw[0]), float(raw[1])
-            if not math.isfinite(ts):
-                raise ValueError
-        except (TypeError, ValueError, OverflowError):
-            ts, value = _point(raw, query)
+    for item in result:
+        try:
+            if type(item) is not dict:
+                raise _BadSeries("element is not an object")
+            labels = _labels(item.get("metric"))
+            raw = item.get("value")
+            try:  # the common case inline (100,000s of samples per cycle); _point says what is wrong
+                if type(raw) is not list or len(raw) != 2 or type(raw[1]) is not str:
+                    raise TypeError
+                ts, value = float(raw[0]), float(raw[1])
+                if not math.isfinite(ts):
+                    raise ValueError
+            except (TypeError, ValueError, OverflowError):
+                ts, value = _point(raw)
+        except _BadSeries as err:
+            skipped.add(str(err), item)
+            continue
         out.append(Sample(labels, value, ts))
     return out
 
 
-def parse_matrix(data: dict, query: str = "") -> list[Series]:
-    """``data`` of a range query → series with ascending points."""
+def parse_matrix(data: dict, query: str = "", skipped: Skipped | None = None) -> list[Series]:
+    """``data`` of a range query → series with ascending points.
+
+    A series with a bad label set or any malformed point is left out and counted in
+    ``skipped``; the answer is refused only when it is not a matrix with a result list.
+    """
     if data.get("resultType") != "matrix":
         raise PromAPIError(
             f"query {_short(query)}: expected a matrix, got {data.get('resultType')!r}"
         )
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise PromAPIError(f"query {_short(query)}: no result list")
+    if skipped is None:
+        skipped = Skipped()
     out: list[Series] = []
-    for item in data["result"]:
-        if not isinstance(item, dict) or not isinstance(item.get("values"), list):
-            raise PromAPIError(f"query {_short(query)}: malformed matrix element")
-        labels = _labels(item.get("metric"), query)
-        values = item["values"]
-        points: tuple[tuple[float, float], ...] | None = None
-        # the common case in bulk (several 100,000 points per cycle); _point says what is wrong
-        if all(type(p) is list and len(p) == 2 and type(p[1]) is str for p in values):
-            try:
-                points = tuple([(float(t), float(v)) for t, v in values])
-            except (TypeError, ValueError, OverflowError):
-                points = None
-            if points is not None and not all(math.isfinite(t) for t, _ in points):
-                points = None
-        if points is None:
-            points = tuple(_point(p, query) for p in values)
+    for item in result:
+        try:
+            if type(item) is not dict or type(item.get("values")) is not list:
+                raise _BadSeries("malformed matrix element")
+            labels = _labels(item.get("metric"))
+            values = item["values"]
+            points: tuple[tuple[float, float], ...] | None = None
+            # the common case in bulk (several 100,000 points per cycle); _point says what is wrong
+            if all(type(p) is list and len(p) == 2 and type(p[1]) is str for p in values):
+                try:
+                    points = tuple([(float(t), float(v)) for t, v in values])
+                except (TypeError, ValueError, OverflowError):
+                    points = None
+                if points is not None and not all(math.isfinite(t) for t, _ in points):
+                    points = None
+            if points is None:
+                points = tuple(_point(p) for p in values)
+        except _BadSeries as err:
+            skipped.add(str(err), item)
+            continue
         out.append(Series(labels, points))
     return out
 
 
-def _labels(raw: object, query: str) -> Mapping[str, str]:
-    """A read-only view of a decoded label set (the dict is this answer's own: no copy)."""
-    if not isinstance(raw, dict) or len(raw) > _MAX_LABELS:
-        raise PromAPIError(f"query {_short(query)}: malformed label set")
-    if not all(type(v) is str and len(v) <= _MAX_LABEL_VALUE for v in raw.values()):
-        for key, value in raw.items():
-            if not isinstance(value, str) or len(value) > _MAX_LABEL_VALUE:
-                raise PromAPIError(f"query {_short(query)}: malformed label {str(key)[:40]!r}")
+def _labels(raw: object) -> Mapping[str, str]:
+    """A read-only view of a decoded label set (the dict is this answer's own: no copy).
+
+    Names and values must be strings of at most ``_MAX_LABEL_VALUE`` characters and
+    valid UTF-8: a lone surrogate (from raw bytes or a ``\\ud800`` escape) would only
+    fail later and far away, when the history stores it or a metric is encoded.
+    Raises _BadSeries naming the first bad label.
+    """
+    if type(raw) is not dict:
+        raise _BadSeries("malformed label set")
+    if len(raw) > _MAX_LABELS:
+        raise _BadSeries(f"malformed label set (more than {_MAX_LABELS} labels)")
+    # the common case in one pass each: short ASCII strings (isascii reads a flag)
+    if all(
+        type(v) is str and len(v) <= _MAX_LABEL_VALUE and v.isascii() for v in raw.values()
+    ) and all(type(k) is str and len(k) <= _MAX_LABEL_VALUE and k.isascii() for k in raw):
+        return MappingProxyType(raw)
+    for name, value in raw.items():
+        if type(name) is not str or len(name) > _MAX_LABEL_VALUE:
+            raise _BadSeries(f"malformed label name {_snippet(name, 40)}")
+        if _NOT_UTF8.search(name):
+            raise _BadSeries(f"label name {name[:40]!r} is not valid UTF-8")
+        if type(value) is not str:
+            raise _BadSeries(f"malformed label {name[:40]!r} (not a string)")
+        if len(value) > _MAX_LABEL_VALUE:
+            raise _BadSeries(
+                f"malformed label {name[:40]!r} (longer than {_MAX_LABEL_VALUE} characters)"
+            )
+        if _NOT_UTF8.search(value):
+            raise _BadSeries(f"label {name[:40]!r} is not valid UTF-8")
     return MappingProxyType(raw)
 
 
-def _point(raw: object, query: str) -> tuple[float, float]:
+def _point(raw: object) -> tuple[float, float]:
+    """``[timestamp, "value"]`` → floats; _BadSeries saying what is wrong."""
     if not isinstance(raw, list) or len(raw) != 2 or not isinstance(raw[1], str):
-        raise PromAPIError(f"query {_short(query)}: malformed sample {str(raw)[:60]}")
+        raise _BadSeries(f"malformed sample {_snippet(raw, 60)}")
     try:
         ts = float(raw[0])
         value = float(raw[1])
     except (TypeError, ValueError, OverflowError):  # OverflowError: a 400-digit integer
-        raise PromAPIError(f"query {_short(query)}: malformed sample {str(raw)[:60]}") from None
+        raise _BadSeries(f"malformed sample {_snippet(raw, 60)}") from None
     if not math.isfinite(ts):
-        raise PromAPIError(f"query {_short(query)}: non-finite timestamp")
+        raise _BadSeries("non-finite timestamp")
     return ts, value
+
+
+_DESCRIBE_FIRST = ("__name__", "namespace", "pod", "run_id")
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+def _describe(item: object) -> str:
+    """`` in {pod='x', ...}``: a few labels of a skipped series, bounded, for the log."""
+    metric = item.get("metric") if isinstance(item, dict) else None
+    if not isinstance(metric, dict) or not metric:
+        return ""
+    keys = [k for k in _DESCRIBE_FIRST if k in metric] or list(itertools.islice(metric, 4))
+    pairs = [f"{_name(k)}={_snippet(metric[k], 40)}" for k in keys]
+    return " in {" + ", ".join(pairs) + "}"
+
+
+def _name(key: object) -> str:
+    """A label name as Prometheus writes it, quoted only if it is not a plain one."""
+    if isinstance(key, str) and _PLAIN_NAME.fullmatch(key):
+        return key
+    return _snippet(key, 40)
+
+
+def _snippet(value: object, limit: int) -> str:
+    """A bounded repr: quotes strings, escapes surrogates and control characters."""
+    if isinstance(value, str):
+        return repr(value[:limit])
+    try:
+        return repr(value)[:limit]
+    except RecursionError:  # nested as deep as the decoder allowed
+        return "(deeply nested)"
+
+
+def _printable(text: str) -> str:
+    """``text`` with any lone surrogate written as an escape, so it can be logged."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _fmt_time(ts: float) -> str:

@@ -115,7 +115,7 @@ class ServiceState:
 
     def snapshot(
         self,
-    ) -> tuple[ForecastSet | None, bool, float | None, float | None, dict, int, int]:
+    ) -> tuple[ForecastSet | None, bool, float | None, float | None, dict, QueryStats]:
         """A consistent copy for one scrape."""
         with self._lock:
             return (
@@ -124,8 +124,7 @@ class ServiceState:
                 self.cycle_duration_seconds,
                 self.last_success_timestamp,
                 dict(self.job_errors),
-                self.query_stats.success,
-                self.query_stats.error,
+                replace(self.query_stats),
             )
 
 
@@ -213,12 +212,12 @@ class QuantileFamily(Metric):
 
 def render(state: ServiceState, now: float, self_only: bool = False) -> list[Metric]:
     """All families for one scrape; ``self_only`` keeps the self-monitoring ones."""
-    fs, stale, duration, last_ok, errors, q_ok, q_err = state.snapshot()
+    fs, stale, duration, last_ok, errors, queries = state.snapshot()
     families: list[Metric] = []
     if not self_only:
         head, remaining, tail = forecast_families(fs, now)
         families += [*head, remaining, *tail]
-    families += self_families(stale, duration, last_ok, errors, q_ok, q_err)
+    families += self_families(stale, duration, last_ok, errors, queries)
     return families
 
 
@@ -312,8 +311,7 @@ def self_families(
     duration: float | None,
     last_ok: float | None,
     errors: Mapping[str, int],
-    q_ok: int,
-    q_err: int,
+    queries: QueryStats,
 ) -> list[Metric]:
     """The ``gpu_eta_forecaster_*`` self-monitoring families (a handful of series)."""
     families: list[Metric] = []
@@ -340,9 +338,16 @@ def self_families(
         "Queries to Prometheus by result.",
         labels=["result"],
     )
-    queries_c.add_metric(["success"], float(q_ok))
-    queries_c.add_metric(["error"], float(q_err))
+    queries_c.add_metric(["success"], float(queries.success))
+    queries_c.add_metric(["error"], float(queries.error))
     families.append(queries_c)
+    skipped_c = CounterMetricFamily(
+        "gpu_eta_forecaster_skipped_series",
+        "Series left out of Prometheus answers that were otherwise used (a label that is "
+        "not valid UTF-8 or too long, a malformed sample); the log names the first.",
+    )
+    skipped_c.add_metric([], float(queries.skipped_series))
+    families.append(skipped_c)
     errors_c = CounterMetricFamily(
         "gpu_eta_forecaster_job_errors",
         "Jobs skipped or cycles failed, by reason (invalid series, predict failure, cycle failure).",
@@ -474,7 +479,7 @@ class Exposition:
     def render(self, accept: str) -> tuple[bytes, str]:
         """Body and content type for a request's ``Accept`` header."""
         encoder, content_type = choose_encoder(accept)
-        fs, stale, duration, last_ok, errors, q_ok, q_err = self.state.snapshot()
+        fs, stale, duration, last_ok, errors, queries = self.state.snapshot()
         with self._lock:  # one encoding per set and format, even with scrapes in parallel
             if fs is not self._fs:
                 self._fs, self._by_type = fs, {}
@@ -486,7 +491,7 @@ class Exposition:
                     log.exception("cannot encode the forecasts; serving self-monitoring only")
                     enc = _Encoded(b"", b"", (), b"")
                 self._by_type[content_type] = enc
-        own = _encode(encoder, self_families(stale, duration, last_ok, errors, q_ok, q_err))
+        own = _encode(encoder, self_families(stale, duration, last_ok, errors, queries))
         closing = _EOF if encoder(_Families(())).endswith(_EOF) else b""
         return enc.body(self.clock()) + own + closing, content_type
 

@@ -30,3 +30,6 @@ class QueryStats:
 
     success: int = 0
     error: int = 0
+    # series left out of answers otherwise used (a bad label or sample costs only its
+    # series: promapi); ``gpu_eta_forecaster_skipped_series_total``
+    skipped_series: int = 0

@@ -181,9 +181,11 @@ def test_probes_over_http_wedged_cycle_and_readiness() -> None:
 
 
 def test_deeply_nested_or_huge_numbers_in_an_api_answer_are_prom_api_errors() -> None:
+    """JSON nested too deep is an error of the whole answer; a 400-digit timestamp
+    costs only its own series (skipped and counted)."""
     import json
 
-    from gpu_eta.forecaster.promapi import PromAPIError, decode_response, parse_vector
+    from gpu_eta.forecaster.promapi import PromAPIError, Skipped, decode_response, parse_vector
 
     deep = b"[" * 100_000
     huge = json.dumps(
@@ -192,9 +194,11 @@ def test_deeply_nested_or_huge_numbers_in_an_api_answer_are_prom_api_errors() ->
             "data": {"resultType": "vector", "result": [{"metric": {}, "value": [10**400, "1"]}]},
         }
     ).encode()
-    for body in (deep, huge):
-        with pytest.raises(PromAPIError):
-            parse_vector(decode_response(body, 200))
+    with pytest.raises(PromAPIError):
+        parse_vector(decode_response(deep, 200))
+    skipped = Skipped()
+    assert parse_vector(decode_response(huge, 200), "", skipped) == []
+    assert skipped.count == 1
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,6 +6,7 @@ import base64
 import contextlib
 import json
 import math
+import re
 import ssl
 import subprocess
 import threading
@@ -138,13 +139,13 @@ def test_garbage_body_is_a_clear_error(http_server) -> None:
 
 
 def test_json_of_the_wrong_shape_is_a_clear_error(http_server) -> None:
-    bad = {
-        "status": "success",
-        "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, 2]}]},
-    }
+    """The answer's structure is checked as a whole (one bad series only costs itself)."""
+    bad = {"status": "success", "data": {"resultType": "vector", "result": {"a": 1}}}
     url, _ = http_server(lambda r: reply(r, 200, json.dumps(bad).encode()))
-    with pytest.raises(PromAPIError, match="malformed sample"):
-        client(url).instant("up")
+    c = client(url)
+    with pytest.raises(PromAPIError, match=r"no data\.result list"):
+        c.instant("up")
+    assert c.stats.error == 1 and c.stats.success == 0
 
 
 def test_huge_body_is_refused_without_reading_it_all(http_server) -> None:
@@ -321,20 +322,35 @@ def test_pure_decoders() -> None:
         parse_matrix({"resultType": "vector", "result": []})
     scalar = parse_vector({"resultType": "scalar", "result": [5, "2.5"]})
     assert scalar[0].value == 2.5 and dict(scalar[0].labels) == {}
-    with pytest.raises(PromAPIError, match="malformed label"):
-        parse_vector({"resultType": "vector", "result": [{"metric": {"a": 1}, "value": [1, "1"]}]})
+    skipped = promapi.Skipped()
+    bad_label = {"metric": {"a": 1}, "value": [1, "1"]}
+    assert parse_vector({"resultType": "vector", "result": [bad_label]}, "q", skipped) == []
+    assert skipped.count == 1 and skipped.first.startswith("malformed label 'a' (not a string)")
 
 
 @pytest.mark.parametrize(
     "point",
     [[1, 2], "12", [1], [1, "2", 3], ["x", "1"], ["inf", "1"], [1e400, "1"], None, [[1], "1"]],
 )
-def test_a_malformed_point_is_a_clear_error_in_vectors_and_matrices(point) -> None:
+def test_a_malformed_point_skips_its_series_in_vectors_and_matrices(point) -> None:
+    """One bad point costs its own series (counted, with the reason), never the answer's rest;
+    a malformed scalar is the whole answer and stays an error."""
+    good_sample = {"metric": {"pod": "p"}, "value": [1, "1"]}
+    bad_sample = {"metric": {"pod": "q"}, "value": point}
+    skipped = promapi.Skipped()
+    samples = parse_vector(
+        {"resultType": "vector", "result": [bad_sample, good_sample]}, "", skipped
+    )
+    assert [dict(s.labels) for s in samples] == [{"pod": "p"}]
+    assert skipped.count == 1
+    assert re.match(r"(malformed sample|non-finite timestamp).* in \{pod='q'\}$", skipped.first)
+
     good = {"metric": {"pod": "p"}, "values": [[1, "1"], [2, "2"]]}
-    with pytest.raises(PromAPIError, match=r"malformed sample|non-finite timestamp"):
-        parse_vector({"resultType": "vector", "result": [{"metric": {}, "value": point}]})
     bad = {"metric": {"pod": "q"}, "values": [[1, "1"], point]}
-    with pytest.raises(PromAPIError, match=r"malformed sample|non-finite timestamp"):
-        parse_matrix({"resultType": "matrix", "result": [good, bad]})
-    (series,) = parse_matrix({"resultType": "matrix", "result": [good]})
+    skipped = promapi.Skipped()
+    (series,) = parse_matrix({"resultType": "matrix", "result": [good, bad]}, "", skipped)
     assert series.points == ((1.0, 1.0), (2.0, 2.0)) and dict(series.labels) == {"pod": "p"}
+    assert skipped.count == 1 and skipped.first.endswith("in {pod='q'}")
+
+    with pytest.raises(PromAPIError, match=r"malformed sample|non-finite timestamp"):
+        parse_vector({"resultType": "scalar", "result": point})

@@ -106,6 +106,17 @@ def test_before_any_cycle_only_self_monitoring() -> None:
     assert not any(n.startswith("gpu_eta_job_") for n in names)
 
 
+def test_the_series_the_client_skipped_are_published_as_a_counter() -> None:
+    """What ``promapi`` left out of answers it otherwise used shows beside the queries."""
+    from gpu_eta.forecaster.series import QueryStats
+
+    state = ServiceState(query_stats=QueryStats(success=4, error=1, skipped_series=3))
+    state.success(forecast_set(), 0.5, NOW)
+    text = generate_latest(make_registry(state)).decode()
+    assert "gpu_eta_forecaster_skipped_series_total 3.0" in text
+    assert 'gpu_eta_forecaster_queries_total{result="error"} 1.0' in text
+
+
 def test_every_name_is_in_the_contract_and_promtool_is_happy() -> None:
     state = ServiceState()
     state.success(forecast_set(), 0.5, NOW)

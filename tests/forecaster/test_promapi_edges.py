@@ -1,0 +1,399 @@
+"""gpu_eta.forecaster.promapi at the protocol's edges: slow and compressed bodies, bytes
+that are not UTF-8, one bad series among good ones, Retry-After, redirects.
+
+Real loopback HTTP servers (``http_server`` from test_promapi) answer as the servers
+and proxies the review caught them answering. The module is reached as ``promapi.X``
+inside each test, so every test fails on its own against a client without the fix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from email.utils import format_datetime
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from gpu_eta.forecaster import promapi
+from gpu_eta.forecaster.promapi import PromAPIError, PromClient
+from tests.forecaster.test_promapi import VECTOR, client, http_server, reply  # noqa: F401
+
+BODY = json.dumps(VECTOR).encode()
+
+
+def _vector(*items: bytes) -> bytes:
+    """A vector answer whose elements are given as raw JSON bytes (any bytes at all)."""
+    return (
+        b'{"status":"success","data":{"resultType":"vector","result":[' + b",".join(items) + b"]}}"
+    )
+
+
+def _sample(pod: bytes, value: bytes = b'"1"') -> bytes:
+    return b'{"metric":{"namespace":"ml","pod":"' + pod + b'"},"value":[1700000000,' + value + b"]}"
+
+
+# -- 1. the body deadline holds whatever the server's pace ----------------------------
+
+
+def _drip(
+    body: bytes, every: float, piece: int, stop: threading.Event, *, chunked: bool, gz: bool
+) -> Callable[[BaseHTTPRequestHandler], None]:
+    """A handler sending ``body`` ``piece`` bytes every ``every`` seconds."""
+    payload = gzip.compress(body) if gz else body
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        head = [b"HTTP/1.1 200 OK", b"Content-Type: application/json", b"Connection: close"]
+        head.append(
+            b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % len(payload)
+        )
+        if gz:
+            head.append(b"Content-Encoding: gzip")
+        try:
+            req.wfile.write(b"\r\n".join(head) + b"\r\n\r\n")
+            for i in range(0, len(payload), piece):
+                part = payload[i : i + piece]
+                req.wfile.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+                req.wfile.flush()
+                if stop.wait(every):
+                    return
+            if chunked:
+                req.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("chunked", "gz"),
+    [(False, False), (True, False), (False, True)],
+    ids=["content-length", "chunked", "gzip"],
+)
+def test_a_dripping_body_fails_at_its_deadline_not_when_it_ends(
+    http_server,  # noqa: F811
+    chunked: bool,
+    gz: bool,
+) -> None:
+    """10 bytes every 0.1 s of a 4 KB body (2 KB in gzip): 20 s or more to arrive; the
+    bound is 3 × 0.3 s.
+
+    Awaiting whole 64 KiB chunks, a body with a Content-Length (plain or gzip) was read
+    to its end before the deadline was looked at (the review: 48 s against 6 s).
+    """
+    stop = threading.Event()
+    body = json.dumps({**VECTOR, "pad": os.urandom(2000).hex()}).encode()  # gzip: ~2 KB
+    url, _ = http_server(_drip(body, 0.1, 10, stop, chunked=chunked, gz=gz))
+    started = time.monotonic()
+    try:
+        with pytest.raises(PromAPIError, match="response body too slow"):
+            client(url, timeout_seconds=0.3).instant("up")
+    finally:
+        stop.set()
+    assert time.monotonic() - started < 2.0
+
+
+def test_the_deadline_holds_when_each_pause_is_just_under_the_timeout(http_server) -> None:  # noqa: F811
+    """A byte every 0.95 s with a 1 s timeout: no single read times out, yet the body
+    must fail at 3 s, not at the first byte after it (3.8 s)."""
+    stop = threading.Event()
+    url, _ = http_server(_drip(BODY, 0.95, 1, stop, chunked=False, gz=False))
+    started = time.monotonic()
+    try:
+        with pytest.raises(PromAPIError, match="response body too slow"):
+            client(url, timeout_seconds=1.0).instant("up")
+    finally:
+        stop.set()
+    assert 2.9 < time.monotonic() - started < 3.4
+
+
+def test_a_gzip_answer_is_decoded_and_a_gzip_bomb_refused(http_server) -> None:  # noqa: F811
+    def gz(req: BaseHTTPRequestHandler, payload: bytes) -> None:
+        data = gzip.compress(payload)
+        req.send_response(200)
+        req.send_header("Content-Encoding", "gzip")
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)
+
+    url, seen = http_server(lambda r: gz(r, BODY))
+    assert len(client(url).instant("up")) == 2
+    assert seen[0].headers["Accept-Encoding"] == "gzip"  # the one encoding decoded here
+    bomb = b'{"status":"success","pad":"' + b"0" * 50_000_000 + b'"}'  # 49 KB compressed
+    url, _ = http_server(lambda r: gz(r, bomb))
+    with pytest.raises(PromAPIError, match="exceeds the 1000000-byte limit"):
+        client(url, max_response_bytes=1_000_000).instant("up")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "payload", "says"),
+    [
+        ("gzip", b"\x1f\x8b\x08\x00garbage-not-deflate", "damaged gzip body"),
+        ("gzip", gzip.compress(BODY)[:-12], "truncated gzip body"),
+        ("br", BODY, "unsupported Content-Encoding 'br'"),
+    ],
+    ids=["damaged", "truncated", "unasked"],
+)
+def test_a_body_in_a_bad_or_unasked_encoding_is_a_clear_error(
+    http_server,  # noqa: F811
+    encoding: str,
+    payload: bytes,
+    says: str,
+) -> None:
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        req.send_response(200)
+        req.send_header("Content-Encoding", encoding)
+        req.send_header("Content-Length", str(len(payload)))
+        req.end_headers()
+        req.wfile.write(payload)
+
+    url, _ = http_server(handle)
+    with pytest.raises(PromAPIError, match=says):
+        client(url).instant("up")
+
+
+# -- 2./3. one bad series costs only itself ---------------------------------------------
+
+
+def test_labels_that_are_not_utf8_skip_only_their_series(http_server, caplog) -> None:  # noqa: F811
+    """VictoriaMetrics returns label bytes as stored: one \\xff made the whole answer
+    'not JSON' every cycle; a \\ud800 escape or CESU bytes reached the history."""
+    body = _vector(
+        _sample(b"bad\xff\xfe"),  # not UTF-8 at all
+        _sample(b"cesu\xed\xa0\x80"),  # a surrogate encoded as UTF-8 bytes
+        _sample(b"escaped\\ud800"),  # a lone surrogate as a JSON escape
+        _sample("gut-\u00fc".encode()),  # valid UTF-8, not ASCII: kept
+        _sample(b"good"),
+    )
+    url, _ = http_server(lambda r: reply(r, 200, body))
+    c = client(url)
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.promapi"):
+        samples = c.instant("up")
+    assert [s.labels["pod"] for s in samples] == ["gut-\u00fc", "good"]
+    assert (c.stats.success, c.stats.error, c.stats.skipped_series) == (1, 0, 3)
+    (record,) = caplog.records
+    assert "skipped 3 of 5 series" in record.getMessage()
+    assert "label 'pod' is not valid UTF-8 in {namespace='ml', pod='bad\\udcff\\udcfe'}" in (
+        record.getMessage()
+    )
+    record.getMessage().encode("utf-8")  # loggable: no lone surrogate left in it
+
+
+BAD_ELEMENTS = {
+    "long-value": (
+        {"metric": {"run_id": "r" * 5000}},
+        "malformed label 'run_id' (longer than 4096",
+    ),
+    "long-name": ({"metric": {"n" * 5000: "x"}}, "malformed label name 'nnnn"),
+    "not-a-string": ({"metric": {"pod": ["x"]}}, "malformed label 'pod' (not a string)"),
+    "not-an-object": ({"metric": "pod=x"}, "malformed label set"),
+    "too-many": (
+        {"metric": {f"l{i}": "v" for i in range(200)}},
+        "malformed label set (more than 128 labels)",
+    ),
+    "surrogate": ({"metric": {"pod": "a\udcff"}}, "label 'pod' is not valid UTF-8"),
+    "surrogate-name": ({"metric": {"p\ud800": "a"}}, "label name 'p\\ud800' is not valid UTF-8"),
+    "bad-timestamp": ({"metric": {"pod": "q"}, "ts": "abc"}, "malformed sample ['abc', '1']"),
+    "huge-timestamp": ({"metric": {"pod": "q"}, "ts": 10**400}, "malformed sample"),
+    "nan-timestamp": ({"metric": {"pod": "q"}, "ts": "NaN"}, "non-finite timestamp"),
+}
+
+
+@pytest.mark.parametrize(("bad", "says"), BAD_ELEMENTS.values(), ids=BAD_ELEMENTS.keys())
+def test_one_bad_series_is_skipped_and_counted_not_the_answer(bad: dict, says: str) -> None:
+    """The reviewer's 5,000-character run_id failed every cycle; so did one bad point."""
+    ts = bad.get("ts", 1700000000)
+    good_v = {"metric": {"pod": "p"}, "value": [1700000000, "1"]}
+    skipped = promapi.Skipped()
+    data = {
+        "resultType": "vector",
+        "result": [good_v, {"metric": bad["metric"], "value": [ts, "1"]}],
+    }
+    samples = promapi.parse_vector(data, "q", skipped)
+    assert [dict(s.labels) for s in samples] == [{"pod": "p"}]
+    assert skipped.count == 1 and skipped.first.startswith(says), skipped.first
+    assert len(skipped.first) <= 200
+
+    good_m = {"metric": {"pod": "p"}, "values": [[1700000000, "1"]]}
+    bad_m = {"metric": bad["metric"], "values": [[1700000000, "1"], [ts, "1"]]}
+    skipped = promapi.Skipped()
+    series = promapi.parse_matrix(
+        {"resultType": "matrix", "result": [bad_m, good_m, 7]}, "q", skipped
+    )
+    assert [dict(s.labels) for s in series] == [{"pod": "p"}]
+    assert skipped.count == 2 and skipped.first.startswith(says), skipped.first
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"resultType": "matrix", "result": []}, "expected a vector"),
+        ({"resultType": "vector", "result": {"a": 1}}, "no result list"),
+        ({"resultType": "scalar", "result": ["x", "1"]}, "malformed sample"),
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_still_refused(data: dict, says: str) -> None:
+    with pytest.raises(PromAPIError, match=says):
+        promapi.parse_vector(data, "q", promapi.Skipped())
+
+
+def test_an_answer_refused_by_parsing_counts_as_an_error(http_server) -> None:  # noqa: F811
+    matrix = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    url, _ = http_server(lambda r: reply(r, 200, json.dumps(matrix).encode()))
+    c = client(url)
+    with pytest.raises(
+        PromAPIError, match=r"^http://127\.0\.0\.1:\d+: query 'up': expected a vector"
+    ):
+        c.instant("up")
+    assert (c.stats.success, c.stats.error) == (0, 1)
+
+
+def test_skips_are_one_warning_per_query_and_not_repeated_every_cycle(
+    http_server,  # noqa: F811
+    caplog,
+) -> None:
+    bad = [_sample(b"x\xff")] * 3
+    answers = [_vector(*bad, _sample(b"ok"))] * 2 + [_vector(_sample(b"ok"))] + [_vector(*bad)]
+    url, _ = http_server(lambda r: reply(r, 200, answers.pop(0)))
+    c = client(url)
+    with caplog.at_level(logging.DEBUG, logger="gpu_eta.forecaster.promapi"):
+        for _ in range(4):
+            c.instant("up")
+    levels = [
+        (r.levelname, r.getMessage().split(": ", 2)[-1][:25])
+        for r in caplog.records
+        if r.name == "gpu_eta.forecaster.promapi"
+    ]
+    assert levels == [
+        ("WARNING", "skipped 3 of 4 series (fi"),
+        ("DEBUG", "skipped 3 of 4 series (fi"),  # the same news: not a warning again
+        ("WARNING", "skipped 3 of 3 series (fi"),  # it had gone (a clean answer) and is back
+    ]
+    assert c.stats.skipped_series == 9 and c.stats.success == 4
+
+
+# -- 5. Retry-After ---------------------------------------------------------------------
+
+
+def _busy_then_ok(code: int, retry_after: str | None, busy: int = 1):
+    calls: list[int] = []
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        calls.append(1)
+        if len(calls) <= busy:
+            req.send_response(code)
+            if retry_after is not None:
+                req.send_header("Retry-After", retry_after)
+            req.send_header("Content-Length", "4")
+            req.end_headers()
+            req.wfile.write(b"busy")
+        else:
+            reply(req, 200, BODY)
+
+    return handle
+
+
+@pytest.mark.parametrize("code", [429, 503])
+def test_retry_after_in_seconds_is_waited_for(http_server, code: int) -> None:  # noqa: F811
+    url, _ = http_server(_busy_then_ok(code, "3"))
+    delays: list[float] = []
+    c = PromClient(url, timeout_seconds=5, retries=2, backoff_seconds=0.1, sleep=delays.append)
+    assert len(c.instant("up")) == 2
+    assert delays == [3.0]
+
+
+def test_retry_after_longer_than_the_timeout_is_not_retried(http_server) -> None:  # noqa: F811
+    url, seen = http_server(_busy_then_ok(429, "120", busy=10))
+    delays: list[float] = []
+    c = PromClient(url, timeout_seconds=5, retries=2, sleep=delays.append)
+    with pytest.raises(
+        PromAPIError,
+        match=r"HTTP 429 \(Retry-After 120s\): not retried, that is longer than the 5s",
+    ):
+        c.instant("up")
+    assert len(seen) == 1 and delays == [] and c.stats.error == 1
+
+
+@pytest.mark.parametrize("header", ["soon", "Wed, 21 Oct 2015 07:28:00 GMT", "-5", "9" * 80])
+def test_an_unusable_or_past_retry_after_keeps_the_backoff(http_server, header: str) -> None:  # noqa: F811
+    url, _ = http_server(_busy_then_ok(503, header, busy=2))
+    delays: list[float] = []
+    c = PromClient(url, retries=2, backoff_seconds=0.5, sleep=delays.append)
+    assert len(c.instant("up")) == 2
+    assert delays == [0.5, 1.0]
+
+
+def test_parse_retry_after() -> None:
+    now = 1_700_000_000.0
+    soon = format_datetime(datetime.fromtimestamp(now + 30, timezone.utc), usegmt=True)
+    assert promapi.parse_retry_after(" 7 ", now) == 7.0
+    assert promapi.parse_retry_after(soon, now) == pytest.approx(30.0)
+    assert promapi.parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now) == 0.0
+    for unusable in (None, "", "1.5", "-1", "\u00b2", "soon", "9" * 80, "Sun, 99 Nov 1994"):
+        assert promapi.parse_retry_after(unusable, now) is None, unusable
+
+
+# -- 6. redirects ---------------------------------------------------------------------
+
+
+def _redirect(
+    code: int, location: Callable[[str], str]
+) -> Callable[[BaseHTTPRequestHandler], None]:
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        req.rfile.read(length)
+        if req.path.startswith("/new/"):
+            reply(req, 200, BODY)
+            return
+        req.send_response(code)
+        req.send_header("Location", location(req.path))
+        req.send_header("Content-Length", "0")
+        req.end_headers()
+
+    return handle
+
+
+@pytest.mark.parametrize("long", [False, True], ids=["get", "post"])
+@pytest.mark.parametrize("code", [301, 302, 307, 308])
+def test_a_redirect_is_one_clear_error_naming_the_url_to_configure(
+    http_server,  # noqa: F811
+    code: int,
+    long: bool,
+) -> None:
+    """A 301/302 made the POST of a long query a GET without its body ("bad_data"):
+    redirects are never followed, whatever the code, and the error says what to set."""
+    url, seen = http_server(_redirect(code, lambda path: "/new" + path))
+    query = "up or " + "x" * 7000 if long else "up"
+    c = client(url, retries=2)
+    with pytest.raises(PromAPIError) as info:
+        c.instant(query)
+    assert f"answered HTTP {code}, a redirect to '{url}/new/api/v1/query'" in str(info.value)
+    assert f"set --prometheus.url to '{url}/new'" in str(info.value)
+    assert len(seen) == 1 and c.stats.error == 1  # not followed, not retried
+
+
+def test_a_redirect_to_a_login_page_says_so_without_its_query_string(http_server) -> None:  # noqa: F811
+    login = "https://user:pw@sso.example/oauth2/start?rd=%2Fapi%2Fv1%2Fquery&token=s3cret"
+    url, _ = http_server(_redirect(302, lambda _path: login))
+    with pytest.raises(PromAPIError, match="not the query API") as info:
+        client(url).instant("up")
+    assert "'https://sso.example/oauth2/start'" in str(info.value)
+    assert "s3cret" not in str(info.value) and "pw" not in str(info.value)
+
+
+def test_redirect_message_resolves_relative_locations_and_bounds_them() -> None:
+    at = "http://me:pw@prom:9090/prefix/api/v1/query_range?query=up"
+    said = promapi.redirect_message(
+        308, "../../v2/api/v1/query_range?x=1", at, "/api/v1/query_range"
+    )
+    assert said.endswith("set --prometheus.url to 'http://prom:9090/prefix/v2'")
+    assert "pw" not in said and "x=1" not in said
+    assert "without a Location" in promapi.redirect_message(301, None, at, "/api/v1/query")
+    assert "unreadable" in promapi.redirect_message(301, "http://[::1", at, "/api/v1/query")
+    assert len(promapi.redirect_message(301, "/" + "a" * 10_000, at, "/api/v1/query")) < 500
