@@ -337,13 +337,20 @@ def series_per_unit(shape: ClusterShape) -> dict[str, float]:
 
 
 def history_batches(
-    n: int, now: float, days: float = 60.0, batch: int = 50_000, seed: int = 1
+    n: int,
+    now: float,
+    days: float = 60.0,
+    batch: int = 50_000,
+    seed: int = 1,
+    epochs: int | None = None,
 ) -> Iterator[list]:
     """``n`` finished runs spread over ``days`` before ``now``, ``batch`` at a time.
 
-    Per job name a typical epoch time with noise; 5 % cancelled part-way
-    (``completed=False``). Imports the forecaster's ``Run`` late so the OpenMetrics
-    side of this module needs nothing but the standard library.
+    Per job name a typical epoch time with noise; 5 to 40 epochs planned, 5 % cancelled
+    part-way (``completed=False``); with ``epochs``, every run plans that many and
+    completes them (``bench/history_memory.py``: runs of hundreds of epochs). Imports
+    the forecaster's ``Run`` late so the OpenMetrics side of this module needs nothing
+    but the standard library.
     """
     from gpu_eta.forecaster.runs import Run
 
@@ -363,8 +370,11 @@ def history_batches(
                 "gpus": 1.0,
             }
         per = job_epoch_seconds(job) * rng.lognormvariate(0, 0.1)
-        planned = rng.choice((5, 10, 20, 40))
-        done = planned if rng.random() > 0.05 else rng.randrange(1, planned)
+        if epochs is None:
+            planned = rng.choice((5, 10, 20, 40))
+            done = planned if rng.random() > 0.05 else rng.randrange(1, planned)
+        else:
+            planned = done = epochs
         start = now - span + i * (span - 86400) / max(1, n)
         t, times = start, [(0.0, start)]
         for k in range(1, done + 1):

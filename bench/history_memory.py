@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import resource
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster_data import JOB_NAMES, MODELS, NAMESPACES, job_epoch_seconds
+from cluster_data import history_batches
 
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.runs import Run
@@ -35,39 +34,9 @@ FIT_RUNS = CycleSettings().fit_runs  # the service's --model.fit-runs default
 
 
 def long_runs(n: int, epochs: int, now: float, seed: int = 1) -> list[Run]:
-    """``n`` finished runs of ``epochs`` epochs each, one epoch end per epoch, over the
-    60 days before ``now``; job names, GPU models and namespaces as the cluster
-    benchmarks' (``cluster_data``)."""
-    rng = random.Random(seed)
-    span = 60 * 86400.0
-    out = []
-    for i in range(n):
-        job = rng.randrange(JOB_NAMES)
-        feats = {
-            "job_name": f"train-{job}",
-            "gpu_model": MODELS[job % len(MODELS)],
-            "namespace": f"team-{job % NAMESPACES}",
-            "gpus": 1.0,
-        }
-        per = job_epoch_seconds(job) / 10 * rng.lognormvariate(0, 0.1)
-        t = start = now - span + i * (span - 86400) / max(1, n)
-        times = [(0.0, start)]
-        for k in range(1, epochs + 1):
-            t += per * rng.lognormvariate(0, 0.05)
-            times.append((float(k), t))
-        out.append(
-            Run(
-                run_id=f"h{i:07d}",
-                epochs_planned=float(epochs),
-                epoch_times=tuple(times),
-                features=feats,
-                completed=True,
-                namespace=feats["namespace"],
-                pod=f"train-{job}-h{i:07d}",
-                container="main",
-            )
-        )
-    return out
+    """``n`` finished runs of ``epochs`` epochs each, one epoch end per epoch: the
+    cluster benchmarks' history (``cluster_data.history_batches``) with that plan."""
+    return [run for part in history_batches(n, now, seed=seed, epochs=epochs) for run in part]
 
 
 def child(db: Path, fit_points: int) -> dict:
