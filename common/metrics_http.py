@@ -23,6 +23,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from gpu_eta.common.listen import listening_socket
+
 log = logging.getLogger(__name__)
 
 Health = Callable[[], tuple[bool, str]]
@@ -75,11 +77,20 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Bind now (``OSError`` if the address is taken), then serve in a thread."""
+        """Bind now (``OSError`` if the address is taken), then serve in a thread.
+
+        The socket is ``listening_socket``'s: an empty host listens on IPv4 and IPv6
+        where the node has IPv6, so an IPv6-only cluster's Prometheus can scrape.
+        """
+        sock = listening_socket(self.host, self.port, _Server.request_queue_size, self._name)
         server = _Server(
             (self.host, self.port),
             _handler(self._render, self._health, self._ready, self._landing, self._name),
+            bind_and_activate=False,
         )
+        server.socket.close()  # the constructor's own (IPv4) socket, never bound
+        server.socket = sock
+        server.server_address = sock.getsockname()
         self._server = server
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(

@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import ipaddress
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from gpu_eta.common.listen import listening_socket
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress import MAX_BODY_BYTES, ReportError, parse_report
 from gpu_eta.exporter.progress_store import ProgressStore
@@ -298,37 +297,6 @@ def peer_address(address: str) -> str:
         return address
     mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
     return str(mapped if mapped is not None else ip)
-
-
-def listening_socket(host: str, port: int, backlog: int = 256) -> socket.socket:
-    """A bound, listening TCP socket for ``host:port``.
-
-    An empty host or ``::`` means every address: one dual-stack IPv6 socket where
-    the node has IPv6 (IPv4 senders arrive as ``::ffff:a.b.c.d``, see
-    ``peer_address``), else IPv4 only. Why: an IPv4-only default refused every pod
-    of an IPv6 or dual-stack cluster. A node without IPv6 (module not loaded,
-    ``ipv6.disable=1``) falls back to IPv4 with one info line; a port in use is
-    an error either way (``OSError``, the caller's one-line start-up error).
-    """
-    if host in ("", "::") and socket.has_dualstack_ipv6():
-        try:
-            return socket.create_server(
-                (host, port), family=socket.AF_INET6, backlog=backlog, dualstack_ipv6=True
-            )
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE or host == "::":
-                raise
-            log.info("progress: cannot listen on IPv6 (%s); listening on IPv4 only", err)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 _REASONS = {
@@ -634,7 +602,7 @@ class _Server:
 
     def __init__(self, listener: ProgressListener, host: str, port: int):
         self.listener = listener
-        self.sock = listening_socket(host, port)
+        self.sock = listening_socket(host, port, name="progress")
         self.sock.setblocking(False)
         self.port = int(self.sock.getsockname()[1])
         self.loop = asyncio.new_event_loop()

@@ -79,3 +79,27 @@ def test_port_in_use_raises_oserror(served) -> None:
     with pytest.raises(OSError):
         other.start()
     other.stop()
+
+
+def test_every_address_means_ipv4_and_ipv6_where_the_node_has_ipv6() -> None:
+    """``:PORT`` (the default host) is reachable from an IPv6-only cluster's Prometheus
+    as from an IPv4 one; ``[::1]:PORT`` binds IPv6 alone."""
+    import socket
+
+    if not socket.has_dualstack_ipv6():
+        pytest.skip("this machine has no IPv6")
+    server = MetricsServer("", 0, lambda accept: (b"up 1\n", TEXT_FORMAT))
+    server.start()
+    try:
+        for url in (f"http://127.0.0.1:{server.port}", f"http://[::1]:{server.port}"):
+            assert requests.get(f"{url}/metrics", timeout=5).text == "up 1\n", url
+    finally:
+        server.stop()
+    only_v6 = MetricsServer("::1", 0, lambda accept: (b"up 1\n", TEXT_FORMAT))
+    only_v6.start()
+    try:
+        assert requests.get(f"http://[::1]:{only_v6.port}/healthz", timeout=5).ok
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{only_v6.port}/healthz", timeout=5)
+    finally:
+        only_v6.stop()

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpu_eta.exporter import progress_http
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
@@ -113,7 +112,7 @@ def test_an_ipv6_socket_that_cannot_be_made_falls_back_to_ipv4(monkeypatch, capl
 
     monkeypatch.setattr(socket, "has_dualstack_ipv6", lambda: True)
     monkeypatch.setattr(socket, "create_server", no_ipv6)
-    with caplog.at_level(logging.INFO, logger=progress_http.__name__):
+    with caplog.at_level(logging.INFO, logger="gpu_eta.common.listen"):
         for lst in listen(""):
             assert lst._server.sock.family == socket.AF_INET
             assert post("127.0.0.1", lst.port, source=POD4.ip).startswith(b"HTTP/1.1 200 ")
