@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import enum
 import json
+import logging
 import os
 import sys
 import time
@@ -170,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-eta top: {err}", file=sys.stderr)
         return ExitCode.USAGE
     tz = timezone.utc if args.utc else datetime.now().astimezone().tzinfo
+    lines = _StderrLines()
+    logging.getLogger("gpu_eta").addHandler(lines)
     try:
         if args.json:
             view = refresh(client, args.idle_window, args.idle_threshold)
@@ -198,7 +201,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return ExitCode.OK
     finally:
+        logging.getLogger("gpu_eta").removeHandler(lines)
         client.close()
+
+
+class _StderrLines(logging.Handler):
+    """The client's warnings (series it left out of an answer) as ``gpu-eta top: …``
+    lines on the current stderr, like top's own errors. Why: without a handler they
+    reached Python's last-resort handler, unprefixed; with rich's live view they are
+    shown above it (it redirects stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(f"gpu-eta top: {record.getMessage()}", file=sys.stderr)
+        except Exception:  # a log line must never end the view
+            self.handleError(record)
 
 
 def _reader_gone() -> int:

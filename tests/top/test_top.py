@@ -432,6 +432,21 @@ def test_an_answer_that_is_not_a_prometheus_vector_is_one_line_and_exit_1(
     assert err.count("\n") == 1 and says in err, err
 
 
+def test_a_bad_series_is_left_out_with_a_prefixed_line_and_the_view_goes_on(
+    http_server,  # noqa: F811
+) -> None:
+    """One series of an answer with a malformed label set: the rest is shown, exit 0,
+    and what was left out is said on stderr as top's other messages are."""
+    items = [{"metric": "not a mapping", "value": [NOW, "1"]}, vec(1, pod="fine")]
+    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": items}})
+    url, _ = http_server(lambda r: reply(r, 200, body.encode()))
+    code, out, err = run_top("--prometheus.url", url, "--json")
+    assert code == 0 and json.loads(out)
+    lines = err.splitlines()
+    assert lines and all(line.startswith("gpu-eta top: ") for line in lines), err
+    assert "skipped 1 of 2 series" in lines[0], err
+
+
 def test_a_live_view_shows_the_error_and_no_credentials(http_server) -> None:  # noqa: F811
     url, _ = http_server(lambda r: reply(r, 503, b"busy"))
     secret_url = url.replace("http://", "http://me:pw@")
