@@ -267,18 +267,19 @@ class ProgressListener:
 def report_container(pod: PodMeta, named: str | None) -> str:
     """The container a report from ``pod`` is filed under.
 
-    The body's ``container`` when it is one of the pod's containers, else the pod's
-    first container. While the pod's containers are not known yet (no runtime ids in
-    its status), ``""``: a name the exporter cannot check must not become a label
-    value and a store key, or one pod posting many names would fill the store and
-    evict every other pod's progress (at most one row per pod this way). Reports
-    after the pod watch knows the containers are filed under the right one; the
-    ``""`` row stays until the pod is gone (usually never made: a container posts
-    progress well after its runtime id is in the pod's status).
+    The body's ``container`` when it is one of the pod's containers (its spec's
+    names, known from the pod's creation; else those with a runtime id), else the
+    pod's first container. With neither known, ``""``: a name the exporter cannot
+    check must not become a label value and a store key, or one pod posting many
+    names would fill the store and evict every other pod's progress (at most one row
+    per pod this way). Why the spec: a container reporting in its first second,
+    before the kubelet wrote its runtime id, was filed under ``""`` and its later
+    reports under its name, two runs of one.
     """
-    if named is not None and named in pod.container_ids:
+    known = pod.containers or tuple(pod.container_ids)
+    if named is not None and named in known:
         return named
-    return next(iter(pod.container_ids), "")
+    return known[0] if known else ""
 
 
 def peer_address(address: str) -> str:

@@ -101,6 +101,9 @@ class PodMeta:
     owner_name: str = ""
     # container name -> runtime container id without the "containerd://" prefix
     container_ids: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    # the containers' names in the pod spec (known from the pod's creation, before any
+    # runtime id): which names a progress report may give
+    containers: tuple[str, ...] = ()
     # earliest of start + spec.activeDeadlineSeconds, its Job's start + the Job's, and
     # the gpu-eta.io/deadline annotation
     deadline_timestamp: float | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import socket
 import time
 from pathlib import Path
@@ -62,7 +63,10 @@ class Runtime:
         if any(c.needs_progress_store for c in enabled):
             store_mod = _import("progress", "gpu_eta.exporter.progress_store")
             state = Path(cfg.progress_state_file) if cfg.progress_state_file else None
-            if state is not None and state.exists() and not state.is_file():
+            # os.path.isdir is False on any error (EACCES, a denied SELinux label): the
+            # store then handles an unreadable path itself, as it must (Path.exists
+            # raised PermissionError here, and the exporter refused to start at all)
+            if state is not None and os.path.isdir(state):
                 # a mistake in the flag, not stored progress: say so now (the store
                 # would run without persisting, every report answered 503)
                 raise StartupError(

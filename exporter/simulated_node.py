@@ -257,6 +257,7 @@ def pod_meta(pod: PodSpec, anchor: float) -> PodMeta:
         owner_kind=pod.owner_kind,
         owner_name=pod.owner_name,
         container_ids={c.name: c.container_id for c in pod.containers},
+        containers=tuple(c.name for c in pod.containers),
         deadline_timestamp=deadline,
     )
 

@@ -239,6 +239,19 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
             if cname and cid and cname not in container_ids:
                 container_ids[cname] = cid
 
+    names = spec.get("containers")
+    containers = tuple(
+        dict.fromkeys(
+            n
+            for n in (
+                _str(c.get("name"), 63)
+                for c in (names[:MAX_CONTAINERS] if isinstance(names, list) else ())
+                if isinstance(c, dict)
+            )
+            if n
+        )
+    )
+
     start = _parse_rfc3339(status.get("startTime", ""))
     annotations = _bounded_map(meta.get("annotations"), MAX_ANNOTATIONS, MAX_ANNOTATION_VALUE_CHARS)
     deadlines: list[float] = []
@@ -268,6 +281,7 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
         owner_kind=owner_kind,
         owner_name=owner_name,
         container_ids=MappingProxyType(container_ids),
+        containers=containers,
         deadline_timestamp=min(deadlines) if deadlines else None,
     )
 

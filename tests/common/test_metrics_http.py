@@ -11,6 +11,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.readings import DeviceReading
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
+from tests.support.net import has_ipv6_loopback
 
 
 @pytest.fixture
@@ -86,8 +87,8 @@ def test_every_address_means_ipv4_and_ipv6_where_the_node_has_ipv6() -> None:
     as from an IPv4 one; ``[::1]:PORT`` binds IPv6 alone."""
     import socket
 
-    if not socket.has_dualstack_ipv6():
-        pytest.skip("this machine has no IPv6")
+    if not (socket.has_dualstack_ipv6() and has_ipv6_loopback()):
+        pytest.skip("this machine has no usable IPv6")
     server = MetricsServer("", 0, lambda accept: (b"up 1\n", TEXT_FORMAT))
     server.start()
     try:

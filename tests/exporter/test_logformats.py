@@ -222,6 +222,7 @@ HOSTILE_LINES = {
     "every latin-1 character, 64 KiB": _fill(bytes(range(256)).decode("latin-1"), K64),
     "rich bar, a newline after 8 KiB of •": "Epoch 1/2 ━ 1/2 " + "•" * (K8 - 20) + "\nx",  # 0.2 s
     "|/ then 64 KiB of spaces": "|/" + " " * (K64 - 2),  # 54 s
+    "Keras bar of 16,000 ━ then a newline": "1/2 " + "━" * 16000 + "\n",  # 0.8 s
 }
 
 
@@ -311,7 +312,8 @@ def test_rich_bar_metrics_follow_the_last_bullet():
     assert (match.epoch_done, match.epochs, match.complete) == (3, 3, True)
     assert dict(match.metrics) == {"v_num": 0.0, "train_loss": 0.629}
     assert parse_line(line.replace("•", "-")) is None  # no "•": not the rich bar
-    assert parse_line(line + "\n") is None  # nor across a newline, as before
+    # one line: a trailing newline is the same line; what follows a newline is not it
+    assert parse_line(line + "\n") == match and parse_line("x\n" + line) is None
 
 
 @pytest.mark.parametrize(

@@ -18,19 +18,11 @@ import pytest
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from tests.support.net import has_ipv6_loopback
 
 POD4 = PodMeta("ml", "v4", "uid-4", ip="127.0.0.2", container_ids={"main": "c4"})
 POD6 = PodMeta("ml", "v6", "uid-6", ip="::1", container_ids={"main": "c6"})
 BODY = json.dumps({"epoch": 1, "epochs": 3}).encode()
-
-
-def has_ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
-            sock.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
 
 
 def post(host: str, port: int, source: str) -> bytes:
@@ -154,3 +146,31 @@ def test_unchecked_container_names_file_under_one_row_per_pod():
     body = json.dumps({"epoch": 1, "epochs": 3, "container": "b"}).encode()
     assert lst.handle(known.ip, len(body), body)[0] == 200
     assert ("new", "b") in {(p.pod, p.container) for p in store.snapshot()}
+
+
+def test_a_container_reporting_before_its_runtime_id_keeps_one_row():
+    """The spec's container names are known from the pod's creation: a report in the
+    container's first second (no runtime id in the status yet) is filed under its
+    name, as the later ones are: one run, not an orphan ``""`` row beside it."""
+    early = PodMeta("ml", "trainer-pod", "u3", ip="10.0.0.5", containers=("sidecar", "trainer"))
+    later = PodMeta(
+        "ml",
+        "trainer-pod",
+        "u3",
+        ip="10.0.0.5",
+        containers=("sidecar", "trainer"),
+        container_ids={"sidecar": "s1", "trainer": "t1"},
+    )
+    pods = {early.ip: early}
+    store = ProgressStore()
+    lst = ProgressListener("127.0.0.1", 0, store, pods.get, lambda: list(pods.values()))
+    for epoch, pod in ((1, early), (3, later)):
+        pods[pod.ip] = pod
+        lst._lookups.clear()
+        body = json.dumps({"epoch": epoch, "epochs": 5, "container": "trainer"}).encode()
+        assert lst.handle(pod.ip, len(body), body)[0] == 200
+    assert [(p.container, p.epoch) for p in store.snapshot()] == [("trainer", 3.0)]
+    # a name not in the spec is not a label value: the pod's first container
+    body = json.dumps({"epoch": 4, "epochs": 5, "container": "made-up"}).encode()
+    assert lst.handle(later.ip, len(body), body)[0] == 200
+    assert {p.container for p in store.snapshot()} == {"trainer", "sidecar"}

@@ -95,6 +95,9 @@ def test_pod_meta_from_a_real_training_pod() -> None:
         "trainer": "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b",
         "log-shipper": "7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c",
     }
+    # the spec's names, in the spec's order (a report may name them before any runtime id)
+    spec = json.loads((FIXTURES / "pod-training.json").read_text())["spec"]["containers"]
+    assert meta.containers == tuple(c["name"] for c in spec) and "trainer" in meta.containers
     start = 1795237202.0  # 2026-11-21T05:00:02Z
     assert meta.start_timestamp == start
     # annotation 12:00Z is earlier than start + 86400 s: the earliest deadline wins
