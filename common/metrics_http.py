@@ -23,7 +23,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from gpu_eta.common.listen import listening_socket
+from gpu_eta.common.listen_socket import listening_socket
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from gpu_eta.common.listen import listening_socket
+from gpu_eta.common.listen_socket import listening_socket
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress import MAX_BODY_BYTES, ReportError, parse_report
 from gpu_eta.exporter.progress_store import ProgressStore

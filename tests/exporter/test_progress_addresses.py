@@ -104,7 +104,7 @@ def test_an_ipv6_socket_that_cannot_be_made_falls_back_to_ipv4(monkeypatch, capl
 
     monkeypatch.setattr(socket, "has_dualstack_ipv6", lambda: True)
     monkeypatch.setattr(socket, "create_server", no_ipv6)
-    with caplog.at_level(logging.INFO, logger="gpu_eta.common.listen"):
+    with caplog.at_level(logging.INFO, logger="gpu_eta.common.listen_socket"):
         for lst in listen(""):
             assert lst._server.sock.family == socket.AF_INET
             assert post("127.0.0.1", lst.port, source=POD4.ip).startswith(b"HTTP/1.1 200 ")
