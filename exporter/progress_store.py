@@ -11,26 +11,25 @@ only while the container has no HTTP progress, or when its HTTP progress is olde
 than ``HTTP_PRECEDENCE_SECONDS`` than the latest log progress (a reporter that
 died while the job keeps printing). Both are kept, so the log view is ready the
 moment HTTP reports stop.
+
+This module is the in-memory store and its orchestration (merge, eviction, save,
+journal replay at start); reading the state file and journal back, parsing them and
+keeping damaged files aside is plain file handling, in ``progress_state_file``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import shutil
-import stat
 import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from pathlib import Path
-from types import MappingProxyType
 
-from gpu_eta.common.versioned_json import load_versioned
-from gpu_eta.exporter.progress import Report, ReportError, advance, check_progress, check_report
+from gpu_eta.exporter import progress_state_file
+from gpu_eta.exporter.progress import Report, advance, check_report
 from gpu_eta.exporter.progress_journal import (
     Ack,
     Journal,
@@ -39,34 +38,26 @@ from gpu_eta.exporter.progress_journal import (
     encode_removal,
     read_journal,
 )
+from gpu_eta.exporter.progress_state_file import (
+    SOURCES,
+    STATE_VERSION,
+    StateError,
+    StateFile,
+    fsync_dir,
+    parse_state,
+    progress_from_row,
+    progress_to_row,
+    read_stored,
+    set_aside,
+)
 from gpu_eta.exporter.readings import Progress
 
 log = logging.getLogger(__name__)
 
 HTTP_PRECEDENCE_SECONDS = 600.0
 DEFAULT_MAX_ENTRIES = 4096
-STATE_VERSION = 1
-MAX_STATE_BYTES = 64 << 20  # 4,096 rows are ~2 MB: anything near this is not ours
-# A state file or journal that cannot be read is read again this often (a transient
-# EIO or NFS hiccup passes) before it is moved aside.
-READ_ATTEMPTS = 3
-READ_RETRY_SECONDS = 0.2
-_SOURCES = ("http", "log")
 
 Key = tuple[str, str, str, str]  # namespace, pod, container, source
-
-
-class StateError(ValueError):
-    """The state file as a whole is unusable (not JSON, another version...)."""
-
-
-@dataclass(frozen=True)
-class StateFile:
-    """What ``parse_state`` read: the good rows, how many were damaged, the journal mark."""
-
-    rows: tuple[Progress, ...]
-    damaged: int
-    journal_seq: int
 
 
 class ProgressStore:
@@ -151,7 +142,7 @@ class ProgressStore:
         whatever the source, as the HTTP path refuses it (a log marker line must not
         store what a POST would be refused for).
         """
-        if source not in _SOURCES:
+        if source not in SOURCES:
             raise ValueError(f"unknown progress source {source!r}")
         check_report(report, now=now)
         key = (namespace, pod, container, source)
@@ -169,7 +160,7 @@ class ProgressStore:
             self._dirty = True
             if self.journal is not None:
                 self._seq += 1
-                self.journal.append(key, encode_line(self._seq, _to_json(new)), on_durable)
+                self.journal.append(key, encode_line(self._seq, progress_to_row(new)), on_durable)
             self._evict()  # after the row: an evicted new entry is journaled as removed
         if on_durable is not None and self.journal is None and self.journaled:
             on_durable(False)  # not_persisting: applied in memory, never on disk
@@ -282,7 +273,7 @@ class ProgressStore:
         with self._lock:
             if not self._dirty:
                 return True
-            rows = [_to_json(p) for p in self._entries.values()]
+            rows = [progress_to_row(p) for p in self._entries.values()]
             seq = self._seq
             self._dirty = False
         path = self._state_path
@@ -296,7 +287,7 @@ class ProgressStore:
                     fh.flush()
                     os.fsync(fh.fileno())
                 os.replace(tmp, path)
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
@@ -343,68 +334,31 @@ class ProgressStore:
         self._evict()
 
     def _read(self, path: Path, what: str) -> bytes | None:
-        """The bytes of ``path`` (at most ``MAX_STATE_BYTES + 1``); None when nothing
-        is stored there or it could not be read (then it is kept aside, see below).
+        """``read_stored``: the bytes of ``path``, or None (nothing there, or it could
+        not be read and was kept aside); when it could be neither read nor kept aside,
+        nothing may be written any more (``not_persisting``)."""
+        stored = read_stored(path, what)
+        # a file left in place (no regular file) states the reason; otherwise the
+        # first reason found stands
+        if stored.not_persisting is not None and (stored.in_place or self.not_persisting is None):
+            self.not_persisting = stored.not_persisting
+        return stored.data
 
-        Why not "log and start empty" on a read error: the next ``save`` (at once
-        after a journal replay, else within ``save_interval``) replaces the state file
-        and empties the journal, so one EIO or a permission slip would destroy
-        progress already answered 200. A failed read is tried again (a transient
-        error passes); a file that still cannot be read is moved aside to
-        ``<name>.unreadable-<time>``, where it stays for a human (nothing lost), and
-        the store starts without it: the exporter keeps serving GPU metrics and new
-        progress. What is not a regular file (a directory, a FIFO) is not moved, and
-        neither is a file the move fails for: then nothing is written
-        (``not_persisting``). The file is opened non-blocking, so a FIFO put there
-        cannot hang the start.
-        """
-        error: OSError | None = None
-        for attempt in range(READ_ATTEMPTS):
-            if attempt:
-                time.sleep(READ_RETRY_SECONDS)
-            try:
-                with open(path, "rb", opener=_open_nonblocking) as fh:
-                    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                        error = OSError("not a regular file")
-                        break
-                    return fh.read(MAX_STATE_BYTES + 1)
-            except (FileNotFoundError, NotADirectoryError):
-                return None  # nothing can be stored there
-            except IsADirectoryError:
-                error = OSError("a directory")
-                break
-            except OSError as err:
-                error = err
-        reason = f"{what}: cannot read {path}: {error}"
-        try:
-            regular = stat.S_ISREG(os.stat(path).st_mode)
-        except OSError:
-            regular = True  # cannot tell: moving it aside keeps it whatever it is
-        if not regular:
-            self.not_persisting = reason
-            return None
-        aside = self._keep_aside(path, move=True, why="unreadable", reason=reason)
-        if aside is not None:
-            log.error("%s; moved to %s (kept for a human), starting without it", reason, aside)
-        return None
-
-    def _keep_aside(
-        self, path: Path, *, move: bool, why: str, reason: str | None = None
-    ) -> str | None:
-        """``_set_aside``; if it fails, nothing may be written any more
+    def _keep_aside(self, path: Path, *, move: bool, why: str) -> str | None:
+        """``set_aside``; if it fails, nothing may be written any more
         (``not_persisting``): the next save would destroy the only copy."""
-        aside = _set_aside(path, move=move, why=why)
+        aside = set_aside(path, move=move, why=why)
         if aside is None and self.not_persisting is None:
-            what = reason or f"progress state: {path} is damaged"
-            self.not_persisting = f"{what}, and it cannot be kept aside"
+            self.not_persisting = f"progress state: {path} is damaged, and it cannot be kept aside"
         return aside
 
     def _replay(self, path: Path, after: int) -> None:
         data = self._read(path, "progress journal")
         if data is None:
             return
-        oversized = len(data) > MAX_STATE_BYTES
-        lines, damaged, torn = read_journal(data[:MAX_STATE_BYTES])
+        limit = progress_state_file.MAX_STATE_BYTES  # the one read_stored read up to
+        oversized = len(data) > limit
+        lines, damaged, torn = read_journal(data[:limit])
         applied = 0
         for seq, row in lines:
             self._seq = max(self._seq, seq)
@@ -431,7 +385,7 @@ class ProgressStore:
                     "progress journal: %s is over %d bytes: %d report(s) and removal(s) "
                     "replayed from its start; moved to %s (kept for a human)",
                     path,
-                    MAX_STATE_BYTES,
+                    limit,
                     applied,
                     aside,
                 )
@@ -455,28 +409,6 @@ class ProgressStore:
             )
 
 
-def parse_state(data: bytes) -> StateFile:
-    """State-file bytes → the usable rows (pure; ``StateError`` if nothing is usable).
-
-    A damaged row is skipped and counted, not a reason to drop the others.
-    """
-    loaded = load_versioned(data, version=STATE_VERSION, max_size=MAX_STATE_BYTES, error=StateError)
-    rows = loaded.get("progress")
-    if not isinstance(rows, list):
-        raise StateError("progress is not a list")
-    seq = loaded.get("journal_seq", 0)
-    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**62:
-        raise StateError("journal_seq is not a count")
-    good: list[Progress] = []
-    damaged = 0
-    for row in rows:
-        try:
-            good.append(progress_from_row(row))
-        except ValueError:
-            damaged += 1
-    return StateFile(tuple(good), damaged, seq)
-
-
 def _key(progress: Progress) -> Key:
     return (progress.namespace, progress.pod, progress.container, progress.source)
 
@@ -485,117 +417,8 @@ def _journal_path(state: Path) -> Path:
     return state.with_name(state.name + ".journal")
 
 
-def _set_aside(path: Path, *, move: bool, why: str = "corrupt") -> str | None:
-    """Move (or copy) a file to ``<name>.<why>-<unix time>[-<n>]``; its new name, or
-    None (logged) when that failed.
-
-    The name is one no file has yet: two set-asides in the same second (the state
-    file and, after a quick restart, again) must not overwrite each other's copy.
-    """
-    stamp = int(time.time())
-    aside = path.with_name(f"{path.name}.{why}-{stamp}")
-    n = 1
-    while os.path.lexists(aside):
-        aside = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
-        n += 1
-    created = False
-    try:
-        if move:
-            os.rename(path, aside)
-        else:
-            with open(path, "rb") as src, open(aside, "xb") as dst:
-                created = True
-                shutil.copyfileobj(src, dst)
-                dst.flush()
-                os.fsync(dst.fileno())
-    except OSError as err:
-        if created:
-            with contextlib.suppress(OSError):
-                aside.unlink()  # a partial copy would pass for the whole file
-        log.error("progress state: cannot keep %s aside as %s: %s", path, aside.name, err)
-        return None
-    return aside.name
-
-
-def _open_nonblocking(path: str, flags: int) -> int:
-    """``open`` opener: O_NONBLOCK, so opening a FIFO put at the path does not wait
-    for a writer (it is then refused as not a regular file)."""
-    return os.open(path, flags | os.O_NONBLOCK)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable (the directory entry), where the platform allows."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _winner(a: Progress, b: Progress) -> Progress:
     http, logs = (a, b) if a.source == "http" else (b, a)
     if logs.last_report_timestamp > http.last_report_timestamp + HTTP_PRECEDENCE_SECONDS:
         return logs
     return http
-
-
-def _to_json(progress: Progress) -> dict:
-    row = {name: getattr(progress, name) for name in (*_STR_FIELDS, *_NUM_FIELDS, *_OPT_FIELDS)}
-    row["metrics"] = dict(progress.metrics)
-    return row
-
-
-_STR_FIELDS = ("namespace", "pod", "container", "run_id", "source")
-_NUM_FIELDS = ("run_start_timestamp", "last_report_timestamp")
-_OPT_FIELDS = ("epoch", "epochs", "step", "steps", "batch_size", "epoch_end_timestamp")
-
-
-def progress_from_row(row: object) -> Progress:
-    """A state-file or journal row back into ``Progress``; ``ValueError`` if damaged.
-
-    Type-checked here, then held to the same bounds as a report (``check_progress``):
-    the file may be damaged or edited by hand.
-    """
-    if not isinstance(row, dict):
-        raise ValueError("row is not an object")
-    for name in _STR_FIELDS:
-        if not isinstance(row.get(name), str):
-            raise ValueError(f"{name} is not a string")
-    if row["source"] not in _SOURCES:
-        raise ValueError("bad source")
-    for name in _NUM_FIELDS:
-        if isinstance(row.get(name), bool) or not isinstance(row.get(name), int | float):
-            raise ValueError(f"{name} is not a number")
-    for name in _OPT_FIELDS:
-        value = row.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise ValueError(f"{name} is not a number")
-    metrics = row.get("metrics") or {}
-    if not isinstance(metrics, dict) or not all(
-        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
-        for k, v in metrics.items()
-    ):
-        raise ValueError("metrics is not an object of numbers")
-    try:
-        base = Progress(
-            **{name: row[name] for name in _STR_FIELDS},
-            **{name: float(row[name]) for name in _NUM_FIELDS},
-        )
-    except OverflowError:
-        raise ValueError("a number is too large") from None
-    try:
-        progress = replace(
-            base,
-            **{name: None if row.get(name) is None else float(row[name]) for name in _OPT_FIELDS},
-            metrics=MappingProxyType({k: float(v) for k, v in metrics.items()}),
-        )
-        return check_progress(progress)
-    except OverflowError:
-        raise ValueError("a number is too large") from None
-    except ReportError as err:
-        raise ValueError(str(err)) from None

@@ -27,7 +27,8 @@ from gpu_eta.exporter.logformats import parse_line
 from gpu_eta.exporter.progress import InvalidReport, Report, check_report, parse_report
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_journal import encode_line, read_journal
-from gpu_eta.exporter.progress_store import ProgressStore, StateError, parse_state
+from gpu_eta.exporter.progress_state_file import StateError, parse_state
+from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import PROGRESS_RESULTS
 

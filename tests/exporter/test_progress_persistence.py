@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from gpu_eta.exporter import progress_store
+from gpu_eta.exporter import progress_state_file
 from gpu_eta.exporter.collectors import StartupError
 from gpu_eta.exporter.progress import InvalidReport, Report, parse_report
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_journal import read_journal
-from gpu_eta.exporter.progress_store import ProgressStore, parse_state
+from gpu_eta.exporter.progress_state_file import parse_state
+from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 
 NOW = time.time()  # run_start is checked against it: keep it a real "now"
@@ -64,7 +65,7 @@ def fail_reads(monkeypatch: pytest.MonkeyPatch, path: Path, times: int | None) -
             raise OSError(errno.EIO, "Input/output error", str(file))
         return open(file, mode, *args, **kwargs)  # the store closes it
 
-    monkeypatch.setattr(progress_store, "open", flaky_open, raising=False)
+    monkeypatch.setattr(progress_state_file, "open", flaky_open, raising=False)
     return failed
 
 
@@ -310,7 +311,7 @@ def test_an_oversized_journal_is_moved_aside_whole(tmp_path, monkeypatch):
     path = tmp_path / "progress.json"
     before = journal_only_store(path, names="abcdefghijklmnopqrst")
     limit = len(before) // 2
-    monkeypatch.setattr(progress_store, "MAX_STATE_BYTES", limit)
+    monkeypatch.setattr(progress_state_file, "MAX_STATE_BYTES", limit)
     store = ProgressStore(path, save_interval_seconds=0)  # replays, then saves
     served = pods(store)
     store.close()

@@ -1,0 +1,244 @@
+"""The progress store's files read back from disk, and what happens when they are bad.
+
+``read_stored`` reads a state file or journal (bounded, retried, non-blocking) and
+moves one that cannot be read aside; ``set_aside`` keeps a damaged file under a name
+no earlier copy has; ``parse_state`` and ``progress_from_row`` / ``progress_to_row``
+turn the state file's JSON into ``Progress`` rows and back. Separate from
+``progress_store`` because none of it touches the store's map or lock: it is file
+handling and parsing, fuzzed (``bench/fuzz_campaign.py``) and tested on its own,
+while the store decides what a bad file means for persisting (``not_persisting``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import stat
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+
+from gpu_eta.common.versioned_json import load_versioned
+from gpu_eta.exporter.progress import ReportError, check_progress
+from gpu_eta.exporter.readings import Progress
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+MAX_STATE_BYTES = 64 << 20  # 4,096 rows are ~2 MB: anything near this is not ours
+# A state file or journal that cannot be read is read again this often (a transient
+# EIO or NFS hiccup passes) before it is moved aside.
+READ_ATTEMPTS = 3
+READ_RETRY_SECONDS = 0.2
+SOURCES = ("http", "log")
+
+
+class StateError(ValueError):
+    """The state file as a whole is unusable (not JSON, another version...)."""
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """What ``parse_state`` read: the good rows, how many were damaged, the journal mark."""
+
+    rows: tuple[Progress, ...]
+    damaged: int
+    journal_seq: int
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What ``read_stored`` found at a path.
+
+    ``data``: the bytes (at most ``MAX_STATE_BYTES + 1``), or None when nothing is
+    stored there or it could not be read. ``not_persisting``: why nothing may be
+    written any more (the unreadable file could not be kept aside), else None.
+    ``in_place``: that file is no regular file and was left where it is.
+    """
+
+    data: bytes | None
+    not_persisting: str | None = None
+    in_place: bool = False
+
+
+def read_stored(path: Path, what: str) -> Stored:
+    """The bytes of ``path``; a file that cannot be read is kept aside (see below).
+
+    Why not "log and start empty" on a read error: the store's next save (at once
+    after a journal replay, else within its save interval) replaces the state file
+    and empties the journal, so one EIO or a permission slip would destroy progress
+    already answered 200. A failed read is tried again (a transient error passes); a
+    file that still cannot be read is moved aside to ``<name>.unreadable-<time>``,
+    where it stays for a human (nothing lost), and the store starts without it: the
+    exporter keeps serving GPU metrics and new progress. What is not a regular file
+    (a directory, a FIFO) is not moved, and neither is a file the move fails for:
+    then the result's ``not_persisting`` says why nothing may be written. The file is
+    opened non-blocking, so a FIFO put there cannot hang the start.
+    """
+    error: OSError | None = None
+    for attempt in range(READ_ATTEMPTS):
+        if attempt:
+            time.sleep(READ_RETRY_SECONDS)
+        try:
+            with open(path, "rb", opener=_open_nonblocking) as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    error = OSError("not a regular file")
+                    break
+                return Stored(fh.read(MAX_STATE_BYTES + 1))
+        except (FileNotFoundError, NotADirectoryError):
+            return Stored(None)  # nothing can be stored there
+        except IsADirectoryError:
+            error = OSError("a directory")
+            break
+        except OSError as err:
+            error = err
+    reason = f"{what}: cannot read {path}: {error}"
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        regular = True  # cannot tell: moving it aside keeps it whatever it is
+    if not regular:
+        return Stored(None, not_persisting=reason, in_place=True)
+    aside = set_aside(path, move=True, why="unreadable")
+    if aside is None:
+        return Stored(None, not_persisting=f"{reason}, and it cannot be kept aside")
+    log.error("%s; moved to %s (kept for a human), starting without it", reason, aside)
+    return Stored(None)
+
+
+def set_aside(path: Path, *, move: bool, why: str = "corrupt") -> str | None:
+    """Move (or copy) a file to ``<name>.<why>-<unix time>[-<n>]``; its new name, or
+    None (logged) when that failed.
+
+    The name is one no file has yet: two set-asides in the same second (the state
+    file and, after a quick restart, again) must not overwrite each other's copy.
+    """
+    stamp = int(time.time())
+    aside = path.with_name(f"{path.name}.{why}-{stamp}")
+    n = 1
+    while os.path.lexists(aside):
+        aside = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
+        n += 1
+    created = False
+    try:
+        if move:
+            os.rename(path, aside)
+        else:
+            with open(path, "rb") as src, open(aside, "xb") as dst:
+                created = True
+                shutil.copyfileobj(src, dst)
+                dst.flush()
+                os.fsync(dst.fileno())
+    except OSError as err:
+        if created:
+            with contextlib.suppress(OSError):
+                aside.unlink()  # a partial copy would pass for the whole file
+        log.error("progress state: cannot keep %s aside as %s: %s", path, aside.name, err)
+        return None
+    return aside.name
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename durable (the directory entry), where the platform allows."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """``open`` opener: O_NONBLOCK, so opening a FIFO put at the path does not wait
+    for a writer (it is then refused as not a regular file)."""
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
+# -- the state file's contents ---------------------------------------------------------
+
+
+def parse_state(data: bytes) -> StateFile:
+    """State-file bytes → the usable rows (pure; ``StateError`` if nothing is usable).
+
+    A damaged row is skipped and counted, not a reason to drop the others.
+    """
+    loaded = load_versioned(data, version=STATE_VERSION, max_size=MAX_STATE_BYTES, error=StateError)
+    rows = loaded.get("progress")
+    if not isinstance(rows, list):
+        raise StateError("progress is not a list")
+    seq = loaded.get("journal_seq", 0)
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**62:
+        raise StateError("journal_seq is not a count")
+    good: list[Progress] = []
+    damaged = 0
+    for row in rows:
+        try:
+            good.append(progress_from_row(row))
+        except ValueError:
+            damaged += 1
+    return StateFile(tuple(good), damaged, seq)
+
+
+def progress_to_row(progress: Progress) -> dict:
+    """``Progress`` → a state-file or journal row (JSON-ready)."""
+    row = {name: getattr(progress, name) for name in (*_STR_FIELDS, *_NUM_FIELDS, *_OPT_FIELDS)}
+    row["metrics"] = dict(progress.metrics)
+    return row
+
+
+_STR_FIELDS = ("namespace", "pod", "container", "run_id", "source")
+_NUM_FIELDS = ("run_start_timestamp", "last_report_timestamp")
+_OPT_FIELDS = ("epoch", "epochs", "step", "steps", "batch_size", "epoch_end_timestamp")
+
+
+def progress_from_row(row: object) -> Progress:
+    """A state-file or journal row back into ``Progress``; ``ValueError`` if damaged.
+
+    Type-checked here, then held to the same bounds as a report (``check_progress``):
+    the file may be damaged or edited by hand.
+    """
+    if not isinstance(row, dict):
+        raise ValueError("row is not an object")
+    for name in _STR_FIELDS:
+        if not isinstance(row.get(name), str):
+            raise ValueError(f"{name} is not a string")
+    if row["source"] not in SOURCES:
+        raise ValueError("bad source")
+    for name in _NUM_FIELDS:
+        if isinstance(row.get(name), bool) or not isinstance(row.get(name), int | float):
+            raise ValueError(f"{name} is not a number")
+    for name in _OPT_FIELDS:
+        value = row.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"{name} is not a number")
+    metrics = row.get("metrics") or {}
+    if not isinstance(metrics, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+        for k, v in metrics.items()
+    ):
+        raise ValueError("metrics is not an object of numbers")
+    try:
+        base = Progress(
+            **{name: row[name] for name in _STR_FIELDS},
+            **{name: float(row[name]) for name in _NUM_FIELDS},
+        )
+    except OverflowError:
+        raise ValueError("a number is too large") from None
+    try:
+        progress = replace(
+            base,
+            **{name: None if row.get(name) is None else float(row[name]) for name in _OPT_FIELDS},
+            metrics=MappingProxyType({k: float(v) for k, v in metrics.items()}),
+        )
+        return check_progress(progress)
+    except OverflowError:
+        raise ValueError("a number is too large") from None
+    except ReportError as err:
+        raise ValueError(str(err)) from None
