@@ -31,27 +31,53 @@ migration to schema 3) are kept and used, but as a job of their own: to the mode
 finished one's ``job_name`` reads ``<name> (percent)``, since its time per unit is not
 comparable with the same job's runs counted in steps. A running one is converted to
 steps, losslessly, at its first update (which carries the steps planned).
+
+This module is the store (``HistoryStore``: its queries, caches and rules). The file's
+own handling (schema, opening and checking, migrations, setting a damaged file aside,
+transactions, what an SQLite error means) is in ``history_file``; the conversions
+between rows and ``Run`` objects, pure, in ``history_rows``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
-import os
 import sqlite3
-import sys
 import threading
-import time
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from types import MappingProxyType
 
-from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.history_file import (
+    SCHEMA_VERSION,
+    DamagedHistory,
+    Transaction,
+    connect,
+    corrupt,
+    memory_copy,
+    migrate,
+    prepare,
+    probe_write,
+    read_only,
+    set_aside,
+    why,
+)
+from gpu_eta.forecaster.history_rows import (
+    PERCENT_UNIT,
+    RUNNING_COLUMNS,
+    HistoryError,
+    StoredEnds,
+    StoredRun,
+    dump_features,
+    finished_from_row,
+    finite,
+    finite_or_zero,
+    load_features,
+    pack_epoch_times,
+    running_from_row,
+    to_learn_from,
+    unencodable,
+)
 from gpu_eta.forecaster.runs import (
     Feature,
     Run,
@@ -59,104 +85,15 @@ from gpu_eta.forecaster.runs import (
     RunKey,
     RunUpdate,
     run_key,
-    thinned,
-    validate_run,
 )
+
+# The store's public API. HistoryError and StoredRun are defined in history_rows,
+# RunUpdate and run_key in runs; they are re-exported here, where docs/forecaster.md
+# and the callers of HistoryStore find them.
+__all__ = ["HistoryError", "HistoryStore", "RunUpdate", "StoredRun", "run_key"]
 
 log = logging.getLogger(__name__)
 
-APPLICATION_ID = 0x67457461  # "gEta"
-SCHEMA_VERSION = 3
-_MAX_FEATURE_TEXT = 256
-# Schema 2 followed a run that reports only steps in percent of them (plan 100); those
-# rows are marked with this unit by the migration to schema 3 (see the module doc).
-PERCENT_UNIT = "percent"
-_JOB_SUFFIX = " (percent)"
-# How long a statement waits for another process's lock on the file before it fails
-# (SQLite's busy timeout; Python's default is 5 s). Why 30 s: an admin's ``sqlite3``
-# shell or a backup tool (``sqlite3 .backup``, a volume snapshot reading the file) may
-# hold a read or write transaction for seconds, and a start or cycle that waits it out
-# loses nothing; 30 s is still well under the chart's 60 s liveness delay and a tenth
-# of the wedged-cycle limit (600 s), so a lock held for good still fails visibly.
-BUSY_TIMEOUT_SECONDS = 30.0
-# SQLite's primary result codes (``sqlite3.Error.sqlite_errorcode & 0xFF``, Python
-# >= 3.11) that this module tells apart: only the last two mean a damaged file.
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-_SQLITE_IOERR = 10
-_SQLITE_CORRUPT = 11
-_SQLITE_FULL = 13
-_SQLITE_NOTADB = 26
-
-# Schema 2: ``runs.id`` is a surrogate key (epoch_ends refer to it), the run's identity
-# is UNIQUE (namespace, pod, container, run_id); ``runs_run_id`` serves the seed
-# de-duplication by run_id.
-_RUNS_TABLE = """
-CREATE TABLE {name} (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    namespace TEXT NOT NULL DEFAULT '',
-    pod TEXT NOT NULL DEFAULT '',
-    container TEXT NOT NULL DEFAULT '',
-    node TEXT NOT NULL DEFAULT '',
-    epochs_planned REAL NOT NULL,
-    start_timestamp REAL NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('running', 'completed', 'incomplete')),
-    features TEXT NOT NULL DEFAULT '{{}}',
-    util_sum REAL NOT NULL DEFAULT 0,
-    util_weight REAL NOT NULL DEFAULT 0,
-    memory_sum REAL NOT NULL DEFAULT 0,
-    memory_weight REAL NOT NULL DEFAULT 0,
-    last_seen REAL NOT NULL,
-    finished_timestamp REAL,
-    epoch_times BLOB,
-    UNIQUE (namespace, pod, container, run_id)
-);
-"""
-_EPOCH_ENDS_TABLE = """
-CREATE TABLE {name} (
-    run INTEGER NOT NULL,
-    epoch REAL NOT NULL,
-    timestamp REAL NOT NULL,
-    PRIMARY KEY (run, epoch)
-) WITHOUT ROWID;
-"""
-_INDEXES = """
-CREATE INDEX runs_state ON runs(state);
-CREATE INDEX runs_run_id ON runs(run_id);
-"""
-_SCHEMA = (
-    _RUNS_TABLE.format(name="runs")
-    + _EPOCH_ENDS_TABLE.format(name="epoch_ends")
-    + """
-CREATE TABLE meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
-    + _INDEXES
-)
-_COLUMNS = (
-    "run_id, namespace, pod, container, node, epochs_planned, start_timestamp, state, "
-    "features, util_sum, util_weight, memory_sum, memory_weight, last_seen, "
-    "finished_timestamp, epoch_times"
-)
-# Schema 1 → 2: copy every run (its rowid becomes ``id``) and re-point epoch_ends,
-# whose run_id was unique in schema 1. Runs inside the caller's transaction.
-_MIGRATE_1_TO_2 = (
-    _RUNS_TABLE.format(name="runs_v2")
-    + _EPOCH_ENDS_TABLE.format(name="epoch_ends_v2")
-    + f"""
-INSERT INTO runs_v2 (id, {_COLUMNS}) SELECT rowid, {_COLUMNS} FROM runs;
-INSERT INTO epoch_ends_v2 (run, epoch, timestamp)
-    SELECT r.id, e.epoch, e.timestamp FROM epoch_ends e JOIN runs_v2 r ON r.run_id = e.run_id;
-DROP TABLE epoch_ends;
-DROP TABLE runs;
-ALTER TABLE runs_v2 RENAME TO runs;
-ALTER TABLE epoch_ends_v2 RENAME TO epoch_ends;
-"""
-    + _INDEXES
-)
 # A stored run with no pod and no container (seeded from a CSV) is the same run as
 # any run with its run_id in a compatible namespace (equal, or either one unknown).
 _SAME_SEEDED = (
@@ -164,21 +101,12 @@ _SAME_SEEDED = (
 )
 
 
-class HistoryError(ForecasterError):
-    """The history file cannot be used (corrupt, foreign, newer schema, unwritable)."""
+_KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
 
 
-class DamagedHistory(HistoryError):
-    """The file is ours (or no database at all) but damaged: set aside, start afresh."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRun:
-    """A run as stored: the Run record plus where it ran."""
-
-    run: Run
-    node: str
-    last_seen: float
+def _row_key(row: Mapping[str, object]) -> RunKey:
+    """The run key of one of ``record``'s rows."""
+    return tuple(row[name] for name in _KEY_FIELDS)  # type: ignore[return-value]
 
 
 class HistoryStore:
@@ -208,7 +136,7 @@ class HistoryStore:
         # each time (a million rows for 10,000 runs of a hundred epochs) was most of
         # the cycle's history time. Only ``record`` and ``finish`` change them; both
         # keep this in step after their transaction commits.
-        self._running_ends: dict[RunKey, _StoredEnds] | None = None
+        self._running_ends: dict[RunKey, StoredEnds] | None = None
         # Running runs still stored in percent of their steps (only after a migration
         # from schema 2; empty ever after): converted at their first update.
         self._percent_running: set[RunKey] = {
@@ -216,9 +144,9 @@ class HistoryStore:
             for rid, ns, pod, container, feats in conn.execute(
                 "SELECT run_id, namespace, pod, container, features FROM runs "
                 "WHERE state = 'running' AND features LIKE ?",
-                (f'%"progress_unit": "{PERCENT_UNIT}"%',),  # _dump_features' own text
+                (f'%"progress_unit": "{PERCENT_UNIT}"%',),  # dump_features' own text
             )
-            if _load_features(feats).get("progress_unit") == PERCENT_UNIT
+            if load_features(feats).get("progress_unit") == PERCENT_UNIT
         }
 
     @classmethod
@@ -226,7 +154,7 @@ class HistoryStore:
         """Open or create the store; refuse anything that is not ours.
 
         A damaged file (not SQLite, failing ``quick_check``, tables missing, an error
-        SQLite reports as corruption) is moved aside to ``<name>.corrupt-<unix time>``
+        SQLite reports as corruption) is moved aside to ``<name>.corrupt-<unix time>[-<n>]``
         with one ERROR line and a new history starts: a forecaster that refused to
         start would restart for ever. Another program's database and a newer schema
         are refused (``HistoryError``), never touched. A file that cannot be written
@@ -250,7 +178,7 @@ class HistoryStore:
         try:
             return cls._open(spath)
         except DamagedHistory as err:
-            aside = _set_aside(spath)
+            aside = set_aside(spath)
             log.error(
                 "%s; moved to %s, starting a new history (re-seeded if --history.seed-csv)",
                 err,
@@ -261,53 +189,47 @@ class HistoryStore:
     @classmethod
     def _open(cls, spath: str) -> HistoryStore:
         try:
-            conn = sqlite3.connect(
-                spath,
-                timeout=BUSY_TIMEOUT_SECONDS,
-                check_same_thread=False,
-                isolation_level=None,
-            )
+            conn = connect(spath)
         except sqlite3.Error as err:
-            raise HistoryError(f"cannot open history file {spath}: {_why(err)}") from None
+            raise HistoryError(f"cannot open history file {spath}: {why(err)}") from None
         try:
-            _prepare(conn, spath)
+            prepare(conn, spath)
             if spath != ":memory:":
-                _probe_write(conn)
+                probe_write(conn)
             return cls(conn, spath)
         except HistoryError:
             conn.close()
             raise
         except sqlite3.Error as err:
-            if isinstance(err, sqlite3.OperationalError) and _read_only(err):
+            if isinstance(err, sqlite3.OperationalError) and read_only(err):
                 return cls._open_copy(conn, spath, err)
             conn.close()
-            if _corrupt(err):
+            if corrupt(err):
                 raise DamagedHistory(
                     f"history file {spath} is not a usable SQLite database ({err})"
                 ) from None
             raise HistoryError(
-                f"history file {spath} cannot be used now ({_why(err)}); "
-                "it was not changed or moved"
+                f"history file {spath} cannot be used now ({why(err)}); it was not changed or moved"
             ) from None
 
     @classmethod
-    def _open_copy(cls, conn: sqlite3.Connection, spath: str, why: sqlite3.Error) -> HistoryStore:
+    def _open_copy(cls, conn: sqlite3.Connection, spath: str, cause: sqlite3.Error) -> HistoryStore:
         """The store on an in-memory copy of a file that cannot be written (closes
         ``conn``); a failure to copy is a ``HistoryError``, the file untouched."""
         try:
-            memory = _memory_copy(conn)
+            memory = memory_copy(conn)
         except sqlite3.Error as err:
             raise HistoryError(
-                f"history file {spath} is not writable ({why}) and cannot be copied into "
-                f"memory ({_why(err)}); it was not changed"
+                f"history file {spath} is not writable ({cause}) and cannot be copied into "
+                f"memory ({why(err)}); it was not changed"
             ) from None
         finally:
             conn.close()
         try:
-            # the file passed _prepare's checks; an older schema is migrated in the copy
+            # the file passed prepare's checks; an older schema is migrated in the copy
             version = memory.execute("PRAGMA user_version").fetchone()[0]
             if version < SCHEMA_VERSION:
-                _migrate(memory, spath, version)
+                migrate(memory, spath, version)
             store = cls(memory, spath)
         except HistoryError:
             memory.close()
@@ -319,7 +241,7 @@ class HistoryStore:
             "history file %s is not writable (%s): forecasting from an in-memory copy; "
             "history learned from now on is lost at restart",
             spath,
-            why,
+            cause,
         )
         store.persistent = False
         return store
@@ -366,11 +288,11 @@ class HistoryStore:
                 "node": up.node,
                 "epochs_planned": float(up.epochs_planned),
                 "start_timestamp": float(up.start_timestamp),
-                "features": _dump_features(up.features),
-                "util_sum": _finite_or_zero(up.util_mean) * up.weight_seconds,
-                "util_weight": up.weight_seconds if _finite(up.util_mean) else 0.0,
-                "memory_sum": _finite_or_zero(up.memory_mean) * up.weight_seconds,
-                "memory_weight": up.weight_seconds if _finite(up.memory_mean) else 0.0,
+                "features": dump_features(up.features),
+                "util_sum": finite_or_zero(up.util_mean) * up.weight_seconds,
+                "util_weight": up.weight_seconds if finite(up.util_mean) else 0.0,
+                "memory_sum": finite_or_zero(up.memory_mean) * up.weight_seconds,
+                "memory_weight": up.weight_seconds if finite(up.memory_mean) else 0.0,
                 "last_seen": up.seen_timestamp,
             }
             rows.append(row)
@@ -487,7 +409,7 @@ class HistoryStore:
         good: list[RunUpdate] = []
         bad: list[tuple[RunKey, str]] = []
         for up in updates:
-            where = _unencodable(
+            where = unencodable(
                 (
                     ("run_id", up.run_id),
                     ("namespace", up.namespace),
@@ -525,7 +447,7 @@ class HistoryStore:
             "AND container = ? AND run_id = ? AND state = 'running'",
             key,
         ).fetchone()
-        if found is None or not _finite(found[1]) or found[1] <= 0:
+        if found is None or not finite(found[1]) or found[1] <= 0:
             return
         scale = steps_planned / float(found[1])
         self._conn.execute(
@@ -546,7 +468,7 @@ class HistoryStore:
         for key in wanted:
             if not (isinstance(key, tuple) and len(key) == 4):
                 raise TypeError(f"finish() takes (namespace, pod, container, run_id), got {key!r}")
-        wanted = [key for key in wanted if _unencodable(zip(_KEY_FIELDS, key, strict=True)) is None]
+        wanted = [key for key in wanted if unencodable(zip(_KEY_FIELDS, key, strict=True)) is None]
         if not wanted:
             return []
         done: list[Run] = []
@@ -595,7 +517,7 @@ class HistoryStore:
                     "completed" if completed else "incomplete",
                     finished_timestamp,
                     pack_epoch_times(final.epoch_times),
-                    _dump_features(final.features),
+                    dump_features(final.features),
                     row_id,
                 ),
             )
@@ -616,7 +538,7 @@ class HistoryStore:
         storable = [
             run
             for run in runs
-            if _unencodable(zip(_KEY_FIELDS, run_key(run), strict=True), run.features) is None
+            if unencodable(zip(_KEY_FIELDS, run_key(run), strict=True), run.features) is None
         ]
         if len(storable) < len(runs):
             log.warning(
@@ -660,7 +582,7 @@ class HistoryStore:
                     "epochs_planned": float(run.epochs_planned),
                     "start": run.start_timestamp,
                     "state": "completed" if completed else "incomplete",
-                    "features": _dump_features(run.features),
+                    "features": dump_features(run.features),
                     "last": run.last_timestamp,
                     "times": pack_epoch_times(run.epoch_times),
                 },
@@ -704,7 +626,7 @@ class HistoryStore:
         """
         with self._lock, self._reading():
             rows = self._conn.execute(
-                f"SELECT {_RUNNING_COLUMNS} FROM runs WHERE state = 'running' "
+                f"SELECT {RUNNING_COLUMNS} FROM runs WHERE state = 'running' "
                 "ORDER BY namespace, pod, container, run_id"
             ).fetchall()
             held = self._held_ends(rows)
@@ -713,13 +635,13 @@ class HistoryStore:
             for row in rows:
                 stored = held[(row[2], row[3], row[4], row[1])]
                 try:
-                    out.append(_running_from_row(row, stored))
+                    out.append(running_from_row(row, stored))
                 except (HistoryError, RunError, TypeError, ValueError) as err:
                     bad.append(str(err))
             self._skipped("running", bad)
             return out
 
-    def _held_ends(self, rows: list[tuple]) -> dict[RunKey, _StoredEnds]:
+    def _held_ends(self, rows: list[tuple]) -> dict[RunKey, StoredEnds]:
         """The epoch ends of the running ``rows``, read from the file only where not held.
 
         Keeps exactly the running runs (a finished or vanished key is dropped).
@@ -734,7 +656,7 @@ class HistoryStore:
         by_id = {row_id: key for key, row_id in keys.items()}
         out = {key: held[key] for key in keys if key in held}
         for row_id in missing:
-            out[by_id[row_id]] = _StoredEnds(dict(fresh.get(row_id, ())))
+            out[by_id[row_id]] = StoredEnds(dict(fresh.get(row_id, ())))
         self._running_ends = out
         return out
 
@@ -779,7 +701,7 @@ class HistoryStore:
                 held = 0
                 for row in self._conn.execute(query, params):
                     try:
-                        run = _finished_from_row(row, features_cache)
+                        run = finished_from_row(row, features_cache)
                     except (HistoryError, RunError, TypeError, ValueError) as err:
                         bad.append(str(err))
                         continue
@@ -824,7 +746,7 @@ class HistoryStore:
     def _finished_changed(self, added: list[Run]) -> None:
         cache = self._finished_cache
         if cache is not None:  # as a read of the file would give them
-            learn = [_to_learn_from(run) for run in added]
+            learn = [to_learn_from(run) for run in added]
             cache.extend(learn)
             self._cache_points += sum(len(run.epoch_times) for run in learn)
             limit, points = self._cache_limit
@@ -849,7 +771,7 @@ class HistoryStore:
 
     def _load_running_key(self, key: RunKey) -> tuple[int, StoredRun] | None:
         row = self._conn.execute(
-            f"""SELECT {_RUNNING_COLUMNS} FROM runs WHERE namespace = ? AND pod = ?
+            f"""SELECT {RUNNING_COLUMNS} FROM runs WHERE namespace = ? AND pod = ?
                AND container = ? AND run_id = ? AND state = 'running'""",
             key,
         ).fetchone()
@@ -858,10 +780,10 @@ class HistoryStore:
         ends = self._conn.execute(
             "SELECT epoch, timestamp FROM epoch_ends WHERE run = ?", (row[0],)
         ).fetchall()
-        return row[0], _running_from_row(row, _StoredEnds(dict(ends)))
+        return row[0], running_from_row(row, StoredEnds(dict(ends)))
 
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._conn, self.path)
+    def _tx(self) -> Transaction:
+        return Transaction(self._conn, self.path)
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
@@ -871,457 +793,4 @@ class HistoryStore:
         try:
             yield
         except sqlite3.Error as err:
-            raise HistoryError(f"history file {self.path}: read failed ({_why(err)})") from None
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error (atomic writes).
-
-    Every SQLite error becomes a ``HistoryError`` saying why (a lock held past
-    ``BUSY_TIMEOUT_SECONDS``, a full disk, an I/O error) and that the write was rolled
-    back: the caller's cycle fails and the next one writes it again, since the cycle
-    advances its query time only after its writes.
-    """
-
-    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
-        self._conn = conn
-        self._path = path
-
-    def __enter__(self) -> None:
-        _rollback(self._conn)  # a transaction left open by a failed ROLLBACK
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as err:
-            raise HistoryError(
-                f"history file {self._path}: cannot write ({_why(err)}); nothing was written"
-            ) from None
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            try:
-                self._conn.execute("COMMIT")
-                return False
-            except sqlite3.Error as err:
-                _rollback(self._conn)
-                raise HistoryError(
-                    f"history file {self._path}: commit failed ({_why(err)}); "
-                    "this write was rolled back"
-                ) from None
-        _rollback(self._conn)
-        if isinstance(exc, sqlite3.Error):
-            raise HistoryError(
-                f"history file {self._path}: write failed ({_why(exc)}); this write was rolled back"
-            ) from None
-        if isinstance(exc, UnicodeEncodeError):  # text no caller checked (_storable)
-            raise HistoryError(
-                f"history file {self._path}: write failed (text that is not valid Unicode: "
-                f"{exc.reason}); this write was rolled back"
-            ) from None
-        return False
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Roll back an open transaction, if any; never raises. Why: after a full disk or
-    an I/O error SQLite may have rolled back already, and a ROLLBACK then fails with
-    "no transaction is active", which used to hide the real error behind a traceback."""
-    if conn.in_transaction:
-        with suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-
-
-def _error_code(err: sqlite3.Error) -> int | None:
-    """SQLite's primary result code of ``err`` (Python >= 3.11), else None."""
-    code = getattr(err, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
-def _corrupt(err: sqlite3.Error) -> bool:
-    """Whether ``err`` says the file is damaged (SQLITE_CORRUPT) or no database at all
-    (SQLITE_NOTADB): the only errors for which the file is set aside. By the result
-    code where Python gives it (>= 3.11), else by SQLite's own messages (3.10)."""
-    code = _error_code(err)
-    if code is not None:
-        return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-    text = str(err).lower()
-    return "file is not a database" in text or "malformed" in text
-
-
-def _why(err: sqlite3.Error) -> str:
-    """``err`` with what it means for the history file, one line."""
-    code = _error_code(err)
-    text = str(err)
-    low = text.lower()
-    if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or (
-        code is None and ("locked" in low or "busy" in low)
-    ):
-        return (
-            f"{text}: another process (a second forecaster, a sqlite3 shell, a backup) held "
-            f"its lock for longer than {BUSY_TIMEOUT_SECONDS:g} s"
-        )
-    if code == _SQLITE_FULL or (code is None and "full" in low):
-        return f"{text}: the volume holding it is full"
-    if code == _SQLITE_IOERR or (code is None and "i/o error" in low):
-        return f"{text}: the disk or file system failed a read or write"
-    return text
-
-
-def monotone_epoch_times(
-    start: float, ends: Iterable[tuple[float, float]], planned: float
-) -> tuple[tuple[float, float], ...]:
-    """``(0, start)`` then the epoch ends that keep epochs and times strictly consistent.
-
-    Pure. Drops non-finite values, epochs beyond ``planned``, ends before the start
-    and any end whose time goes backwards (an exporter restart can replay an older
-    snapshot): what remains always passes ``validate_run``.
-    """
-    out = [(0.0, float(start))]
-    for epoch, ts in sorted(ends):
-        if not (_finite(epoch) and _finite(ts)):
-            continue
-        if epoch <= out[-1][0] or epoch > planned or ts < out[-1][1]:
-            continue
-        out.append((float(epoch), float(ts)))
-    return tuple(out)
-
-
-def _prepare(conn: sqlite3.Connection, path: str) -> None:
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    if app_id == 0 and not tables and version == 0:
-        # One script, one transaction: a crash leaves either nothing or the whole schema.
-        conn.executescript(
-            "BEGIN IMMEDIATE;"
-            + _SCHEMA
-            + f"PRAGMA application_id = {APPLICATION_ID};"
-            + f"PRAGMA user_version = {SCHEMA_VERSION};"
-            + "COMMIT;"
-        )
-        return
-    if app_id != APPLICATION_ID:
-        raise HistoryError(
-            f"history file {path} belongs to another program (SQLite application_id "
-            f"{app_id}, tables {', '.join(tables[:5]) or 'none'}); refusing to touch it"
-        )
-    if version > SCHEMA_VERSION:
-        raise HistoryError(
-            f"history file {path} has schema version {version}, newer than this "
-            f"forecaster's {SCHEMA_VERSION}; upgrade gpu-eta"
-        )
-    if version < 1 or not {"runs", "epoch_ends", "meta"} <= set(tables):
-        raise DamagedHistory(f"history file {path} is damaged (schema {version}, tables {tables})")
-    check = conn.execute("PRAGMA quick_check").fetchone()
-    if check is None or check[0] != "ok":
-        raise DamagedHistory(f"history file {path} fails SQLite's quick_check ({str(check)[:120]})")
-    if version < SCHEMA_VERSION:
-        _migrate(conn, path, version)
-
-
-def _migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
-    """Upgrade an older schema in place, in one transaction: all rows or no change."""
-    steps: dict[int, Callable[[sqlite3.Connection], None]] = {
-        1: _run_script(_MIGRATE_1_TO_2),
-        2: _mark_percent_runs,
-    }
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        for step in range(version, SCHEMA_VERSION):
-            steps[step](conn)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except sqlite3.Error as err:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        if isinstance(err, sqlite3.OperationalError) and _read_only(err):
-            raise  # the caller works on a memory copy, migrated there
-        raise HistoryError(
-            f"history file {path}: migrating schema {version} to {SCHEMA_VERSION} failed "
-            f"({_why(err)}); the file was not modified"
-        ) from None
-
-
-def _read_only(err: sqlite3.OperationalError) -> bool:
-    """Whether SQLite refused a write because the file or its directory is read-only."""
-    text = str(err)
-    return "readonly" in text or "read-only" in text or "unable to open" in text
-
-
-def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
-    def run(conn: sqlite3.Connection) -> None:
-        for statement in _statements(script):
-            conn.execute(statement)
-
-    return run
-
-
-def _mark_percent_runs(conn: sqlite3.Connection) -> None:
-    """Schema 2 → 3: every run schema 2 followed in percent of its steps (feature
-    ``progress_unit="steps"``, plan 100) is marked ``progress_unit="percent"``; its
-    rows are otherwise untouched (the module doc says how they are used). A run with
-    that feature and another plan came from a CSV counting real steps and is left as
-    it is."""
-    rows = conn.execute(
-        "SELECT id, features FROM runs WHERE features LIKE '%progress_unit%' "
-        "AND epochs_planned = 100"
-    ).fetchall()
-    for row_id, text in rows:
-        features = dict(_load_features(text))
-        if features.get("progress_unit") == "steps":
-            features["progress_unit"] = PERCENT_UNIT
-            conn.execute(
-                "UPDATE runs SET features = ? WHERE id = ?", (_dump_features(features), row_id)
-            )
-
-
-def _statements(script: str) -> list[str]:
-    """A schema script split into statements (ours contain no ';' inside literals)."""
-    return [part.strip() for part in script.split(";") if part.strip()]
-
-
-def pack_epoch_times(times: Sequence[tuple[float, float]]) -> bytes:
-    """Epoch list → little-endian float64 pairs (loading 50,000 runs stays well under a second)."""
-    flat = array("d", (float(v) for pair in times for v in pair))
-    if sys.byteorder != "little":
-        flat.byteswap()
-    return flat.tobytes()
-
-
-def unpack_epoch_times(blob: bytes) -> tuple[tuple[float, float], ...]:
-    """Inverse of ``pack_epoch_times``; raises ValueError on a damaged blob."""
-    if not isinstance(blob, bytes) or len(blob) % 16:
-        raise ValueError("epoch list is not float64 pairs")
-    flat = array("d")
-    flat.frombytes(blob)
-    if sys.byteorder != "little":
-        flat.byteswap()
-    return tuple(zip(flat[0::2], flat[1::2], strict=True))
-
-
-_KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
-
-
-def _row_key(row: Mapping[str, object]) -> RunKey:
-    """The run key of one of ``record``'s rows."""
-    return tuple(row[name] for name in _KEY_FIELDS)  # type: ignore[return-value]
-
-
-def _unencodable(
-    fields: Iterable[tuple[str, object]], features: Mapping[str, Feature] | None = None
-) -> str | None:
-    """The name of the first text among ``fields`` (name, value) and ``features``
-    (keys and text values) that UTF-8 cannot encode (a lone surrogate), or None.
-    SQLite stores text as UTF-8: such text fails the write it is in."""
-    for name, value in fields:
-        if isinstance(value, str) and not _utf8(value):
-            return name
-    for key, value in (features or {}).items():
-        if not _utf8(str(key)) or (isinstance(value, str) and not _utf8(value)):
-            return "feature " + ascii(str(key))
-    return None
-
-
-def _utf8(text: str) -> bool:
-    if text.isascii():  # nearly all: no encoding needed to know
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-_RUNNING_COLUMNS = (
-    "id, run_id, namespace, pod, container, node, epochs_planned, start_timestamp, "
-    "features, util_sum, util_weight, memory_sum, memory_weight, last_seen"
-)
-
-
-@dataclass(slots=True)
-class _StoredEnds:
-    """A running run's stored epoch ends (epoch → time) and the epoch list last built
-    from them with its (start, planned), kept until either changes."""
-
-    ends: dict[float, float]
-    times: tuple[tuple[float, float], ...] | None = None
-    basis: tuple[object, object] = (None, None)
-    # the earliest end's time (inf: none): ``record`` asks the file about ends before
-    # a run's start only when this is before it or unknown (a restarted run,
-    # ``_drop_ends_before_start``); in the steady state it asks nothing
-    earliest: float = field(init=False, default=math.inf)
-
-    def __post_init__(self) -> None:
-        try:
-            self.earliest = float(min(self.ends.values(), default=math.inf))
-        except (TypeError, ValueError):  # text in the file (a hand edit): always ask
-            self.earliest = -math.inf
-
-    def add(self, epoch: float, ts: float) -> None:
-        """A new stored end; the epoch list grows by it when it follows the list's last
-        pair (what ``monotone_epoch_times`` would give), else is rebuilt when next read."""
-        self.ends[epoch] = ts
-        if not ts >= self.earliest:
-            self.earliest = ts if _finite(ts) else -math.inf
-        times = self.times
-        if (
-            times is not None
-            and _finite(epoch)
-            and _finite(ts)
-            and times[-1][0] < epoch <= self.basis[1]  # type: ignore[operator]
-            and ts >= times[-1][1]
-        ):
-            self.times = (*times, (float(epoch), float(ts)))
-        else:
-            self.times = None
-
-    def epoch_times(self, start: float, planned: float) -> tuple[tuple[float, float], ...]:
-        if self.times is None or self.basis != (start, planned):
-            self.times = monotone_epoch_times(start, self.ends.items(), planned)
-            self.basis = (start, planned)
-        return self.times
-
-
-def _running_from_row(row: tuple, stored: _StoredEnds) -> StoredRun:
-    (_, rid, ns, pod, container, node, planned, start, feats, us, uw, ms, mw, last_seen) = row
-    _check_planned(rid, planned)
-    for value in (start, us, uw, ms, mw, last_seen):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise HistoryError(f"stored run {rid!r}: a number column holds {value!r}")
-    features = dict(_load_features(feats))
-    if uw > 0:
-        features["gpu_utilization_ratio"] = us / uw
-    if mw > 0:
-        features["memory_utilization_ratio"] = ms / mw
-    run = Run(
-        run_id=rid,
-        epochs_planned=planned,
-        epoch_times=stored.epoch_times(start, planned),
-        features=MappingProxyType(features),
-        completed=None,
-        namespace=ns,
-        pod=pod,
-        container=container,
-    )
-    return StoredRun(run=run, node=node, last_seen=last_seen)
-
-
-def _finished_from_row(row: tuple, features_cache: dict[str, Mapping[str, Feature]]) -> Run:
-    run_id, ns, pod, container, planned, state, feats, times = row
-    _check_planned(run_id, planned)
-    try:
-        epoch_times = unpack_epoch_times(times)
-    except ValueError:
-        raise HistoryError(f"stored run {run_id!r} has a damaged epoch list") from None
-    features = features_cache.get(feats)
-    if features is None:
-        features = features_cache[feats] = _as_own_job(MappingProxyType(_load_features(feats)))
-    return thinned(  # to learn from: at most runs.HISTORY_POINTS points (the file keeps all)
-        validate_run(
-            Run(
-                run_id=str(run_id),
-                epochs_planned=float(planned),
-                epoch_times=epoch_times,
-                features=features,
-                completed=state == "completed",
-                namespace=str(ns),
-                pod=str(pod),
-                container=str(container),
-            )
-        )
-    )
-
-
-def _check_planned(run_id: object, planned: object) -> None:
-    """SQLite keeps any value in a REAL column (a hand edit can store text there)."""
-    if isinstance(planned, bool) or not isinstance(planned, int | float):
-        raise HistoryError(f"stored run {run_id!r}: epochs_planned {planned!r} is not a number")
-    if not (math.isfinite(planned) and planned > 0):
-        raise HistoryError(f"stored run {run_id!r}: epochs_planned {planned!r} is not > 0")
-
-
-def _to_learn_from(run: Run) -> Run:
-    """A finished run as ``finished`` reads it back: thinned, a run in percent of its
-    steps as a job of its own."""
-    features = _as_own_job(run.features)
-    if features is not run.features:
-        run = dataclasses.replace(run, features=features)
-    return thinned(run)
-
-
-def _as_own_job(features: Mapping[str, Feature]) -> Mapping[str, Feature]:
-    """A finished run counted in percent of its steps is a job of its own to the models
-    (``<job_name> (percent)``): its time per unit is 1/100 of the run where the same
-    job's runs in steps have 1/steps, and pooled they would read as noise. Any other
-    run's features are returned as they are."""
-    job = features.get("job_name")
-    if features.get("progress_unit") != PERCENT_UNIT or not (isinstance(job, str) and job):
-        return features
-    return MappingProxyType({**features, "job_name": job + _JOB_SUFFIX})
-
-
-def _dump_features(features: Mapping[str, Feature]) -> str:
-    clean: dict[str, Feature] = {}
-    for key, value in features.items():
-        if isinstance(value, str):
-            clean[str(key)[:64]] = value[:_MAX_FEATURE_TEXT]
-        elif isinstance(value, int | float) and math.isfinite(value):
-            clean[str(key)[:64]] = float(value)
-    return json.dumps(clean, sort_keys=True)
-
-
-def _load_features(text: str) -> Mapping[str, Feature]:
-    try:
-        raw = json.loads(text or "{}")
-    except ValueError:
-        return {}
-    return raw if isinstance(raw, dict) else {}
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
-
-
-def _finite_or_zero(value: float | None) -> float:
-    return float(value) if _finite(value) else 0.0  # type: ignore[arg-type]
-
-
-def _set_aside(path: str) -> str:
-    """Move a damaged history file (and its journal) to ``<name>.corrupt-<unix time>``."""
-    aside = f"{path}.corrupt-{int(time.time())}"
-    for suffix in ("", "-journal", "-wal", "-shm"):
-        try:
-            os.replace(path + suffix, aside + suffix)
-        except FileNotFoundError:
-            continue
-        except OSError as err:
-            raise HistoryError(
-                f"history file {path} is damaged and cannot be moved aside: {err}"
-            ) from None
-    return os.path.basename(aside)
-
-
-def _probe_write(conn: sqlite3.Connection) -> None:
-    """One small write transaction: a read-only file or directory, a full disk or
-    failing I/O fails here, at start. The value is the start's time: SQLite skips
-    rewriting a row to what it already holds, so a constant value wrote nothing
-    (no journal, no page) from the second start on, and those went unnoticed."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('write_probe', ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (repr(time.time()),),
-        )
-        conn.execute("COMMIT")
-    except BaseException:
-        _rollback(conn)  # the caller needs the first error, not the rollback's
-        raise
-
-
-def _memory_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
-    """The whole database copied into memory (SQLite's backup API), for reading and
-    writing when the file cannot be written."""
-    if conn.in_transaction:
-        conn.execute("ROLLBACK")
-    memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    conn.backup(memory)
-    return memory
+            raise HistoryError(f"history file {self.path}: read failed ({why(err)})") from None

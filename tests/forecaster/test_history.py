@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_eta.forecaster.history import (
-    SCHEMA_VERSION,
-    HistoryError,
-    HistoryStore,
-    monotone_epoch_times,
-)
+from gpu_eta.forecaster import history_file
+from gpu_eta.forecaster.history import HistoryError, HistoryStore
+from gpu_eta.forecaster.history_file import SCHEMA_VERSION
+from gpu_eta.forecaster.history_rows import monotone_epoch_times
 from gpu_eta.forecaster.runs import (
     HISTORY_POINTS,
     Run,
@@ -173,6 +171,47 @@ def test_corrupt_file_is_set_aside_untouched_and_a_new_history_starts(tmp_path: 
     store.close()
     (aside,) = tmp_path.glob("h.sqlite.corrupt-*")
     assert digest(aside) == before
+
+
+def test_set_asides_in_the_same_second_keep_every_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy was named by the second alone and moved with ``os.replace``: a second
+    damaged file within that second (a restart, damaged again) overwrote the first."""
+    monkeypatch.setattr(history_file.time, "time", lambda: 1_700_000_000.5)
+    db = tmp_path / "h.sqlite"
+    expected = set()
+    for n in range(3):
+        db.write_bytes(f"damaged copy {n}\n".encode() * 100)
+        expected.add(digest(db))
+        HistoryStore.open(db).close()
+    stamp = "h.sqlite.corrupt-1700000000"
+    copies = [stamp, f"{stamp}-1", f"{stamp}-2"]
+    assert sorted(p.name for p in tmp_path.glob("h.sqlite.corrupt-*")) == copies
+    assert {digest(tmp_path / name) for name in copies} == expected  # none overwritten
+
+
+def test_a_set_aside_name_is_free_for_the_file_and_its_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal left under a name (its file deleted by a human) is not overwritten
+    either: the file and its journal move to the next name free for both."""
+    monkeypatch.setattr(history_file.time, "time", lambda: 1_700_000_000.5)
+    stamp = tmp_path / "h.sqlite.corrupt-1700000000"
+    Path(f"{stamp}-journal").write_bytes(b"older journal")
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"damaged")
+    Path(f"{db}-journal").write_bytes(b"journal")
+    assert history_file.set_aside(str(db)) == f"{stamp.name}-1"
+    assert Path(f"{stamp}-1").read_bytes() == b"damaged"
+    assert Path(f"{stamp}-1-journal").read_bytes() == b"journal"
+    assert Path(f"{stamp}-journal").read_bytes() == b"older journal"
+    assert not stamp.exists() and not db.exists()
+
+
+def test_set_aside_of_a_missing_file_leaves_no_reserved_name(tmp_path: Path) -> None:
+    assert history_file.set_aside(str(tmp_path / "gone.sqlite"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_foreign_database_is_refused_and_untouched(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from gpu_eta.forecaster import history
+from gpu_eta.forecaster import history_file
 from gpu_eta.forecaster.history import HistoryError, HistoryStore
 from gpu_eta.forecaster.runs import Run, RunUpdate
 from tests.support.read_only import read_only_directory, run_unprivileged
@@ -158,7 +158,7 @@ def test_a_lock_held_past_the_busy_timeout_refuses_the_start_and_moves_nothing(
     """It used to be "damage": the healthy file was renamed *.corrupt-* and an empty
     history started. A writer blocks the start's write probe at once, a reader (a
     backup) at its commit."""
-    monkeypatch.setattr(history, "BUSY_TIMEOUT_SECONDS", 0.5, raising=False)
+    monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.5)
     db = tmp_path / "h.sqlite"
     before = history_of(db)
     with lock_held(db, how), pytest.raises(HistoryError) as caught:
@@ -190,7 +190,7 @@ def test_a_lock_held_during_cycles_fails_them_clearly_and_the_next_one_stores_ev
     used to raise ``sqlite3.OperationalError``); a failed commit leaves the store's
     memory as the file is (``finish`` used to add the run to the finished list
     before its commit failed, and again when it was retried); retried, all is stored."""
-    monkeypatch.setattr(history, "BUSY_TIMEOUT_SECONDS", 0.3, raising=False)
+    monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.3)
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db)
     store.import_finished(finished_runs(3))
@@ -397,7 +397,7 @@ def test_a_directory_made_read_only_is_found_at_a_later_start_too() -> None:
 def test_only_corruption_sets_a_file_aside_also_without_sqlite_error_codes() -> None:
     """Python 3.10 (``requires-python``) has no ``sqlite_errorcode``: SQLite's own
     messages decide. Exceptions made here carry no code, as there."""
-    corrupt = history._corrupt
+    corrupt = history_file.corrupt
     assert corrupt(sqlite3.DatabaseError("file is not a database"))
     assert corrupt(sqlite3.DatabaseError("database disk image is malformed"))
     assert corrupt(sqlite3.OperationalError("malformed database schema (runs)"))

@@ -21,7 +21,12 @@ SCHEMA_COMMITS = {1: "00cfa04", 2: "ace9b9b"}
 
 
 def load_history(commit: str, name: str) -> types.ModuleType:
-    """``forecaster/history.py`` at ``commit``, loaded from git as module ``name``."""
+    """``forecaster/history.py`` at ``commit``, loaded from git as module ``name``.
+
+    Self-contained up to schema 3's first commits: since then the store imports
+    ``history_file`` and ``history_rows``, which this would take from the installed
+    code, not from ``commit``; a fixture of such a commit must load those from it too.
+    """
     source = subprocess.run(
         ["git", "show", f"{commit}:forecaster/history.py"],
         check=True,

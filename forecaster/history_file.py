@@ -1,0 +1,393 @@
+"""The history's SQLite file itself: opening, checking, migrating and setting it aside;
+transactions and what an SQLite error means for the file.
+
+The schema and its migrations, ``prepare`` (create, or check that an existing file is
+ours, sound and of a schema this code reads, migrating an older one), the write probe
+and in-memory copy of a read-only file, ``set_aside`` for a damaged one, and
+``Transaction`` with the error classification (``corrupt``, ``why``). Why separate
+from ``history``: this is the file's lifecycle and failure handling, which ``HistoryStore``
+only calls; the store's own queries stay with it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+from gpu_eta.forecaster.history_rows import (
+    PERCENT_UNIT,
+    HistoryError,
+    dump_features,
+    load_features,
+)
+
+APPLICATION_ID = 0x67457461  # "gEta"
+SCHEMA_VERSION = 3
+# How long a statement waits for another process's lock on the file before it fails
+# (SQLite's busy timeout; Python's default is 5 s). Why 30 s: an admin's ``sqlite3``
+# shell or a backup tool (``sqlite3 .backup``, a volume snapshot reading the file) may
+# hold a read or write transaction for seconds, and a start or cycle that waits it out
+# loses nothing; 30 s is still well under the chart's 60 s liveness delay and a tenth
+# of the wedged-cycle limit (600 s), so a lock held for good still fails visibly.
+BUSY_TIMEOUT_SECONDS = 30.0
+# SQLite's primary result codes (``sqlite3.Error.sqlite_errorcode & 0xFF``, Python
+# >= 3.11) that this module tells apart: only the last two mean a damaged file.
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+_SQLITE_IOERR = 10
+_SQLITE_CORRUPT = 11
+_SQLITE_FULL = 13
+_SQLITE_NOTADB = 26
+
+# Schema 2: ``runs.id`` is a surrogate key (epoch_ends refer to it), the run's identity
+# is UNIQUE (namespace, pod, container, run_id); ``runs_run_id`` serves the seed
+# de-duplication by run_id.
+_RUNS_TABLE = """
+CREATE TABLE {name} (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    namespace TEXT NOT NULL DEFAULT '',
+    pod TEXT NOT NULL DEFAULT '',
+    container TEXT NOT NULL DEFAULT '',
+    node TEXT NOT NULL DEFAULT '',
+    epochs_planned REAL NOT NULL,
+    start_timestamp REAL NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'completed', 'incomplete')),
+    features TEXT NOT NULL DEFAULT '{{}}',
+    util_sum REAL NOT NULL DEFAULT 0,
+    util_weight REAL NOT NULL DEFAULT 0,
+    memory_sum REAL NOT NULL DEFAULT 0,
+    memory_weight REAL NOT NULL DEFAULT 0,
+    last_seen REAL NOT NULL,
+    finished_timestamp REAL,
+    epoch_times BLOB,
+    UNIQUE (namespace, pod, container, run_id)
+);
+"""
+_EPOCH_ENDS_TABLE = """
+CREATE TABLE {name} (
+    run INTEGER NOT NULL,
+    epoch REAL NOT NULL,
+    timestamp REAL NOT NULL,
+    PRIMARY KEY (run, epoch)
+) WITHOUT ROWID;
+"""
+_INDEXES = """
+CREATE INDEX runs_state ON runs(state);
+CREATE INDEX runs_run_id ON runs(run_id);
+"""
+_SCHEMA = (
+    _RUNS_TABLE.format(name="runs")
+    + _EPOCH_ENDS_TABLE.format(name="epoch_ends")
+    + """
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+    + _INDEXES
+)
+_COLUMNS = (
+    "run_id, namespace, pod, container, node, epochs_planned, start_timestamp, state, "
+    "features, util_sum, util_weight, memory_sum, memory_weight, last_seen, "
+    "finished_timestamp, epoch_times"
+)
+# Schema 1 → 2: copy every run (its rowid becomes ``id``) and re-point epoch_ends,
+# whose run_id was unique in schema 1. Runs inside the caller's transaction.
+_MIGRATE_1_TO_2 = (
+    _RUNS_TABLE.format(name="runs_v2")
+    + _EPOCH_ENDS_TABLE.format(name="epoch_ends_v2")
+    + f"""
+INSERT INTO runs_v2 (id, {_COLUMNS}) SELECT rowid, {_COLUMNS} FROM runs;
+INSERT INTO epoch_ends_v2 (run, epoch, timestamp)
+    SELECT r.id, e.epoch, e.timestamp FROM epoch_ends e JOIN runs_v2 r ON r.run_id = e.run_id;
+DROP TABLE epoch_ends;
+DROP TABLE runs;
+ALTER TABLE runs_v2 RENAME TO runs;
+ALTER TABLE epoch_ends_v2 RENAME TO epoch_ends;
+"""
+    + _INDEXES
+)
+
+
+class DamagedHistory(HistoryError):
+    """The file is ours (or no database at all) but damaged: set aside, start afresh."""
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """An autocommit connection to ``path`` (transactions are explicit), usable from any
+    thread (the store serialises access), waiting ``BUSY_TIMEOUT_SECONDS`` for a lock."""
+    return sqlite3.connect(
+        path,
+        timeout=BUSY_TIMEOUT_SECONDS,
+        check_same_thread=False,
+        isolation_level=None,
+    )
+
+
+def prepare(conn: sqlite3.Connection, path: str) -> None:
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if app_id == 0 and not tables and version == 0:
+        # One script, one transaction: a crash leaves either nothing or the whole schema.
+        conn.executescript(
+            "BEGIN IMMEDIATE;"
+            + _SCHEMA
+            + f"PRAGMA application_id = {APPLICATION_ID};"
+            + f"PRAGMA user_version = {SCHEMA_VERSION};"
+            + "COMMIT;"
+        )
+        return
+    if app_id != APPLICATION_ID:
+        raise HistoryError(
+            f"history file {path} belongs to another program (SQLite application_id "
+            f"{app_id}, tables {', '.join(tables[:5]) or 'none'}); refusing to touch it"
+        )
+    if version > SCHEMA_VERSION:
+        raise HistoryError(
+            f"history file {path} has schema version {version}, newer than this "
+            f"forecaster's {SCHEMA_VERSION}; upgrade gpu-eta"
+        )
+    if version < 1 or not {"runs", "epoch_ends", "meta"} <= set(tables):
+        raise DamagedHistory(f"history file {path} is damaged (schema {version}, tables {tables})")
+    check = conn.execute("PRAGMA quick_check").fetchone()
+    if check is None or check[0] != "ok":
+        raise DamagedHistory(f"history file {path} fails SQLite's quick_check ({str(check)[:120]})")
+    if version < SCHEMA_VERSION:
+        migrate(conn, path, version)
+
+
+def migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
+    """Upgrade an older schema in place, in one transaction: all rows or no change."""
+    steps: dict[int, Callable[[sqlite3.Connection], None]] = {
+        1: _run_script(_MIGRATE_1_TO_2),
+        2: _mark_percent_runs,
+    }
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for step in range(version, SCHEMA_VERSION):
+            steps[step](conn)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except sqlite3.Error as err:
+        _rollback(conn)  # never raises: the caller needs this error, not the rollback's
+        if isinstance(err, sqlite3.OperationalError) and read_only(err):
+            raise  # the caller works on a memory copy, migrated there
+        raise HistoryError(
+            f"history file {path}: migrating schema {version} to {SCHEMA_VERSION} failed "
+            f"({why(err)}); the file was not modified"
+        ) from None
+
+
+def read_only(err: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused a write because the file or its directory is read-only."""
+    text = str(err)
+    return "readonly" in text or "read-only" in text or "unable to open" in text
+
+
+def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
+    def run(conn: sqlite3.Connection) -> None:
+        for statement in _statements(script):
+            conn.execute(statement)
+
+    return run
+
+
+def _mark_percent_runs(conn: sqlite3.Connection) -> None:
+    """Schema 2 → 3: every run schema 2 followed in percent of its steps (feature
+    ``progress_unit="steps"``, plan 100) is marked ``progress_unit="percent"``; its
+    rows are otherwise untouched (``history``'s module doc says how they are used). A run with
+    that feature and another plan came from a CSV counting real steps and is left as
+    it is."""
+    rows = conn.execute(
+        "SELECT id, features FROM runs WHERE features LIKE '%progress_unit%' "
+        "AND epochs_planned = 100"
+    ).fetchall()
+    for row_id, text in rows:
+        features = dict(load_features(text))
+        if features.get("progress_unit") == "steps":
+            features["progress_unit"] = PERCENT_UNIT
+            conn.execute(
+                "UPDATE runs SET features = ? WHERE id = ?", (dump_features(features), row_id)
+            )
+
+
+def _statements(script: str) -> list[str]:
+    """A schema script split into statements (ours contain no ';' inside literals)."""
+    return [part.strip() for part in script.split(";") if part.strip()]
+
+
+class Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error (atomic writes).
+
+    Every SQLite error becomes a ``HistoryError`` saying why (a lock held past
+    ``BUSY_TIMEOUT_SECONDS``, a full disk, an I/O error) and that the write was rolled
+    back: the caller's cycle fails and the next one writes it again, since the cycle
+    advances its query time only after its writes.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn = conn
+        self._path = path
+
+    def __enter__(self) -> None:
+        _rollback(self._conn)  # a transaction left open by a failed ROLLBACK
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            raise HistoryError(
+                f"history file {self._path}: cannot write ({why(err)}); nothing was written"
+            ) from None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            try:
+                self._conn.execute("COMMIT")
+                return False
+            except sqlite3.Error as err:
+                _rollback(self._conn)
+                raise HistoryError(
+                    f"history file {self._path}: commit failed ({why(err)}); "
+                    "this write was rolled back"
+                ) from None
+        _rollback(self._conn)
+        if isinstance(exc, sqlite3.Error):
+            raise HistoryError(
+                f"history file {self._path}: write failed ({why(exc)}); this write was rolled back"
+            ) from None
+        if isinstance(exc, UnicodeEncodeError):  # text no caller checked (HistoryStore._storable)
+            raise HistoryError(
+                f"history file {self._path}: write failed (text that is not valid Unicode: "
+                f"{exc.reason}); this write was rolled back"
+            ) from None
+        return False
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back an open transaction, if any; never raises. Why: after a full disk or
+    an I/O error SQLite may have rolled back already, and a ROLLBACK then fails with
+    "no transaction is active", which used to hide the real error behind a traceback."""
+    if conn.in_transaction:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def _error_code(err: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``err`` (Python >= 3.11), else None."""
+    code = getattr(err, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def corrupt(err: sqlite3.Error) -> bool:
+    """Whether ``err`` says the file is damaged (SQLITE_CORRUPT) or no database at all
+    (SQLITE_NOTADB): the only errors for which the file is set aside. By the result
+    code where Python gives it (>= 3.11), else by SQLite's own messages (3.10)."""
+    code = _error_code(err)
+    if code is not None:
+        return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    text = str(err).lower()
+    return "file is not a database" in text or "malformed" in text
+
+
+def why(err: sqlite3.Error) -> str:
+    """``err`` with what it means for the history file, one line."""
+    code = _error_code(err)
+    text = str(err)
+    low = text.lower()
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or (
+        code is None and ("locked" in low or "busy" in low)
+    ):
+        return (
+            f"{text}: another process (a second forecaster, a sqlite3 shell, a backup) held "
+            f"its lock for longer than {BUSY_TIMEOUT_SECONDS:g} s"
+        )
+    if code == _SQLITE_FULL or (code is None and "full" in low):
+        return f"{text}: the volume holding it is full"
+    if code == _SQLITE_IOERR or (code is None and "i/o error" in low):
+        return f"{text}: the disk or file system failed a read or write"
+    return text
+
+
+def set_aside(path: str) -> str:
+    """Move a damaged history file (and its journal) to ``<name>.corrupt-<unix time>``,
+    or ``…-<unix time>-<n>`` when that is taken; the name it got.
+
+    The name is one no file has yet, reserved by creating it exclusively before the
+    file replaces it: two set-asides in the same second (a damaged file, a restart, a
+    damaged file again) must not overwrite each other's copy, as ``os.replace`` onto a
+    name with only the second in it did (``exporter/progress_store.py`` does the same).
+    """
+    aside = _reserve_aside(path)
+    for suffix in _FILE_SUFFIXES:
+        try:
+            os.replace(path + suffix, aside + suffix)
+        except FileNotFoundError:
+            if not suffix:  # nothing to set aside: the reserved name goes again
+                with suppress(OSError):
+                    os.unlink(aside)
+            continue
+        except OSError as err:
+            if not suffix:
+                with suppress(OSError):
+                    os.unlink(aside)
+            raise HistoryError(
+                f"history file {path} is damaged and cannot be moved aside: {err}"
+            ) from None
+    return os.path.basename(aside)
+
+
+# the database file and the files SQLite keeps beside it (rollback journal, WAL)
+_FILE_SUFFIXES = ("", "-journal", "-wal", "-shm")
+
+
+def _reserve_aside(path: str) -> str:
+    """``<path>.corrupt-<unix time>[-<n>]``, the first such name free for the file and
+    its journals, created empty with ``O_EXCL`` so that no other set-aside takes it."""
+    stamp = f"{path}.corrupt-{int(time.time())}"
+    n = 0
+    while True:
+        aside = f"{stamp}-{n}" if n else stamp
+        n += 1
+        if any(os.path.lexists(aside + suffix) for suffix in _FILE_SUFFIXES[1:]):
+            continue
+        try:
+            os.close(os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise HistoryError(
+                f"history file {path} is damaged and cannot be moved aside: {err}"
+            ) from None
+        return aside
+
+
+def probe_write(conn: sqlite3.Connection) -> None:
+    """One small write transaction: a read-only file or directory, a full disk or
+    failing I/O fails here, at start. The value is the start's time: SQLite skips
+    rewriting a row to what it already holds, so a constant value wrote nothing
+    (no journal, no page) from the second start on, and those went unnoticed."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('write_probe', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (repr(time.time()),),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)  # the caller needs the first error, not the rollback's
+        raise
+
+
+def memory_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """The whole database copied into memory (SQLite's backup API), for reading and
+    writing when the file cannot be written."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.backup(memory)
+    return memory
