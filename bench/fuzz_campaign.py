@@ -18,7 +18,7 @@ Parsers (entry point → documented refusal):
 - cgroup files: ``cgroups.parse_cgroup`` and ``hostmemory.parse_memory_stat`` → never
 - pod-resources answers: protobuf bytes → ``ListPodResourcesResponse`` →
   ``allocations_from_response`` → ``DecodeError`` (protobuf) only
-- Prometheus API answers: ``promapi.decode_response`` → ``parse_vector``/``parse_matrix``
+- Prometheus API answers: ``promparse.decode_response`` → ``parse_vector``/``parse_matrix``
   → ``PromAPIError``
 - state file: ``progress_store.parse_state`` → ``StateError``; journal:
   ``progress_journal.read_journal`` → never
@@ -57,8 +57,9 @@ from gpu_eta.exporter.logformats import (
 )
 from gpu_eta.exporter.progress import ReportError, check_report, parse_report
 from gpu_eta.exporter.progress_journal import encode_line, encode_removal, read_journal
-from gpu_eta.exporter.progress_store import StateError, parse_state
-from gpu_eta.forecaster.promapi import PromAPIError, decode_response, parse_matrix, parse_vector
+from gpu_eta.exporter.progress_state_file import StateError, parse_state
+from gpu_eta.forecaster.promapi import PromAPIError
+from gpu_eta.forecaster.promparse import decode_response, parse_matrix, parse_vector
 from gpu_eta.forecaster.runs_csv import RunsCsvError, parse_runs
 
 try:

@@ -3,32 +3,28 @@
 Only the two read endpoints every Prometheus-compatible server speaks (Prometheus,
 Thanos Query, Mimir, VictoriaMetrics), so the forecaster works against any of them.
 Everything that comes back is untrusted: the body is read with a size cap and a
-deadline and its shape is checked before anything reaches the forecaster, so a proxy
-answering HTML, a truncated body or a huge response becomes one ``PromAPIError`` with
-a clear message instead of a traceback or an out-of-memory kill. Within a good
-answer, one bad series (a label that is not valid UTF-8 or too long, a malformed
-sample) is skipped and counted (``stats.skipped_series``, one warning per query), not
-a reason to refuse every other series: a single odd job must not stop the forecasts
-of all the others.
+deadline before anything reaches the forecaster, so a proxy answering HTML, a
+truncated body or a huge response becomes one ``PromAPIError`` with a clear message
+instead of a traceback or an out-of-memory kill. This module is the HTTP side
+(transport, retries, redirects, deadlines, the skip warnings); what the answer says is
+checked by ``promparse`` (pure, testable without a server), where one bad series is
+skipped and counted (``stats.skipped_series``, one warning per query), not a reason to
+refuse every other series: a single odd job must not stop the forecasts of all the others.
 """
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
-import itertools
-import json
 import logging
-import math
 import re
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timezone
 from http.client import HTTPException
-from types import MappingProxyType
 from typing import TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit
 
@@ -36,15 +32,22 @@ import requests
 import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
 
-from gpu_eta.forecaster.errors import ForecasterError
+# PromAPIError is defined with the parsers (they raise it) and imported here too:
+# ``from gpu_eta.forecaster.promapi import PromAPIError`` is the client's error.
+from gpu_eta.forecaster.promparse import (
+    PromAPIError,
+    Skipped,
+    _short,
+    decode_response,
+    parse_matrix,
+    parse_vector,
+)
 from gpu_eta.forecaster.series import QueryStats, Sample, Series
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
-_MAX_LABELS = 128
-_MAX_LABEL_VALUE = 4096  # characters, for label values and names alike
 # A query whose URL-encoded parameters are longer goes as a POST form (the API takes
 # both): a long URL can exceed a proxy's limit (nginx's default is 8 KiB per request
 # line).
@@ -52,29 +55,7 @@ POST_OVER_CHARS = 6000
 # The body is read one network read at a time (``read1``), at most this much each:
 # the deadline is checked between reads, so a slow body cannot outlast it.
 _READ_BYTES = 1 << 16
-# Characters no valid UTF-8 text decodes to: lone surrogates come from bytes that are
-# not UTF-8 (decoded with ``surrogateescape``) or from a JSON ``\ud800`` escape.
-_NOT_UTF8 = re.compile(r"[\ud800-\udfff]")
-_MAX_REASON = 200  # characters of the first skip reason in a log line
 _MAX_WARNED_QUERIES = 256  # queries whose last skip warning is remembered
-
-
-class PromAPIError(ForecasterError):
-    """Prometheus could not be queried or answered something unusable."""
-
-
-@dataclass
-class Skipped:
-    """The series one answer's parsing left out: how many, and why the first one was."""
-
-    count: int = 0
-    first: str = ""
-
-    def add(self, reason: str, item: object = None) -> None:
-        """Count one; only the first reason is kept (with a few labels naming the series)."""
-        if not self.count:
-            self.first = (reason + _describe(item))[:_MAX_REASON]
-        self.count += 1
 
 
 _T = TypeVar("_T", Sample, Series)
@@ -411,10 +392,6 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
-class _BadSeries(Exception):
-    """Internal: one series (or vector element) is unusable; it is skipped, not the answer."""
-
-
 _DELAY_SECONDS = re.compile(r"[0-9]{1,9}")
 
 
@@ -479,208 +456,8 @@ def redirect_message(status: int, location: str | None, request_url: str, api_pa
     )
 
 
-def decode_response(body: bytes, status: int) -> dict:
-    """Check the API envelope and return its ``data``; pure so it can be tested alone.
-
-    Bytes that are not UTF-8 (VictoriaMetrics returns label values as they were
-    stored, raw bytes and all) decode to lone surrogates (``surrogateescape``)
-    instead of refusing the whole answer: ``parse_vector``/``parse_matrix`` skip the
-    series carrying them and keep every other one.
-    """
-    try:
-        doc = json.loads(body.decode("utf-8-sig", "surrogateescape"))
-    except RecursionError:
-        raise PromAPIError(f"HTTP {status}: JSON nested too deeply") from None
-    except ValueError:
-        snippet = body[:80].decode("utf-8", "replace").replace("\n", " ")
-        raise PromAPIError(f"HTTP {status}: not JSON (starts with {snippet!r})") from None
-    if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
-        raise PromAPIError(f"HTTP {status}: not a Prometheus API response")
-    if doc["status"] == "error":
-        etype = _printable(str(doc.get("errorType", "error"))[:64])
-        msg = _printable(str(doc.get("error", ""))[:300])
-        raise PromAPIError(f"HTTP {status}: {etype}: {msg}")
-    if status >= 400:
-        raise PromAPIError(f"HTTP {status}")
-    data = doc.get("data")
-    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-        raise PromAPIError("response has no data.result list")
-    return data
-
-
-def parse_vector(data: dict, query: str = "", skipped: Skipped | None = None) -> list[Sample]:
-    """``data`` of an instant query → samples; a scalar becomes one unlabelled sample.
-
-    An element with a bad label set or sample is left out and counted in ``skipped``
-    (one bad series must not cost the others their forecasts). The answer as a
-    whole is refused (PromAPIError) only when its shape is wrong: not a vector or a
-    scalar, no result list, a malformed scalar.
-    """
-    rtype = data.get("resultType")
-    result = data.get("result")
-    if rtype == "scalar":
-        try:
-            ts, value = _point(result)
-        except _BadSeries as err:
-            raise PromAPIError(f"query {_short(query)}: {err}") from None
-        return [Sample(MappingProxyType({}), value, ts)]
-    if rtype != "vector":
-        raise PromAPIError(f"query {_short(query)}: expected a vector, got {rtype!r}")
-    if not isinstance(result, list):
-        raise PromAPIError(f"query {_short(query)}: no result list")
-    if skipped is None:
-        skipped = Skipped()
-    out: list[Sample] = []
-    for item in result:
-        try:
-            if type(item) is not dict:
-                raise _BadSeries("element is not an object")
-            labels = _labels(item.get("metric"))
-            raw = item.get("value")
-            try:  # the common case inline (100,000s of samples per cycle); _point says what is wrong
-                if type(raw) is not list or len(raw) != 2 or type(raw[1]) is not str:
-                    raise TypeError
-                ts, value = float(raw[0]), float(raw[1])
-                if not math.isfinite(ts):
-                    raise ValueError
-            except (TypeError, ValueError, OverflowError):
-                ts, value = _point(raw)
-        except _BadSeries as err:
-            skipped.add(str(err), item)
-            continue
-        out.append(Sample(labels, value, ts))
-    return out
-
-
-def parse_matrix(data: dict, query: str = "", skipped: Skipped | None = None) -> list[Series]:
-    """``data`` of a range query → series with ascending points.
-
-    A series with a bad label set or any malformed point is left out and counted in
-    ``skipped``; the answer is refused only when it is not a matrix with a result list.
-    """
-    if data.get("resultType") != "matrix":
-        raise PromAPIError(
-            f"query {_short(query)}: expected a matrix, got {data.get('resultType')!r}"
-        )
-    result = data.get("result")
-    if not isinstance(result, list):
-        raise PromAPIError(f"query {_short(query)}: no result list")
-    if skipped is None:
-        skipped = Skipped()
-    out: list[Series] = []
-    for item in result:
-        try:
-            if type(item) is not dict or type(item.get("values")) is not list:
-                raise _BadSeries("malformed matrix element")
-            labels = _labels(item.get("metric"))
-            values = item["values"]
-            points: tuple[tuple[float, float], ...] | None = None
-            # the common case in bulk (several 100,000 points per cycle); _point says what is wrong
-            if all(type(p) is list and len(p) == 2 and type(p[1]) is str for p in values):
-                try:
-                    points = tuple([(float(t), float(v)) for t, v in values])
-                except (TypeError, ValueError, OverflowError):
-                    points = None
-                if points is not None and not all(math.isfinite(t) for t, _ in points):
-                    points = None
-            if points is None:
-                points = tuple(_point(p) for p in values)
-        except _BadSeries as err:
-            skipped.add(str(err), item)
-            continue
-        out.append(Series(labels, points))
-    return out
-
-
-def _labels(raw: object) -> Mapping[str, str]:
-    """A read-only view of a decoded label set (the dict is this answer's own: no copy).
-
-    Names and values must be strings of at most ``_MAX_LABEL_VALUE`` characters and
-    valid UTF-8: a lone surrogate (from raw bytes or a ``\\ud800`` escape) would only
-    fail later and far away, when the history stores it or a metric is encoded.
-    Raises _BadSeries naming the first bad label.
-    """
-    if type(raw) is not dict:
-        raise _BadSeries("malformed label set")
-    if len(raw) > _MAX_LABELS:
-        raise _BadSeries(f"malformed label set (more than {_MAX_LABELS} labels)")
-    # the common case in one pass each: short ASCII strings (isascii reads a flag)
-    if all(
-        type(v) is str and len(v) <= _MAX_LABEL_VALUE and v.isascii() for v in raw.values()
-    ) and all(type(k) is str and len(k) <= _MAX_LABEL_VALUE and k.isascii() for k in raw):
-        return MappingProxyType(raw)
-    for name, value in raw.items():
-        if type(name) is not str or len(name) > _MAX_LABEL_VALUE:
-            raise _BadSeries(f"malformed label name {_snippet(name, 40)}")
-        if _NOT_UTF8.search(name):
-            raise _BadSeries(f"label name {name[:40]!r} is not valid UTF-8")
-        if type(value) is not str:
-            raise _BadSeries(f"malformed label {name[:40]!r} (not a string)")
-        if len(value) > _MAX_LABEL_VALUE:
-            raise _BadSeries(
-                f"malformed label {name[:40]!r} (longer than {_MAX_LABEL_VALUE} characters)"
-            )
-        if _NOT_UTF8.search(value):
-            raise _BadSeries(f"label {name[:40]!r} is not valid UTF-8")
-    return MappingProxyType(raw)
-
-
-def _point(raw: object) -> tuple[float, float]:
-    """``[timestamp, "value"]`` → floats; _BadSeries saying what is wrong."""
-    if not isinstance(raw, list) or len(raw) != 2 or not isinstance(raw[1], str):
-        raise _BadSeries(f"malformed sample {_snippet(raw, 60)}")
-    try:
-        ts = float(raw[0])
-        value = float(raw[1])
-    except (TypeError, ValueError, OverflowError):  # OverflowError: a 400-digit integer
-        raise _BadSeries(f"malformed sample {_snippet(raw, 60)}") from None
-    if not math.isfinite(ts):
-        raise _BadSeries("non-finite timestamp")
-    return ts, value
-
-
-_DESCRIBE_FIRST = ("__name__", "namespace", "pod", "run_id")
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
-
-
-def _describe(item: object) -> str:
-    """`` in {pod='x', ...}``: a few labels of a skipped series, bounded, for the log."""
-    metric = item.get("metric") if isinstance(item, dict) else None
-    if not isinstance(metric, dict) or not metric:
-        return ""
-    keys = [k for k in _DESCRIBE_FIRST if k in metric] or list(itertools.islice(metric, 4))
-    pairs = [f"{_name(k)}={_snippet(metric[k], 40)}" for k in keys]
-    return " in {" + ", ".join(pairs) + "}"
-
-
-def _name(key: object) -> str:
-    """A label name as Prometheus writes it, quoted only if it is not a plain one."""
-    if isinstance(key, str) and _PLAIN_NAME.fullmatch(key):
-        return key
-    return _snippet(key, 40)
-
-
-def _snippet(value: object, limit: int) -> str:
-    """A bounded repr: quotes strings, escapes surrogates and control characters."""
-    if isinstance(value, str):
-        return repr(value[:limit])
-    try:
-        return repr(value)[:limit]
-    except RecursionError:  # nested as deep as the decoder allowed
-        return "(deeply nested)"
-
-
-def _printable(text: str) -> str:
-    """``text`` with any lone surrogate written as an escape, so it can be logged."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _fmt_time(ts: float) -> str:
     return f"{ts:.3f}"
-
-
-def _short(query: str) -> str:
-    return repr(query if len(query) <= 80 else query[:77] + "...")
 
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")

@@ -185,7 +185,8 @@ def test_deeply_nested_or_huge_numbers_in_an_api_answer_are_prom_api_errors() ->
     costs only its own series (skipped and counted)."""
     import json
 
-    from gpu_eta.forecaster.promapi import PromAPIError, Skipped, decode_response, parse_vector
+    from gpu_eta.forecaster.promapi import PromAPIError
+    from gpu_eta.forecaster.promparse import Skipped, decode_response, parse_vector
 
     deep = b"[" * 100_000
     huge = json.dumps(
@@ -204,7 +205,8 @@ def test_deeply_nested_or_huge_numbers_in_an_api_answer_are_prom_api_errors() ->
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
 def test_fuzz_api_answers_raise_only_prom_api_errors(body: bytes) -> None:
-    from gpu_eta.forecaster.promapi import PromAPIError, decode_response, parse_matrix, parse_vector
+    from gpu_eta.forecaster.promapi import PromAPIError
+    from gpu_eta.forecaster.promparse import decode_response, parse_matrix, parse_vector
 
     try:
         data = decode_response(

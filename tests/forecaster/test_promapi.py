@@ -18,14 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_eta.forecaster import promapi
-from gpu_eta.forecaster.promapi import (
-    PromAPIError,
-    PromClient,
-    decode_response,
-    parse_matrix,
-    parse_vector,
-)
+from gpu_eta.forecaster import promapi, promparse
+from gpu_eta.forecaster.promapi import PromAPIError, PromClient
+from gpu_eta.forecaster.promparse import decode_response, parse_matrix, parse_vector
 from gpu_eta.launch.prometheus import free_port
 
 VECTOR = {
@@ -322,7 +317,7 @@ def test_pure_decoders() -> None:
         parse_matrix({"resultType": "vector", "result": []})
     scalar = parse_vector({"resultType": "scalar", "result": [5, "2.5"]})
     assert scalar[0].value == 2.5 and dict(scalar[0].labels) == {}
-    skipped = promapi.Skipped()
+    skipped = promparse.Skipped()
     bad_label = {"metric": {"a": 1}, "value": [1, "1"]}
     assert parse_vector({"resultType": "vector", "result": [bad_label]}, "q", skipped) == []
     assert skipped.count == 1 and skipped.first.startswith("malformed label 'a' (not a string)")
@@ -337,7 +332,7 @@ def test_a_malformed_point_skips_its_series_in_vectors_and_matrices(point) -> No
     a malformed scalar is the whole answer and stays an error."""
     good_sample = {"metric": {"pod": "p"}, "value": [1, "1"]}
     bad_sample = {"metric": {"pod": "q"}, "value": point}
-    skipped = promapi.Skipped()
+    skipped = promparse.Skipped()
     samples = parse_vector(
         {"resultType": "vector", "result": [bad_sample, good_sample]}, "", skipped
     )
@@ -347,7 +342,7 @@ def test_a_malformed_point_skips_its_series_in_vectors_and_matrices(point) -> No
 
     good = {"metric": {"pod": "p"}, "values": [[1, "1"], [2, "2"]]}
     bad = {"metric": {"pod": "q"}, "values": [[1, "1"], point]}
-    skipped = promapi.Skipped()
+    skipped = promparse.Skipped()
     (series,) = parse_matrix({"resultType": "matrix", "result": [good, bad]}, "", skipped)
     assert series.points == ((1.0, 1.0), (2.0, 2.0)) and dict(series.labels) == {"pod": "p"}
     assert skipped.count == 1 and skipped.first.endswith("in {pod='q'}")

@@ -15,7 +15,8 @@ from urllib.parse import unquote_plus
 import pytest
 
 from gpu_eta.common import durations
-from gpu_eta.forecaster.promapi import PromClient, parse_vector
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.promparse import parse_vector
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.top import main as top_main
 from gpu_eta.top import queries as top_queries
