@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Parsing, maths, types and rendering: no network, no database, no processes.
 PURE = (
     "gpu_eta.common.durations",
+    "gpu_eta.common.listen",
     "gpu_eta.common.versioned_json",
     "gpu_eta.exporter.readings",
     "gpu_eta.exporter.snapshot",
@@ -36,6 +37,8 @@ PURE = (
     "gpu_eta.exporter.progress",
     "gpu_eta.forecaster.errors",
     "gpu_eta.forecaster.runs",
+    "gpu_eta.forecaster.history_rows",
+    "gpu_eta.forecaster.promparse",
     "gpu_eta.forecaster.series",
     "gpu_eta.forecaster.forecast",
     "gpu_eta.forecaster.config",
