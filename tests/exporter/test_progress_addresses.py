@@ -18,7 +18,7 @@ import pytest
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
-from tests.support.net import has_ipv6_loopback
+from tests.support.net import has_ipv6_loopback, post_progress
 
 POD4 = PodMeta("ml", "v4", "uid-4", ip="127.0.0.2", container_ids={"main": "c4"})
 POD6 = PodMeta("ml", "v6", "uid-6", ip="::1", container_ids={"main": "c6"})
@@ -26,20 +26,8 @@ BODY = json.dumps({"epoch": 1, "epochs": 3}).encode()
 
 
 def post(host: str, port: int, source: str) -> bytes:
-    """One POST /progress from ``source`` (the sender's address) to ``host:port``."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as conn:
-        conn.settimeout(10)
-        conn.bind((source, 0))
-        conn.connect((host, port))
-        conn.sendall(
-            b"POST /progress HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
-        )
-        answer = b""
-        while chunk := conn.recv(4096):
-            answer += chunk
-    return answer
+    """One POST /progress of ``BODY`` from ``source`` to ``host:port``."""
+    return post_progress(host, port, BODY, source)
 
 
 def listen(host: str, store: ProgressStore | None = None) -> Iterator[ProgressListener]:

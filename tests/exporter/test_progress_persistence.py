@@ -13,7 +13,6 @@ import errno
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from gpu_eta.exporter.progress_journal import read_journal
 from gpu_eta.exporter.progress_state_file import parse_state
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from tests.support.net import post_progress
 
 NOW = time.time()  # run_start is checked against it: keep it a real "now"
 POD = PodMeta("ns", "sender", "uid-s", ip="127.0.0.2", container_ids={"main": "c1"})
@@ -157,15 +157,7 @@ def test_a_journal_that_stays_unreadable_is_moved_aside_unchanged(tmp_path, monk
 
 
 def http_post(port: int, body: bytes, source: str = "127.0.0.2") -> bytes:
-    with socket.create_connection(("127.0.0.1", port), 10, source_address=(source, 0)) as conn:
-        conn.sendall(
-            b"POST /progress HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        answer = b""
-        while chunk := conn.recv(4096):
-            answer += chunk
-    return answer
+    return post_progress("127.0.0.1", port, body, source)
 
 
 def test_an_unreadable_file_that_cannot_be_moved_aside_is_never_written_over(

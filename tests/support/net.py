@@ -1,4 +1,4 @@
-"""Network facts of the machine the tests run on."""
+"""Network facts of the machine the tests run on, and a raw progress POST."""
 
 from __future__ import annotations
 
@@ -14,3 +14,21 @@ def has_ipv6_loopback() -> bool:
         return True
     except OSError:
         return False
+
+
+def post_progress(host: str, port: int, body: bytes, source: str) -> bytes:
+    """One raw ``POST /progress`` of ``body`` from ``source`` (the sender's address:
+    the exporter knows a pod by it) to ``host:port``; the whole answer, bytes as sent."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.bind((source, 0))
+        conn.connect((host, port))
+        conn.sendall(
+            b"POST /progress HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    return answer
