@@ -207,26 +207,56 @@ def test_a_directory_at_the_state_path_is_left_alone_and_nothing_is_written(tmp_
     assert sorted(f.name for f in tmp_path.iterdir()) == ["progress.json"]  # no journal
 
 
-def test_the_runtime_refuses_a_directory_as_state_file_in_one_line(tmp_path):
+def simulated_runtime(tmp_path: Path, state: Path):
+    """The exporter's runtime on the simulated node with ``state`` as its
+    ``--progress.state-file`` (not started)."""
     from gpu_eta.exporter.config import config_from_mapping
     from gpu_eta.exporter.runtime import Runtime
 
-    cfg = config_from_mapping(
-        {
-            "simulate": True,
-            "web.listen-address": "127.0.0.1:0",
-            "progress.listen-address": "127.0.0.1:0",
-            "path.pod-logs": str(tmp_path),
-            "progress.state-file": str(tmp_path),
-        }
+    return Runtime(
+        config_from_mapping(
+            {
+                "simulate": True,
+                "web.listen-address": "127.0.0.1:0",
+                "progress.listen-address": "127.0.0.1:0",
+                "path.pod-logs": str(tmp_path),
+                "progress.state-file": str(state),
+            }
+        )
     )
-    runtime = Runtime(cfg)
+
+
+def test_the_runtime_refuses_a_directory_as_state_file_in_one_line(tmp_path):
+    runtime = simulated_runtime(tmp_path, tmp_path)
     try:
         with pytest.raises(StartupError) as err:
             runtime.start()
     finally:
         runtime.stop()
     assert "not a regular file" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_state_path_that_cannot_be_checked_still_starts_the_exporter(tmp_path, monkeypatch):
+    """EACCES on the path (a hostPath directory of another owner with capabilities
+    dropped, a denied SELinux label: what root here cannot be made to get, so
+    ``os.stat`` says it for that path alone). The store deals with an unreadable
+    file (it keeps progress in memory and says so); the start must not refuse, and
+    GPU metrics are served (the check raised ``PermissionError``: exit 1)."""
+    state = tmp_path / "denied" / "progress.json"
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):
+        if str(path).startswith(str(state.parent)):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    runtime = simulated_runtime(tmp_path, state)
+    try:
+        runtime.start()
+        assert runtime.store is not None
+    finally:
+        runtime.stop()
 
 
 def test_a_fifo_at_the_state_path_does_not_hang_the_start(tmp_path):
