@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.runs import Feature, Run, thinned, validate_run
 
@@ -88,22 +89,12 @@ def unencodable(
     (keys and text values) that UTF-8 cannot encode (a lone surrogate), or None.
     SQLite stores text as UTF-8: such text fails the write it is in."""
     for name, value in fields:
-        if isinstance(value, str) and not _utf8(value):
+        if isinstance(value, str) and not utf8_encodable(value):
             return name
     for key, value in (features or {}).items():
-        if not _utf8(str(key)) or (isinstance(value, str) and not _utf8(value)):
+        if not utf8_encodable(str(key)) or (isinstance(value, str) and not utf8_encodable(value)):
             return "feature " + ascii(str(key))
     return None
-
-
-def _utf8(text: str) -> bool:
-    if text.isascii():  # nearly all: no encoding needed to know
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 RUNNING_COLUMNS = (

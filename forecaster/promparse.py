@@ -19,14 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.series import Sample, Series
 
 _MAX_LABELS = 128
 _MAX_LABEL_VALUE = 4096  # characters, for label values and names alike
-# Characters no valid UTF-8 text decodes to: lone surrogates come from bytes that are
-# not UTF-8 (decoded with ``surrogateescape``) or from a JSON ``\ud800`` escape.
-_NOT_UTF8 = re.compile(r"[\ud800-\udfff]")
 _MAX_REASON = 200  # characters of the first skip reason in a log line
 
 
@@ -185,7 +183,7 @@ def _labels(raw: object) -> Mapping[str, str]:
     for name, value in raw.items():
         if type(name) is not str or len(name) > _MAX_LABEL_VALUE:
             raise _BadSeries(f"malformed label name {_snippet(name, 40)}")
-        if _NOT_UTF8.search(name):
+        if not utf8_encodable(name):
             raise _BadSeries(f"label name {name[:40]!r} is not valid UTF-8")
         if type(value) is not str:
             raise _BadSeries(f"malformed label {name[:40]!r} (not a string)")
@@ -193,7 +191,7 @@ def _labels(raw: object) -> Mapping[str, str]:
             raise _BadSeries(
                 f"malformed label {name[:40]!r} (longer than {_MAX_LABEL_VALUE} characters)"
             )
-        if _NOT_UTF8.search(value):
+        if not utf8_encodable(value):
             raise _BadSeries(f"label {name[:40]!r} is not valid UTF-8")
     return MappingProxyType(raw)
 

@@ -25,6 +25,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.forecast import QUANTILES, ForecastSet
 from gpu_eta.forecaster.pending import PendingSet, describe, error_counts, left_out
@@ -162,12 +163,7 @@ def publishable(fs: ForecastSet) -> tuple[ForecastSet, int]:
 
 def _encodable(*values: str) -> bool:
     """True when every value is a str that encodes as UTF-8 (no lone surrogate)."""
-    try:
-        for value in values:
-            value.encode("utf-8")
-    except (UnicodeEncodeError, AttributeError):
-        return False
-    return True
+    return all(isinstance(v, str) and utf8_encodable(v) for v in values)
 
 
 class ForecastCollector(Collector):

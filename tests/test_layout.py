@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PURE = (
     "gpu_eta.common.durations",
     "gpu_eta.common.listen",
+    "gpu_eta.common.text",
     "gpu_eta.common.versioned_json",
     "gpu_eta.exporter.readings",
     "gpu_eta.exporter.snapshot",
