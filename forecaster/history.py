@@ -74,6 +74,7 @@ from gpu_eta.forecaster.history_rows import (
     finite_or_zero,
     load_features,
     pack_epoch_times,
+    readable,
     running_from_row,
     to_learn_from,
     unencodable,
@@ -102,6 +103,21 @@ _SAME_SEEDED = (
 
 
 _KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
+# A ``record`` row's means, and the parameters naming those a retry withdraws
+_MEANS = ("util_sum", "util_weight", "memory_sum", "memory_weight")
+_WITHDRAWN = tuple(name + "_withdrawn" for name in _MEANS)
+_NO_MEANS = (0.0, 0.0, 0.0, 0.0)
+
+
+def _added_means(up: RunUpdate) -> tuple[float, float, float, float]:
+    """What ``up`` adds to its run's means: (util_sum, util_weight, memory_sum,
+    memory_weight), a mean that is not finite adding nothing."""
+    return (
+        finite_or_zero(up.util_mean) * up.weight_seconds,
+        up.weight_seconds if finite(up.util_mean) else 0.0,
+        finite_or_zero(up.memory_mean) * up.weight_seconds,
+        up.weight_seconds if finite(up.memory_mean) else 0.0,
+    )
 
 
 def _row_key(row: Mapping[str, object]) -> RunKey:
@@ -126,11 +142,24 @@ class HistoryStore:
         self._cache_points = 0  # progress points held by the cache
         self.version = 0  # bumps whenever the finished history changes
         self.persistent = True  # False: a read-only file, used through a memory copy
-        self.skipped_rows = 0  # damaged rows left out of the last read (kept in the file)
+        # Rows left out of the reads as damaged (kept in the file): of the last read of
+        # running runs plus the last of finished ones (``_skipped``), so a caller can
+        # publish it as the number of rows the forecaster does not use now.
+        self.skipped_rows = 0
+        self._skipped_by: dict[str, int] = {}  # that count by read: "running", "finished"
         # run updates the last ``record`` left out: text SQLite cannot store (not valid
         # Unicode, e.g. a lone surrogate decoded from a label's JSON); the rest are kept
         self.skipped_updates = 0
         self._unstorable: frozenset[RunKey] = frozenset()  # their keys, logged once
+        # The GPU-use and memory means (util_sum, util_weight, memory_sum, memory_weight)
+        # each run's last ``record`` added since the last ``set_metas``, by run key. Why:
+        # the cycle records, then finishes, then saves the state its next read starts
+        # from (``set_metas``); when it fails in between (``finish`` meeting a lock), its
+        # retry reads those seconds again, and they used to be added a second time. A
+        # later update of the run replaces them instead (``record``). In memory only: a
+        # process that ends in between (killed; a ``once`` run failing there) restarts
+        # from the saved state and still counts that window twice.
+        self._provisional_means: dict[RunKey, tuple[float, float, float, float]] = {}
         # Running runs' epoch ends as stored, by run key (None: not read yet). Why: a
         # cycle reads every running run, and re-reading their epoch ends from the file
         # each time (a million rows for 10,000 runs of a hundred epochs) was most of
@@ -265,9 +294,15 @@ class HistoryStore:
         epoch ends from before that start (``_drop_ends_before_start``). An update
         whose text SQLite cannot store (not valid Unicode) is skipped and counted in
         ``skipped_updates``, the others are recorded (``_storable``).
+
+        An update's GPU-use and memory means (``util_mean``, ``memory_mean`` weighted by
+        ``weight_seconds``) add to the run's; they replace, instead, those the run's
+        previous update added when no ``set_metas`` came between: the caller's state was
+        not saved, so this read covers those seconds again (``_provisional_means``).
         """
         updates = self._storable(updates)
         rows = []
+        added: dict[RunKey, tuple[float, float, float, float]] = {}  # each run's means
         ends = []
         recheck: list[dict[str, object]] = []  # rows whose old ends may predate the start
         known = self._running_ends or {}
@@ -289,14 +324,22 @@ class HistoryStore:
                 "epochs_planned": float(up.epochs_planned),
                 "start_timestamp": float(up.start_timestamp),
                 "features": dump_features(up.features),
-                "util_sum": finite_or_zero(up.util_mean) * up.weight_seconds,
-                "util_weight": up.weight_seconds if finite(up.util_mean) else 0.0,
-                "memory_sum": finite_or_zero(up.memory_mean) * up.weight_seconds,
-                "memory_weight": up.weight_seconds if finite(up.memory_mean) else 0.0,
                 "last_seen": up.seen_timestamp,
             }
-            rows.append(row)
             key = run_key(up)
+            means = _added_means(up)
+            # withdrawn once, by the run's first row (a run twice in ``updates`` adds twice)
+            back = _NO_MEANS if key in added else self._provisional_means.get(key, _NO_MEANS)
+            row.update(zip(_MEANS, means, strict=True))
+            row.update(zip(_WITHDRAWN, back, strict=True))
+            rows.append(row)
+            sums = added.get(key, _NO_MEANS)
+            added[key] = (
+                sums[0] + means[0],
+                sums[1] + means[1],
+                sums[2] + means[2],
+                sums[3] + means[3],
+            )
             stored = None if key in to_steps else known.get(key)
             # Held ends all at or after the start: the file has none before it, nothing
             # to drop (the steady state: no statement). Else the file is asked, and
@@ -330,10 +373,12 @@ class HistoryStore:
                         epochs_planned = excluded.epochs_planned,
                         start_timestamp = excluded.start_timestamp,
                         features = excluded.features,
-                        util_sum = util_sum + excluded.util_sum,
-                        util_weight = util_weight + excluded.util_weight,
-                        memory_sum = memory_sum + excluded.memory_sum,
-                        memory_weight = memory_weight + excluded.memory_weight,
+                        util_sum = util_sum - :util_sum_withdrawn + excluded.util_sum,
+                        util_weight = util_weight - :util_weight_withdrawn
+                            + excluded.util_weight,
+                        memory_sum = memory_sum - :memory_sum_withdrawn + excluded.memory_sum,
+                        memory_weight = memory_weight - :memory_weight_withdrawn
+                            + excluded.memory_weight,
                         last_seen = MAX(last_seen, excluded.last_seen)
                     WHERE runs.state = 'running'
                     """,
@@ -348,6 +393,7 @@ class HistoryStore:
                     ends,
                 )
             self._percent_running -= set(to_steps)
+            self._means_added(added)  # committed: what a retry would withdraw
             if dropped:
                 log.info(
                     "history file %s: %d epoch end(s) from before their run's new start "
@@ -364,6 +410,14 @@ class HistoryStore:
                     stored = self._running_ends.get(tuple(key))  # type: ignore[arg-type]
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
+
+    def _means_added(self, added: Mapping[RunKey, tuple[float, float, float, float]]) -> None:
+        """Keep the means a committed ``record`` added, by run, until ``set_metas``."""
+        for key, means in added.items():
+            if any(means):
+                self._provisional_means[key] = means
+            else:  # nothing to withdraw
+                self._provisional_means.pop(key, None)
 
     def _drop_ends_before_start(self, rows: list[dict[str, object]]) -> int:
         """Delete a running run's stored epoch ends older than the start in its update
@@ -601,19 +655,28 @@ class HistoryStore:
 
     def set_metas(self, values: Mapping[str, str]) -> None:
         """Store several service values in one transaction (one commit, one sync: a
-        cycle's state is written together, and either all of it or none)."""
-        with self._lock, self._tx():
-            self._conn.executemany(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                list(values.items()),
-            )
+        cycle's state is written together, and either all of it or none).
+
+        The caller's state is saved: the means ``record`` added before are final (no
+        later update withdraws them, ``_provisional_means``). So even when this write
+        fails: the cycle has advanced its state in memory before saving it, and its next
+        read in this process starts after those seconds.
+        """
+        with self._lock:
+            self._provisional_means = {}
+            with self._tx():
+                self._conn.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    list(values.items()),
+                )
 
     def get_meta(self, key: str) -> str | None:
         """A value stored with ``set_meta``, or None."""
         with self._lock, self._reading():
             row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
+        # text another tool wrote that is not UTF-8: what can be read, never a failed start
+        return None if row is None else readable(str(row[0]))
 
     # -- reads ----------------------------------------------------------------
 
@@ -728,20 +791,25 @@ class HistoryStore:
     # -- internals --------------------------------------------------------------
 
     def _skipped(self, what: str, bad: list[str]) -> None:
-        """Count damaged rows left out of a read; one ERROR line when the count changes.
+        """Count damaged rows left out of a read of ``what`` runs ("running",
+        "finished"; text that is not UTF-8 included); one WARNING line, naming the
+        count, when that read's count changes (not every cycle for the same rows).
 
         The rows stay in the file untouched (a human may repair them); one bad row
-        must not stop every fit, as it did when it reached the model.
+        must not stop every fit, as it did when it reached the model, nor every read,
+        as text that is not UTF-8 did (``history_rows.decode_text``).
         """
-        if bad and len(bad) != self.skipped_rows:
-            log.error(
-                "history file %s: %d damaged %s run row(s) skipped (first: %s)",
+        if bad and len(bad) != self._skipped_by.get(what, 0):
+            log.warning(
+                "history file %s: %d %s run row(s) left out of the read (damaged, or text "
+                "that is not valid UTF-8), kept in the file as they are (first: %s)",
                 self.path,
                 len(bad),
                 what,
                 bad[0][:200],
             )
-        self.skipped_rows = len(bad)
+        self._skipped_by[what] = len(bad)
+        self.skipped_rows = sum(self._skipped_by.values())
 
     def _finished_changed(self, added: list[Run]) -> None:
         cache = self._finished_cache

@@ -17,9 +17,11 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 
+from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.history_rows import (
     PERCENT_UNIT,
     HistoryError,
+    decode_text,
     dump_features,
     load_features,
 )
@@ -119,13 +121,16 @@ class DamagedHistory(HistoryError):
 
 def connect(path: str) -> sqlite3.Connection:
     """An autocommit connection to ``path`` (transactions are explicit), usable from any
-    thread (the store serialises access), waiting ``BUSY_TIMEOUT_SECONDS`` for a lock."""
-    return sqlite3.connect(
+    thread (the store serialises access), waiting ``BUSY_TIMEOUT_SECONDS`` for a lock,
+    reading text that is not UTF-8 without failing (``decode_text``)."""
+    conn = sqlite3.connect(
         path,
         timeout=BUSY_TIMEOUT_SECONDS,
         check_same_thread=False,
         isolation_level=None,
     )
+    conn.text_factory = decode_text
+    return conn
 
 
 def prepare(conn: sqlite3.Connection, path: str) -> None:
@@ -208,6 +213,8 @@ def _mark_percent_runs(conn: sqlite3.Connection) -> None:
         "AND epochs_planned = 100"
     ).fetchall()
     for row_id, text in rows:
+        if isinstance(text, str) and not utf8_encodable(text):
+            continue  # another tool's bytes, not UTF-8: left as they are, for a human
         features = dict(load_features(text))
         if features.get("progress_unit") == "steps":
             features["progress_unit"] = PERCENT_UNIT
@@ -389,5 +396,6 @@ def memory_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
     if conn.in_transaction:
         conn.execute("ROLLBACK")
     memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    memory.text_factory = decode_text
     conn.backup(memory)
     return memory

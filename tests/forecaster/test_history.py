@@ -55,10 +55,47 @@ def test_epoch_ends_accumulate_across_cycles_and_restarts(tmp_path: Path) -> Non
 def test_utilisation_mean_is_weighted_across_cycles(tmp_path: Path) -> None:
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.record([update("r", util_mean=1.0, weight_seconds=30.0, memory_mean=float("nan"))])
+    store.set_metas({"last_query_timestamp": "2000.0"})  # the cycle saves its state
     store.record([update("r", util_mean=0.0, weight_seconds=90.0, memory_mean=0.5)])
     feats = store.running()[0].run.features
     assert feats["gpu_utilization_ratio"] == pytest.approx(0.25)
     assert feats["memory_utilization_ratio"] == pytest.approx(0.5)
+    store.close()
+
+
+def test_a_read_retried_before_the_state_is_saved_replaces_the_means_it_read(
+    tmp_path: Path,
+) -> None:
+    """A cycle failing after its ``record`` (``finish`` meeting a lock) has not saved
+    its state (``set_metas``), so its retry reads the same seconds again, and more: the
+    retry's means replace the failed read's instead of adding to them. A run the retry
+    does not read keeps what it got; once the state is saved, the next read adds."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record(
+        [
+            update("a", util_mean=0.25, memory_mean=0.5, weight_seconds=100.0),
+            update("b", util_mean=0.5, memory_mean=0.5, weight_seconds=100.0),
+        ]
+    )
+    store.set_metas({"last_query_timestamp": "2000.0"})
+    store.record(
+        [
+            update("a", util_mean=1.0, memory_mean=1.0, weight_seconds=60.0),
+            update("b", util_mean=1.0, memory_mean=1.0, weight_seconds=60.0),
+        ]
+    )  # ... and the cycle fails
+    store.record([update("a", util_mean=0.75, memory_mean=0.25, weight_seconds=120.0)])  # retry
+    store.set_metas({"last_query_timestamp": "2120.0"})
+    store.record([update("a"), update("b")])  # a cycle that reads no means adds nothing
+    store.record([update("b", util_mean=0.0, memory_mean=0.0, weight_seconds=40.0)])
+    store.close()
+    store = HistoryStore.open(db)  # as stored in the file
+    feats = {s.run.run_id: s.run.features for s in store.running()}
+    assert feats["a"]["gpu_utilization_ratio"] == pytest.approx((0.25 * 100 + 0.75 * 120) / 220)
+    assert feats["a"]["memory_utilization_ratio"] == pytest.approx((0.5 * 100 + 0.25 * 120) / 220)
+    assert feats["b"]["gpu_utilization_ratio"] == pytest.approx((0.5 * 100 + 1.0 * 60) / 200)
+    assert feats["b"]["memory_utilization_ratio"] == pytest.approx((0.5 * 100 + 1.0 * 60) / 200)
     store.close()
 
 

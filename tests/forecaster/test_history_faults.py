@@ -501,3 +501,177 @@ def test_a_damaged_running_row_does_not_stop_finishing_the_others(
     row = store._conn.execute("SELECT state, epochs_planned FROM runs WHERE run_id = 'bad'")
     assert row.fetchone() == ("running", "abc")  # kept as it is, for a human
     store.close()
+
+
+# -- a cycle that fails between its record and its finish ----------------------------------
+
+
+class _LockAtBegin:
+    """The store's connection, except that its ``nth`` ``BEGIN IMMEDIATE`` meets a write
+    lock a real second process takes just then (``lock_held``): a lock appearing
+    between two of the store's transactions, as an admin's ``sqlite3`` shell does."""
+
+    def __init__(self, conn: sqlite3.Connection, db: Path, nth: int) -> None:
+        self._real = conn
+        self._db = db
+        self._left = nth
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "BEGIN IMMEDIATE":
+            self._left -= 1
+            if self._left == 0:
+                with lock_held(self._db, "write"):
+                    return self._real.execute(sql, *args)
+        return self._real.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def _means_after_cycles(db: Path, fail_finish_once: bool) -> dict[str, tuple[float, float]]:
+    """Three full-read cycles 60 s apart on a new history at ``db`` (run "a" runs on,
+    run "b" reaches its plan in the second); with ``fail_finish_once`` the second
+    cycle's ``finish`` meets another process's lock after its ``record`` committed,
+    and the third cycle is its retry. Each run's stored (GPU use, memory) means."""
+    from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, means_of, merge
+
+    t = [NOW]
+    client = CannedClient({})
+    store = HistoryStore.open(db)
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=1, lookback_seconds=600)
+    b_ends = [[(1, NOW - 30)], [(1, NOW - 30), (2, NOW + 50)], [(1, NOW - 30), (2, NOW + 50)]]
+    try:
+        for n, (util_a, memory_a) in enumerate([(0.25, 0.5), (0.75, 0.25), (0.75, 0.25)]):
+            t[0] = NOW + 60 * n
+            client.answers = merge(
+                job("a", 100, [(1, NOW - 30)], NOW - 100, pod="p-a"),
+                job("b", 2, b_ends[n], NOW - 100, pod="p-b"),
+                means_of("p-a", util_a, memory_a),
+                means_of("p-b", 0.5, 0.5),
+            )
+            if n == 1 and fail_finish_once:
+                store._conn = _LockAtBegin(store._conn, db, nth=2)  # type: ignore[assignment]
+                with pytest.raises(HistoryError, match="database is locked"):
+                    cycle.run()  # record committed, finish did not
+                store._conn = store._conn._real  # type: ignore[attr-defined]
+                assert [s.run.run_id for s in store.running()] == ["a", "b"]
+                continue  # the next cycle is the retry
+            cycle.run()
+        runs = [s.run for s in store.running()] + store.finished()
+        return {
+            r.run_id: (
+                float(r.features["gpu_utilization_ratio"]),
+                float(r.features["memory_utilization_ratio"]),
+            )
+            for r in runs
+        }
+    finally:
+        store.close()
+
+
+def test_a_finish_failing_after_its_record_does_not_weigh_the_window_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle records (the means of the seconds since its previous read committed),
+    then finishes; when ``finish`` fails, the cycle's state is not saved, so its retry
+    reads those seconds again. Their means used to be added a second time (run "a":
+    0.25 for 100 s, then 0.75 for 60 + 120 s, where it ran 120 s at 0.75)."""
+    monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.3)
+    expected = _means_after_cycles(tmp_path / "ok.sqlite", fail_finish_once=False)
+    assert expected["a"] == pytest.approx(
+        ((0.25 * 100 + 0.75 * 120) / 220, (0.5 * 100 + 0.25 * 120) / 220)
+    )
+    got = _means_after_cycles(tmp_path / "failed.sqlite", fail_finish_once=True)
+    assert got.keys() == {"a", "b"}
+    assert got["a"] == pytest.approx(expected["a"], rel=1e-12)
+    assert got["b"] == pytest.approx(expected["b"], rel=1e-12)
+
+
+# -- text another tool wrote that is not UTF-8 ---------------------------------------------
+
+
+def _write_bytes_as_text(db: Path, *statements: str) -> None:
+    """What an admin's ``sqlite3`` shell does with ``CAST(x'ff' AS TEXT)``: text
+    columns holding bytes that are not UTF-8 (SQLite does not check)."""
+    conn = sqlite3.connect(db)
+    for statement in statements:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+
+
+def test_a_row_whose_text_is_not_utf8_is_skipped_and_counted_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every read of the history used to fail ("Could not decode to UTF-8 column"), so
+    one such row lost the forecaster its whole history. Now that row is left out of the
+    read and counted, one WARNING line per read names the count, the other runs are
+    read, and the read changes nothing in the file."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.import_finished(finished_runs(4))
+    store.record([update("live0", [(1, 1100.0)]), update("live1", [(1, 1100.0)])])
+    store.close()
+    _write_bytes_as_text(
+        db,
+        "UPDATE runs SET node = CAST(x'ff' AS TEXT) WHERE run_id = 'live1'",
+        "UPDATE runs SET run_id = CAST(x'72ff31' AS TEXT) WHERE run_id = 'r1'",
+        "UPDATE runs SET features = CAST(x'7b226a6f625f6e616d65223a2022ff227d' AS TEXT)"
+        " WHERE run_id = 'r2'",  # {"job_name": "\xff"}
+    )
+    store = HistoryStore.open(db)
+    before = digest(db)
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.history"):
+        assert [s.run.run_id for s in store.running()] == ["live0"]
+        assert store.skipped_rows == 1
+        assert [r.run_id for r in store.finished()] == ["r0", "r3"]
+        assert store.skipped_rows == 3  # rows left out now: 1 running, 2 finished
+        assert [s.run.run_id for s in store.running()] == ["live0"]  # the same: not logged
+    lines = [r for r in caplog.records if "left out" in r.getMessage()]
+    assert [(r.levelname, r.getMessage().split(": ", 1)[1].split(" (")[0]) for r in lines] == [
+        ("WARNING", "1 running run row(s) left out of the read"),
+        ("WARNING", "2 finished run row(s) left out of the read"),
+    ]
+    assert "not valid UTF-8" in lines[0].getMessage() and "'node'" in lines[0].getMessage()
+    assert digest(db) == before  # nothing stored is lost, nothing rewritten
+    assert store.count_finished() == 4
+    store.record([update("live1", [(2, 1200.0)])])  # the run's next update repairs it
+    assert [s.run.run_id for s in store.running()] == ["live0", "live1"]
+    assert store.skipped_rows == 2
+    (done,) = store.finish([key("live1")], 5000.0)
+    assert done.epoch_times == ((0.0, 1000.0), (1.0, 1100.0), (2.0, 1200.0))
+    store.close()
+
+
+def test_a_meta_value_that_is_not_utf8_reads_with_replacement_characters(
+    tmp_path: Path,
+) -> None:
+    """The cycle's stored state is read at every start: such a value used to stop the
+    start; its callers read what is left (an unreadable time is no time)."""
+    db = tmp_path / "h.sqlite"
+    HistoryStore.open(db).close()
+    _write_bytes_as_text(db, "INSERT INTO meta (key, value) VALUES ('k', CAST(x'31ff32' AS TEXT))")
+    store = HistoryStore.open(db)
+    assert store.get_meta("k") == "1\ufffd2"
+    store.set_meta("k", store.get_meta("k") or "")  # and can be written back
+    store.close()
+
+
+def test_the_means_are_final_once_the_state_is_saved_even_if_that_write_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle advances its state in memory before ``set_metas`` writes it: when that
+    write meets a lock, the next cycle of the same process reads only later seconds, so
+    the means read before stay (withdrawing them would lose those seconds)."""
+    monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.3)
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([update("a", util_mean=0.25, weight_seconds=100.0)])
+    with lock_held(db, "write"), pytest.raises(HistoryError, match="database is locked"):
+        store.set_metas({"last_query_timestamp": "2000.0"})
+    store.record([update("a", util_mean=0.75, weight_seconds=60.0)])  # the next cycle
+    (stored,) = store.running()
+    assert stored.run.features["gpu_utilization_ratio"] == pytest.approx(
+        (0.25 * 100 + 0.75 * 60) / 160
+    )
+    store.close()
