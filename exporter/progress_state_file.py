@@ -2,8 +2,9 @@
 
 ``read_stored`` reads a state file or journal (bounded, retried, non-blocking) and
 moves one that cannot be read aside; ``set_aside`` keeps a damaged file under a name
-no earlier copy has; ``parse_state`` and ``progress_from_row`` / ``progress_to_row``
-turn the state file's JSON into ``Progress`` rows and back. Separate from
+no earlier copy has; ``clear_path`` frees a path the store could not use at start;
+``parse_state`` and ``progress_from_row`` / ``progress_to_row`` turn the state
+file's JSON into ``Progress`` rows and back. Separate from
 ``progress_store`` because none of it touches the store's map or lock: it is file
 handling and parsing, fuzzed (``bench/fuzz_campaign.py``) and tested on its own,
 while the store decides what a bad file means for persisting (``not_persisting``).
@@ -109,9 +110,11 @@ def read_stored(path: Path, what: str) -> Stored:
     return Stored(None)
 
 
-def set_aside(path: Path, *, move: bool, why: str = "corrupt") -> str | None:
+def set_aside(
+    path: Path, *, move: bool, why: str = "corrupt", level: int = logging.ERROR
+) -> str | None:
     """Move (or copy) a file to ``<name>.<why>-<unix time>[-<n>]``; its new name, or
-    None (logged) when that failed.
+    None (logged at ``level``) when that failed.
 
     The name is one no file has yet: two set-asides in the same second (the state
     file and, after a quick restart, again) must not overwrite each other's copy.
@@ -136,9 +139,36 @@ def set_aside(path: Path, *, move: bool, why: str = "corrupt") -> str | None:
         if created:
             with contextlib.suppress(OSError):
                 aside.unlink()  # a partial copy would pass for the whole file
-        log.error("progress state: cannot keep %s aside as %s: %s", path, aside.name, err)
+        log.log(level, "progress state: cannot keep %s aside as %s: %s", path, aside.name, err)
         return None
     return aside.name
+
+
+def clear_path(path: Path, why: str) -> tuple[bool, str]:
+    """Make ``path`` free for the store to write, losing nothing: (done, what
+    happened, or why not).
+
+    For a path the store could not use at start (a file that could be neither read
+    nor kept aside, or no regular file): when it is retried, what is there now was
+    never loaded, so it may not be written over either. Nothing there any more (an
+    admin removed it) is done; a regular file is moved aside as at the start
+    (``<name>.<why>-<time>``, kept for a human, even if it has become readable:
+    the store started without it and holds newer progress); anything else (still a
+    directory, a FIFO) or a move that fails again is not done. Failures are logged
+    at DEBUG only: the caller retries on a schedule and logs the change of state.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return True, f"{path.name} is gone"
+    except OSError as err:
+        return False, f"cannot check {path}: {err}"
+    if not stat.S_ISREG(mode):
+        return False, f"{path} is not a regular file"
+    aside = set_aside(path, move=True, why=why, level=logging.DEBUG)
+    if aside is None:
+        return False, f"{path} still cannot be kept aside"
+    return True, f"{path.name} moved to {aside} (kept for a human)"
 
 
 def fsync_dir(directory: Path) -> None:

@@ -25,7 +25,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpu_eta.exporter import progress_state_file
@@ -43,6 +43,7 @@ from gpu_eta.exporter.progress_state_file import (
     STATE_VERSION,
     StateError,
     StateFile,
+    clear_path,
     fsync_dir,
     parse_state,
     progress_from_row,
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 
 HTTP_PRECEDENCE_SECONDS = 600.0
 DEFAULT_MAX_ENTRIES = 4096
+# While not persisting, going back to the files is tried at most this often
+RECOVER_INTERVAL_SECONDS = 30.0
 
 Key = tuple[str, str, str, str]  # namespace, pod, container, source
 
@@ -75,8 +78,16 @@ class ProgressStore:
     The rule at start: a file under ``state_path`` (or its journal) is never written
     over unless its bytes were loaded or kept. One that cannot be read, parsed or
     fully used is moved (or copied) aside to ``<name>.<why>-<time>``; when even that
-    fails, the store runs in memory only: nothing is written at all and every
-    ``on_durable`` is called with False (the listener answers 503), until a restart.
+    fails, the store runs in memory only (``not_persisting``): nothing is written at
+    all and every ``on_durable`` is called with False (the listener answers 503).
+
+    Not until a restart: the cause often goes away (a read-only mount remounted, an
+    admin removes the file), and a node's exporter runs for months. At most every
+    ``recover_interval_seconds``, on the next merge or save, the store tries again
+    (``_recover``): each file it could not use is moved aside now (or found gone),
+    so the rule above still holds; then it writes all it holds in memory as the
+    state file, opens its journal and answers normally again. A merge runs the
+    attempt on a thread of its own, so the HTTP path never waits for the disk.
     """
 
     def __init__(
@@ -85,10 +96,13 @@ class ProgressStore:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         save_interval_seconds: float = 30.0,
         durable: bool = True,
+        recover_interval_seconds: float = RECOVER_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self._lock = threading.Lock()
+        self._clock = clock
         self._save_interval = save_interval_seconds
-        self._last_save = time.monotonic()
+        self._last_save = clock()
         self._entries: dict[Key, Progress] = {}
         self._max_entries = max_entries
         self._state_path = Path(state_path) if state_path is not None else None
@@ -97,14 +111,23 @@ class ProgressStore:
         self.journal: Journal | None = None
         # why nothing may be written (a file could be neither read nor kept), or None
         self.not_persisting: str | None = None
+        # the files behind it: (path, why), why naming their set-aside copy
+        self._blocked: list[tuple[Path, str]] = []
+        self._recover_interval = recover_interval_seconds
+        self._recover_due = 0.0
+        self._recovering = False  # an attempt runs (one at a time)
+        self._recovery: threading.Thread | None = None  # the last one a merge started
+        self._closing = False
         self._durable = durable
         if self._state_path is not None:
             self._load(self._state_path)
             if self.not_persisting is not None:
+                self._recover_due = clock() + recover_interval_seconds
                 log.error(
-                    "%s; progress is kept in memory only until a restart: nothing is "
-                    "written and reports are answered 503",
+                    "%s; progress is kept in memory only: nothing is written and reports "
+                    "are answered 503 until it can be (tried again every %gs)",
                     self.not_persisting,
+                    recover_interval_seconds,
                 )
             elif durable:
                 self.journal = Journal(_journal_path(self._state_path))
@@ -114,8 +137,11 @@ class ProgressStore:
     @property
     def journaled(self) -> bool:
         """Whether ``on_durable`` callbacks will be called: merges are made durable,
-        or (``not_persisting``) were meant to be and are answered False at once."""
-        return self.journal is not None or (self._durable and self.not_persisting is not None)
+        or (``not_persisting``) were meant to be and are answered False at once.
+
+        Fixed for the store's life, so it cannot change between the listener's
+        question and its merge while the store goes back to persisting."""
+        return self._durable and self._state_path is not None
 
     # -- writing ---------------------------------------------------------------------
 
@@ -135,7 +161,8 @@ class ProgressStore:
         changing anything. With a journal, ``on_durable`` is called (from the
         journal's thread) once the result is on disk, with False if writing failed;
         while ``not_persisting`` it is called with False before this returns; else
-        it is never called.
+        it is never called. While ``not_persisting``, a merge may also start an attempt
+        to persist again (on a thread: this never waits for the disk).
 
         ``now`` is the report's time (the listener's clock, a log line's timestamp):
         ``check_report`` gets it, so a ``run_start`` in the future is refused here
@@ -158,12 +185,22 @@ class ProgressStore:
             )
             self._entries[key] = new
             self._dirty = True
-            if self.journal is not None:
+            journal = self.journal
+            if journal is not None:
                 self._seq += 1
-                self.journal.append(key, encode_line(self._seq, progress_to_row(new)), on_durable)
+                journal.append(key, encode_line(self._seq, progress_to_row(new)), on_durable)
             self._evict()  # after the row: an evicted new entry is journaled as removed
-        if on_durable is not None and self.journal is None and self.journaled:
-            on_durable(False)  # not_persisting: applied in memory, never on disk
+            # decided under the lock: the store may go back to persisting any moment
+            refused = on_durable is not None and journal is None and self.journaled
+            recover = self.not_persisting is not None and self._claim_recovery()
+        if refused and on_durable is not None:
+            on_durable(False)  # not_persisting: applied in memory, not on disk yet
+        if recover:
+            thread = threading.Thread(
+                target=self._recover, name="gpu-eta-progress-recover", daemon=True
+            )
+            self._recovery = thread
+            thread.start()
         return new
 
     def get(self, namespace: str, pod: str, container: str, source: str) -> Progress | None:
@@ -226,7 +263,7 @@ class ProgressStore:
         reads the snapshot every cycle, so this needs no timer thread of its own.
         """
         if self._state_path is not None and (
-            time.monotonic() - self._last_save >= self._save_interval
+            self._clock() - self._last_save >= self._save_interval
             or (self.journal is not None and self.journal.oversized)
         ):
             self.save()
@@ -245,12 +282,19 @@ class ProgressStore:
         """Write the state file atomically (temp file + rename) and empty the journal.
 
         Errors are logged, never raised: the journal still holds what the state file
-        misses, and a crash would cost the node's exporter. Nothing at all while
-        ``not_persisting``: the file there could be neither read nor kept aside.
+        misses, and a crash would cost the node's exporter. Nothing is written over
+        while ``not_persisting`` (the file there could be neither read nor kept
+        aside): a save then only tries to persist again, when that is due.
         """
-        if self._state_path is None or self.not_persisting is not None:
+        if self._state_path is None:
             return
-        self._last_save = time.monotonic()
+        if self.not_persisting is not None:
+            with self._lock:
+                due = self.not_persisting is not None and self._claim_recovery()
+            if due:
+                self._recover()
+            return
+        self._last_save = self._clock()
         journal = self.journal
         if journal is None:
             self._save_state()
@@ -262,17 +306,101 @@ class ProgressStore:
                 except OSError as err:
                     log.error("progress state: cannot truncate %s: %s", journal.path, err)
 
-    def close(self) -> None:
-        """Save, then stop the journal's writer; for shutdown."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Save, then stop the journal's writer; for shutdown. An attempt to persist
+        again that a merge started is waited for (at most ``timeout``) first."""
+        recovery = self._recovery
+        if recovery is not None:
+            recovery.join(timeout)
         self.save()
-        if self.journal is not None:
-            self.journal.close()
+        with self._lock:
+            self._closing = True  # a recovery still running opens no journal now
+            journal = self.journal
+        if journal is not None:
+            journal.close()
+
+    # -- going back to persisting --------------------------------------------------------
+
+    def _claim_recovery(self) -> bool:
+        """Whether the caller runs the next attempt to persist again (it is due and
+        none runs); the caller holds the lock and has seen ``not_persisting``."""
+        now = self._clock()
+        if self._recovering or self._closing or now < self._recover_due:
+            return False
+        self._recovering = True
+        self._recover_due = now + self._recover_interval
+        return True
+
+    def _recover(self) -> None:
+        """One attempt to leave ``not_persisting`` (the caller claimed it).
+
+        First each file that could be neither used nor kept at start is cleared
+        (``clear_path``: moved aside now, or found gone; nothing is written over it);
+        then everything in memory is written as the state file. Only once that
+        write succeeded does the store persist again: it opens its journal, and
+        merges are journaled and answered normally. Reports merged during the write
+        were answered 503; they are saved right after it. A failed attempt is logged
+        at DEBUG only (the ERROR at start said what is wrong, the INFO line on
+        success says it is over); the next is due in ``recover_interval_seconds``.
+        """
+        path = self._state_path
+        assert path is not None
+        try:
+            done: list[str] = []
+            for blocked, why in list(self._blocked):
+                cleared, what = clear_path(blocked, why)
+                if not cleared:
+                    log.debug("progress state: still not persisting: %s", what)
+                    return
+                self._blocked.remove((blocked, why))
+                done.append(what)
+            with self._lock:
+                self._dirty = True  # all of it: the state file may be gone or set aside
+            try:
+                self._write_state()
+            except OSError as err:
+                log.debug("progress state: still not persisting: cannot write %s: %s", path, err)
+                return
+            with self._lock:
+                if self._closing:
+                    return  # shut down meanwhile: the state file is written, that is all
+                if self._durable:
+                    self.journal = Journal(_journal_path(path))
+                was, self.not_persisting = self.not_persisting, None
+                held = len(self._entries)
+                dirty = self._dirty
+            log.info(
+                "progress state: persisting again (%s%s): %d entr%s held in memory written "
+                "to %s; reports are answered normally",
+                was,
+                "".join(f"; {what}" for what in done),
+                held,
+                "y" if held == 1 else "ies",
+                path,
+            )
+            if dirty:
+                # merged or removed while the file was written: on disk now too, so a
+                # removal answered before cannot come back from the file after a kill
+                self.save()
+        finally:
+            with self._lock:
+                self._recovering = False
 
     def _save_state(self) -> bool:
         """Write the state file if anything changed; False when writing failed."""
+        try:
+            self._write_state()
+        except OSError as err:
+            log.error("progress state: cannot write %s: %s", self._state_path, err)
+            return False
+        return True
+
+    def _write_state(self) -> None:
+        """Write the state file if anything changed; ``OSError`` when that failed (the
+        store stays dirty, so the next save tries again)."""
         with self._lock:
             if not self._dirty:
-                return True
+                return
             rows = [progress_to_row(p) for p in self._entries.values()]
             seq = self._seq
             self._dirty = False
@@ -291,12 +419,10 @@ class ProgressStore:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-        except OSError as err:
+        except OSError:
             with self._lock:
                 self._dirty = True
-            log.error("progress state: cannot write %s: %s", path, err)
-            return False
-        return True
+            raise
 
     def _load(self, path: Path) -> None:
         """State file, then the journal's newer rows; damage is set aside, never fatal."""
@@ -338,18 +464,24 @@ class ProgressStore:
         not be read and was kept aside); when it could be neither read nor kept aside,
         nothing may be written any more (``not_persisting``)."""
         stored = read_stored(path, what)
-        # a file left in place (no regular file) states the reason; otherwise the
-        # first reason found stands
-        if stored.not_persisting is not None and (stored.in_place or self.not_persisting is None):
-            self.not_persisting = stored.not_persisting
+        if stored.not_persisting is not None:
+            self._blocked.append((path, "unreadable"))
+            # a file left in place (no regular file) states the reason; otherwise the
+            # first reason found stands
+            if stored.in_place or self.not_persisting is None:
+                self.not_persisting = stored.not_persisting
         return stored.data
 
     def _keep_aside(self, path: Path, *, move: bool, why: str) -> str | None:
         """``set_aside``; if it fails, nothing may be written any more
         (``not_persisting``): the next save would destroy the only copy."""
         aside = set_aside(path, move=move, why=why)
-        if aside is None and self.not_persisting is None:
-            self.not_persisting = f"progress state: {path} is damaged, and it cannot be kept aside"
+        if aside is None:
+            self._blocked.append((path, why))
+            if self.not_persisting is None:
+                self.not_persisting = (
+                    f"progress state: {path} is damaged, and it cannot be kept aside"
+                )
         return aside
 
     def _replay(self, path: Path, after: int) -> None:

@@ -325,6 +325,7 @@ class LogProgressCollector:
         stream = parts[1].decode("ascii", "replace")
         tag = parts[2]
         message = parts[3].decode("utf-8", "replace")
+        unmatched = "ignored"  # what this line counts as if nothing in it matches
         if follower.carry:
             carry = follower.carry.pop(stream, "")
             if carry:
@@ -334,12 +335,15 @@ class LogProgressCollector:
                 counts["ignored"] += 1
                 return
             head, sep, rest = message.rpartition("\r")
+            # a line is counted once: an unfinished segment over the bound is dropped,
+            # and the line counts "oversize" unless its screen (before the last \r)
+            # is matched or refused
             if len(rest) > self.max_segment_bytes:
-                counts["oversize"] += 1
+                unmatched = "oversize"
                 rest = ""
             follower.carry[stream] = rest
             if not sep:
-                counts["ignored"] += 1
+                counts[unmatched] += 1
                 return
             message = head
         segment = last_segment(message) if "\r" in message else message
@@ -356,7 +360,7 @@ class LogProgressCollector:
         if match is None:
             # a marker line is a report by intent: one the wire format refuses (bad
             # JSON, a negative epoch, a run_start in the future) is invalid, not noise
-            counts["invalid" if MARKER in text else "ignored"] += 1
+            counts["invalid" if MARKER in text else unmatched] += 1
             return
         if now is None:
             now = self._line_time(stamp)

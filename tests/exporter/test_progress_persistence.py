@@ -207,6 +207,144 @@ def test_a_directory_at_the_state_path_is_left_alone_and_nothing_is_written(tmp_
     assert sorted(f.name for f in tmp_path.iterdir()) == ["progress.json"]  # no journal
 
 
+# -- memory-only mode ends once the cause is gone, without writing over anything -----
+
+
+class Clock:
+    """A monotonic clock the test moves: the store's retry schedule without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def refuse_renames(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """``os.rename`` of ``path`` fails (read-only mount): it cannot be moved aside."""
+    real_rename = os.rename
+
+    def no_rename(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        if str(src) == str(path):
+            raise OSError(errno.EROFS, "Read-only file system")
+        real_rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", no_rename)
+
+
+def wait_until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_the_store_persists_again_once_the_unreadable_file_can_be_moved_aside(
+    tmp_path, monkeypatch, caplog
+):
+    path = tmp_path / "progress.json"
+    before = saved_store(path)  # a, b, c: never loaded by the store below
+    fail_reads(monkeypatch, path, times=None)
+    refuse_renames(monkeypatch, path)
+    clock = Clock()
+    store = ProgressStore(path, save_interval_seconds=0, clock=clock)
+    assert merge(store, "x") is False  # 503: in memory only
+    clock.now += 30
+    store.save()  # retried: still neither readable nor movable, so nothing is written
+    assert merge(store, "y") is False
+    assert path.read_bytes() == before and not list(tmp_path.glob("*.unreadable-*"))
+    monkeypatch.undo()  # the mount is writable again
+    clock.now += 29
+    store.save()  # not due: at most one attempt per 30 s
+    assert store.not_persisting is not None
+    clock.now += 1
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.progress_store"):
+        store.save()
+    assert store.not_persisting is None
+    (aside,) = tmp_path.glob("progress.json.unreadable-*")
+    assert aside.read_bytes() == before  # kept for a human, byte for byte, never written over
+    (line,) = [r.getMessage() for r in caplog.records if "persisting again" in r.getMessage()]
+    assert aside.name in line and "2 entries" in line and "\n" not in line
+    assert merge(store, "z") is True  # 200 again: journaled and synced
+    store.journal.close()  # killed: no save, no close
+    assert pods(ProgressStore(path)) == ["x", "y", "z"]  # what memory held, and the new one
+
+
+def test_a_damaged_state_file_that_could_not_be_kept_aside_is_kept_aside_on_retry(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "progress.json"
+    path.write_bytes(b"\x00 not a state file")
+    refuse_renames(monkeypatch, path)
+    clock = Clock()
+    store = ProgressStore(path, clock=clock)
+    assert store.not_persisting and "damaged" in store.not_persisting
+    assert merge(store, "a") is False
+    monkeypatch.undo()
+    clock.now += 30
+    store.save()
+    assert store.not_persisting is None
+    (aside,) = tmp_path.glob("progress.json.corrupt-*")
+    assert aside.read_bytes() == b"\x00 not a state file"
+    assert [p.pod for p in parse_state(path.read_bytes()).rows] == ["a"]
+    store.close()
+
+
+def test_a_merge_retries_on_its_own_thread_without_waiting_for_the_disk(tmp_path, monkeypatch):
+    """The listener merges on its event loop: an attempt a report starts must not
+    hold it while the disk is slow. Reports merged meanwhile are answered 503 and
+    still saved."""
+    path = tmp_path / "progress.json"
+    path.mkdir()  # a directory at the state path: memory only
+    clock = Clock()
+    store = ProgressStore(path, save_interval_seconds=3600, clock=clock)
+    assert merge(store, "a") is False
+    path.rmdir()  # an admin removed it
+    gate, writing = threading.Event(), threading.Event()
+    real_replace = os.replace
+
+    def slow_replace(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        if str(dst) == str(path):
+            writing.set()
+            assert gate.wait(10)
+        real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", slow_replace)
+    clock.now += 30
+    start = time.monotonic()
+    assert merge(store, "b") is False  # starts the attempt; not durable itself
+    assert time.monotonic() - start < 1.0
+    assert writing.wait(10)  # the attempt is writing the state file, held there
+    assert merge(store, "c") is False  # meanwhile: in memory, answered 503
+    gate.set()
+    wait_until(lambda: store.not_persisting is None)
+    assert merge(store, "d") is True
+    store.close()
+    assert pods(ProgressStore(path)) == ["a", "b", "c", "d"]
+
+
+def test_reports_are_answered_200_again_once_the_state_path_is_usable(tmp_path):
+    path = tmp_path / "progress.json"
+    path.mkdir()
+    clock = Clock()
+    store = ProgressStore(path, clock=clock)
+    listener = ProgressListener("127.0.0.1", 0, store, {POD.ip: POD}.get, lambda: [POD])
+    listener.start()
+    try:
+        assert http_post(listener.port, b'{"epoch": 1, "epochs": 9}').startswith(b"HTTP/1.1 503 ")
+        path.rmdir()
+        clock.now += 30
+        http_post(listener.port, b'{"epoch": 2, "epochs": 9}')  # starts the attempt
+        wait_until(lambda: store.not_persisting is None)
+        answer = http_post(listener.port, b'{"epoch": 3, "epochs": 9}')
+    finally:
+        listener.stop()
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    store.journal.close()  # killed: the 200 was on disk
+    (row,) = ProgressStore(path).snapshot()
+    assert (row.pod, row.epoch) == ("sender", 3)
+
+
 def simulated_runtime(tmp_path: Path, state: Path):
     """The exporter's runtime on the simulated node with ``state`` as its
     ``--progress.state-file`` (not started)."""

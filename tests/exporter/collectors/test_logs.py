@@ -276,3 +276,25 @@ print('GPU_ETA_PROGRESS {"epoch": 2, "epochs": 2, "batch_size": 32, "loss": %.4f
     p = col.store.snapshot()[0]
     assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (2, 2, 16, 16, 32)
     assert "loss" in p.metrics
+
+
+BIG = b"x" * (9 << 10)  # over max_segment_bytes (8 KiB)
+
+
+@pytest.mark.parametrize(
+    ("message", "result"),
+    [
+        (BIG, "oversize"),  # only an unfinished segment, over the bound
+        (b"Epoch 2/7\r" + BIG, "matched"),  # a screen, then an oversize unfinished one
+        (b"hello\r" + BIG, "oversize"),  # an unknown screen: nothing came of the line
+    ],
+    ids=["unfinished-only", "screen-then-unfinished", "unknown-screen-then-unfinished"],
+)
+def test_a_partial_line_with_an_oversize_unfinished_segment_counts_once(root, message, result):
+    (logdir(root) / "0.log").write_bytes(
+        b"2026-11-21T06:00:01.000000000Z stdout P " + message + b"\n"
+    )
+    col = collector(root)
+    col.poll()
+    counts = col.counts()
+    assert sum(counts.values()) == 1 and counts[result] == 1, counts
