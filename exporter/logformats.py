@@ -156,7 +156,11 @@ def _keras_metrics(rest: str) -> Mapping[str, float]:
     ``1e400``) before 16 good ones are found. Reading 64 pairs costs 20-40 µs; the
     step and epoch come from the line's head, so it is still read for its progress.
     """
-    return _numbers(_first_pairs(_KERAS_METRIC, rest, _KERAS_METRICS_READ))
+    pairs = _first_pairs(_KERAS_METRIC, rest, _KERAS_METRICS_READ)
+    # Keras' own time-to-go ("- ETA: 2:57", "- ETA: 1s") has the metrics' shape but is
+    # no training metric: read as one it was exported as a metric "ETA" whose value
+    # (the minutes, or the seconds) changed on every line
+    return _numbers([pair for pair in pairs if pair[0] != "ETA"])
 
 
 def parse_line(text: str, *, now: float | None = None) -> LogMatch | None:

@@ -453,3 +453,16 @@ def test_fuzz_progress_like_lines(parts):
         if report is not None:
             with contextlib.suppress(ValueError):
                 advance(None, report, namespace="n", pod="p", container="c", source="log", now=NOW)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        " 3/60 [>.............................] - ETA: 2:57 - loss: 2.3026 - accuracy: 0.1042",
+        " 30/60 [==============>...............] - ETA: 1s - loss: 2.3026 - accuracy: 0.1042",
+    ],
+)
+def test_keras_time_to_go_is_not_read_as_a_metric(line: str):
+    m = parse_line(line)
+    assert m is not None and m.kind == "keras_bar" and m.bar in (3, 30) and not m.complete
+    assert dict(m.metrics) == {"loss": 2.3026, "accuracy": 0.1042}
