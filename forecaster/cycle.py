@@ -226,6 +226,7 @@ class Cycle:
             queries=n_queries,
             pending=queue,
             history_persisted=self.store.persistent,
+            history_rows_skipped=self.store.skipped_rows,
         )
 
     def _queue_starts(

@@ -74,3 +74,5 @@ class ForecastSet:
     # False: the history file cannot be written (read-only), the store works on an
     # in-memory copy and what it learns is lost at restart
     history_persisted: bool = True
+    # rows of the history file its last reads left out as damaged (kept in the file)
+    history_rows_skipped: int = 0

@@ -265,6 +265,10 @@ def forecast_families(
         "gpu_eta_forecaster_history_persisted",
         "1 while the history file is written; 0 when it cannot be (read-only) and the forecaster works on an in-memory copy whose new history is lost at restart.",
     )
+    skipped_rows = GaugeMetricFamily(
+        "gpu_eta_forecaster_history_rows_skipped",
+        "Rows of the history file the last reads left out as damaged (kept in the file as they are; the log names the first).",
+    )
     jobs_g = GaugeMetricFamily(
         "gpu_eta_forecaster_jobs", "Jobs seen in the last good cycle by state.", labels=["state"]
     )
@@ -291,6 +295,7 @@ def forecast_families(
                 coverage.add_metric([_q(point)], float(cov))
         history.add_metric([], float(fs.n_history))
         persisted.add_metric([], 1.0 if fs.history_persisted else 0.0)
+        skipped_rows.add_metric([], float(fs.history_rows_skipped))
         jobs_g.add_metric(["running"], float(fs.n_running))
         jobs_g.add_metric(["finished"], float(fs.n_finished))
     tail: list[Metric] = [info, stalled, gpu_free, mape, coverage]
@@ -298,6 +303,7 @@ def forecast_families(
     if fs is not None:
         tail.append(history)
         tail.append(persisted)
+        tail.append(skipped_rows)
     tail.append(jobs_g)
     return [completion], remaining, tail
 

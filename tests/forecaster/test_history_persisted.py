@@ -107,3 +107,30 @@ def test_an_older_read_only_history_is_migrated_in_memory_and_left_untouched() -
         assert path.read_bytes() == before
     assert (persistent, version, unit) == (False, 3, "percent")
     assert jobs == ["bert", "bert (percent)", "cnn"]
+
+
+SKIPPED = "gpu_eta_forecaster_history_rows_skipped"
+
+
+def test_rows_the_history_reads_leave_out_are_published(tmp_path: Path) -> None:
+    """A finished run whose job name another tool wrote as bytes that are not UTF-8:
+    the cycle goes on without it, and the gauge says one row is left out."""
+    import sqlite3
+
+    path = tmp_path / "h.sqlite"
+    store = HistoryStore.open(str(path))
+    try:
+        client = CannedClient(job("run", 2, [(1, NOW - 200), (2, NOW - 100)], NOW - 300))
+        make_cycle(client, store).run()
+    finally:
+        store.close()
+    with sqlite3.connect(path) as conn:  # as an admin's sqlite3 shell would
+        conn.execute("UPDATE runs SET run_id = CAST(x'ff' AS TEXT)")
+    text = exposition(str(path))
+    values = {
+        fam.name: fam.samples[0].value
+        for fam in text_string_to_metric_families(text)
+        if fam.name in (SKIPPED, NAME)
+    }
+    assert values == {SKIPPED: 1.0, NAME: 1.0}
+    promtool_check(text)
