@@ -2,10 +2,11 @@
 
 Only the two read endpoints every Prometheus-compatible server speaks (Prometheus,
 Thanos Query, Mimir, VictoriaMetrics), so the forecaster works against any of them.
-Everything that comes back is untrusted: the body is read with a size cap and a
-deadline before anything reaches the forecaster, so a proxy answering HTML, a
-truncated body or a huge response becomes one ``PromAPIError`` with a clear message
-instead of a traceback or an out-of-memory kill. This module is the HTTP side
+Everything that comes back is untrusted: the answer, headers and body, is read
+within one deadline and the body with a size cap before anything reaches the
+forecaster, so a proxy answering HTML, a server dripping bytes, a truncated body or
+a huge response becomes one ``PromAPIError`` with a clear message instead of a
+traceback, a wedged cycle or an out-of-memory kill. This module is the HTTP side
 (transport, retries, redirects, deadlines, the skip warnings); what the answer says is
 checked by ``promparse`` (pure, testable without a server), where one bad series is
 skipped and counted (``stats.skipped_series``, one warning per query), not a reason to
@@ -15,7 +16,11 @@ refuse every other series: a single odd job must not stop the forecasts of all t
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import email.utils
+import functools
+import http.client
+import io
 import logging
 import re
 import time
@@ -25,10 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timezone
 from http.client import HTTPException
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import requests
+import requests.adapters
 import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
 
@@ -39,6 +45,7 @@ from gpu_eta.forecaster.promparse import (
     Skipped,
     _short,
     decode_response,
+    decode_text,
     parse_matrix,
     parse_vector,
 )
@@ -52,9 +59,10 @@ _RETRY_STATUS = frozenset({429, 502, 503, 504})
 # both): a long URL can exceed a proxy's limit (nginx's default is 8 KiB per request
 # line).
 POST_OVER_CHARS = 6000
-# The body is read one network read at a time (``read1``), at most this much each:
-# the deadline is checked between reads, so a slow body cannot outlast it.
+# The body is read one network read at a time (``read1``), at most this much each.
 _READ_BYTES = 1 << 16
+# A request (connect, headers, body) must be complete this many timeouts after it started.
+_DEADLINE_TIMEOUTS = 3
 _MAX_WARNED_QUERIES = 256  # queries whose last skip warning is remembered
 
 
@@ -71,8 +79,9 @@ class PromClient:
     connect or gets 429/502/503/504 is retried ``retries`` times with exponential
     backoff starting at ``backoff_seconds``, or after the server's ``Retry-After`` when
     that is longer; a 4xx (a bad query) is not retried, and neither is a redirect
-    (see ``redirect_message``). The body must arrive within 3 × ``timeout_seconds``
-    and ``max_response_bytes`` (after decompression).
+    (see ``redirect_message``). Each attempt must be complete (connect, headers and
+    body) within 3 × ``timeout_seconds`` of its start, however the server paces it,
+    and its body must fit ``max_response_bytes`` (after decompression).
     """
 
     url: str
@@ -106,6 +115,8 @@ class PromClient:
             self._session.headers["Authorization"] = f"Bearer {self.bearer_token}"
         if self.basic_auth:
             self._session.auth = self.basic_auth
+        for prefix in ("http://", "https://"):
+            self._session.mount(prefix, _DeadlineAdapter())
         # Passed on every request: a Session-level ``verify`` loses to the
         # REQUESTS_CA_BUNDLE environment variable (requests issue #3829).
         self._verify: bool | str = True
@@ -160,13 +171,17 @@ class PromClient:
         path: str,
         params: dict[str, str],
         query: str,
-        parse: Callable[[dict, str, Skipped], list[_T]],
+        parse: Callable[..., list[_T]],
     ) -> list[_T]:
-        """Fetch and parse one answer; it counts as a success only once it parsed."""
+        """Fetch and parse one answer; it counts as a success only once it parsed.
+
+        The decoded answer is this call's own, so the parser consumes it (frees each
+        series' JSON as it is converted: the peak memory of a large answer).
+        """
         data = self._get(path, params, query)
         skipped = Skipped()
         try:
-            out = parse(data, query, skipped)
+            out = parse(data, query, skipped, consume=True)
         except PromAPIError as err:
             self.stats.error += 1
             raise PromAPIError(f"{self.safe_url}: {err}") from None
@@ -250,13 +265,20 @@ class PromClient:
             f"{self.safe_url}: query {_short(query)} failed after {self.retries + 1} attempts: {last}"
         )
 
-    def _fetch(self, path: str, params: dict[str, str]) -> tuple[bytes, int]:
-        """One HTTP round trip: the status and the body (see ``_read_body``).
+    def _fetch(self, path: str, params: dict[str, str]) -> tuple[str, int]:
+        """One HTTP round trip: the body's text (see ``_read_body``) and the status.
 
-        Redirects are not followed (``redirect_message`` says why); gzip is the only
-        content encoding asked for, and it is undone here within the size cap.
+        The round trip has one deadline, 3 × ``timeout_seconds`` from now, for the
+        connection, the status line and headers and the body together: every socket
+        read is given at most what is left of it (``_DeadlineHTTPResponse``), so a
+        server sending its headers a byte at a time, each just inside the timeout,
+        fails the attempt as surely as one dripping its body. Redirects are not
+        followed (``redirect_message`` says why); gzip is the only content encoding
+        asked for, and it is undone here within the size cap.
         """
         post = len(urlencode(params)) > POST_OVER_CHARS
+        deadline = time.monotonic() + self.timeout_seconds * _DEADLINE_TIMEOUTS
+        token = _DEADLINE.set(deadline)
         try:
             with warnings.catch_warnings():
                 # The user chose --prometheus.insecure-skip-verify: once in the log
@@ -273,7 +295,9 @@ class PromClient:
                     verify=self._verify,
                     allow_redirects=False,
                 )
-        except requests.Timeout:
+        except requests.Timeout as err:
+            if _passed(deadline) and not isinstance(err, requests.ConnectTimeout):
+                raise _Retryable(self._too_slow("response headers")) from None
             raise _Retryable(f"timed out after {self.timeout_seconds:g}s") from None
         except requests.exceptions.SSLError as err:
             raise PromAPIError(f"{self.safe_url}: TLS error: {_first_line(err)}") from None
@@ -281,6 +305,8 @@ class PromClient:
             raise _Retryable(f"cannot connect ({_socket_reason(err)})") from None
         except requests.RequestException as err:
             raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
+        finally:
+            _DEADLINE.reset(token)  # the response keeps its own copy, for the body
         with resp:
             status = resp.status_code
             if status in _RETRY_STATUS:
@@ -296,89 +322,211 @@ class PromClient:
                     f"{self.safe_url}: response of {int(declared)} bytes exceeds the "
                     f"{self.max_response_bytes}-byte limit"
                 )
-            return self._read_body(resp), status
+            return self._read_body(resp, deadline), status
 
-    def _read_body(self, resp: requests.Response) -> bytes:
-        """The body, decompressed, within ``max_response_bytes`` and 3 × the timeout.
+    def _too_slow(self, what: str) -> str:
+        """Why an attempt failed at its deadline, naming the part that was late."""
+        return (
+            f"{what} too slow: the request was not complete "
+            f"{self.timeout_seconds * _DEADLINE_TIMEOUTS:g}s after it started "
+            f"({_DEADLINE_TIMEOUTS} × --prometheus.timeout)"
+        )
 
-        Each ``read1`` is one network read, and the socket's read timeout is cut to
-        what is left of the deadline before it, so the deadline holds however the
+    def _read_body(self, resp: requests.Response, deadline: float) -> str:
+        """The body's text, decompressed, within ``max_response_bytes`` and the deadline.
+
+        Each ``read1`` is one network read, given at most what is left of the
+        deadline (``_DeadlineHTTPResponse``), so the deadline holds however the
         server paces the body: awaiting whole 64 KiB chunks, a 967-byte body with a
         Content-Length dripped 10 bytes every 0.5 s took 48 s against a 6 s bound.
-        gzip is undone here with ``max_length``, so a small compressed body cannot
-        expand past the cap (a gzip bomb), and a body whose encoding never yields
-        output (endless empty deflate blocks) still meets the deadline.
+        gzip is undone here with ``max_length`` (``_Gunzip``), so a small compressed
+        body cannot expand past the cap (a gzip bomb), and a body whose encoding
+        never yields output (endless empty deflate blocks) still meets the deadline.
+        It is decoded (``decode_text``) here, where its bytes can be let go before
+        ``decode_response`` builds the answer's JSON: not the bytes, the text and
+        the JSON all at once.
         """
         encoding = resp.headers.get("Content-Encoding", "").strip().lower()
         inflate = None
         if encoding in ("gzip", "x-gzip"):
-            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            inflate = _Gunzip()
         elif encoding not in ("", "identity"):
             raise PromAPIError(
                 f"{self.safe_url}: response in an unsupported Content-Encoding {encoding[:40]!r}"
             )
         raw = resp.raw
         read1 = getattr(raw, "read1", None)  # urllib3 2; older: read(), per piece
-        sock = _body_socket(raw)
         limit = self.max_response_bytes
         chunks: list[bytes] = []
         size = wire = 0
-        deadline = time.monotonic() + self.timeout_seconds * 3
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _Retryable("response body too slow")
-                if left < self.timeout_seconds:
-                    _set_timeout(sock, left)
-                try:
-                    if read1 is not None:
-                        data = read1(_READ_BYTES, decode_content=False)
-                    else:
-                        data = raw.read(_READ_BYTES, decode_content=False)
-                except (urllib3.exceptions.HTTPError, HTTPException, OSError, ValueError) as err:
-                    if time.monotonic() >= deadline:
-                        raise _Retryable("response body too slow") from None
-                    raise _Retryable(f"reading response failed: {_first_line(err)}") from None
-                if not data:
-                    break
-                wire += len(data)
-                if inflate is not None:
-                    try:  # at most one byte past the cap: enough to tell it is exceeded
-                        data = inflate.decompress(data, limit - size + 1)
-                    except zlib.error as err:
-                        raise _Retryable(f"damaged gzip body ({err})") from None
-                size += len(data)
-                if size > limit or wire > limit:
-                    raise PromAPIError(f"{self.safe_url}: response exceeds the {limit}-byte limit")
-                chunks.append(data)
-        finally:
-            _set_timeout(sock, self.timeout_seconds)  # the pooled connection's own
-        if inflate is not None and wire and not inflate.eof:  # an empty body is no stream
+        while True:
+            if _passed(deadline):
+                raise _Retryable(self._too_slow("response body"))
+            try:
+                if read1 is not None:
+                    data = read1(_READ_BYTES, decode_content=False)
+                else:
+                    data = raw.read(_READ_BYTES, decode_content=False)
+            except (urllib3.exceptions.HTTPError, HTTPException, OSError, ValueError) as err:
+                if _passed(deadline):
+                    raise _Retryable(self._too_slow("response body")) from None
+                raise _Retryable(f"reading response failed: {_first_line(err)}") from None
+            if not data:
+                break
+            wire += len(data)
+            if inflate is not None:
+                try:  # at most one byte past the cap: enough to tell it is exceeded
+                    data = inflate.feed(data, limit - size + 1)
+                except zlib.error as err:
+                    raise _Retryable(f"damaged gzip body ({err})") from None
+            size += len(data)
+            if size > limit or wire > limit:
+                raise PromAPIError(f"{self.safe_url}: response exceeds the {limit}-byte limit")
+            chunks.append(data)
+        if inflate is not None and wire and not inflate.complete:  # an empty body is no stream
             raise _Retryable("truncated gzip body")
-        return b"".join(chunks)
+        body = b"".join(chunks)
+        chunks.clear()
+        return decode_text(body)
 
 
-def _body_socket(raw: object) -> object | None:
-    """The socket a response body is read from, so its read timeout can be cut.
+# The monotonic time by which the request being sent must be complete; set by
+# ``PromClient._fetch`` around the request, read when its response is created.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "promapi_deadline", default=None
+)
+# A read timeout this close to the deadline is the deadline (poll rounds to 1 ms).
+_DEADLINE_SLACK_SECONDS = 0.01
 
-    ``raw.connection.sock`` while the connection is kept alive; once the server said
-    it closes, http.client lets go of it there and it is only reachable through the
-    body's reader (CPython's ``SocketIO._sock``). None if neither: the deadline then
-    holds within one read timeout.
+
+def _passed(deadline: float) -> bool:
+    """Whether a failed read was the deadline's doing (then the error names it)."""
+    return time.monotonic() >= deadline - _DEADLINE_SLACK_SECONDS
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, each waiting at most what is left until ``deadline``.
+
+    The socket's own timeout (the per-read ``timeout_seconds`` urllib3 set) is used
+    while it ends before the deadline; nearer to it, the timeout is cut for the one
+    read and put back after, because a kept-alive connection is reused with it.
     """
-    sock = getattr(getattr(raw, "connection", None), "sock", None)
-    if sock is None:
-        reader = getattr(getattr(raw, "_fp", None), "fp", None)
-        sock = getattr(getattr(reader, "raw", None), "_sock", None)
-    return sock
+
+    def __init__(self, sock: Any, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def readinto(self, buffer: Any) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request deadline passed")
+        timeout = self._sock.gettimeout()
+        if timeout is not None and timeout <= left:
+            return self._raw.readinto(buffer)
+        self._sock.settimeout(left)
+        try:
+            return self._raw.readinto(buffer)
+        finally:
+            with contextlib.suppress(OSError):
+                self._sock.settimeout(timeout)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
 
 
-def _set_timeout(sock: object, seconds: float) -> None:
-    """Give the response's socket this read timeout, where it can be reached."""
-    if sock is not None:
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            sock.settimeout(max(seconds, 0.001))  # type: ignore[attr-defined]
+class _DeadlineHTTPResponse(http.client.HTTPResponse):
+    """An http.client response whose every socket read ends by the request's deadline.
+
+    http.client reads the status line and each header with ``readline`` on a
+    buffered file over the socket: every network read may wait the socket's
+    timeout, and a line takes as many reads as the server likes. requests' and
+    urllib3's timeouts (``Timeout(total=)`` included) are set on the socket before
+    the response is read, so they bound each read, not the headers: a header sent
+    a byte every 0.8 × timeout held the query for as long as the server went on,
+    and the body's deadline only started after it. The file is swapped for one
+    whose reads are cut to what is left of the deadline (``_DEADLINE``, captured
+    here, so the body read through the same file keeps it). No deadline set (the
+    session used outside ``PromClient._fetch``): the plain http.client file.
+    """
+
+    def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        deadline = _DEADLINE.get()
+        if deadline is not None:
+            plain = self.fp
+            self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
+            plain.close()  # after: the socket's file count must not drop to 0 between
+
+
+@functools.cache
+def _deadline_connection(cls: type) -> type:
+    """``cls`` (a urllib3 connection class) answering with ``_DeadlineHTTPResponse``."""
+    if cls.response_class is _DeadlineHTTPResponse:  # type: ignore[attr-defined]
+        return cls
+    return type(cls.__name__, (cls,), {"response_class": _DeadlineHTTPResponse})
+
+
+class _DeadlineAdapter(requests.adapters.HTTPAdapter):
+    """requests' adapter whose connections read responses with ``_DeadlineHTTPResponse``.
+
+    The connection class is swapped on each pool it hands out, direct or through a
+    proxy (a SOCKS pool's own class is derived from), before the pool opens a
+    connection with it: connections are made lazily, per request.
+    """
+
+    def get_connection_with_tls_context(self, *args: Any, **kwargs: Any) -> Any:
+        pool = super().get_connection_with_tls_context(*args, **kwargs)
+        pool.ConnectionCls = _deadline_connection(pool.ConnectionCls)
+        return pool
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:  # what requests < 2.32 calls
+        pool = super().get_connection(*args, **kwargs)
+        pool.ConnectionCls = _deadline_connection(pool.ConnectionCls)
+        return pool
+
+
+class _Gunzip:
+    """A gzip body of one or more members (RFC 1952, 2.2), undone within a size cap.
+
+    ``zlib``'s decompressor stops at the end of the first member and keeps what
+    follows as ``unused_data``: a body sent as several members (a server or proxy
+    compressing each flush on its own) was cut at the first, a truncated answer or,
+    worse, a valid prefix of one. Each member is decompressed in turn; bytes after
+    a member that do not start another are a damaged body (``zlib.error``).
+    """
+
+    def __init__(self) -> None:
+        self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the last member read so far has ended (checksum and length checked)."""
+        return self._member.eof
+
+    def feed(self, data: bytes, max_length: int) -> bytes:
+        """What ``data`` decompresses to, at most ``max_length`` bytes (> 0)."""
+        out: list[bytes] = []
+        made = 0
+        while data:
+            if self._member.eof:
+                self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            piece = self._member.decompress(data, max_length - made)
+            out.append(piece)
+            made += len(piece)
+            if made >= max_length or not self._member.eof:
+                break  # at the cap (the caller refuses the body) or all of data taken in
+            data = self._member.unused_data
+        return b"".join(out)
 
 
 class _Retryable(Exception):

@@ -38,11 +38,14 @@ Handler = Callable[[BaseHTTPRequestHandler], None]
 
 
 @pytest.fixture
-def http_server() -> Iterator[Callable[[Handler], tuple[str, list[BaseHTTPRequestHandler]]]]:
+def http_server() -> Iterator[Callable[..., tuple[str, list[BaseHTTPRequestHandler]]]]:
     """Start loopback servers running ``handle(request)``; all are shut down after the test."""
     servers: list[ThreadingHTTPServer] = []
 
-    def start(handle: Handler) -> tuple[str, list[BaseHTTPRequestHandler]]:
+    def start(
+        handle: Handler, tls: tuple[Path, Path] | None = None
+    ) -> tuple[str, list[BaseHTTPRequestHandler]]:
+        """``tls``: (certificate, key) files to serve https with (``self_signed``)."""
         seen: list[BaseHTTPRequestHandler] = []
 
         class H(BaseHTTPRequestHandler):
@@ -56,10 +59,15 @@ def http_server() -> Iterator[Callable[[Handler], tuple[str, list[BaseHTTPReques
                 pass
 
         srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
         srv.daemon_threads = True
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_address[1]}", seen
+        scheme = "https" if tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{srv.server_address[1]}", seen
 
     yield start
     for srv in servers:
@@ -245,9 +253,8 @@ def test_tls_against_plain_http_is_a_clear_error(http_server) -> None:
         client(url.replace("http://", "https://"), insecure_skip_verify=True).instant("up")
 
 
-@pytest.fixture
-def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """An https server on 127.0.0.1 with a fresh self-signed certificate (openssl)."""
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A fresh self-signed certificate for 127.0.0.1 and its key (openssl)."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
         [
@@ -272,6 +279,13 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         capture_output=True,
         timeout=60,
     )
+    return cert, key
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An https server on 127.0.0.1 with a fresh self-signed certificate."""
+    cert, key = self_signed(tmp_path)
 
     class H(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

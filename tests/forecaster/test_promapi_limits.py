@@ -1,0 +1,267 @@
+"""gpu_eta.forecaster.promapi's bounds on one answer: one deadline for the whole request
+(headers included), every member of a gzip body within the size cap, and the memory
+a large answer holds while it is parsed.
+
+Real loopback HTTP(S) servers (``http_server`` from test_promapi) pace their bytes as
+a server wedged mid-answer, or a proxy compressing each flush on its own, does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import itertools
+import json
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster import promparse
+from gpu_eta.forecaster.promapi import PromAPIError
+from tests.forecaster.test_promapi import VECTOR, client, http_server, self_signed  # noqa: F401
+
+BODY = json.dumps(VECTOR).encode()
+STATUS = b"HTTP/1.1 200 OK\r\n"
+HEADERS = b"Content-Type: application/json\r\nConnection: close\r\n"
+
+
+def _paced(stop: threading.Event, *parts: tuple[bytes, float]) -> Callable[..., None]:
+    """A handler writing each ``(data, pace)`` part: at once when pace is 0, else one
+    byte every ``pace`` seconds (each byte its own write, and its own TLS record)."""
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        try:
+            for data, pace in parts:
+                if not pace:
+                    req.wfile.write(data)
+                    continue
+                for i in range(len(data)):
+                    req.wfile.write(data[i : i + 1])
+                    if stop.wait(pace):
+                        return
+        except OSError:
+            pass
+
+    return handle
+
+
+# -- 1. one deadline for the whole request ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tls", "before", "dripped"),
+    [
+        (False, b"", STATUS),
+        (False, STATUS + HEADERS, b"X-Padding: ................\r\n"),
+        (True, STATUS + HEADERS, b"X-Padding: ................\r\n"),
+    ],
+    ids=["status-line", "header", "header-over-tls"],
+)
+def test_headers_dripped_just_inside_the_timeout_fail_at_the_deadline(
+    http_server,  # noqa: F811
+    tmp_path: Path,
+    tls: bool,
+    before: bytes,
+    dripped: bytes,
+) -> None:
+    """A byte every 0.8 × the 0.3 s timeout: no read times out, and the whole answer
+    would arrive after 4 to 7 s. It must fail at 0.9 s (3 × the timeout), naming the
+    server, the query and what was late. Only the body had that deadline: it started
+    after the headers, however long they took."""
+    stop = threading.Event()
+    rest = (b"" if before else HEADERS) + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+    handle = _paced(stop, (before, 0), (dripped, 0.24), (rest, 0))
+    cert_key = self_signed(tmp_path) if tls else None
+    url, _ = http_server(handle, tls=cert_key)
+    c = client(url, timeout_seconds=0.3, ca_file=str(cert_key[0]) if cert_key else None)
+    started = time.monotonic()
+    try:
+        with pytest.raises(PromAPIError) as info:
+            c.instant("up")
+    finally:
+        stop.set()
+    elapsed = time.monotonic() - started
+    assert str(info.value) == (
+        f"{url}: query 'up' failed after 1 attempts: response headers too slow: the "
+        "request was not complete 0.9s after it started (3 × --prometheus.timeout)"
+    )
+    assert 0.85 < elapsed < 1.9, elapsed
+    assert c.stats.error == 1
+
+
+def test_headers_and_body_share_one_deadline(http_server) -> None:  # noqa: F811
+    """Headers taking 1.2 s, then a dripping body: the attempt fails 1.5 s (3 × 0.5 s)
+    after it started, not 1.5 s after the headers ended (2.7 s)."""
+    stop = threading.Event()
+    handle = _paced(
+        stop,
+        (STATUS + HEADERS, 0),
+        (b"X-A", 0.4),  # 1.2 s inside one header line, no read waiting 0.5 s
+        (b": b\r\nContent-Length: %d\r\n\r\n" % len(BODY), 0),
+        (BODY, 0.4),
+    )
+    url, _ = http_server(handle)
+    started = time.monotonic()
+    try:
+        with pytest.raises(PromAPIError, match="response body too slow"):
+            client(url, timeout_seconds=0.5).instant("up")
+    finally:
+        stop.set()
+    elapsed = time.monotonic() - started
+    assert 1.45 < elapsed < 2.4, elapsed
+
+
+def test_a_fast_answer_on_a_kept_alive_connection_is_unaffected(http_server) -> None:  # noqa: F811
+    """The deadline's file is what every response is read with: many answers over one
+    pooled connection, with and without gzip, still read whole."""
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        req.protocol_version, req.close_connection = "HTTP/1.1", False  # keep-alive
+        gz = "gzip" in req.path
+        data = gzip.compress(BODY) if gz else BODY
+        req.send_response(200)
+        if gz:
+            req.send_header("Content-Encoding", "gzip")
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)
+
+    url, seen = http_server(handle)
+    c = client(url, timeout_seconds=0.5)
+    for i in range(6):
+        assert len(c.instant("up" if i % 2 else "gzip")) == 2
+    assert len(seen) == 6 and len({id(r.connection) for r in seen}) == 1  # one connection
+
+
+# -- 2. every gzip member, within the cap ------------------------------------------------
+
+
+def _members(payload: bytes, *cuts: int) -> list[bytes]:
+    """``payload`` cut at ``cuts``, each piece gzip-compressed on its own."""
+    bounds = [0, *cuts, len(payload)]
+    return [gzip.compress(payload[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def _gzip_chunks(chunks: list[bytes], pause: float = 0.0) -> Callable[..., None]:
+    """A handler sending a chunked gzip body, one chunk per write, ``pause`` apart."""
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        req.send_response(200)
+        req.send_header("Content-Encoding", "gzip")
+        req.send_header("Transfer-Encoding", "chunked")
+        req.end_headers()
+        with contextlib.suppress(OSError):  # the client may give up first
+            for chunk in chunks:
+                req.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                time.sleep(pause)
+            req.wfile.write(b"0\r\n\r\n")
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [b"".join(_members(BODY, len(BODY) // 2))],  # two members in one piece
+        _members(BODY, 7, 40, len(BODY) - 3),  # one member per flush
+        [b"".join(_members(BODY, 60))[:30], b"".join(_members(BODY, 60))[30:]],  # split mid-member
+    ],
+    ids=["one-write", "one-per-chunk", "split-member"],
+)
+def test_a_gzip_body_of_several_members_is_read_to_its_end(
+    http_server,  # noqa: F811
+    chunks: list[bytes],
+) -> None:
+    """zlib stops at the end of the first member: the rest was dropped, and the
+    answer read as 'not JSON' (or, cut at the wrong place, as fewer series)."""
+    url, _ = http_server(_gzip_chunks(chunks, pause=0.02))
+    samples = client(url).instant("up")
+    assert [s.labels["run_id"] for s in samples] == ["a", "b"]
+
+
+def test_the_size_cap_counts_every_member(http_server) -> None:  # noqa: F811
+    """40 members of 30 kB each: 1.2 MB decompressed against a 1 MB cap."""
+    member = gzip.compress(b" " * 30_000)
+    url, _ = http_server(_gzip_chunks([member] * 40))
+    with pytest.raises(PromAPIError, match="exceeds the 1000000-byte limit"):
+        client(url, max_response_bytes=1_000_000).instant("up")
+
+
+@pytest.mark.parametrize(
+    ("tail", "says"),
+    [
+        (gzip.compress(b"   ")[:-4], "truncated gzip body"),  # a last member cut short
+        (b"trailing garbage", "damaged gzip body"),  # not the start of a member
+    ],
+    ids=["truncated-member", "garbage-after"],
+)
+def test_what_follows_a_member_must_be_a_whole_member(
+    http_server,  # noqa: F811
+    tail: bytes,
+    says: str,
+) -> None:
+    """It was ignored: a body whose end was lost read as complete."""
+    url, _ = http_server(_gzip_chunks([gzip.compress(BODY) + tail]))
+    with pytest.raises(PromAPIError, match=says):
+        client(url).instant("up")
+
+
+# -- 3. memory while a large answer is parsed -------------------------------------------
+
+
+def _matrix(n_series: int, n_points: int) -> dict:
+    return {
+        "resultType": "matrix",
+        "result": [
+            {
+                "metric": {"__name__": "gpu_eta_training_epoch", "run_id": f"run-{i}"},
+                "values": [[1700000000.5 + 15 * k, str(k // 10)] for k in range(n_points)],
+            }
+            for i in range(n_series)
+        ],
+    }
+
+
+def test_a_consumed_answer_is_freed_while_its_series_are_built() -> None:
+    """The decoded JSON and the series built from it were both held whole: for a
+    62 MiB answer, 472 + 272 MiB at the peak. Consumed (as the client does), each
+    series' JSON is freed once read, and parsing adds next to nothing to the peak."""
+    text = json.dumps({"status": "success", "data": _matrix(200, 240)})
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        data = promparse.decode_response(promparse.decode_text(text.encode()), 200)
+        tree = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.reset_peak()
+        start = tracemalloc.get_traced_memory()[0]
+        series = promparse.parse_matrix(data, "q", consume=True)
+        added = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    assert len(series) == 200 and series[-1].points[-1] == (1700000000.5 + 15 * 239, 23.0)
+    assert data["result"] == [None] * 200
+    assert added < 0.1 * tree, (added, tree)
+
+
+def test_an_answer_is_not_consumed_unless_asked() -> None:
+    data = _matrix(2, 3)
+    vector = json.loads(BODY)["data"]
+    assert len(promparse.parse_matrix(data, "q")) == 2
+    assert len(promparse.parse_vector(vector, "q")) == 2
+    assert data == _matrix(2, 3) and vector == json.loads(BODY)["data"]
+    assert len(promparse.parse_vector(vector, "q", consume=True)) == 2
+    assert vector["result"] == [None, None]
+
+
+def test_decode_response_takes_the_text_as_well_as_the_bytes() -> None:
+    """The client hands over text (its bytes freed first); both read alike."""
+    raw = b"\xef\xbb\xbf" + BODY.replace(b'"a"', b'"a\xff"')  # a BOM, a byte not UTF-8
+    text = promparse.decode_text(raw)
+    assert promparse.decode_response(text, 200) == promparse.decode_response(raw, 200)
+    with pytest.raises(PromAPIError, match="not JSON \\(starts with '<html>\ufffd'\\)"):
+        promparse.decode_response(promparse.decode_text(b"<html>\xff"), 200)
