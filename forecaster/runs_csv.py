@@ -167,7 +167,9 @@ def _read_header(fh: TextIO) -> tuple[list[str], Iterator[str]]:
         header = next(csv.reader([first]))
     except (csv.Error, StopIteration) as err:
         raise RunsCsvError(1, f"unreadable CSV header: {err}") from None
-    return [h.strip() for h in header], iter(fh)
+    # " Run_ID " is run_id: a header typed or saved by a spreadsheet differs in case
+    # and spaces, never in meaning (all the names this reads are lower case)
+    return [h.strip().lower() for h in header], iter(fh)
 
 
 def parse_runs_file(fh: TextIO) -> RunsFile:

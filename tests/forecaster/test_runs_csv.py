@@ -163,6 +163,19 @@ def test_utf8_bom_before_the_header(tmp_path: Path) -> None:
     assert [r.run_id for r in parse("\ufeff" + GOOD)] == ["a", "c"]
 
 
+def test_header_names_are_matched_without_case_or_surrounding_spaces() -> None:
+    """A header typed or saved by a spreadsheet: ' Run_ID ', 'EPOCH', 'Job_Name'."""
+    text = (
+        " Run_ID ,EPOCH, Epochs_Planned,Timestamp_Seconds,Job_Name\n"
+        "a,0,2,0,bert\na,1,2,60,bert\na,2,2,120,bert\n"
+    )
+    (run,) = parse(text)
+    assert run.run_id == "a" and run.epochs_planned == 2.0
+    assert run.features["job_name"] == "bert"
+    with pytest.raises(RunsCsvError, match="duplicate column"):
+        parse("run_id,epoch,epochs_planned,timestamp_seconds,RUN_ID\na,0,1,0,a\n")
+
+
 def test_identity_columns_stay_text_and_fill_the_run() -> None:
     text = (
         f"{HEADER},namespace,job_name,node_type,pod,gpus,batch_size\n"
