@@ -7,7 +7,8 @@ within one deadline and the body with a size cap before anything reaches the
 forecaster, so a proxy answering HTML, a server dripping bytes, a truncated body or
 a huge response becomes one ``PromAPIError`` with a clear message instead of a
 traceback, a wedged cycle or an out-of-memory kill. This module is the HTTP side
-(transport, retries, redirects, deadlines, the skip warnings); what the answer says is
+(requests, retries, redirects, the body's cap, the skip warnings; the socket-level
+deadline and gzip are ``http_deadline``); what the answer says is
 checked by ``promparse`` (pure, testable without a server), where one bad series is
 skipped and counted (``stats.skipped_series``, one warning per query), not a reason to
 refuse every other series: a single odd job must not stop the forecasts of all the others.
@@ -15,12 +16,7 @@ refuse every other series: a single odd job must not stop the forecasts of all t
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import email.utils
-import functools
-import http.client
-import io
 import logging
 import re
 import time
@@ -30,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timezone
 from http.client import HTTPException
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import requests
@@ -40,6 +36,12 @@ from urllib3.exceptions import InsecureRequestWarning
 
 # PromAPIError is defined with the parsers (they raise it) and imported here too:
 # ``from gpu_eta.forecaster.promapi import PromAPIError`` is the client's error.
+from gpu_eta.forecaster.http_deadline import (
+    REQUEST_DEADLINE,
+    DeadlineAdapter,
+    Gunzip,
+    deadline_passed,
+)
 from gpu_eta.forecaster.promparse import (
     PromAPIError,
     Skipped,
@@ -116,7 +118,7 @@ class PromClient:
         if self.basic_auth:
             self._session.auth = self.basic_auth
         for prefix in ("http://", "https://"):
-            self._session.mount(prefix, _DeadlineAdapter())
+            self._session.mount(prefix, DeadlineAdapter())
         # Passed on every request: a Session-level ``verify`` loses to the
         # REQUESTS_CA_BUNDLE environment variable (requests issue #3829).
         self._verify: bool | str = True
@@ -270,7 +272,7 @@ class PromClient:
 
         The round trip has one deadline, 3 × ``timeout_seconds`` from now, for the
         connection, the status line and headers and the body together: every socket
-        read is given at most what is left of it (``_DeadlineHTTPResponse``), so a
+        read is given at most what is left of it (``http_deadline.DeadlineHTTPResponse``), so a
         server sending its headers a byte at a time, each just inside the timeout,
         fails the attempt as surely as one dripping its body. Redirects are not
         followed (``redirect_message`` says why); gzip is the only content encoding
@@ -278,7 +280,7 @@ class PromClient:
         """
         post = len(urlencode(params)) > POST_OVER_CHARS
         deadline = time.monotonic() + self.timeout_seconds * _DEADLINE_TIMEOUTS
-        token = _DEADLINE.set(deadline)
+        token = REQUEST_DEADLINE.set(deadline)
         try:
             with warnings.catch_warnings():
                 # The user chose --prometheus.insecure-skip-verify: once in the log
@@ -296,7 +298,7 @@ class PromClient:
                     allow_redirects=False,
                 )
         except requests.Timeout as err:
-            if _passed(deadline) and not isinstance(err, requests.ConnectTimeout):
+            if deadline_passed(deadline) and not isinstance(err, requests.ConnectTimeout):
                 raise _Retryable(self._too_slow("response headers")) from None
             raise _Retryable(f"timed out after {self.timeout_seconds:g}s") from None
         except requests.exceptions.SSLError as err:
@@ -306,7 +308,7 @@ class PromClient:
         except requests.RequestException as err:
             raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
         finally:
-            _DEADLINE.reset(token)  # the response keeps its own copy, for the body
+            REQUEST_DEADLINE.reset(token)  # the response keeps its own copy, for the body
         with resp:
             status = resp.status_code
             if status in _RETRY_STATUS:
@@ -336,10 +338,10 @@ class PromClient:
         """The body's text, decompressed, within ``max_response_bytes`` and the deadline.
 
         Each ``read1`` is one network read, given at most what is left of the
-        deadline (``_DeadlineHTTPResponse``), so the deadline holds however the
+        deadline (``http_deadline.DeadlineHTTPResponse``), so the deadline holds however the
         server paces the body: awaiting whole 64 KiB chunks, a 967-byte body with a
         Content-Length dripped 10 bytes every 0.5 s took 48 s against a 6 s bound.
-        gzip is undone here with ``max_length`` (``_Gunzip``), so a small compressed
+        gzip is undone here with ``max_length`` (``http_deadline.Gunzip``), so a small compressed
         body cannot expand past the cap (a gzip bomb), and a body whose encoding
         never yields output (endless empty deflate blocks) still meets the deadline.
         It is decoded (``decode_text``) here, where its bytes can be let go before
@@ -349,7 +351,7 @@ class PromClient:
         encoding = resp.headers.get("Content-Encoding", "").strip().lower()
         inflate = None
         if encoding in ("gzip", "x-gzip"):
-            inflate = _Gunzip()
+            inflate = Gunzip()
         elif encoding not in ("", "identity"):
             raise PromAPIError(
                 f"{self.safe_url}: response in an unsupported Content-Encoding {encoding[:40]!r}"
@@ -360,7 +362,7 @@ class PromClient:
         chunks: list[bytes] = []
         size = wire = 0
         while True:
-            if _passed(deadline):
+            if deadline_passed(deadline):
                 raise _Retryable(self._too_slow("response body"))
             try:
                 if read1 is not None:
@@ -368,7 +370,7 @@ class PromClient:
                 else:
                     data = raw.read(_READ_BYTES, decode_content=False)
             except (urllib3.exceptions.HTTPError, HTTPException, OSError, ValueError) as err:
-                if _passed(deadline):
+                if deadline_passed(deadline):
                     raise _Retryable(self._too_slow("response body")) from None
                 raise _Retryable(f"reading response failed: {_first_line(err)}") from None
             if not data:
@@ -388,145 +390,6 @@ class PromClient:
         body = b"".join(chunks)
         chunks.clear()
         return decode_text(body)
-
-
-# The monotonic time by which the request being sent must be complete; set by
-# ``PromClient._fetch`` around the request, read when its response is created.
-_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "promapi_deadline", default=None
-)
-# A read timeout this close to the deadline is the deadline (poll rounds to 1 ms).
-_DEADLINE_SLACK_SECONDS = 0.01
-
-
-def _passed(deadline: float) -> bool:
-    """Whether a failed read was the deadline's doing (then the error names it)."""
-    return time.monotonic() >= deadline - _DEADLINE_SLACK_SECONDS
-
-
-class _DeadlineReader(io.RawIOBase):
-    """A socket's reads, each waiting at most what is left until ``deadline``.
-
-    The socket's own timeout (the per-read ``timeout_seconds`` urllib3 set) is used
-    while it ends before the deadline; nearer to it, the timeout is cut for the one
-    read and put back after, because a kept-alive connection is reused with it.
-    """
-
-    def __init__(self, sock: Any, deadline: float) -> None:
-        super().__init__()
-        self._sock = sock
-        self._raw = sock.makefile("rb", buffering=0)
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return self._raw.fileno()
-
-    def readinto(self, buffer: Any) -> int | None:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request deadline passed")
-        timeout = self._sock.gettimeout()
-        if timeout is not None and timeout <= left:
-            return self._raw.readinto(buffer)
-        self._sock.settimeout(left)
-        try:
-            return self._raw.readinto(buffer)
-        finally:
-            with contextlib.suppress(OSError):
-                self._sock.settimeout(timeout)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._raw.close()
-        super().close()
-
-
-class _DeadlineHTTPResponse(http.client.HTTPResponse):
-    """An http.client response whose every socket read ends by the request's deadline.
-
-    http.client reads the status line and each header with ``readline`` on a
-    buffered file over the socket: every network read may wait the socket's
-    timeout, and a line takes as many reads as the server likes. requests' and
-    urllib3's timeouts (``Timeout(total=)`` included) are set on the socket before
-    the response is read, so they bound each read, not the headers: a header sent
-    a byte every 0.8 × timeout held the query for as long as the server went on,
-    and the body's deadline only started after it. The file is swapped for one
-    whose reads are cut to what is left of the deadline (``_DEADLINE``, captured
-    here, so the body read through the same file keeps it). No deadline set (the
-    session used outside ``PromClient._fetch``): the plain http.client file.
-    """
-
-    def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(sock, *args, **kwargs)
-        deadline = _DEADLINE.get()
-        if deadline is not None:
-            plain = self.fp
-            self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
-            plain.close()  # after: the socket's file count must not drop to 0 between
-
-
-@functools.cache
-def _deadline_connection(cls: type) -> type:
-    """``cls`` (a urllib3 connection class) answering with ``_DeadlineHTTPResponse``."""
-    if cls.response_class is _DeadlineHTTPResponse:  # type: ignore[attr-defined]
-        return cls
-    return type(cls.__name__, (cls,), {"response_class": _DeadlineHTTPResponse})
-
-
-class _DeadlineAdapter(requests.adapters.HTTPAdapter):
-    """requests' adapter whose connections read responses with ``_DeadlineHTTPResponse``.
-
-    The connection class is swapped on each pool it hands out, direct or through a
-    proxy (a SOCKS pool's own class is derived from), before the pool opens a
-    connection with it: connections are made lazily, per request.
-    """
-
-    def get_connection_with_tls_context(self, *args: Any, **kwargs: Any) -> Any:
-        pool = super().get_connection_with_tls_context(*args, **kwargs)
-        pool.ConnectionCls = _deadline_connection(pool.ConnectionCls)
-        return pool
-
-    def get_connection(self, *args: Any, **kwargs: Any) -> Any:  # what requests < 2.32 calls
-        pool = super().get_connection(*args, **kwargs)
-        pool.ConnectionCls = _deadline_connection(pool.ConnectionCls)
-        return pool
-
-
-class _Gunzip:
-    """A gzip body of one or more members (RFC 1952, 2.2), undone within a size cap.
-
-    ``zlib``'s decompressor stops at the end of the first member and keeps what
-    follows as ``unused_data``: a body sent as several members (a server or proxy
-    compressing each flush on its own) was cut at the first, a truncated answer or,
-    worse, a valid prefix of one. Each member is decompressed in turn; bytes after
-    a member that do not start another are a damaged body (``zlib.error``).
-    """
-
-    def __init__(self) -> None:
-        self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-
-    @property
-    def complete(self) -> bool:
-        """Whether the last member read so far has ended (checksum and length checked)."""
-        return self._member.eof
-
-    def feed(self, data: bytes, max_length: int) -> bytes:
-        """What ``data`` decompresses to, at most ``max_length`` bytes (> 0)."""
-        out: list[bytes] = []
-        made = 0
-        while data:
-            if self._member.eof:
-                self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            piece = self._member.decompress(data, max_length - made)
-            out.append(piece)
-            made += len(piece)
-            if made >= max_length or not self._member.eof:
-                break  # at the cap (the caller refuses the body) or all of data taken in
-            data = self._member.unused_data
-        return b"".join(out)
 
 
 class _Retryable(Exception):
