@@ -12,6 +12,7 @@ One command prints the accuracy table published in docs/forecasting.md::
     python bench/forecast_accuracy.py --no-repeats --corpus mlperf-confirm  # nothing repeats
     python bench/forecast_accuracy.py --no-identity --corpus mlperf-confirm  # bare files
     python bench/forecast_accuracy.py --percent --corpus cpu-steps  # progress in percent
+    python bench/forecast_accuracy.py --first 400 --corpus mlperf-choose  # a young cluster
 
 Why a bench and not a test: these are figures to report and watch move, with their
 uncertainty; tests assert only what holds with honest margins.
@@ -234,6 +235,12 @@ def limit_runs(runs: Sequence[Run], limit: int | None, seed: int = SEED) -> list
         if len(kept) >= limit:
             break
     return sorted(kept, key=lambda r: (r.start_timestamp, r.run_id))
+
+
+def first_runs(runs: Sequence[Run], n: int) -> list[Run]:
+    """The ``n`` runs that started first: what a cluster young enough to have seen
+    only them would be forecast from (its history starts empty, as at a new site)."""
+    return sorted(runs, key=lambda r: (r.start_timestamp, r.run_id))[:n]
 
 
 @dataclass
@@ -791,6 +798,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="every run without features (no job name, namespace, batch size...): a bare file",
     )
     parser.add_argument(
+        "--first",
+        type=int,
+        metavar="N",
+        help="only the first N runs (by start) of each file or MLPerf split: a young cluster",
+    )
+    parser.add_argument(
         "--percent",
         action="store_true",
         help="progress in percent of each run's plan (the unit the live path does not use)",
@@ -804,12 +817,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be ≥ 1")
+    if args.first is not None and args.first < 1:
+        parser.error("--first must be ≥ 1")
     if not 0 < args.refit_fraction <= 1:
         parser.error("--refit-fraction must be in (0, 1]")
-    if args.write_docs and (args.corpus or args.no_repeats or args.no_identity or args.percent):
+    if args.write_docs and (
+        args.corpus or args.no_repeats or args.no_identity or args.percent or args.first
+    ):
         parser.error(
             "--write-docs publishes every corpus as recorded: "
-            "drop --corpus/--no-repeats/--no-identity/--percent"
+            "drop --corpus/--no-repeats/--no-identity/--percent/--first"
         )
     if args.no_repeats and args.no_identity:
         parser.error("--no-repeats and --no-identity are two different replays: pick one")
@@ -822,6 +839,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"have {', '.join(c.name for c in corpora)}"
             )
         corpora = [c for c in corpora if c.name in args.corpus]
+    if args.first is not None:
+        for corpus in corpora:
+            corpus.parts = [first_runs(part, args.first) for part in corpus.parts]
+            corpus.description += f", the first {args.first:,} runs of each part (--first)"
     if args.no_identity:
         for corpus in corpora:
             corpus.parts = [[bare(run) for run in part] for part in corpus.parts]

@@ -824,12 +824,16 @@ class EtaModel:
                 center += job_shift  # 0 but for a job whose own rates share a bias
                 sigma *= job_scale  # 1 but for a job forecast better or worse than most
                 q = calibrator.quantiles(point, center, sigma, cap)
-                if own is None or own is calibrator:
-                    return q
-                # neither is this situation at this point: the bounds of both (its
-                # residuals at other points, everyone's here), the centre of all
-                lo, _mid, hi = own.quantiles(point, center, sigma, cap)
-                return min(q[0], lo), q[1], max(q[2], hi)
+                if own is not None and own is not calibrator:
+                    # neither is this situation at this point: the bounds of both (its
+                    # residuals at other points, everyone's here), the centre of all
+                    lo, _mid, hi = own.quantiles(point, center, sigma, cap)
+                    q = min(q[0], lo), q[1], max(q[2], hi)
+                if point == 0 and name == "new":  # a run no earlier run of its job
+                    # speaks for: as long as some finished run took (the job's own runs
+                    # and analogs scale with its plan, which may be longer than any yet)
+                    q = within_seen(q, self.blend_.prior_.total_range_)
+                return q
 
             if option == (("blend", 1.0),) and found is None:
                 return raw, quantiles(raw.center, raw.sigma)
@@ -893,6 +897,39 @@ class EtaModel:
         known: dict = {}
         entries[who] = (content, analogs, job, known)
         return known
+
+
+def within_seen(
+    q: tuple[float, float, float], log_range: tuple[float, float]
+) -> tuple[float, float, float]:
+    """A start-of-run ``q`` (P10/P50/P90 of the whole run) moved, all three by one
+    factor, so that its P50 lies within ``log_range``: the log durations of the
+    finished runs the regression was fitted on (``PriorEstimator.total_range_``).
+
+    For a run whose job has no earlier run here (situation ``new``: the pooled
+    regression's prior). Why: before its first epoch such a run has nothing of its
+    own nor of its job's, and a young cluster's calibration can stretch the prior far
+    past every run it knows: 15 runs known on MLPerf v0.5, their bias shift took a
+    46-hour prior to 38 days for a run of three hours. A P50 longer (or shorter) than
+    any run this cluster finished is a claim none of them supports; the interval
+    keeps its width, and the run's own rate takes over at its first epoch. With a
+    mature history the range spans every kind of run and this seldom binds. Not for a
+    run with a job prior or analogs: those scale the job's own runs by its plan, and a
+    plan longer than any before is a run longer than any before.
+    """
+    low, high = log_range
+    p10, p50, p90 = q
+    if not low <= high:
+        return q
+    if p50 > 0 and low <= math.log(p50) <= high:
+        return q
+    target = math.exp(min(max(math.log(p50), low), high)) if p50 > 0 else math.exp(low)
+    if target == p50:  # 0 with nothing finished below it (low = -inf)
+        return q
+    if p50 > 0 and math.isfinite(p50):
+        f = target / p50
+        return p10 * f, target, p90 * f
+    return min(p10, target), target, max(p90, target)
 
 
 def remember(known: dict, key: object, compute: Callable[[], T]) -> T:

@@ -497,8 +497,11 @@ class PriorEstimator:
         self.sigma_ = DEFAULT_LOG_SIGMA
         self.batch_slope_ = 0.0
         y_arr = np.asarray(y, dtype=float)
+        # the log whole-run durations the fit saw (``_pooled`` keeps its answer inside)
+        self.total_range_ = (-math.inf, math.inf)
         if len(y_arr) == 0:
             return
+        self.total_range_ = (float(np.min(y_arr)), float(np.max(y_arr)))
         center = float(np.median(y_arr))
         mad = float(np.median(np.abs(y_arr - center)))
         self.coef_ = np.array([center])
@@ -632,6 +635,15 @@ class PriorEstimator:
         x = self._design_row(run)
         hgb = getattr(self, "hgb_", None)
         total = float(hgb.predict(x[None, :])[0]) if hgb is not None else float(x @ self.coef_)
+        # Never longer or shorter than any run the fit saw. Why: a young cluster's
+        # regression has a dozen runs for a dozen coefficients, and a new job's batch
+        # size or GPU count outside their range extrapolated a run of a few hours to
+        # 38 days (MLPerf v0.5, 15 runs known: P10 293x the truth). A whole run outside
+        # the range seen is a claim no run supports; the run's own rate takes over
+        # once it has epochs. With a mature history the range spans every kind of run
+        # and this seldom binds.
+        low, high = self.total_range_
+        total = min(max(total, low), high)
         return PriorEstimate(
             total - math.log(run.epochs_planned), self.sigma_, "regression", self.n_obs_
         )

@@ -204,3 +204,17 @@ def test_docs_block_replaced_between_markers_or_appended() -> None:
     assert fa.replace_between_markers(new, "| new |\n", "cmd") == new  # idempotent
     appended = fa.replace_between_markers("# Title\n", "| t |\n", "cmd")
     assert appended.count(fa.BEGIN) == 1 and appended.index("| t |") > appended.index(fa.BEGIN)
+
+
+def test_first_keeps_the_runs_that_started_first() -> None:
+    """``--first N``: a young cluster's runs, the N earliest by start (ties by id);
+    not publishable, and N must be positive."""
+    runs = [
+        make_run(str(i), [5.0], start=1_700_000_000.0 + 100.0 * ((i * 7) % 10)) for i in range(10)
+    ]
+    kept = fa.first_runs(runs, 3)
+    assert [r.start_timestamp for r in kept] == sorted(r.start_timestamp for r in runs)[:3]
+    assert fa.first_runs(runs, 50) == sorted(runs, key=lambda r: r.start_timestamp)
+    for argv in (["--first", "0"], ["--first", "5", "--write-docs"]):
+        with pytest.raises(SystemExit):  # refused before any corpus is read
+            fa.main(argv)

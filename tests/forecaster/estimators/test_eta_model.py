@@ -11,7 +11,7 @@ import pytest
 from gpu_eta.forecaster.calibration import POINTS, Calibrator, Residual
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.base import NotFittedError
-from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate, within_seen
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 
@@ -453,3 +453,38 @@ def test_each_job_gets_intervals_as_wide_as_its_misses() -> None:
     assert 0.7 <= coverage(scaled, "noisy", 0.25) <= 0.95
     assert coverage(plain, "steady", 0.25) >= 0.95
     assert coverage(plain, "noisy", 0.25) <= 0.7
+
+
+def test_within_seen_moves_a_start_forecast_into_the_durations_seen_keeping_its_width() -> None:
+    low, high = math.log(100.0), math.log(1000.0)
+    assert within_seen((200.0, 400.0, 900.0), (low, high)) == (200.0, 400.0, 900.0)
+    p10, p50, p90 = within_seen((5_000.0, 10_000.0, 40_000.0), (low, high))
+    assert p50 == pytest.approx(1000.0)
+    assert (p10, p90) == (pytest.approx(500.0), pytest.approx(4000.0))  # same ratios
+    p10, p50, p90 = within_seen((1.0, 2.0, 8.0), (low, high))
+    assert (p10, p50, p90) == (pytest.approx(50.0), pytest.approx(100.0), pytest.approx(400.0))
+    assert within_seen((0.0, 0.0, 0.0), (low, high)) == (
+        0.0,
+        pytest.approx(100.0),
+        pytest.approx(100.0),
+    )
+    # no finished run yet: nothing to hold it to
+    assert within_seen((1.0, 2.0, 3.0), (-math.inf, math.inf)) == (1.0, 2.0, 3.0)
+
+
+def test_a_young_clusters_start_forecasts_stay_within_the_runs_it_finished() -> None:
+    # 15 finished runs of three jobs; new jobs far outside them in batch size, GPUs and
+    # plan: no start forecast may claim a run longer or shorter than any of the 15.
+    history = job_history(15, seed=5, noise=0.05)
+    totals = [r.epoch_times[-1][1] - r.epoch_times[0][1] for r in history]
+    model = EtaModel(random_state=0).fit(history)
+    t = max(r.last_timestamp for r in history) + 10.0
+    for i, (batch, gpus, planned) in enumerate(
+        [(1, 1, 10), (65_536, 1, 10), (64, 4096, 20), (64, 1, 1e6), (2, 512, 1)]
+    ):
+        run = make_run(
+            f"n{i}", [], planned=planned, start=t, job_name=f"new{i}", batch_size=batch, gpus=gpus
+        )
+        f = model.predict(run, t)
+        check(f)
+        assert min(totals) * (1 - 1e-9) <= f.p50 <= max(totals) * (1 + 1e-9), (i, f, totals)

@@ -393,3 +393,24 @@ def test_a_job_new_to_this_namespace_reads_the_same_job_on_the_same_hardware() -
     prior.update([*history, ran])
     assert prior.per_epoch(other).level == "job"
     assert math.exp(prior.per_epoch(other).log_seconds) == pytest.approx(5.0, rel=0.01)
+
+
+def test_the_regression_never_answers_a_whole_run_outside_the_durations_it_saw() -> None:
+    # A dozen runs, batch sizes 32-128: a new job asking for batch 65,536 lies far
+    # outside them, and the fitted batch slope alone would extrapolate its whole run
+    # by a factor of ~20 beyond the shortest run seen.
+    history = job_history(24, seed=3, noise=0.02)
+    prior = PriorEstimator().fit(history)
+    totals = [math.log(r.epoch_times[-1][1] - r.epoch_times[0][1]) for r in history]
+    for batch in (1, 65_536):
+        run = make_run("n", [], planned=10, job_name="new", batch_size=batch)
+        est = prior.per_epoch(run)
+        assert est.level == "regression"
+        whole = est.log_seconds + math.log(run.epochs_planned)
+        assert min(totals) - 1e-9 <= whole <= max(totals) + 1e-9, (batch, whole, totals)
+    # the bound is the fit's own range: a run inside it keeps the regression's answer
+    x = prior._design_row(make_run("n", [], planned=10, job_name="new", batch_size=64))
+    inside = prior.per_epoch(make_run("n", [], planned=10, job_name="new", batch_size=64))
+    raw = float(x @ prior.coef_)
+    if min(totals) < raw < max(totals):
+        assert inside.log_seconds + math.log(10) == pytest.approx(raw)
