@@ -2,6 +2,7 @@
 
     python bench/calibration_paths.py                      # every corpus, a few minutes
     python bench/calibration_paths.py --corpus cpu-shared --limit 300
+    python bench/calibration_paths.py --corpus mlperf-choose --first 400  # a young cluster
 
 Why: P10–P90 coverage is published per corpus and point (bench/forecast_accuracy.py),
 but a miss there comes from one of several calibrations: the situation's own (new
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forecast_accuracy import find_mlperf, load_corpora
+from forecast_accuracy import find_mlperf, first_runs, load_corpora
 
 from gpu_eta.forecaster.calibration import POINTS, Calibrator, progress_point
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
@@ -109,10 +110,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mlperf", type=Path, help="the MLPerf runs file (runs.csv.gz)")
     parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
     parser.add_argument("--limit", type=int, help="at most this many runs per corpus")
+    parser.add_argument(
+        "--first", type=int, metavar="N", help="only the first N runs by start: a young cluster"
+    )
     parser.add_argument("--refit-fraction", type=float, default=0.05)
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be ≥ 1")
+    if args.first is not None and args.first < 1:
+        parser.error("--first must be ≥ 1")
     corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
     if args.corpus:
         unknown = set(args.corpus) - {c.name for c in corpora}
@@ -122,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for corpus in corpora:
         merged: dict[tuple, Tally] = defaultdict(Tally)
         for part in corpus.parts:
+            if args.first is not None:
+                part = first_runs(part, args.first)
             for key, t in tally_paths(part, args.refit_fraction).items():
                 m = merged[key]
                 m.n, m.hits = m.n + t.n, m.hits + t.hits
