@@ -88,6 +88,9 @@ class _Follower:
     pending: bytes = b""  # an incomplete physical line at the end of the file
     discarding: bool = False  # inside an oversize physical line: skip to its newline
     carry: dict[str, str] = field(default_factory=dict)  # stream -> unfinished \r segment
+    # streams inside an unfinished segment dropped as over the bound: what follows up to
+    # its next \r (or the end of its line) is the rest of it, not a screen of its own
+    dropping: set[str] = field(default_factory=set)
     head: bytes = b""  # first bytes: if they change, the file was truncated and rewritten
 
 
@@ -206,6 +209,7 @@ class LogProgressCollector:
                     follower.pending = b""
                     follower.discarding = False
                     follower.carry.clear()
+                    follower.dropping.clear()
                     follower.head = b""
                 want = min(size - follower.offset, self.max_bytes_per_file, budget)
                 if want <= 0:
@@ -266,6 +270,7 @@ class LogProgressCollector:
             if (
                 parts[2] == b"F"
                 and not follower.carry
+                and not follower.dropping
                 and (
                     b"/" not in message
                     or not (
@@ -326,6 +331,18 @@ class LogProgressCollector:
         tag = parts[2]
         message = parts[3].decode("utf-8", "replace")
         unmatched = "ignored"  # what this line counts as if nothing in it matches
+        if stream in follower.dropping:
+            # the rest of a segment already dropped as over the bound: its tail read as
+            # a screen of its own could pass for one (a bar's last characters)
+            cut = message.find("\r")
+            if cut < 0:
+                if tag != b"P":
+                    follower.dropping.discard(stream)  # the segment ends with this line
+                counts["oversize"] += 1
+                return
+            follower.dropping.discard(stream)
+            message = message[cut + 1 :]
+            unmatched = "oversize"
         if follower.carry:
             carry = follower.carry.pop(stream, "")
             if carry:
@@ -341,6 +358,7 @@ class LogProgressCollector:
             if len(rest) > self.max_segment_bytes:
                 unmatched = "oversize"
                 rest = ""
+                follower.dropping.add(stream)
             follower.carry[stream] = rest
             if not sep:
                 counts[unmatched] += 1

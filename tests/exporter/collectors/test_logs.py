@@ -298,3 +298,59 @@ def test_a_partial_line_with_an_oversize_unfinished_segment_counts_once(root, me
     col.poll()
     counts = col.counts()
     assert sum(counts.values()) == 1 and counts[result] == 1, counts
+
+
+def test_the_tail_of_a_dropped_oversize_segment_is_not_read_as_a_screen(root):
+    """An unfinished segment over the bound is dropped; the records that continue it,
+    up to its next \\r, are the rest of it. Its tail here ends like a tqdm bar at 5/10:
+    read alone it would report a step the program never drew as a screen of its own."""
+    tail = b" 50%|#####     | 5/10 [00:05<00:05,  1.00it/s]"
+    later = b"\r 60%|######    | 6/10 [00:06<00:04,  1.00it/s]"
+    stamp = b"2026-11-21T06:00:01.000000000Z stdout "
+    data = (
+        stamp
+        + b"P "
+        + b"x" * (9 << 10)
+        + b"\n"  # over max_segment_bytes, unfinished
+        + stamp
+        + b"P "
+        + b"y" * 100
+        + tail
+        + b"\n"  # still the same segment
+        + stamp
+        + b"F "
+        + later
+        + b"\n"  # its \r ends it: a screen of its own
+    )
+    (logdir(root) / "0.log").write_bytes(data)
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.step, p.steps) == (6, 10)
+    counts = col.counts()
+    assert (counts["oversize"], counts["matched"]) == (2, 1), counts
+
+
+def test_a_dropped_segment_ending_without_a_redraw_leaves_no_screen(root):
+    """The dropped segment's last record ends like a tqdm bar at 5/10 and no \r came:
+    still the rest of the dropped segment, never a report of step 5."""
+    stamp = b"2026-11-21T06:00:01.000000000Z stdout "
+    data = (
+        stamp
+        + b"P "
+        + b"x" * (9 << 10)
+        + b"\n"
+        + stamp
+        + b"F  50%|#####     | 5/10 [00:05<00:05,  1.00it/s]\n"  # its end
+    )
+    (logdir(root) / "0.log").write_bytes(data)
+    col = collector(root)
+    col.poll()
+    assert not col.store.snapshot()
+    assert col.counts()["oversize"] == 2
+    # the next line is a line of its own again
+    with (logdir(root) / "0.log").open("ab") as fh:
+        fh.write(stamp + b"F  60%|######    | 6/10 [00:06<00:04,  1.00it/s]\n")
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.step, p.steps) == (6, 10)
