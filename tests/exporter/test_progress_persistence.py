@@ -168,14 +168,7 @@ def test_an_unreadable_file_that_cannot_be_moved_aside_is_never_written_over(
     path = tmp_path / "progress.json"
     before = saved_store(path)
     fail_reads(monkeypatch, path, times=None)
-    real_rename = os.rename
-
-    def no_rename(src: object, dst: object, *args: object, **kwargs: object) -> None:
-        if str(src) == str(path):
-            raise OSError(errno.EROFS, "Read-only file system")
-        real_rename(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "rename", no_rename)
+    refuse_renames(monkeypatch, path)
     with caplog.at_level(logging.ERROR):
         store = ProgressStore(path, save_interval_seconds=0)
     listener = ProgressListener("127.0.0.1", 0, store, {POD.ip: POD}.get, lambda: [POD])
