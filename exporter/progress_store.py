@@ -378,9 +378,11 @@ class ProgressStore:
                 "y" if held == 1 else "ies",
                 path,
             )
-            if dirty:
+            if dirty and not self._closing:
                 # merged or removed while the file was written: on disk now too, so a
                 # removal answered before cannot come back from the file after a kill
+                # (not once ``close`` began: it saves itself, and a journal it closed
+                # would be opened again by a truncate)
                 self.save()
         finally:
             with self._lock:

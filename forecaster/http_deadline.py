@@ -48,7 +48,7 @@ class DeadlineReader(io.RawIOBase):
         super().__init__()
         self._sock = sock
         self._raw = sock.makefile("rb", buffering=0)
-        self._deadline = deadline
+        self.deadline = deadline  # moved on by the caller once the headers are in
 
     def readable(self) -> bool:
         return True
@@ -57,7 +57,7 @@ class DeadlineReader(io.RawIOBase):
         return self._raw.fileno()
 
     def readinto(self, buffer: Any) -> int | None:
-        left = self._deadline - time.monotonic()
+        left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("request deadline passed")
         timeout = self._sock.gettimeout()
@@ -87,17 +87,32 @@ class DeadlineHTTPResponse(http.client.HTTPResponse):
     a byte every 0.8 × timeout held the query for as long as the server went on,
     and the body's deadline only started after it. The file is swapped for one
     whose reads are cut to what is left of the deadline (``REQUEST_DEADLINE``, captured
-    here, so the body read through the same file keeps it). No deadline set (the
+    here; the body's is set by ``set_body_deadline``). No deadline set (the
     session used outside ``PromClient._fetch``): the plain http.client file.
     """
 
     def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(sock, *args, **kwargs)
+        self.deadline_reader: DeadlineReader | None = None
         deadline = REQUEST_DEADLINE.get()
         if deadline is not None:
             plain = self.fp
-            self.fp = io.BufferedReader(DeadlineReader(sock, deadline))
+            self.deadline_reader = DeadlineReader(sock, deadline)
+            self.fp = io.BufferedReader(self.deadline_reader)
             plain.close()  # after: the socket's file count must not drop to 0 between
+
+
+def set_body_deadline(raw: Any, deadline: float) -> None:
+    """Give the body of ``raw`` (a requests response's ``raw``: urllib3's response
+    over a ``DeadlineHTTPResponse``) its own deadline, once its headers are in.
+
+    Why two: a server may spend up to the query's timeout evaluating it before the
+    first byte of the answer, and a large answer then needs its own time to stream;
+    one deadline over both failed slow but legitimate answers on every attempt.
+    """
+    reader = getattr(getattr(raw, "_fp", None), "deadline_reader", None)
+    if isinstance(reader, DeadlineReader):
+        reader.deadline = deadline
 
 
 @functools.cache
@@ -133,12 +148,15 @@ class Gunzip:
     ``zlib``'s decompressor stops at the end of the first member and keeps what
     follows as ``unused_data``: a body sent as several members (a server or proxy
     compressing each flush on its own) was cut at the first, a truncated answer or,
-    worse, a valid prefix of one. Each member is decompressed in turn; bytes after
-    a member that do not start another are a damaged body (``zlib.error``).
+    worse, a valid prefix of one. Each member is decompressed in turn. Bytes after a
+    member that do not start another (gzip's magic ``1f 8b``) are ignored, as
+    ``gzip -d`` and Python's ``gzip`` module ignore them: zero padding, a stray
+    newline a proxy appended.
     """
 
     def __init__(self) -> None:
         self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._trailing = False  # past the last member: what follows is ignored
 
     @property
     def complete(self) -> bool:
@@ -149,8 +167,11 @@ class Gunzip:
         """What ``data`` decompresses to, at most ``max_length`` bytes (> 0)."""
         out: list[bytes] = []
         made = 0
-        while data:
+        while data and not self._trailing:
             if self._member.eof:
+                if not (data.startswith(b"\x1f\x8b") or data == b"\x1f"):
+                    self._trailing = True  # not another member (b"\x1f": one split)
+                    break
                 self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
             piece = self._member.decompress(data, max_length - made)
             out.append(piece)

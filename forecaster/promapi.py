@@ -41,6 +41,7 @@ from gpu_eta.forecaster.http_deadline import (
     DeadlineAdapter,
     Gunzip,
     deadline_passed,
+    set_body_deadline,
 )
 from gpu_eta.forecaster.promparse import (
     PromAPIError,
@@ -63,8 +64,11 @@ _RETRY_STATUS = frozenset({429, 502, 503, 504})
 POST_OVER_CHARS = 6000
 # The body is read one network read at a time (``read1``), at most this much each.
 _READ_BYTES = 1 << 16
-# A request (connect, headers, body) must be complete this many timeouts after it started.
-_DEADLINE_TIMEOUTS = 3
+# The status line and headers must arrive this many timeouts after the request
+# started (the server may evaluate a query for up to one: ``timeout`` is sent with
+# it), and the body must be complete this many after the headers.
+_HEADER_TIMEOUTS = 2
+_BODY_TIMEOUTS = 3
 _MAX_WARNED_QUERIES = 256  # queries whose last skip warning is remembered
 
 
@@ -81,9 +85,10 @@ class PromClient:
     connect or gets 429/502/503/504 is retried ``retries`` times with exponential
     backoff starting at ``backoff_seconds``, or after the server's ``Retry-After`` when
     that is longer; a 4xx (a bad query) is not retried, and neither is a redirect
-    (see ``redirect_message``). Each attempt must be complete (connect, headers and
-    body) within 3 × ``timeout_seconds`` of its start, however the server paces it,
-    and its body must fit ``max_response_bytes`` (after decompression).
+    (see ``redirect_message``). Each attempt's headers must be in within 2 ×
+    ``timeout_seconds`` of its start and its body within 3 × after them, however the
+    server paces it, and its body must fit ``max_response_bytes`` (after
+    decompression).
     """
 
     url: str
@@ -270,16 +275,19 @@ class PromClient:
     def _fetch(self, path: str, params: dict[str, str]) -> tuple[str, int]:
         """One HTTP round trip: the body's text (see ``_read_body``) and the status.
 
-        The round trip has one deadline, 3 × ``timeout_seconds`` from now, for the
-        connection, the status line and headers and the body together: every socket
-        read is given at most what is left of it (``http_deadline.DeadlineHTTPResponse``), so a
-        server sending its headers a byte at a time, each just inside the timeout,
-        fails the attempt as surely as one dripping its body. Redirects are not
+        Two deadlines bound the round trip however the server paces its bytes:
+        the connection, status line and headers must be in 2 × ``timeout_seconds``
+        after the request started (the server may evaluate the query for up to one),
+        and the body complete 3 × ``timeout_seconds`` after the headers. Every socket
+        read is given at most what is left of the current one
+        (``http_deadline.DeadlineHTTPResponse``), so a server sending its headers a
+        byte at a time, each just inside the timeout, fails the attempt as surely as
+        one dripping its body. Redirects are not
         followed (``redirect_message`` says why); gzip is the only content encoding
         asked for, and it is undone here within the size cap.
         """
         post = len(urlencode(params)) > POST_OVER_CHARS
-        deadline = time.monotonic() + self.timeout_seconds * _DEADLINE_TIMEOUTS
+        deadline = time.monotonic() + self.timeout_seconds * _HEADER_TIMEOUTS
         token = REQUEST_DEADLINE.set(deadline)
         try:
             with warnings.catch_warnings():
@@ -324,14 +332,19 @@ class PromClient:
                     f"{self.safe_url}: response of {int(declared)} bytes exceeds the "
                     f"{self.max_response_bytes}-byte limit"
                 )
-            return self._read_body(resp, deadline), status
+            body_deadline = time.monotonic() + self.timeout_seconds * _BODY_TIMEOUTS
+            set_body_deadline(resp.raw, body_deadline)
+            return self._read_body(resp, body_deadline), status
 
     def _too_slow(self, what: str) -> str:
         """Why an attempt failed at its deadline, naming the part that was late."""
+        if what == "response headers":
+            times, since = _HEADER_TIMEOUTS, "the request started"
+        else:
+            times, since = _BODY_TIMEOUTS, "its headers"
         return (
-            f"{what} too slow: the request was not complete "
-            f"{self.timeout_seconds * _DEADLINE_TIMEOUTS:g}s after it started "
-            f"({_DEADLINE_TIMEOUTS} × --prometheus.timeout)"
+            f"{what} too slow: not complete {self.timeout_seconds * times:g}s after "
+            f"{since} ({times} × --prometheus.timeout)"
         )
 
     def _read_body(self, resp: requests.Response, deadline: float) -> str:
