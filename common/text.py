@@ -1,9 +1,12 @@
-"""Whether text can be written as UTF-8. Pure.
+"""Text from outside that may not be UTF-8: decoding it without failing, and asking
+whether it can be written back. Pure.
 
 A Python string may hold lone surrogates (U+D800–U+DFFF: a JSON escape such as
 ``"\\ud800"``, or bytes that were not UTF-8 decoded with ``surrogateescape``) that no
 encoder accepts: SQLite's write, the metrics exposition and a log line would each fail
-on one. Every layer that takes text from outside asks this one question.
+on one. Every layer that takes text from outside decodes it with ``lenient_utf8`` (one
+bad value must not fail a whole answer or a whole read), asks ``utf8_encodable`` of
+each value it keeps, and shows a bad one with ``readable``.
 """
 
 from __future__ import annotations
@@ -18,3 +21,18 @@ def utf8_encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def lenient_utf8(data: bytes, *, bom: bool = False) -> str:
+    """``data`` as text, bytes that are not UTF-8 kept as lone surrogates
+    (``surrogateescape``) instead of an error; ``bom``: a leading UTF-8 byte-order
+    mark dropped. Who reads the value decides what a bad one costs: the value alone."""
+    return data.decode("utf-8-sig" if bom else "utf-8", "surrogateescape")
+
+
+def readable(text: str) -> str:
+    """``text`` with the bytes ``lenient_utf8`` could not decode shown as U+FFFD: a
+    value that can be shown, parsed or written back (never a lone surrogate)."""
+    if utf8_encodable(text):
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

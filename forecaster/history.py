@@ -48,6 +48,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from gpu_eta.common.text import readable
 from gpu_eta.forecaster.history_file import (
     SCHEMA_VERSION,
     DamagedHistory,
@@ -74,7 +75,6 @@ from gpu_eta.forecaster.history_rows import (
     finite_or_zero,
     load_features,
     pack_epoch_times,
-    readable,
     running_from_row,
     to_learn_from,
     unencodable,
@@ -142,11 +142,8 @@ class HistoryStore:
         self._cache_points = 0  # progress points held by the cache
         self.version = 0  # bumps whenever the finished history changes
         self.persistent = True  # False: a read-only file, used through a memory copy
-        # Rows left out of the reads as damaged (kept in the file): of the last read of
-        # running runs plus the last of finished ones (``_skipped``), so a caller can
-        # publish it as the number of rows the forecaster does not use now.
-        self.skipped_rows = 0
-        self._skipped_by: dict[str, int] = {}  # that count by read: "running", "finished"
+        # damaged rows the last read of each kind ("running", "finished") left out
+        self._skipped_by: dict[str, int] = {}
         # run updates the last ``record`` left out: text SQLite cannot store (not valid
         # Unicode, e.g. a lone surrogate decoded from a label's JSON); the rest are kept
         self.skipped_updates = 0
@@ -678,6 +675,13 @@ class HistoryStore:
         # text another tool wrote that is not UTF-8: what can be read, never a failed start
         return None if row is None else readable(str(row[0]))
 
+    @property
+    def skipped_rows(self) -> int:
+        """Rows left out of the reads as damaged (kept in the file): the last read of
+        running runs plus the last of finished ones, the rows the forecaster does not
+        use now (published as ``gpu_eta_forecaster_history_rows_skipped``)."""
+        return sum(self._skipped_by.values())
+
     # -- reads ----------------------------------------------------------------
 
     def running(self) -> list[StoredRun]:
@@ -797,7 +801,7 @@ class HistoryStore:
 
         The rows stay in the file untouched (a human may repair them); one bad row
         must not stop every fit, as it did when it reached the model, nor every read,
-        as text that is not UTF-8 did (``history_rows.decode_text``).
+        as text that is not UTF-8 did (``common.text.lenient_utf8``).
         """
         if bad and len(bad) != self._skipped_by.get(what, 0):
             log.warning(
@@ -809,7 +813,6 @@ class HistoryStore:
                 bad[0][:200],
             )
         self._skipped_by[what] = len(bad)
-        self.skipped_rows = sum(self._skipped_by.values())
 
     def _finished_changed(self, added: list[Run]) -> None:
         cache = self._finished_cache

@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 
-from gpu_eta.common.text import utf8_encodable
+from gpu_eta.common.text import lenient_utf8, utf8_encodable
 from gpu_eta.forecaster.history_rows import (
     PERCENT_UNIT,
     HistoryError,
-    decode_text,
     dump_features,
     load_features,
 )
@@ -122,14 +121,16 @@ class DamagedHistory(HistoryError):
 def connect(path: str) -> sqlite3.Connection:
     """An autocommit connection to ``path`` (transactions are explicit), usable from any
     thread (the store serialises access), waiting ``BUSY_TIMEOUT_SECONDS`` for a lock,
-    reading text that is not UTF-8 without failing (``decode_text``)."""
+    reading text that is not UTF-8 without failing (``lenient_utf8``: SQLite does not
+    check the text another tool writes, and one such row failed every read; the row
+    is then rejected alone by ``history_rows``)."""
     conn = sqlite3.connect(
         path,
         timeout=BUSY_TIMEOUT_SECONDS,
         check_same_thread=False,
         isolation_level=None,
     )
-    conn.text_factory = decode_text
+    conn.text_factory = lenient_utf8
     return conn
 
 
@@ -396,6 +397,6 @@ def memory_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
     if conn.in_transaction:
         conn.execute("ROLLBACK")
     memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    memory.text_factory = decode_text
+    memory.text_factory = lenient_utf8
     conn.backup(memory)
     return memory

@@ -82,28 +82,6 @@ def unpack_epoch_times(blob: bytes) -> tuple[tuple[float, float], ...]:
     return tuple(zip(flat[0::2], flat[1::2], strict=True))
 
 
-def decode_text(data: bytes) -> str:
-    """SQLite text as ``str`` (the connection's ``text_factory``): bytes that are not
-    UTF-8 become lone surrogates (``surrogateescape``) instead of an error.
-
-    Why: SQLite does not check the text another tool writes (``CAST(x'ff' AS TEXT)``
-    from a ``sqlite3`` shell), and Python's default decoding raised on it in the middle
-    of a read, so one such row failed every read of the history. Decoded this way the
-    row arrives, and ``running_from_row``/``finished_from_row`` reject it alone
-    (``utf8_encodable`` finds the surrogates); nothing is rewritten.
-    """
-    return data.decode("utf-8", "surrogateescape")
-
-
-def readable(text: str) -> str:
-    """``text`` as read by ``decode_text``, its undecodable bytes shown as U+FFFD: a
-    value a caller can parse (or fail to) and write back, never one that fails the
-    write (a lone surrogate)."""
-    if utf8_encodable(text):
-        return text
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
 def unencodable(
     fields: Iterable[tuple[str, object]], features: Mapping[str, Feature] | None = None
 ) -> str | None:
@@ -224,7 +202,7 @@ def finished_from_row(row: tuple, features_cache: dict[str, Mapping[str, Feature
 
 
 def _check_text(run: object, /, **columns: object) -> None:
-    """Text another tool wrote that is not UTF-8 (read by ``decode_text``): the row is
+    """Text another tool wrote that is not UTF-8 (read by ``common.text.lenient_utf8``): the row is
     damaged for this run only, like a number column holding text."""
     for name, value in columns.items():
         if isinstance(value, str) and not utf8_encodable(value):

@@ -307,7 +307,9 @@ class PromClient:
                 )
         except requests.Timeout as err:
             if deadline_passed(deadline) and not isinstance(err, requests.ConnectTimeout):
-                raise _Retryable(self._too_slow("response headers")) from None
+                raise _Retryable(
+                    self._too_slow("response headers", _HEADER_TIMEOUTS, "the request started")
+                ) from None
             raise _Retryable(f"timed out after {self.timeout_seconds:g}s") from None
         except requests.exceptions.SSLError as err:
             raise PromAPIError(f"{self.safe_url}: TLS error: {_first_line(err)}") from None
@@ -336,12 +338,9 @@ class PromClient:
             set_body_deadline(resp.raw, body_deadline)
             return self._read_body(resp, body_deadline), status
 
-    def _too_slow(self, what: str) -> str:
-        """Why an attempt failed at its deadline, naming the part that was late."""
-        if what == "response headers":
-            times, since = _HEADER_TIMEOUTS, "the request started"
-        else:
-            times, since = _BODY_TIMEOUTS, "its headers"
+    def _too_slow(self, what: str, times: int, since: str) -> str:
+        """Why an attempt failed at its deadline: the part that was late, and the
+        deadline it missed (``times`` timeouts after ``since``)."""
         return (
             f"{what} too slow: not complete {self.timeout_seconds * times:g}s after "
             f"{since} ({times} × --prometheus.timeout)"
@@ -376,7 +375,7 @@ class PromClient:
         size = wire = 0
         while True:
             if deadline_passed(deadline):
-                raise _Retryable(self._too_slow("response body"))
+                raise _Retryable(self._too_slow("response body", _BODY_TIMEOUTS, "its headers"))
             try:
                 if read1 is not None:
                     data = read1(_READ_BYTES, decode_content=False)
@@ -384,7 +383,9 @@ class PromClient:
                     data = raw.read(_READ_BYTES, decode_content=False)
             except (urllib3.exceptions.HTTPError, HTTPException, OSError, ValueError) as err:
                 if deadline_passed(deadline):
-                    raise _Retryable(self._too_slow("response body")) from None
+                    raise _Retryable(
+                        self._too_slow("response body", _BODY_TIMEOUTS, "its headers")
+                    ) from None
                 raise _Retryable(f"reading response failed: {_first_line(err)}") from None
             if not data:
                 break

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from gpu_eta.common.text import utf8_encodable
+from gpu_eta.common.text import lenient_utf8, readable, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.series import Sample, Series
 
@@ -59,7 +59,7 @@ def decode_text(body: bytes) -> str:
     instead of refusing the whole answer: ``parse_vector``/``parse_matrix`` skip the
     series carrying them and keep every other one.
     """
-    return body.decode("utf-8-sig", "surrogateescape")
+    return lenient_utf8(body, bom=True)
 
 
 def decode_response(body: bytes | str, status: int) -> dict:
@@ -76,8 +76,7 @@ def decode_response(body: bytes | str, status: int) -> dict:
     except RecursionError:
         raise PromAPIError(f"HTTP {status}: JSON nested too deeply") from None
     except ValueError:
-        start = text[:80].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        snippet = start.replace("\n", " ")
+        snippet = readable(text[:80]).replace("\n", " ")
         raise PromAPIError(f"HTTP {status}: not JSON (starts with {snippet!r})") from None
     if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
         raise PromAPIError(f"HTTP {status}: not a Prometheus API response")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_eta.common.text import lenient_utf8 as decode_text
+from gpu_eta.common.text import readable
 from gpu_eta.forecaster.history_rows import (
     HistoryError,
     StoredEnds,
-    decode_text,
     dump_features,
     finished_from_row,
     pack_epoch_times,
-    readable,
     running_from_row,
 )
 
