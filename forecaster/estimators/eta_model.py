@@ -919,17 +919,14 @@ def within_seen(
     """
     low, high = log_range
     p10, p50, p90 = q
-    if not low <= high:
+    if p50 <= 0:  # not from a calibration (its quantiles are safe_exp's): the shortest
+        return q if low == -math.inf else (p10, math.exp(low), max(p90, math.exp(low)))
+    log_p50 = math.log(p50)
+    moved = min(max(log_p50, low), high) - log_p50  # 0 inside, and for a NaN range
+    if not moved:
         return q
-    if p50 > 0 and low <= math.log(p50) <= high:
-        return q
-    target = math.exp(min(max(math.log(p50), low), high)) if p50 > 0 else math.exp(low)
-    if target == p50:  # 0 with nothing finished below it (low = -inf)
-        return q
-    if p50 > 0 and math.isfinite(p50):
-        f = target / p50
-        return p10 * f, target, p90 * f
-    return min(p10, target), target, max(p90, target)
+    f = math.exp(moved)
+    return p10 * f, p50 * f, p90 * f
 
 
 def remember(known: dict, key: object, compute: Callable[[], T]) -> T:
