@@ -27,6 +27,8 @@ from gpu_eta.exporter.progress_journal import read_journal
 from gpu_eta.exporter.progress_state_file import parse_state
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from tests.integration.helpers import wait_until
+from tests.support.clock import Clock
 from tests.support.net import post_progress
 
 NOW = time.time()  # run_start is checked against it: keep it a real "now"
@@ -203,16 +205,6 @@ def test_a_directory_at_the_state_path_is_left_alone_and_nothing_is_written(tmp_
 # -- memory-only mode ends once the cause is gone, without writing over anything -----
 
 
-class Clock:
-    """A monotonic clock the test moves: the store's retry schedule without waiting."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def refuse_renames(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     """``os.rename`` of ``path`` fails (read-only mount): it cannot be moved aside."""
     real_rename = os.rename
@@ -223,13 +215,6 @@ def refuse_renames(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
         real_rename(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "rename", no_rename)
-
-
-def wait_until(condition, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_the_store_persists_again_once_the_unreadable_file_can_be_moved_aside(
@@ -310,7 +295,7 @@ def test_a_merge_retries_on_its_own_thread_without_waiting_for_the_disk(tmp_path
     assert writing.wait(10)  # the attempt is writing the state file, held there
     assert merge(store, "c") is False  # meanwhile: in memory, answered 503
     gate.set()
-    wait_until(lambda: store.not_persisting is None)
+    wait_until(lambda: store.not_persisting is None, 10, interval=0.01, what="persisting again")
     assert merge(store, "d") is True
     store.close()
     assert pods(ProgressStore(path)) == ["a", "b", "c", "d"]
@@ -328,7 +313,7 @@ def test_reports_are_answered_200_again_once_the_state_path_is_usable(tmp_path):
         path.rmdir()
         clock.now += 30
         http_post(listener.port, b'{"epoch": 2, "epochs": 9}')  # starts the attempt
-        wait_until(lambda: store.not_persisting is None)
+        wait_until(lambda: store.not_persisting is None, 10, interval=0.01, what="persisting again")
         answer = http_post(listener.port, b'{"epoch": 3, "epochs": 9}')
     finally:
         listener.stop()

@@ -10,19 +10,10 @@ import pytest
 
 from gpu_eta.exporter.scenario import ScenarioError
 from gpu_eta.exporter.simulated_node import SimulatedNode
+from tests.support.clock import Clock
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "small.yaml"
 GIB = 2**30
-
-
-class Clock:
-    """A settable clock: the simulator reads time only through it."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _node(tmp_path: Path, at: float) -> tuple[SimulatedNode, Clock, Path]:

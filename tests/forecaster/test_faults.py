@@ -23,6 +23,7 @@ from gpu_eta.forecaster.history import HistoryError, HistoryStore
 from gpu_eta.forecaster.publish import ServiceState, make_registry
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.server import Service, metrics_server
+from tests.support.clock import Clock
 from tests.support.read_only import read_only_directory, run_unprivileged
 
 
@@ -104,14 +105,6 @@ def test_read_only_directory_forecasts_from_a_memory_copy() -> None:
 
 
 # -- the probes ------------------------------------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FailingCycle:
