@@ -22,9 +22,19 @@ from typing import Any
 
 import requests.adapters
 
-# The monotonic time by which the request being sent must be complete; set by
-# ``PromClient._fetch`` around the request, read when its response is created.
-REQUEST_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+
+class Deadline:
+    """The monotonic time by which the current part of a request must be read
+    (``at``); its owner moves it on (headers, then body), and every read of the
+    response sees the move: the reader holds this object, not a copy of the time."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+
+# The deadline of the request being sent; set by ``PromClient._fetch`` around the
+# request, picked up when its response is created.
+REQUEST_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
     "promapi_deadline", default=None
 )
 # A read timeout this close to the deadline is the deadline (poll rounds to 1 ms).
@@ -44,11 +54,11 @@ class DeadlineReader(io.RawIOBase):
     read and put back after, because a kept-alive connection is reused with it.
     """
 
-    def __init__(self, sock: Any, deadline: float) -> None:
+    def __init__(self, sock: Any, deadline: Deadline) -> None:
         super().__init__()
         self._sock = sock
         self._raw = sock.makefile("rb", buffering=0)
-        self.deadline = deadline  # moved on by the caller once the headers are in
+        self._deadline = deadline
 
     def readable(self) -> bool:
         return True
@@ -57,7 +67,7 @@ class DeadlineReader(io.RawIOBase):
         return self._raw.fileno()
 
     def readinto(self, buffer: Any) -> int | None:
-        left = self.deadline - time.monotonic()
+        left = self._deadline.at - time.monotonic()
         if left <= 0:
             raise TimeoutError("request deadline passed")
         timeout = self._sock.gettimeout()
@@ -87,32 +97,17 @@ class DeadlineHTTPResponse(http.client.HTTPResponse):
     a byte every 0.8 × timeout held the query for as long as the server went on,
     and the body's deadline only started after it. The file is swapped for one
     whose reads are cut to what is left of the deadline (``REQUEST_DEADLINE``, captured
-    here; the body's is set by ``set_body_deadline``). No deadline set (the
+    here; its owner moves it on for the body). No deadline set (the
     session used outside ``PromClient._fetch``): the plain http.client file.
     """
 
     def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(sock, *args, **kwargs)
-        self.deadline_reader: DeadlineReader | None = None
         deadline = REQUEST_DEADLINE.get()
         if deadline is not None:
             plain = self.fp
-            self.deadline_reader = DeadlineReader(sock, deadline)
-            self.fp = io.BufferedReader(self.deadline_reader)
+            self.fp = io.BufferedReader(DeadlineReader(sock, deadline))
             plain.close()  # after: the socket's file count must not drop to 0 between
-
-
-def set_body_deadline(raw: Any, deadline: float) -> None:
-    """Give the body of ``raw`` (a requests response's ``raw``: urllib3's response
-    over a ``DeadlineHTTPResponse``) its own deadline, once its headers are in.
-
-    Why two: a server may spend up to the query's timeout evaluating it before the
-    first byte of the answer, and a large answer then needs its own time to stream;
-    one deadline over both failed slow but legitimate answers on every attempt.
-    """
-    reader = getattr(getattr(raw, "_fp", None), "deadline_reader", None)
-    if isinstance(reader, DeadlineReader):
-        reader.deadline = deadline
 
 
 @functools.cache

@@ -38,10 +38,10 @@ from urllib3.exceptions import InsecureRequestWarning
 # ``from gpu_eta.forecaster.promapi import PromAPIError`` is the client's error.
 from gpu_eta.forecaster.http_deadline import (
     REQUEST_DEADLINE,
+    Deadline,
     DeadlineAdapter,
     Gunzip,
     deadline_passed,
-    set_body_deadline,
 )
 from gpu_eta.forecaster.promparse import (
     PromAPIError,
@@ -287,7 +287,7 @@ class PromClient:
         asked for, and it is undone here within the size cap.
         """
         post = len(urlencode(params)) > POST_OVER_CHARS
-        deadline = time.monotonic() + self.timeout_seconds * _HEADER_TIMEOUTS
+        deadline = Deadline(time.monotonic() + self.timeout_seconds * _HEADER_TIMEOUTS)
         token = REQUEST_DEADLINE.set(deadline)
         try:
             with warnings.catch_warnings():
@@ -306,7 +306,7 @@ class PromClient:
                     allow_redirects=False,
                 )
         except requests.Timeout as err:
-            if deadline_passed(deadline) and not isinstance(err, requests.ConnectTimeout):
+            if deadline_passed(deadline.at) and not isinstance(err, requests.ConnectTimeout):
                 raise _Retryable(
                     self._too_slow("response headers", _HEADER_TIMEOUTS, "the request started")
                 ) from None
@@ -318,7 +318,7 @@ class PromClient:
         except requests.RequestException as err:
             raise PromAPIError(f"{self.safe_url}: request failed: {_first_line(err)}") from None
         finally:
-            REQUEST_DEADLINE.reset(token)  # the response keeps its own copy, for the body
+            REQUEST_DEADLINE.reset(token)  # the response holds the deadline itself, for the body
         with resp:
             status = resp.status_code
             if status in _RETRY_STATUS:
@@ -334,9 +334,9 @@ class PromClient:
                     f"{self.safe_url}: response of {int(declared)} bytes exceeds the "
                     f"{self.max_response_bytes}-byte limit"
                 )
-            body_deadline = time.monotonic() + self.timeout_seconds * _BODY_TIMEOUTS
-            set_body_deadline(resp.raw, body_deadline)
-            return self._read_body(resp, body_deadline), status
+            # the body's own time, from its headers (the response's reader sees it)
+            deadline.at = time.monotonic() + self.timeout_seconds * _BODY_TIMEOUTS
+            return self._read_body(resp, deadline.at), status
 
     def _too_slow(self, what: str, times: int, since: str) -> str:
         """Why an attempt failed at its deadline: the part that was late, and the
