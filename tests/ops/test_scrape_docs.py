@@ -99,7 +99,9 @@ def test_relabeling_keeps_exporter_renames_instance_drops_progress(prometheus_fa
     while True:
         data = requests.get(f"{server.url}/api/v1/targets", timeout=10).json()["data"]
         exporter = [t for t in data["activeTargets"] if t["labels"]["job"] == "gpu-eta-exporter"]
-        if exporter or time.monotonic() > deadline:
+        # both jobs' targets: after a reload, each job's discovery reports on its own
+        jobs = {t["labels"]["job"] for t in data["activeTargets"]}
+        if {"gpu-eta-exporter", "gpu-eta-forecaster"} <= jobs or time.monotonic() > deadline:
             break
         time.sleep(0.25)
     assert len(exporter) == 1, data
