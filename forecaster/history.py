@@ -106,10 +106,29 @@ _KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
 # A ``record`` row's means, and the parameters naming those a retry withdraws
 _MEANS = ("util_sum", "util_weight", "memory_sum", "memory_weight")
 _WITHDRAWN = tuple(name + "_withdrawn" for name in _MEANS)
-_NO_MEANS = (0.0, 0.0, 0.0, 0.0)
+_Means = tuple[float, float, float, float]  # util_sum, util_weight, memory_sum, memory_weight
+_NO_MEANS: _Means = (0.0, 0.0, 0.0, 0.0)
 
 
-def _added_means(up: RunUpdate) -> tuple[float, float, float, float]:
+def _superseded(kept: _Means, read: _Means) -> _Means:
+    """What a retried read withdraws of the means the failed one added: each mean it
+    reads again (GPU use, memory) replaces that mean; one it did not read (its series
+    missing from the answer, or the lookback's cap past the failed window) stays, or
+    those seconds would be lost."""
+    util = (kept[0], kept[1]) if read[1] > 0 else (0.0, 0.0)
+    memory = (kept[2], kept[3]) if read[3] > 0 else (0.0, 0.0)
+    return (*util, *memory)
+
+
+def _still_provisional(kept: _Means, read: _Means) -> _Means:
+    """The means a retry would withdraw after ``read`` committed: each mean it read,
+    else the one kept from before (``_superseded`` left it in place)."""
+    util = (read[0], read[1]) if read[1] > 0 else (kept[0], kept[1])
+    memory = (read[2], read[3]) if read[3] > 0 else (kept[2], kept[3])
+    return (*util, *memory)
+
+
+def _added_means(up: RunUpdate) -> _Means:
     """What ``up`` adds to its run's means: (util_sum, util_weight, memory_sum,
     memory_weight), a mean that is not finite adding nothing."""
     return (
@@ -156,7 +175,7 @@ class HistoryStore:
         # later update of the run replaces them instead (``record``). In memory only: a
         # process that ends in between (killed; a ``once`` run failing there) restarts
         # from the saved state and still counts that window twice.
-        self._provisional_means: dict[RunKey, tuple[float, float, float, float]] = {}
+        self._provisional_means: dict[RunKey, _Means] = {}
         # Running runs' epoch ends as stored, by run key (None: not read yet). Why: a
         # cycle reads every running run, and re-reading their epoch ends from the file
         # each time (a million rows for 10,000 runs of a hundred epochs) was most of
@@ -299,7 +318,7 @@ class HistoryStore:
         """
         updates = self._storable(updates)
         rows = []
-        added: dict[RunKey, tuple[float, float, float, float]] = {}  # each run's means
+        added: dict[RunKey, _Means] = {}  # each run's means
         ends = []
         recheck: list[dict[str, object]] = []  # rows whose old ends may predate the start
         known = self._running_ends or {}
@@ -326,7 +345,11 @@ class HistoryStore:
             key = run_key(up)
             means = _added_means(up)
             # withdrawn once, by the run's first row (a run twice in ``updates`` adds twice)
-            back = _NO_MEANS if key in added else self._provisional_means.get(key, _NO_MEANS)
+            back = (
+                _NO_MEANS
+                if key in added
+                else _superseded(self._provisional_means.get(key, _NO_MEANS), means)
+            )
             row.update(zip(_MEANS, means, strict=True))
             row.update(zip(_WITHDRAWN, back, strict=True))
             rows.append(row)
@@ -408,11 +431,14 @@ class HistoryStore:
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
 
-    def _means_added(self, added: Mapping[RunKey, tuple[float, float, float, float]]) -> None:
-        """Keep the means a committed ``record`` added, by run, until ``set_metas``."""
+    def _means_added(self, added: Mapping[RunKey, _Means]) -> None:
+        """Keep the means a committed ``record`` added, by run, until ``set_metas``: each
+        mean (GPU use, memory) that this record read replaces the one kept, and one it
+        did not read keeps the earlier read's, which ``record`` did not withdraw."""
         for key, means in added.items():
-            if any(means):
-                self._provisional_means[key] = means
+            kept = _still_provisional(self._provisional_means.get(key, _NO_MEANS), means)
+            if any(kept):
+                self._provisional_means[key] = kept
             else:  # nothing to withdraw
                 self._provisional_means.pop(key, None)
 

@@ -99,6 +99,28 @@ def test_a_read_retried_before_the_state_is_saved_replaces_the_means_it_read(
     store.close()
 
 
+def test_a_retry_that_reads_no_mean_keeps_the_failed_reads_means(tmp_path: Path) -> None:
+    """A retry whose answer lacks a run's GPU-use series (or whose lookback cap starts
+    after the failed read's window) carries no mean for it: it used to withdraw the
+    failed read's means and add none, losing those seconds ((104, 160) became
+    (50, 100)). Each mean is withdrawn only by a read of that mean; one left in place
+    is still replaced by a later read of the same seconds before the state is saved."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.record([update("a", util_mean=0.5, memory_mean=0.5, weight_seconds=100.0)])
+    store.set_metas({"last_query_timestamp": "2000.0"})
+    store.record([update("a", util_mean=0.9, memory_mean=0.1, weight_seconds=60.0)])  # fails
+    store.record([update("a")])  # retry: no means read
+    store.record([update("a", memory_mean=0.3, weight_seconds=60.0)])  # memory read again
+    store.set_metas({"last_query_timestamp": "2060.0"})
+    store.close()
+    store = HistoryStore.open(db)
+    feats = store.running()[0].run.features
+    assert feats["gpu_utilization_ratio"] == pytest.approx((0.5 * 100 + 0.9 * 60) / 160)
+    assert feats["memory_utilization_ratio"] == pytest.approx((0.5 * 100 + 0.3 * 60) / 160)
+    store.close()
+
+
 def test_finish_marks_completed_and_incomplete(tmp_path: Path) -> None:
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.record(
