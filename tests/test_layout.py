@@ -54,6 +54,7 @@ PURE = (
     "gpu_eta.forecaster.estimators",
     "gpu_eta.forecaster.estimators.analog",
     "gpu_eta.forecaster.estimators.base",
+    "gpu_eta.forecaster.estimators.campaign",
     "gpu_eta.forecaster.estimators.baselines",
     "gpu_eta.forecaster.estimators.blend",
     "gpu_eta.forecaster.estimators.choice",

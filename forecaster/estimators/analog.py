@@ -22,7 +22,9 @@ where known. The live service has no node type label: it is derived as
 ``<gpus>x<gpu_model>`` (what a node type name says about the hardware), so a job
 moved to other hardware has no analogs — MLPerf's resnet spans 100× in speed across
 systems, and a ratio taken from another node type is no better than the run's own
-rate. A run with no job name has no identity and no analogs.
+rate. A run with no job name has no identity and no analogs. Only the analogs of
+the latest campaign are read (``campaign.py``): a configuration re-run months later
+usually runs other software.
 
 Spread: the robust scale (1.4826·MAD) of the analogs' log ratios (floored only
 against 0; with one analog ``DEFAULT_SPREAD``). At the start of a run (their log
@@ -60,6 +62,7 @@ from gpu_eta.forecaster.estimators.base import (
     remaining_epochs,
     stall_widen,
 )
+from gpu_eta.forecaster.estimators.campaign import campaign_start
 from gpu_eta.forecaster.estimators.rate import median_list
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
@@ -232,15 +235,18 @@ class AnalogEstimator:
         self.n_history_ = max(self.n_history_, len(history))
 
     def analogs(self, run: Run, before: float | None = None) -> list[_Curve]:
-        """The most recent earlier runs of ``run``'s identity that ended before ``before``."""
+        """The most recent earlier runs of ``run``'s identity that ended before
+        ``before``, of its latest campaign (``campaign.campaign_start``)."""
         if not hasattr(self, "groups_"):
             raise NotFittedError("AnalogEstimator used before fit")
         key = identity(run)
         if key is None or key not in self.groups_:
             return []
         curves = self.groups_[key]
-        stop = len(curves) if before is None else bisect.bisect_left(self.ends_[key], before)
-        return curves[max(0, stop - self.max_analogs) : stop]
+        ends = self.ends_[key]
+        stop = len(curves) if before is None else bisect.bisect_left(ends, before)
+        start = max(0, stop - self.max_analogs)
+        return curves[campaign_start(ends, start, stop, run.start_timestamp) : stop]
 
     def estimate(
         self, run: Run, before: float | None = None, target: float | None = None

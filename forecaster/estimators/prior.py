@@ -5,12 +5,13 @@ and its batch size (R² ≈ 0.99 within a task) while pooled models across tasks
 much weaker. A cluster re-runs the same jobs, so the most specific evidence wins:
 
 1. **Same job** (``job_name``, else ``image``): the recency-weighted median of its
-   earlier runs' log seconds per epoch at the same batch size when there are any;
-   otherwise of all its runs, each moved to this run's batch size with the job's own
-   log-log batch slope (shrunk toward the pooled slope when the job has seen few
-   batch sizes), with extra doubt. Spread: the job's robust scale, shrunk toward
-   the pooled within-job spread learned from all jobs (``within_sigma_``; the
-   ``within_job_sigma`` parameter until enough repeats exist) when it has few runs.
+   earlier runs' log seconds per epoch (those of its latest campaign, ``campaign.py``)
+   at the same batch size when there are any; otherwise of all its runs, each moved
+   to this run's batch size with the job's own log-log batch slope (shrunk toward the
+   pooled slope when the job has seen few batch sizes), with extra doubt. Spread: the
+   job's robust scale, shrunk toward the pooled within-job spread learned from all
+   jobs (``within_sigma_``; the ``within_job_sigma`` parameter until enough repeats
+   exist) when it has few runs.
    A job never run in this namespace on this node type reads, the same way, the job's
    runs on the same hardware elsewhere (``hardware_key``: same GPU model and count,
    any namespace), with the within-job spread added once more, labelled "job".
@@ -71,6 +72,7 @@ from gpu_eta.forecaster.estimators.base import (
     remaining_epochs,
     stall_widen,
 )
+from gpu_eta.forecaster.estimators.campaign import campaign_start
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Feature, Run
@@ -600,22 +602,27 @@ class PriorEstimator:
         ):
             if group is None:
                 continue
-            if before is None:  # the live path: once per job and batch
-                cache_key = (key, transfer, round(log_batch(run), 9), run.epochs_done > 0)
+            start, stop = self._window(group, run, before)
+            if before is None:  # the live path: once per job, batch and campaign
+                cache_key = (key, transfer, round(log_batch(run), 9), run.epochs_done > 0, start)
                 hit = self._job_cache.get(cache_key)
                 if hit is None:
-                    stop = len(group.ends)
-                    start = max(0, stop - self.max_job_runs)
                     hit = self._job_level(run, group, start, stop, transfer)
                     self._job_cache[cache_key] = hit
                 return hit
-            stop = bisect.bisect_left(group.ends, before)
-            start = max(0, stop - self.max_job_runs)
             if stop > start:
                 return self._job_level(run, group, start, stop, transfer)
         if before is not None:  # a replayed past run: the regression as it stood then
             return self.held_out(before)._pooled(run)
         return self._pooled(run)
+
+    def _window(self, group: _JobGroup, run: Run, before: float | None) -> tuple[int, int]:
+        """``(start, stop)``: the runs of ``group`` that speak for ``run``: its last
+        ``max_job_runs`` that ended before ``before`` (all, live), of their latest
+        campaign (``campaign.campaign_start``)."""
+        stop = len(group.ends) if before is None else bisect.bisect_left(group.ends, before)
+        start = max(0, stop - self.max_job_runs)
+        return campaign_start(group.ends, start, stop, run.start_timestamp), stop
 
     def job_group(self, run: Run) -> _JobGroup | None:
         """The runs the live job level reads for ``run``: its own job group, else the
@@ -751,8 +758,8 @@ class PriorEstimator:
         pooled = getattr(self, "warmup_", 0.0)
         if group is None:
             return pooled
-        stop = len(group.ends) if before is None else bisect.bisect_left(group.ends, before)
-        w = group.warmup[max(0, stop - self.max_job_runs) : stop]
+        start, stop = self._window(group, run, before)
+        w = group.warmup[start:stop]
         w = w[np.isfinite(w)]
         if len(w) == 0:
             return pooled
