@@ -110,21 +110,58 @@ _Means = tuple[float, float, float, float]  # util_sum, util_weight, memory_sum,
 _NO_MEANS: _Means = (0.0, 0.0, 0.0, 0.0)
 
 
-def _superseded(kept: _Means, read: _Means) -> _Means:
-    """What a retried read withdraws of the means the failed one added: each mean it
-    reads again (GPU use, memory) replaces that mean; one it did not read (its series
-    missing from the answer, or the lookback's cap past the failed window) stays, or
-    those seconds would be lost."""
-    util = (kept[0], kept[1]) if read[1] > 0 else (0.0, 0.0)
-    memory = (kept[2], kept[3]) if read[3] > 0 else (0.0, 0.0)
+@dataclasses.dataclass(frozen=True)
+class _Read:
+    """What one ``record`` read of a run's means: their sums over its rows, and whether
+    the cycle asked for them at all (``weight_seconds`` > 0 on some row)."""
+
+    means: _Means
+    asked: bool
+
+
+def _reads(updates: Sequence[RunUpdate]) -> dict[RunKey, _Read]:
+    """Each run's ``_Read`` in ``updates``, over all its rows (so which of a run's rows
+    comes first decides nothing)."""
+    out: dict[RunKey, _Read] = {}
+    for up in updates:
+        key = run_key(up)
+        before = out.get(key, _Read(_NO_MEANS, False))
+        means = _added_means(up)
+        out[key] = _Read(
+            (
+                before.means[0] + means[0],
+                before.means[1] + means[1],
+                before.means[2] + means[2],
+                before.means[3] + means[3],
+            ),
+            before.asked or up.weight_seconds > 0,
+        )
+    return out
+
+
+def _superseded(kept: _Means, read: _Read) -> _Means:
+    """What a retried read withdraws of the means the failed one added.
+
+    A read that did not ask for the run's means (a cycle that is not a full read sends
+    weight 0; the seconds stay for a later read to cover again) withdraws them all. A
+    read that asked replaces each mean it got (GPU use, memory); one it asked for and
+    did not get (the series missing from the answer) stays: the cycle moves past those
+    seconds, and withdrawing it would lose them."""
+    if not read.asked:
+        return kept
+    util = (kept[0], kept[1]) if read.means[1] > 0 else (0.0, 0.0)
+    memory = (kept[2], kept[3]) if read.means[3] > 0 else (0.0, 0.0)
     return (*util, *memory)
 
 
-def _still_provisional(kept: _Means, read: _Means) -> _Means:
-    """The means a retry would withdraw after ``read`` committed: each mean it read,
-    else the one kept from before (``_superseded`` left it in place)."""
-    util = (read[0], read[1]) if read[1] > 0 else (kept[0], kept[1])
-    memory = (read[2], read[3]) if read[3] > 0 else (kept[2], kept[3])
+def _still_provisional(kept: _Means, read: _Read) -> _Means:
+    """What a retry would withdraw after ``read`` committed: what it added, and of the
+    means kept from before those ``_superseded`` left in place."""
+    if not read.asked:
+        return read.means
+    m = read.means
+    util = (m[0], m[1]) if m[1] > 0 else (kept[0], kept[1])
+    memory = (m[2], m[3]) if m[3] > 0 else (kept[2], kept[3])
     return (*util, *memory)
 
 
@@ -318,7 +355,8 @@ class HistoryStore:
         """
         updates = self._storable(updates)
         rows = []
-        added: dict[RunKey, _Means] = {}  # each run's means
+        reads = _reads(updates)
+        withdrawn: set[RunKey] = set()
         ends = []
         recheck: list[dict[str, object]] = []  # rows whose old ends may predate the start
         known = self._running_ends or {}
@@ -343,23 +381,16 @@ class HistoryStore:
                 "last_seen": up.seen_timestamp,
             }
             key = run_key(up)
-            means = _added_means(up)
             # withdrawn once, by the run's first row (a run twice in ``updates`` adds twice)
             back = (
                 _NO_MEANS
-                if key in added
-                else _superseded(self._provisional_means.get(key, _NO_MEANS), means)
+                if key in withdrawn
+                else _superseded(self._provisional_means.get(key, _NO_MEANS), reads[key])
             )
-            row.update(zip(_MEANS, means, strict=True))
+            withdrawn.add(key)
+            row.update(zip(_MEANS, _added_means(up), strict=True))
             row.update(zip(_WITHDRAWN, back, strict=True))
             rows.append(row)
-            sums = added.get(key, _NO_MEANS)
-            added[key] = (
-                sums[0] + means[0],
-                sums[1] + means[1],
-                sums[2] + means[2],
-                sums[3] + means[3],
-            )
             stored = None if key in to_steps else known.get(key)
             # Held ends all at or after the start: the file has none before it, nothing
             # to drop (the steady state: no statement). Else the file is asked, and
@@ -413,7 +444,7 @@ class HistoryStore:
                     ends,
                 )
             self._percent_running -= set(to_steps)
-            self._means_added(added)  # committed: what a retry would withdraw
+            self._means_added(reads)  # committed: what a retry would withdraw
             if dropped:
                 log.info(
                     "history file %s: %d epoch end(s) from before their run's new start "
@@ -431,12 +462,11 @@ class HistoryStore:
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
 
-    def _means_added(self, added: Mapping[RunKey, _Means]) -> None:
-        """Keep the means a committed ``record`` added, by run, until ``set_metas``: each
-        mean (GPU use, memory) that this record read replaces the one kept, and one it
-        did not read keeps the earlier read's, which ``record`` did not withdraw."""
-        for key, means in added.items():
-            kept = _still_provisional(self._provisional_means.get(key, _NO_MEANS), means)
+    def _means_added(self, reads: Mapping[RunKey, _Read]) -> None:
+        """Keep what a committed ``record`` added, by run, until ``set_metas``
+        (``_still_provisional``)."""
+        for key, read in reads.items():
+            kept = _still_provisional(self._provisional_means.get(key, _NO_MEANS), read)
             if any(kept):
                 self._provisional_means[key] = kept
             else:  # nothing to withdraw
