@@ -70,3 +70,25 @@ def test_analogs_and_job_level_read_the_new_campaign_alone_from_its_third_run(
         make_run("now", [70.0], planned=10, start=run.start_timestamp, **CONFIG)
     )
     assert math.exp(steady.log_seconds) == pytest.approx(10 * expected_speed)
+
+
+def test_the_calibration_replay_sees_the_campaign_as_it_stood_then() -> None:
+    """A replayed past moment (``before``: only runs that had ended by then) cuts the
+    same way: before the new campaign's third run ended, the old runs still spoke;
+    after it, the new ones alone, for the analogs, the job level and its warm-up."""
+    old = _runs(2.0, 1e9, 10, "old")
+    new = _runs(1.0, old[-1].last_timestamp + 60 * DAY, 5, "new")
+    analogs, prior = AnalogEstimator().fit(old + new), PriorEstimator().fit(old + new)
+    run = make_run("now", [], planned=10, start=new[-1].last_timestamp + DAY, **CONFIG)
+    for ended, speed in ((2, 2.0), (3, 1.0)):
+        before = new[ended - 1].last_timestamp + 1.0
+        start = analogs.estimate(truncate(run, 0.0), before=before)
+        assert start is not None
+        assert math.exp(start.log_remaining) == pytest.approx(60 + 100 * speed, rel=1e-6)
+        level = prior.per_epoch(run, before=before)
+        assert math.exp(level.log_seconds) == pytest.approx((60 + 100 * speed) / 10)
+    # the first interval's excess over the steady rate: the old runs' 60 s over 20 s,
+    # the new ones' over 10 s (shrunk toward the pooled excess, so compared only)
+    assert prior.warmup_excess(run, before=new[2].last_timestamp + 1.0) > prior.warmup_excess(
+        run, before=new[1].last_timestamp + 1.0
+    )
