@@ -14,8 +14,9 @@ runs' end times of one MLPerf configuration are minutes to days apart (99 % of t
 7,527 gaps under 5 days, none between 30 and 120 days) and months apart between
 rounds, so the rule does not depend on where in that empty range the gap is put; a
 cluster's weekly or nightly job never meets it. The latest campaign is used alone
-once it holds ``MIN_CAMPAIGN_RUNS``: until then, the older runs are all there is,
-and a median of one or two new runs would trade a bias for noise.
+from its first finished run on: one run of the new software forecast those moments
+better than the ten of the old (also better than waiting for three: 1.84 → 1.05 %
+at 10 %); before it, the older runs are all there is.
 """
 
 from __future__ import annotations
@@ -23,17 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 CAMPAIGN_GAP_SECONDS = 30 * 86400.0
-MIN_CAMPAIGN_RUNS = 3
 
 
 def campaign_start(ends: Sequence[float], start: int, stop: int, now: float) -> int:
     """The index in ``start..stop`` from which ``ends[start:stop]`` (end times, in
     order) are the latest campaign of a run starting at ``now``; ``start`` when that
-    campaign holds fewer than ``MIN_CAMPAIGN_RUNS`` runs (or none: ``now`` is
-    ``CAMPAIGN_GAP_SECONDS`` past the last end)."""
+    campaign has no finished run yet (``now`` is ``CAMPAIGN_GAP_SECONDS`` past the
+    last end) or holds them all."""
     i = stop
     after = now
     while i > start and after - ends[i - 1] <= CAMPAIGN_GAP_SECONDS:
         i -= 1
         after = ends[i]
-    return i if stop - i >= MIN_CAMPAIGN_RUNS else start
+    return i if i < stop else start

@@ -1,4 +1,4 @@
-"""A job's earlier runs speak for it from its latest campaign once that has three runs."""
+"""A job's earlier runs speak for it from its latest campaign once that has a run."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ GAP = CAMPAIGN_GAP_SECONDS
 CONFIG = {"job_name": "bert", "namespace": "team", "node_type": "8xA100", "batch_size": 64.0}
 
 
-def test_campaign_start_cuts_at_the_last_gap_once_three_runs_follow_it() -> None:
+def test_campaign_start_cuts_at_the_last_gap_once_a_run_follows_it() -> None:
     old = [0.0, DAY, 2 * DAY, 3 * DAY]
     later = 3 * DAY + GAP + 1.0
     ends = [*old, later, later + DAY, later + 2 * DAY]
-    assert campaign_start(ends, 0, 7, later + 3 * DAY) == 4  # three runs since the gap
-    assert campaign_start(ends, 0, 6, later + 3 * DAY) == 0  # two: all of them still
-    assert campaign_start(ends, 0, 4, 3 * DAY + GAP + 1.0) == 0  # none yet: all
+    assert campaign_start(ends, 0, 7, later + 3 * DAY) == 4  # the runs since the gap
+    assert campaign_start(ends, 0, 5, later + DAY) == 4  # one is enough
+    assert campaign_start(ends, 0, 4, later) == 0  # none yet: all
     assert campaign_start(old, 0, 4, 3 * DAY + GAP) == 0  # a gap of exactly 30 days: one campaign
     assert campaign_start(ends, 2, 7, later + 3 * DAY) == 4  # within the caller's window
     assert campaign_start(ends, 5, 7, later + 3 * DAY) == 5  # the window is the campaign
@@ -46,21 +46,22 @@ def _runs(speed: float, first_start: float, n: int, tag: str) -> list:
     ]
 
 
-@pytest.mark.parametrize("new_runs, expected_speed", [(2, 2.0), (3, 1.0), (5, 1.0)])
-def test_analogs_and_job_level_read_the_new_campaign_alone_from_its_third_run(
+@pytest.mark.parametrize("new_runs, expected_speed", [(0, 2.0), (1, 1.0), (5, 1.0)])
+def test_analogs_and_job_level_read_the_new_campaign_alone_from_its_first_run(
     new_runs: int, expected_speed: float
 ) -> None:
     """Ten runs of a job, then two months later an upgraded image runs it twice as fast:
-    its first runs still lean on the old ones (median of ten old and one or two new),
-    and from the third on the old campaign is left out of both the analogs (their
-    start forecast) and the job's level (seconds per epoch)."""
+    its first run still leans on the old ones (all there are), and from the second on
+    the old campaign is left out of both the analogs (their start forecast) and the
+    job's level (seconds per epoch)."""
     old = _runs(2.0, 1e9, 10, "old")
     new = _runs(1.0, old[-1].last_timestamp + 60 * DAY, new_runs, "new")
     history = old + new
-    run = make_run("now", [], planned=10, start=new[-1].last_timestamp + DAY, **CONFIG)
-    start = AnalogEstimator().fit(history).estimate(truncate(run, 0.0))
-    assert start is not None
-    assert math.exp(start.log_remaining) == pytest.approx(60 + 100 * expected_speed, rel=1e-6)
+    start = (new or old)[-1].last_timestamp + (DAY if new else 60 * DAY)
+    run = make_run("now", [], planned=10, start=start, **CONFIG)
+    total = AnalogEstimator().fit(history).estimate(truncate(run, 0.0))
+    assert total is not None
+    assert math.exp(total.log_remaining) == pytest.approx(60 + 100 * expected_speed, rel=1e-6)
     prior = PriorEstimator().fit(history)
     level = prior.per_epoch(run)
     assert level.level == "job_batch"
@@ -74,14 +75,13 @@ def test_analogs_and_job_level_read_the_new_campaign_alone_from_its_third_run(
 
 def test_the_calibration_replay_sees_the_campaign_as_it_stood_then() -> None:
     """A replayed past moment (``before``: only runs that had ended by then) cuts the
-    same way: before the new campaign's third run ended, the old runs still spoke;
+    same way: before the new campaign's first run ended, the old runs still spoke;
     after it, the new ones alone, for the analogs, the job level and its warm-up."""
     old = _runs(2.0, 1e9, 10, "old")
     new = _runs(1.0, old[-1].last_timestamp + 60 * DAY, 5, "new")
     analogs, prior = AnalogEstimator().fit(old + new), PriorEstimator().fit(old + new)
-    run = make_run("now", [], planned=10, start=new[-1].last_timestamp + DAY, **CONFIG)
-    for ended, speed in ((2, 2.0), (3, 1.0)):
-        before = new[ended - 1].last_timestamp + 1.0
+    run = make_run("now", [], planned=10, start=new[0].start_timestamp, **CONFIG)
+    for before, speed in ((new[0].last_timestamp - 1.0, 2.0), (new[0].last_timestamp + 1.0, 1.0)):
         start = analogs.estimate(truncate(run, 0.0), before=before)
         assert start is not None
         assert math.exp(start.log_remaining) == pytest.approx(60 + 100 * speed, rel=1e-6)
@@ -89,6 +89,6 @@ def test_the_calibration_replay_sees_the_campaign_as_it_stood_then() -> None:
         assert math.exp(level.log_seconds) == pytest.approx((60 + 100 * speed) / 10)
     # the first interval's excess over the steady rate: the old runs' 60 s over 20 s,
     # the new ones' over 10 s (shrunk toward the pooled excess, so compared only)
-    assert prior.warmup_excess(run, before=new[2].last_timestamp + 1.0) > prior.warmup_excess(
-        run, before=new[1].last_timestamp + 1.0
+    assert prior.warmup_excess(run, before=new[0].last_timestamp + 1.0) > prior.warmup_excess(
+        run, before=new[0].last_timestamp - 1.0
     )
