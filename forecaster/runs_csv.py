@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.runs import Feature, Run, RunError, validate_run
 
@@ -140,11 +141,6 @@ def _feature(name: str, text: str) -> Feature:
         return text
 
 
-def _undecodable(text: str) -> bool:
-    """True if ``text`` holds bytes that were not UTF-8 (decoded with surrogateescape)."""
-    return any("\udc80" <= ch <= "\udcff" for ch in text)
-
-
 @dataclass
 class _Acc:
     """One run being read: its plan, first line, points and features."""
@@ -160,7 +156,7 @@ def _read_header(fh: TextIO) -> tuple[list[str], Iterator[str]]:
     first = fh.readline()
     if not first.strip():
         raise RunsCsvError(1, "empty file: expected a header with " + ",".join(REQUIRED_COLUMNS))
-    if _undecodable(first):
+    if not utf8_encodable(first):
         raise RunsCsvError(1, "not UTF-8 text")
     first = first.removeprefix("\ufeff")  # a BOM (Excel's "CSV UTF-8") is not part of a name
     try:
@@ -212,7 +208,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
         if n_rows > MAX_ROWS:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
         run_id = row[i_run].strip() if len(row) > i_run else ""
-        if run_id and (len(run_id) > MAX_FIELD_CHARS or _undecodable(run_id)):
+        if run_id and (len(run_id) > MAX_FIELD_CHARS or not utf8_encodable(run_id)):
             run_id = ""
         try:
             if not run_id:
@@ -223,7 +219,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(f"expected {len(header)} fields, got {len(row)}")
             if any(len(cell) > MAX_FIELD_CHARS for cell in row):
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
-            if any(_undecodable(cell) for cell in row):
+            if not all(utf8_encodable(cell) for cell in row):
                 raise _BadRow("not UTF-8 text")
             epoch = _number(row[i_epoch].strip(), "epoch")
             planned = _number(row[i_plan].strip(), "epochs_planned")
