@@ -119,6 +119,10 @@ class _Read:
     asked: bool
 
 
+def _plus(a: _Means, b: _Means) -> _Means:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+
+
 def _reads(updates: Sequence[RunUpdate]) -> dict[RunKey, _Read]:
     """Each run's ``_Read`` in ``updates``, over all its rows (so which of a run's rows
     comes first decides nothing)."""
@@ -126,15 +130,8 @@ def _reads(updates: Sequence[RunUpdate]) -> dict[RunKey, _Read]:
     for up in updates:
         key = run_key(up)
         before = out.get(key, _Read(_NO_MEANS, False))
-        means = _added_means(up)
         out[key] = _Read(
-            (
-                before.means[0] + means[0],
-                before.means[1] + means[1],
-                before.means[2] + means[2],
-                before.means[3] + means[3],
-            ),
-            before.asked or up.weight_seconds > 0,
+            _plus(before.means, _added_means(up)), before.asked or up.weight_seconds > 0
         )
     return out
 
@@ -146,22 +143,12 @@ def _superseded(kept: _Means, read: _Read) -> _Means:
     weight 0; the seconds stay for a later read to cover again) withdraws them all. A
     read that asked replaces each mean it got (GPU use, memory); one it asked for and
     did not get (the series missing from the answer) stays: the cycle moves past those
-    seconds, and withdrawing it would lose them."""
+    seconds, and withdrawing it would lose them. Once committed, what a further retry
+    would withdraw is ``kept`` less this plus what ``read`` added (``_means_added``)."""
     if not read.asked:
         return kept
     util = (kept[0], kept[1]) if read.means[1] > 0 else (0.0, 0.0)
     memory = (kept[2], kept[3]) if read.means[3] > 0 else (0.0, 0.0)
-    return (*util, *memory)
-
-
-def _still_provisional(kept: _Means, read: _Read) -> _Means:
-    """What a retry would withdraw after ``read`` committed: what it added, and of the
-    means kept from before those ``_superseded`` left in place."""
-    if not read.asked:
-        return read.means
-    m = read.means
-    util = (m[0], m[1]) if m[1] > 0 else (kept[0], kept[1])
-    memory = (m[2], m[3]) if m[3] > 0 else (kept[2], kept[3])
     return (*util, *memory)
 
 
@@ -356,6 +343,11 @@ class HistoryStore:
         updates = self._storable(updates)
         rows = []
         reads = _reads(updates)
+        # what each run's retry withdraws, by its first row (a run twice adds twice)
+        backs = {
+            key: _superseded(self._provisional_means.get(key, _NO_MEANS), read)
+            for key, read in reads.items()
+        }
         withdrawn: set[RunKey] = set()
         ends = []
         recheck: list[dict[str, object]] = []  # rows whose old ends may predate the start
@@ -381,12 +373,7 @@ class HistoryStore:
                 "last_seen": up.seen_timestamp,
             }
             key = run_key(up)
-            # withdrawn once, by the run's first row (a run twice in ``updates`` adds twice)
-            back = (
-                _NO_MEANS
-                if key in withdrawn
-                else _superseded(self._provisional_means.get(key, _NO_MEANS), reads[key])
-            )
+            back = _NO_MEANS if key in withdrawn else backs[key]
             withdrawn.add(key)
             row.update(zip(_MEANS, _added_means(up), strict=True))
             row.update(zip(_WITHDRAWN, back, strict=True))
@@ -444,7 +431,7 @@ class HistoryStore:
                     ends,
                 )
             self._percent_running -= set(to_steps)
-            self._means_added(reads)  # committed: what a retry would withdraw
+            self._means_added(reads, backs)  # committed: what a retry would withdraw
             if dropped:
                 log.info(
                     "history file %s: %d epoch end(s) from before their run's new start "
@@ -462,13 +449,18 @@ class HistoryStore:
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
 
-    def _means_added(self, reads: Mapping[RunKey, _Read]) -> None:
-        """Keep what a committed ``record`` added, by run, until ``set_metas``
-        (``_still_provisional``)."""
+    def _means_added(self, reads: Mapping[RunKey, _Read], backs: Mapping[RunKey, _Means]) -> None:
+        """Keep what a committed ``record`` left for a retry to withdraw, by run, until
+        ``set_metas``: the means kept before, less what it withdrew, plus what it added."""
         for key, read in reads.items():
-            kept = _still_provisional(self._provisional_means.get(key, _NO_MEANS), read)
-            if any(kept):
-                self._provisional_means[key] = kept
+            kept = self._provisional_means.get(key, _NO_MEANS)
+            back = backs[key]
+            left = _plus(
+                read.means,
+                (kept[0] - back[0], kept[1] - back[1], kept[2] - back[2], kept[3] - back[3]),
+            )
+            if any(left):
+                self._provisional_means[key] = left
             else:  # nothing to withdraw
                 self._provisional_means.pop(key, None)
 
