@@ -16,12 +16,11 @@ is what this measures; docs/forecasting-evidence.md keeps its figures.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from forecast_accuracy import find_mlperf, split_mlperf, without_copies
+from forecast_accuracy import GPU_ETA, find_mlperf, score_rows, split_mlperf, without_copies
 
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.analog import identity
@@ -34,16 +33,15 @@ BOTH, OTHERS = "ran in both", "all others"
 
 
 def summary(scored: Sequence[Scored]) -> list[str]:
-    """Per point: gpu-eta's median error, its P10–P90 coverage and the moments."""
+    """Per point: gpu-eta's median error, its P10–P90 coverage and the moments
+    (``forecast_accuracy.score_rows``, the published table's figures)."""
     cells = []
-    for point in POINTS:
-        at = [s for s in scored if s.point == point]
-        if not at:
+    for row in score_rows(scored):
+        err, cov = row.cells.get(GPU_ETA), row.coverage
+        if err is None or cov is None:
             cells.append("–")
             continue
-        err = statistics.median(s.errors["gpu_eta"] for s in at)
-        cov = sum(s.covered for s in at) / len(at)
-        cells.append(f"{err:.2%}, {cov:.0%} (n={len(at):,})")
+        cells.append(f"{err.median:.2%}, {cov.median:.0%} (n={row.n:,})")
     return cells
 
 
