@@ -155,7 +155,23 @@ class Cycle:
         view = assemble(instant, ranges, now, new_seconds, means_for, self._means_until)
         errors: Counter[str] = Counter(view.rejected.values())
 
-        self.store.record(view.updates)
+        # the cycle's state after this read, stored with its means in one transaction
+        # (``HistoryStore.record``): a failure or a restart anywhere after it reads on
+        # from this state, and one before it finds neither, so no window counts twice
+        meta = {LAST_QUERY_KEY: repr(now)}
+        means_until = {} if full else {**self._means_until, **view.means_until}
+        if full:
+            meta[LAST_RANGE_KEY] = repr(now)
+        if means_until != self._means_until:
+            meta[MEANS_UNTIL_KEY] = encode_means_until(means_until)
+        self.store.record(view.updates, state=meta)
+        self._last_query_time = now
+        self._means_until = means_until  # with a full read, every run's means reach now
+        if full:
+            self._cycles_since_range = 0
+            self._last_range_time = now
+        else:
+            self._cycles_since_range = (self._cycles_since_range or 0) + 1
         if self.store.skipped_updates:  # text SQLite cannot store: skipped, counted here
             errors["unencodable_label"] += self.store.skipped_updates
         to_finish = set(view.done)
@@ -168,21 +184,6 @@ class Cycle:
         # runs finished more than a window ago have left the answers: forget them
         self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
         self._finished_at.update((run_key(r), now) for r in newly_finished)
-        self._last_query_time = now
-        meta = {LAST_QUERY_KEY: repr(now)}  # the cycle's state, written in one transaction
-        if full:
-            self._cycles_since_range = 0
-            self._last_range_time = now
-            meta[LAST_RANGE_KEY] = repr(now)
-            if self._means_until:
-                meta[MEANS_UNTIL_KEY] = encode_means_until({})
-            self._means_until = {}  # every run's means reach now
-        else:
-            self._cycles_since_range = (self._cycles_since_range or 0) + 1
-            if view.means_until:
-                self._means_until.update(view.means_until)
-                meta[MEANS_UNTIL_KEY] = encode_means_until(self._means_until)
-        self.store.set_metas(meta)
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).

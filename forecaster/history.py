@@ -103,53 +103,8 @@ _SAME_SEEDED = (
 
 
 _KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
-# A ``record`` row's means, and the parameters naming those a retry withdraws
-_MEANS = ("util_sum", "util_weight", "memory_sum", "memory_weight")
-_WITHDRAWN = tuple(name + "_withdrawn" for name in _MEANS)
+_MEANS = ("util_sum", "util_weight", "memory_sum", "memory_weight")  # a row's means
 _Means = tuple[float, float, float, float]  # util_sum, util_weight, memory_sum, memory_weight
-_NO_MEANS: _Means = (0.0, 0.0, 0.0, 0.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Read:
-    """What one ``record`` read of a run's means: their sums over its rows, and whether
-    the cycle asked for them at all (``weight_seconds`` > 0 on some row)."""
-
-    means: _Means
-    asked: bool
-
-
-def _plus(a: _Means, b: _Means) -> _Means:
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
-
-
-def _reads(updates: Sequence[RunUpdate]) -> dict[RunKey, _Read]:
-    """Each run's ``_Read`` in ``updates``, over all its rows (so which of a run's rows
-    comes first decides nothing)."""
-    out: dict[RunKey, _Read] = {}
-    for up in updates:
-        key = run_key(up)
-        before = out.get(key, _Read(_NO_MEANS, False))
-        out[key] = _Read(
-            _plus(before.means, _added_means(up)), before.asked or up.weight_seconds > 0
-        )
-    return out
-
-
-def _superseded(kept: _Means, read: _Read) -> _Means:
-    """What a retried read withdraws of the means the failed one added.
-
-    A read that did not ask for the run's means (a cycle that is not a full read sends
-    weight 0; the seconds stay for a later read to cover again) withdraws them all. A
-    read that asked replaces each mean it got (GPU use, memory); one it asked for and
-    did not get (the series missing from the answer) stays: the cycle moves past those
-    seconds, and withdrawing it would lose them. Once committed, what a further retry
-    would withdraw is ``kept`` less this plus what ``read`` added (``_means_added``)."""
-    if not read.asked:
-        return kept
-    util = (kept[0], kept[1]) if read.means[1] > 0 else (0.0, 0.0)
-    memory = (kept[2], kept[3]) if read.means[3] > 0 else (0.0, 0.0)
-    return (*util, *memory)
 
 
 def _added_means(up: RunUpdate) -> _Means:
@@ -191,15 +146,6 @@ class HistoryStore:
         # Unicode, e.g. a lone surrogate decoded from a label's JSON); the rest are kept
         self.skipped_updates = 0
         self._unstorable: frozenset[RunKey] = frozenset()  # their keys, logged once
-        # The GPU-use and memory means (util_sum, util_weight, memory_sum, memory_weight)
-        # each run's last ``record`` added since the last ``set_metas``, by run key. Why:
-        # the cycle records, then finishes, then saves the state its next read starts
-        # from (``set_metas``); when it fails in between (``finish`` meeting a lock), its
-        # retry reads those seconds again, and they used to be added a second time. A
-        # later update of the run replaces them instead (``record``). In memory only: a
-        # process that ends in between (killed; a ``once`` run failing there) restarts
-        # from the saved state and still counts that window twice.
-        self._provisional_means: dict[RunKey, _Means] = {}
         # Running runs' epoch ends as stored, by run key (None: not read yet). Why: a
         # cycle reads every running run, and re-reading their epoch ends from the file
         # each time (a million rows for 10,000 runs of a hundred epochs) was most of
@@ -322,8 +268,9 @@ class HistoryStore:
 
     # -- writes ---------------------------------------------------------------
 
-    def record(self, updates: Iterable[RunUpdate]) -> None:
-        """Upsert running runs and add their epoch ends, all in one transaction.
+    def record(self, updates: Iterable[RunUpdate], state: Mapping[str, str] | None = None) -> None:
+        """Upsert running runs, add their epoch ends and store the caller's ``state``
+        (service values, as ``set_metas``), all in one transaction.
 
         Runs are matched by their full key. A finished run stays frozen. A live run
         whose run_id belongs to a finished run seeded without a pod (a CSV import,
@@ -336,19 +283,14 @@ class HistoryStore:
         ``skipped_updates``, the others are recorded (``_storable``).
 
         An update's GPU-use and memory means (``util_mean``, ``memory_mean`` weighted by
-        ``weight_seconds``) add to the run's; they replace, instead, those the run's
-        previous update added when no ``set_metas`` came between: the caller's state was
-        not saved, so this read covers those seconds again (``_provisional_means``).
+        ``weight_seconds``) add to the run's. Why ``state`` is written here: it says which
+        seconds the caller's next read starts from (the cycle's query and range times),
+        so means stored without it would be read and added again after a failure or a
+        restart, and a state stored without its means would lose those seconds. One
+        transaction makes both or neither happen.
         """
         updates = self._storable(updates)
         rows = []
-        reads = _reads(updates)
-        # what each run's retry withdraws, by its first row (a run twice adds twice)
-        backs = {
-            key: _superseded(self._provisional_means.get(key, _NO_MEANS), read)
-            for key, read in reads.items()
-        }
-        withdrawn: set[RunKey] = set()
         ends = []
         recheck: list[dict[str, object]] = []  # rows whose old ends may predate the start
         known = self._running_ends or {}
@@ -373,10 +315,7 @@ class HistoryStore:
                 "last_seen": up.seen_timestamp,
             }
             key = run_key(up)
-            back = _NO_MEANS if key in withdrawn else backs[key]
-            withdrawn.add(key)
             row.update(zip(_MEANS, _added_means(up), strict=True))
-            row.update(zip(_WITHDRAWN, back, strict=True))
             rows.append(row)
             stored = None if key in to_steps else known.get(key)
             # Held ends all at or after the start: the file has none before it, nothing
@@ -411,12 +350,10 @@ class HistoryStore:
                         epochs_planned = excluded.epochs_planned,
                         start_timestamp = excluded.start_timestamp,
                         features = excluded.features,
-                        util_sum = util_sum - :util_sum_withdrawn + excluded.util_sum,
-                        util_weight = util_weight - :util_weight_withdrawn
-                            + excluded.util_weight,
-                        memory_sum = memory_sum - :memory_sum_withdrawn + excluded.memory_sum,
-                        memory_weight = memory_weight - :memory_weight_withdrawn
-                            + excluded.memory_weight,
+                        util_sum = util_sum + excluded.util_sum,
+                        util_weight = util_weight + excluded.util_weight,
+                        memory_sum = memory_sum + excluded.memory_sum,
+                        memory_weight = memory_weight + excluded.memory_weight,
                         last_seen = MAX(last_seen, excluded.last_seen)
                     WHERE runs.state = 'running'
                     """,
@@ -430,8 +367,9 @@ class HistoryStore:
                     """,
                     ends,
                 )
+                if state:
+                    self._write_metas(state)
             self._percent_running -= set(to_steps)
-            self._means_added(reads, backs)  # committed: what a retry would withdraw
             if dropped:
                 log.info(
                     "history file %s: %d epoch end(s) from before their run's new start "
@@ -448,21 +386,6 @@ class HistoryStore:
                     stored = self._running_ends.get(tuple(key))  # type: ignore[arg-type]
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
-
-    def _means_added(self, reads: Mapping[RunKey, _Read], backs: Mapping[RunKey, _Means]) -> None:
-        """Keep what a committed ``record`` left for a retry to withdraw, by run, until
-        ``set_metas``: the means kept before, less what it withdrew, plus what it added."""
-        for key, read in reads.items():
-            kept = self._provisional_means.get(key, _NO_MEANS)
-            back = backs[key]
-            left = _plus(
-                read.means,
-                (kept[0] - back[0], kept[1] - back[1], kept[2] - back[2], kept[3] - back[3]),
-            )
-            if any(left):
-                self._provisional_means[key] = left
-            else:  # nothing to withdraw
-                self._provisional_means.pop(key, None)
 
     def _drop_ends_before_start(self, rows: list[dict[str, object]]) -> int:
         """Delete a running run's stored epoch ends older than the start in its update
@@ -699,22 +622,18 @@ class HistoryStore:
         self.set_metas({key: value})
 
     def set_metas(self, values: Mapping[str, str]) -> None:
-        """Store several service values in one transaction (one commit, one sync: a
-        cycle's state is written together, and either all of it or none).
+        """Store several service values in one transaction (one commit, one sync:
+        either all of them or none). A cycle's state goes with its means (``record``)."""
+        with self._lock, self._tx():
+            self._write_metas(values)
 
-        The caller's state is saved: the means ``record`` added before are final (no
-        later update withdraws them, ``_provisional_means``). So even when this write
-        fails: the cycle has advanced its state in memory before saving it, and its next
-        read in this process starts after those seconds.
-        """
-        with self._lock:
-            self._provisional_means = {}
-            with self._tx():
-                self._conn.executemany(
-                    "INSERT INTO meta (key, value) VALUES (?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    list(values.items()),
-                )
+    def _write_metas(self, values: Mapping[str, str]) -> None:
+        """Upsert ``values`` into ``meta`` (the caller's lock and transaction)."""
+        self._conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            list(values.items()),
+        )
 
     def get_meta(self, key: str) -> str | None:
         """A value stored with ``set_meta``, or None."""

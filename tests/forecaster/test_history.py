@@ -55,102 +55,10 @@ def test_epoch_ends_accumulate_across_cycles_and_restarts(tmp_path: Path) -> Non
 def test_utilisation_mean_is_weighted_across_cycles(tmp_path: Path) -> None:
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.record([update("r", util_mean=1.0, weight_seconds=30.0, memory_mean=float("nan"))])
-    store.set_metas({"last_query_timestamp": "2000.0"})  # the cycle saves its state
     store.record([update("r", util_mean=0.0, weight_seconds=90.0, memory_mean=0.5)])
     feats = store.running()[0].run.features
     assert feats["gpu_utilization_ratio"] == pytest.approx(0.25)
     assert feats["memory_utilization_ratio"] == pytest.approx(0.5)
-    store.close()
-
-
-def test_a_read_retried_before_the_state_is_saved_replaces_the_means_it_read(
-    tmp_path: Path,
-) -> None:
-    """A cycle failing after its ``record`` (``finish`` meeting a lock) has not saved
-    its state (``set_metas``), so its retry reads the same seconds again, and more: the
-    retry's means replace the failed read's instead of adding to them. A run the retry
-    does not read keeps what it got; once the state is saved, the next read adds."""
-    db = tmp_path / "h.sqlite"
-    store = HistoryStore.open(db)
-    store.record(
-        [
-            update("a", util_mean=0.25, memory_mean=0.5, weight_seconds=100.0),
-            update("b", util_mean=0.5, memory_mean=0.5, weight_seconds=100.0),
-        ]
-    )
-    store.set_metas({"last_query_timestamp": "2000.0"})
-    store.record(
-        [
-            update("a", util_mean=1.0, memory_mean=1.0, weight_seconds=60.0),
-            update("b", util_mean=1.0, memory_mean=1.0, weight_seconds=60.0),
-        ]
-    )  # ... and the cycle fails
-    store.record([update("a", util_mean=0.75, memory_mean=0.25, weight_seconds=120.0)])  # retry
-    store.set_metas({"last_query_timestamp": "2120.0"})
-    store.record([update("a"), update("b")])  # a cycle that reads no means adds nothing
-    store.record([update("b", util_mean=0.0, memory_mean=0.0, weight_seconds=40.0)])
-    store.close()
-    store = HistoryStore.open(db)  # as stored in the file
-    feats = {s.run.run_id: s.run.features for s in store.running()}
-    assert feats["a"]["gpu_utilization_ratio"] == pytest.approx((0.25 * 100 + 0.75 * 120) / 220)
-    assert feats["a"]["memory_utilization_ratio"] == pytest.approx((0.5 * 100 + 0.25 * 120) / 220)
-    assert feats["b"]["gpu_utilization_ratio"] == pytest.approx((0.5 * 100 + 1.0 * 60) / 200)
-    assert feats["b"]["memory_utilization_ratio"] == pytest.approx((0.5 * 100 + 1.0 * 60) / 200)
-    store.close()
-
-
-def test_a_retry_whose_answer_lacks_a_mean_keeps_the_failed_reads(tmp_path: Path) -> None:
-    """A retry that asks for a run's means (weight > 0) and whose answer lacks one of
-    them (the series missing) moves past those seconds: it used to withdraw the failed
-    read's mean and add none, losing them ((104, 160) became (50, 100)). Each mean is
-    withdrawn only by a read of that mean; one left in place is still replaced by a
-    later read of the same seconds before the state is saved."""
-    db = tmp_path / "h.sqlite"
-    store = HistoryStore.open(db)
-    store.record([update("a", util_mean=0.5, memory_mean=0.5, weight_seconds=100.0)])
-    store.set_metas({"last_query_timestamp": "2000.0"})
-    store.record([update("a", util_mean=0.9, memory_mean=0.1, weight_seconds=60.0)])  # fails
-    store.record([update("a", weight_seconds=60.0)])  # retry: asked, neither series answered
-    store.record([update("a", memory_mean=0.3, weight_seconds=60.0)])  # memory answered
-    store.set_metas({"last_query_timestamp": "2060.0"})
-    store.close()
-    store = HistoryStore.open(db)
-    feats = store.running()[0].run.features
-    assert feats["gpu_utilization_ratio"] == pytest.approx((0.5 * 100 + 0.9 * 60) / 160)
-    assert feats["memory_utilization_ratio"] == pytest.approx((0.5 * 100 + 0.3 * 60) / 160)
-    store.close()
-
-
-def test_a_retry_that_does_not_ask_for_the_means_withdraws_them(tmp_path: Path) -> None:
-    """A cycle that is not a full read sends weight 0 and leaves its range time where
-    it was, so the next full read covers the failed read's seconds again: the failed
-    read's means are withdrawn by the retry, not kept (they would count twice)."""
-    store = HistoryStore.open(tmp_path / "h.sqlite")
-    store.record([update("a", util_mean=0.5, weight_seconds=100.0)])
-    store.set_metas({"last_query_timestamp": "2000.0"})
-    store.record([update("a", util_mean=0.9, weight_seconds=60.0)])  # fails
-    store.record([update("a")])  # the retry reads no range
-    store.set_metas({"last_query_timestamp": "2060.0"})
-    store.record([update("a", util_mean=0.7, weight_seconds=120.0)])  # covers them again
-    feats = store.running()[0].run.features
-    assert feats["gpu_utilization_ratio"] == pytest.approx((0.5 * 100 + 0.7 * 120) / 220)
-    store.close()
-
-
-@pytest.mark.parametrize("order", [1, -1])
-def test_a_run_twice_in_one_retry_is_withdrawn_the_same_in_either_order(
-    tmp_path: Path, order: int
-) -> None:
-    """What a retry withdraws is decided over all of a run's rows: with the row that
-    answers the GPU-use mean second, the failed read's mean was kept as well."""
-    store = HistoryStore.open(tmp_path / "h.sqlite")
-    store.record([update("a", util_mean=0.5, weight_seconds=100.0)])
-    store.set_metas({"last_query_timestamp": "2000.0"})
-    store.record([update("a", util_mean=0.9, weight_seconds=60.0)])  # fails
-    rows = [update("a", weight_seconds=30.0), update("a", util_mean=0.8, weight_seconds=30.0)]
-    store.record(rows[::order])  # the retry: one row without the mean, one with it
-    feats = store.running()[0].run.features
-    assert feats["gpu_utilization_ratio"] == pytest.approx((0.5 * 100 + 0.8 * 30) / 130)
     store.close()
 
 

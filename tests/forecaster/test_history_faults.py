@@ -528,17 +528,25 @@ class _LockAtBegin:
         return getattr(self._real, name)
 
 
-def _means_after_cycles(db: Path, fail_finish_once: bool) -> dict[str, tuple[float, float]]:
+def _means_after_cycles(
+    db: Path, fail_finish_once: bool, restart: bool = False
+) -> dict[str, tuple[float, float]]:
     """Three full-read cycles 60 s apart on a new history at ``db`` (run "a" runs on,
     run "b" reaches its plan in the second); with ``fail_finish_once`` the second
     cycle's ``finish`` meets another process's lock after its ``record`` committed,
-    and the third cycle is its retry. Each run's stored (GPU use, memory) means."""
+    and the third cycle is its retry, by the same process or, with ``restart``, by a
+    new one reading the same file (the process killed after its ``record``). Each
+    run's stored (GPU use, memory) means."""
     from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, means_of, merge
 
     t = [NOW]
     client = CannedClient({})
     store = HistoryStore.open(db)
-    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=1, lookback_seconds=600)
+
+    def new_cycle() -> Any:
+        return make_cycle(client, store, clock=lambda: t[0], range_every=1, lookback_seconds=600)
+
+    cycle = new_cycle()
     b_ends = [[(1, NOW - 30)], [(1, NOW - 30), (2, NOW + 50)], [(1, NOW - 30), (2, NOW + 50)]]
     try:
         for n, (util_a, memory_a) in enumerate([(0.25, 0.5), (0.75, 0.25), (0.75, 0.25)]):
@@ -555,6 +563,10 @@ def _means_after_cycles(db: Path, fail_finish_once: bool) -> dict[str, tuple[flo
                     cycle.run()  # record committed, finish did not
                 store._conn = store._conn._real  # type: ignore[attr-defined]
                 assert [s.run.run_id for s in store.running()] == ["a", "b"]
+                if restart:
+                    store.close()
+                    store = HistoryStore.open(db)
+                    cycle = new_cycle()
                 continue  # the next cycle is the retry
             cycle.run()
         runs = [s.run for s in store.running()] + store.finished()
@@ -569,19 +581,22 @@ def _means_after_cycles(db: Path, fail_finish_once: bool) -> dict[str, tuple[flo
         store.close()
 
 
+@pytest.mark.parametrize("restart", [False, True], ids=["retried", "restarted"])
 def test_a_finish_failing_after_its_record_does_not_weigh_the_window_twice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restart: bool
 ) -> None:
-    """The cycle records (the means of the seconds since its previous read committed),
-    then finishes; when ``finish`` fails, the cycle's state is not saved, so its retry
-    reads those seconds again. Their means used to be added a second time (run "a":
-    0.25 for 100 s, then 0.75 for 60 + 120 s, where it ran 120 s at 0.75)."""
+    """The cycle records the means of the seconds since its previous read, then
+    finishes; when ``finish`` fails, the next cycle must read on from after those
+    seconds. Their means used to be added a second time (run "a": 0.25 for 100 s, then
+    0.75 for 60 + 120 s, where it ran 120 s at 0.75): by the same process until the
+    store withdrew them, by a restarted one until the cycle's state was stored in the
+    same transaction as the means."""
     monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.3)
     expected = _means_after_cycles(tmp_path / "ok.sqlite", fail_finish_once=False)
     assert expected["a"] == pytest.approx(
         ((0.25 * 100 + 0.75 * 120) / 220, (0.5 * 100 + 0.25 * 120) / 220)
     )
-    got = _means_after_cycles(tmp_path / "failed.sqlite", fail_finish_once=True)
+    got = _means_after_cycles(tmp_path / "failed.sqlite", fail_finish_once=True, restart=restart)
     assert got.keys() == {"a", "b"}
     assert got["a"] == pytest.approx(expected["a"], rel=1e-12)
     assert got["b"] == pytest.approx(expected["b"], rel=1e-12)
@@ -657,21 +672,28 @@ def test_a_meta_value_that_is_not_utf8_reads_with_replacement_characters(
     store.close()
 
 
-def test_the_means_are_final_once_the_state_is_saved_even_if_that_write_fails(
+def test_a_record_that_fails_stores_neither_its_means_nor_the_callers_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The cycle advances its state in memory before ``set_metas`` writes it: when that
-    write meets a lock, the next cycle of the same process reads only later seconds, so
-    the means read before stay (withdrawing them would lose those seconds)."""
+    """The cycle's state says where its next read starts; stored without the means of
+    the seconds before it, those seconds would be lost, and the means stored without
+    it would be read again. A record that meets a lock stores neither; its retry both."""
     monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.3)
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db)
-    store.record([update("a", util_mean=0.25, weight_seconds=100.0)])
+    store.record([update("a", util_mean=0.25, weight_seconds=100.0)], state={"t": "1000.0"})
+    read = [update("a", util_mean=0.75, weight_seconds=60.0)]
     with lock_held(db, "write"), pytest.raises(HistoryError, match="database is locked"):
-        store.set_metas({"last_query_timestamp": "2000.0"})
-    store.record([update("a", util_mean=0.75, weight_seconds=60.0)])  # the next cycle
-    (stored,) = store.running()
-    assert stored.run.features["gpu_utilization_ratio"] == pytest.approx(
+        store.record(read, state={"t": "1060.0"})
+    store.close()
+    store = HistoryStore.open(db)
+    assert store.get_meta("t") == "1000.0"
+    assert store.running()[0].run.features["gpu_utilization_ratio"] == pytest.approx(0.25)
+    store.record(read, state={"t": "1060.0"})
+    store.close()
+    store = HistoryStore.open(db)
+    assert store.get_meta("t") == "1060.0"
+    assert store.running()[0].run.features["gpu_utilization_ratio"] == pytest.approx(
         (0.25 * 100 + 0.75 * 60) / 160
     )
     store.close()
