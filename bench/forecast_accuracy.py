@@ -51,7 +51,7 @@ the model knows only runs that ended before each moment):
 * ``keras-seed002``: seed 002's Keras log (one run: a smoke figure, not a claim).
 * ``mlperf-fixture``: tests/fixtures/runs/mlperf*.csv[.gz] when present.
 
-Scored per point (start, 10, 25, 50, 75 % of the planned progress): the median
+Scored per point (start, 10, 25, 50, 75, 90, 95 % of the planned progress): the median
 absolute error of the remaining time in % of the true remaining time, with a 90 %
 bootstrap interval (runs resampled with replacement; a run has one moment per point,
 so resampling moments at a point resamples runs; seeded). Beside the project's

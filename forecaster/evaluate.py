@@ -2,8 +2,8 @@
 
 Why: "better than the ETA I already have" must be shown on anyone's runs, without a
 cluster. Runs are replayed in time order. Every completed run is predicted at its
-start (0 %, history alone) and at the last epoch seen at 10, 25, 50 and 75 % of its
-planned epochs, at the moment that epoch ended. Models learn only from runs that
+start (0 %, history alone) and at the last epoch seen at 10, 25, 50, 75, 90 and 95 % of
+its planned epochs (``calibration.POINTS``), at the moment that epoch ended. Models learn only from runs that
 *finished before that moment* (a temporal split: nothing from the future leaks).
 gpu-eta's model is refitted when the history has grown by ``refit_fraction`` (5 %) or
 at least one run while small, so a backtest of thousands of runs takes seconds; in
@@ -153,7 +153,7 @@ def identity_key(run: Run) -> tuple[str, ...] | None:
 def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
     """``(timestamp, point, run as seen then, whole run)`` for every scored moment, in
     time order: each completed run at its start and at its last epoch end at or before
-    10/25/50/75 % of its plan (a point whose last epoch seen is the start is scored at
+    10/25/50/75/90/95 % of its plan (a point whose last epoch seen is the start is scored at
     0 % only; a point that already shows the whole run is not a forecast, and neither
     is one with no time left: the remaining epochs took zero seconds)."""
     events: list[tuple[float, float, Run, Run]] = []

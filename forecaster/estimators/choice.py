@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gpu_eta.forecaster.calibration import shifted_errors
+from gpu_eta.forecaster.calibration import SPAN_POINTS, shifted_errors
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
 from gpu_eta.forecaster.estimators.blend import Components
@@ -209,8 +209,8 @@ def choose(
     falls back to the blend in use, so an option is scored as it would be published).
     ``default`` stays unless another is better by ``margin``, with ``both_halves`` on
     the older and the newer half of the samples (their order is time order) too; a
-    point with fewer than ``min_samples`` samples takes the choice made on all points
-    pooled.
+    point with fewer than ``min_samples`` samples takes the choice made on the points
+    of ``SPAN_POINTS`` pooled.
     """
     pts = np.asarray(points, dtype=float)
     act = np.asarray(actual, dtype=float)
@@ -244,7 +244,7 @@ def choose(
                 return default
         return options[best]
 
-    enough = [p for p in all_points if (pts == p).sum() >= min_samples]
+    enough = [p for p in all_points if p in SPAN_POINTS and (pts == p).sum() >= min_samples]
     pooled = default
     if enough:
         pooled = pick([pts == p for p in enough])

@@ -52,6 +52,7 @@ import numpy as np
 from gpu_eta.forecaster.calibration import (
     POINTS,
     SIGMA_POWER,
+    SPAN_POINTS,
     Calibrator,
     Level,
     Residual,
@@ -747,7 +748,7 @@ class EtaModel:
             return default
 
         pooled = default
-        enough = [p for p in POINTS if (points == p).sum() >= self.min_tune_samples]
+        enough = [p for p in SPAN_POINTS if (points == p).sum() >= self.min_tune_samples]
         if enough:
             pooled = pick(
                 np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0)

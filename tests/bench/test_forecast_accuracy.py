@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.evaluate import Scored, backtest
 from tests.bench.bench_module import load_bench
@@ -158,7 +159,7 @@ def test_report_on_a_real_replay_has_every_point_and_the_history_subset() -> Non
     for label in ("| start |", "| 10% |", "| 25% |", "| 50% |", "| 75% |"):
         assert label in text
     doc = fa.as_json([res])["tiny"]
-    assert doc["runs"] == 8 and [r["point"] for r in doc["all"]] == [0.0, 0.1, 0.25, 0.5, 0.75]
+    assert doc["runs"] == 8 and [r["point"] for r in doc["all"]] == list(POINTS)
     assert math.isfinite(doc["all"][2]["methods"]["gpu_eta"]["median"])  # 25 %: 2 epochs seen
 
 

@@ -37,7 +37,12 @@ from gpu_eta.forecaster.calibration import (
         (0.3, 0.25),
         (0.5, 0.5),
         (0.7, 0.75),
-        (1.0, 0.75),
+        (0.82, 0.75),
+        (0.83, 0.9),
+        (0.92, 0.9),
+        (0.93, 0.95),
+        (1.0, 0.95),
+        (1.5, 0.95),  # past its plan: the last bin
     ],
 )
 def test_progress_point(progress: float, point: float) -> None:
@@ -158,6 +163,20 @@ def test_small_bins_with_epochs_pool_without_the_start() -> None:
         residuals(10, scale=10.0, shift=0.0, seed=11, point=0.0) + later[:3]
     )
     assert only_start.bins_[0.5] == only_start.bins_[0.0]
+
+
+def test_the_pools_of_small_bins_leave_out_the_late_bins() -> None:
+    """The late bins (90, 95 %) hold a run's last tenth: a small start bin pools the
+    bins that span a run, not them, and so does a small late bin past the start."""
+    span = residuals(3, scale=1.0, shift=0.0, seed=21, point=0.0) + residuals(
+        12, scale=1.0, shift=0.0, seed=22, point=0.5
+    )
+    late = residuals(40, scale=1.0, shift=2.0, seed=23, point=0.9)
+    cal = Calibrator(min_samples=8).fit(span + late)
+    assert cal.bins_[0.0] == fit_bin(span) and cal.bins_[0.1] == fit_bin(span[3:])
+    assert cal.bins_[0.95] == fit_bin(span[3:])  # sparse: the span's pool with epochs
+    assert cal.bins_[0.9] == fit_bin(late)  # its own, later than predicted
+    assert cal.bins_[0.9][0] > 0.2 > abs(cal.bins_[0.0][0])
 
 
 def test_measured_quality_is_out_of_sample() -> None:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.evaluate import Backtest, backtest, main
 from gpu_eta.forecaster.runs import HISTORY_POINTS, Run
@@ -58,14 +59,14 @@ def test_table_json_and_predictions(synthetic_csv: Path, tmp_path: Path) -> None
     code, out, _ = run_cli("--runs", str(synthetic_csv), "--json", "--predictions", str(preds))
     assert code == 0
     doc = json.loads(out)
-    assert doc["runs"] == 40 and [p["point"] for p in doc["points"]] == [0.0, 0.1, 0.25, 0.5, 0.75]
+    assert doc["runs"] == 40 and [p["point"] for p in doc["points"]] == list(POINTS)
     ten = doc["points"][1]
     assert set(ten["median_abs_pct_error"]) == {"gpu_eta", "history_match", *RATE_BASELINES}
     assert 0.0 <= ten["coverage_p10_p90"] <= 1.0
     with preds.open() as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["run_id", "epoch", "timestamp_seconds", "p10", "p50", "p90"]
-    assert len(rows) == 40 * 5
+    assert len(rows) == 40 * len(POINTS)  # every run at its start and each bin
     for row in rows:
         assert 0 <= float(row["p10"]) <= float(row["p50"]) <= float(row["p90"])
 
@@ -97,8 +98,9 @@ def test_zero_duration_run_after_an_earlier_one_is_not_a_crash(tmp_path: Path) -
     assert (code, err) == (0, "")
     doc = json.loads(out)
     assert doc["runs"] == 2
-    # run a at 50 and 75 %; its start has no history to compare with; b has nothing left
-    assert [p["n"] for p in doc["points"]] == [0, 0, 0, 1, 1]
+    # run a at 50 % and later (its last epoch seen is its first); its start has no
+    # history to compare with; b has nothing left
+    assert [p["n"] for p in doc["points"]] == [0, 0, 0, 1, 1, 1, 1]
     assert doc["points"][0]["skipped"] == 1
 
 

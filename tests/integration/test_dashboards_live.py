@@ -474,7 +474,7 @@ def contract_openmetrics(end: int) -> str:
         )
         for state, count in (("running", 2), ("finished", 120)):
             put("gpu_eta_forecaster_jobs", {**forecaster, "state": state}, t, count)
-        for progress in ("0", "0.1", "0.25", "0.5", "0.75"):
+        for progress in ("0", "0.1", "0.25", "0.5", "0.75", "0.9", "0.95"):
             put(
                 "gpu_eta_model_median_absolute_percentage_error_ratio",
                 {**forecaster, "progress": progress},

@@ -314,7 +314,15 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
     coverage = prom.query("gpu_eta_model_interval_coverage_ratio")
     assert coverage, "measured coverage is published"
     assert all(0 <= float(r["value"][1]) <= 1 for r in coverage)
-    assert {r["metric"]["progress"] for r in coverage} <= {"0", "0.1", "0.25", "0.5", "0.75"}
+    assert {r["metric"]["progress"] for r in coverage} <= {
+        "0",
+        "0.1",
+        "0.25",
+        "0.5",
+        "0.75",
+        "0.9",
+        "0.95",
+    }
     errors = prom.query('gpu_eta_forecaster_job_errors_total{reason="invalid_epochs_planned"}')
     assert errors and float(errors[0]["value"][1]) >= 1
     assert float(prom.query("gpu_eta_forecaster_stale")[0]["value"][1]) == 0
