@@ -47,12 +47,25 @@ scored at every progress point of MLPerf's runs, P10–P90 held 67–73 % of out
 90–95 % of the plan and 52–62 % beyond with 75 % the last bin, 79–80 % and 73–77 %
 with these two (docs/forecasting-evidence.md, "Near the end")."""
 _EDGES = (0.175, 0.375, 0.625, 0.825, 0.925)  # midpoints between the points
-SPAN_POINTS = POINTS[:5]
+SPAN_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
 """The bins that span a whole run (start, 10–75 %): what a sparse bin's pooled
 calibration, option and weights draw on (``Calibrator.fit``, ``choice.choose``,
 ``EtaModel``). Why not the late bins: they hold a run's last tenth, and in a pool they
 weighed it as much as its middle half; with them a small session's start, which pools
-all residuals, moved (one recorded CPU session's start error 0.54 -> 0.69)."""
+all residuals, moved (one recorded CPU session's start error 0.54 -> 0.69). A sparse
+late bin takes its neighbour's instead (``earlier_bin``)."""
+
+
+def earlier_bin(point: float) -> float | None:
+    """The bin a sparse late bin (past ``SPAN_POINTS``) borrows from: the one before it
+    (0.95 -> 0.9 -> 0.75), whose moments are the nearest to its own; None for the others.
+
+    Why: only runs of 14 or more progress points reach the 95 % bin in a replay, so on
+    a cluster of short runs it stays sparse while 90 % is full, and the pool of 10–75 %
+    would drop what the runs showed near their end (a slow stop)."""
+    if point in SPAN_POINTS:
+        return None
+    return POINTS[POINTS.index(point) - 1]
 
 
 def progress_point(progress_ratio: float) -> float:
@@ -305,7 +318,7 @@ class Calibrator:
 
         A bin with fewer than ``min_samples`` residuals takes a pooled one: at the start
         all residuals, once the run has epochs those of every point with epochs (of
-        ``SPAN_POINTS`` both). Why
+        ``SPAN_POINTS`` both); a late bin takes the bin before it (``earlier_bin``). Why
         not the start's there: at the start the forecast is the history's alone, and
         a job's first runs on a cluster are off by a factor (the pooled regression, or
         no history at all), while one epoch later the run's own rate has set the
@@ -338,7 +351,13 @@ class Calibrator:
             self.bins_[p] = (
                 fit_bin(items, levels.get(p, self.coverage), self.shift_prior, self.power)
                 if len(items) >= self.min_samples
-                else (default if p == 0 else default_later)
+                else (
+                    default
+                    if p == 0
+                    else default_later
+                    if (prev := earlier_bin(p)) is None
+                    else self.bins_[prev]
+                )
             )
         return self
 

@@ -235,7 +235,8 @@ class Transaction:
     Every SQLite error becomes a ``HistoryError`` saying why (a lock held past
     ``BUSY_TIMEOUT_SECONDS``, a full disk, an I/O error) and that the write was rolled
     back: the caller's cycle fails and the next one writes it again, since the cycle
-    advances its query time only after its writes.
+    stores the query time its next read starts from in the same transaction as the
+    means it read (``HistoryStore.record``).
     """
 
     def __init__(self, conn: sqlite3.Connection, path: str) -> None:

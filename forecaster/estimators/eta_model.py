@@ -9,7 +9,7 @@ should not know there is a prior, a rate and a calibrator inside.
 1. fits the blend's prior (``estimators/prior.py``; regression on the most recent
    ``max_regression_runs``, job groups capped at ``max_job_runs``);
 2. replays the most recent ``max_calibration_runs`` completed runs at each progress
-   point (start, and the last epoch seen at 10/25/50/75 %), their job prior built only
+   point (start, and the last epoch seen at 10/25/50/75/90/95 %), their job prior built only
    from runs that ended before that moment (temporal), the pooled regression fitted
    as it stood before the run (``PriorEstimator.held_out``), and collects normalised
    residuals of the raw estimate against the truth;
@@ -58,6 +58,7 @@ from gpu_eta.forecaster.calibration import (
     Residual,
     applied_shift,
     bias_shift,
+    earlier_bin,
     group_scales,
     group_shifts,
     measure_tails,
@@ -594,6 +595,8 @@ class EtaModel:
                 for errs, out in ((r_err, rate), (p_err, prior)):
                     arr = np.asarray(errs)
                     out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
+            elif (prev := earlier_bin(point)) is not None and prev in rate:
+                rate[point], prior[point] = rate[prev], prior[prev]  # a sparse late bin
         return rate, prior
 
     def _floored(self, c: Components, point: float, mix: float | None = None) -> Components:
@@ -626,9 +629,10 @@ class EtaModel:
         prior and ``y`` = truth − prior (log remaining seconds); the share of ``x``
         that persists, ``g``, is the median regression of ``y`` on ``x`` through the
         origin (the weighted median of ``y/x`` with weights ``|x|``), per progress bin,
-        clipped to [0, 1]; the prior's weight is ``1 − g``. Every epoch end counts, not
-        just the four replay points: ~4× the samples of the replay, so the estimate
-        settles with a few dozen runs. On a quiet node departures persist (``g`` ≈ 1,
+        clipped to [0, 1]; the prior's weight is ``1 − g`` (a sparse late bin takes the
+        bin before it, ``calibration.earlier_bin``). Every epoch end counts (up to
+        ``MAX_MIX_CUTS`` a run), not just the replay points past the start, so the
+        estimate settles with a few dozen runs. On a quiet node departures persist (``g`` ≈ 1,
         the rate decides); where neighbours come and go they fade, the more so the
         further ahead. A bin needs ``min_mix_samples`` (12) such epoch ends.
         """
@@ -662,6 +666,8 @@ class EtaModel:
             x, y = np.asarray(xs[point]), np.asarray(ys[point])
             ok = np.abs(x) > 1e-6
             if int(ok.sum()) < self.min_mix_samples:
+                if (prev := earlier_bin(point)) is not None and prev in out:
+                    out[point] = out[prev]  # a sparse late bin: its neighbour's
                 continue
             g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
             measured = float(np.clip(1.0 - g, 0.0, 1.0))
@@ -753,13 +759,14 @@ class EtaModel:
             pooled = pick(
                 np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0)
             )
-        out = {}
-        for point in POINTS:
+        out: dict[float, tuple[float, float, float]] = {}
+        for point in POINTS:  # in order: a late bin's neighbour is set before it
             sel = points == point
+            prev = earlier_bin(point)
             if sel.sum() >= self.min_tune_samples:
                 out[point] = pick(np.median(errs[:, sel], axis=1))
             else:
-                out[point] = pooled
+                out[point] = out[prev] if prev is not None else pooled
         return out
 
     def update(self, history: Sequence[Run]) -> None:

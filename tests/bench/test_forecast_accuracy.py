@@ -156,7 +156,7 @@ def test_report_on_a_real_replay_has_every_point_and_the_history_subset() -> Non
     assert len(res.scored) == len(direct.scored) > 0
     text = fa.report([res])
     assert "**tiny**" in text and "with ≥ 1 earlier run" in text
-    for label in ("| start |", "| 10% |", "| 25% |", "| 50% |", "| 75% |"):
+    for label in ("| start |", "| 10% |", "| 25% |", "| 50% |", "| 75% |", "| 90% |", "| 95% |"):
         assert label in text
     doc = fa.as_json([res])["tiny"]
     assert doc["runs"] == 8 and [r["point"] for r in doc["all"]] == list(POINTS)

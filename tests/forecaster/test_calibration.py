@@ -167,14 +167,16 @@ def test_small_bins_with_epochs_pool_without_the_start() -> None:
 
 def test_the_pools_of_small_bins_leave_out_the_late_bins() -> None:
     """The late bins (90, 95 %) hold a run's last tenth: a small start bin pools the
-    bins that span a run, not them, and so does a small late bin past the start."""
+    bins that span a run, not them; a small late bin takes the bin before it."""
     span = residuals(3, scale=1.0, shift=0.0, seed=21, point=0.0) + residuals(
         12, scale=1.0, shift=0.0, seed=22, point=0.5
     )
     late = residuals(40, scale=1.0, shift=2.0, seed=23, point=0.9)
     cal = Calibrator(min_samples=8).fit(span + late)
     assert cal.bins_[0.0] == fit_bin(span) and cal.bins_[0.1] == fit_bin(span[3:])
-    assert cal.bins_[0.95] == fit_bin(span[3:])  # sparse: the span's pool with epochs
+    assert cal.bins_[0.95] == cal.bins_[0.9]  # sparse: its neighbour's, not the pool
+    few_late = Calibrator(min_samples=8).fit(span + late[:3])
+    assert few_late.bins_[0.95] == few_late.bins_[0.9] == few_late.bins_[0.75]
     assert cal.bins_[0.9] == fit_bin(late)  # its own, later than predicted
     assert cal.bins_[0.9][0] > 0.2 > abs(cal.bins_[0.0][0])
 

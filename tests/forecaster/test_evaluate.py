@@ -49,6 +49,8 @@ def test_table_json_and_predictions(synthetic_csv: Path, tmp_path: Path) -> None
         "25%",
         "50%",
         "75%",
+        "90%",
+        "95%",
         "gpu_eta",
         "history_match",
         "predict_linear",
@@ -66,7 +68,10 @@ def test_table_json_and_predictions(synthetic_csv: Path, tmp_path: Path) -> None
     with preds.open() as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["run_id", "epoch", "timestamp_seconds", "p10", "p50", "p90"]
-    assert len(rows) == 40 * len(POINTS)  # every run at its start and each bin
+    # one row per moment: every run at its start and at each point, a moment that two
+    # points reach (a short run's last epochs) scored once
+    assert len(rows) == sum(p["n"] + p["skipped"] for p in doc["points"])
+    assert len({(r["run_id"], r["epoch"]) for r in rows}) == len(rows) > 40 * 5
     for row in rows:
         assert 0 <= float(row["p10"]) <= float(row["p50"]) <= float(row["p90"])
 
@@ -98,9 +103,9 @@ def test_zero_duration_run_after_an_earlier_one_is_not_a_crash(tmp_path: Path) -
     assert (code, err) == (0, "")
     doc = json.loads(out)
     assert doc["runs"] == 2
-    # run a at 50 % and later (its last epoch seen is its first); its start has no
+    # run a at 50 % (later points see the same epoch: scored once); its start has no
     # history to compare with; b has nothing left
-    assert [p["n"] for p in doc["points"]] == [0, 0, 0, 1, 1, 1, 1]
+    assert [p["n"] for p in doc["points"]] == [0, 0, 0, 1, 0, 0, 0]
     assert doc["points"][0]["skipped"] == 1
 
 

@@ -529,13 +529,13 @@ class _LockAtBegin:
 
 
 def _means_after_cycles(
-    db: Path, fail_finish_once: bool, restart: bool = False
+    db: Path, fail: str | None, restart: bool = False
 ) -> dict[str, tuple[float, float]]:
     """Three full-read cycles 60 s apart on a new history at ``db`` (run "a" runs on,
-    run "b" reaches its plan in the second); with ``fail_finish_once`` the second
-    cycle's ``finish`` meets another process's lock after its ``record`` committed,
-    and the third cycle is its retry, by the same process or, with ``restart``, by a
-    new one reading the same file (the process killed after its ``record``). Each
+    run "b" reaches its plan in the second); with ``fail`` the second cycle's
+    ``record`` or its ``finish`` (after its ``record`` committed) meets another
+    process's lock, and the third cycle is its retry, by the same process or, with
+    ``restart``, by a new one reading the same file (the process killed there). Each
     run's stored (GPU use, memory) means."""
     from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, means_of, merge
 
@@ -557,10 +557,11 @@ def _means_after_cycles(
                 means_of("p-a", util_a, memory_a),
                 means_of("p-b", 0.5, 0.5),
             )
-            if n == 1 and fail_finish_once:
-                store._conn = _LockAtBegin(store._conn, db, nth=2)  # type: ignore[assignment]
+            if n == 1 and fail is not None:
+                nth = {"record": 1, "finish": 2}[fail]
+                store._conn = _LockAtBegin(store._conn, db, nth=nth)  # type: ignore[assignment]
                 with pytest.raises(HistoryError, match="database is locked"):
-                    cycle.run()  # record committed, finish did not
+                    cycle.run()
                 store._conn = store._conn._real  # type: ignore[attr-defined]
                 assert [s.run.run_id for s in store.running()] == ["a", "b"]
                 if restart:
@@ -581,22 +582,24 @@ def _means_after_cycles(
         store.close()
 
 
+@pytest.mark.parametrize("fail", ["record", "finish"])
 @pytest.mark.parametrize("restart", [False, True], ids=["retried", "restarted"])
-def test_a_finish_failing_after_its_record_does_not_weigh_the_window_twice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restart: bool
+def test_a_cycle_failing_at_its_record_or_after_does_not_weigh_the_window_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restart: bool, fail: str
 ) -> None:
     """The cycle records the means of the seconds since its previous read, then
     finishes; when ``finish`` fails, the next cycle must read on from after those
     seconds. Their means used to be added a second time (run "a": 0.25 for 100 s, then
     0.75 for 60 + 120 s, where it ran 120 s at 0.75): by the same process until the
     store withdrew them, by a restarted one until the cycle's state was stored in the
-    same transaction as the means."""
+    same transaction as the means. A ``record`` that fails stores neither, and its
+    retry reads the same seconds once."""
     monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.3)
-    expected = _means_after_cycles(tmp_path / "ok.sqlite", fail_finish_once=False)
+    expected = _means_after_cycles(tmp_path / "ok.sqlite", fail=None)
     assert expected["a"] == pytest.approx(
         ((0.25 * 100 + 0.75 * 120) / 220, (0.5 * 100 + 0.25 * 120) / 220)
     )
-    got = _means_after_cycles(tmp_path / "failed.sqlite", fail_finish_once=True, restart=restart)
+    got = _means_after_cycles(tmp_path / "failed.sqlite", fail=fail, restart=restart)
     assert got.keys() == {"a", "b"}
     assert got["a"] == pytest.approx(expected["a"], rel=1e-12)
     assert got["b"] == pytest.approx(expected["b"], rel=1e-12)

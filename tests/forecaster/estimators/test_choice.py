@@ -144,3 +144,21 @@ def test_a_prior_borrowed_from_another_batch_size_or_team_is_a_situation_of_its_
     assert situation(False, "regression") == situation(False, "default") == "new"
     assert situation(True, "job") == "analog"
     assert DEFAULTS["transfer"] == DEFAULTS["new"] != DEFAULTS["job"]
+
+
+def test_a_sparse_late_bin_takes_the_choice_of_the_bin_before_it() -> None:
+    """Keras' mean is exact at 90 % and the own rate (the default) 10 % off; at 95 %
+    three samples, too few to choose on: 95 % takes 90 %'s choice, not the pool of
+    the bins spanning a run (here empty: the default)."""
+    n90, n95 = 30, 3
+    actual = [math.log(100.0)] * (n90 + n95)
+    cands = [
+        {"blend": math.log(110.0), "own": math.log(110.0 if i % 2 else 90.0), "keras": actual[0]}
+        for i in range(n90 + n95)
+    ]
+    points = [0.9] * n90 + [0.95] * n95
+    options = ((("own", 1.0),), (("keras", 1.0),))
+    chosen = choose(
+        points, actual, cands, options, all_points=(0.75, 0.9, 0.95), default=options[0]
+    )
+    assert chosen == {0.75: options[0], 0.9: options[1], 0.95: options[1]}
