@@ -30,9 +30,11 @@ are out of sample.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -53,19 +55,23 @@ calibration, option and weights draw on (``Calibrator.fit``, ``choice.choose``,
 ``EtaModel``). Why not the late bins: they hold a run's last tenth, and in a pool they
 weighed it as much as its middle half; with them a small session's start, which pools
 all residuals, moved (one recorded CPU session's start error 0.54 -> 0.69). A sparse
-late bin takes its neighbour's instead (``earlier_bin``)."""
+late bin takes its neighbour's instead (``with_late_bins``)."""
+_T = TypeVar("_T")
 
 
-def earlier_bin(point: float) -> float | None:
-    """The bin a sparse late bin (past ``SPAN_POINTS``) borrows from: the one before it
-    (0.95 -> 0.9 -> 0.75), whose moments are the nearest to its own; None for the others.
+def with_late_bins(by_point: dict[float, _T]) -> dict[float, _T]:
+    """``by_point`` (what was measured per bin: a calibration, an option, weights, a
+    floor, a mix), each late bin without a value given the value of the bin before it
+    (0.95 -> 0.9 -> 0.75), whose moments are the nearest to its own.
 
     Why: only runs of 14 or more progress points reach the 95 % bin in a replay, so on
     a cluster of short runs it stays sparse while 90 % is full, and the pool of 10–75 %
-    would drop what the runs showed near their end (a slow stop)."""
-    if point in SPAN_POINTS:
-        return None
-    return POINTS[POINTS.index(point) - 1]
+    would drop what the runs showed near their end (a slow stop). Bins still without a
+    value are the caller's to fill (its pool) or to leave out."""
+    for before, point in itertools.pairwise(POINTS):
+        if point not in SPAN_POINTS and point not in by_point and before in by_point:
+            by_point[point] = by_point[before]
+    return by_point
 
 
 def progress_point(progress_ratio: float) -> float:
@@ -318,7 +324,7 @@ class Calibrator:
 
         A bin with fewer than ``min_samples`` residuals takes a pooled one: at the start
         all residuals, once the run has epochs those of every point with epochs (of
-        ``SPAN_POINTS`` both); a late bin takes the bin before it (``earlier_bin``). Why
+        ``SPAN_POINTS`` both); a late bin takes the bin before it (``with_late_bins``). Why
         not the start's there: at the start the forecast is the history's alone, and
         a job's first runs on a cluster are off by a factor (the pooled regression, or
         no history at all), while one epoch later the run's own rate has set the
@@ -344,21 +350,15 @@ class Calibrator:
             if len(later) >= self.min_samples
             else default
         )
-        self.bins_: dict[float, tuple[float, float, float]] = {}
-        self.n_: dict[float, int] = {}
-        for p, items in by_point.items():
-            self.n_[p] = len(items)
-            self.bins_[p] = (
-                fit_bin(items, levels.get(p, self.coverage), self.shift_prior, self.power)
+        self.n_ = {p: len(items) for p, items in by_point.items()}
+        own = with_late_bins(
+            {
+                p: fit_bin(items, levels.get(p, self.coverage), self.shift_prior, self.power)
+                for p, items in by_point.items()
                 if len(items) >= self.min_samples
-                else (
-                    default
-                    if p == 0
-                    else default_later
-                    if (prev := earlier_bin(p)) is None
-                    else self.bins_[prev]
-                )
-            )
+            }
+        )
+        self.bins_ = {p: own.get(p, default if p == 0 else default_later) for p in POINTS}
         return self
 
     def quantiles(

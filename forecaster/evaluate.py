@@ -52,7 +52,7 @@ from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
-from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.estimators.eta_model import EtaModel, replay_moments
 from gpu_eta.forecaster.runs import Run, thinned
 from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
 
@@ -153,26 +153,16 @@ def identity_key(run: Run) -> tuple[str, ...] | None:
 def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
     """``(timestamp, point, run as seen then, whole run)`` for every scored moment, in
     time order: each completed run at its start and at its last epoch end at or before
-    10/25/50/75/90/95 % of its plan (a point whose last epoch seen is the start is scored at
-    0 % only; a point that already shows the whole run is not a forecast, and neither
-    is one with no time left: the remaining epochs took zero seconds). A moment is
-    scored once, at the first point that reaches it (a run of ten epochs is at its
-    ninth at 90 % and at 95 %: scored at 90 %, the bin the live model gives it)."""
-    events: list[tuple[float, float, Run, Run]] = []
-    for run in runs:
-        if run.completed is not True:
-            continue
-        seen: set[int] = set()
-        for point in POINTS:
-            part = truncate(run, point)
-            if point > 0 and len(part.epoch_times) < 2:
-                continue  # nothing seen yet at this point: that is the start, scored at 0 %
-            if len(part.epoch_times) == len(run.epoch_times) or len(part.epoch_times) in seen:
-                continue
-            seen.add(len(part.epoch_times))
-            if not run.last_timestamp > part.last_timestamp:
-                continue  # nothing left to forecast: an error in % of zero is undefined
-            events.append((part.last_timestamp, point, part, run))
+    10/25/50/75/90/95 % of its plan, the moments the calibration replays
+    (``eta_model.replay_moments``: each once, at the first point that reaches it; none
+    that shows the whole run or has no time left, an error in % of zero being
+    undefined)."""
+    events = [
+        (part.last_timestamp, point, part, run)
+        for run in runs
+        if run.completed is True
+        for point, part in replay_moments(run)  # the calibration replay's moments
+    ]
     events.sort(key=lambda e: (e[0], e[2].run_id, e[1]))
     return events
 

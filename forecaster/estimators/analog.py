@@ -62,7 +62,7 @@ from gpu_eta.forecaster.estimators.base import (
     remaining_epochs,
     stall_widen,
 )
-from gpu_eta.forecaster.estimators.campaign import campaign_start
+from gpu_eta.forecaster.estimators.campaign import latest_runs
 from gpu_eta.forecaster.estimators.rate import median_list
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
@@ -236,17 +236,14 @@ class AnalogEstimator:
 
     def analogs(self, run: Run, before: float | None = None) -> list[_Curve]:
         """The most recent earlier runs of ``run``'s identity that ended before
-        ``before``, of its latest campaign (``campaign.campaign_start``)."""
+        ``before``, of its latest campaign (``campaign.latest_runs``)."""
         if not hasattr(self, "groups_"):
             raise NotFittedError("AnalogEstimator used before fit")
         key = identity(run)
         if key is None or key not in self.groups_:
             return []
-        curves = self.groups_[key]
-        ends = self.ends_[key]
-        stop = len(curves) if before is None else bisect.bisect_left(ends, before)
-        start = max(0, stop - self.max_analogs)
-        return curves[campaign_start(ends, start, stop, run.start_timestamp) : stop]
+        start, stop = latest_runs(self.ends_[key], self.max_analogs, run.start_timestamp, before)
+        return self.groups_[key][start:stop]
 
     def estimate(
         self, run: Run, before: float | None = None, target: float | None = None

@@ -21,9 +21,22 @@ at 10 %); before it, the older runs are all there is.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 CAMPAIGN_GAP_SECONDS = 30 * 86400.0
+
+
+def latest_runs(
+    ends: Sequence[float], limit: int, now: float, before: float | None = None
+) -> tuple[int, int]:
+    """``(start, stop)``: of a job's runs by end time (``ends``, in order), the at most
+    ``limit`` most recent that ended before ``before`` (all of them live, with None),
+    of the latest campaign of a run starting at ``now`` (``campaign_start``). What the
+    analogs and the job level both read."""
+    stop = len(ends) if before is None else bisect.bisect_left(ends, before)
+    start = max(0, stop - limit)
+    return campaign_start(ends, start, stop, now), stop
 
 
 def campaign_start(ends: Sequence[float], start: int, stop: int, now: float) -> int:

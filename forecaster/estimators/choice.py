@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gpu_eta.forecaster.calibration import SPAN_POINTS, earlier_bin, shifted_errors
+from gpu_eta.forecaster.calibration import SPAN_POINTS, shifted_errors, with_late_bins
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
 from gpu_eta.forecaster.estimators.blend import Components
@@ -211,7 +211,7 @@ def choose(
     the older and the newer half of the samples (their order is time order) too; a
     point with fewer than ``min_samples`` samples takes the choice made on the points
     of ``SPAN_POINTS`` pooled, a late one the choice of the bin before it
-    (``calibration.earlier_bin``).
+    (``calibration.with_late_bins``).
     """
     pts = np.asarray(points, dtype=float)
     act = np.asarray(actual, dtype=float)
@@ -249,12 +249,7 @@ def choose(
     pooled = default
     if enough:
         pooled = pick([pts == p for p in enough])
-    out: dict[float, Option] = {}
-    for point in all_points:
-        sel = pts == point
-        prev = earlier_bin(point)
-        if sel.sum() >= min_samples:
-            out[point] = pick([sel])
-        else:
-            out[point] = out.get(prev, pooled) if prev is not None else pooled
-    return out
+    own = with_late_bins(
+        {p: pick([pts == p]) for p in all_points if (pts == p).sum() >= min_samples}
+    )
+    return {p: own.get(p, pooled) for p in all_points}

@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -58,13 +58,13 @@ from gpu_eta.forecaster.calibration import (
     Residual,
     applied_shift,
     bias_shift,
-    earlier_bin,
     group_scales,
     group_shifts,
     measure_tails,
     progress_point,
     shifted_errors,
     tails,
+    with_late_bins,
 )
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator, identity
@@ -101,6 +101,25 @@ def truncate(run: Run, point: float) -> Run:
     limit = point * run.epochs_planned + 1e-9
     times = tuple(et for et in run.epoch_times if et[0] <= limit)
     return dataclasses.replace(run, epoch_times=times, completed=None)
+
+
+def replay_moments(run: Run) -> Iterator[tuple[float, Run]]:
+    """``(point, run as it looked then)`` at each of ``POINTS`` (``truncate``): each
+    moment once, at the first point that reaches it (a run of ten epochs is at its
+    ninth at 90 and at 95 %), none that shows the whole run or has no time left.
+
+    Why one function: the calibration replay (``EtaModel._samples``) and the backtest
+    (``evaluate.replay_events``) must replay a past run at the same moments.
+    """
+    seen: set[int] = set()
+    for point in POINTS:
+        part = truncate(run, point)
+        n_seen = len(part.epoch_times)
+        if n_seen in seen or n_seen == len(run.epoch_times):
+            continue
+        seen.add(n_seen)
+        if run.last_timestamp > part.last_timestamp:
+            yield point, part
 
 
 PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
@@ -534,16 +553,8 @@ class EtaModel:
         out: list[_Sample] = []
         for run in done:
             end = run.last_timestamp
-            seen: set[int] = set()
-            for point in POINTS:
-                part = truncate(run, point)
-                n_seen = len(part.epoch_times)
-                if n_seen in seen or n_seen == len(run.epoch_times):
-                    continue
-                seen.add(n_seen)
+            for _point, part in replay_moments(run):
                 truth = end - part.last_timestamp
-                if truth <= 0:
-                    continue
                 end_before = part.last_timestamp
                 found = analog.estimate(part, end_before)
                 out.append(
@@ -595,9 +606,7 @@ class EtaModel:
                 for errs, out in ((r_err, rate), (p_err, prior)):
                     arr = np.asarray(errs)
                     out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
-            elif (prev := earlier_bin(point)) is not None and prev in rate:
-                rate[point], prior[point] = rate[prev], prior[prev]  # a sparse late bin
-        return rate, prior
+        return with_late_bins(rate), with_late_bins(prior)
 
     def _floored(self, c: Components, point: float, mix: float | None = None) -> Components:
         """``c`` with this model's measured floors at ``point`` and a prior weight ``mix``
@@ -630,7 +639,7 @@ class EtaModel:
         that persists, ``g``, is the median regression of ``y`` on ``x`` through the
         origin (the weighted median of ``y/x`` with weights ``|x|``), per progress bin,
         clipped to [0, 1]; the prior's weight is ``1 − g`` (a sparse late bin takes the
-        bin before it, ``calibration.earlier_bin``). Every epoch end counts (up to
+        bin before it, ``calibration.with_late_bins``). Every epoch end counts (up to
         ``MAX_MIX_CUTS`` a run), not just the replay points past the start, so the
         estimate settles with a few dozen runs. On a quiet node departures persist (``g`` ≈ 1,
         the rate decides); where neighbours come and go they fade, the more so the
@@ -666,8 +675,6 @@ class EtaModel:
             x, y = np.asarray(xs[point]), np.asarray(ys[point])
             ok = np.abs(x) > 1e-6
             if int(ok.sum()) < self.min_mix_samples:
-                if (prev := earlier_bin(point)) is not None and prev in out:
-                    out[point] = out[prev]  # a sparse late bin: its neighbour's
                 continue
             g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
             measured = float(np.clip(1.0 - g, 0.0, 1.0))
@@ -676,7 +683,7 @@ class EtaModel:
             evidence = float(np.sum(np.abs(x[ok])))
             trust = evidence / (evidence + self.min_mix_samples * MIX_SCALE)
             out[point] = trust * measured + (1.0 - trust) * float(np.median(ws[point]))
-        return out
+        return with_late_bins(out)
 
     def _job_scale(self, prior_scale: float) -> float:
         """The same-job-same-batch prior's sigma multiplier for a tuned ``prior_scale``.
@@ -759,15 +766,14 @@ class EtaModel:
             pooled = pick(
                 np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0)
             )
-        out: dict[float, tuple[float, float, float]] = {}
-        for point in POINTS:  # in order: a late bin's neighbour is set before it
-            sel = points == point
-            prev = earlier_bin(point)
-            if sel.sum() >= self.min_tune_samples:
-                out[point] = pick(np.median(errs[:, sel], axis=1))
-            else:
-                out[point] = out[prev] if prev is not None else pooled
-        return out
+        own = with_late_bins(
+            {
+                p: pick(np.median(errs[:, points == p], axis=1))
+                for p in POINTS
+                if (points == p).sum() >= self.min_tune_samples
+            }
+        )
+        return {p: own.get(p, pooled) for p in POINTS}
 
     def update(self, history: Sequence[Run]) -> None:
         """Learn the runs that finished since ``fit`` as analogs and in their job's

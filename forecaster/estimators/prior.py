@@ -72,7 +72,7 @@ from gpu_eta.forecaster.estimators.base import (
     remaining_epochs,
     stall_widen,
 )
-from gpu_eta.forecaster.estimators.campaign import campaign_start
+from gpu_eta.forecaster.estimators.campaign import latest_runs
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Feature, Run
@@ -617,12 +617,9 @@ class PriorEstimator:
         return self._pooled(run)
 
     def _window(self, group: _JobGroup, run: Run, before: float | None) -> tuple[int, int]:
-        """``(start, stop)``: the runs of ``group`` that speak for ``run``: its last
-        ``max_job_runs`` that ended before ``before`` (all, live), of their latest
-        campaign (``campaign.campaign_start``)."""
-        stop = len(group.ends) if before is None else bisect.bisect_left(group.ends, before)
-        start = max(0, stop - self.max_job_runs)
-        return campaign_start(group.ends, start, stop, run.start_timestamp), stop
+        """``(start, stop)``: the runs of ``group`` that speak for ``run``
+        (``campaign.latest_runs``: its last ``max_job_runs`` of its latest campaign)."""
+        return latest_runs(group.ends, self.max_job_runs, run.start_timestamp, before)
 
     def job_group(self, run: Run) -> _JobGroup | None:
         """The runs the live job level reads for ``run``: its own job group, else the
