@@ -10,6 +10,7 @@ from gpu_eta.forecaster.estimators.analog import AnalogEstimator
 from gpu_eta.forecaster.estimators.campaign import (
     CAMPAIGN_GAP_SECONDS,
     campaign_start,
+    latest_runs,
 )
 from gpu_eta.forecaster.estimators.eta_model import truncate
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
@@ -31,6 +32,15 @@ def test_campaign_start_cuts_at_the_last_gap_once_a_run_follows_it() -> None:
     assert campaign_start(ends, 2, 7, later + 3 * DAY) == 4  # within the caller's window
     assert campaign_start(ends, 5, 7, later + 3 * DAY) == 5  # the window is the campaign
     assert campaign_start([], 0, 0, 0.0) == 0
+
+
+def test_latest_runs_is_the_last_few_ended_before_of_the_latest_campaign() -> None:
+    later = 3 * DAY + GAP + 1.0
+    ends = [0.0, DAY, 2 * DAY, 3 * DAY, later, later + DAY, later + 2 * DAY]
+    assert latest_runs(ends, 10, later + 3 * DAY) == (4, 7)  # live: every run, cut
+    assert latest_runs(ends, 2, later + 3 * DAY) == (5, 7)  # at most the last two
+    assert latest_runs(ends, 10, later + DAY, before=later + 1.0) == (4, 5)
+    assert latest_runs(ends, 3, later, before=later) == (1, 4)  # before the new campaign
 
 
 def _runs(speed: float, first_start: float, n: int, tag: str) -> list:
