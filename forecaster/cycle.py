@@ -35,7 +35,7 @@ from gpu_eta.forecaster.cycle_meta import (
 )
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
-from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.history import HistoryConflict, HistoryStore
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.promapi import PromClient
@@ -104,8 +104,9 @@ class Cycle:
         self._pending: tuple[Model, int, Sequence[Run]] | None = None
         self._learnt_runs: list[Run] = []  # the finished runs the model has seen, in order
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
-        # since the previous one instead of the whole lookback.
-        self._last_query_time: float | None = float_or_none(store.get_meta(LAST_QUERY_KEY))
+        # since the previous one instead of the whole lookback (``_load_state``).
+        self._stored_query: str | None = None  # the stored query time as read or written
+        self._last_query_time: float | None = None
         self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
         # calibrates the queue's intervals on real starts; kept in the history file
         self._starts = SavedStartTracker(store)
@@ -117,7 +118,7 @@ class Cycle:
         # The range queries and the means read every run one cycle in ``range_every``,
         # over the span since the previous such read (persisted like the query time),
         # else only the runs that end (_range_span).
-        self._last_range_time: float | None = float_or_none(store.get_meta(LAST_RANGE_KEY))
+        self._last_range_time: float | None = None
         self._cycles_since_range: int | None = None
         # runs this process finished lately (their series linger in the window's
         # answers): no range read for them, the store keeps a finished run frozen
@@ -125,7 +126,16 @@ class Cycle:
         # runs whose means were read since the last full read, as ending runs: the time
         # their stored means reach (later reads weigh only the seconds after it);
         # persisted, like the range time it completes
-        self._means_until: dict[RunKey, float] = decode_means_until(store.get_meta(MEANS_UNTIL_KEY))
+        self._means_until: dict[RunKey, float] = {}
+        self._load_state()
+
+    def _load_state(self) -> None:
+        """The cycle's state as the history file holds it: at start, and after another
+        process wrote the file (``HistoryConflict``), whose state then reads on."""
+        self._stored_query = self.store.get_meta(LAST_QUERY_KEY)
+        self._last_query_time = float_or_none(self._stored_query)
+        self._last_range_time = float_or_none(self.store.get_meta(LAST_RANGE_KEY))
+        self._means_until = decode_means_until(self.store.get_meta(MEANS_UNTIL_KEY))
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
@@ -164,7 +174,14 @@ class Cycle:
             meta[LAST_RANGE_KEY] = repr(now)
         if means_until != self._means_until:
             meta[MEANS_UNTIL_KEY] = encode_means_until(means_until)
-        self.store.record(view.updates, state=meta)
+        try:
+            # only if the file's state is still the one this read started from: else
+            # another forecaster stored these seconds' means already
+            self.store.record(view.updates, state=meta, expect={LAST_QUERY_KEY: self._stored_query})
+        except HistoryConflict:
+            self._load_state()
+            raise
+        self._stored_query = meta[LAST_QUERY_KEY]
         self._last_query_time = now
         self._means_until = means_until  # with a full read, every run's means reach now
         if full:

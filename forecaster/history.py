@@ -66,6 +66,7 @@ from gpu_eta.forecaster.history_file import (
 from gpu_eta.forecaster.history_rows import (
     PERCENT_UNIT,
     RUNNING_COLUMNS,
+    HistoryConflict,
     HistoryError,
     StoredEnds,
     StoredRun,
@@ -91,7 +92,7 @@ from gpu_eta.forecaster.runs import (
 # The store's public API. HistoryError and StoredRun are defined in history_rows,
 # RunUpdate and run_key in runs; they are re-exported here, where docs/forecaster.md
 # and the callers of HistoryStore find them.
-__all__ = ["HistoryError", "HistoryStore", "RunUpdate", "StoredRun", "run_key"]
+__all__ = ["HistoryConflict", "HistoryError", "HistoryStore", "RunUpdate", "StoredRun", "run_key"]
 
 log = logging.getLogger(__name__)
 
@@ -268,9 +269,16 @@ class HistoryStore:
 
     # -- writes ---------------------------------------------------------------
 
-    def record(self, updates: Iterable[RunUpdate], state: Mapping[str, str] | None = None) -> None:
+    def record(
+        self,
+        updates: Iterable[RunUpdate],
+        state: Mapping[str, str] | None = None,
+        expect: Mapping[str, str | None] | None = None,
+    ) -> None:
         """Upsert running runs, add their epoch ends and store the caller's ``state``
-        (service values, as ``set_metas``), all in one transaction.
+        (service values, as ``set_metas``), all in one transaction — and only if the
+        stored service values are still those in ``expect`` (None: absent), else
+        ``HistoryConflict`` and nothing is written.
 
         Runs are matched by their full key. A finished run stays frozen. A live run
         whose run_id belongs to a finished run seeded without a pod (a CSV import,
@@ -288,6 +296,13 @@ class HistoryStore:
         so means stored without it would be read and added again after a failure or a
         restart, and a state stored without its means would lose those seconds. One
         transaction makes both or neither happen.
+
+        Why ``expect``: the caller read its means for the seconds after the state it
+        holds; a second process writing the same file (a forecaster started by mistake)
+        has stored those seconds' means already if the stored state moved on, and
+        adding them again would count them twice. The check is made after ``BEGIN
+        IMMEDIATE``, under the write lock, so no writer can come between it and the
+        write.
         """
         updates = self._storable(updates)
         rows = []
@@ -332,6 +347,8 @@ class HistoryStore:
             )
         with self._lock:
             with self._tx():
+                if expect:
+                    self._check_expected(expect)
                 for key, steps in to_steps.items():
                     self._percent_to_steps(key, steps)
                 dropped = self._drop_ends_before_start(recheck)
@@ -634,6 +651,20 @@ class HistoryStore:
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             list(values.items()),
         )
+
+    def _check_expected(self, expect: Mapping[str, str | None]) -> None:
+        """Raise ``HistoryConflict`` unless each stored service value is the expected
+        one (the caller's lock and transaction, which the raise rolls back)."""
+        for key, wanted in expect.items():
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            stored = None if row is None else readable(str(row[0]))
+            if stored != wanted:
+                raise HistoryConflict(
+                    f"history file {self.path}: another process wrote it since this one "
+                    f"read it ({key} is {stored!r}, this process read {wanted!r}); a second "
+                    "forecaster on the same file? Nothing was written; the next cycle reads "
+                    "on from the file's state"
+                )
 
     def get_meta(self, key: str) -> str | None:
         """A value stored with ``set_meta``, or None."""

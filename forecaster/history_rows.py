@@ -35,6 +35,11 @@ class HistoryError(ForecasterError):
     """The history file cannot be used (corrupt, foreign, newer schema, unwritable)."""
 
 
+class HistoryConflict(HistoryError):
+    """Another process wrote the state a write was conditional on (``record``'s
+    ``expect``): a second forecaster on the same file. Nothing was written."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRun:
     """A run as stored: the Run record plus where it ran."""

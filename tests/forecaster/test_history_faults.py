@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from gpu_eta.forecaster import history_file
-from gpu_eta.forecaster.history import HistoryError, HistoryStore
+from gpu_eta.forecaster.history import HistoryConflict, HistoryError, HistoryStore
 from gpu_eta.forecaster.runs import Run, RunUpdate
 from tests.support.read_only import read_only_directory, run_unprivileged
 
@@ -603,6 +603,94 @@ def test_a_cycle_failing_at_its_record_or_after_does_not_weigh_the_window_twice(
     assert got.keys() == {"a", "b"}
     assert got["a"] == pytest.approx(expected["a"], rel=1e-12)
     assert got["b"] == pytest.approx(expected["b"], rel=1e-12)
+
+
+def _means_of_forecasters(
+    db: Path, schedule: list[tuple[float, int, float]]
+) -> tuple[float, list[str]]:
+    """Run "a"'s stored GPU-use mean after full-read cycles by forecasters sharing the
+    history file ``db``: ``schedule`` lists (seconds after NOW, forecaster 0 or 1, the
+    run's GPU use over that cycle's window). Forecaster 1 starts after the first
+    entry, as a second replica would. Run "a"'s stored mean, and the messages of the
+    cycles that met ``HistoryConflict`` (left failed, as the service leaves them)."""
+    from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, means_of, merge
+
+    t = [NOW]
+    client = CannedClient({})
+    stores = [HistoryStore.open(db), HistoryStore.open(db)]
+    cycles: list[Any] = []
+    failed: list[str] = []
+    try:
+        for n, (after, which, util) in enumerate(schedule):
+            t[0] = NOW + after
+            while len(cycles) <= which and len(cycles) <= n:
+                cycles.append(
+                    make_cycle(
+                        client,
+                        stores[len(cycles)],
+                        clock=lambda: t[0],
+                        range_every=1,
+                        lookback_seconds=600,
+                    )
+                )
+            client.answers = merge(
+                job("a", 100, [(1, NOW - 30)], NOW - 100, pod="p-a"), means_of("p-a", util, 0.5)
+            )
+            try:
+                cycles[which].run()
+            except HistoryConflict as err:
+                failed.append(str(err))
+        (a,) = [s.run for s in stores[0].running()]
+        return float(a.features["gpu_utilization_ratio"]), failed
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_second_forecaster_on_the_same_file_does_not_count_a_window_twice(
+    tmp_path: Path,
+) -> None:
+    """Two forecasters on one history file (a second replica started by mistake) used
+    to add the same seconds' means twice: each read on from the query time it held in
+    memory. Forecaster 0 reads at 0 s, 1 at 60 s, 0 again at 120 s: its read spans the
+    60 s the other stored, so its write is refused (``HistoryConflict``, nothing
+    written, a message naming the likely cause), and at 180 s it reads on from the
+    file's state. Run "a" (0.25 for 100 s, then 0.75) then holds what one forecaster
+    reading at 0, 60 and 180 s stores: (0.25·100 + 0.75·180) / 280 = 0.571; the old
+    code stored (0.25·100 + 0.75·(60 + 120 + 60)) / 340 = 0.603."""
+    one, failed = _means_of_forecasters(
+        tmp_path / "one.sqlite", [(0, 0, 0.25), (60, 0, 0.75), (180, 0, 0.75)]
+    )
+    assert one == pytest.approx((0.25 * 100 + 0.75 * 180) / 280) and failed == []
+    two, failed = _means_of_forecasters(
+        tmp_path / "two.sqlite", [(0, 0, 0.25), (60, 1, 0.75), (120, 0, 0.75), (180, 0, 0.75)]
+    )
+    assert two == pytest.approx(one, rel=1e-12)
+    (message,) = failed
+    assert "another process wrote it since this one read it" in message
+    assert "a second forecaster on the same file?" in message and "Nothing was written" in message
+
+
+def test_a_record_expecting_another_state_writes_nothing(tmp_path: Path) -> None:
+    """``record(expect=...)`` checks the stored values under the write lock: a value
+    that differs (or is absent where one is expected, or present where none is)
+    refuses the whole write, runs and state alike."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    try:
+        store.record([update("r0", [(1, 1100.0)])], state={"k": "1"}, expect={"k": None})
+        before = digest(db)
+        for expect in ({"k": None}, {"k": "2"}, {"k": "1", "other": "x"}):
+            with pytest.raises(HistoryConflict, match="another process wrote it"):
+                store.record([update("r1", [(1, 1100.0)])], state={"k": "3"}, expect=expect)
+            assert digest(db) == before
+        assert store.get_meta("k") == "1"
+        assert [s.run.run_id for s in store.running()] == ["r0"]
+        store.record([update("r1", [(1, 1100.0)])], state={"k": "3"}, expect={"k": "1"})
+        assert store.get_meta("k") == "3"
+        assert [s.run.run_id for s in store.running()] == ["r0", "r1"]
+    finally:
+        store.close()
 
 
 # -- text another tool wrote that is not UTF-8 ---------------------------------------------
