@@ -3,19 +3,20 @@
 Why: a cluster re-runs the same configuration (the same job, by the same team, on the
 same kind of node, at the same batch size). Such runs share their whole *shape*, not
 just their speed: the start-up (data loading, compilation), the evaluation passes,
-the slower first epoch. So the remaining time of a run at progress fraction ``f``,
-``elapsed`` seconds after its start, is read off its analogs: each earlier run ``i``
-reached ``f`` after ``t_i(f)`` seconds (interpolated between its progress points)
-and finished after ``T_i``; this run is expected to need
+the slower first epoch. So the remaining time of a run at progress ``e`` of its plan
+``P``, ``elapsed`` seconds after its start, is read off its analogs: each earlier run
+``i`` reached ``e`` after ``t_i(e)`` seconds (interpolated between its progress points)
+and finished its plan ``P_i`` after ``T_i``; this run is expected to need
 
-    remaining = elapsed · median_i (T_i − t_i(f)) / t_i(f)
+    remaining = elapsed · median_i (T_i − t_i(e)) / t_i(e) · (P − e) / (P_i − e)
 
-— each analog's "time still to go per second already spent", so a run on a faster
-or slower node than its analogs keeps its own speed while borrowing their shape. No
-constant is fitted. Before the first progress point (elapsed carries no speed yet)
-it is the median total ``T_i``, scaled by the ratio of planned epochs: "as long as
-last time". Measured on MLPerf rounds
-v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md).
+— each analog's "time still to go per second already spent", its remaining work
+scaled to this run's, so a run on a faster or slower node than its analogs keeps its
+own speed while borrowing their shape. An analog that never reached ``e`` is read at
+the same fraction of its plan instead (``ahead``). No constant is fitted. Before the
+first progress point (elapsed carries no speed yet) it is the median total ``T_i``,
+scaled by the ratio of planned epochs: "as long as last time". Measured on MLPerf
+rounds v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md).
 
 Identity (``identity``): namespace, job name, node type and batch size and GPU count
 where known. The live service has no node type label: it is derived as
@@ -26,24 +27,32 @@ rate. A run with no job name has no identity and no analogs. Only the analogs of
 the latest campaign are read (``campaign.py``): a configuration re-run months later
 usually runs other software.
 
-Spread: the robust scale (1.4826·MAD) of the analogs' log ratios (floored only
-against 0; with one analog ``DEFAULT_SPREAD``). At the start of a run (their log
-totals), where it is the unit of the intervals whatever the centre (``EtaModel``), it is
-shrunk toward a typical spread ``s0`` when the analogs are few:
+Spread: the robust scale ``s`` (1.4826·MAD) of the analogs' log estimates, shrunk
+toward a typical spread ``s0`` by its degrees of freedom and widened by how far a new
+run lies from the median of ``n``:
 
-    spread² = ((n − 1)·s² + SHRINK·s0²) / (n − 1 + SHRINK)
+    spread² = ((n − 1)·s² + SHRINK·s0²) / (n − 1 + SHRINK) · (1 + π / (2n))
 
 — a scale measured on n analogs has n − 1 degrees of freedom, and on one to three
 of them it is often ~0 by chance (a new configuration's second run agreeing with its
 first), which made the intervals of late new configurations far too narrow (MLPerf
-fixture at the start: 70 % P10–P90 coverage). ``s0`` is the median spread of the
-configurations indexed with at least ``MIN_TYPICAL`` runs, their total durations'
-scale (the start-of-run spread); with none such yet, ``DEFAULT_SPREAD``. With one
-analog the spread is ``s0``. It is how much this configuration's runs
-differ from one another (0.1 % for MLPerf's RNN-T, 5 % for BERT, which stops at a
-quality target), so calibration (``forecaster.calibration``, ``EtaModel``) uses it
-as the unit of the analogs' residuals; a floor such as 0.1/√n made it the same for
-every configuration and the intervals of the noisy ones far too narrow.
+fixture at the start: 70 % P10–P90 coverage); the median of n has a variance of about
+π/(2n) times theirs, which a new run's distance from it adds. ``s0`` is the median
+spread of the same job's configurations with at least ``MIN_TYPICAL`` runs (on other
+hardware, at another batch size), else of every such configuration, else
+``DEFAULT_SPREAD``: how much a job's runs differ is mostly the job's (0.1 % for
+MLPerf's RNN-T, 5 % for BERT, which stops at a quality target). At the start it is the
+scale of their total durations; mid-run the scale of a configuration's latest run's
+analog forecasts at a quarter, half and three quarters of its plan (the median of the
+three), since the analogs agree far better once the run's own speed is known.
+
+Calibration (``forecaster.calibration``, ``EtaModel``) uses the spread as the unit of
+the analogs' residuals, so what matters is that it ranks moments by how uncertain they
+are: a floor such as 0.1/√n made it the same for every configuration and the
+intervals of the noisy ones far too narrow; mid-run, the raw scale (one analog:
+``DEFAULT_SPREAD``) held 92–99 % of outcomes with one analog and 65–78 % with two to
+four on MLPerf, 73–81 % and 75–87 % with this rule (docs/forecasting-evidence.md,
+"Analogs").
 """
 
 from __future__ import annotations
@@ -70,9 +79,10 @@ from gpu_eta.forecaster.runs import Run
 MAX_ANALOGS = 10  # the most recent earlier runs of one identity used per forecast
 MAX_KEPT = 50  # runs kept per identity (older ones are never among the last 10 later)
 MIN_SPREAD = 0.0005  # two analogs that agree exactly still leave some doubt
-DEFAULT_SPREAD = 0.1  # one analog's log-sd mid-run; the typical one before MIN_TYPICAL runs
+DEFAULT_SPREAD = 0.1  # the typical spread before any configuration has MIN_TYPICAL runs
 SHRINK = 2.0  # pseudo degrees of freedom of the typical spread (module docstring)
 MIN_TYPICAL = 5  # runs of one configuration for its spread to count as typical
+MID_RUN_SHARES = (0.25, 0.5, 0.75)  # where a configuration's mid-run spread is measured
 
 
 def node_type(run: Run) -> str:
@@ -184,6 +194,65 @@ def shrunk_spread(measured: float, n: int, typical: float, k: float = SHRINK) ->
     return max(MIN_SPREAD, spread)
 
 
+def ahead(run: Run, c: _Curve, target: float | None = None) -> float | None:
+    """Analog ``c``'s seconds still to go per second spent (``(T − t) / t``), for
+    ``run`` at its last progress point: to the end of the run's plan, or to progress
+    ``target`` (the self-check); None where ``c`` had spent no time yet.
+
+    Read where ``c`` had done as much as the run has, its remaining work scaled by the
+    work each has left (``(P − e) / (P_c − e)``, ``e`` the progress done, ``P`` the
+    plans); where ``c`` never got that far (or the target lies beyond its end), at the
+    same fraction of its plan. Why not the same fraction always: repeats of a job
+    trained to a quality target stop after different numbers of epochs, and a run
+    that stops at 54 is at 20 where its analog of 64 was at 20, not at 24 — with a
+    start-up and a first epoch that differ from the rest, the fraction compares a
+    point of one run's start with a later one of the other's (MLPerf's minigo: 65 % off
+    at 31 % of its plan, against 7 % at the same epoch). With equal plans both are the
+    same. On MLPerf at 50 % of the plan: 0.41 → 0.28× the best rate baseline on
+    v0.5–v1.1, 0.40 → 0.15× on v2.0–v2.1 (docs/forecasting-evidence.md, "Analogs").
+    """
+    return _ahead(run.epochs_done, run.epochs_planned, c, target)
+
+
+def _ahead(done: float, planned: float, c: _Curve, target: float | None) -> float | None:
+    """``ahead`` for a run at progress ``done`` of its plan ``planned``."""
+    if done < c.planned and (target is None or target <= c.planned):
+        at = interp(done / c.planned, c.fractions, c.elapsed)
+        if at <= 0:
+            return None
+        if target is not None:
+            return (interp(target / c.planned, c.fractions, c.elapsed) - at) / at
+        return (c.total - at) / at * (planned - done) / (c.planned - done)
+    at = interp(done / planned, c.fractions, c.elapsed)
+    if at <= 0:
+        return None
+    goal = 1.0 if target is None else min(1.0, target / planned)
+    return (interp(goal, c.fractions, c.elapsed) - at) / at
+
+
+def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
+    """The spread of the analog estimates of the last of ``curves`` (a configuration's
+    latest run) from the ones before it, at a quarter, half and three quarters of its
+    plan (their median): what analogs usually disagree by mid-run."""
+    last, earlier = curves[-1], curves[:-1]
+    scales = []
+    for share in MID_RUN_SHARES:
+        ratios = [_ahead(share * last.planned, last.planned, c, None) for c in earlier]
+        logs = [math.log(r) for r in ratios if r is not None and r > 0]
+        if len(logs) >= 2:
+            scales.append(_scale(logs))
+    return median_list(scales) if scales else None
+
+
+def _typical(spreads: dict[tuple[str, ...], float]) -> tuple[float, dict[str, float]]:
+    """The median of the configurations' ``spreads``, and per job name the median of
+    its configurations' (identity's second field)."""
+    by_job: dict[str, list[float]] = {}
+    for key, value in spreads.items():
+        by_job.setdefault(key[1], []).append(value)
+    return median_list(list(spreads.values())), {j: median_list(v) for j, v in by_job.items()}
+
+
 class AnalogEstimator:
     """Remaining time from earlier runs of the same identity (module docstring)."""
 
@@ -198,6 +267,10 @@ class AnalogEstimator:
         self.n_history_ = 0
         self.group_spread_: dict[tuple[str, ...], float] = {}
         self.typical_spread_ = DEFAULT_SPREAD
+        self.job_spread_: dict[str, float] = {}
+        self.group_mid_spread_: dict[tuple[str, ...], float] = {}
+        self.typical_mid_spread_ = DEFAULT_SPREAD
+        self.job_mid_spread_: dict[str, float] = {}
         self.update(history)
         return self
 
@@ -230,8 +303,13 @@ class AnalogEstimator:
                 self.group_spread_[key] = _scale(
                     [math.log(c.total / c.planned) for c in curves[-self.max_analogs :]]
                 )
+                mid = _mid_run_spread(curves[-self.max_analogs - 1 :])
+                if mid is not None:
+                    self.group_mid_spread_[key] = mid
         if touched and self.group_spread_:
-            self.typical_spread_ = median_list(list(self.group_spread_.values()))
+            self.typical_spread_, self.job_spread_ = _typical(self.group_spread_)
+        if touched and self.group_mid_spread_:
+            self.typical_mid_spread_, self.job_mid_spread_ = _typical(self.group_mid_spread_)
         self.n_history_ = max(self.n_history_, len(history))
 
     def analogs(self, run: Run, before: float | None = None) -> list[_Curve]:
@@ -261,38 +339,31 @@ class AnalogEstimator:
         # most of the cost (the same arithmetic; tests/forecaster/estimators/test_analog.py)
         frac = run.epochs_done / run.epochs_planned
         spent = run.last_timestamp - run.start_timestamp
-        totals = [c.total for c in curves]
-        if target is not None:
-            if frac <= 0 or spent <= 0:
-                return None
-            goal = min(1.0, target / run.epochs_planned)
-            totals = [interp(goal, c.fractions, c.elapsed) for c in curves]
         if frac <= 0 or spent <= 0:
+            if target is not None:
+                return None
             # at the start nothing has been spent: the analogs' whole length, per
             # planned epoch times this run's plan (a configuration may be run for
             # 10 epochs, then for 20)
-            est_logs = [
-                math.log(total * (run.epochs_planned / c.planned))
-                for total, c in zip(totals, curves, strict=True)
-            ]
+            est_logs = [math.log(c.total * (run.epochs_planned / c.planned)) for c in curves]
         else:
-            at = [interp(frac, c.fractions, c.elapsed) for c in curves]
             est_logs = [
-                math.log(spent * max((total - a) / a, 1e-9))
-                for total, a in zip(totals, at, strict=True)
-                if a > 0
+                math.log(spent * max(ratio, 1e-9))
+                for c in curves
+                if (ratio := ahead(run, c, target)) is not None
             ]
             if not est_logs:
                 return None
         center = median_list(est_logs)
         n = len(est_logs)
+        key = identity(run)
+        job = key[1] if key else ""
         if frac <= 0 or spent <= 0:
-            # the analogs' totals: the same quantity as the typical spread
-            spread = shrunk_spread(_scale(est_logs, center), n, self.typical_spread_)
-        elif n >= 2:
-            spread = max(MIN_SPREAD, _scale(est_logs, center))
+            typical = self.job_spread_.get(job, self.typical_spread_)
         else:
-            spread = DEFAULT_SPREAD
+            typical = self.job_mid_spread_.get(job, self.typical_mid_spread_)
+        spread = shrunk_spread(_scale(est_logs, center), n, typical)
+        spread *= math.sqrt(1.0 + math.pi / (2.0 * n))
         return AnalogEstimate(center, spread, n)
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:

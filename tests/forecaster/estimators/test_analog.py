@@ -50,6 +50,36 @@ def test_borrows_the_shape_and_keeps_its_own_speed() -> None:
     assert math.exp(start.log_remaining) == pytest.approx(history[0].last_timestamp - 1e6)
 
 
+def plain(run_id: str, start: float, epochs: int):
+    """A run with a 60 s start-up, then ``epochs`` epochs of 10 s."""
+    return make_run(run_id, [70.0] + [10.0] * (epochs - 1), start=start, **CONFIG)
+
+
+def test_a_run_of_another_length_is_read_at_the_same_progress_not_the_same_fraction() -> None:
+    """Repeats trained to a quality target stop after different numbers of epochs.
+    A run of 14 epochs at its 3rd (90 s spent, 110 s to go) against analogs of 10: read
+    where they were at epoch 3 (70 s of their 160 still to go, per 90 spent) with
+    their remaining work scaled by 11 / 7 it is exact; read at the same fraction (3/14,
+    their epoch 2.14, still in their start-up) it was 87 s."""
+    est = AnalogEstimator().fit([plain(f"h{i}", 1e6 + i * 1e3, 10) for i in range(3)])
+    run = plain("now", 2e6, 14)
+    part = truncate(run, 3 / 14)
+    assert part.epochs_done == 3
+    got = est.estimate(part)
+    assert got is not None and got.n == 3
+    assert math.exp(got.log_remaining) == pytest.approx(110.0, rel=1e-9)
+    at_fraction = 80.0 + (3 / 14 * 10 - 2) * 10.0  # their time at 3/14 of their plan
+    assert 90.0 * (160.0 - at_fraction) / at_fraction == pytest.approx(86.8, abs=0.1)
+    # the self-check's question (time to a progress already seen), at the same progress
+    to_five = est.estimate(part, target=5.0)
+    assert math.exp(to_five.log_remaining) == pytest.approx(20.0, rel=1e-9)
+    # past the analogs' own end (epoch 12 of 14; theirs stopped at 10): the same fraction
+    late = truncate(run, 12 / 14)
+    at = 70.0 + (12 / 14 * 10 - 1) * 10.0  # their time at 12/14 of their plan
+    expected = 180.0 * (160.0 - at) / at
+    assert math.exp(est.estimate(late).log_remaining) == pytest.approx(expected, rel=1e-9)
+
+
 def test_only_earlier_runs_of_the_same_configuration() -> None:
     history = [shaped("a", 1e6, 1.0), shaped("b", 1e6 + 5e3, 1.0, batch_size=128.0)]
     est = AnalogEstimator().fit(history)
@@ -87,8 +117,9 @@ def test_few_analogs_borrow_the_typical_spread() -> None:
     fresh = shaped("now", 3e6, 1.0, job_name="new")
     got = est.estimate(truncate(fresh, 0.0))
     assert got is not None and got.n == 2
-    # the two agree exactly (measured scale 0): one degree of freedom against two
-    assert got.spread == pytest.approx(typical * math.sqrt(2 / 3))
+    # the two agree exactly (measured scale 0): one degree of freedom against two, and
+    # a new run lies further from the median of two than their own scale says
+    assert got.spread == pytest.approx(typical * math.sqrt(2 / 3) * math.sqrt(1 + math.pi / 4))
     # one analog: the typical spread itself; many: nearly the measured one
     assert shrunk_spread(0.0, 1, typical) == pytest.approx(typical)
     assert shrunk_spread(0.3, 1000, 0.05) == pytest.approx(0.3, rel=1e-3)
@@ -96,6 +127,43 @@ def test_few_analogs_borrow_the_typical_spread() -> None:
     own = est.estimate(truncate(shaped("now", 3e6, 1.0, job_name="a"), 0.0))
     assert own is not None and own.n == 6
     assert own.spread > 0.5 * typical
+
+
+def test_a_new_configuration_borrows_the_spread_of_its_job_elsewhere() -> None:
+    """How much a job's runs differ is mostly the job's (one stopping at a quality
+    target varies, a fixed plan does not), so a configuration with few runs borrows
+    the typical spread of the same job's configurations on other hardware, at the
+    start (their totals) and mid-run (their analog forecasts), and everyone's only for
+    a job seen nowhere else."""
+
+    def run(run_id: str, start: float, startup: float, **features: str):
+        durations = [startup + 10.0] + [10.0] * 3 + [25.0] + [10.0] * 5
+        return make_run(run_id, durations, start=start, **{**CONFIG, **features})
+
+    noisy, steady = (30, 60, 120, 45, 90, 60), (60, 60.1, 59.9, 60, 60.2, 59.8)
+    history = [
+        run(f"{job}{node}{i}", 1e6 + (k * 10 + i) * 1e3, s, job_name=job, node_type=node)
+        for k, (job, node, startups) in enumerate(
+            [("bert", "n1", noisy), ("bert", "n2", noisy), ("resnet", "n1", steady)]
+        )
+        for i, s in enumerate(startups)
+    ]
+    history += [run(f"new{i}", 2e6 + i * 1e3, 60.0, node_type="n3") for i in range(2)]
+    est = AnalogEstimator().fit(history)
+    assert est.job_spread_["bert"] > 10 * est.job_spread_["resnet"]
+    assert est.job_mid_spread_["bert"] > 0 and est.typical_mid_spread_ > 0
+    assert est.job_mid_spread_["bert"] > 10 * est.job_mid_spread_["resnet"]
+    fresh = run("now", 3e6, 60.0, node_type="n3")  # bert (CONFIG) on new hardware
+    factor = math.sqrt(2 / 3) * math.sqrt(1 + math.pi / 4)  # two analogs that agree
+    start = est.estimate(truncate(fresh, 0.0))
+    assert start.n == 2 and start.spread == pytest.approx(est.job_spread_["bert"] * factor)
+    mid = est.estimate(truncate(fresh, 0.5))
+    assert mid.n == 2 and mid.spread == pytest.approx(est.job_mid_spread_["bert"] * factor)
+    # a job seen nowhere else: everyone's typical spread
+    unseen = [run(f"u{i}", 2e6 + i * 1e3, 60.0, node_type="n3", job_name="unseen") for i in (0, 1)]
+    est.update([*history, *unseen])
+    other = est.estimate(truncate(run("now", 3e6, 60.0, node_type="n3", job_name="unseen"), 0.5))
+    assert other.spread == pytest.approx(est.typical_mid_spread_ * factor)
 
 
 def test_contract() -> None:

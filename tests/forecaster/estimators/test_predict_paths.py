@@ -23,7 +23,6 @@ from gpu_eta.forecaster.estimators import analog as analog_mod
 from gpu_eta.forecaster.estimators import baselines as baselines_mod
 from gpu_eta.forecaster.estimators import rate as rate_mod
 from gpu_eta.forecaster.estimators.analog import (
-    DEFAULT_SPREAD,
     MIN_SPREAD,
     SHRINK,
     AnalogEstimate,
@@ -208,35 +207,52 @@ def numpy_estimate(
         return None
     frac = run.epochs_done / run.epochs_planned
     spent = run.last_timestamp - run.start_timestamp
-    totals = np.array([c.total for c in curves])
-    if target is not None:
-        if frac <= 0 or spent <= 0:
-            return None
-        goal = min(1.0, target / run.epochs_planned)
-        totals = np.array([np.interp(goal, c.fractions, c.elapsed) for c in curves])
     if frac <= 0 or spent <= 0:
+        if target is not None:
+            return None
+        totals = np.array([c.total for c in curves])
         scale = np.array([run.epochs_planned / c.planned for c in curves])
         est_logs = np.log(totals * scale)
         center = float(np.median(est_logs))
     else:
-        at = np.array([np.interp(frac, c.fractions, c.elapsed) for c in curves])
+        planned = np.array([c.planned for c in curves])
+        done = run.epochs_done
+        # read at the same progress where the analog got there (and to the target),
+        # else at the same fraction
+        same = (done < planned) & (target is None or np.array(target <= planned))
+        where = np.where(same, done / planned, frac)
+        if target is None:
+            goal = np.ones(len(curves))
+            work = np.where(
+                same, (run.epochs_planned - done) / np.maximum(planned - done, 1e-300), 1.0
+            )
+        else:
+            goal = np.where(same, target / planned, min(1.0, target / run.epochs_planned))
+            work = np.ones(len(curves))
+        at = np.array(
+            [np.interp(x, c.fractions, c.elapsed) for x, c in zip(where, curves, strict=True)]
+        )
+        ends = np.array(
+            [np.interp(g, c.fractions, c.elapsed) for g, c in zip(goal, curves, strict=True)]
+        )
         ok = at > 0
         if not ok.any():
             return None
-        ratios = np.maximum((totals[ok] - at[ok]) / at[ok], 1e-9)
+        ratios = np.maximum((ends[ok] - at[ok]) / at[ok] * work[ok], 1e-9)
         est_logs = np.log(spent * ratios)
         center = float(np.median(est_logs))
     measured = 1.4826 * float(np.median(np.abs(est_logs - center)))
-    if frac <= 0 or spent <= 0:  # shrunk toward the typical spread by n - 1 dof
-        dof = len(est_logs) - 1
-        typical = self.typical_spread_
-        shrunk = (dof * measured**2 + SHRINK * typical**2) / (dof + SHRINK)
-        spread = max(MIN_SPREAD, float(np.sqrt(shrunk)))
-    elif len(est_logs) >= 2:
-        spread = max(MIN_SPREAD, measured)
+    # shrunk by n - 1 dof toward the job's typical spread at the start or mid-run (or
+    # everyone's), widened as a new run's distance from the median of n
+    n = len(est_logs)
+    job = str(run.features.get("job_name", ""))
+    if frac <= 0 or spent <= 0:
+        typical = self.job_spread_.get(job, self.typical_spread_)
     else:
-        spread = DEFAULT_SPREAD
-    return AnalogEstimate(center, spread, len(est_logs))
+        typical = self.job_mid_spread_.get(job, self.typical_mid_spread_)
+    shrunk = ((n - 1) * measured**2 + SHRINK * typical**2) / (n - 1 + SHRINK)
+    spread = max(MIN_SPREAD, float(np.sqrt(shrunk))) * float(np.sqrt(1 + np.pi / (2 * n)))
+    return AnalogEstimate(center, spread, n)
 
 
 def cut(run: Run, keep: int, suffix: str) -> Run:
