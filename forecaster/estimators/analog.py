@@ -12,8 +12,9 @@ and finished its plan ``P_i`` after ``T_i``; this run is expected to need
 
 — each analog's "time still to go per second already spent", its remaining work
 scaled to this run's, so a run on a faster or slower node than its analogs keeps its
-own speed while borrowing their shape. An analog that never reached ``e`` is read at
-the same fraction of its plan instead (``ahead``). No constant is fitted. Before the
+own speed while borrowing their shape. An analog that never reached ``e``, or counts
+another unit, is read at the same fraction of its plan instead (``ahead``). No
+constant is fitted. Before the
 first progress point (elapsed carries no speed yet) it is the median total ``T_i``,
 scaled by the ratio of planned epochs: "as long as last time". Measured on MLPerf
 rounds v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md).
@@ -38,9 +39,11 @@ of them it is often ~0 by chance (a new configuration's second run agreeing with
 first), which made the intervals of late new configurations far too narrow (MLPerf
 fixture at the start: 70 % P10–P90 coverage); the median of n has a variance of about
 π/(2n) times theirs, which a new run's distance from it adds. ``s0`` is the median
-spread of the same job's configurations with at least ``MIN_TYPICAL`` runs (on other
-hardware, at another batch size), else of every such configuration, else
-``DEFAULT_SPREAD``: how much a job's runs differ is mostly the job's (0.1 % for
+spread of the same job's configurations with at least ``MIN_TYPICAL`` runs (by job
+name, in any namespace: on other hardware, at another batch size, another team's; a
+name as generic as ``train`` pools unrelated jobs, whose median is then about
+everyone's), else of every such configuration, else ``DEFAULT_SPREAD``: how much a
+job's runs differ is mostly the job's (0.1 % for
 MLPerf's RNN-T, 5 % for BERT, which stops at a quality target). At the start it is the
 scale of their total durations; mid-run the scale of a configuration's latest run's
 analog forecasts at a quarter, half and three quarters of its plan (the median of the
@@ -114,7 +117,8 @@ def identity(run: Run) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True, slots=True)
 class _Curve:
-    """One finished run: progress fractions and seconds since its start."""
+    """One finished run: progress fractions and seconds since its start, its plan and
+    the unit its progress counts."""
 
     end: float
     # tuples of floats, not arrays: ``estimate`` reads a few points of ≤ 10 curves per
@@ -122,6 +126,7 @@ class _Curve:
     fractions: tuple[float, ...]
     elapsed: tuple[float, ...]
     planned: float
+    unit: str = ""
 
     @property
     def total(self) -> float:
@@ -146,6 +151,7 @@ def _curve(run: Run) -> _Curve:
         fractions=tuple(float(e) / planned for e, _t in times),
         elapsed=tuple(float(t) - start for _e, t in times),
         planned=planned,
+        unit=str(run.features.get("progress_unit", "") or ""),
     )
 
 
@@ -201,22 +207,34 @@ def ahead(run: Run, c: _Curve, target: float | None = None) -> float | None:
 
     Read where ``c`` had done as much as the run has, its remaining work scaled by the
     work each has left (``(P − e) / (P_c − e)``, ``e`` the progress done, ``P`` the
-    plans); where ``c`` never got that far (or the target lies beyond its end), at the
-    same fraction of its plan. Why not the same fraction always: repeats of a job
-    trained to a quality target stop after different numbers of epochs, and a run
-    that stops at 54 is at 20 where its analog of 64 was at 20, not at 24 — with a
-    start-up and a first epoch that differ from the rest, the fraction compares a
-    point of one run's start with a later one of the other's (MLPerf's minigo: 65 % off
-    at 31 % of its plan, against 7 % at the same epoch). With equal plans both are the
-    same. On MLPerf at 50 % of the plan: 0.41 → 0.28× the best rate baseline on
-    v0.5–v1.1, 0.40 → 0.15× on v2.0–v2.1 (docs/forecasting-evidence.md, "Analogs").
+    plans); where ``c`` never got that far (or the target lies beyond its end), or it
+    counts another unit, at the same fraction of its plan (``_ahead``). Why not the
+    same fraction always: repeats of a job trained to a quality target stop after
+    different numbers of epochs, and a run that stops at 54 is at 20 where its analog
+    of 64 was at 20, not at 24 — with a start-up and a first epoch that differ from
+    the rest, the fraction compares a point of one run's start with a later one of the
+    other's (MLPerf's minigo: 65 % off at 31 % of its plan, against 7 % at the same
+    epoch). With equal plans both are the same. On MLPerf at 50 % of the plan: 0.41 →
+    0.28× the best rate baseline on v0.5–v1.1, 0.40 → 0.15× on v2.0–v2.1
+    (docs/forecasting-evidence.md, "Analogs").
     """
-    return _ahead(run.epochs_done, run.epochs_planned, c, target)
+    unit = str(run.features.get("progress_unit", "") or "")
+    return _ahead(run.epochs_done, run.epochs_planned, c, target, unit)
 
 
-def _ahead(done: float, planned: float, c: _Curve, target: float | None) -> float | None:
-    """``ahead`` for a run at progress ``done`` of its plan ``planned``."""
-    if done < c.planned and (target is None or target <= c.planned):
+def _ahead(
+    done: float, planned: float, c: _Curve, target: float | None, unit: str = ""
+) -> float | None:
+    """``ahead`` for a run at progress ``done`` of its plan ``planned``, counted in
+    ``unit`` (an analog counting another unit is read at the same fraction).
+
+    The scale ``(P − e) / (P_c − e)`` applies to everything the analog had left,
+    its end included (a final evaluation, a checkpoint): a plan much longer than the
+    analog's, near the analog's end, multiplies that end. Reading the extra work at the
+    analog's pace after its first point instead (its end counted once) was measured
+    and dropped: on MLPerf the local pace is what carries (v2.0–v2.1 at 50 % 0.15 →
+    0.32× the best baseline; docs/forecasting-evidence.md, "Analogs")."""
+    if unit == c.unit and done < c.planned and (target is None or target <= c.planned):
         at = interp(done / c.planned, c.fractions, c.elapsed)
         if at <= 0:
             return None
@@ -237,7 +255,7 @@ def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
     last, earlier = curves[-1], curves[:-1]
     scales = []
     for share in MID_RUN_SHARES:
-        ratios = [_ahead(share * last.planned, last.planned, c, None) for c in earlier]
+        ratios = [_ahead(share * last.planned, last.planned, c, None, last.unit) for c in earlier]
         logs = [math.log(r) for r in ratios if r is not None and r > 0]
         if len(logs) >= 2:
             scales.append(_scale(logs))
@@ -312,6 +330,16 @@ class AnalogEstimator:
             self.typical_mid_spread_, self.job_mid_spread_ = _typical(self.group_mid_spread_)
         self.n_history_ = max(self.n_history_, len(history))
 
+    def typicals(self, run: Run) -> tuple[float, float]:
+        """The typical spreads ``run``'s analog spread is shrunk toward, at the start
+        and mid-run: its job's (by job name), else everyone's (module docstring)."""
+        job = run.features.get("job_name")
+        job = job if isinstance(job, str) else ""
+        return (
+            self.job_spread_.get(job, self.typical_spread_),
+            self.job_mid_spread_.get(job, self.typical_mid_spread_),
+        )
+
     def analogs(self, run: Run, before: float | None = None) -> list[_Curve]:
         """The most recent earlier runs of ``run``'s identity that ended before
         ``before``, of its latest campaign (``campaign.latest_runs``)."""
@@ -356,12 +384,8 @@ class AnalogEstimator:
                 return None
         center = median_list(est_logs)
         n = len(est_logs)
-        key = identity(run)
-        job = key[1] if key else ""
-        if frac <= 0 or spent <= 0:
-            typical = self.job_spread_.get(job, self.typical_spread_)
-        else:
-            typical = self.job_mid_spread_.get(job, self.typical_mid_spread_)
+        start_typical, mid_typical = self.typicals(run)
+        typical = start_typical if frac <= 0 or spent <= 0 else mid_typical
         spread = shrunk_spread(_scale(est_logs, center), n, typical)
         spread *= math.sqrt(1.0 + math.pi / (2.0 * n))
         return AnalogEstimate(center, spread, n)

@@ -877,10 +877,11 @@ class EtaModel:
         time, so they follow any change of those. Safe by construction: kept parts are
         reused only for the run's whole content equal (epoch ends, plan, features; the
         utilisation means, which drift every cycle, only where the regression reads them),
-        the same fitted ``blend_`` and ``analog_``, and the same analogs and job group
-        of this run (``update`` replaces those of the runs that finished: only runs of
-        the same configuration or job are recomputed). One entry per run (a changed
-        run replaces its entry); at most ``MEMO_MAX`` entries, then cleared.
+        the same fitted ``blend_`` and ``analog_``, and the same analogs, job group and
+        typical analog spreads of this run (``update`` replaces those of the runs that
+        finished: only runs of the same configuration or job are recomputed). One entry
+        per run (a changed run replaces its entry); at most ``MEMO_MAX`` entries, then
+        cleared.
         """
         # the fitted parts themselves (held, so a refit's new parts cannot reuse their ids)
         state = (self.blend_, self.analog_)
@@ -903,13 +904,22 @@ class EtaModel:
             features = {k: v for k, v in features.items() if k not in NUMERIC_RAW}
         content = (run.epochs_planned, run.epoch_times, tuple(features.items()))
         # what ``update`` changes for this run: its analogs and its job group (both
-        # replaced by new objects when a run of theirs finishes; compared by identity)
+        # replaced by new objects when a run of theirs finishes; compared by identity),
+        # and the typical spreads its analogs' spread is shrunk toward (its job's, moved
+        # by a run of the job finishing on other hardware)
         analogs = self.analog_.groups_.get(identity(run) or ())
+        typicals = self.analog_.typicals(run)
         hit = entries.get(who)
-        if hit is not None and hit[0] == content and hit[1] is analogs and hit[2] is job:
-            return hit[3]
+        if (
+            hit is not None
+            and hit[0] == content
+            and hit[1] is analogs
+            and hit[2] is job
+            and hit[3] == typicals
+        ):
+            return hit[4]
         known: dict = {}
-        entries[who] = (content, analogs, job, known)
+        entries[who] = (content, analogs, job, typicals, known)
         return known
 
 

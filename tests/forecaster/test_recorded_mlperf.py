@@ -102,10 +102,17 @@ def failures(ignore_history: bool) -> list[str]:
             out.append(f"{point}: {r:.2f}x the best rate baseline")
         if point == 0.1 and (r := ratios(cols, cols["history"])) > 0.7:
             out.append(f"{point} with history: {r:.2f}x the best rate baseline")
-        lo, hi = wilson(int(np.sum(cols["hit"])), len(cols["hit"]))
-        if hi < COVERAGE_BAND[0] or lo > COVERAGE_BAND[1]:
-            out.append(f"{point}: coverage {np.mean(cols['hit']):.3f} (90 % {lo:.3f}–{hi:.3f})")
+        if outside_band(hits := int(np.sum(cols["hit"])), n := len(cols["hit"])):
+            lo, hi = wilson(hits, n)
+            out.append(f"{point}: coverage {hits / n:.3f} (90 % {lo:.3f}–{hi:.3f})")
     return out
+
+
+def outside_band(hits: int, n: int) -> bool:
+    """Whether a coverage of ``hits`` in ``n`` lies outside ``COVERAGE_BAND`` beyond
+    sampling error (its 90 % Wilson interval misses the band)."""
+    lo, hi = wilson(hits, n)
+    return hi < COVERAGE_BAND[0] or lo > COVERAGE_BAND[1]
 
 
 def wilson(hits: int, n: int, z: float = 1.645) -> tuple[float, float]:
@@ -131,7 +138,7 @@ def test_the_coverage_check_allows_sampling_error_only() -> None:
     ):
         lo, hi = wilson(hits, n)
         assert lo < hits / n < hi
-        assert (hi < COVERAGE_BAND[0] or lo > COVERAGE_BAND[1]) == fails, (hits, n, lo, hi)
+        assert outside_band(hits, n) == fails, (hits, n, lo, hi)
 
 
 def test_the_same_thresholds_fail_with_history_ignored() -> None:

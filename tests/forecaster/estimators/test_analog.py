@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -68,8 +69,6 @@ def test_a_run_of_another_length_is_read_at_the_same_progress_not_the_same_fract
     got = est.estimate(part)
     assert got is not None and got.n == 3
     assert math.exp(got.log_remaining) == pytest.approx(110.0, rel=1e-9)
-    at_fraction = 80.0 + (3 / 14 * 10 - 2) * 10.0  # their time at 3/14 of their plan
-    assert 90.0 * (160.0 - at_fraction) / at_fraction == pytest.approx(86.8, abs=0.1)
     # the self-check's question (time to a progress already seen), at the same progress
     to_five = est.estimate(part, target=5.0)
     assert math.exp(to_five.log_remaining) == pytest.approx(20.0, rel=1e-9)
@@ -78,6 +77,23 @@ def test_a_run_of_another_length_is_read_at_the_same_progress_not_the_same_fract
     at = 70.0 + (12 / 14 * 10 - 1) * 10.0  # their time at 12/14 of their plan
     expected = 180.0 * (160.0 - at) / at
     assert math.exp(est.estimate(late).log_remaining) == pytest.approx(expected, rel=1e-9)
+
+
+def test_an_analog_counting_another_unit_is_read_at_the_same_fraction() -> None:
+    """A configuration's runs that reported epochs (plan 10) and one that reported
+    only steps (1,000): a step count is no epoch count, so the run counting epochs
+    reads the other at its fraction of the plan."""
+    steps = make_run("h", [70.0] + [10.0] * 9, start=1e6, **CONFIG)
+    steps = dataclasses.replace(
+        steps,
+        epochs_planned=1000.0,
+        epoch_times=tuple((e * 100.0, t) for e, t in steps.epoch_times),
+        features={**steps.features, "progress_unit": "steps"},
+    )
+    est = AnalogEstimator().fit([steps])
+    part = truncate(plain("now", 2e6, 10), 0.3)  # epoch 3 of 10, 90 s spent
+    got = est.estimate(part)
+    assert math.exp(got.log_remaining) == pytest.approx(90.0 * (160.0 - 90.0) / 90.0)
 
 
 def test_only_earlier_runs_of_the_same_configuration() -> None:

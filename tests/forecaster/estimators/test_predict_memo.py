@@ -120,7 +120,8 @@ def test_a_changed_run_is_recomputed(model, data, monkeypatch):
 
 def test_update_recomputes_the_runs_it_concerns_and_a_refit_all(data, monkeypatch):
     """``update`` (the live cycle calls it whenever a run finished) gives new analogs
-    and job runs to some configurations: exactly their running jobs are recomputed."""
+    and job runs to some configurations, and may move a job's typical analog spread:
+    exactly their running jobs are recomputed, and each forecast equals a fresh one."""
     history, later = data
     model = EtaModel(random_state=0).fit(history)
     jobs = [running(r, 3) for r in later[40:] if len(r.epoch_times) > 3]
@@ -137,10 +138,15 @@ def test_update_recomputes_the_runs_it_concerns_and_a_refit_all(data, monkeypatc
             return group_key(r) in groups
         return hardware_key(r) in hardware
 
-    expected = sum(identity(r) in concerned or reads(r) for r in jobs)
-    assert 0 < expected < len(jobs)  # some jobs concerned, some not
+    typicals = [model.analog_.typicals(r) for r in jobs]
     calls = counting_own_rate(monkeypatch)
     model.update([*history, *finished])
+    # ... or the typical spread its analogs' spread is shrunk toward (its job's)
+    moved = [model.analog_.typicals(r) != t for r, t in zip(jobs, typicals, strict=True)]
+    expected = sum(
+        identity(r) in concerned or reads(r) or m for r, m in zip(jobs, moved, strict=True)
+    )
+    assert 0 < expected < len(jobs)  # some jobs concerned, some not
     after = [model.predict(r, r.last_timestamp) for r in jobs]
     assert calls[0] == expected
     assert after == [fresh(model, r, r.last_timestamp) for r in jobs]

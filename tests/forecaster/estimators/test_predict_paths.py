@@ -217,9 +217,11 @@ def numpy_estimate(
     else:
         planned = np.array([c.planned for c in curves])
         done = run.epochs_done
-        # read at the same progress where the analog got there (and to the target),
-        # else at the same fraction
-        same = (done < planned) & (target is None or np.array(target <= planned))
+        unit = str(run.features.get("progress_unit", "") or "")
+        same_unit = np.array([c.unit == unit for c in curves])
+        # read at the same progress where the analog got there (and to the target) in
+        # the same unit, else at the same fraction
+        same = same_unit & (done < planned) & (target is None or np.array(target <= planned))
         where = np.where(same, done / planned, frac)
         if target is None:
             goal = np.ones(len(curves))
