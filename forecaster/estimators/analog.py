@@ -53,9 +53,9 @@ Calibration (``forecaster.calibration``, ``EtaModel``) uses the spread as the un
 the analogs' residuals, so what matters is that it ranks moments by how uncertain they
 are: a floor such as 0.1/√n made it the same for every configuration and the
 intervals of the noisy ones far too narrow; mid-run, the raw scale (one analog:
-``DEFAULT_SPREAD``) held 92–99 % of outcomes with one analog and 65–78 % with two to
-four on MLPerf, 73–81 % and 75–87 % with this rule (docs/forecasting-evidence.md,
-"Analogs").
+``DEFAULT_SPREAD``) held 92–99 % of outcomes with one analog and 65–81 % with two to
+four on MLPerf (25–95 % of the plan), 75–81 % and 76–86 % with this rule
+(docs/forecasting-evidence.md, "Analogs").
 """
 
 from __future__ import annotations
