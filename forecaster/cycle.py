@@ -195,8 +195,12 @@ class Cycle:
         stored_running = self.store.running()
         for stored in stored_running:
             key = run_key(stored.run)
-            if key not in view.present and now - stored.last_seen >= s.vanish_grace_seconds:
-                to_finish.add(key)  # vanished: an exporter restart gets the grace period
+            # vanished: an exporter restart gets the grace period, and so does a run that
+            # started within it but was never seen present (its start read by one query
+            # of this cycle, its last report not yet by the one before: both ask ``now``)
+            seen = max(stored.last_seen, stored.run.start_timestamp)
+            if key not in view.present and now - seen >= s.vanish_grace_seconds:
+                to_finish.add(key)
         newly_finished = self.store.finish(sorted(to_finish), now)
         # runs finished more than a window ago have left the answers: forget them
         self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
