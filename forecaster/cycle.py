@@ -106,7 +106,6 @@ class Cycle:
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback (``_load_state``).
         self._stored_query: str | None = None  # the stored query time as read or written
-        self._last_query_time: float | None = None
         self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
         # calibrates the queue's intervals on real starts; kept in the history file
         self._starts = SavedStartTracker(store)
@@ -133,9 +132,14 @@ class Cycle:
         """The cycle's state as the history file holds it: at start, and after another
         process wrote the file (``HistoryConflict``), whose state then reads on."""
         self._stored_query = self.store.get_meta(LAST_QUERY_KEY)
-        self._last_query_time = float_or_none(self._stored_query)
         self._last_range_time = float_or_none(self.store.get_meta(LAST_RANGE_KEY))
         self._means_until = decode_means_until(self.store.get_meta(MEANS_UNTIL_KEY))
+
+    @property
+    def _last_query_time(self) -> float | None:
+        """The previous cycle's query time: the stored text this process read or wrote
+        (one value, so the two cannot disagree)."""
+        return float_or_none(self._stored_query)
 
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
@@ -182,7 +186,6 @@ class Cycle:
             self._load_state()
             raise
         self._stored_query = meta[LAST_QUERY_KEY]
-        self._last_query_time = now
         self._means_until = means_until  # with a full read, every run's means reach now
         if full:
             self._cycles_since_range = 0

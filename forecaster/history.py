@@ -656,9 +656,7 @@ class HistoryStore:
         """Raise ``HistoryConflict`` unless each stored service value is the expected
         one (the caller's lock and transaction, which the raise rolls back)."""
         for key, wanted in expect.items():
-            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-            stored = None if row is None else readable(str(row[0]))
-            if stored != wanted:
+            if (stored := self._meta_value(key)) != wanted:
                 raise HistoryConflict(
                     f"history file {self.path}: another process wrote it since this one "
                     f"read it ({key} is {stored!r}, this process read {wanted!r}); a second "
@@ -669,8 +667,12 @@ class HistoryStore:
     def get_meta(self, key: str) -> str | None:
         """A value stored with ``set_meta``, or None."""
         with self._lock, self._reading():
-            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        # text another tool wrote that is not UTF-8: what can be read, never a failed start
+            return self._meta_value(key)
+
+    def _meta_value(self, key: str) -> str | None:
+        """``key``'s stored value (the caller's lock; text another tool wrote that is not
+        UTF-8 reads as what can be read, never a failed start), or None."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else readable(str(row[0]))
 
     @property
