@@ -4,10 +4,10 @@
     python bench/forecast_accuracy.py --help         # the corpora (--corpus NAME)
 
 Why: ``evaluate`` and ``bench/forecast_accuracy.py`` score each run at its start and at
-the last progress point at or before each calibration bin (``calibration.POINTS``),
-which is where the model's calibration replays past runs too. A live run is forecast
-at every progress point; one between two bins (at 35 %, or in its last interval) takes
-the nearer bin's calibration, fitted on moments that need not look like it. This
+the last progress point at or before each of ``calibration.POINTS``, which is where the
+model's calibration replays past runs too (and once in a run's last interval, for its
+own bin). A live run is forecast at every progress point; one between two of them (at
+35 %) takes the nearer bin's calibration, fitted on moments that need not look like it. This
 replays each corpus as ``evaluate`` does (``evaluate.Replay``: the model knows only
 runs that ended before each moment) and scores every progress point of every
 completed run — after the start, before the end, with time left — against the rate

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from gpu_eta.common.text import utf8_encodable
-from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.calibration import BINS
 from gpu_eta.forecaster.forecast import QUANTILES, ForecastSet
 from gpu_eta.forecaster.pending import PendingSet, describe, error_counts, left_out
 from gpu_eta.forecaster.series import QueryStats
@@ -284,7 +284,7 @@ def forecast_families(
         for gpu in fs.gpus:
             for q, ts in zip(QUANTILES, gpu.timestamps, strict=True):
                 gpu_free.add_metric([gpu.node, gpu.gpu, gpu.uuid], _q(q), ts)
-        for point in POINTS:
+        for point in BINS:
             measured = _lookup(fs.quality, point)
             if measured is None:
                 continue

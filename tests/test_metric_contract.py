@@ -475,7 +475,7 @@ def _kube_watch_text() -> str:
 
 def _forecaster_text() -> str:
     """The forecaster's collector after one good cycle's ``ForecastSet``."""
-    from gpu_eta.forecaster.calibration import POINTS
+    from gpu_eta.forecaster.calibration import BINS
     from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
     from gpu_eta.forecaster.pending import PendingSet, PodStart
     from gpu_eta.forecaster.publish import ServiceState, make_registry
@@ -488,7 +488,7 @@ def _forecaster_text() -> str:
         timestamp=now,
         jobs=(JobForecast(run, "n1", Forecast(100, 200, 400, "blend", n_obs=1), (1, 2, 3)),),
         gpus=(GpuFree("n1", "0", "GPU-0", (now + 100, now + 200, now + 400)),),
-        quality={p: (0.3, 0.8) for p in POINTS},
+        quality={p: (0.3, 0.8) for p in BINS},
         n_history=42,
         n_running=1,
         n_finished=3,

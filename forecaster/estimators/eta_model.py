@@ -50,6 +50,8 @@ from typing import TypeVar
 import numpy as np
 
 from gpu_eta.forecaster.calibration import (
+    BINS,
+    END,
     POINTS,
     SIGMA_POWER,
     SPAN_POINTS,
@@ -62,6 +64,7 @@ from gpu_eta.forecaster.calibration import (
     group_shifts,
     measure_tails,
     progress_point,
+    shared_end,
     shifted_errors,
     tails,
     with_late_bins,
@@ -108,7 +111,7 @@ def replay_moments(run: Run) -> Iterator[tuple[float, Run]]:
     moment once, at the first point that reaches it (a run of ten epochs is at its
     ninth at 90 and at 95 %), none that shows the whole run or has no time left.
 
-    Why one function: the calibration replay (``EtaModel._samples``) and the backtest
+    Why one function: the calibration replay (``calibration_moments``) and the backtest
     (``evaluate.replay_events``) must replay a past run at the same moments.
     """
     seen: set[int] = set()
@@ -120,6 +123,26 @@ def replay_moments(run: Run) -> Iterator[tuple[float, Run]]:
         seen.add(n_seen)
         if run.last_timestamp > part.last_timestamp:
             yield point, part
+
+
+def calibration_moments(run: Run) -> Iterator[tuple[float, Run]]:
+    """``replay_moments``, and one moment of the run's last interval for the ``END``
+    bin: the middle one of its progress points past 95 % of the plan (before its end,
+    with time left).
+
+    Why: a live run past 95 % takes the ``END`` bin, and a calibration replayed only up
+    to 95 % never saw what is left then (the last steps and the stop). Why the middle
+    one: a live run is forecast at each of those points; its last alone (one step
+    before the end, on step-level runs) is not what most of them look like. Only the
+    calibration replays it: ``evaluate`` scores ``POINTS``."""
+    yield from replay_moments(run)
+    limit = POINTS[-1] * run.epochs_planned + 1e-9
+    late = [k for k in range(1, len(run.epoch_times) - 1) if run.epoch_times[k][0] > limit]
+    if late:
+        k = late[len(late) // 2]
+        part = dataclasses.replace(run, epoch_times=run.epoch_times[: k + 1], completed=None)
+        if run.last_timestamp > part.last_timestamp:
+            yield END, part
 
 
 PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
@@ -181,7 +204,7 @@ def takes_job_shift(name: str, parts: Components, cap: float | None) -> bool:
 
 def samples_in_order(samples: Sequence[_Sample]) -> list[_Sample]:
     """``samples`` in the order ``EtaModel._residuals`` returns their residuals."""
-    return [s for point in POINTS for s in samples if s.point == point]
+    return [s for point in BINS for s in samples if s.point == point]
 
 
 class EtaModel:
@@ -292,20 +315,22 @@ class EtaModel:
             shiftable[name] = [
                 takes_job_shift(name, tuned[i], cap) for i, cap in zip(idx, caps, strict=True)
             ]
-            self.choice_[name] = choose(
-                [residuals[i].point for i in idx],
-                [residuals[i].actual for i in idx],
-                [cands[i] for i in idx],
-                OPTIONS[name],
-                all_points=POINTS,
-                default=DEFAULTS[name],
-                min_samples=self.min_tune_samples,
-                margin=self.tune_margin,
-                shift_prior=self.shift_prior,
-                # without analogs the replayed runs are other jobs': an option must win
-                # on the older and newer half alike, not only where one job filled both
-                both_halves=name != "analog",
-                caps=caps,
+            self.choice_[name] = shared_end(
+                choose(
+                    [residuals[i].point for i in idx],
+                    [residuals[i].actual for i in idx],
+                    [cands[i] for i in idx],
+                    OPTIONS[name],
+                    all_points=POINTS,  # the END bin takes 0.95's option
+                    default=DEFAULTS[name],
+                    min_samples=self.min_tune_samples,
+                    margin=self.tune_margin,
+                    shift_prior=self.shift_prior,
+                    # without analogs the replayed runs are other jobs': an option must
+                    # win on the older and newer half alike, not where one job filled both
+                    both_halves=name != "analog",
+                    caps=caps,
+                )
             )
             for i, cap in zip(idx, caps, strict=True):
                 r = residuals[i]
@@ -330,7 +355,7 @@ class EtaModel:
         }
         self.n_residuals_ = len(everything)
         self.n_by_situation_ = {name: len(moved[name]) for name in SITUATIONS}
-        self.n_samples_by_point_ = {p: sum(1 for r in everything if r.point == p) for p in POINTS}
+        self.n_samples_by_point_ = {p: sum(1 for r in everything if r.point == p) for p in BINS}
         self.n_history_ = len(history)
         return self
 
@@ -418,7 +443,7 @@ class EtaModel:
         for name in SITUATIONS:
             power = POWERS.get(name, self.sigma_power)
             scaled = list(moved[name])
-            for point in POINTS:
+            for point in BINS:
                 idx = [i for i, r in enumerate(scaled) if r.point == point and jobs[name][i]]
                 # the factor is on the situation's own unit (``power``); every
                 # calibration is fitted on the sigmas scaled here, so whichever one
@@ -553,7 +578,7 @@ class EtaModel:
         out: list[_Sample] = []
         for run in done:
             end = run.last_timestamp
-            for _point, part in replay_moments(run):
+            for _point, part in calibration_moments(run):
                 truth = end - part.last_timestamp
                 end_before = part.last_timestamp
                 found = analog.estimate(part, end_before)
@@ -606,7 +631,7 @@ class EtaModel:
                 for errs, out in ((r_err, rate), (p_err, prior)):
                     arr = np.asarray(errs)
                     out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
-        return with_late_bins(rate), with_late_bins(prior)
+        return shared_end(with_late_bins(rate)), shared_end(with_late_bins(prior))
 
     def _floored(self, c: Components, point: float, mix: float | None = None) -> Components:
         """``c`` with this model's measured floors at ``point`` and a prior weight ``mix``
@@ -660,7 +685,8 @@ class EtaModel:
                 truth = end - part.last_timestamp
                 if truth <= 0:
                     continue
-                point = progress_point(part.progress_ratio)
+                # past 95 %: the 95 % bin's, whose weight the last interval takes
+                point = min(progress_point(part.progress_ratio), POINTS[-1])
                 huber_c, drift, prior_scale = weights[point]
                 c = blend.components_for(part, part.last_timestamp, (huber_c,))[0]
                 if c.rate is None or c.prior_level != "job_batch":
@@ -683,7 +709,7 @@ class EtaModel:
             evidence = float(np.sum(np.abs(x[ok])))
             trust = evidence / (evidence + self.min_mix_samples * MIX_SCALE)
             out[point] = trust * measured + (1.0 - trust) * float(np.median(ws[point]))
-        return with_late_bins(out)
+        return shared_end(with_late_bins(out))
 
     def _job_scale(self, prior_scale: float) -> float:
         """The same-job-same-batch prior's sigma multiplier for a tuned ``prior_scale``.
@@ -705,7 +731,7 @@ class EtaModel:
     ) -> list[Residual]:
         grid = self._huber_grid()
         out = []
-        for point in POINTS:
+        for point in BINS:
             chosen = [s for s in samples if s.point == point]
             if not chosen:
                 continue
@@ -773,7 +799,7 @@ class EtaModel:
                 if (points == p).sum() >= self.min_tune_samples
             }
         )
-        return {p: own.get(p, pooled) for p in POINTS}
+        return shared_end({p: own.get(p, pooled) for p in POINTS})
 
     def update(self, history: Sequence[Run]) -> None:
         """Learn the runs that finished since ``fit`` as analogs and in their job's

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gpu_eta.forecaster.calibration import (
+    END,
     POINTS,
     SIGMA_POWER,
     Calibrator,
@@ -22,6 +23,7 @@ from gpu_eta.forecaster.calibration import (
     measure_tails,
     progress_point,
     scale,
+    shared_end,
     shifted_errors,
     tails,
 )
@@ -41,8 +43,10 @@ from gpu_eta.forecaster.calibration import (
         (0.83, 0.9),
         (0.92, 0.9),
         (0.93, 0.95),
-        (1.0, 0.95),
-        (1.5, 0.95),  # past its plan: the last bin
+        (0.95, 0.95),  # replayed at or before 95 %: the 0.95 bin
+        (0.951, 1.0),  # past it: the last interval's bin (END)
+        (1.0, 1.0),
+        (1.5, 1.0),  # past its plan: the last bin
     ],
 )
 def test_progress_point(progress: float, point: float) -> None:
@@ -179,6 +183,17 @@ def test_the_pools_of_small_bins_leave_out_the_late_bins() -> None:
     assert few_late.bins_[0.95] == few_late.bins_[0.9] == few_late.bins_[0.75]
     assert cal.bins_[0.9] == fit_bin(late)  # its own, later than predicted
     assert cal.bins_[0.9][0] > 0.2 > abs(cal.bins_[0.0][0])
+    assert cal.bins_[END] == cal.bins_[0.95]  # the last interval: its neighbour's too
+    last = residuals(20, scale=1.0, shift=1.0, seed=24, point=END)
+    own_end = Calibrator(min_samples=8).fit(span + late + last)
+    assert own_end.bins_[END] == fit_bin(last) and own_end.bins_[0.95] == cal.bins_[0.95]
+
+
+def test_the_last_interval_takes_the_centre_of_the_95_bin() -> None:
+    """What sets a forecast's centre is the 0.95 bin's past 95 % (its calibration is
+    its own), or the caller's fallback where 0.95 has none."""
+    assert shared_end({0.9: "a", 0.95: "b", END: "c"}) == {0.9: "a", 0.95: "b", END: "b"}
+    assert shared_end({0.9: "a", END: "c"}) == {0.9: "a"}
 
 
 def test_measured_quality_is_out_of_sample() -> None:

@@ -8,10 +8,17 @@ import math
 import numpy as np
 import pytest
 
-from gpu_eta.forecaster.calibration import POINTS, Calibrator, Residual
+from gpu_eta.forecaster.calibration import BINS, END, POINTS, Calibrator, Residual, progress_point
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators import eta_model
 from gpu_eta.forecaster.estimators.base import NotFittedError
-from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate, within_seen
+from gpu_eta.forecaster.estimators.eta_model import (
+    EtaModel,
+    calibration_moments,
+    replay_moments,
+    truncate,
+    within_seen,
+)
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 
@@ -47,7 +54,7 @@ def test_one_epoch_jobs_and_nan_features() -> None:
 def test_quality_is_measured_per_point() -> None:
     history = job_history(120, seed=7, noise=0.1)
     model = EtaModel(random_state=0).fit(history)
-    assert set(model.quality_) == set(POINTS)
+    assert set(model.quality_) == set(BINS)
     for point in POINTS:
         mape, coverage = model.quality_[point]
         assert 0 <= mape < 0.5
@@ -488,3 +495,47 @@ def test_a_young_clusters_start_forecasts_stay_within_the_runs_it_finished() -> 
         f = model.predict(run, t)
         check(f)
         assert min(totals) * (1 - 1e-9) <= f.p50 <= max(totals) * (1 + 1e-9), (i, f, totals)
+
+
+def test_calibration_moments_add_the_middle_of_the_last_interval() -> None:
+    steps = make_run("steps", [10.0] * 200)  # step-level: nine points past 95 %
+    moments = list(calibration_moments(steps))
+    assert moments[:-1] == list(replay_moments(steps))
+    point, part = moments[-1]
+    assert point == END == progress_point(part.progress_ratio)
+    assert part.epochs_done == 195  # the middle of 191..199, not the last step
+    short = make_run("short", [10.0] * 10)  # its last point before the end is at 90 %
+    assert list(calibration_moments(short)) == list(replay_moments(short))
+
+
+def test_the_last_interval_is_calibrated_on_its_own_moments(monkeypatch) -> None:
+    """Runs whose last epoch is a final evaluation four times as long, each a job of
+    its own (no analogs, no job prior): at the 39th of 40 epochs only that evaluation
+    is left, where at 95 % the replay saw one epoch and the evaluation."""
+    rng = np.random.default_rng(3)
+
+    def run(i: int, start: float):
+        durations = list(10.0 * np.exp(rng.normal(0, 0.02, 40)))
+        durations[-1] *= 4.0
+        return make_run(f"r{i}", durations, start=start, job_name=f"job{i}")
+
+    history, t = [], 1_700_000_000.0
+    for i in range(170):
+        history.append(run(i, t))
+        t = history[-1].last_timestamp + 10.0
+    history, live = history[:150], history[150:]
+    parts = [truncate(r, 39 / 40) for r in live]
+    assert all(progress_point(p.progress_ratio) == END for p in parts)
+
+    def covered() -> float:
+        model = EtaModel(random_state=0).fit(history)
+        hits = []
+        for whole, p in zip(live, parts, strict=True):
+            f = model.predict(p, p.last_timestamp)
+            hits.append(f.p10 <= whole.last_timestamp - p.last_timestamp <= f.p90)
+        return float(np.mean(hits))
+
+    assert covered() >= 0.7
+    # replayed up to 95 % alone, the last interval took the 0.95 bin's calibration
+    monkeypatch.setattr(eta_model, "calibration_moments", replay_moments)
+    assert covered() <= 0.2
