@@ -53,10 +53,12 @@ beyond with 75 % the last bin, 79–80 % and 73–77 % with these two
 END = 1.0
 """The bin of a run past the last point (more than 95 % of its plan done: its last
 interval). Replayed at one moment of each past run's last interval
-(``eta_model.calibration_moments``), calibrated on those, but its option, weights,
-floors and prior weight are the 0.95 bin's (``shared_end``). Why a bin of its own: left
-in the 0.95 bin, whose replayed moments are at or before 95 %, P10–P90 held 71–74 % of
-MLPerf's last-interval moments; calibrated on their own kind, 78–81 %."""
+(``eta_model.calibration_moments``); its interval's bounds are fitted on those, around
+the 0.95 bin's shift (``Calibrator.fit``), and its option, weights, floors and prior
+weight are the 0.95 bin's too (``shared_end``): its centre is the 0.95 bin's. Why a
+bin of its own: left in the 0.95 bin, whose replayed moments are at or before 95 %,
+P10–P90 held 71–74 % of MLPerf's last-interval moments; with bounds of their own kind,
+78–81 %."""
 BINS = (*POINTS, END)
 _EDGES = (0.175, 0.375, 0.625, 0.825, 0.925, 0.95 + 1e-9)  # midpoints, then past 0.95
 SPAN_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
@@ -92,7 +94,7 @@ def shared_end(by_point: dict[float, _T]) -> dict[float, _T]:
     floors, the prior's weight). Why: the last interval's replayed moments are one
     per run and alike (what is left is mostly the run's stop); chosen on them, the
     centre's median error there was worse on MLPerf (v0.5–v1.1 1.44 → 1.59 %), with
-    the 0.95 bin's about the same as before (1.47 %). Its calibration is its own."""
+    the 0.95 bin's the same as before. Its interval's bounds are its own."""
     if POINTS[-1] in by_point:
         by_point[END] = by_point[POINTS[-1]]
     else:
@@ -304,8 +306,10 @@ def fit_bin(
     coverage: Level = 0.8,
     shift_prior: float = 20.0,
     power: float = SIGMA_POWER,
+    shift: float | None = None,
 ) -> tuple[float, float, float]:
-    """``(shift, z_lo, z_hi)`` for one bin (n ≥ 1).
+    """``(shift, z_lo, z_hi)`` for one bin (n ≥ 1); the bounds fitted around a given
+    ``shift`` where there is one (the last interval's: ``Calibrator.fit``).
 
     ``shift`` is ``bias_shift`` of the log errors (their median where it exceeds their
     spread, shrunk toward 0); the bounds are the
@@ -314,7 +318,8 @@ def fit_bin(
     bounds are separate order statistics (a skewed residual sample gets a skewed
     interval), each at its own level when ``coverage`` is a pair of tail levels.
     """
-    shift = bias_shift([r.actual - r.center for r in residuals], shift_prior)
+    if shift is None:
+        shift = bias_shift([r.actual - r.center for r in residuals], shift_prior)
     z = sorted(
         (r.actual - r.center - applied_shift(shift, r.shift_cap)) / scale(r.sigma, power)
         for r in residuals
@@ -382,9 +387,13 @@ class Calibrator:
             {
                 p: fit_bin(items, levels.get(p, self.coverage), self.shift_prior, self.power)
                 for p, items in by_point.items()
-                if len(items) >= self.min_samples
+                if p != END and len(items) >= self.min_samples
             }
         )
+        last = own.get(POINTS[-1], default_later)
+        if len(by_point[END]) >= self.min_samples:  # its own bounds, the 95 % bin's shift
+            level = levels.get(END, self.coverage)
+            own[END] = fit_bin(by_point[END], level, self.shift_prior, self.power, last[0])
         self.bins_ = {p: own.get(p, default if p == 0 else default_later) for p in BINS}
         return self
 
@@ -397,6 +406,14 @@ class Calibrator:
         mid = center + applied_shift(shift, shift_cap)
         unit = scale(sigma, self.power)  # the fallback's ±1.92 too: one unit throughout
         return safe_exp(mid + unit * z_lo), safe_exp(mid), safe_exp(mid + unit * z_hi)
+
+
+def _shift_before(residuals: Sequence[Residual], timestamp: float, shift_prior: float) -> float:
+    """``bias_shift`` of the time-ordered ``residuals`` before ``timestamp`` (0 without
+    any): the 95 % bin's shift as the last interval's leave-later-out replay had it
+    (however few; the fitted model's borrows from 90 % while 95 % is sparse)."""
+    n = bisect.bisect_left([r.timestamp for r in residuals], timestamp)
+    return bias_shift([r.actual - r.center for r in residuals[:n]], shift_prior) if n else 0.0
 
 
 def measure_tails(
@@ -422,8 +439,9 @@ def measure_tails(
         if math.isfinite(r.z):
             by_point[r.point].append(r)
     out: dict[float, tuple[float, float, float, float]] = {}
-    for p, items in by_point.items():
+    for items in by_point.values():
         items.sort(key=lambda r: r.timestamp)
+    for p, items in by_point.items():
         errors: list[float] = []
         below: list[bool] = []
         above: list[bool] = []
@@ -431,7 +449,10 @@ def measure_tails(
         step = max(1, len(items) // 30)  # refit on ~30 prefixes: O(n) fits, not O(n²)
         for i in range(min_samples, len(items)):
             if i == min_samples or (i - min_samples) % step == 0:
-                shift, z_lo, z_hi = fit_bin(items[:i], level, shift_prior, power)
+                given = None  # the last interval: the 95 % bin's shift, as fitted then
+                if p == END:
+                    given = _shift_before(by_point[POINTS[-1]], items[i].timestamp, shift_prior)
+                shift, z_lo, z_hi = fit_bin(items[:i], level, shift_prior, power, given)
             r = items[i]
             mid = r.center + applied_shift(shift, r.shift_cap)
             z = (r.actual - mid) / scale(r.sigma, power)

@@ -153,15 +153,16 @@ def identity_key(run: Run) -> tuple[str, ...] | None:
 def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
     """``(timestamp, point, run as seen then, whole run)`` for every scored moment, in
     time order: each completed run at its start and at its last epoch end at or before
-    10/25/50/75/90/95 % of its plan, the moments the calibration replays
+    10/25/50/75/90/95 % of its plan, where the calibration replays it too
     (``eta_model.replay_moments``: each once, at the first point that reaches it; none
     that shows the whole run or has no time left, an error in % of zero being
-    undefined)."""
+    undefined). The calibration's extra moment in a run's last interval is not scored
+    (``eta_model.calibration_moments``)."""
     events = [
         (part.last_timestamp, point, part, run)
         for run in runs
         if run.completed is True
-        for point, part in replay_moments(run)  # the calibration replay's moments
+        for point, part in replay_moments(run)  # where the calibration replays it
     ]
     events.sort(key=lambda e: (e[0], e[2].run_id, e[1]))
     return events

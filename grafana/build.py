@@ -675,8 +675,8 @@ def forecaster_quality() -> dict:
         ts(
             "Median absolute percentage error by progress",
             "Measured on finished jobs: the error of the ETA predicted at 0 %, 10 %, 25 %, 50 %, "
-            "75 %, 90 % and 95 % progress (in % of the time still to go, so it need not "
-            "fall as progress grows).",
+            "75 %, 90 % and 95 % progress, and past 95 % (progress 1, the last interval; in % "
+            "of the time still to go, so it need not fall as progress grows).",
             "percentunit",
             q(
                 "gpu_eta_model_median_absolute_percentage_error_ratio",

@@ -9,7 +9,8 @@ should not know there is a prior, a rate and a calibrator inside.
 1. fits the blend's prior (``estimators/prior.py``; regression on the most recent
    ``max_regression_runs``, job groups capped at ``max_job_runs``);
 2. replays the most recent ``max_calibration_runs`` completed runs at each progress
-   point (start, and the last epoch seen at 10/25/50/75/90/95 %), their job prior built only
+   point (start, and the last epoch seen at 10/25/50/75/90/95 %, and once in its last
+   interval: ``calibration_moments``), their job prior built only
    from runs that ended before that moment (temporal), the pooled regression fitted
    as it stood before the run (``PriorEstimator.held_out``), and collects normalised
    residuals of the raw estimate against the truth;
@@ -111,8 +112,9 @@ def replay_moments(run: Run) -> Iterator[tuple[float, Run]]:
     moment once, at the first point that reaches it (a run of ten epochs is at its
     ninth at 90 and at 95 %), none that shows the whole run or has no time left.
 
-    Why one function: the calibration replay (``calibration_moments``) and the backtest
-    (``evaluate.replay_events``) must replay a past run at the same moments.
+    Why one function: the backtest (``evaluate.replay_events``) must score a past run
+    at the moments the calibration replays it (``calibration_moments``: these, and one
+    of the last interval, which the backtest does not score).
     """
     seen: set[int] = set()
     for point in POINTS:
@@ -136,13 +138,18 @@ def calibration_moments(run: Run) -> Iterator[tuple[float, Run]]:
     before the end, on step-level runs) is not what most of them look like. Only the
     calibration replays it: ``evaluate`` scores ``POINTS``."""
     yield from replay_moments(run)
-    limit = POINTS[-1] * run.epochs_planned + 1e-9
-    late = [k for k in range(1, len(run.epoch_times) - 1) if run.epoch_times[k][0] > limit]
+    if run.epochs_planned <= 0:
+        return
+    times, end = run.epoch_times, run.last_timestamp
+    late = [
+        k
+        for k in range(1, len(times) - 1)
+        if times[k][1] < end  # time left
+        and progress_point(min(1.0, times[k][0] / run.epochs_planned)) == END
+    ]
     if late:
         k = late[len(late) // 2]
-        part = dataclasses.replace(run, epoch_times=run.epoch_times[: k + 1], completed=None)
-        if run.last_timestamp > part.last_timestamp:
-            yield END, part
+        yield END, dataclasses.replace(run, epoch_times=times[: k + 1], completed=None)
 
 
 PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
@@ -346,7 +353,10 @@ class EtaModel:
         self.tails_ = {p: (lo, hi) for p, (_err, _cov, lo, hi) in measured.items()}
         self.calibrators_: dict[str, Calibrator] = {}
         for name in SITUATIONS:
-            if len(moved[name]) >= self.min_samples and len(moved[name]) < len(everything):
+            # counted without the last interval's moments (one a run, not scored), so they
+            # do not decide which calibration the other bins get
+            n = sum(1 for r in moved[name] if r.point != END)
+            if n >= self.min_samples and n < sum(1 for r in everything if r.point != END):
                 self.calibrators_[name] = self._calibrate(moved[name], POWERS.get(name))[0]
         self.job_shifts_ = self._job_shifts(moved, jobs, shiftable)
         # leave-later-out quality of all of them (each situation calibrated alike)
@@ -631,7 +641,7 @@ class EtaModel:
                 for errs, out in ((r_err, rate), (p_err, prior)):
                     arr = np.asarray(errs)
                     out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
-        return shared_end(with_late_bins(rate)), shared_end(with_late_bins(prior))
+        return with_late_bins(rate), with_late_bins(prior)  # END: 0.95's
 
     def _floored(self, c: Components, point: float, mix: float | None = None) -> Components:
         """``c`` with this model's measured floors at ``point`` and a prior weight ``mix``
@@ -709,7 +719,7 @@ class EtaModel:
             evidence = float(np.sum(np.abs(x[ok])))
             trust = evidence / (evidence + self.min_mix_samples * MIX_SCALE)
             out[point] = trust * measured + (1.0 - trust) * float(np.median(ws[point]))
-        return shared_end(with_late_bins(out))
+        return with_late_bins(out)  # END: 0.95's
 
     def _job_scale(self, prior_scale: float) -> float:
         """The same-job-same-batch prior's sigma multiplier for a tuned ``prior_scale``.

@@ -170,8 +170,8 @@ def test_small_bins_with_epochs_pool_without_the_start() -> None:
 
 
 def test_the_pools_of_small_bins_leave_out_the_late_bins() -> None:
-    """The late bins (90, 95 %) hold a run's last tenth: a small start bin pools the
-    bins that span a run, not them; a small late bin takes the bin before it."""
+    """The late bins (90, 95 %, the last interval) hold a run's last tenth: a small start
+    bin pools the bins that span a run, not them; a small late bin takes the bin before it."""
     span = residuals(3, scale=1.0, shift=0.0, seed=21, point=0.0) + residuals(
         12, scale=1.0, shift=0.0, seed=22, point=0.5
     )
@@ -186,7 +186,21 @@ def test_the_pools_of_small_bins_leave_out_the_late_bins() -> None:
     assert cal.bins_[END] == cal.bins_[0.95]  # the last interval: its neighbour's too
     last = residuals(20, scale=1.0, shift=1.0, seed=24, point=END)
     own_end = Calibrator(min_samples=8).fit(span + late + last)
-    assert own_end.bins_[END] == fit_bin(last) and own_end.bins_[0.95] == cal.bins_[0.95]
+    assert own_end.bins_[0.95] == cal.bins_[0.95]
+    # its own bounds, around the 95 % bin's shift (its centre is that bin's)
+    assert own_end.bins_[END] == fit_bin(last, shift=cal.bins_[0.95][0]) != cal.bins_[0.95]
+    assert own_end.bins_[END][0] == cal.bins_[0.95][0] != fit_bin(last)[0]
+
+
+def test_the_last_interval_is_measured_with_the_shift_it_is_given() -> None:
+    """Its published quality scores the P50 it gets: the 95 % bin's shift, as fitted on
+    the residuals before each one (here 0.95 late by a factor e^0.4, the last interval
+    on time)."""
+    late = residuals(60, scale=0.1, shift=2.0, seed=31, point=0.95)
+    on_time = residuals(60, scale=0.1, shift=0.0, seed=32, point=END)
+    assert measure_tails(on_time)[END][0] < 0.05  # no 95 % residuals: no shift
+    # the 95 % bin's shift, 0.4 · n/(n + 20) with its n residuals before each
+    assert measure_tails(late + on_time)[END][0] > 0.2
 
 
 def test_the_last_interval_takes_the_centre_of_the_95_bin() -> None:

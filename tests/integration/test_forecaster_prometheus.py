@@ -322,6 +322,7 @@ def test_serve_is_scraped_and_survives_prometheus_going_away(
         "0.75",
         "0.9",
         "0.95",
+        "1",  # past 95 %: the last interval
     }
     errors = prom.query('gpu_eta_forecaster_job_errors_total{reason="invalid_epochs_planned"}')
     assert errors and float(errors[0]["value"][1]) >= 1

@@ -506,6 +506,46 @@ def test_calibration_moments_add_the_middle_of_the_last_interval() -> None:
     assert part.epochs_done == 195  # the middle of 191..199, not the last step
     short = make_run("short", [10.0] * 10)  # its last point before the end is at 90 %
     assert list(calibration_moments(short)) == list(replay_moments(short))
+    # the middle of the points with time left (196..199 end when the run does: 191..195)
+    end = steps.epoch_times[196][1]
+    tied = dataclasses.replace(
+        steps, epoch_times=(*steps.epoch_times[:196], *((float(e), end) for e in range(196, 201)))
+    )
+    point, part = list(calibration_moments(tied))[-1]
+    assert point == END and part.epochs_done == 193
+    # labelled as progress_point files it (the calibration relabels with it), in percent too
+    percent = dataclasses.replace(
+        steps, epochs_planned=100.0, epoch_times=tuple((e / 2, t) for e, t in steps.epoch_times)
+    )
+    point, part = list(calibration_moments(percent))[-1]
+    assert point == END == progress_point(part.progress_ratio) and part.epochs_done == 97.5
+
+
+def test_the_last_interval_takes_the_95_bins_centre() -> None:
+    """The END bin's option, weights, floors and prior weight are the 0.95 bin's; its
+    calibration is fitted on its own moments."""
+    rng = np.random.default_rng(5)
+    history, t = [], 1_700_000_000.0
+    for i in range(200):  # 40 epochs: one point past 95 % before the end
+        job = "abc"[i % 3]
+        durations = list((5.0 + 5.0 * "abc".index(job)) * np.exp(rng.normal(0, 0.1, 40)))
+        history.append(make_run(f"r{i}", durations, start=t, job_name=job, batch_size=64))
+        t = history[-1].last_timestamp + 10.0
+    model = EtaModel(random_state=0).fit(history)
+    assert model.n_samples_by_point_[END] > 0
+    assert model.weights_[END] == model.weights_[0.95]
+    assert all(choice[END] == choice[0.95] for choice in model.choice_.values())
+    for floors in (model.rate_floor_, model.prior_floor_, model.mix_):
+        assert floors.get(END) == floors.get(0.95)
+    assert model.calibrator_.bins_[END] != model.calibrator_.bins_[0.95]
+
+
+def test_a_run_past_95_percent_is_forecast_without_history() -> None:
+    model = EtaModel(random_state=0).fit([])
+    run = make_run("late", [5.0] * 39, planned=40)
+    f = model.predict(run, run.last_timestamp)
+    check(f)
+    assert f.p10 < 5.0 < f.p90
 
 
 def test_the_last_interval_is_calibrated_on_its_own_moments(monkeypatch) -> None:
