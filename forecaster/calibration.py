@@ -55,10 +55,12 @@ END = 1.0
 interval). Replayed at one moment of each past run's last interval
 (``eta_model.calibration_moments``); its interval's bounds are fitted on those, around
 the 0.95 bin's shift (``Calibrator.fit``), and its option, weights, floors and prior
-weight are the 0.95 bin's too (``shared_end``): its centre is the 0.95 bin's. Why a
-bin of its own: left in the 0.95 bin, whose replayed moments are at or before 95 %,
-P10–P90 held 71–74 % of MLPerf's last-interval moments; with bounds of their own kind,
-78–81 %."""
+weight are the 0.95 bin's too: none is measured on END, so ``with_late_bins`` gives it
+the 0.95 bin's. Its centre is the 0.95 bin's because the last interval's moments are
+one per run and alike (what is left is mostly the run's stop): chosen on them, the
+median error there was worse on MLPerf (v0.5–v1.1 1.44 → 1.59 %). Why a bin of its
+own: left in the 0.95 bin, whose replayed moments are at or before 95 %, P10–P90 held
+71–74 % of MLPerf's last-interval moments; with bounds of their own kind, 78–81 %."""
 BINS = (*POINTS, END)
 _EDGES = (0.175, 0.375, 0.625, 0.825, 0.925, 0.95 + 1e-9)  # midpoints, then past 0.95
 SPAN_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
@@ -83,22 +85,6 @@ def with_late_bins(by_point: dict[float, _T]) -> dict[float, _T]:
     for before, point in itertools.pairwise(BINS):
         if point not in SPAN_POINTS and point not in by_point and before in by_point:
             by_point[point] = by_point[before]
-    return by_point
-
-
-def shared_end(by_point: dict[float, _T]) -> dict[float, _T]:
-    """``by_point`` with the last-interval bin (``END``) given the 0.95 bin's value, or
-    none where that has none (the caller's fallback then applies).
-
-    For what sets a forecast's centre (the option chosen, the tuned weights, the
-    floors, the prior's weight). Why: the last interval's replayed moments are one
-    per run and alike (what is left is mostly the run's stop); chosen on them, the
-    centre's median error there was worse on MLPerf (v0.5–v1.1 1.44 → 1.59 %), with
-    the 0.95 bin's the same as before. Its interval's bounds are its own."""
-    if POINTS[-1] in by_point:
-        by_point[END] = by_point[POINTS[-1]]
-    else:
-        by_point.pop(END, None)
     return by_point
 
 

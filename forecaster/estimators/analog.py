@@ -151,8 +151,13 @@ def _curve(run: Run) -> _Curve:
         fractions=tuple(float(e) / planned for e, _t in times),
         elapsed=tuple(float(t) - start for _e, t in times),
         planned=planned,
-        unit=str(run.features.get("progress_unit", "") or ""),
+        unit=_unit(run),
     )
+
+
+def _unit(run: Run) -> str:
+    """The unit ``run``'s progress counts (``progress_unit``; "" for epochs)."""
+    return str(run.features.get("progress_unit", "") or "")
 
 
 def interp(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
@@ -218,8 +223,7 @@ def ahead(run: Run, c: _Curve, target: float | None = None) -> float | None:
     0.28× the best rate baseline on v0.5–v1.1, 0.40 → 0.15× on v2.0–v2.1
     (docs/forecasting-evidence.md, "Analogs").
     """
-    unit = str(run.features.get("progress_unit", "") or "")
-    return _ahead(run.epochs_done, run.epochs_planned, c, target, unit)
+    return _ahead(run.epochs_done, run.epochs_planned, c, target, _unit(run))
 
 
 def _ahead(

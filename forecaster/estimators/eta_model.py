@@ -65,7 +65,6 @@ from gpu_eta.forecaster.calibration import (
     group_shifts,
     measure_tails,
     progress_point,
-    shared_end,
     shifted_errors,
     tails,
     with_late_bins,
@@ -322,13 +321,13 @@ class EtaModel:
             shiftable[name] = [
                 takes_job_shift(name, tuned[i], cap) for i, cap in zip(idx, caps, strict=True)
             ]
-            self.choice_[name] = shared_end(
+            self.choice_[name] = with_late_bins(  # END: 0.95's option
                 choose(
                     [residuals[i].point for i in idx],
                     [residuals[i].actual for i in idx],
                     [cands[i] for i in idx],
                     OPTIONS[name],
-                    all_points=POINTS,  # the END bin takes 0.95's option
+                    all_points=POINTS,
                     default=DEFAULTS[name],
                     min_samples=self.min_tune_samples,
                     margin=self.tune_margin,
@@ -352,11 +351,12 @@ class EtaModel:
         self.calibrator_, self.levels_, measured = self._calibrate(everything)
         self.tails_ = {p: (lo, hi) for p, (_err, _cov, lo, hi) in measured.items()}
         self.calibrators_: dict[str, Calibrator] = {}
+        # counted without the last interval's moments (one a run, not scored), so they
+        # do not decide which calibration the other bins get
+        n_all = sum(1 for r in everything if r.point != END)
         for name in SITUATIONS:
-            # counted without the last interval's moments (one a run, not scored), so they
-            # do not decide which calibration the other bins get
             n = sum(1 for r in moved[name] if r.point != END)
-            if n >= self.min_samples and n < sum(1 for r in everything if r.point != END):
+            if self.min_samples <= n < n_all:
                 self.calibrators_[name] = self._calibrate(moved[name], POWERS.get(name))[0]
         self.job_shifts_ = self._job_shifts(moved, jobs, shiftable)
         # leave-later-out quality of all of them (each situation calibrated alike)
@@ -809,7 +809,7 @@ class EtaModel:
                 if (points == p).sum() >= self.min_tune_samples
             }
         )
-        return shared_end({p: own.get(p, pooled) for p in POINTS})
+        return with_late_bins({p: own.get(p, pooled) for p in POINTS})  # END: 0.95's
 
     def update(self, history: Sequence[Run]) -> None:
         """Learn the runs that finished since ``fit`` as analogs and in their job's

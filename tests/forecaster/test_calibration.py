@@ -23,9 +23,9 @@ from gpu_eta.forecaster.calibration import (
     measure_tails,
     progress_point,
     scale,
-    shared_end,
     shifted_errors,
     tails,
+    with_late_bins,
 )
 
 
@@ -204,10 +204,11 @@ def test_the_last_interval_is_measured_with_the_shift_it_is_given() -> None:
 
 
 def test_the_last_interval_takes_the_centre_of_the_95_bin() -> None:
-    """What sets a forecast's centre is the 0.95 bin's past 95 % (its calibration is
-    its own), or the caller's fallback where 0.95 has none."""
-    assert shared_end({0.9: "a", 0.95: "b", END: "c"}) == {0.9: "a", 0.95: "b", END: "b"}
-    assert shared_end({0.9: "a", END: "c"}) == {0.9: "a"}
+    """What sets a forecast's centre (option, weights, floors, prior weight) is never
+    measured on END: it takes the 0.95 bin's, or the caller's pool where none."""
+    assert with_late_bins({0.9: "a", 0.95: "b"}) == {0.9: "a", 0.95: "b", END: "b"}
+    assert with_late_bins({0.9: "a"}) == {0.9: "a", 0.95: "a", END: "a"}
+    assert with_late_bins({0.5: "a"}) == {0.5: "a"}  # the caller's pool fills the rest
 
 
 def test_measured_quality_is_out_of_sample() -> None:
