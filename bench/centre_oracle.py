@@ -56,6 +56,7 @@ from gpu_eta.forecaster.calibration import POINTS, progress_point
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.choice import rate_candidates
+from gpu_eta.forecaster.estimators.tuning import floored
 from gpu_eta.forecaster.evaluate import Replay, identity_key, replay_events
 from gpu_eta.forecaster.runs import Run
 
@@ -110,7 +111,8 @@ def candidates(model, part: Run) -> dict[str, float]:
     point = progress_point(part.progress_ratio)
     huber_c, drift, prior_scale = model.weights_[point]
     comp = model.blend_.components(part, huber_c=huber_c)
-    parts = model._floored(comp, point, model.mix_.get(point))
+    floors = (model.rate_floor_, model.prior_floor_)
+    parts = floored(comp, point, floors, model.mix_.get(point))
     raw = parts.combine(drift, prior_scale, model._job_scale(prior_scale))
     out = {"blend": raw.center, "prior": comp.prior_center}
     if comp.rate_center is not None:

@@ -53,7 +53,7 @@ beyond with 75 % the last bin, 79–80 % and 73–77 % with these two
 END = 1.0
 """The bin of a run past the last point (more than 95 % of its plan done: its last
 interval). Replayed at one moment of each past run's last interval
-(``eta_model.calibration_moments``); its interval's bounds are fitted on those, around
+(``replay.calibration_moments``); its interval's bounds are fitted on those, around
 the 0.95 bin's shift (``Calibrator.fit``), and its option, weights, floors and prior
 weight are the 0.95 bin's too: none is measured on END, so ``with_late_bins`` gives it
 the 0.95 bin's. Its centre is the 0.95 bin's because the last interval's moments are
@@ -452,3 +452,65 @@ def measure_tails(
         else:
             out[p] = (math.nan, math.nan, math.nan, math.nan)
     return out
+
+
+Measured = Mapping[float, tuple[float, float, float, float]]
+"""``measure_tails``' figures per bin: median error, coverage, shares below and above."""
+
+
+def adjusted_levels(measured: Measured, coverage: float, tail_levels: str) -> dict:
+    """Nominal levels for bins whose measured (leave-later-out) intervals miss.
+
+    Drift makes the past a little too optimistic, so a bin whose measured coverage
+    falls short gets its level raised by the shortfall, once (a one-step adaptive
+    conformal inference). ``tail_levels="symmetric"`` raises the central coverage
+    (both tails move alike, capped at 0.95); ``"per_tail"`` moves each bound by its
+    own tail's excess misses (each tail capped at 0.025), because on a shared machine
+    the misses are one-sided: a neighbour arriving makes runs longer than predicted,
+    never shorter.
+    """
+    levels: dict[float, Level] = {}
+    q_lo0, q_hi0 = tails(coverage)
+    for p, (_err, cov, below, above) in measured.items():
+        if not (math.isfinite(cov) and cov < coverage):
+            continue
+        if tail_levels == "symmetric":
+            levels[p] = min(0.95, coverage + (coverage - cov))
+        else:
+            q_lo = max(0.025, q_lo0 - max(0.0, below - q_lo0))
+            q_hi = min(0.975, q_hi0 + max(0.0, above - (1.0 - q_hi0)))
+            levels[p] = (q_lo, q_hi)
+    return levels
+
+
+def calibrate(
+    residuals: Sequence[Residual],
+    *,
+    coverage: float,
+    min_samples: int,
+    shift_prior: float,
+    power: float,
+    tail_levels: str,
+) -> tuple[Calibrator, dict, Measured]:
+    """A ``Calibrator`` fitted on ``residuals`` (in units of ``sigma ** power``) with
+    its ``adjusted_levels``, those levels, and its leave-later-out quality per bin
+    (``measure_tails``, re-measured with the levels where any moved)."""
+
+    def measure(levels: Mapping[float, Level] | None = None) -> Measured:
+        return measure_tails(
+            residuals,
+            coverage=coverage,
+            min_samples=min_samples,
+            shift_prior=shift_prior,
+            power=power,
+            levels=levels,
+        )
+
+    measured = measure()
+    levels = adjusted_levels(measured, coverage, tail_levels)
+    if levels:
+        measured = measure(levels)
+    calibrator = Calibrator(
+        coverage=coverage, min_samples=min_samples, shift_prior=shift_prior, power=power
+    ).fit(residuals, levels)
+    return calibrator, levels, measured

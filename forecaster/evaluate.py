@@ -52,7 +52,8 @@ from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
-from gpu_eta.forecaster.estimators.eta_model import EtaModel, replay_moments
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.replay import replay_moments
 from gpu_eta.forecaster.runs import Run, thinned
 from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
 
@@ -154,10 +155,10 @@ def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
     """``(timestamp, point, run as seen then, whole run)`` for every scored moment, in
     time order: each completed run at its start and at its last epoch end at or before
     10/25/50/75/90/95 % of its plan, where the calibration replays it too
-    (``eta_model.replay_moments``: each once, at the first point that reaches it; none
+    (``replay.replay_moments``: each once, at the first point that reaches it; none
     that shows the whole run or has no time left, an error in % of zero being
     undefined). The calibration's extra moment in a run's last interval is not scored
-    (``eta_model.calibration_moments``)."""
+    (``replay.calibration_moments``)."""
     events = [
         (part.last_timestamp, point, part, run)
         for run in runs

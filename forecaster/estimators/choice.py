@@ -21,12 +21,14 @@ recent past decided the choice for all (MLPerf with every run a job of its own, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gpu_eta.forecaster.calibration import SPAN_POINTS, shifted_errors, with_late_bins
+from gpu_eta.forecaster.calibration import SPAN_POINTS, Residual, shifted_errors, with_late_bins
+from gpu_eta.forecaster.estimators.analog import AnalogEstimate
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.baselines import KerasMean, PredictLinear
 from gpu_eta.forecaster.estimators.blend import Components
@@ -176,6 +178,56 @@ def centre(option: Option, candidates: Mapping[str, float]) -> float | None:
     if (SELF_CHECK, 0.0) in option and SELF_CHECK in candidates and "analog" in candidates:
         return checked_centre(total, candidates["analog"], candidates[SELF_CHECK])
     return total
+
+
+def candidates(
+    blend: float,
+    rates: Mapping[str, float],
+    analog: AnalogEstimate | None,
+    trust: float | None = None,
+    parts: Components | None = None,
+) -> dict[str, float]:
+    """Every candidate's log remaining seconds for one run (``blend`` the blend's
+    centre, ``rates`` its ``rate_candidates``, the run's own rate from ``parts``), and
+    the analogs' self-check ``trust`` (``SELF_CHECK``)."""
+    out = {"blend": blend, **rates}
+    if parts is not None and (own := own_centre(parts, rates)) is not None:
+        out["own"] = own
+    if analog is not None:
+        out["analog"] = analog.log_remaining
+        if trust is not None:
+            out[SELF_CHECK] = trust
+    return out
+
+
+def with_option(
+    r: Residual, option: Option, cands: Mapping[str, float], analog: AnalogEstimate | None
+) -> Residual:
+    """``r`` with the centre of ``option`` (the blend's where a candidate is missing)
+    and, for the analogs' share, their spread in place of the blend's sigma."""
+    c = centre(option, cands)
+    if c is None:
+        return r
+    # the analogs' share of the centre, the self-check's trust included: their
+    # spread measures how this configuration's runs differ, and the calibration
+    # of a centre set by the analogs is in its units (job_calibration.POWERS). With
+    # the option's own share only, a trusted analog centre kept the blend's sigma,
+    # one unit for steady and noisy configurations alike (MLPerf fixture at 50 %: 0.68)
+    share = sum(w for name, w in option if name == "analog")
+    trust = cands.get(SELF_CHECK)
+    if trust is not None and (SELF_CHECK, 0.0) in option:
+        share = share + trust * (1.0 - share)
+    if analog is None:
+        sigma = r.sigma
+    elif r.point == 0:
+        # at the start (no epoch: no own rate) whatever the centre, the spread of
+        # this configuration's runs is the unit: the blend's sigma there was one
+        # unit for steady and noisy configurations alike (MLPerf fixture: BERT's
+        # start intervals ±1 % against its runs' 3 %, coverage 70 %)
+        sigma = analog.spread
+    else:
+        sigma = share * analog.spread + (1 - share) * r.sigma
+    return dataclasses.replace(r, center=c, sigma=sigma)
 
 
 def halves(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from gpu_eta.forecaster.calibration import Calibrator, Residual, progress_point
 from gpu_eta.forecaster.estimators.choice import SITUATIONS
-from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.replay import truncate
 from gpu_eta.forecaster.evaluate import backtest
 from tests.bench.bench_module import load_bench
 from tests.forecaster.estimators.runs_factory import job_history

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.base import InsufficientData
-from gpu_eta.forecaster.estimators.eta_model import truncate
+from gpu_eta.forecaster.estimators.replay import truncate
 from tests.bench.bench_module import load_bench
 from tests.forecaster.estimators.runs_factory import make_run
 

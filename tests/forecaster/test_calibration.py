@@ -14,6 +14,7 @@ from gpu_eta.forecaster.calibration import (
     SIGMA_POWER,
     Calibrator,
     Residual,
+    adjusted_levels,
     bias_shift,
     conformal_bounds,
     conformal_z,
@@ -376,3 +377,13 @@ def test_group_scales_of_a_zero_width_bin_or_an_infinite_prior_are_one() -> None
     assert group_scales(["a", "b"], [0.0, 0.0]) == ({}, [1.0, 1.0])
     assert group_scales(["a", "b"], [1.0, 5.0], prior=math.inf) == ({}, [1.0, 1.0])
     assert group_scales([], []) == ({}, [])
+
+
+def test_levels_move_only_the_tail_that_missed() -> None:
+    # leave-later-out: 70 % coverage, 10 % below P10 (as asked), 20 % above P90
+    measured = {0.5: (0.2, 0.7, 0.1, 0.2), 0.25: (0.1, 0.82, 0.09, 0.09)}
+    per_tail = adjusted_levels(measured, 0.8, "per_tail")
+    assert per_tail == {0.5: pytest.approx((0.1, 0.975))}  # 0.9 + 0.1, capped at 0.975
+    symmetric = adjusted_levels(measured, 0.8, "symmetric")
+    assert symmetric == {0.5: pytest.approx(0.9)}  # the former rule: both tails move
+    assert adjusted_levels({0.5: (math.nan,) * 4}, 0.8, "per_tail") == {}

@@ -22,7 +22,8 @@ from gpu_eta.forecaster.calibration import POINTS as CALIBRATION_POINTS
 from gpu_eta.forecaster.estimators import make_estimator
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.estimators.base import InsufficientData
-from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.replay import truncate
 from gpu_eta.forecaster.evaluate import backtest
 from gpu_eta.forecaster.runs_csv import read_runs
 

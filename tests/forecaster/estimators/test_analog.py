@@ -15,7 +15,7 @@ from gpu_eta.forecaster.estimators.analog import (
     shrunk_spread,
 )
 from gpu_eta.forecaster.estimators.base import InsufficientData, NotFittedError
-from gpu_eta.forecaster.estimators.eta_model import truncate
+from gpu_eta.forecaster.estimators.replay import truncate
 from tests.forecaster.estimators.runs_factory import make_run
 
 CONFIG = {"job_name": "bert", "namespace": "team", "node_type": "8xA100", "batch_size": 64.0}

@@ -12,8 +12,8 @@ from gpu_eta.forecaster.estimators.campaign import (
     campaign_start,
     latest_runs,
 )
-from gpu_eta.forecaster.estimators.eta_model import truncate
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
+from gpu_eta.forecaster.estimators.replay import truncate
 from tests.forecaster.estimators.runs_factory import make_run
 
 DAY = 86400.0

@@ -16,7 +16,8 @@ from gpu_eta.forecaster.estimators.choice import (
     rate_candidates,
     situation,
 )
-from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.replay import truncate
 from tests.forecaster.estimators.runs_factory import make_run
 
 BLEND = BlendEstimator().fit([])

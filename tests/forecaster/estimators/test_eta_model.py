@@ -8,17 +8,19 @@ import math
 import numpy as np
 import pytest
 
-from gpu_eta.forecaster.calibration import BINS, END, POINTS, Calibrator, Residual, progress_point
-from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.estimators import eta_model
-from gpu_eta.forecaster.estimators.base import NotFittedError
-from gpu_eta.forecaster.estimators.eta_model import (
-    EtaModel,
-    calibration_moments,
-    replay_moments,
-    truncate,
-    within_seen,
+from gpu_eta.forecaster.calibration import (
+    BINS,
+    END,
+    POINTS,
+    Calibrator,
+    Residual,
+    progress_point,
 )
+from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators import replay
+from gpu_eta.forecaster.estimators.base import NotFittedError
+from gpu_eta.forecaster.estimators.eta_model import EtaModel, within_seen
+from gpu_eta.forecaster.estimators.replay import replay_moments, truncate
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 
@@ -175,16 +177,6 @@ def test_the_rate_is_trusted_as_much_as_it_has_earned() -> None:
     rate_only = 2.0 * 0.5 * 18
     p50 = shared.predict(probe, probe.last_timestamp).p50
     assert p50 > 1.3 * rate_only
-
-
-def test_levels_move_only_the_tail_that_missed() -> None:
-    # leave-later-out: 70 % coverage, 10 % below P10 (as asked), 20 % above P90
-    measured = {0.5: (0.2, 0.7, 0.1, 0.2), 0.25: (0.1, 0.82, 0.09, 0.09)}
-    per_tail = EtaModel()._levels(measured)
-    assert per_tail == {0.5: pytest.approx((0.1, 0.975))}  # 0.9 + 0.1, capped at 0.975
-    symmetric = EtaModel(tail_levels="symmetric")._levels(measured)
-    assert symmetric == {0.5: pytest.approx(0.9)}  # the former rule: both tails move
-    assert EtaModel()._levels({0.5: (math.nan,) * 4}) == {}
 
 
 def test_unknown_tail_levels_is_a_clear_error() -> None:
@@ -497,30 +489,6 @@ def test_a_young_clusters_start_forecasts_stay_within_the_runs_it_finished() -> 
         assert min(totals) * (1 - 1e-9) <= f.p50 <= max(totals) * (1 + 1e-9), (i, f, totals)
 
 
-def test_calibration_moments_add_the_middle_of_the_last_interval() -> None:
-    steps = make_run("steps", [10.0] * 200)  # step-level: nine points past 95 %
-    moments = list(calibration_moments(steps))
-    assert moments[:-1] == list(replay_moments(steps))
-    point, part = moments[-1]
-    assert point == END == progress_point(part.progress_ratio)
-    assert part.epochs_done == 195  # the middle of 191..199, not the last step
-    short = make_run("short", [10.0] * 10)  # its last point before the end is at 90 %
-    assert list(calibration_moments(short)) == list(replay_moments(short))
-    # the middle of the points with time left (196..199 end when the run does: 191..195)
-    end = steps.epoch_times[196][1]
-    tied = dataclasses.replace(
-        steps, epoch_times=(*steps.epoch_times[:196], *((float(e), end) for e in range(196, 201)))
-    )
-    point, part = list(calibration_moments(tied))[-1]
-    assert point == END and part.epochs_done == 193
-    # labelled as progress_point files it (the calibration relabels with it), in percent too
-    percent = dataclasses.replace(
-        steps, epochs_planned=100.0, epoch_times=tuple((e / 2, t) for e, t in steps.epoch_times)
-    )
-    point, part = list(calibration_moments(percent))[-1]
-    assert point == END == progress_point(part.progress_ratio) and part.epochs_done == 97.5
-
-
 def test_the_last_interval_takes_the_95_bins_centre() -> None:
     """The END bin's option, weights, floors and prior weight are the 0.95 bin's; its
     calibration is fitted on its own moments."""
@@ -577,5 +545,5 @@ def test_the_last_interval_is_calibrated_on_its_own_moments(monkeypatch) -> None
 
     assert covered() >= 0.7
     # replayed up to 95 % alone, the last interval took the 0.95 bin's calibration
-    monkeypatch.setattr(eta_model, "calibration_moments", replay_moments)
+    monkeypatch.setattr(replay, "calibration_moments", replay_moments)
     assert covered() <= 0.2

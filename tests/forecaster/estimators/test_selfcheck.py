@@ -15,7 +15,8 @@ from gpu_eta.forecaster.estimators.choice import (
     centre,
     checked,
 )
-from gpu_eta.forecaster.estimators.eta_model import EtaModel, truncate
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.replay import self_check, truncate
 from gpu_eta.forecaster.estimators.selfcheck import TRUST_SCALE, cuts, trust
 from tests.forecaster.estimators.runs_factory import make_run
 
@@ -33,7 +34,7 @@ STEADY = [10.0] * len(USUAL)  # this run: no start-up, no evaluation passes
 
 
 def _trust_of(analog: AnalogEstimator, run) -> float | None:
-    return EtaModel._trust(analog, run, run.last_timestamp)
+    return self_check(analog, run, run.last_timestamp)
 
 
 def test_cuts_are_earlier_epoch_ends_of_the_same_run() -> None:

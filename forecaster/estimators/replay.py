@@ -1,0 +1,151 @@
+"""The calibration replay: finished runs as they looked part-way, with what was known then.
+
+Why a module: everything ``EtaModel.fit`` measures (the blend's weights, the choice
+among options, the calibration bins, the job shifts and widths) is measured on the
+same samples: the most recent finished runs cut at their start, at the last epoch
+seen at each of ``POINTS`` and once in their last interval, each forecast by parts
+built only from runs that ended before that moment (the job prior and analogs
+temporal, the pooled regression as it stood before the run: ``PriorEstimator.
+held_out``). ``evaluate`` scores the same moments (``replay_moments``) but the last
+interval's, so the backtest and the calibration cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpu_eta.forecaster.calibration import BINS, END, POINTS, progress_point
+from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
+from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
+from gpu_eta.forecaster.estimators.choice import rate_candidates
+from gpu_eta.forecaster.estimators.prior import job_key
+from gpu_eta.forecaster.estimators.selfcheck import Cut, analog_trust
+from gpu_eta.forecaster.runs import Run
+
+
+def truncate(run: Run, point: float) -> Run:
+    """``run`` as it looked at its last epoch end at or before ``point`` of its plan."""
+    limit = point * run.epochs_planned + 1e-9
+    times = tuple(et for et in run.epoch_times if et[0] <= limit)
+    return dataclasses.replace(run, epoch_times=times, completed=None)
+
+
+def replay_moments(run: Run) -> Iterator[tuple[float, Run]]:
+    """``(point, run as it looked then)`` at each of ``POINTS`` (``truncate``): each
+    moment once, at the first point that reaches it (a run of ten epochs is at its
+    ninth at 90 and at 95 %), none that shows the whole run or has no time left.
+
+    Why one function: the backtest (``evaluate.replay_events``) must score a past run
+    at the moments the calibration replays it (``calibration_moments``: these, and one
+    of the last interval, which the backtest does not score).
+    """
+    seen: set[int] = set()
+    for point in POINTS:
+        part = truncate(run, point)
+        n_seen = len(part.epoch_times)
+        if n_seen in seen or n_seen == len(run.epoch_times):
+            continue
+        seen.add(n_seen)
+        if run.last_timestamp > part.last_timestamp:
+            yield point, part
+
+
+def calibration_moments(run: Run) -> Iterator[tuple[float, Run]]:
+    """``replay_moments``, and one moment of the run's last interval for the ``END``
+    bin: the middle one of its progress points past 95 % of the plan (before its end,
+    with time left).
+
+    Why: a live run past 95 % takes the ``END`` bin, and a calibration replayed only up
+    to 95 % never saw what is left then (the last steps and the stop). Why the middle
+    one: a live run is forecast at each of those points; its last alone (one step
+    before the end, on step-level runs) is not what most of them look like. Only the
+    calibration replays it: ``evaluate`` scores ``POINTS``."""
+    yield from replay_moments(run)
+    if run.epochs_planned <= 0:
+        return
+    times, end = run.epoch_times, run.last_timestamp
+    late = [
+        k
+        for k in range(1, len(times) - 1)
+        if times[k][1] < end  # time left
+        and progress_point(min(1.0, times[k][0] / run.epochs_planned)) == END
+    ]
+    if late:
+        k = late[len(late) // 2]
+        yield END, dataclasses.replace(run, epoch_times=times[: k + 1], completed=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A past run truncated at a point: the raw parts and the true log remaining."""
+
+    point: float
+    parts: tuple[Components, ...]  # one per Huber constant of the model's grid (tuning.huber_grid)
+    actual: float
+    timestamp: float
+    analog: AnalogEstimate | None = None  # from runs of the same identity that ended before
+    rates: Mapping[str, float] = dataclasses.field(default_factory=dict)  # choice.rate_candidates
+    trust: float | None = None  # the analogs' self-check on the run's own past (selfcheck.py)
+    job: str = ""  # prior.job_key of the run: the key of its job shift (job_calibration.py)
+
+
+def samples_in_order(samples: Sequence[Sample]) -> list[Sample]:
+    """``samples`` in the order ``tuning.residuals`` returns their residuals (by bin)."""
+    return [s for point in BINS for s in samples if s.point == point]
+
+
+def recent_completed(history: Sequence[Run], max_runs: int, min_points: int) -> list[Run]:
+    """The ``max_runs`` most recently ended runs of ``history`` that completed and have
+    ``min_points`` progress points or more, oldest first (none for ``max_runs`` ≤ 0)."""
+    done = [r for r in history if r.completed is True and len(r.epoch_times) >= min_points]
+    done.sort(key=lambda r: r.last_timestamp)
+    return done[-max_runs:] if max_runs > 0 else []
+
+
+def self_check(analog: AnalogEstimator, run: Run, before: float | None) -> float | None:
+    """The analogs' trust for ``run`` from their misses on its own past
+    (``selfcheck.py``), analogs from runs that ended before ``before`` (None: all);
+    None without analogs or epochs enough to check them."""
+
+    def horizon(cut: Cut) -> float | None:
+        found = analog.estimate(cut.run, before, target=cut.target)
+        return None if found is None else found.log_remaining
+
+    return analog_trust(run, horizon)
+
+
+def replay_samples(
+    blend: BlendEstimator,
+    analog: AnalogEstimator,
+    history: Sequence[Run],
+    *,
+    max_runs: int,
+    huber_grid: tuple[float, ...],
+) -> list[Sample]:
+    """The ``max_runs`` most recent completed runs replayed at each of their
+    ``calibration_moments``: the blend's parts at every Huber constant of
+    ``huber_grid``, the analogs, the rate candidates and the analogs' self-check, each
+    from runs that ended before that moment."""
+    out: list[Sample] = []
+    for run in recent_completed(history, max_runs, 2):
+        end = run.last_timestamp
+        for _point, part in calibration_moments(run):
+            truth = end - part.last_timestamp
+            end_before = part.last_timestamp
+            found = analog.estimate(part, end_before)
+            out.append(
+                Sample(
+                    point=progress_point(part.progress_ratio),
+                    parts=blend.components_for(part, part.last_timestamp, huber_grid),
+                    actual=math.log(truth),
+                    timestamp=part.last_timestamp,
+                    analog=found,
+                    rates=rate_candidates(part),
+                    trust=None if found is None else self_check(analog, part, end_before),
+                    job=job_key(run),
+                )
+            )
+    return out

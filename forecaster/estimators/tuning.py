@@ -1,0 +1,266 @@
+"""The blend's weights, measured per progress point on the calibration replay.
+
+Why a module: how much a run's own epochs say about the rest of it, against its job's
+earlier runs, is a property of the cluster (a quiet dedicated GPU repeats its epochs
+within a few %, a shared node sees neighbours arrive and leave), so the blend
+(``blend.py``) is not used with fixed weights: ``EtaModel.fit`` measures, on the
+replayed samples (``replay.py``), per point of the plan
+
+- the rate's Huber constant, its drift and the prior's sigma multiplier (``tune``),
+- floors of the rate's and the job prior's sigmas at their measured errors
+  (``measured_floors``),
+- the job prior's weight from how much of a run's departure from its job's usual
+  speed lasts (``measured_mixes``),
+
+and turns the samples into residuals of the tuned blend (``residuals``) for the
+choice and the calibration. Pure functions of the samples and the settings passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from gpu_eta.forecaster.calibration import (
+    BINS,
+    POINTS,
+    SPAN_POINTS,
+    Residual,
+    progress_point,
+    shifted_errors,
+    with_late_bins,
+)
+from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components, combine_many
+from gpu_eta.forecaster.estimators.rate import weighted_median
+from gpu_eta.forecaster.estimators.replay import Sample, recent_completed
+from gpu_eta.forecaster.runs import Run
+
+PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
+DRIFT_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)
+PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
+MAX_MIX_CUTS = 32  # epoch ends per past run used to measure a job prior's weight
+MIX_BUDGET = 1000  # ... and in all (~0.15 ms each: ~0.15 s of a fit)
+MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full sample
+
+Weights = tuple[float, float, float]
+"""A point's tuned (Huber constant, drift, prior scale)."""
+Floors = tuple[Mapping[float, float], Mapping[float, float]]
+"""The measured floors of the rate's and of the same-job prior's sigma, per point."""
+JobScale = Callable[[float], float]
+"""The same-job prior's sigma multiplier for a tuned prior scale (``EtaModel._job_scale``)."""
+
+
+def huber_grid(huber_c: float) -> tuple[float, ...]:
+    """The configured Huber constant, and a plain (recency-weighted) log mean."""
+    return (huber_c, PLAIN_MEAN) if huber_c != PLAIN_MEAN else (PLAIN_MEAN,)
+
+
+def floored(c: Components, point: float, floors: Floors, mix: float | None = None) -> Components:
+    """``c`` with the measured ``floors`` at ``point`` and a prior weight ``mix``
+    (None: precision weights). The mix is passed, not looked up: during a refit the
+    model still holds the previous fit's weights."""
+    rate, prior = floors
+    return dataclasses.replace(
+        c,
+        rate_floor=rate.get(point, 0.0),
+        prior_floor=prior.get(point, 0.0) if c.prior_level == "job_batch" else 0.0,
+        prior_mix=mix,
+    )
+
+
+def measured_floors(
+    samples: Sequence[Sample], min_samples: int
+) -> tuple[dict[float, float], dict[float, float]]:
+    """The measured error of the run's own rate, and of a same-job prior, per point.
+
+    Why: how much the epochs seen say about the epochs to come is a property of
+    the cluster, and an earlier run of the same job can say more. The rate's model
+    sigma knows only the run's own scatter and the prior's only how whole runs
+    repeat, so the blend trusted the rate too much exactly where the job's history
+    knew better (shared-machine runs at 10–50 %). Both are measured here on the same
+    replayed past runs, with the same robust spread (1.4826·MAD of log remaining minus
+    the truth, about its median: the bias is calibration's job), and become floors of
+    the two sigmas at that point, so the precision weights rest on measured errors.
+    None at a point until both have ``min_samples`` samples there. Like the pooled
+    regression they are fitted on all replayed runs (a small, documented in-sample
+    leak in the published quality).
+    """
+    rate: dict[float, float] = {}
+    prior: dict[float, float] = {}
+    for point in POINTS[1:]:
+        r_err, p_err = [], []
+        for s in samples:
+            c = s.parts[0]
+            if s.point != point or c.rate is None:
+                continue
+            r_err.append(c.rate_center - s.actual)
+            if c.prior_level == "job_batch":
+                p_err.append(c.prior_center - s.actual)
+        # both or neither: a measured floor on one side only would tilt the
+        # weights by what happens to be measured (the rate's error includes the
+        # run's unknowable future, a prior's model sigma does not)
+        if min(len(r_err), len(p_err)) >= min_samples:
+            for errs, out in ((r_err, rate), (p_err, prior)):
+                arr = np.asarray(errs)
+                out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
+    return with_late_bins(rate), with_late_bins(prior)  # END: 0.95's
+
+
+def residuals(
+    samples: Sequence[Sample],
+    weights: Mapping[float, Weights],
+    grid: tuple[float, ...],
+    job_scale: JobScale,
+) -> list[Residual]:
+    """The blend's residual of each sample at its point's ``weights``, bin by bin
+    (``replay.samples_in_order`` gives the samples in the same order)."""
+    out = []
+    for point in BINS:
+        chosen = [s for s in samples if s.point == point]
+        if not chosen:
+            continue
+        c, drift, prior_scale = weights[point]
+        parts = [s.parts[grid.index(c)] for s in chosen]
+        center, sigma = combine_many(parts, drift, prior_scale, job_scale(prior_scale))
+        out.extend(
+            Residual(s.point, float(c), float(sg), s.actual, s.timestamp)
+            for s, c, sg in zip(chosen, center, sigma, strict=True)
+        )
+    return out
+
+
+def tune(
+    samples: Sequence[Sample],
+    *,
+    default: Weights,
+    grid: tuple[float, ...],
+    job_scale: JobScale,
+    shift_prior: float,
+    margin: float,
+    min_samples: int,
+) -> dict[float, Weights]:
+    """Pick, per progress bin, the rate's Huber constant (or a plain mean), its
+    drift and the prior's sigma multiplier.
+
+    The Huber constant decides whether slow epochs are spikes to discount or a
+    slowdown to follow: it depends on the cluster too (evaluation passes vs
+    neighbours whose load persists for many epochs).
+
+    They set how fast the prior hands over to the run's own rate, which depends on
+    the cluster (steady dedicated GPUs: a job repeats itself and the prior is
+    worth a lot; contended or time-sliced ones: it is not). Scored on past runs by
+    the median absolute error of the shift-corrected P50 (what calibration will
+    publish; the shift unheld, as the blend is tuned for every situation at once,
+    before the choice decides which runs publish it). ``default`` stays unless
+    another choice is better by ``margin`` (10 %): on a few dozen runs a grid of 30
+    overfits. A bin with fewer than ``min_samples`` samples takes the choice made on
+    all bins pooled; with fewer than that overall, the defaults.
+    """
+    combos = [(c, d, p) for c in grid for d in DRIFT_GRID for p in PRIOR_SCALE_GRID]
+    if default not in combos:
+        combos.append(default)
+    i_default = combos.index(default)
+    points = np.array([s.point for s in samples])
+    actual = np.array([s.actual for s in samples])
+    parts_by_c = {c: [s.parts[i] for s in samples] for i, c in enumerate(grid)}
+    # err[c][i]: error of sample i under combo c after its bin's shift
+    errs = np.empty((len(combos), len(samples)))
+    for c, (huber_c, drift, prior_scale) in enumerate(combos):
+        center, _sigma = combine_many(
+            parts_by_c[huber_c], drift, prior_scale, job_scale(prior_scale)
+        )
+        errs[c] = shifted_errors(points, actual - center, shift_prior)
+
+    def pick(score: np.ndarray) -> Weights:
+        # leave the defaults only for a clear gain: small samples overfit a grid
+        best = int(np.argmin(score))
+        if score[best] < (1.0 - margin) * score[i_default]:
+            return combos[best]
+        return default
+
+    pooled = default
+    enough = [p for p in SPAN_POINTS if (points == p).sum() >= min_samples]
+    if enough:
+        pooled = pick(np.mean([np.median(errs[:, points == p], axis=1) for p in enough], axis=0))
+    own = with_late_bins(
+        {
+            p: pick(np.median(errs[:, points == p], axis=1))
+            for p in POINTS
+            if (points == p).sum() >= min_samples
+        }
+    )
+    return with_late_bins({p: own.get(p, pooled) for p in POINTS})  # END: 0.95's
+
+
+def measured_mixes(
+    blend: BlendEstimator,
+    history: Sequence[Run],
+    weights: Mapping[float, Weights],
+    *,
+    floors: Floors,
+    job_scale: JobScale,
+    max_runs: int,
+    min_samples: int,
+) -> dict[float, float]:
+    """The same-job prior's weight against the run's own rate, measured per point.
+
+    Why: precision weights rest on two sigmas, and on a shared node neither
+    describes the error that matters: a run's rate is right until a neighbour
+    arrives or leaves (a bimodal error whose spread says little about the best
+    weight) and a job's history averages over neighbours coming and going. What
+    matters is how much of a run's current departure from its job's usual speed
+    lasts until the end. So on the ``max_runs`` most recent past runs that had a
+    same-job prior, at every epoch end (up to ``MAX_MIX_CUTS`` per run and
+    ``MIX_BUDGET`` in all, evenly spaced), ``x`` = own rate − prior and ``y`` =
+    truth − prior (log remaining seconds); the share of ``x`` that persists, ``g``,
+    is the median regression of ``y`` on ``x`` through the origin (the weighted
+    median of ``y/x`` with weights ``|x|``), per progress bin, clipped to [0, 1]; the
+    prior's weight is ``1 − g`` (a sparse late bin takes the bin before it,
+    ``calibration.with_late_bins``). Every epoch end counts, not just the replay
+    points past the start, so the estimate settles with a few dozen runs. On a quiet
+    node departures persist (``g`` ≈ 1, the rate decides); where neighbours come and
+    go they fade, the more so the further ahead. A bin needs ``min_samples`` (12)
+    such epoch ends.
+    """
+    done = recent_completed(history, max_runs, 3)
+    xs: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+    ys: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+    ws: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+    per_run = min(MAX_MIX_CUTS, max(3, MIX_BUDGET // max(1, len(done))))
+    for run in done:
+        end, n = run.last_timestamp, len(run.epoch_times)
+        cuts = np.linspace(2, n - 1, min(per_run, n - 2)).round().astype(int)
+        for j in np.unique(cuts).tolist():
+            part = dataclasses.replace(run, epoch_times=run.epoch_times[:j], completed=None)
+            truth = end - part.last_timestamp
+            if truth <= 0:
+                continue
+            # past 95 %: the 95 % bin's, whose weight the last interval takes
+            point = min(progress_point(part.progress_ratio), POINTS[-1])
+            huber_c, drift, prior_scale = weights[point]
+            c = blend.components_for(part, part.last_timestamp, (huber_c,))[0]
+            if c.rate is None or c.prior_level != "job_batch":
+                continue
+            precision = floored(c, point, floors).combine(
+                drift, prior_scale, job_scale(prior_scale)
+            )
+            xs[point].append(c.rate_center - c.prior_center)
+            ys[point].append(math.log(truth) - c.prior_center)
+            ws[point].append(precision.prior_weight)
+    out: dict[float, float] = {}
+    for point in POINTS[1:]:
+        x, y = np.asarray(xs[point]), np.asarray(ys[point])
+        ok = np.abs(x) > 1e-6
+        if int(ok.sum()) < min_samples:
+            continue
+        g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
+        measured = float(np.clip(1.0 - g, 0.0, 1.0))
+        # departures far below MIX_SCALE barely move a forecast and say little
+        # about how long a departure lasts: then the precision weights stand
+        evidence = float(np.sum(np.abs(x[ok])))
+        trust = evidence / (evidence + min_samples * MIX_SCALE)
+        out[point] = trust * measured + (1.0 - trust) * float(np.median(ws[point]))
+    return with_late_bins(out)  # END: 0.95's

@@ -1,0 +1,76 @@
+"""The calibration replay: the moments a past run is replayed at, and what each knew."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpu_eta.forecaster.calibration import END, POINTS, progress_point
+from gpu_eta.forecaster.estimators.analog import AnalogEstimator
+from gpu_eta.forecaster.estimators.blend import BlendEstimator
+from gpu_eta.forecaster.estimators.prior import job_key
+from gpu_eta.forecaster.estimators.replay import (
+    calibration_moments,
+    recent_completed,
+    replay_moments,
+    replay_samples,
+    samples_in_order,
+)
+from tests.forecaster.estimators.runs_factory import make_run
+
+
+def test_calibration_moments_add_the_middle_of_the_last_interval() -> None:
+    steps = make_run("steps", [10.0] * 200)  # step-level: nine points past 95 %
+    moments = list(calibration_moments(steps))
+    assert moments[:-1] == list(replay_moments(steps))
+    point, part = moments[-1]
+    assert point == END == progress_point(part.progress_ratio)
+    assert part.epochs_done == 195  # the middle of 191..199, not the last step
+    short = make_run("short", [10.0] * 10)  # its last point before the end is at 90 %
+    assert list(calibration_moments(short)) == list(replay_moments(short))
+    # the middle of the points with time left (196..199 end when the run does: 191..195)
+    end = steps.epoch_times[196][1]
+    tied = dataclasses.replace(
+        steps, epoch_times=(*steps.epoch_times[:196], *((float(e), end) for e in range(196, 201)))
+    )
+    point, part = list(calibration_moments(tied))[-1]
+    assert point == END and part.epochs_done == 193
+    # labelled as progress_point files it (the calibration relabels with it), in percent too
+    percent = dataclasses.replace(
+        steps, epochs_planned=100.0, epoch_times=tuple((e / 2, t) for e, t in steps.epoch_times)
+    )
+    point, part = list(calibration_moments(percent))[-1]
+    assert point == END == progress_point(part.progress_ratio) and part.epochs_done == 97.5
+
+
+def test_recent_completed_keeps_the_latest_finished_runs_oldest_first() -> None:
+    runs = [
+        make_run(f"r{i}", [10.0] * 5, start=1_700_000_000.0 + 1000.0 * (9 - i)) for i in range(10)
+    ]
+    unfinished = make_run("live", [10.0] * 2, planned=5.0, start=1_700_100_000.0)
+    failed = dataclasses.replace(make_run("failed", [10.0] * 5), completed=False)
+    one_point = make_run("one", [], planned=5.0, completed=True)
+    got = recent_completed([*runs, unfinished, failed, one_point], 3, 2)
+    assert [r.run_id for r in got] == ["r2", "r1", "r0"]  # the three that ended last
+    assert recent_completed(runs, 0, 2) == []
+
+
+def test_each_replayed_moment_knows_only_runs_that_ended_before_it() -> None:
+    """Two runs of one configuration back to back, then a third: the first has no
+    analogs at any of its moments, the third has both earlier runs'."""
+    config = {"job_name": "j", "namespace": "ns", "node_type": "n1", "batch_size": 64.0}
+    runs = [
+        make_run(f"r{i}", [20.0] + [10.0] * 39, start=1_700_000_000.0 + 1000.0 * i, **config)
+        for i in range(3)
+    ]
+    blend, analog = BlendEstimator().fit(runs), AnalogEstimator().fit(runs)
+    samples = replay_samples(blend, analog, runs, max_runs=600, huber_grid=(2.0,))
+    # every point, and the last interval (epoch 39 of 40)
+    assert len(samples) == 3 * (len(POINTS) + 1)
+    assert sum(s.point == END for s in samples) == 3
+    first = [s for s in samples if s.timestamp < runs[1].epoch_times[0][1]]
+    assert first and all(s.analog is None for s in first)
+    last = [s for s in samples if s.timestamp > runs[1].last_timestamp]
+    assert last and all(s.analog is not None and s.analog.n == 2 for s in last)
+    assert {s.job for s in samples} == {job_key(runs[0])}
+    ordered = samples_in_order(samples)
+    assert [s.point for s in ordered] == sorted(s.point for s in samples)
