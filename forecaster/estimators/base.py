@@ -31,6 +31,8 @@ from gpu_eta.forecaster.runs import Run
 # minute per unit gave a first job counting 4·10⁶ samples a forecast of eight years.
 DEFAULT_RUN_SECONDS = 3600.0
 DEFAULT_LOG_SIGMA = 2.0
+# The least doubt a history-based prior claims (log-sd): no earlier runs repeat exactly.
+MIN_SIGMA = 0.03
 Z90 = 1.2815515655446004  # standard normal 0.9 quantile: P10/P90 = median · exp(∓Z90·σ)
 # Remaining times are clamped to this (about 30 years) so no input can overflow exp().
 MAX_LOG_SECONDS = math.log(1e9)

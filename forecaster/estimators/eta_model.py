@@ -82,7 +82,8 @@ from gpu_eta.forecaster.estimators.choice import (
     with_option,
 )
 from gpu_eta.forecaster.estimators.job_calibration import POWERS, job_scales, job_shifts
-from gpu_eta.forecaster.estimators.prior import HOLDOUT_SPAN, NUMERIC_RAW, job_key
+from gpu_eta.forecaster.estimators.pooled import NUMERIC_RAW
+from gpu_eta.forecaster.estimators.prior import HOLDOUT_SPAN, job_key
 from gpu_eta.forecaster.estimators.replay import replay_samples, samples_in_order, self_check
 from gpu_eta.forecaster.estimators.tuning import (
     floored,
@@ -427,7 +428,7 @@ class EtaModel:
                 if point == 0 and name == "new":  # a run no earlier run of its job
                     # speaks for: as long as some finished run took (the job's own runs
                     # and analogs scale with its plan, which may be longer than any yet)
-                    q = within_seen(q, self.blend_.prior_.total_range_)
+                    q = within_seen(q, self.blend_.prior_.regression_.total_range_)
                 return q
 
             if option == (("blend", 1.0),) and found is None:
@@ -509,7 +510,7 @@ def within_seen(
 ) -> tuple[float, float, float]:
     """A start-of-run ``q`` (P10/P50/P90 of the whole run) moved, all three by one
     factor, so that its P50 lies within ``log_range``: the log durations of the
-    finished runs the regression was fitted on (``PriorEstimator.total_range_``).
+    finished runs the regression was fitted on (``PooledRegression.total_range_``).
 
     For a run whose job has no earlier run here (situation ``new``: the pooled
     regression's prior). Why: before its first epoch such a run has nothing of its

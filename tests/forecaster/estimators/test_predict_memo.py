@@ -191,7 +191,9 @@ def test_drifting_utilisation_recomputes_only_where_the_regression_reads_it(monk
         for i in range(60)
     ]
     model = EtaModel(random_state=0).fit(history)
-    assert "gpu_utilization_ratio" in model.blend_.prior_.numeric_  # the regression reads it
+    assert (
+        "gpu_utilization_ratio" in model.blend_.prior_.regression_.numeric_
+    )  # the regression reads it
     later = start + 1e5
     known = make_run("k", [10.0] * 3, planned=6.0, start=later, job_name="job0", batch_size=64.0)
     new = make_run("n", [10.0] * 3, planned=6.0, start=later, job_name="brand-new", batch_size=64.0)

@@ -1,7 +1,7 @@
 """The fast per-run paths of ``EtaModel.predict`` compute what the numpy paths compute.
 
 Why: ``own_rate`` on Python floats (``_own_rate_small``), the prior's design row built
-without arrays (``_design_row``), the analogs read with ``interp`` instead of
+without arrays (``PooledRegression.design_row``), the analogs read with ``interp`` instead of
 ``np.interp`` and ``PredictLinear`` on Python floats (``_predict_small``, a candidate of
 every forecast) exist only for speed (bench/predict_speed.py); a change of the maths in
 one path and not in the other must fail here. Each fast part is compared with its
@@ -32,6 +32,7 @@ from gpu_eta.forecaster.estimators.analog import (
 from gpu_eta.forecaster.estimators.base import InsufficientData, intervals, remaining_epochs
 from gpu_eta.forecaster.estimators.baselines import PredictLinear, numpy_sum
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.pooled import PooledRegression
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs
@@ -189,11 +190,12 @@ def test_predict_linear_small_path_equals_numpy_path(monkeypatch, window):
 def test_design_row_is_the_design_matrix_row():
     runs = read_runs(FIXTURE)
     prior = PriorEstimator(random_state=0).fit(runs[:100])
-    assert prior.numeric_ and prior.levels_  # a regression with both kinds of column
+    regression = prior.regression_
+    assert regression.numeric_ and regression.levels_  # a regression with both kinds of column
     odd = Run("odd", 3.0, ((0.0, 1.0e9),), {"batch_size": -1.0, "gpu_model": 7, "gpus": "x"})
     for run in [*runs, odd]:
-        row = prior._design_row(run)
-        ref = prior._design([run])[0]
+        row = regression.design_row(run)
+        ref = regression.design([run])[0]
         assert row.shape == ref.shape
         assert all(close(a, b) for a, b in zip(row, ref, strict=True))
 
@@ -306,7 +308,7 @@ def test_whole_forecasts_equal_with_every_reference_swapped_in(fitted, monkeypat
     fast = forecasts()
     monkeypatch.setattr(rate_mod, "SMALL_INTERVALS", 0)
     monkeypatch.setattr(baselines_mod, "SMALL_SAMPLES", 0)
-    monkeypatch.setattr(PriorEstimator, "_design_row", lambda self, run: self._design([run])[0])
+    monkeypatch.setattr(PooledRegression, "design_row", lambda self, run: self.design([run])[0])
     monkeypatch.setattr(analog_mod.AnalogEstimator, "estimate", numpy_estimate)
     slow = forecasts()
     for a, b in zip(fast, slow, strict=True):

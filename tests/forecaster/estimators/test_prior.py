@@ -182,7 +182,7 @@ def test_a_replayed_run_is_predicted_by_a_regression_that_never_saw_its_job() ->
     assert abs(replayed.log_seconds - truth) > 1.0  # the held-out regression cannot know it
     held_out = prior.held_out(odd.start_timestamp)
     assert held_out is prior.held_out(odd.start_timestamp + 1.0)  # fitted once per cut
-    assert held_out.n_obs_ < prior.n_obs_
+    assert held_out.n_fitted_ < prior.n_obs_
     assert "x" not in held_out.levels_.get("namespace", [])
 
 
@@ -211,8 +211,8 @@ def test_a_replayed_run_is_predicted_by_the_regression_as_it_stood_when_it_start
     replayed = prior.per_epoch(first, before=first.start_timestamp)
     assert replayed.level == "regression"
     assert abs(replayed.log_seconds - truth) > 1.0  # as it stood: none of them had run
-    assert prior.held_out(first.start_timestamp).n_obs_ <= len(history)  # none of them
-    assert prior.held_out(sisters[-1].last_timestamp + 1.0).n_obs_ == prior.n_obs_
+    assert prior.held_out(first.start_timestamp).n_fitted_ <= len(history)  # none of them
+    assert prior.held_out(sisters[-1].last_timestamp + 1.0).n_fitted_ == prior.n_obs_
 
 
 def test_update_adds_finished_runs_to_their_job_groups() -> None:
@@ -409,8 +409,8 @@ def test_the_regression_never_answers_a_whole_run_outside_the_durations_it_saw()
         whole = est.log_seconds + math.log(run.epochs_planned)
         assert min(totals) - 1e-9 <= whole <= max(totals) + 1e-9, (batch, whole, totals)
     # the bound is the fit's own range: a run inside it keeps the regression's answer
-    x = prior._design_row(make_run("n", [], planned=10, job_name="new", batch_size=64))
+    x = prior.regression_.design_row(make_run("n", [], planned=10, job_name="new", batch_size=64))
     inside = prior.per_epoch(make_run("n", [], planned=10, job_name="new", batch_size=64))
-    raw = float(x @ prior.coef_)
+    raw = float(x @ prior.regression_.coef_)
     assert min(totals) < raw < max(totals)  # batch 64 lies among the fit's runs
     assert inside.log_seconds + math.log(10) == pytest.approx(raw)
