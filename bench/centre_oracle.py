@@ -111,8 +111,7 @@ def candidates(model, part: Run) -> dict[str, float]:
     point = progress_point(part.progress_ratio)
     huber_c, drift, prior_scale = model.weights_[point]
     comp = model.blend_.components(part, huber_c=huber_c)
-    floors = (model.rate_floor_, model.prior_floor_)
-    parts = floored(comp, point, floors, model.mix_.get(point))
+    parts = floored(comp, point, model.floors_, model.mix_.get(point))
     raw = parts.combine(drift, prior_scale, model._job_scale(prior_scale))
     out = {"blend": raw.center, "prior": comp.prior_center}
     if comp.rate_center is not None:

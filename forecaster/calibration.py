@@ -458,7 +458,7 @@ Measured = Mapping[float, tuple[float, float, float, float]]
 """``measure_tails``' figures per bin: median error, coverage, shares below and above."""
 
 
-def adjusted_levels(measured: Measured, coverage: float, tail_levels: str) -> dict:
+def adjusted_levels(measured: Measured, coverage: float, tail_levels: str) -> dict[float, Level]:
     """Nominal levels for bins whose measured (leave-later-out) intervals miss.
 
     Drift makes the past a little too optimistic, so a bin whose measured coverage
@@ -491,7 +491,7 @@ def calibrate(
     shift_prior: float,
     power: float,
     tail_levels: str,
-) -> tuple[Calibrator, dict, Measured]:
+) -> tuple[Calibrator, dict[float, Level], Measured]:
     """A ``Calibrator`` fitted on ``residuals`` (in units of ``sigma ** power``) with
     its ``adjusted_levels``, those levels, and its leave-later-out quality per bin
     (``measure_tails``, re-measured with the levels where any moved)."""

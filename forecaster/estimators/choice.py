@@ -81,6 +81,10 @@ is far off past the first epochs (MLPerf configurations never run before: 4-5 %
 against the own rate's 1.4-1.7 % at 25-50 %), so it defaults to the own rate, as a new
 job does: at 25 / 50 % 0.95 / 0.81 -> 0.86 / 0.64x the best baseline (v2.0-v2.1),
 0.98 / 0.93 -> 0.94 / 0.81x (v0.5-v1.1; at 10 % 0.77 -> 0.89x, within noise)."""
+POWERS = {"analog": 1.0}
+"""Per situation, the power of sigma that is the unit of its residuals (default the
+model's ``sigma_power``, 0.5). Analogs: 1, the usual studentised score, because their
+spread is a measured dispersion of this configuration's own runs (see ``analog.py``)."""
 OPTIONS = {
     "new": (*PLAIN_OPTIONS, OWN),
     "transfer": (*PLAIN_OPTIONS, OWN),
@@ -210,7 +214,7 @@ def with_option(
         return r
     # the analogs' share of the centre, the self-check's trust included: their
     # spread measures how this configuration's runs differ, and the calibration
-    # of a centre set by the analogs is in its units (job_calibration.POWERS). With
+    # of a centre set by the analogs is in its units (``POWERS``). With
     # the option's own share only, a trusted analog centre kept the blend's sigma,
     # one unit for steady and noisy configurations alike (MLPerf fixture at 50 %: 0.68)
     share = sum(w for name, w in option if name == "analog")

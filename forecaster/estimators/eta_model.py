@@ -53,6 +53,7 @@ from gpu_eta.forecaster.calibration import (
     POINTS,
     SIGMA_POWER,
     Calibrator,
+    Level,
     Measured,
     Residual,
     calibrate,
@@ -71,6 +72,7 @@ from gpu_eta.forecaster.estimators.blend import (
 from gpu_eta.forecaster.estimators.choice import (
     DEFAULTS,
     OPTIONS,
+    POWERS,
     SELF_CHECK,
     SITUATIONS,
     Option,
@@ -81,18 +83,19 @@ from gpu_eta.forecaster.estimators.choice import (
     situation,
     with_option,
 )
-from gpu_eta.forecaster.estimators.job_calibration import POWERS, job_scales, job_shifts
+from gpu_eta.forecaster.estimators.job_calibration import job_scales, job_shifts
 from gpu_eta.forecaster.estimators.pooled import NUMERIC_RAW
 from gpu_eta.forecaster.estimators.prior import HOLDOUT_SPAN, job_key
-from gpu_eta.forecaster.estimators.replay import replay_samples, samples_in_order, self_check
+from gpu_eta.forecaster.estimators.replay import replay_samples, samples_in_order
+from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.estimators.tuning import (
+    blend_residuals,
     floored,
     huber_grid,
     measured_floors,
     measured_mixes,
     tune,
 )
-from gpu_eta.forecaster.estimators.tuning import residuals as tuning_residuals
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 
@@ -198,7 +201,7 @@ class EtaModel:
             blend, analog, history, max_runs=self.max_calibration_runs, huber_grid=grid
         )
         self.rate_floor_, self.prior_floor_ = measured_floors(samples, self.min_samples)
-        floors = (self.rate_floor_, self.prior_floor_)
+        self.floors_ = floors = (self.rate_floor_, self.prior_floor_)
         samples = [
             dataclasses.replace(s, parts=tuple(floored(c, s.point, floors) for c in s.parts))
             for s in samples
@@ -232,7 +235,7 @@ class EtaModel:
                 )
                 for s in samples
             ]
-        residuals = tuning_residuals(samples, self.weights_, grid, self._job_scale)
+        residuals = blend_residuals(samples, self.weights_, grid, self._job_scale)
         self.blend_ = blend
         self.analog_ = analog
         ordered_samples = samples_in_order(samples)
@@ -319,7 +322,7 @@ class EtaModel:
 
     def _calibrate(
         self, residuals: Sequence[Residual], power: float | None = None
-    ) -> tuple[Calibrator, dict, Measured]:
+    ) -> tuple[Calibrator, dict[float, Level], Measured]:
         """``calibration.calibrate`` with this model's settings; residuals in units of
         ``sigma ** power`` (default ``sigma_power``)."""
         return calibrate(
@@ -397,9 +400,7 @@ class EtaModel:
             components = remember(
                 known, ("components", huber_c), lambda: self.blend_.components(run, huber_c=huber_c)
             )
-            parts = floored(
-                components, point, (self.rate_floor_, self.prior_floor_), self.mix_.get(point)
-            )
+            parts = floored(components, point, self.floors_, self.mix_.get(point))
             raw = parts.combine(drift, prior_scale, self._job_scale(prior_scale))
             found = remember(known, "analog", lambda: self.analog_.estimate(run))
             name = situation(found is not None, parts.prior_level)

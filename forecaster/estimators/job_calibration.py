@@ -21,12 +21,7 @@ from gpu_eta.forecaster.calibration import (
     group_scales,
     group_shifts,
 )
-from gpu_eta.forecaster.estimators.choice import SITUATIONS
-
-POWERS = {"analog": 1.0}
-"""Per situation, the power of sigma that is the unit of its residuals (default the
-model's ``sigma_power``, 0.5). Analogs: 1, the usual studentised score, because their
-spread is a measured dispersion of this configuration's own runs (see ``analog.py``)."""
+from gpu_eta.forecaster.estimators.choice import POWERS, SITUATIONS
 
 JobKey = tuple[str, str, float]
 """(situation, job, point)."""

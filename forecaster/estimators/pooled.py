@@ -72,7 +72,9 @@ def numeric_column(runs: Sequence[Run], name: str) -> np.ndarray:
 class PooledRegression:
     """Log whole-run seconds from a run's features; ``fit``, then ``log_total``."""
 
-    def __init__(self, max_iter: int = 50, pooled: str = "rlm", random_state: int | None = None):
+    def __init__(
+        self, max_iter: int = 50, pooled: str = "rlm", random_state: int | None = None
+    ) -> None:
         self.max_iter = max_iter
         self.pooled = pooled
         self.random_state = random_state
@@ -131,7 +133,7 @@ class PooledRegression:
 
         Why: the pooled prior is read once per running job without a job group, and
         ``design``'s per-column arrays and ``column_stack`` cost ~0.3 ms a row, more
-        than the regression's dot product by far. Same values (tests/forecaster/estimators/test_prior.py).
+        than the regression's dot product by far. Same values (tests/forecaster/estimators/test_predict_paths.py).
         """
         row = [1.0]
         for name in self.numeric_:

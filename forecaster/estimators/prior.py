@@ -390,7 +390,9 @@ class PriorEstimator:
         self, run: Run, regression: PooledRegression | None = None, n_obs: int | None = None
     ) -> PriorEstimate:
         """The pooled regression's estimate (the default with no history at all):
-        ``regression_`` fitted on ``n_obs_`` runs, or the given one (``held_out``)."""
+        ``regression_`` (fitted on the last ``max_regression_runs`` of the ``n_obs_`` runs
+        with a target; ``n_obs`` is the count the estimate reports), or the given one
+        (``held_out``) with its own count."""
         regression = self.regression_ if regression is None else regression
         n_obs = self.n_obs_ if n_obs is None else n_obs
         if n_obs == 0:
@@ -513,6 +515,8 @@ class PriorEstimator:
         return est.log_seconds + math.log(m), est.sigma, est
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        """The prior alone as a forecast (the estimator face, ``base.Estimator``): a
+        log-normal around the per-epoch estimate times the epochs left."""
         self._check()
         if remaining_epochs(run) <= 0:
             return Forecast(

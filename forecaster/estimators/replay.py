@@ -22,7 +22,7 @@ from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
 from gpu_eta.forecaster.estimators.choice import rate_candidates
 from gpu_eta.forecaster.estimators.prior import job_key
-from gpu_eta.forecaster.estimators.selfcheck import Cut, analog_trust
+from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.runs import Run
 
 
@@ -93,7 +93,7 @@ class Sample:
 
 
 def samples_in_order(samples: Sequence[Sample]) -> list[Sample]:
-    """``samples`` in the order ``tuning.residuals`` returns their residuals (by bin)."""
+    """``samples`` in the order ``tuning.blend_residuals`` returns their residuals (by bin)."""
     return [s for point in BINS for s in samples if s.point == point]
 
 
@@ -103,18 +103,6 @@ def recent_completed(history: Sequence[Run], max_runs: int, min_points: int) -> 
     done = [r for r in history if r.completed is True and len(r.epoch_times) >= min_points]
     done.sort(key=lambda r: r.last_timestamp)
     return done[-max_runs:] if max_runs > 0 else []
-
-
-def self_check(analog: AnalogEstimator, run: Run, before: float | None) -> float | None:
-    """The analogs' trust for ``run`` from their misses on its own past
-    (``selfcheck.py``), analogs from runs that ended before ``before`` (None: all);
-    None without analogs or epochs enough to check them."""
-
-    def horizon(cut: Cut) -> float | None:
-        found = analog.estimate(cut.run, before, target=cut.target)
-        return None if found is None else found.log_remaining
-
-    return analog_trust(run, horizon)
 
 
 def replay_samples(

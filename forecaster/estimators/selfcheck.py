@@ -41,6 +41,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpu_eta.forecaster.estimators.analog import AnalogEstimator
 from gpu_eta.forecaster.runs import Run
 
 CUT_FRACTIONS = (0.5, 0.75)
@@ -112,3 +113,15 @@ def checked(base: float, analog: float, weight: float) -> float:
     """The log centre of an option after the self-check: ``weight`` of it moved to the
     analogs."""
     return weight * analog + (1.0 - weight) * base
+
+
+def self_check(analog: AnalogEstimator, run: Run, before: float | None) -> float | None:
+    """``analog_trust`` of ``analog``'s forecasts for ``run`` (from runs that ended
+    before ``before``; None: all of them): one rule for the calibration replay and the
+    live forecast. None without analogs or epochs enough to check them."""
+
+    def horizon(cut: Cut) -> float | None:
+        found = analog.estimate(cut.run, before, target=cut.target)
+        return None if found is None else found.log_remaining
+
+    return analog_trust(run, horizon)

@@ -12,8 +12,9 @@ replayed samples (``replay.py``), per point of the plan
 - the job prior's weight from how much of a run's departure from its job's usual
   speed lasts (``measured_mixes``),
 
-and turns the samples into residuals of the tuned blend (``residuals``) for the
-choice and the calibration. Pure functions of the samples and the settings passed.
+and turns the samples into residuals of the tuned blend (``blend_residuals``) for the
+choice and the calibration. No I/O: functions of the samples and the settings passed
+(``measured_mixes`` reads the blend's parts, which fills the prior's held-out cache).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def measured_floors(
     return with_late_bins(rate), with_late_bins(prior)  # END: 0.95's
 
 
-def residuals(
+def blend_residuals(
     samples: Sequence[Sample],
     weights: Mapping[float, Weights],
     grid: tuple[float, ...],

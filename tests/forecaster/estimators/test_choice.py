@@ -7,14 +7,22 @@ import math
 
 import pytest
 
+from gpu_eta.forecaster.calibration import Residual
+from gpu_eta.forecaster.estimators import choice
+from gpu_eta.forecaster.estimators.analog import AnalogEstimate
 from gpu_eta.forecaster.estimators.blend import BlendEstimator
 from gpu_eta.forecaster.estimators.choice import (
+    ANALOGS,
     DEFAULTS,
+    OWN,
+    RATES,
+    candidates,
     choose,
     own_centre,
     own_discount,
     rate_candidates,
     situation,
+    with_option,
 )
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import truncate
@@ -163,3 +171,19 @@ def test_a_sparse_late_bin_takes_the_choice_of_the_bin_before_it() -> None:
         points, actual, cands, options, all_points=(0.75, 0.9, 0.95), default=options[0]
     )
     assert chosen == {0.75: options[0], 0.9: options[1], 0.95: options[1]}
+
+
+def test_an_options_unit_is_the_analogs_spread_for_their_share_and_at_the_start() -> None:
+    analog = AnalogEstimate(log_remaining=4.0, spread=0.02, n=5)
+    cands = candidates(5.0, {"keras": 4.5, "linear": 4.7}, analog)
+    mid = Residual(0.5, 5.0, 0.3, 4.1, 0.0)
+    assert with_option(mid, choice.BLEND, cands, analog) == mid  # the blend's centre and sigma
+    half = with_option(mid, (("analog", 0.5), ("blend", 0.5)), cands, analog)
+    assert half.center == pytest.approx(4.5) and half.sigma == pytest.approx(0.16)
+    assert with_option(mid, ANALOGS, cands, analog).sigma == pytest.approx(0.02)
+    # at the start the configuration's spread is the unit whatever the centre
+    start = Residual(0.0, 5.0, 0.3, 4.1, 0.0)
+    assert with_option(start, choice.BLEND, cands, analog).sigma == pytest.approx(0.02)
+    # no analogs: the blend's sigma; a missing candidate: the residual as it was
+    assert with_option(start, RATES, cands, None).sigma == 0.3
+    assert with_option(mid, OWN, cands, None) == mid

@@ -428,7 +428,7 @@ def two_widths(n: int, seed: int, start: float = 1.7e9) -> list:
 def test_each_job_gets_intervals_as_wide_as_its_misses() -> None:
     """One calibration per situation and point fits the mix of jobs, not each job: the
     steady job's intervals then hold every outcome and the noisy job's too few. The
-    job's measured width (``_job_scales``) makes the same quantiles fit both; without
+    job's measured width (``job_calibration.job_scales``) makes the same quantiles fit both; without
     it (``job_scale_prior`` infinite) the same model misses on both sides."""
     history = two_widths(200, seed=1)
     fresh = two_widths(120, seed=2, start=history[-1].last_timestamp + 100)

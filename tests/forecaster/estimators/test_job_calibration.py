@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -53,10 +55,42 @@ def test_a_job_that_misses_wider_gets_a_wider_unit() -> None:
     unnamed = [r.sigma for r, job in zip(scaled["job"], jobs["job"], strict=True) if not job]
     assert min(wide) > 0.1 and unnamed == [0.1] * 5  # a run without a job name keeps 1
     # too few residuals of the situation at the point: no factor, sigmas as they were
-    few, _ = job_scales(moved, jobs, sigma_power=0.5, min_samples=100, shift_prior=20.0, prior=5.0)
-    assert few == {}
+    few, kept = job_scales(
+        moved, jobs, sigma_power=0.5, min_samples=100, shift_prior=20.0, prior=5.0
+    )
+    assert few == {} and kept["job"] == moved["job"]
     # an infinite prior: every job is the situation's
-    none, _ = job_scales(
+    none, same = job_scales(
         moved, jobs, sigma_power=0.5, min_samples=20, shift_prior=20.0, prior=float("inf")
     )
-    assert all(f == pytest.approx(1.0) for f in none.values())
+    assert none == {} and same["job"] == moved["job"]
+
+
+def test_the_factor_is_on_each_situations_own_unit() -> None:
+    """The same misses in the analog situation (unit sigma) and in "job" (unit
+    sqrt(sigma)): one width, so the factor on sigma is the square in the latter."""
+    moved, jobs, shiftable = empty(), empty(), empty()
+    rng = np.random.default_rng(3)
+    errors = {"wide": 0.4 * rng.standard_normal(20), "narrow": 0.04 * rng.standard_normal(20)}
+    for name in ("job", "analog"):
+        for job, errs in errors.items():
+            add(moved, jobs, shiftable, name, job, errs)
+    factors, _ = job_scales(
+        moved, jobs, sigma_power=0.5, min_samples=20, shift_prior=20.0, prior=5.0
+    )
+    for job in errors:
+        assert factors[("job", job, 0.5)] == pytest.approx(factors[("analog", job, 0.5)] ** 2)
+    assert factors[("analog", "wide", 0.5)] > 1.2
+
+
+def test_a_forecasts_cap_on_the_bins_shift_is_what_its_job_shift_is_measured_against() -> None:
+    """Forecasts whose positive shift was held to 0 (``shift_cap``) kept their whole
+    bias: it is their job's to take, where the bin's shift took it from the others."""
+    moved, jobs, shiftable = empty(), empty(), empty()
+    rng = np.random.default_rng(4)
+    add(moved, jobs, shiftable, "new", "capped", 0.3 + 0.01 * rng.standard_normal(10))
+    moved["new"] = [dataclasses.replace(r, shift_cap=0.0) for r in moved["new"]]
+    add(moved, jobs, shiftable, "new", "free", 0.3 + 0.01 * rng.standard_normal(10))
+    shifts = job_shifts(moved, jobs, shiftable, lambda name, point: 0.3, prior=5.0)
+    assert set(shifts) == {("new", "capped", 0.5)}
+    assert shifts[("new", "capped", 0.5)] == pytest.approx(0.3 * 10 / 15, abs=0.01)

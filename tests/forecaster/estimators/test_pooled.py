@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -42,3 +44,31 @@ def test_it_follows_the_batch_size_and_stays_within_the_durations_it_saw() -> No
     tiny = make_run("t", [], planned=10.0, job_name="j", batch_size=1e-3)
     assert model.log_total(huge) == pytest.approx(max(y))
     assert model.log_total(tiny) == pytest.approx(min(y))
+
+
+def test_gradient_boosting_flags_and_a_round_trip_through_pickle() -> None:
+    rng = np.random.default_rng(1)
+    batches = [float(b) for b in rng.choice([16, 32, 64, 128, 256], size=220)]
+    runs, y = runs_with(batches)
+    hgb = PooledRegression(pooled="hgb", random_state=0).fit(runs, y)
+    assert hgb.hgb_ is not None  # 220 runs: enough for boosting
+    probe = make_run("p", [], planned=10.0, job_name="j", batch_size=64.0)
+    assert hgb.log_total(probe) == pytest.approx(math.log(6.4), abs=0.1)
+    again = pickle.loads(pickle.dumps(hgb))  # a refit in a child process is sent back so
+    assert again.log_total(probe) == hgb.log_total(probe)
+    # too few iterations to converge: said, not raised
+    noisy = [v + 0.05 * rng.standard_normal() for v in y]
+    stopped = PooledRegression(max_iter=1).fit(runs, noisy)
+    assert stopped.converged_ is False and any("maxiter=1" in w for w in stopped.warnings_)
+    assert PooledRegression().fit(runs, noisy).converged_ is True
+
+
+def test_a_job_name_never_seen_gets_a_finite_row_between_the_known_ones() -> None:
+    fast, y_fast = runs_with([64.0] * 12, seconds_per_sample=0.01)
+    slow, y_slow = runs_with([64.0] * 12, seconds_per_sample=0.1)
+    slow = [dataclasses.replace(r, features={**r.features, "job_name": "k"}) for r in slow]
+    model = PooledRegression().fit([*fast, *slow], [*y_fast, *y_slow])
+    new = make_run("n", [], planned=10.0, job_name="new", batch_size=64.0)
+    row = model.design_row(new)
+    assert np.all(np.isfinite(row)) and np.allclose(row, model.design([new])[0])
+    assert min(y_fast) < model.log_total(new) < max(y_slow)  # the mean of the two effects

@@ -15,6 +15,7 @@ from gpu_eta.forecaster.estimators.replay import (
     replay_samples,
     samples_in_order,
 )
+from gpu_eta.forecaster.estimators.tuning import blend_residuals
 from tests.forecaster.estimators.runs_factory import make_run
 
 
@@ -72,5 +73,17 @@ def test_each_replayed_moment_knows_only_runs_that_ended_before_it() -> None:
     last = [s for s in samples if s.timestamp > runs[1].last_timestamp]
     assert last and all(s.analog is not None and s.analog.n == 2 for s in last)
     assert {s.job for s in samples} == {job_key(runs[0])}
+    # the job prior is temporal too: none for the first run, the job's for the last
+    assert all(s.parts[0].prior_level not in ("job_batch", "job") for s in first)
+    assert all(s.parts[0].prior_level == "job_batch" for s in last if s.point > 0)
+    # the analogs checked on the run's own past where it has epochs enough to check
+    checked = [s for s in last if s.trust is not None]
+    assert checked and all(0.0 < s.trust <= 1.0 for s in checked)
+    assert all(s.trust is None for s in first)
+    # in the order the tuned blend's residuals come in (EtaModel.fit zips the two)
     ordered = samples_in_order(samples)
-    assert [s.point for s in ordered] == sorted(s.point for s in samples)
+    weights = {p: (2.0, 0.1, 8.0) for p in (*POINTS, END)}
+    residuals = blend_residuals(samples, weights, (2.0,), lambda scale: scale / 8.0)
+    assert [(s.point, s.actual, s.timestamp) for s in ordered] == [
+        (r.point, r.actual, r.timestamp) for r in residuals
+    ]

@@ -16,8 +16,8 @@ from gpu_eta.forecaster.estimators.choice import (
     checked,
 )
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
-from gpu_eta.forecaster.estimators.replay import self_check, truncate
-from gpu_eta.forecaster.estimators.selfcheck import TRUST_SCALE, cuts, trust
+from gpu_eta.forecaster.estimators.replay import truncate
+from gpu_eta.forecaster.estimators.selfcheck import TRUST_SCALE, cuts, self_check, trust
 from tests.forecaster.estimators.runs_factory import make_run
 
 CONFIG = {"job_name": "bert", "namespace": "team", "node_type": "8xA100", "batch_size": 64.0}

@@ -12,10 +12,10 @@ from gpu_eta.forecaster.estimators.blend import Components
 from gpu_eta.forecaster.estimators.replay import Sample
 from gpu_eta.forecaster.estimators.tuning import (
     PLAIN_MEAN,
+    blend_residuals,
     floored,
     huber_grid,
     measured_floors,
-    residuals,
     tune,
 )
 
@@ -64,6 +64,20 @@ def floored_level(c: Components, level: str) -> Components:
     return Components(c.prior_center, c.prior_sigma, c.prior_n, c.rate, c.remaining, c.done, level)
 
 
+def test_residuals_read_the_parts_of_each_points_tuned_huber_constant() -> None:
+    """A sample holds the blend's parts at every constant of the grid; its residual is
+    the one of its point's tuned constant."""
+    robust = sample(0.5, 5.0, 5.2, 5.0).parts[0]
+    plain = sample(0.5, 5.0, 4.6, 5.0).parts[0]
+    two = Sample(point=0.5, parts=(robust, plain), actual=5.0, timestamp=1.0)
+    grid = (2.0, PLAIN_MEAN)
+    scale = lambda prior_scale: prior_scale / 8.0  # noqa: E731
+    at = {c: blend_residuals([two], {0.5: (c, 0.1, 1000.0)}, grid, scale)[0] for c in grid}
+    # the prior ignored (scale 1000): each centre is its own rate's reading
+    assert at[2.0].center == pytest.approx(5.2, abs=1e-3)
+    assert at[PLAIN_MEAN].center == pytest.approx(4.6, abs=1e-3)
+
+
 def test_floors_apply_to_the_rate_and_to_a_same_job_prior_only() -> None:
     c = sample(0.5, 5.0, 5.0, 5.0).parts[0]
     got = floored(c, 0.5, ({0.5: 0.3}, {0.5: 0.2}), mix=0.4)
@@ -88,10 +102,15 @@ def test_tuning_leans_on_whichever_side_was_right(rate_sd, prior_sd, prior_wins)
         margin=0.1,
         min_samples=20,
     )
-    assert set(weights) == set(POINTS) | {END}  # a bin without samples takes the pooled
+    assert set(weights) == set(POINTS) | {END}
+    # the start (no samples) takes the choice made on the points pooled, the late bins
+    # (none either) the 75 % bin's
+    assert weights[0.9] == weights[0.95] == weights[END] == weights[0.75]
+    if prior_wins:
+        assert weights[0.0] != default
     errors = {}
     for w in {weights[0.5], default}:
-        res = residuals(
+        res = blend_residuals(
             [s for s in samples if s.point == 0.5], {0.5: w}, (2.0,), lambda scale: scale / 8.0
         )
         errors[w] = float(np.median([abs(r.actual - r.center) for r in res]))
