@@ -386,6 +386,7 @@ class Row:
     cells: dict[str, Cell] = field(default_factory=dict)
     best: str = "-"
     ratio: Cell | None = None
+    closer: Cell | None = None  # share of those moments where gpu-eta was the closer
     coverage: Cell | None = None
 
 
@@ -428,6 +429,10 @@ def score_rows(scored: Sequence[Scored], seed: int = SEED) -> list[Row]:
             ratio = float(np.median(ours) / np.median(base)) if np.median(base) > 0 else math.inf
             lo, hi = _interval(m_ours[ok] / m_base[ok]) if ok.any() else (math.nan, math.nan)
             row.ratio = Cell(ratio, lo, hi, len(pairs))
+            # point by point: on which share of the same moments gpu-eta's error was the
+            # smaller (a tie counts half), the view a reader comparing two panels takes
+            won = (ours < base) + 0.5 * (ours == base)
+            row.closer = Cell(float(won.mean()), *_interval(won[idx].mean(axis=1)), len(pairs))
         hits = np.array([s.covered for s in at], dtype=float)
         boot = hits[_boot_indices(len(hits), rng)].mean(axis=1)
         row.coverage = Cell(float(hits.mean()), *_interval(boot), len(hits))
@@ -500,6 +505,12 @@ def _pct(cell: Cell | None, interval: bool = True) -> str:
     return text
 
 
+def _share(cell: Cell | None) -> str:
+    if cell is None or not math.isfinite(cell.median):
+        return "–"
+    return f"{cell.median:.0%} ({cell.lo:.0%}–{cell.hi:.0%})"
+
+
 def _ratio(cell: Cell | None) -> str:
     if cell is None or not math.isfinite(cell.median):
         return "–"
@@ -520,7 +531,14 @@ SHORT = {
 def markdown_table(rows: Sequence[Row]) -> list[str]:
     """Rows are points; columns gpu-eta, each baseline, the ratio, coverage, n."""
     names = (GPU_ETA, *METHODS)
-    head = ["point", "n", *(SHORT[n] for n in names), "gpu-eta ÷ best (which)", "P10–P90 coverage"]
+    head = [
+        "point",
+        "n",
+        *(SHORT[n] for n in names),
+        "gpu-eta ÷ best (which)",
+        "gpu-eta closer",
+        "P10–P90 coverage",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rows:
         label = "start" if row.point == 0 else f"{row.point:.0%}"
@@ -528,6 +546,7 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
         cells += [_pct(row.cells.get(n)) for n in names]
         best = f" ({SHORT.get(row.best, row.best)})" if row.ratio else ""
         cells.append(_ratio(row.ratio) + best)
+        cells.append(_share(row.closer))
         cells.append(_pct(row.coverage))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -565,7 +584,9 @@ def report(results: Sequence[CorpusResult], limit: int | None = None) -> str:
         "Median absolute error of the remaining time, % of the true remaining time "
         f"({CONFIDENCE:.0%} bootstrap interval over runs, seeded); "
         "`gpu-eta ÷ best`: gpu-eta's median over the best baseline's on the moments that "
-        "baseline answered; coverage: true remaining time inside gpu-eta's P10–P90 "
+        "baseline answered; `gpu-eta closer`: the share of those same moments on which "
+        "gpu-eta's error was the smaller (ties count half); "
+        "coverage: true remaining time inside gpu-eta's P10–P90 "
         "(target 77–85 %). Each corpus is replayed in time order; the model knows only "
         "runs that ended before each moment." + cut,
         "",
@@ -607,6 +628,7 @@ def as_json(results: Sequence[CorpusResult]) -> dict:
                 "methods": {k: cell(v) for k, v in r.cells.items()},
                 "best_baseline": r.best,
                 "ratio_to_best": cell(r.ratio),
+                "closer_than_best": cell(r.closer),
                 "coverage_p10_p90": cell(r.coverage),
             }
             for r in rs

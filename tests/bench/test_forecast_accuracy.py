@@ -139,6 +139,12 @@ def test_score_rows_medians_intervals_ratio_and_coverage() -> None:
     assert ours.median == pytest.approx(0.2) and ours.lo <= ours.median <= ours.hi
     assert ten.ratio.median == pytest.approx(0.5)
     assert ten.ratio.lo == pytest.approx(0.5) and ten.ratio.hi == pytest.approx(0.5)  # paired
+    assert ten.closer.median == 1.0 and ten.closer.n == 60  # every moment closer
+    mixed = [scored(0.25, 0.1, 0.2) for _ in range(30)] + [scored(0.25, 0.2, 0.1)] * 10
+    mixed += [scored(0.25, 0.1, 0.1)] * 20  # ties count half
+    closer = next(r for r in fa.score_rows(mixed) if r.point == 0.25).closer
+    assert closer.median == pytest.approx((30 + 10) / 60)
+    assert closer.lo < closer.median < closer.hi
     assert ten.coverage.median == pytest.approx(0.8)
     assert ten.coverage.lo < 0.8 < ten.coverage.hi
     assert fa.score_rows(moments)[1].cells["gpu_eta"].lo == ours.lo  # seeded
