@@ -21,18 +21,13 @@ import pytest
 
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
-from gpu_eta.forecaster.cycle import (
-    Cycle,
-    ModelError,
-    fit_in_child,
-    gpu_free_times,
-    sanitize,
-)
+from gpu_eta.forecaster.cycle import Cycle, gpu_free_times, sanitize
 from gpu_eta.forecaster.cycle_meta import decode_means_until, encode_means_until
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promapi import PromAPIError
+from gpu_eta.forecaster.refit import ModelError, fit_in_child
 from gpu_eta.forecaster.runs import Run, run_key
 from gpu_eta.forecaster.runs_from_series import Allocation
 from gpu_eta.forecaster.series import QueryStats, Sample, Series
@@ -658,7 +653,7 @@ def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
 def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> None:
     import gc
 
-    from gpu_eta.forecaster.cycle import gc_paused
+    from gpu_eta.forecaster.refit import gc_paused
 
     seen = []
 

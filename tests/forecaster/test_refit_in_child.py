@@ -1,7 +1,7 @@
 """The real model, fitted on runs read back from the history file, crosses the refit pipe.
 
 Why: the service refits in a forked child and the fitted ``EtaModel`` comes back
-pickled (``cycle.fit_in_child``). Runs read from the history store carry read-only
+pickled (``refit.fit_in_child``). Runs read from the history store carry read-only
 features (``MappingProxyType``), which pickle refuses; a model that keeps runs (the
 prior's regression rows, the predict memo) then failed every background refit and
 the service kept its first model for good.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-from gpu_eta.forecaster.cycle import fit_in_child
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.refit import fit_in_child
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs
 
