@@ -52,11 +52,10 @@ from forecast_accuracy import (
     load_corpora,
 )
 
-from gpu_eta.forecaster.calibration import POINTS, progress_point
+from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.choice import rate_candidates
-from gpu_eta.forecaster.estimators.tuning import floored
 from gpu_eta.forecaster.evaluate import Replay, identity_key, replay_events
 from gpu_eta.forecaster.runs import Run
 
@@ -108,14 +107,10 @@ CANDIDATES = ("analog", "blend", "rate", "prior", "keras", "linear")
 
 def candidates(model, part: Run) -> dict[str, float]:
     """Every candidate's log remaining seconds for ``part`` (absent when it cannot answer)."""
-    point = progress_point(part.progress_ratio)
-    huber_c, drift, prior_scale = model.weights_[point]
-    comp = model.blend_.components(part, huber_c=huber_c)
-    parts = floored(comp, point, model.floors_, model.mix_.get(point))
-    raw = parts.combine(drift, prior_scale, model._job_scale(prior_scale))
-    out = {"blend": raw.center, "prior": comp.prior_center}
-    if comp.rate_center is not None:
-        out["rate"] = comp.rate_center
+    parts, raw = model.blend_parts(part)
+    out = {"blend": raw.center, "prior": parts.prior_center}
+    if parts.rate_center is not None:
+        out["rate"] = parts.rate_center
     found = model.analog_.estimate(part)
     if found is not None:
         out["analog"] = found.log_remaining

@@ -388,6 +388,21 @@ class EtaModel:
         self.analog_.update(history)
         self.blend_.prior_.update(history)
 
+    def blend_parts(self, run: Run, known: dict | None = None) -> tuple[Components, RawEstimate]:
+        """``run``'s blend parts at its point (this fit's tuned Huber constant, floors and
+        prior mix) and the blend's raw estimate, as ``predict`` reads them (``known``:
+        its per-run memo, ``_known``). Public so that a bench can score the candidates
+        behind a forecast (bench/centre_oracle.py) without rebuilding them."""
+        point = progress_point(run.progress_ratio)
+        huber_c, drift, prior_scale = self.weights_[point]
+        components = remember(
+            {} if known is None else known,
+            ("components", huber_c),
+            lambda: self.blend_.components(run, huber_c=huber_c),
+        )
+        parts = floored(components, point, self.floors_, self.mix_.get(point))
+        return parts, parts.combine(drift, prior_scale, self._job_scale(prior_scale))
+
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         """Remaining seconds of ``run`` at ``now``: calibrated P10/P50/P90."""
         if not hasattr(self, "blend_"):
@@ -396,12 +411,7 @@ class EtaModel:
 
         def estimate() -> tuple[RawEstimate, tuple[float, float, float]]:
             known = self._known(run)  # this run's costly parts, kept while it is unchanged
-            huber_c, drift, prior_scale = self.weights_[point]
-            components = remember(
-                known, ("components", huber_c), lambda: self.blend_.components(run, huber_c=huber_c)
-            )
-            parts = floored(components, point, self.floors_, self.mix_.get(point))
-            raw = parts.combine(drift, prior_scale, self._job_scale(prior_scale))
+            parts, raw = self.blend_parts(run, known)
             found = remember(known, "analog", lambda: self.analog_.estimate(run))
             name = situation(found is not None, parts.prior_level)
             option = self.choice_[name].get(point, DEFAULTS[name])
