@@ -394,11 +394,14 @@ class Calibrator:
         return safe_exp(mid + unit * z_lo), safe_exp(mid), safe_exp(mid + unit * z_hi)
 
 
-def _shift_before(residuals: Sequence[Residual], timestamp: float, shift_prior: float) -> float:
-    """``bias_shift`` of the time-ordered ``residuals`` before ``timestamp`` (0 without
-    any): the 95 % bin's shift as the last interval's leave-later-out replay had it
-    (however few; the fitted model's borrows from 90 % while 95 % is sparse)."""
-    n = bisect.bisect_left([r.timestamp for r in residuals], timestamp)
+def _shift_before(
+    residuals: Sequence[Residual], times: Sequence[float], timestamp: float, shift_prior: float
+) -> float:
+    """``bias_shift`` of the time-ordered ``residuals`` (their ``times``) before
+    ``timestamp`` (0 without any): the 95 % bin's shift as the last interval's
+    leave-later-out replay had it (however few; the fitted model's borrows from 90 %
+    while 95 % is sparse)."""
+    n = bisect.bisect_left(times, timestamp)
     return bias_shift([r.actual - r.center for r in residuals[:n]], shift_prior) if n else 0.0
 
 
@@ -427,6 +430,8 @@ def measure_tails(
     out: dict[float, tuple[float, float, float, float]] = {}
     for items in by_point.values():
         items.sort(key=lambda r: r.timestamp)
+    late = by_point[POINTS[-1]]  # whose shift the last interval's P50 takes
+    late_times = [r.timestamp for r in late]
     for p, items in by_point.items():
         errors: list[float] = []
         below: list[bool] = []
@@ -437,7 +442,7 @@ def measure_tails(
             if i == min_samples or (i - min_samples) % step == 0:
                 given = None  # the last interval: the 95 % bin's shift, as fitted then
                 if p == END:
-                    given = _shift_before(by_point[POINTS[-1]], items[i].timestamp, shift_prior)
+                    given = _shift_before(late, late_times, items[i].timestamp, shift_prior)
                 shift, z_lo, z_hi = fit_bin(items[:i], level, shift_prior, power, given)
             r = items[i]
             mid = r.center + applied_shift(shift, r.shift_cap)

@@ -200,8 +200,7 @@ class EtaModel:
         samples = replay_samples(
             blend, analog, history, max_runs=self.max_calibration_runs, huber_grid=grid
         )
-        self.rate_floor_, self.prior_floor_ = measured_floors(samples, self.min_samples)
-        self.floors_ = floors = (self.rate_floor_, self.prior_floor_)
+        self.floors_ = floors = measured_floors(samples, self.min_samples)
         samples = [
             dataclasses.replace(s, parts=tuple(floored(c, s.point, floors) for c in s.parts))
             for s in samples

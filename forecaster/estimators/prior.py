@@ -256,8 +256,6 @@ class PriorEstimator:
         recent = rows[-self.max_regression_runs :]
         totals = [r[1] + math.log(r[2].epochs_planned) for r in recent]  # log whole run
         self.regression_ = self._regression().fit([r[2] for r in recent], totals)
-        self.converged_ = self.regression_.converged_
-        self.warnings_ = self.regression_.warnings_
         self._regression_rows = list(zip((r[2] for r in recent), totals, strict=True))
         self._regression_ends = [r[0] for r in recent]
         self._held_out: dict[int, PooledRegression] = {}
@@ -381,6 +379,16 @@ class PriorEstimator:
         self._check()
         own = self.groups_.get(group_key(run))
         return own if own is not None else self.hardware_.get(hardware_key(run))
+
+    @property
+    def converged_(self) -> bool:
+        """Whether the pooled regression converged (``PooledRegression.converged_``)."""
+        return self.regression_.converged_
+
+    @property
+    def warnings_(self) -> tuple[str, ...]:
+        """What the pooled regression's fit warned of (never raised)."""
+        return self.regression_.warnings_
 
     def _regression(self) -> PooledRegression:
         """An unfitted pooled regression with this prior's settings."""

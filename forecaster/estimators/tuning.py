@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -48,8 +49,15 @@ MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full 
 
 Weights = tuple[float, float, float]
 """A point's tuned (Huber constant, drift, prior scale)."""
-Floors = tuple[Mapping[float, float], Mapping[float, float]]
-"""The measured floors of the rate's and of the same-job prior's sigma, per point."""
+
+
+class Floors(NamedTuple):
+    """The measured floors of the rate's and of the same-job prior's sigma, per point."""
+
+    rate: Mapping[float, float]
+    prior: Mapping[float, float]
+
+
 JobScale = Callable[[float], float]
 """The same-job prior's sigma multiplier for a tuned prior scale (``EtaModel._job_scale``)."""
 
@@ -72,9 +80,7 @@ def floored(c: Components, point: float, floors: Floors, mix: float | None = Non
     )
 
 
-def measured_floors(
-    samples: Sequence[Sample], min_samples: int
-) -> tuple[dict[float, float], dict[float, float]]:
+def measured_floors(samples: Sequence[Sample], min_samples: int) -> Floors:
     """The measured error of the run's own rate, and of a same-job prior, per point.
 
     Why: how much the epochs seen say about the epochs to come is a property of
@@ -107,7 +113,7 @@ def measured_floors(
             for errs, out in ((r_err, rate), (p_err, prior)):
                 arr = np.asarray(errs)
                 out[point] = float(1.4826 * np.median(np.abs(arr - np.median(arr))))
-    return with_late_bins(rate), with_late_bins(prior)  # END: 0.95's
+    return Floors(with_late_bins(rate), with_late_bins(prior))  # END: 0.95's
 
 
 def blend_residuals(

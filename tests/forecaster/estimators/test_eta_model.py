@@ -171,7 +171,7 @@ def test_the_rate_is_trusted_as_much_as_it_has_earned() -> None:
     # the floors alone (the measured mix, tested below, replaces their weight for a
     # same-job prior where it has evidence)
     shared = EtaModel(random_state=0, measured_mix=False).fit(shared_history(120, 3, change=True))
-    assert steady.rate_floor_[0.1] < 0.05 < 0.2 < shared.rate_floor_[0.1]
+    assert steady.floors_.rate[0.1] < 0.05 < 0.2 < shared.floors_.rate[0.1]
     # a new run whose first two epochs were fast: the shared model leans on the prior
     probe = make_run("p", [2.0 * 0.5, 2.0 * 0.5], planned=20, job_name="j0", batch_size=64)
     rate_only = 2.0 * 0.5 * 18
@@ -503,7 +503,7 @@ def test_the_last_interval_takes_the_95_bins_centre() -> None:
     assert model.n_samples_by_point_[END] > 0
     assert model.weights_[END] == model.weights_[0.95]
     assert all(choice[END] == choice[0.95] for choice in model.choice_.values())
-    for floors in (model.rate_floor_, model.prior_floor_, model.mix_):
+    for floors in (*model.floors_, model.mix_):
         assert floors.get(END) == floors.get(0.95)
     assert model.calibrator_.bins_[END] != model.calibrator_.bins_[0.95]
 
