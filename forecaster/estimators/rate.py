@@ -10,7 +10,9 @@ errors multiplicative):
   quarter with two;
 - intervals are weighted by width (gaps span several epochs) and by recency with a
   half-life of ``max(min_half_life, half_life_ratio · n)`` intervals, so the estimate
-  follows a shift in speed without chasing one noisy epoch;
+  follows a shift in speed without chasing one noisy epoch; late in a run whose speed
+  drifts from stretch to stretch, a quarter of the intervals still to come instead
+  (``half_life``): the last stretch's speed is best read off the latest one as long;
 - the location is a Huber M-estimate started at the weighted median (``huber_c``
   robust scales), so a spike counts, but only so much;
 - unless the spikes are periodic (``periodic_spikes``): an evaluation or checkpoint
@@ -66,7 +68,7 @@ SMALL_INTERVALS = 64
 """Up to this many intervals ``own_rate`` runs on Python floats (``_own_rate_small``):
 numpy's per-call overhead (~1 µs × ~40 calls) dominated the arithmetic on a typical
 run's 2–50 intervals and made the rate most of a forecaster cycle at 10,000 jobs.
-Beyond it, numpy. Both paths compute the same (tests/forecaster/estimators/test_rate_paths.py)."""
+Beyond it, numpy. Both paths compute the same (tests/forecaster/estimators/test_predict_paths.py)."""
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
@@ -225,12 +227,12 @@ def own_rate(
     weights = width.astype(float).copy()
     logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, change_point)
     ends = ends[len(ends) - len(logs) :]  # the regime only drops a prefix
-    half_life = max(min_half_life, half_life_ratio * len(logs))
+    memory = half_life(len(logs), _ahead(run, n), half_life_ratio, min_half_life, logs)
     if len(logs) > MAX_INTERVALS:  # step-level runs: the oldest weigh < 1/16 anyway
         logs, weights = logs[-MAX_INTERVALS:], weights[-MAX_INTERVALS:]
     k = len(logs)
     age = np.arange(k - 1, -1, -1, dtype=float)
-    weights = weights * np.power(0.5, age / half_life)
+    weights = weights * np.power(0.5, age / memory)
     center = weighted_median(logs, weights)
     if k >= 3:
         mad = weighted_median(np.abs(logs - center), weights)
@@ -355,10 +357,10 @@ def _own_rate_small(
         for (a, b), w in zip(itertools.pairwise(times), weights, strict=True)
     ]
     logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, _change_point_list)
-    half_life = max(min_half_life, half_life_ratio * len(logs))
+    memory = half_life(len(logs), _ahead(run, n), half_life_ratio, min_half_life, logs)
     k = len(logs)
     ends = [float(t[0]) for t in times[len(times) - k :]]  # the regime only drops a prefix
-    weights = [w * 0.5 ** ((k - 1 - i) / half_life) for i, w in enumerate(weights)]
+    weights = [w * 0.5 ** ((k - 1 - i) / memory) for i, w in enumerate(weights)]
     center = _weighted_median_list(logs, weights)
     if k >= 3:
         mad = _weighted_median_list([abs(v - center) for v in logs], weights)
@@ -381,6 +383,52 @@ def _own_rate_small(
         ends, logs, weights, center, huber_c * scale, run.epochs_done, remaining_epochs(run)
     )
     return (center if periodic is None else periodic), scale, n_eff, n
+
+
+def half_life(
+    k: int, ahead: float, ratio: float, floor: float, logs: Sequence[float] | np.ndarray
+) -> float:
+    """Recency half-life, in reported intervals, of a rate read over the ``k`` intervals
+    ``logs`` with ``ahead`` still to come (``intervals_ahead``).
+
+    ``ratio · k``, so a longer run remembers more; but once fewer intervals remain than
+    were seen, in a run that ``drifts`` over stretches of that length, ``ratio · ahead``:
+    what the last stretch will take is best read off the latest stretch of about its
+    length, not off the whole run (step-level runs on a shared machine at 90 / 95 %:
+    1.53 / 1.51× tqdm's EMA of the last steps with ``ratio · k``). A steady run keeps
+    ``ratio · k``: there a short memory only adds noise (bench/steady_steps.py at 90 %:
+    1.11 → 1.43× Keras' mean with the horizon memory everywhere). Never below ``floor``.
+    """
+    memory = ratio * k
+    if ahead < k and ratio * ahead < memory and drifts(logs, max(1, round(ahead))):
+        memory = ratio * ahead
+    return max(floor, memory)
+
+
+def drifts(logs: np.ndarray, stretch: int) -> bool:
+    """Whether the run's speed wanders between its stretches of ``stretch`` intervals
+    more than its intervals' own noise explains.
+
+    The latest ``q = len(logs) // stretch`` (≥ 3) stretches' mean log times scatter
+    (1.4826 · MAD about their median) by about ``s / √stretch`` on a steady run, ``s``
+    the intervals' robust scale about their own stretch's mean; a run whose stretch
+    means scatter more than ``CHANGE_T`` times that is drifting (a neighbour's load
+    coming and going, a growing sequence length), where its latest stretch foresees
+    the next better than its whole past. Fewer than three stretches: not known, no.
+    """
+    q = len(logs) // stretch
+    if stretch < 1 or q < 3:
+        return False
+    blocks = np.asarray(logs[len(logs) - q * stretch :], dtype=float).reshape(q, stretch)
+    means = blocks.mean(axis=1)
+    noise = max(MIN_SCALE, 1.4826 * float(np.median(np.abs(blocks - means[:, None]))))
+    scatter = 1.4826 * float(np.median(np.abs(means - np.median(means))))
+    return scatter > CHANGE_T * noise / math.sqrt(stretch)
+
+
+def _ahead(run: Run, n: int) -> float:
+    """``intervals_ahead`` of ``run`` with ``n`` reported intervals."""
+    return intervals_ahead(remaining_epochs(run), run.epochs_done, n)
 
 
 def intervals_ahead(remaining: float, done: float, n: int) -> float:

@@ -109,6 +109,9 @@ def test_the_varied_runs_reach_every_branch_of_the_rate():
     assert {1, 2, 3} <= lengths and max(lengths) > rate_mod.SMALL_INTERVALS
     periodic = [r for r in RUNS if own_rate_is_periodic(r)]
     assert len(periodic) >= 10  # the periodic passes' branch taken on both paths
+    horizon = [r for r in RUNS if own_rate_reads_the_horizon(r)]
+    assert sum(len(r.epoch_times) - 1 <= rate_mod.SMALL_INTERVALS for r in horizon) >= 3
+    assert any(len(r.epoch_times) - 1 > rate_mod.SMALL_INTERVALS for r in horizon)
 
 
 def own_rate_is_periodic(run: Run) -> bool:
@@ -117,6 +120,16 @@ def own_rate_is_periodic(run: Run) -> bool:
     est = rate_mod.own_rate(run)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
+        plain = rate_mod.own_rate(run)
+    return est is not None and plain is not None and est[0] != plain[0]
+
+
+def own_rate_reads_the_horizon(run: Run) -> bool:
+    """Whether the horizon memory (``rate.half_life`` on a drifting run) moved
+    ``own_rate`` for ``run``."""
+    est = rate_mod.own_rate(run)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rate_mod, "drifts", lambda *a, **k: False)
         plain = rate_mod.own_rate(run)
     return est is not None and plain is not None and est[0] != plain[0]
 

@@ -13,6 +13,8 @@ from gpu_eta.forecaster.estimators.base import DEFAULT_RUN_SECONDS, NotFittedErr
 from gpu_eta.forecaster.estimators.rate import (
     RateEstimator,
     change_point,
+    drifts,
+    half_life,
     own_rate,
     periodic_spikes,
     rate_log_remaining,
@@ -232,3 +234,38 @@ def test_the_noise_ahead_is_counted_in_reported_intervals() -> None:
     by_two = rate_sigma(scale, n_eff, 31.0, 9.0, drift, 4)
     assert by_one == pytest.approx(math.sqrt(scale**2 / n_eff + scale**2 / 31.0))
     assert by_two == pytest.approx(math.sqrt(scale**2 / n_eff + scale**2 / (31.0 * 4 / 9)))
+
+
+def test_a_run_drifts_when_its_stretches_scatter_beyond_their_noise() -> None:
+    rng = np.random.default_rng(0)
+    steady = rng.normal(0.0, 0.1, 180)
+    assert not drifts(steady, 20)
+    ramp = np.log(np.linspace(1.0, 1.3, 180)) + rng.normal(0.0, 0.02, 180)
+    assert drifts(ramp, 20)
+    assert not drifts(ramp, 61)  # two stretches: not known
+    # an evaluation pass every fifth interval is noise within each stretch, not drift
+    periodic = np.log(np.where(np.arange(180) % 5 == 4, 1.6, 1.0))
+    assert not drifts(periodic, 20)
+
+
+def test_late_in_a_drifting_run_the_memory_is_the_stretch_ahead() -> None:
+    """A quarter of the seen intervals, or of those to come once fewer remain, in a run
+    whose stretches of that length drift; a steady run keeps a quarter of its past."""
+    rng = np.random.default_rng(1)
+    steady = rng.normal(0.0, 0.1, 1800)
+    ramp = np.log(np.linspace(1.0, 1.3, 1800))
+    assert half_life(1800, 200.0, 0.25, 2.0, ramp) == 50.0  # at 90 %: the stretch ahead
+    assert half_life(1800, 200.0, 0.25, 2.0, steady) == 450.0
+    assert half_life(1800, 2000.0, 0.25, 2.0, ramp) == 450.0  # before the middle: the past
+    assert half_life(1800, 4.0, 0.25, 2.0, ramp) == 2.0  # the floor
+    assert half_life(4, 1.0, 0.25, 2.0, ramp[:4]) == 2.0
+
+
+def test_a_step_level_run_drifting_late_is_read_at_its_latest_speed() -> None:
+    """Steps slowing steadily by 30 % over 180 of 200: the 20 still to come run at
+    about the latest speed, which a memory of a quarter of the past (45 steps, 1.21 s)
+    lags; the stretch-ahead memory reads it within 2.5 %."""
+    durations = list(np.linspace(1.0, 1.3, 180))
+    est = own_rate(make_run("ramp", durations, planned=200))
+    assert est is not None
+    assert math.exp(est[0]) == pytest.approx(1.3, rel=0.025)
