@@ -3,7 +3,8 @@
 ``PromClient`` (``promapi``) sets ``REQUEST_DEADLINE`` around each request; a session
 with ``DeadlineAdapter`` mounted then reads the status line, the headers and the body
 through ``DeadlineReader``, each socket read given at most what is left of it, so no
-server pacing its bytes can hold a query past the deadline. ``Gunzip`` undoes a gzip
+server pacing its bytes can hold a query past the deadline; and looks the server's name
+up within it (``resolve``), which no socket timeout bounds. ``Gunzip`` undoes a gzip
 body of any number of members within a size cap. Apart from ``promapi`` because these
 are requests/urllib3/http.client plumbing, not the Prometheus API: the client reads as
 what it asks and how it retries, this as how bytes are read.
@@ -16,11 +17,16 @@ import contextvars
 import functools
 import http.client
 import io
+import ipaddress
+import socket
+import threading
 import time
 import zlib
 from typing import Any
 
 import requests.adapters
+import urllib3.connection
+import urllib3.exceptions
 
 
 class Deadline:
@@ -110,12 +116,107 @@ class DeadlineHTTPResponse(http.client.HTTPResponse):
             plain.close()  # after: the socket's file count must not drop to 0 between
 
 
+MAX_LOOKUPS = 4
+"""Name lookups in flight at once (``resolve``): a resolver that never answers holds
+at most this many threads, whatever the number of queries asking meanwhile."""
+_LOOKUPS = threading.BoundedSemaphore(MAX_LOOKUPS)
+
+
+def resolve(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
+    """``socket.getaddrinfo(host, port)`` for a TCP connection, given up at ``deadline``
+    (monotonic) with ``socket.gaierror(EAI_AGAIN)`` naming the wait.
+
+    Why: a lookup is a blocking libc call that no socket timeout reaches. Where the
+    cluster's DNS is slow or down, glibc waits 5 s a try, two tries a server, for each
+    name its search list makes (a Kubernetes pod's ``ndots:5`` tries the cluster's
+    search domains first), so a query given a deadline waited the resolver's. The lookup
+    runs on a daemon thread (one that never answers cannot keep the process from
+    exiting) and at most ``MAX_LOOKUPS`` run at once; the caller waits what is left.
+    An address literal needs no lookup and is answered at once.
+    """
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host.strip("[]"))
+        return socket.getaddrinfo(host.strip("[]"), port, 0, socket.SOCK_STREAM)
+    late = socket.gaierror(
+        socket.EAI_AGAIN, f"DNS lookup of {host} not answered by the request deadline"
+    )
+    if not _LOOKUPS.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+        raise late
+    answer: list[Any] = []
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            answer.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except BaseException as err:  # handed to the waiting caller, if still waiting
+            answer.append(err)
+        finally:
+            _LOOKUPS.release()
+            done.set()
+
+    threading.Thread(target=look_up, name=f"dns-lookup {host}", daemon=True).start()
+    if not done.wait(max(deadline - time.monotonic(), 0.0)):
+        raise late
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return answer[0]
+
+
+class DeadlineLookup:
+    """A urllib3 connection mixin looking its host up within ``REQUEST_DEADLINE``.
+
+    The name is resolved by ``resolve``, then each address is connected to in turn as
+    ``create_connection`` would (its own lookup of an address literal is immediate),
+    the first that connects kept. TLS still checks the certificate against the name
+    (``host``); only the address dialled (``_dns_host``) changes. No deadline set: the
+    connection's own ``_new_conn``.
+    """
+
+    def _new_conn(self) -> socket.socket:
+        deadline = REQUEST_DEADLINE.get()
+        if deadline is None:
+            return super()._new_conn()  # type: ignore[misc]
+        name = self._dns_host  # type: ignore[attr-defined]
+        try:
+            found = resolve(name, self.port, deadline.at)  # type: ignore[attr-defined]
+        except socket.gaierror as err:
+            if hasattr(urllib3.exceptions, "NameResolutionError"):  # urllib3 ≥ 2
+                raise urllib3.exceptions.NameResolutionError(
+                    self.host,  # type: ignore[attr-defined]
+                    self,  # type: ignore[arg-type]
+                    err,
+                ) from err
+            raise urllib3.exceptions.NewConnectionError(  # what urllib3 1.26 raises
+                self, f"Failed to establish a new connection: {err}"
+            ) from err
+        failed: Exception | None = None
+        try:
+            for *_kind, address in found:
+                self._dns_host = address[0]
+                try:
+                    return super()._new_conn()  # type: ignore[misc]
+                except (
+                    urllib3.exceptions.NewConnectionError,
+                    urllib3.exceptions.ConnectTimeoutError,
+                ) as err:
+                    failed = err
+        finally:
+            self._dns_host = name
+        if failed is None:  # getaddrinfo answers an address or raises; never nothing
+            raise urllib3.exceptions.NewConnectionError(self, f"no address for {name}")  # type: ignore[arg-type]
+        raise failed
+
+
 @functools.cache
 def deadline_connection(cls: type) -> type:
-    """``cls`` (a urllib3 connection class) answering with ``DeadlineHTTPResponse``."""
+    """``cls`` (a urllib3 connection class) answering with ``DeadlineHTTPResponse``,
+    and looking its host up within the deadline (``DeadlineLookup``) where it dials
+    as ``HTTPConnection`` does: a SOCKS connection's proxy may resolve the name itself."""
     if cls.response_class is DeadlineHTTPResponse:  # type: ignore[attr-defined]
         return cls
-    return type(cls.__name__, (cls,), {"response_class": DeadlineHTTPResponse})
+    own_dial = cls._new_conn is urllib3.connection.HTTPConnection._new_conn  # type: ignore[attr-defined]
+    bases = (DeadlineLookup, cls) if own_dial else (cls,)
+    return type(cls.__name__, bases, {"response_class": DeadlineHTTPResponse})
 
 
 class DeadlineAdapter(requests.adapters.HTTPAdapter):

@@ -253,8 +253,9 @@ def test_tls_against_plain_http_is_a_clear_error(http_server) -> None:
         client(url.replace("http://", "https://"), insecure_skip_verify=True).instant("up")
 
 
-def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    """A fresh self-signed certificate for 127.0.0.1 and its key (openssl)."""
+def self_signed(tmp_path: Path, names: str = "IP:127.0.0.1") -> tuple[Path, Path]:
+    """A fresh self-signed certificate for ``names`` (subjectAltName; 127.0.0.1) and its
+    key (openssl)."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
         [
@@ -273,7 +274,7 @@ def self_signed(tmp_path: Path) -> tuple[Path, Path]:
             "-subj",
             "/CN=127.0.0.1",
             "-addext",
-            "subjectAltName=IP:127.0.0.1",
+            f"subjectAltName={names}",
         ],
         check=True,
         capture_output=True,

@@ -12,6 +12,7 @@ import contextlib
 import gzip
 import itertools
 import json
+import socket
 import threading
 import time
 import tracemalloc
@@ -21,9 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from gpu_eta.forecaster import promparse
+from gpu_eta.forecaster import http_deadline, promparse
 from gpu_eta.forecaster.promapi import PromAPIError
-from tests.forecaster.test_promapi import VECTOR, client, http_server, self_signed  # noqa: F401
+from tests.forecaster.test_promapi import (  # noqa: F401
+    VECTOR,
+    client,
+    http_server,
+    reply,
+    self_signed,
+)
 
 BODY = json.dumps(VECTOR).encode()
 STATUS = b"HTTP/1.1 200 OK\r\n"
@@ -93,6 +100,100 @@ def test_headers_dripped_just_inside_the_timeout_fail_at_the_deadline(
     )
     assert 0.55 < elapsed < 1.6, elapsed
     assert c.stats.error == 1
+
+
+def _named(url: str) -> str:
+    """``url`` (a loopback server's) with the host name ``localhost`` for its address."""
+    return url.replace("127.0.0.1", "localhost")
+
+
+def _hung_lookups(monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> list[str]:
+    """``socket.getaddrinfo`` hanging (until ``release``) for ``localhost``, as a
+    resolver whose DNS servers do not answer does; the names asked are listed."""
+    real = socket.getaddrinfo
+    asked: list[str] = []
+
+    def getaddrinfo(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host == "localhost":
+            asked.append(host)
+            release.wait(30)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return asked
+
+
+def test_a_name_lookup_that_never_answers_fails_at_the_deadline(
+    http_server,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lookup is a libc call no socket timeout reaches: with the resolver hung,
+    the query fails at 2 × the 0.3 s timeout, naming the lookup, and at most
+    ``MAX_LOOKUPS`` lookup threads wait however many queries ask meanwhile. (No real
+    resolver can be hung here without changing the machine's, so ``getaddrinfo``
+    stands in; the server and the client are real.)"""
+    url, seen = http_server(lambda r: reply(r, 200, BODY))
+    release = threading.Event()
+    asked = _hung_lookups(monkeypatch, release)
+    c = client(_named(url), timeout_seconds=0.3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PromAPIError) as info:
+            c.instant("up")
+        elapsed = time.monotonic() - started
+        assert str(info.value) == (
+            f"{_named(url)}: query 'up' failed after 1 attempts: cannot connect (DNS "
+            "lookup of localhost not answered by the request deadline)"
+        )
+        assert 0.55 < elapsed < 1.6, elapsed
+        for _ in range(2 * http_deadline.MAX_LOOKUPS):
+            with pytest.raises(PromAPIError):
+                c.instant("up")
+        lookups = [t for t in threading.enumerate() if t.name.startswith("dns-lookup")]
+        assert len(lookups) == len(asked) == http_deadline.MAX_LOOKUPS
+        assert all(t.daemon for t in lookups) and not seen
+    finally:
+        release.set()
+    # answered again: the next query connects
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("dns-lookup") for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert [s.labels["run_id"] for s in c.instant("up")] == ["a", "b"]
+
+
+def test_each_address_of_the_name_is_tried_in_turn(
+    http_server,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name with several addresses, the first refusing (the server listens on
+    127.0.0.1 only): the next is dialled, as ``create_connection`` does; over TLS the
+    certificate is still checked against the name."""
+    cert_key = self_signed(tmp_path, names="DNS:localhost")
+    url, seen = http_server(lambda r: reply(r, 200, BODY), tls=cert_key)
+    port = int(url.rsplit(":", 1)[1])
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host == "localhost":
+            tcp = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "")
+            return [(*tcp, ("127.0.0.2", port)), (*tcp, ("127.0.0.1", port))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    samples = client(_named(url), ca_file=str(cert_key[0])).instant("up")
+    assert [s.labels["run_id"] for s in samples] == ["a", "b"] and len(seen) == 1
+
+
+def test_a_real_lookup_of_the_loopback_name_connects(http_server) -> None:  # noqa: F811
+    """The machine's own resolver (``localhost`` from /etc/hosts, on whichever
+    addresses it lists first) and an address literal, which needs no lookup."""
+    url, seen = http_server(lambda r: reply(r, 200, BODY))
+    assert [s.labels["run_id"] for s in client(_named(url)).instant("up")] == ["a", "b"]
+    assert http_deadline.resolve("127.0.0.1", 80, 0.0)[0][4] == ("127.0.0.1", 80)
+    assert http_deadline.resolve("[::1]", 80, 0.0)[0][4][:2] == ("::1", 80)
+    assert len(seen) == 1
 
 
 def _late(stop: threading.Event, wait: float, pieces: list[bytes], pace: float):
