@@ -29,9 +29,10 @@ Decisions (documented in docs/forecaster.md):
   ``DCGM_FI_DEV_GPU_UTIL``/100 for the pod, accepting ``exported_pod``);
   ``memory_utilization_ratio`` (working set / limit); ``gpu_model`` and ``gpus`` from
   the allocations joined with ``gpu_eta_gpu_info``; ``namespace``; ``job_name``.
-* ``job_name``: the pod label ``job-name`` (Kubernetes Jobs), else
-  ``app.kubernetes.io/name``, else ``app``, else the owner's name (a ReplicaSet's
-  pod-template hash stripped), else the pod name without a trailing random suffix.
+* ``job_name``: the pod label ``job-name`` (Kubernetes Jobs) without a CronJob's
+  scheduled time or a generated suffix, else ``app.kubernetes.io/name``, else ``app``,
+  else the owner's name (a ReplicaSet's pod-template hash or a Job's suffix stripped),
+  else the pod name without a trailing random suffix.
 """
 
 from __future__ import annotations
@@ -499,17 +500,24 @@ def _job_names(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:
     for s in samples:
         lab = s.labels
         key = (lab.get("namespace", ""), lab.get("pod", ""))
-        name = next((lab[k] for k in (*_JOB_LABELS, *_NAME_LABELS) if lab.get(k)), "")
+        # A Job's name carries what made it: a CronJob's scheduled minute
+        # (``nightly-29438760``), a generateName's random tail (``train-x7k2p``). Kept,
+        # every run of a nightly retraining would be a job of its own, with no history.
+        job = next((lab[k] for k in _JOB_LABELS if lab.get(k)), "")
+        name = _strip_suffix(job) if job else ""
+        name = name or next((lab[k] for k in _NAME_LABELS if lab.get(k)), "")
         if not name and lab.get("owner_name"):
             owner = lab["owner_name"]
-            name = _strip_suffix(owner) if lab.get("owner_kind") == "ReplicaSet" else owner
+            generated = lab.get("owner_kind") in ("ReplicaSet", "Job")
+            name = _strip_suffix(owner) if generated else owner
         if name:
             out[key] = name[:128]
     return out
 
 
 def _strip_suffix(pod: str) -> str:
-    """``train-abc12`` → ``train``; ``train-7d9f8c6b5-x2x4z`` → ``train`` (Deployment pods)."""
+    """``train-abc12`` → ``train``; ``train-7d9f8c6b5-x2x4z`` → ``train`` (Deployment pods);
+    ``nightly-29438760`` → ``nightly`` (a CronJob's Job: its scheduled minute)."""
     name = pod
     for _ in range(2):
         stripped = _HASH_SUFFIX.sub("", name)

@@ -279,6 +279,15 @@ def test_job_name_fallbacks() -> None:
         name("bert-7d9f8c6b5-x2x4z", owner_kind="ReplicaSet", owner_name="bert-7d9f8c6b5") == "bert"
     )
     assert name("p", label_job_name="nightly", owner_kind="Job", owner_name="x") == "nightly"
+    # a CronJob's Jobs (its scheduled minute) and generateName's are one job run after run
+    assert name("p", label_job_name="nightly-29438760") == "nightly"
+    assert name("p", label_batch_kubernetes_io_job_name="train-x7k2p") == "train"
+    assert name("nightly-29438760-q8x2v", owner_kind="Job", owner_name="nightly-29438760") == (
+        "nightly"
+    )
+    assert name("p", label_job_name="bert-large") == "bert-large"
+    assert name("p", label_job_name="29438760") == "29438760"  # nothing left: kept
+    assert name("p", owner_kind="StatefulSet", owner_name="db-29438760") == "db-29438760"
     assert name("jupyter-alice") == "jupyter-alice"
     assert name("train-x7k2p") == "train"
 
