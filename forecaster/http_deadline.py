@@ -27,6 +27,7 @@ from typing import Any
 import requests.adapters
 import urllib3.connection
 import urllib3.exceptions
+import urllib3.util.connection
 
 
 class Deadline:
@@ -122,9 +123,11 @@ at most this many threads, whatever the number of queries asking meanwhile."""
 _LOOKUPS = threading.BoundedSemaphore(MAX_LOOKUPS)
 
 
-def resolve(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
-    """``socket.getaddrinfo(host, port)`` for a TCP connection, given up at ``deadline``
-    (monotonic) with ``socket.gaierror(EAI_AGAIN)`` naming the wait.
+def resolve(
+    host: str, port: int, deadline: float, family: int = socket.AF_UNSPEC
+) -> list[tuple[Any, ...]]:
+    """``socket.getaddrinfo(host, port, family)`` for a TCP connection, given up at
+    ``deadline`` (monotonic) with ``socket.gaierror(EAI_AGAIN)`` naming the wait.
 
     Why: a lookup is a blocking libc call that no socket timeout reaches. Where the
     cluster's DNS is slow or down, glibc waits 5 s a try, two tries a server, for each
@@ -136,25 +139,30 @@ def resolve(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
     """
     with contextlib.suppress(ValueError):
         ipaddress.ip_address(host.strip("[]"))
-        return socket.getaddrinfo(host.strip("[]"), port, 0, socket.SOCK_STREAM)
+        return socket.getaddrinfo(host.strip("[]"), port, family, socket.SOCK_STREAM)
     late = socket.gaierror(
         socket.EAI_AGAIN, f"DNS lookup of {host} not answered by the request deadline"
     )
-    if not _LOOKUPS.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
-        raise late
+    left = deadline - time.monotonic()
+    if left <= 0 or not _LOOKUPS.acquire(timeout=left):
+        raise late  # (a lookup started now would only hold a slot for nobody)
     answer: list[Any] = []
     done = threading.Event()
 
     def look_up() -> None:
         try:
-            answer.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+            answer.append(socket.getaddrinfo(host, port, family, socket.SOCK_STREAM))
         except BaseException as err:  # handed to the waiting caller, if still waiting
             answer.append(err)
         finally:
             _LOOKUPS.release()
             done.set()
 
-    threading.Thread(target=look_up, name=f"dns-lookup {host}", daemon=True).start()
+    try:
+        threading.Thread(target=look_up, name=f"dns-lookup {host}", daemon=True).start()
+    except BaseException:  # no thread (the process at its limit): the slot is free again
+        _LOOKUPS.release()
+        raise
     if not done.wait(max(deadline - time.monotonic(), 0.0)):
         raise late
     if isinstance(answer[0], BaseException):
@@ -178,7 +186,18 @@ class DeadlineLookup:
             return super()._new_conn()  # type: ignore[misc]
         name = self._dns_host  # type: ignore[attr-defined]
         try:
-            found = resolve(name, self.port, deadline.at)  # type: ignore[attr-defined]
+            name.encode("idna")  # as create_connection checks it: an empty or long label
+        except UnicodeError:
+            raise urllib3.exceptions.LocationParseError(
+                f"'{name}', label empty or too long"
+            ) from None
+        try:
+            found = resolve(
+                name,
+                self.port,  # type: ignore[attr-defined]
+                deadline.at,
+                urllib3.util.connection.allowed_gai_family(),  # IPv4 only without IPv6
+            )
         except socket.gaierror as err:
             if hasattr(urllib3.exceptions, "NameResolutionError"):  # urllib3 ≥ 2
                 raise urllib3.exceptions.NameResolutionError(

@@ -113,6 +113,13 @@ class PromClient:
             raise PromAPIError(
                 f"Prometheus URL must be http(s)://host[:port][/prefix], got {self.url!r}"
             )
+        try:  # an empty or over-long label: urllib3 would refuse it at every query
+            (parts.hostname or "").encode("idna")
+        except UnicodeError:
+            raise PromAPIError(
+                f"Prometheus URL {self.url!r}: host name {parts.hostname!r} has an empty "
+                "or over-long (> 63 characters) label"
+            ) from None
         self.url = self.url.rstrip("/")
         if self.timeout_seconds <= 0:
             raise PromAPIError("Prometheus timeout must be > 0 seconds")

@@ -59,6 +59,12 @@ STEP_CELLS = 400
 _PAST_LIMIT_SECONDS = 366 * 86400
 _FUTURE_SLACK_SECONDS = 300
 _HASH_SUFFIX = re.compile(r"-(?:[0-9a-f]{8,10}|[bcdfghjklmnpqrstvwxz2456789]{5})$")
+# What makes a Job's name unique run after run: a CronJob's scheduled minute (decimal,
+# 8 digits until the 22nd century) or generateName's five characters (Kubernetes'
+# alphabet, at least one letter, so that "sweep-24567" stays a name of its own).
+_JOB_SUFFIX = re.compile(
+    r"-(?:[0-9]{8,}|(?=[2456789]*[bcdfghjklmnpqrstvwxz])[bcdfghjklmnpqrstvwxz2456789]{5})$"
+)
 _JOB_LABELS = ("label_job_name", "label_batch_kubernetes_io_job_name")
 _NAME_LABELS = ("label_app_kubernetes_io_name", "label_app")
 
@@ -504,20 +510,31 @@ def _job_names(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:
         # (``nightly-29438760``), a generateName's random tail (``train-x7k2p``). Kept,
         # every run of a nightly retraining would be a job of its own, with no history.
         job = next((lab[k] for k in _JOB_LABELS if lab.get(k)), "")
-        name = _strip_suffix(job) if job else ""
+        name = _job_of(job) if job else ""
         name = name or next((lab[k] for k in _NAME_LABELS if lab.get(k)), "")
         if not name and lab.get("owner_name"):
-            owner = lab["owner_name"]
-            generated = lab.get("owner_kind") in ("ReplicaSet", "Job")
-            name = _strip_suffix(owner) if generated else owner
+            owner, kind = lab["owner_name"], lab.get("owner_kind")
+            name = (
+                _strip_suffix(owner)
+                if kind == "ReplicaSet"
+                else _job_of(owner)
+                if kind == "Job"
+                else owner
+            )
         if name:
             out[key] = name[:128]
     return out
 
 
+def _job_of(job: str) -> str:
+    """A Job's name without a CronJob's scheduled minute (``nightly-29438760`` →
+    ``nightly``) or a generateName suffix (``train-x7k2p`` → ``train``), once; the name
+    itself if nothing would be left."""
+    return _JOB_SUFFIX.sub("", job) or job
+
+
 def _strip_suffix(pod: str) -> str:
-    """``train-abc12`` → ``train``; ``train-7d9f8c6b5-x2x4z`` → ``train`` (Deployment pods);
-    ``nightly-29438760`` → ``nightly`` (a CronJob's Job: its scheduled minute)."""
+    """``train-abc12`` → ``train``; ``train-7d9f8c6b5-x2x4z`` → ``train`` (Deployment pods)."""
     name = pod
     for _ in range(2):
         stripped = _HASH_SUFFIX.sub("", name)

@@ -227,7 +227,7 @@ def own_rate(
     weights = width.astype(float).copy()
     logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, change_point)
     ends = ends[len(ends) - len(logs) :]  # the regime only drops a prefix
-    memory = half_life(len(logs), _ahead(run, n), half_life_ratio, min_half_life, logs)
+    memory = half_life(logs, _ahead(run, n), half_life_ratio, min_half_life)
     if len(logs) > MAX_INTERVALS:  # step-level runs: the oldest weigh < 1/16 anyway
         logs, weights = logs[-MAX_INTERVALS:], weights[-MAX_INTERVALS:]
     k = len(logs)
@@ -357,7 +357,7 @@ def _own_rate_small(
         for (a, b), w in zip(itertools.pairwise(times), weights, strict=True)
     ]
     logs, weights = _regime(logs, weights, run, warmup_excess, follow_changes, _change_point_list)
-    memory = half_life(len(logs), _ahead(run, n), half_life_ratio, min_half_life, logs)
+    memory = half_life(logs, _ahead(run, n), half_life_ratio, min_half_life, drifts_list)
     k = len(logs)
     ends = [float(t[0]) for t in times[len(times) - k :]]  # the regime only drops a prefix
     weights = [w * 0.5 ** ((k - 1 - i) / memory) for i, w in enumerate(weights)]
@@ -386,43 +386,68 @@ def _own_rate_small(
 
 
 def half_life(
-    k: int, ahead: float, ratio: float, floor: float, logs: Sequence[float] | np.ndarray
+    logs: Sequence[float],
+    ahead: float,
+    ratio: float,
+    floor: float,
+    drift_test: Callable[[Sequence[float], int], bool] | None = None,
 ) -> float:
-    """Recency half-life, in reported intervals, of a rate read over the ``k`` intervals
-    ``logs`` with ``ahead`` still to come (``intervals_ahead``).
+    """Recency half-life, in reported intervals, of a rate read over the intervals
+    ``logs`` (log time per unit) with ``ahead`` still to come (``intervals_ahead``).
 
-    ``ratio · k``, so a longer run remembers more; but once fewer intervals remain than
-    were seen, in a run that ``drifts`` over stretches of that length, ``ratio · ahead``:
-    what the last stretch will take is best read off the latest stretch of about its
-    length, not off the whole run (step-level runs on a shared machine at 90 / 95 %:
-    1.53 / 1.51× tqdm's EMA of the last steps with ``ratio · k``). A steady run keeps
-    ``ratio · k``: there a short memory only adds noise (bench/steady_steps.py at 90 %:
-    1.11 → 1.43× Keras' mean with the horizon memory everywhere). Never below ``floor``.
+    ``ratio · len(logs)``, so a longer run remembers more; but where at most a third of
+    the seen intervals remain and the run ``drifts`` over stretches as long as what
+    remains, ``ratio · ahead``: what the last stretch will take is best read off the
+    latest stretch of about its length, not off the whole run (step-level runs on a
+    shared machine at 90 / 95 %: 1.53 / 1.51× tqdm's EMA of the last steps with
+    ``ratio · len(logs)``). A steady run keeps its long memory: there a short one only
+    adds noise (bench/steady_steps.py at 90 %: 1.11 → 1.43× Keras' mean with the
+    horizon memory everywhere). A stretch of one interval has no noise of its own to
+    measure, so the last interval keeps it too. Never below ``floor``. ``drift_test``:
+    ``drifts`` (the default) or ``drifts_list``, the same on Python floats.
     """
-    memory = ratio * k
-    if ahead < k and ratio * ahead < memory and drifts(logs, max(1, round(ahead))):
+    memory = ratio * len(logs)
+    stretch = int(ahead + 0.5)
+    if stretch >= 2 and len(logs) // stretch >= 3 and (drift_test or drifts)(logs, stretch):
         memory = ratio * ahead
     return max(floor, memory)
 
 
-def drifts(logs: np.ndarray, stretch: int) -> bool:
-    """Whether the run's speed wanders between its stretches of ``stretch`` intervals
-    more than its intervals' own noise explains.
+def drifts(logs: Sequence[float], stretch: int) -> bool:
+    """Whether the run's speed wanders between its stretches of ``stretch`` (≥ 2)
+    intervals more than its intervals' own noise explains.
 
     The latest ``q = len(logs) // stretch`` (≥ 3) stretches' mean log times scatter
     (1.4826 · MAD about their median) by about ``s / √stretch`` on a steady run, ``s``
     the intervals' robust scale about their own stretch's mean; a run whose stretch
     means scatter more than ``CHANGE_T`` times that is drifting (a neighbour's load
     coming and going, a growing sequence length), where its latest stretch foresees
-    the next better than its whole past. Fewer than three stretches: not known, no.
+    the next better than its whole past. Fewer than three stretches, or stretches of
+    one interval (no noise within them to measure): not known, no.
     """
-    q = len(logs) // stretch
-    if stretch < 1 or q < 3:
+    if stretch < 2 or len(logs) // stretch < 3:
         return False
+    q = len(logs) // stretch
     blocks = np.asarray(logs[len(logs) - q * stretch :], dtype=float).reshape(q, stretch)
     means = blocks.mean(axis=1)
     noise = max(MIN_SCALE, 1.4826 * float(np.median(np.abs(blocks - means[:, None]))))
     scatter = 1.4826 * float(np.median(np.abs(means - np.median(means))))
+    return scatter > CHANGE_T * noise / math.sqrt(stretch)
+
+
+def drifts_list(logs: Sequence[float], stretch: int) -> bool:
+    """``drifts`` on Python floats, for ``_own_rate_small`` (numpy's per-call overhead
+    doubled the rate late in a short run); the same sums, in another order."""
+    if stretch < 2 or len(logs) // stretch < 3:
+        return False
+    q = len(logs) // stretch
+    tail = list(logs[len(logs) - q * stretch :])
+    blocks = [tail[i * stretch : (i + 1) * stretch] for i in range(q)]
+    means = [sum(block) / stretch for block in blocks]
+    deviations = [abs(v - m) for block, m in zip(blocks, means, strict=True) for v in block]
+    noise = max(MIN_SCALE, 1.4826 * median_list(deviations))
+    middle = median_list(means)
+    scatter = 1.4826 * median_list([abs(m - middle) for m in means])
     return scatter > CHANGE_T * noise / math.sqrt(stretch)
 
 

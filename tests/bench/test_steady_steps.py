@@ -41,3 +41,19 @@ def test_no_noise_is_every_step_at_the_job_speed() -> None:
 def test_bad_arguments_are_refused_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert ss.main(["--steps", "1"]) == 2
     assert "--steps" in capsys.readouterr().err
+
+
+def test_a_small_replay_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ss.main(["--runs", "6", "--steps", "20", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("**steady-steps** — 6 steady runs × 20 steps")
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0] for r in rows[2:]] == [
+        "| start",
+        "| 10%",
+        "| 25%",
+        "| 50%",
+        "| 75%",
+        "| 90%",
+        "| 95%",
+    ]

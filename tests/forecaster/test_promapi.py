@@ -316,8 +316,13 @@ def test_tls_with_ca_file_verifies_and_without_it_fails(tls_server) -> None:
     assert len(client(url, insecure_skip_verify=True).instant("up")) == 2
 
 
-@pytest.mark.parametrize("url", ["localhost:9090", "ftp://x", "http://"])
+@pytest.mark.parametrize(
+    "url",
+    ["localhost:9090", "ftp://x", "http://", "http://bad..name:9090", f"http://{'a' * 64}.svc"],
+)
 def test_bad_url_is_refused(url: str) -> None:
+    """At start-up, with a message: an empty or over-long label in the host name made
+    urllib3 raise its own error from every query, past the client's."""
     with pytest.raises(PromAPIError, match="URL"):
         PromClient(url)
 

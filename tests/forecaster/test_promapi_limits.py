@@ -186,6 +186,26 @@ def test_each_address_of_the_name_is_tried_in_turn(
     assert [s.labels["run_id"] for s in samples] == ["a", "b"] and len(seen) == 1
 
 
+def test_a_name_that_does_not_resolve_is_named_in_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The resolver's own answer reaches the message (not an empty address list)."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host == "prometheus.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    with pytest.raises(PromAPIError) as info:
+        client("http://prometheus.invalid:9090").instant("up")
+    assert str(info.value) == (
+        "http://prometheus.invalid:9090: query 'up' failed after 1 attempts: cannot "
+        "connect (Name or service not known)"
+    )
+
+
 def test_a_real_lookup_of_the_loopback_name_connects(http_server) -> None:  # noqa: F811
     """The machine's own resolver (``localhost`` from /etc/hosts, on whichever
     addresses it lists first) and an address literal, which needs no lookup."""

@@ -286,8 +286,15 @@ def test_job_name_fallbacks() -> None:
         "nightly"
     )
     assert name("p", label_job_name="bert-large") == "bert-large"
-    assert name("p", label_job_name="29438760") == "29438760"  # nothing left: kept
+    assert name("p", label_job_name="-29438760") == "-29438760"  # nothing left: kept
     assert name("p", owner_kind="StatefulSet", owner_name="db-29438760") == "db-29438760"
+    # hand-chosen names stay apart: a number, a commit, a suffix already generated once
+    assert name("p", label_job_name="sweep-24567") == "sweep-24567"
+    assert name("p", label_job_name="exp-deadbeef") == "exp-deadbeef"
+    assert name("p", label_job_name="job-29438760-pqrst") == "job-29438760"
+    # an app's name is chosen, not generated
+    assert name("p", label_app="train-x7k2p") == "train-x7k2p"
+    assert name("p", label_app_kubernetes_io_name="nightly-29438760") == "nightly-29438760"
     assert name("jupyter-alice") == "jupyter-alice"
     assert name("train-x7k2p") == "train"
 

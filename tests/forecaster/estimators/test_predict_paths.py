@@ -79,7 +79,22 @@ def varied_run(rng: random.Random, i: int) -> Run:
     return Run(f"v{i}", planned, tuple(times), feats)
 
 
-RUNS = [varied_run(random.Random(seed), seed) for seed in range(400)]
+def drifting_run(rng: random.Random, i: int) -> Run:
+    """A running job late in its plan whose speed creeps (a neighbour's load growing):
+    what the horizon memory (``rate.half_life``) reads; 12 to 200 intervals."""
+    n = rng.choice([12, 20, 30, 48, 64, 65, 120, 200])
+    slower = rng.uniform(1.2, 1.6)
+    e, t = 0.0, 1.7e9
+    times = [(e, t)]
+    for k in range(n):
+        e, t = e + 1.0, t + 10.0 * (1 + (slower - 1) * k / n) * math.exp(rng.gauss(0, 0.02))
+        times.append((e, t))
+    return Run(f"d{i}", e / rng.uniform(0.8, 0.95), tuple(times), {"job_name": "creep"})
+
+
+RUNS = [varied_run(random.Random(seed), seed) for seed in range(400)] + [
+    drifting_run(random.Random(seed), seed) for seed in range(40)
+]
 PARAMS = [
     {},
     {"huber_c": 1.0, "half_life_ratio": 0.5},
@@ -130,6 +145,7 @@ def own_rate_reads_the_horizon(run: Run) -> bool:
     est = rate_mod.own_rate(run)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rate_mod, "drifts", lambda *a, **k: False)
+        mp.setattr(rate_mod, "drifts_list", lambda *a, **k: False)
         plain = rate_mod.own_rate(run)
     return est is not None and plain is not None and est[0] != plain[0]
 

@@ -14,6 +14,7 @@ from gpu_eta.forecaster.estimators.rate import (
     RateEstimator,
     change_point,
     drifts,
+    drifts_list,
     half_life,
     own_rate,
     periodic_spikes,
@@ -246,19 +247,66 @@ def test_a_run_drifts_when_its_stretches_scatter_beyond_their_noise() -> None:
     # an evaluation pass every fifth interval is noise within each stretch, not drift
     periodic = np.log(np.where(np.arange(180) % 5 == 4, 1.6, 1.0))
     assert not drifts(periodic, 20)
+    # a stretch of one interval has no noise of its own: a steady run would always
+    # "drift" against the floor of the scale
+    assert not drifts(steady, 1)
+
+
+def _stretches(offsets: list[float], noise: float, stretch: int = 4) -> list[float]:
+    """Stretches of ``stretch`` intervals around each offset, each interval ``noise``
+    off its stretch's mean (half below, half above): a known noise and scatter."""
+    half = stretch // 2
+    return [m + d for m in offsets for d in [-noise] * half + [noise] * half]
+
+
+def test_the_drift_threshold_is_three_times_the_stretch_means_noise() -> None:
+    """Noise 0.1 a interval (robust scale 0.148), stretches of 4: a steady run's
+    stretch means scatter by 0.074, so drift is a robust scatter above 0.22, i.e.
+    stretch means ±0.15 apart from their median (1.4826 × 0.15 = 0.22)."""
+    below = _stretches([0.0, 0.14, -0.14, 0.14, -0.14], 0.1)
+    above = _stretches([0.0, 0.16, -0.16, 0.16, -0.16], 0.1)
+    assert not drifts(below, 4) and drifts(above, 4)
+    assert not drifts_list(below, 4) and drifts_list(above, 4)
+
+
+def test_the_list_drift_test_is_the_array_one() -> None:
+    rng = np.random.default_rng(2)
+    for trial in range(300):
+        n = int(rng.integers(4, 65))
+        logs = np.cumsum(rng.normal(0.0, rng.choice([0.0, 0.02, 0.1]), n))
+        logs += rng.normal(0.0, rng.choice([0.01, 0.05, 0.2]), n)
+        stretch = int(rng.integers(1, max(2, n // 2)))
+        assert drifts(logs, stretch) == drifts_list(logs.tolist(), stretch), trial
 
 
 def test_late_in_a_drifting_run_the_memory_is_the_stretch_ahead() -> None:
-    """A quarter of the seen intervals, or of those to come once fewer remain, in a run
-    whose stretches of that length drift; a steady run keeps a quarter of its past."""
+    """A quarter of the seen intervals, or of those to come where at most a third of
+    the seen remain, in a run whose stretches of that length drift; a steady run keeps
+    a quarter of its past."""
     rng = np.random.default_rng(1)
     steady = rng.normal(0.0, 0.1, 1800)
     ramp = np.log(np.linspace(1.0, 1.3, 1800))
-    assert half_life(1800, 200.0, 0.25, 2.0, ramp) == 50.0  # at 90 %: the stretch ahead
-    assert half_life(1800, 200.0, 0.25, 2.0, steady) == 450.0
-    assert half_life(1800, 2000.0, 0.25, 2.0, ramp) == 450.0  # before the middle: the past
-    assert half_life(1800, 4.0, 0.25, 2.0, ramp) == 2.0  # the floor
-    assert half_life(4, 1.0, 0.25, 2.0, ramp[:4]) == 2.0
+    assert half_life(ramp, 200.0, 0.25, 2.0) == 50.0  # at 90 %: the stretch ahead
+    assert half_life(steady, 200.0, 0.25, 2.0) == 450.0
+    assert half_life(ramp, 2000.0, 0.25, 2.0) == 450.0  # before the middle: the past
+    assert half_life(ramp, 4.0, 0.25, 2.0) == 2.0  # the floor
+    assert half_life(ramp, 1.0, 0.25, 2.0) == 450.0  # the last interval: nothing to test
+
+
+def test_the_stretches_tested_are_as_long_as_what_remains() -> None:
+    asked: list[int] = []
+
+    def drifting(logs, stretch: int) -> bool:  # type: ignore[no-untyped-def]
+        asked.append(stretch)
+        return True
+
+    logs = [0.0] * 9
+    assert half_life(logs, 3.0, 0.25, 0.0, drifting) == 0.75  # three stretches of 3
+    assert half_life(logs, 2.6, 0.25, 0.0, drifting) == 0.65  # rounded to 3
+    assert asked == [3, 3]
+    assert half_life(logs[:8], 3.0, 0.25, 0.0, drifting) == 2.0  # two: not tested
+    assert half_life(logs * 4, 1.4, 0.25, 0.0, drifting) == 9.0  # one interval: not either
+    assert asked == [3, 3]
 
 
 def test_a_step_level_run_drifting_late_is_read_at_its_latest_speed() -> None:
