@@ -40,8 +40,7 @@ from gpu_eta.forecaster.refit import (
     appended_since,
     default_model_factory,
     fit_in_child,
-    gc_paused,
-    gc_running,
+    gc_switched,
 )
 from gpu_eta.forecaster.runs import Run, RunKey, run_key
 from gpu_eta.forecaster.runs_from_series import (
@@ -122,10 +121,10 @@ class Cycle:
     def run(self) -> ForecastSet:
         """One cycle; raises PromAPIError/ModelError/HistoryError, never per-job errors.
 
-        The cyclic garbage collector is paused meanwhile (``gc_paused``), except
-        during a model fit (``gc_running``).
+        The cyclic garbage collector is paused meanwhile (``gc_switched``), except
+        during a model fit.
         """
-        with gc_paused():
+        with gc_switched(False):
             return self._run()
 
     def _run(self) -> ForecastSet:
@@ -189,7 +188,7 @@ class Cycle:
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).
-        with gc_running():  # a fit's temporaries may hold cycles around large arrays
+        with gc_switched(True):  # a fit's temporaries may hold cycles around large arrays
             model = self._fitted(now)
         # done and present are disjoint, and finish() only removes: what is still
         # running and present is the list read above, filtered.

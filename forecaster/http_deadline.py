@@ -208,22 +208,18 @@ class DeadlineLookup:
             raise urllib3.exceptions.NewConnectionError(  # what urllib3 1.26 raises
                 self, f"Failed to establish a new connection: {err}"
             ) from err
-        failed: Exception | None = None
         try:
-            for *_kind, address in found:
+            for *_kind, address in found[:-1]:
                 self._dns_host = address[0]
-                try:
-                    return super()._new_conn()  # type: ignore[misc]
-                except (
+                with contextlib.suppress(  # the next address, as create_connection does
                     urllib3.exceptions.NewConnectionError,
                     urllib3.exceptions.ConnectTimeoutError,
-                ) as err:
-                    failed = err
+                ):
+                    return super()._new_conn()  # type: ignore[misc]
+            self._dns_host = found[-1][4][0]  # getaddrinfo answers one at least, or raises
+            return super()._new_conn()  # type: ignore[misc]  # its error is the attempt's
         finally:
             self._dns_host = name
-        if failed is None:  # getaddrinfo answers an address or raises; never nothing
-            raise urllib3.exceptions.NewConnectionError(self, f"no address for {name}")  # type: ignore[arg-type]
-        raise failed
 
 
 @functools.cache

@@ -68,38 +68,30 @@ def appended_since(learnt: Sequence[Run], history: Sequence[Run]) -> list[Run]:
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the block, then restore it.
+def gc_switched(enabled: bool) -> Iterator[None]:
+    """Python's cyclic garbage collector on (``enabled``) or off for the block, then
+    as it was.
 
-    Why: a cycle at 10,000 running jobs builds a few million short-lived, acyclic
-    objects (parsed answers, runs, forecasts): reference counting frees them, but
-    their numbers trigger full collections that walk the whole heap again and
-    again (3.8 s of a 22 s cycle, measured with ``gc.callbacks``). Nothing
-    cyclic is lost: it is collected after the block.
+    Why off around a cycle: at 10,000 running jobs it builds a few million
+    short-lived, acyclic objects (parsed answers, runs, forecasts): reference counting
+    frees them, but their numbers trigger full collections that walk the whole heap
+    again and again (3.8 s of a 22 s cycle, measured with ``gc.callbacks``). Nothing
+    cyclic is lost: it is collected after the block. Why on again for a fit inside
+    it: a fit builds large arrays that reference cycles can keep alive (model and
+    results objects pointing at each other); collected as usual, they do not add to
+    the cycle's peak memory.
     """
     was_enabled = gc.isenabled()
-    gc.disable()
+    if enabled:
+        gc.enable()
+    else:
+        gc.disable()
     try:
         yield
     finally:
         if was_enabled:
             gc.enable()
-
-
-@contextlib.contextmanager
-def gc_running() -> Iterator[None]:
-    """The collector on for the block (inside ``gc_paused``), then as it was.
-
-    Why: a fit builds large arrays that reference cycles can keep alive (model and
-    results objects pointing at each other); collected as usual, they do not add to
-    the cycle's peak memory.
-    """
-    was_enabled = gc.isenabled()
-    gc.enable()
-    try:
-        yield
-    finally:
-        if not was_enabled:
+        else:
             gc.disable()
 
 

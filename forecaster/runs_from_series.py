@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -509,18 +509,11 @@ def _job_names(samples: Sequence[Sample]) -> dict[tuple[str, str], str]:
         # A Job's name carries what made it: a CronJob's scheduled minute
         # (``nightly-29438760``), a generateName's random tail (``train-x7k2p``). Kept,
         # every run of a nightly retraining would be a job of its own, with no history.
-        job = next((lab[k] for k in _JOB_LABELS if lab.get(k)), "")
-        name = _job_of(job) if job else ""
+        name = _job_of(next((lab[k] for k in _JOB_LABELS if lab.get(k)), ""))
         name = name or next((lab[k] for k in _NAME_LABELS if lab.get(k)), "")
         if not name and lab.get("owner_name"):
-            owner, kind = lab["owner_name"], lab.get("owner_kind")
-            name = (
-                _strip_suffix(owner)
-                if kind == "ReplicaSet"
-                else _job_of(owner)
-                if kind == "Job"
-                else owner
-            )
+            generated = _OWNER_SUFFIX.get(lab.get("owner_kind", ""), str)
+            name = generated(lab["owner_name"])
         if name:
             out[key] = name[:128]
     return out
@@ -542,6 +535,11 @@ def _strip_suffix(pod: str) -> str:
             break
         name = stripped
     return name[:128]
+
+
+# An owner's name without what its controller added: a ReplicaSet's pod-template hash,
+# a Job's CronJob minute or generateName suffix; other owners' names are chosen.
+_OWNER_SUFFIX: dict[str, Callable[[str], str]] = {"ReplicaSet": _strip_suffix, "Job": _job_of}
 
 
 def _ratio(value: float | None, upper: float = 1.0) -> float | None:

@@ -653,7 +653,7 @@ def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
 def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> None:
     import gc
 
-    from gpu_eta.forecaster.refit import gc_paused
+    from gpu_eta.forecaster.refit import gc_switched
 
     seen = []
 
@@ -681,7 +681,7 @@ def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> 
     assert gc.isenabled()  # restored after a failed cycle too
     gc.disable()
     try:
-        with gc_paused():
+        with gc_switched(False):
             pass
         assert not gc.isenabled()  # left as it was found
     finally:

@@ -286,11 +286,11 @@ def test_late_in_a_drifting_run_the_memory_is_the_stretch_ahead() -> None:
     rng = np.random.default_rng(1)
     steady = rng.normal(0.0, 0.1, 1800)
     ramp = np.log(np.linspace(1.0, 1.3, 1800))
-    assert half_life(ramp, 200.0, 0.25, 2.0) == 50.0  # at 90 %: the stretch ahead
-    assert half_life(steady, 200.0, 0.25, 2.0) == 450.0
-    assert half_life(ramp, 2000.0, 0.25, 2.0) == 450.0  # before the middle: the past
-    assert half_life(ramp, 4.0, 0.25, 2.0) == 2.0  # the floor
-    assert half_life(ramp, 1.0, 0.25, 2.0) == 450.0  # the last interval: nothing to test
+    assert half_life(ramp, 200.0, 0.25, 2.0, drifts) == 50.0  # at 90 %: the stretch ahead
+    assert half_life(steady, 200.0, 0.25, 2.0, drifts) == 450.0
+    assert half_life(ramp, 2000.0, 0.25, 2.0, drifts) == 450.0  # before the middle: the past
+    assert half_life(ramp, 4.0, 0.25, 2.0, drifts) == 2.0  # the floor
+    assert half_life(ramp, 1.0, 0.25, 2.0, drifts) == 450.0  # the last interval: nothing to test
 
 
 def test_the_stretches_tested_are_as_long_as_what_remains() -> None:
