@@ -4,17 +4,20 @@ Why: a cluster re-runs the same configuration (the same job, by the same team, o
 same kind of node, at the same batch size). Such runs share their whole *shape*, not
 just their speed: the start-up (data loading, compilation), the evaluation passes,
 the slower first epoch. So the remaining time of a run at progress ``e`` of its plan
-``P``, ``elapsed`` seconds after its start, is read off its analogs: each earlier run
-``i`` reached ``e`` after ``t_i(e)`` seconds (interpolated between its progress points)
-and finished its plan ``P_i`` after ``T_i``; this run is expected to need
+``P`` is read off its analogs: each earlier run ``i`` reached progress ``x`` after
+``t_i(x)`` seconds (interpolated between its progress points) and finished its plan
+``P_i`` after ``T_i``; this run, now ``s_i`` seconds after it reached the reference
+progress ``r_i``, is expected to need
 
-    remaining = elapsed · median_i (T_i − t_i(e)) / t_i(e) · (P − e) / (P_i − e)
+    remaining = median_i s_i · (T_i − t_i(e)) / (t_i(e) − t_i(r_i)) · (P − e) / (P_i − e)
 
-— each analog's "time still to go per second already spent", its remaining work
-scaled to this run's, so a run on a faster or slower node than its analogs keeps its
-own speed while borrowing their shape. An analog that never reached ``e``, or counts
-another unit, is read at the same fraction of its plan instead (``ahead``). No
-constant is fitted. Before the
+— each analog's "time still to go per second spent since the reference", its
+remaining work scaled to this run's, so a run on a faster or slower node than its
+analogs keeps its own speed while borrowing their shape. The reference ``r_i`` is the
+later of the run's and the analog's first progress points (the start while the run
+has only one): a start-up that differs from run to run is no part of either speed
+(``seconds_left``). An analog that never reached ``e``, or counts another unit, is
+read at the same fraction of its plan instead. No constant is fitted. Before the
 first progress point (elapsed carries no speed yet) it is the median total ``T_i``,
 scaled by the ratio of planned epochs: "as long as last time". Measured on MLPerf
 rounds v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md).
@@ -205,51 +208,86 @@ def shrunk_spread(measured: float, n: int, typical: float, k: float = SHRINK) ->
     return max(MIN_SPREAD, spread)
 
 
-def ahead(run: Run, c: _Curve, target: float | None = None) -> float | None:
-    """Analog ``c``'s seconds still to go per second spent (``(T − t) / t``), for
-    ``run`` at its last progress point: to the end of the run's plan, or to progress
-    ``target`` (the self-check); None where ``c`` had spent no time yet.
+def since(times: Sequence[tuple[float, float]], progress: float) -> float:
+    """Seconds from when a run with progress points ``times`` (``(progress, seconds)``,
+    ascending) reached ``progress`` (interpolated, ``interp``'s ends and knots) to its
+    last point. A bisection on the pairs, without copying a step-level run's hundreds
+    of points into lists; differences of Unix times, taken before interpolating, keep
+    the digits a sum near 1.7e9 would round off."""
+    now = times[-1][1]
+    if progress <= times[0][0]:
+        return now - times[0][1]
+    j = bisect.bisect_right(times, progress, key=lambda p: p[0]) - 1
+    if j >= len(times) - 1:
+        return 0.0
+    (x0, y0), (x1, y1) = times[j], times[j + 1]
+    if x0 == progress:
+        return now - y0
+    return (now - y0) - (y1 - y0) * (progress - x0) / (x1 - x0)
+
+
+def seconds_left(
+    times: Sequence[tuple[float, float]],
+    planned: float,
+    unit: str,
+    c: _Curve,
+    target: float | None = None,
+) -> float | None:
+    """Analog ``c``'s forecast of the seconds still to go for a run with progress points
+    ``times`` (``(progress, seconds)`` from its start, the last one now), of plan
+    ``planned`` counted in ``unit``: to the end of the plan, or to progress
+    ``target`` (the self-check). None where ``c`` had spent no time over the stretch
+    compared.
+
+    The run's time since its reference point × the analog's seconds still to go per
+    second it spent over the same stretch. The reference is the later of the two runs'
+    first progress points once the run has one before its last (else the start), so
+    that a start-up (data loading, compilation) that differs from run to run is no part
+    of either speed (MLPerf, gpu-eta ÷ the best baseline at 25 / 50 / 75 / 90 %:
+    0.26 / 0.28 / 0.48 / 0.53 → 0.23 / 0.24 / 0.42 / 0.44× on v0.5–v1.1, 0.25 / 0.15 /
+    0.17 / 0.28 → 0.23 / 0.14 / 0.15 / 0.26× on v2.0–v2.1; docs/forecasting-evidence.md,
+    "Analogs"). The later of the two, because before its first progress point an
+    analog's curve runs straight through its start-up.
 
     Read where ``c`` had done as much as the run has, its remaining work scaled by the
     work each has left (``(P − e) / (P_c − e)``, ``e`` the progress done, ``P`` the
     plans); where ``c`` never got that far (or the target lies beyond its end), or it
-    counts another unit, at the same fraction of its plan (``_ahead``). Why not the
-    same fraction always: repeats of a job trained to a quality target stop after
-    different numbers of epochs, and a run that stops at 54 is at 20 where its analog
-    of 64 was at 20, not at 24 — with a start-up and a first epoch that differ from
-    the rest, the fraction compares a point of one run's start with a later one of the
-    other's (MLPerf's minigo: 65 % off at 31 % of its plan, against 7 % at the same
-    epoch). With equal plans both are the same. On MLPerf at 50 % of the plan: 0.41 →
-    0.28× the best rate baseline on v0.5–v1.1, 0.40 → 0.15× on v2.0–v2.1
+    counts another unit, at the same fraction of its plan. Why not the same fraction
+    always: repeats of a job trained to a quality target stop after different numbers
+    of epochs, and a run that stops at 54 is at 20 where its analog of 64 was at 20,
+    not at 24 — with a start-up and a first epoch that differ from the rest, the
+    fraction compares a point of one run's start with a later one of the other's
+    (MLPerf's minigo: 65 % off at 31 % of its plan, against 7 % at the same epoch).
+    With equal plans both are the same. On MLPerf at 50 % of the plan: 0.41 → 0.28×
+    the best rate baseline on v0.5–v1.1, 0.40 → 0.15× on v2.0–v2.1
     (docs/forecasting-evidence.md, "Analogs").
+
+    The scale applies to everything the analog had left, its end included (a final
+    evaluation, a checkpoint): a plan much longer than the analog's, near the analog's
+    end, multiplies that end. Reading the extra work at the analog's pace after its
+    first point instead (its end counted once) was measured and dropped: on MLPerf the
+    local pace is what carries (v2.0–v2.1 at 50 % 0.15 → 0.32× the best baseline).
     """
-    return _ahead(run.epochs_done, run.epochs_planned, c, target, _unit(run))
-
-
-def _ahead(
-    done: float, planned: float, c: _Curve, target: float | None, unit: str = ""
-) -> float | None:
-    """``ahead`` for a run at progress ``done`` of its plan ``planned``, counted in
-    ``unit`` (an analog counting another unit is read at the same fraction).
-
-    The scale ``(P − e) / (P_c − e)`` applies to everything the analog had left,
-    its end included (a final evaluation, a checkpoint): a plan much longer than the
-    analog's, near the analog's end, multiplies that end. Reading the extra work at the
-    analog's pace after its first point instead (its end counted once) was measured
-    and dropped: on MLPerf the local pace is what carries (v2.0–v2.1 at 50 % 0.15 →
-    0.32× the best baseline; docs/forecasting-evidence.md, "Analogs")."""
+    done = times[-1][0]
+    first = times[1][0] if len(times) > 2 else 0.0
+    own_first = c.fractions[1] if len(c.fractions) > 2 else 0.0
     if unit == c.unit and done < c.planned and (target is None or target <= c.planned):
-        at = interp(done / c.planned, c.fractions, c.elapsed)
-        if at <= 0:
-            return None
-        if target is not None:
-            return (interp(target / c.planned, c.fractions, c.elapsed) - at) / at
-        return (c.total - at) / at * (planned - done) / (c.planned - done)
-    at = interp(done / planned, c.fractions, c.elapsed)
-    if at <= 0:
+        scale = c.planned  # the analog read at the run's progress
+        goal = 1.0 if target is None else target / c.planned
+        work = 1.0 if target is not None else (planned - done) / (c.planned - done)
+    else:
+        scale = planned  # at the run's fraction of its plan
+        goal = 1.0 if target is None else min(1.0, target / planned)
+        work = 1.0
+    ref = max(first, own_first * scale) if first > 0 else 0.0
+    if ref >= done:
+        ref = 0.0
+    at = interp(done / scale, c.fractions, c.elapsed)
+    theirs = at - interp(ref / scale, c.fractions, c.elapsed)
+    ours = since(times, ref)
+    if theirs <= 0 or ours <= 0:
         return None
-    goal = 1.0 if target is None else min(1.0, target / planned)
-    return (interp(goal, c.fractions, c.elapsed) - at) / at
+    return ours * max((interp(goal, c.fractions, c.elapsed) - at) / theirs * work, 1e-9)
 
 
 def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
@@ -259,8 +297,14 @@ def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
     last, earlier = curves[-1], curves[:-1]
     scales = []
     for share in MID_RUN_SHARES:
-        ratios = [_ahead(share * last.planned, last.planned, c, None, last.unit) for c in earlier]
-        logs = [math.log(r) for r in ratios if r is not None and r > 0]
+        # the latest run as it stood at ``share`` of its plan
+        k = bisect.bisect_left(last.fractions, share)
+        seen = [
+            (f * last.planned, t) for f, t in zip(last.fractions[:k], last.elapsed, strict=False)
+        ]
+        seen.append((share * last.planned, interp(share, last.fractions, last.elapsed)))
+        left = [seconds_left(seen, last.planned, last.unit, c) for c in earlier]
+        logs = [math.log(r) for r in left if r is not None and r > 0]
         if len(logs) >= 2:
             scales.append(_scale(logs))
     return median_list(scales) if scales else None
@@ -379,10 +423,11 @@ class AnalogEstimator:
             # 10 epochs, then for 20)
             est_logs = [math.log(c.total * (run.epochs_planned / c.planned)) for c in curves]
         else:
+            times, unit = run.epoch_times, _unit(run)
             est_logs = [
-                math.log(spent * max(ratio, 1e-9))
+                math.log(left)
                 for c in curves
-                if (ratio := ahead(run, c, target)) is not None
+                if (left := seconds_left(times, run.epochs_planned, unit, c, target)) is not None
             ]
             if not est_logs:
                 return None

@@ -253,7 +253,7 @@ def numpy_estimate(
         # read at the same progress where the analog got there (and to the target) in
         # the same unit, else at the same fraction
         same = same_unit & (done < planned) & (target is None or np.array(target <= planned))
-        where = np.where(same, done / planned, frac)
+        scale = np.where(same, planned, run.epochs_planned)  # progress → analog fraction
         if target is None:
             goal = np.ones(len(curves))
             work = np.where(
@@ -262,17 +262,35 @@ def numpy_estimate(
         else:
             goal = np.where(same, target / planned, min(1.0, target / run.epochs_planned))
             work = np.ones(len(curves))
+        # from the later of the two first progress points (the start before the run's
+        # second point, or where that reference is not before the run's progress)
+        progress = np.array([e for e, _t in run.epoch_times])
+        elapsed = np.array([t for _e, t in run.epoch_times]) - run.start_timestamp
+        first = progress[1] if len(progress) > 2 else 0.0
+        theirs_first = np.array([c.fractions[1] if len(c.fractions) > 2 else 0.0 for c in curves])
+        ref = np.maximum(first, theirs_first * scale) if first > 0 else np.zeros(len(curves))
+        ref = np.where(ref >= done, 0.0, ref)
         at = np.array(
-            [np.interp(x, c.fractions, c.elapsed) for x, c in zip(where, curves, strict=True)]
+            [
+                np.interp(done / x, c.fractions, c.elapsed)
+                for x, c in zip(scale, curves, strict=True)
+            ]
         )
+        theirs = at - np.array(
+            [
+                np.interp(r / x, c.fractions, c.elapsed)
+                for r, x, c in zip(ref, scale, curves, strict=True)
+            ]
+        )
+        ours = elapsed[-1] - np.interp(ref, progress, elapsed)
         ends = np.array(
             [np.interp(g, c.fractions, c.elapsed) for g, c in zip(goal, curves, strict=True)]
         )
-        ok = at > 0
+        ok = (theirs > 0) & (ours > 0)
         if not ok.any():
             return None
-        ratios = np.maximum((ends[ok] - at[ok]) / at[ok] * work[ok], 1e-9)
-        est_logs = np.log(spent * ratios)
+        left = ours[ok] * np.maximum((ends[ok] - at[ok]) / theirs[ok] * work[ok], 1e-9)
+        est_logs = np.log(left)
         center = float(np.median(est_logs))
     measured = 1.4826 * float(np.median(np.abs(est_logs - center)))
     # shrunk by n - 1 dof toward the job's typical spread at the start or mid-run (or
