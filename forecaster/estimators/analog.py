@@ -15,7 +15,7 @@ progress ``r_i``, is expected to need
 remaining work scaled to this run's, so a run on a faster or slower node than its
 analogs keeps its own speed while borrowing their shape. The reference ``r_i`` is the
 later of the run's and the analog's first progress points (the start while the run
-has only one): a start-up that differs from run to run is no part of either speed
+has only one, or where that point is not before the run's progress): a start-up that differs from run to run is no part of either speed
 (``seconds_left``). An analog that never reached ``e``, or counts another unit, is
 read at the same fraction of its plan instead. No constant is fitted. Before the
 first progress point (elapsed carries no speed yet) it is the median total ``T_i``,
@@ -234,16 +234,17 @@ def seconds_left(
     target: float | None = None,
 ) -> float | None:
     """Analog ``c``'s forecast of the seconds still to go for a run with progress points
-    ``times`` (``(progress, seconds)`` from its start, the last one now), of plan
-    ``planned`` counted in ``unit``: to the end of the plan, or to progress
-    ``target`` (the self-check). None where ``c`` had spent no time over the stretch
-    compared.
+    ``times`` (``(progress, seconds)``, the first its start, the last one now; only
+    differences of the seconds count), of plan ``planned`` counted in ``unit``: to the
+    end of the plan, or to progress ``target`` (the self-check). None where the run or
+    ``c`` spent no time over the stretch compared.
 
     The run's time since its reference point × the analog's seconds still to go per
     second it spent over the same stretch. The reference is the later of the two runs'
-    first progress points once the run has one before its last (else the start), so
-    that a start-up (data loading, compilation) that differs from run to run is no part
-    of either speed (MLPerf, gpu-eta ÷ the best baseline at 25 / 50 / 75 / 90 %:
+    first progress points (an analog of two points: its end), or the start where the
+    run has shown one point only or that reference is not before the run's progress,
+    so that a start-up (data loading, compilation) that differs from run to run is no
+    part of either speed (MLPerf, gpu-eta ÷ the best baseline at 25 / 50 / 75 / 90 %:
     0.26 / 0.28 / 0.48 / 0.53 → 0.23 / 0.24 / 0.42 / 0.44× on v0.5–v1.1, 0.25 / 0.15 /
     0.17 / 0.28 → 0.23 / 0.14 / 0.15 / 0.26× on v2.0–v2.1; docs/forecasting-evidence.md,
     "Analogs"). The later of the two, because before its first progress point an
@@ -269,8 +270,6 @@ def seconds_left(
     local pace is what carries (v2.0–v2.1 at 50 % 0.15 → 0.32× the best baseline).
     """
     done = times[-1][0]
-    first = times[1][0] if len(times) > 2 else 0.0
-    own_first = c.fractions[1] if len(c.fractions) > 2 else 0.0
     if unit == c.unit and done < c.planned and (target is None or target <= c.planned):
         scale = c.planned  # the analog read at the run's progress
         goal = 1.0 if target is None else target / c.planned
@@ -279,11 +278,20 @@ def seconds_left(
         scale = planned  # at the run's fraction of its plan
         goal = 1.0 if target is None else min(1.0, target / planned)
         work = 1.0
-    ref = max(first, own_first * scale) if first > 0 else 0.0
-    if ref >= done:
-        ref = 0.0
+    # the reference, as progress of the run and as a fraction of the analog's curve
+    # (compared there: a first point of 1 of 49 read back from 1/49 can round below 1)
+    ref, ref_frac = 0.0, 0.0
+    if len(times) > 2:
+        first = times[1][0]
+        theirs_first = c.fractions[1] if len(c.fractions) > 1 else 1.0
+        if first / scale >= theirs_first:
+            ref, ref_frac = first, first / scale
+        else:
+            ref, ref_frac = theirs_first * scale, theirs_first
+        if ref_frac >= done / scale:  # not before the run's progress: from the start
+            ref, ref_frac = 0.0, 0.0
     at = interp(done / scale, c.fractions, c.elapsed)
-    theirs = at - interp(ref / scale, c.fractions, c.elapsed)
+    theirs = at - interp(ref_frac, c.fractions, c.elapsed)
     ours = since(times, ref)
     if theirs <= 0 or ours <= 0:
         return None

@@ -97,6 +97,55 @@ def test_a_start_up_unlike_the_analogs_is_no_part_of_the_speed() -> None:
     assert math.exp(est.estimate(first).log_remaining) == pytest.approx(expected, rel=1e-9)
 
 
+def test_the_reference_falls_back_to_the_start_where_it_is_not_before_the_run() -> None:
+    """The later first point is the reference only where the run has passed it: a run
+    reported more finely than its analogs (epochs 1 and 2 seen, theirs first reported
+    at 3) is read from its start, as a two-point analog (its first point its end) is,
+    and a run standing exactly on its analogs' first point (1 of 49: read back from
+    1/49 it could round below 1 and leave no stretch to compare) too."""
+    # first reported at epoch 3 of 10 (a start-up of 60 s, then 10 s an epoch)
+    coarse = [
+        make_run(f"h{i}", [90.0] + [10.0] * 7, start=1e6 + i * 1e3, **CONFIG) for i in range(3)
+    ]
+    coarse = [
+        dataclasses.replace(
+            r,
+            epochs_planned=10.0,
+            epoch_times=(r.epoch_times[0], *((e + 2.0, t) for e, t in r.epoch_times[1:])),
+        )
+        for r in coarse
+    ]
+    est = AnalogEstimator().fit(coarse)
+    part = truncate(plain("now", 2e6, 10), 0.2)  # epochs 0, 1, 2: 80 s spent
+    assert [e for e, _t in part.epoch_times] == [0.0, 1.0, 2.0]
+    at = 90.0 * 2 / 3  # theirs at epoch 2, on the straight line through their start-up
+    expected = 80.0 * (160.0 - at) / at
+    assert math.exp(est.estimate(part).log_remaining) == pytest.approx(expected, rel=1e-9)
+
+    two_points = make_run("h", [160.0], start=1e6, **CONFIG)  # start and end only
+    start, end = two_points.epoch_times
+    two_points = dataclasses.replace(
+        two_points, epochs_planned=10.0, epoch_times=(start, (10.0, end[1]))
+    )
+    est = AnalogEstimator().fit([two_points])
+    part = truncate(plain("now", 2e6, 10), 0.5)  # 110 s spent, 50 to go
+    assert math.exp(est.estimate(part).log_remaining) == pytest.approx(110.0, rel=1e-9)
+
+    est = AnalogEstimator().fit([plain(f"h{i}", 1e6 + i * 1e3, 49) for i in range(4)])
+    # a run reported at half an epoch, then at its first: 65 s, 70 s
+    fine = make_run("now", [65.0, 5.0], start=2e6, **CONFIG)
+    part = dataclasses.replace(
+        fine,
+        epochs_planned=49.0,
+        epoch_times=tuple((e / 2, t) for e, t in fine.epoch_times),
+        completed=None,
+    )
+    assert [e for e, _t in part.epoch_times] == [0.0, 0.5, 1.0]
+    got = est.estimate(part)
+    assert got is not None and got.n == 4
+    assert math.exp(got.log_remaining) == pytest.approx(70.0 * 480.0 / 70.0, rel=1e-9)
+
+
 def test_an_analog_counting_another_unit_is_read_at_the_same_fraction() -> None:
     """A configuration's runs that reported epochs (plan 10) and one that reported
     only steps (1,000): a step count is no epoch count, so the run counting epochs
@@ -200,6 +249,21 @@ def test_a_new_configuration_borrows_the_spread_of_its_job_elsewhere() -> None:
     est.update([*history, *unseen])
     other = est.estimate(truncate(run("now", 3e6, 60.0, node_type="n3", job_name="unseen"), 0.5))
     assert other.spread == pytest.approx(est.typical_mid_spread_ * factor)
+
+
+def test_start_ups_that_differ_make_no_mid_run_spread() -> None:
+    """Mid-run the analogs compare speeds from the first progress point on, so runs of
+    a configuration that differ only in their start-up (data loading: 30–120 s) agree
+    there exactly, while their total durations still differ (the start's spread)."""
+    startups = (30.0, 60.0, 120.0, 45.0, 90.0, 60.0)
+    history = [
+        make_run(f"h{i}", [s + 10.0] + [10.0] * 9, start=1e6 + i * 1e3, **CONFIG)
+        for i, s in enumerate(startups)
+    ]
+    est = AnalogEstimator().fit(history)
+    key = identity(history[0])
+    assert est.group_spread_[key] > 0.1
+    assert est.group_mid_spread_[key] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_contract() -> None:

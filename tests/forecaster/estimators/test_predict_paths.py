@@ -262,14 +262,19 @@ def numpy_estimate(
         else:
             goal = np.where(same, target / planned, min(1.0, target / run.epochs_planned))
             work = np.ones(len(curves))
-        # from the later of the two first progress points (the start before the run's
-        # second point, or where that reference is not before the run's progress)
+        # from the later of the two first progress points (a two-point analog's is its
+        # end), as fractions of each analog's curve; the start where the run has shown
+        # one point only or that reference is not before its progress
         progress = np.array([e for e, _t in run.epoch_times])
         elapsed = np.array([t for _e, t in run.epoch_times]) - run.start_timestamp
-        first = progress[1] if len(progress) > 2 else 0.0
-        theirs_first = np.array([c.fractions[1] if len(c.fractions) > 2 else 0.0 for c in curves])
-        ref = np.maximum(first, theirs_first * scale) if first > 0 else np.zeros(len(curves))
-        ref = np.where(ref >= done, 0.0, ref)
+        theirs_first = np.array([c.fractions[1] for c in curves])
+        if len(progress) > 2:
+            ref_frac = np.maximum(progress[1] / scale, theirs_first)
+            ref = np.where(progress[1] / scale >= theirs_first, progress[1], ref_frac * scale)
+            late = ref_frac >= done / scale
+            ref_frac, ref = np.where(late, 0.0, ref_frac), np.where(late, 0.0, ref)
+        else:
+            ref_frac = ref = np.zeros(len(curves))
         at = np.array(
             [
                 np.interp(done / x, c.fractions, c.elapsed)
@@ -277,10 +282,7 @@ def numpy_estimate(
             ]
         )
         theirs = at - np.array(
-            [
-                np.interp(r / x, c.fractions, c.elapsed)
-                for r, x, c in zip(ref, scale, curves, strict=True)
-            ]
+            [np.interp(r, c.fractions, c.elapsed) for r, c in zip(ref_frac, curves, strict=True)]
         )
         ours = elapsed[-1] - np.interp(ref, progress, elapsed)
         ends = np.array(
