@@ -203,6 +203,39 @@ def test_file_kinds_and_one_line_per_kind() -> None:
     )
 
 
+def test_one_line_per_job_with_enough_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The by-job table: a line per job name with ``MIN_JOB_RUNS`` runs or more, each
+    scoring that job's moments only; none when fewer than two jobs have that many."""
+
+    def session(job: str, pace: float, t0: float, n: int) -> list:
+        return [
+            make_run(f"{job}{i}", [pace + i % 3] * 8, start=t0 + 200 * i, job_name=job)
+            for i in range(n)
+        ]
+
+    runs = sorted(
+        session("a", 10.0, 1.7e9, 6)
+        + session("b", 20.0, 1.7e9 + 50, 6)
+        + session("c", 5.0, 1.7e9 + 90, 2),
+        key=lambda r: r.start_timestamp,
+    )
+    res = fa.run_corpus(fa.Corpus("jobs", "three jobs", [runs]), refit_fraction=0.05)
+    assert res.job_runs == {"a": 6, "b": 6, "c": 2}
+    assert len(res.jobs) == len(res.scored)
+    assert fa.job_table(res) == []  # MIN_JOB_RUNS (30) runs: no job has them
+    monkeypatch.setattr(fa, "MIN_JOB_RUNS", 6)
+    assert res.job_names() == ["a", "b"]
+    lines = fa.job_table(res)
+    assert [line.split(" | ")[:2] for line in lines[2:]] == [["| `a`", "6"], ["| `b`", "6"]]
+    a_rows = res.rows(job="a")
+    a_runs = {r.run_id for r in runs if r.features["job_name"] == "a"}
+    assert sum(r.n for r in a_rows) == sum(1 for s in res.scored if s.run_id in a_runs)
+    assert "*jobs by job (6 runs or more)" in fa.report([res])
+    assert set(fa.as_json([res])["jobs"]["by_job"]) == {"a", "b"}
+    monkeypatch.setattr(fa, "MIN_JOB_RUNS", 7)
+    assert fa.job_table(res) == [] and fa.as_json([res])["jobs"]["by_job"] == {}
+
+
 def test_docs_block_replaced_between_markers_or_appended() -> None:
     doc = f"# Title\n\nprose\n\n{fa.BEGIN}\nold table\n{fa.END}\n\nmore prose\n"
     new = fa.replace_between_markers(doc, "| new |\n", "cmd")
