@@ -90,6 +90,7 @@ from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators import BASELINES
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.evaluate import (
     GPU_ETA,
     IDENTITY_COLUMNS,
@@ -453,8 +454,7 @@ class CorpusResult:
     seconds: float
     refits: int
     kinds: list[str] = field(default_factory=list)  # per scored moment, its file's kind
-    jobs: list[str] = field(default_factory=list)  # per scored moment, its run's job name
-    job_runs: dict[str, int] = field(default_factory=dict)  # runs per job name
+    jobs: list[str] = field(default_factory=list)  # per scored moment, its run's job
 
     def rows(
         self,
@@ -474,10 +474,14 @@ class CorpusResult:
             pool = [s for s in pool if s.earlier_same_identity == 0]
         return score_rows(pool)
 
+    def job_runs(self) -> Counter[str]:
+        """Runs per job (``job_of``) of the corpus."""
+        return Counter(job_of(run) for part in self.corpus.parts for run in part)
+
     def job_names(self) -> list[str]:
-        """The job names with ``MIN_JOB_RUNS`` runs or more, sorted; [] unless two or
-        more jobs have that many (one job's line would repeat the corpus's)."""
-        jobs = sorted(j for j, n in self.job_runs.items() if j and n >= MIN_JOB_RUNS)
+        """The jobs with ``MIN_JOB_RUNS`` runs or more, sorted; [] unless two or more
+        jobs have that many (one job's line would repeat the corpus's)."""
+        jobs = sorted(j for j, n in self.job_runs().items() if j and n >= MIN_JOB_RUNS)
         return jobs if len(jobs) > 1 else []
 
     def kind_names(self) -> list[str]:
@@ -496,7 +500,6 @@ def run_corpus(
     scored: list[Scored] = []
     kinds: list[str] = []
     jobs: list[str] = []
-    job_runs: Counter[str] = Counter()
     refits = 0
     for i, part in enumerate(corpus.parts):
         if not part:
@@ -510,15 +513,12 @@ def run_corpus(
         )
         scored.extend(result.scored)
         kinds.extend([corpus.kinds[i] if corpus.kinds else ""] * len(result.scored))
-        job_of = {run.run_id: job_name(run) for run in part}
-        jobs.extend(job_of[s.run_id] for s in result.scored)
-        job_runs.update(job_of.values())
+        job = {run.run_id: job_of(run) for run in part}
+        jobs.extend(job[s.run_id] for s in result.scored)
         refits += result.n_refits
     if progress is not None:
         progress.close()
-    return CorpusResult(
-        corpus, scored, time.perf_counter() - began, refits, kinds, jobs, dict(job_runs)
-    )
+    return CorpusResult(corpus, scored, time.perf_counter() - began, refits, kinds, jobs)
 
 
 # -- output --------------------------------------------------------------------------
@@ -580,22 +580,20 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-def job_name(run: Run) -> str:
-    """The run's job name ("" without one): MLPerf's benchmark, a CPU recording's model."""
-    name = run.features.get("job_name")
-    return name if isinstance(name, str) else ""
+def job_of(run: Run) -> str:
+    """The run's job as the model groups it (``prior.job_key``: its job shifts and
+    widths), without the key's kind: MLPerf's benchmark, a CPU recording's model."""
+    return job_key(run).partition("=")[2]
 
 
-def ratio_lines(
-    res: CorpusResult, label: str, groups: Sequence[tuple[str, int, dict]]
-) -> list[str]:
-    """A table of one line per group (name, runs, ``rows`` filter): gpu-eta ÷ best
+def ratio_lines(label: str, groups: Sequence[tuple[str, int, Sequence[Row]]]) -> list[str]:
+    """A table of one line per group (name, runs, its ``rows``): gpu-eta ÷ best
     baseline per point (bootstrap interval) and coverage."""
     head = [label, "runs", *(f"{p:.0%}" if p else "start" for p in POINTS)]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for name, runs, which in groups:
+    for name, runs, rows in groups:
         cells = [f"`{name}`", f"{runs:,}"]
-        for row in res.rows(**which):
+        for row in rows:
             cov = "" if row.coverage is None else f", cov. {row.coverage.median:.0%}"
             cells.append(_ratio(row.ratio) + cov)
         lines.append("| " + " | ".join(cells) + " |")
@@ -609,8 +607,8 @@ def job_table(res: CorpusResult) -> list[str]:
     Why: a pooled median is the most frequent job's (MLPerf v2.0–v2.1: 1,357 of its
     3,577 runs are unet3d), and a job where gpu-eta is only level with the baselines,
     or behind them late in a run, does not show in it."""
-    jobs = res.job_names()
-    return ratio_lines(res, "job", [(j, res.job_runs[j], {"job": j}) for j in jobs]) if jobs else []
+    jobs, runs = res.job_names(), res.job_runs()
+    return ratio_lines("job", [(j, runs[j], res.rows(job=j)) for j in jobs]) if jobs else []
 
 
 def kind_table(res: CorpusResult) -> list[str]:
@@ -622,7 +620,7 @@ def kind_table(res: CorpusResult) -> list[str]:
     runs = dict.fromkeys(kinds, 0)
     for kind, part in zip(res.corpus.kinds, res.corpus.parts, strict=True):
         runs[kind] += len(part)
-    return ratio_lines(res, "file kind", [(k, runs[k], {"kind": k}) for k in kinds])
+    return ratio_lines("file kind", [(k, runs[k], res.rows(kind=k)) for k in kinds])
 
 
 def report(results: Sequence[CorpusResult], limit: int | None = None) -> str:
@@ -656,16 +654,16 @@ def report(results: Sequence[CorpusResult], limit: int | None = None) -> str:
         if any(r.n for r in hist):
             out += ["", f"*{c.name}, runs with ≥ 1 earlier run of the same identity:*", ""]
             out += markdown_table(hist)
-        for what, table in (("file kind", kind_table(res)), ("job", job_table(res))):
+        by = (
+            ("file kind", kind_table(res)),
+            (f"job ({MIN_JOB_RUNS} runs or more)", job_table(res)),
+        )
+        for what, table in by:
             if table:
-                note = f" ({MIN_JOB_RUNS} runs or more)" if what == "job" else ""
-                out += [
-                    "",
-                    f"*{c.name} by {what}{note}: gpu-eta ÷ best baseline (interval), "
-                    "P10–P90 coverage:*",
-                    "",
-                    *table,
-                ]
+                head = (
+                    f"*{c.name} by {what}: gpu-eta ÷ best baseline (interval), P10–P90 coverage:*"
+                )
+                out += ["", head, "", *table]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

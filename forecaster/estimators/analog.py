@@ -283,7 +283,7 @@ def seconds_left(
     ref, ref_frac = 0.0, 0.0
     if len(times) > 2:
         first = times[1][0]
-        theirs_first = c.fractions[1] if len(c.fractions) > 1 else 1.0
+        theirs_first = c.fractions[1]  # a curve has two points at least (``update``)
         if first / scale >= theirs_first:
             ref, ref_frac = first, first / scale
         else:
@@ -308,7 +308,7 @@ def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
         # the latest run as it stood at ``share`` of its plan
         k = bisect.bisect_left(last.fractions, share)
         seen = [
-            (f * last.planned, t) for f, t in zip(last.fractions[:k], last.elapsed, strict=False)
+            (f * last.planned, t) for f, t in zip(last.fractions[:k], last.elapsed[:k], strict=True)
         ]
         seen.append((share * last.planned, interp(share, last.fractions, last.elapsed)))
         left = [seconds_left(seen, last.planned, last.unit, c) for c in earlier]

@@ -220,7 +220,7 @@ def test_one_line_per_job_with_enough_runs(monkeypatch: pytest.MonkeyPatch) -> N
         key=lambda r: r.start_timestamp,
     )
     res = fa.run_corpus(fa.Corpus("jobs", "three jobs", [runs]), refit_fraction=0.05)
-    assert res.job_runs == {"a": 6, "b": 6, "c": 2}
+    assert res.job_runs() == {"a": 6, "b": 6, "c": 2}
     assert len(res.jobs) == len(res.scored)
     assert fa.job_table(res) == []  # MIN_JOB_RUNS (30) runs: no job has them
     monkeypatch.setattr(fa, "MIN_JOB_RUNS", 6)
