@@ -46,6 +46,10 @@ PRIOR_SCALE_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)  # 1000: the prior ignored
 MAX_MIX_CUTS = 32  # epoch ends per past run used to measure a job prior's weight
 MIX_BUDGET = 1000  # ... and in all (~0.15 ms each: ~0.15 s of a fit)
 MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full sample
+LASTS_FROM = 0.75
+"""From this bin on, a same-job prior carries no weight against the run's own rate
+(``measured_mixes``): with a quarter of the run or less ahead, the speed it has shown
+over the rest is what lasts."""
 
 Weights = tuple[float, float, float]
 """A point's tuned (Huber constant, drift, prior scale)."""
@@ -231,6 +235,14 @@ def measured_mixes(
     node departures persist (``g`` ≈ 1, the rate decides); where neighbours come and
     go they fade, the more so the further ahead. A bin needs ``min_samples`` (12)
     such epoch ends.
+
+    From ``LASTS_FROM`` (75 %) on the weight is 0, not measured: with a quarter of the
+    run or less ahead, the departure the rate shows has three quarters of the run
+    behind it and the stretch it must last is short. Measured there, the share rests
+    on small departures against the noise of a short remaining stretch (between fits
+    of one MLPerf split it came out anywhere from 0 to 0.98), and on every corpus the
+    rate alone was the better centre late in a run: in hindsight the best fixed weight
+    at 75–95 % is 0 on all of them (``bench/centre_oracle.py``).
     """
     done = recent_completed(history, max_runs, 3)
     xs: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
@@ -247,6 +259,8 @@ def measured_mixes(
                 continue
             # past 95 %: the 95 % bin's, whose weight the last interval takes
             point = min(progress_point(part.progress_ratio), POINTS[-1])
+            if point >= LASTS_FROM:
+                continue
             huber_c, drift, prior_scale = weights[point]
             c = blend.components_for(part, part.last_timestamp, (huber_c,))[0]
             if c.rate is None or c.prior_level != "job_batch":
@@ -257,8 +271,10 @@ def measured_mixes(
             xs[point].append(c.rate_center - c.prior_center)
             ys[point].append(math.log(truth) - c.prior_center)
             ws[point].append(precision.prior_weight)
-    out: dict[float, float] = {}
+    out: dict[float, float] = {p: 0.0 for p in POINTS if p >= LASTS_FROM}
     for point in POINTS[1:]:
+        if point >= LASTS_FROM:
+            continue
         x, y = np.asarray(xs[point]), np.asarray(ys[point])
         ok = np.abs(x) > 1e-6
         if int(ok.sum()) < min_samples:

@@ -184,17 +184,18 @@ def test_unknown_tail_levels_is_a_clear_error() -> None:
         EtaModel(tail_levels="both")
 
 
-def departures_history(n: int, seed: int, transient: bool) -> list:
+def departures_history(n: int, seed: int, transient: bool, fades_after: int = 6) -> list:
     """Three repeated jobs; each run is off its job's speed by a lasting factor
     (log-sd 0.15) and, with ``transient``, by a second one (log-sd 0.3) that lasts only
-    its first 6 of 20 epochs (a neighbour that leaves)."""
+    its first ``fades_after`` of 20 epochs (a neighbour that leaves)."""
     rng = np.random.default_rng(seed)
     runs, t = [], 1.7e9
     for i in range(n):
         base, lasting = 2.0 + (i % 3), rng.normal(0, 0.15)
         early = rng.normal(0, 0.3) if transient else 0.0
         durations = [
-            base * float(np.exp(lasting + (early if k < 6 else 0.0) + rng.normal(0, 0.02)))
+            base
+            * float(np.exp(lasting + (early if k < fades_after else 0.0) + rng.normal(0, 0.02)))
             for k in range(20)
         ]
         runs.append(make_run(f"r{i}", durations, start=t, job_name=f"j{i % 3}", batch_size=64))
@@ -230,6 +231,16 @@ def test_measured_mix_follows_how_long_departures_last() -> None:
     for point in (0.1, 0.25, 0.5, 0.75):
         assert errs["mixed"][point] <= 1.02 * errs["plain"][point], (point, errs)
     assert errs["mixed"][0.25] < 0.97 * errs["plain"][0.25], errs
+
+
+def test_a_job_prior_has_no_weight_in_the_last_quarter_of_a_run() -> None:
+    """From the 75 % bin on the run's own rate decides, even where the measurement
+    would say otherwise: here a neighbour leaves at 85 % of every run, so half-way a
+    share of the departure fades (measured, the prior keeps weight) and at 75 % more
+    of it would; the weight there is 0, and so is the last interval's."""
+    model = EtaModel(random_state=0).fit(departures_history(120, 3, transient=True, fades_after=17))
+    assert model.mix_[0.5] > 0.1
+    assert all(model.mix_[p] == 0.0 for p in (0.75, 0.9, 0.95, END))
 
 
 def test_a_refit_is_the_same_as_a_fresh_fit() -> None:
