@@ -32,13 +32,30 @@ def test_a_job_whose_forecasts_share_a_bias_gets_it_and_only_where_it_may() -> N
     add(moved, jobs, shiftable, "analog", "slow", [0.3] * 10)  # analogs: never
     add(moved, jobs, shiftable, "job", "", [0.3] * 10)  # no job name: nothing to key
     shifts = job_shifts(moved, jobs, shiftable, lambda name, point: 0.0, prior=5.0)
-    assert set(shifts) == {("new", "slow", 0.5)}
+    # past the start "new" and "transfer" share a job's shift (the next test)
+    assert set(shifts) == {("new", "slow", 0.5), ("transfer", "slow", 0.5)}
     assert shifts[("new", "slow", 0.5)] == pytest.approx(0.3 * 10 / 15, abs=0.01)
     # measured beyond the situation's own shift: with the bin shifted by 0.3 the slow
     # job is as the rest, the steady one is the one off
     shifted = job_shifts(moved, jobs, shiftable, lambda name, point: 0.3, prior=5.0)
-    assert set(shifted) == {("new", "steady", 0.5)}
+    assert set(shifted) == {("new", "steady", 0.5), ("transfer", "steady", 0.5)}
     assert shifted[("new", "steady", 0.5)] == pytest.approx(-0.3 * 10 / 15, abs=0.01)
+
+
+def test_a_jobs_shift_is_measured_over_new_and_transfer_together_past_the_start() -> None:
+    """Both read the run's own rate, so a job's bias shows in either: two moments of
+    it in each (fewer than the three a shift needs in one) give it a shift in both.
+    At the start, where the centre is the prior alone, each keeps its own; the "job"
+    situation (a job prior at this batch size, the blend) is never pooled."""
+    moved, jobs, shiftable = empty(), empty(), empty()
+    for point in (0.0, 0.5):
+        add(moved, jobs, shiftable, "new", "split", [0.3, 0.31], point=point)
+        add(moved, jobs, shiftable, "transfer", "split", [0.29, 0.3], point=point)
+        add(moved, jobs, shiftable, "job", "split", [0.3, 0.3], point=point)
+    shifts = job_shifts(moved, jobs, shiftable, lambda name, point: 0.0, prior=5.0)
+    assert set(shifts) == {("new", "split", 0.5), ("transfer", "split", 0.5)}
+    assert shifts[("new", "split", 0.5)] == shifts[("transfer", "split", 0.5)]
+    assert shifts[("new", "split", 0.5)] == pytest.approx(0.3 * 4 / 9, abs=0.01)
 
 
 def test_a_job_that_misses_wider_gets_a_wider_unit() -> None:
@@ -92,5 +109,5 @@ def test_a_forecasts_cap_on_the_bins_shift_is_what_its_job_shift_is_measured_aga
     moved["new"] = [dataclasses.replace(r, shift_cap=0.0) for r in moved["new"]]
     add(moved, jobs, shiftable, "new", "free", 0.3 + 0.01 * rng.standard_normal(10))
     shifts = job_shifts(moved, jobs, shiftable, lambda name, point: 0.3, prior=5.0)
-    assert set(shifts) == {("new", "capped", 0.5)}
+    assert set(shifts) == {("new", "capped", 0.5), ("transfer", "capped", 0.5)}
     assert shifts[("new", "capped", 0.5)] == pytest.approx(0.3 * 10 / 15, abs=0.01)
