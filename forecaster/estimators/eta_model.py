@@ -25,7 +25,8 @@ should not know there is a prior, a rate and a calibrator inside.
    calibration's shift a shift of its own (``job_calibration.job_shifts``).
 
 Why 600 replayed runs (``max_calibration_runs``): every choice, calibration bin and job
-shift above is measured per situation and point, and the situations without analogs
+shift above is measured per situation and point (the job shifts of situations "new"
+and "transfer" together past the start), and the situations without analogs
 are a small share of a cluster's recent runs, so with 300 they rarely held the samples
 a choice needs. Chosen on MLPerf v0.5–v1.1 among 300, 600 and 1,000 (gpu-eta ÷ best
 baseline at 50 / 75 %: 0.47 / 0.54, 0.41 / 0.49, 0.43 / 0.52) and confirmed on

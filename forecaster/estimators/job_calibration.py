@@ -30,7 +30,6 @@ OWN_RATE_SITUATIONS = ("new", "transfer")
 """The situations whose forecasts read the run's own rate by default and choose among the
 same options (``choice.OPTIONS``, ``choice.DEFAULTS``): past the start, a job's bias is
 measured over both together (``job_shifts``)."""
-_POOLED = "new+transfer"
 
 
 def job_shifts(
@@ -64,22 +63,20 @@ def job_shifts(
     quality"). At the start each keeps its own: the centre is then the prior alone,
     whose bias is the prior's, not the job's.
     """
-    keys: list[JobKey] = []
+    # (the situations sharing the shift, job, point)
+    keys: list[tuple[tuple[str, ...], str, float]] = []
     errors: list[float] = []
     for name in (s for s in SITUATIONS if s != "analog"):
         for r, job, takes in zip(moved[name], jobs[name], shiftable[name], strict=True):
             if job and takes:
                 pooled = name in OWN_RATE_SITUATIONS and r.point != 0.0
-                group = _POOLED if pooled else name
-                keys.append((group, job, r.point))
+                keys.append((OWN_RATE_SITUATIONS if pooled else (name,), job, r.point))
                 errors.append(
                     r.actual - r.center - applied_shift(bin_shift(name, r.point), r.shift_cap)
                 )
     shifts = group_shifts(keys, errors, prior)
     return {
-        (name, job, point): shift
-        for (group, job, point), shift in shifts.items()
-        for name in (OWN_RATE_SITUATIONS if group == _POOLED else (group,))
+        (name, job, point): shift for (group, job, point), shift in shifts.items() for name in group
     }
 
 

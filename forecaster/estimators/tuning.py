@@ -47,9 +47,9 @@ MAX_MIX_CUTS = 32  # epoch ends per past run used to measure a job prior's weigh
 MIX_BUDGET = 1000  # ... and in all (~0.15 ms each: ~0.15 s of a fit)
 MIX_SCALE = 0.05  # a departure from the job's usual speed (log) worth one full sample
 LASTS_FROM = 0.75
-"""From this bin on, a same-job prior carries no weight against the run's own rate
-(``measured_mixes``): with a quarter of the run or less ahead, the speed it has shown
-over the rest is what lasts."""
+"""From this bin on (a run past 62.5 % of its plan), a same-job prior carries no weight
+against the run's own rate (``measured_mixes``): with less of the run ahead than behind,
+the speed it has shown is what lasts."""
 
 Weights = tuple[float, float, float]
 """A point's tuned (Huber constant, drift, prior scale)."""
@@ -229,25 +229,26 @@ def measured_mixes(
     truth − prior (log remaining seconds); the share of ``x`` that persists, ``g``,
     is the median regression of ``y`` on ``x`` through the origin (the weighted
     median of ``y/x`` with weights ``|x|``), per progress bin, clipped to [0, 1]; the
-    prior's weight is ``1 − g`` (a sparse late bin takes the bin before it,
-    ``calibration.with_late_bins``). Every epoch end counts, not just the replay
+    prior's weight is ``1 − g``. Every epoch end counts, not just the replay
     points past the start, so the estimate settles with a few dozen runs. On a quiet
     node departures persist (``g`` ≈ 1, the rate decides); where neighbours come and
     go they fade, the more so the further ahead. A bin needs ``min_samples`` (12)
     such epoch ends.
 
-    From ``LASTS_FROM`` (75 %) on the weight is 0, not measured: with a quarter of the
-    run or less ahead, the departure the rate shows has three quarters of the run
-    behind it and the stretch it must last is short. Measured there, the share rests
-    on small departures against the noise of a short remaining stretch (between fits
-    of one MLPerf split it came out anywhere from 0 to 0.98), and on every corpus the
-    rate alone was the better centre late in a run: in hindsight the best fixed weight
-    at 75–95 % is 0 on all of them (``bench/centre_oracle.py``).
+    From the ``LASTS_FROM`` bin on (75 %: past 62.5 % of the plan, through the last
+    interval) the weight is 0, not measured: with less of the run ahead than behind,
+    the departure the rate shows has most of the run behind it and the stretch it must
+    last is the shorter. Measured there, the share rests on small departures against
+    the noise of a short remaining stretch (between fits of one MLPerf split it came
+    out anywhere from 0 to 0.98), and on every corpus the rate alone was as good a
+    centre late in a run or better: in hindsight the best fixed weight at 75–95 % is 0
+    on all of them (``bench/centre_oracle.py``).
     """
     done = recent_completed(history, max_runs, 3)
-    xs: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
-    ys: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
-    ws: dict[float, list[float]] = {p: [] for p in POINTS[1:]}
+    measured = [p for p in POINTS[1:] if p < LASTS_FROM]
+    xs: dict[float, list[float]] = {p: [] for p in measured}
+    ys: dict[float, list[float]] = {p: [] for p in measured}
+    ws: dict[float, list[float]] = {p: [] for p in measured}
     per_run = min(MAX_MIX_CUTS, max(3, MIX_BUDGET // max(1, len(done))))
     for run in done:
         end, n = run.last_timestamp, len(run.epoch_times)
@@ -257,9 +258,8 @@ def measured_mixes(
             truth = end - part.last_timestamp
             if truth <= 0:
                 continue
-            # past 95 %: the 95 % bin's, whose weight the last interval takes
-            point = min(progress_point(part.progress_ratio), POINTS[-1])
-            if point >= LASTS_FROM:
+            point = progress_point(part.progress_ratio)
+            if point not in xs:  # late in the run: weight 0, nothing to measure
                 continue
             huber_c, drift, prior_scale = weights[point]
             c = blend.components_for(part, part.last_timestamp, (huber_c,))[0]
@@ -271,19 +271,17 @@ def measured_mixes(
             xs[point].append(c.rate_center - c.prior_center)
             ys[point].append(math.log(truth) - c.prior_center)
             ws[point].append(precision.prior_weight)
-    out: dict[float, float] = {p: 0.0 for p in POINTS if p >= LASTS_FROM}
-    for point in POINTS[1:]:
-        if point >= LASTS_FROM:
-            continue
+    out: dict[float, float] = {p: 0.0 for p in BINS if p >= LASTS_FROM}
+    for point in measured:
         x, y = np.asarray(xs[point]), np.asarray(ys[point])
         ok = np.abs(x) > 1e-6
         if int(ok.sum()) < min_samples:
             continue
         g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
-        measured = float(np.clip(1.0 - g, 0.0, 1.0))
+        share = float(np.clip(1.0 - g, 0.0, 1.0))
         # departures far below MIX_SCALE barely move a forecast and say little
         # about how long a departure lasts: then the precision weights stand
         evidence = float(np.sum(np.abs(x[ok])))
         trust = evidence / (evidence + min_samples * MIX_SCALE)
-        out[point] = trust * measured + (1.0 - trust) * float(np.median(ws[point]))
-    return with_late_bins(out)  # END: 0.95's
+        out[point] = trust * share + (1.0 - trust) * float(np.median(ws[point]))
+    return out

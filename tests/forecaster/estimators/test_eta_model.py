@@ -211,7 +211,8 @@ def test_measured_mix_follows_how_long_departures_last() -> None:
     same process are forecast at least as well as with precision weights alone, and
     better at 25 %."""
     lasting = EtaModel(random_state=0).fit(departures_history(120, 3, transient=False))
-    assert lasting.mix_ and all(w < 0.1 for w in lasting.mix_.values())
+    assert {0.1, 0.25, 0.5} <= lasting.mix_.keys()  # measured where it is
+    assert all(w < 0.1 for w in lasting.mix_.values())
     history = departures_history(120, 3, transient=True)
     mixed = EtaModel(random_state=0).fit(history)
     plain = EtaModel(random_state=0, measured_mix=False).fit(history)

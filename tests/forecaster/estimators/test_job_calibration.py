@@ -58,6 +58,19 @@ def test_a_jobs_shift_is_measured_over_new_and_transfer_together_past_the_start(
     assert shifts[("new", "split", 0.5)] == pytest.approx(0.3 * 4 / 9, abs=0.01)
 
 
+def test_pooled_forecasts_are_each_measured_against_their_own_situations_shift() -> None:
+    """Pooled with "transfer", a "new" forecast's bias is still what is left after the
+    shift of "new"'s own calibration: both here are 0.3 beyond theirs."""
+    moved, jobs, shiftable = empty(), empty(), empty()
+    add(moved, jobs, shiftable, "new", "split", [0.6, 0.61])
+    add(moved, jobs, shiftable, "transfer", "split", [0.29, 0.3])
+    shifts = job_shifts(
+        moved, jobs, shiftable, lambda name, point: {"new": 0.3}.get(name, 0.0), prior=5.0
+    )
+    assert shifts[("new", "split", 0.5)] == shifts[("transfer", "split", 0.5)]
+    assert shifts[("new", "split", 0.5)] == pytest.approx(0.3 * 4 / 9, abs=0.01)
+
+
 def test_a_job_that_misses_wider_gets_a_wider_unit() -> None:
     moved, jobs, shiftable = empty(), empty(), empty()
     rng = np.random.default_rng(1)
