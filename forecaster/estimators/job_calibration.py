@@ -21,15 +21,15 @@ from gpu_eta.forecaster.calibration import (
     group_scales,
     group_shifts,
 )
-from gpu_eta.forecaster.estimators.choice import POWERS, SITUATIONS
+from gpu_eta.forecaster.estimators.choice import DEFAULTS, OWN, POWERS, SITUATIONS
 
 JobKey = tuple[str, str, float]
 """(situation, job, point)."""
 
-OWN_RATE_SITUATIONS = ("new", "transfer")
-"""The situations whose forecasts read the run's own rate by default and choose among the
-same options (``choice.OPTIONS``, ``choice.DEFAULTS``): past the start, a job's bias is
-measured over both together (``job_shifts``)."""
+OWN_RATE_SITUATIONS = tuple(name for name in SITUATIONS if DEFAULTS[name] == OWN)
+"""The situations whose forecasts read the run's own rate unless the replay shows a
+better option ("new", "transfer": ``choice.DEFAULTS``, the same ``choice.OPTIONS``):
+past the start, a job's bias is measured over them together (``job_shifts``)."""
 
 
 def job_shifts(

@@ -193,11 +193,8 @@ def departures_history(n: int, seed: int, transient: bool, fades_after: int = 6)
     for i in range(n):
         base, lasting = 2.0 + (i % 3), rng.normal(0, 0.15)
         early = rng.normal(0, 0.3) if transient else 0.0
-        durations = [
-            base
-            * float(np.exp(lasting + (early if k < fades_after else 0.0) + rng.normal(0, 0.02)))
-            for k in range(20)
-        ]
+        away = [early if k < fades_after else 0.0 for k in range(20)]
+        durations = [base * float(np.exp(lasting + a + rng.normal(0, 0.02))) for a in away]
         runs.append(make_run(f"r{i}", durations, start=t, job_name=f"j{i % 3}", batch_size=64))
         t += sum(durations) + 5
     return runs
@@ -234,7 +231,7 @@ def test_measured_mix_follows_how_long_departures_last() -> None:
     assert errs["mixed"][0.25] < 0.97 * errs["plain"][0.25], errs
 
 
-def test_a_job_prior_has_no_weight_in_the_last_quarter_of_a_run() -> None:
+def test_a_job_prior_has_no_weight_late_in_a_run() -> None:
     """From the 75 % bin on the run's own rate decides, even where the measurement
     would say otherwise: here a neighbour leaves at 85 % of every run, so half-way a
     share of the departure fades (measured, the prior keeps weight) and at 75 % more
