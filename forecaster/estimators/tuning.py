@@ -233,7 +233,14 @@ def measured_mixes(
     points past the start, so the estimate settles with a few dozen runs. On a quiet
     node departures persist (``g`` ≈ 1, the rate decides); where neighbours come and
     go they fade, the more so the further ahead. A bin needs ``min_samples`` (12)
-    such epoch ends.
+    such epoch ends; one short of them takes the weight measured on the epoch ends of
+    the measured bins together (with none, the precision weights stand). Why pooled
+    rather than precision weights: early in a session few past runs have a same-job
+    prior, so the bins are short of epoch ends just when the first forecasts are made,
+    and there the precision weights gave the prior 0–0.16 where the measured weight,
+    once it came, was 0.4–1.0 on the shared runs (`pinned_shared` at 10 / 25 / 50 %:
+    0.66 / 0.86 / 0.98 → 0.56 / 0.80 / 0.92× the best baseline;
+    docs/forecasting-evidence.md, "A short bin's prior weight, pooled").
 
     From the ``LASTS_FROM`` bin on (75 %: past 62.5 % of the plan, through the last
     interval) the weight is 0, not measured: with less of the run ahead than behind,
@@ -272,16 +279,34 @@ def measured_mixes(
             ys[point].append(math.log(truth) - c.prior_center)
             ws[point].append(precision.prior_weight)
     out: dict[float, float] = {p: 0.0 for p in BINS if p >= LASTS_FROM}
+    pooled = prior_weight(
+        [v for p in measured for v in xs[p]],
+        [v for p in measured for v in ys[p]],
+        [v for p in measured for v in ws[p]],
+        min_samples,
+    )
     for point in measured:
-        x, y = np.asarray(xs[point]), np.asarray(ys[point])
-        ok = np.abs(x) > 1e-6
-        if int(ok.sum()) < min_samples:
-            continue
-        g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
-        share = float(np.clip(1.0 - g, 0.0, 1.0))
-        # departures far below MIX_SCALE barely move a forecast and say little
-        # about how long a departure lasts: then the precision weights stand
-        evidence = float(np.sum(np.abs(x[ok])))
-        trust = evidence / (evidence + min_samples * MIX_SCALE)
-        out[point] = trust * share + (1.0 - trust) * float(np.median(ws[point]))
+        weight = prior_weight(xs[point], ys[point], ws[point], min_samples)
+        weight = pooled if weight is None else weight
+        if weight is not None:
+            out[point] = weight
     return out
+
+
+def prior_weight(
+    xs: Sequence[float], ys: Sequence[float], ws: Sequence[float], min_samples: int
+) -> float | None:
+    """A same-job prior's weight from past epoch ends (``measured_mixes``): ``xs`` the
+    own rate's departure from the prior, ``ys`` the truth's, ``ws`` the precision
+    weights the prior had there; None with fewer than ``min_samples`` departures."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    ok = np.abs(x) > 1e-6
+    if int(ok.sum()) < min_samples:
+        return None
+    g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
+    share = float(np.clip(1.0 - g, 0.0, 1.0))
+    # departures far below MIX_SCALE barely move a forecast and say little
+    # about how long a departure lasts: then the precision weights stand
+    evidence = float(np.sum(np.abs(x[ok])))
+    trust = evidence / (evidence + min_samples * MIX_SCALE)
+    return trust * share + (1.0 - trust) * float(np.median(ws))

@@ -231,6 +231,16 @@ def test_measured_mix_follows_how_long_departures_last() -> None:
     assert errs["mixed"][0.25] < 0.97 * errs["plain"][0.25], errs
 
 
+def test_bins_short_of_epoch_ends_take_the_weight_measured_on_them_together() -> None:
+    """Early in a session two past runs have a same-job prior: no bin has the 12 epoch
+    ends a weight of its own needs (6, 8 and 10), together they have 24, and each takes
+    that weight (the transient departures of the first 6 epochs mostly faded: the
+    prior has most of it), not the precision weights."""
+    model = EtaModel(random_state=0).fit(departures_history(5, 3, transient=True))
+    weights = {model.mix_[p] for p in (0.1, 0.25, 0.5)}
+    assert len(weights) == 1 and weights.pop() > 0.5
+
+
 def test_a_job_prior_has_no_weight_late_in_a_run() -> None:
     """From the 75 % bin on the run's own rate decides, even where the measurement
     would say otherwise: here a neighbour leaves at 85 % of every run, so half-way a

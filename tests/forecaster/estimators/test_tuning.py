@@ -16,6 +16,7 @@ from gpu_eta.forecaster.estimators.tuning import (
     floored,
     huber_grid,
     measured_floors,
+    prior_weight,
     tune,
 )
 
@@ -119,3 +120,20 @@ def test_tuning_leans_on_whichever_side_was_right(rate_sd, prior_sd, prior_wins)
         assert weights[0.5] != default and errors[weights[0.5]] < 0.9 * errors[default]
     else:  # the rate was right, as the default already reads it: no change for less
         assert weights[0.5][2] >= 8.0
+
+
+def test_prior_weight_is_the_share_of_departures_that_fades() -> None:
+    """Past departures of which a quarter lasted (the truth a quarter of the way from
+    the prior to the rate) give the prior three quarters of the weight, less a little
+    toward the precision weights as the evidence is finite; small departures say
+    little and leave the precision weights; too few say nothing."""
+    x = [0.5, -0.5, 1.0, -1.0] * 5
+    y = [0.25 * v for v in x]
+    got = prior_weight(x, y, [0.1] * len(x), min_samples=12)
+    trust = 15.0 / (15.0 + 12 * 0.05)  # evidence: the sum of |x|
+    assert got == pytest.approx(trust * 0.75 + (1.0 - trust) * 0.1)
+    tiny = [v * 1e-3 for v in x]
+    assert prior_weight(tiny, [0.25 * v for v in tiny], [0.1] * 20, 12) == pytest.approx(
+        0.1, abs=0.02
+    )
+    assert prior_weight(x[:11], y[:11], [0.1] * 11, min_samples=12) is None
