@@ -233,13 +233,13 @@ def measured_mixes(
     points past the start, so the estimate settles with a few dozen runs. On a quiet
     node departures persist (``g`` ≈ 1, the rate decides); where neighbours come and
     go they fade, the more so the further ahead. A bin needs ``min_samples`` (12)
-    such epoch ends; one short of them takes the weight measured on the epoch ends of
-    the measured bins together (with none, the precision weights stand). Why pooled
-    rather than precision weights: early in a session few past runs have a same-job
-    prior, so the bins are short of epoch ends just when the first forecasts are made,
-    and there the precision weights gave the prior 0–0.16 where the measured weight,
-    once it came, was 0.4–1.0 on the shared runs (`pinned_shared` at 10 / 25 / 50 %:
-    0.66 / 0.86 / 0.98 → 0.56 / 0.80 / 0.92× the best baseline;
+    such epoch ends; a bin short of them takes the weight measured on the epoch ends of
+    the measured bins together (with too few even then, the precision weights stand).
+    Why pooled rather than precision weights: early in a session few past runs have a
+    same-job prior, so the bins are short of epoch ends just when the first forecasts
+    are made, and there the precision weights gave the prior 0–0.16 where the measured
+    weight, once it came, was 0.4–0.99 (`pinned_shared` at 25 %; at 10 / 25 / 50 %
+    0.66 / 0.86 / 0.98 → 0.56 / 0.80 / 0.92× the best baseline pooled;
     docs/forecasting-evidence.md, "A short bin's prior weight, pooled").
 
     From the ``LASTS_FROM`` bin on (75 %: past 62.5 % of the plan, through the last
@@ -298,10 +298,15 @@ def prior_weight(
 ) -> float | None:
     """A same-job prior's weight from past epoch ends (``measured_mixes``): ``xs`` the
     own rate's departure from the prior, ``ys`` the truth's, ``ws`` the precision
-    weights the prior had there; None with fewer than ``min_samples`` departures."""
+    weights the prior had there; None with fewer than ``min_samples`` (at least one)
+    departures. A function of its own because one bin's epoch ends and all the bins'
+    together are measured alike, and so it can be checked without a model."""
+    if not len(xs) == len(ys) == len(ws):
+        counts = f"{len(xs)} departures, {len(ys)} truths, {len(ws)} weights"
+        raise ValueError(f"prior_weight: {counts}")
     x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
     ok = np.abs(x) > 1e-6
-    if int(ok.sum()) < min_samples:
+    if int(ok.sum()) < max(1, min_samples):
         return None
     g = weighted_median(y[ok] / x[ok], np.abs(x[ok]))
     share = float(np.clip(1.0 - g, 0.0, 1.0))

@@ -208,7 +208,9 @@ def test_measured_mix_follows_how_long_departures_last() -> None:
     same process are forecast at least as well as with precision weights alone, and
     better at 25 %."""
     lasting = EtaModel(random_state=0).fit(departures_history(120, 3, transient=False))
-    assert {0.1, 0.25, 0.5} <= lasting.mix_.keys()  # measured where it is
+    # each bin measured on its own epoch ends (120 runs give every bin its 12), not
+    # one pooled weight for all
+    assert len({lasting.mix_[p] for p in (0.1, 0.25, 0.5)}) == 3
     assert all(w < 0.1 for w in lasting.mix_.values())
     history = departures_history(120, 3, transient=True)
     mixed = EtaModel(random_state=0).fit(history)

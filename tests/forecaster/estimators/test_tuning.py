@@ -124,16 +124,23 @@ def test_tuning_leans_on_whichever_side_was_right(rate_sd, prior_sd, prior_wins)
 
 def test_prior_weight_is_the_share_of_departures_that_fades() -> None:
     """Past departures of which a quarter lasted (the truth a quarter of the way from
-    the prior to the rate) give the prior three quarters of the weight, less a little
-    toward the precision weights as the evidence is finite; small departures say
-    little and leave the precision weights; too few say nothing."""
-    x = [0.5, -0.5, 1.0, -1.0] * 5
-    y = [0.25 * v for v in x]
-    got = prior_weight(x, y, [0.1] * len(x), min_samples=12)
-    trust = 15.0 / (15.0 + 12 * 0.05)  # evidence: the sum of |x|
-    assert got == pytest.approx(trust * 0.75 + (1.0 - trust) * 0.1)
+    the prior to the rate), weighted by their size, give the prior three quarters of
+    the weight, less a little toward the median precision weight as the evidence is
+    finite; small departures say little and leave the precision weights; departures
+    of zero say nothing; too few say nothing either."""
+    # big departures (|x| 1) of which a quarter lasted outweigh small ones (|x| 0.1)
+    # that lasted whole: a weighted median (a plain one would say all lasted: weight 0)
+    x = [1.0, -1.0] * 5 + [0.1, -0.1] * 6
+    y = [0.25 * v for v in x[:10]] + x[10:]
+    ws = [0.1, 0.2, 0.9] * 7 + [0.3]  # median 0.2, mean 0.4
+    got = prior_weight(x, y, ws, min_samples=12)
+    trust = 11.2 / (11.2 + 12 * 0.05)  # evidence: the sum of |x|
+    assert got == pytest.approx(trust * 0.75 + (1.0 - trust) * 0.2)
     tiny = [v * 1e-3 for v in x]
-    assert prior_weight(tiny, [0.25 * v for v in tiny], [0.1] * 20, 12) == pytest.approx(
-        0.1, abs=0.02
-    )
-    assert prior_weight(x[:11], y[:11], [0.1] * 11, min_samples=12) is None
+    assert prior_weight(tiny, [0.25 * v for v in tiny], ws, 12) == pytest.approx(0.2, abs=0.02)
+    # exactly min_samples departures are enough; zeros among them do not count
+    assert prior_weight(x[:12], y[:12], ws[:12], min_samples=12) is not None
+    zeros = [*x[:11], 0.0]
+    assert prior_weight(zeros, y[:12], ws[:12], min_samples=12) is None
+    with pytest.raises(ValueError, match="12 departures, 12 truths, 3 weights"):
+        prior_weight(x[:12], y[:12], ws[:3], min_samples=12)
