@@ -278,16 +278,15 @@ def measured_mixes(
             xs[point].append(c.rate_center - c.prior_center)
             ys[point].append(math.log(truth) - c.prior_center)
             ws[point].append(precision.prior_weight)
+    own = {p: prior_weight(xs[p], ys[p], ws[p], min_samples) for p in measured}
+    pooled = None
+    if None in own.values():  # a bin short of epoch ends: those of all bins together
+        together = ([v for p in measured for v in by_point[p]] for by_point in (xs, ys, ws))
+        pooled = prior_weight(*together, min_samples)
     out: dict[float, float] = {p: 0.0 for p in BINS if p >= LASTS_FROM}
-    pooled = prior_weight(
-        [v for p in measured for v in xs[p]],
-        [v for p in measured for v in ys[p]],
-        [v for p in measured for v in ws[p]],
-        min_samples,
-    )
-    for point in measured:
-        weight = prior_weight(xs[point], ys[point], ws[point], min_samples)
-        weight = pooled if weight is None else weight
+    for point, weight in own.items():
+        if weight is None:
+            weight = pooled
         if weight is not None:
             out[point] = weight
     return out
