@@ -16,9 +16,10 @@ Each run writes one row per epoch end (epoch 0 = start of training), with the
 columns of docs/forecasting.md: ``run_id,epoch,epochs_planned,timestamp_seconds,
 job_name,batch_size,framework,gpu_model``. With ``--points N`` progress is counted
 in optimizer steps instead (a ``max_steps`` trainer, a tqdm bar): one row every
-``total_steps // N`` steps and at the last, ``epochs_planned`` = the planned steps.
-That is what the live forecaster sees of a step-level run (up to 400 points), where
-the rows of an epoch-level recording are ~20.
+``total_steps // N`` steps and at the last, ``epochs_planned`` = the planned steps,
+and a ``progress_unit`` column saying ``steps``, as the live path marks such a
+series. That is what the live forecaster sees of a step-level run (up to 400
+points), where the rows of an epoch-level recording are ~20.
 
 Usage::
 
@@ -284,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tmp.open("w", newline="") as fh:
             writer = csv.writer(fh)
-            writer.writerow(COLUMNS)
+            writer.writerow((*COLUMNS, "progress_unit") if args.points else COLUMNS)
             for i, (workload, batch_size, epochs) in enumerate(plan):
                 if args.size > 1:
                     workload = Workload(
@@ -338,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             batch_size,
                             "pytorch",
                             "none",
+                            *(("steps",) if args.points else ()),
                         )
                     )
                 fh.flush()

@@ -199,6 +199,54 @@ def test_a_lone_slow_epoch_after_calm_ones_is_a_first_pass() -> None:
     assert math.exp(est[0]) * 7 == pytest.approx(7 + 2 * 0.6, rel=1e-6)
 
 
+def test_a_run_counted_in_steps_needs_three_slow_steps_for_a_period() -> None:
+    """One slow step after calm ones is a first pass for an epoch-level run, and two
+    slow ones always have a spacing; among a step-level run's hundreds of noisy steps
+    either is noise far more often (``STEP_MIN_SPIKES``). Three at one spacing are a
+    pass every ``d`` steps for both."""
+    lone = [3.0, 1.0, 1.0, 1.6, 1.0]  # the first-pass case above
+    by_epoch = make_run("e", lone, planned=12)
+    by_step = make_run("s", lone, planned=12, progress_unit="steps")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
+        plain_epochs, plain_steps = own_rate(by_epoch), own_rate(by_step)
+    epochs = own_rate(by_epoch)
+    assert epochs is not None and epochs != plain_epochs  # a pass counted
+    assert math.exp(epochs[0]) * 7 == pytest.approx(7 + 2 * 0.6, rel=1e-6)
+    assert own_rate(by_step) == plain_steps  # no pass
+    ends, ones = [2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [1.0] * 6
+    two = [0.0, 0.5, 0.0, 0.0, 0.5, 0.0]  # slow at 3 and 6
+    assert periodic_spikes(ends, two, ones, 0.0, 0.1, 7.0, 3.0) is not None
+    assert periodic_spikes(ends, two, ones, 0.0, 0.1, 7.0, 3.0, min_spikes=3) is None
+    ends9, ones9 = [*ends, 8.0, 9.0, 10.0], [1.0] * 9
+    three = [*two, 0.0, 0.5, 0.0]  # and at 9: a pass every 3, the next at 12
+    got = periodic_spikes(ends9, three, ones9, 0.0, 0.1, 10.0, 3.0, min_spikes=3)
+    assert got == pytest.approx(math.log(1 + (math.exp(0.5) - 1) / 3))
+
+
+def test_a_run_counted_in_steps_reads_the_mean_of_its_step_times() -> None:
+    """The robust centre of log step times is their geometric mean; the steps ahead
+    add up to the arithmetic one, ``s²/2`` more in log for a log-normal spread ``s``.
+    A run counted in steps gets that term (its scale measured), an epoch-level run not
+    (there it made late forecasts worse)."""
+    rng = np.random.default_rng(5)
+    durations = list(0.5 * np.exp(rng.normal(0.0, 0.25, 300)))
+    epochs = own_rate(make_run("e", durations, planned=400))
+    steps = own_rate(make_run("s", durations, planned=400, progress_unit="steps"))
+    assert epochs is not None and steps is not None
+    scale = epochs[1]
+    assert steps[1] == scale and scale > 0.15
+    assert steps[0] - epochs[0] == pytest.approx(0.5 * scale * scale, rel=1e-9)
+    seen = durations[1:]  # the first interval is dropped from three on
+    mean = float(np.mean(seen))
+    assert abs(math.exp(steps[0]) / mean - 1) < abs(math.exp(epochs[0]) / mean - 1)
+    # with fewer than three intervals the scale is a default, not measured: no term
+    short = [0.5, 0.6]
+    assert own_rate(make_run("s2", short, planned=9, progress_unit="steps")) == own_rate(
+        make_run("e2", short, planned=9)
+    )
+
+
 def test_a_lone_stall_is_still_a_spike() -> None:
     """One slow epoch whose next pass, were it one, is overdue keeps its small weight."""
     spiky = [8.0] * 3 + [40.0] + [8.0] * 8  # slow at epoch 4, calm through 12
