@@ -216,10 +216,16 @@ def in_percent(run: Run) -> Run:
     the live forecaster does, docs/forecaster.md). In percent, a job re-run with another
     ``max_steps`` gets a per-unit history that no longer agrees run to run;
     ``--percent`` replays a corpus that way so the cost of that choice stays measurable.
+    A run counted in steps is marked ``progress_unit="percent"``, as the history store
+    marks such a run kept in percent: no longer steps, it gets none of the rate's step
+    rules.
     """
     scale = PERCENT / run.epochs_planned
     times = tuple((epoch * scale, ts) for epoch, ts in run.epoch_times)
-    return replace(run, epochs_planned=PERCENT, epoch_times=times)
+    features = run.features
+    if features.get("progress_unit") == "steps":
+        features = {**features, "progress_unit": "percent"}
+    return replace(run, epochs_planned=PERCENT, epoch_times=times, features=features)
 
 
 def limit_runs(runs: Sequence[Run], limit: int | None, seed: int = SEED) -> list[Run]:

@@ -12,6 +12,7 @@ every fast part swapped for its reference: P10/P50/P90 equal to 1e-9 relative.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from pathlib import Path
@@ -95,6 +96,14 @@ def drifting_run(rng: random.Random, i: int) -> Run:
 RUNS = [varied_run(random.Random(seed), seed) for seed in range(400)] + [
     drifting_run(random.Random(seed), seed) for seed in range(40)
 ]
+STEP_RUNS = [
+    dataclasses.replace(
+        r, run_id=f"{r.run_id}-steps", features={**r.features, "progress_unit": "steps"}
+    )
+    for r in RUNS
+]
+"""The same runs counted in steps: the rate's step rules (its mean term, three slow
+steps for a period) run on both paths too."""
 PARAMS = [
     {},
     {"huber_c": 1.0, "half_life_ratio": 0.5},
@@ -105,15 +114,21 @@ PARAMS = [
 
 @pytest.mark.parametrize("params", PARAMS)
 def test_own_rate_small_path_equals_numpy_path(monkeypatch, params):
-    fast = [rate_mod.own_rate(run, **params) for run in RUNS]
+    runs = RUNS + STEP_RUNS
+    fast = [rate_mod.own_rate(run, **params) for run in runs]
     monkeypatch.setattr(rate_mod, "SMALL_INTERVALS", 0)  # every run through numpy
-    slow = [rate_mod.own_rate(run, **params) for run in RUNS]
+    slow = [rate_mod.own_rate(run, **params) for run in runs]
     small = 0
-    for run, a, b in zip(RUNS, fast, slow, strict=True):
+    for run, a, b in zip(runs, fast, slow, strict=True):
         small += len(run.epoch_times) - 1 <= 64
         assert a[3] == b[3]
         assert all(close(x, y) for x, y in zip(a[:3], b[:3], strict=True)), (run.run_id, a, b)
-    assert small > 300  # the fast path was the one compared
+    assert small > 600  # the fast path was the one compared
+    # the step rules changed something on both paths: the runs are not read as epochs
+    steps = {r.run_id: v for r, v in zip(runs, fast, strict=True) if rate_mod.counts_steps(r)}
+    epochs = {f"{r.run_id}-steps": v for r, v in zip(runs, fast, strict=True)}
+    differ = [k for k, v in steps.items() if v != epochs[k]]
+    assert len(differ) > 250
 
 
 def test_the_varied_runs_reach_every_branch_of_the_rate():

@@ -214,14 +214,25 @@ def test_a_run_counted_in_steps_needs_three_slow_steps_for_a_period() -> None:
     assert epochs is not None and epochs != plain_epochs  # a pass counted
     assert math.exp(epochs[0]) * 7 == pytest.approx(7 + 2 * 0.6, rel=1e-6)
     assert own_rate(by_step) == plain_steps  # no pass
+    need = rate_mod.STEP_MIN_SPIKES
+    assert need == 3
     ends, ones = [2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [1.0] * 6
     two = [0.0, 0.5, 0.0, 0.0, 0.5, 0.0]  # slow at 3 and 6
     assert periodic_spikes(ends, two, ones, 0.0, 0.1, 7.0, 3.0) is not None
-    assert periodic_spikes(ends, two, ones, 0.0, 0.1, 7.0, 3.0, min_spikes=3) is None
+    assert periodic_spikes(ends, two, ones, 0.0, 0.1, 7.0, 3.0, min_spikes=need) is None
     ends9, ones9 = [*ends, 8.0, 9.0, 10.0], [1.0] * 9
     three = [*two, 0.0, 0.5, 0.0]  # and at 9: a pass every 3, the next at 12
-    got = periodic_spikes(ends9, three, ones9, 0.0, 0.1, 10.0, 3.0, min_spikes=3)
+    got = periodic_spikes(ends9, three, ones9, 0.0, 0.1, 10.0, 3.0, min_spikes=need)
     assert got == pytest.approx(math.log(1 + (math.exp(0.5) - 1) / 3))
+    # through own_rate: a pass (0.6 s) every 3 steps after a warm-up step, two of them
+    # seen are no period yet for a run counted in steps, three are
+    for passes, periodic in ((2, False), (3, True)):
+        durations = [3.0] + [1.0, 1.0, 1.6] * passes + [1.0]
+        run = make_run("p", durations, planned=30, progress_unit="steps")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
+            plain = own_rate(run)
+        assert (own_rate(run) != plain) is periodic, passes
 
 
 def test_a_run_counted_in_steps_reads_the_mean_of_its_step_times() -> None:
@@ -240,11 +251,16 @@ def test_a_run_counted_in_steps_reads_the_mean_of_its_step_times() -> None:
     seen = durations[1:]  # the first interval is dropped from three on
     mean = float(np.mean(seen))
     assert abs(math.exp(steps[0]) / mean - 1) < abs(math.exp(epochs[0]) / mean - 1)
-    # with fewer than three intervals the scale is a default, not measured: no term
-    short = [0.5, 0.6]
-    assert own_rate(make_run("s2", short, planned=9, progress_unit="steps")) == own_rate(
-        make_run("e2", short, planned=9)
-    )
+    # three intervals seen leave two once the first is dropped: the scale is then a
+    # default, not measured, and there is no term; four leave three, and the term holds
+    for seen, term in ((2, False), (3, False), (4, True)):
+        durations = [0.5, 0.6, 0.45, 0.55][:seen]
+        by_step = own_rate(make_run("s", durations, planned=9, progress_unit="steps"))
+        by_epoch = own_rate(make_run("e", durations, planned=9))
+        assert by_step is not None and by_epoch is not None
+        assert (by_step[0] != by_epoch[0]) is term, seen
+        if term:
+            assert by_step[0] - by_epoch[0] == pytest.approx(0.5 * by_step[1] ** 2)
 
 
 def test_a_lone_stall_is_still_a_spike() -> None:
