@@ -151,6 +151,7 @@ def periodic_spikes(
     done: float,
     remaining: float,
     min_spikes: int = 1,
+    base_excess: float = 0.0,
 ) -> float | None:
     """Log seconds per remaining epoch with the periodic passes still ahead, or None.
 
@@ -182,7 +183,10 @@ def periodic_spikes(
     neither does a neighbour's arrival (the change point takes that).
 
     ``min_spikes``: the slow intervals a period needs at least (``STEP_MIN_SPIKES`` for
-    a run counted in steps, where one or two are noise).
+    a run counted in steps, where one or two are noise). ``base_excess``: what the log
+    rate between passes gets on top of the calm intervals' median (a run counted in
+    steps: ``_step_mean_excess``); the passes' cost is then counted above that mean,
+    so the excess is not applied to them twice.
     """
     if len(ends) < 3 or remaining <= 0:
         return None
@@ -204,7 +208,7 @@ def periodic_spikes(
     if ends[-1] - last >= period:
         return None
     calm = [(v, w) for v, w in zip(logs, weights, strict=True) if v - center <= threshold]
-    base = math.exp(_weighted_median_list([v for v, _ in calm], [w for _, w in calm]))
+    base = math.exp(_weighted_median_list([v for v, _ in calm], [w for _, w in calm]) + base_excess)
     excess = sum(math.exp(v) - base for _, v in spikes) / len(spikes)
     ahead = math.floor((done + remaining - last) / period) - math.floor((done - last) / period)
     return math.log(base + max(ahead, 0) * excess / remaining)
@@ -258,6 +262,7 @@ def own_rate(
         w = weights * hw
         center = float(np.sum(w * logs) / np.sum(w))
     n_eff = float(np.sum(weights) ** 2 / np.sum(weights**2))
+    mean_excess = _step_mean_excess(run, k, scale)
     # the period needs epoch-by-epoch reports: step-level runs read at scrape times
     # rarely have them, and skip the lists of up to MAX_INTERVALS values (~0.1 ms a run)
     ends = ends[-k:]
@@ -271,12 +276,12 @@ def own_rate(
             run.epochs_done,
             remaining_epochs(run),
             _min_spikes(run),
+            mean_excess,
         )
         if bool(np.all(np.diff(ends) == 1))
         else None
     )
-    out = center if periodic is None else periodic
-    return out + _step_mean_excess(run, k, scale), scale, n_eff, n
+    return (center + mean_excess if periodic is None else periodic), scale, n_eff, n
 
 
 def counts_steps(run: Run) -> bool:
@@ -422,6 +427,7 @@ def _own_rate_small(
         center = num / den
     total = sum(weights)
     n_eff = total**2 / sum(w * w for w in weights)
+    mean_excess = _step_mean_excess(run, k, scale)
     periodic = periodic_spikes(
         ends,
         logs,
@@ -431,9 +437,9 @@ def _own_rate_small(
         run.epochs_done,
         remaining_epochs(run),
         _min_spikes(run),
+        mean_excess,
     )
-    out = center if periodic is None else periodic
-    return out + _step_mean_excess(run, k, scale), scale, n_eff, n
+    return (center + mean_excess if periodic is None else periodic), scale, n_eff, n
 
 
 def half_life(

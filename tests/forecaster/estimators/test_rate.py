@@ -224,6 +224,10 @@ def test_a_run_counted_in_steps_needs_three_slow_steps_for_a_period() -> None:
     three = [*two, 0.0, 0.5, 0.0]  # and at 9: a pass every 3, the next at 12
     got = periodic_spikes(ends9, three, ones9, 0.0, 0.1, 10.0, 3.0, min_spikes=need)
     assert got == pytest.approx(math.log(1 + (math.exp(0.5) - 1) / 3))
+    # a step run's mean term raises the steps between passes, not the passes' cost:
+    # 2 calm steps at the mean e^0.1 and one pass at e^0.5 in the 3 ahead
+    got = periodic_spikes(ends9, three, ones9, 0.0, 0.1, 10.0, 3.0, need, base_excess=0.1)
+    assert got == pytest.approx(math.log((2 * math.exp(0.1) + math.exp(0.5)) / 3))
     # through own_rate: a pass (0.6 s) every 3 steps after a warm-up step, two of them
     # seen are no period yet for a run counted in steps, three are
     for passes, periodic in ((2, False), (3, True)):
@@ -233,6 +237,33 @@ def test_a_run_counted_in_steps_needs_three_slow_steps_for_a_period() -> None:
             mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
             plain = own_rate(run)
         assert (own_rate(run) != plain) is periodic, passes
+
+
+@pytest.mark.parametrize("numpy_path", [False, True])
+def test_a_step_runs_period_gets_the_mean_term_between_passes_only(numpy_path: bool) -> None:
+    """With a period found, the rate is ``periodic_spikes``' reading, given the mean
+    term for the steps between passes (``base_excess``), not that reading with the
+    term added on top (the passes' cost is already a mean). Both paths of own_rate."""
+    durations = [3.0] + [0.97, 1.03, 1.6] * 3 + [1.0]
+    run = make_run("p", durations, planned=30, progress_unit="steps")
+    seen: list[tuple[float, float | None]] = []
+    real = rate_mod.periodic_spikes
+
+    def spy(*args: float, **kwargs: float) -> float | None:
+        out = real(*args, **kwargs)
+        seen.append((args[8] if len(args) > 8 else kwargs["base_excess"], out))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rate_mod, "periodic_spikes", spy)
+        if numpy_path:
+            mp.setattr(rate_mod, "SMALL_INTERVALS", 0)
+        est = own_rate(run)
+    assert est is not None and len(seen) == 1
+    excess, periodic = seen[0]
+    assert periodic is not None
+    assert excess == pytest.approx(0.5 * est[1] ** 2) and excess > 0
+    assert est[0] == periodic
 
 
 def test_a_run_counted_in_steps_reads_the_mean_of_its_step_times() -> None:
