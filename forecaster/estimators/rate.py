@@ -262,7 +262,15 @@ def own_rate(
         w = weights * hw
         center = float(np.sum(w * logs) / np.sum(w))
     n_eff = float(np.sum(weights) ** 2 / np.sum(weights**2))
-    mean_excess = _step_mean_excess(run, k, scale)
+    mean_excess = (
+        _step_mean_excess(
+            scale,
+            center,
+            float(np.log(np.sum(weights * np.exp(logs)) / np.sum(weights))),
+        )
+        if k >= 3 and counts_steps(run)
+        else 0.0
+    )
     # the period needs epoch-by-epoch reports: step-level runs read at scrape times
     # rarely have them, and skip the lists of up to MAX_INTERVALS values (~0.1 ms a run)
     ends = ends[-k:]
@@ -296,20 +304,23 @@ def _min_spikes(run: Run) -> int:
     return STEP_MIN_SPIKES if counts_steps(run) else 1
 
 
-def _step_mean_excess(run: Run, k: int, scale: float) -> float:
-    """What a run counted in steps adds to its robust log rate: ``scale² / 2``, once
-    its scale is measured (``k ≥ 3`` intervals), else 0.
+def _step_mean_excess(scale: float, center: float, plain: float) -> float:
+    """What a run counted in steps adds to its robust log rate ``center`` once its
+    scale is measured (``k ≥ 3`` intervals in the regime): ``scale² / 2``, but never
+    past ``plain``, the log of the intervals' plain (weighted) mean time.
 
     Why: the robust centre is a location of the log interval times, on a steady run
     their geometric mean, and the intervals still ahead add up to their *arithmetic*
     mean, ``exp(s²/2)`` more for a log-normal spread ``s``. A step's time is mostly
     noise about the run's speed (±10 % a step: 0.5 % short, where Keras' mean misses
     by 0.8 % at 75 % of a 400-step run), and the P50 shift, held to zero inside its
-    errors' spread, does not put back so small a bias. An epoch-level run's spread is
-    mostly not noise (evaluation passes, a neighbour, drift: the periodic passes and
-    the P50 shift carry those), and there the same term made late forecasts worse
-    (docs/forecasting-evidence.md, Tried and dropped)."""
-    return 0.5 * scale * scale if k >= 3 and counts_steps(run) else 0.0
+    errors' spread, does not put back so small a bias. The plain mean bounds it where
+    the step times are far from log-normal (a loader stall every other step: their
+    robust scale then reads a spread the mean does not have). An epoch-level run's
+    spread is mostly not noise (evaluation passes, a neighbour, drift: the periodic
+    passes and the P50 shift carry those), and there the same term made late forecasts
+    worse (docs/forecasting-evidence.md, Tried and dropped)."""
+    return max(0.0, min(0.5 * scale * scale, plain - center))
 
 
 def _regime(
@@ -427,7 +438,15 @@ def _own_rate_small(
         center = num / den
     total = sum(weights)
     n_eff = total**2 / sum(w * w for w in weights)
-    mean_excess = _step_mean_excess(run, k, scale)
+    mean_excess = (
+        _step_mean_excess(
+            scale,
+            center,
+            math.log(sum(w * math.exp(v) for v, w in zip(logs, weights, strict=True)) / total),
+        )
+        if k >= 3 and counts_steps(run)
+        else 0.0
+    )
     periodic = periodic_spikes(
         ends,
         logs,

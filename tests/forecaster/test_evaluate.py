@@ -492,7 +492,7 @@ def test_step_level_runs_pooled_against_the_rate_baselines() -> None:
     most of them noisier than an epoch; with the change point off (a neighbour's arrival
     or departure read as noise) this fails at 75 % (about 1.4x). Pooled over the seven
     sessions gpu-eta is within 1.2x of the best rate baseline at 10–75 %
-    (measured 0.88 / 0.91 / 0.95 / 0.98x: level, not better; a run's drift over its length
+    (measured 0.88 / 0.92 / 0.94 / 0.98x: level, not better; a run's drift over its length
     on a shared machine dominates, as on the epoch-level files); each file's intervals
     cover 60–95 % (measured 75–87 %). Each run says it counts steps
     (``progress_unit``), as the live path marks a step-level series."""
