@@ -209,7 +209,8 @@ def periodic_spikes(
         return None
     calm = [(v, w) for v, w in zip(logs, weights, strict=True) if v - center <= threshold]
     base = math.exp(_weighted_median_list([v for v, _ in calm], [w for _, w in calm]) + base_excess)
-    excess = sum(math.exp(v) - base for _, v in spikes) / len(spikes)
+    # never below the (raised) base: a pass costs at least a step
+    excess = max(0.0, sum(math.exp(v) - base for _, v in spikes) / len(spikes))
     ahead = math.floor((done + remaining - last) / period) - math.floor((done - last) / period)
     return math.log(base + max(ahead, 0) * excess / remaining)
 
@@ -307,7 +308,10 @@ def _min_spikes(run: Run) -> int:
 def _step_mean_excess(scale: float, center: float, plain: float) -> float:
     """What a run counted in steps adds to its robust log rate ``center`` once its
     scale is measured (``k ≥ 3`` intervals in the regime): ``scale² / 2``, but never
-    past ``plain``, the log of the intervals' plain (weighted) mean time.
+    past ``plain``, the log of the intervals' plain mean time under the weights the
+    centre was read with (width × recency, over the regime, trimmed as it was), and
+    never below 0: where that mean is below the centre (fast outliers the Huber
+    weights discount), the robust centre stands.
 
     Why: the robust centre is a location of the log interval times, on a steady run
     their geometric mean, and the intervals still ahead add up to their *arithmetic*

@@ -228,6 +228,11 @@ def test_a_run_counted_in_steps_needs_three_slow_steps_for_a_period() -> None:
     # 2 calm steps at the mean e^0.1 and one pass at e^0.5 in the 3 ahead
     got = periodic_spikes(ends9, three, ones9, 0.0, 0.1, 10.0, 3.0, need, base_excess=0.1)
     assert got == pytest.approx(math.log((2 * math.exp(0.1) + math.exp(0.5)) / 3))
+    # a base raised past the passes' time: a pass then costs a step, never less (with
+    # 0.3 of a step left and a pass due, less would leave nothing to take the log of)
+    odd = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    got = periodic_spikes(odd, [0.0, 0.0, 0.5] * 3, [1.0] * 9, 0.0, 0.1, 11.8, 0.3, need, 3.0)
+    assert got == pytest.approx(3.0)
     # through own_rate: a pass (0.6 s) every 3 steps after a warm-up step, two of them
     # seen are no period yet for a run counted in steps, three are
     for passes, periodic in ((2, False), (3, True)):
@@ -239,47 +244,68 @@ def test_a_run_counted_in_steps_needs_three_slow_steps_for_a_period() -> None:
         assert (own_rate(run) != plain) is periodic, passes
 
 
-@pytest.mark.parametrize("n", [40, 200])
+@pytest.mark.parametrize("n", [40, 200, rate_mod.MAX_INTERVALS + 100])
 def test_a_step_runs_mean_term_is_bounded_by_its_plain_mean(n: int) -> None:
     """Step times far from log-normal (spread evenly in log from 1 s to 1,000 s: their
     plain mean is 999 / ln 1000 = 145 s) have a robust log scale of ~2.5, whose s²/2
-    would put the rate at two or more times that mean; the steps' plain mean bounds it.
-    Both paths (40 and 200 intervals)."""
+    would put the rate at two or more times that mean; the rate is then the log of
+    the steps' plain mean under the weights the centre was read with (recency, over
+    the intervals kept). Both paths (40 intervals; 200, and more than are kept)."""
     logs = [((i * 37) % n) / n * math.log(1000) for i in range(n)]
     durations = [math.exp(v) for v in logs]
     run = make_run("spread", durations, planned=2 * n, progress_unit="steps")
-    est = own_rate(run)
-    robust = own_rate(make_run("spread", durations, planned=2 * n))
+    est = own_rate(run, follow_changes=False)  # the sawtooth is no change of speed
+    robust = own_rate(make_run("spread", durations, planned=2 * n), follow_changes=False)
     assert est is not None and robust is not None
     assert math.exp(robust[0] + 0.5 * est[1] ** 2) > 1.8 * 145  # unbounded: far over
-    assert math.exp(est[0]) <= 1.1 * float(np.mean(durations[1:]))
+    regime = [math.log(d) for d in durations[1:]]  # the first interval dropped
+    memory = rate_mod.half_life(regime, rate_mod._ahead(run, n), 0.25, 2.0, rate_mod.drifts)
+    kept = regime[-rate_mod.MAX_INTERVALS :]
+    weights = [0.5 ** ((len(kept) - 1 - i) / memory) for i in range(len(kept))]
+    plain = sum(w * math.exp(v) for v, w in zip(kept, weights, strict=True)) / sum(weights)
+    assert est[0] == pytest.approx(math.log(plain), rel=1e-9)
+
+
+def test_a_step_runs_mean_term_is_never_negative() -> None:
+    """Where the steps' plain mean is below the robust centre (a few very fast steps,
+    which the Huber weights discount), the robust centre stands: no term, not a lower
+    rate."""
+    durations = [1.0, 1.1, 0.9, 1.05, 0.95, 0.05] * 8
+    steps = own_rate(make_run("s", durations, planned=60, progress_unit="steps"))
+    epochs = own_rate(make_run("e", durations, planned=60))
+    assert steps is not None and steps == epochs
 
 
 @pytest.mark.parametrize("numpy_path", [False, True])
 def test_a_step_runs_period_gets_the_mean_term_between_passes_only(numpy_path: bool) -> None:
     """With a period found, the rate is ``periodic_spikes``' reading, given the mean
     term for the steps between passes (``base_excess``), not that reading with the
-    term added on top (the passes' cost is already a mean). Both paths of own_rate."""
+    term added on top (the passes' cost is already a mean); its threshold still reads
+    slow steps against the robust centre. Both paths of own_rate."""
     durations = [3.0] + [0.97, 1.03, 1.6] * 3 + [1.0]
     run = make_run("p", durations, planned=30, progress_unit="steps")
-    seen: list[tuple[float, float | None]] = []
+    seen: list[tuple[float, float, float | None]] = []
     real = rate_mod.periodic_spikes
 
-    def spy(*args: float, **kwargs: float) -> float | None:
-        out = real(*args, **kwargs)
-        seen.append((args[8] if len(args) > 8 else kwargs["base_excess"], out))
+    def spy(*args: object, **kwargs: object) -> float | None:
+        out = real(*args, **kwargs)  # type: ignore[arg-type]
+        excess = args[8] if len(args) > 8 else kwargs["base_excess"]
+        seen.append((float(excess), float(args[3]), out))  # type: ignore[arg-type]
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rate_mod, "periodic_spikes", spy)
         if numpy_path:
             mp.setattr(rate_mod, "SMALL_INTERVALS", 0)
+        mp.setattr(rate_mod, "periodic_spikes", lambda *a, **k: None)
+        without_period = own_rate(run)
+        mp.setattr(rate_mod, "periodic_spikes", spy)
         est = own_rate(run)
-    assert est is not None and len(seen) == 1
-    excess, periodic = seen[0]
+    assert est is not None and without_period is not None and len(seen) == 1
+    excess, centre, periodic = seen[0]
     assert periodic is not None
     assert excess == pytest.approx(0.5 * est[1] ** 2) and excess > 0
     assert est[0] == periodic
+    assert centre == pytest.approx(without_period[0] - excess, rel=1e-12)
 
 
 def test_a_run_counted_in_steps_reads_the_mean_of_its_step_times() -> None:
