@@ -275,22 +275,45 @@ def own_rate(
     # the period needs epoch-by-epoch reports: step-level runs read at scrape times
     # rarely have them, and skip the lists of up to MAX_INTERVALS values (~0.1 ms a run)
     ends = ends[-k:]
-    periodic = (
-        periodic_spikes(
+    if bool(np.all(np.diff(ends) == 1)):
+        rate = _with_passes(
+            run,
             ends.tolist(),
             logs.tolist(),
             weights.tolist(),
             center,
             huber_c * scale,
-            run.epochs_done,
-            remaining_epochs(run),
-            _min_spikes(run),
             mean_excess,
         )
-        if bool(np.all(np.diff(ends) == 1))
-        else None
+    else:
+        rate = center + mean_excess
+    return rate, scale, n_eff, n
+
+
+def _with_passes(
+    run: Run,
+    ends: list[float],
+    logs: list[float],
+    weights: list[float],
+    center: float,
+    threshold: float,
+    mean_excess: float,
+) -> float:
+    """The log rate ``own_rate`` returns from its robust ``center``: ``periodic_spikes``'
+    reading where the slow intervals show a period (the mean term raising the steps
+    between passes), else ``center`` plus the mean term. One place for both paths."""
+    periodic = periodic_spikes(
+        ends,
+        logs,
+        weights,
+        center,
+        threshold,
+        run.epochs_done,
+        remaining_epochs(run),
+        _min_spikes(run),
+        mean_excess,
     )
-    return (center + mean_excess if periodic is None else periodic), scale, n_eff, n
+    return center + mean_excess if periodic is None else periodic
 
 
 def counts_steps(run: Run) -> bool:
@@ -451,18 +474,8 @@ def _own_rate_small(
         if k >= 3 and counts_steps(run)
         else 0.0
     )
-    periodic = periodic_spikes(
-        ends,
-        logs,
-        weights,
-        center,
-        huber_c * scale,
-        run.epochs_done,
-        remaining_epochs(run),
-        _min_spikes(run),
-        mean_excess,
-    )
-    return (center + mean_excess if periodic is None else periodic), scale, n_eff, n
+    rate = _with_passes(run, ends, logs, weights, center, huber_c * scale, mean_excess)
+    return rate, scale, n_eff, n
 
 
 def half_life(
