@@ -235,9 +235,8 @@ def measured_mixes(
     go they fade, the more so the further ahead. A bin needs ``min_samples`` (12)
     such epoch ends; a bin short of them takes the weight measured on the epoch ends of
     the measured bins together (with too few even then, the precision weights stand).
-    Why pooled rather than precision weights: early in a session few past runs have a
-    same-job prior, so the bins are short of epoch ends just when the first forecasts
-    are made, and there the precision weights gave the prior 0–0.16 where the measured
+    Why pooled rather than precision weights: while few past runs have a same-job
+    prior, the bins are short of epoch ends just when a job's first forecasts are made, and there the precision weights gave the prior 0–0.16 where the measured
     weight, once it came, was 0.4–0.99 (`pinned_shared` at 25 %; at 10 / 25 / 50 %
     0.66 / 0.86 / 0.98 → 0.56 / 0.80 / 0.92× the best baseline pooled;
     docs/forecasting-evidence.md, "A short bin's prior weight, pooled").

@@ -234,7 +234,7 @@ def test_measured_mix_follows_how_long_departures_last() -> None:
 
 
 def test_bins_short_of_epoch_ends_take_the_weight_measured_on_them_together() -> None:
-    """Early in a session two past runs have a same-job prior: no bin has the 12 epoch
+    """Early on, two past runs have a same-job prior: no bin has the 12 epoch
     ends a weight of its own needs (6, 8 and 10), together they have 24, and each takes
     that weight (the transient departures of the first 6 epochs mostly faded: the
     prior has most of it), not the precision weights."""
