@@ -39,14 +39,14 @@ the model knows only runs that ended before each moment):
 * ``cpu-dedicated`` / ``cpu-shared``: the real PyTorch CPU runs recorded on this
   project's machines (tests/fixtures/runs/, ``*dedicated*`` and ``*shared*``; a
   shared run has a busy-loop neighbour arriving or leaving part-way). Each file is
-  replayed alone (they are separate sessions) and the scores pooled.
+  replayed alone (they are separate recordings) and the scores pooled.
 * ``cpu-periodic``: the same recorder's shared scenario on one torch thread, unpinned
   (``periodic_*``): the neighbour has the other core, so what a run shows is its
   evaluation pass every 3 or 5 epochs and its slow first epoch, little contention.
 * ``cpu-steps``: the same recorder with ``--points 200`` (``steps_*``): progress in
   optimizer steps, about 200 points a run, as the live forecaster sees a ``max_steps``
   trainer or a tqdm bar (the other corpora hold ~20 points a run). ``steps_pinned``
-  sessions have nothing of ours competing, ``steps_contended`` ones the shared
+  recordings have nothing of ours competing, ``steps_contended`` ones the shared
   scenario's neighbour, evaluation passes and cache fill, on the same core.
 * ``keras-seed002``: seed 002's Keras log (one run: a smoke figure, not a claim).
 * ``mlperf-fixture``: tests/fixtures/runs/mlperf*.csv[.gz] when present.
@@ -102,7 +102,8 @@ from gpu_eta.forecaster.evaluate import (
     replay_events,
 )
 from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.runs import Run, thinned
+from gpu_eta.forecaster.history_rows import PERCENT_UNIT
+from gpu_eta.forecaster.runs import Run, counts_steps, thinned
 from gpu_eta.forecaster.runs_csv import read_runs_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -223,8 +224,8 @@ def in_percent(run: Run) -> Run:
     scale = PERCENT / run.epochs_planned
     times = tuple((epoch * scale, ts) for epoch, ts in run.epoch_times)
     features = run.features
-    if features.get("progress_unit") == "steps":
-        features = {**features, "progress_unit": "percent"}
+    if counts_steps(run):
+        features = {**features, "progress_unit": PERCENT_UNIT}
     return replace(run, epochs_planned=PERCENT, epoch_times=times, features=features)
 
 
@@ -274,7 +275,7 @@ class Corpus:
 
 
 def file_kind(path: Path) -> str:
-    """A recording's kind: its name without the tune/held-out/session suffix
+    """A recording's kind: its name without the tune/held-out/recording-number suffix
     (``pinned_shared_heldout3.csv`` → ``pinned_shared``, ``periodic_s41.csv`` →
     ``periodic``). Why: a corpus pools recordings made under different conditions
     (pinned or not, one thread or two), and a pooled median can hide a kind where

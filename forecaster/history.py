@@ -86,6 +86,7 @@ from gpu_eta.forecaster.runs import (
     RunError,
     RunKey,
     RunUpdate,
+    counts_steps,
     run_key,
 )
 
@@ -314,8 +315,7 @@ class HistoryStore:
             to_steps = {
                 run_key(up): float(up.epochs_planned)
                 for up in updates
-                if run_key(up) in self._percent_running
-                and up.features.get("progress_unit") == "steps"
+                if run_key(up) in self._percent_running and counts_steps(up)
             }
         for up in updates:
             row = {

@@ -24,6 +24,7 @@ from gpu_eta.forecaster.history_rows import (
     dump_features,
     load_features,
 )
+from gpu_eta.forecaster.runs import STEPS_UNIT
 
 APPLICATION_ID = 0x67457461  # "gEta"
 SCHEMA_VERSION = 3
@@ -217,7 +218,7 @@ def _mark_percent_runs(conn: sqlite3.Connection) -> None:
         if isinstance(text, str) and not utf8_encodable(text):
             continue  # another tool's bytes, not UTF-8: left as they are, for a human
         features = dict(load_features(text))
-        if features.get("progress_unit") == "steps":
+        if features.get("progress_unit") == STEPS_UNIT:
             features["progress_unit"] = PERCENT_UNIT
             conn.execute(
                 "UPDATE runs SET features = ? WHERE id = ?", (dump_features(features), row_id)

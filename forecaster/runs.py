@@ -130,6 +130,18 @@ def _unpickle_run(
     )
 
 
+STEPS_UNIT = "steps"
+"""The ``progress_unit`` feature of a run whose progress counts optimizer steps (a
+``max_steps`` trainer, a tqdm bar), set by the live path and by a runs file's column."""
+
+
+def counts_steps(run: Run | RunUpdate) -> bool:
+    """Whether ``run``'s progress counts optimizer steps, not epochs: every step is
+    no epoch (``thinned``), and one step's time is mostly noise (the rate's step rules,
+    ``estimators/rate.py``)."""
+    return run.features.get("progress_unit") == STEPS_UNIT
+
+
 def thinned(run: Run, max_points: int = HISTORY_POINTS) -> Run:
     """``run`` with at most ``max_points`` (≥ 2) progress points, evenly spaced by index,
     the first (the start) and the last kept; unchanged when it has no more than that or
@@ -141,9 +153,7 @@ def thinned(run: Run, max_points: int = HISTORY_POINTS) -> Run:
     n = len(times)
     if n <= max_points:
         return run
-    if run.features.get("progress_unit") != "steps" and all(
-        b[0] - a[0] == 1 for a, b in itertools.pairwise(times)
-    ):
+    if not counts_steps(run) and all(b[0] - a[0] == 1 for a, b in itertools.pairwise(times)):
         return run
     step = (n - 1) / (max_points - 1)
     keep = sorted({round(i * step) for i in range(max_points)})

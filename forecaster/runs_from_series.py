@@ -43,7 +43,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from gpu_eta.forecaster.runs import RunKey, RunUpdate
+from gpu_eta.forecaster.runs import STEPS_UNIT, RunKey, RunUpdate
 from gpu_eta.forecaster.series import Sample, Series
 
 MAX_RUN_ID = 256
@@ -217,7 +217,7 @@ def assemble(
             if model:
                 features["gpu_model"] = model
         if by_steps:
-            features["progress_unit"] = "steps"
+            features["progress_unit"] = STEPS_UNIT
         util = _ratio(util_mean.get(key))
         running_now = run in present
         # Progress time for stall detection: the latest epoch end or report of any

@@ -51,7 +51,7 @@ from gpu_eta.forecaster.estimators.base import (
     stall_widen,
 )
 from gpu_eta.forecaster.forecast import Forecast
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, counts_steps
 
 MIN_SCALE = 0.03
 MAX_INTERVALS = 2000
@@ -193,7 +193,7 @@ def periodic_spikes(
     if any(b - a != 1 for a, b in itertools.pairwise(ends)):
         return None
     spikes = [(e, v) for e, v in zip(ends, logs, strict=True) if v - center > threshold]
-    if not spikes or len(spikes) < min_spikes:
+    if len(spikes) < max(1, min_spikes):
         return None
     if len(spikes) == 1:
         period = round(spikes[0][0])
@@ -263,14 +263,12 @@ def own_rate(
         w = weights * hw
         center = float(np.sum(w * logs) / np.sum(w))
     n_eff = float(np.sum(weights) ** 2 / np.sum(weights**2))
-    mean_excess = (
-        _step_mean_excess(
-            scale,
-            center,
-            float(np.log(np.sum(weights * np.exp(logs)) / np.sum(weights))),
-        )
-        if k >= 3 and counts_steps(run)
-        else 0.0
+    mean_excess = _step_mean_excess(
+        run,
+        k,
+        scale,
+        center,
+        lambda: float(np.log(np.sum(weights * np.exp(logs)) / np.sum(weights))),
     )
     # the period needs epoch-by-epoch reports: step-level runs read at scrape times
     # rarely have them, and skip the lists of up to MAX_INTERVALS values (~0.1 ms a run)
@@ -316,25 +314,23 @@ def _with_passes(
     return center + mean_excess if periodic is None else periodic
 
 
-def counts_steps(run: Run) -> bool:
-    """Whether ``run``'s progress counts optimizer steps (``progress_unit="steps"``:
-    the live path's step-level series, a runs file's column), not epochs."""
-    return run.features.get("progress_unit") == "steps"
-
-
 def _min_spikes(run: Run) -> int:
     """``periodic_spikes``' ``min_spikes`` for ``run``: ``STEP_MIN_SPIKES`` where it
     counts steps, else 1 (an epoch's time is steady enough for one slow epoch to say)."""
     return STEP_MIN_SPIKES if counts_steps(run) else 1
 
 
-def _step_mean_excess(scale: float, center: float, plain: float) -> float:
+def _step_mean_excess(
+    run: Run, k: int, scale: float, center: float, plain: Callable[[], float]
+) -> float:
     """What a run counted in steps adds to its robust log rate ``center`` once its
-    scale is measured (``k ≥ 3`` intervals in the regime): ``scale² / 2``, but never
-    past ``plain``, the log of the intervals' plain mean time under the weights the
-    centre was read with (width × recency, over the regime, trimmed as it was), and
-    never below 0: where that mean is below the centre (fast outliers the Huber
-    weights discount), the robust centre stands.
+    scale is measured (``k ≥ 3`` intervals in the regime; else, and for a run counted
+    in epochs, 0): ``scale² / 2``, but never past ``plain()``, the log of the
+    intervals' plain mean time under the weights the centre was read with (width ×
+    recency, over the regime, trimmed as it was; each path of ``own_rate`` computes it
+    its own way, and only here, where it is needed), and never below 0: where that mean
+    is below the centre (fast outliers the Huber weights discount), the robust centre
+    stands.
 
     Why: the robust centre is a location of the log interval times, on a steady run
     their geometric mean, and the intervals still ahead add up to their *arithmetic*
@@ -347,7 +343,9 @@ def _step_mean_excess(scale: float, center: float, plain: float) -> float:
     spread is mostly not noise (evaluation passes, a neighbour, drift: the periodic
     passes and the P50 shift carry those), and there the same term made late forecasts
     worse (docs/forecasting-evidence.md, Tried and dropped)."""
-    return max(0.0, min(0.5 * scale * scale, plain - center))
+    if k < 3 or not counts_steps(run):
+        return 0.0
+    return max(0.0, min(0.5 * scale * scale, plain() - center))
 
 
 def _regime(
@@ -465,14 +463,12 @@ def _own_rate_small(
         center = num / den
     total = sum(weights)
     n_eff = total**2 / sum(w * w for w in weights)
-    mean_excess = (
-        _step_mean_excess(
-            scale,
-            center,
-            math.log(sum(w * math.exp(v) for v, w in zip(logs, weights, strict=True)) / total),
-        )
-        if k >= 3 and counts_steps(run)
-        else 0.0
+    mean_excess = _step_mean_excess(
+        run,
+        k,
+        scale,
+        center,
+        lambda: math.log(sum(w * math.exp(v) for v, w in zip(logs, weights, strict=True)) / total),
     )
     rate = _with_passes(run, ends, logs, weights, center, huber_c * scale, mean_excess)
     return rate, scale, n_eff, n

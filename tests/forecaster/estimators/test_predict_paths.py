@@ -35,7 +35,7 @@ from gpu_eta.forecaster.estimators.baselines import PredictLinear, numpy_sum
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.pooled import PooledRegression
 from gpu_eta.forecaster.estimators.prior import PriorEstimator
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Run, counts_steps
 from gpu_eta.forecaster.runs_csv import read_runs
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_sample.csv.gz"
@@ -125,7 +125,7 @@ def test_own_rate_small_path_equals_numpy_path(monkeypatch, params):
         assert all(close(x, y) for x, y in zip(a[:3], b[:3], strict=True)), (run.run_id, a, b)
     assert small > 600  # the fast path was the one compared
     # the step rules changed something on both paths: the runs are not read as epochs
-    steps = {r.run_id: v for r, v in zip(runs, fast, strict=True) if rate_mod.counts_steps(r)}
+    steps = {r.run_id: v for r, v in zip(runs, fast, strict=True) if counts_steps(r)}
     epochs = {f"{r.run_id}-steps": v for r, v in zip(runs, fast, strict=True)}
     differ = [k for k, v in steps.items() if v != epochs[k]]
     assert len(differ) > 200
