@@ -82,6 +82,39 @@ def test_a_run_of_another_length_is_read_at_the_same_progress_not_the_same_fract
     assert expected == pytest.approx(20.0)
 
 
+def test_at_the_start_a_longer_plan_scales_the_work_after_the_start_up_only() -> None:
+    """Before its first epoch a run of 14 epochs against analogs of 10 (60 s start-up,
+    then 10 s an epoch: 160 s): their start-up as it was, their 90 s after their first
+    epoch scaled by the work after it, 13 / 9 — 200 s, as the run takes. Their length
+    × 14 / 10 (224 s) stretched the start-up too."""
+    est = AnalogEstimator().fit([plain(f"h{i}", 1e6 + i * 1e3, 10) for i in range(3)])
+    run = plain("now", 2e6, 14)
+    start = est.estimate(truncate(run, 0.0))
+    assert start is not None and start.n == 3
+    assert math.exp(start.log_remaining) == pytest.approx(200.0, rel=1e-9)
+    assert run.last_timestamp - run.start_timestamp == pytest.approx(200.0)
+    # a plan within the analogs' first epoch: no work after it to scale, the plain ratio
+    short = make_run("short", [35.0], planned=0.5, start=2e6, **CONFIG)
+    got = est.estimate(dataclasses.replace(short, epoch_times=short.epoch_times[:1]))
+    assert math.exp(got.log_remaining) == pytest.approx(160.0 * 0.5 / 10)
+
+
+def test_at_the_start_an_analog_counting_another_unit_is_read_whole() -> None:
+    """A plan of 10 epochs against an analog whose plan was 1,000 steps: a ratio of
+    plans in two units means nothing (it made the forecast 1 % of the analog's length),
+    so the analog's length, as mid-run it is read at the same fraction."""
+    steps = make_run("h", [70.0] + [10.0] * 9, start=1e6, **CONFIG)
+    steps = dataclasses.replace(
+        steps,
+        epochs_planned=1000.0,
+        epoch_times=tuple((e * 100.0, t) for e, t in steps.epoch_times),
+        features={**steps.features, "progress_unit": "steps"},
+    )
+    est = AnalogEstimator().fit([steps])
+    got = est.estimate(truncate(plain("now", 2e6, 10), 0.0))
+    assert math.exp(got.log_remaining) == pytest.approx(160.0)
+
+
 def test_a_start_up_unlike_the_analogs_is_no_part_of_the_speed() -> None:
     """Data loading and compilation take what they take: a run whose start-up took
     200 s where its analogs' took 60 is no slower for it. At epoch 5 of 10 (50 s to go)

@@ -256,9 +256,18 @@ def numpy_estimate(
     if frac <= 0 or spent <= 0:
         if target is not None:
             return None
+        # the start-up (to the first progress point) as it was, the rest scaled by
+        # the work after it; the plain ratio without such a point; whole in another unit
+        unit = str(run.features.get("progress_unit", "") or "")
         totals = np.array([c.total for c in curves])
-        scale = np.array([run.epochs_planned / c.planned for c in curves])
-        est_logs = np.log(totals * scale)
+        planned = np.array([c.planned for c in curves])
+        first = np.array([c.fractions[1] for c in curves]) * planned
+        startup = np.array([c.elapsed[1] for c in curves])
+        same_unit = np.array([c.unit == unit for c in curves])
+        P = run.epochs_planned
+        inside = (first > 0) & (first < planned) & (first < P)
+        kept = startup + (totals - startup) * (P - first) / np.where(inside, planned - first, 1.0)
+        est_logs = np.log(np.where(same_unit, np.where(inside, kept, totals * P / planned), totals))
         center = float(np.median(est_logs))
     else:
         planned = np.array([c.planned for c in curves])
