@@ -21,7 +21,10 @@ read at the same fraction of its plan instead. No constant is fitted. Before the
 first progress point (elapsed carries no speed yet) it is the median of their
 lengths: each analog's start-up as it was, the rest scaled to this run's plan
 (``start_seconds``): "as long as last time". Measured on MLPerf
-rounds v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md).
+rounds v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md). Mid-run the
+estimate also carries the same analogs read at *their* pace
+(``AnalogEstimate.log_at_their_pace``: their seconds still to go, the run's speed
+taken as theirs), which the choice publishes early in a run (``choice.py``).
 
 Identity (``identity``): namespace, job name, node type and batch size and GPU count
 where known. The live service has no node type label: it is derived as
@@ -144,6 +147,9 @@ class AnalogEstimate:
     log_remaining: float
     spread: float
     n: int
+    log_at_their_pace: float | None = None
+    """The same analogs read at their own pace (``seconds_left(own_pace=False)``): what
+    they had still to do from the run's progress, the run's speed taken as theirs."""
 
 
 def _curve(run: Run) -> _Curve:
@@ -259,6 +265,7 @@ def seconds_left(
     unit: str,
     c: _Curve,
     target: float | None = None,
+    own_pace: bool = True,
 ) -> float | None:
     """Analog ``c``'s forecast of the seconds still to go for a run with progress points
     ``times`` (``(progress, seconds)``, the first its start, the last one now; only
@@ -295,6 +302,12 @@ def seconds_left(
     end, multiplies that end. Reading the extra work at the analog's pace after its
     first point instead (its end counted once) was measured and dropped: on MLPerf the
     local pace is what carries (v2.0–v2.1 at 50 % 0.15 → 0.32× the best baseline).
+
+    ``own_pace=False`` leaves out the run's speed: the analog's seconds still to go from
+    the same progress, its remaining work scaled as above, as though the run went at
+    the analog's pace. A configuration is the same job on the same hardware, so early in
+    a run, where its speed rests on a stretch or two (start-up variation included), the
+    analogs' pace can be the better guess; the choice measures where (``choice.py``).
     """
     done = times[-1][0]
     if unit == c.unit and done < c.planned and (target is None or target <= c.planned):
@@ -322,7 +335,10 @@ def seconds_left(
     ours = since(times, ref)
     if theirs <= 0 or ours <= 0:
         return None
-    return ours * max((interp(goal, c.fractions, c.elapsed) - at) / theirs * work, 1e-9)
+    rest = interp(goal, c.fractions, c.elapsed) - at
+    if not own_pace:
+        return max(rest * work, 1e-9 * theirs)
+    return ours * max(rest / theirs * work, 1e-9)
 
 
 def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
@@ -457,22 +473,31 @@ class AnalogEstimator:
             # work after the start-up scaled to this run's plan (``start_seconds``)
             planned, unit = run.epochs_planned, _unit(run)
             est_logs = [math.log(start_seconds(planned, unit, c)) for c in curves]
+            at_their_pace = median_list(est_logs)
         else:
             times, unit = run.epoch_times, _unit(run)
-            est_logs = [
-                math.log(left)
+            readable = [
+                (c, left)
                 for c in curves
                 if (left := seconds_left(times, run.epochs_planned, unit, c, target)) is not None
             ]
-            if not est_logs:
+            if not readable:
                 return None
+            est_logs = [math.log(left) for _c, left in readable]
+            at_their_pace = None
+            if target is None:
+                paced = [
+                    seconds_left(times, run.epochs_planned, unit, c, None, False)
+                    for c, _ in readable
+                ]
+                at_their_pace = median_list([math.log(x) for x in paced if x is not None])
         center = median_list(est_logs)
         n = len(est_logs)
         start_typical, mid_typical = self.typicals(run)
         typical = start_typical if frac <= 0 or spent <= 0 else mid_typical
         spread = shrunk_spread(_scale(est_logs, center), n, typical)
         spread *= math.sqrt(1.0 + math.pi / (2.0 * n))
-        return AnalogEstimate(center, spread, n)
+        return AnalogEstimate(center, spread, n, at_their_pace)
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         """Raw (uncalibrated) log-normal quantiles around the analog forecast."""

@@ -43,6 +43,16 @@ BLEND: Option = (("blend", 1.0),)
 RATES: Option = (("keras", 0.5), ("linear", 0.5))
 OWN: Option = (("own", 1.0),)
 ANALOGS: Option = (("analog", 1.0),)
+AT_THEIR_PACE = "analog_pace"
+"""The analogs read at their own pace (``AnalogEstimate.log_at_their_pace``): the run's
+speed taken as its configuration's earlier runs', where ``analog`` reads it from the
+run's own time since its first progress point."""
+PACE_OPTIONS: tuple[Option, ...] = (
+    ((AT_THEIR_PACE, 1.0),),
+    (("analog", 0.5), (AT_THEIR_PACE, 0.5)),
+)
+ANALOG_SHARES = ("analog", AT_THEIR_PACE)
+"""Candidates whose share of a centre takes the analogs' spread (``with_option``)."""
 PLAIN_OPTIONS: tuple[Option, ...] = (
     BLEND,
     RATES,
@@ -70,6 +80,7 @@ def checked(option: Option) -> Option:
 ANALOG_OPTIONS: tuple[Option, ...] = (
     *PLAIN_OPTIONS,
     ANALOGS,
+    *PACE_OPTIONS,
     *ANALOG_MIXES,
     *(checked(o) for o in (*PLAIN_OPTIONS, *ANALOG_MIXES)),
 )
@@ -199,6 +210,8 @@ def candidates(
         out["own"] = own
     if analog is not None:
         out["analog"] = analog.log_remaining
+        if analog.log_at_their_pace is not None:
+            out[AT_THEIR_PACE] = analog.log_at_their_pace
         if trust is not None:
             out[SELF_CHECK] = trust
     return out
@@ -217,7 +230,7 @@ def with_option(
     # of a centre set by the analogs is in its units (``POWERS``). With
     # the option's own share only, a trusted analog centre kept the blend's sigma,
     # one unit for steady and noisy configurations alike (MLPerf fixture at 50 %: 0.68)
-    share = sum(w for name, w in option if name == "analog")
+    share = sum(w for name, w in option if name in ANALOG_SHARES)
     trust = cands.get(SELF_CHECK)
     if trust is not None and (SELF_CHECK, 0.0) in option:
         share = share + trust * (1.0 - share)

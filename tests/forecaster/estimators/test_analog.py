@@ -69,6 +69,8 @@ def test_a_run_of_another_length_is_read_at_the_same_progress_not_the_same_fract
     got = est.estimate(part)
     assert got is not None and got.n == 3
     assert math.exp(got.log_remaining) == pytest.approx(110.0, rel=1e-9)
+    # at their pace: their 70 s from epoch 3 × the work, 11 / 7
+    assert math.exp(got.log_at_their_pace) == pytest.approx(110.0, rel=1e-9)
     # the self-check's question (time to a progress already seen), at the same progress
     to_five = est.estimate(part, target=5.0)
     assert math.exp(to_five.log_remaining) == pytest.approx(20.0, rel=1e-9)
@@ -127,7 +129,11 @@ def test_a_start_up_unlike_the_analogs_is_no_part_of_the_speed() -> None:
     # with only its first epoch seen there is no speed but since the start
     first = truncate(slow_start, 0.1)
     expected = 210.0 * (160.0 - 70.0) / 70.0
-    assert math.exp(est.estimate(first).log_remaining) == pytest.approx(expected, rel=1e-9)
+    got = est.estimate(first)
+    assert math.exp(got.log_remaining) == pytest.approx(expected, rel=1e-9)
+    # at the analogs' own pace: the 90 s they had still to go from epoch 1, as it is
+    assert math.exp(got.log_at_their_pace) == pytest.approx(90.0, rel=1e-9)
+    assert est.estimate(first, target=5.0).log_at_their_pace is None
 
 
 def test_the_reference_falls_back_to_the_start_where_it_is_not_before_the_run() -> None:

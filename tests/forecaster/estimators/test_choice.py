@@ -187,3 +187,19 @@ def test_an_options_unit_is_the_analogs_spread_for_their_share_and_at_the_start(
     # no analogs: the blend's sigma; a missing candidate: the residual as it was
     assert with_option(start, RATES, cands, None).sigma == 0.3
     assert with_option(mid, OWN, cands, None) == mid
+
+
+def test_the_analogs_at_their_own_pace_are_a_candidate_with_their_spread() -> None:
+    analog = AnalogEstimate(log_remaining=4.0, spread=0.02, n=5, log_at_their_pace=3.8)
+    cands = candidates(5.0, {"keras": 4.5, "linear": 4.7}, analog)
+    assert cands[choice.AT_THEIR_PACE] == 3.8 and cands["analog"] == 4.0
+    mid = Residual(0.5, 5.0, 0.3, 4.1, 0.0)
+    paced, half = choice.PACE_OPTIONS
+    assert with_option(mid, paced, cands, analog).center == pytest.approx(3.8)
+    assert with_option(mid, paced, cands, analog).sigma == pytest.approx(0.02)
+    assert with_option(mid, half, cands, analog).center == pytest.approx(3.9)
+    assert with_option(mid, half, cands, analog).sigma == pytest.approx(0.02)
+    assert paced in choice.OPTIONS["analog"] and half in choice.OPTIONS["analog"]
+    # without that reading (the self-check's question) no such candidate
+    bare = AnalogEstimate(log_remaining=4.0, spread=0.02, n=5)
+    assert choice.AT_THEIR_PACE not in candidates(5.0, {}, bare)

@@ -268,7 +268,7 @@ def numpy_estimate(
         inside = (first > 0) & (first < planned) & (first < P)
         kept = startup + (totals - startup) * (P - first) / np.where(inside, planned - first, 1.0)
         est_logs = np.log(np.where(same_unit, np.where(inside, kept, totals * P / planned), totals))
-        center = float(np.median(est_logs))
+        center = paced = float(np.median(est_logs))
     else:
         planned = np.array([c.planned for c in curves])
         done = run.epochs_done
@@ -318,6 +318,9 @@ def numpy_estimate(
         left = ours[ok] * np.maximum((ends[ok] - at[ok]) / theirs[ok] * work[ok], 1e-9)
         est_logs = np.log(left)
         center = float(np.median(est_logs))
+        # at the analogs' own pace: their seconds still to go, the work scaled
+        rest = np.maximum((ends[ok] - at[ok]) * work[ok], 1e-9 * theirs[ok])
+        paced = float(np.median(np.log(rest))) if target is None else None
     measured = 1.4826 * float(np.median(np.abs(est_logs - center)))
     # shrunk by n - 1 dof toward the job's typical spread at the start or mid-run (or
     # everyone's), widened as a new run's distance from the median of n
@@ -329,7 +332,7 @@ def numpy_estimate(
         typical = self.job_mid_spread_.get(job, self.typical_mid_spread_)
     shrunk = ((n - 1) * measured**2 + SHRINK * typical**2) / (n - 1 + SHRINK)
     spread = max(MIN_SPREAD, float(np.sqrt(shrunk))) * float(np.sqrt(1 + np.pi / (2 * n)))
-    return AnalogEstimate(center, spread, n)
+    return AnalogEstimate(center, spread, n, paced)
 
 
 def cut(run: Run, keep: int, suffix: str) -> Run:
@@ -360,6 +363,10 @@ def test_analog_estimate_equals_numpy_reference(fitted):
                 answered += 1
                 assert a.n == b.n
                 assert close(a.log_remaining, b.log_remaining) and close(a.spread, b.spread)
+                if target is None:
+                    assert close(a.log_at_their_pace, b.log_at_their_pace)
+                else:
+                    assert a.log_at_their_pace is None
     assert answered > 200
 
 
