@@ -82,7 +82,7 @@ ANALOG_OPTIONS: tuple[Option, ...] = (
     ANALOGS,
     *PACE_OPTIONS,
     *ANALOG_MIXES,
-    *(checked(o) for o in (*PLAIN_OPTIONS, *ANALOG_MIXES)),
+    *(checked(o) for o in (*PLAIN_OPTIONS, *PACE_OPTIONS, *ANALOG_MIXES)),
 )
 SITUATIONS = ("new", "transfer", "job", "analog")
 """No history of the job on this node type; a prior moved from the job's runs at another

@@ -200,6 +200,15 @@ def test_the_analogs_at_their_own_pace_are_a_candidate_with_their_spread() -> No
     assert with_option(mid, half, cands, analog).center == pytest.approx(3.9)
     assert with_option(mid, half, cands, analog).sigma == pytest.approx(0.02)
     assert paced in choice.OPTIONS["analog"] and half in choice.OPTIONS["analog"]
+    # self-checked, the analogs' trust moves that share to their reading at the run's
+    # own pace: analogs that foresaw the run's past read its speed well
+    trusted = candidates(5.0, {}, analog, trust=0.75)
+    for option in (paced, half):
+        assert choice.checked(option) in choice.OPTIONS["analog"]
+        got = with_option(mid, choice.checked(option), trusted, analog)
+        plain = with_option(mid, option, trusted, analog).center
+        assert got.center == pytest.approx(0.75 * 4.0 + 0.25 * plain)
+        assert got.sigma == pytest.approx(0.02)
     # without that reading (the self-check's question) no such candidate
     bare = AnalogEstimate(log_remaining=4.0, spread=0.02, n=5)
     assert choice.AT_THEIR_PACE not in candidates(5.0, {}, bare)
