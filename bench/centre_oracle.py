@@ -101,7 +101,7 @@ class IdentityPace:
         return max(0.0, elapsed * float(np.median(ratios)) - (now - run.last_timestamp))
 
 
-CANDIDATES = ("analog", "blend", "rate", "prior", "keras", "linear")
+CANDIDATES = ("analog", "analog_pace", "blend", "rate", "prior", "keras", "linear")
 """gpu-eta's own candidates (log remaining seconds), as ``EtaModel.predict`` computes them."""
 
 
@@ -114,6 +114,8 @@ def candidates(model, part: Run) -> dict[str, float]:
     found = model.analog_.estimate(part)
     if found is not None:
         out["analog"] = found.log_remaining
+        if found.log_at_their_pace is not None:
+            out["analog_pace"] = found.log_at_their_pace
     keras_linear = rate_candidates(part)
     out.update(keras_linear)
     return out

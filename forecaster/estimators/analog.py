@@ -24,7 +24,7 @@ lengths: each analog's start-up as it was, the rest scaled to this run's plan
 rounds v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md). Mid-run the
 estimate also carries the same analogs read at *their* pace
 (``AnalogEstimate.log_at_their_pace``: their seconds still to go, the run's speed
-taken as theirs), which the choice publishes early in a run (``choice.py``).
+taken as theirs); which of the two is published is the choice's (``choice.py``).
 
 Identity (``identity``): namespace, job name, node type and batch size and GPU count
 where known. The live service has no node type label: it is derived as
@@ -148,8 +148,9 @@ class AnalogEstimate:
     spread: float
     n: int
     log_at_their_pace: float | None = None
-    """The same analogs read at their own pace (``seconds_left(own_pace=False)``): what
-    they had still to do from the run's progress, the run's speed taken as theirs."""
+    """The same analogs read at their own pace (``readings``' second): what they had
+    still to do from the run's progress, the run's speed taken as theirs. At the start
+    (no speed yet) the same as ``log_remaining``; None for a self-check's target."""
 
 
 def _curve(run: Run) -> _Curve:
@@ -247,13 +248,16 @@ def start_seconds(planned: float, unit: str, c: _Curve) -> float:
     a run, 3.6 → 0.5 %). With equal plans it is the analog's length. An analog that
     counts another unit (steps where the run counts epochs) is read at the same
     fraction of its plan, as ``seconds_left`` does, i.e. its whole length: a ratio of
-    plans in two units means nothing. Without a progress point inside its plan, or a
-    plan not past that point, the plain ratio.
+    plans in two units means nothing. A plan that ends before that point reads the
+    analog's curve up to it (continuous with the rule at the point); an analog without
+    a progress point inside its plan (start and end only), the plain ratio.
     """
     if unit != c.unit:
         return c.total
     first = c.fractions[1] * c.planned  # a curve has two points at least (``update``)
-    if 0.0 < first < c.planned and planned > first:
+    if 0.0 < first < c.planned:
+        if planned <= first:  # the plan ends in its start-up: its own curve up to there
+            return interp(planned / c.planned, c.fractions, c.elapsed)
         startup = c.elapsed[1]
         return startup + (c.total - startup) * (planned - first) / (c.planned - first)
     return c.total * (planned / c.planned)
@@ -265,9 +269,20 @@ def seconds_left(
     unit: str,
     c: _Curve,
     target: float | None = None,
-    own_pace: bool = True,
 ) -> float | None:
-    """Analog ``c``'s forecast of the seconds still to go for a run with progress points
+    """Analog ``c``'s forecast at the run's own pace (``readings``), or None."""
+    both = readings(times, planned, unit, c, target)
+    return None if both is None else both[0]
+
+
+def readings(
+    times: Sequence[tuple[float, float]],
+    planned: float,
+    unit: str,
+    c: _Curve,
+    target: float | None = None,
+) -> tuple[float, float] | None:
+    """Analog ``c``'s two forecasts of the seconds still to go for a run with progress points
     ``times`` (``(progress, seconds)``, the first its start, the last one now; only
     differences of the seconds count), of plan ``planned`` counted in ``unit``: to the
     end of the plan, or to progress ``target`` (the self-check). None where the run or
@@ -303,21 +318,25 @@ def seconds_left(
     first point instead (its end counted once) was measured and dropped: on MLPerf the
     local pace is what carries (v2.0–v2.1 at 50 % 0.15 → 0.32× the best baseline).
 
-    ``own_pace=False`` leaves out the run's speed: the analog's seconds still to go from
-    the same progress, its remaining work scaled as above, as though the run went at
-    the analog's pace. A configuration is the same job on the same hardware, so early in
-    a run, where its speed rests on a stretch or two (start-up variation included), the
-    analogs' pace can be the better guess; the choice measures where (``choice.py``).
+    The second forecast leaves out the run's speed: the analog's seconds still to go
+    from the same progress, its remaining work scaled to the run's (where it is read at
+    the same fraction, by the ratio of plans in one unit: the run's pace no longer
+    cancels it), as though the run went at the analog's pace. A configuration is the
+    same job on the same hardware, so early in a run, where its speed rests on a
+    stretch or two (start-up variation included), the analogs' pace can be the better
+    guess; the choice measures where (``choice.py``).
     """
     done = times[-1][0]
     if unit == c.unit and done < c.planned and (target is None or target <= c.planned):
         scale = c.planned  # the analog read at the run's progress
         goal = 1.0 if target is None else target / c.planned
         work = 1.0 if target is not None else (planned - done) / (c.planned - done)
+        their_work = work
     else:
         scale = planned  # at the run's fraction of its plan
         goal = 1.0 if target is None else min(1.0, target / planned)
         work = 1.0
+        their_work = planned / c.planned if unit == c.unit else 1.0
     # the reference, as progress of the run and as a fraction of the analog's curve
     # (compared there: a first point of 1 of 49 read back from 1/49 can round below 1)
     ref, ref_frac = 0.0, 0.0
@@ -336,9 +355,7 @@ def seconds_left(
     if theirs <= 0 or ours <= 0:
         return None
     rest = interp(goal, c.fractions, c.elapsed) - at
-    if not own_pace:
-        return max(rest * work, 1e-9 * theirs)
-    return ours * max(rest / theirs * work, 1e-9)
+    return ours * max(rest / theirs * work, 1e-9), max(rest * their_work, 1e-9 * theirs)
 
 
 def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
@@ -476,21 +493,18 @@ class AnalogEstimator:
             at_their_pace = median_list(est_logs)
         else:
             times, unit = run.epoch_times, _unit(run)
-            readable = [
-                (c, left)
+            both = [
+                pair
                 for c in curves
-                if (left := seconds_left(times, run.epochs_planned, unit, c, target)) is not None
+                if (pair := readings(times, run.epochs_planned, unit, c, target)) is not None
             ]
-            if not readable:
+            if not both:
                 return None
-            est_logs = [math.log(left) for _c, left in readable]
-            at_their_pace = None
-            if target is None:
-                paced = [
-                    seconds_left(times, run.epochs_planned, unit, c, None, False)
-                    for c, _ in readable
-                ]
-                at_their_pace = median_list([math.log(x) for x in paced if x is not None])
+            est_logs = [math.log(ours) for ours, _theirs in both]
+            # the self-check's question (a target) reads the run's pace only
+            at_their_pace = (
+                None if target is not None else median_list([math.log(t) for _o, t in both])
+            )
         center = median_list(est_logs)
         n = len(est_logs)
         start_typical, mid_typical = self.typicals(run)

@@ -11,7 +11,7 @@ from runs that ended before that moment), scores a few fixed **options** — sin
 candidates and even mixes, in log space — and keeps per progress point and
 *situation* (``SITUATIONS``) the option with the lowest median error. ``DEFAULTS``
 stand unless another option is better by ``margin`` (10 %): with a few dozen replayed
-runs a choice among ten overfits otherwise. Where a run has no analogs, the other option
+runs a choice among a dozen or two overfits otherwise. Where a run has no analogs, the other option
 must also be better by that margin on the older and on the newer half of the replayed
 runs alike (``both_halves``): those runs are other jobs', and whichever job filled the
 recent past decided the choice for all (MLPerf with every run a job of its own, at 25 %:

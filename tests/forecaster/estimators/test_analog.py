@@ -95,10 +95,22 @@ def test_at_the_start_a_longer_plan_scales_the_work_after_the_start_up_only() ->
     assert start is not None and start.n == 3
     assert math.exp(start.log_remaining) == pytest.approx(200.0, rel=1e-9)
     assert run.last_timestamp - run.start_timestamp == pytest.approx(200.0)
-    # a plan within the analogs' first epoch: no work after it to scale, the plain ratio
-    short = make_run("short", [35.0], planned=0.5, start=2e6, **CONFIG)
-    got = est.estimate(dataclasses.replace(short, epoch_times=short.epoch_times[:1]))
-    assert math.exp(got.log_remaining) == pytest.approx(160.0 * 0.5 / 10)
+
+    # a plan that ends within the analogs' first epoch: their curve up to it (half of
+    # their 70 s to epoch 1), continuous with the rule at that point
+    def at_start(planned: float) -> float:
+        short = make_run("short", [35.0], planned=planned, start=2e6, **CONFIG)
+        found = est.estimate(dataclasses.replace(short, epoch_times=short.epoch_times[:1]))
+        return math.exp(found.log_remaining)
+
+    assert at_start(0.5) == pytest.approx(35.0)
+    assert at_start(1.0) == pytest.approx(70.0)
+    assert at_start(1.001) == pytest.approx(70.0 + 90.0 * 0.001 / 9)
+    # an analog of its start and end only has no start-up to keep: the plain ratio
+    two = make_run("two", [160.0], planned=10.0, start=1e6, completed=True, **CONFIG)
+    two = dataclasses.replace(two, epoch_times=(two.epoch_times[0], (10.0, 1e6 + 160.0)))
+    alone = AnalogEstimator().fit([two]).estimate(truncate(run, 0.0))
+    assert math.exp(alone.log_remaining) == pytest.approx(160.0 * 14 / 10)
 
 
 def test_at_the_start_an_analog_counting_another_unit_is_read_whole() -> None:
@@ -183,6 +195,19 @@ def test_the_reference_falls_back_to_the_start_where_it_is_not_before_the_run() 
     got = est.estimate(part)
     assert got is not None and got.n == 4
     assert math.exp(got.log_remaining) == pytest.approx(70.0 * 480.0 / 70.0, rel=1e-9)
+
+
+def test_at_their_pace_a_run_past_its_analogs_plan_keeps_the_ratio_of_plans() -> None:
+    """A run of 40 epochs of 10 s against analogs of 10 (no start-up): at epoch 20,
+    past their end, they are read at the same fraction, where the run's pace cancels
+    their scale; at their pace its work is 40 / 10 of theirs: 200 s, as it takes."""
+    flat = [make_run(f"h{i}", [10.0] * 10, start=1e6 + i * 1e3, **CONFIG) for i in range(3)]
+    est = AnalogEstimator().fit(flat)
+    run = make_run("now", [10.0] * 40, start=2e6, **CONFIG)
+    for point, left in ((9 / 40, 310.0), (0.5, 200.0), (0.9, 40.0)):
+        got = est.estimate(truncate(run, point))
+        assert math.exp(got.log_remaining) == pytest.approx(left, rel=1e-9)
+        assert math.exp(got.log_at_their_pace) == pytest.approx(left, rel=1e-9)
 
 
 def test_an_analog_counting_another_unit_is_read_at_the_same_fraction() -> None:

@@ -265,8 +265,13 @@ def numpy_estimate(
         startup = np.array([c.elapsed[1] for c in curves])
         same_unit = np.array([c.unit == unit for c in curves])
         P = run.epochs_planned
-        inside = (first > 0) & (first < planned) & (first < P)
+        inside = (first > 0) & (first < planned)
         kept = startup + (totals - startup) * (P - first) / np.where(inside, planned - first, 1.0)
+        # a plan that ends in the start-up: the analog's curve up to it
+        early = np.array(
+            [np.interp(P / c.planned, c.fractions, c.elapsed) for c in curves], dtype=float
+        )
+        kept = np.where(first >= P, early, kept)
         est_logs = np.log(np.where(same_unit, np.where(inside, kept, totals * P / planned), totals))
         center = paced = float(np.median(est_logs))
     else:
@@ -319,7 +324,9 @@ def numpy_estimate(
         est_logs = np.log(left)
         center = float(np.median(est_logs))
         # at the analogs' own pace: their seconds still to go, the work scaled
-        rest = np.maximum((ends[ok] - at[ok]) * work[ok], 1e-9 * theirs[ok])
+        # read at the same fraction in one unit, the run's work is P / P_c of theirs
+        their_work = np.where(same, work, np.where(same_unit, run.epochs_planned / planned, 1.0))
+        rest = np.maximum((ends[ok] - at[ok]) * their_work[ok], 1e-9 * theirs[ok])
         paced = float(np.median(np.log(rest))) if target is None else None
     measured = 1.4826 * float(np.median(np.abs(est_logs - center)))
     # shrunk by n - 1 dof toward the job's typical spread at the start or mid-run (or

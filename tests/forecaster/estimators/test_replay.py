@@ -72,6 +72,8 @@ def test_each_replayed_moment_knows_only_runs_that_ended_before_it() -> None:
     assert first and all(s.analog is None for s in first)
     last = [s for s in samples if s.timestamp > runs[1].last_timestamp]
     assert last and all(s.analog is not None and s.analog.n == 2 for s in last)
+    # the analogs at their own pace too, for the choice to score
+    assert all(s.analog.log_at_their_pace is not None for s in last)
     assert {s.job for s in samples} == {job_key(runs[0])}
     # the job prior is temporal too: none for the first run, the job's for the last
     assert all(s.parts[0].prior_level not in ("job_batch", "job") for s in first)

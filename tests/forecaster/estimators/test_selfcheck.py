@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from gpu_eta.forecaster.estimators import choice
 from gpu_eta.forecaster.estimators.analog import AnalogEstimator
 from gpu_eta.forecaster.estimators.choice import (
     ANALOG_OPTIONS,
@@ -128,3 +129,22 @@ def test_a_run_whose_speed_changed_is_not_trusted_to_its_analogs() -> None:
     assert t is not None and t < 0.05
     # the same run without the neighbour is trusted to them
     assert _trust_of(est, truncate(shaped("usual", 2e6, USUAL), 0.6)) == pytest.approx(1.0)
+
+
+def test_predict_publishes_the_analogs_pace_where_it_is_chosen() -> None:
+    """A run 1.5× slower than its analogs at 50 %: with their pace chosen the centre is
+    their seconds still to go, with the run's pace 1.5× that (before calibration's
+    shift, which is the same for both options here: one model, one bin)."""
+    history = [shaped(f"h{i}", 1e6 + i * 1e4, USUAL) for i in range(30)]
+    model = EtaModel(random_state=0).fit(history)
+    run = truncate(shaped("slow", 2e6, [d * 1.5 for d in USUAL]), 0.5)
+    found = model.analog_.estimate(run)
+    assert found is not None and found.log_at_their_pace is not None
+    ratio = math.exp(found.log_remaining - found.log_at_their_pace)
+    assert ratio == pytest.approx(1.5, rel=0.05)
+    p50s = {}
+    for option in (*choice.PACE_OPTIONS[:1], choice.ANALOGS):
+        model.choice_["analog"] = {p: option for p in model.choice_["analog"]}
+        p50s[option] = model.predict(run, run.last_timestamp).p50
+    pace, own = p50s[choice.PACE_OPTIONS[0]], p50s[choice.ANALOGS]
+    assert own / pace == pytest.approx(ratio, rel=1e-6)
