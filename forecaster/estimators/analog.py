@@ -257,7 +257,8 @@ def start_seconds(planned: float, unit: str, c: _Curve) -> float:
     first = c.fractions[1] * c.planned  # a curve has two points at least (``update``)
     if 0.0 < first < c.planned:
         if planned <= first:  # the plan ends in its start-up: its own curve up to there
-            return interp(planned / c.planned, c.fractions, c.elapsed)
+            # (a first point logged at its start's second reads 0: a length must be > 0)
+            return max(interp(planned / c.planned, c.fractions, c.elapsed), 1e-9 * c.total)
         startup = c.elapsed[1]
         return startup + (c.total - startup) * (planned - first) / (c.planned - first)
     return c.total * (planned / c.planned)

@@ -104,6 +104,12 @@ def test_at_the_start_a_longer_plan_scales_the_work_after_the_start_up_only() ->
         return math.exp(found.log_remaining)
 
     assert at_start(0.5) == pytest.approx(35.0)
+    # an analog whose first epoch end was logged at its start's second: never 0 s
+    instant = make_run("i", [0.0] + [10.0] * 9, start=1e6, **CONFIG)
+    zero = AnalogEstimator().fit([instant])
+    short = make_run("short", [35.0], planned=0.5, start=2e6, **CONFIG)
+    got = zero.estimate(dataclasses.replace(short, epoch_times=short.epoch_times[:1]))
+    assert got is not None and math.exp(got.log_remaining) == pytest.approx(90.0 * 1e-9)
     assert at_start(1.0) == pytest.approx(70.0)
     assert at_start(1.001) == pytest.approx(70.0 + 90.0 * 0.001 / 9)
     # an analog of its start and end only has no start-up to keep: the plain ratio
@@ -225,6 +231,8 @@ def test_an_analog_counting_another_unit_is_read_at_the_same_fraction() -> None:
     part = truncate(plain("now", 2e6, 10), 0.3)  # epoch 3 of 10, 90 s spent
     got = est.estimate(part)
     assert math.exp(got.log_remaining) == pytest.approx(90.0 * (160.0 - 90.0) / 90.0)
+    # at its pace: what it had left from 30 % of its plan, no ratio of plans in two units
+    assert math.exp(got.log_at_their_pace) == pytest.approx(160.0 - 90.0)
 
 
 def test_only_earlier_runs_of_the_same_configuration() -> None:
