@@ -119,18 +119,22 @@ def test_at_the_start_a_longer_plan_scales_the_work_after_the_start_up_only() ->
     assert math.exp(alone.log_remaining) == pytest.approx(160.0 * 14 / 10)
 
 
+def counted_in_steps():
+    """``plain``'s 10-epoch run (160 s) as it reports 1,000 optimizer steps."""
+    run = make_run("h", [70.0] + [10.0] * 9, start=1e6, **CONFIG)
+    return dataclasses.replace(
+        run,
+        epochs_planned=1000.0,
+        epoch_times=tuple((e * 100.0, t) for e, t in run.epoch_times),
+        features={**run.features, "progress_unit": "steps"},
+    )
+
+
 def test_at_the_start_an_analog_counting_another_unit_is_read_whole() -> None:
     """A plan of 10 epochs against an analog whose plan was 1,000 steps: a ratio of
     plans in two units means nothing (it made the forecast 1 % of the analog's length),
     so the analog's length, as mid-run it is read at the same fraction."""
-    steps = make_run("h", [70.0] + [10.0] * 9, start=1e6, **CONFIG)
-    steps = dataclasses.replace(
-        steps,
-        epochs_planned=1000.0,
-        epoch_times=tuple((e * 100.0, t) for e, t in steps.epoch_times),
-        features={**steps.features, "progress_unit": "steps"},
-    )
-    est = AnalogEstimator().fit([steps])
+    est = AnalogEstimator().fit([counted_in_steps()])
     got = est.estimate(truncate(plain("now", 2e6, 10), 0.0))
     assert math.exp(got.log_remaining) == pytest.approx(160.0)
 
@@ -220,14 +224,7 @@ def test_an_analog_counting_another_unit_is_read_at_the_same_fraction() -> None:
     """A configuration's runs that reported epochs (plan 10) and one that reported
     only steps (1,000): a step count is no epoch count, so the run counting epochs
     reads the other at its fraction of the plan."""
-    steps = make_run("h", [70.0] + [10.0] * 9, start=1e6, **CONFIG)
-    steps = dataclasses.replace(
-        steps,
-        epochs_planned=1000.0,
-        epoch_times=tuple((e * 100.0, t) for e, t in steps.epoch_times),
-        features={**steps.features, "progress_unit": "steps"},
-    )
-    est = AnalogEstimator().fit([steps])
+    est = AnalogEstimator().fit([counted_in_steps()])
     part = truncate(plain("now", 2e6, 10), 0.3)  # epoch 3 of 10, 90 s spent
     got = est.estimate(part)
     assert math.exp(got.log_remaining) == pytest.approx(90.0 * (160.0 - 90.0) / 90.0)
