@@ -27,19 +27,19 @@ from forecast_accuracy import find_mlperf, split_mlperf, without_copies
 
 from gpu_eta.forecaster.estimators.analog import (
     MAX_ANALOGS,
-    _Curve,
-    _curve,
-    _unit,
+    Curve,
+    curve,
     identity,
     start_seconds,
+    unit_of,
 )
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.forecaster.runs_csv import read_runs_file
 
-Reading = Callable[[Run, _Curve], float]
+Reading = Callable[[Run, Curve], float]
 READINGS: dict[str, Reading] = {
     "ratio of plans": lambda run, c: c.total * run.epochs_planned / c.planned,
-    "start-up as it was": lambda run, c: start_seconds(run.epochs_planned, _unit(run), c),
+    "start-up as it was": lambda run, c: start_seconds(run.epochs_planned, unit_of(run), c),
 }
 
 
@@ -59,7 +59,7 @@ def errors(runs: Sequence[Run]) -> dict[str, dict[str, list[float]]]:
         ends = [r.last_timestamp for r in finished]
         for run in group:
             n = bisect.bisect_left(ends, run.start_timestamp)
-            curves = [_curve(a) for a in finished[max(0, n - MAX_ANALOGS) : n]]
+            curves = [curve(a) for a in finished[max(0, n - MAX_ANALOGS) : n]]
             truth = run.last_timestamp - run.start_timestamp
             if not curves or truth <= 0:
                 continue

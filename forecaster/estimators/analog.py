@@ -16,7 +16,7 @@ remaining work scaled to this run's, so a run on a faster or slower node than it
 analogs keeps its own speed while borrowing their shape. The reference ``r_i`` is the
 later of the run's and the analog's first progress points (the start while the run
 has only one, or where that point is not before the run's progress): a start-up that differs from run to run is no part of either speed
-(``seconds_left``). An analog that never reached ``e``, or counts another unit, is
+(``readings``). An analog that never reached ``e``, or counts another unit, is
 read at the same fraction of its plan instead. No constant is fitted. Before the
 first progress point (elapsed carries no speed yet) it is the median of their
 lengths: each analog's start-up as it was, the rest scaled to this run's plan
@@ -123,7 +123,7 @@ def identity(run: Run) -> tuple[str, ...] | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Curve:
+class Curve:
     """One finished run: progress fractions and seconds since its start, its plan and
     the unit its progress counts."""
 
@@ -153,20 +153,20 @@ class AnalogEstimate:
     (no speed yet) the same as ``log_remaining``; None for a self-check's target."""
 
 
-def _curve(run: Run) -> _Curve:
+def curve(run: Run) -> Curve:
     times = run.epoch_times
     start = float(times[0][1])
     planned = run.epochs_planned
-    return _Curve(
+    return Curve(
         end=float(times[-1][1]),
         fractions=tuple(float(e) / planned for e, _t in times),
         elapsed=tuple(float(t) - start for _e, t in times),
         planned=planned,
-        unit=_unit(run),
+        unit=unit_of(run),
     )
 
 
-def _unit(run: Run) -> str:
+def unit_of(run: Run) -> str:
     """The unit ``run``'s progress counts (``progress_unit``; "" for epochs)."""
     return str(run.features.get("progress_unit", "") or "")
 
@@ -234,7 +234,7 @@ def since(times: Sequence[tuple[float, float]], progress: float) -> float:
     return (now - y0) - (y1 - y0) * (progress - x0) / (x1 - x0)
 
 
-def start_seconds(planned: float, unit: str, c: _Curve) -> float:
+def start_seconds(planned: float, unit: str, c: Curve) -> float:
     """Analog ``c``'s forecast of the whole length of a run of plan ``planned`` counted
     in ``unit``, before that run's first progress point: ``c``'s start-up as it was
     (seconds to its first progress point ``x_c``), and the rest of its time scaled by
@@ -247,7 +247,7 @@ def start_seconds(planned: float, unit: str, c: _Curve) -> float:
     v0.5–v1.1, 0.80 → 0.72 % on v2.0–v2.1; MLPerf's NCF, whose start-up is most of
     a run, 3.6 → 0.5 %). With equal plans it is the analog's length. An analog that
     counts another unit (steps where the run counts epochs) is read at the same
-    fraction of its plan, as ``seconds_left`` does, i.e. its whole length: a ratio of
+    fraction of its plan, as ``readings`` does, i.e. its whole length: a ratio of
     plans in two units means nothing. A plan that ends before that point reads the
     analog's curve up to it (continuous with the rule at the point); an analog without
     a progress point inside its plan (start and end only), the plain ratio.
@@ -264,23 +264,11 @@ def start_seconds(planned: float, unit: str, c: _Curve) -> float:
     return c.total * (planned / c.planned)
 
 
-def seconds_left(
-    times: Sequence[tuple[float, float]],
-    planned: float,
-    unit: str,
-    c: _Curve,
-    target: float | None = None,
-) -> float | None:
-    """Analog ``c``'s forecast at the run's own pace (``readings``), or None."""
-    both = readings(times, planned, unit, c, target)
-    return None if both is None else both[0]
-
-
 def readings(
     times: Sequence[tuple[float, float]],
     planned: float,
     unit: str,
-    c: _Curve,
+    c: Curve,
     target: float | None = None,
 ) -> tuple[float, float] | None:
     """Analog ``c``'s two forecasts of the seconds still to go for a run with progress points
@@ -359,7 +347,7 @@ def readings(
     return ours * max(rest / theirs * work, 1e-9), max(rest * their_work, 1e-9 * theirs)
 
 
-def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
+def _mid_run_spread(curves: Sequence[Curve]) -> float | None:
     """The spread of the analog estimates of the last of ``curves`` (a configuration's
     latest run) from the ones before it, at a quarter, half and three quarters of its
     plan (their median): what analogs usually disagree by mid-run."""
@@ -372,8 +360,8 @@ def _mid_run_spread(curves: Sequence[_Curve]) -> float | None:
             (f * last.planned, t) for f, t in zip(last.fractions[:k], last.elapsed[:k], strict=True)
         ]
         seen.append((share * last.planned, interp(share, last.fractions, last.elapsed)))
-        left = [seconds_left(seen, last.planned, last.unit, c) for c in earlier]
-        logs = [math.log(r) for r in left if r is not None and r > 0]
+        both = [readings(seen, last.planned, last.unit, c) for c in earlier]
+        logs = [math.log(r[0]) for r in both if r is not None and r[0] > 0]
         if len(logs) >= 2:
             scales.append(_scale(logs))
     return median_list(scales) if scales else None
@@ -397,7 +385,7 @@ class AnalogEstimator:
 
     def fit(self, history: Sequence[Run]) -> AnalogEstimator:
         """Index completed runs by identity, ordered by end time (O(n))."""
-        self.groups_: dict[tuple[str, ...], list[_Curve]] = {}
+        self.groups_: dict[tuple[str, ...], list[Curve]] = {}
         self.ends_: dict[tuple[str, ...], list[float]] = {}
         self.n_history_ = 0
         self.group_spread_: dict[tuple[str, ...], float] = {}
@@ -428,7 +416,7 @@ class AnalogEstimator:
             key = identity(run)
             if key is None:
                 continue
-            self.groups_.setdefault(key, []).append(_curve(run))
+            self.groups_.setdefault(key, []).append(curve(run))
             touched.add(key)
         for key in touched:
             curves = sorted(self.groups_[key], key=lambda c: c.end)[-self.max_kept :]
@@ -457,7 +445,7 @@ class AnalogEstimator:
             self.job_mid_spread_.get(job, self.typical_mid_spread_),
         )
 
-    def analogs(self, run: Run, before: float | None = None) -> list[_Curve]:
+    def analogs(self, run: Run, before: float | None = None) -> list[Curve]:
         """The most recent earlier runs of ``run``'s identity that ended before
         ``before``, of its latest campaign (``campaign.latest_runs``)."""
         if not hasattr(self, "groups_"):
@@ -482,35 +470,36 @@ class AnalogEstimator:
             return None
         # Python floats throughout: ≤ 10 analogs, where numpy's per-call overhead was
         # most of the cost (the same arithmetic; tests/forecaster/estimators/test_analog.py)
-        frac = run.epochs_done / run.epochs_planned
-        spent = run.last_timestamp - run.start_timestamp
-        if frac <= 0 or spent <= 0:
+        at_start = run.epochs_done <= 0 or run.last_timestamp <= run.start_timestamp
+        planned, unit = run.epochs_planned, unit_of(run)
+        their_logs: list[float] | None = None  # the analogs' pace, mid-run
+        if at_start:
             if target is not None:
                 return None
             # at the start nothing has been spent: the analogs' whole length, their
             # work after the start-up scaled to this run's plan (``start_seconds``)
-            planned, unit = run.epochs_planned, _unit(run)
             est_logs = [math.log(start_seconds(planned, unit, c)) for c in curves]
-            at_their_pace = median_list(est_logs)
         else:
-            times, unit = run.epoch_times, _unit(run)
             both = [
                 pair
                 for c in curves
-                if (pair := readings(times, run.epochs_planned, unit, c, target)) is not None
+                if (pair := readings(run.epoch_times, planned, unit, c, target)) is not None
             ]
             if not both:
                 return None
             est_logs = [math.log(ours) for ours, _theirs in both]
-            # the self-check's question (a target) reads the run's pace only
-            at_their_pace = (
-                None if target is not None else median_list([math.log(t) for _o, t in both])
-            )
+            if target is None:  # the self-check's question reads the run's pace only
+                their_logs = [math.log(theirs) for _ours, theirs in both]
         center = median_list(est_logs)
+        if at_start:
+            at_their_pace: float | None = center  # no speed yet: one reading
+        else:
+            at_their_pace = None if their_logs is None else median_list(their_logs)
         n = len(est_logs)
         start_typical, mid_typical = self.typicals(run)
-        typical = start_typical if frac <= 0 or spent <= 0 else mid_typical
-        spread = shrunk_spread(_scale(est_logs, center), n, typical)
+        spread = shrunk_spread(
+            _scale(est_logs, center), n, start_typical if at_start else mid_typical
+        )
         spread *= math.sqrt(1.0 + math.pi / (2.0 * n))
         return AnalogEstimate(center, spread, n, at_their_pace)
 

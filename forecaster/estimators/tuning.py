@@ -236,7 +236,8 @@ def measured_mixes(
     such epoch ends; a bin short of them takes the weight measured on the epoch ends of
     the measured bins together (with too few even then, the precision weights stand).
     Why pooled rather than precision weights: while few past runs have a same-job
-    prior, the bins are short of epoch ends just when a job's first forecasts are made, and there the precision weights gave the prior 0–0.16 where the measured
+    prior, the bins are short of epoch ends just when a job's first forecasts are
+    made, and there the precision weights gave the prior 0–0.16 where the measured
     weight, once it came, was 0.4–0.99 (`pinned_shared` at 25 %; at 10 / 25 / 50 %
     0.66 / 0.86 / 0.98 → 0.56 / 0.80 / 0.92× the best baseline pooled;
     docs/forecasting-evidence.md, "A short bin's prior weight, pooled").
