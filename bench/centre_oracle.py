@@ -101,7 +101,16 @@ class IdentityPace:
         return max(0.0, elapsed * float(np.median(ratios)) - (now - run.last_timestamp))
 
 
-CANDIDATES = ("analog", "analog_pace", "blend", "rate", "prior", "keras", "linear")
+CANDIDATES = (
+    "analog",
+    "analog_pace",
+    "analog_weighed",
+    "blend",
+    "rate",
+    "prior",
+    "keras",
+    "linear",
+)
 """gpu-eta's own candidates (log remaining seconds), as ``EtaModel.predict`` computes them."""
 
 
@@ -116,6 +125,8 @@ def candidates(model, part: Run) -> dict[str, float]:
         out["analog"] = found.log_remaining
         if found.log_at_their_pace is not None:
             out["analog_pace"] = found.log_at_their_pace
+        if found.log_weighed is not None:
+            out["analog_weighed"] = found.log_weighed
     keras_linear = rate_candidates(part)
     out.update(keras_linear)
     return out

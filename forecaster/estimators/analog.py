@@ -24,7 +24,9 @@ lengths: each analog's start-up as it was, the rest scaled to this run's plan
 rounds v0.5–v1.1 and confirmed on v2.0–v2.1 (docs/forecasting.md). Mid-run the
 estimate also carries the same analogs read at *their* pace
 (``AnalogEstimate.log_at_their_pace``: their seconds still to go, the run's speed
-taken as theirs); which of the two is published is the choice's (``choice.py``).
+taken as theirs), and the two weighed by how well each foresaw the analogs' own rest
+(``pace_weight``, ``AnalogEstimate.log_weighed``); which is published is the
+choice's (``choice.py``).
 
 Identity (``identity``): namespace, job name, node type and batch size and GPU count
 where known. The live service has no node type label: it is derived as
@@ -93,6 +95,8 @@ DEFAULT_SPREAD = 0.1  # the typical spread before any configuration has MIN_TYPI
 SHRINK = 2.0  # pseudo degrees of freedom of the typical spread (module docstring)
 MIN_TYPICAL = 5  # runs of one configuration for its spread to count as typical
 MID_RUN_SHARES = (0.25, 0.5, 0.75)  # where a configuration's mid-run spread is measured
+DEFAULT_PACE_WEIGHTS = (0.5, 0.5, 0.5)  # the run's pace against the analogs', before any
+# configuration has MIN_TYPICAL runs (``pace_weight``)
 
 
 def node_type(run: Run) -> str:
@@ -151,6 +155,10 @@ class AnalogEstimate:
     """The same analogs read at their own pace (``readings``' second): what they had
     still to do from the run's progress, the run's speed taken as theirs. At the start
     (no speed yet) the same as ``log_remaining``; None for a self-check's target."""
+    log_weighed: float | None = None
+    """The two readings weighed by how well each foresaw the analogs' own rest
+    (``pace_weight``); with one analog, as its job's runs usually weigh them
+    (``AnalogEstimator.typicals``). None where ``log_at_their_pace`` is."""
 
 
 def curve(run: Run) -> Curve:
@@ -347,24 +355,80 @@ def readings(
     return ours * max(rest / theirs * work, 1e-9), max(rest * their_work, 1e-9 * theirs)
 
 
-def _mid_run_spread(curves: Sequence[Curve]) -> float | None:
-    """The spread of the analog estimates of the last of ``curves`` (a configuration's
-    latest run) from the ones before it, at a quarter, half and three quarters of its
-    plan (their median): what analogs usually disagree by mid-run."""
+def seen_at(c: Curve, progress: float) -> list[tuple[float, float]]:
+    """Analog ``c`` as it stood at ``progress`` (its own units): its progress points
+    before it and that moment interpolated, as ``(progress, seconds since its start)``."""
+    share = progress / c.planned
+    k = bisect.bisect_left(c.fractions, share)
+    seen = [(f * c.planned, t) for f, t in zip(c.fractions[:k], c.elapsed[:k], strict=True)]
+    seen.append((progress, interp(share, c.fractions, c.elapsed)))
+    return seen
+
+
+def pace_weight(curves: Sequence[Curve], share: float) -> float | None:
+    """The weight of the run's pace against the analogs' pace (``readings``' two
+    forecasts) for a run at ``share`` of its plan: each analog, seen at that share of
+    its plan, forecast by the others both ways and scored against the rest it really
+    took; the weight is the analogs' pace's mean squared log error over the sum of
+    both (inverse-variance weights). None with fewer than two analogs to score.
+
+    Why: which reading is better is the configuration's. Where its runs differ in
+    speed (MLPerf's DLRM: repeats a few tenths of a percent apart, the run's own pace
+    right to 0.03 % at 90 %) the run's pace wins; where a stretch or two of the run
+    says less about its speed than its configuration does (most MLPerf benchmarks
+    early), theirs. One share for every configuration, as the choice picks per point,
+    reads one of them wrong. No constant is fitted: the analogs score themselves.
+    """
+    sq_ours = sq_theirs = 0.0
+    scored = 0
+    for j, c in enumerate(curves):
+        seen = seen_at(c, share * c.planned)
+        rest = c.total - seen[-1][1]
+        if len(seen) < 2 or seen[-1][1] <= 0 or rest <= 0:
+            continue
+        pairs = [
+            pair
+            for i, other in enumerate(curves)
+            if i != j and (pair := readings(seen, c.planned, c.unit, other)) is not None
+        ]
+        if not pairs:
+            continue
+        truth = math.log(rest)
+        sq_ours += (median_list([math.log(a) for a, _b in pairs]) - truth) ** 2
+        sq_theirs += (median_list([math.log(b) for _a, b in pairs]) - truth) ** 2
+        scored += 1
+    return _weight(sq_ours, sq_theirs) if scored >= 2 else None
+
+
+def _weight(sq_ours: float, sq_theirs: float) -> float:
+    """Inverse-variance weight of the run's pace from both readings' squared log errors."""
+    total = sq_ours + sq_theirs
+    return 0.5 if total <= 0 else sq_theirs / total
+
+
+def _mid_run(curves: Sequence[Curve]) -> tuple[float | None, tuple[float, ...] | None]:
+    """How the analogs of the last of ``curves`` (a configuration's latest run), the
+    ones before it, read it at a quarter, half and three quarters of its plan: the
+    spread of their estimates (the median of the three: what analogs usually disagree
+    by mid-run), and at each share the weight of its own pace against theirs
+    (``pace_weight``'s rule on this one run; None unless all three were read)."""
     last, earlier = curves[-1], curves[:-1]
     scales = []
+    weights = []
     for share in MID_RUN_SHARES:
-        # the latest run as it stood at ``share`` of its plan
-        k = bisect.bisect_left(last.fractions, share)
-        seen = [
-            (f * last.planned, t) for f, t in zip(last.fractions[:k], last.elapsed[:k], strict=True)
-        ]
-        seen.append((share * last.planned, interp(share, last.fractions, last.elapsed)))
-        both = [readings(seen, last.planned, last.unit, c) for c in earlier]
-        logs = [math.log(r[0]) for r in both if r is not None and r[0] > 0]
+        seen = seen_at(last, share * last.planned)  # the latest run at ``share``
+        both = [r for c in earlier if (r := readings(seen, last.planned, last.unit, c)) is not None]
+        logs = [math.log(ours) for ours, _theirs in both]
         if len(logs) >= 2:
             scales.append(_scale(logs))
-    return median_list(scales) if scales else None
+        rest = last.total - seen[-1][1]
+        if both and rest > 0:
+            truth = math.log(rest)
+            sq_ours = (median_list(logs) - truth) ** 2
+            sq_theirs = (median_list([math.log(theirs) for _o, theirs in both]) - truth) ** 2
+            weights.append(_weight(sq_ours, sq_theirs))
+    spread = median_list(scales) if scales else None
+    return spread, tuple(weights) if len(weights) == len(MID_RUN_SHARES) else None
 
 
 def _typical(spreads: dict[tuple[str, ...], float]) -> tuple[float, dict[str, float]]:
@@ -374,6 +438,18 @@ def _typical(spreads: dict[tuple[str, ...], float]) -> tuple[float, dict[str, fl
     for key, value in spreads.items():
         by_job.setdefault(key[1], []).append(value)
     return median_list(list(spreads.values())), {j: median_list(v) for j, v in by_job.items()}
+
+
+def _typical_weights(
+    weights: dict[tuple[str, ...], tuple[float, ...]],
+) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
+    """``_typical`` per share of the configurations' pace ``weights``."""
+    everyone, by_job = zip(
+        *(_typical({k: w[i] for k, w in weights.items()}) for i in range(len(MID_RUN_SHARES))),
+        strict=True,
+    )
+    jobs = by_job[0].keys()
+    return tuple(everyone), {j: tuple(per[j] for per in by_job) for j in jobs}
 
 
 class AnalogEstimator:
@@ -394,6 +470,9 @@ class AnalogEstimator:
         self.group_mid_spread_: dict[tuple[str, ...], float] = {}
         self.typical_mid_spread_ = DEFAULT_SPREAD
         self.job_mid_spread_: dict[str, float] = {}
+        self.group_pace_weights_: dict[tuple[str, ...], tuple[float, ...]] = {}
+        self.typical_pace_weights_ = DEFAULT_PACE_WEIGHTS
+        self.job_pace_weights_: dict[str, tuple[float, ...]] = {}
         self.update(history)
         return self
 
@@ -426,23 +505,32 @@ class AnalogEstimator:
                 self.group_spread_[key] = _scale(
                     [math.log(c.total / c.planned) for c in curves[-self.max_analogs :]]
                 )
-                mid = _mid_run_spread(curves[-self.max_analogs - 1 :])
+                mid, weights = _mid_run(curves[-self.max_analogs - 1 :])
                 if mid is not None:
                     self.group_mid_spread_[key] = mid
+                if weights is not None:
+                    self.group_pace_weights_[key] = weights
         if touched and self.group_spread_:
             self.typical_spread_, self.job_spread_ = _typical(self.group_spread_)
         if touched and self.group_mid_spread_:
             self.typical_mid_spread_, self.job_mid_spread_ = _typical(self.group_mid_spread_)
+        if touched and self.group_pace_weights_:
+            self.typical_pace_weights_, self.job_pace_weights_ = _typical_weights(
+                self.group_pace_weights_
+            )
         self.n_history_ = max(self.n_history_, len(history))
 
-    def typicals(self, run: Run) -> tuple[float, float]:
+    def typicals(self, run: Run) -> tuple[float, float, tuple[float, ...]]:
         """The typical spreads ``run``'s analog spread is shrunk toward, at the start
-        and mid-run: its job's (by job name), else everyone's (module docstring)."""
+        and mid-run, and the typical weights of its own pace at ``MID_RUN_SHARES``
+        (where its analogs are too few to weigh themselves, ``pace_weight``): its
+        job's (by job name), else everyone's (module docstring)."""
         job = run.features.get("job_name")
         job = job if isinstance(job, str) else ""
         return (
             self.job_spread_.get(job, self.typical_spread_),
             self.job_mid_spread_.get(job, self.typical_mid_spread_),
+            self.job_pace_weights_.get(job, self.typical_pace_weights_),
         )
 
     def analogs(self, run: Run, before: float | None = None) -> list[Curve]:
@@ -491,17 +579,24 @@ class AnalogEstimator:
             if target is None:  # the self-check's question reads the run's pace only
                 their_logs = [math.log(theirs) for _ours, theirs in both]
         center = median_list(est_logs)
+        start_typical, mid_typical, typical_weights = self.typicals(run)
+        at_their_pace: float | None = None
+        weighed: float | None = None
         if at_start:
-            at_their_pace: float | None = center  # no speed yet: one reading
-        else:
-            at_their_pace = None if their_logs is None else median_list(their_logs)
+            at_their_pace = weighed = center  # no speed yet: one reading
+        elif their_logs is not None:
+            at_their_pace = median_list(their_logs)
+            share = run.epoch_times[-1][0] / planned
+            weight = pace_weight(curves, share)
+            if weight is None:  # one analog: how its job's runs usually weigh them
+                weight = interp(share, MID_RUN_SHARES, typical_weights)
+            weighed = weight * center + (1.0 - weight) * at_their_pace
         n = len(est_logs)
-        start_typical, mid_typical = self.typicals(run)
         spread = shrunk_spread(
             _scale(est_logs, center), n, start_typical if at_start else mid_typical
         )
         spread *= math.sqrt(1.0 + math.pi / (2.0 * n))
-        return AnalogEstimate(center, spread, n, at_their_pace)
+        return AnalogEstimate(center, spread, n, at_their_pace, weighed)
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         """Raw (uncalibrated) log-normal quantiles around the analog forecast."""

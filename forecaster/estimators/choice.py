@@ -47,11 +47,15 @@ AT_THEIR_PACE = "analog_pace"
 """The analogs read at their own pace (``AnalogEstimate.log_at_their_pace``): the run's
 speed taken as its configuration's earlier runs', where ``analog`` reads it from the
 run's own time since its first progress point."""
+WEIGHED = "analog_weighed"
+"""The two analog readings weighed per run by how well each foresaw the analogs' own
+rest (``AnalogEstimate.log_weighed``, ``analog.pace_weight``)."""
 PACE_OPTIONS: tuple[Option, ...] = (
     ((AT_THEIR_PACE, 1.0),),
     (("analog", 0.5), (AT_THEIR_PACE, 0.5)),
+    ((WEIGHED, 1.0),),
 )
-ANALOG_SHARES = ("analog", AT_THEIR_PACE)
+ANALOG_SHARES = ("analog", AT_THEIR_PACE, WEIGHED)
 """Candidates whose share of a centre takes the analogs' spread (``with_option``)."""
 PLAIN_OPTIONS: tuple[Option, ...] = (
     BLEND,
@@ -212,6 +216,8 @@ def candidates(
         out["analog"] = analog.log_remaining
         if analog.log_at_their_pace is not None:
             out[AT_THEIR_PACE] = analog.log_at_their_pace
+        if analog.log_weighed is not None:
+            out[WEIGHED] = analog.log_weighed
         if trust is not None:
             out[SELF_CHECK] = trust
     return out

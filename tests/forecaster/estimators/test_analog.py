@@ -8,10 +8,14 @@ import math
 import pytest
 
 from gpu_eta.forecaster.estimators.analog import (
+    DEFAULT_PACE_WEIGHTS,
     DEFAULT_SPREAD,
+    MID_RUN_SHARES,
     AnalogEstimator,
+    curve,
     identity,
     node_type,
+    pace_weight,
     shrunk_spread,
 )
 from gpu_eta.forecaster.estimators.base import InsufficientData, NotFittedError
@@ -333,6 +337,60 @@ def test_start_ups_that_differ_make_no_mid_run_spread() -> None:
     key = identity(history[0])
     assert est.group_spread_[key] > 0.1
     assert est.group_mid_spread_[key] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_configuration_whose_runs_differ_in_speed_weighs_the_runs_own_pace() -> None:
+    """Runs of one configuration on nodes of different speeds (each steady): the run's
+    own pace reads the rest exactly, the analogs' pace reads their median speed. Each
+    analog, read by the others, shows it, so the weighed reading is the run's pace."""
+    history = [shaped(f"h{i}", 1e6 + i * 1e3, s) for i, s in enumerate((1.0, 1.3, 0.8, 1.1))]
+    est = AnalogEstimator().fit(history)
+    run = shaped("now", 2e6, 1.5)
+    part = truncate(run, 0.3)
+    got = est.estimate(part)
+    truth = run.last_timestamp - part.last_timestamp
+    assert pace_weight([curve(r) for r in history], 0.3) == pytest.approx(1.0)
+    assert math.exp(got.log_weighed) == pytest.approx(truth, rel=1e-6)
+    assert math.exp(got.log_at_their_pace) < 0.8 * truth  # their median speed: 1.05
+
+
+def test_a_configuration_whose_runs_differ_in_one_epoch_weighs_their_pace() -> None:
+    """Runs of one configuration whose second epoch is slow by chance (1–3×, a
+    neighbour passing), the rest alike: the run's pace, read over that epoch, is off;
+    the analogs' seconds still to go are exact, and their own record shows it."""
+
+    def run(run_id: str, start: float, slow: float):
+        return make_run(run_id, [70.0, 10.0 * slow] + [10.0] * 8, start=start, **CONFIG)
+
+    history = [run(f"h{i}", 1e6 + i * 1e3, k) for i, k in enumerate((1.0, 2.0, 3.0, 1.5))]
+    est = AnalogEstimator().fit(history)
+    part = truncate(run("now", 2e6, 2.5), 0.3)  # three epochs done, 70 s to go
+    got = est.estimate(part)
+    assert pace_weight([curve(r) for r in history], 0.3) == pytest.approx(0.0)
+    assert math.exp(got.log_weighed) == pytest.approx(70.0, rel=1e-9)
+    assert abs(math.exp(got.log_remaining) - 70.0) > 5.0  # the run's pace alone
+
+
+def test_one_analog_takes_its_jobs_usual_weight() -> None:
+    """With one analog nothing can be scored: the weight is what the job's
+    configurations with many runs measured on their latest (at a quarter, half and
+    three quarters of the plan, the ends held), else everyone's, else half each."""
+    speeds = (1.0, 1.3, 0.8, 1.1, 0.9, 1.2)
+    history = [shaped(f"h{i}", 1e6 + i * 1e3, s) for i, s in enumerate(speeds)]
+    history.append(shaped("other", 1.5e6, 1.0, node_type="1xV100"))
+    est = AnalogEstimator().fit(history)
+    assert est.job_pace_weights_["bert"] == pytest.approx((1.0, 1.0, 1.0))
+    part = truncate(shaped("now", 2e6, 1.5, node_type="1xV100"), 0.3)
+    got = est.estimate(part)
+    assert got.n == 1 and got.log_weighed == pytest.approx(got.log_remaining)
+    assert got.log_weighed != pytest.approx(got.log_at_their_pace)
+    # a job whose configurations never had MIN_TYPICAL runs: half each
+    lone = AnalogEstimator().fit([history[-1]])
+    assert lone.typical_pace_weights_ == DEFAULT_PACE_WEIGHTS and len(MID_RUN_SHARES) == 3
+    half = lone.estimate(part)
+    assert half.log_weighed == pytest.approx(
+        0.5 * half.log_remaining + 0.5 * half.log_at_their_pace
+    )
 
 
 def test_contract() -> None:

@@ -190,11 +190,17 @@ def test_an_options_unit_is_the_analogs_spread_for_their_share_and_at_the_start(
 
 
 def test_the_analogs_at_their_own_pace_are_a_candidate_with_their_spread() -> None:
-    analog = AnalogEstimate(log_remaining=4.0, spread=0.02, n=5, log_at_their_pace=3.8)
+    analog = AnalogEstimate(
+        log_remaining=4.0, spread=0.02, n=5, log_at_their_pace=3.8, log_weighed=3.85
+    )
     cands = candidates(5.0, {"keras": 4.5, "linear": 4.7}, analog)
     assert cands[choice.AT_THEIR_PACE] == 3.8 and cands["analog"] == 4.0
+    assert cands[choice.WEIGHED] == 3.85
     mid = Residual(0.5, 5.0, 0.3, 4.1, 0.0)
-    paced, half = choice.PACE_OPTIONS
+    paced, half, weighed = choice.PACE_OPTIONS
+    assert with_option(mid, weighed, cands, analog).center == pytest.approx(3.85)
+    assert with_option(mid, weighed, cands, analog).sigma == pytest.approx(0.02)
+    assert choice.checked(weighed) in choice.OPTIONS["analog"]
     assert with_option(mid, paced, cands, analog).center == pytest.approx(3.8)
     assert with_option(mid, paced, cands, analog).sigma == pytest.approx(0.02)
     assert with_option(mid, half, cands, analog).center == pytest.approx(3.9)
@@ -212,3 +218,4 @@ def test_the_analogs_at_their_own_pace_are_a_candidate_with_their_spread() -> No
     # without that reading (the self-check's question) no such candidate
     bare = AnalogEstimate(log_remaining=4.0, spread=0.02, n=5)
     assert choice.AT_THEIR_PACE not in candidates(5.0, {}, bare)
+    assert choice.WEIGHED not in candidates(5.0, {}, bare)

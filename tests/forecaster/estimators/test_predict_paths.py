@@ -24,11 +24,13 @@ from gpu_eta.forecaster.estimators import analog as analog_mod
 from gpu_eta.forecaster.estimators import baselines as baselines_mod
 from gpu_eta.forecaster.estimators import rate as rate_mod
 from gpu_eta.forecaster.estimators.analog import (
+    MID_RUN_SHARES,
     MIN_SPREAD,
     SHRINK,
     AnalogEstimate,
     AnalogEstimator,
     interp,
+    pace_weight,
 )
 from gpu_eta.forecaster.estimators.base import InsufficientData, intervals, remaining_epochs
 from gpu_eta.forecaster.estimators.baselines import PredictLinear, numpy_sum
@@ -273,7 +275,7 @@ def numpy_estimate(
         )
         kept = np.where(first >= P, early, kept)
         est_logs = np.log(np.where(same_unit, np.where(inside, kept, totals * P / planned), totals))
-        center = paced = float(np.median(est_logs))
+        center = paced = weighed = float(np.median(est_logs))
     else:
         planned = np.array([c.planned for c in curves])
         done = run.epochs_done
@@ -328,6 +330,15 @@ def numpy_estimate(
         their_work = np.where(same, work, np.where(same_unit, run.epochs_planned / planned, 1.0))
         rest = np.maximum((ends[ok] - at[ok]) * their_work[ok], 1e-9 * theirs[ok])
         paced = float(np.median(np.log(rest))) if target is None else None
+        # the two weighed by the analogs' own record, else the job's usual weight
+        weighed = None
+        if paced is not None:
+            weight = pace_weight(curves, done / run.epochs_planned)
+            if weight is None:
+                job = str(run.features.get("job_name", ""))
+                usual = self.job_pace_weights_.get(job, self.typical_pace_weights_)
+                weight = float(np.interp(done / run.epochs_planned, MID_RUN_SHARES, usual))
+            weighed = weight * center + (1.0 - weight) * paced
     measured = 1.4826 * float(np.median(np.abs(est_logs - center)))
     # shrunk by n - 1 dof toward the job's typical spread at the start or mid-run (or
     # everyone's), widened as a new run's distance from the median of n
@@ -339,7 +350,7 @@ def numpy_estimate(
         typical = self.job_mid_spread_.get(job, self.typical_mid_spread_)
     shrunk = ((n - 1) * measured**2 + SHRINK * typical**2) / (n - 1 + SHRINK)
     spread = max(MIN_SPREAD, float(np.sqrt(shrunk))) * float(np.sqrt(1 + np.pi / (2 * n)))
-    return AnalogEstimate(center, spread, n, paced)
+    return AnalogEstimate(center, spread, n, paced, weighed)
 
 
 def cut(run: Run, keep: int, suffix: str) -> Run:
@@ -372,8 +383,9 @@ def test_analog_estimate_equals_numpy_reference(fitted):
                 assert close(a.log_remaining, b.log_remaining) and close(a.spread, b.spread)
                 if target is None:
                     assert close(a.log_at_their_pace, b.log_at_their_pace)
+                    assert close(a.log_weighed, b.log_weighed)
                 else:
-                    assert a.log_at_their_pace is None
+                    assert a.log_at_their_pace is None and a.log_weighed is None
     assert answered > 200
 
 
