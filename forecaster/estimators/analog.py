@@ -54,7 +54,7 @@ name as generic as ``train`` pools unrelated jobs, whose median is then about
 everyone's), else of every such configuration, else ``DEFAULT_SPREAD``: how much a
 job's runs differ is mostly the job's (0.1 % for
 MLPerf's RNN-T, 5 % for BERT, which stops at a quality target). At the start it is the
-scale of their total durations; mid-run the scale of a configuration's latest run's
+scale of their start readings for one plan (``_start_spread``); mid-run the scale of a configuration's latest run's
 analog forecasts at a quarter, half and three quarters of its plan (the median of the
 three), since the analogs agree far better once the run's own speed is known.
 
@@ -157,8 +157,8 @@ class AnalogEstimate:
     (no speed yet) the same as ``log_remaining``; None for a self-check's target."""
     log_weighed: float | None = None
     """The two readings weighed by how well each foresaw the analogs' own rest
-    (``pace_weight``); with one analog, as its job's runs usually weigh them
-    (``AnalogEstimator.typicals``). None where ``log_at_their_pace`` is."""
+    (``pace_weight``), shrunk toward how its job's other configurations usually weigh
+    them (``AnalogEstimator.usual_weights``). None where ``log_at_their_pace`` is."""
 
 
 def curve(run: Run) -> Curve:
@@ -365,12 +365,16 @@ def seen_at(c: Curve, progress: float) -> list[tuple[float, float]]:
     return seen
 
 
-def pace_weight(curves: Sequence[Curve], share: float) -> float | None:
+def pace_weight(
+    curves: Sequence[Curve], done: float, planned: float, unit: str, usual: float
+) -> float:
     """The weight of the run's pace against the analogs' pace (``readings``' two
-    forecasts) for a run at ``share`` of its plan: each analog, seen at that share of
-    its plan, forecast by the others both ways and scored against the rest it really
-    took; the weight is the analogs' pace's mean squared log error over the sum of
-    both (inverse-variance weights). None with fewer than two analogs to score.
+    forecasts) for a run at progress ``done`` of plan ``planned`` counted in ``unit``:
+    each analog, seen where the run's analogs read the run (at ``done`` where it got
+    that far in one unit, else at the same fraction of its plan), forecast by the others
+    both ways and scored against the rest it really took. The weight is the analogs'
+    pace's summed squared log error over the sum of both (inverse-variance weights);
+    with fewer than two analogs scored, ``usual``.
 
     Why: which reading is better is the configuration's. Where its runs differ in
     speed (MLPerf's DLRM: repeats a few tenths of a percent apart, the run's own pace
@@ -378,13 +382,20 @@ def pace_weight(curves: Sequence[Curve], share: float) -> float | None:
     says less about its speed than its configuration does (most MLPerf benchmarks
     early), theirs. One share for every configuration, as the choice picks per point,
     reads one of them wrong. No constant is fitted: the analogs score themselves.
+    Shrinking the weight toward ``usual`` by ``SHRINK`` pseudo analogs, as the spread
+    is (two analogs put it at 0 or 1 by chance), was measured and dropped: MLPerf
+    v0.5–v1.1 with history at 10 / 90 / 95 % 0.06 / 0.37 / 0.29 against 0.05 / 0.36 /
+    0.28× the best baseline, v2.0–v2.1 DLRM at 90 / 95 % 2.19 / 2.75 against 1.40 /
+    1.91× (docs/forecasting-evidence.md).
     """
+    share = done / planned
     sq_ours = sq_theirs = 0.0
     scored = 0
     for j, c in enumerate(curves):
-        seen = seen_at(c, share * c.planned)
+        same = unit == c.unit and done < c.planned
+        seen = seen_at(c, done if same else share * c.planned)
         rest = c.total - seen[-1][1]
-        if len(seen) < 2 or seen[-1][1] <= 0 or rest <= 0:
+        if seen[-1][1] <= 0 or rest <= 0:
             continue
         pairs = [
             pair
@@ -397,7 +408,9 @@ def pace_weight(curves: Sequence[Curve], share: float) -> float | None:
         sq_ours += (median_list([math.log(a) for a, _b in pairs]) - truth) ** 2
         sq_theirs += (median_list([math.log(b) for _a, b in pairs]) - truth) ** 2
         scored += 1
-    return _weight(sq_ours, sq_theirs) if scored >= 2 else None
+    if scored == 0:
+        return usual
+    return _weight(sq_ours, sq_theirs) if scored >= 2 else usual
 
 
 def _weight(sq_ours: float, sq_theirs: float) -> float:
@@ -431,6 +444,15 @@ def _mid_run(curves: Sequence[Curve]) -> tuple[float | None, tuple[float, ...] |
     return spread, tuple(weights) if len(weights) == len(MID_RUN_SHARES) else None
 
 
+def _start_spread(curves: Sequence[Curve]) -> float:
+    """The scale of ``curves``' start readings (``start_seconds``) of one plan, their
+    latest's: how much a configuration's analogs disagree at a run's start, on the
+    reading the start publishes (a ratio ``T / P`` would count the plans' spread of a
+    job trained to a quality target, which the start-up kept as it was does not)."""
+    last = curves[-1]
+    return _scale([math.log(start_seconds(last.planned, last.unit, c)) for c in curves])
+
+
 def _typical(spreads: dict[tuple[str, ...], float]) -> tuple[float, dict[str, float]]:
     """The median of the configurations' ``spreads``, and per job name the median of
     its configurations' (identity's second field)."""
@@ -440,16 +462,9 @@ def _typical(spreads: dict[tuple[str, ...], float]) -> tuple[float, dict[str, fl
     return median_list(list(spreads.values())), {j: median_list(v) for j, v in by_job.items()}
 
 
-def _typical_weights(
-    weights: dict[tuple[str, ...], tuple[float, ...]],
-) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
-    """``_typical`` per share of the configurations' pace ``weights``."""
-    everyone, by_job = zip(
-        *(_typical({k: w[i] for k, w in weights.items()}) for i in range(len(MID_RUN_SHARES))),
-        strict=True,
-    )
-    jobs = by_job[0].keys()
-    return tuple(everyone), {j: tuple(per[j] for per in by_job) for j in jobs}
+def _median_weights(weights: Sequence[tuple[float, ...]]) -> tuple[float, ...]:
+    """Per share of ``MID_RUN_SHARES``, the median of configurations' pace weights."""
+    return tuple(median_list([w[i] for w in weights]) for i in range(len(MID_RUN_SHARES)))
 
 
 class AnalogEstimator:
@@ -472,7 +487,8 @@ class AnalogEstimator:
         self.job_mid_spread_: dict[str, float] = {}
         self.group_pace_weights_: dict[tuple[str, ...], tuple[float, ...]] = {}
         self.typical_pace_weights_ = DEFAULT_PACE_WEIGHTS
-        self.job_pace_weights_: dict[str, tuple[float, ...]] = {}
+        self.job_pace_groups_: dict[str, dict[tuple[str, ...], tuple[float, ...]]] = {}
+        self._usual: dict[str, tuple[float, ...]] = {}
         self.update(history)
         return self
 
@@ -502,36 +518,54 @@ class AnalogEstimator:
             self.groups_[key] = curves
             self.ends_[key] = [c.end for c in curves]
             if len(curves) >= MIN_TYPICAL:
-                self.group_spread_[key] = _scale(
-                    [math.log(c.total / c.planned) for c in curves[-self.max_analogs :]]
-                )
+                self.group_spread_[key] = _start_spread(curves[-self.max_analogs :])
                 mid, weights = _mid_run(curves[-self.max_analogs - 1 :])
                 if mid is not None:
                     self.group_mid_spread_[key] = mid
                 if weights is not None:
                     self.group_pace_weights_[key] = weights
+                    self.job_pace_groups_.setdefault(key[1], {})[key] = weights
         if touched and self.group_spread_:
             self.typical_spread_, self.job_spread_ = _typical(self.group_spread_)
         if touched and self.group_mid_spread_:
             self.typical_mid_spread_, self.job_mid_spread_ = _typical(self.group_mid_spread_)
         if touched and self.group_pace_weights_:
-            self.typical_pace_weights_, self.job_pace_weights_ = _typical_weights(
-                self.group_pace_weights_
-            )
+            self.typical_pace_weights_ = _median_weights(list(self.group_pace_weights_.values()))
+            self._usual = {}
         self.n_history_ = max(self.n_history_, len(history))
 
     def typicals(self, run: Run) -> tuple[float, float, tuple[float, ...]]:
         """The typical spreads ``run``'s analog spread is shrunk toward, at the start
-        and mid-run, and the typical weights of its own pace at ``MID_RUN_SHARES``
-        (where its analogs are too few to weigh themselves, ``pace_weight``): its
-        job's (by job name), else everyone's (module docstring)."""
+        and mid-run: its job's (by job name), else everyone's (module docstring); and
+        the usual weights of its own pace at ``MID_RUN_SHARES`` that ``pace_weight``
+        shrinks toward, live (``usual_weights``)."""
         job = run.features.get("job_name")
         job = job if isinstance(job, str) else ""
         return (
             self.job_spread_.get(job, self.typical_spread_),
             self.job_mid_spread_.get(job, self.typical_mid_spread_),
-            self.job_pace_weights_.get(job, self.typical_pace_weights_),
+            self.usual_weights(job),
         )
+
+    def usual_weights(self, job: str, before: float | None = None) -> tuple[float, ...]:
+        """The median pace weights of ``job``'s configurations (measured on each one's
+        latest run, ``_mid_run``) whose latest run ended before ``before`` (all, with
+        None: live), else everyone's.
+
+        Why ``before``: a calibration replays past moments with the whole history
+        fitted, and a configuration's latest run can be the run replayed, its weights
+        that run's own future."""
+        if before is None:
+            cached = self._usual.get(job)
+            if cached is None:
+                groups = self.job_pace_groups_.get(job, {})
+                weights = list(groups.values())
+                cached = _median_weights(weights) if weights else self.typical_pace_weights_
+                self._usual[job] = cached
+            return cached
+        groups = self.job_pace_groups_.get(job, {})
+        weights = [w for key, w in groups.items() if self.ends_[key][-1] < before]
+        return _median_weights(weights) if weights else self.typical_pace_weights_
 
     def analogs(self, run: Run, before: float | None = None) -> list[Curve]:
         """The most recent earlier runs of ``run``'s identity that ended before
@@ -568,28 +602,32 @@ class AnalogEstimator:
             # work after the start-up scaled to this run's plan (``start_seconds``)
             est_logs = [math.log(start_seconds(planned, unit, c)) for c in curves]
         else:
-            both = [
-                pair
+            answered = [
+                (c, pair)
                 for c in curves
                 if (pair := readings(run.epoch_times, planned, unit, c, target)) is not None
             ]
-            if not both:
+            if not answered:
                 return None
+            answering = [c for c, _pair in answered]
+            both = [pair for _c, pair in answered]
             est_logs = [math.log(ours) for ours, _theirs in both]
             if target is None:  # the self-check's question reads the run's pace only
                 their_logs = [math.log(theirs) for _ours, theirs in both]
         center = median_list(est_logs)
         start_typical, mid_typical, typical_weights = self.typicals(run)
+        if before is not None:
+            job = run.features.get("job_name")
+            typical_weights = self.usual_weights(job if isinstance(job, str) else "", before)
         at_their_pace: float | None = None
         weighed: float | None = None
         if at_start:
             at_their_pace = weighed = center  # no speed yet: one reading
         elif their_logs is not None:
             at_their_pace = median_list(their_logs)
-            share = run.epoch_times[-1][0] / planned
-            weight = pace_weight(curves, share)
-            if weight is None:  # one analog: how its job's runs usually weigh them
-                weight = interp(share, MID_RUN_SHARES, typical_weights)
+            done = run.epoch_times[-1][0]
+            usual = interp(done / planned, MID_RUN_SHARES, typical_weights)
+            weight = pace_weight(answering, done, planned, unit, usual)
             weighed = weight * center + (1.0 - weight) * at_their_pace
         n = len(est_logs)
         spread = shrunk_spread(

@@ -471,7 +471,7 @@ class EtaModel:
         reused only for the run's whole content equal (epoch ends, plan, features; the
         utilisation means, which drift every cycle, only where the regression reads them),
         the same fitted ``blend_`` and ``analog_``, and the same analogs, job group and
-        typical analog spreads of this run (``update`` replaces those of the runs that
+        typical analog spreads and pace weights of this run (``update`` replaces those of the runs that
         finished: only runs of the same configuration or job are recomputed). One entry
         per run (a changed run replaces its entry); at most ``MEMO_MAX`` entries, then
         cleared.
@@ -498,8 +498,8 @@ class EtaModel:
         content = (run.epochs_planned, run.epoch_times, tuple(features.items()))
         # what ``update`` changes for this run: its analogs and its job group (both
         # replaced by new objects when a run of theirs finishes; compared by identity),
-        # and the typical spreads its analogs' spread is shrunk toward (its job's, moved
-        # by a run of the job finishing on other hardware)
+        # and the typical spreads and pace weights its analogs' are shrunk toward (its
+        # job's, moved by a run of the job finishing on other hardware)
         analogs = self.analog_.groups_.get(identity(run) or ())
         typicals = self.analog_.typicals(run)
         hit = entries.get(who)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 
 import pytest
 
@@ -12,6 +13,7 @@ from gpu_eta.forecaster.estimators.analog import (
     DEFAULT_SPREAD,
     MID_RUN_SHARES,
     AnalogEstimator,
+    Curve,
     curve,
     identity,
     node_type,
@@ -20,6 +22,7 @@ from gpu_eta.forecaster.estimators.analog import (
 )
 from gpu_eta.forecaster.estimators.base import InsufficientData, NotFittedError
 from gpu_eta.forecaster.estimators.replay import truncate
+from gpu_eta.forecaster.runs import Run
 from tests.forecaster.estimators.runs_factory import make_run
 
 CONFIG = {"job_name": "bert", "namespace": "team", "node_type": "8xA100", "batch_size": 64.0}
@@ -344,50 +347,114 @@ def test_a_configuration_whose_runs_differ_in_speed_weighs_the_runs_own_pace() -
     own pace reads the rest exactly, the analogs' pace reads their median speed. Each
     analog, read by the others, shows it, so the weighed reading is the run's pace."""
     history = [shaped(f"h{i}", 1e6 + i * 1e3, s) for i, s in enumerate((1.0, 1.3, 0.8, 1.1))]
+    curves = [curve(r) for r in history]
+    assert pace_weight(curves, 3.0, 10.0, "", usual=0.0) == pytest.approx(1.0)
     est = AnalogEstimator().fit(history)
     run = shaped("now", 2e6, 1.5)
     part = truncate(run, 0.3)
     got = est.estimate(part)
     truth = run.last_timestamp - part.last_timestamp
-    assert pace_weight([curve(r) for r in history], 0.3) == pytest.approx(1.0)
-    assert math.exp(got.log_weighed) == pytest.approx(truth, rel=1e-6)
+    assert math.exp(got.log_remaining) == pytest.approx(truth, rel=1e-6)
     assert math.exp(got.log_at_their_pace) < 0.8 * truth  # their median speed: 1.05
+    assert math.exp(got.log_weighed) == pytest.approx(truth, rel=1e-6)
+
+
+def slow_second(run_id: str, start: float, slow: float, **features: str):
+    """A 60 s start-up, then ten epochs of 10 s, the second ``slow`` times longer."""
+    return make_run(run_id, [70.0, 10.0 * slow] + [10.0] * 8, start=start, **{**CONFIG, **features})
 
 
 def test_a_configuration_whose_runs_differ_in_one_epoch_weighs_their_pace() -> None:
     """Runs of one configuration whose second epoch is slow by chance (1–3×, a
     neighbour passing), the rest alike: the run's pace, read over that epoch, is off;
     the analogs' seconds still to go are exact, and their own record shows it."""
-
-    def run(run_id: str, start: float, slow: float):
-        return make_run(run_id, [70.0, 10.0 * slow] + [10.0] * 8, start=start, **CONFIG)
-
-    history = [run(f"h{i}", 1e6 + i * 1e3, k) for i, k in enumerate((1.0, 2.0, 3.0, 1.5))]
-    est = AnalogEstimator().fit(history)
-    part = truncate(run("now", 2e6, 2.5), 0.3)  # three epochs done, 70 s to go
-    got = est.estimate(part)
-    assert pace_weight([curve(r) for r in history], 0.3) == pytest.approx(0.0)
+    history = [slow_second(f"h{i}", 1e6 + i * 1e3, k) for i, k in enumerate((1.0, 2.0, 3.0, 1.5))]
+    curves = [curve(r) for r in history]
+    assert pace_weight(curves, 3.0, 10.0, "", usual=0.9) == pytest.approx(0.0)
+    part = truncate(slow_second("now", 2e6, 2.5), 0.3)  # three epochs done, 70 s to go
+    got = AnalogEstimator().fit(history).estimate(part)
+    assert math.exp(got.log_at_their_pace) == pytest.approx(70.0, rel=1e-9)
     assert math.exp(got.log_weighed) == pytest.approx(70.0, rel=1e-9)
     assert abs(math.exp(got.log_remaining) - 70.0) > 5.0  # the run's pace alone
 
 
-def test_one_analog_takes_its_jobs_usual_weight() -> None:
-    """With one analog nothing can be scored: the weight is what the job's
-    configurations with many runs measured on their latest (at a quarter, half and
-    three quarters of the plan, the ends held), else everyone's, else half each."""
+def reckoned_weight(history: list[Run], done: float) -> float:
+    """The weight of the run's pace, reckoned without ``pace_weight``: each run of
+    ``history`` cut at its epoch ``done`` and forecast by an estimator fitted on the
+    others alone, both readings scored against the rest it took."""
+    sq_ours = sq_theirs = 0.0
+    for j, run in enumerate(history):
+        cut = Run(run.run_id, run.epochs_planned, run.epoch_times[: int(done) + 1], run.features)
+        got = AnalogEstimator().fit(history[:j] + history[j + 1 :]).estimate(cut)
+        truth = math.log(run.last_timestamp - cut.last_timestamp)
+        sq_ours += (got.log_remaining - truth) ** 2
+        sq_theirs += (got.log_at_their_pace - truth) ** 2
+    return sq_theirs / (sq_ours + sq_theirs)
+
+
+def test_the_weight_is_each_analog_forecast_by_the_others_as_a_live_run_would_be() -> None:
+    """``pace_weight`` against an independent reckoning (``reckoned_weight``), for five
+    analogs and for two. Plans differ (a quality target), speeds and epochs vary, so
+    the weight is strictly between 0 and 1, whatever the usual weight."""
+    rng = random.Random(7)
+    history = []
+    for i, epochs in enumerate((10, 12, 9, 11, 10)):
+        speed = rng.uniform(0.7, 1.4)
+        durations = [60.0 * rng.uniform(0.5, 2.0)] + [
+            10.0 * speed * rng.uniform(0.8, 1.3) for _ in range(epochs - 1)
+        ]
+        history.append(make_run(f"h{i}", durations, start=1e6 + i * 1e3, **CONFIG))
+    done, planned = 4.0, 11.0  # a run of 11 epochs at its 4th
+    curves = [curve(r) for r in history]
+    for n in (5, 2):
+        measured = reckoned_weight(history[:n], done)
+        assert 0.01 < measured < 0.99
+        for usual in (0.0, 1.0):
+            got = pace_weight(curves[:n], done, planned, "", usual)
+            assert got == pytest.approx(measured, rel=1e-9)
+    # fewer than two scored: the usual weight. One analog; or a second that ends where
+    # the run stands (nothing left to score it on), though it reads the first
+    ended = Curve(1e6, (0.0, 0.1, 0.3, 1.0), (0.0, 60.0, 100.0, 100.0), planned=10.0)
+    assert pace_weight(curves[:1], done, planned, "", 0.25) == 0.25
+    assert pace_weight([curves[0], ended], done, planned, "", 0.25) == 0.25
+
+
+def test_the_usual_weight_is_the_jobs_configurations_that_ended_before() -> None:
+    """With no analog to score, the weight is what the job's configurations with five
+    runs or more measured on their latest run (at a quarter, half and three quarters
+    of the plan, the ends held), else everyone's, else half each. A calibration's
+    moment reads only the configurations whose latest run ended before it: that run
+    can be the one replayed."""
     speeds = (1.0, 1.3, 0.8, 1.1, 0.9, 1.2)
-    history = [shaped(f"h{i}", 1e6 + i * 1e3, s) for i, s in enumerate(speeds)]
-    history.append(shaped("other", 1.5e6, 1.0, node_type="1xV100"))
-    est = AnalogEstimator().fit(history)
-    assert est.job_pace_weights_["bert"] == pytest.approx((1.0, 1.0, 1.0))
+    steady = [shaped(f"a{i}", 1e6 + i * 1e3, s) for i, s in enumerate(speeds)]
+    slowed = [
+        slow_second(f"c{i}", 1.1e6 + i * 1e3, k, node_type="2xA100")
+        for i, k in enumerate((1.0, 2.0, 3.0, 1.5, 2.5, 1.2))
+    ]
+    lone = shaped("b0", 1.05e6, 1.0, node_type="1xV100")
+    est = AnalogEstimator().fit([*steady, *slowed, lone])
+    a, c = identity(steady[0]), identity(slowed[0])
+    assert est.group_pace_weights_[a] == pytest.approx((1.0, 1.0, 1.0))
+    assert max(est.group_pace_weights_[c]) < 0.05
+    pairs = zip(est.group_pace_weights_[a], est.group_pace_weights_[c], strict=True)
+    both = tuple((x + y) / 2 for x, y in pairs)
+    assert est.usual_weights("bert") == pytest.approx(both)
+    between = 1.06e6  # after a's latest run ended, before c's
+    assert est.usual_weights("bert", before=between) == est.group_pace_weights_[a]
+    assert est.usual_weights("bert", before=1e6) == est.typical_pace_weights_
+    # one analog (b0): nothing scored, the usual weight itself, at 30 % of the plan
+    # between the first two shares
     part = truncate(shaped("now", 2e6, 1.5, node_type="1xV100"), 0.3)
     got = est.estimate(part)
-    assert got.n == 1 and got.log_weighed == pytest.approx(got.log_remaining)
-    assert got.log_weighed != pytest.approx(got.log_at_their_pace)
-    # a job whose configurations never had MIN_TYPICAL runs: half each
-    lone = AnalogEstimator().fit([history[-1]])
-    assert lone.typical_pace_weights_ == DEFAULT_PACE_WEIGHTS and len(MID_RUN_SHARES) == 3
-    half = lone.estimate(part)
+    w = both[0] + (both[1] - both[0]) * (0.3 - 0.25) / 0.25
+    assert got.n == 1
+    assert got.log_weighed == pytest.approx(w * got.log_remaining + (1 - w) * got.log_at_their_pace)
+    then = est.estimate(part, before=between)
+    assert then.n == 1 and then.log_weighed == pytest.approx(then.log_remaining)
+    # a job whose configurations never had five runs: half each
+    fresh = AnalogEstimator().fit([lone])
+    assert fresh.typical_pace_weights_ == DEFAULT_PACE_WEIGHTS and len(MID_RUN_SHARES) == 3
+    half = fresh.estimate(part)
     assert half.log_weighed == pytest.approx(
         0.5 * half.log_remaining + 0.5 * half.log_at_their_pace
     )

@@ -330,14 +330,15 @@ def numpy_estimate(
         their_work = np.where(same, work, np.where(same_unit, run.epochs_planned / planned, 1.0))
         rest = np.maximum((ends[ok] - at[ok]) * their_work[ok], 1e-9 * theirs[ok])
         paced = float(np.median(np.log(rest))) if target is None else None
-        # the two weighed by the analogs' own record, else the job's usual weight
+        # the two weighed by the record of the analogs that answered, shrunk toward
+        # the usual weight of the job's configurations
         weighed = None
         if paced is not None:
-            weight = pace_weight(curves, done / run.epochs_planned)
-            if weight is None:
-                job = str(run.features.get("job_name", ""))
-                usual = self.job_pace_weights_.get(job, self.typical_pace_weights_)
-                weight = float(np.interp(done / run.epochs_planned, MID_RUN_SHARES, usual))
+            job = str(run.features.get("job_name", ""))
+            usual_at = self.usual_weights(job)
+            usual = float(np.interp(done / run.epochs_planned, MID_RUN_SHARES, usual_at))
+            answering = [c for c, k in zip(curves, ok, strict=True) if k]
+            weight = pace_weight(answering, done, run.epochs_planned, unit, usual)
             weighed = weight * center + (1.0 - weight) * paced
     measured = 1.4826 * float(np.median(np.abs(est_logs - center)))
     # shrunk by n - 1 dof toward the job's typical spread at the start or mid-run (or
