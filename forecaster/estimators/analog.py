@@ -157,8 +157,9 @@ class AnalogEstimate:
     (no speed yet) the same as ``log_remaining``; None for a self-check's target."""
     log_weighed: float | None = None
     """The two readings weighed by how well each foresaw the analogs' own rest
-    (``pace_weight``), shrunk toward how its job's other configurations usually weigh
-    them (``AnalogEstimator.usual_weights``). None where ``log_at_their_pace`` is."""
+    (``pace_weight``); with fewer than two analogs scored, as its job's configurations
+    usually weigh them (``AnalogEstimator.usual_weights``). None where
+    ``log_at_their_pace`` is."""
 
 
 def curve(run: Run) -> Curve:
@@ -408,8 +409,6 @@ def pace_weight(
         sq_ours += (median_list([math.log(a) for a, _b in pairs]) - truth) ** 2
         sq_theirs += (median_list([math.log(b) for _a, b in pairs]) - truth) ** 2
         scored += 1
-    if scored == 0:
-        return usual
     return _weight(sq_ours, sq_theirs) if scored >= 2 else usual
 
 
@@ -538,7 +537,7 @@ class AnalogEstimator:
         """The typical spreads ``run``'s analog spread is shrunk toward, at the start
         and mid-run: its job's (by job name), else everyone's (module docstring); and
         the usual weights of its own pace at ``MID_RUN_SHARES`` that ``pace_weight``
-        shrinks toward, live (``usual_weights``)."""
+        falls back on, live (``usual_weights``)."""
         job = run.features.get("job_name")
         job = job if isinstance(job, str) else ""
         return (
