@@ -54,8 +54,8 @@ name as generic as ``train`` pools unrelated jobs, whose median is then about
 everyone's), else of every such configuration, else ``DEFAULT_SPREAD``: how much a
 job's runs differ is mostly the job's (0.1 % for
 MLPerf's RNN-T, 5 % for BERT, which stops at a quality target). At the start it is the
-scale of their start readings for one plan (``_start_spread``); mid-run the scale of a configuration's latest run's
-analog forecasts at a quarter, half and three quarters of its plan (the median of the
+scale of their start readings for one plan (``_start_spread``); mid-run the scale of a
+configuration's latest run's analog forecasts at a quarter, half and three quarters of its plan (the median of the
 three), since the analogs agree far better once the run's own speed is known.
 
 Calibration (``forecaster.calibration``, ``EtaModel``) uses the spread as the unit of
@@ -405,11 +405,20 @@ def pace_weight(
         ]
         if not pairs:
             continue
-        truth = math.log(rest)
-        sq_ours += (median_list([math.log(a) for a, _b in pairs]) - truth) ** 2
-        sq_theirs += (median_list([math.log(b) for _a, b in pairs]) - truth) ** 2
+        ours, theirs = _squared_errors(pairs, rest)
+        sq_ours += ours
+        sq_theirs += theirs
         scored += 1
     return _weight(sq_ours, sq_theirs) if scored >= 2 else usual
+
+
+def _squared_errors(pairs: Sequence[tuple[float, float]], rest: float) -> tuple[float, float]:
+    """The squared log errors of the medians of ``readings``' two forecasts (``pairs``)
+    against the ``rest`` (seconds) the run they read really took."""
+    truth = math.log(rest)
+    ours = median_list([math.log(a) for a, _b in pairs]) - truth
+    theirs = median_list([math.log(b) for _a, b in pairs]) - truth
+    return ours * ours, theirs * theirs
 
 
 def _weight(sq_ours: float, sq_theirs: float) -> float:
@@ -435,10 +444,7 @@ def _mid_run(curves: Sequence[Curve]) -> tuple[float | None, tuple[float, ...] |
             scales.append(_scale(logs))
         rest = last.total - seen[-1][1]
         if both and rest > 0:
-            truth = math.log(rest)
-            sq_ours = (median_list(logs) - truth) ** 2
-            sq_theirs = (median_list([math.log(theirs) for _o, theirs in both]) - truth) ** 2
-            weights.append(_weight(sq_ours, sq_theirs))
+            weights.append(_weight(*_squared_errors(both, rest)))
     spread = median_list(scales) if scales else None
     return spread, tuple(weights) if len(weights) == len(MID_RUN_SHARES) else None
 
@@ -484,7 +490,6 @@ class AnalogEstimator:
         self.group_mid_spread_: dict[tuple[str, ...], float] = {}
         self.typical_mid_spread_ = DEFAULT_SPREAD
         self.job_mid_spread_: dict[str, float] = {}
-        self.group_pace_weights_: dict[tuple[str, ...], tuple[float, ...]] = {}
         self.typical_pace_weights_ = DEFAULT_PACE_WEIGHTS
         self.job_pace_groups_: dict[str, dict[tuple[str, ...], tuple[float, ...]]] = {}
         self._usual: dict[str, tuple[float, ...]] = {}
@@ -521,15 +526,15 @@ class AnalogEstimator:
                 mid, weights = _mid_run(curves[-self.max_analogs - 1 :])
                 if mid is not None:
                     self.group_mid_spread_[key] = mid
-                if weights is not None:
-                    self.group_pace_weights_[key] = weights
+                if weights is not None:  # per job name, per configuration
                     self.job_pace_groups_.setdefault(key[1], {})[key] = weights
         if touched and self.group_spread_:
             self.typical_spread_, self.job_spread_ = _typical(self.group_spread_)
         if touched and self.group_mid_spread_:
             self.typical_mid_spread_, self.job_mid_spread_ = _typical(self.group_mid_spread_)
-        if touched and self.group_pace_weights_:
-            self.typical_pace_weights_ = _median_weights(list(self.group_pace_weights_.values()))
+        if touched and self.job_pace_groups_:
+            everyone = [w for groups in self.job_pace_groups_.values() for w in groups.values()]
+            self.typical_pace_weights_ = _median_weights(everyone)
             self._usual = {}
         self.n_history_ = max(self.n_history_, len(history))
 
@@ -614,10 +619,7 @@ class AnalogEstimator:
             if target is None:  # the self-check's question reads the run's pace only
                 their_logs = [math.log(theirs) for _ours, theirs in both]
         center = median_list(est_logs)
-        start_typical, mid_typical, typical_weights = self.typicals(run)
-        if before is not None:
-            job = run.features.get("job_name")
-            typical_weights = self.usual_weights(job if isinstance(job, str) else "", before)
+        start_typical, mid_typical, _live_weights = self.typicals(run)
         at_their_pace: float | None = None
         weighed: float | None = None
         if at_start:
@@ -625,7 +627,9 @@ class AnalogEstimator:
         elif their_logs is not None:
             at_their_pace = median_list(their_logs)
             done = run.epoch_times[-1][0]
-            usual = interp(done / planned, MID_RUN_SHARES, typical_weights)
+            job = run.features.get("job_name")
+            usual_at = self.usual_weights(job if isinstance(job, str) else "", before)
+            usual = interp(done / planned, MID_RUN_SHARES, usual_at)
             weight = pace_weight(answering, done, planned, unit, usual)
             weighed = weight * center + (1.0 - weight) * at_their_pace
         n = len(est_logs)

@@ -471,8 +471,9 @@ class EtaModel:
         reused only for the run's whole content equal (epoch ends, plan, features; the
         utilisation means, which drift every cycle, only where the regression reads them),
         the same fitted ``blend_`` and ``analog_``, and the same analogs, job group and
-        typical analog spreads and pace weights of this run (``update`` replaces those of the runs that
-        finished: only runs of the same configuration or job are recomputed). One entry
+        typical analog spreads and pace weights of this run (``update`` replaces those of
+        the runs that finished: only runs of the same configuration or job are
+        recomputed). One entry
         per run (a changed run replaces its entry); at most ``MEMO_MAX`` entries, then
         cleared.
         """

@@ -434,13 +434,13 @@ def test_the_usual_weight_is_the_jobs_configurations_that_ended_before() -> None
     lone = shaped("b0", 1.05e6, 1.0, node_type="1xV100")
     est = AnalogEstimator().fit([*steady, *slowed, lone])
     a, c = identity(steady[0]), identity(slowed[0])
-    assert est.group_pace_weights_[a] == pytest.approx((1.0, 1.0, 1.0))
-    assert max(est.group_pace_weights_[c]) < 0.05
-    pairs = zip(est.group_pace_weights_[a], est.group_pace_weights_[c], strict=True)
+    assert est.job_pace_groups_["bert"][a] == pytest.approx((1.0, 1.0, 1.0))
+    assert max(est.job_pace_groups_["bert"][c]) < 0.05
+    pairs = zip(est.job_pace_groups_["bert"][a], est.job_pace_groups_["bert"][c], strict=True)
     both = tuple((x + y) / 2 for x, y in pairs)
     assert est.usual_weights("bert") == pytest.approx(both)
     between = 1.06e6  # after a's latest run ended, before c's
-    assert est.usual_weights("bert", before=between) == est.group_pace_weights_[a]
+    assert est.usual_weights("bert", before=between) == est.job_pace_groups_["bert"][a]
     assert est.usual_weights("bert", before=1e6) == est.typical_pace_weights_
     # one analog (b0): nothing scored, the usual weight itself, at 30 % of the plan
     # between the first two shares
