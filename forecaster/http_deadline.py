@@ -175,8 +175,9 @@ class DeadlineLookup:
 
     The name is resolved by ``resolve``, then each address is connected to in turn as
     ``create_connection`` would (its own lookup of an address literal is immediate),
-    the first that connects kept. TLS still checks the certificate against the name
-    (``host``); only the address dialled (``_dns_host``) changes. No deadline set: the
+    the first that connects kept, each attempt within what is left of the deadline
+    (``_dial_within``). TLS still checks the certificate against the name (``host``);
+    only the address dialled (``_dns_host``) changes. No deadline set: the
     connection's own ``_new_conn``.
     """
 
@@ -208,6 +209,7 @@ class DeadlineLookup:
             raise urllib3.exceptions.NewConnectionError(  # what urllib3 1.26 raises
                 self, f"Failed to establish a new connection: {err}"
             ) from err
+        timeout = self.timeout  # type: ignore[has-type]
         try:
             for *_kind, address in found[:-1]:
                 self._dns_host = address[0]
@@ -215,11 +217,27 @@ class DeadlineLookup:
                     urllib3.exceptions.NewConnectionError,
                     urllib3.exceptions.ConnectTimeoutError,
                 ):
-                    return super()._new_conn()  # type: ignore[misc]
+                    return self._dial_within(deadline.at, timeout)
             self._dns_host = found[-1][4][0]  # getaddrinfo answers one at least, or raises
-            return super()._new_conn()  # type: ignore[misc]  # its error is the attempt's
+            return self._dial_within(deadline.at, timeout)  # its error is the attempt's
         finally:
             self._dns_host = name
+            self.timeout = timeout
+
+    def _dial_within(self, deadline: float, timeout: Any) -> socket.socket:
+        """One connection attempt, its connect timeout cut to what is left until
+        ``deadline``: each address of a name is given the connect timeout, so a name
+        with several unreachable addresses (a headless Service's pods, IPv6 and IPv4)
+        would otherwise hold a query that many timeouts."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise urllib3.exceptions.ConnectTimeoutError(
+                self,
+                f"Connection to {self.host} not made by the request deadline",  # type: ignore[attr-defined]
+            )
+        number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+        self.timeout = min(timeout, left) if number else left
+        return super()._new_conn()  # type: ignore[misc]
 
 
 @functools.cache

@@ -51,12 +51,14 @@ fixture at the start: 70 % P10–P90 coverage); the median of n has a variance o
 spread of the same job's configurations with at least ``MIN_TYPICAL`` runs (by job
 name, in any namespace: on other hardware, at another batch size, another team's; a
 name as generic as ``train`` pools unrelated jobs, whose median is then about
-everyone's), else of every such configuration, else ``DEFAULT_SPREAD``: how much a
-job's runs differ is mostly the job's (0.1 % for
+everyone's), else of every such configuration, else ``DEFAULT_SPREAD`` (in a
+calibration's replay, of the configurations whose latest run ended before the moment
+replayed: ``as_of.py``): how much a job's runs differ is mostly the job's (0.1 % for
 MLPerf's RNN-T, 5 % for BERT, which stops at a quality target). At the start it is the
 scale of their start readings for one plan (``_start_spread``); mid-run the scale of a
-configuration's latest run's analog forecasts at a quarter, half and three quarters of its plan (the median of the
-three), since the analogs agree far better once the run's own speed is known.
+configuration's latest run's analog forecasts at a quarter, half and three quarters of
+its plan (the median of the three), since the analogs agree far better once the run's
+own speed is known.
 
 Calibration (``forecaster.calibration``, ``EtaModel``) uses the spread as the unit of
 the analogs' residuals, so what matters is that it ranks moments by how uncertain they
@@ -74,6 +76,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpu_eta.forecaster.estimators.as_of import AsOf, as_of
 from gpu_eta.forecaster.estimators.base import (
     InsufficientData,
     NotFittedError,
@@ -158,7 +161,7 @@ class AnalogEstimate:
     log_weighed: float | None = None
     """The two readings weighed by how well each foresaw the analogs' own rest
     (``pace_weight``); with fewer than two analogs scored, as its job's configurations
-    usually weigh them (``AnalogEstimator.usual_weights``). None where
+    usually weigh them (``AnalogEstimator.typical``). None where
     ``log_at_their_pace`` is."""
 
 
@@ -458,18 +461,22 @@ def _start_spread(curves: Sequence[Curve]) -> float:
     return _scale([math.log(start_seconds(last.planned, last.unit, c)) for c in curves])
 
 
-def _typical(spreads: dict[tuple[str, ...], float]) -> tuple[float, dict[str, float]]:
-    """The median of the configurations' ``spreads``, and per job name the median of
-    its configurations' (identity's second field)."""
-    by_job: dict[str, list[float]] = {}
-    for key, value in spreads.items():
-        by_job.setdefault(key[1], []).append(value)
-    return median_list(list(spreads.values())), {j: median_list(v) for j, v in by_job.items()}
+TYPICAL = {"start": (DEFAULT_SPREAD,), "mid": (DEFAULT_SPREAD,), "pace": DEFAULT_PACE_WEIGHTS}
+"""What ``AnalogEstimator.typical`` measures (the start's and mid-run's typical spread,
+the usual pace weights at ``MID_RUN_SHARES``), and its value before any configuration
+has ``MIN_TYPICAL`` runs."""
 
 
-def _median_weights(weights: Sequence[tuple[float, ...]]) -> tuple[float, ...]:
-    """Per share of ``MID_RUN_SHARES``, the median of configurations' pace weights."""
-    return tuple(median_list([w[i] for w in weights]) for i in range(len(MID_RUN_SHARES)))
+def _tables(
+    values: dict[tuple[str, ...], tuple[float, ...]], ends: dict[tuple[str, ...], list[float]]
+) -> tuple[AsOf, dict[str, AsOf]]:
+    """Everyone's and per job name (identity's second field) ``AsOf`` of the
+    configurations' ``values``, each dated by its latest run's end."""
+    by_job: dict[str, list[tuple[float, tuple[float, ...]]]] = {}
+    for key, value in values.items():
+        by_job.setdefault(key[1], []).append((ends[key][-1], value))
+    everyone = as_of(entry for entries in by_job.values() for entry in entries)
+    return everyone, {job: as_of(entries) for job, entries in by_job.items()}
 
 
 class AnalogEstimator:
@@ -485,14 +492,9 @@ class AnalogEstimator:
         self.ends_: dict[tuple[str, ...], list[float]] = {}
         self.n_history_ = 0
         self.group_spread_: dict[tuple[str, ...], float] = {}
-        self.typical_spread_ = DEFAULT_SPREAD
-        self.job_spread_: dict[str, float] = {}
         self.group_mid_spread_: dict[tuple[str, ...], float] = {}
-        self.typical_mid_spread_ = DEFAULT_SPREAD
-        self.job_mid_spread_: dict[str, float] = {}
-        self.typical_pace_weights_ = DEFAULT_PACE_WEIGHTS
-        self.job_pace_groups_: dict[str, dict[tuple[str, ...], tuple[float, ...]]] = {}
-        self._usual: dict[str, tuple[float, ...]] = {}
+        self.group_pace_weights_: dict[tuple[str, ...], tuple[float, ...]] = {}
+        self._typical: dict[str, tuple[AsOf, dict[str, AsOf]]] | None = None
         self.update(history)
         return self
 
@@ -526,50 +528,48 @@ class AnalogEstimator:
                 mid, weights = _mid_run(curves[-self.max_analogs - 1 :])
                 if mid is not None:
                     self.group_mid_spread_[key] = mid
-                if weights is not None:  # per job name, per configuration
-                    self.job_pace_groups_.setdefault(key[1], {})[key] = weights
-        if touched and self.group_spread_:
-            self.typical_spread_, self.job_spread_ = _typical(self.group_spread_)
-        if touched and self.group_mid_spread_:
-            self.typical_mid_spread_, self.job_mid_spread_ = _typical(self.group_mid_spread_)
-        if touched and self.job_pace_groups_:
-            everyone = [w for groups in self.job_pace_groups_.values() for w in groups.values()]
-            self.typical_pace_weights_ = _median_weights(everyone)
-            self._usual = {}
+                if weights is not None:
+                    self.group_pace_weights_[key] = weights
+        if touched:
+            self._typical = None  # built again where next read (``typical``)
         self.n_history_ = max(self.n_history_, len(history))
 
-    def typicals(self, run: Run) -> tuple[float, float, tuple[float, ...]]:
-        """The typical spreads ``run``'s analog spread is shrunk toward, at the start
-        and mid-run: its job's (by job name), else everyone's (module docstring); and
-        the usual weights of its own pace at ``MID_RUN_SHARES`` that ``pace_weight``
-        falls back on, live (``usual_weights``)."""
+    def typical(self, what: str, job: str, before: float | None = None) -> tuple[float, ...]:
+        """The median of ``what`` (a key of ``TYPICAL``) over ``job``'s configurations
+        with ``MIN_TYPICAL`` runs, else over everyone's, else ``TYPICAL``'s default;
+        with ``before``, of the configurations whose latest run ended before it only.
+
+        Why ``before``: a calibration replays past moments with the whole history
+        fitted; a configuration's values are measured on its latest runs, which can be
+        the run replayed and its future (``as_of``)."""
+        if self._typical is None:
+            pace = self.group_pace_weights_
+            start = {k: (v,) for k, v in self.group_spread_.items()}
+            mid = {k: (v,) for k, v in self.group_mid_spread_.items()}
+            self._typical = {
+                name: _tables(values, self.ends_)
+                for name, values in (("start", start), ("mid", mid), ("pace", pace))
+            }
+        everyone, by_job = self._typical[what]
+        own = by_job.get(job)
+        found = own.at(before) if own is not None else None
+        if found is None:
+            found = everyone.at(before)
+        return TYPICAL[what] if found is None else found
+
+    def typicals(
+        self, run: Run, before: float | None = None
+    ) -> tuple[float, float, tuple[float, ...]]:
+        """``run``'s typical spreads at the start and mid-run (by its job name,
+        ``typical``), and the usual weights of its own pace at ``MID_RUN_SHARES`` that
+        ``pace_weight`` falls back on; as of ``before`` (live with None)."""
         job = run.features.get("job_name")
         job = job if isinstance(job, str) else ""
         return (
-            self.job_spread_.get(job, self.typical_spread_),
-            self.job_mid_spread_.get(job, self.typical_mid_spread_),
-            self.usual_weights(job),
+            self.typical("start", job, before)[0],
+            self.typical("mid", job, before)[0],
+            self.typical("pace", job, before),
         )
-
-    def usual_weights(self, job: str, before: float | None = None) -> tuple[float, ...]:
-        """The median pace weights of ``job``'s configurations (measured on each one's
-        latest run, ``_mid_run``) whose latest run ended before ``before`` (all, with
-        None: live), else everyone's.
-
-        Why ``before``: a calibration replays past moments with the whole history
-        fitted, and a configuration's latest run can be the run replayed, its weights
-        that run's own future."""
-        if before is None:
-            cached = self._usual.get(job)
-            if cached is None:
-                groups = self.job_pace_groups_.get(job, {})
-                weights = list(groups.values())
-                cached = _median_weights(weights) if weights else self.typical_pace_weights_
-                self._usual[job] = cached
-            return cached
-        groups = self.job_pace_groups_.get(job, {})
-        weights = [w for key, w in groups.items() if self.ends_[key][-1] < before]
-        return _median_weights(weights) if weights else self.typical_pace_weights_
 
     def analogs(self, run: Run, before: float | None = None) -> list[Curve]:
         """The most recent earlier runs of ``run``'s identity that ended before
@@ -619,7 +619,7 @@ class AnalogEstimator:
             if target is None:  # the self-check's question reads the run's pace only
                 their_logs = [math.log(theirs) for _ours, theirs in both]
         center = median_list(est_logs)
-        start_typical, mid_typical, _live_weights = self.typicals(run)
+        start_typical, mid_typical, usual_at = self.typicals(run, before)
         at_their_pace: float | None = None
         weighed: float | None = None
         if at_start:
@@ -627,8 +627,6 @@ class AnalogEstimator:
         elif their_logs is not None:
             at_their_pace = median_list(their_logs)
             done = run.epoch_times[-1][0]
-            job = run.features.get("job_name")
-            usual_at = self.usual_weights(job if isinstance(job, str) else "", before)
             usual = interp(done / planned, MID_RUN_SHARES, usual_at)
             weight = pace_weight(answering, done, planned, unit, usual)
             weighed = weight * center + (1.0 - weight) * at_their_pace

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -184,6 +184,62 @@ def test_each_address_of_the_name_is_tried_in_turn(
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     samples = client(_named(url), ca_file=str(cert_key[0])).instant("up")
     assert [s.labels["run_id"] for s in samples] == ["a", "b"] and len(seen) == 1
+
+
+@contextlib.contextmanager
+def _unanswered(addresses: list[str], port: int) -> Iterator[None]:
+    """Listeners on ``addresses`` at ``port`` that answer no connection: a backlog of
+    none, filled by one connection never accepted, so the kernel drops every SYN after
+    it and a connect waits its whole timeout, as a host that is down does."""
+    held: list[socket.socket] = []
+    try:
+        for address in addresses:
+            listener = socket.socket()
+            held.append(listener)
+            listener.bind((address, port))
+            listener.listen(0)
+            filler = socket.create_connection((address, port), timeout=1.0)
+            held.append(filler)
+        yield
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_addresses_that_do_not_answer_share_one_deadline(
+    http_server,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each address of a name is dialled in turn, each within what is left of the
+    request's deadline (2 × the 0.3 s timeout), not a connect timeout each: with four
+    that never answer before the server's, the query fails at the deadline (four
+    timeouts would be 1.2 s); with one, the next address still connects."""
+    url, seen = http_server(lambda r: reply(r, 200, BODY))
+    port = int(url.rsplit(":", 1)[1])
+    down = ["127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"]
+    listed: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host == "localhost":
+            tcp = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "")
+            return [(*tcp, (address, port)) for address in [*listed, "127.0.0.1"]]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    c = client(_named(url), timeout_seconds=0.3, retries=0)
+    with _unanswered(down, port):
+        listed[:] = down
+        started = time.monotonic()
+        with pytest.raises(PromAPIError, match="timed out after 0.3s"):
+            c.instant("up")
+        elapsed = time.monotonic() - started
+        assert 0.55 < elapsed < 0.9, elapsed
+        assert not seen
+        listed[:] = down[:1]
+        started = time.monotonic()
+        assert [s.labels["run_id"] for s in c.instant("up")] == ["a", "b"]
+        assert 0.25 < time.monotonic() - started < 0.55 and len(seen) == 1
 
 
 def test_a_name_that_does_not_resolve_is_named_in_the_error(

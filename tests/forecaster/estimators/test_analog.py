@@ -271,7 +271,7 @@ def test_few_analogs_borrow_the_typical_spread() -> None:
     ]
     history += [shaped(f"new{i}", 2e6 + i * 1e3, 1.0, job_name="new") for i in range(2)]
     est = AnalogEstimator().fit(history)
-    typical = est.typical_spread_
+    typical = est.typical("start", "new")[0]
     assert 0.04 < typical < 0.12 and typical != DEFAULT_SPREAD
     fresh = shaped("now", 3e6, 1.0, job_name="new")
     got = est.estimate(truncate(fresh, 0.0))
@@ -311,20 +311,75 @@ def test_a_new_configuration_borrows_the_spread_of_its_job_elsewhere() -> None:
     ]
     history += [run(f"new{i}", 2e6 + i * 1e3, 60.0, node_type="n3") for i in range(2)]
     est = AnalogEstimator().fit(history)
-    assert est.job_spread_["bert"] > 10 * est.job_spread_["resnet"]
-    assert est.job_mid_spread_["bert"] > 0 and est.typical_mid_spread_ > 0
-    assert est.job_mid_spread_["bert"] > 10 * est.job_mid_spread_["resnet"]
+    spread = {j: est.typical("start", j)[0] for j in ("bert", "resnet")}
+    mid_spread = {j: est.typical("mid", j)[0] for j in ("bert", "resnet")}
+    assert spread["bert"] > 10 * spread["resnet"]
+    assert mid_spread["bert"] > 0 and est.typical("mid", "")[0] > 0
+    assert mid_spread["bert"] > 10 * mid_spread["resnet"]
     fresh = run("now", 3e6, 60.0, node_type="n3")  # bert (CONFIG) on new hardware
     factor = math.sqrt(2 / 3) * math.sqrt(1 + math.pi / 4)  # two analogs that agree
     start = est.estimate(truncate(fresh, 0.0))
-    assert start.n == 2 and start.spread == pytest.approx(est.job_spread_["bert"] * factor)
+    assert start.n == 2 and start.spread == pytest.approx(spread["bert"] * factor)
     mid = est.estimate(truncate(fresh, 0.5))
-    assert mid.n == 2 and mid.spread == pytest.approx(est.job_mid_spread_["bert"] * factor)
+    assert mid.n == 2 and mid.spread == pytest.approx(mid_spread["bert"] * factor)
     # a job seen nowhere else: everyone's typical spread
     unseen = [run(f"u{i}", 2e6 + i * 1e3, 60.0, node_type="n3", job_name="unseen") for i in (0, 1)]
     est.update([*history, *unseen])
     other = est.estimate(truncate(run("now", 3e6, 60.0, node_type="n3", job_name="unseen"), 0.5))
-    assert other.spread == pytest.approx(est.typical_mid_spread_ * factor)
+    assert other.spread == pytest.approx(est.typical("mid", "")[0] * factor)
+
+
+def test_a_replayed_moment_reads_the_typical_spreads_of_configurations_ended_before_it() -> None:
+    """A calibration replays past moments with the whole history fitted: the typical
+    spreads a forecast there is shrunk toward are the medians over the configurations
+    whose latest run ended before the moment, by job and everyone's; live, over all."""
+
+    def run(run_id: str, start: float, startup: float, **features: str):
+        durations = [startup + 10.0] + [10.0] * 3 + [25.0 * startup / 60.0] + [10.0] * 5
+        return make_run(run_id, durations, start=start, **{**CONFIG, **features})
+
+    noisy, steady = (30, 60, 120, 45, 90, 60), (60, 60.1, 59.9, 60, 60.2, 59.8)
+    # two runs of a new configuration first, then bert on n1, resnet on n1, bert on n2
+    history = [run(f"new{i}", 0.9e6 + i * 1e3, 60.0, node_type="n3") for i in range(2)]
+    history += [
+        run(f"{job}{node}{i}", 1e6 + (k * 10 + i) * 1e3, s, job_name=job, node_type=node)
+        for k, (job, node, startups) in enumerate(
+            [("bert", "n1", noisy), ("resnet", "n1", steady), ("bert", "n2", steady)]
+        )
+        for i, s in enumerate(startups)
+    ]
+    est = AnalogEstimator().fit(history)
+    n1, rn, n2 = (identity(history[i]) for i in (2, 8, 14))
+    start = {key: est.group_spread_[key] for key in (n1, rn, n2)}
+    mid = {key: est.group_mid_spread_[key] for key in (n1, rn, n2)}
+    assert start[n1] > 10 * start[n2] and mid[n1] > 10 * mid[n2]
+    after_n1, after_rn = 1.008e6, 1.018e6  # n1's latest run ended; then resnet's; not n2's
+    for what, spreads in (("start", start), ("mid", mid)):
+        assert est.typical(what, "bert") == pytest.approx(((spreads[n1] + spreads[n2]) / 2,))
+        assert est.typical(what, "bert", before=after_n1) == (spreads[n1],)
+        assert est.typical(what, "bert", before=after_rn) == (spreads[n1],)
+        # a job with no configuration ended yet: everyone's as of then, not its own
+        assert est.typical(what, "resnet", before=after_n1) == (spreads[n1],)
+        assert est.typical(what, "resnet", before=after_rn) == (spreads[rn],)
+        assert est.typical(what, "unseen", before=after_rn) == pytest.approx(
+            ((spreads[n1] + spreads[rn]) / 2,)
+        )
+        assert est.typical(what, "bert", before=0.95e6) == (DEFAULT_SPREAD,)
+    # the forecasts: two analogs that agree, shrunk toward the typical spread of then
+    factor = math.sqrt(2 / 3) * math.sqrt(1 + math.pi / 4)
+    fresh = run("now", 0.95e6, 60.0, node_type="n3")  # bert on n3
+    for before, n1_ended in ((after_n1, True), (0.99e6, False), (None, True)):
+        spread = {"start": (start[n1] + start[n2]) / 2, "mid": (mid[n1] + mid[n2]) / 2}
+        if before is not None:
+            spread = (
+                {"start": start[n1], "mid": mid[n1]}
+                if n1_ended
+                else {"start": DEFAULT_SPREAD, "mid": DEFAULT_SPREAD}
+            )
+        got = est.estimate(truncate(fresh, 0.0), before=before)
+        assert got.n == 2 and got.spread == pytest.approx(spread["start"] * factor)
+        got = est.estimate(truncate(fresh, 0.5), before=before)
+        assert got.n == 2 and got.spread == pytest.approx(spread["mid"] * factor)
 
 
 def test_start_ups_that_differ_make_no_mid_run_spread() -> None:
@@ -434,14 +489,14 @@ def test_the_usual_weight_is_the_jobs_configurations_that_ended_before() -> None
     lone = shaped("b0", 1.05e6, 1.0, node_type="1xV100")
     est = AnalogEstimator().fit([*steady, *slowed, lone])
     a, c = identity(steady[0]), identity(slowed[0])
-    assert est.job_pace_groups_["bert"][a] == pytest.approx((1.0, 1.0, 1.0))
-    assert max(est.job_pace_groups_["bert"][c]) < 0.05
-    pairs = zip(est.job_pace_groups_["bert"][a], est.job_pace_groups_["bert"][c], strict=True)
+    assert est.group_pace_weights_[a] == pytest.approx((1.0, 1.0, 1.0))
+    assert max(est.group_pace_weights_[c]) < 0.05
+    pairs = zip(est.group_pace_weights_[a], est.group_pace_weights_[c], strict=True)
     both = tuple((x + y) / 2 for x, y in pairs)
-    assert est.usual_weights("bert") == pytest.approx(both)
+    assert est.typical("pace", "bert") == pytest.approx(both)
     between = 1.06e6  # after a's latest run ended, before c's
-    assert est.usual_weights("bert", before=between) == est.job_pace_groups_["bert"][a]
-    assert est.usual_weights("bert", before=1e6) == est.typical_pace_weights_
+    assert est.typical("pace", "bert", before=between) == est.group_pace_weights_[a]
+    assert est.typical("pace", "bert", before=1e6) == DEFAULT_PACE_WEIGHTS
     # one analog (b0): nothing scored, the usual weight itself, at 30 % of the plan
     # between the first two shares
     part = truncate(shaped("now", 2e6, 1.5, node_type="1xV100"), 0.3)
@@ -453,7 +508,7 @@ def test_the_usual_weight_is_the_jobs_configurations_that_ended_before() -> None
     assert then.n == 1 and then.log_weighed == pytest.approx(then.log_remaining)
     # a job whose configurations never had five runs: half each
     fresh = AnalogEstimator().fit([lone])
-    assert fresh.typical_pace_weights_ == DEFAULT_PACE_WEIGHTS and len(MID_RUN_SHARES) == 3
+    assert fresh.typical("pace", "bert") == DEFAULT_PACE_WEIGHTS and len(MID_RUN_SHARES) == 3
     half = fresh.estimate(part)
     assert half.log_weighed == pytest.approx(
         0.5 * half.log_remaining + 0.5 * half.log_at_their_pace
