@@ -313,7 +313,13 @@ class PromClient:
                     allow_redirects=False,
                 )
         except requests.Timeout as err:
-            if deadline_passed(deadline.at) and not isinstance(err, requests.ConnectTimeout):
+            if deadline_passed(deadline.at):
+                if isinstance(err, requests.ConnectTimeout):  # every address of the name
+                    raise _Retryable(
+                        "cannot connect: no address answered within "
+                        f"{self.timeout_seconds * _HEADER_TIMEOUTS:g}s "
+                        f"({_HEADER_TIMEOUTS} × --prometheus.timeout)"
+                    ) from None
                 raise _Retryable(
                     self._too_slow("response headers", _HEADER_TIMEOUTS, "the request started")
                 ) from None

@@ -498,6 +498,13 @@ class AnalogEstimator:
         self.update(history)
         return self
 
+    def __getstate__(self) -> dict:
+        """The estimator without its ``typical`` tables: a cache, built again where
+        read, not sent back from a refit's child process with the model."""
+        state = self.__dict__.copy()
+        state["_typical"] = None
+        return state
+
     def update(self, history: Sequence[Run]) -> None:
         """Add the runs of ``history`` beyond the first ``n_history_`` already indexed.
 
@@ -519,18 +526,20 @@ class AnalogEstimator:
                 continue
             self.groups_.setdefault(key, []).append(curve(run))
             touched.add(key)
+        measured = False  # a configuration's typical values changed
         for key in touched:
             curves = sorted(self.groups_[key], key=lambda c: c.end)[-self.max_kept :]
             self.groups_[key] = curves
             self.ends_[key] = [c.end for c in curves]
             if len(curves) >= MIN_TYPICAL:
+                measured = True
                 self.group_spread_[key] = _start_spread(curves[-self.max_analogs :])
                 mid, weights = _mid_run(curves[-self.max_analogs - 1 :])
                 if mid is not None:
                     self.group_mid_spread_[key] = mid
                 if weights is not None:
                     self.group_pace_weights_[key] = weights
-        if touched:
+        if measured:
             self._typical = None  # built again where next read (``typical``)
         self.n_history_ = max(self.n_history_, len(history))
 

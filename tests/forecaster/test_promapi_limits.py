@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+import urllib3.util.connection
 
 from gpu_eta.forecaster import http_deadline, promparse
 from gpu_eta.forecaster.promapi import PromAPIError
@@ -212,8 +213,9 @@ def test_addresses_that_do_not_answer_share_one_deadline(
 ) -> None:
     """Each address of a name is dialled in turn, each within what is left of the
     request's deadline (2 × the 0.3 s timeout), not a connect timeout each: with four
-    that never answer before the server's, the query fails at the deadline (four
-    timeouts would be 1.2 s); with one, the next address still connects."""
+    that never answer before the server's and a lookup taking 0.1 s, the first is
+    given the 0.3 s timeout, the second what is left (0.2 s), the others none, and
+    the query fails at the deadline naming it; with one, the next address connects."""
     url, seen = http_server(lambda r: reply(r, 200, BODY))
     port = int(url.rsplit(":", 1)[1])
     down = ["127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"]
@@ -222,24 +224,39 @@ def test_addresses_that_do_not_answer_share_one_deadline(
 
     def getaddrinfo(host, *args, **kwargs):  # type: ignore[no-untyped-def]
         if host == "localhost":
+            time.sleep(0.1)
             tcp = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "")
             return [(*tcp, (address, port)) for address in [*listed, "127.0.0.1"]]
         return real(host, *args, **kwargs)
 
+    dialled: list[tuple[str, float]] = []
+    connect = urllib3.util.connection.create_connection
+
+    def create_connection(address, timeout, *args, **kwargs):  # type: ignore[no-untyped-def]
+        dialled.append((address[0], timeout))
+        return connect(address, timeout, *args, **kwargs)
+
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
     c = client(_named(url), timeout_seconds=0.3, retries=0)
     with _unanswered(down, port):
         listed[:] = down
         started = time.monotonic()
-        with pytest.raises(PromAPIError, match="timed out after 0.3s"):
+        with pytest.raises(PromAPIError) as info:
             c.instant("up")
         elapsed = time.monotonic() - started
+        assert str(info.value) == (
+            f"{_named(url)}: query 'up' failed after 1 attempts: cannot connect: no "
+            "address answered within 0.6s (2 × --prometheus.timeout)"
+        )
+        assert [a for a, _t in dialled] == down[:2]
+        assert dialled[0][1] == 0.3 and 0.1 < dialled[1][1] < 0.25
         assert 0.55 < elapsed < 0.9, elapsed
         assert not seen
         listed[:] = down[:1]
-        started = time.monotonic()
+        dialled.clear()
         assert [s.labels["run_id"] for s in c.instant("up")] == ["a", "b"]
-        assert 0.25 < time.monotonic() - started < 0.55 and len(seen) == 1
+        assert [a for a, _t in dialled] == [down[0], "127.0.0.1"] and len(seen) == 1
 
 
 def test_a_name_that_does_not_resolve_is_named_in_the_error(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
 import random
 
 import pytest
@@ -12,6 +13,7 @@ from gpu_eta.forecaster.estimators.analog import (
     DEFAULT_PACE_WEIGHTS,
     DEFAULT_SPREAD,
     MID_RUN_SHARES,
+    TYPICAL,
     AnalogEstimator,
     Curve,
     curve,
@@ -365,6 +367,8 @@ def test_a_replayed_moment_reads_the_typical_spreads_of_configurations_ended_bef
             ((spreads[n1] + spreads[rn]) / 2,)
         )
         assert est.typical(what, "bert", before=0.95e6) == (DEFAULT_SPREAD,)
+        # some of n1's runs had ended, not its latest: its values read them, not yet
+        assert est.typical(what, "bert", before=1.003e6) == (DEFAULT_SPREAD,)
     # the forecasts: two analogs that agree, shrunk toward the typical spread of then
     factor = math.sqrt(2 / 3) * math.sqrt(1 + math.pi / 4)
     fresh = run("now", 0.95e6, 60.0, node_type="n3")  # bert on n3
@@ -380,6 +384,30 @@ def test_a_replayed_moment_reads_the_typical_spreads_of_configurations_ended_bef
         assert got.n == 2 and got.spread == pytest.approx(spread["start"] * factor)
         got = est.estimate(truncate(fresh, 0.5), before=before)
         assert got.n == 2 and got.spread == pytest.approx(spread["mid"] * factor)
+
+
+def test_the_typical_values_follow_the_runs_that_finish() -> None:
+    """``update`` between refits: a configuration reaching ``MIN_TYPICAL`` runs moves
+    its job's and everyone's typical values at once, as a fit on the same runs reads
+    them; a copy sent back from a refit's child process reads the same."""
+    speeds = (1.0, 1.3, 0.8, 1.1, 0.9, 1.2)
+    steady = [shaped(f"a{i}", 1e6 + i * 1e3, s) for i, s in enumerate(speeds)]
+    slowed = [
+        slow_second(f"c{i}", 1.1e6 + i * 1e3, k, node_type="2xA100")
+        for i, k in enumerate((1.0, 2.0, 3.0, 1.5, 2.5))
+    ]
+    other = [shaped(f"o{i}", 1.2e6 + i * 1e3, 1.0, job_name="other") for i in range(5)]
+    history = [*steady, *slowed[:4], *other]
+    est = AnalogEstimator().fit(history)
+    before = [est.typical(what, job) for what in TYPICAL for job in ("bert", "other", "")]
+    est.update([*history, slowed[4]])
+    after = [est.typical(what, job) for what in TYPICAL for job in ("bert", "other", "")]
+    fresh = AnalogEstimator().fit([*history, slowed[4]])
+    assert after == [fresh.typical(what, job) for what in TYPICAL for job in ("bert", "other", "")]
+    assert after != before  # the slowed configuration now counts
+    copy = pickle.loads(pickle.dumps(est))
+    assert copy.__dict__["_typical"] is None
+    assert [copy.typical(what, job) for what in TYPICAL for job in ("bert", "other", "")] == after
 
 
 def test_start_ups_that_differ_make_no_mid_run_spread() -> None:

@@ -335,7 +335,7 @@ def numpy_estimate(
         weighed = None
         if paced is not None:
             job = str(run.features.get("job_name", ""))
-            usual_at = self.typical("pace", job)
+            usual_at = self.typical("pace", job, before)
             usual = float(np.interp(done / run.epochs_planned, MID_RUN_SHARES, usual_at))
             answering = [c for c, k in zip(curves, ok, strict=True) if k]
             weight = pace_weight(answering, done, run.epochs_planned, unit, usual)
@@ -345,7 +345,7 @@ def numpy_estimate(
     # everyone's), widened as a new run's distance from the median of n
     n = len(est_logs)
     job = str(run.features.get("job_name", ""))
-    typical = self.typical("start" if frac <= 0 or spent <= 0 else "mid", job)[0]
+    typical = self.typical("start" if frac <= 0 or spent <= 0 else "mid", job, before)[0]
     shrunk = ((n - 1) * measured**2 + SHRINK * typical**2) / (n - 1 + SHRINK)
     spread = max(MIN_SPREAD, float(np.sqrt(shrunk))) * float(np.sqrt(1 + np.pi / (2 * n)))
     return AnalogEstimate(center, spread, n, paced, weighed)
