@@ -455,11 +455,14 @@ def _open(config: Config):
     store = HistoryStore.open(config.history_db)
     try:
         if config.seed_csv:
-            from gpu_eta.forecaster.runs_csv import read_runs_file
+            from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
 
             # every CSV run is finished (completed or not); a damaged run is skipped and
             # named in one warning, never a reason to refuse the others or to stop
-            seed = read_runs_file(config.seed_csv)
+            try:
+                seed = read_runs_file(config.seed_csv)
+            except RunsCsvError as err:
+                raise ForecasterError(f"history seed {config.seed_csv}: {err}") from None
             if seed.warning():
                 log.warning("history seed %s: %s", config.seed_csv, seed.warning())
             runs = seed.runs

@@ -15,8 +15,10 @@ over the run's rows: utilisation is a mean), else text. A run whose last epoch
 reaches ``epochs_planned`` (within ``PLAN_SLACK``) is completed; one that stops
 earlier is recorded as not completed (cancelled or crashed), never as a short run.
 
-Input is untrusted: sizes are bounded. Damage to the file as a whole (no header, a
-required column missing, unreadable gzip) is one ``RunsCsvError`` naming the line.
+Input is untrusted: sizes are bounded (``MAX_LINE_CHARS`` a line, read in pieces
+past it; ``MAX_ROWS``, ``MAX_RUNS``) and each line is parsed alone (``_lines``, ``_row``:
+no field spans lines). Damage to the file as a whole (no header, a required column
+missing, unreadable gzip) is one ``RunsCsvError`` naming the line.
 A progress value on several rows counts from its first time (``first_reached``).
 Damage to one run (a bad number, times going back, a row with the wrong field count)
 skips that run and is recorded in ``RunsFile.skipped``: one bad run is never a reason
@@ -35,7 +37,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
@@ -58,14 +60,21 @@ TEXT_COLUMNS = frozenset(
 )
 MAX_FIELD_CHARS = 256
 MAX_COLUMNS = 64
+MAX_LINE_CHARS = MAX_COLUMNS * (MAX_FIELD_CHARS + 3)  # every field quoted, a separator each
+MAX_SKIPPED_LINE_CHARS = 64 << 20  # a longer line is no runs CSV (``_lines``)
 MAX_ROWS = 5_000_000
+MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the rows fall
+# Unix seconds up to the year 5138: a millisecond clock (1.7e12 today) is refused, not
+# read as runs a thousand times longer than they were.
+MAX_TIMESTAMP = 1e11
 # Progress may count samples (MLPerf bert: ~1.2e9) or tokens (a language model's
 # pretraining: 1e11-1e12); 1e15 leaves room and every whole count stays exact in a float.
 MAX_PROGRESS = 1e15
 MAX_EPOCHS = MAX_PROGRESS  # the former name
 MAX_NAMED = 5  # runs named in RunsFile.warning()
-# Progress past the plan by at most this share is the plan (a total written with
-# another rounding than the last row: 10.0000001 of 10); beyond it the run is damaged.
+# Progress within this share of the plan either way is the plan (a total written with
+# another rounding than the last row: 10.0000001 of 10, or steps / steps per epoch
+# landing at 3.9999999999999996 of 4); further past it the run is damaged.
 PLAN_SLACK = 1e-6
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -152,20 +161,71 @@ class _Acc:
     texts: dict[str, str] = field(default_factory=dict)
 
 
-def _read_header(fh: TextIO) -> tuple[list[str], Iterator[str]]:
-    first = fh.readline()
+def _read_header(fh: TextIO) -> list[str]:
+    first = fh.readline(MAX_LINE_CHARS + 1)
+    expected = "expected a header with " + ",".join(REQUIRED_COLUMNS)
+    if not first:
+        raise RunsCsvError(1, f"empty file: {expected}")
+    if len(first) > MAX_LINE_CHARS and not first.endswith(("\n", "\r")):
+        raise RunsCsvError(1, f"header longer than {MAX_LINE_CHARS:,} characters: {expected}")
     if not first.strip():
-        raise RunsCsvError(1, "empty file: expected a header with " + ",".join(REQUIRED_COLUMNS))
+        raise RunsCsvError(1, f"blank first line: {expected}")
     if not utf8_encodable(first):
         raise RunsCsvError(1, "not UTF-8 text")
     first = first.removeprefix("\ufeff")  # a BOM (Excel's "CSV UTF-8") is not part of a name
     try:
-        header = next(csv.reader([first]))
+        header = next(csv.reader([first], strict=True))
     except (csv.Error, StopIteration) as err:
         raise RunsCsvError(1, f"unreadable CSV header: {err}") from None
     # " Run_ID " is run_id: a header typed or saved by a spreadsheet differs in case
     # and spaces, never in meaning (all the names this reads are lower case)
-    return [h.strip().lower() for h in header], iter(fh)
+    return [h.strip().lower() for h in header]
+
+
+def _lines(fh: TextIO, number: int) -> Iterator[tuple[int, str, bool]]:
+    """The physical lines after line ``number``: ``(line number, text, whole)``, a line
+    longer than ``MAX_LINE_CHARS`` cut there (``whole`` False) and the rest of it
+    read past in pieces of that size.
+
+    Why lines, each parsed alone (``_row``): a runs CSV has no field spanning lines,
+    and a reader that lets a quoted field span them reads the rest of the file into
+    one field after a stray quote; and no line, however long, is held whole (a
+    compressed file of a few KiB can hold a line of gigabytes).
+    """
+    while text := fh.readline(MAX_LINE_CHARS + 1):
+        number += 1
+        if len(text) <= MAX_LINE_CHARS or text.endswith(("\n", "\r")):
+            yield number, text, True
+            continue
+        skipped = len(text)
+        while (more := fh.readline(MAX_LINE_CHARS + 1)) and not more.endswith(("\n", "\r")):
+            skipped += len(more)
+            if skipped > MAX_SKIPPED_LINE_CHARS:
+                raise RunsCsvError(
+                    number, f"a line longer than {MAX_SKIPPED_LINE_CHARS:,} characters"
+                )
+        yield number, text[:MAX_LINE_CHARS], False
+
+
+def _row(text: str, whole: bool, i_run: int) -> tuple[list[str], str, str | None]:
+    """One line's fields, its run_id where it can be told, and what is wrong with the
+    line (None: nothing).
+
+    A damaged line (an unclosed quote, text after a closing one, cut at
+    ``MAX_LINE_CHARS``) still names its run where the fields up to the run_id's hold
+    no quote, so the run is skipped for it instead of read without that point.
+    """
+    damage = None if whole else f"line longer than {MAX_LINE_CHARS:,} characters"
+    if damage is None:
+        try:
+            row = next(csv.reader([text], strict=True), [])
+            cell = row[i_run].strip() if len(row) > i_run else ""
+            return row, cell, None
+        except csv.Error as err:
+            damage = f"unreadable CSV ({err})"
+    pieces = text.split(",", i_run + 1)
+    clean = len(pieces) > i_run + 1 and '"' not in ",".join(pieces[: i_run + 1])
+    return [], pieces[i_run].strip() if clean else "", damage
 
 
 def parse_runs_file(fh: TextIO) -> RunsFile:
@@ -174,45 +234,44 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     Raises ``RunsCsvError`` only for damage to the file as a whole: no header, a
     required column missing, too many rows, no data row at all.
     """
-    header, rest = _read_header(fh)
+    header = _read_header(fh)
     if len(header) > MAX_COLUMNS:
         raise RunsCsvError(1, f"too many columns ({len(header)} > {MAX_COLUMNS})")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise RunsCsvError(1, f"missing required column(s): {', '.join(missing)}")
-    if len(set(header)) != len(header):
-        raise RunsCsvError(1, "duplicate column names in header")
-    index = {name: i for i, name in enumerate(header)}
+    named = [h for h in header if h]  # columns without a name (a spreadsheet's ",,") are read past
+    twice = sorted({h for h in named if named.count(h) > 1})
+    if twice:
+        raise RunsCsvError(1, f"duplicate column name(s) in header: {', '.join(twice)}")
+    index = {name: i for i, name in enumerate(header) if name}
     extra = [(name, i) for name, i in index.items() if name not in REQUIRED_COLUMNS and name]
     i_run, i_epoch, i_plan, i_ts = (index[c] for c in REQUIRED_COLUMNS)
 
     runs: dict[str, _Acc] = {}
     bad: dict[str, SkippedRun] = {}
     bad_rows: list[SkippedRun] = []
-    reader = csv.reader(rest)
     n_rows = 0
     line = 1
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as err:  # one unreadable row (a NUL, a field over the size limit)
-            line = reader.line_num + 1
-            bad_rows.append(SkippedRun("", line, f"unreadable CSV: {err}"))
-            continue
-        line = reader.line_num + 1  # + the header line read before the reader
-        if not row or all(not cell.strip() for cell in row):
+    for line, text, whole in _lines(fh, 1):
+        if not text.strip():
             continue
         n_rows += 1
         if n_rows > MAX_ROWS:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
-        run_id = row[i_run].strip() if len(row) > i_run else ""
-        if run_id and (len(run_id) > MAX_FIELD_CHARS or not utf8_encodable(run_id)):
+        row, run_id, damage = _row(text, whole, i_run)
+        unusable = None
+        if not run_id:
+            unusable = "run_id is empty"
+        elif len(run_id) > MAX_FIELD_CHARS:
+            unusable = f"run_id longer than {MAX_FIELD_CHARS} characters"
+        elif not utf8_encodable(run_id):
+            unusable = "run_id is not UTF-8 text"
+        if unusable is not None:
             run_id = ""
         try:
-            if not run_id:
-                raise _BadRow("run_id is empty")
+            if damage is not None or unusable is not None:
+                raise _BadRow(damage or unusable or "")
             if run_id in bad:
                 continue  # already skipped: its first damaged line is reported
             if len(row) != len(header):
@@ -224,12 +283,16 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             epoch = _number(row[i_epoch].strip(), "epoch")
             planned = _number(row[i_plan].strip(), "epochs_planned")
             ts = _number(row[i_ts].strip(), "timestamp_seconds")
+            if abs(ts) > MAX_TIMESTAMP:
+                raise _BadRow(f"timestamp_seconds {ts:.12g} is not Unix seconds (milliseconds?)")
             if epoch < 0 or epoch > MAX_PROGRESS:
                 raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch!r}")
             if planned <= 0 or planned > MAX_PROGRESS:
                 raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned!r}")
             acc = runs.get(run_id)
             if acc is None:
+                if len(runs) + len(bad) >= MAX_RUNS:
+                    raise RunsCsvError(line, f"more than {MAX_RUNS:,} runs")
                 acc = runs[run_id] = _Acc(planned, line)
             elif acc.planned != planned:
                 raise _BadRow(
@@ -238,7 +301,8 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 )
         except _BadRow as err:
             if run_id:
-                bad[run_id] = SkippedRun(run_id, line, str(err))
+                if run_id not in bad:
+                    bad[run_id] = SkippedRun(run_id, line, str(err))
                 runs.pop(run_id, None)
             else:
                 bad_rows.append(SkippedRun("", line, str(err)))
@@ -288,13 +352,18 @@ def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float,
 
 def _assemble(run_id: str, acc: _Acc) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
-    limit = acc.planned * (1.0 + PLAN_SLACK)
+    slack = acc.planned * PLAN_SLACK
     rows = first_reached(
-        (min(e, acc.planned) if e <= limit else e, t, line) for e, t, line in acc.rows
+        (acc.planned if abs(e - acc.planned) <= slack else e, t, line) for e, t, line in acc.rows
     )
     if rows[0][0] != 0:
         raise RunsCsvError(
             rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"
+        )
+    if rows[-1][0] > acc.planned:
+        raise RunsCsvError(
+            rows[-1][2],
+            f"run {run_id!r}: epoch {rows[-1][0]:.12g} beyond epochs_planned {acc.planned:.12g}",
         )
     for prev, cur in itertools.pairwise(rows):
         if cur[1] < prev[1]:
@@ -303,11 +372,6 @@ def _assemble(run_id: str, acc: _Acc) -> Run:
                 f"run {run_id!r}: epoch {cur[0]:.12g} at {cur[1]:.3f} is earlier than "
                 f"epoch {prev[0]:.12g} at {prev[1]:.3f} (line {prev[2]})",
             )
-    if rows[-1][0] > acc.planned:
-        raise RunsCsvError(
-            rows[-1][2],
-            f"run {run_id!r}: epoch {rows[-1][0]:.12g} beyond epochs_planned {acc.planned:.12g}",
-        )
     features: dict[str, Feature] = dict(acc.texts)
     for name, (total, count) in acc.sums.items():
         features.setdefault(name, total / count)
@@ -343,20 +407,22 @@ def read_runs_file(path: str | Path) -> RunsFile:
     """Read a runs CSV, plain or gzip-compressed (told by its first bytes, not its name).
 
     A missing, unreadable or damaged-gzip file is a ``RunsCsvError`` (line 0 or the line
-    reached); bytes that are not UTF-8 damage only the rows holding them.
+    reached), its message without the path (the caller names the file); bytes that are
+    not UTF-8 damage only the rows holding them. The file is opened once and its first
+    bytes peeked at, so a pipe (``--runs /dev/stdin``, ``<(zcat …)``) reads as a file.
     """
     try:
         with open(path, "rb") as raw:
-            compressed = raw.read(2) == GZIP_MAGIC
-        opener = gzip.open if compressed else open
-        with opener(path, "rt", newline="", encoding="utf-8", errors="surrogateescape") as fh:
-            return parse_runs_file(fh)
+            compressed = raw.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC
+            binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+            text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="")
+            return parse_runs_file(text)
     except OSError as err:  # gzip.BadGzipFile is an OSError
         if isinstance(err, gzip.BadGzipFile) or not err.strerror:
-            raise RunsCsvError(0, f"{path}: damaged gzip data: {err}") from None
-        raise RunsCsvError(0, f"cannot read {path}: {err.strerror}") from None
+            raise RunsCsvError(0, f"damaged gzip data: {err}") from None
+        raise RunsCsvError(0, f"cannot read: {err.strerror}") from None
     except (EOFError, zlib.error) as err:
-        raise RunsCsvError(0, f"{path}: damaged gzip data: {err or 'truncated'}") from None
+        raise RunsCsvError(0, f"damaged gzip data: {err or 'truncated'}") from None
 
 
 def read_runs(path: str | Path) -> list[Run]:

@@ -178,6 +178,16 @@ def test_bad_seed_csv_is_one_line(tmp_path: Path) -> None:
         proc.stderr.startswith("gpu-eta forecaster: ")
         and len(proc.stderr.strip().splitlines()) == 1
     )
+    assert f"history seed {seed}: line 1: missing required column(s)" in proc.stderr
+    proc = run_cli(
+        "once",
+        "--history.db",
+        str(tmp_path / "h.sqlite"),
+        "--history.seed-csv",
+        str(tmp_path / "missing.csv"),
+    )
+    assert proc.returncode == 1
+    assert f"history seed {tmp_path / 'missing.csv'}: cannot read: " in proc.stderr
 
 
 def test_a_damaged_run_in_the_seed_csv_is_skipped_and_named(tmp_path: Path) -> None:

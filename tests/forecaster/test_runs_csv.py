@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_eta.forecaster import runs_csv
 from gpu_eta.forecaster.runs_csv import (
+    MAX_LINE_CHARS,
     RunsCsvError,
     RunsFile,
     format_runs,
@@ -233,6 +238,128 @@ def test_a_non_utf8_byte_damages_only_its_run(tmp_path: Path) -> None:
     result = read_runs_file(path)
     assert [r.run_id for r in result.runs] == ["c"]
     assert result.skipped[0].run_id == "a" and "UTF-8" in result.skipped[0].reason
+
+
+TWO = "".join(f"r{i},{e},2,{1000 * i + 10 * e}\n" for i in (2, 3) for e in range(3))
+
+
+def test_a_stray_quote_damages_its_own_line_only() -> None:
+    """No field spans lines in a runs CSV: a quote left open (or text after a closing
+    one) damages its line, named by that line with its run skipped; the rows after it
+    are read as rows, not swallowed into one field."""
+    for broken in ('r1,1,2,"1010\n', 'r1,1,2,"10"10\n'):
+        text = f"{HEADER}\nr1,0,2,1000\n{broken}r1,2,2,1020\n{TWO}"
+        result = parse_runs_file(io.StringIO(text))
+        assert [r.run_id for r in result.runs] == ["r2", "r3"]
+        assert [(s.run_id, s.line) for s in result.skipped] == [("r1", 3)]
+        assert "unreadable CSV" in result.skipped[0].reason
+    # a quote before the run_id: the line's run cannot be told, the row is counted
+    text = f"{HEADER},job_name\n" + TWO.replace("\n", ",j\n") + '"r9,0,2,5,j\n'
+    result = parse_runs_file(io.StringIO(text))
+    assert [r.run_id for r in result.runs] == ["r2", "r3"]
+    assert [(s.run_id, s.line) for s in result.skipped] == [("", 8)]
+
+
+def test_a_line_of_any_length_is_read_past_in_bounded_memory(tmp_path: Path) -> None:
+    """A few KiB of gzip can hold a line of gigabytes: it is cut at ``MAX_LINE_CHARS``,
+    its run skipped and named, the rest of it read past in pieces; the memory the read
+    takes stays a few MiB."""
+    path = tmp_path / "long.csv.gz"
+    with gzip.open(path, "wb", 9) as fh:
+        fh.write(f"{HEADER},job_name\nr1,0,2,1000,j\nr1,1,2,1010,".encode())
+        for _ in range(20):
+            fh.write(b"ab," * 1_000_000)
+        fh.write(b"\nr1,2,2,1020,j\n" + TWO.replace("\n", ",j\n").encode())
+    assert path.stat().st_size < 200_000
+    tracemalloc.start()
+    try:
+        result = read_runs_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    assert [r.run_id for r in result.runs] == ["r2", "r3"]
+    assert [(s.run_id, s.line) for s in result.skipped] == [("r1", 3)]
+    assert f"longer than {MAX_LINE_CHARS:,} characters" in result.skipped[0].reason
+
+
+def test_lines_no_runs_csv_has_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A header longer than any header, a line longer than ``MAX_SKIPPED_LINE_CHARS``
+    (a stream of zeros after a header), more than ``MAX_RUNS`` runs: one error each."""
+    with pytest.raises(RunsCsvError, match=r"^line 1: header longer than"):
+        parse(f"{HEADER}," + "x" * MAX_LINE_CHARS)
+    monkeypatch.setattr(runs_csv, "MAX_SKIPPED_LINE_CHARS", 100_000)
+    with pytest.raises(RunsCsvError, match=r"^line 3: a line longer than 100,000 characters"):
+        parse(f"{HEADER}\nr1,0,2,0\n" + "\0" * 200_000)
+    monkeypatch.setattr(runs_csv, "MAX_RUNS", 2)
+    with pytest.raises(RunsCsvError, match=r"^line 8: more than 2 runs"):
+        parse(f"{HEADER}\n{TWO}r4,0,2,0\n")
+
+
+def test_a_first_line_that_is_no_header_is_said() -> None:
+    with pytest.raises(RunsCsvError, match=r"^line 1: blank first line: expected a header"):
+        parse(f"\n{HEADER}\n{TWO}")
+
+
+def test_columns_without_a_name_are_read_past_and_duplicates_named() -> None:
+    """A spreadsheet saves empty trailing columns (``,,``); a name given twice is
+    refused, named."""
+    rows = TWO.replace("\n", ",,\n")
+    assert [r.run_id for r in parse(f"{HEADER},,\n{rows}")] == ["r2", "r3"]
+    with pytest.raises(RunsCsvError, match=r"duplicate column name.s. in header: job, x$"):
+        parse(f"{HEADER},job,x,job,x\n")
+
+
+def test_a_millisecond_clock_skips_its_runs() -> None:
+    """Unix seconds up to ``MAX_TIMESTAMP``: a run timed in milliseconds would read a
+    thousand times longer; it is skipped, the reason said."""
+    ms = "".join(f"m,{e},2,{1_700_000_000_000 + 10_000 * e}\n" for e in range(3))
+    result = parse_runs_file(io.StringIO(f"{HEADER}\n{ms}{TWO}"))
+    assert [r.run_id for r in result.runs] == ["r2", "r3"]
+    assert result.skipped[0].run_id == "m"
+    assert "is not Unix seconds (milliseconds?)" in result.skipped[0].reason
+    assert 1e9 < runs_csv.MAX_TIMESTAMP < 1.7e12
+
+
+def test_a_last_point_a_rounding_short_of_the_plan_is_the_plan() -> None:
+    """Steps over steps per epoch can land a hair short of the plan
+    (3.9999999999999996 of 4): the run completed, its last point the plan."""
+    (run,) = parse(f"{HEADER}\na,0,4,0\na,2,4,20\na,3.9999999999999996,4,40\n")
+    assert run.completed is True and run.epoch_times[-1] == (4.0, 40.0)
+    (short,) = parse(f"{HEADER}\nb,0,4,0\nb,3.99,4,40\n")
+    assert short.completed is False and short.epoch_times[-1] == (3.99, 40.0)
+
+
+def test_a_point_far_past_the_plan_is_said_so_before_its_times() -> None:
+    result = parse_runs_file(io.StringIO(f"{HEADER}\na,0,10,0\na,5,10,50\na,1e12,10,20\n"))
+    assert "epoch 1e+12 beyond epochs_planned 10" in result.skipped[0].reason
+
+
+def test_an_unusable_run_id_is_said_as_it_is() -> None:
+    result = parse_runs_file(io.StringIO(f"{HEADER}\n{'x' * 300},0,2,0\n{TWO}"))
+    assert result.skipped[0].reason == "run_id longer than 256 characters"
+    bad = parse_runs_file(io.StringIO(f"{HEADER}\nr\udcff,0,2,0\n{TWO}"))
+    assert bad.skipped[0].reason == "run_id is not UTF-8 text"
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_pipe_reads_as_a_file(tmp_path: Path, compressed: bool) -> None:
+    """``--runs /dev/stdin`` or ``<(zcat …)``: the first bytes are peeked at, not read
+    away, so a pipe is read whole, plain or gzip."""
+    fifo = tmp_path / "runs.fifo"
+    os.mkfifo(fifo)
+    data = f"{HEADER}\n{TWO}".encode()
+    data = gzip.compress(data) if compressed else data
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    result = read_runs_file(fifo)
+    writer.join(5)
+    assert [r.run_id for r in result.runs] == ["r2", "r3"] and not result.skipped
 
 
 # -- fuzz: any damage is a RunsFile or one RunsCsvError, never another exception --------
