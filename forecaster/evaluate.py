@@ -27,7 +27,10 @@ The runs file may be gzip-compressed; a damaged run in it is skipped and named i
 warning line on stderr (``forecaster.runs_csv``). On a terminal, stderr shows how many
 runs have been replayed.
 
-Exit codes: 0 done, 2 bad input or usage (one line on stderr, no traceback).
+Exit codes: 0 done; 2 bad input or usage (one line on stderr, no traceback), output
+paths checked before the backtest, and a file with nothing to score (no completed run,
+or no moment every method could answer); 1 an output that could not be written (each
+named in one line, the others still written) or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -38,8 +41,10 @@ import contextlib
 import csv
 import json
 import math
+import os
 import sys
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,9 +60,10 @@ from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import replay_moments
 from gpu_eta.forecaster.runs import Run, thinned
-from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
+from gpu_eta.forecaster.runs_csv import RunsCsvError, _exact, read_runs_file
 
 GPU_ETA = "gpu_eta"
+PREFIX = "gpu-eta forecaster: evaluate: "
 # What makes two runs "the same configuration" for the with-history subset the bench
 # reports (issue 10: same namespace + job + node type); absent columns count as empty.
 IDENTITY_COLUMNS = ("namespace", "job_name", "node_type")
@@ -358,13 +364,107 @@ def write_predictions(predictions: Sequence[Prediction], fh: TextIO) -> None:
         writer.writerow(
             (
                 p.run_id,
-                f"{p.epoch:g}",
+                # not :g (epoch 1,111,114 is not 1.11111e+06); the runs file's own
+                # formatter, not a copy: the epoch must read back equal to the runs
+                # file's, to join the two on run_id + epoch
+                _exact(p.epoch),
                 f"{p.timestamp_seconds:.3f}",
                 f"{p.p10:.3f}",
                 f"{p.p50:.3f}",
                 f"{p.p90:.3f}",
             )
         )
+
+
+def _tmp_of(path: Path) -> Path:
+    """Where an output is written before it is renamed over ``path``."""
+    return path.with_name(path.name + ".tmp")
+
+
+def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)``, then rename ``tmp`` over ``path``: a reader never sees half a
+    file and a failure leaves what ``path`` held. Why the ``.tmp`` is removed on any
+    failure (Ctrl-C too): a full disk must not be left fuller by our leftovers."""
+    tmp = _tmp_of(path)
+    try:
+        write(tmp)
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file: ``samefile`` when both exist (links, ``./x`` vs ``x``), else the
+    same resolved path (an output not written yet)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        try:
+            return a.resolve() == b.resolve()
+        except (OSError, ValueError):
+            return False
+
+
+def output_path_error(runs: Path, outputs: Mapping[str, Path | None]) -> str | None:
+    """Why an output path (flag → path) cannot be written, or None: checked before the
+    backtest, because a long replay must not end in "is a directory", nor overwrite
+    the runs file it read (stored data) or another output (``.tmp`` files included)."""
+    given = {flag: path for flag, path in outputs.items() if path is not None}
+    for flag, path in given.items():
+        try:
+            if path.is_dir():
+                return f"{flag} {path}: is a directory, not a file"
+            if not path.name:
+                return f"{flag} {str(path)!r}: names no file"
+            if not path.parent.is_dir():
+                return f"{flag} {path}: directory {path.parent} does not exist"
+        except OSError as exc:
+            return f"{flag} {path}: {exc.strerror or exc}"
+        if any(_same_file(f, runs) for f in (path, _tmp_of(path))):
+            return f"{flag} {path}: is the --runs file, which would be overwritten"
+    if len(given) == 2:
+        (flag_a, a), (flag_b, b) = given.items()
+        if any(_same_file(x, y) for x in (a, _tmp_of(a)) for y in (b, _tmp_of(b))):
+            return f"{flag_a} and {flag_b} name the same file: {b}"
+    return None
+
+
+def nothing_scored(result: Backtest) -> str | None:
+    """Why ``result`` scored nothing (a table of "-" would read as a tie), or None.
+
+    Why three reasons: the fix differs. No completed run: the file holds runs still
+    going (or exported before their end). Completed runs without a prediction: each
+    one's points share one timestamp (no time left to forecast at any moment).
+    Predictions but none scored: each was at a run's start with no earlier run to
+    compare the history match on (one short run alone)."""
+    if result.scored:
+        return None
+    runs = f"{result.n_runs:,} run{'s' if result.n_runs != 1 else ''}"
+    if not result.n_completed:
+        return f"{runs}, none completed (a run is scored once it reaches epochs_planned)"
+    if not result.predictions:
+        return (
+            f"{runs}, {result.n_completed:,} completed, but none has time left to forecast "
+            "(all the points of each are at one timestamp)"
+        )
+    return (
+        f"{runs}, {result.n_completed:,} completed, {len(result.predictions):,} "
+        "predictions, none that every method could answer (a run's start is compared "
+        "only once an earlier run has ended, a later moment once time has passed "
+        "since the start)"
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for ``exc``: an OSError's text without its file name (the caller names
+    the real target, not its ``.tmp``), anything else with its type (a matplotlib
+    error's text alone may not say what failed)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -434,15 +534,28 @@ def main(
     argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
     """Run the backtest; returns the exit code (never raises for bad input)."""
-    out = stdout or sys.stdout
     err = stderr or sys.stderr
+    try:
+        return _main(argv, stdout or sys.stdout, err)
+    except KeyboardInterrupt:
+        # Ctrl-C: as `once` in forecaster/main.py, a runtime failure (exit 1), not a
+        # traceback; write_atomically has removed any half-written .tmp.
+        print(f"{PREFIX}interrupted", file=err)
+        return ExitCode.RUNTIME
+
+
+def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed its one-line usage error
         return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE
     if args.predict_linear_window is not None and not args.predict_linear_window > 0:
-        print("gpu-eta forecaster: evaluate: --predict-linear-window must be > 0", file=err)
+        print(f"{PREFIX}--predict-linear-window must be > 0", file=err)
+        return ExitCode.USAGE
+    problem = output_path_error(args.runs, {"--predictions": args.predictions, "--plot": args.plot})
+    if problem:
+        print(PREFIX + problem, file=err)
         return ExitCode.USAGE
     if args.plot is not None:
         from gpu_eta.forecaster.evaluate_plot import PlotUnavailable, require_matplotlib
@@ -450,7 +563,7 @@ def main(
         try:
             require_matplotlib()
         except PlotUnavailable as exc:
-            print(f"gpu-eta forecaster: evaluate: --plot: {exc}", file=err)
+            print(f"{PREFIX}--plot: {exc}", file=err)
             return ExitCode.USAGE
     progress = TerminalProgress(err) if _is_tty(err) else None
     try:
@@ -459,7 +572,7 @@ def main(
         if not loaded.runs:
             raise RunsCsvError(0, f"no run left to score: {warning or 'no data rows'}")
         if warning:
-            print(f"gpu-eta forecaster: evaluate: {args.runs}: {warning}", file=err)
+            print(f"{PREFIX}{args.runs}: {warning}", file=err)
         try:
             result = backtest(
                 loaded.runs, window_seconds=args.predict_linear_window, progress=progress
@@ -467,30 +580,60 @@ def main(
         finally:
             if progress is not None:
                 progress.close()
-        if args.plot is not None:
-            from gpu_eta.forecaster.evaluate_plot import plot_backtest
-
-            plot_backtest(result, args.plot, title=args.runs.name)
-        if args.predictions is not None:
-            tmp = args.predictions.with_name(args.predictions.name + ".tmp")
-            with tmp.open("w", newline="", encoding="utf-8") as fh:
-                write_predictions(result.predictions, fh)
-            tmp.replace(args.predictions)
     except RunsCsvError as exc:
-        print(f"gpu-eta forecaster: evaluate: {args.runs}: {exc}", file=err)
+        print(f"{PREFIX}{args.runs}: {exc}", file=err)
         return ExitCode.USAGE
     except (ForecasterError, OSError) as exc:
         if args.debug:
             raise
-        print(f"gpu-eta forecaster: evaluate: {exc}", file=err)
+        print(f"{PREFIX}{exc}", file=err)
         return ExitCode.RUNTIME
+    empty = nothing_scored(result)
+    if empty:  # bad input, found by the replay: no output, not an empty table
+        print(f"{PREFIX}{args.runs}: nothing to score: {empty}", file=err)
+        return ExitCode.USAGE
+    # Every output is attempted whatever another did, in this order: the table (the
+    # answer asked for, and what a pipe waits for), the predictions (plain CSV, the
+    # least likely to fail), then the plot (an optional library, fonts, text
+    # rendering: the most fragile); each failure is one line, after the table.
+    failed = False
     text = json.dumps(result.as_json(), indent=2) if args.json else format_table(result)
     try:
         print(text, file=out)
         out.flush()
     except BrokenPipeError:  # `evaluate ... | head`: the reader left; not an error
-        return ExitCode.OK
-    return ExitCode.OK
+        pass
+    except OSError as exc:  # stdout on a full disk, /dev/full
+        print(f"{PREFIX}cannot write the table to stdout: {_reason(exc)}", file=err)
+        failed = True
+    if args.predictions is not None:
+        try:
+            write_atomically(args.predictions, lambda tmp: _write_predictions_file(result, tmp))
+        except (OSError, ValueError) as exc:  # ValueError: text the encoding refuses
+            _report(f"--predictions {args.predictions}: cannot write", exc, args.debug, err)
+            failed = True
+    if args.plot is not None:
+        from gpu_eta.forecaster.evaluate_plot import plot_backtest
+
+        try:
+            plot_backtest(result, args.plot, title=args.runs.name)
+        except Exception as exc:  # matplotlib: any error of a library we do not control
+            _report(f"--plot {args.plot}: cannot draw the plot", exc, args.debug, err)
+            failed = True
+    return ExitCode.RUNTIME if failed else ExitCode.OK
+
+
+def _report(what: str, exc: BaseException, debug: bool, err: TextIO) -> None:
+    """One line for a failed output; with ``--debug`` its traceback first (printed, not
+    raised: the outputs after it are still written)."""
+    if debug:
+        traceback.print_exception(exc, file=err)
+    print(f"{PREFIX}{what}: {_reason(exc)}", file=err)
+
+
+def _write_predictions_file(result: Backtest, path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        write_predictions(result.predictions, fh)
 
 
 def scores(result: Backtest) -> Mapping[float, Mapping[str, float]]:

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_eta.forecaster.errors import ForecasterError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
     from gpu_eta.forecaster.evaluate import Backtest
 
 NOMINAL = 0.80
@@ -56,19 +60,30 @@ def _point_label(point: float) -> str:
 
 def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
     """Write the two-panel PNG of ``result`` to ``path`` (atomically: a temp file
-    renamed), or raise ``PlotUnavailable``."""
+    renamed, removed if anything fails), or raise ``PlotUnavailable``."""
     require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")  # a file, never a window: works on a server without a display
     import matplotlib.pyplot as plt
+
+    from gpu_eta.forecaster.evaluate import write_atomically
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
+    try:  # closed whatever fails: pyplot keeps every open figure alive
+        _draw(fig, axes, result, title)
+        write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    finally:
+        plt.close(fig)
+
+
+def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> None:
+    """Both panels and the heading (a file name: literal text, see ``suptitle``)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+    ax_err, ax_cov = axes
     points = list(result.points)
     xs = list(range(len(points)))
-    fig, (ax_err, ax_cov) = plt.subplots(
-        1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.6, 1]}
-    )
     methods: list[str] = []
     for score in result.points.values():
         for name in score.mape:
@@ -140,11 +155,9 @@ def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
         f"{heading}{result.n_runs:,} runs ({result.n_completed:,} completed), "
         f"{len(result.predictions):,} gpu-eta predictions",
         fontsize=11,
+        # the title holds a file name: "price_$5_and_$6.csv" is text, not mathtext
+        # (a ParseSyntaxException) nor LaTeX (a text.usetex in someone's matplotlibrc)
+        parse_math=False,
+        usetex=False,
     )
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        fig.savefig(tmp, format="png", dpi=110)
-    finally:
-        plt.close(fig)
-    tmp.replace(path)

@@ -1,0 +1,240 @@
+"""``evaluate``'s outputs under bad paths, failing writes, Ctrl-C and files with nothing
+to score: one line each, the right exit code, and nothing already stored lost."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import importlib.util
+import io
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gpu_eta.forecaster.evaluate as evaluate
+from gpu_eta.forecaster.evaluate import Prediction, main, write_predictions
+from gpu_eta.forecaster.runs_csv import format_runs
+from tests.forecaster.estimators.runs_factory import job_history
+from tests.forecaster.test_evaluate import HEADER, FakeTty, run_cli
+
+RUNS_TEXT = format_runs(job_history(8, seed=21, noise=0.1))
+
+
+@pytest.fixture
+def runs_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.csv"
+    path.write_text(RUNS_TEXT)
+    return path
+
+
+def one_line(err: str) -> str:
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("flag", ["--predictions", "--plot"])
+@pytest.mark.parametrize(
+    "target", [".", "/", "", "{dir}", "{dir}/missing/out", "{runs}", "{dir}/./runs.csv", "{link}"]
+)
+def test_a_bad_output_path_is_a_usage_error_before_any_work(
+    runs_csv: Path, flag: str, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'.', '/', '' used to be a ``has an empty name`` traceback after the whole
+    backtest; the runs file itself (by any spelling or link) was overwritten."""
+    (runs_csv.parent / "link.csv").symlink_to(runs_csv)
+    monkeypatch.setattr(evaluate, "backtest", lambda *a, **k: pytest.fail("backtest ran"))
+    path = target.format(dir=runs_csv.parent, runs=runs_csv, link=runs_csv.parent / "link.csv")
+    code, out, err = run_cli("--runs", str(runs_csv), flag, path)
+    assert (code, out) == (2, "")
+    assert one_line(err).startswith(f"gpu-eta forecaster: evaluate: {flag} ")
+    assert runs_csv.read_text() == RUNS_TEXT
+    assert sorted(p.name for p in runs_csv.parent.iterdir()) == ["link.csv", "runs.csv"]
+
+
+def test_predictions_and_plot_on_one_file_is_a_usage_error(
+    runs_csv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(evaluate, "backtest", lambda *a, **k: pytest.fail("backtest ran"))
+    out_file = str(runs_csv.parent / "out")
+    code, out, err = run_cli("--runs", str(runs_csv), "--predictions", out_file, "--plot", out_file)
+    assert (code, out) == (2, "")
+    assert "--predictions and --plot name the same file" in one_line(err)
+
+
+def test_a_file_name_with_dollars_is_plotted_as_text(tmp_path: Path) -> None:
+    """The file name is the plot's title: two '$' made it mathtext, a
+    ParseSyntaxException traceback after the whole backtest."""
+    pytest.importorskip("matplotlib")
+    runs = tmp_path / "price_$5_and_$6.csv"
+    runs.write_text(RUNS_TEXT)
+    png = tmp_path / "scores.png"
+    code, out, err = run_cli("--runs", str(runs), "--plot", str(png))
+    assert (code, err) == (0, "") and "gpu_eta" in out
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_broken_matplotlib_is_one_line_and_the_other_outputs_are_written(
+    runs_csv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """matplotlib found (``require_matplotlib`` passes) but failing inside the plot."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)  # import raises ImportError
+    preds, png = tmp_path / "p.csv", tmp_path / "p.png"
+    code, out, err = run_cli(
+        "--runs", str(runs_csv), "--predictions", str(preds), "--plot", str(png)
+    )
+    assert code == 1 and "gpu_eta" in out
+    assert one_line(err) == (
+        f"gpu-eta forecaster: evaluate: --plot {png}: cannot draw the plot: "
+        "ModuleNotFoundError: import of matplotlib.pyplot halted; None in sys.modules\n"
+    )
+    assert preds.read_text().startswith("run_id,epoch,")
+    assert not png.exists() and not (tmp_path / "p.png.tmp").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_a_failed_write_names_the_target_not_its_tmp(runs_csv: Path) -> None:
+    code, out, err = run_cli("--runs", str(runs_csv), "--predictions", "/proc/x.csv")
+    assert code == 1 and "gpu_eta" in out
+    assert one_line(err).startswith(
+        "gpu-eta forecaster: evaluate: --predictions /proc/x.csv: cannot write: "
+    )
+    assert ".tmp" not in err
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE")
+def test_a_full_disk_loses_nothing_stored_and_leaves_no_tmp(runs_csv: Path, tmp_path: Path) -> None:
+    """A file size limit (EFBIG once a file passes 2 kB), as a full disk: both outputs
+    fail once their ``.tmp`` is part-written; each is one line naming its target, the
+    table is still printed, the old predictions file is kept and no ``.tmp`` is left."""
+    import resource
+
+    plot = importlib.util.find_spec("matplotlib") is not None
+    if plot:
+        import matplotlib.pyplot  # noqa: F401 - its font cache built before the limit
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    preds, png = out_dir / "p.csv", out_dir / "p.png"
+    preds.write_text("old predictions\n")
+    argv = ["--runs", str(runs_csv), "--predictions", str(preds)]
+    if plot:
+        argv += ["--plot", str(png)]
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a kill
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, hard))
+    try:
+        code, out, err = run_cli(*argv)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert code == 1 and "gpu_eta" in out and "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[0].startswith(f"gpu-eta forecaster: evaluate: --predictions {preds}: cannot write")
+    if plot:
+        assert lines[1].startswith(f"gpu-eta forecaster: evaluate: --plot {png}: cannot draw")
+    assert len(lines) == 1 + plot and ".tmp" not in err
+    assert preds.read_text() == "old predictions\n"
+    assert sorted(p.name for p in out_dir.iterdir()) == ["p.csv"]
+
+
+def test_epochs_are_written_exactly() -> None:
+    """``:g`` wrote epoch 1,111,114 as 1.11111e+06 (a step count no join could find)."""
+    fh = io.StringIO()
+    write_predictions(
+        [
+            Prediction("a", 0.5, 1_111_114.0, 1_700_000_000.25, 1.0, 2.0, 3.0, 2.0),
+            Prediction("a", 0.1, 0.1, 1_700_000_000.0, 1.0, 2.0, 3.0, 2.0),
+        ],
+        fh,
+    )
+    rows = list(csv.reader(io.StringIO(fh.getvalue())))
+    assert rows[1] == ["a", "1111114", "1700000000.250", "1.000", "2.000", "3.000"]
+    assert rows[2][1] == "0.1"
+
+
+@pytest.mark.parametrize(
+    ("rows", "reason"),
+    [
+        (["a,0,5,0", "a,1,5,10", "b,0,5,0", "b,1,5,10", "c,0,5,0"], "3 runs, none completed"),
+        (["a,0,2,5", "a,1,2,5", "a,2,2,5"], "1 run, 1 completed, but none has time left"),
+        (["a,0,2,0", "a,2,2,10"], "1 run, 1 completed, 1 predictions, none that every method"),
+    ],
+)
+def test_nothing_to_score_is_one_line_exit_2(tmp_path: Path, rows: list[str], reason: str) -> None:
+    """It used to be exit 0 and a table of "-", read as a result."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join([HEADER, *rows]) + "\n")
+    preds = tmp_path / "p.csv"
+    code, out, err = run_cli("--runs", str(runs), "--json", "--predictions", str(preds))
+    assert (code, out) == (2, "")
+    assert one_line(err).startswith(f"gpu-eta forecaster: evaluate: {runs}: nothing to score: ")
+    assert reason in err and not preds.exists()
+
+
+class InterruptedTty(FakeTty):
+    """A terminal whose user presses Ctrl-C at the first progress line: Python's SIGINT
+    handler raises KeyboardInterrupt in whatever code runs then."""
+
+    def write(self, text: str) -> int:
+        if text.startswith("\r") and "runs" in text and "interrupted" not in self.getvalue():
+            super().write("interrupted at " + text)
+            raise KeyboardInterrupt
+        return super().write(text)
+
+
+def test_ctrl_c_is_one_line_and_keeps_the_old_outputs(runs_csv: Path, tmp_path: Path) -> None:
+    preds = tmp_path / "p.csv"
+    preds.write_text("old\n")
+    tty = InterruptedTty()
+    try:
+        code = main(["--runs", str(runs_csv), "--predictions", str(preds)], io.StringIO(), tty)
+    except KeyboardInterrupt:  # not raised on: it would end the whole test session
+        pytest.fail("Ctrl-C escaped evaluate's main as a traceback")
+    assert code == 1  # as `once` (forecaster/main.py): a runtime failure
+    shown = tty.getvalue()
+    assert shown.startswith("interrupted at \r") and "Traceback" not in shown
+    assert shown.endswith("runsgpu-eta forecaster: evaluate: interrupted\n")
+    assert preds.read_text() == "old\n" and not (tmp_path / "p.csv.tmp").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_stdout_on_a_full_device_is_one_line_and_the_files_are_written(
+    runs_csv: Path, tmp_path: Path
+) -> None:
+    preds = tmp_path / "p.csv"
+    err = io.StringIO()
+    full = open("/dev/full", "w")  # noqa: SIM115 - closed below, where it fails again
+    try:
+        code = main(["--runs", str(runs_csv), "--predictions", str(preds)], full, err)
+    finally:
+        with contextlib.suppress(OSError):  # the table is still in its buffer
+            full.close()
+    assert code == 1
+    assert one_line(err.getvalue()) == (
+        "gpu-eta forecaster: evaluate: cannot write the table to stdout: No space left on device\n"
+    )
+    assert preds.read_text().startswith("run_id,epoch,")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_the_command_on_a_full_stdout_prints_no_exit_time_traceback(runs_csv: Path) -> None:
+    """The whole command: no traceback from evaluate, and none from the interpreter
+    flushing stdout again at exit ("Exception ignored ... OSError"), which only a real
+    process would show."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpu_eta.forecaster", "evaluate", "--runs", str(runs_csv)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        "gpu-eta forecaster: evaluate: cannot write the table to stdout: No space left on device\n"
+    )
