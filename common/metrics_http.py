@@ -11,8 +11,13 @@ Prometheus (or several) comes. ``render(accept)`` gets the request's ``Accept`` 
 and returns the body and its content type (the exporter always answers the text
 format 0.0.4, as node_exporter does; the forecaster negotiates OpenMetrics).
 
-Requests are handled in threads; a failing render is logged and answered 500
-(never a traceback to the client), and request lines are logged at debug only.
+Requests are handled in threads, at most ``MAX_CONNECTIONS`` connections at once (one
+more is closed as it is accepted, and counted), each socket read and write given
+``IO_TIMEOUT_SECONDS``: a client that sends half a request line and waits, or holds
+hundreds of connections open, holds that many threads only that long, not the
+process's threads and memory for ever (Prometheus scrapes over one or two kept-alive
+connections per server). A failing render is logged and answered 500 (never a
+traceback to the client), and request lines are logged at debug only.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ log = logging.getLogger(__name__)
 Health = Callable[[], tuple[bool, str]]
 Render = Callable[[str], tuple[bytes, str]]
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+MAX_CONNECTIONS = 32
+IO_TIMEOUT_SECONDS = 10.0
 
 
 def landing_page(title: str, description: str) -> bytes:
@@ -51,6 +58,36 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.refused = 0  # connections closed at accept: ``MAX_CONNECTIONS`` were open
+
+    def process_request(self, request: object, client_address: object) -> None:
+        """A thread for the connection while fewer than ``MAX_CONNECTIONS`` are open;
+        else it is closed at once."""
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
+                log.warning(
+                    "metrics server: %d connection(s) refused: %d already open",
+                    self.refused,
+                    MAX_CONNECTIONS,
+                )
+            self.shutdown_request(request)  # type: ignore[arg-type]
+            return
+        try:
+            super().process_request(request, client_address)  # type: ignore[arg-type]
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: object, client_address: object) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[arg-type]
+        finally:
+            self._slots.release()
 
 
 class MetricsServer:
@@ -123,6 +160,7 @@ def _handler(
     class Handler(BaseHTTPRequestHandler):
         server_version = name
         protocol_version = "HTTP/1.1"
+        timeout = IO_TIMEOUT_SECONDS  # each read and write; an idle kept-alive one too
 
         def do_GET(self) -> None:
             path = urlsplit(self.path).path

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 import requests
 
+from gpu_eta.common import metrics_http
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.readings import DeviceReading
@@ -104,3 +108,38 @@ def test_every_address_means_ipv4_and_ipv6_where_the_node_has_ipv6() -> None:
             requests.get(f"http://127.0.0.1:{only_v6.port}/healthz", timeout=5)
     finally:
         only_v6.stop()
+
+
+def test_connections_are_capped_and_idle_ones_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client holding many connections with half a request line each: at most
+    ``MAX_CONNECTIONS`` get a thread, the others are closed as they are accepted, and
+    the held ones are closed after ``IO_TIMEOUT_SECONDS`` without a byte; then a scrape
+    is answered again."""
+    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(metrics_http, "IO_TIMEOUT_SECONDS", 0.5)
+    server = MetricsServer("127.0.0.1", 0, lambda accept: (b"up 1\n", TEXT_FORMAT))
+    server.start()
+    held: list[socket.socket] = []
+    try:
+        before = threading.active_count()
+        for _ in range(40):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            sock.sendall(b"GET /metrics HTTP/1.1\r\n")
+            held.append(sock)
+        time.sleep(0.2)
+        assert threading.active_count() - before <= 3
+        closed = 0
+        for sock in held[3:]:
+            sock.settimeout(2)
+            closed += sock.recv(1) == b""  # closed at accept
+        assert closed == 37
+        started = time.monotonic()
+        for sock in held[:3]:
+            sock.settimeout(5)
+            assert sock.recv(1) == b""  # the server gave up on the request line
+        assert time.monotonic() - started < 2
+        assert requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text == "up 1\n"
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
