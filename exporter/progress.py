@@ -5,8 +5,11 @@ listener and the log collector so both sources obey the same rules:
 
 - ``parse_report(body)`` turns an untrusted ``POST /progress`` body (or the JSON of a
   ``GPU_ETA_PROGRESS`` log marker) into a ``Report`` or raises ``MalformedReport``
-  (not JSON / not an object) or ``InvalidReport`` (wrong type, negative, non-finite,
-  epoch > epochs, ...) whose message is one line, safe to send back to the sender.
+  (not JSON / not an object) or ``InvalidReport`` (a field that defines progress is
+  wrong: type, negative, non-finite, epoch > epochs, run_id, container, ...) whose
+  message is one line, safe to send back to the sender. A bad *free-form* number
+  (loss, accuracy, ...) is no reason to refuse the epoch and step beside it: it is
+  left out and named in ``Report.skipped``, for the caller to count and tell.
 - ``advance(previous, report, ...)`` folds a report into the container's previous
   ``Progress``: it decides when a new run starts (so two trainings in one notebook
   never become one series), carries known fields forward and stamps epoch ends.
@@ -29,6 +32,8 @@ from gpu_eta.exporter.readings import Progress
 MAX_BODY_BYTES = 4096
 MAX_METRICS = 16
 MAX_NUMBER = 1e12  # larger counts are not training progress; refuse rather than overflow
+# gpu_eta_report.client keeps copies of MAX_METRICS, MAX_NUMBER and the name patterns
+# (it installs alone in training images); tests/report/test_client.py checks they match.
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -78,6 +83,9 @@ class Report:
     container: str | None = None
     event: str = "progress"
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    # one-line reasons for the free-form fields ``parse_report`` left out (a value over
+    # MAX_NUMBER, a bad name, beyond MAX_METRICS): the report is used without them
+    skipped: tuple[str, ...] = ()
 
 
 def _number(name: str, value: object, *, allow_negative: bool = False) -> float:
@@ -97,15 +105,51 @@ def _number(name: str, value: object, *, allow_negative: bool = False) -> float:
     return number
 
 
-def _metrics(items: Mapping[str, object]) -> Mapping[str, float]:
-    out: dict[str, float] = {}
+def _free_form(items: Mapping[str, object]) -> tuple[Mapping[str, float], tuple[str, ...]]:
+    """The usable free-form numbers of a report, and a reason for each one left out.
+
+    A bad free-form field is skipped, not a reason to refuse the report: these are
+    numbers a framework logs beside the progress (HF Trainer's ``total_flos`` is
+    ~1e15 for real models), and refusing the whole report for one of them froze the
+    epoch and step a sender reported with it. When more than ``MAX_METRICS`` usable
+    names remain, the first ones in sorted (code point) order are kept: the same
+    choice whatever order the sender's JSON library writes keys in, so the same
+    series are exported report after report (the client applies the same rule).
+    """
+    usable: dict[str, float] = {}
+    skipped: list[str] = []
     for name, value in items.items():
         if not isinstance(name, str) or not _METRIC_NAME.match(name):
-            raise InvalidReport(f"bad field name {name[:40]!r}")
-        out[name] = _number(name, value, allow_negative=True)
-    if len(out) > MAX_METRICS:
-        raise InvalidReport(f"at most {MAX_METRICS} free-form fields, got {len(out)}")
-    return MappingProxyType(out)
+            skipped.append(f"bad field name {str(name)[:40]!r}")
+            continue
+        try:
+            usable[name] = _number(name, value, allow_negative=True)
+        except InvalidReport as err:
+            skipped.append(str(err))
+    if len(usable) > MAX_METRICS:
+        kept = set(sorted(usable)[:MAX_METRICS])
+        skipped.extend(
+            f"{name} beyond {MAX_METRICS} free-form fields" for name in usable if name not in kept
+        )
+        usable = {name: value for name, value in usable.items() if name in kept}
+    return (MappingProxyType(usable) if usable else _EMPTY), tuple(skipped)
+
+
+def skipped_note(report: Report, limit: int = 160) -> str:
+    """`` (skipped N free-form fields: reason; reason)``, or "" when none was skipped.
+
+    For the one-line answer to the sender (who would otherwise never learn why a
+    number it sent is missing), bounded so a body of hundreds of bad names still
+    gets a short line.
+    """
+    if not report.skipped:
+        return ""
+    count = len(report.skipped)
+    reasons = "; ".join(report.skipped)
+    if len(reasons) > limit:
+        reasons = reasons[: limit - 3].rstrip() + "..."
+    noun = "field" if count == 1 else "fields"
+    return f" (skipped {count} free-form {noun}: {reasons})"
 
 
 def _no_constant(name: str) -> object:
@@ -128,6 +172,10 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
 
     ``now`` (unix seconds) bounds ``run_start`` from above when given, so a sender
     cannot claim a run that starts next year.
+
+    Refused: a bad field that defines progress or the run (epoch, epochs, step,
+    steps, batch_size, run_id, run_start, container, event). Skipped and named in
+    ``Report.skipped``: a bad free-form field (see ``_free_form``).
     """
     if len(body) > MAX_BODY_BYTES:
         raise InvalidReport(f"body larger than {MAX_BODY_BYTES} bytes")
@@ -162,12 +210,16 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
         k: v for k, v in data.items() if k not in _KNOWN and k not in _IGNORED
     }
     nested = data.get("metrics")
-    if nested is not None:
-        if not isinstance(nested, dict):
-            raise InvalidReport("metrics must be an object of numbers")
+    bad_nested: list[str] = []
+    if isinstance(nested, dict):
         extra.update(nested)
-    if event != "start" and not extra and all(v is None for v in values.values()):
-        raise InvalidReport("no progress fields (epoch, step, ...)")
+    elif nested is not None:  # only free-form numbers lost: skipped like a bad one
+        bad_nested.append("metrics must be an object of numbers")
+    metrics, skipped = _free_form(extra)
+    skipped = (*bad_nested, *skipped)
+    if event != "start" and not metrics and all(v is None for v in values.values()):
+        note = f"; skipped: {'; '.join(skipped)}"[:160] if skipped else ""
+        raise InvalidReport(f"no progress fields (epoch, step, ...){note}")
     report = Report(
         epoch=values["epoch"],
         epochs=values["epochs"],
@@ -178,7 +230,8 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
         run_start=run_start,
         container=container,
         event=event,
-        metrics=_metrics(extra),
+        metrics=metrics,
+        skipped=skipped,
     )
     return check_report(report, now=now)
 
@@ -190,6 +243,10 @@ def check_report(report: Report, *, now: float | None = None) -> Report:
     HTTP bodies and marker lines, ``logformats.fold`` for recognised log lines (whose
     numbers come from regexes, not JSON), and the store before every merge. So a log
     line can never store what an HTTP report would be refused for.
+
+    Free-form metrics are checked strictly here: the builders leave bad ones out
+    before (``parse_report`` skips them, ``logformats`` never reads them), so one
+    reaching this point is a bug in its builder, not the sender's mistake.
     """
     for name in _COUNTERS:
         value = getattr(report, name)

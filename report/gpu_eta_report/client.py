@@ -18,6 +18,13 @@ How long one send may take: ``timeout_seconds`` argument, else
 ``GPU_ETA_TIMEOUT_SECONDS``, else 2 s (a value that is not a number in (0, 60] is
 replaced by the default, with one warning); ``end()`` waits that long for the
 final report.
+
+The exporter's rules are applied before sending, so no report is refused for what
+the client could have known: free-form numbers that are not finite or beyond
+``MAX_NUMBER``, or whose names stay invalid, are left out (once logged at INFO); of
+more than ``MAX_METRICS`` names the first in sorted order are kept (the exporter's
+choice too); an invalid ``run_id`` or ``container`` is corrected with one warning at
+construction. A refusal the exporter still answers is logged once per distinct reason.
 """
 
 from __future__ import annotations
@@ -42,7 +49,15 @@ log = logging.getLogger("gpu_eta.report")
 DEFAULT_PORT = 9843
 DEFAULT_TIMEOUT_SECONDS = 2.0
 MAX_TIMEOUT_SECONDS = 60.0  # longer would only hold queued reports back from fresher ones
+# Copies of the exporter's wire rules (gpu_eta.exporter.progress: MAX_METRICS,
+# MAX_NUMBER, _METRIC_NAME, _RUN_ID, _CONTAINER, _KNOWN): this package installs alone in
+# training images and cannot import the exporter. tests/report/test_client.py asserts
+# that they stay equal.
+MAX_METRICS = 16
+MAX_NUMBER = 1e12
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+_CONTAINER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _RESERVED = frozenset(
     {
         "epoch",
@@ -57,7 +72,9 @@ _RESERVED = frozenset(
         "metrics",
     }
 )
-MAX_METRICS = 16
+# distinct refusal reasons logged per reporter; past this one line says the rest are not
+MAX_LOGGED_REFUSALS = 16
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def exporter_url(env: Mapping[str, str] | None = None) -> str | None:
@@ -110,24 +127,129 @@ def timeout_setting(value: object = None, env: Mapping[str, str] | None = None) 
     return seconds
 
 
-def _clean_metrics(values: Mapping[str, Any]) -> dict[str, float]:
-    """Keep finite numbers with usable names (tensors with ``__float__`` included)."""
-    out: dict[str, float] = {}
+def _metric_name(name: object) -> str | None:
+    """The wire name of a metric (``eval/loss`` → ``eval_loss``), None if unusable.
+
+    Progress fields (``epoch``, ``step``...) are no metrics: None for them too.
+    """
+    if not isinstance(name, str):
+        return None
+    key = name if _METRIC_NAME.match(name) else re.sub(r"[^A-Za-z0-9_]", "_", name)[:64]
+    if not _METRIC_NAME.match(key) or key in _RESERVED:
+        return None
+    return key
+
+
+def _metric_value(value: object) -> tuple[float | None, str]:
+    """The number to send for ``value`` (tensors with ``__float__`` included), or
+    None and why not: the exporter's rule (finite, at most ``MAX_NUMBER``)."""
+    if isinstance(value, bool):
+        return None, "not a number"
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None, "not a number"
+    if not math.isfinite(number):
+        return None, "not finite"
+    if abs(number) > MAX_NUMBER:
+        return None, f"beyond {MAX_NUMBER:g}"
+    return number, ""
+
+
+def merge_metrics(
+    current: Mapping[str, float], values: Mapping[str, Any]
+) -> tuple[dict[str, float], list[tuple[str, str]]]:
+    """``current`` updated with ``values`` as the exporter will take them, and what was
+    left out as (name, why).
+
+    Why here and not only in the exporter: what the client keeps it sends in every
+    later report, so one number the exporter refuses (HF's ``total_flos`` ≈ 1e15) must
+    never enter. A name whose new value is unusable is removed, not kept with its old
+    value: a stale loss must not be reported as the current one. Of more than
+    ``MAX_METRICS`` names the first in sorted order stay, the exporter's own choice,
+    so which series exist does not depend on the order metrics were first logged.
+    """
+    out = dict(current)
+    skipped: list[tuple[str, str]] = []
     for name, value in values.items():
-        if len(out) >= MAX_METRICS:
-            break
-        if not isinstance(name, str) or name in _RESERVED or isinstance(value, bool):
+        key = _metric_name(name)
+        if key is None:
+            if isinstance(name, str) and name not in _RESERVED:
+                skipped.append((name[:64], "bad name"))
             continue
-        key = name if _METRIC_NAME.match(name) else re.sub(r"[^A-Za-z0-9_]", "_", name)[:64]
-        if not _METRIC_NAME.match(key):
-            continue
-        try:
-            number = float(value)
-        except (TypeError, ValueError, RuntimeError):
-            continue
-        if math.isfinite(number):
+        number, why = _metric_value(value)
+        if number is None:
+            out.pop(key, None)
+            skipped.append((key, why))
+        else:
             out[key] = number
-    return out
+    if len(out) > MAX_METRICS:
+        kept = set(sorted(out)[:MAX_METRICS])
+        skipped.extend((k, f"beyond {MAX_METRICS} names") for k in out if k not in kept)
+        out = {k: v for k, v in out.items() if k in kept}
+    return out, skipped
+
+
+def _clean_metrics(values: Mapping[str, Any]) -> dict[str, float]:
+    """The metrics of ``values`` the exporter accepts, as one report would carry them."""
+    return merge_metrics({}, values)[0]
+
+
+def run_id_setting(run_id: object) -> str:
+    """``run_id`` if the exporter accepts it, else a corrected one (one warning).
+
+    The exporter refuses every report whose ``run_id`` is not 1-64 of
+    ``[A-Za-z0-9._-]``, so ``"my run"`` would report nothing at all: it becomes
+    ``my-run`` (still findable), or a random id when nothing usable is left.
+    """
+    if run_id is None or run_id == "":
+        return secrets.token_hex(8)
+    text = str(run_id)
+    if _RUN_ID.match(text):
+        return text
+    fixed = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:64]
+    if not _RUN_ID.match(fixed):
+        fixed = secrets.token_hex(8)
+    log.warning(
+        "gpu-eta: run_id=%r is not 1-64 characters of [A-Za-z0-9._-] (the exporter "
+        "would refuse every report); using %r",
+        run_id,
+        fixed,
+    )
+    return fixed
+
+
+def container_setting(container: object, source: str = "container") -> str | None:
+    """``container`` if it is a DNS-1123 label, else a corrected one or None (one warning).
+
+    Kubernetes container names are such labels, so ``"Trainer"`` or ``"my_trainer"``
+    can only mean ``trainer`` / ``my-trainer``; sent as given, the exporter would refuse
+    every report. With nothing usable left the reports go without it (the exporter
+    then files them under the pod's first container).
+    """
+    if container is None or container == "":
+        return None
+    text = str(container)
+    if _CONTAINER.match(text):
+        return text
+    fixed: str | None = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].rstrip("-")
+    if not fixed or not _CONTAINER.match(fixed):
+        fixed = None
+    log.warning(
+        "gpu-eta: %s=%r is not a container name (a DNS-1123 label; the exporter would "
+        "refuse every report); %s",
+        source,
+        container,
+        f"using {fixed!r}" if fixed else "reporting without it (the pod's first container)",
+    )
+    return fixed
+
+
+def _answer_reason(body: bytes) -> str:
+    """The first line of an exporter answer, printable and bounded, for a log line."""
+    lines = body.decode("utf-8", "replace").splitlines()
+    line = lines[0].strip() if lines else ""
+    return "".join(ch if ch.isprintable() else "?" for ch in line[:200])
 
 
 class ProgressReporter:
@@ -149,7 +271,7 @@ class ProgressReporter:
         run_id: str | None = None,
     ):
         self.url = url if url is not None else exporter_url()
-        self.run_id = run_id or secrets.token_hex(8)
+        self.run_id = run_id_setting(run_id)
         self.run_start = time.time()
         self.epochs = epochs
         self.steps_per_epoch = steps_per_epoch
@@ -157,13 +279,19 @@ class ProgressReporter:
             steps = epochs * steps_per_epoch
         self.steps = steps
         self.batch_size = batch_size
-        self.container = container or os.environ.get("GPU_ETA_CONTAINER") or None
+        if container:
+            self.container = container_setting(container)
+        else:
+            env_container = os.environ.get("GPU_ETA_CONTAINER") or None
+            self.container = container_setting(env_container, "GPU_ETA_CONTAINER")
         self.timeout_seconds = timeout_setting(timeout_seconds)
         self.min_interval_seconds = min_interval_seconds
         self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
         self._epoch = 0
         self._step = 0
         self._metrics: dict[str, float] = {}
+        self._skipped_logged: set[str] = set()  # metric names already logged as left out
+        self._refusals: set[str] = set()  # refusal reasons already logged (sender thread)
         self._last_step_enqueue = float("-inf")
         self._queue: collections.deque[bytes] = collections.deque(maxlen=max(1, queue_size))
         self._cond = threading.Condition()
@@ -199,7 +327,8 @@ class ProgressReporter:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Reports ``sent`` (2xx), ``rejected`` (4xx), ``failed`` (network), ``dropped``."""
+        """Reports ``sent`` (2xx), ``rejected`` (any other answer: 4xx, 5xx; the reason
+        is logged once), ``failed`` (network), ``dropped`` (queue full, backing off)."""
         with self._cond:
             return dict(self._stats)
 
@@ -219,7 +348,7 @@ class ProgressReporter:
             if now - self._last_step_enqueue >= self.min_interval_seconds:
                 self._last_step_enqueue = now
                 if metrics:  # converted only when sent: float(cuda_tensor) syncs the GPU
-                    self._metrics.update(_clean_metrics(metrics))
+                    self._take_metrics(metrics)
                 self._enqueue("progress")
         except Exception:  # never into the training loop
             pass
@@ -233,7 +362,7 @@ class ProgressReporter:
             elif self.steps_per_epoch:
                 self._step = max(self._step, epoch * self.steps_per_epoch)
             if metrics:
-                self._metrics.update(_clean_metrics(metrics))
+                self._take_metrics(metrics)
             self._enqueue("progress")
         except Exception:
             pass
@@ -243,7 +372,7 @@ class ProgressReporter:
         send timeout) until it is sent and stop the sender."""
         try:
             if metrics:
-                self._metrics.update(_clean_metrics(metrics))
+                self._take_metrics(metrics)
             self._enqueue("end")
             self.close(flush_timeout_seconds)
         except Exception:
@@ -279,6 +408,44 @@ class ProgressReporter:
         self.end()
 
     # -- internals -------------------------------------------------------------------
+
+    def _take_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """Fold ``metrics`` into what every later report carries (``merge_metrics``).
+
+        Each left-out name is logged once at INFO: it is expected for some (HF's
+        ``total_flos``), and a warning at the end of every training would be noise.
+        """
+        self._metrics, skipped = merge_metrics(self._metrics, metrics)
+        for name, why in skipped:
+            if name not in self._skipped_logged and len(self._skipped_logged) < 64:
+                self._skipped_logged.add(name)
+                log.info("gpu-eta: metric %r not reported (%s)", name, why)
+
+    def _log_refusal(self, status: int, body: bytes) -> None:
+        """Log the exporter's one-line reason for refusing a report, once per reason.
+
+        Once, not per report: every report carries the whole state, so a reason that
+        holds for one (a bad run id, a reused run) usually holds for all that follow.
+        Numbers are ignored when comparing reasons (``epoch 9 > epochs 5`` and
+        ``epoch 10 > epochs 5`` are one), and at most ``MAX_LOGGED_REFUSALS`` distinct
+        ones are logged; ``stats["rejected"]`` counts every refused report.
+        """
+        reason = _answer_reason(body)
+        key = f"{status} {_NUMBERS.sub('#', reason)}"
+        if key in self._refusals:
+            return
+        if len(self._refusals) >= MAX_LOGGED_REFUSALS:
+            if len(self._refusals) == MAX_LOGGED_REFUSALS:
+                self._refusals.add("")  # one note, then silence
+                log.warning("gpu-eta: further refusal reasons are not logged (see stats)")
+            return
+        self._refusals.add(key)
+        log.warning(
+            "gpu-eta: exporter refused a progress report (%d): %s; "
+            "not logged again for this reason",
+            status,
+            reason or "no reason given",
+        )
 
     def _body(self, event: str) -> bytes:
         body: dict[str, Any] = {
@@ -353,14 +520,13 @@ class ProgressReporter:
                     "POST", path, body=data, headers={"Content-Type": "application/json"}
                 )
                 resp = self._conn.getresponse()
-                resp.read(1024)
+                answer = resp.read(1024)
                 if resp.will_close:
                     self._conn.close()
                     self._conn = None
                 if 200 <= resp.status < 300:
                     return "sent"
-                if resp.status == 403 and attempt == 0:
-                    log.warning("gpu-eta: exporter refused progress (403)")
+                self._log_refusal(resp.status, answer)
                 return "rejected"
             except (OSError, http.client.HTTPException):
                 if self._conn is not None:

@@ -3,6 +3,10 @@
 Imports ``transformers`` only here; without it the class still imports with
 ``object`` as its base. Only the main process (``state.is_world_process_zero``)
 reports. Hooks never raise into training.
+
+``on_log`` metrics are passed on as logged; the reporter drops what the exporter would
+refuse (``total_flos``, logged at the end of training, is ≈ 1e15 for real models,
+beyond the wire format's 1e12), so one such number never stops progress reports.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ class GpuEtaCallback(_Base):  # type: ignore[misc, valid-type]
         self._metrics: dict[str, Any] = {}
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # a new run: the last run's logs (its final train_runtime, train_loss...) are
+        # not this one's, though the same callback is reused (notebook, hp search)
+        self._metrics = {}
         try:
             if not getattr(state, "is_world_process_zero", True):
                 return

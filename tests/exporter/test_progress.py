@@ -64,9 +64,8 @@ def test_full_report_round_trip():
         (b'{"epoch": 1, "run_start": 1900000000}', InvalidReport, "future"),
         (b'{"epoch": 1, "container": "Bad_Name"}', InvalidReport, "container"),
         (b'{"epoch": 1, "event": "boom"}', InvalidReport, "event"),
-        (b'{"epoch": 1, "loss": "low"}', InvalidReport, "loss must be a number"),
-        (b'{"epoch": 1, "metrics": [1]}', InvalidReport, "metrics"),
         (b"{}", InvalidReport, "no progress fields"),
+        (b'{"total_flos": 3.2e15}', InvalidReport, "skipped: total_flos is too large"),
     ],
 )
 def test_bad_bodies_are_refused_with_one_line_reason(body, error, reason):
@@ -76,12 +75,75 @@ def test_bad_bodies_are_refused_with_one_line_reason(body, error, reason):
     assert "\n" not in str(info.value)
 
 
-def test_too_many_free_fields_and_oversize_body():
-    many = {f"m{i}": i for i in range(17)} | {"epoch": 1}
-    with pytest.raises(InvalidReport, match="at most 16"):
-        parse_report(json.dumps(many))
+def test_oversize_body_is_refused():
     with pytest.raises(InvalidReport, match="larger than"):
         parse_report(b" " * (MAX_BODY_BYTES + 1))
+
+
+# -- free-form fields: a bad one is skipped and named, the progress beside it kept ---------
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"total_flos": 3.2e15}, "total_flos is too large"),  # HF Trainer's last on_log
+        ({"loss": -2e12}, "loss is too large"),
+        ({"loss": "low"}, "loss must be a number, got str"),
+        ({"loss": None}, "loss must be a number, got NoneType"),
+        ({"loss": True}, "loss must be a number, got bool"),
+        ({"loss": 10**400}, "loss is too large"),
+        ({"my metric": 1.0}, "bad field name 'my metric'"),
+        ({"1st": 1.0}, "bad field name '1st'"),
+        ({"metrics": [1]}, "metrics must be an object of numbers"),
+        ({"metrics": {"eval/loss": 0.5}}, "bad field name 'eval/loss'"),
+    ],
+)
+def test_a_bad_free_form_field_is_skipped_and_the_progress_kept(extra, reason):
+    body = {"run_id": "r1", "epoch": 2, "epochs": 5, "step": 20, "steps": 50, "acc": 0.5}
+    report = parse_report(json.dumps(body | extra), now=NOW)
+    assert (report.epoch, report.epochs, report.step, report.steps) == (2, 5, 20, 50)
+    assert report.run_id == "r1" and dict(report.metrics) == {"acc": 0.5}
+    assert report.skipped == (reason,)
+    assert progress.skipped_note(report) == f" (skipped 1 free-form field: {reason})"
+
+
+def test_of_more_than_16_free_form_fields_the_first_16_by_name_are_kept():
+    names = [f"m{i:02d}" for i in range(20)]
+    body = {"epoch": 1, "epochs": 3} | {n: 1.0 for n in reversed(names)}
+    report = parse_report(json.dumps(body), now=NOW)
+    assert sorted(report.metrics) == names[:16]
+    assert report.skipped == tuple(f"{n} beyond 16 free-form fields" for n in reversed(names[16:]))
+    # the same choice whatever order the sender's JSON library wrote the keys in
+    shuffled = {"epoch": 1, "epochs": 3} | {n: 1.0 for n in names[::3] + names}
+    assert sorted(parse_report(json.dumps(shuffled), now=NOW).metrics) == names[:16]
+    assert report.epoch == 1
+
+
+def test_bad_names_do_not_take_the_slots_of_good_ones():
+    bad = {f"bad name {i}": 1.0 for i in range(20)}
+    good = {f"g{i}": float(i) for i in range(16)}
+    report = parse_report(json.dumps({"step": 7} | bad | good), now=NOW)
+    assert dict(report.metrics) == good and len(report.skipped) == 20
+    note = progress.skipped_note(report)
+    assert note.startswith(" (skipped 20 free-form fields: bad field name")
+    assert len(note) < 220 and "\n" not in note
+
+
+def test_a_bad_progress_field_is_still_refused_beside_good_metrics():
+    for body in (
+        {"epoch": -1, "loss": 0.5},
+        {"step": 2e12, "loss": 0.5},
+        {"epoch": 1, "run_id": "my run", "loss": 0.5},
+        {"epoch": 1, "container": "Trainer", "loss": 0.5},
+    ):
+        with pytest.raises(InvalidReport):
+            parse_report(json.dumps(body), now=NOW)
+
+
+def test_check_report_stays_strict_on_metrics():
+    """What a builder hands the store must already be clean: the skip is the parser's."""
+    with pytest.raises(InvalidReport, match="too large"):
+        progress.check_report(Report(epoch=1, metrics={"total_flos": 3.2e15}))
 
 
 def test_deeply_nested_json_is_malformed_not_a_crash():
@@ -119,6 +181,8 @@ def test_fuzz_json_objects_validate_or_raise_report_error(data):
         return
     for value in (report.epoch, report.epochs, report.step, report.steps, report.batch_size):
         assert value is None or (math.isfinite(value) and value >= 0)
+    assert len(report.metrics) <= progress.MAX_METRICS
+    assert all(abs(v) <= progress.MAX_NUMBER for v in report.metrics.values())
     if report.epoch is not None and report.epochs is not None:
         assert report.epoch <= report.epochs
 

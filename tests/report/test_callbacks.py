@@ -27,7 +27,7 @@ def listener():
         yield lst
 
 
-def run(listener: ProgressListener, code: str) -> None:
+def run(listener: ProgressListener, code: str) -> str:
     env = dict(
         os.environ,
         GPU_ETA_URL=f"http://127.0.0.1:{listener.port}/progress",
@@ -39,6 +39,7 @@ def run(listener: ProgressListener, code: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 def needs(module: str):
@@ -126,6 +127,53 @@ Trainer(model=M(), args=args, train_dataset=DS(), callbacks=[GpuEtaCallback()]).
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (2, 2, 8, 8, 16)
     assert "loss" in p.metrics
+
+
+@needs("transformers")
+def test_hf_total_flos_never_freezes_progress_across_reused_trainings(listener, tmp_path):
+    """HF Trainer logs ``total_flos`` (≈ 1e15 for real models, over the wire format's
+    1e12) in its final ``on_log``. It once made the exporter refuse the final report,
+    and, the callback reused for a second ``train()`` (a notebook, a hyperparameter
+    search), every report of that run: progress frozen at the first run's, silently.
+
+    The model is tiny but tells the Trainer it has 1.3 B parameters (``num_parameters``,
+    which ``Trainer.floating_point_ops`` asks), so the real Trainer's own accounting
+    gives a real model's ``total_flos``.
+    """
+    out = run(
+        listener,
+        f"""
+import torch
+from torch import nn
+from transformers import Trainer, TrainingArguments
+from gpu_eta_report.hf import GpuEtaCallback
+class DS(torch.utils.data.Dataset):
+    def __init__(self): self.x = torch.randn(64, 8); self.y = (self.x.sum(1) > 0).long()
+    def __len__(self): return 64
+    def __getitem__(self, i): return {{"x": self.x[i], "labels": self.y[i]}}
+class M(nn.Module):
+    main_input_name = "x"
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
+    def num_parameters(self, exclude_embeddings=False): return 1_300_000_000
+    def forward(self, x, labels=None):
+        logits = self.net(x); return {{"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}}
+cb = GpuEtaCallback()
+flos = []
+for epochs in (2, 3):
+    args = TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=epochs,
+        per_device_train_batch_size=16, logging_steps=2, save_strategy="no", report_to=[],
+        use_cpu=True, disable_tqdm=True)
+    trainer = Trainer(model=M(), args=args, train_dataset=DS(), callbacks=[cb])
+    trainer.train()
+    flos.append(trainer.state.total_flos)
+print(min(flos))
+""",
+    )
+    assert float(out.split()[-1]) > 1e12  # the case: a real model's total_flos
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (3, 3, 12, 12)  # the second run, whole
+    assert "train_loss" in p.metrics and "total_flos" not in p.metrics
+    assert listener.counts()["invalid"] == 0
 
 
 def test_callbacks_survive_hooks_with_minimal_objects(listener):

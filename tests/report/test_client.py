@@ -153,7 +153,10 @@ def test_the_client_copies_of_the_wire_rules_match_the_parser() -> None:
     its copies of the wire rules must stay the parser's."""
     assert client._RESERVED == progress._KNOWN
     assert client.MAX_METRICS == progress.MAX_METRICS
+    assert client.MAX_NUMBER == progress.MAX_NUMBER
     assert client._METRIC_NAME.pattern == progress._METRIC_NAME.pattern
+    assert client._RUN_ID.pattern == progress._RUN_ID.pattern
+    assert client._CONTAINER.pattern == progress._CONTAINER.pattern
 
 
 # -- the send timeout: argument, GPU_ETA_TIMEOUT_SECONDS, default 2 s -------------------

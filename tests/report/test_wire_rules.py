@@ -1,0 +1,194 @@
+"""The client applies the exporter's wire rules before sending, and says why it is refused.
+
+Found by a fuzz audit: the client checked only that numbers were finite and kept every
+name it accepted, sending it in every later report; one number over 1e12 (HF's
+``total_flos``) or a 17th name made the exporter refuse every report after it, and the
+client logged nothing for a 400. Each test reports to a real ProgressListener (real
+sockets, the real store) from a pod's loopback address.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_eta.exporter.progress import parse_report
+from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.readings import PodMeta
+from gpu_eta_report import client, start
+from gpu_eta_report.hf import GpuEtaCallback
+from tests.support.report_listener import listening_for
+
+POD = PodMeta("ml", "nb-2", "uid-2", ip="127.0.0.8", container_ids={"notebook": "c"})
+
+
+@pytest.fixture
+def listener():
+    with listening_for(POD) as lst:
+        yield lst
+
+
+def url(lst: ProgressListener) -> str:
+    return f"http://127.0.0.1:{lst.port}/progress"
+
+
+def sent_metrics(reporter: client.ProgressReporter) -> dict[str, float]:
+    return json.loads(reporter._body("progress")).get("metrics", {})
+
+
+def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "exporter refused" in r.getMessage()]
+
+
+_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(
+    lambda n: n not in client._RESERVED
+)
+_values = (
+    st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(min_value=-(10**400), max_value=10**400)
+    | st.booleans()
+    | st.none()
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_names, _values, max_size=24))
+def test_the_client_keeps_exactly_what_the_exporter_keeps(values):
+    kept = client._clean_metrics(values)
+    parsed = parse_report(json.dumps({"epoch": 1, "metrics": values}))
+    assert kept == dict(parsed.metrics)
+
+
+def test_seventeen_names_over_two_calls_never_make_reports_refused(listener):
+    r = start(epochs=3, url=url(listener), source_address=POD.ip, min_interval_seconds=0)
+    r.step(10, loss=0.9)
+    others = {f"m{i:02d}": float(i) for i in range(16)}
+    r.epoch_end(1, **others)
+    assert sent_metrics(r) == {k: others[k] for k in sorted(others)[:15]} | {"loss": 0.9}
+    r.epoch_end(2)
+    r.end()
+    assert r.stats["rejected"] == 0 and listener.counts()["invalid"] == 0
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.step) == (2, 10)
+
+
+def test_a_refused_number_does_not_stick_to_later_reports(listener):
+    r = start(epochs=3, url=url(listener), source_address=POD.ip)
+    r.epoch_end(1, total_flos=3.2e15, loss=0.5)
+    assert sent_metrics(r) == {"loss": 0.5}
+    r.epoch_end(2, loss=float("nan"))  # no stale loss sent as the current one either
+    assert sent_metrics(r) == {}
+    r.epoch_end(3, loss=0.25)
+    r.end()
+    assert r.stats["rejected"] == 0
+    (p,) = listener.store.snapshot()
+    assert p.epoch == 3 and dict(p.metrics) == {"loss": 0.25}
+
+
+def test_hf_callback_reused_after_total_flos_keeps_reporting(listener):
+    """The hooks in the order HF Trainer calls them, twice with one callback."""
+    cb = GpuEtaCallback(url=url(listener), source_address=POD.ip)
+    args = SimpleNamespace(per_device_train_batch_size=4, world_size=1)
+    for epochs in (2, 3):
+        state = SimpleNamespace(
+            is_world_process_zero=True, num_train_epochs=epochs, max_steps=epochs * 5
+        )
+        cb.on_train_begin(args, state, None)
+        for epoch in range(1, epochs + 1):
+            state.global_step, state.epoch = epoch * 5, float(epoch)
+            cb.on_log(args, state, None, logs={"loss": 1.0 / epoch, "epoch": state.epoch})
+            cb.on_step_end(args, state, None)
+            cb.on_epoch_end(args, state, None)
+        logs = {"train_runtime": 3.1, "total_flos": 3.2e15, "train_loss": 0.6, "epoch": 3.0}
+        cb.on_log(args, state, None, logs=logs)
+        cb.on_train_end(args, state, None)
+    assert listener.counts()["invalid"] == 0
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (3, 3, 15, 15)
+    assert "total_flos" not in p.metrics and p.metrics["train_loss"] == 0.6
+
+
+@pytest.mark.parametrize(
+    ("given_id", "expected"),
+    [("my run", "my-run"), ("run/2024 #3", "run-2024-3"), ("a" * 80, "a" * 64), ("ok-1", "ok-1")],
+)
+def test_run_id_is_made_valid_at_construction(given_id, expected, caplog):
+    assert client.run_id_setting(given_id) == expected
+    assert ("run_id=" in caplog.text) == (given_id != expected)
+
+
+def test_a_run_id_with_nothing_usable_becomes_a_random_one(caplog):
+    fixed = client.run_id_setting("训练")
+    assert client._RUN_ID.match(fixed) and "run_id='训练'" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("Trainer", "trainer"), ("my_trainer", "my-trainer"), ("___", None), ("train", "train")],
+)
+def test_container_is_made_valid_at_construction(name, expected, caplog):
+    assert client.container_setting(name) == expected
+    assert ("container=" in caplog.text) == (name != expected)
+
+
+def test_bad_run_id_and_container_are_reported_not_refused(listener, caplog, monkeypatch):
+    monkeypatch.delenv("GPU_ETA_CONTAINER", raising=False)
+    r = start(
+        epochs=2, run_id="my run", container="Notebook", url=url(listener), source_address=POD.ip
+    )
+    assert (r.run_id, r.container) == ("my-run", "notebook")
+    assert "run_id='my run'" in caplog.text and "container='Notebook'" in caplog.text
+    r.epoch_end(1)
+    r.end()
+    assert r.stats["rejected"] == 0
+    (p,) = listener.store.snapshot()
+    assert (p.run_id, p.container, p.epoch) == ("my-run", "notebook", 1)
+
+
+def test_the_container_from_the_environment_is_checked_too(monkeypatch, caplog):
+    monkeypatch.setenv("GPU_ETA_CONTAINER", "Notebook")
+    r = client.ProgressReporter(url="http://127.0.0.1:1/progress")
+    try:
+        assert r.container == "notebook" and "GPU_ETA_CONTAINER='Notebook'" in caplog.text
+    finally:
+        r.close(0.1)
+
+
+def test_a_400_is_logged_once_with_the_exporters_reason(listener, caplog):
+    """A run id reused by mistake: the exporter refuses each epoch beyond the first
+    run's plan, each with its own numbers; one line says why, not one per report."""
+    first = start(epochs=5, run_id="shared", url=url(listener), source_address=POD.ip)
+    first.epoch_end(5)
+    first.end()
+    second = start(run_id="shared", url=url(listener), source_address=POD.ip)
+    for epoch in (6, 7, 8):
+        second.epoch_end(epoch)
+    second.end()
+    assert second.stats["rejected"] == 4  # three epochs and the end
+    (line,) = refusals(caplog)
+    assert "(400): invalid: epoch 6 > epochs 5 of run shared" in line
+
+
+def test_a_403_is_logged_once_with_the_exporters_reason(listener, caplog):
+    caplog.set_level(logging.WARNING, logger="gpu_eta.report")
+    r = start(epochs=5, url=url(listener))  # from 127.0.0.1: no pod on this node
+    for epoch in range(1, 5):
+        r.epoch_end(epoch)
+    r.end()
+    assert r.stats["rejected"] == 6
+    (line,) = refusals(caplog)
+    assert "(403): forbidden: 127.0.0.1 is not a pod on this node" in line
+
+
+def test_distinct_refusal_reasons_are_bounded(caplog):
+    r = client.ProgressReporter(url=None)
+    for i in range(40):
+        r._log_refusal(400, f"invalid: reason kind {'x' * i}\nsecond line".encode())
+    assert len(refusals(caplog)) == client.MAX_LOGGED_REFUSALS
+    assert caplog.text.count("further refusal reasons are not logged") == 1
+    assert "second line" not in caplog.text
