@@ -104,7 +104,7 @@ from gpu_eta.forecaster.evaluate import (
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.history_rows import PERCENT_UNIT
 from gpu_eta.forecaster.runs import Run, counts_steps, thinned
-from gpu_eta.forecaster.runs_csv import read_runs_file
+from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "runs"
@@ -284,8 +284,11 @@ def file_kind(path: Path) -> str:
 
 
 def _read(path: Path) -> tuple[list[Run], int]:
-    loaded = read_runs_file(path)
-    return loaded.runs, len(loaded.skipped)
+    try:
+        loaded = read_runs_file(path)
+    except RunsCsvError as err:  # its message names the line, not the file
+        raise SystemExit(f"{path}: {err}") from None
+    return loaded.runs, len(loaded.skipped) + loaded.more_rows
 
 
 def find_mlperf(explicit: Path | None) -> Path | None:

@@ -53,6 +53,7 @@ from typing import TextIO
 
 import numpy as np
 
+from gpu_eta.forecaster.atomic_file import write_atomically
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
@@ -60,7 +61,7 @@ from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import replay_moments
 from gpu_eta.forecaster.runs import Run, thinned
-from gpu_eta.forecaster.runs_csv import RunsCsvError, _exact, read_runs_file
+from gpu_eta.forecaster.runs_csv import RunsCsvError, exact, read_runs_file
 
 GPU_ETA = "gpu_eta"
 PREFIX = "gpu-eta forecaster: evaluate: "
@@ -367,32 +368,13 @@ def write_predictions(predictions: Sequence[Prediction], fh: TextIO) -> None:
                 # not :g (epoch 1,111,114 is not 1.11111e+06); the runs file's own
                 # formatter, not a copy: the epoch must read back equal to the runs
                 # file's, to join the two on run_id + epoch
-                _exact(p.epoch),
+                exact(p.epoch),
                 f"{p.timestamp_seconds:.3f}",
                 f"{p.p10:.3f}",
                 f"{p.p50:.3f}",
                 f"{p.p90:.3f}",
             )
         )
-
-
-def _tmp_of(path: Path) -> Path:
-    """Where an output is written before it is renamed over ``path``."""
-    return path.with_name(path.name + ".tmp")
-
-
-def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)``, then rename ``tmp`` over ``path``: a reader never sees half a
-    file and a failure leaves what ``path`` held. Why the ``.tmp`` is removed on any
-    failure (Ctrl-C too): a full disk must not be left fuller by our leftovers."""
-    tmp = _tmp_of(path)
-    try:
-        write(tmp)
-        tmp.replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -410,7 +392,8 @@ def _same_file(a: Path, b: Path) -> bool:
 def output_path_error(runs: Path, outputs: Mapping[str, Path | None]) -> str | None:
     """Why an output path (flag → path) cannot be written, or None: checked before the
     backtest, because a long replay must not end in "is a directory", nor overwrite
-    the runs file it read (stored data) or another output (``.tmp`` files included)."""
+    the runs file it read (stored data), another output, or something that is not a
+    file (a pipe, a device: renamed over, it would be gone)."""
     given = {flag: path for flag, path in outputs.items() if path is not None}
     for flag, path in given.items():
         try:
@@ -420,13 +403,15 @@ def output_path_error(runs: Path, outputs: Mapping[str, Path | None]) -> str | N
                 return f"{flag} {str(path)!r}: names no file"
             if not path.parent.is_dir():
                 return f"{flag} {path}: directory {path.parent} does not exist"
+            if path.exists() and not path.is_file():
+                return f"{flag} {path}: exists and is not a regular file"
         except OSError as exc:
             return f"{flag} {path}: {exc.strerror or exc}"
-        if any(_same_file(f, runs) for f in (path, _tmp_of(path))):
+        if _same_file(path, runs):
             return f"{flag} {path}: is the --runs file, which would be overwritten"
     if len(given) == 2:
         (flag_a, a), (flag_b, b) = given.items()
-        if any(_same_file(x, y) for x in (a, _tmp_of(a)) for y in (b, _tmp_of(b))):
+        if _same_file(a, b):
             return f"{flag_a} and {flag_b} name the same file: {b}"
     return None
 
@@ -539,7 +524,7 @@ def main(
         return _main(argv, stdout or sys.stdout, err)
     except KeyboardInterrupt:
         # Ctrl-C: as `once` in forecaster/main.py, a runtime failure (exit 1), not a
-        # traceback; write_atomically has removed any half-written .tmp.
+        # traceback; write_atomically has removed any half-written temporary file.
         print(f"{PREFIX}interrupted", file=err)
         return ExitCode.RUNTIME
 

@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Any, TextIO
 
 from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
@@ -60,7 +60,8 @@ TEXT_COLUMNS = frozenset(
 )
 MAX_FIELD_CHARS = 256
 MAX_COLUMNS = 64
-MAX_LINE_CHARS = MAX_COLUMNS * (MAX_FIELD_CHARS + 3)  # every field quoted, a separator each
+# every field quoted with each character a doubled quote, and a separator
+MAX_LINE_CHARS = MAX_COLUMNS * (2 * MAX_FIELD_CHARS + 3)
 MAX_SKIPPED_LINE_CHARS = 64 << 20  # a longer line is no runs CSV (``_lines``)
 MAX_ROWS = 5_000_000
 MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the rows fall
@@ -72,6 +73,7 @@ MAX_TIMESTAMP = 1e11
 MAX_PROGRESS = 1e15
 MAX_EPOCHS = MAX_PROGRESS  # the former name
 MAX_NAMED = 5  # runs named in RunsFile.warning()
+MAX_KEPT_ROWS = 1000  # damaged rows without a run kept to name; the others only counted
 # Progress within this share of the plan either way is the plan (a total written with
 # another rounding than the last row: 10.0000001 of 10, or steps / steps per epoch
 # landing at 3.9999999999999996 of 4); further past it the run is damaged.
@@ -108,13 +110,14 @@ class RunsFile:
 
     runs: list[Run]
     skipped: list[SkippedRun] = field(default_factory=list)
+    more_rows: int = 0  # damaged rows without a run beyond ``MAX_KEPT_ROWS``, counted only
 
     def warning(self) -> str | None:
         """One line naming the skipped runs (at most ``MAX_NAMED``), or None."""
-        if not self.skipped:
+        if not self.skipped and not self.more_rows:
             return None
         bad_runs = sum(1 for s in self.skipped if s.run_id)
-        bad_rows = len(self.skipped) - bad_runs
+        bad_rows = len(self.skipped) - bad_runs + self.more_rows
         what = []
         if bad_runs:
             total = bad_runs + len(self.runs)
@@ -122,7 +125,7 @@ class RunsFile:
         if bad_rows:
             what.append(f"{bad_rows:,} row(s) without a run_id")
         named = "; ".join(s.describe() for s in self.skipped[:MAX_NAMED])
-        more = len(self.skipped) - MAX_NAMED
+        more = len(self.skipped) + self.more_rows - MAX_NAMED
         tail = f"; and {more:,} more" if more > 0 else ""
         return f"skipped {' and '.join(what)}: {named}{tail}"
 
@@ -187,13 +190,18 @@ def _lines(fh: TextIO, number: int) -> Iterator[tuple[int, str, bool]]:
     longer than ``MAX_LINE_CHARS`` cut there (``whole`` False) and the rest of it
     read past in pieces of that size.
 
-    Why lines, each parsed alone (``_row``): a runs CSV has no field spanning lines,
-    and a reader that lets a quoted field span them reads the rest of the file into
-    one field after a stray quote; and no line, however long, is held whole (a
-    compressed file of a few KiB can hold a line of gigabytes).
+    Why lines: a runs CSV has no field spanning lines (``_records`` allows a quoted one
+    a field's length), and a reader that lets a quoted field run on reads the rest of
+    the file into one field after a stray quote; and no line, however long, is held
+    whole (a compressed file of a few KiB can hold a line of gigabytes).
     """
+    cut_at_cr = False
     while text := fh.readline(MAX_LINE_CHARS + 1):
+        if text == "\n" and cut_at_cr:  # the rest of a "\r\n" a piece ended inside
+            cut_at_cr = False
+            continue
         number += 1
+        cut_at_cr = len(text) == MAX_LINE_CHARS + 1 and text.endswith("\r")
         if len(text) <= MAX_LINE_CHARS or text.endswith(("\n", "\r")):
             yield number, text, True
             continue
@@ -207,25 +215,69 @@ def _lines(fh: TextIO, number: int) -> Iterator[tuple[int, str, bool]]:
         yield number, text[:MAX_LINE_CHARS], False
 
 
-def _row(text: str, whole: bool, i_run: int) -> tuple[list[str], str, str | None]:
-    """One line's fields, its run_id where it can be told, and what is wrong with the
-    line (None: nothing).
+_OPEN_QUOTE = "unexpected end of data"  # csv's error for a quote still open at the end
 
-    A damaged line (an unclosed quote, text after a closing one, cut at
-    ``MAX_LINE_CHARS``) still names its run where the fields up to the run_id's hold
-    no quote, so the run is skipped for it instead of read without that point.
-    """
-    damage = None if whole else f"line longer than {MAX_LINE_CHARS:,} characters"
-    if damage is None:
-        try:
-            row = next(csv.reader([text], strict=True), [])
-            cell = row[i_run].strip() if len(row) > i_run else ""
-            return row, cell, None
-        except csv.Error as err:
-            damage = f"unreadable CSV ({err})"
+
+def _parse(text: str) -> tuple[list[str], str | None]:
+    """A record's fields and None, or ``[]`` and why it is unreadable. Only a quote
+    left open is damage: other oddities (a space after a closing quote, as aligned
+    files have) read as a lenient reader reads them."""
+    try:
+        return next(csv.reader([text], strict=True), []), None
+    except csv.Error as err:
+        if _OPEN_QUOTE in str(err):
+            return [], "a quote left open"
+    try:
+        return next(csv.reader([text]), []), None
+    except csv.Error as err:  # pragma: no cover - the lenient reader takes any one line
+        return [], f"unreadable CSV ({err})"
+
+
+def _records(fh: TextIO) -> Iterator[tuple[int, str, list[str], str | None]]:
+    """``(line, text, fields, damage)`` per record: a line, or a line whose quote is
+    left open and the next lines that close it within a field's length (a text with a
+    line break, as a spreadsheet or pandas writes it); a quote that does not close so
+    soon damages its own line only, and the lines read ahead are records of their own."""
+    lines = _lines(fh, 1)
+    ahead: list[tuple[int, str, bool]] = []
+    while True:
+        item = ahead.pop(0) if ahead else next(lines, None)
+        if item is None:
+            return
+        number, text, whole = item
+        if not whole:
+            yield number, text, [], f"line longer than {MAX_LINE_CHARS:,} characters"
+            continue
+        fields, damage = _parse(text)
+        joined, used = text, 0
+        while damage is not None and len(joined) - len(text) <= MAX_FIELD_CHARS + 2:
+            if used == len(ahead):
+                nxt = next(lines, None)
+                if nxt is None:
+                    break
+                ahead.append(nxt)
+            if not ahead[used][2]:
+                break
+            joined += ahead[used][1]
+            used += 1
+            closed, again = _parse(joined)
+            if again is None:
+                fields, damage = closed, None
+                del ahead[:used]
+        yield number, text if damage is not None else joined, fields, damage
+
+
+def _run_of(text: str, i_run: int) -> str:
+    """The run_id of a damaged line where the fields up to it read whole (quoted or
+    not), else "" (its run cannot be told)."""
     pieces = text.split(",", i_run + 1)
-    clean = len(pieces) > i_run + 1 and '"' not in ",".join(pieces[: i_run + 1])
-    return [], pieces[i_run].strip() if clean else "", damage
+    if len(pieces) <= i_run + 1:
+        return ""
+    try:
+        head = next(csv.reader([",".join(pieces[: i_run + 1])], strict=True), [])
+    except csv.Error:
+        return ""
+    return head[i_run].strip() if len(head) == i_run + 1 else ""
 
 
 def parse_runs_file(fh: TextIO) -> RunsFile:
@@ -251,15 +303,19 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     runs: dict[str, _Acc] = {}
     bad: dict[str, SkippedRun] = {}
     bad_rows: list[SkippedRun] = []
+    more_rows = 0
     n_rows = 0
     line = 1
-    for line, text, whole in _lines(fh, 1):
-        if not text.strip():
-            continue
+    for line, text, row, damage in _records(fh):
+        if damage is None and all(not cell.strip() for cell in row):
+            continue  # a blank line, or separators only (a spreadsheet's empty rows)
         n_rows += 1
         if n_rows > MAX_ROWS:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
-        row, run_id, damage = _row(text, whole, i_run)
+        if damage is None:
+            run_id = row[i_run].strip() if len(row) > i_run else ""
+        else:
+            run_id = _run_of(text, i_run)
         unusable = None
         if not run_id:
             unusable = "run_id is empty"
@@ -302,10 +358,14 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
         except _BadRow as err:
             if run_id:
                 if run_id not in bad:
+                    if run_id not in runs and len(runs) + len(bad) >= MAX_RUNS:
+                        raise RunsCsvError(line, f"more than {MAX_RUNS:,} runs") from None
                     bad[run_id] = SkippedRun(run_id, line, str(err))
                 runs.pop(run_id, None)
-            else:
+            elif len(bad_rows) < MAX_KEPT_ROWS:
                 bad_rows.append(SkippedRun("", line, str(err)))
+            else:
+                more_rows += 1
             continue
         acc.rows.append((epoch, ts, line))
         for name, i in extra:
@@ -320,7 +380,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             else:
                 acc.texts.setdefault(name, value)
 
-    if not runs and not bad and not bad_rows:
+    if not runs and not bad and not bad_rows and not more_rows:
         raise RunsCsvError(line, "no data rows")
     out = []
     for run_id, acc in runs.items():
@@ -330,7 +390,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             bad[run_id] = SkippedRun(run_id, err.line, err.reason)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id))
     skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
-    return RunsFile(out, skipped)
+    return RunsFile(out, skipped, more_rows)
 
 
 def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
@@ -353,9 +413,15 @@ def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float,
 def _assemble(run_id: str, acc: _Acc) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
     slack = acc.planned * PLAN_SLACK
-    rows = first_reached(
-        (acc.planned if abs(e - acc.planned) <= slack else e, t, line) for e, t, line in acc.rows
-    )
+    top = max(e for e, _t, _line in acc.rows)
+
+    def at_plan(e: float) -> bool:
+        """A hair past the plan, or the run's last point a hair short of it (an earlier
+        one a hair short is a point of its own: merged, it would date the end there)."""
+        near = acc.planned - slack <= e <= acc.planned + slack
+        return near and (e >= acc.planned or e == top)
+
+    rows = first_reached((acc.planned if at_plan(e) else e, t, line) for e, t, line in acc.rows)
     if rows[0][0] != 0:
         raise RunsCsvError(
             rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"
@@ -403,18 +469,42 @@ def parse_runs(fh: TextIO) -> list[Run]:
     return _strict(parse_runs_file(fh))
 
 
+class _Prefixed(io.RawIOBase):
+    """``raw`` with ``head`` (its first bytes, already read to tell gzip) put back."""
+
+    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
+        super().__init__()
+        self._head = head
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self._raw.readinto(buffer) or 0
+
+
 def read_runs_file(path: str | Path) -> RunsFile:
     """Read a runs CSV, plain or gzip-compressed (told by its first bytes, not its name).
 
     A missing, unreadable or damaged-gzip file is a ``RunsCsvError`` (line 0 or the line
     reached), its message without the path (the caller names the file); bytes that are
     not UTF-8 damage only the rows holding them. The file is opened once and its first
-    bytes peeked at, so a pipe (``--runs /dev/stdin``, ``<(zcat …)``) reads as a file.
+    bytes read and put back, so a pipe (``--runs /dev/stdin``, ``<(zcat …)``) reads as a file.
     """
     try:
-        with open(path, "rb") as raw:
-            compressed = raw.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC
-            binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+        with open(path, "rb", buffering=0) as raw:
+            head = raw.read(len(GZIP_MAGIC))
+            while 0 < len(head) < len(GZIP_MAGIC) and (more := raw.read(1)):
+                head += more  # a pipe may give one byte at a time
+            whole = io.BufferedReader(_Prefixed(head, raw))
+            compressed = head == GZIP_MAGIC
+            binary: IO[bytes] = gzip.GzipFile(fileobj=whole, mode="rb") if compressed else whole
             text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="")
             return parse_runs_file(text)
     except OSError as err:  # gzip.BadGzipFile is an OSError
@@ -430,7 +520,7 @@ def read_runs(path: str | Path) -> list[Run]:
     return _strict(read_runs_file(path))
 
 
-def _exact(value: float | int) -> str:
+def exact(value: float | int) -> str:
     """A number as text that reads back equal (``:g`` would turn 1234567890 into 1.23457e+09)."""
     value = float(value)
     if value.is_integer() and abs(value) < 1e16:
@@ -452,9 +542,9 @@ def format_runs(runs: Iterable[Run], feature_columns: Sequence[str] | None = Non
     writer.writerow((*REQUIRED_COLUMNS, *feature_columns))
     for run in runs:
         feats = [run.features.get(name, "") for name in feature_columns]
-        feats = [_exact(v) if isinstance(v, float) else v for v in feats]
+        feats = [exact(v) if isinstance(v, float) else v for v in feats]
         for epoch, ts in run.epoch_times:
             writer.writerow(
-                (run.run_id, _exact(epoch), _exact(run.epochs_planned), f"{ts:.3f}", *feats)
+                (run.run_id, exact(epoch), exact(run.epochs_planned), f"{ts:.3f}", *feats)
             )
     return buf.getvalue()

@@ -9,6 +9,7 @@ import importlib.util
 import io
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -93,7 +94,7 @@ def test_a_broken_matplotlib_is_one_line_and_the_other_outputs_are_written(
         "ModuleNotFoundError: import of matplotlib.pyplot halted; None in sys.modules\n"
     )
     assert preds.read_text().startswith("run_id,epoch,")
-    assert not png.exists() and not (tmp_path / "p.png.tmp").exists()
+    assert not png.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["p.csv", "runs.csv"]
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
@@ -238,3 +239,42 @@ def test_the_command_on_a_full_stdout_prints_no_exit_time_traceback(runs_csv: Pa
     assert proc.stderr == (
         "gpu-eta forecaster: evaluate: cannot write the table to stdout: No space left on device\n"
     )
+
+
+def test_a_target_that_is_no_regular_file_is_refused(
+    runs_csv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pipe (or a device) at the output path would be renamed over and gone."""
+    fifo = runs_csv.parent / "out.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(evaluate, "backtest", lambda *a, **k: pytest.fail("backtest ran"))
+    code, out, err = run_cli("--runs", str(runs_csv), "--predictions", str(fifo))
+    assert (code, out) == (2, "")
+    assert one_line(err).endswith(f"--predictions {fifo}: exists and is not a regular file\n")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_outputs_are_written_through_a_link_and_never_over_a_users_tmp(
+    runs_csv: Path, tmp_path: Path
+) -> None:
+    """A symlinked output is written to its file (the link stays); a file named
+    ``OUT.tmp`` of the user's is left alone; the result has the umask's mode."""
+    real = tmp_path / "real.csv"
+    real.write_text("old\n")
+    link = tmp_path / "p.csv"
+    link.symlink_to(real)
+    users = tmp_path / "p.csv.tmp"
+    users.write_text("mine\n")
+    code, _out, _err = run_cli("--runs", str(runs_csv), "--predictions", str(link))
+    assert code == 0
+    assert link.is_symlink() and real.read_text().startswith("run_id,epoch,")
+    assert users.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "p.csv",
+        "p.csv.tmp",
+        "real.csv",
+        "runs.csv",
+    ]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(real.stat().st_mode) == 0o666 & ~umask

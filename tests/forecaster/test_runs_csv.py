@@ -6,6 +6,7 @@ import gzip
 import io
 import os
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -247,17 +248,56 @@ def test_a_stray_quote_damages_its_own_line_only() -> None:
     """No field spans lines in a runs CSV: a quote left open (or text after a closing
     one) damages its line, named by that line with its run skipped; the rows after it
     are read as rows, not swallowed into one field."""
-    for broken in ('r1,1,2,"1010\n', 'r1,1,2,"10"10\n'):
+    for broken in ('r1,1,2,"1010\n', '"r1",1,2,"1010\n'):
         text = f"{HEADER}\nr1,0,2,1000\n{broken}r1,2,2,1020\n{TWO}"
         result = parse_runs_file(io.StringIO(text))
         assert [r.run_id for r in result.runs] == ["r2", "r3"]
         assert [(s.run_id, s.line) for s in result.skipped] == [("r1", 3)]
-        assert "unreadable CSV" in result.skipped[0].reason
+        assert result.skipped[0].reason == "a quote left open"
+    # other oddities read as a lenient reader reads them: text after a closing quote,
+    # a space after one (aligned files)
+    text = f'{HEADER}\n"r1" ,0,2,1000\nr1,1,2,"10"10\nr1,2,2,1020\n{TWO}'
+    result = parse_runs_file(io.StringIO(text))
+    assert [r.run_id for r in result.runs] == ["r1", "r2", "r3"] and not result.skipped
+    assert result.runs[0].epoch_times[1] == (1.0, 1010.0)
     # a quote before the run_id: the line's run cannot be told, the row is counted
     text = f"{HEADER},job_name\n" + TWO.replace("\n", ",j\n") + '"r9,0,2,5,j\n'
     result = parse_runs_file(io.StringIO(text))
     assert [r.run_id for r in result.runs] == ["r2", "r3"]
     assert [(s.run_id, s.line) for s in result.skipped] == [("", 8)]
+
+
+def test_a_quoted_field_may_hold_a_line_break() -> None:
+    """A text with a line break, as pandas or a spreadsheet writes it (the quote closes
+    on a later line, within a field's length), is one record; the lines after it are
+    rows of their own runs."""
+    text = f'{HEADER},job_name\nr1,0,2,1000,"line1\nline2"\nr1,1,2,1010,j\nr1,2,2,1020,j\n'
+    text += TWO.replace("\n", ",j\n")
+    result = parse_runs_file(io.StringIO(text))
+    assert [r.run_id for r in result.runs] == ["r1", "r2", "r3"] and not result.skipped
+    assert result.runs[0].features["job_name"] == "line1\nline2"
+    assert result.runs[1].epoch_times[0] == (0.0, 2000.0)
+
+
+def test_separator_only_rows_are_blank_and_damaged_rows_counted_past_a_thousand() -> None:
+    """A spreadsheet writes rows of separators only where columns were formatted: they
+    are blank lines. Damaged rows whose run cannot be told are named up to
+    ``MAX_KEPT_ROWS`` and counted past it."""
+    result = parse_runs_file(io.StringIO(f"{HEADER}\n{TWO},,,\n,,,\n"))
+    assert [r.run_id for r in result.runs] == ["r2", "r3"] and not result.skipped
+    rows = ",x,2,0\n" * (runs_csv.MAX_KEPT_ROWS + 5)
+    result = parse_runs_file(io.StringIO(f"{HEADER}\n{TWO}{rows}"))
+    assert len(result.skipped) == runs_csv.MAX_KEPT_ROWS and result.more_rows == 5
+    assert f"{runs_csv.MAX_KEPT_ROWS + 5:,} row(s) without a run_id" in (result.warning() or "")
+
+
+def test_a_crlf_split_at_the_line_limit_keeps_the_line_numbers() -> None:
+    """A piece that ends inside a ``\\r\\n`` at the read limit: its ``\\n`` is no line
+    of its own, so the lines after it keep their numbers."""
+    pad = "x" * (MAX_LINE_CHARS - len("r8,0,2,0,"))  # the line's text and \r: the limit
+    text = f"{HEADER},job_name\r\nr8,0,2,0,{pad}\r\nr9,0,2,x,j\r\n"
+    result = parse_runs_file(io.StringIO(text, newline=""))
+    assert [(s.run_id, s.line) for s in result.skipped] == [("r8", 2), ("r9", 3)]
 
 
 def test_a_line_of_any_length_is_read_past_in_bounded_memory(tmp_path: Path) -> None:
@@ -294,6 +334,8 @@ def test_lines_no_runs_csv_has_are_refused(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(runs_csv, "MAX_RUNS", 2)
     with pytest.raises(RunsCsvError, match=r"^line 8: more than 2 runs"):
         parse(f"{HEADER}\n{TWO}r4,0,2,0\n")
+    with pytest.raises(RunsCsvError, match=r"^line 4: more than 2 runs"):  # damaged ones too
+        parse(f"{HEADER}\nb1,x,2,0\nb2,x,2,0\nb3,x,2,0\n")
 
 
 def test_a_first_line_that_is_no_header_is_said() -> None:
@@ -328,6 +370,9 @@ def test_a_last_point_a_rounding_short_of_the_plan_is_the_plan() -> None:
     assert run.completed is True and run.epoch_times[-1] == (4.0, 40.0)
     (short,) = parse(f"{HEADER}\nb,0,4,0\nb,3.99,4,40\n")
     assert short.completed is False and short.epoch_times[-1] == (3.99, 40.0)
+    # a point a hair short that is not the last is a point of its own, not the end
+    (run,) = parse(f"{HEADER}\nc,0,1000000,0\nc,999999.5,1000000,300\nc,1000000,1000000,900\n")
+    assert run.epoch_times[-2:] == ((999999.5, 300.0), (1000000.0, 900.0))
 
 
 def test_a_point_far_past_the_plan_is_said_so_before_its_times() -> None:
@@ -354,6 +399,12 @@ def test_a_pipe_reads_as_a_file(tmp_path: Path, compressed: bool) -> None:
     def write() -> None:
         with open(fifo, "wb") as fh:
             fh.write(data)
+
+    def write() -> None:  # noqa: F811 - one byte first, as a slow pipe gives them
+        with open(fifo, "wb", buffering=0) as fh:
+            fh.write(data[:1])
+            time.sleep(0.05)
+            fh.write(data[1:])
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
