@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import BinaryIO
 
 from gpu_eta.common.versioned_json import load_versioned
 from gpu_eta.exporter.progress import ReportError, check_progress
@@ -29,7 +30,22 @@ from gpu_eta.exporter.readings import Progress
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-MAX_STATE_BYTES = 64 << 20  # 4,096 rows are ~2 MB: anything near this is not ours
+# The most of a state file that is read. Why 12 MiB: the store writes at most 4,096
+# rows (``DEFAULT_MAX_ENTRIES``), ~1.5 MB as they usually are and 8.9 MiB if every
+# name, run id and all 16 metric names were as long as the rules allow, so a file past
+# this is not ours; and loading costs several times the bytes (JSON objects): at the
+# old 64 MiB a load peaked at 436 MB RSS, over the chart's 384Mi limit, OOM-killed on
+# every restart before the file could be set aside. Measured on the 2-core build
+# machine, peak RSS of a process at 20 MB after its imports: 4,096 rows as long as
+# the rules allow (8.9 MiB) load in 0.2 s at 47 MB; the worst file within both bounds
+# (a 12 MiB string holding one 4-byte character, so decoded as UCS-4) at 128 MB.
+MAX_STATE_BYTES = 12 << 20
+# JSON values a state file may hold (counted cheaply as its ``,``, ``{`` and ``[``
+# bytes, before parsing): a row is at most 2 objects and 30 members, so 4,096 rows
+# stay under half of this. Why count: the byte cap alone does not bound memory, since
+# 12 MiB of ``{},{},...`` is 4 million dicts (350 MB); no name or number the rules
+# allow contains these bytes, so a file over the count is damaged or not ours.
+MAX_STATE_VALUES = 64 * 4096
 # A state file or journal that cannot be read is read again this often (a transient
 # EIO or NFS hiccup passes) before it is moved aside.
 READ_ATTEMPTS = 3
@@ -54,19 +70,36 @@ class StateFile:
 class Stored:
     """What ``read_stored`` found at a path.
 
-    ``data``: the bytes (at most ``MAX_STATE_BYTES + 1``), or None when nothing is
+    ``data``: the bytes (at most the limit + 1, see ``read_stored``), or None when nothing is
     stored there or it could not be read. ``not_persisting``: why nothing may be
     written any more (the unreadable file could not be kept aside), else None.
     ``in_place``: that file is no regular file and was left where it is.
+    ``start``: where the usable bytes of ``data`` begin (not 0 only for the newest
+    part of a file larger than the limit, read with ``newest``: after the line the
+    window cut). ``size``: the file's size when it was read.
     """
 
     data: bytes | None
     not_persisting: str | None = None
     in_place: bool = False
+    start: int = 0
+    size: int = 0
+
+    @property
+    def skipped(self) -> int:
+        """Bytes of the file not in ``data[start:]`` (0: the whole file was read)."""
+        if self.data is None:
+            return 0
+        return max(0, self.size - (len(self.data) - self.start))
 
 
-def read_stored(path: Path, what: str) -> Stored:
+def read_stored(path: Path, what: str, *, limit: int | None = None, newest: bool = False) -> Stored:
     """The bytes of ``path``; a file that cannot be read is kept aside (see below).
+
+    At most ``limit`` (default ``MAX_STATE_BYTES``) bytes are held: from the start of
+    the file, plus one byte so the caller can tell the file is larger; with
+    ``newest``, from its end (a journal: its newest lines matter most), beginning
+    after the first newline of that window so no cut line is parsed (``start``).
 
     Why not "log and start empty" on a read error: the store's next save (at once
     after a journal replay, else within its save interval) replaces the state file
@@ -85,10 +118,11 @@ def read_stored(path: Path, what: str) -> Stored:
             time.sleep(READ_RETRY_SECONDS)
         try:
             with open(path, "rb", opener=_open_nonblocking) as fh:
-                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                info = os.fstat(fh.fileno())
+                if not stat.S_ISREG(info.st_mode):
                     error = OSError("not a regular file")
                     break
-                return Stored(fh.read(MAX_STATE_BYTES + 1))
+                return _read_bounded(fh, info.st_size, limit, newest)
         except (FileNotFoundError, NotADirectoryError):
             return Stored(None)  # nothing can be stored there
         except IsADirectoryError:
@@ -108,6 +142,20 @@ def read_stored(path: Path, what: str) -> Stored:
         return Stored(None, not_persisting=f"{reason}, and it cannot be kept aside")
     log.error("%s; moved to %s (kept for a human), starting without it", reason, aside)
     return Stored(None)
+
+
+def _read_bounded(fh: BinaryIO, size: int, limit: int | None, newest: bool) -> Stored:
+    """``read_stored``'s read: at most ``limit`` (+1) bytes, from the start or the end."""
+    limit = MAX_STATE_BYTES if limit is None else limit
+    if not newest or size <= limit:
+        # no more than the file holds: ``read(n)`` allocates n bytes up front
+        data = fh.read(min(size, limit) + 1)
+        return Stored(data, size=max(size, len(data)))
+    # one byte before the window too: if it is a newline, the window starts a line
+    fh.seek(size - limit - 1)
+    data = fh.read(limit + 1)
+    cut = data.find(b"\n")
+    return Stored(data, start=len(data) if cut < 0 else cut + 1, size=size)
 
 
 def set_aside(
@@ -197,8 +245,14 @@ def _open_nonblocking(path: str, flags: int) -> int:
 def parse_state(data: bytes) -> StateFile:
     """State-file bytes → the usable rows (pure; ``StateError`` if nothing is usable).
 
-    A damaged row is skipped and counted, not a reason to drop the others.
+    A damaged row is skipped and counted, not a reason to drop the others. Over
+    ``MAX_STATE_VALUES`` JSON values (counted before parsing, see there) the file is
+    refused whole: parsing it could cost more memory than the exporter may use.
     """
+    if len(data) <= MAX_STATE_BYTES:
+        values = data.count(b",") + data.count(b"{") + data.count(b"[")
+        if values > MAX_STATE_VALUES:
+            raise StateError(f"over {MAX_STATE_VALUES} JSON values: not a state file")
     loaded = load_versioned(data, version=STATE_VERSION, max_size=MAX_STATE_BYTES, error=StateError)
     rows = loaded.get("progress")
     if not isinstance(rows, list):

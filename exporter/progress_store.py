@@ -28,21 +28,23 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gpu_eta.exporter import progress_state_file
-from gpu_eta.exporter.progress import Report, advance, check_report
+from gpu_eta.exporter import progress_journal
+from gpu_eta.exporter.progress import Report, advance, check_progress, check_report
 from gpu_eta.exporter.progress_journal import (
     Ack,
     Journal,
     Removal,
     encode_line,
     encode_removal,
-    read_journal,
+    is_torn,
+    iter_journal,
 )
 from gpu_eta.exporter.progress_state_file import (
     SOURCES,
     STATE_VERSION,
     StateError,
     StateFile,
+    Stored,
     clear_path,
     fsync_dir,
     parse_state,
@@ -59,6 +61,9 @@ HTTP_PRECEDENCE_SECONDS = 600.0
 DEFAULT_MAX_ENTRIES = 4096
 # While not persisting, going back to the files is tried at most this often
 RECOVER_INTERVAL_SECONDS = 30.0
+# While the state file cannot be written, its ERROR line is repeated this often (the
+# first failure and the recovery are always logged)
+SAVE_ERROR_REPEAT_SECONDS = 600.0
 
 Key = tuple[str, str, str, str]  # namespace, pod, container, source
 
@@ -119,6 +124,8 @@ class ProgressStore:
         self._recovery: threading.Thread | None = None  # the last one a merge started
         self._closing = False
         self._durable = durable
+        self._save_failures = 0  # state writes failed in a row
+        self._save_error_logged = 0.0  # when the last ERROR line about it was logged
         if self._state_path is not None:
             self._load(self._state_path)
             if self.not_persisting is not None:
@@ -143,6 +150,28 @@ class ProgressStore:
         question and its merge while the store goes back to persisting."""
         return self._durable and self._state_path is not None
 
+    @property
+    def persisted(self) -> bool | None:
+        """Whether what the store holds is on disk as promised: False while
+        ``not_persisting``, while the last state write failed, or while the journal
+        cannot be written (failing or ``full``); None without a state file.
+
+        For a gauge (docs/metrics.md): a state file that keeps failing is otherwise
+        seen only in the log, and reports keep being answered 200 until the journal
+        is full."""
+        if self._state_path is None:
+            return None
+        if self.not_persisting is not None or self._save_failures:
+            return False
+        journal = self.journal
+        return not (journal is not None and journal.failing)
+
+    @property
+    def journal_bytes(self) -> int | None:
+        """The journal's size as its writer knows it; None without a journal."""
+        journal = self.journal
+        return None if journal is None else journal.size
+
     # -- writing ---------------------------------------------------------------------
 
     def merge(
@@ -157,9 +186,11 @@ class ProgressStore:
     ) -> Progress:
         """Fold ``report`` into the stored progress atomically and return the result.
 
-        Raises ``InvalidReport`` (from ``check_report`` or ``advance``) without
-        changing anything. With a journal, ``on_durable`` is called (from the
-        journal's thread) once the result is on disk, with False if writing failed;
+        Raises ``InvalidReport`` (from ``check_report``, ``advance`` or
+        ``check_progress``: a namespace, pod or container that is no Kubernetes name,
+        a timestamp before 1970) without changing anything. With a journal,
+        ``on_durable`` is called (from the journal's thread) once the result is on
+        disk, with False if writing failed;
         while ``not_persisting`` it is called with False before this returns; else
         it is never called. While ``not_persisting``, a merge may also start an attempt
         to persist again (on a thread: this never waits for the disk).
@@ -183,6 +214,9 @@ class ProgressStore:
                 source=source,
                 now=now,
             )
+            # the loader's rule (``progress_from_row`` ends with it): a row the next
+            # start would skip as damaged is refused here, not saved and set aside then
+            check_progress(new)
             self._entries[key] = new
             self._dirty = True
             journal = self.journal
@@ -262,9 +296,11 @@ class ProgressStore:
         while something changed, or when the journal grew large): the scheduler
         reads the snapshot every cycle, so this needs no timer thread of its own.
         """
+        # an oversized journal asks for a save at once, but not while saves fail: the
+        # state file would be serialised again every cycle for nothing
         if self._state_path is not None and (
             self._clock() - self._last_save >= self._save_interval
-            or (self.journal is not None and self.journal.oversized)
+            or (self.journal is not None and self.journal.oversized and not self._save_failures)
         ):
             self.save()
         with self._lock:
@@ -389,12 +425,40 @@ class ProgressStore:
                 self._recovering = False
 
     def _save_state(self) -> bool:
-        """Write the state file if anything changed; False when writing failed."""
+        """Write the state file if anything changed; False when writing failed.
+
+        A failure is an ERROR line the first time and then every
+        ``SAVE_ERROR_REPEAT_SECONDS`` (saves are retried every save interval: a line
+        each would flood the log); the first success after it is an INFO line.
+        """
         try:
             self._write_state()
         except OSError as err:
-            log.error("progress state: cannot write %s: %s", self._state_path, err)
+            self._save_failures += 1
+            now = self._clock()
+            if self._save_failures == 1 or now - self._save_error_logged >= (
+                SAVE_ERROR_REPEAT_SECONDS
+            ):
+                self._save_error_logged = now
+                journal = self.journal
+                log.error(
+                    "progress state: cannot write %s: %s (%d attempt(s) in a row)%s",
+                    self._state_path,
+                    err,
+                    self._save_failures,
+                    ""
+                    if journal is None
+                    else f"; the journal holds what it misses ({journal.size} of "
+                    f"{journal.full_bytes} bytes; reports are answered 503 once it is full)",
+                )
             return False
+        if self._save_failures:
+            log.info(
+                "progress state: %s written again after %d failed attempt(s)",
+                self._state_path,
+                self._save_failures,
+            )
+            self._save_failures = 0
         return True
 
     def _write_state(self) -> None:
@@ -465,14 +529,20 @@ class ProgressStore:
         """``read_stored``: the bytes of ``path``, or None (nothing there, or it could
         not be read and was kept aside); when it could be neither read nor kept aside,
         nothing may be written any more (``not_persisting``)."""
-        stored = read_stored(path, what)
+        return self._read_stored(path, what).data
+
+    def _read_stored(
+        self, path: Path, what: str, *, limit: int | None = None, newest: bool = False
+    ) -> Stored:
+        """``_read`` with ``read_stored``'s bounds, returning what it found."""
+        stored = read_stored(path, what, limit=limit, newest=newest)
         if stored.not_persisting is not None:
             self._blocked.append((path, "unreadable"))
             # a file left in place (no regular file) states the reason; otherwise the
             # first reason found stands
             if stored.in_place or self.not_persisting is None:
                 self.not_persisting = stored.not_persisting
-        return stored.data
+        return stored
 
     def _keep_aside(self, path: Path, *, move: bool, why: str) -> str | None:
         """``set_aside``; if it fails, nothing may be written any more
@@ -487,14 +557,30 @@ class ProgressStore:
         return aside
 
     def _replay(self, path: Path, after: int) -> None:
-        data = self._read(path, "progress journal")
+        """Apply the journal's lines newer than the state file (``after``), one at a
+        time as they are parsed (a list of them all cost 11 bytes per byte).
+
+        A journal larger than ``MAX_JOURNAL_BYTES`` was not written by this exporter
+        (its writer stops there, answering 503) but by an older one, or by hand. Its
+        newest ``MAX_JOURNAL_BYTES`` are replayed and the whole file is moved aside,
+        with one ERROR line. Why the newest part rather than the oldest: each row is
+        its container's whole state, so the newest lines hold the latest acknowledged
+        progress of every container that reported lately, the oldest only rows
+        superseded since or of containers long quiet; and nothing is lost silently:
+        the skipped bytes are kept in the set-aside file, named in that line.
+        """
+        limit = progress_journal.MAX_JOURNAL_BYTES  # the most its writer lets it hold
+        stored = self._read_stored(path, "progress journal", limit=limit, newest=True)
+        data = stored.data
         if data is None:
             return
-        limit = progress_state_file.MAX_STATE_BYTES  # the one read_stored read up to
-        oversized = len(data) > limit
-        lines, damaged, torn = read_journal(data[:limit])
-        applied = 0
-        for seq, row in lines:
+        applied = damaged = 0
+        crowded = 2 * self._max_entries  # rows of many containers: evict on the way
+        for parsed in iter_journal(data, stored.start):
+            if parsed is None:
+                damaged += 1
+                continue
+            seq, row = parsed
             self._seq = max(self._seq, seq)
             if seq <= after:
                 continue  # already in the state file
@@ -509,18 +595,25 @@ class ProgressStore:
                 continue
             self._entries[_key(progress)] = progress
             applied += 1
+            if len(self._entries) > crowded:
+                self._evict()
+        torn = is_torn(data)
+        skipped = stored.skipped
+        del data, stored
         if applied:
             self._dirty = True
-        if oversized:
-            # the save would empty it: what lies past the limit is kept, not dropped
+        if skipped:
+            # the save would empty it: what was not replayed is kept, not dropped
             aside = self._keep_aside(path, move=True, why="oversized")
             if aside is not None:
                 log.error(
-                    "progress journal: %s is over %d bytes: %d report(s) and removal(s) "
-                    "replayed from its start; moved to %s (kept for a human)",
+                    "progress journal: %s is over %d bytes: its newest part replayed (%d "
+                    "report(s) and removal(s)), its oldest %d bytes not; moved to %s "
+                    "(kept whole for a human)",
                     path,
                     limit,
                     applied,
+                    skipped,
                     aside,
                 )
         elif damaged:

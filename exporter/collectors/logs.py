@@ -21,7 +21,15 @@ handling raised anything: one bad line is skipped, never the rest of its chunk.
 
 Lines whose CRI timestamp is older than the progress already stored for the
 container are not applied again, so re-reading a file after an exporter restart
-does not mistake old epochs for a new run.
+does not mistake old epochs for a new run. A line stamped more than
+``FUTURE_SKEW_SECONDS`` after the exporter's clock (the runtime stamps lines with the
+same node clock, so only a clock stepped back or a file not written by it does
+that) is dated at the line of its container read before it (skipped when there is
+none) and counted ``future``; see ``_line_time``.
+
+A container directory whose name is no container name (a DNS-1123 label, the rule
+the store and its state-file loader apply) is skipped and counted
+(``skipped_directories``), never read: its rows would be refused by the store.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from gpu_eta.exporter.logformats import (
     parse_setup,
     visible,
 )
-from gpu_eta.exporter.progress import ReportError
+from gpu_eta.exporter.progress import Report, ReportError, check_report
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS
@@ -56,6 +64,11 @@ log = logging.getLogger(__name__)
 _MARKER_BYTES = MARKER.encode()
 _BAR_BYTES = "━".encode()
 _LOG_NAME = re.compile(r"(\d{1,9})\.log(\.\d{8}-\d{6})?\Z")
+# How far past the exporter's clock a line's CRI timestamp may be and still count as
+# its time (the runtime writes it with the same clock, before the exporter reads it)
+FUTURE_SKEW_SECONDS = 2.0
+# Directories named in WARNING lines, at most (then DEBUG): a bound on what is kept
+_MAX_WARNED_DIRECTORIES = 256
 _TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)\Z")
 
 
@@ -119,8 +132,20 @@ class LogProgressCollector:
         self._clock = clock
         self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
         self._states: dict[tuple[str, str, str], LogState] = {}
+        # and "future" (a line stamped past the clock, ``_line_time``) once there is one
         self._counts = dict.fromkeys(LOG_LINE_RESULTS, 0)
         self._warned = False  # a line raised once already (``_skipped``)
+        # the time of the last line of each container read with a usable timestamp
+        # (this process): what a line stamped in the future is dated at
+        self._last_time: dict[tuple[str, str, str], float] = {}
+        self._bad_directories: set[str] = set()  # skipped in the last poll
+        self._warned_directories: set[str] = set()
+
+    @property
+    def skipped_directories(self) -> int:
+        """Container directories skipped in the last poll: their name is no container
+        name (see the module's docstring)."""
+        return len(self._bad_directories)
 
     def counts(self) -> Mapping[str, int]:
         """Log lines by result since start (``gpu_eta_exporter_log_lines_total``)."""
@@ -137,6 +162,7 @@ class LogProgressCollector:
         wanted = {f"{p.namespace}_{p.name}_{p.uid}": p for p in pods}
         budget = self.max_bytes_per_poll
         seen: set[tuple[str, str, str]] = set()
+        bad: set[str] = set()
         for dirname, pod in sorted(wanted.items()):
             pod_dir = self.root / dirname
             try:
@@ -147,12 +173,37 @@ class LogProgressCollector:
                 log.debug("logs: cannot list %s: %s", pod_dir, err)
                 continue
             for container in containers:
+                if not _container_name(container):
+                    bad.add(self._bad_directory(pod_dir / container))
+                    continue
                 key = (pod.namespace, pod.name, container)
                 seen.add(key)
                 budget = self._poll_container(key, pod_dir / container, budget)
+        self._bad_directories = bad
         for key in [k for k in self._followers if k not in seen]:
             del self._followers[key]
             self._states.pop(key, None)
+            self._last_time.pop(key, None)
+
+    def _bad_directory(self, path: Path) -> str:
+        """Say once (a WARNING) that a directory is skipped; its name, for the count.
+
+        Why skip rather than read it: its progress would be filed under a
+        ``container`` label no pod can have, and the store refuses such a row (its
+        state-file loader would skip it as damaged at every start otherwise).
+        """
+        name = str(path)
+        if name not in self._warned_directories:
+            level = logging.DEBUG
+            if len(self._warned_directories) < _MAX_WARNED_DIRECTORIES:
+                self._warned_directories.add(name)
+                level = logging.WARNING
+            log.log(
+                level,
+                "logs: %r is no container name (a DNS-1123 label): not read",
+                name[-300:],
+            )
+        return name
 
     # -- files -----------------------------------------------------------------------
 
@@ -318,11 +369,29 @@ class LogProgressCollector:
 
     # -- lines -----------------------------------------------------------------------
 
-    def _line_time(self, stamp: str) -> float:
-        """A line's time: its CRI timestamp (written by the runtime, not the container),
-        else the clock."""
-        now = parse_cri_timestamp(stamp)
-        return self._clock() if now is None else now
+    def _line_time(self, key: tuple[str, str, str], stamp: str) -> tuple[float | None, bool]:
+        """A line's time and whether it was stamped in the future; None: skip the line.
+
+        The time is its CRI timestamp (written by the runtime, not the container),
+        else the clock. A timestamp over ``FUTURE_SKEW_SECONDS`` past the clock cannot
+        be the line's: taken as it is, it made every later line look already applied
+        (older than the stored progress) until the clock caught up, and its row beat
+        newer HTTP reports. Clamped to the clock it would still do the first: a log
+        read from behind (at start, after a burst) holds lines stamped before the
+        clock. So such a line is dated at the last line of its container read before
+        it, the latest time it can be known not to precede, and the lines after it
+        apply as usual. With none read yet in this process it is skipped: it cannot
+        be dated, and it may be a line applied before a restart (applied again, an
+        old epoch could start a new run); the lines after it carry the news.
+        """
+        clock = self._clock()
+        when = parse_cri_timestamp(stamp)
+        if when is None:
+            return clock, False
+        if when <= clock + FUTURE_SKEW_SECONDS:
+            self._last_time[key] = when
+            return when, False
+        return self._last_time.get(key), True
 
     def _line(self, key: tuple[str, str, str], follower: _Follower, parts: list[bytes]) -> None:
         counts = self._counts
@@ -370,8 +439,12 @@ class LogProgressCollector:
             return
         text = visible(segment)
         now: float | None = None
+        future = False
         if MARKER in text:  # its run_start is held to the line's time, as HTTP's to arrival
-            now = self._line_time(stamp)
+            now, future = self._line_time(key, stamp)
+            if now is None:
+                counts["future"] = counts.get("future", 0) + 1
+                return
         match = parse_line(text, now=now)
         if match is None and " = " in text:
             match = parse_setup(text)
@@ -381,11 +454,16 @@ class LogProgressCollector:
             counts["invalid" if MARKER in text else unmatched] += 1
             return
         if now is None:
-            now = self._line_time(stamp)
+            now, future = self._line_time(key, stamp)
+        # a line stamped in the future counts as such, whatever became of it
+        done = "future" if future else "matched"
+        if now is None:
+            counts[done] = counts.get(done, 0) + 1
+            return
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
         if previous is not None and now < previous.last_report_timestamp:
-            counts["matched"] += 1
+            counts[done] = counts.get(done, 0) + 1
             return  # already applied before (a re-read after restart)
         state, report = fold(self._states.get(key, LogState()), previous, match)
         self._states[key] = state
@@ -397,7 +475,18 @@ class LogProgressCollector:
             except ReportError:
                 counts["invalid"] += 1
                 return
-        counts["matched"] += 1
+        counts[done] = counts.get(done, 0) + 1
+
+
+def _container_name(name: str) -> bool:
+    """Whether ``name`` may be a ``container`` in the store: the one rule of the wire
+    format (``check_report``), which the store and its loader apply to every row
+    (``check_progress``, a DNS-1123 label)."""
+    try:
+        check_report(Report(container=name))
+    except ReportError:
+        return False
+    return True
 
 
 def build(ctx: BuildContext) -> Any:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_eta.exporter import progress_state_file
+from gpu_eta.exporter import progress_journal, progress_state_file
 from gpu_eta.exporter.collectors import StartupError
 from gpu_eta.exporter.progress import InvalidReport, Report, parse_report
 from gpu_eta.exporter.progress_http import ProgressListener
@@ -445,18 +445,23 @@ def test_setting_aside_never_overwrites_an_earlier_copy(tmp_path):
 # -- a journal over the read limit is kept, not cut at the limit by the next save ----
 
 
-def test_an_oversized_journal_is_moved_aside_whole(tmp_path, monkeypatch):
+def test_an_oversized_journal_is_moved_aside_whole_and_its_newest_part_served(
+    tmp_path, monkeypatch, caplog
+):
     path = tmp_path / "progress.json"
-    before = journal_only_store(path, names="abcdefghijklmnopqrst")
-    limit = len(before) // 2
-    monkeypatch.setattr(progress_state_file, "MAX_STATE_BYTES", limit)
+    names = "abcdefghijklmnopqrst"
+    before = journal_only_store(path, names=names)
+    monkeypatch.setattr(progress_journal, "MAX_JOURNAL_BYTES", len(before) // 2)
     store = ProgressStore(path, save_interval_seconds=0)  # replays, then saves
     served = pods(store)
     store.close()
     (aside,) = tmp_path.glob("progress.json.journal.oversized-*")
     assert aside.read_bytes() == before  # every acknowledged line is still on disk
-    assert 0 < len(served) < 20  # what fits under the limit is served meanwhile
     assert len(read_journal(aside.read_bytes())[0]) == 20
+    # the newest lines (each the latest state of its container) fit under the limit
+    assert 0 < len(served) < 20 and served == sorted(names[-len(served) :])
+    (line,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "newest part replayed" in line.getMessage() and aside.name in line.getMessage()
 
 
 # -- 8. a run_start in the future is refused whatever the source --------------------

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from gpu_eta.exporter.collectors import logs as logs_module
 from gpu_eta.exporter.collectors.logs import LogProgressCollector, parse_cri_timestamp
+from gpu_eta.exporter.progress import Report
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 
@@ -363,3 +364,86 @@ def test_a_dropped_segment_ending_without_a_redraw_leaves_no_screen(root):
     col.poll()
     (p,) = col.store.snapshot()
     assert (p.step, p.steps) == (6, 10)
+
+
+# -- container directories and timestamps the store could not keep -------------------
+
+
+def test_a_directory_that_is_no_container_name_is_skipped_and_counted(tmp_path, caplog):
+    """Its progress would be filed under a ``container`` the store's loader refuses:
+    every start then logged damaged rows and kept another ``.corrupt-*`` copy."""
+    root = tmp_path / "logs"
+    pod_dir = root / f"{POD.namespace}_{POD.name}_{POD.uid}"
+    line = b"2026-11-21T06:00:00.000000000Z stdout F Epoch 2/10\n"
+    bad = ['we"ird\na\nme', "ünï-çödé", "x" * 250]
+    for name in [*bad, "trainer"]:
+        (pod_dir / name).mkdir(parents=True)
+        (pod_dir / name / "0.log").write_bytes(line)
+    state = tmp_path / "state.json"
+    store = ProgressStore(state)
+    col = collector(root, store)
+    col.poll()
+    col.poll()
+    assert [p.container for p in store.snapshot()] == ["trainer"]
+    assert col.skipped_directories == 3
+    assert col.counts()["invalid"] == 0  # never read, so no line of them counted
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 3 and all("no container name" in m for m in warned)
+    store.close()
+    caplog.clear()
+    again = ProgressStore(state)
+    assert [p.container for p in again.snapshot()] == ["trainer"]
+    again.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not list(tmp_path.glob("state.json.corrupt-*"))
+    (pod_dir / bad[1] / "0.log").unlink()
+    (pod_dir / bad[1]).rmdir()
+    col.poll()
+    assert col.skipped_directories == 2  # what the last poll skipped
+
+
+def stamped(when: float, text: str) -> bytes:
+    stamp = dt.datetime.fromtimestamp(when, dt.timezone.utc)
+    return f"{stamp.strftime('%Y-%m-%dT%H:%M:%S')}.000000000Z stdout F {text}\n".encode()
+
+
+def test_a_line_stamped_in_the_future_does_not_hide_the_lines_after_it(root):
+    """Dated at the line before it: the lines after it apply, and its row cannot beat
+    a newer HTTP report."""
+    now = T0.timestamp() + 3600  # the exporter reads an hour-old log from behind
+    t0 = T0.timestamp()
+    (logdir(root) / "0.log").write_bytes(
+        stamped(t0, "Epoch 1/10")
+        + b"2999-01-01T00:00:00Z stdout F Epoch 2/10\n"
+        + stamped(t0 + 1, "Epoch 3/10")
+    )
+    store = ProgressStore()
+    col = collector(root, store, clock=lambda: now)
+    col.poll()
+    got = store.get(POD.namespace, POD.name, "trainer", "log")
+    assert (got.epoch, got.last_report_timestamp) == (2, t0 + 1)
+    assert (col.counts()["matched"], col.counts()["future"]) == (2, 1)
+    store.merge(POD.namespace, POD.name, "trainer", "http", Report(epoch=3, epochs=10), now - 60)
+    (served,) = store.snapshot()
+    assert served.source == "http"
+
+
+def test_a_future_line_with_nothing_before_it_is_skipped_and_never_replayed(root, tmp_path):
+    now = T0.timestamp() + 3600
+    t0 = T0.timestamp()
+    (logdir(root) / "0.log").write_bytes(
+        b"2999-01-01T00:00:00Z stdout F Epoch 1/10\n"
+        + stamped(t0 + 1, "Epoch 2/10")
+        + stamped(t0 + 2, "Epoch 3/10")
+    )
+    state = tmp_path / "state.json"
+    store = ProgressStore(state)
+    col = collector(root, store, clock=lambda: now)
+    col.poll()
+    before = store.get(POD.namespace, POD.name, "trainer", "log")
+    assert before.epoch == 2 and col.counts()["future"] == 1
+    store.close()
+    again = ProgressStore(state)
+    collector(root, again, clock=lambda: now + 60).poll()  # re-read from the start
+    after = again.get(POD.namespace, POD.name, "trainer", "log")
+    assert (after.run_id, after.epoch) == (before.run_id, 2)

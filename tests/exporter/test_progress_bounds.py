@@ -1,0 +1,351 @@
+"""What the progress store may read and write, and how the port frames requests.
+
+Defects a fuzz audit found: loads that needed more memory than the exporter's limit
+(384Mi) before a damaged file could be set aside, a journal growing without bound
+while the state file cannot be written, a half-closing client left without its
+answer, a ``GET /healthz`` body read as a second request, and rows the store kept
+that its own loader refuses. Real files in ``tmp_path``, real restarts (a new
+``ProgressStore`` on the same files), a real listener on loopback sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.exporter import progress_journal
+from gpu_eta.exporter.progress import InvalidReport, Report
+from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.progress_journal import encode_line, read_journal
+from gpu_eta.exporter.progress_state_file import (
+    MAX_STATE_BYTES,
+    MAX_STATE_VALUES,
+    StateError,
+    parse_state,
+)
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta
+from tests.support.clock import Clock
+
+NOW = time.time()  # run_start and timestamps are checked against it: a real "now"
+POD = PodMeta("ns", "sender", "uid-s", ip="127.0.0.2", container_ids={"main": "c1"})
+ROW = {
+    "namespace": "ns",
+    "pod": "p",
+    "container": "main",
+    "run_id": "r",
+    "source": "http",
+    "run_start_timestamp": NOW,
+    "last_report_timestamp": NOW,
+    "epoch": 1,
+    "epochs": 2,
+    "step": None,
+    "steps": None,
+    "batch_size": None,
+    "epoch_end_timestamp": None,
+    "metrics": {f"m{i}": 0.5 for i in range(16)},
+}
+
+
+def journal_path(path: Path) -> Path:
+    return path.with_name(path.name + ".journal")
+
+
+def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# -- A. a load fits in the exporter's memory --------------------------------------------
+
+
+def test_the_largest_state_the_store_can_hold_loads_back_under_both_bounds(tmp_path, caplog):
+    """4,096 rows (the store's bound) with every name, id and metric as long as the
+    rules allow: written, then read back whole, so the caps refuse nothing of ours."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, durable=False, save_interval_seconds=3600)
+    metrics = {f"m{i:02d}" + "x" * 61: -1.2345678901234567e-05 for i in range(16)}
+    for i in range(4096):
+        report = Report(
+            run_id="r" * 64,
+            epoch=999_999_999_999.5,
+            epochs=1e12,
+            step=999_999_999_999.5,
+            steps=1e12,
+            batch_size=999_999_999_999.5,
+            metrics=metrics,
+        )
+        store.merge("n" * 253, "p" * 243 + f"{i:010d}", "c" * 63, "http", report, NOW + 0.123456)
+    store.save()
+    data = path.read_bytes()
+    assert len(data) <= MAX_STATE_BYTES
+    assert data.count(b",") + data.count(b"{") + data.count(b"[") <= MAX_STATE_VALUES // 2
+    again = ProgressStore(path, durable=False)
+    assert len(again.snapshot()) == 4096 and not errors(caplog)
+
+
+def test_a_state_file_over_the_cap_is_set_aside_without_being_parsed(tmp_path, caplog):
+    """Valid JSON, padded past 12 MiB: a file this large is not ours (the store
+    writes at most 8.9 MiB, above), and parsing files like it is what ran the
+    exporter out of memory at the old 64 MiB cap."""
+    path = tmp_path / "progress.json"
+    head = json.dumps({"version": 1, "journal_seq": 0, "progress": [ROW]})[:-1].encode()
+    path.write_bytes(head + b" " * ((12 << 20) - len(head)) + b"}")
+    store = ProgressStore(path, durable=False)
+    assert store.snapshot() == ()
+    (aside,) = tmp_path.glob("progress.json.corrupt-*")
+    assert aside.stat().st_size == (12 << 20) + 1
+    (line,) = errors(caplog)
+    assert f"larger than {MAX_STATE_BYTES} bytes" in line
+
+
+def test_a_state_file_of_many_tiny_values_is_refused_before_parsing():
+    """Under the byte cap, ``{},{},...`` is millions of dicts (350 MB at 12 MiB):
+    refused by counting, with memory for the bytes alone."""
+    data = b'{"version": 1, "progress": [' + b",".join([b"{}"] * MAX_STATE_VALUES) + b"]}"
+    assert len(data) < MAX_STATE_BYTES
+    tracemalloc.start()
+    try:
+        with pytest.raises(StateError, match="JSON values"):
+            parse_state(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(data) // 4, peak
+
+
+def test_a_journal_replay_holds_one_parsed_line_at_a_time(tmp_path):
+    """A replay's memory is the file's bytes and the rows kept, not every line parsed
+    at once (63 MiB of journal peaked at 711 MB before)."""
+    path = tmp_path / "progress.json"
+    lines = [encode_line(i, dict(ROW, pod=f"p-{i % 100}")) for i in range(1, 8001)]
+    journal_path(path).write_bytes(b"".join(lines))
+    size = journal_path(path).stat().st_size
+    tracemalloc.start()
+    try:
+        store = ProgressStore(path, durable=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(store.snapshot()) == 100
+    assert peak < 1.5 * size, (peak, size)
+
+
+def test_a_journal_of_many_containers_is_evicted_while_it_replays(tmp_path):
+    path = tmp_path / "progress.json"
+    lines = [encode_line(i, dict(ROW, pod=f"p-{i}")) for i in range(1, 2001)]
+    journal_path(path).write_bytes(b"".join(lines))
+    store = ProgressStore(path, durable=False, max_entries=100)
+    served = store.snapshot()
+    assert len(served) == 100 and {p.pod for p in served} >= {"p-2000"}
+
+
+# -- B. a journal that cannot be emptied stops at what a restart reads back --------------
+
+
+def unwritable_state(path: Path) -> None:
+    """The state path becomes a directory with a file in it: no save can replace it."""
+    path.unlink(missing_ok=True)
+    path.mkdir()
+    (path / "x").touch()
+
+
+def usable_state(path: Path) -> None:
+    (path / "x").unlink()
+    path.rmdir()
+
+
+def http_post(port: int, body: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), 10, source_address=(POD.ip, 0)) as s:
+        s.sendall(b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        return read_answer(s)
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    """One answer (or what came before the server closed)."""
+    data = b""
+    while True:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+        head, sep, body = data.partition(b"\r\n\r\n")
+        if sep:
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(body) >= length:
+                return data
+
+
+def test_a_full_journal_is_answered_503_until_a_save_empties_it(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    path = tmp_path / "progress.json"
+    cap = 4096
+    monkeypatch.setattr(progress_journal, "MAX_JOURNAL_BYTES", cap)
+    clock = Clock()
+    store = ProgressStore(path, save_interval_seconds=30, clock=clock)
+    unwritable_state(path)
+    listener = ProgressListener(
+        "127.0.0.1", 0, store, {POD.ip: POD}.get, lambda: [POD], burst=1000, rate_per_second=1000
+    )
+    listener.start()
+    try:
+        answers = []
+        for step in range(1, 41):
+            answers.append(http_post(listener.port, b'{"step": %d}' % step)[:12])
+            clock.now += 1
+            store.snapshot()  # the scheduler's read: a save every 30 s, failing
+        assert answers[0] == b"HTTP/1.1 200" and answers[-1] == b"HTTP/1.1 503"
+        first_503 = answers.index(b"HTTP/1.1 503")
+        assert set(answers[first_503:]) == {b"HTTP/1.1 503"}  # full stays full
+        assert journal_path(path).stat().st_size <= cap
+        assert store.persisted is False and store.journal_bytes <= cap
+        assert store.get("ns", "sender", "main", "http").step == 40  # applied in memory
+        # every 200 is on disk (the last one answered 200 was step first_503): a kill
+        # now loses none of them
+        rows, damaged, torn = read_journal(journal_path(path).read_bytes())
+        assert (rows[-1][1]["step"], damaged, torn) == (first_503, 0, False)
+        # once a save succeeds the journal is emptied and reports are answered 200
+        usable_state(path)
+        clock.now += 30
+        store.snapshot()
+        assert http_post(listener.port, b'{"step": 41}').startswith(b"HTTP/1.1 200")
+        assert store.persisted is True
+    finally:
+        listener.stop()
+        store.close()
+    full = [m for m in errors(caplog) if m.startswith("progress journal:")]
+    assert len(full) == 1 and f"{cap}, the most a restart reads back" in full[0]
+    assert any("emptied by a save" in r.getMessage() for r in caplog.records)
+    assert listener.counts()["not_persisted"] == 40 - first_503
+
+
+def test_a_state_file_that_keeps_failing_is_one_error_and_not_rewritten_every_cycle(
+    tmp_path, monkeypatch, caplog
+):
+    caplog.set_level(logging.INFO)
+    path = tmp_path / "progress.json"
+    clock = Clock()
+    store = ProgressStore(path, save_interval_seconds=30, clock=clock)
+    store.journal.max_bytes = 0  # oversized at once: asks for a save every cycle
+    unwritable_state(path)
+    writes = []
+    real = store._write_state
+    monkeypatch.setattr(store, "_write_state", lambda: (writes.append(clock.now), real())[1])
+    for step in range(1, 61):  # 60 cycles, 5 s apart (5 minutes)
+        store.merge("ns", "a", "main", "http", Report(run_id="r", step=step), NOW)
+        store.snapshot()
+        clock.now += 5
+    assert store.persisted is False
+    assert len(writes) <= 12, writes  # every 30 s, not every cycle
+    (line,) = errors(caplog)
+    assert "cannot write" in line and "the journal holds what it misses" in line
+    usable_state(path)
+    clock.now += 30
+    store.snapshot()
+    store.close()
+    assert store.persisted is True
+    assert any("written again after" in r.getMessage() for r in caplog.records)
+    assert ProgressStore(path, durable=False).get("ns", "a", "main", "http").step == 60
+
+
+# -- C. a client that half-closes gets the answer it is owed -----------------------------
+
+
+def journaled_listener(tmp_path: Path) -> tuple[ProgressStore, ProgressListener]:
+    store = ProgressStore(tmp_path / "progress.json", save_interval_seconds=3600)
+    listener = ProgressListener("127.0.0.1", 0, store, {POD.ip: POD}.get, lambda: [POD])
+    listener.start()
+    return store, listener
+
+
+def test_a_half_closed_connection_gets_the_answer_that_waits_for_the_journal(tmp_path):
+    store, listener = journaled_listener(tmp_path)
+    body = b'{"epoch": 1, "epochs": 3}'
+    request = b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    try:
+        with socket.create_connection(
+            ("127.0.0.1", listener.port), 10, source_address=(POD.ip, 0)
+        ) as s:
+            s.sendall(request * 2)  # two pipelined reports, then "done sending"
+            s.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := s.recv(4096):  # ends: the server closes once both are out
+                data += chunk
+    finally:
+        listener.stop()
+        store.close()
+    assert data.count(b"HTTP/1.1 200 ") == 2, data
+    assert listener.counts()["accepted"] == 2
+
+
+# -- D. a GET /healthz body is never read as a request -----------------------------------
+
+
+def test_a_healthz_body_is_refused_and_never_read_as_a_second_request(tmp_path):
+    store, listener = journaled_listener(tmp_path)
+    inner = b'POST /progress HTTP/1.1\r\nContent-Length: 22\r\n\r\n{"epoch":7,"epochs":9}'
+    smuggled = b"GET /healthz HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(inner), inner)
+    chunked = b"GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    try:
+        answers = []
+        for raw in (smuggled, chunked):
+            with socket.create_connection(
+                ("127.0.0.1", listener.port), 10, source_address=(POD.ip, 0)
+            ) as s:
+                s.sendall(raw)
+                data = b""
+                while chunk := s.recv(4096):  # closed after the one answer
+                    data += chunk
+                answers.append(data)
+        # Content-Length: 0 is no body: answered, and the connection kept alive
+        with socket.create_connection(
+            ("127.0.0.1", listener.port), 10, source_address=(POD.ip, 0)
+        ) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+            ok = read_answer(s)
+            s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            again = read_answer(s)
+    finally:
+        listener.stop()
+        store.close()
+    for data in answers:
+        assert data.startswith(b"HTTP/1.1 400 ") and data.count(b"HTTP/1.1") == 1, data
+        assert b"GET /healthz takes no body" in data
+    assert ok.startswith(b"HTTP/1.1 200 ") and again.startswith(b"HTTP/1.1 200 ")
+    assert store.snapshot() == ()
+    counts = listener.counts()
+    assert (counts["malformed"], counts["accepted"], counts["health"]) == (2, 0, 2)
+
+
+# -- E. the store keeps no row its loader would skip --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("namespace", "pod", "container", "now"),
+    [
+        ("ns", "p", 'we"ird\na\nme', NOW),
+        ("ns", "p", "ünï-çödé", NOW),
+        ("ns", "p", "x" * 250, NOW),
+        ("ns", "P_Q", "main", NOW),
+        ("n" * 254, "p", "main", NOW),
+        ("ns", "p", "main", -5.0),  # a log line stamped before 1970
+    ],
+)
+def test_the_store_refuses_what_its_loader_would_skip(
+    tmp_path, caplog, namespace, pod, container, now
+):
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path)
+    with pytest.raises(InvalidReport):
+        store.merge(namespace, pod, container, "log", Report(epoch=1, epochs=3), now)
+    store.merge("ns", "ok", "main", "log", Report(epoch=1, epochs=3), NOW)
+    store.close()
+    again = ProgressStore(path)
+    assert [p.pod for p in again.snapshot()] == ["ok"]
+    again.close()
+    assert not errors(caplog) and not list(tmp_path.glob("*.corrupt-*"))
