@@ -279,6 +279,15 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
         for result, count in _with_known(snap.progress_reports_total, PROGRESS_RESULTS):
             reports.add({"node": node, "result": result}, count)
         yield reports.metric
+    if snap.progress_fields_skipped_total is not None:
+        skipped = _Family(
+            "gpu_eta_exporter_progress_fields_skipped",
+            "Free-form fields left out of stored progress reports (over 1e12, not a "
+            "number, an invalid name, beyond 16 names); the rest of each was stored",
+            "counter",
+        )
+        skipped.add({"node": node}, snap.progress_fields_skipped_total)
+        yield skipped.metric
     if "logs" in names or snap.log_lines_total:
         lines = _Family("gpu_eta_exporter_log_lines", "Container log lines by result", "counter")
         for result, count in _with_known(snap.log_lines_total, LOG_LINE_RESULTS):

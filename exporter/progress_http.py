@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gpu_eta.common.listen_socket import listening_socket
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.progress import MAX_BODY_BYTES, ReportError, parse_report
+from gpu_eta.exporter.progress import MAX_BODY_BYTES, ReportError, parse_report, skipped_note
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import PROGRESS_RESULTS
@@ -109,6 +109,7 @@ class ProgressListener:
         self._burst = float(burst)
         self._clock = clock
         self._counts = dict.fromkeys(PROGRESS_RESULTS, 0)
+        self._skipped_fields = 0  # free-form fields left out of stored reports
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str, str], _TokenBucket] = {}
         # address -> (expiry, pod): the pod cache is asked at most once a second per
@@ -136,6 +137,13 @@ class ProgressListener:
         """Reports by result since start (``gpu_eta_exporter_progress_reports_total``)."""
         with self._lock:
             return dict(self._counts)
+
+    def skipped_fields(self) -> int:
+        """Free-form fields left out of reports whose progress was stored, since start
+        (``gpu_eta_exporter_progress_fields_skipped_total``): a value over 1e12, not a
+        number, an invalid name, or beyond 16 names (``progress.parse_report``)."""
+        with self._lock:
+            return self._skipped_fields
 
     def poll(self) -> Mapping[str, int]:
         """The ``progress`` collector's run: ``counts()`` while the endpoint serves.
@@ -259,9 +267,13 @@ class ProgressListener:
         except ReportError as err:
             self._count(err.result)
             return 400, f"{err.result}: {err}"
+        if report.skipped:
+            with self._lock:
+                self._skipped_fields += len(report.skipped)
         if not deferred:
             self._count("accepted")
-        return 200, f"accepted: {pod.namespace}/{pod.name} run {progress.run_id}"
+        note = skipped_note(report)
+        return 200, f"accepted: {pod.namespace}/{pod.name} run {progress.run_id}{note}"
 
 
 def report_container(pod: PodMeta, named: str | None) -> str:

@@ -92,9 +92,12 @@ class LogPoller(Counting, Protocol):
 
 class ProgressEndpoint(Protocol):
     """``gpu_eta.exporter.progress_http.ProgressListener``: ``poll()`` returns the reports
-    counted by result, or raises when the endpoint no longer serves."""
+    counted by result, or raises when the endpoint no longer serves; ``skipped_fields()``
+    the free-form fields it left out of stored reports."""
 
     def poll(self) -> Mapping[str, int]: ...
+
+    def skipped_fields(self) -> int: ...
 
 
 # an internal step of the cycle: its tracker (not published), the job, its empty value
@@ -380,6 +383,9 @@ class Scheduler:
             progress=progress,
             collectors=statuses,
             progress_reports_total=dict(got.get(n["progress_listener"], {})),
+            progress_fields_skipped_total=(
+                None if src.progress_listener is None else src.progress_listener.skipped_fields()
+            ),
             log_lines_total=_counts(src.logs),
             kube_watch=kube_watch,
             unresolved_allocations=unresolved,

@@ -42,7 +42,9 @@ PROGRESS_RESULTS = (
     "health",  # 200 to GET /healthz
 )
 # ``invalid``: recognised, but what it says breaks the wire format's rules (not stored)
-LOG_LINE_RESULTS = ("matched", "ignored", "oversize", "invalid")
+# ``future``: stamped over 2 s past the exporter's clock (dated at the container's
+# previous line, or skipped when there is none)
+LOG_LINE_RESULTS = ("matched", "ignored", "oversize", "invalid", "future")
 _EMPTY_I: Mapping[str, int] = MappingProxyType({})
 
 
@@ -62,6 +64,8 @@ class Snapshot:
     # ingestion counters by result (see docs/metrics.md), cumulative since start
     progress_reports_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
     log_lines_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
+    # free-form fields left out of stored progress reports; None without the endpoint
+    progress_fields_skipped_total: int | None = None
     # the pod watch's freshness, ``(connected, last_sync_timestamp)``: poll() serves a
     # cache while the API server is away, so collector success alone cannot show the
     # outage. None when the pod source is no watch (the simulator) or is switched off.

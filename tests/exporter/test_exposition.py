@@ -75,6 +75,9 @@ def _scenario_snapshot() -> Snapshot:
         def poll(self):
             return {"accepted": 4, "forbidden": 1}
 
+        def skipped_fields(self):
+            return 2
+
     class WatchedPods:
         """The scenario's pods behind a watch that reports its freshness, as
         ``KubePodSource.status()`` does (connected, last sync)."""

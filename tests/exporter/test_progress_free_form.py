@@ -61,3 +61,16 @@ def test_a_bad_run_id_still_refuses_the_report(listener):
     status, reason = post(listener, {"run_id": "my run", "epoch": 1, "loss": 0.5})
     assert status == 400 and reason.startswith("invalid: run_id")
     assert listener.store.snapshot() == ()
+
+
+def test_skipped_fields_are_counted_and_named_in_the_answer(listener):
+    """Skipped and counted: the 200 answer names what was left out, the listener
+    counts it (``gpu_eta_exporter_progress_fields_skipped_total``)."""
+    assert listener.skipped_fields() == 0
+    status, text = post(
+        listener, {"run_id": "r", "epoch": 1, "epochs": 2, "total_flos": 3.2e15, "bad name": 1}
+    )
+    assert status == 200 and "skipped 2 free-form fields" in text and "total_flos" in text
+    assert listener.skipped_fields() == 2
+    assert post(listener, {"run_id": "r", "epoch": 2, "epochs": 2, "loss": 0.1})[0] == 200
+    assert listener.skipped_fields() == 2

@@ -84,6 +84,9 @@ def test_full_cycle_joins_sources() -> None:
         def poll(self):
             return {"accepted": 2}
 
+        def skipped_fields(self):
+            return 3
+
     cgroup = Source({42: ContainerRef("cid", "uid-1")})
     hostmem = Source((HostMemory("ns", "p", "c", 5),))
     sched, holder = _scheduler(
@@ -106,6 +109,7 @@ def test_full_cycle_joins_sources() -> None:
     assert (row.pod, row.container, row.allocated, row.utilization_ratio) == ("p", "c", True, 0.5)
     assert snap.progress[0].epoch == 1
     assert snap.progress_reports_total == {"accepted": 2}
+    assert snap.progress_fields_skipped_total == 3
     assert {s.name for s in snap.collectors} == {
         "gpu",
         "podresources",
@@ -264,6 +268,9 @@ def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) ->
                 raise CollectorError("progress endpoint on 0.0.0.0:9401 is not serving")
             return {}
 
+        def skipped_fields(self):
+            return 0
+
     class Logs:
         def counts(self):
             return {}
@@ -355,6 +362,9 @@ def test_store_read_is_a_step_not_a_collector(
         def poll(self):
             return {"accepted": 1}
 
+        def skipped_fields(self):
+            return 0
+
     store = FailingStore()
     sched, _ = _scheduler(
         Sources(
@@ -394,6 +404,9 @@ def test_progress_collector_is_the_endpoint_serving() -> None:
             if not self.serving:
                 raise CollectorError("progress endpoint on 0.0.0.0:9401 is not serving")
             return {"accepted": 5}
+
+        def skipped_fields(self):
+            return 0
 
     endpoint = Endpoint()
     sched, _ = _scheduler(Sources(progress_store=FailingStore(), progress_listener=endpoint))
