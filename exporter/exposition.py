@@ -288,6 +288,22 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
         )
         skipped.add({"node": node}, snap.progress_fields_skipped_total)
         yield skipped.metric
+    if snap.progress_persisted is not None:
+        persisted = _Family(
+            "gpu_eta_exporter_progress_persisted",
+            "1 while progress is on disk as promised; 0 while the state file or its "
+            "journal cannot be written, or the journal is full (reports answered 503)",
+        )
+        persisted.add({"node": node}, 1 if snap.progress_persisted else 0)
+        yield persisted.metric
+    if snap.progress_journal_bytes is not None:
+        journal = _Family(
+            "gpu_eta_exporter_progress_journal_bytes",
+            "Size of the progress journal; reports are answered 503 from 32 MiB until a "
+            "save empties it",
+        )
+        journal.add({"node": node}, snap.progress_journal_bytes)
+        yield journal.metric
     if "logs" in names or snap.log_lines_total:
         lines = _Family("gpu_eta_exporter_log_lines", "Container log lines by result", "counter")
         for result, count in _with_known(snap.log_lines_total, LOG_LINE_RESULTS):

@@ -386,6 +386,9 @@ class Scheduler:
             progress_fields_skipped_total=(
                 None if src.progress_listener is None else src.progress_listener.skipped_fields()
             ),
+            # a store without a state file (or a stand-in) has neither: no series
+            progress_persisted=getattr(src.progress_store, "persisted", None),
+            progress_journal_bytes=getattr(src.progress_store, "journal_bytes", None),
             log_lines_total=_counts(src.logs),
             kube_watch=kube_watch,
             unresolved_allocations=unresolved,

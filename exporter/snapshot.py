@@ -66,6 +66,10 @@ class Snapshot:
     log_lines_total: Mapping[str, int] = field(default_factory=lambda: _EMPTY_I)
     # free-form fields left out of stored progress reports; None without the endpoint
     progress_fields_skipped_total: int | None = None
+    # the progress store's persistence, with a state file (None without one): whether
+    # what it holds is on disk as promised, and its journal's size
+    progress_persisted: bool | None = None
+    progress_journal_bytes: int | None = None
     # the pod watch's freshness, ``(connected, last_sync_timestamp)``: poll() serves a
     # cache while the API server is away, so collector success alone cannot show the
     # outage. None when the pod source is no watch (the simulator) or is switched off.

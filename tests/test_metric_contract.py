@@ -416,6 +416,8 @@ def _simulated_exporter_text(tmp: Path) -> str:
             "200ms",
             "--pod-labels",
             "team,app",
+            "--progress.state-file",
+            str(tmp / "progress.json"),
         ],
         env={},
     )

@@ -9,6 +9,8 @@ import time
 import pytest
 
 from gpu_eta.exporter.collectors import CollectorError, NoData
+from gpu_eta.exporter.exposition import SnapshotExposition
+from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import (
     Allocation,
     ContainerRef,
@@ -470,3 +472,21 @@ def test_unresolved_allocations_unknown_without_both_sources() -> None:
     assert never_read.collect_once().unresolved_allocations is None
     no_alloc.stop()
     never_read.stop()
+
+
+def test_a_stored_progress_state_shows_whether_it_is_on_disk(tmp_path) -> None:
+    """With a state file, the snapshot carries whether the store's progress is on disk
+    as promised and its journal's size (the gauges of docs/metrics.md); without one,
+    neither (no series)."""
+    store = ProgressStore(state_path=tmp_path / "progress.json")
+    try:
+        sched, _ = _scheduler(Sources(progress_store=store))
+        snap = sched.collect_once()
+        assert snap.progress_persisted is True and snap.progress_journal_bytes == 0
+        text = SnapshotExposition(SnapshotHolder(snap), version="1").exposition().decode()
+        assert 'gpu_eta_exporter_progress_persisted{node="n"} 1' in text
+        assert 'gpu_eta_exporter_progress_journal_bytes{node="n"} 0' in text
+    finally:
+        store.close()
+    bare = _scheduler(Sources(progress_store=ProgressStore()))[0].collect_once()
+    assert bare.progress_persisted is None and bare.progress_journal_bytes is None

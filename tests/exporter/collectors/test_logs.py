@@ -168,7 +168,7 @@ def test_hf_setup_line_without_digits_does_not_cost_the_lines_after_it(root):
     col.poll()
     (p,) = col.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 10)
-    assert col.counts() == {"matched": 2, "ignored": 1, "oversize": 0, "invalid": 0}
+    assert col.counts() == {"matched": 2, "ignored": 1, "oversize": 0, "invalid": 0, "future": 0}
 
 
 def test_a_line_that_raises_is_counted_invalid_and_the_chunk_goes_on(root, monkeypatch, caplog):
@@ -188,7 +188,7 @@ def test_a_line_that_raises_is_counted_invalid_and_the_chunk_goes_on(root, monke
         col.poll()
     (p,) = col.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 10)
-    assert col.counts() == {"matched": 3, "ignored": 0, "oversize": 0, "invalid": 2}
+    assert col.counts() == {"matched": 3, "ignored": 0, "oversize": 0, "invalid": 2, "future": 0}
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "RuntimeError" in warnings[0].getMessage()
     assert "\n" not in warnings[0].getMessage() and warnings[0].exc_info is None
@@ -213,7 +213,7 @@ def test_refused_marker_lines_are_counted_invalid_and_never_stored(root):
     (p,) = col.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 10) and p.run_start_timestamp < future
     # "Epoch 3/2" is no marker: an impossible header is other output, ignored
-    assert col.counts() == {"matched": 1, "ignored": 1, "oversize": 0, "invalid": 5}
+    assert col.counts() == {"matched": 1, "ignored": 1, "oversize": 0, "invalid": 5, "future": 0}
 
 
 def test_hostile_tqdm_lines_do_not_stall_the_poll(tmp_path):
