@@ -120,7 +120,9 @@ class LogProgressCollector:
         max_bytes_per_file: int = 4 << 20,
         max_line_bytes: int = 64 << 10,
         max_segment_bytes: int = 8 << 10,
+        max_seconds_per_poll: float = 2.0,
         clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.monotonic,
     ):
         self.root = Path(root)
         self.store = store
@@ -129,10 +131,12 @@ class LogProgressCollector:
         self.max_bytes_per_file = max_bytes_per_file
         self.max_line_bytes = max_line_bytes
         self.max_segment_bytes = max_segment_bytes
+        self.max_seconds_per_poll = max_seconds_per_poll
         self._clock = clock
+        self._timer = timer
+        self._turn = 0  # which container reads first in a poll's second pass
         self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
         self._states: dict[tuple[str, str, str], LogState] = {}
-        # and "future" (a line stamped past the clock, ``_line_time``) once there is one
         self._counts = dict.fromkeys(LOG_LINE_RESULTS, 0)
         self._warned = False  # a line raised once already (``_skipped``)
         # the time of the last line of each container read with a usable timestamp
@@ -160,9 +164,9 @@ class LogProgressCollector:
 
             raise CollectorError(f"logs: pod list unavailable: {err}") from err
         wanted = {f"{p.namespace}_{p.name}_{p.uid}": p for p in pods}
-        budget = self.max_bytes_per_poll
         seen: set[tuple[str, str, str]] = set()
         bad: set[str] = set()
+        todo: list[tuple[tuple[str, str, str], Path]] = []
         for dirname, pod in sorted(wanted.items()):
             pod_dir = self.root / dirname
             try:
@@ -178,12 +182,40 @@ class LogProgressCollector:
                     continue
                 key = (pod.namespace, pod.name, container)
                 seen.add(key)
-                budget = self._poll_container(key, pod_dir / container, budget)
+                todo.append((key, pod_dir / container))
+        self._read_fairly(todo)
         self._bad_directories = bad
         for key in [k for k in self._followers if k not in seen]:
             del self._followers[key]
             self._states.pop(key, None)
             self._last_time.pop(key, None)
+
+    def _read_fairly(self, todo: Sequence[tuple[tuple[str, str, str], Path]]) -> None:
+        """Read the containers' new bytes within ``max_bytes_per_poll`` and
+        ``max_seconds_per_poll``: first an equal share each, then what is left in an
+        order that starts one container later every poll.
+
+        Why: one budget spent in a fixed order let a pod that writes megabytes a
+        second (four chatty containers) take all of it before a training pod sorted
+        after it was read at all, poll after poll, and parsing 16 MiB of progress
+        bars took longer than the collector's timeout.
+        """
+        if not todo:
+            return
+        deadline = self._timer() + self.max_seconds_per_poll
+        left = self.max_bytes_per_poll
+        share = max(left // len(todo), 1)
+        for key, directory in todo:
+            if left <= 0 or self._timer() > deadline:
+                return
+            give = min(share, left)
+            left -= give - self._poll_container(key, directory, give)
+        start = self._turn % len(todo)
+        self._turn += 1
+        for key, directory in [*todo[start:], *todo[:start]]:
+            if left <= 0 or self._timer() > deadline:
+                return
+            left = self._poll_container(key, directory, left)
 
     def _bad_directory(self, path: Path) -> str:
         """Say once (a WARNING) that a directory is skipped; its name, for the count.

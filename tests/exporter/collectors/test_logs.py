@@ -447,3 +447,41 @@ def test_a_future_line_with_nothing_before_it_is_skipped_and_never_replayed(root
     collector(root, again, clock=lambda: now + 60).poll()  # re-read from the start
     after = again.get(POD.namespace, POD.name, "trainer", "log")
     assert (after.run_id, after.epoch) == (before.run_id, 2)
+
+
+def test_a_chatty_pod_sorted_first_does_not_starve_the_others(tmp_path) -> None:
+    """A pod whose four containers write far more than a poll reads, sorted before a
+    training pod: each container gets an equal share first, so the training pod's
+    epoch is read in the first poll, not never."""
+    noisy = PodMeta("aaa", "noisy", "uid-n", ip="127.0.0.3")
+    for i in range(4):
+        d = tmp_path / f"aaa_noisy_uid-n/c{i}"
+        d.mkdir(parents=True)
+        (d / "0.log").write_bytes(cri(b"chatter chatter chatter chatter\n" * 4000))
+    train = tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
+    train.mkdir(parents=True)
+    (train / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    store = ProgressStore()
+    col = LogProgressCollector(tmp_path, store, lambda: [noisy, POD], max_bytes_per_poll=64 << 10)
+    col.poll()
+    (p,) = store.snapshot()  # the chatter is no progress: the training pod's epoch only
+    assert (p.pod, p.container, p.epoch, p.epochs) == (POD.name, "trainer", 0, 3)
+
+
+def test_a_poll_stops_reading_at_its_time_budget(tmp_path) -> None:
+    """Parsing is bounded in time as well as bytes: past ``max_seconds_per_poll`` the
+    rest waits for the next poll."""
+    for i in range(3):
+        d = tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / f"c{i}"
+        d.mkdir(parents=True)
+        (d / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    ticks = iter(range(100))
+    col = LogProgressCollector(
+        tmp_path,
+        ProgressStore(),
+        lambda: [POD],
+        max_seconds_per_poll=1.5,
+        timer=lambda: float(next(ticks)),  # one second a look at the clock
+    )
+    col.poll()
+    assert col.counts()["matched"] == 1  # the first container read, then out of time
