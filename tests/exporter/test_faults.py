@@ -31,6 +31,7 @@ from gpu_eta.exporter.progress_state_file import StateError, parse_state
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import PROGRESS_RESULTS
+from tests.support.net import read_answer
 
 POD = PodMeta("team-a", "trainer-a", "uid-a", ip="127.0.0.2", container_ids={"main": "c1"})
 NOW = 1_790_000_000.0
@@ -63,23 +64,6 @@ def exchange(port: int, raw: bytes, source: str = "127.0.0.2", timeout: float = 
         if raw:
             s.sendall(raw)
         return read_answer(s)
-
-
-def read_answer(sock: socket.socket) -> bytes:
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(4096)
-        except ConnectionResetError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
-        head, sep, body = data.partition(b"\r\n\r\n")
-        if sep:
-            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-            if len(body) >= length:
-                return data
 
 
 def post_raw(length_header: str, body: bytes) -> bytes:

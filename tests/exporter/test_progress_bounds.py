@@ -32,6 +32,7 @@ from gpu_eta.exporter.progress_state_file import (
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from tests.support.clock import Clock
+from tests.support.net import read_answer
 
 NOW = time.time()  # run_start and timestamps are checked against it: a real "now"
 POD = PodMeta("ns", "sender", "uid-s", ip="127.0.0.2", container_ids={"main": "c1"})
@@ -164,21 +165,6 @@ def http_post(port: int, body: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), 10, source_address=(POD.ip, 0)) as s:
         s.sendall(b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         return read_answer(s)
-
-
-def read_answer(sock: socket.socket) -> bytes:
-    """One answer (or what came before the server closed)."""
-    data = b""
-    while True:
-        chunk = sock.recv(4096)
-        if not chunk:
-            return data
-        data += chunk
-        head, sep, body = data.partition(b"\r\n\r\n")
-        if sep:
-            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-            if len(body) >= length:
-                return data
 
 
 def test_a_full_journal_is_answered_503_until_a_save_empties_it(tmp_path, monkeypatch, caplog):

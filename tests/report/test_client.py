@@ -10,11 +10,10 @@ import time
 import pytest
 
 from gpu_eta.exporter import progress
-from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta_report import ProgressReporter, client, exporter_url, start
-from tests.support.report_listener import listening_for
+from tests.support.report_listener import listening_for, url
 
 POD = PodMeta("ml", "nb-1", "uid-1", ip="127.0.0.5", container_ids={"notebook": "c"})
 
@@ -23,10 +22,6 @@ POD = PodMeta("ml", "nb-1", "uid-1", ip="127.0.0.5", container_ids={"notebook": 
 def listener():
     with listening_for(POD) as lst:
         yield lst
-
-
-def url(lst: ProgressListener) -> str:
-    return f"http://127.0.0.1:{lst.port}/progress"
 
 
 def test_client_imports_with_the_standard_library_only():

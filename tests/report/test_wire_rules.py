@@ -18,11 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_eta.exporter.progress import parse_report
-from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta_report import client, start
 from gpu_eta_report.hf import GpuEtaCallback
-from tests.support.report_listener import listening_for
+from tests.support.report_listener import listening_for, url
 
 POD = PodMeta("ml", "nb-2", "uid-2", ip="127.0.0.8", container_ids={"notebook": "c"})
 
@@ -31,10 +30,6 @@ POD = PodMeta("ml", "nb-2", "uid-2", ip="127.0.0.8", container_ids={"notebook": 
 def listener():
     with listening_for(POD) as lst:
         yield lst
-
-
-def url(lst: ProgressListener) -> str:
-    return f"http://127.0.0.1:{lst.port}/progress"
 
 
 def sent_metrics(reporter: client.ProgressReporter) -> dict[str, float]:

@@ -32,3 +32,22 @@ def post_progress(host: str, port: int, body: bytes, source: str) -> bytes:
         while chunk := conn.recv(4096):
             answer += chunk
     return answer
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    """One HTTP answer read whole (by its Content-Length), or what came before the
+    server closed or reset the connection."""
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(4096)
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+        head, sep, body = data.partition(b"\r\n\r\n")
+        if sep:
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(body) >= length:
+                return data

@@ -25,3 +25,8 @@ def listening_for(pod: PodMeta) -> Iterator[ProgressListener]:
         yield lst
     finally:
         lst.stop()
+
+
+def url(lst: ProgressListener) -> str:
+    """The listener's progress endpoint."""
+    return f"http://127.0.0.1:{lst.port}/progress"
