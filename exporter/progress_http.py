@@ -370,6 +370,7 @@ class _Connection(asyncio.Protocol):
         self.counted = False
         self.request_started: float | None = None  # loop time of the request's first byte
         self.headers_done = False
+        self.continued = False  # "100 Continue" sent for the request being read
         self.waiting = False  # an answer waits for the journal's fsync
         self.refused = False  # answered 403 at accept: what it sends is dropped
         self.paused = False  # reading paused while an answer waits (pipelining bound)
@@ -485,6 +486,7 @@ class _Connection(asyncio.Protocol):
         if self.request_started is None and data:
             self.request_started = asyncio.get_running_loop().time()
             self.headers_done = False
+            self.continued = False
             self._arm()
         self.buffer += data
         self._drain()
@@ -503,6 +505,7 @@ class _Connection(asyncio.Protocol):
         """The previous request is answered: time what is buffered as the next one."""
         self.request_started = asyncio.get_running_loop().time() if self.buffer else None
         self.headers_done = False
+        self.continued = False
         self._arm()
 
     def _one_request(self) -> bool:
@@ -560,6 +563,11 @@ class _Connection(asyncio.Protocol):
             return self._refuse(400, "malformed", f"malformed: {err}")
         start = end + 4
         if length is not None and length <= MAX_BODY_BYTES and len(buf) < start + length:
+            expects = any(v.lower() == "100-continue" for v in headers.get("expect", []))
+            if expects and not self.continued and self.transport is not None:
+                # curl and others wait up to 1 s for this before sending a body
+                self.continued = True
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return False  # wait for the rest of the body
         body = (
             bytes(buf[start : start + length])

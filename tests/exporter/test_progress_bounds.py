@@ -335,3 +335,26 @@ def test_the_store_refuses_what_its_loader_would_skip(
     assert [p.pod for p in again.snapshot()] == ["ok"]
     again.close()
     assert not errors(caplog) and not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_expect_100_continue_is_answered_before_the_body(tmp_path):
+    """curl sends ``Expect: 100-continue`` and waits up to 1 s for it before the body:
+    the listener says ``100 Continue`` once the headers are in, so the report is not
+    delayed; a second report on the connection gets its own."""
+    store, listener = journaled_listener(tmp_path)
+    body = b'{"epoch":1,"epochs":9}'
+    head = b"POST /progress HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+    try:
+        with socket.create_connection(
+            ("127.0.0.1", listener.port), 10, source_address=(POD.ip, 0)
+        ) as s:
+            for _ in range(2):
+                s.sendall(head % len(body))
+                s.settimeout(0.5)
+                assert s.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+                s.settimeout(10)
+                s.sendall(body)
+                assert read_answer(s).startswith(b"HTTP/1.1 200 ")
+    finally:
+        listener.stop()
+        store.close()
