@@ -564,6 +564,8 @@ class _Connection(asyncio.Protocol):
         start = end + 4
         if length is not None and length <= MAX_BODY_BYTES and len(buf) < start + length:
             expects = any(v.lower() == "100-continue" for v in headers.get("expect", []))
+            # HTTP/1.0 has no 100 Continue: the expectation is ignored (RFC 9110 10.1.1)
+            expects = expects and version == "HTTP/1.1"
             if expects and not self.continued and self.transport is not None:
                 # curl and others wait up to 1 s for this before sending a body
                 self.continued = True

@@ -231,6 +231,9 @@ class Journal:
         os.ftruncate(fd, 0)
         os.fsync(fd)
         self._size = 0
+        if self._failing:  # the file took a truncate and its sync: it is writable again
+            self._failing = False
+            log.info("progress journal: %s writable again", self.path)
         if self._full:
             self._full = False
             log.info(

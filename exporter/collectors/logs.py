@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import calendar
 import logging
+import math
 import os
 import re
 import time
@@ -134,7 +135,8 @@ class LogProgressCollector:
         self.max_seconds_per_poll = max_seconds_per_poll
         self._clock = clock
         self._timer = timer
-        self._turn = 0  # which container reads first in a poll's second pass
+        self._turn = 0  # which container reads first in a poll (both passes)
+        self._deadline = math.inf  # the poll's: no new file is begun past it
         self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
         self._states: dict[tuple[str, str, str], LogState] = {}
         self._counts = dict.fromkeys(LOG_LINE_RESULTS, 0)
@@ -192,8 +194,9 @@ class LogProgressCollector:
 
     def _read_fairly(self, todo: Sequence[tuple[tuple[str, str, str], Path]]) -> None:
         """Read the containers' new bytes within ``max_bytes_per_poll`` and
-        ``max_seconds_per_poll``: first an equal share each, then what is left in an
-        order that starts one container later every poll.
+        ``max_seconds_per_poll`` (no new file is begun past it): first an equal share
+        each, then what is left, both in an order that starts one container later
+        every poll (so a poll that runs out of time cuts off others next time).
 
         Why: one budget spent in a fixed order let a pod that writes megabytes a
         second (four chatty containers) take all of it before a training pod sorted
@@ -202,17 +205,18 @@ class LogProgressCollector:
         """
         if not todo:
             return
-        deadline = self._timer() + self.max_seconds_per_poll
+        self._deadline = deadline = self._timer() + self.max_seconds_per_poll
         left = self.max_bytes_per_poll
         share = max(left // len(todo), 1)
-        for key, directory in todo:
+        start = self._turn % len(todo)
+        self._turn += 1
+        turn = [*todo[start:], *todo[:start]]  # the poll's order: who runs out of time varies
+        for key, directory in turn:
             if left <= 0 or self._timer() > deadline:
                 return
             give = min(share, left)
             left -= give - self._poll_container(key, directory, give)
-        start = self._turn % len(todo)
-        self._turn += 1
-        for key, directory in [*todo[start:], *todo[:start]]:
+        for key, directory in turn:
             if left <= 0 or self._timer() > deadline:
                 return
             left = self._poll_container(key, directory, left)
@@ -275,7 +279,7 @@ class LogProgressCollector:
             key=lambda f: (not found[f.inode][2], found[f.inode][3], f.path.name),
         )
         for follower in order:
-            if budget <= 0:
+            if budget <= 0 or self._timer() > self._deadline:
                 break
             size = found[follower.inode][1]
             budget -= self._read(key, follower, size, budget)

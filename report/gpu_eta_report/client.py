@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import hashlib
 import http.client
 import json
 import logging
@@ -200,14 +201,20 @@ def run_id_setting(run_id: object) -> str:
 
     The exporter refuses every report whose ``run_id`` is not 1-64 of
     ``[A-Za-z0-9._-]``, so ``"my run"`` would report nothing at all: it becomes
-    ``my-run`` (still findable), or a random id when nothing usable is left.
+    ``my-run-<8 hex digits of the original's hash>`` (still findable, and never the
+    corrected form of another id), or a random id when nothing usable is left.
     """
     if run_id is None or run_id == "":
         return secrets.token_hex(8)
     text = str(run_id)
     if _RUN_ID.match(text):
         return text
-    fixed = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:64]
+    # the original's hash appended: two ids that differ only where they are cut or
+    # corrected ("exp 1", "exp/1"; a long sweep name's "-seed1", "-seed2") stay two
+    # runs, and the same id is corrected the same way in every process (a resume)
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:55]
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    fixed = f"{base}-{digest}" if base else secrets.token_hex(8)
     if not _RUN_ID.match(fixed):
         fixed = secrets.token_hex(8)
     log.warning(

@@ -358,3 +358,39 @@ def test_expect_100_continue_is_answered_before_the_body(tmp_path):
     finally:
         listener.stop()
         store.close()
+
+
+def test_expect_is_ignored_on_http_1_0(tmp_path):
+    """HTTP/1.0 has no 100 Continue (RFC 9110, 10.1.1): nothing is sent before the body."""
+    store, listener = journaled_listener(tmp_path)
+    body = b'{"epoch":1,"epochs":9}'
+    head = b"POST /progress HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+    try:
+        with socket.create_connection(
+            ("127.0.0.1", listener.port), 10, source_address=(POD.ip, 0)
+        ) as s:
+            s.sendall(head % len(body))
+            s.settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                s.recv(64)
+            s.settimeout(10)
+            s.sendall(body)
+            assert read_answer(s).startswith(b"HTTP/1.1 200 ")
+    finally:
+        listener.stop()
+        store.close()
+
+
+def test_a_save_that_empties_the_journal_ends_a_journal_failure(tmp_path):
+    """A journal write failed (the last report before the disk came back): the next
+    successful save truncates and syncs the file, so it is writable, and progress is
+    persisted again without waiting for another report."""
+    store = ProgressStore(tmp_path / "progress.json", save_interval_seconds=3600)
+    try:
+        assert store.journal is not None and store.persisted is True
+        store.journal._failing = True  # as a write that raised EFBIG leaves it
+        assert store.persisted is False
+        store.save()
+        assert store.persisted is True
+    finally:
+        store.close()

@@ -45,7 +45,7 @@ _names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(
 )
 _values = (
     st.floats(allow_nan=False, allow_infinity=False)
-    | st.integers(min_value=-(10**400), max_value=10**400)
+    | st.integers(min_value=-(10**40), max_value=10**40)  # far past 1e12, a body under 4 KiB
     | st.booleans()
     | st.none()
 )
@@ -110,11 +110,27 @@ def test_hf_callback_reused_after_total_flos_keeps_reporting(listener):
 
 @pytest.mark.parametrize(
     ("given_id", "expected"),
-    [("my run", "my-run"), ("run/2024 #3", "run-2024-3"), ("a" * 80, "a" * 64), ("ok-1", "ok-1")],
+    [
+        ("my run", "my-run-"),
+        ("run/2024 #3", "run-2024-3-"),
+        ("a" * 80, "a" * 55 + "-"),
+        ("ok-1", "ok-1"),
+    ],
 )
 def test_run_id_is_made_valid_at_construction(given_id, expected, caplog):
-    assert client.run_id_setting(given_id) == expected
+    fixed = client.run_id_setting(given_id)
+    assert client._RUN_ID.match(fixed) and fixed.startswith(expected)
+    assert fixed == client.run_id_setting(given_id)  # the same in every process (a resume)
     assert ("run_id=" in caplog.text) == (given_id != expected)
+
+
+def test_two_ids_corrected_alike_stay_two_runs() -> None:
+    """Cut at 64 characters or with a character replaced, two runs' ids would become
+    one, and the exporter would continue the first run's series with the second."""
+    sweep = "hyperparameter-sweep-learning-rate-0.001-batch-256-warmup-1000-"
+    pairs = [("exp 1", "exp/1"), (sweep + "seed1", sweep + "seed2")]
+    for a, b in pairs:
+        assert client.run_id_setting(a) != client.run_id_setting(b)
 
 
 def test_a_run_id_with_nothing_usable_becomes_a_random_one(caplog):
@@ -136,13 +152,14 @@ def test_bad_run_id_and_container_are_reported_not_refused(listener, caplog, mon
     r = start(
         epochs=2, run_id="my run", container="Notebook", url=url(listener), source_address=POD.ip
     )
-    assert (r.run_id, r.container) == ("my-run", "notebook")
+    assert (r.run_id, r.container) == (client.run_id_setting("my run"), "notebook")
+    assert r.run_id.startswith("my-run-")
     assert "run_id='my run'" in caplog.text and "container='Notebook'" in caplog.text
     r.epoch_end(1)
     r.end()
     assert r.stats["rejected"] == 0
     (p,) = listener.store.snapshot()
-    assert (p.run_id, p.container, p.epoch) == ("my-run", "notebook", 1)
+    assert (p.run_id, p.container, p.epoch) == (r.run_id, "notebook", 1)
 
 
 def test_the_container_from_the_environment_is_checked_too(monkeypatch, caplog):

@@ -480,8 +480,34 @@ def test_a_poll_stops_reading_at_its_time_budget(tmp_path) -> None:
         tmp_path,
         ProgressStore(),
         lambda: [POD],
-        max_seconds_per_poll=1.5,
-        timer=lambda: float(next(ticks)),  # one second a look at the clock
+        max_seconds_per_poll=2.5,
+        timer=lambda: float(next(ticks)),  # one second a look: a container, then its file
     )
     col.poll()
     assert col.counts()["matched"] == 1  # the first container read, then out of time
+
+
+def test_a_poll_out_of_time_cuts_off_other_containers_next_time(tmp_path) -> None:
+    """When every poll runs out of time after one container, the order turns: the
+    training pod sorted last is read within as many polls as there are containers."""
+    noisy = PodMeta("aaa", "noisy", "uid-n", ip="127.0.0.3")
+    for i in range(4):
+        d = tmp_path / f"aaa_noisy_uid-n/c{i}"
+        d.mkdir(parents=True)
+        (d / "0.log").write_bytes(cri(b"chatter\n" * 100))
+    train = tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
+    train.mkdir(parents=True)
+    (train / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    store = ProgressStore()
+    ticks = iter(range(10_000))
+    col = LogProgressCollector(
+        tmp_path,
+        store,
+        lambda: [noisy, POD],
+        max_seconds_per_poll=2.5,
+        timer=lambda: float(next(ticks)),  # a second a look at the clock: one file a poll
+    )
+    for _ in range(5):
+        col.poll()
+    (p,) = store.snapshot()
+    assert (p.pod, p.container, p.epoch) == (POD.name, "trainer", 0)
