@@ -337,45 +337,30 @@ def test_the_store_refuses_what_its_loader_would_skip(
     assert not errors(caplog) and not list(tmp_path.glob("*.corrupt-*"))
 
 
-def test_expect_100_continue_is_answered_before_the_body(tmp_path):
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+def test_expect_100_continue_is_answered_before_the_body(tmp_path, version):
     """curl sends ``Expect: 100-continue`` and waits up to 1 s for it before the body:
-    the listener says ``100 Continue`` once the headers are in, so the report is not
-    delayed; a second report on the connection gets its own."""
+    on HTTP/1.1 the listener says ``100 Continue`` once the headers are in, so the
+    report is not delayed (a second report on the connection gets its own); HTTP/1.0
+    has none (RFC 9110, 10.1.1): nothing is sent before the body."""
     store, listener = journaled_listener(tmp_path)
     body = b'{"epoch":1,"epochs":9}'
-    head = b"POST /progress HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+    head = b"POST /progress HTTP/%s\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
     try:
         with socket.create_connection(
             ("127.0.0.1", listener.port), 10, source_address=(POD.ip, 0)
         ) as s:
-            for _ in range(2):
-                s.sendall(head % len(body))
-                s.settimeout(0.5)
-                assert s.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            for _ in range(2 if version == "1.1" else 1):
+                s.sendall(head % (version.encode(), len(body)))
+                s.settimeout(0.5 if version == "1.1" else 0.3)
+                if version == "1.1":
+                    assert s.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+                else:
+                    with pytest.raises(TimeoutError):
+                        s.recv(64)
                 s.settimeout(10)
                 s.sendall(body)
                 assert read_answer(s).startswith(b"HTTP/1.1 200 ")
-    finally:
-        listener.stop()
-        store.close()
-
-
-def test_expect_is_ignored_on_http_1_0(tmp_path):
-    """HTTP/1.0 has no 100 Continue (RFC 9110, 10.1.1): nothing is sent before the body."""
-    store, listener = journaled_listener(tmp_path)
-    body = b'{"epoch":1,"epochs":9}'
-    head = b"POST /progress HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
-    try:
-        with socket.create_connection(
-            ("127.0.0.1", listener.port), 10, source_address=(POD.ip, 0)
-        ) as s:
-            s.sendall(head % len(body))
-            s.settimeout(0.3)
-            with pytest.raises(TimeoutError):
-                s.recv(64)
-            s.settimeout(10)
-            s.sendall(body)
-            assert read_answer(s).startswith(b"HTTP/1.1 200 ")
     finally:
         listener.stop()
         store.close()

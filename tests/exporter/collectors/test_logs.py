@@ -449,18 +449,27 @@ def test_a_future_line_with_nothing_before_it_is_skipped_and_never_replayed(root
     assert (after.run_id, after.epoch) == (before.run_id, 2)
 
 
+NOISY = PodMeta("aaa", "noisy", "uid-n", ip="127.0.0.3")
+
+
+def chatty_and_training(root: Path, chatter: bytes) -> None:
+    """``NOISY``'s four containers writing ``chatter`` (no progress), sorted before
+    ``POD``, whose trainer has begun epoch 1 of 3."""
+    for i in range(4):
+        d = root / f"aaa_noisy_uid-n/c{i}"
+        d.mkdir(parents=True)
+        (d / "0.log").write_bytes(cri(chatter))
+    train = root / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
+    train.mkdir(parents=True)
+    (train / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+
+
 def test_a_chatty_pod_sorted_first_does_not_starve_the_others(tmp_path) -> None:
     """A pod whose four containers write far more than a poll reads, sorted before a
     training pod: each container gets an equal share first, so the training pod's
     epoch is read in the first poll, not never."""
-    noisy = PodMeta("aaa", "noisy", "uid-n", ip="127.0.0.3")
-    for i in range(4):
-        d = tmp_path / f"aaa_noisy_uid-n/c{i}"
-        d.mkdir(parents=True)
-        (d / "0.log").write_bytes(cri(b"chatter chatter chatter chatter\n" * 4000))
-    train = tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
-    train.mkdir(parents=True)
-    (train / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    chatty_and_training(tmp_path, b"chatter chatter chatter chatter\n" * 4000)
+    noisy = NOISY
     store = ProgressStore()
     col = LogProgressCollector(tmp_path, store, lambda: [noisy, POD], max_bytes_per_poll=64 << 10)
     col.poll()
@@ -490,14 +499,8 @@ def test_a_poll_stops_reading_at_its_time_budget(tmp_path) -> None:
 def test_a_poll_out_of_time_cuts_off_other_containers_next_time(tmp_path) -> None:
     """When every poll runs out of time after one container, the order turns: the
     training pod sorted last is read within as many polls as there are containers."""
-    noisy = PodMeta("aaa", "noisy", "uid-n", ip="127.0.0.3")
-    for i in range(4):
-        d = tmp_path / f"aaa_noisy_uid-n/c{i}"
-        d.mkdir(parents=True)
-        (d / "0.log").write_bytes(cri(b"chatter\n" * 100))
-    train = tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
-    train.mkdir(parents=True)
-    (train / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    chatty_and_training(tmp_path, b"chatter\n" * 100)
+    noisy = NOISY
     store = ProgressStore()
     ticks = iter(range(10_000))
     col = LogProgressCollector(
