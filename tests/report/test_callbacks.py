@@ -102,11 +102,7 @@ m.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_
     assert "loss" in p.metrics
 
 
-@needs("transformers")
-def test_hf_trainer_callback(listener, tmp_path):
-    run(
-        listener,
-        f"""
+HF_DATA = """
 import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
@@ -114,7 +110,17 @@ from gpu_eta_report.hf import GpuEtaCallback
 class DS(torch.utils.data.Dataset):
     def __init__(self): self.x = torch.randn(64, 8); self.y = (self.x.sum(1) > 0).long()
     def __len__(self): return 64
-    def __getitem__(self, i): return {{"x": self.x[i], "labels": self.y[i]}}
+    def __getitem__(self, i): return {"x": self.x[i], "labels": self.y[i]}
+"""
+"""The HF tests' imports and 64-sample dataset (a script's opening, run by ``run``)."""
+
+
+@needs("transformers")
+def test_hf_trainer_callback(listener, tmp_path):
+    run(
+        listener,
+        HF_DATA
+        + f"""
 class M(nn.Module):
     def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
     def forward(self, x, labels=None):
@@ -142,15 +148,8 @@ def test_hf_total_flos_never_freezes_progress_across_reused_trainings(listener, 
     """
     out = run(
         listener,
-        f"""
-import torch
-from torch import nn
-from transformers import Trainer, TrainingArguments
-from gpu_eta_report.hf import GpuEtaCallback
-class DS(torch.utils.data.Dataset):
-    def __init__(self): self.x = torch.randn(64, 8); self.y = (self.x.sum(1) > 0).long()
-    def __len__(self): return 64
-    def __getitem__(self, i): return {{"x": self.x[i], "labels": self.y[i]}}
+        HF_DATA
+        + f"""
 class M(nn.Module):
     main_input_name = "x"
     def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
