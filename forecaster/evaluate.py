@@ -399,8 +399,6 @@ def output_path_error(runs: Path, outputs: Mapping[str, Path | None]) -> str | N
         try:
             if path.is_dir():
                 return f"{flag} {path}: is a directory, not a file"
-            if not path.name:
-                return f"{flag} {str(path)!r}: names no file"
             if not path.parent.is_dir():
                 return f"{flag} {path}: directory {path.parent} does not exist"
             if path.exists() and not path.is_file():
