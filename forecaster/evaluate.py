@@ -29,8 +29,10 @@ runs have been replayed.
 
 Exit codes: 0 done; 2 bad input or usage (one line on stderr, no traceback), output
 paths checked before the backtest, and a file with nothing to score (no completed run,
-or no moment every method could answer); 1 an output that could not be written (each
-named in one line, the others still written) or Ctrl-C.
+or no moment every method could answer: no table, JSON or plot, but ``--predictions``
+is written when forecasts were made, to show what was forecast; ``_nothing_to_score``);
+1 an output that could not be written (each named in one line, the others still
+written) or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -572,8 +574,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         print(f"{PREFIX}{exc}", file=err)
         return ExitCode.RUNTIME
     empty = nothing_scored(result)
-    if empty:  # bad input, found by the replay: no output, not an empty table
-        print(f"{PREFIX}{args.runs}: nothing to score: {empty}", file=err)
+    if empty:  # bad input, found by the replay: no scores, not an empty table
+        _nothing_to_score(args, result, empty, err)
         return ExitCode.USAGE
     # Every output is attempted whatever another did, in this order: the table (the
     # answer asked for, and what a pipe waits for), the predictions (plain CSV, the
@@ -604,6 +606,32 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
             _report(f"--plot {args.plot}: cannot draw the plot", exc, args.debug, err)
             failed = True
     return ExitCode.RUNTIME if failed else ExitCode.OK
+
+
+def _nothing_to_score(args: argparse.Namespace, result: Backtest, reason: str, err: TextIO) -> None:
+    """Say why nothing was scored, and write ``--predictions`` when forecasts were made.
+
+    Why the predictions and nothing else: the table, ``--json`` and ``--plot`` are
+    scores, and with none they would read as a result (a table of "-", a tie). The
+    predictions file lists every forecast made, scored or not; when some were made
+    and none scored (each at a run's start with no earlier run, or where no baseline
+    could answer yet) they are what shows which moments were forecast and why none
+    compared. When none was made (no completed run, none with time left), nothing is
+    written: a header-only file would say no more than the line on stderr and would
+    replace what the path held, as no other exit 2 does. The exit stays 2 (the file
+    has nothing to score) whether or not the write succeeded; a failed write is its
+    own line after the reason."""
+    failure: BaseException | None = None
+    written = ""
+    if args.predictions is not None and result.predictions:
+        try:
+            write_atomically(args.predictions, lambda tmp: _write_predictions_file(result, tmp))
+            written = f"; the predictions made are in --predictions {args.predictions}"
+        except (OSError, ValueError) as exc:  # ValueError: text the encoding refuses
+            failure = exc
+    print(f"{PREFIX}{args.runs}: nothing to score: {reason}{written}", file=err)
+    if failure is not None:
+        _report(f"--predictions {args.predictions}: cannot write", failure, args.debug, err)
 
 
 def _report(what: str, exc: BaseException, debug: bool, err: TextIO) -> None:

@@ -157,23 +157,67 @@ def test_epochs_are_written_exactly() -> None:
     assert rows[2][1] == "0.1"
 
 
+NO_BASELINE_YET = ["a,0,4,0", "a,1,4,0", "a,2,4,0", "a,4,4,10"]  # no time passed before 50 %
+
+
 @pytest.mark.parametrize(
-    ("rows", "reason"),
+    ("rows", "reason", "forecast"),
     [
-        (["a,0,5,0", "a,1,5,10", "b,0,5,0", "b,1,5,10", "c,0,5,0"], "3 runs, none completed"),
-        (["a,0,2,5", "a,1,2,5", "a,2,2,5"], "1 run, 1 completed, but none has time left"),
-        (["a,0,2,0", "a,2,2,10"], "1 run, 1 completed, 1 predictions, none that every method"),
+        (["a,0,5,0", "a,1,5,10", "b,0,5,0", "b,1,5,10", "c,0,5,0"], "3 runs, none completed", []),
+        (["a,0,2,5", "a,1,2,5", "a,2,2,5"], "1 run, 1 completed, but none has time left", []),
+        (
+            ["a,0,2,0", "a,2,2,10"],
+            "1 run, 1 completed, 1 predictions, none that every method",
+            [["a", "0"]],
+        ),
+        (
+            NO_BASELINE_YET,
+            "1 run, 1 completed, 3 predictions, none that every method",
+            [["a", "0"], ["a", "1"], ["a", "2"]],
+        ),
     ],
 )
-def test_nothing_to_score_is_one_line_exit_2(tmp_path: Path, rows: list[str], reason: str) -> None:
-    """It used to be exit 0 and a table of "-", read as a result."""
+def test_nothing_to_score_is_one_line_exit_2_with_the_forecasts_made(
+    tmp_path: Path, rows: list[str], reason: str, forecast: list[list[str]]
+) -> None:
+    """It used to be exit 0 and a table of "-", read as a result: now no scores are
+    printed (the JSON too). The forecasts made, when there are some, are written to
+    ``--predictions`` (they were dropped, though they are what shows why nothing
+    compared); with none made, the path keeps what it held."""
     runs = tmp_path / "runs.csv"
     runs.write_text("\n".join([HEADER, *rows]) + "\n")
     preds = tmp_path / "p.csv"
+    preds.write_text("old\n")
     code, out, err = run_cli("--runs", str(runs), "--json", "--predictions", str(preds))
     assert (code, out) == (2, "")
     assert one_line(err).startswith(f"gpu-eta forecaster: evaluate: {runs}: nothing to score: ")
-    assert reason in err and not preds.exists()
+    assert reason in err
+    if forecast:
+        assert err.endswith(f"; the predictions made are in --predictions {preds}\n")
+        with preds.open() as fh:
+            written = list(csv.reader(fh))
+        assert written[0] == ["run_id", "epoch", "timestamp_seconds", "p10", "p50", "p90"]
+        assert [row[:2] for row in written[1:]] == forecast
+    else:
+        assert "--predictions" not in err and preds.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv", "runs.csv"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_nothing_to_score_with_predictions_that_cannot_be_written(tmp_path: Path) -> None:
+    """The reason first, then the failed write in its own line; the exit stays 2 (the
+    file has nothing to score), and the reason does not claim the file was written."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join([HEADER, *NO_BASELINE_YET]) + "\n")
+    code, out, err = run_cli("--runs", str(runs), "--predictions", "/proc/x.csv")
+    assert (code, out) == (2, "") and "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 2 and ".tmp" not in err
+    assert lines[0].startswith(f"gpu-eta forecaster: evaluate: {runs}: nothing to score: ")
+    assert lines[0].endswith("since the start)")
+    assert lines[1].startswith(
+        "gpu-eta forecaster: evaluate: --predictions /proc/x.csv: cannot write: "
+    )
 
 
 class InterruptedTty(FakeTty):
