@@ -44,7 +44,8 @@ PROGRESS_RESULTS = (
 # ``invalid``: recognised, but what it says breaks the wire format's rules (not stored)
 # ``future``: stamped over 2 s past the exporter's clock (dated at the container's
 # previous line, or skipped when there is none)
-LOG_LINE_RESULTS = ("matched", "ignored", "oversize", "invalid", "future")
+# ``undated``: a CRI timestamp that cannot be read (dated as a ``future`` line)
+LOG_LINE_RESULTS = ("matched", "ignored", "oversize", "invalid", "future", "undated")
 _EMPTY_I: Mapping[str, int] = MappingProxyType({})
 
 

@@ -733,6 +733,7 @@ def test_enumerated_values_parse() -> None:
         "oversize",
         "invalid",
         "future",
+        "undated",
     }
     assert CONTRACT["gpu_eta_training_info"].allowed_values("source") == {"http", "log"}
     assert "0.25" in CONTRACT["gpu_eta_model_interval_coverage_ratio"].allowed_values("progress")

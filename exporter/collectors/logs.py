@@ -24,8 +24,9 @@ container are not applied again, so re-reading a file after an exporter restart
 does not mistake old epochs for a new run. A line stamped more than
 ``FUTURE_SKEW_SECONDS`` after the exporter's clock (the runtime stamps lines with the
 same node clock, so only a clock stepped back or a file not written by it does
-that) is dated at the line of its container read before it (skipped when there is
-none) and counted ``future``; see ``_line_time``.
+that), or whose timestamp cannot be read, is dated at the line of its container
+read before it (skipped when there is none) and counted ``future`` or ``undated``;
+see ``_line_time``.
 
 A container directory whose name is no container name (a DNS-1123 label, the rule
 the store and its state-file loader apply) is skipped and counted
@@ -141,8 +142,8 @@ class LogProgressCollector:
         self._states: dict[tuple[str, str, str], LogState] = {}
         self._counts = dict.fromkeys(LOG_LINE_RESULTS, 0)
         self._warned = False  # a line raised once already (``_skipped``)
-        # the time of the last line of each container read with a usable timestamp
-        # (this process): what a line stamped in the future is dated at
+        # the time of the last line of each container dated by its own timestamp (this
+        # process): what a line stamped in the future or unreadably is dated at
         self._last_time: dict[tuple[str, str, str], float] = {}
         self._bad_directories: set[str] = set()  # skipped in the last poll
         self._warned_directories: set[str] = set()
@@ -405,29 +406,35 @@ class LogProgressCollector:
 
     # -- lines -----------------------------------------------------------------------
 
-    def _line_time(self, key: tuple[str, str, str], stamp: str) -> tuple[float | None, bool]:
-        """A line's time and whether it was stamped in the future; None: skip the line.
+    def _line_time(self, key: tuple[str, str, str], stamp: str) -> tuple[float | None, str]:
+        """A line's time (None: skip the line) and what it counts as once handled:
+        ``matched``, or ``future`` / ``undated`` when its timestamp cannot be its time.
 
-        The time is its CRI timestamp (written by the runtime, not the container),
-        else the clock. A timestamp over ``FUTURE_SKEW_SECONDS`` past the clock cannot
-        be the line's: taken as it is, it made every later line look already applied
-        (older than the stored progress) until the clock caught up, and its row beat
-        newer HTTP reports. Clamped to the clock it would still do the first: a log
-        read from behind (at start, after a burst) holds lines stamped before the
-        clock. So such a line is dated at the last line of its container read before
-        it, the latest time it can be known not to precede, and the lines after it
-        apply as usual. With none read yet in this process it is skipped: it cannot
-        be dated, and it may be a line applied before a restart (applied again, an
-        old epoch could start a new run); the lines after it carry the news.
+        The time is its CRI timestamp (written by the runtime, not the container).
+        A timestamp over ``FUTURE_SKEW_SECONDS`` past the clock cannot be the line's:
+        taken as it is, it would make every later line look already applied (older
+        than the stored progress) until the clock caught up, and its row would beat
+        newer HTTP reports. Nor is the clock the time of such a line, or of one whose
+        timestamp cannot be read (a file not written by a CRI runtime, a damaged
+        line): a log read from behind (at start, after a burst) holds lines stamped
+        before the clock, and one dated now among them distorts the run's rate and
+        its row outranks newer HTTP reports. So such a line is dated at the last line
+        of its container dated by its own timestamp before it, the latest time it can
+        be known not to precede, and the lines after it apply as usual. With none yet
+        in this process it is skipped: it cannot be dated, and it may be a line
+        applied before a restart (applied again, an old epoch could start a new run);
+        the lines after it carry the news. Either kind is counted under its own
+        result, so an admin sees lines the runtime did not date usably. Only lines
+        that match a format (or carry the marker) are dated at all: another line's
+        timestamp is never read.
         """
-        clock = self._clock()
         when = parse_cri_timestamp(stamp)
         if when is None:
-            return clock, False
-        if when <= clock + FUTURE_SKEW_SECONDS:
+            return self._last_time.get(key), "undated"
+        if when <= self._clock() + FUTURE_SKEW_SECONDS:
             self._last_time[key] = when
-            return when, False
-        return self._last_time.get(key), True
+            return when, "matched"
+        return self._last_time.get(key), "future"
 
     def _line(self, key: tuple[str, str, str], follower: _Follower, parts: list[bytes]) -> None:
         counts = self._counts
@@ -475,11 +482,11 @@ class LogProgressCollector:
             return
         text = visible(segment)
         now: float | None = None
-        future = False
+        done = "matched"  # or what an undatable line counts as, whatever became of it
         if MARKER in text:  # its run_start is held to the line's time, as HTTP's to arrival
-            now, future = self._line_time(key, stamp)
+            now, done = self._line_time(key, stamp)
             if now is None:
-                counts["future"] = counts.get("future", 0) + 1
+                counts[done] = counts.get(done, 0) + 1
                 return
         match = parse_line(text, now=now)
         if match is None and " = " in text:
@@ -490,9 +497,7 @@ class LogProgressCollector:
             counts["invalid" if MARKER in text else unmatched] += 1
             return
         if now is None:
-            now, future = self._line_time(key, stamp)
-        # a line stamped in the future counts as such, whatever became of it
-        done = "future" if future else "matched"
+            now, done = self._line_time(key, stamp)
         if now is None:
             counts[done] = counts.get(done, 0) + 1
             return

@@ -168,7 +168,14 @@ def test_hf_setup_line_without_digits_does_not_cost_the_lines_after_it(root):
     col.poll()
     (p,) = col.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 10)
-    assert col.counts() == {"matched": 2, "ignored": 1, "oversize": 0, "invalid": 0, "future": 0}
+    assert col.counts() == {
+        "matched": 2,
+        "ignored": 1,
+        "oversize": 0,
+        "invalid": 0,
+        "future": 0,
+        "undated": 0,
+    }
 
 
 def test_a_line_that_raises_is_counted_invalid_and_the_chunk_goes_on(root, monkeypatch, caplog):
@@ -188,7 +195,14 @@ def test_a_line_that_raises_is_counted_invalid_and_the_chunk_goes_on(root, monke
         col.poll()
     (p,) = col.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 10)
-    assert col.counts() == {"matched": 3, "ignored": 0, "oversize": 0, "invalid": 2, "future": 0}
+    assert col.counts() == {
+        "matched": 3,
+        "ignored": 0,
+        "oversize": 0,
+        "invalid": 2,
+        "future": 0,
+        "undated": 0,
+    }
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "RuntimeError" in warnings[0].getMessage()
     assert "\n" not in warnings[0].getMessage() and warnings[0].exc_info is None
@@ -213,7 +227,14 @@ def test_refused_marker_lines_are_counted_invalid_and_never_stored(root):
     (p,) = col.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 10) and p.run_start_timestamp < future
     # "Epoch 3/2" is no marker: an impossible header is other output, ignored
-    assert col.counts() == {"matched": 1, "ignored": 1, "oversize": 0, "invalid": 5, "future": 0}
+    assert col.counts() == {
+        "matched": 1,
+        "ignored": 1,
+        "oversize": 0,
+        "invalid": 5,
+        "future": 0,
+        "undated": 0,
+    }
 
 
 def test_hostile_tqdm_lines_do_not_stall_the_poll(tmp_path):
@@ -447,6 +468,56 @@ def test_a_future_line_with_nothing_before_it_is_skipped_and_never_replayed(root
     collector(root, again, clock=lambda: now + 60).poll()  # re-read from the start
     after = again.get(POD.namespace, POD.name, "trainer", "log")
     assert (after.run_id, after.epoch) == (before.run_id, 2)
+
+
+# A stamp no CRI runtime writes (no zone): the line cannot be dated by it
+UNDATED = b"2026-11-21T06:00:00.500000000 stdout F "
+
+
+def test_an_undated_line_in_a_log_read_from_behind_is_not_dated_now(root):
+    """A line whose timestamp cannot be read is dated at the line before it, as a
+    future-stamped one: dated at the clock, it recorded epoch 1 as ending an hour late,
+    hid the lines after it as already applied, and its row, "newer" than the HTTP
+    report kept from before, was served instead of it."""
+    now = T0.timestamp() + 3600  # the exporter reads an hour-old log from behind
+    t0 = T0.timestamp()
+    (logdir(root) / "0.log").write_bytes(
+        stamped(t0, "Epoch 1/10") + UNDATED + b"Epoch 2/10\n" + stamped(t0 + 1, "Epoch 3/10")
+    )
+    store = ProgressStore()
+    # an HTTP report from before (the state file's), 700 s old: HTTP wins unless a log
+    # row is over 600 s newer
+    store.merge(POD.namespace, POD.name, "trainer", "http", Report(epoch=3, epochs=10), now - 700)
+    col = collector(root, store, clock=lambda: now)
+    col.poll()
+    got = store.get(POD.namespace, POD.name, "trainer", "log")
+    assert (got.epoch, got.last_report_timestamp) == (2, t0 + 1)
+    assert (col.counts()["matched"], col.counts()["undated"], col.counts()["future"]) == (2, 1, 0)
+    (served,) = store.snapshot()
+    assert served.source == "http"
+
+
+@pytest.mark.parametrize("first", [b"Epoch 1/10", b'GPU_ETA_PROGRESS {"epoch": 0, "epochs": 10}'])
+def test_an_undated_line_with_nothing_before_it_is_skipped(root, first):
+    """No line of the container dated yet in this process: it cannot be dated, so it is
+    skipped (a marker line too) and counted; the lines after it apply."""
+    now = T0.timestamp() + 3600
+    t0 = T0.timestamp()
+    (logdir(root) / "0.log").write_bytes(
+        UNDATED + first + b"\n" + stamped(t0 + 1, "Epoch 2/10") + stamped(t0 + 2, "Epoch 3/10")
+    )
+    col = collector(root, clock=lambda: now)
+    col.poll()
+    got = col.store.get(POD.namespace, POD.name, "trainer", "log")
+    assert (got.epoch, got.last_report_timestamp) == (2, t0 + 2)
+    assert col.counts() == {
+        "matched": 2,
+        "ignored": 0,
+        "oversize": 0,
+        "invalid": 0,
+        "future": 0,
+        "undated": 1,
+    }
 
 
 NOISY = PodMeta("aaa", "noisy", "uid-n", ip="127.0.0.3")
