@@ -6,7 +6,7 @@
 
 Why: P10–P90 coverage is published per corpus and point (bench/forecast_accuracy.py),
 but a miss there comes from one of several calibrations: the situation's own (new
-job, job prior, analogs: docs/forecasting.md, "Calibration and quality"), everyone's
+job, job prior, analogs: docs/forecasting-model.md, "Calibration and quality"), everyone's
 where the situation has too few residuals at the point, or the envelope of both. This
 replays the same corpora the same way (``forecaster.evaluate.Replay``, every forecast
 made as of the moment, the model knowing only runs that ended before) and prints,

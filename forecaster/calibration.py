@@ -159,7 +159,7 @@ def scale(sigma: float, power: float = SIGMA_POWER) -> float:
     calibrated intervals of confident predictions too narrow. Power 0 (raw log
     residuals) ignores the model's sigma and widens steady dedicated runs' intervals
     (×1.3 on the tune file); 0.5 keeps most of their narrowness. Chosen on the tune
-    files only (docs/forecasting.md, "Calibration").
+    files only (docs/forecasting-model.md, "Calibration and quality").
     """
     return sigma**power
 

@@ -179,7 +179,7 @@ def _common_flags() -> argparse.ArgumentParser:
         dest="seed_csv",
         default=None,
         metavar="FILE",
-        help="runs CSV (docs/forecasting.md) whose finished runs are imported at start if not stored yet",
+        help="runs CSV (docs/evaluate.md) whose finished runs are imported at start if not stored yet",
     )
     h.add_argument(
         "--history.lookback",

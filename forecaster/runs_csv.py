@@ -1,7 +1,7 @@
 """Recorded runs as CSV, one row per progress point, ⇄ ``Run`` records.
 
 Why a CSV: ``evaluate`` must score gpu-eta on anyone's recorded runs, and anyone can
-produce and read this file without gpu-eta. The format (docs/forecasting.md):
+produce and read this file without gpu-eta. The format (docs/evaluate.md):
 
 ``run_id,epoch,epochs_planned,timestamp_seconds`` are required; epoch 0 is the start
 of training; rows of one run may be anywhere in the file and unevenly spaced.

@@ -192,10 +192,16 @@ def test_file_kinds_and_one_line_per_kind() -> None:
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| `busy`", "| `calm`"]
     assert lines[2].split(" | ")[1] == "6" and lines[3].split(" | ")[1] == "12"
     assert "*mixed by file kind" in fa.report([res])
+    # the docs: the headline without the breakdown, the breakdown (evidence page) alone
+    headline, breakdown = fa.report([res], by=False), fa.breakdown_report([res])
+    assert "by file kind" not in headline and "| 10% |" in headline
+    assert breakdown.startswith("**mixed** — two kinds\n") and "*mixed by file kind" in breakdown
+    assert "| point |" not in breakdown and "`busy`" in breakdown
     assert set(fa.as_json([res])["mixed"]["by_file_kind"]) == {"busy", "calm"}
     one = fa.Corpus("one", "one kind", parts[:2], kinds=("calm", "calm"))
     single = fa.run_corpus(one, refit_fraction=0.05)
     assert fa.kind_table(single) == []
+    assert fa.breakdown_report([single]) == ""  # nothing to break down: no heading either
     assert fa.as_json([single])["one"]["by_file_kind"] == {}
     busy_hist = res.rows(with_history=True, kind="busy")
     assert sum(r.n for r in busy_hist) == sum(
@@ -244,6 +250,25 @@ def test_docs_block_replaced_between_markers_or_appended() -> None:
     assert fa.replace_between_markers(new, "| new |\n", "cmd") == new  # idempotent
     appended = fa.replace_between_markers("# Title\n", "| t |\n", "cmd")
     assert appended.count(fa.BEGIN) == 1 and appended.index("| t |") > appended.index(fa.BEGIN)
+    # the breakdown's own markers leave the headline's block alone
+    both = fa.replace_between_markers(
+        new, "| by |\n", "cmd", fa.BREAKDOWN_BEGIN, fa.BREAKDOWN_END, "## By"
+    )
+    assert both.startswith(new.rstrip("\n")) and both.index("## By") > both.index("more prose")
+    again = fa.replace_between_markers(
+        both, "| by2 |\n", "cmd", fa.BREAKDOWN_BEGIN, fa.BREAKDOWN_END, "## By"
+    )
+    assert "| by |" not in again and "| by2 |" in again and "| new |" in again
+
+
+def test_the_published_docs_carry_both_generated_blocks() -> None:
+    """docs/forecasting.md holds the headline tables, docs/forecasting-evidence.md the
+    breakdowns, each between its markers (``--write-docs`` rewrites both)."""
+    doc, evidence = fa.DOCS.read_text(), fa.EVIDENCE.read_text()
+    headline = doc[doc.index(fa.BEGIN) : doc.index(fa.END)]
+    breakdown = evidence[evidence.index(fa.BREAKDOWN_BEGIN) : evidence.index(fa.BREAKDOWN_END)]
+    assert "**mlperf-confirm**" in headline and " by job " not in headline
+    assert "*mlperf-confirm by job (" in breakdown and "| point |" not in breakdown
 
 
 def test_first_keeps_the_runs_that_started_first() -> None:
