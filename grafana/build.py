@@ -879,8 +879,10 @@ def exporter_health() -> dict:
         ),
         ts(
             "Container log lines by result",
-            "Lines the log collector read: matched a progress format, ignored, or oversize "
-            "(cut off at the line limit).",
+            "Lines the log collector read: matched a progress format; ignored; oversize "
+            "(cut off at the line limit); invalid (recognised, but refused by the wire "
+            "format's rules); future or undated (a CRI timestamp past the clock or "
+            "unreadable: dated at the container's previous line). docs/metrics.md.",
             "ops",
             q(
                 "sum by (result) "
