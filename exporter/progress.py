@@ -48,9 +48,12 @@ _IGNORED = frozenset({"pod", "namespace", "node", "uid"})
 
 
 class ReportError(ValueError):
-    """A report that cannot be used; ``str(err)`` is one line naming the problem."""
+    """A report that cannot be used; ``str(err)`` is one line naming the problem.
+
+    ``result`` is what it is counted as, ``status`` the HTTP answer it gets."""
 
     result = "invalid"
+    status = 400
 
 
 class MalformedReport(ReportError):
@@ -63,6 +66,17 @@ class InvalidReport(ReportError):
     """Well-formed JSON with a bad value (counted as ``invalid``)."""
 
     result = "invalid"
+
+
+class TooManyRuns(ReportError):
+    """A valid report that would start a run beyond its container's cap on new runs
+    (``exporter.progress_runs``; counted as ``too_many_runs``, answered 429).
+
+    Not ``invalid``: the same report is accepted once the cap allows a run again, so
+    the sender is told to wait, as for the per-pod rate limit."""
+
+    result = "too_many_runs"
+    status = 429
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@ Order of checks, each answered with a one-line reason and counted by result:
 2. no Content-Length → 411 ``malformed``; body over ``MAX_BODY_BYTES`` → 413 ``too_large``
 3. the pod exceeds its rate (token bucket per pod) → 429 ``rate_limited``
 4. not a JSON object → 400 ``malformed``; bad value → 400 ``invalid``
-5. stored → 200 ``accepted``; with a state file only once the report is on disk
+5. it would start a run beyond its container's cap on new runs
+   (``exporter.progress_runs``) → 429 ``too_many_runs``
+6. stored → 200 ``accepted``; with a state file only once the report is on disk
    (``exporter.progress_journal``), or 503 ``not_persisted`` if that write failed
 
 Protocol-level answers are counted too (``RESULTS``): 404, 405, 408 (header or
@@ -264,9 +266,9 @@ class ProgressListener:
                 now,
                 on_durable=on_durable if deferred else None,
             )
-        except ReportError as err:
+        except ReportError as err:  # 400, or 429 for a run over its container's cap
             self._count(err.result)
-            return 400, f"{err.result}: {err}"
+            return err.status, f"{err.result}: {err}"
         if report.skipped:
             with self._lock:
                 self._skipped_fields += len(report.skipped)

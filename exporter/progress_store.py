@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -29,7 +30,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpu_eta.exporter import progress_journal
-from gpu_eta.exporter.progress import Report, advance, check_progress, check_report
+from gpu_eta.exporter.progress import (
+    Report,
+    TooManyRuns,
+    advance,
+    check_progress,
+    check_report,
+    starts_new_run,
+)
 from gpu_eta.exporter.progress_journal import (
     Ack,
     Journal,
@@ -39,6 +47,7 @@ from gpu_eta.exporter.progress_journal import (
     is_torn,
     iter_journal,
 )
+from gpu_eta.exporter.progress_runs import RunStarts
 from gpu_eta.exporter.progress_state_file import (
     SOURCES,
     STATE_VERSION,
@@ -75,6 +84,11 @@ class ProgressStore:
     evicted (a node never runs thousands of training containers; the bound only
     guards memory against a flood of distinct senders).
 
+    Each key may start only so many runs (``exporter.progress_runs``: ``RUN_BURST`` at
+    once, then one every ``RUN_REFILL_SECONDS`` of report time); a report that would
+    start one more is refused with ``TooManyRuns`` and changes nothing. That
+    bookkeeping is bounded by ``max_entries`` too.
+
     With a ``state_path`` every merge is also appended to a journal beside it
     (``<state>.journal``, see ``exporter.progress_journal``) unless ``durable`` is
     False; ``merge(..., on_durable=ack)`` calls ``ack(True)`` once the merged row is
@@ -110,6 +124,7 @@ class ProgressStore:
         self._last_save = clock()
         self._entries: dict[Key, Progress] = {}
         self._max_entries = max_entries
+        self._runs = RunStarts(max_keys=max_entries)  # new runs per key (under the lock)
         self._state_path = Path(state_path) if state_path is not None else None
         self._dirty = False
         self._seq = 0
@@ -188,7 +203,9 @@ class ProgressStore:
 
         Raises ``InvalidReport`` (from ``check_report``, ``advance`` or
         ``check_progress``: a namespace, pod or container that is no Kubernetes name,
-        a timestamp before 1970) without changing anything. With a journal,
+        a timestamp before 1970), or ``TooManyRuns`` when the report would start a
+        run beyond the key's cap (``exporter.progress_runs``), without changing
+        anything. With a journal,
         ``on_durable`` is called (from the journal's thread) once the result is on
         disk, with False if writing failed;
         while ``not_persisting`` it is called with False before this returns; else
@@ -205,8 +222,9 @@ class ProgressStore:
         check_report(report, now=now)
         key = (namespace, pod, container, source)
         with self._lock:
+            previous = self._entries.get(key)
             new = advance(
-                self._entries.get(key),
+                previous,
                 report,
                 namespace=namespace,
                 pod=pod,
@@ -217,6 +235,11 @@ class ProgressStore:
             # the loader's rule (``progress_from_row`` ends with it): a row the next
             # start would skip as damaged is refused here, not saved and set aside then
             check_progress(new)
+            # last of the checks: a report refused for another reason takes no token
+            if starts_new_run(previous, report) and not self._runs.take(key, now):
+                raise TooManyRuns(
+                    _too_many_runs(new, report.run_id is not None, self._runs, key, now)
+                )
             self._entries[key] = new
             self._dirty = True
             journal = self.journal
@@ -634,6 +657,17 @@ class ProgressStore:
                 path,
                 " (an unacknowledged torn last line dropped)" if torn else "",
             )
+
+
+def _too_many_runs(new: Progress, named: bool, runs: RunStarts, key: Key, now: float) -> str:
+    """The one-line reason a run was not started, for its sender (or the log); with
+    a ``run_id`` the sender ``named``, what it most likely does wrong."""
+    wait = runs.wait_seconds(key, now)
+    hint = "; one run_id is for all reports of a training run" if named else ""
+    return (
+        f"run {new.run_id} not started: this container may start {runs.burst} runs at "
+        f"once, then 1 every {runs.refill_seconds:g} s (next in {math.ceil(wait)} s){hint}"
+    )
 
 
 def _key(progress: Progress) -> Key:

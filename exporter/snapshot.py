@@ -32,7 +32,8 @@ PROGRESS_RESULTS = (
     "invalid",  # 400
     "forbidden",  # 403 (also a connection refused at accept: not a pod here)
     "too_large",  # 413
-    "rate_limited",  # 429
+    "rate_limited",  # 429: over the pod's report rate
+    "too_many_runs",  # 429: would start a run over its container's cap (progress_runs)
     "not_found",  # 404
     "method_not_allowed",  # 405
     "timeout",  # 408: headers or the whole request not in within their deadline
@@ -45,7 +46,16 @@ PROGRESS_RESULTS = (
 # ``future``: stamped over 2 s past the exporter's clock (dated at the container's
 # previous line, or skipped when there is none)
 # ``undated``: a CRI timestamp that cannot be read (dated as a ``future`` line)
-LOG_LINE_RESULTS = ("matched", "ignored", "oversize", "invalid", "future", "undated")
+# ``too_many_runs``: would start a run over its container's cap (``progress_runs``): skipped
+LOG_LINE_RESULTS = (
+    "matched",
+    "ignored",
+    "oversize",
+    "invalid",
+    "future",
+    "undated",
+    "too_many_runs",
+)
 _EMPTY_I: Mapping[str, int] = MappingProxyType({})
 
 

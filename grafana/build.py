@@ -869,7 +869,8 @@ def exporter_health() -> dict:
         ts(
             "Progress reports by result",
             "Progress POSTs from training code: accepted, malformed, invalid, forbidden (the "
-            "sender is not a pod on this node), too_large, rate_limited.",
+            "sender is not a pod on this node), too_large, rate_limited, too_many_runs (a "
+            "new run_id far too often), not_persisted; the rest in docs/metrics.md.",
             "reqps",
             q(
                 "sum by (result) "
@@ -882,7 +883,8 @@ def exporter_health() -> dict:
             "Lines the log collector read: matched a progress format; ignored; oversize "
             "(cut off at the line limit); invalid (recognised, but refused by the wire "
             "format's rules); future or undated (a CRI timestamp past the clock or "
-            "unreadable: dated at the container's previous line). docs/metrics.md.",
+            "unreadable: dated at the container's previous line); too_many_runs (would "
+            "start a run over its container's cap: skipped). docs/metrics.md.",
             "ops",
             q(
                 "sum by (result) "

@@ -36,6 +36,7 @@ PURE = (
     "gpu_eta.exporter.attribution",
     "gpu_eta.exporter.exposition",
     "gpu_eta.exporter.progress",
+    "gpu_eta.exporter.progress_runs",
     "gpu_eta.forecaster.errors",
     "gpu_eta.forecaster.runs",
     "gpu_eta.forecaster.history_rows",

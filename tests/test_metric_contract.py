@@ -734,6 +734,7 @@ def test_enumerated_values_parse() -> None:
         "invalid",
         "future",
         "undated",
+        "too_many_runs",
     }
     assert CONTRACT["gpu_eta_training_info"].allowed_values("source") == {"http", "log"}
     assert "0.25" in CONTRACT["gpu_eta_model_interval_coverage_ratio"].allowed_values("progress")

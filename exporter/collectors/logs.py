@@ -31,6 +31,10 @@ see ``_line_time``.
 A container directory whose name is no container name (a DNS-1123 label, the rule
 the store and its state-file loader apply) is skipped and counted
 (``skipped_directories``), never read: its rows would be refused by the store.
+
+A line that would start a run beyond its container's cap on new runs (the store's,
+``exporter.progress_runs``, the same as for HTTP reports) is skipped and counted
+``too_many_runs``, with one WARNING per container.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from gpu_eta.exporter.logformats import (
     parse_setup,
     visible,
 )
-from gpu_eta.exporter.progress import Report, ReportError, check_report
+from gpu_eta.exporter.progress import Report, ReportError, TooManyRuns, check_report
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS
@@ -71,6 +75,8 @@ _LOG_NAME = re.compile(r"(\d{1,9})\.log(\.\d{8}-\d{6})?\Z")
 FUTURE_SKEW_SECONDS = 2.0
 # Directories named in WARNING lines, at most (then DEBUG): a bound on what is kept
 _MAX_WARNED_DIRECTORIES = 256
+# Containers named in too_many_runs WARNING lines, at most (then DEBUG), for the same reason
+_MAX_WARNED_CONTAINERS = 256
 _TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)\Z")
 
 
@@ -147,6 +153,7 @@ class LogProgressCollector:
         self._last_time: dict[tuple[str, str, str], float] = {}
         self._bad_directories: set[str] = set()  # skipped in the last poll
         self._warned_directories: set[str] = set()
+        self._warned_runs: set[str] = set()  # containers named in a too_many_runs WARNING
 
     @property
     def skipped_directories(self) -> int:
@@ -404,6 +411,22 @@ class LogProgressCollector:
             first,
         )
 
+    def _too_many_runs(self, key: tuple[str, str, str], err: TooManyRuns) -> None:
+        """Say once per container (a WARNING, then DEBUG) that its lines start runs
+        faster than the cap allows.
+
+        Why say it at all: a sender over HTTP reads the reason in its answer, but no
+        one reads what a log line is refused for, and the count
+        (``gpu_eta_exporter_log_lines_total{result="too_many_runs"}``) names no
+        container.
+        """
+        name = "/".join(key)
+        level = logging.DEBUG
+        if name not in self._warned_runs and len(self._warned_runs) < _MAX_WARNED_CONTAINERS:
+            self._warned_runs.add(name)
+            level = logging.WARNING
+        log.log(level, "logs: %s: a line skipped, counted too_many_runs: %s", name, err)
+
     # -- lines -----------------------------------------------------------------------
 
     def _line_time(self, key: tuple[str, str, str], stamp: str) -> tuple[float | None, str]:
@@ -510,9 +533,14 @@ class LogProgressCollector:
         self._states[key] = state
         if report is not None:
             # a report the wire format refuses (a negative epoch, a step beyond 1e12)
-            # or inconsistent with the run so far is dropped and counted as invalid
+            # or inconsistent with the run so far is dropped and counted as invalid;
+            # one that would start a run over the container's cap as too_many_runs
             try:
                 self.store.merge(ns, pod, container, "log", report, now)
+            except TooManyRuns as err:
+                counts["too_many_runs"] += 1
+                self._too_many_runs(key, err)
+                return
             except ReportError:
                 counts["invalid"] += 1
                 return

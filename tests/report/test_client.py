@@ -10,9 +10,11 @@ import time
 import pytest
 
 from gpu_eta.exporter import progress
+from gpu_eta.exporter.progress_runs import RUN_BURST
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta_report import ProgressReporter, client, exporter_url, start
+from tests.support.net import post_progress
 from tests.support.report_listener import listening_for, url
 
 POD = PodMeta("ml", "nb-1", "uid-1", ip="127.0.0.5", container_ids={"notebook": "c"})
@@ -88,6 +90,22 @@ def test_refused_sender_is_counted_not_raised(listener):
     r = start(epochs=2, url=url(listener))  # from 127.0.0.1: not a pod
     r.end()
     assert r.stats["rejected"] == 2 and listener.counts()["forbidden"] == 2
+
+
+def test_a_run_over_the_containers_cap_is_rejected_logged_once_and_never_retried(listener, caplog):
+    """The exporter answers 429 ``too_many_runs`` to a run its container starts beyond
+    the cap: each report is counted rejected and sent once (no retry, no hot loop),
+    the reason logged once."""
+    for i in range(RUN_BURST):  # the notebook's quick restarts took the whole burst
+        body = json.dumps({"run_id": f"r{i}", "event": "start"}).encode()
+        assert post_progress("127.0.0.1", listener.port, body, POD.ip).startswith(b"HTTP/1.1 200")
+    r = start(epochs=2, url=url(listener), source_address=POD.ip)
+    r.epoch_end(1)
+    r.end()
+    assert r.stats == {"sent": 0, "rejected": 3, "failed": 0, "dropped": 0}
+    assert listener.counts()["too_many_runs"] == 3  # start, epoch_end, end: one POST each
+    refusals = [m for m in caplog.messages if "refused a progress report" in m]
+    assert len(refusals) == 1 and "(429): too_many_runs: run " in refusals[0]
 
 
 def test_bad_metric_values_are_dropped_not_sent(listener):

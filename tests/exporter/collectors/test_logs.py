@@ -175,6 +175,7 @@ def test_hf_setup_line_without_digits_does_not_cost_the_lines_after_it(root):
         "invalid": 0,
         "future": 0,
         "undated": 0,
+        "too_many_runs": 0,
     }
 
 
@@ -202,6 +203,7 @@ def test_a_line_that_raises_is_counted_invalid_and_the_chunk_goes_on(root, monke
         "invalid": 2,
         "future": 0,
         "undated": 0,
+        "too_many_runs": 0,
     }
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "RuntimeError" in warnings[0].getMessage()
@@ -234,6 +236,7 @@ def test_refused_marker_lines_are_counted_invalid_and_never_stored(root):
         "invalid": 5,
         "future": 0,
         "undated": 0,
+        "too_many_runs": 0,
     }
 
 
@@ -517,6 +520,7 @@ def test_an_undated_line_with_nothing_before_it_is_skipped(root, first):
         "invalid": 0,
         "future": 0,
         "undated": 1,
+        "too_many_runs": 0,
     }
 
 

@@ -1,0 +1,99 @@
+"""A cap on how often one container may start a new run.
+
+Why: ``run_id`` is a label of every ``gpu_eta_training_*`` series, so each new run is
+a new set of series in Prometheus and a new run in the forecaster's history. A client
+that sends a fresh ``run_id`` with every report (a timestamp as id, a new reporter per
+step) made one series set per report per container: churn in the TSDB without bound
+and a history of one-point runs. ``RunStarts`` keeps a token bucket per store key
+(namespace, pod, container, source): a report that would start a run takes a token,
+and without one it is refused (``progress.TooManyRuns``: 429 on the wire, a skipped
+and counted line in the log collector). Reports that continue the stored run never
+take one, so a refusal costs the buggy sender only its new runs.
+
+Time is the report's (``now`` of ``ProgressStore.merge``: the listener's clock, a log
+line's CRI timestamp), not the exporter's: a log read from behind (at start, after a
+burst) is judged by when its runs started, not by how fast the collector reads them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+
+# A container may start RUN_BURST runs at once, then one more every RUN_REFILL_SECONDS.
+# Why these: a notebook sweep starting a short run every minute must pass whatever its
+# runs' lengths jitter, so the refill is twice that rate (at exactly one a minute, a
+# sweep a little faster than that drains any burst in some hours); a burst of 10 lets
+# a notebook's quick restarts through (a crash, a fix, a rerun). A fresh id every 10 s
+# (6 a minute) is refused from its 15th report on, 2 of every 3 after that; one per
+# report at 1 a second, 29 of every 30. Worst case left per container: 2 new runs a
+# minute, where a fresh id per report made 60.
+RUN_BURST = 10
+RUN_REFILL_SECONDS = 30.0
+# Containers tracked at most (the store's own bound by default): past it the one that
+# last started (or tried to start) a run longest ago is forgotten (its next run finds a
+# full bucket), so a churning container stays tracked. The keys are real containers of
+# pods on this node, so this only guards memory.
+DEFAULT_MAX_KEYS = 4096
+
+
+class _Bucket:
+    __slots__ = ("stamp", "tokens")
+
+    def __init__(self, tokens: float, stamp: float):
+        self.tokens = tokens
+        self.stamp = stamp
+
+
+class RunStarts:
+    """Token buckets per key: ``burst`` new runs at once, one more every
+    ``refill_seconds``; at most ``max_keys`` keys, the least recently used dropped
+    first. Not thread-safe: the store calls it under its lock."""
+
+    def __init__(
+        self,
+        burst: int = RUN_BURST,
+        refill_seconds: float = RUN_REFILL_SECONDS,
+        max_keys: int = DEFAULT_MAX_KEYS,
+    ):
+        self.burst = burst
+        self.refill_seconds = refill_seconds
+        self._max_keys = max(1, max_keys)
+        self._buckets: OrderedDict[Hashable, _Bucket] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, key: Hashable, now: float) -> bool:
+        """Whether ``key`` may start a run at ``now``; if so its token is taken."""
+        bucket = self._refilled(key, now)
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True
+
+    def wait_seconds(self, key: Hashable, now: float) -> float:
+        """Seconds from ``now`` until ``key`` may start a run (0 when it may now)."""
+        bucket = self._refilled(key, now)
+        return max(0.0, (1.0 - bucket.tokens) * self.refill_seconds)
+
+    def _refilled(self, key: Hashable, now: float) -> _Bucket:
+        """``key``'s bucket topped up to ``now``, made the most recently used.
+
+        A ``now`` before the bucket's last time (a wall clock stepped back, log lines
+        read out of order) adds nothing and does not move the bucket back, so the
+        same seconds never refill it twice.
+        """
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(float(self.burst), now)
+            if len(self._buckets) > self._max_keys:
+                self._buckets.popitem(last=False)
+            return bucket
+        self._buckets.move_to_end(key)
+        if now > bucket.stamp:
+            bucket.tokens = min(
+                float(self.burst), bucket.tokens + (now - bucket.stamp) / self.refill_seconds
+            )
+            bucket.stamp = now
+        return bucket
