@@ -273,7 +273,8 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
     if "progress" in names or snap.progress_reports_total:
         reports = _Family(
             "gpu_eta_exporter_progress_reports",
-            "Answers of the progress endpoint by result",
+            "Answers of the progress endpoint by result (too_many_connections: connections "
+            "reset at accept, over the connection caps, without an answer)",
             "counter",
         )
         for result, count in _with_known(snap.progress_reports_total, PROGRESS_RESULTS):

@@ -14,8 +14,10 @@ Order of checks, each answered with a one-line reason and counted by result:
 6. stored → 200 ``accepted``; with a state file only once the report is on disk
    (``exporter.progress_journal``), or 503 ``not_persisted`` if that write failed
 
-Protocol-level answers are counted too (``RESULTS``): 404, 405, 408 (header or
-request deadline missed), 431, 500, and GET ``/healthz``.
+Protocol-level answers are counted too (``PROGRESS_RESULTS``): 404, 405, 408 (header
+or request deadline missed), 431, 500, and GET ``/healthz``; so is a connection reset at
+accept because it is over ``MAX_CONNECTIONS`` or ``MAX_CONNECTIONS_PER_ADDRESS``
+(``too_many_connections``: it gets no answer).
 
 hostNetwork pods share the node's IP, so their address proves nothing. They are
 refused unless the exporter runs with ``allow_host_network`` AND the pod carries
@@ -383,6 +385,10 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.ip = peer_address(peer[0]) if peer else ""
         if not self.server.admit(self.ip):
+            # over MAX_CONNECTIONS or MAX_CONNECTIONS_PER_ADDRESS: reset, nothing read.
+            # Counted: a pod whose reports cannot get in (a client leaking connections,
+            # a flood filling the slots) shows in the metric, not only on the pod's side
+            self.listener._count("too_many_connections")
             transport.abort()
             return
         self.counted = True

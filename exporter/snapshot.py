@@ -25,7 +25,8 @@ from gpu_eta.exporter.readings import (
 )
 
 # Every answer on the progress port is counted under one result (docs/metrics.md):
-# the report outcomes, then the protocol-level answers with their status code.
+# the report outcomes, then the protocol-level answers with their status code, then
+# the connections refused without one.
 PROGRESS_RESULTS = (
     "accepted",  # 200
     "malformed",  # 400, 411
@@ -41,6 +42,7 @@ PROGRESS_RESULTS = (
     "error",  # 500
     "not_persisted",  # 503: applied but the state journal could not be written
     "health",  # 200 to GET /healthz
+    "too_many_connections",  # no answer: a connection over the caps, reset at accept
 )
 # ``invalid``: recognised, but what it says breaks the wire format's rules (not stored)
 # ``future``: stamped over 2 s past the exporter's clock (dated at the container's

@@ -282,6 +282,54 @@ def test_one_address_cannot_hold_all_connections(listener):
             s.close()
 
 
+def refused_at_accept(port: int, source: str) -> bool:
+    """Whether a new connection from ``source`` is closed or reset before any answer."""
+    import socket
+
+    s = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        return s.recv(100) == b""
+    except ConnectionResetError:
+        return True
+    finally:
+        s.close()
+
+
+def test_connections_over_the_caps_are_counted(listener, monkeypatch):
+    """A connection over the per-address or the total cap gets no answer (reset at
+    accept): it is counted, so the metric shows pods that cannot get in."""
+    import socket
+
+    from gpu_eta.exporter import progress_http
+
+    held = []
+    try:
+        for _ in range(progress_http.MAX_CONNECTIONS_PER_ADDRESS):
+            s = socket.create_connection(
+                ("127.0.0.1", listener.port), timeout=10, source_address=("127.0.0.2", 0)
+            )
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 200")
+            held.append(s)
+        assert listener.counts()["too_many_connections"] == 0  # admitted: not counted
+        assert refused_at_accept(listener.port, "127.0.0.2")  # over the per-address cap
+        assert refused_at_accept(listener.port, "127.0.0.2")
+        assert listener.counts()["too_many_connections"] == 2
+        # over the total cap: another pod, under its own per-address cap
+        monkeypatch.setattr(progress_http, "MAX_CONNECTIONS", len(held))
+        assert refused_at_accept(listener.port, "127.0.0.3")
+        assert listener.counts()["too_many_connections"] == 3
+        # under the caps again, the other pod gets in, and nothing more is counted
+        monkeypatch.undo()
+        assert post(listener, {"epoch": 1}, source="127.0.0.3")[0] == 200
+    finally:
+        for s in held:
+            s.close()
+    counts = listener.counts()
+    assert (counts["too_many_connections"], counts["forbidden"]) == (3, 0)
+
+
 def test_pipelined_requests_on_one_connection(listener):
     import socket
 
