@@ -210,6 +210,127 @@ def test_a_full_journal_is_answered_503_until_a_save_empties_it(tmp_path, monkey
     assert listener.counts()["not_persisted"] == 40 - first_503
 
 
+def test_a_full_journal_stays_full_until_a_save_even_for_a_report_that_would_fit(tmp_path):
+    """Once a batch did not fit, the journal is ``full`` (``Journal``'s rule): a later,
+    smaller report that would fit in what is left is answered 503 too, until a save
+    empties the journal; then reports are answered 200 again."""
+    small = PodMeta("ns", "small", "uid-m", ip="127.0.0.3", container_ids={"main": "c2"})
+    pods = {POD.ip: POD, small.ip: small}
+    store = ProgressStore(tmp_path / "progress.json", save_interval_seconds=3600)
+    listener = ProgressListener(
+        "127.0.0.1",
+        0,
+        store,
+        pods.get,
+        lambda: list(pods.values()),
+        burst=1000,
+        rate_per_second=1000,
+        clock=Clock(NOW),  # one report time: a report sent again is a row of the same size
+    )
+    listener.start()
+    big_body = json.dumps({"run_id": "big", "step": 1, "metrics": ROW["metrics"]}).encode()
+    small_body = b'{"run_id": "s", "step": 1}'
+
+    def post(pod: PodMeta, body: bytes) -> bytes:
+        with socket.create_connection(
+            ("127.0.0.1", listener.port), 10, source_address=(pod.ip, 0)
+        ) as s:
+            s.sendall(
+                b"POST /progress HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            return read_answer(s)[:12]
+
+    try:
+        assert post(POD, big_body) == b"HTTP/1.1 200"
+        before_small = store.journal_bytes
+        assert post(small, small_body) == b"HTTP/1.1 200"
+        small_row = store.journal_bytes - before_small
+        # room for exactly one more small row, not for a big one
+        store.journal.full_bytes = store.journal_bytes + small_row
+        on_disk = journal_path(tmp_path / "progress.json").read_bytes()
+        assert post(POD, big_body.replace(b'"step": 1', b'"step": 2')) == b"HTTP/1.1 503"
+        assert store.journal.full and store.persisted is False
+        assert post(small, small_body) == b"HTTP/1.1 503"  # it would fit: still refused
+        assert journal_path(tmp_path / "progress.json").read_bytes() == on_disk
+        assert store.get("ns", "sender", "main", "http").step == 2  # applied in memory
+        store.save()  # the state file written, the journal emptied
+        assert not store.journal.full and store.persisted is True
+        assert post(small, small_body) == b"HTTP/1.1 200"
+        assert post(POD, big_body.replace(b'"step": 1', b'"step": 3')) == b"HTTP/1.1 200"
+    finally:
+        listener.stop()
+        store.close()
+    assert listener.counts()["not_persisted"] == 2
+    again = ProgressStore(tmp_path / "progress.json", durable=False)
+    assert again.get("ns", "sender", "main", "http").step == 3
+
+
+def _journal_fails_then_recovers(directory: str) -> dict:
+    """In a forked child (the limit is per process): three reports, each with its
+    acknowledgement and ``persisted`` after it, while the journal's file may grow (1),
+    may not (2: the kernel's EFBIG from RLIMIT_FSIZE, as on a volume that is full),
+    may again (3); then the epochs the journal holds."""
+    import resource
+    import signal
+    import threading
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an EFBIG error, not the signal
+    path = Path(directory) / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    answers: list[tuple[bool, bool | None]] = []
+
+    def report(epoch: int) -> None:
+        done = threading.Event()
+        acked: list[bool] = []
+        sent = Report(run_id="r", epoch=epoch, epochs=9)
+        store.merge("ns", "a", "main", "http", sent, NOW, lambda ok: (acked.append(ok), done.set()))
+        assert done.wait(10), "never acknowledged"
+        answers.append((acked[0], store.persisted))
+
+    report(1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (store.journal_bytes, hard))  # not a byte more
+    try:
+        report(2)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    report(3)
+    store.journal.close()
+    rows, damaged, torn = read_journal(journal_path(path).read_bytes())
+    epochs = [row["epoch"] for _, row in rows]
+    return {"answers": answers, "journal": epochs, "damaged": damaged, "torn": torn}
+
+
+def test_persisted_follows_a_journal_that_fails_and_recovers(tmp_path):
+    """``persisted`` (the gauge ``gpu_eta_exporter_progress_persisted``) is False while
+    the journal cannot be written, though the state file could be, and True again once
+    a write succeeds; the report acknowledged False is not on disk, the next one is."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child() -> None:
+        try:
+            queue.put(("ok", _journal_fails_then_recovers(str(tmp_path))))
+        except BaseException as err:  # reported to the test, not lost in the child
+            queue.put(("error", f"{type(err).__name__}: {err}"))
+
+    process = ctx.Process(target=child)
+    process.start()
+    try:
+        status, got = queue.get(timeout=60)
+    finally:
+        process.join(30)
+    assert status == "ok", got
+    assert got == {
+        "answers": [(True, True), (False, False), (True, True)],
+        "journal": [1, 3],  # the failed batch was cut back: no torn or damaged line
+        "damaged": 0,
+        "torn": False,
+    }
+
+
 def test_a_state_file_that_keeps_failing_is_one_error_and_not_rewritten_every_cycle(
     tmp_path, monkeypatch, caplog
 ):

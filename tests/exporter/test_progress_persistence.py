@@ -464,6 +464,33 @@ def test_an_oversized_journal_is_moved_aside_whole_and_its_newest_part_served(
     assert "newest part replayed" in line.getMessage() and aside.name in line.getMessage()
 
 
+@pytest.mark.parametrize(
+    ("past_the_line", "first_served"),
+    [(0, 8), (-1, 8), (1, 9)],  # the window begins on line 8, just before it, inside it
+)
+def test_an_oversized_journal_window_starting_on_a_line_replays_that_line(
+    tmp_path, monkeypatch, caplog, past_the_line, first_served
+):
+    """The newest ``MAX_JOURNAL_BYTES`` are replayed from the first whole line in them:
+    a window that begins exactly where a line begins must replay that line (its
+    container's latest acknowledged state), not drop it as the cut tail of the one
+    before; a window that begins inside a line drops that line."""
+    path = tmp_path / "progress.json"
+    names = "abcdefghijklmnopqrst"
+    before = journal_only_store(path, names=names)
+    lines = before.splitlines(keepends=True)
+    assert len(lines) == len(names)
+    start = sum(len(line) for line in lines[:8]) + past_the_line  # where the window begins
+    monkeypatch.setattr(progress_journal, "MAX_JOURNAL_BYTES", len(before) - start)
+    store = ProgressStore(path, save_interval_seconds=3600)
+    served = pods(store)
+    store.close()
+    assert served == sorted(names[first_served:])
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    skipped = sum(len(line) for line in lines[:first_served])
+    assert f"its oldest {skipped} bytes not" in line
+
+
 # -- 8. a run_start in the future is refused whatever the source --------------------
 
 
