@@ -20,6 +20,10 @@ docs/metrics/cluster/node-metrics.md upstream):
   is predicted as if any type would do.
 - ``kube_node_status_allocatable`` (``node, resource, unit``): GPU units per node
   (time-sliced replicas included, as the device plugin advertises them).
+- ``kube_node_spec_unschedulable`` (1 while cordoned) and ``kube_node_status_condition``
+  (``condition, status``: ``condition="Ready", status="true"`` is 0 while the node is
+  not Ready): a GPU node that is either takes no new pod (``Node.schedulable``). Both
+  are among KSM's default node metrics.
 - ``kube_node_labels``: only labels allow-listed with KSM's
   ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,nvidia.com/gpu.replicas]``
   appear, as ``label_nvidia_com_gpu_product`` and ``label_nvidia_com_gpu_replicas``
@@ -85,6 +89,17 @@ NODES = (
     "label_nvidia_com_gpu_replicas) kube_node_labels) "
     f"or on (node, resource) {_ALLOCATABLE}"
 )
+# GPU nodes that take no new pod: cordoned, or not Ready (tagged ``state``)
+NODE_STATE = _tagged(
+    "state",
+    {
+        "cordoned": f"(kube_node_spec_unschedulable == 1) and on (node) {_ALLOCATABLE}",
+        "not_ready": (
+            'max by (node) (kube_node_status_condition{condition="Ready",status="true"}) == 0 '
+            f"and on (node) {_ALLOCATABLE}"
+        ),
+    },
+)
 # GPU pods created in the window (still present or not): the arrival rate per shape.
 ARRIVALS = (
     f"max by (namespace, pod, uid, resource) (last_over_time({_REQ}[{{arrivals}}])) "
@@ -97,6 +112,7 @@ QUERIES: Mapping[str, str] = {
     "ksm_pod_times": POD_TIMES,
     "ksm_pod_meta": POD_META,
     "ksm_nodes": NODES,
+    "ksm_node_state": NODE_STATE,
     "ksm_arrivals": ARRIVALS,
 }
 
@@ -189,6 +205,12 @@ def parse(
         if units is None:
             continue  # 0 allocatable: a GPU node with its plugin down
         alloc.setdefault(node, {})[res] = units
+    # cordoned or not Ready: the node takes no new pod (its pods run on)
+    closed = {
+        s.labels.get("node", "")
+        for s in get("ksm_node_state")
+        if s.labels.get("state") in ("cordoned", "not_ready")
+    }
     nodes = []
     shared_nodes = set()
     for name, resources in sorted(alloc.items()):
@@ -204,7 +226,7 @@ def parse(
             shared = {r: v for r, v in resources.items() if r == "nvidia_com_gpu"}
         if "nvidia_com_gpu_shared" in resources:
             shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
-        nodes.append(Node(name, dict(resources), product, shared))
+        nodes.append(Node(name, dict(resources), product, shared, name not in closed))
 
     # pods: their largest GPU request, phase, node
     requests: dict[str, tuple[str, str, str, str, int]] = {}  # uid → ns, pod, node, res, units

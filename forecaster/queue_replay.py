@@ -28,6 +28,9 @@ How (a Monte Carlo replay, ``n_samples`` times):
 Across samples the start times give P10/P50/P90. A pod asking more units than any
 suitable node has can never fit and gets no time (``never_fits``); a pod that starts
 after the horizon in half the samples or more gets none either (``beyond_horizon``).
+A node that is cordoned or not Ready (``Node.schedulable`` False) takes no new pod;
+its pods run on and free their units there for nobody. A pod that would fit only on
+such nodes gets no time (``no_schedulable_node``): it waits for an admin, not for GPUs.
 
 Time-sliced GPUs: the NVIDIA device plugin advertises each replica as one
 ``nvidia.com/gpu`` unit in the node's allocatable, and a pod holds as many units as
@@ -38,12 +41,13 @@ each is a separate pool.
 
 Not modelled (each shows as an error of the prediction, not as a failure):
 preemption (a high-priority pod that evicts a running one starts earlier than
-predicted, and the evicted pod's neighbours' predictions are late), resource quotas
-and limit ranges (a pod held back by its namespace's quota is predicted to start when
-GPUs free up: too early), gang scheduling and co-scheduling plugins (all-or-nothing
-groups start later than the sum of their pods), taints, cordoned nodes, node affinity
-other than the GPU product, CPU/memory shortages, and pods arriving after now (they
-can only take GPUs from pods behind them in the order, or from later requests).
+predicted, and the evicted pod's neighbours' predictions are late), batch queueing and
+gang scheduling (Kueue's quotas, all-or-nothing groups start later than the sum of
+their pods), taints other than cordon and not-ready, node affinity other than the GPU
+product, CPU/memory shortages, and pods arriving after now (they can only take GPUs
+from pods behind them in the order, or from later requests). A ``ResourceQuota`` holds
+no pod here: it refuses a pod over it when the pod is created, so such a pod never
+queues.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ PREDICTED = "predicted"
 SCHEDULED = "scheduled"  # bound to a node, containers starting
 NEVER_FITS = "never_fits"
 BEYOND_HORIZON = "beyond_horizon"
-STATUSES = (PREDICTED, SCHEDULED, NEVER_FITS, BEYOND_HORIZON)
+NO_SCHEDULABLE_NODE = "no_schedulable_node"  # fits only on cordoned or NotReady nodes
+STATUSES = (PREDICTED, SCHEDULED, NEVER_FITS, BEYOND_HORIZON, NO_SCHEDULABLE_NODE)
 
 
 # the calibrator's saved form (``StartCalibrator.to_json`` / ``parse_calibration``)
@@ -84,12 +89,18 @@ class ReplayError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A node's allocatable GPU units per resource, and its GPU product when known."""
+    """A node's allocatable GPU units per resource, and its GPU product when known.
+
+    ``schedulable`` False: cordoned (``kubectl cordon``, a drain) or not Ready, so the
+    scheduler places no new pod on it (kube-scheduler skips unschedulable nodes, and a
+    NotReady node carries the ``not-ready:NoSchedule`` taint). Its pods run on.
+    """
 
     name: str
     allocatable: Mapping[str, int]  # resource (KSM spelling, nvidia_com_gpu) → units
     product: str = ""  # nvidia.com/gpu.product label value; "" when not exposed
     shared: Mapping[str, int] = field(default_factory=dict)  # of which time-sliced replicas
+    schedulable: bool = True
 
     def whole(self, resource: str) -> int:
         """Units of ``resource`` that are whole devices (a multi-unit pod can use them)."""
@@ -218,10 +229,19 @@ def _suitable(node: Node, resource: str, product: str) -> bool:
     return node.allocatable.get(resource, 0) > 0 and (not product or node.product == product)
 
 
-def fits_somewhere(nodes: Sequence[Node], resource: str, product: str, units: int) -> bool:
-    """True when some suitable node could hold ``units`` with nothing else on it."""
+def _placeable(node: Node, resource: str, product: str) -> bool:
+    """Whether a new pod of this resource and product may land on ``node`` now."""
+    return node.schedulable and _suitable(node, resource, product)
+
+
+def fits_somewhere(
+    nodes: Sequence[Node], resource: str, product: str, units: int, schedulable: bool = False
+) -> bool:
+    """True when some suitable node could hold ``units`` with nothing else on it
+    (with ``schedulable``, only among nodes that take new pods now)."""
     return any(
-        _suitable(n, resource, product)
+        (n.schedulable or not schedulable)
+        and _suitable(n, resource, product)
         and (n.whole(resource) >= units or (units == 1 and n.shared.get(resource, 0) > 0))
         for n in nodes
     )
@@ -275,14 +295,20 @@ def replay(
     queue.sort(key=lambda e: (e[0], e[1]))
     items = [e[2] for e in queue]
     fit_ok = [fits_somewhere(nodes, it.resource, it.product, it.units) for it in items]
+    # fits a node that takes new pods now: only these wait for GPUs (the others wait for
+    # a node to be uncordoned or Ready again, which no replay can time)
+    place_ok = [
+        fits_somewhere(nodes, it.resource, it.product, it.units, schedulable=True) for it in items
+    ]
     candidates = [
-        [k for k, n in enumerate(nodes) if _suitable(n, it.resource, it.product)] for it in items
+        [k for k, n in enumerate(nodes) if _placeable(n, it.resource, it.product)] for it in items
     ]
     horizon = now + horizon_seconds
     future = [
-        (a, [k for k, n in enumerate(nodes) if _suitable(n, a.resource, a.product)])
+        (a, [k for k, n in enumerate(nodes) if _placeable(n, a.resource, a.product)])
         for a in arrivals
-        if a.rate_per_second > 0 and fits_somewhere(nodes, a.resource, a.product, a.units)
+        if a.rate_per_second > 0
+        and fits_somewhere(nodes, a.resource, a.product, a.units, schedulable=True)
     ]
     starts: list[list[float]] = [[] for _ in items]
     for _ in range(n_samples):
@@ -292,7 +318,7 @@ def replay(
                 node_index,
                 holders,
                 items,
-                fit_ok,
+                place_ok,
                 candidates,
                 future,
                 max_arrivals,
@@ -307,7 +333,7 @@ def replay(
     pods: dict[tuple[str, str], StartPrediction] = {}
     reqs: dict[Request, StartPrediction] = {}
     for k, it in enumerate(items):
-        pred = _summarise(starts[k], fit_ok[k])
+        pred = _summarise(starts[k], fit_ok[k], place_ok[k])
         if isinstance(it, Request):
             reqs[it] = pred
         else:
@@ -315,9 +341,11 @@ def replay(
     return ReplayResult(pods=pods, requests=reqs, n_samples=n_samples)
 
 
-def _summarise(samples: list[float], fits: bool) -> StartPrediction:
+def _summarise(samples: list[float], fits: bool, placeable: bool = True) -> StartPrediction:
     if not fits:
         return StartPrediction(NEVER_FITS, None, 0.0)
+    if not placeable:
+        return StartPrediction(NO_SCHEDULABLE_NODE, None, 0.0)
     samples.sort()
     n = len(samples)
     started = sum(1 for t in samples if math.isfinite(t)) / n
@@ -345,7 +373,7 @@ def _one_sample(
     node_index: Mapping[str, int],
     holders: Sequence[Holder],
     items: Sequence[PendingPod | Request],
-    fit_ok: Sequence[bool],
+    place_ok: Sequence[bool],
     candidates: Sequence[Sequence[int]],
     arrivals: Sequence[tuple[Arrival, Sequence[int]]],
     max_arrivals: int,
@@ -384,7 +412,7 @@ def _one_sample(
     # every waiting pod, known ones first (index < n_items), then future ones
     shape_of: list[tuple[str, int, str]] = [(it.resource, it.units, it.product) for it in items]
     cands: list[Sequence[int]] = list(candidates)
-    waiting = [i for i in range(n_items) if fit_ok[i]]
+    waiting = [i for i in range(n_items) if place_ok[i]]
     real_waiting = len(waiting)
     total_rate = sum(a.rate_per_second for a, _ in arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
@@ -493,7 +521,7 @@ def naive_start(
     """
     best = math.inf
     for n in nodes:
-        if not _suitable(n, pod.resource, pod.product):
+        if not _placeable(n, pod.resource, pod.product):
             continue
         held = sum(h.units for h in holders if h.node == n.name and h.resource == pod.resource)
         if n.allocatable[pod.resource] - held >= pod.units:

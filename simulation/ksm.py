@@ -9,8 +9,9 @@ simulated pods and nodes, with the real exporter's names, label names and types
 ``nvidia.com/gpu`` → ``nvidia_com_gpu``, ``unit="integer"``, ``node`` only once bound),
 ``kube_pod_created``, ``kube_pod_start_time``, ``kube_pod_info`` (with
 ``priority_class``), ``kube_pod_nodeselectors`` (opt-in upstream),
-``kube_node_status_allocatable`` and ``kube_node_labels`` (only allow-listed labels, as
-``label_<sanitised key>``).
+``kube_node_status_allocatable``, ``kube_node_labels`` (only allow-listed labels, as
+``label_<sanitised key>``), ``kube_node_spec_unschedulable`` and
+``kube_node_status_condition`` (the ``Ready`` condition, one series per status).
 
 Pure: records in, exposition text out; ``from_sim`` reads a ``ClusterSim``.
 """
@@ -36,6 +37,8 @@ class KsmNode:
     name: str
     allocatable: Mapping[str, int]
     labels: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False  # cordoned
+    ready: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ _HELP = {
         "more precise."
     ),
     "kube_node_labels": "Kubernetes labels converted to Prometheus labels.",
+    "kube_node_spec_unschedulable": "Whether a node can schedule new pods.",
+    "kube_node_status_condition": "The condition of a cluster node.",
     "kube_node_status_allocatable": (
         "The allocatable for different resources of a node that are available for scheduling."
     ),
@@ -100,6 +105,17 @@ def exposition(
             {f"label_{sanitize(k)}": v for k, v in sorted(n.labels.items()) if k in label_allowlist}
         )
         families["kube_node_labels"].append(_line("kube_node_labels", labels, 1.0))
+        families["kube_node_spec_unschedulable"].append(
+            _line("kube_node_spec_unschedulable", {"node": n.name}, float(n.unschedulable))
+        )
+        for status in ("true", "false", "unknown"):
+            families["kube_node_status_condition"].append(
+                _line(
+                    "kube_node_status_condition",
+                    {"node": n.name, "condition": "Ready", "status": status},
+                    float(status == ("true" if n.ready else "false")),
+                )
+            )
         for res, amount in sorted(n.allocatable.items()):
             families["kube_node_status_allocatable"].append(
                 _line(

@@ -505,6 +505,7 @@ def _forecaster_text() -> str:
                     ("bound", "scheduled", (now, now, now)),
                     ("huge", "never_fits", None),
                     ("stuck", "beyond_horizon", None),
+                    ("drained", "no_schedulable_node", None),
                 )
             ),
             requests={

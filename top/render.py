@@ -128,6 +128,7 @@ PENDING_HEADERS = ["POD", "GPUS", "WAITED", "START", "P10–P90", ""]
 _PENDING_NOTES = {
     "never_fits": "never fits: more GPUs (or a type) than any node has",
     "beyond_horizon": "no start within the horizon",
+    "no_schedulable_node": "fits only nodes that are cordoned or not Ready",
     "scheduled": "starting (bound to a node)",
 }
 

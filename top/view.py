@@ -84,7 +84,7 @@ class PendingRow:
     pod: str
     resource: str
     gpus: str
-    status: str  # predicted, scheduled, never_fits, beyond_horizon
+    status: str  # predicted, scheduled, never_fits, beyond_horizon, no_schedulable_node
     created_timestamp: float | None
     start: Band
 

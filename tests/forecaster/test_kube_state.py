@@ -14,7 +14,7 @@ from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.publish import Exposition, ServiceState
-from gpu_eta.forecaster.queue_replay import NEVER_FITS, PREDICTED, SCHEDULED
+from gpu_eta.forecaster.queue_replay import NEVER_FITS, NO_SCHEDULABLE_NODE, PREDICTED, SCHEDULED
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob, promtool
 from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
@@ -167,7 +167,7 @@ def test_no_pod_vanishes_unseen():
 
 
 def test_query_count_is_fixed():
-    assert len(kube_state.QUERIES) == 5
+    assert len(kube_state.QUERIES) == 6
     for template in kube_state.QUERIES.values():
         assert "{arrivals}" not in kube_state.render(template, 600)
 
@@ -322,6 +322,56 @@ def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, k
     assert errors == {"pending_rejected": 2, "pending_skipped": 1}
     proc = promtool("check", "metrics", stdin=text)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_factory, ksm_target):
+    """Real Prometheus scraping KSM's node series: a cordoned GPU node and a NotReady
+    one are read as closed (a CPU node cordoned is not asked about), their free GPUs
+    start nobody, and a pod only they could hold is ``no_schedulable_node``."""
+    target, body = ksm_target
+    now = time.time()
+    nodes = [
+        KsmNode("open", {GPU: 1}),
+        KsmNode("cordoned", {GPU: 4}, unschedulable=True),
+        KsmNode("down", {GPU: 4}, ready=False),
+        KsmNode("cpu-only", {"cpu": 64}, unschedulable=True),
+    ]
+    pods = [
+        KsmPod(
+            "ml", "run", "u1", "Running", now - 900, {GPU: 1}, node="open", start_time=now - 890
+        ),
+        KsmPod("ml", "one", "u2", "Pending", now - 300, {GPU: 1}),
+        KsmPod("ml", "four", "u3", "Pending", now - 200, {GPU: 4}),
+    ]
+    body[0] = exposition(nodes, pods)
+    assert promtool("check", "metrics", stdin=body[0]).returncode == 0
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=2)
+    prom.wait_for("kube_node_spec_unschedulable == 1", min_results=2)
+    client = PromClient(prom.url)
+    now = time.time()
+    samples = {
+        name: client.instant(kube_state.render(tpl, 3600), at=now)
+        for name, tpl in kube_state.QUERIES.items()
+    }
+    assert {(s.labels["node"], s.labels["state"]) for s in samples["ksm_node_state"]} == {
+        ("cordoned", "cordoned"),
+        ("down", "not_ready"),
+    }
+    q = kube_state.parse(samples, now)
+    assert {n.name: n.schedulable for n in q.nodes} == {
+        "open": True,
+        "cordoned": False,
+        "down": False,
+    }
+    ends = {("ml", "run"): (now + 100,) * 3}
+    by = {
+        p.pod: p.prediction
+        for p in predict(q, ends, [1000.0], now, PendingSettings(n_samples=20)).pods
+    }
+    assert by["one"].status == PREDICTED
+    assert by["one"].starts[1] == pytest.approx(now + 100, abs=1)  # not the 8 idle GPUs now
+    assert (by["four"].status, by["four"].starts) == (NO_SCHEDULABLE_NODE, None)
 
 
 def test_start_tracker_learns_from_pods_that_started():

@@ -9,7 +9,9 @@ import pytest
 from gpu_eta.forecaster.queue_replay import (
     BEYOND_HORIZON,
     NEVER_FITS,
+    NO_SCHEDULABLE_NODE,
     PREDICTED,
+    Arrival,
     Holder,
     Node,
     PendingPod,
@@ -115,6 +117,41 @@ def test_never_fits_says_so():
     for name in ("too-big", "no-such-type", "mig"):
         pred = r.pods[("ml", name)]
         assert pred.status == NEVER_FITS and pred.starts is None
+
+
+def test_a_cordoned_or_not_ready_node_takes_no_new_pod():
+    """A cordoned node's free GPUs and the GPUs its pods free go to nobody: the pod
+    waits for the schedulable node; a pod only the closed node could hold says why;
+    arrivals and requests are not placed there either; the naive answer skips it."""
+    closed = Node("drained", {G: 8}, "A100", schedulable=False)
+    nodes = [closed, node("open", 2)]
+    holders = [job("a", "drained", 50), job("b", "open", 200), job("c", "open", 300)]
+    q = [pending("one"), pending("eight", units=8, created=5)]
+    r = replay(nodes, holders, q, NOW, requests=[Request("A100", G, 1)], **EXACT)
+    assert starts(r, "one") == (200.0, 200.0, 200.0)  # not the 7 free on "drained" now
+    eight = r.pods[("ml", "eight")]
+    assert (eight.status, eight.starts, eight.started_share) == (NO_SCHEDULABLE_NODE, None, 0.0)
+    # the request queues behind "one" (which takes the GPU freed at 200 s)
+    assert r.requests[Request("A100", G, 1)].starts[1] == NOW + 300
+    assert naive_start(nodes, holders, q[0], NOW) == NOW + 200
+    # open again: "one" starts at once on it, "eight" once "one" (500 s) and "a" are done
+    reopened = [Node("drained", {G: 8}, "A100"), node("open", 2)]
+    r = replay(reopened, holders, q, NOW, **EXACT)
+    assert starts(r, "one")[1] == 0.0 and starts(r, "eight")[1] == 500.0
+    # arrivals land only where pods may: with "open" full for good, a steady stream
+    # of new 1-GPU pods takes nothing from a pod waiting for it
+    forever = [Holder("hub", f"nb{i}", "open", G, 1, None, NOW) for i in range(2)]
+    r = replay(
+        nodes,
+        forever,
+        [pending("waits")],
+        NOW,
+        durations=[],
+        arrivals=[Arrival(G, 1, 1.0, "A100")],
+        n_samples=3,
+        horizon_seconds=3600.0,
+    )
+    assert r.pods[("ml", "waits")].status == BEYOND_HORIZON
 
 
 def test_holder_without_forecast_and_no_history_holds_past_the_horizon():

@@ -381,7 +381,7 @@ def test_queued_pods_get_predicted_starts(demo_stack) -> None:
     """The simulator's queue reaches the forecaster as kube-state-metrics series and
     comes back as a predicted start (or a reason) for each queued pod."""
     prom = demo_stack.prometheus
-    statuses = {"predicted", "scheduled", "never_fits", "beyond_horizon"}
+    statuses = {"predicted", "scheduled", "never_fits", "beyond_horizon", "no_schedulable_node"}
 
     def covered() -> tuple[set[str], dict[str, str]] | None:
         with demo_stack.driver.lock:
