@@ -42,6 +42,7 @@ import ipaddress
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
 from gpu_eta.common.listen_socket import listening_socket
@@ -70,6 +71,14 @@ IDLE_TIMEOUT_SECONDS = 10.0
 # 403); at most MAX_REFUSED_LINGERING such connections at once, the rest are reset.
 REFUSED_LINGER_SECONDS = 1.0
 MAX_REFUSED_LINGERING = 64
+# A refused report is logged (WARNING, naming the pod or address and why) at most once
+# per sender and result in this long; at most MAX_REFUSAL_KEYS senders are remembered
+# (the least recently logged forgotten first). Why: the counter says how many reports a
+# node refuses, not whose; a user's "my job shows no progress" needs the pod, and the
+# client's own warning is in the pod's log, which the admin may not read.
+REFUSAL_LOG_SECONDS = 600.0
+MAX_REFUSAL_KEYS = 1024
+MAX_LOGGED_REASON_CHARS = 200
 
 
 class _TokenBucket:
@@ -121,6 +130,8 @@ class ProgressListener:
         self._lookups: dict[str, tuple[float, PodMeta | None]] = {}
         self._lookup_ttl = lookup_ttl_seconds
         self._server: _Server | None = None
+        # (sender, result) -> when its refusal was last logged (``_refused``)
+        self._refusals_logged: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -166,6 +177,32 @@ class ProgressListener:
     def _count(self, result: str) -> None:
         with self._lock:
             self._counts[result] += 1
+
+    def _refused(self, sender: str, result: str, status: int, text: str) -> tuple[int, str]:
+        """Count a refusal, log it (rate-limited, ``REFUSAL_LOG_SECONDS``) and return
+        the answer. ``sender`` is the pod (``namespace/name``) or, when none, the
+        address. ``text`` can echo the sender's body: it is logged as a bounded repr."""
+        self._count(result)
+        now = time.monotonic()
+        key = (sender, result)
+        with self._lock:
+            last = self._refusals_logged.get(key)
+            due = last is None or now - last >= REFUSAL_LOG_SECONDS
+            if due:
+                self._refusals_logged[key] = now
+                self._refusals_logged.move_to_end(key)
+                while len(self._refusals_logged) > MAX_REFUSAL_KEYS:
+                    self._refusals_logged.popitem(last=False)
+        if due:
+            log.warning(
+                "progress: refused from %s (%s): %r (logged at most every %gs per sender "
+                "and reason)",
+                sender,
+                result,
+                text[:MAX_LOGGED_REASON_CHARS],
+                REFUSAL_LOG_SECONDS,
+            )
+        return status, text
 
     def sender(self, address: str) -> tuple[PodMeta | None, str]:
         """The pod that owns ``address``, or None and the one-line reason for refusing."""
@@ -243,17 +280,21 @@ class ProgressListener:
         """
         pod, reason = self.sender(address)
         if pod is None:
-            self._count("forbidden")
-            return 403, f"forbidden: {reason}"
+            return self._refused(peer_address(address), "forbidden", 403, f"forbidden: {reason}")
+        who = f"{pod.namespace}/{pod.name}"
         if length is None:
-            self._count("malformed")
-            return 411, "malformed: Content-Length required"
+            return self._refused(who, "malformed", 411, "malformed: Content-Length required")
         if length > MAX_BODY_BYTES:
-            self._count("too_large")
-            return 413, f"too_large: body over {MAX_BODY_BYTES} bytes"
+            return self._refused(
+                who, "too_large", 413, f"too_large: body over {MAX_BODY_BYTES} bytes"
+            )
         if not self._allow(pod):
-            self._count("rate_limited")
-            return 429, f"rate_limited: over {self._rate:g} reports/s for this pod"
+            return self._refused(
+                who,
+                "rate_limited",
+                429,
+                f"rate_limited: over {self._rate:g} reports/s for this pod",
+            )
         now = self._clock()
         deferred = on_durable is not None and self.store.journaled
         try:
@@ -269,8 +310,7 @@ class ProgressListener:
                 on_durable=on_durable if deferred else None,
             )
         except ReportError as err:  # 400, or 429 for a run over its container's cap
-            self._count(err.result)
-            return err.status, f"{err.result}: {err}"
+            return self._refused(who, err.result, err.status, f"{err.result}: {err}")
         if report.skipped:
             with self._lock:
                 self._skipped_fields += len(report.skipped)
@@ -388,14 +428,16 @@ class _Connection(asyncio.Protocol):
             # over MAX_CONNECTIONS or MAX_CONNECTIONS_PER_ADDRESS: reset, nothing read.
             # Counted: a pod whose reports cannot get in (a client leaking connections,
             # a flood filling the slots) shows in the metric, not only on the pod's side
-            self.listener._count("too_many_connections")
+            self.listener._refused(
+                self.ip, "too_many_connections", 0, "connection reset: over the connection caps"
+            )
             transport.abort()
             return
         self.counted = True
         self.server.connections.add(self)
         pod, reason = self.listener.sender(self.ip)
         if pod is None:  # refused at accept: no request of it is ever parsed
-            self.listener._count("forbidden")
+            self.listener._refused(self.ip, "forbidden", 403, f"forbidden: {reason}")
             if self.server.lingering >= MAX_REFUSED_LINGERING:
                 transport.abort()
                 return
@@ -478,7 +520,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def _refuse(self, status: int, result: str, text: str) -> bool:
-        self.listener._count(result)
+        self.listener._refused(self.ip, result, status, text)
         self._reply(status, text, close=True)
         return False
 

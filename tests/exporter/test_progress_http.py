@@ -376,3 +376,37 @@ def test_host_network_opt_in_works_with_the_real_pod_cache(tmp_path):
     off = ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods.poll)
     assert off.sender(NODE_IP)[0] is None
     assert on.sender("127.0.0.2")[0].name == "trainer"
+
+
+def test_refusals_are_logged_per_sender_and_reason_once_per_window(listener, caplog, monkeypatch):
+    """A refused report is logged naming the pod (or the address) and why, once per
+    sender and result in ``REFUSAL_LOG_SECONDS``; the sender's text is logged as a
+    bounded repr (no line of its own); the memory of what was logged is bounded."""
+    from gpu_eta.exporter import progress_http
+
+    caplog.set_level("WARNING", logger="gpu_eta.exporter.progress_http")
+    clock = [1000.0]
+    monkeypatch.setattr(progress_http.time, "monotonic", lambda: clock[0])
+
+    def refusals() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "progress: refused" in r.getMessage()]
+
+    for _ in range(3):
+        assert post(listener, {"epoch": -1})[0] == 400
+    assert post(listener, b'{"epoch": "x\\n\\u001b[31mforged line"}')[0] == 400
+    assert post(listener, {"epoch": 1}, source="127.0.0.77")[0] == 403
+    assert post(listener, {"epoch": -1}, source="127.0.0.3")[0] == 400
+    lines = refusals()
+    assert len(lines) == 3, lines  # one per (sender, result): the 2nd-4th from A repeat it
+    assert "team-a/trainer-a (invalid)" in lines[0] and "negative" in lines[0]
+    assert "127.0.0.77 (forbidden)" in lines[1] and "not a pod on this node" in lines[1]
+    assert "team-b/trainer-b (invalid)" in lines[2]
+    assert all("\n" not in line and "\x1b" not in line for line in lines)
+    assert listener.counts()["invalid"] == 5  # every refusal counted, logged or not
+    clock[0] += progress_http.REFUSAL_LOG_SECONDS
+    assert post(listener, {"epoch": -1})[0] == 400
+    assert len(refusals()) == 4  # the window passed: logged again
+    monkeypatch.setattr(progress_http, "MAX_REFUSAL_KEYS", 2)
+    for i in range(5):
+        listener._refused(f"10.0.0.{i}", "forbidden", 403, "forbidden: x")
+    assert len(listener._refusals_logged) == 2
