@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from gpu_eta.common.listen_socket import listening_socket
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress import MAX_BODY_BYTES, ReportError, parse_report, skipped_note
+from gpu_eta.exporter.progress_runs import TokenBuckets
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import PROGRESS_RESULTS
@@ -81,14 +82,8 @@ MAX_REFUSAL_KEYS = 1024
 MAX_LOGGED_REASON_CHARS = 200
 
 
-class _TokenBucket:
-    """Per-pod rate limit: ``burst`` reports at once, refilled at ``rate`` per second."""
-
-    __slots__ = ("stamp", "tokens")
-
-    def __init__(self, burst: float, now: float):
-        self.tokens = burst
-        self.stamp = now
+# Pods whose rate-limit bucket is kept at most (least recently reporting forgotten first)
+MAX_RATE_KEYS = 4096
 
 
 class ProgressListener:
@@ -124,7 +119,8 @@ class ProgressListener:
         self._counts = dict.fromkeys(PROGRESS_RESULTS, 0)
         self._skipped_fields = 0  # free-form fields left out of stored reports
         self._lock = threading.Lock()
-        self._buckets: dict[tuple[str, str], _TokenBucket] = {}
+        # per pod: ``burst`` reports at once, refilled at ``rate_per_second``
+        self._buckets = TokenBuckets(self._burst, 1.0 / self._rate, MAX_RATE_KEYS)
         # address -> (expiry, pod): the pod cache is asked at most once a second per
         # address; pods do not change IPs faster than the pod watch reports them
         self._lookups: dict[str, tuple[float, PodMeta | None]] = {}
@@ -245,20 +241,8 @@ class ProgressListener:
         return candidates[0], ""
 
     def _allow(self, pod: PodMeta) -> bool:
-        now = time.monotonic()
-        key = (pod.namespace, pod.name)
         with self._lock:
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                if len(self._buckets) > 4096:
-                    self._buckets.clear()
-                bucket = self._buckets[key] = _TokenBucket(self._burst, now)
-            bucket.tokens = min(self._burst, bucket.tokens + (now - bucket.stamp) * self._rate)
-            bucket.stamp = now
-            if bucket.tokens < 1.0:
-                return False
-            bucket.tokens -= 1.0
-            return True
+            return self._buckets.take((pod.namespace, pod.name), time.monotonic())
 
     def handle(
         self,

@@ -13,6 +13,9 @@ take one, so a refusal costs the buggy sender only its new runs.
 Time is the report's (``now`` of ``ProgressStore.merge``: the listener's clock, a log
 line's CRI timestamp), not the exporter's: a log read from behind (at start, after a
 burst) is judged by when its runs started, not by how fast the collector reads them.
+
+``TokenBuckets`` is the bounded bucket map itself, also the progress port's per-pod
+rate limit.
 """
 
 from __future__ import annotations
@@ -45,17 +48,16 @@ class _Bucket:
         self.stamp = stamp
 
 
-class RunStarts:
-    """Token buckets per key: ``burst`` new runs at once, one more every
+class TokenBuckets:
+    """Token buckets per key: ``burst`` takes at once, one more every
     ``refill_seconds``; at most ``max_keys`` keys, the least recently used dropped
-    first. Not thread-safe: the store calls it under its lock."""
+    first. Not thread-safe: callers hold their own lock.
 
-    def __init__(
-        self,
-        burst: int = RUN_BURST,
-        refill_seconds: float = RUN_REFILL_SECONDS,
-        max_keys: int = DEFAULT_MAX_KEYS,
-    ):
+    Also the progress port's per-pod rate limit (``progress_http``): one bounded,
+    tested bucket map rather than two.
+    """
+
+    def __init__(self, burst: float, refill_seconds: float, max_keys: int = DEFAULT_MAX_KEYS):
         self.burst = burst
         self.refill_seconds = refill_seconds
         self._max_keys = max(1, max_keys)
@@ -65,7 +67,7 @@ class RunStarts:
         return len(self._buckets)
 
     def take(self, key: Hashable, now: float) -> bool:
-        """Whether ``key`` may start a run at ``now``; if so its token is taken."""
+        """Whether ``key`` may take one now (start a run, send a report); if so it does."""
         bucket = self._refilled(key, now)
         if bucket.tokens < 1.0:
             return False
@@ -73,7 +75,7 @@ class RunStarts:
         return True
 
     def wait_seconds(self, key: Hashable, now: float) -> float:
-        """Seconds from ``now`` until ``key`` may start a run (0 when it may now)."""
+        """Seconds from ``now`` until ``key`` may take one (0 when it may now)."""
         bucket = self._refilled(key, now)
         return max(0.0, (1.0 - bucket.tokens) * self.refill_seconds)
 
@@ -97,3 +99,16 @@ class RunStarts:
             )
             bucket.stamp = now
         return bucket
+
+
+class RunStarts(TokenBuckets):
+    """New runs per key (namespace, pod, container, source): ``RUN_BURST`` at once, one
+    more every ``RUN_REFILL_SECONDS``. The store calls it under its lock."""
+
+    def __init__(
+        self,
+        burst: int = RUN_BURST,
+        refill_seconds: float = RUN_REFILL_SECONDS,
+        max_keys: int = DEFAULT_MAX_KEYS,
+    ):
+        super().__init__(burst, refill_seconds, max_keys)

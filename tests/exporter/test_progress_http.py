@@ -410,3 +410,21 @@ def test_refusals_are_logged_per_sender_and_reason_once_per_window(listener, cap
     for i in range(5):
         listener._refused(f"10.0.0.{i}", "forbidden", 403, "forbidden: x")
     assert len(listener._refusals_logged) == 2
+
+
+def test_the_rate_limit_remembers_pods_up_to_its_bound_oldest_forgotten(pods, monkeypatch):
+    """The per-pod buckets are bounded (``MAX_RATE_KEYS``) by forgetting the pod that
+    reported least recently, not by wiping every pod's bucket at once (which handed a
+    flooding pod a fresh burst whenever the map filled)."""
+    from gpu_eta.exporter import progress_http
+
+    monkeypatch.setattr(progress_http, "MAX_RATE_KEYS", 2)
+    lst = ProgressListener(
+        "127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, burst=2, rate_per_second=1e-6
+    )
+    flood = PodMeta("ml", "flood", "u1")
+    assert [lst._allow(flood) for _ in range(3)] == [True, True, False]
+    lst._allow(PodMeta("ml", "other", "u2"))  # a second pod fills the map
+    assert lst._allow(flood) is False  # still remembered: no fresh burst
+    lst._allow(PodMeta("ml", "third", "u3"))  # forgets "other" (least recent), not flood
+    assert lst._allow(flood) is False
