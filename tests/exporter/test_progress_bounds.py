@@ -31,6 +31,7 @@ from gpu_eta.exporter.progress_state_file import (
 )
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from tests.support.child import in_child
 from tests.support.clock import Clock
 from tests.support.net import read_answer
 
@@ -305,24 +306,7 @@ def test_persisted_follows_a_journal_that_fails_and_recovers(tmp_path):
     """``persisted`` (the gauge ``gpu_eta_exporter_progress_persisted``) is False while
     the journal cannot be written, though the state file could be, and True again once
     a write succeeds; the report acknowledged False is not on disk, the next one is."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-
-    def child() -> None:
-        try:
-            queue.put(("ok", _journal_fails_then_recovers(str(tmp_path))))
-        except BaseException as err:  # reported to the test, not lost in the child
-            queue.put(("error", f"{type(err).__name__}: {err}"))
-
-    process = ctx.Process(target=child)
-    process.start()
-    try:
-        status, got = queue.get(timeout=60)
-    finally:
-        process.join(30)
-    assert status == "ok", got
+    got = in_child(_journal_fails_then_recovers, str(tmp_path), timeout=60)
     assert got == {
         "answers": [(True, True), (False, False), (True, True)],
         "journal": [1, 3],  # the failed batch was cut back: no torn or damaged line

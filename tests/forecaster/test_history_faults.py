@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
 import resource
 import shutil
@@ -32,6 +31,7 @@ import pytest
 from gpu_eta.forecaster import history_file
 from gpu_eta.forecaster.history import HistoryConflict, HistoryError, HistoryStore
 from gpu_eta.forecaster.runs import Run, RunUpdate
+from tests.support.child import in_child
 from tests.support.read_only import read_only_directory, run_unprivileged
 
 # A second process on the file: takes the lock ``how`` asks, says "held", and keeps
@@ -107,27 +107,6 @@ def history_of(db: Path, n: int = 50, probe_row: bool = True) -> str:
 
 def set_aside(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if ".corrupt-" in p.name)
-
-
-def in_child(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` in a forked child (its limits die with it); what it returned."""
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-
-    def child() -> None:
-        try:
-            queue.put(("ok", fn(*args)))
-        except BaseException as err:  # reported to the test, not lost in the child
-            queue.put(("raised", f"{type(err).__name__}: {err}"))
-
-    proc = ctx.Process(target=child)
-    proc.start()
-    try:
-        status, value = queue.get(timeout=120)
-    finally:
-        proc.join(30)
-    assert status == "ok", value
-    return value
 
 
 def limit_file_size(size: int) -> None:

@@ -175,6 +175,14 @@ def test_query_count_is_fixed():
 # --- against a real Prometheus -------------------------------------------------------
 
 
+def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
+    """Every queue query's answer at ``now``, as the cycle reads them (unfolded)."""
+    return {
+        name: client.instant(kube_state.render(tpl, 3600), at=now)
+        for name, tpl in kube_state.QUERIES.items()
+    }
+
+
 @pytest.fixture
 def ksm_target() -> Iterator[tuple[str, list[str]]]:
     """An HTTP server serving KSM-shaped series; the test sets the body."""
@@ -240,10 +248,7 @@ def test_queries_against_real_prometheus(prometheus_factory, ksm_target):
     prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=4)
     client = PromClient(prom.url)
     now = time.time()
-    samples = {
-        name: client.instant(kube_state.render(tpl, 3600), at=now)
-        for name, tpl in kube_state.QUERIES.items()
-    }
+    samples = ksm_samples(client, now)
     q = kube_state.parse(samples, now, priorities={"low": -10})
     assert {n.name: (n.allocatable, n.product) for n in q.nodes} == {
         "a100-node": ({"nvidia_com_gpu": 2}, "NVIDIA-A100"),
@@ -297,10 +302,7 @@ def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, k
     prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=5)
     client = PromClient(prom.url)
     now = time.time()
-    samples = {
-        name: client.instant(kube_state.render(tpl, 3600), at=now)
-        for name, tpl in kube_state.QUERIES.items()
-    }
+    samples = ksm_samples(client, now)
     q = kube_state.parse(samples, now)
     result = predict(q, {}, [600.0], now, PendingSettings(n_samples=10, max_pods=2))
     state = ServiceState()
@@ -350,10 +352,7 @@ def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_fact
     prom.wait_for("kube_node_spec_unschedulable == 1", min_results=2)
     client = PromClient(prom.url)
     now = time.time()
-    samples = {
-        name: client.instant(kube_state.render(tpl, 3600), at=now)
-        for name, tpl in kube_state.QUERIES.items()
-    }
+    samples = ksm_samples(client, now)
     assert {(s.labels["node"], s.labels["state"]) for s in samples["ksm_node_state"]} == {
         ("cordoned", "cordoned"),
         ("down", "not_ready"),
