@@ -235,8 +235,16 @@ class ProgressStore:
             # the loader's rule (``progress_from_row`` ends with it): a row the next
             # start would skip as damaged is refused here, not saved and set aside then
             check_progress(new)
-            # last of the checks: a report refused for another reason takes no token
-            if starts_new_run(previous, report) and not self._runs.take(key, now):
+            # last of the checks: a report refused for another reason takes no token.
+            # A log line that names no run is exempt: its runs are ours, split where its
+            # counters go back (`for epoch: for batch in tqdm(loader)` restarts its bar
+            # every epoch), not a sender's fresh id, and the cap would drop the lines of
+            # a job that did nothing wrong (``capped``)
+            if (
+                capped(source, report)
+                and starts_new_run(previous, report)
+                and not self._runs.take(key, now)
+            ):
                 raise TooManyRuns(
                     _too_many_runs(new, report.run_id is not None, self._runs, key, now)
                 )
@@ -657,6 +665,13 @@ class ProgressStore:
                 path,
                 " (an unacknowledged torn last line dropped)" if torn else "",
             )
+
+
+def capped(source: str, report: Report) -> bool:
+    """Whether a report that starts a run takes a token (``exporter.progress_runs``):
+    every one but a log line that names no run (a plain progress bar or Keras line:
+    the exporter derives its runs from where the counters go back)."""
+    return source != "log" or report.run_id is not None
 
 
 def _too_many_runs(new: Progress, named: bool, runs: RunStarts, key: Key, now: float) -> str:

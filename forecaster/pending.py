@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.queue_replay import (
+    NO_SCHEDULABLE_NODE,
     PLACEMENTS,
     PREDICTED,
     REQUEST_SIZES,
@@ -217,7 +218,12 @@ class StartTracker:
         for key in [k for k in self._raw if k not in waiting and k not in started]:
             del self._raw[key]  # deleted before it started: nothing to learn
         for p in result.pods:
-            if p.prediction.status == PREDICTED and p.prediction.starts is not None:
+            if p.prediction.status == NO_SCHEDULABLE_NODE:
+                # it waits for an admin (a node cordoned or down), which no replay times:
+                # what was predicted before is not a miss of the queue's, and scored
+                # once it starts it would widen every interval for hours of maintenance
+                self._raw.pop((p.namespace, p.pod), None)
+            elif p.prediction.status == PREDICTED and p.prediction.starts is not None:
                 kept = self._raw.setdefault((p.namespace, p.pod), [])
                 kept.append(p.prediction.starts)
                 del kept[: -self.per_pod]

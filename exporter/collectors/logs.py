@@ -199,6 +199,7 @@ class LogProgressCollector:
             del self._followers[key]
             self._states.pop(key, None)
             self._last_time.pop(key, None)
+            self._warned_runs.discard("/".join(key))  # a pod re-created may be warned again
 
     def _read_fairly(self, todo: Sequence[tuple[tuple[str, str, str], Path]]) -> None:
         """Read the containers' new bytes within ``max_bytes_per_poll`` and

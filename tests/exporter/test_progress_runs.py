@@ -234,3 +234,75 @@ def test_log_lines_over_the_cap_are_skipped_and_counted(tmp_path, caplog):
     assert (counts["matched"], counts["too_many_runs"]) == (started + 5, 30 - started + 1)
     p = store.get("ml", "train-1", "trainer", "log")
     assert (p.run_id, p.step) == (current.run_id, 6)
+
+
+def _plain_tqdm_job(root, pod: PodMeta, epochs: int, steps: int = 10, step_s: float = 0.5):
+    """A job's log as `for epoch: for batch in tqdm(loader)` writes it: a bar of
+    ``steps`` that restarts every epoch, no epoch in the line; the exporter reads each
+    restart as a new run (the step goes back)."""
+    directory = root / f"{pod.namespace}_{pod.name}_{pod.uid}" / "trainer"
+    directory.mkdir(parents=True)
+    lines, t = [], 0.0
+    for _ in range(epochs):
+        for k in range(1, steps + 1):
+            bar = "#" * k + " " * (steps - k)
+            lines.append(cri(t, f"{k * 100 // steps}%|{bar}| {k}/{steps} [00:01<00:01]"))
+            t += step_s
+    (directory / "0.log").write_text("".join(lines))
+    return directory
+
+
+def test_a_log_that_names_no_run_is_not_capped(tmp_path, caplog):
+    """40 epochs of 5 s, each a run of its own as the exporter reads a plain bar: none
+    of its lines is skipped, and no WARNING blames a job that did nothing wrong (the
+    runs are the exporter's reading, not a sender's fresh ids). A marker line that
+    names its run is still capped (``test_log_lines_over_the_cap_are_skipped_and_counted``)."""
+    pod = PodMeta("ml", "train-2", "uid-2", ip="127.0.0.6")
+    _plain_tqdm_job(tmp_path, pod, epochs=40)
+    store = ProgressStore()
+    collector = LogProgressCollector(
+        tmp_path, store, lambda: [pod], clock=lambda: T0.timestamp() + 3600
+    )
+    with caplog.at_level(logging.WARNING):
+        collector.poll()
+    counts = collector.counts()
+    assert (counts["matched"], counts["too_many_runs"]) == (400, 0)
+    assert not [r for r in caplog.records if "too_many_runs" in r.getMessage()]
+    p = store.get("ml", "train-2", "trainer", "log")
+    assert (p.step, p.steps) == (10, 10)
+
+
+def test_a_pod_gone_and_recreated_is_warned_again(tmp_path, monkeypatch, caplog):
+    """The once-per-container WARNING is forgotten with the container's log: a pod
+    re-created under the same name (a StatefulSet, JupyterHub's jupyter-<user>) that
+    goes over the cap again is named again, and the bound (``_MAX_WARNED_CONTAINERS``)
+    counts containers present, not every one since start."""
+    from gpu_eta.exporter.collectors import logs as logs_module
+
+    monkeypatch.setattr(logs_module, "_MAX_WARNED_CONTAINERS", 1)
+    pod = PodMeta("ml", "train-3", "uid-3", ip="127.0.0.7")
+    directory = tmp_path / "ml_train-3_uid-3" / "trainer"
+    directory.mkdir(parents=True)
+    fresh = [cri(i, marker({"run_id": f"t{i}", "step": 1, "steps": 9})) for i in range(20)]
+    (directory / "0.log").write_text("".join(fresh))
+    pods = [pod]
+    collector = LogProgressCollector(
+        tmp_path, ProgressStore(), lambda: pods, clock=lambda: T0.timestamp() + 3600
+    )
+
+    def warnings() -> int:
+        return sum(
+            r.levelno == logging.WARNING and "too_many_runs" in r.getMessage()
+            for r in caplog.records
+        )
+
+    collector.poll()
+    assert warnings() == 1
+    pods.clear()
+    collector.poll()  # gone: its log is no longer followed
+    pods.append(pod)
+    (directory / "0.log").write_text(
+        "".join(cri(100 + i, marker({"run_id": f"u{i}", "step": 1})) for i in range(20))
+    )
+    collector.poll()
+    assert warnings() == 2

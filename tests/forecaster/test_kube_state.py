@@ -404,3 +404,39 @@ def test_start_tracker_learns_from_pods_that_started():
     )
     assert out.interval_scale == pytest.approx(3.0)
     assert out.pods[0].prediction.starts == pytest.approx((NOW + 70, NOW + 100, NOW + 130))
+
+
+def test_a_pod_waiting_out_a_drain_does_not_widen_every_interval():
+    """Five 8-GPU pods predicted while their node was open, then ``no_schedulable_node``
+    through 4 h of maintenance, then started: their old predictions are not scored (a
+    cordon is an admin's, not the queue's), so the published intervals stay as they
+    were; scored, they took the scale to its 10x cap for every pod after."""
+    from gpu_eta.forecaster.kube_state import ClusterQueue
+    from gpu_eta.forecaster.pending import StartTracker
+    from gpu_eta.forecaster.queue_replay import Holder, Node, PendingPod, StartCalibrator
+
+    gpu, now = "nvidia_com_gpu", 1_000_000.0
+    tracker = StartTracker(StartCalibrator(min_obs=3))
+    settings = PendingSettings(n_samples=20)
+    pods = tuple(PendingPod("ml", f"p{i}", gpu, 8, now - 100 - i) for i in range(5))
+    open_q = ClusterQueue(
+        nodes=(Node("n8", {gpu: 8}, "A100"),),
+        holders=(Holder("ml", "big", "n8", gpu, 8, None, now - 10),),
+        pending=pods,
+    )
+    ends = {("ml", "big"): (now + 500, now + 600, now + 700)}
+    t = now
+    for _ in range(20):
+        tracker.update(open_q, predict(open_q, ends, [3600.0], t, settings), t)
+        t += 10
+    closed = ClusterQueue(nodes=(Node("n8", {gpu: 8}, "A100", schedulable=False),), pending=pods)
+    for _ in range(10):
+        out = tracker.update(closed, predict(closed, {}, [3600.0], t, settings), t)
+        assert {p.prediction.status for p in out.pods} == {NO_SCHEDULABLE_NODE}
+        t += 1440
+    started = ClusterQueue(
+        nodes=(Node("n8", {gpu: 8}, "A100"),),
+        holders=tuple(Holder("ml", p.pod, "n8", gpu, 8, None, t) for p in pods),
+    )
+    tracker.update(started, predict(started, {}, [3600.0], t, settings), t)
+    assert tracker.calibrator.n_obs == 0 and tracker.calibrator.scale == 1.0
