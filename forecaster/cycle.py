@@ -34,6 +34,7 @@ from gpu_eta.forecaster.history import HistoryConflict, HistoryStore
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.promparse import PromQueryError
 from gpu_eta.forecaster.refit import (
     Model,
     ModelError,
@@ -240,8 +241,11 @@ class Cycle:
     ) -> PendingSet | None:
         """Predicted starts of the GPU queue (docs/pending.md); None when turned off.
 
-        Its queries fail the cycle like the others (Prometheus away); a failure of the
-        replay itself only loses this cycle's queue predictions (counted).
+        Its query fails the cycle like the others when Prometheus is away; refused by
+        Prometheus on this cluster's data (``PromQueryError``: a kube-state-metrics
+        setup the query does not expect), or a failure of the replay itself, only
+        loses this cycle's queue predictions (counted ``pending_failed``, logged): the
+        jobs' forecasts do not depend on it.
         """
         ps = self.settings.pending
         if not ps.enabled:
@@ -252,7 +256,13 @@ class Cycle:
                 for name, tpl in queries.PENDING.items()
             }
         )
-        samples = queries.unfold(self.client.instant(folded, at=now), queries.PENDING)
+        try:
+            answer = self.client.instant(folded, at=now)
+        except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
+            errors["pending_failed"] += 1
+            log.warning("pending-pod queries refused by Prometheus: %s", err)
+            return None
+        samples = queries.unfold(answer, queries.PENDING)
         try:
             node_models = {
                 s.labels["node"]: s.labels["model"]

@@ -35,6 +35,12 @@ Every query covers all pods at once, so the number of queries per cycle is fixed
 whatever the number of pods (the cycle sends the ``QUERIES`` folded into one,
 ``gpu_eta.forecaster.queries.fold``); each is limited to pods that ask for a GPU
 resource.
+
+Each query also holds when KSM runs as two or more replicas that Prometheus scrapes
+apart (every series twice, ``instance`` apart): the series a ``group_left`` join
+matches on are first made one per pod or node (``max by``, ``topk by (1)``), and a
+request is not summed across replicas. Without that Prometheus refuses the join
+("found duplicate series for the match group") and the queue got no prediction at all.
 """
 
 from __future__ import annotations
@@ -64,10 +70,14 @@ def _tagged(label: str, parts: Mapping[str, str]) -> str:
     )
 
 
-# GPU pods Pending or Running: units of their GPU resource, with phase and node (if bound)
+# GPU pods Pending or Running: units of their GPU resource (summed over containers, each
+# container's once whatever the number of KSM replicas), with phase and node (if bound);
+# one phase per pod even while two replicas disagree for a scrape (topk)
 PODS = (
-    f"sum by (namespace, pod, uid, node, resource) ({_REQ}) "
-    '* on (uid) group_left (phase) (kube_pod_status_phase{phase=~"Pending|Running"} == 1)'
+    "sum by (namespace, pod, uid, node, resource) "
+    f"(max by (namespace, pod, uid, container, node, resource) ({_REQ})) "
+    "* on (uid) group_left (phase) topk by (uid) (1, max by (uid, phase) "
+    '(kube_pod_status_phase{phase=~"Pending|Running"} == 1))'
 )
 POD_TIMES = _tagged(
     "time",
@@ -84,16 +94,18 @@ POD_META = _tagged(
     },
 )
 # GPU units per node, with the GPU feature discovery labels when KSM exposes them
+_NODE_UNITS = f"max by (node, resource) ({_ALLOCATABLE})"
 NODES = (
-    f"({_ALLOCATABLE} * on (node) group_left (label_nvidia_com_gpu_product, "
-    "label_nvidia_com_gpu_replicas) kube_node_labels) "
-    f"or on (node, resource) {_ALLOCATABLE}"
+    f"({_NODE_UNITS} * on (node) group_left (label_nvidia_com_gpu_product, "
+    "label_nvidia_com_gpu_replicas) topk by (node) (1, max by (node, "
+    "label_nvidia_com_gpu_product, label_nvidia_com_gpu_replicas) (kube_node_labels))) "
+    f"or on (node, resource) {_NODE_UNITS}"
 )
 # GPU nodes that take no new pod: cordoned, or not Ready (tagged ``state``)
 NODE_STATE = _tagged(
     "state",
     {
-        "cordoned": f"(kube_node_spec_unschedulable == 1) and on (node) {_ALLOCATABLE}",
+        "cordoned": f"max by (node) (kube_node_spec_unschedulable) == 1 and on (node) {_ALLOCATABLE}",
         "not_ready": (
             'max by (node) (kube_node_status_condition{condition="Ready",status="true"}) == 0 '
             f"and on (node) {_ALLOCATABLE}"

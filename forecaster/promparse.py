@@ -33,6 +33,17 @@ class PromAPIError(ForecasterError):
     """Prometheus could not be queried or answered something unusable."""
 
 
+class PromQueryError(PromAPIError):
+    """Prometheus answered, and refused the query itself on this data: ``errorType``
+    ``bad_data`` or ``execution`` (a join that finds duplicate series, too many
+    samples). Not that Prometheus is away: a caller whose query is optional (the GPU
+    queue's) can go on without its answer."""
+
+
+# errorType values that say the query, not the server, is what failed
+QUERY_ERROR_TYPES = ("bad_data", "execution")
+
+
 @dataclass
 class Skipped:
     """The series one answer's parsing left out: how many, and why the first one was."""
@@ -83,7 +94,8 @@ def decode_response(body: bytes | str, status: int) -> dict:
     if doc["status"] == "error":
         etype = _printable(str(doc.get("errorType", "error"))[:64])
         msg = _printable(str(doc.get("error", ""))[:300])
-        raise PromAPIError(f"HTTP {status}: {etype}: {msg}")
+        kind = PromQueryError if etype in QUERY_ERROR_TYPES else PromAPIError
+        raise kind(f"HTTP {status}: {etype}: {msg}")
     if status >= 400:
         raise PromAPIError(f"HTTP {status}")
     data = doc.get("data")

@@ -1261,3 +1261,42 @@ def test_ending_runs_means_too_long_to_set_match_are_read_for_every_pod(
     assert done.features["gpu_utilization_ratio"] == pytest.approx((0.2 * 100 + 0.6 * 60) / 160)
     (b,) = store.running()
     assert b.run.features["gpu_utilization_ratio"] == pytest.approx(0.3)  # its 0.9 not counted
+
+
+def test_a_queue_query_prometheus_refuses_loses_only_the_queue(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Prometheus refusing the GPU queue's fold on its data (errorType ``execution``,
+    as a join over duplicated kube-state-metrics series once did) costs only the
+    queue's predictions, counted and logged; the jobs are forecast as ever. Prometheus
+    away (any other error) still fails the cycle."""
+    from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError, decode_response
+
+    refusal = (
+        b'{"status":"error","errorType":"execution","error":"found duplicate series for '
+        b'the match group {uid=\\"u1\\"} on the right hand-side of the operation"}'
+    )
+    with pytest.raises(PromQueryError):
+        decode_response(refusal, 422)
+    with pytest.raises(PromAPIError) as away:
+        decode_response(b'{"status":"error","errorType":"unavailable","error":"x"}', 503)
+    assert not isinstance(away.value, PromQueryError)
+
+    class Refusing(CannedClient):
+        error: PromAPIError = PromQueryError("HTTP 422: execution: duplicate series")
+
+        def instant(self, query: str, at: float | None = None) -> list[Sample]:
+            if "kube_pod_status_phase" in query:
+                self._count(query)
+                raise self.error
+            return super().instant(query, at)
+
+    client = Refusing(job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300))
+    with caplog.at_level("WARNING"):
+        fs = make_cycle(client, store).run()
+    assert fs.pending is None and len(fs.jobs) == 1
+    assert fs.job_errors.get("pending_failed") == 1
+    assert any("pending-pod queries refused" in r.getMessage() for r in caplog.records)
+    client.error = PromAPIError("HTTP 503: unavailable: x")
+    with pytest.raises(PromAPIError):
+        make_cycle(client, store).run()

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
-from gpu_eta.forecaster import kube_state
+from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
@@ -440,3 +440,41 @@ def test_a_pod_waiting_out_a_drain_does_not_widen_every_interval():
     )
     tracker.update(started, predict(started, {}, [3600.0], t, settings), t)
     assert tracker.calibrator.n_obs == 0 and tracker.calibrator.scale == 1.0
+
+
+def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
+    """KSM run as two replicas, each scraped (every series twice, ``instance`` apart):
+    every query still answers, a pod's request is not doubled and a node's GPUs are
+    not either. Before, the joins failed ("duplicate series for the match group") and
+    the whole fold with them."""
+    now = time.time()
+    body = cluster(now)  # the same exposition from both
+    servers = [
+        MetricsServer("127.0.0.1", 0, lambda _accept: (body.encode(), TEXT_FORMAT)).serve()
+        for _ in range(2)
+    ]
+    try:
+        prom = prometheus_factory(
+            [ScrapeJob("kube-state-metrics", [f"127.0.0.1:{s.port}" for s in servers])]
+        )
+        prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=8)
+        now = time.time()
+        samples = ksm_samples(PromClient(prom.url), now)
+        folded = queries.fold(
+            {name: kube_state.render(tpl, 3600) for name, tpl in queries.PENDING.items()}
+        )
+        assert PromClient(prom.url).instant(folded, at=now)  # the fold answers too
+    finally:
+        for s in servers:
+            s.stop()
+    q = kube_state.parse(samples, now, priorities={"low": -10})
+    assert {n.name: (n.allocatable, n.product) for n in q.nodes} == {
+        "a100-node": ({"nvidia_com_gpu": 2}, "NVIDIA-A100"),
+        "t4-node": ({"nvidia_com_gpu": 4}, "Tesla-T4"),
+    }
+    assert {p.pod: (p.units, p.product, p.priority) for p in q.pending} == {
+        "waits-a100": (1, "NVIDIA-A100", 0),
+        "any-gpu": (1, "", -10),
+        "too-big": (8, "", 0),
+    }
+    assert sorted((h.pod, h.units) for h in q.holders) == [("train-a", 2), ("train-t", 4)]
