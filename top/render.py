@@ -125,6 +125,8 @@ JOB_HEADERS = [
 IDLE_HEADERS = ["POD", "NODE/GPU", "UTIL(avg)", "MEM", "HELD", ""]
 GPU_HEADERS = ["NODE/GPU", "MODEL", "STATE", "HELD BY", "FREE AT", "P10–P90", ""]
 PENDING_HEADERS = ["POD", "GPUS", "WAITED", "START", "P10–P90", ""]
+# pending pods that will not start whatever the queue does: an admin or the request must act
+_NO_START = ("never_fits", "no_schedulable_node")
 _PENDING_NOTES = {
     "never_fits": "never fits: more GPUs (or a type) than any node has",
     "beyond_horizon": "no start within the horizon",
@@ -266,7 +268,7 @@ def render_rich(view: View, tz: tzinfo | None = None):
             "Pending",
             PENDING_HEADERS,
             [
-                (_pending_cells(p, now, tz), "red" if p.status == "never_fits" else None)
+                (_pending_cells(p, now, tz), "red" if p.status in _NO_START else None)
                 for p in view.pending
             ],
         ),
