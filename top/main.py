@@ -21,6 +21,7 @@ import enum
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -33,7 +34,10 @@ from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connec
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.top.queries import queries
 from gpu_eta.top.render import render_json, render_plain, render_rich
-from gpu_eta.top.view import View, build_view
+from gpu_eta.top.view import View, build_view, only_namespaces
+
+# a namespace's name: a DNS-1123 label (lower-case alphanumerics and '-', at most 63)
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class ExitCode(enum.IntEnum):
@@ -55,10 +59,12 @@ def refresh(
     idle_window: str = "5m",
     idle_threshold: float = 0.05,
     keep_errors: bool = False,
+    namespaces: Sequence[str] = (),
 ) -> View:
     """One refresh: fetch, then build the view now. ``keep_errors``: a failed fetch gives
     a view carrying the error instead of raising (live views try again next time).
-    ``idle_window`` is a Prometheus duration (``ValueError`` otherwise)."""
+    ``idle_window`` is a Prometheus duration (``ValueError`` otherwise); ``namespaces``
+    narrows the runs, idle holders and pending pods shown (``only_namespaces``)."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
     try:
         results = fetch(client, idle_window)
@@ -66,7 +72,8 @@ def refresh(
         if not keep_errors:
             raise
         return View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
-    return build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
+    view = build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
+    return only_namespaces(view, namespaces)
 
 
 def fetch_view(
@@ -125,6 +132,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="Prometheus duration: the average's range, and how long a pod must have held "
         "its GPU before it can be called idle",
     )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        default=[],
+        metavar="NAMESPACE",
+        help="only the runs, idle holders and pending pods of this namespace (repeatable; "
+        "every GPU is still shown)",
+    )
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal (no rich)")
     p.add_argument("--utc", action="store_true", help="clock times in UTC instead of local time")
     p.add_argument("--debug", action="store_true", help="tracebacks on errors")
@@ -134,6 +151,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.interval <= 0:
         p.error("--interval must be > 0")
+    for ns in args.namespaces:
+        if not _NAMESPACE.fullmatch(ns):
+            p.error(f"--namespace {ns!r} is no Kubernetes namespace name (a DNS-1123 label)")
     if not 0 <= args.idle_threshold <= 1:
         p.error("--idle-threshold must be a ratio in 0..1")
     return args  # the --prometheus.* values: prometheus_connection (make_client)
@@ -175,13 +195,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("gpu_eta").addHandler(lines)
     try:
         if args.json:
-            view = refresh(client, args.idle_window, args.idle_threshold)
+            view = refresh(
+                client, args.idle_window, args.idle_threshold, namespaces=args.namespaces
+            )
             print(json.dumps(render_json(view), indent=2))
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
             return ExitCode.OK
         use_rich = sys.stdout.isatty() and not args.plain and _has_rich()
         if args.once:
-            view = refresh(client, args.idle_window, args.idle_threshold)
+            view = refresh(
+                client, args.idle_window, args.idle_threshold, namespaces=args.namespaces
+            )
             if use_rich:
                 from rich.console import Console
 
@@ -246,7 +270,13 @@ def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_r
     """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise."""
 
     def view() -> View:
-        return refresh(client, args.idle_window, args.idle_threshold, keep_errors=True)
+        return refresh(
+            client,
+            args.idle_window,
+            args.idle_threshold,
+            keep_errors=True,
+            namespaces=args.namespaces,
+        )
 
     if use_rich:
         from rich.live import Live

@@ -6,8 +6,8 @@ Tests drive ``build_view`` with fixed query results; no I/O here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpu_eta.forecaster.series import Sample
@@ -380,3 +380,21 @@ def _gpu_order(gkey: tuple[str, str, str]) -> tuple:
         return (int(text), "") if text.isdigit() else (1 << 30, text)
 
     return (gkey[0], num(gpu), num(instance) if instance else (-1, ""), gkey[2])
+
+
+def only_namespaces(view: View, namespaces: Collection[str]) -> View:
+    """``view`` with its jobs, idle holders and pending pods those of ``namespaces``
+    (all when empty). Every GPU stays: when a GPU frees up is everyone's question,
+    whoever holds it; a GPU's holders outside ``namespaces`` are still named.
+
+    Why: on a shared cluster a user asks after their own runs and pods ("is my job
+    nearly done, when does my pod start"), the way ``kubectl -n`` narrows a listing."""
+    if not namespaces:
+        return view
+    keep = set(namespaces)
+    return replace(
+        view,
+        jobs=tuple(j for j in view.jobs if j.namespace in keep),
+        idle=tuple(h for h in view.idle if h.namespace in keep),
+        pending=tuple(p for p in view.pending if p.namespace in keep),
+    )

@@ -588,6 +588,13 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
         with redirect_stdout(out):
             assert top_main.main(["--prometheus.url", prom.url, "--once", "--plain"]) == 0
         assert "ml/cnn-1" in out.getvalue()
+        # -n: only that namespace's runs; every GPU still shown, with its holder
+        for names, jobs in ((["-n", "ml"], 1), (["-n", "other", "--namespace", "x"], 0)):
+            out = io.StringIO()
+            with redirect_stdout(out):
+                assert top_main.main(["--prometheus.url", prom.url, "--json", *names]) == 0
+            data = json.loads(out.getvalue())
+            assert len(data["jobs"]) == jobs and data["gpus"][0]["holders"] == ["ml/cnn-1"]
     finally:
         server.shutdown()
         server.server_close()
@@ -662,3 +669,19 @@ def test_pending_section_lists_the_queue_soonest_first() -> None:
 def test_no_pending_pods_says_so() -> None:
     text = top_render.render_plain(top_view.build_view({}, NOW, "http://prom"), timezone.utc)
     assert "PENDING\n  (no pod waiting for GPUs)" in text
+
+
+def test_namespace_filter_keeps_every_gpu_and_refuses_a_bad_name(capsys) -> None:
+    """``only_namespaces`` narrows runs, idle holders and pending pods, never the GPUs;
+    a name that is no namespace is a usage error (one line, exit 2), checked before
+    Prometheus is asked anything."""
+    view = top_view.build_view(results(), NOW, "http://prom")
+    assert view.jobs and view.gpus
+    none = top_view.only_namespaces(view, ["elsewhere"])
+    assert (none.jobs, none.idle, none.pending) == ((), (), ()) and none.gpus == view.gpus
+    assert top_view.only_namespaces(view, []) is view
+    assert top_view.only_namespaces(view, ["ml"]).jobs == view.jobs
+    code = top_main.main(["--prometheus.url", "http://127.0.0.1:9", "--once", "-n", "ML_Team"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'ML_Team' is no Kubernetes namespace name" in err
