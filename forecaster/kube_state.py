@@ -113,8 +113,10 @@ NODE_STATE = _tagged(
     },
 )
 # GPU pods created in the window (still present or not): the arrival rate per shape.
+# (a pod's request summed over its containers, each container's once per replica)
 ARRIVALS = (
-    f"max by (namespace, pod, uid, resource) (last_over_time({_REQ}[{{arrivals}}])) "
+    "sum by (namespace, pod, uid, resource) (max by (namespace, pod, uid, container, "
+    f"resource) (last_over_time({_REQ}[{{arrivals}}]))) "
     "and on (uid) "
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
 )

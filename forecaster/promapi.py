@@ -273,7 +273,9 @@ class PromClient:
                 return decode_response(body, status)
             except PromAPIError as err:
                 self.stats.error += 1
-                raise PromAPIError(f"{self.safe_url}: query {_short(query)}: {err}") from None
+                # the same class (``PromQueryError`` stays one: callers tell a refused
+                # query from a server away by it)
+                raise type(err)(f"{self.safe_url}: query {_short(query)}: {err}") from None
         self.stats.error += 1
         raise PromAPIError(
             f"{self.safe_url}: query {_short(query)} failed after {self.retries + 1} attempts: {last}"

@@ -42,6 +42,7 @@ class PromQueryError(PromAPIError):
 
 # errorType values that say the query, not the server, is what failed
 QUERY_ERROR_TYPES = ("bad_data", "execution")
+QUERY_ERROR_STATUSES = (400, 422)  # Prometheus' statuses for those two
 
 
 @dataclass
@@ -94,7 +95,10 @@ def decode_response(body: bytes | str, status: int) -> dict:
     if doc["status"] == "error":
         etype = _printable(str(doc.get("errorType", "error"))[:64])
         msg = _printable(str(doc.get("error", ""))[:300])
-        kind = PromQueryError if etype in QUERY_ERROR_TYPES else PromAPIError
+        # VictoriaMetrics says "422" where Prometheus says "execution": a 400 or 422
+        # error answer is the query's fault, whatever the type's spelling
+        refused = etype in QUERY_ERROR_TYPES or status in QUERY_ERROR_STATUSES
+        kind = PromQueryError if refused else PromAPIError
         raise kind(f"HTTP {status}: {etype}: {msg}")
     if status >= 400:
         raise PromAPIError(f"HTTP {status}")

@@ -56,6 +56,8 @@ class KsmPod:
     start_time: float | None = None
     priority_class: str = ""
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    # other containers of the pod: name → their requests (``requests`` is ``container``'s)
+    more_containers: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def sanitize(name: str) -> str:
@@ -162,20 +164,21 @@ def exposition(
                 1.0,
             )
         )
-        for res, amount in sorted(p.requests.items()):
-            families["kube_pod_container_resource_requests"].append(
-                _line(
-                    "kube_pod_container_resource_requests",
-                    {
-                        **base,
-                        "container": p.container,
-                        "node": p.node,
-                        "resource": sanitize(res),
-                        "unit": "integer",
-                    },
-                    float(amount),
+        for container, requests in ((p.container, p.requests), *p.more_containers.items()):
+            for res, amount in sorted(requests.items()):
+                families["kube_pod_container_resource_requests"].append(
+                    _line(
+                        "kube_pod_container_resource_requests",
+                        {
+                            **base,
+                            "container": container,
+                            "node": p.node,
+                            "resource": sanitize(res),
+                            "unit": "integer",
+                        },
+                        float(amount),
+                    )
                 )
-            )
     out = []
     for name, lines in families.items():
         out.append(f"# HELP {name} {_HELP[name]}")

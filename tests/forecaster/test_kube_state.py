@@ -193,6 +193,11 @@ def ksm_target() -> Iterator[tuple[str, list[str]]]:
 
 
 def cluster(now: float) -> str:
+    return exposition(*cluster_parts(now))
+
+
+def cluster_parts(now: float, extra: list[KsmPod] | None = None) -> tuple[list, list]:
+    """The nodes and pods of ``cluster`` (``extra`` pods appended)."""
     nodes = [
         KsmNode(
             "a100-node", {GPU: 2, "cpu": 64}, {"nvidia.com/gpu.product": "NVIDIA-A100", "zone": "x"}
@@ -233,7 +238,7 @@ def cluster(now: float) -> str:
         KsmPod("ml", "too-big", "u5", "Pending", now - 100, {GPU: 8}),
         KsmPod("hub", "starting", "u6", "Pending", now - 5, {"cpu": 1}),  # no GPU: ignored
     ]
-    return exposition(nodes, pods)
+    return nodes, pods + (extra or [])
 
 
 def test_exposition_passes_promtool():
@@ -448,7 +453,17 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
     not either. Before, the joins failed ("duplicate series for the match group") and
     the whole fold with them."""
     now = time.time()
-    body = cluster(now)  # the same exposition from both
+    # the same exposition from both; one pending pod with a GPU in each of two containers
+    two = KsmPod(
+        "ml",
+        "two-containers",
+        "u9",
+        "Pending",
+        now - 50,
+        {GPU: 1},
+        more_containers={"aux": {GPU: 1}},
+    )
+    body = exposition(*cluster_parts(now, extra=[two]))
     servers = [
         MetricsServer("127.0.0.1", 0, lambda _accept: (body.encode(), TEXT_FORMAT)).serve()
         for _ in range(2)
@@ -476,5 +491,46 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
         "waits-a100": (1, "NVIDIA-A100", 0),
         "any-gpu": (1, "", -10),
         "too-big": (8, "", 0),
+        "two-containers": (2, "", 0),
     }
     assert sorted((h.pod, h.units) for h in q.holders) == [("train-a", 2), ("train-t", 4)]
+    # arrivals: one pod of each shape, the two-container pod's 2 GPUs counted as 2
+    shapes = {(a.units, round(a.rate_per_second * 3600)) for a in q.arrivals}
+    assert shapes == {(1, 2), (2, 2), (4, 1), (8, 1)}
+
+
+# a join whose one side holds two series of one match group: refused by the engine
+_DUPLICATE_JOIN = (
+    'vector(1) * on () group_left () (label_replace(vector(1), "z", "1", "", "") '
+    'or label_replace(vector(1), "z", "2", "", ""))'
+)
+
+
+def test_a_query_refused_on_its_data_is_a_query_error_through_the_client(
+    prometheus_factory, tmp_path
+):
+    """Real Prometheus answers such a join ``execution`` (HTTP 422), VictoriaMetrics
+    ``"422"``: through the real client both are ``PromQueryError`` (the class the
+    cycle lets cost only the queue), while a server away stays a plain error."""
+    from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError
+    from gpu_eta.launch.victoria import start_victoriametrics
+
+    prom = prometheus_factory([])
+    vm = start_victoriametrics([], data_dir=tmp_path / "vm")
+    try:
+        for url in (prom.url, vm.url):
+            client = PromClient(url, retries=0)
+            try:
+                with pytest.raises(PromQueryError):
+                    client.instant(_DUPLICATE_JOIN)
+            finally:
+                client.close()
+    finally:
+        vm.stop()
+    away = PromClient("http://127.0.0.1:9", retries=0, timeout_seconds=2)
+    try:
+        with pytest.raises(PromAPIError) as err:
+            away.instant("vector(1)")
+        assert not isinstance(err.value, PromQueryError)
+    finally:
+        away.close()
