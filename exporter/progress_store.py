@@ -67,6 +67,14 @@ from gpu_eta.exporter.readings import Progress
 log = logging.getLogger(__name__)
 
 HTTP_PRECEDENCE_SECONDS = 600.0
+# New runs the exporter may read out of one container's progress bars (``merge(derived=)``):
+# 10 at once, then one every 5 s. Why looser than a sender's (``progress_runs``): such
+# runs are the exporter's split where a bar's counter goes back, and a job that runs
+# `for epoch: for batch in tqdm(loader)` restarts its bar every epoch; epochs of 5 s or
+# more pass. Why a cap at all: two processes writing bars into one container (DDP ranks)
+# go back on every other line, a new run each without one.
+DERIVED_RUN_BURST = 10
+DERIVED_RUN_REFILL_SECONDS = 5.0
 DEFAULT_MAX_ENTRIES = 4096
 # While not persisting, going back to the files is tried at most this often
 RECOVER_INTERVAL_SECONDS = 30.0
@@ -125,6 +133,10 @@ class ProgressStore:
         self._entries: dict[Key, Progress] = {}
         self._max_entries = max_entries
         self._runs = RunStarts(max_keys=max_entries)  # new runs per key (under the lock)
+        # the same for runs the exporter reads out of progress bars (``merge(derived=)``)
+        self._derived_runs = RunStarts(
+            DERIVED_RUN_BURST, DERIVED_RUN_REFILL_SECONDS, max_keys=max_entries
+        )
         self._state_path = Path(state_path) if state_path is not None else None
         self._dirty = False
         self._seq = 0
@@ -198,8 +210,13 @@ class ProgressStore:
         report: Report,
         now: float,
         on_durable: Ack | None = None,
+        derived: bool = False,
     ) -> Progress:
         """Fold ``report`` into the stored progress atomically and return the result.
+
+        ``derived``: the report is the exporter's reading of a log line in a known
+        format (a progress bar, a Keras line), not a report its sender wrote; the runs
+        it starts are capped by ``DERIVED_RUN_BURST`` and ``DERIVED_RUN_REFILL_SECONDS``.
 
         Raises ``InvalidReport`` (from ``check_report``, ``advance`` or
         ``check_progress``: a namespace, pod or container that is no Kubernetes name,
@@ -235,19 +252,10 @@ class ProgressStore:
             # the loader's rule (``progress_from_row`` ends with it): a row the next
             # start would skip as damaged is refused here, not saved and set aside then
             check_progress(new)
-            # last of the checks: a report refused for another reason takes no token.
-            # A log line that names no run is exempt: its runs are ours, split where its
-            # counters go back (`for epoch: for batch in tqdm(loader)` restarts its bar
-            # every epoch), not a sender's fresh id, and the cap would drop the lines of
-            # a job that did nothing wrong (``capped``)
-            if (
-                capped(source, report)
-                and starts_new_run(previous, report)
-                and not self._runs.take(key, now)
-            ):
-                raise TooManyRuns(
-                    _too_many_runs(new, report.run_id is not None, self._runs, key, now)
-                )
+            # last of the checks: a report refused for another reason takes no token
+            runs = self._derived_runs if derived else self._runs
+            if starts_new_run(previous, report) and not runs.take(key, now):
+                raise TooManyRuns(_too_many_runs(new, report.run_id is not None, runs, key, now))
             self._entries[key] = new
             self._dirty = True
             journal = self.journal
@@ -665,13 +673,6 @@ class ProgressStore:
                 path,
                 " (an unacknowledged torn last line dropped)" if torn else "",
             )
-
-
-def capped(source: str, report: Report) -> bool:
-    """Whether a report that starts a run takes a token (``exporter.progress_runs``):
-    every one but a log line that names no run (a plain progress bar or Keras line:
-    the exporter derives its runs from where the counters go back)."""
-    return source != "log" or report.run_id is not None
 
 
 def _too_many_runs(new: Progress, named: bool, runs: RunStarts, key: Key, now: float) -> str:

@@ -537,7 +537,9 @@ class LogProgressCollector:
             # or inconsistent with the run so far is dropped and counted as invalid;
             # one that would start a run over the container's cap as too_many_runs
             try:
-                self.store.merge(ns, pod, container, "log", report, now)
+                # a line read by a format (a bar, a Keras line) names no run: its runs
+                # are the exporter's reading, capped more loosely (``derived``)
+                self.store.merge(ns, pod, container, "log", report, now, derived=MARKER not in text)
             except TooManyRuns as err:
                 counts["too_many_runs"] += 1
                 self._too_many_runs(key, err)

@@ -252,11 +252,12 @@ def _plain_tqdm_job(root, pod: PodMeta, epochs: int, steps: int = 10, step_s: fl
     return directory
 
 
-def test_a_log_that_names_no_run_is_not_capped(tmp_path, caplog):
-    """40 epochs of 5 s, each a run of its own as the exporter reads a plain bar: none
-    of its lines is skipped, and no WARNING blames a job that did nothing wrong (the
-    runs are the exporter's reading, not a sender's fresh ids). A marker line that
-    names its run is still capped (``test_log_lines_over_the_cap_are_skipped_and_counted``)."""
+def test_runs_read_out_of_progress_bars_are_capped_loosely(tmp_path, caplog):
+    """40 epochs of 5 s, each a run of its own as the exporter reads a plain bar that
+    restarts every epoch: none of its lines is skipped and nothing is blamed (such runs
+    are the exporter's reading: 10 at once, then one every 5 s). Two ranks' bars
+    interleaved in one container (a step back every other line) cannot make a run a
+    line, nor can marker lines without a run id (the wire format: a sender's cap)."""
     pod = PodMeta("ml", "train-2", "uid-2", ip="127.0.0.6")
     _plain_tqdm_job(tmp_path, pod, epochs=40)
     store = ProgressStore()
@@ -270,6 +271,32 @@ def test_a_log_that_names_no_run_is_not_capped(tmp_path, caplog):
     assert not [r for r in caplog.records if "too_many_runs" in r.getMessage()]
     p = store.get("ml", "train-2", "trainer", "log")
     assert (p.step, p.steps) == (10, 10)
+
+    # two ranks, 600 lines over 300 s, each line a step back from the other rank's
+    ranks = PodMeta("ml", "ddp", "uid-d", ip="127.0.0.8")
+    directory = tmp_path / "ml_ddp_uid-d" / "trainer"
+    directory.mkdir(parents=True)
+    lines = []
+    for i in range(600):
+        k = i // 2 % 90 + 1 + 5 * (i % 2)  # rank 1 five steps ahead of rank 0
+        lines.append(cri(i / 2, f"{k}%|{'#' * (k // 10):<10}| {k}/100 [00:01<00:01]"))
+    (directory / "0.log").write_text("".join(lines))
+    markers = PodMeta("ml", "starts", "uid-s", ip="127.0.0.9")
+    directory = tmp_path / "ml_starts_uid-s" / "trainer"
+    directory.mkdir(parents=True)
+    (directory / "0.log").write_text(
+        "".join(cri(i, marker({"event": "start", "step": 1, "steps": 9})) for i in range(300))
+    )
+    collector = LogProgressCollector(
+        tmp_path,
+        ProgressStore(),
+        lambda: [pod, ranks, markers],
+        clock=lambda: T0.timestamp() + 3600,
+    )
+    collector.poll()
+    runs_started = collector.counts()
+    # at most 10 + 300 s / 5 s bar runs and 10 + 300 s / 30 s marker runs
+    assert runs_started["too_many_runs"] >= (300 - 71) + (300 - 21)
 
 
 def test_a_pod_gone_and_recreated_is_warned_again(tmp_path, monkeypatch, caplog):
