@@ -80,6 +80,11 @@ MAX_REFUSED_LINGERING = 64
 REFUSAL_LOG_SECONDS = 600.0
 MAX_REFUSAL_KEYS = 1024
 MAX_LOGGED_REASON_CHARS = 200
+# and at most REFUSAL_LOG_BURST such lines at once, then one every
+# REFUSAL_LOG_REFILL_SECONDS over every sender: many senders (a scan of the port from
+# many addresses) cost log lines at a fixed rate, the rest counted in the next line
+REFUSAL_LOG_BURST = 20
+REFUSAL_LOG_REFILL_SECONDS = 3.0
 
 
 # Pods whose rate-limit bucket is kept at most (least recently reporting forgotten first)
@@ -113,6 +118,8 @@ class ProgressListener:
         self._pod_by_ip = pod_by_ip
         self._pods = pods
         self.allow_host_network = allow_host_network
+        if not rate_per_second > 0:
+            raise ValueError(f"rate_per_second must be > 0, got {rate_per_second!r}")
         self._rate = float(rate_per_second)
         self._burst = float(burst)
         self._clock = clock
@@ -128,6 +135,8 @@ class ProgressListener:
         self._server: _Server | None = None
         # (sender, result) -> when its refusal was last logged (``_refused``)
         self._refusals_logged: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._refusal_lines = TokenBuckets(REFUSAL_LOG_BURST, REFUSAL_LOG_REFILL_SECONDS, 1)
+        self._refusals_unlogged = 0  # refusals due a line the budget did not allow
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -184,19 +193,27 @@ class ProgressListener:
         with self._lock:
             last = self._refusals_logged.get(key)
             due = last is None or now - last >= REFUSAL_LOG_SECONDS
+            if last is not None:  # remembered by its latest refusal, logged or not
+                self._refusals_logged.move_to_end(key)
+            if due and not self._refusal_lines.take("all", now):
+                self._refusals_unlogged += 1
+                due = False
+            unlogged = 0
             if due:
                 self._refusals_logged[key] = now
                 self._refusals_logged.move_to_end(key)
                 while len(self._refusals_logged) > MAX_REFUSAL_KEYS:
                     self._refusals_logged.popitem(last=False)
+                unlogged, self._refusals_unlogged = self._refusals_unlogged, 0
         if due:
             log.warning(
                 "progress: refused from %s (%s): %r (logged at most every %gs per sender "
-                "and reason)",
+                "and reason%s)",
                 sender,
                 result,
                 text[:MAX_LOGGED_REASON_CHARS],
                 REFUSAL_LOG_SECONDS,
+                f"; {unlogged} more refusals not logged before this one" if unlogged else "",
             )
         return status, text
 
@@ -394,6 +411,7 @@ class _Connection(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.ip = ""
+        self.sender = ""  # the pod's namespace/name once admitted, else the address
         self.timer: asyncio.TimerHandle | None = None
         self.counted = False
         self.request_started: float | None = None  # loop time of the request's first byte
@@ -420,6 +438,8 @@ class _Connection(asyncio.Protocol):
         self.counted = True
         self.server.connections.add(self)
         pod, reason = self.listener.sender(self.ip)
+        if pod is not None:  # who its refusals are logged as (``_refuse``)
+            self.sender = f"{pod.namespace}/{pod.name}"
         if pod is None:  # refused at accept: no request of it is ever parsed
             self.listener._refused(self.ip, "forbidden", 403, f"forbidden: {reason}")
             if self.server.lingering >= MAX_REFUSED_LINGERING:
@@ -484,8 +504,7 @@ class _Connection(asyncio.Protocol):
             return
         what = "request" if self.headers_done else "headers"
         limit = REQUEST_TIMEOUT_SECONDS if self.headers_done else HEADER_TIMEOUT_SECONDS
-        self.listener._count("timeout")
-        self._reply(408, f"timeout: {what} not complete within {limit:g}s", close=True)
+        self._refuse(408, "timeout", f"timeout: {what} not complete within {limit:g}s")
 
     def _reply(self, status: int, text: str, close: bool, linger: bool = False) -> None:
         """Write one answer; ``close`` ends the connection after it (``linger``: the
@@ -504,7 +523,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def _refuse(self, status: int, result: str, text: str) -> bool:
-        self.listener._refused(self.ip, result, status, text)
+        self.listener._refused(self.sender or self.ip, result, status, text)
         self._reply(status, text, close=True)
         return False
 

@@ -428,3 +428,43 @@ def test_the_rate_limit_remembers_pods_up_to_its_bound_oldest_forgotten(pods, mo
     assert lst._allow(flood) is False  # still remembered: no fresh burst
     lst._allow(PodMeta("ml", "third", "u3"))  # forgets "other" (least recent), not flood
     assert lst._allow(flood) is False
+
+
+def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(
+    listener, caplog, monkeypatch
+):
+    """Many senders cost log lines at a fixed rate (``REFUSAL_LOG_BURST``, then one per
+    ``REFUSAL_LOG_REFILL_SECONDS``), the next line saying how many were not logged; a
+    pod's refusal at the protocol level (a wrong path) names the pod, not its address."""
+    from gpu_eta.exporter import progress_http
+
+    caplog.set_level("WARNING", logger="gpu_eta.exporter.progress_http")
+    clock = [1000.0]
+    monkeypatch.setattr(progress_http.time, "monotonic", lambda: clock[0])
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "progress: refused" in r.getMessage()]
+
+    for i in range(100):
+        listener._refused(f"10.1.{i // 250}.{i % 250}", "forbidden", 403, "forbidden: x")
+    assert len(lines()) == progress_http.REFUSAL_LOG_BURST
+    assert listener.counts()["forbidden"] == 100  # every one counted
+    clock[0] += progress_http.REFUSAL_LOG_REFILL_SECONDS
+    listener._refused("10.2.0.1", "forbidden", 403, "forbidden: x")
+    assert "; 80 more refusals not logged before this one" in lines()[-1]
+
+    clock[0] += progress_http.REFUSAL_LOG_SECONDS  # the budget full again
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", listener.port, timeout=10, source_address=("127.0.0.2", 0)
+    )
+    try:
+        conn.request("POST", "/elsewhere", body=b"{}")
+        assert conn.getresponse().status == 404
+    finally:
+        conn.close()
+    assert "team-a/trainer-a (not_found)" in lines()[-1]
+
+
+def test_a_rate_of_zero_is_refused_at_construction(pods):
+    with pytest.raises(ValueError, match="rate_per_second must be > 0"):
+        ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, rate_per_second=0)
