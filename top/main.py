@@ -137,7 +137,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--namespace",
         dest="namespaces",
         action="append",
-        default=[],
+        default=argparse.SUPPRESS,  # no "(default: None)" in --help
         metavar="NAMESPACE",
         help="only the runs, idle holders and pending pods of this namespace (repeatable; "
         "every GPU is still shown)",
@@ -151,6 +151,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.interval <= 0:
         p.error("--interval must be > 0")
+    args.namespaces = getattr(args, "namespaces", [])
     for ns in args.namespaces:
         if not _NAMESPACE.fullmatch(ns):
             p.error(f"--namespace {ns!r} is no Kubernetes namespace name (a DNS-1123 label)")

@@ -188,8 +188,9 @@ def summary_line(view: View, tz: tzinfo | None = None) -> str:
     )
     counts = {state: sum(g.state == state for g in view.gpus) for state in ("busy", "idle", "free")}
     # each row is a device: a whole GPU or a MIG instance, so busy + idle + free = seen
+    only = f"  namespace {','.join(view.namespaces)}" if view.namespaces else ""
     return (
-        f"gpu-eta top  {view.prometheus_url}  {when}  |  {len(view.jobs)} training, "
+        f"gpu-eta top  {view.prometheus_url}{only}  {when}  |  {len(view.jobs)} training, "
         f"{len(view.idle)} idle holders, GPUs: {len(view.gpus)} seen, {counts['busy']} busy, "
         f"{counts['idle']} idle, {counts['free']} free"
     )

@@ -101,6 +101,7 @@ class View:
     errors: tuple[str, ...] = field(default_factory=tuple)
     alerts: tuple[tuple[str, int], ...] = ()  # firing gpu-eta alerts: (alertname, count)
     pending: tuple[PendingRow, ...] = ()
+    namespaces: tuple[str, ...] = ()  # runs, idle holders and pending pods only of these
 
 
 def _value(sample: Sample) -> float | None:
@@ -397,4 +398,5 @@ def only_namespaces(view: View, namespaces: Collection[str]) -> View:
         jobs=tuple(j for j in view.jobs if j.namespace in keep),
         idle=tuple(h for h in view.idle if h.namespace in keep),
         pending=tuple(p for p in view.pending if p.namespace in keep),
+        namespaces=tuple(sorted(keep)),
     )

@@ -679,6 +679,9 @@ def test_namespace_filter_keeps_every_gpu_and_refuses_a_bad_name(capsys) -> None
     assert view.jobs and view.gpus
     none = top_view.only_namespaces(view, ["elsewhere"])
     assert (none.jobs, none.idle, none.pending) == ((), (), ()) and none.gpus == view.gpus
+    assert none.namespaces == ("elsewhere",)
+    assert "namespace elsewhere" in top_render.summary_line(none)
+    assert list(top_render.render_json(none)["namespaces"]) == ["elsewhere"]
     assert top_view.only_namespaces(view, []) is view
     assert top_view.only_namespaces(view, ["ml"]).jobs == view.jobs
     code = top_main.main(["--prometheus.url", "http://127.0.0.1:9", "--once", "-n", "ML_Team"])
