@@ -241,6 +241,22 @@ def cluster_parts(now: float, extra: list[KsmPod] | None = None) -> tuple[list, 
     return nodes, pods + (extra or [])
 
 
+def assert_cluster_queue(q, more_pending: dict | None = None) -> None:
+    """``cluster``'s nodes, pending pods (plus ``more_pending``) and holders, as parsed:
+    no unit counted twice, none lost."""
+    assert {n.name: (n.allocatable, n.product) for n in q.nodes} == {
+        "a100-node": ({"nvidia_com_gpu": 2}, "NVIDIA-A100"),
+        "t4-node": ({"nvidia_com_gpu": 4}, "Tesla-T4"),
+    }
+    assert {p.pod: (p.units, p.product, p.priority) for p in q.pending} == {
+        "waits-a100": (1, "NVIDIA-A100", 0),
+        "any-gpu": (1, "", -10),
+        "too-big": (8, "", 0),
+        **(more_pending or {}),
+    }
+    assert sorted((h.pod, h.units) for h in q.holders) == [("train-a", 2), ("train-t", 4)]
+
+
 def test_exposition_passes_promtool():
     proc = promtool("check", "metrics", stdin=cluster(NOW))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -255,16 +271,7 @@ def test_queries_against_real_prometheus(prometheus_factory, ksm_target):
     now = time.time()
     samples = ksm_samples(client, now)
     q = kube_state.parse(samples, now, priorities={"low": -10})
-    assert {n.name: (n.allocatable, n.product) for n in q.nodes} == {
-        "a100-node": ({"nvidia_com_gpu": 2}, "NVIDIA-A100"),
-        "t4-node": ({"nvidia_com_gpu": 4}, "Tesla-T4"),
-    }
-    assert {p.pod: (p.units, p.product, p.priority) for p in q.pending} == {
-        "waits-a100": (1, "NVIDIA-A100", 0),
-        "any-gpu": (1, "", -10),
-        "too-big": (8, "", 0),
-    }
-    assert sorted(h.pod for h in q.holders) == ["train-a", "train-t"]
+    assert_cluster_queue(q)
     assert sum(a.rate_per_second for a in q.arrivals) * 3600 == pytest.approx(5)
 
     ends = {
@@ -483,17 +490,7 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
         for s in servers:
             s.stop()
     q = kube_state.parse(samples, now, priorities={"low": -10})
-    assert {n.name: (n.allocatable, n.product) for n in q.nodes} == {
-        "a100-node": ({"nvidia_com_gpu": 2}, "NVIDIA-A100"),
-        "t4-node": ({"nvidia_com_gpu": 4}, "Tesla-T4"),
-    }
-    assert {p.pod: (p.units, p.product, p.priority) for p in q.pending} == {
-        "waits-a100": (1, "NVIDIA-A100", 0),
-        "any-gpu": (1, "", -10),
-        "too-big": (8, "", 0),
-        "two-containers": (2, "", 0),
-    }
-    assert sorted((h.pod, h.units) for h in q.holders) == [("train-a", 2), ("train-t", 4)]
+    assert_cluster_queue(q, {"two-containers": (2, "", 0)})
     # arrivals: one pod of each shape, the two-container pod's 2 GPUs counted as 2
     shapes = {(a.units, round(a.rate_per_second * 3600)) for a in q.arrivals}
     assert shapes == {(1, 2), (2, 2), (4, 1), (8, 1)}
