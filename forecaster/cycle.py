@@ -260,7 +260,7 @@ class Cycle:
             answer = self.client.instant(folded, at=now)
         except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
             errors["pending_failed"] += 1
-            log.warning("pending-pod queries refused by Prometheus: %s", err)
+            log.warning("pending-pod queries refused by the server on its data: %s", err)
             return None
         samples = queries.unfold(answer, queries.PENDING)
         try:

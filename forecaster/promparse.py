@@ -35,14 +35,40 @@ class PromAPIError(ForecasterError):
 
 class PromQueryError(PromAPIError):
     """Prometheus answered, and refused the query itself on this data: ``errorType``
-    ``bad_data`` or ``execution`` (a join that finds duplicate series, too many
-    samples). Not that Prometheus is away: a caller whose query is optional (the GPU
+    ``bad_data`` or ``execution`` (a join that finds duplicate series), or
+    VictoriaMetrics' ``"400"``/``"422"`` for the same (``query_refused``). Not that the
+    server is away, slow or overloaded: a caller whose query is optional (the GPU
     queue's) can go on without its answer."""
 
 
 # errorType values that say the query, not the server, is what failed
 QUERY_ERROR_TYPES = ("bad_data", "execution")
-QUERY_ERROR_STATUSES = (400, 422)  # Prometheus' statuses for those two
+# VictoriaMetrics spells errorType as the HTTP status itself ("422") and answers 422 for
+# a timeout or an overload as well as for a refused query: those words mark the former
+_VM_QUERY_STATUSES = (400, 422)
+_NOT_THE_QUERY = ("timeout", "too many", "overload", "vmstorage", "unavailable")
+
+
+def query_refused(etype: str, status: int, error: str) -> bool:
+    """Whether an error answer refuses the query itself on the data (``PromQueryError``)
+    rather than says the server cannot answer now: Prometheus' ``bad_data`` and
+    ``execution``, or VictoriaMetrics' ``"400"``/``"422"`` unless its message is of a
+    timeout or an overload. Another ``errorType`` (a proxy's own, such as
+    prom-label-proxy's for a missing tenant) is not the query's fault."""
+    if etype in QUERY_ERROR_TYPES:
+        return True
+    if etype != str(status) or status not in _VM_QUERY_STATUSES:
+        return False
+    lowered = error.lower()
+    return not any(word in lowered for word in _NOT_THE_QUERY)
+
+
+def _head_and_tail(error: str, head: int = 120, tail: int = 180) -> str:
+    """``error`` cut to its start and its end: VictoriaMetrics begins with the whole
+    query (``error when executing query="..."``) and ends with the cause."""
+    if len(error) <= head + tail + 1:
+        return error
+    return f"{error[:head]}…{error[-tail:]}"
 
 
 @dataclass
@@ -94,12 +120,9 @@ def decode_response(body: bytes | str, status: int) -> dict:
         raise PromAPIError(f"HTTP {status}: not a Prometheus API response")
     if doc["status"] == "error":
         etype = _printable(str(doc.get("errorType", "error"))[:64])
-        msg = _printable(str(doc.get("error", ""))[:300])
-        # VictoriaMetrics says "422" where Prometheus says "execution": a 400 or 422
-        # error answer is the query's fault, whatever the type's spelling
-        refused = etype in QUERY_ERROR_TYPES or status in QUERY_ERROR_STATUSES
-        kind = PromQueryError if refused else PromAPIError
-        raise kind(f"HTTP {status}: {etype}: {msg}")
+        whole = str(doc.get("error", ""))
+        kind = PromQueryError if query_refused(etype, status, whole) else PromAPIError
+        raise kind(f"HTTP {status}: {etype}: {_printable(_head_and_tail(whole))}")
     if status >= 400:
         raise PromAPIError(f"HTTP {status}")
     data = doc.get("data")

@@ -369,3 +369,42 @@ def test_a_malformed_point_skips_its_series_in_vectors_and_matrices(point) -> No
 
     with pytest.raises(PromAPIError, match=r"malformed sample|non-finite timestamp"):
         parse_vector({"resultType": "scalar", "result": point})
+
+
+@pytest.mark.parametrize(
+    ("status", "doc", "refused"),
+    [
+        (422, {"errorType": "execution", "error": "found duplicate series"}, True),
+        (400, {"errorType": "bad_data", "error": "parse error"}, True),
+        # VictoriaMetrics spells the type as the status, for a refused query...
+        (422, {"errorType": "422", "error": 'error when executing query="x": duplicate'}, True),
+        # ...and for a timeout or an overload, which are the server's, not the query's
+        (422, {"errorType": "422", "error": "timeout exceeded during query execution"}, False),
+        (422, {"errorType": "422", "error": "cannot execute: too many concurrent requests"}, False),
+        (503, {"errorType": "timeout", "error": "query timed out"}, False),
+        # a proxy's own error in the same JSON shape is its setup, not the query
+        (400, {"errorType": "prom-label-proxy", "error": "missing tenant"}, False),
+    ],
+)
+def test_a_refused_query_is_told_from_a_server_that_cannot_answer(status, doc, refused):
+    from gpu_eta.forecaster.promparse import PromQueryError, decode_response
+
+    body = json.dumps({"status": "error", **doc}).encode()
+    with pytest.raises(PromAPIError) as err:
+        decode_response(body, status)
+    assert isinstance(err.value, PromQueryError) is refused
+
+
+def test_a_long_error_keeps_its_cause() -> None:
+    """VictoriaMetrics begins with the whole query and ends with why: both ends kept."""
+    from gpu_eta.forecaster.promparse import decode_response
+
+    error = 'error when executing query="' + "x" * 3000 + '": duplicate time series on the right'
+    body = json.dumps({"status": "error", "errorType": "422", "error": error}).encode()
+    with pytest.raises(PromAPIError) as err:
+        decode_response(body, 422)
+    text = str(err.value)
+    assert "error when executing query" in text and text.endswith(
+        "duplicate time series on the right"
+    )
+    assert len(text) < 400
