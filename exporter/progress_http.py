@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -118,7 +119,7 @@ class ProgressListener:
         self._pod_by_ip = pod_by_ip
         self._pods = pods
         self.allow_host_network = allow_host_network
-        if not rate_per_second > 0:
+        if not 0 < rate_per_second < math.inf:
             raise ValueError(f"rate_per_second must be > 0, got {rate_per_second!r}")
         self._rate = float(rate_per_second)
         self._burst = float(burst)
@@ -175,7 +176,24 @@ class ProgressListener:
         server = self._server
         if server is None or not server.thread.is_alive():
             raise CollectorError(f"progress endpoint on {self.host}:{self.port} is not serving")
+        self._say_unlogged()
         return self.counts()
+
+    def _say_unlogged(self) -> None:
+        """One line for the refusals the log budget left unlogged since the last line,
+        once it allows one: after a burst with no later refusal they were never said."""
+        with self._lock:
+            unlogged = self._refusals_unlogged
+            if not unlogged or not self._refusal_lines.take("all", time.monotonic()):
+                return
+            self._refusals_unlogged = 0
+        log.warning(
+            "progress: %d refusals from addresses that are no pod not logged (log budget: "
+            "%d lines, then one every %gs); the counter has them all",
+            unlogged,
+            REFUSAL_LOG_BURST,
+            REFUSAL_LOG_REFILL_SECONDS,
+        )
 
     # -- request logic (no HTTP here: testable on its own) ---------------------------
 
@@ -183,10 +201,14 @@ class ProgressListener:
         with self._lock:
             self._counts[result] += 1
 
-    def _refused(self, sender: str, result: str, status: int, text: str) -> tuple[int, str]:
+    def _refused(
+        self, sender: str, result: str, status: int, text: str, pod: bool = False
+    ) -> tuple[int, str]:
         """Count a refusal, log it (rate-limited, ``REFUSAL_LOG_SECONDS``) and return
-        the answer. ``sender`` is the pod (``namespace/name``) or, when none, the
-        address. ``text`` can echo the sender's body: it is logged as a bounded repr."""
+        the answer. ``sender`` is the pod (``namespace/name``, ``pod`` True) or, when
+        none, the address. Only address senders share the line budget
+        (``REFUSAL_LOG_BURST``): a pod is one of this node's, and many addresses (a scan,
+        pods elsewhere posting to this node) must not take every line from it. ``text`` can echo the sender's body: it is logged as a bounded repr."""
         self._count(result)
         now = time.monotonic()
         key = (sender, result)
@@ -195,7 +217,7 @@ class ProgressListener:
             due = last is None or now - last >= REFUSAL_LOG_SECONDS
             if last is not None:  # remembered by its latest refusal, logged or not
                 self._refusals_logged.move_to_end(key)
-            if due and not self._refusal_lines.take("all", now):
+            if due and not pod and not self._refusal_lines.take("all", now):
                 self._refusals_unlogged += 1
                 due = False
             unlogged = 0
@@ -204,7 +226,8 @@ class ProgressListener:
                 self._refusals_logged.move_to_end(key)
                 while len(self._refusals_logged) > MAX_REFUSAL_KEYS:
                     self._refusals_logged.popitem(last=False)
-                unlogged, self._refusals_unlogged = self._refusals_unlogged, 0
+                if not pod:  # an address's line carries the addresses' count
+                    unlogged, self._refusals_unlogged = self._refusals_unlogged, 0
         if due:
             log.warning(
                 "progress: refused from %s (%s): %r (logged at most every %gs per sender "
@@ -213,7 +236,9 @@ class ProgressListener:
                 result,
                 text[:MAX_LOGGED_REASON_CHARS],
                 REFUSAL_LOG_SECONDS,
-                f"; {unlogged} more refusals not logged before this one" if unlogged else "",
+                f"; {unlogged} refusals from addresses not logged before this (log budget)"
+                if unlogged
+                else "",
             )
         return status, text
 
@@ -284,10 +309,12 @@ class ProgressListener:
             return self._refused(peer_address(address), "forbidden", 403, f"forbidden: {reason}")
         who = f"{pod.namespace}/{pod.name}"
         if length is None:
-            return self._refused(who, "malformed", 411, "malformed: Content-Length required")
+            return self._refused(
+                who, "malformed", 411, "malformed: Content-Length required", pod=True
+            )
         if length > MAX_BODY_BYTES:
             return self._refused(
-                who, "too_large", 413, f"too_large: body over {MAX_BODY_BYTES} bytes"
+                who, "too_large", 413, f"too_large: body over {MAX_BODY_BYTES} bytes", pod=True
             )
         if not self._allow(pod):
             return self._refused(
@@ -295,6 +322,7 @@ class ProgressListener:
                 "rate_limited",
                 429,
                 f"rate_limited: over {self._rate:g} reports/s for this pod",
+                pod=True,
             )
         now = self._clock()
         deferred = on_durable is not None and self.store.journaled
@@ -311,7 +339,7 @@ class ProgressListener:
                 on_durable=on_durable if deferred else None,
             )
         except ReportError as err:  # 400, or 429 for a run over its container's cap
-            return self._refused(who, err.result, err.status, f"{err.result}: {err}")
+            return self._refused(who, err.result, err.status, f"{err.result}: {err}", pod=True)
         if report.skipped:
             with self._lock:
                 self._skipped_fields += len(report.skipped)
@@ -430,8 +458,14 @@ class _Connection(asyncio.Protocol):
             # over MAX_CONNECTIONS or MAX_CONNECTIONS_PER_ADDRESS: reset, nothing read.
             # Counted: a pod whose reports cannot get in (a client leaking connections,
             # a flood filling the slots) shows in the metric, not only on the pod's side
+            # Logged as the pod when it is one (the lookup is cached a second per address)
+            pod, _reason = self.listener.sender(self.ip)
             self.listener._refused(
-                self.ip, "too_many_connections", 0, "connection reset: over the connection caps"
+                f"{pod.namespace}/{pod.name}" if pod is not None else self.ip,
+                "too_many_connections",
+                0,
+                "connection reset: over the connection caps",
+                pod=pod is not None,
             )
             transport.abort()
             return
@@ -523,7 +557,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def _refuse(self, status: int, result: str, text: str) -> bool:
-        self.listener._refused(self.sender or self.ip, result, status, text)
+        self.listener._refused(self.sender or self.ip, result, status, text, pod=bool(self.sender))
         self._reply(status, text, close=True)
         return False
 

@@ -71,7 +71,8 @@ def refresh(
     except PromAPIError as err:
         if not keep_errors:
             raise
-        return View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
+        failed = View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
+        return only_namespaces(failed, namespaces)  # the header keeps saying the filter
     view = build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
     return only_namespaces(view, namespaces)
 

@@ -443,7 +443,7 @@ def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(
     monkeypatch.setattr(progress_http.time, "monotonic", lambda: clock[0])
 
     def lines() -> list[str]:
-        return [r.getMessage() for r in caplog.records if "progress: refused" in r.getMessage()]
+        return [r.getMessage() for r in caplog.records if "progress: " in r.getMessage()]
 
     for i in range(100):
         listener._refused(f"10.1.{i // 250}.{i % 250}", "forbidden", 403, "forbidden: x")
@@ -451,7 +451,20 @@ def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(
     assert listener.counts()["forbidden"] == 100  # every one counted
     clock[0] += progress_http.REFUSAL_LOG_REFILL_SECONDS
     listener._refused("10.2.0.1", "forbidden", 403, "forbidden: x")
-    assert "; 80 more refusals not logged before this one" in lines()[-1]
+    assert "; 80 refusals from addresses not logged before this (log budget)" in lines()[-1]
+    # a pod's refusal is never kept from the log by strangers using up the budget
+    for i in range(30):
+        listener._refused(f"10.3.0.{i}", "forbidden", 403, "forbidden: x")
+    listener._refused("team-a/trainer-a", "invalid", 400, "invalid: y", pod=True)
+    assert "team-a/trainer-a (invalid)" in lines()[-1]
+    # what the budget left unlogged is said on the next poll once a line is allowed,
+    # even with no later refusal
+    assert not any("not logged (log budget" in line for line in lines())
+    clock[0] += progress_http.REFUSAL_LOG_REFILL_SECONDS
+    listener.poll()
+    assert "progress: 30 refusals from addresses that are no pod not logged" in lines()[-1]
+    listener.poll()  # said once
+    assert sum("that are no pod not logged" in line for line in lines()) == 1
 
     clock[0] += progress_http.REFUSAL_LOG_SECONDS  # the budget full again
     conn = http.client.HTTPConnection(
@@ -465,6 +478,7 @@ def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(
     assert "team-a/trainer-a (not_found)" in lines()[-1]
 
 
-def test_a_rate_of_zero_is_refused_at_construction(pods):
+@pytest.mark.parametrize("rate", [0, -1, float("inf"), float("nan")])
+def test_a_rate_that_is_no_rate_is_refused_at_construction(pods, rate):
     with pytest.raises(ValueError, match="rate_per_second must be > 0"):
-        ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, rate_per_second=0)
+        ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, rate_per_second=rate)

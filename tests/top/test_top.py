@@ -456,6 +456,10 @@ def test_a_live_view_shows_the_error_and_no_credentials(http_server) -> None:  #
     assert view.prometheus_url == url and view.jobs == ()
     assert len(view.errors) == 1 and "HTTP 503" in view.errors[0]
     assert "pw" not in top_render.render_plain(view, timezone.utc)
+    # a failed refresh keeps the -n filter in its header
+    narrowed = top_main.refresh(client, keep_errors=True, namespaces=["ml"])
+    assert narrowed.namespaces == ("ml",) and narrowed.errors
+    assert "namespace ml" in top_render.summary_line(narrowed)
     with pytest.raises(top_main.PromAPIError):
         top_main.refresh(client)
 
