@@ -90,6 +90,8 @@ REFUSAL_LOG_REFILL_SECONDS = 3.0
 
 # Pods whose rate-limit bucket is kept at most (least recently reporting forgotten first)
 MAX_RATE_KEYS = 4096
+# Addresses whose pod lookup is cached at most (the oldest looked up forgotten first)
+MAX_LOOKUPS = 4096
 
 
 class ProgressListener:
@@ -131,7 +133,9 @@ class ProgressListener:
         self._buckets = TokenBuckets(self._burst, 1.0 / self._rate, MAX_RATE_KEYS)
         # address -> (expiry, pod): the pod cache is asked at most once a second per
         # address; pods do not change IPs faster than the pod watch reports them
-        self._lookups: dict[str, tuple[float, PodMeta | None]] = {}
+        # (the oldest entry dropped past MAX_LOOKUPS, not the whole cache: a scan from
+        # many addresses must not send every pod's next report to the pod cache)
+        self._lookups: OrderedDict[str, tuple[float, PodMeta | None]] = OrderedDict()
         self._lookup_ttl = lookup_ttl_seconds
         self._server: _Server | None = None
         # (sender, result) -> when its refusal was last logged (``_refused``)
@@ -255,9 +259,10 @@ class ProgressListener:
             except Exception as err:  # the pod cache is someone else's code: never a 500
                 log.warning("progress: pod lookup for %s failed: %s", address, err)
                 return None, "pod lookup failed"
-            if len(self._lookups) > 4096:
-                self._lookups.clear()
             self._lookups[address] = (now + self._lookup_ttl, pod)
+            self._lookups.move_to_end(address)
+            while len(self._lookups) > MAX_LOOKUPS:
+                self._lookups.popitem(last=False)
         if pod is not None and not pod.host_network:
             return pod, ""
         # The pod caches index pod IPs only (kube.py and simulated_node.py leave

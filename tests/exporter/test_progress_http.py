@@ -482,3 +482,25 @@ def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(
 def test_a_rate_that_is_no_rate_is_refused_at_construction(pods, rate):
     with pytest.raises(ValueError, match="rate_per_second must be > 0"):
         ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, rate_per_second=rate)
+
+
+def test_the_lookup_cache_forgets_the_oldest_address_not_all(pods, monkeypatch):
+    """Past ``MAX_LOOKUPS`` addresses the oldest looked up is forgotten; the pods that
+    report are still answered from the cache (a scan used to empty it whole)."""
+    from gpu_eta.exporter import progress_http
+
+    monkeypatch.setattr(progress_http, "MAX_LOOKUPS", 3)
+    asked: list[str] = []
+
+    def by_ip(ip: str):
+        asked.append(ip)
+        return pods.by_ip(ip)
+
+    lst = ProgressListener("127.0.0.1", 0, ProgressStore(), by_ip, pods, lookup_ttl_seconds=60)
+    for address in ("127.0.0.2", "127.0.0.3", "10.0.0.1", "10.0.0.2"):
+        lst.sender(address)
+    assert len(lst._lookups) == 3 and "127.0.0.2" not in lst._lookups
+    asked.clear()
+    assert lst.sender("127.0.0.3")[0] == POD_B and asked == []  # still cached
+    lst.sender("127.0.0.2")
+    assert asked == ["127.0.0.2"]  # the oldest was the one forgotten
