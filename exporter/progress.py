@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gpu_eta.common.k8s_names import DNS_LABEL, DNS_SUBDOMAIN
 from gpu_eta.exporter.readings import Progress
 
 MAX_BODY_BYTES = 4096
@@ -37,7 +38,7 @@ MAX_NUMBER = 1e12  # larger counts are not training progress; refuse rather than
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-_CONTAINER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_CONTAINER = DNS_LABEL
 _EARLIEST_TIMESTAMP = 946_684_800.0  # 2000-01-01: anything older is a unit mistake
 _FUTURE_SKEW_SECONDS = 300.0
 EVENTS = ("start", "progress", "end")
@@ -431,7 +432,7 @@ def advance(
     )
 
 
-_POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_POD_NAME = DNS_SUBDOMAIN
 _SOURCES = ("http", "log")
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from gpu_eta.common.k8s_names import DNS_SUBDOMAIN
 from gpu_eta.exporter.collectors import ExporterError
 
 SCENARIO_VERSION = 1
@@ -33,7 +34,7 @@ MAX_GPUS = 64
 MAX_PODS = 4096
 MAX_CONTAINERS_PER_POD = 32
 PROFILE_KINDS = ("constant", "noise", "periodic", "steps")
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NAME_RE = DNS_SUBDOMAIN
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
     "": 1,

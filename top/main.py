@@ -21,13 +21,13 @@ import enum
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone, tzinfo
 
 from gpu_eta.common.durations import parse_duration
+from gpu_eta.common.k8s_names import DNS_LABEL
 from gpu_eta.forecaster.config import ConfigError
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
@@ -35,9 +35,6 @@ from gpu_eta.forecaster.series import Sample
 from gpu_eta.top.queries import queries
 from gpu_eta.top.render import render_json, render_plain, render_rich
 from gpu_eta.top.view import View, build_view, only_namespaces
-
-# a namespace's name: a DNS-1123 label (lower-case alphanumerics and '-', at most 63)
-_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class ExitCode(enum.IntEnum):
@@ -154,7 +151,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--interval must be > 0")
     args.namespaces = getattr(args, "namespaces", [])
     for ns in args.namespaces:
-        if not _NAMESPACE.fullmatch(ns):
+        if not DNS_LABEL.match(ns):
             p.error(f"--namespace {ns!r} is no Kubernetes namespace name (a DNS-1123 label)")
     if not 0 <= args.idle_threshold <= 1:
         p.error("--idle-threshold must be a ratio in 0..1")
