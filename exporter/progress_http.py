@@ -94,6 +94,11 @@ MAX_RATE_KEYS = 4096
 MAX_LOOKUPS = 4096
 
 
+def _who(pod: PodMeta) -> str:
+    """How a pod is named in the refusal log: ``namespace/name``."""
+    return f"{pod.namespace}/{pod.name}"
+
+
 class ProgressListener:
     """An asyncio HTTP endpoint in a background thread, feeding a ProgressStore.
 
@@ -138,8 +143,8 @@ class ProgressListener:
         self._lookups: OrderedDict[str, tuple[float, PodMeta | None]] = OrderedDict()
         self._lookup_ttl = lookup_ttl_seconds
         self._server: _Server | None = None
-        # (sender, result) -> when its refusal was last logged (``_refused``)
-        self._refusals_logged: OrderedDict[tuple[str, str], float] = OrderedDict()
+        # a line per (sender, result) per REFUSAL_LOG_SECONDS, and the addresses' budget
+        self._refusal_keys = TokenBuckets(1, REFUSAL_LOG_SECONDS, MAX_REFUSAL_KEYS)
         self._refusal_lines = TokenBuckets(REFUSAL_LOG_BURST, REFUSAL_LOG_REFILL_SECONDS, 1)
         self._refusals_unlogged = 0  # refusals due a line the budget did not allow
 
@@ -211,25 +216,22 @@ class ProgressListener:
         """Count a refusal, log it (rate-limited, ``REFUSAL_LOG_SECONDS``) and return
         the answer. ``sender`` is the pod (``namespace/name``, ``pod`` True) or, when
         none, the address. Only address senders share the line budget
-        (``REFUSAL_LOG_BURST``): a pod is one of this node's, and many addresses (a scan,
-        pods elsewhere posting to this node) must not take every line from it. ``text`` can echo the sender's body: it is logged as a bounded repr."""
+        (``REFUSAL_LOG_BURST``): a pod is one of this node's, and many addresses (a
+        scan, pods elsewhere posting to this node) must not take every line from it.
+        ``text`` can echo the sender's body: it is logged as a bounded repr."""
         self._count(result)
         now = time.monotonic()
         key = (sender, result)
+        unlogged = 0
         with self._lock:
-            last = self._refusals_logged.get(key)
-            due = last is None or now - last >= REFUSAL_LOG_SECONDS
-            if last is not None:  # remembered by its latest refusal, logged or not
-                self._refusals_logged.move_to_end(key)
+            # due when its window has passed (``wait_seconds`` also keeps the key as
+            # recently used: remembered by its latest refusal, logged or not)
+            due = self._refusal_keys.wait_seconds(key, now) == 0
             if due and not pod and not self._refusal_lines.take("all", now):
                 self._refusals_unlogged += 1
                 due = False
-            unlogged = 0
             if due:
-                self._refusals_logged[key] = now
-                self._refusals_logged.move_to_end(key)
-                while len(self._refusals_logged) > MAX_REFUSAL_KEYS:
-                    self._refusals_logged.popitem(last=False)
+                self._refusal_keys.take(key, now)
                 if not pod:  # an address's line carries the addresses' count
                     unlogged, self._refusals_unlogged = self._refusals_unlogged, 0
         if due:
@@ -312,7 +314,7 @@ class ProgressListener:
         pod, reason = self.sender(address)
         if pod is None:
             return self._refused(peer_address(address), "forbidden", 403, f"forbidden: {reason}")
-        who = f"{pod.namespace}/{pod.name}"
+        who = _who(pod)
         if length is None:
             return self._refused(
                 who, "malformed", 411, "malformed: Content-Length required", pod=True
@@ -466,7 +468,7 @@ class _Connection(asyncio.Protocol):
             # Logged as the pod when it is one (the lookup is cached a second per address)
             pod, _reason = self.listener.sender(self.ip)
             self.listener._refused(
-                f"{pod.namespace}/{pod.name}" if pod is not None else self.ip,
+                _who(pod) if pod is not None else self.ip,
                 "too_many_connections",
                 0,
                 "connection reset: over the connection caps",
@@ -478,7 +480,7 @@ class _Connection(asyncio.Protocol):
         self.server.connections.add(self)
         pod, reason = self.listener.sender(self.ip)
         if pod is not None:  # who its refusals are logged as (``_refuse``)
-            self.sender = f"{pod.namespace}/{pod.name}"
+            self.sender = _who(pod)
         if pod is None:  # refused at accept: no request of it is ever parsed
             self.listener._refused(self.ip, "forbidden", 403, f"forbidden: {reason}")
             if self.server.lingering >= MAX_REFUSED_LINGERING:

@@ -4,8 +4,8 @@ Why: ``run_id`` is a label of every ``gpu_eta_training_*`` series, so each new r
 a new set of series in Prometheus and a new run in the forecaster's history. A client
 that sends a fresh ``run_id`` with every report (a timestamp as id, a new reporter per
 step) made one series set per report per container: churn in the TSDB without bound
-and a history of one-point runs. ``RunStarts`` keeps a token bucket per store key
-(namespace, pod, container, source): a report that would start a run takes a token,
+and a history of one-point runs. The store keeps a token bucket per key (namespace,
+pod, container, source): a report that would start a run takes a token,
 and without one it is refused (``progress.TooManyRuns``: 429 on the wire, a skipped
 and counted line in the log collector). Reports that continue the stored run never
 take one, so a refusal costs the buggy sender only its new runs.
@@ -15,7 +15,7 @@ line's CRI timestamp), not the exporter's: a log read from behind (at start, aft
 burst) is judged by when its runs started, not by how fast the collector reads them.
 
 ``TokenBuckets`` is the bounded bucket map itself, also the progress port's per-pod
-rate limit.
+rate limit and its refusal log's.
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ from collections.abc import Hashable
 # minute, where a fresh id per report made 60.
 RUN_BURST = 10
 RUN_REFILL_SECONDS = 30.0
+# The same for runs the exporter reads out of one container's progress bars
+# (``ProgressStore.merge(derived=True)``): 10 at once, then one every 5 s. Why looser: such
+# runs are the exporter's split where a bar's counter goes back, and a job that runs
+# `for epoch: for batch in tqdm(loader)` restarts its bar every epoch; epochs of 5 s or
+# more pass. Why a cap at all: two processes writing bars into one container (DDP ranks)
+# go back on every other line, a new run each without one.
+DERIVED_RUN_BURST = 10
+DERIVED_RUN_REFILL_SECONDS = 5.0
 # Containers tracked at most (the store's own bound by default): past it the one that
 # last started (or tried to start) a run longest ago is forgotten (its next run finds a
 # full bucket), so a churning container stays tracked. The keys are real containers of
@@ -53,8 +61,8 @@ class TokenBuckets:
     ``refill_seconds``; at most ``max_keys`` keys, the least recently used dropped
     first. Not thread-safe: callers hold their own lock.
 
-    Also the progress port's per-pod rate limit (``progress_http``): one bounded,
-    tested bucket map rather than two.
+    Also the progress port's per-pod rate limit and the once-per-window of its refusal
+    log (``progress_http``): one bounded, tested bucket map rather than several.
     """
 
     def __init__(self, burst: float, refill_seconds: float, max_keys: int = DEFAULT_MAX_KEYS):
@@ -99,16 +107,3 @@ class TokenBuckets:
             )
             bucket.stamp = now
         return bucket
-
-
-class RunStarts(TokenBuckets):
-    """New runs per key (namespace, pod, container, source): ``RUN_BURST`` at once, one
-    more every ``RUN_REFILL_SECONDS``. The store calls it under its lock."""
-
-    def __init__(
-        self,
-        burst: int = RUN_BURST,
-        refill_seconds: float = RUN_REFILL_SECONDS,
-        max_keys: int = DEFAULT_MAX_KEYS,
-    ):
-        super().__init__(burst, refill_seconds, max_keys)

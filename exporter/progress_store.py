@@ -47,7 +47,13 @@ from gpu_eta.exporter.progress_journal import (
     is_torn,
     iter_journal,
 )
-from gpu_eta.exporter.progress_runs import RunStarts
+from gpu_eta.exporter.progress_runs import (
+    DERIVED_RUN_BURST,
+    DERIVED_RUN_REFILL_SECONDS,
+    RUN_BURST,
+    RUN_REFILL_SECONDS,
+    TokenBuckets,
+)
 from gpu_eta.exporter.progress_state_file import (
     SOURCES,
     STATE_VERSION,
@@ -67,14 +73,6 @@ from gpu_eta.exporter.readings import Progress
 log = logging.getLogger(__name__)
 
 HTTP_PRECEDENCE_SECONDS = 600.0
-# New runs the exporter may read out of one container's progress bars (``merge(derived=)``):
-# 10 at once, then one every 5 s. Why looser than a sender's (``progress_runs``): such
-# runs are the exporter's split where a bar's counter goes back, and a job that runs
-# `for epoch: for batch in tqdm(loader)` restarts its bar every epoch; epochs of 5 s or
-# more pass. Why a cap at all: two processes writing bars into one container (DDP ranks)
-# go back on every other line, a new run each without one.
-DERIVED_RUN_BURST = 10
-DERIVED_RUN_REFILL_SECONDS = 5.0
 DEFAULT_MAX_ENTRIES = 4096
 # While not persisting, going back to the files is tried at most this often
 RECOVER_INTERVAL_SECONDS = 30.0
@@ -132,10 +130,10 @@ class ProgressStore:
         self._last_save = clock()
         self._entries: dict[Key, Progress] = {}
         self._max_entries = max_entries
-        self._runs = RunStarts(max_keys=max_entries)  # new runs per key (under the lock)
-        # the same for runs the exporter reads out of progress bars (``merge(derived=)``)
-        self._derived_runs = RunStarts(
-            DERIVED_RUN_BURST, DERIVED_RUN_REFILL_SECONDS, max_keys=max_entries
+        # new runs per key (under the lock), and those read out of progress bars
+        self._runs = TokenBuckets(RUN_BURST, RUN_REFILL_SECONDS, max_entries)
+        self._derived_runs = TokenBuckets(
+            DERIVED_RUN_BURST, DERIVED_RUN_REFILL_SECONDS, max_entries
         )
         self._state_path = Path(state_path) if state_path is not None else None
         self._dirty = False
@@ -675,7 +673,7 @@ class ProgressStore:
             )
 
 
-def _too_many_runs(new: Progress, named: bool, runs: RunStarts, key: Key, now: float) -> str:
+def _too_many_runs(new: Progress, named: bool, runs: TokenBuckets, key: Key, now: float) -> str:
     """The one-line reason a run was not started, for its sender (or the log); with
     a ``run_id`` the sender ``named``, what it most likely does wrong."""
     wait = runs.wait_seconds(key, now)

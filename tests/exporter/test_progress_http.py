@@ -407,9 +407,10 @@ def test_refusals_are_logged_per_sender_and_reason_once_per_window(listener, cap
     assert post(listener, {"epoch": -1})[0] == 400
     assert len(refusals()) == 4  # the window passed: logged again
     monkeypatch.setattr(progress_http, "MAX_REFUSAL_KEYS", 2)
+    bounded = ProgressListener("127.0.0.1", 0, ProgressStore(), lambda _ip: None, lambda: [])
     for i in range(5):
-        listener._refused(f"10.0.0.{i}", "forbidden", 403, "forbidden: x")
-    assert len(listener._refusals_logged) == 2
+        bounded._refused(f"10.0.0.{i}", "forbidden", 403, "forbidden: x")
+    assert len(bounded._refusal_keys) == 2
 
 
 def test_the_rate_limit_remembers_pods_up_to_its_bound_oldest_forgotten(pods, monkeypatch):

@@ -19,7 +19,7 @@ import pytest
 from gpu_eta.exporter.collectors.logs import LogProgressCollector
 from gpu_eta.exporter.progress import Report, TooManyRuns
 from gpu_eta.exporter.progress_http import ProgressListener
-from gpu_eta.exporter.progress_runs import RUN_BURST, RUN_REFILL_SECONDS, RunStarts
+from gpu_eta.exporter.progress_runs import RUN_BURST, RUN_REFILL_SECONDS, TokenBuckets
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from tests.support.clock import Clock
@@ -171,7 +171,7 @@ def test_a_refused_run_is_not_journaled(tmp_path):
 
 
 def test_the_bookkeeping_is_bounded_and_keeps_the_busiest_containers():
-    runs = RunStarts(burst=1, refill_seconds=60, max_keys=3)
+    runs = TokenBuckets(burst=1, refill_seconds=60, max_keys=3)
     assert runs.take("churner", 0) and not runs.take("churner", 0)  # its one run taken
     for i in range(100):  # a hundred other containers start a run each, within 10 s
         assert runs.take(f"c{i}", i / 10)
