@@ -60,6 +60,7 @@ _REQ = f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
 _GPU_PODS = f"and on (uid) {_REQ}"
 _PENDING = 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
 _ALLOCATABLE = f'kube_node_status_allocatable{{resource=~"{GPU_RESOURCES}"}}'
+_GPU_NODES = f"and on (node) {_ALLOCATABLE}"
 
 
 def _tagged(label: str, parts: Mapping[str, str]) -> str:
@@ -105,10 +106,10 @@ NODES = (
 NODE_STATE = _tagged(
     "state",
     {
-        "cordoned": f"max by (node) (kube_node_spec_unschedulable) == 1 and on (node) {_ALLOCATABLE}",
+        "cordoned": f"max by (node) (kube_node_spec_unschedulable) == 1 {_GPU_NODES}",
         "not_ready": (
             'max by (node) (kube_node_status_condition{condition="Ready",status="true"}) == 0 '
-            f"and on (node) {_ALLOCATABLE}"
+            + _GPU_NODES
         ),
     },
 )
