@@ -234,18 +234,10 @@ def _placeable(node: Node, resource: str, product: str) -> bool:
     return node.schedulable and _suitable(node, resource, product)
 
 
-def fits_somewhere(
-    nodes: Sequence[Node],
-    resource: str,
-    product: str,
-    units: int,
-    only_schedulable: bool = False,
-) -> bool:
-    """True when some suitable node could hold ``units`` with nothing else on it
-    (with ``only_schedulable``, only among nodes that take new pods now)."""
+def fits_somewhere(nodes: Sequence[Node], resource: str, product: str, units: int) -> bool:
+    """True when some suitable node could hold ``units`` with nothing else on it."""
     return any(
-        (n.schedulable or not only_schedulable)
-        and _suitable(n, resource, product)
+        _suitable(n, resource, product)
         and (n.whole(resource) >= units or (units == 1 and n.shared.get(resource, 0) > 0))
         for n in nodes
     )
@@ -301,10 +293,8 @@ def replay(
     fit_ok = [fits_somewhere(nodes, it.resource, it.product, it.units) for it in items]
     # fits a node that takes new pods now: only these wait for GPUs (the others wait for
     # a node to be uncordoned or Ready again, which no replay can time)
-    place_ok = [
-        fits_somewhere(nodes, it.resource, it.product, it.units, only_schedulable=True)
-        for it in items
-    ]
+    open_nodes = [n for n in nodes if n.schedulable]
+    place_ok = [fits_somewhere(open_nodes, it.resource, it.product, it.units) for it in items]
     candidates = [
         [k for k, n in enumerate(nodes) if _placeable(n, it.resource, it.product)] for it in items
     ]
@@ -312,8 +302,7 @@ def replay(
     future = [
         (a, [k for k, n in enumerate(nodes) if _placeable(n, a.resource, a.product)])
         for a in arrivals
-        if a.rate_per_second > 0
-        and fits_somewhere(nodes, a.resource, a.product, a.units, only_schedulable=True)
+        if a.rate_per_second > 0 and fits_somewhere(open_nodes, a.resource, a.product, a.units)
     ]
     starts: list[list[float]] = [[] for _ in items]
     for _ in range(n_samples):
