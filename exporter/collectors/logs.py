@@ -115,6 +115,15 @@ class _Follower:
     head: bytes = b""  # first bytes: if they change, the file was truncated and rewritten
 
 
+def _first_level(named: set[str], name: str, bound: int) -> int:
+    """WARNING the first time ``name`` is said (remembered in ``named``, at most
+    ``bound`` names: past it, and for a name said before, DEBUG)."""
+    if name in named or len(named) >= bound:
+        return logging.DEBUG
+    named.add(name)
+    return logging.WARNING
+
+
 class LogProgressCollector:
     """Feeds progress found in container logs into the ``ProgressStore`` (source ``log``)."""
 
@@ -239,10 +248,7 @@ class LogProgressCollector:
         """
         name = str(path)
         if name not in self._warned_directories:
-            level = logging.DEBUG
-            if len(self._warned_directories) < _MAX_WARNED_DIRECTORIES:
-                self._warned_directories.add(name)
-                level = logging.WARNING
+            level = _first_level(self._warned_directories, name, _MAX_WARNED_DIRECTORIES)
             log.log(
                 level,
                 "logs: %r is no container name (a DNS-1123 label): not read",
@@ -422,10 +428,7 @@ class LogProgressCollector:
         container.
         """
         name = "/".join(key)
-        level = logging.DEBUG
-        if name not in self._warned_runs and len(self._warned_runs) < _MAX_WARNED_CONTAINERS:
-            self._warned_runs.add(name)
-            level = logging.WARNING
+        level = _first_level(self._warned_runs, name, _MAX_WARNED_CONTAINERS)
         log.log(level, "logs: %s: a line skipped, counted too_many_runs: %s", name, err)
 
     # -- lines -----------------------------------------------------------------------
