@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from gpu_eta.exporter import progress_http
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress_http import HOST_NETWORK_ANNOTATION, ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from tests.support.clock import Clock
 
 POD_A = PodMeta(
     "team-a", "trainer-a", "uid-a", ip="127.0.0.2", container_ids={"main": "c1", "sidecar": "c2"}
@@ -301,8 +303,6 @@ def test_connections_over_the_caps_are_counted(listener, monkeypatch):
     accept): it is counted, so the metric shows pods that cannot get in."""
     import socket
 
-    from gpu_eta.exporter import progress_http
-
     held = []
     try:
         for _ in range(progress_http.MAX_CONNECTIONS_PER_ADDRESS):
@@ -378,18 +378,29 @@ def test_host_network_opt_in_works_with_the_real_pod_cache(tmp_path):
     assert on.sender("127.0.0.2")[0].name == "trainer"
 
 
-def test_refusals_are_logged_per_sender_and_reason_once_per_window(listener, caplog, monkeypatch):
+@pytest.fixture
+def refusal_log(caplog, monkeypatch) -> tuple[Clock, Callable[..., list[str]]]:
+    """The listener's log lines (``lines(prefix)``) on a hand-set monotonic clock."""
+    caplog.set_level("WARNING", logger="gpu_eta.exporter.progress_http")
+    clock = Clock(1000.0)
+    monkeypatch.setattr(progress_http.time, "monotonic", clock)
+
+    def lines(prefix: str = "progress: ") -> list[str]:
+        return [r.getMessage() for r in caplog.records if prefix in r.getMessage()]
+
+    return clock, lines
+
+
+def test_refusals_are_logged_per_sender_and_reason_once_per_window(
+    listener, refusal_log, monkeypatch
+):
     """A refused report is logged naming the pod (or the address) and why, once per
     sender and result in ``REFUSAL_LOG_SECONDS``; the sender's text is logged as a
     bounded repr (no line of its own); the memory of what was logged is bounded."""
-    from gpu_eta.exporter import progress_http
-
-    caplog.set_level("WARNING", logger="gpu_eta.exporter.progress_http")
-    clock = [1000.0]
-    monkeypatch.setattr(progress_http.time, "monotonic", lambda: clock[0])
+    clock, lines_with = refusal_log
 
     def refusals() -> list[str]:
-        return [r.getMessage() for r in caplog.records if "progress: refused" in r.getMessage()]
+        return lines_with("progress: refused")
 
     for _ in range(3):
         assert post(listener, {"epoch": -1})[0] == 400
@@ -403,7 +414,7 @@ def test_refusals_are_logged_per_sender_and_reason_once_per_window(listener, cap
     assert "team-b/trainer-b (invalid)" in lines[2]
     assert all("\n" not in line and "\x1b" not in line for line in lines)
     assert listener.counts()["invalid"] == 5  # every refusal counted, logged or not
-    clock[0] += progress_http.REFUSAL_LOG_SECONDS
+    clock.now += progress_http.REFUSAL_LOG_SECONDS
     assert post(listener, {"epoch": -1})[0] == 400
     assert len(refusals()) == 4  # the window passed: logged again
     monkeypatch.setattr(progress_http, "MAX_REFUSAL_KEYS", 2)
@@ -417,8 +428,6 @@ def test_the_rate_limit_remembers_pods_up_to_its_bound_oldest_forgotten(pods, mo
     """The per-pod buckets are bounded (``MAX_RATE_KEYS``) by forgetting the pod that
     reported least recently, not by wiping every pod's bucket at once (which handed a
     flooding pod a fresh burst whenever the map filled)."""
-    from gpu_eta.exporter import progress_http
-
     monkeypatch.setattr(progress_http, "MAX_RATE_KEYS", 2)
     lst = ProgressListener(
         "127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, burst=2, rate_per_second=1e-6
@@ -431,26 +440,17 @@ def test_the_rate_limit_remembers_pods_up_to_its_bound_oldest_forgotten(pods, mo
     assert lst._allow(flood) is False
 
 
-def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(
-    listener, caplog, monkeypatch
-):
+def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(listener, refusal_log):
     """Many senders cost log lines at a fixed rate (``REFUSAL_LOG_BURST``, then one per
     ``REFUSAL_LOG_REFILL_SECONDS``), the next line saying how many were not logged; a
     pod's refusal at the protocol level (a wrong path) names the pod, not its address."""
-    from gpu_eta.exporter import progress_http
-
-    caplog.set_level("WARNING", logger="gpu_eta.exporter.progress_http")
-    clock = [1000.0]
-    monkeypatch.setattr(progress_http.time, "monotonic", lambda: clock[0])
-
-    def lines() -> list[str]:
-        return [r.getMessage() for r in caplog.records if "progress: " in r.getMessage()]
+    clock, lines = refusal_log
 
     for i in range(100):
         listener._refused(f"10.1.{i // 250}.{i % 250}", "forbidden", 403, "forbidden: x")
     assert len(lines()) == progress_http.REFUSAL_LOG_BURST
     assert listener.counts()["forbidden"] == 100  # every one counted
-    clock[0] += progress_http.REFUSAL_LOG_REFILL_SECONDS
+    clock.now += progress_http.REFUSAL_LOG_REFILL_SECONDS
     listener._refused("10.2.0.1", "forbidden", 403, "forbidden: x")
     assert "; 80 refusals from addresses not logged before this (log budget)" in lines()[-1]
     # a pod's refusal is never kept from the log by strangers using up the budget
@@ -461,13 +461,13 @@ def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(
     # what the budget left unlogged is said on the next poll once a line is allowed,
     # even with no later refusal
     assert not any("not logged (log budget" in line for line in lines())
-    clock[0] += progress_http.REFUSAL_LOG_REFILL_SECONDS
+    clock.now += progress_http.REFUSAL_LOG_REFILL_SECONDS
     listener.poll()
     assert "progress: 30 refusals from addresses that are no pod not logged" in lines()[-1]
     listener.poll()  # said once
     assert sum("that are no pod not logged" in line for line in lines()) == 1
 
-    clock[0] += progress_http.REFUSAL_LOG_SECONDS  # the budget full again
+    clock.now += progress_http.REFUSAL_LOG_SECONDS  # the budget full again
     conn = http.client.HTTPConnection(
         "127.0.0.1", listener.port, timeout=10, source_address=("127.0.0.2", 0)
     )
@@ -488,8 +488,6 @@ def test_a_rate_that_is_no_rate_is_refused_at_construction(pods, rate):
 def test_the_lookup_cache_forgets_the_oldest_address_not_all(pods, monkeypatch):
     """Past ``MAX_LOOKUPS`` addresses the oldest looked up is forgotten; the pods that
     report are still answered from the cache (a scan used to empty it whole)."""
-    from gpu_eta.exporter import progress_http
-
     monkeypatch.setattr(progress_http, "MAX_LOOKUPS", 3)
     asked: list[str] = []
 
