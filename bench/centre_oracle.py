@@ -52,10 +52,10 @@ from forecast_accuracy import (
     load_corpora,
 )
 
-from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.calibration import POINTS, progress_point
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import InsufficientData
-from gpu_eta.forecaster.estimators.choice import rate_candidates
+from gpu_eta.forecaster.estimators.choice import DEFAULTS, rate_candidates, situation
 from gpu_eta.forecaster.evaluate import Replay, identity_key, replay_events
 from gpu_eta.forecaster.runs import Run
 
@@ -132,6 +132,25 @@ def candidates(model, part: Run) -> dict[str, float]:
     return out
 
 
+def blend_info(model, part: Run) -> dict:
+    """What the blend weighed at this moment, for trying other rules of weighing
+    (bench/blend_rules.py): the prior's weight and both parts' log-sds as weighed, and
+    the share of the published centre that is the blend's (the chosen option's weight
+    on it; the rest is analogs or rates)."""
+    parts, raw = model.blend_parts(part)
+    point = progress_point(part.progress_ratio)
+    name = situation(model.analog_.estimate(part) is not None, parts.prior_level)
+    option = model.choice_[name].get(point, DEFAULTS[name])
+    return {
+        "method": raw.method,
+        "w_p": raw.prior_weight,
+        "s_p": raw.prior_sigma,
+        "s_r": raw.rate_sigma,
+        "situation": name,
+        "share": sum(weight for option_name, weight in option if option_name == "blend"),
+    }
+
+
 def speed_change(part: Run, run: Run) -> float | None:
     """log(mean seconds per remaining epoch / median seconds per epoch of the last
     three intervals seen): how the speed changed after the forecast."""
@@ -199,6 +218,7 @@ def collect(parts: Sequence[Sequence[Run]]) -> list[dict]:
                     "truth": truth,
                     "gpu_eta": model.predict(part, ts).p50,
                     "cands": candidates(model, part),
+                    "blend": blend_info(model, part),
                     "base": base,
                     "pace": paced,
                     "history": (seen.get(key, 0) if key is not None else 0) > 0,

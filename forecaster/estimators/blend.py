@@ -41,6 +41,10 @@ class RawEstimate:
     method: str  # "rate", "prior" or "blend"
     n_obs: int
     prior_weight: float
+    # the two parts' log-sds as weighed (floors and tuned scales applied; rate None when
+    # the prior stands alone): what a bench needs to try another rule of combining them
+    prior_sigma: float = math.nan
+    rate_sigma: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +94,7 @@ class Components:
             # against a rate"; applied to a prior standing alone it made a
             # history-only P90 hours past a P50 of minutes (×8 at 0 % progress).
             alone = max(min(s_p, self.prior_sigma), self.prior_floor)
-            return RawEstimate(self.prior_center, alone, "prior", self.prior_n, 1.0)
+            return RawEstimate(self.prior_center, alone, "prior", self.prior_n, 1.0, alone)
         _center, scale, n_eff, n = self.rate
         mu_r = self.rate_center
         s_r = max(rate_sigma(scale, n_eff, self.remaining, self.done, drift, n), self.rate_floor)
@@ -98,7 +102,7 @@ class Components:
         if self.prior_mix is not None and self.prior_level == "job_batch":
             w_p = self.prior_mix
             mu = w_p * self.prior_center + (1.0 - w_p) * mu_r
-        return RawEstimate(mu, sigma, "blend", n, w_p)
+        return RawEstimate(mu, sigma, "blend", n, w_p, s_p, s_r)
 
 
 def combine_many(
