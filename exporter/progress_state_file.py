@@ -219,20 +219,6 @@ def clear_path(path: Path, why: str) -> tuple[bool, str]:
     return True, f"{path.name} moved to {aside} (kept for a human)"
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make a rename durable (the directory entry), where the platform allows."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _open_nonblocking(path: str, flags: int) -> int:
     """``open`` opener: O_NONBLOCK, so opening a FIFO put at the path does not wait
     for a writer (it is then refused as not a regular file)."""

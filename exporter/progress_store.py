@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from gpu_eta.common.atomic_file import write_atomically
 from gpu_eta.exporter import progress_journal
 from gpu_eta.exporter.progress import (
     Report,
@@ -61,7 +60,6 @@ from gpu_eta.exporter.progress_state_file import (
     StateFile,
     Stored,
     clear_path,
-    fsync_dir,
     parse_state,
     progress_from_row,
     progress_to_row,
@@ -509,19 +507,16 @@ class ProgressStore:
             self._dirty = False
         path = self._state_path
         assert path is not None
+        state = {"version": STATE_VERSION, "journal_seq": seq, "progress": rows}
+
+        def dump(tmp: Path) -> None:
+            with open(tmp, "w") as fh:
+                json.dump(state, fh)
+
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump({"version": STATE_VERSION, "journal_seq": seq, "progress": rows}, fh)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
-                fsync_dir(path.parent)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            # private (0600): it names every pod's runs; durable: it replaces the journal
+            write_atomically(path, dump, durable=True, mode=0o600)
         except OSError:
             with self._lock:
                 self._dirty = True

@@ -55,7 +55,7 @@ from typing import TextIO
 
 import numpy as np
 
-from gpu_eta.forecaster.atomic_file import write_atomically
+from gpu_eta.common.atomic_file import write_atomically
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator

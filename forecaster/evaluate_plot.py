@@ -67,7 +67,7 @@ def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
     matplotlib.use("Agg")  # a file, never a window: works on a server without a display
     import matplotlib.pyplot as plt
 
-    from gpu_eta.forecaster.atomic_file import write_atomically
+    from gpu_eta.common.atomic_file import write_atomically
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
     try:  # closed whatever fails: pyplot keeps every open figure alive

@@ -1,0 +1,79 @@
+"""Write a file whole or not at all: through a temporary file renamed over it.
+
+Why one module for the whole project: ``evaluate`` writes its predictions and its PNG
+this way, and the exporter its progress state file; each needs a reader (or the next
+start) never to see half a file and a failure to leave what was there. The exporter's
+state also has to survive a power cut once written (``durable``); an output file a
+user asked for does not need the two extra syncs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read once, at import: the mode a new file would have had
+
+
+def write_atomically(
+    path: Path,
+    write: Callable[[Path], None],
+    *,
+    durable: bool = False,
+    mode: int | None = None,
+) -> None:
+    """``write(tmp)``, then rename ``tmp`` over ``path``: a reader never sees half a
+    file and a failure leaves what ``path`` held.
+
+    The temporary file is a new, uniquely named one beside the target (never a
+    user's ``OUT.tmp``, never another run's), removed on any failure, Ctrl-C too (a
+    full disk must not be left fuller by our leftovers); a symlink is written through
+    to its file, as ``open(path, "w")`` would, not replaced by a file. The result has
+    ``mode``, by default the mode a file created by ``open`` would have. ``durable``:
+    the data is synced before the rename and the directory after it, so that once this
+    returns the new content survives a crash of the machine (without it a crash soon
+    after may leave an empty file under the new name on some file systems).
+    """
+    target = Path(os.path.realpath(path))
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        os.chmod(tmp, (0o666 & ~_UMASK) if mode is None else mode)
+        write(tmp)
+        if durable:
+            _fsync_file(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    if durable:
+        fsync_dir(target.parent)
+
+
+def _fsync_file(path: Path) -> None:
+    """Flush ``path``'s data to the device (a read-only descriptor suffices on Linux)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename durable (the directory entry), where the platform allows."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
