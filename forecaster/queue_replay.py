@@ -32,6 +32,33 @@ A node that is cordoned or not Ready (``Node.schedulable`` False) takes no new p
 its pods run on and free their units there for nobody. A pod that would fit only on
 such nodes gets no time (``no_schedulable_node``): it waits for an admin, not for GPUs.
 
+Taints and tolerations: a pod may land on a node only if it tolerates each of the
+node's taints whose effect is ``NoSchedule`` or ``NoExecute`` (``PreferNoSchedule`` is
+a preference of the scoring: ignored), matched as kube-scheduler does
+(``Toleration.tolerates``). A node whose taints a pod does not tolerate is not
+suitable for it, as a node of another GPU type is not: a pod that fits no node it
+tolerates is ``never_fits`` (the pod's tolerations or the node pool must change: a
+standing policy, not a wait), and ``no_schedulable_node`` stays for a pod that fits
+only tolerated nodes that are cordoned or not Ready. The taints Kubernetes sets
+itself from a node's state (keys under ``node.kubernetes.io/`` and
+``node.cloudprovider.kubernetes.io/``: not-ready, unreachable, unschedulable, the
+pressure conditions) are left out (``policy_taints``): cordon and not-ready are
+``Node.schedulable`` already, read from the node's spec and Ready condition, and a
+pod kept off a node by them waits for the node, not for a toleration; the pressure
+conditions pass (a pod is predicted too early while they last).
+
+Whose tolerations are known: a ``PendingPod`` with ``tolerations`` None (KSM exports
+none: ``kube_pod_tolerations`` dropped, or KSM before 2.6) is placed as if it tolerated
+every taint, what the replay did before it read taints. Predicting instead that such
+pods fit no tainted node would be wrong on the common clusters whose GPU nodes carry
+``nvidia.com/gpu:NoSchedule`` and whose pods get the matching toleration from the
+``ExtendedResourceToleration`` admission plugin. Pods arriving later (``Arrival``) are
+measured on every GPU pod created, wherever it landed, so they too are placed on every
+node whatever its taints. A request made now has no tolerations of its own but the one
+that plugin would add (``Exists`` on the taint named after its resource, ``NoSchedule``):
+it starts only on nodes without other ``NoSchedule``/``NoExecute`` taints, and a GPU
+type offered only by tainted nodes (a team's dedicated pool) gets no request.
+
 Time-sliced GPUs: the NVIDIA device plugin advertises each replica as one
 ``nvidia.com/gpu`` unit in the node's allocatable, and a pod holds as many units as
 it requests. ``Node.shared`` says how many of those units are replicas of a shared
@@ -43,8 +70,10 @@ Not modelled (each shows as an error of the prediction, not as a failure):
 preemption (a high-priority pod that evicts a running one starts earlier than
 predicted, and the evicted pod's neighbours' predictions are late), batch queueing and
 gang scheduling (Kueue's quotas, all-or-nothing groups start later than the sum of
-their pods), taints other than cordon and not-ready, node affinity other than the GPU
-product, CPU/memory shortages, and pods arriving after now (they can only take GPUs
+their pods), the node-pressure taints (memory, disk, PID), the taints a pod whose
+tolerations are unknown or a pod arriving after now does not tolerate (both are placed
+as if they tolerated every taint), node affinity other than the GPU product,
+CPU/memory shortages, and pods arriving after now (they can only take GPUs
 from pods behind them in the order, or from later requests). A ``ResourceQuota`` holds
 no pod here: it refuses a pod over it when the pod is created, so such a pod never
 queues.
@@ -57,6 +86,7 @@ import heapq
 import json
 import math
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -74,6 +104,22 @@ NEVER_FITS = "never_fits"
 BEYOND_HORIZON = "beyond_horizon"
 NO_SCHEDULABLE_NODE = "no_schedulable_node"  # fits only on cordoned or NotReady nodes
 STATUSES = (PREDICTED, SCHEDULED, NEVER_FITS, BEYOND_HORIZON, NO_SCHEDULABLE_NODE)
+
+# taint effects (Kubernetes' spelling); only the first two keep a pod off a node
+NO_SCHEDULE = "NoSchedule"
+NO_EXECUTE = "NoExecute"
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
+EFFECTS = (NO_SCHEDULE, NO_EXECUTE, PREFER_NO_SCHEDULE)
+BLOCKING_EFFECTS = (NO_SCHEDULE, NO_EXECUTE)
+# toleration operators; "" (unset) is Equal
+EQUAL = "Equal"
+EXISTS = "Exists"
+OPERATORS = ("", EQUAL, EXISTS)
+# taints Kubernetes sets from a node's state (not-ready, unschedulable, pressure...):
+# ``Node.schedulable`` stands for the ones that matter (module docstring)
+NODE_STATE_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+
+Taint = tuple[str, str, str]  # key, value, effect
 
 
 # the calibrator's saved form (``StartCalibrator.to_json`` / ``parse_calibration``)
@@ -101,6 +147,7 @@ class Node:
     product: str = ""  # nvidia.com/gpu.product label value; "" when not exposed
     shared: Mapping[str, int] = field(default_factory=dict)  # of which time-sliced replicas
     schedulable: bool = True
+    taints: tuple[Taint, ...] = ()  # (key, value, effect), as ``kube_node_spec_taint``
 
     def whole(self, resource: str) -> int:
         """Units of ``resource`` that are whole devices (a multi-unit pod can use them)."""
@@ -127,8 +174,39 @@ class Holder:
 
 
 @dataclass(frozen=True, slots=True)
+class Toleration:
+    """One toleration of a pod, as ``kube_pod_tolerations`` shows it.
+
+    ``operator`` "" (unset) means ``Equal``; ``key`` "" (with ``Exists``) matches every
+    key; ``effect`` "" matches every effect.
+    """
+
+    key: str = ""
+    operator: str = EQUAL
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' ``Toleration.ToleratesTaint``: effect and key match when set,
+        then ``Exists`` matches any value and ``Equal`` the same value; any other
+        operator tolerates nothing."""
+        key, value, effect = taint
+        if self.effect and self.effect != effect:
+            return False
+        if self.key and self.key != key:
+            return False
+        if self.operator == EXISTS:
+            return True
+        return self.operator in ("", EQUAL) and self.value == value
+
+
+@dataclass(frozen=True, slots=True)
 class PendingPod:
-    """A pod waiting for GPUs; ``product`` "" means any GPU type will do."""
+    """A pod waiting for GPUs; ``product`` "" means any GPU type will do.
+
+    ``tolerations`` None: not known (kube-state-metrics exports none), so every taint
+    is taken as tolerated (module docstring); () : the pod tolerates nothing.
+    """
 
     namespace: str
     pod: str
@@ -137,6 +215,7 @@ class PendingPod:
     created: float
     priority: int = 0
     product: str = ""
+    tolerations: tuple[Toleration, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,32 +304,91 @@ def _order(pods: Sequence[PendingPod]) -> list[PendingPod]:
     return sorted(pods, key=lambda p: (-p.priority, p.created, p.namespace, p.pod))
 
 
-def _suitable(node: Node, resource: str, product: str) -> bool:
-    return node.allocatable.get(resource, 0) > 0 and (not product or node.product == product)
+def policy_taints(node: Node) -> tuple[Taint, ...]:
+    """The taints of ``node`` that keep off pods not tolerating them: effect
+    ``NoSchedule`` or ``NoExecute``, and not one Kubernetes sets from the node's state
+    (``NODE_STATE_TAINT_PREFIXES``; cordon and not-ready are ``Node.schedulable``)."""
+    return tuple(
+        t
+        for t in node.taints
+        if t[2] in BLOCKING_EFFECTS and not t[0].startswith(NODE_STATE_TAINT_PREFIXES)
+    )
 
 
-def _placeable(node: Node, resource: str, product: str) -> bool:
-    """Whether a new pod of this resource and product may land on ``node`` now."""
-    return node.schedulable and _suitable(node, resource, product)
+def tolerated(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
+    """Whether a pod with ``tolerations`` may land on ``node`` as far as taints go
+    (None: tolerations unknown, every taint passes)."""
+    if tolerations is None:
+        return True
+    return all(any(t.tolerates(taint) for t in tolerations) for taint in policy_taints(node))
 
 
-def fits_somewhere(nodes: Sequence[Node], resource: str, product: str, units: int) -> bool:
-    """True when some suitable node could hold ``units`` with nothing else on it."""
+_INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def request_tolerations(nodes: Sequence[Node], resource: str) -> tuple[Toleration, ...]:
+    """What a request made now for ``resource`` tolerates: what Kubernetes'
+    ``ExtendedResourceToleration`` admission plugin adds to a pod asking for an
+    extended resource, ``Exists`` on the taint named after it with ``NoSchedule``
+    (``nvidia.com/gpu`` for ``nvidia_com_gpu``: the taint keys on ``nodes`` whose
+    KSM-sanitised form is ``resource``). Nothing else: a request has no tolerations."""
+    keys = {
+        t[0] for n in nodes for t in n.taints if _INVALID_LABEL_CHARS.sub("_", t[0]) == resource
+    }
+    return tuple(Toleration(k, EXISTS, "", NO_SCHEDULE) for k in sorted(keys))
+
+
+def _suitable(
+    node: Node, resource: str, product: str, tolerations: Sequence[Toleration] | None = None
+) -> bool:
+    return (
+        node.allocatable.get(resource, 0) > 0
+        and (not product or node.product == product)
+        and tolerated(node, tolerations)
+    )
+
+
+def _placeable(
+    node: Node, resource: str, product: str, tolerations: Sequence[Toleration] | None = None
+) -> bool:
+    """Whether a new pod of this resource, product and tolerations may land on ``node`` now."""
+    return node.schedulable and _suitable(node, resource, product, tolerations)
+
+
+def fits_somewhere(
+    nodes: Sequence[Node],
+    resource: str,
+    product: str,
+    units: int,
+    tolerations: Sequence[Toleration] | None = None,
+) -> bool:
+    """True when some suitable node (of the type, whose taints are tolerated) could
+    hold ``units`` with nothing else on it."""
     return any(
-        _suitable(n, resource, product)
+        _suitable(n, resource, product, tolerations)
         and (n.whole(resource) >= units or (units == 1 and n.shared.get(resource, 0) > 0))
         for n in nodes
     )
 
 
+def _tolerations_of(
+    item: PendingPod | Request, nodes: Sequence[Node]
+) -> tuple[Toleration, ...] | None:
+    if isinstance(item, Request):
+        return request_tolerations(nodes, item.resource)
+    return item.tolerations
+
+
 def default_requests(nodes: Sequence[Node], sizes: Sequence[int] = REQUEST_SIZES) -> list[Request]:
-    """One request per (GPU product, resource) seen on the nodes and per size that fits."""
+    """One request per (GPU product, resource) seen on the nodes and per size that fits
+    a node the request may use (``request_tolerations``)."""
     out = []
     for product, resource in sorted(
         {(n.product, r) for n in nodes if n.product for r, v in n.allocatable.items() if v > 0}
     ):
+        tolerations = request_tolerations(nodes, resource)
         for size in sizes:
-            if fits_somewhere(nodes, resource, product, size):
+            if fits_somewhere(nodes, resource, product, size, tolerations):
                 out.append(Request(product, resource, size))
     return out
 
@@ -290,20 +428,32 @@ def replay(
         queue.append(((-r.priority, math.inf), len(ordered) + j, r))
     queue.sort(key=lambda e: (e[0], e[1]))
     items = [e[2] for e in queue]
-    fit_ok = [fits_somewhere(nodes, it.resource, it.product, it.units) for it in items]
+    tolerations = [_tolerations_of(it, nodes) for it in items]
+    fit_ok = [
+        fits_somewhere(nodes, it.resource, it.product, it.units, tol)
+        for it, tol in zip(items, tolerations, strict=True)
+    ]
     # fits a node that takes new pods now: only these wait for GPUs (the others wait for
     # a node to be uncordoned or Ready again, which no replay can time)
     open_nodes = [n for n in nodes if n.schedulable]
-    place_ok = [fits_somewhere(open_nodes, it.resource, it.product, it.units) for it in items]
-    candidates = [
-        [k for k, n in enumerate(nodes) if _placeable(n, it.resource, it.product)] for it in items
+    place_ok = [
+        fits_somewhere(open_nodes, it.resource, it.product, it.units, tol)
+        for it, tol in zip(items, tolerations, strict=True)
     ]
+    shapes = _Shapes()
+    candidates: list[Sequence[int]] = []
+    shape_of: list[Shape] = []
+    for it, tol in zip(items, tolerations, strict=True):
+        cand = [k for k, n in enumerate(nodes) if _placeable(n, it.resource, it.product, tol)]
+        candidates.append(cand)
+        shape_of.append(shapes.of(it.resource, it.units, cand))
     horizon = now + horizon_seconds
-    future = [
-        (a, [k for k, n in enumerate(nodes) if _placeable(n, a.resource, a.product)])
-        for a in arrivals
-        if a.rate_per_second > 0 and fits_somewhere(open_nodes, a.resource, a.product, a.units)
-    ]
+    # arrivals are measured on every GPU pod, wherever it landed: every taint passes
+    future = []
+    for a in arrivals:
+        if a.rate_per_second > 0 and fits_somewhere(open_nodes, a.resource, a.product, a.units):
+            cand = [k for k, n in enumerate(nodes) if _placeable(n, a.resource, a.product)]
+            future.append((a, cand, shapes.of(a.resource, a.units, cand)))
     starts: list[list[float]] = [[] for _ in items]
     for _ in range(n_samples):
         for k, t in enumerate(
@@ -314,6 +464,7 @@ def replay(
                 items,
                 place_ok,
                 candidates,
+                shape_of,
                 future,
                 max_arrivals,
                 placement,
@@ -333,6 +484,21 @@ def replay(
         else:
             pods[(it.namespace, it.pod)] = pred
     return ReplayResult(pods=pods, requests=reqs, n_samples=n_samples)
+
+
+Shape = tuple[str, int, int]  # resource, units, id of the nodes it may land on
+
+
+class _Shapes:
+    """Pods of one shape (resource, units, the nodes they may land on) fit or fail alike
+    in a sweep: one id per distinct node list (type and tolerations make them)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[int, ...], int] = {}
+
+    def of(self, resource: str, units: int, candidates: Sequence[int]) -> Shape:
+        key = tuple(candidates)
+        return (resource, units, self._ids.setdefault(key, len(self._ids)))
 
 
 def _summarise(samples: list[float], fits: bool, placeable: bool = True) -> StartPrediction:
@@ -369,7 +535,8 @@ def _one_sample(
     items: Sequence[PendingPod | Request],
     place_ok: Sequence[bool],
     candidates: Sequence[Sequence[int]],
-    arrivals: Sequence[tuple[Arrival, Sequence[int]]],
+    shapes: Sequence[Shape],
+    arrivals: Sequence[tuple[Arrival, Sequence[int], Shape]],
     max_arrivals: int,
     placement: str,
     now: float,
@@ -404,11 +571,11 @@ def _one_sample(
     n_items = len(items)
     start = [math.inf] * n_items
     # every waiting pod, known ones first (index < n_items), then future ones
-    shape_of: list[tuple[str, int, str]] = [(it.resource, it.units, it.product) for it in items]
+    shape_of: list[Shape] = list(shapes)
     cands: list[Sequence[int]] = list(candidates)
     waiting = [i for i in range(n_items) if place_ok[i]]
     real_waiting = len(waiting)
-    total_rate = sum(a.rate_per_second for a, _ in arrivals)
+    total_rate = sum(a.rate_per_second for a, _, _ in arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
     n_future = 0
     t = now
@@ -418,8 +585,8 @@ def _one_sample(
         still = []
         # A pod that does not fit blocks later pods of the same shape for this sweep
         # (free units only shrink during a sweep): they are skipped without a look.
-        blocked: set[tuple[str, int, str]] = set()  # failed on the changed nodes
-        blocked_all: set[tuple[str, int, str]] = set()  # failed on every node
+        blocked: set[Shape] = set()  # failed on the changed nodes
+        blocked_all: set[Shape] = set()  # failed on every node
         for i in waiting:
             shape = shape_of[i]
             is_fresh = i in fresh
@@ -450,8 +617,8 @@ def _one_sample(
         if t > horizon:
             break
         if next_arrival <= t:  # a new pod joins the end of the queue
-            arrival, cand = _pick(arrivals, rng.random() * total_rate)
-            shape_of.append((arrival.resource, arrival.units, arrival.product))
+            _, cand, shape = _pick(arrivals, rng.random() * total_rate)
+            shape_of.append(shape)
             cands.append(cand)
             waiting.append(len(shape_of) - 1)
             fresh.add(waiting[-1])
@@ -467,8 +634,8 @@ def _one_sample(
 
 
 def _pick(
-    arrivals: Sequence[tuple[Arrival, Sequence[int]]], x: float
-) -> tuple[Arrival, Sequence[int]]:
+    arrivals: Sequence[tuple[Arrival, Sequence[int], Shape]], x: float
+) -> tuple[Arrival, Sequence[int], Shape]:
     """The arrival shape at ``x`` in [0, total rate): shapes drawn in proportion to rate."""
     for entry in arrivals:
         x -= entry[0].rate_per_second
@@ -511,11 +678,12 @@ def naive_start(
     """The naive answer: "when the earliest running job on a suitable node ends" (P50), or now if one fits.
 
     The answer people give by hand; the bench compares the replay with it. inf when
-    no suitable node has a holder with a forecast.
+    no suitable node (of its type, taints tolerated, open) has a holder with a forecast.
     """
     best = math.inf
+    tolerations = _tolerations_of(pod, nodes)
     for n in nodes:
-        if not _placeable(n, pod.resource, pod.product):
+        if not _placeable(n, pod.resource, pod.product, tolerations):
             continue
         held = sum(h.units for h in holders if h.node == n.name and h.resource == pod.resource)
         if n.allocatable[pod.resource] - held >= pod.units:

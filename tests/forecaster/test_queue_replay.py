@@ -1,4 +1,4 @@
-"""The queue replay on hand-built queues: order, whole nodes, GPU types, never-fits."""
+"""The queue replay on hand-built queues: order, whole nodes, GPU types, taints, never-fits."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from gpu_eta.forecaster.queue_replay import (
     Request,
     StartCalibrator,
     StartPrediction,
+    Toleration,
     default_requests,
     naive_start,
     quantile_draw,
@@ -152,6 +153,108 @@ def test_a_cordoned_or_not_ready_node_takes_no_new_pod():
         horizon_seconds=3600.0,
     )
     assert r.pods[("ml", "waits")].status == BEYOND_HORIZON
+
+
+TEAM = ("dedicated", "team-a", "NoSchedule")
+MEMBER = (Toleration("dedicated", "Equal", "team-a", "NoSchedule"),)
+
+
+def test_a_tainted_nodes_gpus_start_only_pods_that_tolerate_its_taints():
+    """The team pool's GPU frees at 100 s: the older pod without the toleration waits
+    for the open node (300 s) and the team's pod behind it takes the pool's GPU; a pod
+    only the pool could hold never fits; one tolerating it but the pool cordoned waits
+    for an admin."""
+    nodes = [Node("pool", {G: 2}, "A100", taints=(TEAM,)), node("open", 1)]
+    holders = [job("a", "pool", 100), job("b", "pool", 1000), job("c", "open", 300)]
+    q = [
+        pending("outsider", created=0, tolerations=()),
+        pending("member", created=10, tolerations=MEMBER),
+        pending("two-outsider", units=2, created=20, tolerations=()),
+        pending("two-member", units=2, created=30, tolerations=MEMBER),
+    ]
+    r = replay(nodes, holders, q, NOW, **EXACT)
+    assert starts(r, "outsider")[1] == 300.0
+    assert starts(r, "member")[1] == 100.0
+    assert (r.pods[("ml", "two-outsider")].status, r.pods[("ml", "two-outsider")].starts) == (
+        NEVER_FITS,
+        None,
+    )
+    assert starts(r, "two-member")[1] == 1000.0  # both pool GPUs: after "b" and member's 500 s
+    assert naive_start(nodes, holders, q[0], NOW) == NOW + 300
+    assert naive_start(nodes, holders, q[1], NOW) == NOW + 100
+    cordoned = [Node("pool", {G: 2}, "A100", taints=(TEAM,), schedulable=False), node("open", 1)]
+    r = replay(cordoned, holders, q, NOW, **EXACT)
+    assert r.pods[("ml", "two-member")].status == NO_SCHEDULABLE_NODE
+    assert r.pods[("ml", "two-outsider")].status == NEVER_FITS
+
+
+@pytest.mark.parametrize(
+    ("toleration", "taint", "expected"),
+    [
+        (Toleration("", "Exists"), ("anything", "x", "NoExecute"), True),  # tolerates all
+        (Toleration("", "Exists", effect="NoSchedule"), ("k", "v", "NoSchedule"), True),
+        (Toleration("", "Exists", effect="NoSchedule"), ("k", "v", "NoExecute"), False),
+        (Toleration("k", "Exists"), ("k", "any-value", "NoSchedule"), True),
+        (Toleration("k", "Exists"), ("other", "", "NoSchedule"), False),
+        (Toleration("k", "Equal", "v", "NoSchedule"), ("k", "v", "NoSchedule"), True),
+        (Toleration("k", "", "v"), ("k", "v", "NoExecute"), True),  # unset: Equal, every effect
+        (Toleration("k", "Equal", "v"), ("k", "w", "NoSchedule"), False),
+        (Toleration("k", "Equal", ""), ("k", "", "NoSchedule"), True),  # a taint without value
+        (Toleration("k", "Equal", "v", "NoExecute"), ("k", "v", "NoSchedule"), False),
+        (Toleration("k", "Lt", "5"), ("k", "5", "NoSchedule"), False),  # unknown operator
+    ],
+)
+def test_toleration_matching_follows_kubernetes(toleration, taint, expected):
+    assert toleration.tolerates(taint) is expected
+
+
+def test_prefer_no_schedule_and_node_state_taints_keep_no_pod_off():
+    """PreferNoSchedule is a preference: the pod starts there. The taints Kubernetes
+    sets from a node's state are ``Node.schedulable``'s: a NotReady node's not-ready
+    taint leaves the pod ``no_schedulable_node`` (it waits for the node), and a cordon
+    taint still shown after the node was uncordoned keeps nobody off."""
+    prefer = [Node("n1", {G: 1}, "A100", taints=(("dedicated", "x", "PreferNoSchedule"),))]
+    r = replay(prefer, [], [pending("p", tolerations=())], NOW, **EXACT)
+    assert starts(r, "p")[1] == 0.0
+    not_ready = (("node.kubernetes.io/not-ready", "", "NoSchedule"),)
+    down = [Node("n1", {G: 1}, "A100", schedulable=False, taints=not_ready)]
+    r = replay(down, [], [pending("p", tolerations=())], NOW, **EXACT)
+    assert r.pods[("ml", "p")].status == NO_SCHEDULABLE_NODE
+    lagging = (("node.kubernetes.io/unschedulable", "", "NoSchedule"),)
+    reopened = [Node("n1", {G: 1}, "A100", taints=lagging)]
+    r = replay(reopened, [], [pending("p", tolerations=())], NOW, **EXACT)
+    assert starts(r, "p")[1] == 0.0
+
+
+def test_unknown_tolerations_pass_every_taint():
+    """A pod whose tolerations KSM does not export (None) is placed as before taints
+    were read: on the tainted node's GPU at 100 s, not predicted to fit nowhere."""
+    nodes = [Node("pool", {G: 1}, "A100", taints=(("nvidia.com/gpu", "present", "NoSchedule"),))]
+    r = replay(nodes, [job("a", "pool", 100)], [pending("p")], NOW, **EXACT)
+    assert pending("p").tolerations is None
+    assert starts(r, "p")[1] == 100.0
+    r = replay(nodes, [job("a", "pool", 100)], [pending("p", tolerations=())], NOW, **EXACT)
+    assert r.pods[("ml", "p")].status == NEVER_FITS
+
+
+def test_requests_made_now_use_untainted_nodes_and_the_gpu_resource_taint():
+    """A request tolerates only what the ExtendedResourceToleration plugin adds: the
+    ``nvidia.com/gpu:NoSchedule`` pool takes it, a dedicated H100 pool does not (no
+    H100 request at all), nor a ``nvidia.com/gpu:NoExecute`` one."""
+    gpu_taint = ("nvidia.com/gpu", "present", "NoSchedule")
+    nodes = [
+        Node("a100", {G: 2}, "A100", taints=(gpu_taint,)),
+        Node("h100", {G: 8}, "H100", taints=(TEAM, gpu_taint)),
+        Node("t4", {G: 1}, "T4", taints=(("nvidia.com/gpu", "", "NoExecute"),)),
+    ]
+    reqs = default_requests(nodes)
+    assert {(q.product, q.units) for q in reqs} == {("A100", 1), ("A100", 2)}
+    r = replay(nodes, [job("a", "a100", 100)], [], NOW, requests=reqs, **EXACT)
+    by = {(k.product, k.units): v for k, v in r.requests.items()}
+    assert by[("A100", 1)].starts[1] == NOW and by[("A100", 2)].starts[1] == NOW + 100
+    t4 = replay(nodes, [], [], NOW, requests=[Request("T4", G, 1)], **EXACT)
+    assert t4.requests[Request("T4", G, 1)].status == NEVER_FITS
+    assert naive_start(nodes, [], Request("H100", G, 1), NOW) == math.inf
 
 
 def test_holder_without_forecast_and_no_history_holds_past_the_horizon():
