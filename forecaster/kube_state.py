@@ -24,6 +24,34 @@ docs/metrics/cluster/node-metrics.md upstream):
   (``condition, status``: ``condition="Ready", status="true"`` is 0 while the node is
   not Ready): a GPU node that is either takes no new pod (``Node.schedulable``). Both
   are among KSM's default node metrics.
+- ``kube_node_spec_taint`` (gauge 1 per taint; ``node, key, value, effect``; ``value``
+  absent when empty): one of KSM's default node metrics (STABLE; KSM's node metrics
+  table lists no opt-in for it, and its generator is a plain family). Read for GPU
+  nodes only, effects ``NoSchedule`` and ``NoExecute`` only (the replay ignores
+  ``PreferNoSchedule``), into ``Node.taints``. The taints Kubernetes sets from a node's
+  state (``node.kubernetes.io/not-ready``, ``.../unschedulable``...) are read too, but
+  the replay leaves them to ``Node.schedulable`` (``queue_replay.policy_taints``), so a
+  NotReady node is closed once, by its condition, and a pod only it could hold stays
+  ``no_schedulable_node``.
+- ``kube_pod_tolerations`` (gauge 1 per toleration; ``namespace, pod, uid, key,
+  operator, value, effect, toleration_seconds``, each absent when the field is unset:
+  ``operator`` absent is Equal, ``effect`` absent every effect): a default pod metric
+  (EXPERIMENTAL, not opt-in) since KSM v2.6.0 (CHANGELOG "Add metric for pod
+  tolerations #1769"; KSM's ``createPodTolerationsFamilyGenerator``, a plain family,
+  not ``NewOptInFamilyGenerator`` as ``kube_pod_nodeselectors`` is). Read for pending
+  GPU pods only into ``PendingPod.tolerations`` (``toleration_seconds`` is dropped: it
+  bounds how long a running pod stays after a ``NoExecute`` taint, not where a pod may
+  start). Some sites drop it at scrape time to save series. When the cycle
+  sees no toleration at all while pending pods exist and GPU nodes are tainted, the
+  metric is taken as missing, not as "no pod tolerates anything": every pending pod
+  gets ``tolerations`` None (every taint passes, the replay's behaviour before it read
+  taints) and ``ClusterQueue.taints_ignored`` says how many tainted nodes that concerns
+  (logged once, docs/pending.md). Why: with the metric present every pod shows some
+  (the ``DefaultTolerationSeconds`` admission plugin gives each the not-ready and
+  unreachable ones), and taking missing data for "tolerates nothing" would predict
+  ``never_fits`` for every pod on the common clusters whose GPU nodes are tainted
+  ``nvidia.com/gpu:NoSchedule`` and whose pods get the toleration from the
+  ``ExtendedResourceToleration`` admission plugin.
 - ``kube_node_labels``: only labels allow-listed with KSM's
   ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,nvidia.com/gpu.replicas]``
   appear, as ``label_nvidia_com_gpu_product`` and ``label_nvidia_com_gpu_replicas``
@@ -51,7 +79,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpu_eta.forecaster.queue_replay import Arrival, Holder, Node, PendingPod
+from gpu_eta.forecaster.queue_replay import (
+    EFFECTS,
+    OPERATORS,
+    Arrival,
+    Holder,
+    Node,
+    PendingPod,
+    Taint,
+    Toleration,
+    policy_taints,
+)
 from gpu_eta.forecaster.series import Sample
 
 # nvidia.com/gpu, its time-sliced rename nvidia.com/gpu.shared, and MIG slices
@@ -92,6 +130,11 @@ POD_META = _tagged(
     {
         "info": f"kube_pod_info {_PENDING} {_GPU_PODS}",
         "nodeselectors": f"kube_pod_nodeselectors {_PENDING} {_GPU_PODS}",
+        # one series per toleration whatever the number of KSM replicas
+        "tolerations": (
+            f"max by (uid, key, operator, value, effect) (kube_pod_tolerations) "
+            f"{_PENDING} {_GPU_PODS}"
+        ),
     },
 )
 # GPU units per node, with the GPU feature discovery labels when KSM exposes them
@@ -102,7 +145,8 @@ NODES = (
     "label_nvidia_com_gpu_product, label_nvidia_com_gpu_replicas) (kube_node_labels))) "
     f"or on (node, resource) {_NODE_UNITS}"
 )
-# GPU nodes that take no new pod: cordoned, or not Ready (tagged ``state``)
+# GPU nodes that take no new pod: cordoned, or not Ready; and GPU nodes' taints that keep
+# off pods not tolerating them (tagged ``state``)
 NODE_STATE = _tagged(
     "state",
     {
@@ -110,6 +154,10 @@ NODE_STATE = _tagged(
         "not_ready": (
             'max by (node) (kube_node_status_condition{condition="Ready",status="true"}) == 0 '
             + _GPU_NODES
+        ),
+        "taint": (
+            "max by (node, key, value, effect) "
+            f'(kube_node_spec_taint{{effect=~"NoSchedule|NoExecute"}}) {_GPU_NODES}'
         ),
     },
 )
@@ -135,6 +183,14 @@ PRODUCT_LABEL = "label_nvidia_com_gpu_product"
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 SELECTOR_LABEL = "nodeselector_nvidia_com_gpu_product"
 MAX_UNITS = 1024  # a request or allocatable beyond this is not a real GPU count
+# Kubernetes' bounds: a taint or toleration key is a qualified name (a DNS subdomain
+# prefix of 253, "/", a name of 63), its value a label value (63)
+MAX_KEY_CHARS = 317
+MAX_VALUE_CHARS = 63
+# per node and per pod; beyond, the node's taints or the pod's tolerations are not used
+# (counted): no real node or pod has that many
+MAX_TAINTS = 64
+MAX_TOLERATIONS = 64
 _RESOURCE = re.compile(r"^nvidia_com_(gpu|gpu_shared|mig_[a-z0-9_]+)$")
 
 
@@ -150,7 +206,9 @@ class ClusterQueue:
 
     ``scheduled``: pods bound to a node whose containers are still starting (phase
     Pending with a node); they hold their GPUs and start about now. ``rejected``
-    counts samples skipped as malformed, by reason.
+    counts samples skipped as malformed, by reason. ``taints_ignored``: GPU nodes whose
+    taints every pending pod is taken to tolerate because KSM showed no toleration at
+    all (module docstring); 0 when tolerations were read.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -159,6 +217,7 @@ class ClusterQueue:
     scheduled: tuple[tuple[str, str], ...] = ()
     arrivals: tuple[Arrival, ...] = ()
     rejected: Mapping[str, int] = field(default_factory=dict)
+    taints_ignored: int = 0
 
 
 def _units(value: float) -> int | None:
@@ -181,6 +240,92 @@ def _requested(value: float) -> int | None:
     return math.ceil(value)
 
 
+def _text(labels: Mapping[str, str], name: str, limit: int) -> str | None:
+    """A label's value ("" when absent); None when longer than Kubernetes allows."""
+    value = labels.get(name, "")
+    return value if len(value) <= limit else None
+
+
+def _taint(labels: Mapping[str, str]) -> Taint | None:
+    """A ``kube_node_spec_taint`` series → (key, value, effect); None when malformed
+    (no key, a key or value longer than Kubernetes allows, an unknown effect)."""
+    key = _text(labels, "key", MAX_KEY_CHARS)
+    value = _text(labels, "value", MAX_VALUE_CHARS)
+    effect = labels.get("effect", "")
+    if not key or value is None or effect not in EFFECTS:
+        return None
+    return (key, value, effect)
+
+
+def _toleration(labels: Mapping[str, str]) -> Toleration | None:
+    """A ``kube_pod_tolerations`` series → its toleration; None when malformed (an
+    operator other than Equal or Exists, an unknown effect, a key or value longer than
+    Kubernetes allows). An empty key (with Exists) is valid: it tolerates every key."""
+    key = _text(labels, "key", MAX_KEY_CHARS)
+    value = _text(labels, "value", MAX_VALUE_CHARS)
+    operator = labels.get("operator", "")
+    effect = labels.get("effect", "")
+    if key is None or value is None or operator not in OPERATORS or effect not in ("", *EFFECTS):
+        return None
+    return Toleration(key, operator or "Equal", value, effect)
+
+
+def _node_taints(series: Sequence[Sample], rejected: Counter[str]) -> dict[str, tuple[Taint, ...]]:
+    """Each node's taints from the ``state="taint"`` series of the node-state query;
+    malformed ones skipped and counted (``bad_taint_series``), and a node showing more
+    than ``MAX_TAINTS`` keeps none (``too_many_taints``)."""
+    found: dict[str, set[Taint]] = {}
+    for s in series:
+        if s.labels.get("state") != "taint":
+            continue
+        node, taint = s.labels.get("node", ""), _taint(s.labels)
+        if not node or taint is None:
+            rejected["bad_taint_series"] += 1
+            continue
+        found.setdefault(node, set()).add(taint)
+    out = {}
+    for node, taints in found.items():
+        if len(taints) > MAX_TAINTS:
+            rejected["too_many_taints"] += 1
+            continue
+        out[node] = tuple(sorted(taints))
+    return out
+
+
+def _pod_tolerations(
+    series: Sequence[Sample], rejected: Counter[str]
+) -> tuple[dict[str, tuple[Toleration, ...] | None], bool]:
+    """Each pod's tolerations (by uid) from the ``meta="tolerations"`` series, and
+    whether any such series was seen. A pod with a malformed toleration
+    (``bad_toleration_series``) or more than ``MAX_TOLERATIONS``
+    (``too_many_tolerations``) gets None: unknown, every taint passes, rather than
+    predicted to fit nowhere for want of the toleration skipped."""
+    found: dict[str, set[Toleration]] = {}
+    unknown: set[str] = set()
+    seen = False
+    for s in series:
+        if s.labels.get("meta") != "tolerations":
+            continue
+        seen = True
+        uid, tol = s.labels.get("uid", ""), _toleration(s.labels)
+        if not uid or tol is None:
+            rejected["bad_toleration_series"] += 1
+            if uid:
+                unknown.add(uid)
+            continue
+        found.setdefault(uid, set()).add(tol)
+    out: dict[str, tuple[Toleration, ...] | None] = {uid: None for uid in unknown}
+    for uid, tols in found.items():
+        if uid in unknown:
+            continue
+        if len(tols) > MAX_TOLERATIONS:
+            rejected["too_many_tolerations"] += 1
+            out[uid] = None
+            continue
+        out[uid] = tuple(sorted(tols, key=lambda t: (t.key, t.operator, t.value, t.effect)))
+    return out, seen
+
+
 def parse(
     samples: Mapping[str, Sequence[Sample]],
     now: float,
@@ -196,8 +341,11 @@ def parse(
 
     Nothing is dropped unseen: a malformed sample or a pod that cannot be placed is
     counted in ``ClusterQueue.rejected`` by reason (``invalid_request``: a pod whose
-    GPU request is NaN, 0 or negative, or a bound pod asking more than ``MAX_UNITS``);
-    a pending pod asking more units than any node has is kept (``never_fits``).
+    GPU request is NaN, 0 or negative, or a bound pod asking more than ``MAX_UNITS``;
+    ``bad_taint_series``, ``too_many_taints``: a node taint skipped, a node's taints
+    all; ``bad_toleration_series``, ``too_many_tolerations``: a pod whose tolerations
+    are then unknown, every taint passing for it); a pending pod asking more units than
+    any node has is kept (``never_fits``).
     """
     rejected: Counter[str] = Counter()
     priorities = priorities or {}
@@ -226,6 +374,7 @@ def parse(
         for s in get("ksm_node_state")
         if s.labels.get("state") in ("cordoned", "not_ready")
     }
+    taints = _node_taints(get("ksm_node_state"), rejected)
     nodes = []
     shared_nodes = set()
     for name, resources in sorted(alloc.items()):
@@ -241,7 +390,9 @@ def parse(
             shared = {r: v for r, v in resources.items() if r == "nvidia_com_gpu"}
         if "nvidia_com_gpu_shared" in resources:
             shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
-        nodes.append(Node(name, dict(resources), product, shared, name not in closed))
+        nodes.append(
+            Node(name, dict(resources), product, shared, name not in closed, taints.get(name, ()))
+        )
 
     # pods: their largest GPU request, phase, node
     requests: dict[str, tuple[str, str, str, str, int]] = {}  # uid → ns, pod, node, res, units
@@ -266,6 +417,7 @@ def parse(
         target = {"created": created, "started": started}.get(s.labels.get("time", ""))
         if target is not None:
             target[s.labels.get("uid", "")] = s.value
+    tolerations, tolerations_seen = _pod_tolerations(get("ksm_pod_meta"), rejected)
     klass, selector = {}, {}
     for s in get("ksm_pod_meta"):
         uid = s.labels.get("uid", "")
@@ -308,8 +460,12 @@ def parse(
                     c,
                     priorities.get(klass.get(uid, ""), 0),
                     selector.get(uid, ""),
+                    tolerations.get(uid, ()) if tolerations_seen else None,
                 )
             )
+    # no toleration at all: the metric is missing, not every pod tolerating nothing
+    tainted = sum(1 for n in nodes if policy_taints(n))
+    taints_ignored = tainted if pending and not tolerations_seen else 0
 
     # arrivals: GPU pods created in the window, per (resource, units)
     shapes: Counter[tuple[str, int]] = Counter()
@@ -325,5 +481,11 @@ def parse(
         Arrival(res, units, n / arrivals_seconds) for (res, units), n in sorted(shapes.items())
     )
     return ClusterQueue(
-        tuple(nodes), tuple(holders), tuple(pending), tuple(scheduled), arrivals, dict(rejected)
+        tuple(nodes),
+        tuple(holders),
+        tuple(pending),
+        tuple(scheduled),
+        arrivals,
+        dict(rejected),
+        taints_ignored,
     )

@@ -71,6 +71,7 @@ class PendingSet:
     skipped: int = 0  # pending pods past max_pods (no prediction)
     rejected: Mapping[str, int] = field(default_factory=dict)
     interval_scale: float = 1.0  # applied by StartTracker (1: raw replay intervals)
+    taints_ignored: int = 0  # tainted GPU nodes taken as tolerated (ClusterQueue's)
 
 
 def predict(
@@ -118,13 +119,21 @@ def predict(
                 ns, pod, h.resource, h.units, math.nan, StartPrediction(SCHEDULED, (now,) * 3, 1.0)
             )
         )
-    return PendingSet(tuple(pods), result.requests, len(ordered) - len(kept), queue.rejected)
+    return PendingSet(
+        tuple(pods),
+        result.requests,
+        len(ordered) - len(kept),
+        queue.rejected,
+        taints_ignored=queue.taints_ignored,
+    )
 
 
 # ``gpu_eta_forecaster_job_errors_total{reason}`` values for the queue's pods left
 # without a prediction (``PendingSet.skipped``, ``PendingSet.rejected``)
 SKIPPED_REASON = "pending_skipped"
 REJECTED_REASON = "pending_rejected"
+# not an error counted: kube-state-metrics shows no toleration, taints are not applied
+TAINTS_IGNORED = "taints_ignored"
 
 
 def error_counts(pending: PendingSet | None) -> dict[str, int]:
@@ -144,10 +153,17 @@ def error_counts(pending: PendingSet | None) -> dict[str, int]:
 
 def describe(pending: PendingSet | None) -> str:
     """One line on the queue's pods and series left without a prediction ("" when none),
-    with ``kube_state``'s reasons: what an operator reads in the log."""
+    with ``kube_state``'s reasons, and on taints not applied for want of tolerations:
+    what an operator reads in the log."""
     if pending is None:
         return ""
     parts = []
+    if pending.taints_ignored:
+        parts.append(
+            f"kube-state-metrics shows no pod toleration (kube_pod_tolerations missing): "
+            f"the taints of {pending.taints_ignored} GPU nodes are taken as tolerated by "
+            "every pending pod (docs/pending.md)"
+        )
     if pending.skipped:
         parts.append(f"{pending.skipped} pending pods past --pending.max-pods (no prediction)")
     if pending.rejected:
@@ -160,10 +176,13 @@ def describe(pending: PendingSet | None) -> str:
 
 def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
     """What changes the queue's log line (``describe``): the rejections by reason and
-    whether any pod is past ``--pending.max-pods``. Not the number skipped, which moves
-    with the queue every cycle (the counter has it): one line per change, not per cycle."""
+    whether any pod is past ``--pending.max-pods`` or taints are not applied. Not the
+    number skipped, which moves with the queue every cycle (the counter has it): one line
+    per change, not per cycle."""
     rejected = tuple(sorted((k, v) for k, v in pending.rejected.items() if v > 0))
-    return (*rejected, (SKIPPED_REASON, 1)) if pending.skipped > 0 else rejected
+    skipped = ((SKIPPED_REASON, 1),) if pending.skipped > 0 else ()
+    ignored = ((TAINTS_IGNORED, 1),) if pending.taints_ignored > 0 else ()
+    return (*rejected, *skipped, *ignored)
 
 
 def run_durations(history: Sequence[Run], limit: int = 5000) -> tuple[float, ...]:

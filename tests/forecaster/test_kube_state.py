@@ -14,7 +14,13 @@ from gpu_eta.forecaster.forecast import ForecastSet
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.publish import Exposition, ServiceState
-from gpu_eta.forecaster.queue_replay import NEVER_FITS, NO_SCHEDULABLE_NODE, PREDICTED, SCHEDULED
+from gpu_eta.forecaster.queue_replay import (
+    NEVER_FITS,
+    NO_SCHEDULABLE_NODE,
+    PREDICTED,
+    SCHEDULED,
+    Toleration,
+)
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob, promtool
 from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
@@ -164,6 +170,124 @@ def test_no_pod_vanishes_unseen():
     by = {p.pod: p for p in predict(q, {}, [600.0], NOW, PendingSettings(n_samples=5)).pods}
     assert (by["huge"].prediction.status, by["huge"].units) == (NEVER_FITS, 2000)
     assert by["fits"].prediction.status == PREDICTED
+
+
+def series(**labels: str) -> Sample:
+    """A series of value 1 (``sample`` reads its ``value`` label as the value)."""
+    return Sample(labels, 1.0, NOW)
+
+
+def _pending_gpu_pod(uid: str) -> list[Sample]:
+    return [
+        sample(namespace="ml", pod=uid, uid=uid, resource="nvidia_com_gpu", phase="Pending"),
+    ]
+
+
+def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
+    """Taints per GPU node (deduplicated, sorted), tolerations per pending pod; a
+    malformed taint is skipped and counted, a malformed toleration makes its pod's
+    tolerations unknown (None: every taint passes) and is counted; a pod with no
+    toleration series, while others have some, tolerates nothing."""
+    team = {"key": "dedicated", "value": "team-a", "effect": "NoSchedule"}
+    samples = {
+        "ksm_nodes": [
+            sample(node="n1", resource="nvidia_com_gpu", value="2"),
+            sample(node="n2", resource="nvidia_com_gpu", value="2"),
+        ],
+        "ksm_node_state": [
+            series(node="n1", state="taint", **team),
+            series(node="n1", state="taint", **team),  # a second KSM replica's
+            series(node="n1", state="taint", key="nvidia.com/gpu", effect="NoExecute"),
+            series(node="n1", state="taint", value="x", effect="NoSchedule"),  # no key: bad
+            series(node="n1", state="taint", key="k", effect="Sometimes"),  # bad
+            series(node="n1", state="taint", key="k", value="v" * 64, effect="NoSchedule"),  # bad
+            series(node="", state="taint", **team),  # bad
+            sample(node="n2", state="cordoned"),
+        ],
+        "ksm_pods": [s for uid in ("u1", "u2", "u3") for s in _pending_gpu_pod(uid)],
+        "ksm_pod_times": [
+            sample(uid=uid, time="created", value=str(NOW - 60)) for uid in ("u1", "u2", "u3")
+        ],
+        "ksm_pod_meta": [
+            series(uid="u1", meta="tolerations", operator="Equal", **team),
+            series(uid="u1", meta="tolerations", operator="Exists"),  # every taint
+            series(uid="u3", meta="tolerations", key="k", operator="Lt", value="5"),  # bad
+            series(uid="u3", meta="tolerations", key="k", operator="Exists"),
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert {n.name: (n.taints, n.schedulable) for n in q.nodes} == {
+        "n1": (
+            (("dedicated", "team-a", "NoSchedule"), ("nvidia.com/gpu", "", "NoExecute")),
+            True,
+        ),
+        "n2": ((), False),
+    }
+    assert {p.pod: p.tolerations for p in q.pending} == {
+        "u1": (Toleration("", "Exists"), Toleration("dedicated", "Equal", "team-a", "NoSchedule")),
+        "u2": (),
+        "u3": None,
+    }
+    assert q.rejected == {"bad_taint_series": 4, "bad_toleration_series": 1}
+    assert q.taints_ignored == 0
+    by = {p.pod: p.prediction.status for p in predict(q, {}, [600.0], NOW, FEW).pods}
+    # u2 does not tolerate n1's taints: it fits only the cordoned n2
+    assert by == {"u1": PREDICTED, "u2": NO_SCHEDULABLE_NODE, "u3": PREDICTED}
+
+
+FEW = PendingSettings(n_samples=5)
+
+
+def test_no_toleration_at_all_means_unknown_not_tolerating_nothing():
+    """KSM without ``kube_pod_tolerations`` (dropped, or before 2.6) while GPU nodes
+    carry ``nvidia.com/gpu:NoSchedule``: every pending pod's tolerations are unknown
+    and it is predicted as before taints were read, not ``never_fits``; the tainted
+    nodes are counted for the log (a node with only a not-ready taint is not)."""
+    samples = {
+        "ksm_nodes": [
+            sample(node=n, resource="nvidia_com_gpu", value="1") for n in ("n1", "n2", "n3")
+        ],
+        "ksm_node_state": [
+            series(node="n1", state="taint", key="nvidia.com/gpu", effect="NoSchedule"),
+            series(node="n2", state="taint", key="nvidia.com/gpu", effect="NoSchedule"),
+            sample(
+                node="n3", state="taint", key="node.kubernetes.io/not-ready", effect="NoExecute"
+            ),
+            sample(node="n3", state="not_ready"),
+        ],
+        "ksm_pods": _pending_gpu_pod("u1"),
+        "ksm_pod_times": [sample(uid="u1", time="created", value=str(NOW - 60))],
+        "ksm_pod_meta": [sample(uid="u1", meta="info", priority_class="")],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert [p.tolerations for p in q.pending] == [None]
+    assert q.taints_ignored == 2 and q.rejected == {}
+    result = predict(q, {}, [600.0], NOW, FEW)
+    assert [p.prediction.status for p in result.pods] == [PREDICTED]
+    assert result.taints_ignored == 2
+    # no pending pod: nothing is ignored, whatever the taints
+    assert kube_state.parse({**samples, "ksm_pods": []}, NOW).taints_ignored == 0
+
+
+def test_a_node_or_pod_beyond_the_bounds_keeps_no_taint_or_toleration():
+    many = [
+        series(node="n1", state="taint", key=f"k{i}", effect="NoSchedule")
+        for i in range(kube_state.MAX_TAINTS + 1)
+    ]
+    tols = [
+        series(uid="u1", meta="tolerations", key=f"k{i}", operator="Exists")
+        for i in range(kube_state.MAX_TOLERATIONS + 1)
+    ]
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="1")],
+        "ksm_node_state": many,
+        "ksm_pods": _pending_gpu_pod("u1"),
+        "ksm_pod_times": [sample(uid="u1", time="created", value=str(NOW - 60))],
+        "ksm_pod_meta": tols,
+    }
+    q = kube_state.parse(samples, NOW)
+    assert q.nodes[0].taints == () and q.pending[0].tolerations is None
+    assert q.rejected == {"too_many_taints": 1, "too_many_tolerations": 1}
 
 
 def test_query_count_is_fixed():

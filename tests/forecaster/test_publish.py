@@ -313,3 +313,26 @@ def test_the_queues_pods_left_out_are_counted_and_logged_once_per_change(
         "WARNING"
     ]
     assert [r.split(" ")[0] for r in cycle(PendingSet())] == ["INFO"]
+
+
+def test_taints_not_applied_for_want_of_tolerations_are_logged_once_not_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """KSM showing no toleration while GPU nodes are tainted (kube_pod_tolerations
+    dropped, or KSM before 2.6): one WARNING saying the taints are taken as tolerated,
+    not repeated while it lasts, an INFO once it ends; no error counted (no series was
+    unusable)."""
+    caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
+    state = ServiceState()
+
+    def cycle(pending: PendingSet) -> list[str]:
+        caplog.clear()
+        state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
+        return [f"{r.levelname} {r.getMessage()}" for r in caplog.records]
+
+    first = cycle(PendingSet(taints_ignored=2))
+    assert len(first) == 1 and first[0].startswith("WARNING")
+    assert "kube_pod_tolerations" in first[0] and "taints of 2 GPU nodes" in first[0]
+    assert cycle(PendingSet(taints_ignored=2)) == []
+    assert [r.split(" ")[0] for r in cycle(PendingSet())] == ["INFO"]
+    assert not any(name == "gpu_eta_forecaster_job_errors_total" for name, _ in scrape(state))
