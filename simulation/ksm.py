@@ -10,8 +10,11 @@ simulated pods and nodes, with the real exporter's names, label names and types
 ``kube_pod_created``, ``kube_pod_start_time``, ``kube_pod_info`` (with
 ``priority_class``), ``kube_pod_nodeselectors`` (opt-in upstream),
 ``kube_node_status_allocatable``, ``kube_node_labels`` (only allow-listed labels, as
-``label_<sanitised key>``), ``kube_node_spec_unschedulable`` and
-``kube_node_status_condition`` (the ``Ready`` condition, one series per status).
+``label_<sanitised key>``), ``kube_node_spec_unschedulable``,
+``kube_node_status_condition`` (the ``Ready`` condition, one series per status),
+``kube_node_spec_taint`` (one series per taint: ``key, value, effect``) and
+``kube_pod_tolerations`` (one series per distinct toleration: ``key, operator, value,
+effect, toleration_seconds``). Empty label values are left out, as Prometheus drops them.
 
 Pure: records in, exposition text out; ``from_sim`` reads a ``ClusterSim``.
 """
@@ -32,13 +35,25 @@ _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 @dataclass(frozen=True, slots=True)
 class KsmNode:
-    """A node: allocatable resources (Kubernetes names) and its labels."""
+    """A node: allocatable resources (Kubernetes names), its labels and taints."""
 
     name: str
     allocatable: Mapping[str, int]
     labels: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False  # cordoned
     ready: bool = True
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+
+
+@dataclass(frozen=True, slots=True)
+class KsmToleration:
+    """A pod's toleration as the Kubernetes spec writes it ("" for a field left unset)."""
+
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +73,7 @@ class KsmPod:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     # other containers of the pod: name → their requests (``requests`` is ``container``'s)
     more_containers: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    tolerations: tuple[KsmToleration, ...] = ()
 
 
 def sanitize(name: str) -> str:
@@ -85,8 +101,10 @@ _HELP = {
         "the kube_pod_resource_requests metric exposed by kube-scheduler instead, as it is "
         "more precise."
     ),
+    "kube_pod_tolerations": "Information about the pod tolerations",
     "kube_node_labels": "Kubernetes labels converted to Prometheus labels.",
     "kube_node_spec_unschedulable": "Whether a node can schedule new pods.",
+    "kube_node_spec_taint": "The taint of a cluster node.",
     "kube_node_status_condition": "The condition of a cluster node.",
     "kube_node_status_allocatable": (
         "The allocatable for different resources of a node that are available for scheduling."
@@ -110,6 +128,14 @@ def exposition(
         families["kube_node_spec_unschedulable"].append(
             _line("kube_node_spec_unschedulable", {"node": n.name}, float(n.unschedulable))
         )
+        for key, value, effect in n.taints:
+            families["kube_node_spec_taint"].append(
+                _line(
+                    "kube_node_spec_taint",
+                    {"node": n.name, "key": key, "value": value, "effect": effect},
+                    1.0,
+                )
+            )
         for status in ("true", "false", "unknown"):
             families["kube_node_status_condition"].append(
                 _line(
@@ -164,6 +190,22 @@ def exposition(
                 1.0,
             )
         )
+        for t in dict.fromkeys(p.tolerations):  # KSM writes each distinct toleration once
+            seconds = "" if t.toleration_seconds is None else str(t.toleration_seconds)
+            families["kube_pod_tolerations"].append(
+                _line(
+                    "kube_pod_tolerations",
+                    {
+                        **base,
+                        "key": t.key,
+                        "operator": t.operator,
+                        "value": t.value,
+                        "effect": t.effect,
+                        "toleration_seconds": seconds,
+                    },
+                    1.0,
+                )
+            )
         for container, requests in ((p.container, p.requests), *p.more_containers.items()):
             for res, amount in sorted(requests.items()):
                 families["kube_pod_container_resource_requests"].append(

@@ -23,7 +23,7 @@ from gpu_eta.forecaster.queue_replay import (
 )
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob, promtool
-from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
+from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, KsmToleration, exposition
 
 NOW = time.time()
 
@@ -507,6 +507,92 @@ def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_fact
     assert by["one"].status == PREDICTED
     assert by["one"].starts[1] == pytest.approx(now + 100, abs=1)  # not the 8 idle GPUs now
     assert (by["four"].status, by["four"].starts) == (NO_SCHEDULABLE_NODE, None)
+
+
+# what the DefaultTolerationSeconds admission plugin gives every pod
+DEFAULT_TOLERATIONS = tuple(
+    KsmToleration(f"node.kubernetes.io/{k}", "Exists", "", "NoExecute", 300)
+    for k in ("not-ready", "unreachable")
+)
+
+
+def test_a_tainted_pool_starts_only_pods_tolerating_it_end_to_end(prometheus_factory, ksm_target):
+    """Real Prometheus scraping KSM's taints and tolerations: the team pool's taint is
+    read (its PreferNoSchedule one and a CPU node's taint are not asked for), the GPU
+    the pool frees at +100 s goes to the team's pod, and the older pod without the
+    toleration waits for the open node's at +300 s. Served without
+    ``kube_pod_tolerations`` (dropped, or KSM before 2.6), the taints are taken as
+    tolerated by every pod rather than predicting it fits nowhere."""
+    target, body = ksm_target
+    now = time.time()
+    team = ("dedicated", "team-a", "NoSchedule")
+    nodes = [
+        KsmNode("pool", {GPU: 2}, taints=(team, ("dedicated", "team-a", "PreferNoSchedule"))),
+        KsmNode("open", {GPU: 1}),
+        KsmNode("cpu-only", {"cpu": 64}, taints=(("dedicated", "infra", "NoSchedule"),)),
+    ]
+    member = (KsmToleration("dedicated", "Equal", "team-a", "NoSchedule"), *DEFAULT_TOLERATIONS)
+
+    def running(pod: str, uid: str, node: str) -> KsmPod:
+        return KsmPod("ml", pod, uid, "Running", now - 900, {GPU: 1}, node=node, start_time=now)
+
+    def pods(with_tolerations: bool) -> list[KsmPod]:
+        return [
+            running("a", "u1", "pool"),
+            running("b", "u2", "pool"),
+            running("c", "u3", "open"),
+            KsmPod(
+                "ml",
+                "outsider",
+                "u4",
+                "Pending",
+                now - 300,
+                {GPU: 1},
+                tolerations=DEFAULT_TOLERATIONS if with_tolerations else (),
+            ),
+            KsmPod(
+                "ml",
+                "member",
+                "u5",
+                "Pending",
+                now - 200,
+                {GPU: 1},
+                tolerations=member if with_tolerations else (),
+            ),
+        ]
+
+    body[0] = exposition(nodes, pods(with_tolerations=True))
+    assert promtool("check", "metrics", stdin=body[0]).returncode == 0
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=2)
+    prom.wait_for("kube_pod_tolerations", min_results=len(DEFAULT_TOLERATIONS) * 2 + 1)
+    client = PromClient(prom.url)
+    ends = {("ml", "a"): (now + 100,) * 3, ("ml", "b"): (now + 5000,) * 3}
+    ends[("ml", "c")] = (now + 300,) * 3
+    settings = PendingSettings(n_samples=20)
+
+    now = time.time()
+    samples = ksm_samples(client, now)
+    assert {
+        (s.labels["node"], s.labels["key"], s.labels["value"], s.labels["effect"])
+        for s in samples["ksm_node_state"]
+        if s.labels.get("state") == "taint"
+    } == {("pool", *team)}
+    q = kube_state.parse(samples, now)
+    assert {n.name: n.taints for n in q.nodes} == {"pool": (team,), "open": ()}
+    assert q.rejected == {} and q.taints_ignored == 0
+    by = {p.pod: p.prediction for p in predict(q, ends, [1000.0], now, settings).pods}
+    assert by["member"].starts[1] == pytest.approx(ends[("ml", "a")][1], abs=1)
+    assert by["outsider"].starts[1] == pytest.approx(ends[("ml", "c")][1], abs=1)
+
+    body[0] = exposition(nodes, pods(with_tolerations=False))
+    prom.wait_for("absent(kube_pod_tolerations)")
+    now = time.time()
+    q = kube_state.parse(ksm_samples(client, now), now)
+    assert q.taints_ignored == 1 and {p.tolerations for p in q.pending} == {None}
+    by = {p.pod: p.prediction for p in predict(q, ends, [1000.0], now, settings).pods}
+    assert by["outsider"].starts[1] == pytest.approx(ends[("ml", "a")][1], abs=1)
+    assert by["member"].status == PREDICTED
 
 
 def test_start_tracker_learns_from_pods_that_started():
