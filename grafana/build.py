@@ -366,7 +366,8 @@ def cluster_overview() -> dict:
             "Queue: predicted starts",
             "Pods waiting for GPUs (kube-state-metrics) and when the forecaster's replay of "
             "the queue starts them, P10 / P50 / P90 (docs/pending.md). status never_fits: "
-            "the pod asks more GPUs, or a GPU type, than any node has; no_schedulable_node: "
+            "the pod asks more GPUs, or a GPU type, than any node whose taints it tolerates has; "
+            "no_schedulable_node: "
             "it fits only nodes that are cordoned or not Ready; beyond_horizon: no start "
             "within the horizon (GPUs held by pods without a forecast).",
             *[

@@ -128,7 +128,7 @@ PENDING_HEADERS = ["POD", "GPUS", "WAITED", "START", "P10–P90", ""]
 # pending pods that will not start whatever the queue does: an admin or the request must act
 _NO_START = ("never_fits", "no_schedulable_node")
 _PENDING_NOTES = {
-    "never_fits": "never fits: more GPUs (or a type) than any node has",
+    "never_fits": "never fits: more GPUs (or a type) than any node it may use has",
     "beyond_horizon": "no start within the horizon",
     "no_schedulable_node": "fits only nodes that are cordoned or not Ready",
     "scheduled": "starting (bound to a node)",
