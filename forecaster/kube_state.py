@@ -44,8 +44,7 @@ docs/metrics/cluster/node-metrics.md upstream):
   start). Some sites drop it at scrape time to save series. When the cycle
   sees no toleration at all while pending pods exist and GPU nodes are tainted, the
   metric is taken as missing, not as "no pod tolerates anything": every pending pod
-  gets ``tolerations`` None (every taint passes, the replay's behaviour before it read
-  taints) and ``ClusterQueue.taints_ignored`` says how many tainted nodes that concerns
+  gets ``tolerations`` None (every taint passes, as if the nodes had none) and ``ClusterQueue.taints_ignored`` says how many tainted nodes that concerns
   (logged once, docs/pending.md). Why: with the metric present every pod shows some
   (the ``DefaultTolerationSeconds`` admission plugin gives each the not-ready and
   unreachable ones), and taking missing data for "tolerates nothing" would predict

@@ -49,7 +49,7 @@ conditions pass (a pod is predicted too early while they last).
 
 Whose tolerations are known: a ``PendingPod`` with ``tolerations`` None (KSM exports
 none: ``kube_pod_tolerations`` dropped, or KSM before 2.6) is placed as if it tolerated
-every taint, what the replay did before it read taints. Predicting instead that such
+every taint. Predicting instead that such
 pods fit no tainted node would be wrong on the common clusters whose GPU nodes carry
 ``nvidia.com/gpu:NoSchedule`` and whose pods get the matching toleration from the
 ``ExtendedResourceToleration`` admission plugin. Pods arriving later (``Arrival``) are

@@ -241,7 +241,7 @@ FEW = PendingSettings(n_samples=5)
 def test_no_toleration_at_all_means_unknown_not_tolerating_nothing():
     """KSM without ``kube_pod_tolerations`` (dropped, or before 2.6) while GPU nodes
     carry ``nvidia.com/gpu:NoSchedule``: every pending pod's tolerations are unknown
-    and it is predicted as before taints were read, not ``never_fits``; the tainted
+    and it is predicted as if the nodes had no taints, not ``never_fits``; the tainted
     nodes are counted for the log (a node with only a not-ready taint is not)."""
     samples = {
         "ksm_nodes": [

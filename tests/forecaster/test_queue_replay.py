@@ -227,8 +227,8 @@ def test_prefer_no_schedule_and_node_state_taints_keep_no_pod_off():
 
 
 def test_unknown_tolerations_pass_every_taint():
-    """A pod whose tolerations KSM does not export (None) is placed as before taints
-    were read: on the tainted node's GPU at 100 s, not predicted to fit nowhere."""
+    """A pod whose tolerations KSM does not export (None) is placed as if the node had
+    no taint: on the tainted node's GPU at 100 s, not predicted to fit nowhere."""
     nodes = [Node("pool", {G: 1}, "A100", taints=(("nvidia.com/gpu", "present", "NoSchedule"),))]
     r = replay(nodes, [job("a", "pool", 100)], [pending("p")], NOW, **EXACT)
     assert pending("p").tolerations is None
