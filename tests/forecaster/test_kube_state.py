@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -679,8 +680,12 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
         now - 50,
         {GPU: 1},
         more_containers={"aux": {GPU: 1}},
+        tolerations=(KsmToleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),),
     )
-    body = exposition(*cluster_parts(now, extra=[two]))
+    nodes, pods = cluster_parts(now, extra=[two])
+    gpu_taint = ("nvidia.com/gpu", "present", "NoSchedule")
+    nodes[0] = dataclasses.replace(nodes[0], taints=(gpu_taint,))
+    body = exposition(nodes, pods)
     servers = [
         MetricsServer("127.0.0.1", 0, lambda _accept: (body.encode(), TEXT_FORMAT)).serve()
         for _ in range(2)
@@ -701,6 +706,15 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
             s.stop()
     q = kube_state.parse(samples, now, priorities={"low": -10})
     assert_cluster_queue(q, {"two-containers": (2, "", 0)})
+    # a taint and a toleration read once each, the pods without one tolerating nothing
+    assert {n.name: n.taints for n in q.nodes} == {"a100-node": (gpu_taint,), "t4-node": ()}
+    assert {p.pod: p.tolerations for p in q.pending} == {
+        "waits-a100": (),
+        "any-gpu": (),
+        "too-big": (),
+        "two-containers": (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),),
+    }
+    assert q.rejected == {} and q.taints_ignored == 0
     # arrivals: one pod of each shape, the two-container pod's 2 GPUs counted as 2
     shapes = {(a.units, round(a.rate_per_second * 3600)) for a in q.arrivals}
     assert shapes == {(1, 2), (2, 2), (4, 1), (8, 1)}
