@@ -49,10 +49,9 @@ conditions pass (a pod is predicted too early while they last).
 
 Whose tolerations are known: a ``PendingPod`` with ``tolerations`` None (KSM exports
 none: ``kube_pod_tolerations`` dropped, or KSM before 2.6) is placed as if it tolerated
-every taint. Predicting instead that such
-pods fit no tainted node would be wrong on the common clusters whose GPU nodes carry
-``nvidia.com/gpu:NoSchedule`` and whose pods get the matching toleration from the
-``ExtendedResourceToleration`` admission plugin. Pods arriving later (``Arrival``) are
+every taint. Predicting instead that such pods fit no tainted node would be wrong on
+the clusters whose GPU nodes carry ``nvidia.com/gpu:NoSchedule`` and whose pods get
+the matching toleration from the ``ExtendedResourceToleration`` admission plugin. Pods arriving later (``Arrival``) are
 measured on every GPU pod created, wherever it landed, so they too are placed on every
 node whatever its taints. A request made now has no tolerations of its own but the one
 that plugin would add (``Exists`` on the taint named after its resource, ``NoSchedule``):
@@ -318,7 +317,7 @@ def policy_taints(node: Node) -> tuple[Taint, ...]:
 def tolerated(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
     """Whether a pod with ``tolerations`` may land on ``node`` as far as taints go
     (None: tolerations unknown, every taint passes)."""
-    if tolerations is None:
+    if tolerations is None or not node.taints:
         return True
     return all(any(t.tolerates(taint) for t in tolerations) for taint in policy_taints(node))
 
