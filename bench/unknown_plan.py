@@ -23,7 +23,10 @@ Beside it:
 ``est. ÷ best`` is gpu-eta's median error with the estimated plan over the better of
 the two no-plan baselines on the same moments (bootstrap interval over runs, as
 ``forecast_accuracy.score_rows``); ``true ÷ best`` the same with the true plan.
-Coverage: the true remaining time inside gpu-eta's P10–P90. A moment whose identity
+Coverage: the true remaining time inside gpu-eta's P10–P90 with the estimated plan,
+inside the interval from its P10 at the 10th percentile of the identity's totals to its
+P90 at the 90th (``interval_over_plans``: what carrying the plan's uncertainty into
+the interval would give), and with the true plan. A moment whose identity
 had no earlier completed run gets no estimate and no forecast; they are counted, and
 with ``--fallback`` forecast from the earlier runs of the same job name and batch size
 on other identities (another table: only the history match answers there).
@@ -68,6 +71,7 @@ from forecast_accuracy import (
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.evaluate import GPU_ETA, Replay, Scored, identity_key, replay_events
+from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 
 VARIABLE = ("bert", "rnnt", "dlrm", "unet3d", "maskrcnn")
@@ -103,6 +107,8 @@ class PlanGuess:
     plan: float
     rule: str  # "median", "passed" (median of the totals above the progress), "beyond"
     n: int  # earlier totals read
+    lo: float  # the 10th and 90th percentiles of the totals it was the median of
+    hi: float
 
 
 def estimate_plan(totals: Sequence[float], done: float, step: float) -> PlanGuess | None:
@@ -114,16 +120,34 @@ def estimate_plan(totals: Sequence[float], done: float, step: float) -> PlanGues
 
     Why the median of the totals not reached rather than the largest: it is the same
     rule as the plain median restricted to what is still possible, and the largest
-    total alone follows one outlier.
+    total alone follows one outlier. ``lo`` and ``hi``: the ``RANGE`` percentiles of
+    the same totals (the plan itself beyond them all), for an interval that carries
+    the plan's uncertainty (``interval_over_plans``).
     """
     if not totals:
         return None
     above = [t for t in totals if t > done]
-    if len(above) == len(totals):
-        return PlanGuess(float(statistics.median(totals)), "median", len(totals))
-    if above:
-        return PlanGuess(float(statistics.median(above)), "passed", len(totals))
-    return PlanGuess(done + step if step > 0 else 2.0 * done, "beyond", len(totals))
+    if not above:
+        plan = done + step if step > 0 else 2.0 * done
+        return PlanGuess(plan, "beyond", len(totals), plan, plan)
+    lo, hi = (float(q) for q in np.quantile(above, RANGE))
+    rule = "median" if len(above) == len(totals) else "passed"
+    return PlanGuess(float(statistics.median(above)), rule, len(totals), lo, hi)
+
+
+RANGE = (0.1, 0.9)
+"""The percentiles of the earlier totals the plan-range interval is read at."""
+
+
+def interval_over_plans(at_plan: Forecast, at_lo: Forecast, at_hi: Forecast) -> tuple[float, float]:
+    """P10–P90 of a run whose total is uncertain: from the lower of the P10s with the
+    guessed plan and with the low total, to the higher of the P90s with the guessed
+    plan and with the high total.
+
+    Why: gpu-eta's interval holds the uncertainty of the run's speed for a known total;
+    with a guessed total the truth also moves with the total, by as much as the
+    identity's totals differ."""
+    return min(at_plan.p10, at_lo.p10), max(at_plan.p90, at_hi.p90)
 
 
 def job_batch_key(run: Run) -> tuple[str, str] | None:
@@ -193,6 +217,9 @@ class Moment:
     errors: dict[str, float]  # gpu_eta_true, gpu_eta, no-plan and rate baselines
     covered_true: bool
     covered: bool
+    covered_range: bool  # inside ``interval_over_plans``
+    width: float  # P90 ÷ P10 with the guessed plan
+    width_range: float  # the same of ``interval_over_plans``
     earlier: int  # earlier totals read
 
 
@@ -236,6 +263,9 @@ def replay(runs: Sequence[Run], fallback: bool = False, report_every: int = 0) -
         guessed = with_plan(part, guess.plan)
         true_f = model.predict(part, ts)
         est_f = model.predict(guessed, ts)
+        lo_f = est_f if guess.lo == guess.plan else model.predict(with_plan(part, guess.lo), ts)
+        hi_f = est_f if guess.hi == guess.plan else model.predict(with_plan(part, guess.hi), ts)
+        low, high = interval_over_plans(est_f, lo_f, hi_f)
         got = {"gpu_eta_true": true_f.p50, GPU_ETA: est_f.p50}
         for name, est in (("history_match", history_match), (IDENTITY_MEDIAN, identity_median)):
             with contextlib.suppress(InsufficientData):
@@ -254,11 +284,18 @@ def replay(runs: Sequence[Run], fallback: bool = False, report_every: int = 0) -
                 {name: abs(p50 - truth) / truth for name, p50 in got.items()},
                 true_f.p10 <= truth <= true_f.p90,
                 est_f.p10 <= truth <= est_f.p90,
+                low <= truth <= high,
+                ratio(est_f.p90, est_f.p10),
+                ratio(high, low),
                 guess.n,
             )
         )
     out.seconds = time.perf_counter() - began
     return out
+
+
+def ratio(hi: float, lo: float) -> float:
+    return hi / lo if lo > 0 else math.inf
 
 
 # -- scoring -------------------------------------------------------------------------
@@ -289,6 +326,7 @@ class Line:
     medians: dict[str, float]
     est: Row  # gpu-eta with the estimated plan against the no-plan baselines
     true: Row  # gpu-eta with the true plan against them
+    range_coverage: float  # inside ``interval_over_plans``
 
 
 COLUMNS = (
@@ -312,7 +350,8 @@ def lines(moments: Sequence[Moment]) -> list[Line]:
             errs = [m.errors[name] for m in at if name in m.errors]
             if errs:
                 medians[name] = float(np.median(errs))
-        out.append(Line(est.point, len(at), medians, est, true))
+        covered = float(np.mean([m.covered_range for m in at])) if at else math.nan
+        out.append(Line(est.point, len(at), medians, est, true, covered))
     return out
 
 
@@ -346,7 +385,7 @@ def table(moments: Sequence[Moment]) -> list[str]:
         "est. ÷ best no-plan (which)",
         "true ÷ best",
         "est. closer",
-        "coverage est. / true",
+        "coverage est. / plan range / true",
     ]
     out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for line in lines(moments):
@@ -358,7 +397,10 @@ def table(moments: Sequence[Moment]) -> list[str]:
         cells.append(_cell(line.est.ratio, "ratio") + which)
         cells.append(_cell(line.true.ratio, "ratio"))
         cells.append(_cell(line.est.closer, "share"))
-        cells.append(f"{_cell(line.est.coverage, 'pct')} / {_cell(line.true.coverage, 'pct')}")
+        cells.append(
+            f"{_cell(line.est.coverage, 'pct')} / {line.range_coverage:.0%} / "
+            f"{_cell(line.true.coverage, 'pct')}"
+        )
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -396,7 +438,8 @@ def job_table(moments: Sequence[Moment], runs: Sequence[Run], min_moments: int =
                 continue
             cov = line.est.coverage.median if line.est.coverage else math.nan
             cells.append(
-                f"{line.est.ratio.median:.2f}× ({line.true.ratio.median:.2f}×), cov. {cov:.0%}"
+                f"{line.est.ratio.median:.2f}× ({line.true.ratio.median:.2f}×), "
+                f"cov. {cov:.0%} / {line.range_coverage:.0%}"
             )
         out.append("| " + " | ".join(cells) + " |")
     return out
@@ -419,8 +462,15 @@ def counts(res: Replayed, moments: Sequence[Moment]) -> str:
         f"identity's earlier totals at {rules['median']:,} moments, the median of those "
         f"not yet reached at {rules['passed']:,}, one interval beyond the progress (past "
         f"every earlier total) at {rules['beyond']:,}; its median error "
-        f"{_pct(float(np.median([m.plan_error for m in moments])) if moments else math.nan)}."
+        f"{_pct(_median(m.plan_error for m in moments))}. Median P90 ÷ P10: "
+        f"{_median(m.width for m in moments):.2f} with the estimated plan, "
+        f"{_median(m.width_range for m in moments):.2f} over the plan range."
     )
+
+
+def _median(values: Iterable[float]) -> float:
+    values = list(values)
+    return float(np.median(values)) if values else math.nan
 
 
 def report(name: str, description: str, runs: Sequence[Run], res: Replayed) -> str:
@@ -439,7 +489,7 @@ def report(name: str, description: str, runs: Sequence[Run], res: Replayed) -> s
     out += [
         "",
         f"*{name} by benchmark: gpu-eta with the estimated plan ÷ best no-plan baseline "
-        "(with the true plan), P10–P90 coverage with the estimated plan:*",
+        "(with the true plan), P10–P90 coverage with the estimated plan / over the plan range:*",
         "",
         *job_table(own, runs),
     ]

@@ -22,8 +22,21 @@ def test_the_plan_is_the_median_of_the_totals_not_yet_reached() -> None:
     beyond = up.estimate_plan([10.0, 12.0], 13.0, 0.5)
     assert (beyond.plan, beyond.rule) == (13.5, "beyond")
     assert up.estimate_plan([10.0], 10.0, 0.0).plan == 20.0  # no interval seen: twice
+    # the range: the 10th and 90th percentiles of the same totals
+    spread = up.estimate_plan([10.0, 20.0, 30.0, 40.0, 50.0, 60.0], 25.0, 1.0)
+    assert (spread.plan, spread.lo, spread.hi) == (45.0, 33.0, 57.0)
+    assert (beyond.lo, beyond.hi) == (13.5, 13.5)
     for done in (0.0, 5.0, 11.9, 12.0, 30.0):  # always ahead of the progress
         assert up.estimate_plan([10.0, 12.0, 14.0], done, 1.0).plan > done
+
+
+def test_the_interval_over_plans_spans_the_low_and_the_high_totals_forecasts() -> None:
+    def f(p10: float, p50: float, p90: float) -> up.Forecast:
+        return up.Forecast(p10, p50, p90, method="blend")
+
+    at_plan, at_lo, at_hi = f(8.0, 10.0, 12.0), f(6.0, 7.0, 9.0), f(11.0, 14.0, 18.0)
+    assert up.interval_over_plans(at_plan, at_lo, at_hi) == (6.0, 18.0)
+    assert up.interval_over_plans(at_plan, at_plan, at_plan) == (8.0, 12.0)
 
 
 def test_totals_are_those_of_earlier_completed_runs_by_identity_then_job_and_batch() -> None:
@@ -72,5 +85,7 @@ def test_the_replay_forecasts_with_both_plans_once_the_identity_has_a_past() -> 
         assert m.point == 0 or "keras_mean" in m.errors  # a rate needs one interval
         assert 0.0 <= m.plan_error <= 0.4  # a total of 10 or 14 guessed from 10s and 14s
         assert m.rule in {"median", "passed", "beyond"}
+        assert m.covered_range or not m.covered  # the range's interval holds the plan's
+        assert m.width_range >= m.width
     text = up.report("toy", "steady runs", runs, res)
     assert "| 50% |" in text and "no forecast" in text
