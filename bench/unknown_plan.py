@@ -421,9 +421,11 @@ BY_JOB_POINTS = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 def job_table(moments: Sequence[Moment], runs: Sequence[Run], min_moments: int = 30) -> list[str]:
     """One line per benchmark: the spread of its totals, the plan estimate's median
-    error, and per point gpu-eta's ratio to the best no-plan baseline with the
+    error, the median error of gpu-eta with the estimated and the true plan and of the
+    identity median over the moments at 10–90 %, and per point gpu-eta's ratio to the best no-plan baseline with the
     estimated plan (and the true one), and the estimated plan's coverage."""
-    head = ["job", "moments", "totals max÷min", "plan error", *map(label, BY_JOB_POINTS)]
+    head = ["job", "moments", "totals max÷min", "plan error", "error est. / true / id. median"]
+    head += list(map(label, BY_JOB_POINTS))
     out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     jobs = Counter(m.job for m in moments)
     for job in sorted(j for j, n in jobs.items() if n >= min_moments):
@@ -431,6 +433,13 @@ def job_table(moments: Sequence[Moment], runs: Sequence[Run], min_moments: int =
         plan_error = float(np.median([m.plan_error for m in mine]))
         by_point = {line.point: line for line in lines(mine)}
         cells = [f"`{job}`", f"{len(mine):,}", f"{spread(runs, job):.2f}", _pct(plan_error)]
+        inside = [m for m in mine if BY_JOB_POINTS[0] <= m.point <= BY_JOB_POINTS[-1]]
+        cells.append(
+            " / ".join(
+                _pct(_median(m.errors[k] for m in inside if k in m.errors))
+                for k in (GPU_ETA, "gpu_eta_true", IDENTITY_MEDIAN)
+            )
+        )
         for point in BY_JOB_POINTS:
             line = by_point.get(point)
             if line is None or line.est.ratio is None or line.true.ratio is None:
