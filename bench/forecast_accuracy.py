@@ -423,9 +423,12 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
     return float(np.quantile(samples, tail)), float(np.quantile(samples, 1.0 - tail))
 
 
-def score_rows(scored: Sequence[Scored], seed: int = SEED) -> list[Row]:
+def score_rows(
+    scored: Sequence[Scored], seed: int = SEED, methods: Sequence[str] = METHODS
+) -> list[Row]:
     """Per point: every method's median error with a bootstrap interval, the best
-    baseline and gpu-eta's ratio to it on the same moments, and coverage."""
+    baseline (among ``methods``) and gpu-eta's ratio to it on the same moments, and
+    coverage."""
     rows = []
     for point in POINTS:
         at = [s for s in scored if s.point == point]
@@ -434,7 +437,7 @@ def score_rows(scored: Sequence[Scored], seed: int = SEED) -> list[Row]:
         if not at:
             continue
         rng = np.random.default_rng(seed + int(point * 100))
-        for name in (GPU_ETA, *METHODS):
+        for name in (GPU_ETA, *methods):
             errs = np.array([s.errors[name] for s in at if name in s.errors])
             if len(errs) == 0:
                 continue

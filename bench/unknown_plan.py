@@ -15,13 +15,14 @@ at 10/25/50/75/90/95 % of the *true* total, as the scorer sees them.
 Beside it:
 
 * what needs no plan: ``identity median`` (median duration of the identity's earlier
-  completed runs minus the time elapsed, ``forecast_accuracy.IdentityMedian``) and
-  ``history match`` (the same over every earlier run of the job);
+  completed runs minus the time elapsed, ``forecast_accuracy.IdentityMedian``), the
+  same over the durations the run has not yet reached (``IdentityLeft``: the plan
+  estimate's rule on times) and ``history match`` (every earlier run of the job);
 * the rate baselines (Keras' mean, ``predict_linear``, tqdm's EMA, elapsed/progress)
   given the same estimated plan: what a progress bar would say with the same guess.
 
-``est. ÷ best`` is gpu-eta's median error with the estimated plan over the better of
-the two no-plan baselines on the same moments (bootstrap interval over runs, as
+``est. ÷ best`` is gpu-eta's median error with the estimated plan over the best of
+the no-plan baselines on the same moments (bootstrap interval over runs, as
 ``forecast_accuracy.score_rows``); ``true ÷ best`` the same with the true plan.
 Coverage: the true remaining time inside gpu-eta's P10–P90 with the estimated plan,
 inside the interval from its P10 at the 10th percentile of the identity's totals to its
@@ -78,7 +79,8 @@ VARIABLE = ("bert", "rnnt", "dlrm", "unet3d", "maskrcnn")
 """The benchmarks whose realised totals vary between repeats (the data's README)."""
 FIXED = ("resnet", "ssd", "retinanet")
 """Those whose totals are nearly fixed."""
-NO_PLAN = ("history_match", IDENTITY_MEDIAN)
+IDENTITY_LEFT = "identity_left"
+NO_PLAN = ("history_match", IDENTITY_MEDIAN, IDENTITY_LEFT)
 """The yardsticks that need no plan."""
 RATE = tuple(name for name in BASELINES if name != "history_match")
 """The baselines that need a plan: given the estimated one."""
@@ -196,6 +198,42 @@ class Totals:
         return found, source if found is not None else ""
 
 
+class IdentityLeft(IdentityMedian):
+    """The identity median with the plan estimate's rule on durations: the median of
+    the earlier completed runs' durations longer than the time elapsed, minus it; past
+    them all, the run's last interval again.
+
+    Why: the plan estimate drops the totals a run has passed (``estimate_plan``), and
+    the same knowledge — the run has not ended yet — needs no plan; without this
+    yardstick a late gain of the estimated plan over the identity median (which says
+    0 s once the run outlasts it) would be credited to gpu-eta.
+    """
+
+    method = IDENTITY_LEFT
+
+    def fit(self, history: Sequence[Run]) -> IdentityLeft:
+        super().fit(history)
+        return self
+
+    def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
+        key = identity_key(run)
+        durations = self._totals.get(key) if key is not None else None
+        if not durations:
+            raise InsufficientData("identity median: no earlier completed run of this identity")
+        elapsed = now - run.start_timestamp
+        times = run.epoch_times
+        last = times[-1][1] - times[-2][1] if len(times) > 1 else 0.0
+        left = remaining_after(durations, elapsed, last)
+        return Forecast(left, left, left, method=self.method)
+
+
+def remaining_after(durations: Sequence[float], elapsed: float, last: float) -> float:
+    """The median of ``durations`` longer than ``elapsed``, minus it; ``last`` past them
+    all (the estimate's rule on times, ``estimate_plan``)."""
+    longer = [d for d in durations if d > elapsed]
+    return float(statistics.median(longer)) - elapsed if longer else max(last, 0.0)
+
+
 def with_plan(part: Run, plan: float) -> Run:
     """``part`` as a run that reports ``plan`` for its total."""
     return replace(part, epochs_planned=plan)
@@ -239,6 +277,7 @@ def replay(runs: Sequence[Run], fallback: bool = False, report_every: int = 0) -
     model_replay = Replay(runs)
     history_match = make_estimator("history_match")
     identity_median = IdentityMedian()
+    identity_left = IdentityLeft()
     rate = {name: make_estimator(name).fit([]) for name in RATE}
     totals = Totals()
     fitted_k = -1
@@ -251,6 +290,7 @@ def replay(runs: Sequence[Run], fallback: bool = False, report_every: int = 0) -
         if k != fitted_k:
             history_match.fit(model_replay.by_end[:k])
             identity_median.fit(model_replay.by_end[:k])
+            identity_left.fit(model_replay.by_end[:k])
             totals.fit(model_replay.by_end[:k])
             fitted_k = k
         model = model_replay.model_at(ts)  # every moment, as backtest: the same refits
@@ -267,7 +307,11 @@ def replay(runs: Sequence[Run], fallback: bool = False, report_every: int = 0) -
         hi_f = est_f if guess.hi == guess.plan else model.predict(with_plan(part, guess.hi), ts)
         low, high = interval_over_plans(est_f, lo_f, hi_f)
         got = {"gpu_eta_true": true_f.p50, GPU_ETA: est_f.p50}
-        for name, est in (("history_match", history_match), (IDENTITY_MEDIAN, identity_median)):
+        for name, est in (
+            ("history_match", history_match),
+            (IDENTITY_MEDIAN, identity_median),
+            (IDENTITY_LEFT, identity_left),
+        ):
             with contextlib.suppress(InsufficientData):
                 got[name] = est.predict(part, ts).p50  # neither reads the plan here
         for name, est in rate.items():
@@ -333,6 +377,7 @@ COLUMNS = (
     ("gpu_eta_true", "gpu-eta, true plan"),
     (GPU_ETA, "gpu-eta, est. plan"),
     (IDENTITY_MEDIAN, "identity median"),
+    (IDENTITY_LEFT, "identity median, not reached"),
     ("history_match", "history match"),
     ("keras_mean", "Keras mean, est."),
     ("predict_linear", "predict_linear, est."),
@@ -340,8 +385,8 @@ COLUMNS = (
 
 
 def lines(moments: Sequence[Moment]) -> list[Line]:
-    est_rows = score_rows(as_scored(moments, GPU_ETA, "covered"))
-    true_rows = score_rows(as_scored(moments, "gpu_eta_true", "covered_true"))
+    est_rows = score_rows(as_scored(moments, GPU_ETA, "covered"), methods=NO_PLAN)
+    true_rows = score_rows(as_scored(moments, "gpu_eta_true", "covered_true"), methods=NO_PLAN)
     out = []
     for est, true in zip(est_rows, true_rows, strict=True):
         at = [m for m in moments if m.point == est.point]
@@ -373,7 +418,11 @@ def label(point: float) -> str:
     return "start" if point == 0 else f"{point:.0%}"
 
 
-SHORT = {IDENTITY_MEDIAN: "identity median", "history_match": "history match"}
+SHORT = {
+    IDENTITY_MEDIAN: "identity median",
+    IDENTITY_LEFT: "not reached",
+    "history_match": "history match",
+}
 
 
 def table(moments: Sequence[Moment]) -> list[str]:
@@ -422,9 +471,10 @@ BY_JOB_POINTS = (0.1, 0.25, 0.5, 0.75, 0.9)
 def job_table(moments: Sequence[Moment], runs: Sequence[Run], min_moments: int = 30) -> list[str]:
     """One line per benchmark: the spread of its totals, the plan estimate's median
     error, the median error of gpu-eta with the estimated and the true plan and of the
-    identity median over the moments at 10–90 %, and per point gpu-eta's ratio to the best no-plan baseline with the
+    two identity medians over the moments at 10–90 %, and per point gpu-eta's ratio to the best no-plan baseline with the
     estimated plan (and the true one), and the estimated plan's coverage."""
-    head = ["job", "moments", "totals max÷min", "plan error", "error est. / true / id. median"]
+    head = ["job", "moments", "totals max÷min", "plan error"]
+    head.append("error est. / true / id. median / not reached")
     head += list(map(label, BY_JOB_POINTS))
     out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     jobs = Counter(m.job for m in moments)
@@ -437,7 +487,7 @@ def job_table(moments: Sequence[Moment], runs: Sequence[Run], min_moments: int =
         cells.append(
             " / ".join(
                 _pct(_median(m.errors[k] for m in inside if k in m.errors))
-                for k in (GPU_ETA, "gpu_eta_true", IDENTITY_MEDIAN)
+                for k in (GPU_ETA, "gpu_eta_true", IDENTITY_MEDIAN, IDENTITY_LEFT)
             )
         )
         for point in BY_JOB_POINTS:
@@ -555,8 +605,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "Median absolute error of the remaining time, % of the true remaining time; "
         "`est.`: with the plan estimated from the identity's earlier totals, `true`: with "
-        "the run's realised total; ratios over the better of identity median and history "
-        "match on the same moments (90 % bootstrap interval over runs)."
+        "the run's realised total; ratios over the best of the no-plan baselines (identity "
+        "median, the same over durations not yet reached, history match) on the same moments (90 % bootstrap interval over runs)."
         + (
             f" At most {args.limit:,} runs per corpus (`--limit {args.limit}`)."
             if args.limit

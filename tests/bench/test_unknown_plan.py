@@ -39,6 +39,20 @@ def test_the_interval_over_plans_spans_the_low_and_the_high_totals_forecasts() -
     assert up.interval_over_plans(at_plan, at_plan, at_plan) == (8.0, 12.0)
 
 
+def test_the_no_plan_yardstick_drops_the_durations_the_run_has_outlasted() -> None:
+    assert up.remaining_after([100.0, 200.0, 300.0], 50.0, 5.0) == 150.0
+    assert up.remaining_after([100.0, 200.0, 300.0], 150.0, 5.0) == 100.0  # 250 − 150
+    assert up.remaining_after([100.0, 200.0], 250.0, 5.0) == 5.0  # one interval more
+    same = {"job_name": "j", "namespace": "a", "node_type": "x"}
+    earlier = [
+        make_run(f"e{i}", [10.0] * n, start=1e9 + 1e3 * i, **same) for i, n in enumerate((10, 20))
+    ]
+    left = up.IdentityLeft().fit(earlier)
+    running = make_run("r", [10.0] * 12, planned=30, start=2e9, **same)  # 120 s in
+    assert left.predict(running, running.last_timestamp).p50 == 80.0  # 200 − 120
+    assert up.IdentityMedian().fit(earlier).predict(running, running.last_timestamp).p50 == 30.0
+
+
 def test_totals_are_those_of_earlier_completed_runs_by_identity_then_job_and_batch() -> None:
     same = {"job_name": "j", "namespace": "a", "node_type": "x", "batch_size": 64}
     e1 = make_run("e1", [1.0] * 10, start=1e9, **same)
@@ -81,7 +95,7 @@ def test_the_replay_forecasts_with_both_plans_once_the_identity_has_a_past() -> 
     assert res.events == len(res.moments) + sum(res.no_history.values())
     assert res.no_history and {m.run_id for m in res.moments} <= {r.run_id for r in runs[1:]}
     for m in res.moments:
-        assert {"gpu_eta_true", "gpu_eta", "identity_median"} <= set(m.errors)
+        assert {"gpu_eta_true", "gpu_eta", "identity_median", "identity_left"} <= set(m.errors)
         assert m.point == 0 or "keras_mean" in m.errors  # a rate needs one interval
         assert 0.0 <= m.plan_error <= 0.4  # a total of 10 or 14 guessed from 10s and 14s
         assert m.rule in {"median", "passed", "beyond"}
