@@ -33,7 +33,7 @@ with ``--fallback`` forecast from the earlier runs of the same job name and batc
 on other identities (another table: only the history match answers there).
 
     python bench/unknown_plan.py --limit 300                 # a quick look
-    python bench/unknown_plan.py --corpus mlperf-choose      # one split, ~10 min
+    python bench/unknown_plan.py --corpus mlperf-choose      # one split, 5–6 min
     python bench/unknown_plan.py --fallback --json out.json  # every figure
 
 Why a bench: it measures a feature not built (forecasting runs that report no total),
