@@ -74,10 +74,15 @@ class TooManyRuns(ReportError):
     (``exporter.progress_runs``; counted as ``too_many_runs``, answered 429).
 
     Not ``invalid``: the same report is accepted once the cap allows a run again, so
-    the sender is told to wait, as for the per-pod rate limit."""
+    the sender is told to wait, as for the per-pod rate limit: ``retry_after`` is that
+    wait in whole seconds (the answer's ``Retry-After``)."""
 
     result = "too_many_runs"
     status = 429
+
+    def __init__(self, reason: str, retry_after: int):
+        super().__init__(reason)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)

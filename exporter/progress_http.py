@@ -14,6 +14,11 @@ Order of checks, each answered with a one-line reason and counted by result:
 6. stored → 200 ``accepted``; with a state file only once the report is on disk
    (``exporter.progress_journal``), or 503 ``not_persisted`` if that write failed
 
+Both 429s carry ``Retry-After``: the whole seconds until the bucket that refused has a
+token again (``progress_runs.retry_after``). The 503 carries none: its report was
+applied (in memory), and the disk recovers on its own schedule, not the sender's; a
+sender holding back would only leave its progress stale meanwhile.
+
 Protocol-level answers are counted too (``PROGRESS_RESULTS``): 404, 405, 408 (header
 or request deadline missed), 431, 500, and GET ``/healthz``; so is a connection reset at
 accept because it is over ``MAX_CONNECTIONS`` or ``MAX_CONNECTIONS_PER_ADDRESS``
@@ -45,11 +50,18 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from gpu_eta.common.listen_socket import listening_socket
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.progress import MAX_BODY_BYTES, ReportError, parse_report, skipped_note
-from gpu_eta.exporter.progress_runs import TokenBuckets
+from gpu_eta.exporter.progress import (
+    MAX_BODY_BYTES,
+    ReportError,
+    TooManyRuns,
+    parse_report,
+    skipped_note,
+)
+from gpu_eta.exporter.progress_runs import TokenBuckets, retry_after
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import PROGRESS_RESULTS
@@ -92,6 +104,15 @@ REFUSAL_LOG_REFILL_SECONDS = 3.0
 MAX_RATE_KEYS = 4096
 # Addresses whose pod lookup is cached at most (the oldest looked up forgotten first)
 MAX_LOOKUPS = 4096
+
+
+class Answer(NamedTuple):
+    """The answer to one request: its status, one-line text and, for a refusal whose
+    wait is known (both 429s), the ``Retry-After`` in whole seconds."""
+
+    status: int
+    text: str
+    retry_after: int | None = None
 
 
 def _who(pod: PodMeta) -> str:
@@ -211,8 +232,14 @@ class ProgressListener:
             self._counts[result] += 1
 
     def _refused(
-        self, sender: str, result: str, status: int, text: str, pod: bool = False
-    ) -> tuple[int, str]:
+        self,
+        sender: str,
+        result: str,
+        status: int,
+        text: str,
+        pod: bool = False,
+        retry_after: int | None = None,
+    ) -> Answer:
         """Count a refusal, log it (rate-limited, ``REFUSAL_LOG_SECONDS``) and return
         the answer. ``sender`` is the pod (``namespace/name``, ``pod`` True) or, when
         none, the address. Only address senders share the line budget
@@ -246,7 +273,7 @@ class ProgressListener:
                 if unlogged
                 else "",
             )
-        return status, text
+        return Answer(status, text, retry_after)
 
     def sender(self, address: str) -> tuple[PodMeta | None, str]:
         """The pod that owns ``address``, or None and the one-line reason for refusing."""
@@ -289,9 +316,14 @@ class ProgressListener:
             )
         return candidates[0], ""
 
-    def _allow(self, pod: PodMeta) -> bool:
+    def _over_rate(self, pod: PodMeta) -> int | None:
+        """None when ``pod`` may send a report now (it takes a token), else the whole
+        seconds until it may (the 429's ``Retry-After``)."""
+        key, now = (pod.namespace, pod.name), time.monotonic()
         with self._lock:
-            return self._buckets.take((pod.namespace, pod.name), time.monotonic())
+            if self._buckets.take(key, now):
+                return None
+            return retry_after(self._buckets.wait_seconds(key, now))
 
     def handle(
         self,
@@ -299,8 +331,9 @@ class ProgressListener:
         length: int | None,
         body: bytes,
         on_durable: Callable[[bool], None] | None = None,
-    ) -> tuple[int, str]:
-        """Decide one request: (HTTP status, one-line reason). Counts the result.
+    ) -> Answer:
+        """Decide one request: (HTTP status, one-line reason, ``Retry-After``). Counts
+        the result.
 
         ``length`` is the request's Content-Length (None when absent) and ``body`` the
         bytes the connection buffered for it (empty when over the limit or absent):
@@ -323,13 +356,15 @@ class ProgressListener:
             return self._refused(
                 who, "too_large", 413, f"too_large: body over {MAX_BODY_BYTES} bytes", pod=True
             )
-        if not self._allow(pod):
+        wait = self._over_rate(pod)
+        if wait is not None:
             return self._refused(
                 who,
                 "rate_limited",
                 429,
-                f"rate_limited: over {self._rate:g} reports/s for this pod",
+                f"rate_limited: over {self._rate:g} reports/s for this pod (next in {wait} s)",
                 pod=True,
+                retry_after=wait,
             )
         now = self._clock()
         deferred = on_durable is not None and self.store.journaled
@@ -346,14 +381,17 @@ class ProgressListener:
                 on_durable=on_durable if deferred else None,
             )
         except ReportError as err:  # 400, or 429 for a run over its container's cap
-            return self._refused(who, err.result, err.status, f"{err.result}: {err}", pod=True)
+            wait = err.retry_after if isinstance(err, TooManyRuns) else None
+            return self._refused(
+                who, err.result, err.status, f"{err.result}: {err}", pod=True, retry_after=wait
+            )
         if report.skipped:
             with self._lock:
                 self._skipped_fields += len(report.skipped)
         if not deferred:
             self._count("accepted")
         note = skipped_note(report)
-        return 200, f"accepted: {pod.namespace}/{pod.name} run {progress.run_id}{note}"
+        return Answer(200, f"accepted: {pod.namespace}/{pod.name} run {progress.run_id}{note}")
 
 
 def report_container(pod: PodMeta, named: str | None) -> str:
@@ -547,15 +585,23 @@ class _Connection(asyncio.Protocol):
         limit = REQUEST_TIMEOUT_SECONDS if self.headers_done else HEADER_TIMEOUT_SECONDS
         self._refuse(408, "timeout", f"timeout: {what} not complete within {limit:g}s")
 
-    def _reply(self, status: int, text: str, close: bool, linger: bool = False) -> None:
+    def _reply(
+        self,
+        status: int,
+        text: str,
+        close: bool,
+        linger: bool = False,
+        retry_after: int | None = None,
+    ) -> None:
         """Write one answer; ``close`` ends the connection after it (``linger``: the
-        answer says so, but the caller closes later)."""
+        answer says so, but the caller closes later); ``retry_after`` in whole seconds."""
         assert self.transport is not None
         body = (text.replace("\n", " ")[:300] + "\n").encode("utf-8", "replace")
         head = (
             f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
             "Content-Type: text/plain; charset=utf-8\r\n"
             f"Content-Length: {len(body)}\r\n"
+            + (f"Retry-After: {retry_after}\r\n" if retry_after is not None else "")
             + ("Connection: close\r\n" if close or linger else "")
             + "\r\n"
         )
@@ -672,13 +718,13 @@ class _Connection(asyncio.Protocol):
         )
         ack = _Ack(self, close) if self.listener.store.journaled else None
         try:
-            status, text = self.listener.handle(
+            status, text, wait = self.listener.handle(
                 self.ip, length, body, on_durable=ack.fire if ack is not None else None
             )
         except Exception as err:  # a bug must not kill the event loop
             log.error("progress: request failed: %s", str(err).splitlines()[0][:200])
             self.listener._count("error")
-            status, text = 500, "internal error"
+            status, text, wait = 500, "internal error", None
         if length is None or length > MAX_BODY_BYTES:
             self._reply(status, text, close=True)  # body not read: the stream is unusable
             return False
@@ -689,7 +735,7 @@ class _Connection(asyncio.Protocol):
             ack.text = text
             self._arm()
             return False
-        self._reply(status, text, close)
+        self._reply(status, text, close, retry_after=wait)
         self._next_request()
         return not close
 

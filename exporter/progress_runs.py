@@ -20,6 +20,7 @@ rate limit and its refusal log's.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Hashable
 
@@ -107,3 +108,10 @@ class TokenBuckets:
             )
             bucket.stamp = now
         return bucket
+
+
+def retry_after(wait_seconds: float) -> int:
+    """A wait as HTTP's ``Retry-After`` gives it (RFC 9110 10.2.3: whole seconds):
+    rounded up, so a sender that waits that long finds a token, and at least 1, since
+    a refused sender's ``0`` would read as "again at once"."""
+    return max(1, math.ceil(wait_seconds))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -52,6 +51,7 @@ from gpu_eta.exporter.progress_runs import (
     RUN_BURST,
     RUN_REFILL_SECONDS,
     TokenBuckets,
+    retry_after,
 )
 from gpu_eta.exporter.progress_state_file import (
     SOURCES,
@@ -251,7 +251,8 @@ class ProgressStore:
             # last of the checks: a report refused for another reason takes no token
             runs = self._derived_runs if derived else self._runs
             if starts_new_run(previous, report) and not runs.take(key, now):
-                raise TooManyRuns(_too_many_runs(new, report.run_id is not None, runs, key, now))
+                wait = retry_after(runs.wait_seconds(key, now))
+                raise TooManyRuns(_too_many_runs(new, report.run_id is not None, runs, wait), wait)
             self._entries[key] = new
             self._dirty = True
             journal = self.journal
@@ -668,14 +669,14 @@ class ProgressStore:
             )
 
 
-def _too_many_runs(new: Progress, named: bool, runs: TokenBuckets, key: Key, now: float) -> str:
+def _too_many_runs(new: Progress, named: bool, runs: TokenBuckets, wait: int) -> str:
     """The one-line reason a run was not started, for its sender (or the log); with
-    a ``run_id`` the sender ``named``, what it most likely does wrong."""
-    wait = runs.wait_seconds(key, now)
+    a ``run_id`` the sender ``named``, what it most likely does wrong. ``wait``: whole
+    seconds until the container may start one (the answer's ``Retry-After`` too)."""
     hint = "; one run_id is for all reports of a training run" if named else ""
     return (
         f"run {new.run_id} not started: this container may start {runs.burst} runs at "
-        f"once, then 1 every {runs.refill_seconds:g} s (next in {math.ceil(wait)} s){hint}"
+        f"once, then 1 every {runs.refill_seconds:g} s (next in {wait} s){hint}"
     )
 
 

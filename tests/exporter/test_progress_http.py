@@ -93,8 +93,8 @@ def test_handle_decides_a_request_without_sockets(pods):
     (status, reason) out; the listener need not be started."""
     lst = ProgressListener("127.0.0.1", 0, ProgressStore(), pods.by_ip, pods)
     body = json.dumps({"epoch": 1, "epochs": 4}).encode()
-    status, text = lst.handle("127.0.0.3", len(body), body)
-    assert status == 200 and text.startswith("accepted: team-b/trainer-b")
+    status, text, retry_after = lst.handle("127.0.0.3", len(body), body)
+    assert status == 200 and text.startswith("accepted: team-b/trainer-b") and retry_after is None
     assert lst.store.get("team-b", "trainer-b", "main", "http").epochs == 4
     assert lst.handle("127.0.0.3", 5000, b"")[0] == 413  # by the declared length
     assert lst.handle("127.0.0.3", None, b"")[0] == 411
@@ -154,6 +154,39 @@ def test_flood_is_rate_limited_per_pod(listener):
     # another pod has its own bucket
     assert post(listener, {"step": 1}, source="127.0.0.3")[0] == 200
     assert listener.counts()["rate_limited"] >= 5
+
+
+def test_a_rate_limited_report_is_told_when_to_retry(pods):
+    """The 429 carries ``Retry-After``: the whole seconds until the pod's bucket has a
+    token again (rounded up), the same number its line says. Other answers carry none."""
+    lst = ProgressListener(
+        "127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, burst=1, rate_per_second=0.1
+    )
+    lst.start()
+    try:
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", lst.port, timeout=10, source_address=("127.0.0.2", 0)
+        )
+        answers = []
+        for body in (b'{"step": 1}', b'{"step": 2}'):
+            conn.request("POST", "/progress", body=body)
+            resp = conn.getresponse()
+            answers.append((resp.status, resp.getheader("Retry-After"), resp.read().decode()))
+        conn.close()
+        bad = http.client.HTTPConnection(
+            "127.0.0.1", lst.port, timeout=10, source_address=("127.0.0.3", 0)
+        )
+        bad.request("POST", "/progress", body=b"{no}")
+        resp = bad.getresponse()
+        invalid = (resp.status, resp.getheader("Retry-After"))
+        bad.close()
+    finally:
+        lst.stop()
+    (ok, _, _), (status, retry_after, text) = answers
+    assert ok == 200 and answers[0][1] is None and invalid == (400, None)
+    # a token every 10 s, the last taken a moment ago: 10 s, rounded up
+    assert status == 429 and retry_after == "10"
+    assert text.startswith("rate_limited: ") and text.endswith("(next in 10 s)\n")
 
 
 def test_keep_alive_connection_serves_many_reports(pods):
@@ -433,11 +466,15 @@ def test_the_rate_limit_remembers_pods_up_to_its_bound_oldest_forgotten(pods, mo
         "127.0.0.1", 0, ProgressStore(), pods.by_ip, pods, burst=2, rate_per_second=1e-6
     )
     flood = PodMeta("ml", "flood", "u1")
-    assert [lst._allow(flood) for _ in range(3)] == [True, True, False]
-    lst._allow(PodMeta("ml", "other", "u2"))  # a second pod fills the map
-    assert lst._allow(flood) is False  # still remembered: no fresh burst
-    lst._allow(PodMeta("ml", "third", "u3"))  # forgets "other" (least recent), not flood
-    assert lst._allow(flood) is False
+
+    def allow(pod: PodMeta) -> bool:
+        return lst._over_rate(pod) is None
+
+    assert [allow(flood) for _ in range(3)] == [True, True, False]
+    allow(PodMeta("ml", "other", "u2"))  # a second pod fills the map
+    assert allow(flood) is False  # still remembered: no fresh burst
+    allow(PodMeta("ml", "third", "u3"))  # forgets "other" (least recent), not flood
+    assert allow(flood) is False
 
 
 def test_refusal_lines_have_a_budget_over_all_senders_and_name_the_pod(listener, refusal_log):

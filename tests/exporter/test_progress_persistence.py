@@ -180,6 +180,8 @@ def test_an_unreadable_file_that_cannot_be_moved_aside_is_never_written_over(
     finally:
         listener.stop()
     assert answer.startswith(b"HTTP/1.1 503 "), answer
+    # no Retry-After: the report is applied, and the next one is as welcome as ever
+    assert b"retry-after" not in answer.lower()
     assert [p.pod for p in store.snapshot()] == ["sender"]  # applied, shown
     store.close()
     monkeypatch.undo()

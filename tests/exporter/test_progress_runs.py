@@ -40,6 +40,7 @@ class Sender:
     def post(self, body: dict) -> tuple[int, str]:
         self.conn.request("POST", "/progress", body=json.dumps(body).encode())
         resp = self.conn.getresponse()
+        self.retry_after = resp.getheader("Retry-After")
         return resp.status, resp.read().decode()
 
     def close(self) -> None:
@@ -115,6 +116,23 @@ def test_a_fresh_run_id_on_every_report_is_refused_after_the_burst_and_counted(
         assert other.post({"run_id": "x1", "step": 1})[0] == 200
     finally:
         other.close()
+
+
+def test_a_refused_run_is_told_when_its_container_may_start_one(listener, sender, clock):
+    """The 429 ``too_many_runs`` carries ``Retry-After``: whole seconds until the
+    container's bucket has a token (by the reports' clock), as its line says."""
+    for i in range(RUN_BURST):
+        assert sender.post({"run_id": f"r{i}", "event": "start"})[0] == 200
+        assert sender.retry_after is None
+    waits = []
+    for elapsed in (0.0, 12.5, 29.5):
+        clock.now = NOW + elapsed
+        status, text = sender.post({"run_id": "late", "event": "start"})
+        assert status == 429 and f"(next in {sender.retry_after} s)" in text
+        waits.append(sender.retry_after)
+    assert waits == ["30", "18", "1"]  # 30 s, 17.5 s and 0.5 s, each rounded up
+    clock.now = NOW + RUN_REFILL_SECONDS
+    assert sender.post({"run_id": "late", "event": "start"})[0] == 200
 
 
 def test_a_sweep_starting_a_run_every_minute_passes(listener, sender, clock):
