@@ -6,7 +6,10 @@ thread that POSTs them with short timeouts over one kept-alive connection. Each
 report carries the whole state (run id, epoch, step, plan), so dropping one under
 pressure loses nothing but freshness: the queue drops its oldest entry when full,
 step reports are thinned to one per ``min_interval_seconds``, and after failures
-the sender backs off (dropping, and counting, what comes meanwhile).
+the sender backs off (dropping, and counting, what comes meanwhile). When the
+exporter answers 429 (or 503) with ``Retry-After``, the sender holds its reports that
+long, at most ``MAX_RETRY_AFTER_SECONDS``, then sends the newest of them (the older
+ones are superseded: counted dropped); the refused report itself is not sent again.
 
 Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
 ``http://10.0.0.5:9843/progress``), else the node IP from the downward API in
@@ -31,6 +34,8 @@ from __future__ import annotations
 
 import atexit
 import collections
+import datetime
+import email.utils
 import hashlib
 import http.client
 import json
@@ -75,6 +80,11 @@ _RESERVED = frozenset(
 )
 # distinct refusal reasons logged per reporter; past this one line says the rest are not
 MAX_LOGGED_REFUSALS = 16
+# The longest a ``Retry-After`` holds the reports back. Why 30 s: the longest wait the
+# exporter asks for (a run over its container's cap: one run every 30 s); a longer one
+# (a proxy's, a clock-skewed date) would only leave the job's progress stale for longer,
+# and waiting less than asked only costs one more refused report.
+MAX_RETRY_AFTER_SECONDS = 30.0
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -252,6 +262,31 @@ def container_setting(container: object, source: str = "container") -> str | Non
     return fixed
 
 
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """How long an answer's ``Retry-After`` asks to wait, at most
+    ``MAX_RETRY_AFTER_SECONDS``; None when absent or unreadable.
+
+    Both of RFC 9110's forms: whole seconds (what the exporter sends), or an HTTP date
+    (``now`` the wall clock to measure it from, ``time.time()`` by default).
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        seconds = float(text)
+    else:
+        try:
+            date = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if date is None:
+            return None
+        if date.tzinfo is None:  # "-0000": UTC all the same (RFC 5322 3.3)
+            date = date.replace(tzinfo=datetime.timezone.utc)
+        seconds = date.timestamp() - (time.time() if now is None else now)
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_SECONDS)
+
+
 def _answer_reason(body: bytes) -> str:
     """The first line of an exporter answer, printable and bounded, for a log line."""
     lines = body.decode("utf-8", "replace").splitlines()
@@ -304,6 +339,10 @@ class ProgressReporter:
         self._cond = threading.Condition()
         self._closing = False
         self._inflight = False
+        # a Retry-After's hold: no report is sent before this (monotonic); once it is
+        # over only the newest queued report is (``_next_report``)
+        self._hold_until = 0.0
+        self._held = False
         self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0}
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
@@ -486,16 +525,45 @@ class ProgressReporter:
             self._queue.append(data)
             self._cond.notify_all()
 
+    def _next_report(self) -> bytes | None:
+        """The next report to send, waiting for one (and out any hold); None once
+        closing. The caller holds ``_cond``.
+
+        After a hold only the newest queued report is sent: each carries the whole
+        state, so the older ones are superseded (counted dropped) rather than sent as a
+        burst that would be refused again. Closing during a hold drops what is queued:
+        ``close`` waited its flush timeout for it, and training must not wait longer.
+        """
+        while True:
+            wait = self._hold_until - time.monotonic()
+            if self._queue and wait <= 0:
+                if not self._held:
+                    return self._queue.popleft()
+                self._held = False
+                newest = self._queue.pop()
+                self._stats["dropped"] += len(self._queue)
+                self._queue.clear()
+                return newest
+            if self._closing:
+                self._stats["dropped"] += len(self._queue)
+                self._queue.clear()
+                return None
+            self._cond.wait(timeout=wait if self._queue else None)
+
+    def _hold(self, seconds: float) -> None:
+        """Send nothing for ``seconds`` (an answer's ``Retry-After``; sender thread)."""
+        with self._cond:
+            self._hold_until = time.monotonic() + seconds
+            self._held = True
+
     def _run(self) -> None:
         backoff_until = 0.0
         failures = 0
         while True:
             with self._cond:
-                while not self._queue and not self._closing:
-                    self._cond.wait()
-                if not self._queue:
+                data = self._next_report()
+                if data is None:
                     break
-                data = self._queue.popleft()
                 self._inflight = True
             try:
                 result = "dropped" if time.monotonic() < backoff_until else self._send(data)
@@ -534,6 +602,10 @@ class ProgressReporter:
                 if 200 <= resp.status < 300:
                     return "sent"
                 self._log_refusal(resp.status, answer)
+                if resp.status in (429, 503):
+                    wait = retry_after_seconds(resp.getheader("Retry-After"))
+                    if wait:
+                        self._hold(wait)
                 return "rejected"
             except (OSError, http.client.HTTPException):
                 if self._conn is not None:

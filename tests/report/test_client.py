@@ -11,6 +11,7 @@ import pytest
 
 from gpu_eta.exporter import progress
 from gpu_eta.exporter.progress_runs import RUN_BURST
+from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta_report import ProgressReporter, client, exporter_url, start
@@ -92,20 +93,133 @@ def test_refused_sender_is_counted_not_raised(listener):
     assert r.stats["rejected"] == 2 and listener.counts()["forbidden"] == 2
 
 
-def test_a_run_over_the_containers_cap_is_rejected_logged_once_and_never_retried(listener, caplog):
-    """The exporter answers 429 ``too_many_runs`` to a run its container starts beyond
-    the cap: each report is counted rejected and sent once (no retry, no hot loop),
-    the reason logged once."""
+def test_a_run_over_the_containers_cap_is_held_for_its_retry_after_never_retried(listener, caplog):
+    """The exporter answers 429 ``too_many_runs`` with ``Retry-After: 30`` to a run its
+    container starts beyond the cap: the refused report is counted rejected and not
+    sent again, the reason logged once; the reports after it are held for the wait,
+    and ``end()`` still returns within its flush timeout (they are dropped then)."""
     for i in range(RUN_BURST):  # the notebook's quick restarts took the whole burst
         body = json.dumps({"run_id": f"r{i}", "event": "start"}).encode()
         assert post_progress("127.0.0.1", listener.port, body, POD.ip).startswith(b"HTTP/1.1 200")
     r = start(epochs=2, url=url(listener), source_address=POD.ip)
     r.epoch_end(1)
-    r.end()
-    assert r.stats == {"sent": 0, "rejected": 3, "failed": 0, "dropped": 0}
-    assert listener.counts()["too_many_runs"] == 3  # start, epoch_end, end: one POST each
+    t0 = time.monotonic()
+    r.end(flush_timeout_seconds=1.0)
+    assert time.monotonic() - t0 < 2.0  # training waits for its flush timeout, no longer
+    assert r.stats == {"sent": 0, "rejected": 1, "failed": 0, "dropped": 2}
+    assert listener.counts()["too_many_runs"] == 1  # start only: epoch_end and end held
     refusals = [m for m in caplog.messages if "refused a progress report" in m]
     assert len(refusals) == 1 and "(429): too_many_runs: run " in refusals[0]
+
+
+def test_after_a_retry_after_only_the_newest_report_is_sent(tmp_path):
+    """A pod over its report rate (0.5/s here) is answered 429 ``Retry-After: 2``: the
+    client sends nothing for 2 s, then the newest report it holds (the end, carrying
+    the whole state), the others superseded and counted dropped: one 429, no burst."""
+    with listening_for(POD, rate_per_second=0.5, burst=1) as lst:
+        r = start(epochs=2, url=url(lst), source_address=POD.ip, min_interval_seconds=0)
+        r.epoch_end(1)  # the bucket's one token went to the start: refused
+        for step in range(1, 6):
+            r.step(step)
+        r.epoch_end(2, loss=0.5)
+        t0 = time.monotonic()
+        r.end(flush_timeout_seconds=10)
+        waited = time.monotonic() - t0
+        counts = lst.counts()
+        (p,) = lst.store.snapshot()
+    assert r.stats == {"sent": 2, "rejected": 1, "failed": 0, "dropped": 6}
+    assert (counts["accepted"], counts["rate_limited"]) == (2, 1)
+    assert (p.run_id, p.epoch, p.epochs, p.metrics["loss"]) == (r.run_id, 2, 2, 0.5)
+    assert 1.0 < waited < 5.0  # held about the 2 s asked, not the 10 s allowed
+
+
+class RefusingServer:
+    """A real HTTP server answering every POST with ``status`` and the given
+    ``Retry-After`` (a proxy in front of the exporter, or another server's answer)."""
+
+    def __init__(self, status: int, retry_after: str | None):
+        import http.server
+        import threading
+
+        outer = self
+        self.posts: list[float] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.posts.append(time.monotonic())
+                self.send_response(status)
+                if retry_after is not None:
+                    self.send_header("Retry-After", retry_after)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"no")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_long_retry_after_is_capped(monkeypatch):
+    """``Retry-After: 3600`` holds the reports ``MAX_RETRY_AFTER_SECONDS`` at most (made
+    0.5 s here), then the newest is sent."""
+    monkeypatch.setattr(client, "MAX_RETRY_AFTER_SECONDS", 0.5)
+    server = RefusingServer(429, "3600")
+    try:
+        r = start(epochs=2, url=f"http://127.0.0.1:{server.port}/progress")
+        time.sleep(0.2)  # the start is answered: the hold begins
+        r.epoch_end(1)
+        r.end(flush_timeout_seconds=5)
+        posts = list(server.posts)
+    finally:
+        server.close()
+    assert len(posts) == 2 and 0.3 < posts[1] - posts[0] < 3.0
+    assert r.stats == {"sent": 0, "rejected": 2, "failed": 0, "dropped": 1}
+
+
+def test_a_503_without_retry_after_holds_nothing(tmp_path):
+    """The exporter's 503 ``not_persisted`` carries no ``Retry-After`` (its report was
+    applied in memory): the client goes on sending each report as it comes."""
+    store = ProgressStore(tmp_path / "state" / "progress.json")
+    store.journal.close()  # a journal that writes nothing: every report is answered 503
+    with listening_for(POD, store=store) as lst:
+        r = start(epochs=2, url=url(lst), source_address=POD.ip)
+        r.epoch_end(1)
+        r.end()
+        counts = lst.counts()
+    assert r.stats == {"sent": 0, "rejected": 3, "failed": 0, "dropped": 0}
+    assert counts["not_persisted"] == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("soon", None),
+        ("-5", None),
+        ("0", 0.0),
+        ("7", 7.0),
+        (" 12 ", 12.0),
+        ("120", client.MAX_RETRY_AFTER_SECONDS),
+        ("9" * 400, client.MAX_RETRY_AFTER_SECONDS),
+        ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),  # 10 s after ``now`` below
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # already past
+        ("Wed, 21 Oct 2015 08:28:00 GMT", client.MAX_RETRY_AFTER_SECONDS),
+    ],
+)
+def test_retry_after_values(value, expected):
+    now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    assert client.retry_after_seconds(value, now=now) == expected
 
 
 def test_bad_metric_values_are_dropped_not_sent(listener):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.progress_store import ProgressStore
@@ -15,10 +16,18 @@ from gpu_eta.exporter.readings import PodMeta
 
 
 @contextmanager
-def listening_for(pod: PodMeta) -> Iterator[ProgressListener]:
-    """A started listener on a free port resolving only ``pod.ip``; stopped on exit."""
+def listening_for(
+    pod: PodMeta, store: ProgressStore | None = None, **options: Any
+) -> Iterator[ProgressListener]:
+    """A started listener on a free port resolving only ``pod.ip``; stopped on exit.
+    ``options`` are the listener's (``rate_per_second``, ``burst``...)."""
     lst = ProgressListener(
-        "127.0.0.1", 0, ProgressStore(), lambda ip: pod if ip == pod.ip else None, lambda: [pod]
+        "127.0.0.1",
+        0,
+        store if store is not None else ProgressStore(),
+        lambda ip: pod if ip == pod.ip else None,
+        lambda: [pod],
+        **options,
     )
     lst.start()
     try:
