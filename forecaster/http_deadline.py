@@ -4,7 +4,8 @@
 with ``DeadlineAdapter`` mounted then reads the status line, the headers and the body
 through ``DeadlineReader``, each socket read given at most what is left of it, so no
 server pacing its bytes can hold a query past the deadline; and looks the server's name
-up within it (``resolve``), which no socket timeout bounds. ``Gunzip`` undoes a gzip
+up within it (``resolve``), which no socket timeout bounds, as well as a SOCKS proxy's
+name and, where the proxy does not resolve, the server's name for it. ``Gunzip`` undoes a gzip
 body of any number of members within a size cap. Apart from ``promapi`` because these
 are requests/urllib3/http.client plumbing, not the Prometheus API: the client reads as
 what it asks and how it retries, this as how bytes are read.
@@ -19,6 +20,7 @@ import http.client
 import io
 import ipaddress
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -170,7 +172,36 @@ def resolve(
     return answer[0]
 
 
-class DeadlineLookup:
+def _lookup_failed(conn: Any, host: str, err: socket.gaierror) -> Exception:
+    """What urllib3 raises for a failed lookup of ``host`` by ``conn``."""
+    if hasattr(urllib3.exceptions, "NameResolutionError"):  # urllib3 ≥ 2
+        return urllib3.exceptions.NameResolutionError(host, conn, err)
+    return urllib3.exceptions.NewConnectionError(  # what urllib3 1.26 raises
+        conn, f"Failed to establish a new connection: {err}"
+    )
+
+
+class _DialWithin:
+    """``_dial_within`` for the two lookup mixins below: ``super()._new_conn()`` is the
+    connection class's own dial, one attempt."""
+
+    def _dial_within(self, deadline: float, timeout: Any) -> socket.socket:
+        """One connection attempt, its connect timeout cut to what is left until
+        ``deadline``: each address of a name is given the connect timeout, so a name
+        with several unreachable addresses (a headless Service's pods, IPv6 and IPv4)
+        would otherwise hold a query that many timeouts."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise urllib3.exceptions.ConnectTimeoutError(
+                self,
+                f"Connection to {self.host} not made by the request deadline",  # type: ignore[attr-defined]
+            )
+        number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+        self.timeout = min(timeout, left) if number else left
+        return super()._new_conn()  # type: ignore[misc]
+
+
+class DeadlineLookup(_DialWithin):
     """A urllib3 connection mixin looking its host up within ``REQUEST_DEADLINE``.
 
     The name is resolved by ``resolve``, then each address is connected to in turn as
@@ -200,15 +231,7 @@ class DeadlineLookup:
                 urllib3.util.connection.allowed_gai_family(),  # IPv4 only without IPv6
             )
         except socket.gaierror as err:
-            if hasattr(urllib3.exceptions, "NameResolutionError"):  # urllib3 ≥ 2
-                raise urllib3.exceptions.NameResolutionError(
-                    self.host,  # type: ignore[attr-defined]
-                    self,  # type: ignore[arg-type]
-                    err,
-                ) from err
-            raise urllib3.exceptions.NewConnectionError(  # what urllib3 1.26 raises
-                self, f"Failed to establish a new connection: {err}"
-            ) from err
+            raise _lookup_failed(self, self.host, err) from err  # type: ignore[attr-defined]
         timeout = self.timeout  # type: ignore[has-type]
         try:
             for *_kind, address in found[:-1]:
@@ -224,31 +247,84 @@ class DeadlineLookup:
             self._dns_host = name
             self.timeout = timeout
 
-    def _dial_within(self, deadline: float, timeout: Any) -> socket.socket:
-        """One connection attempt, its connect timeout cut to what is left until
-        ``deadline``: each address of a name is given the connect timeout, so a name
-        with several unreachable addresses (a headless Service's pods, IPv6 and IPv4)
-        would otherwise hold a query that many timeouts."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise urllib3.exceptions.ConnectTimeoutError(
-                self,
-                f"Connection to {self.host} not made by the request deadline",  # type: ignore[attr-defined]
-            )
-        number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
-        self.timeout = min(timeout, left) if number else left
-        return super()._new_conn()  # type: ignore[misc]
+
+# PySocks' default port, for the proxy's lookup when its URL names none
+SOCKS_DEFAULT_PORT = 1080
+
+
+class DeadlineSocksLookup(_DialWithin):
+    """A urllib3 SOCKS connection mixin: the names PySocks would look up with a plain
+    ``getaddrinfo`` (no socket timeout reaches it) are looked up within
+    ``REQUEST_DEADLINE`` by ``resolve`` instead, and PySocks is handed addresses,
+    whose lookups are immediate.
+
+    Those names: the proxy's, always; the server's where the proxy does not resolve it
+    (``socks5://``, ``socks4://``; with ``socks5h://`` and ``socks4a://`` the name goes
+    to the proxy, which looks it up on its side: nothing is looked up here). The
+    proxy's addresses are dialled in turn, as PySocks would, each attempt within
+    what is left of the deadline; of the server's, the first, the one PySocks would
+    take. TLS still checks the certificate against the server's name. No deadline
+    set: the connection's own ``_new_conn``.
+    """
+
+    def _new_conn(self) -> socket.socket:
+        deadline = REQUEST_DEADLINE.get()
+        if deadline is None:
+            return super()._new_conn()  # type: ignore[misc]
+        options = self._socks_options  # type: ignore[has-type]
+        proxy = str(options["proxy_host"])
+        name = self._dns_host  # type: ignore[has-type]
+        try:
+            proxies = resolve(proxy, int(options["proxy_port"] or SOCKS_DEFAULT_PORT), deadline.at)
+        except socket.gaierror as err:
+            raise _lookup_failed(self, proxy, err) from err
+        if not options["rdns"]:
+            try:
+                found = resolve(
+                    name,
+                    self.port,  # type: ignore[attr-defined]
+                    deadline.at,
+                    urllib3.util.connection.allowed_gai_family(),
+                )
+            except socket.gaierror as err:
+                raise _lookup_failed(self, self.host, err) from err  # type: ignore[attr-defined]
+            self._dns_host = found[0][4][0]
+        timeout = self.timeout  # type: ignore[has-type]
+        try:
+            for *_kind, address in proxies[:-1]:
+                self._socks_options = {**options, "proxy_host": address[0]}
+                with contextlib.suppress(  # the next address, as PySocks does
+                    urllib3.exceptions.NewConnectionError,
+                    urllib3.exceptions.ConnectTimeoutError,
+                ):
+                    return self._dial_within(deadline.at, timeout)
+            self._socks_options = {**options, "proxy_host": proxies[-1][4][0]}
+            return self._dial_within(deadline.at, timeout)  # its error is the attempt's
+        finally:
+            self._socks_options = options
+            self._dns_host = name
+            self.timeout = timeout
 
 
 @functools.cache
 def deadline_connection(cls: type) -> type:
     """``cls`` (a urllib3 connection class) answering with ``DeadlineHTTPResponse``,
-    and looking its host up within the deadline (``DeadlineLookup``) where it dials
-    as ``HTTPConnection`` does: a SOCKS connection's proxy may resolve the name itself."""
+    and looking names up within the deadline: its host (``DeadlineLookup``) where it
+    dials as ``HTTPConnection`` does, the proxy's and maybe its host's
+    (``DeadlineSocksLookup``) for urllib3's SOCKS connections. Any other dial is left
+    as it is."""
     if cls.response_class is DeadlineHTTPResponse:  # type: ignore[attr-defined]
         return cls
     own_dial = cls._new_conn is urllib3.connection.HTTPConnection._new_conn  # type: ignore[attr-defined]
-    bases = (DeadlineLookup, cls) if own_dial else (cls,)
+    # imported only by a SOCKS pool (it needs PySocks): loaded if cls can be one
+    socks = sys.modules.get("urllib3.contrib.socks")
+    via_socks = socks is not None and issubclass(cls, socks.SOCKSConnection)
+    if own_dial:
+        bases: tuple[type, ...] = (DeadlineLookup, cls)
+    elif via_socks and cls._new_conn is socks.SOCKSConnection._new_conn:
+        bases = (DeadlineSocksLookup, cls)
+    else:
+        bases = (cls,)
     return type(cls.__name__, bases, {"response_class": DeadlineHTTPResponse})
 
 
