@@ -196,11 +196,15 @@ class ProgressSender:
         self.progress_ports = dict(progress_ports)
         self.timeout_seconds = timeout_seconds
         self.counts: dict[str, int] = {}
+        # the last answer's Retry-After in seconds (a 429 or 503's), None without one
+        self.retry_after: float | None = None
 
     def post(self, pod: Pod, body: Mapping[str, Any]) -> int:
-        """Send one report; returns the HTTP status (0 when the exporter is unreachable)."""
+        """Send one report; returns the HTTP status (0 when the exporter is unreachable)
+        and keeps the answer's ``Retry-After`` in ``retry_after``."""
+        self.retry_after = None
         try:
-            status = post_progress(
+            status, self.retry_after = _post(
                 self.progress_ports[pod.node], pod.ip, body, self.timeout_seconds
             )
         except OSError:
@@ -216,6 +220,14 @@ def post_progress(
     """POST one report to ``127.0.0.1:port/progress`` from ``source_ip`` (a pod's own
     loopback address, as training code in that pod would); returns the HTTP status,
     raises ``OSError`` when the exporter is unreachable."""
+    return _post(port, source_ip, body, timeout_seconds)[0]
+
+
+def _post(
+    port: int, source_ip: str, body: Mapping[str, Any], timeout_seconds: float
+) -> tuple[int, float | None]:
+    """``post_progress``, with the answer's ``Retry-After`` (whole seconds, the form the
+    exporter sends; None when absent or in another form)."""
     conn = http.client.HTTPConnection(
         "127.0.0.1", port, timeout=timeout_seconds, source_address=(source_ip, 0)
     )
@@ -225,7 +237,8 @@ def post_progress(
         )
         resp = conn.getresponse()
         resp.read(4096)
-        return resp.status
+        wait = (resp.getheader("Retry-After") or "").strip()
+        return resp.status, float(wait) if wait.isascii() and wait.isdigit() else None
     finally:
         conn.close()
 
@@ -292,8 +305,9 @@ class Driver:
         self.seed = seed
         self.stats = DriverStats()
         self._due: list[Event] = []
-        # first try, event, the exporter's last refusal (HTTP status; 0: none yet)
-        self._retry: list[tuple[float, Event, int]] = []
+        # first try, event, the exporter's last refusal (HTTP status; 0: none yet), and
+        # when it may be tried again (its Retry-After; the next tick without one)
+        self._retry: list[tuple[float, Event, int, float]] = []
         self.lock = threading.RLock()
 
     def write_scenarios(self, rel_now: float) -> None:
@@ -345,8 +359,11 @@ class Driver:
             due = [e for e in self._due if e.t <= rel]
             self._due = [e for e in self._due if e.t > rel]
             retry, self._retry = self._retry, []
-            for first, event, refused in retry:
-                self._fire(event, first, now, refused)
+            for first, event, refused, not_before in retry:
+                if not_before > now:
+                    self._retry.append((first, event, refused, not_before))
+                else:
+                    self._fire(event, first, now, refused)
             for event in due:
                 self._fire(event, now, now)
             self.sim.forget_before(rel - 120)
@@ -386,11 +403,13 @@ class Driver:
                 )
             return
         status = self.sender.post(pod, report_body(pod, event, self.anchor))
+        # a 429 or 503 says when to try again: not before (nor, past the retries, at all)
+        wait = (self.sender.retry_after or 0.0) if status in (429, 503) else 0.0
         if status == 200 or status == 202 or status == 204:
             self.stats.reports_sent += 1
-        elif status in (0, 403, 429, 503) and now - first_try < RETRY_SECONDS:
+        elif status in (0, 403, 429, 503) and now + wait - first_try < RETRY_SECONDS:
             # the exporter has not seen the pod yet (or is not listening yet): retry
-            self._retry.append((first_try, event, status or refused))
+            self._retry.append((first_try, event, status or refused, now + wait))
         else:
             self._failed(event, f"refused: HTTP {status}")
 

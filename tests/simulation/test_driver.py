@@ -30,14 +30,19 @@ ANCHOR = 1_763_700_000.0
 
 
 @contextmanager
-def _progress_endpoint(respond: Callable[[str, bytes], int]) -> Iterator[int]:
+def _progress_endpoint(respond: Callable[[str, bytes], int | tuple[int, str]]) -> Iterator[int]:
     """A real HTTP server on a free port standing in for the exporter's progress port:
-    each POST's (client address, body) goes to ``respond``, whose status is answered."""
+    each POST's (client address, body) goes to ``respond``, whose status is answered
+    (with a ``Retry-After`` when it returns (status, seconds))."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(respond(self.client_address[0], body))
+            answer = respond(self.client_address[0], body)
+            status, wait = answer if isinstance(answer, tuple) else (answer, None)
+            self.send_response(status)
+            if wait is not None:
+                self.send_header("Retry-After", wait)
             self.end_headers()
 
         def log_message(self, *args) -> None:
@@ -161,6 +166,34 @@ def test_driver_retries_a_report_the_exporter_refused_until_it_knows_the_pod(
         assert driver.stats.reports_sent >= 1 and driver.stats.reports_failed == 0
         assert set(seen) == {first_run.ip}
         assert driver.scenario_paths[0].exists()
+
+
+def test_driver_retries_a_429_not_before_its_retry_after(tmp_path: Path) -> None:
+    """A 429 (or 503) with ``Retry-After: 3`` is retried 3 s later, not at each tick;
+    one asking longer than the retries last (15 s) is a failure at once."""
+    answers: list[int | tuple[int, str]] = [(429, "3"), 200, (429, "60")]
+    seen: list[tuple[float, bytes]] = []
+
+    def respond(client_ip: str, body: bytes) -> int | tuple[int, str]:
+        seen.append((clock, body))
+        return answers.pop(0) if answers else 200
+
+    with _progress_endpoint(respond) as port:
+        _sim, driver = _driver_on(port, tmp_path)
+        clock = 0.0
+        while not seen and clock < 600:
+            clock += 1.0
+            driver.tick(ANCHOR + clock)
+        first, refused = seen[0]
+        for _ in range(5):
+            clock += 1.0
+            driver.tick(ANCHOR + clock)
+        assert [t for t, body in seen if body == refused] == [first, first + 3]
+        assert driver.stats.reports_sent >= 1 and driver.stats.reports_failed == 0
+        while len(seen) < 3 and clock < 1200:
+            clock += 1.0
+            driver.tick(ANCHOR + clock)
+        assert driver.stats.reports_failed == 1  # the third post, at once
 
 
 def test_a_report_whose_pod_ended_before_the_driver_ran_is_skipped_not_failed(
