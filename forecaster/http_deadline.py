@@ -4,9 +4,9 @@
 with ``DeadlineAdapter`` mounted then reads the status line, the headers and the body
 through ``DeadlineReader``, each socket read given at most what is left of it, so no
 server pacing its bytes can hold a query past the deadline; and looks the server's name
-up within it (``resolve``), which no socket timeout bounds, as well as a SOCKS proxy's
-name and, where the proxy does not resolve, the server's name for it. ``Gunzip`` undoes a gzip
-body of any number of members within a size cap. Apart from ``promapi`` because these
+up within it (``resolve``), which no socket timeout bounds, and through a SOCKS proxy
+the proxy's name too (``DeadlineSocksLookup``). ``Gunzip`` undoes a gzip body of any
+number of members within a size cap. Apart from ``promapi`` because these
 are requests/urllib3/http.client plumbing, not the Prometheus API: the client reads as
 what it asks and how it retries, this as how bytes are read.
 """
