@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 import threading
 
 from gpu_eta.exporter.progress import Report
@@ -48,6 +49,7 @@ def test_state_survives_restart_and_save_is_atomic(tmp_path):
     store.merge("ns", "a", "main", "http", Report(run_id="r9", epoch=2, epochs=10), NOW)
     store.save()
     assert json.loads(path.read_text())["version"] == 1
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # it names every pod's runs
     # no temp file left (the journal beside it holds what the state file may miss)
     assert sorted(f.name for f in path.parent.iterdir()) == [
         "progress.json",
