@@ -258,8 +258,10 @@ def _taint(labels: Mapping[str, str]) -> Taint | None:
 
 def _toleration(labels: Mapping[str, str]) -> Toleration | None:
     """A ``kube_pod_tolerations`` series → its toleration; None when malformed (an
-    operator other than Equal or Exists, an unknown effect, a key or value longer than
-    Kubernetes allows). An empty key (with Exists) is valid: it tolerates every key."""
+    operator other than Equal, Exists, Lt or Gt, an unknown effect, a key or value
+    longer than Kubernetes allows). An empty key (with Exists) is valid: it tolerates
+    every key. An Lt or Gt toleration whose value is no integer is kept: it tolerates
+    nothing, as in the scheduler (``Toleration.tolerates``)."""
     key = _text(labels, "key", MAX_KEY_CHARS)
     value = _text(labels, "value", MAX_VALUE_CHARS)
     operator = labels.get("operator", "")

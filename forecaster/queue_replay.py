@@ -110,10 +110,18 @@ NO_EXECUTE = "NoExecute"
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
 EFFECTS = (NO_SCHEDULE, NO_EXECUTE, PREFER_NO_SCHEDULE)
 BLOCKING_EFFECTS = (NO_SCHEDULE, NO_EXECUTE)
-# toleration operators; "" (unset) is Equal
+# toleration operators; "" (unset) is Equal. Lt and Gt (alpha in Kubernetes 1.35, feature
+# gate ``TaintTolerationComparisonOperators``) compare the taint's value with the
+# toleration's as integers
 EQUAL = "Equal"
 EXISTS = "Exists"
-OPERATORS = ("", EQUAL, EXISTS)
+LESS_THAN = "Lt"
+GREATER_THAN = "Gt"
+OPERATORS = ("", EQUAL, EXISTS, LESS_THAN, GREATER_THAN)
+# Kubernetes' canonical decimal integer (apimachinery ``content.IsDecimalInteger``): no
+# leading zero, no plus sign, no "-0"; then it must fit an int64
+_DECIMAL_INTEGER = re.compile(r"(?:0|-?[1-9][0-9]{0,18})")
+_INT64 = (-(2**63), 2**63 - 1)
 # taints Kubernetes sets from a node's state (not-ready, unschedulable, pressure...):
 # ``Node.schedulable`` stands for the ones that matter (module docstring)
 NODE_STATE_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
@@ -187,8 +195,9 @@ class Toleration:
 
     def tolerates(self, taint: Taint) -> bool:
         """Kubernetes' ``Toleration.ToleratesTaint``: effect and key match when set,
-        then ``Exists`` matches any value and ``Equal`` the same value; any other
-        operator tolerates nothing."""
+        then ``Exists`` matches any value, ``Equal`` the same value, ``Lt`` a taint value
+        below the toleration's and ``Gt`` one above (``_compare``); any other operator
+        tolerates nothing."""
         key, value, effect = taint
         if self.effect and self.effect != effect:
             return False
@@ -196,7 +205,30 @@ class Toleration:
             return False
         if self.operator == EXISTS:
             return True
+        if self.operator in (LESS_THAN, GREATER_THAN):
+            return _compare(self.operator, value, self.value)
         return self.operator in ("", EQUAL) and self.value == value
+
+
+def _int64(text: str) -> int | None:
+    """``text`` as Kubernetes reads an integer taint or toleration value; None when it
+    is not one (not canonical, or outside int64)."""
+    if not _DECIMAL_INTEGER.fullmatch(text):
+        return None
+    number = int(text)
+    return number if _INT64[0] <= number <= _INT64[1] else None
+
+
+def _compare(operator: str, taint_value: str, toleration_value: str) -> bool:
+    """Upstream ``compareNumericValues``: ``Lt`` tolerates a taint whose value is below
+    the toleration's, ``Gt`` one above; either value not an integer: no match (the
+    scheduler logs it and the toleration tolerates nothing)."""
+    taint_number, toleration_number = _int64(taint_value), _int64(toleration_value)
+    if taint_number is None or toleration_number is None:
+        return False
+    if operator == LESS_THAN:
+        return taint_number < toleration_number
+    return operator == GREATER_THAN and taint_number > toleration_number
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,7 +212,7 @@ def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
         "ksm_pod_meta": [
             series(uid="u1", meta="tolerations", operator="Equal", **team),
             series(uid="u1", meta="tolerations", operator="Exists"),  # every taint
-            series(uid="u3", meta="tolerations", key="k", operator="Lt", value="5"),  # bad
+            series(uid="u3", meta="tolerations", key="k", operator="Often", value="5"),  # bad
             series(uid="u3", meta="tolerations", key="k", operator="Exists"),
         ],
     }
@@ -237,6 +237,35 @@ def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
 
 
 FEW = PendingSettings(n_samples=5)
+
+
+def test_lt_and_gt_tolerations_are_read_and_compare_taint_values():
+    """Kubernetes 1.35's comparison operators (TaintTolerationComparisonOperators): the
+    taint's value is compared with the toleration's, so ``cost`` Lt 5 may use the node
+    tainted cost=3 and Gt 5 the one tainted cost=9, while Lt 2 and Gt 10 fit neither.
+    Before, Lt and Gt were malformed series (counted every cycle) and the pods'
+    tolerations unknown (every taint passing)."""
+    pods = {"lt5": ("Lt", "5"), "gt5": ("Gt", "5"), "lt2": ("Lt", "2"), "gt10": ("Gt", "10")}
+    samples = {
+        "ksm_nodes": [sample(node=n, resource="nvidia_com_gpu") for n in ("cheap", "pricey")],
+        "ksm_node_state": [
+            series(node="cheap", state="taint", key="cost", value="3", effect="NoSchedule"),
+            series(node="pricey", state="taint", key="cost", value="9", effect="NoSchedule"),
+        ],
+        "ksm_pods": [s for uid in pods for s in _pending_gpu_pod(uid)],
+        "ksm_pod_times": [sample(uid=uid, time="created", value=str(NOW - 60)) for uid in pods],
+        "ksm_pod_meta": [
+            series(uid=uid, meta="tolerations", key="cost", operator=op, value=value)
+            for uid, (op, value) in pods.items()
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert q.rejected == {} and q.taints_ignored == 0
+    assert {p.pod: p.tolerations for p in q.pending} == {
+        uid: (Toleration("cost", op, value),) for uid, (op, value) in pods.items()
+    }
+    by = {p.pod: p.prediction.status for p in predict(q, {}, [600.0], NOW, FEW).pods}
+    assert by == {"lt5": PREDICTED, "gt5": PREDICTED, "lt2": NEVER_FITS, "gt10": NEVER_FITS}
 
 
 def test_no_toleration_at_all_means_unknown_not_tolerating_nothing():

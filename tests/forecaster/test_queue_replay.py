@@ -201,7 +201,25 @@ def test_a_tainted_nodes_gpus_start_only_pods_that_tolerate_its_taints():
         (Toleration("k", "Equal", "v"), ("k", "w", "NoSchedule"), False),
         (Toleration("k", "Equal", ""), ("k", "", "NoSchedule"), True),  # a taint without value
         (Toleration("k", "Equal", "v", "NoExecute"), ("k", "v", "NoSchedule"), False),
-        (Toleration("k", "Lt", "5"), ("k", "5", "NoSchedule"), False),  # unknown operator
+        (Toleration("k", "Sometimes", "5"), ("k", "5", "NoSchedule"), False),  # unknown
+        # Lt / Gt (TaintTolerationComparisonOperators): the taint's value compared with
+        # the toleration's, as int64 in Kubernetes' canonical form
+        (Toleration("k", "Lt", "5"), ("k", "3", "NoSchedule"), True),  # taint 3 < 5
+        (Toleration("k", "Lt", "5"), ("k", "5", "NoSchedule"), False),
+        (Toleration("k", "Lt", "5"), ("k", "9", "NoSchedule"), False),
+        (Toleration("k", "Gt", "5"), ("k", "9", "NoSchedule"), True),  # taint 9 > 5
+        (Toleration("k", "Gt", "5"), ("k", "5", "NoSchedule"), False),
+        (Toleration("k", "Gt", "-5"), ("k", "0", "NoSchedule"), True),
+        (Toleration("k", "Lt", "0"), ("k", "-9223372036854775808", "NoSchedule"), True),
+        (Toleration("k", "Gt", "5"), ("other", "9", "NoSchedule"), False),  # key first
+        (Toleration("k", "Gt", "5", "NoExecute"), ("k", "9", "NoSchedule"), False),
+        (Toleration("k", "Gt", "5"), ("k", "", "NoSchedule"), False),  # not integers:
+        (Toleration("k", "Gt", "5"), ("k", "09", "NoSchedule"), False),  # no match
+        (Toleration("k", "Gt", "5"), ("k", "+9", "NoSchedule"), False),
+        (Toleration("k", "Lt", "5"), ("k", "-0", "NoSchedule"), False),
+        (Toleration("k", "Gt", "x"), ("k", "9", "NoSchedule"), False),
+        (Toleration("k", "Gt", "5"), ("k", "9223372036854775808", "NoSchedule"), False),
+        (Toleration("k", "Lt", "9223372036854775807"), ("k", "1", "NoSchedule"), True),
     ],
 )
 def test_toleration_matching_follows_kubernetes(toleration, taint, expected):
