@@ -39,18 +39,20 @@ docs/metrics/cluster/node-metrics.md upstream):
   (EXPERIMENTAL, not opt-in) since KSM v2.6.0 (CHANGELOG "Add metric for pod
   tolerations #1769"; KSM's ``createPodTolerationsFamilyGenerator``, a plain family,
   not ``NewOptInFamilyGenerator`` as ``kube_pod_nodeselectors`` is). Read for pending
-  GPU pods only into ``PendingPod.tolerations`` (``toleration_seconds`` is dropped: it
-  bounds how long a running pod stays after a ``NoExecute`` taint, not where a pod may
-  start). Some sites drop it at scrape time to save series. When the cycle
-  sees no toleration at all while pending pods exist and GPU nodes are tainted, the
-  metric is taken as missing, not as "no pod tolerates anything": every pending pod
-  gets ``tolerations`` None (every taint passes, as if the nodes had none) and ``ClusterQueue.taints_ignored`` says how many tainted nodes that concerns
-  (logged once, docs/pending.md). Why: with the metric present every pod shows some
-  (the ``DefaultTolerationSeconds`` admission plugin gives each the not-ready and
-  unreachable ones), and taking missing data for "tolerates nothing" would predict
-  ``never_fits`` for every pod on the common clusters whose GPU nodes are tainted
-  ``nvidia.com/gpu:NoSchedule`` and whose pods get the toleration from the
-  ``ExtendedResourceToleration`` admission plugin.
+  GPU pods only into ``PendingPod.tolerations``, per pod: a pending pod without any
+  toleration series gets ``tolerations`` None (unknown: every taint passes, as if the
+  nodes had none), not () (``toleration_seconds`` is dropped: it bounds how long a
+  running pod stays after a ``NoExecute`` taint, not where a pod may start). Why: with
+  the metric present every pod shows some (the ``DefaultTolerationSeconds`` admission
+  plugin, on by default, gives each the not-ready and unreachable ones), so a pod with
+  none has its series missing: the metric turned off, KSM before 2.6, or series dropped
+  at scrape time to save them, for every namespace or for some. Taking missing data for
+  "tolerates nothing" would predict ``never_fits`` for such pods on the common clusters
+  whose GPU nodes are tainted ``nvidia.com/gpu:NoSchedule`` and whose pods get the
+  toleration from the ``ExtendedResourceToleration`` admission plugin. Such pods are
+  not an error (they are predicted): ``ClusterQueue.tolerations_missing`` counts them
+  and ``ClusterQueue.taints_ignored`` says how many tainted GPU nodes that concerns, for
+  one log line while it lasts (docs/pending.md).
 - ``kube_node_labels``: only labels allow-listed with KSM's
   ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,nvidia.com/gpu.replicas]``
   appear, as ``label_nvidia_com_gpu_product`` and ``label_nvidia_com_gpu_replicas``
@@ -205,9 +207,11 @@ class ClusterQueue:
 
     ``scheduled``: pods bound to a node whose containers are still starting (phase
     Pending with a node); they hold their GPUs and start about now. ``rejected``
-    counts samples skipped as malformed, by reason. ``taints_ignored``: GPU nodes whose
-    taints every pending pod is taken to tolerate because KSM showed no toleration at
-    all (module docstring); 0 when tolerations were read.
+    counts samples skipped as malformed, by reason. ``tolerations_missing``: pending
+    pods KSM showed no toleration for while GPU nodes are tainted, taken to tolerate
+    every taint (module docstring); ``taints_ignored``: how many tainted GPU nodes
+    (0 when every pending pod's tolerations were read or no GPU node is tainted), None
+    when no pod is pending, so whether toleration series are missing is not known.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -216,7 +220,8 @@ class ClusterQueue:
     scheduled: tuple[tuple[str, str], ...] = ()
     arrivals: tuple[Arrival, ...] = ()
     rejected: Mapping[str, int] = field(default_factory=dict)
-    taints_ignored: int = 0
+    taints_ignored: int | None = 0
+    tolerations_missing: int = 0
 
 
 def _units(value: float) -> int | None:
@@ -295,19 +300,17 @@ def _node_taints(series: Sequence[Sample], rejected: Counter[str]) -> dict[str, 
 
 def _pod_tolerations(
     series: Sequence[Sample], rejected: Counter[str]
-) -> tuple[dict[str, tuple[Toleration, ...] | None], bool]:
-    """Each pod's tolerations (by uid) from the ``meta="tolerations"`` series, and
-    whether any such series was seen. A pod with a malformed toleration
-    (``bad_toleration_series``) or more than ``MAX_TOLERATIONS``
-    (``too_many_tolerations``) gets None: unknown, every taint passes, rather than
-    predicted to fit nowhere for want of the toleration skipped."""
+) -> dict[str, tuple[Toleration, ...] | None]:
+    """Each pod's tolerations (by uid) from the ``meta="tolerations"`` series; a pod
+    without any is absent. A pod with a malformed toleration (``bad_toleration_series``)
+    or more than ``MAX_TOLERATIONS`` (``too_many_tolerations``) gets None: unknown,
+    every taint passes, rather than predicted to fit nowhere for want of the toleration
+    skipped."""
     found: dict[str, set[Toleration]] = {}
     unknown: set[str] = set()
-    seen = False
     for s in series:
         if s.labels.get("meta") != "tolerations":
             continue
-        seen = True
         uid, tol = s.labels.get("uid", ""), _toleration(s.labels)
         if not uid or tol is None:
             rejected["bad_toleration_series"] += 1
@@ -324,7 +327,7 @@ def _pod_tolerations(
             out[uid] = None
             continue
         out[uid] = tuple(sorted(tols, key=lambda t: (t.key, t.operator, t.value, t.effect)))
-    return out, seen
+    return out
 
 
 def parse(
@@ -346,7 +349,9 @@ def parse(
     ``bad_taint_series``, ``too_many_taints``: a node taint skipped, a node's taints
     all; ``bad_toleration_series``, ``too_many_tolerations``: a pod whose tolerations
     are then unknown, every taint passing for it); a pending pod asking more units than
-    any node has is kept (``never_fits``).
+    any node has is kept (``never_fits``). A pending pod without any toleration series
+    is predicted as if it tolerated every taint and counted apart, not as rejected
+    (``ClusterQueue.tolerations_missing``): its series are missing, none is malformed.
     """
     rejected: Counter[str] = Counter()
     priorities = priorities or {}
@@ -418,7 +423,7 @@ def parse(
         target = {"created": created, "started": started}.get(s.labels.get("time", ""))
         if target is not None:
             target[s.labels.get("uid", "")] = s.value
-    tolerations, tolerations_seen = _pod_tolerations(get("ksm_pod_meta"), rejected)
+    tolerations = _pod_tolerations(get("ksm_pod_meta"), rejected)
     klass, selector = {}, {}
     for s in get("ksm_pod_meta"):
         uid = s.labels.get("uid", "")
@@ -433,6 +438,7 @@ def parse(
         rejected["invalid_request"] += len(unusable - requests.keys())
 
     holders, pending, scheduled = [], [], []
+    tolerations_missing = 0  # pending pods without any toleration series
     for uid, (ns, pod, node, res, units) in sorted(requests.items()):
         ph = phase.get(uid)
         if ph == "Running" or (ph == "Pending" and node):
@@ -461,12 +467,16 @@ def parse(
                     c,
                     priorities.get(klass.get(uid, ""), 0),
                     selector.get(uid, ""),
-                    tolerations.get(uid, ()) if tolerations_seen else None,
+                    # no series: missing, not tolerating nothing (module docstring)
+                    tolerations.get(uid),
                 )
             )
-    # no toleration at all: the metric is missing, not every pod tolerating nothing
+            if uid not in tolerations:
+                tolerations_missing += 1
     tainted = sum(1 for n in nodes if policy_taints(n))
-    taints_ignored = tainted if pending and not tolerations_seen else 0
+    if not tainted:
+        tolerations_missing = 0  # nothing to tolerate: nothing ignored
+    taints_ignored = tainted if tolerations_missing else 0
 
     # arrivals: GPU pods created in the window, per (resource, units)
     shapes: Counter[tuple[str, int]] = Counter()
@@ -489,4 +499,5 @@ def parse(
         arrivals,
         dict(rejected),
         taints_ignored,
+        tolerations_missing,
     )

@@ -71,7 +71,10 @@ class PendingSet:
     skipped: int = 0  # pending pods past max_pods (no prediction)
     rejected: Mapping[str, int] = field(default_factory=dict)
     interval_scale: float = 1.0  # applied by StartTracker (1: raw replay intervals)
-    taints_ignored: int = 0  # tainted GPU nodes taken as tolerated (ClusterQueue's)
+    # tainted GPU nodes taken as tolerated by the pods without toleration series, and
+    # how many pods (ClusterQueue's); None: no pod pending, not known
+    taints_ignored: int | None = 0
+    tolerations_missing: int = 0
 
 
 def predict(
@@ -125,6 +128,7 @@ def predict(
         len(ordered) - len(kept),
         queue.rejected,
         taints_ignored=queue.taints_ignored,
+        tolerations_missing=queue.tolerations_missing,
     )
 
 
@@ -132,7 +136,8 @@ def predict(
 # without a prediction (``PendingSet.skipped``, ``PendingSet.rejected``)
 SKIPPED_REASON = "pending_skipped"
 REJECTED_REASON = "pending_rejected"
-# not an error counted: kube-state-metrics shows no toleration, taints are not applied
+# not an error counted: kube-state-metrics shows no toleration for some pending pods,
+# taints are not applied to them
 TAINTS_IGNORED = "taints_ignored"
 
 
@@ -160,9 +165,10 @@ def describe(pending: PendingSet | None) -> str:
     parts = []
     if pending.taints_ignored:
         parts.append(
-            f"kube-state-metrics shows no pod toleration (kube_pod_tolerations missing): "
-            f"the taints of {pending.taints_ignored} GPU nodes are taken as tolerated by "
-            "every pending pod (docs/pending.md)"
+            f"kube-state-metrics shows no toleration for {pending.tolerations_missing} "
+            "pending GPU pods (kube_pod_tolerations missing, or dropped for their "
+            f"namespaces): the taints of {pending.taints_ignored} GPU nodes are taken as "
+            "tolerated by them (docs/pending.md)"
         )
     if pending.skipped:
         parts.append(f"{pending.skipped} pending pods past --pending.max-pods (no prediction)")
@@ -181,7 +187,7 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
     per change, not per cycle."""
     rejected = tuple(sorted((k, v) for k, v in pending.rejected.items() if v > 0))
     skipped = ((SKIPPED_REASON, 1),) if pending.skipped > 0 else ()
-    ignored = ((TAINTS_IGNORED, 1),) if pending.taints_ignored > 0 else ()
+    ignored = ((TAINTS_IGNORED, 1),) if (pending.taints_ignored or 0) > 0 else ()
     return (*rejected, *skipped, *ignored)
 
 

@@ -48,7 +48,8 @@ pod kept off a node by them waits for the node, not for a toleration; the pressu
 conditions pass (a pod is predicted too early while they last).
 
 Whose tolerations are known: a ``PendingPod`` with ``tolerations`` None (KSM exports
-none: ``kube_pod_tolerations`` dropped, or KSM before 2.6) is placed as if it tolerated
+none for it: ``kube_pod_tolerations`` dropped, for every namespace or for its own, or
+KSM before 2.6) is placed as if it tolerated
 every taint. Predicting instead that such pods fit no tainted node would be wrong on
 the clusters whose GPU nodes carry ``nvidia.com/gpu:NoSchedule`` and whose pods get
 the matching toleration from the ``ExtendedResourceToleration`` admission plugin. Pods arriving later (``Arrival``) are

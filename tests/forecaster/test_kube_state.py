@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.forecast import ForecastSet
-from gpu_eta.forecaster.pending import PendingSettings, predict
+from gpu_eta.forecaster.pending import PendingSettings, error_counts, predict
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.publish import Exposition, ServiceState
 from gpu_eta.forecaster.queue_replay import (
@@ -184,11 +184,14 @@ def _pending_gpu_pod(uid: str) -> list[Sample]:
     ]
 
 
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
+
+
 def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
     """Taints per GPU node (deduplicated, sorted), tolerations per pending pod; a
     malformed taint is skipped and counted, a malformed toleration makes its pod's
-    tolerations unknown (None: every taint passes) and is counted; a pod with no
-    toleration series, while others have some, tolerates nothing."""
+    tolerations unknown (None: every taint passes) and is counted; a pod showing only
+    the not-ready toleration tolerates none of the GPU node's taints."""
     team = {"key": "dedicated", "value": "team-a", "effect": "NoSchedule"}
     samples = {
         "ksm_nodes": [
@@ -212,6 +215,7 @@ def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
         "ksm_pod_meta": [
             series(uid="u1", meta="tolerations", operator="Equal", **team),
             series(uid="u1", meta="tolerations", operator="Exists"),  # every taint
+            series(uid="u2", meta="tolerations", operator="Exists", **NOT_READY),
             series(uid="u3", meta="tolerations", key="k", operator="Often", value="5"),  # bad
             series(uid="u3", meta="tolerations", key="k", operator="Exists"),
         ],
@@ -226,17 +230,57 @@ def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
     }
     assert {p.pod: p.tolerations for p in q.pending} == {
         "u1": (Toleration("", "Exists"), Toleration("dedicated", "Equal", "team-a", "NoSchedule")),
-        "u2": (),
+        "u2": (Toleration(operator="Exists", **NOT_READY),),
         "u3": None,
     }
     assert q.rejected == {"bad_taint_series": 4, "bad_toleration_series": 1}
-    assert q.taints_ignored == 0
+    assert q.taints_ignored == 0 and q.tolerations_missing == 0
     by = {p.pod: p.prediction.status for p in predict(q, {}, [600.0], NOW, FEW).pods}
     # u2 does not tolerate n1's taints: it fits only the cordoned n2
     assert by == {"u1": PREDICTED, "u2": NO_SCHEDULABLE_NODE, "u3": PREDICTED}
 
 
 FEW = PendingSettings(n_samples=5)
+
+
+def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_intolerant():
+    """``kube_pod_tolerations`` dropped at scrape time for one namespace only: its pod
+    shows no toleration while another pod shows its own. It is read as unknown (every
+    taint passes) and predicted on the ``nvidia.com/gpu`` node, not ``never_fits``;
+    counted apart (not an error) with the tainted nodes it concerns. Before, it got ()
+    and was ``never_fits``."""
+    gpu = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+    samples = {
+        "ksm_nodes": [sample(node="gpu1", resource="nvidia_com_gpu", value="2")],
+        "ksm_node_state": [series(node="gpu1", state="taint", value="present", **gpu)],
+        "ksm_pods": _pending_gpu_pod("kept") + _pending_gpu_pod("dropped"),
+        "ksm_pod_times": [
+            sample(uid=uid, time="created", value=str(NOW - 60)) for uid in ("kept", "dropped")
+        ],
+        "ksm_pod_meta": [
+            series(uid="kept", meta="tolerations", operator="Exists", **gpu),
+            series(uid="kept", meta="tolerations", operator="Exists", **NOT_READY),
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert {p.pod: p.tolerations for p in q.pending} == {
+        "kept": (
+            Toleration(operator="Exists", **NOT_READY),
+            Toleration(operator="Exists", **gpu),
+        ),
+        "dropped": None,
+    }
+    assert q.rejected == {} and (q.tolerations_missing, q.taints_ignored) == (1, 1)
+    result = predict(q, {}, [600.0], NOW, FEW)
+    assert {p.pod: p.prediction.status for p in result.pods} == {
+        "kept": PREDICTED,
+        "dropped": PREDICTED,
+    }
+    assert (result.tolerations_missing, result.taints_ignored) == (1, 1)
+    assert error_counts(result) == {}
+    # no tainted node: nothing to tolerate, nothing ignored
+    untainted = kube_state.parse({**samples, "ksm_node_state": []}, NOW)
+    assert (untainted.tolerations_missing, untainted.taints_ignored) == (0, 0)
 
 
 def test_lt_and_gt_tolerations_are_read_and_compare_taint_values():
@@ -735,15 +779,15 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
             s.stop()
     q = kube_state.parse(samples, now, priorities={"low": -10})
     assert_cluster_queue(q, {"two-containers": (2, "", 0)})
-    # a taint and a toleration read once each, the pods without one tolerating nothing
+    # a taint and a toleration read once each, the pods without one unknown
     assert {n.name: n.taints for n in q.nodes} == {"a100-node": (gpu_taint,), "t4-node": ()}
     assert {p.pod: p.tolerations for p in q.pending} == {
-        "waits-a100": (),
-        "any-gpu": (),
-        "too-big": (),
+        "waits-a100": None,
+        "any-gpu": None,
+        "too-big": None,
         "two-containers": (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),),
     }
-    assert q.rejected == {} and q.taints_ignored == 0
+    assert q.rejected == {} and (q.tolerations_missing, q.taints_ignored) == (3, 1)
     # arrivals: one pod of each shape, the two-container pod's 2 GPUs counted as 2
     shapes = {(a.units, round(a.rate_per_second * 3600)) for a in q.arrivals}
     assert shapes == {(1, 2), (2, 2), (4, 1), (8, 1)}

@@ -330,9 +330,10 @@ def test_taints_not_applied_for_want_of_tolerations_are_logged_once_not_counted(
         state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
         return [f"{r.levelname} {r.getMessage()}" for r in caplog.records]
 
-    first = cycle(PendingSet(taints_ignored=2))
+    first = cycle(PendingSet(taints_ignored=2, tolerations_missing=3))
     assert len(first) == 1 and first[0].startswith("WARNING")
     assert "kube_pod_tolerations" in first[0] and "taints of 2 GPU nodes" in first[0]
-    assert cycle(PendingSet(taints_ignored=2)) == []
+    assert "no toleration for 3 pending GPU pods" in first[0]
+    assert cycle(PendingSet(taints_ignored=2, tolerations_missing=1)) == []
     assert [r.split(" ")[0] for r in cycle(PendingSet())] == ["INFO"]
     assert not any(name == "gpu_eta_forecaster_job_errors_total" for name, _ in scrape(state))
