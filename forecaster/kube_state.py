@@ -476,7 +476,9 @@ def parse(
     tainted = sum(1 for n in nodes if policy_taints(n))
     if not tainted:
         tolerations_missing = 0  # nothing to tolerate: nothing ignored
-    taints_ignored = tainted if tolerations_missing else 0
+    # no pod pending: whether toleration series are missing is not known (None), which
+    # the log must not read as "they are back"
+    taints_ignored = (tainted if tolerations_missing else 0) if pending else None
 
     # arrivals: GPU pods created in the window, per (resource, units)
     shapes: Counter[tuple[str, int]] = Counter()

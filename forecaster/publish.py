@@ -63,6 +63,8 @@ class ServiceState:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # the queue's pods left out as last logged (pending.left_out)
     _queue_left_out: tuple[tuple[str, int], ...] = field(default=(), repr=False)
+    # the last known (taints_ignored, tolerations_missing), for cycles with no pod pending
+    _tolerations_known: tuple[int, int] = field(default=(0, 0), repr=False)
     _unencodable: int = field(default=0, repr=False)  # as last logged
 
     def success(self, fs: ForecastSet, duration_seconds: float, at: float) -> None:
@@ -98,9 +100,24 @@ class ServiceState:
                     unencodable,
                     UNENCODABLE,
                 )
-        if fs.pending is not None and left_out(fs.pending) != self._queue_left_out:
-            self._queue_left_out = left_out(fs.pending)
-            line = describe(fs.pending)
+        if fs.pending is not None:
+            self._log_queue(fs.pending)
+
+    def _log_queue(self, pending: PendingSet) -> None:
+        """Log what the queue leaves out when it changed (``pending.left_out``).
+
+        A cycle with no pod pending cannot tell whether toleration series are missing
+        (``PendingSet.taints_ignored`` None): the last known state stands, so a queue
+        that empties and refills does not log the same WARNING again each time.
+        """
+        if pending.taints_ignored is None:
+            ignored, missing = self._tolerations_known
+            pending = replace(pending, taints_ignored=ignored, tolerations_missing=missing)
+        else:
+            self._tolerations_known = (pending.taints_ignored, pending.tolerations_missing)
+        if left_out(pending) != self._queue_left_out:
+            self._queue_left_out = left_out(pending)
+            line = describe(pending)
             if line:
                 log.warning("GPU queue: %s", line)
             else:

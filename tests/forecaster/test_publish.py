@@ -337,3 +337,35 @@ def test_taints_not_applied_for_want_of_tolerations_are_logged_once_not_counted(
     assert cycle(PendingSet(taints_ignored=2, tolerations_missing=1)) == []
     assert [r.split(" ")[0] for r in cycle(PendingSet())] == ["INFO"]
     assert not any(name == "gpu_eta_forecaster_job_errors_total" for name, _ in scrape(state))
+
+
+def test_a_queue_that_empties_keeps_the_toleration_state_it_last_knew(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With no pod pending nobody's tolerations are read (``taints_ignored`` None): the
+    last known state stands, so toleration series still missing when the queue refills
+    log nothing new. Before, the empty queue read as "they are back": an INFO, then the
+    WARNING again, every time the queue emptied and refilled."""
+    caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
+    state = ServiceState()
+
+    def cycle(pending: PendingSet) -> list[str]:
+        caplog.clear()
+        state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
+        return [r.levelname for r in caplog.records]
+
+    missing = PendingSet(taints_ignored=1, tolerations_missing=1)
+    empty = PendingSet(taints_ignored=None)
+    assert cycle(missing) == ["WARNING"]
+    assert [cycle(empty), cycle(missing), cycle(empty), cycle(missing)] == [[]] * 4
+    # something else changing while the queue is empty: the line keeps the known state
+    caplog.clear()
+    state.success(
+        ForecastSet(timestamp=NOW, pending=PendingSet(taints_ignored=None, skipped=2)), 0.5, NOW
+    )
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "no toleration for 1 pending GPU pods" in caplog.records[0].getMessage()
+    assert cycle(empty) == ["WARNING"]  # the skipped pods are gone, the rest stands
+    # the series back (pods pending, all with tolerations): one INFO
+    assert cycle(PendingSet()) == ["INFO"]
+    assert cycle(empty) == []
