@@ -28,6 +28,7 @@ from gpu_eta.forecaster.config import Config, ConfigError, parse_listen_address
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
+from gpu_eta.forecaster.queue_replay import parse_toleration
 
 log = logging.getLogger("forecaster")
 
@@ -271,6 +272,16 @@ def _common_flags() -> argparse.ArgumentParser:
         help="a PriorityClass's value (kube-state-metrics exports only names; unknown: 0); repeatable",
     )
     q.add_argument(
+        "--pending.request-toleration",
+        dest="request_tolerations",
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE][:EFFECT]",
+        help="what a request made now tolerates (Exists without a value, Equal with one; "
+        "no effect: every effect), instead of its GPU resource's own taint as the "
+        "ExtendedResourceToleration admission plugin adds; repeatable",
+    )
+    q.add_argument(
         "--pending.samples",
         dest="pending_samples",
         type=int,
@@ -332,6 +343,14 @@ def pending_settings(args: argparse.Namespace) -> PendingSettings:
             raise ConfigError(
                 f"--pending.priority-class wants NAME=INTEGER, got {item!r}"
             ) from None
+    tolerations = []
+    for item in args.request_tolerations:
+        try:
+            tolerations.append(parse_toleration(item))
+        except ValueError as err:
+            raise ConfigError(
+                f"--pending.request-toleration wants KEY[=VALUE][:EFFECT], got {item!r}: {err}"
+            ) from None
     try:
         return PendingSettings(
             enabled=args.pending,
@@ -341,6 +360,7 @@ def pending_settings(args: argparse.Namespace) -> PendingSettings:
             arrivals_seconds=args.pending_arrivals_seconds,
             max_pods=args.pending_max_pods,
             priorities=priorities,
+            request_tolerations=tuple(tolerations) if tolerations else None,
         )
     except ValueError as err:
         raise ConfigError(f"--pending.*: {err}") from None

@@ -22,6 +22,7 @@ from gpu_eta.forecaster.queue_replay import (
     Request,
     StartCalibrator,
     StartPrediction,
+    Toleration,
     default_requests,
     replay,
 )
@@ -40,6 +41,9 @@ class PendingSettings:
     max_pods: int = 500
     request_sizes: tuple[int, ...] = REQUEST_SIZES
     priorities: Mapping[str, int] = field(default_factory=dict)
+    # what a request made now tolerates; None: the ExtendedResourceToleration plugin's
+    # toleration of its own resource's taint (queue_replay.request_tolerations)
+    request_tolerations: tuple[Toleration, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -94,7 +98,7 @@ def predict(
     holders = tuple(replace(h, ends=job_ends.get((h.namespace, h.pod))) for h in queue.holders)
     ordered = sorted(queue.pending, key=lambda p: (-p.priority, p.created, p.namespace, p.pod))
     kept = ordered[: settings.max_pods]
-    requests = default_requests(queue.nodes, settings.request_sizes)
+    requests = default_requests(queue.nodes, settings.request_sizes, settings.request_tolerations)
     result = replay(
         queue.nodes,
         holders,
@@ -107,6 +111,7 @@ def predict(
         horizon_seconds=settings.horizon_seconds,
         placement=settings.placement,
         random_state=random_state,
+        request_tolerations=settings.request_tolerations,
     )
     pods = [
         PodStart(

@@ -54,10 +54,13 @@ every taint. Predicting instead that such pods fit no tainted node would be wron
 the clusters whose GPU nodes carry ``nvidia.com/gpu:NoSchedule`` and whose pods get
 the matching toleration from the ``ExtendedResourceToleration`` admission plugin. Pods arriving later (``Arrival``) are
 measured on every GPU pod created, wherever it landed, so they too are placed on every
-node whatever its taints. A request made now has no tolerations of its own but the one
-that plugin would add (``Exists`` on the taint named after its resource, ``NoSchedule``):
-it starts only on nodes without other ``NoSchedule``/``NoExecute`` taints, and a GPU
-type offered only by tainted nodes (a team's dedicated pool) gets no request.
+node whatever its taints. A request made now tolerates what ``replay``'s
+``request_tolerations`` says (the site's convention, ``--pending.request-toleration``),
+by default only the toleration that plugin would add (``Exists`` on the taint named
+after its own resource, ``NoSchedule``; the plugin is off by default upstream, so this
+is a guess): it starts only on nodes whose other ``NoSchedule``/``NoExecute`` taints it
+tolerates, and a GPU type offered only by nodes it does not (a team's dedicated pool)
+gets no request.
 
 Time-sliced GPUs: the NVIDIA device plugin advertises each replica as one
 ``nvidia.com/gpu`` unit in the node's allocatable, and a pod holds as many units as
@@ -232,6 +235,33 @@ def _compare(operator: str, taint_value: str, toleration_value: str) -> bool:
     return operator == GREATER_THAN and taint_number > toleration_number
 
 
+# a toleration as ``--pending.request-toleration`` takes it: KEY[=VALUE][:EFFECT], the key
+# a Kubernetes qualified name (an optional DNS-subdomain prefix and "/", a name of 63),
+# the value a label value
+_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_TOLERATION_KEY = re.compile(rf"(?:[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}")
+_TOLERATION_VALUE = re.compile(rf"(?:{_NAME})?")
+MAX_TOLERATION_CHARS = 400  # key 317, "=", value 63, ":", the longest effect 16
+
+
+def parse_toleration(text: str) -> Toleration:
+    """``KEY[=VALUE][:EFFECT]`` → a toleration: ``Exists`` on KEY without a value,
+    ``Equal`` to VALUE with one (``KEY=`` matches a taint without value); no EFFECT:
+    every effect. Pure; ``ReplayError`` naming what is wrong (no key, a key or value
+    Kubernetes would refuse, an unknown effect)."""
+    if len(text) > MAX_TOLERATION_CHARS:
+        raise ReplayError(f"longer than {MAX_TOLERATION_CHARS} characters")
+    rest, colon, effect = text.rpartition(":") if ":" in text else (text, "", "")
+    if colon and effect not in EFFECTS:
+        raise ReplayError(f"effect must be one of {', '.join(EFFECTS)}, got {effect!r}")
+    key, equals, value = rest.partition("=")
+    if not _TOLERATION_KEY.fullmatch(key):
+        raise ReplayError(f"{key!r} is not a taint key (a Kubernetes qualified name)")
+    if not _TOLERATION_VALUE.fullmatch(value):
+        raise ReplayError(f"{value!r} is not a taint value (a Kubernetes label value)")
+    return Toleration(key, EQUAL if equals else EXISTS, value, effect)
+
+
 @dataclass(frozen=True, slots=True)
 class PendingPod:
     """A pod waiting for GPUs; ``product`` "" means any GPU type will do.
@@ -358,12 +388,19 @@ def tolerated(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 
 
-def request_tolerations(nodes: Sequence[Node], resource: str) -> tuple[Toleration, ...]:
-    """What a request made now for ``resource`` tolerates: what Kubernetes'
-    ``ExtendedResourceToleration`` admission plugin adds to a pod asking for an
-    extended resource, ``Exists`` on the taint named after it with ``NoSchedule``
-    (``nvidia.com/gpu`` for ``nvidia_com_gpu``: the taint keys on ``nodes`` whose
-    KSM-sanitised form is ``resource``). Nothing else: a request has no tolerations."""
+def request_tolerations(
+    nodes: Sequence[Node], resource: str, configured: Sequence[Toleration] | None = None
+) -> tuple[Toleration, ...]:
+    """What a request made now for ``resource`` tolerates: ``configured`` when given
+    (``--pending.request-toleration``: the site's own convention, whatever the
+    resource), else what Kubernetes' ``ExtendedResourceToleration`` admission plugin
+    adds to a pod asking for an extended resource, ``Exists`` on the taint named after
+    it with ``NoSchedule`` (``nvidia.com/gpu`` for ``nvidia_com_gpu``: the taint keys on
+    ``nodes`` whose KSM-sanitised form is ``resource``). Nothing else: a request has no
+    tolerations of its own. The plugin is off by default upstream (GKE turns it on), so
+    the default is a guess that fails on clusters tainting GPU pools otherwise."""
+    if configured is not None:
+        return tuple(configured)
     keys = {
         t[0] for n in nodes for t in n.taints if _INVALID_LABEL_CHARS.sub("_", t[0]) == resource
     }
@@ -404,21 +441,29 @@ def fits_somewhere(
 
 
 def _tolerations_of(
-    item: PendingPod | Request, nodes: Sequence[Node]
+    item: PendingPod | Request,
+    nodes: Sequence[Node],
+    configured: Sequence[Toleration] | None = None,
 ) -> tuple[Toleration, ...] | None:
     if isinstance(item, Request):
-        return request_tolerations(nodes, item.resource)
+        return request_tolerations(nodes, item.resource, configured)
     return item.tolerations
 
 
-def default_requests(nodes: Sequence[Node], sizes: Sequence[int] = REQUEST_SIZES) -> list[Request]:
+def default_requests(
+    nodes: Sequence[Node],
+    sizes: Sequence[int] = REQUEST_SIZES,
+    tolerations: Sequence[Toleration] | None = None,
+) -> list[Request]:
     """One request per (GPU product, resource) seen on the nodes and per size that fits
-    a node the request may use (``request_tolerations``)."""
+    a node the request may use (``request_tolerations``, ``tolerations`` the configured
+    ones)."""
+    configured = tolerations
     out = []
     for product, resource in sorted(
         {(n.product, r) for n in nodes if n.product for r, v in n.allocatable.items() if v > 0}
     ):
-        tolerations = request_tolerations(nodes, resource)
+        tolerations = request_tolerations(nodes, resource, configured)
         for size in sizes:
             if fits_somewhere(nodes, resource, product, size, tolerations):
                 out.append(Request(product, resource, size))
@@ -438,8 +483,11 @@ def replay(
     n_samples: int = 100,
     horizon_seconds: float = 7 * 86400.0,
     random_state: int | None = 0,
+    request_tolerations: Sequence[Toleration] | None = None,
 ) -> ReplayResult:
-    """Predicted starts of ``pending`` and ``requests`` (see the module docstring)."""
+    """Predicted starts of ``pending`` and ``requests`` (see the module docstring);
+    ``request_tolerations``: what a request tolerates, when not the default guess
+    (``request_tolerations``, the function)."""
     if placement not in PLACEMENTS:
         raise ReplayError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     if n_samples < 1:
@@ -460,7 +508,7 @@ def replay(
         queue.append(((-r.priority, math.inf), len(ordered) + j, r))
     queue.sort(key=lambda e: (e[0], e[1]))
     items = [e[2] for e in queue]
-    tolerations = [_tolerations_of(it, nodes) for it in items]
+    tolerations = [_tolerations_of(it, nodes, request_tolerations) for it in items]
     fit_ok = [
         fits_somewhere(nodes, it.resource, it.product, it.units, tol)
         for it, tol in zip(items, tolerations, strict=True)
@@ -705,7 +753,11 @@ def _choose(
 
 
 def naive_start(
-    nodes: Sequence[Node], holders: Sequence[Holder], pod: PendingPod | Request, now: float
+    nodes: Sequence[Node],
+    holders: Sequence[Holder],
+    pod: PendingPod | Request,
+    now: float,
+    request_tolerations: Sequence[Toleration] | None = None,
 ) -> float:
     """The naive answer: "when the earliest running job on a suitable node ends" (P50), or now if one fits.
 
@@ -713,7 +765,7 @@ def naive_start(
     no suitable node (of its type, taints tolerated, open) has a holder with a forecast.
     """
     best = math.inf
-    tolerations = _tolerations_of(pod, nodes)
+    tolerations = _tolerations_of(pod, nodes, request_tolerations)
     for n in nodes:
         if not _placeable(n, pod.resource, pod.product, tolerations):
             continue

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.forecast import ForecastSet
+from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.pending import PendingSettings, error_counts, predict
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.publish import Exposition, ServiceState
@@ -20,6 +21,7 @@ from gpu_eta.forecaster.queue_replay import (
     NO_SCHEDULABLE_NODE,
     PREDICTED,
     SCHEDULED,
+    Node,
     Toleration,
 )
 from gpu_eta.forecaster.series import Sample
@@ -281,6 +283,18 @@ def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_int
     # no tainted node: nothing to tolerate, nothing ignored
     untainted = kube_state.parse({**samples, "ksm_node_state": []}, NOW)
     assert (untainted.tolerations_missing, untainted.taints_ignored) == (0, 0)
+
+
+def test_the_configured_request_toleration_reaches_the_requests():
+    """``PendingSettings.request_tolerations`` (``--pending.request-toleration``): a
+    cluster tainting its GPU pool ``sku=gpu:NoSchedule`` gets request predictions."""
+    queue = ClusterQueue(nodes=(Node("gpu", {"nvidia_com_gpu": 2}, "A100", taints=(SKU,)),))
+    assert predict(queue, {}, [600.0], NOW, FEW).requests == {}
+    told = dataclasses.replace(FEW, request_tolerations=(Toleration("sku", "Equal", "gpu"),))
+    assert {r.units for r in predict(queue, {}, [600.0], NOW, told).requests} == {1, 2}
+
+
+SKU = ("sku", "gpu", "NoSchedule")
 
 
 def test_lt_and_gt_tolerations_are_read_and_compare_taint_values():

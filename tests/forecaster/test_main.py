@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpu_eta.forecaster.main import ExitCode, build_parser, config_from_args, main
+from gpu_eta.forecaster.queue_replay import Toleration
 from gpu_eta.launch.prometheus import free_port
 from tests.support.installed_tree import installed_tree
 
@@ -62,6 +63,9 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["serve", "--prometheus.retries", "-1"], "--prometheus.retries must be >= 0"),
         (["serve", "--model.fit-points", "-1"], "--model.fit-points must be >= 0"),
         (["once", "--prometheus.max-response-bytes", "10"], "must be >= 1024"),
+        (["once", "--pending.request-toleration", "sku=gpu:Never"], "effect must be one of"),
+        (["once", "--pending.request-toleration", "=gpu"], "wants KEY[=VALUE][:EFFECT]"),
+        (["once", "--pending.request-toleration", "k" * 5000], "longer than 400"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:
@@ -69,6 +73,20 @@ def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("gpu-eta forecaster: ") and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_request_tolerations_reach_the_pending_settings() -> None:
+    """``--pending.request-toleration`` (repeatable) replaces what a request made now is
+    taken to tolerate; without it the default stays (None: the resource's own taint)."""
+    argv = ["once", "--pending.request-toleration", "sku=gpu:NoSchedule"]
+    argv += ["--pending.request-toleration", "nvidia.com/gpu"]
+    settings = config_from_args(build_parser().parse_args(argv)).cycle.pending
+    assert settings.request_tolerations == (
+        Toleration("sku", "Equal", "gpu", "NoSchedule"),
+        Toleration("nvidia.com/gpu", "Exists", "", ""),
+    )
+    default = config_from_args(build_parser().parse_args(["once"])).cycle.pending
+    assert default.request_tolerations is None
 
 
 def test_once_pushes_under_the_job_name_the_rules_and_manifests_use() -> None:

@@ -22,6 +22,7 @@ from gpu_eta.forecaster.queue_replay import (
     Toleration,
     default_requests,
     naive_start,
+    parse_toleration,
     quantile_draw,
     replay,
 )
@@ -273,6 +274,79 @@ def test_requests_made_now_use_untainted_nodes_and_the_gpu_resource_taint():
     t4 = replay(nodes, [], [], NOW, requests=[Request("T4", G, 1)], **EXACT)
     assert t4.requests[Request("T4", G, 1)].status == NEVER_FITS
     assert naive_start(nodes, [], Request("H100", G, 1), NOW) == math.inf
+
+
+def test_requests_tolerate_the_taint_of_their_own_resource_only():
+    """A MIG request tolerates the taint named after its MIG resource
+    (``nvidia.com/mig-1g.5gb``, KSM's ``nvidia_com_mig_1g_5gb``), not
+    ``nvidia.com/gpu``: a MIG node tainted ``nvidia.com/gpu`` gets no MIG request."""
+    mig = "nvidia_com_mig_1g_5gb"
+    nodes = [
+        Node("mig-own", {mig: 7}, "A100", taints=(("nvidia.com/mig-1g.5gb", "", "NoSchedule"),)),
+        Node("mig-gpu", {mig: 7}, "H100", taints=(("nvidia.com/gpu", "", "NoSchedule"),)),
+    ]
+    assert {(q.product, q.resource, q.units) for q in default_requests(nodes)} == {
+        ("A100", mig, u) for u in (1, 2, 4)
+    }
+
+
+def test_a_configured_request_toleration_replaces_the_resource_taint_guess():
+    """GPU pools tainted by a site convention (``sku=gpu:NoSchedule``, AKS style) and
+    no ExtendedResourceToleration plugin (off by default upstream): by default no
+    request at all; told what a request tolerates, the requests come back and start on
+    those nodes, and the configured list replaces the guess (the ``nvidia.com/gpu``
+    node is then closed to requests unless listed too)."""
+    sku = ("sku", "gpu", "NoSchedule")
+    nodes = [Node(f"aks-gpu-{i}", {G: 4}, "Tesla-V100", taints=(sku,)) for i in range(3)]
+    assert default_requests(nodes) == []
+    configured = (parse_toleration("sku=gpu:NoSchedule"),)
+    reqs = default_requests(nodes, tolerations=configured)
+    assert {(q.product, q.units) for q in reqs} == {("Tesla-V100", u) for u in (1, 2, 4)}
+    r = replay(nodes, [], [], NOW, requests=reqs, request_tolerations=configured, **EXACT)
+    assert all(p.status == PREDICTED and p.starts[1] == NOW for p in r.requests.values())
+    assert naive_start(nodes, [], reqs[0], NOW, configured) == NOW
+    gpu_tainted = [Node("g", {G: 1}, "A100", taints=(("nvidia.com/gpu", "", "NoSchedule"),))]
+    assert default_requests(gpu_tainted, tolerations=configured) == []
+    both = (*configured, parse_toleration("nvidia.com/gpu:NoSchedule"))
+    assert len(default_requests(gpu_tainted + nodes, tolerations=both)) == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("sku=gpu:NoSchedule", Toleration("sku", "Equal", "gpu", "NoSchedule")),
+        ("nvidia.com/gpu:NoSchedule", Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule")),
+        ("dedicated", Toleration("dedicated", "Exists", "", "")),
+        ("k=", Toleration("k", "Equal", "", "")),  # a taint without value
+        (
+            "example.com/pool=a.b_c-1:NoExecute",
+            Toleration("example.com/pool", "Equal", "a.b_c-1", "NoExecute"),
+        ),
+    ],
+)
+def test_parse_toleration(text, expected):
+    assert parse_toleration(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "=gpu",
+        ":NoSchedule",
+        "k:",
+        "k:Never",
+        "a b",
+        "k=v=w",
+        "-k",
+        "k/",
+        "k=" + "v" * 64,
+        "k" * 401,
+    ],
+)
+def test_parse_toleration_refuses_what_kubernetes_would(text):
+    with pytest.raises(ReplayError):
+        parse_toleration(text)
 
 
 def test_holder_without_forecast_and_no_history_holds_past_the_horizon():
