@@ -28,11 +28,12 @@ docs/metrics/cluster/node-metrics.md upstream):
   absent when empty): one of KSM's default node metrics (STABLE; KSM's node metrics
   table lists no opt-in for it, and its generator is a plain family). Read for GPU
   nodes only, effects ``NoSchedule`` and ``NoExecute`` only (the replay ignores
-  ``PreferNoSchedule``), into ``Node.taints``. The taints Kubernetes sets from a node's
-  state (``node.kubernetes.io/not-ready``, ``.../unschedulable``...) are read too, but
-  the replay leaves them to ``Node.schedulable`` (``queue_replay.policy_taints``), so a
-  NotReady node is closed once, by its condition, and a pod only it could hold stays
-  ``no_schedulable_node``.
+  ``PreferNoSchedule``), into ``Node.taints``. The taints Kubernetes and the cloud
+  provider set from a node's state (``node.kubernetes.io/not-ready``,
+  ``.../unschedulable``, ``.../memory-pressure``...) are read too, but the replay does
+  not match them (``queue_replay.policy_taints``): cordon and not-ready are
+  ``Node.schedulable``, so a NotReady node is closed once, by its condition, and a pod
+  only it could hold stays ``no_schedulable_node``; the others are ignored.
 - ``kube_pod_tolerations`` (gauge 1 per toleration; ``namespace, pod, uid, key,
   operator, value, effect, toleration_seconds``, each absent when the field is unset:
   ``operator`` absent is Equal, ``effect`` absent every effect): a default pod metric

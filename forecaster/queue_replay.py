@@ -39,13 +39,14 @@ a preference of the scoring: ignored), matched as kube-scheduler does
 suitable for it, as a node of another GPU type is not: a pod that fits no node it
 tolerates is ``never_fits`` (the pod's tolerations or the node pool must change: a
 standing policy, not a wait), and ``no_schedulable_node`` stays for a pod that fits
-only tolerated nodes that are cordoned or not Ready. The taints Kubernetes sets
-itself from a node's state (keys under ``node.kubernetes.io/`` and
-``node.cloudprovider.kubernetes.io/``: not-ready, unreachable, unschedulable, the
-pressure conditions) are left out (``policy_taints``): cordon and not-ready are
-``Node.schedulable`` already, read from the node's spec and Ready condition, and a
-pod kept off a node by them waits for the node, not for a toleration; the pressure
-conditions pass (a pod is predicted too early while they last).
+only tolerated nodes that are cordoned or not Ready. The taints Kubernetes and the
+cloud provider set from a node's state (keys under ``node.kubernetes.io/`` and
+``node.cloudprovider.kubernetes.io/``) are left out (``policy_taints``): cordon
+(``unschedulable``) and not-ready/unreachable are ``Node.schedulable`` already, read
+from the node's spec and Ready condition, and a pod kept off a node by them waits for
+the node, not for a toleration; the others (the pressure conditions,
+``network-unavailable``, the cloud provider's ``uninitialized`` and ``shutdown``) are
+ignored: transient, a pod is predicted too early while they last.
 
 Whose tolerations are known: a ``PendingPod`` with ``tolerations`` None (KSM exports
 none for it: ``kube_pod_tolerations`` dropped, for every namespace or for its own, or
@@ -73,9 +74,16 @@ Not modelled (each shows as an error of the prediction, not as a failure):
 preemption (a high-priority pod that evicts a running one starts earlier than
 predicted, and the evicted pod's neighbours' predictions are late), batch queueing and
 gang scheduling (Kueue's quotas, all-or-nothing groups start later than the sum of
-their pods), the node-pressure taints (memory, disk, PID), the taints a pod whose
-tolerations are unknown or a pod arriving after now does not tolerate (both are placed
-as if they tolerated every taint), node affinity other than the GPU product,
+their pods), the node-state taints other than cordon and not-ready (memory, disk and
+PID pressure, ``network-unavailable``, the cloud provider's ``uninitialized`` and
+``shutdown``: ignored, pods predicted too early while they last), a pod tolerating
+``unschedulable`` or ``not-ready`` (or every taint, a bare ``Exists``), which may start
+on a cordoned or NotReady node the replay closes to everyone (rare for GPU jobs), a
+controller's transient taint on a node it removes (the cluster autoscaler's
+``ToBeDeletedByClusterAutoscaler``, ``karpenter.sh/disrupted``: a taint like any other,
+so a pod only that node could hold is ``never_fits`` for a few cycles), the taints a
+pod whose tolerations are unknown or a pod arriving after now does not tolerate (both
+are placed as if they tolerated every taint), node affinity other than the GPU product,
 CPU/memory shortages, and pods arriving after now (they can only take GPUs
 from pods behind them in the order, or from later requests). A ``ResourceQuota`` holds
 no pod here: it refuses a pod over it when the pod is created, so such a pod never
@@ -126,8 +134,8 @@ OPERATORS = ("", EQUAL, EXISTS, LESS_THAN, GREATER_THAN)
 # leading zero, no plus sign, no "-0"; then it must fit an int64
 _DECIMAL_INTEGER = re.compile(r"(?:0|-?[1-9][0-9]{0,18})")
 _INT64 = (-(2**63), 2**63 - 1)
-# taints Kubernetes sets from a node's state (not-ready, unschedulable, pressure...):
-# ``Node.schedulable`` stands for the ones that matter (module docstring)
+# taints Kubernetes and the cloud provider set from a node's state: cordon and not-ready
+# are ``Node.schedulable``, the others ignored (module docstring)
 NODE_STATE_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 
 Taint = tuple[str, str, str]  # key, value, effect
