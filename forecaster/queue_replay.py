@@ -458,6 +458,58 @@ def _tolerations_of(
     return item.tolerations
 
 
+SuitableKey = tuple[str, str, tuple[Toleration, ...] | None]  # resource, product, tolerations
+
+
+class _NodeLists:
+    """Which nodes suit pods of one (resource, product, tolerations), computed once per
+    distinct key rather than per pod and node: pods of a queue share a few keys, and a
+    cluster of thousands of tainted nodes made the per-pod checks most of a replay's
+    setup. Each node's blocking taints (``policy_taints``) are read once too."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.nodes = nodes
+        self._blocking = [policy_taints(n) if n.taints else () for n in nodes]
+        self._lists: dict[SuitableKey, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._fits: dict[tuple[tuple[int, ...], str, int], bool] = {}
+
+    def of(
+        self, resource: str, product: str, tolerations: Sequence[Toleration] | None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(the suitable nodes' indices, of which those that take new pods now), each
+        in ``nodes`` order (as ``_suitable`` and ``_placeable`` would select them)."""
+        key = (resource, product, None if tolerations is None else tuple(tolerations))
+        got = self._lists.get(key)
+        if got is None:
+            tols = key[2]
+            suitable = tuple(
+                k
+                for k, n in enumerate(self.nodes)
+                if n.allocatable.get(resource, 0) > 0
+                and (not product or n.product == product)
+                and (
+                    tols is None
+                    or all(any(t.tolerates(taint) for t in tols) for taint in self._blocking[k])
+                )
+            )
+            got = (suitable, tuple(k for k in suitable if self.nodes[k].schedulable))
+            self._lists[key] = got
+        return got
+
+    def fits(self, indices: tuple[int, ...], resource: str, units: int) -> bool:
+        """``fits_somewhere`` over the nodes at ``indices`` (already suitable)."""
+        key = (indices, resource, units)
+        got = self._fits.get(key)
+        if got is None:
+            got = any(
+                self.nodes[k].whole(resource) >= units
+                or (units == 1 and self.nodes[k].shared.get(resource, 0) > 0)
+                for k in indices
+            )
+            self._fits[key] = got
+        return got
+
+
 def default_requests(
     nodes: Sequence[Node],
     sizes: Sequence[int] = REQUEST_SIZES,
@@ -467,13 +519,14 @@ def default_requests(
     a node the request may use (``request_tolerations``, ``tolerations`` the configured
     ones)."""
     configured = tolerations
+    lists = _NodeLists(nodes)
     out = []
     for product, resource in sorted(
         {(n.product, r) for n in nodes if n.product for r, v in n.allocatable.items() if v > 0}
     ):
-        tolerations = request_tolerations(nodes, resource, configured)
+        suitable, _ = lists.of(resource, product, request_tolerations(nodes, resource, configured))
         for size in sizes:
-            if fits_somewhere(nodes, resource, product, size, tolerations):
+            if lists.fits(suitable, resource, size):
                 out.append(Request(product, resource, size))
     return out
 
@@ -516,31 +569,35 @@ def replay(
         queue.append(((-r.priority, math.inf), len(ordered) + j, r))
     queue.sort(key=lambda e: (e[0], e[1]))
     items = [e[2] for e in queue]
-    tolerations = [_tolerations_of(it, nodes, request_tolerations) for it in items]
-    fit_ok = [
-        fits_somewhere(nodes, it.resource, it.product, it.units, tol)
-        for it, tol in zip(items, tolerations, strict=True)
-    ]
+    # which nodes suit each item: once per distinct (resource, product, tolerations), a
+    # request's tolerations once per resource
+    lists = _NodeLists(nodes)
+    by_resource: dict[str, tuple[Toleration, ...] | None] = {}
+    fit_ok: list[bool] = []
     # fits a node that takes new pods now: only these wait for GPUs (the others wait for
     # a node to be uncordoned or Ready again, which no replay can time)
-    open_nodes = [n for n in nodes if n.schedulable]
-    place_ok = [
-        fits_somewhere(open_nodes, it.resource, it.product, it.units, tol)
-        for it, tol in zip(items, tolerations, strict=True)
-    ]
+    place_ok: list[bool] = []
     shapes = _Shapes()
     candidates: list[Sequence[int]] = []
     shape_of: list[Shape] = []
-    for it, tol in zip(items, tolerations, strict=True):
-        cand = [k for k, n in enumerate(nodes) if _placeable(n, it.resource, it.product, tol)]
+    for it in items:
+        if isinstance(it, Request):
+            if it.resource not in by_resource:
+                by_resource[it.resource] = _tolerations_of(it, nodes, request_tolerations)
+            tol = by_resource[it.resource]
+        else:
+            tol = it.tolerations
+        suitable, cand = lists.of(it.resource, it.product, tol)
+        fit_ok.append(lists.fits(suitable, it.resource, it.units))
+        place_ok.append(lists.fits(cand, it.resource, it.units))
         candidates.append(cand)
         shape_of.append(shapes.of(it.resource, it.units, cand))
     horizon = now + horizon_seconds
     # arrivals are measured on every GPU pod, wherever it landed: every taint passes
     future = []
     for a in arrivals:
-        if a.rate_per_second > 0 and fits_somewhere(open_nodes, a.resource, a.product, a.units):
-            cand = [k for k, n in enumerate(nodes) if _placeable(n, a.resource, a.product)]
+        _, cand = lists.of(a.resource, a.product, None)
+        if a.rate_per_second > 0 and lists.fits(cand, a.resource, a.units):
             future.append((a, cand, shapes.of(a.resource, a.units, cand)))
     starts: list[list[float]] = [[] for _ in items]
     for _ in range(n_samples):
@@ -583,10 +640,19 @@ class _Shapes:
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, ...], int] = {}
+        self._by_object: dict[int, tuple[tuple[int, ...], int]] = {}
 
     def of(self, resource: str, units: int, candidates: Sequence[int]) -> Shape:
+        # the same list object (``_NodeLists``) comes back for every pod of a key: its
+        # id is looked up first, sparing a hash of thousands of node indices per pod
+        known = self._by_object.get(id(candidates))
+        if known is not None and known[0] is candidates:
+            return (resource, units, known[1])
         key = tuple(candidates)
-        return (resource, units, self._ids.setdefault(key, len(self._ids)))
+        shape_id = self._ids.setdefault(key, len(self._ids))
+        if isinstance(candidates, tuple):
+            self._by_object[id(candidates)] = (candidates, shape_id)
+        return (resource, units, shape_id)
 
 
 def _summarise(samples: list[float], fits: bool, placeable: bool = True) -> StartPrediction:

@@ -465,3 +465,36 @@ def test_calibrator_keeps_a_window_and_bounds_the_scale():
     assert cal.n_obs == 5 and cal.scale == 10.0
     with pytest.raises(ReplayError):
         StartCalibrator(coverage=1.0)
+
+
+def test_node_lists_select_the_nodes_the_per_node_checks_do():
+    """The replay's per-key node lists (computed once per resource, product and
+    tolerations) pick exactly the nodes ``_suitable`` / ``_placeable`` and
+    ``fits_somewhere`` pick node by node, on a mixed pool."""
+    from gpu_eta.forecaster import queue_replay as qr
+
+    taints = [(), (TEAM,), (("nvidia.com/gpu", "", "NoSchedule"),), (("x", "1", "NoExecute"),)]
+    nodes = [
+        Node(
+            f"n{i}",
+            {G: 1 + i % 8},
+            ("A100", "H100")[i % 2],
+            schedulable=i % 5 != 0,
+            taints=taints[i % 4],
+        )
+        for i in range(40)
+    ]
+    lists = qr._NodeLists(nodes)
+    for tol in (None, (), MEMBER, (Toleration("", "Exists"),), (Toleration("x", "Gt", "0"),)):
+        for product in ("", "A100", "H100", "T4"):
+            suitable, open_ = lists.of(G, product, tol)
+            assert suitable == tuple(
+                k for k, n in enumerate(nodes) if qr._suitable(n, G, product, tol)
+            )
+            assert open_ == tuple(
+                k for k, n in enumerate(nodes) if qr._placeable(n, G, product, tol)
+            )
+            for units in (1, 4, 8, 9):
+                assert lists.fits(suitable, G, units) == qr.fits_somewhere(
+                    nodes, G, product, units, tol
+                )
