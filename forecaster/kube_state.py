@@ -51,9 +51,11 @@ docs/metrics/cluster/node-metrics.md upstream):
   "tolerates nothing" would predict ``never_fits`` for such pods on the common clusters
   whose GPU nodes are tainted ``nvidia.com/gpu:NoSchedule`` and whose pods get the
   toleration from the ``ExtendedResourceToleration`` admission plugin. Such pods are
-  not an error (they are predicted): ``ClusterQueue.tolerations_missing`` counts them
-  and ``ClusterQueue.taints_ignored`` says how many tainted GPU nodes that concerns, for
-  one log line while it lasts (docs/pending.md).
+  not an error (they are predicted): ``ClusterQueue.tolerations_missing`` names their
+  namespaces (and ``tolerations_read`` those whose pods showed theirs), which the
+  service keeps per namespace for one log line while it lasts (``publish.ServiceState``,
+  docs/pending.md): series dropped for one namespace are known missing only from that
+  namespace's pods, and known back only when one of them shows its tolerations.
 - ``kube_node_labels``: only labels allow-listed with KSM's
   ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,nvidia.com/gpu.replicas]``
   appear, as ``label_nvidia_com_gpu_product`` and ``label_nvidia_com_gpu_replicas``
@@ -208,11 +210,12 @@ class ClusterQueue:
 
     ``scheduled``: pods bound to a node whose containers are still starting (phase
     Pending with a node); they hold their GPUs and start about now. ``rejected``
-    counts samples skipped as malformed, by reason. ``tolerations_missing``: pending
-    pods KSM showed no toleration for while GPU nodes are tainted, taken to tolerate
-    every taint (module docstring); ``taints_ignored``: how many tainted GPU nodes
-    (0 when every pending pod's tolerations were read or no GPU node is tainted), None
-    when no pod is pending, so whether toleration series are missing is not known.
+    counts samples skipped as malformed, by reason. ``tainted_nodes``: GPU nodes with a
+    taint that keeps pods off (``queue_replay.policy_taints``). ``tolerations_missing``:
+    the namespaces (sorted) of pending pods KSM showed no toleration series for, taken
+    to tolerate every taint (module docstring); ``tolerations_read``: those of pending
+    pods whose series were there. A namespace with no pod pending is in neither: this
+    cycle says nothing of it.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -221,8 +224,9 @@ class ClusterQueue:
     scheduled: tuple[tuple[str, str], ...] = ()
     arrivals: tuple[Arrival, ...] = ()
     rejected: Mapping[str, int] = field(default_factory=dict)
-    taints_ignored: int | None = 0
-    tolerations_missing: int = 0
+    tainted_nodes: int = 0
+    tolerations_missing: tuple[str, ...] = ()
+    tolerations_read: tuple[str, ...] = ()
 
 
 def _units(value: float) -> int | None:
@@ -352,7 +356,8 @@ def parse(
     are then unknown, every taint passing for it); a pending pod asking more units than
     any node has is kept (``never_fits``). A pending pod without any toleration series
     is predicted as if it tolerated every taint and counted apart, not as rejected
-    (``ClusterQueue.tolerations_missing``): its series are missing, none is malformed.
+    (its namespace in ``ClusterQueue.tolerations_missing``): its series are missing,
+    none is malformed.
     """
     rejected: Counter[str] = Counter()
     priorities = priorities or {}
@@ -439,7 +444,8 @@ def parse(
         rejected["invalid_request"] += len(unusable - requests.keys())
 
     holders, pending, scheduled = [], [], []
-    tolerations_missing = 0  # pending pods without any toleration series
+    missing_in: set[str] = set()  # namespaces of pending pods without toleration series
+    read_in: set[str] = set()  # ... and of those with
     for uid, (ns, pod, node, res, units) in sorted(requests.items()):
         ph = phase.get(uid)
         if ph == "Running" or (ph == "Pending" and node):
@@ -472,14 +478,8 @@ def parse(
                     tolerations.get(uid),
                 )
             )
-            if uid not in tolerations:
-                tolerations_missing += 1
+            (read_in if uid in tolerations else missing_in).add(ns)
     tainted = sum(1 for n in nodes if policy_taints(n))
-    if not tainted:
-        tolerations_missing = 0  # nothing to tolerate: nothing ignored
-    # no pod pending: whether toleration series are missing is not known (None), which
-    # the log must not read as "they are back"
-    taints_ignored = (tainted if tolerations_missing else 0) if pending else None
 
     # arrivals: GPU pods created in the window, per (resource, units)
     shapes: Counter[tuple[str, int]] = Counter()
@@ -501,6 +501,7 @@ def parse(
         tuple(scheduled),
         arrivals,
         dict(rejected),
-        taints_ignored,
-        tolerations_missing,
+        tainted,
+        tuple(sorted(missing_in)),
+        tuple(sorted(read_in)),
     )

@@ -75,10 +75,12 @@ class PendingSet:
     skipped: int = 0  # pending pods past max_pods (no prediction)
     rejected: Mapping[str, int] = field(default_factory=dict)
     interval_scale: float = 1.0  # applied by StartTracker (1: raw replay intervals)
-    # tainted GPU nodes taken as tolerated by the pods without toleration series, and
-    # how many pods (ClusterQueue's); None: no pod pending, not known
-    taints_ignored: int | None = 0
-    tolerations_missing: int = 0
+    # ClusterQueue's: GPU nodes with taints that keep pods off, and the namespaces of
+    # pending pods without / with toleration series (publish.ServiceState keeps the
+    # first per namespace across cycles)
+    tainted_nodes: int = 0
+    tolerations_missing: tuple[str, ...] = ()
+    tolerations_read: tuple[str, ...] = ()
 
 
 def predict(
@@ -132,8 +134,9 @@ def predict(
         result.requests,
         len(ordered) - len(kept),
         queue.rejected,
-        taints_ignored=queue.taints_ignored,
+        tainted_nodes=queue.tainted_nodes,
         tolerations_missing=queue.tolerations_missing,
+        tolerations_read=queue.tolerations_read,
     )
 
 
@@ -168,12 +171,12 @@ def describe(pending: PendingSet | None) -> str:
     if pending is None:
         return ""
     parts = []
-    if pending.taints_ignored:
+    if pending.tainted_nodes and pending.tolerations_missing:
         parts.append(
-            f"kube-state-metrics shows no toleration for {pending.tolerations_missing} "
-            "pending GPU pods (kube_pod_tolerations missing, or dropped for their "
-            f"namespaces): the taints of {pending.taints_ignored} GPU nodes are taken as "
-            "tolerated by them (docs/pending.md)"
+            "kube-state-metrics shows no toleration for pending GPU pods of "
+            f"{_namespaces(pending.tolerations_missing)} (kube_pod_tolerations missing, or "
+            "dropped for those namespaces): GPU nodes' taints are taken as tolerated by "
+            "them (docs/pending.md)"
         )
     if pending.skipped:
         parts.append(f"{pending.skipped} pending pods past --pending.max-pods (no prediction)")
@@ -192,8 +195,19 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
     per change, not per cycle."""
     rejected = tuple(sorted((k, v) for k, v in pending.rejected.items() if v > 0))
     skipped = ((SKIPPED_REASON, 1),) if pending.skipped > 0 else ()
-    ignored = ((TAINTS_IGNORED, 1),) if (pending.taints_ignored or 0) > 0 else ()
+    ignored = (
+        ((f"{TAINTS_IGNORED} {' '.join(pending.tolerations_missing)}", 1),)
+        if pending.tainted_nodes and pending.tolerations_missing
+        else ()
+    )
     return (*rejected, *skipped, *ignored)
+
+
+def _namespaces(names: Sequence[str], shown: int = 5) -> str:
+    """``namespace a``, ``namespaces a, b``, or the first ``shown`` and how many more."""
+    head = ", ".join(names[:shown])
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"namespace{'s' if len(names) > 1 else ''} {head}{more}"
 
 
 def run_durations(history: Sequence[Run], limit: int = 5000) -> tuple[float, ...]:

@@ -47,6 +47,8 @@ _JOB_LABELS = ["namespace", "pod", "container", "run_id"]
 # gpu_eta_forecaster_job_errors_total{reason}: a series left out because a label value
 # cannot be encoded (``publishable``)
 UNENCODABLE = "unencodable_label"
+# namespaces remembered as showing no toleration series (pending pods come from a few)
+MAX_NAMESPACES_MARKED = 256
 
 
 @dataclass
@@ -63,8 +65,8 @@ class ServiceState:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # the queue's pods left out as last logged (pending.left_out)
     _queue_left_out: tuple[tuple[str, int], ...] = field(default=(), repr=False)
-    # the last known (taints_ignored, tolerations_missing), for cycles with no pod pending
-    _tolerations_known: tuple[int, int] = field(default=(0, 0), repr=False)
+    # namespaces whose pending pods were last seen without toleration series
+    _tolerations_missing: set[str] = field(default_factory=set, repr=False)
     _unencodable: int = field(default=0, repr=False)  # as last logged
 
     def success(self, fs: ForecastSet, duration_seconds: float, at: float) -> None:
@@ -106,15 +108,24 @@ class ServiceState:
     def _log_queue(self, pending: PendingSet) -> None:
         """Log what the queue leaves out when it changed (``pending.left_out``).
 
-        A cycle with no pod pending cannot tell whether toleration series are missing
-        (``PendingSet.taints_ignored`` None): the last known state stands, so a queue
-        that empties and refills does not log the same WARNING again each time.
+        Whether toleration series are missing is known per namespace, and only from
+        that namespace's pending pods (series are often dropped for some namespaces
+        only): a namespace is marked when a pod of it shows none and cleared when one
+        shows its tolerations; a cycle without its pods leaves it as it was. So a queue
+        that empties and refills, or whose pods come from other namespaces for a while,
+        does not log the WARNING again each time nor say "back" without evidence. No
+        tainted GPU node: nothing is ignored, every mark cleared. At most
+        ``MAX_NAMESPACES_MARKED`` are kept (a namespace beyond is not named).
         """
-        if pending.taints_ignored is None:
-            ignored, missing = self._tolerations_known
-            pending = replace(pending, taints_ignored=ignored, tolerations_missing=missing)
+        marked = self._tolerations_missing
+        if not pending.tainted_nodes:
+            marked.clear()
         else:
-            self._tolerations_known = (pending.taints_ignored, pending.tolerations_missing)
+            marked.difference_update(pending.tolerations_read)
+            for ns in pending.tolerations_missing:
+                if len(marked) < MAX_NAMESPACES_MARKED:
+                    marked.add(ns)
+        pending = replace(pending, tolerations_missing=tuple(sorted(marked)))
         if left_out(pending) != self._queue_left_out:
             self._queue_left_out = left_out(pending)
             line = describe(pending)

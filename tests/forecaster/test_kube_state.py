@@ -236,7 +236,7 @@ def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
         "u3": None,
     }
     assert q.rejected == {"bad_taint_series": 4, "bad_toleration_series": 1}
-    assert q.taints_ignored == 0 and q.tolerations_missing == 0
+    assert q.tolerations_missing == ()  # u3's series malformed (counted), not missing
     by = {p.pod: p.prediction.status for p in predict(q, {}, [600.0], NOW, FEW).pods}
     # u2 does not tolerate n1's taints: it fits only the cordoned n2
     assert by == {"u1": PREDICTED, "u2": NO_SCHEDULABLE_NODE, "u3": PREDICTED}
@@ -249,8 +249,8 @@ def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_int
     """``kube_pod_tolerations`` dropped at scrape time for one namespace only: its pod
     shows no toleration while another pod shows its own. It is read as unknown (every
     taint passes) and predicted on the ``nvidia.com/gpu`` node, not ``never_fits``;
-    counted apart (not an error) with the tainted nodes it concerns. Before, it got ()
-    and was ``never_fits``."""
+    its namespace named apart (not an error). Before, it got () and was
+    ``never_fits``."""
     gpu = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
     samples = {
         "ksm_nodes": [sample(node="gpu1", resource="nvidia_com_gpu", value="2")],
@@ -272,17 +272,18 @@ def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_int
         ),
         "dropped": None,
     }
-    assert q.rejected == {} and (q.tolerations_missing, q.taints_ignored) == (1, 1)
+    assert q.rejected == {} and q.tainted_nodes == 1
+    assert (q.tolerations_missing, q.tolerations_read) == (("ml",), ("ml",))
     result = predict(q, {}, [600.0], NOW, FEW)
     assert {p.pod: p.prediction.status for p in result.pods} == {
         "kept": PREDICTED,
         "dropped": PREDICTED,
     }
-    assert (result.tolerations_missing, result.taints_ignored) == (1, 1)
+    assert (result.tainted_nodes, result.tolerations_missing) == (1, ("ml",))
     assert error_counts(result) == {}
-    # no tainted node: nothing to tolerate, nothing ignored
+    # no tainted node: nothing to tolerate (the log ignores the missing series then)
     untainted = kube_state.parse({**samples, "ksm_node_state": []}, NOW)
-    assert (untainted.tolerations_missing, untainted.taints_ignored) == (0, 0)
+    assert untainted.tainted_nodes == 0
 
 
 def test_the_configured_request_toleration_reaches_the_requests():
@@ -318,7 +319,7 @@ def test_lt_and_gt_tolerations_are_read_and_compare_taint_values():
         ],
     }
     q = kube_state.parse(samples, NOW)
-    assert q.rejected == {} and q.taints_ignored == 0
+    assert q.rejected == {} and q.tolerations_missing == ()
     assert {p.pod: p.tolerations for p in q.pending} == {
         uid: (Toleration("cost", op, value),) for uid, (op, value) in pods.items()
     }
@@ -329,8 +330,9 @@ def test_lt_and_gt_tolerations_are_read_and_compare_taint_values():
 def test_no_toleration_at_all_means_unknown_not_tolerating_nothing():
     """KSM without ``kube_pod_tolerations`` (dropped, or before 2.6) while GPU nodes
     carry ``nvidia.com/gpu:NoSchedule``: every pending pod's tolerations are unknown
-    and it is predicted as if the nodes had no taints, not ``never_fits``; the tainted
-    nodes are counted for the log (a node with only a not-ready taint is not)."""
+    and it is predicted as if the nodes had no taints, not ``never_fits``; its namespace
+    is named for the log, and the tainted nodes counted (a node with only a not-ready
+    taint is not)."""
     samples = {
         "ksm_nodes": [
             sample(node=n, resource="nvidia_com_gpu", value="1") for n in ("n1", "n2", "n3")
@@ -349,12 +351,13 @@ def test_no_toleration_at_all_means_unknown_not_tolerating_nothing():
     }
     q = kube_state.parse(samples, NOW)
     assert [p.tolerations for p in q.pending] == [None]
-    assert q.taints_ignored == 2 and q.rejected == {}
+    assert (q.tainted_nodes, q.tolerations_missing) == (2, ("ml",)) and q.rejected == {}
     result = predict(q, {}, [600.0], NOW, FEW)
     assert [p.prediction.status for p in result.pods] == [PREDICTED]
-    assert result.taints_ignored == 2
-    # no pending pod: whether toleration series are missing is not known
-    assert kube_state.parse({**samples, "ksm_pods": []}, NOW).taints_ignored is None
+    assert (result.tainted_nodes, result.tolerations_missing) == (2, ("ml",))
+    # no pending pod: nothing is said of any namespace
+    idle = kube_state.parse({**samples, "ksm_pods": []}, NOW)
+    assert (idle.tolerations_missing, idle.tolerations_read) == ((), ())
 
 
 def test_a_node_or_pod_beyond_the_bounds_keeps_no_taint_or_toleration():
@@ -668,7 +671,7 @@ def test_a_tainted_pool_starts_only_pods_tolerating_it_end_to_end(prometheus_fac
     } == {("pool", *team)}
     q = kube_state.parse(samples, now)
     assert {n.name: n.taints for n in q.nodes} == {"pool": (team,), "open": ()}
-    assert q.rejected == {} and q.taints_ignored == 0
+    assert q.rejected == {} and q.tolerations_missing == ()
     by = {p.pod: p.prediction for p in predict(q, ends, [1000.0], now, settings).pods}
     assert by["member"].starts[1] == pytest.approx(ends[("ml", "a")][1], abs=1)
     assert by["outsider"].starts[1] == pytest.approx(ends[("ml", "c")][1], abs=1)
@@ -677,7 +680,8 @@ def test_a_tainted_pool_starts_only_pods_tolerating_it_end_to_end(prometheus_fac
     prom.wait_for("absent(kube_pod_tolerations)")
     now = time.time()
     q = kube_state.parse(ksm_samples(client, now), now)
-    assert q.taints_ignored == 1 and {p.tolerations for p in q.pending} == {None}
+    assert q.tainted_nodes == 1 and q.tolerations_missing == ("ml",)
+    assert {p.tolerations for p in q.pending} == {None}
     by = {p.pod: p.prediction for p in predict(q, ends, [1000.0], now, settings).pods}
     assert by["outsider"].starts[1] == pytest.approx(ends[("ml", "a")][1], abs=1)
     assert by["member"].status == PREDICTED
@@ -801,7 +805,7 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
         "too-big": None,
         "two-containers": (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),),
     }
-    assert q.rejected == {} and (q.tolerations_missing, q.taints_ignored) == (3, 1)
+    assert q.rejected == {} and q.tainted_nodes == 1 and len(q.tolerations_missing) == 1
     # arrivals: one pod of each shape, the two-container pod's 2 GPUs counted as 2
     shapes = {(a.units, round(a.rate_per_second * 3600)) for a in q.arrivals}
     assert shapes == {(1, 2), (2, 2), (4, 1), (8, 1)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -318,10 +319,11 @@ def test_the_queues_pods_left_out_are_counted_and_logged_once_per_change(
 def test_taints_not_applied_for_want_of_tolerations_are_logged_once_not_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """KSM showing no toleration while GPU nodes are tainted (kube_pod_tolerations
-    dropped, or KSM before 2.6): one WARNING saying the taints are taken as tolerated,
-    not repeated while it lasts, an INFO once it ends; no error counted (no series was
-    unusable)."""
+    """KSM showing no toleration for pending pods while GPU nodes are tainted
+    (kube_pod_tolerations dropped, or KSM before 2.6): one WARNING naming their
+    namespaces and saying the taints are taken as tolerated, not repeated while it
+    lasts, an INFO once a pod of that namespace shows its tolerations; no error
+    counted (no series was unusable)."""
     caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
     state = ServiceState()
 
@@ -330,22 +332,27 @@ def test_taints_not_applied_for_want_of_tolerations_are_logged_once_not_counted(
         state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
         return [f"{r.levelname} {r.getMessage()}" for r in caplog.records]
 
-    first = cycle(PendingSet(taints_ignored=2, tolerations_missing=3))
+    first = cycle(PendingSet(tainted_nodes=2, tolerations_missing=("ml", "vision")))
     assert len(first) == 1 and first[0].startswith("WARNING")
-    assert "kube_pod_tolerations" in first[0] and "taints of 2 GPU nodes" in first[0]
-    assert "no toleration for 3 pending GPU pods" in first[0]
-    assert cycle(PendingSet(taints_ignored=2, tolerations_missing=1)) == []
-    assert [r.split(" ")[0] for r in cycle(PendingSet())] == ["INFO"]
+    assert "kube_pod_tolerations" in first[0] and "taken as tolerated" in first[0]
+    assert "pending GPU pods of namespaces ml, vision" in first[0]
+    assert cycle(PendingSet(tainted_nodes=2, tolerations_missing=("ml",))) == []
+    # their pods show tolerations again: one INFO
+    back = PendingSet(tainted_nodes=2, tolerations_read=("ml", "vision"))
+    assert [r.split(" ")[0] for r in cycle(back)] == ["INFO"]
     assert not any(name == "gpu_eta_forecaster_job_errors_total" for name, _ in scrape(state))
+    # no tainted node: nothing is ignored, whatever the series
+    assert cycle(PendingSet(tolerations_missing=("ml",))) == []
 
 
-def test_a_queue_that_empties_keeps_the_toleration_state_it_last_knew(
+def test_the_toleration_state_changes_only_on_evidence_from_the_namespace_itself(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """With no pod pending nobody's tolerations are read (``taints_ignored`` None): the
-    last known state stands, so toleration series still missing when the queue refills
-    log nothing new. Before, the empty queue read as "they are back": an INFO, then the
-    WARNING again, every time the queue emptied and refilled."""
+    """Series dropped for one namespace: whether they are missing is known only from
+    that namespace's pending pods. A queue that empties, or holds only other
+    namespaces' pods for a while, says nothing of it: no INFO "back" and no WARNING
+    again each time (a count of pods pending, which moves every cycle, is not in the
+    line). Cleared when one of its pods shows its tolerations."""
     caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
     state = ServiceState()
 
@@ -354,18 +361,31 @@ def test_a_queue_that_empties_keeps_the_toleration_state_it_last_knew(
         state.success(ForecastSet(timestamp=NOW, pending=pending), 0.5, NOW)
         return [r.levelname for r in caplog.records]
 
-    missing = PendingSet(taints_ignored=1, tolerations_missing=1)
-    empty = PendingSet(taints_ignored=None)
-    assert cycle(missing) == ["WARNING"]
-    assert [cycle(empty), cycle(missing), cycle(empty), cycle(missing)] == [[]] * 4
-    # something else changing while the queue is empty: the line keeps the known state
+    both = PendingSet(tainted_nodes=1, tolerations_missing=("ci",), tolerations_read=("ml",))
+    others = PendingSet(tainted_nodes=1, tolerations_read=("ml",))
+    empty = PendingSet(tainted_nodes=1)
+    assert cycle(both) == ["WARNING"]
+    assert [cycle(others), cycle(empty), cycle(both), cycle(empty), cycle(others)] == [[]] * 5
+    # something else changing meanwhile: the line names the namespace still marked
     caplog.clear()
-    state.success(
-        ForecastSet(timestamp=NOW, pending=PendingSet(taints_ignored=None, skipped=2)), 0.5, NOW
-    )
+    state.success(ForecastSet(timestamp=NOW, pending=replace(empty, skipped=2)), 0.5, NOW)
     assert [r.levelname for r in caplog.records] == ["WARNING"]
-    assert "no toleration for 1 pending GPU pods" in caplog.records[0].getMessage()
+    assert "pending GPU pods of namespace ci " in caplog.records[0].getMessage()
     assert cycle(empty) == ["WARNING"]  # the skipped pods are gone, the rest stands
-    # the series back (pods pending, all with tolerations): one INFO
-    assert cycle(PendingSet()) == ["INFO"]
+    # another namespace missing too: named (a change of what is left out)
+    assert cycle(PendingSet(tainted_nodes=1, tolerations_missing=("ops",))) == ["WARNING"]
+    # ci's pods show theirs, then ops': the line changes, then one INFO
+    assert cycle(PendingSet(tainted_nodes=1, tolerations_read=("ci",))) == ["WARNING"]
+    assert cycle(PendingSet(tainted_nodes=1, tolerations_read=("ops",))) == ["INFO"]
     assert cycle(empty) == []
+
+
+def test_the_namespaces_remembered_are_bounded() -> None:
+    state = ServiceState()
+    many = tuple(f"ns{i:04d}" for i in range(publish.MAX_NAMESPACES_MARKED + 50))
+    state.success(
+        ForecastSet(timestamp=NOW, pending=PendingSet(tainted_nodes=1, tolerations_missing=many)),
+        0.5,
+        NOW,
+    )
+    assert len(state._tolerations_missing) == publish.MAX_NAMESPACES_MARKED

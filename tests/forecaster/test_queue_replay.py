@@ -288,6 +288,15 @@ def test_requests_tolerate_the_taint_of_their_own_resource_only():
     assert {(q.product, q.resource, q.units) for q in default_requests(nodes)} == {
         ("A100", mig, u) for u in (1, 2, 4)
     }
+    # replayed beside a whole-GPU request: each resource's requests its own toleration
+    gpu_node = Node("gpu", {G: 1}, "A100", taints=(("nvidia.com/gpu", "", "NoSchedule"),))
+    asked = [Request("A100", G, 1), Request("A100", mig, 1), Request("H100", mig, 1)]
+    r = replay([gpu_node, *nodes], [], [], NOW, requests=asked, **EXACT)
+    assert {(q.product, q.resource): p.status for q, p in r.requests.items()} == {
+        ("A100", G): PREDICTED,
+        ("A100", mig): PREDICTED,
+        ("H100", mig): NEVER_FITS,
+    }
 
 
 def test_a_configured_request_toleration_replaces_the_resource_taint_guess():
@@ -473,28 +482,45 @@ def test_node_lists_select_the_nodes_the_per_node_checks_do():
     ``fits_somewhere`` pick node by node, on a mixed pool."""
     from gpu_eta.forecaster import queue_replay as qr
 
-    taints = [(), (TEAM,), (("nvidia.com/gpu", "", "NoSchedule"),), (("x", "1", "NoExecute"),)]
-    nodes = [
-        Node(
-            f"n{i}",
-            {G: 1 + i % 8},
-            ("A100", "H100")[i % 2],
-            schedulable=i % 5 != 0,
-            taints=taints[i % 4],
-        )
-        for i in range(40)
+    mig = "nvidia_com_mig_1g_5gb"
+    taints = [
+        (),
+        (TEAM,),
+        (("nvidia.com/gpu", "", "NoSchedule"),),
+        (("x", "1", "NoExecute"),),
+        (("node.kubernetes.io/memory-pressure", "", "NoSchedule"),),
     ]
+    nodes = []
+    for i in range(60):
+        units = 1 + i % 8
+        # every third node time-sliced: all its units, or some, replicas of shared devices
+        shared = {G: units if i % 2 else max(units - 1, 1)} if i % 3 == 0 else {}
+        nodes.append(
+            Node(
+                f"n{i}",
+                {G: units, **({mig: 7} if i % 4 == 1 else {})},
+                ("A100", "H100")[i % 2],
+                shared,
+                schedulable=i % 5 != 0,
+                taints=taints[i % 5],
+            )
+        )
     lists = qr._NodeLists(nodes)
-    for tol in (None, (), MEMBER, (Toleration("", "Exists"),), (Toleration("x", "Gt", "0"),)):
-        for product in ("", "A100", "H100", "T4"):
-            suitable, open_ = lists.of(G, product, tol)
-            assert suitable == tuple(
-                k for k, n in enumerate(nodes) if qr._suitable(n, G, product, tol)
-            )
-            assert open_ == tuple(
-                k for k, n in enumerate(nodes) if qr._placeable(n, G, product, tol)
-            )
-            for units in (1, 4, 8, 9):
-                assert lists.fits(suitable, G, units) == qr.fits_somewhere(
-                    nodes, G, product, units, tol
+    for resource in (G, mig):
+        for tol in (None, (), MEMBER, (Toleration("", "Exists"),), (Toleration("x", "Gt", "0"),)):
+            for product in ("", "A100", "H100", "T4"):
+                suitable, open_ = lists.of(resource, product, tol)
+                assert suitable == tuple(
+                    k for k, n in enumerate(nodes) if qr._suitable(n, resource, product, tol)
                 )
+                assert open_ == tuple(
+                    k for k, n in enumerate(nodes) if qr._placeable(n, resource, product, tol)
+                )
+                for units in (1, 2, 4, 8, 9):
+                    assert lists.fits(suitable, resource, units) == qr.fits_somewhere(
+                        nodes, resource, product, units, tol
+                    )
+    # a 1-unit pod fits a node whose units are all replicas; a 2-unit pod does not
+    only_shared = [Node("s", {G: 4}, "A100", {G: 4})]
+    one = qr._NodeLists(only_shared)
+    assert one.fits(one.of(G, "", None)[0], G, 1) and not one.fits(one.of(G, "", None)[0], G, 2)
