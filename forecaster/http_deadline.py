@@ -126,10 +126,11 @@ _LOOKUPS = threading.BoundedSemaphore(MAX_LOOKUPS)
 
 
 def resolve(
-    host: str, port: int, deadline: float, family: int = socket.AF_UNSPEC
+    host: str, port: int, deadline: float, family: int = socket.AF_UNSPEC, flags: int = 0
 ) -> list[tuple[Any, ...]]:
-    """``socket.getaddrinfo(host, port, family)`` for a TCP connection, given up at
-    ``deadline`` (monotonic) with ``socket.gaierror(EAI_AGAIN)`` naming the wait.
+    """``socket.getaddrinfo(host, port, family, flags=flags)`` for a TCP connection,
+    given up at ``deadline`` (monotonic) with ``socket.gaierror(EAI_AGAIN)`` naming the
+    wait.
 
     Why: a lookup is a blocking libc call that no socket timeout reaches. Where the
     cluster's DNS is slow or down, glibc waits 5 s a try, two tries a server, for each
@@ -137,7 +138,8 @@ def resolve(
     search domains first), so a query given a deadline waited the resolver's. The lookup
     runs on a daemon thread (one that never answers cannot keep the process from
     exiting) and at most ``MAX_LOOKUPS`` run at once; the caller waits what is left.
-    An address literal needs no lookup and is answered at once.
+    An address literal needs no lookup and is answered at once (``flags`` unused: it
+    is the address asked for).
     """
     with contextlib.suppress(ValueError):
         ipaddress.ip_address(host.strip("[]"))
@@ -153,7 +155,7 @@ def resolve(
 
     def look_up() -> None:
         try:
-            answer.append(socket.getaddrinfo(host, port, family, socket.SOCK_STREAM))
+            answer.append(socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, 0, flags))
         except BaseException as err:  # handed to the waiting caller, if still waiting
             answer.append(err)
         finally:
@@ -263,8 +265,10 @@ class DeadlineSocksLookup(_DialWithin):
     to the proxy, which looks it up on its side: nothing is looked up here). The
     proxy's addresses are dialled in turn, as PySocks would, each attempt within
     what is left of the deadline; of the server's, the first, the one PySocks would
-    take. TLS still checks the certificate against the server's name. No deadline
-    set: the connection's own ``_new_conn``.
+    take, asked for as PySocks asks: IPv4 only for ``socks4://`` (the protocol carries
+    no other), of the families this host has an address of (``AI_ADDRCONFIG``) for
+    ``socks5://``. TLS still checks the certificate against the server's name. No
+    deadline set: the connection's own ``_new_conn``.
     """
 
     def _new_conn(self) -> socket.socket:
@@ -279,12 +283,17 @@ class DeadlineSocksLookup(_DialWithin):
         except socket.gaierror as err:
             raise _lookup_failed(self, proxy, err) from err
         if not options["rdns"]:
+            # as PySocks would look it up: SOCKS4 carries an IPv4 address only
+            # (gethostbyname); SOCKS5 either, of the families this host has addresses
+            # of (AI_ADDRCONFIG: an IPv4-only pod sends no IPv6 address)
+            socks4 = options["socks_version"] == sys.modules["socks"].SOCKS4
             try:
                 found = resolve(
                     name,
                     self.port,  # type: ignore[attr-defined]
                     deadline.at,
-                    urllib3.util.connection.allowed_gai_family(),
+                    socket.AF_INET if socks4 else socket.AF_UNSPEC,
+                    0 if socks4 else socket.AI_ADDRCONFIG,
                 )
             except socket.gaierror as err:
                 raise _lookup_failed(self, self.host, err) from err  # type: ignore[attr-defined]

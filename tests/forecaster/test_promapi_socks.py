@@ -1,11 +1,14 @@
 """gpu_eta.forecaster.promapi through a SOCKS proxy: the names PySocks would look up
-(the proxy's; the server's with ``socks5://``) are looked up within the request
-deadline, as the server's name is without a proxy.
+(the proxy's; the server's with ``socks5://`` and ``socks4://``) are looked up within
+the request deadline, as the server's name is without a proxy, for the address
+families PySocks would ask for.
 
 Real parts: a loopback Prometheus-shaped HTTP server (``http_server``), a SOCKS5 proxy
 on loopback (``Socks5Proxy``, the protocol's CONNECT, relaying bytes both ways), PySocks
 and urllib3's SOCKS connections. Only a resolver that never answers is stood in for
-(``_hung_lookups``: no real one can be hung here without changing the machine's).
+(``_hung_lookups``: no real one can be hung here without changing the machine's), and
+a dual-stack name (``_dual_stack``: which addresses a real name has depends on the
+machine's resolver and interfaces). ``Socks4Proxy`` is the SOCKS4/4a counterpart.
 """
 
 from __future__ import annotations
@@ -86,6 +89,34 @@ class Socks5Proxy:
         self.sock.close()
 
 
+class Socks4Proxy(Socks5Proxy):
+    """A SOCKS4 proxy on loopback (SOCKS4a's names too): CONNECT only, relaying bytes.
+
+    ``asked`` as ``Socks5Proxy``'s: SOCKS4 carries an IPv4 address, SOCKS4a a name
+    after the address 0.0.0.x."""
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError, ConnectionError):
+            _version, _command, port = struct.unpack(">BBH", _exactly(conn, 4))
+            address = socket.inet_ntoa(_exactly(conn, 4))
+            while _exactly(conn, 1) != b"\0":  # the user id
+                pass
+            asked = ("address", address)
+            if address.startswith("0.0.0.") and address != "0.0.0.0":
+                name = b""
+                while (byte := _exactly(conn, 1)) != b"\0":
+                    name += byte
+                asked = ("name", name.decode())
+            self.asked.append(asked)
+            upstream = socket.create_connection((self.names.get(asked[1], asked[1]), port), 5)
+            with upstream:
+                conn.sendall(b"\x00\x5a" + b"\0" * 6)
+                back = threading.Thread(target=_relay, args=(upstream, conn), daemon=True)
+                back.start()
+                _relay(conn, upstream)
+                back.join(5)
+
+
 def _relay(src: socket.socket, dst: socket.socket) -> None:
     with contextlib.suppress(OSError):
         while chunk := src.recv(65536):
@@ -100,6 +131,38 @@ def proxy() -> Iterator[Socks5Proxy]:
         yield p
     finally:
         p.close()
+
+
+@pytest.fixture
+def proxy4() -> Iterator[Socks4Proxy]:
+    p = Socks4Proxy({"prometheus.example": "127.0.0.1"})
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+# an address no proxy here can reach: a server's address picked from IPv6 fails
+UNREACHABLE_V6 = "fd00::5"
+
+
+def _dual_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``socket.getaddrinfo`` answering for ``dual.example`` as for a dual-stack
+    Service on a host with no IPv6 address of its own (an IPv4-only pod): an IPv6
+    address sorted first, then 127.0.0.1. As glibc's, ``AF_INET`` asks for IPv4 only,
+    and ``AI_ADDRCONFIG`` leaves out IPv6 (this host having none, whatever the
+    machine running the test has)."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):  # type: ignore[no-untyped-def]
+        if host != "dual.example":
+            return real(host, port, family, type, proto, flags)
+        v4 = real("127.0.0.1", port, socket.AF_INET, type, proto)
+        if family == socket.AF_INET or flags & socket.AI_ADDRCONFIG:
+            return v4
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (UNREACHABLE_V6, port, 0, 0)), *v4]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
 @pytest.fixture
@@ -125,23 +188,33 @@ def _through(c, proxy_url: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("scheme", "server", "asked"),
     [
-        # socks5h: the proxy resolves the server's name (one the forecaster cannot)
+        # socks5h/socks4a: the proxy resolves the server's name (one the forecaster
+        # cannot)
         ("socks5h", "prometheus.example", ("name", "prometheus.example")),
-        # socks5: the name is looked up here and the proxy handed the address
-        ("socks5", "localhost", ("address", "127.0.0.1")),
+        ("socks4a", "prometheus.example", ("name", "prometheus.example")),
+        # socks5: the name is looked up here and the proxy handed an address of the
+        # families this host has (AI_ADDRCONFIG, as PySocks asks): the IPv4 one
+        ("socks5", "dual.example", ("address", "127.0.0.1")),
+        # socks4: the protocol carries IPv4 only, so only IPv4 is asked for (as
+        # PySocks' gethostbyname), the name's first address being IPv6 or not
+        ("socks4", "dual.example", ("address", "127.0.0.1")),
     ],
 )
 def test_a_query_through_a_socks_proxy_named_by_a_name(
     http_server,  # noqa: F811
     proxy: Socks5Proxy,
+    proxy4: Socks4Proxy,
+    monkeypatch: pytest.MonkeyPatch,
     scheme: str,
     server: str,
     asked: tuple[str, str],
 ) -> None:
     url, seen = http_server(lambda r: reply(r, 200, BODY))
-    c = _through(client(url.replace("127.0.0.1", server)), f"{scheme}://localhost:{proxy.port}")
+    _dual_stack(monkeypatch)
+    via = proxy4 if scheme.startswith("socks4") else proxy
+    c = _through(client(url.replace("127.0.0.1", server)), f"{scheme}://localhost:{via.port}")
     assert [s.labels["run_id"] for s in c.instant("up")] == ["a", "b"]
-    assert proxy.asked == [asked] and len(seen) == 1
+    assert via.asked == [asked] and len(seen) == 1
 
 
 def test_a_proxy_name_whose_lookup_never_answers_fails_at_the_deadline(
