@@ -191,7 +191,10 @@ class _DialWithin:
         """One connection attempt, its connect timeout cut to what is left until
         ``deadline``: each address of a name is given the connect timeout, so a name
         with several unreachable addresses (a headless Service's pods, IPv6 and IPv4)
-        would otherwise hold a query that many timeouts."""
+        would otherwise hold a query that many timeouts. Through a SOCKS proxy this cut
+        timeout is also the socket's during PySocks' handshake: each of its reads waits
+        at most that, the handshake as a whole is not cut to the deadline
+        (``DeadlineSocksLookup``)."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise urllib3.exceptions.ConnectTimeoutError(
@@ -269,6 +272,15 @@ class DeadlineSocksLookup(_DialWithin):
     no other), of the families this host has an address of (``AI_ADDRCONFIG``) for
     ``socks5://``. TLS still checks the certificate against the server's name. No
     deadline set: the connection's own ``_new_conn``.
+
+    Not bounded by the deadline: the SOCKS handshake. PySocks reads the proxy's
+    replies on the socket it made, with the connect timeout ``_dial_within`` cut
+    (at most what was left of the deadline when the dial began) as each read's
+    timeout, and a reply may come in as many reads as it has bytes (SOCKS4's 8,
+    SOCKS5's 12 or more). A proxy dripping its replies a byte at a time within the
+    timeout holds the attempt up to one timeout per byte; the response's reads that
+    follow are held to the deadline again and fail at once. Cutting each handshake
+    read would mean building PySocks' socket here instead of in urllib3.
     """
 
     def _new_conn(self) -> socket.socket:
