@@ -9,7 +9,8 @@ step reports are thinned to one per ``min_interval_seconds``, and after failures
 the sender backs off (dropping, and counting, what comes meanwhile). When the
 exporter answers 429 (or 503) with ``Retry-After``, the sender holds its reports that
 long, at most ``MAX_RETRY_AFTER_SECONDS``, then sends the newest of them (the older
-ones are superseded: counted dropped); the refused report itself is not sent again.
+ones are superseded: counted dropped), or the refused report again when nothing newer
+came meanwhile: it is still the whole current state (``end()``'s final report).
 
 Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
 ``http://10.0.0.5:9843/progress``), else the node IP from the downward API in
@@ -340,9 +341,10 @@ class ProgressReporter:
         self._closing = False
         self._inflight = False
         # a Retry-After's hold: no report is sent before this (monotonic); once it is
-        # over only the newest queued report is (``_next_report``)
+        # over only the newest queued report is, else the refused one (``_next_report``)
         self._hold_until = 0.0
         self._held = False
+        self._refused: bytes | None = None
         self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0}
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
@@ -440,7 +442,9 @@ class ProgressReporter:
             wait = self.timeout_seconds
         deadline = time.monotonic() + wait
         with self._cond:
-            while (self._queue or self._inflight) and time.monotonic() < deadline:
+            while (
+                self._queue or self._refused is not None or self._inflight
+            ) and time.monotonic() < deadline:
                 self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
             self._closing = True
             self._cond.notify_all()
@@ -531,15 +535,23 @@ class ProgressReporter:
 
         After a hold only the newest queued report is sent: each carries the whole
         state, so the older ones are superseded (counted dropped) rather than sent as a
-        burst that would be refused again. Closing during a hold drops what is queued:
-        ``close`` waited its flush timeout for it, and training must not wait longer.
+        burst that would be refused again. With nothing queued, the refused report is
+        sent again: it is the current state still (``end()``'s, with its final
+        metrics), and ``close`` waits for it within its flush timeout. Superseded, it is
+        not counted again (its refusal was). Closing during a hold drops what is
+        queued: ``close`` waited its flush timeout for it, and training must not wait
+        longer.
         """
         while True:
             wait = self._hold_until - time.monotonic()
-            if self._queue and wait <= 0:
+            if (self._queue or self._refused is not None) and wait <= 0:
                 if not self._held:
                     return self._queue.popleft()
                 self._held = False
+                refused, self._refused = self._refused, None
+                if not self._queue:
+                    assert refused is not None
+                    return refused
                 newest = self._queue.pop()
                 self._stats["dropped"] += len(self._queue)
                 self._queue.clear()
@@ -547,14 +559,18 @@ class ProgressReporter:
             if self._closing:
                 self._stats["dropped"] += len(self._queue)
                 self._queue.clear()
+                self._refused = None
                 return None
-            self._cond.wait(timeout=wait if self._queue else None)
+            waiting = self._queue or self._refused is not None
+            self._cond.wait(timeout=wait if waiting else None)
 
-    def _hold(self, seconds: float) -> None:
-        """Send nothing for ``seconds`` (an answer's ``Retry-After``; sender thread)."""
+    def _hold(self, seconds: float, refused: bytes) -> None:
+        """Send nothing for ``seconds`` (an answer's ``Retry-After`` to ``refused``;
+        sender thread), then the newest queued report, else ``refused`` again."""
         with self._cond:
             self._hold_until = time.monotonic() + seconds
             self._held = True
+            self._refused = refused
 
     def _run(self) -> None:
         backoff_until = 0.0
@@ -605,7 +621,7 @@ class ProgressReporter:
                 if resp.status in (429, 503):
                     wait = retry_after_seconds(resp.getheader("Retry-After"))
                     if wait:
-                        self._hold(wait)
+                        self._hold(wait, data)
                 return "rejected"
             except (OSError, http.client.HTTPException):
                 if self._conn is not None:

@@ -96,8 +96,9 @@ def test_refused_sender_is_counted_not_raised(listener):
 def test_a_run_over_the_containers_cap_is_held_for_its_retry_after_never_retried(listener, caplog):
     """The exporter answers 429 ``too_many_runs`` with ``Retry-After: 30`` to a run its
     container starts beyond the cap: the refused report is counted rejected and not
-    sent again, the reason logged once; the reports after it are held for the wait,
-    and ``end()`` still returns within its flush timeout (they are dropped then)."""
+    sent again (the wait outlasts the flush timeout), the reason logged once; the
+    reports after it are held for the wait, and ``end()`` still returns within its
+    flush timeout (they are dropped then)."""
     for i in range(RUN_BURST):  # the notebook's quick restarts took the whole burst
         body = json.dumps({"run_id": f"r{i}", "event": "start"}).encode()
         assert post_progress("127.0.0.1", listener.port, body, POD.ip).startswith(b"HTTP/1.1 200")
@@ -131,6 +132,26 @@ def test_after_a_retry_after_only_the_newest_report_is_sent(tmp_path):
     assert (counts["accepted"], counts["rate_limited"]) == (2, 1)
     assert (p.run_id, p.epoch, p.epochs, p.metrics["loss"]) == (r.run_id, 2, 2, 0.5)
     assert 1.0 < waited < 5.0  # held about the 2 s asked, not the 10 s allowed
+
+
+def test_a_refused_final_report_is_sent_again_after_the_hold():
+    """``end()``'s report (its final loss and accuracy) answered 429 ``Retry-After: 2``
+    with nothing queued after it: it is still the whole current state, so it is sent
+    again when the hold is over, within ``end()``'s flush timeout, and accepted."""
+    with listening_for(POD, rate_per_second=0.5, burst=3) as lst:
+        r = start(epochs=2, url=url(lst), source_address=POD.ip)
+        r.epoch_end(1, loss=0.5)
+        r.epoch_end(2, loss=0.3)
+        time.sleep(0.3)  # three accepted: the bucket is empty
+        t0 = time.monotonic()
+        r.end(flush_timeout_seconds=10, loss=0.01, accuracy=0.99)
+        waited = time.monotonic() - t0
+        counts = lst.counts()
+        (p,) = lst.store.snapshot()
+    assert (counts["accepted"], counts["rate_limited"]) == (4, 1)
+    assert r.stats == {"sent": 4, "rejected": 1, "failed": 0, "dropped": 0}
+    assert (p.epoch, p.metrics["loss"], p.metrics["accuracy"]) == (2, 0.01, 0.99)
+    assert 1.0 < waited < 5.0  # the 2 s asked, not the 10 s allowed
 
 
 class RefusingServer:
@@ -171,19 +192,24 @@ class RefusingServer:
 
 def test_a_long_retry_after_is_capped(monkeypatch):
     """``Retry-After: 3600`` holds the reports ``MAX_RETRY_AFTER_SECONDS`` at most (made
-    0.5 s here), then the newest is sent."""
+    0.5 s here), then the newest is sent; refused again with nothing newer, that one is
+    sent again after each hold until ``end()``'s flush timeout, and no sooner."""
     monkeypatch.setattr(client, "MAX_RETRY_AFTER_SECONDS", 0.5)
     server = RefusingServer(429, "3600")
     try:
         r = start(epochs=2, url=f"http://127.0.0.1:{server.port}/progress")
         time.sleep(0.2)  # the start is answered: the hold begins
         r.epoch_end(1)
-        r.end(flush_timeout_seconds=5)
+        t0 = time.monotonic()
+        r.end(flush_timeout_seconds=2)
+        waited = time.monotonic() - t0
         posts = list(server.posts)
     finally:
         server.close()
-    assert len(posts) == 2 and 0.3 < posts[1] - posts[0] < 3.0
-    assert r.stats == {"sent": 0, "rejected": 2, "failed": 0, "dropped": 1}
+    gaps = [b - a for a, b in zip(posts, posts[1:])]
+    assert 3 <= len(posts) <= 6 and all(0.4 < gap < 1.5 for gap in gaps), gaps
+    assert r.stats == {"sent": 0, "rejected": len(posts), "failed": 0, "dropped": 1}
+    assert 1.5 < waited < 3.0  # the flush timeout, and no hold past it
 
 
 def test_a_503_without_retry_after_holds_nothing(tmp_path):
