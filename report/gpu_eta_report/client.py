@@ -376,7 +376,10 @@ class ProgressReporter:
     @property
     def stats(self) -> dict[str, int]:
         """Reports ``sent`` (2xx), ``rejected`` (any other answer: 4xx, 5xx; the reason
-        is logged once), ``failed`` (network), ``dropped`` (queue full, backing off)."""
+        is logged once), ``failed`` (network), ``dropped`` (never sent: queue full,
+        backing off after failures, superseded by a newer one when a ``Retry-After``
+        hold ends, or still queued when ``close`` ends during a hold). Counted per
+        answer: a refused report sent again after its hold counts again."""
         with self._cond:
             return dict(self._stats)
 
