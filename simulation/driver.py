@@ -277,6 +277,16 @@ class DriverStats:
     cancelled: int = 0
 
 
+def _posts(event: Event) -> bool:
+    """Whether the driver POSTs a report for ``event`` (it may then be retried)."""
+    pod = event.pod
+    return (
+        pod.kind == "training"
+        and pod.report not in ("real", "log")
+        and event.kind in ("run_start", "epoch_end")
+    )
+
+
 def _described(event: Event) -> str:
     """A progress report as the driver's log lines name it."""
     pod = event.pod
@@ -306,7 +316,10 @@ class Driver:
         self.stats = DriverStats()
         self._due: list[Event] = []
         # first try, event, the exporter's last refusal (HTTP status; 0: none yet), and
-        # when it may be tried again (its Retry-After; the next tick without one)
+        # when it may be tried again (its Retry-After; the next tick without one); in
+        # the order they came due. A pod's report that comes due while an earlier one
+        # waits for its retry waits behind it (due at once, with its refusal), so the
+        # pod's reports reach the exporter in order (``tick``).
         self._retry: list[tuple[float, Event, int, float]] = []
         self.lock = threading.RLock()
 
@@ -358,15 +371,38 @@ class Driver:
             self.write_scenarios(rel)
             due = [e for e in self._due if e.t <= rel]
             self._due = [e for e in self._due if e.t > rel]
-            retry, self._retry = self._retry, []
-            for first, event, refused, not_before in retry:
-                if not_before > now:
-                    self._retry.append((first, event, refused, not_before))
-                else:
-                    self._fire(event, first, now, refused)
             for event in due:
-                self._fire(event, now, now)
+                self._count(event)
+            retry, self._retry = self._retry, []
+            # pods with a report still to be retried, and its refusal: a report held
+            # behind one counts as refused with it (a failure, should the pod end)
+            waiting: dict[str, int] = {}
+            for first, event, refused, not_before in [
+                *retry,
+                *((now, event, 0, now) for event in due),
+            ]:
+                pod = event.pod.uid
+                if _posts(event) and (pod in waiting or not_before > now):
+                    # not yet, or behind the pod's report waiting for its retry
+                    refused = refused or waiting.get(pod, 0)
+                    self._retry.append((first, event, refused, not_before))
+                    waiting.setdefault(pod, refused)
+                    continue
+                self._fire(event, first, now, refused)
+                if self._retry and self._retry[-1][1] is event:  # refused: to retry
+                    waiting[pod] = self._retry[-1][2]
             self.sim.forget_before(rel - 120)
+
+    def _count(self, event: Event) -> None:
+        """Count ``event`` in the stats, once, when it comes due."""
+        pod = event.pod
+        if pod.kind != "training" or pod.report == "real":
+            return
+        if event.kind == "epoch_end":
+            self.stats.epochs += 1
+            self.stats.finished += event.epoch >= pod.epochs
+        if event.kind == "pod_end" and pod.cancelled:
+            self.stats.cancelled += 1
 
     def _fire(self, event: Event, first_try: float, now: float, refused: int = 0) -> None:
         """Act on ``event`` (first tried at ``first_try``); ``refused``: the HTTP status
@@ -374,12 +410,6 @@ class Driver:
         pod = event.pod
         if pod.kind != "training" or pod.report == "real":
             return
-        if first_try == now:
-            if event.kind == "epoch_end":
-                self.stats.epochs += 1
-                self.stats.finished += event.epoch >= pod.epochs
-            if event.kind == "pod_end" and pod.cancelled:
-                self.stats.cancelled += 1
         if event.kind not in ("run_start", "epoch_end"):
             return
         if pod.report == "log":

@@ -196,6 +196,42 @@ def test_driver_retries_a_429_not_before_its_retry_after(tmp_path: Path) -> None
         assert driver.stats.reports_failed == 1  # the third post, at once
 
 
+def test_a_pods_later_report_waits_behind_its_refused_one(tmp_path: Path) -> None:
+    """A pod's report refused 429 ``Retry-After: 4`` while its next report comes due
+    (an epoch ending a second later): the next one waits for the retry, so the
+    exporter sees the pod's reports in order, its progress never going back."""
+    answers: list[int | tuple[int, str]] = [(429, "4")]
+    seen: list[tuple[float, str, bytes]] = []
+
+    def respond(client_ip: str, body: bytes) -> int | tuple[int, str]:
+        seen.append((clock, client_ip, body))
+        return answers.pop(0) if answers else 200
+
+    with _progress_endpoint(respond) as port:
+        _sim, driver = _driver_on(port, tmp_path)
+        clock = 0.0
+        while not seen and clock < 600:
+            clock += 1.0
+            driver.tick(ANCHOR + clock)
+        refused_at, ip, _body = seen[0]
+        (_first, event, _status, _not_before), *_ = driver._retry
+        assert event.kind == "run_start" and event.pod.ip == ip
+        # the pod's first epoch, due a second after its refused start
+        driver.queue([Event(clock + 1.0 - 0.5, "epoch_end", event.pod, 1)])
+        for _ in range(6):
+            clock += 1.0
+            driver.tick(ANCHOR + clock)
+    mine = [(t, json.loads(body)) for t, client, body in seen if client == ip]
+    assert [(b["event"], b["epoch"]) for _t, b in mine] == [
+        ("start", 0),
+        ("start", 0),
+        ("progress", 1),
+    ]
+    assert [t for t, _b in mine] == [refused_at, refused_at + 4, refused_at + 4]
+    assert driver.stats.reports_sent == 2 and driver.stats.reports_failed == 0
+    assert driver.stats.epochs == 1  # counted once, when it came due
+
+
 def test_a_report_whose_pod_ended_before_the_driver_ran_is_skipped_not_failed(
     tmp_path: Path,
 ) -> None:
