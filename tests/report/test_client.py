@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -206,7 +207,7 @@ def test_a_long_retry_after_is_capped(monkeypatch):
         posts = list(server.posts)
     finally:
         server.close()
-    gaps = [b - a for a, b in zip(posts, posts[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(posts)]
     assert 3 <= len(posts) <= 6 and all(0.4 < gap < 1.5 for gap in gaps), gaps
     assert r.stats == {"sent": 0, "rejected": len(posts), "failed": 0, "dropped": 1}
     assert 1.5 < waited < 3.0  # the flush timeout, and no hold past it
