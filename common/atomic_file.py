@@ -25,6 +25,7 @@ def write_atomically(
     *,
     durable: bool = False,
     mode: int | None = None,
+    follow_symlinks: bool = True,
 ) -> None:
     """``write(tmp)``, then rename ``tmp`` over ``path``: a reader never sees half a
     file and a failure leaves what ``path`` held.
@@ -32,18 +33,21 @@ def write_atomically(
     The temporary file is a new, uniquely named one beside the target (never a
     user's ``OUT.tmp``, never another run's), removed on any failure, Ctrl-C too (a
     full disk must not be left fuller by our leftovers); a symlink is written through
-    to its file, as ``open(path, "w")`` would, not replaced by a file. The result has
-    ``mode``, by default the mode a file created by ``open`` would have. ``durable``:
+    to its file, as ``open(path, "w")`` would (``follow_symlinks`` False: replaced by
+    the file, so that a link left dangling cannot make every write fail). The result
+    has ``mode``, by default the mode a file created by ``open`` would have. ``durable``:
     the data is synced before the rename and the directory after it, so that once this
     returns the new content survives a crash of the machine (without it a crash soon
     after may leave an empty file under the new name on some file systems).
     """
-    target = Path(os.path.realpath(path))
+    target = Path(os.path.realpath(path)) if follow_symlinks else Path(os.path.abspath(path))
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
     tmp = Path(name)
     try:
-        os.chmod(tmp, (0o666 & ~_UMASK) if mode is None else mode)
+        os.close(fd)
+        wanted = (0o666 & ~_UMASK) if mode is None else mode
+        if wanted != 0o600:  # mkstemp's own mode: no chmod (some mounts refuse one)
+            os.chmod(tmp, wanted)
         write(tmp)
         if durable:
             _fsync_file(tmp)

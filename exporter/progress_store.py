@@ -516,8 +516,10 @@ class ProgressStore:
 
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # private (0600): it names every pod's runs; durable: it replaces the journal
-            write_atomically(path, dump, durable=True, mode=0o600)
+            # private (0600): it names every pod's runs; durable: it replaces the journal;
+            # a symlink there is replaced, not written through (a dangling one would fail
+            # every save while the journal grows)
+            write_atomically(path, dump, durable=True, mode=0o600, follow_symlinks=False)
         except OSError:
             with self._lock:
                 self._dirty = True

@@ -73,3 +73,13 @@ def test_durable_syncs_the_data_before_the_rename_and_the_directory_after(
     events.clear()
     write_atomically(tmp_path / "p.csv", lambda tmp: tmp.write_text("a\n"))
     assert events == ["rename"]  # an output file: no syncs
+
+
+def test_without_following_symlinks_a_link_is_replaced_even_a_dangling_one(tmp_path: Path) -> None:
+    """The exporter's state file: a link at its path (dangling, or into a directory
+    gone) is replaced by the file, not written through, so no save fails for it."""
+    link = tmp_path / "state.json"
+    link.symlink_to(tmp_path / "gone" / "elsewhere.json")
+    write_atomically(link, lambda tmp: tmp.write_text("{}"), mode=0o600, follow_symlinks=False)
+    assert not link.is_symlink() and link.read_text() == "{}"
+    assert stat.S_IMODE(link.stat().st_mode) == 0o600
