@@ -47,8 +47,11 @@ _JOB_LABELS = ["namespace", "pod", "container", "run_id"]
 # gpu_eta_forecaster_job_errors_total{reason}: a series left out because a label value
 # cannot be encoded (``publishable``)
 UNENCODABLE = "unencodable_label"
-# namespaces remembered as showing no toleration series (pending pods come from a few)
+# namespaces remembered as showing no toleration series (pending pods come from a few),
+# and how long one is remembered without a pod of it pending (its pods gone, or the
+# namespace: a pipeline's or a user's that is deleted must not stay named for ever)
 MAX_NAMESPACES_MARKED = 256
+NAMESPACE_MARK_SECONDS = 3600.0
 
 
 @dataclass
@@ -65,8 +68,8 @@ class ServiceState:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # the queue's pods left out as last logged (pending.left_out)
     _queue_left_out: tuple[tuple[str, int], ...] = field(default=(), repr=False)
-    # namespaces whose pending pods were last seen without toleration series
-    _tolerations_missing: set[str] = field(default_factory=set, repr=False)
+    # namespaces whose pending pods were last seen without toleration series → when
+    _tolerations_missing: dict[str, float] = field(default_factory=dict, repr=False)
     _unencodable: int = field(default=0, repr=False)  # as last logged
 
     def success(self, fs: ForecastSet, duration_seconds: float, at: float) -> None:
@@ -103,9 +106,9 @@ class ServiceState:
                     UNENCODABLE,
                 )
         if fs.pending is not None:
-            self._log_queue(fs.pending)
+            self._log_queue(fs.pending, at)
 
-    def _log_queue(self, pending: PendingSet) -> None:
+    def _log_queue(self, pending: PendingSet, now: float) -> None:
         """Log what the queue leaves out when it changed (``pending.left_out``).
 
         Whether toleration series are missing is known per namespace, and only from
@@ -114,17 +117,24 @@ class ServiceState:
         shows its tolerations; a cycle without its pods leaves it as it was. So a queue
         that empties and refills, or whose pods come from other namespaces for a while,
         does not log the WARNING again each time nor say "back" without evidence. No
-        tainted GPU node: nothing is ignored, every mark cleared. At most
-        ``MAX_NAMESPACES_MARKED`` are kept (a namespace beyond is not named).
+        tainted GPU node: nothing is ignored, every mark cleared. A mark not renewed for
+        ``NAMESPACE_MARK_SECONDS`` (no pod of it pending without tolerations since) is
+        forgotten: its pods, or the namespace, are gone. At most
+        ``MAX_NAMESPACES_MARKED`` are kept, the least recently renewed forgotten first.
         """
         marked = self._tolerations_missing
         if not pending.tainted_nodes:
             marked.clear()
         else:
-            marked.difference_update(pending.tolerations_read)
+            for ns in pending.tolerations_read:
+                marked.pop(ns, None)
             for ns in pending.tolerations_missing:
-                if len(marked) < MAX_NAMESPACES_MARKED:
-                    marked.add(ns)
+                marked[ns] = now
+            for ns in [ns for ns, seen in marked.items() if seen < now - NAMESPACE_MARK_SECONDS]:
+                del marked[ns]
+            excess = len(marked) - MAX_NAMESPACES_MARKED
+            for ns in sorted(marked, key=marked.__getitem__)[: max(excess, 0)]:
+                del marked[ns]
         pending = replace(pending, tolerations_missing=tuple(sorted(marked)))
         if left_out(pending) != self._queue_left_out:
             self._queue_left_out = left_out(pending)

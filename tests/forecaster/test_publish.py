@@ -380,12 +380,28 @@ def test_the_toleration_state_changes_only_on_evidence_from_the_namespace_itself
     assert cycle(empty) == []
 
 
-def test_the_namespaces_remembered_are_bounded() -> None:
+def test_a_mark_is_forgotten_an_hour_after_its_last_pod_and_the_newest_are_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Short-lived namespaces (a CI pipeline's, a user's) whose pods lacked toleration
+    series: once none of their pods has been pending for an hour they are no longer
+    named (an INFO when none is left), and past the bound the least recently seen go
+    first, so a live namespace is still named."""
+    caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
     state = ServiceState()
-    many = tuple(f"ns{i:04d}" for i in range(publish.MAX_NAMESPACES_MARKED + 50))
-    state.success(
-        ForecastSet(timestamp=NOW, pending=PendingSet(tainted_nodes=1, tolerations_missing=many)),
-        0.5,
-        NOW,
-    )
-    assert len(state._tolerations_missing) == publish.MAX_NAMESPACES_MARKED
+
+    def cycle(pending: PendingSet, at: float) -> list[str]:
+        caplog.clear()
+        state.success(ForecastSet(timestamp=at, pending=pending), 0.5, at)
+        return [r.levelname for r in caplog.records]
+
+    assert cycle(PendingSet(tainted_nodes=1, tolerations_missing=("ci-1",)), NOW) == ["WARNING"]
+    assert cycle(PendingSet(tainted_nodes=1), NOW + 3000) == []
+    assert cycle(PendingSet(tainted_nodes=1), NOW + 3601) == ["INFO"]
+    cap = publish.MAX_NAMESPACES_MARKED
+    for i in range(cap + 10):  # one new namespace every 10 s
+        at = NOW + 4000 + 10 * i
+        cycle(PendingSet(tainted_nodes=1, tolerations_missing=(f"ci-{i:04d}",)), at)
+    cycle(PendingSet(tainted_nodes=1, tolerations_missing=("ml",)), NOW + 4000 + 10 * cap + 100)
+    marked = state._tolerations_missing
+    assert len(marked) == cap and "ml" in marked and "ci-0000" not in marked
