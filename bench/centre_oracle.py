@@ -55,7 +55,15 @@ from forecast_accuracy import (
 from gpu_eta.forecaster.calibration import POINTS, progress_point
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import InsufficientData
-from gpu_eta.forecaster.estimators.choice import DEFAULTS, rate_candidates, situation
+from gpu_eta.forecaster.estimators.choice import (
+    DEFAULTS,
+    SELF_CHECK,
+    rate_candidates,
+    situation,
+)
+from gpu_eta.forecaster.estimators.choice import candidates as choice_candidates
+from gpu_eta.forecaster.estimators.choice import centre as choice_centre
+from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.evaluate import Replay, identity_key, replay_events
 from gpu_eta.forecaster.runs import Run
 
@@ -135,20 +143,36 @@ def candidates(model, part: Run) -> dict[str, float]:
 def blend_info(model, part: Run) -> dict:
     """What the blend weighed at this moment, for trying other rules of weighing
     (bench/blend_rules.py): the prior's weight and both parts' log-sds as weighed, and
-    the share of the published centre that is the blend's (the chosen option's weight
-    on it; the rest is analogs or rates)."""
+    the share of the published centre that is the blend's (``blend_share``)."""
     parts, raw = model.blend_parts(part)
     point = progress_point(part.progress_ratio)
-    name = situation(model.analog_.estimate(part) is not None, parts.prior_level)
+    found = model.analog_.estimate(part)
+    name = situation(found is not None, parts.prior_level)
     option = model.choice_[name].get(point, DEFAULTS[name])
+    trust = None
+    if found is not None and SELF_CHECK in {n for n, _w in option}:
+        trust = self_check(model.analog_, part, None)
+    cands = choice_candidates(raw.center, rate_candidates(part), found, trust, parts)
     return {
         "method": raw.method,
         "w_p": raw.prior_weight,
         "s_p": raw.prior_sigma,
         "s_r": raw.rate_sigma,
         "situation": name,
-        "share": sum(weight for option_name, weight in option if option_name == "blend"),
+        "share": blend_share(option, cands),
     }
+
+
+def blend_share(option, cands: dict[str, float]) -> float:  # type: ignore[no-untyped-def]
+    """How far the published centre moves per unit the blend's centre moves, as
+    ``EtaModel.predict`` combines them: the option's weight on the blend, less the
+    share a self-check's trust moves to the analogs; 1 where the option cannot be
+    formed (a candidate missing: the blend's centre stands)."""
+    base = choice_centre(option, cands)
+    if base is None:
+        return 1.0
+    moved = choice_centre(option, {**cands, "blend": cands["blend"] + 1.0})
+    return 1.0 if moved is None else moved - base
 
 
 def speed_change(part: Run, run: Run) -> float | None:

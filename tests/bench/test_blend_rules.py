@@ -65,7 +65,7 @@ def test_the_recorded_blend_parts_rebuild_the_blends_centre() -> None:
     assert rows
     for r in rows:
         info, cands = r["blend"], r["cands"]
-        assert info["s_p"] > 0 and info["s_r"] > 0 and 0 <= info["share"] <= 1
+        assert info["s_p"] > 0 and info["s_r"] > 0 and -1e-9 <= info["share"] <= 1 + 1e-9
         rebuilt = info["w_p"] * cands["prior"] + (1 - info["w_p"]) * cands["rate"]
         assert rebuilt == pytest.approx(cands["blend"], abs=1e-9)
         # with ν without bound the give-way is the blend itself
@@ -73,3 +73,16 @@ def test_the_recorded_blend_parts_rebuild_the_blends_centre() -> None:
             cands["prior"], info["s_p"], cands["rate"], info["s_r"], info["w_p"], 1e15
         )
         assert same == pytest.approx(cands["blend"], abs=1e-6)
+
+
+def test_the_blends_share_is_what_the_published_centre_moves_by() -> None:
+    """A plain option's weight on the blend; a self-checked one's less what the trust
+    moves to the analogs; 1 where a candidate is missing (the blend's centre stands)."""
+    from gpu_eta.forecaster.estimators.choice import BLEND, checked
+
+    cands = {"blend": 1.0, "linear": 0.5, "analog": 2.0, "selfcheck": 0.3}
+    assert co.blend_share(BLEND, cands) == pytest.approx(1.0)
+    assert co.blend_share((("blend", 0.5), ("linear", 0.5)), cands) == pytest.approx(0.5)
+    assert co.blend_share(checked(BLEND), cands) == pytest.approx(0.7)
+    assert co.blend_share((("analog", 0.5), ("blend", 0.5)), cands) == pytest.approx(0.5)
+    assert co.blend_share((("keras", 0.5), ("blend", 0.5)), cands) == 1.0  # no keras here
