@@ -80,8 +80,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from gpu_eta.forecaster.queue_replay import (
     EFFECTS,
@@ -95,6 +96,8 @@ from gpu_eta.forecaster.queue_replay import (
     policy_taints,
 )
 from gpu_eta.forecaster.series import Sample
+
+T = TypeVar("T")
 
 # nvidia.com/gpu, its time-sliced rename nvidia.com/gpu.shared, and MIG slices
 GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
@@ -281,19 +284,40 @@ def _toleration(labels: Mapping[str, str]) -> Toleration | None:
     return Toleration(key, operator or "Equal", value, effect)
 
 
+def _grouped(
+    series: Sequence[Sample],
+    tag: tuple[str, str],
+    owner: str,
+    read: Callable[[Mapping[str, str]], T | None],
+    bad: str,
+    rejected: Counter[str],
+) -> tuple[dict[str, set[T]], set[str]]:
+    """The series tagged ``tag`` (label, value) read by ``read`` and grouped by their
+    ``owner`` label (a node, a pod's uid); one that cannot be read is skipped and
+    counted as ``bad``, and its owner, when it names one, returned apart."""
+    found: dict[str, set[T]] = {}
+    damaged: set[str] = set()
+    label, value = tag
+    for s in series:
+        if s.labels.get(label) != value:
+            continue
+        key, item = s.labels.get(owner, ""), read(s.labels)
+        if not key or item is None:
+            rejected[bad] += 1
+            if key:
+                damaged.add(key)
+            continue
+        found.setdefault(key, set()).add(item)
+    return found, damaged
+
+
 def _node_taints(series: Sequence[Sample], rejected: Counter[str]) -> dict[str, tuple[Taint, ...]]:
     """Each node's taints from the ``state="taint"`` series of the node-state query;
-    malformed ones skipped and counted (``bad_taint_series``), and a node showing more
-    than ``MAX_TAINTS`` keeps none (``too_many_taints``)."""
-    found: dict[str, set[Taint]] = {}
-    for s in series:
-        if s.labels.get("state") != "taint":
-            continue
-        node, taint = s.labels.get("node", ""), _taint(s.labels)
-        if not node or taint is None:
-            rejected["bad_taint_series"] += 1
-            continue
-        found.setdefault(node, set()).add(taint)
+    malformed ones skipped and counted (``bad_taint_series``; the node keeps its other
+    taints), and a node showing more than ``MAX_TAINTS`` keeps none (``too_many_taints``)."""
+    found, _damaged = _grouped(
+        series, ("state", "taint"), "node", _taint, "bad_taint_series", rejected
+    )
     out = {}
     for node, taints in found.items():
         if len(taints) > MAX_TAINTS:
@@ -311,18 +335,9 @@ def _pod_tolerations(
     or more than ``MAX_TOLERATIONS`` (``too_many_tolerations``) gets None: unknown,
     every taint passes, rather than predicted to fit nowhere for want of the toleration
     skipped."""
-    found: dict[str, set[Toleration]] = {}
-    unknown: set[str] = set()
-    for s in series:
-        if s.labels.get("meta") != "tolerations":
-            continue
-        uid, tol = s.labels.get("uid", ""), _toleration(s.labels)
-        if not uid or tol is None:
-            rejected["bad_toleration_series"] += 1
-            if uid:
-                unknown.add(uid)
-            continue
-        found.setdefault(uid, set()).add(tol)
+    found, unknown = _grouped(
+        series, ("meta", "tolerations"), "uid", _toleration, "bad_toleration_series", rejected
+    )
     out: dict[str, tuple[Toleration, ...] | None] = {uid: None for uid in unknown}
     for uid, tols in found.items():
         if uid in unknown:
