@@ -17,6 +17,7 @@ from importlib import metadata
 from types import MappingProxyType
 from typing import Any
 
+from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.listen import ListenAddress
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.exporter.collectors import ExporterError, names
@@ -36,7 +37,6 @@ def version() -> str:
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_POD_LABELS = 32
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)?\s*$")
-_LABEL_SANITIZE = re.compile(r"[^a-zA-Z0-9_]")
 _LABEL_KEY_RE = re.compile(
     r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$"
 )
@@ -107,7 +107,7 @@ def parse_duration(value: Any, key: str) -> float:
 def pod_label_name(key: str) -> str:
     """``label_<key>`` as kube-state-metrics spells it (``app.kubernetes.io/name`` →
     ``label_app_kubernetes_io_name``)."""
-    return "label_" + _LABEL_SANITIZE.sub("_", key)
+    return "label_" + ksm_label(key)
 
 
 def pod_label_names(keys: Sequence[str]) -> tuple[tuple[str, str], ...]:

@@ -101,6 +101,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.versioned_json import load_versioned
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -393,9 +394,6 @@ def tolerated(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
     return all(any(t.tolerates(taint) for t in tolerations) for taint in policy_taints(node))
 
 
-_INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
-
-
 def request_tolerations(
     nodes: Sequence[Node], resource: str, configured: Sequence[Toleration] | None = None
 ) -> tuple[Toleration, ...]:
@@ -409,9 +407,7 @@ def request_tolerations(
     the default is a guess that fails on clusters tainting GPU pools otherwise."""
     if configured is not None:
         return tuple(configured)
-    keys = {
-        t[0] for n in nodes for t in n.taints if _INVALID_LABEL_CHARS.sub("_", t[0]) == resource
-    }
+    keys = {t[0] for n in nodes for t in n.taints if ksm_label(t[0]) == resource}
     return tuple(Toleration(k, EXISTS, "", NO_SCHEDULE) for k in sorted(keys))
 
 

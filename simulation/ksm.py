@@ -21,16 +21,15 @@ Pure: records in, exposition text out; ``from_sim`` reads a ``ClusterSim``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.simulation.cluster import ClusterSim
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 GPU = "nvidia.com/gpu"
 DEFAULT_LABEL_ALLOWLIST = ("nvidia.com/gpu.product",)
-_INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +75,6 @@ class KsmPod:
     tolerations: tuple[KsmToleration, ...] = ()
 
 
-def sanitize(name: str) -> str:
-    """KSM's label sanitising: every character outside [a-zA-Z0-9_] becomes ``_``."""
-    return _INVALID.sub("_", name)
-
-
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -122,7 +116,11 @@ def exposition(
     for n in nodes:
         labels = {"node": n.name}
         labels.update(
-            {f"label_{sanitize(k)}": v for k, v in sorted(n.labels.items()) if k in label_allowlist}
+            {
+                f"label_{ksm_label(k)}": v
+                for k, v in sorted(n.labels.items())
+                if k in label_allowlist
+            }
         )
         families["kube_node_labels"].append(_line("kube_node_labels", labels, 1.0))
         families["kube_node_spec_unschedulable"].append(
@@ -148,7 +146,7 @@ def exposition(
             families["kube_node_status_allocatable"].append(
                 _line(
                     "kube_node_status_allocatable",
-                    {"node": n.name, "resource": sanitize(res), "unit": "integer"},
+                    {"node": n.name, "resource": ksm_label(res), "unit": "integer"},
                     float(amount),
                 )
             )
@@ -186,7 +184,7 @@ def exposition(
         families["kube_pod_nodeselectors"].append(
             _line(
                 "kube_pod_nodeselectors",
-                {**base, **{f"nodeselector_{sanitize(k)}": v for k, v in p.node_selector.items()}},
+                {**base, **{f"nodeselector_{ksm_label(k)}": v for k, v in p.node_selector.items()}},
                 1.0,
             )
         )
@@ -215,7 +213,7 @@ def exposition(
                             **base,
                             "container": container,
                             "node": p.node,
-                            "resource": sanitize(res),
+                            "resource": ksm_label(res),
                             "unit": "integer",
                         },
                         float(amount),
