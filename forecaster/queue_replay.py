@@ -391,7 +391,23 @@ def tolerated(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
     (None: tolerations unknown, every taint passes)."""
     if tolerations is None or not node.taints:
         return True
-    return all(any(t.tolerates(taint) for t in tolerations) for taint in policy_taints(node))
+    return _tolerates_all(tolerations, policy_taints(node))
+
+
+def _tolerates_all(tolerations: Sequence[Toleration], taints: Sequence[Taint]) -> bool:
+    """Every one of ``taints`` is tolerated by one of ``tolerations``."""
+    return all(any(t.tolerates(taint) for t in tolerations) for taint in taints)
+
+
+def _offers(node: Node, resource: str, product: str) -> bool:
+    """``node`` has units of ``resource`` and is of ``product`` ("": any)."""
+    return node.allocatable.get(resource, 0) > 0 and (not product or node.product == product)
+
+
+def _holds(node: Node, resource: str, units: int) -> bool:
+    """``node`` could hold ``units`` of ``resource`` with nothing else on it: whole
+    devices, or one replica of a time-sliced device for a single-unit pod."""
+    return node.whole(resource) >= units or (units == 1 and node.shared.get(resource, 0) > 0)
 
 
 def request_tolerations(
@@ -414,11 +430,7 @@ def request_tolerations(
 def _suitable(
     node: Node, resource: str, product: str, tolerations: Sequence[Toleration] | None = None
 ) -> bool:
-    return (
-        node.allocatable.get(resource, 0) > 0
-        and (not product or node.product == product)
-        and tolerated(node, tolerations)
-    )
+    return _offers(node, resource, product) and tolerated(node, tolerations)
 
 
 def _placeable(
@@ -438,9 +450,7 @@ def fits_somewhere(
     """True when some suitable node (of the type, whose taints are tolerated) could
     hold ``units`` with nothing else on it."""
     return any(
-        _suitable(n, resource, product, tolerations)
-        and (n.whole(resource) >= units or (units == 1 and n.shared.get(resource, 0) > 0))
-        for n in nodes
+        _suitable(n, resource, product, tolerations) and _holds(n, resource, units) for n in nodes
     )
 
 
@@ -481,12 +491,8 @@ class _NodeLists:
             suitable = tuple(
                 k
                 for k, n in enumerate(self.nodes)
-                if n.allocatable.get(resource, 0) > 0
-                and (not product or n.product == product)
-                and (
-                    tols is None
-                    or all(any(t.tolerates(taint) for t in tols) for taint in self._blocking[k])
-                )
+                if _offers(n, resource, product)
+                and (tols is None or _tolerates_all(tols, self._blocking[k]))
             )
             got = (suitable, tuple(k for k in suitable if self.nodes[k].schedulable))
             self._lists[key] = got
@@ -497,11 +503,7 @@ class _NodeLists:
         key = (indices, resource, units)
         got = self._fits.get(key)
         if got is None:
-            got = any(
-                self.nodes[k].whole(resource) >= units
-                or (units == 1 and self.nodes[k].shared.get(resource, 0) > 0)
-                for k in indices
-            )
+            got = any(_holds(self.nodes[k], resource, units) for k in indices)
             self._fits[key] = got
         return got
 
