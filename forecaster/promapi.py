@@ -16,7 +16,6 @@ refuse every other series: a single odd job must not stop the forecasts of all t
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import re
 import time
@@ -24,7 +23,6 @@ import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timezone
 from http.client import HTTPException
 from typing import TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -33,6 +31,8 @@ import requests
 import requests.adapters
 import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
+
+from gpu_eta.common.retry_after import parse_retry_after
 
 # PromAPIError is defined with the parsers (they raise it) and imported here too:
 # ``from gpu_eta.forecaster.promapi import PromAPIError`` is the client's error.
@@ -430,31 +430,6 @@ class _Retryable(Exception):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-
-
-_DELAY_SECONDS = re.compile(r"[0-9]{1,9}")
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Seconds a ``Retry-After`` header asks to wait (delay-seconds or an HTTP-date).
-
-    Never negative (a date in the past is 0). None when absent or unreadable: a bad
-    header loses only the hint, never the retry. Pure: ``now`` is unix seconds.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if not text or len(text) > 64:
-        return None
-    if _DELAY_SECONDS.fullmatch(text):
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-        if when.tzinfo is None:  # "-0000": UTC by RFC 5322
-            when = when.replace(tzinfo=timezone.utc)
-        return max(0.0, when.timestamp() - now)
-    except (TypeError, ValueError, IndexError, OverflowError, OSError):
-        return None
 
 
 def redirect_message(status: int, location: str | None, request_url: str, api_path: str) -> str:

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpu_eta.common.retry_after import parse_retry_after
 from gpu_eta.exporter.progress import Report, derived_run_id, parse_report
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.simulation.cluster import ClusterSim, Event, Pod
@@ -226,8 +227,8 @@ def post_progress(
 def _post(
     port: int, source_ip: str, body: Mapping[str, Any], timeout_seconds: float
 ) -> tuple[int, float | None]:
-    """``post_progress``, with the answer's ``Retry-After`` (whole seconds, the form the
-    exporter sends; None when absent or in another form)."""
+    """``post_progress``, with the seconds the answer's ``Retry-After`` asks to wait
+    (None when absent or unreadable)."""
     conn = http.client.HTTPConnection(
         "127.0.0.1", port, timeout=timeout_seconds, source_address=(source_ip, 0)
     )
@@ -237,8 +238,7 @@ def _post(
         )
         resp = conn.getresponse()
         resp.read(4096)
-        wait = (resp.getheader("Retry-After") or "").strip()
-        return resp.status, float(wait) if wait.isascii() and wait.isdigit() else None
+        return resp.status, parse_retry_after(resp.getheader("Retry-After"), time.time())
     finally:
         conn.close()
 

@@ -28,6 +28,7 @@ PURE = (
     "gpu_eta.common.durations",
     "gpu_eta.common.k8s_names",
     "gpu_eta.common.listen",
+    "gpu_eta.common.retry_after",
     "gpu_eta.common.text",
     "gpu_eta.common.versioned_json",
     "gpu_eta.exporter.readings",

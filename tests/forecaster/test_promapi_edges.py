@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from gpu_eta.common.retry_after import parse_retry_after
 from gpu_eta.forecaster import promapi, promparse
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
 from tests.forecaster.test_promapi import VECTOR, client, http_server, reply  # noqa: F401
@@ -333,11 +334,11 @@ def test_an_unusable_or_past_retry_after_keeps_the_backoff(http_server, header: 
 def test_parse_retry_after() -> None:
     now = 1_700_000_000.0
     soon = format_datetime(datetime.fromtimestamp(now + 30, timezone.utc), usegmt=True)
-    assert promapi.parse_retry_after(" 7 ", now) == 7.0
-    assert promapi.parse_retry_after(soon, now) == pytest.approx(30.0)
-    assert promapi.parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now) == 0.0
+    assert parse_retry_after(" 7 ", now) == 7.0
+    assert parse_retry_after(soon, now) == pytest.approx(30.0)
+    assert parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now) == 0.0
     for unusable in (None, "", "1.5", "-1", "\u00b2", "soon", "9" * 80, "Sun, 99 Nov 1994"):
-        assert promapi.parse_retry_after(unusable, now) is None, unusable
+        assert parse_retry_after(unusable, now) is None, unusable
 
 
 # -- 6. redirects ---------------------------------------------------------------------
