@@ -341,9 +341,9 @@ class ProgressReporter:
         self._closing = False
         self._inflight = False
         # a Retry-After's hold: no report is sent before this (monotonic); once it is
-        # over only the newest queued report is, else the refused one (``_next_report``)
+        # over only the newest queued report is, else the refused one (``_next_report``);
+        # the refused report is kept while a hold is on (None: no hold)
         self._hold_until = 0.0
-        self._held = False
         self._refused: bytes | None = None
         self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0}
         self._thread: threading.Thread | None = None
@@ -548,12 +548,10 @@ class ProgressReporter:
         while True:
             wait = self._hold_until - time.monotonic()
             if (self._queue or self._refused is not None) and wait <= 0:
-                if not self._held:
-                    return self._queue.popleft()
-                self._held = False
                 refused, self._refused = self._refused, None
+                if refused is None:  # no hold
+                    return self._queue.popleft()
                 if not self._queue:
-                    assert refused is not None
                     return refused
                 newest = self._queue.pop()
                 self._stats["dropped"] += len(self._queue)
@@ -572,7 +570,6 @@ class ProgressReporter:
         sender thread), then the newest queued report, else ``refused`` again."""
         with self._cond:
             self._hold_until = time.monotonic() + seconds
-            self._held = True
             self._refused = refused
 
     def _run(self) -> None:

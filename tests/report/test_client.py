@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from gpu_eta.common.retry_after import parse_retry_after
 from gpu_eta.exporter import progress
 from gpu_eta.exporter.progress_runs import RUN_BURST
 from gpu_eta.exporter.progress_store import ProgressStore
@@ -247,6 +248,13 @@ def test_a_503_without_retry_after_holds_nothing(tmp_path):
 def test_retry_after_values(value, expected):
     now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
     assert client.retry_after_seconds(value, now=now) == expected
+    # the client keeps its own copy (it installs alone): it reads as the project's
+    # reader does, but for its cap
+    shared = parse_retry_after(value, now)
+    if shared is not None:
+        assert expected == min(shared, client.MAX_RETRY_AFTER_SECONDS)
+    else:
+        assert expected is None or value == "9" * 400  # beyond the shared 9 digits
 
 
 def test_bad_metric_values_are_dropped_not_sent(listener):
