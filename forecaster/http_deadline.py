@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import requests.adapters
@@ -205,6 +206,22 @@ class _DialWithin:
         self.timeout = min(timeout, left) if number else left
         return super()._new_conn()  # type: ignore[misc]
 
+    def _dial_each(
+        self, addresses: Sequence[str], aim: Callable[[str], None], deadline: float, timeout: Any
+    ) -> socket.socket:
+        """Dial ``addresses`` in turn (``aim`` points the next attempt at one), as
+        ``create_connection`` and PySocks do: the first that connects is kept, each
+        attempt within what is left of ``deadline``; the last one's error is the
+        attempt's (``getaddrinfo`` answers one address at least, or raises)."""
+        for address in addresses[:-1]:
+            aim(address)
+            with contextlib.suppress(
+                urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError
+            ):
+                return self._dial_within(deadline, timeout)
+        aim(addresses[-1])
+        return self._dial_within(deadline, timeout)
+
 
 class DeadlineLookup(_DialWithin):
     """A urllib3 connection mixin looking its host up within ``REQUEST_DEADLINE``.
@@ -239,15 +256,12 @@ class DeadlineLookup(_DialWithin):
             raise _lookup_failed(self, self.host, err) from err  # type: ignore[attr-defined]
         timeout = self.timeout  # type: ignore[has-type]
         try:
-            for *_kind, address in found[:-1]:
-                self._dns_host = address[0]
-                with contextlib.suppress(  # the next address, as create_connection does
-                    urllib3.exceptions.NewConnectionError,
-                    urllib3.exceptions.ConnectTimeoutError,
-                ):
-                    return self._dial_within(deadline.at, timeout)
-            self._dns_host = found[-1][4][0]  # getaddrinfo answers one at least, or raises
-            return self._dial_within(deadline.at, timeout)  # its error is the attempt's
+            return self._dial_each(
+                [a[4][0] for a in found],
+                lambda address: setattr(self, "_dns_host", address),
+                deadline.at,
+                timeout,
+            )
         finally:
             self._dns_host = name
             self.timeout = timeout
@@ -312,15 +326,12 @@ class DeadlineSocksLookup(_DialWithin):
             self._dns_host = found[0][4][0]
         timeout = self.timeout  # type: ignore[has-type]
         try:
-            for *_kind, address in proxies[:-1]:
-                self._socks_options = {**options, "proxy_host": address[0]}
-                with contextlib.suppress(  # the next address, as PySocks does
-                    urllib3.exceptions.NewConnectionError,
-                    urllib3.exceptions.ConnectTimeoutError,
-                ):
-                    return self._dial_within(deadline.at, timeout)
-            self._socks_options = {**options, "proxy_host": proxies[-1][4][0]}
-            return self._dial_within(deadline.at, timeout)  # its error is the attempt's
+            return self._dial_each(
+                [a[4][0] for a in proxies],
+                lambda address: setattr(self, "_socks_options", {**options, "proxy_host": address}),
+                deadline.at,
+                timeout,
+            )
         finally:
             self._socks_options = options
             self._dns_host = name
