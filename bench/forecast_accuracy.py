@@ -366,16 +366,17 @@ class IdentityMedian:
 
     def __init__(self) -> None:
         self._seen = 0
-        self._totals: dict[tuple[str, ...], list[float]] = {}
+        # each identity's completed runs' durations, in the order they ended
+        self.durations_: dict[tuple[str, ...], list[float]] = {}
         self.medians_: dict[tuple[str, ...], float] = {}
 
     def fit(self, history: Sequence[Run]) -> IdentityMedian:
         if len(history) < self._seen:  # not a grown prefix: start again
-            self._seen, self._totals, self.medians_ = 0, {}, {}
+            self._seen, self.durations_, self.medians_ = 0, {}, {}
         for run in history[self._seen :]:
             key = identity_key(run)
             if run.completed is True and key is not None:
-                values = self._totals.setdefault(key, [])
+                values = self.durations_.setdefault(key, [])
                 values.append(run.last_timestamp - run.start_timestamp)
                 self.medians_[key] = statistics.median(values)
         self._seen = len(history)

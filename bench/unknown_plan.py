@@ -211,13 +211,9 @@ class IdentityLeft(IdentityMedian):
 
     method = IDENTITY_LEFT
 
-    def fit(self, history: Sequence[Run]) -> IdentityLeft:
-        super().fit(history)
-        return self
-
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         key = identity_key(run)
-        durations = self._totals.get(key) if key is not None else None
+        durations = self.durations_.get(key) if key is not None else None
         if not durations:
             raise InsufficientData("identity median: no earlier completed run of this identity")
         elapsed = now - run.start_timestamp
