@@ -51,10 +51,13 @@ _IGNORED = frozenset({"pod", "namespace", "node", "uid"})
 class ReportError(ValueError):
     """A report that cannot be used; ``str(err)`` is one line naming the problem.
 
-    ``result`` is what it is counted as, ``status`` the HTTP answer it gets."""
+    ``result`` is what it is counted as, ``status`` the HTTP answer it gets,
+    ``retry_after`` the whole seconds its answer's ``Retry-After`` says (None: the
+    same report is refused again whenever it comes)."""
 
     result = "invalid"
     status = 400
+    retry_after: int | None = None
 
 
 class MalformedReport(ReportError):

@@ -57,7 +57,6 @@ from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress import (
     MAX_BODY_BYTES,
     ReportError,
-    TooManyRuns,
     parse_report,
     skipped_note,
 )
@@ -381,9 +380,13 @@ class ProgressListener:
                 on_durable=on_durable if deferred else None,
             )
         except ReportError as err:  # 400, or 429 for a run over its container's cap
-            wait = err.retry_after if isinstance(err, TooManyRuns) else None
             return self._refused(
-                who, err.result, err.status, f"{err.result}: {err}", pod=True, retry_after=wait
+                who,
+                err.result,
+                err.status,
+                f"{err.result}: {err}",
+                pod=True,
+                retry_after=err.retry_after,
             )
         if report.skipped:
             with self._lock:
