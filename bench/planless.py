@@ -1,0 +1,123 @@
+"""Runs that report no planned total: how good the forecast from past durations is.
+
+A live run without a planned total is forecast from the durations of its
+configuration's earlier completed runs (``forecaster/planless.py``). This bench
+replays every corpus of ``bench/forecast_accuracy.py`` in time order at the moments it
+scores (start and 10–95 % of each completed run's realised total,
+``evaluate.replay_events``), and at each asks ``planless.forecast_without_plan`` with
+the durations of the same configuration's runs that completed before the moment
+(``planless.completed_durations``, fed in end order). Beside it, the plain median of
+those durations minus the time elapsed (what a person would guess; the
+``identity median`` column of the accuracy tables, on the same configuration key) and
+the P10–P90 coverage, by the number of durations the forecast had.
+
+    python bench/planless.py --mlperf ../shared/data/mlperf-dev/runs.csv.gz
+
+Prints a table per corpus; nothing is fitted, so it takes seconds. Why a bench: the
+rule has no constant to choose; this measures what it gives (docs/forecasting.md,
+"Runs whose total is unknown").
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from forecast_accuracy import find_mlperf, load_corpora
+
+from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.estimators.analog import identity
+from gpu_eta.forecaster.evaluate import replay_events
+from gpu_eta.forecaster.planless import DurationsFit, forecast_without_plan
+from gpu_eta.forecaster.runs import Run
+
+SIZES = ((1, 2), (3, 5), (6, 9), (10, 10**9))
+"""Bands of the number of earlier durations."""
+
+
+def moments(runs: Sequence[Run]) -> list[tuple[float, int, float, float, float, float]]:
+    """``(point, n, error_ours, error_median, covered, truth)`` per scored moment that
+    had at least one earlier completed run of its configuration; errors in % of the
+    true remaining time."""
+    ends = sorted((run.last_timestamp, i) for i, run in enumerate(runs) if run.completed is True)
+    fit = DurationsFit()
+    spread: dict[int, tuple[float, float]] = {}
+    next_end = 0
+    out = []
+    for now, point, part, whole in replay_events(runs):
+        grown = False
+        while next_end < len(ends) and ends[next_end][0] < now:
+            fit.add(runs[ends[next_end][1]])
+            next_end += 1
+            grown = True
+        if grown:
+            spread = dict(fit.result().spread)
+        key = identity(part)
+        past = fit.past(key) if key is not None else ()
+        elapsed = now - part.start_timestamp
+        truth = whole.last_timestamp - now
+        if not past or truth <= 0:
+            continue
+        fc = forecast_without_plan(past, elapsed, spread)
+        if fc is None:
+            continue
+        plain = max(0.0, statistics.median(p.duration for p in past) - elapsed)
+        out.append(
+            (
+                point,
+                len(past),
+                abs(fc.p50 - truth) / truth * 100,
+                abs(plain - truth) / truth * 100,
+                1.0 if fc.p10 <= truth <= fc.p90 else 0.0,
+                truth,
+            )
+        )
+    return out
+
+
+def table(rows: Sequence[tuple[float, int, float, float, float, float]]) -> list[str]:
+    """One line per point: moments, errors, ratio, coverage, coverage by band of n."""
+    bands = " | ".join(f"coverage n {lo}–{hi}" if hi < 10**9 else f"n ≥ {lo}" for lo, hi in SIZES)
+    lines = [
+        f"| point | moments | durations rule | median duration | ratio | P10–P90 coverage | {bands} |",
+        "| --- " * (6 + len(SIZES)) + "|",
+    ]
+    for point in POINTS:
+        sel = [r for r in rows if r[0] == point]
+        if not sel:
+            continue
+        ours = statistics.median(r[2] for r in sel)
+        plain = statistics.median(r[3] for r in sel)
+        cover = statistics.fmean(r[4] for r in sel) * 100
+        by_band = []
+        for lo, hi in SIZES:
+            band = [r[4] for r in sel if lo <= r[1] <= hi]
+            by_band.append(f"{statistics.fmean(band) * 100:.0f} % ({len(band)})" if band else "–")
+        label = "start" if point == 0 else f"{point:.0%}"
+        ratio = ours / plain if plain > 0 else math.nan
+        lines.append(
+            f"| {label} | {len(sel):,} | {ours:.1f} % | {plain:.1f} % | {ratio:.2f}× | "
+            f"{cover:.1f} % | " + " | ".join(by_band) + " |"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mlperf", type=Path, help="the MLPerf runs file (runs.csv.gz)")
+    args = parser.parse_args(argv)
+    for corpus in load_corpora(find_mlperf(args.mlperf), None):
+        rows = [r for part in corpus.parts for r in moments(part)]
+        print(f"\n**{corpus.name}** — {corpus.description}: {len(rows):,} moments forecast\n")
+        print("\n".join(table(rows)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Pure: forecasts for runs that report no planned total, from their job's past durations.
+
+Every model forecast reads the run's planned total (epochs, steps or samples at which
+it ends). A run trained to a quality target, or a loop started without ``epochs=``,
+reports progress without one, and the model cannot say where it ends. What can be
+said is what a person would say: the configuration's earlier runs took so long. So
+such a run is forecast from the durations of the earlier *completed* runs of its
+configuration (``analog.identity``: namespace, job, node type, batch size, GPU count;
+a run is stored as completed once it reached its plan, and a plan-less run gets its
+plan when it says it ended, ``exporter.progress.advance``):
+
+- only the durations the run has not yet reached count (``elapsed`` already rules out
+  the shorter ones): P50 is their median minus the elapsed time;
+- P10 / P90 are that median scaled by how far a run's duration has fallen from the
+  median of its configuration's earlier ones, measured on the history out of sample
+  (each completed run against the runs of its configuration before it) and read at
+  split-conformal ranks, by band of how many earlier runs there were (``BANDS``: one
+  earlier run says less than ten). Why measured and not the durations' own order
+  statistics: with n durations the interval between their extremes holds
+  (n − 1)/(n + 1) of outcomes, and a configuration run twice got 16 % on MLPerf;
+  with the measured spread 74–81 % (v0.5–v1.1) and 81–87 % (v2.0–v2.1), every band
+  alike (``bench/planless.py``; docs/forecasting.md, "Runs whose total is unknown").
+  With fewer than ``MIN_POOLED`` residuals in the whole history, the order statistics.
+- a run past every earlier duration, or whose configuration has no completed run,
+  gets no forecast: nothing in its past says when it ends.
+
+Why not the run's own progress towards an estimated total (the median of the earlier
+totals it has not reached): measured on MLPerf with the plans hidden, the model given
+that estimate was as accurate as the durations' median where totals vary
+(0.96–1.02×, ``bench/unknown_plan.py``), and the run's mean pace to it was 1.2–3.2×
+worse at 10–75 % (start-up counts in its pace, and the total's error in full); nor
+are a live plan-less run's progress points kept between cycles for the model to read.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpu_eta.forecaster.estimators.analog import identity
+from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.runs import Run
+
+METHOD = "durations"
+"""``gpu_eta_job_forecast_info``'s ``method`` for these forecasts."""
+PER_CONFIGURATION = 20
+"""Durations kept per configuration, the most recent: a job's software and data change
+over months, and its latest runs say most about the next (``estimators/campaign.py``
+measures the same on MLPerf's rounds)."""
+BANDS = (1, 2, 3, 6, 10)
+"""Lower edges of the bands of "how many earlier durations" by which the spread is
+measured: with one earlier run its duration misses the next by much more than the
+median of ten does."""
+MIN_RESIDUALS = 20
+"""Fewest residuals a band's quantiles are read from; fewer, the pooled ones."""
+MIN_POOLED = 2
+"""Fewest residuals the pooled spread is read from (with fewer than nine, their
+extremes); fewer, the order statistics of the durations themselves."""
+_LO, _HI = 0.1, 0.9
+
+Configuration = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Past:
+    """One completed run of a configuration: its wall seconds from start to last
+    progress, and its total (the progress it ended at)."""
+
+    duration: float
+    total: float
+
+
+def band(n: int) -> int:
+    """The band (a ``BANDS`` edge) of ``n`` ≥ 1 earlier durations."""
+    return max(edge for edge in BANDS if edge <= max(n, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Durations:
+    """What the forecasts read: each configuration's latest durations and, per band of
+    how many there were, the conformal bounds of ``log(duration / median of the
+    earlier ones)`` measured on the history (``fit_durations``)."""
+
+    by_configuration: Mapping[Configuration, tuple[Past, ...]]
+    spread: Mapping[int, tuple[float, float]]
+
+
+class DurationsFit:
+    """Builds ``Durations`` from completed runs handed over oldest first (``add``), so a
+    replay can read it at every moment without refitting (``bench/planless.py``)."""
+
+    def __init__(self, per_configuration: int = PER_CONFIGURATION) -> None:
+        self.per_configuration = per_configuration
+        self._kept: dict[Configuration, list[Past]] = {}
+        self._residuals: dict[int, list[float]] = {}
+
+    def add(self, run: Run) -> None:
+        """Learn ``run`` if it completed: its duration's residual around the median of its
+        configuration's earlier ones (out of sample: measured before it joins them).
+        A run that stopped before its plan is left out: a cancelled run's duration says
+        nothing of when a run of the job ends."""
+        if run.completed is not True:
+            return
+        key = identity(run)
+        duration = run.last_timestamp - run.start_timestamp
+        total = run.epochs_done
+        if key is None or not (math.isfinite(duration) and duration > 0 and total > 0):
+            return
+        earlier = self._kept.setdefault(key, [])
+        if earlier:
+            residual = math.log(duration / statistics.median(p.duration for p in earlier))
+            self._residuals.setdefault(band(len(earlier)), []).append(residual)
+        earlier.append(Past(duration, total))
+        if len(earlier) > self.per_configuration:
+            del earlier[0]
+
+    def past(self, key: Configuration) -> tuple[Past, ...]:
+        """The latest completed runs of one configuration (empty when none completed)."""
+        return tuple(self._kept.get(key, ()))
+
+    def result(self) -> Durations:
+        """Every configuration's latest durations and each band's spread."""
+        pooled = [r for values in self._residuals.values() for r in values]
+        spread: dict[int, tuple[float, float]] = {}
+        for edge in BANDS:
+            values = self._residuals.get(edge, [])
+            source = values if len(values) >= MIN_RESIDUALS else pooled
+            if len(source) >= MIN_POOLED:
+                spread[edge] = _conformal(source)
+        return Durations({k: tuple(v) for k, v in self._kept.items()}, spread)
+
+
+def fit_durations(history: Iterable[Run], per_configuration: int = PER_CONFIGURATION) -> Durations:
+    """``Durations`` of the completed runs of ``history``, oldest first (as
+    ``HistoryStore.finished`` returns them); the latest ``per_configuration`` of each
+    configuration are kept."""
+    fit = DurationsFit(per_configuration)
+    for run in history:
+        fit.add(run)
+    return fit.result()
+
+
+def _conformal(values: Sequence[float]) -> tuple[float, float]:
+    """The ``⌊0.1(n+1)⌋``-th and ``⌈0.9(n+1)⌉``-th smallest of ``values`` (n ≥ 9)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    lo = max(1, math.floor(_LO * (n + 1)))
+    hi = min(n, math.ceil(_HI * (n + 1)))
+    return ordered[lo - 1], ordered[hi - 1]
+
+
+def forecast_without_plan(
+    past: Sequence[Past],
+    elapsed: float,
+    spread: Mapping[int, tuple[float, float]],
+) -> Forecast | None:
+    """The remaining seconds of a run ``elapsed`` seconds in, from its configuration's
+    ``past`` completed runs and the measured ``spread`` (module docstring); None when
+    none is longer than ``elapsed`` or ``elapsed`` is not a finite, non-negative
+    number."""
+    if not (math.isfinite(elapsed) and elapsed >= 0):
+        return None
+    usable = [p for p in past if math.isfinite(p.duration) and p.duration > 0]
+    left = sorted(p.duration for p in usable if p.duration > elapsed)
+    n = len(left)
+    if n == 0:
+        return None
+    centre = statistics.median(left)
+    bounds = spread.get(band(len(usable)))
+    if bounds is None:  # too little history to measure: the order statistics
+        lo_end = left[max(1, math.floor(_LO * (n + 1))) - 1]
+        hi_end = left[min(n, math.ceil(_HI * (n + 1))) - 1]
+    else:
+        lo_end, hi_end = centre * math.exp(bounds[0]), centre * math.exp(bounds[1])
+    p50 = centre - elapsed
+    return Forecast(
+        p10=min(max(0.0, lo_end - elapsed), p50),
+        p50=p50,
+        p90=max(hi_end - elapsed, p50),
+        method=METHOD,
+        n_obs=n,
+    )
+
+
+def configuration_of(features: Mapping[str, float | str], namespace: str) -> Configuration | None:
+    """The configuration key of a live run (``analog.identity``) from its features and
+    namespace; None without a job name."""
+    probe = Run("", 1.0, ((0.0, 0.0),), features=features, namespace=namespace)
+    return identity(probe)

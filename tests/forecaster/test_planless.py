@@ -1,0 +1,176 @@
+"""Forecasts of runs that report no planned total (``forecaster/planless.py``)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from gpu_eta.forecaster.planless import (
+    BANDS,
+    METHOD,
+    DurationsFit,
+    Past,
+    band,
+    configuration_of,
+    fit_durations,
+    forecast_without_plan,
+)
+from gpu_eta.forecaster.runs import Run
+
+
+def _run(
+    run_id: str,
+    duration: float,
+    *,
+    start: float = 0.0,
+    total: float = 10.0,
+    completed: bool | None = True,
+    job: str = "train",
+    batch: float = 64.0,
+) -> Run:
+    return Run(
+        run_id,
+        total,
+        ((0.0, start), (total, start + duration)),
+        features={"job_name": job, "batch_size": batch, "gpus": 1.0, "gpu_model": "A100"},
+        completed=completed,
+        namespace="team",
+    )
+
+
+def test_p50_is_the_median_of_the_durations_not_yet_reached() -> None:
+    past = [Past(d, 10.0) for d in (100.0, 200.0, 300.0, 400.0, 500.0)]
+    fc = forecast_without_plan(past, 250.0, {})
+    assert fc is not None
+    assert fc.method == METHOD
+    assert fc.n_obs == 3  # 300, 400, 500 are longer than 250 s
+    assert fc.p50 == pytest.approx(400.0 - 250.0)
+    # no measured spread: the order statistics (n = 3 < 9: the extremes)
+    assert (fc.p10, fc.p90) == (pytest.approx(50.0), pytest.approx(250.0))
+
+
+def test_the_measured_spread_sets_the_bounds_around_the_centre() -> None:
+    past = [Past(d, 10.0) for d in (100.0, 120.0, 140.0)]
+    spread = {edge: (math.log(0.5), math.log(2.0)) for edge in BANDS}
+    fc = forecast_without_plan(past, 10.0, spread)
+    assert fc is not None
+    assert fc.p50 == pytest.approx(110.0)
+    assert fc.p10 == pytest.approx(60.0 - 10.0)
+    assert fc.p90 == pytest.approx(240.0 - 10.0)
+
+
+def test_bounds_never_cross_the_centre_or_go_below_zero() -> None:
+    past = [Past(d, 10.0) for d in (100.0, 110.0)]
+    spread = {edge: (math.log(0.2), math.log(0.9)) for edge in BANDS}  # both below
+    fc = forecast_without_plan(past, 104.0, spread)
+    assert fc is not None
+    assert fc.p10 == 0.0
+    assert fc.p50 == pytest.approx(6.0)
+    assert fc.p90 == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("elapsed", [500.0, 600.0, math.nan, -1.0, math.inf])
+def test_no_forecast_past_every_duration_or_for_a_bad_elapsed_time(elapsed: float) -> None:
+    past = [Past(d, 10.0) for d in (100.0, 500.0)]
+    assert forecast_without_plan(past, elapsed, {}) is None
+
+
+def test_no_forecast_without_any_usable_duration() -> None:
+    assert forecast_without_plan([], 0.0, {}) is None
+    assert forecast_without_plan([Past(math.nan, 1.0), Past(-5.0, 1.0)], 0.0, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("n", "edge"), [(0, 1), (1, 1), (2, 2), (3, 3), (5, 3), (6, 6), (9, 6), (10, 10), (400, 10)]
+)
+def test_band(n: int, edge: int) -> None:
+    assert band(n) == edge
+
+
+def test_fit_keeps_completed_runs_of_a_configuration_latest_first_out() -> None:
+    history = [
+        _run("a", 100.0),
+        _run("b", 200.0, completed=False),  # cancelled: not a duration of the job
+        _run("c", 300.0),
+        _run("d", 400.0, job=""),  # no job name: no configuration
+        _run("e", 500.0, batch=128.0),  # another batch size: another configuration
+    ]
+    fit = DurationsFit(per_configuration=20)
+    for run in history:
+        fit.add(run)
+    key = configuration_of(history[0].features, "team")
+    assert key is not None
+    assert [p.duration for p in fit.past(key)] == [100.0, 300.0]
+    assert [p.total for p in fit.past(key)] == [10.0, 10.0]
+    other = configuration_of(history[4].features, "team")
+    assert [p.duration for p in fit.past(other)] == [500.0]
+    short = DurationsFit(per_configuration=1)
+    for run in history:
+        short.add(run)
+    assert [p.duration for p in short.past(key)] == [300.0]
+
+
+def test_spread_is_measured_out_of_sample_and_pooled_when_a_band_is_thin() -> None:
+    # one configuration: 100, 200, 400 s; each residual against the median before it
+    history = [_run(str(i), d) for i, d in enumerate((100.0, 200.0, 400.0))]
+    durations = fit_durations(history)
+    # residuals: log(200/100) in band 1, log(400/150) in band 2; both bands thin, so
+    # each reads the two pooled residuals (fewer than nine: their extremes)
+    lo, hi = math.log(2.0), math.log(400.0 / 150.0)
+    for edge in BANDS:
+        assert durations.spread[edge] == (pytest.approx(lo), pytest.approx(hi))
+    assert fit_durations(history[:2]).spread == {}  # one residual: not enough
+
+
+def test_a_thick_band_reads_its_own_residuals() -> None:
+    history = []
+    for config in range(30):  # 30 configurations, two runs each: 30 band-1 residuals
+        job = f"job{config}"
+        history += [_run(f"{job}a", 100.0, job=job), _run(f"{job}b", 150.0, job=job)]
+    history += [_run("x1", 100.0, job="x"), _run("x2", 100.0, job="x"), _run("x3", 1000.0, job="x")]
+    spread = fit_durations(history).spread
+    assert spread[1] == (pytest.approx(math.log(1.5)), pytest.approx(math.log(1.5)))
+    # band 2 has one residual (log 10): thin, so the pool (31 residuals) answers
+    pooled = sorted([math.log(1.5)] * 30 + [0.0] + [math.log(10.0)])
+    n = len(pooled)
+    assert spread[2] == (
+        pytest.approx(pooled[math.floor(0.1 * (n + 1)) - 1]),
+        pytest.approx(pooled[math.ceil(0.9 * (n + 1)) - 1]),
+    )
+
+
+def test_intervals_hold_about_eight_in_ten_on_lognormal_durations() -> None:
+    """Configurations whose durations scatter by different amounts, replayed in order:
+    the intervals, learnt on the earlier runs only, hold 72-88 % of the next runs."""
+    rng = random.Random(7)
+    fit = DurationsFit()
+    hits, seen = 0, 0
+    for config in range(300):
+        sigma = rng.choice((0.05, 0.15, 0.3))
+        scale = rng.uniform(300.0, 30000.0)
+        job = f"j{config}"
+        for i in range(8):
+            duration = scale * math.exp(rng.gauss(0.0, sigma))
+            key = configuration_of(
+                {"job_name": job, "batch_size": 64.0, "gpus": 1.0, "gpu_model": "A100"}, "team"
+            )
+            assert key is not None
+            fc = forecast_without_plan(fit.past(key), 0.0, fit.result().spread) if i else None
+            if fc is not None and config >= 20:
+                seen += 1
+                hits += fc.p10 <= duration <= fc.p90
+            fit.add(_run(f"{job}-{i}", duration, job=job))
+    assert seen > 1500
+    assert 0.72 <= hits / seen <= 0.88
+
+
+def test_configuration_of_a_live_run_matches_the_stored_runs() -> None:
+    stored = _run("a", 100.0)
+    live = configuration_of(dict(stored.features), "team")
+    fit = DurationsFit()
+    fit.add(stored)
+    assert live is not None
+    assert [p.duration for p in fit.past(live)] == [100.0]
+    assert configuration_of({"batch_size": 64.0}, "team") is None
