@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from forecast_accuracy import find_mlperf, load_corpora
+from forecast_accuracy import find_mlperf, load_corpora, replace_between_markers
 
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.analog import identity
@@ -37,6 +37,9 @@ from gpu_eta.forecaster.evaluate import replay_events
 from gpu_eta.forecaster.planless import DurationsFit, forecast_without_plan
 from gpu_eta.forecaster.runs import Run
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "forecasting-evidence.md"
+BEGIN, END = "<!-- planless-table:begin -->", "<!-- planless-table:end -->"
+COMMAND = "python bench/planless.py --write-docs"
 SIZES = ((1, 2), (3, 5), (6, 9), (10, 10**9))
 """Bands of the number of earlier durations."""
 
@@ -111,11 +114,24 @@ def table(rows: Sequence[tuple[float, int, float, float, float, float]]) -> list
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mlperf", type=Path, help="the MLPerf runs file (runs.csv.gz)")
+    parser.add_argument(
+        "--write-docs", action="store_true", help=f"also write the tables into {DOC.name}"
+    )
     args = parser.parse_args(argv)
+    out = []
     for corpus in load_corpora(find_mlperf(args.mlperf), None):
         rows = [r for part in corpus.parts for r in moments(part)]
-        print(f"\n**{corpus.name}** — {corpus.description}: {len(rows):,} moments forecast\n")
-        print("\n".join(table(rows)), flush=True)
+        out += [f"**{corpus.name}** — {corpus.description}: {len(rows):,} moments forecast", ""]
+        out += [*table(rows), ""] if rows else ["(none: no run had an earlier completed one)", ""]
+    text = "\n".join(out)
+    print(text, flush=True)
+    if args.write_docs:
+        doc = DOC.read_text()
+        DOC.write_text(
+            replace_between_markers(
+                doc, text, COMMAND, BEGIN, END, "## Runs whose total is unknown"
+            )
+        )
     return 0
 
 

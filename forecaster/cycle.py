@@ -33,6 +33,7 @@ from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForec
 from gpu_eta.forecaster.history import HistoryConflict, HistoryStore
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
+from gpu_eta.forecaster.planless import DurationsFit, configuration_of, forecast_without_plan
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.promparse import PromQueryError
 from gpu_eta.forecaster.refit import (
@@ -47,6 +48,7 @@ from gpu_eta.forecaster.runs import Run, RunKey, run_key
 from gpu_eta.forecaster.runs_from_series import (
     Allocation,
     CycleView,
+    PlanlessRun,
     assemble,
     ending_runs,
     pod_values,
@@ -85,6 +87,11 @@ class Cycle:
         # since the previous one instead of the whole lookback (``_load_state``).
         self._stored_query: str | None = None  # the stored query time as read or written
         self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
+        # completed runs' durations by configuration, for runs without a planned total;
+        # rebuilt with each fit, then given the runs that finish (``_learn_since_fit``)
+        self._planless = DurationsFit()
+        self._planless_seen: list[Run] = []  # the last run it was given (appended_since)
+        self._planless_spread: Mapping[int, tuple[float, float]] = {}
         # calibrates the queue's intervals on real starts; kept in the history file
         self._starts = SavedStartTracker(store)
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
@@ -215,6 +222,12 @@ class Cycle:
                 fc = dataclasses.replace(fc, stalled=True)
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(run, stored.node, fc, ends))
+        for planless in view.planless:
+            job = self._forecast_planless(planless, now)
+            if job is None:
+                errors["no_plan"] += 1  # and no completed run of its configuration outlasts it
+            else:
+                jobs.append(job)
         queue = self._queue_starts(now, instant, jobs, errors)
         n_queries = self.client.stats.success + self.client.stats.error - before
         return ForecastSet(
@@ -223,7 +236,7 @@ class Cycle:
             gpus=tuple(gpu_free_times(view.allocations, jobs)),
             quality=dict(getattr(model, "quality_", {}) or {}),
             n_history=self.store.count_finished(),
-            n_running=len(running),
+            n_running=len(running) + len(view.planless),
             n_finished=len(newly_finished),
             job_errors=dict(errors),
             queries=n_queries,
@@ -364,7 +377,10 @@ class Cycle:
             static.store_gpus(ask("gpu_info"))
         instant["gpu_info"] = static.gpus()
         steps_only = static.steps_only()  # some run reports only steps
-        instant["step"] = ask("step") if steps_only else []
+        # a run without a plan may report only steps: its latest step shows it running
+        # (runs_from_series.PlanlessRun); no range read, it is not stored
+        wanted = steps_only or static.without_plan(seen)
+        instant["step"] = ask("step") if wanted else []
         span, full = self._range_span(now, window, static_full=full)
         runs = ""  # every run
         ending: tuple[RunKey, ...] | None = None  # every run
@@ -460,6 +476,7 @@ class Cycle:
             self._last_fit = now
             history = self._history()
             self._durations = run_durations(history)
+            self._learn_durations(history, again=True)
             self._install(self._fit(history), self.store.version, history)
         elif (
             self.store.version != self._model_version
@@ -470,6 +487,7 @@ class Cycle:
             version = self.store.version
             history = self._history()
             self._durations = run_durations(history)
+            self._learn_durations(history, again=True)
             if self.settings.background_refit:
                 self._refit_thread = threading.Thread(
                     target=self._refit_job, args=(history, version), daemon=True
@@ -494,10 +512,12 @@ class Cycle:
         """
         update = getattr(self.model, "update", None)
         self._learned_version = self.store.version
+        history = self._history()
+        self._learn_durations(history)
         if update is None:
             return
         learnt = self._learnt_runs
-        added = appended_since(learnt, self._history())
+        added = appended_since(learnt, history)
         if not added:
             return
         try:
@@ -506,6 +526,39 @@ class Cycle:
             log.warning("model update with newly finished runs failed: %s", err)
         else:
             self._learnt_runs = learnt + added
+
+    def _learn_durations(self, history: Sequence[Run], again: bool = False) -> None:
+        """Give the plan-less forecasts' durations the runs of ``history`` they have not
+        seen (all of them, ``again``: with each fit, so they follow the same runs)."""
+        if again:
+            self._planless, self._planless_seen = DurationsFit(), []
+        added = appended_since(self._planless_seen, history)
+        if not added:
+            return
+        for run in added:
+            self._planless.add(run)
+        self._planless_seen = [added[-1]]
+        self._planless_spread = self._planless.result().spread
+
+    def _forecast_planless(self, run: PlanlessRun, now: float) -> JobForecast | None:
+        """A run without a planned total, forecast from its configuration's completed
+        durations (``planless``); None when they say nothing (none, or all shorter)."""
+        namespace, pod, container, run_id = run.key
+        key = configuration_of(run.features, namespace)
+        past = self._planless.past(key) if key is not None else ()
+        fc = forecast_without_plan(past, now - run.start_timestamp, self._planless_spread)
+        if fc is None or sanitize(fc) is None:
+            return None
+        stub = Run(
+            run_id,
+            math.inf,  # unknown: no fraction done, nothing reads it
+            ((0.0, run.start_timestamp),),
+            features=run.features,
+            namespace=namespace,
+            pod=pod,
+            container=container,
+        )
+        return JobForecast(stub, run.node, fc, (now + fc.p10, now + fc.p50, now + fc.p90))
 
     def _history(self) -> list[Run]:
         """The finished runs the model fits on: the most recent ``fit_runs`` (0: all)

@@ -275,7 +275,7 @@ def forecast_families(
     )
     info = GaugeMetricFamily(
         "gpu_eta_job_forecast_info",
-        "Which estimator produced the run's forecast (rate, prior, blend).",
+        "Which estimator produced the run's forecast (rate, prior, blend; durations for a run that reports no planned total).",
         labels=[*_JOB_LABELS, "method"],
     )
     stalled = GaugeMetricFamily(

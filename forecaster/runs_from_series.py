@@ -25,6 +25,11 @@ Decisions (documented in docs/forecaster.md):
   latest step at the last report's time, at most ``STEP_CELLS`` points per run;
   feature ``progress_unit="steps"``. Steps, not percent of them: a job re-run with
   another ``max_steps`` keeps one time per unit, which its prior and analogs read.
+* A present run with progress (epochs or steps) but no planned total is a
+  ``PlanlessRun``: not stored (no plan, no fraction done), forecast from its
+  configuration's completed durations (``planless``). When it ends its sender's
+  ``end`` report sets its plan to what it reached (the exporter), and it is stored as
+  any run that reached its plan.
 * Features: ``batch_size``; ``gpu_utilization_ratio`` (ours, else DCGM's
   ``DCGM_FI_DEV_GPU_UTIL``/100 for the pod, accepting ``exported_pod``);
   ``memory_utilization_ratio`` (working set / limit); ``gpu_model`` and ``gpus`` from
@@ -85,6 +90,17 @@ class Allocation:
     gpu_instance: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class PlanlessRun:
+    """A running run that reports progress but no planned total: not stored, forecast
+    from its configuration's completed durations (``planless``)."""
+
+    key: RunKey
+    node: str
+    start_timestamp: float
+    features: Mapping[str, float | str]
+
+
 @dataclass
 class CycleView:
     """Everything one cycle's queries say about runs and GPUs."""
@@ -99,6 +115,8 @@ class CycleView:
     rejected: dict[RunKey, str] = field(default_factory=dict)  # run key -> reason
     # per run whose GPU-use and memory means were read: the time its means reach now
     means_until: dict[RunKey, float] = field(default_factory=dict)
+    # present runs with progress but no planned total, in the answers' order
+    planless: list[PlanlessRun] = field(default_factory=list)
     _pod_util: dict[tuple[str, str], float] | None = None
 
     def set_util_recent(self, values: dict[PodKey, float]) -> None:
@@ -201,23 +219,7 @@ def assemble(
             if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
                 ends[e] = min(t, ends.get(e, math.inf))
         key: PodKey = run[:3]
-        gpus = pod_gpus.get(key[:2], [])
-        features: dict[str, float | str] = {}
-        if key[0]:
-            features["namespace"] = key[0]
-        bs = batch.get(run)
-        if bs is not None and _finite(bs.value) and 0 < bs.value < 1e9:
-            features["batch_size"] = bs.value
-        job_name = jobs.get(key[:2]) or _strip_suffix(key[1])
-        if job_name:
-            features["job_name"] = job_name
-        if gpus:
-            features["gpus"] = float(len(gpus))
-            model = next((models[g.node, g.uuid] for g in gpus if (g.node, g.uuid) in models), None)
-            if model:
-                features["gpu_model"] = model
-        if by_steps:
-            features["progress_unit"] = STEPS_UNIT
+        features = _features(run, batch.get(run), jobs, pod_gpus, models, by_steps)
         util = _ratio(util_mean.get(key))
         running_now = run in present
         # Progress time for stall detection: the latest epoch end or report of any
@@ -254,7 +256,53 @@ def assemble(
             view.present.add(run)
         elif done:
             view.done.add(run)
+    for run in dict.fromkeys([*epoch, *step]):
+        if run in planned or run in steps_planned or run not in present:
+            continue
+        start_s = start.get(run)
+        if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
+            view.rejected[run] = "invalid_start"
+            continue
+        by_steps = run not in epoch
+        sample = step[run] if by_steps else epoch[run]
+        view.planless.append(
+            PlanlessRun(
+                key=run,
+                node=sample.labels.get("node", ""),
+                start_timestamp=start_s.value,
+                features=_features(run, batch.get(run), jobs, pod_gpus, models, by_steps),
+            )
+        )
     return view
+
+
+def _features(
+    run: RunKey,
+    batch: Sample | None,
+    jobs: Mapping[tuple[str, str], str],
+    pod_gpus: Mapping[tuple[str, str], Sequence[Allocation]],
+    models: Mapping[tuple[str, str], str],
+    by_steps: bool,
+) -> dict[str, float | str]:
+    """A run's features (module docstring) from its batch-size sample, its pod's job
+    name and GPUs, and whether it is followed in steps."""
+    features: dict[str, float | str] = {}
+    if run[0]:
+        features["namespace"] = run[0]
+    if batch is not None and _finite(batch.value) and 0 < batch.value < 1e9:
+        features["batch_size"] = batch.value
+    job_name = jobs.get(run[:2]) or _strip_suffix(run[1])
+    if job_name:
+        features["job_name"] = job_name
+    gpus = pod_gpus.get(run[:2], ())
+    if gpus:
+        features["gpus"] = float(len(gpus))
+        model = next((models[g.node, g.uuid] for g in gpus if (g.node, g.uuid) in models), None)
+        if model:
+            features["gpu_model"] = model
+    if by_steps:
+        features["progress_unit"] = STEPS_UNIT
+    return features
 
 
 def pod_values(samples: Sequence[Sample]) -> dict[PodKey, float]:

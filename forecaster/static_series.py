@@ -112,3 +112,9 @@ class StaticSeries:
     def steps_only(self) -> bool:
         """Whether some held run reports only steps (the step queries are then sent)."""
         return bool(self._runs["steps_planned"])
+
+    def without_plan(self, seen: Iterable[RunKey]) -> bool:
+        """Whether some run seen now has no plan held (neither epochs nor steps): it may
+        report only steps, which the step queries read (``runs_from_series.PlanlessRun``)."""
+        planned, steps = self._runs["planned"], self._runs["steps_planned"]
+        return any(key not in planned and key not in steps for key in seen)

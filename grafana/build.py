@@ -729,7 +729,8 @@ def forecaster_quality() -> dict:
         ts(
             "Estimator in use",
             "Running jobs by the estimator that produced their forecast: rate (own progress), "
-            "prior (cold start from history), blend.",
+            "prior (cold start from history), blend, durations (no planned total: the job's "
+            "completed durations).",
             "none",
             q(f"count by (method) (gpu_eta_job_forecast_info{{{NS}}})", "{{method}}"),
         ),

@@ -739,6 +739,7 @@ def test_enumerated_values_parse() -> None:
         "rate",
         "prior",
         "blend",
+        "durations",
     }
     assert CONTRACT["gpu_eta_gpu_info"].allowed_values("model") is None
     got = matcher_values_in_text(

@@ -1300,3 +1300,62 @@ def test_a_queue_query_prometheus_refuses_loses_only_the_queue(
     client.error = PromAPIError("HTTP 503: unavailable: x")
     with pytest.raises(PromAPIError):
         make_cycle(client, store).run()
+
+
+def _planless(
+    run_id: str, pod: str, start: float, epoch: float | None, last: float, **extra: float
+) -> dict[str, list[Sample]]:
+    """A present run reporting progress but no planned total (``extra``: a ``step``)."""
+    lab = {"node": "n1", "namespace": "ml", "pod": pod, "container": "c", "run_id": run_id}
+    out = {
+        "start": [s(start, **lab)],
+        "present": [s(last, **lab)],
+        "last_report": [s(last, **lab)],
+    }
+    if epoch is not None:
+        out |= {"epoch": [s(epoch, **lab)], "last_end": [s(last, **lab)]}
+    for name, value in extra.items():
+        out[name] = [s(value, **lab)]
+    return out
+
+
+def test_a_run_without_a_plan_is_forecast_from_its_jobs_completed_durations(
+    store: HistoryStore,
+) -> None:
+    t = [NOW]
+    done = merge(  # two completed runs of job "train" (pods train-<5 chars>): 1000 s, 1200 s
+        job("a", 10, [(10, NOW - 3000)], NOW - 4000, present=False, pod="train-b2c4d"),
+        job("b", 10, [(10, NOW - 1000)], NOW - 2200, present=False, pod="train-f5g6h"),
+    )
+    running = _planless("c", "train-k7m8n", NOW - 300, 3.0, NOW - 20)
+    unknown = _planless("d", "other-k7m8n", NOW - 300, 3.0, NOW - 20)  # no history
+    by_steps = _planless("e", "train-p2q4r", NOW - 100, None, NOW - 5, step=40.0)
+    client = CannedClient(merge(done, running, unknown, by_steps))
+    cycle = make_cycle(client, store, clock=lambda: t[0], refit_seconds=0)
+    fs = cycle.run()
+    assert [r.completed for r in store.finished()] == [True, True]
+    jobs = {j.run.run_id: j for j in fs.jobs}
+    assert set(jobs) == {"c", "e"}  # "d": no completed run of its job
+    assert fs.job_errors == {"no_plan": 1}
+    assert fs.n_running == 3
+    c = jobs["c"]
+    assert c.forecast.method == "durations" and c.node == "n1"
+    # the median of 1000 and 1200 s, 300 s in; one residual measured: the two durations
+    assert (c.forecast.p10, c.forecast.p50, c.forecast.p90) == (700.0, 800.0, 900.0)
+    assert c.completion_timestamps == (NOW + 700, NOW + 800, NOW + 900)
+    assert jobs["e"].forecast.p50 == 1000.0  # 100 s in
+    assert any("gpu_eta_training_step[" in q for q in client.seen)  # its step was read
+    assert not store.running()  # plan-less runs are not stored while they run
+
+    # "c" ends: its sender's end report made its plan what it reached (the exporter)
+    t[0] = NOW + 60
+    ended = job("c", 5, [(5, NOW + 40)], NOW - 300, pod="train-k7m8n")
+    client.answers = merge(ended, _planless("f", "train-s2t4v", NOW, 1.0, NOW + 50))
+    fs = cycle.run()
+    finished = {r.run_id: r for r in store.finished()}
+    assert finished["c"].completed is True
+    assert finished["c"].last_timestamp - finished["c"].start_timestamp == 340.0
+    (f,) = fs.jobs
+    # durations 340, 1000, 1200 s: 60 s in, their median; two residuals: bounds from them
+    assert f.run.run_id == "f" and f.forecast.p50 == 1000.0 - 60.0
+    assert f.forecast.p10 < f.forecast.p50 < f.forecast.p90

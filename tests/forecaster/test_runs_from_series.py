@@ -427,3 +427,36 @@ def test_an_epoch_series_pairs_with_the_runs_only_end_series_despite_other_label
     ends.append(Series({**lab, "instance": "b"}, tuple(zip(ts, [NOW - 99, NOW - 98], strict=True))))
     view = assemble(instant, {"epoch_range": [epochs], "epoch_end_range": ends}, NOW, 60)
     assert view.updates[0].epoch_ends == ((2.0, NOW - 40),)  # the instant pair only
+
+
+def test_present_runs_with_progress_but_no_plan_are_planless_runs() -> None:
+    lab = run_labels("free")
+    steps_lab = run_labels("bar", pod="bar-x7k2p")
+    instant = merge(
+        base("planned", 10, 3, NOW - 300, NOW - 20),
+        {  # epochs, no plan
+            "epoch": [s(3, **lab)],
+            "start": [s(NOW - 300, **lab)],
+            "present": [s(NOW - 20, **lab)],
+            "batch_size": [s(64, **lab)],
+        },
+        {  # steps only, no plan
+            "step": [s(400, **steps_lab)],
+            "start": [s(NOW - 50, **steps_lab)],
+            "present": [s(NOW - 5, **steps_lab)],
+        },
+        {"epoch": [s(2, **run_labels("gone"))], "start": [s(NOW - 60, **run_labels("gone"))]},
+        {
+            "epoch": [s(2, **run_labels("bad"))],
+            "start": [s(NOW + 86400, **run_labels("bad"))],  # a start next day
+            "present": [s(NOW, **run_labels("bad"))],
+        },
+    )
+    view = assemble(instant, {}, NOW, 0.0)
+    assert [u.run_id for u in view.updates] == ["planned"]  # the others are not stored
+    free, bar = view.planless
+    assert (free.key, free.node, free.start_timestamp) == (key("free"), "n1", NOW - 300)
+    assert dict(free.features) == {"namespace": "ml", "batch_size": 64.0, "job_name": "train"}
+    assert bar.key == key("bar", pod="bar-x7k2p")
+    assert dict(bar.features) == {"namespace": "ml", "job_name": "bar", "progress_unit": "steps"}
+    assert view.rejected == {key("bad"): "invalid_start"}  # "gone": not present, left out
