@@ -12,7 +12,8 @@ listener and the log collector so both sources obey the same rules:
   left out and named in ``Report.skipped``, for the caller to count and tell.
 - ``advance(previous, report, ...)`` folds a report into the container's previous
   ``Progress``: it decides when a new run starts (so two trainings in one notebook
-  never become one series), carries known fields forward and stamps epoch ends.
+  never become one series), carries known fields forward, stamps epoch ends and
+  gives a run that ends without a planned total the totals it reached.
 
 The wire format is documented in ``docs/progress.md``.
 """
@@ -373,6 +374,20 @@ def _merged_metrics(old: Mapping[str, float], new: Mapping[str, float]) -> Mappi
     return MappingProxyType(merged)
 
 
+def _reached_totals(epoch: float | None, step: float | None) -> tuple[float | None, float | None]:
+    """The planned totals an ended plan-less run is given: the counters it reached.
+
+    A counter below 1 (None, 0, a fraction of a first epoch) gives no total: the
+    wire format's totals are at least 1 (``check_report``), and a row breaking that
+    would be refused by the store (``check_progress``), so the ``end`` itself would
+    be answered 400; a run that did not get through one epoch or step has no
+    duration worth learning either.
+    """
+    epochs = epoch if epoch is not None and epoch >= 1 else None
+    steps = step if step is not None and step >= 1 else None
+    return epochs, steps
+
+
 def advance(
     previous: Progress | None,
     report: Report,
@@ -387,8 +402,28 @@ def advance(
 
     Raises ``InvalidReport`` when the merged state is impossible (epoch above the
     planned epochs of the same run); the caller then keeps ``previous`` unchanged.
+
+    An ``end`` of a run that has no planned total at all (neither ``epochs`` nor
+    ``steps``, after the merge: a loop that trains until a quality target) makes its
+    totals what it reached (``_reached_totals``). Why: the forecaster stores a
+    finished run as completed only when its progress reached its planned total, so
+    such a run would never enter history, and the job's next runs, which report no
+    plan either, would have no earlier durations to be forecast from. A run that has
+    a plan keeps it: an early-stopped run is not completed. An ``end`` that starts a
+    new run (``starts_new_run``) is no finish seen, only a first report, so nothing
+    is fixed there, nor for a run that reached no whole epoch or step.
+
+    After such an end the fixed totals are the run's plan like any other, and a
+    later report of the same run is checked against them: one with the same counters
+    changes nothing (a repeated ``end`` is idempotent), one that omits ``epochs``
+    keeps them (``starts_new_run`` compares only a stated ``epochs``), one whose
+    epoch or step goes beyond them is refused as any ``epoch > epochs``: the sender
+    called ``end`` before it had finished. That holds for reports without a run_id
+    too, whose counter going on is no new run (only going back is); their next
+    training, starting again from epoch 0 or 1, or stating a plan, is a new run.
     """
-    if starts_new_run(previous, report):
+    new_run = starts_new_run(previous, report)
+    if new_run:
         start = report.run_start if report.run_start is not None else now
         run_id = report.run_id or derived_run_id(namespace, pod, container, source, start)
         base = Progress(
@@ -413,6 +448,8 @@ def advance(
     epochs = pick(report.epochs, base.epochs)
     step = pick(report.step, base.step)
     steps = pick(report.steps, base.steps)
+    if report.event == "end" and not new_run and epochs is None and steps is None:
+        epochs, steps = _reached_totals(epoch, step)
     if epoch is not None and epochs is not None and epoch > epochs:
         raise InvalidReport(f"epoch {epoch:g} > epochs {epochs:g} of run {base.run_id}")
     if step is not None and steps is not None and step > steps:

@@ -231,3 +231,61 @@ def test_start_event_begins_a_run_unless_it_repeats_the_current_one():
     anon = _adv(None, Report(epoch=3, epochs=10), NOW)
     fresh = _adv(anon, Report(event="start"), NOW + 5)
     assert fresh.run_id != anon.run_id and fresh.epoch is None
+
+
+def test_a_plan_less_run_that_ends_gets_the_totals_it_reached():
+    p = _adv(None, Report(run_id="r1", epoch=0, step=0), NOW)
+    p = _adv(p, Report(run_id="r1", epoch=3, step=300), NOW + 30)
+    assert (p.epochs, p.steps) == (None, None)  # no plan while it runs
+    done = _adv(p, Report(run_id="r1", event="end", epoch=4, step=410), NOW + 40)
+    assert (done.run_id, done.epoch, done.epochs, done.step, done.steps) == ("r1", 4, 4, 410, 410)
+    assert done.run_start_timestamp == NOW and done.epoch_end_timestamp == NOW + 40
+    # the end carries no counter: the ones reached before it are the totals
+    quiet = _adv(p, Report(run_id="r1", event="end", metrics={"loss": 0.1}), NOW + 41)
+    assert (quiet.epoch, quiet.epochs, quiet.step, quiet.steps) == (3, 3, 300, 300)
+    # only the counters the run reports become totals
+    steps_only = _adv(None, Report(step=50), NOW)
+    ended = _adv(steps_only, Report(event="end", step=70), NOW + 9)
+    assert (ended.run_id, ended.epochs, ended.steps) == (steps_only.run_id, None, 70)
+
+
+def test_an_end_keeps_a_plan_and_fixes_nothing_without_progress():
+    # early-stopped: its plan stays, so it is not taken for a completed run
+    planned = _adv(None, Report(run_id="r1", epoch=2, epochs=10), NOW)
+    stopped = _adv(planned, Report(run_id="r1", event="end", epoch=3, step=300), NOW + 5)
+    assert (stopped.epoch, stopped.epochs, stopped.step, stopped.steps) == (3, 10, 300, None)
+    only_steps = _adv(None, Report(run_id="r2", step=40, steps=100), NOW)
+    stopped = _adv(only_steps, Report(run_id="r2", event="end", epoch=1, step=60), NOW + 5)
+    assert (stopped.epoch, stopped.epochs, stopped.step, stopped.steps) == (1, None, 60, 100)
+    # nothing reached (0, or less than a whole epoch or step): stays plan-less
+    idle = _adv(None, Report(run_id="r3", event="start"), NOW)
+    for counters in ({}, {"epoch": 0, "step": 0}, {"epoch": 0.5}):
+        ended = _adv(idle, Report(run_id="r3", event="end", **counters), NOW + 5)
+        assert (ended.epochs, ended.steps) == (None, None)
+    partial = _adv(idle, Report(run_id="r3", event="end", epoch=0.5, step=20), NOW + 5)
+    assert (partial.epochs, partial.steps) == (None, 20)
+    # an end that starts a run is its first word, no finish seen: nothing fixed
+    first = _adv(None, Report(run_id="r4", event="end", epoch=5, step=500), NOW)
+    assert (first.epoch, first.epochs, first.step, first.steps) == (5, None, 500, None)
+    other = _adv(planned, Report(run_id="r5", event="end", epoch=5), NOW + 6)
+    assert (other.run_id, other.epoch, other.epochs) == ("r5", 5, None)
+
+
+def test_reports_after_a_plan_less_end_are_checked_against_the_fixed_totals():
+    for run_id in ("r1", None):  # a named run, and one whose id is derived
+        p = _adv(None, Report(run_id=run_id, epoch=1), NOW)
+        done = _adv(p, Report(run_id=run_id, event="end", epoch=4), NOW + 40)
+        assert done.epochs == 4
+        # the same counters, with or without the end again: the same run, plan kept
+        for event in ("progress", "end"):
+            later = _adv(done, Report(run_id=run_id, event=event, epoch=4), NOW + 41)
+            assert (later.run_id, later.epoch, later.epochs) == (done.run_id, 4, 4)
+        # going on after the end: the sender ended too early, refused as epoch > epochs
+        with pytest.raises(InvalidReport, match=f"epoch 5 > epochs 4 of run {done.run_id}"):
+            _adv(done, Report(run_id=run_id, epoch=5), NOW + 42)
+    # without a run id the next training is a new run, plan-less again
+    anon = _adv(_adv(None, Report(epoch=1), NOW), Report(event="end", epoch=4), NOW + 40)
+    again = _adv(anon, Report(epoch=1), NOW + 60)
+    assert again.run_id != anon.run_id and (again.epoch, again.epochs) == (1, None)
+    replanned = _adv(anon, Report(epoch=4, epochs=8), NOW + 60)
+    assert replanned.run_id != anon.run_id and replanned.epochs == 8
