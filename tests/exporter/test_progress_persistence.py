@@ -522,3 +522,32 @@ def test_a_log_marker_line_cannot_store_a_future_run_start(tmp_path):
     store = ProgressStore()
     LogProgressCollector(tmp_path, store, lambda: [pod]).poll()
     assert store.snapshot() == ()
+
+
+# -- 9. the totals an ended plan-less run was given are stored like any plan ----------
+
+
+@pytest.mark.parametrize("stop", ["saved", "killed"])
+def test_the_totals_of_an_ended_plan_less_run_survive_a_restart(tmp_path, stop):
+    """The forecaster learns such a run's duration from the totals its end gave it:
+    a restart, from the state file or from the journal alone, must not lose them."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    for report in (
+        Report(run_id="until-target", epoch=2, step=200),
+        Report(run_id="until-target", event="end", epoch=3, step=310),
+    ):
+        store.merge("ns", "sender", "main", "http", report, NOW)
+    if stop == "saved":
+        store.close()
+    else:
+        store.journal.close()  # flushed; then "killed": no save
+        assert not path.exists()
+    (again,) = ProgressStore(path).snapshot()
+    assert (again.run_id, again.epoch, again.epochs, again.step, again.steps) == (
+        "until-target",
+        3,
+        3,
+        310,
+        310,
+    )

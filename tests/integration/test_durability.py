@@ -5,7 +5,9 @@ A real ``python -m exporter --simulate`` with a state file; reports are answered
 200 and the process group is killed with SIGKILL at once (no chance to save). The
 restarted exporter must serve every acknowledged epoch, never an older one, and
 never the progress of a pod that was gone before the kill (a StatefulSet pod
-recreated under the same name starts without its predecessor's progress).
+recreated under the same name starts without its predecessor's progress). A run that
+reports no planned total and ends is served with the totals it reached, before and
+after the kill.
 """
 
 from __future__ import annotations
@@ -66,9 +68,22 @@ def metrics(port: int) -> str:
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
 
 
-def served_epoch(port: int) -> float | None:
-    m = re.search(r'^gpu_eta_training_epoch\{[^}]*pod="trainer"[^}]*\} (\S+)$', metrics(port), re.M)
+def served(port: int, name: str, text: str | None = None) -> float | None:
+    """The trainer's sample of ``name`` in the exposition (``text``, else scraped)."""
+    text = metrics(port) if text is None else text
+    m = re.search(rf'^{name}\{{[^}}]*pod="trainer"[^}}]*\}} (\S+)$', text, re.M)
     return float(m[1]) if m else None
+
+
+def served_epoch(port: int) -> float | None:
+    return served(port, "gpu_eta_training_epoch")
+
+
+def served_progress(port: int) -> tuple[float | None, ...]:
+    """The trainer's epoch, planned epochs, step and planned steps, from one scrape."""
+    text = metrics(port)
+    names = ("epoch", "epochs_planned", "step", "steps_planned")
+    return tuple(served(port, f"gpu_eta_training_{name}", text) for name in names)
 
 
 def serves_pod(port: int, pod: str) -> bool:
@@ -132,5 +147,45 @@ def test_progress_of_a_removed_pod_stays_gone_after_sigkill(tmp_path):
         time.sleep(2.5)  # two more collections: any replayed progress would be served
         assert served_epoch(second.port) is None
         assert "replayed" in second.log()
+    finally:
+        second.stop()
+
+
+def test_an_ended_plan_less_run_is_served_with_the_totals_it_reached(tmp_path):
+    """No epochs, no steps in its reports (a loop that trains until a target): its
+    end makes what it reached its plan, served as ``*_planned`` equal to the progress
+    (the forecaster's test for a completed run), and kept across a SIGKILL."""
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(SCENARIO)
+    state = tmp_path / "state" / "progress.json"
+    args = ("--simulate", str(scenario), "--progress.state-file", str(state))
+    args += ("--collection.interval", "1s")
+    first = start_exporter(tmp_path / "first.log", *args)
+    try:
+        for epoch in (1, 2, 3):
+            report = {"run_id": "target-1", "epoch": epoch, "step": 100 * epoch}
+            assert post(first.progress_port, report) == 200
+        wait_until(
+            lambda: served_progress(first.port) == (3.0, None, 300.0, None),
+            timeout=30,
+            what="epoch 3 served without a plan",
+        )
+        end = {"run_id": "target-1", "event": "end", "step": 320, "loss": 0.1}
+        assert post(first.progress_port, end) == 200
+        wait_until(
+            lambda: served_progress(first.port) == (3.0, 3.0, 320.0, 320.0),
+            timeout=30,
+            what="the totals the run reached served as its plan",
+        )
+        os.killpg(first.process.pid, signal.SIGKILL)
+        first.process.wait(10)
+    finally:
+        first.stop()
+    second = start_exporter(tmp_path / "second.log", *args)
+    try:
+        wait_until(
+            lambda: served_epoch(second.port), timeout=30, what="the restarted exporter's epoch"
+        )
+        assert served_progress(second.port) == (3.0, 3.0, 320.0, 320.0)
     finally:
         second.stop()
