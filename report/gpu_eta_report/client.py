@@ -420,7 +420,12 @@ class ProgressReporter:
 
     def end(self, flush_timeout_seconds: float | None = None, **metrics: Any) -> None:
         """Final report, then wait (at most ``flush_timeout_seconds``, by default the
-        send timeout) until it is sent and stop the sender."""
+        send timeout) until it is sent and stop the sender.
+
+        Call it when training has finished, not when it failed (``close`` then): for a
+        run started without ``epochs`` or ``steps`` the exporter takes the epoch and
+        step of the end as the run's totals, so the forecaster learns the run's
+        duration and forecasts the job's next runs from it."""
         try:
             if metrics:
                 self._take_metrics(metrics)
@@ -457,8 +462,14 @@ class ProgressReporter:
     def __enter__(self) -> ProgressReporter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.end()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        """``end()`` when the block finished, ``close()`` when it raised: an end says
+        the run finished, and would make a crashed run without a plan look completed
+        at the epoch it crashed in (see ``end``)."""
+        if exc_type is None:
+            self.end()
+        else:
+            self.close()
 
     # -- internals -------------------------------------------------------------------
 

@@ -76,4 +76,8 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self._finish()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self.on_train_end(trainer, pl_module)
+        """Stop reporting without an end: the run did not finish, and an end would
+        make one without ``max_epochs`` look completed where it failed."""
+        if self.reporter is not None:
+            self.reporter.close()
+            self.reporter = None

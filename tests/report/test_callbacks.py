@@ -195,3 +195,30 @@ def test_callbacks_survive_hooks_with_minimal_objects(listener):
     cb.on_train_end(args, state, None)
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (1, 1, 2, 2, 4)
+
+
+@pytest.mark.parametrize("finish", ["on_train_end", "on_exception"])
+def test_lightning_ends_a_run_only_when_training_ended(listener, finish):
+    """Without ``max_epochs`` (Lightning's -1: until a callback stops it) an end gives
+    the run the totals it reached; a failure must not, so it sends no end."""
+    from types import SimpleNamespace
+
+    from gpu_eta_report.lightning import GpuEtaCallback as LightningCallback
+
+    cb = LightningCallback(url=f"http://127.0.0.1:{listener.port}/progress", source_address=POD.ip)
+    trainer = SimpleNamespace(
+        is_global_zero=True, max_epochs=-1, num_training_batches=4, current_epoch=0, global_step=4
+    )
+    cb.on_train_start(trainer, None)
+    reporter = cb.reporter
+    cb.on_train_epoch_end(trainer, None)
+    trainer.current_epoch, trainer.global_step = 1, 8
+    cb.on_train_epoch_end(trainer, None)
+    if finish == "on_exception":
+        cb.on_exception(trainer, None, RuntimeError("out of memory"))
+    else:
+        cb.on_train_end(trainer, None)
+    assert cb.reporter is None and reporter._thread is None  # the sender stopped either way
+    (p,) = listener.store.snapshot()
+    planned = (None, None) if finish == "on_exception" else (2, 8)
+    assert (p.epoch, p.step, (p.epochs, p.steps)) == (2, 8, planned)

@@ -71,6 +71,28 @@ def test_second_training_in_the_same_pod_is_a_new_run(listener):
     assert p.run_id == second.run_id != first.run_id and (p.epoch, p.epochs) == (1, 5)
 
 
+def test_a_run_without_a_plan_that_ends_has_the_totals_it_reached(listener):
+    r = start(batch_size=8, url=url(listener), source_address=POD.ip)  # until a target
+    for epoch in range(1, 4):
+        r.epoch_end(epoch, step=epoch * 10)
+    r.end()
+    (p,) = listener.store.snapshot()
+    assert (p.run_id, p.epoch, p.epochs, p.step, p.steps) == (r.run_id, 3, 3, 30, 30)
+
+
+def test_the_context_manager_ends_the_run_only_when_its_block_finished(listener):
+    with pytest.raises(RuntimeError), start(url=url(listener), source_address=POD.ip) as r:
+        r.epoch_end(2)
+        raise RuntimeError("out of memory")
+    (p,) = listener.store.snapshot()  # the epoch reached is sent, but no end:
+    assert (p.run_id, p.epoch, p.epochs) == (r.run_id, 2, None)  # not taken as completed
+    assert r.stats["sent"] == 2  # start and epoch: what was queued still left
+    with start(url=url(listener), source_address=POD.ip) as r:
+        r.epoch_end(2)
+    (p,) = listener.store.snapshot()
+    assert (p.run_id, p.epoch, p.epochs) == (r.run_id, 2, 2)
+
+
 def test_exporter_down_never_raises_nor_blocks():
     port = free_port()  # nothing listens here
     r = start(
