@@ -94,7 +94,16 @@ def fmt_band(band: Band, now: float, tz: tzinfo | None = None) -> tuple[str, str
 
 def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:
     eta, rng = fmt_band(job.eta, now, tz)
-    flags = ",".join(f for f, on in (("stalled", job.stalled), ("idle", job.idle)) if on)
+    flags = ",".join(
+        f
+        for f, on in (
+            ("stalled", job.stalled),
+            ("idle", job.idle),
+            # no planned total: the ETA is its job's completed durations (planless)
+            ("from past runs", job.method == "durations"),
+        )
+        if on
+    )
     mem = f"{fmt_bytes(job.memory_used_bytes)}/{fmt_bytes(job.memory_total_bytes)}"
     return [
         f"{job.namespace}/{job.pod}",

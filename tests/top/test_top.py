@@ -692,3 +692,20 @@ def test_namespace_filter_keeps_every_gpu_and_refuses_a_bad_name(capsys) -> None
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'ML_Team' is no Kubernetes namespace name" in err
+
+
+def test_a_run_without_a_plan_shows_an_unknown_bar_and_where_its_eta_comes_from() -> None:
+    data = results()
+    data["epochs"] = [s for s in data["epochs"] if s.labels.get("run_id") != "r1"]
+    data["method"] = [
+        Sample({**s.labels, "method": "durations"}, s.value, s.timestamp) for s in data["method"]
+    ]
+    view = top_view.build_view(data, NOW, "http://prom")
+    (job,) = view.jobs
+    assert (job.epoch, job.epochs, job.method) == (7, None, "durations")
+    row = next(
+        x
+        for x in top_render.render_plain(view, timezone.utc).splitlines()
+        if x.startswith("ml/cnn-1")
+    )
+    assert "[" + "?" * 20 + "]" in row and "7/?" in row and row.rstrip().endswith("from past runs")
