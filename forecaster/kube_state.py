@@ -33,7 +33,10 @@ docs/metrics/cluster/node-metrics.md upstream):
   ``.../unschedulable``, ``.../memory-pressure``...) are read too, but the replay does
   not match them (``queue_replay.policy_taints``): cordon and not-ready are
   ``Node.schedulable``, so a NotReady node is closed once, by its condition, and a pod
-  only it could hold stays ``no_schedulable_node``; the others are ignored.
+  only it could hold stays ``no_schedulable_node``; the others are ignored. A node an
+  autoscaler is removing (``ToBeDeletedByClusterAutoscaler``,
+  ``karpenter.sh/disrupted``, ``karpenter.sh/disruption``) is closed the same way
+  (``queue_replay.leaving``).
 - ``kube_pod_tolerations`` (gauge 1 per toleration; ``namespace, pod, uid, key,
   operator, value, effect, toleration_seconds``, each absent when the field is unset:
   ``operator`` absent is Equal, ``effect`` absent every effect): a default pod metric
@@ -93,6 +96,7 @@ from gpu_eta.forecaster.queue_replay import (
     PendingPod,
     Taint,
     Toleration,
+    leaving,
     policy_taints,
 )
 from gpu_eta.forecaster.series import Sample
@@ -395,13 +399,15 @@ def parse(
         if units is None:
             continue  # 0 allocatable: a GPU node with its plugin down
         alloc.setdefault(node, {})[res] = units
-    # cordoned or not Ready: the node takes no new pod (its pods run on)
+    # cordoned, not Ready or being removed by an autoscaler: the node takes no new pod
+    # (its pods run on)
     closed = {
         s.labels.get("node", "")
         for s in get("ksm_node_state")
         if s.labels.get("state") in ("cordoned", "not_ready")
     }
     taints = _node_taints(get("ksm_node_state"), rejected)
+    closed |= {node for node, held in taints.items() if leaving(held)}
     nodes = []
     shared_nodes = set()
     for name, resources in sorted(alloc.items()):

@@ -44,7 +44,8 @@ cloud provider set from a node's state (keys under ``node.kubernetes.io/`` and
 ``node.cloudprovider.kubernetes.io/``) are left out (``policy_taints``): cordon
 (``unschedulable``) and not-ready/unreachable are ``Node.schedulable`` already, read
 from the node's spec and Ready condition, and a pod kept off a node by them waits for
-the node, not for a toleration; the others (the pressure conditions,
+the node, not for a toleration (so does a node an autoscaler is removing, ``leaving``:
+not schedulable either); the others (the pressure conditions,
 ``network-unavailable``, the cloud provider's ``uninitialized`` and ``shutdown``) are
 ignored: transient, a pod is predicted too early while they last.
 
@@ -78,10 +79,10 @@ their pods), the node-state taints other than cordon and not-ready (memory, disk
 PID pressure, ``network-unavailable``, the cloud provider's ``uninitialized`` and
 ``shutdown``: ignored, pods predicted too early while they last), a pod tolerating
 ``unschedulable`` or ``not-ready`` (or every taint, a bare ``Exists``), which may start
-on a cordoned or NotReady node the replay closes to everyone (rare for GPU jobs), a
-controller's transient taint on a node it removes (the cluster autoscaler's
-``ToBeDeletedByClusterAutoscaler``, ``karpenter.sh/disrupted``: a taint like any other,
-so a pod only that node could hold is ``never_fits`` for a few cycles), the taints a
+on a cordoned or NotReady node the replay closes to everyone (rare for GPU jobs), the
+node an autoscaler adds for a pod (it is not there yet; a node it removes, tainted
+``ToBeDeletedByClusterAutoscaler`` or ``karpenter.sh/disrupted``, is closed as a
+cordoned one is: ``leaving``), the taints a
 pod whose tolerations are unknown or a pod arriving after now does not tolerate (both
 are placed as if they tolerated every taint), node affinity other than the GPU product,
 CPU/memory shortages, and pods arriving after now (they can only take GPUs
@@ -138,6 +139,14 @@ _INT64 = (-(2**63), 2**63 - 1)
 # taints Kubernetes and the cloud provider set from a node's state: cordon and not-ready
 # are ``Node.schedulable``, the others ignored (module docstring)
 NODE_STATE_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+# taints an autoscaler puts on a node it is about to remove (the cluster autoscaler's,
+# Karpenter's since v1 and before it): the node takes no new pod, as if cordoned
+# (``leaving``), rather than a standing policy a toleration would answer
+REMOVAL_TAINT_KEYS = (
+    "ToBeDeletedByClusterAutoscaler",
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+)
 
 Taint = tuple[str, str, str]  # key, value, effect
 
@@ -378,12 +387,23 @@ def _order(pods: Sequence[PendingPod]) -> list[PendingPod]:
 def policy_taints(node: Node) -> tuple[Taint, ...]:
     """The taints of ``node`` that keep off pods not tolerating them: effect
     ``NoSchedule`` or ``NoExecute``, and not one Kubernetes sets from the node's state
-    (``NODE_STATE_TAINT_PREFIXES``; cordon and not-ready are ``Node.schedulable``)."""
+    (``NODE_STATE_TAINT_PREFIXES``; cordon and not-ready are ``Node.schedulable``) nor
+    an autoscaler's on a node it removes (``REMOVAL_TAINT_KEYS``: ``leaving``)."""
     return tuple(
         t
         for t in node.taints
-        if t[2] in BLOCKING_EFFECTS and not t[0].startswith(NODE_STATE_TAINT_PREFIXES)
+        if t[2] in BLOCKING_EFFECTS
+        and not t[0].startswith(NODE_STATE_TAINT_PREFIXES)
+        and t[0] not in REMOVAL_TAINT_KEYS
     )
+
+
+def leaving(taints: Sequence[Taint]) -> bool:
+    """Whether ``taints`` mark a node an autoscaler is removing (``REMOVAL_TAINT_KEYS``,
+    blocking): it takes no new pod while it goes, like a cordoned node, and a pod only
+    it could hold waits for a node rather than for a toleration (``no_schedulable_node``,
+    not ``never_fits``, which a few cycles of a node's removal used to show)."""
+    return any(t[0] in REMOVAL_TAINT_KEYS and t[2] in BLOCKING_EFFECTS for t in taints)
 
 
 def tolerated(node: Node, tolerations: Sequence[Toleration] | None) -> bool:

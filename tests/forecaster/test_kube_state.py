@@ -245,6 +245,35 @@ def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
 FEW = PendingSettings(n_samples=5)
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("ToBeDeletedByClusterAutoscaler", "1733300000"),
+        ("karpenter.sh/disrupted", ""),
+        ("karpenter.sh/disruption", "disrupting"),
+    ],
+)
+def test_a_node_an_autoscaler_removes_is_closed_not_a_toleration_to_wait_for(
+    key: str, value: str
+) -> None:
+    """The removal taint closes the node as a cordon does: a pod only it could hold
+    waits for a node (``no_schedulable_node``), it does not ``never_fits``."""
+    taint = {"key": key, "effect": "NoSchedule", **({"value": value} if value else {})}
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="2")],
+        "ksm_node_state": [series(node="n1", state="taint", **taint)],
+        "ksm_pods": _pending_gpu_pod("u1"),
+        "ksm_pod_times": [sample(uid="u1", time="created", value=str(NOW - 60))],
+        "ksm_pod_meta": [series(uid="u1", meta="tolerations", operator="Exists", **NOT_READY)],
+    }
+    q = kube_state.parse(samples, NOW)
+    ((node),) = q.nodes
+    assert (node.schedulable, node.taints) == (False, ((key, value, "NoSchedule"),))
+    assert q.tainted_nodes == 0  # not a standing policy
+    (pod,) = predict(q, {}, [600.0], NOW, FEW).pods
+    assert pod.prediction.status == NO_SCHEDULABLE_NODE
+
+
 def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_intolerant():
     """``kube_pod_tolerations`` dropped at scrape time for one namespace only: its pod
     shows no toleration while another pod shows its own. It is read as unknown (every
