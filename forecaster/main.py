@@ -277,9 +277,10 @@ def _common_flags() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY[=VALUE][:EFFECT]",
-        help="what a request made now tolerates (Exists without a value, Equal with one; "
-        "no effect: every effect), instead of its GPU resource's own taint as the "
-        "ExtendedResourceToleration admission plugin adds; repeatable",
+        help="what a request made now tolerates (Exists without a value, Equal with one, "
+        "KEY<N / KEY>N for Lt / Gt, * for KEY: every key; no effect: every effect), instead "
+        "of its GPU resource's own taint as the ExtendedResourceToleration admission plugin "
+        "adds; repeatable",
     )
     q.add_argument(
         "--pending.samples",
@@ -349,7 +350,8 @@ def pending_settings(args: argparse.Namespace) -> PendingSettings:
             tolerations.append(parse_toleration(item))
         except ValueError as err:
             raise ConfigError(
-                f"--pending.request-toleration wants KEY[=VALUE][:EFFECT], got {item!r}: {err}"
+                f"--pending.request-toleration wants KEY[=VALUE][:EFFECT] (or KEY<N, KEY>N, *), "
+                f"got {item!r}: {err}"
             ) from None
     try:
         return PendingSettings(

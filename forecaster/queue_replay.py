@@ -264,20 +264,36 @@ MAX_TOLERATION_CHARS = 400  # key 317, "=", value 63, ":", the longest effect 16
 
 def parse_toleration(text: str) -> Toleration:
     """``KEY[=VALUE][:EFFECT]`` → a toleration: ``Exists`` on KEY without a value,
-    ``Equal`` to VALUE with one (``KEY=`` matches a taint without value); no EFFECT:
-    every effect. Pure; ``ReplayError`` naming what is wrong (no key, a key or value
-    Kubernetes would refuse, an unknown effect)."""
+    ``Equal`` to VALUE with one (``KEY=`` matches a taint without value); ``KEY<N`` and
+    ``KEY>N`` (N a canonical integer) are ``Lt`` and ``Gt``; ``*`` for KEY is
+    ``Exists`` on every key (a toleration without a key); no EFFECT: every effect.
+    Pure; ``ReplayError`` naming what is wrong (no key, a key or value Kubernetes
+    would refuse, a bound that is not an integer, an unknown effect)."""
     if len(text) > MAX_TOLERATION_CHARS:
         raise ReplayError(f"longer than {MAX_TOLERATION_CHARS} characters")
     rest, colon, effect = text.rpartition(":") if ":" in text else (text, "", "")
     if colon and effect not in EFFECTS:
         raise ReplayError(f"effect must be one of {', '.join(EFFECTS)}, got {effect!r}")
+    if rest == "*":
+        return Toleration("", EXISTS, "", effect)
+    for sign, operator in (("<", LESS_THAN), (">", GREATER_THAN)):
+        if sign in rest:
+            key, _, bound = rest.partition(sign)
+            _check_key(key)
+            if _int64(bound) is None:
+                raise ReplayError(f"{bound!r} is not an integer (Lt and Gt compare integers)")
+            return Toleration(key, operator, bound, effect)
     key, equals, value = rest.partition("=")
-    if not _TOLERATION_KEY.fullmatch(key):
-        raise ReplayError(f"{key!r} is not a taint key (a Kubernetes qualified name)")
+    _check_key(key)
     if not _TOLERATION_VALUE.fullmatch(value):
         raise ReplayError(f"{value!r} is not a taint value (a Kubernetes label value)")
     return Toleration(key, EQUAL if equals else EXISTS, value, effect)
+
+
+def _check_key(key: str) -> None:
+    """``ReplayError`` unless ``key`` is a taint key (a Kubernetes qualified name)."""
+    if not _TOLERATION_KEY.fullmatch(key):
+        raise ReplayError(f"{key!r} is not a taint key (a Kubernetes qualified name)")
 
 
 @dataclass(frozen=True, slots=True)

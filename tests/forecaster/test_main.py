@@ -80,10 +80,13 @@ def test_request_tolerations_reach_the_pending_settings() -> None:
     taken to tolerate; without it the default stays (None: the resource's own taint)."""
     argv = ["once", "--pending.request-toleration", "sku=gpu:NoSchedule"]
     argv += ["--pending.request-toleration", "nvidia.com/gpu"]
+    argv += ["--pending.request-toleration", "*:NoExecute", "--pending.request-toleration", "gen<4"]
     settings = config_from_args(build_parser().parse_args(argv)).cycle.pending
     assert settings.request_tolerations == (
         Toleration("sku", "Equal", "gpu", "NoSchedule"),
         Toleration("nvidia.com/gpu", "Exists", "", ""),
+        Toleration("", "Exists", "", "NoExecute"),
+        Toleration("gen", "Lt", "4", ""),
     )
     default = config_from_args(build_parser().parse_args(["once"])).cycle.pending
     assert default.request_tolerations is None

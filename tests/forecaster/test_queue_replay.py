@@ -331,6 +331,10 @@ def test_a_configured_request_toleration_replaces_the_resource_taint_guess():
             "example.com/pool=a.b_c-1:NoExecute",
             Toleration("example.com/pool", "Equal", "a.b_c-1", "NoExecute"),
         ),
+        ("*", Toleration("", "Exists", "", "")),  # every taint
+        ("*:NoSchedule", Toleration("", "Exists", "", "NoSchedule")),
+        ("example.com/gen<4", Toleration("example.com/gen", "Lt", "4", "")),
+        ("gen>-2:NoExecute", Toleration("gen", "Gt", "-2", "NoExecute")),
     ],
 )
 def test_parse_toleration(text, expected):
@@ -351,6 +355,13 @@ def test_parse_toleration(text, expected):
         "k/",
         "k=" + "v" * 64,
         "k" * 401,
+        "**",
+        "*=v",
+        "<4",
+        "k<four",
+        "k>04",  # not canonical
+        "k<1<2",
+        "k<" + "9" * 20,  # beyond int64
     ],
 )
 def test_parse_toleration_refuses_what_kubernetes_would(text):
