@@ -5,13 +5,18 @@ turned into TSDB blocks by the real ``promtool tsdb create-blocks-from
 openmetrics``. Then: ``python -m gpu_eta.forecaster serve`` is scraped by that Prometheus
 (and survives Prometheus going away and coming back); ``python -m gpu_eta.forecaster
 once`` pushes to a real Pushgateway that Prometheus scrapes; and an in-process
-cycle checks what is reconstructed from the real query answers.
+cycle checks what is reconstructed from the real query answers. Live, through the
+simulated exporter: a real PyTorch run, and runs without a planned total whose job's
+ended runs give the next ones their forecast.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -22,17 +27,19 @@ from urllib.parse import urlencode
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.forecaster import promapi, queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.publish import Exposition, ServiceState
 from gpu_eta.forecaster.runs import run_key
 from gpu_eta.forecaster.runs_from_series import pod_values, sample_pod, sample_run_key
 from gpu_eta.launch.processes import log_tail, spawn, start_http
 from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port, stop_process
-from tests.integration.helpers import training_script, wait_until
+from tests.integration.helpers import Exporter, training_script, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -682,6 +689,181 @@ def test_live_exporter_and_real_training(
     assert trainer.wait(timeout=300) == 0, log_tail(trainer_log)
     # the finished run goes into the history
     prom.wait_for("gpu_eta_model_history_jobs == 1", timeout=120)
+
+
+PLANLESS_SCENARIO = """
+version: 1
+node: sim-planless
+gpus: [{index: 0}, {index: 1}, {index: 2}, {index: 3}, {index: 4}]
+pods:
+""" + "".join(
+    f"""  - name: {pod}
+    namespace: ml
+    uid: uid-{gpu}
+    ip: 127.0.0.{41 + gpu}
+    owner_kind: Job
+    owner_name: {owner}
+    containers:
+      - {{name: train, gpus: [{{gpu: {gpu}, utilization: 0.9, memory: 10GiB}}]}}
+"""
+    for gpu, (pod, owner) in enumerate(
+        [  # a CronJob's runs (job "ft", one Job a minute), then another job's
+            ("ft-29438760-b2c4d", "ft-29438760"),
+            ("ft-29438761-f5g6h", "ft-29438761"),
+            ("ft-29438762-k7m8n", "ft-29438762"),
+            ("ft-29438763-p2q4r", "ft-29438763"),
+            ("sweep-s2t4v", "sweep"),
+        ]
+    )
+)
+
+
+def post_from(exporter: Exporter, gpu: int, body: dict) -> None:
+    """POST a progress report from the address of the scenario's pod on ``gpu``."""
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", exporter.progress_port, timeout=10, source_address=(f"127.0.0.{41 + gpu}", 0)
+    )
+    try:
+        conn.request("POST", "/progress", body=json.dumps(body))
+        resp = conn.getresponse()
+        text = resp.read().decode()
+    finally:
+        conn.close()
+    assert resp.status == 200, (body, text)
+
+
+def exposed(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """The samples named ``name`` in a text exposition: their labels and values."""
+    return [
+        (sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+def test_runs_without_a_plan_are_forecast_from_their_jobs_earlier_runs(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """Real exporter → Prometheus → in-process cycles → exposition, for runs that report
+    no planned total: two runs of a CronJob (one by epochs, one by steps only) end, their
+    end makes what they reached their plan, and they are stored as completed; the job's
+    next runs (the same two kinds) are forecast from those durations; another job's run,
+    with none, is not."""
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(PLANLESS_SCENARIO)
+    exporter = exporter_factory(
+        "--simulate",
+        str(scenario),
+        "--collection.interval=500ms",
+        "--no-collector.logs",
+        ready="/metrics",
+    )
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
+    t0 = float(int(time.time()))
+    # the runs started minutes ago (run_start): their durations without waiting them out
+    start = {"a": t0 - 400, "b": t0 - 800, "c": t0 - 100, "s": t0 - 600, "x": t0 - 50}
+    gpu_of = {"a": 0, "b": 1, "c": 2, "s": 3, "x": 4}
+
+    def report(run: str, **fields) -> None:
+        body = {"run_id": f"run-{run}", "run_start": start[run], "batch_size": 64, **fields}
+        post_from(exporter, gpu_of[run], body)
+
+    for epoch in (1, 2):
+        report("a", epoch=epoch)
+        report("b", step=100 * epoch)
+    report("x", epoch=1)
+    prom.wait_for("gpu_eta_training_epoch == 2", timeout=30, min_results=1)
+    prom.wait_for("gpu_eta_training_step == 200", timeout=30, min_results=1)
+    prom.wait_for("gpu_eta_training_last_report_timestamp_seconds", timeout=30, min_results=3)
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
+        cycle = Cycle(client, store, settings)
+        fs = cycle.run()
+        # running without a plan, and no completed run of their jobs yet
+        assert fs.jobs == () and fs.job_errors == {"no_plan": 3} and fs.n_running == 3
+        assert store.finished() == [] and not store.running()  # not stored while they run
+
+        # a and b end: what they reached becomes their plan; c and s start
+        before = time.time()
+        report("a", epoch=3)
+        after_a = time.time()
+        report("a", event="end")
+        report("b", step=300)
+        report("b", step=400)
+        after_b = time.time()
+        report("b", event="end")
+        after_b_end = time.time()
+        report("c", epoch=1)
+        report("s", step=50)  # steps only: followed by the step query
+        prom.wait_for('gpu_eta_training_epochs_planned{run_id="run-a"} == 3', timeout=30)
+        prom.wait_for('gpu_eta_training_steps_planned{run_id="run-b"} == 400', timeout=30)
+        prom.wait_for('gpu_eta_training_step{run_id="run-s"}', timeout=30)
+        prom.wait_for("gpu_eta_training_last_report_timestamp_seconds", timeout=30, min_results=5)
+        fs = cycle.run()
+        assert client.stats.error == 0
+        finished = {r.run_id: r for r in store.finished()}
+        assert set(finished) == {"run-a", "run-b"}
+        a, b = finished["run-a"], finished["run-b"]
+        assert (a.completed, a.epochs_planned, a.epochs_done) == (True, 3.0, 3.0)
+        assert (b.completed, b.epochs_planned, b.epochs_done) == (True, 400.0, 400.0)
+        assert (a.start_timestamp, b.start_timestamp) == (start["a"], start["b"])
+        # a duration runs from the start it reported to its last epoch's end, or for a
+        # run followed by its steps, to its last report (here its end)
+        assert before <= a.last_timestamp <= after_a
+        assert after_b <= b.last_timestamp <= after_b_end
+        assert a.features["job_name"] == b.features["job_name"] == "ft"
+        durations = sorted(r.last_timestamp - r.start_timestamp for r in finished.values())
+
+        def check(fs) -> None:
+            jobs = {j.run.run_id: j for j in fs.jobs}
+            assert set(jobs) == {"run-c", "run-s"}  # x: no completed run of "sweep"
+            assert fs.job_errors == {"no_plan": 1} and fs.n_running == 3
+            for run, job in jobs.items():
+                elapsed = fs.timestamp - start[run[-1]]
+                left = [d for d in durations if d > elapsed]
+                fc = job.forecast
+                assert fc.method == "durations" and fc.n_obs == len(left)
+                assert fc.p50 == statistics.median(left) - elapsed
+                assert 0 <= fc.p10 <= fc.p50 <= fc.p90
+                assert job.completion_timestamps[1] == fs.timestamp + fc.p50
+                assert job.node == "sim-planless" and job.run.start_timestamp == start[run[-1]]
+            # c (100 s in) is shorter than both earlier runs, s (600 s in) than b only
+            assert (jobs["run-c"].forecast.n_obs, jobs["run-s"].forecast.n_obs) == (2, 1)
+            assert jobs["run-s"].run.features["progress_unit"] == "steps"
+            assert {g.gpu for g in fs.gpus} == {"2", "3"}  # the forecast runs' GPUs
+
+        check(fs)
+        fs = cycle.run()  # the next cycle: nothing stored again, the same forecasts, later
+        assert store.count_finished() == 2
+        check(fs)
+
+        state = ServiceState()
+        state.success(fs, 0.1, fs.timestamp)
+        body, _ = Exposition(state, clock=lambda: fs.timestamp).render("")
+        info = {
+            (m["pod"], m["method"]): value
+            for m, value in exposed(body.decode(), "gpu_eta_job_forecast_info")
+        }
+        assert info == {
+            ("ft-29438762-k7m8n", "durations"): 1.0,
+            ("ft-29438763-p2q4r", "durations"): 1.0,
+        }
+        ends = {
+            m["pod"]: value
+            for m, value in exposed(
+                body.decode(), "gpu_eta_job_predicted_completion_timestamp_seconds"
+            )
+            if m["quantile"] == "0.5"
+        }
+        assert ends == {j.run.pod: j.completion_timestamps[1] for j in fs.jobs}
+        errors = exposed(body.decode(), "gpu_eta_forecaster_job_errors_total")
+        assert {m["reason"]: v for m, v in errors} == {"no_plan": 1.0}
+    finally:
+        store.close()
+        client.close()
 
 
 def test_seeded_runs_are_not_stored_again_from_their_backfilled_series(
