@@ -60,7 +60,7 @@ def moments(runs: Sequence[Run]) -> list[tuple[float, int, float, float, float, 
             next_end += 1
             grown = True
         if grown:
-            spread = dict(fit.result().spread)
+            spread = fit.spread()
         key = identity(part)
         past = fit.past(key) if key is not None else ()
         elapsed = now - part.start_timestamp

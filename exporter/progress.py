@@ -241,7 +241,8 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
         bad_nested.append("metrics must be an object of numbers")
     metrics, skipped = _free_form(extra)
     skipped = (*bad_nested, *skipped)
-    if event != "start" and not metrics and all(v is None for v in values.values()):
+    # an end may say nothing more: the run's counters are already known
+    if event not in ("start", "end") and not metrics and all(v is None for v in values.values()):
         note = f"; skipped: {'; '.join(skipped)}"[:160] if skipped else ""
         raise InvalidReport(f"no progress fields (epoch, step, ...){note}")
     report = Report(
@@ -328,13 +329,17 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
 
     A named run id decides alone. Without one (logs, curl) a run restarts when the
     epoch or step counter goes back or the planned totals change: the signature of
-    a notebook that trains again.
+    a notebook that trains again; and any report but another ``end`` after the run's
+    ``end`` (its next training may go on from where it stopped: a single-epoch run
+    ended at epoch 1, the next one's first report is epoch 1 again).
     """
     if previous is None:
         return True
     if report.run_id is not None:  # a repeated "start" of the same run changes nothing
         return report.run_id != previous.run_id
     if report.event == "start":
+        return True
+    if previous.ended_timestamp is not None and report.event != "end":
         return True
     if (
         report.epochs is not None
@@ -377,15 +382,21 @@ def _merged_metrics(old: Mapping[str, float], new: Mapping[str, float]) -> Mappi
 def _reached_totals(epoch: float | None, step: float | None) -> tuple[float | None, float | None]:
     """The planned totals an ended plan-less run is given: the counters it reached.
 
+    With a step, the steps only: the forecaster then follows the run by its steps,
+    whose last point is its last report, so the duration it learns runs to the end;
+    with epochs fixed it would follow the epochs and learn the time to the last whole
+    epoch (a run stopped by a quality check in its second epoch would be learnt as one
+    epoch long). Without a step, the epochs.
+
     A counter below 1 (None, 0, a fraction of a first epoch) gives no total: the
     wire format's totals are at least 1 (``check_report``), and a row breaking that
     would be refused by the store (``check_progress``), so the ``end`` itself would
     be answered 400; a run that did not get through one epoch or step has no
     duration worth learning either.
     """
-    epochs = epoch if epoch is not None and epoch >= 1 else None
-    steps = step if step is not None and step >= 1 else None
-    return epochs, steps
+    if step is not None and step >= 1:
+        return None, step
+    return (epoch if epoch is not None and epoch >= 1 else None), None
 
 
 def advance(
@@ -413,14 +424,15 @@ def advance(
     new run (``starts_new_run``) is no finish seen, only a first report, so nothing
     is fixed there, nor for a run that reached no whole epoch or step.
 
-    After such an end the fixed totals are the run's plan like any other, and a
-    later report of the same run is checked against them: one with the same counters
-    changes nothing (a repeated ``end`` is idempotent), one that omits ``epochs``
-    keeps them (``starts_new_run`` compares only a stated ``epochs``), one whose
-    epoch or step goes beyond them is refused as any ``epoch > epochs``: the sender
-    called ``end`` before it had finished. That holds for reports without a run_id
-    too, whose counter going on is no new run (only going back is); their next
-    training, starting again from epoch 0 or 1, or stating a plan, is a new run.
+    After such an end the fixed totals are the run's plan like any other. A report
+    naming the same run id is checked against them: one with the same counters
+    changes nothing (a repeated ``end`` is idempotent), one that omits the totals
+    keeps them, one whose epoch or step goes beyond them is refused as any
+    ``epoch > epochs``: the sender called ``end`` before it had finished. A report
+    without a run id after an end (logs, curl, a marker line) is a new run, whatever
+    its counters, except another ``end`` (``starts_new_run``): such a sender's next
+    training may go on from where the last one stopped. Every run's ``end`` is kept
+    as ``ended_timestamp`` for that rule, in the state file and journal too.
     """
     new_run = starts_new_run(previous, report)
     if new_run:
@@ -473,6 +485,7 @@ def advance(
         steps=steps,
         batch_size=pick(report.batch_size, base.batch_size),
         epoch_end_timestamp=epoch_end,
+        ended_timestamp=now if report.event == "end" else base.ended_timestamp,
         metrics=_merged_metrics(base.metrics, report.metrics),
     )
 
@@ -500,7 +513,12 @@ def check_progress(progress: Progress) -> Progress:
         raise InvalidReport("run_id must be 1-64 characters of [A-Za-z0-9._-]")
     if progress.source not in _SOURCES:
         raise InvalidReport("source must be http or log")
-    for name in ("run_start_timestamp", "last_report_timestamp", "epoch_end_timestamp"):
+    for name in (
+        "run_start_timestamp",
+        "last_report_timestamp",
+        "epoch_end_timestamp",
+        "ended_timestamp",
+    ):
         value = getattr(progress, name)
         if value is not None:
             _number(name, value)

@@ -41,11 +41,11 @@ STATE_VERSION = 1
 # (a 12 MiB string holding one 4-byte character, so decoded as UCS-4) at 128 MB.
 MAX_STATE_BYTES = 12 << 20
 # JSON values a state file may hold (counted cheaply as its ``,``, ``{`` and ``[``
-# bytes, before parsing): a row is at most 2 objects and 30 members, so 4,096 rows
+# bytes, before parsing): a row is at most 2 objects and 31 members, so 4,096 rows
 # stay under half of this. Why count: the byte cap alone does not bound memory, since
 # 12 MiB of ``{},{},...`` is 4 million dicts (350 MB); no name or number the rules
 # allow contains these bytes, so a file over the count is damaged or not ours.
-MAX_STATE_VALUES = 64 * 4096
+MAX_STATE_VALUES = 72 * 4096
 # A state file or journal that cannot be read is read again this often (a transient
 # EIO or NFS hiccup passes) before it is moved aside.
 READ_ATTEMPTS = 3
@@ -265,7 +265,15 @@ def progress_to_row(progress: Progress) -> dict:
 
 _STR_FIELDS = ("namespace", "pod", "container", "run_id", "source")
 _NUM_FIELDS = ("run_start_timestamp", "last_report_timestamp")
-_OPT_FIELDS = ("epoch", "epochs", "step", "steps", "batch_size", "epoch_end_timestamp")
+_OPT_FIELDS = (
+    "epoch",
+    "epochs",
+    "step",
+    "steps",
+    "batch_size",
+    "epoch_end_timestamp",
+    "ended_timestamp",  # absent in rows written before it was kept: None
+)
 
 
 def progress_from_row(row: object) -> Progress:

@@ -171,6 +171,9 @@ class Progress:
     steps: float | None = None
     batch_size: float | None = None
     epoch_end_timestamp: float | None = None  # when the latest completed epoch ended
+    # when its sender said it ended (``"event": "end"``); a report without a run id
+    # after it is a new run (``progress.starts_new_run``)
+    ended_timestamp: float | None = None
     # free-form numbers (loss...)
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY_F)
 

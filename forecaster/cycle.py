@@ -29,11 +29,17 @@ from gpu_eta.forecaster.cycle_meta import (
     float_or_none,
 )
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators.base import stall_widen_since
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryConflict, HistoryStore
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
-from gpu_eta.forecaster.planless import DurationsFit, configuration_of, forecast_without_plan
+from gpu_eta.forecaster.planless import (
+    DurationsFit,
+    configuration_of,
+    fit_durations,
+    forecast_without_plan,
+)
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.promparse import PromQueryError
 from gpu_eta.forecaster.refit import (
@@ -81,14 +87,15 @@ class Cycle:
         self._last_fit = -math.inf
         self._refit_thread: threading.Thread | None = None
         self._learned_version = -1  # store version the model has learned up to (fit or update)
-        self._pending: tuple[Model, int, Sequence[Run]] | None = None
+        self._pending: tuple[Model, int, Sequence[Run], DurationsFit] | None = None
         self._learnt_runs: list[Run] = []  # the finished runs the model has seen, in order
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback (``_load_state``).
         self._stored_query: str | None = None  # the stored query time as read or written
         self._durations: tuple[float, ...] = ()  # finished runs' durations, for the queue
         # completed runs' durations by configuration, for runs without a planned total;
-        # rebuilt with each fit, then given the runs that finish (``_learn_since_fit``)
+        # built with each fit (in the refit's thread), then given the runs that finish
+        # (``_learn_since_fit``)
         self._planless = DurationsFit()
         self._planless_seen: list[Run] = []  # the last run it was given (appended_since)
         self._planless_spread: Mapping[int, tuple[float, float]] = {}
@@ -201,7 +208,10 @@ class Cycle:
         # done and present are disjoint, and finish() only removes: what is still
         # running and present is the list read above, filtered.
         running = [r for r in stored_running if run_key(r.run) in view.present]
-        if any(progress_overdue(stored.run, view, now, s) for stored in running):
+        planless = [(p, planless_stub(p)) for p in view.planless]
+        if any(progress_overdue(stored.run, view, now, s) for stored in running) or any(
+            progress_overdue(stub, view, now, s) for _, stub in planless
+        ):
             # the stall check's GPU use, asked only when some run may be stalled
             query = queries.render(queries.UTIL_RECENT, window, s.idle_window_seconds)
             view.set_util_recent(pod_values(self.client.instant(query, at=now)))
@@ -222,12 +232,19 @@ class Cycle:
                 fc = dataclasses.replace(fc, stalled=True)
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(run, stored.node, fc, ends))
-        for planless in view.planless:
-            job = self._forecast_planless(planless, now)
-            if job is None:
-                errors["no_plan"] += 1  # and no completed run of its configuration outlasts it
-            else:
-                jobs.append(job)
+        for found, stub in planless:
+            try:
+                stalled = is_stalled(stub, view, now, s)
+                fc = self._forecast_planless(stub, last_progress(stub, view), now, stalled)
+            except Exception as err:  # a bad job must not fail the cycle
+                errors["predict_failed"] += 1
+                log.debug("plan-less forecast failed for %s: %s", found.key, err)
+                continue
+            if fc is None:  # no completed run of its configuration outlasts it
+                errors["no_plan"] += 1
+                continue
+            ends = (now + fc.p10, now + fc.p50, now + fc.p90)
+            jobs.append(JobForecast(stub, found.node, fc, ends))
         queue = self._queue_starts(now, instant, jobs, errors)
         n_queries = self.client.stats.success + self.client.stats.error - before
         return ForecastSet(
@@ -362,7 +379,15 @@ class Cycle:
             if (key := sample_run_key(sample)) is not None
         }
         full = static.full_due()
-        parts = None if full else self._unknown_runs_parts(static.unknown(seen), window)
+        parts = None
+        if not full:
+            unknown = static.unknown(seen)
+            parts = self._unknown_runs_parts(unknown, window)
+            fresh = static.never_read(seen)
+            if parts is None and len(fresh) < len(unknown):
+                # too many to ask for: the runs without a plan (read before, found none)
+                # wait for the next full read, so that they never make every cycle one
+                parts = self._unknown_runs_parts(fresh, window)
         if full or parts is None:
             full = True
             answers = {name: ask(name) for name in (*queries.STATIC_RUN, queries.STATIC_POD)}
@@ -476,8 +501,7 @@ class Cycle:
             self._last_fit = now
             history = self._history()
             self._durations = run_durations(history)
-            self._learn_durations(history, again=True)
-            self._install(self._fit(history), self.store.version, history)
+            self._install(self._fit(history), self.store.version, history, fit_durations(history))
         elif (
             self.store.version != self._model_version
             and now - self._last_fit >= self.settings.refit_seconds
@@ -487,7 +511,6 @@ class Cycle:
             version = self.store.version
             history = self._history()
             self._durations = run_durations(history)
-            self._learn_durations(history, again=True)
             if self.settings.background_refit:
                 self._refit_thread = threading.Thread(
                     target=self._refit_job, args=(history, version), daemon=True
@@ -527,38 +550,36 @@ class Cycle:
         else:
             self._learnt_runs = learnt + added
 
-    def _learn_durations(self, history: Sequence[Run], again: bool = False) -> None:
-        """Give the plan-less forecasts' durations the runs of ``history`` they have not
-        seen (all of them, ``again``: with each fit, so they follow the same runs)."""
-        if again:
-            self._planless, self._planless_seen = DurationsFit(), []
+    def _learn_durations(self, history: Sequence[Run]) -> None:
+        """Give the plan-less forecasts' durations the runs of ``history`` (the store's
+        finished list, oldest first) they have not seen: those finished since their fit."""
         added = appended_since(self._planless_seen, history)
         if not added:
             return
         for run in added:
             self._planless.add(run)
         self._planless_seen = [added[-1]]
-        self._planless_spread = self._planless.result().spread
+        self._planless_spread = self._planless.spread()
 
-    def _forecast_planless(self, run: PlanlessRun, now: float) -> JobForecast | None:
-        """A run without a planned total, forecast from its configuration's completed
-        durations (``planless``); None when they say nothing (none, or all shorter)."""
-        namespace, pod, container, run_id = run.key
-        key = configuration_of(run.features, namespace)
+    def _forecast_planless(
+        self, stub: Run, last: float, now: float, stalled: bool
+    ) -> Forecast | None:
+        """A run without a planned total (``planless_stub``), forecast from its
+        configuration's completed durations (``planless``); None when they say nothing
+        (none, or all shorter). A stalled one (no progress since ``last``, its GPU idle)
+        holds the forecast it had at ``last``, widened as a stalled run with a plan is
+        (``stall_widen_since``): its GPU shows a free time and its pods a stall, as any
+        run's would."""
+        key = configuration_of(stub.features, stub.namespace)
         past = self._planless.past(key) if key is not None else ()
-        fc = forecast_without_plan(past, now - run.start_timestamp, self._planless_spread)
-        if fc is None or sanitize(fc) is None:
+        at = min(now, last) if stalled else now
+        fc = forecast_without_plan(past, at - stub.start_timestamp, self._planless_spread)
+        if fc is None:
             return None
-        stub = Run(
-            run_id,
-            math.inf,  # unknown: no fraction done, nothing reads it
-            ((0.0, run.start_timestamp),),
-            features=run.features,
-            namespace=namespace,
-            pod=pod,
-            container=container,
-        )
-        return JobForecast(stub, run.node, fc, (now + fc.p10, now + fc.p50, now + fc.p90))
+        if stalled:
+            p10, p50, p90 = stall_widen_since((fc.p10, fc.p50, fc.p90), at, now)
+            fc = dataclasses.replace(fc, p10=p10, p50=p50, p90=p90, stalled=True)
+        return sanitize(fc)
 
     def _history(self) -> list[Run]:
         """The finished runs the model fits on: the most recent ``fit_runs`` (0: all)
@@ -596,7 +617,8 @@ class Cycle:
                 )
             else:
                 model = self._fit(history)
-            self._pending = (model, version, history)
+            # built here, not in the cycle: 100,000 runs take most of a second
+            self._pending = (model, version, history, fit_durations(history))
         except Exception as err:  # keep the previous model
             log.warning("model refit failed, keeping the previous model: %s", err)
             self._pending = None
@@ -609,11 +631,32 @@ class Cycle:
         self._pending = None
         self._refit_thread = None
 
-    def _install(self, model: Model, version: int, history: Sequence[Run]) -> None:
+    def _install(
+        self, model: Model, version: int, history: Sequence[Run], durations: DurationsFit
+    ) -> None:
         self.model = model
         self._model_version = version
         self._learned_version = version
         self._learnt_runs = list(history)
+        self._planless = durations
+        self._planless_seen = list(history[-1:])
+        self._planless_spread = durations.spread()
+
+
+def planless_stub(run: PlanlessRun) -> Run:
+    """The ``Run`` a forecast of a run without a planned total is published for: its
+    identity, start and features; no progress points and an infinite plan (nothing
+    reads a fraction of it). Pure."""
+    namespace, pod, container, run_id = run.key
+    return Run(
+        run_id,
+        math.inf,
+        ((0.0, run.start_timestamp),),
+        features=run.features,
+        namespace=namespace,
+        pod=pod,
+        container=container,
+    )
 
 
 def last_progress(run: Run, view: CycleView) -> float:

@@ -34,6 +34,8 @@ are a live plan-less run's progress points kept between cycles for the model to 
 
 from __future__ import annotations
 
+import bisect
+import collections
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,6 +57,8 @@ measured: with one earlier run its duration misses the next by much more than th
 median of ten does."""
 MIN_RESIDUALS = 20
 """Fewest residuals a band's quantiles are read from; fewer, the pooled ones."""
+MAX_RESIDUALS = 5000
+"""Residuals kept per band, the latest."""
 MIN_POOLED = 2
 """Fewest residuals the pooled spread is read from (with fewer than nine, their
 extremes); fewer, the order statistics of the durations themselves."""
@@ -77,24 +81,21 @@ def band(n: int) -> int:
     return max(edge for edge in BANDS if edge <= max(n, 1))
 
 
-@dataclass(frozen=True, slots=True)
-class Durations:
-    """What the forecasts read: each configuration's latest durations and, per band of
-    how many there were, the conformal bounds of ``log(duration / median of the
-    earlier ones)`` measured on the history (``fit_durations``)."""
-
-    by_configuration: Mapping[Configuration, tuple[Past, ...]]
-    spread: Mapping[int, tuple[float, float]]
-
-
 class DurationsFit:
-    """Builds ``Durations`` from completed runs handed over oldest first (``add``), so a
-    replay can read it at every moment without refitting (``bench/planless.py``)."""
+    """Completed runs handed over oldest first (``add``): each configuration's latest
+    ``per_configuration`` and the spread of their durations, kept current as runs
+    finish so that neither a cycle nor a replay refits (``bench/planless.py``).
+
+    Bounded: the residuals of each band are the latest ``MAX_RESIDUALS`` (a cluster's
+    recent runs, as the configurations' durations are), kept sorted so that
+    ``spread`` reads its ranks without sorting."""
 
     def __init__(self, per_configuration: int = PER_CONFIGURATION) -> None:
         self.per_configuration = per_configuration
         self._kept: dict[Configuration, list[Past]] = {}
-        self._residuals: dict[int, list[float]] = {}
+        self._order: dict[int, collections.deque[float]] = {e: collections.deque() for e in BANDS}
+        self._sorted: dict[int, list[float]] = {edge: [] for edge in BANDS}
+        self._pooled: list[float] = []  # every band's, sorted
 
     def add(self, run: Run) -> None:
         """Learn ``run`` if it completed: its duration's residual around the median of its
@@ -111,40 +112,51 @@ class DurationsFit:
         earlier = self._kept.setdefault(key, [])
         if earlier:
             residual = math.log(duration / statistics.median(p.duration for p in earlier))
-            self._residuals.setdefault(band(len(earlier)), []).append(residual)
+            self._remember(band(len(earlier)), residual)
         earlier.append(Past(duration, total))
         if len(earlier) > self.per_configuration:
             del earlier[0]
+
+    def _remember(self, edge: int, residual: float) -> None:
+        order, ordered = self._order[edge], self._sorted[edge]
+        order.append(residual)
+        bisect.insort(ordered, residual)
+        bisect.insort(self._pooled, residual)
+        if len(order) > MAX_RESIDUALS:
+            oldest = order.popleft()
+            del ordered[bisect.bisect_left(ordered, oldest)]
+            del self._pooled[bisect.bisect_left(self._pooled, oldest)]
 
     def past(self, key: Configuration) -> tuple[Past, ...]:
         """The latest completed runs of one configuration (empty when none completed)."""
         return tuple(self._kept.get(key, ()))
 
-    def result(self) -> Durations:
-        """Every configuration's latest durations and each band's spread."""
-        pooled = [r for values in self._residuals.values() for r in values]
-        spread: dict[int, tuple[float, float]] = {}
+    def spread(self) -> dict[int, tuple[float, float]]:
+        """Per band, the conformal bounds of the residuals (a band with fewer than
+        ``MIN_RESIDUALS`` reads every band's); none with fewer than ``MIN_POOLED``."""
+        out: dict[int, tuple[float, float]] = {}
         for edge in BANDS:
-            values = self._residuals.get(edge, [])
-            source = values if len(values) >= MIN_RESIDUALS else pooled
+            own = self._sorted[edge]
+            source = own if len(own) >= MIN_RESIDUALS else self._pooled
             if len(source) >= MIN_POOLED:
-                spread[edge] = _conformal(source)
-        return Durations({k: tuple(v) for k, v in self._kept.items()}, spread)
+                out[edge] = _conformal(source)
+        return out
 
 
-def fit_durations(history: Iterable[Run], per_configuration: int = PER_CONFIGURATION) -> Durations:
-    """``Durations`` of the completed runs of ``history``, oldest first (as
-    ``HistoryStore.finished`` returns them); the latest ``per_configuration`` of each
-    configuration are kept."""
+def fit_durations(
+    history: Iterable[Run], per_configuration: int = PER_CONFIGURATION
+) -> DurationsFit:
+    """A ``DurationsFit`` given the runs of ``history``, oldest first (as
+    ``HistoryStore.finished`` returns them)."""
     fit = DurationsFit(per_configuration)
     for run in history:
         fit.add(run)
-    return fit.result()
+    return fit
 
 
-def _conformal(values: Sequence[float]) -> tuple[float, float]:
-    """The ``⌊0.1(n+1)⌋``-th and ``⌈0.9(n+1)⌉``-th smallest of ``values`` (n ≥ 9)."""
-    ordered = sorted(values)
+def _conformal(ordered: Sequence[float]) -> tuple[float, float]:
+    """The ``⌊0.1(n+1)⌋``-th and ``⌈0.9(n+1)⌉``-th smallest of the sorted ``ordered``
+    (clipped to the extremes with fewer than nine)."""
     n = len(ordered)
     lo = max(1, math.floor(_LO * (n + 1)))
     hi = min(n, math.ceil(_HI * (n + 1)))

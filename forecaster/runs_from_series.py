@@ -265,6 +265,13 @@ def assemble(
             continue
         by_steps = run not in epoch
         sample = step[run] if by_steps else epoch[run]
+        # its latest report or epoch end: the stall check's "last progress"
+        times = [t for _, t in latest_epochs.get(run, ())]
+        report = last_report.get(run)
+        if report is not None:
+            times.append(report.value)
+        t0 = start_s.value
+        view.last_progress[run] = max([t0, *(t for t in times if _finite(t) and t0 <= t <= hi)])
         view.planless.append(
             PlanlessRun(
                 key=run,

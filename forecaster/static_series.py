@@ -9,7 +9,9 @@ other cycles only for the runs it has not seen yet, by a set match on their
 ``run_id`` (and ``pod``) that the TSDB answers from its index
 (``queries.matcher``), all folded into one query. A changed plan or batch size is
 therefore seen at the next full read at the latest (``--cycle.interval`` ×
-``full_every``); a new run is read in its first cycle.
+``full_every``); a new run is read in its first cycle. A run without a plan is asked
+for again each cycle (its plan appears when it ends), unless too many such runs would
+make the query a full read: they then wait for the next one (``never_read``).
 
 ``StaticSeries`` holds what was read, by run key and by pod; ``answers`` gives the
 cycle the same lists a full read would have (for the runs seen in this cycle), so
@@ -57,6 +59,14 @@ class StaticSeries:
             for key in set(seen)
             if not all(any(key in runs[n] for n in names) for names in _DEFINING)
         )
+
+    def never_read(self, seen: Iterable[RunKey]) -> list[RunKey]:
+        """The runs seen now whose start has not been read, in key order: new runs.
+        ``unknown`` holds these and the runs read before that have no plan (yet: a run
+        without a planned total gets one when it ends), which a cycle with too many
+        to ask for leaves to the next full read (``Cycle._query``)."""
+        start = self._runs["start"]
+        return sorted(key for key in set(seen) if key not in start)
 
     def gpus_unknown(self, allocated: Sequence[Sample]) -> bool:
         """Whether the GPU models must be read (never read, or an allocation on a GPU

@@ -141,6 +141,14 @@ def stall_widen(
     """A stalled run holds its ETA: remaining as of its last epoch end, not shrunk by
     the stall and not extrapolated from it; the upper bound grows by the stall length
     (and doubles) because nobody knows when it resumes."""
-    stall = max(0.0, now - run.last_timestamp)
+    return stall_widen_since(quantiles, run.last_timestamp, now)
+
+
+def stall_widen_since(
+    quantiles: tuple[float, float, float], since: float, now: float
+) -> tuple[float, float, float]:
+    """``stall_widen`` for a run whose last progress was at ``since`` (a run without a
+    planned total has no epoch end to read it from: ``forecaster.cycle``)."""
+    stall = max(0.0, now - since)
     p10, p50, p90 = quantiles
     return ordered(p10, p50, 2.0 * p90 + stall)

@@ -238,11 +238,23 @@ def test_a_plan_less_run_that_ends_gets_the_totals_it_reached():
     p = _adv(p, Report(run_id="r1", epoch=3, step=300), NOW + 30)
     assert (p.epochs, p.steps) == (None, None)  # no plan while it runs
     done = _adv(p, Report(run_id="r1", event="end", epoch=4, step=410), NOW + 40)
-    assert (done.run_id, done.epoch, done.epochs, done.step, done.steps) == ("r1", 4, 4, 410, 410)
+    # with a step, the steps only: followed by its steps, it is learnt to its last report
+    assert (done.run_id, done.epoch, done.epochs, done.step, done.steps) == (
+        "r1",
+        4,
+        None,
+        410,
+        410,
+    )
     assert done.run_start_timestamp == NOW and done.epoch_end_timestamp == NOW + 40
+    assert done.ended_timestamp == NOW + 40 and p.ended_timestamp is None
     # the end carries no counter: the ones reached before it are the totals
     quiet = _adv(p, Report(run_id="r1", event="end", metrics={"loss": 0.1}), NOW + 41)
-    assert (quiet.epoch, quiet.epochs, quiet.step, quiet.steps) == (3, 3, 300, 300)
+    assert (quiet.epoch, quiet.epochs, quiet.step, quiet.steps) == (3, None, 300, 300)
+    # epochs only: the epochs
+    epochs_only = _adv(None, Report(run_id="r9", epoch=2), NOW)
+    ended = _adv(epochs_only, Report(run_id="r9", event="end", epoch=3), NOW + 9)
+    assert (ended.epochs, ended.steps) == (3, None)
     # only the counters the run reports become totals
     steps_only = _adv(None, Report(step=50), NOW)
     ended = _adv(steps_only, Report(event="end", step=70), NOW + 9)
@@ -272,20 +284,35 @@ def test_an_end_keeps_a_plan_and_fixes_nothing_without_progress():
 
 
 def test_reports_after_a_plan_less_end_are_checked_against_the_fixed_totals():
-    for run_id in ("r1", None):  # a named run, and one whose id is derived
-        p = _adv(None, Report(run_id=run_id, epoch=1), NOW)
-        done = _adv(p, Report(run_id=run_id, event="end", epoch=4), NOW + 40)
-        assert done.epochs == 4
-        # the same counters, with or without the end again: the same run, plan kept
-        for event in ("progress", "end"):
-            later = _adv(done, Report(run_id=run_id, event=event, epoch=4), NOW + 41)
-            assert (later.run_id, later.epoch, later.epochs) == (done.run_id, 4, 4)
-        # going on after the end: the sender ended too early, refused as epoch > epochs
-        with pytest.raises(InvalidReport, match=f"epoch 5 > epochs 4 of run {done.run_id}"):
-            _adv(done, Report(run_id=run_id, epoch=5), NOW + 42)
-    # without a run id the next training is a new run, plan-less again
+    p = _adv(None, Report(run_id="r1", epoch=1), NOW)
+    done = _adv(p, Report(run_id="r1", event="end", epoch=4), NOW + 40)
+    assert done.epochs == 4
+    # the same counters, with or without the end again: the same run, plan kept
+    for event in ("progress", "end"):
+        later = _adv(done, Report(run_id="r1", event=event, epoch=4), NOW + 41)
+        assert (later.run_id, later.epoch, later.epochs) == (done.run_id, 4, 4)
+    # going on after the end: the sender ended too early, refused as epoch > epochs
+    with pytest.raises(InvalidReport, match=f"epoch 5 > epochs 4 of run {done.run_id}"):
+        _adv(done, Report(run_id="r1", epoch=5), NOW + 42)
+    # without a run id the next training is a new run, plan-less again, even one
+    # going on from where the last stopped (a single-epoch run ended at epoch 1)
     anon = _adv(_adv(None, Report(epoch=1), NOW), Report(event="end", epoch=4), NOW + 40)
-    again = _adv(anon, Report(epoch=1), NOW + 60)
-    assert again.run_id != anon.run_id and (again.epoch, again.epochs) == (1, None)
+    for counters in ({"epoch": 1}, {"epoch": 4}, {"epoch": 5}):
+        again = _adv(anon, Report(**counters), NOW + 60)
+        assert again.run_id != anon.run_id and again.epochs is None
+        assert again.ended_timestamp is None and again.run_start_timestamp == NOW + 60
     replanned = _adv(anon, Report(epoch=4, epochs=8), NOW + 60)
     assert replanned.run_id != anon.run_id and replanned.epochs == 8
+    repeated = _adv(anon, Report(event="end", epoch=4), NOW + 61)  # its end again
+    assert repeated.run_id == anon.run_id
+
+
+def test_an_end_may_say_nothing_more():
+    """A bare ``{"event": "end"}`` is taken (the run's counters are known); a bare
+    progress report still says nothing and is refused."""
+    assert parse_report(b'{"event": "end"}').event == "end"
+    with pytest.raises(InvalidReport, match="no progress fields"):
+        parse_report(b'{"event": "progress"}')
+    p = _adv(None, Report(epoch=2, step=20), NOW)
+    ended = _adv(p, parse_report(b'{"event": "end"}'), NOW + 5)
+    assert (ended.run_id, ended.epochs, ended.steps) == (p.run_id, None, 20)

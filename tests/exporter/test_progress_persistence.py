@@ -547,7 +547,8 @@ def test_the_totals_of_an_ended_plan_less_run_survive_a_restart(tmp_path, stop):
     assert (again.run_id, again.epoch, again.epochs, again.step, again.steps) == (
         "until-target",
         3,
-        3,
+        None,  # with a step, the steps (progress.advance)
         310,
         310,
     )
+    assert again.ended_timestamp == NOW  # a report without a run id next is a new run

@@ -1359,3 +1359,69 @@ def test_a_run_without_a_plan_is_forecast_from_its_jobs_completed_durations(
     # durations 340, 1000, 1200 s: 60 s in, their median; two residuals: bounds from them
     assert f.run.run_id == "f" and f.forecast.p50 == 1000.0 - 60.0
     assert f.forecast.p10 < f.forecast.p50 < f.forecast.p90
+
+
+def test_a_run_without_a_plan_that_stalls_holds_its_forecast_and_is_flagged(
+    store: HistoryStore,
+) -> None:
+    """Silent for longer than ``stall_after`` with its GPU idle: the forecast it had at
+    its last progress, widened as a stalled run's (P90 doubled plus the stall), flagged;
+    busy or recent, the usual forecast. Only the stall check reads GPU use."""
+    done = merge(  # job "train": 1000 s and 1200 s
+        job("a", 10, [(10, NOW - 9000)], NOW - 10000, present=False, pod="train-b2c4d"),
+        job("b", 10, [(10, NOW - 8000)], NOW - 9200, present=False, pod="train-f5g6h"),
+    )
+    # 300 s in when it last reported, 900 s ago; another one as silent but busy
+    idle = _planless("idle", "train-k7m8n", NOW - 1200, 3.0, NOW - 900)
+    busy = _planless("busy", "train-p2q4r", NOW - 1100, 3.0, NOW - 900)
+    fresh = _planless("fresh", "train-s2t4v", NOW - 300, 3.0, NOW - 10)
+    util = {
+        "util_recent": [
+            s(0.0, namespace="ml", pod="train-k7m8n", container="c"),
+            s(0.9, namespace="ml", pod="train-p2q4r", container="c"),
+        ]
+    }
+    client = CannedClient(merge(done, idle, busy, fresh, util))
+    fs = make_cycle(client, store, stall_after_seconds=600).run()
+    jobs = {j.run.run_id: j.forecast for j in fs.jobs}
+    assert {k: fc.stalled for k, fc in jobs.items()} == {
+        "idle": True,
+        "busy": False,
+        "fresh": False,
+    }
+    # as of its last report (300 s in): P10 700, P50 800, P90 900 (the durations' own
+    # ranks: one residual); held, the P90 doubled plus the 900 s stall
+    held = jobs["idle"]
+    assert (held.p10, held.p50, held.p90) == (700.0, 800.0, 2 * 900.0 + 900.0)
+    assert jobs["busy"].p50 == 1200.0 - 1100.0  # not held: 1100 s in, only 1200 s is longer
+    assert any(
+        "gpu_eta_pod_gpu_utilization_ratio" in q and "max_over_time" in q for q in client.seen
+    )
+
+
+def test_runs_without_a_plan_never_make_every_cycle_a_full_read(
+    store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs without a plan are asked for again each cycle (their plan appears when they
+    end); when they and the new runs are too many for one query, the new runs alone are
+    asked for and the plan-less ones wait for the next full read."""
+    t = [NOW]
+    free = merge(*(_planless(f"f{i}", f"free-{i}", NOW - 100, 1.0, NOW - 5) for i in range(3)))
+    client = CannedClient(free)
+    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=10)
+    cycle.run()  # the first cycle reads in full
+    client.answers, client.seen = merge(free, job("new", 10, [], NOW)), []
+    t[0] += 60
+    cycle.run()  # four to ask for, room for them: one folded query names them all
+    (folded,) = [q for q in unchanging(client.seen) if "label_replace" in q]
+    assert all(run in folded for run in ("f0", "f1", "f2", "new"))
+    monkeypatch.setattr(queries, "MAX_UNKNOWN_RUNS", 2)
+    client.answers, client.seen = (
+        merge(free, job("new", 10, [], NOW), job("newer", 10, [], NOW)),
+        [],
+    )
+    t[0] += 60
+    fs = cycle.run()  # four, over the limit: the one new run only, not a full read
+    (folded,) = [q for q in unchanging(client.seen) if "label_replace" in q]
+    assert "newer" in folded and not any(f"f{i}" in folded for i in range(3))
+    assert "new" in {j.run.run_id for j in fs.jobs} and "newer" in {j.run.run_id for j in fs.jobs}

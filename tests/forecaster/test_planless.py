@@ -120,8 +120,8 @@ def test_spread_is_measured_out_of_sample_and_pooled_when_a_band_is_thin() -> No
     # each reads the two pooled residuals (fewer than nine: their extremes)
     lo, hi = math.log(2.0), math.log(400.0 / 150.0)
     for edge in BANDS:
-        assert durations.spread[edge] == (pytest.approx(lo), pytest.approx(hi))
-    assert fit_durations(history[:2]).spread == {}  # one residual: not enough
+        assert durations.spread()[edge] == (pytest.approx(lo), pytest.approx(hi))
+    assert fit_durations(history[:2]).spread() == {}  # one residual: not enough
 
 
 def test_a_thick_band_reads_its_own_residuals() -> None:
@@ -130,7 +130,7 @@ def test_a_thick_band_reads_its_own_residuals() -> None:
         job = f"job{config}"
         history += [_run(f"{job}a", 100.0, job=job), _run(f"{job}b", 150.0, job=job)]
     history += [_run("x1", 100.0, job="x"), _run("x2", 100.0, job="x"), _run("x3", 1000.0, job="x")]
-    spread = fit_durations(history).spread
+    spread = fit_durations(history).spread()
     assert spread[1] == (pytest.approx(math.log(1.5)), pytest.approx(math.log(1.5)))
     # band 2 has one residual (log 10): thin, so the pool (31 residuals) answers
     pooled = sorted([math.log(1.5)] * 30 + [0.0] + [math.log(10.0)])
@@ -157,7 +157,7 @@ def test_intervals_hold_about_eight_in_ten_on_lognormal_durations() -> None:
                 {"job_name": job, "batch_size": 64.0, "gpus": 1.0, "gpu_model": "A100"}, "team"
             )
             assert key is not None
-            fc = forecast_without_plan(fit.past(key), 0.0, fit.result().spread) if i else None
+            fc = forecast_without_plan(fit.past(key), 0.0, fit.spread()) if i else None
             if fc is not None and config >= 20:
                 seen += 1
                 hits += fc.p10 <= duration <= fc.p90

@@ -220,5 +220,5 @@ def test_lightning_ends_a_run_only_when_training_ended(listener, finish):
         cb.on_train_end(trainer, None)
     assert cb.reporter is None and reporter._thread is None  # the sender stopped either way
     (p,) = listener.store.snapshot()
-    planned = (None, None) if finish == "on_exception" else (2, 8)
+    planned = (None, None) if finish == "on_exception" else (None, 8)  # a step: the steps
     assert (p.epoch, p.step, (p.epochs, p.steps)) == (2, 8, planned)
