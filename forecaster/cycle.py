@@ -118,6 +118,9 @@ class Cycle:
         # their stored means reach (later reads weigh only the seconds after it);
         # persisted, like the range time it completes
         self._means_until: dict[RunKey, float] = {}
+        # each run's features as last read, for the cycle that reads it without some
+        # (``_keep_features``): the runs seen in the previous cycle only
+        self._features: dict[RunKey, Mapping[str, float | str]] = {}
         self._load_state()
 
     def _load_state(self) -> None:
@@ -159,6 +162,7 @@ class Cycle:
             new_seconds = min(span, now - self._last_range_time)
         means_for = None if ending is None else frozenset(ending)
         view = assemble(instant, ranges, now, new_seconds, means_for, self._means_until)
+        self._keep_features(view)
         errors: Counter[str] = Counter(view.rejected.values())
 
         # the cycle's state after this read, stored with its means in one transaction
@@ -261,6 +265,36 @@ class Cycle:
             history_persisted=self.store.persistent,
             history_rows_skipped=self.store.skipped_rows,
         )
+
+    def _keep_features(self, view: CycleView) -> None:
+        """Give each run of ``view`` the features it had in the previous cycle that this
+        one did not read (newer values win), and remember them for the next.
+
+        Why: a run's GPU count and model come from its pod's GPU allocation, which is
+        gone as soon as the pod completes, often in the very cycle that reads the run's
+        end. Stored with that cycle's features the run would lose them (the history
+        keeps a run's latest), and with them its configuration: a run without a planned
+        total is stored only then, so the job's next runs, whose pods hold their GPUs,
+        would find no earlier run like them (``planless``)."""
+        known, kept = self._features, {}
+        updates = []
+        for up in view.updates:
+            key = run_key(up)
+            features = {**known.get(key, {}), **up.features}
+            kept[key] = features
+            updates.append(
+                up if features == up.features else dataclasses.replace(up, features=features)
+            )
+        view.updates = updates
+        planless = []
+        for run in view.planless:
+            features = {**known.get(run.key, {}), **run.features}
+            kept[run.key] = features
+            planless.append(
+                run if features == run.features else dataclasses.replace(run, features=features)
+            )
+        view.planless = planless
+        self._features = kept
 
     def _queue_starts(
         self,

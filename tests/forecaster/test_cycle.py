@@ -1425,3 +1425,40 @@ def test_runs_without_a_plan_never_make_every_cycle_a_full_read(
     (folded,) = [q for q in unchanging(client.seen) if "label_replace" in q]
     assert "newer" in folded and not any(f"f{i}" in folded for i in range(3))
     assert "new" in {j.run.run_id for j in fs.jobs} and "newer" in {j.run.run_id for j in fs.jobs}
+
+
+def test_a_run_stored_after_its_pod_let_go_of_its_gpu_keeps_its_gpu_features(
+    store: HistoryStore,
+) -> None:
+    """The GPU allocation is gone in the cycle that reads the run's end (its pod
+    completed): the run is stored with the GPU count and model it had the cycle before,
+    so the job's next run, which holds a GPU, is of the same configuration."""
+    t = [NOW]
+
+    def gpu(pod: str, uuid: str) -> dict[str, list[Sample]]:
+        lab = {"namespace": "ml", "pod": pod, "container": "c", "node": "n1"}
+        return {
+            "allocated": [s(1, gpu="0", UUID=uuid, **lab)],
+            "gpu_info": [s(1, node="n1", UUID=uuid, model="A100")],
+        }
+
+    running = _planless("a", "train-b2c4d", NOW - 300, 2.0, NOW - 10)
+    client = CannedClient(merge(running, gpu("train-b2c4d", "GPU-0")))
+    cycle = make_cycle(client, store, clock=lambda: t[0], refit_seconds=0)
+    cycle.run()
+    t[0] += 60
+    ended = job("a", 3, [(3, NOW + 40)], NOW - 300, pod="train-b2c4d")  # its end: no GPU
+    client.answers = merge(ended, {"gpu_info": [s(1, node="n1", UUID="GPU-0", model="A100")]})
+    cycle.run()
+    (done,) = store.finished()
+    assert (done.completed, done.features.get("gpus"), done.features.get("gpu_model")) == (
+        True,
+        1.0,
+        "A100",
+    )
+    t[0] += 60
+    nxt = _planless("b", "train-f5g6h", NOW + 100, 1.0, NOW + 110)
+    client.answers = merge(nxt, gpu("train-f5g6h", "GPU-0"))
+    fs = cycle.run()
+    (job_b,) = fs.jobs
+    assert job_b.forecast.method == "durations" and job_b.forecast.p50 == 340.0 - 20.0
