@@ -14,6 +14,12 @@ is written two ways:
 
 Only completed runs go into the CSV (a cancelled run is not a short job); all runs go
 into the OpenMetrics. Rendering is pure; ``write_history`` does the file I/O.
+
+Runs that report no planned total (``Pod.reports_plan``) are written as the exporter
+would have exported them: no ``*_planned`` series until their last epoch, whose
+``end`` report made what they reached their totals; in the CSV a completed one has
+``epochs_planned`` = the epochs it reached, the run the forecaster stores from the
+live series after that ``end``: completed, with its duration.
 """
 
 from __future__ import annotations
@@ -130,7 +136,13 @@ def _shift(pod: Pod, by: float) -> Pod:
 
 
 def finished_runs(pods: Iterable[Pod]) -> Iterator[Run]:
-    """Each completed run as the forecaster's ``Run`` (epoch 0 = its start)."""
+    """Each completed run as the forecaster's ``Run`` (epoch 0 = its start).
+
+    A run without a planned total is completed with ``epochs_planned`` = the epochs it
+    reached: what its ``end`` made its plan in the exporter, so the forecaster holds
+    it as it would have stored it from the live series (its duration is what the
+    job's later plan-less runs are forecast from: ``forecaster/planless.py``).
+    """
     for pod in pods:
         if not pod.completed or pod.run_start is None:
             continue
@@ -242,15 +254,21 @@ def openmetrics_lines(
                 families["gpu_eta_training_epoch"].append(
                     f"gpu_eta_training_epoch{run} {done} {t:.3f}"
                 )
-                families["gpu_eta_training_epochs_planned"].append(
-                    f"gpu_eta_training_epochs_planned{run} {pod.epochs} {t:.3f}"
-                )
                 families["gpu_eta_training_step"].append(
                     f"gpu_eta_training_step{run} {done * spe} {t:.3f}"
                 )
-                families["gpu_eta_training_steps_planned"].append(
-                    f"gpu_eta_training_steps_planned{run} {pod.epochs * spe} {t:.3f}"
-                )
+                # a run without a plan has totals only from its end (what it reached), as
+                # the exporter exports it. For a finished run its plan over its whole
+                # life would be the same to the forecaster's history (completed, with its
+                # duration, either way); one still running at the anchor would hand the
+                # forecaster its plan (last_over_time) and get a model forecast
+                if pod.reports_plan or done >= pod.epochs:
+                    families["gpu_eta_training_epochs_planned"].append(
+                        f"gpu_eta_training_epochs_planned{run} {pod.epochs} {t:.3f}"
+                    )
+                    families["gpu_eta_training_steps_planned"].append(
+                        f"gpu_eta_training_steps_planned{run} {pod.epochs * spe} {t:.3f}"
+                    )
                 families["gpu_eta_training_batch_size"].append(
                     f"gpu_eta_training_batch_size{run} {pod.batch_size} {t:.3f}"
                 )

@@ -66,9 +66,10 @@ class ClusterConfig:
     # idle-GPU alerts have a real cause to fire on (0: it opened with the others;
     # the demo uses ALERT_CAUSES)
     notebook_held_seconds: float = 0.0
-    # the first N training jobs of the live cluster hang after their first epoch (a
-    # stuck data loader: no progress, GPU idle) and never recover, so the stalled-
-    # training alert has a real cause to fire on during a short demo
+    # the first N training jobs of the live cluster that report a planned total hang
+    # after their first epoch (a stuck data loader: no progress, GPU idle) and never
+    # recover, so the stalled-training alert has a real cause to fire on during a short
+    # demo (a run without a plan is not checked for stalls: docs/forecaster.md)
     hung_jobs: int = 0
     log_share: float = 0.3  # share of training jobs that only print logs (no HTTP)
     two_gpu_share: float = 0.1
@@ -139,6 +140,14 @@ class Pod:
     Times are wall seconds relative to the simulation's anchor. ``util_steps`` are
     ``(t, utilisation)`` changes of its process on each of its devices;
     ``epoch_ends[k-1]`` is when epoch k ended.
+
+    ``reports_plan``: False for an HTTP-reporting run of a family trained to a quality
+    target (``Family.reports_plan``): its reports carry no ``epochs``/``steps`` and its
+    last one is an ``end``, so the exporter makes what it reached its totals. Its log
+    pods keep their plan (Keras and tqdm print ``Epoch k/N``). A flag and not a
+    ``report`` value: ``report`` says how progress reaches the exporter, and such a run
+    reaches it as any HTTP run does (the warm-up state file, retries, ``source="http"``);
+    only its report bodies and its backfilled ``*_planned`` series differ.
     """
 
     namespace: str
@@ -157,6 +166,7 @@ class Pod:
     batch_size: int = 0
     report: str = "http"  # "http", "log", or "real" (an outside process reports)
     log_format: str = "keras"  # for report == "log": "keras" or "tqdm"
+    reports_plan: bool = True  # False: no epochs/steps in its HTTP reports (above)
     run_start: float | None = None
     epoch_ends: list[float] = field(default_factory=list)
     cancelled: bool = False
@@ -380,11 +390,6 @@ class ClusterSim:
         draw = sample_job(self._rng, cfg.mix)
         if len(self._queue) >= cfg.max_queue:
             return
-        if self._hung_left and draw.epochs > 1:
-            self._hung_left -= 1
-            draw = replace(
-                draw, stall_after_epoch=1, stall_seconds=HUNG_SECONDS, cancel_after_epoch=None
-            )
         user = USERS[self._rng.randrange(len(USERS))]
         n_gpus = 2 if self._rng.random() < cfg.two_gpu_share else 1
         pod = Pod(
@@ -406,6 +411,14 @@ class ClusterSim:
             memory_bytes=int(draw.family.memory_bytes * self._rng.uniform(0.9, 1.1)),
             utilization_ratio=draw.family.utilization_ratio,
         )
+        # set after the draws above, which stay in their order (a seed's cluster is unchanged)
+        pod.reports_plan = pod.report != "http" or draw.family.reports_plan
+        # a hung run must report a plan: the forecaster checks no plan-less run for stalls
+        if self._hung_left and draw.epochs > 1 and pod.reports_plan:
+            self._hung_left -= 1
+            draw = replace(
+                draw, stall_after_epoch=1, stall_seconds=HUNG_SECONDS, cancel_after_epoch=None
+            )
         self._queue.append(_Job(pod=pod, draw=draw))
 
     def _schedule_queue(self, t: float) -> None:

@@ -51,16 +51,20 @@ def steps_per_epoch(pod: Pod) -> int:
 
 
 def report_body(pod: Pod, event: Event, anchor: float) -> dict[str, Any]:
-    """The JSON a training process posts for ``event`` (docs/progress.md wire format)."""
+    """The JSON a training process posts for ``event`` (docs/progress.md wire format).
+
+    A pod that reports no plan (``Pod.reports_plan``: a loop trained to a quality
+    target) sends neither ``epochs`` nor ``steps``; its report at the last epoch is an
+    ``end``, as every run's is, so the exporter makes what it reached its totals.
+    """
     spe = steps_per_epoch(pod)
     body: dict[str, Any] = {
         "run_id": pod.run_id,
         "run_start": round(anchor + (pod.run_start if pod.run_start is not None else pod.start), 3),
-        "epochs": pod.epochs,
-        "steps": pod.epochs * spe,
-        "batch_size": pod.batch_size,
-        "container": pod.container,
     }
+    if pod.reports_plan:
+        body.update(epochs=pod.epochs, steps=pod.epochs * spe)
+    body.update(batch_size=pod.batch_size, container=pod.container)
     if event.kind == "run_start":
         body.update(event="start", epoch=0, step=0)
     else:

@@ -80,7 +80,18 @@ def slowdown(active_sharers: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Family:
-    """A kind of job users submit again and again (what the history regressor keys on)."""
+    """A kind of job users submit again and again (what the history regressor keys on).
+
+    ``reports_plan``: False for a job trained to a quality target (a validation score),
+    whose code knows no epoch count: the reports of its HTTP-reporting runs carry
+    neither ``epochs`` nor ``steps``, the last one says ``"event": "end"``
+    (``Pod.reports_plan``, ``report_body`` in ``gpu_eta.simulation.driver``), and the
+    forecaster forecasts them from their configuration's completed durations
+    (docs/forecaster.md, "Runs without a planned total"); its log-reporting runs print
+    ``Epoch k/N`` as before. Its ``epochs`` are where the target happens to be reached.
+    A property of the job's code, so every run of the family is alike and its past
+    runs are what its live ones are forecast from.
+    """
 
     job_name: str
     epoch_seconds: float  # at batch size 64 on the reference GPU
@@ -89,6 +100,7 @@ class Family:
     eval_every: int
     utilization_ratio: float  # GPU busy share while training alone on the device
     memory_bytes: int
+    reports_plan: bool = True
 
 
 # Epoch times in "cluster seconds" (a few minutes, as on real GPUs); --time-scale shrinks

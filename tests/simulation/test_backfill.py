@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from gpu_eta.simulation.backfill import (
     write_history,
 )
 from gpu_eta.simulation.cluster import ClusterConfig
+from gpu_eta.simulation.epochs import FAMILIES, JobMix
 
 END = 1_763_700_000.0
 
@@ -66,3 +68,45 @@ def test_promtool_backfills_it_and_prometheus_serves_it(tmp_path: Path, promethe
     run = hist.completed[0]
     result = prom.query(f'max_over_time(gpu_eta_training_epoch{{run_id="{run.run_id}"}}[4h])')
     assert result and float(result[0]["value"][1]) >= run.epochs - 1
+
+
+def test_runs_without_a_plan_have_totals_only_from_their_end() -> None:
+    """As the exporter exports them: a plan-less run's ``*_planned`` series start at its
+    last epoch (its ``end`` made what it reached its totals), so a run still going
+    shows none; completed, it is in the runs CSV with the epochs it reached."""
+    mix = JobMix(
+        families=tuple(replace(f, reports_plan=f.job_name != "unet-seg") for f in FAMILIES)
+    )
+    history = simulate_history(ClusterConfig(seed=2, mix=mix), END, 6 * 3600, jobs=150)
+    lines = list(openmetrics_lines(history, step_seconds=5))
+    planless = [p for p in history.pods if p.kind == "training" and not p.reports_plan]
+    planless = [p for p in planless if p.run_start is not None]
+    assert any(p.completed for p in planless) and any(p.cancelled for p in planless)
+    for pod in planless:
+        run = f'run_id="{pod.run_id}"'
+        for name in ("epochs_planned", "steps_planned"):
+            times = [
+                float(line.rsplit(" ", 1)[1])
+                for line in lines
+                if line.startswith(f"gpu_eta_training_{name}{{") and run in line
+            ]
+            if pod.completed:
+                assert times and min(times) >= pod.epoch_ends[-1], pod.name
+            else:  # stopped before it reached its target: never a total
+                assert times == [], pod.name
+        assert any(line.startswith("gpu_eta_training_epoch{") and run in line for line in lines)
+    csv = {r.run_id: r for r in parse_runs(io.StringIO(render_runs_csv(history.pods)))}
+    for pod in planless:
+        if pod.completed:
+            assert csv[pod.run_id].completed is True
+            assert csv[pod.run_id].epochs_planned == pod.epochs
+        else:
+            assert pod.run_id not in csv
+    # runs with a plan state it from their first sample
+    planned = next(p for p in history.completed if p.reports_plan)
+    first = next(
+        line
+        for line in lines
+        if line.startswith("gpu_eta_training_epochs_planned{") and planned.run_id in line
+    )
+    assert float(first.rsplit(" ", 1)[1]) < planned.epoch_ends[0]

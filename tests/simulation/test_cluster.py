@@ -54,6 +54,23 @@ def test_incremental_advance_gives_the_same_history() -> None:
         assert p.epoch_ends == pytest.approx(q.epoch_ends, abs=1e-6)
 
 
+def test_hung_jobs_are_runs_that_report_a_plan() -> None:
+    """The forecaster checks no plan-less run for stalls, so a planted hung job is one
+    with a plan: with seed 5 a plan-less job arrives before the first hung one."""
+    mix = JobMix(
+        families=tuple(replace(f, reports_plan=f.job_name != "unet-seg") for f in FAMILIES)
+    )
+    sim = _run(ClusterConfig(seed=5, hung_jobs=3, mix=mix), 900)
+    training = sorted((p for p in sim.pods if p.kind == "training"), key=lambda p: p.created)
+    hung = [
+        p
+        for p in training
+        if p.stalled_between and p.stalled_between[1] - p.stalled_between[0] > 86400
+    ]
+    assert len(hung) == 3 and all(p.reports_plan for p in hung)
+    assert any(not p.reports_plan and p.created < hung[0].created for p in training)
+
+
 def test_nodes_gpus_and_ip_ranges() -> None:
     nodes = make_nodes(ClusterConfig(nodes=4, gpus_min=2, gpus_max=6, seed=1))
     assert [n.name for n in nodes] == [f"gpu-node-{i}" for i in range(4)]

@@ -7,6 +7,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from gpu_eta.exporter.logformats import last_segment, parse_line
 from gpu_eta.exporter.progress import parse_report
+from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, Event
 from gpu_eta.simulation.driver import (
@@ -23,10 +25,16 @@ from gpu_eta.simulation.driver import (
     cri_line,
     keras_lines,
     report_body,
+    steps_per_epoch,
     tqdm_lines,
 )
+from gpu_eta.simulation.epochs import FAMILIES, JobMix
 
 ANCHOR = 1_763_700_000.0
+# the U-Net trained to a quality target: its HTTP pods report no planned total
+UNET_TO_TARGET = JobMix(
+    families=tuple(replace(f, reports_plan=f.job_name != "unet-seg") for f in FAMILIES)
+)
 
 
 @contextmanager
@@ -71,11 +79,40 @@ def test_report_bodies_pass_the_exporters_validator() -> None:
     assert events
     for e in events:
         report = parse_report(json.dumps(report_body(e.pod, e, ANCHOR)), now=ANCHOR + e.t + 1)
-        assert report.run_id == e.pod.run_id and report.epochs == e.pod.epochs
+        assert report.run_id == e.pod.run_id
+        assert report.epochs == (e.pod.epochs if e.pod.reports_plan else None)
         assert report.epoch == (0 if e.kind == "run_start" else e.epoch)
         assert report.event == (
             "start" if e.kind == "run_start" else "end" if e.epoch == e.pod.epochs else "progress"
         )
+
+
+def test_a_run_without_a_plan_reports_none_and_ends_at_its_last_epoch() -> None:
+    """A pod of a family trained to a target sends no epochs or steps, and its last
+    report is an end; folded in as the exporter's listener does, that end makes what
+    it reached its totals, so the run is stored completed (docs/progress.md)."""
+    sim = ClusterSim(ClusterConfig(seed=0, mix=UNET_TO_TARGET))
+    events = sim.advance(3000)
+    pod = next(p for p in sim.pods if not p.reports_plan and p.completed)
+    assert pod.report == "http" and pod.job_name == "unet-seg"
+    mine = [e for e in events if e.pod is pod and e.kind in ("run_start", "epoch_end")]
+    assert [e.epoch for e in mine] == list(range(pod.epochs + 1))
+    bodies = [report_body(pod, e, ANCHOR) for e in mine]
+    assert all("epochs" not in b and "steps" not in b for b in bodies)
+    assert [b["event"] for b in bodies] == ["start"] + ["progress"] * (pod.epochs - 1) + ["end"]
+    assert all(b["batch_size"] == pod.batch_size and b["run_id"] == pod.run_id for b in bodies)
+    store = ProgressStore()
+    for e, body in zip(mine, bodies, strict=True):
+        now = ANCHOR + e.t
+        report = parse_report(json.dumps(body), now=now)
+        got = store.merge(pod.namespace, pod.name, "trainer", "http", report, now=now)
+        if e.epoch < pod.epochs:
+            assert got.epochs is None and got.steps is None
+    assert got.epoch == got.epochs == pod.epochs
+    assert got.steps == got.step == pod.epochs * steps_per_epoch(pod)
+    # a pod of a family with a plan states it in every report
+    other = next(e for e in events if e.pod.report == "http" and e.pod.reports_plan)
+    assert report_body(other.pod, other, ANCHOR)["epochs"] == other.pod.epochs
 
 
 def test_log_lines_parse_as_the_epochs_they_stand_for() -> None:

@@ -147,6 +147,7 @@ def test_backfill_holds_the_earlier_epochs_of_running_jobs(warm) -> None:
     epochs = _om_samples(lines, "gpu_eta_training_epoch")
     ends = _om_samples(lines, "gpu_eta_training_epoch_end_timestamp_seconds")
     starts = _om_samples(lines, "gpu_eta_training_run_start_timestamp_seconds")
+    planned = _om_samples(lines, "gpu_eta_training_epochs_planned")
     checked = 0
     for pod in _training_at(sim, 30.0):
         if pod.run_start is None or pod.run_start >= -30 or _done(pod, -15.0) < 1:
@@ -169,6 +170,8 @@ def test_backfill_holds_the_earlier_epochs_of_running_jobs(warm) -> None:
         else:
             assert any(abs(v - (ANCHOR + last_before)) < 0.002 for v in seen_ends)
         assert {round(v, 3) for _, v, _ in starts[run_id]} == {want_start}
+        # a run without a plan has none before its end: the forecaster must not read one
+        assert (run_id in planned) == pod.reports_plan
         checked += 1
     assert checked >= 5
 
@@ -248,9 +251,12 @@ def test_exporter_state_file_resumes_http_runs_where_the_backfill_ends(warm, tmp
         assert got is not None and got.run_id == pod.run_id
         assert got.run_start_timestamp == pytest.approx(ANCHOR + pod.run_start, abs=1e-3)
         done = _done(pod, 0.0)
-        assert got.epoch == done and got.epochs == pod.epochs
         spe = steps_per_epoch(pod)
-        assert got.step == done * spe and got.steps == pod.epochs * spe
+        assert got.epoch == done and got.step == done * spe
+        if pod.reports_plan:
+            assert got.epochs == pod.epochs and got.steps == pod.epochs * spe
+        else:  # a loop trained to a target: no totals until its end
+            assert got.epochs is None and got.steps is None
         assert got.batch_size == pod.batch_size
         last = max((e for e in pod.epoch_ends if e <= 0), default=None)
         if last is None:
