@@ -104,13 +104,18 @@ class Family:
 
 
 # Epoch times in "cluster seconds" (a few minutes, as on real GPUs); --time-scale shrinks
-# them for the demo. Larger batches run faster per epoch (seeds 000 and 004).
+# them for the demo. Larger batches run faster per epoch (seeds 000 and 004). The U-Net
+# trains until its validation Dice score reaches a target, so it reports no planned
+# total (one family of five: the demo still shows mostly model forecasts). Why this
+# one: with seed 0 (the demo) and seed 3 (tests/integration's stack) some running
+# U-Net run has a completed past run of its configuration that lasted longer at every
+# moment of the first 15 minutes, so `durations` forecasts are on show throughout.
 FAMILIES: tuple[Family, ...] = (
     Family("mnist-mlp", 120.0, (10, 20, 30), (64, 128, 256), 0, 0.45, 1_200_000_000),
     Family("cifar10-cnn", 180.0, (10, 15, 20), (32, 64, 128), 5, 0.80, 3_500_000_000),
     Family("resnet50-finetune", 420.0, (5, 8, 10), (32, 64), 2, 0.95, 9_000_000_000),
     Family("bert-finetune", 360.0, (3, 4, 5), (16, 32), 1, 0.90, 7_500_000_000),
-    Family("unet-seg", 240.0, (10, 20), (8, 16, 32), 5, 0.85, 6_000_000_000),
+    Family("unet-seg", 240.0, (10, 20), (8, 16, 32), 5, 0.85, 6_000_000_000, reports_plan=False),
 )
 BATCH_EXPONENT = 0.3  # epoch time ∝ (64 / batch_size) ** BATCH_EXPONENT
 

@@ -54,6 +54,24 @@ def test_incremental_advance_gives_the_same_history() -> None:
         assert p.epoch_ends == pytest.approx(q.epoch_ends, abs=1e-6)
 
 
+def test_a_family_trained_to_a_target_reports_no_plan_over_http_deterministically() -> None:
+    """The U-Net family reports no planned total (``Family.reports_plan``): its HTTP pods
+    send no epochs or steps, its log pods print theirs as before. Which pods those are
+    follows from the seed's draws, with no draw of its own: the same seed, the same
+    plan-less pods; a small share of the training jobs."""
+    a = _run(ClusterConfig(seed=0), 3000)
+    b = _run(ClusterConfig(seed=0), 3000)
+    training = [p for p in a.pods if p.kind == "training"]
+    planless = [p.name for p in training if not p.reports_plan]
+    assert planless == [p.name for p in b.pods if p.kind == "training" and not p.reports_plan]
+    assert [f.job_name for f in FAMILIES if not f.reports_plan] == ["unet-seg"]
+    for pod in training:
+        assert pod.reports_plan == (pod.report != "http" or pod.job_name != "unet-seg")
+    assert any(p.job_name == "unet-seg" and p.report == "log" for p in training)
+    assert 3 <= len(planless) <= 0.25 * len(training)
+    assert any(p.completed for p in training if not p.reports_plan)
+
+
 def test_hung_jobs_are_runs_that_report_a_plan() -> None:
     """The forecaster checks no plan-less run for stalls, so a planted hung job is one
     with a plan: with seed 5 a plan-less job arrives before the first hung one."""
