@@ -262,6 +262,44 @@ def test_top_json_lists_running_jobs_with_etas(demo_stack) -> None:
     assert {g["node"] for g in data["gpus"]} == {n.name for n in demo_stack.nodes}
 
 
+def test_runs_without_a_planned_total_are_forecast_from_past_durations(demo_stack) -> None:
+    """The U-Net runs report no planned total (docs/demo.md): one whose configuration
+    completed a longer run in the backfilled history is forecast from those durations
+    (``method="durations"``) while Prometheus holds no plan for it, and ``top`` lists it
+    with that method and an ETA. Seed 3 has such a run at every moment of the stack's
+    life (``gpu_eta.simulation.epochs.FAMILIES``)."""
+    prom = demo_stack.prometheus
+    durations = (
+        'gpu_eta_job_forecast_info{method="durations"} unless on(namespace, pod, container,'
+        " run_id) gpu_eta_training_epochs_planned"
+    )
+
+    def planless() -> set[str]:
+        with demo_stack.driver.lock:
+            return {
+                p.run_id for p in demo_stack.sim.pods if p.kind == "training" and not p.reports_plan
+            }
+
+    def forecast() -> set[str] | None:
+        return {s["metric"]["run_id"] for s in prom.query(durations)} or None
+
+    got = wait_until(forecast, 90, interval=1.0, what="a durations forecast of a run without plan")
+    assert got <= planless(), got
+    # every durations forecast is of such a run (none of a run that states its plan)
+    methods = prom.query('gpu_eta_job_forecast_info{method="durations"}')
+    assert {s["metric"]["run_id"] for s in methods} <= planless()
+
+    def listed() -> dict | None:
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert top_main.main(["--prometheus.url", demo_stack.prometheus_url, "--json"]) == 0
+        jobs = json.loads(out.getvalue())["jobs"]
+        return next((j for j in jobs if j["method"] == "durations" and j["eta"]["p50"]), None)
+
+    job = wait_until(listed, 60, interval=1.0, what="top listing a run forecast from past runs")
+    assert job["run_id"] in planless() and job["pod"].startswith("unet-seg-")
+
+
 def _children(pid: int) -> set[int]:
     """Direct children of ``pid`` (from /proc)."""
     out = set()
