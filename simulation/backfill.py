@@ -17,7 +17,7 @@ into the OpenMetrics. Rendering is pure; ``write_history`` does the file I/O.
 
 Runs that report no planned total (``Pod.reports_plan``) are written as the exporter
 would have exported them: no ``*_planned`` series until their last epoch, whose
-``end`` report made what they reached their totals; in the CSV a completed one has
+``end`` report made what they reached their totals (their steps: they report steps); in the CSV a completed one has
 ``epochs_planned`` = the epochs it reached, the run the forecaster stores from the
 live series after that ``end``: completed, with its duration.
 """
@@ -262,10 +262,12 @@ def openmetrics_lines(
                 # life would be the same to the forecaster's history (completed, with its
                 # duration, either way); one still running at the anchor would hand the
                 # forecaster its plan (last_over_time) and get a model forecast
-                if pod.reports_plan or done >= pod.epochs:
+                # (its step: the steps only, exporter.progress._reached_totals)
+                if pod.reports_plan:
                     families["gpu_eta_training_epochs_planned"].append(
                         f"gpu_eta_training_epochs_planned{run} {pod.epochs} {t:.3f}"
                     )
+                if pod.reports_plan or done >= pod.epochs:
                     families["gpu_eta_training_steps_planned"].append(
                         f"gpu_eta_training_steps_planned{run} {pod.epochs * spe} {t:.3f}"
                     )
