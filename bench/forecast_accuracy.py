@@ -602,8 +602,9 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
 
 def job_of(run: Run) -> str:
     """The run's job as the model groups it (``prior.job_key``: its job shifts and
-    widths), without the key's kind: MLPerf's benchmark, a CPU recording's model."""
-    return job_key(run).partition("=")[2]
+    widths), without the key's kind and unit: MLPerf's benchmark, a CPU recording's
+    model (every run of a recording counts the same unit)."""
+    return job_key(run).partition("=")[2].partition("|")[0]
 
 
 def ratio_lines(label: str, groups: Sequence[tuple[str, int, Sequence[Row]]]) -> list[str]:

@@ -329,9 +329,9 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
 
     A named run id decides alone. Without one (logs, curl) a run restarts when the
     epoch or step counter goes back or the planned totals change: the signature of
-    a notebook that trains again; and any report but another ``end`` after the run's
-    ``end`` (its next training may go on from where it stopped: a single-epoch run
-    ended at epoch 1, the next one's first report is epoch 1 again).
+    a notebook that trains again; and any report with a counter or total but another
+    ``end`` after the run's ``end`` (its next training may go on from where it stopped:
+    a single-epoch run ended at epoch 1, the next one's first report is epoch 1 again).
     """
     if previous is None:
         return True
@@ -340,7 +340,9 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     if report.event == "start":
         return True
     if previous.ended_timestamp is not None and report.event != "end":
-        return True
+        # a counter or total says a training goes on; free-form numbers alone (a test
+        # score logged after the end) still belong to the run that ended
+        return any(v is not None for v in (report.epoch, report.step, report.epochs, report.steps))
     if (
         report.epochs is not None
         and previous.epochs is not None
@@ -429,12 +431,19 @@ def advance(
     changes nothing (a repeated ``end`` is idempotent), one that omits the totals
     keeps them, one whose epoch or step goes beyond them is refused as any
     ``epoch > epochs``: the sender called ``end`` before it had finished. A report
-    without a run id after an end (logs, curl, a marker line) is a new run, whatever
-    its counters, except another ``end`` (``starts_new_run``): such a sender's next
-    training may go on from where the last one stopped. Every run's ``end`` is kept
+    without a run id after an end (logs, curl, a marker line) that carries a counter
+    or total is a new run, whatever its counters, except another ``end``
+    (``starts_new_run``): such a sender's next training may go on from where the last
+    one stopped. An ``end`` that would start a run and carries no counter is refused:
+    there is nothing to end. Every run's ``end`` is kept
     as ``ended_timestamp`` for that rule, in the state file and journal too.
     """
     new_run = starts_new_run(previous, report)
+    counters = (report.epoch, report.step, report.epochs, report.steps)
+    if new_run and report.event == "end" and all(v is None for v in counters):
+        # a bare end of a run not known here (another container's, one the exporter
+        # lost): nothing to end, and a run of nothing would take a run-start allowance
+        raise InvalidReport("end of no run known here: send it with its epoch or step")
     if new_run:
         start = report.run_start if report.run_start is not None else now
         run_id = report.run_id or derived_run_id(namespace, pod, container, source, start)

@@ -31,13 +31,13 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 # The most of a state file that is read. Why 12 MiB: the store writes at most 4,096
-# rows (``DEFAULT_MAX_ENTRIES``), ~1.5 MB as they usually are and 8.9 MiB if every
+# rows (``DEFAULT_MAX_ENTRIES``), ~1.5 MB as they usually are and 9.8 MiB if every
 # name, run id and all 16 metric names were as long as the rules allow, so a file past
 # this is not ours; and loading costs several times the bytes (JSON objects): at the
 # old 64 MiB a load peaked at 436 MB RSS, over the chart's 384Mi limit, OOM-killed on
 # every restart before the file could be set aside. Measured on the 2-core build
 # machine, peak RSS of a process at 20 MB after its imports: 4,096 rows as long as
-# the rules allow (8.9 MiB) load in 0.2 s at 47 MB; the worst file within both bounds
+# the rules allow (9.8 MiB) load in 0.2 s at 47 MB; the worst file within both bounds
 # (a 12 MiB string holding one 4-byte character, so decoded as UCS-4) at 128 MB.
 MAX_STATE_BYTES = 12 << 20
 # JSON values a state file may hold (counted cheaply as its ``,``, ``{`` and ``[``

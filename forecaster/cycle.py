@@ -280,7 +280,7 @@ class Cycle:
         updates = []
         for up in view.updates:
             key = run_key(up)
-            features = {**known.get(key, {}), **up.features}
+            features = {**_carried(known.get(key)), **up.features}
             kept[key] = features
             updates.append(
                 up if features == up.features else dataclasses.replace(up, features=features)
@@ -288,7 +288,7 @@ class Cycle:
         view.updates = updates
         planless = []
         for run in view.planless:
-            features = {**known.get(run.key, {}), **run.features}
+            features = {**_carried(known.get(run.key)), **run.features}
             kept[run.key] = features
             planless.append(
                 run if features == run.features else dataclasses.replace(run, features=features)
@@ -675,6 +675,15 @@ class Cycle:
         self._planless = durations
         self._planless_seen = list(history[-1:])
         self._planless_spread = durations.spread()
+
+
+def _carried(features: Mapping[str, float | str] | None) -> Mapping[str, float | str]:
+    """What of a run's previous features is carried into a cycle that lacks them: all
+    but ``progress_unit``, which is what this cycle's read says (a run followed in
+    steps that gets planned epochs counts epochs from then on). Pure."""
+    if not features:
+        return {}
+    return {k: v for k, v in features.items() if k != "progress_unit"}
 
 
 def planless_stub(run: PlanlessRun) -> Run:

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.estimators.analog import node_type
+from gpu_eta.forecaster.estimators.analog import node_type, unit_of
 from gpu_eta.forecaster.estimators.base import (
     DEFAULT_LOG_SIGMA,
     MIN_SIGMA,
@@ -76,11 +76,20 @@ MAX_HOLDOUT_STEPS = 24
 
 
 def job_key(run: Run) -> str:
-    """What makes two runs 'the same job': job name, else image, else nothing."""
+    """What makes two runs 'the same job': job name, else image, else nothing; and the
+    unit its progress counts when not epochs (``analog.unit_of``).
+
+    Why the unit: one job's runs may count steps and epochs (a run without a planned
+    total is stored in steps once its end fixed them, while the job's runs with a plan
+    count epochs; a log shows a tqdm bar in one run and Keras epochs in another), and
+    their seconds per unit are hundreds of times apart: a job prior, shift or history
+    median over both is wrong for each (a job's start forecast 10× short once its
+    latest runs were counted in steps)."""
+    unit = unit_of(run)
     for name in ("job_name", "image"):
         value = run.features.get(name)
         if isinstance(value, str) and value:
-            return f"{name}={value}"
+            return f"{name}={value}" + (f"|{unit}" if unit else "")
     return ""
 
 

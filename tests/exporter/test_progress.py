@@ -316,3 +316,18 @@ def test_an_end_may_say_nothing_more():
     p = _adv(None, Report(epoch=2, step=20), NOW)
     ended = _adv(p, parse_report(b'{"event": "end"}'), NOW + 5)
     assert (ended.run_id, ended.epochs, ended.steps) == (p.run_id, None, 20)
+
+
+def test_after_an_end_only_a_counter_starts_a_run_and_a_bare_end_needs_a_run():
+    """A free-form number logged after the end (a test score) stays with the ended run,
+    which keeps its totals for the forecaster to read; a bare end as a container's
+    first word names no run and is refused."""
+    p = _adv(None, Report(epoch=2, step=20), NOW)
+    ended = _adv(p, Report(event="end"), NOW + 5)
+    score = _adv(ended, Report(metrics={"test_acc": 0.93}), NOW + 7)
+    assert (score.run_id, score.steps, score.ended_timestamp) == (p.run_id, 20, NOW + 5)
+    assert score.metrics == {"test_acc": 0.93}
+    with pytest.raises(InvalidReport, match="end of no run known here"):
+        _adv(None, Report(event="end"), NOW)
+    with pytest.raises(InvalidReport, match="end of no run known here"):
+        _adv(ended, Report(run_id="other", event="end", metrics={"loss": 0.1}), NOW + 9)

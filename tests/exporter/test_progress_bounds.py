@@ -81,10 +81,12 @@ def test_the_largest_state_the_store_can_hold_loads_back_under_both_bounds(tmp_p
             steps=1e12,
             batch_size=999_999_999_999.5,
             metrics=metrics,
+            event="end",  # every field set: ended_timestamp too
         )
         store.merge("n" * 253, "p" * 243 + f"{i:010d}", "c" * 63, "http", report, NOW + 0.123456)
     store.save()
     data = path.read_bytes()
+    assert all(p.ended_timestamp is not None for p in store.snapshot())
     assert len(data) <= MAX_STATE_BYTES
     assert data.count(b",") + data.count(b"{") + data.count(b"[") <= MAX_STATE_VALUES // 2
     again = ProgressStore(path, durable=False)

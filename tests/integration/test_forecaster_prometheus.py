@@ -866,6 +866,37 @@ def test_runs_without_a_plan_are_forecast_from_their_jobs_earlier_runs(
         client.close()
 
 
+def test_top_lists_a_run_without_a_plan_until_it_ends(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """``top``'s TRAINING list against the real chain: a run without a planned total is
+    listed with an unknown plan while it runs, and no longer once its end fixed its
+    steps (it has no epochs total: the steps decide that it finished)."""
+    from gpu_eta.top.main import refresh
+
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(PLANLESS_SCENARIO)
+    exporter = exporter_factory(
+        "--simulate", str(scenario), "--collection.interval=500ms", "--no-collector.logs",
+        ready="/metrics",
+    )  # fmt: skip
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
+    t0 = float(int(time.time()))
+    for gpu, run in ((0, "ended"), (1, "going")):
+        for epoch in (1, 2):
+            body = {"run_id": run, "run_start": t0 - 300, "epoch": epoch, "step": 10 * epoch}
+            post_from(exporter, gpu, body)
+    post_from(exporter, 0, {"run_id": "ended", "event": "end"})
+    prom.wait_for('gpu_eta_training_steps_planned{run_id="ended"} == 20', timeout=30)
+    prom.wait_for('gpu_eta_training_epoch{run_id="going"} == 2', timeout=30)
+    client = PromClient(prom.url)
+    try:
+        view = refresh(client)
+    finally:
+        client.close()
+    assert [(j.run_id, j.epoch, j.epochs) for j in view.jobs] == [("going", 2.0, None)]
+
+
 def test_seeded_runs_are_not_stored_again_from_their_backfilled_series(
     tmp_path, prometheus_factory
 ) -> None:

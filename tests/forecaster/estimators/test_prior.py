@@ -414,3 +414,29 @@ def test_the_regression_never_answers_a_whole_run_outside_the_durations_it_saw()
     raw = float(x @ prior.regression_.coef_)
     assert min(totals) < raw < max(totals)  # batch 64 lies among the fit's runs
     assert inside.log_seconds + math.log(10) == pytest.approx(raw)
+
+
+def test_a_jobs_runs_counted_in_steps_are_not_pooled_with_its_runs_in_epochs() -> None:
+    """One job, its earlier runs in epochs (60 s each) and its latest in steps (a run
+    without a planned total is stored in steps once its end fixed them: 100 steps an
+    epoch, 0.6 s each): a new run counting epochs reads the epoch runs' level, not a
+    median of seconds per epoch and per step."""
+    from gpu_eta.forecaster.estimators.prior import job_key
+
+    epochs = [
+        make_run(f"e{i}", [60.0] * 10, start=1000.0 * i, job_name="seg", batch_size=16)
+        for i in range(5)
+    ]
+    steps = [
+        make_run(
+            f"s{i}", [0.6] * 1000, start=10_000.0 + 1000.0 * i, job_name="seg", batch_size=16,
+            progress_unit="steps",
+        )
+        for i in range(8)
+    ]  # fmt: skip
+    assert job_key(epochs[0]) == "job_name=seg" and job_key(steps[0]) == "job_name=seg|steps"
+    prior = PriorEstimator().fit(epochs + steps)
+    new = make_run("new", [], planned=10, start=30_000.0, job_name="seg", batch_size=16)
+    assert math.exp(prior.per_epoch(new).log_seconds) == pytest.approx(60.0)
+    by_steps = dataclasses.replace(new, features={**new.features, "progress_unit": "steps"})
+    assert math.exp(prior.per_epoch(by_steps).log_seconds) == pytest.approx(0.6)
