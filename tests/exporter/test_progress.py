@@ -17,6 +17,7 @@ from gpu_eta.exporter.progress import (
     Report,
     ReportError,
     advance,
+    ended_by_exit,
     parse_report,
 )
 
@@ -305,6 +306,45 @@ def test_reports_after_a_plan_less_end_are_checked_against_the_fixed_totals():
     assert replanned.run_id != anon.run_id and replanned.epochs == 8
     repeated = _adv(anon, Report(event="end", epoch=4), NOW + 61)  # its end again
     assert repeated.run_id == anon.run_id
+
+
+def test_a_container_exiting_0_ends_its_plan_less_run_as_an_end_would():
+    """``ended_by_exit``: the totals an ``end`` report would fix (``_reached_totals``),
+    ended at that moment; the last report stays the run's own (no report came)."""
+    p = _adv(None, Report(epoch=3, step=300, metrics={"loss": 0.2}), NOW)
+    p = _adv(p, Report(step=320), NOW + 30)
+    ended = ended_by_exit(p, NOW + 45)
+    as_end = _adv(p, Report(event="end"), NOW + 45)
+    assert ended is not None
+    for name in ("run_id", "epoch", "epochs", "step", "steps", "ended_timestamp", "metrics"):
+        assert getattr(ended, name) == getattr(as_end, name), name
+    assert (ended.epochs, ended.steps, ended.ended_timestamp) == (None, 320, NOW + 45)
+    assert ended.last_report_timestamp == NOW + 30 and ended.run_start_timestamp == NOW
+    # epochs only: the epochs; short of one whole epoch or step: ended, no totals
+    epochs_only = ended_by_exit(_adv(None, Report(epoch=2), NOW), NOW + 9)
+    assert epochs_only is not None and (epochs_only.epochs, epochs_only.steps) == (2, None)
+    short = ended_by_exit(_adv(None, Report(epoch=0.5, step=0), NOW), NOW + 9)
+    assert short is not None and (short.epochs, short.steps) == (None, None)
+    assert short.ended_timestamp == NOW + 9
+    # never ended before its last report (a clock behind the log lines' stamps)
+    assert ended_by_exit(p, NOW + 10).ended_timestamp == NOW + 30
+
+
+def test_an_exit_leaves_a_planned_or_ended_run_alone():
+    # a plan (epochs or steps): stopped early, it is not completed, exit 0 or not
+    for plan in ({"epochs": 10}, {"steps": 1000}):
+        planned = _adv(None, Report(epoch=3, step=300, **plan), NOW)
+        assert ended_by_exit(planned, NOW + 5) is None
+    # ended already (by its sender): its end and totals stand
+    p = _adv(None, Report(epoch=2, step=20), NOW)
+    ended = _adv(p, Report(event="end"), NOW + 5)
+    assert ended_by_exit(ended, NOW + 50) is None
+    # ended with nothing reached (no totals): not ended again
+    idle = _adv(_adv(None, Report(run_id="r3", event="start"), NOW), Report(event="end"), NOW)
+    assert ended_by_exit(idle, NOW + 5) is None
+    # and after an exit, a second one changes nothing
+    once = ended_by_exit(_adv(None, Report(step=7), NOW), NOW + 5)
+    assert once is not None and ended_by_exit(once, NOW + 99) is None
 
 
 def test_an_end_may_say_nothing_more():
