@@ -34,6 +34,7 @@ from gpu_eta.exporter.progress import (
     advance,
     check_progress,
     check_report,
+    ended_by_exit,
     starts_new_run,
 )
 from gpu_eta.exporter.progress_journal import (
@@ -294,6 +295,48 @@ class ProgressStore:
             )
         if durable is not None:
             durable.wait(wait_seconds)
+
+    def end_finished(self, finished: Iterable[tuple[str, str, str]], now: float) -> int:
+        """End the plan-less runs of containers that exited 0; how many were ended.
+
+        ``finished``: (namespace, pod, container) of each container whose state is
+        terminated with exit code 0 (the scheduler passes them every cycle while the
+        pod list is known). Each stored entry of such a container, from either source,
+        that has no planned total and has not ended, ends as ``ended_by_exit`` says;
+        the others are left as they are, so calling it again changes nothing.
+
+        Both sources, not only the one shown: each is that container's progress, and
+        the one not shown now may be shown later (a log entry newer than a silent HTTP
+        one by ``HTTP_PRECEDENCE_SECONDS``), when it must not be a run still going.
+        An entry filed under no container name (``""``) names no exit and is left.
+
+        Journaled like a merge (a restart replays it), without waiting for the disk:
+        a kill before the write loses nothing, as the pod still says it exited and
+        the next start's first cycle ends the run again.
+        """
+        done = {key for key in finished if key[2]}
+        if not done:
+            return 0
+        ended = 0
+        with self._lock:
+            for key, progress in list(self._entries.items()):
+                if key[:3] not in done:
+                    continue
+                new = ended_by_exit(progress, now)
+                if new is None:
+                    continue
+                try:  # the loader's rule, as for a merge (cannot fail for a stored row)
+                    check_progress(new)
+                except ValueError as err:
+                    log.error("progress of %s/%s/%s (%s) not ended: %s", *key, err)
+                    continue
+                self._entries[key] = new
+                self._dirty = True
+                ended += 1
+                if self.journal is not None:
+                    self._seq += 1
+                    self.journal.append(key, encode_line(self._seq, progress_to_row(new)), None)
+        return ended
 
     def _evict(self) -> None:
         excess = len(self._entries) - self._max_entries

@@ -6,6 +6,8 @@ import json
 import stat
 import threading
 
+import pytest
+
 from gpu_eta.exporter.progress import Report
 from gpu_eta.exporter.progress_store import HTTP_PRECEDENCE_SECONDS, ProgressStore
 
@@ -203,3 +205,71 @@ def test_retain_does_not_wait_for_a_journal_that_stopped(tmp_path):
     store.journal.close()
     store.retain([], wait_seconds=30.0)  # acknowledged at once (not written): no hang
     assert store.snapshot() == ()
+
+
+# -- a container that exited 0 ends its plan-less runs ------------------------------
+
+
+def _planless(store, pod="a", source="log", container="main", ts=NOW, step=120.0):
+    return store.merge("ns", pod, container, source, Report(epoch=1, step=step), ts)
+
+
+def test_end_finished_ends_the_plan_less_runs_of_the_exited_containers_only():
+    store = ProgressStore()
+    _planless(store, source="log", ts=NOW + 20)
+    _planless(store, source="http", step=100.0)  # both sources of one container
+    _planless(store, container="sidecar")  # still running
+    _planless(store, pod="b")  # another pod
+    planned = store.merge("ns", "c", "main", "log", Report(epoch=2, epochs=10), NOW)
+    assert store.end_finished([("ns", "a", "main"), ("ns", "c", "main")], NOW + 60) == 2
+    for source, step in (("log", 120.0), ("http", 100.0)):
+        ended = store.get("ns", "a", "main", source)
+        assert (ended.epochs, ended.steps, ended.ended_timestamp) == (None, step, NOW + 60)
+    assert store.get("ns", "a", "main", "log").last_report_timestamp == NOW + 20
+    for pod, container in (("a", "sidecar"), ("b", "main")):
+        assert store.get("ns", pod, container, "log").ended_timestamp is None
+    assert store.get("ns", "c", "main", "log") == planned  # a plan: not completed
+    # again (every cycle while the pod is listed): nothing changes
+    before = store.snapshot()
+    assert store.end_finished([("ns", "a", "main"), ("ns", "c", "main")], NOW + 90) == 0
+    assert store.snapshot() == before
+
+
+def test_end_finished_keeps_the_source_shown():
+    """The log entry shown in place of a silent HTTP one stays shown once both end:
+    no last report moves, so the precedence does not flip at the end."""
+    store = ProgressStore()
+    _planless(store, source="http", step=10.0)
+    _planless(store, source="log", ts=NOW + HTTP_PRECEDENCE_SECONDS + 5)
+    assert [p.source for p in store.snapshot()] == ["log"]
+    store.end_finished([("ns", "a", "main")], NOW + HTTP_PRECEDENCE_SECONDS + 30)
+    (shown,) = store.snapshot()
+    assert (shown.source, shown.steps) == ("log", 120.0)
+
+
+def test_end_finished_leaves_runs_filed_under_no_container():
+    store = ProgressStore()
+    _planless(store, container="")
+    assert store.end_finished([("ns", "a", "")], NOW + 5) == 0
+    assert store.get("ns", "a", "", "log").ended_timestamp is None
+
+
+@pytest.mark.parametrize("stop", ["saved", "killed"])
+def test_an_end_by_exit_survives_a_restart(tmp_path, stop):
+    """Journaled like a merge: a restart from the journal alone keeps the end, so the
+    totals the forecaster learns from are still served, and the next start does not
+    end the run again at a later time."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    _planless(store, step=310.0)
+    store.save()  # the state file holds the run before its end
+    assert store.end_finished([("ns", "a", "main")], NOW + 60) == 1
+    if stop == "saved":
+        store.close()
+    else:
+        store.journal.close()  # flushed; then "killed": no save
+    again = ProgressStore(path)
+    (p,) = again.snapshot()
+    assert (p.epochs, p.steps, p.ended_timestamp) == (None, 310.0, NOW + 60)
+    assert again.end_finished([("ns", "a", "main")], NOW + 900) == 0
+    again.close()
