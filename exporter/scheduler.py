@@ -15,8 +15,9 @@ renders. This is the boundary of the error flow (docs/exporter.md):
 Stage 1 runs ``gpu``, ``podresources``, ``kube``, ``logs`` and ``progress`` (the
 HTTP endpoint: is it serving, what did it count) concurrently; stage 2 runs
 ``cgroup`` (needs the pids from ``gpu``), ``hostmemory`` (needs the pods from
-``kube``) and the progress-store read (drops progress of pods that are gone, then
-reads the store), so a cycle takes about two timeouts at worst.
+``kube``) and the progress-store read (drops progress of pods that are gone, ends
+the plan-less runs of containers that exited 0, then reads the store), so a cycle
+takes about two timeouts at worst.
 
 The store read is a step of the cycle, not a collector: it has no
 ``gpu_eta_exporter_collector_*`` series (both progress sources write the store; its
@@ -76,6 +77,8 @@ class ProgressStoreLike(Protocol):
     def snapshot(self) -> tuple[Progress, ...]: ...
 
     def retain(self, live: Iterable[tuple[str, str]]) -> None: ...
+
+    def end_finished(self, finished: Iterable[tuple[str, str, str]], now: float) -> int: ...
 
 
 class Counting(Protocol):
@@ -340,6 +343,11 @@ class Scheduler:
             def read_progress() -> tuple[Progress, ...]:
                 if kube_known:  # never drop progress because the pod list is unknown
                     store.retain((p.namespace, p.name) for p in pods)
+                    # a container that exited 0 ended its plan-less run (docs/progress.md)
+                    store.end_finished(
+                        ((p.namespace, p.name, c) for p in pods for c in p.succeeded_containers),
+                        self._clock(),
+                    )
                 return tuple(store.snapshot())
 
             steps.append((self._store_step, read_progress, ()))

@@ -71,6 +71,9 @@ def _scenario_snapshot() -> Snapshot:
         def retain(self, live):
             pass
 
+        def end_finished(self, finished, now):
+            return 0
+
     class Listener:
         def poll(self):
             return {"accepted": 4, "forbidden": 1}

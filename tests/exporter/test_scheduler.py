@@ -29,6 +29,8 @@ GPU = GpuPoll(
     processes=(ProcessSample(42, "GPU-a", None, 10, 0.5),),
 )
 POD = PodMeta("ns", "p", "uid-1", ip="10.0.0.1", container_ids={"c": "cid"})
+# a Job's pod whose containers exited 0 (no runtime ids: a finished one has no cgroup)
+DONE = PodMeta("ns", "done", "uid-2", phase="Succeeded", succeeded_containers=("train", "eval"))
 
 
 class Source:
@@ -82,6 +84,10 @@ def test_full_cycle_joins_sources() -> None:
         def retain(self, live):
             store_calls.append(list(live))
 
+        def end_finished(self, finished, now):
+            store_calls.append(("ended", list(finished), now))
+            return 0
+
     class Listener:
         def poll(self):
             return {"accepted": 2}
@@ -95,18 +101,23 @@ def test_full_cycle_joins_sources() -> None:
         Sources(
             gpu=Source(GPU),
             allocations=Source((Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a"),)),
-            pods=Source((POD,)),
+            pods=Source((POD, DONE)),
             processes=cgroup,
             host_memory=hostmem,
             progress_store=Store(),
             progress_listener=Listener(),
-        )
+        ),
+        clock=lambda: 1234.5,
     )
     snap = sched.collect_once()
     assert holder.get() is snap
     assert cgroup.pids == [42]
-    assert hostmem.args == ((POD,),)
-    assert store_calls == [[("ns", "p")]]
+    assert hostmem.args == ((POD, DONE),)
+    # gone pods dropped first, then the runs of the containers that exited 0 ended
+    assert store_calls == [
+        [("ns", "p"), ("ns", "done")],
+        ("ended", [("ns", "done", "train"), ("ns", "done", "eval")], 1234.5),
+    ]
     (row,) = snap.pod_gpus
     assert (row.pod, row.container, row.allocated, row.utilization_ratio) == ("p", "c", True, 0.5)
     assert snap.progress[0].epoch == 1
@@ -196,11 +207,15 @@ def test_progress_not_dropped_while_pods_unknown() -> None:
         def retain(self, live):
             retained.append(list(live))
 
+        def end_finished(self, finished, now):
+            retained.append(list(finished))
+            return 0
+
     sched, _ = _scheduler(
         Sources(pods=Source(None, fail=CollectorError("down")), progress_store=Store())
     )
     sched.collect_once()
-    assert retained == []
+    assert retained == []  # neither dropped nor ended on an unknown pod list
 
 
 def test_attribution_bug_does_not_lose_the_cycle() -> None:
@@ -263,6 +278,9 @@ def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) ->
 
         def retain(self, live):
             pass
+
+        def end_finished(self, finished, now):
+            return 0
 
     class Counter:
         def poll(self):
@@ -343,6 +361,9 @@ class FailingStore:
 
     def retain(self, live):
         pass
+
+    def end_finished(self, finished, now):
+        return 0
 
 
 class NoLogs:

@@ -51,8 +51,12 @@ def make_pod(
     owner: tuple[str, str] | None = ("Job", "train"),
     host_network: bool = False,
     active_deadline_seconds: int | None = None,
+    exit_codes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """A pod object shaped like the API's (only the fields gpu-eta reads, plus a few more)."""
+    """A pod object shaped like the API's (only the fields gpu-eta reads, plus a few more).
+
+    ``exit_codes``: containers whose state is terminated, with that exit code (as the
+    kubelet writes it once a container's process ended; the others are running)."""
     containers = containers if containers is not None else {"main": "containerd://" + "ab" * 32}
     meta: dict[str, Any] = {
         "name": name,
@@ -89,14 +93,27 @@ def make_pod(
         status["podIPs"] = [{"ip": ip}]
     if start_time:
         status["startTime"] = start_time
+    exit_codes = exit_codes or {}
     status["containerStatuses"] = [
         {
             "name": c,
             "containerID": cid,
             "image": "python:3.11",
-            "ready": True,
+            "ready": c not in exit_codes,
             "restartCount": 0,
-            "state": {"running": {"startedAt": start_time}},
+            "state": (
+                {
+                    "terminated": {
+                        "exitCode": exit_codes[c],
+                        "reason": "Completed" if exit_codes[c] == 0 else "Error",
+                        "startedAt": start_time,
+                        "finishedAt": "2026-11-21T06:00:00Z",
+                        "containerID": cid,
+                    }
+                }
+                if c in exit_codes
+                else {"running": {"startedAt": start_time}}
+            ),
         }
         for c, cid in containers.items()
         if cid

@@ -23,6 +23,8 @@ from gpu_eta.exporter.collectors.kube import (
     pod_meta_from_object,
 )
 from gpu_eta.exporter.exposition import SnapshotExposition
+from gpu_eta.exporter.progress import Report
+from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from tests.support.kubeapi import FakeKubeAPI, make_job, make_pod
@@ -336,6 +338,62 @@ def test_watch_outage_shows_in_the_exposition(api: FakeKubeAPI, source_factory) 
         assert after["gpu_eta_exporter_kube_last_sync_timestamp_seconds"] > synced
     finally:
         sched.stop()
+
+
+def test_a_container_that_exits_0_ends_its_plan_less_run(
+    api: FakeKubeAPI, source_factory, tmp_path: Path
+) -> None:
+    """The scheduler's wiring, pod watch to store: a Job's container whose progress
+    came from its log (a tqdm bar without a total: steps, no plan) and that exits 0
+    ends that run with the steps it reached as its plan, kept across a restart; a
+    crash (exit 1, the container restarted by its Job) ends nothing, and a run with
+    a plan in another container of the pod stays unended."""
+    containers = {"train": "containerd://" + "ab" * 32, "eval": "containerd://" + "cd" * 32}
+    api.add_pod(make_pod("train-a", uid=uid(1), containers=containers))
+    src = source_factory(api.url)
+    wait_for(lambda: names(src) == ["train-a"])
+    state = tmp_path / "progress.json"
+    store = ProgressStore(state)
+    now = time.time()
+    store.merge("default", "train-a", "train", "log", Report(step=1230), now - 5, derived=True)
+    store.merge("default", "train-a", "eval", "http", Report(epoch=1, epochs=3), now - 5)
+    holder = SnapshotHolder(Snapshot(node=NODE, timestamp=0))
+    sched = Scheduler(NODE, Sources(pods=src, progress_store=store), holder, timeout_seconds=30)
+
+    def progress(container: str):
+        return next(p for p in sched.collect_once().progress if p.container == container)
+
+    try:
+        assert progress("train").ended_timestamp is None
+        api.update_pod(
+            make_pod("train-a", uid=uid(1), containers=containers, exit_codes={"train": 1})
+        )
+        wait_for(lambda: "train" not in src.poll()[0].container_ids)
+        crashed = progress("train")
+        assert (crashed.steps, crashed.ended_timestamp) == (None, None)
+        api.update_pod(
+            make_pod(
+                "train-a",
+                uid=uid(1),
+                containers=containers,
+                phase="Succeeded",
+                exit_codes={"train": 0, "eval": 0},
+            )
+        )
+        wait_for(lambda: src.poll()[0].succeeded_containers == ("train", "eval"))
+        done = progress("train")
+        assert (done.step, done.steps, done.epochs) == (1230, 1230, None)
+        assert done.ended_timestamp is not None and done.ended_timestamp >= now
+        assert progress("eval").epochs == 3 and progress("eval").ended_timestamp is None
+    finally:
+        sched.stop()
+        store.close()
+    reopened = ProgressStore(state)
+    try:
+        (again,) = (p for p in reopened.snapshot() if p.container == "train")
+        assert (again.steps, again.ended_timestamp) == (1230, done.ended_timestamp)
+    finally:
+        reopened.close()
 
 
 def test_max_pods_bounds_the_cache(api: FakeKubeAPI, source_factory) -> None:
