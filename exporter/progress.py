@@ -14,8 +14,8 @@ listener and the log collector so both sources obey the same rules:
   ``Progress``: it decides when a new run starts (so two trainings in one notebook
   never become one series), carries known fields forward, stamps epoch ends and
   gives a run that ends without a planned total the totals it reached.
-- ``ended_by_exit(progress, now)`` applies that end to a plan-less run whose
-  container exited 0 without its sender saying ``end`` (log-only runs).
+- ``ended_by_exit(progress, now)`` applies that end to a plan-less HTTP run whose pod
+  succeeded without its sender saying ``end``.
 
 The wire format is documented in ``docs/progress.md``.
 """
@@ -502,28 +502,24 @@ def advance(
 
 
 def ended_by_exit(progress: Progress, now: float) -> Progress | None:
-    """``progress`` ended because its container exited with code 0, or None when
+    """``progress`` ended because its pod succeeded (exit code 0), or None when
     that changes nothing: the run has a planned total (``epochs`` or ``steps``: an
     early stop is no completion, whatever the exit code) or has ended already.
 
-    For runs whose sender never says ``end``: log-only runs (a Lightning bar with no
-    ``max_epochs`` in it, HF Trainer log dicts without its banner, a marker line
-    without totals) and HTTP senders that forgot ``end()``. Their
-    container exiting 0 (a Job's pod completing) is the end they did not send, so it
-    is applied as ``advance`` applies an ``end`` of the run: the totals become what it
-    reached (``_reached_totals``, none for a run short of one whole epoch or step) and
-    ``ended_timestamp`` is ``now`` (at least its last report). The caller (the store,
-    from the scheduler) decides which container exited; this is the rule only.
+    For HTTP senders that forgot ``end()``: their pod succeeding (a Job's pod
+    completing, every container exited 0) is the end they did not send, so it is
+    applied as ``advance`` applies an ``end`` of the run: the totals become what it
+    reached (``_reached_totals``, none for a run short of one whole epoch or step)
+    and ``ended_timestamp`` is ``now`` (at least its last report). The caller (the
+    store, from the scheduler) decides which runs: HTTP entries of pods that
+    succeeded (``ProgressStore.end_finished`` says why not log entries); this is the
+    rule only.
 
     Unlike an ``end`` report, ``last_report_timestamp`` stays the run's last report:
     no report came. Why it matters: it is when the forecaster places the run's last
     step, so the duration learnt is the run's own, not up to the moment the exporter
     noticed the exit (an exporter down or a watch cut while the Job completed would
-    stretch it); and the store's source precedence compares it, so ending both
-    sources of a container must not make a stale HTTP entry the winner over the log
-    entry it was losing to. Log lines dated up to ``ended_timestamp`` are the ended
-    run's (``collectors.logs``: lines read late, or again after a restart, do not
-    start a run).
+    stretch it).
     """
     if progress.epochs is not None or progress.steps is not None:
         return None

@@ -297,17 +297,22 @@ class ProgressStore:
             durable.wait(wait_seconds)
 
     def end_finished(self, finished: Iterable[tuple[str, str, str]], now: float) -> int:
-        """End the plan-less runs of containers that exited 0; how many were ended.
+        """End the plan-less HTTP runs of the containers of pods that succeeded; how many.
 
-        ``finished``: (namespace, pod, container) of each container whose state is
-        terminated with exit code 0 (the scheduler passes them every cycle while the
-        pod list is known). Each stored entry of such a container, from either source,
-        that has no planned total and has not ended, ends as ``ended_by_exit`` says;
-        the others are left as they are, so calling it again changes nothing.
+        ``finished``: (namespace, pod, container) of each container of a pod that
+        succeeded (every container terminated, exit code 0: the scheduler passes them
+        every cycle while the pod list is known). Each stored HTTP entry of such a
+        container that has no planned total and has not ended ends as
+        ``ended_by_exit`` says; the others are left as they are, so calling it again
+        changes nothing.
 
-        Both sources, not only the one shown: each is that container's progress, and
-        the one not shown now may be shown later (a log entry newer than a silent HTTP
-        one by ``HTTP_PRECEDENCE_SECONDS``), when it must not be a run still going.
+        Why HTTP only: a log entry may not have been read to its end (the collector
+        reads a few MiB of a file per poll, and every file again from its start after
+        an exporter restart); ended on what was read so far, the run would be learnt
+        short and the lines read later would start a run after its end. An HTTP
+        sender's reports arrive before its process exits. Why a whole pod: an HTTP
+        report that names no container is filed under the pod's first one, which may
+        be a helper that exits while training goes on in another.
         An entry filed under no container name (``""``) names no exit and is left.
 
         Journaled like a merge (a restart replays it), without waiting for the disk:
@@ -320,7 +325,7 @@ class ProgressStore:
         ended = 0
         with self._lock:
             for key, progress in list(self._entries.items()):
-                if key[:3] not in done:
+                if key[:3] not in done or progress.source != "http":
                     continue
                 new = ended_by_exit(progress, now)
                 if new is None:

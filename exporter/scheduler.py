@@ -16,7 +16,7 @@ Stage 1 runs ``gpu``, ``podresources``, ``kube``, ``logs`` and ``progress`` (the
 HTTP endpoint: is it serving, what did it count) concurrently; stage 2 runs
 ``cgroup`` (needs the pids from ``gpu``), ``hostmemory`` (needs the pods from
 ``kube``) and the progress-store read (drops progress of pods that are gone, ends
-the plan-less runs of containers that exited 0, then reads the store), so a cycle
+the plan-less HTTP runs of pods that succeeded, then reads the store), so a cycle
 takes about two timeouts at worst.
 
 The store read is a step of the cycle, not a collector: it has no
@@ -343,9 +343,14 @@ class Scheduler:
             def read_progress() -> tuple[Progress, ...]:
                 if kube_known:  # never drop progress because the pod list is unknown
                     store.retain((p.namespace, p.name) for p in pods)
-                    # a container that exited 0 ended its plan-less run (docs/progress.md)
+                    # a pod that succeeded ended its plan-less HTTP runs (docs/progress.md)
                     store.end_finished(
-                        ((p.namespace, p.name, c) for p in pods for c in p.succeeded_containers),
+                        (
+                            (p.namespace, p.name, c)
+                            for p in pods
+                            if p.phase == "Succeeded"
+                            for c in p.succeeded_containers
+                        ),
                         self._clock(),
                     )
                 return tuple(store.snapshot())

@@ -20,13 +20,13 @@ marker line the wire format refuses is counted ``invalid``, and so is a line who
 handling raised anything: one bad line is skipped, never the rest of its chunk.
 
 Lines whose CRI timestamp is older than the progress already stored for the
-container (or not newer than its run's end) are not applied again, so re-reading a
-file after an exporter restart does not mistake old epochs for a new run. A line
-stamped more than ``FUTURE_SKEW_SECONDS`` after the exporter's clock (the runtime
-stamps lines with the same node clock, so only a clock stepped back or a file not
-written by it does that), or whose timestamp cannot be read, is dated at the line of
-its container read before it (skipped when there is none) and counted ``future`` or
-``undated``; see ``_line_time``.
+container are not applied again, so re-reading a file after an exporter restart
+does not mistake old epochs for a new run. A line stamped more than
+``FUTURE_SKEW_SECONDS`` after the exporter's clock (the runtime stamps lines with the
+same node clock, so only a clock stepped back or a file not written by it does
+that), or whose timestamp cannot be read, is dated at the line of its container
+read before it (skipped when there is none) and counted ``future`` or ``undated``;
+see ``_line_time``.
 
 A container directory whose name is no container name (a DNS-1123 label, the rule
 the store and its state-file loader apply) is skipped and counted
@@ -62,7 +62,7 @@ from gpu_eta.exporter.logformats import (
 )
 from gpu_eta.exporter.progress import Report, ReportError, TooManyRuns, check_report
 from gpu_eta.exporter.progress_store import ProgressStore
-from gpu_eta.exporter.readings import PodMeta, Progress
+from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS
 
 log = logging.getLogger(__name__)
@@ -530,7 +530,7 @@ class LogProgressCollector:
             return
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
-        if previous is not None and _applied(previous, now):
+        if previous is not None and now < previous.last_report_timestamp:
             counts[done] = counts.get(done, 0) + 1
             return  # already applied before (a re-read after restart)
         state, report = fold(self._states.get(key, LogState()), previous, match)
@@ -551,19 +551,6 @@ class LogProgressCollector:
                 counts["invalid"] += 1
                 return
         counts[done] = counts.get(done, 0) + 1
-
-
-def _applied(previous: Progress, when: float) -> bool:
-    """Whether a line dated ``when`` belongs to what ``previous`` already holds: it is
-    older than its last report, or not newer than its end.
-
-    The end: a run ended by its container's exit (``progress.ended_by_exit``) keeps
-    its last report, and its container wrote every line before its end; one read
-    only now (a poll behind, or the file read again after a restart, its last line
-    dated the last report) would otherwise start a run after the end."""
-    if when < previous.last_report_timestamp:
-        return True
-    return previous.ended_timestamp is not None and when <= previous.ended_timestamp
 
 
 def _container_name(name: str) -> bool:

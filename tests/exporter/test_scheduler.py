@@ -31,6 +31,8 @@ GPU = GpuPoll(
 POD = PodMeta("ns", "p", "uid-1", ip="10.0.0.1", container_ids={"c": "cid"})
 # a Job's pod whose containers exited 0 (no runtime ids: a finished one has no cgroup)
 DONE = PodMeta("ns", "done", "uid-2", phase="Succeeded", succeeded_containers=("train", "eval"))
+# one container exited 0, another still runs: the pod has not succeeded, nothing ends
+PART = PodMeta("ns", "part", "uid-3", succeeded_containers=("prep",))
 
 
 class Source:
@@ -101,7 +103,7 @@ def test_full_cycle_joins_sources() -> None:
         Sources(
             gpu=Source(GPU),
             allocations=Source((Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a"),)),
-            pods=Source((POD, DONE)),
+            pods=Source((POD, DONE, PART)),
             processes=cgroup,
             host_memory=hostmem,
             progress_store=Store(),
@@ -112,10 +114,10 @@ def test_full_cycle_joins_sources() -> None:
     snap = sched.collect_once()
     assert holder.get() is snap
     assert cgroup.pids == [42]
-    assert hostmem.args == ((POD, DONE),)
-    # gone pods dropped first, then the runs of the containers that exited 0 ended
+    assert hostmem.args == ((POD, DONE, PART),)
+    # gone pods dropped first, then the runs of the pods that succeeded ended
     assert store_calls == [
-        [("ns", "p"), ("ns", "done")],
+        [("ns", "p"), ("ns", "done"), ("ns", "part")],
         ("ended", [("ns", "done", "train"), ("ns", "done", "eval")], 1234.5),
     ]
     (row,) = snap.pod_gpus

@@ -343,11 +343,12 @@ def test_watch_outage_shows_in_the_exposition(api: FakeKubeAPI, source_factory) 
 def test_a_container_that_exits_0_ends_its_plan_less_run(
     api: FakeKubeAPI, source_factory, tmp_path: Path
 ) -> None:
-    """The scheduler's wiring, pod watch to store: a Job's container whose progress
-    came from its log (a tqdm bar without a total: steps, no plan) and that exits 0
-    ends that run with the steps it reached as its plan, kept across a restart; a
-    crash (exit 1, the container restarted by its Job) ends nothing, and a run with
-    a plan in another container of the pod stays unended."""
+    """The scheduler's wiring, pod watch to store: a Job's container whose HTTP
+    progress has no plan (steps only) ends that run with the steps it reached as its
+    plan once the pod succeeded, kept across a restart; a crash (exit 1, the container
+    restarted by its Job) ends nothing, nor does its exit 0 while another container of
+    the pod still runs (an HTTP report naming no container is filed under the pod's
+    first), and a run with a plan in another container of the pod stays unended."""
     containers = {"train": "containerd://" + "ab" * 32, "eval": "containerd://" + "cd" * 32}
     api.add_pod(make_pod("train-a", uid=uid(1), containers=containers))
     src = source_factory(api.url)
@@ -355,7 +356,7 @@ def test_a_container_that_exits_0_ends_its_plan_less_run(
     state = tmp_path / "progress.json"
     store = ProgressStore(state)
     now = time.time()
-    store.merge("default", "train-a", "train", "log", Report(step=1230), now - 5, derived=True)
+    store.merge("default", "train-a", "train", "http", Report(run_id="r1", step=1230), now - 5)
     store.merge("default", "train-a", "eval", "http", Report(epoch=1, epochs=3), now - 5)
     holder = SnapshotHolder(Snapshot(node=NODE, timestamp=0))
     sched = Scheduler(NODE, Sources(pods=src, progress_store=store), holder, timeout_seconds=30)
@@ -371,6 +372,12 @@ def test_a_container_that_exits_0_ends_its_plan_less_run(
         wait_for(lambda: "train" not in src.poll()[0].container_ids)
         crashed = progress("train")
         assert (crashed.steps, crashed.ended_timestamp) == (None, None)
+        api.update_pod(  # exit 0, the other container still running: the pod goes on
+            make_pod("train-a", uid=uid(1), containers=containers, exit_codes={"train": 0})
+        )
+        wait_for(lambda: src.poll()[0].succeeded_containers == ("train",))
+        going = progress("train")
+        assert (going.steps, going.ended_timestamp) == (None, None)
         api.update_pod(
             make_pod(
                 "train-a",

@@ -473,46 +473,6 @@ def test_a_future_line_with_nothing_before_it_is_skipped_and_never_replayed(root
     assert (after.run_id, after.epoch) == (before.run_id, 2)
 
 
-def lightning(epoch: int, n: int) -> str:
-    """A Lightning bar of a run without ``max_epochs`` known to the log: no plan."""
-    return f"Epoch {epoch}: {100 * n // 8}%|#####| {n}/8 [00:01<00:00, 5.00it/s, train_loss=0.5]"
-
-
-def test_lines_of_a_run_ended_by_its_exit_are_its_own_read_late_or_again(root, tmp_path):
-    """A plan-less log run ended when its container exited 0 (``end_finished``) keeps
-    its last report; a line the container wrote before its exit and read only now (a
-    poll behind), or the whole file read again after a restart, is the ended run's:
-    not a new run after the end."""
-    t0 = T0.timestamp()
-    log_file = logdir(root) / "0.log"
-    log_file.write_bytes(stamped(t0, lightning(0, 8)) + stamped(t0 + 1, lightning(1, 8)))
-    state = tmp_path / "state.json"
-    store = ProgressStore(state)
-    col = collector(root, store, clock=lambda: t0 + 60)
-    col.poll()
-    run = store.get(POD.namespace, POD.name, "trainer", "log")
-    assert (run.step, run.steps, run.ended_timestamp) == (16, None, None)
-    assert store.end_finished([(POD.namespace, POD.name, "trainer")], t0 + 30) == 1
-    with log_file.open("ab") as fh:  # written before the exit, read after the end
-        fh.write(stamped(t0 + 2, lightning(2, 4)))
-    col.poll()
-    ended = store.get(POD.namespace, POD.name, "trainer", "log")
-    assert (ended.run_id, ended.step, ended.steps) == (run.run_id, 16, 16)
-    assert ended.ended_timestamp == t0 + 30 and ended.last_report_timestamp == t0 + 1
-    store.close()
-    again = ProgressStore(state)
-    collector(root, again, clock=lambda: t0 + 90).poll()  # re-read from the start
-    after = again.get(POD.namespace, POD.name, "trainer", "log")
-    assert (after.run_id, after.steps, after.ended_timestamp) == (run.run_id, 16, t0 + 30)
-    # the container's next process (restarted) writes after the end: a new run
-    with log_file.open("ab") as fh:
-        fh.write(stamped(t0 + 40, lightning(0, 8)))
-    collector(root, again, clock=lambda: t0 + 90).poll()
-    fresh = again.get(POD.namespace, POD.name, "trainer", "log")
-    assert fresh.run_id != run.run_id and (fresh.step, fresh.steps) == (8, None)
-    again.close()
-
-
 # A stamp no CRI runtime writes (no zone): the line cannot be dated by it
 UNDATED = b"2026-11-21T06:00:00.500000000 stdout F "
 
