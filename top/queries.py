@@ -7,16 +7,15 @@ QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 
 
 def queries(idle_window: str = "5m") -> dict[str, str]:
-    """Every PromQL query one refresh issues, by name (a fixed number, 19)."""
+    """Every PromQL query one refresh issues, by name (a fixed number, 21)."""
     return {
-        # a run at its planned steps is finished too (its epochs may have no total: a
-        # run without a planned total whose end fixed its steps); the view drops a run
-        # at its planned epochs itself
-        "epoch": (
-            "gpu_eta_training_epoch unless on (namespace, pod, container, run_id) "
-            "(gpu_eta_training_step >= gpu_eta_training_steps_planned)"
-        ),
+        "epoch": "gpu_eta_training_epoch",
         "epochs": "gpu_eta_training_epochs_planned",
+        # runs counted in steps (a tqdm bar, max_steps) have no epoch series; and a run
+        # at its planned steps is finished (a run without a planned total has its steps
+        # fixed when it ends)
+        "step": "gpu_eta_training_step",
+        "steps": "gpu_eta_training_steps_planned",
         "run_start": "gpu_eta_training_run_start_timestamp_seconds",
         "last_report": "gpu_eta_training_last_report_timestamp_seconds",
         "completion": "gpu_eta_job_predicted_completion_timestamp_seconds",

@@ -67,11 +67,12 @@ def progress_bar(epoch: float | None, epochs: float | None, width: int = 20) -> 
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-def fmt_epoch(epoch: float | None, epochs: float | None) -> str:
-    """``7/20`` (fractional epochs rounded down, as "completed")."""
+def fmt_epoch(epoch: float | None, epochs: float | None, unit: str = "epochs") -> str:
+    """``7/20`` (fractional epochs rounded down, as "completed"); ``400/1000 steps`` for
+    a run followed by its steps."""
     e = "-" if epoch is None else str(int(epoch))
     n = "?" if epochs is None else str(int(epochs))
-    return f"{e}/{n}"
+    return f"{e}/{n}" + (" steps" if unit == "steps" else "")
 
 
 def fmt_band(band: Band, now: float, tz: tzinfo | None = None) -> tuple[str, str]:
@@ -109,7 +110,7 @@ def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:
         f"{job.namespace}/{job.pod}",
         f"{job.node}/{','.join(job.gpus) or '-'}",
         progress_bar(job.epoch, job.epochs),
-        fmt_epoch(job.epoch, job.epochs),
+        fmt_epoch(job.epoch, job.epochs, job.unit),
         fmt_ratio(job.utilization_ratio),
         mem,
         fmt_duration(job.elapsed_seconds),

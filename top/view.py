@@ -33,8 +33,8 @@ class JobRow:
     run_id: str
     node: str
     gpus: tuple[str, ...]
-    epoch: float | None
-    epochs: float | None
+    epoch: float | None  # progress done, in ``unit``
+    epochs: float | None  # progress planned, in ``unit``; None: no planned total
     utilization_ratio: float | None
     memory_used_bytes: float | None
     memory_total_bytes: float | None
@@ -45,6 +45,7 @@ class JobRow:
     method: str
     stalled: bool
     idle: bool
+    unit: str = "epochs"  # "steps" for a run followed by its steps (no epochs planned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,10 @@ def build_view(
 ) -> View:
     """Join the query results (name → ``promapi`` samples) into one ``View``.
 
-    A run is shown while ``epoch < epochs_planned`` (or the plan is unknown). A
+    A run is shown while ``epoch < epochs_planned``, or, for a run with no epochs
+    planned, ``step < steps_planned`` (or no plan is known: its progress is then its
+    epoch, else its step). A run that reports steps and no planned epochs (a tqdm bar,
+    ``max_steps``, a run without a planned total that ended) is shown in steps. A
     holder is idle when its average utilisation over the idle window is below
     ``idle_threshold`` *and* it has held the GPU for at least that window (like the
     idle alert's age guard): a pod seconds old (pulling its image, loading data) has
@@ -177,6 +181,8 @@ def build_view(
     """
     get = lambda name: results.get(name) or ()  # noqa: E731
     epochs = _by_run(get("epochs"))
+    steps_done = _by_run(get("step"))
+    steps = _by_run(get("steps"))
     run_start = _by_run(get("run_start"))
     last_report = _by_run(get("last_report"))
     stalled = _by_run(get("stalled"))
@@ -221,11 +227,14 @@ def build_view(
 
     jobs: list[JobRow] = []
     training_containers: set[tuple[str, str, str]] = set()
-    for s in get("epoch"):
+    # each run once, by its epoch series where it has one (else its step series)
+    progress = {_run_key(s.labels): (s, False) for s in get("step")}
+    progress.update({_run_key(s.labels): (s, True) for s in get("epoch")})
+    for key, (s, by_epoch) in progress.items():
         labels = s.labels
-        key = _run_key(labels)
-        epoch = _value(s)
-        planned = epochs.get(key)
+        epoch, planned, unit = _value(s), epochs.get(key), "epochs"
+        if planned is None and (key in steps or not by_epoch):
+            epoch, planned, unit = steps_done.get(key), steps.get(key), "steps"
         if epoch is not None and planned is not None and epoch >= planned:
             continue  # finished: its pod may linger, its GPU shows in the GPU list
         ckey = key[:3]
@@ -261,6 +270,7 @@ def build_view(
                 method=methods.get(key, ""),
                 stalled=stalled.get(key, 0.0) >= 1,
                 idle=any((g, ckey) in idle_holders for g in gkeys),
+                unit=unit,
             )
         )
     jobs.sort(key=lambda j: (j.eta.p50 is None, j.eta.p50 or 0.0, j.namespace, j.pod))

@@ -475,7 +475,7 @@ def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path)
         "--prometheus.url", url, "--prometheus.bearer-token-file", str(token), "--json"
     )
     assert (code, err) == (0, "") and json.loads(out)["jobs"] == []
-    assert len(seen) == len(top_queries.queries()) == 19
+    assert len(seen) == len(top_queries.queries()) == 21
     assert {r.headers["Authorization"] for r in seen} == {"Bearer s3cret"}
 
     seen.clear()
@@ -709,3 +709,26 @@ def test_a_run_without_a_plan_shows_an_unknown_bar_and_where_its_eta_comes_from(
         if x.startswith("ml/cnn-1")
     )
     assert "[" + "?" * 20 + "]" in row and "7/?" in row and row.rstrip().endswith("from past runs")
+
+
+def test_runs_counted_in_steps_are_listed_in_steps_until_their_planned_steps() -> None:
+    """A tqdm bar's run has steps and no epoch series; an HF ``max_steps`` run reports a
+    fractional epoch beside its planned steps; a run without a planned total that ended
+    has its steps fixed: the first two are listed in steps, the last is finished."""
+    data = answers()
+    bar = {**RUN, "pod": "bar-1", "run_id": "bar"}
+    hf = {**RUN, "pod": "hf-1", "run_id": "hf"}
+    ended = {**RUN, "pod": "free-1", "run_id": "free"}
+    data["epoch"] += [vec(1.5, **hf), vec(3, **ended)]
+    data["step"] = [vec(400, **bar), vec(300, **hf), vec(30, **ended)]
+    data["steps"] = [vec(1000, **bar), vec(2000, **hf), vec(30, **ended)]
+    view = top_view.build_view({k: parsed(v) for k, v in data.items()}, NOW, "http://prom")
+    got = {(j.pod, j.epoch, j.epochs, j.unit) for j in view.jobs}
+    assert got == {
+        ("cnn-1", 7, 20, "epochs"),
+        ("bar-1", 400, 1000, "steps"),
+        ("hf-1", 300, 2000, "steps"),
+    }
+    text = top_render.render_plain(view, timezone.utc)
+    row = next(x for x in text.splitlines() if x.startswith("ml/bar-1"))
+    assert "[########............]" in row and "400/1000 steps" in row
