@@ -147,6 +147,20 @@ def _by_run(results: Sequence[Sample]) -> dict[tuple[str, str, str, str], float]
     return out
 
 
+def _highest(results: Sequence[Sample]) -> dict[tuple[str, str, str, str], Sample]:
+    """Per run, its sample of the highest value (a run scraped twice: the scrape
+    furthest on, as the forecaster reads progress); one without a value (NaN) only
+    when the run has no other."""
+    out: dict[tuple[str, str, str, str], Sample] = {}
+    for s in results:
+        key = _run_key(s.labels)
+        held = out.get(key)
+        v, best = _value(s), (None if held is None else _value(held))
+        if held is None or (v is not None and (best is None or v > best)):
+            out[key] = s
+    return out
+
+
 def _bands(results: Sequence[Sample], key_fn) -> dict[Any, dict[str, float]]:
     out: dict[Any, dict[str, float]] = {}
     for s in results:
@@ -167,10 +181,11 @@ def build_view(
 ) -> View:
     """Join the query results (name → ``promapi`` samples) into one ``View``.
 
-    A run is shown while ``epoch < epochs_planned``, or, for a run with no epochs
-    planned, ``step < steps_planned`` (or no plan is known: its progress is then its
-    epoch, else its step). A run that reports steps and no planned epochs (a tqdm bar,
-    ``max_steps``, a run without a planned total that ended) is shown in steps. A
+    A run is shown while ``epoch < epochs_planned`` and ``step < steps_planned``
+    (each where known: a Hugging Face run planned in both ends at ``max_steps``,
+    maybe before its last epoch). A run with an epoch series is shown in epochs
+    unless it plans steps and no epochs; a run without one (a tqdm bar, a run
+    reporting only steps) in steps. A
     holder is idle when its average utilisation over the idle window is below
     ``idle_threshold`` *and* it has held the GPU for at least that window (like the
     idle alert's age guard): a pod seconds old (pulling its image, loading data) has
@@ -181,7 +196,7 @@ def build_view(
     """
     get = lambda name: results.get(name) or ()  # noqa: E731
     epochs = _by_run(get("epochs"))
-    steps_done = _by_run(get("step"))
+    steps_done = {k: v for k, s in _highest(get("step")).items() if (v := _value(s)) is not None}
     steps = _by_run(get("steps"))
     run_start = _by_run(get("run_start"))
     last_report = _by_run(get("last_report"))
@@ -227,14 +242,19 @@ def build_view(
 
     jobs: list[JobRow] = []
     training_containers: set[tuple[str, str, str]] = set()
-    # each run once, by its epoch series where it has one (else its step series)
-    progress = {_run_key(s.labels): (s, False) for s in get("step")}
-    progress.update({_run_key(s.labels): (s, True) for s in get("epoch")})
+    # each run once, by its epoch series where it has one (else its step series); of a
+    # run scraped twice, the scrape furthest on
+    progress = {key: (s, False) for key, s in _highest(get("step")).items()}
+    progress.update({key: (s, True) for key, s in _highest(get("epoch")).items()})
     for key, (s, by_epoch) in progress.items():
         labels = s.labels
-        epoch, planned, unit = _value(s), epochs.get(key), "epochs"
-        if planned is None and (key in steps or not by_epoch):
-            epoch, planned, unit = steps_done.get(key), steps.get(key), "steps"
+        done_steps, planned_steps = steps_done.get(key), steps.get(key)
+        if done_steps is not None and planned_steps is not None and done_steps >= planned_steps:
+            continue  # finished by its steps (HF's max_steps before its last epoch, too)
+        if by_epoch and (key in epochs or planned_steps is None):
+            epoch, planned, unit = _value(s), epochs.get(key), "epochs"
+        else:  # no epoch series, or no epochs planned but steps: shown in steps
+            epoch, planned, unit = done_steps, planned_steps, "steps"
         if epoch is not None and planned is not None and epoch >= planned:
             continue  # finished: its pod may linger, its GPU shows in the GPU list
         ckey = key[:3]

@@ -230,8 +230,9 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
             if not isinstance(entry, dict):
                 continue
             state = entry.get("state")
-            # its plan-less run is ended (``progress.ended_by_exit``); not an init
-            # container's: one that fetched the data ended no training
+            # once the pod succeeded, its plan-less HTTP run is ended
+            # (``ProgressStore.end_finished``); not an init container's: one that
+            # fetched the data ended no training
             done = _str(entry.get("name"), 63)
             if key == "containerStatuses" and done is not None and _exited_zero(state):
                 succeeded[done] = None

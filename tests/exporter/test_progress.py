@@ -308,7 +308,7 @@ def test_reports_after_a_plan_less_end_are_checked_against_the_fixed_totals():
     assert repeated.run_id == anon.run_id
 
 
-def test_a_container_exiting_0_ends_its_plan_less_run_as_an_end_would():
+def test_a_succeeded_pod_ends_its_plan_less_run_as_an_end_would():
     """``ended_by_exit``: the totals an ``end`` report would fix (``_reached_totals``),
     ended at that moment; the last report stays the run's own (no report came)."""
     p = _adv(None, Report(epoch=3, step=300, metrics={"loss": 0.2}), NOW)

@@ -714,20 +714,30 @@ def test_a_run_without_a_plan_shows_an_unknown_bar_and_where_its_eta_comes_from(
 def test_runs_counted_in_steps_are_listed_in_steps_until_their_planned_steps() -> None:
     """A tqdm bar's run has steps and no epoch series; an HF ``max_steps`` run reports a
     fractional epoch beside its planned steps; a run without a planned total that ended
-    has its steps fixed: the first two are listed in steps, the last is finished."""
+    has its steps fixed; HF's callback plans epochs and steps, and ends at its steps,
+    maybe before its last epoch: listed in steps where no epochs are planned or no
+    epoch was seen, finished at either total."""
     data = answers()
     bar = {**RUN, "pod": "bar-1", "run_id": "bar"}
     hf = {**RUN, "pod": "hf-1", "run_id": "hf"}
     ended = {**RUN, "pod": "free-1", "run_id": "free"}
-    data["epoch"] += [vec(1.5, **hf), vec(3, **ended)]
-    data["step"] = [vec(400, **bar), vec(300, **hf), vec(30, **ended)]
+    both = {**RUN, "pod": "both-1", "run_id": "both"}  # HF's callback: epochs and steps
+    done = {**RUN, "pod": "done-2", "run_id": "done"}  # at max_steps before its last epoch
+    banner = {**RUN, "pod": "log-1", "run_id": "log"}  # HF's log: a plan, no epoch yet
+    data["epoch"] += [vec(1.5, **hf), vec(3, **ended), vec(1.2, **both), vec(2.67, **done)]
+    data["epochs"] += [vec(3, **both), vec(3, **done), vec(3, **banner)]
+    data["step"] = [vec(400, **bar), vec(390, **bar), vec(300, **hf), vec(30, **ended)]
+    data["step"] += [vec(900, **both), vec(2000, **done), vec(120, **banner)]
     data["steps"] = [vec(1000, **bar), vec(2000, **hf), vec(30, **ended)]
+    data["steps"] += [vec(2250, **both), vec(2000, **done), vec(2000, **banner)]
     view = top_view.build_view({k: parsed(v) for k, v in data.items()}, NOW, "http://prom")
     got = {(j.pod, j.epoch, j.epochs, j.unit) for j in view.jobs}
     assert got == {
         ("cnn-1", 7, 20, "epochs"),
-        ("bar-1", 400, 1000, "steps"),
+        ("bar-1", 400, 1000, "steps"),  # of two scrapes, the one further on
         ("hf-1", 300, 2000, "steps"),
+        ("both-1", 1.2, 3, "epochs"),
+        ("log-1", 120, 2000, "steps"),  # no epoch series: in steps, not 120 of 3 epochs
     }
     text = top_render.render_plain(view, timezone.utc)
     row = next(x for x in text.splitlines() if x.startswith("ml/bar-1"))
