@@ -45,11 +45,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gpu_eta.forecaster.runs import STEPS_UNIT, RunKey, RunUpdate
-from gpu_eta.forecaster.series import Sample, Series
+from gpu_eta.forecaster.series import Sample, Series, unexported
 
 MAX_RUN_ID = 256
 MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
@@ -158,8 +158,8 @@ def assemble(
     pairs = _range_pairs(ranges.get("epoch_range", ()), ranges.get("epoch_end_range", ()))
     latest_epochs = _latest_pairs(instant.get("epoch", ()), instant.get("last_end", ()))
     latest_steps = _latest_pairs(instant.get("step", ()), instant.get("last_report", ()))
-    instant = {k: [_unexport(x) for x in v] for k, v in instant.items()}
-    ranges = {k: [_unexport(x) for x in v] for k, v in ranges.items()}
+    instant = {k: [unexported(x) for x in v] for k, v in instant.items()}
+    ranges = {k: [unexported(x) for x in v] for k, v in ranges.items()}
     planned = _by_run(instant.get("planned", ()))
     present = _by_run(instant.get("present", ()))
     # progress of a run scraped twice: the scrape furthest on
@@ -315,7 +315,7 @@ def _features(
 def pod_values(samples: Sequence[Sample]) -> dict[PodKey, float]:
     """Per-container answers (``util_recent``) by ``(namespace, pod, container)``,
     ``exported_*`` labels read as the plain ones."""
-    return _by_pod([_unexport(x) for x in samples])
+    return _by_pod([unexported(x) for x in samples])
 
 
 def ending_runs(instant: Mapping[str, Sequence[Sample]]) -> list[RunKey]:
@@ -342,40 +342,21 @@ def ending_runs(instant: Mapping[str, Sequence[Sample]]) -> list[RunKey]:
 def sample_run_key(sample: Sample) -> RunKey | None:
     """The run a sample belongs to, as ``assemble`` reads it (``exported_*`` labels
     honoured); None without a usable run key."""
-    return _run_key(_unexport(sample).labels)
+    return _run_key(unexported(sample).labels)
 
 
 def sample_pod(sample: Sample) -> tuple[str, str]:
     """``(namespace, pod)`` of a sample, as ``assemble`` reads it."""
-    labels = _unexport(sample).labels
+    labels = unexported(sample).labels
     return (labels.get("namespace", ""), labels.get("pod", ""))
 
 
 def sample_gpu(sample: Sample) -> tuple[str, str] | None:
     """``(node, UUID)`` of a GPU-info or allocation sample, the key ``assemble`` joins
     them on; None without a UUID."""
-    labels = _unexport(sample).labels
+    labels = unexported(sample).labels
     uuid = labels.get("UUID", "")
     return (labels.get("node", ""), uuid) if uuid else None
-
-
-def _unexport(item: _S) -> _S:
-    """``exported_pod`` → ``pod`` (and namespace, container, node, ...).
-
-    Prometheus renames a series' labels to ``exported_<name>`` when the scrape
-    config does not honour labels and the target has the same label (a pod-level
-    scrape of the exporter): the series' own value is the ``exported_`` one.
-    """
-    labels = item.labels
-    # fast filter (one C-level join per sample, 100,000s per cycle); a false hit
-    # only takes the exact path below
-    if "exported_" not in "".join(labels) or not any(k.startswith("exported_") for k in labels):
-        return item
-    fixed = {k: v for k, v in labels.items() if not k.startswith("exported_")}
-    for key, value in labels.items():
-        if key.startswith("exported_") and key != "exported_":
-            fixed[key[len("exported_") :]] = value
-    return replace(item, labels=fixed)
 
 
 def _run_key(labels: Mapping[str, str]) -> RunKey | None:
@@ -466,14 +447,14 @@ def _twins(firsts: Sequence[_S], seconds: Sequence[_S]) -> dict[RunKey, list[tup
     """
     of_run: dict[RunKey, list[_S]] = {}
     for item in seconds:
-        key = _run_key(_unexport(item).labels)
+        key = _run_key(unexported(item).labels)
         if key is not None:
             of_run.setdefault(key, []).append(item)
     # per run with several: its items by labels, built when first needed
     by_labels: dict[RunKey, dict[frozenset[tuple[str, str]], _S]] = {}
     out: dict[RunKey, list[tuple[_S, _S]]] = {}
     for item in firsts:
-        key = _run_key(_unexport(item).labels)
+        key = _run_key(unexported(item).labels)
         if key is None or key not in of_run:
             continue
         candidates = of_run[key]

@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpu_eta.forecaster.series import Sample
+from gpu_eta.forecaster.series import Sample, unexported
 from gpu_eta.top.queries import QUANTILE_KEYS
 
 
@@ -192,8 +192,13 @@ def build_view(
     no window to average over. A holder whose start is unknown (no
     ``..._allocated_since_...`` series: the exporter runs without the kube collector)
     is judged on utilisation alone. Joins use DCGM's label names: runs meet their
-    GPUs on (namespace, pod, container), GPUs are (node, gpu, UUID[, GPU_I_ID]).
+    GPUs on (namespace, pod, container), GPUs are (node, gpu, UUID[, GPU_I_ID]);
+    ``exported_*`` labels count as the plain ones.
     """
+    # ``exported_*`` labels read as the plain ones (a scrape that did not honour the
+    # exporter's labels: its own namespace and pod would name every run), as the
+    # forecaster reads them
+    results = {name: [unexported(s) for s in items] for name, items in results.items()}
     get = lambda name: results.get(name) or ()  # noqa: E731
     epochs = _by_run(get("epochs"))
     steps_done = {k: v for k, s in _highest(get("step")).items() if (v := _value(s)) is not None}

@@ -742,3 +742,25 @@ def test_runs_counted_in_steps_are_listed_in_steps_until_their_planned_steps() -
     text = top_render.render_plain(view, timezone.utc)
     row = next(x for x in text.splitlines() if x.startswith("ml/bar-1"))
     assert "[########............]" in row and "400/1000 steps" in row
+
+
+def test_exported_labels_are_read_as_the_plain_ones() -> None:
+    """Scraped without honouring the exporter's labels, the series carry the training
+    pod as ``exported_pod`` (and namespace, container) and the exporter's own as
+    ``pod``: read as the forecaster reads them, the view is the same."""
+    plain = top_view.build_view(results(), NOW, "http://prom")
+
+    def renamed(item: dict) -> dict:
+        m = dict(item["metric"])
+        for name in ("namespace", "pod", "container", "node"):
+            if name in m:
+                m[f"exported_{name}"] = m[name]
+        m.update(namespace="monitoring", pod="gpu-eta-exporter-x7k2p", container="exporter")
+        return {**item, "metric": m}
+
+    data = {k: [renamed(i) for i in v] for k, v in answers().items()}
+    view = top_view.build_view({k: parsed(v) for k, v in data.items()}, NOW, "http://prom")
+    assert [(j.namespace, j.pod, j.epoch) for j in view.jobs] == [
+        (j.namespace, j.pod, j.epoch) for j in plain.jobs
+    ]
+    assert [(h.namespace, h.pod) for h in view.idle] == [(h.namespace, h.pod) for h in plain.idle]
