@@ -62,7 +62,7 @@ def moments(runs: Sequence[Run]) -> list[tuple[float, int, float, float, float, 
         if grown:
             spread = fit.spread()
         key = identity(part)
-        past = fit.past(key) if key is not None else ()
+        past = fit.durations(key) if key is not None else ()
         elapsed = now - part.start_timestamp
         truth = whole.last_timestamp - now
         if not past or truth <= 0:
@@ -70,7 +70,7 @@ def moments(runs: Sequence[Run]) -> list[tuple[float, int, float, float, float, 
         fc = forecast_without_plan(past, elapsed, spread)
         if fc is None:
             continue
-        plain = max(0.0, statistics.median(p.duration for p in past) - elapsed)
+        plain = max(0.0, statistics.median(past) - elapsed)
         out.append(
             (
                 point,

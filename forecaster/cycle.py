@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
@@ -29,17 +30,13 @@ from gpu_eta.forecaster.cycle_meta import (
     float_or_none,
 )
 from gpu_eta.forecaster.errors import ForecasterError
+from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.estimators.base import stall_widen_since
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryConflict, HistoryStore
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
-from gpu_eta.forecaster.planless import (
-    DurationsFit,
-    configuration_of,
-    fit_durations,
-    forecast_without_plan,
-)
+from gpu_eta.forecaster.planless import DurationsFit, fit_durations, forecast_without_plan
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.promparse import PromQueryError
 from gpu_eta.forecaster.refit import (
@@ -50,7 +47,7 @@ from gpu_eta.forecaster.refit import (
     fit_in_child,
     gc_switched,
 )
-from gpu_eta.forecaster.runs import Run, RunKey, run_key
+from gpu_eta.forecaster.runs import Run, RunKey, RunUpdate, run_key
 from gpu_eta.forecaster.runs_from_series import (
     Allocation,
     CycleView,
@@ -64,6 +61,7 @@ from gpu_eta.forecaster.series import Sample, Series
 from gpu_eta.forecaster.static_series import StaticSeries
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T", RunUpdate, PlanlessRun)
 
 
 class Cycle:
@@ -98,7 +96,6 @@ class Cycle:
         # (``_learn_since_fit``)
         self._planless = DurationsFit()
         self._planless_seen: list[Run] = []  # the last run it was given (appended_since)
-        self._planless_spread: Mapping[int, tuple[float, float]] = {}
         # calibrates the queue's intervals on real starts; kept in the history file
         self._starts = SavedStartTracker(store)
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
@@ -236,10 +233,11 @@ class Cycle:
                 fc = dataclasses.replace(fc, stalled=True)
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(run, stored.node, fc, ends))
+        spread = self._planless.spread() if planless else {}
         for found, stub in planless:
             try:
                 stalled = is_stalled(stub, view, now, s)
-                fc = self._forecast_planless(stub, last_progress(stub, view), now, stalled)
+                fc = self._forecast_planless(stub, last_progress(stub, view), now, stalled, spread)
             except Exception as err:  # a bad job must not fail the cycle
                 errors["predict_failed"] += 1
                 log.debug("plan-less forecast failed for %s: %s", found.key, err)
@@ -276,24 +274,18 @@ class Cycle:
         keeps a run's latest), and with them its configuration: a run without a planned
         total is stored only then, so the job's next runs, whose pods hold their GPUs,
         would find no earlier run like them (``planless``)."""
-        known, kept = self._features, {}
-        updates = []
-        for up in view.updates:
-            key = run_key(up)
-            features = {**_carried(known.get(key)), **up.features}
+        known: Mapping[RunKey, Mapping[str, float | str]] = self._features
+        kept: dict[RunKey, Mapping[str, float | str]] = {}
+
+        def merged(item: _T, key: RunKey) -> _T:
+            features = {**_carried(known.get(key)), **item.features}
             kept[key] = features
-            updates.append(
-                up if features == up.features else dataclasses.replace(up, features=features)
+            return (
+                item if features == item.features else dataclasses.replace(item, features=features)
             )
-        view.updates = updates
-        planless = []
-        for run in view.planless:
-            features = {**_carried(known.get(run.key)), **run.features}
-            kept[run.key] = features
-            planless.append(
-                run if features == run.features else dataclasses.replace(run, features=features)
-            )
-        view.planless = planless
+
+        view.updates = [merged(up, run_key(up)) for up in view.updates]
+        view.planless = [merged(run, run.key) for run in view.planless]
         self._features = kept
 
     def _queue_starts(
@@ -417,11 +409,12 @@ class Cycle:
         if not full:
             unknown = static.unknown(seen)
             parts = self._unknown_runs_parts(unknown, window)
-            fresh = static.never_read(seen)
-            if parts is None and len(fresh) < len(unknown):
+            if parts is None:
                 # too many to ask for: the runs without a plan (read before, found none)
                 # wait for the next full read, so that they never make every cycle one
-                parts = self._unknown_runs_parts(fresh, window)
+                fresh = static.never_read(seen)
+                if len(fresh) < len(unknown):
+                    parts = self._unknown_runs_parts(fresh, window)
         if full or parts is None:
             full = True
             answers = {name: ask(name) for name in (*queries.STATIC_RUN, queries.STATIC_POD)}
@@ -593,21 +586,25 @@ class Cycle:
         for run in added:
             self._planless.add(run)
         self._planless_seen = [added[-1]]
-        self._planless_spread = self._planless.spread()
 
     def _forecast_planless(
-        self, stub: Run, last: float, now: float, stalled: bool
+        self,
+        stub: Run,
+        last: float,
+        now: float,
+        stalled: bool,
+        spread: Mapping[int, tuple[float, float]],
     ) -> Forecast | None:
         """A run without a planned total (``planless_stub``), forecast from its
         configuration's completed durations (``planless``); None when they say nothing
         (none, or all shorter). A stalled one (no progress since ``last``, its GPU idle)
         holds the forecast it had at ``last``, widened as a stalled run with a plan is
         (``stall_widen_since``): its GPU shows a free time and its pods a stall, as any
-        run's would."""
-        key = configuration_of(stub.features, stub.namespace)
-        past = self._planless.past(key) if key is not None else ()
+        run's would. ``spread``: ``DurationsFit.spread``, read once a cycle."""
+        key = identity(stub)
+        durations = self._planless.durations(key) if key is not None else ()
         at = min(now, last) if stalled else now
-        fc = forecast_without_plan(past, at - stub.start_timestamp, self._planless_spread)
+        fc = forecast_without_plan(durations, at - stub.start_timestamp, spread)
         if fc is None:
             return None
         if stalled:
@@ -674,7 +671,6 @@ class Cycle:
         self._learnt_runs = list(history)
         self._planless = durations
         self._planless_seen = list(history[-1:])
-        self._planless_spread = durations.spread()
 
 
 def _carried(features: Mapping[str, float | str] | None) -> Mapping[str, float | str]:

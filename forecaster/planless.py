@@ -39,8 +39,8 @@ import collections
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
+from gpu_eta.forecaster.calibration import conformal_bounds
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
@@ -67,15 +67,6 @@ _LO, _HI = 0.1, 0.9
 Configuration = tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Past:
-    """One completed run of a configuration: its wall seconds from start to last
-    progress, and its total (the progress it ended at)."""
-
-    duration: float
-    total: float
-
-
 def band(n: int) -> int:
     """The band (a ``BANDS`` edge) of ``n`` ≥ 1 earlier durations."""
     return max(edge for edge in BANDS if edge <= max(n, 1))
@@ -92,7 +83,7 @@ class DurationsFit:
 
     def __init__(self, per_configuration: int = PER_CONFIGURATION) -> None:
         self.per_configuration = per_configuration
-        self._kept: dict[Configuration, list[Past]] = {}
+        self._kept: dict[Configuration, list[float]] = {}
         self._order: dict[int, collections.deque[float]] = {e: collections.deque() for e in BANDS}
         self._sorted: dict[int, list[float]] = {edge: [] for edge in BANDS}
         self._pooled: list[float] = []  # every band's, sorted
@@ -106,14 +97,13 @@ class DurationsFit:
             return
         key = identity(run)
         duration = run.last_timestamp - run.start_timestamp
-        total = run.epochs_done
-        if key is None or not (math.isfinite(duration) and duration > 0 and total > 0):
+        if key is None or not (math.isfinite(duration) and duration > 0):
             return
         earlier = self._kept.setdefault(key, [])
         if earlier:
-            residual = math.log(duration / statistics.median(p.duration for p in earlier))
+            residual = math.log(duration / statistics.median(earlier))
             self._remember(band(len(earlier)), residual)
-        earlier.append(Past(duration, total))
+        earlier.append(duration)
         if len(earlier) > self.per_configuration:
             del earlier[0]
 
@@ -127,8 +117,9 @@ class DurationsFit:
             del ordered[bisect.bisect_left(ordered, oldest)]
             del self._pooled[bisect.bisect_left(self._pooled, oldest)]
 
-    def past(self, key: Configuration) -> tuple[Past, ...]:
-        """The latest completed runs of one configuration (empty when none completed)."""
+    def durations(self, key: Configuration) -> tuple[float, ...]:
+        """The latest durations of one configuration's completed runs (empty when none
+        completed)."""
         return tuple(self._kept.get(key, ()))
 
     def spread(self) -> dict[int, tuple[float, float]]:
@@ -139,7 +130,7 @@ class DurationsFit:
             own = self._sorted[edge]
             source = own if len(own) >= MIN_RESIDUALS else self._pooled
             if len(source) >= MIN_POOLED:
-                out[edge] = _conformal(source)
+                out[edge] = conformal_bounds(source, _LO, _HI)
         return out
 
 
@@ -154,36 +145,25 @@ def fit_durations(
     return fit
 
 
-def _conformal(ordered: Sequence[float]) -> tuple[float, float]:
-    """The ``⌊0.1(n+1)⌋``-th and ``⌈0.9(n+1)⌉``-th smallest of the sorted ``ordered``
-    (clipped to the extremes with fewer than nine)."""
-    n = len(ordered)
-    lo = max(1, math.floor(_LO * (n + 1)))
-    hi = min(n, math.ceil(_HI * (n + 1)))
-    return ordered[lo - 1], ordered[hi - 1]
-
-
 def forecast_without_plan(
-    past: Sequence[Past],
+    durations: Sequence[float],
     elapsed: float,
     spread: Mapping[int, tuple[float, float]],
 ) -> Forecast | None:
-    """The remaining seconds of a run ``elapsed`` seconds in, from its configuration's
-    ``past`` completed runs and the measured ``spread`` (module docstring); None when
-    none is longer than ``elapsed`` or ``elapsed`` is not a finite, non-negative
-    number."""
+    """The remaining seconds of a run ``elapsed`` seconds in, from the ``durations`` of
+    its configuration's completed runs and the measured ``spread`` (module docstring);
+    None when none is longer than ``elapsed`` or ``elapsed`` is not a finite,
+    non-negative number."""
     if not (math.isfinite(elapsed) and elapsed >= 0):
         return None
-    usable = [p for p in past if math.isfinite(p.duration) and p.duration > 0]
-    left = sorted(p.duration for p in usable if p.duration > elapsed)
-    n = len(left)
-    if n == 0:
+    usable = [d for d in durations if math.isfinite(d) and d > 0]
+    left = sorted(d for d in usable if d > elapsed)
+    if not left:
         return None
     centre = statistics.median(left)
     bounds = spread.get(band(len(usable)))
     if bounds is None:  # too little history to measure: the order statistics
-        lo_end = left[max(1, math.floor(_LO * (n + 1))) - 1]
-        hi_end = left[min(n, math.ceil(_HI * (n + 1))) - 1]
+        lo_end, hi_end = conformal_bounds(left, _LO, _HI)
     else:
         lo_end, hi_end = centre * math.exp(bounds[0]), centre * math.exp(bounds[1])
     p50 = centre - elapsed
@@ -192,12 +172,5 @@ def forecast_without_plan(
         p50=p50,
         p90=max(hi_end - elapsed, p50),
         method=METHOD,
-        n_obs=n,
+        n_obs=len(left),
     )
-
-
-def configuration_of(features: Mapping[str, float | str], namespace: str) -> Configuration | None:
-    """The configuration key of a live run (``analog.identity``) from its features and
-    namespace; None without a job name."""
-    probe = Run("", 1.0, ((0.0, 0.0),), features=features, namespace=namespace)
-    return identity(probe)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -222,12 +222,7 @@ def assemble(
         features = _features(run, batch.get(run), jobs, pod_gpus, models, by_steps)
         util = _ratio(util_mean.get(key))
         running_now = run in present
-        # Progress time for stall detection: the latest epoch end or report of any
-        # kind (a step report shows the run is alive inside a long epoch).
-        progress_ts = max([t0, *ends.values()])
-        report = last_report.get(run)
-        if report is not None and _finite(report.value) and t0 <= report.value <= hi:
-            progress_ts = max(progress_ts, report.value)
+        progress_ts = _progress_time(t0, ends.values(), last_report.get(run), hi)
         weight = 0.0
         if span_seconds > 0 and (means_for is None or run in means_for):
             since = max(now - span_seconds, t0, covered.get(run, -math.inf))
@@ -265,13 +260,8 @@ def assemble(
             continue
         by_steps = run not in epoch
         sample = step[run] if by_steps else epoch[run]
-        # its latest report or epoch end: the stall check's "last progress"
-        times = [t for _, t in latest_epochs.get(run, ())]
-        report = last_report.get(run)
-        if report is not None:
-            times.append(report.value)
-        t0 = start_s.value
-        view.last_progress[run] = max([t0, *(t for t in times if _finite(t) and t0 <= t <= hi)])
+        ends_seen = (t for _, t in latest_epochs.get(run, ()) if _finite(t) and t <= hi)
+        view.last_progress[run] = _progress_time(start_s.value, ends_seen, last_report.get(run), hi)
         view.planless.append(
             PlanlessRun(
                 key=run,
@@ -281,6 +271,16 @@ def assemble(
             )
         )
     return view
+
+
+def _progress_time(start: float, ends: Iterable[float], report: Sample | None, hi: float) -> float:
+    """A run's latest progress for the stall check: its start, its latest epoch end
+    (``ends``: already checked) or its last report of any kind within [start, hi] (a
+    step report shows the run alive inside a long epoch)."""
+    latest = max([start, *ends])
+    if report is not None and _finite(report.value) and start <= report.value <= hi:
+        latest = max(latest, report.value)
+    return latest
 
 
 def _features(

@@ -7,17 +7,18 @@ import random
 
 import pytest
 
+from gpu_eta.forecaster.cycle import planless_stub
+from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.planless import (
     BANDS,
     METHOD,
     DurationsFit,
-    Past,
     band,
-    configuration_of,
     fit_durations,
     forecast_without_plan,
 )
 from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs_from_series import PlanlessRun
 
 
 def _run(
@@ -41,7 +42,7 @@ def _run(
 
 
 def test_p50_is_the_median_of_the_durations_not_yet_reached() -> None:
-    past = [Past(d, 10.0) for d in (100.0, 200.0, 300.0, 400.0, 500.0)]
+    past = list((100.0, 200.0, 300.0, 400.0, 500.0))
     fc = forecast_without_plan(past, 250.0, {})
     assert fc is not None
     assert fc.method == METHOD
@@ -52,7 +53,7 @@ def test_p50_is_the_median_of_the_durations_not_yet_reached() -> None:
 
 
 def test_the_measured_spread_sets_the_bounds_around_the_centre() -> None:
-    past = [Past(d, 10.0) for d in (100.0, 120.0, 140.0)]
+    past = list((100.0, 120.0, 140.0))
     spread = {edge: (math.log(0.5), math.log(2.0)) for edge in BANDS}
     fc = forecast_without_plan(past, 10.0, spread)
     assert fc is not None
@@ -62,7 +63,7 @@ def test_the_measured_spread_sets_the_bounds_around_the_centre() -> None:
 
 
 def test_bounds_never_cross_the_centre_or_go_below_zero() -> None:
-    past = [Past(d, 10.0) for d in (100.0, 110.0)]
+    past = list((100.0, 110.0))
     spread = {edge: (math.log(0.2), math.log(0.9)) for edge in BANDS}  # both below
     fc = forecast_without_plan(past, 104.0, spread)
     assert fc is not None
@@ -73,13 +74,13 @@ def test_bounds_never_cross_the_centre_or_go_below_zero() -> None:
 
 @pytest.mark.parametrize("elapsed", [500.0, 600.0, math.nan, -1.0, math.inf])
 def test_no_forecast_past_every_duration_or_for_a_bad_elapsed_time(elapsed: float) -> None:
-    past = [Past(d, 10.0) for d in (100.0, 500.0)]
+    past = list((100.0, 500.0))
     assert forecast_without_plan(past, elapsed, {}) is None
 
 
 def test_no_forecast_without_any_usable_duration() -> None:
     assert forecast_without_plan([], 0.0, {}) is None
-    assert forecast_without_plan([Past(math.nan, 1.0), Past(-5.0, 1.0)], 0.0, {}) is None
+    assert forecast_without_plan([math.nan, -5.0], 0.0, {}) is None
 
 
 @pytest.mark.parametrize(
@@ -100,16 +101,15 @@ def test_fit_keeps_completed_runs_of_a_configuration_latest_first_out() -> None:
     fit = DurationsFit(per_configuration=20)
     for run in history:
         fit.add(run)
-    key = configuration_of(history[0].features, "team")
+    key = identity(history[0])
     assert key is not None
-    assert [p.duration for p in fit.past(key)] == [100.0, 300.0]
-    assert [p.total for p in fit.past(key)] == [10.0, 10.0]
-    other = configuration_of(history[4].features, "team")
-    assert [p.duration for p in fit.past(other)] == [500.0]
+    assert fit.durations(key) == (100.0, 300.0)
+    other = identity(history[4])
+    assert fit.durations(other) == (500.0,)
     short = DurationsFit(per_configuration=1)
     for run in history:
         short.add(run)
-    assert [p.duration for p in short.past(key)] == [300.0]
+    assert short.durations(key) == (300.0,)
 
 
 def test_spread_is_measured_out_of_sample_and_pooled_when_a_band_is_thin() -> None:
@@ -153,11 +153,9 @@ def test_intervals_hold_about_eight_in_ten_on_lognormal_durations() -> None:
         job = f"j{config}"
         for i in range(8):
             duration = scale * math.exp(rng.gauss(0.0, sigma))
-            key = configuration_of(
-                {"job_name": job, "batch_size": 64.0, "gpus": 1.0, "gpu_model": "A100"}, "team"
-            )
+            key = identity(_run("probe", 1.0, job=job))
             assert key is not None
-            fc = forecast_without_plan(fit.past(key), 0.0, fit.spread()) if i else None
+            fc = forecast_without_plan(fit.durations(key), 0.0, fit.spread()) if i else None
             if fc is not None and config >= 20:
                 seen += 1
                 hits += fc.p10 <= duration <= fc.p90
@@ -166,11 +164,18 @@ def test_intervals_hold_about_eight_in_ten_on_lognormal_durations() -> None:
     assert 0.72 <= hits / seen <= 0.88
 
 
-def test_configuration_of_a_live_run_matches_the_stored_runs() -> None:
+def test_a_live_run_without_a_plan_is_of_its_stored_runs_configuration() -> None:
+    """The run the cycle publishes for a live plan-less run (``cycle.planless_stub``:
+    namespace as a label and a feature, no progress) has the configuration of the
+    stored runs of its job."""
     stored = _run("a", 100.0)
-    live = configuration_of(dict(stored.features), "team")
+    live = planless_stub(
+        PlanlessRun(("team", "train-x7k2p", "c", "b"), "n1", 5.0, dict(stored.features))
+    )
     fit = DurationsFit()
     fit.add(stored)
-    assert live is not None
-    assert [p.duration for p in fit.past(live)] == [100.0]
-    assert configuration_of({"batch_size": 64.0}, "team") is None
+    key = identity(live)
+    assert key is not None
+    assert fit.durations(key) == (100.0,)
+    job_less = PlanlessRun(("team", "p", "c", "x"), "n1", 5.0, {"batch_size": 64.0})
+    assert identity(planless_stub(job_less)) is None
