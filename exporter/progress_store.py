@@ -296,15 +296,14 @@ class ProgressStore:
         if durable is not None:
             durable.wait(wait_seconds)
 
-    def end_finished(self, finished: Iterable[tuple[str, str, str]], now: float) -> int:
-        """End the plan-less HTTP runs of the containers of pods that succeeded; how many.
+    def end_finished(self, succeeded: Iterable[tuple[str, str]], now: float) -> int:
+        """End the plan-less HTTP runs of pods that succeeded; how many.
 
-        ``finished``: (namespace, pod, container) of each container of a pod that
-        succeeded (every container terminated, exit code 0: the scheduler passes them
-        every cycle while the pod list is known). Each stored HTTP entry of such a
-        container that has no planned total and has not ended ends as
-        ``ended_by_exit`` says; the others are left as they are, so calling it again
-        changes nothing.
+        ``succeeded``: (namespace, pod) of each pod in phase ``Succeeded`` (every
+        container terminated, exit code 0: the scheduler passes them every cycle while
+        the pod list is known). Each stored HTTP entry of such a pod that has no
+        planned total and has not ended ends as ``ended_by_exit`` says; the others are
+        left as they are, so calling it again changes nothing.
 
         Why HTTP only: a log entry may not have been read to its end (the collector
         reads a few MiB of a file per poll, and every file again from its start after
@@ -313,19 +312,18 @@ class ProgressStore:
         sender's reports arrive before its process exits. Why a whole pod: an HTTP
         report that names no container is filed under the pod's first one, which may
         be a helper that exits while training goes on in another.
-        An entry filed under no container name (``""``) names no exit and is left.
 
         Journaled like a merge (a restart replays it), without waiting for the disk:
         a kill before the write loses nothing, as the pod still says it exited and
         the next start's first cycle ends the run again.
         """
-        done = {key for key in finished if key[2]}
+        done = set(succeeded)
         if not done:
             return 0
         ended = 0
         with self._lock:
             for key, progress in list(self._entries.items()):
-                if key[:3] not in done or progress.source != "http":
+                if key[:2] not in done or progress.source != "http":
                     continue
                 new = ended_by_exit(progress, now)
                 if new is None:

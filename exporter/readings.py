@@ -104,10 +104,6 @@ class PodMeta:
     # the containers' names in the pod spec (known from the pod's creation, before any
     # runtime id): which names a progress report may give
     containers: tuple[str, ...] = ()
-    # the containers (``containerStatuses``; an init container's exit is not the pod's
-    # work) whose current state is terminated with exit code 0: once the pod succeeded,
-    # their plan-less HTTP runs are ended (``ProgressStore.end_finished``)
-    succeeded_containers: tuple[str, ...] = ()
     # earliest of start + spec.activeDeadlineSeconds, its Job's start + the Job's, and
     # the gpu-eta.io/deadline annotation
     deadline_timestamp: float | None = None

@@ -78,7 +78,7 @@ class ProgressStoreLike(Protocol):
 
     def retain(self, live: Iterable[tuple[str, str]]) -> None: ...
 
-    def end_finished(self, finished: Iterable[tuple[str, str, str]], now: float) -> int: ...
+    def end_finished(self, succeeded: Iterable[tuple[str, str]], now: float) -> int: ...
 
 
 class Counting(Protocol):
@@ -345,12 +345,7 @@ class Scheduler:
                     store.retain((p.namespace, p.name) for p in pods)
                     # a pod that succeeded ended its plan-less HTTP runs (docs/progress.md)
                     store.end_finished(
-                        (
-                            (p.namespace, p.name, c)
-                            for p in pods
-                            if p.phase == "Succeeded"
-                            for c in p.succeeded_containers
-                        ),
+                        ((p.namespace, p.name) for p in pods if p.phase == "Succeeded"),
                         self._clock(),
                     )
                 return tuple(store.snapshot())

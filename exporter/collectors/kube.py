@@ -221,7 +221,6 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
             owner_name = _str(chosen.get("name")) or ""
 
     container_ids: dict[str, str] = {}
-    succeeded: dict[str, None] = {}
     for key in ("containerStatuses", "initContainerStatuses"):
         statuses = status.get(key)
         if not isinstance(statuses, list):
@@ -230,12 +229,6 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
             if not isinstance(entry, dict):
                 continue
             state = entry.get("state")
-            # once the pod succeeded, its plan-less HTTP run is ended
-            # (``ProgressStore.end_finished``); not an init container's: one that
-            # fetched the data ended no training
-            done = _str(entry.get("name"), 63)
-            if key == "containerStatuses" and done is not None and _exited_zero(state):
-                succeeded[done] = None
             if isinstance(state, dict) and "terminated" in state:
                 # A finished container (every completed init container) has no
                 # processes and no cgroup: listing it made host memory search all
@@ -289,24 +282,8 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
         owner_name=owner_name,
         container_ids=MappingProxyType(container_ids),
         containers=containers,
-        succeeded_containers=tuple(succeeded),
         deadline_timestamp=min(deadlines) if deadlines else None,
     )
-
-
-def _exited_zero(state: Any) -> bool:
-    """Whether a container status' ``state`` is terminated with exit code 0.
-
-    Strictly: an exit code that is not a JSON integer (a string ``"0"``, ``false``,
-    ``0.0``, missing) is not 0; the API is not trusted to be well-formed, and a run
-    ended by mistake is stored as completed for good."""
-    if not isinstance(state, dict):
-        return False
-    terminated = state.get("terminated")
-    if not isinstance(terminated, dict):
-        return False
-    code = terminated.get("exitCode")
-    return isinstance(code, int) and not isinstance(code, bool) and code == 0
 
 
 def _pod_ips(obj: dict) -> tuple[str, ...]:

@@ -214,35 +214,37 @@ def _planless(store, pod="a", source="log", container="main", ts=NOW, step=120.0
     return store.merge("ns", pod, container, source, Report(epoch=1, step=step), ts)
 
 
-def test_end_finished_ends_the_plan_less_http_runs_of_the_exited_containers_only():
+def test_end_finished_ends_the_plan_less_http_runs_of_the_succeeded_pods_only():
     """HTTP entries only: a log entry may not have been read to its end (a few MiB a
     poll, every file again after a restart), and ended on what was read it would be
     learnt short."""
     store = ProgressStore()
     log_run = _planless(store, source="log", ts=NOW + 20)
     _planless(store, source="http", step=100.0)  # both sources of one container
-    _planless(store, container="sidecar", source="http")  # still running
+    _planless(store, pod="d", container="sidecar", source="http")  # its pod still runs
     _planless(store, pod="b", source="http")  # another pod
     planned = store.merge("ns", "c", "main", "http", Report(epoch=2, epochs=10), NOW)
-    assert store.end_finished([("ns", "a", "main"), ("ns", "c", "main")], NOW + 60) == 1
+    assert store.end_finished([("ns", "a"), ("ns", "c")], NOW + 60) == 1
     ended = store.get("ns", "a", "main", "http")
     assert (ended.epochs, ended.steps, ended.ended_timestamp) == (None, 100.0, NOW + 60)
     assert ended.last_report_timestamp == NOW  # the run's own last report stays
     assert store.get("ns", "a", "main", "log") == log_run  # not read to its end, maybe
-    for pod, container in (("a", "sidecar"), ("b", "main")):
+    for pod, container in (("d", "sidecar"), ("b", "main")):
         assert store.get("ns", pod, container, "http").ended_timestamp is None
     assert store.get("ns", "c", "main", "http") == planned  # a plan: not completed
     # again (every cycle while the pod is listed): nothing changes
     before = store.snapshot()
-    assert store.end_finished([("ns", "a", "main"), ("ns", "c", "main")], NOW + 90) == 0
+    assert store.end_finished([("ns", "a"), ("ns", "c")], NOW + 90) == 0
     assert store.snapshot() == before
 
 
-def test_end_finished_leaves_runs_filed_under_no_container():
+def test_end_finished_ends_a_succeeded_pods_run_filed_under_no_container():
+    """The pod succeeded: every container of it ended, whichever a report was filed
+    under (``""``: a pod whose containers were not known then)."""
     store = ProgressStore()
-    _planless(store, container="")
-    assert store.end_finished([("ns", "a", "")], NOW + 5) == 0
-    assert store.get("ns", "a", "", "log").ended_timestamp is None
+    _planless(store, container="", source="http")
+    assert store.end_finished([("ns", "a")], NOW + 5) == 1
+    assert store.get("ns", "a", "", "http").ended_timestamp == NOW + 5
 
 
 @pytest.mark.parametrize("stop", ["saved", "killed"])
@@ -254,7 +256,7 @@ def test_an_end_by_exit_survives_a_restart(tmp_path, stop):
     store = ProgressStore(path, save_interval_seconds=3600)
     _planless(store, step=310.0, source="http")
     store.save()  # the state file holds the run before its end
-    assert store.end_finished([("ns", "a", "main")], NOW + 60) == 1
+    assert store.end_finished([("ns", "a")], NOW + 60) == 1
     if stop == "saved":
         store.close()
     else:
@@ -262,5 +264,5 @@ def test_an_end_by_exit_survives_a_restart(tmp_path, stop):
     again = ProgressStore(path)
     (p,) = again.snapshot()
     assert (p.epochs, p.steps, p.ended_timestamp) == (None, 310.0, NOW + 60)
-    assert again.end_finished([("ns", "a", "main")], NOW + 900) == 0
+    assert again.end_finished([("ns", "a")], NOW + 900) == 0
     again.close()

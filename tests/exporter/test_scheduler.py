@@ -30,9 +30,9 @@ GPU = GpuPoll(
 )
 POD = PodMeta("ns", "p", "uid-1", ip="10.0.0.1", container_ids={"c": "cid"})
 # a Job's pod whose containers exited 0 (no runtime ids: a finished one has no cgroup)
-DONE = PodMeta("ns", "done", "uid-2", phase="Succeeded", succeeded_containers=("train", "eval"))
+DONE = PodMeta("ns", "done", "uid-2", phase="Succeeded")
 # one container exited 0, another still runs: the pod has not succeeded, nothing ends
-PART = PodMeta("ns", "part", "uid-3", succeeded_containers=("prep",))
+PART = PodMeta("ns", "part", "uid-3", phase="Running")
 
 
 class Source:
@@ -118,7 +118,7 @@ def test_full_cycle_joins_sources() -> None:
     # gone pods dropped first, then the runs of the pods that succeeded ended
     assert store_calls == [
         [("ns", "p"), ("ns", "done"), ("ns", "part")],
-        ("ended", [("ns", "done", "train"), ("ns", "done", "eval")], 1234.5),
+        ("ended", [("ns", "done")], 1234.5),
     ]
     (row,) = snap.pod_gpus
     assert (row.pod, row.container, row.allocated, row.utilization_ratio) == ("p", "c", True, 0.5)
