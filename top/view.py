@@ -201,7 +201,8 @@ def build_view(
     results = {name: [unexported(s) for s in items] for name, items in results.items()}
     get = lambda name: results.get(name) or ()  # noqa: E731
     epochs = _by_run(get("epochs"))
-    steps_done = {k: v for k, s in _highest(get("step")).items() if (v := _value(s)) is not None}
+    latest_steps = _highest(get("step"))
+    steps_done = {k: v for k, s in latest_steps.items() if (v := _value(s)) is not None}
     steps = _by_run(get("steps"))
     run_start = _by_run(get("run_start"))
     last_report = _by_run(get("last_report"))
@@ -249,7 +250,7 @@ def build_view(
     training_containers: set[tuple[str, str, str]] = set()
     # each run once, by its epoch series where it has one (else its step series); of a
     # run scraped twice, the scrape furthest on
-    progress = {key: (s, False) for key, s in _highest(get("step")).items()}
+    progress = {key: (s, False) for key, s in latest_steps.items()}
     progress.update({key: (s, True) for key, s in _highest(get("epoch")).items()})
     for key, (s, by_epoch) in progress.items():
         labels = s.labels
