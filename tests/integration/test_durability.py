@@ -19,6 +19,7 @@ import re
 import signal
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -90,12 +91,24 @@ def serves_pod(port: int, pod: str) -> bool:
     return re.search(rf'^gpu_eta_pod_info\{{[^}}]*pod="{pod}"', metrics(port), re.M) is not None
 
 
-def test_reports_answered_200_survive_sigkill(tmp_path):
+def durable_args(tmp_path: Path, scenario_text: str) -> tuple[str, ...]:
+    """The exporter's flags for a simulated node (``scenario_text``) that keeps its
+    progress in ``tmp_path/state/progress.json``, collecting every second."""
     scenario = tmp_path / "node.yaml"
-    scenario.write_text(SCENARIO)
+    scenario.write_text(scenario_text)
     state = tmp_path / "state" / "progress.json"
-    args = ("--simulate", str(scenario), "--progress.state-file", str(state))
-    args += ("--collection.interval", "1s")
+    return (
+        "--simulate",
+        str(scenario),
+        "--progress.state-file",
+        str(state),
+        "--collection.interval",
+        "1s",
+    )
+
+
+def test_reports_answered_200_survive_sigkill(tmp_path):
+    args = durable_args(tmp_path, SCENARIO)
     first = start_exporter(tmp_path / "first.log", *args)
     try:
         acked = 0
@@ -121,12 +134,9 @@ def test_reports_answered_200_survive_sigkill(tmp_path):
 def test_progress_of_a_removed_pod_stays_gone_after_sigkill(tmp_path):
     with_trainer = SCENARIO + OTHER_POD
     without_trainer = SCENARIO.split("  - name: trainer")[0] + OTHER_POD.lstrip("\n")
+    args = durable_args(tmp_path, with_trainer)
     scenario = tmp_path / "node.yaml"
-    scenario.write_text(with_trainer)
-    state = tmp_path / "state" / "progress.json"
-    journal = state.with_name("progress.json.journal")
-    args = ("--simulate", str(scenario), "--progress.state-file", str(state))
-    args += ("--collection.interval", "1s")
+    journal = tmp_path / "state" / "progress.json.journal"
     first = start_exporter(tmp_path / "first.log", *args)
     try:
         for epoch in (1, 2, 3):
@@ -156,11 +166,7 @@ def test_an_ended_plan_less_run_is_served_with_the_totals_it_reached(tmp_path):
     end makes what it reached its plan, served as ``*_planned`` equal to the progress
     (the forecaster's test for a completed run; with a step, the steps only), and kept
     across a SIGKILL."""
-    scenario = tmp_path / "node.yaml"
-    scenario.write_text(SCENARIO)
-    state = tmp_path / "state" / "progress.json"
-    args = ("--simulate", str(scenario), "--progress.state-file", str(state))
-    args += ("--collection.interval", "1s")
+    args = durable_args(tmp_path, SCENARIO)
     first = start_exporter(tmp_path / "first.log", *args)
     try:
         for epoch in (1, 2, 3):

@@ -642,20 +642,31 @@ pods:
 LIVE_TRAIN = training_script(samples=4096, epochs=14, pause_seconds=1.0)
 
 
+def simulated_exporter(exporter_factory, tmp_path: Path, scenario_text: str, *extra: str):
+    """A real exporter on a simulated node (``scenario_text``), collecting every 500 ms,
+    no log collector, ready once it serves ``/metrics``; ``extra``: more flags."""
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(scenario_text)
+    return exporter_factory(
+        "--simulate",
+        str(scenario),
+        "--collection.interval=500ms",
+        *extra,
+        "--no-collector.logs",
+        ready="/metrics",
+    )
+
+
 @pytest.mark.torch
 def test_live_exporter_and_real_training(
     procs, tmp_path, prometheus_factory, exporter_factory
 ) -> None:
     """Real PyTorch run → simulated-node exporter → Prometheus → forecaster → Prometheus."""
-    scenario = tmp_path / "node.yaml"
-    scenario.write_text(LIVE_SCENARIO)
-    exporter = exporter_factory(
-        "--simulate",
-        str(scenario),
-        "--collection.interval=500ms",
+    exporter = simulated_exporter(
+        exporter_factory,
+        tmp_path,
+        LIVE_SCENARIO,
         f"--progress.state-file={tmp_path / 'progress.json'}",
-        "--no-collector.logs",
-        ready="/metrics",
     )
     fport = free_port()
     prom = prometheus_factory(
@@ -750,15 +761,7 @@ def test_runs_without_a_plan_are_forecast_from_their_jobs_earlier_runs(
     end makes what they reached their plan, and they are stored as completed; the job's
     next runs (the same two kinds) are forecast from those durations; another job's run,
     with none, is not."""
-    scenario = tmp_path / "node.yaml"
-    scenario.write_text(PLANLESS_SCENARIO)
-    exporter = exporter_factory(
-        "--simulate",
-        str(scenario),
-        "--collection.interval=500ms",
-        "--no-collector.logs",
-        ready="/metrics",
-    )
+    exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO)
     prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
     t0 = float(int(time.time()))
     # the runs started minutes ago (run_start): their durations without waiting them out
@@ -874,12 +877,7 @@ def test_top_lists_a_run_without_a_plan_until_it_ends(
     steps (it has no epochs total: the steps decide that it finished)."""
     from gpu_eta.top.main import refresh
 
-    scenario = tmp_path / "node.yaml"
-    scenario.write_text(PLANLESS_SCENARIO)
-    exporter = exporter_factory(
-        "--simulate", str(scenario), "--collection.interval=500ms", "--no-collector.logs",
-        ready="/metrics",
-    )  # fmt: skip
+    exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO)
     prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
     t0 = float(int(time.time()))
     for gpu, run in ((0, "ended"), (1, "going")):
