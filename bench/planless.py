@@ -9,7 +9,11 @@ the durations of the same configuration's runs that completed before the moment
 (``planless.completed_durations``, fed in end order). Beside it, the plain median of
 those durations minus the time elapsed (what a person would guess; the
 ``identity median`` column of the accuracy tables, on the same configuration key) and
-the P10–P90 coverage, by the number of durations the forecast had.
+the P10–P90 coverage, by the number of durations the forecast had. A second table
+per corpus takes the moments the configuration could not answer (no completed run of
+it, or none longer than the time elapsed): how many its job's or the cluster's
+durations answered (``planless.LEVELS``), their error and coverage, and how many got
+no forecast.
 
     python bench/planless.py --mlperf ../shared/data/mlperf-dev/runs.csv.gz
 
@@ -34,7 +38,7 @@ from forecast_accuracy import find_mlperf, load_corpora, replace_between_markers
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.evaluate import replay_events
-from gpu_eta.forecaster.planless import DurationsFit, forecast_without_plan
+from gpu_eta.forecaster.planless import LEVELS, DurationsFit, Spread, forecast_without_plan
 from gpu_eta.forecaster.runs import Run
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "forecasting-evidence.md"
@@ -44,15 +48,22 @@ SIZES = ((1, 2), (3, 5), (6, 9), (10, 10**9))
 """Bands of the number of earlier durations."""
 
 
-def moments(runs: Sequence[Run]) -> list[tuple[float, int, float, float, float, float]]:
-    """``(point, n, error_ours, error_median, covered, truth)`` per scored moment that
-    had at least one earlier completed run of its configuration; errors in % of the
-    true remaining time."""
+Moment = tuple[float, int, float, float, float, float]
+"""``(point, n, error_ours, error_median, covered, truth)``."""
+Coarser = tuple[float, str, float, float]
+"""``(point, method or "none", error, covered)``."""
+
+
+def moments(runs: Sequence[Run]) -> tuple[list[Moment], list[Coarser]]:
+    """Per scored moment that had at least one earlier completed run of its
+    configuration longer than the time elapsed, a ``Moment`` (errors in % of the true
+    remaining time); per other moment, what the coarser levels gave (``Coarser``)."""
     ends = sorted((run.last_timestamp, i) for i, run in enumerate(runs) if run.completed is True)
     fit = DurationsFit()
-    spread: dict[int, tuple[float, float]] = {}
+    spread = Spread({})
     next_end = 0
-    out = []
+    out: list[Moment] = []
+    coarser: list[Coarser] = []
     for now, point, part, whole in replay_events(runs):
         grown = False
         while next_end < len(ends) and ends[next_end][0] < now:
@@ -65,10 +76,16 @@ def moments(runs: Sequence[Run]) -> list[tuple[float, int, float, float, float, 
         past = fit.durations(key) if key is not None else ()
         elapsed = now - part.start_timestamp
         truth = whole.last_timestamp - now
-        if not past or truth <= 0:
+        if truth <= 0:
             continue
-        fc = forecast_without_plan(past, elapsed, spread)
+        fc = forecast_without_plan(past, elapsed, spread.bands) if past else None
         if fc is None:
+            other = fit.forecast(part, elapsed, spread)
+            if other is None:
+                coarser.append((point, "none", math.nan, math.nan))
+            else:
+                error = abs(other.p50 - truth) / truth * 100
+                coarser.append((point, other.method, error, float(other.p10 <= truth <= other.p90)))
             continue
         plain = max(0.0, statistics.median(past) - elapsed)
         out.append(
@@ -81,10 +98,10 @@ def moments(runs: Sequence[Run]) -> list[tuple[float, int, float, float, float, 
                 truth,
             )
         )
-    return out
+    return out, coarser
 
 
-def table(rows: Sequence[tuple[float, int, float, float, float, float]]) -> list[str]:
+def table(rows: Sequence[Moment]) -> list[str]:
     """One line per point: moments, errors, ratio, coverage, coverage by band of n."""
     bands = " | ".join(f"coverage n {lo}–{hi}" if hi < 10**9 else f"n ≥ {lo}" for lo, hi in SIZES)
     lines = [
@@ -111,6 +128,31 @@ def table(rows: Sequence[tuple[float, int, float, float, float, float]]) -> list
     return lines
 
 
+def coarser_table(rows: Sequence[Coarser]) -> list[str]:
+    """One line per point: per coarser level, moments answered, median error and
+    coverage; and the moments no level answered."""
+    methods = [level.method for level in LEVELS[1:]]
+    head = " | ".join(f"`{m}`: moments, error, coverage" for m in methods)
+    lines = [f"| point | moments | {head} | no forecast |", "| --- " * (3 + len(methods)) + "|"]
+    for point in POINTS:
+        sel = [r for r in rows if r[0] == point]
+        if not sel:
+            continue
+        cells = []
+        for method in methods:
+            got = [r for r in sel if r[1] == method]
+            if got:
+                error = statistics.median(r[2] for r in got)
+                cover = statistics.fmean(r[3] for r in got) * 100
+                cells.append(f"{len(got):,}, {error:.0f} %, {cover:.0f} %")
+            else:
+                cells.append("–")
+        none = sum(1 for r in sel if r[1] == "none")
+        label = "start" if point == 0 else f"{point:.0%}"
+        lines.append(f"| {label} | {len(sel):,} | " + " | ".join(cells) + f" | {none:,} |")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mlperf", type=Path, help="the MLPerf runs file (runs.csv.gz)")
@@ -120,9 +162,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = []
     for corpus in load_corpora(find_mlperf(args.mlperf), None):
-        rows = [r for part in corpus.parts for r in moments(part)]
+        rows: list[Moment] = []
+        other: list[Coarser] = []
+        for part in corpus.parts:
+            got, coarser = moments(part)
+            rows += got
+            other += coarser
         out += [f"**{corpus.name}** — {corpus.description}: {len(rows):,} moments forecast", ""]
         out += [*table(rows), ""] if rows else ["(none: no run had an earlier completed one)", ""]
+        if other:
+            out += [
+                f"*{corpus.name}, moments its configuration could not answer "
+                "(no completed run of it longer than the time elapsed):*",
+                "",
+                *coarser_table(other),
+                "",
+            ]
     text = "\n".join(out)
     print(text, flush=True)
     if args.write_docs:

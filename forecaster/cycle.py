@@ -30,13 +30,12 @@ from gpu_eta.forecaster.cycle_meta import (
     float_or_none,
 )
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.estimators.base import stall_widen_since
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryConflict, HistoryStore
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
-from gpu_eta.forecaster.planless import DurationsFit, fit_durations, forecast_without_plan
+from gpu_eta.forecaster.planless import DurationsFit, Spread, fit_durations
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.promparse import PromQueryError
 from gpu_eta.forecaster.refit import (
@@ -233,7 +232,7 @@ class Cycle:
                 fc = dataclasses.replace(fc, stalled=True)
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(run, stored.node, fc, ends))
-        spread = self._planless.spread() if planless else {}
+        spread = self._planless.spread() if planless else Spread({})
         for found, stub in planless:
             try:
                 stalled = is_stalled(stub, view, now, s)
@@ -242,7 +241,7 @@ class Cycle:
                 errors["predict_failed"] += 1
                 log.debug("plan-less forecast failed for %s: %s", found.key, err)
                 continue
-            if fc is None:  # no completed run of its configuration outlasts it
+            if fc is None:  # no completed run of its groups outlasts it
                 errors["no_plan"] += 1
                 continue
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
@@ -593,18 +592,17 @@ class Cycle:
         last: float,
         now: float,
         stalled: bool,
-        spread: Mapping[int, tuple[float, float]],
+        spread: Spread,
     ) -> Forecast | None:
-        """A run without a planned total (``planless_stub``), forecast from its
-        configuration's completed durations (``planless``); None when they say nothing
-        (none, or all shorter). A stalled one (no progress since ``last``, its GPU idle)
-        holds the forecast it had at ``last``, widened as a stalled run with a plan is
-        (``stall_widen_since``): its GPU shows a free time and its pods a stall, as any
-        run's would. ``spread``: ``DurationsFit.spread``, read once a cycle."""
-        key = identity(stub)
-        durations = self._planless.durations(key) if key is not None else ()
+        """A run without a planned total (``planless_stub``), forecast from the completed
+        durations of its configuration, else its job's, else the cluster's
+        (``planless``); None when they say nothing (none, or all shorter). A stalled one
+        (no progress since ``last``, its GPU idle) holds the forecast it had at
+        ``last``, widened as a stalled run with a plan is (``stall_widen_since``): its
+        GPU shows a free time and its pods a stall, as any run's would. ``spread``:
+        ``DurationsFit.spread``, read once a cycle."""
         at = min(now, last) if stalled else now
-        fc = forecast_without_plan(durations, at - stub.start_timestamp, spread)
+        fc = self._planless.forecast(stub, at - stub.start_timestamp, spread)
         if fc is None:
             return None
         if stalled:

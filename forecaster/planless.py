@@ -21,8 +21,17 @@ plan when it says it ended, ``exporter.progress.advance``):
   with the measured spread 74–81 % (v0.5–v1.1) and 81–87 % (v2.0–v2.1), every band
   alike (``bench/planless.py``; docs/forecasting.md, "Runs whose total is unknown").
   With fewer than ``MIN_POOLED`` residuals in the whole history, the order statistics.
-- a run past every earlier duration, or whose configuration has no completed run,
-  gets no forecast: nothing in its past says when it ends.
+- a run past every earlier duration of its configuration, or whose configuration has
+  no completed run, is forecast the same way from coarser groups of runs (``LEVELS``):
+  its job's (namespace and job name, any hardware or batch size), then the cluster's
+  latest. Each coarser level's spread is measured only on runs that had no earlier run
+  at any finer level, the situation it is used in: measured on every run it was far too
+  narrow (a run's job on other hardware misses by much more than its own configuration
+  does; P10–P90 held 46–68 % on MLPerf), measured so 74–88 % for the job and 90–99 %
+  for the cluster (``bench/planless.py``). A coarser level answers only from
+  ``MIN_COARSER_RESIDUALS`` such residuals: with fewer, the extremes of the residuals
+  hold less than 80 % even in theory, and the small CPU recordings held 17–62 %.
+  A run past every duration the cluster kept gets no forecast.
 
 Why not the run's own progress towards an estimated total (the median of the earlier
 totals it has not reached): measured on MLPerf with the plans hidden, the model given
@@ -38,7 +47,8 @@ import bisect
 import collections
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from gpu_eta.forecaster.calibration import conformal_bounds
 from gpu_eta.forecaster.estimators.analog import identity
@@ -46,25 +56,63 @@ from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 
 METHOD = "durations"
-"""``gpu_eta_job_forecast_info``'s ``method`` for these forecasts."""
+"""``gpu_eta_job_forecast_info``'s ``method`` for forecasts from the run's configuration."""
 PER_CONFIGURATION = 20
 """Durations kept per configuration, the most recent: a job's software and data change
 over months, and its latest runs say most about the next (``estimators/campaign.py``
 measures the same on MLPerf's rounds)."""
+PER_GROUP = 100
+"""Durations kept per coarser group (a job on any hardware, the cluster): a group mixes
+configurations, and the median of a mixture needs more draws to settle."""
 BANDS = (1, 2, 3, 6, 10)
-"""Lower edges of the bands of "how many earlier durations" by which the spread is
-measured: with one earlier run its duration misses the next by much more than the
-median of ten does."""
+"""Lower edges of the bands of "how many earlier durations" by which the configuration
+level's spread is measured: with one earlier run its duration misses the next by much
+more than the median of ten does."""
 MIN_RESIDUALS = 20
 """Fewest residuals a band's quantiles are read from; fewer, the pooled ones."""
 MAX_RESIDUALS = 5000
-"""Residuals kept per band, the latest."""
+"""Residuals kept per band and per coarser level, the latest."""
 MIN_POOLED = 2
-"""Fewest residuals the pooled spread is read from (with fewer than nine, their
-extremes); fewer, the order statistics of the durations themselves."""
+"""Fewest residuals the configuration level's pooled spread is read from (with fewer
+than nine, their extremes); fewer, the order statistics of the durations themselves."""
+MIN_COARSER_RESIDUALS = 9
+"""Fewest residuals a coarser level answers from: the fewest whose extremes hold 80 %
+of the next one ((n − 1)/(n + 1)); with fewer it gives no forecast."""
 _LO, _HI = 0.1, 0.9
 
 Configuration = tuple[str, ...]
+Bounds = tuple[float, float]
+
+
+def job_group(run: Run) -> Configuration | None:
+    """The run's job on any hardware and batch size (namespace, job name), or None
+    without a job name."""
+    key = identity(run)
+    return None if key is None else key[:2]
+
+
+def cluster_group(run: Run) -> Configuration:
+    """Every run of the cluster: one group."""
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """One group of earlier runs a plan-less run can be forecast from."""
+
+    method: str  # the forecast's ``method`` label
+    key: Callable[[Run], Configuration | None]
+    kept: int  # durations kept per group, the latest
+
+
+LEVELS = (
+    Level(METHOD, identity, PER_CONFIGURATION),
+    Level("job_durations", job_group, PER_GROUP),
+    Level("cluster_durations", cluster_group, PER_GROUP),
+)
+"""Finest first: a run is forecast from the first level whose group has a completed run
+longer than the run has lasted (module docstring)."""
+METHODS = tuple(level.method for level in LEVELS)
 
 
 def band(n: int) -> int:
@@ -72,66 +120,126 @@ def band(n: int) -> int:
     return max(edge for edge in BANDS if edge <= max(n, 1))
 
 
+class _Residuals:
+    """The latest ``MAX_RESIDUALS`` residuals in arrival order, and the same sorted (so
+    that their ranks are read without sorting)."""
+
+    def __init__(self) -> None:
+        self.order: collections.deque[float] = collections.deque()
+        self.ordered: list[float] = []
+
+    def add(self, residual: float) -> float | None:
+        """Keep ``residual``; the oldest one it pushed out, if any."""
+        self.order.append(residual)
+        bisect.insort(self.ordered, residual)
+        if len(self.order) <= MAX_RESIDUALS:
+            return None
+        oldest = self.order.popleft()
+        del self.ordered[bisect.bisect_left(self.ordered, oldest)]
+        return oldest
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """What ``DurationsFit.spread`` measured: the configuration level's bounds by band
+    (``BANDS`` edge → log-ratio bounds), and each coarser level's (None: too few)."""
+
+    bands: Mapping[int, Bounds]
+    coarser: tuple[Bounds | None, ...] = ()
+
+
 class DurationsFit:
-    """Completed runs handed over oldest first (``add``): each configuration's latest
-    ``per_configuration`` and the spread of their durations, kept current as runs
+    """Completed runs handed over oldest first (``add``): each group's latest durations
+    at every level (``LEVELS``) and the spread of their durations, kept current as runs
     finish so that neither a cycle nor a replay refits (``bench/planless.py``).
 
-    Bounded: the residuals of each band are the latest ``MAX_RESIDUALS`` (a cluster's
-    recent runs, as the configurations' durations are), kept sorted so that
-    ``spread`` reads its ranks without sorting."""
+    Bounded: each group keeps its level's latest durations, and the residuals of each
+    band and coarser level are the latest ``MAX_RESIDUALS`` (a cluster's recent runs,
+    as the groups' durations are), kept sorted so that ``spread`` reads its ranks
+    without sorting."""
 
     def __init__(self, per_configuration: int = PER_CONFIGURATION) -> None:
         self.per_configuration = per_configuration
-        self._kept: dict[Configuration, list[float]] = {}
-        self._order: dict[int, collections.deque[float]] = {e: collections.deque() for e in BANDS}
-        self._sorted: dict[int, list[float]] = {edge: [] for edge in BANDS}
+        self._kept: list[dict[Configuration, list[float]]] = [{} for _ in LEVELS]
+        self._bands = {edge: _Residuals() for edge in BANDS}
         self._pooled: list[float] = []  # every band's, sorted
+        self._coarser = [_Residuals() for _ in LEVELS[1:]]
 
     def add(self, run: Run) -> None:
-        """Learn ``run`` if it completed: its duration's residual around the median of its
-        configuration's earlier ones (out of sample: measured before it joins them).
-        A run that stopped before its plan is left out: a cancelled run's duration says
-        nothing of when a run of the job ends."""
+        """Learn ``run`` if it completed: its duration's residual around the median of
+        its configuration's earlier ones (out of sample: measured before it joins them),
+        and, if its configuration had none, around its job's (if that had none, the
+        cluster's). A run that stopped before its plan is left out: a cancelled run's
+        duration says nothing of when a run of the job ends."""
         if run.completed is not True:
             return
-        key = identity(run)
         duration = run.last_timestamp - run.start_timestamp
-        if key is None or not (math.isfinite(duration) and duration > 0):
+        if not (math.isfinite(duration) and duration > 0):
             return
-        earlier = self._kept.setdefault(key, [])
-        if earlier:
-            residual = math.log(duration / statistics.median(earlier))
-            self._remember(band(len(earlier)), residual)
-        earlier.append(duration)
-        if len(earlier) > self.per_configuration:
-            del earlier[0]
+        finer_empty = True  # no finer level had an earlier run of this one's groups
+        for depth, level in enumerate(LEVELS):
+            key = level.key(run)
+            if key is None:
+                continue
+            earlier = self._kept[depth].setdefault(key, [])
+            if earlier and finer_empty:
+                residual = math.log(duration / statistics.median(earlier))
+                self._remember(depth, len(earlier), residual)
+            finer_empty = finer_empty and not earlier
+            earlier.append(duration)
+            if len(earlier) > (self.per_configuration if depth == 0 else level.kept):
+                del earlier[0]
 
-    def _remember(self, edge: int, residual: float) -> None:
-        order, ordered = self._order[edge], self._sorted[edge]
-        order.append(residual)
-        bisect.insort(ordered, residual)
+    def _remember(self, depth: int, n: int, residual: float) -> None:
+        if depth:
+            self._coarser[depth - 1].add(residual)
+            return
         bisect.insort(self._pooled, residual)
-        if len(order) > MAX_RESIDUALS:
-            oldest = order.popleft()
-            del ordered[bisect.bisect_left(ordered, oldest)]
+        oldest = self._bands[band(n)].add(residual)
+        if oldest is not None:
             del self._pooled[bisect.bisect_left(self._pooled, oldest)]
 
-    def durations(self, key: Configuration) -> tuple[float, ...]:
-        """The latest durations of one configuration's completed runs (empty when none
-        completed)."""
-        return tuple(self._kept.get(key, ()))
+    def durations(self, key: Configuration, depth: int = 0) -> tuple[float, ...]:
+        """The latest durations of one group's completed runs at ``LEVELS[depth]`` (a
+        configuration by default; empty when none completed)."""
+        return tuple(self._kept[depth].get(key, ()))
 
-    def spread(self) -> dict[int, tuple[float, float]]:
-        """Per band, the conformal bounds of the residuals (a band with fewer than
-        ``MIN_RESIDUALS`` reads every band's); none with fewer than ``MIN_POOLED``."""
-        out: dict[int, tuple[float, float]] = {}
+    def spread(self) -> Spread:
+        """The configuration level's conformal bounds per band (a band with fewer than
+        ``MIN_RESIDUALS`` reads every band's; none with fewer than ``MIN_POOLED``), and
+        each coarser level's (None with fewer than ``MIN_COARSER_RESIDUALS``)."""
+        bands: dict[int, Bounds] = {}
         for edge in BANDS:
-            own = self._sorted[edge]
+            own = self._bands[edge].ordered
             source = own if len(own) >= MIN_RESIDUALS else self._pooled
             if len(source) >= MIN_POOLED:
-                out[edge] = conformal_bounds(source, _LO, _HI)
-        return out
+                bands[edge] = conformal_bounds(source, _LO, _HI)
+        coarser = tuple(
+            conformal_bounds(r.ordered, _LO, _HI)
+            if len(r.ordered) >= MIN_COARSER_RESIDUALS
+            else None
+            for r in self._coarser
+        )
+        return Spread(bands, coarser)
+
+    def forecast(self, run: Run, elapsed: float, spread: Spread) -> Forecast | None:
+        """The remaining seconds of ``run``, ``elapsed`` seconds in, from the finest
+        level whose group has a completed run longer than ``elapsed`` (and, above the
+        configuration, a measured spread: ``spread``, read once a cycle); None when no
+        level has."""
+        for depth, level in enumerate(LEVELS):
+            key = level.key(run)
+            if key is None:
+                continue
+            durations = self.durations(key, depth)
+            if depth == 0:
+                fc = forecast_without_plan(durations, elapsed, spread.bands)
+            else:
+                bounds = spread.coarser[depth - 1] if depth <= len(spread.coarser) else None
+                fc = _forecast(durations, elapsed, bounds, level.method) if bounds else None
+            if fc is not None:
+                return fc
+        return None
 
 
 def fit_durations(
@@ -148,20 +256,29 @@ def fit_durations(
 def forecast_without_plan(
     durations: Sequence[float],
     elapsed: float,
-    spread: Mapping[int, tuple[float, float]],
+    spread: Mapping[int, Bounds],
 ) -> Forecast | None:
     """The remaining seconds of a run ``elapsed`` seconds in, from the ``durations`` of
-    its configuration's completed runs and the measured ``spread`` (module docstring);
-    None when none is longer than ``elapsed`` or ``elapsed`` is not a finite,
-    non-negative number."""
+    its configuration's completed runs and the measured ``spread`` by band (module
+    docstring; none for its band: the order statistics of the durations); None when
+    none is longer than ``elapsed`` or ``elapsed`` is not a finite, non-negative
+    number."""
+    usable = sum(1 for d in durations if math.isfinite(d) and d > 0)
+    return _forecast(durations, elapsed, spread.get(band(usable)), METHOD)
+
+
+def _forecast(
+    durations: Sequence[float], elapsed: float, bounds: Bounds | None, method: str
+) -> Forecast | None:
+    """P50: the median of the ``durations`` longer than ``elapsed``, minus it; P10/P90:
+    that median scaled by the log-ratio ``bounds`` (None: the order statistics of those
+    durations)."""
     if not (math.isfinite(elapsed) and elapsed >= 0):
         return None
-    usable = [d for d in durations if math.isfinite(d) and d > 0]
-    left = sorted(d for d in usable if d > elapsed)
+    left = sorted(d for d in durations if math.isfinite(d) and d > elapsed)
     if not left:
         return None
     centre = statistics.median(left)
-    bounds = spread.get(band(len(usable)))
     if bounds is None:  # too little history to measure: the order statistics
         lo_end, hi_end = conformal_bounds(left, _LO, _HI)
     else:
@@ -171,6 +288,6 @@ def forecast_without_plan(
         p10=min(max(0.0, lo_end - elapsed), p50),
         p50=p50,
         p90=max(hi_end - elapsed, p50),
-        method=METHOD,
+        method=method,
         n_obs=len(left),
     )

@@ -705,7 +705,7 @@ def forecaster_quality() -> dict:
             "Job errors by reason",
             "Jobs the forecaster skipped (invalid_epochs_planned, invalid_start, "
             "predict_failed, invalid_forecast; no_plan: no planned total and no completed "
-            "run of its job to go by) and failed cycles (cycle_failed), per second. "
+            "run of its configuration, job or cluster to go by) and failed cycles (cycle_failed), per second. "
             "The counter only appears after the first error, so 'none' draws 0 until then.",
             "ops",
             q(

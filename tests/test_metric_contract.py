@@ -740,6 +740,8 @@ def test_enumerated_values_parse() -> None:
         "prior",
         "blend",
         "durations",
+        "job_durations",
+        "cluster_durations",
     }
     assert CONTRACT["gpu_eta_gpu_info"].allowed_values("model") is None
     got = matcher_values_in_text(

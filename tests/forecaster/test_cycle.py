@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -1317,6 +1318,43 @@ def _planless(
     for name, value in extra.items():
         out[name] = [s(value, **lab)]
     return out
+
+
+def test_a_run_of_a_job_that_never_completed_is_forecast_from_the_clusters_runs(
+    store: HistoryStore,
+) -> None:
+    """Ten jobs each completed once, 1000-1900 s: a plan-less run of an eleventh job gets
+    the cluster's durations (``planless.LEVELS``) from its first cycle, its bounds the
+    spread of the nine runs that were new to the cluster's jobs when they ended."""
+    names = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
+    names += ("india", "juliet")
+    durations = [1000.0 + 100 * i for i in range(len(names))]
+    done = merge(
+        *(
+            job(
+                name,
+                10,
+                [(10, NOW - 30000 + 2000 * i + d)],
+                NOW - 30000 + 2000 * i,
+                present=False,
+                pod=f"{name}-b2c4d",
+            )
+            for i, (name, d) in enumerate(zip(names, durations, strict=True))
+        )
+    )
+    client = CannedClient(merge(done, _planless("x", "other-k7m8n", NOW - 300, 3.0, NOW - 20)))
+    fs = make_cycle(client, store, refit_seconds=0).run()
+    assert fs.job_errors == {}
+    (x,) = fs.jobs
+    assert x.forecast.method == "cluster_durations" and x.forecast.n_obs == 10
+    assert x.forecast.p50 == statistics.median(durations) - 300.0
+    residuals = [
+        math.log(d / statistics.median(durations[:i])) for i, d in enumerate(durations) if i
+    ]
+    lo, hi = min(residuals), max(residuals)  # nine: the extremes
+    centre = statistics.median(durations)
+    assert x.forecast.p10 == pytest.approx(min(centre * math.exp(lo) - 300.0, x.forecast.p50))
+    assert x.forecast.p90 == pytest.approx(centre * math.exp(hi) - 300.0)
 
 
 def test_a_run_without_a_plan_is_forecast_from_its_jobs_completed_durations(

@@ -12,6 +12,7 @@ from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.planless import (
     BANDS,
     METHOD,
+    MIN_COARSER_RESIDUALS,
     DurationsFit,
     band,
     fit_durations,
@@ -30,6 +31,7 @@ def _run(
     completed: bool | None = True,
     job: str = "train",
     batch: float = 64.0,
+    namespace: str = "team",
 ) -> Run:
     return Run(
         run_id,
@@ -37,7 +39,7 @@ def _run(
         ((0.0, start), (total, start + duration)),
         features={"job_name": job, "batch_size": batch, "gpus": 1.0, "gpu_model": "A100"},
         completed=completed,
-        namespace="team",
+        namespace=namespace,
     )
 
 
@@ -120,8 +122,8 @@ def test_spread_is_measured_out_of_sample_and_pooled_when_a_band_is_thin() -> No
     # each reads the two pooled residuals (fewer than nine: their extremes)
     lo, hi = math.log(2.0), math.log(400.0 / 150.0)
     for edge in BANDS:
-        assert durations.spread()[edge] == (pytest.approx(lo), pytest.approx(hi))
-    assert fit_durations(history[:2]).spread() == {}  # one residual: not enough
+        assert durations.spread().bands[edge] == (pytest.approx(lo), pytest.approx(hi))
+    assert fit_durations(history[:2]).spread().bands == {}  # one residual: not enough
 
 
 def test_a_thick_band_reads_its_own_residuals() -> None:
@@ -130,7 +132,7 @@ def test_a_thick_band_reads_its_own_residuals() -> None:
         job = f"job{config}"
         history += [_run(f"{job}a", 100.0, job=job), _run(f"{job}b", 150.0, job=job)]
     history += [_run("x1", 100.0, job="x"), _run("x2", 100.0, job="x"), _run("x3", 1000.0, job="x")]
-    spread = fit_durations(history).spread()
+    spread = fit_durations(history).spread().bands
     assert spread[1] == (pytest.approx(math.log(1.5)), pytest.approx(math.log(1.5)))
     # band 2 has one residual (log 10): thin, so the pool (31 residuals) answers
     pooled = sorted([math.log(1.5)] * 30 + [0.0] + [math.log(10.0)])
@@ -155,7 +157,7 @@ def test_intervals_hold_about_eight_in_ten_on_lognormal_durations() -> None:
             duration = scale * math.exp(rng.gauss(0.0, sigma))
             key = identity(_run("probe", 1.0, job=job))
             assert key is not None
-            fc = forecast_without_plan(fit.durations(key), 0.0, fit.spread()) if i else None
+            fc = forecast_without_plan(fit.durations(key), 0.0, fit.spread().bands) if i else None
             if fc is not None and config >= 20:
                 seen += 1
                 hits += fc.p10 <= duration <= fc.p90
@@ -179,3 +181,84 @@ def test_a_live_run_without_a_plan_is_of_its_stored_runs_configuration() -> None
     assert fit.durations(key) == (100.0,)
     job_less = PlanlessRun(("team", "p", "c", "x"), "n1", 5.0, {"batch_size": 64.0})
     assert identity(planless_stub(job_less)) is None
+
+
+def _jobs_on_new_hardware(n_jobs: int, ratio: float) -> list[Run]:
+    """``n_jobs`` jobs each run once with batch 64 and then once with batch 128 taking
+    ``ratio`` times as long: each second run is a configuration new to a job that ran."""
+    history = []
+    for j in range(n_jobs):
+        job = f"job{j}"
+        history += [
+            _run(f"{job}a", 100.0, job=job),
+            _run(f"{job}b", 100.0 * ratio, job=job, batch=128.0),
+        ]
+    return history
+
+
+def test_a_new_configuration_of_a_job_that_ran_is_forecast_from_the_job() -> None:
+    """Its configuration never completed a run; its job did, with another batch size: the
+    job's durations, scaled by how far new configurations fell from their jobs."""
+    history = _jobs_on_new_hardware(MIN_COARSER_RESIDUALS, 2.0)
+    history += [_run("x1", 300.0, job="x"), _run("x2", 500.0, job="x")]
+    fit = fit_durations(history)
+    spread = fit.spread()
+    assert spread.coarser[0] == (pytest.approx(math.log(2.0)), pytest.approx(math.log(2.0)))
+    new = _run("live", 1.0, job="x", batch=256.0)
+    assert fit.durations(identity(new) or ()) == ()
+    fc = fit.forecast(new, 100.0, spread)
+    assert fc is not None
+    assert fc.method == "job_durations" and fc.n_obs == 2
+    assert fc.p50 == pytest.approx(400.0 - 100.0)
+    # both bounds ×2: P90 at twice the centre, P10 held at P50
+    assert (fc.p10, fc.p90) == (pytest.approx(300.0), pytest.approx(800.0 - 100.0))
+
+
+def test_a_coarser_level_learns_only_from_runs_new_at_every_finer_level() -> None:
+    """Runs whose configuration had run before add nothing to the job's spread: that
+    spread is for runs whose configuration is new, and theirs was measured too narrow."""
+    history = _jobs_on_new_hardware(MIN_COARSER_RESIDUALS - 1, 3.0)
+    history += [
+        _run(f"rep{i}", 100.0 * (1 + i % 2)) for i in range(40)
+    ]  # one configuration, repeated
+    spread = fit_durations(history).spread()
+    assert spread.coarser[0] is None  # eight residuals: too few to answer from
+    history.append(_run("last", 300.0, job="another-job", batch=32.0))
+    history.append(_run("last2", 900.0, job="another-job", batch=16.0))
+    assert fit_durations(history).spread().coarser[0] == (
+        pytest.approx(math.log(3.0)),
+        pytest.approx(math.log(3.0)),
+    )
+
+
+def test_too_few_measured_new_configurations_give_no_forecast_at_the_job_level() -> None:
+    history = _jobs_on_new_hardware(MIN_COARSER_RESIDUALS - 1, 2.0)
+    history += [_run("x1", 300.0, job="x")]
+    fit = fit_durations(history)
+    new = _run("live", 1.0, job="x", batch=256.0)
+    assert fit.forecast(new, 10.0, fit.spread()) is None
+
+
+def test_a_run_past_its_configurations_durations_or_without_a_job_reads_the_cluster() -> None:
+    """A run that outlasted every earlier run of its configuration reads its job's; a run
+    whose job never ran, or that has no job name, the cluster's; past every duration the
+    cluster kept, none."""
+    history = []
+    for j in range(MIN_COARSER_RESIDUALS + 1):  # each job new to the cluster once
+        history.append(_run(f"solo{j}", 100.0 * (j + 1), job=f"solo{j}", namespace=f"ns{j}"))
+    fit = fit_durations(history)
+    spread = fit.spread()
+    assert spread.coarser[1] is not None
+    stranger = _run("live", 1.0, job="never-seen")
+    fc = fit.forecast(stranger, 50.0, spread)
+    assert fc is not None and fc.method == "cluster_durations"
+    assert fc.n_obs == len(history)  # every kept duration is longer than 50 s
+    job_less = planless_stub(PlanlessRun(("team", "p", "c", "x"), "n1", 0.0, {}))
+    fc = fit.forecast(job_less, 50.0, spread)
+    assert fc is not None and fc.method == "cluster_durations"
+    assert fit.forecast(stranger, 1e6, spread) is None
+    own = _run("solo0-live", 1.0, job="solo0", namespace="ns0")
+    fc = fit.forecast(own, 10.0, spread)
+    assert fc is not None and fc.method == METHOD  # its configuration's 100 s
+    fc = fit.forecast(own, 150.0, spread)  # past it: no job-level spread, the cluster
+    assert fc is not None and fc.method == "cluster_durations"

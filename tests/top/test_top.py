@@ -15,6 +15,7 @@ from urllib.parse import unquote_plus
 import pytest
 
 from gpu_eta.common import durations
+from gpu_eta.forecaster import planless
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.promparse import parse_vector
 from gpu_eta.forecaster.series import Sample
@@ -694,15 +695,21 @@ def test_namespace_filter_keeps_every_gpu_and_refuses_a_bad_name(capsys) -> None
     assert err.count("\n") == 1 and "'ML_Team' is no Kubernetes namespace name" in err
 
 
-def test_a_run_without_a_plan_shows_an_unknown_bar_and_where_its_eta_comes_from() -> None:
+@pytest.mark.parametrize("method", planless.METHODS)
+def test_a_run_without_a_plan_shows_an_unknown_bar_and_where_its_eta_comes_from(
+    method: str,
+) -> None:
+    """Every ``method`` the forecaster gives such a run (its configuration's, its job's
+    or the cluster's durations) is flagged."""
+    assert set(planless.METHODS) == top_render.PAST_RUNS_METHODS
     data = results()
     data["epochs"] = [s for s in data["epochs"] if s.labels.get("run_id") != "r1"]
     data["method"] = [
-        Sample({**s.labels, "method": "durations"}, s.value, s.timestamp) for s in data["method"]
+        Sample({**s.labels, "method": method}, s.value, s.timestamp) for s in data["method"]
     ]
     view = top_view.build_view(data, NOW, "http://prom")
     (job,) = view.jobs
-    assert (job.epoch, job.epochs, job.method) == (7, None, "durations")
+    assert (job.epoch, job.epochs, job.method) == (7, None, method)
     row = next(
         x
         for x in top_render.render_plain(view, timezone.utc).splitlines()
