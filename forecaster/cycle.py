@@ -646,7 +646,7 @@ class Cycle:
                 )
             else:
                 model = self._fit(history)
-            # built here, not in the cycle: 100,000 runs take most of a second
+            # built here, not in the cycle: 100,000 runs take over a second
             self._pending = (model, version, history, fit_durations(history))
         except Exception as err:  # keep the previous model
             log.warning("model refit failed, keeping the previous model: %s", err)
