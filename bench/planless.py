@@ -12,7 +12,7 @@ those durations minus the time elapsed (what a person would guess; the
 the P10–P90 coverage, by the number of durations the forecast had. A second table
 per corpus takes the moments the configuration could not answer (no completed run of
 it, or none longer than the time elapsed): how many its job's or the cluster's
-durations answered (``planless.LEVELS``), their error and coverage, and how many got
+durations answered (``planless.METHODS``), their error and coverage, and how many got
 no forecast.
 
     python bench/planless.py --mlperf ../shared/data/mlperf-dev/runs.csv.gz
@@ -38,7 +38,7 @@ from forecast_accuracy import find_mlperf, load_corpora, replace_between_markers
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.evaluate import replay_events
-from gpu_eta.forecaster.planless import LEVELS, DurationsFit, Spread, forecast_without_plan
+from gpu_eta.forecaster.planless import METHODS, DurationsFit, Spread, forecast_without_plan
 from gpu_eta.forecaster.runs import Run
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "forecasting-evidence.md"
@@ -50,16 +50,19 @@ SIZES = ((1, 2), (3, 5), (6, 9), (10, 10**9))
 
 Moment = tuple[float, int, float, float, float, float]
 """``(point, n, error_ours, error_median, covered, truth)``."""
-Coarser = tuple[float, str, float, float]
-"""``(point, method or "none", error, covered)``."""
+Coarser = tuple[float, str, float, float, bool]
+"""``(point, method or "none", error, covered, borrowed)``; ``borrowed``: the level's own
+spread was not yet measured and a coarser level's was used."""
 
 
-def moments(runs: Sequence[Run]) -> tuple[list[Moment], list[Coarser]]:
+def moments(runs: Sequence[Run], matched: bool = True) -> tuple[list[Moment], list[Coarser]]:
     """Per scored moment that had at least one earlier completed run of its
     configuration longer than the time elapsed, a ``Moment`` (errors in % of the true
-    remaining time); per other moment, what the coarser levels gave (``Coarser``)."""
+    remaining time); per other moment, what the coarser levels gave (``Coarser``).
+    ``matched`` False: the coarser levels' spreads measured on every run
+    (``DurationsFit``)."""
     ends = sorted((run.last_timestamp, i) for i, run in enumerate(runs) if run.completed is True)
-    fit = DurationsFit()
+    fit = DurationsFit(matched=matched)
     spread = Spread({})
     next_end = 0
     out: list[Moment] = []
@@ -82,10 +85,12 @@ def moments(runs: Sequence[Run]) -> tuple[list[Moment], list[Coarser]]:
         if fc is None:
             other = fit.forecast(part, elapsed, spread)
             if other is None:
-                coarser.append((point, "none", math.nan, math.nan))
+                coarser.append((point, "none", math.nan, math.nan, False))
             else:
                 error = abs(other.p50 - truth) / truth * 100
-                coarser.append((point, other.method, error, float(other.p10 <= truth <= other.p90)))
+                covered = float(other.p10 <= truth <= other.p90)
+                borrowed = spread.coarser[METHODS.index(other.method) - 1] is None
+                coarser.append((point, other.method, error, covered, borrowed))
             continue
         plain = max(0.0, statistics.median(past) - elapsed)
         out.append(
@@ -131,9 +136,12 @@ def table(rows: Sequence[Moment]) -> list[str]:
 def coarser_table(rows: Sequence[Coarser]) -> list[str]:
     """One line per point: per coarser level, moments answered, median error and
     coverage; and the moments no level answered."""
-    methods = [level.method for level in LEVELS[1:]]
+    methods = METHODS[1:]
     head = " | ".join(f"`{m}`: moments, error, coverage" for m in methods)
-    lines = [f"| point | moments | {head} | no forecast |", "| --- " * (3 + len(methods)) + "|"]
+    lines = [
+        f"| point | moments | {head} | of them with a coarser level's spread | no forecast |",
+        "| --- " * (4 + len(methods)) + "|",
+    ]
     for point in POINTS:
         sel = [r for r in rows if r[0] == point]
         if not sel:
@@ -147,6 +155,12 @@ def coarser_table(rows: Sequence[Coarser]) -> list[str]:
                 cells.append(f"{len(got):,}, {error:.0f} %, {cover:.0f} %")
             else:
                 cells.append("–")
+        borrowed = [r[3] for r in sel if r[4]]
+        cells.append(
+            f"{len(borrowed):,}, covered {statistics.fmean(borrowed) * 100:.0f} %"
+            if borrowed
+            else "–"
+        )
         none = sum(1 for r in sel if r[1] == "none")
         label = "start" if point == 0 else f"{point:.0%}"
         lines.append(f"| {label} | {len(sel):,} | " + " | ".join(cells) + f" | {none:,} |")
@@ -159,13 +173,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--write-docs", action="store_true", help=f"also write the tables into {DOC.name}"
     )
+    parser.add_argument(
+        "--every-run",
+        action="store_true",
+        help="measure the job's and the cluster's spreads on every run, not only on the "
+        "runs new at every finer level (the variant not kept; tables not written)",
+    )
     args = parser.parse_args(argv)
     out = []
     for corpus in load_corpora(find_mlperf(args.mlperf), None):
         rows: list[Moment] = []
         other: list[Coarser] = []
         for part in corpus.parts:
-            got, coarser = moments(part)
+            got, coarser = moments(part, matched=not args.every_run)
             rows += got
             other += coarser
         out += [f"**{corpus.name}** — {corpus.description}: {len(rows):,} moments forecast", ""]
@@ -180,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
     text = "\n".join(out)
     print(text, flush=True)
-    if args.write_docs:
+    if args.write_docs and not args.every_run:
         doc = DOC.read_text()
         DOC.write_text(
             replace_between_markers(

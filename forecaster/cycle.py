@@ -602,7 +602,9 @@ class Cycle:
         GPU shows a free time and its pods a stall, as any run's would. ``spread``:
         ``DurationsFit.spread``, read once a cycle."""
         at = min(now, last) if stalled else now
-        fc = self._planless.forecast(stub, at - stub.start_timestamp, spread)
+        # a start a little ahead of this clock (another node's, within the skew the
+        # reading allows) is a run just started, not one without a forecast
+        fc = self._planless.forecast(stub, max(0.0, at - stub.start_timestamp), spread)
         if fc is None:
             return None
         if stalled:

@@ -18,7 +18,8 @@ class Forecast:
 
     Invariants kept by the estimators: ``0 <= p10 <= p50 <= p90`` (never an ETA in
     the past). ``method`` is ``rate`` (the run's own progress), ``prior`` (history
-    only) or ``blend``; ``stalled`` means the run made no progress with its GPU idle,
+    only) or ``blend``, and for a run without a planned total one of
+    ``planless.METHODS`` (completed runs' durations); ``stalled`` means the run made no progress with its GPU idle,
     so the ETA is held and the interval widened; ``converged`` is False when a
     statsmodels fit warned (the warning texts are kept).
     """

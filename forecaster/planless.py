@@ -22,16 +22,18 @@ plan when it says it ended, ``exporter.progress.advance``):
   alike (``bench/planless.py``; docs/forecasting.md, "Runs whose total is unknown").
   With fewer than ``MIN_POOLED`` residuals in the whole history, the order statistics.
 - a run past every earlier duration of its configuration, or whose configuration has
-  no completed run, is forecast the same way from coarser groups of runs (``LEVELS``):
+  no completed run, is forecast the same way from coarser groups of runs (``METHODS``):
   its job's (namespace and job name, any hardware or batch size), then the cluster's
   latest. Each coarser level's spread is measured only on runs that had no earlier run
   at any finer level, the situation it is used in: measured on every run it was far too
   narrow (a run's job on other hardware misses by much more than its own configuration
-  does; P10–P90 held 46–68 % on MLPerf), measured so 74–88 % for the job and 90–99 %
-  for the cluster (``bench/planless.py``). A coarser level answers only from
-  ``MIN_COARSER_RESIDUALS`` such residuals: with fewer, the extremes of the residuals
-  hold less than 80 % even in theory, and the small CPU recordings held 17–62 %.
-  A run past every duration the cluster kept gets no forecast.
+  does; the job's P10–P90 held 47–70 % on MLPerf, ``bench/planless.py --every-run``),
+  measured so 74–89 % for the job and 90–99 % for the cluster. A coarser level's spread
+  is read from ``MIN_COARSER_RESIDUALS`` such residuals at least (with fewer, even their
+  extremes hold under 80 %); a level with fewer borrows the nearest coarser level's
+  (wider: measured on runs further from their group), so that the run's own job, not
+  the cluster, still sets the centre. A run past every duration the cluster kept, or
+  with no measured spread at its level or above, gets no forecast.
 
 Why not the run's own progress towards an estimated total (the median of the earlier
 totals it has not reached): measured on MLPerf with the plans hidden, the model given
@@ -47,7 +49,7 @@ import bisect
 import collections
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_eta.forecaster.calibration import conformal_bounds
@@ -84,35 +86,18 @@ Configuration = tuple[str, ...]
 Bounds = tuple[float, float]
 
 
-def job_group(run: Run) -> Configuration | None:
-    """The run's job on any hardware and batch size (namespace, job name), or None
-    without a job name."""
+METHODS = (METHOD, "job_durations", "cluster_durations")
+"""The ``method`` of a forecast from each level, finest first: the run's configuration,
+its job (namespace and job name, any hardware or batch size), the cluster. A run is
+forecast from the first level whose group has a completed run longer than the run has
+lasted (module docstring)."""
+
+
+def groups(run: Run) -> tuple[Configuration | None, ...]:
+    """The run's group at each level of ``METHODS`` (None: no job name, so no
+    configuration and no job; every run is of the cluster's)."""
     key = identity(run)
-    return None if key is None else key[:2]
-
-
-def cluster_group(run: Run) -> Configuration:
-    """Every run of the cluster: one group."""
-    return ()
-
-
-@dataclass(frozen=True, slots=True)
-class Level:
-    """One group of earlier runs a plan-less run can be forecast from."""
-
-    method: str  # the forecast's ``method`` label
-    key: Callable[[Run], Configuration | None]
-    kept: int  # durations kept per group, the latest
-
-
-LEVELS = (
-    Level(METHOD, identity, PER_CONFIGURATION),
-    Level("job_durations", job_group, PER_GROUP),
-    Level("cluster_durations", cluster_group, PER_GROUP),
-)
-"""Finest first: a run is forecast from the first level whose group has a completed run
-longer than the run has lasted (module docstring)."""
-METHODS = tuple(level.method for level in LEVELS)
+    return (key, None if key is None else key[:2], ())
 
 
 def band(n: int) -> int:
@@ -150,7 +135,7 @@ class Spread:
 
 class DurationsFit:
     """Completed runs handed over oldest first (``add``): each group's latest durations
-    at every level (``LEVELS``) and the spread of their durations, kept current as runs
+    at every level (``METHODS``) and the spread of their durations, kept current as runs
     finish so that neither a cycle nor a replay refits (``bench/planless.py``).
 
     Bounded: each group keeps its level's latest durations, and the residuals of each
@@ -158,12 +143,15 @@ class DurationsFit:
     as the groups' durations are), kept sorted so that ``spread`` reads its ranks
     without sorting."""
 
-    def __init__(self, per_configuration: int = PER_CONFIGURATION) -> None:
-        self.per_configuration = per_configuration
-        self._kept: list[dict[Configuration, list[float]]] = [{} for _ in LEVELS]
+    def __init__(self, per_configuration: int = PER_CONFIGURATION, matched: bool = True) -> None:
+        # matched False: every run's residual at every level (``bench/planless.py
+        # --every-run`` measures what that does; the service never sets it)
+        self._matched = matched
+        self._limits = (per_configuration, PER_GROUP, PER_GROUP)  # durations kept per group
+        self._kept: list[dict[Configuration, list[float]]] = [{} for _ in METHODS]
         self._bands = {edge: _Residuals() for edge in BANDS}
         self._pooled: list[float] = []  # every band's, sorted
-        self._coarser = [_Residuals() for _ in LEVELS[1:]]
+        self._coarser = [_Residuals() for _ in METHODS[1:]]
 
     def add(self, run: Run) -> None:
         """Learn ``run`` if it completed: its duration's residual around the median of
@@ -177,17 +165,16 @@ class DurationsFit:
         if not (math.isfinite(duration) and duration > 0):
             return
         finer_empty = True  # no finer level had an earlier run of this one's groups
-        for depth, level in enumerate(LEVELS):
-            key = level.key(run)
+        for depth, key in enumerate(groups(run)):
             if key is None:
                 continue
             earlier = self._kept[depth].setdefault(key, [])
-            if earlier and finer_empty:
+            if earlier and (finer_empty or not self._matched):
                 residual = math.log(duration / statistics.median(earlier))
                 self._remember(depth, len(earlier), residual)
             finer_empty = finer_empty and not earlier
             earlier.append(duration)
-            if len(earlier) > (self.per_configuration if depth == 0 else level.kept):
+            if len(earlier) > self._limits[depth]:
                 del earlier[0]
 
     def _remember(self, depth: int, n: int, residual: float) -> None:
@@ -200,7 +187,7 @@ class DurationsFit:
             del self._pooled[bisect.bisect_left(self._pooled, oldest)]
 
     def durations(self, key: Configuration, depth: int = 0) -> tuple[float, ...]:
-        """The latest durations of one group's completed runs at ``LEVELS[depth]`` (a
+        """The latest durations of one group's completed runs at ``METHODS[depth]`` (a
         configuration by default; empty when none completed)."""
         return tuple(self._kept[depth].get(key, ()))
 
@@ -223,22 +210,25 @@ class DurationsFit:
         return Spread(bands, coarser)
 
     def forecast(self, run: Run, elapsed: float, spread: Spread) -> Forecast | None:
-        """The remaining seconds of ``run``, ``elapsed`` seconds in, from the finest
-        level whose group has a completed run longer than ``elapsed`` (and, above the
-        configuration, a measured spread: ``spread``, read once a cycle); None when no
-        level has."""
-        for depth, level in enumerate(LEVELS):
-            key = level.key(run)
+        """The remaining seconds of ``run``, ``elapsed`` seconds in, from the finest level
+        whose group has a completed run longer than ``elapsed``; None when none has, or
+        when no level from it up has a measured spread (``spread``, read once a cycle).
+
+        Above the configuration, a level whose own spread is not yet measured borrows
+        the nearest coarser level's: the centre stays what the run's own job says (a
+        cluster's median can be 100× off it), and the coarser spread, measured on runs
+        further from their group, is the wider."""
+        keys = groups(run)
+        for depth, key in enumerate(keys):
             if key is None:
                 continue
             durations = self.durations(key, depth)
+            if not any(math.isfinite(d) and d > elapsed for d in durations):
+                continue
             if depth == 0:
-                fc = forecast_without_plan(durations, elapsed, spread.bands)
-            else:
-                bounds = spread.coarser[depth - 1] if depth <= len(spread.coarser) else None
-                fc = _forecast(durations, elapsed, bounds, level.method) if bounds else None
-            if fc is not None:
-                return fc
+                return forecast_without_plan(durations, elapsed, spread.bands)
+            bounds = next((b for b in spread.coarser[depth - 1 :] if b is not None), None)
+            return _forecast(durations, elapsed, bounds, METHODS[depth]) if bounds else None
         return None
 
 

@@ -730,8 +730,9 @@ def forecaster_quality() -> dict:
         ts(
             "Estimator in use",
             "Running jobs by the estimator that produced their forecast: rate (own progress), "
-            "prior (cold start from history), blend, durations (no planned total: the job's "
-            "completed durations).",
+            "prior (cold start from history), blend; for runs with no planned total, completed "
+            "runs' durations: durations (its configuration's), job_durations (its job's on "
+            "other hardware), cluster_durations (the cluster's).",
             "none",
             q(f"count by (method) (gpu_eta_job_forecast_info{{{NS}}})", "{{method}}"),
         ),

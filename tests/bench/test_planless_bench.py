@@ -29,7 +29,8 @@ def test_unanswered_moments_name_the_level_that_answered_them() -> None:
     assert all(r[1] == 1 for r in rows)
     # the first ten jobs' moments: fewer than nine runs new to the cluster measured
     # before them, no level answers; the eleventh and twelfth, the cluster's durations
-    methods = [m for _, m, _, _ in coarser]
+    methods = [r[1] for r in coarser]
+    assert not any(r[4] for r in coarser)  # no job level answered, so none borrowed
     per_run = 6  # start and 10-90 %: ten epochs have no point at 95 %
     assert len(methods) == 12 * per_run
     assert set(methods[: 10 * per_run]) == {"none"}

@@ -1323,12 +1323,12 @@ def _planless(
 def test_a_run_of_a_job_that_never_completed_is_forecast_from_the_clusters_runs(
     store: HistoryStore,
 ) -> None:
-    """Ten jobs each completed once, 1000-1900 s: a plan-less run of an eleventh job gets
+    """Ten jobs each completed once, 1000-1900 s in no order: a plan-less run of an eleventh job gets
     the cluster's durations (``planless.LEVELS``) from its first cycle, its bounds the
     spread of the nine runs that were new to the cluster's jobs when they ended."""
     names = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
     names += ("india", "juliet")
-    durations = [1000.0 + 100 * i for i in range(len(names))]
+    durations = [1500.0, 1000.0, 1900.0, 1200.0, 1700.0, 1100.0, 1800.0, 1300.0, 1600.0, 1400.0]
     done = merge(
         *(
             job(
@@ -1353,8 +1353,10 @@ def test_a_run_of_a_job_that_never_completed_is_forecast_from_the_clusters_runs(
     ]
     lo, hi = min(residuals), max(residuals)  # nine: the extremes
     centre = statistics.median(durations)
-    assert x.forecast.p10 == pytest.approx(min(centre * math.exp(lo) - 300.0, x.forecast.p50))
+    assert lo < 0 < hi  # the bounds below and above the centre, none clipped
+    assert x.forecast.p10 == pytest.approx(centre * math.exp(lo) - 300.0)
     assert x.forecast.p90 == pytest.approx(centre * math.exp(hi) - 300.0)
+    assert x.forecast.p10 < x.forecast.p50 < x.forecast.p90
 
 
 def test_a_run_without_a_plan_is_forecast_from_its_jobs_completed_durations(

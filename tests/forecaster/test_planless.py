@@ -13,6 +13,7 @@ from gpu_eta.forecaster.planless import (
     BANDS,
     METHOD,
     MIN_COARSER_RESIDUALS,
+    PER_GROUP,
     DurationsFit,
     band,
     fit_durations,
@@ -231,21 +232,62 @@ def test_a_coarser_level_learns_only_from_runs_new_at_every_finer_level() -> Non
     )
 
 
-def test_too_few_measured_new_configurations_give_no_forecast_at_the_job_level() -> None:
+def test_no_forecast_while_neither_the_job_level_nor_the_cluster_has_nine_measured() -> None:
     history = _jobs_on_new_hardware(MIN_COARSER_RESIDUALS - 1, 2.0)
     history += [_run("x1", 300.0, job="x")]
     fit = fit_durations(history)
+    spread = fit.spread()
+    assert spread.coarser == (None, None)  # 8 job-level, 8 cluster-level residuals
     new = _run("live", 1.0, job="x", batch=256.0)
-    assert fit.forecast(new, 10.0, fit.spread()) is None
+    assert fit.forecast(new, 10.0, spread) is None
+
+
+def _solo_jobs(n: int) -> list[Run]:
+    """``n`` jobs run once each, 100, 200, ... s: each new to the cluster."""
+    return [_run(f"solo{j}", 100.0 * (j + 1), job=f"solo{j}", namespace=f"ns{j}") for j in range(n)]
+
+
+def test_a_job_level_not_yet_measured_borrows_the_clusters_spread_around_its_own_runs() -> None:
+    """The job's own long runs set the centre (the cluster's median is 50× shorter); the
+    cluster's measured spread, the wider, sets the bounds."""
+    history = _solo_jobs(MIN_COARSER_RESIDUALS + 1)
+    history += [_run(f"big{i}", 36000.0, job="big") for i in range(3)]
+    fit = fit_durations(history)
+    spread = fit.spread()
+    assert spread.coarser[0] is None and spread.coarser[1] is not None
+    fc = fit.forecast(_run("live", 1.0, job="big", batch=128.0), 60.0, spread)
+    assert fc is not None and fc.method == "job_durations" and fc.n_obs == 3
+    assert fc.p50 == pytest.approx(36000.0 - 60.0)
+    lo, hi = spread.coarser[1]
+    assert fc.p10 == pytest.approx(max(0.0, min(36000.0 * math.exp(lo) - 60.0, fc.p50)))
+    assert fc.p90 == pytest.approx(max(36000.0 * math.exp(hi) - 60.0, fc.p50))
+    # a run of those three's configuration past their 36,000 s reads its job's longer run
+    fit.add(_run("big-other", 50000.0, job="big", batch=256.0))
+    fc = fit.forecast(_run("live2", 1.0, job="big"), 40000.0, fit.spread())
+    assert fc is not None and fc.method == "job_durations" and fc.n_obs == 1
+    assert fc.p50 == pytest.approx(10000.0)
+
+
+def test_groups_keep_their_latest_durations_and_job_less_runs_feed_the_cluster() -> None:
+    """A job keeps its latest ``PER_GROUP`` durations over all its configurations; a
+    completed run without a job name has no configuration or job, but is one of the
+    cluster's runs and measures its spread."""
+    history = [_run(f"b{i}", 100.0 + i, batch=float(i)) for i in range(PER_GROUP + 50)]
+    fit = fit_durations(history)
+    assert fit.durations(("team", "train"), 1) == tuple(
+        100.0 + i for i in range(50, PER_GROUP + 50)
+    )
+    assert len(fit.durations((), 2)) == PER_GROUP
+    job_less = fit_durations(_run(f"x{i}", 100.0 * (1 + i % 3), job="") for i in range(10))
+    assert job_less.durations((), 2) == tuple(100.0 * (1 + i % 3) for i in range(10))
+    assert job_less.spread().coarser[1] is not None  # nine residuals, one a run after the first
 
 
 def test_a_run_past_its_configurations_durations_or_without_a_job_reads_the_cluster() -> None:
     """A run that outlasted every earlier run of its configuration reads its job's; a run
     whose job never ran, or that has no job name, the cluster's; past every duration the
     cluster kept, none."""
-    history = []
-    for j in range(MIN_COARSER_RESIDUALS + 1):  # each job new to the cluster once
-        history.append(_run(f"solo{j}", 100.0 * (j + 1), job=f"solo{j}", namespace=f"ns{j}"))
+    history = _solo_jobs(MIN_COARSER_RESIDUALS + 1)
     fit = fit_durations(history)
     spread = fit.spread()
     assert spread.coarser[1] is not None
@@ -260,5 +302,5 @@ def test_a_run_past_its_configurations_durations_or_without_a_job_reads_the_clus
     own = _run("solo0-live", 1.0, job="solo0", namespace="ns0")
     fc = fit.forecast(own, 10.0, spread)
     assert fc is not None and fc.method == METHOD  # its configuration's 100 s
-    fc = fit.forecast(own, 150.0, spread)  # past it: no job-level spread, the cluster
+    fc = fit.forecast(own, 150.0, spread)  # past it, and its job ran only that: the cluster
     assert fc is not None and fc.method == "cluster_durations"
