@@ -1342,10 +1342,14 @@ def test_a_run_of_a_job_that_never_completed_is_forecast_from_the_clusters_runs(
             for i, (name, d) in enumerate(zip(names, durations, strict=True))
         )
     )
-    client = CannedClient(merge(done, _planless("x", "other-k7m8n", NOW - 300, 3.0, NOW - 20)))
+    ahead = _planless("y", "third-k7m8n", NOW + 60, None, NOW, step=1.0)  # its node's clock ahead
+    client = CannedClient(
+        merge(done, _planless("x", "other-k7m8n", NOW - 300, 3.0, NOW - 20), ahead)
+    )
     fs = make_cycle(client, store, refit_seconds=0).run()
     assert fs.job_errors == {}
-    (x,) = fs.jobs
+    x, y = sorted(fs.jobs, key=lambda j: j.run.run_id)
+    assert y.forecast.p50 == statistics.median(durations)  # just started: elapsed 0
     assert x.forecast.method == "cluster_durations" and x.forecast.n_obs == 10
     assert x.forecast.p50 == statistics.median(durations) - 300.0
     residuals = [
