@@ -28,8 +28,9 @@ import argparse
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -48,6 +49,7 @@ SIZES = ((1, 2), (3, 5), (6, 9), (10, 10**9))
 """Bands of the number of earlier durations."""
 
 
+_R = TypeVar("_R", bound=tuple)
 Moment = tuple[float, int, float, float, float, float]
 """``(point, n, error_ours, error_median, covered, truth)``."""
 Coarser = tuple[float, str, float, float, bool]
@@ -106,6 +108,15 @@ def moments(runs: Sequence[Run], matched: bool = True) -> tuple[list[Moment], li
     return out, coarser
 
 
+def _by_point(rows: Sequence[_R]) -> Iterator[tuple[str, list[_R]]]:
+    """Per scored point that has rows (a row's first field is its point): its label and
+    its rows."""
+    for point in POINTS:
+        sel = [r for r in rows if r[0] == point]
+        if sel:
+            yield ("start" if point == 0 else f"{point:.0%}"), sel
+
+
 def table(rows: Sequence[Moment]) -> list[str]:
     """One line per point: moments, errors, ratio, coverage, coverage by band of n."""
     bands = " | ".join(f"coverage n {lo}–{hi}" if hi < 10**9 else f"n ≥ {lo}" for lo, hi in SIZES)
@@ -113,10 +124,7 @@ def table(rows: Sequence[Moment]) -> list[str]:
         f"| point | moments | durations rule | median duration | ratio | P10–P90 coverage | {bands} |",
         "| --- " * (6 + len(SIZES)) + "|",
     ]
-    for point in POINTS:
-        sel = [r for r in rows if r[0] == point]
-        if not sel:
-            continue
+    for label, sel in _by_point(rows):
         ours = statistics.median(r[2] for r in sel)
         plain = statistics.median(r[3] for r in sel)
         cover = statistics.fmean(r[4] for r in sel) * 100
@@ -124,7 +132,6 @@ def table(rows: Sequence[Moment]) -> list[str]:
         for lo, hi in SIZES:
             band = [r[4] for r in sel if lo <= r[1] <= hi]
             by_band.append(f"{statistics.fmean(band) * 100:.0f} % ({len(band)})" if band else "–")
-        label = "start" if point == 0 else f"{point:.0%}"
         ratio = ours / plain if plain > 0 else math.nan
         lines.append(
             f"| {label} | {len(sel):,} | {ours:.1f} % | {plain:.1f} % | {ratio:.2f}× | "
@@ -142,10 +149,7 @@ def coarser_table(rows: Sequence[Coarser]) -> list[str]:
         f"| point | moments | {head} | of them with a coarser level's spread | no forecast |",
         "| --- " * (4 + len(methods)) + "|",
     ]
-    for point in POINTS:
-        sel = [r for r in rows if r[0] == point]
-        if not sel:
-            continue
+    for label, sel in _by_point(rows):
         cells = []
         for method in methods:
             got = [r for r in sel if r[1] == method]
@@ -162,7 +166,6 @@ def coarser_table(rows: Sequence[Coarser]) -> list[str]:
             else "–"
         )
         none = sum(1 for r in sel if r[1] == "none")
-        label = "start" if point == 0 else f"{point:.0%}"
         lines.append(f"| {label} | {len(sel):,} | " + " | ".join(cells) + f" | {none:,} |")
     return lines
 
