@@ -51,7 +51,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 import numpy as np
 
@@ -452,8 +452,20 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
+class _UsageError(Exception):
+    """A bad flag or value, said in one line (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing its usage block and exiting: a flag
+    error is one line on stderr, like every other error of every gpu-eta command."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m gpu_eta.forecaster evaluate",
         description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/forecasting.md).",
     )
@@ -533,7 +545,10 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse already printed its one-line usage error
+    except _UsageError as exc:
+        print(f"{PREFIX}{exc}", file=err)
+        return ExitCode.USAGE
+    except SystemExit as exc:  # --help: printed, exit 0
         return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE
     if args.predict_linear_window is not None and not args.predict_linear_window > 0:
         print(f"{PREFIX}--predict-linear-window must be > 0", file=err)

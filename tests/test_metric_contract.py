@@ -796,3 +796,23 @@ def test_selected_value_is_one_the_contract_lists(rel, name, label, value) -> No
     assert value in allowed, (
         f"{rel}: {name}{{{label}={value!r}}}: the contract lists {sorted(allowed)}"
     )
+
+
+def _foreign_table(text: str) -> set[str]:
+    """The metric names of docs/metrics.md's "Read from other exporters" table."""
+    section = text.split("## Read from other exporters", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([a-zA-Z_:][a-zA-Z0-9_:]*)` \|", section, re.MULTILINE))
+
+
+def test_every_kube_state_metrics_series_read_is_in_the_foreign_table() -> None:
+    """A kube-state-metrics series the forecaster, ``top``, the rules or the dashboards
+    read is listed where a site looks to see what it must export (KSM's allow-list)."""
+    read: set[str] = set()
+    sources = [*ROOT.glob("forecaster/*.py"), *ROOT.glob("top/*.py")]
+    sources += [*ROOT.glob("rules/*.yaml"), *ROOT.glob("grafana/*.json")]
+    for path in sources:
+        text = re.sub(r"#\s*THRESHOLD [a-z_]+", "", path.read_text())  # threshold names
+        read |= set(re.findall(r"\bkube_(?:pod|node)_[a-z_]+\b", text))
+    assert len(read) >= 10  # the scan sees the queries
+    missing = read - _foreign_table(METRICS_DOC.read_text())
+    assert not missing, f"kube-state-metrics series read but not in docs/metrics.md: {missing}"

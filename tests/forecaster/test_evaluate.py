@@ -222,8 +222,12 @@ def test_missing_file_and_usage(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code, _out, err = run_cli("--runs", str(tmp_path / "none.csv"))
     assert code == 2 and "cannot read" in err
     assert main([]) == 2
-    assert "--runs" in capsys.readouterr().err
+    err = capsys.readouterr().err  # a flag error is one line, like every other error
+    assert err == "gpu-eta forecaster: evaluate: the following arguments are required: --runs\n"
     assert run_cli("--runs", "x.csv", "--predict-linear-window", "0")[0] == 2
+    code, _out, err = run_cli("--runs", "x.csv", "--predict-linear-window", "abc")
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("gpu-eta forecaster: evaluate: argument --predict-linear-window")
 
 
 class SpyModel(EtaModel):
