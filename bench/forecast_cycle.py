@@ -9,6 +9,7 @@ window since the previous cycle) and (3) cycles while a refit runs in the
 background after the history changed. Targets (issue 4): <= 2 s and <= 20 queries.
 
     python bench/forecast_cycle.py [--running 1000] [--history 50000] [--minutes 20]
+    python bench/forecast_cycle.py --planless 0.15   # 15 % of the jobs report no plan
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,8 +44,11 @@ from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.prometheus import start_prometheus
 
 
-def running_openmetrics(n: int, now: float, minutes: float, rng: random.Random) -> str:
-    """n running jobs sampled every 15 s for ``minutes``, one GPU each."""
+def running_openmetrics(
+    n: int, now: float, minutes: float, rng: random.Random, planless: float = 0.0
+) -> str:
+    """n running jobs sampled every 15 s for ``minutes``, one GPU each; a ``planless``
+    share of them, spread evenly, report no planned total."""
     fams: dict[str, list[str]] = {
         k: []
         for k in (
@@ -65,6 +70,7 @@ def running_openmetrics(n: int, now: float, minutes: float, rng: random.Random) 
         per = job_epoch_seconds(job) * rng.lognormvariate(0, 0.1)
         start = first - rng.uniform(0, 3600)
         planned = 1000.0
+        has_plan = math.floor((i + 1) * planless) == math.floor(i * planless)
         node, gpu = f"node-{i // 8}", str(i % 8)
         uuid = f"GPU-{i:08d}"
         ns, pod = f"team-{job % NAMESPACES}", f"train-{job}-{i}"  # job_name train-<job>
@@ -74,9 +80,10 @@ def running_openmetrics(n: int, now: float, minutes: float, rng: random.Random) 
         )
         for ts in stamps:
             k = math.floor((ts - start) / per)
-            fams["gpu_eta_training_epochs_planned"].append(
-                f"gpu_eta_training_epochs_planned{{{rl}}} {planned} {ts}"
-            )
+            if has_plan:
+                fams["gpu_eta_training_epochs_planned"].append(
+                    f"gpu_eta_training_epochs_planned{{{rl}}} {planned} {ts}"
+                )
             fams["gpu_eta_training_epoch"].append(f"gpu_eta_training_epoch{{{rl}}} {k} {ts}")
             fams["gpu_eta_training_run_start_timestamp_seconds"].append(
                 f"gpu_eta_training_run_start_timestamp_seconds{{{rl}}} {start:.3f} {ts}"
@@ -116,13 +123,20 @@ def main(argv: list[str] | None = None) -> int:
         "--minutes", type=float, default=20.0, help="backfilled minutes of running-job series"
     )
     p.add_argument("--cycles", type=int, default=5, help="steady-state cycles to time")
+    p.add_argument(
+        "--planless",
+        type=float,
+        default=0.0,
+        help="share of the running jobs that report no planned total (0-1): forecast from "
+        "completed runs' durations (forecaster/planless.py)",
+    )
     args = p.parse_args(argv)
     rng = random.Random(0)
     now = time.time()
     with tempfile.TemporaryDirectory(prefix="gpu-eta-bench-") as tmp:
         om = Path(tmp) / "running.om"
         t = time.perf_counter()
-        om.write_text(running_openmetrics(args.running, now, args.minutes, rng))
+        om.write_text(running_openmetrics(args.running, now, args.minutes, rng, args.planless))
         print(
             f"setup: wrote {om.stat().st_size / 1e6:.1f} MB OpenMetrics in {time.perf_counter() - t:.1f}s",
             flush=True,
@@ -180,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{d:.2f}s" for d in during)
                 + f"; refit done {waited:.1f}s after them, new model in use: "
                 + ("yes" if cycle.model is not before else "NO")
+            )
+            methods = Counter(j.forecast.method for j in fs.jobs)
+            print(
+                "forecasts by method: "
+                + ", ".join(f"{m} {n}" for m, n in sorted(methods.items()))
+                + (f"; job errors {dict(fs.job_errors)}" if fs.job_errors else "")
             )
             verdict = "PASS" if med <= 2.0 and max(nq) <= 20 else "MISS"
             print(f"target <= 2 s and <= 20 queries per cycle: {verdict}")
