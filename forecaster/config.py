@@ -119,10 +119,11 @@ class Config:
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
-    """``--web.listen-address`` (``gpu_eta.common.listen``) → (host, port); an empty
-    host means all interfaces."""
+    """``--web.listen-address`` (``gpu_eta.common.listen``) → (host, port). The host
+    stays empty for ``:PORT``: ``common.listen_socket`` then listens on every address,
+    IPv4 and IPv6 where the node has IPv6, as the exporter does."""
     try:
         parsed = common_listen_address(address)
     except ValueError:
         raise ConfigError(f"--web.listen-address must be [host]:port, got {address!r}") from None
-    return (parsed.host or "0.0.0.0", parsed.port)
+    return (parsed.host, parsed.port)

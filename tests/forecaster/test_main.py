@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from gpu_eta.forecaster.main import ExitCode, build_parser, config_from_args, main
 from gpu_eta.forecaster.queue_replay import Toleration
 from gpu_eta.launch.prometheus import free_port
 from tests.support.installed_tree import installed_tree
+from tests.support.net import has_ipv6_loopback
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -366,3 +370,36 @@ def test_once_with_pushgateway_away_exits_1(empty_prometheus_api, tmp_path) -> N
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("gpu-eta forecaster: ")]
     assert len(errors) == 1 and "push to" in errors[0] and "Traceback" not in proc.stderr
+
+
+def test_serve_on_a_hostless_address_answers_over_ipv4_and_ipv6(
+    empty_prometheus_api, tmp_path
+) -> None:
+    """``--web.listen-address=:PORT`` (the manifests' form) binds the exporter's way: one
+    dual-stack socket, so the kubelet's probes reach an IPv6-only pod IP as well."""
+    if not (socket.has_dualstack_ipv6() and has_ipv6_loopback()):
+        pytest.skip("this machine has no usable IPv6 (no ::1 to connect to)")
+    port = free_port()
+    argv = ["serve", "--prometheus.url", empty_prometheus_api]
+    argv += ["--history.db", str(tmp_path / "h.sqlite"), f"--web.listen-address=:{port}"]
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpu_eta.forecaster", *argv], stdout=out, stderr=out
+        )
+    try:
+        answers: dict[str, int] = {}
+        deadline = time.monotonic() + 60
+        while len(answers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            for host in ("127.0.0.1", "[::1]"):
+                try:
+                    answers[host] = requests.get(
+                        f"http://{host}:{port}/healthz", timeout=2
+                    ).status_code
+                except requests.ConnectionError:
+                    time.sleep(0.2)
+        assert proc.poll() is None, log.read_text()
+        assert answers == {"127.0.0.1": 200, "[::1]": 200}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
