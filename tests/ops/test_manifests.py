@@ -33,6 +33,7 @@ COMPONENTS = {
     "prometheus-operator": "components/prometheus-operator",
     "forecaster-cronjob": "variants/forecaster-cronjob",
     "process-attribution": "components/process-attribution",
+    "selinux": "components/selinux",
 }
 _CACHE: dict[str, list[dict]] = {}
 
@@ -80,6 +81,7 @@ def test_kustomizations_found() -> None:
         "manifests/variants/forecaster-cronjob",
         "manifests/components/prometheus-operator",
         "manifests/components/process-attribution",
+        "manifests/components/selinux",
         "grafana",
         "rules",
     } <= names
@@ -299,6 +301,24 @@ def test_item2_component_turns_process_attribution_on(tmp_path: Path) -> None:
     assert {k: v for k, v in spec.items() if k not in {"hostPID", "containers"}} == {
         k: v for k, v in default_spec.items() if k != "containers"
     }
+
+
+def test_selinux_component_runs_the_exporter_as_spc_t(tmp_path: Path) -> None:
+    """SELinux-enforcing nodes: the opt-in component gives the exporter's pod the
+    spc_t type (container_t is refused the kubelet socket, the pod logs and the
+    state directory); nothing else changes, no other pod gets it, and without the
+    component no pod sets an SELinux type."""
+    default = _combo(tmp_path, ())
+    objects = _combo(tmp_path, ("selinux",))
+    default_spec, _ = _exporter(default)
+    spec, _ = _exporter(objects)
+    assert spec["securityContext"]["seLinuxOptions"] == {"type": "spc_t"}
+    changed = json.loads(json.dumps(spec))
+    del changed["securityContext"]["seLinuxOptions"]
+    assert changed == default_spec
+    for workload in (*default, *objects):
+        if pod_spec(workload) and workload is not find(objects, "DaemonSet", "gpu-eta-exporter"):
+            assert "seLinuxOptions" not in pod_spec(workload).get("securityContext", {})
 
 
 def test_item2_non_root_where_the_host_allows() -> None:
