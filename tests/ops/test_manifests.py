@@ -650,7 +650,8 @@ def test_container_flags_exist_in_the_clis(tmp_path: Path) -> None:
 
 def test_documented_image_overlay_replaces_every_image(tmp_path: Path) -> None:
     """The overlay docs/deploy.md tells users to write after building and pushing
-    their images makes every gpu-eta container pull from their registry."""
+    their images makes every container pull from their registry, the CronJob
+    variant's Pushgateway included."""
     text = (ROOT / "docs" / "deploy.md").read_text()
     assert "docker push" in text
     blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
@@ -662,15 +663,44 @@ def test_documented_image_overlay_replaces_every_image(tmp_path: Path) -> None:
         body["components"] = [
             c.replace("<gpu-eta>", "../gpu-eta") for c in body.get("components", [])
         ]
-        objects = k8s.kustomize(k8s.overlay(tmp_path, body, name=f"images{i}"))
         wanted = {f"{e['newName']}:{e['newTag']}" for e in body["images"]}
-        images = {
-            c["image"]
-            for workload in objects
-            for c in (pod_spec(workload) or {}).get("containers", [])
-            if "gpu-eta" in c["image"]
-        }
-        assert images == wanted, images
+        used: set[str] = set()
+        for extra in ((), ("../gpu-eta/manifests/variants/forecaster-cronjob",)):
+            trial = {**body, "components": [*body["components"], *extra]}
+            objects = k8s.kustomize(k8s.overlay(tmp_path, trial, name=f"images{i}-{len(extra)}"))
+            images = {
+                c["image"]
+                for workload in objects
+                for c in (pod_spec(workload) or {}).get("containers", [])
+            }
+            assert images <= wanted, images - wanted
+            used |= images
+        assert used == wanted, wanted - used
+
+
+def test_documented_pull_secret_accounts_cover_every_pod(tmp_path: Path) -> None:
+    """docs/deploy.md's private-registry advice (imagePullSecrets on the gpu-eta
+    ServiceAccounts it names) reaches every pod of every build: each pod runs under
+    one of those accounts, and with the chart's imagePullSecrets every pod has them."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| private registry |")]
+    named = set(re.findall(r"`(gpu-eta-[a-z-]+)`", row.split("|")[2]))
+    builds = [_build(n) for n in OVERLAYS]
+    builds += [_combo(tmp_path, ("prometheus-operator", "forecaster-cronjob"))]
+    for objects in builds:
+        accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+        for workload in objects:
+            spec = pod_spec(workload)
+            if spec is not None:
+                account = spec.get("serviceAccountName")
+                assert account in named and account in accounts, workload["metadata"]["name"]
+    for mode in ("deployment", "cronjob"):
+        values = {"forecaster": {"mode": mode}, "imagePullSecrets": [{"name": "regcred"}]}
+        for workload in k8s.helm_template(values):
+            spec = pod_spec(workload)
+            if spec is not None:
+                assert spec["serviceAccountName"] in named, workload["metadata"]["name"]
+                assert spec["imagePullSecrets"] == [{"name": "regcred"}]
 
 
 def test_item8_forecaster_probes_readiness_and_liveness_apart() -> None:
