@@ -122,6 +122,19 @@ def test_a_difference_would_be_seen(tmp_path: Path) -> None:
     assert changed[key] != kustomized[key]
 
 
+@pytest.mark.parametrize("selectors", [[], None], ids=["empty", "null"])
+def test_no_scraper_namespaces_fails_the_render(selectors: list | None) -> None:
+    """No peer at all would render `from: null`, which admits every source to the
+    metrics port: the render fails naming the value instead. Without the policy the
+    list does not matter."""
+    values = {"networkPolicy": {"scraperNamespaceSelectors": selectors}}
+    with pytest.raises(k8s.RenderError, match=r"networkPolicy\.scraperNamespaceSelectors is empty"):
+        k8s.helm_template(values)
+    values["networkPolicy"]["enabled"] = False
+    objects = k8s.helm_template(values)
+    assert not [o for o in objects if o["kind"] == "NetworkPolicy"]
+
+
 def test_site_values_land_where_they_should() -> None:
     """The values a Helm-only admin sets (dcgm-exporter's chart has the same knobs)."""
     objects = k8s.helm_template(_values(CHART / "ci" / "site-values.yaml"), namespace="gpu-eta")

@@ -35,4 +35,8 @@ imagePullSecrets:
 {{- if not (has .Values.forecaster.mode (list "deployment" "cronjob")) -}}
 {{- fail (printf "forecaster.mode must be deployment or cronjob, not %q" .Values.forecaster.mode) -}}
 {{- end -}}
+{{- /* an empty peer list renders `from: null`: every source admitted to the port */ -}}
+{{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
+{{- fail "networkPolicy.scraperNamespaceSelectors is empty: the NetworkPolicy would admit every source to the metrics port; list the scrapers' namespaces, or set networkPolicy.enabled=false" -}}
+{{- end -}}
 {{- end -}}
