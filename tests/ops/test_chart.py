@@ -135,6 +135,67 @@ def test_no_scraper_namespaces_fails_the_render(selectors: list | None) -> None:
     assert not [o for o in objects if o["kind"] == "NetworkPolicy"]
 
 
+EXTRA_ARGS = [
+    "--pending.request-toleration=sku=gpu:NoSchedule",
+    "--example=a: b",  # unquoted: a mapping
+    "--example=a #b",  # unquoted: a comment
+    "--example=[x]",
+    "* ",
+]
+
+
+@pytest.mark.parametrize("mode", ["deployment", "cronjob"])
+def test_extra_args_reach_the_containers_verbatim(mode: str) -> None:
+    """extraArgs are quoted: each item is one argument, whatever YAML would make of it."""
+    values = {
+        "exporter": {"extraArgs": EXTRA_ARGS},
+        "forecaster": {"mode": mode, "extraArgs": EXTRA_ARGS},
+    }
+    objects = k8s.helm_template(values)
+    for name in ("gpu-eta-exporter", "gpu-eta-forecaster"):
+        (workload,) = [o for o in objects if o["metadata"]["name"] == name and pod_spec(o)]
+        args = pod_spec(workload)["containers"][0]["args"]
+        assert args[-len(EXTRA_ARGS) :] == EXTRA_ARGS, name
+
+
+def _documented_values() -> set[str]:
+    """The value names in the first column of docs/deploy.md's chart values table;
+    `.x` after `a.b.c` is `a.b.x`, `a.b.*` is every key under a.b."""
+    doc = (k8s.ROOT / "docs" / "deploy.md").read_text()
+    start = doc.index("| value | default | what |")
+    rows = doc[start:].split("\n\n", 1)[0].splitlines()[2:]
+    names = set()
+    for row in rows:
+        previous = ""
+        for name in re.findall(r"`([\w.*]+)`", row.split("|")[1]):
+            if name.startswith("."):
+                name = previous.rsplit(".", 1)[0] + name
+            names.add(name)
+            previous = name
+    return names
+
+
+def test_every_chart_value_is_in_the_docs_table() -> None:
+    """docs/deploy.md's values table names every value of values.yaml (maps a user
+    fills in whole, such as resources, count as one value)."""
+    whole = {"nodeSelector", "resources", "podAnnotations", "additionalLabels", "image"}
+
+    def leaves(values: dict, prefix: str = "") -> list[str]:
+        out = []
+        for key, value in values.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict) and value and key not in whole:
+                out += leaves(value, name + ".")
+            else:
+                out.append(name + (".*" if key == "image" else ""))
+        return out
+
+    documented = _documented_values()
+    names = leaves(_values(CHART / "values.yaml"))
+    assert len(names) > 30
+    assert not [n for n in names if n not in documented], documented
+
+
 def test_site_values_land_where_they_should() -> None:
     """The values a Helm-only admin sets (dcgm-exporter's chart has the same knobs)."""
     objects = k8s.helm_template(_values(CHART / "ci" / "site-values.yaml"), namespace="gpu-eta")

@@ -34,7 +34,7 @@ containers:
       - --cycle.interval={{ $f.cycleInterval }}
       {{- end }}
       {{- range $f.extraArgs }}
-      - {{ . }}
+      - {{ . | quote }}
       {{- end }}
     env:
       - name: PROMETHEUS_URL
