@@ -703,6 +703,63 @@ def test_documented_pull_secret_accounts_cover_every_pod(tmp_path: Path) -> None
                 assert spec["imagePullSecrets"] == [{"name": "regcred"}]
 
 
+def _doc_yaml_blocks(*needles: str) -> list[dict]:
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    return [yaml.safe_load(b) for b in blocks if all(n in b for n in needles)]
+
+
+def test_documented_storage_class_patch(tmp_path: Path) -> None:
+    """A cluster without a default StorageClass: the docs' kustomize patch names a
+    class on the history's claim, the one the forecaster mounts in both variants."""
+    (patch,) = _doc_yaml_blocks("kind: PersistentVolumeClaim", "storageClassName")
+    wanted = yaml.safe_load(patch["patches"][0]["patch"])[0]["value"]
+    for extra in ((), ("../gpu-eta/manifests/variants/forecaster-cronjob",)):
+        body = {
+            "resources": ["../gpu-eta/manifests/namespace", "../gpu-eta/manifests/base"],
+            "components": list(extra),
+            **patch,
+        }
+        objects = k8s.kustomize(k8s.overlay(tmp_path, body, name=f"storage{len(extra)}"))
+        (claim,) = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+        assert claim["spec"]["storageClassName"] == wanted
+        (forecaster,) = [
+            o for o in objects if o["metadata"]["name"] == "gpu-eta-forecaster" and pod_spec(o)
+        ]
+        claims = [
+            v["persistentVolumeClaim"]["claimName"]
+            for v in pod_spec(forecaster)["volumes"]
+            if "persistentVolumeClaim" in v
+        ]
+        assert claims == [claim["metadata"]["name"]]
+
+
+def test_documented_kube_prometheus_policy_lets_the_forecaster_in(tmp_path: Path) -> None:
+    """kube-prometheus: the docs' extra NetworkPolicy in monitoring admits the
+    forecaster (Deployment and CronJob pods) to Prometheus' 9090, nobody else."""
+    (policy,) = _doc_yaml_blocks("kind: NetworkPolicy", "prometheus-k8s")
+    assert not k8s.validate_all([policy])
+    assert policy["metadata"]["namespace"] == "monitoring"
+    forecasters = [
+        template_labels(find(_build("plain-prometheus"), "Deployment", "gpu-eta-forecaster")),
+        template_labels(find(_build("forecaster-cronjob"), "CronJob", "gpu-eta-forecaster")),
+    ]
+
+    def allows(ns: str, pod: dict) -> bool:
+        return k8s.policy_allows(
+            policy,
+            port=9090,
+            namespace=ns,
+            namespace_labels=k8s.namespace_labels(ns),
+            pod_labels=pod,
+        )
+
+    for labels in forecasters:
+        assert allows("gpu-eta", labels)
+        assert not allows("team-a", labels)
+    assert not allows("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-exporter"})
+
+
 def test_item8_forecaster_probes_readiness_and_liveness_apart() -> None:
     """Item 8: Ready only once the first forecasts are published (/readyz), restarted
     when the cycle loop is wedged (/healthz); the kustomize and Helm forms agree."""
