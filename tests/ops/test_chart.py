@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.ops import k8s
+from tests.ops import container_args, k8s
 from tests.ops.k8s import CHART, find, pod_spec
 
 VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -108,6 +108,32 @@ def test_chart_renders_what_kustomize_renders(path: Path, tmp_path: Path) -> Non
     assert sorted(helmed) == sorted(kustomized)
     for key, obj in kustomized.items():
         assert helmed[key] == obj, key
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.stem)
+def test_container_args_parse_with_the_real_clis(path: Path) -> None:
+    """Every exporter and forecaster container the chart renders with these values:
+    args ($(VAR) expanded from the container's env) parsed by the program's own
+    parser, ports and Pushgateway URL agreeing with the objects
+    (tests/ops/container_args.py)."""
+    seen = container_args.check(k8s.helm_template(_values(path)))
+    assert ("gpu-eta-exporter", "") in seen and len(seen) == 2
+
+
+def test_documented_extra_args_parse_with_the_real_clis() -> None:
+    """The forecaster.extraArgs docs/deploy.md shows reach `serve` and `once` as
+    arguments the forecaster accepts."""
+    doc = (k8s.ROOT / "docs" / "deploy.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, flags=re.S)]
+    (extra,) = [b["forecaster"]["extraArgs"] for b in blocks if "forecaster" in (b or {})]
+    assert extra
+    for mode in ("deployment", "cronjob"):
+        objects = k8s.helm_template({"forecaster": {"mode": mode, "extraArgs": extra}})
+        container_args.check(objects)
+        (invocation,) = [
+            i for i in container_args.invocations(objects) if i.program == "gpu-eta-forecaster"
+        ]
+        assert invocation.args[-len(extra) :] == extra
 
 
 def test_a_difference_would_be_seen(tmp_path: Path) -> None:
