@@ -78,8 +78,9 @@ MIN_POOLED = 2
 """Fewest residuals the configuration level's pooled spread is read from (with fewer
 than nine, their extremes); fewer, the order statistics of the durations themselves."""
 MIN_COARSER_RESIDUALS = 9
-"""Fewest residuals a coarser level answers from: the fewest whose extremes hold 80 %
-of the next one ((n − 1)/(n + 1)); with fewer it gives no forecast."""
+"""Fewest residuals a coarser level's spread is read from: the fewest whose extremes
+hold 80 % of the next one ((n − 1)/(n + 1)). With fewer the level borrows the nearest
+coarser level's spread (``DurationsFit.forecast``); with none measured, no forecast."""
 _LO, _HI = 0.1, 0.9
 
 Configuration = tuple[str, ...]
