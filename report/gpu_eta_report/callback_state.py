@@ -1,21 +1,47 @@
 """State every framework callback keeps, free of any framework import.
 
-``keras.py`` and ``lightning.py`` each subclass their own framework's ``Callback``;
-mixing this in first gives both the same constructor (where to report, the batch
-size, extra ``start()`` options, no reporter until training starts) and the same
-finish (end the run once, then forget the reporter), while each module still imports
-only its own framework.
+``keras.py``, ``lightning.py`` and ``hf.py`` each subclass their own framework's
+``Callback``; mixing this in first gives them the same constructor (where to report,
+the batch size, extra ``start()`` options, no reporter until training starts) and the
+same finish (end the run once, then forget the reporter), while each module still
+imports only its own framework. ``never_raises`` wraps every hook they define.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from gpu_eta_report.client import ProgressReporter
 
+log = logging.getLogger("gpu_eta.report")
+
+_Hook = TypeVar("_Hook", bound=Callable[..., None])
+
+
+def never_raises(hook: _Hook) -> _Hook:
+    """``hook`` made unable to raise into the framework that calls it: reporting is
+    never a reason for training to fail. What it raised is logged once per hook at
+    DEBUG (a bug of this package, not of the training)."""
+    logged = False
+
+    @functools.wraps(hook)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        nonlocal logged
+        try:
+            hook(*args, **kwargs)
+        except Exception:
+            if not logged:
+                logged = True
+                log.debug("gpu-eta: callback %s failed", hook.__qualname__, exc_info=True)
+
+    return guarded  # type: ignore[return-value]
+
 
 class ReportingCallbackState:
-    """Constructor and ``_finish`` shared by the Keras and Lightning callbacks."""
+    """Constructor and ``_finish`` shared by the framework callbacks."""
 
     def __init__(self, url: str | None = None, batch_size: int | None = None, **options: Any):
         super().__init__()  # the framework's Callback, next in the MRO
@@ -24,8 +50,8 @@ class ReportingCallbackState:
         self.options = options
         self.reporter: ProgressReporter | None = None
 
-    def _finish(self, **fields: Any) -> None:
-        """End the run (at most once) with the last ``fields`` and drop the reporter."""
-        if self.reporter is not None:
-            self.reporter.end(**fields)
-            self.reporter = None
+    def _finish(self, metrics: Mapping[str, Any] | None = None) -> None:
+        """End the run (at most once) with the last ``metrics`` and drop the reporter."""
+        reporter, self.reporter = self.reporter, None
+        if reporter is not None:
+            reporter.end(metrics=metrics)

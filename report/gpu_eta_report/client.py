@@ -387,10 +387,12 @@ class ProgressReporter:
         """Announce the run (``start()`` calls this): a new run id for the exporter."""
         self._enqueue("start")
 
-    def step(self, step: int, **metrics: Any) -> None:
+    def step(self, step: int, *, metrics: Mapping[str, Any] | None = None, **values: Any) -> None:
         """``step`` steps of the run done (global step). Thinned to one report per interval.
 
-        Metrics passed here are read only for the reports that are sent; pass plain
+        Metrics are keyword arguments, or a mapping in ``metrics`` (for names that are no
+        identifiers or that clash with a parameter: a framework's logs holding a
+        ``step``); both are read only for the reports that are sent, so pass plain
         numbers (``loss.item()``) where possible.
         """
         try:
@@ -398,37 +400,49 @@ class ProgressReporter:
             now = time.monotonic()
             if now - self._last_step_enqueue >= self.min_interval_seconds:
                 self._last_step_enqueue = now
-                if metrics:  # converted only when sent: float(cuda_tensor) syncs the GPU
-                    self._take_metrics(metrics)
+                # converted only when sent: float(cuda_tensor) syncs the GPU
+                self._take_metrics(metrics, values)
                 self._enqueue("progress")
         except Exception:  # never into the training loop
             pass
 
-    def epoch_end(self, epoch: int, step: int | None = None, **metrics: Any) -> None:
-        """``epoch`` epochs done (1 after the first). Always reported."""
+    def epoch_end(
+        self,
+        epoch: int,
+        step: int | None = None,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        **values: Any,
+    ) -> None:
+        """``epoch`` epochs done (1 after the first). Always reported. Metrics as for
+        ``step``."""
         try:
             self._epoch = epoch
             if step is not None:
                 self._step = step
             elif self.steps_per_epoch:
                 self._step = max(self._step, epoch * self.steps_per_epoch)
-            if metrics:
-                self._take_metrics(metrics)
+            self._take_metrics(metrics, values)
             self._enqueue("progress")
         except Exception:
             pass
 
-    def end(self, flush_timeout_seconds: float | None = None, **metrics: Any) -> None:
+    def end(
+        self,
+        flush_timeout_seconds: float | None = None,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        **values: Any,
+    ) -> None:
         """Final report, then wait (at most ``flush_timeout_seconds``, by default the
-        send timeout) until it is sent and stop the sender.
+        send timeout) until it is sent and stop the sender. Metrics as for ``step``.
 
         Call it when training has finished, not when it failed (``close`` then): for a
         run started without ``epochs`` or ``steps`` the exporter takes the epoch and
         step of the end as the run's totals, so the forecaster learns the run's
         duration and forecasts the job's next runs from it."""
         try:
-            if metrics:
-                self._take_metrics(metrics)
+            self._take_metrics(metrics, values)
             self._enqueue("end")
             self.close(flush_timeout_seconds)
         except Exception:
@@ -473,13 +487,18 @@ class ProgressReporter:
 
     # -- internals -------------------------------------------------------------------
 
-    def _take_metrics(self, metrics: Mapping[str, Any]) -> None:
-        """Fold ``metrics`` into what every later report carries (``merge_metrics``).
+    def _take_metrics(self, metrics: Mapping[str, Any] | None, values: Mapping[str, Any]) -> None:
+        """Fold ``metrics`` (a mapping, else ignored) and ``values`` into what every later
+        report carries (``merge_metrics``).
 
         Each left-out name is logged once at INFO: it is expected for some (HF's
         ``total_flos``), and a warning at the end of every training would be noise.
         """
-        self._metrics, skipped = merge_metrics(self._metrics, metrics)
+        if isinstance(metrics, Mapping) and metrics:
+            values = {**metrics, **values}
+        if not values:
+            return
+        self._metrics, skipped = merge_metrics(self._metrics, values)
         for name, why in skipped:
             if name not in self._skipped_logged and len(self._skipped_logged) < 64:
                 self._skipped_logged.add(name)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpu_eta_report.client import ProgressReporter, start
+from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
+from gpu_eta_report.client import start
 
 try:
     from transformers import TrainerCallback as _Base
@@ -22,56 +23,53 @@ except ImportError:  # pragma: no cover - depends on what is installed
     _Base = object
 
 
-class GpuEtaCallback(_Base):  # type: ignore[misc, valid-type]
+class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports planned epochs and ``max_steps``, the global step, and logged metrics."""
 
     def __init__(self, url: str | None = None, **options: Any):
-        self.url = url
-        self.options = options
-        self.reporter: ProgressReporter | None = None
+        super().__init__(url, None, **options)
         self._metrics: dict[str, Any] = {}
 
+    @never_raises
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # a new run: the last run's logs (its final train_runtime, train_loss...) are
         # not this one's, though the same callback is reused (notebook, hp search)
         self._metrics = {}
-        try:
-            if not getattr(state, "is_world_process_zero", True):
-                return
-            epochs = getattr(state, "num_train_epochs", None) or getattr(
-                args, "num_train_epochs", None
-            )
-            max_steps = getattr(state, "max_steps", None)
-            per_device = getattr(args, "per_device_train_batch_size", None)
-            world = max(1, int(getattr(args, "world_size", 1) or 1))
-            self.reporter = start(
-                epochs=math.ceil(epochs) if epochs and epochs > 0 else None,
-                steps=int(max_steps) if max_steps and max_steps > 0 else None,
-                batch_size=int(per_device) * world if per_device else None,
-                url=self.url,
-                **self.options,
-            )
-        except Exception:
-            self.reporter = None
+        self.reporter = None
+        if not getattr(state, "is_world_process_zero", True):
+            return
+        epochs = getattr(state, "num_train_epochs", None) or getattr(args, "num_train_epochs", None)
+        max_steps = getattr(state, "max_steps", None)
+        per_device = getattr(args, "per_device_train_batch_size", None)
+        world = max(1, int(getattr(args, "world_size", 1) or 1))
+        self.reporter = start(
+            epochs=math.ceil(epochs) if epochs and epochs > 0 else None,
+            steps=int(max_steps) if max_steps and max_steps > 0 else None,
+            batch_size=int(per_device) * world if per_device else None,
+            url=self.url,
+            **self.options,
+        )
 
+    @never_raises
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.reporter is not None:
-            self.reporter.step(int(getattr(state, "global_step", 0)), **self._metrics)
+            self.reporter.step(int(getattr(state, "global_step", 0)), metrics=self._metrics)
 
+    @never_raises
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
         if logs:
-            self._metrics.update({k: v for k, v in logs.items() if k != "epoch"})
+            self._metrics.update(logs)
 
+    @never_raises
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.reporter is not None:
             epoch = getattr(state, "epoch", None) or 0
             self.reporter.epoch_end(
-                round(epoch), step=int(getattr(state, "global_step", 0)), **self._metrics
+                round(epoch), step=int(getattr(state, "global_step", 0)), metrics=self._metrics
             )
 
+    @never_raises
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.reporter is not None:
-            self.reporter.end(**self._metrics)
-            self.reporter = None
+        self._finish(metrics=self._metrics)

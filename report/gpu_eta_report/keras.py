@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_eta_report.callback_state import ReportingCallbackState
+from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
 from gpu_eta_report.client import start
 
 try:
@@ -38,32 +38,35 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     def set_params(self, params: dict[str, Any]) -> None:  # Keras calls this before training
         self.params = params
 
+    @never_raises
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        try:
-            params = self.params or {}
-            epochs = params.get("epochs")
-            steps = params.get("steps")
-            self._steps_per_epoch = int(steps) if steps else None
-            self.reporter = start(
-                epochs=int(epochs) if epochs else None,
-                steps_per_epoch=self._steps_per_epoch,
-                batch_size=self.batch_size,
-                url=self.url,
-                **self.options,
-            )
-        except Exception:
-            self.reporter = None
+        self.reporter = None
+        params = self.params or {}
+        epochs = params.get("epochs")
+        steps = params.get("steps")
+        self._steps_per_epoch = int(steps) if steps else None
+        self.reporter = start(
+            epochs=int(epochs) if epochs else None,
+            steps_per_epoch=self._steps_per_epoch,
+            batch_size=self.batch_size,
+            url=self.url,
+            **self.options,
+        )
 
+    @never_raises
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch
 
+    @never_raises
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.reporter is not None and self._steps_per_epoch:
             self.reporter.step(self._epoch * self._steps_per_epoch + batch + 1)
 
+    @never_raises
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if self.reporter is not None:
-            self.reporter.epoch_end(epoch + 1, **dict(logs or {}))
+            self.reporter.epoch_end(epoch + 1, metrics=logs)
 
+    @never_raises
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        self._finish(**dict(logs or {}))
+        self._finish(metrics=logs)

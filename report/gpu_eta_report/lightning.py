@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpu_eta_report.callback_state import ReportingCallbackState
+from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
 from gpu_eta_report.client import start
 
 try:
@@ -34,50 +34,49 @@ def _finite_int(value: Any) -> int | None:
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports epochs (``max_epochs``), optimizer steps and logged metrics."""
 
+    @never_raises
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        try:
-            if not getattr(trainer, "is_global_zero", True):
-                return
-            batch_size = self.batch_size
-            if batch_size is None:
-                loader = getattr(trainer, "train_dataloader", None)
-                batch_size = _finite_int(getattr(loader, "batch_size", None))
-            self.reporter = start(
-                epochs=_finite_int(getattr(trainer, "max_epochs", None)),
-                steps_per_epoch=_finite_int(getattr(trainer, "num_training_batches", None)),
-                steps=_finite_int(getattr(trainer, "estimated_stepping_batches", None)),
-                batch_size=batch_size,
-                url=self.url,
-                **self.options,
-            )
-        except Exception:
-            self.reporter = None
+        self.reporter = None
+        if not getattr(trainer, "is_global_zero", True):
+            return
+        batch_size = self.batch_size
+        if batch_size is None:
+            loader = getattr(trainer, "train_dataloader", None)
+            batch_size = _finite_int(getattr(loader, "batch_size", None))
+        self.reporter = start(
+            epochs=_finite_int(getattr(trainer, "max_epochs", None)),
+            steps_per_epoch=_finite_int(getattr(trainer, "num_training_batches", None)),
+            steps=_finite_int(getattr(trainer, "estimated_stepping_batches", None)),
+            batch_size=batch_size,
+            url=self.url,
+            **self.options,
+        )
 
+    @never_raises
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self.reporter is not None:
             self.reporter.step(int(getattr(trainer, "global_step", 0)))
 
+    @never_raises
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if self.reporter is None:
             return
-        try:
-            metrics = dict(getattr(trainer, "callback_metrics", {}) or {})
-        except Exception:
-            metrics = {}
         self.reporter.epoch_end(
             int(getattr(trainer, "current_epoch", 0)) + 1,
             step=int(getattr(trainer, "global_step", 0)),
-            **{str(k): v for k, v in metrics.items()},
+            metrics=getattr(trainer, "callback_metrics", None),
         )
 
+    @never_raises
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._finish()
 
+    @never_raises
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Stop reporting without an end: the run did not finish, and an end would
         make one without ``max_epochs`` look completed where it failed."""
-        if self.reporter is not None:
-            self.reporter.close()
-            self.reporter = None
+        reporter, self.reporter = self.reporter, None
+        if reporter is not None:
+            reporter.close()

@@ -222,3 +222,121 @@ def test_lightning_ends_a_run_only_when_training_ended(listener, finish):
     (p,) = listener.store.snapshot()
     planned = (None, None) if finish == "on_exception" else (None, 8)  # a step: the steps
     assert (p.epoch, p.step, (p.epochs, p.steps)) == (2, 8, planned)
+
+
+# -- metrics named like the progress fields, hooks that meet odd objects ----------------
+
+
+@needs("lightning")
+def test_lightning_module_logging_step_and_epoch_trains_and_reports(listener):
+    """``self.log("step", ...)`` sets a logger's x-axis (Lightning's documented way), so
+    ``callback_metrics`` holds ``step``: it once reached the reporter as a second
+    ``step`` argument, and the TypeError stopped ``fit``."""
+    run(
+        listener,
+        """
+import torch, lightning as L
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from gpu_eta_report.lightning import GpuEtaCallback
+x = torch.randn(64, 8); y = x.sum(1, keepdim=True)
+class M(L.LightningModule):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
+    def training_step(self, b, i):
+        loss = ((self.net(b[0]) - b[1]) ** 2).mean()
+        self.log("train_loss", loss); self.log("step", float(self.global_step))
+        self.log("epoch", float(self.current_epoch))
+        return loss
+    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
+L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+          enable_model_summary=False, accelerator="cpu", callbacks=[GpuEtaCallback()]).fit(
+    M(), DataLoader(TensorDataset(x, y), batch_size=16))
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 8, 8)
+    assert "train_loss" in p.metrics and not {"step", "epoch"} & set(p.metrics)
+
+
+@needs("keras")
+def test_keras_metric_named_epoch_trains_and_reports(listener):
+    run(
+        listener,
+        """
+import numpy as np, keras
+from gpu_eta_report.keras import GpuEtaCallback
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse", metrics=[keras.metrics.MeanAbsoluteError(name="epoch")])
+m.fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_size=32)])
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 4, 4)
+    assert "loss" in p.metrics and "epoch" not in p.metrics
+
+
+@needs("transformers")
+def test_hf_logs_holding_a_step_train_and_report(listener, tmp_path):
+    """A Trainer whose logs carry ``step`` (a subclass adding it for its own logger)."""
+    run(
+        listener,
+        HF_DATA
+        + f"""
+class M(nn.Module):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
+    def forward(self, x, labels=None):
+        logits = self.net(x); return {{"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}}
+class T(Trainer):
+    def log(self, logs, *args, **kwargs):
+        super().log({{**logs, "step": self.state.global_step}}, *args, **kwargs)
+args = TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=2, per_device_train_batch_size=16,
+    logging_steps=2, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+T(model=M(), args=args, train_dataset=DS(), callbacks=[GpuEtaCallback()]).train()
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 8, 8)
+    assert "loss" in p.metrics and "step" not in p.metrics
+
+
+def test_hooks_never_raise_on_objects_they_cannot_read(listener):
+    """Every hook of the three callbacks, handed objects whose fields are unusable
+    (a framework version that renamed or retyped them): nothing reaches the caller."""
+    from types import SimpleNamespace
+
+    from gpu_eta_report.hf import GpuEtaCallback as HfCallback
+    from gpu_eta_report.keras import GpuEtaCallback as KerasCallback
+    from gpu_eta_report.lightning import GpuEtaCallback as LightningCallback
+
+    target = {"url": f"http://127.0.0.1:{listener.port}/progress", "source_address": POD.ip}
+    odd = SimpleNamespace(
+        is_global_zero=True,
+        is_world_process_zero=True,
+        max_epochs=2,
+        num_train_epochs=2,
+        max_steps="many",
+        global_step="x",
+        current_epoch="y",
+        epoch="z",
+        callback_metrics={"step": 1.0},
+        per_device_train_batch_size="b",
+    )
+    lightning = LightningCallback(**target)
+    lightning.on_train_start(odd, None)
+    lightning.on_train_batch_end(odd, None, None, None, 0)
+    lightning.on_train_epoch_end(odd, None)
+    lightning.on_train_end(odd, None)
+    hf = HfCallback(**target)
+    hf.on_train_begin(odd, odd, None)
+    hf.on_log(odd, odd, None, logs={"step": 1, "epoch": 0.5})
+    hf.on_step_end(odd, odd, None)
+    hf.on_epoch_end(odd, odd, None)
+    hf.on_train_end(odd, odd, None)
+    keras = KerasCallback(**target)
+    keras.set_params({"epochs": "two", "steps": 4})
+    keras.on_train_begin()
+    keras.on_epoch_begin("e")
+    keras.on_train_batch_end(0)
+    keras.on_epoch_end(0, {"step": 3.0, "epoch": 1.0})
+    keras.on_train_end()

@@ -430,3 +430,18 @@ def test_a_bad_flush_timeout_never_raises(wait, listener):
     r = start(epochs=2, url=url(listener), source_address=POD.ip)
     r.close(wait)  # waits the send timeout instead
     assert r.stats["sent"] == 1
+
+
+def test_metrics_as_a_mapping_may_hold_any_name(listener):
+    """A framework's logs passed whole (``metrics=logs``): names that clash with the
+    parameters (``step``, ``epoch``) or are no identifiers are no error, and only the
+    progress arguments set the progress."""
+    r = start(epochs=3, url=url(listener), source_address=POD.ip, min_interval_seconds=0)
+    logs = {"step": 99.0, "epoch": 7.0, "eval/loss": 0.25}
+    r.step(4, metrics=logs, acc=0.5)
+    r.epoch_end(1, metrics=logs)
+    r.end(metrics={"loss": 0.1})
+    assert r.stats["rejected"] == 0 and r.stats["sent"] == 4
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.step) == (1, 4)
+    assert dict(p.metrics) == {"eval_loss": 0.25, "acc": 0.5, "loss": 0.1}
