@@ -24,7 +24,10 @@ replaced by the default, with one warning); ``end()`` waits that long for the
 final report.
 
 The exporter's rules are applied before sending, so no report is refused for what
-the client could have known: free-form numbers that are not finite or beyond
+the client could have known: a progress value (``epoch``, ``step``, a planned total)
+that is not a finite number in [0, ``MAX_NUMBER``] (at least 1 for a total) is left
+out (counted ``ignored``, once logged as a warning), numpy and torch scalars are sent
+as plain numbers; free-form numbers that are not finite or beyond
 ``MAX_NUMBER``, or whose names stay invalid, are left out (once logged at INFO); of
 more than ``MAX_METRICS`` names the first in sorted order are kept (the exporter's
 choice too); an invalid ``run_id`` or ``container`` is corrected with one warning at
@@ -55,6 +58,7 @@ log = logging.getLogger("gpu_eta.report")
 
 DEFAULT_PORT = 9843
 DEFAULT_TIMEOUT_SECONDS = 2.0
+DEFAULT_MIN_INTERVAL_SECONDS = 1.0
 MAX_TIMEOUT_SECONDS = 60.0  # longer would only hold queued reports back from fresher ones
 # Copies of the exporter's wire rules (gpu_eta.exporter.progress: MAX_METRICS,
 # MAX_NUMBER, _METRIC_NAME, _RUN_ID, _CONTAINER, _KNOWN): this package installs alone in
@@ -94,7 +98,10 @@ def exporter_url(env: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if env is None else env
     url = env.get("GPU_ETA_URL", "").strip()
     if url:
-        parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        try:
+            parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        except ValueError:  # "http://[::1": the reporter says it is unusable, disabled
+            return url
         path = parsed.path if parsed.path not in ("", "/") else "/progress"
         return urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, path, "", ""))
     for name in ("GPU_ETA_HOST_IP", "HOST_IP", "NODE_IP"):
@@ -137,6 +144,41 @@ def timeout_setting(value: object = None, env: Mapping[str, str] | None = None) 
         )
         return DEFAULT_TIMEOUT_SECONDS
     return seconds
+
+
+def interval_setting(value: object) -> float:
+    """``min_interval_seconds``: a number of seconds, at least 0; anything else (NaN, a
+    string) gives the default 1 s and one warning naming it, rather than no step
+    report at all."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:  # also false for NaN
+        log.warning(
+            "gpu-eta: min_interval_seconds=%r is not a number of seconds; using %g",
+            value,
+            DEFAULT_MIN_INTERVAL_SECONDS,
+        )
+        return DEFAULT_MIN_INTERVAL_SECONDS
+    return seconds
+
+
+def _count(value: object, minimum: float) -> int | float | None:
+    """``value`` as the exporter takes a progress field: a finite number in [``minimum``,
+    ``MAX_NUMBER``], not a bool; numpy and torch scalars included, an int when whole
+    (so it always goes into JSON). None when the exporter would refuse it."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+    if not minimum <= number <= MAX_NUMBER:  # also false for NaN
+        return None
+    return int(number) if number.is_integer() else number
 
 
 def _metric_name(name: object) -> str | None:
@@ -288,6 +330,15 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return min(max(0.0, seconds), MAX_RETRY_AFTER_SECONDS)
 
 
+def _short_repr(value: object) -> str:
+    """``repr(value)`` for a log line: bounded, and never raising."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _answer_reason(body: bytes) -> str:
     """The first line of an exporter answer, printable and bounded, for a log line."""
     lines = body.decode("utf-8", "replace").splitlines()
@@ -313,30 +364,28 @@ class ProgressReporter:
         source_address: str | None = None,
         run_id: str | None = None,
     ):
-        self.url = url if url is not None else exporter_url()
-        self.run_id = run_id_setting(run_id)
+        # What every method reads, set first: whatever fails below leaves a disabled
+        # reporter, never an exception in the training script.
+        self.url: str | None = None
+        self.run_id = secrets.token_hex(8)
         self.run_start = time.time()
-        self.epochs = epochs
-        self.steps_per_epoch = steps_per_epoch
-        if steps is None and epochs and steps_per_epoch:
-            steps = epochs * steps_per_epoch
-        self.steps = steps
-        self.batch_size = batch_size
-        if container:
-            self.container = container_setting(container)
-        else:
-            env_container = os.environ.get("GPU_ETA_CONTAINER") or None
-            self.container = container_setting(env_container, "GPU_ETA_CONTAINER")
-        self.timeout_seconds = timeout_setting(timeout_seconds)
-        self.min_interval_seconds = min_interval_seconds
-        self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
-        self._epoch = 0
-        self._step = 0
+        self.epochs: int | float | None = None
+        self.steps: int | float | None = None
+        self.steps_per_epoch: int | float | None = None
+        self.batch_size: int | float | None = None
+        self.container: str | None = None
+        self.timeout_seconds = DEFAULT_TIMEOUT_SECONDS
+        self.min_interval_seconds = DEFAULT_MIN_INTERVAL_SECONDS
+        self.source_address: str | None = None
+        self._epoch: int | float = 0
+        self._step: int | float = 0
+        self._pending_step: object = None  # step()'s latest, read when a report is made
         self._metrics: dict[str, float] = {}
         self._skipped_logged: set[str] = set()  # metric names already logged as left out
+        self._ignored_logged: set[str] = set()  # progress fields already logged as unusable
         self._refusals: set[str] = set()  # refusal reasons already logged (sender thread)
         self._last_step_enqueue = float("-inf")
-        self._queue: collections.deque[bytes] = collections.deque(maxlen=max(1, queue_size))
+        self._queue: collections.deque[bytes] = collections.deque(maxlen=32)
         self._cond = threading.Condition()
         self._closing = False
         self._inflight = False
@@ -345,10 +394,62 @@ class ProgressReporter:
         # the refused report is kept while a hold is on (None: no hold)
         self._hold_until = 0.0
         self._refused: bytes | None = None
-        self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0}
+        self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
         self._target: tuple[str, int, str] | None = None
+        try:
+            self._configure(
+                url,
+                epochs=epochs,
+                steps=steps,
+                steps_per_epoch=steps_per_epoch,
+                batch_size=batch_size,
+                container=container,
+                timeout_seconds=timeout_seconds,
+                min_interval_seconds=min_interval_seconds,
+                queue_size=queue_size,
+                source_address=source_address,
+                run_id=run_id,
+            )
+        except Exception as err:  # a bug here must not stop the training job
+            self._target = None
+            log.warning("gpu-eta: reporter not started (%r); progress not reported", err)
+
+    def _configure(
+        self,
+        url: str | None,
+        *,
+        epochs: object,
+        steps: object,
+        steps_per_epoch: object,
+        batch_size: object,
+        container: object,
+        timeout_seconds: object,
+        min_interval_seconds: object,
+        queue_size: object,
+        source_address: str | None,
+        run_id: object,
+    ) -> None:
+        """The constructor's checks and the sender's start (see the module doc)."""
+        self.run_id = run_id_setting(run_id)
+        self.epochs = self._plan("epochs", epochs)
+        self.steps_per_epoch = self._plan("steps_per_epoch", steps_per_epoch)
+        self.steps = self._plan("steps", steps)
+        if self.steps is None and self.epochs and self.steps_per_epoch:
+            self.steps = self._plan("steps", self.epochs * self.steps_per_epoch)
+        self.batch_size = self._plan("batch_size", batch_size)
+        if container:
+            self.container = container_setting(container)
+        else:
+            env_container = os.environ.get("GPU_ETA_CONTAINER") or None
+            self.container = container_setting(env_container, "GPU_ETA_CONTAINER")
+        self.timeout_seconds = timeout_setting(timeout_seconds)
+        self.min_interval_seconds = interval_setting(min_interval_seconds)
+        size = _count(queue_size, 1)
+        self._queue = collections.deque(maxlen=int(size) if size else 32)
+        self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
+        self.url = url if url is not None else exporter_url()
         if self.url is None:
             log.warning(
                 "gpu-eta: no exporter address (GPU_ETA_URL or HOST_IP/NODE_IP); progress not reported"
@@ -379,32 +480,36 @@ class ProgressReporter:
         is logged once), ``failed`` (network), ``dropped`` (never sent: queue full,
         backing off after failures, superseded by a newer one when a ``Retry-After``
         hold ends, or still queued when ``close`` ends during a hold). Counted per
-        answer: a refused report sent again after its hold counts again."""
+        answer: a refused report sent again after its hold counts again. Also
+        ``ignored``: progress values left out as unusable, and calls that failed
+        inside the reporter (a bug; the call did nothing)."""
         with self._cond:
             return dict(self._stats)
 
     def begin(self) -> None:
         """Announce the run (``start()`` calls this): a new run id for the exporter."""
-        self._enqueue("start")
+        try:
+            self._enqueue("start")
+        except Exception:  # never into the training script
+            self._count_ignored()
 
     def step(self, step: int, *, metrics: Mapping[str, Any] | None = None, **values: Any) -> None:
         """``step`` steps of the run done (global step). Thinned to one report per interval.
 
         Metrics are keyword arguments, or a mapping in ``metrics`` (for names that are no
         identifiers or that clash with a parameter: a framework's logs holding a
-        ``step``); both are read only for the reports that are sent, so pass plain
-        numbers (``loss.item()``) where possible.
+        ``step``). The step and the metrics are read only for the reports that are sent
+        (``float(cuda_tensor)`` syncs the GPU), so pass plain numbers where possible.
         """
         try:
-            self._step = step
+            self._pending_step = step
             now = time.monotonic()
             if now - self._last_step_enqueue >= self.min_interval_seconds:
                 self._last_step_enqueue = now
-                # converted only when sent: float(cuda_tensor) syncs the GPU
                 self._take_metrics(metrics, values)
                 self._enqueue("progress")
         except Exception:  # never into the training loop
-            pass
+            self._count_ignored()
 
     def epoch_end(
         self,
@@ -417,15 +522,16 @@ class ProgressReporter:
         """``epoch`` epochs done (1 after the first). Always reported. Metrics as for
         ``step``."""
         try:
-            self._epoch = epoch
+            self._take_step()
+            self._take_counter("epoch", epoch)
             if step is not None:
-                self._step = step
+                self._take_counter("step", step)
             elif self.steps_per_epoch:
-                self._step = max(self._step, epoch * self.steps_per_epoch)
+                self._step = max(self._step, self._epoch * self.steps_per_epoch)
             self._take_metrics(metrics, values)
             self._enqueue("progress")
         except Exception:
-            pass
+            self._count_ignored()
 
     def end(
         self,
@@ -444,18 +550,25 @@ class ProgressReporter:
         try:
             self._take_metrics(metrics, values)
             self._enqueue("end")
-            self.close(flush_timeout_seconds)
         except Exception:
-            pass
+            self._count_ignored()
+        finally:  # whatever failed above, the sender stops
+            self.close(flush_timeout_seconds)
 
     def close(self, flush_timeout_seconds: float | None = None) -> None:
         """Send what is queued within the timeout (by default the send timeout), then
         stop the thread."""
+        try:
+            self._close(flush_timeout_seconds)
+        except Exception:
+            self._count_ignored()
+
+    def _close(self, flush_timeout_seconds: object) -> None:
         thread = self._thread
         if thread is None:
             return
         try:
-            wait = float(
+            wait = float(  # type: ignore[arg-type]
                 self.timeout_seconds if flush_timeout_seconds is None else flush_timeout_seconds
             )
         except (TypeError, ValueError):
@@ -486,6 +599,54 @@ class ProgressReporter:
             self.close()
 
     # -- internals -------------------------------------------------------------------
+
+    def _count_ignored(self) -> None:
+        """Count a call or value the reporter could not use (``stats["ignored"]``)."""
+        try:
+            with self._cond:
+                self._stats["ignored"] += 1
+        except Exception:
+            pass
+
+    def _ignore(self, name: str, value: object, minimum: float) -> None:
+        """Count an unusable progress value and say so, once per field."""
+        self._count_ignored()
+        if name not in self._ignored_logged:
+            self._ignored_logged.add(name)
+            log.warning(
+                "gpu-eta: %s=%s is not a number in [%g, %g] (the exporter would refuse "
+                "it); not reported, nor logged again",
+                name,
+                _short_repr(value),
+                minimum,
+                MAX_NUMBER,
+            )
+
+    def _plan(self, name: str, value: object) -> int | float | None:
+        """A planned total (``epochs``, ``steps``, ``batch_size``...) as the exporter takes
+        it, else None: 0 and None say "no plan", anything else unusable is ignored."""
+        if value is None or (not isinstance(value, bool) and value == 0):
+            return None
+        number = _count(value, 1)
+        if number is None:
+            self._ignore(name, value, 1)
+        return number
+
+    def _take_counter(self, name: str, value: object) -> None:
+        """Set the ``epoch`` or ``step`` reached; an unusable value keeps the last one."""
+        number = _count(value, 0)
+        if number is None:
+            self._ignore(name, value, 0)
+        elif name == "epoch":
+            self._epoch = number
+        else:
+            self._step = number
+
+    def _take_step(self) -> None:
+        """Take ``step()``'s latest value, if any came since the last report."""
+        pending, self._pending_step = self._pending_step, None
+        if pending is not None:
+            self._take_counter("step", pending)
 
     def _take_metrics(self, metrics: Mapping[str, Any] | None, values: Mapping[str, Any]) -> None:
         """Fold ``metrics`` (a mapping, else ignored) and ``values`` into what every later
@@ -555,6 +716,7 @@ class ProgressReporter:
     def _enqueue(self, event: str) -> None:
         if self._target is None or self._closing:
             return
+        self._take_step()
         data = self._body(event)
         with self._cond:
             if len(self._queue) == self._queue.maxlen:

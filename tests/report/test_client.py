@@ -132,7 +132,7 @@ def test_a_run_over_the_containers_cap_is_held_for_its_retry_after_never_retried
     t0 = time.monotonic()
     r.end(flush_timeout_seconds=1.0)
     assert time.monotonic() - t0 < 2.0  # training waits for its flush timeout, no longer
-    assert r.stats == {"sent": 0, "rejected": 1, "failed": 0, "dropped": 2}
+    assert r.stats == {"sent": 0, "rejected": 1, "failed": 0, "dropped": 2, "ignored": 0}
     assert listener.counts()["too_many_runs"] == 1  # start only: epoch_end and end held
     refusals = [m for m in caplog.messages if "refused a progress report" in m]
     assert len(refusals) == 1 and "(429): too_many_runs: run " in refusals[0]
@@ -153,7 +153,7 @@ def test_after_a_retry_after_only_the_newest_report_is_sent(tmp_path):
         waited = time.monotonic() - t0
         counts = lst.counts()
         (p,) = lst.store.snapshot()
-    assert r.stats == {"sent": 2, "rejected": 1, "failed": 0, "dropped": 6}
+    assert r.stats == {"sent": 2, "rejected": 1, "failed": 0, "dropped": 6, "ignored": 0}
     assert (counts["accepted"], counts["rate_limited"]) == (2, 1)
     assert (p.run_id, p.epoch, p.epochs, p.metrics["loss"]) == (r.run_id, 2, 2, 0.5)
     assert 1.0 < waited < 5.0  # held about the 2 s asked, not the 10 s allowed
@@ -174,7 +174,7 @@ def test_a_refused_final_report_is_sent_again_after_the_hold():
         counts = lst.counts()
         (p,) = lst.store.snapshot()
     assert (counts["accepted"], counts["rate_limited"]) == (4, 1)
-    assert r.stats == {"sent": 4, "rejected": 1, "failed": 0, "dropped": 0}
+    assert r.stats == {"sent": 4, "rejected": 1, "failed": 0, "dropped": 0, "ignored": 0}
     assert (p.epoch, p.metrics["loss"], p.metrics["accuracy"]) == (2, 0.01, 0.99)
     assert 1.0 < waited < 5.0  # the 2 s asked, not the 10 s allowed
 
@@ -233,7 +233,7 @@ def test_a_long_retry_after_is_capped(monkeypatch):
         server.close()
     gaps = [b - a for a, b in itertools.pairwise(posts)]
     assert 3 <= len(posts) <= 6 and all(0.4 < gap < 1.5 for gap in gaps), gaps
-    assert r.stats == {"sent": 0, "rejected": len(posts), "failed": 0, "dropped": 1}
+    assert r.stats == {"sent": 0, "rejected": len(posts), "failed": 0, "dropped": 1, "ignored": 0}
     assert 1.5 < waited < 3.0  # the flush timeout, and no hold past it
 
 
@@ -247,7 +247,7 @@ def test_a_503_without_retry_after_holds_nothing(tmp_path):
         r.epoch_end(1)
         r.end()
         counts = lst.counts()
-    assert r.stats == {"sent": 0, "rejected": 3, "failed": 0, "dropped": 0}
+    assert r.stats == {"sent": 0, "rejected": 3, "failed": 0, "dropped": 0, "ignored": 0}
     assert counts["not_persisted"] == 3
 
 
@@ -311,7 +311,7 @@ def test_no_address_means_disabled_quietly(monkeypatch):
     r.step(1)
     r.epoch_end(1)
     r.end()
-    assert r.stats == {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0}
+    assert r.stats == {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
 
 
 def test_wire_body_is_the_documented_format(listener):
@@ -445,3 +445,95 @@ def test_metrics_as_a_mapping_may_hold_any_name(listener):
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.step) == (1, 4)
     assert dict(p.metrics) == {"eval_loss": 0.25, "acc": 0.5, "loss": 0.1}
+
+
+# -- nothing the training script passes makes the reporter raise ----------------------
+
+
+@pytest.mark.parametrize("value", ["http://[::1", "http://10.0.0.5:9843\u2100/progress"])
+def test_an_unparsable_exporter_url_disables_quietly(value, monkeypatch, caplog):
+    monkeypatch.setenv("GPU_ETA_URL", value)
+    assert exporter_url() == value  # passed on as given: the reporter says it is bad
+    r = start(epochs=3)
+    r.step(1)
+    r.end()
+    assert not r.enabled and "bad exporter URL" in caplog.text
+
+
+def test_numpy_and_torch_scalars_are_reported_as_numbers(listener):
+    """Plans and counters straight from array code (``np.int64``, a 0-d tensor):
+    ``json`` cannot encode them, which once raised from ``start()`` and lost every
+    later report, uncounted, and left ``end()`` without stopping the sender."""
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    r = start(
+        epochs=np.int64(2),
+        steps_per_epoch=np.int32(5),
+        batch_size=torch.tensor(32),
+        url=url(listener),
+        source_address=POD.ip,
+        min_interval_seconds=0,
+    )
+    for i in range(1, 11):
+        r.step(np.int64(i))
+        if i % 5 == 0:
+            r.epoch_end(torch.tensor(i // 5), loss=np.float32(0.5))
+    r.end()
+    assert r._thread is None  # end() stopped the sender
+    assert r.stats == {"sent": 14, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (2, 2, 10, 10, 32)
+
+
+def test_an_unusable_progress_value_is_left_out_not_the_report(listener, caplog):
+    """Values the exporter would refuse the whole report for (a plan over 1e12, as HF
+    gives for streamed data, a NaN step, a negative epoch, a string) are left out and
+    counted ``ignored``, each field logged once; the rest of the report is sent."""
+    r = start(
+        epochs=sys.maxsize,
+        steps=float("inf"),
+        batch_size=True,
+        url=url(listener),
+        source_address=POD.ip,
+        min_interval_seconds=0,
+    )
+    assert (r.epochs, r.steps, r.batch_size) == (None, None, None)
+    r.step(5)
+    r.step(float("nan"))
+    r.step("six")
+    r.epoch_end(-1, loss=0.5)
+    r.epoch_end(1)
+    r.end()
+    assert r.stats["ignored"] == 6 and r.stats["rejected"] == 0 and r.stats["sent"] == 7
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.step, p.metrics["loss"]) == (1, 5, 0.5)
+    assert listener.counts()["invalid"] == 0
+    for name in ("epochs", "steps", "batch_size", "step", "epoch"):
+        assert caplog.text.count(f"gpu-eta: {name}=") == 1
+
+
+@pytest.mark.parametrize("value", [float("nan"), "1s", -1, None, [1]])
+def test_a_bad_min_interval_is_the_default_with_a_warning(value, listener, caplog):
+    """NaN once meant no step report at all (every comparison false), a string one
+    TypeError per ``step()``, swallowed: the run looked stuck at its start."""
+    r = start(epochs=2, url=url(listener), source_address=POD.ip, min_interval_seconds=value)
+    assert r.min_interval_seconds == client.DEFAULT_MIN_INTERVAL_SECONDS
+    r.step(3)
+    r.end()
+    (p,) = listener.store.snapshot()
+    assert p.step == 3 and r.stats["ignored"] == 0
+    assert "min_interval_seconds=" in caplog.text
+
+
+def test_a_failing_constructor_gives_a_disabled_reporter(listener, caplog):
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    r = start(epochs=2, url=url(listener), run_id=Unprintable(), queue_size="x")
+    r.step(1)
+    r.end()
+    assert not r.enabled and "reporter not started" in caplog.text
+    r = start(epochs=2, url=url(listener), source_address=POD.ip, queue_size="x")
+    r.end()
+    assert r.enabled and r.stats["sent"] == 2
