@@ -1,32 +1,57 @@
 """Keras callback: ``model.fit(..., callbacks=[GpuEtaCallback(batch_size=32)])``.
 
-Imports Keras 3 (``keras``) or ``tensorflow.keras`` only here. Without either the
-class still imports with ``object`` as its base (call ``set_params`` yourself then).
-Keras does not tell callbacks the batch size: pass it. Hooks never raise.
+Which Keras: Keras 3 (``keras``, any backend); Keras 2 as ``tensorflow.keras``
+(TensorFlow up to 2.15, or without ``keras`` installed); and ``tf_keras`` (Keras 2 on
+TensorFlow 2.16+) when ``TF_USE_LEGACY_KERAS`` is set as TensorFlow reads it (``1``,
+``true``, ``True``) before this module is imported. The callback subclasses that
+Keras' ``Callback``: each Keras calls private methods of its own base class. Without
+any of them the class still imports with ``object`` as its base (call ``set_params``
+yourself then). Keras does not tell callbacks the batch size: pass it. Hooks never
+raise.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
 from gpu_eta_report.client import start
 
-try:
-    import keras as _keras
 
-    _Base = _keras.callbacks.Callback
-except ImportError:  # pragma: no cover - depends on what is installed
+def _callback_base() -> type:
+    """The ``Callback`` class of the Keras that will call this one (module doc)."""
+    if os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True"):
+        try:
+            import tf_keras
+
+            return tf_keras.callbacks.Callback
+        except ImportError:  # pragma: no cover - depends on what is installed
+            pass
     try:
-        from tensorflow import keras as _keras
+        import keras
 
-        _Base = _keras.callbacks.Callback
-    except ImportError:
-        _Base = object
+        return keras.callbacks.Callback
+    except ImportError:  # pragma: no cover - depends on what is installed
+        pass
+    try:
+        from tensorflow import keras as tf_keras_2
+
+        return tf_keras_2.callbacks.Callback
+    except ImportError:  # pragma: no cover - depends on what is installed
+        return object
+
+
+_Base = _callback_base()
 
 
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports ``epochs`` and ``steps`` from ``self.params``, plus the epoch logs."""
+
+    # Keras 3 runs batch hooks on a thread of its own unless a callback overriding one
+    # says otherwise; ``on_train_batch_end`` reads only ``batch``, never the logs, so
+    # training keeps that (without it every batch waits for its logs on the host).
+    async_safe = True
 
     def __init__(self, url: str | None = None, batch_size: int | None = None, **options: Any):
         super().__init__(url, batch_size, **options)

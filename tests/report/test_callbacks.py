@@ -102,6 +102,59 @@ m.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_
     assert "loss" in p.metrics
 
 
+@needs("keras")
+def test_keras_keeps_its_asynchronous_batch_callbacks(listener):
+    """Keras 3 dispatches batch hooks on a thread pool unless a callback that overrides
+    one lacks ``async_safe``: without it, adding the callback made every batch wait
+    for its logs on the host. The reporting still reaches every step."""
+    out = run(
+        listener,
+        """
+import numpy as np, keras
+from keras.callbacks import CallbackList
+from gpu_eta_report.keras import GpuEtaCallback
+cb = GpuEtaCallback(batch_size=16)
+print(CallbackList([keras.callbacks.History()])._async_train, CallbackList([cb])._async_train)
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse")
+m.fit(x, y, epochs=2, batch_size=16, verbose=0, callbacks=[cb])
+""",
+    )
+    assert out.split() == ["True", "True"]
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 8, 8)
+
+
+def test_keras_callback_subclasses_tf_keras_when_tensorflow_is_told_to_use_it(tmp_path):
+    """With ``TF_USE_LEGACY_KERAS=1`` TensorFlow's ``fit`` is tf_keras', whose
+    ``CallbackList`` calls its own ``Callback``'s private methods: the callback must
+    subclass that one. TensorFlow is not installed here, so ``tf_keras`` is a stand-in
+    package of one class; what is tested is which base is chosen."""
+    package = tmp_path / "tf_keras"
+    package.mkdir()
+    (package / "__init__.py").write_text("from tf_keras import callbacks\n")
+    (package / "callbacks.py").write_text("class Callback:\n    stand_in = True\n")
+    code = (
+        "from gpu_eta_report.keras import GpuEtaCallback\n"
+        "print(getattr(GpuEtaCallback, 'stand_in', False))\n"
+    )
+    seen = []
+    for legacy in ("1", "0"):
+        env = dict(
+            os.environ,
+            TF_USE_LEGACY_KERAS=legacy,
+            KERAS_BACKEND="torch",
+            PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        seen.append(proc.stdout.strip())
+    assert seen == ["True", "False"]
+
+
 HF_DATA = """
 import torch
 from torch import nn
