@@ -4,6 +4,12 @@ Imports ``transformers`` only here; without it the class still imports with
 ``object`` as its base. Only the main process (``state.is_world_process_zero``)
 reports. Hooks never raise into training.
 
+Planned epochs are sent only when the Trainer completes them: not with ``max_steps``
+(it overrides ``num_train_epochs``; for streamed data the Trainer's own epoch count is
+``sys.maxsize``) nor for a fractional ``num_train_epochs`` (2.5 ends inside the third
+epoch); ``max_steps`` (the Trainer's planned steps) is the plan then. Epochs done are
+the whole epochs of ``state.epoch``.
+
 ``on_log`` metrics are passed on as logged; the reporter drops what the exporter would
 refuse (``total_flos``, logged at the end of training, is ≈ 1e15 for real models,
 beyond the wire format's 1e12), so one such number never stops progress reports.
@@ -12,6 +18,7 @@ beyond the wire format's 1e12), so one such number never stops progress reports.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
@@ -21,6 +28,24 @@ try:
     from transformers import TrainerCallback as _Base
 except ImportError:  # pragma: no cover - depends on what is installed
     _Base = object
+
+
+def _planned_epochs(args: Any, state: Any) -> int | None:
+    """The epochs the Trainer will complete, None when it stops inside one (module doc)."""
+    max_steps = getattr(args, "max_steps", None)
+    if max_steps is not None and max_steps > 0:
+        return None
+    epochs = getattr(args, "num_train_epochs", None)
+    if epochs is None:
+        epochs = getattr(state, "num_train_epochs", None)
+    if epochs is None or not 1 <= epochs < sys.maxsize or not float(epochs).is_integer():
+        return None
+    return int(epochs)
+
+
+def _epochs_done(state: Any) -> int:
+    """Whole epochs of ``state.epoch`` (1.5 → 1, and 2.9999999 from float steps → 3)."""
+    return math.floor((getattr(state, "epoch", None) or 0) + 1e-6)
 
 
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
@@ -38,12 +63,11 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self.reporter = None
         if not getattr(state, "is_world_process_zero", True):
             return
-        epochs = getattr(state, "num_train_epochs", None) or getattr(args, "num_train_epochs", None)
         max_steps = getattr(state, "max_steps", None)
         per_device = getattr(args, "per_device_train_batch_size", None)
         world = max(1, int(getattr(args, "world_size", 1) or 1))
         self.reporter = start(
-            epochs=math.ceil(epochs) if epochs and epochs > 0 else None,
+            epochs=_planned_epochs(args, state),
             steps=int(max_steps) if max_steps and max_steps > 0 else None,
             batch_size=int(per_device) * world if per_device else None,
             url=self.url,
@@ -65,9 +89,10 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     @never_raises
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.reporter is not None:
-            epoch = getattr(state, "epoch", None) or 0
             self.reporter.epoch_end(
-                round(epoch), step=int(getattr(state, "global_step", 0)), metrics=self._metrics
+                _epochs_done(state),
+                step=int(getattr(state, "global_step", 0)),
+                metrics=self._metrics,
             )
 
     @never_raises

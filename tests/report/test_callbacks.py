@@ -228,6 +228,63 @@ print(min(flos))
     assert listener.counts()["invalid"] == 0
 
 
+HF_MODEL = """
+class M(nn.Module):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
+    def forward(self, x, labels=None):
+        logits = self.net(x); return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+"""
+"""The HF tests' two-class linear model (after ``HF_DATA``)."""
+
+
+@needs("transformers")
+def test_hf_streamed_data_with_max_steps_reports_its_steps(listener, tmp_path):
+    """An ``IterableDataset`` has no length, so the Trainer runs ``max_steps`` with
+    ``num_train_epochs = sys.maxsize``: sent as ``epochs`` (over 1e12) it made the
+    exporter refuse every report of the run. Not a bad value either: no warning."""
+    out = run(
+        listener,
+        HF_DATA
+        + HF_MODEL
+        + f"""
+import logging, sys
+logging.basicConfig(stream=sys.stdout, format="LOG %(message)s")
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        while True:
+            x = torch.randn(8, generator=g); yield {{"x": x, "labels": (x.sum() > 0).long()}}
+args = TrainingArguments(output_dir={str(tmp_path)!r}, max_steps=6, per_device_train_batch_size=4,
+    logging_steps=2, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+Trainer(model=M(), args=args, train_dataset=Stream(), callbacks=[GpuEtaCallback()]).train()
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epochs, p.step, p.steps) == (None, 6, 6) and "loss" in p.metrics
+    assert listener.counts()["invalid"] == 0
+    assert "LOG gpu-eta" not in out
+
+
+@needs("transformers")
+def test_hf_fractional_epochs_report_whole_epochs_done_and_plan_steps(listener, tmp_path):
+    """``num_train_epochs=1.5`` at 4 steps an epoch: the Trainer stops at step 6,
+    ``state.epoch`` 1.5. ``round(1.5)`` is 2 (banker's rounding), and with the Trainer's
+    2 planned epochs the run read as 2 of 2 epochs done after one and a half."""
+    run(
+        listener,
+        HF_DATA
+        + HF_MODEL
+        + f"""
+args = TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=1.5,
+    per_device_train_batch_size=16, logging_steps=2, save_strategy="no", report_to=[],
+    use_cpu=True, disable_tqdm=True)
+Trainer(model=M(), args=args, train_dataset=DS(), callbacks=[GpuEtaCallback()]).train()
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (1, None, 6, 6)
+
+
 def test_callbacks_survive_hooks_with_minimal_objects(listener):
     """The hook signatures work without the frameworks' own objects (duck-typed)."""
     from types import SimpleNamespace
