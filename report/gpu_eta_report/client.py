@@ -6,7 +6,8 @@ thread that POSTs them with short timeouts over one kept-alive connection. Each
 report carries the whole state (run id, epoch, step, plan), so dropping one under
 pressure loses nothing but freshness: the queue drops its oldest entry when full,
 step reports are thinned to one per ``min_interval_seconds``, and after failures
-the sender backs off (dropping, and counting, what comes meanwhile). When the
+the sender backs off (0.5 s doubling to 30 s), dropping and counting the step reports
+that come meanwhile; the start, epoch ends and the end are always tried. When the
 exporter answers 429 (or 503) with ``Retry-After``, the sender holds its reports that
 long, at most ``MAX_RETRY_AFTER_SECONDS``, then sends the newest of them (the older
 ones are superseded: counted dropped), or the refused report again when nothing newer
@@ -385,7 +386,8 @@ class ProgressReporter:
         self._ignored_logged: set[str] = set()  # progress fields already logged as unusable
         self._refusals: set[str] = set()  # refusal reasons already logged (sender thread)
         self._last_step_enqueue = float("-inf")
-        self._queue: collections.deque[bytes] = collections.deque(maxlen=32)
+        # reports as (body, thinnable): step reports may be dropped while backing off
+        self._queue: collections.deque[tuple[bytes, bool]] = collections.deque(maxlen=32)
         self._cond = threading.Condition()
         self._closing = False
         self._inflight = False
@@ -393,7 +395,7 @@ class ProgressReporter:
         # over only the newest queued report is, else the refused one (``_next_report``);
         # the refused report is kept while a hold is on (None: no hold)
         self._hold_until = 0.0
-        self._refused: bytes | None = None
+        self._refused: tuple[bytes, bool] | None = None
         self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
@@ -478,7 +480,7 @@ class ProgressReporter:
     def stats(self) -> dict[str, int]:
         """Reports ``sent`` (2xx), ``rejected`` (any other answer: 4xx, 5xx; the reason
         is logged once), ``failed`` (network), ``dropped`` (never sent: queue full,
-        backing off after failures, superseded by a newer one when a ``Retry-After``
+        step reports while backing off after failures, superseded by a newer one when a ``Retry-After``
         hold ends, or still queued when ``close`` ends during a hold). Counted per
         answer: a refused report sent again after its hold counts again. Also
         ``ignored``: progress values left out as unusable, and calls that failed
@@ -507,7 +509,7 @@ class ProgressReporter:
             if now - self._last_step_enqueue >= self.min_interval_seconds:
                 self._last_step_enqueue = now
                 self._take_metrics(metrics, values)
-                self._enqueue("progress")
+                self._enqueue("progress", thinnable=True)
         except Exception:  # never into the training loop
             self._count_ignored()
 
@@ -713,18 +715,21 @@ class ProgressReporter:
             body["metrics"] = dict(self._metrics)
         return json.dumps(body, separators=(",", ":")).encode()
 
-    def _enqueue(self, event: str) -> None:
+    def _enqueue(self, event: str, thinnable: bool = False) -> None:
+        """Queue a report of the current state; ``thinnable`` for ``step()``'s, which
+        the sender drops while it backs off after a network failure (the others, the
+        start, epoch ends and the end, are tried whatever the backoff)."""
         if self._target is None or self._closing:
             return
         self._take_step()
-        data = self._body(event)
+        data = (self._body(event), thinnable)
         with self._cond:
             if len(self._queue) == self._queue.maxlen:
                 self._stats["dropped"] += 1
             self._queue.append(data)
             self._cond.notify_all()
 
-    def _next_report(self) -> bytes | None:
+    def _next_report(self) -> tuple[bytes, bool] | None:
         """The next report to send, waiting for one (and out any hold); None once
         closing. The caller holds ``_cond``.
 
@@ -757,7 +762,7 @@ class ProgressReporter:
             waiting = self._queue or self._refused is not None
             self._cond.wait(timeout=wait if waiting else None)
 
-    def _hold(self, seconds: float, refused: bytes) -> None:
+    def _hold(self, seconds: float, refused: tuple[bytes, bool]) -> None:
         """Send nothing for ``seconds`` (an answer's ``Retry-After`` to ``refused``;
         sender thread), then the newest queued report, else ``refused`` again."""
         with self._cond:
@@ -769,17 +774,21 @@ class ProgressReporter:
         failures = 0
         while True:
             with self._cond:
-                data = self._next_report()
-                if data is None:
+                report = self._next_report()
+                if report is None:
                     break
                 self._inflight = True
+            data, thinnable = report
             try:
-                result = "dropped" if time.monotonic() < backoff_until else self._send(data)
-                if result == "failed":
-                    failures += 1
-                    backoff_until = time.monotonic() + min(30.0, 0.5 * 2 ** min(failures, 6))
+                if thinnable and time.monotonic() < backoff_until:
+                    result = "dropped"
                 else:
-                    failures = 0 if result != "dropped" else failures
+                    result = self._send(data, report)
+                if result == "failed":  # 0.5 s, doubling to 30 s
+                    failures += 1
+                    backoff_until = time.monotonic() + min(30.0, 0.5 * 2 ** min(failures - 1, 6))
+                elif result != "dropped":
+                    failures = 0
             except Exception:  # defensive: the sender thread must not die
                 result = "failed"
             with self._cond:
@@ -789,7 +798,7 @@ class ProgressReporter:
         if self._conn is not None:
             self._conn.close()
 
-    def _send(self, data: bytes) -> str:
+    def _send(self, data: bytes, report: tuple[bytes, bool]) -> str:
         assert self._target is not None
         host, port, path = self._target
         for attempt in range(2):  # one retry: a kept-alive connection may have gone stale
@@ -813,7 +822,7 @@ class ProgressReporter:
                 if resp.status in (429, 503):
                     wait = retry_after_seconds(resp.getheader("Retry-After"))
                     if wait:
-                        self._hold(wait, data)
+                        self._hold(wait, report)
                 return "rejected"
             except (OSError, http.client.HTTPException):
                 if self._conn is not None:

@@ -537,3 +537,48 @@ def test_a_failing_constructor_gives_a_disabled_reporter(listener, caplog):
     r = start(epochs=2, url=url(listener), source_address=POD.ip, queue_size="x")
     r.end()
     assert r.enabled and r.stats["sent"] == 2
+
+
+# -- network failures: backoff thins step reports only --------------------------------
+
+
+def wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_an_exporter_back_from_a_restart_gets_the_epoch_end_and_the_end():
+    """Three failed sends in a row (an exporter restarting) put the sender in a 2 s
+    backoff. The exporter is back: a step report is still dropped, but the epoch end
+    and the end are tried and stored; they were dropped untried, and a run without a
+    plan was then never ended."""
+    port = free_port()  # nothing listens here yet
+    r = start(
+        url=f"http://127.0.0.1:{port}/progress", source_address=POD.ip, min_interval_seconds=0
+    )
+    for failures, step in ((1, 1), (2, 2), (3, None)):
+        wait_for(lambda n=failures: r.stats["failed"] == n)
+        if step is not None:
+            time.sleep(0.5 * 2 ** (failures - 1) + 0.1)  # past this failure's backoff
+            r.step(step)
+    with listening_for(POD, port=port) as lst:
+        r.step(3)  # within the 2 s backoff: dropped
+        r.epoch_end(1)
+        r.end()
+        (p,) = lst.store.snapshot()
+    assert r.stats == {"sent": 2, "rejected": 0, "failed": 3, "dropped": 1, "ignored": 0}
+    assert (p.run_id, p.epoch, p.step) == (r.run_id, 1, 3)  # the dropped step's, too
+    assert (p.epochs, p.steps) == (None, 3)  # ended: its totals are what it reached
+
+
+def test_the_first_backoff_is_half_a_second():
+    port = free_port()
+    r = start(url=f"http://127.0.0.1:{port}/progress", min_interval_seconds=0)
+    wait_for(lambda: r.stats["failed"] == 1)
+    time.sleep(0.75)
+    r.step(1)  # past 0.5 s: tried
+    wait_for(lambda: r.stats["failed"] + r.stats["dropped"] == 2)
+    r.close(0)
+    assert (r.stats["failed"], r.stats["dropped"]) == (2, 0)

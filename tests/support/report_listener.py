@@ -17,13 +17,13 @@ from gpu_eta.exporter.readings import PodMeta
 
 @contextmanager
 def listening_for(
-    pod: PodMeta, store: ProgressStore | None = None, **options: Any
+    pod: PodMeta, store: ProgressStore | None = None, port: int = 0, **options: Any
 ) -> Iterator[ProgressListener]:
-    """A started listener on a free port resolving only ``pod.ip``; stopped on exit.
-    ``options`` are the listener's (``rate_per_second``, ``burst``...)."""
+    """A started listener on ``port`` (a free one by default) resolving only ``pod.ip``;
+    stopped on exit. ``options`` are the listener's (``rate_per_second``, ``burst``...)."""
     lst = ProgressListener(
         "127.0.0.1",
-        0,
+        port,
         store if store is not None else ProgressStore(),
         lambda ip: pod if ip == pod.ip else None,
         lambda: [pod],
