@@ -364,6 +364,8 @@ class ProgressReporter:
         queue_size: int = 32,
         source_address: str | None = None,
         run_id: str | None = None,
+        initial_epoch: int | None = None,
+        initial_step: int | None = None,
     ):
         # What every method reads, set first: whatever fails below leaves a disabled
         # reporter, never an exception in the training script.
@@ -413,6 +415,8 @@ class ProgressReporter:
                 queue_size=queue_size,
                 source_address=source_address,
                 run_id=run_id,
+                initial_epoch=initial_epoch,
+                initial_step=initial_step,
             )
         except Exception as err:  # a bug here must not stop the training job
             self._target = None
@@ -432,6 +436,8 @@ class ProgressReporter:
         queue_size: object,
         source_address: str | None,
         run_id: object,
+        initial_epoch: object,
+        initial_step: object,
     ) -> None:
         """The constructor's checks and the sender's start (see the module doc)."""
         self.run_id = run_id_setting(run_id)
@@ -441,6 +447,13 @@ class ProgressReporter:
         if self.steps is None and self.epochs and self.steps_per_epoch:
             self.steps = self._plan("steps", self.epochs * self.steps_per_epoch)
         self.batch_size = self._plan("batch_size", batch_size)
+        # a resumed run starts where its checkpoint left it, not at 0/0 and then a jump
+        if initial_epoch is not None:
+            self._take_counter("epoch", initial_epoch)
+        if initial_step is not None:
+            self._take_counter("step", initial_step)
+        elif self.steps_per_epoch:
+            self._step = self._epoch * self.steps_per_epoch
         if container:
             self.container = container_setting(container)
         else:
@@ -846,7 +859,10 @@ def start(
     """Begin a run and announce it; returns the reporter (disabled if no exporter).
 
     Each call is a new run with a new random ``run_id``: a notebook that trains
-    twice shows two runs, never one spliced series.
+    twice shows two runs, never one spliced series. A run resumed from a checkpoint
+    passes ``initial_epoch`` (epochs done) and ``initial_step`` (by default
+    ``initial_epoch × steps_per_epoch``): its first report then says where it starts.
+    ``options`` are the other ``ProgressReporter`` arguments.
     """
     reporter = ProgressReporter(
         url,

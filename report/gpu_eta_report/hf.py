@@ -71,6 +71,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             steps=int(max_steps) if max_steps and max_steps > 0 else None,
             batch_size=int(per_device) * world if per_device else None,
             url=self.url,
+            # resume_from_checkpoint: the Trainer's state is the checkpoint's by now
+            initial_epoch=_epochs_done(state),
+            initial_step=getattr(state, "global_step", None),
             **self.options,
         )
 

@@ -57,6 +57,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         super().__init__(url, batch_size, **options)
         self._epoch = 0
         self._steps_per_epoch: int | None = None
+        self._starting = False
         if not hasattr(self, "params"):
             self.params: dict[str, Any] = {}
 
@@ -65,7 +66,18 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
 
     @never_raises
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        # the run starts with its first epoch: only then does Keras say which one
+        # (``fit(initial_epoch=3)``, or ``BackupAndRestore`` resuming), so a resumed run
+        # is announced where it resumes, not at 0 and then a jump
         self.reporter = None
+        self._starting = True
+
+    @never_raises
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch = epoch
+        if not self._starting:
+            return
+        self._starting = False
         params = self.params or {}
         epochs = params.get("epochs")
         steps = params.get("steps")
@@ -75,12 +87,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             steps_per_epoch=self._steps_per_epoch,
             batch_size=self.batch_size,
             url=self.url,
+            initial_epoch=epoch,
             **self.options,
         )
-
-    @never_raises
-    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        self._epoch = epoch
 
     @never_raises
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:

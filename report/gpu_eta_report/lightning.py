@@ -49,6 +49,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             steps=_finite_int(getattr(trainer, "estimated_stepping_batches", None)),
             batch_size=batch_size,
             url=self.url,
+            # fit(ckpt_path=...): the trainer holds the checkpoint's counters by now
+            initial_epoch=getattr(trainer, "current_epoch", None),
+            initial_step=getattr(trainer, "global_step", None),
             **self.options,
         )
 

@@ -15,7 +15,7 @@ import pytest
 
 from gpu_eta.exporter.progress_http import ProgressListener
 from gpu_eta.exporter.readings import PodMeta
-from tests.support.report_listener import listening_for
+from tests.support.report_listener import journaled, journaling_store, listening_for
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 POD = PodMeta("ml", "job-1", "uid-1", ip="127.0.0.6", container_ids={"train": "c"})
@@ -450,3 +450,84 @@ def test_hooks_never_raise_on_objects_they_cannot_read(listener):
     keras.on_train_batch_end(0)
     keras.on_epoch_end(0, {"step": 3.0, "epoch": 1.0})
     keras.on_train_end()
+
+
+# -- resumed runs start where their checkpoint left them ------------------------------
+
+
+@pytest.fixture
+def journaling_listener(tmp_path):
+    store = journaling_store(tmp_path / "state")
+    with listening_for(POD, store=store) as lst:
+        yield lst
+
+
+def first_and_last(listener: ProgressListener) -> tuple[tuple, tuple]:
+    rows = journaled(listener.store)
+    assert len({row["run_id"] for row in rows}) == 1
+    fields = ("epoch", "epochs", "step", "steps")
+    return tuple(rows[0][f] for f in fields), tuple(rows[-1][f] for f in fields)
+
+
+@needs("keras")
+def test_keras_resumed_at_an_initial_epoch_starts_there(journaling_listener):
+    """``fit(initial_epoch=3)``: the run's first report says 3 epochs and 6 steps done,
+    not 0 and then a jump the forecaster would read as three epochs in one."""
+    run(
+        journaling_listener,
+        """
+import numpy as np, keras
+from gpu_eta_report.keras import GpuEtaCallback
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse")
+m.fit(x, y, epochs=5, initial_epoch=3, batch_size=32, verbose=0,
+      callbacks=[GpuEtaCallback(batch_size=32)])
+""",
+    )
+    assert first_and_last(journaling_listener) == ((3, 5, 6, 10), (5, 5, 10, 10))
+
+
+@needs("lightning")
+def test_lightning_resumed_from_a_checkpoint_starts_there(journaling_listener, tmp_path):
+    run(
+        journaling_listener,
+        f"""
+import torch, lightning as L
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from lightning.pytorch.callbacks import ModelCheckpoint
+from gpu_eta_report.lightning import GpuEtaCallback
+x = torch.randn(64, 8); y = x.sum(1, keepdim=True)
+class M(L.LightningModule):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
+    def training_step(self, b, i): return ((self.net(b[0]) - b[1]) ** 2).mean()
+    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
+kw = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+data = DataLoader(TensorDataset(x, y), batch_size=16)
+L.Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath={str(tmp_path)!r}, save_last=True)],
+          **kw).fit(M(), data)
+L.Trainer(max_epochs=4, callbacks=[GpuEtaCallback()], **kw).fit(
+    M(), data, ckpt_path={str(tmp_path / "last.ckpt")!r})
+""",
+    )
+    assert first_and_last(journaling_listener) == ((2, 4, 8, 16), (4, 4, 16, 16))
+
+
+@needs("transformers")
+def test_hf_resumed_from_a_checkpoint_starts_there(journaling_listener, tmp_path):
+    run(
+        journaling_listener,
+        HF_DATA
+        + HF_MODEL
+        + f"""
+def args(epochs):
+    return TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=epochs,
+        per_device_train_batch_size=16, logging_steps=2, save_strategy="epoch", report_to=[],
+        use_cpu=True, disable_tqdm=True)
+Trainer(model=M(), args=args(2), train_dataset=DS()).train()
+Trainer(model=M(), args=args(4), train_dataset=DS(), callbacks=[GpuEtaCallback()]).train(
+    resume_from_checkpoint={str(tmp_path / "checkpoint-8")!r})
+""",
+    )
+    assert first_and_last(journaling_listener) == ((2, 4, 8, 16), (4, 4, 16, 16))

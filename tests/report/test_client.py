@@ -18,7 +18,7 @@ from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta_report import ProgressReporter, client, exporter_url, start
 from tests.support.net import post_progress
-from tests.support.report_listener import listening_for, url
+from tests.support.report_listener import journaled, journaling_store, listening_for, url
 
 POD = PodMeta("ml", "nb-1", "uid-1", ip="127.0.0.5", container_ids={"notebook": "c"})
 
@@ -582,3 +582,16 @@ def test_the_first_backoff_is_half_a_second():
     wait_for(lambda: r.stats["failed"] + r.stats["dropped"] == 2)
     r.close(0)
     assert (r.stats["failed"], r.stats["dropped"]) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("initial", "first"),
+    [({"initial_epoch": 3}, (3, 15)), ({"initial_epoch": 3, "initial_step": 17}, (3, 17))],
+)
+def test_a_resumed_run_is_announced_where_it_resumes(initial, first, tmp_path):
+    with listening_for(POD, store=journaling_store(tmp_path)) as lst:
+        r = start(epochs=10, steps_per_epoch=5, url=url(lst), source_address=POD.ip, **initial)
+        r.epoch_end(4)
+        r.end()
+        rows = journaled(lst.store)
+    assert [(row["epoch"], row["step"]) for row in rows] == [first, (4, 20), (4, 20)]

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from gpu_eta.exporter.progress_http import ProgressListener
+from gpu_eta.exporter.progress_journal import read_journal
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 
@@ -39,3 +41,18 @@ def listening_for(
 def url(lst: ProgressListener) -> str:
     """The listener's progress endpoint."""
     return f"http://127.0.0.1:{lst.port}/progress"
+
+
+def journaling_store(directory: Path) -> ProgressStore:
+    """A store with a state file in ``directory`` that journals every merged report
+    (and never compacts the journal during a test): ``journaled`` reads them back."""
+    return ProgressStore(directory / "progress.json", save_interval_seconds=3600)
+
+
+def journaled(store: ProgressStore) -> list[dict]:
+    """Every row ``store`` journaled, oldest first: the stored state after each report.
+    The client waits for each answer, and the answer for the row's fsync, so there is
+    one row per accepted report."""
+    assert store.journal is not None
+    data = store.journal.path.read_bytes()
+    return [row for _, row in read_journal(data)[0] if isinstance(row, dict)]
