@@ -4,6 +4,12 @@ Imports ``lightning`` (or the older ``pytorch_lightning``) only here, never from
 ``gpu_eta_report``. Without either installed the class still imports (its base is
 ``object``) so code that builds callbacks conditionally does not break. Only the
 global-zero process reports. Hooks never raise into training.
+
+The plan: ``max_epochs`` and the trainer's own estimate of its optimizer steps
+(``estimated_stepping_batches``, ``max_steps`` when that is fewer). When ``max_steps``
+ends the run before ``max_epochs`` would, the planned epochs are those ``max_steps``
+completes if they are whole (``max_steps=8`` at 4 steps an epoch: 2), else none; and
+an epoch that ``max_steps`` cut short is not counted done.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ def _finite_int(value: Any) -> int | None:
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports epochs (``max_epochs``), optimizer steps and logged metrics."""
 
+    _steps_per_epoch: int | None = None
+
     @never_raises
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.reporter = None
@@ -43,10 +51,21 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         if batch_size is None:
             loader = getattr(trainer, "train_dataloader", None)
             batch_size = _finite_int(getattr(loader, "batch_size", None))
+        # optimizer steps per epoch, as the trainer estimates them (unknown for
+        # iterable data, or with manual optimization: its own steps per batch)
+        batches = _finite_int(getattr(trainer, "num_training_batches", None))
+        accumulate = _finite_int(getattr(trainer, "accumulate_grad_batches", 1)) or 1
+        automatic = getattr(pl_module, "automatic_optimization", True) is True
+        per_epoch = math.ceil(batches / accumulate) if batches and automatic else None
+        self._steps_per_epoch = per_epoch
+        epochs = _finite_int(getattr(trainer, "max_epochs", None))
+        steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
+        if epochs and per_epoch and steps and steps < epochs * per_epoch:
+            epochs = steps // per_epoch if steps % per_epoch == 0 else None  # max_steps first
         self.reporter = start(
-            epochs=_finite_int(getattr(trainer, "max_epochs", None)),
-            steps_per_epoch=_finite_int(getattr(trainer, "num_training_batches", None)),
-            steps=_finite_int(getattr(trainer, "estimated_stepping_batches", None)),
+            epochs=epochs,
+            steps_per_epoch=per_epoch,
+            steps=steps,
             batch_size=batch_size,
             url=self.url,
             # fit(ckpt_path=...): the trainer holds the checkpoint's counters by now
@@ -66,11 +85,12 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if self.reporter is None:
             return
-        self.reporter.epoch_end(
-            int(getattr(trainer, "current_epoch", 0)) + 1,
-            step=int(getattr(trainer, "global_step", 0)),
-            metrics=getattr(trainer, "callback_metrics", None),
-        )
+        epoch = int(getattr(trainer, "current_epoch", 0))
+        step = int(getattr(trainer, "global_step", 0))
+        # the epoch's last optimizer step not reached: max_steps stopped it inside
+        per_epoch = self._steps_per_epoch
+        done = epoch if per_epoch and step < (epoch + 1) * per_epoch else epoch + 1
+        self.reporter.epoch_end(done, step=step, metrics=getattr(trainer, "callback_metrics", None))
 
     @never_raises
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:

@@ -84,6 +84,33 @@ L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progres
     assert "train_loss" in p.metrics and p.container == "train"
 
 
+@needs("lightning")
+@pytest.mark.parametrize(("max_steps", "reached"), [(6, (1, None, 6, 6)), (8, (2, 2, 8, 8))])
+def test_lightning_max_steps_before_max_epochs(listener, max_steps, reached):
+    """``max_epochs=10`` with ``max_steps`` at 4 steps an epoch: the run ends at
+    ``max_steps``. Planned as 10 epochs it looked stopped early, and with 6 steps (1.5
+    epochs) it reported 2 epochs done."""
+    run(
+        listener,
+        f"""
+import torch, lightning as L
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from gpu_eta_report.lightning import GpuEtaCallback
+x = torch.randn(64, 8); y = x.sum(1, keepdim=True)
+class M(L.LightningModule):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
+    def training_step(self, b, i): return ((self.net(b[0]) - b[1]) ** 2).mean()
+    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
+L.Trainer(max_epochs=10, max_steps={max_steps}, logger=False, enable_checkpointing=False,
+          enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+          callbacks=[GpuEtaCallback()]).fit(M(), DataLoader(TensorDataset(x, y), batch_size=16))
+""",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == reached
+
+
 @needs("keras")
 def test_keras_callback(listener):
     run(
