@@ -13,6 +13,11 @@ long, at most ``MAX_RETRY_AFTER_SECONDS``, then sends the newest of them (the ol
 ones are superseded: counted dropped), or the refused report again when nothing newer
 came meanwhile: it is still the whole current state (``end()``'s final report).
 
+Which process reports: in a job of several processes only rank 0, the one whose
+``LOCAL_RANK`` and ``RANK`` are unset or 0; the others get a disabled reporter (one INFO
+line), unless ``any_rank=True`` or ``GPU_ETA_ANY_RANK=1`` (each process then reports a
+run of its own: for one process per pod).
+
 Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
 ``http://10.0.0.5:9843/progress``), else the node IP from the downward API in
 ``GPU_ETA_HOST_IP``, ``HOST_IP`` or ``NODE_IP`` (``status.hostIP``) with port
@@ -145,6 +150,27 @@ def timeout_setting(value: object = None, env: Mapping[str, str] | None = None) 
         )
         return DEFAULT_TIMEOUT_SECONDS
     return seconds
+
+
+def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """The launcher's variable saying this process is not its job's first, as (name,
+    value): ``LOCAL_RANK`` or ``RANK`` (torchrun, DeepSpeed, accelerate, SLURM
+    wrappers) set to a whole number above 0. None for rank 0, or when unset.
+
+    Why: each process that starts a reporter is a run of its own, so two ranks in one
+    pod would report two runs in turn, each report starting the other anew. Rank 0
+    reports for the job, as the Lightning and HF callbacks already do.
+    """
+    env = os.environ if env is None else env
+    for name in ("LOCAL_RANK", "RANK"):
+        value = env.get(name, "").strip()
+        if value.isascii() and value.isdigit() and int(value) > 0:
+            return name, value
+    return None
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
 def interval_setting(value: object) -> float:
@@ -366,6 +392,7 @@ class ProgressReporter:
         run_id: str | None = None,
         initial_epoch: int | None = None,
         initial_step: int | None = None,
+        any_rank: bool | None = None,
     ):
         # What every method reads, set first: whatever fails below leaves a disabled
         # reporter, never an exception in the training script.
@@ -417,6 +444,7 @@ class ProgressReporter:
                 run_id=run_id,
                 initial_epoch=initial_epoch,
                 initial_step=initial_step,
+                any_rank=any_rank,
             )
         except Exception as err:  # a bug here must not stop the training job
             self._target = None
@@ -438,6 +466,7 @@ class ProgressReporter:
         run_id: object,
         initial_epoch: object,
         initial_step: object,
+        any_rank: bool | None,
     ) -> None:
         """The constructor's checks and the sender's start (see the module doc)."""
         self.run_id = run_id_setting(run_id)
@@ -464,6 +493,14 @@ class ProgressReporter:
         size = _count(queue_size, 1)
         self._queue = collections.deque(maxlen=int(size) if size else 32)
         self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
+        rank = other_rank()
+        if rank and not (any_rank or (any_rank is None and _env_true("GPU_ETA_ANY_RANK"))):
+            log.info(
+                "gpu-eta: %s=%s: only rank 0 reports (any_rank=True or GPU_ETA_ANY_RANK=1 "
+                "to report from this process too)",
+                *rank,
+            )
+            return
         self.url = url if url is not None else exporter_url()
         if self.url is None:
             log.warning(

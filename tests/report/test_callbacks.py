@@ -27,13 +27,14 @@ def listener():
         yield lst
 
 
-def run(listener: ProgressListener, code: str) -> str:
+def run(listener: ProgressListener, code: str, **extra_env: str) -> str:
     env = dict(
         os.environ,
         GPU_ETA_URL=f"http://127.0.0.1:{listener.port}/progress",
         GPU_ETA_SOURCE_ADDRESS=POD.ip,
         KERAS_BACKEND="torch",
         HF_HUB_OFFLINE="1",
+        **extra_env,
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
@@ -127,6 +128,25 @@ m.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (4, 4, 16, 16, 32)
     assert "loss" in p.metrics
+
+
+@needs("keras")
+def test_keras_callback_reports_from_rank_zero_only(listener):
+    """Keras has no rank of its own to ask: a process its launcher calls rank 1 (two
+    ranks in one pod) reports nothing, rank 0 reports the run."""
+    code = """
+import numpy as np, keras
+from gpu_eta_report.keras import GpuEtaCallback
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse")
+m.fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_size=32)])
+"""
+    run(listener, code, RANK="1", LOCAL_RANK="1")
+    assert not listener.store.snapshot() and listener.counts()["accepted"] == 0
+    run(listener, code, RANK="0", LOCAL_RANK="0")
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 2)
 
 
 @needs("keras")

@@ -595,3 +595,42 @@ def test_a_resumed_run_is_announced_where_it_resumes(initial, first, tmp_path):
         r.end()
         rows = journaled(lst.store)
     assert [(row["epoch"], row["step"]) for row in rows] == [first, (4, 20), (4, 20)]
+
+
+# -- one reporting process per job ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "reports"),
+    [
+        ({}, True),
+        ({"RANK": "0", "LOCAL_RANK": "0"}, True),
+        ({"LOCAL_RANK": "-1"}, True),  # HF's "not distributed"
+        ({"RANK": "1"}, False),
+        ({"RANK": "0", "LOCAL_RANK": "2"}, False),
+        ({"RANK": "3", "GPU_ETA_ANY_RANK": "1"}, True),
+    ],
+)
+def test_only_rank_zero_reports(env, reports, listener, monkeypatch):
+    """Two ranks of one pod each with a reporter were two runs in turn: every report
+    started the other's run anew, and the container's run cap refused them."""
+    for name in ("RANK", "LOCAL_RANK", "GPU_ETA_ANY_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    r = start(epochs=2, url=url(listener), source_address=POD.ip)
+    r.epoch_end(1)
+    r.end()
+    assert r.enabled is reports
+    assert len(listener.store.snapshot()) == int(reports)
+
+
+def test_any_rank_argument_overrides_the_environment(listener, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("GPU_ETA_ANY_RANK", "1")
+    assert not start(url=url(listener), any_rank=False).enabled
+    monkeypatch.delenv("GPU_ETA_ANY_RANK")
+    r = start(epochs=2, url=url(listener), source_address=POD.ip, any_rank=True)
+    r.end()
+    (p,) = listener.store.snapshot()
+    assert p.run_id == r.run_id
