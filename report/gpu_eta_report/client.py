@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import datetime
 import email.utils
 import hashlib
@@ -373,6 +374,27 @@ def _answer_reason(body: bytes) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in line[:200])
 
 
+# Reporters whose sender runs: closed at interpreter exit, within EXIT_FLUSH_SECONDS
+# in all. A reporter leaves the set when it is closed, so none is kept alive by it.
+EXIT_FLUSH_SECONDS = 1.0
+_OPEN: set[ProgressReporter] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+def _close_at_exit() -> None:
+    """Give every open reporter's queued reports ``EXIT_FLUSH_SECONDS`` in all to leave
+    (not each: ten open reporters would hold the exit ten times as long)."""
+    deadline = time.monotonic() + EXIT_FLUSH_SECONDS
+    with _OPEN_LOCK:
+        reporters = list(_OPEN)
+    for reporter in reporters:
+        with contextlib.suppress(Exception):
+            reporter._close_by(deadline, grace_seconds=0.0)
+
+
+atexit.register(_close_at_exit)
+
+
 class ProgressReporter:
     """One training run's reporter. Make it with ``start()``; see the module doc."""
 
@@ -517,8 +539,9 @@ class ProgressReporter:
             self.url = None
             return
         self._thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
+        with _OPEN_LOCK:
+            _OPEN.add(self)
         self._thread.start()
-        atexit.register(self.close, 1.0)
 
     # -- public API: cheap, never raises ---------------------------------------------
 
@@ -616,9 +639,6 @@ class ProgressReporter:
             self._count_ignored()
 
     def _close(self, flush_timeout_seconds: object) -> None:
-        thread = self._thread
-        if thread is None:
-            return
         try:
             wait = float(  # type: ignore[arg-type]
                 self.timeout_seconds if flush_timeout_seconds is None else flush_timeout_seconds
@@ -627,7 +647,14 @@ class ProgressReporter:
             wait = self.timeout_seconds  # a bad value must not raise at the end of training
         if not 0 <= wait <= MAX_TIMEOUT_SECONDS:  # NaN, negative, absurd
             wait = self.timeout_seconds
-        deadline = time.monotonic() + wait
+        self._close_by(time.monotonic() + wait, grace_seconds=0.1)
+
+    def _close_by(self, deadline: float, grace_seconds: float) -> None:
+        """Wait until what is queued is sent or ``deadline`` (monotonic) passes, stop the
+        sender, and give its thread ``grace_seconds`` past the deadline to end."""
+        thread = self._thread
+        if thread is None:
+            return
         with self._cond:
             while (
                 self._queue or self._refused is not None or self._inflight
@@ -635,8 +662,10 @@ class ProgressReporter:
                 self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
             self._closing = True
             self._cond.notify_all()
-        thread.join(timeout=max(0.0, deadline - time.monotonic()) + 0.1)
+        thread.join(timeout=max(0.0, deadline - time.monotonic()) + grace_seconds)
         self._thread = None
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
 
     def __enter__(self) -> ProgressReporter:
         return self

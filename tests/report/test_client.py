@@ -634,3 +634,42 @@ def test_any_rank_argument_overrides_the_environment(listener, monkeypatch):
     r.end()
     (p,) = listener.store.snapshot()
     assert p.run_id == r.run_id
+
+
+# -- interpreter exit -----------------------------------------------------------------
+
+
+def test_a_closed_reporter_is_not_kept_alive(listener):
+    import gc
+    import weakref
+
+    r = start(epochs=2, url=url(listener), source_address=POD.ip)
+    r.end()
+    ref = weakref.ref(r)
+    del r
+    gc.collect()
+    assert ref() is None  # an exit hook per reporter once kept every one
+
+
+def test_open_reporters_hold_the_exit_one_second_in_all():
+    """Three reporters left open towards an exporter that never answers: the exit
+    waits 1 s for their reports in all, not 1 s (and more) for each."""
+    silent = SilentExporter()
+    code = f"""
+import atexit, time
+started = []
+atexit.register(lambda: print("exit took %.2f" % (time.monotonic() - started[0])))
+from gpu_eta_report import start
+reporters = [start(epochs=3, url="http://127.0.0.1:{silent.port}/progress") for _ in range(3)]
+for r in reporters:
+    r.epoch_end(1)
+started.append(time.monotonic())
+"""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
+    finally:
+        silent.close()
+    took = float(out.stdout.split()[-1])
+    assert 0.9 < took < 1.6, out.stdout
