@@ -50,6 +50,15 @@ class ReportingCallbackState:
         self.options = options
         self.reporter: ProgressReporter | None = None
 
+    def _abandon(self) -> None:
+        """Stop the reporter of a training that did not finish, without an end: one
+        that raised leaves its reporter behind (Keras and HF have no hook for a
+        failure), and the callback reused for the next training must not leave that
+        one's sender running. What it still queued is dropped: it is the failed run's."""
+        reporter, self.reporter = self.reporter, None
+        if reporter is not None:
+            reporter.close(0)
+
     def _finish(self, metrics: Mapping[str, Any] | None = None) -> None:
         """End the run (at most once) with the last ``metrics`` and drop the reporter."""
         reporter, self.reporter = self.reporter, None

@@ -60,7 +60,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         # a new run: the last run's logs (its final train_runtime, train_loss...) are
         # not this one's, though the same callback is reused (notebook, hp search)
         self._metrics = {}
-        self.reporter = None
+        self._abandon()
         if not getattr(state, "is_world_process_zero", True):
             return
         max_steps = getattr(state, "max_steps", None)

@@ -69,7 +69,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         # the run starts with its first epoch: only then does Keras say which one
         # (``fit(initial_epoch=3)``, or ``BackupAndRestore`` resuming), so a resumed run
         # is announced where it resumes, not at 0 and then a jump
-        self.reporter = None
+        self._abandon()
         self._starting = True
 
     @never_raises

@@ -44,7 +44,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
 
     @never_raises
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.reporter = None
+        self._abandon()
         if not getattr(trainer, "is_global_zero", True):
             return
         batch_size = self.batch_size
@@ -99,7 +99,8 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     @never_raises
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Stop reporting without an end: the run did not finish, and an end would
-        make one without ``max_epochs`` look completed where it failed."""
+        make one without ``max_epochs`` look completed where it failed. What it
+        queued is still sent (the epoch it reached), within the send timeout."""
         reporter, self.reporter = self.reporter, None
         if reporter is not None:
             reporter.close()

@@ -578,3 +578,76 @@ Trainer(model=M(), args=args(4), train_dataset=DS(), callbacks=[GpuEtaCallback()
 """,
     )
     assert first_and_last(journaling_listener) == ((2, 4, 8, 16), (4, 4, 16, 16))
+
+
+# -- a callback reused after a training that raised ---------------------------------
+
+COUNT_SENDERS = """
+import threading
+def senders(): return sum(t.name == "gpu-eta-report" and t.is_alive() for t in threading.enumerate())
+"""
+"""Counts the reporters' live sender threads (printed as ``SENDERS <n>`` lines)."""
+
+
+def senders_seen(out: str) -> list[int]:
+    return [int(line.split()[1]) for line in out.splitlines() if line.startswith("SENDERS ")]
+
+
+@needs("keras")
+def test_keras_callback_reused_after_a_failed_fit_stops_the_old_sender(listener):
+    """Keras calls no callback when ``fit`` raises: the failed run's reporter stayed,
+    and the callback reused for the next ``fit`` left its sender running for good."""
+    out = run(
+        listener,
+        COUNT_SENDERS
+        + """
+import numpy as np, keras
+from gpu_eta_report.keras import GpuEtaCallback
+class Boom(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None): raise RuntimeError("out of memory")
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse")
+cb = GpuEtaCallback(batch_size=32)
+try:
+    m.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[cb, Boom()])
+except RuntimeError:
+    pass
+print("SENDERS", senders())
+m.fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[cb])
+print("SENDERS", senders())
+""",
+    )
+    assert senders_seen(out) == [1, 0]
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 2)
+
+
+@needs("transformers")
+def test_hf_callback_reused_after_a_failed_train_stops_the_old_sender(listener, tmp_path):
+    out = run(
+        listener,
+        COUNT_SENDERS
+        + HF_DATA
+        + HF_MODEL
+        + f"""
+from transformers import TrainerCallback
+class Boom(TrainerCallback):
+    def on_epoch_end(self, args, state, control, **kwargs): raise RuntimeError("out of memory")
+def args(epochs):
+    return TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=epochs,
+        per_device_train_batch_size=16, save_strategy="no", report_to=[], use_cpu=True,
+        disable_tqdm=True)
+cb = GpuEtaCallback()
+try:
+    Trainer(model=M(), args=args(3), train_dataset=DS(), callbacks=[cb, Boom()]).train()
+except RuntimeError:
+    pass
+print("SENDERS", senders())
+Trainer(model=M(), args=args(2), train_dataset=DS(), callbacks=[cb]).train()
+print("SENDERS", senders())
+""",
+    )
+    assert senders_seen(out) == [1, 0]
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 2)
