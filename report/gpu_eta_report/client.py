@@ -97,6 +97,9 @@ MAX_LOGGED_REFUSALS = 16
 # (a proxy's, a clock-skewed date) would only leave the job's progress stale for longer,
 # and waiting less than asked only costs one more refused report.
 MAX_RETRY_AFTER_SECONDS = 30.0
+# An exporter answer is one line; a longer one (another server's page) is read this far
+# for its reason, and its connection is not reused (the rest is unread).
+MAX_ANSWER_BYTES = 64 * 1024
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -533,6 +536,7 @@ class ProgressReporter:
             parts = urllib.parse.urlsplit(self.url)
             if parts.scheme != "http" or not parts.hostname:
                 raise ValueError("only http:// URLs")
+            parts.hostname.encode("idna")  # what connecting does: "a..b" never resolves
             self._target = (parts.hostname, parts.port or DEFAULT_PORT, parts.path or "/progress")
         except ValueError as err:
             log.warning("gpu-eta: bad exporter URL %r (%s); progress not reported", self.url, err)
@@ -878,9 +882,17 @@ class ProgressReporter:
             self._conn.close()
 
     def _send(self, data: bytes, report: tuple[bytes, bool]) -> str:
+        """POST one report: ``sent``, ``rejected`` or ``failed``.
+
+        Retried once, on a new connection, only when a kept-alive connection turns out
+        closed by the exporter (it closes idle ones after 10 s): the report did not
+        reach it. After a timeout, or on a new connection, it may have arrived, or the
+        exporter is away: a retry would only double the wait, or the report.
+        """
         assert self._target is not None
         host, port, path = self._target
-        for attempt in range(2):  # one retry: a kept-alive connection may have gone stale
+        for _ in range(2):
+            reused = self._conn is not None
             try:
                 if self._conn is None:
                     source = (self.source_address, 0) if self.source_address else None
@@ -891,10 +903,9 @@ class ProgressReporter:
                     "POST", path, body=data, headers={"Content-Type": "application/json"}
                 )
                 resp = self._conn.getresponse()
-                answer = resp.read(1024)
-                if resp.will_close:
-                    self._conn.close()
-                    self._conn = None
+                answer = resp.read(MAX_ANSWER_BYTES)
+                if resp.will_close or not resp.isclosed():  # not read to its end: unusable
+                    self._drop_connection()
                 if 200 <= resp.status < 300:
                     return "sent"
                 self._log_refusal(resp.status, answer)
@@ -903,13 +914,17 @@ class ProgressReporter:
                     if wait:
                         self._hold(wait, report)
                 return "rejected"
-            except (OSError, http.client.HTTPException):
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
-                if attempt == 1:
+            # ValueError: a host name the resolver cannot encode ("a..b": UnicodeError)
+            except (OSError, http.client.HTTPException, ValueError) as err:
+                self._drop_connection()
+                if not (reused and isinstance(err, ConnectionError)):
                     return "failed"
         return "failed"
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def start(

@@ -179,11 +179,19 @@ def test_a_refused_final_report_is_sent_again_after_the_hold():
     assert 1.0 < waited < 5.0  # the 2 s asked, not the 10 s allowed
 
 
-class RefusingServer:
-    """A real HTTP server answering every POST with ``status`` and the given
-    ``Retry-After`` (a proxy in front of the exporter, or another server's answer)."""
+class AnsweringServer:
+    """A real HTTP/1.1 server answering every POST with ``status``, ``body`` and the
+    given ``Retry-After``: a proxy in front of the exporter, or another server. With
+    ``close_after_answer`` it closes each connection after answering without saying
+    so (as the exporter closes an idle kept-alive one)."""
 
-    def __init__(self, status: int, retry_after: str | None):
+    def __init__(
+        self,
+        status: int,
+        retry_after: str | None = None,
+        body: bytes = b"no",
+        close_after_answer: bool = False,
+    ):
         import http.server
         import threading
 
@@ -199,9 +207,10 @@ class RefusingServer:
                 self.send_response(status)
                 if retry_after is not None:
                     self.send_header("Retry-After", retry_after)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(b"no")
+                self.wfile.write(body)
+                self.close_connection = close_after_answer
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -220,7 +229,7 @@ def test_a_long_retry_after_is_capped(monkeypatch):
     0.5 s here), then the newest is sent; refused again with nothing newer, that one is
     sent again after each hold until ``end()``'s flush timeout, and no sooner."""
     monkeypatch.setattr(client, "MAX_RETRY_AFTER_SECONDS", 0.5)
-    server = RefusingServer(429, "3600")
+    server = AnsweringServer(429, "3600")
     try:
         r = start(epochs=2, url=f"http://127.0.0.1:{server.port}/progress")
         time.sleep(0.2)  # the start is answered: the hold begins
@@ -392,7 +401,7 @@ def test_the_send_timeout_is_configurable(how, monkeypatch):
         r = start(epochs=2, url=f"http://127.0.0.1:{silent.port}/progress", **options)
         assert r.timeout_seconds == 0.25
         r.end(flush_timeout_seconds=10)
-        # one timed-out send, one retry on a new connection that timed out too
+        # the start timed out; the end, tried at once on a new connection, timed out too
         assert r.stats["failed"] >= 1 and r.stats["sent"] == 0
         first, second = silent.accepted[:2]
         assert second - first < 1.5  # the 2 s default would be at least 2 s apart
@@ -673,3 +682,60 @@ started.append(time.monotonic())
         silent.close()
     took = float(out.stdout.split()[-1])
     assert 0.9 < took < 1.6, out.stdout
+
+
+# -- the connection: what is retried, what is read ------------------------------------
+
+
+def test_a_report_that_timed_out_is_not_sent_again():
+    """The exporter may have received a report whose answer timed out (a slow disk):
+    sending it again on a new connection doubled the wait, and maybe the report."""
+    silent = SilentExporter()
+    try:
+        r = start(epochs=2, url=f"http://127.0.0.1:{silent.port}/progress", timeout_seconds=0.25)
+        wait_for(lambda: r.stats["failed"] == 1)
+        time.sleep(0.4)
+        r.close(0)
+        assert len(silent.accepted) == 1
+    finally:
+        silent.close()
+
+
+def test_a_kept_alive_connection_the_exporter_closed_is_retried_once():
+    """What the retry is for: the exporter closes a kept-alive connection after 10 s
+    idle; the next report finds it closed, unsent, and goes on a new one."""
+    server = AnsweringServer(200, body=b"accepted", close_after_answer=True)
+    try:
+        r = start(epochs=2, url=f"http://127.0.0.1:{server.port}/progress")
+        wait_for(lambda: r.stats["sent"] == 1)
+        time.sleep(0.2)  # the server has closed it by now
+        r.epoch_end(1)
+        r.end()
+        posts = len(server.posts)
+    finally:
+        server.close()
+    assert r.stats["sent"] == 3 and r.stats["failed"] == 0 and posts == 3
+
+
+def test_a_long_answer_is_read_whole_and_each_report_sent_once():
+    """An answer longer than the first 1024 bytes the client read (another server's
+    page) left the rest on the kept-alive connection: the next report then failed
+    after it was sent, and was sent again on a new connection."""
+    server = AnsweringServer(200, body=b"x" * 5000)
+    try:
+        r = start(epochs=3, url=f"http://127.0.0.1:{server.port}/progress")
+        r.epoch_end(1)
+        r.epoch_end(2)
+        r.end()
+        posts = len(server.posts)
+    finally:
+        server.close()
+    assert r.stats["sent"] == 4 and r.stats["failed"] == 0 and posts == 4
+
+
+def test_a_host_name_that_cannot_resolve_disables_the_reporter(caplog):
+    """``a..b`` fails to encode when connecting (a UnicodeError, no OSError): it went
+    past the network error handling, never backing off."""
+    r = start(epochs=2, url="http://a..b:9843/progress")
+    r.end()
+    assert not r.enabled and "bad exporter URL" in caplog.text
