@@ -556,10 +556,10 @@ class ProgressReporter:
     @property
     def stats(self) -> dict[str, int]:
         """Reports ``sent`` (2xx), ``rejected`` (any other answer: 4xx, 5xx; the reason
-        is logged once), ``failed`` (network), ``dropped`` (never sent: queue full,
-        step reports while backing off after failures, superseded by a newer one when a ``Retry-After``
-        hold ends, or still queued when ``close`` ends during a hold). Counted per
-        answer: a refused report sent again after its hold counts again. Also
+        is logged once), ``failed`` (network), ``dropped`` (never sent: queue full, a
+        step report while backing off after failures, superseded by a newer one when a
+        ``Retry-After`` hold ends, or still queued when ``close`` ends during a hold).
+        Counted per answer: a refused report sent again after its hold counts again. Also
         ``ignored``: progress values left out as unusable, and calls that failed
         inside the reporter (a bug; the call did nothing)."""
         with self._cond:
@@ -710,11 +710,14 @@ class ProgressReporter:
     def _plan(self, name: str, value: object) -> int | float | None:
         """A planned total (``epochs``, ``steps``, ``batch_size``...) as the exporter takes
         it, else None: 0 and None say "no plan", anything else unusable is ignored."""
-        if value is None or (not isinstance(value, bool) and value == 0):
+        if value is None:
             return None
-        number = _count(value, 1)
-        if number is None:
+        number = _count(value, 0)
+        if number == 0:
+            return None
+        if number is None or number < 1:
             self._ignore(name, value, 1)
+            return None
         return number
 
     def _take_counter(self, name: str, value: object) -> None:
@@ -861,12 +864,11 @@ class ProgressReporter:
                 if report is None:
                     break
                 self._inflight = True
-            data, thinnable = report
             try:
-                if thinnable and time.monotonic() < backoff_until:
+                if report[1] and time.monotonic() < backoff_until:
                     result = "dropped"
                 else:
-                    result = self._send(data, report)
+                    result = self._send(report)
                 if result == "failed":  # 0.5 s, doubling to 30 s
                     failures += 1
                     backoff_until = time.monotonic() + min(30.0, 0.5 * 2 ** min(failures - 1, 6))
@@ -881,8 +883,8 @@ class ProgressReporter:
         if self._conn is not None:
             self._conn.close()
 
-    def _send(self, data: bytes, report: tuple[bytes, bool]) -> str:
-        """POST one report: ``sent``, ``rejected`` or ``failed``.
+    def _send(self, report: tuple[bytes, bool]) -> str:
+        """POST one report (its body, thinnable): ``sent``, ``rejected`` or ``failed``.
 
         Retried once, on a new connection, only when a kept-alive connection turns out
         closed by the exporter (it closes idle ones after 10 s): the report did not
@@ -891,6 +893,7 @@ class ProgressReporter:
         """
         assert self._target is not None
         host, port, path = self._target
+        data = report[0]
         for _ in range(2):
             reused = self._conn is not None
             try:

@@ -739,3 +739,10 @@ def test_a_host_name_that_cannot_resolve_disables_the_reporter(caplog):
     r = start(epochs=2, url="http://a..b:9843/progress")
     r.end()
     assert not r.enabled and "bad exporter URL" in caplog.text
+
+
+def test_a_plan_that_is_no_scalar_is_ignored_not_the_reporter(listener):
+    np = pytest.importorskip("numpy")
+    r = start(epochs=np.array([1, 2]), steps=0.5, url=url(listener), source_address=POD.ip)
+    r.end()
+    assert r.enabled and (r.epochs, r.steps) == (None, None) and r.stats["ignored"] == 2
