@@ -13,10 +13,11 @@ long, at most ``MAX_RETRY_AFTER_SECONDS``, then sends the newest of them (the ol
 ones are superseded: counted dropped), or the refused report again when nothing newer
 came meanwhile: it is still the whole current state (``end()``'s final report).
 
-Which process reports: in a job of several processes only rank 0, the one whose
-``LOCAL_RANK`` and ``RANK`` are unset or 0; the others get a disabled reporter (one INFO
-line), unless ``any_rank=True`` or ``GPU_ETA_ANY_RANK=1`` (each process then reports a
-run of its own: for one process per pod).
+Which process reports: in a job of several processes, the first of each pod (its
+node-local rank 0: ``LOCAL_RANK``, or MPI's and SLURM's local rank; ``RANK`` only when
+no local rank is set); the others get a disabled reporter (one INFO line), unless
+``any_rank=True`` or ``GPU_ETA_ANY_RANK=1`` (each process then reports a run of its
+own).
 
 Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
 ``http://10.0.0.5:9843/progress``), else the node IP from the downward API in
@@ -156,20 +157,30 @@ def timeout_setting(value: object = None, env: Mapping[str, str] | None = None) 
     return seconds
 
 
-def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """The launcher's variable saying this process is not its job's first, as (name,
-    value): ``LOCAL_RANK`` or ``RANK`` (torchrun, DeepSpeed, accelerate, SLURM
-    wrappers) set to a whole number above 0. None for rank 0, or when unset.
+LOCAL_RANK_VARIABLES = (
+    "LOCAL_RANK",  # torchrun, DeepSpeed, accelerate, Lightning
+    "OMPI_COMM_WORLD_LOCAL_RANK",  # Open MPI
+    "MPI_LOCALRANKID",  # MPICH, Intel MPI
+    "SLURM_LOCALID",  # srun
+)
 
-    Why: each process that starts a reporter is a run of its own, so two ranks in one
-    pod would report two runs in turn, each report starting the other anew. Rank 0
-    reports for the job, as the Lightning and HF callbacks already do.
+
+def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """The launcher's variable saying this process is not its pod's first, as (name,
+    value): the first of ``LOCAL_RANK_VARIABLES`` that is set, else ``RANK``, when it
+    is a whole number above 0. None for the first process, or when none is set.
+
+    Why the local rank: a pod is a node's share of the job (its GPUs, its exporter), and
+    each pod's first process reports the pod's run, so every pod of a multi-node job
+    has its GPUs forecast; two reporting ranks in one pod would instead be two runs in
+    turn, each report starting the other anew. ``RANK`` alone (no local rank set) is
+    read as one pod's ranks.
     """
     env = os.environ if env is None else env
-    for name in ("LOCAL_RANK", "RANK"):
-        value = env.get(name, "").strip()
-        if value.isascii() and value.isdigit() and int(value) > 0:
-            return name, value
+    names = [n for n in LOCAL_RANK_VARIABLES if env.get(n, "").strip()] or ["RANK"]
+    value = env.get(names[0], "").strip()
+    if value.isascii() and value.isdigit() and int(value) > 0:
+        return names[0], value
     return None
 
 

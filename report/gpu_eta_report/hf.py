@@ -1,7 +1,7 @@
 """Hugging Face Trainer callback: ``Trainer(..., callbacks=[GpuEtaCallback()])``.
 
 Imports ``transformers`` only here; without it the class still imports with
-``object`` as its base. Only the main process (``state.is_world_process_zero``)
+``object`` as its base. Only each pod's first process (``state.is_local_process_zero``)
 reports. Hooks never raise into training.
 
 Planned epochs are sent only when the Trainer completes them: not with ``max_steps``
@@ -61,7 +61,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         # not this one's, though the same callback is reused (notebook, hp search)
         self._metrics = {}
         self._abandon()
-        if not getattr(state, "is_world_process_zero", True):
+        if not getattr(state, "is_local_process_zero", True):  # each pod's first (other_rank)
             return
         max_steps = getattr(state, "max_steps", None)
         per_device = getattr(args, "per_device_train_batch_size", None)

@@ -45,7 +45,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     @never_raises
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._abandon()
-        if not getattr(trainer, "is_global_zero", True):
+        if getattr(trainer, "local_rank", 0) != 0:  # each pod's first process (client.other_rank)
             return
         batch_size = self.batch_size
         if batch_size is None:

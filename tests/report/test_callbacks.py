@@ -341,7 +341,7 @@ def test_callbacks_survive_hooks_with_minimal_objects(listener):
     cb = HfCallback(url=f"http://127.0.0.1:{listener.port}/progress", source_address=POD.ip)
     args = SimpleNamespace(num_train_epochs=1, per_device_train_batch_size=4, world_size=1)
     state = SimpleNamespace(
-        is_world_process_zero=True, max_steps=2, num_train_epochs=1, global_step=0, epoch=0
+        is_local_process_zero=True, max_steps=2, num_train_epochs=1, global_step=0, epoch=0
     )
     cb.on_train_begin(args, state, None)
     state.global_step = 2
@@ -364,7 +364,7 @@ def test_lightning_ends_a_run_only_when_training_ended(listener, finish):
 
     cb = LightningCallback(url=f"http://127.0.0.1:{listener.port}/progress", source_address=POD.ip)
     trainer = SimpleNamespace(
-        is_global_zero=True, max_epochs=-1, num_training_batches=4, current_epoch=0, global_step=4
+        local_rank=0, max_epochs=-1, num_training_batches=4, current_epoch=0, global_step=4
     )
     cb.on_train_start(trainer, None)
     reporter = cb.reporter
@@ -468,8 +468,8 @@ def test_hooks_never_raise_on_objects_they_cannot_read(listener):
 
     target = {"url": f"http://127.0.0.1:{listener.port}/progress", "source_address": POD.ip}
     odd = SimpleNamespace(
-        is_global_zero=True,
-        is_world_process_zero=True,
+        local_rank=0,
+        is_local_process_zero=True,
         max_epochs=2,
         num_train_epochs=2,
         max_steps="many",

@@ -17,6 +17,7 @@ from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta_report import ProgressReporter, client, exporter_url, start
+from gpu_eta_report.client import LOCAL_RANK_VARIABLES
 from tests.support.net import post_progress
 from tests.support.report_listener import journaled, journaling_store, listening_for, url
 
@@ -618,12 +619,18 @@ def test_a_resumed_run_is_announced_where_it_resumes(initial, first, tmp_path):
         ({"RANK": "1"}, False),
         ({"RANK": "0", "LOCAL_RANK": "2"}, False),
         ({"RANK": "3", "GPU_ETA_ANY_RANK": "1"}, True),
+        ({"RANK": "8", "LOCAL_RANK": "0"}, True),  # the first process of a second pod
+        ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "RANK": "0"}, False),
+        ({"SLURM_LOCALID": "0", "RANK": "5"}, True),
+        ({"MPI_LOCALRANKID": "3"}, False),
     ],
 )
-def test_only_rank_zero_reports(env, reports, listener, monkeypatch):
+def test_only_each_pods_first_process_reports(env, reports, listener, monkeypatch):
     """Two ranks of one pod each with a reporter were two runs in turn: every report
-    started the other's run anew, and the container's run cap refused them."""
-    for name in ("RANK", "LOCAL_RANK", "GPU_ETA_ANY_RANK"):
+    started the other's run anew, and the container's run cap refused them. Each pod of
+    a multi-node job reports (its node-local rank 0), so every pod's GPUs get a
+    forecast."""
+    for name in ("RANK", *LOCAL_RANK_VARIABLES, "GPU_ETA_ANY_RANK"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

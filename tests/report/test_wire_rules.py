@@ -91,7 +91,7 @@ def test_hf_callback_reused_after_total_flos_keeps_reporting(listener):
     args = SimpleNamespace(per_device_train_batch_size=4, world_size=1)
     for epochs in (2, 3):
         state = SimpleNamespace(
-            is_world_process_zero=True, num_train_epochs=epochs, max_steps=epochs * 5
+            is_local_process_zero=True, num_train_epochs=epochs, max_steps=epochs * 5
         )
         cb.on_train_begin(args, state, None)
         for epoch in range(1, epochs + 1):
