@@ -63,8 +63,9 @@ docs/metrics/cluster/node-metrics.md upstream):
   ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,nvidia.com/gpu.replicas]``
   appear, as ``label_nvidia_com_gpu_product`` and ``label_nvidia_com_gpu_replicas``
   (GPU feature discovery sets both). Without them the GPU type falls back to the model
-  gpu-eta's own exporter reports for the node (``gpu_eta_gpu_info``), and no node
-  counts as time-sliced.
+  gpu-eta's own exporter reports for the node (``gpu_eta_gpu_info``), and only replicas
+  renamed ``nvidia.com/gpu.shared`` count as time-sliced. A running pod holds a
+  replica when its resource is one of its node's shared ones (``Node.shared``).
 
 Every query covers all pods at once, so the number of queries per cycle is fixed
 whatever the number of pods (the cycle sends the ``QUERIES`` folded into one,
@@ -409,7 +410,6 @@ def parse(
     taints = _node_taints(get("ksm_node_state"), rejected)
     closed |= {node for node, held in taints.items() if leaving(held)}
     nodes = []
-    shared_nodes = set()
     for name, resources in sorted(alloc.items()):
         lab = labels.get(name, {})
         product = lab.get(PRODUCT_LABEL) or node_models.get(name, "")
@@ -419,7 +419,6 @@ def parse(
             replicas = 1
         shared = {}
         if replicas > 1:
-            shared_nodes.add(name)
             shared = {r: v for r, v in resources.items() if r == "nvidia_com_gpu"}
         if "nvidia_com_gpu_shared" in resources:
             shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
@@ -464,6 +463,10 @@ def parse(
     if unusable - requests.keys():
         rejected["invalid_request"] += len(unusable - requests.keys())
 
+    # which of each node's resources are time-sliced replicas: a pod holding one holds a
+    # replica (``nvidia_com_gpu_shared`` always, ``nvidia_com_gpu`` on a node labelled
+    # with replicas), whatever else the node offers (a MIG slice is never one)
+    shared_of = {n.name: n.shared for n in nodes}
     holders, pending, scheduled = [], [], []
     missing_in: set[str] = set()  # namespaces of pending pods without toleration series
     read_in: set[str] = set()  # ... and of those with
@@ -478,7 +481,8 @@ def parse(
                 continue
             start = started.get(uid)
             start = start if start is not None and math.isfinite(start) else None
-            holders.append(Holder(ns, pod, node, res, units, None, start, node in shared_nodes))
+            shared = res in shared_of.get(node, {})
+            holders.append(Holder(ns, pod, node, res, units, None, start, shared))
             if ph == "Pending":
                 scheduled.append((ns, pod))
         elif ph == "Pending":

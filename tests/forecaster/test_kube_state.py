@@ -23,6 +23,7 @@ from gpu_eta.forecaster.queue_replay import (
     SCHEDULED,
     Node,
     Toleration,
+    replay,
 )
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob, promtool
@@ -122,6 +123,49 @@ def test_parse_builds_nodes_holders_pending_and_skips_bad_series():
     assert q.scheduled == (("ml", "bound"),)
     assert {(a.units, a.rate_per_second) for a in q.arrivals} == {(1, 0.01), (2, 0.01)}
     assert q.rejected == {"bad_node_series": 1, "bad_pod_series": 1}
+
+
+def test_a_pod_holding_a_replica_holds_it_in_the_shared_pool():
+    """Replicas advertised as ``nvidia.com/gpu.shared`` (the plugin's ``renameByDefault``)
+    are shared whatever KSM shows of the node's labels: the pods running there hold
+    them, so a pod waiting for one waits. Before, without the replicas label, the
+    holders were taken from the (empty) pool of whole GPUs and every replica looked
+    free. A MIG slice on a node labelled with replicas is not a replica."""
+    shared = "nvidia_com_gpu_shared"
+    mig = "nvidia_com_mig_1g_5gb"
+    running = [
+        Sample(
+            {"namespace": "ml", "pod": f"run{i}", "uid": f"u{i}", "node": "n1"}
+            | {"resource": shared, "phase": "Running"},
+            1,
+            NOW,
+        )
+        for i in range(4)
+    ]
+    samples = {
+        "ksm_nodes": [
+            sample(node="n1", resource=shared, label_nvidia_com_gpu_product="NVIDIA-L4", value="4"),
+            sample(
+                node="n2", resource="nvidia_com_gpu", label_nvidia_com_gpu_replicas="2", value="2"
+            ),
+            sample(node="n2", resource=mig, label_nvidia_com_gpu_replicas="2", value="1"),
+        ],
+        "ksm_pods": [
+            *running,
+            sample(namespace="ml", pod="slice", uid="m", node="n2", resource=mig, phase="Running"),
+            sample(namespace="ml", pod="wait", uid="w", resource=shared, phase="Pending"),
+        ],
+        "ksm_pod_times": [sample(uid="w", time="created", value=str(NOW - 60))]
+        + [sample(uid=f"u{i}", time="started", value=str(NOW - 600)) for i in range(4)],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert {h.pod: h.shared for h in q.holders} == {
+        **{f"run{i}": True for i in range(4)},
+        "slice": False,
+    }
+    result = replay(q.nodes, q.holders, q.pending, NOW, durations=[86400.0], n_samples=20)
+    starts = result.pods[("ml", "wait")].starts
+    assert starts is not None and starts[0] == pytest.approx(NOW + 86400 - 600, abs=1)
 
 
 def pod_request(pod: str, value: float, phase: str = "Pending", node: str = "") -> Sample:
