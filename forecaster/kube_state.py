@@ -63,7 +63,8 @@ docs/metrics/cluster/node-metrics.md upstream):
   ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,nvidia.com/gpu.replicas]``
   appear, as ``label_nvidia_com_gpu_product`` and ``label_nvidia_com_gpu_replicas``
   (GPU feature discovery sets both). Without them the GPU type falls back to the model
-  gpu-eta's own exporter reports for the node (``gpu_eta_gpu_info``), and only replicas
+  gpu-eta's own exporter reports for the node (``gpu_eta_gpu_info``), spelt as GPU
+  feature discovery spells it (``gfd_product``), and only replicas
   renamed ``nvidia.com/gpu.shared`` count as time-sliced. A running pod holds a
   replica when its resource is one of its node's shared ones (``Node.shared``).
 
@@ -355,6 +356,15 @@ def _pod_tolerations(
     return out
 
 
+def gfd_product(model: str) -> str:
+    """The ``nvidia.com/gpu.product`` label GPU feature discovery writes for a GPU whose
+    NVML name is ``model``: spaces become hyphens, nothing else changes
+    (``NVIDIA A100-SXM4-80GB`` → ``NVIDIA-A100-SXM4-80GB``; the device plugin's
+    ``internal/lm/resource.go``, ``productLabel``). Pods select that spelling, so a node
+    typed from gpu-eta's exporter (the NVML name) must carry it to match them."""
+    return model.replace(" ", "-")
+
+
 def parse(
     samples: Mapping[str, Sequence[Sample]],
     now: float,
@@ -364,8 +374,9 @@ def parse(
 ) -> ClusterQueue:
     """Pure: one cycle's answers to ``QUERIES`` → nodes, holders, pending pods, arrivals.
 
-    ``node_models``: node → GPU model from gpu-eta's exporter, used where KSM has no
-    product label. ``priorities``: priority class name → value. A pod asking for
+    ``node_models``: node → GPU model from gpu-eta's exporter (the NVML name), used
+    where KSM has no product label, in GPU feature discovery's spelling
+    (``gfd_product``). ``priorities``: priority class name → value. A pod asking for
     several GPU resources at once (rare) is placed on its largest request.
 
     Nothing is dropped unseen: a malformed sample or a pod that cannot be placed is
@@ -412,7 +423,7 @@ def parse(
     nodes = []
     for name, resources in sorted(alloc.items()):
         lab = labels.get(name, {})
-        product = lab.get(PRODUCT_LABEL) or node_models.get(name, "")
+        product = lab.get(PRODUCT_LABEL) or gfd_product(node_models.get(name, ""))
         try:
             replicas = int(lab.get(REPLICAS_LABEL, "1") or "1")
         except ValueError:

@@ -23,6 +23,7 @@ from gpu_eta.forecaster.queue_replay import (
     SCHEDULED,
     Node,
     Toleration,
+    default_requests,
     replay,
 )
 from gpu_eta.forecaster.series import Sample
@@ -166,6 +167,42 @@ def test_a_pod_holding_a_replica_holds_it_in_the_shared_pool():
     result = replay(q.nodes, q.holders, q.pending, NOW, durations=[86400.0], n_samples=20)
     starts = result.pods[("ml", "wait")].starts
     assert starts is not None and starts[0] == pytest.approx(NOW + 86400 - 600, abs=1)
+
+
+def test_a_node_typed_from_the_exporter_matches_pods_selecting_the_gfd_spelling():
+    """Without KSM's label allow-list a node's type is the NVML name gpu-eta's exporter
+    reports (``NVIDIA A100-SXM4-80GB``); pods and the JupyterHub profiles select GPU
+    feature discovery's spelling (``NVIDIA-A100-SXM4-80GB``). The node takes the latter:
+    the pod fits, and the request series carry the spelling profiles look up."""
+    gfd = "NVIDIA-A100-SXM4-80GB"
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="8")],
+        "ksm_pods": [pod_request("waiter", 1)],
+        "ksm_pod_times": [sample(uid="uid-waiter", time="created", value=str(NOW - 60))],
+        "ksm_pod_meta": [
+            sample(uid="uid-waiter", meta="nodeselectors", nodeselector_nvidia_com_gpu_product=gfd)
+        ],
+    }
+    q = kube_state.parse(samples, NOW, node_models={"n1": "NVIDIA A100-SXM4-80GB"})
+    assert q.nodes[0].product == q.pending[0].product == gfd
+    result = replay(q.nodes, q.holders, q.pending, NOW, durations=[3600.0], n_samples=5)
+    assert result.pods[("ml", "waiter")].status == PREDICTED
+    assert {r.product for r in default_requests(q.nodes)} == {gfd}
+    # a label KSM does export wins, as GPU feature discovery wrote it
+    labelled = {
+        **samples,
+        "ksm_nodes": [
+            sample(
+                node="n1",
+                resource="nvidia_com_gpu",
+                label_nvidia_com_gpu_product="Tesla-T4-SHARED",
+                value="8",
+            )
+        ],
+    }
+    assert kube_state.parse(labelled, NOW, {"n1": "Tesla T4"}).nodes[0].product == (
+        "Tesla-T4-SHARED"
+    )
 
 
 def pod_request(pod: str, value: float, phase: str = "Pending", node: str = "") -> Sample:
