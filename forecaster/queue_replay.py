@@ -156,6 +156,9 @@ CALIBRATION_VERSION = 1
 MAX_CALIBRATION_CHARS = 256 * 1024  # 500 errors are ~10 KB: anything near this is not ours
 MAX_CALIBRATION_ERRORS = 10_000
 MAX_START_ERROR = 1e9  # half-intervals; a real error past this is decades off
+# a half-interval narrower than this is zero for the calibration: kube_pod_start_time,
+# the start it is scored against, is in whole seconds
+MIN_HALF_SECONDS = 1.0
 
 
 class ReplayError(ValueError):
@@ -900,6 +903,14 @@ class StartCalibrator:
     (``P90 − P50`` above, ``P50 − P10`` below); the scale is the ``coverage`` quantile
     of those errors' sizes (1 when the intervals already cover as promised), applied to
     both halves of new intervals. Before ``min_obs`` observations nothing changes.
+
+    A prediction whose half on the side the start fell is zero (under
+    ``MIN_HALF_SECONDS``) is not an observation: no scale widens a zero half, so its
+    miss says nothing of the scale. Such predictions are the pods the replay fits at
+    once (P10 = P50 = P90 = now); they start some seconds later (the scheduler binds
+    them, the kubelet starts them, KSM is scraped every 30 s or so), and each of
+    those seconds counted as a half-interval drove the scale to its cap of 10,
+    widening every other interval tenfold.
     """
 
     def __init__(self, coverage: float = 0.8, window: int = 500, min_obs: int = 30) -> None:
@@ -912,10 +923,13 @@ class StartCalibrator:
         self.changes = 0  # bumped by every observation: when to save again
 
     def observe(self, starts: tuple[float, float, float], actual: float) -> None:
-        """One prediction (P10/P50/P90 timestamps) of a pod that started at ``actual``."""
+        """One prediction (P10/P50/P90 timestamps) of a pod that started at ``actual``;
+        left out when the half on the start's side is zero (class docstring)."""
         p10, p50, p90 = starts
         half = (p90 - p50) if actual >= p50 else (p50 - p10)
-        err = abs(actual - p50) / max(half, 1.0)
+        if not half >= MIN_HALF_SECONDS:
+            return
+        err = abs(actual - p50) / half
         if math.isfinite(err):
             self._errors.append(min(err, MAX_START_ERROR))
             del self._errors[: -self.window]

@@ -33,10 +33,15 @@ NOW = 1_700_000_000.0
 GPU = {"resource": "nvidia_com_gpu"}
 
 
-def cluster(waiting: int, running: int, at: float) -> dict:
-    """One 64-GPU node; pods ``q0..`` pending since NOW - 50, the first ``running`` of
-    them running since ``at`` (60 s after their predicted start: now)."""
+def cluster(waiting: int, running: int, at: float, gpus: int = 64, holders: int = 0) -> dict:
+    """One node of ``gpus`` GPUs; pods ``q0..`` pending since NOW - 50, the first
+    ``running`` of them running since ``at``; ``holders`` pods ``h0..`` running there
+    since NOW - 300 (the jobs of ``holder_jobs``)."""
     pods, times = [], []
+    for i in range(holders):
+        uid = f"hu{i}"
+        pods.append(s(1, namespace="ml", pod=f"h{i}", uid=uid, node="n1", phase="Running", **GPU))
+        times.append(s(NOW - 300, uid=uid, time="started"))
     for i in range(waiting + running):
         uid = f"u{i}"
         times.append(s(NOW - 50, uid=uid, time="created"))
@@ -47,7 +52,17 @@ def cluster(waiting: int, running: int, at: float) -> dict:
             times.append(s(at, uid=uid, time="started"))
         else:
             pods.append(s(1, namespace="ml", pod=f"q{i}", uid=uid, phase="Pending", **GPU))
-    return {"ksm_nodes": [s(64, node="n1", **GPU)], "ksm_pods": pods, "ksm_pod_times": times}
+    return {"ksm_nodes": [s(gpus, node="n1", **GPU)], "ksm_pods": pods, "ksm_pod_times": times}
+
+
+def holder_jobs(n: int) -> dict:
+    """Running jobs of pods ``h0..``, forecast to end 10 to 20 minutes from NOW."""
+    return merge(
+        *(
+            job(f"r{i}", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300, pod=f"h{i}")
+            for i in range(n)
+        )
+    )
 
 
 def learned(tracker: SavedStartTracker, n: int) -> None:
@@ -74,24 +89,27 @@ def test_the_calibration_survives_a_restart_of_the_history(tmp_path: Path) -> No
 
 
 def test_a_restarted_forecaster_publishes_the_calibrated_scale(tmp_path: Path) -> None:
-    """30 pods predicted to start now start 60 s later; a new Cycle on the same
-    history file (a restarted forecaster) widens its intervals as the old one did."""
+    """30 pods predicted to start one by one as the node's jobs end (16 to 25 minutes
+    from now) all start at once at 1,000 s; a new Cycle on the same history file (a
+    restarted forecaster) widens its intervals as the old one did."""
     path = tmp_path / "h.sqlite"
-    running = job("run", 10, [(1, NOW - 200)], NOW - 300)
+    running = holder_jobs(30)
     store = HistoryStore.open(path)
     settings = {"pending": PendingSettings(n_samples=20)}
-    cycle = make_cycle(CannedClient(merge(running, cluster(30, 0, NOW))), store, **settings)
+    first = merge(running, cluster(30, 0, NOW, gpus=30, holders=30))
+    cycle = make_cycle(CannedClient(first), store, **settings)
     assert cycle.run().pending.interval_scale == 1.0
-    cycle.client = CannedClient(merge(running, cluster(1, 30, NOW + 60)))
-    cycle.clock = lambda: NOW + 60
-    assert cycle.run().pending.interval_scale == 10.0  # far outside: the bound
+    cycle.client = CannedClient(merge(running, cluster(1, 30, NOW + 1000, gpus=30)))
+    cycle.clock = lambda: NOW + 1100
+    scale = cycle.run().pending.interval_scale
+    assert 1.5 < scale < 10.0  # outside the intervals, not at the bound
     store.close()
 
     store = HistoryStore.open(path)
     try:
-        client = CannedClient(merge(running, cluster(1, 30, NOW + 60)))
-        again = make_cycle(client, store, clock=lambda: NOW + 120, **settings)
-        assert again.run().pending.interval_scale == 10.0
+        client = CannedClient(merge(running, cluster(1, 30, NOW + 1000, gpus=30)))
+        again = make_cycle(client, store, clock=lambda: NOW + 1160, **settings)
+        assert again.run().pending.interval_scale == pytest.approx(scale)
     finally:
         store.close()
 
@@ -162,7 +180,7 @@ def test_a_failing_save_is_one_line_and_retried(caplog: pytest.LogCaptureFixture
 
     store = Broken()
     tracker = SavedStartTracker(store)
-    tracker.calibrator.observe((NOW, NOW, NOW), NOW + 10)
+    tracker.calibrator.observe((NOW, NOW, NOW + 20), NOW + 10)
     assert tracker.save() is False and tracker.save() is False
     assert caplog.text.count("cannot save") == 1
     store.fail = False

@@ -487,6 +487,32 @@ def test_calibrator_keeps_a_window_and_bounds_the_scale():
         StartCalibrator(coverage=1.0)
 
 
+def test_a_pod_predicted_to_start_now_leaves_the_calibration_alone():
+    """Pods the replay fits at once (P10 = P50 = P90 = now) that start 20 s later (the
+    scheduler, the kubelet, KSM's scrape): no scale widens a zero half, so these are
+    no observations. Before, each second of the lag counted as a half-interval and 30
+    such pods drove the scale to 10, every published interval ten times wider."""
+    from gpu_eta.forecaster.kube_state import ClusterQueue
+    from gpu_eta.forecaster.pending import PendingSettings, StartTracker, predict
+
+    tracker = StartTracker()
+    nodes = (node("n1", 8),)
+    for i in range(40):
+        t = NOW + 60 * i
+        queue = ClusterQueue(nodes, (), (PendingPod("ml", f"nb{i}", G, 1, t - 5),))
+        result = predict(queue, {}, [3600.0], t, PendingSettings(n_samples=20))
+        assert result.pods[0].prediction.starts == (t, t, t)
+        tracker.update(queue, result, t)
+        started = ClusterQueue(nodes, (Holder("ml", f"nb{i}", "n1", G, 1, None, t + 20),), ())
+        tracker.update(started, predict(started, {}, [3600.0], t + 30, PendingSettings()), t + 30)
+    assert tracker.calibrator.n_obs == 0 and tracker.calibrator.scale == 1.0
+    # a half of zero on one side only: the start on the other side is observed
+    cal = StartCalibrator(min_obs=1)
+    cal.observe((NOW, NOW, NOW + 100), NOW + 50)
+    cal.observe((NOW, NOW, NOW + 100), NOW - 5)  # before P50, where the half is zero
+    assert cal.n_obs == 1 and cal.scale == pytest.approx(0.5)
+
+
 def test_node_lists_select_the_nodes_the_per_node_checks_do():
     """The replay's per-key node lists (computed once per resource, product and
     tolerations) pick exactly the nodes ``_suitable`` / ``_placeable`` and
