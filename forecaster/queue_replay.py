@@ -99,6 +99,7 @@ import json
 import math
 import random
 import re
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -719,6 +720,44 @@ def _quantile(sorted_values: list[float], p: float) -> float:
     return a + (b - a) * (pos - lo)
 
 
+Free = list[dict[tuple[str, bool], int]]  # per node: (resource, shared) → free units
+Event = tuple[float, int, int, tuple[str, bool], int]  # time, seq, node, pool, units freed
+
+
+def _running_now(
+    nodes: Sequence[Node],
+    node_index: Mapping[str, int],
+    holders: Sequence[Holder],
+    now: float,
+    horizon: float,
+    hist: _Durations,
+    rng: random.Random,
+) -> tuple[Free, list[Event]]:
+    """The free units per node and pool once the holders are placed, and when each
+    holder's units free (drawn; past the horizon: never)."""
+    free: Free = []
+    for n in nodes:
+        pools = {(r, False): n.whole(r) for r in n.allocatable}
+        pools.update({(r, True): v for r, v in n.shared.items()})
+        free.append(pools)
+    events: list[Event] = []
+    for h in holders:
+        k = node_index.get(h.node)
+        if k is None or h.units <= 0:
+            continue
+        pool = (h.resource, h.shared)
+        free[k][pool] = free[k].get(pool, 0) - h.units
+        if h.ends is not None:
+            end = quantile_draw(h.ends, rng.random())
+        else:
+            age = max(0.0, now - h.started) if h.started is not None else 0.0
+            end = now + hist.draw(rng, age) - age
+        end = max(now, end)
+        if end <= horizon:
+            heapq.heappush(events, (end, len(events), k, pool, h.units))
+    return free, events
+
+
 def _one_sample(
     nodes: Sequence[Node],
     node_index: Mapping[str, int],
@@ -735,62 +774,81 @@ def _one_sample(
     hist: _Durations,
     rng: random.Random,
 ) -> list[float]:
-    """One draw of the future: each item's start timestamp (inf: not within the horizon)."""
-    # free units per node and pool: (resource, shared)
-    free: list[dict[tuple[str, bool], int]] = []
-    for n in nodes:
-        pools = {(r, False): n.whole(r) for r in n.allocatable}
-        pools.update({(r, True): v for r, v in n.shared.items()})
-        free.append(pools)
-    events: list[tuple[float, int, int, tuple[str, bool], int]] = []  # t, seq, node, pool, units
-    seq = 0
-    for h in holders:
-        k = node_index.get(h.node)
-        if k is None or h.units <= 0:
-            continue
-        pool = (h.resource, h.shared)
-        free[k][pool] = free[k].get(pool, 0) - h.units
-        if h.ends is not None:
-            end = quantile_draw(h.ends, rng.random())
-        else:
-            age = max(0.0, now - h.started) if h.started is not None else 0.0
-            end = now + hist.draw(rng, age) - age
-        end = max(now, end)
-        if end <= horizon:
-            heapq.heappush(events, (end, seq, k, pool, h.units))
-            seq += 1
+    """One draw of the future: each item's start timestamp (inf: not within the horizon).
+
+    At ``now`` and at every moment units free, every waiting pod is tried in queue
+    order on every node it may use (``_choose``). Done literally that is most of a
+    replay's time for a long queue, so a sweep tries only the pods that can start:
+
+    - pods of one shape (resource, units, nodes it may use) fit or fail alike, so they
+      wait in one queue per shape, and a shape's first pod that does not fit ends the
+      shape's sweep (units only shrink during a sweep); its pods start in their order;
+    - a pod that already failed (not ``fresh``: waiting since an earlier sweep) can only
+      fit where units freed since (``changed``): elsewhere units only shrank. Its
+      shape is tried in a sweep only when one of those nodes fits it (``_Nearby``);
+    - the shapes tried are merged in queue order (index order: items are in queue
+      order, pods arriving later join at the end).
+
+    Every pod that starts does so at the same moment, on the same node and with the
+    same draws as when every pod is tried on every node
+    (``tests/forecaster/replay_reference.py``; the test compares both).
+    """
+    free, events = _running_now(nodes, node_index, holders, now, horizon, hist, rng)
+    seq = len(events)
     n_items = len(items)
     start = [math.inf] * n_items
-    # every waiting pod, known ones first (index < n_items), then future ones
+    # every waiting pod, known ones first (index < n_items), then future ones, in one
+    # queue per shape (each in queue order); the first fresh index of a shape's queue
+    # (pods not tried yet: all at first, then arrivals, always at its end)
     shape_of: list[Shape] = list(shapes)
     cands: list[Sequence[int]] = list(candidates)
-    waiting = [i for i in range(n_items) if place_ok[i]]
-    real_waiting = len(waiting)
+    queues: dict[Shape, deque[int]] = {}
+    for i in range(n_items):
+        if place_ok[i]:
+            queues.setdefault(shape_of[i], deque()).append(i)
+    fresh_from = {shape: queue[0] for shape, queue in queues.items()}
+    real_waiting = sum(len(q) for q in queues.values())
     total_rate = sum(a.rate_per_second for a, _, _ in arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
     n_future = 0
     t = now
-    fresh = set(waiting)  # waiting pods to try on every node (not only where GPUs freed)
     changed: set[int] = set()
+    nearby = _Nearby()
+    by_node: dict[int, list[Shape]] = {}  # node → the shapes that may use it
+    for shape, queue in queues.items():
+        for k in cands[queue[0]]:
+            by_node.setdefault(k, []).append(shape)
+    seen = set(queues)  # the shapes in ``by_node``
     while real_waiting:
-        still = []
-        # A pod that does not fit blocks later pods of the same shape for this sweep
-        # (free units only shrink during a sweep): they are skipped without a look.
-        blocked: set[Shape] = set()  # failed on the changed nodes
-        blocked_all: set[Shape] = set()  # failed on every node
-        for i in waiting:
-            shape = shape_of[i]
-            is_fresh = i in fresh
-            if shape in blocked_all or (not is_fresh and shape in blocked):
-                still.append(i)
+        nearby.start(changed)
+        # the shapes to try: those with a pod not tried yet, those that may use a node
+        # whose units freed; each only when it fits somewhere now
+        heads = []  # (index of the shape's first waiting pod, shape)
+        maybe = set(fresh_from)
+        for k in changed:
+            maybe.update(by_node.get(k, ()))
+        for shape in maybe:
+            queue = queues.get(shape)
+            if not queue:
                 continue
-            cand = cands[i]
-            nodes_now = cand if is_fresh else [k for k in cand if k in changed]
+            cand = cands[queue[0]]
+            nodes_now = cand if shape in fresh_from else nearby.of(shape[2], cand)
+            if _fits(free, nodes_now, shape[0], shape[1]):
+                heads.append((queue[0], shape))
+        heapq.heapify(heads)
+        while heads:
+            i, shape = heapq.heappop(heads)
+            fresh = i >= fresh_from.get(shape, math.inf)
+            nodes_now = cands[i] if fresh else nearby.of(shape[2], cands[i])
             best, pool = _choose(free, nodes_now, shape[0], shape[1], placement, rng)
             if best < 0:
-                (blocked_all if is_fresh else blocked).add(shape)
-                still.append(i)
-                continue
+                continue  # nor will the shape's next pods in this sweep
+            queue = queues[shape]
+            queue.popleft()
+            if queue:
+                heapq.heappush(heads, (queue[0], shape))
+            else:
+                del queues[shape]
             if i < n_items:
                 start[i] = t
                 real_waiting -= 1
@@ -801,8 +859,7 @@ def _one_sample(
             if end <= horizon:
                 heapq.heappush(events, (end, seq, best, pool, shape[1]))
                 seq += 1
-        waiting = still
-        fresh = set()
+        fresh_from = {}
         changed = set()
         t = min(events[0][0] if events else math.inf, next_arrival)
         if t > horizon:
@@ -811,8 +868,12 @@ def _one_sample(
             _, cand, shape = _pick(arrivals, rng.random() * total_rate)
             shape_of.append(shape)
             cands.append(cand)
-            waiting.append(len(shape_of) - 1)
-            fresh.add(waiting[-1])
+            if shape not in seen:
+                seen.add(shape)
+                for k in cand:
+                    by_node.setdefault(k, []).append(shape)
+            queues.setdefault(shape, deque()).append(len(shape_of) - 1)
+            fresh_from.setdefault(shape, len(shape_of) - 1)
             n_future += 1
             next_arrival = t + rng.expovariate(total_rate)
             if n_future >= max_arrivals:
@@ -822,6 +883,45 @@ def _one_sample(
             free[k][pool] = free[k].get(pool, 0) + units
             changed.add(k)
     return start
+
+
+def _fits(free: Free, nodes: Sequence[int], resource: str, units: int) -> bool:
+    """Whether ``_choose`` would find a node among ``nodes`` (no draw)."""
+    pools = ((resource, False), (resource, True)) if units == 1 else ((resource, False),)
+    return any(free[k].get(pool, 0) >= units for pool in pools for k in nodes)
+
+
+class _Nearby:
+    """Where a pod that waited since the last sweep may start now: its candidate nodes
+    among those whose GPUs just freed (``changed``; the others only lost units since it
+    failed there), in node order, as ``_choose`` reads them.
+
+    Why: filtering each pod's candidates (hundreds of nodes) against the few changed
+    ones, for every pod at every event, is most of a long queue's replay
+    (``bench/queue_replay_speed.py``). Pods of one shape share a candidate list, so the
+    changed ones among them are found once per shape and sweep, from the few changed
+    nodes rather than from the long list.
+    """
+
+    def __init__(self) -> None:
+        self._members: dict[int, frozenset[int]] = {}  # shape id → its candidates
+        self._changed: Sequence[int] = ()
+        self._found: dict[int, list[int]] = {}
+
+    def start(self, changed: set[int]) -> None:
+        """A new sweep, after the GPUs of ``changed`` nodes freed."""
+        self._changed = sorted(changed)
+        self._found = {}
+
+    def of(self, shape_id: int, candidates: Sequence[int]) -> list[int]:
+        """The changed nodes among ``candidates`` (the shape's list, ascending)."""
+        got = self._found.get(shape_id)
+        if got is None:
+            members = self._members.get(shape_id)
+            if members is None:
+                members = self._members[shape_id] = frozenset(candidates)
+            got = self._found[shape_id] = [k for k in self._changed if k in members]
+        return got
 
 
 def _pick(

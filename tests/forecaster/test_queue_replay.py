@@ -561,3 +561,74 @@ def test_node_lists_select_the_nodes_the_per_node_checks_do():
     only_shared = [Node("s", {G: 4}, "A100", {G: 4})]
     one = qr._NodeLists(only_shared)
     assert one.fits(one.of(G, "", None)[0], G, 1) and not one.fits(one.of(G, "", None)[0], G, 2)
+
+
+def random_queue(seed: int) -> dict:
+    """A seeded random cluster and queue for ``replay``: mixed node sizes, time-sliced
+    and MIG units, GPU types, taints, closed nodes; holders with and without forecasts
+    (ends shared by several, so units free at the same moments); pending pods of every
+    shape with priorities, types and tolerations; requests; arrivals; either placement.
+    Durations come from a few values, so started pods end together too."""
+    import random
+
+    rng = random.Random(seed)
+    mig = "nvidia_com_mig_1g_5gb"
+    taints = [(), (TEAM,), (("nvidia.com/gpu", "", "NoSchedule"),)]
+    nodes, holders = [], []
+    for i in range(rng.randint(1, 25)):
+        units = rng.choice((1, 2, 4, 8))
+        shared = {G: rng.choice((units, max(units - 1, 1)))} if rng.random() < 0.3 else {}
+        allocatable = {G: units, **({mig: 7} if rng.random() < 0.2 else {})}
+        product = rng.choice(("A100", "H100"))
+        closed = rng.random() < 0.1
+        nodes.append(Node(f"n{i}", allocatable, product, shared, not closed, rng.choice(taints)))
+        for j in range(rng.randint(0, units + 1)):
+            end = NOW + rng.choice((60.0, 300.0, 900.0, rng.uniform(0, 5000)))
+            ends = (end - 50, end, end + 50) if rng.random() < 0.6 else None
+            res = mig if mig in allocatable and rng.random() < 0.3 else G
+            shared_unit = res == G and bool(shared) and rng.random() < 0.5
+            holders.append(Holder("ml", f"h{i}-{j}", f"n{i}", res, 1, ends, NOW - 100, shared_unit))
+    pods = [
+        PendingPod(
+            "ml",
+            f"p{k}",
+            rng.choice((G, G, G, mig)),
+            rng.choice((1, 1, 1, 2, 3, 4, 8, 9)),
+            NOW - rng.choice((10.0, 20.0, rng.uniform(0, 1000))),
+            rng.choice((0, 0, 100)),
+            rng.choice(("", "", "A100", "H100", "T4")),
+            rng.choice((None, (), MEMBER)),
+        )
+        for k in range(rng.randint(0, 40))
+    ]
+    arrivals = [Arrival(G, u, rng.uniform(0, 0.01)) for u in (1, 2) if rng.random() < 0.5]
+    return {
+        "nodes": nodes,
+        "holders": holders,
+        "pending": pods,
+        "now": NOW,
+        "durations": [rng.choice((100.0, 600.0, 3000.0)) for _ in range(5)],
+        "requests": default_requests(nodes),
+        "arrivals": arrivals,
+        "max_arrivals": rng.choice((3, 50)),
+        "placement": rng.choice(("spread", "pack")),
+        "n_samples": 8,
+        "random_state": seed,
+    }
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_the_replay_starts_every_pod_as_trying_each_on_every_node_would(monkeypatch, seed):
+    """The sweep tries only the pods that can start (one queue per shape, pods that
+    waited only on the nodes whose units freed); the plain reference tries every
+    waiting pod on every node it may use at every moment. Same starts, same draws."""
+    from gpu_eta.forecaster import queue_replay as qr
+    from tests.forecaster import replay_reference
+
+    kwargs = random_queue(seed)
+    fast = replay(**kwargs)
+    for reference in (replay_reference.one_sample, replay_reference.pod_by_pod_sample):
+        monkeypatch.setattr(qr, "_one_sample", reference)
+        plain = replay(**kwargs)
+        assert fast.pods == plain.pods
+        assert fast.requests == plain.requests
