@@ -209,6 +209,8 @@ def run_seed(
                 n_samples=n_samples,
                 random_state=seed,
                 arrivals=arrival_rates(created, t, window),
+                # the simulator gives a time-sliced replica to single-GPU pods only
+                one_replica_per_pod=True,
             )
             for p in pending:
                 pred = result.pods[(p.namespace, p.pod)]

@@ -319,6 +319,14 @@ def _common_flags() -> argparse.ArgumentParser:
         default=500,
         help="predict the first this many pending pods in queue order",
     )
+    q.add_argument(
+        "--pending.fail-requests-greater-than-one",
+        dest="pending_one_replica_per_pod",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="the NVIDIA device plugin's time-slicing sets failRequestsGreaterThanOne: a pod "
+        "asking more than one GPU gets no time-sliced replica (off: the plugin's default)",
+    )
     o = p.add_argument_group("output")
     o.add_argument(
         "--log.level",
@@ -362,6 +370,7 @@ def pending_settings(args: argparse.Namespace) -> PendingSettings:
             arrivals_seconds=args.pending_arrivals_seconds,
             max_pods=args.pending_max_pods,
             priorities=priorities,
+            one_replica_per_pod=args.pending_one_replica_per_pod,
             request_tolerations=tuple(tolerations) if tolerations else None,
         )
     except ValueError as err:

@@ -44,6 +44,9 @@ class PendingSettings:
     # what a request made now tolerates; None: the ExtendedResourceToleration plugin's
     # toleration of its own resource's taint (queue_replay.request_tolerations)
     request_tolerations: tuple[Toleration, ...] | None = None
+    # the device plugin refuses a pod more than one time-sliced replica
+    # (failRequestsGreaterThanOne; off by default upstream)
+    one_replica_per_pod: bool = False
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -100,7 +103,12 @@ def predict(
     holders = tuple(replace(h, ends=job_ends.get((h.namespace, h.pod))) for h in queue.holders)
     ordered = sorted(queue.pending, key=lambda p: (-p.priority, p.created, p.namespace, p.pod))
     kept = ordered[: settings.max_pods]
-    requests = default_requests(queue.nodes, settings.request_sizes, settings.request_tolerations)
+    requests = default_requests(
+        queue.nodes,
+        settings.request_sizes,
+        settings.request_tolerations,
+        settings.one_replica_per_pod,
+    )
     result = replay(
         queue.nodes,
         holders,
@@ -114,6 +122,7 @@ def predict(
         placement=settings.placement,
         random_state=random_state,
         request_tolerations=settings.request_tolerations,
+        one_replica_per_pod=settings.one_replica_per_pod,
     )
     pods = [
         PodStart(

@@ -67,9 +67,11 @@ gets no request.
 Time-sliced GPUs: the NVIDIA device plugin advertises each replica as one
 ``nvidia.com/gpu`` unit in the node's allocatable, and a pod holds as many units as
 it requests. ``Node.shared`` says how many of those units are replicas of a shared
-device: they go to single-unit pods only (the plugin's ``failRequestsGreaterThanOne``),
-after whole GPUs. MIG slices are resources of their own (``nvidia_com_mig_1g_5gb``...):
-each is a separate pool.
+device: a pod takes them after whole GPUs, as many as it asks (the plugin hands out
+replicas to anyone who asks, its ``failRequestsGreaterThanOne`` being off by
+default), or, with ``one_replica_per_pod`` (that setting on), only when it asks one.
+MIG slices are resources of their own (``nvidia_com_mig_1g_5gb``...): each is a
+separate pool.
 
 Not modelled (each shows as an error of the prediction, not as a failure):
 preemption (a high-priority pod that evicts a running one starts earlier than
@@ -444,10 +446,24 @@ def _offers(node: Node, resource: str, product: str) -> bool:
     return node.allocatable.get(resource, 0) > 0 and (not product or node.product == product)
 
 
-def _holds(node: Node, resource: str, units: int) -> bool:
-    """``node`` could hold ``units`` of ``resource`` with nothing else on it: whole
-    devices, or one replica of a time-sliced device for a single-unit pod."""
-    return node.whole(resource) >= units or (units == 1 and node.shared.get(resource, 0) > 0)
+Pool = tuple[str, bool]  # (resource, time-sliced replicas)
+
+
+def _pools(resource: str, units: int, one_replica_per_pod: bool = False) -> tuple[Pool, ...]:
+    """Where a pod asking ``units`` of ``resource`` draws them from, in that order: whole
+    devices, then time-sliced replicas, unless the device plugin gives a pod at most one
+    replica (``one_replica_per_pod``, its ``failRequestsGreaterThanOne``) and it asks
+    more. A pod takes its units from one pool: the plugin shares every device of a
+    resource on a node or none, so a node has units of one kind."""
+    if units == 1 or not one_replica_per_pod:
+        return ((resource, False), (resource, True))
+    return ((resource, False),)
+
+
+def _holds(node: Node, resource: str, units: int, one_replica_per_pod: bool = False) -> bool:
+    """``node`` could hold ``units`` of ``resource`` with nothing else on it (``_pools``)."""
+    size = {(resource, False): node.whole(resource), (resource, True): node.shared.get(resource, 0)}
+    return any(size[pool] >= units for pool in _pools(resource, units, one_replica_per_pod))
 
 
 def request_tolerations(
@@ -486,11 +502,14 @@ def fits_somewhere(
     product: str,
     units: int,
     tolerations: Sequence[Toleration] | None = None,
+    one_replica_per_pod: bool = False,
 ) -> bool:
     """True when some suitable node (of the type, whose taints are tolerated) could
     hold ``units`` with nothing else on it."""
     return any(
-        _suitable(n, resource, product, tolerations) and _holds(n, resource, units) for n in nodes
+        _suitable(n, resource, product, tolerations)
+        and _holds(n, resource, units, one_replica_per_pod)
+        for n in nodes
     )
 
 
@@ -513,8 +532,9 @@ class _NodeLists:
     cluster of thousands of tainted nodes made the per-pod checks most of a replay's
     setup. Each node's blocking taints (``policy_taints``) are read once too."""
 
-    def __init__(self, nodes: Sequence[Node]) -> None:
+    def __init__(self, nodes: Sequence[Node], one_replica_per_pod: bool = False) -> None:
         self.nodes = nodes
+        self.one_replica_per_pod = one_replica_per_pod
         self._blocking = [policy_taints(n) if n.taints else () for n in nodes]
         self._lists: dict[SuitableKey, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._fits: dict[tuple[tuple[int, ...], str, int], bool] = {}
@@ -543,7 +563,9 @@ class _NodeLists:
         key = (indices, resource, units)
         got = self._fits.get(key)
         if got is None:
-            got = any(_holds(self.nodes[k], resource, units) for k in indices)
+            got = any(
+                _holds(self.nodes[k], resource, units, self.one_replica_per_pod) for k in indices
+            )
             self._fits[key] = got
         return got
 
@@ -552,12 +574,13 @@ def default_requests(
     nodes: Sequence[Node],
     sizes: Sequence[int] = REQUEST_SIZES,
     tolerations: Sequence[Toleration] | None = None,
+    one_replica_per_pod: bool = False,
 ) -> list[Request]:
     """One request per (GPU product, resource) seen on the nodes and per size that fits
     a node the request may use (``request_tolerations``, ``tolerations`` the configured
-    ones)."""
+    ones; ``one_replica_per_pod`` as in ``replay``)."""
     configured = tolerations
-    lists = _NodeLists(nodes)
+    lists = _NodeLists(nodes, one_replica_per_pod)
     out = []
     for product, resource in sorted(
         {(n.product, r) for n in nodes if n.product for r, v in n.allocatable.items() if v > 0}
@@ -583,10 +606,13 @@ def replay(
     horizon_seconds: float = 7 * 86400.0,
     random_state: int | None = 0,
     request_tolerations: Sequence[Toleration] | None = None,
+    one_replica_per_pod: bool = False,
 ) -> ReplayResult:
     """Predicted starts of ``pending`` and ``requests`` (see the module docstring);
     ``request_tolerations``: what a request tolerates, when not the default guess
-    (``request_tolerations``, the function)."""
+    (``request_tolerations``, the function); ``one_replica_per_pod``: the device plugin
+    refuses a pod more than one time-sliced replica (its ``failRequestsGreaterThanOne``,
+    off by default), so such pods fit only whole devices."""
     if placement not in PLACEMENTS:
         raise ReplayError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     if n_samples < 1:
@@ -609,7 +635,7 @@ def replay(
     items = [e[2] for e in queue]
     # which nodes suit each item: once per distinct (resource, product, tolerations), a
     # request's tolerations once per resource
-    lists = _NodeLists(nodes)
+    lists = _NodeLists(nodes, one_replica_per_pod)
     by_resource: dict[str, tuple[Toleration, ...] | None] = {}
     fit_ok: list[bool] = []
     # fits a node that takes new pods now: only these wait for GPUs (the others wait for
@@ -655,6 +681,7 @@ def replay(
                 horizon,
                 hist,
                 rng,
+                one_replica_per_pod,
             )
         ):
             starts[k].append(t)
@@ -773,6 +800,7 @@ def _one_sample(
     horizon: float,
     hist: _Durations,
     rng: random.Random,
+    one_replica_per_pod: bool = False,
 ) -> list[float]:
     """One draw of the future: each item's start timestamp (inf: not within the horizon).
 
@@ -814,6 +842,7 @@ def _one_sample(
     t = now
     changed: set[int] = set()
     nearby = _Nearby()
+    pools: dict[Shape, tuple[Pool, ...]] = {}  # where each shape's pods take units from
     by_node: dict[int, list[Shape]] = {}  # node → the shapes that may use it
     for shape, queue in queues.items():
         for k in cands[queue[0]]:
@@ -833,14 +862,16 @@ def _one_sample(
                 continue
             cand = cands[queue[0]]
             nodes_now = cand if shape in fresh_from else nearby.of(shape[2], cand)
-            if _fits(free, nodes_now, shape[0], shape[1]):
+            if shape not in pools:
+                pools[shape] = _pools(shape[0], shape[1], one_replica_per_pod)
+            if _fits(free, nodes_now, pools[shape], shape[1]):
                 heads.append((queue[0], shape))
         heapq.heapify(heads)
         while heads:
             i, shape = heapq.heappop(heads)
             fresh = i >= fresh_from.get(shape, math.inf)
             nodes_now = cands[i] if fresh else nearby.of(shape[2], cands[i])
-            best, pool = _choose(free, nodes_now, shape[0], shape[1], placement, rng)
+            best, pool = _choose(free, nodes_now, pools[shape], shape[1], placement, rng)
             if best < 0:
                 continue  # nor will the shape's next pods in this sweep
             queue = queues[shape]
@@ -885,9 +916,8 @@ def _one_sample(
     return start
 
 
-def _fits(free: Free, nodes: Sequence[int], resource: str, units: int) -> bool:
+def _fits(free: Free, nodes: Sequence[int], pools: Sequence[Pool], units: int) -> bool:
     """Whether ``_choose`` would find a node among ``nodes`` (no draw)."""
-    pools = ((resource, False), (resource, True)) if units == 1 else ((resource, False),)
     return any(free[k].get(pool, 0) >= units for pool in pools for k in nodes)
 
 
@@ -936,28 +966,29 @@ def _pick(
 
 
 def _choose(
-    free: Sequence[dict[tuple[str, bool], int]],
+    free: Free,
     nodes: Sequence[int],
-    resource: str,
+    pools: Sequence[Pool],
     units: int,
     placement: str,
     rng: random.Random,
-) -> tuple[int, tuple[str, bool]]:
-    """The node a pod lands on: whole GPUs first, else (one unit) a time-sliced replica.
+) -> tuple[int, Pool]:
+    """The node a pod lands on, and the pool it takes its units from: the first of
+    ``pools`` (``_pools``: whole GPUs, then time-sliced replicas) with a node that fits.
 
     ``pack``: the fitting node with the fewest free units (bin-packing scoring);
     ``spread``: any fitting node, at random (kube-scheduler's default scoring weighs
     CPU and memory only, so GPU placement is as good as random). (-1, pool) when
     nothing fits.
     """
-    for pool in ((resource, False), (resource, True)) if units == 1 else ((resource, False),):
+    for pool in pools:
         fitting = [k for k in nodes if free[k].get(pool, 0) >= units]
         if not fitting:
             continue
         if placement == "pack":
             return min(fitting, key=lambda k: free[k][pool]), pool
         return fitting[int(rng.random() * len(fitting))], pool
-    return -1, (resource, False)
+    return -1, pools[0]
 
 
 # --------------------------------------------------------------------- the naive answer

@@ -32,6 +32,7 @@ def one_sample(
     horizon: float,
     hist: qr._Durations,
     rng: random.Random,
+    one_replica_per_pod: bool = False,
 ) -> list[float]:
     free, events = qr._running_now(nodes, node_index, holders, now, horizon, hist, rng)
     seq = len(events)
@@ -47,7 +48,8 @@ def one_sample(
         still = []
         for i in waiting:
             resource, units, _ = shape_of[i]
-            best, pool = qr._choose(free, cands[i], resource, units, placement, rng)
+            pools = qr._pools(resource, units, one_replica_per_pod)
+            best, pool = qr._choose(free, cands[i], pools, units, placement, rng)
             if best < 0:
                 still.append(i)
                 continue
@@ -95,6 +97,7 @@ def pod_by_pod_sample(
     horizon: float,
     hist: qr._Durations,
     rng: random.Random,
+    one_replica_per_pod: bool = False,
 ) -> list[float]:
     """``one_sample`` with two shortcuts, the peer of ``bench/queue_replay_speed.py``:
     every waiting pod is still visited at every sweep, but a pod that waited since the
@@ -124,7 +127,8 @@ def pod_by_pod_sample(
                 still.append(i)
                 continue
             nodes_now = cands[i] if is_fresh else [k for k in cands[i] if k in changed]
-            best, pool = qr._choose(free, nodes_now, shape[0], shape[1], placement, rng)
+            pools = qr._pools(shape[0], shape[1], one_replica_per_pod)
+            best, pool = qr._choose(free, nodes_now, pools, shape[1], placement, rng)
             if best < 0:
                 (blocked_all if is_fresh else blocked).add(shape)
                 still.append(i)

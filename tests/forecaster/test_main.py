@@ -96,6 +96,14 @@ def test_request_tolerations_reach_the_pending_settings() -> None:
     assert default.request_tolerations is None
 
 
+def test_the_device_plugins_one_replica_setting_reaches_the_pending_settings() -> None:
+    """Off by default, as the NVIDIA device plugin's ``failRequestsGreaterThanOne``."""
+    default = config_from_args(build_parser().parse_args(["once"])).cycle.pending
+    assert default.one_replica_per_pod is False
+    argv = ["once", "--pending.fail-requests-greater-than-one"]
+    assert config_from_args(build_parser().parse_args(argv)).cycle.pending.one_replica_per_pod
+
+
 def test_once_pushes_under_the_job_name_the_rules_and_manifests_use() -> None:
     """``up{job="gpu-eta-forecaster"}`` in the rules, the CronJob's explicit flag: a
     hand-run ``once`` pushes under the same name by default."""

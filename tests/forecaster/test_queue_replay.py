@@ -412,6 +412,31 @@ def test_time_sliced_replicas_are_units():
     assert starts(r, "p2")[1] == 100.0
 
 
+def test_a_multi_gpu_pod_takes_replicas_unless_the_plugin_refuses_more_than_one():
+    """The NVIDIA device plugin hands a pod as many time-sliced replicas as it asks
+    (``failRequestsGreaterThanOne`` is off by default): a 2-unit pod starts on a
+    time-sliced node as a 1-unit pod does. With that setting on, the plugin refuses it,
+    so it fits only whole GPUs: ``never_fits`` here, and no request for 2 is published.
+    Before, the replay always assumed the setting on."""
+    nodes = [Node("ts", {G: 8}, "T4", {G: 8})]  # 2 GPUs x 4 replicas
+    holders = [
+        Holder("ml", f"h{i}", "ts", G, 1, (NOW + 100,) * 3, NOW - 100, True) for i in range(7)
+    ]
+    q = [pending("two", units=2)]
+    r = replay(nodes, holders, q, NOW, requests=default_requests(nodes), **EXACT)
+    assert starts(r, "two")[1] == 100.0  # the second replica frees at 100 s
+    assert {(k.units, v.starts[1] - NOW) for k, v in r.requests.items()} == {
+        (1, 0.0),
+        (2, 100.0),  # behind "two", beside it on the 6 replicas left
+        (4, 100.0),
+        (8, 600.0),  # once "two" has run its 500 s
+    }
+    reqs = default_requests(nodes, one_replica_per_pod=True)
+    assert [k.units for k in reqs] == [1]
+    r = replay(nodes, holders, q, NOW, requests=reqs, one_replica_per_pod=True, **EXACT)
+    assert r.pods[("ml", "two")].status == NEVER_FITS
+
+
 def test_requests_made_now_queue_behind_pending_pods_and_take_nothing():
     nodes = [node("n1", 2, "A100"), node("n2", 1, "T4")]
     holders = [job("a", "n1", 100, units=2), job("b", "n2", 1000)]
@@ -542,25 +567,36 @@ def test_node_lists_select_the_nodes_the_per_node_checks_do():
                 taints=taints[i % 5],
             )
         )
-    lists = qr._NodeLists(nodes)
-    for resource in (G, mig):
-        for tol in (None, (), MEMBER, (Toleration("", "Exists"),), (Toleration("x", "Gt", "0"),)):
-            for product in ("", "A100", "H100", "T4"):
-                suitable, open_ = lists.of(resource, product, tol)
-                assert suitable == tuple(
-                    k for k, n in enumerate(nodes) if qr._suitable(n, resource, product, tol)
-                )
-                assert open_ == tuple(
-                    k for k, n in enumerate(nodes) if qr._placeable(n, resource, product, tol)
-                )
-                for units in (1, 2, 4, 8, 9):
-                    assert lists.fits(suitable, resource, units) == qr.fits_somewhere(
-                        nodes, resource, product, units, tol
+    for one_replica in (False, True):
+        lists = qr._NodeLists(nodes, one_replica)
+        for resource in (G, mig):
+            tolerations = (
+                None,
+                (),
+                MEMBER,
+                (Toleration("", "Exists"),),
+                (Toleration("x", "Gt", "0"),),
+            )
+            for tol in tolerations:
+                for product in ("", "A100", "H100", "T4"):
+                    suitable, open_ = lists.of(resource, product, tol)
+                    assert suitable == tuple(
+                        k for k, n in enumerate(nodes) if qr._suitable(n, resource, product, tol)
                     )
-    # a 1-unit pod fits a node whose units are all replicas; a 2-unit pod does not
+                    assert open_ == tuple(
+                        k for k, n in enumerate(nodes) if qr._placeable(n, resource, product, tol)
+                    )
+                    for units in (1, 2, 4, 8, 9):
+                        assert lists.fits(suitable, resource, units) == qr.fits_somewhere(
+                            nodes, resource, product, units, tol, one_replica
+                        )
+    # a 1-unit pod fits a node whose units are all replicas; a 2-unit pod too, unless
+    # the device plugin gives a pod one replica at most
     only_shared = [Node("s", {G: 4}, "A100", {G: 4})]
-    one = qr._NodeLists(only_shared)
-    assert one.fits(one.of(G, "", None)[0], G, 1) and not one.fits(one.of(G, "", None)[0], G, 2)
+    for one_replica, two_fits in ((False, True), (True, False)):
+        one = qr._NodeLists(only_shared, one_replica)
+        assert one.fits(one.of(G, "", None)[0], G, 1)
+        assert one.fits(one.of(G, "", None)[0], G, 2) == two_fits
 
 
 def random_queue(seed: int) -> dict:
@@ -614,6 +650,7 @@ def random_queue(seed: int) -> dict:
         "placement": rng.choice(("spread", "pack")),
         "n_samples": 8,
         "random_state": seed,
+        "one_replica_per_pod": rng.random() < 0.5,
     }
 
 
