@@ -9,6 +9,22 @@ docs/metrics/cluster/node-metrics.md upstream):
   node, resource, unit``): extended resources are sanitised (``nvidia.com/gpu`` →
   ``resource="nvidia_com_gpu"``, ``unit="integer"``); ``node`` is absent until the pod
   is bound. MIG slices appear as ``nvidia_com_mig_<profile>``.
+- ``kube_pod_init_container_resource_requests`` (gauge; the same labels): the init
+  containers' requests, and ``kube_pod_init_container_info`` (gauge 1; ``restart_policy``
+  ``Always`` for a sidecar, KSM 2.10 and later) for which of them are sidecars. The
+  scheduler places a pod on its effective request (Kubernetes' "effective Pod requests
+  and limits"): the largest of the plain init containers' (each runs alone, beside
+  the sidecars started before it) and the sum of the app containers' and sidecars'
+  (they run together). KSM does not show the order of init containers, so every
+  sidecar is taken to start before every plain init container (the usual layout: a
+  pod is predicted to need more GPUs than it does when a GPU sidecar is listed after
+  a larger GPU init container). KSM writes ``kube_pod_init_container_info`` only for
+  init containers with a status, which a pod not yet bound has none of: a pending
+  pod's sidecars count as plain init containers (their GPUs as the largest init
+  request, not added). A pod whose GPUs are all in init containers holds them too
+  (the node keeps the effective request for the pod's life): it is read as any GPU
+  pod is. The requests of pods that arrive later (``ARRIVALS``) are the larger of
+  their app containers' sum and their largest init container's.
 - ``kube_pod_status_phase`` (gauge, 1 for the current ``phase``).
 - ``kube_pod_created`` and ``kube_pod_start_time`` (gauges, unix seconds).
 - ``kube_pod_info`` (gauge 1, ``priority_class`` among its labels). KSM exposes the
@@ -108,7 +124,8 @@ T = TypeVar("T")
 # nvidia.com/gpu, its time-sliced rename nvidia.com/gpu.shared, and MIG slices
 GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
 _REQ = f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
-_GPU_PODS = f"and on (uid) {_REQ}"
+_INIT_REQ = f'kube_pod_init_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
+_GPU_PODS = f"and on (uid) ({_REQ} or {_INIT_REQ})"
 _PENDING = 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
 _ALLOCATABLE = f'kube_node_status_allocatable{{resource=~"{GPU_RESOURCES}"}}'
 _GPU_NODES = f"and on (node) {_ALLOCATABLE}"
@@ -122,14 +139,24 @@ def _tagged(label: str, parts: Mapping[str, str]) -> str:
     )
 
 
-# GPU pods Pending or Running: units of their GPU resource (summed over containers, each
-# container's once whatever the number of KSM replicas), with phase and node (if bound);
 # one phase per pod even while two replicas disagree for a scrape (topk)
-PODS = (
-    "sum by (namespace, pod, uid, node, resource) "
-    f"(max by (namespace, pod, uid, container, node, resource) ({_REQ})) "
+_PHASE = (
     "* on (uid) group_left (phase) topk by (uid) (1, max by (uid, phase) "
     '(kube_pod_status_phase{phase=~"Pending|Running"} == 1))'
+)
+# GPU pods Pending or Running: units of their GPU resource (summed over containers, each
+# container's once whatever the number of KSM replicas), with phase and node (if bound)
+PODS = (
+    "sum by (namespace, pod, uid, node, resource) "
+    f"(max by (namespace, pod, uid, container, node, resource) ({_REQ})) {_PHASE}"
+)
+# their init containers' GPU requests, one series per container (whatever the number of
+# KSM replicas), a sidecar's tagged sidecar="true", with the pod's phase
+_INIT_ONE = f"max by (namespace, pod, uid, container, node, resource) ({_INIT_REQ})"
+INIT_REQUESTS = (
+    f"(label_replace({_INIT_ONE} and on (uid, container) (kube_pod_init_container_info"
+    '{restart_policy="Always"} == 1), "sidecar", "true", "", "") '
+    f"or on (uid, container, resource) {_INIT_ONE}) {_PHASE}"
 )
 POD_TIMES = _tagged(
     "time",
@@ -175,16 +202,21 @@ NODE_STATE = _tagged(
     },
 )
 # GPU pods created in the window (still present or not): the arrival rate per shape.
-# (a pod's request summed over its containers, each container's once per replica)
+# (a pod's request: its containers' sum, each container's once per replica, or its
+# largest init container's when larger)
 ARRIVALS = (
-    "sum by (namespace, pod, uid, resource) (max by (namespace, pod, uid, container, "
-    f"resource) (last_over_time({_REQ}[{{arrivals}}]))) "
+    "max by (namespace, pod, uid, resource) ("
+    "label_replace(sum by (namespace, pod, uid, resource) (max by (namespace, pod, uid, "
+    f'container, resource) (last_over_time({_REQ}[{{arrivals}}]))), "part", "app", "", "") '
+    "or label_replace(max by (namespace, pod, uid, resource) "
+    f'(last_over_time({_INIT_REQ}[{{arrivals}}])), "part", "init", "", "")) '
     "and on (uid) "
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
 )
 
 QUERIES: Mapping[str, str] = {
     "ksm_pods": PODS,
+    "ksm_init_requests": INIT_REQUESTS,
     "ksm_pod_times": POD_TIMES,
     "ksm_pod_meta": POD_META,
     "ksm_nodes": NODES,
@@ -356,6 +388,64 @@ def _pod_tolerations(
     return out
 
 
+class _PodRequests:
+    """A cycle's GPU requests per pod, app and init containers, → each pod's effective
+    request (module docstring): collected series by series, then ``effective``."""
+
+    def __init__(self) -> None:
+        self.who: dict[str, tuple[str, str]] = {}  # uid → namespace, pod
+        self.node: dict[str, str] = {}  # uid → node, "" until bound
+        self.phase: dict[str, str] = {}
+        self.unusable: set[str] = set()  # pods with a request that is no count of units
+        self._app: dict[tuple[str, str], int] = {}  # (uid, resource) → containers' sum
+        # (uid, resource, container) → an init container's units, and whether a sidecar
+        self._init: dict[tuple[str, str, str], tuple[int, bool]] = {}
+
+    def add(self, s: Sample, rejected: Counter[str], init: bool = False) -> None:
+        """One series of ``PODS`` (or of ``INIT_REQUESTS`` when ``init``); malformed ones
+        are counted (``bad_pod_series``), a request that is no count of units marks its
+        pod (``unusable``). A series with a node wins over one without: two KSM replicas
+        disagree for a scrape on a pod just bound, and a bound pod holds its GPUs."""
+        lab = s.labels
+        uid, res = lab.get("uid", ""), lab.get("resource", "")
+        if not uid or not lab.get("namespace") or not lab.get("pod") or not _RESOURCE.match(res):
+            rejected["bad_pod_series"] += 1
+            return
+        units = _requested(s.value)
+        if units is None:
+            self.unusable.add(uid)
+            return
+        self.who.setdefault(uid, (lab["namespace"], lab["pod"]))
+        self.phase.setdefault(uid, lab.get("phase", ""))
+        if lab.get("node") or uid not in self.node:
+            self.node[uid] = lab.get("node", "")
+        if not init:  # each series a sum; two, node apart, are the same sum
+            self._app[(uid, res)] = max(self._app.get((uid, res), 0), units)
+            return
+        key = (uid, res, lab.get("container", ""))
+        before, was_sidecar = self._init.get(key, (0, False))
+        self._init[key] = (max(before, units), was_sidecar or lab.get("sidecar") == "true")
+
+    def effective(self) -> dict[str, tuple[str, str, str, str, int]]:
+        """uid → (namespace, pod, node, resource, units) of its largest effective request:
+        ``max(app + sidecars, largest plain init container + sidecars)`` per resource
+        (the first resource by name among equal ones)."""
+        plain: dict[tuple[str, str], int] = {}
+        sidecars: dict[tuple[str, str], int] = {}
+        for (uid, res, _container), (units, sidecar) in self._init.items():
+            if sidecar:
+                sidecars[(uid, res)] = sidecars.get((uid, res), 0) + units
+            else:
+                plain[(uid, res)] = max(plain.get((uid, res), 0), units)
+        out: dict[str, tuple[str, str, str, str, int]] = {}
+        for uid, res in sorted({*self._app, *plain, *sidecars}):
+            side = sidecars.get((uid, res), 0)
+            units = max(self._app.get((uid, res), 0), plain.get((uid, res), 0)) + side
+            if uid not in out or units > out[uid][4]:
+                out[uid] = (*self.who[uid], self.node[uid], res, units)
+        return out
+
+
 def gfd_product(model: str) -> str:
     """The ``nvidia.com/gpu.product`` label GPU feature discovery writes for a GPU whose
     NVML name is ``model``: spaces become hyphens, nothing else changes
@@ -437,24 +527,14 @@ def parse(
             Node(name, dict(resources), product, shared, name not in closed, taints.get(name, ()))
         )
 
-    # pods: their largest GPU request, phase, node
-    requests: dict[str, tuple[str, str, str, str, int]] = {}  # uid → ns, pod, node, res, units
-    phase: dict[str, str] = {}
-    unusable: set[str] = set()  # pods with a request that is no count of units
+    # pods: their largest effective GPU request (app and init containers), phase, node
+    pods = _PodRequests()
     for s in get("ksm_pods"):
-        lab = s.labels
-        uid, res = lab.get("uid", ""), lab.get("resource", "")
-        if not uid or not lab.get("namespace") or not lab.get("pod") or not _RESOURCE.match(res):
-            rejected["bad_pod_series"] += 1
-            continue
-        units = _requested(s.value)
-        if units is None:
-            unusable.add(uid)
-            continue
-        phase[uid] = lab.get("phase", "")
-        prev = requests.get(uid)
-        if prev is None or units > prev[4]:
-            requests[uid] = (lab["namespace"], lab["pod"], lab.get("node", ""), res, units)
+        pods.add(s, rejected)
+    for s in get("ksm_init_requests"):
+        pods.add(s, rejected, init=True)
+    requests = pods.effective()
+    phase, unusable = pods.phase, pods.unusable
     created, started = {}, {}
     for s in get("ksm_pod_times"):
         target = {"created": created, "started": started}.get(s.labels.get("time", ""))

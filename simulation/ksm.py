@@ -7,6 +7,9 @@ simulated pods and nodes, with the real exporter's names, label names and types
 ``kube_pod_status_phase`` (one series per phase, 1 for the current one),
 ``kube_pod_container_resource_requests`` (``resource`` sanitised as KSM does,
 ``nvidia.com/gpu`` → ``nvidia_com_gpu``, ``unit="integer"``, ``node`` only once bound),
+``kube_pod_init_container_resource_requests`` (the same labels, for init containers)
+and ``kube_pod_init_container_info`` (``restart_policy="Always"`` for a sidecar; only
+once the pod is bound, as KSM writes it only for init containers with a status),
 ``kube_pod_created``, ``kube_pod_start_time``, ``kube_pod_info`` (with
 ``priority_class``), ``kube_pod_nodeselectors`` (opt-in upstream),
 ``kube_node_status_allocatable``, ``kube_node_labels`` (only allow-listed labels, as
@@ -73,6 +76,9 @@ class KsmPod:
     # other containers of the pod: name → their requests (``requests`` is ``container``'s)
     more_containers: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     tolerations: tuple[KsmToleration, ...] = ()
+    # init containers: name → their requests; ``sidecars`` names the restartable ones
+    init_containers: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    sidecars: tuple[str, ...] = ()
 
 
 def _escape(value: str) -> str:
@@ -96,6 +102,10 @@ _HELP = {
         "more precise."
     ),
     "kube_pod_tolerations": "Information about the pod tolerations",
+    "kube_pod_init_container_info": "Information about an init container in a pod.",
+    "kube_pod_init_container_resource_requests": (
+        "The number of requested request resource by an init container."
+    ),
     "kube_node_labels": "Kubernetes labels converted to Prometheus labels.",
     "kube_node_spec_unschedulable": "Whether a node can schedule new pods.",
     "kube_node_spec_taint": "The taint of a cluster node.",
@@ -209,6 +219,34 @@ def exposition(
                 families["kube_pod_container_resource_requests"].append(
                     _line(
                         "kube_pod_container_resource_requests",
+                        {
+                            **base,
+                            "container": container,
+                            "node": p.node,
+                            "resource": ksm_label(res),
+                            "unit": "integer",
+                        },
+                        float(amount),
+                    )
+                )
+        for container, requests in p.init_containers.items():
+            if p.node:  # KSM: only init containers with a status, which a bound pod has
+                families["kube_pod_init_container_info"].append(
+                    _line(
+                        "kube_pod_init_container_info",
+                        {
+                            **base,
+                            "container": container,
+                            "image": "",
+                            "restart_policy": "Always" if container in p.sidecars else "",
+                        },
+                        1.0,
+                    )
+                )
+            for res, amount in sorted(requests.items()):
+                families["kube_pod_init_container_resource_requests"].append(
+                    _line(
+                        "kube_pod_init_container_resource_requests",
                         {
                             **base,
                             "container": container,

@@ -492,7 +492,7 @@ def test_a_node_or_pod_beyond_the_bounds_keeps_no_taint_or_toleration():
 
 
 def test_query_count_is_fixed():
-    assert len(kube_state.QUERIES) == 6
+    assert len(kube_state.QUERIES) == 7
     for template in kube_state.QUERIES.values():
         assert "{arrivals}" not in kube_state.render(template, 600)
 
@@ -661,6 +661,88 @@ def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, k
     assert errors == {"pending_rejected": 2, "pending_skipped": 1}
     proc = promtool("check", "metrics", stdin=text)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def init_request(pod: str, container: str, value: float, **labels: str) -> Sample:
+    """An ``INIT_REQUESTS`` series of ``pod_request``'s pod (``sidecar="true"``, ``node``,
+    ``phase`` through ``labels``)."""
+    base = {"namespace": "ml", "pod": pod, "uid": f"uid-{pod}", "resource": "nvidia_com_gpu"}
+    return Sample({**base, "container": container, "phase": "Pending", **labels}, value, NOW)
+
+
+def test_a_pod_asks_what_the_scheduler_counts_for_its_init_containers():
+    """The effective request: the larger of the app containers' sum and the largest
+    plain init container, sidecars added to both; a pod whose GPUs are all in init
+    containers holds them; a NaN init request leaves the pod on its usable one; two KSM
+    replicas disagreeing on a bound pod's node: the series with the node wins."""
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="8")],
+        "ksm_pods": [
+            pod_request("warmup", 1),  # a 4-GPU check before a 1-GPU job
+            pod_request("sidecar", 1, "Running", "n1"),
+            pod_request("nan-init", 2),
+            pod_request("moved", 1, "Running"),  # one replica shows no node yet
+            pod_request("moved", 1, "Running", "n1"),
+        ],
+        "ksm_init_requests": [
+            init_request("warmup", "check", 4),
+            init_request("warmup", "fetch", 2),
+            init_request("sidecar", "proxy", 1, sidecar="true", node="n1", phase="Running"),
+            init_request("sidecar", "setup", 1, node="n1", phase="Running"),
+            init_request("init-only", "burn-in", 2),  # its app containers ask no GPU
+            init_request("nan-init", "check", float("nan")),
+        ],
+        "ksm_pod_times": [
+            sample(uid=f"uid-{p}", time="created", value=str(NOW - 60))
+            for p in ("warmup", "init-only", "nan-init")
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert {p.pod: p.units for p in q.pending} == {"warmup": 4, "init-only": 2, "nan-init": 2}
+    assert {h.pod: (h.node, h.units) for h in q.holders} == {
+        "sidecar": ("n1", 2),  # 1 + its sidecar's 1; the plain init's 1 runs before
+        "moved": ("n1", 1),
+    }
+    assert q.rejected == {}
+
+
+def test_init_containers_are_read_end_to_end(prometheus_factory, ksm_target):
+    """Real Prometheus scraping KSM-shaped series: a pending pod whose init container
+    asks 4 GPUs waits for a node with 4 free although its app asks 1; a running pod's
+    GPU sidecar (``kube_pod_init_container_info{restart_policy="Always"}``) holds its GPU
+    beside the app's (and beside its plain init container's, the larger); a pod arriving
+    asks its largest init container's when larger than its app's (sidecars left out)."""
+    target, body = ksm_target
+    now = time.time()
+    pods = [
+        KsmPod(
+            "ml",
+            "serve",
+            "u1",
+            "Running",
+            now - 600,
+            {GPU: 1},
+            node="n1",
+            start_time=now - 590,
+            init_containers={"proxy": {GPU: 1}, "setup": {GPU: 2}},
+            sidecars=("proxy",),
+        ),
+        KsmPod(
+            "ml", "warmup", "u2", "Pending", now - 60, {GPU: 1}, init_containers={"check": {GPU: 4}}
+        ),
+    ]
+    body[0] = exposition([KsmNode("n1", {GPU: 4})], pods)
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for("kube_pod_init_container_info == 1", min_results=2)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(PromClient(prom.url), now), now)
+    # its plain init container's 2 beside the sidecar started before it: 3 held
+    assert [(h.pod, h.units) for h in q.holders] == [("serve", 3)]
+    assert [(p.pod, p.units) for p in q.pending] == [("warmup", 4)]
+    assert {(a.units, round(a.rate_per_second * 3600)) for a in q.arrivals} == {(2, 1), (4, 1)}
+    result = predict(q, {("ml", "serve"): (now + 900,) * 3}, [600.0], now, PendingSettings())
+    (warmup,) = result.pods
+    assert warmup.units == 4 and warmup.prediction.starts[1] == pytest.approx(now + 900, abs=1)
 
 
 def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_factory, ksm_target):
@@ -883,7 +965,10 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
         more_containers={"aux": {GPU: 1}},
         tolerations=(KsmToleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),),
     )
-    nodes, pods = cluster_parts(now, extra=[two])
+    heavy = KsmPod(
+        "ml", "init-heavy", "u10", "Pending", now - 40, {GPU: 1}, init_containers={"a": {GPU: 4}}
+    )
+    nodes, pods = cluster_parts(now, extra=[two, heavy])
     gpu_taint = ("nvidia.com/gpu", "present", "NoSchedule")
     nodes[0] = dataclasses.replace(nodes[0], taints=(gpu_taint,))
     body = exposition(nodes, pods)
@@ -895,7 +980,7 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
         prom = prometheus_factory(
             [ScrapeJob("kube-state-metrics", [f"127.0.0.1:{s.port}" for s in servers])]
         )
-        prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=8)
+        prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=10)
         now = time.time()
         samples = ksm_samples(PromClient(prom.url), now)
         folded = queries.fold(
@@ -906,7 +991,7 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
         for s in servers:
             s.stop()
     q = kube_state.parse(samples, now, priorities={"low": -10})
-    assert_cluster_queue(q, {"two-containers": (2, "", 0)})
+    assert_cluster_queue(q, {"two-containers": (2, "", 0), "init-heavy": (4, "", 0)})
     # a taint and a toleration read once each, the pods without one unknown
     assert {n.name: n.taints for n in q.nodes} == {"a100-node": (gpu_taint,), "t4-node": ()}
     assert {p.pod: p.tolerations for p in q.pending} == {
@@ -914,11 +999,12 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
         "any-gpu": None,
         "too-big": None,
         "two-containers": (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),),
+        "init-heavy": None,
     }
     assert q.rejected == {} and q.tainted_nodes == 1 and len(q.tolerations_missing) == 1
-    # arrivals: one pod of each shape, the two-container pod's 2 GPUs counted as 2
+    # arrivals: the two-container pod's 2 GPUs counted as 2, the init container's 4 once
     shapes = {(a.units, round(a.rate_per_second * 3600)) for a in q.arrivals}
-    assert shapes == {(1, 2), (2, 2), (4, 1), (8, 1)}
+    assert shapes == {(1, 2), (2, 2), (4, 2), (8, 1)}
 
 
 # a join whose one side holds two series of one match group: refused by the engine

@@ -327,7 +327,8 @@ def test_top_imports_nothing_of_the_forecaster_extra_but_requests() -> None:
 
 @pytest.fixture
 def empty_prometheus_api():
-    """A minimal server speaking the Prometheus query API with no series at all."""
+    """A minimal server speaking the Prometheus query API with no series at all (GET,
+    and POST for a long query, as the real API takes both)."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -340,6 +341,10 @@ def empty_prometheus_api():
             self.send_header("Content-Type", "application/json")
             self.end_headers()
             self.wfile.write(body.encode())
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.do_GET()
 
         def log_message(self, *args: object) -> None:
             pass
