@@ -74,6 +74,7 @@ class PendingSet:
     """Everything about the queue one cycle publishes."""
 
     pods: tuple[PodStart, ...] = ()
+    # none while pods are skipped: a request queues behind every pending pod
     requests: Mapping[Request, StartPrediction] = field(default_factory=dict)
     skipped: int = 0  # pending pods past max_pods (no prediction)
     rejected: Mapping[str, int] = field(default_factory=dict)
@@ -99,15 +100,27 @@ def predict(
     ``job_ends``: (namespace, pod) → the latest P10/P50/P90 completion timestamps of
     its runs. ``durations``: finished runs' durations (seconds), drawn for pods
     without a forecast and for pods once they start.
+
+    Only the first ``settings.max_pods`` pending pods (queue order) are replayed, which
+    bounds a cycle's work; while more are pending no request made now is predicted. A
+    request queues behind every pending pod and takes nothing, so the pods left out
+    could only make it later (those ahead of it take GPUs first; those behind take
+    what frees while it waits for more): predicted without them it would be too early.
+    Replaying them anyway would make the bound no bound (a controller gone wrong can
+    leave thousands of pods pending).
     """
     holders = tuple(replace(h, ends=job_ends.get((h.namespace, h.pod))) for h in queue.holders)
     ordered = sorted(queue.pending, key=lambda p: (-p.priority, p.created, p.namespace, p.pod))
     kept = ordered[: settings.max_pods]
-    requests = default_requests(
-        queue.nodes,
-        settings.request_sizes,
-        settings.request_tolerations,
-        settings.one_replica_per_pod,
+    requests = (
+        default_requests(
+            queue.nodes,
+            settings.request_sizes,
+            settings.request_tolerations,
+            settings.one_replica_per_pod,
+        )
+        if len(kept) == len(ordered)
+        else []
     )
     result = replay(
         queue.nodes,
@@ -188,7 +201,10 @@ def describe(pending: PendingSet | None) -> str:
             "them (docs/pending.md)"
         )
     if pending.skipped:
-        parts.append(f"{pending.skipped} pending pods past --pending.max-pods (no prediction)")
+        parts.append(
+            f"{pending.skipped} pending pods past --pending.max-pods (no prediction, and none "
+            "for a request made now: it would queue behind them)"
+        )
     if pending.rejected:
         why = ", ".join(f"{k} {v}" for k, v in sorted(pending.rejected.items()))
         parts.append(
