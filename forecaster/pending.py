@@ -24,6 +24,7 @@ from gpu_eta.forecaster.queue_replay import (
     StartPrediction,
     Toleration,
     default_requests,
+    queue_key,
     replay,
 )
 from gpu_eta.forecaster.runs import Run
@@ -110,7 +111,7 @@ def predict(
     leave thousands of pods pending).
     """
     holders = tuple(replace(h, ends=job_ends.get((h.namespace, h.pod))) for h in queue.holders)
-    ordered = sorted(queue.pending, key=lambda p: (-p.priority, p.created, p.namespace, p.pod))
+    ordered = sorted(queue.pending, key=queue_key)
     kept = ordered[: settings.max_pods]
     requests = (
         default_requests(
@@ -137,12 +138,17 @@ def predict(
         request_tolerations=settings.request_tolerations,
         one_replica_per_pod=settings.one_replica_per_pod,
     )
-    pods = [
-        PodStart(
-            p.namespace, p.pod, p.resource, p.units, p.created, result.pods[(p.namespace, p.pod)]
-        )
-        for p in kept
-    ]
+    # one per (namespace, pod), the newest: a pod deleted and created again under its
+    # name (a StatefulSet's, a notebook's) while KSM still shows the old one is two
+    # pods in the queue, but one name to publish, the one Kubernetes has now
+    named: dict[tuple[str, str], PodStart] = {}
+    for p, pred in zip(kept, result.pending, strict=True):
+        prev = named.get((p.namespace, p.pod))
+        if prev is None or p.created >= prev.created:
+            named[(p.namespace, p.pod)] = PodStart(
+                p.namespace, p.pod, p.resource, p.units, p.created, pred
+            )
+    pods = list(named.values())
     by_key = {(h.namespace, h.pod): h for h in holders}
     for ns, pod in queue.scheduled:
         h = by_key[(ns, pod)]

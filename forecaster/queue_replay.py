@@ -361,11 +361,17 @@ class StartPrediction:
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """Predictions per pending pod ((namespace, pod) → ...) and per request."""
+    """Predictions per pending pod and per request.
+
+    ``pending``: one per pod of ``replay``'s ``pending``, in that order. ``pods``: the
+    same by (namespace, pod); of two pods sharing a name (one re-created while KSM
+    still shows the other), the later in the queue.
+    """
 
     pods: Mapping[tuple[str, str], StartPrediction] = field(default_factory=dict)
     requests: Mapping[Request, StartPrediction] = field(default_factory=dict)
     n_samples: int = 0
+    pending: tuple[StartPrediction, ...] = ()
 
 
 # --------------------------------------------------------------------- sampling
@@ -401,9 +407,9 @@ class _Durations:
 # --------------------------------------------------------------------- the replay
 
 
-def _order(pods: Sequence[PendingPod]) -> list[PendingPod]:
+def queue_key(pod: PendingPod) -> tuple[int, float, str, str]:
     """The scheduler's order: higher priority first, then older first."""
-    return sorted(pods, key=lambda p: (-p.priority, p.created, p.namespace, p.pod))
+    return (-pod.priority, pod.created, pod.namespace, pod.pod)
 
 
 def policy_taints(node: Node) -> tuple[Taint, ...]:
@@ -624,15 +630,18 @@ def replay(
     rng = random.Random(random_state)
     hist = _Durations(durations)
     node_index = {n.name: i for i, n in enumerate(nodes)}
-    ordered = _order(pending)
-    # requests sit behind every pending pod of their priority (created "now")
-    queue: list[tuple[tuple, int, PendingPod | Request]] = []
-    for i, p in enumerate(ordered):
-        queue.append(((-p.priority, p.created), i, p))
+    ordered = sorted(range(len(pending)), key=lambda i: queue_key(pending[i]))
+    # requests sit behind every pending pod of their priority (created "now"); each item
+    # with its index in ``pending`` (-1: a request)
+    queue: list[tuple[tuple, int, PendingPod | Request, int]] = []
+    for rank, i in enumerate(ordered):
+        p = pending[i]
+        queue.append(((-p.priority, p.created), rank, p, i))
     for j, r in enumerate(requests):
-        queue.append(((-r.priority, math.inf), len(ordered) + j, r))
+        queue.append(((-r.priority, math.inf), len(ordered) + j, r, -1))
     queue.sort(key=lambda e: (e[0], e[1]))
     items = [e[2] for e in queue]
+    origin = [e[3] for e in queue]
     # which nodes suit each item: once per distinct (resource, product, tolerations), a
     # request's tolerations once per resource
     lists = _NodeLists(nodes, one_replica_per_pod)
@@ -687,13 +696,15 @@ def replay(
             starts[k].append(t)
     pods: dict[tuple[str, str], StartPrediction] = {}
     reqs: dict[Request, StartPrediction] = {}
+    by_input: list[StartPrediction] = [StartPrediction(NEVER_FITS, None, 0.0)] * len(pending)
     for k, it in enumerate(items):
         pred = _summarise(starts[k], fit_ok[k], place_ok[k])
         if isinstance(it, Request):
             reqs[it] = pred
         else:
             pods[(it.namespace, it.pod)] = pred
-    return ReplayResult(pods=pods, requests=reqs, n_samples=n_samples)
+            by_input[origin[k]] = pred
+    return ReplayResult(pods, reqs, n_samples, tuple(by_input))
 
 
 Shape = tuple[str, int, int]  # resource, units, id of the nodes it may land on
