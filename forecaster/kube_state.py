@@ -470,7 +470,9 @@ def parse(
     several GPU resources at once (rare) is placed on its largest request.
 
     Nothing is dropped unseen: a malformed sample or a pod that cannot be placed is
-    counted in ``ClusterQueue.rejected`` by reason (``invalid_request``: a pod whose
+    counted in ``ClusterQueue.rejected`` by reason (``invalid_allocatable``: a node's
+    GPU units NaN, negative or beyond ``MAX_UNITS``, the node left out as one with none;
+    ``invalid_request``: a pod whose
     GPU request is NaN, 0 or negative, or a bound pod asking more than ``MAX_UNITS``;
     ``bad_taint_series``, ``too_many_taints``: a node taint skipped, a node's taints
     all; ``bad_toleration_series``, ``too_many_tolerations``: a pod whose tolerations
@@ -499,7 +501,9 @@ def parse(
         if PRODUCT_LABEL in s.labels or REPLICAS_LABEL in s.labels:
             labels[node] = s.labels
         if units is None:
-            continue  # 0 allocatable: a GPU node with its plugin down
+            if s.value != 0:  # 0: a GPU node with its plugin down, nothing wrong
+                rejected["invalid_allocatable"] += 1
+            continue
         alloc.setdefault(node, {})[res] = units
     # cordoned, not Ready or being removed by an autoscaler: the node takes no new pod
     # (its pods run on)

@@ -1042,3 +1042,19 @@ def test_a_query_refused_on_its_data_is_a_query_error_through_the_client(
         assert not isinstance(err.value, PromQueryError)
     finally:
         away.close()
+
+
+def test_a_node_whose_gpu_count_is_no_count_is_counted_not_dropped_unseen():
+    """Allocatable NaN, infinite, negative or beyond MAX_UNITS: the node is left out
+    (as one with no GPU) and the series counted (``invalid_allocatable``, summed into
+    ``pending_rejected``); 0 (a GPU node whose device plugin is down) is no error."""
+    values = ("nan", "inf", "-1", "1e6", "0", "4")
+    samples = {
+        "ksm_nodes": [
+            sample(node=f"n{i}", resource="nvidia_com_gpu", value=v) for i, v in enumerate(values)
+        ]
+    }
+    q = kube_state.parse(samples, NOW)
+    assert [n.name for n in q.nodes] == ["n5"]
+    assert q.rejected == {"invalid_allocatable": 4}
+    assert error_counts(predict(q, {}, [], NOW, PendingSettings())) == {"pending_rejected": 4}
