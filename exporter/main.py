@@ -331,7 +331,11 @@ def _run(runtime: Any, stop: threading.Event | None) -> int:
             runtime.metrics_address(),
             ", ".join(n for n in registry.registered() if cfg.enabled(n)) or "none",
         )
-        stop.wait()
+        # a timed wait: a SIGTERM the kernel hands to another thread only flags the
+        # handler, and an untimed wait would never return to run it (the pod would be
+        # killed at its grace period, its progress state unsaved)
+        while not stop.wait(1.0):
+            pass
         log.info("shutting down")
     finally:
         runtime.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -259,3 +260,49 @@ def test_a_missing_module_that_is_no_extra_keeps_its_traceback() -> None:
     assert missing_dependency(ModuleNotFoundError("x", name="google.protobuf")) == (
         "gpu-eta exporter: missing dependency 'google.protobuf': pip install 'gpu-eta[exporter]'"
     )
+
+
+_SIGTERM_ON_ANOTHER_THREAD = """
+import signal, sys, threading, time
+from gpu_eta.exporter import main
+
+class Cfg:
+    def enabled(self, name):
+        return False
+
+class Runtime:
+    cfg, version, node = Cfg(), "test", "n1"
+    def start(self):
+        print("started", flush=True)
+    def metrics_address(self):
+        return "127.0.0.1:0"
+    def stop(self):
+        print("stopped", flush=True)
+
+# a thread that may take SIGTERM, then the main thread blocks it: the kernel must hand
+# the signal to that thread, as it may to any collector thread of the real exporter
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+sys.exit(main._run(Runtime(), None))
+"""
+
+
+def test_a_sigterm_taken_by_another_thread_still_stops_the_exporter(tmp_path: Path) -> None:
+    """Python runs signal handlers in the main thread, woken only by a signal delivered
+    to it: an untimed wait there slept through a SIGTERM given to a collector's thread
+    until the kubelet's SIGKILL, and the progress state was never saved."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIGTERM_ON_ANOTHER_THREAD],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "started\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert proc.stdout.read() == "stopped\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
