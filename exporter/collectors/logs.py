@@ -13,8 +13,9 @@ Files are tracked by inode: a rotated file (kubelet renames ``0.log`` to
 ``0.log.<date>`` and starts a new ``0.log``) is read to its end, then dropped;
 a file that shrank was truncated and is read again from the start. Work is bounded:
 at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll`` in all per
-poll (the rest waits for the next poll), physical lines over ``max_line_bytes`` and
-screen segments over ``max_segment_bytes`` are skipped and counted as ``oversize``;
+poll, and none past ``max_seconds_per_poll`` (checked every 512 lines, so also
+inside one file's chunk); the rest waits for the next poll. Physical lines over
+``max_line_bytes`` and screen segments over ``max_segment_bytes`` are skipped and counted as ``oversize``;
 bytes are decoded leniently, so binary output is just "ignored". A ``GPU_ETA_PROGRESS``
 marker line the wire format refuses is counted ``invalid``, and so is a line whose
 handling raised anything: one bad line is skipped, never the rest of its chunk.
@@ -77,6 +78,8 @@ FUTURE_SKEW_SECONDS = 2.0
 _MAX_WARNED_DIRECTORIES = 256
 # Containers named in too_many_runs WARNING lines, at most (then DEBUG), for the same reason
 _MAX_WARNED_CONTAINERS = 256
+# Lines handled between looks at the poll's deadline inside one chunk, less one (a mask)
+_LINES_PER_LOOK = 511
 _TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)\Z")
 
 
@@ -152,7 +155,7 @@ class LogProgressCollector:
         self._clock = clock
         self._timer = timer
         self._turn = 0  # which container reads first in a poll (both passes)
-        self._deadline = math.inf  # the poll's: no new file is begun past it
+        self._deadline = math.inf  # the poll's: reading stops past it (``_feed``)
         self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
         self._states: dict[tuple[str, str, str], LogState] = {}
         self._counts = dict.fromkeys(LOG_LINE_RESULTS, 0)
@@ -212,8 +215,8 @@ class LogProgressCollector:
 
     def _read_fairly(self, todo: Sequence[tuple[tuple[str, str, str], Path]]) -> None:
         """Read the containers' new bytes within ``max_bytes_per_poll`` and
-        ``max_seconds_per_poll`` (no new file is begun past it): first an equal share
-        each, then what is left, both in an order that starts one container later
+        ``max_seconds_per_poll`` (reading stops past it, within 512 lines): first an
+        equal share each, then what is left, both in an order that starts one container later
         every poll (so a poll that runs out of time cuts off others next time).
 
         Why: one budget spent in a fixed order let a pod that writes megabytes a
@@ -318,6 +321,7 @@ class LogProgressCollector:
                     return 0
                 fh.seek(follower.offset)
                 data = fh.read(want)
+                start = follower.offset
         except OSError as err:
             log.debug("logs: cannot read %s: %s", follower.path, err)
             return 0
@@ -325,18 +329,17 @@ class LogProgressCollector:
             follower.head = data[:64]
         follower.offset += len(data)
         self._feed(key, follower, data)
-        return len(data)
+        return follower.offset - start
 
     def _feed(self, key: tuple[str, str, str], follower: _Follower, data: bytes) -> None:
         lines = data.split(b"\n")
         tail = lines.pop()  # bytes after the last newline: an unfinished line
+        first = b""
         if lines:
             first = lines[0]
             if follower.discarding:
                 lines[0] = b""
                 follower.discarding = False
-                if not first:
-                    lines.pop(0)
             elif follower.pending:
                 lines[0] = follower.pending + first
             follower.pending = b""
@@ -344,17 +347,21 @@ class LogProgressCollector:
             return
         else:
             tail = follower.pending + tail
-        if len(tail) > self.max_line_bytes:
-            self._counts["oversize"] += 1
-            follower.discarding = True
-            follower.pending = b""
-        else:
-            follower.pending = tail
         counts = self._counts
         max_line = self.max_line_bytes
         line = self._line
         ignored = 0
-        for raw in lines:
+        for i, raw in enumerate(lines):
+            if not i & _LINES_PER_LOOK and i and self._timer() > self._deadline:
+                # out of time inside the chunk: the rest (from line i, which begins
+                # after a newline) is read again next poll. Why: a file's chunk is up to
+                # max_bytes_per_file, and 4 MiB of short progress lines (100,000 marker
+                # or "Epoch" lines) took 1.5 s, past the poll's budget and, added to
+                # it, close to the collector's 4 s timeout
+                rest = len(data) - (len(first) + 1 + sum(len(r) + 1 for r in lines[1:i]))
+                follower.offset -= rest
+                follower.pending = b""
+                break
             if not raw:
                 continue
             if len(raw) > max_line:
@@ -398,6 +405,13 @@ class LogProgressCollector:
                 # later line of it (up to max_bytes_per_file) and fail the poll
                 counts["invalid"] += 1
                 self._skipped(key, err)
+        else:  # all lines handled: the tail is kept (or, over the bound, skipped)
+            if len(tail) > self.max_line_bytes:
+                counts["oversize"] += 1
+                follower.discarding = True
+                follower.pending = b""
+            else:
+                follower.pending = tail
         counts["ignored"] += ignored
 
     def _skipped(self, key: tuple[str, str, str], err: Exception) -> None:

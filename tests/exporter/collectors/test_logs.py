@@ -589,3 +589,29 @@ def test_a_poll_out_of_time_cuts_off_other_containers_next_time(tmp_path) -> Non
         col.poll()
     (p,) = store.snapshot()
     assert (p.pod, p.container, p.epoch) == (POD.name, "trainer", 0)
+
+
+def test_a_poll_out_of_time_inside_a_file_stops_there_and_reads_the_rest_next_time(
+    root,
+) -> None:
+    """A file's chunk (up to 4 MiB: 100,000 short progress lines, 1.5 s of parsing) is
+    cut at the deadline too, not only between files: the lines not handled are read
+    next poll, none lost and none applied twice."""
+    body = cri(b"Epoch 1/3\n" * 3000)
+    (logdir(root) / "0.log").write_bytes(body)
+    late = [False]
+    col = collector(root, max_seconds_per_poll=2.0, timer=lambda: 100.0 if late[0] else 0.0)
+    real_feed = col._feed
+
+    def feed_then_late(*args):
+        late[0] = True  # the clock passes the deadline while the chunk is parsed
+        real_feed(*args)
+
+    col._feed = feed_then_late
+    col.poll()
+    assert sum(col.counts().values()) == 512  # then out of time
+    late[0] = False
+    col._feed = real_feed
+    for _ in range(5):
+        col.poll()
+    assert col.counts()["matched"] == 3000  # each line once
