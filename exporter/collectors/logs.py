@@ -1,7 +1,8 @@
 """Progress of unmodified jobs, read from the container logs the kubelet writes.
 
 Follows ``<root>/<namespace>_<pod>_<uid>/<container>/<N>.log`` for the pods the
-pod source knows (nothing else under the root is opened). Lines are in CRI format::
+pod source knows (nothing else under the root is opened, and no symlink is followed:
+nothing outside the root is read). Lines are in CRI format::
 
     2024-01-01T00:00:00.123456789Z stdout F Epoch 3/15
 
@@ -49,6 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
@@ -192,7 +194,11 @@ class LogProgressCollector:
         for dirname, pod in sorted(wanted.items()):
             pod_dir = self.root / dirname
             try:
-                containers = sorted(e.name for e in os.scandir(pod_dir) if e.is_dir())
+                if pod_dir.is_symlink():  # kubelet makes directories: a link may lead anywhere
+                    continue
+                containers = sorted(
+                    e.name for e in os.scandir(pod_dir) if e.is_dir(follow_symlinks=False)
+                )
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as err:
@@ -305,7 +311,17 @@ class LogProgressCollector:
 
     def _read(self, key: tuple[str, str, str], follower: _Follower, size: int, budget: int) -> int:
         try:
-            with open(follower.path, "rb") as fh:
+            # no symlink followed, no FIFO waited on (the scan saw a regular file; the
+            # path may have changed since), and only the file this follower tracks
+            fd = os.open(follower.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with open(fd, "rb") as fh:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != follower.inode or not S_ISREG(st.st_mode):
+                    # renamed since the scan (a rotation: the path now names the new
+                    # file): reading it here took it for this file truncated, read it
+                    # under this file's state, then re-read both. The next poll's scan
+                    # finds each file under its name
+                    return 0
                 if follower.head and (
                     size < follower.offset or fh.read(len(follower.head)) != follower.head
                 ):

@@ -615,3 +615,57 @@ def test_a_poll_out_of_time_inside_a_file_stops_there_and_reads_the_rest_next_ti
     for _ in range(5):
         col.poll()
     assert col.counts()["matched"] == 3000  # each line once
+
+
+def test_symlinked_directories_and_files_are_not_followed_out_of_the_root(tmp_path) -> None:
+    """Nothing outside the root is read: a pod or container directory, or a log file,
+    that is a symlink is skipped (kubelet makes real ones)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    root = tmp_path / "pods"
+    pod_dir = root / f"{POD.namespace}_{POD.name}_{POD.uid}"
+    pod_dir.mkdir(parents=True)
+    (pod_dir / "linked").symlink_to(outside)  # a container directory
+    (pod_dir / "trainer").mkdir()
+    (pod_dir / "trainer" / "0.log").symlink_to(outside / "0.log")  # a log file
+    other = PodMeta("ml", "train-2", "1d8d7b3f-uid", ip="127.0.0.3")
+    (root / f"{other.namespace}_{other.name}_{other.uid}").symlink_to(outside.parent)
+    store = ProgressStore()
+    col = LogProgressCollector(root, store, lambda: [POD, other])
+    col.poll()
+    assert not store.snapshot()
+    assert sum(col.counts().values()) == 0
+
+
+def test_a_rotation_between_scan_and_read_reads_each_line_once_in_order(root) -> None:
+    """The kubelet may rotate ``0.log`` after a poll listed the directory and before it
+    opened the file: the follower of the old file must not read the new file as its
+    own, truncated (that read the new file's lines first, then both files again)."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(cri(b"Epoch 1/3\n"))
+    store = ProgressStore()
+    col = collector(root, store)
+    col.poll()
+    with open(d / "0.log", "ab") as fh:
+        fh.write(cri(b"Epoch 2/3\n", start=T0 + dt.timedelta(seconds=10)))
+    real_read = col._read
+    applied: list[int | None] = []
+    real_merge = store.merge
+
+    def merge(*args, **kw):
+        applied.append(args[4].epoch)
+        return real_merge(*args, **kw)
+
+    def rotated_first(*args):
+        if not (d / "0.log.20261121-060100").exists():
+            os.rename(d / "0.log", d / "0.log.20261121-060100")
+            (d / "0.log").write_bytes(cri(b"Epoch 3/3\n", start=T0 + dt.timedelta(seconds=20)))
+        return real_read(*args)
+
+    col._read = rotated_first
+    store.merge = merge
+    for _ in range(3):
+        col.poll()
+    assert applied == [1, 2]  # Epoch 2/3 then Epoch 3/3, once each
+    assert col.counts()["matched"] == 3
