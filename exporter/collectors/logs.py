@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 
 _MARKER_BYTES = MARKER.encode()
 _BAR_BYTES = "━".encode()
+# tqdm draws a bar at position n > 0 as "\n" * n, "\r<bar>", then this n times
+_CURSOR_UP = "\x1b[A"
 _LOG_NAME = re.compile(r"(\d{1,9})\.log(\.\d{8}-\d{6})?\Z")
 # How far past the exporter's clock a line's CRI timestamp may be and still count as
 # its time (the runtime writes it with the same clock, before the exporter reads it)
@@ -536,6 +538,12 @@ class LogProgressCollector:
         segment = last_segment(message) if "\r" in message else message
         if len(segment) > self.max_segment_bytes:
             counts["oversize"] += 1
+            return
+        if segment.endswith(_CURSOR_UP):
+            # a bar tqdm drew below the main one (a nested bar: HF Trainer's evaluation
+            # bar, an inner loop's), then moved back up. Read as the run's bar, each
+            # such bar made two runs (its restart, then the main bar's return)
+            counts[unmatched] += 1
             return
         text = visible(segment)
         now: float | None = None

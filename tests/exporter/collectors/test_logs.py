@@ -669,3 +669,26 @@ def test_a_rotation_between_scan_and_read_reads_each_line_once_in_order(root) ->
         col.poll()
     assert applied == [1, 2]  # Epoch 2/3 then Epoch 3/3, once each
     assert col.counts()["matched"] == 3
+
+
+def test_a_nested_bar_below_the_training_bar_starts_no_run(root) -> None:
+    """Real tqdm output: an evaluation bar drawn below the training bar (position 1,
+    ``leave=False``, as HF Trainer's) ends with a cursor-up. Read as the run's bar, it
+    made two runs per evaluation (4 steps, then back to 24); it is ignored now."""
+    output = (FIXTURES / "tqdm_nested.stderr").read_bytes()
+    (logdir(root) / "0.log").write_bytes(cri(output, stream="stderr"))
+    store = ProgressStore()
+    applied: list[tuple[int | None, int | None]] = []
+    real_merge = store.merge
+
+    def merge(*args, **kw):
+        applied.append((args[4].step, args[4].steps))
+        return real_merge(*args, **kw)
+
+    store.merge = merge
+    col = collector(root, store)
+    col.poll()
+    assert applied == [(8, 24), (16, 24), (24, 24), (24, 24)]
+    assert col.counts()["too_many_runs"] == 0
+    (p,) = store.snapshot()
+    assert (p.step, p.steps) == (24, 24)
