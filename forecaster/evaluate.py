@@ -51,7 +51,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 import numpy as np
 
@@ -62,11 +62,13 @@ from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import replay_moments
+from gpu_eta.forecaster.main import Parser, UsageError
 from gpu_eta.forecaster.runs import Run, thinned
 from gpu_eta.forecaster.runs_csv import RunsCsvError, exact, read_runs_file
 
 GPU_ETA = "gpu_eta"
-PREFIX = "gpu-eta forecaster: evaluate: "
+PROG = "gpu-eta forecaster"
+PREFIX = f"{PROG}: evaluate: "
 # What makes two runs "the same configuration" for the with-history subset the bench
 # reports (issue 10: same namespace + job + node type); absent columns count as empty.
 IDENTITY_COLUMNS = ("namespace", "job_name", "node_type")
@@ -452,20 +454,10 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-class _UsageError(Exception):
-    """A bad flag or value, said in one line (exit 2)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing its usage block and exiting: a flag
-    error is one line on stderr, like every other error of every gpu-eta command."""
-
-    def error(self, message: str) -> NoReturn:
-        raise _UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    # the service's parser: a flag error raises UsageError("evaluate: …"), one line
+    # like every other error of every gpu-eta command, not argparse's usage block
+    parser = Parser(
         prog="python -m gpu_eta.forecaster evaluate",
         description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/forecasting.md).",
     )
@@ -545,8 +537,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except _UsageError as exc:
-        print(f"{PREFIX}{exc}", file=err)
+    except UsageError as exc:  # "evaluate: …"
+        print(f"{PROG}: {exc}", file=err)
         return ExitCode.USAGE
     except SystemExit as exc:  # --help: printed, exit 0
         return int(exc.code) if isinstance(exc.code, int) else ExitCode.USAGE

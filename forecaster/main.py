@@ -78,8 +78,9 @@ class UsageError(Exception):
     """Bad command line (exit 2)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so main() maps every error once."""
+class Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() maps every error once
+    (``evaluate`` parses its own flags with it too)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sub = self.prog.removeprefix(ROOT_PROG).strip()  # "serve", "once" or ""
@@ -106,7 +107,7 @@ exit codes: 0 ok, 1 runtime failure, 2 usage error. --debug prints tracebacks.""
 
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (``evaluate``/``top`` only named: they parse their own flags)."""
-    parser = _Parser(
+    parser = Parser(
         prog=ROOT_PROG,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
