@@ -4,9 +4,8 @@ A live run without a planned total is forecast from the durations of its
 configuration's earlier completed runs (``forecaster/planless.py``). This bench
 replays every corpus of ``bench/forecast_accuracy.py`` in time order at the moments it
 scores (start and 10–95 % of each completed run's realised total,
-``evaluate.replay_events``), and at each asks ``planless.forecast_without_plan`` with
-the durations of the same configuration's runs that completed before the moment
-(``planless.completed_durations``, fed in end order). Beside it, the plain median of
+``evaluate.replay_events``), and at each asks ``DurationsFit.forecast`` as the service
+does, the fit given the runs that completed before the moment (in end order). Beside it, the plain median of
 those durations minus the time elapsed (what a person would guess; the
 ``identity median`` column of the accuracy tables, on the same configuration key) and
 the P10–P90 coverage, by the number of durations the forecast had. A second table
@@ -37,9 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from forecast_accuracy import find_mlperf, load_corpora, replace_between_markers
 
 from gpu_eta.forecaster.calibration import POINTS
-from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.evaluate import replay_events
-from gpu_eta.forecaster.planless import METHODS, DurationsFit, Spread, forecast_without_plan
+from gpu_eta.forecaster.planless import METHODS, DurationsFit, Spread, groups
 from gpu_eta.forecaster.runs import Run
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "forecasting-evidence.md"
@@ -77,34 +75,23 @@ def moments(runs: Sequence[Run], matched: bool = True) -> tuple[list[Moment], li
             grown = True
         if grown:
             spread = fit.spread()
-        key = identity(part)
-        past = fit.durations(key) if key is not None else ()
         elapsed = now - part.start_timestamp
         truth = whole.last_timestamp - now
         if truth <= 0:
             continue
-        fc = forecast_without_plan(past, elapsed, spread.bands) if past else None
+        fc = fit.forecast(part, elapsed, spread)  # as the service asks it
         if fc is None:
-            other = fit.forecast(part, elapsed, spread)
-            if other is None:
-                coarser.append((point, "none", math.nan, math.nan, False))
-            else:
-                error = abs(other.p50 - truth) / truth * 100
-                covered = float(other.p10 <= truth <= other.p90)
-                borrowed = spread.coarser[METHODS.index(other.method) - 1] is None
-                coarser.append((point, other.method, error, covered, borrowed))
+            coarser.append((point, "none", math.nan, math.nan, False))
             continue
+        covered = float(fc.p10 <= truth <= fc.p90)
+        error = abs(fc.p50 - truth) / truth * 100
+        depth = METHODS.index(fc.method)
+        if depth:  # its configuration could not answer
+            coarser.append((point, fc.method, error, covered, spread.coarser[depth - 1] is None))
+            continue
+        past = fit.durations(groups(part)[0] or ())
         plain = max(0.0, statistics.median(past) - elapsed)
-        out.append(
-            (
-                point,
-                len(past),
-                abs(fc.p50 - truth) / truth * 100,
-                abs(plain - truth) / truth * 100,
-                1.0 if fc.p10 <= truth <= fc.p90 else 0.0,
-                truth,
-            )
-        )
+        out.append((point, len(past), error, abs(plain - truth) / truth * 100, covered, truth))
     return out, coarser
 
 
