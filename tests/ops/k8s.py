@@ -184,8 +184,8 @@ def policy_allows(
     *,
     port: int,
     namespace: str,
-    namespace_labels: dict[str, str],
     pod_labels: dict[str, str],
+    namespace_labels: dict[str, str] | None = None,
 ) -> bool:
     """Does this ingress policy let a pod (in NAMESPACE, with these labels) reach PORT?
 
@@ -194,6 +194,8 @@ def policy_allows(
     pods of matching namespaces (the NetworkPolicy API's semantics).
     """
     own = policy["metadata"]["namespace"]
+    if namespace_labels is None:  # the labels a namespace of that name has by default
+        namespace_labels = _default_namespace_labels(namespace)
     for rule in policy["spec"].get("ingress", []):
         if rule.get("ports") and not any(p["port"] == port for p in rule["ports"]):
             continue
@@ -215,3 +217,6 @@ def policy_allows(
 def namespace_labels(name: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The labels a namespace has: kubernetes.io/metadata.name is set by the API server."""
     return {"kubernetes.io/metadata.name": name, **(extra or {})}
+
+
+_default_namespace_labels = namespace_labels  # policy_allows' parameter shadows the name

@@ -461,13 +461,7 @@ def test_item3_only_the_forecaster_may_push_to_the_pushgateway() -> None:
     forecaster = template_labels(find(objects, "CronJob", "gpu-eta-forecaster"))
 
     def allows(ns: str, pod: dict) -> bool:
-        return k8s.policy_allows(
-            policy,
-            port=9091,
-            namespace=ns,
-            namespace_labels=k8s.namespace_labels(ns),
-            pod_labels=pod,
-        )
+        return k8s.policy_allows(policy, port=9091, namespace=ns, pod_labels=pod)
 
     assert allows("gpu-eta", forecaster)
     assert allows("monitoring", {"app.kubernetes.io/name": "prometheus"})
@@ -725,13 +719,8 @@ def test_documented_storage_class_patch(tmp_path: Path) -> None:
     class on the history's claim, the one the forecaster mounts in both variants."""
     (patch,) = _doc_yaml_blocks("kind: PersistentVolumeClaim", "storageClassName")
     wanted = yaml.safe_load(patch["patches"][0]["patch"])[0]["value"]
-    for extra in ((), ("../gpu-eta/manifests/variants/forecaster-cronjob",)):
-        body = {
-            "resources": ["../gpu-eta/manifests/namespace", "../gpu-eta/manifests/base"],
-            "components": list(extra),
-            **patch,
-        }
-        objects = k8s.kustomize(k8s.overlay(tmp_path, body, name=f"storage{len(extra)}"))
+    for components in ((), ("forecaster-cronjob",)):
+        objects = _combo(tmp_path, components, **patch)
         (claim,) = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
         assert claim["spec"]["storageClassName"] == wanted
         (forecaster,) = [
@@ -757,13 +746,7 @@ def test_documented_kube_prometheus_policy_lets_the_forecaster_in(tmp_path: Path
     ]
 
     def allows(ns: str, pod: dict) -> bool:
-        return k8s.policy_allows(
-            policy,
-            port=9090,
-            namespace=ns,
-            namespace_labels=k8s.namespace_labels(ns),
-            pod_labels=pod,
-        )
+        return k8s.policy_allows(policy, port=9090, namespace=ns, pod_labels=pod)
 
     for labels in forecasters:
         assert allows("gpu-eta", labels)
