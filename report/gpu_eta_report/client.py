@@ -67,6 +67,7 @@ log = logging.getLogger("gpu_eta.report")
 DEFAULT_PORT = 9843
 DEFAULT_TIMEOUT_SECONDS = 2.0
 DEFAULT_MIN_INTERVAL_SECONDS = 1.0
+QUEUE_SIZE = 32  # reports waiting for the sender; a full queue drops its oldest (counted)
 MAX_TIMEOUT_SECONDS = 60.0  # longer would only hold queued reports back from fresher ones
 # Copies of the exporter's wire rules (gpu_eta.exporter.progress: MAX_METRICS,
 # MAX_NUMBER, _METRIC_NAME, _RUN_ID, _CONTAINER, _KNOWN): this package installs alone in
@@ -423,7 +424,7 @@ class ProgressReporter:
         container: str | None = None,
         timeout_seconds: float | None = None,
         min_interval_seconds: float = 1.0,
-        queue_size: int = 32,
+        queue_size: int = QUEUE_SIZE,
         source_address: str | None = None,
         run_id: str | None = None,
         initial_epoch: int | None = None,
@@ -452,7 +453,7 @@ class ProgressReporter:
         self._refusals: set[str] = set()  # refusal reasons already logged (sender thread)
         self._last_step_enqueue = float("-inf")
         # reports as (body, thinnable): step reports may be dropped while backing off
-        self._queue: collections.deque[tuple[bytes, bool]] = collections.deque(maxlen=32)
+        self._queue: collections.deque[tuple[bytes, bool]] = collections.deque(maxlen=QUEUE_SIZE)
         self._cond = threading.Condition()
         self._closing = False
         self._inflight = False
@@ -527,7 +528,7 @@ class ProgressReporter:
         self.timeout_seconds = timeout_setting(timeout_seconds)
         self.min_interval_seconds = interval_setting(min_interval_seconds)
         size = _count(queue_size, 1)
-        self._queue = collections.deque(maxlen=int(size) if size else 32)
+        self._queue = collections.deque(maxlen=int(size) if size else QUEUE_SIZE)
         self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
         rank = other_rank()
         if rank and not (any_rank or (any_rank is None and _env_true("GPU_ETA_ANY_RANK"))):
