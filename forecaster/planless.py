@@ -22,18 +22,26 @@ plan when it says it ended, ``exporter.progress.advance``):
   alike (``bench/planless.py``; docs/forecasting.md, "Runs whose total is unknown").
   With fewer than ``MIN_POOLED`` residuals in the whole history, the order statistics.
 - a run past every earlier duration of its configuration, or whose configuration has
-  no completed run, is forecast the same way from coarser groups of runs (``METHODS``):
-  its job's (namespace and job name, any hardware or batch size), then the cluster's
-  latest. Each coarser level's spread is measured only on runs that had no earlier run
-  at any finer level, the situation it is used in: measured on every run it was far too
-  narrow (a run's job on other hardware misses by much more than its own configuration
-  does; the job's P10–P90 held 47–70 % on MLPerf, ``bench/planless.py --every-run``),
-  measured so 74–89 % for the job and 90–99 % for the cluster. A coarser level's spread
-  is read from ``MIN_COARSER_RESIDUALS`` such residuals at least (with fewer, even their
-  extremes hold under 80 %); a level with fewer borrows the nearest coarser level's
-  (wider: measured on runs further from their group), so that the run's own job, not
-  the cluster, still sets the centre. A run past every duration the cluster kept, or
-  with no measured spread at its level or above, gets no forecast.
+  no completed run, is forecast from coarser groups of runs (``METHODS``): its job's
+  (namespace and job name, any hardware or batch size), then the cluster's latest. The
+  median of the group's durations longer than the time elapsed leaves a remaining time,
+  and P10 / P50 / P90 scale it by log-ratios measured in the situation they are used
+  in: each completed run is replayed at the points it is scored at
+  (``calibration.POINTS`` of its duration), and at each moment where no finer level had
+  an earlier run longer than the time elapsed, the level that answers records the log
+  ratio of the run's true remaining time to the one its centre left; apart for runs a
+  finer level knew (it had runs, all shorter: the run outlasted them, and a job's runs
+  on other hardware tend to be far longer) and runs new to every finer level. Why so:
+  measured on every run the job's interval was far too narrow (a run's job on other
+  hardware misses by much more than its own configuration: 47–70 % on MLPerf); measured
+  at a run's start only and applied to its whole duration, the cluster's was far too
+  wide (90–99 %), and late in a run the median left far more time than remained (its
+  error 4–7× the remaining time at 90 % of a run, 10–15× at 95 %; scaled by the measured
+  P50 ratio 0.8–1.5× and 1–3×; ``bench/planless.py``). A level's ratios are read from
+  ``MIN_COARSER_RUNS`` runs at least (fewer in one of the two situations: the level's
+  pooled ones; a level with fewer in all borrows the nearest coarser level's, so that
+  the run's own job, not the cluster, still sets the centre). A run past every duration
+  the cluster kept, or with no measured ratios at its level or above, gets no forecast.
 
 Why not the run's own progress towards an estimated total (the median of the earlier
 totals it has not reached): measured on MLPerf with the plans hidden, the model given
@@ -52,7 +60,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpu_eta.forecaster.calibration import conformal_bounds
+from gpu_eta.forecaster.calibration import POINTS, conformal_bounds, conformal_z
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
@@ -77,14 +85,21 @@ MAX_RESIDUALS = 5000
 MIN_POOLED = 2
 """Fewest residuals the configuration level's pooled spread is read from (with fewer
 than nine, their extremes); fewer, the order statistics of the durations themselves."""
-MIN_COARSER_RESIDUALS = 9
-"""Fewest residuals a coarser level's spread is read from: the fewest whose extremes
-hold 80 % of the next one ((n − 1)/(n + 1)). With fewer the level borrows the nearest
-coarser level's spread (``DurationsFit.forecast``); with none measured, no forecast."""
+MIN_COARSER_RUNS = 9
+"""Fewest completed runs a coarser level's ratios are read from: the fewest whose
+extremes hold 80 % of the next one ((n − 1)/(n + 1)). Runs, not moments: a run measures
+a level at up to seven points, and its moments miss alike. With fewer the level borrows
+the nearest coarser level's ratios (``DurationsFit.forecast``); with none measured, no
+forecast."""
 _LO, _HI = 0.1, 0.9
 
 Configuration = tuple[str, ...]
 Bounds = tuple[float, float]
+Quantiles = tuple[float, float, float]
+LevelBounds = Mapping[bool, Quantiles]
+"""A coarser level's remaining-time log-ratios at P10, P50 and P90, apart for runs a
+finer level knew (it had completed runs, all shorter than the time elapsed: True) and
+runs new to every finer level (False)."""
 
 
 METHODS = (METHOD, "job_durations", "cluster_durations")
@@ -106,13 +121,28 @@ def band(n: int) -> int:
     return max(edge for edge in BANDS if edge <= max(n, 1))
 
 
+def _centre(ordered: Sequence[float], elapsed: float) -> float | None:
+    """The median of the sorted durations ``ordered`` longer than ``elapsed``; None when
+    none is."""
+    tail = ordered[bisect.bisect_right(ordered, elapsed) :]
+    return statistics.median(tail) if tail else None
+
+
 class _Residuals:
     """The latest ``MAX_RESIDUALS`` residuals in arrival order, and the same sorted (so
-    that their ranks are read without sorting)."""
+    that their ranks are read without sorting); ``runs``: how many runs gave them (a
+    coarser level's run gives several, ``add_run``)."""
 
     def __init__(self) -> None:
         self.order: collections.deque[float] = collections.deque()
         self.ordered: list[float] = []
+        self.runs = 0
+
+    def add_run(self, residuals: Sequence[float]) -> None:
+        """Keep one run's ``residuals``."""
+        for residual in residuals:
+            self.add(residual)
+        self.runs += 1
 
     def add(self, residual: float) -> float | None:
         """Keep ``residual``; the oldest one it pushed out, if any."""
@@ -128,10 +158,11 @@ class _Residuals:
 @dataclass(frozen=True, slots=True)
 class Spread:
     """What ``DurationsFit.spread`` measured: the configuration level's bounds by band
-    (``BANDS`` edge → log-ratio bounds), and each coarser level's (None: too few)."""
+    (``BANDS`` edge → log-ratio bounds of the duration), and each coarser level's
+    (``LevelBounds``; None: too few measured)."""
 
     bands: Mapping[int, Bounds]
-    coarser: tuple[Bounds | None, ...] = ()
+    coarser: tuple[LevelBounds | None, ...] = ()
 
 
 class DurationsFit:
@@ -152,40 +183,75 @@ class DurationsFit:
         self._kept: list[dict[Configuration, list[float]]] = [{} for _ in METHODS]
         self._bands = {edge: _Residuals() for edge in BANDS}
         self._pooled: list[float] = []  # every band's, sorted
-        self._coarser = [_Residuals() for _ in METHODS[1:]]
+        # per coarser level: its residuals apart by whether a finer level knew the run
+        # (LevelBounds), and all of them
+        self._coarser = [
+            ({known: _Residuals() for known in (False, True)}, _Residuals()) for _ in METHODS[1:]
+        ]
 
     def add(self, run: Run) -> None:
         """Learn ``run`` if it completed: its duration's residual around the median of
         its configuration's earlier ones (out of sample: measured before it joins them),
-        and, if its configuration had none, around its job's (if that had none, the
-        cluster's). A run that stopped before its plan is left out: a cancelled run's
-        duration says nothing of when a run of the job ends."""
+        and the residuals of the coarser levels that would have answered it at its
+        scored points (``_measure_coarser``). A run that stopped before its plan is left
+        out: a cancelled run's duration says nothing of when a run of the job ends."""
         if run.completed is not True:
             return
         duration = run.last_timestamp - run.start_timestamp
         if not (math.isfinite(duration) and duration > 0):
             return
-        finer_empty = True  # no finer level had an earlier run of this one's groups
-        for depth, key in enumerate(groups(run)):
-            if key is None:
+        keys = groups(run)
+        earlier = [
+            None if key is None else self._kept[depth].setdefault(key, [])
+            for depth, key in enumerate(keys)
+        ]
+        own = earlier[0]
+        if own:
+            residual = math.log(duration / statistics.median(own))
+            bisect.insort(self._pooled, residual)
+            oldest = self._bands[band(len(own))].add(residual)
+            if oldest is not None:
+                del self._pooled[bisect.bisect_left(self._pooled, oldest)]
+        self._measure_coarser(duration, earlier)
+        for depth, kept in enumerate(earlier):
+            if kept is None:
                 continue
-            earlier = self._kept[depth].setdefault(key, [])
-            if earlier and (finer_empty or not self._matched):
-                residual = math.log(duration / statistics.median(earlier))
-                self._remember(depth, len(earlier), residual)
-            finer_empty = finer_empty and not earlier
-            earlier.append(duration)
-            if len(earlier) > self._limits[depth]:
-                del earlier[0]
+            kept.append(duration)
+            if len(kept) > self._limits[depth]:
+                del kept[0]
 
-    def _remember(self, depth: int, n: int, residual: float) -> None:
-        if depth:
-            self._coarser[depth - 1].add(residual)
-            return
-        bisect.insort(self._pooled, residual)
-        oldest = self._bands[band(n)].add(residual)
-        if oldest is not None:
-            del self._pooled[bisect.bisect_left(self._pooled, oldest)]
+    def _measure_coarser(self, duration: float, earlier: Sequence[list[float] | None]) -> None:
+        """At each scored point of a completed run ``duration`` seconds long, the log
+        ratio of its remaining time to what the centre of the coarser level that would
+        have answered it left (the first level with an earlier run longer than the time
+        elapsed; with ``matched`` False, every such level), given its groups' durations
+        before it (``earlier``, per level; None: no group)."""
+        last = POINTS[-1] * duration
+        longest: list[float] = []  # per level, from the finest, as far as needed
+        for kept in earlier:
+            longest.append(max(kept) if kept else 0.0)
+            if self._matched and longest[-1] > last:
+                break  # this level answers every point: none coarser would
+        if self._matched and longest[0] > last:
+            return  # the configuration answers every point
+        ordered: dict[int, list[float]] = {}
+        measured: dict[int, list[float]] = collections.defaultdict(list)
+        for share in POINTS:
+            elapsed = share * duration
+            answering = [d for d, top in enumerate(longest) if top > elapsed]
+            for depth in answering[:1] if self._matched else answering:
+                kept = earlier[depth]
+                if depth == 0 or kept is None:  # None: never, longest is 0 without runs
+                    continue
+                if depth not in ordered:
+                    ordered[depth] = sorted(kept)
+                centre = _centre(ordered[depth], elapsed)
+                assert centre is not None  # some kept duration is longer than elapsed
+                measured[depth].append(math.log((duration - elapsed) / (centre - elapsed)))
+        for depth, residuals in measured.items():
+            apart, pooled = self._coarser[depth - 1]
+            apart[any(earlier[:depth])].add_run(residuals)
+            pooled.add_run(residuals)
 
     def durations(self, key: Configuration, depth: int = 0) -> tuple[float, ...]:
         """The latest durations of one group's completed runs at ``METHODS[depth]`` (a
@@ -195,19 +261,15 @@ class DurationsFit:
     def spread(self) -> Spread:
         """The configuration level's conformal bounds per band (a band with fewer than
         ``MIN_RESIDUALS`` reads every band's; none with fewer than ``MIN_POOLED``), and
-        each coarser level's (None with fewer than ``MIN_COARSER_RESIDUALS``)."""
+        each coarser level's (``LevelBounds``; None with fewer than
+        ``MIN_COARSER_RUNS`` in all)."""
         bands: dict[int, Bounds] = {}
         for edge in BANDS:
             own = self._bands[edge].ordered
             source = own if len(own) >= MIN_RESIDUALS else self._pooled
             if len(source) >= MIN_POOLED:
                 bands[edge] = conformal_bounds(source, _LO, _HI)
-        coarser = tuple(
-            conformal_bounds(r.ordered, _LO, _HI)
-            if len(r.ordered) >= MIN_COARSER_RESIDUALS
-            else None
-            for r in self._coarser
-        )
+        coarser = tuple(_level_bounds(apart, pooled) for apart, pooled in self._coarser)
         return Spread(bands, coarser)
 
     def forecast(self, run: Run, elapsed: float, spread: Spread) -> Forecast | None:
@@ -229,8 +291,24 @@ class DurationsFit:
             if depth == 0:
                 return forecast_without_plan(durations, elapsed, spread.bands)
             bounds = next((b for b in spread.coarser[depth - 1 :] if b is not None), None)
-            return _forecast(durations, elapsed, bounds, METHODS[depth]) if bounds else None
+            if bounds is None:
+                return None
+            known = any(self.durations(k, d) for d, k in enumerate(keys[:depth]) if k is not None)
+            return _forecast_remaining(durations, elapsed, bounds[known], METHODS[depth])
         return None
+
+
+def _level_bounds(apart: Mapping[bool, _Residuals], pooled: _Residuals) -> LevelBounds | None:
+    """A coarser level's (P10, P50, P90) log-ratios: apart for runs a finer level knew
+    and runs new to every finer level where each was measured on ``MIN_COARSER_RUNS``
+    runs at least, else all of the level's; None when it has fewer runs than that in all."""
+    if pooled.runs < MIN_COARSER_RUNS:
+        return None
+    every = conformal_z(pooled.ordered)
+    return {
+        known: conformal_z(r.ordered) if r.runs >= MIN_COARSER_RUNS else every
+        for known, r in apart.items()
+    }
 
 
 def fit_durations(
@@ -256,6 +334,26 @@ def forecast_without_plan(
     number."""
     usable = sum(1 for d in durations if math.isfinite(d) and d > 0)
     return _forecast(durations, elapsed, spread.get(band(usable)), METHOD)
+
+
+def _forecast_remaining(
+    durations: Sequence[float], elapsed: float, z: Quantiles, method: str
+) -> Forecast | None:
+    """A coarser level's forecast: what the median of the ``durations`` longer than
+    ``elapsed`` leaves, scaled by the measured log-ratios ``z`` (P10, P50, P90)."""
+    if not (math.isfinite(elapsed) and elapsed >= 0):
+        return None
+    centre = _centre(sorted(d for d in durations if math.isfinite(d)), elapsed)
+    if centre is None:
+        return None
+    left = centre - elapsed
+    return Forecast(
+        p10=left * math.exp(z[0]),
+        p50=left * math.exp(z[1]),
+        p90=left * math.exp(z[2]),
+        method=method,
+        n_obs=sum(1 for d in durations if math.isfinite(d) and d > elapsed),
+    )
 
 
 def _forecast(

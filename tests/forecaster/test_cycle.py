@@ -27,6 +27,7 @@ from gpu_eta.forecaster.cycle_meta import decode_means_until, encode_means_until
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.planless import fit_durations
 from gpu_eta.forecaster.promapi import PromAPIError
 from gpu_eta.forecaster.refit import ModelError, fit_in_child
 from gpu_eta.forecaster.runs import Run, run_key
@@ -1323,9 +1324,9 @@ def _planless(
 def test_a_run_of_a_job_that_never_completed_is_forecast_from_the_clusters_runs(
     store: HistoryStore,
 ) -> None:
-    """Ten jobs each completed once, 1000-1900 s in no order: a plan-less run of an eleventh job gets
-    the cluster's durations (``planless.LEVELS``) from its first cycle, its bounds the
-    spread of the nine runs that were new to the cluster's jobs when they ended."""
+    """Ten jobs each completed once, 1000-1900 s in no order: a plan-less run of an eleventh
+    job gets the cluster's durations (``planless.METHODS``) from its first cycle, what
+    they leave scaled by the ratios measured on the runs new to the cluster's jobs."""
     names = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
     names += ("india", "juliet")
     durations = [1500.0, 1000.0, 1900.0, 1200.0, 1700.0, 1100.0, 1800.0, 1300.0, 1600.0, 1400.0]
@@ -1349,18 +1350,20 @@ def test_a_run_of_a_job_that_never_completed_is_forecast_from_the_clusters_runs(
     fs = make_cycle(client, store, refit_seconds=0).run()
     assert fs.job_errors == {}
     x, y = sorted(fs.jobs, key=lambda j: j.run.run_id)
-    assert y.forecast.p50 == statistics.median(durations)  # just started: elapsed 0
-    assert x.forecast.method == "cluster_durations" and x.forecast.n_obs == 10
-    assert x.forecast.p50 == statistics.median(durations) - 300.0
-    residuals = [
-        math.log(d / statistics.median(durations[:i])) for i, d in enumerate(durations) if i
-    ]
-    lo, hi = min(residuals), max(residuals)  # nine: the extremes
+    spread = fit_durations(store.finished()).spread()
+    assert spread.coarser[1] is not None
+    lo, mid, hi = spread.coarser[1][False]  # runs of jobs new to the cluster
+    assert lo < mid < hi
     centre = statistics.median(durations)
-    assert lo < 0 < hi  # the bounds below and above the centre, none clipped
-    assert x.forecast.p10 == pytest.approx(centre * math.exp(lo) - 300.0)
-    assert x.forecast.p90 == pytest.approx(centre * math.exp(hi) - 300.0)
-    assert x.forecast.p10 < x.forecast.p50 < x.forecast.p90
+    assert y.forecast.method == "cluster_durations"
+    assert y.forecast.p50 == pytest.approx(centre * math.exp(mid))  # just started: elapsed 0
+    assert x.forecast.method == "cluster_durations" and x.forecast.n_obs == 10
+    left = centre - 300.0
+    assert (x.forecast.p10, x.forecast.p50, x.forecast.p90) == (
+        pytest.approx(left * math.exp(lo)),
+        pytest.approx(left * math.exp(mid)),
+        pytest.approx(left * math.exp(hi)),
+    )
 
 
 def test_a_run_without_a_plan_is_forecast_from_its_jobs_completed_durations(

@@ -7,12 +7,13 @@ import random
 
 import pytest
 
+from gpu_eta.forecaster.calibration import conformal_z
 from gpu_eta.forecaster.cycle import planless_stub
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.planless import (
     BANDS,
     METHOD,
-    MIN_COARSER_RESIDUALS,
+    MIN_COARSER_RUNS,
     PER_GROUP,
     DurationsFit,
     band,
@@ -198,48 +199,94 @@ def _jobs_on_new_hardware(n_jobs: int, ratio: float) -> list[Run]:
 
 
 def test_a_new_configuration_of_a_job_that_ran_is_forecast_from_the_job() -> None:
-    """Its configuration never completed a run; its job did, with another batch size: the
-    job's durations, scaled by how far new configurations fell from their jobs."""
-    history = _jobs_on_new_hardware(MIN_COARSER_RESIDUALS, 2.0)
+    """Its configuration never completed a run; its job did, with another batch size: what
+    the job's durations leave, scaled by the ratios measured where the job answered for
+    runs new to their configuration."""
+    # each job's second run (200 s) is new to its configuration; the job's one run (100
+    # s) answers it at the start, 10 % and 25 %: true remaining / what the job's 100 s
+    # left = 200/100, 180/80, 150/50
+    history = _jobs_on_new_hardware(MIN_COARSER_RUNS, 2.0)
     history += [_run("x1", 300.0, job="x"), _run("x2", 500.0, job="x")]
     fit = fit_durations(history)
-    spread = fit.spread()
-    assert spread.coarser[0] == (pytest.approx(math.log(2.0)), pytest.approx(math.log(2.0)))
+    measured = sorted([math.log(2.0), math.log(2.25), math.log(3.0)] * MIN_COARSER_RUNS)
+    assert fit.spread().coarser[0] == {
+        known: conformal_z(measured)
+        for known in (False, True)  # True: none, all of them
+    }
     new = _run("live", 1.0, job="x", batch=256.0)
     assert fit.durations(identity(new) or ()) == ()
-    fc = fit.forecast(new, 100.0, spread)
+    fc = fit.forecast(new, 100.0, fit.spread())
     assert fc is not None
     assert fc.method == "job_durations" and fc.n_obs == 2
-    assert fc.p50 == pytest.approx(400.0 - 100.0)
-    # both bounds ×2: P90 at twice the centre, P10 held at P50
-    assert (fc.p10, fc.p90) == (pytest.approx(300.0), pytest.approx(800.0 - 100.0))
-
-
-def test_a_coarser_level_learns_only_from_runs_new_at_every_finer_level() -> None:
-    """Runs whose configuration had run before add nothing to the job's spread: that
-    spread is for runs whose configuration is new, and theirs was measured too narrow."""
-    history = _jobs_on_new_hardware(MIN_COARSER_RESIDUALS - 1, 3.0)
-    history += [
-        _run(f"rep{i}", 100.0 * (1 + i % 2)) for i in range(40)
-    ]  # one configuration, repeated
-    spread = fit_durations(history).spread()
-    assert spread.coarser[0] is None  # eight residuals: too few to answer from
-    history.append(_run("last", 300.0, job="another-job", batch=32.0))
-    history.append(_run("last2", 900.0, job="another-job", batch=16.0))
-    assert fit_durations(history).spread().coarser[0] == (
-        pytest.approx(math.log(3.0)),
-        pytest.approx(math.log(3.0)),
+    left = 400.0 - 100.0  # the median of 300 and 500 s, less the time elapsed
+    assert (fc.p10, fc.p50, fc.p90) == (
+        pytest.approx(2.0 * left),
+        pytest.approx(2.25 * left),
+        pytest.approx(3.0 * left),
     )
 
 
+def test_a_run_that_outlasted_its_configuration_reads_ratios_measured_on_such_runs() -> None:
+    """Runs that outlasted their configuration's completed runs and runs new to it miss
+    their job's durations differently (a job's long runs elsewhere are far longer): each
+    situation reads its own measured ratios."""
+    history = []
+    for j in range(MIN_COARSER_RUNS):  # a 1,000 s run elsewhere, then 100 s and 300 s here
+        job = f"job{j}"
+        history += [
+            _run(f"{job}L", 1000.0, job=job, batch=128.0),
+            _run(f"{job}a", 100.0, job=job),
+            _run(f"{job}b", 300.0, job=job),
+        ]
+    fit = fit_durations(history)
+    # the 300 s runs outlasted their 100 s configuration at 50, 75, 90 and 95 %: the job's
+    # 1,000 s left 850, 775, 730, 715 s where 150, 75, 30, 15 s remained
+    outlasted = sorted(
+        math.log(r / left) for r, left in ((150, 850), (75, 775), (30, 730), (15, 715))
+    )
+    spread = fit.spread()
+    assert spread.coarser[0] is not None
+    assert spread.coarser[0][True] == conformal_z(sorted(outlasted * MIN_COARSER_RUNS))
+    assert spread.coarser[0][False] != spread.coarser[0][True]
+    live = _run("live", 1.0, job="job0")  # of the 100 / 300 s configuration, past both
+    fc = fit.forecast(live, 400.0, spread)
+    assert fc is not None and fc.method == "job_durations"
+    lo, mid, hi = spread.coarser[0][True]
+    assert fc.p50 == pytest.approx((1000.0 - 400.0) * math.exp(mid))
+    assert (fc.p10, fc.p90) == (
+        pytest.approx(600.0 * math.exp(lo)),
+        pytest.approx(600.0 * math.exp(hi)),
+    )
+
+
+def test_a_coarser_level_learns_only_from_moments_no_finer_level_answered() -> None:
+    """Runs whose configuration had a longer earlier run add nothing to the job's ratios:
+    those are for moments the configuration cannot answer, and measured on every run
+    they were too narrow."""
+    history = _jobs_on_new_hardware(MIN_COARSER_RUNS, 3.0)
+    before = fit_durations(history).spread().coarser[0]
+    assert before is not None
+    history += [_run(f"rep{i}", 100.0) for i in range(40)]  # one configuration, repeated
+    assert fit_durations(history).spread().coarser[0] == before
+    every = DurationsFit(matched=False)  # the variant measured and not kept
+    for run in history:
+        every.add(run)
+    assert every.spread().coarser[0] != before
+
+
 def test_no_forecast_while_neither_the_job_level_nor_the_cluster_has_nine_measured() -> None:
-    history = _jobs_on_new_hardware(MIN_COARSER_RESIDUALS - 1, 2.0)
-    history += [_run("x1", 300.0, job="x")]
+    """A level's ratios come from nine runs, not nine moments: eight runs new to the
+    cluster, each measured at seven points, are not enough."""
+    history = [_run("x1", 300.0, job="x")]
+    history += [_run(f"y{i}", 100.0, job=f"y{i}") for i in range(MIN_COARSER_RUNS - 1)]
     fit = fit_durations(history)
     spread = fit.spread()
-    assert spread.coarser == (None, None)  # 8 job-level, 8 cluster-level residuals
+    assert spread.coarser == (None, None)
     new = _run("live", 1.0, job="x", batch=256.0)
     assert fit.forecast(new, 10.0, spread) is None
+    fit.add(_run("z1", 100.0, job="z"))  # the ninth
+    fc = fit.forecast(new, 10.0, fit.spread())
+    assert fc is not None and fc.method == "job_durations"  # the job's, the cluster's ratios
 
 
 def _solo_jobs(n: int) -> list[Run]:
@@ -247,25 +294,32 @@ def _solo_jobs(n: int) -> list[Run]:
     return [_run(f"solo{j}", 100.0 * (j + 1), job=f"solo{j}", namespace=f"ns{j}") for j in range(n)]
 
 
-def test_a_job_level_not_yet_measured_borrows_the_clusters_spread_around_its_own_runs() -> None:
+def test_a_job_level_not_yet_measured_borrows_the_clusters_ratios_around_its_own_runs() -> None:
     """The job's own long runs set the centre (the cluster's median is 50× shorter); the
-    cluster's measured spread, the wider, sets the bounds."""
-    history = _solo_jobs(MIN_COARSER_RESIDUALS + 1)
+    cluster's measured ratios scale what it leaves."""
+    history = _solo_jobs(MIN_COARSER_RUNS + 1)
     history += [_run(f"big{i}", 36000.0, job="big") for i in range(3)]
     fit = fit_durations(history)
     spread = fit.spread()
     assert spread.coarser[0] is None and spread.coarser[1] is not None
     fc = fit.forecast(_run("live", 1.0, job="big", batch=128.0), 60.0, spread)
     assert fc is not None and fc.method == "job_durations" and fc.n_obs == 3
-    assert fc.p50 == pytest.approx(36000.0 - 60.0)
-    lo, hi = spread.coarser[1]
-    assert fc.p10 == pytest.approx(max(0.0, min(36000.0 * math.exp(lo) - 60.0, fc.p50)))
-    assert fc.p90 == pytest.approx(max(36000.0 * math.exp(hi) - 60.0, fc.p50))
-    # a run of those three's configuration past their 36,000 s reads its job's longer run
+    lo, mid, hi = spread.coarser[1][False]  # its configuration is new
+    left = 36000.0 - 60.0
+    assert (fc.p10, fc.p50, fc.p90) == (
+        pytest.approx(left * math.exp(lo)),
+        pytest.approx(left * math.exp(mid)),
+        pytest.approx(left * math.exp(hi)),
+    )
+    # a run of those three's configuration past their 36,000 s reads its job's longer run,
+    # with the ratios of runs that outlasted their configuration
     fit.add(_run("big-other", 50000.0, job="big", batch=256.0))
-    fc = fit.forecast(_run("live2", 1.0, job="big"), 40000.0, fit.spread())
+    spread = fit.spread()
+    fc = fit.forecast(_run("live2", 1.0, job="big"), 40000.0, spread)
     assert fc is not None and fc.method == "job_durations" and fc.n_obs == 1
-    assert fc.p50 == pytest.approx(10000.0)
+    borrowed = spread.coarser[1] if spread.coarser[0] is None else spread.coarser[0]
+    assert borrowed is not None
+    assert fc.p50 == pytest.approx(10000.0 * math.exp(borrowed[True][1]))
 
 
 def test_groups_keep_their_latest_durations_and_job_less_runs_feed_the_cluster() -> None:
@@ -287,7 +341,7 @@ def test_a_run_past_its_configurations_durations_or_without_a_job_reads_the_clus
     """A run that outlasted every earlier run of its configuration reads its job's; a run
     whose job never ran, or that has no job name, the cluster's; past every duration the
     cluster kept, none."""
-    history = _solo_jobs(MIN_COARSER_RESIDUALS + 1)
+    history = _solo_jobs(MIN_COARSER_RUNS + 1)
     fit = fit_durations(history)
     spread = fit.spread()
     assert spread.coarser[1] is not None
