@@ -63,9 +63,14 @@ from dataclasses import dataclass
 from gpu_eta.forecaster.calibration import POINTS, conformal_bounds, conformal_z
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.forecast import Forecast
+from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.runs import Run
 
-METHOD = "durations"
+METHODS = PLANLESS_METHODS
+"""The ``method`` of a forecast from each level, finest first (``methods``). A run is
+forecast from the first level whose group has a completed run longer than the run has
+lasted (module docstring)."""
+METHOD = METHODS[0]
 """``gpu_eta_job_forecast_info``'s ``method`` for forecasts from the run's configuration."""
 PER_CONFIGURATION = 20
 """Durations kept per configuration, the most recent: a job's software and data change
@@ -100,13 +105,6 @@ LevelBounds = Mapping[bool, Quantiles]
 """A coarser level's remaining-time log-ratios at P10, P50 and P90, apart for runs a
 finer level knew (it had completed runs, all shorter than the time elapsed: True) and
 runs new to every finer level (False)."""
-
-
-METHODS = (METHOD, "job_durations", "cluster_durations")
-"""The ``method`` of a forecast from each level, finest first: the run's configuration,
-its job (namespace and job name, any hardware or batch size), the cluster. A run is
-forecast from the first level whose group has a completed run longer than the run has
-lasted (module docstring)."""
 
 
 def groups(run: Run) -> tuple[Configuration | None, ...]:

@@ -8,11 +8,8 @@ from dataclasses import asdict
 from datetime import datetime, timezone, tzinfo
 from typing import Any
 
+from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View
-
-PAST_RUNS_METHODS = frozenset({"durations", "job_durations", "cluster_durations"})
-"""The forecaster's ``method`` values of runs without a planned total
-(``forecaster.planless.METHODS``): flagged ``from past runs``."""
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -104,8 +101,8 @@ def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:
         for f, on in (
             ("stalled", job.stalled),
             ("idle", job.idle),
-            # no planned total: the ETA is completed runs' durations (planless.METHODS)
-            ("from past runs", job.method in PAST_RUNS_METHODS),
+            # no planned total: the ETA is completed runs' durations
+            ("from past runs", job.method in PLANLESS_METHODS),
         )
         if on
     )
