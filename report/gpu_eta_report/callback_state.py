@@ -41,7 +41,7 @@ def never_raises(hook: _Hook) -> _Hook:
 
 
 class ReportingCallbackState:
-    """Constructor and ``_finish`` shared by the framework callbacks."""
+    """Constructor, ``_abandon`` and ``_finish`` shared by the framework callbacks."""
 
     def __init__(self, url: str | None = None, batch_size: int | None = None, **options: Any):
         super().__init__()  # the framework's Callback, next in the MRO
@@ -50,14 +50,20 @@ class ReportingCallbackState:
         self.options = options
         self.reporter: ProgressReporter | None = None
 
-    def _abandon(self) -> None:
-        """Stop the reporter of a training that did not finish, without an end: one
-        that raised leaves its reporter behind (Keras and HF have no hook for a
-        failure), and the callback reused for the next training must not leave that
-        one's sender running. What it still queued is dropped: it is the failed run's."""
+    def _abandon(self, flush_timeout_seconds: float | None = 0) -> None:
+        """Stop the reporter of a training that did not finish, without an end.
+
+        ``flush_timeout_seconds`` is how long what it queued may still be sent
+        (``ProgressReporter.close``). 0 by default: a training that raised leaves its
+        reporter behind where the framework has no hook for a failure (Keras, HF),
+        and the callback reused for the next training must not leave that one's
+        sender running; what it still queued is the failed run's, dropped. None
+        (the send timeout) where the framework says it failed (Lightning's
+        ``on_exception``): the epoch the run reached is still worth sending.
+        """
         reporter, self.reporter = self.reporter, None
         if reporter is not None:
-            reporter.close(0)
+            reporter.close(flush_timeout_seconds)
 
     def _finish(self, metrics: Mapping[str, Any] | None = None) -> None:
         """End the run (at most once) with the last ``metrics`` and drop the reporter."""

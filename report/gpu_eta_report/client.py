@@ -59,7 +59,7 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger("gpu_eta.report")
@@ -140,21 +140,34 @@ def timeout_setting(value: object = None, env: Mapping[str, str] | None = None) 
         source = "GPU_ETA_TIMEOUT_SECONDS"
         if value is None:
             return DEFAULT_TIMEOUT_SECONDS
+    return _seconds_setting(
+        value,
+        source,
+        DEFAULT_TIMEOUT_SECONDS,
+        lambda seconds: 0 < seconds <= MAX_TIMEOUT_SECONDS,
+        f" in (0, {MAX_TIMEOUT_SECONDS:g}]",
+    )
+
+
+def _seconds_setting(
+    value: object, source: str, default: float, accepts: Callable[[float], bool], bounds: str = ""
+) -> float:
+    """``value`` as a number of seconds if ``accepts`` it, else ``default`` and one
+    warning naming ``source`` (and the ``bounds`` accepted). The one parse of every
+    seconds knob, so that each says what was wrong alike and none can raise: a bad
+    knob must not stop a training job. A bool is no number here, NaN never accepted.
+    """
     try:
         if isinstance(value, bool):
             raise ValueError
-        seconds = float(value)
+        seconds = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
         seconds = math.nan
-    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:  # also false for NaN
+    if math.isnan(seconds) or not accepts(seconds):
         log.warning(
-            "gpu-eta: %s=%r is not a number of seconds in (0, %g]; using %g",
-            source,
-            value,
-            MAX_TIMEOUT_SECONDS,
-            DEFAULT_TIMEOUT_SECONDS,
+            "gpu-eta: %s=%r is not a number of seconds%s; using %g", source, value, bounds, default
         )
-        return DEFAULT_TIMEOUT_SECONDS
+        return default
     return seconds
 
 
@@ -193,20 +206,12 @@ def interval_setting(value: object) -> float:
     """``min_interval_seconds``: a number of seconds, at least 0; anything else (NaN, a
     string) gives the default 1 s and one warning naming it, rather than no step
     report at all."""
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        seconds = math.nan
-    if not 0 <= seconds < math.inf:  # also false for NaN
-        log.warning(
-            "gpu-eta: min_interval_seconds=%r is not a number of seconds; using %g",
-            value,
-            DEFAULT_MIN_INTERVAL_SECONDS,
-        )
-        return DEFAULT_MIN_INTERVAL_SECONDS
-    return seconds
+    return _seconds_setting(
+        value,
+        "min_interval_seconds",
+        DEFAULT_MIN_INTERVAL_SECONDS,
+        lambda seconds: 0 <= seconds < math.inf,
+    )
 
 
 def _count(value: object, minimum: float) -> int | float | None:

@@ -101,6 +101,4 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         """Stop reporting without an end: the run did not finish, and an end would
         make one without ``max_epochs`` look completed where it failed. What it
         queued is still sent (the epoch it reached), within the send timeout."""
-        reporter, self.reporter = self.reporter, None
-        if reporter is not None:
-            reporter.close()
+        self._abandon(flush_timeout_seconds=None)
