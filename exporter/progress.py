@@ -520,6 +520,11 @@ def ended_by_exit(progress: Progress, now: float) -> Progress | None:
     step, so the duration learnt is the run's own, not up to the moment the exporter
     noticed the exit (an exporter down or a watch cut while the Job completed would
     stretch it).
+
+    A row ``check_progress`` accepts stays one it accepts, so the store saves the
+    result unchecked: the totals are counters the row already held (each at least 1,
+    as the wire format's totals must be), and ``ended_timestamp`` is ``now`` (the
+    caller's clock) or the row's own last report.
     """
     if progress.epochs is not None or progress.steps is not None:
         return None

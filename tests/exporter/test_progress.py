@@ -17,6 +17,7 @@ from gpu_eta.exporter.progress import (
     Report,
     ReportError,
     advance,
+    check_progress,
     ended_by_exit,
     parse_report,
 )
@@ -326,6 +327,9 @@ def test_a_succeeded_pod_ends_its_plan_less_run_as_an_end_would():
     short = ended_by_exit(_adv(None, Report(epoch=0.5, step=0), NOW), NOW + 9)
     assert short is not None and (short.epochs, short.steps) == (None, None)
     assert short.ended_timestamp == NOW + 9
+    # still rows the store's loader accepts: the store saves them unchecked
+    for row in (ended, epochs_only, short):
+        assert check_progress(row) is row
     # never ended before its last report (a clock behind the log lines' stamps)
     assert ended_by_exit(p, NOW + 10).ended_timestamp == NOW + 30
 
