@@ -10,6 +10,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,21 @@ POD = PodMeta("ml", "job-1", "uid-1", ip="127.0.0.6", container_ids={"train": "c
 def listener():
     with listening_for(POD) as lst:
         yield lst
+
+
+@pytest.fixture
+def journaling_listener(tmp_path):
+    """A listener whose store journals every report: for the tests that read a run's
+    reports in turn, or several runs of one script (``last_rows``)."""
+    store = journaling_store(tmp_path / "state")
+    with listening_for(POD, store=store) as lst:
+        yield lst
+
+
+def last_rows(listener: ProgressListener) -> dict[str, dict]:
+    """Each run's last journaled row, by run id: a script that trains several times
+    (one framework start for several cases) tells its runs apart by their ids."""
+    return {row["run_id"]: row for row in journaled(listener.store)}
 
 
 def run(listener: ProgressListener, code: str, **extra_env: str) -> str:
@@ -49,6 +65,64 @@ def needs(module: str):
     )
 
 
+def lightning_script(samples: int = 64) -> str:
+    """A script's opening for the Lightning tests: ``x``/``y`` (``samples`` rows),
+    ``data`` (batches of 16), a linear ``M`` logging ``train_loss``, and ``QUIET``, the
+    Trainer options that keep a test's run to its training (no checkpoint left in the
+    working directory, no logger, no progress bar). One copy, so each test
+    shows only what its training does differently."""
+    return f"""
+import torch, lightning as L
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from gpu_eta_report.lightning import GpuEtaCallback
+x = torch.randn({samples}, 8); y = x.sum(1, keepdim=True)
+data = DataLoader(TensorDataset(x, y), batch_size=16)
+class M(L.LightningModule):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
+    def training_step(self, b, i):
+        loss = ((self.net(b[0]) - b[1]) ** 2).mean(); self.log("train_loss", loss); return loss
+    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
+QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+             enable_model_summary=False, accelerator="cpu")
+"""
+
+
+def keras_script(samples: int = 64) -> str:
+    """A script's opening for the Keras tests: ``x``/``y`` (``samples`` rows) and ``m``,
+    a one-layer regression compiled with SGD and MSE."""
+    return f"""
+import numpy as np, keras
+from gpu_eta_report.keras import GpuEtaCallback
+x = np.random.default_rng(0).normal(size=({samples}, 8)).astype("float32"); y = x.sum(1)
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse")
+"""
+
+
+def hf_script(output_dir: Path) -> str:
+    """A script's opening for the HF tests: ``DS`` (64 samples), ``M`` (a two-class
+    linear model) and ``args(**changes)``, the tests' ``TrainingArguments`` (batches of
+    16, a log every 2 steps, no checkpoints, CPU) writing to ``output_dir``."""
+    return f"""
+import torch
+from torch import nn
+from transformers import Trainer, TrainingArguments
+from gpu_eta_report.hf import GpuEtaCallback
+class DS(torch.utils.data.Dataset):
+    def __init__(self): self.x = torch.randn(64, 8); self.y = (self.x.sum(1) > 0).long()
+    def __len__(self): return 64
+    def __getitem__(self, i): return {{"x": self.x[i], "labels": self.y[i]}}
+class M(nn.Module):
+    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
+    def forward(self, x, labels=None):
+        logits = self.net(x); return {{"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}}
+def args(**changes):
+    return TrainingArguments(**{{**dict(output_dir={str(output_dir)!r}, per_device_train_batch_size=16,
+        logging_steps=2, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True), **changes}})
+"""
+
+
 def test_frameworks_are_not_imported_by_each_other():
     code = (
         "import sys, gpu_eta_report.lightning, gpu_eta_report.hf\n"
@@ -64,20 +138,9 @@ def test_frameworks_are_not_imported_by_each_other():
 def test_lightning_callback(listener):
     run(
         listener,
-        """
-import torch, lightning as L
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-from gpu_eta_report.lightning import GpuEtaCallback
-x = torch.randn(128, 8); y = x.sum(1, keepdim=True)
-class M(L.LightningModule):
-    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
-    def training_step(self, b, i):
-        loss = ((self.net(b[0]) - b[1]) ** 2).mean(); self.log("train_loss", loss); return loss
-    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
-L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-          enable_model_summary=False, accelerator="cpu", callbacks=[GpuEtaCallback()]).fit(
-    M(), DataLoader(TensorDataset(x, y), batch_size=16))
+        lightning_script(samples=128)
+        + """
+L.Trainer(max_epochs=3, callbacks=[GpuEtaCallback()], **QUIET).fit(M(), data)
 """,
     )
     (p,) = listener.store.snapshot()
@@ -86,42 +149,33 @@ L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progres
 
 
 @needs("lightning")
-@pytest.mark.parametrize(("max_steps", "reached"), [(6, (1, None, 6, 6)), (8, (2, 2, 8, 8))])
-def test_lightning_max_steps_before_max_epochs(listener, max_steps, reached):
+def test_lightning_max_steps_before_max_epochs(journaling_listener):
     """``max_epochs=10`` with ``max_steps`` at 4 steps an epoch: the run ends at
     ``max_steps``. Planned as 10 epochs it looked stopped early, and with 6 steps (1.5
-    epochs) it reported 2 epochs done."""
+    epochs) it reported 2 epochs done. Both trainings in one script (run ids
+    ``steps-6``, ``steps-8``): one framework start."""
     run(
-        listener,
-        f"""
-import torch, lightning as L
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-from gpu_eta_report.lightning import GpuEtaCallback
-x = torch.randn(64, 8); y = x.sum(1, keepdim=True)
-class M(L.LightningModule):
-    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
-    def training_step(self, b, i): return ((self.net(b[0]) - b[1]) ** 2).mean()
-    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
-L.Trainer(max_epochs=10, max_steps={max_steps}, logger=False, enable_checkpointing=False,
-          enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-          callbacks=[GpuEtaCallback()]).fit(M(), DataLoader(TensorDataset(x, y), batch_size=16))
+        journaling_listener,
+        lightning_script()
+        + """
+for max_steps in (6, 8):
+    L.Trainer(max_epochs=10, max_steps=max_steps, **QUIET,
+              callbacks=[GpuEtaCallback(run_id=f"steps-{max_steps}")]).fit(M(), data)
 """,
     )
-    (p,) = listener.store.snapshot()
-    assert (p.epoch, p.epochs, p.step, p.steps) == reached
+    reached = {
+        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
+        for run_id, row in last_rows(journaling_listener).items()
+    }
+    assert reached == {"steps-6": (1, None, 6, 6), "steps-8": (2, 2, 8, 8)}
 
 
 @needs("keras")
 def test_keras_callback(listener):
     run(
         listener,
-        """
-import numpy as np, keras
-from gpu_eta_report.keras import GpuEtaCallback
-x = np.random.default_rng(0).normal(size=(128, 8)).astype("float32"); y = x.sum(1)
-m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
-m.compile(optimizer="sgd", loss="mse")
+        keras_script(samples=128)
+        + """
 m.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_size=32)])
 """,
     )
@@ -134,14 +188,12 @@ m.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_
 def test_keras_callback_reports_from_rank_zero_only(listener):
     """Keras has no rank of its own to ask: a process its launcher calls rank 1 (two
     ranks in one pod) reports nothing, rank 0 reports the run."""
-    code = """
-import numpy as np, keras
-from gpu_eta_report.keras import GpuEtaCallback
-x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
-m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
-m.compile(optimizer="sgd", loss="mse")
+    code = (
+        keras_script()
+        + """
 m.fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_size=32)])
 """
+    )
     run(listener, code, RANK="1", LOCAL_RANK="1")
     assert not listener.store.snapshot() and listener.counts()["accepted"] == 0
     run(listener, code, RANK="0", LOCAL_RANK="0")
@@ -156,15 +208,11 @@ def test_keras_keeps_its_asynchronous_batch_callbacks(listener):
     for its logs on the host. The reporting still reaches every step."""
     out = run(
         listener,
-        """
-import numpy as np, keras
+        keras_script()
+        + """
 from keras.callbacks import CallbackList
-from gpu_eta_report.keras import GpuEtaCallback
 cb = GpuEtaCallback(batch_size=16)
 print(CallbackList([keras.callbacks.History()])._async_train, CallbackList([cb])._async_train)
-x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
-m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
-m.compile(optimizer="sgd", loss="mse")
 m.fit(x, y, epochs=2, batch_size=16, verbose=0, callbacks=[cb])
 """,
     )
@@ -202,32 +250,14 @@ def test_keras_callback_subclasses_tf_keras_when_tensorflow_is_told_to_use_it(tm
     assert seen == ["True", "False"]
 
 
-HF_DATA = """
-import torch
-from torch import nn
-from transformers import Trainer, TrainingArguments
-from gpu_eta_report.hf import GpuEtaCallback
-class DS(torch.utils.data.Dataset):
-    def __init__(self): self.x = torch.randn(64, 8); self.y = (self.x.sum(1) > 0).long()
-    def __len__(self): return 64
-    def __getitem__(self, i): return {"x": self.x[i], "labels": self.y[i]}
-"""
-"""The HF tests' imports and 64-sample dataset (a script's opening, run by ``run``)."""
-
-
 @needs("transformers")
 def test_hf_trainer_callback(listener, tmp_path):
     run(
         listener,
-        HF_DATA
-        + f"""
-class M(nn.Module):
-    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
-    def forward(self, x, labels=None):
-        logits = self.net(x); return {{"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}}
-args = TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=2, per_device_train_batch_size=16,
-    logging_steps=2, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
-Trainer(model=M(), args=args, train_dataset=DS(), callbacks=[GpuEtaCallback()]).train()
+        hf_script(tmp_path)
+        + """
+Trainer(model=M(), args=args(num_train_epochs=2), train_dataset=DS(),
+        callbacks=[GpuEtaCallback()]).train()
 """,
     )
     (p,) = listener.store.snapshot()
@@ -236,7 +266,9 @@ Trainer(model=M(), args=args, train_dataset=DS(), callbacks=[GpuEtaCallback()]).
 
 
 @needs("transformers")
-def test_hf_total_flos_never_freezes_progress_across_reused_trainings(listener, tmp_path):
+def test_hf_total_flos_never_freezes_progress_across_reused_trainings(
+    journaling_listener, tmp_path
+):
     """HF Trainer logs ``total_flos`` (≈ 1e15 for real models, over the wire format's
     1e12) in its final ``on_log``. It once made the exporter refuse the final report,
     and, the callback reused for a second ``train()`` (a notebook, a hyperparameter
@@ -244,25 +276,22 @@ def test_hf_total_flos_never_freezes_progress_across_reused_trainings(listener, 
 
     The model is tiny but tells the Trainer it has 1.3 B parameters (``num_parameters``,
     which ``Trainer.floating_point_ops`` asks), so the real Trainer's own accounting
-    gives a real model's ``total_flos``.
+    gives a real model's ``total_flos``. The second run's reports carry none of the
+    first run's final logs (``train_loss``, ``train_runtime``...): they are not its own.
     """
+    listener = journaling_listener
     out = run(
         listener,
-        HF_DATA
-        + f"""
-class M(nn.Module):
+        hf_script(tmp_path)
+        + """
+class Big(M):
     main_input_name = "x"
-    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
     def num_parameters(self, exclude_embeddings=False): return 1_300_000_000
-    def forward(self, x, labels=None):
-        logits = self.net(x); return {{"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}}
 cb = GpuEtaCallback()
 flos = []
 for epochs in (2, 3):
-    args = TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=epochs,
-        per_device_train_batch_size=16, logging_steps=2, save_strategy="no", report_to=[],
-        use_cpu=True, disable_tqdm=True)
-    trainer = Trainer(model=M(), args=args, train_dataset=DS(), callbacks=[cb])
+    trainer = Trainer(model=Big(), args=args(num_train_epochs=epochs), train_dataset=DS(),
+                      callbacks=[cb])
     trainer.train()
     flos.append(trainer.state.total_flos)
 print(min(flos))
@@ -273,15 +302,10 @@ print(min(flos))
     assert (p.epoch, p.epochs, p.step, p.steps) == (3, 3, 12, 12)  # the second run, whole
     assert "train_loss" in p.metrics and "total_flos" not in p.metrics
     assert listener.counts()["invalid"] == 0
-
-
-HF_MODEL = """
-class M(nn.Module):
-    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
-    def forward(self, x, labels=None):
-        logits = self.net(x); return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
-"""
-"""The HF tests' two-class linear model (after ``HF_DATA``)."""
+    second = [r for r in journaled(listener.store) if r["run_id"] == p.run_id]
+    before_end = [r["metrics"] for r in second if r["ended_timestamp"] is None]
+    assert any("loss" in m for m in before_end)  # it sent metrics before its end
+    assert not [m for m in before_end if "train_loss" in m or "train_runtime" in m]
 
 
 @needs("transformers")
@@ -291,19 +315,17 @@ def test_hf_streamed_data_with_max_steps_reports_its_steps(listener, tmp_path):
     exporter refuse every report of the run. Not a bad value either: no warning."""
     out = run(
         listener,
-        HF_DATA
-        + HF_MODEL
-        + f"""
+        hf_script(tmp_path)
+        + """
 import logging, sys
 logging.basicConfig(stream=sys.stdout, format="LOG %(message)s")
 class Stream(torch.utils.data.IterableDataset):
     def __iter__(self):
         g = torch.Generator().manual_seed(0)
         while True:
-            x = torch.randn(8, generator=g); yield {{"x": x, "labels": (x.sum() > 0).long()}}
-args = TrainingArguments(output_dir={str(tmp_path)!r}, max_steps=6, per_device_train_batch_size=4,
-    logging_steps=2, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
-Trainer(model=M(), args=args, train_dataset=Stream(), callbacks=[GpuEtaCallback()]).train()
+            x = torch.randn(8, generator=g); yield {"x": x, "labels": (x.sum() > 0).long()}
+Trainer(model=M(), args=args(max_steps=6, per_device_train_batch_size=4), train_dataset=Stream(),
+        callbacks=[GpuEtaCallback()]).train()
 """,
     )
     (p,) = listener.store.snapshot()
@@ -319,66 +341,14 @@ def test_hf_fractional_epochs_report_whole_epochs_done_and_plan_steps(listener, 
     2 planned epochs the run read as 2 of 2 epochs done after one and a half."""
     run(
         listener,
-        HF_DATA
-        + HF_MODEL
-        + f"""
-args = TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=1.5,
-    per_device_train_batch_size=16, logging_steps=2, save_strategy="no", report_to=[],
-    use_cpu=True, disable_tqdm=True)
-Trainer(model=M(), args=args, train_dataset=DS(), callbacks=[GpuEtaCallback()]).train()
+        hf_script(tmp_path)
+        + """
+Trainer(model=M(), args=args(num_train_epochs=1.5), train_dataset=DS(),
+        callbacks=[GpuEtaCallback()]).train()
 """,
     )
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.epochs, p.step, p.steps) == (1, None, 6, 6)
-
-
-def test_callbacks_survive_hooks_with_minimal_objects(listener):
-    """The hook signatures work without the frameworks' own objects (duck-typed)."""
-    from types import SimpleNamespace
-
-    from gpu_eta_report.hf import GpuEtaCallback as HfCallback
-
-    cb = HfCallback(url=f"http://127.0.0.1:{listener.port}/progress", source_address=POD.ip)
-    args = SimpleNamespace(num_train_epochs=1, per_device_train_batch_size=4, world_size=1)
-    state = SimpleNamespace(
-        is_local_process_zero=True, max_steps=2, num_train_epochs=1, global_step=0, epoch=0
-    )
-    cb.on_train_begin(args, state, None)
-    state.global_step = 2
-    state.epoch = 1.0
-    cb.on_log(args, state, None, logs={"loss": 0.5, "epoch": 1.0})
-    cb.on_step_end(args, state, None)
-    cb.on_epoch_end(args, state, None)
-    cb.on_train_end(args, state, None)
-    (p,) = listener.store.snapshot()
-    assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (1, 1, 2, 2, 4)
-
-
-@pytest.mark.parametrize("finish", ["on_train_end", "on_exception"])
-def test_lightning_ends_a_run_only_when_training_ended(listener, finish):
-    """Without ``max_epochs`` (Lightning's -1: until a callback stops it) an end gives
-    the run the totals it reached; a failure must not, so it sends no end."""
-    from types import SimpleNamespace
-
-    from gpu_eta_report.lightning import GpuEtaCallback as LightningCallback
-
-    cb = LightningCallback(url=f"http://127.0.0.1:{listener.port}/progress", source_address=POD.ip)
-    trainer = SimpleNamespace(
-        local_rank=0, max_epochs=-1, num_training_batches=4, current_epoch=0, global_step=4
-    )
-    cb.on_train_start(trainer, None)
-    reporter = cb.reporter
-    cb.on_train_epoch_end(trainer, None)
-    trainer.current_epoch, trainer.global_step = 1, 8
-    cb.on_train_epoch_end(trainer, None)
-    if finish == "on_exception":
-        cb.on_exception(trainer, None, RuntimeError("out of memory"))
-    else:
-        cb.on_train_end(trainer, None)
-    assert cb.reporter is None and reporter._thread is None  # the sender stopped either way
-    (p,) = listener.store.snapshot()
-    planned = (None, None) if finish == "on_exception" else (None, 8)  # a step: the steps
-    assert (p.epoch, p.step, (p.epochs, p.steps)) == (2, 8, planned)
 
 
 # -- metrics named like the progress fields, hooks that meet odd objects ----------------
@@ -391,23 +361,14 @@ def test_lightning_module_logging_step_and_epoch_trains_and_reports(listener):
     ``step`` argument, and the TypeError stopped ``fit``."""
     run(
         listener,
-        """
-import torch, lightning as L
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-from gpu_eta_report.lightning import GpuEtaCallback
-x = torch.randn(64, 8); y = x.sum(1, keepdim=True)
-class M(L.LightningModule):
-    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
+        lightning_script()
+        + """
+class Axes(M):
     def training_step(self, b, i):
-        loss = ((self.net(b[0]) - b[1]) ** 2).mean()
-        self.log("train_loss", loss); self.log("step", float(self.global_step))
-        self.log("epoch", float(self.current_epoch))
-        return loss
-    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
-L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-          enable_model_summary=False, accelerator="cpu", callbacks=[GpuEtaCallback()]).fit(
-    M(), DataLoader(TensorDataset(x, y), batch_size=16))
+        self.log("step", float(self.global_step)); self.log("epoch", float(self.current_epoch))
+        return super().training_step(b, i)
+L.Trainer(max_epochs=2, callbacks=[GpuEtaCallback()], **QUIET).fit(
+    Axes(), data)
 """,
     )
     (p,) = listener.store.snapshot()
@@ -419,11 +380,8 @@ L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progres
 def test_keras_metric_named_epoch_trains_and_reports(listener):
     run(
         listener,
-        """
-import numpy as np, keras
-from gpu_eta_report.keras import GpuEtaCallback
-x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
-m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        keras_script()
+        + """
 m.compile(optimizer="sgd", loss="mse", metrics=[keras.metrics.MeanAbsoluteError(name="epoch")])
 m.fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[GpuEtaCallback(batch_size=32)])
 """,
@@ -438,18 +396,13 @@ def test_hf_logs_holding_a_step_train_and_report(listener, tmp_path):
     """A Trainer whose logs carry ``step`` (a subclass adding it for its own logger)."""
     run(
         listener,
-        HF_DATA
-        + f"""
-class M(nn.Module):
-    def __init__(self): super().__init__(); self.net = nn.Linear(8, 2)
-    def forward(self, x, labels=None):
-        logits = self.net(x); return {{"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}}
+        hf_script(tmp_path)
+        + """
 class T(Trainer):
-    def log(self, logs, *args, **kwargs):
-        super().log({{**logs, "step": self.state.global_step}}, *args, **kwargs)
-args = TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=2, per_device_train_batch_size=16,
-    logging_steps=2, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
-T(model=M(), args=args, train_dataset=DS(), callbacks=[GpuEtaCallback()]).train()
+    def log(self, logs, *rest, **kwargs):
+        super().log({**logs, "step": self.state.global_step}, *rest, **kwargs)
+T(model=M(), args=args(num_train_epochs=2), train_dataset=DS(),
+  callbacks=[GpuEtaCallback()]).train()
 """,
     )
     (p,) = listener.store.snapshot()
@@ -502,13 +455,6 @@ def test_hooks_never_raise_on_objects_they_cannot_read(listener):
 # -- resumed runs start where their checkpoint left them ------------------------------
 
 
-@pytest.fixture
-def journaling_listener(tmp_path):
-    store = journaling_store(tmp_path / "state")
-    with listening_for(POD, store=store) as lst:
-        yield lst
-
-
 def first_and_last(listener: ProgressListener) -> tuple[tuple, tuple]:
     rows = journaled(listener.store)
     assert len({row["run_id"] for row in rows}) == 1
@@ -522,12 +468,8 @@ def test_keras_resumed_at_an_initial_epoch_starts_there(journaling_listener):
     not 0 and then a jump the forecaster would read as three epochs in one."""
     run(
         journaling_listener,
-        """
-import numpy as np, keras
-from gpu_eta_report.keras import GpuEtaCallback
-x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
-m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
-m.compile(optimizer="sgd", loss="mse")
+        keras_script()
+        + """
 m.fit(x, y, epochs=5, initial_epoch=3, batch_size=32, verbose=0,
       callbacks=[GpuEtaCallback(batch_size=32)])
 """,
@@ -539,22 +481,13 @@ m.fit(x, y, epochs=5, initial_epoch=3, batch_size=32, verbose=0,
 def test_lightning_resumed_from_a_checkpoint_starts_there(journaling_listener, tmp_path):
     run(
         journaling_listener,
-        f"""
-import torch, lightning as L
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+        lightning_script()
+        + f"""
 from lightning.pytorch.callbacks import ModelCheckpoint
-from gpu_eta_report.lightning import GpuEtaCallback
-x = torch.randn(64, 8); y = x.sum(1, keepdim=True)
-class M(L.LightningModule):
-    def __init__(self): super().__init__(); self.net = nn.Linear(8, 1)
-    def training_step(self, b, i): return ((self.net(b[0]) - b[1]) ** 2).mean()
-    def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)
-kw = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
-data = DataLoader(TensorDataset(x, y), batch_size=16)
+saving = QUIET | dict(enable_checkpointing=True)
 L.Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath={str(tmp_path)!r}, save_last=True)],
-          **kw).fit(M(), data)
-L.Trainer(max_epochs=4, callbacks=[GpuEtaCallback()], **kw).fit(
+          **saving).fit(M(), data)
+L.Trainer(max_epochs=4, callbacks=[GpuEtaCallback()], **QUIET).fit(
     M(), data, ckpt_path={str(tmp_path / "last.ckpt")!r})
 """,
     )
@@ -565,15 +498,11 @@ L.Trainer(max_epochs=4, callbacks=[GpuEtaCallback()], **kw).fit(
 def test_hf_resumed_from_a_checkpoint_starts_there(journaling_listener, tmp_path):
     run(
         journaling_listener,
-        HF_DATA
-        + HF_MODEL
+        hf_script(tmp_path)
         + f"""
-def args(epochs):
-    return TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=epochs,
-        per_device_train_batch_size=16, logging_steps=2, save_strategy="epoch", report_to=[],
-        use_cpu=True, disable_tqdm=True)
-Trainer(model=M(), args=args(2), train_dataset=DS()).train()
-Trainer(model=M(), args=args(4), train_dataset=DS(), callbacks=[GpuEtaCallback()]).train(
+Trainer(model=M(), args=args(num_train_epochs=2, save_strategy="epoch"), train_dataset=DS()).train()
+Trainer(model=M(), args=args(num_train_epochs=4, save_strategy="epoch"), train_dataset=DS(),
+        callbacks=[GpuEtaCallback()]).train(
     resume_from_checkpoint={str(tmp_path / "checkpoint-8")!r})
 """,
     )
@@ -600,14 +529,10 @@ def test_keras_callback_reused_after_a_failed_fit_stops_the_old_sender(listener)
     out = run(
         listener,
         COUNT_SENDERS
+        + keras_script()
         + """
-import numpy as np, keras
-from gpu_eta_report.keras import GpuEtaCallback
 class Boom(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None): raise RuntimeError("out of memory")
-x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32"); y = x.sum(1)
-m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
-m.compile(optimizer="sgd", loss="mse")
 cb = GpuEtaCallback(batch_size=32)
 try:
     m.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[cb, Boom()])
@@ -628,26 +553,63 @@ def test_hf_callback_reused_after_a_failed_train_stops_the_old_sender(listener, 
     out = run(
         listener,
         COUNT_SENDERS
-        + HF_DATA
-        + HF_MODEL
-        + f"""
+        + hf_script(tmp_path)
+        + """
 from transformers import TrainerCallback
 class Boom(TrainerCallback):
     def on_epoch_end(self, args, state, control, **kwargs): raise RuntimeError("out of memory")
-def args(epochs):
-    return TrainingArguments(output_dir={str(tmp_path)!r}, num_train_epochs=epochs,
-        per_device_train_batch_size=16, save_strategy="no", report_to=[], use_cpu=True,
-        disable_tqdm=True)
 cb = GpuEtaCallback()
 try:
-    Trainer(model=M(), args=args(3), train_dataset=DS(), callbacks=[cb, Boom()]).train()
+    Trainer(model=M(), args=args(num_train_epochs=3), train_dataset=DS(), callbacks=[cb, Boom()]).train()
 except RuntimeError:
     pass
 print("SENDERS", senders())
-Trainer(model=M(), args=args(2), train_dataset=DS(), callbacks=[cb]).train()
+Trainer(model=M(), args=args(num_train_epochs=2), train_dataset=DS(), callbacks=[cb]).train()
 print("SENDERS", senders())
 """,
     )
     assert senders_seen(out) == [1, 0]
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 2)
+
+
+@needs("lightning")
+def test_lightning_ends_a_run_only_when_training_ended(journaling_listener):
+    """Without ``max_epochs`` (Lightning's -1: until a callback stops it) an end gives
+    the run the totals it reached; a failure must not, so it sends no end. Either
+    way the sender stops, and what the failed run queued (its second epoch) is sent.
+
+    Two trainings in one script (one framework start), told apart by their run ids:
+    one a callback stops after two epochs, one whose third epoch raises."""
+    out = run(
+        journaling_listener,
+        COUNT_SENDERS
+        + lightning_script()
+        + """
+class Stop(L.Callback):
+    def on_train_epoch_end(self, trainer, module):
+        trainer.should_stop = trainer.current_epoch == 1
+class Boom(M):
+    def training_step(self, b, i):
+        if self.current_epoch == 2:
+            raise RuntimeError("out of memory")
+        return super().training_step(b, i)
+def fit(module, run_id, *callbacks):
+    L.Trainer(max_epochs=-1, **QUIET,
+              callbacks=[GpuEtaCallback(run_id=run_id), *callbacks]).fit(module, data)
+fit(M(), "stopped", Stop())
+print("SENDERS", senders())
+try:
+    fit(Boom(), "failed")
+except RuntimeError:
+    pass
+print("SENDERS", senders())
+""",
+    )
+    assert senders_seen(out) == [0, 0]
+    reached = {
+        run_id: (row["epoch"], row["step"], row["epochs"], row["steps"], row["ended_timestamp"])
+        for run_id, row in last_rows(journaling_listener).items()
+    }
+    assert reached["stopped"][:4] == (2, 8, None, 8) and reached["stopped"][4] is not None
+    assert reached["failed"] == (2, 8, None, None, None)

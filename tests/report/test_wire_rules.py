@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +19,6 @@ from hypothesis import strategies as st
 from gpu_eta.exporter.progress import parse_report
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta_report import client, start
-from gpu_eta_report.hf import GpuEtaCallback
 from tests.support.report_listener import listening_for, url
 
 POD = PodMeta("ml", "nb-2", "uid-2", ip="127.0.0.8", container_ids={"notebook": "c"})
@@ -83,33 +81,6 @@ def test_a_refused_number_does_not_stick_to_later_reports(listener):
     assert r.stats["rejected"] == 0
     (p,) = listener.store.snapshot()
     assert p.epoch == 3 and dict(p.metrics) == {"loss": 0.25}
-
-
-def test_hf_callback_reused_after_total_flos_keeps_reporting(listener):
-    """The hooks in the order HF Trainer calls them, twice with one callback."""
-    cb = GpuEtaCallback(url=url(listener), source_address=POD.ip)
-    args = SimpleNamespace(per_device_train_batch_size=4, world_size=1)
-    for epochs in (2, 3):
-        state = SimpleNamespace(
-            is_local_process_zero=True, num_train_epochs=epochs, max_steps=epochs * 5
-        )
-        cb.on_train_begin(args, state, None)
-        for epoch in range(1, epochs + 1):
-            state.global_step, state.epoch = epoch * 5, float(epoch)
-            cb.on_log(args, state, None, logs={"loss": 1.0 / epoch, "epoch": state.epoch})
-            cb.on_step_end(args, state, None)
-            cb.on_epoch_end(args, state, None)
-            if epochs == 3:  # the second run sends none of the first run's final logs
-                assert cb.reporter is not None and sent_metrics(cb.reporter) == {
-                    "loss": 1.0 / epoch
-                }
-        logs = {"train_runtime": 3.1, "total_flos": 3.2e15, "train_loss": 0.6, "epoch": 3.0}
-        cb.on_log(args, state, None, logs=logs)
-        cb.on_train_end(args, state, None)
-    assert listener.counts()["invalid"] == 0
-    (p,) = listener.store.snapshot()
-    assert (p.epoch, p.epochs, p.step, p.steps) == (3, 3, 15, 15)
-    assert "total_flos" not in p.metrics and p.metrics["train_loss"] == 0.6
 
 
 @pytest.mark.parametrize(
