@@ -148,6 +148,38 @@ def test_a_difference_would_be_seen(tmp_path: Path) -> None:
     assert changed[key] != kustomized[key]
 
 
+def _scrape_intervals(values: dict) -> dict[str, str]:
+    """The rendered ServiceMonitors' intervals by name, ``values`` with them enabled."""
+    objects = k8s.helm_template(_merge({"serviceMonitor": {"enabled": True}}, values))
+    return {
+        name: find(objects, "ServiceMonitor", name)["spec"]["endpoints"][0]["interval"]
+        for name in ("gpu-eta-exporter", "gpu-eta-forecaster")
+    }
+
+
+def test_scrape_intervals_follow_the_collection_and_cycle_intervals() -> None:
+    """The ServiceMonitors scrape as often as the exporter collects and the forecaster
+    cycles, from those same values; a bare number is seconds. An interval that is
+    set wins, and a value Prometheus would not take fails the render naming the key
+    to set."""
+    follows = {"exporter": {"collectionInterval": "30s"}, "forecaster": {"cycleInterval": 120}}
+    assert _scrape_intervals(follows) == {
+        "gpu-eta-exporter": "30s",
+        "gpu-eta-forecaster": "120s",
+    }
+    assert _scrape_intervals({"exporter": {"collectionInterval": 20}})["gpu-eta-exporter"] == "20s"
+    overridden = _merge(
+        {"serviceMonitor": {"exporterInterval": "1m", "forecasterInterval": "5m"}}, follows
+    )
+    assert _scrape_intervals(overridden) == {"gpu-eta-exporter": "1m", "gpu-eta-forecaster": "5m"}
+    with pytest.raises(
+        k8s.RenderError, match=r"cycleInterval: \"90\.5\".*set serviceMonitor\.forecasterInterval"
+    ):
+        _scrape_intervals({"forecaster": {"cycleInterval": 90.5}})
+    with pytest.raises(k8s.RenderError, match=r"serviceMonitor\.exporterInterval: \"1\.5s\""):
+        _scrape_intervals({"serviceMonitor": {"exporterInterval": "1.5s"}})
+
+
 @pytest.mark.parametrize("selectors", [[], None], ids=["empty", "null"])
 def test_no_scraper_namespaces_fails_the_render(selectors: list | None) -> None:
     """No peer at all would render `from: null`, which admits every source to the

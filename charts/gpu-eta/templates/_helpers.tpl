@@ -40,3 +40,24 @@ imagePullSecrets:
 {{- fail "networkPolicy.scraperNamespaceSelectors is empty: the NetworkPolicy would admit every source to the metrics port; list the scrapers' namespaces, or set networkPolicy.enabled=false" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A ServiceMonitor's scrape interval: .set (serviceMonitor.*Interval) when given, else
+.from, the interval of what it scrapes (exporter.collectionInterval,
+forecaster.cycleInterval): scraping faster than that stores the same values again,
+slower hides what changed between scrapes, so by default one value sets both. A bare
+number is seconds, as the exporter's and forecaster's flags read it. Fails the render
+on a value Prometheus does not take ("1.5s", "15 s"), naming the key to set.
+*/}}
+{{- define "gpu-eta.scrapeInterval" -}}
+{{- $key := ternary .setKey .fromKey (not (empty .set)) -}}
+{{- $value := .set | default .from | toString | trim -}}
+{{- if regexMatch "^[0-9]+$" $value -}}
+{{- $value = printf "%ss" $value -}}
+{{- end -}}
+{{- if not (regexMatch "^([0-9]+(ms|s|m|h|d|w|y))+$" $value) -}}
+{{- $hint := ternary "" (printf "; set %s to one" .setKey) (not (empty .set)) -}}
+{{- fail (printf "%s: %q is no Prometheus duration (whole units, like 15s or 1m) for a ServiceMonitor's interval%s" $key (toString (.set | default .from)) $hint) -}}
+{{- end -}}
+{{- $value -}}
+{{- end -}}
