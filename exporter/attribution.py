@@ -36,6 +36,7 @@ from gpu_eta.exporter.readings import (
     PodGpuRow,
     PodMeta,
     ProcessSample,
+    pod_finished,
 )
 
 __all__ = [
@@ -201,13 +202,33 @@ def _resolve(device_id: str, devices: _Devices) -> _Key:
     return key
 
 
+def _finished(pods: Sequence[PodMeta]) -> set[tuple[str, str]]:
+    """(namespace, name) of the pods known to be finished (``pod_finished``).
+
+    The kubelet's pod-resources ``List`` keeps reporting a pod in a terminal phase
+    until the pod is deleted (kubernetes#119423, #132020), although its devices
+    have been handed to another pod. Allocations carry no pod uid, so a name that a
+    live pod also has (a name reused while the old object lingers) is not finished.
+    Pods absent from ``pods`` (the pod list is unknown or lags) are not finished.
+    """
+    done = {(p.namespace, p.name) for p in pods if pod_finished(p)}
+    return done - {(p.namespace, p.name) for p in pods if not pod_finished(p)}
+
+
 def unresolved_allocations(
-    gpu: GpuPoll, allocations: Sequence[Allocation]
+    gpu: GpuPoll, allocations: Sequence[Allocation], pods: Sequence[PodMeta] = ()
 ) -> tuple[tuple[Allocation, str], ...]:
-    """Allocations ``attribute`` leaves out, each with the reason (for logs/counters)."""
+    """Allocations ``attribute`` leaves out, each with the reason (for logs/counters).
+
+    Allocations of finished pods are not listed: ``attribute`` drops them on purpose
+    (their device belongs to someone else now), they are not a device it cannot name.
+    """
     devices = _devices(gpu)
+    finished = _finished(pods)
     out: list[tuple[Allocation, str]] = []
     for alloc in allocations:
+        if (alloc.namespace, alloc.pod) in finished:
+            continue
         try:
             _resolve(alloc.device_id, devices)
         except AttributionError as err:
@@ -258,6 +279,10 @@ def attribute(
 ) -> tuple[PodGpuRow, ...]:
     """Per (device, container) rows from allocations and process samples.
 
+    - Allocations of pods that ``pods`` shows finished (phase Succeeded/Failed) are
+      dropped: the kubelet may still list them, but the device is no longer theirs
+      and counting them would make the real holder look shared. While ``pods`` does
+      not know the pod (an empty or lagging pod list) its allocations count.
     - Allocations are resolved through ``parse_device_id``; several time-slicing
       replicas of one GPU held by one container give one row; ids matching no
       device are left out (see ``unresolved_allocations``).
@@ -290,9 +315,12 @@ def attribute(
             if cid:
                 owner_of.setdefault(cid, (pod, cname))
 
+    finished = _finished(pods)
     rows: dict[tuple[_Key, str, str, str], _Acc] = {}
     allocated_names: dict[tuple[_Key, str, str], set[str]] = {}
     for alloc in allocations:
+        if (alloc.namespace, alloc.pod) in finished:
+            continue
         try:
             key = _resolve(alloc.device_id, devices)
         except AttributionError:

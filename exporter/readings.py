@@ -109,6 +109,21 @@ class PodMeta:
     deadline_timestamp: float | None = None
 
 
+# Pod phases after which no container of the pod runs again (restartPolicy is spent).
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def pod_finished(pod: PodMeta) -> bool:
+    """Whether the pod is in a terminal phase: its containers have exited for good.
+
+    One rule for every layer that must tell a finished pod from a live one. Such a
+    pod keeps its API object (a Job's pods stay until the Job is deleted or the
+    terminated-pod GC runs) and, on some kubelets, its pod-resources allocations,
+    but it holds no GPU, no host memory and no IP a progress sender could use.
+    """
+    return pod.phase in TERMINAL_PHASES
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerRef:
     """A process' container, as read from ``/proc/<pid>/cgroup``."""

@@ -370,7 +370,7 @@ class Scheduler:
             try:
                 pod_gpus = self._attribute(gpu, allocations, pods, containers)
                 if src.allocations is not None and self._trackers[n["gpu"]].has_data:
-                    unresolved = self._count_unresolved(gpu, allocations)
+                    unresolved = self._count_unresolved(gpu, allocations, pods)
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
                 if msg != self._attribution_error:
@@ -403,7 +403,9 @@ class Scheduler:
             families=tuple((name, tuple(got.get(name, ()))) for name in sorted(src.families)),
         )
 
-    def _count_unresolved(self, gpu: GpuPoll, allocations: Sequence[Allocation]) -> int:
+    def _count_unresolved(
+        self, gpu: GpuPoll, allocations: Sequence[Allocation], pods: Sequence[PodMeta]
+    ) -> int:
         """How many allocations name no device here; a warning for each new (device
         id, reason), not every cycle: the count is in the metric every scrape.
 
@@ -411,7 +413,7 @@ class Scheduler:
         a GPU the exporter cannot name (an id form it does not know, a device NVML
         does not list) would silently look like no holder at all.
         """
-        found = unresolved_allocations(gpu, allocations)
+        found = unresolved_allocations(gpu, allocations, pods)
         now = {(alloc.device_id, reason) for alloc, reason in found}
         for alloc, reason in found:
             key = (alloc.device_id, reason)

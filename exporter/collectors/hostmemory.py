@@ -33,7 +33,7 @@ from typing import Any
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.collectors.cgroup import MAX_CGROUP_FILE_BYTES
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
-from gpu_eta.exporter.readings import HostMemory, PodMeta
+from gpu_eta.exporter.readings import HostMemory, PodMeta, pod_finished
 
 __all__ = ["CgroupHostMemory", "parse_memory_stat", "working_set_bytes"]
 
@@ -179,7 +179,7 @@ class CgroupHostMemory:
         wanted = [
             (pod, cname, cid)
             for pod in pods
-            if pod.phase not in ("Succeeded", "Failed")
+            if not pod_finished(pod)
             for cname, cid in pod.container_ids.items()
             if cid and "/" not in cid and ".." not in cid
         ]

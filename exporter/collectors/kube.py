@@ -44,7 +44,7 @@ from typing import Any
 
 from gpu_eta.exporter.collectors import CollectorError, StartupError
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
-from gpu_eta.exporter.readings import PodMeta
+from gpu_eta.exporter.readings import PodMeta, pod_finished
 
 __all__ = [
     "DEADLINE_ANNOTATION",
@@ -461,7 +461,7 @@ class KubePodSource:
         pods = sorted(self._objects.values(), key=lambda p: (p.namespace, p.name, p.uid))
         by_ip: dict[str, PodMeta] = {}
         for pod in pods:
-            if pod.host_network or pod.phase in ("Succeeded", "Failed"):
+            if pod.host_network or pod_finished(pod):
                 continue
             for ip in self._ips.get(pod.uid, ()):
                 by_ip[ip] = pod

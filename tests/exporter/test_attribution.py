@@ -445,3 +445,42 @@ def test_failing_device_gives_its_holder_no_use_at_all() -> None:
     rows = attribute(gpu, [Allocation("ml", "a", "main", "nvidia.com/gpu", U0)], [pod("a", 1)], {})
     assert _use(rows) == [("a", None, None)]
     assert rows[0].allocated
+
+
+# -- finished pods the kubelet still lists ---------------------------------------------
+
+
+def _finished_and_new_holder() -> tuple[GpuPoll, list[Allocation], list[PodMeta]]:
+    """A Succeeded Job pod still in pod-resources List (kubernetes#119423) next to the
+    running pod its GPU went to."""
+    gpu = GpuPoll(devices=(dev(0, U0, util=0.9, mem=30 * GIB),))
+    allocs = [
+        Allocation("ml", "old-job", "main", "nvidia.com/gpu", U0),
+        Allocation("ml", "new-train", "main", "nvidia.com/gpu", U0),
+    ]
+    old = PodMeta("ml", "old-job", "00000000-0000-4000-8000-000000000009", phase="Succeeded")
+    return gpu, allocs, [old, pod("new-train", 1)]
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_finished_pods_listed_by_the_kubelet_hold_no_device(phase: str) -> None:
+    gpu, allocs, pods = _finished_and_new_holder()
+    pods[0] = PodMeta("ml", "old-job", pods[0].uid, phase=phase)
+    # no process data (the default manifests): the running pod is the sole holder
+    assert _use(attribute(gpu, allocs, pods, None)) == [("new-train", 0.9, 30 * GIB)]
+    assert unresolved_allocations(GpuPoll(devices=()), allocs, pods) == (
+        (allocs[1], f"device id {U0!r} matches no device on this node"),
+    )
+
+
+def test_allocations_of_pods_not_known_finished_still_count() -> None:
+    gpu, allocs, pods = _finished_and_new_holder()
+    # the pod list is unknown: nobody is known to be finished
+    assert _use(attribute(gpu, allocs, [], None)) == [
+        ("new-train", None, None),
+        ("old-job", None, None),
+    ]
+    # a live pod with the finished pod's name (the old object lingers): may be its
+    reused = PodMeta("ml", "old-job", "00000000-0000-4000-8000-000000000010")
+    rows = attribute(gpu, allocs, [*pods, reused], None)
+    assert [r.pod for r in rows] == ["new-train", "old-job"]
