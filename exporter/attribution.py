@@ -145,6 +145,7 @@ class _Devices:
     by_mig: Mapping[str, _Key]  # MIG uuid, lowercased
     by_index: Mapping[int, _Key]  # whole GPUs by NVML index
     by_mig_index: Mapping[tuple[int, int], _Key]  # (GPU index, position among its MIGs)
+    unlisted: frozenset[str]  # lowercased parent UUIDs whose process list failed
 
 
 def _devices(gpu: GpuPoll) -> _Devices:
@@ -181,7 +182,8 @@ def _devices(gpu: GpuPoll) -> _Devices:
         if key not in by_key:
             by_key[key] = _Slot(fail.index, fail.uuid, None)
             by_index.setdefault(fail.index, key)
-    return _Devices(by_key, readings, by_mig, by_index, by_mig_index)
+    unlisted = frozenset(u.lower() for u in gpu.process_list_failures)
+    return _Devices(by_key, readings, by_mig, by_index, by_mig_index, unlisted)
 
 
 def _resolve(device_id: str, devices: _Devices) -> _Key:
@@ -414,12 +416,14 @@ def _complete(
     Not when: there is no process data (``containers`` None); a process on the
     device could not be placed in a pod (a pid no cgroup names, e.g. outside the
     exporter's pid namespace, or a container of no known pod — it may be the
-    holder's); the device could not be read (a failure, no reading); or NVML
+    holder's); the device could not be read (a failure, no reading); NVML refused
+    the device's process list (``GpuPoll.process_list_failures``: no list says
+    nothing about who runs what; under MIG it covers every instance); or NVML
     lists no process while the device reports work (utilisation > 0): NVML only
     lists processes in the caller's pid namespace, so without ``hostPID`` a busy
     GPU shows none. A device idle and without processes is genuinely unused.
     """
-    if containers is None or key in unplaced:
+    if containers is None or key in unplaced or key[0] in devices.unlisted:
         return False
     reading = devices.readings.get(key)
     if reading is None:

@@ -67,6 +67,10 @@ class GpuPoll:
     processes: tuple[ProcessSample, ...] = ()
     failures: tuple[DeviceFailure, ...] = ()
     driver_version: str = ""
+    # parent GPU-… UUIDs of read devices whose process list NVML refused (no
+    # permission, not supported): ``processes`` holds nothing of them, which must
+    # not be read as "runs nothing"
+    process_list_failures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

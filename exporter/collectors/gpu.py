@@ -190,6 +190,7 @@ class NvmlGpuSource:
             devices: list[DeviceReading] = []
             processes: list[ProcessSample] = []
             failures: list[DeviceFailure] = []
+            unlisted: list[str] = []
             for i in range(count):
                 uuid: str | None = None
                 try:
@@ -203,8 +204,13 @@ class NvmlGpuSource:
                     continue
                 self._known[i] = uuid
                 devices.extend(devs)
-                processes.extend(procs)
-            return GpuPoll(tuple(devices), tuple(processes), tuple(failures), driver)
+                if procs is None:
+                    unlisted.append(uuid)
+                else:
+                    processes.extend(procs)
+            return GpuPoll(
+                tuple(devices), tuple(processes), tuple(failures), driver, tuple(unlisted)
+            )
 
     def _release(self, err: BaseException) -> GpuPoll:
         """The driver went away mid-poll: let NVML go now, report the devices unread."""
@@ -214,7 +220,7 @@ class NvmlGpuSource:
 
     def _read_device(
         self, handle: Any, position: int, uuid: str
-    ) -> tuple[list[DeviceReading], list[ProcessSample]]:
+    ) -> tuple[list[DeviceReading], list[ProcessSample] | None]:
         nv = self._nvml
         try:
             index = int(nv.nvmlDeviceGetIndex(handle))
@@ -275,8 +281,10 @@ class NvmlGpuSource:
             )
         return out
 
-    def _processes(self, handle: Any, uuid: str, *, mig: bool) -> list[ProcessSample]:
-        """Compute processes with their memory and (if available) SM share.
+    def _processes(self, handle: Any, uuid: str, *, mig: bool) -> list[ProcessSample] | None:
+        """Compute processes with their memory and (if available) SM share; None when
+        NVML refuses the list (e.g. NO_PERMISSION: under MIG the parent handle lists
+        processes only to a privileged caller) — unknown, which is not "no process".
 
         ``nvmlDeviceGetProcessUtilization`` returns samples newer than the last-seen
         timestamp we pass; NOT_FOUND means none arrived (idle processes: 0). Under
@@ -287,7 +295,7 @@ class NvmlGpuSource:
             infos: Sequence[Any] = nv.nvmlDeviceGetComputeRunningProcesses(handle)
         except nv.NVMLError as err:
             log.debug("device %s: process list unavailable: %s", uuid, err)
-            return []
+            return None
         util_by_pid: dict[int, float] | None = None if mig else self._process_util(handle, uuid)
         out: list[ProcessSample] = []
         for info in infos:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 import pynvml as real
 import pytest
 
+from gpu_eta.exporter.attribution import attribute
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.collectors.gpu import NO_NVML_MESSAGE, NvmlGpuSource, NvmlUnavailable
+from gpu_eta.exporter.readings import Allocation, PodMeta
 
 GIB = 2**30
 
@@ -231,6 +233,48 @@ def test_process_list_failure_keeps_the_device() -> None:
     )
     poll = NvmlGpuSource(fake_nvml([dev])).poll()
     assert len(poll.devices) == 1 and poll.processes == () and poll.failures == ()
+    # "no list" is told apart from "no process"
+    assert poll.process_list_failures == (dev.uuid,)
+
+
+def test_process_list_failure_makes_the_holders_use_unknown_not_idle() -> None:
+    """NO_PERMISSION on the process list (under MIG NVML lists the parent's
+    processes only to a privileged caller): the holders are not idle."""
+    no_list = {"nvmlDeviceGetComputeRunningProcesses": real.NVML_ERROR_NO_PERMISSION}
+    mig = Dev(
+        uuid="MIG-11111111-0000-0000-0000-000000000000",
+        name=b"NVIDIA A100 MIG 3g.20gb",
+        gpu_instance_id=1,
+        used=5 * GIB,
+        total=20 * GIB,
+        errors={"nvmlDeviceGetUtilizationRates": real.NVML_ERROR_NOT_SUPPORTED},
+    )
+    parent = Dev(
+        uuid="GPU-abcdef00-0000-0000-0000-000000000000",
+        name=b"NVIDIA A100",
+        mig_mode=real.NVML_DEVICE_MIG_ENABLE,
+        migs={0: mig},
+        procs=[(77, 4 * GIB, 1)],
+        errors=dict(no_list),
+    )
+    whole = _gpu(1, util=0, used=30 * GIB, procs=[(88, 30 * GIB, 0)], errors=dict(no_list))
+    shared = _gpu(2, util=0, used=8 * GIB, procs=[(99, 8 * GIB, 0)], errors=dict(no_list))
+    poll = NvmlGpuSource(fake_nvml([parent, whole, shared])).poll()
+    allocs = [
+        Allocation("ml", "mig-nb", "nb", "nvidia.com/mig-3g.20gb", mig.uuid),
+        Allocation("ml", "nb", "nb", "nvidia.com/gpu", whole.uuid),
+        Allocation("ml", "s1", "nb", "nvidia.com/gpu.shared", f"{shared.uuid}::0"),
+        Allocation("ml", "s2", "nb", "nvidia.com/gpu.shared", f"{shared.uuid}::1"),
+    ]
+    pods = [PodMeta("ml", name, f"u-{name}") for name in ("mig-nb", "nb", "s1", "s2")]
+    rows = attribute(poll, allocs, pods, containers={})  # the resolver ran
+    # a sole holder's use is the device's (MIG: no utilisation there); sharers unknown
+    assert [(r.pod, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("mig-nb", None, 5 * GIB),
+        ("nb", 0.0, 30 * GIB),
+        ("s1", None, None),
+        ("s2", None, None),
+    ]
 
 
 def test_process_utilisation_not_supported_is_unknown_not_zero() -> None:
