@@ -57,6 +57,9 @@ _REASONS = {
 }
 
 
+# How long close() waits for a poll's NVML calls before it gives up on nvmlShutdown.
+CLOSE_WAIT_SECONDS = 2.0
+
 DRIVER_GONE_REASON = "driver_not_loaded"
 # NVML errors that mean the driver (not one device) is away: shut down, wait, re-init.
 _DRIVER_GONE = (
@@ -125,10 +128,24 @@ class NvmlGpuSource:
             raise NvmlUnavailable(f"NVML initialisation failed: {err}") from err
         self._initialised = True
 
-    def close(self) -> None:
-        """``nvmlShutdown``; errors ignored (the process is ending)."""
-        with self._lock:
+    def close(self, timeout_seconds: float = CLOSE_WAIT_SECONDS) -> None:
+        """``nvmlShutdown``; errors ignored (the process is ending).
+
+        A poll holds the lock across its NVML calls, and an NVML call on a GPU that
+        fell off the bus can block for minutes. Shutdown must not wait for it (the
+        kubelet's SIGKILL would come first): after ``timeout_seconds`` without the
+        lock, NVML is left initialised — the process exit releases it anyway.
+        """
+        if not self._lock.acquire(timeout=timeout_seconds):
+            log.warning(
+                "an NVML call has not returned for %.1fs: exiting without nvmlShutdown",
+                timeout_seconds,
+            )
+            return
+        try:
             self._shutdown()
+        finally:
+            self._lock.release()
 
     def _shutdown(self) -> None:
         if not self._initialised:

@@ -10,6 +10,7 @@ uses the real ``pynvml`` too: without a driver, ``open()`` must say so in one li
 
 from __future__ import annotations
 
+import threading
 import types
 from dataclasses import dataclass, field
 
@@ -18,7 +19,12 @@ import pytest
 
 from gpu_eta.exporter.attribution import attribute
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.collectors.gpu import NO_NVML_MESSAGE, NvmlGpuSource, NvmlUnavailable
+from gpu_eta.exporter.collectors.gpu import (
+    CLOSE_WAIT_SECONDS,
+    NO_NVML_MESSAGE,
+    NvmlGpuSource,
+    NvmlUnavailable,
+)
 from gpu_eta.exporter.readings import Allocation, PodMeta
 
 GIB = 2**30
@@ -371,3 +377,33 @@ def test_real_pynvml_on_this_machine_reports_no_driver() -> None:
     else:  # pragma: no cover - only on a machine with a driver
         source.close()
         pytest.skip("an NVIDIA driver is present")
+
+
+def test_close_does_not_wait_for_a_hung_nvml_call() -> None:
+    """A GPU off the bus can block an NVML call for minutes: shutdown must not wait."""
+    nv = fake_nvml([_gpu(0, util=10)])
+    entered, release = threading.Event(), threading.Event()
+    util = nv.nvmlDeviceGetUtilizationRates
+
+    def hang(handle):
+        entered.set()
+        release.wait(30)
+        return util(handle)
+
+    nv.nvmlDeviceGetUtilizationRates = hang
+    src = NvmlGpuSource(nv)
+    src.open()
+    poller = threading.Thread(target=src.poll, daemon=True)
+    poller.start()
+    try:
+        assert entered.wait(10)
+        closer = threading.Thread(target=src.close, daemon=True)
+        closer.start()
+        closer.join(CLOSE_WAIT_SECONDS + 5)
+        assert not closer.is_alive(), "close() waits for the hung NVML call"
+        assert "nvmlShutdown" not in nv.calls  # NVML is busy: left to the process exit
+    finally:
+        release.set()
+        poller.join(10)
+    src.close()  # once the call returned, close shuts NVML down as usual
+    assert nv.calls.count("nvmlShutdown") == 1
