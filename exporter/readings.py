@@ -43,7 +43,7 @@ class DeviceFailure:
     """A device that could not be read this cycle; the rest of the poll still counts."""
 
     index: int
-    uuid: str | None
+    uuid: str | None  # None only for a device not read since NVML was initialised
     reason: str  # short, low-cardinality: "gpu_lost", "not_supported", "unknown", ...
     detail: str = ""
 

@@ -217,6 +217,9 @@ class NvmlGpuSource:
                 except nv.NVMLError as err:
                     if self._driver_gone(err):
                         return self._release(err)
+                    # A GPU off the bus fails at its handle: name it by the UUID read
+                    # before, so its series (and the DCGM join, its holders' rows) stay.
+                    uuid = uuid or self._known.get(i)
                     failures.append(DeviceFailure(i, uuid, self.reason(err), str(err)[:200]))
                     continue
                 self._known[i] = uuid

@@ -251,7 +251,10 @@ def _snap(**kw) -> Snapshot:
 def test_failing_device_reports_read_success_zero() -> None:
     snap = _snap(
         devices=(DeviceReading(0, "GPU-a", "T4", 0.5, 1, 2),),
-        failures=(DeviceFailure(1, "GPU-b", "gpu_lost"), DeviceFailure(2, None, "unknown")),
+        failures=(
+            DeviceFailure(1, "GPU-b", "gpu_lost"),  # lost: keeps the UUID read before
+            DeviceFailure(2, None, "unknown"),  # never read since NVML came up
+        ),
     )
     ok = _samples(_exposition(snap), "gpu_eta_gpu_read_success")
     assert ok == {

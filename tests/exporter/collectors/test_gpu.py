@@ -227,10 +227,26 @@ def test_one_failing_device_does_not_fail_the_poll(function: str, code: int, rea
     assert all(p.pid != 9 for p in poll.processes)
 
 
-def test_handle_failure_has_no_uuid() -> None:
-    bad = _gpu(0, errors={"nvmlDeviceGetHandleByIndex": real.NVML_ERROR_GPU_IS_LOST})
-    poll = NvmlGpuSource(fake_nvml([bad])).poll()
-    assert [(f.index, f.uuid, f.reason) for f in poll.failures] == [(0, None, "gpu_lost")]
+def test_handle_failure_keeps_the_uuid_read_before() -> None:
+    """A GPU off the bus fails at nvmlDeviceGetHandleByIndex: its UUID is the one
+    read before (the series and the holders' rows keep it), None only for a device
+    never read."""
+    never = _gpu(0, errors={"nvmlDeviceGetHandleByIndex": real.NVML_ERROR_GPU_IS_LOST})
+    lost = _gpu(1)
+    source = NvmlGpuSource(fake_nvml([never, lost]))
+    assert [(f.index, f.uuid) for f in source.poll().failures] == [(0, None)]
+    lost.errors["nvmlDeviceGetHandleByIndex"] = real.NVML_ERROR_GPU_IS_LOST
+    poll = source.poll()
+    assert poll.devices == ()
+    assert [(f.index, f.uuid, f.reason) for f in poll.failures] == [
+        (0, None, "gpu_lost"),
+        (1, lost.uuid, "gpu_lost"),
+    ]
+    allocs = [Allocation("ml", "train", "main", "nvidia.com/gpu", lost.uuid)]
+    rows = attribute(poll, allocs, [PodMeta("ml", "train", "u1")], None)
+    assert [(r.uuid, r.pod, r.allocated, r.utilization_ratio) for r in rows] == [
+        (lost.uuid, "train", True, None)
+    ]
 
 
 def test_process_list_failure_keeps_the_device() -> None:
