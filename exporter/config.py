@@ -24,6 +24,10 @@ from gpu_eta.exporter.collectors import ExporterError, names
 
 COLLECTORS = names()  # one module per collector in exporter/collectors/
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# Pods the pod cache holds at most: a node runs a few hundred (kubelet default 110);
+# finished pods beyond that are the ones left out (collectors/kube.py).
+DEFAULT_KUBE_MAX_PODS = 1000
+MAX_KUBE_MAX_PODS = 100_000
 
 
 def version() -> str:
@@ -69,6 +73,7 @@ class Config:
     nvml_wait_for_driver: bool = False
     kube_kubeconfig: str | None = None
     kube_api_url: str | None = None
+    kube_max_pods: int = DEFAULT_KUBE_MAX_PODS
     log_level: str = "info"
     debug: bool = False
     # None: real sources; "": the built-in scenario; else a scenario file path
@@ -177,6 +182,17 @@ def _path(value: Any, key: str) -> str:
     return out
 
 
+def _max_pods(value: Any, key: str) -> int:
+    """A pod count: 1..MAX_KUBE_MAX_PODS (the cache's memory bound must stay a bound)."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value.strip()):
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: expected a whole number of pods, got {value!r}")
+    if not 1 <= value <= MAX_KUBE_MAX_PODS:
+        raise ConfigError(f"{key}: must be between 1 and {MAX_KUBE_MAX_PODS}, got {value}")
+    return value
+
+
 def _log_level(value: Any, key: str) -> str:
     if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
         raise ConfigError(f"{key}: one of {', '.join(LOG_LEVELS)}, got {value!r}")
@@ -218,6 +234,7 @@ KEYS: Mapping[str, tuple[str, Any]] = MappingProxyType(
         "nvml.wait-for-driver": ("nvml_wait_for_driver", _bool),
         "kube.kubeconfig": ("kube_kubeconfig", _opt_str),
         "kube.api-url": ("kube_api_url", _opt_str),
+        "kube.max-pods": ("kube_max_pods", _max_pods),
         "log.level": ("log_level", _log_level),
         "debug": ("debug", _bool),
         "simulate": ("simulate", _simulate),

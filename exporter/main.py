@@ -29,6 +29,7 @@ from typing import Any
 
 from gpu_eta.exporter.collectors import ExporterError, registry
 from gpu_eta.exporter.config import (
+    DEFAULT_KUBE_MAX_PODS,
     DEFAULT_KUBELET_SOCKET,
     KEYS,
     Config,
@@ -179,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="kube.api-url",
         metavar="URL",
         help="Kubernetes API URL, overriding the kubeconfig/in-cluster one",
+    )
+    add(
+        "--kube.max-pods",
+        dest="kube.max-pods",
+        metavar="N",
+        help=f"pods of this node the pod cache holds at most; finished pods give way "
+        f"to running ones (default {DEFAULT_KUBE_MAX_PODS})",
     )
     add(
         "--log.level",

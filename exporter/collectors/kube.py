@@ -44,6 +44,7 @@ from typing import Any
 
 from gpu_eta.exporter.collectors import CollectorError, StartupError
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
+from gpu_eta.exporter.config import DEFAULT_KUBE_MAX_PODS
 from gpu_eta.exporter.readings import PodMeta, pod_finished
 
 __all__ = [
@@ -65,7 +66,7 @@ DEADLINE_ANNOTATION = "gpu-eta.io/deadline"
 # (kubelet default 110); Kubernetes caps label values at 63 characters and keys at
 # 253 + "/" + 63; annotations may be large (last-applied-configuration), so only
 # short ones are kept.
-MAX_PODS = 1000
+MAX_PODS = DEFAULT_KUBE_MAX_PODS  # --kube.max-pods; finished pods give way first
 MAX_LABELS = 64
 MAX_ANNOTATIONS = 64
 MAX_LABEL_KEY_CHARS = 317
@@ -370,6 +371,7 @@ class KubePodSource:
         self._last_error = ""
         self._response: Any = None
         self._warned_full = False
+        self._warned_finished = False
         self.job_deadlines = job_deadlines
         self._batch: Any = None
         # watch thread only: Job -> (deadline or None, monotonic time of the GET)
@@ -469,18 +471,24 @@ class KubePodSource:
         self._by_ip = by_ip
 
     def _replace(self, items: list[Any]) -> None:
+        parsed: list[tuple[PodMeta, Any]] = []
+        for obj in items:
+            try:
+                parsed.append((pod_meta_from_object(obj), obj))
+            except PodObjectError as err:
+                log.debug("kube: skipping pod object in list: %s", err)
+        # Over the cap, the pods that still run are kept before finished ones: Job
+        # pods without a TTL stay in the API for good and must not crowd them out.
+        live = [(meta, obj) for meta, obj in parsed if not pod_finished(meta)]
+        done = [(meta, obj) for meta, obj in parsed if pod_finished(meta)]
+        if len(live) > self.max_pods:
+            self._warn_full()
+        elif len(parsed) > self.max_pods:
+            self._warn_finished()
         objects: dict[str, PodMeta] = {}
         ips: dict[str, tuple[str, ...]] = {}
         jobs: set[JobKey] = set()
-        for obj in items:
-            if len(objects) >= self.max_pods:
-                self._warn_full()
-                break
-            try:
-                meta = pod_meta_from_object(obj)
-            except PodObjectError as err:
-                log.debug("kube: skipping pod object in list: %s", err)
-                continue
+        for meta, obj in (live + done)[: self.max_pods]:
             meta = self._with_job_deadline(meta, obj, jobs)
             objects[meta.uid] = meta
             ips[meta.uid] = _pod_ips(obj)
@@ -505,8 +513,7 @@ class KubePodSource:
                 self._objects.pop(meta.uid, None)
                 self._ips.pop(meta.uid, None)
             else:
-                if meta.uid not in self._objects and len(self._objects) >= self.max_pods:
-                    self._warn_full()
+                if meta.uid not in self._objects and not self._make_room(meta):
                     return
                 self._objects[meta.uid] = meta
                 self._ips[meta.uid] = _pod_ips(obj)
@@ -596,14 +603,48 @@ class KubePodSource:
             return None, ""  # another Job of the same name: not this pod's
         return job_deadline_from_object(job), ""
 
+    def _make_room(self, meta: PodMeta) -> bool:
+        """Whether a new pod may enter the full-or-not cache (lock held).
+
+        At the cap, a pod that still runs takes the slot of the longest-cached
+        finished pod: finished pods (Job pods without a TTL) are what piles up on
+        a batch node, and a running pod left out would get no metadata, no
+        attribution and no progress reports. A finished pod never displaces one.
+        """
+        if len(self._objects) < self.max_pods:
+            return True
+        if not pod_finished(meta):
+            victim = next((uid for uid, m in self._objects.items() if pod_finished(m)), None)
+            if victim is not None:
+                del self._objects[victim]
+                self._ips.pop(victim, None)
+                self._warn_finished()
+                return True
+            self._warn_full()
+        else:
+            self._warn_finished()
+        return False
+
     def _warn_full(self) -> None:
         if not self._warned_full:
             log.warning(
-                "kube: more than %d pods on node %s; ignoring the rest",
+                "kube: more than %d running pods on node %s; ignoring the rest "
+                "(raise --kube.max-pods)",
                 self.max_pods,
                 self.node_name,
             )
             self._warned_full = True
+
+    def _warn_finished(self) -> None:
+        if not self._warned_finished:
+            log.warning(
+                "kube: more than %d pods on node %s; finished (Succeeded/Failed) pods "
+                "give way to running ones (raise --kube.max-pods, or give Jobs a "
+                "ttlSecondsAfterFinished)",
+                self.max_pods,
+                self.node_name,
+            )
+            self._warned_finished = True
 
     # -- loop -----------------------------------------------------------------------
 
@@ -813,7 +854,12 @@ def build(ctx: BuildContext) -> Any:
             "the kube collector needs this node's name: set --node-name or env "
             "NODE_NAME (downward API: spec.nodeName)"
         )
-    pods = KubePodSource(cfg.node_name, kubeconfig=cfg.kube_kubeconfig, api_url=cfg.kube_api_url)
+    pods = KubePodSource(
+        cfg.node_name,
+        kubeconfig=cfg.kube_kubeconfig,
+        api_url=cfg.kube_api_url,
+        max_pods=cfg.kube_max_pods,
+    )
     pods.start()
     ctx.closers.append(pods.stop)
     ctx.pod_by_ip = pods.by_ip

@@ -113,12 +113,21 @@ def test_mapping_applies_keys_and_collectors() -> None:
         ({"web.listen-address": ":9000", "progress.listen-address": ":9000"}, "must differ"),
         ({"simulate": 3}, "simulate: expected"),
         ({"path.procfs": ""}, "path.procfs"),
+        ({"kube.max-pods": "0"}, "kube.max-pods: must be between 1 and"),
+        ({"kube.max-pods": "many"}, "kube.max-pods: expected a whole number"),
+        ({"kube.max-pods": True}, "kube.max-pods: expected a whole number"),
     ],
 )
 def test_mapping_errors_name_the_key(data, fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
         config_from_mapping(data)
     assert fragment in str(info.value)
+
+
+def test_kube_max_pods_from_a_flag_or_the_file() -> None:
+    assert Config().kube_max_pods == 1000
+    assert config_from_mapping({"kube.max-pods": "5000"}).kube_max_pods == 5000
+    assert config_from_mapping({"kube.max-pods": 20}).kube_max_pods == 20
 
 
 def test_same_port_allowed_when_progress_is_off() -> None:

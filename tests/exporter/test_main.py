@@ -53,6 +53,7 @@ def test_help_explains_everything() -> None:
         "--progress.allow-host-network",
         "--kube.kubeconfig",
         "--kube.api-url",
+        "--kube.max-pods",
         "--log.level",
         "--debug",
     ):

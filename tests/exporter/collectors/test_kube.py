@@ -22,6 +22,9 @@ from gpu_eta.exporter.collectors.kube import (
     parse_deadline,
     pod_meta_from_object,
 )
+from gpu_eta.exporter.collectors.kube import build as kube_build
+from gpu_eta.exporter.collectors.registry import BuildContext
+from gpu_eta.exporter.config import config_from_mapping
 from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.progress import Report
 from gpu_eta.exporter.progress_store import ProgressStore
@@ -413,6 +416,33 @@ def test_max_pods_bounds_the_cache(api: FakeKubeAPI, source_factory) -> None:
     assert len(src.poll()) == 3
 
 
+def test_finished_pods_give_way_to_running_ones_at_the_cap(
+    api: FakeKubeAPI, source_factory
+) -> None:
+    """Job pods without a TTL stay in the API after they finish: on a batch node they
+    fill the cache, and a new running pod must still get in (metadata, progress)."""
+    for n in range(3):
+        api.add_pod(make_pod(f"done{n}", uid=uid(n), phase="Succeeded", ip=None))
+    api.add_pod(make_pod("failed", uid=uid(3), phase="Failed", ip=None))
+    api.add_pod(make_pod("early", uid=uid(4), ip="10.0.0.4"))
+    src = source_factory(api.url, max_pods=3)
+    # the relist keeps the running pod first, then finished ones up to the cap
+    wait_for(lambda: len(src.poll()) == 3)
+    assert "early" in names(src)
+    # a new running pod from the watch takes a finished pod's slot
+    api.add_pod(make_pod("train", uid=uid(9), ip="10.0.0.77"))
+    wait_for(lambda: "train" in names(src))
+    assert len(src.poll()) == 3
+    assert src.by_ip("10.0.0.77") is not None
+    # a finished pod never takes a running pod's slot
+    api.add_pod(make_pod("train2", uid=uid(10), ip="10.0.0.78"))
+    wait_for(lambda: "train2" in names(src))
+    api.add_pod(make_pod("train3", uid=uid(11), ip="10.0.0.79"))
+    api.add_pod(make_pod("done9", uid=uid(12), phase="Succeeded", ip=None))
+    time.sleep(0.5)
+    assert sorted(names(src)) == ["early", "train", "train2"]
+
+
 # --- property: any JSON-shaped object is a PodMeta or a PodObjectError -----------------
 
 json_values = st.recursive(
@@ -566,3 +596,16 @@ def test_an_unreachable_jobs_api_is_not_asked_once_per_job(caplog) -> None:
     assert [m.deadline_timestamp for m in metas] == [None] * 5
     assert Unreachable.calls == 1  # then paused: a relist does not wait 5 timeouts
     assert sum("cannot read Job" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_kube_max_pods_flag_reaches_the_source(api: FakeKubeAPI) -> None:
+    cfg = config_from_mapping(
+        {"node-name": "node-a", "kube.api-url": api.url, "kube.max-pods": "7"}
+    )
+    ctx = BuildContext(cfg=cfg, node="node-a")
+    src = kube_build(ctx)
+    try:
+        assert src.max_pods == 7
+    finally:
+        for close in ctx.closers:
+            close()
