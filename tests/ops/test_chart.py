@@ -12,10 +12,12 @@ import copy
 import re
 import shutil
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 import yaml
 
+from gpu_eta.launch.prometheus import promtool
 from tests.ops import container_args, k8s
 from tests.ops.k8s import CHART, find, pod_spec
 
@@ -178,6 +180,35 @@ def test_scrape_intervals_follow_the_collection_and_cycle_intervals() -> None:
         _scrape_intervals({"forecaster": {"cycleInterval": 90.5}})
     with pytest.raises(k8s.RenderError, match=r"serviceMonitor\.exporterInterval: \"1\.5s\""):
         _scrape_intervals({"serviceMonitor": {"exporterInterval": "1.5s"}})
+
+
+def test_servicemonitors_make_a_scrape_config_prometheus_takes_at_a_short_interval(
+    tmp_path: Path,
+) -> None:
+    """The operator turns a ServiceMonitor endpoint's interval and timeout into a scrape
+    config's; Prometheus refuses a timeout above the interval. At a 5 s collection
+    interval the rendered endpoints, as scrape configs, pass the real ``promtool check
+    config``; a timeout set above the interval is refused (the check is not vacuous)."""
+
+    def check(values: dict) -> CompletedProcess[str]:
+        objects = k8s.helm_template(_merge({"serviceMonitor": {"enabled": True}}, values))
+        jobs = []
+        for name in ("gpu-eta-exporter", "gpu-eta-forecaster"):
+            endpoint = find(objects, "ServiceMonitor", name)["spec"]["endpoints"][0]
+            job = {"job_name": name, "scrape_interval": endpoint["interval"]}
+            if "scrapeTimeout" in endpoint:
+                job["scrape_timeout"] = endpoint["scrapeTimeout"]
+            jobs.append({**job, "static_configs": [{"targets": ["127.0.0.1:9"]}]})
+        config = tmp_path / "prometheus.yml"
+        config.write_text(yaml.safe_dump({"scrape_configs": jobs}))
+        return promtool("check", "config", str(config))
+
+    short = {"exporter": {"collectionInterval": "5s"}}
+    taken = check(short)
+    assert taken.returncode == 0, taken.stdout + taken.stderr
+    refused = check(_merge({"serviceMonitor": {"scrapeTimeout": "10s"}}, short))
+    assert refused.returncode != 0
+    assert "scrape timeout greater than scrape interval" in refused.stdout + refused.stderr
 
 
 @pytest.mark.parametrize("selectors", [[], None], ids=["empty", "null"])
