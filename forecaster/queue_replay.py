@@ -466,10 +466,13 @@ def _pools(resource: str, units: int, one_replica_per_pod: bool = False) -> tupl
     return ((resource, False),)
 
 
-def _holds(node: Node, resource: str, units: int, one_replica_per_pod: bool = False) -> bool:
-    """``node`` could hold ``units`` of ``resource`` with nothing else on it (``_pools``)."""
-    size = {(resource, False): node.whole(resource), (resource, True): node.shared.get(resource, 0)}
-    return any(size[pool] >= units for pool in _pools(resource, units, one_replica_per_pod))
+def _holds(node: Node, units: int, pools: Sequence[Pool]) -> bool:
+    """``node`` could hold ``units`` from one of ``pools`` (``_pools``) with nothing
+    else on it."""
+    return any(
+        (node.shared.get(resource, 0) if replicas else node.whole(resource)) >= units
+        for resource, replicas in pools
+    )
 
 
 def request_tolerations(
@@ -512,10 +515,9 @@ def fits_somewhere(
 ) -> bool:
     """True when some suitable node (of the type, whose taints are tolerated) could
     hold ``units`` with nothing else on it."""
+    pools = _pools(resource, units, one_replica_per_pod)
     return any(
-        _suitable(n, resource, product, tolerations)
-        and _holds(n, resource, units, one_replica_per_pod)
-        for n in nodes
+        _suitable(n, resource, product, tolerations) and _holds(n, units, pools) for n in nodes
     )
 
 
@@ -536,11 +538,14 @@ class _NodeLists:
     """Which nodes suit pods of one (resource, product, tolerations), computed once per
     distinct key rather than per pod and node: pods of a queue share a few keys, and a
     cluster of thousands of tainted nodes made the per-pod checks most of a replay's
-    setup. Each node's blocking taints (``policy_taints``) are read once too."""
+    setup. Each node's blocking taints (``policy_taints``) are read once too.
+
+    ``one_replica_per_pod`` (``replay``'s) is read here only, by ``pools``: what the
+    replay's sweep and the fit checks use, so no other step needs the flag."""
 
     def __init__(self, nodes: Sequence[Node], one_replica_per_pod: bool = False) -> None:
         self.nodes = nodes
-        self.one_replica_per_pod = one_replica_per_pod
+        self._one_replica_per_pod = one_replica_per_pod
         self._blocking = [policy_taints(n) if n.taints else () for n in nodes]
         self._lists: dict[SuitableKey, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._fits: dict[tuple[tuple[int, ...], str, int], bool] = {}
@@ -564,14 +569,17 @@ class _NodeLists:
             self._lists[key] = got
         return got
 
+    def pools(self, resource: str, units: int) -> tuple[Pool, ...]:
+        """Where a pod asking ``units`` of ``resource`` takes them from (``_pools``)."""
+        return _pools(resource, units, self._one_replica_per_pod)
+
     def fits(self, indices: tuple[int, ...], resource: str, units: int) -> bool:
         """``fits_somewhere`` over the nodes at ``indices`` (already suitable)."""
         key = (indices, resource, units)
         got = self._fits.get(key)
         if got is None:
-            got = any(
-                _holds(self.nodes[k], resource, units, self.one_replica_per_pod) for k in indices
-            )
+            pools = self.pools(resource, units)
+            got = any(_holds(self.nodes[k], units, pools) for k in indices)
             self._fits[key] = got
         return got
 
@@ -672,6 +680,9 @@ def replay(
         _, cand = lists.of(a.resource, a.product, None)
         if a.rate_per_second > 0 and lists.fits(cand, a.resource, a.units):
             future.append((a, cand, shapes.of(a.resource, a.units, cand)))
+    pools = {
+        shape: lists.pools(shape[0], shape[1]) for shape in {*shape_of, *(f[2] for f in future)}
+    }
     starts: list[list[float]] = [[] for _ in items]
     for _ in range(n_samples):
         for k, t in enumerate(
@@ -690,7 +701,7 @@ def replay(
                 horizon,
                 hist,
                 rng,
-                one_replica_per_pod,
+                pools,
             )
         ):
             starts[k].append(t)
@@ -811,7 +822,7 @@ def _one_sample(
     horizon: float,
     hist: _Durations,
     rng: random.Random,
-    one_replica_per_pod: bool = False,
+    pools: Mapping[Shape, Sequence[Pool]],
 ) -> list[float]:
     """One draw of the future: each item's start timestamp (inf: not within the horizon).
 
@@ -853,7 +864,6 @@ def _one_sample(
     t = now
     changed: set[int] = set()
     nearby = _Nearby()
-    pools: dict[Shape, tuple[Pool, ...]] = {}  # where each shape's pods take units from
     by_node: dict[int, list[Shape]] = {}  # node → the shapes that may use it
     for shape, queue in queues.items():
         for k in cands[queue[0]]:
@@ -873,8 +883,6 @@ def _one_sample(
                 continue
             cand = cands[queue[0]]
             nodes_now = cand if shape in fresh_from else nearby.of(shape[2], cand)
-            if shape not in pools:
-                pools[shape] = _pools(shape[0], shape[1], one_replica_per_pod)
             if _fits(free, nodes_now, pools[shape], shape[1]):
                 heads.append((queue[0], shape))
         heapq.heapify(heads)

@@ -32,7 +32,7 @@ def one_sample(
     horizon: float,
     hist: qr._Durations,
     rng: random.Random,
-    one_replica_per_pod: bool = False,
+    pools: Mapping[qr.Shape, Sequence[qr.Pool]],
 ) -> list[float]:
     free, events = qr._running_now(nodes, node_index, holders, now, horizon, hist, rng)
     seq = len(events)
@@ -47,9 +47,8 @@ def one_sample(
     while real_waiting:
         still = []
         for i in waiting:
-            resource, units, _ = shape_of[i]
-            pools = qr._pools(resource, units, one_replica_per_pod)
-            best, pool = qr._choose(free, cands[i], pools, units, placement, rng)
+            units = shape_of[i][1]
+            best, pool = qr._choose(free, cands[i], pools[shape_of[i]], units, placement, rng)
             if best < 0:
                 still.append(i)
                 continue
@@ -97,7 +96,7 @@ def pod_by_pod_sample(
     horizon: float,
     hist: qr._Durations,
     rng: random.Random,
-    one_replica_per_pod: bool = False,
+    pools: Mapping[qr.Shape, Sequence[qr.Pool]],
 ) -> list[float]:
     """``one_sample`` with two shortcuts, the peer of ``bench/queue_replay_speed.py``:
     every waiting pod is still visited at every sweep, but a pod that waited since the
@@ -127,8 +126,7 @@ def pod_by_pod_sample(
                 still.append(i)
                 continue
             nodes_now = cands[i] if is_fresh else [k for k in cands[i] if k in changed]
-            pools = qr._pools(shape[0], shape[1], one_replica_per_pod)
-            best, pool = qr._choose(free, nodes_now, pools, shape[1], placement, rng)
+            best, pool = qr._choose(free, nodes_now, pools[shape], shape[1], placement, rng)
             if best < 0:
                 (blocked_all if is_fresh else blocked).add(shape)
                 still.append(i)
