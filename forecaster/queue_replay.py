@@ -675,33 +675,17 @@ def replay(
         shape_of.append(shapes.of(it.resource, it.units, cand))
     horizon = now + horizon_seconds
     # arrivals are measured on every GPU pod, wherever it landed: every taint passes
-    future = []
+    future: list[ArrivalShape] = []
     for a in arrivals:
         _, cand = lists.of(a.resource, a.product, None)
         if a.rate_per_second > 0 and lists.fits(cand, a.resource, a.units):
             future.append((a, cand, shapes.of(a.resource, a.units, cand)))
-    pools = {
-        shape: lists.pools(shape[0], shape[1]) for shape in {*shape_of, *(f[2] for f in future)}
-    }
+    plan = _queue_plan(items, candidates, shape_of, place_ok, future, lists)
     starts: list[list[float]] = [[] for _ in items]
     for _ in range(n_samples):
         for k, t in enumerate(
             _one_sample(
-                nodes,
-                node_index,
-                holders,
-                items,
-                place_ok,
-                candidates,
-                shape_of,
-                future,
-                max_arrivals,
-                placement,
-                now,
-                horizon,
-                hist,
-                rng,
-                pools,
+                nodes, node_index, holders, plan, max_arrivals, placement, now, horizon, hist, rng
             )
         ):
             starts[k].append(t)
@@ -740,6 +724,70 @@ class _Shapes:
         if isinstance(candidates, tuple):
             self._by_object[id(candidates)] = (candidates, shape_id)
         return (resource, units, shape_id)
+
+
+ArrivalShape = tuple[Arrival, Sequence[int], Shape]  # the nodes its pods may land on
+
+
+@dataclass(frozen=True, slots=True)
+class _QueuePlan:
+    """The queue as every sample of a replay starts it (``_queue_plan``).
+
+    Why apart: none of it depends on a sample's draws, so it is worked out once per
+    replay rather than once for each of its ``n_samples`` samples.
+
+    ``items``: the pending pods and requests in queue order, ``shapes`` the shape of
+    each. ``waiting``: those that may start (a node open to new pods could hold them),
+    in queue order; ``queues``: the same, one queue per shape. ``arrivals``: the shapes
+    new pods arrive in (``Arrival``). ``nodes_of``, ``pools``: per shape of a waiting
+    item or an arrival, the nodes (ascending) and the pools (``_pools``, in order) its
+    pods take units from. ``by_node``: node → the shapes that may use it, to find the
+    shapes worth trying again when the node's units free.
+    """
+
+    items: tuple[PendingPod | Request, ...]
+    shapes: tuple[Shape, ...]
+    waiting: tuple[int, ...]
+    queues: Mapping[Shape, tuple[int, ...]]
+    arrivals: tuple[ArrivalShape, ...]
+    nodes_of: Mapping[Shape, Sequence[int]]
+    pools: Mapping[Shape, tuple[Pool, ...]]
+    by_node: Mapping[int, tuple[Shape, ...]]
+
+
+def _queue_plan(
+    items: Sequence[PendingPod | Request],
+    candidates: Sequence[Sequence[int]],
+    shapes: Sequence[Shape],
+    place_ok: Sequence[bool],
+    arrivals: Sequence[ArrivalShape],
+    lists: _NodeLists,
+) -> _QueuePlan:
+    """The ``_QueuePlan`` of ``items`` (queue order), each with the nodes it may land on
+    (``candidates``), its shape and whether it may start (``place_ok``), and of the
+    ``arrivals``; ``lists`` says where each shape takes its units from."""
+    waiting = tuple(i for i, ok in enumerate(place_ok) if ok)
+    queues: dict[Shape, list[int]] = {}
+    nodes_of: dict[Shape, Sequence[int]] = {}
+    for i in waiting:
+        queues.setdefault(shapes[i], []).append(i)
+        nodes_of.setdefault(shapes[i], candidates[i])
+    for _, cand, shape in arrivals:
+        nodes_of.setdefault(shape, cand)
+    by_node: dict[int, list[Shape]] = {}
+    for shape, cand in nodes_of.items():
+        for k in cand:
+            by_node.setdefault(k, []).append(shape)
+    return _QueuePlan(
+        items=tuple(items),
+        shapes=tuple(shapes),
+        waiting=waiting,
+        queues={shape: tuple(queue) for shape, queue in queues.items()},
+        arrivals=tuple(arrivals),
+        nodes_of=nodes_of,
+        pools={shape: lists.pools(shape[0], shape[1]) for shape in nodes_of},
+        by_node={k: tuple(v) for k, v in by_node.items()},
+    )
 
 
 def _summarise(samples: list[float], fits: bool, placeable: bool = True) -> StartPrediction:
@@ -811,20 +859,16 @@ def _one_sample(
     nodes: Sequence[Node],
     node_index: Mapping[str, int],
     holders: Sequence[Holder],
-    items: Sequence[PendingPod | Request],
-    place_ok: Sequence[bool],
-    candidates: Sequence[Sequence[int]],
-    shapes: Sequence[Shape],
-    arrivals: Sequence[tuple[Arrival, Sequence[int], Shape]],
+    plan: _QueuePlan,
     max_arrivals: int,
     placement: str,
     now: float,
     horizon: float,
     hist: _Durations,
     rng: random.Random,
-    pools: Mapping[Shape, Sequence[Pool]],
 ) -> list[float]:
-    """One draw of the future: each item's start timestamp (inf: not within the horizon).
+    """One draw of the future: each of ``plan.items``' start timestamp (inf: not within
+    the horizon).
 
     At ``now`` and at every moment units free, every waiting pod is tried in queue
     order on every node it may use (``_choose``). Done literally that is most of a
@@ -845,30 +889,21 @@ def _one_sample(
     """
     free, events = _running_now(nodes, node_index, holders, now, horizon, hist, rng)
     seq = len(events)
-    n_items = len(items)
+    n_items = len(plan.items)
     start = [math.inf] * n_items
-    # every waiting pod, known ones first (index < n_items), then future ones, in one
-    # queue per shape (each in queue order); the first fresh index of a shape's queue
-    # (pods not tried yet: all at first, then arrivals, always at its end)
-    shape_of: list[Shape] = list(shapes)
-    cands: list[Sequence[int]] = list(candidates)
-    queues: dict[Shape, deque[int]] = {}
-    for i in range(n_items):
-        if place_ok[i]:
-            queues.setdefault(shape_of[i], deque()).append(i)
-    fresh_from = {shape: queue[0] for shape, queue in queues.items()}
-    real_waiting = sum(len(q) for q in queues.values())
-    total_rate = sum(a.rate_per_second for a, _, _ in arrivals)
+    # every waiting pod, known ones first (index < n_items), then future ones (numbered
+    # on from ``n_items`` as they arrive), in one queue per shape (each in queue order);
+    # the first fresh index of a shape's queue (pods not tried yet: all at first, then
+    # arrivals, always at its end)
+    queues = {shape: deque(queue) for shape, queue in plan.queues.items()}
+    fresh_from = {shape: queue[0] for shape, queue in plan.queues.items()}
+    real_waiting = len(plan.waiting)
+    total_rate = sum(a.rate_per_second for a, _, _ in plan.arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
     n_future = 0
     t = now
     changed: set[int] = set()
     nearby = _Nearby()
-    by_node: dict[int, list[Shape]] = {}  # node → the shapes that may use it
-    for shape, queue in queues.items():
-        for k in cands[queue[0]]:
-            by_node.setdefault(k, []).append(shape)
-    seen = set(queues)  # the shapes in ``by_node``
     while real_waiting:
         nearby.start(changed)
         # the shapes to try: those with a pod not tried yet, those that may use a node
@@ -876,21 +911,22 @@ def _one_sample(
         heads = []  # (index of the shape's first waiting pod, shape)
         maybe = set(fresh_from)
         for k in changed:
-            maybe.update(by_node.get(k, ()))
+            maybe.update(plan.by_node.get(k, ()))
         for shape in maybe:
             queue = queues.get(shape)
             if not queue:
                 continue
-            cand = cands[queue[0]]
+            cand = plan.nodes_of[shape]
             nodes_now = cand if shape in fresh_from else nearby.of(shape[2], cand)
-            if _fits(free, nodes_now, pools[shape], shape[1]):
+            if _fits(free, nodes_now, plan.pools[shape], shape[1]):
                 heads.append((queue[0], shape))
         heapq.heapify(heads)
         while heads:
             i, shape = heapq.heappop(heads)
             fresh = i >= fresh_from.get(shape, math.inf)
-            nodes_now = cands[i] if fresh else nearby.of(shape[2], cands[i])
-            best, pool = _choose(free, nodes_now, pools[shape], shape[1], placement, rng)
+            cand = plan.nodes_of[shape]
+            nodes_now = cand if fresh else nearby.of(shape[2], cand)
+            best, pool = _choose(free, nodes_now, plan.pools[shape], shape[1], placement, rng)
             if best < 0:
                 continue  # nor will the shape's next pods in this sweep
             queue = queues[shape]
@@ -902,7 +938,7 @@ def _one_sample(
             if i < n_items:
                 start[i] = t
                 real_waiting -= 1
-                if isinstance(items[i], Request):
+                if isinstance(plan.items[i], Request):
                     continue  # a request made now takes nothing from anyone
             free[best][pool] -= shape[1]
             end = t + hist.draw(rng)
@@ -915,15 +951,9 @@ def _one_sample(
         if t > horizon:
             break
         if next_arrival <= t:  # a new pod joins the end of the queue
-            _, cand, shape = _pick(arrivals, rng.random() * total_rate)
-            shape_of.append(shape)
-            cands.append(cand)
-            if shape not in seen:
-                seen.add(shape)
-                for k in cand:
-                    by_node.setdefault(k, []).append(shape)
-            queues.setdefault(shape, deque()).append(len(shape_of) - 1)
-            fresh_from.setdefault(shape, len(shape_of) - 1)
+            _, _, shape = _pick(plan.arrivals, rng.random() * total_rate)
+            queues.setdefault(shape, deque()).append(n_items + n_future)
+            fresh_from.setdefault(shape, n_items + n_future)
             n_future += 1
             next_arrival = t + rng.expovariate(total_rate)
             if n_future >= max_arrivals:
@@ -973,9 +1003,7 @@ class _Nearby:
         return got
 
 
-def _pick(
-    arrivals: Sequence[tuple[Arrival, Sequence[int], Shape]], x: float
-) -> tuple[Arrival, Sequence[int], Shape]:
+def _pick(arrivals: Sequence[ArrivalShape], x: float) -> ArrivalShape:
     """The arrival shape at ``x`` in [0, total rate): shapes drawn in proportion to rate."""
     for entry in arrivals:
         x -= entry[0].rate_per_second

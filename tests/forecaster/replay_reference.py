@@ -21,26 +21,23 @@ def one_sample(
     nodes: Sequence[qr.Node],
     node_index: Mapping[str, int],
     holders: Sequence[qr.Holder],
-    items: Sequence[qr.PendingPod | qr.Request],
-    place_ok: Sequence[bool],
-    candidates: Sequence[Sequence[int]],
-    shapes: Sequence[qr.Shape],
-    arrivals: Sequence[tuple[qr.Arrival, Sequence[int], qr.Shape]],
+    plan: qr._QueuePlan,
     max_arrivals: int,
     placement: str,
     now: float,
     horizon: float,
     hist: qr._Durations,
     rng: random.Random,
-    pools: Mapping[qr.Shape, Sequence[qr.Pool]],
 ) -> list[float]:
     free, events = qr._running_now(nodes, node_index, holders, now, horizon, hist, rng)
     seq = len(events)
+    items, pools = plan.items, plan.pools
     start = [math.inf] * len(items)
-    shape_of, cands = list(shapes), list(candidates)
-    waiting = [i for i in range(len(items)) if place_ok[i]]
+    shape_of = list(plan.shapes)
+    cands = [plan.nodes_of.get(shape, ()) for shape in shape_of]
+    waiting = list(plan.waiting)
     real_waiting = len(waiting)
-    total_rate = sum(a.rate_per_second for a, _, _ in arrivals)
+    total_rate = sum(a.rate_per_second for a, _, _ in plan.arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
     n_future = 0
     t = now
@@ -67,7 +64,7 @@ def one_sample(
         if t > horizon:
             break
         if next_arrival <= t:
-            _, cand, shape = qr._pick(arrivals, rng.random() * total_rate)
+            _, cand, shape = qr._pick(plan.arrivals, rng.random() * total_rate)
             shape_of.append(shape)
             cands.append(cand)
             waiting.append(len(shape_of) - 1)
@@ -85,18 +82,13 @@ def pod_by_pod_sample(
     nodes: Sequence[qr.Node],
     node_index: Mapping[str, int],
     holders: Sequence[qr.Holder],
-    items: Sequence[qr.PendingPod | qr.Request],
-    place_ok: Sequence[bool],
-    candidates: Sequence[Sequence[int]],
-    shapes: Sequence[qr.Shape],
-    arrivals: Sequence[tuple[qr.Arrival, Sequence[int], qr.Shape]],
+    plan: qr._QueuePlan,
     max_arrivals: int,
     placement: str,
     now: float,
     horizon: float,
     hist: qr._Durations,
     rng: random.Random,
-    pools: Mapping[qr.Shape, Sequence[qr.Pool]],
 ) -> list[float]:
     """``one_sample`` with two shortcuts, the peer of ``bench/queue_replay_speed.py``:
     every waiting pod is still visited at every sweep, but a pod that waited since the
@@ -105,11 +97,13 @@ def pod_by_pod_sample(
     in that sweep."""
     free, events = qr._running_now(nodes, node_index, holders, now, horizon, hist, rng)
     seq = len(events)
+    items, pools = plan.items, plan.pools
     start = [math.inf] * len(items)
-    shape_of, cands = list(shapes), list(candidates)
-    waiting = [i for i in range(len(items)) if place_ok[i]]
+    shape_of = list(plan.shapes)
+    cands = [plan.nodes_of.get(shape, ()) for shape in shape_of]
+    waiting = list(plan.waiting)
     real_waiting = len(waiting)
-    total_rate = sum(a.rate_per_second for a, _, _ in arrivals)
+    total_rate = sum(a.rate_per_second for a, _, _ in plan.arrivals)
     next_arrival = now + rng.expovariate(total_rate) if total_rate > 0 else math.inf
     n_future = 0
     t = now
@@ -148,7 +142,7 @@ def pod_by_pod_sample(
         if t > horizon:
             break
         if next_arrival <= t:
-            _, cand, shape = qr._pick(arrivals, rng.random() * total_rate)
+            _, cand, shape = qr._pick(plan.arrivals, rng.random() * total_rate)
             shape_of.append(shape)
             cands.append(cand)
             waiting.append(len(shape_of) - 1)
