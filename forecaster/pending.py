@@ -24,6 +24,7 @@ from gpu_eta.forecaster.queue_replay import (
     StartPrediction,
     Toleration,
     default_requests,
+    newest_by_name,
     queue_key,
     replay,
 )
@@ -138,17 +139,11 @@ def predict(
         request_tolerations=settings.request_tolerations,
         one_replica_per_pod=settings.one_replica_per_pod,
     )
-    # one per (namespace, pod), the newest: a pod deleted and created again under its
-    # name (a StatefulSet's, a notebook's) while KSM still shows the old one is two
-    # pods in the queue, but one name to publish, the one Kubernetes has now
-    named: dict[tuple[str, str], PodStart] = {}
-    for p, pred in zip(kept, result.pending, strict=True):
-        prev = named.get((p.namespace, p.pod))
-        if prev is None or p.created >= prev.created:
-            named[(p.namespace, p.pod)] = PodStart(
-                p.namespace, p.pod, p.resource, p.units, p.created, pred
-            )
-    pods = list(named.values())
+    # one per (namespace, pod): the pod that stands for the name, as in ``result.pods``
+    pods: list[PodStart] = []
+    for i in newest_by_name(kept).values():
+        p = kept[i]
+        pods.append(PodStart(p.namespace, p.pod, p.resource, p.units, p.created, result.pending[i]))
     by_key = {(h.namespace, h.pod): h for h in holders}
     for ns, pod in queue.scheduled:
         h = by_key[(ns, pod)]

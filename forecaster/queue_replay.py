@@ -364,8 +364,8 @@ class ReplayResult:
     """Predictions per pending pod and per request.
 
     ``pending``: one per pod of ``replay``'s ``pending``, in that order. ``pods``: the
-    same by (namespace, pod); of two pods sharing a name (one re-created while KSM
-    still shows the other), the later in the queue.
+    same by (namespace, pod), of two pods sharing a name the newest's
+    (``newest_by_name``, as ``pending.predict`` publishes them).
     """
 
     pods: Mapping[tuple[str, str], StartPrediction] = field(default_factory=dict)
@@ -410,6 +410,24 @@ class _Durations:
 def queue_key(pod: PendingPod) -> tuple[int, float, str, str]:
     """The scheduler's order: higher priority first, then older first."""
     return (-pod.priority, pod.created, pod.namespace, pod.pod)
+
+
+def newest_by_name(pods: Sequence[PendingPod]) -> dict[tuple[str, str], int]:
+    """Per (namespace, pod), the index in ``pods`` of the pod that stands for the name:
+    the newest (latest ``created``; of equally new ones, the later in queue order).
+
+    Why: a pod deleted and created again under its name (a StatefulSet's, a notebook's)
+    while KSM still shows the old one is two pods in the queue, both replayed, but one
+    name to publish, and the pod Kubernetes has now is the newest. The names come in the
+    queue order of their first pod.
+    """
+    newest: dict[tuple[str, str], int] = {}
+    for i in sorted(range(len(pods)), key=lambda i: queue_key(pods[i])):
+        key = (pods[i].namespace, pods[i].pod)
+        kept = newest.get(key)
+        if kept is None or pods[i].created >= pods[kept].created:
+            newest[key] = i
+    return newest
 
 
 def policy_taints(node: Node) -> tuple[Taint, ...]:
@@ -689,7 +707,6 @@ def replay(
             )
         ):
             starts[k].append(t)
-    pods: dict[tuple[str, str], StartPrediction] = {}
     reqs: dict[Request, StartPrediction] = {}
     by_input: list[StartPrediction] = [StartPrediction(NEVER_FITS, None, 0.0)] * len(pending)
     for k, it in enumerate(items):
@@ -697,8 +714,8 @@ def replay(
         if isinstance(it, Request):
             reqs[it] = pred
         else:
-            pods[(it.namespace, it.pod)] = pred
             by_input[origin[k]] = pred
+    pods = {key: by_input[i] for key, i in newest_by_name(pending).items()}
     return ReplayResult(pods, reqs, n_samples, tuple(by_input))
 
 

@@ -77,6 +77,18 @@ def test_priority_goes_before_older_pods():
     assert starts(r, "old")[1] == 600.0
 
 
+def test_of_two_pods_sharing_a_name_the_newest_is_the_names_prediction():
+    """A pod deleted and created again under its name while KSM still shows the old one
+    is two pods in the queue, both replayed; the name's prediction is the newest's, the
+    one ``pending.predict`` publishes, even when the new pod is ahead of the old one in
+    the queue (a higher priority here)."""
+    old = pending("worker-0", units=1, created=0)
+    new = pending("worker-0", units=8, created=500, priority=100)
+    r = replay([node("n1", 8)], [], [old, new], NOW, **EXACT)
+    assert [p.starts[1] - NOW for p in r.pending] == [500.0, 0.0]  # new first, then old
+    assert r.pods == {("ml", "worker-0"): r.pending[1]}
+
+
 def test_multi_gpu_pod_waits_for_a_whole_node_and_small_pods_go_past_it():
     # two 2-GPU nodes, each with one GPU free at 100 s and the other at 300 s / 400 s
     nodes = [node("n1", 2), node("n2", 2)]
