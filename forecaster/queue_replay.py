@@ -758,8 +758,9 @@ class _QueuePlan:
     in queue order; ``queues``: the same, one queue per shape. ``arrivals``: the shapes
     new pods arrive in (``Arrival``). ``nodes_of``, ``pools``: per shape of a waiting
     item or an arrival, the nodes (ascending) and the pools (``_pools``, in order) its
-    pods take units from. ``by_node``: node → the shapes that may use it, to find the
-    shapes worth trying again when the node's units free.
+    pods take units from; ``node_sets``: those nodes as a set, by the node list's id
+    (``Shape``'s third), for ``_Nearby``. ``by_node``: node → the shapes that may use
+    it, to find the shapes worth trying again when the node's units free.
     """
 
     items: tuple[PendingPod | Request, ...]
@@ -769,6 +770,7 @@ class _QueuePlan:
     arrivals: tuple[ArrivalShape, ...]
     nodes_of: Mapping[Shape, Sequence[int]]
     pools: Mapping[Shape, tuple[Pool, ...]]
+    node_sets: Mapping[int, frozenset[int]]
     by_node: Mapping[int, tuple[Shape, ...]]
 
 
@@ -803,6 +805,7 @@ def _queue_plan(
         arrivals=tuple(arrivals),
         nodes_of=nodes_of,
         pools={shape: lists.pools(shape[0], shape[1]) for shape in nodes_of},
+        node_sets={shape[2]: frozenset(cand) for shape, cand in nodes_of.items()},
         by_node={k: tuple(v) for k, v in by_node.items()},
     )
 
@@ -920,7 +923,7 @@ def _one_sample(
     n_future = 0
     t = now
     changed: set[int] = set()
-    nearby = _Nearby()
+    nearby = _Nearby(plan.node_sets)
     while real_waiting:
         nearby.start(changed)
         # the shapes to try: those with a pod not tried yet, those that may use a node
@@ -933,16 +936,14 @@ def _one_sample(
             queue = queues.get(shape)
             if not queue:
                 continue
-            cand = plan.nodes_of[shape]
-            nodes_now = cand if shape in fresh_from else nearby.of(shape[2], cand)
+            nodes_now = plan.nodes_of[shape] if shape in fresh_from else nearby.of(shape[2])
             if _fits(free, nodes_now, plan.pools[shape], shape[1]):
                 heads.append((queue[0], shape))
         heapq.heapify(heads)
         while heads:
             i, shape = heapq.heappop(heads)
             fresh = i >= fresh_from.get(shape, math.inf)
-            cand = plan.nodes_of[shape]
-            nodes_now = cand if fresh else nearby.of(shape[2], cand)
+            nodes_now = plan.nodes_of[shape] if fresh else nearby.of(shape[2])
             best, pool = _choose(free, nodes_now, plan.pools[shape], shape[1], placement, rng)
             if best < 0:
                 continue  # nor will the shape's next pods in this sweep
@@ -999,8 +1000,8 @@ class _Nearby:
     nodes rather than from the long list.
     """
 
-    def __init__(self) -> None:
-        self._members: dict[int, frozenset[int]] = {}  # shape id → its candidates
+    def __init__(self, members: Mapping[int, frozenset[int]]) -> None:
+        self._members = members  # id of a node list (``Shape``'s third) → its nodes
         self._changed: Sequence[int] = ()
         self._found: dict[int, list[int]] = {}
 
@@ -1009,14 +1010,12 @@ class _Nearby:
         self._changed = sorted(changed)
         self._found = {}
 
-    def of(self, shape_id: int, candidates: Sequence[int]) -> list[int]:
-        """The changed nodes among ``candidates`` (the shape's list, ascending)."""
-        got = self._found.get(shape_id)
+    def of(self, nodes_id: int) -> list[int]:
+        """The changed nodes among those of the list ``nodes_id``, ascending."""
+        got = self._found.get(nodes_id)
         if got is None:
-            members = self._members.get(shape_id)
-            if members is None:
-                members = self._members[shape_id] = frozenset(candidates)
-            got = self._found[shape_id] = [k for k in self._changed if k in members]
+            members = self._members[nodes_id]
+            got = self._found[nodes_id] = [k for k in self._changed if k in members]
         return got
 
 
