@@ -2,9 +2,12 @@
 
 ``one_sample`` has ``queue_replay._one_sample``'s signature and does what its docstring
 says without any of its shortcuts: at ``now`` and at every moment units free, every
-waiting pod is tried in queue order on every node it may use. It draws from the same
-primitives (``_running_now``, ``_choose``, ``_pick``, the durations), so both must give
-the very same starts. Slow: for the tests and ``bench/queue_replay_speed.py`` only.
+waiting pod is tried in queue order on every node it may use. It starts from the same
+``_QueuePlan`` (the items, their shapes, which may start, each shape's nodes and pools,
+the arrivals; not the per-shape queues and indexes only the fast form uses) and draws
+from the same primitives (``_running_now``, ``_choose``, ``_pick``, the durations), so
+both must give the very same starts. Slow: for the tests and
+``bench/queue_replay_speed.py`` only.
 """
 
 from __future__ import annotations
