@@ -364,8 +364,9 @@ class ReplayResult:
     """Predictions per pending pod and per request.
 
     ``pending``: one per pod of ``replay``'s ``pending``, in that order. ``pods``: the
-    same by (namespace, pod), of two pods sharing a name the newest's
-    (``newest_by_name``, as ``pending.predict`` publishes them).
+    same by (namespace, pod); where two pods share a name (one re-created while KSM
+    still shows the other), the newest's (``newest_by_name``, the rule
+    ``pending.predict`` publishes by).
     """
 
     pods: Mapping[tuple[str, str], StartPrediction] = field(default_factory=dict)
@@ -558,8 +559,8 @@ class _NodeLists:
     cluster of thousands of tainted nodes made the per-pod checks most of a replay's
     setup. Each node's blocking taints (``policy_taints``) are read once too.
 
-    ``one_replica_per_pod`` (``replay``'s) is read here only, by ``pools``: what the
-    replay's sweep and the fit checks use, so no other step needs the flag."""
+    The replay reads ``one_replica_per_pod`` here only (``pools``, which the fit checks
+    and the sweep's ``_QueuePlan`` take), so no later step carries the flag."""
 
     def __init__(self, nodes: Sequence[Node], one_replica_per_pod: bool = False) -> None:
         self.nodes = nodes
@@ -887,8 +888,8 @@ def _one_sample(
     hist: _Durations,
     rng: random.Random,
 ) -> list[float]:
-    """One draw of the future: each of ``plan.items``' start timestamp (inf: not within
-    the horizon).
+    """One draw of the future: the start timestamp of each of ``plan.items`` (inf: not
+    within the horizon).
 
     At ``now`` and at every moment units free, every waiting pod is tried in queue
     order on every node it may use (``_choose``). Done literally that is most of a
