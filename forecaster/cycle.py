@@ -16,7 +16,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from typing import TypeVar
 
 from gpu_eta.forecaster import kube_state, queries
@@ -32,12 +32,12 @@ from gpu_eta.forecaster.cycle_meta import (
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.base import stall_widen_since
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
-from gpu_eta.forecaster.history import HistoryConflict, HistoryStore
+from gpu_eta.forecaster.history import HistoryConflict, HistoryStore, StoredRun
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.planless import DurationsFit, Spread, fit_durations
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.forecaster.promparse import PromQueryError
+from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError
 from gpu_eta.forecaster.refit import (
     Model,
     ModelError,
@@ -110,6 +110,8 @@ class Cycle:
         # runs this process finished lately (their series linger in the window's
         # answers): no range read for them, the store keeps a finished run frozen
         self._finished_at: dict[RunKey, float] = {}
+        # a Prometheus read failed since the last successful cycle (uncovered_since)
+        self._read_failed = False
         # runs whose means were read since the last full read, as ending runs: the time
         # their stored means reach (later reads weigh only the seconds after it);
         # persisted, like the range time it completes
@@ -139,7 +141,12 @@ class Cycle:
         during a model fit.
         """
         with gc_switched(False):
-            return self._run()
+            try:
+                return self._run()
+            except PromAPIError:
+                # the seconds until the next successful read are not covered (_run)
+                self._read_failed = True
+                raise
 
     def _run(self) -> ForecastSet:
         now = self.clock()
@@ -170,13 +177,24 @@ class Cycle:
             meta[LAST_RANGE_KEY] = repr(now)
         if means_until != self._means_until:
             meta[MEANS_UNTIL_KEY] = encode_means_until(means_until)
+        previous = self._last_query_time
+        uncovered = uncovered_since(previous, now, self._read_failed, s.vanish_grace_seconds)
         try:
             # only if the file's state is still the one this read started from: else
             # another forecaster stored these seconds' means already
-            self.store.record(view.updates, state=meta, expect={LAST_QUERY_KEY: self._stored_query})
+            revived = self.store.record(
+                view.updates,
+                state=meta,
+                expect={LAST_QUERY_KEY: self._stored_query},
+                uncovered_since=uncovered,
+                now=now,
+            )
         except HistoryConflict:
             self._load_state()
             raise
+        self._read_failed = False
+        for key in revived:  # running again: read as any running run
+            self._finished_at.pop(key, None)
         self._stored_query = meta[LAST_QUERY_KEY]
         self._means_until = means_until  # with a full read, every run's means reach now
         if full:
@@ -186,16 +204,10 @@ class Cycle:
             self._cycles_since_range = (self._cycles_since_range or 0) + 1
         if self.store.skipped_updates:  # text SQLite cannot store: skipped, counted here
             errors["unencodable_label"] += self.store.skipped_updates
-        to_finish = set(view.done)
         stored_running = self.store.running()
-        for stored in stored_running:
-            key = run_key(stored.run)
-            # vanished: an exporter restart gets the grace period, and so does a run that
-            # started within it but was never seen present (its start read by one query
-            # of this cycle, its last report not yet by the one before: both ask ``now``)
-            seen = max(stored.last_seen, stored.run.start_timestamp)
-            if key not in view.present and now - seen >= s.vanish_grace_seconds:
-                to_finish.add(key)
+        to_finish = set(view.done) | vanished(
+            stored_running, view.present, now, s.vanish_grace_seconds
+        )
         newly_finished = self.store.finish(sorted(to_finish), now)
         # runs finished more than a window ago have left the answers: forget them
         self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
@@ -696,6 +708,44 @@ def planless_stub(run: PlanlessRun) -> Run:
         pod=pod,
         container=container,
     )
+
+
+def uncovered_since(
+    previous: float | None, now: float, read_failed: bool, grace_seconds: float
+) -> float | None:
+    """The previous successful read's time when the seconds since it are not covered
+    by this process's reads (a read failed since, or they are more than the vanish
+    grace), else None. Pure.
+
+    Why: a run's absence must be seen by reads, not inferred from a Prometheus outage.
+    After one (a restart, an unreachable server) the first reads may come before its
+    first scrape of the exporters, and every run would look gone for as long as the
+    outage lasted: finished as cancelled, and frozen. The runs seen at that read count
+    their absence from this one instead (``HistoryStore.record``); a run already gone
+    before it keeps counting, so that a ``once`` CronJob whose period exceeds the grace
+    still finishes vanished runs (one period later).
+    """
+    if previous is None:
+        return None
+    if read_failed or now - previous > grace_seconds:
+        return previous
+    return None
+
+
+def vanished(
+    stored: Sequence[StoredRun], present: Set[RunKey], now: float, grace_seconds: float
+) -> set[RunKey]:
+    """The running runs of ``stored`` absent from ``present`` for ``grace_seconds``:
+    since last present, or since their start for a run never seen present (its start
+    read by one query of the cycle, its last report not yet by the one before: both
+    ask ``now``). Pure. An exporter restart gets the grace period."""
+    out = set()
+    for run in stored:
+        key = run_key(run.run)
+        seen = max(run.last_seen, run.run.start_timestamp)
+        if key not in present and now - seen >= grace_seconds:
+            out.add(key)
+    return out
 
 
 def last_progress(run: Run, view: CycleView) -> float:

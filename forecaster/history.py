@@ -79,6 +79,7 @@ from gpu_eta.forecaster.history_rows import (
     running_from_row,
     to_learn_from,
     unencodable,
+    unpack_epoch_times,
 )
 from gpu_eta.forecaster.runs import (
     Feature,
@@ -103,6 +104,13 @@ _SAME_SEEDED = (
     """run_id = :run_id AND (namespace = :namespace OR namespace = '' OR :namespace = '')"""
 )
 
+
+# Two starts of one run key this close are one start (re-read, rounded by a scrape):
+# a run finished as vanished that comes back with it is the same run (``record``).
+SAME_START_SECONDS = 1.0
+# A run held at a read whose seconds before were not covered (``record``'s
+# ``uncovered_since``) counts its absence from that read's time less this.
+HELD_OFFSET_SECONDS = 0.001
 
 _KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
 _MEANS = ("util_sum", "util_weight", "memory_sum", "memory_weight")  # a row's means
@@ -275,7 +283,9 @@ class HistoryStore:
         updates: Iterable[RunUpdate],
         state: Mapping[str, str] | None = None,
         expect: Mapping[str, str | None] | None = None,
-    ) -> None:
+        uncovered_since: float | None = None,
+        now: float | None = None,
+    ) -> list[RunKey]:
         """Upsert running runs, add their epoch ends and store the caller's ``state``
         (service values, as ``set_metas``), all in one transaction — and only if the
         stored service values are still those in ``expect`` (None: absent), else
@@ -290,6 +300,24 @@ class HistoryStore:
         epoch ends from before that start (``_drop_ends_before_start``). An update
         whose text SQLite cannot store (not valid Unicode) is skipped and counted in
         ``skipped_updates``, the others are recorded (``_storable``).
+
+        A run finished as ``incomplete`` (vanished) that is present again in an update
+        (``seen_timestamp`` after its finish) with the same start, within ``SAME_START_SECONDS``, is
+        running again: its epoch list goes back to ``epoch_ends``, its finish is undone
+        (``_revive``). Why: it was never gone, only unseen (a Prometheus outage or a
+        scrape gap longer than the vanish grace), and a frozen row would keep it from
+        being forecast for the rest of its life, and the models would learn it as a
+        cancelled run. The keys revived are returned.
+
+        ``uncovered_since`` (with ``now``): the caller's previous successful read, when
+        the seconds since it are not covered by its reads (a failed cycle since, or a
+        gap longer than the vanish grace). A running run seen at or after it (or started
+        then) counts its absence from ``now`` (``last_seen`` set to ``now`` less
+        ``HELD_OFFSET_SECONDS``): no read saw it gone, so the grace starts with this one
+        (``Cycle._run``). Why the offset: a run seen present at this read stores ``now``
+        exactly, and the next uncovered read must hold only those, not a run held here
+        and still gone (else reads farther apart than the grace, a ``once`` CronJob,
+        would hold a vanished run for ever).
 
         An update's GPU-use and memory means (``util_mean``, ``memory_mean`` weighted by
         ``weight_seconds``) add to the run's. Why ``state`` is written here: it says which
@@ -345,10 +373,21 @@ class HistoryStore:
                 for e, t in up.epoch_ends
                 if stored is None or float(e) not in stored.ends
             )
+        # a present update of a key not held as running may be of a run finished as
+        # vanished that is back (``_revive``); held keys are running, nothing to ask
+        maybe_back = [row for row in rows if row["last_seen"] and _row_key(row) not in known]
+        revived: list[RunKey] = []
         with self._lock:
             with self._tx():
                 if expect:
                     self._check_expected(expect)
+                revived = self._revive(maybe_back)
+                if uncovered_since is not None and now is not None:
+                    self._conn.execute(
+                        "UPDATE runs SET last_seen = :held WHERE state = 'running' "
+                        "AND MAX(last_seen, start_timestamp) >= :since AND last_seen < :held",
+                        {"held": now - HELD_OFFSET_SECONDS, "since": uncovered_since},
+                    )
                 for key, steps in to_steps.items():
                     self._percent_to_steps(key, steps)
                 dropped = self._drop_ends_before_start(recheck)
@@ -387,6 +426,8 @@ class HistoryStore:
                 if state:
                     self._write_metas(state)
             self._percent_running -= set(to_steps)
+            if revived:  # committed: they left the finished history
+                self._finished_revived(revived)
             if dropped:
                 log.info(
                     "history file %s: %d epoch end(s) from before their run's new start "
@@ -403,6 +444,40 @@ class HistoryStore:
                     stored = self._running_ends.get(tuple(key))  # type: ignore[arg-type]
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
+        return revived
+
+    def _revive(self, rows: list[dict[str, object]]) -> list[RunKey]:
+        """Turn back to running the ``incomplete`` runs of ``rows`` (present updates)
+        seen after their finish whose stored start is theirs within ``SAME_START_SECONDS`` (the caller's
+        transaction): their epoch list back into ``epoch_ends``, the finish undone.
+        Returns their keys. A completed run stays frozen: it reached its plan."""
+        revived: list[RunKey] = []
+        for row in rows:
+            found = self._conn.execute(
+                """SELECT id, epoch_times FROM runs WHERE namespace = :namespace
+                   AND pod = :pod AND container = :container AND run_id = :run_id
+                   AND state = 'incomplete' AND finished_timestamp < :last_seen
+                   AND ABS(start_timestamp - :start_timestamp) <= :tolerance""",
+                {**row, "tolerance": SAME_START_SECONDS},
+            ).fetchone()
+            if found is None:
+                continue
+            row_id, blob = found
+            try:
+                times = unpack_epoch_times(blob) if blob is not None else ()
+            except ValueError:
+                continue  # a damaged list: the row stays as it is, for a human
+            self._conn.execute(
+                """UPDATE runs SET state = 'running', finished_timestamp = NULL,
+                   epoch_times = NULL WHERE id = ?""",
+                (row_id,),
+            )
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO epoch_ends (run, epoch, timestamp) VALUES (?, ?, ?)",
+                [(row_id, e, ts) for e, ts in times if e > 0],
+            )
+            revived.append(_row_key(row))
+        return revived
 
     def _drop_ends_before_start(self, rows: list[dict[str, object]]) -> int:
         """Delete a running run's stored epoch ends older than the start in its update
@@ -829,6 +904,22 @@ class HistoryStore:
             del cache[:drop]
             self._cache_points = held
         self.version += 1
+
+    def _finished_revived(self, keys: list[RunKey]) -> None:
+        """Runs that left the finished history (``_revive``): the cache is read again,
+        and the version bumps so that the model is refitted without them."""
+        self._finished_cache = None
+        self.version += 1
+        if self._running_ends is not None:
+            for key in keys:
+                self._running_ends.pop(key, None)
+        log.info(
+            "history file %s: %d run(s) finished as vanished are present again with the "
+            "same start, running again (first: %s)",
+            self.path,
+            len(keys),
+            ascii("/".join(keys[0])),
+        )
 
     def _all_running_ends(self) -> dict[int, list[tuple[float, float]]]:
         ends: dict[int, list[tuple[float, float]]] = {}

@@ -1,0 +1,141 @@
+"""gpu_eta.forecaster.cycle and history: a Prometheus outage or a scrape gap longer than
+``--history.vanish-grace`` does not lose the running runs (docs/forecaster.md, "Jobs
+from series").
+
+The grace counts only seconds covered by successful reads (``cycle.uncovered_since``),
+and a run finished as vanished that is present again with the same start is running
+again (``HistoryStore.record``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.cycle import uncovered_since
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.promapi import PromAPIError
+from gpu_eta.forecaster.runs import RunUpdate
+from tests.forecaster.test_cycle import (
+    NOW,
+    CannedClient,
+    job,
+    make_cycle,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[HistoryStore]:
+    st = HistoryStore.open(tmp_path / "h.sqlite")
+    yield st
+    st.close()
+
+
+def test_an_outage_longer_than_the_grace_does_not_finish_the_running_runs(
+    store: HistoryStore,
+) -> None:
+    t = [NOW]
+    live = job("a", 10, [(1, NOW - 10)], NOW - 100)
+    client = CannedClient(live)
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=600)
+    assert len(cycle.run().jobs) == 1
+    client.fail = True  # Prometheus away for 15 minutes
+    for _ in range(15):
+        t[0] += 60
+        with pytest.raises(PromAPIError):
+            cycle.run()
+    # back, not scraped yet: the window still holds the run, nothing is present
+    client.fail = False
+    client.answers = {k: v for k, v in live.items() if k != "present"}
+    t[0] += 30
+    assert cycle.run().n_finished == 0
+    t[0] += 60  # still not scraped: the absence counts from the first read after
+    assert cycle.run().n_finished == 0 and store.count_finished() == 0
+    client.answers = job("a", 10, [(1, NOW - 10), (2, t[0] + 20)], NOW - 100)
+    t[0] += 60
+    assert [j.run.run_id for j in cycle.run().jobs] == ["a"]
+    # gone for good: finished a grace after the first read that saw it gone
+    client.answers = {}
+    t[0] += 60
+    assert cycle.run().n_finished == 0
+    t[0] += 600
+    assert cycle.run().n_finished == 1
+    assert [r.completed for r in store.finished()] == [False]
+
+
+def test_a_gap_longer_than_the_grace_between_once_runs_still_finishes_a_vanished_run(
+    store: HistoryStore,
+) -> None:
+    """``cli once`` from a CronJob every 15 minutes, grace 10: each read's gap is
+    uncovered, yet a run gone is finished at the read after the one that saw it gone."""
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    make_cycle(client, store).run()
+    client.answers = {}
+    fs = make_cycle(client, store, clock=lambda: NOW + 900, vanish_grace_seconds=600).run()
+    assert fs.n_finished == 0
+    fs = make_cycle(client, store, clock=lambda: NOW + 1800, vanish_grace_seconds=600).run()
+    assert fs.n_finished == 1
+
+
+def test_a_run_finished_as_vanished_comes_back_running(store: HistoryStore) -> None:
+    """Prometheus up but not scraping the exporters for longer than the grace (a
+    discovery outage): the run is finished as incomplete; present again with the same
+    start, it runs on with its epochs, and leaves the finished history."""
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=120)
+    cycle.run()
+    client.answers = {}
+    for _ in range(3):
+        t[0] += 60
+        cycle.run()
+    assert [r.completed for r in store.finished()] == [False]
+    version = store.version
+    t[0] += 60
+    client.answers = job("a", 10, [(1, NOW - 10), (2, t[0] - 5)], NOW - 100)
+    fs = cycle.run()
+    (jf,) = fs.jobs
+    assert jf.run.epoch_times == ((0.0, NOW - 100), (1.0, NOW - 10), (2.0, t[0] - 5))
+    assert store.count_finished() == 0 and store.finished() == []
+    assert store.version > version  # the model is refitted without the fake cancellation
+
+
+def test_a_run_back_with_another_start_is_not_revived(store: HistoryStore) -> None:
+    key = {"namespace": "ml", "pod": "p", "container": "c"}
+    store.record([RunUpdate("a", 10, NOW - 100, ((1, NOW - 50),), **key, seen_timestamp=NOW)])
+    store.finish([("ml", "p", "c", "a")], NOW)
+    moved = RunUpdate("a", 10, NOW + 200, ((1, NOW + 250),), **key, seen_timestamp=NOW + 300)
+    assert store.record([moved]) == []
+    assert [r.completed for r in store.finished()] == [False]
+    same = RunUpdate("a", 10, NOW - 100.5, ((2, NOW + 250),), **key, seen_timestamp=NOW + 300)
+    assert store.record([same]) == [("ml", "p", "c", "a")]
+    (back,) = store.running()
+    assert back.run.epoch_times == ((0, NOW - 100.5), (1, NOW - 50), (2, NOW + 250))
+
+
+def test_a_lingering_vanished_run_is_not_revived(store: HistoryStore) -> None:
+    """A run finished as vanished whose series linger in the window (not present) stays
+    finished."""
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 700, present=False))
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=600)
+    assert cycle.run().n_finished == 1
+    t[0] += 60
+    assert cycle.run().jobs == () and store.count_finished() == 1
+
+
+@pytest.mark.parametrize(
+    ("previous", "now", "failed", "expected"),
+    [
+        (None, NOW, True, None),  # the first read: nothing to cover
+        (NOW - 60, NOW, False, None),  # a read a cycle ago
+        (NOW - 60, NOW, True, NOW - 60),  # a read failed since
+        (NOW - 601, NOW, False, NOW - 601),  # a gap longer than the grace
+    ],
+)
+def test_uncovered_since(
+    previous: float | None, now: float, failed: bool, expected: float | None
+) -> None:
+    assert uncovered_since(previous, now, failed, 600) == expected
