@@ -10,7 +10,7 @@ writer, and one file is easy to back up. Two kinds of rows:
   ``incomplete`` (vanished before: cancelled or crashed, never a "short job"),
   with their epoch list frozen as packed float64 pairs (fast to load 50,000 of them).
 
-A run is identified by ``(namespace, pod, container, run_id)`` (``RunKey``), never by
+A live run is identified by ``(namespace, pod, container, run_id)`` (``RunKey``), never by
 ``run_id`` alone: run ids can be hand-written (``my-run-1``) and reused by two pods or
 two containers of one pod, and those are two runs (issue 3: the forecaster never
 splices two runs into one). Runs seeded from a CSV have no pod; see
@@ -24,7 +24,8 @@ busy (another process holds its lock), on a full disk or failing I/O is refused 
 ``HistoryError`` and left exactly where it is (``HistoryStore.open``). An older
 schema is migrated in place in one transaction that keeps every row (schema 1 keyed
 runs by ``run_id`` alone; schema 2 by the run key; schema 2 stored a run that reports
-only steps in percent of them, schema 3 in its steps).
+only steps in percent of them, schema 3 in its steps; schema 4 keys runs by the run
+key and an attempt number, so that a key can hold a new run after a finished one).
 
 Runs stored in percent of their steps (feature ``progress_unit="percent"``, set by the
 migration to schema 3) are kept and used, but as a job of their own: to the models a
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -133,6 +135,20 @@ def _row_key(row: Mapping[str, object]) -> RunKey:
     return tuple(row[name] for name in _KEY_FIELDS)  # type: ignore[return-value]
 
 
+def new_attempt(
+    start: float, stored_start: float, stored_times: Sequence[tuple[float, float]]
+) -> bool | None:
+    """Whether an update with ``start`` is a new run under the key of a finished run
+    (its start and epoch list as stored): None when it is that run (the same start
+    within ``SAME_START_SECONDS``, or an earlier one: an older snapshot); True when it
+    starts at or after that run's last epoch end (it can only follow it); False when it
+    starts in between (a start that moved while the run was away: neither). Pure."""
+    if not start > stored_start + SAME_START_SECONDS:
+        return None
+    last_end = max((ts for _, ts in stored_times), default=stored_start)
+    return start >= last_end
+
+
 class HistoryStore:
     """The SQLite file; open with ``HistoryStore.open(path)``, ``close()`` when done.
 
@@ -156,6 +172,9 @@ class HistoryStore:
         # Unicode, e.g. a lone surrogate decoded from a label's JSON); the rest are kept
         self.skipped_updates = 0
         self._unstorable: frozenset[RunKey] = frozenset()  # their keys, logged once
+        # run updates the last ``record`` left out because their key holds a finished
+        # run they can be neither (``_retire_finished``)
+        self.dropped_updates = 0
         # Running runs' epoch ends as stored, by run key (None: not read yet). Why: a
         # cycle reads every running run, and re-reading their epoch ends from the file
         # each time (a million rows for 10,000 runs of a hundred epochs) was most of
@@ -291,7 +310,15 @@ class HistoryStore:
         stored service values are still those in ``expect`` (None: absent), else
         ``HistoryConflict`` and nothing is written.
 
-        Runs are matched by their full key. A finished run stays frozen. A live run
+        Runs are matched by their full key. A finished run stays frozen; an update of
+        its key with a later start, at or after the finished run's last epoch end, is a
+        new run under the same key (a StatefulSet pod ``trainer-0``, a PyTorchJob
+        resubmitted under its name, a named run trained again): the finished run keeps
+        its row under the next attempt number (``runs.attempt``) and the new one is
+        recorded (``_retire_finished``). An update with yet another start (after the
+        finished run's, before its last epoch end) cannot be placed: it is left out and
+        counted in ``dropped_updates``. Why not fold it into the finished run: a frozen
+        run is what the models learn from, and splicing two runs is never done. A live run
         whose run_id belongs to a finished run seeded without a pod (a CSV import,
         namespace equal or unknown) is that run already in the history and is not
         recorded again (the demo backfills the same runs into Prometheus and a CSV).
@@ -382,6 +409,9 @@ class HistoryStore:
                 if expect:
                     self._check_expected(expect)
                 revived = self._revive(maybe_back)
+                self.dropped_updates = self._retire_finished(
+                    [row for row in rows if _row_key(row) not in known]
+                )
                 if uncovered_since is not None and now is not None:
                     self._conn.execute(
                         "UPDATE runs SET last_seen = :held WHERE state = 'running' "
@@ -401,7 +431,7 @@ class HistoryStore:
                         :memory_sum, :memory_weight, :last_seen
                     WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
                         AND pod = '' AND container = '' AND state != 'running')
-                    ON CONFLICT(namespace, pod, container, run_id) DO UPDATE SET
+                    ON CONFLICT(namespace, pod, container, run_id, attempt) DO UPDATE SET
                         node = excluded.node,
                         epochs_planned = excluded.epochs_planned,
                         start_timestamp = excluded.start_timestamp,
@@ -446,6 +476,40 @@ class HistoryStore:
                         stored.add(epoch, ts)
         return revived
 
+    def _retire_finished(self, rows: list[dict[str, object]]) -> int:
+        """Move a finished run whose key a new run of ``rows`` takes (``new_attempt``)
+        to the key's next attempt number (the caller's transaction), so that the new
+        run is recorded under attempt 0. Returns how many of ``rows`` have a start
+        that is neither their finished run's nor a new run's: those are left out."""
+        dropped = 0
+        for row in rows:
+            found = self._conn.execute(
+                """SELECT id, start_timestamp, epoch_times FROM runs WHERE namespace = :namespace
+                   AND pod = :pod AND container = :container AND run_id = :run_id
+                   AND attempt = 0 AND state != 'running'""",
+                row,
+            ).fetchone()
+            if found is None:
+                continue
+            row_id, stored_start, blob = found
+            try:
+                times = unpack_epoch_times(blob) if blob is not None else ()
+            except ValueError:
+                times = ((0.0, math.inf),)  # a damaged list: no run can follow it
+            verdict = new_attempt(float(row["start_timestamp"]), stored_start, times)  # type: ignore[arg-type]
+            if verdict is None:
+                continue  # the finished run's own series, still in the window
+            if not verdict:
+                dropped += 1
+                continue
+            self._conn.execute(
+                """UPDATE runs SET attempt = 1 + (SELECT MAX(attempt) FROM runs
+                   WHERE namespace = :namespace AND pod = :pod AND container = :container
+                   AND run_id = :run_id) WHERE id = :id""",
+                {**row, "id": row_id},
+            )
+        return dropped
+
     def _revive(self, rows: list[dict[str, object]]) -> list[RunKey]:
         """Turn back to running the ``incomplete`` runs of ``rows`` (present updates)
         seen after their finish whose stored start is theirs within ``SAME_START_SECONDS`` (the caller's
@@ -456,7 +520,7 @@ class HistoryStore:
             found = self._conn.execute(
                 """SELECT id, epoch_times FROM runs WHERE namespace = :namespace
                    AND pod = :pod AND container = :container AND run_id = :run_id
-                   AND state = 'incomplete' AND finished_timestamp < :last_seen
+                   AND attempt = 0 AND state = 'incomplete' AND finished_timestamp < :last_seen
                    AND ABS(start_timestamp - :start_timestamp) <= :tolerance""",
                 {**row, "tolerance": SAME_START_SECONDS},
             ).fetchone()

@@ -27,7 +27,7 @@ from gpu_eta.forecaster.history_rows import (
 from gpu_eta.forecaster.runs import STEPS_UNIT
 
 APPLICATION_ID = 0x67457461  # "gEta"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # How long a statement waits for another process's lock on the file before it fails
 # (SQLite's busy timeout; Python's default is 5 s). Why 30 s: an admin's ``sqlite3``
 # shell or a backup tool (``sqlite3 .backup``, a volume snapshot reading the file) may
@@ -46,7 +46,10 @@ _SQLITE_NOTADB = 26
 
 # Schema 2: ``runs.id`` is a surrogate key (epoch_ends refer to it), the run's identity
 # is UNIQUE (namespace, pod, container, run_id); ``runs_run_id`` serves the seed
-# de-duplication by run_id.
+# de-duplication by run_id. Schema 4 adds ``attempt`` to that identity: a key's latest
+# run has attempt 0, an earlier finished run under the same key (a StatefulSet pod or
+# a named run trained again) is moved to the next free attempt when a new run starts
+# under its key (``HistoryStore.record``).
 _RUNS_TABLE = """
 CREATE TABLE {name} (
     id INTEGER PRIMARY KEY,
@@ -66,7 +69,8 @@ CREATE TABLE {name} (
     last_seen REAL NOT NULL,
     finished_timestamp REAL,
     epoch_times BLOB,
-    UNIQUE (namespace, pod, container, run_id)
+    attempt INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (namespace, pod, container, run_id, attempt)
 );
 """
 _EPOCH_ENDS_TABLE = """
@@ -110,6 +114,18 @@ DROP TABLE epoch_ends;
 DROP TABLE runs;
 ALTER TABLE runs_v2 RENAME TO runs;
 ALTER TABLE epoch_ends_v2 RENAME TO epoch_ends;
+"""
+    + _INDEXES
+)
+
+# Schema 3 → 4: the runs copied into the table with ``attempt`` (0 for every run: one
+# run per key until then), ids kept so that epoch_ends still point at them.
+_MIGRATE_3_TO_4 = (
+    _RUNS_TABLE.format(name="runs_v4")
+    + f"""
+INSERT INTO runs_v4 (id, {_COLUMNS}) SELECT id, {_COLUMNS} FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v4 RENAME TO runs;
 """
     + _INDEXES
 )
@@ -173,6 +189,7 @@ def migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
     steps: dict[int, Callable[[sqlite3.Connection], None]] = {
         1: _run_script(_MIGRATE_1_TO_2),
         2: _mark_percent_runs,
+        3: _run_script(_MIGRATE_3_TO_4),
     }
     try:
         conn.execute("BEGIN IMMEDIATE")

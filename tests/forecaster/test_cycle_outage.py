@@ -106,7 +106,7 @@ def test_a_run_back_with_another_start_is_not_revived(store: HistoryStore) -> No
     key = {"namespace": "ml", "pod": "p", "container": "c"}
     store.record([RunUpdate("a", 10, NOW - 100, ((1, NOW - 50),), **key, seen_timestamp=NOW)])
     store.finish([("ml", "p", "c", "a")], NOW)
-    moved = RunUpdate("a", 10, NOW + 200, ((1, NOW + 250),), **key, seen_timestamp=NOW + 300)
+    moved = RunUpdate("a", 10, NOW - 80, ((1, NOW + 250),), **key, seen_timestamp=NOW + 300)
     assert store.record([moved]) == []
     assert [r.completed for r in store.finished()] == [False]
     same = RunUpdate("a", 10, NOW - 100.5, ((2, NOW + 250),), **key, seen_timestamp=NOW + 300)

@@ -354,7 +354,7 @@ def test_schema_1_file_is_migrated_keeping_every_run(tmp_path: Path) -> None:
     store = HistoryStore.open(db)
     store.close()
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
     store = HistoryStore.open(db)  # opening again is a no-op
@@ -399,7 +399,7 @@ def test_failed_migration_leaves_the_file_untouched(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     before = digest(db)
-    with pytest.raises(HistoryError, match="migrating schema 1 to 3 failed"):
+    with pytest.raises(HistoryError, match="migrating schema 1 to 4 failed"):
         HistoryStore.open(db)
     assert digest(db) == before
 
@@ -415,7 +415,7 @@ def test_schema_2_step_runs_stored_in_percent_are_kept_apart_or_converted(tmp_pa
     db.write_bytes(FIXTURE_V2.read_bytes())
     store = HistoryStore.open(db)
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     conn.close()
     finished = {r.run_id: r for r in store.finished()}
     old = finished["steps-done"]

@@ -105,7 +105,7 @@ def test_an_older_read_only_history_is_migrated_in_memory_and_left_untouched() -
         before = path.read_bytes()
         persistent, version, unit, jobs = run_unprivileged(_read_migrated, str(path))
         assert path.read_bytes() == before
-    assert (persistent, version, unit) == (False, 3, "percent")
+    assert (persistent, version, unit) == (False, 4, "percent")
     assert jobs == ["bert", "bert (percent)", "cnn"]
 
 
