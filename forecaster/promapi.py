@@ -75,6 +75,13 @@ _MAX_WARNED_QUERIES = 256  # queries whose last skip warning is remembered
 _T = TypeVar("_T", Sample, Series)
 
 
+def query_timeout(seconds: float) -> str:
+    """The query's ``timeout`` parameter for ``seconds``: whole milliseconds, at least
+    1. Pure. Why not seconds: Prometheus' duration parser takes no fractions, so
+    ``2.5s`` (``--prometheus.timeout 2.5``) failed every query with HTTP 400."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
 @dataclass
 class PromClient:
     """Query a Prometheus-API server with timeouts, retries and a response-size cap.
@@ -244,7 +251,7 @@ class PromClient:
         server asking for longer is not retried at all: asking again sooner than it
         said is what a rate limiter counts against us, and the next cycle asks anyway.
         """
-        params = {**params, "timeout": f"{self.timeout_seconds:g}s"}
+        params = {**params, "timeout": query_timeout(self.timeout_seconds)}
         last: str = ""
         retry_after: float | None = None
         for attempt in range(self.retries + 1):
