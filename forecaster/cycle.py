@@ -110,6 +110,9 @@ class Cycle:
         # runs this process finished lately (their series linger in the window's
         # answers): no range read for them, the store keeps a finished run frozen
         self._finished_at: dict[RunKey, float] = {}
+        # each run's latest epoch and last epoch end as the previous cycle read them
+        # (went_back)
+        self._marks: dict[RunKey, tuple[float, float]] = {}
         # a Prometheus read failed since the last successful cycle (uncovered_since)
         self._read_failed = False
         # runs whose means were read since the last full read, as ending runs: the time
@@ -417,6 +420,11 @@ class Cycle:
             for sample in instant[name]
             if (key := sample_run_key(sample)) is not None
         }
+        # a run restarted under its key (its epoch or last end went back): its start
+        # and plan are read again in this cycle, not up to ``static_full_every`` later
+        marks = progress_marks(instant)
+        static.forget(went_back(self._marks, marks))
+        self._marks = marks
         full = static.full_due()
         parts = None
         if not full:
@@ -710,6 +718,38 @@ def planless_stub(run: PlanlessRun) -> Run:
         pod=pod,
         container=container,
     )
+
+
+def progress_marks(instant: Mapping[str, Sequence[Sample]]) -> dict[RunKey, tuple[float, float]]:
+    """Each run's latest epoch and last epoch end in ``instant`` (NaN when not
+    answered), by run key. Pure."""
+    marks: dict[RunKey, list[float]] = {}
+    for i, name in enumerate(("epoch", "last_end")):
+        for sample in instant.get(name, ()):
+            key = sample_run_key(sample)
+            if key is not None:
+                marks.setdefault(key, [math.nan, math.nan])[i] = sample.value
+    return {key: (epoch, end) for key, (epoch, end) in marks.items()}
+
+
+def went_back(
+    previous: Mapping[RunKey, tuple[float, float]], current: Mapping[RunKey, tuple[float, float]]
+) -> set[RunKey]:
+    """The runs whose latest epoch or last epoch end is below what ``previous`` read:
+    restarted under their key (a named run trained again in its pod, a job whose sender
+    kept its run id). Pure.
+
+    Why it matters: their start is an unchanging series (``static_series``), read for a
+    known run only at the next full read; until then the new attempt would be forecast
+    from the old one's start, and its first epochs stored against the old attempt's
+    ends (an epoch keeps its first stored time) and lost.
+    """
+    out = set()
+    for key, (epoch, end) in current.items():
+        before = previous.get(key)
+        if before is not None and (epoch < before[0] or end < before[1]):
+            out.add(key)
+    return out
 
 
 def uncovered_since(

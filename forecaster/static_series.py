@@ -60,6 +60,13 @@ class StaticSeries:
             if not all(any(key in runs[n] for n in names) for names in _DEFINING)
         )
 
+    def forget(self, keys: Iterable[RunKey]) -> None:
+        """Drop what is held of the runs ``keys`` (restarted under their key): they
+        are unknown again, read in this cycle (``unknown``, ``never_read``)."""
+        for key in keys:
+            for held in self._runs.values():
+                held.pop(key, None)
+
     def never_read(self, seen: Iterable[RunKey]) -> list[RunKey]:
         """The runs seen now whose start has not been read, in key order: new runs.
         ``unknown`` holds these and the runs read before that have no plan (yet: a run
