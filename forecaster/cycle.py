@@ -207,6 +207,8 @@ class Cycle:
             self._cycles_since_range = (self._cycles_since_range or 0) + 1
         if self.store.skipped_updates:  # text SQLite cannot store: skipped, counted here
             errors["unencodable_label"] += self.store.skipped_updates
+        if self.store.seeded_updates:  # a run seeded from the CSV: already in the history
+            errors["seeded_run"] += self.store.seeded_updates
         if self.store.dropped_updates:  # a start its key's finished run cannot place
             errors["finished_key"] += self.store.dropped_updates
         stored_running = self.store.running()

@@ -105,6 +105,12 @@ log = logging.getLogger(__name__)
 _SAME_SEEDED = (
     """run_id = :run_id AND (namespace = :namespace OR namespace = '' OR :namespace = '')"""
 )
+# A live run is the seeded run with its run_id (``_SAME_SEEDED``) only when their starts
+# are this close: a CSV's times may be rounded, but a run started more than a minute
+# apart is another run that reuses the id (``record``).
+SEEDED_START_SECONDS = 60.0
+_IS_SEEDED = f"""{_SAME_SEEDED} AND pod = '' AND container = '' AND state != 'running'
+    AND ABS(start_timestamp - :start_timestamp) <= {SEEDED_START_SECONDS!r}"""
 
 
 # Two starts of one run key this close are one start (re-read, rounded by a scrape):
@@ -175,6 +181,9 @@ class HistoryStore:
         # run updates the last ``record`` left out because their key holds a finished
         # run they can be neither (``_retire_finished``)
         self.dropped_updates = 0
+        # run updates the last ``record`` left out as a run seeded from a CSV (the same
+        # run_id, a compatible namespace, a start within ``SEEDED_START_SECONDS``)
+        self.seeded_updates = 0
         # Running runs' epoch ends as stored, by run key (None: not read yet). Why: a
         # cycle reads every running run, and re-reading their epoch ends from the file
         # each time (a million rows for 10,000 runs of a hundred epochs) was most of
@@ -310,18 +319,19 @@ class HistoryStore:
         stored service values are still those in ``expect`` (None: absent), else
         ``HistoryConflict`` and nothing is written.
 
-        Runs are matched by their full key. A finished run stays frozen; an update of
-        its key with a later start, at or after the finished run's last epoch end, is a
-        new run under the same key (a StatefulSet pod ``trainer-0``, a PyTorchJob
-        resubmitted under its name, a named run trained again): the finished run keeps
-        its row under the next attempt number (``runs.attempt``) and the new one is
-        recorded (``_retire_finished``). An update with yet another start (after the
-        finished run's, before its last epoch end) cannot be placed: it is left out and
-        counted in ``dropped_updates``. Why not fold it into the finished run: a frozen
-        run is what the models learn from, and splicing two runs is never done. A live run
-        whose run_id belongs to a finished run seeded without a pod (a CSV import,
-        namespace equal or unknown) is that run already in the history and is not
-        recorded again (the demo backfills the same runs into Prometheus and a CSV).
+        Runs are matched by their full key. A live run that is a finished run seeded from a
+        CSV without a pod (the same run_id, a compatible namespace and a start within
+        ``SEEDED_START_SECONDS``) is left out, counted in ``seeded_updates``: the demo
+        backfills the same runs into Prometheus and a CSV. A live run with the seeded run's
+        id and another start is another run, recorded as any. A finished run stays frozen;
+        an update of its key with a later start, at or after the finished run's last epoch
+        end, is a new run under the same key (a StatefulSet pod ``trainer-0``, a PyTorchJob
+        resubmitted under its name, a named run trained again): the finished run keeps its
+        row under the next attempt number (``runs.attempt``) and the new one is recorded
+        (``_retire_finished``). An update with yet another start (after the finished run's,
+        before its last epoch end) cannot be placed: it is left out and counted in
+        ``dropped_updates``. Why not fold it into the finished run: a frozen run is what the
+        models learn from, and splicing two runs is never done.
 
         A run that reports a start no earlier than the stored one loses its stored
         epoch ends from before that start (``_drop_ends_before_start``). An update
@@ -409,8 +419,12 @@ class HistoryStore:
                 if expect:
                     self._check_expected(expect)
                 revived = self._revive(maybe_back)
-                self.dropped_updates = self._retire_finished(
-                    [row for row in rows if _row_key(row) not in known]
+                fresh = [row for row in rows if _row_key(row) not in known]
+                self.dropped_updates = self._retire_finished(fresh)
+                self.seeded_updates = sum(
+                    self._conn.execute(f"SELECT 1 FROM runs WHERE {_IS_SEEDED}", row).fetchone()
+                    is not None
+                    for row in fresh
                 )
                 if uncovered_since is not None and now is not None:
                     self._conn.execute(
@@ -429,8 +443,7 @@ class HistoryStore:
                     SELECT :run_id, :namespace, :pod, :container, :node, :epochs_planned,
                         :start_timestamp, 'running', :features, :util_sum, :util_weight,
                         :memory_sum, :memory_weight, :last_seen
-                    WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_SAME_SEEDED}
-                        AND pod = '' AND container = '' AND state != 'running')
+                    WHERE NOT EXISTS (SELECT 1 FROM runs WHERE {_IS_SEEDED})
                     ON CONFLICT(namespace, pod, container, run_id, attempt) DO UPDATE SET
                         node = excluded.node,
                         epochs_planned = excluded.epochs_planned,

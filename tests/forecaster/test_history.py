@@ -324,7 +324,8 @@ def test_seeded_runs_meet_live_runs_by_run_id_in_a_compatible_namespace(tmp_path
     assert store.import_finished([seed]) == 1
     assert store.import_finished([Run("seed-1", 2, ((0, 0.0), (1, 10.0)))]) == 0  # ns unknown
     # the demo backfills the seeded runs into Prometheus too: the live series add nothing
-    store.record([update("seed-1", [(1, 10.0)], namespace="ml", pod="p", container="c")])
+    same = {"namespace": "ml", "pod": "p", "container": "c", "start_timestamp": 0.0}
+    store.record([update("seed-1", [(1, 10.0)], **same)])
     assert store.running() == []
     # the same hand-written id in another namespace is another run
     store.record([update("seed-1", [(1, 1100.0)], namespace="other", pod="p", container="c")])
@@ -538,8 +539,8 @@ def test_running_runs_held_in_memory_match_a_fresh_read_of_the_file(tmp_path: Pa
 
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db)
-    # a finished run seeded without a pod: a live run with its id is never recorded
-    store.import_finished([Run("seeded", 3, ((0, 10.0), (3, 40.0)), completed=True)])
+    # a finished run seeded without a pod: a live run with its id and start is never recorded
+    store.import_finished([Run("seeded", 3, ((0, 1000.0), (3, 1040.0)), completed=True)])
     rng = random.Random(7)
     ids = [f"r{i}" for i in range(12)] + ["seeded"]
     ends: dict[str, list[tuple[float, float]]] = {r: [] for r in ids}

@@ -1,0 +1,54 @@
+"""gpu_eta.forecaster.history: a run seeded from a CSV (no pod, maybe no namespace) is
+a live run with its run_id only when their starts match (within
+``SEEDED_START_SECONDS``); a live run with the id and another start is recorded and
+forecast. Those left out as the seeded run are counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.history import SEEDED_START_SECONDS, HistoryStore
+from gpu_eta.forecaster.runs import Run, RunUpdate
+from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle
+
+SEED_START = NOW - 90_000
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[HistoryStore]:
+    st = HistoryStore.open(tmp_path / "h.sqlite")
+    seeded = Run(
+        "baseline", 10.0, tuple((float(e), SEED_START + 600 * e) for e in range(11)), completed=True
+    )
+    assert st.import_finished([seeded]) == 1  # last year's run: no namespace, no pod
+    yield st
+    st.close()
+
+
+def test_a_live_run_with_a_seeded_runs_id_and_another_start_is_forecast(
+    store: HistoryStore,
+) -> None:
+    client = CannedClient(job("baseline", 10, [(1, NOW - 60)], NOW - 120, pod="team-b-train-0"))
+    fs = make_cycle(client, store).run()
+    assert [j.run.run_id for j in fs.jobs] == ["baseline"] and fs.job_errors == {}
+    assert [s.run.namespace for s in store.running()] == ["ml"]
+
+
+def test_the_seeded_run_seen_live_is_left_out_and_counted(store: HistoryStore) -> None:
+    """The demo backfills the seeded runs into Prometheus too: the same run, not stored
+    twice (its CSV start may be rounded)."""
+    start = SEED_START + SEEDED_START_SECONDS / 2
+    ends = [(10, SEED_START + 6000)]
+    client = CannedClient(job("baseline", 10, ends, start, present=False))
+    fs = make_cycle(client, store).run()
+    assert fs.job_errors == {"seeded_run": 1} and store.count_finished() == 1
+    assert store.seeded_updates == 1 and store.running() == []
+
+
+def test_a_seeded_run_does_not_count_a_live_one_it_is_not(store: HistoryStore) -> None:
+    key = {"namespace": "a", "pod": "p", "container": "c"}
+    store.record([RunUpdate("baseline", 10, NOW, ((1, NOW + 5),), **key, seen_timestamp=NOW)])
+    assert store.seeded_updates == 0 and len(store.running()) == 1
