@@ -92,6 +92,7 @@ from gpu_eta.forecaster.runs import (
     counts_steps,
     run_key,
 )
+from gpu_eta.forecaster.runs_from_series import STEP_CELLS
 
 # The store's public API. HistoryError and StoredRun are defined in history_rows,
 # RunUpdate and run_key in runs; they are re-exported here, where docs/forecaster.md
@@ -139,6 +140,26 @@ def _added_means(up: RunUpdate) -> _Means:
 def _row_key(row: Mapping[str, object]) -> RunKey:
     """The run key of one of ``record``'s rows."""
     return tuple(row[name] for name in _KEY_FIELDS)  # type: ignore[return-value]
+
+
+def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
+    """Of a run's stored ``steps``, those that are not the newest (highest) of their
+    1/``STEP_CELLS`` of ``planned``: the points to drop (``_thin_step_ends``). Pure."""
+    newest: dict[int, float] = {}
+    drop: set[float] = set()
+    for step in steps:
+        if not finite(step):
+            continue
+        cell = int(step * STEP_CELLS / planned)
+        held = newest.get(cell)
+        if held is None:
+            newest[cell] = step
+        elif step > held:
+            drop.add(held)
+            newest[cell] = step
+        else:
+            drop.add(step)
+    return drop
 
 
 def new_attempt(
@@ -466,6 +487,7 @@ class HistoryStore:
                     """,
                     ends,
                 )
+                thin = self._thin_step_ends(updates, ends)
                 if state:
                     self._write_metas(state)
             self._percent_running -= set(to_steps)
@@ -487,7 +509,44 @@ class HistoryStore:
                     stored = self._running_ends.get(tuple(key))  # type: ignore[arg-type]
                     if stored is not None and epoch not in stored.ends:
                         stored.add(epoch, ts)
+                for key, epochs in thin.items():
+                    stored = self._running_ends.get(key)
+                    if stored is not None:
+                        stored.drop(epochs)
         return revived
+
+    def _thin_step_ends(
+        self, updates: Sequence[RunUpdate], ends: Sequence[tuple]
+    ) -> dict[RunKey, set[float]]:
+        """Keep at most the newest stored point per 1/``STEP_CELLS`` of its plan of each
+        run in ``updates`` that counts steps and got new points (``ends``), in the
+        caller's transaction; the points deleted, by run key.
+
+        Why: a cycle thins its own points (``runs_from_series``), but the latest step is
+        always new, so a run's stored points grew by one every cycle (a week at one
+        cycle a minute: 10,000 rows per run). One per cell across cycles bounds a run
+        to ``STEP_CELLS`` + 1 points; the newest of a cell carries the freshest rate.
+        """
+        touched = {tuple(key) for _e, _t, *key in ends}
+        out: dict[RunKey, set[float]] = {}
+        for up in updates:
+            key = run_key(up)
+            if key not in touched or not counts_steps(up) or not up.epochs_planned > 0:
+                continue
+            rows = self._conn.execute(
+                """SELECT e.run, e.epoch FROM epoch_ends e JOIN runs r ON r.id = e.run
+                   WHERE r.namespace = ? AND r.pod = ? AND r.container = ?
+                   AND r.run_id = ? AND r.state = 'running'""",
+                key,
+            ).fetchall()
+            drop = crowded_steps([epoch for _run, epoch in rows], float(up.epochs_planned))
+            if drop:
+                self._conn.executemany(
+                    "DELETE FROM epoch_ends WHERE run = ? AND epoch = ?",
+                    [(rows[0][0], epoch) for epoch in drop],
+                )
+                out[key] = drop
+        return out
 
     def _retire_finished(self, rows: list[dict[str, object]]) -> int:
         """Move a finished run whose key a new run of ``rows`` takes (``new_attempt``)

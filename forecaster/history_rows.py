@@ -145,6 +145,14 @@ class StoredEnds:
         else:
             self.times = None
 
+    def drop(self, epochs: Iterable[float]) -> None:
+        """Stored ends deleted from the file (thinned): gone here too, the epoch list
+        rebuilt when next read."""
+        for epoch in epochs:
+            self.ends.pop(epoch, None)
+        self.times = None
+        self.__post_init__()
+
     def epoch_times(self, start: float, planned: float) -> tuple[tuple[float, float], ...]:
         if self.times is None or self.basis != (start, planned):
             self.times = monotone_epoch_times(start, self.ends.items(), planned)

@@ -58,7 +58,9 @@ MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
 MAX_EPOCHS = 1e12
 MAX_STEPS = 1e12
 # A run that reports only steps keeps at most STEP_CELLS points (one per 1/STEP_CELLS
-# of its plan, plus the latest): bounded storage for a run of millions of steps.
+# of its plan, plus the latest): bounded storage for a run of millions of steps. A
+# cycle thins its own points (_thin_steps), the history the stored ones across cycles
+# (history.crowded_steps).
 STEP_CELLS = 400
 # Timestamps outside [now - 1 year, now + 5 minutes] are treated as garbage.
 _PAST_LIMIT_SECONDS = 366 * 86400
