@@ -95,6 +95,26 @@ def gc_switched(enabled: bool) -> Iterator[None]:
             gc.disable()
 
 
+@contextlib.contextmanager
+def gc_frozen() -> Iterator[None]:
+    """Every object tracked by the cyclic collector moved to its permanent generation
+    for the block (``gc.freeze``), then back (``gc.unfreeze``).
+
+    Why around forking the refit child: the child turns the collector on for its fit,
+    and a full collection walks, and so writes to, every object it inherited (each
+    object's collector header), which copies the pages holding them: about 30 % of
+    the parent's heap was copied per refit (``bench``: 20,000 runs beside a
+    1-million-object ballast, the child's private dirty memory, Python 3.11). Frozen
+    objects are never walked; the child's own objects are collected as usual. The
+    parent unfreezes right after the fork: its objects are collected as before.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def fit_in_child(
     factory: Callable[[], Model], history: Sequence[Run], timeout_seconds: float
 ) -> Model:
@@ -112,7 +132,8 @@ def fit_in_child(
         return factory().fit(history)
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child_fit, args=(factory, history, sender), daemon=True)
-    child.start()
+    with gc_frozen():
+        child.start()
     sender.close()
     try:
         if not receiver.poll(timeout_seconds):
