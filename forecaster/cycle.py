@@ -198,6 +198,8 @@ class Cycle:
         self._read_failed = False
         for key in revived:  # running again: read as any running run
             self._finished_at.pop(key, None)
+        if revived:  # the model learnt them as cancelled runs: refitted without them now
+            self._last_fit = -math.inf
         self._stored_query = meta[LAST_QUERY_KEY]
         self._means_until = means_until  # with a full read, every run's means reach now
         if full:

@@ -21,6 +21,7 @@ from gpu_eta.forecaster.runs import RunUpdate
 from tests.forecaster.test_cycle import (
     NOW,
     CannedClient,
+    StandInModel,
     job,
     make_cycle,
 )
@@ -93,13 +94,15 @@ def test_a_run_finished_as_vanished_comes_back_running(store: HistoryStore) -> N
         cycle.run()
     assert [r.completed for r in store.finished()] == [False]
     version = store.version
+    fits = len(StandInModel.fits)
     t[0] += 60
     client.answers = job("a", 10, [(1, NOW - 10), (2, t[0] - 5)], NOW - 100)
     fs = cycle.run()
     (jf,) = fs.jobs
     assert jf.run.epoch_times == ((0.0, NOW - 100), (1.0, NOW - 10), (2.0, t[0] - 5))
     assert store.count_finished() == 0 and store.finished() == []
-    assert store.version > version  # the model is refitted without the fake cancellation
+    assert store.version > version
+    assert StandInModel.fits[fits:] == [0]  # refitted at once, without the fake cancellation
 
 
 def test_a_run_back_with_another_start_is_not_revived(store: HistoryStore) -> None:
