@@ -301,7 +301,11 @@ def attribute(
       the device and runs nothing on it. Otherwise the process split is unknown:
       the device's only holder gets the device's utilisation and memory (its use
       IS the device's use), holders of a shared device get None (no series: the
-      forecaster's DCGM fallback and dashboards read "unknown", not "idle").
+      forecaster's DCGM fallback and dashboards read "unknown", not "idle") unless
+      the device's utilisation is exactly 0: then every holder's share is 0.0 (the
+      alerts see idle sharers), and memory 0 only when the device uses none (else
+      None: the split is unknown). A MIG instance has no device utilisation
+      (NVML does not measure it), so its sharers stay None.
       ``containers=None`` says there is no process data at all (the cgroup
       resolver is switched off or never read).
     - ``allocated`` tells whether the kubelet allocated the device to the
@@ -375,6 +379,10 @@ def attribute(
             memory = (
                 mem if isinstance(mem, int) and not isinstance(mem, bool) and mem >= 0 else None
             )
+        elif key in devices.readings and _finite(devices.readings[key].utilization_ratio) == 0.0:
+            # a shared device at 0 %: whatever the split, every holder's share is 0
+            utilization = 0.0
+            memory = 0 if devices.readings[key].memory_used_bytes == 0 else None
         else:
             utilization, memory = None, None
         meta = pods_by_name.get((namespace, pod_name))

@@ -417,6 +417,28 @@ def test_complete_process_data_without_a_process_is_a_genuine_zero() -> None:
     assert _use(rows) == [("a", 0.0, 0), ("b", None, None), ("c", None, None)]
 
 
+def test_no_process_data_a_shared_device_at_zero_makes_every_sharer_idle() -> None:
+    # GPU 1 at exactly 0 %: whatever the split, b's and c's shares are 0 (the idle
+    # alert and dashboards need a series); its memory is in use, split unknown.
+    gpu, allocs, pods = _holders_of_two_gpus()
+    gpu = GpuPoll(devices=(gpu.devices[0], dev(1, U1, util=0.0, mem=7 * GIB)))
+    rows = attribute(gpu, allocs, pods, None)
+    assert _use(rows) == [("a", 0.8, 9 * GIB), ("b", 0.0, None), ("c", 0.0, None)]
+    # nothing in use at all: memory is 0 too
+    gpu = GpuPoll(devices=(gpu.devices[0], dev(1, U1, util=0.0, mem=0)))
+    assert _use(attribute(gpu, allocs, pods, None))[1:] == [("b", 0.0, 0), ("c", 0.0, 0)]
+
+
+def test_no_process_data_shared_mig_instance_without_utilisation_stays_unknown() -> None:
+    mig = dev(1, U1, util=None, mem=0, gpu_instance_id=7, mig_uuid=MIG1)
+    allocs = [
+        Allocation("ml", "b", "main", "nvidia.com/mig-1g.10gb", MIG1),
+        Allocation("ml", "c", "main", "nvidia.com/mig-1g.10gb", MIG1),
+    ]
+    rows = attribute(GpuPoll(devices=(mig,)), allocs, [pod("b", 2), pod("c", 3)], None)
+    assert _use(rows) == [("b", None, None), ("c", None, None)]
+
+
 def test_busy_device_with_no_listed_process_is_the_sole_holders_use() -> None:
     gpu, allocs, pods = _holders_of_two_gpus(util0=0.8)
     rows = attribute(gpu, allocs, pods, {})  # resolver ran, NVML listed nothing

@@ -280,7 +280,8 @@ def test_process_list_failure_makes_the_holders_use_unknown_not_idle() -> None:
         errors=dict(no_list),
     )
     whole = _gpu(1, util=0, used=30 * GIB, procs=[(88, 30 * GIB, 0)], errors=dict(no_list))
-    shared = _gpu(2, util=0, used=8 * GIB, procs=[(99, 8 * GIB, 0)], errors=dict(no_list))
+    # busy (at 0 % every sharer's share would be 0 whatever the split)
+    shared = _gpu(2, util=35, used=8 * GIB, procs=[(99, 8 * GIB, 0)], errors=dict(no_list))
     poll = NvmlGpuSource(fake_nvml([parent, whole, shared])).poll()
     allocs = [
         Allocation("ml", "mig-nb", "nb", "nvidia.com/mig-3g.20gb", mig.uuid),
