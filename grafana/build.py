@@ -94,6 +94,11 @@ GPUS_IDLE = (
 GPUS_FREE = (
     f"count(gpu_eta_gpu_info{{{NODE}}} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}})"
 )
+# The ten longest (pod, GPU) holds, in seconds (Cluster overview, "Longest occupancies").
+LONGEST_HELD = (
+    "topk(10, time() - max by (node, gpu, UUID, namespace, pod) "
+    f"(gpu_eta_pod_gpu_allocated_since_timestamp_seconds{{{NODE}, {NS}}}))"
+)
 PROGRESS = (
     "max by (namespace, pod, container, run_id) ("
     "gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
@@ -345,15 +350,12 @@ def cluster_overview() -> dict:
         tbl(
             "Longest occupancies",
             "The ten longest-held GPUs and how much their holders use them now.",
-            q(
-                "topk(10, time() - max by (node, gpu, UUID, namespace, pod) "
-                f"(gpu_eta_pod_gpu_allocated_since_timestamp_seconds{{{NODE}, {NS}}}))",
-                ref="A",
-                instant=True,
-            ),
+            q(LONGEST_HELD, ref="A", instant=True),
+            # only A's ten: the merge transform would add a row per other holder
             q(
                 "max by (node, gpu, UUID, namespace, pod) "
-                f"(gpu_eta_pod_gpu_utilization_ratio{{{NODE}, {NS}}})",
+                f"(gpu_eta_pod_gpu_utilization_ratio{{{NODE}, {NS}}}) "
+                f"and on (node, gpu, UUID, namespace, pod) {LONGEST_HELD}",
                 ref="B",
                 instant=True,
             ),

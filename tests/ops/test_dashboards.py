@@ -301,3 +301,61 @@ def test_gpu_state_counts_add_up_under_mig(tmp_path: Path) -> None:
     test_file.write_text(yaml.safe_dump(test, sort_keys=False))
     proc = promtool("test", "rules", str(test_file), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _table_targets(name: str, title: str) -> dict[str, str]:
+    """refId → expr (variables substituted) of one table panel."""
+    (panel,) = [p for p in _panels(_load(GRAFANA / name)) if p.get("title") == title]
+    return {t["refId"]: substitute(t["expr"]) for t in panel["targets"]}
+
+
+def _promtool_eval(
+    tmp_path: Path, series: list[tuple[str, str]], cases: list[tuple[str, list[dict]]]
+) -> None:
+    """promtool evaluates each (expr, expected samples) at 10m on constant series."""
+    rules = tmp_path / "empty.rules.yaml"
+    rules.write_text("groups: []\n")
+    test = {
+        "rule_files": [rules.name],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": f"{v}x20"} for s, v in series],
+                "promql_expr_test": [
+                    {"expr": expr, "eval_time": "10m", "exp_samples": samples}
+                    for expr, samples in cases
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "panel.test.yaml"
+    test_file.write_text(yaml.safe_dump(test, sort_keys=False))
+    proc = promtool("test", "rules", str(test_file), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_longest_occupancies_utilisation_covers_only_the_ten_rows(tmp_path: Path) -> None:
+    """The table merges A (topk 10 holds) and B (utilisation) on their labels: a B series
+    for a holder outside A's ten would add a row of its own. Twelve holders, all busy."""
+    targets = _table_targets("cluster-overview.json", "Longest occupancies")
+    series = []
+    for i in range(1, 13):
+        labels = f'node="n1",gpu="{i}",UUID="GPU-{i}",namespace="ml",pod="p{i}",container="c"'
+        series.append((f"gpu_eta_pod_gpu_allocated_since_timestamp_seconds{{{labels}}}", str(i)))
+        series.append((f"gpu_eta_pod_gpu_utilization_ratio{{{labels}}}", "0.5"))
+    keys = "node, gpu, UUID, namespace, pod"
+    _promtool_eval(
+        tmp_path,
+        series,
+        [
+            (f"count({targets['B']})", [{"labels": "{}", "value": 10}]),
+            # the same ten (the two most recent holds, p11 and p12, are left out)
+            (f"count({targets['B']} unless on ({keys}) {targets['A']})", []),
+            (
+                f"({targets['B']}) and on (pod) "
+                'gpu_eta_pod_gpu_utilization_ratio{pod=~"p11|p12"}',
+                [],
+            ),
+        ],
+    )
