@@ -94,6 +94,9 @@ GPUS_IDLE = (
 GPUS_FREE = (
     f"count(gpu_eta_gpu_info{{{NODE}}} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}})"
 )
+# A container request for GPUs of any kind (kube-state-metrics' resource names: whole,
+# time-sliced and MIG), the selector of rules/gpu-eta.rules.yaml's GpuEtaPodPendingNoStart.
+GPU_REQUEST = 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"'
 # The ten longest (pod, GPU) holds, in seconds (Cluster overview, "Longest occupancies").
 LONGEST_HELD = (
     "topk(10, time() - max by (node, gpu, UUID, namespace, pod) "
@@ -381,9 +384,11 @@ def cluster_overview() -> dict:
                 )
                 for ref, qv in (("A", "0.1"), ("B", "0.5"), ("C", "0.9"))
             ],
+            # pending pods with a GPU request, as GpuEtaPodPendingNoStart selects them
             q(
                 f"time() - max by (namespace, pod) (kube_pod_created{{{NS}}} "
-                'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1))',
+                'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1) '
+                f"and on (uid) kube_pod_container_resource_requests{{{GPU_REQUEST}}})",
                 ref="D",
                 instant=True,
             ),

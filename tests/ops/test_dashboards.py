@@ -359,3 +359,47 @@ def test_longest_occupancies_utilisation_covers_only_the_ten_rows(tmp_path: Path
             ),
         ],
     )
+
+
+def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
+    """The queue table's "waited" column (D) lists the pending pods GpuEtaPodPendingNoStart
+    watches: a GPU request of any kind (whole, time-sliced, MIG). A CPU-only pending pod
+    and a running GPU pod get no row."""
+    waited = _table_targets("cluster-overview.json", "Queue: predicted starts")["D"]
+    rules = yaml.safe_load((ROOT / "rules" / "gpu-eta.rules.yaml").read_text())
+    (alert,) = [
+        r["expr"]
+        for g in rules["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "GpuEtaPodPendingNoStart"
+    ]
+    selector = re.search(r"kube_pod_container_resource_requests\{[^}]*\}", alert)
+    assert selector and selector.group(0) in waited, "the alert's GPU-request selector"
+    pods = {
+        "whole": ("Pending", "nvidia_com_gpu"),
+        "shared": ("Pending", "nvidia_com_gpu_shared"),
+        "mig": ("Pending", "nvidia_com_mig_1g_10gb"),
+        "cpu": ("Pending", "cpu"),
+        "running": ("Running", "nvidia_com_gpu"),
+    }
+    series = []
+    for i, (name, (phase, resource)) in enumerate(pods.items()):
+        pod = f'namespace="ml",pod="{name}",uid="u{i}"'
+        series.append((f"kube_pod_created{{{pod}}}", "0"))
+        for p in ("Pending", "Running"):
+            series.append((f'kube_pod_status_phase{{{pod},phase="{p}"}}', str(int(p == phase))))
+        req = f'{pod},container="c",resource="{resource}",unit="integer"'
+        series.append((f"kube_pod_container_resource_requests{{{req}}}", "1"))
+    _promtool_eval(
+        tmp_path,
+        series,
+        [
+            (
+                waited,
+                [
+                    {"labels": f'{{namespace="ml",pod="{name}"}}', "value": 600}
+                    for name in ("whole", "shared", "mig")
+                ],
+            )
+        ],
+    )
