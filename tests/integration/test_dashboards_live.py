@@ -600,5 +600,6 @@ def check_alert_rules(stack: PromAt) -> None:
         "GpuEtaPodPendingNoStart",
     ):
         assert results[name] == [], (name, results[name])
+    # n1's two GPUs are both held: 0, not absent
     free = {s.labels["node"]: s.value for s in results["node:gpu_eta_gpus_free:count"]}
-    assert free == {"n2": 1.0}
+    assert free == {"n1": 0.0, "n2": 1.0}
