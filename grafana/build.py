@@ -404,13 +404,16 @@ def cluster_overview() -> dict:
     new_request = rename(
         tbl(
             "A new request now would start",
-            "When a request made now for 1, 2, 4 or 8 GPUs of each model would start "
-            "(P10 / P50 / P90): it queues behind every pending pod. Sizes no node of the "
+            "When a request made now for 1, 2, 4 or 8 units of each GPU resource of each "
+            "model would start (P10 / P50 / P90): it queues behind every pending pod. A "
+            "resource is whole GPUs (nvidia_com_gpu), time-sliced replicas "
+            "(nvidia_com_gpu_shared) or a MIG slice (nvidia_com_mig_…). Sizes no node of the "
             "model can hold are not listed. JupyterHub can show the same on its spawn page.",
             *[
                 q(
-                    "min by (model, gpus) (gpu_eta_request_predicted_start_timestamp_seconds"
-                    f'{{resource="nvidia_com_gpu", quantile="{qv}"}}) * 1000',
+                    "min by (model, resource, gpus) "
+                    "(gpu_eta_request_predicted_start_timestamp_seconds"
+                    f'{{quantile="{qv}"}}) * 1000',
                     ref=ref,
                     instant=True,
                 )

@@ -403,3 +403,39 @@ def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
             )
         ],
     )
+
+
+def test_new_request_panel_lists_every_gpu_resource(tmp_path: Path) -> None:
+    """The forecaster publishes a new request's start per (model, resource, gpus): whole
+    GPUs, time-sliced replicas (nvidia_com_gpu_shared) and MIG slices. A cluster of MIG
+    or time-sliced nodes only has no nvidia_com_gpu row, and the panel must still list
+    its requests, one row per resource."""
+    targets = _table_targets("cluster-overview.json", "A new request now would start")
+    name = "gpu_eta_request_predicted_start_timestamp_seconds"
+    rows = [
+        ("NVIDIA A100-SXM4-40GB", "nvidia_com_mig_1g_5gb", "1", 1000),
+        ("NVIDIA A100-SXM4-40GB", "nvidia_com_mig_3g_20gb", "1", 2000),
+        ("Tesla T4", "nvidia_com_gpu_shared", "2", 3000),
+    ]
+    series = [
+        (f'{name}{{model="{m}",resource="{r}",gpus="{g}",quantile="{q}"}}', str(t))
+        for m, r, g, t in rows
+        for q in ("0.1", "0.5", "0.9")
+    ]
+    _promtool_eval(
+        tmp_path,
+        series,
+        [
+            (
+                targets[ref],
+                [
+                    {
+                        "labels": f'{{model="{m}",resource="{r}",gpus="{g}"}}',
+                        "value": t * 1000,
+                    }
+                    for m, r, g, t in rows
+                ],
+            )
+            for ref in ("A", "B", "C")
+        ],
+    )
