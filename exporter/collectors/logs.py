@@ -12,7 +12,10 @@ and only the last complete one of each chunk is parsed (``gpu_eta.exporter.logfo
 
 Files are tracked by inode: a rotated file (kubelet renames ``0.log`` to
 ``0.log.<date>`` and starts a new ``0.log``) is read to its end, then dropped;
-a file that shrank was truncated and is read again from the start. Work is bounded:
+a file that shrank was truncated and is read again from the start. The new file is
+read only once the rotated one has been read to its end (or cannot be read), and a
+line whose ``P`` records end the rotated file is continued by the new file's first
+records of its stream, within the same bounds as inside one file. Work is bounded:
 at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll`` in all per
 poll, and none past ``max_seconds_per_poll`` (checked every 512 lines, so also
 inside one file's chunk); the rest waits for the next poll. Physical lines over
@@ -120,6 +123,21 @@ class _Follower:
     # its next \r (or the end of its line) is the rest of it, not a screen of its own
     dropping: set[str] = field(default_factory=set)
     head: bytes = b""  # first bytes: if they change, the file was truncated and rewritten
+    unreadable: bool = False  # the last read failed (OSError): nothing waits for this file
+
+    def hand_over(self, successor: _Follower) -> None:
+        """Pass the records this file leaves unfinished (``carry``, ``dropping``) to the
+        file the runtime went on writing after rotating it.
+
+        Why: the runtime writes a long line as ``P`` records and may be told to reopen
+        its log between two of them, so a line's head ends the rotated file and its
+        rest starts the new one. The carry is already within ``max_segment_bytes``,
+        so the joined line is held to the same bounds as one inside a file.
+        """
+        successor.carry.update(self.carry)
+        successor.dropping.update(self.dropping)
+        self.carry.clear()
+        self.dropping.clear()
 
 
 def _first_level(named: set[str], name: str, bound: int) -> int:
@@ -299,16 +317,32 @@ class LogProgressCollector:
                 followers[inode] = _Follower(path=path, inode=inode)
             elif inode in followers:
                 followers[inode].path = path
-        # rotated files first (older lines), then current files by number
+        # rotated files first (older lines; ``<N>.log.<date>`` sorts by date), then
+        # current files by number: each number's files in the order they were written
         order = sorted(
             followers.values(),
             key=lambda f: (not found[f.inode][2], found[f.inode][3], f.path.name),
         )
+        done: dict[int, _Follower] = {}  # per number: its last rotated file read to its end
+        waiting: set[int] = set()  # numbers with a rotated file not read to its end yet
         for follower in order:
             if budget <= 0 or self._timer() > self._deadline:
                 break
-            size = found[follower.inode][1]
+            _path, size, rotated, number = found[follower.inode]
+            if number in waiting:
+                # a later file of the same number waits: read first, its lines would be
+                # applied before older ones, and the rest of a line split at the
+                # rotation would be read before its head
+                continue
+            before = done.pop(number, None)
+            if before is not None and follower.offset == 0:
+                before.hand_over(follower)
             budget -= self._read(key, follower, size, budget)
+            if rotated:
+                if follower.offset < size and not follower.unreadable:
+                    waiting.add(number)
+                else:
+                    done[number] = follower
         return budget
 
     def _read(self, key: tuple[str, str, str], follower: _Follower, size: int, budget: int) -> int:
@@ -342,7 +376,9 @@ class LogProgressCollector:
                 start = follower.offset
         except OSError as err:
             log.debug("logs: cannot read %s: %s", follower.path, err)
+            follower.unreadable = True
             return 0
+        follower.unreadable = False
         if follower.offset == 0:
             follower.head = data[:64]
         follower.offset += len(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tqdm import tqdm
 
 from gpu_eta.exporter.collectors import logs as logs_module
 from gpu_eta.exporter.collectors.logs import LogProgressCollector, parse_cri_timestamp
@@ -131,6 +133,115 @@ def test_follows_appends_rotation_and_truncation(root):
     col.poll()
     q = col.store.snapshot()[0]
     assert q.epoch == 1 and q.run_id != p.run_id
+
+
+def epoch_bar_at(step: int, total: int = 16, desc: str = "Epoch 2/3") -> bytes:
+    """What real tqdm printed, piped, up to ``step`` of ``total`` (no newline yet)."""
+    buf = io.StringIO()
+    bar = tqdm(total=total, desc=desc, file=buf, mininterval=0)
+    for _ in range(step):
+        bar.update()
+    out = buf.getvalue().encode()
+    bar.close()
+    return out
+
+
+def record(when: dt.datetime, tag: bytes, message: bytes, stream: bytes = b"stderr") -> bytes:
+    """One CRI record as the runtime writes it."""
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%f").encode() + b"000Z"
+    return stamp + b" " + stream + b" " + tag + b" " + message + b"\n"
+
+
+def rotate_inside_a_line(d: Path, head: bytes, rest: bytes, before: bytes = b"") -> None:
+    """``before``, then ``head`` as a ``P`` record, end ``0.log``; the kubelet rotates
+    it and the runtime writes ``rest`` (the ``F`` record ending that line) to the new
+    ``0.log``."""
+    with open(d / "0.log", "ab") as fh:
+        fh.write(before + record(T0 + dt.timedelta(seconds=10), b"P", head))
+    os.rename(d / "0.log", d / "0.log.20261121-060010")
+    (d / "0.log").write_bytes(record(T0 + dt.timedelta(seconds=11), b"F", rest))
+
+
+def test_a_line_split_by_a_rotation_is_joined_with_its_rest_in_the_new_file(root):
+    """Real tqdm output: the runtime wrote the bar's line as a ``P`` record that ends
+    the rotated file and an ``F`` record that starts the new one. The last screen
+    (8/16) starts in the old file; its rest alone ("#####     | 8/16 ...") is no bar."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(record(T0, b"F", b"loading data"))
+    col = collector(root)
+    col.poll()
+    line = epoch_bar_at(8)
+    cut = line.rindex(b"%|") + 2
+    rotate_inside_a_line(d, line[:cut], line[cut:])
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (1, 3, 24, 48)
+    assert col.counts()["matched"] == 2  # the P record's screen (7/16), then the joined one
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"x" * (9 << 10), b"x" * ((8 << 10) - 20)],
+    ids=["head-over-the-bound", "joined-over-the-bound"],
+)
+def test_a_line_split_by_a_rotation_is_held_to_the_segment_bound(root, head):
+    """Joined across files, a screen is bounded as inside one: an unfinished segment
+    over ``max_segment_bytes`` in the old file, or one that passes it with its rest
+    in the new file, is skipped; its rest (here a whole real tqdm screen, 8/16) is
+    never read as a screen of its own."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(record(T0, b"F", b"loading data"))
+    col = collector(root)
+    col.poll()
+    screen = epoch_bar_at(8).rpartition(b"\r")[2]
+    rotate_inside_a_line(d, head, screen)
+    col.poll()
+    assert not col.store.snapshot()
+    assert col.counts()["matched"] == 0 and col.counts()["oversize"] >= 1
+
+
+def test_a_new_file_waits_until_its_rotated_predecessor_is_read_to_its_end(root):
+    """The rotated file holds more than a poll reads of it (``max_bytes_per_file``):
+    the new ``0.log`` is read only after it, so the line split by the rotation is
+    joined and the old file's epochs are applied before the new file's lines."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(record(T0, b"F", b"loading data"))
+    col = collector(root, max_bytes_per_file=256)
+    col.poll()
+    epochs = b"".join(
+        record(T0 + dt.timedelta(seconds=1), b"F", b"Epoch %d/3" % k, b"stdout") for k in (1, 2)
+    )
+    line = epoch_bar_at(8)
+    cut = line.rindex(b"%|") + 2
+    rotate_inside_a_line(d, line[-300:cut], line[cut:], before=epochs)
+    for _ in range(8):
+        col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (1, 3, 24, 48)
+    assert col.counts()["matched"] == 4  # Epoch 1/3, Epoch 2/3, 7/16, 8/16
+
+
+def test_a_rotated_file_that_cannot_be_read_does_not_hold_up_the_new_one(root, monkeypatch):
+    """A rotated file whose read fails (here: every open of it) is no reason to stop
+    reading its container: the new ``0.log`` is read all the same."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(record(T0, b"F", b"loading data"))
+    col = collector(root)
+    col.poll()
+    rotate_inside_a_line(d, b"Epoch 1/3", b"")
+    with open(d / "0.log", "ab") as fh:
+        fh.write(record(T0 + dt.timedelta(seconds=12), b"F", b"Epoch 2/3", b"stdout"))
+    real_open = os.open
+
+    def refuse_rotated(path, *args, **kw):
+        if str(path).endswith(".log.20261121-060010"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kw)
+
+    monkeypatch.setattr(logs_module.os, "open", refuse_rotated)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs) == (1, 3)
 
 
 def test_restart_does_not_replay_old_lines_as_a_new_run(root, tmp_path):
