@@ -15,7 +15,11 @@ Files are tracked by inode: a rotated file (kubelet renames ``0.log`` to
 a file that shrank was truncated and is read again from the start. The new file is
 read only once the rotated one has been read to its end (or cannot be read), and a
 line whose ``P`` records end the rotated file is continued by the new file's first
-records of its stream, within the same bounds as inside one file. Work is bounded:
+records of its stream, within the same bounds as inside one file. A rotated file
+this process has not followed (after an exporter restart, for a pod seen late) is
+read from its start like any new file: it holds what was written between the last
+read and the rotation, and what was applied before is not applied again (below).
+Gzipped rotations (``0.log.<date>.gz``) are never opened: see docs/progress.md. Work is bounded:
 at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll`` in all per
 poll, and none past ``max_seconds_per_poll`` (checked every 512 lines, so also
 inside one file's chunk); the rest waits for the next poll. Physical lines over
@@ -312,10 +316,14 @@ class LogProgressCollector:
         followers = self._followers.setdefault(key, {})
         for inode in [i for i in followers if i not in found]:
             del followers[inode]  # deleted (or gzipped) after rotation
-        for inode, (path, _size, rotated, _n) in found.items():
-            if inode not in followers and not rotated:
+        for inode, (path, _size, _rotated, _n) in found.items():
+            if inode not in followers:
+                # a file this process has not seen, rotated ones too: after a restart
+                # (or a pod seen late) the rotated file holds what was written
+                # between the last read and the rotation. Read from its start: lines
+                # older than the stored progress are not applied again (``_line``)
                 followers[inode] = _Follower(path=path, inode=inode)
-            elif inode in followers:
+            else:
                 followers[inode].path = path
         # rotated files first (older lines; ``<N>.log.<date>`` sorts by date), then
         # current files by number: each number's files in the order they were written

@@ -257,6 +257,33 @@ def test_restart_does_not_replay_old_lines_as_a_new_run(root, tmp_path):
     assert (after.run_id, after.epoch) == (before.run_id, 3)
 
 
+def test_a_restart_reads_what_the_rotated_file_got_after_the_last_read(root, tmp_path):
+    """The exporter stops after reading ``Epoch 2/3``; the job prints ``Epoch 3/3``
+    and the kubelet rotates ``0.log`` before the exporter is back. The rotated file is
+    read (from its start: what was applied before is not applied again) before the
+    new ``0.log``, so the epoch is not lost and the run goes on under its id."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(
+        record(T0, b"F", b"Epoch 1/3") + record(T0 + dt.timedelta(seconds=10), b"F", b"Epoch 2/3")
+    )
+    state = tmp_path / "state.json"
+    store = ProgressStore(state)
+    collector(root, store).poll()
+    store.save()
+    before = store.snapshot()[0]
+    assert before.epoch == 1
+    with open(d / "0.log", "ab") as fh:
+        fh.write(record(T0 + dt.timedelta(seconds=20), b"F", b"Epoch 3/3"))
+    os.rename(d / "0.log", d / "0.log.20261121-060025")
+    (d / "0.log").write_bytes(record(T0 + dt.timedelta(seconds=30), b"F", b"loading data"))
+    again = ProgressStore(state)
+    col = collector(root, again)
+    col.poll()
+    after = again.snapshot()[0]
+    assert (after.run_id, after.epoch, after.epochs) == (before.run_id, 2, 3)
+    assert after.last_report_timestamp == pytest.approx(T0.timestamp() + 20)
+
+
 def test_pathological_lines_are_bounded(root):
     d = logdir(root)
     huge = b"2026-11-21T06:00:00.000000000Z stdout F " + b"x" * (3 << 20) + b"\n"
