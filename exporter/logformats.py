@@ -22,6 +22,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N
+- tqdm without a total (an iterable without ``len``): ``450it [00:10, 45.0it/s]``,
+  read as steps with no planned total; with ``Epoch 3/10`` or Lightning's
+  ``Epoch 2`` as its description, as that epoch begun (its count is of the epoch)
 - PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
   index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored
@@ -65,6 +68,15 @@ _TQDM_DESC_CHARS = 200  # the description kept: the last 200 characters before i
 _TQDM_GAP_CHARS = 200  # whitespace looked through between "desc:" and the percentage
 _TQDM_POSTFIX_CHARS = 400  # "[00:10<00:12, 45.0it/s, loss=0.2]" and the postfix after it
 _TQDM_CANDIDATES = 32  # "%|" looked at per line (a real line has one)
+# tqdm without a total: "desc: 450it [00:10, 45.0it/s, loss=0.2]", its count right
+# after "desc: " (or at the start), a unit without spaces, then the elapsed time; found
+# like the bar above, by a bounded search and anchored steps (``_find_tqdm_count``)
+# (a whole count only: ``unit_scale``'s "1.23kit" is not read)
+_TQDM_COUNT = re.compile(r"(?:\A\s*|: )(\d{1,12})([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
+# its rate: "45.0it/s", "?it/s" (no rate yet), "1.20s/it" (over a second a step)
+_TQDM_RATE = re.compile(
+    r"(?:\?|\d{1,15}(?:\.\d{1,9})?)([A-Za-z_]{0,16})/s|\d{1,15}(?:\.\d{1,9})?s/([A-Za-z_]{0,16})"
+)
 _TQDM_POSTFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=(-?[0-9.]+(?:e[-+]?\d+)?)")
 _EPOCH_OF = re.compile(r"[Ee]poch[ :]*(\d{1,9})\s*/\s*(\d{1,9})")
 _EPOCH_INDEX = re.compile(r"Epoch (\d{1,9})\Z")
@@ -92,7 +104,7 @@ class LogMatch:
     epoch_current: int | None = None  # 1-based epoch in progress (Keras header, tqdm desc)
     epochs: int | None = None
     bar: int | None = None  # position in a step bar
-    bar_total: int | None = None
+    bar_total: int | None = None  # None with a bar: a tqdm bar without a total (no plan)
     bar_is_epoch: bool = False  # the bar counts steps of one epoch (else of the run)
     complete: bool = False  # bar at its end (and no ETA left)
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
@@ -195,20 +207,20 @@ def parse_line(text: str, *, now: float | None = None) -> LogMatch | None:
         if rich is not None:
             return rich
         bar = _KERAS_BAR.match(text)
-        if bar is not None:
-            n, total = int(bar[1]), int(bar[2])
-            if total == 0 or n > total:
-                return None
-            rest = bar[3]
-            return LogMatch(
-                kind="keras_bar",
-                bar=n,
-                bar_total=total,
-                bar_is_epoch=True,
-                complete=n == total and "ETA" not in rest,
-                metrics=_keras_metrics(rest),
-            )
-        return None
+        if bar is None:
+            return _parse_tqdm_count(text) if "[" in text else None
+        n, total = int(bar[1]), int(bar[2])
+        if total == 0 or n > total:
+            return None
+        rest = bar[3]
+        return LogMatch(
+            kind="keras_bar",
+            bar=n,
+            bar_total=total,
+            bar_is_epoch=True,
+            complete=n == total and "ETA" not in rest,
+            metrics=_keras_metrics(rest),
+        )
     epoch = _KERAS_EPOCH.match(text)
     if epoch is not None:
         k, n = int(epoch[1]), int(epoch[2])
@@ -370,6 +382,71 @@ def _parse_tqdm(text: str) -> LogMatch | None:
     return LogMatch(kind="tqdm", bar=n, bar_total=total, complete=complete, metrics=metrics)
 
 
+def _find_tqdm_count(text: str) -> tuple[str | None, str, str] | None:
+    """The tqdm bar without a total of a line: (description or None, count, postfix).
+
+    tqdm draws a bar whose total it does not know (an iterable without ``len``) as
+    ``[desc: ]<count><unit> [<elapsed>, <rate>[, <postfix>]]`` and nothing after it
+    (but the spaces that blank a longer previous screen). Each candidate (at most
+    ``_TQDM_CANDIDATES``, found by one regex search that does bounded work per
+    position) is checked by anchored steps, and the line's end by index: linear in
+    the line, as ``_find_tqdm``. The unit is the count's and the rate's, without
+    spaces: a data-preparation bar with ``unit=" examples"`` is not read.
+    """
+    end = len(text.rstrip())
+    if end == 0 or text[end - 1] != "]":
+        return None
+    for count in itertools.islice(_TQDM_COUNT.finditer(text, 0, end), _TQDM_CANDIDATES):
+        rate = _TQDM_RATE.match(text, count.end(), end)
+        if rate is None:
+            continue
+        unit = rate[1] if rate[1] is not None else rate[2]
+        if unit != count[2]:
+            continue
+        after = rate.end()
+        if after == end - 1:
+            postfix = ""
+        elif text.startswith(", ", after):
+            postfix = text[after + 2 : min(end - 1, after + 2 + _TQDM_POSTFIX_CHARS)]
+        else:
+            continue
+        begin = count.start()
+        desc = None
+        if text.startswith(": ", begin):
+            desc = text[max(0, begin - _TQDM_DESC_CHARS) : begin].rpartition("\n")[2]
+        return desc, count[1], postfix
+    return None
+
+
+def _parse_tqdm_count(text: str) -> LogMatch | None:
+    """A tqdm bar without a total: the run's steps with no plan (``fold``), or, with
+    an epoch in its description, that epoch begun. Why not the count with the
+    epoch: it counts the epoch's steps, and with no steps per epoch known no global
+    step can be made of it (read as the run's steps, every epoch would be a new run).
+    """
+    found = _find_tqdm_count(text)
+    if found is None:
+        return None
+    raw_desc, raw_n, postfix = found
+    desc = (raw_desc or "").strip()
+    if desc.startswith(_SKIP_BARS):
+        return None
+    metrics = _numbers(_TQDM_POSTFIX.findall(postfix))
+    of = _EPOCH_OF.search(desc) if desc else None
+    if of is not None:
+        k, epochs = int(of[1]), int(of[2])
+        if k < 1 or epochs < 1 or k > epochs:
+            return None
+        return LogMatch(
+            kind="tqdm", epoch_done=k - 1, epoch_current=k, epochs=epochs, metrics=metrics
+        )
+    index = _EPOCH_INDEX.search(desc) if desc else None
+    if index is not None:  # Lightning's "Epoch 2": 0-based, so 2 epochs are done
+        k = int(index[1])
+        return LogMatch(kind="lightning", epoch_done=k, epoch_current=k + 1, metrics=metrics)
+    return LogMatch(kind="tqdm", bar=int(raw_n), metrics=metrics)
+
+
 def _parse_braced(text: str) -> LogMatch | None:
     stripped = text.strip()
     if stripped.startswith("{'") and stripped.endswith("}"):
@@ -461,7 +538,13 @@ def fold(
             metrics=match.metrics,
         )
     # tqdm and Lightning bars
-    assert match.bar is not None and match.bar_total is not None
+    if match.bar_total is None:  # a bar without a total: no plan is known (see docs)
+        if match.bar is None:  # its description's epoch, begun
+            return replace(state, epoch_current=None), Report(
+                epoch=match.epoch_done, epochs=match.epochs, metrics=match.metrics
+            )
+        return state, Report(step=match.bar, metrics=match.metrics)
+    assert match.bar is not None
     if match.bar_is_epoch and match.epoch_current is not None:
         step = (match.epoch_current - 1) * match.bar_total + match.bar
         steps = match.epochs * match.bar_total if match.epochs else None

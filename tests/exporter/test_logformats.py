@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tqdm import tqdm
 
 from gpu_eta.exporter import logformats
 from gpu_eta.exporter.logformats import (
@@ -165,6 +166,80 @@ def test_real_tqdm_bar_and_torch_epoch_bars():
     assert len({p.run_id for p in history}) == 1
 
 
+# tqdm's own drawing of a bar without a total (``tqdm.format_meter``, what it prints
+# for an iterable without ``len``): keyword arguments -> what the line is read as
+_NO_TOTAL = [
+    ({"n": 123, "elapsed": 10.0}, ("tqdm", 123, None, None, {})),
+    ({"n": 0, "elapsed": 0.0}, ("tqdm", 0, None, None, {})),  # "?it/s": no rate yet
+    ({"n": 1, "elapsed": 1.2}, ("tqdm", 1, None, None, {})),  # "1.20s/it"
+    (
+        {"n": 3, "elapsed": 0.5, "prefix": "Training", "postfix": "loss=0.25"},
+        ("tqdm", 3, None, None, {"loss": 0.25}),
+    ),
+    ({"n": 3, "elapsed": 3725.0, "unit": "batch"}, ("tqdm", 3, None, None, {})),  # 1:02:05
+    ({"n": 5, "elapsed": 1.0, "prefix": "Epoch 2/3"}, ("tqdm", None, 1, 3, {})),
+    (
+        {"n": 7, "elapsed": 1.0, "prefix": "Epoch 4", "postfix": "train_loss=0.3"},
+        ("lightning", None, 4, None, {"train_loss": 0.3}),
+    ),
+]
+
+
+@pytest.mark.parametrize(("kw", "expected"), _NO_TOTAL, ids=lambda v: str(v)[:40])
+def test_tqdm_bars_without_a_total(kw, expected):
+    """Read as the run's steps with no plan, or (an epoch in the description) as
+    that epoch begun: its count is the epoch's, no global step."""
+    line = tqdm.format_meter(total=None, **kw)
+    m = parse_line(line)
+    assert m is not None, line
+    assert (m.kind, m.bar, m.epoch_done, m.epochs, dict(m.metrics)) == expected
+    assert m.bar_total is None and not m.complete
+    assert parse_line(line + "  ") == m  # tqdm blanks a longer previous screen with spaces
+    _, report = fold(LogState(), None, m)
+    assert report is not None and report.steps is None
+    assert (report.step, report.epoch, report.epochs) == (m.bar, m.epoch_done, m.epochs)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"n": 5, "elapsed": 1.0, "prefix": "Validation DataLoader 0"},  # not training
+        {"n": 3, "elapsed": 1.0, "unit": " examples", "prefix": "Generating train split"},
+        {"n": 3000, "elapsed": 1.0, "unit_scale": True},  # "3.00kit": no whole count
+        {"n": 5, "elapsed": 1.0, "prefix": "Epoch 4/3"},  # epoch beyond its total
+    ],
+    ids=["validation", "unit-with-space", "unit-scale", "epoch-beyond"],
+)
+def test_tqdm_bars_without_a_total_that_are_not_read(kw):
+    assert parse_line(tqdm.format_meter(total=None, **kw)) is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["x 3it [00:00, 5.00it/s]", "3it [00:00, 5.00it/s] and more", "3it [00:00, 5.00batch/s]"],
+)
+def test_near_misses_of_a_tqdm_bar_without_a_total(line):
+    assert parse_line(line) is None
+
+
+def test_a_tqdm_bar_without_a_total_that_restarts_is_a_new_run():
+    history = []
+    progress = None
+    for i, line in enumerate(
+        ["0it [00:00, ?it/s]", "24it [00:03, 8.00it/s]", "2it [00:00, 8.0it/s]"]
+    ):
+        match = parse_line(line)
+        assert match is not None
+        _, report = fold(LogState(), progress, match)
+        assert report is not None
+        progress = advance(
+            progress, report, namespace="ns", pod="p", container="c", source="log", now=NOW + i
+        )
+        history.append(progress)
+    assert [(p.step, p.steps) for p in history] == [(0, None), (24, None), (2, None)]
+    assert history[0].run_id == history[1].run_id != history[2].run_id
+
+
 def test_lightning_tqdm_and_rich_bars():
     history = replay("lightning_tqdm.stdout")
     assert [p.epoch for p in history] == [1, 2, 3, 3]  # validation bars are skipped
@@ -230,6 +305,8 @@ HOSTILE_LINES = {
     "Keras bar of 16,000 ━ then a newline": "1/2 " + "━" * 16000 + "\n",  # 0.8 s
     "Keras bar with 9,000 metrics, 64 KiB": "1/1 [=] " + _fill(" - a: 1", K64 - 8),  # 2-4 ms
     "HF log dict of 8,000 items, 64 KiB": "{" + _fill("'a': 1, ", K64 - 2, "}"),  # 1.1 ms
+    "tqdm counts without a total, 64 KiB": _fill("a: 1it [00:00, 1.0it/s", K64, "]"),
+    "tqdm count heads after ': ', 64 KiB": _fill(": 1it [00:00, ", K64, "/"),
 }
 
 

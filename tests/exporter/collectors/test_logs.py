@@ -809,6 +809,44 @@ def test_a_rotation_between_scan_and_read_reads_each_line_once_in_order(root) ->
     assert col.counts()["matched"] == 3
 
 
+def test_a_bar_without_a_total_counts_steps_and_its_nested_bar_is_ignored(root) -> None:
+    """Real tqdm output over iterables without a length: the training bar's count is
+    the run's step with no planned total; the evaluation bar tqdm draws below it
+    every 8 steps (position 1, its own count from 0) starts no run."""
+    output = (FIXTURES / "tqdm_nototal.stderr").read_bytes()
+    (logdir(root) / "0.log").write_bytes(cri(output, stream="stderr"))
+    store = ProgressStore()
+    applied: list[int | None] = []
+    real_merge = store.merge
+
+    def merge(*args, **kw):
+        applied.append(args[4].step)
+        return real_merge(*args, **kw)
+
+    store.merge = merge
+    col = collector(root, store)
+    col.poll()
+    assert applied == [7, 15, 23, 24]  # the screen each line ends with: no nested count
+    (p,) = store.snapshot()
+    assert (p.step, p.steps, p.epoch, p.epochs) == (24, None, None, None)
+    assert p.metrics["loss"] == pytest.approx(0.0417)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"elapsed": 10.0}, {"elapsed": 300.0}, {"elapsed": 10.0, "postfix": "loss=0.2"}]
+)
+def test_a_whole_line_bar_without_a_total_is_not_taken_for_an_ordinary_line(root, kw) -> None:
+    """One screen per record, as tqdm writes with a long ``mininterval`` through a
+    runtime that splits at ``\r``: the collector's fast path must let it through
+    (its rate is its only sign: "12.30it/s]", "0.41it/s, ...", or "2.44s/it]")."""
+    line = tqdm.format_meter(n=123, total=None, **kw).encode()
+    (logdir(root) / "0.log").write_bytes(record(T0, b"F", line))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.step, p.steps) == (123, None)
+
+
 def test_a_nested_bar_below_the_training_bar_starts_no_run(root) -> None:
     """Real tqdm output: an evaluation bar drawn below the training bar (position 1,
     ``leave=False``, as HF Trainer's) ends with a cursor-up. Read as the run's bar, it
