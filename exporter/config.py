@@ -68,6 +68,9 @@ class Config:
     procfs: str = "/proc"
     cgroupfs: str = "/sys/fs/cgroup"
     pod_logs: str = "/var/log/pods"
+    # where cri-dockerd's links from pod_logs may lead (Docker's json-file logs): the
+    # host path, mounted at the same path; "" follows none
+    docker_containers: str = "/var/lib/docker/containers"
     progress_state_file: str | None = None
     progress_allow_host_network: bool = False
     nvml_wait_for_driver: bool = False
@@ -193,6 +196,17 @@ def _max_pods(value: Any, key: str) -> int:
     return value
 
 
+def _link_root(value: Any, key: str) -> str:
+    """An absolute path, or "" for none: cri-dockerd's links hold absolute paths,
+    and a relative root would be matched against them by where the exporter runs."""
+    if value == "":
+        return ""
+    out = _path(value, key)
+    if not out.startswith("/"):
+        raise ConfigError(f"{key}: expected an absolute path or '', got {value!r}")
+    return out
+
+
 def _log_level(value: Any, key: str) -> str:
     if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
         raise ConfigError(f"{key}: one of {', '.join(LOG_LEVELS)}, got {value!r}")
@@ -229,6 +243,7 @@ KEYS: Mapping[str, tuple[str, Any]] = MappingProxyType(
         "path.procfs": ("procfs", _path),
         "path.cgroupfs": ("cgroupfs", _path),
         "path.pod-logs": ("pod_logs", _path),
+        "path.docker-containers": ("docker_containers", _link_root),
         "progress.state-file": ("progress_state_file", _opt_str),
         "progress.allow-host-network": ("progress_allow_host_network", _bool),
         "nvml.wait-for-driver": ("nvml_wait_for_driver", _bool),

@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="container logs root (default /var/log/pods)",
     )
     add(
+        "--path.docker-containers",
+        dest="path.docker-containers",
+        metavar="PATH",
+        help="Docker's container logs, where cri-dockerd's links from --path.pod-logs "
+        "may lead, mounted at the same path (default /var/lib/docker/containers; '' for none)",
+    )
+    add(
         "--kube.kubeconfig",
         dest="kube.kubeconfig",
         metavar="FILE",

@@ -49,6 +49,7 @@ PROGRESS_RESULTS = (
 # previous line, or skipped when there is none)
 # ``undated``: a CRI timestamp that cannot be read (dated as a ``future`` line)
 # ``too_many_runs``: would start a run over its container's cap (``progress_runs``): skipped
+# ``malformed``: a line of a Docker json-file log (cri-dockerd) that is no such record
 LOG_LINE_RESULTS = (
     "matched",
     "ignored",
@@ -57,6 +58,7 @@ LOG_LINE_RESULTS = (
     "future",
     "undated",
     "too_many_runs",
+    "malformed",
 )
 _EMPTY_I: Mapping[str, int] = MappingProxyType({})
 

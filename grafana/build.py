@@ -899,7 +899,8 @@ def exporter_health() -> dict:
             "(cut off at the line limit); invalid (recognised, but refused by the wire "
             "format's rules); future or undated (a CRI timestamp past the clock or "
             "unreadable: dated at the container's previous line); too_many_runs (would "
-            "start a run over its container's cap: skipped). docs/metrics.md.",
+            "start a run over its container's cap: skipped); malformed (a Docker json-file "
+            "log line that is no such record). docs/metrics.md.",
             "ops",
             q(
                 "sum by (result) "

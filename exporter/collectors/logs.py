@@ -1,10 +1,19 @@
 """Progress of unmodified jobs, read from the container logs the kubelet writes.
 
 Follows ``<root>/<namespace>_<pod>_<uid>/<container>/<N>.log`` for the pods the
-pod source knows (nothing else under the root is opened, and no symlink is followed:
-nothing outside the root is read). Lines are in CRI format::
+pod source knows (nothing else under the root is opened, and no symlink is followed
+but one kind: nothing else outside the root is read). Lines are in CRI format::
 
     2024-01-01T00:00:00.123456789Z stdout F Epoch 3/15
+
+The one symlink followed is cri-dockerd's (Kubernetes on Docker Engine): ``<N>.log``
+linking to Docker's json-file log, exactly ``<docker_root>/<id>/<id>-json.log`` (a
+64-hex container id, ``docker_root`` configured, default ``/var/lib/docker/containers``,
+empty: none). Its lines (``{"log":"Epoch 3/15\n","stream":"stdout","time":"..."}``)
+are read as the CRI record they stand for (``parse_docker_json``: a ``log`` without
+its final newline is a ``P`` record); one that is no such record is skipped and
+counted ``malformed``. The file is opened below the root by ``dir_fd`` and without
+following any link, so the link's text names the only file it can reach.
 
 ``P`` (partial) lines are continued by the next line of the same stream; tqdm and
 Keras redraw with ``\\r`` inside one line, so each ``\\r`` segment is a screen state
@@ -49,6 +58,7 @@ A line that would start a run beyond its container's cap on new runs (the store'
 from __future__ import annotations
 
 import calendar
+import json
 import logging
 import math
 import os
@@ -97,6 +107,63 @@ _LINES_PER_LOOK = 511
 _TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)\Z")
 
 
+# cri-dockerd's link: Docker's json-file log of a container (a 64-hex id)
+_DOCKER_ID = re.compile(r"[0-9a-f]{64}\Z")
+_DOCKER_STREAMS = frozenset({"stdout", "stderr"})
+_DOCKER_TIME_CHARS = 64  # "2026-11-21T06:00:00.123456789+00:00" and room to spare
+DOCKER_ROOT = "/var/lib/docker/containers"
+
+
+def docker_link_id(target: str, root: str) -> str | None:
+    """The container id a cri-dockerd link names, or None for any other target.
+
+    cri-dockerd links ``<N>.log`` to Docker's ``<root>/<id>/<id>-json.log``: the
+    target must be exactly that (absolute, no ``..``, no other name), so a link
+    made by anything else leads nowhere the exporter reads.
+    """
+    prefix = root.rstrip("/") + "/"
+    if not root or not target.startswith(prefix):
+        return None
+    cid, sep, name = target[len(prefix) :].partition("/")
+    if not sep or _DOCKER_ID.match(cid) is None or name != f"{cid}-json.log":
+        return None
+    return cid
+
+
+def parse_docker_json(raw: bytes) -> list[bytes] | None:
+    """One json-file line → the CRI record it stands for (timestamp, stream, ``P`` or
+    ``F``, message), or None when it is no such record (counted ``malformed``).
+
+    Docker writes ``{"log": "<output>\\n", "stream": "stdout", "time": "<RFC 3339>"}``
+    per line of output; a line over 16 KiB is split into records whose ``log`` has
+    no final newline but the last: those are ``P`` records. Anything else (not JSON,
+    nested beyond the parser's depth, a missing or mistyped field, another stream)
+    gives None. The caller bounds the line's length first.
+    """
+    if not raw.startswith(b"{"):
+        return None
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    message, stream, stamp = record.get("log"), record.get("stream"), record.get("time")
+    if not (isinstance(message, str) and isinstance(stamp, str) and stream in _DOCKER_STREAMS):
+        return None
+    if len(stamp) > _DOCKER_TIME_CHARS:
+        return None
+    tag = b"F" if message.endswith("\n") else b"P"
+    if tag == b"F":
+        message = message[:-1]
+    return [
+        stamp.encode("ascii", "replace"),
+        stream.encode(),
+        tag,
+        message.encode("utf-8", "replace"),
+    ]
+
+
 def parse_cri_timestamp(text: str) -> float | None:
     """RFC 3339 with nanoseconds (as CRI runtimes write it) → unix seconds, or None."""
     m = _TS.match(text)
@@ -131,6 +198,7 @@ class _Follower:
     dropping: set[str] = field(default_factory=set)
     head: bytes = b""  # first bytes: if they change, the file was truncated and rewritten
     unreadable: bool = False  # the last read failed (OSError): nothing waits for this file
+    docker_id: str | None = None  # a cri-dockerd link's container: json-file lines
 
     def hand_over(self, successor: _Follower) -> None:
         """Pass the records this file leaves unfinished (``carry``, ``dropping``) to the
@@ -170,10 +238,12 @@ class LogProgressCollector:
         max_line_bytes: int = 64 << 10,
         max_segment_bytes: int = 8 << 10,
         max_seconds_per_poll: float = 2.0,
+        docker_root: str = DOCKER_ROOT,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.monotonic,
     ):
         self.root = Path(root)
+        self.docker_root = docker_root  # "" or a relative path: no link is followed
         self.store = store
         self._pods = pods
         self.max_bytes_per_poll = max_bytes_per_poll
@@ -195,6 +265,7 @@ class LogProgressCollector:
         self._bad_directories: set[str] = set()  # skipped in the last poll
         self._warned_directories: set[str] = set()
         self._warned_runs: set[str] = set()  # containers named in a too_many_runs WARNING
+        self._warned_docker = False  # a cri-dockerd link's file could not be opened
 
     @property
     def skipped_directories(self) -> int:
@@ -294,8 +365,59 @@ class LogProgressCollector:
 
     # -- files -----------------------------------------------------------------------
 
+    def _docker_open(self, cid: str) -> int:
+        """Open ``<docker_root>/<cid>/<cid>-json.log`` without following any link on
+        the way (``dir_fd``, ``O_NOFOLLOW``), nor waiting on a FIFO: only the file the
+        link's text names is reached, whatever the directories hold."""
+        if not os.path.isabs(self.docker_root):
+            raise FileNotFoundError(self.docker_root)
+        top = os.open(self.docker_root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            folder = os.open(cid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        finally:
+            os.close(top)
+        try:
+            return os.open(
+                f"{cid}-json.log", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder
+            )
+        finally:
+            os.close(folder)
+
+    def _docker_stat(self, link: str) -> tuple[str, os.stat_result] | None:
+        """The container id and file status of a cri-dockerd link, or None: not
+        such a link, or its file cannot be opened (``docker_root`` not mounted)."""
+        if not self.docker_root:
+            return None
+        cid = docker_link_id(os.readlink(link), self.docker_root)
+        if cid is None:
+            return None
+        try:
+            fd = self._docker_open(cid)
+        except OSError as err:
+            self._docker_unreachable(link, err)
+            raise
+        try:
+            return cid, os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    def _docker_unreachable(self, link: str, err: OSError) -> None:
+        """Say once (a WARNING, then DEBUG) that a cri-dockerd link's file cannot be
+        opened. Why: without the mount of ``docker_root`` (the manifests do not make
+        it) the node gives no log progress, and nothing else would say why."""
+        level = logging.DEBUG if self._warned_docker else logging.WARNING
+        self._warned_docker = True
+        log.log(
+            level,
+            "logs: %s links to a Docker json-file log that cannot be opened under %r "
+            "(%s: is the host's directory mounted there? docs/progress.md): not read",
+            link[-300:],
+            self.docker_root,
+            err.strerror or type(err).__name__,
+        )
+
     def _poll_container(self, key: tuple[str, str, str], directory: Path, budget: int) -> int:
-        found: dict[tuple[int, int], tuple[Path, int, bool, int]] = {}
+        found: dict[tuple[int, int], tuple[Path, int, bool, int, str | None]] = {}
         try:
             entries = list(os.scandir(directory))
         except OSError:
@@ -304,28 +426,36 @@ class LogProgressCollector:
             m = _LOG_NAME.match(entry.name)
             if m is None:
                 continue
+            cid = None
             try:
-                st = entry.stat(follow_symlinks=False)
+                if entry.is_symlink():
+                    docker = None if m[2] else self._docker_stat(entry.path)
+                    if docker is None:
+                        continue
+                    cid, st = docker
+                else:
+                    st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if not entry.is_file(follow_symlinks=False):
+            if not S_ISREG(st.st_mode):
                 continue
             found[(st.st_dev, st.st_ino)] = (
                 Path(entry.path),
                 st.st_size,
                 m[2] is not None,
                 int(m[1]),
+                cid,
             )
         followers = self._followers.setdefault(key, {})
         for inode in [i for i in followers if i not in found]:
             del followers[inode]  # deleted (or gzipped) after rotation
-        for inode, (path, _size, _rotated, _n) in found.items():
+        for inode, (path, _size, _rotated, _n, cid) in found.items():
             if inode not in followers:
                 # a file this process has not seen, rotated ones too: after a restart
                 # (or a pod seen late) the rotated file holds what was written
                 # between the last read and the rotation. Read from its start: lines
                 # older than the stored progress are not applied again (``_line``)
-                followers[inode] = _Follower(path=path, inode=inode)
+                followers[inode] = _Follower(path=path, inode=inode, docker_id=cid)
             else:
                 followers[inode].path = path
         # rotated files first (older lines; ``<N>.log.<date>`` sorts by date), then
@@ -339,7 +469,7 @@ class LogProgressCollector:
         for follower in order:
             if budget <= 0 or self._timer() > self._deadline:
                 break
-            _path, size, rotated, number = found[follower.inode]
+            _path, size, rotated, number, _cid = found[follower.inode]
             if number in waiting:
                 # a later file of the same number waits: read first, its lines would be
                 # applied before older ones, and the rest of a line split at the
@@ -360,7 +490,10 @@ class LogProgressCollector:
         try:
             # no symlink followed, no FIFO waited on (the scan saw a regular file; the
             # path may have changed since), and only the file this follower tracks
-            fd = os.open(follower.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            if follower.docker_id is None:
+                fd = os.open(follower.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            else:
+                fd = self._docker_open(follower.docker_id)
             with open(fd, "rb") as fh:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) != follower.inode or not S_ISREG(st.st_mode):
@@ -415,6 +548,7 @@ class LogProgressCollector:
         counts = self._counts
         max_line = self.max_line_bytes
         line = self._line
+        docker = follower.docker_id is not None
         ignored = 0
         for i, raw in enumerate(lines):
             if not i & _LINES_PER_LOOK and i and self._timer() > self._deadline:
@@ -432,10 +566,17 @@ class LogProgressCollector:
             if len(raw) > max_line:
                 counts["oversize"] += 1
                 continue
-            parts = raw.split(b" ", 3)
-            if len(parts) != 4:
-                ignored += 1
-                continue
+            if docker:
+                record = parse_docker_json(raw)
+                if record is None:
+                    counts["malformed"] += 1
+                    continue
+                parts = record
+            else:
+                parts = raw.split(b" ", 3)
+                if len(parts) != 4:
+                    ignored += 1
+                    continue
             message = parts[3]
             # fast path: a complete line that no format could match: parse_line needs
             # the marker, "{'", a "/" with a bar ("|", "━", "[=") or "Epoch" or a
@@ -653,7 +794,9 @@ def _container_name(name: str) -> bool:
 def build(ctx: BuildContext) -> Any:
     """Follows ``--path.pod-logs`` for the pods of this node (the same on a simulated
     node: the demo writes real log files)."""
-    return LogProgressCollector(Path(ctx.cfg.pod_logs), ctx.store, ctx.pods_now)
+    return LogProgressCollector(
+        Path(ctx.cfg.pod_logs), ctx.store, ctx.pods_now, docker_root=ctx.cfg.docker_containers
+    )
 
 
 register(

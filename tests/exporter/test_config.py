@@ -130,6 +130,19 @@ def test_kube_max_pods_from_a_flag_or_the_file() -> None:
     assert config_from_mapping({"kube.max-pods": 20}).kube_max_pods == 20
 
 
+def test_docker_containers_is_an_absolute_path_or_none() -> None:
+    """Where cri-dockerd's links may lead (docs/progress.md): on by default, '' for
+    none; a relative root is refused (the links hold absolute paths)."""
+    assert Config().docker_containers == "/var/lib/docker/containers"
+    key = "path.docker-containers"
+    assert config_from_mapping({key: "/data/docker/containers"}).docker_containers == (
+        "/data/docker/containers"
+    )
+    assert config_from_mapping({key: ""}).docker_containers == ""
+    with pytest.raises(ConfigError, match=r"path\.docker-containers: expected an absolute path"):
+        config_from_mapping({key: "docker/containers"})
+
+
 def test_same_port_allowed_when_progress_is_off() -> None:
     cfg = config_from_mapping(
         {

@@ -48,6 +48,7 @@ def test_help_explains_everything() -> None:
         "--path.procfs",
         "--path.cgroupfs",
         "--path.pod-logs",
+        "--path.docker-containers",
         "--progress.listen-address",
         "--progress.state-file",
         "--progress.allow-host-network",

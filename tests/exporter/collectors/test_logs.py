@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 from tqdm import tqdm
 
 from gpu_eta.exporter.collectors import logs as logs_module
-from gpu_eta.exporter.collectors.logs import LogProgressCollector, parse_cri_timestamp
+from gpu_eta.exporter.collectors.logs import (
+    LogProgressCollector,
+    docker_link_id,
+    parse_cri_timestamp,
+    parse_docker_json,
+)
 from gpu_eta.exporter.progress import Report
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
@@ -314,6 +319,7 @@ def test_hf_setup_line_without_digits_does_not_cost_the_lines_after_it(root):
         "future": 0,
         "undated": 0,
         "too_many_runs": 0,
+        "malformed": 0,
     }
 
 
@@ -342,6 +348,7 @@ def test_a_line_that_raises_is_counted_invalid_and_the_chunk_goes_on(root, monke
         "future": 0,
         "undated": 0,
         "too_many_runs": 0,
+        "malformed": 0,
     }
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "RuntimeError" in warnings[0].getMessage()
@@ -375,6 +382,7 @@ def test_refused_marker_lines_are_counted_invalid_and_never_stored(root):
         "future": 0,
         "undated": 0,
         "too_many_runs": 0,
+        "malformed": 0,
     }
 
 
@@ -659,6 +667,7 @@ def test_an_undated_line_with_nothing_before_it_is_skipped(root, first):
         "future": 0,
         "undated": 1,
         "too_many_runs": 0,
+        "malformed": 0,
     }
 
 
@@ -868,3 +877,180 @@ def test_a_nested_bar_below_the_training_bar_starts_no_run(root) -> None:
     assert col.counts()["too_many_runs"] == 0
     (p,) = store.snapshot()
     assert (p.step, p.steps) == (24, 24)
+
+
+# -- cri-dockerd: links to Docker's json-file logs -------------------------------------
+
+CID = "3f4e" * 16  # a Docker container id: 64 hex digits
+
+
+def docker_json(output: bytes, stream: str = "stdout", chunk: int = 16384) -> bytes:
+    """Wrap raw program output as Docker's json-file driver does: one record per line
+    of output, a line over ``chunk`` bytes split into records whose ``log`` has no
+    final newline but the last's."""
+    lines = output.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    t = T0
+    for line in lines:
+        pieces = [line[i : i + chunk] for i in range(0, len(line), chunk)] or [b""]
+        for j, piece in enumerate(pieces):
+            text = piece.decode("utf-8", "replace") + ("\n" if j == len(pieces) - 1 else "")
+            stamp = t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
+            out.append(json.dumps({"log": text, "stream": stream, "time": stamp}).encode())
+            t += dt.timedelta(milliseconds=10)
+    return b"".join(line + b"\n" for line in out)
+
+
+def docker_layout(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
+    """cri-dockerd's layout: ``0.log`` links to ``<docker>/<id>/<id>-json.log``; returns
+    (the pod logs root, the Docker containers root)."""
+    docker = tmp_path / "docker" / "containers"
+    (docker / CID).mkdir(parents=True)
+    (docker / CID / f"{CID}-json.log").write_bytes(data)
+    root = tmp_path / "pods"
+    d = logdir(root)
+    d.mkdir(parents=True)
+    (d / "0.log").symlink_to(docker / CID / f"{CID}-json.log")
+    return root, docker
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        f"/var/lib/docker/containers/{CID}/{CID}-json.log",
+        f"/var/lib/docker/containers/{CID}/{CID}-json.log.1",  # Docker's rotated file
+        f"/var/lib/docker/containers/{CID}/../{CID}/{CID}-json.log",
+        f"/var/lib/docker/containers/../../../etc/{CID}/{CID}-json.log",
+        f"/var/lib/docker/containers/{CID.upper()}/{CID.upper()}-json.log",
+        f"/var/lib/docker/containers/{CID}/{'0' * 64}-json.log",  # another id's name
+        f"/var/lib/docker/containers/{CID}/x/{CID}-json.log",
+        f"var/lib/docker/containers/{CID}/{CID}-json.log",  # relative
+        f"/var/lib/docker/containers-x/{CID}/{CID}-json.log",
+        "/etc/shadow",
+    ],
+)
+def test_only_a_docker_json_log_is_a_link_target(target):
+    expected = CID if target == f"/var/lib/docker/containers/{CID}/{CID}-json.log" else None
+    assert docker_link_id(target, "/var/lib/docker/containers") == expected
+    assert docker_link_id(target, "/var/lib/docker/containers/") == expected
+    assert docker_link_id(target, "") is None
+
+
+def test_docker_json_records():
+    t = "2026-11-21T06:00:00.123456789Z"
+    full = json.dumps({"log": "\rEpoch 1/3\n", "stream": "stderr", "time": t}).encode()
+    assert parse_docker_json(full) == [t.encode(), b"stderr", b"F", b"\rEpoch 1/3"]
+    part = json.dumps({"log": "50%|", "stream": "stdout", "time": t, "attrs": {}}).encode()
+    assert parse_docker_json(part) == [t.encode(), b"stdout", b"P", b"50%|"]
+    assert parse_docker_json(b'{"log":"\\u001b[A\\u003c","stream":"stdout","time":"x"}') == [
+        b"x",
+        b"stdout",
+        b"P",
+        b"\x1b[A<",
+    ]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"2026-11-21T06:00:00Z stdout F Epoch 1/3",  # a CRI line in a json-file log
+        b'{"log": "Epoch 1/3\\n", "stream": "stdout"',  # torn
+        b'["log", "stream", "time"]',
+        b'{"log": 1, "stream": "stdout", "time": "2026-11-21T06:00:00Z"}',
+        b'{"log": "x\\n", "stream": "stdin", "time": "2026-11-21T06:00:00Z"}',
+        b'{"log": "x\\n", "stream": "stdout", "time": null}',
+        b'{"log": "x\\n", "stream": "stdout", "time": "' + b"1" * 100 + b'"}',
+        b'{"log": "x\\n", "stream": "stdout", "time": "t", "a": '
+        + b"[" * 5000
+        + b"]" * 5000
+        + b"}",
+        b"{\xff\xfe}",
+    ],
+    ids=range(10),
+)
+def test_what_is_no_docker_json_record(raw):
+    assert parse_docker_json(raw) is None
+
+
+def test_a_cri_dockerd_link_is_followed_into_dockers_json_log(tmp_path):
+    """Real Keras output through Docker's json-file driver, split into 300-byte
+    records (the redraws span records, as with a long epoch); a torn line, JSON too
+    deep for the parser and a CRI line are skipped and counted ``malformed``."""
+    data = docker_json((FIXTURES / "keras.stdout").read_bytes(), chunk=300)
+    assert b"\\r" in data
+    junk = b'{"log": "Epoch 9/9\\n", "stream"\n' + b"[" * 5000 + b"\n" + cri(b"Epoch 9/9\n")
+    root, docker = docker_layout(tmp_path, junk + data)
+    col = LogProgressCollector(root, ProgressStore(), lambda: [POD], docker_root=str(docker))
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 16, 16)
+    assert p.last_report_timestamp > T0.timestamp()  # the records' time, not the clock's
+    assert col.counts()["malformed"] == 3
+
+
+def test_a_cri_dockerd_link_follows_appends_and_dockers_rotation(tmp_path):
+    root, docker = docker_layout(tmp_path, docker_json(b"Epoch 1/3\n"))
+    col = LogProgressCollector(root, ProgressStore(), lambda: [POD], docker_root=str(docker))
+    col.poll()
+    assert col.store.snapshot()[0].epoch == 0
+    log = docker / CID / f"{CID}-json.log"
+    os.rename(log, log.with_name(log.name + ".1"))  # Docker's max-size rotation
+    later = docker_json(b"Epoch 3/3\n").replace(b"06:00:00.000", b"06:00:30.000")
+    log.write_bytes(later)
+    col.poll()
+    assert col.store.snapshot()[0].epoch == 2
+
+
+@pytest.mark.parametrize("how", ["outside", "linked-folder", "linked-file", "no-root", "fifo"])
+def test_a_link_into_dockers_root_reaches_nothing_else(tmp_path, how):
+    """Only ``<root>/<id>/<id>-json.log`` itself: not a link elsewhere, nor one whose
+    folder or file under the root is a link out of it, nor a FIFO, nor with the root
+    unset."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / f"{CID}-json.log").write_bytes(docker_json(b"Epoch 1/3\n"))
+    root, docker = docker_layout(tmp_path, docker_json(b"Epoch 2/3\n"))
+    link = logdir(root) / "0.log"
+    folder = docker / CID
+    docker_root = str(docker)
+    if how == "outside":
+        link.unlink()
+        link.symlink_to(outside / f"{CID}-json.log")
+    elif how == "linked-folder":
+        (folder / f"{CID}-json.log").unlink()
+        folder.rmdir()
+        folder.symlink_to(outside)
+    elif how == "linked-file":
+        (folder / f"{CID}-json.log").unlink()
+        (folder / f"{CID}-json.log").symlink_to(outside / f"{CID}-json.log")
+    elif how == "no-root":
+        docker_root = ""
+    else:
+        (folder / f"{CID}-json.log").unlink()
+        os.mkfifo(folder / f"{CID}-json.log")
+    col = LogProgressCollector(root, ProgressStore(), lambda: [POD], docker_root=docker_root)
+    col.poll()
+    assert not col.store.snapshot()
+    assert sum(col.counts().values()) == 0
+
+
+def test_a_cri_dockerd_link_without_dockers_root_mounted_is_said_once(tmp_path, caplog):
+    """The manifests do not mount Docker's directory: the node's links lead nowhere
+    the exporter can open, which one WARNING says (then DEBUG, poll after poll)."""
+    root, _docker = docker_layout(tmp_path, docker_json(b"Epoch 1/3\n"))
+    missing = tmp_path / "not-mounted"
+    link = logdir(root) / "0.log"
+    link.unlink()
+    link.symlink_to(missing / CID / f"{CID}-json.log")
+    col = LogProgressCollector(root, ProgressStore(), lambda: [POD], docker_root=str(missing))
+    with caplog.at_level(logging.DEBUG, logger="gpu_eta.exporter.collectors.logs"):
+        col.poll()
+        col.poll()
+    said = [r for r in caplog.records if "cannot be opened" in r.getMessage()]
+    levels = [r.levelno for r in said]
+    assert levels[0] == logging.WARNING and set(levels[1:]) == {logging.DEBUG}
+    assert "is the host's directory mounted there?" in said[0].getMessage()
+    assert not col.store.snapshot()
