@@ -13,7 +13,8 @@ empty: none). Its lines (``{"log":"Epoch 3/15\n","stream":"stdout","time":"..."}
 are read as the CRI record they stand for (``parse_docker_json``: a ``log`` without
 its final newline is a ``P`` record); one that is no such record is skipped and
 counted ``malformed``. The file is opened below the root by ``dir_fd`` and without
-following any link, so the link's text names the only file it can reach.
+following any link, so the link's text names the only file it can reach (and the one
+Docker last rotated it to, ``<id>-json.log.1``, read as a rotated file).
 
 ``P`` (partial) lines are continued by the next line of the same stream; tqdm and
 Keras redraw with ``\\r`` inside one line, so each ``\\r`` segment is a screen state
@@ -58,6 +59,7 @@ A line that would start a run beyond its container's cap on new runs (the store'
 from __future__ import annotations
 
 import calendar
+import contextlib
 import json
 import logging
 import math
@@ -198,7 +200,8 @@ class _Follower:
     dropping: set[str] = field(default_factory=set)
     head: bytes = b""  # first bytes: if they change, the file was truncated and rewritten
     unreadable: bool = False  # the last read failed (OSError): nothing waits for this file
-    docker_id: str | None = None  # a cri-dockerd link's container: json-file lines
+    # a cri-dockerd link's Docker file (container id, file name): json-file lines
+    docker: tuple[str, str] | None = None
 
     def hand_over(self, successor: _Follower) -> None:
         """Pass the records this file leaves unfinished (``carry``, ``dropping``) to the
@@ -365,10 +368,10 @@ class LogProgressCollector:
 
     # -- files -----------------------------------------------------------------------
 
-    def _docker_open(self, cid: str) -> int:
-        """Open ``<docker_root>/<cid>/<cid>-json.log`` without following any link on
-        the way (``dir_fd``, ``O_NOFOLLOW``), nor waiting on a FIFO: only the file the
-        link's text names is reached, whatever the directories hold."""
+    def _docker_open(self, cid: str, name: str) -> int:
+        """Open ``<docker_root>/<cid>/<name>`` without following any link on the way
+        (``dir_fd``, ``O_NOFOLLOW``), nor waiting on a FIFO: only the file the link's
+        text names (or its rotated sibling) is reached, whatever the directories hold."""
         if not os.path.isabs(self.docker_root):
             raise FileNotFoundError(self.docker_root)
         top = os.open(self.docker_root, os.O_RDONLY | os.O_DIRECTORY)
@@ -377,29 +380,38 @@ class LogProgressCollector:
         finally:
             os.close(top)
         try:
-            return os.open(
-                f"{cid}-json.log", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder
-            )
+            return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
         finally:
             os.close(folder)
 
-    def _docker_stat(self, link: str) -> tuple[str, os.stat_result] | None:
-        """The container id and file status of a cri-dockerd link, or None: not
-        such a link, or its file cannot be opened (``docker_root`` not mounted)."""
+    def _docker_stat(self, cid: str, name: str) -> os.stat_result:
+        """The status of a Docker file of ``cid``, as ``_docker_open`` reaches it."""
+        fd = self._docker_open(cid, name)
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    def _docker_files(self, link: str) -> list[tuple[str, str, bool, os.stat_result]]:
+        """A cri-dockerd link's files, each (id, name, rotated, status): Docker's
+        json-file log and, when there, the file Docker last rotated it to
+        (``<id>-json.log.1``: what it held past the last read is read too, as after a
+        kubelet rotation). Nothing for a link that is no cri-dockerd link; raises when
+        its file cannot be opened (``docker_root`` not mounted: said once)."""
         if not self.docker_root:
-            return None
+            return []
         cid = docker_link_id(os.readlink(link), self.docker_root)
         if cid is None:
-            return None
+            return []
+        current = f"{cid}-json.log"
         try:
-            fd = self._docker_open(cid)
+            files = [(cid, current, False, self._docker_stat(cid, current))]
         except OSError as err:
             self._docker_unreachable(link, err)
             raise
-        try:
-            return cid, os.fstat(fd)
-        finally:
-            os.close(fd)
+        with contextlib.suppress(OSError):  # not rotated (yet), or removed or compressed
+            files.append((cid, f"{current}.1", True, self._docker_stat(cid, f"{current}.1")))
+        return files
 
     def _docker_unreachable(self, link: str, err: OSError) -> None:
         """Say once (a WARNING, then DEBUG) that a cri-dockerd link's file cannot be
@@ -417,7 +429,7 @@ class LogProgressCollector:
         )
 
     def _poll_container(self, key: tuple[str, str, str], directory: Path, budget: int) -> int:
-        found: dict[tuple[int, int], tuple[Path, int, bool, int, str | None]] = {}
+        found: dict[tuple[int, int], tuple[Path, int, bool, int, tuple[str, str] | None]] = {}
         try:
             entries = list(os.scandir(directory))
         except OSError:
@@ -426,15 +438,15 @@ class LogProgressCollector:
             m = _LOG_NAME.match(entry.name)
             if m is None:
                 continue
-            cid = None
             try:
                 if entry.is_symlink():
-                    docker = None if m[2] else self._docker_stat(entry.path)
-                    if docker is None:
-                        continue
-                    cid, st = docker
-                else:
-                    st = entry.stat(follow_symlinks=False)
+                    for cid, name, rotated, st in [] if m[2] else self._docker_files(entry.path):
+                        if S_ISREG(st.st_mode):
+                            path = Path(self.docker_root, cid, name)
+                            inode = (st.st_dev, st.st_ino)
+                            found[inode] = (path, st.st_size, rotated, int(m[1]), (cid, name))
+                    continue
+                st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
             if not S_ISREG(st.st_mode):
@@ -444,20 +456,21 @@ class LogProgressCollector:
                 st.st_size,
                 m[2] is not None,
                 int(m[1]),
-                cid,
+                None,
             )
         followers = self._followers.setdefault(key, {})
         for inode in [i for i in followers if i not in found]:
             del followers[inode]  # deleted (or gzipped) after rotation
-        for inode, (path, _size, _rotated, _n, cid) in found.items():
+        for inode, (path, _size, _rotated, _n, docker) in found.items():
             if inode not in followers:
                 # a file this process has not seen, rotated ones too: after a restart
                 # (or a pod seen late) the rotated file holds what was written
                 # between the last read and the rotation. Read from its start: lines
                 # older than the stored progress are not applied again (``_line``)
-                followers[inode] = _Follower(path=path, inode=inode, docker_id=cid)
+                followers[inode] = _Follower(path=path, inode=inode, docker=docker)
             else:
                 followers[inode].path = path
+                followers[inode].docker = docker  # Docker renamed it: <id>-json.log.1
         # rotated files first (older lines; ``<N>.log.<date>`` sorts by date), then
         # current files by number: each number's files in the order they were written
         order = sorted(
@@ -469,7 +482,7 @@ class LogProgressCollector:
         for follower in order:
             if budget <= 0 or self._timer() > self._deadline:
                 break
-            _path, size, rotated, number, _cid = found[follower.inode]
+            _path, size, rotated, number, _docker = found[follower.inode]
             if number in waiting:
                 # a later file of the same number waits: read first, its lines would be
                 # applied before older ones, and the rest of a line split at the
@@ -490,10 +503,10 @@ class LogProgressCollector:
         try:
             # no symlink followed, no FIFO waited on (the scan saw a regular file; the
             # path may have changed since), and only the file this follower tracks
-            if follower.docker_id is None:
+            if follower.docker is None:
                 fd = os.open(follower.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             else:
-                fd = self._docker_open(follower.docker_id)
+                fd = self._docker_open(*follower.docker)
             with open(fd, "rb") as fh:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) != follower.inode or not S_ISREG(st.st_mode):
@@ -548,7 +561,7 @@ class LogProgressCollector:
         counts = self._counts
         max_line = self.max_line_bytes
         line = self._line
-        docker = follower.docker_id is not None
+        docker = follower.docker is not None
         ignored = 0
         for i, raw in enumerate(lines):
             if not i & _LINES_PER_LOOK and i and self._timer() > self._deadline:

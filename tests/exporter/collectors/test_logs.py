@@ -1004,6 +1004,33 @@ def test_a_cri_dockerd_link_follows_appends_and_dockers_rotation(tmp_path):
     assert col.store.snapshot()[0].epoch == 2
 
 
+def test_what_docker_wrote_before_its_rotation_is_read_from_the_rotated_file(tmp_path):
+    """Docker renames ``<id>-json.log`` to ``<id>-json.log.1`` (``max-size``) after
+    the job printed ``Epoch 2/3`` and before the next poll: the line is read from
+    ``.1`` before the new file's, so no epoch is lost or applied out of order."""
+    root, docker = docker_layout(tmp_path, docker_json(b"Epoch 1/3\n"))
+    store = ProgressStore()
+    applied: list[int | None] = []
+    real_merge = store.merge
+
+    def merge(*args, **kw):
+        applied.append(args[4].epoch)
+        return real_merge(*args, **kw)
+
+    store.merge = merge
+    col = LogProgressCollector(root, store, lambda: [POD], docker_root=str(docker))
+    col.poll()
+    log = docker / CID / f"{CID}-json.log"
+    with open(log, "ab") as fh:
+        fh.write(docker_json(b"Epoch 2/3\n").replace(b"06:00:00.000", b"06:00:20.000"))
+    os.rename(log, log.with_name(log.name + ".1"))
+    log.write_bytes(docker_json(b"Epoch 3/3\n").replace(b"06:00:00.000", b"06:00:30.000"))
+    col.poll()
+    assert applied == [0, 1, 2]
+    col.poll()
+    assert applied == [0, 1, 2]  # each line once
+
+
 @pytest.mark.parametrize("how", ["outside", "linked-folder", "linked-file", "no-root", "fifo"])
 def test_a_link_into_dockers_root_reaches_nothing_else(tmp_path, how):
     """Only ``<root>/<id>/<id>-json.log`` itself: not a link elsewhere, nor one whose
