@@ -331,6 +331,26 @@ def test_site_values_land_where_they_should() -> None:
     assert not [o for o in objects if o["metadata"]["name"] == "gpu-eta-rules"]
 
 
+def test_docker_containers_elsewhere_is_mounted_and_passed_to_the_exporter() -> None:
+    """A Docker data-root elsewhere: the same host path is mounted read-only at the
+    same path, and the exporter told where it is (cri-dockerd's links hold it)."""
+    objects = k8s.helm_template({"exporter": {"dockerContainers": "/data/docker/containers/"}})
+    spec = pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))
+    (container,) = spec["containers"]
+    assert "--path.docker-containers=/data/docker/containers" in container["args"]
+    assert {
+        "name": "docker-containers",
+        "mountPath": "/data/docker/containers",
+        "readOnly": True,
+    } in (container["volumeMounts"])
+    assert {
+        "name": "docker-containers",
+        "hostPath": {"path": "/data/docker/containers", "type": "Directory"},
+    } in spec["volumes"]
+    assert not k8s.validate_all(objects)
+    container_args.check(objects)
+
+
 def test_release_namespace_is_followed() -> None:
     """Installed into another namespace, the binding's subject follows (item 9)."""
     objects = k8s.helm_template({}, namespace="monitoring")

@@ -34,6 +34,7 @@ COMPONENTS = {
     "forecaster-cronjob": "variants/forecaster-cronjob",
     "process-attribution": "components/process-attribution",
     "selinux": "components/selinux",
+    "cri-dockerd": "components/cri-dockerd",
 }
 _CACHE: dict[str, list[dict]] = {}
 
@@ -89,6 +90,7 @@ def test_kustomizations_found() -> None:
         "manifests/components/prometheus-operator",
         "manifests/components/process-attribution",
         "manifests/components/selinux",
+        "manifests/components/cri-dockerd",
         "grafana",
         "rules",
     } <= names
@@ -308,6 +310,35 @@ def test_item2_component_turns_process_attribution_on(tmp_path: Path) -> None:
     assert {k: v for k, v in spec.items() if k not in {"hostPID", "containers"}} == {
         k: v for k, v in default_spec.items() if k != "containers"
     }
+
+
+def test_cri_dockerd_component_mounts_dockers_logs_read_only_at_the_same_path(
+    tmp_path: Path,
+) -> None:
+    """Docker Engine nodes: the opt-in component mounts the host's
+    /var/lib/docker/containers read-only where the exporter looks for the targets of
+    cri-dockerd's links (--path.docker-containers' default, so no argument changes);
+    nothing else in the pod changes, and without it nothing under /var/lib/docker is
+    mounted."""
+    default_spec, default = _exporter(_combo(tmp_path, ()))
+    spec, container = _exporter(_combo(tmp_path, ("cri-dockerd",)))
+    assert spec["volumes"] == [
+        {
+            "name": "docker-containers",
+            "hostPath": {"path": "/var/lib/docker/containers", "type": "Directory"},
+        },
+        *default_spec["volumes"],
+    ]
+    assert container["volumeMounts"] == [
+        {"name": "docker-containers", "mountPath": "/var/lib/docker/containers", "readOnly": True},
+        *default["volumeMounts"],
+    ]
+    assert container["args"] == default["args"]
+    assert not [v for v in default_spec["volumes"] if "docker" in json.dumps(v)]
+    changed = json.loads(json.dumps(spec))
+    changed["volumes"] = default_spec["volumes"]
+    changed["containers"][0]["volumeMounts"] = default["volumeMounts"]
+    assert changed == default_spec
 
 
 def test_selinux_component_runs_the_exporter_as_spc_t(tmp_path: Path) -> None:
