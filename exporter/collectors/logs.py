@@ -29,10 +29,11 @@ records of its stream, within the same bounds as inside one file. A rotated file
 this process has not followed (after an exporter restart, for a pod seen late) is
 read from its start like any new file: it holds what was written between the last
 read and the rotation, and what was applied before is not applied again (below).
-Gzipped rotations (``0.log.<date>.gz``) are never opened: see docs/progress.md. Work is bounded:
-at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll`` in all per
-poll, and none past ``max_seconds_per_poll`` (checked every 512 lines, so also
-inside one file's chunk); the rest waits for the next poll. Physical lines over
+Gzipped rotations (``0.log.<date>.gz``) are never opened: see docs/progress.md.
+
+Work is bounded: at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll``
+in all per poll, and none past ``max_seconds_per_poll`` (checked every 512 lines, so
+also inside one file's chunk); the rest waits for the next poll. Physical lines over
 ``max_line_bytes`` and screen segments over ``max_segment_bytes`` are skipped and counted as ``oversize``;
 bytes are decoded leniently, so binary output is just "ignored". A ``GPU_ETA_PROGRESS``
 marker line the wire format refuses is counted ``invalid``, and so is a line whose
