@@ -1031,6 +1031,46 @@ def test_what_docker_wrote_before_its_rotation_is_read_from_the_rotated_file(tmp
     assert applied == [0, 1, 2]  # each line once
 
 
+_DOCKER_PIECES = [
+    docker_json(b"Epoch 1/3\n"),
+    docker_json(b"\r 50%|#####     | 5/10 [00:01<00:01]\n", "stderr"),
+    docker_json(b"12it [00:03,  4.00it/s]" * 3 + b"\n", chunk=20),  # P records
+    docker_json(b'GPU_ETA_PROGRESS {"epoch": 2, "epochs": 3}\n'),
+    b'{"log": "x\\n", "stream": "stdout", "time": 5}\n',
+    b'{"log": "\\ud800\\n", "stream": "stdout", "time": "2026-11-21T06:00:00Z"}\n',
+    b"[" * 300 + b"\n",
+    b"\n",
+    b"\xff\xfe\x00",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.binary(max_size=300) | st.sampled_from(_DOCKER_PIECES), max_size=12))
+def test_fuzz_a_docker_json_log_never_raises_and_counts_each_line_once(chunks):
+    """Anything in a Docker json-file log (through a cri-dockerd link), appended
+    piece by piece with a poll after each: no exception, and every complete line is
+    counted once at most (``malformed`` among the rest)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root, docker = docker_layout(Path(tmp), b"")
+        col = LogProgressCollector(
+            root,
+            ProgressStore(),
+            lambda: [POD],
+            docker_root=str(docker),
+            max_line_bytes=400,
+            max_segment_bytes=100,
+        )
+        for chunk in chunks:
+            with open(docker / CID / f"{CID}-json.log", "ab") as fh:
+                fh.write(chunk)
+            col.poll()
+        lines = b"".join(chunks).count(b"\n")
+        assert sum(col.counts().values()) <= lines + len(chunks)
+        assert col.counts()["malformed"] >= sum(c.startswith(b"[") for c in chunks if c)
+        if any(c in _DOCKER_PIECES[:4] for c in chunks):  # complete records: read
+            assert sum(col.counts().values()) > 0
+
+
 @pytest.mark.parametrize("how", ["outside", "linked-folder", "linked-file", "no-root", "fifo"])
 def test_a_link_into_dockers_root_reaches_nothing_else(tmp_path, how):
     """Only ``<root>/<id>/<id>-json.log`` itself: not a link elsewhere, nor one whose
