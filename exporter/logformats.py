@@ -22,9 +22,11 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N
-- tqdm without a total (an iterable without ``len``): ``450it [00:10, 45.0it/s]``,
-  read as steps with no planned total; with ``Epoch 3/10`` or Lightning's
-  ``Epoch 2`` as its description, as that epoch begun (its count is of the epoch)
+- tqdm without a total (an iterable without ``len``): ``450it [00:10, 45.0it/s]``
+  and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |   | 450/?
+  [00:10<00:00, 45.0it/s]``, read as steps with no planned total; with ``Epoch 3/10``
+  or Lightning's ``Epoch 2`` as its description, as that epoch begun (its count is of
+  the epoch)
 - PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
   index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored
@@ -77,6 +79,9 @@ _TQDM_COUNT = re.compile(r"(?:\A\s*|: )(\d{1,12})([A-Za-z_]{0,16}) \[(?:\d{1,9}:
 _TQDM_RATE = re.compile(
     r"(?:\?|\d{1,15}(?:\.\d{1,9})?)([A-Za-z_]{0,16})/s|\d{1,15}(?:\.\d{1,9})?s/([A-Za-z_]{0,16})"
 )
+# a bar_format with "{n_fmt}/{total_fmt}" and no total (Lightning's over a stream):
+# "desc: |          | 450/? [00:10<00:00, 45.0it/s, loss=0.2]"; its bar is empty
+_TQDM_UNKNOWN = re.compile(r"(?:\A\s*|: )\|[^|\n]{0,200}\| ?(\d{1,12})/\? \[")
 _TQDM_POSTFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=(-?[0-9.]+(?:e[-+]?\d+)?)")
 _EPOCH_OF = re.compile(r"[Ee]poch[ :]*(\d{1,9})\s*/\s*(\d{1,9})")
 _EPOCH_INDEX = re.compile(r"Epoch (\d{1,9})\Z")
@@ -340,7 +345,7 @@ def _find_tqdm(text: str) -> tuple[str | None, str, str, str] | None:
 def _parse_tqdm(text: str) -> LogMatch | None:
     found = _find_tqdm(text)
     if found is None:
-        return None
+        return _parse_tqdm_unknown(text) if "/?" in text else None
     raw_desc, raw_n, raw_total, postfix = found
     desc = (raw_desc or "").strip()
     if desc.startswith(_SKIP_BARS):
@@ -418,16 +423,33 @@ def _find_tqdm_count(text: str) -> tuple[str | None, str, str] | None:
     return None
 
 
+def _parse_tqdm_unknown(text: str) -> LogMatch | None:
+    """A ``bar_format`` bar whose total is ``?`` (Lightning's over a stream), found
+    by one bounded regex search (at most 200 characters of bar a candidate, so
+    linear); read as ``_no_total``."""
+    m = _TQDM_UNKNOWN.search(text)
+    if m is None:
+        return None
+    begin = m.start()
+    desc = None
+    if text.startswith(": ", begin):
+        desc = text[max(0, begin - _TQDM_DESC_CHARS) : begin].rpartition("\n")[2]
+    postfix = text[m.end() : m.end() + _TQDM_POSTFIX_CHARS].partition("\n")[0]
+    return _no_total(desc, m[1], postfix)
+
+
 def _parse_tqdm_count(text: str) -> LogMatch | None:
+    """A tqdm bar without a total in tqdm's own format: read as ``_no_total``."""
+    found = _find_tqdm_count(text)
+    return None if found is None else _no_total(*found)
+
+
+def _no_total(raw_desc: str | None, raw_n: str, postfix: str) -> LogMatch | None:
     """A tqdm bar without a total: the run's steps with no plan (``fold``), or, with
     an epoch in its description, that epoch begun. Why not the count with the
     epoch: it counts the epoch's steps, and with no steps per epoch known no global
     step can be made of it (read as the run's steps, every epoch would be a new run).
     """
-    found = _find_tqdm_count(text)
-    if found is None:
-        return None
-    raw_desc, raw_n, postfix = found
     desc = (raw_desc or "").strip()
     if desc.startswith(_SKIP_BARS):
         return None

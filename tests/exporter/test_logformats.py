@@ -222,6 +222,58 @@ def test_near_misses_of_a_tqdm_bar_without_a_total(line):
     assert parse_line(line) is None
 
 
+def test_lightning_bar_over_a_stream_gives_its_epochs():
+    """Real Lightning output (TQDMProgressBar, an IterableDataset without a length:
+    ``Epoch 2: |          | 8/? [...]``): each epoch's index is the epochs done, one
+    run, no plan, no step (the count is the epoch's)."""
+    state, progress, history = LogState(), None, []
+    text = (FIXTURES / "lightning_nototal.stdout").read_bytes().decode("utf-8", "replace")
+    for i, screen in enumerate(text.replace("\n", "\r").split("\r")):  # as followed live
+        match = parse_line(visible(screen))
+        if match is None:
+            continue
+        state, report = fold(state, progress, match)
+        assert report is not None
+        progress = advance(
+            progress, report, namespace="ns", pod="p", container="c", source="log", now=NOW + i
+        )
+        history.append(progress)
+    # Lightning's first screens, "Training: |   | 0/? [...]", are a bar of their own: step 0
+    first = next(i for i, p in enumerate(history) if p.epoch is not None)
+    assert first > 0 and {(p.epoch, p.step) for p in history[:first]} == {(None, 0)}
+    epochs = [p.epoch for p in history[first:]]
+    assert sorted(set(epochs)) == [0, 1, 2] and epochs == sorted(epochs)
+    assert len({p.run_id for p in history}) == 1
+    last = history[-1]
+    assert (last.epoch, last.epochs, last.steps) == (2, None, None)
+    assert last.metrics["train_loss"] == pytest.approx(0.593)
+
+
+# Lightning's TQDMProgressBar format: tqdm draws "3/?" with it when there is no total
+_LIGHTNING_FORMAT = (
+    "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+)
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({"elapsed": 0.0}, ("tqdm", 3, None)),
+        ({"elapsed": 1.0, "prefix": "Training", "postfix": "loss=0.5"}, ("tqdm", 3, None)),
+        ({"elapsed": 1.0, "prefix": "Epoch 2/4"}, ("tqdm", None, 1)),
+        ({"elapsed": 1.0, "prefix": "Validation DataLoader 0"}, None),
+    ],
+    ids=["bare", "described", "epoch-of", "validation"],
+)
+def test_a_bar_format_bar_without_a_total(kw, expected):
+    """tqdm with a ``bar_format`` naming ``{n_fmt}/{total_fmt}`` (real tqdm drawing)."""
+    line = tqdm.format_meter(n=3, total=None, bar_format=_LIGHTNING_FORMAT, **kw)
+    assert "3/? [" in line
+    m = parse_line(line)
+    assert (m and (m.kind, m.bar, m.epoch_done)) == expected
+    assert parse_line("x " + line.partition(": ")[2]) is None  # no "desc: " before its bar
+
+
 def test_a_tqdm_bar_without_a_total_that_restarts_is_a_new_run():
     history = []
     progress = None
@@ -307,6 +359,8 @@ HOSTILE_LINES = {
     "HF log dict of 8,000 items, 64 KiB": "{" + _fill("'a': 1, ", K64 - 2, "}"),  # 1.1 ms
     "tqdm counts without a total, 64 KiB": _fill("a: 1it [00:00, 1.0it/s", K64, "]"),
     "tqdm count heads after ': ', 64 KiB": _fill(": 1it [00:00, ", K64, "/"),
+    "bar_format bars without a total, 64 KiB": _fill(": |" + " " * 199 + "| 1/?", K64, "|"),
+    "': |' then 64 KiB without '|'": ": |" + _fill("x", K64 - 8, "/? [|"),
 }
 
 

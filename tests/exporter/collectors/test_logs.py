@@ -841,6 +841,18 @@ def test_a_bar_without_a_total_counts_steps_and_its_nested_bar_is_ignored(root) 
     assert p.metrics["loss"] == pytest.approx(0.0417)
 
 
+def test_lightning_over_a_stream_reports_its_epochs(root) -> None:
+    """Real Lightning output over an IterableDataset (``Epoch 2: |   | 8/? [...]``)
+    through CRI: the epochs done by the last bar's index, in one run, no plan."""
+    output = (FIXTURES / "lightning_nototal.stdout").read_bytes()
+    (logdir(root) / "0.log").write_bytes(cri(output))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs, p.steps) == (2, None, None)
+    assert col.counts()["too_many_runs"] == 0
+
+
 @pytest.mark.parametrize(
     "kw", [{"elapsed": 10.0}, {"elapsed": 300.0}, {"elapsed": 10.0, "postfix": "loss=0.2"}]
 )
