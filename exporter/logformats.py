@@ -74,14 +74,18 @@ _TQDM_CANDIDATES = 32  # "%|" looked at per line (a real line has one)
 # after "desc: " (or at the start), a unit without spaces, then the elapsed time; found
 # like the bar above, by a bounded search and anchored steps (``_find_tqdm_count``)
 # (a whole count only: ``unit_scale``'s "1.23kit" is not read)
-_TQDM_COUNT = re.compile(r"(?:\A\s*|: )(\d{1,12})([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
+# (two patterns, at the start and after ": ", so that the search scans for its
+# literal ": " at C speed: one pattern with "(?:\A\s*|: )" tried every position)
+_TQDM_COUNT_AT = re.compile(r"\s*(\d{1,12})([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
+_TQDM_COUNT = re.compile(r": (\d{1,12})([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
 # its rate: "45.0it/s", "?it/s" (no rate yet), "1.20s/it" (over a second a step)
 _TQDM_RATE = re.compile(
     r"(?:\?|\d{1,15}(?:\.\d{1,9})?)([A-Za-z_]{0,16})/s|\d{1,15}(?:\.\d{1,9})?s/([A-Za-z_]{0,16})"
 )
 # a bar_format with "{n_fmt}/{total_fmt}" and no total (Lightning's over a stream):
 # "desc: |          | 450/? [00:10<00:00, 45.0it/s, loss=0.2]"; its bar is empty
-_TQDM_UNKNOWN = re.compile(r"(?:\A\s*|: )\|[^|\n]{0,200}\| ?(\d{1,12})/\? \[")
+_TQDM_UNKNOWN_AT = re.compile(r"\s*\|[^|\n]{0,200}\| ?(\d{1,12})/\? \[")
+_TQDM_UNKNOWN = re.compile(r": \|[^|\n]{0,200}\| ?(\d{1,12})/\? \[")
 _TQDM_POSTFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=(-?[0-9.]+(?:e[-+]?\d+)?)")
 _EPOCH_OF = re.compile(r"[Ee]poch[ :]*(\d{1,9})\s*/\s*(\d{1,9})")
 _EPOCH_INDEX = re.compile(r"Epoch (\d{1,9})\Z")
@@ -393,15 +397,18 @@ def _find_tqdm_count(text: str) -> tuple[str | None, str, str] | None:
     tqdm draws a bar whose total it does not know (an iterable without ``len``) as
     ``[desc: ]<count><unit> [<elapsed>, <rate>[, <postfix>]]`` and nothing after it
     (but the spaces that blank a longer previous screen). Each candidate (at most
-    ``_TQDM_CANDIDATES``, found by one regex search that does bounded work per
-    position) is checked by anchored steps, and the line's end by index: linear in
+    ``_TQDM_CANDIDATES``: the line's start, then each ``": "`` a regex search finds
+    by its literal, bounded work each) is checked by anchored steps, and the line's end by index: linear in
     the line, as ``_find_tqdm``. The unit is the count's and the rate's, without
     spaces: a data-preparation bar with ``unit=" examples"`` is not read.
     """
     end = len(text.rstrip())
     if end == 0 or text[end - 1] != "]":
         return None
-    for count in itertools.islice(_TQDM_COUNT.finditer(text, 0, end), _TQDM_CANDIDATES):
+    first = _TQDM_COUNT_AT.match(text, 0, end)
+    found = _TQDM_COUNT.finditer(text, 0, end)
+    candidates = itertools.chain([first] if first else [], found)
+    for count in itertools.islice(candidates, _TQDM_CANDIDATES):
         rate = _TQDM_RATE.match(text, count.end(), end)
         if rate is None:
             continue
@@ -425,9 +432,9 @@ def _find_tqdm_count(text: str) -> tuple[str | None, str, str] | None:
 
 def _parse_tqdm_unknown(text: str) -> LogMatch | None:
     """A ``bar_format`` bar whose total is ``?`` (Lightning's over a stream), found
-    by one bounded regex search (at most 200 characters of bar a candidate, so
-    linear); read as ``_no_total``."""
-    m = _TQDM_UNKNOWN.search(text)
+    at the line's start or by a regex search for its literal ``": |"`` (at most 200
+    characters of bar a candidate, so linear); read as ``_no_total``."""
+    m = _TQDM_UNKNOWN_AT.match(text) or _TQDM_UNKNOWN.search(text)
     if m is None:
         return None
     begin = m.start()

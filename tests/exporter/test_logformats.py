@@ -361,6 +361,8 @@ HOSTILE_LINES = {
     "tqdm count heads after ': ', 64 KiB": _fill(": 1it [00:00, ", K64, "/"),
     "bar_format bars without a total, 64 KiB": _fill(": |" + " " * 199 + "| 1/?", K64, "|"),
     "': |' then 64 KiB without '|'": ": |" + _fill("x", K64 - 8, "/? [|"),
+    "': |' repeated, 64 KiB": _fill(": |", K64, "/?"),
+    "': 1' repeated, 64 KiB": _fill(": 1", K64, "/ [ ]"),
 }
 
 
