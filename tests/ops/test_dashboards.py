@@ -276,31 +276,15 @@ def test_gpu_state_counts_add_up_under_mig(tmp_path: Path) -> None:
             "1",
         )
     )
-    rules = tmp_path / "empty.rules.yaml"
-    rules.write_text("groups: []\n")
-    test = {
-        "rule_files": [rules.name],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": [{"series": s, "values": f"{v}x5"} for s, v in series],
-                "promql_expr_test": [
-                    {
-                        "expr": substitute(stats[title]["targets"][0]["expr"]),
-                        "eval_time": "2m",
-                        "exp_samples": [{"labels": "{}", "value": value}],
-                    }
-                    for title, value in titles.items()
-                ],
-            }
-        ],
-    }
     assert sum(v for t, v in titles.items() if t != "GPUs seen") == titles["GPUs seen"]
-    test_file = tmp_path / "mig.test.yaml"
-    test_file.write_text(yaml.safe_dump(test, sort_keys=False))
-    proc = promtool("test", "rules", str(test_file), timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _promtool_eval(
+        tmp_path,
+        series,
+        [
+            (substitute(stats[title]["targets"][0]["expr"]), [{"labels": "{}", "value": value}])
+            for title, value in titles.items()
+        ],
+    )
 
 
 def _table_targets(name: str, title: str) -> dict[str, str]:
