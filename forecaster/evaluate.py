@@ -63,7 +63,7 @@ from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import replay_moments
 from gpu_eta.forecaster.main import Parser, UsageError
-from gpu_eta.forecaster.runs import Run, thinned
+from gpu_eta.forecaster.runs import Run, RunKey, run_key, thinned
 from gpu_eta.forecaster.runs_csv import RunsCsvError, exact, read_runs_file
 
 GPU_ETA = "gpu_eta"
@@ -162,6 +162,33 @@ def identity_key(run: Run) -> tuple[str, ...] | None:
     return key if any(key) else None
 
 
+def run_labels(runs: Sequence[Run]) -> dict[RunKey, str]:
+    """The run_id each run is reported by (``--predictions``, ``Scored``): its own where
+    no other run shares it, else ``namespace/pod/container/run_id`` with the empty
+    parts left out (``teamA/1``, ``teamB/1``), ``#2``, ``#3`` … added if that still
+    collides.
+
+    Why: a file from several namespaces may reuse a run_id (a job's "1" in each team);
+    they are different runs (the service's ``RunKey``) and the predictions must tell
+    them apart, while a file whose run_ids are unique reads back as it always has."""
+    count = Counter(run.run_id for run in runs)
+    labels: dict[RunKey, str] = {}
+    used: set[str] = {run.run_id for run in runs if count[run.run_id] == 1}
+    for run in runs:
+        key = run_key(run)
+        if count[run.run_id] == 1:
+            labels[key] = run.run_id
+            continue
+        base = "/".join(p for p in (run.namespace, run.pod, run.container, run.run_id) if p)
+        label, n = base, 1
+        while label in used:
+            n += 1
+            label = f"{base}#{n}"
+        used.add(label)
+        labels[key] = label
+    return labels
+
+
 def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
     """``(timestamp, point, run as seen then, whole run)`` for every scored moment, in
     time order: each completed run at its start and at its last epoch end at or before
@@ -251,7 +278,8 @@ def backtest(
     fitted_k = -1
     ended_by_identity: Counter[tuple[str, ...] | None] = Counter()
     events = replay_events(runs)
-    left = Counter(run.run_id for _ts, _p, _part, run in events)
+    labels = run_labels(runs)
+    left = Counter(run_key(run) for _ts, _p, _part, run in events)
     total_runs, done_runs = len(left), 0
     scored: list[Scored] = []
     rate_baselines = {
@@ -268,8 +296,9 @@ def backtest(
     skipped: dict[float, int] = dict.fromkeys(POINTS, 0)
     predictions: list[Prediction] = []
     for ts, point, part, run in events:
-        left[run.run_id] -= 1
-        if not left[run.run_id]:
+        label = labels[run_key(run)]
+        left[run_key(run)] -= 1
+        if not left[run_key(run)]:
             done_runs += 1
         if progress is not None:
             progress(done_runs, total_runs)
@@ -285,7 +314,7 @@ def backtest(
         forecast = model.predict(part, ts)
         predictions.append(
             Prediction(
-                run.run_id,
+                label,
                 point,
                 part.epochs_done,
                 ts,
@@ -316,7 +345,7 @@ def backtest(
         hits[point].append(covered)
         key = identity_key(run)
         earlier = ended_by_identity[key] if key is not None else 0
-        scored.append(Scored(run.run_id, point, errs, covered, earlier))
+        scored.append(Scored(label, point, errs, covered, earlier))
 
     points = {}
     for point in POINTS:

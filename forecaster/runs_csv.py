@@ -41,7 +41,7 @@ from typing import IO, Any, TextIO
 
 from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.runs import Feature, Run, RunError, validate_run
+from gpu_eta.forecaster.runs import Feature, Run, RunError, RunKey, validate_run
 
 REQUIRED_COLUMNS = ("run_id", "epoch", "epochs_planned", "timestamp_seconds")
 # Identity columns: text even when they look like numbers (a namespace "2024" is not 2024.0).
@@ -58,6 +58,8 @@ TEXT_COLUMNS = frozenset(
         "progress_unit",
     }
 )
+# The live service's ``RunKey``: one run_id in two namespaces (pods, containers) is two runs.
+KEY_COLUMNS = ("namespace", "pod", "container")
 MAX_FIELD_CHARS = 256
 MAX_COLUMNS = 64
 # every field quoted with each character a doubled quote, and a separator
@@ -270,14 +272,25 @@ def _records(fh: TextIO) -> Iterator[tuple[int, str, list[str], str | None]]:
 def _run_of(text: str, i_run: int) -> str:
     """The run_id of a damaged line where the fields up to it read whole (quoted or
     not), else "" (its run cannot be told)."""
-    pieces = text.split(",", i_run + 1)
-    if len(pieces) <= i_run + 1:
+    return _field_of(text, i_run)
+
+
+def _field_of(text: str, i: int) -> str:
+    """Field ``i`` of a damaged line where the fields up to it read whole, else ""."""
+    pieces = text.split(",", i + 1)
+    if len(pieces) <= i + 1:
         return ""
     try:
-        head = next(csv.reader([",".join(pieces[: i_run + 1])], strict=True), [])
+        head = next(csv.reader([",".join(pieces[: i + 1])], strict=True), [])
     except csv.Error:
         return ""
-    return head[i_run].strip() if len(head) == i_run + 1 else ""
+    return head[i].strip() if len(head) == i + 1 else ""
+
+
+def _key(run_id: str, cells: Sequence[str]) -> RunKey:
+    """``(namespace, pod, container, run_id)`` from the ``KEY_COLUMNS`` cells."""
+    ns, pod, container = cells
+    return (ns, pod, container, run_id)
 
 
 def parse_runs_file(fh: TextIO) -> RunsFile:
@@ -299,9 +312,10 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     index = {name: i for i, name in enumerate(header) if name}
     extra = [(name, i) for name, i in index.items() if name not in REQUIRED_COLUMNS and name]
     i_run, i_epoch, i_plan, i_ts = (index[c] for c in REQUIRED_COLUMNS)
+    i_keys = [index.get(c) for c in KEY_COLUMNS]  # None: absent, read as ""
 
-    runs: dict[str, _Acc] = {}
-    bad: dict[str, SkippedRun] = {}
+    runs: dict[RunKey, _Acc] = {}
+    bad: dict[RunKey, SkippedRun] = {}
     bad_rows: list[SkippedRun] = []
     more_rows = 0
     n_rows = 0
@@ -314,8 +328,12 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
         if damage is None:
             run_id = row[i_run].strip() if len(row) > i_run else ""
+            key = _key(
+                run_id, [row[i].strip() if i is not None and i < len(row) else "" for i in i_keys]
+            )
         else:
             run_id = _run_of(text, i_run)
+            key = _key(run_id, [_field_of(text, i) if i is not None else "" for i in i_keys])
         unusable = None
         if not run_id:
             unusable = "run_id is empty"
@@ -328,7 +346,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
         try:
             if damage is not None or unusable is not None:
                 raise _BadRow(damage or unusable or "")
-            if run_id in bad:
+            if key in bad:
                 continue  # already skipped: its first damaged line is reported
             if len(row) != len(header):
                 raise _BadRow(f"expected {len(header)} fields, got {len(row)}")
@@ -345,11 +363,11 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch!r}")
             if planned <= 0 or planned > MAX_PROGRESS:
                 raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned!r}")
-            acc = runs.get(run_id)
+            acc = runs.get(key)
             if acc is None:
                 if len(runs) + len(bad) >= MAX_RUNS:
                     raise RunsCsvError(line, f"more than {MAX_RUNS:,} runs")
-                acc = runs[run_id] = _Acc(planned, line)
+                acc = runs[key] = _Acc(planned, line)
             elif acc.planned != planned:
                 raise _BadRow(
                     f"run {run_id!r}: epochs_planned {planned:g} differs from "
@@ -357,11 +375,11 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 )
         except _BadRow as err:
             if run_id:
-                if run_id not in bad:
-                    if run_id not in runs and len(runs) + len(bad) >= MAX_RUNS:
+                if key not in bad:
+                    if key not in runs and len(runs) + len(bad) >= MAX_RUNS:
                         raise RunsCsvError(line, f"more than {MAX_RUNS:,} runs") from None
-                    bad[run_id] = SkippedRun(run_id, line, str(err))
-                runs.pop(run_id, None)
+                    bad[key] = SkippedRun(run_id, line, str(err))
+                runs.pop(key, None)
             elif len(bad_rows) < MAX_KEPT_ROWS:
                 bad_rows.append(SkippedRun("", line, str(err)))
             else:
@@ -383,12 +401,12 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     if not runs and not bad and not bad_rows and not more_rows:
         raise RunsCsvError(line, "no data rows")
     out = []
-    for run_id, acc in runs.items():
+    for key, acc in runs.items():
         try:
-            out.append(_assemble(run_id, acc))
+            out.append(_assemble(key, acc))
         except RunsCsvError as err:
-            bad[run_id] = SkippedRun(run_id, err.line, err.reason)
-    out.sort(key=lambda r: (r.start_timestamp, r.run_id))
+            bad[key] = SkippedRun(key[3], err.line, err.reason)
+    out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
     skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
     return RunsFile(out, skipped, more_rows)
 
@@ -410,8 +428,9 @@ def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float,
     return out
 
 
-def _assemble(run_id: str, acc: _Acc) -> Run:
+def _assemble(key: RunKey, acc: _Acc) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
+    namespace, pod, container, run_id = key
     slack = acc.planned * PLAN_SLACK
     top = max(e for e, _t, _line in acc.rows)
 
@@ -447,9 +466,9 @@ def _assemble(run_id: str, acc: _Acc) -> Run:
         epoch_times=tuple((e, t) for e, t, _ in rows),
         features=features,
         completed=rows[-1][0] >= acc.planned,
-        namespace=str(features.get("namespace", "")),
-        pod=str(features.get("pod", "")),
-        container=str(features.get("container", "")),
+        namespace=namespace,
+        pod=pod,
+        container=container,
     )
     try:
         return validate_run(run)

@@ -1,0 +1,67 @@
+"""Runs CSV files as people have them: several namespaces, wide or odd exports, other
+separators and clocks. Each is read, its damage confined to what it touches."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from gpu_eta.forecaster.evaluate import backtest, main
+from gpu_eta.forecaster.runs_csv import parse_runs_file, read_runs_file
+
+HEADER = "run_id,epoch,epochs_planned,timestamp_seconds"
+
+
+def parse_text(text: str):
+    return parse_runs_file(io.StringIO(text))
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def rows(run_id: str, start: int, planned: int = 4, step: int = 100, prefix: str = "") -> str:
+    return "".join(
+        f"{prefix}{run_id},{e},{planned},{start + step * e}\n" for e in range(planned + 1)
+    )
+
+
+def test_one_run_id_in_two_namespaces_is_two_runs() -> None:
+    """The service's RunKey: (namespace, pod, container, run_id)."""
+    text = (
+        f"namespace,{HEADER}\n"
+        + rows("1", 1000, prefix="teamA,")
+        + rows("1", 5000, planned=8, step=500, prefix="teamB,")
+        + rows("2", 9000, prefix="teamA,")
+    )
+    result = parse_text(text)
+    assert not result.skipped
+    assert [(r.namespace, r.run_id, r.epochs_planned) for r in result.runs] == [
+        ("teamA", "1", 4),
+        ("teamB", "1", 8),
+        ("teamA", "2", 4),
+    ]
+    pods = parse_text(
+        f"pod,container,{HEADER}\n" + rows("1", 0, prefix="p,a,") + rows("1", 0, prefix="p,b,")
+    )
+    assert [(r.pod, r.container) for r in pods.runs] == [("p", "a"), ("p", "b")]
+
+
+def test_evaluate_tells_runs_sharing_a_run_id_apart(tmp_path: Path) -> None:
+    """Shared run_ids are reported as namespace/run_id; a unique one as itself."""
+    path = tmp_path / "runs.csv"
+    path.write_text(
+        f"namespace,{HEADER}\n"
+        + rows("1", 1000, prefix="teamA,")
+        + rows("1", 5000, step=500, prefix="teamB,")
+        + rows("2", 9000, prefix="teamA,")
+    )
+    pred = tmp_path / "pred.csv"
+    code, _out, err = cli("--runs", str(path), "--predictions", str(pred))
+    assert code == 0, err
+    ids = {line.split(",")[0] for line in pred.read_text().splitlines()[1:]}
+    assert ids == {"teamA/1", "teamB/1", "2"}
+    result = backtest(read_runs_file(path).runs)
+    assert {s.run_id for s in result.scored} <= {"teamA/1", "teamB/1", "2"}
