@@ -22,7 +22,10 @@ missing, unreadable gzip) is one ``RunsCsvError`` naming the line.
 A progress value on several rows counts from its first time (``first_reached``).
 Damage to one run (a bad number, times going back, a row with the wrong field count)
 skips that run and is recorded in ``RunsFile.skipped``: one bad run is never a reason
-to refuse the others. ``parse_runs``/``read_runs`` are the strict forms: they raise
+to refuse the others. Damage to one feature value (longer than ``MAX_FIELD_CHARS``
+outside the required and ``KEY_COLUMNS``) leaves that value out and is counted in
+``RunsFile.dropped``: a free-text column must not cost the run its progress.
+``parse_runs``/``read_runs`` are the strict forms: they raise
 for the first damaged run (the seed of the history store uses them).
 """
 
@@ -34,6 +37,7 @@ import io
 import itertools
 import math
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,9 +117,23 @@ class RunsFile:
     runs: list[Run]
     skipped: list[SkippedRun] = field(default_factory=list)
     more_rows: int = 0  # damaged rows without a run beyond ``MAX_KEPT_ROWS``, counted only
+    # (column, why) -> feature values left out of their run (the run itself is kept)
+    dropped: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def warning(self) -> str | None:
-        """One line naming the skipped runs (at most ``MAX_NAMED``), or None."""
+        """One line naming the skipped runs (at most ``MAX_NAMED``) and counting the
+        feature values left out, or None."""
+        parts = [p for p in (self._skipped_part(), self._dropped_part()) if p]
+        return "; also ".join(parts) if parts else None
+
+    def _dropped_part(self) -> str | None:
+        if not self.dropped:
+            return None
+        total = sum(self.dropped.values())
+        each = ", ".join(f"{n:,} in {col!r} ({why})" for (col, why), n in self.dropped.items())
+        return f"left out {total:,} feature value(s), their runs kept: {each}"
+
+    def _skipped_part(self) -> str | None:
         if not self.skipped and not self.more_rows:
             return None
         bad_runs = sum(1 for s in self.skipped if s.run_id)
@@ -313,6 +331,10 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     extra = [(name, i) for name, i in index.items() if name not in REQUIRED_COLUMNS and name]
     i_run, i_epoch, i_plan, i_ts = (index[c] for c in REQUIRED_COLUMNS)
     i_keys = [index.get(c) for c in KEY_COLUMNS]  # None: absent, read as ""
+    # a run's identity must be whole: an over-long feature is left out, not its run
+    i_limited = [i_run, i_epoch, i_plan, i_ts, *(i for i in i_keys if i is not None)]
+    dropped: Counter[tuple[str, str]] = Counter()
+    too_long = f"longer than {MAX_FIELD_CHARS} characters"
 
     runs: dict[RunKey, _Acc] = {}
     bad: dict[RunKey, SkippedRun] = {}
@@ -350,7 +372,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 continue  # already skipped: its first damaged line is reported
             if len(row) != len(header):
                 raise _BadRow(f"expected {len(header)} fields, got {len(row)}")
-            if any(len(cell) > MAX_FIELD_CHARS for cell in row):
+            if any(len(row[i]) > MAX_FIELD_CHARS for i in i_limited):
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
             if not all(utf8_encodable(cell) for cell in row):
                 raise _BadRow("not UTF-8 text")
@@ -390,6 +412,9 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             cell = row[i].strip()
             if not cell:
                 continue
+            if len(cell) > MAX_FIELD_CHARS:
+                dropped[name, too_long] += 1
+                continue
             value = _feature(name, cell)
             if isinstance(value, float):
                 if math.isfinite(value):
@@ -408,7 +433,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
     skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
-    return RunsFile(out, skipped, more_rows)
+    return RunsFile(out, skipped, more_rows, dict(dropped))
 
 
 def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:

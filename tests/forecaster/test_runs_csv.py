@@ -297,7 +297,9 @@ def test_a_crlf_split_at_the_line_limit_keeps_the_line_numbers() -> None:
     pad = "x" * (MAX_LINE_CHARS - len("r8,0,2,0,"))  # the line's text and \r: the limit
     text = f"{HEADER},job_name\r\nr8,0,2,0,{pad}\r\nr9,0,2,x,j\r\n"
     result = parse_runs_file(io.StringIO(text, newline=""))
-    assert [(s.run_id, s.line) for s in result.skipped] == [("r8", 2), ("r9", 3)]
+    # r8's over-long job_name is left out, not its run; r9 keeps its line number
+    assert [(s.run_id, s.line) for s in result.skipped] == [("r9", 3)]
+    assert [r.run_id for r in result.runs] == ["r8"] and result.dropped
 
 
 def test_a_line_of_any_length_is_read_past_in_bounded_memory(tmp_path: Path) -> None:

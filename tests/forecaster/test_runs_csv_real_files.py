@@ -65,3 +65,20 @@ def test_evaluate_tells_runs_sharing_a_run_id_apart(tmp_path: Path) -> None:
     assert ids == {"teamA/1", "teamB/1", "2"}
     result = backtest(read_runs_file(path).runs)
     assert {s.run_id for s in result.scored} <= {"teamA/1", "teamB/1", "2"}
+
+
+def test_an_over_long_feature_is_left_out_and_counted_not_its_run() -> None:
+    long = "x" * 300
+    text = f"{HEADER},config,job_name\n" + "".join(
+        f"r{i},{e},2,{1000 * i + 10 * e},{long},j\n" for i in range(3) for e in range(3)
+    )
+    result = parse_text(text)
+    assert [r.run_id for r in result.runs] == ["r0", "r1", "r2"]
+    assert all("config" not in r.features and r.features["job_name"] == "j" for r in result.runs)
+    assert not result.skipped
+    assert result.warning() == (
+        "left out 9 feature value(s), their runs kept: 9 in 'config' (longer than 256 characters)"
+    )
+    # the required columns keep the hard limit
+    bad = parse_text(f"{HEADER}\na,0,2,{'9' * 300}\n" + rows("b", 0, 2))
+    assert [r.run_id for r in bad.runs] == ["b"] and "longer than" in bad.skipped[0].reason
