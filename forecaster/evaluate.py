@@ -589,6 +589,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     progress = TerminalProgress(err) if _is_tty(err) else None
     try:
         loaded = read_runs_file(args.runs)
+        for note in loaded.notes:  # about the file as a whole, before what it held
+            print(f"{PREFIX}{args.runs}: {note}", file=err)
         warning = loaded.warning()
         if not loaded.runs:
             raise RunsCsvError(0, f"no run left to score: {warning or 'no data rows'}")

@@ -495,6 +495,8 @@ def _open(config: Config):
                 seed = read_runs_file(config.seed_csv)
             except RunsCsvError as err:
                 raise ForecasterError(f"history seed {config.seed_csv}: {err}") from None
+            for note in seed.notes:
+                log.warning("history seed %s: %s", config.seed_csv, note)
             if seed.warning():
                 log.warning("history seed %s: %s", config.seed_csv, seed.warning())
             runs = seed.runs

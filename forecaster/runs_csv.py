@@ -65,9 +65,16 @@ TEXT_COLUMNS = frozenset(
 # The live service's ``RunKey``: one run_id in two namespaces (pods, containers) is two runs.
 KEY_COLUMNS = ("namespace", "pod", "container")
 MAX_FIELD_CHARS = 256
-MAX_COLUMNS = 64
+MAX_COLUMNS = 64  # columns read; a wider file's others are ignored (``keep_columns``)
+MAX_FILE_COLUMNS = 1024  # a wider header is no runs CSV
+# numeric features gpu-eta reads, kept before other columns of a wide file
+KNOWN_COLUMNS = frozenset(
+    {"batch_size", "gpus", "gpu_utilization_ratio", "memory_utilization_ratio"}
+)
 # every field quoted with each character a doubled quote, and a separator
-MAX_LINE_CHARS = MAX_COLUMNS * (2 * MAX_FIELD_CHARS + 3)
+FIELD_BOUND = 2 * MAX_FIELD_CHARS + 3
+MAX_LINE_CHARS = MAX_COLUMNS * FIELD_BOUND  # a line of a file of up to MAX_COLUMNS columns
+MAX_HEADER_CHARS = MAX_FILE_COLUMNS * FIELD_BOUND
 MAX_SKIPPED_LINE_CHARS = 64 << 20  # a longer line is no runs CSV (``_lines``)
 MAX_ROWS = 5_000_000
 MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the rows fall
@@ -119,6 +126,8 @@ class RunsFile:
     more_rows: int = 0  # damaged rows without a run beyond ``MAX_KEPT_ROWS``, counted only
     # (column, why) -> feature values left out of their run (the run itself is kept)
     dropped: dict[tuple[str, str], int] = field(default_factory=dict)
+    # lines about the file as a whole (columns ignored, a clock read as milliseconds)
+    notes: tuple[str, ...] = ()
 
     def warning(self) -> str | None:
         """One line naming the skipped runs (at most ``MAX_NAMED``) and counting the
@@ -185,12 +194,12 @@ class _Acc:
 
 
 def _read_header(fh: TextIO) -> list[str]:
-    first = fh.readline(MAX_LINE_CHARS + 1)
+    first = fh.readline(MAX_HEADER_CHARS + 1)
     expected = "expected a header with " + ",".join(REQUIRED_COLUMNS)
     if not first:
         raise RunsCsvError(1, f"empty file: {expected}")
-    if len(first) > MAX_LINE_CHARS and not first.endswith(("\n", "\r")):
-        raise RunsCsvError(1, f"header longer than {MAX_LINE_CHARS:,} characters: {expected}")
+    if len(first) > MAX_HEADER_CHARS and not first.endswith(("\n", "\r")):
+        raise RunsCsvError(1, f"header longer than {MAX_HEADER_CHARS:,} characters: {expected}")
     if not first.strip():
         raise RunsCsvError(1, f"blank first line: {expected}")
     if not utf8_encodable(first):
@@ -205,10 +214,11 @@ def _read_header(fh: TextIO) -> list[str]:
     return [h.strip().lower() for h in header]
 
 
-def _lines(fh: TextIO, number: int) -> Iterator[tuple[int, str, bool]]:
+def _lines(fh: TextIO, number: int, limit: int) -> Iterator[tuple[int, str, bool]]:
     """The physical lines after line ``number``: ``(line number, text, whole)``, a line
-    longer than ``MAX_LINE_CHARS`` cut there (``whole`` False) and the rest of it
-    read past in pieces of that size.
+    longer than ``limit`` (``MAX_LINE_CHARS`` for a file of up to ``MAX_COLUMNS``
+    columns) cut there (``whole`` False) and the rest of it read past in pieces of
+    that size.
 
     Why lines: a runs CSV has no field spanning lines (``_records`` allows a quoted one
     a field's length), and a reader that lets a quoted field run on reads the rest of
@@ -216,23 +226,23 @@ def _lines(fh: TextIO, number: int) -> Iterator[tuple[int, str, bool]]:
     whole (a compressed file of a few KiB can hold a line of gigabytes).
     """
     cut_at_cr = False
-    while text := fh.readline(MAX_LINE_CHARS + 1):
+    while text := fh.readline(limit + 1):
         if text == "\n" and cut_at_cr:  # the rest of a "\r\n" a piece ended inside
             cut_at_cr = False
             continue
         number += 1
-        cut_at_cr = len(text) == MAX_LINE_CHARS + 1 and text.endswith("\r")
-        if len(text) <= MAX_LINE_CHARS or text.endswith(("\n", "\r")):
+        cut_at_cr = len(text) == limit + 1 and text.endswith("\r")
+        if len(text) <= limit or text.endswith(("\n", "\r")):
             yield number, text, True
             continue
         skipped = len(text)
-        while (more := fh.readline(MAX_LINE_CHARS + 1)) and not more.endswith(("\n", "\r")):
+        while (more := fh.readline(limit + 1)) and not more.endswith(("\n", "\r")):
             skipped += len(more)
             if skipped > MAX_SKIPPED_LINE_CHARS:
                 raise RunsCsvError(
                     number, f"a line longer than {MAX_SKIPPED_LINE_CHARS:,} characters"
                 )
-        yield number, text[:MAX_LINE_CHARS], False
+        yield number, text[:limit], False
 
 
 _OPEN_QUOTE = "unexpected end of data"  # csv's error for a quote still open at the end
@@ -253,12 +263,12 @@ def _parse(text: str) -> tuple[list[str], str | None]:
         return [], f"unreadable CSV ({err})"
 
 
-def _records(fh: TextIO) -> Iterator[tuple[int, str, list[str], str | None]]:
+def _records(fh: TextIO, limit: int) -> Iterator[tuple[int, str, list[str], str | None]]:
     """``(line, text, fields, damage)`` per record: a line, or a line whose quote is
     left open and the next lines that close it within a field's length (a text with a
     line break, as a spreadsheet or pandas writes it); a quote that does not close so
     soon damages its own line only, and the lines read ahead are records of their own."""
-    lines = _lines(fh, 1)
+    lines = _lines(fh, 1, limit)
     ahead: list[tuple[int, str, bool]] = []
     while True:
         item = ahead.pop(0) if ahead else next(lines, None)
@@ -266,7 +276,7 @@ def _records(fh: TextIO) -> Iterator[tuple[int, str, list[str], str | None]]:
             return
         number, text, whole = item
         if not whole:
-            yield number, text, [], f"line longer than {MAX_LINE_CHARS:,} characters"
+            yield number, text, [], f"line longer than {limit:,} characters"
             continue
         fields, damage = _parse(text)
         joined, used = text, 0
@@ -311,6 +321,30 @@ def _key(run_id: str, cells: Sequence[str]) -> RunKey:
     return (ns, pod, container, run_id)
 
 
+def keep_columns(names: Sequence[str]) -> list[str]:
+    """The columns read of a header's ``names``: all of them up to ``MAX_COLUMNS``;
+    past it the required, identity (``TEXT_COLUMNS``) and ``KNOWN_COLUMNS`` first,
+    then the others in header order up to ``MAX_COLUMNS``.
+
+    Why not refuse a wide file: an export with every metric as a column is still a
+    runs file; its runs need only the few columns gpu-eta reads, and the bound on
+    what is held per run stays ``MAX_COLUMNS`` values."""
+    if len(names) <= MAX_COLUMNS:
+        return list(names)
+    known = REQUIRED_COLUMNS + tuple(sorted(TEXT_COLUMNS | KNOWN_COLUMNS))
+    first = [n for n in names if n in known]
+    rest = [n for n in names if n not in known]
+    chosen = set(first + rest[: max(0, MAX_COLUMNS - len(first))])
+    return [n for n in names if n in chosen]
+
+
+def _names(names: Sequence[str], kept: Sequence[str]) -> str:
+    """The ignored columns, at most ``MAX_NAMED`` named."""
+    left = [n for n in names if n not in set(kept)]
+    more = f" and {len(left) - MAX_NAMED:,} more" if len(left) > MAX_NAMED else ""
+    return ", ".join(left[:MAX_NAMED]) + more
+
+
 def parse_runs_file(fh: TextIO) -> RunsFile:
     """Read runs from an open CSV text stream, skipping (and recording) damaged runs.
 
@@ -318,8 +352,8 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     required column missing, too many rows, no data row at all.
     """
     header = _read_header(fh)
-    if len(header) > MAX_COLUMNS:
-        raise RunsCsvError(1, f"too many columns ({len(header)} > {MAX_COLUMNS})")
+    if len(header) > MAX_FILE_COLUMNS:
+        raise RunsCsvError(1, f"too many columns ({len(header):,} > {MAX_FILE_COLUMNS:,})")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise RunsCsvError(1, f"missing required column(s): {', '.join(missing)}")
@@ -328,7 +362,17 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     if twice:
         raise RunsCsvError(1, f"duplicate column name(s) in header: {', '.join(twice)}")
     index = {name: i for i, name in enumerate(header) if name}
-    extra = [(name, i) for name, i in index.items() if name not in REQUIRED_COLUMNS and name]
+    kept = keep_columns(named)
+    ignored = len(named) - len(kept)
+    notes = (
+        [
+            f"ignored {ignored:,} of {len(named):,} columns (at most {MAX_COLUMNS} are read): {_names(named, kept)}"
+        ]
+        if ignored
+        else []
+    )
+    extra = [(name, index[name]) for name in kept if name not in REQUIRED_COLUMNS]
+    limit = max(len(header), MAX_COLUMNS) * FIELD_BOUND
     i_run, i_epoch, i_plan, i_ts = (index[c] for c in REQUIRED_COLUMNS)
     i_keys = [index.get(c) for c in KEY_COLUMNS]  # None: absent, read as ""
     # a run's identity must be whole: an over-long feature is left out, not its run
@@ -342,7 +386,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     more_rows = 0
     n_rows = 0
     line = 1
-    for line, text, row, damage in _records(fh):
+    for line, text, row, damage in _records(fh, limit):
         if damage is None and all(not cell.strip() for cell in row):
             continue  # a blank line, or separators only (a spreadsheet's empty rows)
         n_rows += 1
@@ -433,7 +477,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
     skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
-    return RunsFile(out, skipped, more_rows, dict(dropped))
+    return RunsFile(out, skipped, more_rows, dict(dropped), tuple(notes))
 
 
 def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:

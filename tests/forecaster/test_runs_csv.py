@@ -329,7 +329,7 @@ def test_lines_no_runs_csv_has_are_refused(tmp_path: Path, monkeypatch: pytest.M
     """A header longer than any header, a line longer than ``MAX_SKIPPED_LINE_CHARS``
     (a stream of zeros after a header), more than ``MAX_RUNS`` runs: one error each."""
     with pytest.raises(RunsCsvError, match=r"^line 1: header longer than"):
-        parse(f"{HEADER}," + "x" * MAX_LINE_CHARS)
+        parse(f"{HEADER}," + "x" * runs_csv.MAX_HEADER_CHARS)
     monkeypatch.setattr(runs_csv, "MAX_SKIPPED_LINE_CHARS", 100_000)
     with pytest.raises(RunsCsvError, match=r"^line 3: a line longer than 100,000 characters"):
         parse(f"{HEADER}\nr1,0,2,0\n" + "\0" * 200_000)

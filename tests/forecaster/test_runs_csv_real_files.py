@@ -82,3 +82,44 @@ def test_an_over_long_feature_is_left_out_and_counted_not_its_run() -> None:
     # the required columns keep the hard limit
     bad = parse_text(f"{HEADER}\na,0,2,{'9' * 300}\n" + rows("b", 0, 2))
     assert [r.run_id for r in bad.runs] == ["b"] and "longer than" in bad.skipped[0].reason
+
+
+def test_a_file_wider_than_64_columns_is_read_and_its_extra_columns_ignored(
+    tmp_path: Path,
+) -> None:
+    """Required and known columns are kept first; the rest fill up to 64 columns."""
+    extra = [f"m{i}" for i in range(70)]
+    header = f"{HEADER},{','.join(extra)},job_name"
+    text = (
+        header
+        + "\n"
+        + "".join(
+            f"r{i},{e},2,{1000 * i + 10 * e},{','.join(['0.5'] * 70)},j\n"
+            for i in range(3)
+            for e in range(3)
+        )
+    )
+    result = parse_text(text)
+    assert [r.run_id for r in result.runs] == ["r0", "r1", "r2"] and not result.skipped
+    features = result.runs[0].features
+    assert features["job_name"] == "j" and len(features) == 60 and "m59" not in features
+    assert result.notes == (
+        "ignored 11 of 75 columns (at most 64 are read): m59, m60, m61, m62, m63 and 6 more",
+    )
+    path = tmp_path / "wide.csv"
+    path.write_text(text)
+    code, _out, err = cli("--runs", str(path))
+    assert code == 0 and err.startswith(
+        f"gpu-eta forecaster: evaluate: {path}: ignored 11 of 75 columns"
+    )
+    # a header past MAX_FILE_COLUMNS is no runs CSV
+    wide = HEADER + "".join(f",c{i}" for i in range(2000))
+    assert "too many columns" in str(_error(wide + "\n"))
+
+
+def _error(text: str) -> Exception:
+    try:
+        parse_text(text)
+    except Exception as err:
+        return err
+    raise AssertionError("no error")
