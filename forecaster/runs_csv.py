@@ -140,7 +140,7 @@ class RunsFile:
             return None
         total = sum(self.dropped.values())
         each = ", ".join(f"{n:,} in {col!r} ({why})" for (col, why), n in self.dropped.items())
-        return f"left out {total:,} feature value(s), their runs kept: {each}"
+        return f"{total:,} feature value(s) not taken as written, their runs kept: {each}"
 
     def _skipped_part(self) -> str | None:
         if not self.skipped and not self.more_rows:
@@ -315,9 +315,23 @@ def _field_of(text: str, i: int) -> str:
     return head[i].strip() if len(head) == i + 1 else ""
 
 
+def _mended(text: str) -> str:
+    """``text`` with each byte that was not UTF-8 (read as a lone surrogate) as U+FFFD.
+
+    Why only features: a job name saved by a Windows tool (cp1252 "café") still names
+    its job, while a run_id or a number with such a byte cannot be trusted at all."""
+    if utf8_encodable(text):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a lone surrogate no byte made (a str given directly)
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _key(run_id: str, cells: Sequence[str]) -> RunKey:
-    """``(namespace, pod, container, run_id)`` from the ``KEY_COLUMNS`` cells."""
-    ns, pod, container = cells
+    """``(namespace, pod, container, run_id)`` from the ``KEY_COLUMNS`` cells, stripped
+    and mended (``_mended``) as their feature values are."""
+    ns, pod, container = (_mended(c.strip()) for c in cells)
     return (ns, pod, container, run_id)
 
 
@@ -377,8 +391,10 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     i_keys = [index.get(c) for c in KEY_COLUMNS]  # None: absent, read as ""
     # a run's identity must be whole: an over-long feature is left out, not its run
     i_limited = [i_run, i_epoch, i_plan, i_ts, *(i for i in i_keys if i is not None)]
+    i_numbers = [i_epoch, i_plan, i_ts]  # run_id is checked on its own
     dropped: Counter[tuple[str, str]] = Counter()
-    too_long = f"longer than {MAX_FIELD_CHARS} characters"
+    not_utf8 = "bytes not UTF-8: read as U+FFFD"
+    too_long = f"longer than {MAX_FIELD_CHARS} characters: left out"
 
     runs: dict[RunKey, _Acc] = {}
     bad: dict[RunKey, SkippedRun] = {}
@@ -394,9 +410,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
         if damage is None:
             run_id = row[i_run].strip() if len(row) > i_run else ""
-            key = _key(
-                run_id, [row[i].strip() if i is not None and i < len(row) else "" for i in i_keys]
-            )
+            key = _key(run_id, [row[i] if i is not None and i < len(row) else "" for i in i_keys])
         else:
             run_id = _run_of(text, i_run)
             key = _key(run_id, [_field_of(text, i) if i is not None else "" for i in i_keys])
@@ -418,7 +432,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(f"expected {len(header)} fields, got {len(row)}")
             if any(len(row[i]) > MAX_FIELD_CHARS for i in i_limited):
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
-            if not all(utf8_encodable(cell) for cell in row):
+            if not all(utf8_encodable(row[i]) for i in i_numbers):
                 raise _BadRow("not UTF-8 text")
             epoch = _number(row[i_epoch].strip(), "epoch")
             planned = _number(row[i_plan].strip(), "epochs_planned")
@@ -459,6 +473,9 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             if len(cell) > MAX_FIELD_CHARS:
                 dropped[name, too_long] += 1
                 continue
+            if not utf8_encodable(cell):
+                dropped[name, not_utf8] += 1
+                cell = _mended(cell)
             value = _feature(name, cell)
             if isinstance(value, float):
                 if math.isfinite(value):
@@ -582,7 +599,8 @@ def read_runs_file(path: str | Path) -> RunsFile:
 
     A missing, unreadable or damaged-gzip file is a ``RunsCsvError`` (line 0 or the line
     reached), its message without the path (the caller names the file); bytes that are
-    not UTF-8 damage only the rows holding them. The file is opened once and its first
+    not UTF-8 damage only the rows holding them in a required column, and are U+FFFD
+    in any other (``_mended``). The file is opened once and its first
     bytes read and put back, so a pipe (``--runs /dev/stdin``, ``<(zcat …)``) reads as a file.
     """
     try:

@@ -229,13 +229,18 @@ def test_the_warning_names_a_few_and_counts_the_rest() -> None:
     assert RunsFile(result.runs).warning() is None
 
 
-def test_a_non_utf8_byte_damages_only_its_run(tmp_path: Path) -> None:
+def test_a_non_utf8_byte_damages_only_its_run_or_feature(tmp_path: Path) -> None:
     path = tmp_path / "latin1.csv"
     path.write_bytes(
         f"{HEADER},job_name\n".encode()
         + b"a,0,1,0,caf\xe9\na,1,1,5,caf\xe9\n"
         + b"c,0,1,5,ok\nc,1,1,9,ok\n"
     )
+    result = read_runs_file(path)
+    assert [r.run_id for r in result.runs] == ["a", "c"]
+    assert result.runs[0].features["job_name"] == "caf\ufffd"  # a feature is mended
+    assert not result.skipped and "not UTF-8" in (result.warning() or "")
+    path.write_bytes(f"{HEADER}\n".encode() + b"a,0,1,0\xe9\nc,0,1,5\nc,1,1,9\n")
     result = read_runs_file(path)
     assert [r.run_id for r in result.runs] == ["c"]
     assert result.skipped[0].run_id == "a" and "UTF-8" in result.skipped[0].reason

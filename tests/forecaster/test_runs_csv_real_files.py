@@ -77,7 +77,8 @@ def test_an_over_long_feature_is_left_out_and_counted_not_its_run() -> None:
     assert all("config" not in r.features and r.features["job_name"] == "j" for r in result.runs)
     assert not result.skipped
     assert result.warning() == (
-        "left out 9 feature value(s), their runs kept: 9 in 'config' (longer than 256 characters)"
+        "9 feature value(s) not taken as written, their runs kept: "
+        "9 in 'config' (longer than 256 characters: left out)"
     )
     # the required columns keep the hard limit
     bad = parse_text(f"{HEADER}\na,0,2,{'9' * 300}\n" + rows("b", 0, 2))
@@ -123,3 +124,22 @@ def _error(text: str) -> Exception:
     except Exception as err:
         return err
     raise AssertionError("no error")
+
+
+def test_a_cp1252_job_name_is_read_with_a_replacement_character(tmp_path: Path) -> None:
+    path = tmp_path / "cp1252.csv"
+    path.write_bytes(
+        f"namespace,{HEADER},job_name\n".encode()
+        + "".join(
+            f"t\xe9am,r{i},{e},2,{1000 * i + 10 * e},caf\xe9\n" for i in range(3) for e in range(3)
+        ).encode("cp1252")
+    )
+    result = read_runs_file(path)
+    assert [r.run_id for r in result.runs] == ["r0", "r1", "r2"] and not result.skipped
+    assert result.runs[0].features["job_name"] == "caf\ufffd"
+    assert result.runs[0].namespace == "t\ufffdam"
+    assert result.warning() == (
+        "18 feature value(s) not taken as written, their runs kept: "
+        "9 in 'namespace' (bytes not UTF-8: read as U+FFFD), "
+        "9 in 'job_name' (bytes not UTF-8: read as U+FFFD)"
+    )
