@@ -315,6 +315,14 @@ def _field_of(text: str, i: int) -> str:
     return head[i].strip() if len(head) == i + 1 else ""
 
 
+def _only_blank_past(row: Sequence[str], width: int) -> bool:
+    """Whether ``row`` is longer than the header's ``width`` by empty fields only.
+
+    Why: a writer that ends every row with a separator (``r0,0,4,1000,``) adds an
+    empty field no header names; it holds nothing to misread."""
+    return len(row) > width and not any(cell.strip() for cell in row[width:])
+
+
 def _mended(text: str) -> str:
     """``text`` with each byte that was not UTF-8 (read as a lone surrogate) as U+FFFD.
 
@@ -428,7 +436,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(damage or unusable or "")
             if key in bad:
                 continue  # already skipped: its first damaged line is reported
-            if len(row) != len(header):
+            if len(row) != len(header) and not _only_blank_past(row, len(header)):
                 raise _BadRow(f"expected {len(header)} fields, got {len(row)}")
             if any(len(row[i]) > MAX_FIELD_CHARS for i in i_limited):
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")

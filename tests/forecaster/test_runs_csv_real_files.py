@@ -143,3 +143,12 @@ def test_a_cp1252_job_name_is_read_with_a_replacement_character(tmp_path: Path) 
         "9 in 'namespace' (bytes not UTF-8: read as U+FFFD), "
         "9 in 'job_name' (bytes not UTF-8: read as U+FFFD)"
     )
+
+
+def test_rows_ending_in_a_separator_are_read() -> None:
+    text = f"{HEADER}\n" + "".join(
+        f"r{i},{e},2,{1000 * i + 10 * e},\n" for i in range(2) for e in range(3)
+    )
+    result = parse_text(text + "r9,0,2,5000,,x\n")
+    assert [r.run_id for r in result.runs] == ["r0", "r1"]
+    assert [(s.run_id, s.reason) for s in result.skipped] == [("r9", "expected 4 fields, got 6")]
