@@ -18,7 +18,7 @@ earlier is recorded as not completed (cancelled or crashed), never as a short ru
 Input is untrusted: sizes are bounded (``MAX_LINE_CHARS`` a line, read in pieces
 past it; ``MAX_ROWS``, ``MAX_RUNS``) and each line is parsed alone (``_lines``, ``_row``:
 no field spans lines). Damage to the file as a whole (no header, a required column
-missing, unreadable gzip) is one ``RunsCsvError`` naming the line.
+missing, gzip damaged before the first row) is one ``RunsCsvError`` naming the line.
 A progress value on several rows counts from its first time (``first_reached``).
 Damage to one run (a bad number, times going back, a row with the wrong field count)
 skips that run and is recorded in ``RunsFile.skipped``: one bad run is never a reason
@@ -214,7 +214,28 @@ def _read_header(fh: TextIO) -> list[str]:
     return [h.strip().lower() for h in header]
 
 
-def _lines(fh: TextIO, number: int, limit: int) -> Iterator[tuple[int, str, bool]]:
+class _UntilDamage:
+    """``fh.readline`` that ends (``""``) where the compressed data is damaged, the
+    damage kept in ``damage``.
+
+    Why: a gzip file cut short (a copy interrupted, a disk filled) still holds every
+    line before the cut; the runs they finish are as good as in a whole file."""
+
+    def __init__(self, fh: TextIO) -> None:
+        self._fh = fh
+        self.damage: str | None = None
+
+    def readline(self, size: int = -1) -> str:
+        if self.damage is not None:
+            return ""
+        try:
+            return self._fh.readline(size)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+            self.damage = str(err) or "truncated"
+            return ""
+
+
+def _lines(fh: TextIO | _UntilDamage, number: int, limit: int) -> Iterator[tuple[int, str, bool]]:
     """The physical lines after line ``number``: ``(line number, text, whole)``, a line
     longer than ``limit`` (``MAX_LINE_CHARS`` for a file of up to ``MAX_COLUMNS``
     columns) cut there (``whole`` False) and the rest of it read past in pieces of
@@ -263,7 +284,9 @@ def _parse(text: str) -> tuple[list[str], str | None]:
         return [], f"unreadable CSV ({err})"
 
 
-def _records(fh: TextIO, limit: int) -> Iterator[tuple[int, str, list[str], str | None]]:
+def _records(
+    fh: TextIO | _UntilDamage, limit: int
+) -> Iterator[tuple[int, str, list[str], str | None]]:
     """``(line, text, fields, damage)`` per record: a line, or a line whose quote is
     left open and the next lines that close it within a field's length (a text with a
     line break, as a spreadsheet or pandas writes it); a quote that does not close so
@@ -410,7 +433,9 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     more_rows = 0
     n_rows = 0
     line = 1
-    for line, text, row, damage in _records(fh, limit):
+    reader = _UntilDamage(fh)
+    key: RunKey | None = None
+    for line, text, row, damage in _records(reader, limit):
         if damage is None and all(not cell.strip() for cell in row):
             continue  # a blank line, or separators only (a spreadsheet's empty rows)
         n_rows += 1
@@ -492,6 +517,15 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             else:
                 acc.texts.setdefault(name, value)
 
+    if reader.damage is not None:
+        cut = f"the compressed data ends in this line or after it ({reader.damage})"
+        if key is None:
+            raise RunsCsvError(line + 1, f"damaged gzip data: {reader.damage}")
+        if key in runs or key in bad:  # the last run read may have had more rows
+            runs.pop(key, None)
+            bad.setdefault(key, SkippedRun(key[3], line, cut))
+        elif len(bad_rows) < MAX_KEPT_ROWS:
+            bad_rows.append(SkippedRun("", line, cut))
     if not runs and not bad and not bad_rows and not more_rows:
         raise RunsCsvError(line, "no data rows")
     out = []
@@ -605,8 +639,9 @@ class _Prefixed(io.RawIOBase):
 def read_runs_file(path: str | Path) -> RunsFile:
     """Read a runs CSV, plain or gzip-compressed (told by its first bytes, not its name).
 
-    A missing, unreadable or damaged-gzip file is a ``RunsCsvError`` (line 0 or the line
-    reached), its message without the path (the caller names the file); bytes that are
+    A missing or unreadable file, or gzip data damaged before the first row, is a
+    ``RunsCsvError`` (line 0 or the line reached); damage after it ends the read there
+    (``_UntilDamage``), its message without the path (the caller names the file); bytes that are
     not UTF-8 damage only the rows holding them in a required column, and are U+FFFD
     in any other (``_mended``). The file is opened once and its first
     bytes read and put back, so a pipe (``--runs /dev/stdin``, ``<(zcat …)``) reads as a file.

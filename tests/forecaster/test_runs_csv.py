@@ -152,13 +152,17 @@ def test_gzip_is_read_by_its_bytes_not_its_name(tmp_path: Path) -> None:
         assert [r.run_id for r in read_runs(path)] == ["a", "c"]
 
 
-def test_damaged_gzip_is_one_error(tmp_path: Path) -> None:
+def test_damaged_gzip_before_any_row_is_one_error(tmp_path: Path) -> None:
+    """Damage before a row is read is the file's; a cut later skips the run it cuts
+    (test_runs_csv_real_files.py)."""
     data = gzip.compress((GOOD * 200).encode())
-    for damaged in (data[: len(data) // 2], data[:10] + b"\x00" * 40 + data[50:]):
-        path = tmp_path / "bad.csv.gz"
-        path.write_bytes(damaged)
-        with pytest.raises(RunsCsvError, match="damaged gzip"):
-            read_runs_file(path)
+    path = tmp_path / "bad.csv.gz"
+    path.write_bytes(data[:10] + b"\x00" * 40 + data[50:])
+    with pytest.raises(RunsCsvError, match="damaged gzip"):
+        read_runs_file(path)
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(RunsCsvError, match="compressed data ends"):
+        read_runs(path)  # the strict form
 
 
 def test_utf8_bom_before_the_header(tmp_path: Path) -> None:

@@ -3,11 +3,14 @@ separators and clocks. Each is read, its damage confined to what it touches."""
 
 from __future__ import annotations
 
+import gzip
 import io
 from pathlib import Path
 
+import pytest
+
 from gpu_eta.forecaster.evaluate import backtest, main
-from gpu_eta.forecaster.runs_csv import parse_runs_file, read_runs_file
+from gpu_eta.forecaster.runs_csv import RunsCsvError, parse_runs_file, read_runs_file
 
 HEADER = "run_id,epoch,epochs_planned,timestamp_seconds"
 
@@ -152,3 +155,24 @@ def test_rows_ending_in_a_separator_are_read() -> None:
     result = parse_text(text + "r9,0,2,5000,,x\n")
     assert [r.run_id for r in result.runs] == ["r0", "r1"]
     assert [(s.run_id, s.reason) for s in result.skipped] == [("r9", "expected 4 fields, got 6")]
+
+
+def test_a_cut_gzip_keeps_the_runs_read_before_the_cut(tmp_path: Path) -> None:
+    text = f"{HEADER}\n" + "".join(rows(f"r{i}", 1000 * i, 2, 10) for i in range(40))
+    whole = gzip.compress(text.encode())
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(whole[: len(whole) * 2 // 3])
+    result = read_runs_file(path)
+    assert len(result.runs) > 10
+    (cut,) = result.skipped
+    assert cut.run_id == f"r{len(result.runs)}" and "compressed data ends" in cut.reason
+    warning = result.warning() or ""
+    assert f"line {cut.line}: the compressed data ends" in warning
+    # runs after the cut were never read; those before it are whole
+    assert all(r.completed for r in result.runs)
+    code, _out, err = cli("--runs", str(path))
+    assert code == 0 and "skipped 1 malformed run(s)" in err
+    # a cut inside the header is the file's damage
+    path.write_bytes(whole[:12])
+    with pytest.raises(RunsCsvError, match="damaged gzip"):
+        read_runs_file(path)
