@@ -163,23 +163,43 @@ class _BadRow(Exception):
     """One row is damaged; the message says how."""
 
 
-def _number(text: str, column: str) -> float:
+def _decimal_comma(text: str) -> float:
+    """``0,5`` as 0.5 (a spreadsheet's ``;`` file in a locale whose decimal mark is a
+    comma); ValueError for anything else (``1,000`` of a thousands separator stays
+    ambiguous only where a file mixes them: a ``;`` file has no thousands commas)."""
+    if text.count(",") != 1 or "." in text:
+        raise ValueError(text)
+    return float(text.replace(",", "."))
+
+
+def _number(text: str, column: str, comma: bool = False) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise _BadRow(f"{column} is not a number: {text[:40]!r}") from None
+        try:
+            if not comma:
+                raise
+            value = _decimal_comma(text)
+        except ValueError:
+            raise _BadRow(f"{column} is not a number: {text[:40]!r}") from None
     if not math.isfinite(value):
         raise _BadRow(f"{column} must be finite, got {text[:40]!r}")
     return value
 
 
-def _feature(name: str, text: str) -> Feature:
+def _feature(name: str, text: str, comma: bool = False) -> Feature:
     if name in TEXT_COLUMNS:
         return text
     try:
         return float(text)
     except ValueError:
-        return text
+        pass
+    if comma:
+        try:
+            return _decimal_comma(text)
+        except ValueError:
+            pass
+    return text
 
 
 @dataclass
@@ -193,7 +213,18 @@ class _Acc:
     texts: dict[str, str] = field(default_factory=dict)
 
 
-def _read_header(fh: TextIO) -> list[str]:
+def separator(header_line: str) -> str:
+    """The field separator a header line shows: ``,``; or ``;`` (a spreadsheet in a
+    locale whose decimal mark is a comma) or a tab (a TSV export) when the line has
+    one and no comma."""
+    if "," in header_line:
+        return ","
+    if ";" in header_line:
+        return ";"
+    return "\t" if "\t" in header_line else ","
+
+
+def _read_header(fh: TextIO) -> tuple[list[str], str]:
     first = fh.readline(MAX_HEADER_CHARS + 1)
     expected = "expected a header with " + ",".join(REQUIRED_COLUMNS)
     if not first:
@@ -206,12 +237,13 @@ def _read_header(fh: TextIO) -> list[str]:
         raise RunsCsvError(1, "not UTF-8 text")
     first = first.removeprefix("\ufeff")  # a BOM (Excel's "CSV UTF-8") is not part of a name
     try:
-        header = next(csv.reader([first], strict=True))
+        sep = separator(first)
+        header = next(csv.reader([first], strict=True, delimiter=sep))
     except (csv.Error, StopIteration) as err:
         raise RunsCsvError(1, f"unreadable CSV header: {err}") from None
     # " Run_ID " is run_id: a header typed or saved by a spreadsheet differs in case
     # and spaces, never in meaning (all the names this reads are lower case)
-    return [h.strip().lower() for h in header]
+    return [h.strip().lower() for h in header], sep
 
 
 class _UntilDamage:
@@ -269,23 +301,23 @@ def _lines(fh: TextIO | _UntilDamage, number: int, limit: int) -> Iterator[tuple
 _OPEN_QUOTE = "unexpected end of data"  # csv's error for a quote still open at the end
 
 
-def _parse(text: str) -> tuple[list[str], str | None]:
+def _parse(text: str, sep: str = ",") -> tuple[list[str], str | None]:
     """A record's fields and None, or ``[]`` and why it is unreadable. Only a quote
     left open is damage: other oddities (a space after a closing quote, as aligned
     files have) read as a lenient reader reads them."""
     try:
-        return next(csv.reader([text], strict=True), []), None
+        return next(csv.reader([text], strict=True, delimiter=sep), []), None
     except csv.Error as err:
         if _OPEN_QUOTE in str(err):
             return [], "a quote left open"
     try:
-        return next(csv.reader([text]), []), None
+        return next(csv.reader([text], delimiter=sep), []), None
     except csv.Error as err:  # pragma: no cover - the lenient reader takes any one line
         return [], f"unreadable CSV ({err})"
 
 
 def _records(
-    fh: TextIO | _UntilDamage, limit: int
+    fh: TextIO | _UntilDamage, limit: int, sep: str = ","
 ) -> Iterator[tuple[int, str, list[str], str | None]]:
     """``(line, text, fields, damage)`` per record: a line, or a line whose quote is
     left open and the next lines that close it within a field's length (a text with a
@@ -301,7 +333,7 @@ def _records(
         if not whole:
             yield number, text, [], f"line longer than {limit:,} characters"
             continue
-        fields, damage = _parse(text)
+        fields, damage = _parse(text, sep)
         joined, used = text, 0
         while damage is not None and len(joined) - len(text) <= MAX_FIELD_CHARS + 2:
             if used == len(ahead):
@@ -313,26 +345,26 @@ def _records(
                 break
             joined += ahead[used][1]
             used += 1
-            closed, again = _parse(joined)
+            closed, again = _parse(joined, sep)
             if again is None:
                 fields, damage = closed, None
                 del ahead[:used]
         yield number, text if damage is not None else joined, fields, damage
 
 
-def _run_of(text: str, i_run: int) -> str:
+def _run_of(text: str, i_run: int, sep: str = ",") -> str:
     """The run_id of a damaged line where the fields up to it read whole (quoted or
     not), else "" (its run cannot be told)."""
-    return _field_of(text, i_run)
+    return _field_of(text, i_run, sep)
 
 
-def _field_of(text: str, i: int) -> str:
+def _field_of(text: str, i: int, sep: str = ",") -> str:
     """Field ``i`` of a damaged line where the fields up to it read whole, else ""."""
-    pieces = text.split(",", i + 1)
+    pieces = text.split(sep, i + 1)
     if len(pieces) <= i + 1:
         return ""
     try:
-        head = next(csv.reader([",".join(pieces[: i + 1])], strict=True), [])
+        head = next(csv.reader([sep.join(pieces[: i + 1])], strict=True, delimiter=sep), [])
     except csv.Error:
         return ""
     return head[i].strip() if len(head) == i + 1 else ""
@@ -396,12 +428,19 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     Raises ``RunsCsvError`` only for damage to the file as a whole: no header, a
     required column missing, too many rows, no data row at all.
     """
-    header = _read_header(fh)
+    header, sep = _read_header(fh)
+    comma = sep == ";"  # a decimal comma: "0,5"
     if len(header) > MAX_FILE_COLUMNS:
         raise RunsCsvError(1, f"too many columns ({len(header):,} > {MAX_FILE_COLUMNS:,})")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
-        raise RunsCsvError(1, f"missing required column(s): {', '.join(missing)}")
+        hint = (
+            f" (the header is one column, {header[0][:60]!r}: fields are separated by"
+            " ',', ';' or a tab)"
+            if len(header) == 1
+            else ""
+        )
+        raise RunsCsvError(1, f"missing required column(s): {', '.join(missing)}{hint}")
     named = [h for h in header if h]  # columns without a name (a spreadsheet's ",,") are read past
     twice = sorted({h for h in named if named.count(h) > 1})
     if twice:
@@ -435,7 +474,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     line = 1
     reader = _UntilDamage(fh)
     key: RunKey | None = None
-    for line, text, row, damage in _records(reader, limit):
+    for line, text, row, damage in _records(reader, limit, sep):
         if damage is None and all(not cell.strip() for cell in row):
             continue  # a blank line, or separators only (a spreadsheet's empty rows)
         n_rows += 1
@@ -445,8 +484,8 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             run_id = row[i_run].strip() if len(row) > i_run else ""
             key = _key(run_id, [row[i] if i is not None and i < len(row) else "" for i in i_keys])
         else:
-            run_id = _run_of(text, i_run)
-            key = _key(run_id, [_field_of(text, i) if i is not None else "" for i in i_keys])
+            run_id = _run_of(text, i_run, sep)
+            key = _key(run_id, [_field_of(text, i, sep) if i is not None else "" for i in i_keys])
         unusable = None
         if not run_id:
             unusable = "run_id is empty"
@@ -467,9 +506,9 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
             if not all(utf8_encodable(row[i]) for i in i_numbers):
                 raise _BadRow("not UTF-8 text")
-            epoch = _number(row[i_epoch].strip(), "epoch")
-            planned = _number(row[i_plan].strip(), "epochs_planned")
-            ts = _number(row[i_ts].strip(), "timestamp_seconds")
+            epoch = _number(row[i_epoch].strip(), "epoch", comma)
+            planned = _number(row[i_plan].strip(), "epochs_planned", comma)
+            ts = _number(row[i_ts].strip(), "timestamp_seconds", comma)
             if abs(ts) > MAX_TIMESTAMP:
                 raise _BadRow(f"timestamp_seconds {ts:.12g} is not Unix seconds (milliseconds?)")
             if epoch < 0 or epoch > MAX_PROGRESS:
@@ -509,7 +548,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             if not utf8_encodable(cell):
                 dropped[name, not_utf8] += 1
                 cell = _mended(cell)
-            value = _feature(name, cell)
+            value = _feature(name, cell, comma)
             if isinstance(value, float):
                 if math.isfinite(value):
                     total, count = acc.sums.get(name, (0.0, 0))

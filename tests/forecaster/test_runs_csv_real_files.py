@@ -176,3 +176,26 @@ def test_a_cut_gzip_keeps_the_runs_read_before_the_cut(tmp_path: Path) -> None:
     path.write_bytes(whole[:12])
     with pytest.raises(RunsCsvError, match="damaged gzip"):
         read_runs_file(path)
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_a_semicolon_or_tab_separated_file_is_read(sep: str) -> None:
+    header = HEADER.replace(",", sep) + f"{sep}gpu_utilization_ratio{sep}job_name"
+    body = "".join(
+        f"r{i}{sep}{e}{sep}2{sep}{1000 * i + 10 * e}{sep}0{',' if sep == ';' else '.'}5{sep}j\n"
+        for i in range(2)
+        for e in range(3)
+    )
+    result = parse_text(f"{header}\n{body}")
+    assert [r.run_id for r in result.runs] == ["r0", "r1"] and not result.skipped
+    assert result.runs[0].features == {"gpu_utilization_ratio": 0.5, "job_name": "j"}
+    # a decimal comma in a ";" file: the numbers too
+    (run,) = parse_text(
+        "run_id;epoch;epochs_planned;timestamp_seconds\na;0;2,5;0\na;2,5;2,5;9,5\n"
+    ).runs
+    assert run.epoch_times == ((0.0, 0.0), (2.5, 9.5)) and run.completed
+
+
+def test_a_header_of_one_column_says_which_separators_are_read() -> None:
+    err = _error("run_id|epoch|epochs_planned|timestamp_seconds\na|0|1|0\n")
+    assert "fields are separated by ',', ';' or a tab" in str(err)
