@@ -40,6 +40,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TextIO
 
@@ -81,6 +82,8 @@ MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the r
 # Unix seconds up to the year 5138: a millisecond clock (1.7e12 today) is refused, not
 # read as runs a thousand times longer than they were.
 MAX_TIMESTAMP = 1e11
+# A column whose every value is past MAX_TIMESTAMP is a millisecond clock (up to here)
+MAX_TIMESTAMP_MS = MAX_TIMESTAMP * 1000
 # Progress may count samples (MLPerf bert: ~1.2e9) or tokens (a language model's
 # pretraining: 1e11-1e12); 1e15 leaves room and every whole count stays exact in a float.
 MAX_PROGRESS = 1e15
@@ -163,6 +166,35 @@ class _BadRow(Exception):
     """One row is damaged; the message says how."""
 
 
+def _not_seconds(ts: float) -> str:
+    return f"timestamp_seconds {ts:.12g} is not Unix seconds (milliseconds?)"
+
+
+def _timestamp(text: str, comma: bool) -> float:
+    """Unix seconds of a ``timestamp_seconds`` cell: a number, or an ISO-8601 time
+    with a UTC offset or ``Z`` (``2026-11-21T05:42:06.689+00:00``).
+
+    Why an ISO time without an offset is refused: its zone is the writer's, unknown
+    here; read as UTC it would shift a run by hours against runs written elsewhere."""
+    try:
+        return _number(text, "timestamp_seconds", comma)
+    except _BadRow:
+        if not ("-" in text and ":" in text and len(text) <= 40):
+            raise
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise _BadRow(
+            f"timestamp_seconds is not a number nor an ISO-8601 time: {text[:40]!r}"
+        ) from None
+    if moment.tzinfo is None:
+        raise _BadRow(
+            f"timestamp_seconds {text[:40]!r} has no UTC offset, so its time is ambiguous "
+            "(write it with Z or +00:00, or as Unix seconds)"
+        )
+    return moment.timestamp()
+
+
 def _decimal_comma(text: str) -> float:
     """``0,5`` as 0.5 (a spreadsheet's ``;`` file in a locale whose decimal mark is a
     comma); ValueError for anything else (``1,000`` of a thousands separator stays
@@ -211,6 +243,7 @@ class _Acc:
     rows: list[tuple[float, float, int]] = field(default_factory=list)
     sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
+    big: tuple[int, float] | None = None  # the first line past MAX_TIMESTAMP, its value
 
 
 def separator(header_line: str) -> str:
@@ -472,6 +505,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     more_rows = 0
     n_rows = 0
     line = 1
+    n_big = 0  # rows with a timestamp past MAX_TIMESTAMP (milliseconds?)
     reader = _UntilDamage(fh)
     key: RunKey | None = None
     for line, text, row, damage in _records(reader, limit, sep):
@@ -508,9 +542,10 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow("not UTF-8 text")
             epoch = _number(row[i_epoch].strip(), "epoch", comma)
             planned = _number(row[i_plan].strip(), "epochs_planned", comma)
-            ts = _number(row[i_ts].strip(), "timestamp_seconds", comma)
-            if abs(ts) > MAX_TIMESTAMP:
-                raise _BadRow(f"timestamp_seconds {ts:.12g} is not Unix seconds (milliseconds?)")
+            ts = _timestamp(row[i_ts].strip(), comma)
+            big = abs(ts) > MAX_TIMESTAMP
+            if abs(ts) > MAX_TIMESTAMP_MS:
+                raise _BadRow(_not_seconds(ts))
             if epoch < 0 or epoch > MAX_PROGRESS:
                 raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch!r}")
             if planned <= 0 or planned > MAX_PROGRESS:
@@ -538,6 +573,10 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 more_rows += 1
             continue
         acc.rows.append((epoch, ts, line))
+        if big:
+            n_big += 1
+            if acc.big is None:
+                acc.big = (line, ts)
         for name, i in extra:
             cell = row[i].strip()
             if not cell:
@@ -567,6 +606,19 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             bad_rows.append(SkippedRun("", line, cut))
     if not runs and not bad and not bad_rows and not more_rows:
         raise RunsCsvError(line, "no data rows")
+    n_read = sum(len(acc.rows) for acc in runs.values())
+    if n_big and n_big == n_read:
+        notes.append(
+            f"timestamp_seconds read as milliseconds (each of its {n_read:,} values is "
+            f"above {MAX_TIMESTAMP:g}): divided by 1000"
+        )
+        for acc in runs.values():
+            acc.rows = [(e, t / 1000, ln) for e, t, ln in acc.rows]
+            acc.big = None
+    for key, acc in list(runs.items()):
+        if acc.big is not None:  # a millisecond run among runs in seconds
+            del runs[key]
+            bad[key] = SkippedRun(key[3], acc.big[0], _not_seconds(acc.big[1]))
     out = []
     for key, acc in runs.items():
         try:

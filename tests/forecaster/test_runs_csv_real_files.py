@@ -199,3 +199,35 @@ def test_a_semicolon_or_tab_separated_file_is_read(sep: str) -> None:
 def test_a_header_of_one_column_says_which_separators_are_read() -> None:
     err = _error("run_id|epoch|epochs_planned|timestamp_seconds\na|0|1|0\n")
     assert "fields are separated by ',', ';' or a tab" in str(err)
+
+
+def test_a_millisecond_column_is_read_as_milliseconds_and_said_once() -> None:
+    ms = "".join(
+        f"r{i},{e},2,{1_700_000_000_000 + 60_000 * i + 10_500 * e}\n"
+        for i in range(2)
+        for e in range(3)
+    )
+    result = parse_text(f"{HEADER}\n{ms}")
+    assert [r.run_id for r in result.runs] == ["r0", "r1"] and not result.skipped
+    assert result.runs[0].epoch_times == ((0, 1.7e9), (1, 1.7e9 + 10.5), (2, 1.7e9 + 21))
+    (note,) = result.notes
+    assert note.startswith("timestamp_seconds read as milliseconds") and "divided by 1000" in note
+    # a millisecond run among runs in seconds is skipped, the others read
+    mixed = parse_text(f"{HEADER}\n{ms}" + rows("s", 1_700_000_000, 2, 10))
+    assert [r.run_id for r in mixed.runs] == ["s"] and not mixed.notes
+    assert {s.run_id for s in mixed.skipped} == {"r0", "r1"}
+    assert "milliseconds?" in mixed.skipped[0].reason
+
+
+def test_iso_8601_times_with_an_offset_are_read_and_naive_ones_refused() -> None:
+    iso = (
+        "a,0,2,2026-11-21T05:42:06.500+00:00\na,1,2,2026-11-21T05:42:16.500Z\n"
+        "a,2,2,2026-11-21 07:42:26.500+02:00\n"
+    )
+    naive = "n,0,2,2026-11-21T05:42:06\nn,1,2,2026-11-21T05:43:06\n"
+    result = parse_text(f"{HEADER}\n{iso}{naive}")
+    (run,) = result.runs
+    start = 1795239726.5
+    assert run.epoch_times == ((0, start), (1, start + 10), (2, start + 20))
+    (skipped,) = result.skipped
+    assert skipped.run_id == "n" and "no UTC offset" in skipped.reason
