@@ -25,7 +25,7 @@ forecast (a run whose remaining epochs took zero seconds) is not scored.
 
 The runs file may be gzip-compressed; a damaged run in it is skipped and named in one
 warning line on stderr (``forecaster.runs_csv``). On a terminal, stderr shows how many
-runs have been replayed.
+runs have been replayed; elsewhere a line says so at most once a minute (``Heartbeat``).
 
 Exit codes: 0 done; 2 bad input or usage (one line on stderr, no traceback), output
 paths checked before the backtest, and a file with nothing to score (no completed run,
@@ -541,6 +541,42 @@ class TerminalProgress:
             self._shown = False
 
 
+class Heartbeat:
+    """``… 1,234/8,265 runs replayed`` as a line of its own at most once every
+    ``interval`` seconds (the first after one interval), for stderr that is no terminal.
+
+    Why: a CI system or a batch scheduler kills a job silent for ten minutes, and a
+    file of 200,000 rows replays for longer; a line a minute keeps it alive and says
+    how far it is, without filling a log."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        prefix: str = "",
+        interval: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream = stream
+        self.prefix = prefix
+        self.interval = interval
+        self._clock = clock
+        self._last = clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self._clock()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        try:
+            self.stream.write(f"{self.prefix}{done:,}/{total:,} runs replayed\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or full stderr must not end the replay
+            pass
+
+    def close(self) -> None:
+        """Nothing to erase: each line is whole."""
+
+
 def _is_tty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -586,7 +622,9 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         except PlotUnavailable as exc:
             print(f"{PREFIX}--plot: {exc}", file=err)
             return ExitCode.USAGE
-    progress = TerminalProgress(err) if _is_tty(err) else None
+    progress: TerminalProgress | Heartbeat = (
+        TerminalProgress(err) if _is_tty(err) else Heartbeat(err, f"{PREFIX}{args.runs}: ")
+    )
     try:
         loaded = read_runs_file(args.runs)
         for note in loaded.notes:  # about the file as a whole, before what it held
@@ -601,8 +639,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
                 loaded.runs, window_seconds=args.predict_linear_window, progress=progress
             )
         finally:
-            if progress is not None:
-                progress.close()
+            progress.close()
     except RunsCsvError as exc:
         print(f"{PREFIX}{args.runs}: {exc}", file=err)
         return ExitCode.USAGE

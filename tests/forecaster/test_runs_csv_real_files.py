@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.forecaster import evaluate
 from gpu_eta.forecaster.evaluate import backtest, main
 from gpu_eta.forecaster.runs_csv import RunsCsvError, parse_runs_file, read_runs_file
 
@@ -231,3 +232,45 @@ def test_iso_8601_times_with_an_offset_are_read_and_naive_ones_refused() -> None
     assert run.epoch_times == ((0, start), (1, start + 10), (2, start + 20))
     (skipped,) = result.skipped
     assert skipped.run_id == "n" and "no UTC offset" in skipped.reason
+
+
+def test_heartbeat_off_a_terminal_at_most_once_an_interval() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    beat = evaluate.Heartbeat(out, "p: ", interval=60, clock=lambda: now[0])
+    for done in range(1, 301):
+        now[0] += 1.0  # a run a second: 300 s
+        beat(done, 300)
+    assert out.getvalue().splitlines() == [
+        f"p: {n}/300 runs replayed" for n in (60, 120, 180, 240, 300)
+    ]
+
+
+def test_evaluate_off_a_terminal_prints_heartbeat_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{HEADER}\n" + "".join(rows(f"r{i}", 1000 * i) for i in range(5)))
+    monkeypatch.setattr(evaluate.Heartbeat, "__init__", _fast_heartbeat)
+    code, _out, err = cli("--runs", str(path))
+    assert code == 0
+    lines = err.splitlines()
+    assert lines and all(
+        line.startswith(f"gpu-eta forecaster: evaluate: {path}: ") for line in lines
+    )
+    assert lines[-1].endswith("5/5 runs replayed")
+    tty = FakeTty()
+    assert main(["--runs", str(path)], stdout=io.StringIO(), stderr=tty) == 0
+    assert "runs replayed" not in tty.getvalue()
+
+
+_heartbeat_init = evaluate.Heartbeat.__init__
+
+
+def _fast_heartbeat(self: evaluate.Heartbeat, stream, prefix: str = "", **_: object) -> None:
+    _heartbeat_init(self, stream, prefix, interval=0.0)
+
+
+class FakeTty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
