@@ -64,7 +64,7 @@ from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import replay_moments
 from gpu_eta.forecaster.main import Parser, UsageError
 from gpu_eta.forecaster.runs import Run, RunKey, run_key, thinned
-from gpu_eta.forecaster.runs_csv import RunsCsvError, exact, read_runs_file
+from gpu_eta.forecaster.runs_csv import STDIN, RunsCsvError, exact, read_runs_file
 
 GPU_ETA = "gpu_eta"
 PROG = "gpu-eta forecaster"
@@ -491,7 +491,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/forecasting.md).",
     )
     parser.add_argument(
-        "--runs", required=True, type=Path, help="runs CSV (or .csv.gz), one row per epoch end"
+        "--runs",
+        required=True,
+        type=Path,
+        help="runs CSV (or .csv.gz), one row per epoch end; - reads standard input",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
@@ -611,6 +614,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         print(f"{PREFIX}--predict-linear-window must be > 0", file=err)
         return ExitCode.USAGE
     problem = output_path_error(args.runs, {"--predictions": args.predictions, "--plot": args.plot})
+    name = "stdin" if str(args.runs) == STDIN else str(args.runs)
     if problem:
         print(PREFIX + problem, file=err)
         return ExitCode.USAGE
@@ -623,17 +627,17 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
             print(f"{PREFIX}--plot: {exc}", file=err)
             return ExitCode.USAGE
     progress: TerminalProgress | Heartbeat = (
-        TerminalProgress(err) if _is_tty(err) else Heartbeat(err, f"{PREFIX}{args.runs}: ")
+        TerminalProgress(err) if _is_tty(err) else Heartbeat(err, f"{PREFIX}{name}: ")
     )
     try:
         loaded = read_runs_file(args.runs)
         for note in loaded.notes:  # about the file as a whole, before what it held
-            print(f"{PREFIX}{args.runs}: {note}", file=err)
+            print(f"{PREFIX}{name}: {note}", file=err)
         warning = loaded.warning()
         if not loaded.runs:
             raise RunsCsvError(0, f"no run left to score: {warning or 'no data rows'}")
         if warning:
-            print(f"{PREFIX}{args.runs}: {warning}", file=err)
+            print(f"{PREFIX}{name}: {warning}", file=err)
         try:
             result = backtest(
                 loaded.runs, window_seconds=args.predict_linear_window, progress=progress
@@ -641,7 +645,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         finally:
             progress.close()
     except RunsCsvError as exc:
-        print(f"{PREFIX}{args.runs}: {exc}", file=err)
+        print(f"{PREFIX}{name}: {exc}", file=err)
         return ExitCode.USAGE
     except (ForecasterError, OSError) as exc:
         if args.debug:
@@ -676,7 +680,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         from gpu_eta.forecaster.evaluate_plot import plot_backtest
 
         try:
-            plot_backtest(result, args.plot, title=args.runs.name)
+            plot_backtest(result, args.plot, title=Path(name).name)
         except Exception as exc:  # matplotlib: any error of a library we do not control
             _report(f"--plot {args.plot}: cannot draw the plot", exc, args.debug, err)
             failed = True
@@ -704,7 +708,8 @@ def _nothing_to_score(args: argparse.Namespace, result: Backtest, reason: str, e
             written = f"; the predictions made are in --predictions {args.predictions}"
         except (OSError, ValueError) as exc:  # ValueError: text the encoding refuses
             failure = exc
-    print(f"{PREFIX}{args.runs}: nothing to score: {reason}{written}", file=err)
+    name = "stdin" if str(args.runs) == STDIN else str(args.runs)
+    print(f"{PREFIX}{name}: nothing to score: {reason}{written}", file=err)
     if failure is not None:
         _report(f"--predictions {args.predictions}: cannot write", failure, args.debug, err)
 

@@ -36,6 +36,7 @@ import gzip
 import io
 import itertools
 import math
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -727,8 +728,12 @@ class _Prefixed(io.RawIOBase):
         return self._raw.readinto(buffer) or 0
 
 
+STDIN = "-"  # the path that names standard input
+
+
 def read_runs_file(path: str | Path) -> RunsFile:
-    """Read a runs CSV, plain or gzip-compressed (told by its first bytes, not its name).
+    """Read a runs CSV, plain or gzip-compressed (told by its first bytes, not its name);
+    ``-`` reads standard input (``zcat runs.csv.gz | … --runs -``), left open.
 
     A missing or unreadable file, or gzip data damaged before the first row, is a
     ``RunsCsvError`` (line 0 or the line reached); damage after it ends the read there
@@ -738,21 +743,34 @@ def read_runs_file(path: str | Path) -> RunsFile:
     bytes read and put back, so a pipe (``--runs /dev/stdin``, ``<(zcat …)``) reads as a file.
     """
     try:
+        if str(path) == STDIN:
+            stdin = getattr(sys.stdin, "buffer", None)
+            if stdin is None:
+                raise RunsCsvError(0, "standard input is not a byte stream")
+            return _read_binary(stdin)
         with open(path, "rb", buffering=0) as raw:
-            head = raw.read(len(GZIP_MAGIC))
-            while 0 < len(head) < len(GZIP_MAGIC) and (more := raw.read(1)):
-                head += more  # a pipe may give one byte at a time
-            whole = io.BufferedReader(_Prefixed(head, raw))
-            compressed = head == GZIP_MAGIC
-            binary: IO[bytes] = gzip.GzipFile(fileobj=whole, mode="rb") if compressed else whole
-            text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="")
-            return parse_runs_file(text)
+            return _read_binary(raw)
     except OSError as err:  # gzip.BadGzipFile is an OSError
         if isinstance(err, gzip.BadGzipFile) or not err.strerror:
             raise RunsCsvError(0, f"damaged gzip data: {err}") from None
         raise RunsCsvError(0, f"cannot read: {err.strerror}") from None
     except (EOFError, zlib.error) as err:
         raise RunsCsvError(0, f"damaged gzip data: {err or 'truncated'}") from None
+
+
+def _read_binary(raw: IO[bytes]) -> RunsFile:
+    """``parse_runs_file`` of a byte stream, gunzipped when its first bytes say so."""
+    head = raw.read(len(GZIP_MAGIC))
+    while 0 < len(head) < len(GZIP_MAGIC) and (more := raw.read(1)):
+        head += more  # a pipe may give one byte at a time
+    whole = io.BufferedReader(_Prefixed(head, raw))
+    compressed = head == GZIP_MAGIC
+    binary: IO[bytes] = gzip.GzipFile(fileobj=whole, mode="rb") if compressed else whole
+    text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="")
+    try:
+        return parse_runs_file(text)
+    finally:
+        text.detach()  # leave the caller's stream open (standard input)
 
 
 def read_runs(path: str | Path) -> list[Run]:

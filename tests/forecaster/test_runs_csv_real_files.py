@@ -274,3 +274,20 @@ def _fast_heartbeat(self: evaluate.Heartbeat, stream, prefix: str = "", **_: obj
 class FakeTty(io.StringIO):
     def isatty(self) -> bool:
         return True
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_evaluate_runs_dash_reads_standard_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressed: bool
+) -> None:
+    data = (f"{HEADER}\n" + "".join(rows(f"r{i}", 1000 * i) for i in range(5))).encode()
+    stdin = io.TextIOWrapper(io.BytesIO(gzip.compress(data) if compressed else data))
+    monkeypatch.setattr("sys.stdin", stdin)
+    pred = tmp_path / "pred.csv"
+    code, out, err = cli("--runs", "-", "--predictions", str(pred))
+    assert (code, err) == (0, "") and "5 runs (5 completed)" in out
+    assert pred.read_text().startswith("run_id,epoch,timestamp_seconds,p10,p50,p90\nr0,")
+    assert not stdin.closed
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
+    code, _out, err = cli("--runs", "-")
+    assert code == 2 and err.startswith("gpu-eta forecaster: evaluate: stdin: line 1: missing")
