@@ -387,7 +387,27 @@ def format_table(result: Backtest) -> str:
         f"{result.n_runs} runs ({result.n_completed} completed), {len(result.predictions)} "
         f"predictions, {result.n_refits} refits; median absolute % error of remaining time"
     )
+    left_out = left_out_line(result)
+    if left_out:
+        lines.append(left_out)
     return "\n".join(lines)
+
+
+def left_out_line(result: Backtest) -> str | None:
+    """The table's footer on the moments forecast but not scored, or None.
+
+    Why: ``n`` counts only the moments every method answered; without this line a
+    table of small ``n`` reads as few runs, not as moments left out (a run's start
+    with no earlier run to compare, a later one before any baseline could answer)."""
+    counts = {s.point: s.skipped for s in result.points.values() if s.skipped}
+    if not counts:
+        return None
+    each = ", ".join(f"{'start' if p == 0 else f'{p:.0%}'}: {n:,}" for p, n in counts.items())
+    return (
+        f"{sum(counts.values()):,} moment(s) forecast but not scored ({each}): a method "
+        "compared there had no answer yet (at the start the history match needs an "
+        "earlier run of the file; later, each baseline needs time since the start)"
+    )
 
 
 def write_predictions(predictions: Sequence[Prediction], fh: TextIO) -> None:

@@ -58,6 +58,17 @@ def _point_label(point: float) -> str:
     return "start" if point == 0 else f"{point:.0%}"
 
 
+def n_label_offset(coverage_pct: float) -> int | None:
+    """Where a point's ``n=`` label goes, in points from its marker: below it, above it
+    near the axis, or nowhere for a point with no coverage (no marker).
+
+    Why: a label drawn below a point at 0 % (or none at all) lands on the x tick labels
+    and both become unreadable; a point without coverage has no marker to label."""
+    if not math.isfinite(coverage_pct):
+        return None
+    return 8 if coverage_pct < 15 else -14
+
+
 def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
     """Write the two-panel PNG of ``result`` to ``path`` (atomically: a temp file
     renamed, removed if anything fails), or raise ``PlotUnavailable``."""
@@ -131,13 +142,14 @@ def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> No
     )
     ax_cov.plot(xs, cov, marker="o", color="black", linewidth=2.8, label="gpu-eta P10–P90")
     for x, p in zip(xs, points, strict=True):
-        n = result.points[p].n
-        y = cov[x] if math.isfinite(cov[x]) else 0.0
+        offset = n_label_offset(cov[x])
+        if offset is None:
+            continue
         ax_cov.annotate(
-            f"n={n:,}",
-            (x, y),
+            f"n={result.points[p].n:,}",
+            (x, cov[x]),
             textcoords="offset points",
-            xytext=(0, -14),
+            xytext=(0, offset),
             ha="center",
             fontsize=7,
             color="dimgray",

@@ -291,3 +291,21 @@ def test_evaluate_runs_dash_reads_standard_input(
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
     code, _out, err = cli("--runs", "-")
     assert code == 2 and err.startswith("gpu-eta forecaster: evaluate: stdin: line 1: missing")
+
+
+def test_plot_n_labels_stay_off_the_tick_labels() -> None:
+    from gpu_eta.forecaster.evaluate_plot import n_label_offset
+
+    assert n_label_offset(float("nan")) is None  # no marker, no label on the axis
+    assert n_label_offset(0.0) > 0 and n_label_offset(100.0) < 0
+
+
+def test_evaluate_table_says_how_many_moments_were_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{HEADER}\n" + "".join(rows(f"r{i}", 1000 * i) for i in range(3)))
+    code, out, _err = cli("--runs", str(path))
+    assert code == 0
+    footer = out.splitlines()[-1]
+    assert footer.startswith("1 moment(s) forecast but not scored (start: 1): ")
+    result = backtest(read_runs_file(path).runs)
+    assert sum(s.skipped for s in result.points.values()) == 1
