@@ -425,11 +425,14 @@ def _mended(text: str) -> str:
         return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _key(run_id: str, cells: Sequence[str]) -> RunKey:
+def _key(run_id: str, cells: Sequence[str], ascii_only: bool = False) -> RunKey:
     """``(namespace, pod, container, run_id)`` from the ``KEY_COLUMNS`` cells, stripped
-    and mended (``_mended``) as their feature values are."""
-    ns, pod, container = (_mended(c.strip()) for c in cells)
-    return (ns, pod, container, run_id)
+    and mended (``_mended``) as their feature values are (``ascii_only``: the line is
+    ASCII, nothing to mend)."""
+    ns, pod, container = cells
+    if ascii_only:
+        return (ns.strip(), pod.strip(), container.strip(), run_id)
+    return (_mended(ns.strip()), _mended(pod.strip()), _mended(container.strip()), run_id)
 
 
 def keep_columns(names: Sequence[str]) -> list[str]:
@@ -515,9 +518,14 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
         n_rows += 1
         if n_rows > MAX_ROWS:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
+        ascii_only = text.isascii()  # no byte to check in any field (nearly every line)
         if damage is None:
             run_id = row[i_run].strip() if len(row) > i_run else ""
-            key = _key(run_id, [row[i] if i is not None and i < len(row) else "" for i in i_keys])
+            key = _key(
+                run_id,
+                [row[i] if i is not None and i < len(row) else "" for i in i_keys],
+                ascii_only,
+            )
         else:
             run_id = _run_of(text, i_run, sep)
             key = _key(run_id, [_field_of(text, i, sep) if i is not None else "" for i in i_keys])
@@ -539,7 +547,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(f"expected {len(header)} fields, got {len(row)}")
             if any(len(row[i]) > MAX_FIELD_CHARS for i in i_limited):
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
-            if not all(utf8_encodable(row[i]) for i in i_numbers):
+            if not ascii_only and not all(utf8_encodable(row[i]) for i in i_numbers):
                 raise _BadRow("not UTF-8 text")
             epoch = _number(row[i_epoch].strip(), "epoch", comma)
             planned = _number(row[i_plan].strip(), "epochs_planned", comma)
@@ -585,7 +593,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             if len(cell) > MAX_FIELD_CHARS:
                 dropped[name, too_long] += 1
                 continue
-            if not utf8_encodable(cell):
+            if not ascii_only and not utf8_encodable(cell):
                 dropped[name, not_utf8] += 1
                 cell = _mended(cell)
             value = _feature(name, cell, comma)
