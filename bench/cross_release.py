@@ -24,8 +24,8 @@ from forecast_accuracy import GPU_ETA, find_mlperf, score_rows, split_mlperf, wi
 
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.analog import identity
-from gpu_eta.forecaster.evaluate import Scored, backtest
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.evaluate import Scored, backtest, run_labels
+from gpu_eta.forecaster.runs import Run, run_key
 from gpu_eta.forecaster.runs_csv import read_runs_file
 
 AFTER, ALONE = "after the older runs", "the newer alone"
@@ -49,13 +49,14 @@ def replays(old: Sequence[Run], new: Sequence[Run]) -> dict[tuple[str, str], lis
     """The newer runs' scored moments, replayed after the older runs and alone, each
     parted into those of configurations that also ran among the older and the rest."""
     older = {identity(r) for r in old} - {None}
-    cross = {r.run_id for r in new if identity(r) in older}
-    new_ids = {r.run_id for r in new}
     out: dict[tuple[str, str], list[Scored]] = {}
-    for name, scored in (
-        (AFTER, [s for s in backtest([*old, *new]).scored if s.run_id in new_ids]),
-        (ALONE, backtest(new).scored),
-    ):
+    for name, runs in ((AFTER, [*old, *new]), (ALONE, list(new))):
+        # a moment names its run as the replay reports it (``run_labels``: the run_id,
+        # or namespace/…/run_id where two runs share one)
+        labels = run_labels(runs)
+        cross = {labels[run_key(r)] for r in new if identity(r) in older}
+        new_ids = {labels[run_key(r)] for r in new}
+        scored = [s for s in backtest(runs).scored if s.run_id in new_ids]
         out[name, BOTH] = [s for s in scored if s.run_id in cross]
         out[name, OTHERS] = [s for s in scored if s.run_id not in cross]
     return out

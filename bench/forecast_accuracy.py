@@ -102,10 +102,11 @@ from gpu_eta.forecaster.evaluate import (
     backtest,
     identity_key,
     replay_events,
+    run_labels,
 )
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.history_rows import PERCENT_UNIT
-from gpu_eta.forecaster.runs import Run, counts_steps, thinned
+from gpu_eta.forecaster.runs import Run, counts_steps, run_key, thinned
 from gpu_eta.forecaster.runs_csv import RunsCsvError, read_runs_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -533,7 +534,8 @@ def run_corpus(
         )
         scored.extend(result.scored)
         kinds.extend([corpus.kinds[i] if corpus.kinds else ""] * len(result.scored))
-        job = {run.run_id: job_of(run) for run in part}
+        labels = run_labels(part)  # how each scored moment names its run
+        job = {labels[run_key(run)]: job_of(run) for run in part}
         jobs.extend(job[s.run_id] for s in result.scored)
         refits += result.n_refits
     if progress is not None:

@@ -9,7 +9,8 @@ of training; rows of one run may be anywhere in the file and unevenly spaced.
 Any other column is a feature. The identity columns (``TEXT_COLUMNS``: ``namespace``,
 ``job_name``, ``node_type``, ``gpu_model``, ``framework``, ``image``, ...) are always
 text, the first non-empty value of the run; ``namespace``, ``pod`` and ``container``
-also fill the ``Run`` fields of those names. Any other column (``batch_size``,
+also fill the ``Run`` fields of those names and, with ``run_id``, are the run's key
+(``KEY_COLUMNS``, the service's ``RunKey``). Any other column (``batch_size``,
 ``gpus``, ``gpu_utilization_ratio``, ...) is a number when it parses as one (averaged
 over the run's rows: utilisation is a mean), else text. A run whose last epoch
 reaches ``epochs_planned`` (within ``PLAN_SLACK``) is completed; one that stops

@@ -47,3 +47,16 @@ def test_the_newer_runs_are_parted_by_whether_their_configuration_ran_before() -
     lines = cr.table(parts)
     assert len(lines) == 2 + 4 and lines[2].startswith(f"| {cr.AFTER} | {cr.BOTH} | ")
     assert cr.summary([]) == ["–"] * len(POINTS)
+
+
+def test_newer_runs_sharing_run_ids_with_older_ones_stay_apart() -> None:
+    """Two releases may number their runs alike; in the replay after the older runs,
+    the newer ones are named namespace/run_id (evaluate.run_labels), never dropped."""
+    from dataclasses import replace
+
+    old = [replace(r, namespace="v1") for r in _runs("a", 2.0, 1e9, 8, "")]
+    new = [replace(r, namespace="v2") for r in _runs("a", 1.0, 1e9 + 90 * DAY, 6, "")]
+    parts = cr.replays(old, new)
+    # another namespace: another configuration (cross_release.identity)
+    assert {s.run_id for s in parts[cr.AFTER, cr.OTHERS]} == {f"v2/a{i}" for i in range(6)}
+    assert {s.run_id for s in parts[cr.ALONE, cr.OTHERS]} == {f"a{i}" for i in range(6)}
