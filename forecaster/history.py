@@ -117,6 +117,10 @@ _IS_SEEDED = f"""{_SAME_SEEDED} AND pod = '' AND container = '' AND state != 'ru
 # Two starts of one run key this close are one start (re-read, rounded by a scrape):
 # a run finished as vanished that comes back with it is the same run (``record``).
 SAME_START_SECONDS = 1.0
+# A new run under a finished run's key may start this much before the finished run's
+# last epoch end and still follow it: the two report their times from different nodes'
+# clocks (a StatefulSet pod re-created on another node seconds after the run ended).
+NEW_ATTEMPT_SKEW_SECONDS = 60.0
 # A run held at a read whose seconds before were not covered (``record``'s
 # ``uncovered_since``) counts its absence from that read's time less this.
 HELD_OFFSET_SECONDS = 0.001
@@ -168,12 +172,13 @@ def new_attempt(
     """Whether an update with ``start`` is a new run under the key of a finished run
     (its start and epoch list as stored): None when it is that run (the same start
     within ``SAME_START_SECONDS``, or an earlier one: an older snapshot); True when it
-    starts at or after that run's last epoch end (it can only follow it); False when it
-    starts in between (a start that moved while the run was away: neither). Pure."""
+    starts at or after that run's last epoch end, less ``NEW_ATTEMPT_SKEW_SECONDS`` of
+    the nodes' clocks (it can only follow it); False when it starts well inside that
+    run (a start that moved while the run was away: neither). Pure."""
     if not start > stored_start + SAME_START_SECONDS:
         return None
     last_end = max((ts for _, ts in stored_times), default=stored_start)
-    return start >= last_end
+    return start >= last_end - NEW_ATTEMPT_SKEW_SECONDS
 
 
 class HistoryStore:

@@ -80,12 +80,16 @@ def test_the_finished_runs_own_series_change_nothing(store: HistoryStore) -> Non
         (100.0, None),  # the finished run itself
         (100.5, None),  # its start re-read, rounded
         (50.0, None),  # an older snapshot
-        (150.0, False),  # before its last epoch end: neither run
+        (150.0, False),  # well before its last epoch end: neither run
+        (239.0, False),  # more than a minute before it
+        (295.0, True),  # seconds before it: another node's clock (NEW_ATTEMPT_SKEW_SECONDS)
         (300.0, True),  # at its last epoch end
         (400.0, True),
     ],
 )
 def test_new_attempt(start: float, expected: bool | None) -> None:
+    """Which start is the finished run's, a new run's under its key, or neither; a new
+    run re-created on another node may start seconds "before" the last end it follows."""
     assert new_attempt(start, 100.0, ((0.0, 100.0), (1.0, 200.0), (2.0, 300.0))) is expected
 
 
