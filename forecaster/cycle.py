@@ -86,6 +86,9 @@ class Cycle:
         self._learned_version = -1  # store version the model has learned up to (fit or update)
         self._pending: tuple[Model, int, Sequence[Run], DurationsFit] | None = None
         self._learnt_runs: list[Run] = []  # the finished runs the model has seen, in order
+        # the store version after the latest revive: a model fitted on a history older
+        # than that learns nothing incrementally (``_fitted``)
+        self._relearn_from = 0
         # Persisted: after a restart (or in `once` mode) the next cycle reads only
         # since the previous one instead of the whole lookback (``_load_state``).
         self._stored_query: str | None = None  # the stored query time as read or written
@@ -200,6 +203,7 @@ class Cycle:
             self._finished_at.pop(key, None)
         if revived:  # the model learnt them as cancelled runs: refitted without them now
             self._last_fit = -math.inf
+            self._relearn_from = self.store.version
         self._stored_query = meta[LAST_QUERY_KEY]
         self._means_until = means_until  # with a full read, every run's means reach now
         if full:
@@ -572,7 +576,11 @@ class Cycle:
                 self._refit_job(history, version)
                 self._swap_refit()
         assert self.model is not None
-        if self.store.version != self._learned_version:
+        # a model fitted before the latest revive learnt runs that have since left the
+        # finished history: ``appended_since`` could not find where it left off and
+        # would hand every finished run again; the refit the revive forced learns them
+        fitted_before_revive = self._learned_version < self._relearn_from
+        if not fitted_before_revive and self.store.version != self._learned_version:
             self._learn_since_fit()
         return self.model
 

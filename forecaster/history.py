@@ -120,7 +120,9 @@ SAME_START_SECONDS = 1.0
 # A new run under a finished run's key may start this much before the finished run's
 # last epoch end and still follow it: the two report their times from different nodes'
 # clocks (a StatefulSet pod re-created on another node seconds after the run ended).
-NEW_ATTEMPT_SKEW_SECONDS = 60.0
+# Why not more: a start that moved further inside the finished run is more likely
+# that run's own start re-derived (an exporter restart) than another node's clock.
+NEW_ATTEMPT_SKEW_SECONDS = 10.0
 # A run held at a read whose seconds before were not covered (``record``'s
 # ``uncovered_since``) counts its absence from that read's time less this.
 HELD_OFFSET_SECONDS = 0.001

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -24,6 +25,7 @@ from tests.forecaster.test_cycle import (
     StandInModel,
     job,
     make_cycle,
+    merge,
 )
 
 
@@ -103,6 +105,55 @@ def test_a_run_finished_as_vanished_comes_back_running(store: HistoryStore) -> N
     assert store.count_finished() == 0 and store.finished() == []
     assert store.version > version
     assert StandInModel.fits[fits:] == [0]  # refitted at once, without the fake cancellation
+
+
+class _Learning(StandInModel):
+    """Records the run ids handed to each ``update``."""
+
+    handed: ClassVar[list[list[str]]] = []
+
+    def update(self, runs) -> None:
+        _Learning.handed.append([r.run_id for r in runs])
+
+
+def test_a_revived_run_makes_no_finished_run_learnt_twice(store: HistoryStore) -> None:
+    """The run revived was the last one the model learnt: until the refit it forces is
+    installed, nothing is handed incrementally (handing on from a run no longer in the
+    finished history handed every finished run a second time)."""
+    t = [NOW]
+    client = CannedClient(
+        merge(job("c1", 2, [(1, NOW - 50)], NOW - 100), job("a", 10, [(1, NOW - 10)], NOW - 100))
+    )
+    cycle = make_cycle(
+        client,
+        store,
+        clock=lambda: t[0],
+        vanish_grace_seconds=120,
+        background_refit=True,
+        refit_in_process=False,
+        refit_seconds=10**9,
+    )
+    cycle.model_factory = _Learning
+    cycle.run()
+    t[0] += 60  # c1 completes
+    client.answers = merge(
+        job("c1", 2, [(1, NOW - 50), (2, t[0] - 5)], NOW - 100),
+        job("a", 10, [(1, NOW - 10)], NOW - 100),
+    )
+    cycle.run()
+    client.answers = {}  # a vanishes past the grace: finished after c1, learnt last
+    for _ in range(3):
+        t[0] += 60
+        cycle.run()
+    assert [r.run_id for r in store.finished()] == ["c1", "a"]
+    _Learning.handed.clear()
+    t[0] += 60  # a is back with its start: revived
+    client.answers = job("a", 10, [(1, NOW - 10), (2, t[0] - 5)], NOW - 100)
+    cycle.run()
+    cycle.wait_for_refit()
+    cycle.run()
+    assert all(call.count("c1") <= 1 for call in _Learning.handed), _Learning.handed
+    assert [r.run_id for r in cycle._learnt_runs] == ["c1"]  # the refit, without a
 
 
 def test_a_run_back_with_another_start_is_not_revived(store: HistoryStore) -> None:

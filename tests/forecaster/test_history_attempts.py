@@ -81,7 +81,7 @@ def test_the_finished_runs_own_series_change_nothing(store: HistoryStore) -> Non
         (100.5, None),  # its start re-read, rounded
         (50.0, None),  # an older snapshot
         (150.0, False),  # well before its last epoch end: neither run
-        (239.0, False),  # more than a minute before it
+        (285.0, False),  # more than ten seconds before it
         (295.0, True),  # seconds before it: another node's clock (NEW_ATTEMPT_SKEW_SECONDS)
         (300.0, True),  # at its last epoch end
         (400.0, True),
