@@ -452,10 +452,14 @@ def _parse_tqdm_count(text: str) -> LogMatch | None:
 
 
 def _no_total(raw_desc: str | None, raw_n: str, postfix: str) -> LogMatch | None:
-    """A tqdm bar without a total: the run's steps with no plan (``fold``), or, with
-    an epoch in its description, that epoch begun. Why not the count with the
-    epoch: it counts the epoch's steps, and with no steps per epoch known no global
-    step can be made of it (read as the run's steps, every epoch would be a new run).
+    """A tqdm bar without a total: with an epoch in its description, that epoch begun;
+    else nothing. Why not the count with the epoch: it counts the epoch's steps, and
+    with no steps per epoch known no global step can be made of it. Why not a bar
+    without an epoch as the run's steps: nothing tells a training loop's bar from the
+    others a job draws without a total (evaluation over a stream, tokenizing,
+    downloads), and a loop that draws a fresh bar each epoch restarts at 0 — read as
+    steps, each would cut the run or start a new one, where reading nothing leaves
+    the run as it was.
     """
     desc = (raw_desc or "").strip()
     if desc.startswith(_SKIP_BARS):
@@ -473,7 +477,7 @@ def _no_total(raw_desc: str | None, raw_n: str, postfix: str) -> LogMatch | None
     if index is not None:  # Lightning's "Epoch 2": 0-based, so 2 epochs are done
         k = int(index[1])
         return LogMatch(kind="lightning", epoch_done=k, epoch_current=k + 1, metrics=metrics)
-    return LogMatch(kind="tqdm", bar=int(raw_n), metrics=metrics)
+    return None
 
 
 def _parse_braced(text: str) -> LogMatch | None:

@@ -167,16 +167,9 @@ def test_real_tqdm_bar_and_torch_epoch_bars():
 
 
 # tqdm's own drawing of a bar without a total (``tqdm.format_meter``, what it prints
-# for an iterable without ``len``): keyword arguments -> what the line is read as
+# for an iterable without ``len``) with an epoch in its description: keyword arguments
+# -> what the line is read as
 _NO_TOTAL = [
-    ({"n": 123, "elapsed": 10.0}, ("tqdm", 123, None, None, {})),
-    ({"n": 0, "elapsed": 0.0}, ("tqdm", 0, None, None, {})),  # "?it/s": no rate yet
-    ({"n": 1, "elapsed": 1.2}, ("tqdm", 1, None, None, {})),  # "1.20s/it"
-    (
-        {"n": 3, "elapsed": 0.5, "prefix": "Training", "postfix": "loss=0.25"},
-        ("tqdm", 3, None, None, {"loss": 0.25}),
-    ),
-    ({"n": 3, "elapsed": 3725.0, "unit": "batch"}, ("tqdm", 3, None, None, {})),  # 1:02:05
     ({"n": 5, "elapsed": 1.0, "prefix": "Epoch 2/3"}, ("tqdm", None, 1, 3, {})),
     (
         {"n": 7, "elapsed": 1.0, "prefix": "Epoch 4", "postfix": "train_loss=0.3"},
@@ -187,8 +180,8 @@ _NO_TOTAL = [
 
 @pytest.mark.parametrize(("kw", "expected"), _NO_TOTAL, ids=lambda v: str(v)[:40])
 def test_tqdm_bars_without_a_total(kw, expected):
-    """Read as the run's steps with no plan, or (an epoch in the description) as
-    that epoch begun: its count is the epoch's, no global step."""
+    """An epoch in the description: read as that epoch begun (its count is the
+    epoch's, no global step)."""
     line = tqdm.format_meter(total=None, **kw)
     m = parse_line(line)
     assert m is not None, line
@@ -207,10 +200,30 @@ def test_tqdm_bars_without_a_total(kw, expected):
         {"n": 3, "elapsed": 1.0, "unit": " examples", "prefix": "Generating train split"},
         {"n": 3000, "elapsed": 1.0, "unit_scale": True},  # "3.00kit": no whole count
         {"n": 5, "elapsed": 1.0, "prefix": "Epoch 4/3"},  # epoch beyond its total
+        {"n": 123, "elapsed": 10.0},  # no epoch: a training loop's, or any other bar
+        {"n": 0, "elapsed": 0.0},
+        {"n": 3, "elapsed": 0.5, "prefix": "Training", "postfix": "loss=0.25"},
+        {"n": 37, "elapsed": 2.0, "prefix": "Evaluating"},
+        {"n": 4500, "elapsed": 3.0, "prefix": "Tokenizing"},
+        {"n": 3, "elapsed": 3725.0, "unit": "batch"},
     ],
-    ids=["validation", "unit-with-space", "unit-scale", "epoch-beyond"],
+    ids=[
+        "validation",
+        "unit-with-space",
+        "unit-scale",
+        "epoch-beyond",
+        "bare",
+        "bare-0",
+        "training",
+        "evaluating",
+        "tokenizing",
+        "batch",
+    ],
 )
 def test_tqdm_bars_without_a_total_that_are_not_read(kw):
+    """Without an epoch in its description nothing tells a training loop's bar from the
+    others a job draws (evaluation over a stream, tokenizing, downloads), and a loop's
+    bar drawn afresh each epoch restarts at 0: read as steps, each would cut the run."""
     assert parse_line(tqdm.format_meter(total=None, **kw)) is None
 
 
@@ -238,10 +251,9 @@ def test_lightning_bar_over_a_stream_gives_its_epochs():
             progress, report, namespace="ns", pod="p", container="c", source="log", now=NOW + i
         )
         history.append(progress)
-    # Lightning's first screens, "Training: |   | 0/? [...]", are a bar of their own: step 0
-    first = next(i for i, p in enumerate(history) if p.epoch is not None)
-    assert first > 0 and {(p.epoch, p.step) for p in history[:first]} == {(None, 0)}
-    epochs = [p.epoch for p in history[first:]]
+    # Lightning's first screens, "Training: |   | 0/? [...]", have no epoch: not read
+    assert all(p.epoch is not None and p.step is None for p in history)
+    epochs = [p.epoch for p in history]
     assert sorted(set(epochs)) == [0, 1, 2] and epochs == sorted(epochs)
     assert len({p.run_id for p in history}) == 1
     last = history[-1]
@@ -258,8 +270,8 @@ _LIGHTNING_FORMAT = (
 @pytest.mark.parametrize(
     ("kw", "expected"),
     [
-        ({"elapsed": 0.0}, ("tqdm", 3, None)),
-        ({"elapsed": 1.0, "prefix": "Training", "postfix": "loss=0.5"}, ("tqdm", 3, None)),
+        ({"elapsed": 0.0}, None),
+        ({"elapsed": 1.0, "prefix": "Training", "postfix": "loss=0.5"}, None),
         ({"elapsed": 1.0, "prefix": "Epoch 2/4"}, ("tqdm", None, 1)),
         ({"elapsed": 1.0, "prefix": "Validation DataLoader 0"}, None),
     ],
@@ -274,22 +286,11 @@ def test_a_bar_format_bar_without_a_total(kw, expected):
     assert parse_line("x " + line.partition(": ")[2]) is None  # no "desc: " before its bar
 
 
-def test_a_tqdm_bar_without_a_total_that_restarts_is_a_new_run():
-    history = []
-    progress = None
-    for i, line in enumerate(
-        ["0it [00:00, ?it/s]", "24it [00:03, 8.00it/s]", "2it [00:00, 8.0it/s]"]
-    ):
-        match = parse_line(line)
-        assert match is not None
-        _, report = fold(LogState(), progress, match)
-        assert report is not None
-        progress = advance(
-            progress, report, namespace="ns", pod="p", container="c", source="log", now=NOW + i
-        )
-        history.append(progress)
-    assert [(p.step, p.steps) for p in history] == [(0, None), (24, None), (2, None)]
-    assert history[0].run_id == history[1].run_id != history[2].run_id
+def test_a_loop_drawing_a_bar_without_a_total_each_epoch_starts_no_run():
+    """``for epoch ...: for b in tqdm(loader)`` over a loader without a length: the bar
+    restarts at 0 each epoch. Read as steps, each epoch would be a run of its own."""
+    lines = ["0it [00:00, ?it/s]", "24it [00:03, 8.00it/s]", "0it [00:00, ?it/s]", "2it [00:00]"]
+    assert [parse_line(line) for line in lines] == [None] * len(lines)
 
 
 def test_lightning_tqdm_and_rich_bars():
