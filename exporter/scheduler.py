@@ -56,6 +56,7 @@ from gpu_eta.exporter.readings import (
     PodGpuRow,
     PodMeta,
     Progress,
+    pod_finished,
 )
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
@@ -367,10 +368,14 @@ class Scheduler:
         pod_gpus: tuple[PodGpuRow, ...] = ()
         unresolved: int | None = None
         if src.gpu is not None:
+            # a finished pod's allocations are dropped in attribution; from a pod list
+            # that may be stale its "finished" may be the old object of a pod re-created
+            # under the same name that now holds the GPU: then every allocation counts
+            holders = pods if _fresh(kube_watch, self._clock()) else _unfinished(pods)
             try:
-                pod_gpus = self._attribute(gpu, allocations, pods, containers)
+                pod_gpus = self._attribute(gpu, allocations, holders, containers)
                 if src.allocations is not None and self._trackers[n["gpu"]].has_data:
-                    unresolved = self._count_unresolved(gpu, allocations, pods)
+                    unresolved = self._count_unresolved(gpu, allocations, holders)
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
                 if msg != self._attribution_error:
@@ -520,6 +525,27 @@ def _counts(source: Counting | None) -> Mapping[str, int]:
     except Exception as err:
         log.debug("counts() failed: %s", err)
         return {}
+
+
+STALE_POD_LIST_SECONDS = 120.0
+"""A pod watch neither connected nor synced for this long may hold objects of pods
+deleted since (``_fresh``). Why not shorter: a watch reconnects now and then (server
+timeouts), and a list a minute old still knows which pods finished."""
+
+
+def _fresh(watch: tuple[bool, float | None] | None, now: float) -> bool:
+    """Whether a pod list's phases can be trusted to say which pods finished: always for
+    a source that is no watch (``watch`` None: the simulator, a fixed list); for a watch,
+    while it is connected or synced within ``STALE_POD_LIST_SECONDS``."""
+    if watch is None:
+        return True
+    connected, last_sync = watch
+    return connected or (last_sync is not None and now - last_sync <= STALE_POD_LIST_SECONDS)
+
+
+def _unfinished(pods: Sequence[PodMeta]) -> tuple[PodMeta, ...]:
+    """``pods`` without those in a terminal phase (``pod_finished``)."""
+    return tuple(p for p in pods if not pod_finished(p))
 
 
 def _watch_status(pods: PodSource | None) -> tuple[bool, float | None] | None:

@@ -513,3 +513,46 @@ def test_a_stored_progress_state_shows_whether_it_is_on_disk(tmp_path) -> None:
         store.close()
     bare = _scheduler(Sources(progress_store=ProgressStore()))[0].collect_once()
     assert bare.progress_persisted is None and bare.progress_journal_bytes is None
+
+
+class _Watch(Source):
+    """A pod source that is a watch: ``status()`` as ``KubePodSource`` gives it."""
+
+    def __init__(self, value, connected: bool, last_sync: float | None) -> None:
+        super().__init__(value)
+        self.connected, self.last_sync = connected, last_sync
+
+    def status(self):
+        class Status:
+            connected = self.connected
+            last_sync_timestamp = self.last_sync
+
+        return Status()
+
+
+@pytest.mark.parametrize(
+    ("connected", "last_sync", "held"),
+    [
+        (True, 0.0, False),  # a live watch: the pod finished, its allocation is no holder
+        (False, 1000.0 - 60, False),  # reconnecting, synced a minute ago: still trusted
+        (False, 1000.0 - 600, True),  # down ten minutes: "finished" may be an old object
+        (False, None, True),
+    ],
+)
+def test_a_finished_pod_in_a_stale_pod_list_does_not_hide_its_names_holder(
+    connected: bool, last_sync: float | None, held: bool
+) -> None:
+    """The pod list says ``ns/train`` succeeded, but the watch may have missed its
+    deletion and the re-creation of a pod under its name, which the kubelet runs on the
+    GPU: from a stale list the allocation counts (a row), never silently dropped."""
+    old = PodMeta("ns", "train", "uid-old", phase="Succeeded")
+    sched, _ = _scheduler(
+        Sources(
+            gpu=Source(GPU),
+            allocations=Source((Allocation("ns", "train", "c", "nvidia.com/gpu", "GPU-a"),)),
+            pods=_Watch((old,), connected, last_sync),
+        ),
+        clock=lambda: 1000.0,
+    )
+    snap = sched.collect_once()
+    assert [(r.pod, r.allocated) for r in snap.pod_gpus] == ([("train", True)] if held else [])
