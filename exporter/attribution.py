@@ -379,8 +379,14 @@ def attribute(
             memory = (
                 mem if isinstance(mem, int) and not isinstance(mem, bool) and mem >= 0 else None
             )
-        elif key in devices.readings and _finite(devices.readings[key].utilization_ratio) == 0.0:
-            # a shared device at 0 %: whatever the split, every holder's share is 0
+        elif (
+            key in devices.readings
+            and devices.readings[key].gpu_instance_id is None
+            and _finite(devices.readings[key].utilization_ratio) == 0.0
+        ):
+            # a shared whole GPU at 0 %: whatever the split, every holder's share is 0
+            # (not a MIG instance: NVML measures none, a 0 there would be a driver's
+            # stand-in, not a measurement)
             utilization = 0.0
             memory = 0 if devices.readings[key].memory_used_bytes == 0 else None
         else:

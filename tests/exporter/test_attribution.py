@@ -429,8 +429,11 @@ def test_no_process_data_a_shared_device_at_zero_makes_every_sharer_idle() -> No
     assert _use(attribute(gpu, allocs, pods, None))[1:] == [("b", 0.0, 0), ("c", 0.0, 0)]
 
 
-def test_no_process_data_shared_mig_instance_without_utilisation_stays_unknown() -> None:
-    mig = dev(1, U1, util=None, mem=0, gpu_instance_id=7, mig_uuid=MIG1)
+@pytest.mark.parametrize("util", [None, 0.0])
+def test_no_process_data_shared_mig_instance_stays_unknown(util: float | None) -> None:
+    """NVML measures no MIG instance's utilisation: a 0 there (a driver's stand-in for
+    "not supported") says nothing of its sharers."""
+    mig = dev(1, U1, util=util, mem=0, gpu_instance_id=7, mig_uuid=MIG1)
     allocs = [
         Allocation("ml", "b", "main", "nvidia.com/mig-1g.10gb", MIG1),
         Allocation("ml", "c", "main", "nvidia.com/mig-1g.10gb", MIG1),
