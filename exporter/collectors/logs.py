@@ -75,6 +75,7 @@ from typing import Any
 
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.logformats import (
+    _ANSI,
     MARKER,
     LogState,
     fold,
@@ -98,6 +99,9 @@ _BAR_BYTES = "━".encode()
 # every line with a "/", it cost the collector a sixth of its throughput
 # (``bench/log_parse.py``)
 _RATE_BYTES = re.compile(rb"/s(?:\]|, )|\ds/")
+# what ``logformats.visible`` removes, over bytes: parse_line reads a line with its
+# colours removed, so a bar that ends in a reset ("...45.0it/s]\x1b[0m") is a bar
+_ANSI_BYTES = re.compile(_ANSI.pattern.encode())
 # tqdm draws a bar at position n > 0 as "\n" * n, "\r<bar>", then this n times
 _CURSOR_UP = "\x1b[A"
 _LOG_NAME = re.compile(r"(\d{1,9})\.log(\.\d{8}-\d{6})?\Z")
@@ -168,6 +172,22 @@ def parse_docker_json(raw: bytes) -> list[bytes] | None:
         tag,
         message.encode("utf-8", "replace"),
     ]
+
+
+def _shown_rate_at_bar_end(message: bytes) -> bool:
+    """Whether a line with an escape, a backspace or a NUL may be a tqdm bar without a
+    total as parse_line sees it: its visible text ends with the bar's "]" and holds
+    a rate.
+
+    Why: parse_line reads a line after ``visible`` has removed its ANSI escapes and
+    control bytes (``visible`` changes only a line with one of those three), so a
+    coloured bar (a logger or terminal wrapper that ends it with a reset,
+    ``\x1b[0m``, or colours its rate) is read; judged on its raw bytes the fast path
+    dropped it. Only such lines come here: the others' bytes are what parse_line
+    sees, and the fast path tests them as they are.
+    """
+    shown = _ANSI_BYTES.sub(b"", message).rstrip()
+    return shown.endswith(b"]") and _RATE_BYTES.search(shown) is not None
 
 
 def parse_cri_timestamp(text: str) -> float | None:
@@ -615,6 +635,11 @@ class LogProgressCollector:
                         or (
                             message.rstrip().endswith(b"]")
                             and _RATE_BYTES.search(message) is not None
+                        )
+                        or (
+                            # ints: a byte's memchr, several times cheaper than b"\x1b"
+                            (0x1B in message or 0x08 in message or 0x00 in message)
+                            and _shown_rate_at_bar_end(message)
                         )
                     )
                 )

@@ -856,6 +856,27 @@ def test_a_whole_line_bar_without_a_total_is_not_taken_for_an_ordinary_line(root
     assert (p.epoch, p.epochs, p.step) == (3, None, None)  # Lightning's index: 3 done
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"\x1b[32mepoch 2/3: 450it [00:10, 45.0it/s, loss=0.2]\x1b[0m",  # a reset at its end
+        b"\x1b[32mepoch 2/3: 450it [00:10, 45.0it/s, loss=0.2]\x1b[0m \x1b[K",
+        b"epoch 2/3: 450it [00:10, \x1b[1m45.0it/s\x1b[0m]",  # a coloured rate
+        b"epoch 2/3: 450it [00:10, 45.0it/s, loss=0.2]\x08\x08",  # backspaces after it
+    ],
+)
+def test_a_coloured_bar_without_a_total_is_read_as_parse_line_reads_it(root, line) -> None:
+    """parse_line reads a line's visible text (colours and backspaces removed): the
+    fast path, which tests raw bytes, must not count such a bar ``ignored`` (its rate
+    behind an escape, or the bar's "]" before a reset, once was)."""
+    (logdir(root) / "0.log").write_bytes(record(T0, b"F", line))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs, p.metrics.get("loss", 0.2)) == (1, 3, 0.2)
+    assert col.counts()["ignored"] == 0
+
+
 def test_a_nested_bar_below_the_training_bar_starts_no_run(root) -> None:
     """Real tqdm output: an evaluation bar drawn below the training bar (position 1,
     ``leave=False``, as HF Trainer's) ends with a cursor-up. Read as the run's bar, it
