@@ -122,6 +122,12 @@ _DOCKER_ID = re.compile(r"[0-9a-f]{64}\Z")
 _DOCKER_STREAMS = frozenset({"stdout", "stderr"})
 _DOCKER_TIME_CHARS = 64  # "2026-11-21T06:00:00.123456789+00:00" and room to spare
 DOCKER_ROOT = "/var/lib/docker/containers"
+# a json-file record as Docker's encoder writes it (compact; with spaces as other
+# encoders do), from the end of its "log" value, for ``docker_plain``
+_DOCKER_REST = re.compile(
+    rb'", ?"stream": ?"(stdout|stderr)", ?"time": ?"([ !#-\[\]-~]{0,%d})"\}' % _DOCKER_TIME_CHARS
+)
+_CONTROL_BYTES = bytes(range(0x20))
 
 
 def docker_link_id(target: str, root: str) -> str | None:
@@ -188,6 +194,46 @@ def _shown_rate_at_bar_end(message: bytes) -> bool:
     """
     shown = _ANSI_BYTES.sub(b"", message).rstrip()
     return shown.endswith(b"]") and _RATE_BYTES.search(shown) is not None
+
+
+def docker_plain(raw: bytes) -> list[bytes] | None:
+    """A json-file line whose ``log`` is a whole line that needs no decoding for the
+    fast path's byte tests → its CRI record (timestamp, stream, ``F``, the ``log``
+    value as written, without its final ``\\n``); None for any other line.
+
+    Why: json.loads of every line halved the collector's throughput on cri-dockerd
+    nodes, and most lines are ignored by the fast path. Its tests look for signs
+    ("/", "|", "Epoch", "[=", a rate before "]", the marker, ...) none of which holds
+    a quote or a backslash, and for escapes, backspaces and NULs, so they give the
+    same answer on the value as written as on the decoded one, provided its only
+    escapes are ``\\"`` and ``\\\\`` (each stands for a character in no sign; any
+    other escape, ``\\u001b``, ``\\u003e``, ``\\t``, could hide one). Only a line that
+    is certainly such a record is answered (ASCII, no raw control byte, no unescaped
+    quote, the fields in Docker's order): what json.loads would refuse (``malformed``)
+    or read otherwise gets None and is decoded. The caller decodes any line the fast
+    path does not ignore.
+    """
+    if raw.startswith(b'{"log":"'):
+        start = 8
+    elif raw.startswith(b'{"log": "'):
+        start = 9
+    else:
+        return None
+    end = raw.find(b'\\n"', start)  # the first \n before an unescaped quote
+    if end < 0:
+        return None
+    rest = _DOCKER_REST.fullmatch(raw, end + 2)
+    if rest is None:
+        return None
+    body = raw[start:end]
+    if not body.isascii() or len(body.translate(None, _CONTROL_BYTES)) != len(body):
+        return None
+    if 0x5C in body:  # escapes: only \" and \\, read left to right as JSON does
+        if 0x22 in body.replace(b"\\\\", b"").replace(b'\\"', b"").replace(b"\\", b'"'):
+            return None
+    elif 0x22 in body:
+        return None
+    return [rest[2], rest[1], b"F", body]
 
 
 def parse_cri_timestamp(text: str) -> float | None:
@@ -604,10 +650,17 @@ class LogProgressCollector:
                 counts["oversize"] += 1
                 continue
             if docker:
-                record = parse_docker_json(raw)
+                # a plain record (most lines) is tested as written; decoded only when
+                # the fast path does not ignore it
+                record = docker_plain(raw)
                 if record is None:
-                    counts["malformed"] += 1
-                    continue
+                    record = parse_docker_json(raw)
+                    if record is None:
+                        counts["malformed"] += 1
+                        continue
+                    plain = False
+                else:
+                    plain = True
                 parts = record
             else:
                 parts = raw.split(b" ", 3)
@@ -650,6 +703,12 @@ class LogProgressCollector:
             ):
                 ignored += 1
                 continue
+            if docker and plain:
+                record = parse_docker_json(raw)
+                if record is None:  # never: docker_plain answers only for records
+                    counts["malformed"] += 1
+                    continue
+                parts = record
             try:
                 line(key, follower, parts)
             except Exception as err:  # one bad record never costs the others
