@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_eta.exporter.readings import (
@@ -204,21 +204,32 @@ def _resolve(device_id: str, devices: _Devices) -> _Key:
     return key
 
 
-def _finished(pods: Sequence[PodMeta]) -> set[tuple[str, str]]:
-    """(namespace, name) of the pods known to be finished (``pod_finished``).
+def _finished(
+    pods: Sequence[PodMeta], outside: Collection[tuple[str, str, str]] = ()
+) -> set[tuple[str, str]]:
+    """(namespace, name) of the pods known to be finished (``pod_finished``), in
+    ``pods`` or among ``outside``: (namespace, name, uid) of finished pods a capped
+    pod cache does not hold (``KubePodSource.finished_outside``).
 
     The kubelet's pod-resources ``List`` keeps reporting a pod in a terminal phase
     until the pod is deleted (kubernetes#119423, #132020), although its devices
     have been handed to another pod. Allocations carry no pod uid, so a name that a
     live pod also has (a name reused while the old object lingers) is not finished.
-    Pods absent from ``pods`` (the pod list is unknown or lags) are not finished.
+    Pods absent from ``pods`` and ``outside`` (the pod list is unknown or lags) are
+    not finished. A pod that ``pods`` holds (by uid) is judged by ``pods`` alone.
     """
     done = {(p.namespace, p.name) for p in pods if pod_finished(p)}
+    if outside:
+        held = {p.uid for p in pods}
+        done.update((ns, name) for ns, name, uid in outside if uid not in held)
     return done - {(p.namespace, p.name) for p in pods if not pod_finished(p)}
 
 
 def unresolved_allocations(
-    gpu: GpuPoll, allocations: Sequence[Allocation], pods: Sequence[PodMeta] = ()
+    gpu: GpuPoll,
+    allocations: Sequence[Allocation],
+    pods: Sequence[PodMeta] = (),
+    finished_outside: Collection[tuple[str, str, str]] = (),
 ) -> tuple[tuple[Allocation, str], ...]:
     """Allocations ``attribute`` leaves out, each with the reason (for logs/counters).
 
@@ -226,7 +237,7 @@ def unresolved_allocations(
     (their device belongs to someone else now), they are not a device it cannot name.
     """
     devices = _devices(gpu)
-    finished = _finished(pods)
+    finished = _finished(pods, finished_outside)
     out: list[tuple[Allocation, str]] = []
     for alloc in allocations:
         if (alloc.namespace, alloc.pod) in finished:
@@ -278,13 +289,16 @@ def attribute(
     allocations: Sequence[Allocation],
     pods: Sequence[PodMeta],
     containers: Mapping[int, ContainerRef] | None,
+    finished_outside: Collection[tuple[str, str, str]] = (),
 ) -> tuple[PodGpuRow, ...]:
     """Per (device, container) rows from allocations and process samples.
 
     - Allocations of pods that ``pods`` shows finished (phase Succeeded/Failed) are
       dropped: the kubelet may still list them, but the device is no longer theirs
       and counting them would make the real holder look shared. While ``pods`` does
-      not know the pod (an empty or lagging pod list) its allocations count.
+      not know the pod (an empty or lagging pod list) its allocations count, unless
+      ``finished_outside`` names it: (namespace, name, uid) of finished pods a capped
+      pod cache let go (``KubePodSource.finished_outside``), dropped alike.
     - Allocations are resolved through ``parse_device_id``; several time-slicing
       replicas of one GPU held by one container give one row; ids matching no
       device are left out (see ``unresolved_allocations``).
@@ -321,7 +335,7 @@ def attribute(
             if cid:
                 owner_of.setdefault(cid, (pod, cname))
 
-    finished = _finished(pods)
+    finished = _finished(pods, finished_outside)
     rows: dict[tuple[_Key, str, str, str], _Acc] = {}
     allocated_names: dict[tuple[_Key, str, str], set[str]] = {}
     for alloc in allocations:

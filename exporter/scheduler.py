@@ -109,7 +109,13 @@ _Step = tuple["_Tracker", Callable[[], Any], Any]
 
 # containers None: no process data at all (cgroup collector off or never read)
 Attribute = Callable[
-    [GpuPoll, Sequence[Allocation], Sequence[PodMeta], Mapping[int, ContainerRef] | None],
+    [
+        GpuPoll,
+        Sequence[Allocation],
+        Sequence[PodMeta],
+        Mapping[int, ContainerRef] | None,
+        Sequence[tuple[str, str, str]],
+    ],
     tuple[PodGpuRow, ...],
 ]
 
@@ -371,11 +377,15 @@ class Scheduler:
             # a finished pod's allocations are dropped in attribution; from a pod list
             # that may be stale its "finished" may be the old object of a pod re-created
             # under the same name that now holds the GPU: then every allocation counts
-            holders = pods if _fresh(kube_watch, self._clock()) else _unfinished(pods)
+            # (so do finished pods a full cache let go: the same rule)
+            if _fresh(kube_watch, self._clock()):
+                holders, outside = pods, _finished_outside(src.pods) if kube_known else ()
+            else:
+                holders, outside = _unfinished(pods), ()
             try:
-                pod_gpus = self._attribute(gpu, allocations, holders, containers)
+                pod_gpus = self._attribute(gpu, allocations, holders, containers, outside)
                 if src.allocations is not None and self._trackers[n["gpu"]].has_data:
-                    unresolved = self._count_unresolved(gpu, allocations, holders)
+                    unresolved = self._count_unresolved(gpu, allocations, holders, outside)
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
                 if msg != self._attribution_error:
@@ -409,7 +419,11 @@ class Scheduler:
         )
 
     def _count_unresolved(
-        self, gpu: GpuPoll, allocations: Sequence[Allocation], pods: Sequence[PodMeta]
+        self,
+        gpu: GpuPoll,
+        allocations: Sequence[Allocation],
+        pods: Sequence[PodMeta],
+        finished_outside: Sequence[tuple[str, str, str]] = (),
     ) -> int:
         """How many allocations name no device here; a warning for each new (device
         id, reason), not every cycle: the count is in the metric every scrape.
@@ -418,7 +432,7 @@ class Scheduler:
         a GPU the exporter cannot name (an id form it does not know, a device NVML
         does not list) would silently look like no holder at all.
         """
-        found = unresolved_allocations(gpu, allocations, pods)
+        found = unresolved_allocations(gpu, allocations, pods, finished_outside)
         now = {(alloc.device_id, reason) for alloc, reason in found}
         for alloc, reason in found:
             key = (alloc.device_id, reason)
@@ -546,6 +560,21 @@ def _fresh(watch: tuple[bool, float | None] | None, now: float) -> bool:
 def _unfinished(pods: Sequence[PodMeta]) -> tuple[PodMeta, ...]:
     """``pods`` without those in a terminal phase (``pod_finished``)."""
     return tuple(p for p in pods if not pod_finished(p))
+
+
+def _finished_outside(pods: PodSource | None) -> tuple[tuple[str, str, str], ...]:
+    """(namespace, name, uid) of finished pods a capped pod cache let go
+    (``KubePodSource.finished_outside``), for attribution to drop their allocations
+    as it drops those of finished pods it holds; () for a source without such a
+    record or one that cannot be read (it never fails the cycle)."""
+    read = getattr(pods, "finished_outside", None)
+    if pods is None or not callable(read):
+        return ()
+    try:
+        return tuple(read())
+    except Exception as err:
+        log.debug("kube finished_outside() failed: %s", err)
+        return ()
 
 
 def _watch_status(pods: PodSource | None) -> tuple[bool, float | None] | None:

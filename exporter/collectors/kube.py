@@ -67,6 +67,9 @@ DEADLINE_ANNOTATION = "gpu-eta.io/deadline"
 # 253 + "/" + 63; annotations may be large (last-applied-configuration), so only
 # short ones are kept.
 MAX_PODS = DEFAULT_KUBE_MAX_PODS  # --kube.max-pods; finished pods give way first
+# finished pods kept out of a full cache, remembered (namespace, name, uid) so that
+# attribution still drops the allocations the kubelet lists for them; the latest ones
+MAX_FINISHED_OUTSIDE = 4096
 MAX_LABELS = 64
 MAX_ANNOTATIONS = 64
 MAX_LABEL_KEY_CHARS = 317
@@ -362,6 +365,9 @@ class KubePodSource:
         self._thread: threading.Thread | None = None
         self._api: Any = None
         self._objects: dict[str, PodMeta] = {}
+        # uid -> (namespace, name, uid) of finished pods the cap keeps out, oldest first
+        self._outside: dict[str, tuple[str, str, str]] = {}
+        self._outside_view: tuple[tuple[str, str, str], ...] = ()
         self._ips: dict[str, tuple[str, ...]] = {}
         self._snapshot: tuple[PodMeta, ...] = ()
         self._by_ip: dict[str, PodMeta] = {}
@@ -412,6 +418,21 @@ class KubePodSource:
         """The non-terminated, non-hostNetwork pod with this IP (progress senders)."""
         with self._lock:
             return self._by_ip.get(ip)
+
+    def finished_outside(self) -> tuple[tuple[str, str, str], ...]:
+        """(namespace, name, uid) of finished pods of this node the cache does not hold
+        (evicted from it or refused at ``--kube.max-pods``; the latest
+        ``MAX_FINISHED_OUTSIDE``). Never blocks on the API.
+
+        Why: the kubelet keeps listing a finished pod's allocations until the pod is
+        deleted, and attribution drops them only for pods it knows finished; a pod
+        unknown to it counts as live. Without this, a full cache made each finished
+        pod it let go a phantom holder of the GPU its successor uses. A pod leaves
+        the record when it is deleted (its event, or its absence from a relist) or
+        enters the cache.
+        """
+        with self._lock:
+            return self._outside_view
 
     def status(self) -> KubeStatus:
         with self._lock:
@@ -469,6 +490,15 @@ class KubePodSource:
                 by_ip[ip] = pod
         self._snapshot = tuple(pods)
         self._by_ip = by_ip
+        self._outside_view = tuple(self._outside.values())
+
+    def _keep_outside(self, meta: PodMeta) -> None:
+        """Remember a finished pod the cache does not hold (lock held); the oldest
+        record gives way beyond ``MAX_FINISHED_OUTSIDE``."""
+        self._outside.pop(meta.uid, None)
+        self._outside[meta.uid] = (meta.namespace, meta.name, meta.uid)
+        while len(self._outside) > MAX_FINISHED_OUTSIDE:
+            del self._outside[next(iter(self._outside))]
 
     def _replace(self, items: list[Any]) -> None:
         parsed: list[tuple[PodMeta, Any]] = []
@@ -488,14 +518,21 @@ class KubePodSource:
         objects: dict[str, PodMeta] = {}
         ips: dict[str, tuple[str, ...]] = {}
         jobs: set[JobKey] = set()
-        for meta, obj in (live + done)[: self.max_pods]:
+        kept = (live + done)[: self.max_pods]
+        for meta, obj in kept:
             meta = self._with_job_deadline(meta, obj, jobs)
             objects[meta.uid] = meta
             ips[meta.uid] = _pod_ips(obj)
+        # the list names every pod there is: the finished ones left out are the record
+        # (those recorded before and now absent were deleted)
+        outside = {
+            meta.uid: (meta.namespace, meta.name, meta.uid)
+            for meta, _ in done[max(0, len(kept) - len(live)) :][-MAX_FINISHED_OUTSIDE:]
+        }
         # a relist is the one moment every Job still referenced is known
         self._jobs = {key: value for key, value in self._jobs.items() if key in jobs}
         with self._lock:
-            self._objects, self._ips = objects, ips
+            self._objects, self._ips, self._outside = objects, ips, outside
             self._listed = True
             self._last_sync = time.time()
             self._rebuild()
@@ -512,9 +549,13 @@ class KubePodSource:
             if kind == "DELETED":
                 self._objects.pop(meta.uid, None)
                 self._ips.pop(meta.uid, None)
+                self._outside.pop(meta.uid, None)
             else:
                 if meta.uid not in self._objects and not self._make_room(meta):
+                    # only the record of finished pods left out changed, not the cache
+                    self._outside_view = tuple(self._outside.values())
                     return
+                self._outside.pop(meta.uid, None)
                 self._objects[meta.uid] = meta
                 self._ips[meta.uid] = _pod_ips(obj)
             self._last_sync = time.time()
@@ -610,18 +651,21 @@ class KubePodSource:
         finished pod: finished pods (Job pods without a TTL) are what piles up on
         a batch node, and a running pod left out would get no metadata, no
         attribution and no progress reports. A finished pod never displaces one.
+        A finished pod left out (evicted or refused) is recorded
+        (``finished_outside``): attribution must still know it finished.
         """
         if len(self._objects) < self.max_pods:
             return True
         if not pod_finished(meta):
             victim = next((uid for uid, m in self._objects.items() if pod_finished(m)), None)
             if victim is not None:
-                del self._objects[victim]
+                self._keep_outside(self._objects.pop(victim))
                 self._ips.pop(victim, None)
                 self._warn_finished()
                 return True
             self._warn_full()
         else:
+            self._keep_outside(meta)
             self._warn_finished()
         return False
 

@@ -498,6 +498,29 @@ def test_finished_pods_listed_by_the_kubelet_hold_no_device(phase: str) -> None:
     )
 
 
+def test_finished_pods_a_full_cache_let_go_hold_no_device() -> None:
+    """``finished_outside`` names finished pods a capped pod cache does not hold: their
+    allocations are dropped as those of finished pods it holds; a pod the list holds
+    (by uid) or a live pod of the same name is judged by the list."""
+    gpu, allocs, pods = _finished_and_new_holder()
+    old, new = pods
+    outside = [(old.namespace, old.name, old.uid)]
+    assert _use(attribute(gpu, allocs, [new], None, outside)) == [("new-train", 0.9, 30 * GIB)]
+    assert unresolved_allocations(GpuPoll(devices=()), allocs, [new], outside) == (
+        (allocs[1], f"device id {U0!r} matches no device on this node"),
+    )
+    reused = PodMeta("ml", "old-job", "00000000-0000-4000-8000-000000000010")
+    assert [r.pod for r in attribute(gpu, allocs, [new, reused], None, outside)] == [
+        "new-train",
+        "old-job",
+    ]
+    running = PodMeta("ml", "old-job", old.uid)  # the list holds it, running
+    assert [r.pod for r in attribute(gpu, allocs, [new, running], None, outside)] == [
+        "new-train",
+        "old-job",
+    ]
+
+
 def test_allocations_of_pods_not_known_finished_still_count() -> None:
     gpu, allocs, pods = _finished_and_new_holder()
     # the pod list is unknown: nobody is known to be finished

@@ -556,3 +556,46 @@ def test_a_finished_pod_in_a_stale_pod_list_does_not_hide_its_names_holder(
     )
     snap = sched.collect_once()
     assert [(r.pod, r.allocated) for r in snap.pod_gpus] == ([("train", True)] if held else [])
+
+
+class _CappedWatch(_Watch):
+    """A watch whose full cache let a finished pod go (``finished_outside``)."""
+
+    def __init__(self, value, connected: bool, last_sync: float | None, outside) -> None:
+        super().__init__(value, connected, last_sync)
+        self.outside = outside
+
+    def finished_outside(self):
+        return self.outside
+
+
+@pytest.mark.parametrize(
+    ("connected", "last_sync", "rows"),
+    [
+        (True, 0.0, [("new", 0.5)]),  # the finished pod a full cache let go holds nothing
+        (False, 1000.0 - 60, [("new", 0.5)]),
+        (False, 1000.0 - 600, [("new", None), ("old", None)]),  # stale: the same rule
+    ],
+)
+def test_a_finished_pod_a_full_pod_cache_let_go_holds_no_gpu_while_the_watch_is_fresh(
+    connected: bool, last_sync: float | None, rows
+) -> None:
+    """The kubelet still lists ``ns/old`` (finished, let go by the capped cache): from
+    a fresh watch its allocation is dropped and ``ns/new`` holds the GPU alone; from a
+    stale one "finished" may be an old object of a re-created pod, so it counts."""
+    new = PodMeta("ns", "new", "uid-new")
+    sched, _ = _scheduler(
+        Sources(
+            gpu=Source(GPU),
+            allocations=Source(
+                (
+                    Allocation("ns", "old", "c", "nvidia.com/gpu", "GPU-a"),
+                    Allocation("ns", "new", "c", "nvidia.com/gpu", "GPU-a"),
+                )
+            ),
+            pods=_CappedWatch((new,), connected, last_sync, (("ns", "old", "uid-old"),)),
+        ),
+        clock=lambda: 1000.0,
+    )
+    snap = sched.collect_once()
+    assert [(r.pod, r.utilization_ratio) for r in snap.pod_gpus] == rows

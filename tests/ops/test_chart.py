@@ -391,3 +391,13 @@ def test_documented_helm_install_renders_the_site() -> None:
     }
     kinds = {o["kind"] for o in objects}
     assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+
+
+def test_kube_max_pods_reaches_the_exporter() -> None:
+    """``exporter.kubeMaxPods``: passed as ``--kube.max-pods`` when it is not the
+    exporter's default (so the default render stays the kustomize one)."""
+    for value, expected in ((5000, ["--kube.max-pods=5000"]), (1000, [])):
+        objects = k8s.helm_template({"exporter": {"kubeMaxPods": value}})
+        (container,) = pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))["containers"]
+        assert [a for a in container["args"] if a.startswith("--kube.max-pods")] == expected
+        container_args.check(objects)

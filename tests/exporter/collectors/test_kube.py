@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpu_eta.exporter.attribution import attribute
 from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors import kube as kube_module
 from gpu_eta.exporter.collectors.kube import (
     KubePodSource,
     PodObjectError,
@@ -28,12 +30,14 @@ from gpu_eta.exporter.config import config_from_mapping
 from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.progress import Report
 from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import Allocation, DeviceReading, GpuPoll
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from tests.support.kubeapi import FakeKubeAPI, make_job, make_pod
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kube"
 NODE = "node-a"
+U0 = "GPU-11111111-2222-3333-4444-555555555555"
 
 
 def uid(n: int) -> str:
@@ -441,6 +445,58 @@ def test_finished_pods_give_way_to_running_ones_at_the_cap(
     api.add_pod(make_pod("done9", uid=uid(12), phase="Succeeded", ip=None))
     time.sleep(0.5)
     assert sorted(names(src)) == ["early", "train", "train2"]
+
+
+def _outside(src: KubePodSource) -> list[str]:
+    return [name for _, name, _ in src.finished_outside()]
+
+
+def test_finished_pods_the_cap_lets_go_are_remembered(monkeypatch) -> None:
+    """The kubelet keeps listing a finished pod's allocations until the pod is deleted:
+    a finished pod evicted from (or refused by) a full cache is remembered, so that
+    attribution still knows it finished, until it is deleted or enters the cache."""
+    src = KubePodSource(NODE, api_url="http://127.0.0.1:9", max_pods=2)  # not started
+    done0 = make_pod("done0", uid=uid(0), phase="Succeeded", ip=None)
+    done1 = make_pod("done1", uid=uid(1), phase="Failed", ip=None)
+    run = make_pod("run", uid=uid(2))
+    src._replace([done0, done1, run])
+    assert sorted(names(src)) == ["done0", "run"] and _outside(src) == ["done1"]
+    src._apply("ADDED", make_pod("new", uid=uid(3)))  # evicts done0
+    assert sorted(names(src)) == ["new", "run"] and _outside(src) == ["done1", "done0"]
+    src._apply("ADDED", make_pod("done9", uid=uid(9), phase="Succeeded", ip=None))  # refused
+    assert _outside(src) == ["done1", "done0", "done9"]
+    assert src.finished_outside()[0] == ("default", "done1", uid(1))
+    src._apply("DELETED", done1)
+    assert _outside(src) == ["done0", "done9"]
+    src._apply("DELETED", make_pod("run", uid=uid(2)))
+    src._apply("MODIFIED", done0)  # room again: back in the cache, out of the record
+    assert sorted(names(src)) == ["done0", "new"] and _outside(src) == ["done9"]
+    # a relist names every pod: those absent were deleted
+    src._replace([done0, make_pod("new", uid=uid(3)), make_pod("x", uid=uid(4))])
+    assert _outside(src) == ["done0"]
+    # bounded: the latest ones
+    monkeypatch.setattr(kube_module, "MAX_FINISHED_OUTSIDE", 3)
+    for n in range(10, 15):
+        src._apply("ADDED", make_pod(f"d{n}", uid=uid(n), phase="Succeeded", ip=None))
+    assert _outside(src) == ["d12", "d13", "d14"]
+
+
+def test_a_finished_pod_the_cap_evicted_is_no_phantom_holder() -> None:
+    """At --kube.max-pods a running pod takes the slot of the finished pod whose stale
+    allocation the kubelet still lists (kubernetes#119423): attribution must still
+    drop that allocation, so the running pod is the GPU's sole holder, not a sharer."""
+    src = KubePodSource(NODE, api_url="http://127.0.0.1:9", max_pods=2)
+    src._replace(
+        [make_pod("old-job", uid=uid(0), phase="Succeeded", ip=None), make_pod("other", uid=uid(1))]
+    )
+    src._apply("ADDED", make_pod("new-train", uid=uid(2)))
+    gpu = GpuPoll(devices=(DeviceReading(0, U0, "A100", 0.9, 30 << 30, 80 << 30),))
+    allocs = [
+        Allocation("default", "old-job", "main", "nvidia.com/gpu", U0),
+        Allocation("default", "new-train", "main", "nvidia.com/gpu", U0),
+    ]
+    rows = attribute(gpu, allocs, src.poll(), None, src.finished_outside())
+    assert [(r.pod, r.utilization_ratio) for r in rows] == [("new-train", 0.9)]
 
 
 # --- property: any JSON-shaped object is a PodMeta or a PodObjectError -----------------
