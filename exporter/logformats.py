@@ -22,11 +22,11 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N
-- tqdm without a total (an iterable without ``len``): ``450it [00:10, 45.0it/s]``
-  and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |   | 450/?
-  [00:10<00:00, 45.0it/s]``, read as steps with no planned total; with ``Epoch 3/10``
-  or Lightning's ``Epoch 2`` as its description, as that epoch begun (its count is of
-  the epoch)
+- tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
+  45.0it/s]`` and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |
+  | 450/? [00:10<00:00, 45.0it/s]``: with ``Epoch 3/10`` or Lightning's ``Epoch 2`` as
+  its description, that epoch begun (its count is of the epoch); without an epoch in
+  its description, not read (``_no_total``)
 - PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
   index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored
@@ -113,7 +113,7 @@ class LogMatch:
     epoch_current: int | None = None  # 1-based epoch in progress (Keras header, tqdm desc)
     epochs: int | None = None
     bar: int | None = None  # position in a step bar
-    bar_total: int | None = None  # None with a bar: a tqdm bar without a total (no plan)
+    bar_total: int | None = None
     bar_is_epoch: bool = False  # the bar counts steps of one epoch (else of the run)
     complete: bool = False  # bar at its end (and no ETA left)
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
@@ -442,16 +442,16 @@ def _parse_tqdm_unknown(text: str) -> LogMatch | None:
     if text.startswith(": ", begin):
         desc = text[max(0, begin - _TQDM_DESC_CHARS) : begin].rpartition("\n")[2]
     postfix = text[m.end() : m.end() + _TQDM_POSTFIX_CHARS].partition("\n")[0]
-    return _no_total(desc, m[1], postfix)
+    return _no_total(desc, postfix)
 
 
 def _parse_tqdm_count(text: str) -> LogMatch | None:
     """A tqdm bar without a total in tqdm's own format: read as ``_no_total``."""
     found = _find_tqdm_count(text)
-    return None if found is None else _no_total(*found)
+    return None if found is None else _no_total(found[0], found[2])
 
 
-def _no_total(raw_desc: str | None, raw_n: str, postfix: str) -> LogMatch | None:
+def _no_total(raw_desc: str | None, postfix: str) -> LogMatch | None:
     """A tqdm bar without a total: with an epoch in its description, that epoch begun;
     else nothing. Why not the count with the epoch: it counts the epoch's steps, and
     with no steps per epoch known no global step can be made of it. Why not a bar
@@ -571,13 +571,11 @@ def fold(
             metrics=match.metrics,
         )
     # tqdm and Lightning bars
-    if match.bar_total is None:  # a bar without a total: no plan is known (see docs)
-        if match.bar is None:  # its description's epoch, begun
-            return replace(state, epoch_current=None), Report(
-                epoch=match.epoch_done, epochs=match.epochs, metrics=match.metrics
-            )
-        return state, Report(step=match.bar, metrics=match.metrics)
-    assert match.bar is not None
+    if match.bar is None:  # a bar without a total: its description's epoch, begun
+        return replace(state, epoch_current=None), Report(
+            epoch=match.epoch_done, epochs=match.epochs, metrics=match.metrics
+        )
+    assert match.bar_total is not None
     if match.bar_is_epoch and match.epoch_current is not None:
         step = (match.epoch_current - 1) * match.bar_total + match.bar
         steps = match.epochs * match.bar_total if match.epochs else None
