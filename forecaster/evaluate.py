@@ -296,9 +296,10 @@ def backtest(
     skipped: dict[float, int] = dict.fromkeys(POINTS, 0)
     predictions: list[Prediction] = []
     for ts, point, part, run in events:
-        label = labels[run_key(run)]
-        left[run_key(run)] -= 1
-        if not left[run_key(run)]:
+        key = run_key(run)
+        label = labels[key]
+        left[key] -= 1
+        if not left[key]:
             done_runs += 1
         if progress is not None:
             progress(done_runs, total_runs)
@@ -564,6 +565,10 @@ class TerminalProgress:
             self._shown = False
 
 
+HEARTBEAT_SECONDS = 60.0
+"""Seconds between ``Heartbeat`` lines of a long ``evaluate`` off a terminal."""
+
+
 class Heartbeat:
     """``… 1,234/8,265 runs replayed`` as a line of its own at most once every
     ``interval`` seconds (the first after one interval), for stderr that is no terminal.
@@ -576,7 +581,7 @@ class Heartbeat:
         self,
         stream: TextIO,
         prefix: str = "",
-        interval: float = 60.0,
+        interval: float = HEARTBEAT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream
@@ -647,7 +652,9 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
             print(f"{PREFIX}--plot: {exc}", file=err)
             return ExitCode.USAGE
     progress: TerminalProgress | Heartbeat = (
-        TerminalProgress(err) if _is_tty(err) else Heartbeat(err, f"{PREFIX}{name}: ")
+        TerminalProgress(err)
+        if _is_tty(err)
+        else Heartbeat(err, f"{PREFIX}{name}: ", HEARTBEAT_SECONDS)
     )
     try:
         loaded = read_runs_file(args.runs)

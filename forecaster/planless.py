@@ -331,7 +331,7 @@ def forecast_without_plan(
     none is longer than ``elapsed`` or ``elapsed`` is not a finite, non-negative
     number."""
     usable = sum(1 for d in durations if math.isfinite(d) and d > 0)
-    return _forecast(durations, elapsed, spread.get(band(usable)), METHOD)
+    return _forecast(durations, elapsed, spread.get(band(usable)))
 
 
 def _forecast_remaining(
@@ -354,10 +354,8 @@ def _forecast_remaining(
     )
 
 
-def _forecast(
-    durations: Sequence[float], elapsed: float, bounds: Bounds | None, method: str
-) -> Forecast | None:
-    """P50: the median of the ``durations`` longer than ``elapsed``, minus it; P10/P90:
+def _forecast(durations: Sequence[float], elapsed: float, bounds: Bounds | None) -> Forecast | None:
+    """The configuration level's forecast (``METHOD``). P50: the median of the ``durations`` longer than ``elapsed``, minus it; P10/P90:
     that median scaled by the log-ratio ``bounds`` (None: the order statistics of those
     durations)."""
     if not (math.isfinite(elapsed) and elapsed >= 0):
@@ -375,6 +373,6 @@ def _forecast(
         p10=min(max(0.0, lo_end - elapsed), p50),
         p50=p50,
         p90=max(hi_end - elapsed, p50),
-        method=method,
+        method=METHOD,
         n_obs=len(left),
     )

@@ -387,12 +387,6 @@ def _records(
         yield number, text if damage is not None else joined, fields, damage
 
 
-def _run_of(text: str, i_run: int, sep: str = ",") -> str:
-    """The run_id of a damaged line where the fields up to it read whole (quoted or
-    not), else "" (its run cannot be told)."""
-    return _field_of(text, i_run, sep)
-
-
 def _field_of(text: str, i: int, sep: str = ",") -> str:
     """Field ``i`` of a damaged line where the fields up to it read whole, else ""."""
     pieces = text.split(sep, i + 1)
@@ -528,7 +522,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 ascii_only,
             )
         else:
-            run_id = _run_of(text, i_run, sep)
+            run_id = _field_of(text, i_run, sep)  # "" where the fields up to it do not read whole
             key = _key(run_id, [_field_of(text, i, sep) if i is not None else "" for i in i_keys])
         unusable = None
         if not run_id:

@@ -12,18 +12,12 @@ import pytest
 from gpu_eta.forecaster import evaluate
 from gpu_eta.forecaster.evaluate import backtest, main
 from gpu_eta.forecaster.runs_csv import RunsCsvError, parse_runs_file, read_runs_file
-
-HEADER = "run_id,epoch,epochs_planned,timestamp_seconds"
+from tests.forecaster.test_evaluate import HEADER, FakeTty
+from tests.forecaster.test_evaluate import run_cli as cli
 
 
 def parse_text(text: str):
     return parse_runs_file(io.StringIO(text))
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def rows(run_id: str, start: int, planned: int = 4, step: int = 100, prefix: str = "") -> str:
@@ -204,9 +198,7 @@ def test_a_header_of_one_column_says_which_separators_are_read() -> None:
 
 def test_a_millisecond_column_is_read_as_milliseconds_and_said_once() -> None:
     ms = "".join(
-        f"r{i},{e},2,{1_700_000_000_000 + 60_000 * i + 10_500 * e}\n"
-        for i in range(2)
-        for e in range(3)
+        rows(f"r{i}", 1_700_000_000_000 + 60_000 * i, planned=2, step=10_500) for i in range(2)
     )
     result = parse_text(f"{HEADER}\n{ms}")
     assert [r.run_id for r in result.runs] == ["r0", "r1"] and not result.skipped
@@ -251,7 +243,7 @@ def test_evaluate_off_a_terminal_prints_heartbeat_lines(
 ) -> None:
     path = tmp_path / "runs.csv"
     path.write_text(f"{HEADER}\n" + "".join(rows(f"r{i}", 1000 * i) for i in range(5)))
-    monkeypatch.setattr(evaluate.Heartbeat, "__init__", _fast_heartbeat)
+    monkeypatch.setattr(evaluate, "HEARTBEAT_SECONDS", 0.0)
     code, _out, err = cli("--runs", str(path))
     assert code == 0
     lines = err.splitlines()
@@ -262,18 +254,6 @@ def test_evaluate_off_a_terminal_prints_heartbeat_lines(
     tty = FakeTty()
     assert main(["--runs", str(path)], stdout=io.StringIO(), stderr=tty) == 0
     assert "runs replayed" not in tty.getvalue()
-
-
-_heartbeat_init = evaluate.Heartbeat.__init__
-
-
-def _fast_heartbeat(self: evaluate.Heartbeat, stream, prefix: str = "", **_: object) -> None:
-    _heartbeat_init(self, stream, prefix, interval=0.0)
-
-
-class FakeTty(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 @pytest.mark.parametrize("compressed", [False, True])
