@@ -204,9 +204,9 @@ def _resolve(device_id: str, devices: _Devices) -> _Key:
     return key
 
 
-def _finished(
+def finished_pods(
     pods: Sequence[PodMeta], outside: Collection[tuple[str, str, str]] = ()
-) -> set[tuple[str, str]]:
+) -> frozenset[tuple[str, str]]:
     """(namespace, name) of the pods known to be finished (``pod_finished``), in
     ``pods`` or among ``outside``: (namespace, name, uid) of finished pods a capped
     pod cache does not hold (``KubePodSource.finished_outside``).
@@ -216,28 +216,25 @@ def _finished(
     have been handed to another pod. Allocations carry no pod uid, so a name that a
     live pod also has (a name reused while the old object lingers) is not finished.
     Pods absent from ``pods`` and ``outside`` (the pod list is unknown or lags) are
-    not finished. A pod that ``pods`` holds (by uid) is judged by ``pods`` alone.
+    not finished; a name ``pods`` shows live is live, whatever ``outside`` says.
     """
     done = {(p.namespace, p.name) for p in pods if pod_finished(p)}
-    if outside:
-        held = {p.uid for p in pods}
-        done.update((ns, name) for ns, name, uid in outside if uid not in held)
-    return done - {(p.namespace, p.name) for p in pods if not pod_finished(p)}
+    done.update(key[:2] for key in outside)
+    return frozenset(done - {(p.namespace, p.name) for p in pods if not pod_finished(p)})
 
 
 def unresolved_allocations(
     gpu: GpuPoll,
     allocations: Sequence[Allocation],
-    pods: Sequence[PodMeta] = (),
-    finished_outside: Collection[tuple[str, str, str]] = (),
+    finished: Collection[tuple[str, str]] = frozenset(),
 ) -> tuple[tuple[Allocation, str], ...]:
     """Allocations ``attribute`` leaves out, each with the reason (for logs/counters).
 
-    Allocations of finished pods are not listed: ``attribute`` drops them on purpose
-    (their device belongs to someone else now), they are not a device it cannot name.
+    Allocations of ``finished`` pods (``finished_pods``) are not listed: ``attribute``
+    drops them on purpose (their device belongs to someone else now), they are not a
+    device it cannot name.
     """
     devices = _devices(gpu)
-    finished = _finished(pods, finished_outside)
     out: list[tuple[Allocation, str]] = []
     for alloc in allocations:
         if (alloc.namespace, alloc.pod) in finished:
@@ -289,16 +286,15 @@ def attribute(
     allocations: Sequence[Allocation],
     pods: Sequence[PodMeta],
     containers: Mapping[int, ContainerRef] | None,
-    finished_outside: Collection[tuple[str, str, str]] = (),
+    finished: Collection[tuple[str, str]] | None = None,
 ) -> tuple[PodGpuRow, ...]:
     """Per (device, container) rows from allocations and process samples.
 
-    - Allocations of pods that ``pods`` shows finished (phase Succeeded/Failed) are
-      dropped: the kubelet may still list them, but the device is no longer theirs
-      and counting them would make the real holder look shared. While ``pods`` does
-      not know the pod (an empty or lagging pod list) its allocations count, unless
-      ``finished_outside`` names it: (namespace, name, uid) of finished pods a capped
-      pod cache let go (``KubePodSource.finished_outside``), dropped alike.
+    - Allocations of ``finished`` pods (namespace, name; None: ``finished_pods(pods)``)
+      are dropped: the kubelet may still list them, but the device is no longer
+      theirs and counting them would make the real holder look shared. The caller
+      decides what counts as finished (the scheduler: nothing from a stale pod list,
+      and finished pods a capped pod cache let go).
     - Allocations are resolved through ``parse_device_id``; several time-slicing
       replicas of one GPU held by one container give one row; ids matching no
       device are left out (see ``unresolved_allocations``).
@@ -335,7 +331,8 @@ def attribute(
             if cid:
                 owner_of.setdefault(cid, (pod, cname))
 
-    finished = _finished(pods, finished_outside)
+    if finished is None:
+        finished = finished_pods(pods)
     rows: dict[tuple[_Key, str, str, str], _Acc] = {}
     allocated_names: dict[tuple[_Key, str, str], set[str]] = {}
     for alloc in allocations:

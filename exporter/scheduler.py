@@ -30,14 +30,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpu_eta.exporter.attribution import attribute as attribute_rows
-from gpu_eta.exporter.attribution import unresolved_allocations
+from gpu_eta.exporter.attribution import finished_pods, unresolved_allocations
 from gpu_eta.exporter.collectors import (
     AllocationSource,
     FamilySource,
@@ -56,7 +56,6 @@ from gpu_eta.exporter.readings import (
     PodGpuRow,
     PodMeta,
     Progress,
-    pod_finished,
 )
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
@@ -114,7 +113,7 @@ Attribute = Callable[
         Sequence[Allocation],
         Sequence[PodMeta],
         Mapping[int, ContainerRef] | None,
-        Sequence[tuple[str, str, str]],
+        Collection[tuple[str, str]] | None,
     ],
     tuple[PodGpuRow, ...],
 ]
@@ -378,14 +377,14 @@ class Scheduler:
             # that may be stale its "finished" may be the old object of a pod re-created
             # under the same name that now holds the GPU: then every allocation counts
             # (so do finished pods a full cache let go: the same rule)
+            finished: frozenset[tuple[str, str]] = frozenset()
             if _fresh(kube_watch, self._clock()):
-                holders, outside = pods, _finished_outside(src.pods) if kube_known else ()
-            else:
-                holders, outside = _unfinished(pods), ()
+                outside = _finished_outside(src.pods) if kube_known else ()
+                finished = finished_pods(pods, outside)
             try:
-                pod_gpus = self._attribute(gpu, allocations, holders, containers, outside)
+                pod_gpus = self._attribute(gpu, allocations, pods, containers, finished)
                 if src.allocations is not None and self._trackers[n["gpu"]].has_data:
-                    unresolved = self._count_unresolved(gpu, allocations, holders, outside)
+                    unresolved = self._count_unresolved(gpu, allocations, finished)
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
                 if msg != self._attribution_error:
@@ -422,8 +421,7 @@ class Scheduler:
         self,
         gpu: GpuPoll,
         allocations: Sequence[Allocation],
-        pods: Sequence[PodMeta],
-        finished_outside: Sequence[tuple[str, str, str]] = (),
+        finished: Collection[tuple[str, str]],
     ) -> int:
         """How many allocations name no device here; a warning for each new (device
         id, reason), not every cycle: the count is in the metric every scrape.
@@ -432,7 +430,7 @@ class Scheduler:
         a GPU the exporter cannot name (an id form it does not know, a device NVML
         does not list) would silently look like no holder at all.
         """
-        found = unresolved_allocations(gpu, allocations, pods, finished_outside)
+        found = unresolved_allocations(gpu, allocations, finished)
         now = {(alloc.device_id, reason) for alloc, reason in found}
         for alloc, reason in found:
             key = (alloc.device_id, reason)
@@ -555,11 +553,6 @@ def _fresh(watch: tuple[bool, float | None] | None, now: float) -> bool:
         return True
     connected, last_sync = watch
     return connected or (last_sync is not None and now - last_sync <= STALE_POD_LIST_SECONDS)
-
-
-def _unfinished(pods: Sequence[PodMeta]) -> tuple[PodMeta, ...]:
-    """``pods`` without those in a terminal phase (``pod_finished``)."""
-    return tuple(p for p in pods if not pod_finished(p))
 
 
 def _finished_outside(pods: PodSource | None) -> tuple[tuple[str, str, str], ...]:

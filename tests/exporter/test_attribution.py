@@ -16,6 +16,7 @@ from gpu_eta.exporter.attribution import (
     DeviceId,
     DeviceIdError,
     attribute,
+    finished_pods,
     parse_device_id,
     unresolved_allocations,
 )
@@ -493,29 +494,34 @@ def test_finished_pods_listed_by_the_kubelet_hold_no_device(phase: str) -> None:
     pods[0] = PodMeta("ml", "old-job", pods[0].uid, phase=phase)
     # no process data (the default manifests): the running pod is the sole holder
     assert _use(attribute(gpu, allocs, pods, None)) == [("new-train", 0.9, 30 * GIB)]
-    assert unresolved_allocations(GpuPoll(devices=()), allocs, pods) == (
+    assert unresolved_allocations(GpuPoll(devices=()), allocs, finished_pods(pods)) == (
         (allocs[1], f"device id {U0!r} matches no device on this node"),
     )
 
 
 def test_finished_pods_a_full_cache_let_go_hold_no_device() -> None:
-    """``finished_outside`` names finished pods a capped pod cache does not hold: their
-    allocations are dropped as those of finished pods it holds; a pod the list holds
-    (by uid) or a live pod of the same name is judged by the list."""
+    """``finished_pods``' ``outside`` names finished pods a capped pod cache does not
+    hold: their allocations are dropped as those of finished pods it holds; a pod the
+    list holds (by uid) or a live pod of the same name is judged by the list."""
     gpu, allocs, pods = _finished_and_new_holder()
     old, new = pods
     outside = [(old.namespace, old.name, old.uid)]
-    assert _use(attribute(gpu, allocs, [new], None, outside)) == [("new-train", 0.9, 30 * GIB)]
-    assert unresolved_allocations(GpuPoll(devices=()), allocs, [new], outside) == (
+
+    def rows(listed: list[PodMeta]) -> tuple:
+        return attribute(gpu, allocs, listed, None, finished_pods(listed, outside))
+
+    assert _use(rows([new])) == [("new-train", 0.9, 30 * GIB)]
+    finished = finished_pods([new], outside)
+    assert unresolved_allocations(GpuPoll(devices=()), allocs, finished) == (
         (allocs[1], f"device id {U0!r} matches no device on this node"),
     )
     reused = PodMeta("ml", "old-job", "00000000-0000-4000-8000-000000000010")
-    assert [r.pod for r in attribute(gpu, allocs, [new, reused], None, outside)] == [
+    assert [r.pod for r in rows([new, reused])] == [
         "new-train",
         "old-job",
     ]
     running = PodMeta("ml", "old-job", old.uid)  # the list holds it, running
-    assert [r.pod for r in attribute(gpu, allocs, [new, running], None, outside)] == [
+    assert [r.pod for r in rows([new, running])] == [
         "new-train",
         "old-job",
     ]

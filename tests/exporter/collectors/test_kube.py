@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_eta.exporter.attribution import attribute
+from gpu_eta.exporter.attribution import attribute, finished_pods
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.collectors import kube as kube_module
 from gpu_eta.exporter.collectors.kube import (
@@ -495,7 +495,8 @@ def test_a_finished_pod_the_cap_evicted_is_no_phantom_holder() -> None:
         Allocation("default", "old-job", "main", "nvidia.com/gpu", U0),
         Allocation("default", "new-train", "main", "nvidia.com/gpu", U0),
     ]
-    rows = attribute(gpu, allocs, src.poll(), None, src.finished_outside())
+    listed = src.poll()
+    rows = attribute(gpu, allocs, listed, None, finished_pods(listed, src.finished_outside()))
     assert [(r.pod, r.utilization_ratio) for r in rows] == [("new-train", 0.9)]
 
 
