@@ -76,8 +76,8 @@ _TQDM_CANDIDATES = 32  # "%|" looked at per line (a real line has one)
 # (a whole count only: ``unit_scale``'s "1.23kit" is not read)
 # (two patterns, at the start and after ": ", so that the search scans for its
 # literal ": " at C speed: one pattern with "(?:\A\s*|: )" tried every position)
-_TQDM_COUNT_AT = re.compile(r"\s*(\d{1,12})([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
-_TQDM_COUNT = re.compile(r": (\d{1,12})([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
+_TQDM_COUNT_AT = re.compile(r"\s*\d{1,12}([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
+_TQDM_COUNT = re.compile(r": \d{1,12}([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
 # its rate: "45.0it/s", "?it/s" (no rate yet), "1.20s/it" (over a second a step)
 _TQDM_RATE = re.compile(
     r"(?:\?|\d{1,15}(?:\.\d{1,9})?)([A-Za-z_]{0,16})/s|\d{1,15}(?:\.\d{1,9})?s/([A-Za-z_]{0,16})"
@@ -391,8 +391,8 @@ def _parse_tqdm(text: str) -> LogMatch | None:
     return LogMatch(kind="tqdm", bar=n, bar_total=total, complete=complete, metrics=metrics)
 
 
-def _find_tqdm_count(text: str) -> tuple[str | None, str, str] | None:
-    """The tqdm bar without a total of a line: (description or None, count, postfix).
+def _find_tqdm_count(text: str) -> tuple[str | None, str] | None:
+    """The tqdm bar without a total of a line: (description or None, postfix).
 
     tqdm draws a bar whose total it does not know (an iterable without ``len``) as
     ``[desc: ]<count><unit> [<elapsed>, <rate>[, <postfix>]]`` and nothing after it
@@ -413,7 +413,7 @@ def _find_tqdm_count(text: str) -> tuple[str | None, str, str] | None:
         if rate is None:
             continue
         unit = rate[1] if rate[1] is not None else rate[2]
-        if unit != count[2]:
+        if unit != count[1]:
             continue
         after = rate.end()
         if after == end - 1:
@@ -422,12 +422,16 @@ def _find_tqdm_count(text: str) -> tuple[str | None, str, str] | None:
             postfix = text[after + 2 : min(end - 1, after + 2 + _TQDM_POSTFIX_CHARS)]
         else:
             continue
-        begin = count.start()
-        desc = None
-        if text.startswith(": ", begin):
-            desc = text[max(0, begin - _TQDM_DESC_CHARS) : begin].rpartition("\n")[2]
-        return desc, count[1], postfix
+        return _desc_before(text, count.start()), postfix
     return None
+
+
+def _desc_before(text: str, begin: int) -> str | None:
+    """The description tqdm drew before the bar starting at ``begin`` (``desc: ``),
+    at most ``_TQDM_DESC_CHARS`` of it; None without one."""
+    if not text.startswith(": ", begin):
+        return None
+    return text[max(0, begin - _TQDM_DESC_CHARS) : begin].rpartition("\n")[2]
 
 
 def _parse_tqdm_unknown(text: str) -> LogMatch | None:
@@ -437,18 +441,14 @@ def _parse_tqdm_unknown(text: str) -> LogMatch | None:
     m = _TQDM_UNKNOWN_AT.match(text) or _TQDM_UNKNOWN.search(text)
     if m is None:
         return None
-    begin = m.start()
-    desc = None
-    if text.startswith(": ", begin):
-        desc = text[max(0, begin - _TQDM_DESC_CHARS) : begin].rpartition("\n")[2]
     postfix = text[m.end() : m.end() + _TQDM_POSTFIX_CHARS].partition("\n")[0]
-    return _no_total(desc, postfix)
+    return _no_total(_desc_before(text, m.start()), postfix)
 
 
 def _parse_tqdm_count(text: str) -> LogMatch | None:
     """A tqdm bar without a total in tqdm's own format: read as ``_no_total``."""
     found = _find_tqdm_count(text)
-    return None if found is None else _no_total(found[0], found[2])
+    return None if found is None else _no_total(*found)
 
 
 def _no_total(raw_desc: str | None, postfix: str) -> LogMatch | None:
