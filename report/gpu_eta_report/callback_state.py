@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from gpu_eta_report.client import ProgressReporter
+from gpu_eta_report.client import ProgressReporter, start
 
 log = logging.getLogger("gpu_eta.report")
 
@@ -41,7 +41,8 @@ def never_raises(hook: _Hook) -> _Hook:
 
 
 class ReportingCallbackState:
-    """Constructor, ``_abandon`` and ``_finish`` shared by the framework callbacks."""
+    """Constructor, ``_start``, ``_abandon`` and ``_finish`` shared by the framework
+    callbacks."""
 
     def __init__(self, url: str | None = None, batch_size: int | None = None, **options: Any):
         super().__init__()  # the framework's Callback, next in the MRO
@@ -49,6 +50,17 @@ class ReportingCallbackState:
         self.batch_size = batch_size
         self.options = options
         self.reporter: ProgressReporter | None = None
+
+    def _start(self, **plan: Any) -> None:
+        """Start the run's reporter with the ``plan`` read from the trainer (epochs,
+        steps, where a resumed run starts...) and the constructor's ``options``.
+
+        An option the user gave wins over the trainer's value for the same keyword
+        (``GpuEtaCallback(initial_epoch=3)``: the user said so explicitly), and is never
+        passed twice: ``start`` raising ``TypeError`` here would be swallowed by
+        ``never_raises`` and the run silently never reported.
+        """
+        self.reporter = start(url=self.url, **{**plan, **self.options})
 
     def _abandon(self, flush_timeout_seconds: float | None = 0) -> None:
         """Stop the reporter of a training that did not finish, without an end.

@@ -22,7 +22,6 @@ import sys
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
-from gpu_eta_report.client import start
 
 try:
     from transformers import TrainerCallback as _Base
@@ -66,15 +65,13 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         max_steps = getattr(state, "max_steps", None)
         per_device = getattr(args, "per_device_train_batch_size", None)
         world = max(1, int(getattr(args, "world_size", 1) or 1))
-        self.reporter = start(
+        self._start(
             epochs=_planned_epochs(args, state),
             steps=int(max_steps) if max_steps and max_steps > 0 else None,
             batch_size=int(per_device) * world if per_device else None,
-            url=self.url,
             # resume_from_checkpoint: the Trainer's state is the checkpoint's by now
             initial_epoch=_epochs_done(state),
             initial_step=getattr(state, "global_step", None),
-            **self.options,
         )
 
     @never_raises

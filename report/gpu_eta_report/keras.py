@@ -16,7 +16,6 @@ import os
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
-from gpu_eta_report.client import start
 
 
 def _callback_base() -> type:
@@ -82,13 +81,11 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         epochs = params.get("epochs")
         steps = params.get("steps")
         self._steps_per_epoch = int(steps) if steps else None
-        self.reporter = start(
+        self._start(
             epochs=int(epochs) if epochs else None,
             steps_per_epoch=self._steps_per_epoch,
             batch_size=self.batch_size,
-            url=self.url,
             initial_epoch=epoch,
-            **self.options,
         )
 
     @never_raises

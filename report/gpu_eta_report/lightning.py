@@ -18,7 +18,6 @@ import math
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
-from gpu_eta_report.client import start
 
 try:
     from lightning.pytorch.callbacks import Callback as _Base
@@ -62,16 +61,14 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
         if epochs and per_epoch and steps and steps < epochs * per_epoch:
             epochs = steps // per_epoch if steps % per_epoch == 0 else None  # max_steps first
-        self.reporter = start(
+        self._start(
             epochs=epochs,
             steps_per_epoch=per_epoch,
             steps=steps,
             batch_size=batch_size,
-            url=self.url,
             # fit(ckpt_path=...): the trainer holds the checkpoint's counters by now
             initial_epoch=getattr(trainer, "current_epoch", None),
             initial_step=getattr(trainer, "global_step", None),
-            **self.options,
         )
 
     @never_raises

@@ -509,6 +509,22 @@ Trainer(model=M(), args=args(num_train_epochs=4, save_strategy="epoch"), train_d
     assert first_and_last(journaling_listener) == ((2, 4, 8, 16), (4, 4, 16, 16))
 
 
+@needs("transformers")
+def test_hf_callback_given_where_the_run_starts_reports_from_there(journaling_listener, tmp_path):
+    """``initial_epoch``/``initial_step`` given to the callback (a run resumed by the
+    script's own means, which the Trainer does not know of) win over the Trainer's
+    counters, instead of reaching ``start`` twice and leaving the run unreported."""
+    run(
+        journaling_listener,
+        hf_script(tmp_path)
+        + """
+Trainer(model=M(), args=args(num_train_epochs=2), train_dataset=DS(),
+        callbacks=[GpuEtaCallback(initial_epoch=1, initial_step=4)]).train()
+""",
+    )
+    assert first_and_last(journaling_listener) == ((1, 2, 4, 8), (2, 2, 8, 8))
+
+
 # -- a callback reused after a training that raised ---------------------------------
 
 COUNT_SENDERS = """
