@@ -471,98 +471,69 @@ class ProgressReporter:
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
         self._target: tuple[str, int, str] | None = None
+        # The checks and the sender's start (see the module doc), under one try.
         try:
-            self._configure(
-                url,
-                epochs=epochs,
-                steps=steps,
-                steps_per_epoch=steps_per_epoch,
-                batch_size=batch_size,
-                container=container,
-                timeout_seconds=timeout_seconds,
-                min_interval_seconds=min_interval_seconds,
-                queue_size=queue_size,
-                source_address=source_address,
-                run_id=run_id,
-                initial_epoch=initial_epoch,
-                initial_step=initial_step,
-                any_rank=any_rank,
-            )
+            self.run_id = run_id_setting(run_id)
+            self.epochs = self._plan("epochs", epochs)
+            self.steps_per_epoch = self._plan("steps_per_epoch", steps_per_epoch)
+            self.steps = self._plan("steps", steps)
+            if self.steps is None and self.epochs and self.steps_per_epoch:
+                self.steps = self._plan("steps", self.epochs * self.steps_per_epoch)
+            self.batch_size = self._plan("batch_size", batch_size)
+            # a resumed run starts where its checkpoint left it, not at 0/0 and then a jump
+            if initial_epoch is not None:
+                self._take_counter("epoch", initial_epoch)
+            if initial_step is not None:
+                self._take_counter("step", initial_step)
+            elif self.steps_per_epoch:
+                self._step = self._epoch * self.steps_per_epoch
+            if container:
+                self.container = container_setting(container)
+            else:
+                env_container = os.environ.get("GPU_ETA_CONTAINER") or None
+                self.container = container_setting(env_container, "GPU_ETA_CONTAINER")
+            self.timeout_seconds = timeout_setting(timeout_seconds)
+            self.min_interval_seconds = interval_setting(min_interval_seconds)
+            size = _count(queue_size, 1)
+            self._queue = collections.deque(maxlen=int(size) if size else QUEUE_SIZE)
+            self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
+            rank = other_rank()
+            if rank and not (any_rank or (any_rank is None and _env_true("GPU_ETA_ANY_RANK"))):
+                log.info(
+                    "gpu-eta: %s=%s: only rank 0 reports (any_rank=True or GPU_ETA_ANY_RANK=1 "
+                    "to report from this process too)",
+                    *rank,
+                )
+                return
+            self.url = url if url is not None else exporter_url()
+            if self.url is None:
+                log.warning(
+                    "gpu-eta: no exporter address (GPU_ETA_URL or HOST_IP/NODE_IP); progress not reported"
+                )
+                return
+            try:
+                parts = urllib.parse.urlsplit(self.url)
+                if parts.scheme != "http" or not parts.hostname:
+                    raise ValueError("only http:// URLs")
+                parts.hostname.encode("idna")  # what connecting does: "a..b" never resolves
+                self._target = (
+                    parts.hostname,
+                    parts.port or DEFAULT_PORT,
+                    parts.path or "/progress",
+                )
+            except ValueError as err:
+                log.warning(
+                    "gpu-eta: bad exporter URL %r (%s); progress not reported", self.url, err
+                )
+                self.url = None
+                return
+            self._thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
+            with _OPEN_LOCK:
+                _OPEN.add(self)
+            self._thread.start()
         except Exception as err:  # a bug here must not stop the training job
             self._target = None
             log.warning("gpu-eta: reporter not started (%r); progress not reported", err)
-
-    def _configure(
-        self,
-        url: str | None,
-        *,
-        epochs: object,
-        steps: object,
-        steps_per_epoch: object,
-        batch_size: object,
-        container: object,
-        timeout_seconds: object,
-        min_interval_seconds: object,
-        queue_size: object,
-        source_address: str | None,
-        run_id: object,
-        initial_epoch: object,
-        initial_step: object,
-        any_rank: bool | None,
-    ) -> None:
-        """The constructor's checks and the sender's start (see the module doc)."""
-        self.run_id = run_id_setting(run_id)
-        self.epochs = self._plan("epochs", epochs)
-        self.steps_per_epoch = self._plan("steps_per_epoch", steps_per_epoch)
-        self.steps = self._plan("steps", steps)
-        if self.steps is None and self.epochs and self.steps_per_epoch:
-            self.steps = self._plan("steps", self.epochs * self.steps_per_epoch)
-        self.batch_size = self._plan("batch_size", batch_size)
-        # a resumed run starts where its checkpoint left it, not at 0/0 and then a jump
-        if initial_epoch is not None:
-            self._take_counter("epoch", initial_epoch)
-        if initial_step is not None:
-            self._take_counter("step", initial_step)
-        elif self.steps_per_epoch:
-            self._step = self._epoch * self.steps_per_epoch
-        if container:
-            self.container = container_setting(container)
-        else:
-            env_container = os.environ.get("GPU_ETA_CONTAINER") or None
-            self.container = container_setting(env_container, "GPU_ETA_CONTAINER")
-        self.timeout_seconds = timeout_setting(timeout_seconds)
-        self.min_interval_seconds = interval_setting(min_interval_seconds)
-        size = _count(queue_size, 1)
-        self._queue = collections.deque(maxlen=int(size) if size else QUEUE_SIZE)
-        self.source_address = source_address or os.environ.get("GPU_ETA_SOURCE_ADDRESS") or None
-        rank = other_rank()
-        if rank and not (any_rank or (any_rank is None and _env_true("GPU_ETA_ANY_RANK"))):
-            log.info(
-                "gpu-eta: %s=%s: only rank 0 reports (any_rank=True or GPU_ETA_ANY_RANK=1 "
-                "to report from this process too)",
-                *rank,
-            )
-            return
-        self.url = url if url is not None else exporter_url()
-        if self.url is None:
-            log.warning(
-                "gpu-eta: no exporter address (GPU_ETA_URL or HOST_IP/NODE_IP); progress not reported"
-            )
-            return
-        try:
-            parts = urllib.parse.urlsplit(self.url)
-            if parts.scheme != "http" or not parts.hostname:
-                raise ValueError("only http:// URLs")
-            parts.hostname.encode("idna")  # what connecting does: "a..b" never resolves
-            self._target = (parts.hostname, parts.port or DEFAULT_PORT, parts.path or "/progress")
-        except ValueError as err:
-            log.warning("gpu-eta: bad exporter URL %r (%s); progress not reported", self.url, err)
-            self.url = None
-            return
-        self._thread = threading.Thread(target=self._run, name="gpu-eta-report", daemon=True)
-        with _OPEN_LOCK:
-            _OPEN.add(self)
-        self._thread.start()
 
     # -- public API: cheap, never raises ---------------------------------------------
 
