@@ -631,14 +631,19 @@ class ProgressReporter:
             self._count_ignored()
 
     def _close(self, flush_timeout_seconds: object) -> None:
-        try:
-            wait = float(  # type: ignore[arg-type]
-                self.timeout_seconds if flush_timeout_seconds is None else flush_timeout_seconds
+        # a bad value (not a number, NaN, negative, absurd) must not raise at the end of
+        # training, nor leave the sender running: the send timeout instead
+        wait = (
+            self.timeout_seconds
+            if flush_timeout_seconds is None
+            else _seconds_setting(
+                flush_timeout_seconds,
+                "flush_timeout_seconds",
+                self.timeout_seconds,
+                lambda seconds: 0 <= seconds <= MAX_TIMEOUT_SECONDS,
+                f" in [0, {MAX_TIMEOUT_SECONDS:g}]",
             )
-        except (TypeError, ValueError):
-            wait = self.timeout_seconds  # a bad value must not raise at the end of training
-        if not 0 <= wait <= MAX_TIMEOUT_SECONDS:  # NaN, negative, absurd
-            wait = self.timeout_seconds
+        )
         self._close_by(time.monotonic() + wait, grace_seconds=0.1)
 
     def _close_by(self, deadline: float, grace_seconds: float) -> None:

@@ -442,6 +442,15 @@ def test_a_bad_flush_timeout_never_raises(wait, listener):
     assert r.stats["sent"] == 1
 
 
+def test_a_flush_timeout_too_large_for_a_float_still_stops_the_sender(listener, caplog):
+    """``float(10**400)`` raises ``OverflowError``: it once escaped the parse, and
+    ``close`` returned with the sender thread still running."""
+    r = start(epochs=2, url=url(listener), source_address=POD.ip)
+    r.close(10**400)  # waits the send timeout instead
+    assert r._thread is None and r.stats["ignored"] == 0
+    assert "flush_timeout_seconds=" in caplog.text
+
+
 def test_metrics_as_a_mapping_may_hold_any_name(listener):
     """A framework's logs passed whole (``metrics=logs``): names that clash with the
     parameters (``step``, ``epoch``) or are no identifiers are no error, and only the
