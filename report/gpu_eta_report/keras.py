@@ -56,7 +56,6 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         super().__init__(url, batch_size, **options)
         self._epoch = 0
         self._steps_per_epoch: int | None = None
-        self._starting = False
         if not hasattr(self, "params"):
             self.params: dict[str, Any] = {}
 
@@ -69,14 +68,12 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         # (``fit(initial_epoch=3)``, or ``BackupAndRestore`` resuming), so a resumed run
         # is announced where it resumes, not at 0 and then a jump
         self._abandon()
-        self._starting = True
 
     @never_raises
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch
-        if not self._starting:
+        if self.reporter is not None:
             return
-        self._starting = False
         params = self.params or {}
         epochs = params.get("epochs")
         steps = params.get("steps")
