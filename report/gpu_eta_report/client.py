@@ -873,8 +873,7 @@ class ProgressReporter:
                 self._stats[result] += 1
                 self._inflight = False
                 self._cond.notify_all()
-        if self._conn is not None:
-            self._conn.close()
+        self._drop_connection()
 
     def _send(self, report: tuple[bytes, bool]) -> str:
         """POST one report (its body, thinnable): ``sent``, ``rejected`` or ``failed``.
