@@ -170,10 +170,10 @@ def test_real_tqdm_bar_and_torch_epoch_bars():
 # for an iterable without ``len``) with an epoch in its description: keyword arguments
 # -> what the line is read as
 _NO_TOTAL = [
-    ({"n": 5, "elapsed": 1.0, "prefix": "Epoch 2/3"}, ("tqdm", None, 1, 3, {})),
+    ({"n": 5, "elapsed": 1.0, "prefix": "Epoch 2/3"}, ("tqdm", 1, 3, {})),
     (
         {"n": 7, "elapsed": 1.0, "prefix": "Epoch 4", "postfix": "train_loss=0.3"},
-        ("lightning", None, 4, None, {"train_loss": 0.3}),
+        ("lightning", 4, None, {"train_loss": 0.3}),
     ),
 ]
 
@@ -185,12 +185,12 @@ def test_tqdm_bars_without_a_total(kw, expected):
     line = tqdm.format_meter(total=None, **kw)
     m = parse_line(line)
     assert m is not None, line
-    assert (m.kind, m.bar, m.epoch_done, m.epochs, dict(m.metrics)) == expected
-    assert m.bar_total is None and not m.complete
+    assert (m.kind, m.epoch_done, m.epochs, dict(m.metrics)) == expected
+    assert m.bar is None and m.bar_total is None and not m.complete
     assert parse_line(line + "  ") == m  # tqdm blanks a longer previous screen with spaces
     _, report = fold(LogState(), None, m)
     assert report is not None and report.steps is None
-    assert (report.step, report.epoch, report.epochs) == (m.bar, m.epoch_done, m.epochs)
+    assert (report.step, report.epoch, report.epochs) == (None, m.epoch_done, m.epochs)
 
 
 @pytest.mark.parametrize(
