@@ -27,6 +27,7 @@ DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Pods the pod cache holds at most: a node runs a few hundred (kubelet default 110);
 # finished pods beyond that are the ones left out (collectors/kube.py).
 DEFAULT_KUBE_MAX_PODS = 1000
+DEFAULT_DOCKER_CONTAINERS = "/var/lib/docker/containers"  # Docker's default data-root
 MAX_KUBE_MAX_PODS = 100_000
 
 
@@ -70,7 +71,7 @@ class Config:
     pod_logs: str = "/var/log/pods"
     # where cri-dockerd's links from pod_logs may lead (Docker's json-file logs): the
     # host path, mounted at the same path; "" follows none
-    docker_containers: str = "/var/lib/docker/containers"
+    docker_containers: str = DEFAULT_DOCKER_CONTAINERS
     progress_state_file: str | None = None
     progress_allow_host_network: bool = False
     nvml_wait_for_driver: bool = False

@@ -74,6 +74,7 @@ from stat import S_ISREG
 from typing import Any
 
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
+from gpu_eta.exporter.config import DEFAULT_DOCKER_CONTAINERS
 from gpu_eta.exporter.logformats import (
     _ANSI,
     MARKER,
@@ -121,7 +122,6 @@ _TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]
 _DOCKER_ID = re.compile(r"[0-9a-f]{64}\Z")
 _DOCKER_STREAMS = frozenset({"stdout", "stderr"})
 _DOCKER_TIME_CHARS = 64  # "2026-11-21T06:00:00.123456789+00:00" and room to spare
-DOCKER_ROOT = "/var/lib/docker/containers"
 # a json-file record as Docker's encoder writes it (compact; with spaces as other
 # encoders do), from the end of its "log" value, for ``docker_plain``
 _DOCKER_REST = re.compile(
@@ -311,12 +311,13 @@ class LogProgressCollector:
         max_line_bytes: int = 64 << 10,
         max_segment_bytes: int = 8 << 10,
         max_seconds_per_poll: float = 2.0,
-        docker_root: str = DOCKER_ROOT,
+        docker_root: str = DEFAULT_DOCKER_CONTAINERS,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.monotonic,
     ):
         self.root = Path(root)
-        self.docker_root = docker_root  # "" or a relative path: no link is followed
+        # "" or a relative path: no link is followed (cri-dockerd's hold absolute paths)
+        self.docker_root = docker_root if os.path.isabs(docker_root) else ""
         self.store = store
         self._pods = pods
         self.max_bytes_per_poll = max_bytes_per_poll
@@ -442,8 +443,8 @@ class LogProgressCollector:
         """Open ``<docker_root>/<cid>/<name>`` without following any link on the way
         (``dir_fd``, ``O_NOFOLLOW``), nor waiting on a FIFO: only the file the link's
         text names (or its rotated sibling) is reached, whatever the directories hold."""
-        if not os.path.isabs(self.docker_root):
-            raise FileNotFoundError(self.docker_root)
+        if not self.docker_root:
+            raise FileNotFoundError("no docker containers root")
         top = os.open(self.docker_root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             folder = os.open(cid, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
