@@ -3,12 +3,10 @@ duration parser takes (no fractions of a unit), whatever ``--prometheus.timeout`
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from gpu_eta.forecaster.promapi import query_timeout
-from tests.forecaster.test_promapi import VECTOR, client, http_server, reply  # noqa: F401
+from tests.forecaster.test_promapi import client
 
 
 @pytest.mark.parametrize(
@@ -19,7 +17,7 @@ def test_query_timeout_is_whole_milliseconds(seconds: float, sent: str) -> None:
     assert query_timeout(seconds) == sent
 
 
-def test_a_fractional_timeout_is_sent_in_milliseconds(http_server) -> None:  # noqa: F811
-    url, seen = http_server(lambda r: reply(r, 200, json.dumps(VECTOR).encode()))
-    client(url, timeout_seconds=2.5).instant("up")
-    assert "timeout=2500ms" in seen[0].path and "2.5s" not in seen[0].path
+def test_a_fractional_timeout_is_one_a_real_prometheus_takes(prometheus_factory) -> None:
+    """Sent as ``2.5s``, Prometheus refused every query with 400 (``cannot parse``)."""
+    prom = prometheus_factory([])
+    assert client(prom.url, timeout_seconds=2.5).instant("vector(1)")[0].value == 1.0
