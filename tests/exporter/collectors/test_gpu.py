@@ -258,18 +258,24 @@ def test_process_list_failure_keeps_the_device() -> None:
     assert poll.process_list_failures == (dev.uuid,)
 
 
-def test_process_list_failure_makes_the_holders_use_unknown_not_idle() -> None:
-    """NO_PERMISSION on the process list (under MIG NVML lists the parent's
-    processes only to a privileged caller): the holders are not idle."""
-    no_list = {"nvmlDeviceGetComputeRunningProcesses": real.NVML_ERROR_NO_PERMISSION}
-    mig = Dev(
+def _mig_3g(name: bytes) -> Dev:
+    """A 3g.20gb MIG instance (GPU instance 1) of an A100 named ``name``: 5 GiB used, no
+    utilisation (NVML measures none for an instance)."""
+    return Dev(
         uuid="MIG-11111111-0000-0000-0000-000000000000",
-        name=b"NVIDIA A100 MIG 3g.20gb",
+        name=name,
         gpu_instance_id=1,
         used=5 * GIB,
         total=20 * GIB,
         errors={"nvmlDeviceGetUtilizationRates": real.NVML_ERROR_NOT_SUPPORTED},
     )
+
+
+def test_process_list_failure_makes_the_holders_use_unknown_not_idle() -> None:
+    """NO_PERMISSION on the process list (under MIG NVML lists the parent's
+    processes only to a privileged caller): the holders are not idle."""
+    no_list = {"nvmlDeviceGetComputeRunningProcesses": real.NVML_ERROR_NO_PERMISSION}
+    mig = _mig_3g(b"NVIDIA A100 MIG 3g.20gb")
     parent = Dev(
         uuid="GPU-abcdef00-0000-0000-0000-000000000000",
         name=b"NVIDIA A100",
@@ -311,14 +317,7 @@ def test_process_utilisation_not_supported_is_unknown_not_zero() -> None:
 
 def test_mig_instances_become_devices() -> None:
     parent_uuid = "GPU-abcdef00-0000-0000-0000-000000000000"
-    mig_a = Dev(
-        uuid="MIG-11111111-0000-0000-0000-000000000000",
-        name=b"NVIDIA A100-SXM4-40GB MIG 3g.20gb",
-        gpu_instance_id=1,
-        used=5 * GIB,
-        total=20 * GIB,
-        errors={"nvmlDeviceGetUtilizationRates": real.NVML_ERROR_NOT_SUPPORTED},
-    )
+    mig_a = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
     mig_b = Dev(
         uuid="MIG-22222222-0000-0000-0000-000000000000",
         name="NVIDIA A100-SXM4-40GB MIG 2g.10gb",
