@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,23 +45,31 @@ _PIECES = [
 ]
 
 
-def cri(
-    output: bytes, stream: str = "stdout", start: dt.datetime = T0, chunk: int = 16384
-) -> bytes:
-    """Wrap raw program output as containerd does: one record per newline, P chunks."""
+def _records(
+    output: bytes, start: dt.datetime = T0, chunk: int = 16384
+) -> Iterator[tuple[str, bytes, bool]]:
+    """What a runtime makes of raw program output: per line of it, pieces of at most
+    ``chunk`` bytes, each with its time (10 ms apart, nanoseconds) and whether it ends
+    its line: the one split containerd and Docker's json-file driver both make."""
     lines = output.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    out = []
     t = start
     for line in lines:
         pieces = [line[i : i + chunk] for i in range(0, len(line), chunk)] or [b""]
         for j, piece in enumerate(pieces):
-            tag = b"F" if j == len(pieces) - 1 else b"P"
-            stamp = t.strftime("%Y-%m-%dT%H:%M:%S.%f").encode() + b"123Z"
-            out.append(stamp + b" " + stream.encode() + b" " + tag + b" " + piece + b"\n")
+            yield t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z", piece, j == len(pieces) - 1
             t += dt.timedelta(milliseconds=10)
-    return b"".join(out)
+
+
+def cri(
+    output: bytes, stream: str = "stdout", start: dt.datetime = T0, chunk: int = 16384
+) -> bytes:
+    """Wrap raw program output as containerd does: one record per newline, P chunks."""
+    return b"".join(
+        f"{stamp} {stream} {'F' if last else 'P'} ".encode() + piece + b"\n"
+        for stamp, piece, last in _records(output, start, chunk)
+    )
 
 
 @pytest.fixture
@@ -909,19 +918,17 @@ def docker_json(output: bytes, stream: str = "stdout", chunk: int = 16384) -> by
     """Wrap raw program output as Docker's json-file driver does: one record per line
     of output, a line over ``chunk`` bytes split into records whose ``log`` has no
     final newline but the last's."""
-    lines = output.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    t = T0
-    for line in lines:
-        pieces = [line[i : i + chunk] for i in range(0, len(line), chunk)] or [b""]
-        for j, piece in enumerate(pieces):
-            text = piece.decode("utf-8", "replace") + ("\n" if j == len(pieces) - 1 else "")
-            stamp = t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
-            out.append(json.dumps({"log": text, "stream": stream, "time": stamp}).encode())
-            t += dt.timedelta(milliseconds=10)
-    return b"".join(line + b"\n" for line in out)
+    return b"".join(
+        json.dumps(
+            {
+                "log": piece.decode("utf-8", "replace") + ("\n" if last else ""),
+                "stream": stream,
+                "time": stamp,
+            }
+        ).encode()
+        + b"\n"
+        for stamp, piece, last in _records(output, T0, chunk)
+    )
 
 
 def docker_layout(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
