@@ -524,10 +524,12 @@ class KubePodSource:
             objects[meta.uid] = meta
             ips[meta.uid] = _pod_ips(obj)
         # the list names every pod there is: the finished ones left out are the record
-        # (those recorded before and now absent were deleted)
+        # (those recorded before and now absent were deleted); the first ``fitted`` of
+        # them found room after the live ones
+        fitted = max(0, self.max_pods - len(live))
         outside = {
             meta.uid: (meta.namespace, meta.name, meta.uid)
-            for meta, _ in done[max(0, len(kept) - len(live)) :][-MAX_FINISHED_OUTSIDE:]
+            for meta, _ in done[fitted:][-MAX_FINISHED_OUTSIDE:]
         }
         # a relist is the one moment every Job still referenced is known
         self._jobs = {key: value for key, value in self._jobs.items() if key in jobs}
