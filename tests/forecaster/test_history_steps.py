@@ -4,6 +4,8 @@ cycle (docs/forecaster.md, "History file")."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,3 +83,89 @@ def test_crowded_steps() -> None:
     assert crowded_steps([1.0, 1.5, 1.7, 2.0, 3.2], 400) == {1.0, 1.5}
     assert crowded_steps([], 400) == set()
     assert crowded_steps([5.0, 1.0, 5.5], 400) == {5.0}
+
+
+def step_update(run_id: str, steps: list[float], t: float, planned: float = 1000.0) -> RunUpdate:
+    key = {"namespace": "ml", "pod": f"p-{run_id}", "container": "c"}
+    ends = tuple((step, t + k) for k, step in enumerate(steps))
+    features = {"progress_unit": STEPS_UNIT}
+    return RunUpdate(run_id, planned, NOW, ends, **key, features=features, seen_timestamp=t)
+
+
+def test_a_held_step_only_run_is_thinned_without_reading_its_points(store: HistoryStore) -> None:
+    """A run whose ends are held in memory (read by ``running``, as a cycle does) is
+    thinned from them: ``record`` reads none of its stored points from the file."""
+    ids = [f"r{i}" for i in range(5)]
+    store.record([step_update(r, [1.0], NOW) for r in ids])
+    store.running()  # the cycle's read: the ends are held from now on
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    try:
+        for i in range(2, 400):
+            store.record([step_update(r, [i * 0.7], NOW + i) for r in ids])
+            assert len(store.running()) == len(ids)
+    finally:
+        store._conn.set_trace_callback(None)
+    reads = [st for st in statements if st.lstrip().upper().startswith("SELECT")]
+    assert not [st for st in reads if "epoch_ends" in st]
+    assert any(st.lstrip().upper().startswith("DELETE FROM EPOCH_ENDS") for st in statements)
+    assert rows(store) <= len(ids) * (STEP_CELLS + 1)
+    fresh = HistoryStore.open(store.path)
+    try:
+        assert fresh.running() == store.running()
+    finally:
+        fresh.close()
+
+
+def running_of(path: str) -> list:
+    fresh = HistoryStore.open(path)
+    try:
+        return fresh.running()
+    finally:
+        fresh.close()
+
+
+def test_held_and_read_thinning_store_the_same_points(tmp_path: Path) -> None:
+    """Thinning from held ends deletes exactly what thinning from the file's does: two
+    stores given the same updates, one held (``running`` each cycle), one never."""
+    import random
+
+    held = HistoryStore.open(tmp_path / "held.sqlite")
+    read = HistoryStore.open(tmp_path / "read.sqlite")
+    rng = random.Random(11)
+    ids = [f"r{i}" for i in range(8)]
+    step = dict.fromkeys(ids, 0.0)
+    try:
+        for cycle in range(300):
+            t = NOW + 60 * cycle
+            batch = []
+            for run_id in rng.sample(ids, 5):
+                steps = []
+                for _ in range(rng.randint(1, 4)):
+                    step[run_id] += rng.choice([0.5, 1.0, 2.5, 7.0])
+                    steps.append(step[run_id])
+                if rng.random() < 0.2:  # an old point again, already stored or thinned
+                    steps.append(rng.choice(steps) - rng.choice([0.0, 1.0, 3.0]))
+                planned = 400.0 if rng.random() < 0.85 else 300.0  # a changed plan now and then
+                up = step_update(run_id, steps, t, planned)
+                if rng.random() < 0.1:  # a point with no time: never stored, never held
+                    nan_end = (step[run_id] + 0.3, math.nan)
+                    up = dataclasses.replace(up, epoch_ends=(*up.epoch_ends, nan_end))
+                batch.append(up)
+                if rng.random() < 0.1:  # the same run twice in one record
+                    batch.append(step_update(run_id, [step[run_id] + 0.25], t, 250.0))
+            for store in (held, read):
+                store.record(batch)
+            assert held.running() == running_of(read.path)  # held as a fresh read
+            if cycle % 50 == 49:  # a run ends: its key leaves both
+                gone = rng.choice(ids)
+                for store in (held, read):
+                    store.finish([("ml", f"p-{gone}", "c", gone)], t + 1)
+            dump = "SELECT r.run_id, e.epoch, e.timestamp FROM epoch_ends e JOIN runs r ON r.id = e.run"
+            a = sorted(held._conn.execute(dump).fetchall())
+            b = sorted(read._conn.execute(dump).fetchall())
+            assert a == b
+        assert running_of(held.path) == held.running()
+    finally:
+        held.close()
+        read.close()
