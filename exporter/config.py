@@ -41,6 +41,10 @@ def version() -> str:
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_POD_LABELS = 32
+# Pod labels copied onto gpu_eta_pod_info whatever --pod-labels lists: the shipped
+# alert rules read them (gpu-eta.io/long-running opts a pod out of the occupancy
+# alerts, docs/alerts.md), so a site's opt-out must not hang on its exporter flags.
+ALWAYS_POD_LABELS = ("gpu-eta.io/long-running",)
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)?\s*$")
 _LABEL_KEY_RE = re.compile(
     r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$"
@@ -139,9 +143,16 @@ def pod_label_names(keys: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def exported_pod_labels(keys: Sequence[str]) -> tuple[str, ...]:
+    """The pod label keys ``gpu_eta_pod_info`` carries: ``ALWAYS_POD_LABELS``, then
+    ``keys`` (the ``--pod-labels`` allow-list), each once."""
+    return tuple(dict.fromkeys((*ALWAYS_POD_LABELS, *keys)))
+
+
 def parse_pod_labels(value: Any, key: str) -> tuple[str, ...]:
     """Kubernetes label keys, as a list or a comma-separated string; deduplicated.
-    Two keys that would be the same Prometheus label are refused (``pod_label_names``)."""
+    Two keys that would be the same Prometheus label are refused (``pod_label_names``),
+    and so is a key that would be the label of one of ``ALWAYS_POD_LABELS``."""
     if isinstance(value, str):
         items = [v.strip() for v in value.split(",") if v.strip()]
     elif isinstance(value, list | tuple):
@@ -159,7 +170,7 @@ def parse_pod_labels(value: Any, key: str) -> tuple[str, ...]:
             f"{key}: at most {MAX_POD_LABELS} labels (each one is a label on every pod_info series)"
         )
     try:
-        pod_label_names(out)
+        pod_label_names(exported_pod_labels(out))
     except ValueError as err:
         raise ConfigError(f"{key}: {err}") from None
     return tuple(out)

@@ -23,8 +23,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from gpu_eta.exporter.config import exported_pod_labels, pod_label_names
 from gpu_eta.exporter.config import pod_label_name as pod_label_name  # re-exported
-from gpu_eta.exporter.config import pod_label_names
 from gpu_eta.exporter.progress import MAX_METRICS
 from gpu_eta.exporter.readings import DeviceReading, PodGpuRow, Progress
 from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS, PROGRESS_RESULTS, Snapshot, SnapshotHolder
@@ -144,6 +144,8 @@ def _pod_gpus(node: str, rows: Sequence[PodGpuRow]) -> Iterator[Metric]:
 
 
 def _pods(snap: Snapshot, pod_labels: Sequence[str]) -> Iterator[Metric]:
+    """Pod metadata; ``gpu_eta_pod_info`` carries the pod labels of ``pod_labels`` (the
+    allow-list) and of ``ALWAYS_POD_LABELS``, which the shipped alert rules read."""
     node = snap.node
     info = _Family("gpu_eta_pod_info", "Pod metadata, value 1" + CACHED)
     start = _Family("gpu_eta_pod_start_timestamp_seconds", "Pod start time" + CACHED)
@@ -152,7 +154,8 @@ def _pods(snap: Snapshot, pod_labels: Sequence[str]) -> Iterator[Metric]:
         "Earliest of pod start + activeDeadlineSeconds, its Job start + the Job's, "
         "and the gpu-eta.io/deadline annotation" + CACHED,
     )
-    label_names = pod_label_names(pod_labels)  # ValueError on two keys, one name
+    # ValueError on two keys, one name
+    label_names = pod_label_names(exported_pod_labels(pod_labels))
     for pod in snap.pods:
         base = {"node": node, "namespace": pod.namespace, "pod": pod.name}
         labels = dict(base)
@@ -414,7 +417,8 @@ class SnapshotExposition:
         version: str = "",
     ) -> None:
         self._holder = holder
-        pod_label_names(pod_labels)  # refused here, not at every scrape (ValueError)
+        # refused here, not at every scrape (ValueError)
+        pod_label_names(exported_pod_labels(pod_labels))
         self._pod_labels = tuple(pod_labels)
         self._version = version
         self._cache: tuple[Snapshot, bytes] | None = None

@@ -33,6 +33,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_eta.exporter.config import ALWAYS_POD_LABELS, pod_label_name
 from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta.simulation.driver import post_progress
@@ -330,8 +331,9 @@ def _reference_files() -> list[Path]:
     return [p for p in files if p.is_file()]
 
 
-# names with our metric prefix that are no metric: the progress client's module
-NOT_METRICS = frozenset({"gpu_eta_report"})
+# names with our metric prefix that are no metric: the progress client's module, and
+# the pod labels gpu_eta_pod_info always carries (label_gpu_eta_io_long_running)
+NOT_METRICS = frozenset({"gpu_eta_report", *map(pod_label_name, ALWAYS_POD_LABELS)})
 
 
 def references(path: Path) -> set[str]:

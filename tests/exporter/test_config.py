@@ -190,6 +190,14 @@ def test_pod_labels_that_would_be_one_prometheus_label_are_refused() -> None:
     assert parse_pod_labels("app.kubernetes.io/name,app", "k") == ("app.kubernetes.io/name", "app")
 
 
+def test_pod_label_colliding_with_an_always_exported_one_is_refused() -> None:
+    """``gpu_eta_io_long_running`` would be the label the alert opt-out reads
+    (``gpu-eta.io/long-running``, always exported): refused at start."""
+    with pytest.raises(ConfigError, match=r"gpu-eta\.io/long-running"):
+        config_from_mapping({"pod-labels": "gpu_eta_io_long_running"})
+    assert parse_pod_labels("gpu-eta.io/long-running", "k") == ("gpu-eta.io/long-running",)
+
+
 def test_colliding_pod_labels_are_one_line_from_the_command_line() -> None:
     from gpu_eta.exporter.main import parse_config
 

@@ -296,6 +296,22 @@ def test_pod_labels_allow_list_and_sanitising() -> None:
     assert pod_label_name("a-b/c.d") == "label_a_b_c_d"
 
 
+def test_long_running_label_is_exported_without_the_allow_list() -> None:
+    """The occupancy alerts' opt-out (docs/alerts.md) reads
+    ``label_gpu_eta_io_long_running`` on ``gpu_eta_pod_info``: a pod labelled
+    ``gpu-eta.io/long-running`` carries it whatever ``--pod-labels`` lists."""
+    serving = PodMeta("ns", "srv", "u1", labels={"gpu-eta.io/long-running": "true", "x": "y"})
+    plain = PodMeta("ns", "job", "u2")
+    for allow in ((), ("team",), ("gpu-eta.io/long-running",)):
+        samples = _samples(
+            _exposition(_snap(pods=(serving, plain)), pod_labels=allow), "gpu_eta_pod_info"
+        )
+        (srv,) = [labels for labels in samples if 'pod="srv"' in labels]
+        (job,) = [labels for labels in samples if 'pod="job"' in labels]
+        assert srv.count('label_gpu_eta_io_long_running="true"') == 1, allow
+        assert "label_x" not in srv and "long_running" not in job
+
+
 def test_training_values_capped_at_16() -> None:
     run = Progress(
         "ns", "p", "c", "r", 1.0, 2.0, "log", metrics={f"m{i:02d}": float(i) for i in range(40)}
