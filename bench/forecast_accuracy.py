@@ -15,6 +15,7 @@ kind and per job)::
     python bench/forecast_accuracy.py --no-identity --corpus mlperf-confirm  # bare files
     python bench/forecast_accuracy.py --percent --corpus cpu-steps  # progress in percent
     python bench/forecast_accuracy.py --first 400 --corpus mlperf-choose  # a young cluster
+    python bench/forecast_accuracy.py --by-round          # each MLPerf round replayed alone
 
 Why a bench and not a test: these are figures to report and watch move, with their
 uncertainty; tests assert only what holds with honest margins.
@@ -117,6 +118,9 @@ BEGIN, END = "<!-- accuracy-table:begin -->", "<!-- accuracy-table:end -->"
 EVIDENCE = REPO / "docs" / "forecasting-evidence.md"
 BREAKDOWN_BEGIN = "<!-- accuracy-breakdown:begin -->"
 BREAKDOWN_END = "<!-- accuracy-breakdown:end -->"
+# each MLPerf round replayed alone (``--by-round``): how a newer round is judged
+ROUNDS_BEGIN = "<!-- accuracy-by-round:begin -->"
+ROUNDS_END = "<!-- accuracy-by-round:end -->"
 MLPERF_CANDIDATES = (
     REPO.parent / "shared" / "data" / "mlperf-dev" / "runs.csv.gz",
     REPO.parent.parent / "shared" / "data" / "mlperf-dev" / "runs.csv.gz",  # from a worktree
@@ -155,6 +159,9 @@ def round_of(start_timestamp: float) -> str:
         if first <= month <= last:
             return label
     return "?"
+
+
+MLPERF_SPLITS = ("mlperf-choose", "mlperf-confirm")
 
 
 def split_mlperf(runs: Sequence[Run]) -> dict[str, list[Run]]:
@@ -279,6 +286,28 @@ class Corpus:
     @property
     def n_runs(self) -> int:
         return sum(len(p) for p in self.parts)
+
+
+def by_round(corpus: Corpus) -> Corpus:
+    """``corpus`` (an MLPerf split) as one part per round, each replayed alone, with
+    the round as the part's kind.
+
+    Why: runs this project never saw are judged a newer round at a time, in a file of
+    a few hundred to a few thousand runs whose history starts empty; a split replayed
+    whole lets a round's first runs lean on the rounds before it."""
+    runs = [run for part in corpus.parts for run in part]
+    rounds: dict[str, list[Run]] = {}
+    for run in sorted(runs, key=lambda r: (r.start_timestamp, r.run_id)):
+        rounds.setdefault(round_of(run.start_timestamp), []).append(run)
+    labels = sorted(rounds)
+    return Corpus(
+        corpus.name,
+        corpus.description + ", each round replayed alone (--by-round)",
+        [rounds[label] for label in labels],
+        corpus.skipped,
+        tuple(labels),
+        corpus.copies,
+    )
 
 
 def file_kind(path: Path) -> str:
@@ -634,7 +663,7 @@ def job_table(res: CorpusResult) -> list[str]:
     return ratio_lines("job", [(j, runs[j], res.rows(job=j)) for j in jobs]) if jobs else []
 
 
-def kind_table(res: CorpusResult) -> list[str]:
+def kind_table(res: CorpusResult, label: str = "file kind") -> list[str]:
     """One line per file kind of a corpus pooling several: runs, gpu-eta ÷ best
     baseline per point (bootstrap interval) and coverage; [] for a single kind."""
     kinds = res.kind_names()
@@ -643,7 +672,20 @@ def kind_table(res: CorpusResult) -> list[str]:
     runs = dict.fromkeys(kinds, 0)
     for kind, part in zip(res.corpus.kinds, res.corpus.parts, strict=True):
         runs[kind] += len(part)
-    return ratio_lines("file kind", [(k, runs[k], res.rows(kind=k)) for k in kinds])
+    return ratio_lines(label, [(k, runs[k], res.rows(kind=k)) for k in kinds])
+
+
+def round_report(results: Sequence[CorpusResult]) -> str:
+    """``--by-round``: per MLPerf split, one line per round replayed alone and the
+    split's rounds pooled, as Markdown."""
+    out: list[str] = []
+    for res in results:
+        c = res.corpus
+        out += [f"**{c.name}** — {c.description}: {c.n_runs:,} runs", ""]
+        out += kind_table(res, "round")
+        out += ratio_lines("round", [("all, pooled", c.n_runs, res.rows())])[2:]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
 
 
 def breakdowns(res: CorpusResult) -> list[str]:
@@ -935,6 +977,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only the first N runs (by start) of each file or MLPerf split: a young cluster",
     )
     parser.add_argument(
+        "--by-round",
+        action="store_true",
+        help="the MLPerf splits only, each round replayed alone (how a newer round is judged)",
+    )
+    parser.add_argument(
         "--percent",
         action="store_true",
         help="progress in percent of each run's plan (the unit the live path does not use)",
@@ -959,6 +1006,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--write-docs publishes every corpus as recorded: "
             "drop --corpus/--no-repeats/--no-identity/--percent/--first"
         )
+    if args.by_round and (args.corpus or args.limit is not None):
+        parser.error(
+            "--by-round replays every round of both MLPerf splits whole: drop --corpus/--limit"
+        )
     if args.no_repeats and args.no_identity:
         parser.error("--no-repeats and --no-identity are two different replays: pick one")
     corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
@@ -970,6 +1021,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"have {', '.join(c.name for c in corpora)}"
             )
         corpora = [c for c in corpora if c.name in args.corpus]
+    if args.by_round:
+        corpora = [by_round(c) for c in corpora if c.name in MLPERF_SPLITS]
+        if not corpora:
+            parser.error("--by-round needs the MLPerf runs (--mlperf PATH)")
     if args.first is not None:
         for corpus in corpora:
             corpus.parts = [first_runs(part, args.first) for part in corpus.parts]
@@ -996,12 +1051,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{res.refits} refits, {res.seconds:.0f} s",
             flush=True,
         )
-    text = report(results, args.limit)
+    text = round_report(results) if args.by_round else report(results, args.limit)
     print()
     print(text)
     if args.json is not None:
         args.json.write_text(json.dumps(as_json(results), indent=2) + "\n")
-    if args.write_docs:
+    if args.write_docs and args.by_round:
+        command = "python bench/forecast_accuracy.py --by-round --write-docs"
+        EVIDENCE.write_text(
+            replace_between_markers(
+                EVIDENCE.read_text(),
+                text,
+                command,
+                ROUNDS_BEGIN,
+                ROUNDS_END,
+                "## Each MLPerf round alone",
+            )
+        )
+        print(f"wrote the by-round tables into {EVIDENCE}")
+    elif args.write_docs:
         command = "python bench/forecast_accuracy.py --write-docs" + (
             f" --limit {args.limit}" if args.limit is not None else ""
         )

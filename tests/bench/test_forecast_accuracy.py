@@ -269,6 +269,8 @@ def test_the_published_docs_carry_both_generated_blocks() -> None:
     breakdown = evidence[evidence.index(fa.BREAKDOWN_BEGIN) : evidence.index(fa.BREAKDOWN_END)]
     assert "**mlperf-confirm**" in headline and " by job " not in headline
     assert "*mlperf-confirm by job (" in breakdown and "| point |" not in breakdown
+    rounds = evidence[evidence.index(fa.ROUNDS_BEGIN) : evidence.index(fa.ROUNDS_END)]
+    assert "| `v2.1` |" in rounds and "--by-round --write-docs" in rounds
 
 
 def test_first_keeps_the_runs_that_started_first() -> None:
@@ -282,4 +284,39 @@ def test_first_keeps_the_runs_that_started_first() -> None:
     assert fa.first_runs(runs, 50) == sorted(runs, key=lambda r: r.start_timestamp)
     for argv in (["--first", "0"], ["--first", "5", "--write-docs"]):
         with pytest.raises(SystemExit):  # refused before any corpus is read
+            fa.main(argv)
+
+
+def test_by_round_replays_each_round_alone_with_its_own_line() -> None:
+    """``--by-round``: an MLPerf split as one part per round (its kind the round), each
+    replayed alone, so a round's first runs know nothing of the rounds before; the
+    report has a line per round and the split pooled; refused with --corpus/--limit."""
+
+    def round_runs(tag: str, start: float, pace: float) -> list:
+        return [
+            make_run(f"{tag}{i}", [pace + i % 3] * 8, start=start + 200 * i, job_name="j")
+            for i in range(6)
+        ]
+
+    older, newer = round_runs("a", ts(2021, 5), 10.0), round_runs("b", ts(2021, 10), 30.0)
+    split = fa.by_round(fa.Corpus("mlperf-choose", "MLPerf", [newer + older], copies=2))
+    assert split.kinds == ("v1.0", "v1.1") and split.parts == [older, newer]
+    assert split.copies == 2 and "(--by-round)" in split.description
+    res = fa.run_corpus(split, refit_fraction=0.05)
+    alone = backtest(newer)
+    newer_ids = {r.run_id for r in newer}
+    mine = sorted(
+        (s.run_id, s.point, s.errors["gpu_eta"], s.earlier_same_identity)
+        for s in res.scored
+        if s.run_id in newer_ids
+    )
+    # the newer round's moments are those of a replay of it alone (no older runs known)
+    assert mine == sorted(
+        (s.run_id, s.point, s.errors["gpu_eta"], s.earlier_same_identity) for s in alone.scored
+    )
+    text = fa.round_report([res])
+    rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| `")]
+    assert rows == ["| `v1.0`", "| `v1.1`", "| `all, pooled`"]
+    for argv in (["--by-round", "--limit", "5"], ["--by-round", "--corpus", "cpu-shared"]):
+        with pytest.raises(SystemExit):
             fa.main(argv)
