@@ -116,8 +116,9 @@ class Cycle:
         # each run's latest epoch and last epoch end as the previous cycle read them
         # (went_back)
         self._marks: dict[RunKey, tuple[float, float]] = {}
-        # a Prometheus read failed since the last successful cycle (uncovered_since)
-        self._read_failed = False
+        # the time of the latest cycle whose Prometheus read failed, until a cycle
+        # records again (uncovered_since, unseen_seconds)
+        self._failed_at: float | None = None
         # runs whose means were read since the last full read, as ending runs: the time
         # their stored means reach (later reads weigh only the seconds after it);
         # persisted, like the range time it completes
@@ -146,16 +147,16 @@ class Cycle:
         The cyclic garbage collector is paused meanwhile (``gc_switched``), except
         during a model fit.
         """
+        now = self.clock()
         with gc_switched(False):
             try:
-                return self._run()
+                return self._run(now)
             except PromAPIError:
-                # the seconds until the next successful read are not covered (_run)
-                self._read_failed = True
+                # the seconds up to this read are not covered by a read (_run)
+                self._failed_at = now
                 raise
 
-    def _run(self) -> ForecastSet:
-        now = self.clock()
+    def _run(self, now: float) -> ForecastSet:
         s = self.settings
         if self._last_query_time is None:
             window = s.lookback_seconds
@@ -184,7 +185,7 @@ class Cycle:
         if means_until != self._means_until:
             meta[MEANS_UNTIL_KEY] = encode_means_until(means_until)
         previous = self._last_query_time
-        uncovered = uncovered_since(previous, now, self._read_failed, s.vanish_grace_seconds)
+        uncovered = uncovered_since(previous, now, self._failed_at, s.vanish_grace_seconds)
         try:
             # only if the file's state is still the one this read started from: else
             # another forecaster stored these seconds' means already
@@ -193,12 +194,13 @@ class Cycle:
                 state=meta,
                 expect={LAST_QUERY_KEY: self._stored_query},
                 uncovered_since=uncovered,
+                unseen_seconds=unseen_seconds(previous, self._failed_at),
                 now=now,
             )
         except HistoryConflict:
             self._load_state()
             raise
-        self._read_failed = False
+        self._failed_at = None
         for key in revived:  # running again: read as any running run
             self._finished_at.pop(key, None)
         if revived:  # the model learnt them as cancelled runs: refitted without them now
@@ -765,25 +767,42 @@ def went_back(
 
 
 def uncovered_since(
-    previous: float | None, now: float, read_failed: bool, grace_seconds: float
+    previous: float | None, now: float, failed_at: float | None, grace_seconds: float
 ) -> float | None:
     """The previous successful read's time when the seconds since it are not covered
-    by this process's reads (a read failed since, or they are more than the vanish
-    grace), else None. Pure.
+    by this process's reads (a read failed after it, at ``failed_at``, or they are more
+    than the vanish grace), else None. Pure.
 
     Why: a run's absence must be seen by reads, not inferred from a Prometheus outage.
     After one (a restart, an unreachable server) the first reads may come before its
     first scrape of the exporters, and every run would look gone for as long as the
     outage lasted: finished as cancelled, and frozen. The runs seen at that read count
     their absence from this one instead (``HistoryStore.record``); a run already gone
-    before it keeps counting, so that a ``once`` CronJob whose period exceeds the grace
+    before it keeps counting, without the seconds the failed reads left unseen
+    (``unseen_seconds``), so that a ``once`` CronJob whose period exceeds the grace
     still finishes vanished runs (one period later).
     """
     if previous is None:
         return None
-    if read_failed or now - previous > grace_seconds:
+    if (failed_at is not None and failed_at > previous) or now - previous > grace_seconds:
         return previous
     return None
+
+
+def unseen_seconds(previous: float | None, failed_at: float | None) -> float:
+    """The seconds from the previous successful read to the latest failed one after it
+    (0: none failed): no read covered them, so a run already absent at the previous read
+    does not count them towards the vanish grace (``HistoryStore.record``). Pure.
+
+    Why only up to the failed read: the read that succeeds after it covers the seconds
+    since that attempt, as any read covers those since the one before it. So with
+    Prometheus answering every other cycle (timeouts at a large site) a vanished run's
+    absence still adds up, a cycle's seconds per successful read, and it is finished;
+    while outages, however long, add only the cycle after each of them.
+    """
+    if previous is None or failed_at is None:
+        return 0.0
+    return max(0.0, failed_at - previous)
 
 
 def vanished(

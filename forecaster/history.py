@@ -347,6 +347,7 @@ class HistoryStore:
         expect: Mapping[str, str | None] | None = None,
         uncovered_since: float | None = None,
         now: float | None = None,
+        unseen_seconds: float = 0.0,
     ) -> list[RunKey]:
         """Upsert running runs, add their epoch ends and store the caller's ``state``
         (service values, as ``set_metas``), all in one transaction — and only if the
@@ -388,7 +389,14 @@ class HistoryStore:
         (``Cycle._run``). Why the offset: a run seen present at this read stores ``now``
         exactly, and the next uncovered read must hold only those, not a run held here
         and still gone (else reads farther apart than the grace, a ``once`` CronJob,
-        would hold a vanished run for ever).
+        would hold a vanished run for ever). A running run already absent then (seen
+        last before it) keeps counting, less ``unseen_seconds``: the seconds since that
+        read no read covered (up to a failed read after it, ``cycle.unseen_seconds``),
+        by which its ``last_seen`` (or its start, if never seen) moves on, never past
+        ``now`` less the offset. Why: the grace counts seconds reads saw the run gone,
+        so that outages alone never finish it, however often Prometheus comes back for
+        a read before its first scrape; and the seconds between the failed reads do add
+        up, so that a vanished run is finished while every other read fails.
 
         An update's GPU-use and memory means (``util_mean``, ``memory_mean`` weighted by
         ``weight_seconds``) add to the run's. Why ``state`` is written here: it says which
@@ -466,6 +474,17 @@ class HistoryStore:
                         "AND MAX(last_seen, start_timestamp) >= :since AND last_seen < :held",
                         {"held": now - HELD_OFFSET_SECONDS, "since": uncovered_since},
                     )
+                    if unseen_seconds > 0:  # after the hold: a run held is not also moved
+                        self._conn.execute(
+                            "UPDATE runs SET last_seen = MIN(:held, "
+                            "MAX(last_seen, start_timestamp) + :unseen) WHERE state = 'running' "
+                            "AND MAX(last_seen, start_timestamp) < :since",
+                            {
+                                "held": now - HELD_OFFSET_SECONDS,
+                                "since": uncovered_since,
+                                "unseen": unseen_seconds,
+                            },
+                        )
                 for key, steps in to_steps.items():
                     self._percent_to_steps(key, steps)
                 dropped = self._drop_ends_before_start(recheck)

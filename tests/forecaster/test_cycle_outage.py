@@ -2,9 +2,9 @@
 ``--history.vanish-grace`` does not lose the running runs (docs/forecaster.md, "Jobs
 from series").
 
-The grace counts only seconds covered by successful reads (``cycle.uncovered_since``),
-and a run finished as vanished that is present again with the same start is running
-again (``HistoryStore.record``).
+The grace counts only seconds covered by successful reads (``cycle.uncovered_since``,
+``cycle.unseen_seconds``), and a run finished as vanished that is present again with
+the same start is running again (``HistoryStore.record``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import pytest
 
-from gpu_eta.forecaster.cycle import uncovered_since
+from gpu_eta.forecaster.cycle import Cycle, uncovered_since, unseen_seconds
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromAPIError
 from gpu_eta.forecaster.runs import RunUpdate
@@ -181,15 +181,82 @@ def test_a_lingering_vanished_run_is_not_revived(store: HistoryStore) -> None:
 
 
 @pytest.mark.parametrize(
-    ("previous", "now", "failed", "expected"),
+    ("previous", "now", "failed_at", "expected"),
     [
-        (None, NOW, True, None),  # the first read: nothing to cover
-        (NOW - 60, NOW, False, None),  # a read a cycle ago
-        (NOW - 60, NOW, True, NOW - 60),  # a read failed since
-        (NOW - 601, NOW, False, NOW - 601),  # a gap longer than the grace
+        (None, NOW, NOW - 30, None),  # the first read: nothing to cover
+        (NOW - 60, NOW, None, None),  # a read a cycle ago
+        (NOW - 120, NOW, NOW - 60, NOW - 120),  # a read failed since
+        (NOW - 60, NOW, NOW - 60, None),  # it failed after it recorded (a later query)
+        (NOW - 601, NOW, None, NOW - 601),  # a gap longer than the grace
     ],
 )
 def test_uncovered_since(
-    previous: float | None, now: float, failed: bool, expected: float | None
+    previous: float | None, now: float, failed_at: float | None, expected: float | None
 ) -> None:
-    assert uncovered_since(previous, now, failed, 600) == expected
+    assert uncovered_since(previous, now, failed_at, 600) == expected
+
+
+@pytest.mark.parametrize(
+    ("previous", "failed_at", "expected"),
+    [(None, NOW, 0.0), (NOW - 900, None, 0.0), (NOW - 900, NOW - 60, 840.0), (NOW, NOW, 0.0)],
+)
+def test_unseen_seconds(previous: float | None, failed_at: float | None, expected: float) -> None:
+    assert unseen_seconds(previous, failed_at) == expected
+
+
+def _attempt(cycle: Cycle, fail: bool, client: CannedClient) -> int | None:
+    """One cycle, its reads failing (``None``) or not (runs it finished)."""
+    client.fail = fail
+    try:
+        return cycle.run().n_finished
+    except PromAPIError:
+        return None
+    finally:
+        client.fail = False
+
+
+def test_a_vanished_run_is_finished_by_the_seconds_reads_saw_between_failed_ones(
+    store: HistoryStore,
+) -> None:
+    """Prometheus answering every other cycle (queries timing out at a large site): the
+    seconds each successful read covers since the failed one before it add up, and the
+    run is finished once they pass the grace; the failed cycles' seconds do not count."""
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=600)
+    cycle.run()
+    client.answers = {}  # gone for good
+    finished_at = []
+    for i in range(1, 41):
+        t[0] += 60
+        if _attempt(cycle, i % 2 == 1, client):
+            finished_at.append(i)
+    # the first read after a failure starts the count (the run was seen at the read
+    # before it); each later one adds its 60 s: ten of them are the grace
+    assert finished_at == [22]
+    assert [r.completed for r in store.finished()] == [False]
+
+
+def test_reads_between_outages_that_see_a_run_absent_do_not_finish_it(
+    store: HistoryStore,
+) -> None:
+    """A flapping Prometheus: back for one read before its first scrape (every run
+    absent), then away longer than the grace, then back before its first scrape again.
+    The reads saw the run absent for one cycle's seconds at most: it runs on."""
+    t = [NOW]
+    live = job("a", 10, [(1, NOW - 10)], NOW - 100)
+    client = CannedClient(live)
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=600)
+    cycle.run()
+    unscraped = {k: v for k, v in live.items() if k != "present"}
+    for outage in (5, 15, 15):
+        for _ in range(outage):
+            t[0] += 60
+            assert _attempt(cycle, True, client) is None
+        client.answers = unscraped
+        t[0] += 60
+        assert _attempt(cycle, False, client) == 0
+    assert store.count_finished() == 0
+    client.answers = live  # scraped again: forecast on, never finished meanwhile
+    t[0] += 60
+    assert [j.run.run_id for j in cycle.run().jobs] == ["a"]
