@@ -17,6 +17,7 @@ import pytest
 
 from gpu_eta.forecaster.cycle import Cycle, uncovered_since, unseen_seconds
 from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.pending import run_durations
 from gpu_eta.forecaster.promapi import PromAPIError
 from gpu_eta.forecaster.runs import RunUpdate
 from tests.forecaster.test_cycle import (
@@ -260,3 +261,24 @@ def test_reads_between_outages_that_see_a_run_absent_do_not_finish_it(
     client.answers = live  # scraped again: forecast on, never finished meanwhile
     t[0] += 60
     assert [j.run.run_id for j in cycle.run().jobs] == ["a"]
+
+
+def test_a_run_gone_during_an_outage_is_learnt_ending_at_its_last_epoch_end(
+    store: HistoryStore,
+) -> None:
+    """Finished 31 minutes after it ended (an outage, then the grace), the run the models
+    learn from ends at its last epoch end: its finish time orders the history only."""
+    t = [NOW]
+    client = CannedClient(job("a", 10, [(1, NOW - 10)], NOW - 100))
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=600)
+    cycle.run()
+    for _ in range(20):  # away while the run reaches epoch 2 at NOW + 100 and is deleted
+        t[0] += 60
+        assert _attempt(cycle, True, client) is None
+    client.answers = job("a", 10, [(1, NOW - 10), (2, NOW + 100)], NOW - 100, present=False)
+    while not cycle.run().n_finished:
+        t[0] += 60
+    assert t[0] >= NOW + 1800
+    (run,) = store.finished()
+    assert run.completed is False and run.last_timestamp == NOW + 100
+    assert run_durations([run]) == (200.0,)
