@@ -653,23 +653,38 @@ class HistoryStore:
         """Turn back to running the ``incomplete`` runs of ``rows`` (present updates)
         seen after their finish whose stored start is theirs within ``SAME_START_SECONDS`` (the caller's
         transaction): their epoch list back into ``epoch_ends``, the finish undone.
-        Returns their keys. A completed run stays frozen: it reached its plan."""
+        Returns their keys. A completed run stays frozen: it reached its plan.
+
+        Any attempt of the key is revived, not only its latest (attempt 0): a run moved
+        to an earlier attempt by a run that followed it (``_retire_finished``) is the
+        same run when it is back with its start. It becomes the key's attempt 0 again,
+        the run that followed it takes its attempt number (``_make_latest``). Why: a
+        run's updates are written to attempt 0 (``record``'s upsert), so a revived run
+        left under another attempt would take none and vanish again. Not while the key
+        holds a running run: the update is that run's (an older snapshot of it).
+        """
         revived: list[RunKey] = []
         for row in rows:
             found = self._conn.execute(
-                """SELECT id, epoch_times FROM runs WHERE namespace = :namespace
+                """SELECT id, attempt, epoch_times FROM runs WHERE namespace = :namespace
                    AND pod = :pod AND container = :container AND run_id = :run_id
-                   AND attempt = 0 AND state = 'incomplete' AND finished_timestamp < :last_seen
-                   AND ABS(start_timestamp - :start_timestamp) <= :tolerance""",
+                   AND state = 'incomplete' AND finished_timestamp < :last_seen
+                   AND ABS(start_timestamp - :start_timestamp) <= :tolerance
+                   AND NOT EXISTS (SELECT 1 FROM runs WHERE namespace = :namespace
+                       AND pod = :pod AND container = :container AND run_id = :run_id
+                       AND state = 'running')
+                   ORDER BY attempt LIMIT 1""",
                 {**row, "tolerance": SAME_START_SECONDS},
             ).fetchone()
             if found is None:
                 continue
-            row_id, blob = found
+            row_id, attempt, blob = found
             try:
                 times = unpack_epoch_times(blob) if blob is not None else ()
             except ValueError:
                 continue  # a damaged list: the row stays as it is, for a human
+            if attempt != 0:
+                self._make_latest(row, row_id, attempt)
             self._conn.execute(
                 """UPDATE runs SET state = 'running', finished_timestamp = NULL,
                    epoch_times = NULL WHERE id = ?""",
@@ -681,6 +696,18 @@ class HistoryStore:
             )
             revived.append(_row_key(row))
         return revived
+
+    def _make_latest(self, row: Mapping[str, object], row_id: int, attempt: int) -> None:
+        """Swap the attempt numbers of the run ``row_id`` (``attempt``) and its key's
+        attempt 0 (the caller's transaction), through -1: the key's attempts stay
+        unique at every statement."""
+        self._conn.execute("UPDATE runs SET attempt = -1 WHERE id = ?", (row_id,))
+        self._conn.execute(
+            """UPDATE runs SET attempt = :attempt WHERE namespace = :namespace AND pod = :pod
+               AND container = :container AND run_id = :run_id AND attempt = 0""",
+            {**row, "attempt": attempt},
+        )
+        self._conn.execute("UPDATE runs SET attempt = 0 WHERE id = ?", (row_id,))
 
     def _drop_ends_before_start(self, rows: list[dict[str, object]]) -> int:
         """Delete a running run's stored epoch ends older than the start in its update

@@ -133,3 +133,56 @@ def test_schema_3_file_is_migrated_and_takes_a_second_run(tmp_path: Path) -> Non
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
+
+
+def _attempts(store: HistoryStore) -> list[tuple[int, float, str]]:
+    rows = sqlite3.connect(store.path).execute(
+        "SELECT attempt, start_timestamp, state FROM runs ORDER BY attempt"
+    )
+    return [(a, start, state) for a, start, state in rows]
+
+
+def test_a_vanished_run_of_an_earlier_attempt_back_with_its_start_runs_again(
+    store: HistoryStore,
+) -> None:
+    """Finished as vanished, then moved to attempt 1 by a run that followed it under its
+    key (its own start re-derived later by a restarted exporter, one that lost its
+    state): present again with its start, it is the attempt revived and it takes its
+    updates; the other run keeps its row under the attempt it leaves."""
+    key = ("ml", "trainer-0", "c", "r")
+    store.record(
+        [RunUpdate("r", 10, NOW - 200, ((1, NOW - 150),), **KEY, seen_timestamp=NOW - 140)]
+    )
+    store.finish([key], NOW)  # vanished: incomplete
+    store.record([RunUpdate("r", 10, NOW + 100, (), **KEY, seen_timestamp=NOW + 160)])
+    store.finish([key], NOW + 800)
+    assert _attempts(store) == [(0, NOW + 100, "incomplete"), (1, NOW - 200, "incomplete")]
+    back = RunUpdate("r", 10, NOW - 200, ((2, NOW + 850),), **KEY, seen_timestamp=NOW + 900)
+    assert store.record([back]) == [key]
+    assert _attempts(store) == [(0, NOW - 200, "running"), (1, NOW + 100, "incomplete")]
+    on = RunUpdate("r", 10, NOW - 200, ((3, NOW + 950),), **KEY, seen_timestamp=NOW + 960)
+    store.record([on])
+    (live,) = store.running()
+    assert live.last_seen == NOW + 960
+    assert [e for e, _ in live.run.epoch_times] == [0, 1, 2, 3]
+    assert [r.start_timestamp for r in store.finished()] == [NOW + 100]
+
+
+def test_a_vanished_earlier_attempt_is_not_revived_while_its_key_runs(
+    store: HistoryStore,
+) -> None:
+    """Its key holds a running run: the update is that run's (an older snapshot)."""
+    key = ("ml", "trainer-0", "c", "r")
+    store.record(
+        [RunUpdate("r", 10, NOW - 200, ((1, NOW - 150),), **KEY, seen_timestamp=NOW - 140)]
+    )
+    store.finish([key], NOW)
+    store.record([RunUpdate("r", 10, NOW + 100, (), **KEY, seen_timestamp=NOW + 160)])
+    store.close()
+    reopened = HistoryStore.open(store.path)  # nothing held: the file is asked
+    try:
+        back = RunUpdate("r", 10, NOW - 200, (), **KEY, seen_timestamp=NOW + 900)
+        assert reopened.record([back]) == []
+        assert [r.start_timestamp for r in reopened.finished()] == [NOW - 200]
+    finally:
+        reopened.close()
