@@ -113,9 +113,9 @@ class Cycle:
         # runs this process finished lately (their series linger in the window's
         # answers): no range read for them, the store keeps a finished run frozen
         self._finished_at: dict[RunKey, float] = {}
-        # each run's latest epoch and last epoch end as the previous cycle read them
-        # (went_back)
-        self._marks: dict[RunKey, tuple[float, float]] = {}
+        # each run's latest epoch, last epoch end and step as the previous cycle read
+        # them (went_back)
+        self._marks: dict[RunKey, tuple[float, ...]] = {}
         # the time of the latest cycle whose Prometheus read failed, until a cycle
         # records again (uncovered_since, unseen_seconds)
         self._failed_at: float | None = None
@@ -430,8 +430,13 @@ class Cycle:
             for sample in instant[name]
             if (key := sample_run_key(sample)) is not None
         }
-        # a run restarted under its key (its epoch or last end went back): its start
-        # and plan are read again in this cycle, not up to ``static_full_every`` later
+        # the step of the runs that report only steps, when some were held: read before
+        # the unchanging series, so that such a run restarted is found as an epoch run is
+        steps_read = static.steps_only()
+        if steps_read:
+            instant["step"] = ask("step")
+        # a run restarted under its key (its epoch, last end or step went back): its
+        # start and plan are read again in this cycle, not up to ``static_full_every`` later
         marks = progress_marks(instant)
         static.forget(went_back(self._marks, marks))
         self._marks = marks
@@ -462,8 +467,10 @@ class Cycle:
         steps_only = static.steps_only()  # some run reports only steps
         # a run without a plan may report only steps: its latest step shows it running
         # (runs_from_series.PlanlessRun); no range read, it is not stored
-        wanted = steps_only or static.without_plan(seen)
-        instant["step"] = ask("step") if wanted else []
+        if not steps_read:
+            wanted = steps_only or static.without_plan(seen)
+            instant["step"] = ask("step") if wanted else []
+            self._marks = progress_marks(instant)  # with the steps, for the next cycle
         span, full = self._range_span(now, window, static_full=full)
         runs = ""  # every run
         ending: tuple[RunKey, ...] | None = None  # every run
@@ -734,34 +741,43 @@ def planless_stub(run: PlanlessRun) -> Run:
     )
 
 
-def progress_marks(instant: Mapping[str, Sequence[Sample]]) -> dict[RunKey, tuple[float, float]]:
-    """Each run's latest epoch and last epoch end in ``instant`` (NaN when not
-    answered), by run key. Pure."""
+# The instant answers ``progress_marks`` reads, in the order of its tuples: each goes
+# only up while a run lives (a step: a run that reports only steps)
+PROGRESS_MARKS = ("epoch", "last_end", "step")
+
+
+def progress_marks(
+    instant: Mapping[str, Sequence[Sample]],
+) -> dict[RunKey, tuple[float, ...]]:
+    """Each run's latest epoch, last epoch end and latest step in ``instant``
+    (``PROGRESS_MARKS``; NaN when not answered), by run key. Pure."""
     marks: dict[RunKey, list[float]] = {}
-    for i, name in enumerate(("epoch", "last_end")):
+    for i, name in enumerate(PROGRESS_MARKS):
         for sample in instant.get(name, ()):
             key = sample_run_key(sample)
             if key is not None:
-                marks.setdefault(key, [math.nan, math.nan])[i] = sample.value
-    return {key: (epoch, end) for key, (epoch, end) in marks.items()}
+                marks.setdefault(key, [math.nan] * len(PROGRESS_MARKS))[i] = sample.value
+    return {key: tuple(mark) for key, mark in marks.items()}
 
 
 def went_back(
-    previous: Mapping[RunKey, tuple[float, float]], current: Mapping[RunKey, tuple[float, float]]
+    previous: Mapping[RunKey, tuple[float, ...]], current: Mapping[RunKey, tuple[float, ...]]
 ) -> set[RunKey]:
-    """The runs whose latest epoch or last epoch end is below what ``previous`` read:
-    restarted under their key (a named run trained again in its pod, a job whose sender
-    kept its run id). Pure.
+    """The runs whose latest epoch, last epoch end or latest step is below what
+    ``previous`` read (``progress_marks``): restarted under their key (a named run
+    trained again in its pod, a job whose sender kept its run id). Pure; a mark not
+    answered in either read (NaN) compares as not below.
 
     Why it matters: their start is an unchanging series (``static_series``), read for a
     known run only at the next full read; until then the new attempt would be forecast
     from the old one's start, and its first epochs stored against the old attempt's
-    ends (an epoch keeps its first stored time) and lost.
+    ends (an epoch keeps its first stored time) and lost. A run that reports only steps
+    has no epoch: its step is what goes back.
     """
     out = set()
-    for key, (epoch, end) in current.items():
+    for key, mark in current.items():
         before = previous.get(key)
-        if before is not None and (epoch < before[0] or end < before[1]):
+        if before is not None and any(now < then for now, then in zip(mark, before, strict=True)):
             out.add(key)
     return out
 

@@ -1,10 +1,11 @@
 """gpu_eta.forecaster.cycle: a run restarted under its own key (a named run trained
 again in the same pod and container, a job whose sender keeps its run id) is read
 again at once: its new start is an unchanging series, held between full reads
-(static_series), and is re-read in the cycle whose epoch or last end went back."""
+(static_series), and is re-read in the cycle whose epoch, last end or step went back."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,14 +63,60 @@ def test_a_restarted_run_is_forecast_from_its_new_attempt_at_once(store: History
 
 def test_went_back() -> None:
     a, b, c = ("ml", "p", "c", "a"), ("ml", "p", "c", "b"), ("ml", "p", "c", "c")
+    d = ("ml", "p", "c", "d")  # reports only steps
     nan = float("nan")
-    before = {a: (5.0, 100.0), b: (5.0, 100.0), c: (5.0, nan)}
-    now = {a: (1.0, 200.0), b: (5.0, 90.0), c: (6.0, 300.0), ("x", "", "", "new"): (0.0, nan)}
-    assert went_back(before, now) == {a, b}
+    before = {a: (5.0, 100.0, nan), b: (5.0, 100.0, nan), c: (5.0, nan, nan), d: (nan, nan, 900.0)}
+    now = {
+        a: (1.0, 200.0, nan),
+        b: (5.0, 90.0, nan),
+        c: (6.0, 300.0, nan),
+        d: (nan, nan, 100.0),
+        ("x", "", "", "new"): (0.0, nan, nan),
+    }
+    assert went_back(before, now) == {a, b, d}
     assert went_back(before, before) == set()
+    assert went_back({d: (nan, nan, 900.0)}, {d: (nan, nan, nan)}) == set()  # not read
 
 
 def test_progress_marks() -> None:
     lab = {"namespace": "ml", "pod": "p", "container": "c", "run_id": "r"}
-    marks = progress_marks({"epoch": [s(3, **lab)], "last_end": [s(NOW, **lab)]})
-    assert marks == {("ml", "p", "c", "r"): (3, NOW)}
+    tqdm = {**lab, "run_id": "tqdm"}
+    marks = progress_marks(
+        {"epoch": [s(3, **lab)], "last_end": [s(NOW, **lab)], "step": [s(700, **tqdm)]}
+    )
+    assert marks[("ml", "p", "c", "r")][:2] == (3, NOW)
+    assert math.isnan(marks[("ml", "p", "c", "r")][2])
+    epoch, end, step = marks[("ml", "p", "c", "tqdm")]
+    assert math.isnan(epoch) and math.isnan(end) and step == 700
+
+
+def test_a_restarted_step_only_run_is_forecast_from_its_new_attempt_at_once(
+    store: HistoryStore,
+) -> None:
+    """A run that reports only steps (a tqdm bar, a ``max_steps`` trainer) restarted
+    under its key: its step goes back, as a restarted run's epoch does."""
+    t = [NOW]
+    lab = {"node": "n1", "namespace": "ml", "pod": "pod-tqdm", "container": "c", "run_id": "tqdm"}
+    client = TimedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5, static_full_every=10)
+
+    def at(now: float, start: float):
+        t[0] = now
+        step = 100.0 * int((now - 5 - start) // 60)  # 100 steps a minute
+        client.answers = {
+            "steps_planned": [s(100_000, **lab)],
+            "step": [s(step, **lab)],
+            "start": [s(start, **lab)],
+            "last_report": [s(now - 5, **lab)],
+            "present": [s(now - 5, **lab)],
+        }
+        client.ranges = {"step_range": [Series(lab, ((now - 5, step),))]}
+        return cycle.run()
+
+    at(NOW, NOW - 400)
+    start = NOW + 30  # restarted with the same key, from step 0 again
+    starts = [j.run.start_timestamp for i in range(1, 9) for j in at(NOW + 60 * i, start).jobs]
+    assert set(starts) == {start}
+    (live,) = store.running()
+    assert live.run.start_timestamp == start
+    assert all(ts >= start for _, ts in live.run.epoch_times)
