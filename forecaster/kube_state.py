@@ -47,9 +47,11 @@ docs/metrics/cluster/node-metrics.md upstream):
   ``PreferNoSchedule``), into ``Node.taints``. The taints Kubernetes and the cloud
   provider set from a node's state (``node.kubernetes.io/not-ready``,
   ``.../unschedulable``, ``.../memory-pressure``...) are read too, but the replay does
-  not match them (``queue_replay.policy_taints``): cordon and not-ready are
-  ``Node.schedulable``, so a NotReady node is closed once, by its condition, and a pod
-  only it could hold stays ``no_schedulable_node``; the others are ignored. A node an
+  not match them (``queue_replay.policy_taints``): they close the node
+  (``Node.schedulable``), so a pod only it could hold stays ``no_schedulable_node``.
+  Cordon and not-ready are read from the spec and the Ready condition (a NotReady node
+  is closed once, by its condition); the others, memory, disk or PID pressure and the
+  like, from the taint (``queue_replay.under_pressure``). A node an
   autoscaler is removing (``ToBeDeletedByClusterAutoscaler``,
   ``karpenter.sh/disrupted``, ``karpenter.sh/disruption``) is closed the same way
   (``queue_replay.leaving``).
@@ -116,6 +118,7 @@ from gpu_eta.forecaster.queue_replay import (
     Toleration,
     leaving,
     policy_taints,
+    under_pressure,
 )
 from gpu_eta.forecaster.series import Sample
 
@@ -505,15 +508,15 @@ def parse(
                 rejected["invalid_allocatable"] += 1
             continue
         alloc.setdefault(node, {})[res] = units
-    # cordoned, not Ready or being removed by an autoscaler: the node takes no new pod
-    # (its pods run on)
+    # cordoned, not Ready, under pressure or being removed by an autoscaler: the node takes
+    # no new pod (its pods run on)
     closed = {
         s.labels.get("node", "")
         for s in get("ksm_node_state")
         if s.labels.get("state") in ("cordoned", "not_ready")
     }
     taints = _node_taints(get("ksm_node_state"), rejected)
-    closed |= {node for node, held in taints.items() if leaving(held)}
+    closed |= {node for node, held in taints.items() if leaving(held) or under_pressure(held)}
     nodes = []
     for name, resources in sorted(alloc.items()):
         lab = labels.get(name, {})

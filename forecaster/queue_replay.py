@@ -41,13 +41,13 @@ tolerates is ``never_fits`` (the pod's tolerations or the node pool must change:
 standing policy, not a wait), and ``no_schedulable_node`` stays for a pod that fits
 only tolerated nodes that are cordoned or not Ready. The taints Kubernetes and the
 cloud provider set from a node's state (keys under ``node.kubernetes.io/`` and
-``node.cloudprovider.kubernetes.io/``) are left out (``policy_taints``): cordon
-(``unschedulable``) and not-ready/unreachable are ``Node.schedulable`` already, read
-from the node's spec and Ready condition, and a pod kept off a node by them waits for
-the node, not for a toleration (so does a node an autoscaler is removing, ``leaving``:
-not schedulable either); the others (the pressure conditions,
-``network-unavailable``, the cloud provider's ``uninitialized`` and ``shutdown``) are
-ignored: transient, a pod is predicted too early while they last.
+``node.cloudprovider.kubernetes.io/``) are left out (``policy_taints``): they are
+``Node.schedulable`` already, and a pod kept off a node by them waits for the node,
+not for a toleration. Cordon (``unschedulable``) and not-ready/unreachable are read
+from the node's spec and Ready condition; the others (memory, disk and PID pressure,
+``network-unavailable``, ``out-of-service``, the cloud provider's ``uninitialized`` and
+``shutdown``) from the taint itself (``under_pressure``), as kube-scheduler filters on
+it. So does a node an autoscaler is removing (``leaving``): not schedulable either.
 
 Whose tolerations are known: a ``PendingPod`` with ``tolerations`` None (KSM exports
 none for it: ``kube_pod_tolerations`` dropped, for every namespace or for its own, or
@@ -77,11 +77,9 @@ Not modelled (each shows as an error of the prediction, not as a failure):
 preemption (a high-priority pod that evicts a running one starts earlier than
 predicted, and the evicted pod's neighbours' predictions are late), batch queueing and
 gang scheduling (Kueue's quotas, all-or-nothing groups start later than the sum of
-their pods), the node-state taints other than cordon and not-ready (memory, disk and
-PID pressure, ``network-unavailable``, the cloud provider's ``uninitialized`` and
-``shutdown``: ignored, pods predicted too early while they last), a pod tolerating
-``unschedulable`` or ``not-ready`` (or every taint, a bare ``Exists``), which may start
-on a cordoned or NotReady node the replay closes to everyone (rare for GPU jobs), the
+their pods), a pod tolerating ``unschedulable``, ``not-ready`` or a pressure taint (or
+every taint, a bare ``Exists``), which may start on a cordoned, NotReady or pressured
+node the replay closes to everyone (rare for GPU jobs), the
 node an autoscaler adds for a pod (it is not there yet; a node it removes, tainted
 ``ToBeDeletedByClusterAutoscaler`` or ``karpenter.sh/disrupted``, is closed as a
 cordoned one is: ``leaving``), the taints a
@@ -142,6 +140,14 @@ _INT64 = (-(2**63), 2**63 - 1)
 # taints Kubernetes and the cloud provider set from a node's state: cordon and not-ready
 # are ``Node.schedulable``, the others ignored (module docstring)
 NODE_STATE_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+# node-state taints whose state the replay reads from the node itself rather than from
+# the taint (``Node.schedulable``: ``kube_node_spec_unschedulable``, the Ready condition);
+# every other blocking node-state taint closes the node (``under_pressure``)
+SPEC_STATE_TAINT_KEYS = (
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/unschedulable",
+)
 # taints an autoscaler puts on a node it is about to remove (the cluster autoscaler's,
 # Karpenter's since v1 and before it): the node takes no new pod, as if cordoned
 # (``leaving``), rather than a standing policy a toleration would answer
@@ -172,9 +178,10 @@ class ReplayError(ValueError):
 class Node:
     """A node's allocatable GPU units per resource, and its GPU product when known.
 
-    ``schedulable`` False: cordoned (``kubectl cordon``, a drain) or not Ready, so the
-    scheduler places no new pod on it (kube-scheduler skips unschedulable nodes, and a
-    NotReady node carries the ``not-ready:NoSchedule`` taint). Its pods run on.
+    ``schedulable`` False: cordoned (``kubectl cordon``, a drain), not Ready, under
+    pressure (``under_pressure``) or being removed (``leaving``), so the scheduler
+    places no new pod on it (kube-scheduler skips unschedulable nodes, and a NotReady
+    or pressured node carries a ``NoSchedule`` taint from its state). Its pods run on.
     """
 
     name: str
@@ -451,6 +458,26 @@ def leaving(taints: Sequence[Taint]) -> bool:
     it could hold waits for a node rather than for a toleration (``no_schedulable_node``,
     not ``never_fits``, which a few cycles of a node's removal used to show)."""
     return any(t[0] in REMOVAL_TAINT_KEYS and t[2] in BLOCKING_EFFECTS for t in taints)
+
+
+def under_pressure(taints: Sequence[Taint]) -> bool:
+    """Whether ``taints`` hold a blocking one Kubernetes or the cloud provider set from a
+    node's state other than cordon and not-ready (``SPEC_STATE_TAINT_KEYS``, read from
+    the node's spec and Ready condition): ``memory-pressure``, ``disk-pressure``,
+    ``pid-pressure``, ``network-unavailable``, ``out-of-service``, the cloud provider's
+    ``uninitialized`` and ``shutdown``.
+
+    Why: kube-scheduler filters on these taints (it reads taints, not conditions), so
+    while one lasts the node takes no new pod that does not tolerate it, and a GPU job
+    seldom does. The node is closed as a cordoned one is: a pod only it could hold waits
+    for the node (``no_schedulable_node``), since the state is transient, not a policy a
+    toleration would answer (``never_fits``)."""
+    return any(
+        t[2] in BLOCKING_EFFECTS
+        and t[0].startswith(NODE_STATE_TAINT_PREFIXES)
+        and t[0] not in SPEC_STATE_TAINT_KEYS
+        for t in taints
+    )
 
 
 def tolerated(node: Node, tolerations: Sequence[Toleration] | None) -> bool:

@@ -355,6 +355,44 @@ def test_a_node_an_autoscaler_removes_is_closed_not_a_toleration_to_wait_for(
     assert pod.prediction.status == NO_SCHEDULABLE_NODE
 
 
+@pytest.mark.parametrize(
+    ("key", "effect", "closed"),
+    [
+        ("node.kubernetes.io/memory-pressure", "NoSchedule", True),
+        ("node.kubernetes.io/disk-pressure", "NoSchedule", True),
+        ("node.kubernetes.io/pid-pressure", "NoSchedule", True),
+        ("node.kubernetes.io/network-unavailable", "NoSchedule", True),
+        ("node.kubernetes.io/out-of-service", "NoExecute", True),
+        ("node.cloudprovider.kubernetes.io/uninitialized", "NoSchedule", True),
+        ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule", True),
+        # read from the node's spec and Ready condition, not from the taint
+        ("node.kubernetes.io/not-ready", "NoSchedule", False),
+        ("node.kubernetes.io/unreachable", "NoExecute", False),
+        ("node.kubernetes.io/unschedulable", "NoSchedule", False),
+    ],
+)
+def test_a_node_under_pressure_is_closed_until_the_condition_clears(
+    key: str, effect: str, closed: bool
+) -> None:
+    """kube-scheduler keeps a pod off a node tainted from its state (it filters on
+    taints, not conditions), and a GPU pod tolerates none of these: a pod only that
+    node could hold waits for the node (``no_schedulable_node``); not-ready, unreachable
+    and cordon are the node's Ready condition and spec (absent here: the node is open)."""
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="2")],
+        "ksm_node_state": [series(node="n1", state="taint", key=key, effect=effect)],
+        "ksm_pods": _pending_gpu_pod("u1"),
+        "ksm_pod_times": [sample(uid="u1", time="created", value=str(NOW - 60))],
+        "ksm_pod_meta": [series(uid="u1", meta="tolerations", operator="Exists", **NOT_READY)],
+    }
+    q = kube_state.parse(samples, NOW)
+    ((node),) = q.nodes
+    assert (node.schedulable, node.taints) == (not closed, ((key, "", effect),))
+    assert q.tainted_nodes == 0  # not a standing policy
+    (pod,) = predict(q, {}, [600.0], NOW, FEW).pods
+    assert pod.prediction.status == (NO_SCHEDULABLE_NODE if closed else PREDICTED)
+
+
 def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_intolerant():
     """``kube_pod_tolerations`` dropped at scrape time for one namespace only: its pod
     shows no toleration while another pod shows its own. It is read as unknown (every
@@ -745,16 +783,21 @@ def test_init_containers_are_read_end_to_end(prometheus_factory, ksm_target):
     assert warmup.units == 4 and warmup.prediction.starts[1] == pytest.approx(now + 900, abs=1)
 
 
+MEMORY_PRESSURE = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
+
+
 def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_factory, ksm_target):
-    """Real Prometheus scraping KSM's node series: a cordoned GPU node and a NotReady
-    one are read as closed (a CPU node cordoned is not asked about), their free GPUs
-    start nobody, and a pod only they could hold is ``no_schedulable_node``."""
+    """Real Prometheus scraping KSM's node series: a cordoned GPU node, a NotReady one
+    and one tainted ``memory-pressure`` are read as closed (a CPU node cordoned is not
+    asked about), their free GPUs start nobody, and a pod only they could hold is
+    ``no_schedulable_node``."""
     target, body = ksm_target
     now = time.time()
     nodes = [
         KsmNode("open", {GPU: 1}),
         KsmNode("cordoned", {GPU: 4}, unschedulable=True),
         KsmNode("down", {GPU: 4}, ready=False),
+        KsmNode("pressed", {GPU: 4}, taints=(MEMORY_PRESSURE,)),
         KsmNode("cpu-only", {"cpu": 64}, unschedulable=True),
     ]
     pods = [
@@ -775,12 +818,14 @@ def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_fact
     assert {(s.labels["node"], s.labels["state"]) for s in samples["ksm_node_state"]} == {
         ("cordoned", "cordoned"),
         ("down", "not_ready"),
+        ("pressed", "taint"),
     }
     q = kube_state.parse(samples, now)
     assert {n.name: n.schedulable for n in q.nodes} == {
         "open": True,
         "cordoned": False,
         "down": False,
+        "pressed": False,
     }
     ends = {("ml", "run"): (now + 100,) * 3}
     by = {
