@@ -76,7 +76,9 @@ docs/metrics/cluster/node-metrics.md upstream):
   namespaces (and ``tolerations_read`` those whose pods showed theirs), which the
   service keeps per namespace for one log line while it lasts (``publish.ServiceState``,
   docs/pending.md): series dropped for one namespace are known missing only from that
-  namespace's pods, and known back only when one of them shows its tolerations.
+  namespace's pods, and known back only when one of them shows its tolerations. Read
+  too for the GPU pods created in the arrival window (``ARRIVALS``, over the window),
+  so pods arriving later tolerate what those did (``_arrivals``).
 - ``kube_node_labels``: only labels allow-listed with KSM's
   ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,nvidia.com/gpu.replicas]``
   appear, as ``label_nvidia_com_gpu_product`` and ``label_nvidia_com_gpu_replicas``
@@ -204,17 +206,34 @@ NODE_STATE = _tagged(
         ),
     },
 )
-# GPU pods created in the window (still present or not): the arrival rate per shape.
-# (a pod's request: its containers' sum, each container's once per replica, or its
-# largest init container's when larger)
-ARRIVALS = (
-    "max by (namespace, pod, uid, resource) ("
-    "label_replace(sum by (namespace, pod, uid, resource) (max by (namespace, pod, uid, "
-    f'container, resource) (last_over_time({_REQ}[{{arrivals}}]))), "part", "app", "", "") '
-    "or label_replace(max by (namespace, pod, uid, resource) "
-    f'(last_over_time({_INIT_REQ}[{{arrivals}}])), "part", "init", "", "")) '
-    "and on (uid) "
+# pods created in the window (still present or not)
+_CREATED_IN_WINDOW = (
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
+)
+# GPU pods created in the window: the arrival rate per shape (tagged ``arrival``): each
+# pod's request (``request``: its containers' sum, each container's once per replica,
+# or its largest init container's when larger) and its tolerations (``tolerations``,
+# one series per toleration whatever the number of KSM replicas)
+ARRIVALS = _tagged(
+    "arrival",
+    {
+        "request": (
+            "max by (namespace, pod, uid, resource) ("
+            "label_replace(sum by (namespace, pod, uid, resource) (max by (namespace, pod, "
+            f"uid, container, resource) (last_over_time({_REQ}[{{arrivals}}]))), "
+            '"part", "app", "", "") '
+            "or label_replace(max by (namespace, pod, uid, resource) "
+            f'(last_over_time({_INIT_REQ}[{{arrivals}}])), "part", "init", "", "")) '
+            f"and on (uid) {_CREATED_IN_WINDOW}"
+        ),
+        "tolerations": (
+            "max by (uid, key, operator, value, effect) "
+            "(last_over_time(kube_pod_tolerations[{arrivals}])) "
+            f"and on (uid) {_CREATED_IN_WINDOW} "
+            f"and on (uid) (last_over_time({_REQ}[{{arrivals}}]) "
+            f"or last_over_time({_INIT_REQ}[{{arrivals}}]))"
+        ),
+    },
 )
 
 QUERIES: Mapping[str, str] = {
@@ -369,16 +388,16 @@ def _node_taints(series: Sequence[Sample], rejected: Counter[str]) -> dict[str, 
 
 
 def _pod_tolerations(
-    series: Sequence[Sample], rejected: Counter[str]
+    series: Sequence[Sample],
+    rejected: Counter[str],
+    tag: tuple[str, str] = ("meta", "tolerations"),
 ) -> dict[str, tuple[Toleration, ...] | None]:
-    """Each pod's tolerations (by uid) from the ``meta="tolerations"`` series; a pod
-    without any is absent. A pod with a malformed toleration (``bad_toleration_series``)
-    or more than ``MAX_TOLERATIONS`` (``too_many_tolerations``) gets None: unknown,
-    every taint passes, rather than predicted to fit nowhere for want of the toleration
-    skipped."""
-    found, unknown = _grouped(
-        series, ("meta", "tolerations"), "uid", _toleration, "bad_toleration_series", rejected
-    )
+    """Each pod's tolerations (by uid) from the series tagged ``tag`` (label, value); a
+    pod without any is absent. A pod with a malformed toleration
+    (``bad_toleration_series``) or more than ``MAX_TOLERATIONS``
+    (``too_many_tolerations``) gets None: unknown, every taint passes, rather than
+    predicted to fit nowhere for want of the toleration skipped."""
+    found, unknown = _grouped(series, tag, "uid", _toleration, "bad_toleration_series", rejected)
     out: dict[str, tuple[Toleration, ...] | None] = {uid: None for uid in unknown}
     for uid, tols in found.items():
         if uid in unknown:
@@ -447,6 +466,47 @@ class _PodRequests:
             if uid not in out or units > out[uid][4]:
                 out[uid] = (*self.who[uid], self.node[uid], res, units)
         return out
+
+
+ArrivalKey = tuple[str, int, tuple[Toleration, ...] | None]  # resource, units, tolerations
+
+
+def _arrival_order(key: ArrivalKey) -> tuple:
+    """A sort key for arrival shapes (tolerations do not compare): by resource, units,
+    then tolerations, unknown ones last."""
+    res, units, tols = key
+    fields = () if tols is None else tuple((t.key, t.operator, t.value, t.effect) for t in tols)
+    return (res, units, tols is None, fields)
+
+
+def _arrivals(series: Sequence[Sample], arrivals_seconds: float) -> tuple[Arrival, ...]:
+    """GPU pods created in the window (``ARRIVALS``) → one ``Arrival`` per (resource,
+    units, tolerations), at the rate such pods were created.
+
+    Each pod's tolerations come with it (``arrival="tolerations"``), so pods arriving
+    later land only where the recent pods of their shape could: pods from outside a
+    team's tainted pool take none of its GPUs. A pod without toleration series gets
+    None (unknown, every taint passes), as a pending pod does (module docstring): with
+    ``kube_pod_tolerations`` dropped, arrivals tolerating nothing would fit no GPU node
+    of a cluster tainting them all ``nvidia.com/gpu``. Malformed series are skipped
+    uncounted (the pending pods' own are counted once, from ``POD_META``); a pod with a
+    malformed toleration is unknown."""
+    tolerations = _pod_tolerations(series, Counter(), ("arrival", "tolerations"))
+    shapes: Counter[ArrivalKey] = Counter()
+    seen = set()
+    for s in series:
+        if s.labels.get("arrival") != "request":
+            continue
+        uid, res = s.labels.get("uid", ""), s.labels.get("resource", "")
+        units = _units(s.value)
+        if not uid or units is None or not _RESOURCE.match(res) or uid in seen:
+            continue
+        seen.add(uid)
+        shapes[(res, units, tolerations.get(uid))] += 1
+    return tuple(
+        Arrival(res, units, n / arrivals_seconds, tolerations=tols)
+        for (res, units, tols), n in sorted(shapes.items(), key=lambda kv: _arrival_order(kv[0]))
+    )
 
 
 def gfd_product(model: str) -> str:
@@ -604,19 +664,7 @@ def parse(
             (read_in if uid in tolerations else missing_in).add(ns)
     tainted = sum(1 for n in nodes if policy_taints(n))
 
-    # arrivals: GPU pods created in the window, per (resource, units)
-    shapes: Counter[tuple[str, int]] = Counter()
-    seen = set()
-    for s in get("ksm_arrivals"):
-        uid, res = s.labels.get("uid", ""), s.labels.get("resource", "")
-        units = _units(s.value)
-        if not uid or units is None or not _RESOURCE.match(res) or uid in seen:
-            continue
-        seen.add(uid)
-        shapes[(res, units)] += 1
-    arrivals = tuple(
-        Arrival(res, units, n / arrivals_seconds) for (res, units), n in sorted(shapes.items())
-    )
+    arrivals = _arrivals(get("ksm_arrivals"), arrivals_seconds)
     return ClusterQueue(
         tuple(nodes),
         tuple(holders),

@@ -54,9 +54,12 @@ none for it: ``kube_pod_tolerations`` dropped, for every namespace or for its ow
 KSM before 2.6) is placed as if it tolerated
 every taint. Predicting instead that such pods fit no tainted node would be wrong on
 the clusters whose GPU nodes carry ``nvidia.com/gpu:NoSchedule`` and whose pods get
-the matching toleration from the ``ExtendedResourceToleration`` admission plugin. Pods arriving later (``Arrival``) are
-measured on every GPU pod created, wherever it landed, so they too are placed on every
-node whatever its taints. A request made now tolerates what ``replay``'s
+the matching toleration from the ``ExtendedResourceToleration`` admission plugin. Pods
+arriving later (``Arrival``) tolerate what the recent pods they were measured on did,
+one arrival shape per distinct set: they take GPUs only where those pods could (a
+team's pool goes to the team's arrivals, not to everyone's); an arrival without
+tolerations tolerates nothing (untainted nodes only), one measured on pods whose
+tolerations are not known (None) every taint. A request made now tolerates what ``replay``'s
 ``request_tolerations`` says (the site's convention, ``--pending.request-toleration``),
 by default only the toleration that plugin would add (``Exists`` on the taint named
 after its own resource, ``NoSchedule``; the plugin is off by default upstream, so this
@@ -83,8 +86,8 @@ node the replay closes to everyone (rare for GPU jobs), the
 node an autoscaler adds for a pod (it is not there yet; a node it removes, tainted
 ``ToBeDeletedByClusterAutoscaler`` or ``karpenter.sh/disrupted``, is closed as a
 cordoned one is: ``leaving``), the taints a
-pod whose tolerations are unknown or a pod arriving after now does not tolerate (both
-are placed as if they tolerated every taint), node affinity other than the GPU product,
+pod whose tolerations are unknown does not tolerate (it is placed as if it tolerated
+every taint), node affinity other than the GPU product,
 CPU/memory shortages, and pods arriving after now (they can only take GPUs
 from pods behind them in the order, or from later requests). A ``ResourceQuota`` holds
 no pod here: it refuses a pod over it when the pod is created, so such a pod never
@@ -344,12 +347,20 @@ class Arrival:
     Why: a pod waiting for a whole node loses every single GPU that frees to pods
     created after it that fit at once; without arrivals the replay would start it
     as soon as the queue ahead of it drains.
+
+    ``tolerations``: what the recent pods of this shape tolerated; they land only on
+    nodes whose taints that tolerates, as those pods could. () (the default): they
+    tolerate nothing, so only untainted nodes; None: not known (the pods they were
+    measured on showed no toleration series), every taint passes, as for a
+    ``PendingPod``. So pods arriving from outside a team's tainted pool take none of
+    its GPUs from the pods waiting for it.
     """
 
     resource: str
     units: int
     rate_per_second: float
     product: str = ""
+    tolerations: tuple[Toleration, ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -720,10 +731,10 @@ def replay(
         candidates.append(cand)
         shape_of.append(shapes.of(it.resource, it.units, cand))
     horizon = now + horizon_seconds
-    # arrivals are measured on every GPU pod, wherever it landed: every taint passes
+    # arrivals land where the recent pods they were measured on could (their tolerations)
     future: list[ArrivalShape] = []
     for a in arrivals:
-        _, cand = lists.of(a.resource, a.product, None)
+        _, cand = lists.of(a.resource, a.product, a.tolerations)
         if a.rate_per_second > 0 and lists.fits(cand, a.resource, a.units):
             future.append((a, cand, shapes.of(a.resource, a.units, cand)))
     plan = _queue_plan(items, candidates, shape_of, place_ok, future, lists)

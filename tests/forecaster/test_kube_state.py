@@ -103,8 +103,9 @@ def test_parse_builds_nodes_holders_pending_and_skips_bad_series():
             ),
         ],
         "ksm_arrivals": [
-            sample(uid="u1", resource="nvidia_com_gpu", value="2"),
-            sample(uid="u2", resource="nvidia_com_gpu", value="1"),
+            sample(uid="u1", resource="nvidia_com_gpu", arrival="request", value="2"),
+            sample(uid="u2", resource="nvidia_com_gpu", arrival="request", value="1"),
+            series(uid="u1", arrival="tolerations", key="nvidia.com/gpu", operator="Exists"),
         ],
     }
     q = kube_state.parse(samples, NOW, {"n2": "T4"}, {"high": 1000}, arrivals_seconds=100)
@@ -122,7 +123,11 @@ def test_parse_builds_nodes_holders_pending_and_skips_bad_series():
         ("huge", 10**9, 0, ""),
     ]
     assert q.scheduled == (("ml", "bound"),)
-    assert {(a.units, a.rate_per_second) for a in q.arrivals} == {(1, 0.01), (2, 0.01)}
+    # each arrival with the tolerations of the pods it was measured on (u2: none shown)
+    assert {(a.units, a.rate_per_second, a.tolerations) for a in q.arrivals} == {
+        (1, 0.01, None),
+        (2, 0.01, (Toleration("nvidia.com/gpu", "Exists"),)),
+    }
     assert q.rejected == {"bad_node_series": 1, "bad_pod_series": 1}
 
 
@@ -909,6 +914,15 @@ def test_a_tainted_pool_starts_only_pods_tolerating_it_end_to_end(prometheus_fac
     q = kube_state.parse(samples, now)
     assert {n.name: n.taints for n in q.nodes} == {"pool": (team,), "open": ()}
     assert q.rejected == {} and q.tolerations_missing == ()
+    # pods arriving later tolerate what the pods created in the window did: one shape
+    # per distinct set (the running pods show none: unknown)
+    defaults = tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in DEFAULT_TOLERATIONS)
+    member_tolerations = (Toleration("dedicated", "Equal", "team-a", "NoSchedule"), *defaults)
+    shown = {tuple(sorted(defaults, key=str)), tuple(sorted(member_tolerations, key=str))}
+    assert {(a.tolerations, round(a.rate_per_second * 3600)) for a in q.arrivals} == {
+        *((tols, 1) for tols in shown),
+        (None, 3),
+    }
     by = {p.pod: p.prediction for p in predict(q, ends, [1000.0], now, settings).pods}
     assert by["member"].starts[1] == pytest.approx(ends[("ml", "a")][1], abs=1)
     assert by["outsider"].starts[1] == pytest.approx(ends[("ml", "c")][1], abs=1)
@@ -919,6 +933,8 @@ def test_a_tainted_pool_starts_only_pods_tolerating_it_end_to_end(prometheus_fac
     q = kube_state.parse(ksm_samples(client, now), now)
     assert q.tainted_nodes == 1 and q.tolerations_missing == ("ml",)
     assert {p.tolerations for p in q.pending} == {None}
+    # the window still holds the tolerations the pods showed before (last_over_time)
+    assert {a.tolerations for a in q.arrivals} == {None, *shown}
     by = {p.pod: p.prediction for p in predict(q, ends, [1000.0], now, settings).pods}
     assert by["outsider"].starts[1] == pytest.approx(ends[("ml", "a")][1], abs=1)
     assert by["member"].status == PREDICTED
@@ -1048,8 +1064,11 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
     }
     assert q.rejected == {} and q.tainted_nodes == 1 and len(q.tolerations_missing) == 1
     # arrivals: the two-container pod's 2 GPUs counted as 2, the init container's 4 once
-    shapes = {(a.units, round(a.rate_per_second * 3600)) for a in q.arrivals}
-    assert shapes == {(1, 2), (2, 2), (4, 2), (8, 1)}
+    # (summed over the toleration sets the pods of a size showed)
+    per_size: dict[int, float] = {}
+    for a in q.arrivals:
+        per_size[a.units] = per_size.get(a.units, 0.0) + a.rate_per_second * 3600
+    assert {(units, round(n)) for units, n in per_size.items()} == {(1, 2), (2, 2), (4, 2), (8, 1)}
 
 
 # a join whose one side holds two series of one match group: refused by the engine

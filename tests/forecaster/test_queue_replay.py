@@ -201,6 +201,31 @@ def test_a_tainted_nodes_gpus_start_only_pods_that_tolerate_its_taints():
     assert r.pods[("ml", "two-outsider")].status == NEVER_FITS
 
 
+def test_arrivals_take_gpus_only_where_the_pods_they_were_measured_on_could():
+    """The team's 2-GPU pod waits for both pool GPUs (free at 100 s and 200 s) while the
+    open node stays full. New 1-GPU pods from outside the team (no tolerations) cannot
+    take the GPU freed at 100 s: the team's pod starts at 200 s. Arrivals that tolerate
+    the pool (the team's own, or ones whose tolerations are not known) take it and hold
+    it past the horizon (no history), and the team's pod waits beyond it."""
+    nodes = [Node("pool", {G: 2}, "A100", taints=(TEAM,)), node("open", 1)]
+    holders = [
+        job("a", "pool", 100),
+        job("b", "pool", 200),
+        Holder("hub", "nb", "open", G, 1, None, NOW),  # no forecast, no history: for good
+    ]
+    q = [pending("member", units=2, tolerations=MEMBER)]
+
+    def member_with(tolerations) -> StartPrediction:
+        arrivals = [Arrival(G, 1, 1.0, tolerations=tolerations)]
+        r = replay(nodes, holders, q, NOW, arrivals=arrivals, n_samples=3, horizon_seconds=3600.0)
+        return r.pods[("ml", "member")]
+
+    assert Arrival(G, 1, 1.0).tolerations == ()
+    assert member_with(()).starts == (NOW + 200,) * 3
+    assert member_with(MEMBER).status == BEYOND_HORIZON
+    assert member_with(None).status == BEYOND_HORIZON
+
+
 @pytest.mark.parametrize(
     ("toleration", "taint", "expected"),
     [
@@ -615,7 +640,8 @@ def random_queue(seed: int) -> dict:
     """A seeded random cluster and queue for ``replay``: mixed node sizes, time-sliced
     and MIG units, GPU types, taints, closed nodes; holders with and without forecasts
     (ends shared by several, so units free at the same moments); pending pods of every
-    shape with priorities, types and tolerations; requests; arrivals; either placement.
+    shape with priorities, types and tolerations; requests; arrivals with and without
+    tolerations; either placement.
     Durations come from a few values, so started pods end together too."""
     import random
 
@@ -649,7 +675,11 @@ def random_queue(seed: int) -> dict:
         )
         for k in range(rng.randint(0, 40))
     ]
-    arrivals = [Arrival(G, u, rng.uniform(0, 0.01)) for u in (1, 2) if rng.random() < 0.5]
+    arrivals = [
+        Arrival(G, u, rng.uniform(0, 0.01), tolerations=rng.choice((None, (), MEMBER)))
+        for u in (1, 2)
+        if rng.random() < 0.5
+    ]
     return {
         "nodes": nodes,
         "holders": holders,
