@@ -101,11 +101,21 @@ def _str(value: Any, limit: int = MAX_NAME_CHARS) -> str | None:
     return None
 
 
+# the prefix of the labels and annotations gpu-eta itself reads (``gpu-eta.io/deadline``,
+# ``gpu-eta.io/long-running``): kept before any other when a pod has more than the cap
+OWN_KEY_PREFIX = "gpu-eta.io/"
+
+
 def _bounded_map(value: Any, max_items: int, max_value_chars: int) -> Mapping[str, str]:
+    """At most ``max_items`` string entries of ``value`` (a pod's labels or annotations),
+    gpu-eta's own keys first. Why first: a pod with more than the cap (sidecar injectors
+    and operators add dozens) would otherwise lose them by its object's key order, and
+    with them its deadline or its opt-out of the occupancy alerts."""
     if not isinstance(value, dict):
         return MappingProxyType({})
     out: dict[str, str] = {}
-    for key, val in value.items():
+    own = [(k, v) for k, v in value.items() if isinstance(k, str) and k.startswith(OWN_KEY_PREFIX)]
+    for key, val in [*own, *value.items()]:
         if len(out) >= max_items:
             break
         if (

@@ -129,6 +129,28 @@ def test_invalid_deadline_annotation_is_ignored_with_a_debug_log(
     )
 
 
+def test_gpu_etas_own_labels_and_annotations_outlast_the_cap() -> None:
+    """A pod with more labels or annotations than the collector keeps (sidecar
+    injectors and operators add dozens) still has gpu-eta's own: its deadline and its
+    opt-out of the occupancy alerts, whatever their place in the object."""
+    obj = json.loads((FIXTURES / "pod-training.json").read_text())
+    meta_obj = obj["metadata"]
+    deadline = meta_obj["annotations"]["gpu-eta.io/deadline"]
+    meta_obj["labels"] = {
+        **{f"injected.example.com/l{i}": "x" for i in range(kube_module.MAX_LABELS + 10)},
+        "gpu-eta.io/long-running": "true",
+    }
+    meta_obj["annotations"] = {
+        **{f"injected.example.com/a{i}": "x" for i in range(kube_module.MAX_ANNOTATIONS + 10)},
+        "gpu-eta.io/deadline": deadline,
+    }
+    meta = pod_meta_from_object(obj)
+    assert len(meta.labels) == kube_module.MAX_LABELS
+    assert meta.labels["gpu-eta.io/long-running"] == "true"
+    assert "injected.example.com/l0" in meta.labels  # the rest in their order
+    assert meta.deadline_timestamp == 1795262400.0
+
+
 @pytest.mark.parametrize(
     ("text", "want"),
     [
