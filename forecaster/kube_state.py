@@ -31,9 +31,12 @@ docs/metrics/cluster/node-metrics.md upstream):
   class name, not its value: ``--pending.priority-class NAME=VALUE`` maps names to
   values (unknown names count as 0, the default priority).
 - ``kube_pod_nodeselectors`` (opt-in in KSM: ``--metric-opt-in-list``) with
-  ``nodeselector_nvidia_com_gpu_product``: a pod that selects a GPU type. Node
-  affinity is not exposed by KSM at all; a pod that asks for a type through affinity
-  is predicted as if any type would do.
+  ``nodeselector_nvidia_com_gpu_product``: a pod that selects a GPU type. Read for
+  pending GPU pods, and for the GPU pods created in the arrival window (``ARRIVALS``,
+  over the window), so pods arriving later ask for the types those did
+  (``_arrivals``). Node affinity is not exposed by KSM at all; a pod that asks for a
+  type through affinity is predicted, and counted among arrivals, as if any type would
+  do.
 - ``kube_node_status_allocatable`` (``node, resource, unit``): GPU units per node
   (time-sliced replicas included, as the device plugin advertises them).
 - ``kube_node_spec_unschedulable`` (1 while cordoned) and ``kube_node_status_condition``
@@ -210,10 +213,17 @@ NODE_STATE = _tagged(
 _CREATED_IN_WINDOW = (
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
 )
+# keeps the series of GPU pods created in the window (still present or not)
+_GPU_CREATED_IN_WINDOW = (
+    f"and on (uid) {_CREATED_IN_WINDOW} "
+    f"and on (uid) (last_over_time({_REQ}[{{arrivals}}]) "
+    f"or last_over_time({_INIT_REQ}[{{arrivals}}]))"
+)
 # GPU pods created in the window: the arrival rate per shape (tagged ``arrival``): each
 # pod's request (``request``: its containers' sum, each container's once per replica,
-# or its largest init container's when larger) and its tolerations (``tolerations``,
-# one series per toleration whatever the number of KSM replicas)
+# or its largest init container's when larger), its tolerations (``tolerations``,
+# one series per toleration whatever the number of KSM replicas) and the GPU type it
+# selected (``nodeselectors``, only pods that selected one)
 ARRIVALS = _tagged(
     "arrival",
     {
@@ -228,10 +238,12 @@ ARRIVALS = _tagged(
         ),
         "tolerations": (
             "max by (uid, key, operator, value, effect) "
-            "(last_over_time(kube_pod_tolerations[{arrivals}])) "
-            f"and on (uid) {_CREATED_IN_WINDOW} "
-            f"and on (uid) (last_over_time({_REQ}[{{arrivals}}]) "
-            f"or last_over_time({_INIT_REQ}[{{arrivals}}]))"
+            f"(last_over_time(kube_pod_tolerations[{{arrivals}}])) {_GPU_CREATED_IN_WINDOW}"
+        ),
+        "nodeselectors": (
+            "max by (uid, nodeselector_nvidia_com_gpu_product) (last_over_time("
+            'kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product!=""}[{arrivals}])) '
+            f"{_GPU_CREATED_IN_WINDOW}"
         ),
     },
 )
@@ -468,20 +480,36 @@ class _PodRequests:
         return out
 
 
-ArrivalKey = tuple[str, int, tuple[Toleration, ...] | None]  # resource, units, tolerations
+# resource, units, tolerations, product
+ArrivalKey = tuple[str, int, tuple[Toleration, ...] | None, str]
 
 
 def _arrival_order(key: ArrivalKey) -> tuple:
     """A sort key for arrival shapes (tolerations do not compare): by resource, units,
-    then tolerations, unknown ones last."""
-    res, units, tols = key
+    then tolerations, unknown ones last, then product."""
+    res, units, tols, product = key
     fields = () if tols is None else tuple((t.key, t.operator, t.value, t.effect) for t in tols)
-    return (res, units, tols is None, fields)
+    return (res, units, tols is None, fields, product)
+
+
+def _arrival_products(series: Sequence[Sample]) -> dict[str, str]:
+    """Each pod's selected GPU type (by uid) from the ``arrival="nodeselectors"``
+    series; a pod that selected none is absent. Kubernetes only lets a pod's
+    ``nodeSelector`` grow (while scheduling-gated), so a pod shows one type at most;
+    should two appear, the first by name is kept, deterministically."""
+    out: dict[str, str] = {}
+    for s in series:
+        if s.labels.get("arrival") != "nodeselectors":
+            continue
+        uid, product = s.labels.get("uid", ""), s.labels.get(SELECTOR_LABEL, "")
+        if uid and product and (uid not in out or product < out[uid]):
+            out[uid] = product
+    return out
 
 
 def _arrivals(series: Sequence[Sample], arrivals_seconds: float) -> tuple[Arrival, ...]:
     """GPU pods created in the window (``ARRIVALS``) → one ``Arrival`` per (resource,
-    units, tolerations), at the rate such pods were created.
+    units, tolerations, product), at the rate such pods were created.
 
     Each pod's tolerations come with it (``arrival="tolerations"``), so pods arriving
     later land only where the recent pods of their shape could: pods from outside a
@@ -490,8 +518,15 @@ def _arrivals(series: Sequence[Sample], arrivals_seconds: float) -> tuple[Arriva
     ``kube_pod_tolerations`` dropped, arrivals tolerating nothing would fit no GPU node
     of a cluster tainting them all ``nvidia.com/gpu``. Malformed series are skipped
     uncounted (the pending pods' own are counted once, from ``POD_META``); a pod with a
-    malformed toleration is unknown."""
+    malformed toleration is unknown.
+
+    Each pod's GPU type comes with it too (``arrival="nodeselectors"``,
+    ``nodeselector_nvidia_com_gpu_product`` as for a pending pod), so on a cluster of
+    several types the A100 pods arriving later take only A100 GPUs, not the H100s a
+    queued H100 pod waits for. A pod that selected no type (or whose selectors KSM
+    does not show: ``kube_pod_nodeselectors`` is opt-in) gets "": any type."""
     tolerations = _pod_tolerations(series, Counter(), ("arrival", "tolerations"))
+    products = _arrival_products(series)
     shapes: Counter[ArrivalKey] = Counter()
     seen = set()
     for s in series:
@@ -502,10 +537,12 @@ def _arrivals(series: Sequence[Sample], arrivals_seconds: float) -> tuple[Arriva
         if not uid or units is None or not _RESOURCE.match(res) or uid in seen:
             continue
         seen.add(uid)
-        shapes[(res, units, tolerations.get(uid))] += 1
+        shapes[(res, units, tolerations.get(uid), products.get(uid, ""))] += 1
     return tuple(
-        Arrival(res, units, n / arrivals_seconds, tolerations=tols)
-        for (res, units, tols), n in sorted(shapes.items(), key=lambda kv: _arrival_order(kv[0]))
+        Arrival(res, units, n / arrivals_seconds, product, tols)
+        for (res, units, tols, product), n in sorted(
+            shapes.items(), key=lambda kv: _arrival_order(kv[0])
+        )
     )
 
 

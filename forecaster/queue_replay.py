@@ -348,6 +348,10 @@ class Arrival:
     created after it that fit at once; without arrivals the replay would start it
     as soon as the queue ahead of it drains.
 
+    ``product``: the GPU type the recent pods of this shape selected ("" any), as for a
+    ``PendingPod``: on a cluster of several types, A100 pods arriving take no H100 GPU
+    from the H100 pods waiting.
+
     ``tolerations``: what the recent pods of this shape tolerated; they land only on
     nodes whose taints that tolerates, as those pods could. () (the default): they
     tolerate nothing, so only untainted nodes; None: not known (the pods they were

@@ -210,6 +210,58 @@ def test_a_node_typed_from_the_exporter_matches_pods_selecting_the_gfd_spelling(
     )
 
 
+def test_arrivals_ask_for_the_gpu_type_their_pods_selected():
+    """An H100 pod waits for both H100 GPUs (free at +100 s and +200 s) while the A100
+    node stays full. 360 one-GPU pods created in the last hour selected A100s: the pods
+    arriving later wait for an A100 too, so the GPU freed at +100 s stays for the H100
+    pod, which starts at +200 s. Taken as any type, they would take that GPU (held past
+    the horizon) and the H100 pod would never be predicted to start. A recent pod that
+    selected no type arrives asking for any."""
+    h100, a100 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"
+
+    def node(name: str, product: str, units: int) -> Sample:
+        return sample(
+            node=name,
+            resource="nvidia_com_gpu",
+            label_nvidia_com_gpu_product=product,
+            value=str(units),
+        )
+
+    recent = [f"a{k}" for k in range(360)]
+    samples = {
+        "ksm_nodes": [node("h100", h100, 2), node("a100", a100, 1)],
+        "ksm_pods": [
+            pod_request("h-1", 1, "Running", "h100"),
+            pod_request("h-2", 1, "Running", "h100"),
+            pod_request("a-1", 1, "Running", "a100"),
+            pod_request("waiter", 2),
+        ],
+        "ksm_pod_times": [sample(uid="uid-waiter", time="created", value=str(NOW - 60))],
+        "ksm_pod_meta": [
+            sample(uid="uid-waiter", meta="nodeselectors", nodeselector_nvidia_com_gpu_product=h100)
+        ],
+        "ksm_arrivals": [
+            *(sample(uid=u, resource="nvidia_com_gpu", arrival="request") for u in recent),
+            *(
+                series(uid=u, arrival="nodeselectors", nodeselector_nvidia_com_gpu_product=a100)
+                for u in recent
+            ),
+            sample(uid="any", resource="nvidia_com_gpu", arrival="request", value="8"),
+        ],
+    }
+    q = kube_state.parse(samples, NOW, arrivals_seconds=3600)
+    assert {(a.units, a.product, round(a.rate_per_second * 3600)) for a in q.arrivals} == {
+        (1, a100, 360),
+        (8, "", 1),
+    }
+    ends = {"h-1": NOW + 100, "h-2": NOW + 200, "a-1": NOW + 10**6}
+    holders = [dataclasses.replace(h, ends=(ends[h.pod],) * 3) for h in q.holders]
+    result = replay(
+        q.nodes, holders, q.pending, NOW, durations=[10**6], arrivals=q.arrivals, n_samples=5
+    )
+    assert result.pods[("ml", "waiter")].starts == (NOW + 200,) * 3
+
+
 def pod_request(pod: str, value: float, phase: str = "Pending", node: str = "") -> Sample:
     return Sample(
         {
@@ -940,6 +992,73 @@ def test_a_tainted_pool_starts_only_pods_tolerating_it_end_to_end(prometheus_fac
     assert by["member"].status == PREDICTED
 
 
+def test_arrivals_ask_for_the_gpu_type_their_pods_selected_end_to_end(
+    prometheus_factory, ksm_target
+):
+    """Real Prometheus scraping KSM's node selectors: 30 one-GPU pods that selected an
+    A100 finished in the last hour (and a two-GPU one that selected nothing), so the
+    pods arriving later ask for an A100 (those of two GPUs, for any type). The H100 pod
+    waiting for both H100 GPUs takes the one freed at +100 s and the one at +200 s,
+    however fast A100 pods keep arriving."""
+    target, body = ksm_target
+    now = time.time()
+    h100, a100 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"
+    nodes = [
+        KsmNode("h100", {GPU: 2}, {"nvidia.com/gpu.product": h100}),
+        KsmNode("a100", {GPU: 1}, {"nvidia.com/gpu.product": a100}),
+    ]
+
+    def running(pod: str, node: str) -> KsmPod:
+        # created before the arrival window
+        return KsmPod("ml", pod, pod, "Running", now - 7200, {GPU: 1}, node=node, start_time=now)
+
+    done = [
+        KsmPod(
+            "ml",
+            f"done-{k}",
+            f"d{k}",
+            "Succeeded",
+            now - 600,
+            {GPU: 1},
+            node="a100",
+            node_selector={"nvidia.com/gpu.product": a100, "zone": "x"},
+        )
+        for k in range(30)
+    ]
+    pods = [
+        running("h-1", "h100"),
+        running("h-2", "h100"),
+        running("a-1", "a100"),
+        KsmPod(
+            "ml",
+            "waiter",
+            "w",
+            "Pending",
+            now - 60,
+            {GPU: 2},
+            node_selector={"nvidia.com/gpu.product": h100},
+        ),
+        KsmPod("ml", "any", "x", "Succeeded", now - 600, {GPU: 2}, node="h100"),
+        *done,
+    ]
+    body[0] = exposition(nodes, pods)
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for("kube_pod_nodeselectors", min_results=len(pods))
+    now = time.time()
+    q = kube_state.parse(ksm_samples(PromClient(prom.url), now), now)
+    # the waiting pod was created in the window too
+    shapes = {(a.units, a.product, round(a.rate_per_second * 3600)) for a in q.arrivals}
+    assert shapes == {(1, a100, 30), (2, "", 1), (2, h100, 1)}
+    ends = {
+        ("ml", "h-1"): (now + 100,) * 3,
+        ("ml", "h-2"): (now + 200,) * 3,
+        ("ml", "a-1"): (now + 10**6,) * 3,
+    }
+    settings = PendingSettings(n_samples=10, arrivals_seconds=3600)
+    by = {p.pod: p.prediction for p in predict(q, ends, [10**6], now, settings).pods}
+    assert by["waiter"].starts == pytest.approx((now + 200,) * 3, abs=1)
+
+
 def test_start_tracker_learns_from_pods_that_started():
     """Predictions of a pod that later runs calibrate the intervals published after."""
     from gpu_eta.forecaster.kube_state import ClusterQueue
@@ -1069,6 +1188,11 @@ def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
     for a in q.arrivals:
         per_size[a.units] = per_size.get(a.units, 0.0) + a.rate_per_second * 3600
     assert {(units, round(n)) for units, n in per_size.items()} == {(1, 2), (2, 2), (4, 2), (8, 1)}
+    # the A100 pod's selector read once, for its arrivals
+    typed = [a for a in q.arrivals if a.product]
+    assert [(a.units, a.product, round(a.rate_per_second * 3600)) for a in typed] == [
+        (1, "NVIDIA-A100", 1)
+    ]
 
 
 # a join whose one side holds two series of one match group: refused by the engine

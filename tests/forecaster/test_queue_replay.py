@@ -641,7 +641,7 @@ def random_queue(seed: int) -> dict:
     and MIG units, GPU types, taints, closed nodes; holders with and without forecasts
     (ends shared by several, so units free at the same moments); pending pods of every
     shape with priorities, types and tolerations; requests; arrivals with and without
-    tolerations; either placement.
+    tolerations and types; either placement.
     Durations come from a few values, so started pods end together too."""
     import random
 
@@ -676,7 +676,13 @@ def random_queue(seed: int) -> dict:
         for k in range(rng.randint(0, 40))
     ]
     arrivals = [
-        Arrival(G, u, rng.uniform(0, 0.01), tolerations=rng.choice((None, (), MEMBER)))
+        Arrival(
+            G,
+            u,
+            rng.uniform(0, 0.01),
+            rng.choice(("", "", "A100", "H100")),
+            rng.choice((None, (), MEMBER)),
+        )
         for u in (1, 2)
         if rng.random() < 0.5
     ]
