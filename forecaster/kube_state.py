@@ -49,12 +49,12 @@ docs/metrics/cluster/node-metrics.md upstream):
   nodes only, effects ``NoSchedule`` and ``NoExecute`` only (the replay ignores
   ``PreferNoSchedule``), into ``Node.taints``. The taints Kubernetes and the cloud
   provider set from a node's state (``node.kubernetes.io/not-ready``,
-  ``.../unschedulable``, ``.../memory-pressure``...) are read too, but the replay does
-  not match them (``queue_replay.policy_taints``): they close the node
-  (``Node.schedulable``), so a pod only it could hold stays ``no_schedulable_node``.
-  Cordon and not-ready are read from the spec and the Ready condition (a NotReady node
-  is closed once, by its condition); the others, memory, disk or PID pressure and the
-  like, from the taint (``queue_replay.under_pressure``). A node an
+  ``.../unschedulable``, ``.../memory-pressure``...) are read too, but not as a policy
+  (``queue_replay.policy_taints``): a pod only such a node could hold stays
+  ``no_schedulable_node``. Cordon and not-ready are read from the spec and the Ready
+  condition (a NotReady node is closed once, by its condition: ``Node.schedulable``);
+  the others, memory, disk or PID pressure and the like, from the taint, which keeps
+  off the pods not tolerating it (``queue_replay.pressure_taints``). A node an
   autoscaler is removing (``ToBeDeletedByClusterAutoscaler``,
   ``karpenter.sh/disrupted``, ``karpenter.sh/disruption``) is closed the same way
   (``queue_replay.leaving``).
@@ -123,7 +123,6 @@ from gpu_eta.forecaster.queue_replay import (
     Toleration,
     leaving,
     policy_taints,
-    under_pressure,
 )
 from gpu_eta.forecaster.series import Sample
 
@@ -605,15 +604,15 @@ def parse(
                 rejected["invalid_allocatable"] += 1
             continue
         alloc.setdefault(node, {})[res] = units
-    # cordoned, not Ready, under pressure or being removed by an autoscaler: the node takes
-    # no new pod (its pods run on)
+    # cordoned, not Ready or being removed by an autoscaler: the node takes no new pod
+    # (its pods run on); one under pressure takes those tolerating it (pressure_taints)
     closed = {
         s.labels.get("node", "")
         for s in get("ksm_node_state")
         if s.labels.get("state") in ("cordoned", "not_ready")
     }
     taints = _node_taints(get("ksm_node_state"), rejected)
-    closed |= {node for node, held in taints.items() if leaving(held) or under_pressure(held)}
+    closed |= {node for node, held in taints.items() if leaving(held)}
     nodes = []
     for name, resources in sorted(alloc.items()):
         lab = labels.get(name, {})

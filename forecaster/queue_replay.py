@@ -39,15 +39,17 @@ a preference of the scoring: ignored), matched as kube-scheduler does
 suitable for it, as a node of another GPU type is not: a pod that fits no node it
 tolerates is ``never_fits`` (the pod's tolerations or the node pool must change: a
 standing policy, not a wait), and ``no_schedulable_node`` stays for a pod that fits
-only tolerated nodes that are cordoned or not Ready. The taints Kubernetes and the
-cloud provider set from a node's state (keys under ``node.kubernetes.io/`` and
-``node.cloudprovider.kubernetes.io/``) are left out (``policy_taints``): they are
-``Node.schedulable`` already, and a pod kept off a node by them waits for the node,
-not for a toleration. Cordon (``unschedulable``) and not-ready/unreachable are read
-from the node's spec and Ready condition; the others (memory, disk and PID pressure,
-``network-unavailable``, ``out-of-service``, the cloud provider's ``uninitialized`` and
-``shutdown``) from the taint itself (``under_pressure``), as kube-scheduler filters on
-it. So does a node an autoscaler is removing (``leaving``): not schedulable either.
+only tolerated nodes that are cordoned, not Ready or under a state taint it does not
+tolerate. The taints Kubernetes and the cloud provider set from a node's state (keys
+under ``node.kubernetes.io/`` and ``node.cloudprovider.kubernetes.io/``) are left out
+of that policy check (``policy_taints``): a pod kept off a node by them waits for the
+node, not for a toleration. Cordon (``unschedulable``) and not-ready/unreachable are
+read from the node's spec and Ready condition (``Node.schedulable``); the others
+(memory, disk and PID pressure, ``network-unavailable``, ``out-of-service``, the cloud
+provider's ``uninitialized`` and ``shutdown``) from the taint itself, checked against
+each pod's tolerations (``pressure_taints``), as kube-scheduler filters on it: the
+control plane makes every Burstable or Guaranteed pod tolerate memory pressure. A node
+an autoscaler is removing (``leaving``) is not schedulable either.
 
 Whose tolerations are known: a ``PendingPod`` with ``tolerations`` None (KSM exports
 none for it: ``kube_pod_tolerations`` dropped, for every namespace or for its own, or
@@ -80,9 +82,9 @@ Not modelled (each shows as an error of the prediction, not as a failure):
 preemption (a high-priority pod that evicts a running one starts earlier than
 predicted, and the evicted pod's neighbours' predictions are late), batch queueing and
 gang scheduling (Kueue's quotas, all-or-nothing groups start later than the sum of
-their pods), a pod tolerating ``unschedulable``, ``not-ready`` or a pressure taint (or
-every taint, a bare ``Exists``), which may start on a cordoned, NotReady or pressured
-node the replay closes to everyone (rare for GPU jobs), the
+their pods), a pod tolerating ``unschedulable`` or ``not-ready`` (or every taint, a
+bare ``Exists``), which may start on a cordoned or NotReady node the replay closes to
+everyone (rare for GPU jobs), the
 node an autoscaler adds for a pod (it is not there yet; a node it removes, tainted
 ``ToBeDeletedByClusterAutoscaler`` or ``karpenter.sh/disrupted``, is closed as a
 cordoned one is: ``leaving``), the taints a
@@ -145,7 +147,8 @@ _INT64 = (-(2**63), 2**63 - 1)
 NODE_STATE_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 # node-state taints whose state the replay reads from the node itself rather than from
 # the taint (``Node.schedulable``: ``kube_node_spec_unschedulable``, the Ready condition);
-# every other blocking node-state taint closes the node (``under_pressure``)
+# every other blocking node-state taint is checked against each pod's tolerations
+# (``pressure_taints``)
 SPEC_STATE_TAINT_KEYS = (
     "node.kubernetes.io/not-ready",
     "node.kubernetes.io/unreachable",
@@ -181,10 +184,11 @@ class ReplayError(ValueError):
 class Node:
     """A node's allocatable GPU units per resource, and its GPU product when known.
 
-    ``schedulable`` False: cordoned (``kubectl cordon``, a drain), not Ready, under
-    pressure (``under_pressure``) or being removed (``leaving``), so the scheduler
-    places no new pod on it (kube-scheduler skips unschedulable nodes, and a NotReady
-    or pressured node carries a ``NoSchedule`` taint from its state). Its pods run on.
+    ``schedulable`` False: cordoned (``kubectl cordon``, a drain), not Ready or being
+    removed (``leaving``), so the scheduler places no new pod on it (kube-scheduler
+    skips unschedulable nodes, and a NotReady node carries a ``NoSchedule`` taint from
+    its state). Its pods run on. A node under pressure stays schedulable: its state
+    taints keep off only the pods not tolerating them (``pressure_taints``).
     """
 
     name: str
@@ -475,23 +479,27 @@ def leaving(taints: Sequence[Taint]) -> bool:
     return any(t[0] in REMOVAL_TAINT_KEYS and t[2] in BLOCKING_EFFECTS for t in taints)
 
 
-def under_pressure(taints: Sequence[Taint]) -> bool:
-    """Whether ``taints`` hold a blocking one Kubernetes or the cloud provider set from a
-    node's state other than cordon and not-ready (``SPEC_STATE_TAINT_KEYS``, read from
-    the node's spec and Ready condition): ``memory-pressure``, ``disk-pressure``,
+def pressure_taints(taints: Sequence[Taint]) -> tuple[Taint, ...]:
+    """The blocking ones of ``taints`` Kubernetes or the cloud provider set from a node's
+    state other than cordon and not-ready (``SPEC_STATE_TAINT_KEYS``, read from the
+    node's spec and Ready condition): ``memory-pressure``, ``disk-pressure``,
     ``pid-pressure``, ``network-unavailable``, ``out-of-service``, the cloud provider's
     ``uninitialized`` and ``shutdown``.
 
     Why: kube-scheduler filters on these taints (it reads taints, not conditions), so
-    while one lasts the node takes no new pod that does not tolerate it, and a GPU job
-    seldom does. The node is closed as a cordoned one is: a pod only it could hold waits
-    for the node (``no_schedulable_node``), since the state is transient, not a policy a
-    toleration would answer (``never_fits``)."""
-    return any(
-        t[2] in BLOCKING_EFFECTS
+    while one lasts the node takes no new pod that does not tolerate it. They are
+    checked against each pod's tolerations (``placeable``), not closing the node to
+    all: the control plane adds a ``memory-pressure`` toleration to every pod of QoS
+    class Burstable or Guaranteed (most training pods), which kube-state-metrics
+    exports, and such pods are placed on a node under memory pressure. A pod kept off
+    only by them waits for the node (``no_schedulable_node``), since the state is
+    transient, not a policy a toleration would answer (``never_fits``)."""
+    return tuple(
+        t
+        for t in taints
+        if t[2] in BLOCKING_EFFECTS
         and t[0].startswith(NODE_STATE_TAINT_PREFIXES)
         and t[0] not in SPEC_STATE_TAINT_KEYS
-        for t in taints
     )
 
 
@@ -559,11 +567,21 @@ def _suitable(
     return _offers(node, resource, product) and tolerated(node, tolerations)
 
 
+def _open_to(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
+    """Whether ``node`` takes a new pod with ``tolerations`` now: schedulable, and each
+    of its pressure taints (``pressure_taints``) tolerated (None: unknown, they pass)."""
+    if not node.schedulable:
+        return False
+    if tolerations is None or not node.taints:
+        return True
+    return _tolerates_all(tolerations, pressure_taints(node.taints))
+
+
 def _placeable(
     node: Node, resource: str, product: str, tolerations: Sequence[Toleration] | None = None
 ) -> bool:
     """Whether a new pod of this resource, product and tolerations may land on ``node`` now."""
-    return node.schedulable and _suitable(node, resource, product, tolerations)
+    return _open_to(node, tolerations) and _suitable(node, resource, product, tolerations)
 
 
 def fits_somewhere(
@@ -626,7 +644,7 @@ class _NodeLists:
                 if _offers(n, resource, product)
                 and (tols is None or _tolerates_all(tols, self._blocking[k]))
             )
-            got = (suitable, tuple(k for k in suitable if self.nodes[k].schedulable))
+            got = (suitable, tuple(k for k in suitable if _open_to(self.nodes[k], tols)))
             self._lists[key] = got
         return got
 

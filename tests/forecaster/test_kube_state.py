@@ -428,26 +428,34 @@ def test_a_node_an_autoscaler_removes_is_closed_not_a_toleration_to_wait_for(
         ("node.kubernetes.io/unschedulable", "NoSchedule", False),
     ],
 )
-def test_a_node_under_pressure_is_closed_until_the_condition_clears(
+def test_a_node_under_pressure_takes_only_pods_tolerating_it_until_the_condition_clears(
     key: str, effect: str, closed: bool
 ) -> None:
     """kube-scheduler keeps a pod off a node tainted from its state (it filters on
-    taints, not conditions), and a GPU pod tolerates none of these: a pod only that
-    node could hold waits for the node (``no_schedulable_node``); not-ready, unreachable
-    and cordon are the node's Ready condition and spec (absent here: the node is open)."""
+    taints, not conditions) unless the pod tolerates the taint: a pod only that node
+    could hold waits for the node (``no_schedulable_node``), and one tolerating it (as
+    the control plane makes every Burstable or Guaranteed pod tolerate memory pressure)
+    is predicted there; not-ready, unreachable and cordon are the node's Ready condition
+    and spec (absent here: the node is open to both)."""
     samples = {
         "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="2")],
         "ksm_node_state": [series(node="n1", state="taint", key=key, effect=effect)],
-        "ksm_pods": _pending_gpu_pod("u1"),
-        "ksm_pod_times": [sample(uid="u1", time="created", value=str(NOW - 60))],
-        "ksm_pod_meta": [series(uid="u1", meta="tolerations", operator="Exists", **NOT_READY)],
+        "ksm_pods": _pending_gpu_pod("u1") + _pending_gpu_pod("u2"),
+        "ksm_pod_times": [
+            sample(uid=uid, time="created", value=str(NOW - 60)) for uid in ("u1", "u2")
+        ],
+        "ksm_pod_meta": [
+            series(uid="u1", meta="tolerations", operator="Exists", **NOT_READY),
+            series(uid="u2", meta="tolerations", operator="Exists", **NOT_READY),
+            series(uid="u2", meta="tolerations", operator="Exists", key=key, effect=effect),
+        ],
     }
     q = kube_state.parse(samples, NOW)
     ((node),) = q.nodes
-    assert (node.schedulable, node.taints) == (not closed, ((key, "", effect),))
+    assert (node.schedulable, node.taints) == (True, ((key, "", effect),))
     assert q.tainted_nodes == 0  # not a standing policy
-    (pod,) = predict(q, {}, [600.0], NOW, FEW).pods
-    assert pod.prediction.status == (NO_SCHEDULABLE_NODE if closed else PREDICTED)
+    by = {p.pod: p.prediction.status for p in predict(q, {}, [600.0], NOW, FEW).pods}
+    assert by == {"u1": NO_SCHEDULABLE_NODE if closed else PREDICTED, "u2": PREDICTED}
 
 
 def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_intolerant():
@@ -844,10 +852,11 @@ MEMORY_PRESSURE = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
 
 
 def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_factory, ksm_target):
-    """Real Prometheus scraping KSM's node series: a cordoned GPU node, a NotReady one
-    and one tainted ``memory-pressure`` are read as closed (a CPU node cordoned is not
-    asked about), their free GPUs start nobody, and a pod only they could hold is
-    ``no_schedulable_node``."""
+    """Real Prometheus scraping KSM's node series: a cordoned GPU node and a NotReady
+    one are read as closed (a CPU node cordoned is not asked about), as is one tainted
+    ``memory-pressure`` for pods not tolerating it; their free GPUs start nobody else,
+    and a pod only they could hold is ``no_schedulable_node``. A pod tolerating memory
+    pressure (the control plane's toleration of a Burstable pod) starts on that node."""
     target, body = ksm_target
     now = time.time()
     nodes = [
@@ -861,8 +870,20 @@ def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_fact
         KsmPod(
             "ml", "run", "u1", "Running", now - 900, {GPU: 1}, node="open", start_time=now - 890
         ),
-        KsmPod("ml", "one", "u2", "Pending", now - 300, {GPU: 1}),
-        KsmPod("ml", "four", "u3", "Pending", now - 200, {GPU: 4}),
+        KsmPod("ml", "one", "u2", "Pending", now - 300, {GPU: 1}, tolerations=DEFAULT_TOLERATIONS),
+        KsmPod("ml", "four", "u3", "Pending", now - 200, {GPU: 4}, tolerations=DEFAULT_TOLERATIONS),
+        KsmPod(
+            "ml",
+            "burstable",
+            "u4",
+            "Pending",
+            now - 100,
+            {GPU: 4},
+            tolerations=(
+                KsmToleration("node.kubernetes.io/memory-pressure", "Exists", "", "NoSchedule"),
+                *DEFAULT_TOLERATIONS,
+            ),
+        ),
     ]
     body[0] = exposition(nodes, pods)
     assert promtool("check", "metrics", stdin=body[0]).returncode == 0
@@ -882,7 +903,7 @@ def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_fact
         "open": True,
         "cordoned": False,
         "down": False,
-        "pressed": False,
+        "pressed": True,  # closed by its taint, to pods not tolerating it
     }
     ends = {("ml", "run"): (now + 100,) * 3}
     by = {
@@ -892,6 +913,8 @@ def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_fact
     assert by["one"].status == PREDICTED
     assert by["one"].starts[1] == pytest.approx(now + 100, abs=1)  # not the 8 idle GPUs now
     assert (by["four"].status, by["four"].starts) == (NO_SCHEDULABLE_NODE, None)
+    assert by["burstable"].status == PREDICTED
+    assert by["burstable"].starts[1] == pytest.approx(now, abs=1)  # the pressed node's 4
 
 
 # what the DefaultTolerationSeconds admission plugin gives every pod

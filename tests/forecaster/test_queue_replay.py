@@ -613,6 +613,7 @@ def test_node_lists_select_the_nodes_the_per_node_checks_do():
                 MEMBER,
                 (Toleration("", "Exists"),),
                 (Toleration("x", "Gt", "0"),),
+                (Toleration("node.kubernetes.io/memory-pressure", "Exists", "", "NoSchedule"),),
             )
             for tol in tolerations:
                 for product in ("", "A100", "H100", "T4"):
