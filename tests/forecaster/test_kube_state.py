@@ -327,6 +327,20 @@ def _pending_gpu_pod(uid: str) -> list[Sample]:
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
 
 
+def _two_pods_on_a_tainted_node(
+    node: str, taint: dict[str, str], uids: tuple[str, str], tolerations: list[Sample]
+) -> dict[str, list[Sample]]:
+    """KSM answers for one 2-GPU node with ``taint`` and two pending 1-GPU pods
+    created a minute ago, their ``tolerations`` series as given."""
+    return {
+        "ksm_nodes": [sample(node=node, resource="nvidia_com_gpu", value="2")],
+        "ksm_node_state": [series(node=node, state="taint", **taint)],
+        "ksm_pods": _pending_gpu_pod(uids[0]) + _pending_gpu_pod(uids[1]),
+        "ksm_pod_times": [sample(uid=uid, time="created", value=str(NOW - 60)) for uid in uids],
+        "ksm_pod_meta": tolerations,
+    }
+
+
 def test_parse_reads_taints_and_tolerations_and_skips_bad_ones():
     """Taints per GPU node (deduplicated, sorted), tolerations per pending pod; a
     malformed taint is skipped and counted, a malformed toleration makes its pod's
@@ -437,19 +451,16 @@ def test_a_node_under_pressure_takes_only_pods_tolerating_it_until_the_condition
     the control plane makes every Burstable or Guaranteed pod tolerate memory pressure)
     is predicted there; not-ready, unreachable and cordon are the node's Ready condition
     and spec (absent here: the node is open to both)."""
-    samples = {
-        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="2")],
-        "ksm_node_state": [series(node="n1", state="taint", key=key, effect=effect)],
-        "ksm_pods": _pending_gpu_pod("u1") + _pending_gpu_pod("u2"),
-        "ksm_pod_times": [
-            sample(uid=uid, time="created", value=str(NOW - 60)) for uid in ("u1", "u2")
-        ],
-        "ksm_pod_meta": [
+    samples = _two_pods_on_a_tainted_node(
+        "n1",
+        {"key": key, "effect": effect},
+        ("u1", "u2"),
+        [
             series(uid="u1", meta="tolerations", operator="Exists", **NOT_READY),
             series(uid="u2", meta="tolerations", operator="Exists", **NOT_READY),
             series(uid="u2", meta="tolerations", operator="Exists", key=key, effect=effect),
         ],
-    }
+    )
     q = kube_state.parse(samples, NOW)
     ((node),) = q.nodes
     assert (node.schedulable, node.taints) == (True, ((key, "", effect),))
@@ -465,18 +476,15 @@ def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_int
     its namespace named apart (not an error). Before, it got () and was
     ``never_fits``."""
     gpu = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
-    samples = {
-        "ksm_nodes": [sample(node="gpu1", resource="nvidia_com_gpu", value="2")],
-        "ksm_node_state": [series(node="gpu1", state="taint", value="present", **gpu)],
-        "ksm_pods": _pending_gpu_pod("kept") + _pending_gpu_pod("dropped"),
-        "ksm_pod_times": [
-            sample(uid=uid, time="created", value=str(NOW - 60)) for uid in ("kept", "dropped")
-        ],
-        "ksm_pod_meta": [
+    samples = _two_pods_on_a_tainted_node(
+        "gpu1",
+        {**gpu, "value": "present"},
+        ("kept", "dropped"),
+        [
             series(uid="kept", meta="tolerations", operator="Exists", **gpu),
             series(uid="kept", meta="tolerations", operator="Exists", **NOT_READY),
         ],
-    }
+    )
     q = kube_state.parse(samples, NOW)
     assert {p.pod: p.tolerations for p in q.pending} == {
         "kept": (
