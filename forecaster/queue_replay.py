@@ -47,8 +47,10 @@ node, not for a toleration. Cordon (``unschedulable``) and not-ready/unreachable
 read from the node's spec and Ready condition (``Node.schedulable``); the others
 (memory, disk and PID pressure, ``network-unavailable``, ``out-of-service``, the cloud
 provider's ``uninitialized`` and ``shutdown``) from the taint itself, checked against
-each pod's tolerations (``pressure_taints``), as kube-scheduler filters on it: the
-control plane makes every Burstable or Guaranteed pod tolerate memory pressure. A node
+each pod's tolerations (``pressure_taints``), as kube-scheduler filters on it: a pod
+tolerating memory pressure (the PodTolerationRestriction admission plugin, where a
+cluster enables it, adds that toleration to every Burstable or Guaranteed pod) starts
+there; a pod whose tolerations are unknown does not. A node
 an autoscaler is removing (``leaving``) is not schedulable either.
 
 Whose tolerations are known: a ``PendingPod`` with ``tolerations`` None (KSM exports
@@ -488,12 +490,13 @@ def pressure_taints(taints: Sequence[Taint]) -> tuple[Taint, ...]:
 
     Why: kube-scheduler filters on these taints (it reads taints, not conditions), so
     while one lasts the node takes no new pod that does not tolerate it. They are
-    checked against each pod's tolerations (``placeable``), not closing the node to
-    all: the control plane adds a ``memory-pressure`` toleration to every pod of QoS
-    class Burstable or Guaranteed (most training pods), which kube-state-metrics
-    exports, and such pods are placed on a node under memory pressure. A pod kept off
-    only by them waits for the node (``no_schedulable_node``), since the state is
-    transient, not a policy a toleration would answer (``never_fits``)."""
+    checked against each pod's tolerations (``_open_to``), not closing the node to
+    all: where the PodTolerationRestriction admission plugin is on, every pod of QoS
+    class Burstable or Guaranteed (most training pods) carries a ``memory-pressure``
+    toleration, which kube-state-metrics exports, and kube-scheduler places it on a
+    node under memory pressure. A pod kept off only by them waits for the node
+    (``no_schedulable_node``), since the state is transient, not a policy a toleration
+    would answer (``never_fits``)."""
     return tuple(
         t
         for t in taints
@@ -569,12 +572,21 @@ def _suitable(
 
 def _open_to(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
     """Whether ``node`` takes a new pod with ``tolerations`` now: schedulable, and each
-    of its pressure taints (``pressure_taints``) tolerated (None: unknown, they pass)."""
+    of its pressure taints (``pressure_taints``) tolerated.
+
+    Tolerations unknown (None: ``kube_pod_tolerations`` not exported for the pod) pass
+    the policy taints (``tolerated``) but not these: the GPU pools' policy taints come
+    with tolerations most pods are given, the node-state ones are tolerated by
+    DaemonSet pods and seldom by others, so a pod of unknown tolerations waits for the
+    node rather than be predicted to start where kube-scheduler keeps it off."""
     if not node.schedulable:
         return False
-    if tolerations is None or not node.taints:
+    if not node.taints:
         return True
-    return _tolerates_all(tolerations, pressure_taints(node.taints))
+    pressure = pressure_taints(node.taints)
+    if tolerations is None:
+        return not pressure
+    return _tolerates_all(tolerations, pressure)
 
 
 def _placeable(

@@ -141,7 +141,7 @@ _NO_START = ("never_fits", "no_schedulable_node")
 _PENDING_NOTES = {
     "never_fits": "never fits: more GPUs (or a type) than any node it may use has",
     "beyond_horizon": "no start within the horizon",
-    "no_schedulable_node": "fits only nodes that are cordoned, not Ready or being removed",
+    "no_schedulable_node": "fits only nodes cordoned, not Ready, under pressure or being removed",
     "scheduled": "starting (bound to a node)",
 }
 

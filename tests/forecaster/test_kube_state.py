@@ -327,15 +327,15 @@ def _pending_gpu_pod(uid: str) -> list[Sample]:
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
 
 
-def _two_pods_on_a_tainted_node(
-    node: str, taint: dict[str, str], uids: tuple[str, str], tolerations: list[Sample]
+def _pods_on_a_tainted_node(
+    node: str, taint: dict[str, str], uids: tuple[str, ...], tolerations: list[Sample]
 ) -> dict[str, list[Sample]]:
-    """KSM answers for one 2-GPU node with ``taint`` and two pending 1-GPU pods
+    """KSM answers for one 2-GPU node with ``taint`` and pending 1-GPU pods ``uids``
     created a minute ago, their ``tolerations`` series as given."""
     return {
         "ksm_nodes": [sample(node=node, resource="nvidia_com_gpu", value="2")],
         "ksm_node_state": [series(node=node, state="taint", **taint)],
-        "ksm_pods": _pending_gpu_pod(uids[0]) + _pending_gpu_pod(uids[1]),
+        "ksm_pods": [s for uid in uids for s in _pending_gpu_pod(uid)],
         "ksm_pod_times": [sample(uid=uid, time="created", value=str(NOW - 60)) for uid in uids],
         "ksm_pod_meta": tolerations,
     }
@@ -448,13 +448,14 @@ def test_a_node_under_pressure_takes_only_pods_tolerating_it_until_the_condition
     """kube-scheduler keeps a pod off a node tainted from its state (it filters on
     taints, not conditions) unless the pod tolerates the taint: a pod only that node
     could hold waits for the node (``no_schedulable_node``), and one tolerating it (as
-    the control plane makes every Burstable or Guaranteed pod tolerate memory pressure)
-    is predicted there; not-ready, unreachable and cordon are the node's Ready condition
-    and spec (absent here: the node is open to both)."""
-    samples = _two_pods_on_a_tainted_node(
+    PodTolerationRestriction makes every Burstable or Guaranteed pod tolerate memory pressure)
+    is predicted there; one whose tolerations are unknown waits like the first;
+    not-ready, unreachable and cordon are the node's Ready condition and spec (absent
+    here: the node is open to all)."""
+    samples = _pods_on_a_tainted_node(
         "n1",
         {"key": key, "effect": effect},
-        ("u1", "u2"),
+        ("u1", "u2", "unknown"),
         [
             series(uid="u1", meta="tolerations", operator="Exists", **NOT_READY),
             series(uid="u2", meta="tolerations", operator="Exists", **NOT_READY),
@@ -466,7 +467,10 @@ def test_a_node_under_pressure_takes_only_pods_tolerating_it_until_the_condition
     assert (node.schedulable, node.taints) == (True, ((key, "", effect),))
     assert q.tainted_nodes == 0  # not a standing policy
     by = {p.pod: p.prediction.status for p in predict(q, {}, [600.0], NOW, FEW).pods}
-    assert by == {"u1": NO_SCHEDULABLE_NODE if closed else PREDICTED, "u2": PREDICTED}
+    # unknown shows no toleration (its series dropped): unknown, kept off a node under
+    # pressure (DaemonSet pods alone usually tolerate it), as one not tolerating it
+    waits = NO_SCHEDULABLE_NODE if closed else PREDICTED
+    assert by == {"u1": waits, "u2": PREDICTED, "unknown": waits}
 
 
 def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_intolerant():
@@ -476,7 +480,7 @@ def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_int
     its namespace named apart (not an error). Before, it got () and was
     ``never_fits``."""
     gpu = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
-    samples = _two_pods_on_a_tainted_node(
+    samples = _pods_on_a_tainted_node(
         "gpu1",
         {**gpu, "value": "present"},
         ("kept", "dropped"),
@@ -864,7 +868,7 @@ def test_cordoned_and_not_ready_nodes_take_no_new_pod_end_to_end(prometheus_fact
     one are read as closed (a CPU node cordoned is not asked about), as is one tainted
     ``memory-pressure`` for pods not tolerating it; their free GPUs start nobody else,
     and a pod only they could hold is ``no_schedulable_node``. A pod tolerating memory
-    pressure (the control plane's toleration of a Burstable pod) starts on that node."""
+    pressure (PodTolerationRestriction's toleration of a Burstable pod) starts on that node."""
     target, body = ksm_target
     now = time.time()
     nodes = [
