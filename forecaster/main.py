@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 # Standard library and these two modules only: the rest (requests, numpy, ...) comes
 # with the extras, imported once the command is known to have them (``missing_extra``).
@@ -29,6 +30,9 @@ from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
 from gpu_eta.forecaster.queue_replay import parse_toleration
+
+if TYPE_CHECKING:  # publish needs prometheus_client, an extra of serve/once
+    from gpu_eta.forecaster.publish import ServiceState
 
 log = logging.getLogger("forecaster")
 
@@ -568,6 +572,29 @@ def serve(config: Config) -> int:
     return ExitCode.OK
 
 
+def push_metrics(url: str, job: str, state: ServiceState, ok: bool, timeout_seconds: float) -> None:
+    """Push ``state`` to the Pushgateway at ``url`` under ``job=job``: after a good cycle
+    the whole group (PUT, so finished jobs disappear), after a failed one only the
+    self-monitoring series (POST keeps the forecasts the gateway holds).
+
+    The quantile families go untyped (``make_registry(for_push=True)``): pushed as
+    summaries, the gateway would add a zero ``_sum`` and ``_count`` to each label set.
+    Raises ``ForecasterError`` (one line) when the push fails.
+    """
+    from prometheus_client import exposition
+
+    from gpu_eta.forecaster.publish import make_registry
+
+    registry = make_registry(state, self_only=not ok, for_push=True)
+    try:
+        push = exposition.push_to_gateway if ok else exposition.pushadd_to_gateway
+        push(url, job=job, registry=registry, timeout=timeout_seconds)
+    except Exception as err:  # urllib errors: refused, 4xx/5xx
+        raise ForecasterError(
+            f"push to {url} failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        ) from None
+
+
 def once(config: Config) -> int:
     """One cycle, then push (or print); 1 when either failed."""
     from prometheus_client import exposition
@@ -584,27 +611,21 @@ def once(config: Config) -> int:
             # The Pushgateway still holds the previous run's forecasts: mark them stale
             # and push only the self-monitoring series (POST keeps the others).
             state.stale = True
-        registry = make_registry(state, self_only=not ok)
         if not ok:
             print(
                 PREFIX + (state.last_error.splitlines()[0] if state.last_error else "cycle failed"),
                 file=sys.stderr,
             )
         if config.pushgateway_url:
-            url = config.pushgateway_url
-            try:
-                push = exposition.push_to_gateway if ok else exposition.pushadd_to_gateway
-                push(
-                    url,
-                    job=config.pushgateway_job,
-                    registry=registry,
-                    timeout=config.timeout_seconds,
-                )
-            except Exception as err:  # urllib errors: refused, 4xx/5xx
-                raise ForecasterError(
-                    f"push to {url} failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-                ) from None
+            push_metrics(
+                config.pushgateway_url,
+                config.pushgateway_job,
+                state,
+                ok,
+                config.timeout_seconds,
+            )
         else:
+            registry = make_registry(state, self_only=not ok)
             sys.stdout.write(exposition.generate_latest(registry).decode())
         log.info("once: cycle %s at %s", "ok" if ok else "failed", time.strftime("%H:%M:%S"))
     finally:

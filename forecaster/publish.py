@@ -208,15 +208,20 @@ class ForecastCollector(Collector):
     """Renders a ``ServiceState`` as the forecaster metrics of docs/metrics.md."""
 
     def __init__(
-        self, state: ServiceState, clock: Callable[[], float] = time.time, self_only: bool = False
+        self,
+        state: ServiceState,
+        clock: Callable[[], float] = time.time,
+        self_only: bool = False,
+        for_push: bool = False,
     ) -> None:
         self.state = state
         self.clock = clock
         self.self_only = self_only
+        self.for_push = for_push
 
     def collect(self) -> Iterator[Metric]:
         try:
-            yield from render(self.state, self.clock(), self.self_only)
+            yield from render(self.state, self.clock(), self.self_only, self.for_push)
         except Exception:  # rendering must never fail a scrape
             return
 
@@ -232,10 +237,17 @@ class QuantileFamily(Metric):
     exactly quantiles of a distribution. There is no ``_sum``/``_count`` (both
     optional in the exposition formats): PromQL sees plain series
     ``name{quantile="0.5"}``, as the contract in docs/metrics.md says.
+
+    ``untyped``: ``TYPE untyped`` instead, for what is pushed to a Pushgateway. The
+    Pushgateway fills in a summary's missing ``_sum`` and ``_count`` with 0 for every
+    label set, which Prometheus then stores as names the contract does not have
+    (``untyped_quantiles``).
     """
 
-    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
-        super().__init__(name, documentation, "summary")
+    def __init__(
+        self, name: str, documentation: str, labels: Sequence[str], untyped: bool = False
+    ) -> None:
+        super().__init__(name, documentation, "unknown" if untyped else "summary")
         self._labelnames = (*labels, "quantile")
 
     def add_metric(self, labels: Sequence[str], quantile: str, value: float) -> None:
@@ -244,15 +256,38 @@ class QuantileFamily(Metric):
         self.add_sample(self.name, dict(zip(self._labelnames, values, strict=True)), value)
 
 
-def render(state: ServiceState, now: float, self_only: bool = False) -> list[Metric]:
-    """All families for one scrape; ``self_only`` keeps the self-monitoring ones."""
+def render(
+    state: ServiceState, now: float, self_only: bool = False, for_push: bool = False
+) -> list[Metric]:
+    """All families for one scrape; ``self_only`` keeps the self-monitoring ones;
+    ``for_push``: the quantile families untyped (``untyped_quantiles``)."""
     fs, stale, duration, last_ok, errors, queries = state.snapshot()
     families: list[Metric] = []
     if not self_only:
         head, remaining, tail = forecast_families(fs, now)
         families += [*head, remaining, *tail]
     families += self_families(stale, duration, last_ok, errors, queries)
-    return families
+    return untyped_quantiles(families) if for_push else families
+
+
+def untyped_quantiles(families: Sequence[Metric]) -> list[Metric]:
+    """``families`` with every ``QuantileFamily`` typed ``untyped`` (same samples).
+
+    Why: the Pushgateway re-exposes a summary with ``<name>_sum 0`` and
+    ``<name>_count 0`` added to each label set when they were not pushed, so Prometheus
+    would store two zero series per job, GPU and pending pod and family that
+    docs/metrics.md does not have. Pushed untyped, the gateway passes the quantile
+    samples through as they are. ``serve`` keeps ``summary``, which ``promtool check
+    metrics`` takes with the ``quantile`` label.
+    """
+    out: list[Metric] = []
+    for fam in families:
+        if isinstance(fam, QuantileFamily) and fam.type == "summary":
+            copy = QuantileFamily(fam.name, fam.documentation, (), untyped=True)
+            copy.samples = list(fam.samples)
+            fam = copy
+        out.append(fam)
+    return out
 
 
 def forecast_families(
@@ -537,16 +572,20 @@ class Exposition:
 
 
 def make_registry(
-    state: ServiceState, clock: Callable[[], float] = time.time, self_only: bool = False
+    state: ServiceState,
+    clock: Callable[[], float] = time.time,
+    self_only: bool = False,
+    for_push: bool = False,
 ) -> CollectorRegistry:
     """A registry of our own (not the global one) holding only the forecaster collector.
 
     ``self_only``: just the ``gpu_eta_forecaster_*`` families, for ``once`` after a
     failed cycle, so a Pushgateway keeps the forecasts it holds and only learns they
-    are stale.
+    are stale. ``for_push``: what ``once`` pushes to a Pushgateway, the quantile
+    families untyped (``untyped_quantiles``).
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ForecastCollector(state, clock, self_only))
+    registry.register(ForecastCollector(state, clock, self_only, for_push))
     return registry
 
 

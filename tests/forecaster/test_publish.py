@@ -139,6 +139,19 @@ def test_every_name_is_in_the_contract_and_promtool_is_happy() -> None:
     assert "# TYPE gpu_eta_job_predicted_completion_timestamp_seconds summary" in text
 
 
+def test_what_once_pushes_types_the_quantile_families_untyped_and_nothing_else_differs() -> None:
+    """Pushed as summaries, a Pushgateway adds a zero ``_sum`` and ``_count`` to each
+    label set (tests/integration/test_forecaster_pushgateway.py); ``serve`` keeps them
+    summaries, which promtool takes with the ``quantile`` label."""
+    state = ServiceState()
+    state.success(forecast_set(), 0.5, NOW)
+    served = generate_latest(make_registry(state, clock=lambda: NOW)).decode()
+    pushed = generate_latest(make_registry(state, clock=lambda: NOW, for_push=True)).decode()
+    assert "summary" not in pushed
+    assert pushed == served.replace(" summary\n", " untyped\n")
+    assert served.count(" summary\n") == 5  # job completion, remaining, GPU, pod, request
+
+
 def test_a_malformed_quality_entry_hides_only_itself() -> None:
     quality = {"bogus": (1.0, 1.0), 0.1: ("x",), 0.0: (0.35, 0.78)}
     state = ServiceState()

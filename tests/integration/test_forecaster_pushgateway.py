@@ -1,0 +1,85 @@
+"""The CronJob variant end to end: ``once`` → a real Pushgateway → a real Prometheus.
+
+What Prometheus stores from the gateway must be the metric contract (docs/metrics.md:
+"a name that is not here is a bug"), and the counters pushed by successive ``once``
+runs must behave as counters, so the dashboards' ``rate()`` panels read them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from gpu_eta.forecaster.main import push_metrics
+from gpu_eta.forecaster.publish import ServiceState
+from gpu_eta.launch.processes import start_http, stop_process
+from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port
+from tests.forecaster.test_publish import NOW, forecast_set
+
+pytestmark = [pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = "gpu-eta-forecaster"
+
+
+@pytest.fixture
+def pushgateway(tmp_path) -> Iterator[str]:
+    """A real Pushgateway in memory only (Debian's default persistence file would carry
+    other runs' groups into this one); its base URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_http(
+        [
+            find_binary("prometheus-pushgateway"),
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--persistence.file=",
+        ],
+        url + "/-/ready",
+        tmp_path / "pushgateway.log",
+        name="pushgateway",
+    )
+    try:
+        yield url
+    finally:
+        stop_process(proc)
+
+
+def contract_names() -> set[str]:
+    text = (REPO / "docs" / "metrics.md").read_text()
+    return set(re.findall(r"^\| `(gpu_eta_[a-z_]+)`", text, flags=re.M))
+
+
+def test_what_prometheus_stores_from_the_pushgateway_is_the_contract(
+    pushgateway, prometheus_factory
+) -> None:
+    """Pushed as summaries, the quantile families came back from the gateway with a
+    zero ``_sum`` and ``_count`` for every job, GPU and pending pod; pushed untyped,
+    the gateway passes the quantile samples through and adds nothing."""
+    state = ServiceState()
+    state.success(forecast_set(), 0.5, NOW)
+    push_metrics(pushgateway, JOB, state, True, 10.0)  # what once does after a good cycle
+
+    exposed = requests.get(pushgateway + "/metrics", timeout=10).text
+    name = "gpu_eta_job_predicted_completion_timestamp_seconds"
+    assert f"# TYPE {name} untyped" in exposed
+    assert (
+        f'{name}{{container="c",instance="",job="{JOB}",namespace="ml",pod="p",quantile="0.5"'
+        in exposed
+    )
+    assert f"{name}_sum" not in exposed and f"{name}_count" not in exposed
+
+    prom = prometheus_factory([ScrapeJob("pushgateway", [pushgateway.removeprefix("http://")])])
+    prom.wait_for(f'gpu_eta_job_stalled{{job="{JOB}"}}', timeout=60)
+    stored = {
+        r["metric"]["__name__"] for r in prom.query(f'{{__name__=~"gpu_eta_.+", job="{JOB}"}}')
+    }
+    documented = contract_names()
+    assert sorted(n for n in stored if n not in documented) == []
+    # every family the set fills is there, the quantile ones included
+    assert {name, "gpu_eta_gpu_predicted_free_timestamp_seconds"} <= stored
+    got = prom.query(f'{name}{{job="{JOB}",quantile="0.9"}}')
+    assert [float(r["value"][1]) for r in got] == [NOW + 400]
