@@ -599,14 +599,20 @@ def once(config: Config) -> int:
     """One cycle, then push (or print); 1 when either failed."""
     from prometheus_client import exposition
 
+    from gpu_eta.forecaster.once_counters import load_counters, save_counters, start_from
     from gpu_eta.forecaster.publish import ServiceState, make_registry
     from gpu_eta.forecaster.server import Service
 
     client, store, cycle = _open(config)
     state = ServiceState(query_stats=client.stats)
     try:
+        # Counters go on from the totals of the runs before (once_counters): each run
+        # is a new process, and the same values pushed every run read as no increase.
+        start_from(load_counters(store), state.job_errors, state.query_stats)
         service = Service(cycle, state, config.interval_seconds)
         ok = service.run_once()
+        *_, errors, queries = state.snapshot()
+        save_counters(store, errors, queries)
         if not ok:
             # The Pushgateway still holds the previous run's forecasts: mark them stale
             # and push only the self-monitoring series (POST keeps the others).

@@ -370,6 +370,34 @@ def test_once_without_pushgateway_prints_the_exposition(empty_prometheus_api, tm
     assert want in proc.stdout
 
 
+def test_once_runs_count_on_from_the_totals_of_the_runs_before(
+    empty_prometheus_api, tmp_path
+) -> None:
+    """Each run is a new process: its counters start from the totals saved in the
+    history file (once_counters), or pushing the same values every run reads as no
+    increase; a damaged saved value starts them from 0, one ERROR line, exit 0."""
+    from gpu_eta.forecaster.history import HistoryStore
+    from gpu_eta.forecaster.once_counters import COUNTERS_KEY
+    from gpu_eta.forecaster.queries import QUERIES_PER_CYCLE
+
+    db = str(tmp_path / "h.sqlite")
+    per_run = QUERIES_PER_CYCLE - 3  # an empty Prometheus (as above)
+    for run in (1, 2):
+        proc = run_cli("once", "--prometheus.url", empty_prometheus_api, "--history.db", db)
+        assert proc.returncode == 0, proc.stderr
+        want = f'gpu_eta_forecaster_queries_total{{result="success"}} {run * per_run:.1f}'
+        assert want in proc.stdout
+    store = HistoryStore.open(db)
+    try:
+        store.set_meta(COUNTERS_KEY, "{damaged")
+    finally:
+        store.close()
+    proc = run_cli("once", "--prometheus.url", empty_prometheus_api, "--history.db", db)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f'gpu_eta_forecaster_queries_total{{result="success"}} {per_run:.1f}' in proc.stdout
+    assert proc.stderr.count("once counters in the history file") == 1
+
+
 def test_once_with_pushgateway_away_exits_1(empty_prometheus_api, tmp_path) -> None:
     proc = run_cli(
         "once",

@@ -7,7 +7,10 @@ runs must behave as counters, so the dashboards' ``rate()`` panels read them.
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,3 +86,46 @@ def test_what_prometheus_stores_from_the_pushgateway_is_the_contract(
     assert {name, "gpu_eta_gpu_predicted_free_timestamp_seconds"} <= stored
     got = prom.query(f'{name}{{job="{JOB}",quantile="0.9"}}')
     assert [float(r["value"][1]) for r in got] == [NOW + 400]
+
+
+def dashboard_expr(title: str) -> str:
+    """The query of the Forecaster quality dashboard's panel ``title``."""
+    board = json.loads((REPO / "grafana" / "forecaster-quality.json").read_text())
+    panels = [p for p in board["panels"] if p.get("title") == title]
+    assert len(panels) == 1, title
+    return panels[0]["targets"][0]["expr"]
+
+
+def test_an_error_of_every_cronjob_run_shows_on_the_job_errors_panel(
+    pushgateway, prometheus_factory, tmp_path
+) -> None:
+    """Three ``once`` runs whose cycle fails (Prometheus to query is away): each is a
+    new process, yet the pushed ``job_errors_total{reason="cycle_failed"}`` goes 1, 2, 3
+    (carried in the history file), so the dashboard's ``rate()`` panel shows it. Each
+    run counting from 0 pushed 1 every time: the panel read 0."""
+    prom = prometheus_factory([ScrapeJob("pushgateway", [pushgateway.removeprefix("http://")])])
+    history = tmp_path / "h.sqlite"
+    series = f'gpu_eta_forecaster_job_errors_total{{job="{JOB}",reason="cycle_failed"}}'
+    for run in (1, 2, 3):
+        proc = subprocess.run(
+            [
+                sys.executable, "-m", "gpu_eta.forecaster", "once",
+                "--prometheus.url", f"http://127.0.0.1:{free_port()}",
+                "--prometheus.retries", "0",
+                "--pushgateway.url", pushgateway,
+                "--history.db", str(history),
+            ],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        pushed = requests.get(pushgateway + "/metrics", timeout=10).text
+        assert f'reason="cycle_failed"}} {run}' in pushed
+        # Prometheus has scraped this run's value before the next run pushes
+        prom.wait_for(f"{series} == {run}", timeout=30)
+    expr = dashboard_expr("Job errors by reason").replace("$__rate_interval", "1m")
+    shown = {r["metric"].get("reason", ""): float(r["value"][1]) for r in prom.query(expr)}
+    assert shown.get("cycle_failed", 0.0) > 0, shown
+    increase = prom.query(f"increase({series}[1m])")
+    assert increase and float(increase[0]["value"][1]) > 0
+    errors = prom.query(f'gpu_eta_forecaster_queries_total{{job="{JOB}",result="error"}}')
+    assert [float(r["value"][1]) for r in errors] == [3.0]
