@@ -335,7 +335,9 @@ def cluster_overview() -> dict:
                 instant=True,
             ),
             q(
-                f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_remaining_seconds{{{NS}, quantile="0.5"}})',
+                # from the completion time, not the published remaining seconds: those are
+                # as of the forecaster's last cycle (up to 5 min old under the CronJob)
+                f'clamp_min(max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.5"}}) - time(), 0)',
                 ref="E",
                 instant=True,
             ),
@@ -526,11 +528,14 @@ def training_job() -> dict:
     ).override_by_name("P10", [DynamicConfigValue(id_val="custom.fillBelowTo", value="P90")])
     remaining = ts(
         "Remaining time (P10 / P50 / P90)",
-        "Seconds left according to the forecaster (latest run of the pod).",
+        "Seconds left according to the forecaster (latest run of the pod), counted from "
+        "its predicted completion time at each point of the graph.",
         "s",
         *[
             q(
-                f'max(gpu_eta_job_predicted_remaining_seconds{{{JOB}, quantile="{qv}"}})',
+                # not gpu_eta_job_predicted_remaining_seconds: that is as of the forecaster's
+                # last cycle, flat between cycles (5 min under the CronJob)
+                f'clamp_min(max(gpu_eta_job_predicted_completion_timestamp_seconds{{{JOB}, quantile="{qv}"}}) - time(), 0)',
                 f"P{name}",
                 ref,
             )

@@ -603,3 +603,40 @@ def check_alert_rules(stack: PromAt) -> None:
     # n1's two GPUs are both held: 0, not absent
     free = {s.labels["node"]: s.value for s in results["node:gpu_eta_gpus_free:count"]}
     assert free == {"n1": 0.0, "n2": 1.0}
+
+
+@pytest.mark.slow
+def test_remaining_time_panels_count_down_between_forecaster_cycles(tmp_path) -> None:
+    """The remaining-time panels read the predicted completion time less the moment
+    shown, so they count down between forecaster cycles; the published remaining
+    seconds hold still as of the last cycle (a CronJob pushes every 5 min, and
+    Prometheus scrapes the Pushgateway's same value every 30 s)."""
+    end = int(time.time()) // 300 * 300 - 300
+    done = end + 3600.0
+    labels = (
+        'job="gpu-eta-forecaster",namespace="ml",pod="p",container="c",run_id="r",quantile="0.5"'
+    )
+    lines = [
+        "# TYPE gpu_eta_job_predicted_completion_timestamp_seconds gauge",
+        "# TYPE gpu_eta_job_predicted_remaining_seconds gauge",
+    ]
+    for t in range(end - 1800, end + 1, STEP):
+        pushed = t // 300 * 300  # the value of the latest push
+        lines.append(f"gpu_eta_job_predicted_completion_timestamp_seconds{{{labels}}} {done} {t}")
+        lines.append(f"gpu_eta_job_predicted_remaining_seconds{{{labels}}} {done - pushed} {t}")
+    data = tmp_path / "pushed.om"
+    data.write_text("\n".join(sorted(lines, key=lambda x: not x.startswith("#"))) + "\n# EOF\n")
+    server = start_prometheus([], backfill_files=[data])
+    prom = client(server.url)
+    try:
+        board = json.loads((ROOT / "grafana" / "training-job.json").read_text())
+        (panel,) = (p for p in _panels(board) if p.get("title", "").startswith("Remaining time"))
+        (expr,) = (t["expr"] for t in panel["targets"] if t.get("legendFormat") == "P50")
+        expr = expr.replace("$namespace", "ml").replace("$pod", "p")
+        at = {t: prom.instant(expr, at=float(t)) for t in (end - 240, end - 60)}
+    finally:
+        prom.close()
+        server.stop()
+    values = {t: s[0].value for t, s in at.items()}
+    assert values[end - 240] - values[end - 60] == pytest.approx(180.0)  # one push window
+    assert values[end - 60] == pytest.approx(done - (end - 60))
