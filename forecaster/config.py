@@ -9,6 +9,7 @@ kept out of ``repr`` so they never reach a log line.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -78,18 +79,29 @@ class Config:
     cycle: CycleSettings = field(default_factory=CycleSettings)
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.prometheus_url)
+        try:  # urlsplit and .port raise a bare ValueError: a traceback at the CLIs
+            parts = urlsplit(self.prometheus_url)
+            parts.port  # noqa: B018 - reading it checks it (a number in 0..65535)
+        except ValueError as err:
+            shown = re.sub(r"(?<=//)[^/?#]*@", "***@", self.prometheus_url, count=1)
+            raise ConfigError(
+                f"--prometheus.url must be http(s)://host:port, got {shown!r}: {err}"
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(
                 f"--prometheus.url must be http(s)://host:port, got {self.prometheus_url!r}"
             )
         if self.pushgateway_url is not None:
-            pg = urlsplit(
-                self.pushgateway_url
-                if "://" in self.pushgateway_url
-                else "http://" + self.pushgateway_url
-            )
-            if not pg.netloc:
+            try:
+                pg = urlsplit(
+                    self.pushgateway_url
+                    if "://" in self.pushgateway_url
+                    else "http://" + self.pushgateway_url
+                )
+                pg.port  # noqa: B018 - reading it checks it
+            except ValueError:
+                pg = None
+            if pg is None or not pg.netloc:
                 raise ConfigError(f"--pushgateway.url is not a URL: {self.pushgateway_url!r}")
         # The other --prometheus.* values are checked where the flags are read, once
         # for serve, once and top (cli.prometheus_connection).

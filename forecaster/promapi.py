@@ -115,7 +115,13 @@ class PromClient:
     _warned: dict[int, tuple[int, str]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
+        try:  # Why here: urlsplit and .port raise a bare ValueError, a traceback at the CLIs
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - reading it checks it (a number in 0..65535)
+        except ValueError as err:
+            raise PromAPIError(
+                f"Prometheus URL {without_credentials(self.url)!r} cannot be parsed: {err}"
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise PromAPIError(
                 f"Prometheus URL must be http(s)://host[:port][/prefix], got {self.url!r}"
@@ -148,11 +154,19 @@ class PromClient:
 
     @property
     def safe_url(self) -> str:
-        """The base URL without any user:password part, for messages and logs."""
-        parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
+        """The base URL without any user:password part, for messages and logs. Never
+        raises: it is what error messages are made of (``url`` is an attribute anyone
+        may set, so it is not trusted to be the one ``__post_init__`` checked)."""
+        try:
+            parts = urlsplit(self.url)
+            host = parts.hostname or ""
+            port = parts.port
+        except ValueError:
+            return without_credentials(self.url)
+        if ":" in host:  # an IPv6 address keeps its brackets, or the port reads as part of it
+            host = f"[{host}]"
+        if port:
+            host = f"{host}:{port}"
         return f"{parts.scheme}://{host}{parts.path}"
 
     def close(self) -> None:
@@ -476,6 +490,12 @@ def redirect_message(status: int, location: str | None, request_url: str, api_pa
         "API (a login page?); redirects are not followed: set --prometheus.url to the "
         "address of the Prometheus API"
     )
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@``, for a message about a
+    URL that may not parse (so ``urlsplit`` cannot be trusted to find the part). Pure."""
+    return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)
 
 
 def _fmt_time(ts: float) -> str:

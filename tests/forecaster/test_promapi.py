@@ -318,13 +318,32 @@ def test_tls_with_ca_file_verifies_and_without_it_fails(tls_server) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["localhost:9090", "ftp://x", "http://", "http://bad..name:9090", f"http://{'a' * 64}.svc"],
+    [
+        "localhost:9090",
+        "ftp://x",
+        "http://",
+        "http://bad..name:9090",
+        f"http://{'a' * 64}.svc",
+        "http://127.0.0.1:99999",  # urlsplit's port: ValueError out of range
+        "http://prom:abc",  # ... not a number
+        "http://[::1",  # urlsplit itself: ValueError Invalid IPv6 URL
+    ],
 )
 def test_bad_url_is_refused(url: str) -> None:
     """At start-up, with a message: an empty or over-long label in the host name made
-    urllib3 raise its own error from every query, past the client's."""
+    urllib3 raise its own error from every query, past the client's; a port or IPv6
+    host urlsplit cannot read is the client's error too, not a bare ValueError."""
     with pytest.raises(PromAPIError, match="URL"):
         PromClient(url)
+
+
+def test_safe_url_never_raises_and_hides_credentials() -> None:
+    """``safe_url`` is what error messages are built from: a URL set after the checks
+    that urlsplit cannot read still gives a line, without its password."""
+    c = PromClient("http://[::1]:9090/prom")
+    assert c.safe_url == "http://[::1]:9090/prom"
+    c.url = "http://me:pw@[::1:99999"
+    assert c.safe_url == "http://***@[::1:99999"
 
 
 def test_pure_decoders() -> None:

@@ -502,6 +502,9 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         ["--prometheus.timeout", "-1"],
         ["--prometheus.max-response-bytes", "10"],
         ["--prometheus.url", "ftp://prometheus"],
+        ["--prometheus.url", "http://127.0.0.1:99999"],  # a port urlsplit cannot read
+        ["--prometheus.url", "http://prom:abc"],
+        ["--prometheus.url", "http://[::1"],  # an IPv6 host urlsplit cannot read
         ["--prometheus.retries", "-1"],
         ["--prometheus.bearer-token-file", str(tmp_path / "missing")],
         ["--prometheus.basic-auth-password-file", str(tmp_path / "missing")],
