@@ -17,6 +17,7 @@ refuse every other series: a single odd job must not stop the forecasts of all t
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 import warnings
@@ -134,8 +135,10 @@ class PromClient:
                 "or over-long (> 63 characters) label"
             ) from None
         self.url = self.url.rstrip("/")
-        if self.timeout_seconds <= 0:
-            raise PromAPIError("Prometheus timeout must be > 0 seconds")
+        if not (math.isfinite(self.timeout_seconds) and self.timeout_seconds > 0):
+            raise PromAPIError("Prometheus timeout must be > 0 seconds and finite")
+        if not (math.isfinite(self.backoff_seconds) and self.backoff_seconds >= 0):
+            raise PromAPIError("Prometheus backoff must be >= 0 seconds and finite")
         if self.retries < 0:
             raise PromAPIError("Prometheus retries must be >= 0")
         if self.bearer_token:

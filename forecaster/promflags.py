@@ -5,6 +5,7 @@ Prometheus behind auth or TLS the same way. Standard library only."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,16 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
     """The ``--prometheus.*`` flags but the URL, as keyword arguments of both ``Config``
     and ``PromClient``; checked and secrets read from their files here, once for every
     command that has these flags (bad value or missing file: ConfigError)."""
-    if not args.timeout_seconds > 0:
-        raise ConfigError(f"--prometheus.timeout must be > 0, got {args.timeout_seconds}")
+    # finite too: argparse's float takes "inf" and "nan", which passed "> 0" or every
+    # comparison and ended in a traceback at the first request's or retry's sleep
+    if not (math.isfinite(args.timeout_seconds) and args.timeout_seconds > 0):
+        raise ConfigError(
+            f"--prometheus.timeout must be > 0 and finite, got {args.timeout_seconds}"
+        )
+    if not (math.isfinite(args.backoff_seconds) and args.backoff_seconds >= 0):
+        raise ConfigError(
+            f"--prometheus.backoff must be >= 0 and finite, got {args.backoff_seconds}"
+        )
     if args.retries < 0:
         raise ConfigError(f"--prometheus.retries must be >= 0, got {args.retries}")
     if args.max_response_bytes < 1024:

@@ -20,6 +20,7 @@ import argparse
 import enum
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -147,8 +148,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # the flag's name before top shared the forecaster's flags; kept so scripts still work
     p.add_argument("--timeout", dest="timeout_seconds", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.interval <= 0:
-        p.error("--interval must be > 0")
+    if not (math.isfinite(args.interval) and args.interval > 0):  # "nan", "inf": sleep fails
+        p.error(f"--interval must be > 0 and finite, got {args.interval}")
     args.namespaces = getattr(args, "namespaces", [])
     for ns in args.namespaces:
         if not DNS_LABEL.match(ns):

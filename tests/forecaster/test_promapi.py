@@ -337,6 +337,22 @@ def test_bad_url_is_refused(url: str) -> None:
         PromClient(url)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"timeout_seconds": float("inf")}, "timeout"),
+        ({"timeout_seconds": float("nan")}, "timeout"),
+        ({"backoff_seconds": float("nan")}, "backoff"),
+        ({"backoff_seconds": -1.0}, "backoff"),
+    ],
+)
+def test_a_timeout_or_backoff_that_no_sleep_takes_is_refused(kwargs, message: str) -> None:
+    """At start-up: an infinite or NaN value got past the checks and failed at the
+    first request (urllib3's timeout) or retry (``time.sleep``) with a bare error."""
+    with pytest.raises(PromAPIError, match=message):
+        PromClient("http://127.0.0.1:9090", **kwargs)
+
+
 def test_safe_url_never_raises_and_hides_credentials() -> None:
     """``safe_url`` is what error messages are built from: a URL set after the checks
     that urlsplit cannot read still gives a line, without its password."""

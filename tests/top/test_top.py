@@ -496,6 +496,11 @@ def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path)
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     for argv in (
         ["--interval", "0"],
+        ["--interval", "nan"],  # argparse's float takes it; time.sleep does not
+        ["--interval", "inf"],
+        ["--prometheus.timeout", "inf"],
+        ["--prometheus.backoff", "nan"],
+        ["--prometheus.backoff", "-1"],
         ["--no-such-flag"],
         ["--idle-threshold", "3"],
         ["--timeout", "0"],  # the old name of --prometheus.timeout still works
