@@ -32,7 +32,13 @@ def queries(idle_window: str = "5m") -> dict[str, str]:
         # Prometheus (and vmalert with remote write) keep alert state as ALERTS series
         "alerts": ALERTS_FIRING,
         # the GPU queue (docs/pending.md); creation times from kube-state-metrics
-        "pending_info": "gpu_eta_pod_start_prediction_info",
+        # a pod kube-state-metrics already sees out of Pending (started, failed) is left
+        # out: the forecaster's series keeps it until its next cycle and scrape (~90 s);
+        # without kube-state-metrics the right side is empty and every pod stays
+        "pending_info": (
+            "gpu_eta_pod_start_prediction_info unless on (namespace, pod) "
+            '(kube_pod_status_phase{phase!="Pending"} == 1)'
+        ),
         "pending_start": "gpu_eta_pod_predicted_start_timestamp_seconds",
         "pending_created": (
             'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'

@@ -614,6 +614,53 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
         thread.join(timeout=5)
 
 
+@pytest.mark.integration
+def test_a_pod_that_left_pending_is_not_listed_pending(prometheus_factory) -> None:
+    """kube-state-metrics sees a pod Running (or Failed) before the forecaster's next
+    cycle and scrape drop its prediction (~90 s): it leaves PENDING then. A pod that
+    kube-state-metrics does not report (not installed, not scraped yet) stays."""
+    import time
+
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from gpu_eta.launch.prometheus import ScrapeJob, free_port
+
+    reg = CollectorRegistry()
+    info_labels = ["namespace", "pod", "resource", "gpus", "status"]
+    info = Gauge("gpu_eta_pod_start_prediction_info", "i", info_labels, registry=reg)
+    start = Gauge(
+        "gpu_eta_pod_predicted_start_timestamp_seconds",
+        "s",
+        ["namespace", "pod", "quantile"],
+        registry=reg,
+    )
+    phase = Gauge("kube_pod_status_phase", "p", ["namespace", "pod", "uid", "phase"], registry=reg)
+    t0 = time.time()
+    for pod in ("started", "failed", "waiting", "unseen"):
+        info.labels("ml", pod, "nvidia_com_gpu", "1", "predicted").set(1)
+        start.labels("ml", pod, "0.5").set(t0 - 30)  # the forecaster's last cycle
+    for pod, now_phase in (("started", "Running"), ("failed", "Failed"), ("waiting", "Pending")):
+        for ph in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+            phase.labels("ml", pod, "u-" + pod, ph).set(1 if ph == now_phase else 0)
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
+    try:
+        prom = prometheus_factory([ScrapeJob("fake", [f"127.0.0.1:{port}"])])
+        prom.wait_for("gpu_eta_pod_start_prediction_info", timeout=60, min_results=4)
+        prom.wait_for("kube_pod_status_phase", timeout=30, min_results=15)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert top_main.main(["--prometheus.url", prom.url, "--json"]) == 0
+        assert sorted(p["pod"] for p in json.loads(out.getvalue())["pending"]) == [
+            "unseen",
+            "waiting",
+        ]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
 def test_firing_gpu_eta_alerts_are_one_line() -> None:
     """The ALERTS query's answer becomes ``ALERTS firing: name ×n`` under the summary;
     a sample without a name or with a NaN count is skipped."""
