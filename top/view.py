@@ -391,8 +391,16 @@ def pending_rows(results: Mapping[str, Sequence[Sample]]) -> tuple[PendingRow, .
     starts = _bands(results.get("pending_start") or (), pod_key)
     created = {pod_key(s.labels): _value(s) for s in results.get("pending_created") or ()}
     rows = []
-    for s in results.get("pending_info") or ():
+    seen: set[tuple[str, str]] = set()
+    # one row per pod: a forecaster scraped twice (a ServiceMonitor and an annotation
+    # scrape, two Prometheus replicas behind one endpoint) gives each pod two series,
+    # differing in job or instance; the one whose labels sort first is kept, so the row
+    # does not flip between refreshes however Prometheus orders its answer
+    for s in sorted(results.get("pending_info") or (), key=lambda s: sorted(s.labels.items())):
         key = pod_key(s.labels)
+        if key in seen:
+            continue
+        seen.add(key)
         band = starts.get(key, {})
         rows.append(
             PendingRow(

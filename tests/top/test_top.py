@@ -726,6 +726,20 @@ def test_pending_section_lists_the_queue_soonest_first() -> None:
     assert top_render.render_json(view)["pending"][0]["pod"] == "next"
 
 
+def test_a_pending_pod_scraped_twice_is_one_row() -> None:
+    """A forecaster scraped twice (a ServiceMonitor and an annotation scrape, two
+    Prometheus replicas behind one endpoint): each pod's series twice, one row each."""
+    info = dict(namespace="ml", pod="next", resource="nvidia_com_gpu", gpus="1")
+    res = {
+        "pending_info": parsed([vec(1, **info, status="predicted", job=j) for j in ("b", "a")]),
+        "pending_start": parsed(
+            [vec(NOW + 100, namespace="ml", pod="next", quantile="0.5", job=j) for j in "ab"]
+        ),
+    }
+    view = top_view.build_view(res, NOW, "http://prom")
+    assert [(p.pod, p.start.p50) for p in view.pending] == [("next", NOW + 100)]
+
+
 def test_no_pending_pods_says_so() -> None:
     text = top_render.render_plain(top_view.build_view({}, NOW, "http://prom"), timezone.utc)
     assert "PENDING\n  (no pod waiting for GPUs)" in text
