@@ -293,6 +293,9 @@ def render_rich(view: View, tz: tzinfo | None = None):
             width = max([len(h), *(len(r[0][i]) for r in rows)]) if i < 2 else None
             table.add_column(h, no_wrap=True, min_width=width)
         for cells, style in rows:
-            table.add_row(*cells, style=style)
+            # Text, not str: rich reads a str as console markup, so the progress bar
+            # "[####....]" was a tag and vanished, and a label from outside (a pod
+            # name, a GPU model) could style the table or end it with a MarkupError
+            table.add_row(*(Text(c) for c in cells), style=style)
         parts.append(table)
     return Group(*parts)

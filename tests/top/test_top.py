@@ -152,6 +152,23 @@ def test_rich_rendering_shows_the_same_rows() -> None:
     assert "ml/cnn-1" in text and "jupyter/nb-alice" in text and "7/20" in text
 
 
+def test_rich_cells_are_text_not_console_markup() -> None:
+    """rich reads a str cell as console markup: the progress bar ``[#######....]`` is a
+    tag and vanished, and a label from outside (a GPU model) could style the table or
+    end it with a MarkupError. Every cell is shown as it is."""
+    from rich.console import Console
+
+    a = answers()
+    a["gpu_info"][3] = vec(1, node="node-0", gpu="3", UUID="GPU-ddd", model="[bold]X[/bold] [/]")
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW, "http://prom")
+    console = Console(file=io.StringIO(), width=250, record=True)
+    console.print(top_render.render_rich(view, timezone.utc))
+    lines = console.export_text().splitlines()
+    row = next(line for line in lines if "ml/cnn-1" in line)
+    assert "[#######.............]" in row, row
+    assert any("[bold]X[/bold] [/]" in line for line in lines)
+
+
 MIG_UUID = "GPU-b1561691-f502-5f0b-b8dc-11a26496ad16"
 
 
