@@ -237,7 +237,8 @@ class _LiveTop:
         from gpu_eta.top import render as top_render
 
         view = top_main.fetch_view(self.url, keep_errors=True)
-        self._live.update(top_render.render_rich(view, _local_tz()), refresh=True)
+        # tz None: each clock time in its own local offset (right across a DST change)
+        self._live.update(top_render.render_rich(view, None), refresh=True)
         self._next = time.monotonic() + self.refresh_seconds
 
     def close(self) -> None:
@@ -247,12 +248,6 @@ class _LiveTop:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _local_tz():
-    from datetime import datetime
-
-    return datetime.now().astimezone().tzinfo
 
 
 def _top(url: str, plain: bool) -> None:

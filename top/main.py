@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone, tzinfo
+from datetime import timezone, tzinfo
 
 from gpu_eta.common.durations import parse_duration
 from gpu_eta.common.k8s_names import DNS_LABEL
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, PromAPIError) as err:
         print(f"gpu-eta top: {err}", file=sys.stderr)
         return ExitCode.USAGE
-    tz = timezone.utc if args.utc else datetime.now().astimezone().tzinfo
+    tz = timezone.utc if args.utc else None  # None: each time in its own local offset
     lines = _StderrLines()
     logging.getLogger("gpu_eta").addHandler(lines)
     try:

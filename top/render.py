@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, tzinfo
 from typing import Any
 
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
@@ -26,6 +26,16 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
+def local_time(ts: float, tz: tzinfo | None = None) -> datetime:
+    """``ts`` in ``tz``; with ``None``, in the local time zone at that moment (its own
+    UTC offset). Why per timestamp: one offset taken now (``datetime.now().astimezone()
+    .tzinfo``) is an hour off for every time across a daylight-saving change, and a
+    forecast is often weeks ahead."""
+    if tz is None:
+        return datetime.fromtimestamp(ts).astimezone()
+    return datetime.fromtimestamp(ts, tz)
+
+
 def fmt_clock(ts: float | None, now: float, tz: tzinfo | None = None) -> str:
     """A clock time that cannot be misread; ``-`` when unknown.
 
@@ -34,12 +44,11 @@ def fmt_clock(ts: float | None, now: float, tz: tzinfo | None = None) -> str:
     spanning months or years never reads like this year's dates."""
     if ts is None or not math.isfinite(ts):
         return "-"
-    zone = tz or timezone.utc
     try:
-        when = datetime.fromtimestamp(ts, zone)
+        when = local_time(ts, tz)
     except (OverflowError, OSError, ValueError):  # beyond year 9999: no calendar date
         return "far future" if ts > now else "-"
-    if when.date() == datetime.fromtimestamp(now, zone).date():
+    if when.date() == local_time(now, tz).date():
         return when.strftime("%H:%M:%S")
     if abs(ts - now) <= 86400:
         return when.strftime("%m-%d %H:%M")
@@ -194,9 +203,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def summary_line(view: View, tz: tzinfo | None = None) -> str:
     """One header line: where, when, and counts."""
-    when = datetime.fromtimestamp(view.timestamp, tz or timezone.utc).strftime(
-        "%Y-%m-%d %H:%M:%S %Z"
-    )
+    when = local_time(view.timestamp, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
     counts = {state: sum(g.state == state for g in view.gpus) for state in ("busy", "idle", "free")}
     # each row is a device: a whole GPU or a MIG instance, so busy + idle + free = seen
     only = f"  namespace {','.join(view.namespaces)}" if view.namespaces else ""

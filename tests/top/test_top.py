@@ -399,6 +399,53 @@ def test_a_past_eta_or_free_time_is_due_or_overdue_not_a_past_clock_time() -> No
     assert " overdue " in top_render.render_plain(later, timezone.utc)
 
 
+def test_local_clock_times_after_a_dst_change_are_in_that_days_offset(
+    http_server,  # noqa: F811
+    monkeypatch,
+) -> None:
+    """Local time is each time's own offset: today's offset for every date put a
+    forecast past a daylight-saving change an hour off."""
+    import time
+    from datetime import datetime, timedelta
+    from urllib.parse import parse_qs, urlsplit
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo("Europe/Berlin")
+    now = datetime.now(zone)
+    when = next(  # a day ahead whose offset differs from today's (summer vs winter)
+        d
+        for d in (now + timedelta(days=k) for k in range(30, 400, 7))
+        if d.utcoffset() != now.utcoffset()
+    ).replace(hour=12, minute=0, second=0, microsecond=0)
+    run = {"namespace": "ml", "pod": "big", "container": "main", "run_id": "r1"}
+    bodies = {
+        "gpu_eta_training_epoch": [vec(1, node="n", **run)],
+        "gpu_eta_training_epochs_planned": [vec(1000, node="n", **run)],
+        "gpu_eta_job_predicted_completion_timestamp_seconds": [
+            vec(when.timestamp(), **run, quantile="0.5")
+        ],
+    }
+
+    def handle(req) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        body = req.rfile.read(length).decode() if length else urlsplit(req.path).query
+        result = bodies.get(parse_qs(body).get("query", [""])[0], [])
+        payload = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        reply(req, 200, json.dumps(payload).encode())
+
+    url, _ = http_server(handle)
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        code, out, err = run_top("--prometheus.url", url, "--once", "--plain")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("ml/big"))
+    assert when.strftime("%Y-%m-%d %H:%M") in row, row
+
+
 def test_progress_bar_bounds() -> None:
     assert top_render.progress_bar(0, 10, 10) == "[..........]"
     assert top_render.progress_bar(12, 10, 10) == "[##########]"
