@@ -260,6 +260,15 @@ def render_json(view: View) -> dict[str, Any]:
     return data
 
 
+# Columns whose text is long and open-ended (holders of a time-sliced GPU, a model
+# name, the notes): on a narrow terminal these wrap onto more lines. Every other
+# column keeps the width of its content: rich shrinks every column of a table that
+# does not fit, and squeezed STATE, FREE AT, EPOCH or UTIL to nothing while HELD BY
+# kept its full width (a GPU with three holders at 120 columns).
+_WRAPPING = frozenset({"MODEL", "HELD BY", ""})
+_WRAP_MIN_WIDTH = 12
+
+
 def render_rich(view: View, tz: tzinfo | None = None):
     """The snapshot as ``rich`` tables (imported lazily: rich is the ``top`` extra)."""
     from rich.console import Group
@@ -296,9 +305,11 @@ def render_rich(view: View, tz: tzinfo | None = None):
     for title, headers, rows in tables:
         table = Table(title=title, title_justify="left")
         for i, h in enumerate(headers):
-            # identity columns (pod, node/gpu) never shrink: the rest may on narrow terminals
-            width = max([len(h), *(len(r[0][i]) for r in rows)]) if i < 2 else None
-            table.add_column(h, no_wrap=True, min_width=width)
+            width = max([len(h), *(len(r[0][i]) for r in rows)])
+            if h in _WRAPPING:
+                table.add_column(h, overflow="fold", min_width=min(width, _WRAP_MIN_WIDTH))
+            else:
+                table.add_column(h, no_wrap=True, min_width=width)
         for cells, style in rows:
             # Text, not str: rich reads a str as console markup, so the progress bar
             # "[####....]" was a tag and vanished, and a label from outside (a pod

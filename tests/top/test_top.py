@@ -169,6 +169,30 @@ def test_rich_cells_are_text_not_console_markup() -> None:
     assert any("[bold]X[/bold] [/]" in line for line in lines)
 
 
+def test_rich_gpu_table_keeps_state_and_free_time_at_120_columns() -> None:
+    """A time-sliced GPU with three holders (the demo's): rich squeezed STATE and FREE
+    AT of every GPU row to nothing; the holders wrap instead."""
+    from rich.console import Console
+
+    a = answers()
+    gpu = {"node": "gpu-node-0", "gpu": "4", "UUID": "GPU-x"}
+    a["gpu_info"].append(vec(1, **gpu, model="NVIDIA GeForce RTX 2080 Ti"))
+    holders = ("ml-dave/bert-finetune-qcms5", "ml-frank/bert-finetune-m4c2c", "ml-frank/unet-x")
+    for name in holders:
+        ns, pod = name.split("/")
+        a["allocated"].append(vec(1, **gpu, namespace=ns, pod=pod, container="main"))
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW, "http://prom")
+    console = Console(file=io.StringIO(), width=120, record=True)
+    console.print(top_render.render_rich(view, timezone.utc))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 120
+    gpu0 = next(line for line in lines if "node-0/0 " in line and "A2" in line)
+    assert "busy" in gpu0 and "22:16:40" in gpu0 and "22:15:50–22:18:10" in gpu0, gpu0
+    shared = "".join(line.split("│")[4].strip() for line in lines if line.count("│") == 8)
+    for name in holders:  # each holder whole, over as many lines as it takes
+        assert name in shared, shared
+
+
 MIG_UUID = "GPU-b1561691-f502-5f0b-b8dc-11a26496ad16"
 
 
