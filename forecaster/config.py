@@ -9,6 +9,7 @@ kept out of ``repr`` so they never reach a log line.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -83,13 +84,13 @@ class Config:
             parts = urlsplit(self.prometheus_url)
             parts.port  # noqa: B018 - reading it checks it (a number in 0..65535)
         except ValueError as err:
-            shown = re.sub(r"(?<=//)[^/?#]*@", "***@", self.prometheus_url, count=1)
             raise ConfigError(
-                f"--prometheus.url must be http(s)://host:port, got {shown!r}: {err}"
+                "--prometheus.url must be http(s)://host:port, "
+                f"got {_shown(self.prometheus_url)!r}: {err}"
             ) from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(
-                f"--prometheus.url must be http(s)://host:port, got {self.prometheus_url!r}"
+                f"--prometheus.url must be http(s)://host:port, got {_shown(self.prometheus_url)!r}"
             )
         if self.pushgateway_url is not None:
             try:
@@ -102,7 +103,9 @@ class Config:
             except ValueError:
                 pg = None
             if pg is None or not pg.netloc:
-                raise ConfigError(f"--pushgateway.url is not a URL: {self.pushgateway_url!r}")
+                raise ConfigError(
+                    f"--pushgateway.url is not a URL: {_shown(self.pushgateway_url)!r}"
+                )
         # The other --prometheus.* values are checked where the flags are read, once
         # for serve, once and top (cli.prometheus_connection).
         for name, value in (
@@ -111,8 +114,8 @@ class Config:
             ("--stall.after", self.cycle.stall_after_seconds),
             ("--stall.idle-window", self.cycle.idle_window_seconds),
         ):
-            if not value > 0:
-                raise ConfigError(f"{name} must be > 0, got {value}")
+            if not (math.isfinite(value) and value > 0):  # inf: no sleep or window takes it
+                raise ConfigError(f"{name} must be a finite number > 0, got {value}")
         if not 0 <= self.cycle.idle_ratio <= 1:
             raise ConfigError(f"--stall.idle-ratio must be in 0..1, got {self.cycle.idle_ratio}")
         if self.cycle.vanish_grace_seconds < 0:
@@ -139,3 +142,9 @@ def parse_listen_address(address: str) -> tuple[str, int]:
     except ValueError:
         raise ConfigError(f"--web.listen-address must be [host]:port, got {address!r}") from None
     return (parsed.host, parsed.port)
+
+
+def _shown(url: str) -> str:
+    """``url`` for a message: any ``user:password@`` replaced by ``***@`` (a URL that
+    does not parse cannot be trusted to ``urlsplit``; messages end up in logs)."""
+    return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)

@@ -125,13 +125,15 @@ class PromClient:
             ) from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise PromAPIError(
-                f"Prometheus URL must be http(s)://host[:port][/prefix], got {self.url!r}"
+                "Prometheus URL must be http(s)://host[:port][/prefix], "
+                f"got {without_credentials(self.url)!r}"
             )
         try:  # an empty or over-long label: urllib3 would refuse it at every query
             (parts.hostname or "").encode("idna")
         except UnicodeError:
             raise PromAPIError(
-                f"Prometheus URL {self.url!r}: host name {parts.hostname!r} has an empty "
+                f"Prometheus URL {without_credentials(self.url)!r}: host name "
+                f"{parts.hostname!r} has an empty "
                 "or over-long (> 63 characters) label"
             ) from None
         self.url = self.url.rstrip("/")

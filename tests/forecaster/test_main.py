@@ -63,7 +63,10 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["serve", "--prometheus.url", "http://[::1"], "--prometheus.url must be"),
         (["once", "--pushgateway.url", "http://[::1"], "--pushgateway.url is not a URL"),
         (["serve", "--web.listen-address", "nope"], "--web.listen-address must be"),
-        (["serve", "--cycle.interval", "0"], "--cycle.interval must be > 0"),
+        (["serve", "--cycle.interval", "0"], "--cycle.interval must be a finite number > 0"),
+        (["serve", "--cycle.interval", "inf"], "--cycle.interval must be a finite number > 0"),
+        (["once", "--history.lookback", "inf"], "--history.lookback must be a finite number"),
+        (["serve", "--stall.after", "nan"], "--stall.after must be a finite number > 0"),
         (["once", "--stall.idle-ratio", "2"], "--stall.idle-ratio must be in 0..1"),
         (["once", "--prometheus.bearer-token-file", "/nonexistent/t"], "bearer-token-file"),
         (["once", "--prometheus.timeout", "abc"], "invalid float value"),
@@ -452,3 +455,18 @@ def test_serve_on_a_hostless_address_answers_over_ipv4_and_ipv6(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--prometheus.url", "ftp://alice:s3cret@prom:9090"],
+        ["once", "--prometheus.url", "http://alice:s3cret@[::1"],
+        ["once", "--pushgateway.url", "http://alice:s3cret@[::1"],
+    ],
+)
+def test_a_refused_url_is_shown_without_its_password(argv, capsys) -> None:
+    """Usage errors end up in pod logs: a URL's ``user:password@`` is shown as ``***@``."""
+    assert main(argv) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "s3cret" not in err and "***@" in err, err
