@@ -17,6 +17,7 @@ logs well. ``--json`` prints one machine-readable snapshot.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import enum
 import json
 import logging
@@ -24,7 +25,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timezone, tzinfo
 
 from gpu_eta.common.durations import parse_duration
@@ -32,6 +33,7 @@ from gpu_eta.common.k8s_names import DNS_LABEL
 from gpu_eta.forecaster.config import ConfigError
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
+from gpu_eta.forecaster.promparse import PromQueryError
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.top.queries import queries
 from gpu_eta.top.render import render_json, render_plain, render_rich
@@ -46,10 +48,38 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
 
 
-def fetch(client: PromClient, idle_window: str = "5m") -> dict[str, list[Sample]]:
-    """Run every query (one instant query each); ``PromAPIError`` with one clear line
-    on failure (unreachable, refused, not Prometheus, too large, not a vector)."""
-    return {name: client.instant(expr) for name, expr in queries(idle_window).items()}
+def fetch(
+    client: PromClient, idle_window: str = "5m"
+) -> tuple[dict[str, list[Sample]], dict[str, str]]:
+    """Run every query (one instant query each): (answers by query name, the queries
+    Prometheus refused on its data with its reason). ``PromAPIError`` with one clear
+    line when Prometheus cannot be asked (unreachable, not Prometheus, too large, not a
+    vector).
+
+    Why a refused query is left out, not the end of the view: Prometheus refuses one
+    query on its data (``PromQueryError``: a join meeting duplicate series, a sample
+    limit a large cluster reaches) while the others answer; the view shows what they
+    say, and names what is missing (``refused_errors``)."""
+    results: dict[str, list[Sample]] = {}
+    refused: dict[str, str] = {}
+    for name, expr in queries(idle_window).items():
+        try:
+            results[name] = client.instant(expr)
+        except PromQueryError as err:
+            refused[name] = str(err)
+    if refused and not results:  # nothing answered: an error, as for an unreachable server
+        raise PromAPIError(next(iter(refused.values())))
+    return results, refused
+
+
+def refused_errors(refused: Mapping[str, str]) -> tuple[str, ...]:
+    """One line for the queries Prometheus refused (``fetch``): how many, which, and
+    the first reason (the others are most often the same)."""
+    if not refused:
+        return ()
+    names = ", ".join(sorted(refused))
+    first = refused[min(refused)]
+    return (f"{len(refused)} queries refused, their rows missing ({names}): {first}",)
 
 
 def refresh(
@@ -65,13 +95,14 @@ def refresh(
     narrows the runs, idle holders and pending pods shown (``only_namespaces``)."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
     try:
-        results = fetch(client, idle_window)
+        results, refused = fetch(client, idle_window)
     except PromAPIError as err:
         if not keep_errors:
             raise
         failed = View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
         return only_namespaces(failed, namespaces)  # the header keeps saying the filter
     view = build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
+    view = dataclasses.replace(view, errors=view.errors + refused_errors(refused))
     return only_namespaces(view, namespaces)
 
 

@@ -927,3 +927,36 @@ def test_exported_labels_are_read_as_the_plain_ones() -> None:
         (j.namespace, j.pod, j.epoch) for j in plain.jobs
     ]
     assert [(h.namespace, h.pod) for h in view.idle] == [(h.namespace, h.pod) for h in plain.idle]
+
+
+def test_a_query_prometheus_refuses_leaves_its_rows_out_and_is_named(
+    http_server,  # noqa: F811
+) -> None:
+    """Prometheus refuses one query on its data (a sample limit on a large cluster's
+    pending-pod join): the view shows what the other queries answered, and one error
+    line names the refused ones; every query refused is an error, as before."""
+    limit = {
+        "status": "error",
+        "errorType": "execution",
+        "error": "query processing would load too many samples into memory",
+    }
+    gpu = vec(1, node="n1", gpu="0", UUID="GPU-1", modelName="A100")
+    answer = {"status": "success", "data": {"resultType": "vector", "result": [gpu]}}
+
+    def handle(r, refuse=lambda q: "kube_pod_created" in q) -> None:
+        length = int(r.headers.get("Content-Length") or 0)
+        query = unquote_plus(r.path + "&" + r.rfile.read(length).decode())
+        body = limit if refuse(query) else answer
+        reply(r, 422 if body is limit else 200, json.dumps(body).encode())
+
+    url, _ = http_server(handle)
+    view = top_main.refresh(PromClient(url, retries=0))
+    assert [g.node for g in view.gpus] == ["n1"]  # the other answers are used
+    (line,) = view.errors
+    assert line.startswith("1 queries refused") and "pending_created" in line, line
+    assert "too many samples" in line
+    code, out, _ = run_top("--prometheus.url", url, "--json")
+    assert code == 0 and json.loads(out)["errors"] == [line]
+    url, _ = http_server(lambda r: handle(r, refuse=lambda q: True))
+    code, out, err = run_top("--prometheus.url", url, "--json")
+    assert code == 1 and out == "" and "too many samples" in err
