@@ -554,8 +554,10 @@ class Exposition:
     def render(self, accept: str) -> tuple[bytes, str]:
         """Body and content type for a request's ``Accept`` header."""
         encoder, content_type = choose_encoder(accept)
-        fs, stale, duration, last_ok, errors, queries = self.state.snapshot()
         with self._lock:  # one encoding per set and format, even with scrapes in parallel
+            # the snapshot inside the lock: taken before it, a scrape that waited could put
+            # back the set a cycle had just replaced, encoded again at the next scrape
+            fs, stale, duration, last_ok, errors, queries = self.state.snapshot()
             if fs is not self._fs:
                 self._fs, self._by_type = fs, {}
             enc = self._by_type.get(content_type)

@@ -418,3 +418,40 @@ def test_a_mark_is_forgotten_an_hour_after_its_last_pod_and_the_newest_are_kept(
     cycle(PendingSet(tainted_nodes=1, tolerations_missing=("ml",)), NOW + 4000 + 10 * cap + 100)
     marked = state._tolerations_missing
     assert len(marked) == cap and "ml" in marked and "ci-0000" not in marked
+
+
+def test_a_scrape_that_waited_does_not_put_back_the_set_a_cycle_replaced() -> None:
+    """Scrape A reads the state, a cycle publishes a new set and scrape B encodes it,
+    then A goes on: the cache keeps the new set (A read the state under the lock, so
+    it either ran before B, or saw the new set too). Before, A put its older set back
+    and the next scrape encoded the new one again (seconds of CPU at 10,000 jobs)."""
+    import threading
+
+    state = ServiceState()
+    state.success(many_jobs(2), 0.5, NOW)
+    first = state.forecasts
+    inside, go_on = threading.Event(), threading.Event()
+    real_snapshot = state.snapshot
+
+    def snapshot_a():  # A's read of the state, held until B had its chance
+        got = real_snapshot()
+        if threading.current_thread().name == "scrape-a":
+            inside.set()
+            go_on.wait(5)
+        return got
+
+    state.snapshot = snapshot_a  # type: ignore[method-assign]
+    exposition = Exposition(state, clock=lambda: NOW + 5)
+    a = threading.Thread(target=exposition.render, args=("",), name="scrape-a")
+    a.start()
+    assert inside.wait(5)
+    state.success(many_jobs(3), 0.5, NOW + 60)  # a cycle ends
+    second = state.forecasts
+    b = threading.Thread(target=exposition.render, args=("",), name="scrape-b")
+    b.start()
+    b.join(1.0)  # finishes unless it waits for A's lock
+    go_on.set()
+    a.join(5)
+    b.join(5)
+    assert first is not second
+    assert exposition._fs is second
