@@ -52,11 +52,7 @@ def test_a_step_only_runs_stored_points_stay_bounded_across_cycles(store: Histor
     assert rows(store) <= 2
     (run,) = [r.run for r in store.running()]
     assert run.epoch_times[-1] == (3000.0, t[0] - 5)  # the newest point is kept
-    fresh = HistoryStore.open(store.path)
-    try:
-        assert fresh.running() == store.running()
-    finally:
-        fresh.close()
+    assert running_of(store.path) == store.running()
 
 
 def test_at_most_one_point_per_cell_of_the_plan(store: HistoryStore) -> None:
@@ -110,11 +106,7 @@ def test_a_held_step_only_run_is_thinned_without_reading_its_points(store: Histo
     assert not [st for st in reads if "epoch_ends" in st]
     assert any(st.lstrip().upper().startswith("DELETE FROM EPOCH_ENDS") for st in statements)
     assert rows(store) <= len(ids) * (STEP_CELLS + 1)
-    fresh = HistoryStore.open(store.path)
-    try:
-        assert fresh.running() == store.running()
-    finally:
-        fresh.close()
+    assert running_of(store.path) == store.running()
 
 
 def running_of(path: str) -> list:
