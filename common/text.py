@@ -11,6 +11,8 @@ each value it keeps, and shows a bad one with ``readable``.
 
 from __future__ import annotations
 
+import re
+
 
 def utf8_encodable(text: str) -> bool:
     """True when ``text`` encodes as UTF-8 (it holds no lone surrogate)."""
@@ -36,3 +38,10 @@ def readable(text: str) -> str:
     if utf8_encodable(text):
         return text
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@``, for a message about a
+    URL (messages end up in logs). A regular expression, not ``urlsplit``: the URL may
+    be one that does not parse, which is often why it is being shown."""
+    return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)

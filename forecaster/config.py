@@ -10,11 +10,11 @@ kept out of ``repr`` so they never reach a log line.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
+from gpu_eta.common.text import without_credentials
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
 
@@ -86,11 +86,11 @@ class Config:
         except ValueError as err:
             raise ConfigError(
                 "--prometheus.url must be http(s)://host:port, "
-                f"got {_shown(self.prometheus_url)!r}: {err}"
+                f"got {without_credentials(self.prometheus_url)!r}: {err}"
             ) from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(
-                f"--prometheus.url must be http(s)://host:port, got {_shown(self.prometheus_url)!r}"
+                f"--prometheus.url must be http(s)://host:port, got {without_credentials(self.prometheus_url)!r}"
             )
         if self.pushgateway_url is not None:
             try:
@@ -104,7 +104,7 @@ class Config:
                 pg = None
             if pg is None or not pg.netloc:
                 raise ConfigError(
-                    f"--pushgateway.url is not a URL: {_shown(self.pushgateway_url)!r}"
+                    f"--pushgateway.url is not a URL: {without_credentials(self.pushgateway_url)!r}"
                 )
         # The other --prometheus.* values are checked where the flags are read, once
         # for serve, once and top (cli.prometheus_connection).
@@ -142,9 +142,3 @@ def parse_listen_address(address: str) -> tuple[str, int]:
     except ValueError:
         raise ConfigError(f"--web.listen-address must be [host]:port, got {address!r}") from None
     return (parsed.host, parsed.port)
-
-
-def _shown(url: str) -> str:
-    """``url`` for a message: any ``user:password@`` replaced by ``***@`` (a URL that
-    does not parse cannot be trusted to ``urlsplit``; messages end up in logs)."""
-    return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)

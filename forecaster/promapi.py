@@ -34,6 +34,7 @@ import urllib3.exceptions
 from urllib3.exceptions import InsecureRequestWarning
 
 from gpu_eta.common.retry_after import parse_retry_after
+from gpu_eta.common.text import without_credentials
 
 # PromAPIError is defined with the parsers (they raise it) and imported here too:
 # ``from gpu_eta.forecaster.promapi import PromAPIError`` is the client's error.
@@ -495,12 +496,6 @@ def redirect_message(status: int, location: str | None, request_url: str, api_pa
         "API (a login page?); redirects are not followed: set --prometheus.url to the "
         "address of the Prometheus API"
     )
-
-
-def without_credentials(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``***@``, for a message about a
-    URL that may not parse (so ``urlsplit`` cannot be trusted to find the part). Pure."""
-    return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)
 
 
 def _fmt_time(ts: float) -> str:
