@@ -504,7 +504,6 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     more_rows = 0
     n_rows = 0
     line = 1
-    n_big = 0  # rows with a timestamp past MAX_TIMESTAMP (milliseconds?)
     reader = _UntilDamage(fh)
     key: RunKey | None = None
     for line, text, row, damage in _records(reader, limit, sep):
@@ -577,10 +576,8 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 more_rows += 1
             continue
         acc.rows.append((epoch, ts, line))
-        if big:
-            n_big += 1
-            if acc.big is None:
-                acc.big = (line, ts)
+        if big and acc.big is None:
+            acc.big = (line, ts)
         for name, i in extra:
             cell = row[i].strip()
             if not cell:
@@ -610,7 +607,9 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             bad_rows.append(SkippedRun("", line, cut))
     if not runs and not bad and not bad_rows and not more_rows:
         raise RunsCsvError(line, "no data rows")
+    # counted over the runs kept: a run that went bad later took its rows with it
     n_read = sum(len(acc.rows) for acc in runs.values())
+    n_big = sum(abs(t) > MAX_TIMESTAMP for acc in runs.values() for _e, t, _ln in acc.rows)
     if n_big and n_big == n_read:
         notes.append(
             f"timestamp_seconds read as milliseconds (each of its {n_read:,} values is "

@@ -210,6 +210,10 @@ def test_a_millisecond_column_is_read_as_milliseconds_and_said_once() -> None:
     assert [r.run_id for r in mixed.runs] == ["s"] and not mixed.notes
     assert {s.run_id for s in mixed.skipped} == {"r0", "r1"}
     assert "milliseconds?" in mixed.skipped[0].reason
+    # a run malformed after good rows is skipped alone: the other runs still read
+    damaged = parse_text(f"{HEADER}\n{ms}b,0,2,1700000000000\nb,x,2,1700000010000\n")
+    assert [r.run_id for r in damaged.runs] == ["r0", "r1"] and len(damaged.notes) == 1
+    assert [s.run_id for s in damaged.skipped] == ["b"]
 
 
 def test_iso_8601_times_with_an_offset_are_read_and_naive_ones_refused() -> None:
