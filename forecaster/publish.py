@@ -238,16 +238,11 @@ class QuantileFamily(Metric):
     optional in the exposition formats): PromQL sees plain series
     ``name{quantile="0.5"}``, as the contract in docs/metrics.md says.
 
-    ``untyped``: ``TYPE untyped`` instead, for what is pushed to a Pushgateway. The
-    Pushgateway fills in a summary's missing ``_sum`` and ``_count`` with 0 for every
-    label set, which Prometheus then stores as names the contract does not have
-    (``untyped_quantiles``).
+    What is pushed to a Pushgateway is typed ``untyped`` instead (``untyped_quantiles``).
     """
 
-    def __init__(
-        self, name: str, documentation: str, labels: Sequence[str], untyped: bool = False
-    ) -> None:
-        super().__init__(name, documentation, "unknown" if untyped else "summary")
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        super().__init__(name, documentation, "summary")
         self._labelnames = (*labels, "quantile")
 
     def add_metric(self, labels: Sequence[str], quantile: str, value: float) -> None:
@@ -270,8 +265,9 @@ def render(
     return untyped_quantiles(families) if for_push else families
 
 
-def untyped_quantiles(families: Sequence[Metric]) -> list[Metric]:
-    """``families`` with every ``QuantileFamily`` typed ``untyped`` (same samples).
+def untyped_quantiles(families: list[Metric]) -> list[Metric]:
+    """``families``, every ``QuantileFamily`` among them retyped ``untyped`` in place
+    (each ``render`` builds its families anew: nothing else holds them).
 
     Why: the Pushgateway re-exposes a summary with ``<name>_sum 0`` and
     ``<name>_count 0`` added to each label set when they were not pushed, so Prometheus
@@ -280,14 +276,10 @@ def untyped_quantiles(families: Sequence[Metric]) -> list[Metric]:
     samples through as they are. ``serve`` keeps ``summary``, which ``promtool check
     metrics`` takes with the ``quantile`` label.
     """
-    out: list[Metric] = []
     for fam in families:
-        if isinstance(fam, QuantileFamily) and fam.type == "summary":
-            copy = QuantileFamily(fam.name, fam.documentation, (), untyped=True)
-            copy.samples = list(fam.samples)
-            fam = copy
-        out.append(fam)
-    return out
+        if isinstance(fam, QuantileFamily):
+            fam.type = "unknown"
+    return families
 
 
 def forecast_families(
