@@ -212,9 +212,10 @@ NODE_STATE = _tagged(
 _CREATED_IN_WINDOW = (
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
 )
-# keeps the series of GPU pods created in the window (still present or not)
-_GPU_CREATED_IN_WINDOW = (
-    f"and on (uid) {_CREATED_IN_WINDOW} "
+# keeps the series of GPU pods seen in the window; which of them were created in it is
+# the ``request`` part's filter alone (``_arrivals`` reads only those uids), so that
+# ``kube_pod_created`` over every pod of the cluster is read once, not three times
+_GPU_IN_WINDOW = (
     f"and on (uid) (last_over_time({_REQ}[{{arrivals}}]) "
     f"or last_over_time({_INIT_REQ}[{{arrivals}}]))"
 )
@@ -237,12 +238,12 @@ ARRIVALS = _tagged(
         ),
         "tolerations": (
             "max by (uid, key, operator, value, effect) "
-            f"(last_over_time(kube_pod_tolerations[{{arrivals}}])) {_GPU_CREATED_IN_WINDOW}"
+            f"(last_over_time(kube_pod_tolerations[{{arrivals}}])) {_GPU_IN_WINDOW}"
         ),
         "nodeselectors": (
             "max by (uid, nodeselector_nvidia_com_gpu_product) (last_over_time("
             'kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product!=""}[{arrivals}])) '
-            f"{_GPU_CREATED_IN_WINDOW}"
+            f"{_GPU_IN_WINDOW}"
         ),
     },
 )
