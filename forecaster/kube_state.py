@@ -492,14 +492,16 @@ def _arrival_order(key: ArrivalKey) -> tuple:
     return (res, units, tols is None, fields, product)
 
 
-def _arrival_products(series: Sequence[Sample]) -> dict[str, str]:
-    """Each pod's selected GPU type (by uid) from the ``arrival="nodeselectors"``
-    series; a pod that selected none is absent. Kubernetes only lets a pod's
-    ``nodeSelector`` grow (while scheduling-gated), so a pod shows one type at most;
-    should two appear, the first by name is kept, deterministically."""
+def _products(series: Sequence[Sample], tag: tuple[str, str]) -> dict[str, str]:
+    """Each pod's selected GPU type (by uid) from the ``kube_pod_nodeselectors`` series
+    tagged ``tag`` (a pending pod's ``meta``, an arrival's); a pod that selected none
+    is absent. Kubernetes only lets a pod's ``nodeSelector`` grow (while
+    scheduling-gated), so a pod shows one type at most; should two appear, the first by
+    name is kept, deterministically, for a pending pod and an arrival alike."""
+    label, value = tag
     out: dict[str, str] = {}
     for s in series:
-        if s.labels.get("arrival") != "nodeselectors":
+        if s.labels.get(label) != value:
             continue
         uid, product = s.labels.get("uid", ""), s.labels.get(SELECTOR_LABEL, "")
         if uid and product and (uid not in out or product < out[uid]):
@@ -526,7 +528,7 @@ def _arrivals(series: Sequence[Sample], arrivals_seconds: float) -> tuple[Arriva
     queued H100 pod waits for. A pod that selected no type (or whose selectors KSM
     does not show: ``kube_pod_nodeselectors`` is opt-in) gets "": any type."""
     tolerations = _pod_tolerations(series, Counter(), ("arrival", "tolerations"))
-    products = _arrival_products(series)
+    products = _products(series, ("arrival", "nodeselectors"))
     shapes: Counter[ArrivalKey] = Counter()
     seen = set()
     for s in series:
@@ -645,13 +647,12 @@ def parse(
         if target is not None:
             target[s.labels.get("uid", "")] = s.value
     tolerations = _pod_tolerations(get("ksm_pod_meta"), rejected)
-    klass, selector = {}, {}
-    for s in get("ksm_pod_meta"):
-        uid = s.labels.get("uid", "")
-        if s.labels.get("meta") == "info":
-            klass[uid] = s.labels.get("priority_class", "")
-        elif s.labels.get("meta") == "nodeselectors":
-            selector[uid] = s.labels.get(SELECTOR_LABEL, "")
+    selector = _products(get("ksm_pod_meta"), ("meta", "nodeselectors"))
+    klass = {
+        s.labels.get("uid", ""): s.labels.get("priority_class", "")
+        for s in get("ksm_pod_meta")
+        if s.labels.get("meta") == "info"
+    }
 
     # a pod whose every GPU request is NaN, 0 or negative; one with another usable
     # request is placed on that one
