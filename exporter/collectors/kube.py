@@ -377,7 +377,6 @@ class KubePodSource:
         self._objects: dict[str, PodMeta] = {}
         # uid -> (namespace, name, uid) of finished pods the cap keeps out, oldest first
         self._outside: dict[str, tuple[str, str, str]] = {}
-        self._outside_view: tuple[tuple[str, str, str], ...] = ()
         self._ips: dict[str, tuple[str, ...]] = {}
         self._snapshot: tuple[PodMeta, ...] = ()
         self._by_ip: dict[str, PodMeta] = {}
@@ -441,8 +440,8 @@ class KubePodSource:
         the record when it is deleted (its event, or its absence from a relist) or
         enters the cache.
         """
-        with self._lock:
-            return self._outside_view
+        with self._lock:  # a copy, made once a cycle here, not at every watch event
+            return tuple(self._outside.values())
 
     def status(self) -> KubeStatus:
         with self._lock:
@@ -500,7 +499,6 @@ class KubePodSource:
                 by_ip[ip] = pod
         self._snapshot = tuple(pods)
         self._by_ip = by_ip
-        self._outside_view = tuple(self._outside.values())
 
     def _keep_outside(self, meta: PodMeta) -> None:
         """Remember a finished pod the cache does not hold (lock held); the oldest
@@ -564,9 +562,7 @@ class KubePodSource:
                 self._outside.pop(meta.uid, None)
             else:
                 if meta.uid not in self._objects and not self._make_room(meta):
-                    # only the record of finished pods left out changed, not the cache
-                    self._outside_view = tuple(self._outside.values())
-                    return
+                    return  # only the record of finished pods left out changed
                 self._outside.pop(meta.uid, None)
                 self._objects[meta.uid] = meta
                 self._ips[meta.uid] = _pod_ips(obj)
