@@ -28,7 +28,7 @@ from pathlib import Path
 
 from forecast_accuracy import find_mlperf, first_runs, load_corpora
 
-from gpu_eta.forecaster.calibration import POINTS, Calibrator, progress_point
+from gpu_eta.forecaster.calibration import POINTS, Calibrator, point_label, progress_point
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.evaluate import Replay, replay_events
 from gpu_eta.forecaster.runs import Run
@@ -96,7 +96,7 @@ def report(name: str, tallies: dict[tuple, Tally]) -> str:
     for point in POINTS:
         for key in sorted(k for k in tallies if k[0] == point):
             t = tallies[key]
-            label = "start" if point == 0 else f"{point:.0%}"
+            label = point_label(point)
             lines.append(
                 f"| {label} | {key[1]} | {key[2]} | {t.n:,} | {t.hits / t.n:.1%} "
                 f"| {t.below / t.n:.1%} | {t.above / t.n:.1%} "

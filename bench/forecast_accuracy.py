@@ -89,7 +89,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.calibration import POINTS, point_label
 from gpu_eta.forecaster.estimators import BASELINES
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
@@ -620,7 +620,7 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rows:
-        label = "start" if row.point == 0 else f"{row.point:.0%}"
+        label = point_label(row.point)
         cells = [label, f"{row.n:,}"]
         cells += [_pct(row.cells.get(n)) for n in names]
         best = f" ({SHORT.get(row.best, row.best)})" if row.ratio else ""

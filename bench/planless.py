@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from forecast_accuracy import find_mlperf, load_corpora, replace_between_markers
 
-from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.calibration import POINTS, point_label
 from gpu_eta.forecaster.evaluate import replay_events
 from gpu_eta.forecaster.planless import METHODS, DurationsFit, Spread, groups
 from gpu_eta.forecaster.runs import Run
@@ -101,7 +101,7 @@ def _by_point(rows: Sequence[_R]) -> Iterator[tuple[str, list[_R]]]:
     for point in POINTS:
         sel = [r for r in rows if r[0] == point]
         if sel:
-            yield ("start" if point == 0 else f"{point:.0%}"), sel
+            yield point_label(point), sel
 
 
 def table(rows: Sequence[Moment]) -> list[str]:

@@ -69,6 +69,7 @@ from forecast_accuracy import (
     score_rows,
 )
 
+from gpu_eta.forecaster.calibration import point_label
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.evaluate import GPU_ETA, Replay, Scored, identity_key, replay_events
@@ -410,10 +411,6 @@ def _cell(c: Cell | None, fmt: str) -> str:
     return f"{c.median:.0%}"
 
 
-def label(point: float) -> str:
-    return "start" if point == 0 else f"{point:.0%}"
-
-
 SHORT = {
     IDENTITY_MEDIAN: "identity median",
     IDENTITY_LEFT: "not reached",
@@ -436,7 +433,7 @@ def table(moments: Sequence[Moment]) -> list[str]:
     for line in lines(moments):
         if not line.n:
             continue
-        cells = [label(line.point), f"{line.n:,}"]
+        cells = [point_label(line.point), f"{line.n:,}"]
         cells += [_pct(line.medians.get(k)) for k, _name in COLUMNS]
         which = f" ({SHORT.get(line.est.best, line.est.best)})" if line.est.ratio else ""
         cells.append(_cell(line.est.ratio, "ratio") + which)
@@ -471,7 +468,7 @@ def job_table(moments: Sequence[Moment], runs: Sequence[Run], min_moments: int =
     estimated plan (and the true one), and the estimated plan's coverage."""
     head = ["job", "moments", "totals max÷min", "plan error"]
     head.append("error est. / true / id. median / not reached")
-    head += list(map(label, BY_JOB_POINTS))
+    head += list(map(point_label, BY_JOB_POINTS))
     out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     jobs = Counter(m.job for m in moments)
     for job in sorted(j for j, n in jobs.items() if n >= min_moments):

@@ -88,6 +88,11 @@ def with_late_bins(by_point: dict[float, _T]) -> dict[float, _T]:
     return by_point
 
 
+def point_label(point: float) -> str:
+    """How tables, plots and messages name a point: ``start``, ``10%``, ``25%``…"""
+    return "start" if point == 0 else f"{point:.0%}"
+
+
 def progress_point(progress_ratio: float) -> float:
     """The calibration bin of a run at this progress: 0 only before any epoch end,
     ``END`` past 95 % of the plan."""

@@ -56,7 +56,7 @@ from typing import TextIO
 import numpy as np
 
 from gpu_eta.common.atomic_file import write_atomically
-from gpu_eta.forecaster.calibration import POINTS
+from gpu_eta.forecaster.calibration import POINTS, point_label
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
@@ -64,7 +64,7 @@ from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import replay_moments
 from gpu_eta.forecaster.main import Parser, UsageError
 from gpu_eta.forecaster.runs import Run, RunKey, run_key, thinned
-from gpu_eta.forecaster.runs_csv import STDIN, RunsCsvError, exact, read_runs_file
+from gpu_eta.forecaster.runs_csv import RunsCsvError, display_name, exact, read_runs_file
 
 GPU_ETA = "gpu_eta"
 PROG = "gpu-eta forecaster"
@@ -375,7 +375,7 @@ def format_table(result: Backtest) -> str:
     header = ["point", "n", *names, "gpu_eta P10-P90 coverage"]
     rows = [header]
     for s in result.points.values():
-        label = "start" if s.point == 0 else f"{s.point:.0%}"
+        label = point_label(s.point)
         cells = [label, str(s.n)]
         for name in names:
             v = s.mape.get(name, math.nan)
@@ -403,7 +403,7 @@ def left_out_line(result: Backtest) -> str | None:
     counts = {s.point: s.skipped for s in result.points.values() if s.skipped}
     if not counts:
         return None
-    each = ", ".join(f"{'start' if p == 0 else f'{p:.0%}'}: {n:,}" for p, n in counts.items())
+    each = ", ".join(f"{point_label(p)}: {n:,}" for p, n in counts.items())
     return (
         f"{sum(counts.values()):,} moment(s) forecast but not scored ({each}): a method "
         "compared there had no answer yet (at the start the history match needs an "
@@ -639,7 +639,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         print(f"{PREFIX}--predict-linear-window must be > 0", file=err)
         return ExitCode.USAGE
     problem = output_path_error(args.runs, {"--predictions": args.predictions, "--plot": args.plot})
-    name = "stdin" if str(args.runs) == STDIN else str(args.runs)
+    name = display_name(args.runs)
     if problem:
         print(PREFIX + problem, file=err)
         return ExitCode.USAGE
@@ -735,8 +735,7 @@ def _nothing_to_score(args: argparse.Namespace, result: Backtest, reason: str, e
             written = f"; the predictions made are in --predictions {args.predictions}"
         except (OSError, ValueError) as exc:  # ValueError: text the encoding refuses
             failure = exc
-    name = "stdin" if str(args.runs) == STDIN else str(args.runs)
-    print(f"{PREFIX}{name}: nothing to score: {reason}{written}", file=err)
+    print(f"{PREFIX}{display_name(args.runs)}: nothing to score: {reason}{written}", file=err)
     if failure is not None:
         _report(f"--predictions {args.predictions}: cannot write", failure, args.debug, err)
 

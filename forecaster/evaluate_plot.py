@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpu_eta.forecaster.calibration import point_label
 from gpu_eta.forecaster.errors import ForecasterError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,10 +53,6 @@ def require_matplotlib() -> None:
             "needs matplotlib, which is not installed: pip install 'gpu-eta[plot]' "
             "(or pip install matplotlib)"
         )
-
-
-def _point_label(point: float) -> str:
-    return "start" if point == 0 else f"{point:.0%}"
 
 
 def n_label_offset(coverage_pct: float) -> int | None:
@@ -160,7 +157,7 @@ def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> No
     ax_cov.grid(True, alpha=0.3)
     ax_cov.legend(fontsize=8, loc="lower right")
     for ax in (ax_err, ax_cov):
-        ax.set_xticks(xs, [_point_label(p) for p in points])
+        ax.set_xticks(xs, [point_label(p) for p in points])
         ax.set_xlabel("progress when the forecast was made")
     heading = f"{title}: " if title else ""
     fig.suptitle(

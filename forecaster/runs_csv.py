@@ -733,6 +733,11 @@ class _Prefixed(io.RawIOBase):
 STDIN = "-"  # the path that names standard input
 
 
+def display_name(path: str | Path) -> str:
+    """How messages name a runs file: ``stdin`` for ``STDIN``, else its path."""
+    return "stdin" if str(path) == STDIN else str(path)
+
+
 def read_runs_file(path: str | Path) -> RunsFile:
     """Read a runs CSV, plain or gzip-compressed (told by its first bytes, not its name);
     ``-`` reads standard input (``zcat runs.csv.gz | … --runs -``), left open.
