@@ -418,7 +418,7 @@ def _pod_tolerations(
             rejected["too_many_tolerations"] += 1
             out[uid] = None
             continue
-        out[uid] = tuple(sorted(tols, key=lambda t: (t.key, t.operator, t.value, t.effect)))
+        out[uid] = tuple(sorted(tols))
     return out
 
 
@@ -485,11 +485,10 @@ ArrivalKey = tuple[str, int, tuple[Toleration, ...] | None, str]
 
 
 def _arrival_order(key: ArrivalKey) -> tuple:
-    """A sort key for arrival shapes (tolerations do not compare): by resource, units,
-    then tolerations, unknown ones last, then product."""
+    """A sort key for arrival shapes: by resource, units, then tolerations (unknown
+    ones last), then product."""
     res, units, tols, product = key
-    fields = () if tols is None else tuple((t.key, t.operator, t.value, t.effect) for t in tols)
-    return (res, units, tols is None, fields, product)
+    return (res, units, tols is None, tols or (), product)
 
 
 def _products(series: Sequence[Sample], tag: tuple[str, str]) -> dict[str, str]:

@@ -224,9 +224,10 @@ class Holder:
     shared: bool = False  # holds replicas of a time-sliced device
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class Toleration:
-    """One toleration of a pod, as ``kube_pod_tolerations`` shows it.
+    """One toleration of a pod, as ``kube_pod_tolerations`` shows it; ordered by its
+    fields (key, operator, value, effect), so a pod's set sorts into one tuple.
 
     ``operator`` "" (unset) means ``Equal``; ``key`` "" (with ``Exists``) matches every
     key; ``effect`` "" matches every effect.
