@@ -704,12 +704,8 @@ class LogProgressCollector:
             ):
                 ignored += 1
                 continue
-            if docker and plain:
-                record = parse_docker_json(raw)
-                if record is None:  # never: docker_plain answers only for records
-                    counts["malformed"] += 1
-                    continue
-                parts = record
+            if docker and plain:  # decoded now: docker_plain answers only for records
+                parts = parse_docker_json(raw) or parts
             try:
                 line(key, follower, parts)
             except Exception as err:  # one bad record never costs the others
