@@ -10,7 +10,7 @@ kind and per job)::
     python bench/forecast_accuracy.py --write-docs        # also rewrite the docs table
     python bench/forecast_accuracy.py --json out.json     # every figure, for scripts
     python bench/forecast_accuracy.py --speed             # fit/predict/evaluate timings
-    python bench/forecast_accuracy.py --mid-epoch         # coverage part-way into an epoch
+    python bench/forecast_accuracy.py --mid-epoch         # coverage between progress points
     python bench/forecast_accuracy.py --no-repeats --corpus mlperf-confirm  # nothing repeats
     python bench/forecast_accuracy.py --no-identity --corpus mlperf-confirm  # bare files
     python bench/forecast_accuracy.py --percent --corpus cpu-steps  # progress in percent
@@ -923,13 +923,15 @@ def mid_epoch_coverage(runs: Sequence[Run], fraction: float) -> tuple[float, flo
 
 
 def mid_epoch(paths: Iterable[Path]) -> None:
-    """Per file: coverage at epoch ends, half-way and 90 % into the next epoch."""
-    print("file | at epoch end | 50 % into the next epoch | 90 % into it | n")
+    """Per file: coverage at progress points, and half-way, 90 % and 99 % of the way to
+    the next one (on MLPerf's thinned runs a point is 5 % of the run: thousands of
+    samples or several epochs)."""
+    print("file | at a progress point | 50 % to the next | 90 % | 99 % | n")
     for path in paths:
         runs = read_runs_file(path).runs
         end, half, n = mid_epoch_coverage(runs, 0.5)
-        _end, late, _n = mid_epoch_coverage(runs, 0.9)
-        print(f"{path.name} | {end:.1%} | {half:.1%} | {late:.1%} | {n}")
+        late = [mid_epoch_coverage(runs, f)[1] for f in (0.9, 0.99)]
+        print(f"{path.name} | {end:.1%} | {half:.1%} | {late[0]:.1%} | {late[1]:.1%} | {n}")
 
 
 # -- command line --------------------------------------------------------------------
@@ -991,7 +993,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         speed()
         return 0
     if args.mid_epoch:
-        mid_epoch(sorted(FIXTURES.glob("pinned_*.csv")))
+        mid_epoch(
+            sorted(FIXTURES.glob("pinned_*.csv"))
+            + sorted(FIXTURES.glob("steps_pinned_*.csv.gz"))
+            + [FIXTURES / "keras_seed002.csv", FIXTURES / "mlperf_v2_sample.csv.gz"]
+        )
         return 0
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be ≥ 1")

@@ -13,7 +13,9 @@ end becomes a remaining time at ``now`` without ever going into the past.
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -93,21 +95,37 @@ def at_now(
 ) -> tuple[float, float, float]:
     """Shift remaining times measured from the last epoch end to ``now``.
 
-    Time already spent in the current epoch counts (``remaining - waited``), but once
-    the current epoch is overdue the run still needs at least the epochs after it plus
-    ``OVERDUE_EPOCH_FLOOR`` of one: an ETA never lands in the past, and it slides
-    forward while the run is late instead of collapsing to zero.
+    Time already spent since the last report counts (``remaining - waited``), but once
+    the next report is overdue the run still needs at least the progress after it plus
+    ``OVERDUE_EPOCH_FLOOR`` of it: an ETA never lands in the past, and it slides
+    forward while the run is late instead of collapsing to zero. The next report is
+    expected ``report_increment`` units on: one epoch for a run reporting each epoch,
+    but a run counting samples or steps, or read at sparse points, moves thousands of
+    units a report, and a floor of "all but one unit" froze its ETA between reports.
     """
     waited = max(0.0, now - run.last_timestamp)
     m = remaining_epochs(run)
     if m <= 0:
         return 0.0, 0.0, 0.0
+    d = min(m, report_increment(run))
     out = []
     for q in quantiles:
         q = max(0.0, q)
-        floor = q * (m - 1 + OVERDUE_EPOCH_FLOOR) / m if m >= 1 else q * OVERDUE_EPOCH_FLOOR
+        floor = q * (m - d + OVERDUE_EPOCH_FLOOR * d) / m
         out.append(max(q - waited, floor))
     return ordered(out[0], out[1], out[2])
+
+
+def report_increment(run: Run, last: int = 5) -> float:
+    """Progress the run's next report is expected to add: the median of its last
+    ``last`` increments (the start's first report included), 1 before it has any.
+
+    Why a median of the latest: reports come at the trainer's pace (each epoch, each
+    logged step, each evaluation block), and one missed scrape doubles a single gap.
+    """
+    epochs = [e for e, _t in run.epoch_times[-(last + 1) :]]
+    steps = [b - a for a, b in itertools.pairwise(epochs) if b > a]
+    return float(statistics.median(steps)) if steps else 1.0  # per forecast: no numpy
 
 
 def ordered(p10: float, p50: float, p90: float) -> tuple[float, float, float]:
