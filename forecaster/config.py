@@ -17,6 +17,7 @@ from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.common.text import without_credentials
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.secret_file import SecretFile
 
 
 class ConfigError(ForecasterError, ValueError):
@@ -66,8 +67,9 @@ class Config:
     timeout_seconds: float = 10.0
     retries: int = 2
     backoff_seconds: float = 0.5
-    bearer_token: str | None = field(default=None, repr=False)
-    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    # text, or a SecretFile re-read when it changes (promflags.prometheus_connection)
+    bearer_token: str | SecretFile | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str | SecretFile] | None = field(default=None, repr=False)
     ca_file: str | None = None
     insecure_skip_verify: bool = False
     max_response_bytes: int = 64 * 1024 * 1024

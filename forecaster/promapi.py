@@ -54,6 +54,7 @@ from gpu_eta.forecaster.promparse import (
     parse_matrix,
     parse_vector,
 )
+from gpu_eta.forecaster.secret_file import SecretFile, reveal
 from gpu_eta.forecaster.series import QueryStats, Sample, Series
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,9 @@ def query_timeout(seconds: float) -> str:
 class PromClient:
     """Query a Prometheus-API server with timeouts, retries and a response-size cap.
 
-    ``bearer_token`` and ``basic_auth`` are sent on every request (never logged);
+    ``bearer_token`` and ``basic_auth`` are sent on every request (never logged); given
+    as a ``SecretFile`` (the password of ``basic_auth``), the file is re-read before a
+    request when it changed, so a rotated token is sent from the next query on;
     ``ca_file`` verifies TLS with a private CA, ``insecure_skip_verify`` turns
     verification off (for test clusters only). A request that times out, cannot
     connect or gets 429/502/503/504 is retried ``retries`` times with exponential
@@ -104,8 +107,8 @@ class PromClient:
     timeout_seconds: float = 10.0
     retries: int = 2
     backoff_seconds: float = 0.5
-    bearer_token: str | None = None
-    basic_auth: tuple[str, str] | None = None
+    bearer_token: str | SecretFile | None = None
+    basic_auth: tuple[str, str | SecretFile] | None = None
     ca_file: str | None = None
     insecure_skip_verify: bool = False
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
@@ -144,10 +147,6 @@ class PromClient:
             raise PromAPIError("Prometheus backoff must be >= 0 seconds and finite")
         if self.retries < 0:
             raise PromAPIError("Prometheus retries must be >= 0")
-        if self.bearer_token:
-            self._session.headers["Authorization"] = f"Bearer {self.bearer_token}"
-        if self.basic_auth:
-            self._session.auth = self.basic_auth
         for prefix in ("http://", "https://"):
             self._session.mount(prefix, DeadlineAdapter())
         # Passed on every request: a Session-level ``verify`` loses to the
@@ -335,7 +334,8 @@ class PromClient:
                     self.url + path,
                     params=None if post else params,
                     data=params if post else None,
-                    headers={"Accept-Encoding": "gzip"},
+                    headers={"Accept-Encoding": "gzip", **self._bearer()},
+                    auth=self._basic(),
                     timeout=self.timeout_seconds,
                     stream=True,
                     verify=self._verify,
@@ -379,6 +379,21 @@ class PromClient:
             # the body's own time, from its headers (the response's reader sees it)
             deadline.at = time.monotonic() + self.timeout_seconds * _BODY_TIMEOUTS
             return self._read_body(resp, deadline.at), status
+
+    def _bearer(self) -> dict[str, str]:
+        """The Authorization header of the bearer token as it is now (a token file is
+        re-read when it changed: Kubernetes rotates projected tokens)."""
+        if self.bearer_token is None:
+            return {}
+        token = reveal(self.bearer_token)
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _basic(self) -> tuple[str, str] | None:
+        """Basic-auth user and password as they are now (see ``_bearer``)."""
+        if not self.basic_auth:
+            return None
+        user, password = self.basic_auth
+        return (user, reveal(password))
 
     def _too_slow(self, what: str, times: int, since: str) -> str:
         """Why an attempt failed at its deadline: the part that was late, and the

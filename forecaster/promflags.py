@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_eta.forecaster.config import ConfigError
+from gpu_eta.forecaster.secret_file import SecretFile
 
 
 def add_prometheus_flags(
@@ -52,7 +53,8 @@ def add_prometheus_flags(
         dest="bearer_token_file",
         default=None,
         metavar="FILE",
-        help="file holding a bearer token sent as Authorization",
+        help="file holding a bearer token sent as Authorization; re-read when it changes "
+        "(a rotated Kubernetes ServiceAccount token)",
     )
     g.add_argument(
         "--prometheus.basic-auth-user",
@@ -65,7 +67,7 @@ def add_prometheus_flags(
         dest="basic_auth_password_file",
         default=None,
         metavar="FILE",
-        help="file holding the basic-auth password",
+        help="file holding the basic-auth password (re-read when it changes)",
     )
     g.add_argument(
         "--prometheus.ca-file",
@@ -92,7 +94,9 @@ def add_prometheus_flags(
 def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
     """The ``--prometheus.*`` flags but the URL, as keyword arguments of both ``Config``
     and ``PromClient``; checked and secrets read from their files here, once for every
-    command that has these flags (bad value or missing file: ConfigError)."""
+    command that has these flags (bad value, missing file or empty token file:
+    ConfigError). The secrets are ``SecretFile``s: the client re-reads a file that
+    changed (a rotated token) before a request."""
     # finite too: argparse's float takes "inf" and "nan", which passed "> 0" or every
     # comparison and ended in a traceback at the first request's or retry's sleep
     if not (math.isfinite(args.timeout_seconds) and args.timeout_seconds > 0):
@@ -108,12 +112,15 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
     if args.max_response_bytes < 1024:
         raise ConfigError("--prometheus.max-response-bytes must be >= 1024")
     token = _read_secret(args.bearer_token_file, "--prometheus.bearer-token-file")
+    if token is not None and not token.value():
+        # no Authorization header at all would be sent: a 401 at every query
+        raise ConfigError(f"--prometheus.bearer-token-file {args.bearer_token_file}: empty")
     basic = None
     if args.basic_auth_user:
         password = _read_secret(
             args.basic_auth_password_file, "--prometheus.basic-auth-password-file"
         )
-        basic = (args.basic_auth_user, password or "")
+        basic = (args.basic_auth_user, password or "")  # no file: an empty password
     elif args.basic_auth_password_file:
         raise ConfigError(
             "--prometheus.basic-auth-password-file needs --prometheus.basic-auth-user"
@@ -132,11 +139,13 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _read_secret(path: str | None, flag: str) -> str | None:
+def _read_secret(path: str | None, flag: str) -> SecretFile | None:
+    """The secret file of ``flag``, read once here so that a missing or unreadable one
+    stops the command at start (the client re-reads it when it changes later)."""
     if not path:
         return None
     try:
-        return Path(path).read_text(encoding="utf-8").strip()
+        return SecretFile(path, flag)
     except OSError as err:
         raise ConfigError(f"{flag} {path}: {err.strerror or err}") from None
     except UnicodeDecodeError:

@@ -13,6 +13,7 @@ import requests
 
 from gpu_eta.forecaster.main import ExitCode, build_parser, config_from_args, main
 from gpu_eta.forecaster.queue_replay import Toleration
+from gpu_eta.forecaster.secret_file import reveal
 from gpu_eta.launch.prometheus import free_port
 from tests.support.installed_tree import installed_tree
 from tests.support.net import has_ipv6_loopback
@@ -158,7 +159,9 @@ def test_secrets_are_read_from_files_and_not_in_repr(tmp_path: Path) -> None:
         ]
     )
     config = config_from_args(args)
-    assert config.bearer_token == "abc123" and config.basic_auth == ("me", "hunter2")
+    assert config.bearer_token is not None and config.basic_auth is not None
+    assert reveal(config.bearer_token) == "abc123"
+    assert config.basic_auth[0] == "me" and reveal(config.basic_auth[1]) == "hunter2"
     assert "abc123" not in repr(config) and "hunter2" not in repr(config)
 
 

@@ -1,0 +1,145 @@
+"""The Prometheus client behind authentication: credentials files that rotate
+(``secret_file``) and extra request headers (``--prometheus.header``), against a local
+HTTP server that checks what each request carries, as a kube-rbac-proxy or a Mimir
+gateway does."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.config import ConfigError
+from gpu_eta.forecaster.promapi import PromAPIError, PromClient
+from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
+from tests.forecaster.test_promapi import VECTOR, http_server, reply  # noqa: F401 (fixture)
+
+
+def connect(url: str, *argv: str) -> PromClient:
+    """The client as ``serve``, ``once`` and ``top`` build it from their flags."""
+    parser = argparse.ArgumentParser()
+    add_prometheus_flags(parser)
+    args = parser.parse_args(["--prometheus.url", url, "--prometheus.retries", "0", *argv])
+    return PromClient(args.prometheus_url, **prometheus_connection(args))
+
+
+def projected_volume(root: Path, token: str) -> Path:
+    """A directory laid out as the kubelet writes a projected volume: ``token`` links
+    to ``..data/token`` and ``..data`` to a timestamped directory; the path to give."""
+    root.mkdir(exist_ok=True)
+    rotate(root, token)
+    (root / "token").symlink_to("..data/token")
+    return root / "token"
+
+
+def rotate(root: Path, token: str) -> None:
+    """The kubelet's atomic update: a new timestamped directory, then ``..data`` swapped
+    to it with a rename (the old directory goes away)."""
+    version = root / f"..2026_{os.urandom(4).hex()}"
+    version.mkdir()
+    (version / "token").write_text(token + "\n")
+    tmp = root / "..data_tmp"
+    tmp.symlink_to(version.name)
+    old = os.readlink(root / "..data") if (root / "..data").is_symlink() else None
+    os.replace(tmp, root / "..data")
+    if old:
+        (root / old / "token").unlink()
+        (root / old).rmdir()
+
+
+def checks_token(expected: list[str]):
+    """A handler answering 200 only to ``Authorization: Bearer <expected[0]>`` (401
+    otherwise, as kube-rbac-proxy does with an expired token)."""
+
+    def handle(req) -> None:
+        if req.headers.get("Authorization") == f"Bearer {expected[0]}":
+            reply(req, 200, json.dumps(VECTOR).encode())
+        else:
+            reply(req, 401, b"Unauthorized\n", "text/plain")
+
+    return handle
+
+
+def test_a_rotated_projected_token_is_sent_from_the_next_query_on(
+    http_server,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    expected = ["token-1"]
+    url, seen = http_server(checks_token(expected))
+    path = projected_volume(tmp_path / "sa", "token-1")
+    client = connect(url, "--prometheus.bearer-token-file", str(path))
+    assert len(client.instant("up")) == 2
+    rotate(tmp_path / "sa", "token-2")
+    expected[0] = "token-2"  # the old token is refused from now on
+    assert len(client.instant("up")) == 2
+    assert [r.headers["Authorization"] for r in seen] == ["Bearer token-1", "Bearer token-2"]
+
+
+def test_a_password_file_rewritten_in_place_is_read_again(http_server, tmp_path: Path) -> None:  # noqa: F811
+    url, seen = http_server(lambda r: reply(r, 200, json.dumps(VECTOR).encode()))
+    password = tmp_path / "pw"
+    password.write_text("first")
+    client = connect(
+        url,
+        "--prometheus.basic-auth-user", "me",
+        "--prometheus.basic-auth-password-file", str(password),
+    )  # fmt: skip
+    client.instant("up")
+    password.write_text("second-and-longer")
+    client.instant("up")
+    basic = [
+        "Basic " + base64.b64encode(f"me:{pw}".encode()).decode()
+        for pw in ("first", "second-and-longer")
+    ]
+    assert [r.headers["Authorization"] for r in seen] == basic
+
+
+def test_a_token_file_gone_or_empty_keeps_the_last_token_with_one_warning(
+    http_server,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url, seen = http_server(checks_token(["token-1"]))
+    token = tmp_path / "token"
+    token.write_text("token-1\n")
+    client = connect(url, "--prometheus.bearer-token-file", str(token))
+    caplog.set_level(logging.INFO, logger="gpu_eta")
+    token.unlink()
+    for _ in range(3):
+        client.instant("up")
+    token.write_text("")
+    client.instant("up")
+    token.unlink()
+    token.mkdir()  # unreadable as a file, even for root
+    client.instant("up")
+    assert {r.headers["Authorization"] for r in seen} == {"Bearer token-1"}
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "No such file" in warnings[0].getMessage()
+    assert "token-1" not in caplog.text
+    token.rmdir()
+    token.write_text("token-2\n")
+    with pytest.raises(PromAPIError, match="HTTP 401"):  # read again: the server wants token-1
+        client.instant("up")
+    assert seen[-1].headers["Authorization"] == "Bearer token-2"
+    token.unlink()  # bad again after a good read: warned again
+    with pytest.raises(PromAPIError):
+        client.instant("up")
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n"], ids=["empty", "blank"])
+def test_an_empty_token_file_at_start_is_a_config_error(tmp_path: Path, content: str) -> None:
+    token = tmp_path / "token"
+    token.write_text(content)
+    with pytest.raises(ConfigError, match=r"--prometheus.bearer-token-file .*token: empty"):
+        connect("http://127.0.0.1:9", "--prometheus.bearer-token-file", str(token))
+
+
+def test_a_missing_token_file_at_start_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="No such file"):
+        connect("http://127.0.0.1:9", "--prometheus.bearer-token-file", str(tmp_path / "nope"))
