@@ -70,6 +70,8 @@ class Config:
     # text, or a SecretFile re-read when it changes (promflags.prometheus_connection)
     bearer_token: str | SecretFile | None = field(default=None, repr=False)
     basic_auth: tuple[str, str | SecretFile] | None = field(default=None, repr=False)
+    # --prometheus.header: extra request headers (values may be secrets: not in repr)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     ca_file: str | None = None
     insecure_skip_verify: bool = False
     max_response_bytes: int = 64 * 1024 * 1024

@@ -523,6 +523,7 @@ def _open(config: Config):
             backoff_seconds=config.backoff_seconds,
             bearer_token=config.bearer_token,
             basic_auth=config.basic_auth,
+            headers=config.headers,
             ca_file=config.ca_file,
             insecure_skip_verify=config.insecure_skip_verify,
             max_response_bytes=config.max_response_bytes,

@@ -54,6 +54,7 @@ from gpu_eta.forecaster.promparse import (
     parse_matrix,
     parse_vector,
 )
+from gpu_eta.forecaster.request_headers import headers_problem
 from gpu_eta.forecaster.secret_file import SecretFile, reveal
 from gpu_eta.forecaster.series import QueryStats, Sample, Series
 
@@ -89,7 +90,8 @@ def query_timeout(seconds: float) -> str:
 class PromClient:
     """Query a Prometheus-API server with timeouts, retries and a response-size cap.
 
-    ``bearer_token`` and ``basic_auth`` are sent on every request (never logged); given
+    ``bearer_token``, ``basic_auth`` and ``headers`` (extra ones, checked by
+    ``request_headers``) are sent on every request (never logged); given
     as a ``SecretFile`` (the password of ``basic_auth``), the file is re-read before a
     request when it changed, so a rotated token is sent from the next query on;
     ``ca_file`` verifies TLS with a private CA, ``insecure_skip_verify`` turns
@@ -109,6 +111,7 @@ class PromClient:
     backoff_seconds: float = 0.5
     bearer_token: str | SecretFile | None = None
     basic_auth: tuple[str, str | SecretFile] | None = None
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     ca_file: str | None = None
     insecure_skip_verify: bool = False
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
@@ -147,6 +150,9 @@ class PromClient:
             raise PromAPIError("Prometheus backoff must be >= 0 seconds and finite")
         if self.retries < 0:
             raise PromAPIError("Prometheus retries must be >= 0")
+        problem = headers_problem(self.headers)
+        if problem:  # a CR/LF would split the request; the message never shows a value
+            raise PromAPIError(f"Prometheus request headers: {problem}")
         for prefix in ("http://", "https://"):
             self._session.mount(prefix, DeadlineAdapter())
         # Passed on every request: a Session-level ``verify`` loses to the
@@ -334,7 +340,7 @@ class PromClient:
                     self.url + path,
                     params=None if post else params,
                     data=params if post else None,
-                    headers={"Accept-Encoding": "gzip", **self._bearer()},
+                    headers={**self.headers, "Accept-Encoding": "gzip", **self._bearer()},
                     auth=self._basic(),
                     timeout=self.timeout_seconds,
                     stream=True,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_eta.forecaster.config import ConfigError
+from gpu_eta.forecaster.request_headers import headers_problem, parse_header
 from gpu_eta.forecaster.secret_file import SecretFile
 
 
@@ -70,6 +71,16 @@ def add_prometheus_flags(
         help="file holding the basic-auth password (re-read when it changes)",
     )
     g.add_argument(
+        "--prometheus.header",
+        dest="headers",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE",
+        help="extra HTTP header sent with every query, repeatable (e.g. "
+        "X-Scope-OrgID=tenant for Mimir or Cortex); never logged, but visible in the "
+        "process list like any flag; Authorization and Host are refused",
+    )
+    g.add_argument(
         "--prometheus.ca-file",
         dest="ca_file",
         default=None,
@@ -125,6 +136,7 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(
             "--prometheus.basic-auth-password-file needs --prometheus.basic-auth-user"
         )
+    headers = _headers(args.headers or [])
     if args.ca_file and not Path(args.ca_file).is_file():
         raise ConfigError(f"--prometheus.ca-file {args.ca_file}: no such file")
     return {
@@ -133,10 +145,31 @@ def prometheus_connection(args: argparse.Namespace) -> dict[str, Any]:
         "backoff_seconds": args.backoff_seconds,
         "bearer_token": token,
         "basic_auth": basic,
+        "headers": headers,
         "ca_file": args.ca_file,
         "insecure_skip_verify": args.insecure_skip_verify,
         "max_response_bytes": args.max_response_bytes,
     }
+
+
+def _headers(texts: list[str]) -> dict[str, str]:
+    """``--prometheus.header`` values → a name → value dict; a bad one, a name given
+    twice (in any case) or more than MAX_HEADERS: ConfigError naming the header, never
+    its value (it may be a secret). Checked here so a bad one is a usage error
+    (exit 2) before anything starts."""
+    headers: dict[str, str] = {}
+    for text in texts:
+        try:
+            name, value = parse_header(text)
+        except ValueError as err:
+            raise ConfigError(f"--prometheus.header {err}") from None
+        if name.lower() in (known.lower() for known in headers):
+            raise ConfigError(f"--prometheus.header {name} given twice")
+        headers[name] = value
+    problem = headers_problem(headers)  # the count; each one was checked above
+    if problem:
+        raise ConfigError(f"--prometheus.header: {problem}")
+    return headers
 
 
 def _read_secret(path: str | None, flag: str) -> SecretFile | None:

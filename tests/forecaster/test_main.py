@@ -15,6 +15,7 @@ from gpu_eta.forecaster.main import ExitCode, build_parser, config_from_args, ma
 from gpu_eta.forecaster.queue_replay import Toleration
 from gpu_eta.forecaster.secret_file import reveal
 from gpu_eta.launch.prometheus import free_port
+from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 from tests.support.installed_tree import installed_tree
 from tests.support.net import has_ipv6_loopback
 
@@ -70,6 +71,9 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["serve", "--stall.after", "nan"], "--stall.after must be a finite number > 0"),
         (["once", "--stall.idle-ratio", "2"], "--stall.idle-ratio must be in 0..1"),
         (["once", "--prometheus.bearer-token-file", "/nonexistent/t"], "bearer-token-file"),
+        (["once", "--prometheus.header", "X-Scope-OrgID"], "expected NAME=VALUE"),
+        (["serve", "--prometheus.header", "X-A=a\nb"], "X-A: value holds a control"),
+        (["once", "--prometheus.header", "Authorization=Bearer x"], "bearer-token-file"),
         (["once", "--prometheus.timeout", "abc"], "invalid float value"),
         (["once", "--prometheus.timeout", "0"], "--prometheus.timeout must be > 0"),
         (["serve", "--prometheus.timeout", "inf"], "--prometheus.timeout must be > 0 and finite"),
@@ -473,3 +477,29 @@ def test_a_refused_url_is_shown_without_its_password(argv, capsys) -> None:
     assert main(argv) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert "s3cret" not in err and "***@" in err, err
+
+
+def test_once_sends_the_extra_headers_mimir_needs(http_server, tmp_path: Path, capsys) -> None:  # noqa: F811
+    """``--prometheus.header`` reaches ``once``'s client: a Mimir-like server answers
+    401 "no org id" without X-Scope-OrgID."""
+    import json
+
+    def handle(req) -> None:
+        if req.command == "POST":
+            req.rfile.read(int(req.headers.get("Content-Length", 0)))
+        if req.headers.get("X-Scope-OrgID") != "team-a":
+            reply(req, 401, b"no org id\n", "text/plain")
+            return
+        rtype = "matrix" if req.path.startswith("/api/v1/query_range") else "vector"
+        body = {"status": "success", "data": {"resultType": rtype, "result": []}}
+        reply(req, 200, json.dumps(body).encode())
+
+    url, seen = http_server(handle)
+    argv = ["once", "--prometheus.url", url, "--prometheus.retries", "0"]
+    db = ["--history.db", str(tmp_path / "h.sqlite")]
+    assert main([*argv, *db]) == ExitCode.RUNTIME
+    assert "HTTP 401" in capsys.readouterr().err
+    seen.clear()
+    assert main([*argv, *db, "--prometheus.header", "X-Scope-OrgID=team-a"]) == ExitCode.OK
+    assert seen and {r.headers["X-Scope-OrgID"] for r in seen} == {"team-a"}
+    assert "team-a" not in capsys.readouterr().err

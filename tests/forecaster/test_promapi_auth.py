@@ -143,3 +143,90 @@ def test_an_empty_token_file_at_start_is_a_config_error(tmp_path: Path, content:
 def test_a_missing_token_file_at_start_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="No such file"):
         connect("http://127.0.0.1:9", "--prometheus.bearer-token-file", str(tmp_path / "nope"))
+
+
+def needs_org_id(req) -> None:
+    """Mimir's and Cortex's answer to a query without a tenant."""
+    if req.headers.get("X-Scope-OrgID") == "team-a|team-b":
+        reply(req, 200, json.dumps(VECTOR).encode())
+    else:
+        reply(req, 401, b"no org id\n", "text/plain")
+
+
+def test_extra_headers_are_sent_with_every_query(
+    http_server,  # noqa: F811 (the fixture)
+) -> None:
+    url, seen = http_server(needs_org_id)
+    with pytest.raises(PromAPIError, match="HTTP 401"):
+        connect(url).instant("up")
+    client = connect(
+        url,
+        "--prometheus.header", "X-Scope-OrgID=team-a|team-b",
+        "--prometheus.header", "X-Gateway=a=b c",  # the first = splits; spaces inside stay
+    )  # fmt: skip
+    assert len(client.instant("up")) == 2
+    last = seen[-1].headers
+    assert last["X-Scope-OrgID"] == "team-a|team-b" and last["X-Gateway"] == "a=b c"
+
+
+def test_extra_headers_go_with_the_token_and_a_long_query_posted(
+    http_server,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    url, seen = http_server(needs_org_id)
+    token = tmp_path / "token"
+    token.write_text("t0k\n")
+    client = connect(
+        url,
+        "--prometheus.header", "X-Scope-OrgID=team-a|team-b",
+        "--prometheus.bearer-token-file", str(token),
+    )  # fmt: skip
+    long = 'up{run_id=~"' + "|".join(f"run-{i:05d}" for i in range(600)) + '"}'
+    assert len(client.instant(long)) == 2
+    assert seen[0].command == "POST" and seen[0].headers["Authorization"] == "Bearer t0k"
+    assert seen[0].headers["Accept-Encoding"] == "gzip"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("X-Scope-OrgID", "expected NAME=VALUE"),
+        ("X-Token: s3cret", "expected NAME=VALUE"),
+        ("=tenant", "is not a header name"),
+        ("X Scope=tenant", "is not a header name"),
+        ("X-Scope-OrgID=", "empty value"),
+        ("X-Scope-OrgID=a\r\nX-Evil: 1", "control character"),
+        ("X-Scope-OrgID=a\tb", "control character"),
+        ("X-Scope-OrgID=t\u00e9nant", "non-ASCII"),
+        ("X-Scope-OrgID= tenant", "starts or ends with a space"),
+        pytest.param("X-Scope-OrgID=" + "t" * 4097, "longer than 4096", id="long-value"),
+        pytest.param("X" * 129 + "=v", "is not a header name", id="long-name"),
+        ("Authorization=Bearer s3cret", "bearer-token-file"),
+        ("host=prom.example", "cannot be set"),
+        ("Accept-Encoding=br", "cannot be set"),
+    ],
+)
+def test_a_bad_header_is_a_config_error_that_never_shows_its_value(
+    value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        connect("http://127.0.0.1:9", "--prometheus.header", value)
+    assert str(info.value).startswith("--prometheus.header")
+    for secret in ("s3cret", "tenant", "X-Evil"):
+        assert secret not in str(info.value)
+
+
+def test_a_header_twice_or_too_many_headers_is_a_config_error() -> None:
+    twice = ["--prometheus.header", "X-Scope-OrgID=a", "--prometheus.header", "x-scope-orgid=b"]
+    with pytest.raises(ConfigError, match="x-scope-orgid given twice"):
+        connect("http://127.0.0.1:9", *twice)
+    many = [arg for i in range(33) for arg in ("--prometheus.header", f"X-H{i}=v")]
+    with pytest.raises(ConfigError, match="at most 32 headers, got 33"):
+        connect("http://127.0.0.1:9", *many)
+
+
+def test_the_client_refuses_bad_headers_given_in_code() -> None:
+    with pytest.raises(PromAPIError, match="control character"):
+        PromClient("http://127.0.0.1:9", headers={"X-A": "a\nb"})
+    with pytest.raises(PromAPIError, match="cannot be set"):
+        PromClient("http://127.0.0.1:9", headers={"authorization": "Bearer x"})

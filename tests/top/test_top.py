@@ -561,11 +561,13 @@ def test_auth_flags_reach_prometheus_on_every_query(http_server, tmp_path: Path)
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     code, out, err = run_top(
-        "--prometheus.url", url, "--prometheus.bearer-token-file", str(token), "--json"
-    )
+        "--prometheus.url", url, "--prometheus.bearer-token-file", str(token), "--json",
+        "--prometheus.header", "X-Scope-OrgID=team-a",
+    )  # fmt: skip
     assert (code, err) == (0, "") and json.loads(out)["jobs"] == []
     assert len(seen) == len(top_queries.queries())
     assert {r.headers["Authorization"] for r in seen} == {"Bearer s3cret"}
+    assert {r.headers["X-Scope-OrgID"] for r in seen} == {"team-a"}
 
     seen.clear()
     password = tmp_path / "password"
@@ -600,6 +602,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         ["--prometheus.url", "http://[::1"],  # an IPv6 host urlsplit cannot read
         ["--prometheus.retries", "-1"],
         ["--prometheus.bearer-token-file", str(tmp_path / "missing")],
+        ["--prometheus.header", "X-Scope-OrgID="],
+        ["--prometheus.header", "Host=prom.example"],
         ["--prometheus.basic-auth-password-file", str(tmp_path / "missing")],
         ["--prometheus.ca-file", str(tmp_path / "missing")],
     ):
