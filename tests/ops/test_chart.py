@@ -9,6 +9,7 @@ apart from Helm's own two labels. So the chart and the manifests cannot drift.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -401,3 +402,115 @@ def test_kube_max_pods_reaches_the_exporter() -> None:
         (container,) = pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))["containers"]
         assert [a for a in container["args"] if a.startswith("--kube.max-pods")] == expected
         container_args.check(objects)
+
+
+OPENSHIFT_AUTH = {
+    "prometheusUrl": "https://thanos-querier.openshift-monitoring.svc:9091",
+    "prometheusAuth": {
+        "serviceAccountToken": True,
+        "caConfigMap": "openshift-service-ca.crt",
+        "caConfigMapKey": "service-ca.crt",
+    },
+}
+
+
+def _projected_files(spec: dict, container: dict) -> dict[str, dict]:
+    """Each file a projected volume of the pod puts into the container: its path
+    there → the volume source that writes it."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    files = {}
+    for mount in container["volumeMounts"]:
+        for source in volumes[mount["name"]].get("projected", {}).get("sources", []):
+            if "serviceAccountToken" in source:
+                files[f"{mount['mountPath']}/{source['serviceAccountToken']['path']}"] = source
+            for item in source.get("configMap", {}).get("items", []):
+                files[f"{mount['mountPath']}/{item['path']}"] = source
+    return files
+
+
+@pytest.mark.parametrize("mode", ["deployment", "cronjob"])
+def test_prometheus_auth_mounts_a_renewed_token_the_forecaster_reads(
+    mode: str, tmp_path: Path
+) -> None:
+    """``forecaster.prometheusAuth`` (OpenShift's thanos-querier): a projected
+    ServiceAccount token valid 3600 s and the service CA, in one read-only volume; the
+    flags name exactly the files it holds, and the forecaster's own parser, given those
+    files, reads the token through a SecretFile (re-read when the kubelet renews it).
+    The pod's default token stays unmounted."""
+    objects = k8s.helm_template({"forecaster": {"mode": mode, **OPENSHIFT_AUTH}})
+    assert not k8s.validate_all(objects)
+    kind = "Deployment" if mode == "deployment" else "CronJob"
+    spec = pod_spec(find(objects, kind, "gpu-eta-forecaster"))
+    (container,) = spec["containers"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["serviceAccountName"] == "gpu-eta-forecaster"
+    mount = {"name": "prometheus-auth", "mountPath": "/var/run/secrets/gpu-eta/prometheus",
+             "readOnly": True}  # fmt: skip
+    assert mount in container["volumeMounts"]
+    files = _projected_files(spec, container)
+    (token_file,) = [path for path, source in files.items() if "serviceAccountToken" in source]
+    (ca_file,) = [path for path, source in files.items() if "configMap" in source]
+    assert files[token_file] == {
+        "serviceAccountToken": {"path": "token", "expirationSeconds": 3600}
+    }
+    assert files[ca_file] == {
+        "configMap": {
+            "name": "openshift-service-ca.crt",
+            "items": [{"key": "service-ca.crt", "path": "ca.crt"}],
+        }
+    }
+    (invocation,) = [
+        i for i in container_args.invocations(objects) if i.program == "gpu-eta-forecaster"
+    ]
+    assert f"--prometheus.bearer-token-file={token_file}" in invocation.args
+    assert f"--prometheus.ca-file={ca_file}" in invocation.args
+    # the kubelet's part, in a directory of ours: the files the volume would hold
+    root = tmp_path / "mnt"
+    for path in files:
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_text(f"content of {Path(path).name}\n")
+    args = [a.replace("=/var/run/", f"={root}/var/run/") for a in invocation.args]
+    config = container_args.parse(dataclasses.replace(invocation, args=args))
+    assert config.prometheus_url == OPENSHIFT_AUTH["prometheusUrl"]
+    assert config.bearer_token.value() == "content of token"
+    assert config.ca_file == f"{root}{ca_file}"
+
+
+def test_prometheus_auth_is_off_by_default_and_each_part_optional() -> None:
+    """Default: no volume, no flag (the kustomize twin has none). A token alone, with
+    an audience; a CA alone; an expiry the API server refuses fails the render."""
+
+    def forecaster(auth: dict) -> tuple[dict, list[str]]:
+        objects = k8s.helm_template({"forecaster": {"prometheusAuth": auth}})
+        spec = pod_spec(find(objects, "Deployment", "gpu-eta-forecaster"))
+        return spec, spec["containers"][0]["args"]
+
+    spec, args = forecaster({})
+    assert "prometheus-auth" not in {v["name"] for v in spec["volumes"]}
+    assert not [a for a in args if a.startswith(("--prometheus.bearer", "--prometheus.ca"))]
+
+    spec, args = forecaster(
+        {"serviceAccountToken": True, "tokenAudience": "prometheus", "tokenExpirationSeconds": 7200}
+    )
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "prometheus-auth"]
+    assert volume["projected"]["sources"] == [
+        {
+            "serviceAccountToken": {
+                "path": "token",
+                "expirationSeconds": 7200,
+                "audience": "prometheus",
+            }
+        }
+    ]
+    assert "--prometheus.bearer-token-file=/var/run/secrets/gpu-eta/prometheus/token" in args
+    assert not [a for a in args if a.startswith("--prometheus.ca")]
+
+    spec, args = forecaster({"caConfigMap": "kube-root-ca.crt"})
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "prometheus-auth"]
+    assert volume["projected"]["sources"] == [
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+    ]
+    assert not [a for a in args if a.startswith("--prometheus.bearer")]
+
+    with pytest.raises(k8s.RenderError, match=r"tokenExpirationSeconds: 300 is below 600"):
+        forecaster({"serviceAccountToken": True, "tokenExpirationSeconds": 300})

@@ -1,6 +1,11 @@
 {{/* The forecaster's pod spec, shared by the Deployment and the CronJob. */}}
 {{- define "gpu-eta.forecasterPod" -}}
 {{- $f := .Values.forecaster -}}
+{{- $auth := $f.prometheusAuth -}}
+{{- $authDir := "/var/run/secrets/gpu-eta/prometheus" -}}
+{{- if and $auth.serviceAccountToken (lt (int $auth.tokenExpirationSeconds) 600) -}}
+{{- fail (printf "forecaster.prometheusAuth.tokenExpirationSeconds: %v is below 600, the least the API server issues" $auth.tokenExpirationSeconds) -}}
+{{- end -}}
 {{- if eq $f.mode "cronjob" }}
 restartPolicy: Never
 {{- end }}
@@ -32,6 +37,12 @@ containers:
       - --web.listen-address=:9844
       - --history.db=/var/lib/gpu-eta/history.sqlite
       - --cycle.interval={{ $f.cycleInterval }}
+      {{- end }}
+      {{- if $auth.serviceAccountToken }}
+      - --prometheus.bearer-token-file={{ $authDir }}/token
+      {{- end }}
+      {{- if $auth.caConfigMap }}
+      - --prometheus.ca-file={{ $authDir }}/ca.crt
       {{- end }}
       {{- range $f.extraArgs }}
       - {{ . | quote }}
@@ -74,6 +85,11 @@ containers:
         mountPath: /var/lib/gpu-eta
       - name: tmp
         mountPath: /tmp
+      {{- if or $auth.serviceAccountToken $auth.caConfigMap }}
+      - name: prometheus-auth
+        mountPath: {{ $authDir }}
+        readOnly: true
+      {{- end }}
 volumes:
   - name: history
     persistentVolumeClaim:
@@ -81,4 +97,27 @@ volumes:
   - name: tmp
     emptyDir:
       sizeLimit: 64Mi
+  {{- if or $auth.serviceAccountToken $auth.caConfigMap }}
+  # The pod's own token stays unmounted (automountServiceAccountToken: false): this
+  # one is for Prometheus only, renewed by the kubelet before it expires and re-read
+  # by the forecaster (docs/deploy.md, "Prometheus behind authentication").
+  - name: prometheus-auth
+    projected:
+      sources:
+        {{- if $auth.serviceAccountToken }}
+        - serviceAccountToken:
+            path: token
+            expirationSeconds: {{ int $auth.tokenExpirationSeconds }}
+            {{- with $auth.tokenAudience }}
+            audience: {{ . | quote }}
+            {{- end }}
+        {{- end }}
+        {{- if $auth.caConfigMap }}
+        - configMap:
+            name: {{ $auth.caConfigMap | quote }}
+            items:
+              - key: {{ $auth.caConfigMapKey | quote }}
+                path: ca.crt
+        {{- end }}
+  {{- end }}
 {{- end -}}
