@@ -49,7 +49,7 @@ from gpu_eta.forecaster.promparse import (
     PromAPIError,
     Skipped,
     _short,
-    decode_response,
+    decode_answer,
     decode_text,
     parse_matrix,
     parse_vector,
@@ -184,12 +184,16 @@ class PromClient:
         """Release pooled connections."""
         self._session.close()
 
-    def instant(self, query: str, at: float | None = None) -> list[Sample]:
-        """Evaluate ``query`` at ``at`` (default: the server's now); a vector is expected."""
+    def instant(
+        self, query: str, at: float | None = None, *, warnings: list[str] | None = None
+    ) -> list[Sample]:
+        """Evaluate ``query`` at ``at`` (default: the server's now); a vector is expected.
+        ``warnings``: the answer's warnings (a partial answer, ``decode_answer``) are
+        appended to it; without it they are dropped."""
         params: dict[str, str] = {"query": query}
         if at is not None:
             params["time"] = _fmt_time(at)
-        return self._query("/api/v1/query", params, query, parse_vector)
+        return self._query("/api/v1/query", params, query, parse_vector, warnings)
 
     def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
         """Evaluate ``query`` from ``start`` to ``end`` every ``step_seconds``.
@@ -218,13 +222,15 @@ class PromClient:
         params: dict[str, str],
         query: str,
         parse: Callable[..., list[_T]],
+        warnings: list[str] | None = None,
     ) -> list[_T]:
         """Fetch and parse one answer; it counts as a success only once it parsed.
+        Its warnings go to ``warnings`` when given (only once it parsed).
 
         The decoded answer is this call's own, so the parser consumes it (frees each
         series' JSON as it is converted: the peak memory of a large answer).
         """
-        data = self._get(path, params, query)
+        data, said = self._get(path, params, query)
         skipped = Skipped()
         try:
             out = parse(data, query, skipped, consume=True)
@@ -232,6 +238,8 @@ class PromClient:
             self.stats.error += 1
             raise PromAPIError(f"{self.safe_url}: {err}") from None
         self.stats.success += 1
+        if warnings is not None:
+            warnings.extend(said)
         self._report_skipped(query, skipped, len(out))
         return out
 
@@ -265,8 +273,9 @@ class PromClient:
         """The delay before retry number ``attempt`` (1, 2, ...): doubling."""
         return self.backoff_seconds * 2 ** (attempt - 1)
 
-    def _get(self, path: str, params: dict[str, str], query: str) -> dict:
-        """GET (POST for a long query) with retries; the decoded ``data`` object.
+    def _get(self, path: str, params: dict[str, str], query: str) -> tuple[dict, tuple[str, ...]]:
+        """GET (POST for a long query) with retries; the decoded ``data`` object and the
+        answer's warnings (``decode_answer``).
 
         A failure is counted as an error and raised as PromAPIError. A retry waits
         the backoff or the server's ``Retry-After``, whichever is longer. The wait for
@@ -302,7 +311,7 @@ class PromClient:
                 self.stats.error += 1
                 raise
             try:
-                return decode_response(body, status)
+                return decode_answer(body, status)
             except PromAPIError as err:
                 self.stats.error += 1
                 # the same class (``PromQueryError`` stays one: callers tell a refused

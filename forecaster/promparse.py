@@ -27,6 +27,8 @@ from gpu_eta.forecaster.series import Sample, Series
 _MAX_LABELS = 128
 _MAX_LABEL_VALUE = 4096  # characters, for label values and names alike
 _MAX_REASON = 200  # characters of the first skip reason in a log line
+_MAX_WARNINGS = 10  # warnings kept of one answer
+_MAX_WARNING = 300  # characters of each
 
 
 class PromAPIError(ForecasterError):
@@ -101,7 +103,18 @@ def decode_text(body: bytes) -> str:
 
 
 def decode_response(body: bytes | str, status: int) -> dict:
-    """Check the API envelope and return its ``data``; pure so it can be tested alone.
+    """``decode_answer``'s ``data`` alone (the answer's warnings dropped)."""
+    return decode_answer(body, status)[0]
+
+
+def decode_answer(body: bytes | str, status: int) -> tuple[dict, tuple[str, ...]]:
+    """Check the API envelope and return its ``data`` and its ``warnings``; pure so it
+    can be tested alone.
+
+    ``warnings`` is how a server says its answer is partial (Thanos Query or a
+    Prometheus with a store or remote-read source down: what the others had, with
+    ``status: success``); they are the server's text, so each is cleaned and bounded
+    (``clean_warning``), and at most ``_MAX_WARNINGS`` are kept.
 
     ``body`` is the answer's bytes, or its text already decoded by ``decode_text``:
     the client decodes as it finishes reading, so the bytes of a large answer are
@@ -128,7 +141,26 @@ def decode_response(body: bytes | str, status: int) -> dict:
     data = doc.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
         raise PromAPIError("response has no data.result list")
-    return data
+    raw = doc.get("warnings")
+    said = raw[: _MAX_WARNINGS * 4] if isinstance(raw, list) else []  # a bounded look
+    warnings = [w for w in (clean_warning(x) for x in said if isinstance(x, str)) if w]
+    return data, tuple(dict.fromkeys(warnings))[:_MAX_WARNINGS]
+
+
+# a terminal's escape sequences (CSI ``ESC [ ... letter``, OSC ``ESC ] ... BEL``) and
+# every other control character, C0 and C1
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def clean_warning(text: str, limit: int = _MAX_WARNING) -> str:
+    """One warning of a server's answer as one printable line of at most ``limit``
+    characters: escape sequences and control characters (a newline, a terminal's
+    colour or clear-screen) removed, runs of spaces made one. Why: it is shown in a
+    terminal as it came, and a proxy or a store can put anything in it."""
+    text = _CONTROLS.sub(" ", _ESCAPES.sub("", readable(text)))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def parse_vector(

@@ -48,13 +48,21 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
 
 
+MAX_WARNINGS = 10  # distinct server warnings kept per refresh
+
+
 def fetch(
     client: PromClient, idle_window: str = "5m"
-) -> tuple[dict[str, list[Sample]], dict[str, str]]:
+) -> tuple[dict[str, list[Sample]], dict[str, str], tuple[str, ...]]:
     """Run every query (one instant query each): (answers by query name, the queries
-    Prometheus refused on its data with its reason). ``PromAPIError`` with one clear
-    line when Prometheus cannot be asked (unreachable, not Prometheus, too large, not a
-    vector).
+    Prometheus refused on its data with its reason, the answers' warnings).
+    ``PromAPIError`` with one clear line when Prometheus cannot be asked (unreachable,
+    not Prometheus, too large, not a vector).
+
+    Why the warnings: a server answering from part of its sources (Thanos Query with a
+    store down, a Prometheus whose remote-read source is away) says so only there, with
+    ``status: success``; unsaid, half the cluster's GPUs read as all of them. The same
+    warning comes with every query: each is kept once, at most ``MAX_WARNINGS``.
 
     Why a refused query is left out, not the end of the view: Prometheus refuses one
     query on its data (``PromQueryError``: a join meeting duplicate series, a sample
@@ -62,14 +70,15 @@ def fetch(
     say, and names what is missing (``refused_errors``)."""
     results: dict[str, list[Sample]] = {}
     refused: dict[str, str] = {}
+    warnings: list[str] = []
     for name, expr in queries(idle_window).items():
         try:
-            results[name] = client.instant(expr)
+            results[name] = client.instant(expr, warnings=warnings)
         except PromQueryError as err:
             refused[name] = str(err)
     if refused and not results:  # nothing answered: an error, as for an unreachable server
         raise PromAPIError(next(iter(refused.values())))
-    return results, refused
+    return results, refused, tuple(dict.fromkeys(warnings))[:MAX_WARNINGS]
 
 
 def refused_errors(refused: Mapping[str, str]) -> tuple[str, ...]:
@@ -95,14 +104,16 @@ def refresh(
     narrows the runs, idle holders and pending pods shown (``only_namespaces``)."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
     try:
-        results, refused = fetch(client, idle_window)
+        results, refused, warnings = fetch(client, idle_window)
     except PromAPIError as err:
         if not keep_errors:
             raise
         failed = View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
         return only_namespaces(failed, namespaces)  # the header keeps saying the filter
     view = build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
-    view = dataclasses.replace(view, errors=view.errors + refused_errors(refused))
+    view = dataclasses.replace(
+        view, errors=view.errors + refused_errors(refused), warnings=warnings
+    )
     return only_namespaces(view, namespaces)
 
 

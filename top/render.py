@@ -220,11 +220,29 @@ def alerts_line(view: View) -> str:
     return f"ALERTS firing: {body}"
 
 
+SHOWN_WARNINGS = 3  # of a view's warnings, in its one line
+
+
+def warning_line(view: View) -> str | None:
+    """``warning: partial answer from Prometheus: w1; w2; w3 (+2 more)``, or ``None``
+    without warnings. One line whatever their number (each is one line already,
+    ``promparse.clean_warning``); ``--json`` has them all."""
+    if not view.warnings:
+        return None
+    shown = "; ".join(view.warnings[:SHOWN_WARNINGS])
+    more = len(view.warnings) - SHOWN_WARNINGS
+    return f"warning: partial answer from Prometheus: {shown}" + (
+        f" (+{more} more)" if more > 0 else ""
+    )
+
+
 def render_plain(view: View, tz: tzinfo | None = None) -> str:
     """The whole snapshot as aligned plain text (for pipes, logs, CI)."""
     now = view.timestamp
     out = [summary_line(view, tz), alerts_line(view), ""]
     out.extend(f"error: {e}" for e in view.errors)
+    if (warning := warning_line(view)) is not None:
+        out.append(warning)
     out.append("TRAINING")
     if view.jobs:
         out.extend(_table(JOB_HEADERS, [_job_cells(j, now, tz) for j in view.jobs]))
@@ -281,6 +299,8 @@ def render_rich(view: View, tz: tzinfo | None = None):
         Text(alerts_line(view), style="red" if view.alerts else None),
     ]
     parts.extend(Text(f"error: {e}", style="red") for e in view.errors)
+    if (warning := warning_line(view)) is not None:
+        parts.append(Text(warning, style="yellow"))
     styles = {"free": "green", "idle": "yellow", "busy": None}
     tables = (
         (

@@ -103,6 +103,9 @@ class View:
     alerts: tuple[tuple[str, int], ...] = ()  # firing gpu-eta alerts: (alertname, count)
     pending: tuple[PendingRow, ...] = ()
     namespaces: tuple[str, ...] = ()  # runs, idle holders and pending pods only of these
+    # the server's own warnings: its answer is partial (a Thanos store, a remote-read
+    # source down), cleaned and bounded (``promparse.clean_warning``), each once
+    warnings: tuple[str, ...] = ()
 
 
 def _value(sample: Sample) -> float | None:

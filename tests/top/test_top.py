@@ -964,3 +964,84 @@ def test_a_query_prometheus_refuses_leaves_its_rows_out_and_is_named(
     url, _ = http_server(lambda r: handle(r, refuse=lambda q: True))
     code, out, err = run_top("--prometheus.url", url, "--json")
     assert code == 1 and out == "" and "too many samples" in err
+
+
+def _exporter(reg) -> tuple[str, object, object]:
+    """Serve ``reg`` on a loopback port: (host:port, server, thread)."""
+    from prometheus_client import start_http_server
+
+    from gpu_eta.launch.prometheus import free_port
+
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
+    return f"127.0.0.1:{port}", server, thread
+
+
+@pytest.mark.integration
+def test_a_partial_answer_is_one_warning_line_and_a_json_list(prometheus_factory) -> None:
+    """A Prometheus whose remote-read source is down (as Thanos Query with a store
+    down) answers every query from what it has, with ``warnings``: the view says so in
+    one ``warning:`` line, the same warning of all 21 queries once."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from gpu_eta.launch.prometheus import ScrapeJob, free_port
+
+    reg = CollectorRegistry()
+    Gauge("gpu_eta_gpu_info", "i", ["node", "gpu", "UUID", "model"], registry=reg).labels(
+        "node-0", "0", "GPU-aaa", "NVIDIA A2"
+    ).set(1)
+    target, server, thread = _exporter(reg)
+    try:
+        prom = prometheus_factory([ScrapeJob("fake", [target])])
+        prom.wait_for("gpu_eta_gpu_info", timeout=30)
+        config = prom.config_path.read_text()
+        dead = f"http://127.0.0.1:{free_port()}/api/v1/read"
+        prom.config_path.write_text(
+            config + f"remote_read:\n  - url: {dead}\n    read_recent: true\n"
+        )
+        prom.reload()
+        code, out, err = run_top("--prometheus.url", prom.url, "--json")
+        assert (code, err) == (0, "")
+        data = json.loads(out)
+        assert [g["gpu"] for g in data["gpus"]] == ["0"]  # what the server has is shown
+        (warning,) = data["warnings"]
+        assert "remote_read" in warning and dead in warning, warning
+        code, out, err = run_top("--prometheus.url", prom.url, "--once", "--plain")
+        assert code == 0
+        (line,) = [x for x in out.splitlines() if x.startswith("warning:")]
+        assert dead in line and line.count("remote_read") == 1, line
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_warnings_from_outside_are_cleaned_deduplicated_and_bounded(http_server) -> None:  # noqa: F811
+    """Warnings are the server's text: control characters (a terminal escape) are
+    stripped, repeats said once, their number and length bounded, in plain, rich and
+    JSON alike."""
+    from rich.console import Console
+
+    many = [f"store {i} down " + "x" * 5000 for i in range(40)]
+    warnings = ["\x1b[2J\x1b[31mstore-a down\x07\r\n", "\x1b[2J\x1b[31mstore-a down\x07\r\n", *many]
+    body = json.dumps(
+        {
+            "status": "success",
+            "data": {"resultType": "vector", "result": answers()["gpu_info"]},
+            "warnings": warnings,
+        }
+    ).encode()
+    url, _ = http_server(lambda r: reply(r, 200, body))
+    view = top_main.refresh(PromClient(url, retries=0))
+    assert view.gpus and view.warnings[0] == "store-a down"
+    assert len(view.warnings) <= 10 and all(len(w) <= 300 for w in view.warnings)
+    assert not any(c < " " for w in view.warnings for c in w)
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    (line,) = [x for x in lines if x.startswith("warning:")]
+    assert "store-a down" in line and "\x1b" not in line and len(line) < 1000, line
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(top_render.render_rich(view, timezone.utc))
+    rich_lines = console.export_text().splitlines()
+    assert sum(x.startswith("warning:") for x in rich_lines) == 1
+    code, out, _ = run_top("--prometheus.url", url, "--json")
+    assert code == 0 and json.loads(out)["warnings"] == list(view.warnings)
