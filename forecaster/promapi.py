@@ -16,6 +16,7 @@ refuse every other series: a single odd job must not stop the forecasts of all t
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -185,15 +186,22 @@ class PromClient:
         self._session.close()
 
     def instant(
-        self, query: str, at: float | None = None, *, warnings: list[str] | None = None
+        self,
+        query: str,
+        at: float | None = None,
+        *,
+        warnings: list[str] | None = None,
+        scalar: bool = True,
     ) -> list[Sample]:
-        """Evaluate ``query`` at ``at`` (default: the server's now); a vector is expected.
-        ``warnings``: the answer's warnings (a partial answer, ``decode_answer``) are
-        appended to it; without it they are dropped."""
+        """Evaluate ``query`` at ``at`` (default: the server's now); a vector is expected
+        (``scalar=False``: a scalar answer is ``NotAVectorError`` too, see
+        ``parse_vector``). ``warnings``: the answer's warnings (a partial answer,
+        ``decode_answer``) are appended to it; without it they are dropped."""
         params: dict[str, str] = {"query": query}
         if at is not None:
             params["time"] = _fmt_time(at)
-        return self._query("/api/v1/query", params, query, parse_vector, warnings)
+        parse = parse_vector if scalar else functools.partial(parse_vector, scalar=False)
+        return self._query("/api/v1/query", params, query, parse, warnings)
 
     def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
         """Evaluate ``query`` from ``start`` to ``end`` every ``step_seconds``.
@@ -236,7 +244,8 @@ class PromClient:
             out = parse(data, query, skipped, consume=True)
         except PromAPIError as err:
             self.stats.error += 1
-            raise PromAPIError(f"{self.safe_url}: {err}") from None
+            # the same class: a caller tells a vector of another type by it
+            raise type(err)(f"{self.safe_url}: {err}") from None
         self.stats.success += 1
         if warnings is not None:
             warnings.extend(said)

@@ -43,6 +43,13 @@ class PromQueryError(PromAPIError):
     queue's) can go on without its answer."""
 
 
+class NotAVectorError(PromAPIError):
+    """An instant query's answer is well formed but not the vector asked for: a
+    ``matrix`` or ``string`` (or a ``scalar`` where the caller wants none). Only a proxy
+    or a query edited into another type answers so; a caller whose queries each stand
+    alone (``top``) can leave that one out, as a ``PromQueryError``."""
+
+
 # errorType values that say the query, not the server, is what failed
 QUERY_ERROR_TYPES = ("bad_data", "execution")
 # VictoriaMetrics spells errorType as the HTTP status itself ("422") and answers 422 for
@@ -164,9 +171,16 @@ def clean_warning(text: str, limit: int = _MAX_WARNING) -> str:
 
 
 def parse_vector(
-    data: dict, query: str = "", skipped: Skipped | None = None, *, consume: bool = False
+    data: dict,
+    query: str = "",
+    skipped: Skipped | None = None,
+    *,
+    consume: bool = False,
+    scalar: bool = True,
 ) -> list[Sample]:
-    """``data`` of an instant query → samples; a scalar becomes one unlabelled sample.
+    """``data`` of an instant query → samples; a scalar becomes one unlabelled sample
+    (``scalar=False``: refused, ``NotAVectorError``, for a caller that reads every
+    sample as a labelled series, where an unlabelled one is a phantom row).
 
     An element with a bad label set or sample is left out and counted in ``skipped``
     (one bad series must not cost the others their forecasts). The answer as a
@@ -175,14 +189,15 @@ def parse_vector(
     """
     rtype = data.get("resultType")
     result = data.get("result")
-    if rtype == "scalar":
+    if rtype == "scalar" and scalar:
         try:
             ts, value = _point(result)
         except _BadSeries as err:
             raise PromAPIError(f"query {_short(query)}: {err}") from None
         return [Sample(MappingProxyType({}), value, ts)]
     if rtype != "vector":
-        raise PromAPIError(f"query {_short(query)}: expected a vector, got {rtype!r}")
+        got = _snippet(rtype, 40)
+        raise NotAVectorError(f"query {_short(query)}: expected a vector, got {got}")
     if not isinstance(result, list):
         raise PromAPIError(f"query {_short(query)}: no result list")
     if skipped is None:

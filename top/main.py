@@ -33,7 +33,7 @@ from gpu_eta.common.k8s_names import DNS_LABEL
 from gpu_eta.forecaster.config import ConfigError
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
-from gpu_eta.forecaster.promparse import PromQueryError
+from gpu_eta.forecaster.promparse import NotAVectorError, PromQueryError
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.top.queries import queries
 from gpu_eta.top.render import render_json, render_plain, render_rich
@@ -67,14 +67,16 @@ def fetch(
     Why a refused query is left out, not the end of the view: Prometheus refuses one
     query on its data (``PromQueryError``: a join meeting duplicate series, a sample
     limit a large cluster reaches) while the others answer; the view shows what they
-    say, and names what is missing (``refused_errors``)."""
+    say, and names what is missing (``refused_errors``). An answer that is not a vector
+    (``NotAVectorError``: a proxy's scalar, string or matrix) is refused the same way:
+    read as samples, a scalar is one unlabelled series, a phantom GPU or holder."""
     results: dict[str, list[Sample]] = {}
     refused: dict[str, str] = {}
     warnings: list[str] = []
     for name, expr in queries(idle_window).items():
         try:
-            results[name] = client.instant(expr, warnings=warnings)
-        except PromQueryError as err:
+            results[name] = client.instant(expr, warnings=warnings, scalar=False)
+        except (PromQueryError, NotAVectorError) as err:
             refused[name] = str(err)
     if refused and not results:  # nothing answered: an error, as for an unreachable server
         raise PromAPIError(next(iter(refused.values())))

@@ -1045,3 +1045,38 @@ def test_warnings_from_outside_are_cleaned_deduplicated_and_bounded(http_server)
     assert sum(x.startswith("warning:") for x in rich_lines) == 1
     code, out, _ = run_top("--prometheus.url", url, "--json")
     assert code == 0 and json.loads(out)["warnings"] == list(view.warnings)
+
+
+def test_an_answer_that_is_not_a_vector_leaves_only_its_rows_out(http_server) -> None:  # noqa: F811
+    """A proxy (or a query edited into another type) answers one of top's queries with a
+    scalar, a string or a matrix: not GPU rows (a scalar read as a sample made a GPU
+    ``/`` held by ``/``), and not the end of the view (a matrix ended it): that query is
+    left out as one Prometheus refused, named in the one error line."""
+    from urllib.parse import parse_qs, urlsplit
+
+    gpu_info = answers()["gpu_info"][:1]
+    shapes = {
+        "gpu_eta_gpu_info": {"resultType": "vector", "result": gpu_info},
+        "gpu_eta_pod_gpu_allocated": {"resultType": "scalar", "result": [NOW, "1"]},
+        "gpu_eta_gpu_memory_total_bytes": {"resultType": "matrix", "result": []},
+        ALERTS: {"resultType": "string", "result": [NOW, "firing"]},
+    }
+
+    def handle(req) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        body = req.rfile.read(length).decode() if length else urlsplit(req.path).query
+        query = parse_qs(body).get("query", [""])[0]
+        data = shapes.get(query, {"resultType": "vector", "result": []})
+        reply(req, 200, json.dumps({"status": "success", "data": data}).encode())
+
+    url, _ = http_server(handle)
+    view = top_main.refresh(PromClient(url, retries=0))
+    assert [(g.node, g.gpu, g.holders) for g in view.gpus] == [("node-0", "0", ())]
+    (line,) = view.errors
+    assert line.startswith("3 queries refused") and "(alerts, allocated, gpu_memory_total)" in line
+    assert "expected a vector" in line, line
+    code, out, err = run_top("--prometheus.url", url, "--json")
+    assert (code, err) == (0, "") and json.loads(out)["errors"] == [line]
+
+
+ALERTS = top_queries.ALERTS_FIRING
