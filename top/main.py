@@ -36,7 +36,7 @@ from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connec
 from gpu_eta.forecaster.promparse import NotAVectorError, PromQueryError
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.top.queries import queries
-from gpu_eta.top.render import render_json, render_plain, render_rich
+from gpu_eta.top.render import fmt_duration, render_json, render_plain, render_rich
 from gpu_eta.top.view import View, build_view, only_namespaces
 
 
@@ -110,13 +110,31 @@ def refresh(
     except PromAPIError as err:
         if not keep_errors:
             raise
-        failed = View(timestamp=time.time(), prometheus_url=client.safe_url, errors=(str(err),))
-        return only_namespaces(failed, namespaces)  # the header keeps saying the filter
+        return failed_view(client.safe_url, str(err), time.time(), namespaces)
     view = build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
     view = dataclasses.replace(
         view, errors=view.errors + refused_errors(refused), warnings=warnings
     )
     return only_namespaces(view, namespaces)
+
+
+def failed_view(url: str, error: str, now: float, namespaces: Sequence[str] = ()) -> View:
+    """A view of nothing but ``error`` (a refresh that got no answer, and no earlier
+    view to show); the header keeps saying the ``-n`` filter."""
+    return only_namespaces(View(timestamp=now, prometheus_url=url, errors=(error,)), namespaces)
+
+
+def stale_view(last_good: View, error: str, now: float) -> View:
+    """``last_good`` still shown after a refresh failed with ``error``: its rows, its
+    header time (when its data is from), and two error lines: the failure, and how old
+    the rows are. Pure.
+
+    Why: Prometheus away for a moment (a restart, a timeout) blanked the refreshing
+    view until it was back; what it showed a refresh ago is still the best there is,
+    so long as it says it is not fresh."""
+    age = fmt_duration(now - last_good.timestamp)
+    marker = f"showing the last good view, {age} old (its time in the header); retrying"
+    return dataclasses.replace(last_good, errors=(error, marker, *last_good.errors))
 
 
 def fetch_view(
@@ -311,16 +329,22 @@ def _has_rich() -> bool:
 
 
 def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
-    """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise."""
+    """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise. A
+    refresh Prometheus does not answer shows the last good view (``stale_view``)."""
+    last_good: View | None = None
 
     def view() -> View:
-        return refresh(
-            client,
-            args.idle_window,
-            args.idle_threshold,
-            keep_errors=True,
-            namespaces=args.namespaces,
-        )
+        nonlocal last_good
+        try:
+            fresh = refresh(
+                client, args.idle_window, args.idle_threshold, namespaces=args.namespaces
+            )
+        except PromAPIError as err:
+            if last_good is None:
+                return failed_view(client.safe_url, str(err), time.time(), args.namespaces)
+            return stale_view(last_good, str(err), time.time())
+        last_good = fresh
+        return fresh
 
     if use_rich:
         from rich.live import Live

@@ -1080,3 +1080,78 @@ def test_an_answer_that_is_not_a_vector_leaves_only_its_rows_out(http_server) ->
 
 
 ALERTS = top_queries.ALERTS_FIRING
+
+
+def _snapshots(proc, until, timeout: float = 60.0) -> list[str]:
+    """Plain snapshots the refreshing ``proc`` prints, read until ``until(snapshot)``
+    holds for one (each snapshot starts at a ``gpu-eta top  `` line)."""
+    import queue
+    import threading
+    import time
+
+    lines: queue.Queue = getattr(proc, "_lines", None) or queue.Queue()
+    if not hasattr(proc, "_lines"):
+        proc._lines = lines
+        threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    deadline = time.monotonic() + timeout
+    done: list[str] = []
+    current: list[str] = []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5).decode()
+        except queue.Empty:
+            continue
+        if line.startswith("gpu-eta top  ") and current:
+            done.append("".join(current))
+            if until(done[-1]):
+                return done
+            current = []
+        current.append(line)
+    raise AssertionError(f"no such snapshot in {timeout}s: {done[-1:]}")
+
+
+@pytest.mark.integration
+def test_a_refreshing_view_keeps_the_last_good_one_when_prometheus_goes_away(
+    prometheus_factory,
+) -> None:
+    """Prometheus stops while top refreshes: the view it showed stays, marked with the
+    error and its age, instead of going blank until Prometheus is back."""
+    import subprocess
+    import sys
+
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    reg = CollectorRegistry()
+    run_labels = ["node", "namespace", "pod", "container", "run_id"]
+    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(*RUN.values()).set(3)
+    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
+        *RUN.values()
+    ).set(8)
+    target, server, thread = _exporter(reg)
+    proc = None
+    try:
+        prom = prometheus_factory([ScrapeJob("fake", [target])])
+        prom.wait_for("gpu_eta_training_epochs_planned", timeout=30)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", prom.url, "--plain",
+             "--interval", "0.3", "--prometheus.retries", "0", "--prometheus.timeout", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=Path(__file__).resolve().parents[2],
+        )  # fmt: skip
+        _snapshots(proc, lambda s: "ml/cnn-1" in s)
+        prom.stop()
+        (*_, shown) = _snapshots(proc, lambda s: "cannot connect" in s)
+        assert "ml/cnn-1" in shown and "3/8" in shown, shown
+        lines = shown.splitlines()
+        assert any(x.startswith("error: ") and "cannot connect" in x for x in lines), shown
+        assert any(x.startswith("error: showing the last good view, ") for x in lines), shown
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
