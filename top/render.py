@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -287,10 +287,97 @@ _WRAPPING = frozenset({"MODEL", "HELD BY", ""})
 _WRAP_MIN_WIDTH = 12
 
 
-def render_rich(view: View, tz: tzinfo | None = None):
-    """The snapshot as ``rich`` tables (imported lazily: rich is the ``top`` extra)."""
-    from rich.console import Group
+# Per table, the columns left out first when it is wider than the terminal, least
+# important first. What is never left out: who (POD, NODE/GPU of the GPU list), how far
+# (EPOCH), when (ETA, START, FREE AT) and the notes. Why: rich cuts a table too wide at
+# the right edge, and there sit the ETA, its band and the flags (at 80 columns the
+# Training table showed the bar and the memory, not when the run ends).
+_LEAVE_OUT = {
+    "Training": ("PROGRESS", "MEM", "ELAPSED", "NODE/GPU", "UTIL", "P10–P90"),
+    "Idle GPU holders": ("MEM", "HELD"),
+    "Pending": ("WAITED", "P10–P90"),
+    "GPUs": ("MODEL", "P10–P90"),
+}
+
+
+def table_width(widths: Sequence[int]) -> int:
+    """Characters a rich table (the default box, one space of padding each side) needs
+    for columns of these widths: each column its width, 2 of padding and a border,
+    plus the closing border."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def fitting_columns(
+    headers: Sequence[str], widths: Sequence[int], leave_out: Sequence[str], max_width: int
+) -> list[int]:
+    """The indexes of the columns shown in ``max_width`` characters: all, or all but the
+    first of ``leave_out`` until the rest fits (or ``leave_out`` is used up: then rich
+    cuts what is still too wide). ``widths``: each column's narrowest width. Pure."""
+    kept = list(range(len(headers)))
+    for name in leave_out:
+        if table_width([widths[i] for i in kept]) <= max_width:
+            break
+        if name in headers:
+            kept.remove(headers.index(name))
+    return kept
+
+
+@dataclass(frozen=True)
+class _RichView:
+    """The rich snapshot: its lines, then its tables, each built at render time for the
+    width rich gives (``__rich_console__``), so a Live view fits a resized terminal."""
+
+    lines: tuple[Any, ...]
+    tables: tuple[tuple[str, Sequence[str], list[tuple[list[str], str | None]]], ...]
+
+    def __rich_console__(self, console, options):
+        yield from self.lines
+        for title, headers, rows in self.tables:
+            yield _rich_table(title, headers, rows, options.max_width)
+
+
+def _rich_table(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[tuple[list[str], str | None]],
+    max_width: int,
+):
+    """One rich table in ``max_width``: the columns of ``_LEAVE_OUT[title]`` left out
+    as needed, named under it."""
     from rich.table import Table
+    from rich.text import Text
+
+    full = [max([len(h), *(len(r[0][i]) for r in rows)]) for i, h in enumerate(headers)]
+    narrowest = [
+        min(w, _WRAP_MIN_WIDTH) if h in _WRAPPING else w for h, w in zip(headers, full, strict=True)
+    ]
+    kept = fitting_columns(headers, narrowest, _LEAVE_OUT.get(title, ()), max_width)
+    left_out = [h for i, h in enumerate(headers) if i not in kept]
+    caption = None
+    if left_out:
+        caption = Text(
+            f"not shown at {max_width} columns: {', '.join(left_out)} (a wider terminal or "
+            "--plain shows them)",
+            style="dim",
+        )
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for i in kept:
+        h = headers[i]
+        if h in _WRAPPING:
+            table.add_column(h, overflow="fold", min_width=narrowest[i])
+        else:
+            table.add_column(h, no_wrap=True, min_width=full[i])
+    for cells, style in rows:
+        # Text, not str: rich reads a str as console markup, so the progress bar
+        # "[####....]" was a tag and vanished, and a label from outside (a pod
+        # name, a GPU model) could style the table or end it with a MarkupError
+        table.add_row(*(Text(cells[i]) for i in kept), style=style)
+    return table
+
+
+def render_rich(view: View, tz: tzinfo | None = None) -> Any:
+    """The snapshot as ``rich`` tables (imported lazily: rich is the ``top`` extra), each
+    fitted to the terminal's width when drawn (``fitting_columns``)."""
     from rich.text import Text
 
     now = view.timestamp
@@ -322,18 +409,4 @@ def render_rich(view: View, tz: tzinfo | None = None):
         ),
         ("GPUs", GPU_HEADERS, [(_gpu_cells(g, now, tz), styles.get(g.state)) for g in view.gpus]),
     )
-    for title, headers, rows in tables:
-        table = Table(title=title, title_justify="left")
-        for i, h in enumerate(headers):
-            width = max([len(h), *(len(r[0][i]) for r in rows)])
-            if h in _WRAPPING:
-                table.add_column(h, overflow="fold", min_width=min(width, _WRAP_MIN_WIDTH))
-            else:
-                table.add_column(h, no_wrap=True, min_width=width)
-        for cells, style in rows:
-            # Text, not str: rich reads a str as console markup, so the progress bar
-            # "[####....]" was a tag and vanished, and a label from outside (a pod
-            # name, a GPU model) could style the table or end it with a MarkupError
-            table.add_row(*(Text(c) for c in cells), style=style)
-        parts.append(table)
-    return Group(*parts)
+    return _RichView(tuple(parts), tables)

@@ -1155,3 +1155,40 @@ def test_a_refreshing_view_keeps_the_last_good_one_when_prometheus_goes_away(
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_rich_tables_at_80_columns_leave_out_the_least_important_columns_and_say_so() -> None:
+    """At 80 columns the Training table was cut at the right edge: ETA, P10–P90 and the
+    flags were lost, the bar and memory kept. The least important columns go first
+    instead, named under the table; at 200 columns every one is shown."""
+    import dataclasses
+
+    from rich.console import Console
+
+    view = top_view.build_view(results(), NOW, "http://prom")
+    job = dataclasses.replace(
+        view.jobs[0], namespace="ml-frank", pod="resnet50-finetune-2z77d", stalled=True
+    )
+    view = dataclasses.replace(view, jobs=(job,))
+
+    def shown(width: int) -> list[str]:
+        console = Console(file=io.StringIO(), width=width, record=True)
+        console.print(top_render.render_rich(view, timezone.utc))
+        return console.export_text().splitlines()
+
+    lines = shown(80)
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if "ml-frank/resnet50-finetune-2z77d" in line)
+    for cell in ("7/20", "22:16:40", "stalled"):  # who, how far, when, flags
+        assert cell in row, (cell, row)
+    gpu0 = next(line for line in lines if "node-0/0" in line and "busy" in line)
+    assert "22:16:40" in gpu0, gpu0  # the GPU table too keeps when its GPU frees up
+    text = " ".join(" ".join(lines).split())  # a caption wraps like any text
+    assert "not shown at 80 columns: NODE/GPU, PROGRESS, UTIL, MEM, ELAPSED, P10–P90 " in text, text
+    assert "not shown at 80 columns: MODEL, P10–P90 " in text, text  # the GPU table's
+    lines = shown(100)  # the band is back before the node, the utilisation before both
+    row = next(line for line in lines if "ml-frank/resnet50-finetune-2z77d" in line)
+    assert "22:15:50–22:18:10" in row and "80%" in row and "node-0/0" not in row, row
+    wide = shown(200)
+    assert not any(line.startswith("not shown") for line in wide)
+    assert any("[#######.............]" in line for line in wide)
