@@ -3,6 +3,8 @@ the cluster size), and the quantile labels it reads from the forecaster's series
 
 from __future__ import annotations
 
+from gpu_eta.forecaster.kube_state import GPU_RESOURCES
+
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 
 
@@ -40,10 +42,20 @@ def queries(idle_window: str = "5m") -> dict[str, str]:
             '(kube_pod_status_phase{phase!="Pending"} == 1)'
         ),
         "pending_start": "gpu_eta_pod_predicted_start_timestamp_seconds",
+        # only pods requesting GPUs (as the forecaster's queue reads them): on a batch
+        # cluster the pods in Pending are mostly CPU pods, the bulk of the answer, and
+        # only the forecaster's pending pods (GPU pods) are rows
         "pending_created": (
-            'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
+            'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1) '
+            f"and on (uid) ({_GPU_REQUESTS})"
         ),
     }
+
+
+_GPU_REQUESTS = (
+    f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}} '
+    f'or kube_pod_init_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
+)
 
 
 ALERTS_FIRING = 'count by (alertname) (ALERTS{alertstate="firing", alertname=~"GpuEta.+"})'

@@ -1192,3 +1192,52 @@ def test_rich_tables_at_80_columns_leave_out_the_least_important_columns_and_say
     wide = shown(200)
     assert not any(line.startswith("not shown") for line in wide)
     assert any("[#######.............]" in line for line in wide)
+
+
+@pytest.mark.integration
+def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) -> None:
+    """``pending_created`` joins kube-state-metrics' creation times on the pods in
+    Pending: on a batch cluster most of those are CPU pods, the bulk of the answer and
+    never a row. Only a pod with a GPU request (a GPU, a time-sliced GPU, a MIG slice,
+    in a container or an init container) is in the answer."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    reg = CollectorRegistry()
+    created = Gauge("kube_pod_created", "c", ["namespace", "pod", "uid"], registry=reg)
+    phase = Gauge("kube_pod_status_phase", "p", ["namespace", "pod", "uid", "phase"], registry=reg)
+    req_labels = ["namespace", "pod", "uid", "container", "resource", "unit"]
+    requests_ = Gauge("kube_pod_container_resource_requests", "r", req_labels, registry=reg)
+    init = Gauge("kube_pod_init_container_resource_requests", "r", req_labels, registry=reg)
+    pods = {
+        "gpu": [(requests_, "nvidia_com_gpu", 1), (requests_, "cpu", 4)],
+        "shared": [(requests_, "nvidia_com_gpu_shared", 1)],
+        "mig": [(requests_, "nvidia_com_mig_1g_5gb", 1)],
+        "init-gpu": [(init, "nvidia_com_gpu", 1), (requests_, "cpu", 1)],
+        "cpu": [(requests_, "cpu", 2), (requests_, "memory", 1 << 30)],
+        "running-gpu": [(requests_, "nvidia_com_gpu", 1)],
+    }
+    for pod, reqs in pods.items():
+        created.labels("batch", pod, "u-" + pod).set(NOW)
+        running = pod.startswith("running")
+        phase.labels("batch", pod, "u-" + pod, "Pending").set(0 if running else 1)
+        phase.labels("batch", pod, "u-" + pod, "Running").set(1 if running else 0)
+        for gauge, resource, amount in reqs:
+            gauge.labels("batch", pod, "u-" + pod, "c", resource, "integer").set(amount)
+    target, server, thread = _exporter(reg)
+    try:
+        prom = prometheus_factory([ScrapeJob("ksm", [target])])
+        prom.wait_for("kube_pod_init_container_resource_requests", timeout=30)
+        prom.wait_for("kube_pod_container_resource_requests", timeout=30, min_results=8)
+        expr = top_queries.queries()["pending_created"]
+        got = sorted(s["metric"]["pod"] for s in prom.query(expr))
+        assert got == ["gpu", "init-gpu", "mig", "shared"], got
+        everything = prom.query(
+            'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
+        )
+        assert len(everything) == 5  # the CPU pod is in the data, Pending
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
