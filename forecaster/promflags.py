@@ -11,7 +11,7 @@ from typing import Any
 
 from gpu_eta.forecaster.config import ConfigError
 from gpu_eta.forecaster.request_headers import headers_problem, parse_header
-from gpu_eta.forecaster.secret_file import SecretFile
+from gpu_eta.forecaster.secret_file import SecretFile, UnsendableSecret
 
 
 def add_prometheus_flags(
@@ -183,3 +183,5 @@ def _read_secret(path: str | None, flag: str) -> SecretFile | None:
         raise ConfigError(f"{flag} {path}: {err.strerror or err}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{flag} {path}: not UTF-8 text") from None
+    except UnsendableSecret as err:
+        raise ConfigError(f"{flag} {path}: {err}") from None

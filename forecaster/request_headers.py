@@ -34,6 +34,14 @@ REFUSED = {
 }
 
 
+def sendable(value: str) -> bool:
+    """Whether ``value`` can go in a request header as it is: visible ASCII and spaces.
+    Also the rule for a token or password read from a file: a CR or LF inside would be
+    refused by the client only at request time, in an error that quotes the header's
+    value (the secret), and a non-ASCII character ends in a traceback."""
+    return _VALUE.fullmatch(value) is not None
+
+
 def header_problem(name: str, value: str) -> str | None:
     """Why ``name: value`` cannot be sent, or None. The message names the header
     but never shows its value."""
@@ -49,7 +57,7 @@ def header_problem(name: str, value: str) -> str | None:
         return f"{name}: empty value"
     if len(value) > MAX_VALUE_CHARS:
         return f"{name}: value longer than {MAX_VALUE_CHARS} characters"
-    if not _VALUE.fullmatch(value):
+    if not sendable(value):
         return (
             f"{name}: value holds a control character (CR, LF, tab, ...) or a non-ASCII character"
         )

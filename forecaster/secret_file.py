@@ -18,7 +18,16 @@ import os
 import threading
 from pathlib import Path
 
+from gpu_eta.forecaster.request_headers import sendable
+
 log = logging.getLogger(__name__)
+
+UNSENDABLE = "holds a line break, a control or a non-ASCII character (not sendable as a header)"
+
+
+class UnsendableSecret(ValueError):
+    """The file's text cannot be sent in a header (``request_headers.sendable``)."""
+
 
 # what identifies one version of the file: (device, inode, size, mtime in ns)
 _Stamp = tuple[int, int, int, int]
@@ -38,8 +47,8 @@ class SecretFile:
     """The current secret of ``path``: ``value()`` re-reads the file when it changed.
 
     ``SecretFile(path, flag)`` reads it once and raises ``OSError`` (missing,
-    unreadable) or ``UnicodeDecodeError`` (not UTF-8): a start-up error for the caller
-    to report. ``flag`` names the file in the one warning a later failure logs; the
+    unreadable), ``UnicodeDecodeError`` (not UTF-8) or ``UnsendableSecret`` (a line
+    break inside, a non-ASCII character): a start-up error for the caller to report. ``flag`` names the file in the one warning a later failure logs; the
     secret itself is never logged nor in ``repr``.
     """
 
@@ -49,6 +58,8 @@ class SecretFile:
         self._lock = threading.Lock()
         stamp = _stamp(path)
         self._value = _read(path)
+        if not sendable(self._value):
+            raise UnsendableSecret(UNSENDABLE)
         self._stamp: _Stamp | None = stamp
         self._failing = False  # a warning was logged and no good read since
 
@@ -74,6 +85,9 @@ class SecretFile:
                 return self._value
             except UnicodeDecodeError:
                 self._fail("not UTF-8 text")
+                return self._value
+            if not sendable(text):
+                self._fail(UNSENDABLE)
                 return self._value
             if not text:
                 # not remembered as read: a file rewritten in place may be empty for a

@@ -140,6 +140,47 @@ def test_an_empty_token_file_at_start_is_a_config_error(tmp_path: Path, content:
         connect("http://127.0.0.1:9", "--prometheus.bearer-token-file", str(token))
 
 
+@pytest.mark.parametrize(
+    ("flag", "content"),
+    [
+        ("--prometheus.bearer-token-file", "s3cr3t-tok\nline2\n"),  # two lines, a pasted PEM
+        ("--prometheus.bearer-token-file", "s3cr3t-tok\u2026"),
+        ("--prometheus.basic-auth-password-file", "p\u20acss"),
+    ],
+)
+def test_a_secret_that_cannot_be_sent_is_a_config_error_that_never_shows_it(
+    tmp_path: Path, flag: str, content: str
+) -> None:
+    """A line break inside a token was refused by the HTTP client only at request time,
+    in an error quoting the header (the token) that ``serve`` logged every failing
+    cycle; a non-ASCII character ended in a traceback."""
+    secret = tmp_path / "secret"
+    secret.write_text(content, encoding="utf-8")
+    user = ["--prometheus.basic-auth-user", "u"] if "basic" in flag else []
+    with pytest.raises(ConfigError, match="not sendable as a header") as err:
+        connect("http://127.0.0.1:9", *user, flag, str(secret))
+    assert content.strip() not in str(err.value) and "s3cr3t" not in str(err.value)
+
+
+def test_a_token_rotated_into_an_unsendable_one_keeps_the_last_good_one(
+    http_server,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url, seen = http_server(checks_token(["token-1"]))
+    token = tmp_path / "token"
+    token.write_text("token-1\n")
+    client = connect(url, "--prometheus.bearer-token-file", str(token))
+    caplog.set_level(logging.INFO, logger="gpu_eta")
+    token.write_text("s3cr3t-tok\nline2\n")
+    for _ in range(2):
+        client.instant("up")
+    assert {r.headers["Authorization"] for r in seen} == {"Bearer token-1"}
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "not sendable" in warnings[0].getMessage()
+    assert "s3cr3t" not in caplog.text
+
+
 def test_a_missing_token_file_at_start_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="No such file"):
         connect("http://127.0.0.1:9", "--prometheus.bearer-token-file", str(tmp_path / "nope"))
