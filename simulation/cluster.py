@@ -46,6 +46,11 @@ USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 # what the demo plants so its alerts fire (docs/demo.md): ClusterConfig(**ALERT_CAUSES)
 ALERT_CAUSES = {"notebook_held_seconds": 26 * 3600.0, "hung_jobs": 1}
 HUNG_SECONDS = 1e9  # a hung job's stall, cluster seconds: it never resumes
+# a heterogeneous site (ClusterConfig.tainted_nodes, pool_share): a GPU pool kept for one
+# team by a taint, and the team's pods, which tolerate it
+Taint = tuple[str, str, str]  # key, value, effect (as kube_node_spec_taint shows it)
+POOL_TAINT: Taint = ("dedicated", "team-a", "NoSchedule")
+POOL_NAMESPACE = "team-a"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,18 @@ class ClusterConfig:
     # various stages, a time-sliced GPU shared, notebooks idle for a while (0: empty)
     warm_start_seconds: float = 600.0
     mix: JobMix = field(default_factory=JobMix)
+    # a heterogeneous site (bench/queue_start.py --scenario mixed). Off by default, and
+    # off they draw nothing: a seed's cluster is the same as without them.
+    # node i's GPU model is gpu_types[i % len] (names of GPU_MODELS); (): drawn at random
+    gpu_types: tuple[str, ...] = ()
+    # the last N nodes carry POOL_TAINT: only pods tolerating it (the pool's) start there
+    tainted_nodes: int = 0
+    # share of training pods that are the pool's (namespace POOL_NAMESPACE): they
+    # tolerate POOL_TAINT and select the GPU type of the first tainted node
+    pool_share: float = 0.0
+    # share of the other training pods that select a GPU type (nvidia.com/gpu.product),
+    # one of the untainted nodes' types at random; the rest take any type
+    typed_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= 200:
@@ -102,9 +119,20 @@ class ClusterConfig:
             raise ClusterConfigError(
                 f"notebook_held_seconds must be 0..30 days, got {self.notebook_held_seconds}"
             )
-        for name in ("notebook_share", "log_share", "two_gpu_share"):
+        for name in ("notebook_share", "log_share", "two_gpu_share", "pool_share", "typed_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ClusterConfigError(f"{name} must be in 0..1")
+        known = {m[0] for m in GPU_MODELS}
+        unknown = [t for t in self.gpu_types if t not in known]
+        if unknown:
+            raise ClusterConfigError(f"unknown GPU types {unknown}; known: {sorted(known)}")
+        # one untainted node at least: notebooks and the other pods need somewhere to run
+        if not 0 <= self.tainted_nodes < self.nodes:
+            raise ClusterConfigError(
+                f"tainted_nodes must be 0..nodes-1 ({self.nodes - 1}), got {self.tainted_nodes}"
+            )
+        if self.pool_share and not self.tainted_nodes:
+            raise ClusterConfigError("pool_share needs tainted_nodes (the pool) >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +155,7 @@ class NodeSpec:
     name: str
     gpus: tuple[GpuSpec, ...]
     ip_prefix: str  # "127.0.1" → pods get 127.0.1.2 ... 127.0.1.254
+    taints: tuple[Taint, ...] = ()  # only pods tolerating each of them start here
 
     @property
     def gpu_model(self) -> str:
@@ -175,6 +204,8 @@ class Pod:
     memory_bytes: int = 0
     utilization_ratio: float = 0.0  # alone on the device, while training
     gpu_model: str = ""
+    product: str = ""  # the GPU model its node selector asks for; "": any
+    tolerations: tuple[Taint, ...] = ()  # the taints it tolerates (exactly these)
 
     @property
     def container(self) -> str:
@@ -201,11 +232,16 @@ class Event:
 
 
 def make_nodes(config: ClusterConfig) -> tuple[NodeSpec, ...]:
-    """The nodes, their GPUs (the last one time-sliced on nodes with ≥ 2) and IP ranges."""
+    """The nodes, their GPUs (the last one time-sliced on nodes with ≥ 2), IP ranges and
+    taints. ``gpu_types`` replaces the drawn model after the draw, so the other draws
+    (GPU counts, UUIDs) stay those of the seed."""
     rng = random.Random(f"{config.seed}:nodes")
+    by_name = {m[0]: m for m in GPU_MODELS}
     nodes = []
     for i in range(config.nodes):
         model, speed, memory = GPU_MODELS[rng.randrange(len(GPU_MODELS))]
+        if config.gpu_types:
+            model, speed, memory = by_name[config.gpu_types[i % len(config.gpu_types)]]
         n = rng.randint(config.gpus_min, config.gpus_max)
         gpus = tuple(
             GpuSpec(
@@ -218,7 +254,8 @@ def make_nodes(config: ClusterConfig) -> tuple[NodeSpec, ...]:
             )
             for g in range(n)
         )
-        nodes.append(NodeSpec(i, f"gpu-node-{i}", gpus, f"127.0.{i + 1}"))
+        taints = (POOL_TAINT,) if i >= config.nodes - config.tainted_nodes else ()
+        nodes.append(NodeSpec(i, f"gpu-node-{i}", gpus, f"127.0.{i + 1}", taints))
     return tuple(nodes)
 
 
@@ -261,6 +298,8 @@ class ClusterSim:
         self._hung_left = config.hung_jobs if stream == "live" else 0
         if stream == "live":
             for node in self.nodes:
+                if node.taints:
+                    continue  # a notebook tolerates no pool's taint
                 for k in range(config.notebooks_at_start):
                     held = config.notebook_held_seconds if node.index == k == 0 else 0.0
                     self._start_notebook(node_hint=node.index, lifetime=None, at=start - held)
@@ -302,11 +341,27 @@ class ClusterSim:
                 out.append((n, g, r))
         return out
 
+    def _allowed(self, product: str, tolerations: tuple[Taint, ...]) -> set[int] | None:
+        """The nodes a pod selecting ``product`` ("": any) and tolerating ``tolerations``
+        may start on; None: every node (no taint, no selector: the demo's cluster)."""
+        if not product and all(not n.taints for n in self.nodes):
+            return None
+        return {
+            n.index
+            for n in self.nodes
+            if (not product or n.gpu_model == product) and all(t in tolerations for t in n.taints)
+        }
+
     def _place(
-        self, n_gpus: int, allow_shared: bool
+        self, n_gpus: int, allow_shared: bool, pod: Pod | None = None
     ) -> tuple[int, tuple[tuple[int, int], ...]] | None:
-        """Pick (node, ((gpu, replica), ...)): exclusive first, then a time-sliced replica."""
+        """Pick (node, ((gpu, replica), ...)): exclusive first, then a time-sliced replica;
+        only among the nodes ``pod`` may use (its GPU type, taints it tolerates; no pod:
+        untainted nodes of any type)."""
+        allowed = self._allowed(pod.product, pod.tolerations) if pod else self._allowed("", ())
         free = self._free_slots(exclusive=True)
+        if allowed is not None:
+            free = [s for s in free if s[0] in allowed]
         by_node: dict[int, list[tuple[int, int]]] = {}
         for n, g, r in free:
             by_node.setdefault(n, []).append((g, r))
@@ -316,6 +371,8 @@ class ClusterSim:
             return node, tuple(sorted(by_node[node])[:n_gpus])
         if n_gpus == 1 and allow_shared:
             shared = self._free_slots(exclusive=False)
+            if allowed is not None:
+                shared = [s for s in shared if s[0] in allowed]
             if shared:
                 n, g, r = shared[self._rng.randrange(len(shared))]
                 return n, ((g, r),)
@@ -419,6 +476,16 @@ class ClusterSim:
             draw = replace(
                 draw, stall_after_epoch=1, stall_seconds=HUNG_SECONDS, cancel_after_epoch=None
             )
+        # a heterogeneous site's draws come last and only when asked (a seed's demo cluster
+        # is unchanged)
+        if cfg.pool_share and self._rng.random() < cfg.pool_share:
+            pool = next(n for n in self.nodes if n.taints)
+            pod.namespace = POOL_NAMESPACE
+            pod.product = pool.gpu_model
+            pod.tolerations = pool.taints
+        elif cfg.typed_share and self._rng.random() < cfg.typed_share:
+            types = sorted({n.gpu_model for n in self.nodes if not n.taints})
+            pod.product = types[self._rng.randrange(len(types))]
         self._queue.append(_Job(pod=pod, draw=draw))
 
     def _schedule_queue(self, t: float) -> None:
@@ -426,7 +493,7 @@ class ClusterSim:
             return
         still = []
         for job in self._queue:
-            placed = self._place(len(job.pod.gpus), allow_shared=True)
+            placed = self._place(len(job.pod.gpus), allow_shared=True, pod=job.pod)
             if placed is None:
                 still.append(job)
                 continue

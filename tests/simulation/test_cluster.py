@@ -10,6 +10,8 @@ from dataclasses import replace
 import pytest
 
 from gpu_eta.simulation.cluster import (
+    POOL_NAMESPACE,
+    POOL_TAINT,
     ClusterConfig,
     ClusterConfigError,
     ClusterSim,
@@ -100,6 +102,56 @@ def test_nodes_gpus_and_ip_ranges() -> None:
         assert all(g.uuid.startswith("GPU-") for g in n.gpus)
 
 
+A100, RTX = "NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 4080"
+MIXED = ClusterConfig(
+    seed=3,
+    nodes=3,
+    arrival_seconds=60,
+    gpu_types=(A100, RTX, "NVIDIA GeForce RTX 2080 Ti"),
+    tainted_nodes=1,
+    pool_share=0.3,
+    typed_share=0.5,
+)
+
+
+def test_gpu_types_and_taints_replace_the_drawn_model_only() -> None:
+    """The GPU counts and UUIDs stay the seed's: only the model is chosen."""
+    drawn, typed = (
+        make_nodes(replace(MIXED, gpu_types=(), tainted_nodes=0, pool_share=0.0)),
+        make_nodes(MIXED),
+    )
+    assert [n.gpu_model for n in typed] == list(MIXED.gpu_types)
+    assert [[g.uuid for g in n.gpus] for n in typed] == [[g.uuid for g in n.gpus] for n in drawn]
+    assert [n.taints for n in typed] == [(), (), (POOL_TAINT,)]
+    assert all(not n.taints for n in drawn)
+
+
+def test_pods_start_only_on_their_gpu_type_and_tolerated_nodes() -> None:
+    sim = _run(MIXED, 1800)
+    training = [p for p in sim.pods if p.kind == "training"]
+    pool = [p for p in training if p.namespace == POOL_NAMESPACE]
+    typed = [p for p in training if p.product and p.namespace != POOL_NAMESPACE]
+    assert len(pool) > 10 and len(typed) > 10 and len(training) - len(pool) - len(typed) > 10
+    for p in training + [p for p in sim.pods if p.kind == "notebook"]:
+        node = sim.nodes[p.node]
+        assert not p.product or node.gpu_model == p.product, p
+        assert all(t in p.tolerations for t in node.taints), p
+    assert {p.product for p in pool} == {"NVIDIA GeForce RTX 2080 Ti"}
+    assert all(p.tolerations == (POOL_TAINT,) for p in pool)
+    assert {p.product for p in typed} == {A100, RTX}  # the untainted nodes' types
+    assert any(p.node == 2 for p in pool)  # the pool's node is used, by its pods only
+
+
+def test_the_heterogeneous_options_off_draw_nothing() -> None:
+    """Shares of 0 leave a seed's pods as they were: the options draw only when on."""
+    base = _run(ClusterConfig(seed=5, arrival_seconds=90), 900)
+    off = _run(ClusterConfig(seed=5, arrival_seconds=90, pool_share=0.0, typed_share=0.0), 900)
+    on = _run(ClusterConfig(seed=5, arrival_seconds=90, typed_share=0.5), 900)
+    assert _signature(off) == _signature(base)
+    assert _signature(on) != _signature(base)
+    assert all(not p.product and not p.tolerations for p in base.pods)
+
+
 def test_placement_never_double_books_a_slot_and_ips_are_unique_while_alive() -> None:
     sim = _run(ClusterConfig(seed=4, arrival_seconds=60), 1800)
     by_slot: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
@@ -179,6 +231,10 @@ def test_time_slicing_slows_jobs_down() -> None:
         {"time_scale": 0},
         {"log_share": 2},
         {"arrival_seconds": 0},
+        {"gpu_types": ("NVIDIA H9000",)},
+        {"nodes": 2, "tainted_nodes": 2},
+        {"pool_share": 0.2},
+        {"typed_share": 1.5},
     ],
 )
 def test_bad_config_is_refused(kwargs: dict) -> None:
