@@ -21,10 +21,25 @@ median; the same over the pod's whole wait ``actual − created``; coverage of
 of the ratios (a share of nearly nothing). The naive answer is scored on the same
 observations.
 
+Scenarios (``--scenario``): ``demo``, the demo's cluster (3 nodes of a type drawn each,
+no taint, no pod selecting a type: the figures of docs/pending.md's first table);
+``mixed``, a heterogeneous site (``MIXED``): 4 nodes of three GPU types, the last one a
+pool kept for a team by a taint (``dedicated=team-a:NoSchedule``); a fifth of the
+training pods are the team's (they tolerate the taint and select the pool's type), half
+of the others select one of the two other types through ``nvidia.com/gpu.product``, the
+rest take any type. The replay gets what kube-state-metrics shows of that: node types
+and taints, each pending pod's selected type and tolerations, and arrivals per size,
+type and set of tolerations of the GPU pods created in the window. For ``mixed`` the
+scores are printed per population (``typed``, ``untyped``, ``pool``) and beside them
+those of the same replay given the same cluster with types and taints stripped (no node
+taint, no pod selecting a type: what it predicts when it ignores them, calibrated on its
+own), and the ratio of the two median errors.
+
 Usage::
 
     python bench/queue_start.py                    # 5 seeds
     python bench/queue_start.py --seeds 0-9 --every 20
+    python bench/queue_start.py --scenario mixed
 
 Targets (issue 12): median error ≤ 25 % of the wait, coverage 70–90 %, clearly better
 than the naive answer.
@@ -42,18 +57,39 @@ from dataclasses import dataclass, replace
 
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.queue_replay import (
+    EQUAL,
     GPU_RESOURCE,
     Arrival,
     Holder,
     Node,
     PendingPod,
     StartCalibrator,
+    Toleration,
     naive_start,
     replay,
 )
 from gpu_eta.forecaster.runs import Run
 from gpu_eta.simulation.backfill import finished_runs, simulate_history
-from gpu_eta.simulation.cluster import ClusterConfig, ClusterSim, Pod
+from gpu_eta.simulation.cluster import POOL_NAMESPACE, ClusterConfig, ClusterSim, Pod
+
+# the heterogeneous site of ``--scenario mixed`` (module docstring): A100 and RTX 4080
+# nodes open to all, an RTX 2080 Ti node kept for team-a
+MIXED = {
+    "nodes": 4,
+    "gpu_types": (
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA GeForce RTX 4080",
+        "NVIDIA GeForce RTX 4080",
+        "NVIDIA GeForce RTX 2080 Ti",
+    ),
+    "tainted_nodes": 1,
+    "pool_share": 0.2,
+    "typed_share": 0.5,
+}
+SCENARIOS: dict[str, dict] = {"demo": {}, "mixed": MIXED}
+POPULATIONS = ("typed", "untyped", "pool")
+
+Starts = tuple[float, float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +104,26 @@ class Observation:
     p50: float
     p90: float
     naive: float
+    population: str = "untyped"  # ``population_of`` the pod
+    # the same replay's calibrated P10/P50/P90 with types and taints stripped
+    # (``without_types_and_taints``); None when not run or it gave no time
+    blind: Starts | None = None
+
+    @property
+    def starts(self) -> Starts:
+        return (self.p10, self.p50, self.p90)
+
+
+def population_of(pod: Pod) -> str:
+    """``pool`` (the tainted pool's team), ``typed`` (selects a GPU type) or ``untyped``."""
+    if pod.namespace == POOL_NAMESPACE:
+        return "pool"
+    return "typed" if pod.product else "untyped"
+
+
+def tolerations_of(pod: Pod) -> tuple[Toleration, ...]:
+    """The pod's tolerations as kube_pod_tolerations shows them (``Equal`` on each taint)."""
+    return tuple(sorted(Toleration(k, EQUAL, v, e) for k, v, e in pod.tolerations))
 
 
 def run_of(pod: Pod, t: float) -> Run | None:
@@ -106,6 +162,7 @@ def snapshot(
             {GPU_RESOURCE: sum(g.replicas for g in n.gpus)},
             n.gpu_model,
             {GPU_RESOURCE: sum(g.replicas for g in n.gpus if g.replicas > 1)},
+            taints=n.taints,
         )
         for n in sim.nodes
     ]
@@ -136,20 +193,53 @@ def snapshot(
             )
         )
     pending = [
-        PendingPod(j.namespace, j.name, GPU_RESOURCE, len(j.gpus), j.start)
+        PendingPod(
+            j.namespace,
+            j.name,
+            GPU_RESOURCE,
+            len(j.gpus),
+            j.start,
+            product=j.product,
+            tolerations=tolerations_of(j),
+        )
         for j in sim.queued_pods()
     ]
     return nodes, holders, pending
 
 
-def arrival_rates(created: dict[str, tuple[float, int]], t: float, window: float) -> list[Arrival]:
-    """GPU pods created in the last ``window`` seconds, per size, as rates (what KSM shows)."""
+Shape = tuple[int, str, tuple[Toleration, ...]]  # GPUs, selected type, tolerations
+
+
+def arrival_rates(
+    created: dict[str, tuple[float, Shape]], t: float, window: float
+) -> list[Arrival]:
+    """GPU pods created in the last ``window`` seconds, per size, selected type and set of
+    tolerations, as rates (what KSM shows: ``kube_pod_nodeselectors``,
+    ``kube_pod_tolerations``)."""
     span = min(window, t)
-    counts: dict[int, int] = {}
-    for c, units in created.values():
+    counts: dict[Shape, int] = {}
+    for c, shape in created.values():
         if t - span <= c <= t:
-            counts[units] = counts.get(units, 0) + 1
-    return [Arrival(GPU_RESOURCE, u, n / span) for u, n in sorted(counts.items())]
+            counts[shape] = counts.get(shape, 0) + 1
+    return [
+        Arrival(GPU_RESOURCE, u, n / span, product, tols)
+        for (u, product, tols), n in sorted(counts.items())
+    ]
+
+
+def without_types_and_taints(
+    nodes: list[Node], pending: list[PendingPod], arrivals: list[Arrival]
+) -> tuple[list[Node], list[PendingPod], list[Arrival]]:
+    """The replay's inputs as a site without types and taints would show them: no node
+    taint, no pod or arrival selecting a type or tolerating anything, arrivals per size
+    only. What the prediction scores when it ignores them (``--scenario mixed``)."""
+    bare_nodes = [replace(n, taints=()) for n in nodes]
+    bare_pending = [replace(p, product="", tolerations=()) for p in pending]
+    rates: dict[int, float] = {}
+    for a in arrivals:
+        rates[a.units] = rates.get(a.units, 0.0) + a.rate_per_second
+    bare_arrivals = [Arrival(GPU_RESOURCE, u, r) for u, r in sorted(rates.items())]
+    return bare_nodes, bare_pending, bare_arrivals
 
 
 def run_seed(
@@ -161,8 +251,12 @@ def run_seed(
     window: float = 900.0,
     exact: bool = False,
     calibrate: bool = True,
+    blind: bool = False,
 ) -> tuple[list[Observation], dict[str, float]]:
-    """Observations of one seeded run, and each queued pod's real start."""
+    """Observations of one seeded run, and each queued pod's real start.
+
+    ``blind``: also replay the inputs stripped of types and taints
+    (``without_types_and_taints``), calibrated apart, into ``Observation.blind``."""
     cfg = replace(config, seed=seed)
     # the history runs at the live cluster's load (its durations include the slowdown of
     # shared GPUs a busy cluster has)
@@ -183,35 +277,54 @@ def run_seed(
         exact_ends = {p.name: p.end for p in future.pods if p.end is not None}
     sim = ClusterSim(cfg, stream="live", start=0.0)
     obs: list[Observation] = []
-    created: dict[str, tuple[float, int]] = {}  # pod → (creation time, GPUs)
+    created: dict[str, tuple[float, Shape]] = {}  # pod → (creation time, its shape)
+    population: dict[str, str] = {}  # pod → population_of
     # as the forecaster does: learn the interval scale from pods that have started
     calibrator = StartCalibrator()
-    raw: dict[str, list[tuple[float, float, float]]] = {}  # pod → its raw predictions
+    raw: dict[str, list[Starts]] = {}  # pod → its raw predictions
+    blind_calibrator = StartCalibrator()
+    blind_raw: dict[str, list[Starts]] = {}
     t = every
     while t <= live_seconds:
         sim.advance(t)
         nodes, holders, pending = snapshot(sim, model, t, exact_ends)
         for p in pending:
-            created.setdefault(p.pod, (p.created, p.units))
+            created.setdefault(p.pod, (p.created, (p.units, p.product, p.tolerations or ())))
+        for j in sim.queued_pods():
+            population.setdefault(j.name, population_of(j))
         for p in sim.pods:
-            created.setdefault(p.name, (p.start if p.created is None else p.created, len(p.gpus)))
-        for p in sim.pods:
-            if p.name in raw and p.start <= t:
-                for starts in raw.pop(p.name):
-                    calibrator.observe(starts, p.start)
-        if pending:
-            result = replay(
-                nodes,
-                holders,
-                pending,
-                t,
-                durations,
-                n_samples=n_samples,
-                random_state=seed,
-                arrivals=arrival_rates(created, t, window),
-                # the simulator gives a time-sliced replica to single-GPU pods only
-                one_replica_per_pod=True,
+            created.setdefault(
+                p.name,
+                (
+                    p.start if p.created is None else p.created,
+                    (len(p.gpus), p.product, tolerations_of(p)),
+                ),
             )
+        for p in sim.pods:
+            if p.start <= t:
+                for starts in raw.pop(p.name, ()):
+                    calibrator.observe(starts, p.start)
+                for starts in blind_raw.pop(p.name, ()):
+                    blind_calibrator.observe(starts, p.start)
+        if pending:
+            arrivals = arrival_rates(created, t, window)
+            # the simulator gives a time-sliced replica to single-GPU pods only
+            common = {"n_samples": n_samples, "random_state": seed, "one_replica_per_pod": True}
+            result = replay(nodes, holders, pending, t, durations, arrivals=arrivals, **common)
+            blind_result = None
+            if blind:
+                bare_nodes, bare_pending, bare_arrivals = without_types_and_taints(
+                    nodes, pending, arrivals
+                )
+                blind_result = replay(
+                    bare_nodes,
+                    holders,
+                    bare_pending,
+                    t,
+                    durations,
+                    arrivals=bare_arrivals,
+                    **common,
+                )
             for p in pending:
                 pred = result.pods[(p.namespace, p.pod)]
                 if pred.starts is None:
@@ -219,9 +332,24 @@ def run_seed(
                 raw.setdefault(p.pod, []).append(pred.starts)
                 if calibrate:
                     pred = calibrator.widen(pred, t)
+                blind_starts = None
+                if blind_result is not None:
+                    other = blind_result.pods[(p.namespace, p.pod)]
+                    if other.starts is not None:
+                        blind_raw.setdefault(p.pod, []).append(other.starts)
+                        if calibrate:
+                            other = blind_calibrator.widen(other, t)
+                        blind_starts = other.starts
                 obs.append(
                     Observation(
-                        seed, p.pod, t, p.created, *pred.starts, naive_start(nodes, holders, p, t)
+                        seed,
+                        p.pod,
+                        t,
+                        p.created,
+                        *pred.starts,
+                        naive_start(nodes, holders, p, t),
+                        population[p.pod],
+                        blind_starts,
                     )
                 )
         t += every
@@ -231,20 +359,29 @@ def run_seed(
 
 
 def score(
-    obs: Sequence[Observation], actual: dict[tuple[int, str], float], min_wait: float
+    obs: Sequence[Observation],
+    actual: dict[tuple[int, str], float],
+    min_wait: float,
+    blind: bool = False,
 ) -> dict[str, float]:
-    """Median relative errors, coverage and counts (see the module docstring)."""
+    """Median relative errors, coverage and counts (see the module docstring); ``blind``:
+    of the predictions made without types and taints, over the observations that have
+    one."""
     rel, rel_total, naive_rel, inside, naive_missing = [], [], [], 0, 0
     n = 0
     for o in obs:
         a = actual.get((o.seed, o.pod))
         if a is None or a - o.t < min_wait:
             continue
+        starts = o.blind if blind else o.starts
+        if starts is None:
+            continue
+        p10, p50, p90 = starts
         n += 1
         left = a - o.t
-        rel.append(abs(o.p50 - a) / left)
-        rel_total.append(abs(o.p50 - a) / (a - o.created))
-        inside += o.p10 <= a <= o.p90
+        rel.append(abs(p50 - a) / left)
+        rel_total.append(abs(p50 - a) / (a - o.created))
+        inside += p10 <= a <= p90
         if math.isfinite(o.naive):
             naive_rel.append(abs(o.naive - a) / left)
         else:
@@ -260,6 +397,35 @@ def score(
         "naive_median_error_ratio": statistics.median(naive_rel),
         "naive_no_answer_share": naive_missing / n,
     }
+
+
+def population_table(
+    obs: Sequence[Observation], actual: dict[tuple[int, str], float], min_wait: float
+) -> list[str]:
+    """Per population and over all: the scores, those of the replay ignoring types and
+    taints, and how many times its median error is the aware replay's."""
+    lines = [
+        f"{'population':10s} {'n':>6s} {'error':>6s} {'cover':>6s} {'naive':>6s}"
+        f" | {'blind n':>7s} {'error':>6s} {'cover':>6s} | {'blind/aware error':>17s}"
+    ]
+    for name in ("all", *POPULATIONS):
+        some = [o for o in obs if name in ("all", o.population)]
+        aware, bare = score(some, actual, min_wait), score(some, actual, min_wait, blind=True)
+        if not aware["n"]:
+            lines.append(f"{name:10s} {0:6d}")
+            continue
+        row = (
+            f"{name:10s} {aware['n']:6d} {aware['median_error_ratio']:6.3f}"
+            f" {aware['coverage']:6.3f} {aware['naive_median_error_ratio']:6.3f}"
+        )
+        if bare["n"]:
+            ratio = bare["median_error_ratio"] / aware["median_error_ratio"]
+            row += (
+                f" | {bare['n']:7d} {bare['median_error_ratio']:6.3f} {bare['coverage']:6.3f}"
+                f" | {ratio:17.2f}"
+            )
+        lines.append(row)
+    return lines
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -293,8 +459,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="give the replay every running pod's real end (the replay's own error)",
     )
+    parser.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        default="demo",
+        help="demo: the demo's cluster; mixed: GPU types, a tainted pool (module docstring)",
+    )
     args = parser.parse_args(argv)
-    config = ClusterConfig(arrival_seconds=args.arrival_seconds, warm_start_seconds=0.0)
+    config = ClusterConfig(
+        arrival_seconds=args.arrival_seconds, warm_start_seconds=0.0, **SCENARIOS[args.scenario]
+    )
+    blind = args.scenario != "demo"
     all_obs: list[Observation] = []
     actual: dict[tuple[int, str], float] = {}
     started = time.monotonic()
@@ -307,6 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.samples,
             exact=args.exact_ends,
             calibrate=not args.no_calibration,
+            blind=blind,
         )
         all_obs += obs
         actual.update({(seed, k): v for k, v in starts.items()})
@@ -316,6 +492,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"all seeds ({time.monotonic() - started:.0f} s):")
     for k, v in s.items():
         print(f"  {k:32s} {v:.3f}")
+    if blind:
+        print("by population; blind: the same replay given no types and taints:")
+        for line in population_table(all_obs, actual, args.min_wait):
+            print("  " + line)
     print("targets: median_error_ratio <= 0.25, coverage 0.70-0.90, clearly below naive")
     return 0
 

@@ -1,0 +1,65 @@
+"""bench/queue_start.py: the heterogeneous scenario (GPU types, a tainted pool) scored per
+population and beside the same replay given no types and taints."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_eta.forecaster.queue_replay import EQUAL, GPU_RESOURCE, Node, PendingPod, Toleration
+from gpu_eta.simulation.cluster import POOL_TAINT
+from tests.bench.bench_module import load_bench
+
+qs = load_bench("queue_start")
+
+A100, RTX = "NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 4080"
+TEAM = (Toleration(*POOL_TAINT[:1], EQUAL, *POOL_TAINT[1:]),)
+
+
+def test_arrivals_keep_each_shape_the_blind_inputs_none() -> None:
+    created = {
+        "a": (100.0, (1, A100, ())),
+        "b": (200.0, (1, A100, ())),
+        "c": (300.0, (1, "", TEAM)),
+        "d": (400.0, (2, RTX, ())),
+        "old": (-1000.0, (1, RTX, ())),  # before the window
+    }
+    arrivals = qs.arrival_rates(created, 500.0, 450.0)
+    assert [(a.units, a.product, a.tolerations, a.rate_per_second) for a in arrivals] == [
+        (1, "", TEAM, pytest.approx(1 / 450)),
+        (1, A100, (), pytest.approx(2 / 450)),
+        (2, RTX, (), pytest.approx(1 / 450)),
+    ]
+    nodes = [Node("n", {GPU_RESOURCE: 4}, A100, taints=(POOL_TAINT,))]
+    pending = [PendingPod("team-a", "p", GPU_RESOURCE, 1, 10.0, product=A100, tolerations=TEAM)]
+    bare_nodes, bare_pending, bare_arrivals = qs.without_types_and_taints(nodes, pending, arrivals)
+    assert bare_nodes[0].taints == () and bare_nodes[0].allocatable == nodes[0].allocatable
+    assert (bare_pending[0].product, bare_pending[0].tolerations) == ("", ())
+    assert [(a.units, a.product, a.tolerations) for a in bare_arrivals] == [
+        (1, "", ()),
+        (2, "", ()),
+    ]
+    assert bare_arrivals[0].rate_per_second == pytest.approx(3 / 450)
+
+
+def test_mixed_scenario_prints_each_population_beside_the_blind_replay(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--scenario", "mixed", "--seeds", "4", "--live-seconds", "900", "--samples", "10"]
+    assert qs.main(argv) == 0
+    out = capsys.readouterr().out
+    table = out.split("by population; blind: the same replay given no types and taints:\n")[1]
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:5]}
+    assert list(rows) == ["all", "typed", "untyped", "pool"]
+    n = {name: int(row[1]) for name, row in rows.items()}
+    assert n["all"] == n["typed"] + n["untyped"] + n["pool"] and n["typed"] and n["pool"]
+    # the blind replay answers the same observations; its error ratio is printed
+    assert rows["all"][5] == "|" and int(rows["all"][6]) == n["all"]
+    assert float(rows["all"][-1]) > 0
+
+
+def test_demo_scenario_has_one_population_and_no_blind_replay() -> None:
+    config = qs.ClusterConfig(warm_start_seconds=0.0)
+    obs, actual = qs.run_seed(1, config, 600.0, 60.0, 10)
+    assert obs and {o.population for o in obs} == {"untyped"}
+    assert all(o.blind is None for o in obs)
+    assert qs.score(obs, {(1, k): v for k, v in actual.items()}, 10.0, blind=True) == {"n": 0}
