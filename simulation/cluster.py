@@ -51,6 +51,10 @@ HUNG_SECONDS = 1e9  # a hung job's stall, cluster seconds: it never resumes
 Taint = tuple[str, str, str]  # key, value, effect (as kube_node_spec_taint shows it)
 POOL_TAINT: Taint = ("dedicated", "team-a", "NoSchedule")
 POOL_NAMESPACE = "team-a"
+# the taint the node lifecycle controller puts on a node under memory pressure, and a
+# pod's toleration of it (PodTolerationRestriction adds it to Burstable and Guaranteed
+# pods): ClusterConfig.pressure_node
+PRESSURE_TAINT: Taint = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,13 @@ class ClusterConfig:
     # share of the other training pods that select a GPU type (nvidia.com/gpu.product),
     # one of the untainted nodes' types at random; the rest take any type
     typed_share: float = 0.0
+    # node ``pressure_node`` (-1: none) is under memory pressure (PRESSURE_TAINT) for the
+    # first ``pressure_cycle_seconds[1]`` wall seconds of every ``[0]``: only pods
+    # tolerating it start there meanwhile; a share ``pressure_tolerating_share`` of the
+    # training pods do
+    pressure_node: int = -1
+    pressure_cycle_seconds: tuple[float, float] = (0.0, 0.0)
+    pressure_tolerating_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= 200:
@@ -119,7 +130,14 @@ class ClusterConfig:
             raise ClusterConfigError(
                 f"notebook_held_seconds must be 0..30 days, got {self.notebook_held_seconds}"
             )
-        for name in ("notebook_share", "log_share", "two_gpu_share", "pool_share", "typed_share"):
+        for name in (
+            "notebook_share",
+            "log_share",
+            "two_gpu_share",
+            "pool_share",
+            "typed_share",
+            "pressure_tolerating_share",
+        ):
             if not 0 <= getattr(self, name) <= 1:
                 raise ClusterConfigError(f"{name} must be in 0..1")
         known = {m[0] for m in GPU_MODELS}
@@ -133,6 +151,14 @@ class ClusterConfig:
             )
         if self.pool_share and not self.tainted_nodes:
             raise ClusterConfigError("pool_share needs tainted_nodes (the pool) >= 1")
+        period, lasting = self.pressure_cycle_seconds
+        if not -1 <= self.pressure_node < self.nodes:
+            raise ClusterConfigError(f"pressure_node must be -1..{self.nodes - 1}")
+        if self.pressure_node >= 0 and not 0 < lasting < period < math.inf:
+            raise ClusterConfigError(
+                f"pressure_cycle_seconds must be (period, lasting), 0 < lasting < period,"
+                f" got {self.pressure_cycle_seconds}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,15 +367,37 @@ class ClusterSim:
                 out.append((n, g, r))
         return out
 
+    def under_pressure(self, node: int, t: float) -> bool:
+        """Whether ``node`` is under memory pressure at ``t`` (``pressure_cycle_seconds``)."""
+        if node != self.config.pressure_node:
+            return False
+        period, lasting = self.config.pressure_cycle_seconds
+        return t % period < lasting
+
+    def taints_at(self, node: int, t: float) -> tuple[Taint, ...]:
+        """``node``'s taints at ``t``: its own, and PRESSURE_TAINT while under pressure."""
+        own = self.nodes[node].taints
+        return (*own, PRESSURE_TAINT) if self.under_pressure(node, t) else own
+
+    def _next_pressure_change(self) -> float:
+        """When the pressure node's pressure next starts or ends (inf: no such node)."""
+        if self.config.pressure_node < 0:
+            return math.inf
+        period, lasting = self.config.pressure_cycle_seconds
+        base = self.now - self.now % period
+        return min(x for x in (base + lasting, base + period) if x > self.now)
+
     def _allowed(self, product: str, tolerations: tuple[Taint, ...]) -> set[int] | None:
         """The nodes a pod selecting ``product`` ("": any) and tolerating ``tolerations``
-        may start on; None: every node (no taint, no selector: the demo's cluster)."""
-        if not product and all(not n.taints for n in self.nodes):
+        may start on now; None: every node (no taint, no selector: the demo's cluster)."""
+        taints = [self.taints_at(n.index, self.now) for n in self.nodes]
+        if not product and not any(taints):
             return None
         return {
             n.index
             for n in self.nodes
-            if (not product or n.gpu_model == product) and all(t in tolerations for t in n.taints)
+            if (not product or n.gpu_model == product)
+            and all(t in tolerations for t in taints[n.index])
         }
 
     def _place(
@@ -486,6 +534,8 @@ class ClusterSim:
         elif cfg.typed_share and self._rng.random() < cfg.typed_share:
             types = sorted({n.gpu_model for n in self.nodes if not n.taints})
             pod.product = types[self._rng.randrange(len(types))]
+        if cfg.pressure_tolerating_share and self._rng.random() < cfg.pressure_tolerating_share:
+            pod.tolerations = (*pod.tolerations, PRESSURE_TAINT)
         self._queue.append(_Job(pod=pod, draw=draw))
 
     def _schedule_queue(self, t: float) -> None:
@@ -632,7 +682,8 @@ class ClusterSim:
         while True:
             t_job, job = self._next_job_event()
             t_nb = self._timers[0][0] if self._timers else math.inf
-            t = min(self._next_arrival, t_job, t_nb)
+            t_pressure = self._next_pressure_change()
+            t = min(self._next_arrival, t_job, t_nb, t_pressure)
             if t > until:
                 break
             for j in self._running:
@@ -646,9 +697,10 @@ class ClusterSim:
             elif t == t_nb:
                 _, _, pod = heapq.heappop(self._timers)
                 self._end_notebook(pod, t)
-            else:
+            elif t == self._next_arrival:
                 self._arrival(t)
                 self._next_arrival = t + self._gap()
+            # else: a node's pressure starts or ends; the queue is tried again below
             self._schedule_queue(t)
             self._update_rates(t)
         for j in self._running:

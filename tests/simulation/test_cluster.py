@@ -12,6 +12,7 @@ import pytest
 from gpu_eta.simulation.cluster import (
     POOL_NAMESPACE,
     POOL_TAINT,
+    PRESSURE_TAINT,
     ClusterConfig,
     ClusterConfigError,
     ClusterSim,
@@ -152,6 +153,32 @@ def test_the_heterogeneous_options_off_draw_nothing() -> None:
     assert all(not p.product and not p.tolerations for p in base.pods)
 
 
+def test_a_node_under_pressure_takes_only_pods_tolerating_it_meanwhile() -> None:
+    config = replace(
+        MIXED,
+        pressure_node=1,
+        pressure_cycle_seconds=(300.0, 100.0),
+        pressure_tolerating_share=0.5,
+    )
+    sim = _run(config, 1800)
+    assert [sim.under_pressure(1, t) for t in (0.0, 99.9, 100.0, 299.0, 300.0)] == [
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
+    assert not sim.under_pressure(0, 50.0)
+    assert sim.taints_at(1, 50.0) == (PRESSURE_TAINT,) and sim.taints_at(1, 150.0) == ()
+    assert sim.taints_at(2, 50.0) == (POOL_TAINT,)
+    started = [p for p in sim.pods if p.node == 1 and p.kind == "training"]
+    during = [p for p in started if sim.under_pressure(1, p.start)]
+    assert during and all(PRESSURE_TAINT in p.tolerations for p in during)
+    assert any(PRESSURE_TAINT not in p.tolerations for p in started)
+    # a pod kept off waits for the pressure to end, not for the next arrival or job event
+    assert any(p.start % 300.0 == pytest.approx(100.0) for p in started)
+
+
 def test_placement_never_double_books_a_slot_and_ips_are_unique_while_alive() -> None:
     sim = _run(ClusterConfig(seed=4, arrival_seconds=60), 1800)
     by_slot: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
@@ -235,6 +262,9 @@ def test_time_slicing_slows_jobs_down() -> None:
         {"nodes": 2, "tainted_nodes": 2},
         {"pool_share": 0.2},
         {"typed_share": 1.5},
+        {"pressure_node": 3},
+        {"pressure_node": 0, "pressure_cycle_seconds": (100.0, 100.0)},
+        {"pressure_node": 0},
     ],
 )
 def test_bad_config_is_refused(kwargs: dict) -> None:
