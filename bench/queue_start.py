@@ -24,16 +24,19 @@ observations.
 Scenarios (``--scenario``): ``demo``, the demo's cluster (3 nodes of a type drawn each,
 no taint, no pod selecting a type: the figures of docs/pending.md's first table);
 ``mixed``, a heterogeneous site (``MIXED``): 4 nodes of three GPU types, the last one a
-pool kept for a team by a taint (``dedicated=team-a:NoSchedule``); a fifth of the
-training pods are the team's (they tolerate the taint and select the pool's type), half
-of the others select one of the two other types through ``nvidia.com/gpu.product``, the
-rest take any type. The replay gets what kube-state-metrics shows of that: node types
-and taints, each pending pod's selected type and tolerations, and arrivals per size,
-type and set of tolerations of the GPU pods created in the window. For ``mixed`` the
-scores are printed per population (``typed``, ``untyped``, ``pool``) and beside them
-those of the same replay given the same cluster with types and taints stripped (no node
-taint, no pod selecting a type: what it predicts when it ignores them, calibrated on its
-own), and the ratio of the two median errors.
+pool kept for a team by a taint (``dedicated=team-a:NoSchedule``), one other under
+memory pressure (its taint) 150 s of every 600 s; a fifth of the training pods are the
+team's (they tolerate the pool's taint and select its type), half of the others select
+one of the two other types through ``nvidia.com/gpu.product``, the rest take any type,
+and half of all training pods tolerate memory pressure. The replay gets what
+kube-state-metrics shows of that: node types and taints at the prediction time, each
+pending pod's selected type and tolerations, and arrivals per size, type and set of
+tolerations of the GPU pods created in the window. For ``mixed`` the scores are printed
+per population (``typed``, ``untyped``, ``pool``; ``kept_off``: predictions made while
+a node the pod does not tolerate was under pressure) and beside them those of the same
+replay given the same cluster with types and taints stripped (no node taint, no pod
+selecting a type: what it predicts when it ignores them, calibrated on its own), and
+the ratio of the two median errors.
 
 Usage::
 
@@ -59,6 +62,7 @@ from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.queue_replay import (
     EQUAL,
     GPU_RESOURCE,
+    NO_SCHEDULABLE_NODE,
     Arrival,
     Holder,
     Node,
@@ -85,9 +89,17 @@ MIXED = {
     "tainted_nodes": 1,
     "pool_share": 0.2,
     "typed_share": 0.5,
+    # an RTX 4080 node under memory pressure 150 s of every 600 s; half the training pods
+    # tolerate it (Burstable pods under PodTolerationRestriction)
+    "pressure_node": 1,
+    "pressure_cycle_seconds": (600.0, 150.0),
+    "pressure_tolerating_share": 0.5,
 }
 SCENARIOS: dict[str, dict] = {"demo": {}, "mixed": MIXED}
 POPULATIONS = ("typed", "untyped", "pool")
+# observations made while a node was under pressure and the pod did not tolerate it (the
+# replay keeps the pressure for the whole prediction)
+KEPT_OFF = "kept_off"
 
 Starts = tuple[float, float, float]
 
@@ -108,6 +120,7 @@ class Observation:
     # the same replay's calibrated P10/P50/P90 with types and taints stripped
     # (``without_types_and_taints``); None when not run or it gave no time
     blind: Starts | None = None
+    kept_off: bool = False  # a node under pressure at ``t`` that the pod does not tolerate
 
     @property
     def starts(self) -> Starts:
@@ -162,7 +175,7 @@ def snapshot(
             {GPU_RESOURCE: sum(g.replicas for g in n.gpus)},
             n.gpu_model,
             {GPU_RESOURCE: sum(g.replicas for g in n.gpus if g.replicas > 1)},
-            taints=n.taints,
+            taints=sim.taints_at(n.index, t),
         )
         for n in sim.nodes
     ]
@@ -279,6 +292,7 @@ def run_seed(
     obs: list[Observation] = []
     created: dict[str, tuple[float, Shape]] = {}  # pod → (creation time, its shape)
     population: dict[str, str] = {}  # pod → population_of
+    kept_off: dict[str, bool] = {}  # pod → a node under pressure now it does not tolerate
     # as the forecaster does: learn the interval scale from pods that have started
     calibrator = StartCalibrator()
     raw: dict[str, list[Starts]] = {}  # pod → its raw predictions
@@ -290,8 +304,12 @@ def run_seed(
         nodes, holders, pending = snapshot(sim, model, t, exact_ends)
         for p in pending:
             created.setdefault(p.pod, (p.created, (p.units, p.product, p.tolerations or ())))
+        pressed = [k for k in range(len(sim.nodes)) if sim.under_pressure(k, t)]
         for j in sim.queued_pods():
             population.setdefault(j.name, population_of(j))
+            kept_off[j.name] = any(
+                not set(sim.taints_at(k, t)) <= set(j.tolerations) for k in pressed
+            )
         for p in sim.pods:
             created.setdefault(
                 p.name,
@@ -327,6 +345,10 @@ def run_seed(
                 )
             for p in pending:
                 pred = result.pods[(p.namespace, p.pod)]
+                if pred.status == NO_SCHEDULABLE_NODE:
+                    # as the forecaster's StartTracker: it waits for the node, which no
+                    # replay times; its earlier predictions are not scored for the scale
+                    raw.pop(p.pod, None)
                 if pred.starts is None:
                     continue
                 raw.setdefault(p.pod, []).append(pred.starts)
@@ -350,6 +372,7 @@ def run_seed(
                         naive_start(nodes, holders, p, t),
                         population[p.pod],
                         blind_starts,
+                        kept_off[p.pod],
                     )
                 )
         t += every
@@ -408,8 +431,10 @@ def population_table(
         f"{'population':10s} {'n':>6s} {'error':>6s} {'cover':>6s} {'naive':>6s}"
         f" | {'blind n':>7s} {'error':>6s} {'cover':>6s} | {'blind/aware error':>17s}"
     ]
-    for name in ("all", *POPULATIONS):
-        some = [o for o in obs if name in ("all", o.population)]
+    for name in ("all", *POPULATIONS, KEPT_OFF):
+        some = [
+            o for o in obs if name in ("all", o.population) or (name == KEPT_OFF and o.kept_off)
+        ]
         aware, bare = score(some, actual, min_wait), score(some, actual, min_wait, blind=True)
         if not aware["n"]:
             lines.append(f"{name:10s} {0:6d}")

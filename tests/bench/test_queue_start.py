@@ -1,5 +1,6 @@
-"""bench/queue_start.py: the heterogeneous scenario (GPU types, a tainted pool) scored per
-population and beside the same replay given no types and taints."""
+"""bench/queue_start.py: the heterogeneous scenario (GPU types, a tainted pool, a node
+under pressure) scored per population and beside the same replay given no types and
+taints."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def test_mixed_scenario_prints_each_population_beside_the_blind_replay(
     assert qs.main(argv) == 0
     out = capsys.readouterr().out
     table = out.split("by population; blind: the same replay given no types and taints:\n")[1]
-    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:5]}
-    assert list(rows) == ["all", "typed", "untyped", "pool"]
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:6]}
+    assert list(rows) == ["all", "typed", "untyped", "pool", "kept_off"]
     n = {name: int(row[1]) for name, row in rows.items()}
     assert n["all"] == n["typed"] + n["untyped"] + n["pool"] and n["typed"] and n["pool"]
     # the blind replay answers the same observations; its error ratio is printed
