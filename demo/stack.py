@@ -92,6 +92,10 @@ class StackConfig:
     forecaster_port: int = 9844
     scrape_interval: str = "2s"
     collection_interval: str = "1s"
+    # --progress.gone-grace: the deployed 2 m covers two 1 m scrapes; the demo scrapes
+    # every few seconds and runs its clock faster, where 2 m would keep a cancelled
+    # job's run looking alive for tens of simulated minutes
+    progress_gone_grace: str = "10s"
     forecaster_interval_seconds: float = 5.0
     real_training: int = 0
     workdir: Path | None = None
@@ -348,6 +352,8 @@ class Stack:
                     str(pod_logs),
                     "--collection.interval",
                     cfg.collection_interval,
+                    "--progress.gone-grace",
+                    cfg.progress_gone_grace,
                     "--progress.state-file",
                     str(self._state_file(node)),
                 ],

@@ -21,6 +21,7 @@ from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.listen import ListenAddress
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.exporter.collectors import ExporterError, names
+from gpu_eta.exporter.progress import GONE_GRACE_SECONDS, MAX_GONE_GRACE_SECONDS
 
 COLLECTORS = names()  # one module per collector in exporter/collectors/
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -78,6 +79,8 @@ class Config:
     docker_containers: str = DEFAULT_DOCKER_CONTAINERS
     progress_state_file: str | None = None
     progress_allow_host_network: bool = False
+    # how long a pod that left the pod list keeps its progress served (0: not at all)
+    progress_gone_grace_seconds: float = GONE_GRACE_SECONDS
     nvml_wait_for_driver: bool = False
     kube_kubeconfig: str | None = None
     kube_api_url: str | None = None
@@ -197,6 +200,23 @@ def _path(value: Any, key: str) -> str:
     return out
 
 
+def _gone_grace(value: Any, key: str) -> float:
+    """A duration as ``parse_duration`` reads it, 0 included (a gone pod's progress is
+    then dropped at the next collection), at most ``MAX_GONE_GRACE_SECONDS``."""
+    if isinstance(value, str) and (match := _DURATION_RE.match(value)):
+        if float(match.group(1)) == 0:
+            return 0.0
+    elif isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+        return 0.0
+    seconds = parse_duration(value, key)
+    if seconds > MAX_GONE_GRACE_SECONDS:
+        raise ConfigError(
+            f"{key}: must be at most {MAX_GONE_GRACE_SECONDS:g}s (the run of a pod deleted "
+            f"before it finished looks alive meanwhile), got {value!r}"
+        )
+    return seconds
+
+
 def _max_pods(value: Any, key: str) -> int:
     """A pod count: 1..MAX_KUBE_MAX_PODS (the cache's memory bound must stay a bound)."""
     if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value.strip()):
@@ -258,6 +278,7 @@ KEYS: Mapping[str, tuple[str, Any]] = MappingProxyType(
         "path.docker-containers": ("docker_containers", _link_root),
         "progress.state-file": ("progress_state_file", _opt_str),
         "progress.allow-host-network": ("progress_allow_host_network", _bool),
+        "progress.gone-grace": ("progress_gone_grace_seconds", _gone_grace),
         "nvml.wait-for-driver": ("nvml_wait_for_driver", _bool),
         "kube.kubeconfig": ("kube_kubeconfig", _opt_str),
         "kube.api-url": ("kube_api_url", _opt_str),

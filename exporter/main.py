@@ -119,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept progress from host-network pods (their IP is the node's; default off)",
     )
     add(
+        "--progress.gone-grace",
+        dest="progress.gone-grace",
+        metavar="DURATION",
+        help="how long the progress of a pod that left the node's pod list is still "
+        "served, so a scrape sees the final report of a pod deleted as it finished; "
+        "0 drops it at the next collection (default 2m, at most 1h)",
+    )
+    add(
         "--nvml.wait-for-driver",
         dest="nvml.wait-for-driver",
         action=argparse.BooleanOptionalAction,

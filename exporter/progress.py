@@ -36,6 +36,13 @@ from gpu_eta.exporter.readings import Progress
 MAX_BODY_BYTES = 4096
 MAX_METRICS = 16
 MAX_NUMBER = 1e12  # larger counts are not training progress; refuse rather than overflow
+# How long the progress of a pod that left the pod list is still served: twice
+# Prometheus' default scrape interval (1 m), so two scrapes see a Job's final report
+# however soon its pod is deleted (``ProgressStore.retain`` says why a fixed time)
+GONE_GRACE_SECONDS = 120.0
+# The most ``--progress.gone-grace`` may be: meanwhile the forecaster and ``top`` see
+# the run present, so a run cancelled with its pod would look alive that long
+MAX_GONE_GRACE_SECONDS = 3600.0
 # gpu_eta_report.client keeps copies of MAX_METRICS, MAX_NUMBER and the name patterns
 # (it installs alone in training images); tests/report/test_client.py checks they match.
 _EMPTY: Mapping[str, float] = MappingProxyType({})

@@ -23,12 +23,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from gpu_eta.common.atomic_file import write_atomically
 from gpu_eta.exporter import progress_journal
 from gpu_eta.exporter.progress import (
+    GONE_GRACE_SECONDS,
     Report,
     TooManyRuns,
     advance,
@@ -73,6 +74,7 @@ log = logging.getLogger(__name__)
 
 HTTP_PRECEDENCE_SECONDS = 600.0
 DEFAULT_MAX_ENTRIES = 4096
+DEFAULT_GONE_GRACE_SECONDS = GONE_GRACE_SECONDS  # defined beside the config's bounds
 # While not persisting, going back to the files is tried at most this often
 RECOVER_INTERVAL_SECONDS = 30.0
 # While the state file cannot be written, its ERROR line is repeated this often (the
@@ -80,6 +82,7 @@ RECOVER_INTERVAL_SECONDS = 30.0
 SAVE_ERROR_REPEAT_SECONDS = 600.0
 
 Key = tuple[str, str, str, str]  # namespace, pod, container, source
+Pair = tuple[str, str]  # namespace, pod
 
 
 class ProgressStore:
@@ -87,7 +90,8 @@ class ProgressStore:
 
     At most ``max_entries`` entries: beyond that the entry with the oldest report is
     evicted (a node never runs thousands of training containers; the bound only
-    guards memory against a flood of distinct senders).
+    guards memory against a flood of distinct senders). The progress of a pod that
+    left the pod list is dropped ``gone_grace_seconds`` after it left (``retain``).
 
     Each key may start only so many runs (``exporter.progress_runs``: ``RUN_BURST`` at
     once, then one every ``RUN_REFILL_SECONDS`` of report time); a report that would
@@ -122,8 +126,15 @@ class ProgressStore:
         durable: bool = True,
         recover_interval_seconds: float = RECOVER_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        gone_grace_seconds: float = DEFAULT_GONE_GRACE_SECONDS,
     ):
         self._lock = threading.Lock()
+        self._gone_grace = gone_grace_seconds
+        # when each pod with progress here was first found not listed (``retain``'s
+        # ``now``), and the uid each pod listed or held was last listed under; memory
+        # only, bounded by the pod list and ``max_entries``
+        self._gone_since: dict[Pair, float] = {}
+        self._uids: dict[Pair, str] = {}
         self._clock = clock
         self._save_interval = save_interval_seconds
         self._last_save = clock()
@@ -279,8 +290,35 @@ class ProgressStore:
         with self._lock:
             return self._entries.get((namespace, pod, container, source))
 
-    def retain(self, live: Iterable[tuple[str, str]], wait_seconds: float = 1.0) -> None:
-        """Keep only progress of the given (namespace, pod) pairs: the others are gone.
+    def retain(self, live: Mapping[Pair, str], now: float, wait_seconds: float = 1.0) -> None:
+        """Keep the progress of the listed pods, and of gone pods for a grace.
+
+        ``live``: the node's pods now, (namespace, pod) → uid (``""`` when unknown);
+        ``now``: the caller's clock, the wall clock reports are timed by. The entries
+        of a pod that is not listed are dropped once it has been missing for
+        ``gone_grace_seconds`` (counted from the first call that did not list it; 0
+        drops them at once).
+
+        Why a grace: a pod is often deleted seconds after its last report (a Job with
+        ``ttlSecondsAfterFinished: 0``, Argo's ``podGC: OnPodCompletion``, a user's
+        ``kubectl delete``), and Prometheus scrapes every 15-60 s. Dropped at once,
+        the run's final report (epoch N of N, its ``end``) was served to no scrape,
+        and the forecaster, which learns a vanished run as completed only from its
+        last scraped progress, learnt it as cancelled. Why a fixed grace rather than
+        "until a scrape served it": a response written is not a sample stored (a
+        scrape can time out or fail to be ingested), and HA pairs of Prometheus
+        scrape independently; a time covering two scrape intervals holds for all of
+        them, and the store stays unaware of the HTTP server.
+
+        A pod listed again under another uid (a StatefulSet pod recreated under the
+        same name) ends its predecessor's grace: entries last reported when the name
+        was first found gone, or before, are the predecessor's and are dropped now,
+        so the new pod never shows them as its own (its own reports came later; with
+        no call between the two pods, that is all of them, the new pod's first
+        reports of those seconds included). Only the entries linger: the pod is not
+        in the pod list, so it has no pod series and holds no GPU meanwhile. After a
+        restart a gone pod's grace starts again (the times are memory only); a pod
+        whose progress was dropped never comes back (the removal is journaled).
 
         Returns once the removals are on disk (at most ``wait_seconds``; a journal
         that cannot write answers at once). Why wait: the caller serves a snapshot
@@ -288,11 +326,34 @@ class ProgressStore:
         would otherwise bring a removed pod's progress back after a restart, after it
         had been shown gone.
         """
-        alive = set(live)
         with self._lock:
-            durable = self._remove(
-                [key for key in self._entries if (key[0], key[1]) not in alive], wait=True
-            )
+            held: dict[Pair, list[Key]] = {}
+            for key in self._entries:
+                held.setdefault(key[:2], []).append(key)
+            drop: list[Key] = []
+            for pair, keys in held.items():
+                uid = live.get(pair)
+                if uid is None:  # not listed: gone, since the first call that saw it so
+                    since = self._gone_since.setdefault(pair, now)
+                    if now - since >= self._gone_grace:
+                        drop.extend(keys)
+                    continue
+                since = self._gone_since.pop(pair, now)
+                known = self._uids.get(pair)
+                if uid and known and uid != known:  # a new pod under the same name
+                    drop.extend(
+                        key for key in keys if self._entries[key].last_report_timestamp <= since
+                    )
+            durable = self._remove(drop, wait=True)
+            # every listed pod's uid, reported yet or not: a pod replaced between two
+            # calls right after its first report is told from its successor too
+            uids = {pair: uid for pair, uid in live.items() if uid}
+            still = {key[:2] for key in self._entries}
+            for pair in still - uids.keys():  # gone, lingering: the uid it left under
+                if pair in self._uids:
+                    uids[pair] = self._uids[pair]
+            self._uids = uids
+            self._gone_since = {p: t for p, t in self._gone_since.items() if p in still}
         if durable is not None:
             durable.wait(wait_seconds)
 

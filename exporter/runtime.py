@@ -73,7 +73,9 @@ class Runtime:
                     f"--progress.state-file {state} is not a regular file (a directory?); "
                     f"name a file, e.g. {state / 'progress.json'}"
                 )
-            self.store = ctx.store = store_mod.ProgressStore(state_path=state)
+            self.store = ctx.store = store_mod.ProgressStore(
+                state_path=state, gone_grace_seconds=cfg.progress_gone_grace_seconds
+            )
             if ctx.simulated is None and not cfg.enabled("kube"):
                 log.warning(
                     "collector kube is off: progress reports and container logs cannot be "

@@ -15,9 +15,9 @@ renders. This is the boundary of the error flow (docs/exporter.md):
 Stage 1 runs ``gpu``, ``podresources``, ``kube``, ``logs`` and ``progress`` (the
 HTTP endpoint: is it serving, what did it count) concurrently; stage 2 runs
 ``cgroup`` (needs the pids from ``gpu``), ``hostmemory`` (needs the pods from
-``kube``) and the progress-store read (drops progress of pods that are gone, ends
-the plan-less HTTP runs of pods that succeeded, then reads the store), so a cycle
-takes about two timeouts at worst.
+``kube``) and the progress-store read (drops progress of pods gone for longer than
+the store's grace, ends the plan-less HTTP runs of pods that succeeded, then reads the
+store), so a cycle takes about two timeouts at worst.
 
 The store read is a step of the cycle, not a collector: it has no
 ``gpu_eta_exporter_collector_*`` series (both progress sources write the store; its
@@ -76,7 +76,7 @@ class ProgressStoreLike(Protocol):
 
     def snapshot(self) -> tuple[Progress, ...]: ...
 
-    def retain(self, live: Iterable[tuple[str, str]]) -> None: ...
+    def retain(self, live: Mapping[tuple[str, str], str], now: float) -> None: ...
 
     def end_finished(self, succeeded: Iterable[tuple[str, str]], now: float) -> int: ...
 
@@ -348,7 +348,8 @@ class Scheduler:
 
             def read_progress() -> tuple[Progress, ...]:
                 if kube_known:  # never drop progress because the pod list is unknown
-                    store.retain((p.namespace, p.name) for p in pods)
+                    # by uid: a pod recreated under a gone pod's name ends its grace
+                    store.retain({(p.namespace, p.name): p.uid for p in pods}, self._clock())
                     # a pod that succeeded ended its plan-less HTTP runs (docs/progress.md)
                     store.end_finished(
                         ((p.namespace, p.name) for p in pods if p.phase == "Succeeded"),

@@ -116,6 +116,8 @@ def test_mapping_applies_keys_and_collectors() -> None:
         ({"kube.max-pods": "0"}, "kube.max-pods: must be between 1 and"),
         ({"kube.max-pods": "many"}, "kube.max-pods: expected a whole number"),
         ({"kube.max-pods": True}, "kube.max-pods: expected a whole number"),
+        ({"progress.gone-grace": "2h"}, "progress.gone-grace: must be at most 3600s"),
+        ({"progress.gone-grace": "-1s"}, "progress.gone-grace: expected a duration"),
     ],
 )
 def test_mapping_errors_name_the_key(data, fragment: str) -> None:
@@ -128,6 +130,16 @@ def test_kube_max_pods_from_a_flag_or_the_file() -> None:
     assert Config().kube_max_pods == 1000
     assert config_from_mapping({"kube.max-pods": "5000"}).kube_max_pods == 5000
     assert config_from_mapping({"kube.max-pods": 20}).kube_max_pods == 20
+
+
+def test_progress_gone_grace_is_a_duration_zero_included() -> None:
+    """Two of Prometheus' default 1 m scrape intervals unless told; 0 drops a gone
+    pod's progress at the next collection."""
+    assert Config().progress_gone_grace_seconds == 120.0
+    for raw, seconds in (("0", 0.0), ("0s", 0.0), (0, 0.0), ("90s", 90.0), ("1h", 3600.0)):
+        assert config_from_mapping({"progress.gone-grace": raw}).progress_gone_grace_seconds == (
+            seconds
+        )
 
 
 def test_docker_containers_is_an_absolute_path_or_none() -> None:

@@ -68,7 +68,7 @@ def _scenario_snapshot() -> Snapshot:
         def snapshot(self):
             return (progress,)
 
-        def retain(self, live):
+        def retain(self, live, now):
             pass
 
         def end_finished(self, finished, now):

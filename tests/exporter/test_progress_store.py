@@ -36,12 +36,17 @@ def test_http_wins_over_logs_until_it_goes_stale():
     assert [(p.source, p.epoch) for p in store.snapshot()] == [("log", 4.0)]
 
 
+def _listed(*pods: str, namespace: str = "ns") -> dict[tuple[str, str], str]:
+    """``retain``'s pod list: each pod under its own uid."""
+    return {(namespace, pod): f"uid-{pod}" for pod in pods}
+
+
 def test_retain_drops_gone_pods_and_bound_holds():
-    store = ProgressStore(max_entries=3)
+    store = ProgressStore(max_entries=3, gone_grace_seconds=0)
     for i in range(5):
         _report(store, pod=f"p{i}", ts=NOW + i)
     assert [p.pod for p in store.snapshot()] == ["p2", "p3", "p4"]  # oldest evicted
-    store.retain([("ns", "p3"), ("other", "p4")])
+    store.retain({**_listed("p3"), **_listed("p4", namespace="other")}, NOW + 5)
     assert [p.pod for p in store.snapshot()] == ["p3"]
 
 
@@ -125,21 +130,21 @@ def _restarted(path, **kwargs):
 
 def test_retained_away_pod_stays_gone_after_a_restart(tmp_path):
     path = tmp_path / "progress.json"
-    store = ProgressStore(path, save_interval_seconds=3600)
+    store = ProgressStore(path, save_interval_seconds=3600, gone_grace_seconds=0)
     _report(store, pod="a")
     _report(store, pod="b")
     store.save()  # the state file holds a and b, the journal is empty
     _report(store, pod="c")  # journal only
-    store.retain([("ns", "b")])  # a (in the state file) and c (in the journal) are gone
+    store.retain(_listed("b"), NOW)  # a (in the state file) and c (in the journal) are gone
     store.journal.close()  # flushed, then "killed": no save
     assert [p.pod for p in _restarted(path).snapshot()] == ["b"]
 
 
 def test_a_pod_reported_again_after_its_removal_comes_back_with_the_new_report(tmp_path):
     path = tmp_path / "progress.json"
-    store = ProgressStore(path, save_interval_seconds=3600)
+    store = ProgressStore(path, save_interval_seconds=3600, gone_grace_seconds=0)
     _report(store, pod="a", epoch=5.0)
-    store.retain([])
+    store.retain({}, NOW)
     _report(store, pod="a", epoch=1.0, ts=NOW + 60)  # a pod of the same name, recreated
     store.journal.close()
     (p,) = _restarted(path).snapshot()
@@ -179,13 +184,13 @@ def test_retain_returns_once_the_removal_is_on_disk(tmp_path):
     """The snapshot read after ``retain`` is served without the removed pod; a kill
     after that must not bring it back, so ``retain`` waits for the journal's sync."""
     path = tmp_path / "progress.json"
-    store = ProgressStore(path, save_interval_seconds=3600)
+    store = ProgressStore(path, save_interval_seconds=3600, gone_grace_seconds=0)
     _report(store, pod="a")
     _report(store, pod="b")
     returned = threading.Event()
 
     def retain() -> None:
-        store.retain([("ns", "b")])
+        store.retain(_listed("b"), NOW)
         returned.set()
 
     with store.journal.io_lock:  # the journal cannot write while this is held
@@ -200,11 +205,86 @@ def test_retain_returns_once_the_removal_is_on_disk(tmp_path):
 
 
 def test_retain_does_not_wait_for_a_journal_that_stopped(tmp_path):
-    store = ProgressStore(tmp_path / "progress.json", save_interval_seconds=3600)
+    store = ProgressStore(
+        tmp_path / "progress.json", save_interval_seconds=3600, gone_grace_seconds=0
+    )
     _report(store, pod="a")
     store.journal.close()
-    store.retain([], wait_seconds=30.0)  # acknowledged at once (not written): no hang
+    store.retain({}, NOW, wait_seconds=30.0)  # acknowledged at once (not written): no hang
     assert store.snapshot() == ()
+
+
+# -- a gone pod's progress is served for a grace, then dropped for good --------------
+
+GRACE = 120.0
+
+
+def test_a_gone_pods_progress_is_served_for_the_grace_then_dropped_for_good(tmp_path):
+    """The grace counts from the first ``retain`` that did not list the pod; the drop
+    at its end is journaled like any removal, so a restart never brings it back."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600, gone_grace_seconds=GRACE)
+    _report(store, pod="a", epoch=10.0)  # its final report, then the pod is deleted
+    _report(store, pod="b")
+    store.retain(_listed("b"), NOW + 5)
+    store.retain(_listed("b"), NOW + 5 + GRACE - 1)
+    assert [p.pod for p in store.snapshot()] == ["a", "b"]
+    assert store.get("ns", "a", "main", "http").epoch == 10.0
+    store.retain(_listed("b"), NOW + 5 + GRACE)
+    assert [p.pod for p in store.snapshot()] == ["b"]
+    store.journal.close()  # flushed, then "killed": no save
+    assert [p.pod for p in _restarted(path).snapshot()] == ["b"]
+
+
+def test_a_pod_listed_again_under_its_uid_keeps_its_progress():
+    """A pod list that missed a pod for a while (a relist) did not end it."""
+    store = ProgressStore(gone_grace_seconds=GRACE)
+    _report(store, pod="a")
+    store.retain(_listed("a"), NOW)
+    store.retain({}, NOW + 5)
+    store.retain(_listed("a"), NOW + 10)
+    store.retain({}, NOW + 15)  # gone again: a grace of its own, from here
+    store.retain({}, NOW + 15 + GRACE - 1)
+    assert [p.pod for p in store.snapshot()] == ["a"]
+    store.retain({}, NOW + 15 + GRACE)
+    assert store.snapshot() == ()
+
+
+@pytest.mark.parametrize("gap", [True, False])
+def test_a_pod_recreated_under_the_same_name_never_shows_its_predecessors_progress(gap):
+    """A StatefulSet pod: deleted, recreated under its name with another uid, within
+    the grace. Its predecessor's progress is dropped when the new pod is listed; a
+    report of the new pod made after the name was found gone is its own and stays.
+    Recreated between two calls (no ``gap``), every entry of the name is dropped."""
+    store = ProgressStore(gone_grace_seconds=GRACE)
+    _report(store, pod="a", epoch=5.0, ts=NOW)
+    store.retain({("ns", "a"): "uid-old"}, NOW + 1)
+    if gap:
+        store.retain({}, NOW + 6)  # found gone
+        _report(store, pod="a", source="log", epoch=1.0, ts=NOW + 8)  # the new pod's
+    store.retain({("ns", "a"): "uid-new"}, NOW + 11)
+    assert [(p.source, p.epoch) for p in store.snapshot()] == ([("log", 1.0)] if gap else [])
+    store.retain({("ns", "a"): "uid-new"}, NOW + 16)
+    assert len(store.snapshot()) == (1 if gap else 0)
+
+
+def test_an_unknown_uid_never_counts_as_another_pod():
+    store = ProgressStore(gone_grace_seconds=GRACE)
+    _report(store, pod="a")
+    store.retain({("ns", "a"): "uid-a"}, NOW)
+    store.retain({("ns", "a"): ""}, NOW + 5)
+    store.retain({("ns", "a"): "uid-a"}, NOW + 10)
+    assert [p.pod for p in store.snapshot()] == ["a"]
+
+
+def test_lingering_progress_counts_against_the_bound():
+    """Progress of gone pods is still held: the entry bound and eviction cover it."""
+    store = ProgressStore(max_entries=2, gone_grace_seconds=GRACE)
+    _report(store, pod="gone", ts=NOW)
+    store.retain({}, NOW + 1)
+    _report(store, pod="b", ts=NOW + 2)
+    _report(store, pod="c", ts=NOW + 3)
+    assert [p.pod for p in store.snapshot()] == ["b", "c"]
 
 
 # -- a container that exited 0 ends its plan-less runs ------------------------------

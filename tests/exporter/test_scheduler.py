@@ -10,7 +10,8 @@ import pytest
 
 from gpu_eta.exporter.collectors import CollectorError, NoData
 from gpu_eta.exporter.exposition import SnapshotExposition
-from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.progress import Report
+from gpu_eta.exporter.progress_store import DEFAULT_GONE_GRACE_SECONDS, ProgressStore
 from gpu_eta.exporter.readings import (
     Allocation,
     ContainerRef,
@@ -83,8 +84,8 @@ def test_full_cycle_joins_sources() -> None:
         def snapshot(self):
             return (Progress("ns", "p", "c", "r", 1, 2, "http", epoch=1),)
 
-        def retain(self, live):
-            store_calls.append(list(live))
+        def retain(self, live, now):
+            store_calls.append((dict(live), now))
 
         def end_finished(self, finished, now):
             store_calls.append(("ended", list(finished), now))
@@ -117,7 +118,7 @@ def test_full_cycle_joins_sources() -> None:
     assert hostmem.args == ((POD, DONE, PART),)
     # gone pods dropped first, then the runs of the pods that succeeded ended
     assert store_calls == [
-        [("ns", "p"), ("ns", "done"), ("ns", "part")],
+        ({("ns", "p"): "uid-1", ("ns", "done"): "uid-2", ("ns", "part"): "uid-3"}, 1234.5),
         ("ended", [("ns", "done")], 1234.5),
     ]
     (row,) = snap.pod_gpus
@@ -206,7 +207,7 @@ def test_progress_not_dropped_while_pods_unknown() -> None:
         def snapshot(self):
             return ()
 
-        def retain(self, live):
+        def retain(self, live, now):
             retained.append(list(live))
 
         def end_finished(self, finished, now):
@@ -278,7 +279,7 @@ def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) ->
         def snapshot(self):
             return ()
 
-        def retain(self, live):
+        def retain(self, live, now):
             pass
 
         def end_finished(self, finished, now):
@@ -361,7 +362,7 @@ class FailingStore:
             raise self.error
         return (Progress("ns", "p", "c", "r", 1, 2, "log", epoch=1),)
 
-    def retain(self, live):
+    def retain(self, live, now):
         pass
 
     def end_finished(self, finished, now):
@@ -599,3 +600,49 @@ def test_a_finished_pod_a_full_pod_cache_let_go_holds_no_gpu_while_the_watch_is_
     )
     snap = sched.collect_once()
     assert [(r.pod, r.utilization_ratio) for r in snap.pod_gpus] == rows
+
+
+# -- a pod deleted right after its final report ----------------------------------------
+
+FINISHED_AT = 1_800_000_000.0
+
+
+def _served(text: str, name: str, pod: str) -> list[str]:
+    """The values of ``name`` for ``pod`` in an exposition."""
+    return [
+        line.rsplit(" ", 1)[1]
+        for line in text.splitlines()
+        if line.startswith(name + "{") and f'pod="{pod}"' in line
+    ]
+
+
+def test_a_gone_pods_final_report_is_served_until_a_scrape_can_see_it() -> None:
+    """A Job deleted as soon as it finished (``ttlSecondsAfterFinished: 0``, Argo's
+    ``podGC: OnPodCompletion``): its last report came seconds before the pod left the
+    list, and Prometheus scrapes every 15-60 s. The final epoch must be in /metrics
+    for the grace after the pod left, or the forecaster never sees the run complete;
+    meanwhile the pod is no pod of the node (no pod_info, no GPU row), and after the
+    grace its progress is dropped."""
+    now = [FINISHED_AT]
+    store = ProgressStore()
+    allocation = Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a")
+    pods, allocations = Source((POD,)), Source((allocation,))
+    sched, holder = _scheduler(
+        Sources(gpu=Source(GPU), allocations=allocations, pods=pods, progress_store=store),
+        clock=lambda: now[0],
+    )
+    store.merge("ns", "p", "c", "http", Report(run_id="r", epoch=9, epochs=10), now[0])
+    sched.collect_once()  # scraped: epoch 9
+    store.merge("ns", "p", "c", "http", Report(run_id="r", epoch=10, event="end"), now[0] + 1)
+    pods.value, allocations.value = (), ()  # deleted at once, the kubelet let go of the GPU
+    now[0] += 5
+    sched.collect_once()  # the next collection, before the next scrape
+    text = SnapshotExposition(holder, version="1").exposition().decode()
+    assert _served(text, "gpu_eta_training_epoch", "p") == ["10.0"]
+    assert _served(text, "gpu_eta_training_epochs_planned", "p") == ["10.0"]
+    assert _served(text, "gpu_eta_pod_info", "p") == []
+    assert holder.get().pod_gpus == ()
+    now[0] += DEFAULT_GONE_GRACE_SECONDS - 5  # the grace counts from the first collection
+    assert [p.epoch for p in sched.collect_once().progress] == [10.0]
+    now[0] += 5
+    assert sched.collect_once().progress == ()

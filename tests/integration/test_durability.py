@@ -93,7 +93,8 @@ def serves_pod(port: int, pod: str) -> bool:
 
 def durable_args(tmp_path: Path, scenario_text: str) -> tuple[str, ...]:
     """The exporter's flags for a simulated node (``scenario_text``) that keeps its
-    progress in ``tmp_path/state/progress.json``, collecting every second."""
+    progress in ``tmp_path/state/progress.json``, collecting every second and
+    dropping a gone pod's progress 2 s after it left (the grace, not the default 2 m)."""
     scenario = tmp_path / "node.yaml"
     scenario.write_text(scenario_text)
     state = tmp_path / "state" / "progress.json"
@@ -104,6 +105,8 @@ def durable_args(tmp_path: Path, scenario_text: str) -> tuple[str, ...]:
         str(state),
         "--collection.interval",
         "1s",
+        "--progress.gone-grace",
+        "2s",
     )
 
 

@@ -157,3 +157,52 @@ def test_scenario_rewrite_is_picked_up_and_bad_rewrite_is_survived(
     assert prom.query('gpu_eta_pod_info{pod="newcomer"}')
     assert prom.query('gpu_eta_exporter_collector_success{collector="gpu"} == 1')
     assert exporter.process.poll() is None
+
+
+JOB_NODE = """
+version: 1
+node: sim-ttl
+gpus:
+  - {index: 0}
+pods:
+  - name: keeper
+    namespace: ml
+    uid: uid-k
+    ip: 127.0.0.42
+    containers:
+      - {name: main}
+  - name: trainer
+    namespace: ml
+    uid: uid-t
+    ip: 127.0.0.41
+    containers:
+      - {name: train, gpus: [{gpu: 0, utilization: 0.9, memory: 1GiB}]}
+"""
+
+
+def test_a_job_deleted_right_after_its_final_report_is_scraped_complete(
+    exporter_factory, prometheus_factory, tmp_path: Path
+) -> None:
+    """``ttlSecondsAfterFinished: 0``: the pod leaves the list a second after its final
+    report, long before the next scrape (10 s here, 15-60 s at sites). Prometheus must
+    still get the run's last epoch (the forecaster learns a vanished run as completed
+    only from it), and no pod series of the deleted pod."""
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(JOB_NODE)
+    exporter = _start(exporter_factory, tmp_path, "--simulate", str(scenario))
+    prom = prometheus_factory([ScrapeJob("sim", [exporter.target])], scrape_interval="10s")
+    report = {"run_id": "ttl-1", "epoch": 5, "epochs": 6}
+    assert post_progress(exporter.progress_port, "127.0.0.41", report) == 200
+    prom.wait_for('gpu_eta_training_epoch{pod="trainer"} == 5', timeout=30)  # just scraped
+    final = {"run_id": "ttl-1", "epoch": 6, "event": "end"}
+    assert post_progress(exporter.progress_port, "127.0.0.41", final) == 200
+    tmp = scenario.with_suffix(".tmp")
+    tmp.write_text(JOB_NODE.split("  - name: trainer")[0])  # the Job's pod is deleted
+    tmp.replace(scenario)
+    prom.wait_for('absent(gpu_eta_pod_info{pod="trainer"})', timeout=30)
+    (last,) = prom.wait_for('gpu_eta_training_epoch{pod="trainer"} == 6', timeout=30)
+    assert last["metric"]["run_id"] == "ttl-1"
+    (planned,) = prom.query('gpu_eta_training_epochs_planned{pod="trainer"}')
+    assert float(planned["value"][1]) == 6
+    assert prom.query('gpu_eta_pod_info{pod="trainer"}') == []
+    assert prom.query('gpu_eta_pod_gpu_allocated{pod="trainer"}') == []
