@@ -290,7 +290,13 @@ class ProgressStore:
         with self._lock:
             return self._entries.get((namespace, pod, container, source))
 
-    def retain(self, live: Mapping[Pair, str], now: float, wait_seconds: float = 1.0) -> None:
+    def retain(
+        self,
+        live: Mapping[Pair, str],
+        now: float,
+        wait_seconds: float = 1.0,
+        started: Mapping[Pair, float] | None = None,
+    ) -> None:
         """Keep the progress of the listed pods, and of gone pods for a grace.
 
         ``live``: the node's pods now, (namespace, pod) → uid (``""`` when unknown);
@@ -309,6 +315,14 @@ class ProgressStore:
         scrape can time out or fail to be ingested), and HA pairs of Prometheus
         scrape independently; a time covering two scrape intervals holds for all of
         them, and the store stays unaware of the HTTP server.
+
+        ``started``: each listed pod's start (its ``status.startTime``, set by the
+        kubelet of this node: the clock reports are timed by). An entry last reported
+        before its listed pod started is a predecessor's under the same name and is
+        dropped: the rule needs no memory, so it holds across an exporter restart
+        during a grace (the uids below are memory only, and a recreated pod's first
+        listing would otherwise keep its predecessor's entries on show until its own
+        first report replaced them).
 
         A pod listed again under another uid (a StatefulSet pod recreated under the
         same name) ends its predecessor's grace: entries last reported when the name
@@ -335,9 +349,14 @@ class ProgressStore:
                 uid = live.get(pair)
                 if uid is None:  # not listed: gone, since the first call that saw it so
                     since = self._gone_since.setdefault(pair, now)
+                    if now < since:  # the wall clock stepped back: count from here
+                        since = self._gone_since[pair] = now
                     if now - since >= self._gone_grace:
                         drop.extend(keys)
                     continue
+                start = started.get(pair) if started else None
+                if start is not None:
+                    drop.extend(k for k in keys if self._entries[k].last_report_timestamp < start)
                 since = self._gone_since.pop(pair, now)
                 known = self._uids.get(pair)
                 if uid and known and uid != known:  # a new pod under the same name

@@ -76,7 +76,13 @@ class ProgressStoreLike(Protocol):
 
     def snapshot(self) -> tuple[Progress, ...]: ...
 
-    def retain(self, live: Mapping[tuple[str, str], str], now: float) -> None: ...
+    def retain(
+        self,
+        live: Mapping[tuple[str, str], str],
+        now: float,
+        wait_seconds: float = 1.0,
+        started: Mapping[tuple[str, str], float] | None = None,
+    ) -> None: ...
 
     def end_finished(self, succeeded: Iterable[tuple[str, str]], now: float) -> int: ...
 
@@ -349,7 +355,15 @@ class Scheduler:
             def read_progress() -> tuple[Progress, ...]:
                 if kube_known:  # never drop progress because the pod list is unknown
                     # by uid: a pod recreated under a gone pod's name ends its grace
-                    store.retain({(p.namespace, p.name): p.uid for p in pods}, self._clock())
+                    store.retain(
+                        {(p.namespace, p.name): p.uid for p in pods},
+                        self._clock(),
+                        started={
+                            (p.namespace, p.name): p.start_timestamp
+                            for p in pods
+                            if p.start_timestamp is not None
+                        },
+                    )
                     # a pod that succeeded ended its plan-less HTTP runs (docs/progress.md)
                     store.end_finished(
                         ((p.namespace, p.name) for p in pods if p.phase == "Succeeded"),

@@ -68,7 +68,7 @@ def _scenario_snapshot() -> Snapshot:
         def snapshot(self):
             return (progress,)
 
-        def retain(self, live, now):
+        def retain(self, live, now, started=None):
             pass
 
         def end_finished(self, finished, now):

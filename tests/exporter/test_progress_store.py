@@ -346,3 +346,36 @@ def test_an_end_by_exit_survives_a_restart(tmp_path, stop):
     assert (p.epochs, p.steps, p.ended_timestamp) == (None, 310.0, NOW + 60)
     assert again.end_finished([("ns", "a")], NOW + 900) == 0
     again.close()
+
+
+def test_a_restart_in_the_grace_never_shows_a_predecessors_progress_as_a_recreated_pods(
+    tmp_path,
+):
+    """The uids a grace is judged by are memory only: restarted during a gone pod's
+    grace (a DaemonSet roll), the store listed a StatefulSet pod recreated under the
+    name with its predecessor's epoch 9 as its own. An entry last reported before its
+    listed pod started (``status.startTime``, the node's clock) is a predecessor's."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    _report(store, epoch=9.0)
+    store.retain({("ns", "a"): "uid-old"}, NOW + 1)
+    store.retain({}, NOW + 6)  # found gone: its grace starts
+    store.journal.close()  # the exporter restarts
+    again = ProgressStore(path, save_interval_seconds=3600)
+    again.retain({("ns", "a"): "uid-new"}, NOW + 30, started={("ns", "a"): NOW + 20})
+    assert again.snapshot() == ()
+    _report(again, epoch=1.0, ts=NOW + 40)  # its own reports are kept
+    again.retain({("ns", "a"): "uid-new"}, NOW + 45, started={("ns", "a"): NOW + 20})
+    assert [p.epoch for p in again.snapshot()] == [1.0]
+    third = ProgressStore(path, save_interval_seconds=3600)  # the drop was journaled
+    assert [p.epoch for p in third.snapshot()] == [1.0]
+
+
+def test_a_wall_clock_stepped_back_does_not_stretch_a_grace():
+    store = ProgressStore(gone_grace_seconds=120)
+    _report(store)
+    store.retain({("ns", "a"): "u"}, NOW)
+    store.retain({}, NOW + 5)  # gone from here
+    store.retain({}, NOW + 5 - 3600)  # NTP steps the clock back an hour
+    store.retain({}, NOW + 5 - 3600 + 600)  # ten minutes on
+    assert store.snapshot() == ()

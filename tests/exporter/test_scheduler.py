@@ -84,7 +84,7 @@ def test_full_cycle_joins_sources() -> None:
         def snapshot(self):
             return (Progress("ns", "p", "c", "r", 1, 2, "http", epoch=1),)
 
-        def retain(self, live, now):
+        def retain(self, live, now, started=None):
             store_calls.append((dict(live), now))
 
         def end_finished(self, finished, now):
@@ -207,7 +207,7 @@ def test_progress_not_dropped_while_pods_unknown() -> None:
         def snapshot(self):
             return ()
 
-        def retain(self, live, now):
+        def retain(self, live, now, started=None):
             retained.append(list(live))
 
         def end_finished(self, finished, now):
@@ -279,7 +279,7 @@ def test_contract_any_raising_collector_is_success_zero_on_metrics(name: str) ->
         def snapshot(self):
             return ()
 
-        def retain(self, live, now):
+        def retain(self, live, now, started=None):
             pass
 
         def end_finished(self, finished, now):
@@ -362,7 +362,7 @@ class FailingStore:
             raise self.error
         return (Progress("ns", "p", "c", "r", 1, 2, "log", epoch=1),)
 
-    def retain(self, live, now):
+    def retain(self, live, now, started=None):
         pass
 
     def end_finished(self, finished, now):
