@@ -37,7 +37,10 @@ def readable(text: str) -> str:
     value that can be shown, parsed or written back (never a lone surrogate)."""
     if utf8_encodable(text):
         return text
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a surrogate no byte became: JSON's "\ud800" escape
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def without_credentials(url: str) -> str:

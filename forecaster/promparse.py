@@ -139,10 +139,12 @@ def decode_answer(body: bytes | str, status: int) -> tuple[dict, tuple[str, ...]
     if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
         raise PromAPIError(f"HTTP {status}: not a Prometheus API response")
     if doc["status"] == "error":
-        etype = _printable(str(doc.get("errorType", "error"))[:64])
+        etype = clean_warning(str(doc.get("errorType", "error"))[:64], 64)
         whole = str(doc.get("error", ""))
         kind = PromQueryError if query_refused(etype, status, whole) else PromAPIError
-        raise kind(f"HTTP {status}: {etype}: {_printable(_head_and_tail(whole))}")
+        # the server's text, shown by top and logged by serve: one clean line too
+        said = clean_warning(_head_and_tail(whole), 1000)
+        raise kind(f"HTTP {status}: {etype}: {said}")
     if status >= 400:
         raise PromAPIError(f"HTTP {status}")
     data = doc.get("data")
@@ -161,7 +163,7 @@ _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 def clean_warning(text: str, limit: int = _MAX_WARNING) -> str:
-    """One warning of a server's answer as one printable line of at most ``limit``
+    """One warning (or error text) of a server's answer as one printable line of at most ``limit``
     characters: escape sequences and control characters (a newline, a terminal's
     colour or clear-screen) removed, runs of spaces made one. Why: it is shown in a
     terminal as it came, and a proxy or a store can put anything in it."""
@@ -354,11 +356,6 @@ def _snippet(value: object, limit: int) -> str:
         return repr(value)[:limit]
     except RecursionError:  # nested as deep as the decoder allowed
         return "(deeply nested)"
-
-
-def _printable(text: str) -> str:
-    """``text`` with any lone surrogate written as an escape, so it can be logged."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _short(query: str) -> str:

@@ -352,6 +352,13 @@ def _rich_table(
         min(w, _WRAP_MIN_WIDTH) if h in _WRAPPING else w for h, w in zip(headers, full, strict=True)
     ]
     kept = fitting_columns(headers, narrowest, _LEAVE_OUT.get(title, ()), max_width)
+    # the last resort, once every column that may go is gone: the pod name folds onto
+    # more lines (a Kubeflow-style name of 60-70 characters pushed ETA and the flags
+    # past the right edge, where rich cut them off)
+    folding = _WRAPPING
+    if "POD" in headers and table_width([narrowest[i] for i in kept]) > max_width:
+        folding = _WRAPPING | {"POD"}
+        narrowest[headers.index("POD")] = min(full[headers.index("POD")], _WRAP_MIN_WIDTH)
     left_out = [h for i, h in enumerate(headers) if i not in kept]
     caption = None
     if left_out:
@@ -363,7 +370,7 @@ def _rich_table(
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for i in kept:
         h = headers[i]
-        if h in _WRAPPING:
+        if h in folding:
             table.add_column(h, overflow="fold", min_width=narrowest[i])
         else:
             table.add_column(h, no_wrap=True, min_width=full[i])

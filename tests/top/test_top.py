@@ -1047,6 +1047,34 @@ def test_warnings_from_outside_are_cleaned_deduplicated_and_bounded(http_server)
     assert code == 0 and json.loads(out)["warnings"] == list(view.warnings)
 
 
+def test_a_refusals_text_and_a_lone_surrogate_are_one_clean_line(http_server) -> None:  # noqa: F811
+    """A refusal's ``error`` is the server's text too: its escapes (a clear-screen) and
+    line breaks reached the terminal, and the one error line became two; a warning
+    holding JSON's ``\\ud800`` escape (a lone surrogate) ended top in a traceback."""
+
+    from urllib.parse import parse_qs, urlsplit
+
+    def answer(req) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        body = req.rfile.read(length).decode() if length else urlsplit(req.path).query
+        if parse_qs(body).get("query", [""])[0] == "gpu_eta_gpu_info":
+            refusal = {"status": "error", "errorType": "execution\x1b[2J",
+                       "error": "\x1b[2J\x1b[31mred\x07 boom\r\nsecond line"}  # fmt: skip
+            reply(req, 422, json.dumps(refusal).encode())
+        else:
+            doc = {"status": "success", "data": {"resultType": "vector", "result": []},
+                   "warnings": ["store \ud800 down"]}  # fmt: skip
+            reply(req, 200, json.dumps(doc).encode())
+
+    url, _ = http_server(answer)
+    code, out, err = run_top("--prometheus.url", url, "--once", "--plain")
+    assert code == 0 and "Traceback" not in err, err
+    (line,) = [x for x in out.splitlines() if x.startswith("error:")]
+    assert "red boom second line" in line and "\x1b" not in line and "\x07" not in line
+    (warned,) = [x for x in out.splitlines() if x.startswith("warning:")]
+    assert "store \ufffd" in warned
+
+
 def test_an_answer_that_is_not_a_vector_leaves_only_its_rows_out(http_server) -> None:  # noqa: F811
     """A proxy (or a query edited into another type) answers one of top's queries with a
     scalar, a string or a matrix: not GPU rows (a scalar read as a sample made a GPU
@@ -1155,6 +1183,30 @@ def test_a_refreshing_view_keeps_the_last_good_one_when_prometheus_goes_away(
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_a_pod_name_too_long_for_the_terminal_folds_before_eta_and_flags_are_cut(
+    width: int,
+) -> None:
+    """With every column that may go gone, a 69-character pod name still pushed ETA and
+    the flags past the right edge, where rich cut them (the caption did not say so):
+    the name folds instead, as the last resort."""
+    import dataclasses
+
+    from rich.console import Console
+
+    view = top_view.build_view(results(), NOW, "http://prom")
+    pod = "llama-3-70b-sft-lora-r64-lr2e-5-20260115-143022-worker-0"
+    job = dataclasses.replace(view.jobs[0], namespace="research-nlp", pod=pod, stalled=True)
+    view = dataclasses.replace(view, jobs=(job,))
+    console = Console(file=io.StringIO(), width=width, record=True)
+    console.print(top_render.render_rich(view, timezone.utc))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= width
+    text = "".join(lines)
+    for cell in ("7/20", "22:16:40", "stalled"):
+        assert cell in text, (cell, lines)
 
 
 def test_rich_tables_at_80_columns_leave_out_the_least_important_columns_and_say_so() -> None:
