@@ -11,6 +11,7 @@ kind and per job)::
     python bench/forecast_accuracy.py --json out.json     # every figure, for scripts
     python bench/forecast_accuracy.py --speed             # fit/predict/evaluate timings
     python bench/forecast_accuracy.py --mid-epoch         # coverage between progress points
+    python bench/forecast_accuracy.py --mid-epoch --corpus mlperf-confirm --limit 1500
     python bench/forecast_accuracy.py --no-repeats --corpus mlperf-confirm  # nothing repeats
     python bench/forecast_accuracy.py --no-identity --corpus mlperf-confirm  # bare files
     python bench/forecast_accuracy.py --percent --corpus cpu-steps  # progress in percent
@@ -897,41 +898,82 @@ def speed() -> None:
     )
 
 
-def mid_epoch_coverage(runs: Sequence[Run], fraction: float) -> tuple[float, float, int]:
-    """P10–P90 coverage of the forecasts made at each scored epoch end, and of the same
-    forecasts asked again ``fraction`` of the way into the next epoch (``predict(run,
-    now)`` shifts them to ``now``), with the truth counted from that moment.
+# Where a forecast is asked again between progress points: that share of the way to the
+# next one, and a grid of moments spread evenly inside the interval (a reader of ``top``
+# looks at any moment, not at chosen ones).
+MID_FRACTIONS = (0.5, 0.9, 0.99)
+MID_GRID = tuple((i + 0.5) / 10 for i in range(10))
 
-    Why: the published coverage is measured at epoch ends, while people read ``top``
-    at any moment; this shows whether the shift to ``now`` keeps the intervals honest.
-    The same replay as ``evaluate`` (``Replay``, ``replay_events``).
+
+@dataclass
+class MidEpoch:
+    """P10–P90 hits and P50 errors (in % of the true remaining time) per moment:
+    ``0.0`` at the point, each of ``MID_FRACTIONS``, and ``"spread"`` for ``MID_GRID``."""
+
+    hits: dict[float | str, list[bool]] = field(default_factory=dict)
+    errors: dict[float | str, list[float]] = field(default_factory=dict)
+
+    def add(self, key: float | str, f: Forecast, truth: float) -> None:
+        self.hits.setdefault(key, []).append(f.p10 <= truth <= f.p90)
+        if truth > 0:
+            self.errors.setdefault(key, []).append(abs(f.p50 - truth) / truth)
+
+    def coverage(self, key: float | str) -> float:
+        hits = self.hits.get(key, [])
+        return float(np.mean(hits)) if hits else math.nan
+
+    def error(self, key: float | str) -> float:
+        errors = self.errors.get(key, [])
+        return float(np.median(errors)) if errors else math.nan
+
+    @property
+    def n(self) -> int:
+        return len(self.hits.get(0.0, []))
+
+
+def mid_epoch_coverage(runs: Sequence[Run]) -> MidEpoch:
+    """P10–P90 coverage and P50 error of the forecasts made at each scored progress
+    point, and of the same forecasts asked again part-way to the next point
+    (``predict(run, now)`` moves them to ``now``), with the truth counted from then.
+
+    Why: the published scores are measured at progress points, while people read
+    ``top`` at any moment; this shows whether the move to ``now`` keeps the intervals
+    honest and the median close. The same replay as ``evaluate`` (``Replay``,
+    ``replay_events``), once: the model at a point is the one every moment after it
+    in the interval is asked of.
     """
     replay = Replay(runs)
-    at_end: list[bool] = []
-    later: list[bool] = []
+    out = MidEpoch()
     for ts, point, part, run in replay_events(runs):
         if point == 0:
             continue  # no epoch in progress to be part-way into
         model = replay.model_at(ts)
         next_end = run.epoch_times[len(part.epoch_times)][1]
-        for now, hits in ((ts, at_end), (ts + fraction * (next_end - ts), later)):
-            f = model.predict(part, now)
-            hits.append(f.p10 <= run.last_timestamp - now <= f.p90)
-    if not at_end:
-        return math.nan, math.nan, 0
-    return float(np.mean(at_end)), float(np.mean(later)), len(at_end)
+        for key, shares in (
+            (0.0, (0.0,)),
+            *((x, (x,)) for x in MID_FRACTIONS),
+            ("spread", MID_GRID),
+        ):
+            for share in shares:
+                now = ts + share * (next_end - ts)
+                out.add(key, model.predict(part, now), run.last_timestamp - now)
+    return out
 
 
-def mid_epoch(paths: Iterable[Path]) -> None:
-    """Per file: coverage at progress points, and half-way, 90 % and 99 % of the way to
-    the next one (on MLPerf's thinned runs a point is 5 % of the run: thousands of
+def mid_epoch(parts: Iterable[tuple[str, Sequence[Run]]]) -> None:
+    """Per file: coverage (and P50's median error) at progress points, half-way, 90 %
+    and 99 % of the way to the next one, and at moments spread evenly inside the
+    intervals (on MLPerf's thinned runs a point is 5 % of the run: thousands of
     samples or several epochs)."""
-    print("file | at a progress point | 50 % to the next | 90 % | 99 % | n")
-    for path in paths:
-        runs = read_runs_file(path).runs
-        end, half, n = mid_epoch_coverage(runs, 0.5)
-        late = [mid_epoch_coverage(runs, f)[1] for f in (0.9, 0.99)]
-        print(f"{path.name} | {end:.1%} | {half:.1%} | {late[0]:.1%} | {late[1]:.1%} | {n}")
+    keys: tuple[float | str, ...] = (0.0, *MID_FRACTIONS, "spread")
+    print(
+        "P10–P90 coverage (P50 median error) · file | at a progress point"
+        " | 50 % to the next | 90 % | 99 % | spread evenly | n"
+    )
+    for label, runs in parts:
+        res = mid_epoch_coverage(runs)
+        cells = " | ".join(f"{res.coverage(k):.1%} ({res.error(k):.1%})" for k in keys)
+        print(f"{label} | {cells} | {res.n}", flush=True)
 
 
 # -- command line --------------------------------------------------------------------
@@ -960,7 +1002,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
     parser.add_argument("--speed", action="store_true", help="only fit/predict/evaluate timings")
     parser.add_argument(
-        "--mid-epoch", action="store_true", help="only coverage part-way into the next epoch"
+        "--mid-epoch",
+        action="store_true",
+        help="only coverage and P50 error part-way to the next progress point"
+        " (the pinned recordings and the MLPerf fixture, or each --corpus given)",
     )
     parser.add_argument(
         "--no-repeats",
@@ -992,12 +1037,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.speed:
         speed()
         return 0
-    if args.mid_epoch:
+    if args.mid_epoch and args.corpus:  # e.g. --corpus mlperf-confirm --limit 1500
+        corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
         mid_epoch(
+            (c.name if len(c.parts) == 1 else f"{c.name} #{i}", part)
+            for c in corpora
+            if c.name in args.corpus
+            for i, part in enumerate(c.parts)
+        )
+        return 0
+    if args.mid_epoch:
+        paths = (
             sorted(FIXTURES.glob("pinned_*.csv"))
             + sorted(FIXTURES.glob("steps_pinned_*.csv.gz"))
             + [FIXTURES / "keras_seed002.csv", FIXTURES / "mlperf_v2_sample.csv.gz"]
         )
+        mid_epoch((path.name, read_runs_file(path).runs) for path in paths)
         return 0
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be ≥ 1")

@@ -320,3 +320,20 @@ def test_by_round_replays_each_round_alone_with_its_own_line() -> None:
     for argv in (["--by-round", "--limit", "5"], ["--by-round", "--corpus", "cpu-shared"]):
         with pytest.raises(SystemExit):
             fa.main(argv)
+
+
+def test_mid_epoch_asks_each_forecast_at_the_point_part_way_and_spread_evenly() -> None:
+    """Runs of one job at a steady 10 s an epoch: every moment has a truth, the grid
+    gives ten moments per point, and the error at a point is the replay's own."""
+    runs = [
+        make_run(f"r{i}", [10.0] * 8, start=1_700_000_000.0 + 200 * i, job_name="j")
+        for i in range(8)
+    ]
+    res = fa.mid_epoch_coverage(runs)
+    assert res.n > 0
+    for key in (0.0, *fa.MID_FRACTIONS):
+        assert len(res.hits[key]) == res.n
+    assert len(res.hits["spread"]) == len(fa.MID_GRID) * res.n == 10 * res.n
+    for key in (0.0, *fa.MID_FRACTIONS, "spread"):
+        assert 0.0 <= res.coverage(key) <= 1.0 and math.isfinite(res.error(key))
+    assert math.isnan(fa.MidEpoch().coverage(0.5)) and fa.MidEpoch().n == 0
