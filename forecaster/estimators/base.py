@@ -37,10 +37,14 @@ DEFAULT_LOG_SIGMA = 2.0
 MIN_SIGMA = 0.03
 Z90 = 1.2815515655446004  # standard normal 0.9 quantile: P10/P90 = median · exp(∓Z90·σ)
 # Remaining times are clamped to this (about 30 years) so no input can overflow exp().
-MAX_LOG_SECONDS = math.log(1e9)
+MAX_SECONDS = 1e9
+MAX_LOG_SECONDS = math.log(MAX_SECONDS)
 MIN_LOG_SECONDS = -20.0
-# An overdue epoch (now past its expected end) still needs this share of an epoch.
-OVERDUE_EPOCH_FLOOR = 0.1
+# The probability levels of P10/P50/P90 with their logs and the logs of their
+# complements (``at_now`` reads the quantiles as a log-logistic distribution: log-odds
+# ln 9 at P90, −ln 9 at P10), computed once: ``at_now`` runs for every forecast.
+LEVELS = tuple((a, math.log(a), math.log1p(-a)) for a in (0.1, 0.5, 0.9))
+LOG_ODDS_90 = math.log(9.0)
 
 
 class NotFittedError(ForecasterError, _SkNotFittedError):
@@ -93,27 +97,86 @@ def default_log_seconds_per_epoch(run: Run) -> float:
 def at_now(
     quantiles: tuple[float, float, float], run: Run, now: float
 ) -> tuple[float, float, float]:
-    """Shift remaining times measured from the last epoch end to ``now``.
+    """Shift remaining times measured from the last progress report to ``now``.
 
-    Time already spent since the last report counts (``remaining - waited``), but once
-    the next report is overdue the run still needs at least the progress after it plus
-    ``OVERDUE_EPOCH_FLOOR`` of it: an ETA never lands in the past, and it slides
-    forward while the run is late instead of collapsing to zero. The next report is
-    expected ``report_increment`` units on: one epoch for a run reporting each epoch,
-    but a run counting samples or steps, or read at sparse points, moves thousands of
-    units a report, and a floor of "all but one unit" froze its ETA between reports.
+    The remaining time is read as two parts: the interval up to the next report
+    (``report_increment`` units on, a share ``f`` of the units left) and the rest
+    after it. Each quantile ``q`` gives ``f·q`` to the interval and ``(1 − f)·q`` to
+    the rest (the same pace for both). The rest holds between reports; the interval
+    is a distribution through its three quantiles (a split log-logistic), and what is
+    left of it is that distribution given that it has lasted ``waited`` seconds
+    already, each quantile at its own level: ``F⁻¹(p0 + α(1 − p0)) − waited`` with
+    ``p0 = F(waited)``.
+
+    Why: well before the report is due this is ``q − waited`` (time spent counts);
+    near and past its expected end P10, P50 and P90 close in on the moment together
+    instead of stopping one by one at a fixed share of the interval, and the rest of
+    an overdue interval grows with how late it is (a log-logistic's power tail: the
+    longer it has lasted, the longer it is likely to last), so an ETA never lands in
+    the past, slides forward while the run is late, and keeps a width — a run late
+    on its last epoch is not "done any moment now" to the second. At ``now`` equal
+    to the report the quantiles are returned as given.
     """
-    waited = max(0.0, now - run.last_timestamp)
     m = remaining_epochs(run)
     if m <= 0:
         return 0.0, 0.0, 0.0
-    d = min(m, report_increment(run))
+    q10, q50, q90 = quantiles
+    p10, p50, p90 = ordered(max(0.0, q10), max(0.0, q50), max(0.0, q90))
+    waited = min(max(0.0, now - run.last_timestamp), MAX_SECONDS)
+    if not waited > 0.0:
+        return p10, p50, p90
+    share = min(m, report_increment(run)) / m
+    u10, u50, u90 = interval_left((share * p10, share * p50, share * p90), waited)
+    rest = 1.0 - share
+    return ordered(rest * p10 + u10, rest * p50 + u50, rest * p90 + u90)
+
+
+def interval_left(
+    interval: tuple[float, float, float], waited: float
+) -> tuple[float, float, float]:
+    """P10/P50/P90 of what is left of an interval with these quantiles (seconds, in
+    order) that has lasted ``waited`` > 0 seconds and not ended: a log-logistic on
+    each side of the median through them, conditioned on lasting past ``waited``.
+
+    Why a log-logistic: its quantiles and conditional quantiles are closed forms in
+    log-odds (no normal quantile function per forecast), and its tail is a power
+    law, so the time left grows in proportion to the time already waited rather than
+    collapsing to zero as a log-normal's does far in its tail. Computed in logs and
+    with ``expm1`` so that a tight interval, a huge ``waited`` or a zero quantile
+    give finite, non-negative values.
+    """
+    t10, t50, t90 = interval
+    if not t50 > 0.0:
+        return 0.0, 0.0, 0.0  # nothing was expected of the interval: nothing is left
+    k_lo = LOG_ODDS_90 / _log_ratio(t50, t10)
+    k_hi = LOG_ODDS_90 / _log_ratio(t90, t50)
+    r = math.log(waited) - math.log(t50)
+    k0 = k_lo if r < 0.0 else k_hi
+    l0 = r * k0  # log-odds that the interval would have ended by now
     out = []
-    for q in quantiles:
-        q = max(0.0, q)
-        floor = q * (m - d + OVERDUE_EPOCH_FLOOR * d) / m
-        out.append(max(q - waited, floor))
-    return ordered(out[0], out[1], out[2])
+    for a, la, l1a in LEVELS:
+        # log-odds of level p0 + a·(1 − p0), less l0: ≥ 0, without cancellation
+        if l0 >= la:
+            gain = math.log1p(a * math.exp(-l0)) - l1a
+        else:
+            gain = la - l0 + math.log1p(math.exp(l0 - la)) - l1a
+        level = l0 + gain
+        same_side = (l0 < 0.0) == (level < 0.0)  # then one slope, and no cancellation
+        log_ratio = gain / k0 if same_side else level / k_hi - l0 / k_lo
+        if log_ratio > 1.0:  # far from the moment: no cancellation, but may overflow
+            out.append(safe_exp(math.log(waited) + log_ratio) - waited)
+        else:
+            out.append(waited * math.expm1(log_ratio))
+    return out[0], out[1], out[2]
+
+
+def _log_ratio(upper: float, lower: float) -> float:
+    """``ln(upper / lower)`` kept within (0, the widest ratio a forecast may span]: a
+    zero-width side stays a very steep one, a zero lower bound a very wide one."""
+    widest = MAX_LOG_SECONDS - MIN_LOG_SECONDS
+    if not lower > 0.0:
+        return widest
+    return min(max(math.log(upper) - math.log(lower), 1e-9), widest)
 
 
 def report_increment(run: Run, last: int = 5) -> float:

@@ -73,16 +73,16 @@ def test_time_since_last_epoch_counts_but_never_into_the_past() -> None:
     later = est.predict(run, run.last_timestamp + 4)
     assert later.p50 == pytest.approx(at_end.p50 - 4, rel=1e-6)
     overdue = est.predict(run, run.last_timestamp + 1000)
-    # 4 more epochs plus at least a tenth of the current one
-    assert overdue.p50 >= at_end.p50 * 4.1 / 5 - 1e-9
+    # 4 more epochs plus some of the current one, which is long overdue
+    assert overdue.p50 > at_end.p50 * 4 / 5
     assert overdue.p10 >= 0
 
 
 def test_a_run_counting_samples_counts_down_between_its_reports() -> None:
     """A run whose reports are thousands of units apart (samples, steps, a log read at
     evaluation blocks) is forecast part-way between them from the time since its last
-    one: the floor of an overdue report is a tenth of the next report's share, not all
-    but one unit of the plan (which froze the ETA until the next report)."""
+    one: an overdue report holds the reports after it, not all but one unit of the
+    plan (which froze the ETA until the next report)."""
     start = 1_700_000_000.0
     times = ((0.0, start), *((k * 1e5, start + 10.0 * k) for k in range(1, 6)))
     run = Run("samples", 1e6, times)
@@ -90,10 +90,11 @@ def test_a_run_counting_samples_counts_down_between_its_reports() -> None:
     at_report = est.predict(run, run.last_timestamp)
     halfway = est.predict(run, run.last_timestamp + 5)
     assert at_report.p50 == pytest.approx(50.0, rel=0.05)
-    assert halfway.p50 == pytest.approx(at_report.p50 - 5, rel=1e-6)
+    # half-way, a report not yet due moves the forecast by the time waited (to 1 ms)
+    assert halfway.p50 == pytest.approx(at_report.p50 - 5, abs=1e-3)
     overdue = est.predict(run, run.last_timestamp + 1000)
-    # four reports after the current one, plus a tenth of it
-    assert overdue.p50 == pytest.approx(at_report.p50 * 4.1 / 5, rel=1e-6)
+    # four reports after the current one, plus what is left of the late one
+    assert at_report.p50 * 4 / 5 < overdue.p50 < at_report.p50 * 4 / 5 + 1000
 
 
 def test_stalled_holds_eta_and_widens() -> None:

@@ -1,0 +1,82 @@
+"""``at_now``: a forecast made at a progress report, moved to a later moment."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpu_eta.forecaster.estimators.base import at_now, interval_left
+from tests.forecaster.estimators.runs_factory import make_run
+
+LAST = make_run("last", [1000.0] * 9, planned=10)  # one 1000 s epoch to go
+HALF = make_run("half", [500.0] * 8, planned=10)  # two 500 s epochs to go
+
+
+def test_at_the_report_the_quantiles_are_returned_as_given() -> None:
+    q = (900.0, 1000.0, 1100.0)
+    assert at_now(q, LAST, LAST.last_timestamp) == q
+    assert at_now(q, LAST, LAST.last_timestamp - 5) == q  # a clock behind the report
+
+
+def test_while_the_report_is_not_due_the_time_waited_counts() -> None:
+    q = (900.0, 1000.0, 1100.0)
+    p10, p50, p90 = at_now(q, HALF, HALF.last_timestamp + 200)
+    assert p10 == pytest.approx(700.0, abs=0.5)
+    assert p50 == pytest.approx(800.0, abs=1e-3)
+    assert p90 == pytest.approx(900.0, abs=1e-3)
+
+
+def test_a_moment_after_the_report_of_a_long_run_moves_it_by_that_moment() -> None:
+    q = (0.9e7, 1e7, 1.1e7)  # four months left, asked a millisecond after the report
+    p10, p50, p90 = at_now(q, LAST, LAST.last_timestamp + 1e-3)
+    assert (p10, p50, p90) == pytest.approx((0.9e7, 1e7, 1.1e7), rel=1e-9)
+
+
+def test_late_in_an_interval_p10_is_not_above_a_run_that_ends_on_time() -> None:
+    """99 % of the way through an on-time interval the truth is the rest of the run
+    plus 5 s; P10 keeps moving down with P50 instead of stopping at a share of the
+    interval (a floor of a tenth of the next report's 500 s held P10 at 522.5 s)."""
+    q = (950.0, 1000.0, 1050.0)
+    waited = 495.0
+    truth = 1000.0 - waited
+    p10, p50, p90 = at_now(q, HALF, HALF.last_timestamp + waited)
+    assert p10 <= truth <= p90
+    assert p50 == pytest.approx(truth, rel=0.02)
+
+
+def test_a_run_overdue_on_its_last_epoch_keeps_a_width_that_grows_with_lateness() -> None:
+    """A tight forecast (P10–P90 of 900–1100 s) long overdue: the band does not
+    shrink to a tenth of the forecast's (20 s), it widens as the run gets later."""
+    q = (900.0, 1000.0, 1100.0)
+    bands = []
+    for waited in (1500.0, 3000.0, 6000.0):
+        p10, p50, p90 = at_now(q, LAST, LAST.last_timestamp + waited)
+        assert 0.0 < p10 < p50 < p90
+        bands.append(p90 - p10)
+        assert p90 - p10 > 0.05 * (waited - 1000.0)
+    assert bands[0] < bands[1] < bands[2]
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        (1000.0, 1000.0, 1000.0),  # no width at all
+        (999.999, 1000.0, 1000.001),  # almost none
+        (0.0, 1e-9, 1e9),  # as wide as a forecast goes
+        (0.0, 0.0, 0.0),  # nothing left
+    ],
+)
+@pytest.mark.parametrize("waited", [1e-9, 1.0, 999.0, 1001.0, 1e6, 1e12, math.inf])
+def test_any_quantiles_and_wait_give_ordered_finite_values(
+    q: tuple[float, float, float], waited: float
+) -> None:
+    p10, p50, p90 = at_now(q, LAST, LAST.last_timestamp + waited)
+    assert all(math.isfinite(v) for v in (p10, p50, p90))
+    assert 0.0 <= p10 <= p50 <= p90
+
+
+def test_what_is_left_of_an_interval_never_goes_negative() -> None:
+    for waited in (1.0, 899.0, 900.0, 1000.0, 1100.0, 1e5):
+        left = interval_left((900.0, 1000.0, 1100.0), waited)
+        assert 0.0 <= left[0] <= left[1] <= left[2]
