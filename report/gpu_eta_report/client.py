@@ -176,22 +176,28 @@ LOCAL_RANK_VARIABLES = (
     "OMPI_COMM_WORLD_LOCAL_RANK",  # Open MPI
     "MPI_LOCALRANKID",  # MPICH, Intel MPI
     "SLURM_LOCALID",  # srun
+    "HOROVOD_LOCAL_RANK",  # horovodrun
 )
 
 
 def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     """The launcher's variable saying this process is not its pod's first, as (name,
-    value): the first of ``LOCAL_RANK_VARIABLES`` that is set, else ``RANK``, when it
-    is a whole number above 0. None for the first process, or when none is set.
+    value): the first of ``LOCAL_RANK_VARIABLES`` that is set, when it is a whole
+    number above 0. None for the first process, or when none is set.
 
     Why the local rank: a pod is a node's share of the job (its GPUs, its exporter), and
     each pod's first process reports the pod's run, so every pod of a multi-node job
     has its GPUs forecast; two reporting ranks in one pod would instead be two runs in
-    turn, each report starting the other anew. ``RANK`` alone (no local rank set) is
-    read as one pod's ranks.
+    turn, each report starting the other anew. Why not the global ``RANK``: a
+    launcher that starts several processes in a pod says which is the pod's first
+    (every one above does), while ``RANK`` alone is how Kubeflow's PyTorchJob starts
+    one process per pod (its pods are ranks 0…N-1): read as a pod's ranks, it kept
+    every pod but the master silent, their GPUs without a forecast.
     """
     env = os.environ if env is None else env
-    names = [n for n in LOCAL_RANK_VARIABLES if env.get(n, "").strip()] or ["RANK"]
+    names = [n for n in LOCAL_RANK_VARIABLES if env.get(n, "").strip()]
+    if not names:
+        return None
     value = env.get(names[0], "").strip()
     if value.isascii() and value.isdigit() and int(value) > 0:
         return names[0], value

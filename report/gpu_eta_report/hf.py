@@ -72,6 +72,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             # resume_from_checkpoint: the Trainer's state is the checkpoint's by now
             initial_epoch=_epochs_done(state),
             initial_step=getattr(state, "global_step", None),
+            any_rank=True,  # is_local_process_zero, above, decided already
         )
 
     @never_raises

@@ -69,6 +69,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             # fit(ckpt_path=...): the trainer holds the checkpoint's counters by now
             initial_epoch=getattr(trainer, "current_epoch", None),
             initial_step=getattr(trainer, "global_step", None),
+            any_rank=True,  # the trainer's local rank, above, decided already
         )
 
     @never_raises

@@ -149,6 +149,25 @@ L.Trainer(max_epochs=3, callbacks=[GpuEtaCallback()], **QUIET).fit(M(), data)
 
 
 @needs("lightning")
+def test_each_pod_of_a_kubeflow_pytorchjob_reports_its_run(listener):
+    """Kubeflow's PyTorchJob starts one process per pod and sets only the global
+    ``RANK`` (no local rank): read as a pod's ranks, it kept every pod but the master
+    silent, even under Lightning, whose trainer had already found the process to be
+    its pod's first (``local_rank`` 0)."""
+    run(
+        listener,
+        lightning_script()
+        + """
+L.Trainer(max_epochs=2, callbacks=[GpuEtaCallback()], **QUIET).fit(M(), data)
+""",
+        RANK="1",
+        WORLD_SIZE="2",
+    )
+    (p,) = listener.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 2)
+
+
+@needs("lightning")
 def test_lightning_max_steps_before_max_epochs(journaling_listener):
     """``max_epochs=10`` with ``max_steps`` at 4 steps an epoch: the run ends at
     ``max_steps``. Planned as 10 epochs it looked stopped early, and with 6 steps (1.5

@@ -625,7 +625,8 @@ def test_a_resumed_run_is_announced_where_it_resumes(initial, first, tmp_path):
         ({}, True),
         ({"RANK": "0", "LOCAL_RANK": "0"}, True),
         ({"LOCAL_RANK": "-1"}, True),  # HF's "not distributed"
-        ({"RANK": "1"}, False),
+        ({"RANK": "1"}, True),  # a Kubeflow PyTorchJob's second pod: one process a pod
+        ({"HOROVOD_LOCAL_RANK": "1", "RANK": "1"}, False),
         ({"RANK": "0", "LOCAL_RANK": "2"}, False),
         ({"RANK": "3", "GPU_ETA_ANY_RANK": "1"}, True),
         ({"RANK": "8", "LOCAL_RANK": "0"}, True),  # the first process of a second pod
