@@ -273,7 +273,7 @@ def t_cgroup(data: bytes) -> None:
 
 def t_podresources(data: bytes) -> None:
     resp = api_pb2.ListPodResourcesResponse.FromString(data)
-    allocations_from_response(resp, ("nvidia.com/",))
+    allocations_from_response(resp)
 
 
 def t_prom(data: bytes) -> None:

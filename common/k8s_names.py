@@ -19,6 +19,21 @@ DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 
 
 _NOT_IN_LABEL = re.compile(r"[^a-zA-Z0-9_]")
+# The name part of a qualified name (label keys, resource names): at most 63
+# alphanumerics, '-', '_', '.', starting and ending alphanumeric
+_QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """Whether ``name`` is a Kubernetes extended resource name, as the API server checks
+    it (``IsExtendedResourceName``): ``DOMAIN/NAME`` with a DNS subdomain outside
+    ``kubernetes.io`` (those are native resources) and a qualified name part, and
+    ``requests.<name>`` (its quota spelling) still a qualified name. A device plugin
+    can only advertise such a name, so anything else given as one is a typo."""
+    domain, slash, part = name.partition("/")
+    if not slash or domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return False
+    return bool(DNS_SUBDOMAIN.match("requests." + domain) and _QUALIFIED_NAME_PART.match(part))
 
 
 def ksm_label(name: str) -> str:

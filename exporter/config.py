@@ -17,7 +17,7 @@ from importlib import metadata
 from types import MappingProxyType
 from typing import Any
 
-from gpu_eta.common.k8s_names import ksm_label
+from gpu_eta.common.k8s_names import is_extended_resource_name, ksm_label
 from gpu_eta.common.listen import ListenAddress
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.exporter.collectors import ExporterError, names
@@ -30,6 +30,8 @@ DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_KUBE_MAX_PODS = 1000
 DEFAULT_DOCKER_CONTAINERS = "/var/lib/docker/containers"  # Docker's default data-root
 MAX_KUBE_MAX_PODS = 100_000
+# --kubelet.gpu-resource names at most: a site renames its time-sliced GPUs to a few
+MAX_GPU_RESOURCES = 32
 
 
 def version() -> str:
@@ -71,6 +73,9 @@ class Config:
     node_name: str | None = None
     pod_labels: tuple[str, ...] = ()
     kubelet_socket: str = DEFAULT_KUBELET_SOCKET
+    # resources counted as GPUs beside nvidia.com/gpu, nvidia.com/gpu.shared and
+    # nvidia.com/mig-* (collectors/podresources.py)
+    kubelet_gpu_resources: tuple[str, ...] = ()
     procfs: str = "/proc"
     cgroupfs: str = "/sys/fs/cgroup"
     pod_logs: str = "/var/log/pods"
@@ -179,6 +184,28 @@ def parse_pod_labels(value: Any, key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_gpu_resources(value: Any, key: str) -> tuple[str, ...]:
+    """Extended resource names (one, or a list), deduplicated, at most
+    ``MAX_GPU_RESOURCES``. A name a device plugin could not advertise is refused: a
+    typo would otherwise leave that resource's pods without a GPU, silently."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ConfigError(f"{key}: expected a resource name or a list of them, got {value!r}")
+    out: list[str] = []
+    for item in items:
+        name = item.strip() if isinstance(item, str) else item
+        if not isinstance(name, str) or not is_extended_resource_name(name):
+            raise ConfigError(
+                f"{key}: not a Kubernetes extended resource name (DOMAIN/NAME outside "
+                f"kubernetes.io, e.g. nvidia.com/gpu-a100): {item!r}"
+            )
+        if name not in out:
+            out.append(name)
+    if len(out) > MAX_GPU_RESOURCES:
+        raise ConfigError(f"{key}: at most {MAX_GPU_RESOURCES} resource names, got {len(out)}")
+    return tuple(out)
+
+
 def _bool(value: Any, key: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -272,6 +299,7 @@ KEYS: Mapping[str, tuple[str, Any]] = MappingProxyType(
         "node-name": ("node_name", _node_name),
         "pod-labels": ("pod_labels", parse_pod_labels),
         "kubelet.socket": ("kubelet_socket", _path),
+        "kubelet.gpu-resource": ("kubelet_gpu_resources", parse_gpu_resources),
         "path.procfs": ("procfs", _path),
         "path.cgroupfs": ("cgroupfs", _path),
         "path.pod-logs": ("pod_logs", _path),

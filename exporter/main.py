@@ -32,6 +32,7 @@ from gpu_eta.exporter.config import (
     DEFAULT_KUBE_MAX_PODS,
     DEFAULT_KUBELET_SOCKET,
     KEYS,
+    MAX_GPU_RESOURCES,
     Config,
     ConfigError,
     config_from_mapping,
@@ -163,6 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
         dest="kubelet.socket",
         metavar="PATH",
         help=f"kubelet pod-resources socket (default {DEFAULT_KUBELET_SOCKET})",
+    )
+    add(
+        "--kubelet.gpu-resource",
+        dest="kubelet.gpu-resource",
+        action="append",
+        metavar="NAME",
+        help="a kubelet resource whose allocations are GPUs, beside nvidia.com/gpu, "
+        "nvidia.com/gpu.shared and nvidia.com/mig-*: the name a time-slicing 'rename:' "
+        f"gives; repeatable, at most {MAX_GPU_RESOURCES} (default none)",
     )
     add("--path.procfs", dest="path.procfs", metavar="PATH", help="procfs mount (default /proc)")
     add(

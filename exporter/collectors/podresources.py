@@ -10,6 +10,16 @@ Reconnection: a gRPC channel retries a broken unix connection with exponential
 backoff (up to minutes), which would leave us reading nothing long after the
 kubelet is back. So the channel is dropped after any failed call and whenever the
 socket file's inode changes, and the next poll dials afresh.
+
+Which resources are GPUs: ``nvidia.com/gpu``, its time-sliced replicas renamed by the
+device plugin's ``renameByDefault`` (``nvidia.com/gpu.shared``) and MIG slices
+(``nvidia.com/mig-<profile>``), the resources the forecaster counts as GPUs
+(``forecaster.kube_state.GPU_RESOURCES``), plus the names given with
+``--kubelet.gpu-resource``. Not everything under ``nvidia.com/``: NVIDIA's Network
+Operator advertises ``nvidia.com/rdma_shared_device_a`` (ids "0", "1"… that read as
+GPU indexes) and ``nvidia.com/hostdev`` / SR-IOV VFs (PCI addresses) there. dcgm-exporter
+filters the same way (``nvidia.com/gpu``, ``nvidia.com/mig-*``, its
+``NvidiaResourceNames``).
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections.abc import Collection
 from typing import Any
 
 import grpc
@@ -28,7 +39,7 @@ from gpu_eta.exporter.collectors.registry import BuildContext, Collector, regist
 from gpu_eta.exporter.config import DEFAULT_KUBELET_SOCKET
 from gpu_eta.exporter.readings import Allocation
 
-__all__ = ["DEFAULT_SOCKET", "MAX_RECEIVE_BYTES", "PodResourcesSource"]
+__all__ = ["DEFAULT_SOCKET", "MAX_RECEIVE_BYTES", "PodResourcesSource", "is_gpu_resource"]
 
 DEFAULT_SOCKET = DEFAULT_KUBELET_SOCKET
 # DCGM exporter's figure: a node with many pods and devices exceeds gRPC's 4 MiB default.
@@ -36,20 +47,34 @@ MAX_RECEIVE_BYTES = 16 * 1024 * 1024
 # Bounds on what one List may contribute: a node runs at most a few hundred pods.
 MAX_ALLOCATIONS = 65536
 _MAX_NAME_CHARS = 253
+# NVIDIA's device plugin: whole GPUs, and their time-sliced replicas under
+# renameByDefault (the plugin appends ".shared"); MIG slices are resources by profile.
+GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+def is_gpu_resource(name: str, extra: Collection[str] = ()) -> bool:
+    """Whether allocations of resource ``name`` are GPUs: ``GPU_RESOURCE_NAMES``, a MIG
+    profile (``nvidia.com/mig-1g.10gb``, also its ``.shared`` replicas) or one of
+    ``extra`` (``--kubelet.gpu-resource``: a time-slicing ``rename:`` to a name of the
+    site's own). Any other resource's device ids are not GPU ids, even under
+    ``nvidia.com/``: an RDMA device "0" would read as GPU 0 and make its pod a holder."""
+    return name in GPU_RESOURCE_NAMES or name.startswith(MIG_RESOURCE_PREFIX) or name in extra
 
 
 class PodResourcesSource:
-    """Polls the kubelet's ``List`` and returns the allocations of matching resources."""
+    """Polls the kubelet's ``List`` and returns the allocations of GPU resources
+    (``is_gpu_resource``, with ``extra_gpu_resources`` added)."""
 
     def __init__(
         self,
         socket_path: str = DEFAULT_SOCKET,
         timeout_seconds: float = 5.0,
-        resource_prefixes: tuple[str, ...] = ("nvidia.com/",),
+        extra_gpu_resources: Collection[str] = (),
     ) -> None:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
-        self.resource_prefixes = tuple(resource_prefixes)
+        self.extra_gpu_resources = frozenset(extra_gpu_resources)
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
@@ -112,7 +137,7 @@ class PodResourcesSource:
                 raise CollectorError(
                     f"kubelet pod-resources List on {self.socket_path} failed: {name}: {details}"
                 ) from None
-            return allocations_from_response(response, self.resource_prefixes)
+            return allocations_from_response(response, self.extra_gpu_resources)
 
     def close(self) -> None:
         """Close the channel (the next poll would dial again)."""
@@ -125,11 +150,13 @@ def _valid_name(value: str) -> bool:
 
 
 def allocations_from_response(
-    response: api_pb2.ListPodResourcesResponse, resource_prefixes: tuple[str, ...]
+    response: api_pb2.ListPodResourcesResponse, extra_gpu_resources: Collection[str] = ()
 ) -> tuple[Allocation, ...]:
     """Flatten a ``List`` response to one Allocation per (container, device id).
 
-    Only resources starting with one of ``resource_prefixes`` are kept. Entries with
+    Only GPU resources are kept (``is_gpu_resource``, with ``extra_gpu_resources``
+    added): the others' ids are no GPU's, so they neither name a holder nor count as
+    unresolved. Entries with
     empty or oversized names or ids are skipped; at most ``MAX_ALLOCATIONS`` are
     returned (the kubelet is trusted, but its answer is still bounded).
     """
@@ -142,7 +169,9 @@ def allocations_from_response(
                 continue
             for devices in container.devices:
                 resource = devices.resource_name
-                if not resource.startswith(resource_prefixes) or len(resource) > _MAX_NAME_CHARS:
+                if len(resource) > _MAX_NAME_CHARS or not is_gpu_resource(
+                    resource, extra_gpu_resources
+                ):
                     continue
                 for device_id in devices.device_ids:
                     if not device_id or len(device_id) > MAX_DEVICE_ID_CHARS:
@@ -162,11 +191,13 @@ def allocations_from_response(
 
 
 def build(ctx: BuildContext) -> Any:
-    """The kubelet's pod-resources socket (``--kubelet.socket``), or the simulated
-    node's allocations."""
+    """The kubelet's pod-resources socket (``--kubelet.socket``) keeping GPU resources
+    and ``--kubelet.gpu-resource``'s, or the simulated node's allocations."""
     if ctx.simulated is not None:
         return ctx.simulated.allocations
-    source = PodResourcesSource(ctx.cfg.kubelet_socket)
+    source = PodResourcesSource(
+        ctx.cfg.kubelet_socket, extra_gpu_resources=ctx.cfg.kubelet_gpu_resources
+    )
     ctx.closers.append(source.close)
     return source
 

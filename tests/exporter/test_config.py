@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 
 from gpu_eta.exporter.config import (
     COLLECTORS,
+    MAX_GPU_RESOURCES,
     Config,
     ConfigError,
     ListenAddress,
     config_from_mapping,
     parse_duration,
+    parse_gpu_resources,
     parse_listen_address,
     parse_pod_labels,
 )
@@ -173,7 +175,7 @@ def test_not_a_mapping() -> None:
 
 @given(st.one_of(st.text(max_size=30), st.integers(), st.floats(), st.none(), st.booleans()))
 def test_value_parsers_raise_only_config_error(raw) -> None:
-    for parse in (parse_listen_address, parse_duration, parse_pod_labels):
+    for parse in (parse_listen_address, parse_duration, parse_pod_labels, parse_gpu_resources):
         with contextlib.suppress(ConfigError):
             parse(raw, "k")
 
@@ -228,3 +230,60 @@ def test_the_exposition_refuses_colliding_pod_labels_too() -> None:
     with pytest.raises(ValueError, match="label_a_b"):
         SnapshotExposition(holder, pod_labels=("a-b", "a.b"))
     SnapshotExposition(holder, pod_labels=("a-b", "c"))
+
+
+def test_gpu_resources_from_the_file_or_repeated_flags() -> None:
+    """Names a time-slicing ``rename:`` gives (docs/attribution.md): one or a list in
+    the file, the flag repeated; duplicates kept once."""
+    from gpu_eta.exporter.main import parse_config
+
+    assert Config().kubelet_gpu_resources == ()
+    key = "kubelet.gpu-resource"
+    assert config_from_mapping({key: "nvidia.com/a100-shared"}).kubelet_gpu_resources == (
+        "nvidia.com/a100-shared",
+    )
+    assert config_from_mapping(
+        {key: ["example.com/gpu", "nvidia.com/a100-shared", "example.com/gpu"]}
+    ).kubelet_gpu_resources == ("example.com/gpu", "nvidia.com/a100-shared")
+    argv = ["--kubelet.gpu-resource", "nvidia.com/a", "--kubelet.gpu-resource=nvidia.com/b"]
+    assert parse_config(argv, env={}).kubelet_gpu_resources == ("nvidia.com/a", "nvidia.com/b")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpu",  # no domain: a native resource's form
+        "kubernetes.io/gpu",  # kubernetes.io names are native resources
+        "gpu.kubernetes.io/x",
+        "nvidia.com/",
+        "/gpu",
+        "Nvidia.com/gpu",  # a domain is lower case
+        "nvidia.com/a/b",
+        "nvidia.com/-gpu",
+        "nvidia.com/" + "g" * 64,  # the name part is at most 63
+        "nvidia.com/gpu shared",
+        "",
+    ],
+)
+def test_gpu_resource_must_be_an_extended_resource_name(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"^kubelet\.gpu-resource: not a Kubernetes extended"):
+        config_from_mapping({"kubelet.gpu-resource": [name]})
+
+
+def test_gpu_resources_are_bounded_and_one_line_from_the_command_line() -> None:
+    from gpu_eta.exporter.main import parse_config
+
+    many = [f"example.com/gpu-{i}" for i in range(MAX_GPU_RESOURCES + 1)]
+    with pytest.raises(ConfigError, match=f"at most {MAX_GPU_RESOURCES}"):
+        config_from_mapping({"kubelet.gpu-resource": many})
+    assert len(config_from_mapping({"kubelet.gpu-resource": many[1:]}).kubelet_gpu_resources) == (
+        MAX_GPU_RESOURCES
+    )
+    with pytest.raises(ConfigError) as err:  # main() prints it, exit code 2
+        parse_config(["--simulate", "--kubelet.gpu-resource", "gpu.shared"], env={})
+    assert str(err.value) == (
+        "--kubelet.gpu-resource: not a Kubernetes extended resource name (DOMAIN/NAME "
+        "outside kubernetes.io, e.g. nvidia.com/gpu-a100): 'gpu.shared'"
+    )
+    with pytest.raises(ConfigError, match="expected a resource name or a list"):
+        config_from_mapping({"kubelet.gpu-resource": 3})

@@ -45,6 +45,7 @@ def test_help_explains_everything() -> None:
         "--node-name",
         "--pod-labels",
         "--kubelet.socket",
+        "--kubelet.gpu-resource",
         "--path.procfs",
         "--path.cgroupfs",
         "--path.pod-logs",

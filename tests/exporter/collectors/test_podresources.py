@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -10,9 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.common.k8s_names import ksm_label
+from gpu_eta.exporter.attribution import attribute, unresolved_allocations
 from gpu_eta.exporter.collectors import CollectorError
-from gpu_eta.exporter.collectors.podresources import PodResourcesSource
-from gpu_eta.exporter.readings import Allocation
+from gpu_eta.exporter.collectors.podresources import PodResourcesSource, is_gpu_resource
+from gpu_eta.exporter.readings import (
+    Allocation,
+    ContainerRef,
+    DeviceReading,
+    GpuPoll,
+    PodMeta,
+    ProcessSample,
+)
+from gpu_eta.forecaster.kube_state import GPU_RESOURCES
 from tests.support.podresources_server import PodResourcesServer
 
 UUID0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
@@ -64,14 +75,143 @@ def test_list_returns_all_four_device_id_forms(server: PodResourcesServer) -> No
     }
 
 
-def test_resource_prefixes_select_other_resources(server: PodResourcesServer) -> None:
-    source = PodResourcesSource(server.socket_path, resource_prefixes=("example.com/",))
+def _poll(server: PodResourcesServer, extra: tuple[str, ...] = ()) -> tuple[Allocation, ...]:
+    source = PodResourcesSource(server.socket_path, extra_gpu_resources=extra)
     try:
-        assert source.poll() == (
-            Allocation("kube-system", "other", "c", "example.com/fpga", "fpga0"),
-        )
+        return source.poll()
     finally:
         source.close()
+
+
+def test_extra_gpu_resources_are_kept_beside_the_gpu_ones(server: PodResourcesServer) -> None:
+    got = set(_poll(server, ("example.com/fpga",)))
+    assert Allocation("kube-system", "other", "c", "example.com/fpga", "fpga0") in got
+    assert len(got) == 5
+
+
+# A GPUDirect RDMA node: NVIDIA's Network Operator advertises its devices under
+# nvidia.com/ too. The RDMA shared device plugin's ids are "0", "1"... (GPU indexes'
+# form); the SR-IOV and host-device plugins' are PCI addresses.
+UUID_A = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
+UUID_B = "GPU-bbbbbbbb-1111-4000-8000-000000000001"
+RDMA_NODE = {
+    ("ml", "trainer-a"): {"main": [("nvidia.com/gpu", [UUID_A])]},
+    ("ml", "trainer-b"): {
+        "main": [("nvidia.com/gpu", [UUID_B]), ("nvidia.com/rdma_shared_device_a", ["0"])]
+    },
+    ("net", "nic-only"): {"main": [("nvidia.com/hostdev", ["0000:3b:00.2"])]},
+    ("net", "vf"): {"main": [("nvidia.com/sriov_netdevice", ["0000:3b:00.3"])]},
+}
+RDMA_GPUS = (
+    DeviceReading(0, UUID_A, "A100", 0.9, 1, 2),
+    DeviceReading(1, UUID_B, "A100", 0.9, 1, 2),
+)
+RDMA_PODS = (
+    PodMeta("ml", "trainer-a", "u1", container_ids={"main": "a" * 64}),
+    PodMeta("ml", "trainer-b", "u2", container_ids={"main": "b" * 64}),
+    PodMeta("net", "nic-only", "u3"),
+    PodMeta("net", "vf", "u4"),
+)
+
+
+def test_an_rdma_device_id_does_not_make_its_pod_a_gpu_holder(
+    server: PodResourcesServer,
+) -> None:
+    """trainer-b holds GPU 1 and RDMA device "0": it must not be shown holding GPU 0
+    (GPU 0 would look time-sliced between the two trainers)."""
+    server.set_allocations(RDMA_NODE)
+    gpu = GpuPoll(devices=RDMA_GPUS)
+    rows = attribute(gpu, _poll(server), RDMA_PODS, None)
+    assert {(r.index, r.pod) for r in rows if r.allocated} == {(0, "trainer-a"), (1, "trainer-b")}
+
+
+def test_an_rdma_device_id_makes_no_idle_holder_beside_the_process_data(
+    server: PodResourcesServer,
+) -> None:
+    """With processes resolved to containers, a made-up holder of GPU 0 is a row at
+    0 % (it runs nothing there): a false GpuEtaGpuAllocatedIdle."""
+    server.set_allocations(RDMA_NODE)
+    gpu = GpuPoll(
+        devices=RDMA_GPUS,
+        processes=(
+            ProcessSample(10, UUID_A, None, 5, 0.9),
+            ProcessSample(11, UUID_B, None, 5, 0.9),
+        ),
+    )
+    containers = {10: ContainerRef("a" * 64, "u1"), 11: ContainerRef("b" * 64, "u2")}
+    rows = attribute(gpu, _poll(server), RDMA_PODS, containers)
+    assert [(r.index, r.pod, r.utilization_ratio) for r in rows] == [
+        (0, "trainer-a", 0.9),
+        (1, "trainer-b", 0.9),
+    ]
+
+
+def test_network_operator_pci_devices_are_not_unresolved_gpu_allocations(
+    server: PodResourcesServer,
+) -> None:
+    """hostdev and SR-IOV ids are PCI addresses: counted as GPU allocations they were
+    unresolved for good, and GpuEtaExporterUnresolvedAllocations fired on every RDMA node."""
+    server.set_allocations(RDMA_NODE)
+    allocations = _poll(server)
+    assert {a.resource_name for a in allocations} == {"nvidia.com/gpu"}
+    assert unresolved_allocations(GpuPoll(devices=RDMA_GPUS), allocations) == ()
+
+
+def test_a_renamed_time_slicing_resource_counts_only_when_named(
+    server: PodResourcesServer,
+) -> None:
+    """A time-slicing config's ``rename: nvidia.com/a100-shared`` is a name of the
+    site's own: a GPU only with --kubelet.gpu-resource, like dcgm-exporter's
+    NvidiaResourceNames."""
+    server.set_allocations(
+        {("hub", "nb"): {"c": [("nvidia.com/a100-shared", [f"{UUID_A}::3"])]}, **RDMA_NODE}
+    )
+    assert [a.pod for a in _poll(server) if a.pod == "nb"] == []
+    named = _poll(server, ("nvidia.com/a100-shared",))
+    assert Allocation("hub", "nb", "c", "nvidia.com/a100-shared", f"{UUID_A}::3") in named
+    pods = (*RDMA_PODS, PodMeta("hub", "nb", "u5"))
+    rows = attribute(GpuPoll(devices=RDMA_GPUS), named, pods, None)
+    assert {(r.index, r.pod) for r in rows} == {(0, "trainer-a"), (0, "nb"), (1, "trainer-b")}
+
+
+def test_the_flag_reaches_the_source(server: PodResourcesServer) -> None:
+    """``--kubelet.gpu-resource`` is what the collector built from the config keeps."""
+    from gpu_eta.exporter.collectors.podresources import build
+    from gpu_eta.exporter.collectors.registry import BuildContext
+    from gpu_eta.exporter.main import parse_config
+
+    server.set_allocations({("hub", "nb"): {"c": [("nvidia.com/a100-shared", [f"{UUID_A}::3"])]}})
+    for argv, pods in (([], []), (["--kubelet.gpu-resource", "nvidia.com/a100-shared"], ["nb"])):
+        cfg = parse_config(["--kubelet.socket", server.socket_path, *argv], env={})
+        ctx = BuildContext(cfg=cfg, node="n")
+        source = build(ctx)
+        try:
+            assert [a.pod for a in source.poll()] == pods
+        finally:
+            for close in ctx.closers:
+                close()
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [
+        ("nvidia.com/gpu", True),
+        ("nvidia.com/gpu.shared", True),  # time-slicing renameByDefault
+        ("nvidia.com/mig-1g.10gb", True),
+        ("nvidia.com/mig-1g.10gb.shared", True),
+        ("nvidia.com/rdma_shared_device_a", False),
+        ("nvidia.com/hostdev", False),
+        ("nvidia.com/sriov_netdevice", False),
+        ("nvidia.com/gpu-a100", False),  # a rename: only when named
+        ("nvidia.com/gpu.product", False),  # a node label, never a resource
+        ("amd.com/gpu", False),
+    ],
+)
+def test_gpu_resources_match_the_forecasters(name: str, gpu: bool) -> None:
+    """The resources the forecaster, top, rules and dashboards count as GPUs
+    (kube-state-metrics spelling ``nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+``)."""
+    assert is_gpu_resource(name) is gpu
+    assert bool(re.fullmatch(GPU_RESOURCES, ksm_label(name))) is gpu
 
 
 def test_missing_socket_names_the_path(sock_dir: Path) -> None:
