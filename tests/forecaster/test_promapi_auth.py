@@ -99,16 +99,24 @@ def test_a_password_file_rewritten_in_place_is_read_again(http_server, tmp_path:
     assert [r.headers["Authorization"] for r in seen] == basic
 
 
+def token_one_client(serve, tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """A client reading its token from a file that holds ``token-1``, the only token
+    its server takes, with INFO logs captured: (client, requests seen, the file).
+    ``serve`` is the ``http_server`` fixture."""
+    url, seen = serve(checks_token(["token-1"]))
+    token = tmp_path / "token"
+    token.write_text("token-1\n")
+    client = connect(url, "--prometheus.bearer-token-file", str(token))
+    caplog.set_level(logging.INFO, logger="gpu_eta")
+    return client, seen, token
+
+
 def test_a_token_file_gone_or_empty_keeps_the_last_token_with_one_warning(
     http_server,  # noqa: F811 (the fixture)
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    url, seen = http_server(checks_token(["token-1"]))
-    token = tmp_path / "token"
-    token.write_text("token-1\n")
-    client = connect(url, "--prometheus.bearer-token-file", str(token))
-    caplog.set_level(logging.INFO, logger="gpu_eta")
+    client, seen, token = token_one_client(http_server, tmp_path, caplog)
     token.unlink()
     for _ in range(3):
         client.instant("up")
@@ -167,11 +175,7 @@ def test_a_token_rotated_into_an_unsendable_one_keeps_the_last_good_one(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    url, seen = http_server(checks_token(["token-1"]))
-    token = tmp_path / "token"
-    token.write_text("token-1\n")
-    client = connect(url, "--prometheus.bearer-token-file", str(token))
-    caplog.set_level(logging.INFO, logger="gpu_eta")
+    client, seen, token = token_one_client(http_server, tmp_path, caplog)
     token.write_text("s3cr3t-tok\nline2\n")
     for _ in range(2):
         client.instant("up")
