@@ -148,7 +148,10 @@ def interval_left(
     t10, t50, t90 = interval
     if not t50 > 0.0:
         return 0.0, 0.0, 0.0  # nothing was expected of the interval: nothing is left
-    k_lo = LOG_ODDS_90 / _log_ratio(t50, t10)
+    # below the median a slope under 1 (a P10 under a ninth of P50, down to a P10 of 0
+    # that is a clamp, not a belief) puts a share of the interval's end at "any moment
+    # now": conditioned on a millisecond, every quantile jumped (P50 up 97 %)
+    k_lo = max(LOG_ODDS_90 / _log_ratio(t50, t10), 1.0)
     k_hi = LOG_ODDS_90 / _log_ratio(t90, t50)
     r = math.log(waited) - math.log(t50)
     k0 = k_lo if r < 0.0 else k_hi

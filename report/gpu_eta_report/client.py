@@ -53,6 +53,7 @@ import http.client
 import json
 import logging
 import math
+import multiprocessing
 import os
 import re
 import secrets
@@ -192,10 +193,16 @@ def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     launcher that starts several processes in a pod says which is the pod's first
     (every one above does), while ``RANK`` alone is how Kubeflow's PyTorchJob starts
     one process per pod (its pods are ranks 0…N-1): read as a pod's ranks, it kept
-    every pod but the master silent, their GPUs without a forecast.
+    every pod but the master silent, their GPUs without a forecast. ``RANK`` is read
+    only in a child of a Python ``multiprocessing`` parent (``mp.spawn`` scripts that
+    set it themselves: the ranks of one pod).
     """
     env = os.environ if env is None else env
     names = [n for n in LOCAL_RANK_VARIABLES if env.get(n, "").strip()]
+    if not names and multiprocessing.parent_process() is not None:
+        # a process ``torch.multiprocessing.spawn`` started, its script setting RANK
+        # itself (several in one pod); a PyTorchJob's process is the container's own
+        names = ["RANK"]
     if not names:
         return None
     value = env.get(names[0], "").strip()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -763,3 +764,27 @@ def test_a_plan_that_is_no_scalar_is_ignored_not_the_reporter(listener):
     r = start(epochs=np.array([1, 2]), steps=0.5, url=url(listener), source_address=POD.ip)
     r.end()
     assert r.enabled and (r.epochs, r.steps) == (None, None) and r.stats["ignored"] == 2
+
+
+def _rank_in_child(rank: int, out) -> None:
+    os.environ["RANK"] = str(rank)  # as an mp.spawn script sets it for its worker
+    out.put((rank, client.other_rank()))
+
+
+def test_ranks_a_spawn_script_sets_itself_are_one_pods() -> None:
+    """``torch.multiprocessing.spawn`` scripts start the ranks of one pod and set
+    ``RANK`` themselves (no local rank): read in such a child, the global rank still
+    keeps all but rank 0 silent, while a process that is its container's own (a
+    Kubeflow PyTorchJob's) is never silenced by ``RANK`` alone."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_rank_in_child, args=(rank, out)) for rank in (0, 1)]
+    for p in procs:
+        p.start()
+    got = dict(out.get(timeout=30) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert got == {0: None, 1: ("RANK", "1")}
+    assert client.other_rank({"RANK": "1"}) is None  # this test's process: no parent

@@ -80,3 +80,16 @@ def test_what_is_left_of_an_interval_never_goes_negative() -> None:
     for waited in (1.0, 899.0, 900.0, 1000.0, 1100.0, 1e5):
         left = interval_left((900.0, 1000.0, 1100.0), waited)
         assert 0.0 <= left[0] <= left[1] <= left[2]
+
+
+@pytest.mark.parametrize("q", [(0.0, 1000.0, 2000.0), (0.00105, 1.904, 3459.7)])
+def test_a_millisecond_after_the_report_a_wide_lower_side_moves_nothing_but_p10(q) -> None:
+    """A P10 of 0 (a clamp) or far under P50 gave the interval's lower side a slope of
+    0.05: the end "any moment now" had a large share, and conditioned on a
+    millisecond every quantile jumped. P50 and P90 hardly move now (the second case's
+    upper side, 1,800× its median, still conditions as the heavy tail it is); P10 is
+    read as at least a ninth of P50."""
+    p10, p50, p90 = at_now(q, LAST, LAST.last_timestamp + 1e-3)
+    assert p50 == pytest.approx(q[1], rel=1e-2)  # was 1.904 → 3.746 s, 1000 → 1172 s
+    assert p90 == pytest.approx(q[2], rel=1e-2)
+    assert q[0] <= p10 <= q[1] / 9 + 1e-3
