@@ -203,8 +203,18 @@ class PromClient:
         parse = parse_vector if scalar else functools.partial(parse_vector, scalar=False)
         return self._query("/api/v1/query", params, query, parse, warnings)
 
-    def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
+    def range(
+        self,
+        query: str,
+        start: float,
+        end: float,
+        step_seconds: float,
+        *,
+        warnings: list[str] | None = None,
+    ) -> list[Series]:
         """Evaluate ``query`` from ``start`` to ``end`` every ``step_seconds``.
+        ``warnings``: as ``instant``'s (a partial answer leaves series out of a range
+        answer as of an instant one).
 
         Sends ``nocache=1``: VictoriaMetrics otherwise moves ``start`` and ``end`` of a
         query of 50 or more points onto multiples of the step (for its response cache),
@@ -222,7 +232,7 @@ class PromClient:
             "step": f"{step_seconds:.3f}",
             "nocache": "1",
         }
-        return self._query("/api/v1/query_range", params, query, parse_matrix)
+        return self._query("/api/v1/query_range", params, query, parse_matrix, warnings)
 
     def _query(
         self,

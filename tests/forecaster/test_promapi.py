@@ -133,6 +133,25 @@ def test_range_query_parses_matrix(http_server) -> None:
     assert "step=15.000" in seen[0].path
 
 
+def test_a_range_answers_warnings_are_collected_cleaned(http_server) -> None:
+    """A partial range answer (a store down) says so in ``warnings``, as an instant one:
+    the caller is told, with the server's text cleaned as ``decode_answer`` cleans it."""
+    body = {
+        "status": "success",
+        "warnings": [
+            "remote_read: \x1b[2Jconnection\nrefused",
+            "remote_read: \x1b[2Jconnection\nrefused",
+        ],
+        "data": {"resultType": "matrix", "result": [{"metric": {"x": "1"}, "values": [[10, "1"]]}]},
+    }
+    url, _ = http_server(lambda r: reply(r, 200, json.dumps(body).encode()))
+    said: list[str] = []
+    (series,) = client(url).range("x", 10, 25, 15, warnings=said)
+    assert series.points == ((10.0, 1.0),)
+    assert said == ["remote_read: connection refused"]
+    assert client(url).range("x", 10, 25, 15) == [series]  # not asked: dropped
+
+
 def test_garbage_body_is_a_clear_error(http_server) -> None:
     url, _ = http_server(lambda r: reply(r, 200, b"<html>login page</html>", "text/html"))
     c = client(url)
