@@ -42,6 +42,11 @@ class CycleSettings:
     refit_in_process: bool = True
     refit_timeout_seconds: float = 900.0
     vanish_grace_seconds: float = 600.0
+    # reads whose answers carry warnings (partial: a Thanos store or a remote-read
+    # source down) do not count runs' absences for up to this long, then they do again
+    # (a setup partial for good must still finish vanished runs; cycle.partial_hold);
+    # --history.partial-hold
+    partial_hold_seconds: float = 3600.0
     # the model fits on the most recent this many finished runs (0: all of them):
     # bounded memory and fit time however long the history grows (docs/forecaster.md)
     fit_runs: int = 100_000
@@ -125,6 +130,14 @@ class Config:
         if self.cycle.vanish_grace_seconds < 0:
             raise ConfigError(
                 f"--history.vanish-grace must be >= 0, got {self.cycle.vanish_grace_seconds}"
+            )
+        if not (
+            math.isfinite(self.cycle.partial_hold_seconds) and self.cycle.partial_hold_seconds >= 0
+        ):
+            # inf would keep every vanished run running for good in a setup partial for good
+            raise ConfigError(
+                "--history.partial-hold must be a finite number >= 0, "
+                f"got {self.cycle.partial_hold_seconds}"
             )
         if self.cycle.fit_runs < 0:
             raise ConfigError(f"--model.fit-runs must be >= 0, got {self.cycle.fit_runs}")

@@ -25,6 +25,7 @@ from gpu_eta.forecaster.cycle_meta import (
     LAST_QUERY_KEY,
     LAST_RANGE_KEY,
     MEANS_UNTIL_KEY,
+    PARTIAL_SINCE_KEY,
     decode_means_until,
     encode_means_until,
     float_or_none,
@@ -119,6 +120,12 @@ class Cycle:
         # the time of the latest cycle whose Prometheus read failed, until a cycle
         # records again (uncovered_since, unseen_seconds)
         self._failed_at: float | None = None
+        # the first read of the current run of partial reads (answers with warnings: a
+        # store down), None after a whole read; persisted, so that the bound holds for
+        # ``once`` and across restarts (partial_hold)
+        self._partial_since: float | None = None
+        # what this process last logged of partial reads: "partial", "expired" or None
+        self._partial_said: str | None = None
         # runs whose means were read since the last full read, as ending runs: the time
         # their stored means reach (later reads weigh only the seconds after it);
         # persisted, like the range time it completes
@@ -134,6 +141,7 @@ class Cycle:
         self._stored_query = self.store.get_meta(LAST_QUERY_KEY)
         self._last_range_time = float_or_none(self.store.get_meta(LAST_RANGE_KEY))
         self._means_until = decode_means_until(self.store.get_meta(MEANS_UNTIL_KEY))
+        self._partial_since = float_or_none(self.store.get_meta(PARTIAL_SINCE_KEY))
 
     @property
     def _last_query_time(self) -> float | None:
@@ -164,7 +172,8 @@ class Cycle:
             window = min(s.lookback_seconds, now - self._last_query_time + s.overlap_seconds)
         window = max(window, s.min_step_seconds)
         before = self.client.stats.success + self.client.stats.error
-        instant, ranges, span, ending = self._query(now, window)
+        said: list[str] = []  # the read's answers' warnings: a partial read
+        instant, ranges, span, ending = self._query(now, window, said)
         full = span is not None and ending is None
         # the seconds the means add: since the previous full read (or the whole span)
         new_seconds = 0.0 if span is None else span
@@ -186,6 +195,14 @@ class Cycle:
             meta[MEANS_UNTIL_KEY] = encode_means_until(means_until)
         previous = self._last_query_time
         uncovered = uncovered_since(previous, now, self._failed_at, s.vanish_grace_seconds)
+        unseen = unseen_seconds(previous, self._failed_at)
+        partial_since, held = partial_hold(self._partial_since, now, said, s.partial_hold_seconds)
+        if partial_since != self._partial_since:
+            meta[PARTIAL_SINCE_KEY] = "" if partial_since is None else repr(partial_since)
+        if held and previous is not None:
+            # as after a failed read at ``now``: a run absent from a partial answer may be
+            # in the part missing, so no second since the previous read counts as gone
+            uncovered, unseen = previous, now - previous
         try:
             # only if the file's state is still the one this read started from: else
             # another forecaster stored these seconds' means already
@@ -194,13 +211,15 @@ class Cycle:
                 state=meta,
                 expect={LAST_QUERY_KEY: self._stored_query},
                 uncovered_since=uncovered,
-                unseen_seconds=unseen_seconds(previous, self._failed_at),
+                unseen_seconds=unseen,
                 now=now,
             )
         except HistoryConflict:
             self._load_state()
             raise
         self._failed_at = None
+        self._log_partial(said, partial_since, held, now)
+        self._partial_since = partial_since
         for key in revived:  # running again: read as any running run
             self._finished_at.pop(key, None)
         if revived:  # the model learnt them as cancelled runs: refitted without them now
@@ -314,6 +333,42 @@ class Cycle:
         view.planless = [merged(run, run.key) for run in view.planless]
         self._features = kept
 
+    def _log_partial(
+        self, said: Sequence[str], partial_since: float | None, held: bool, now: float
+    ) -> None:
+        """One log line when reads turn partial, when they have been partial past the
+        hold, and when they are whole again; never one per cycle (a store can stay down
+        for hours). ``said``: the read's warnings, already cleaned and bounded
+        (``promparse.decode_answer``); the first is named."""
+        hold = self.settings.partial_hold_seconds
+        if not said:
+            if self._partial_said is not None and self._partial_since is not None:
+                log.info(
+                    "Prometheus answers whole again after %.0fs of partial answers",
+                    now - self._partial_since,
+                )
+            self._partial_said = None
+            return
+        distinct = list(dict.fromkeys(said))
+        if self._partial_said is None:
+            log.warning(
+                "Prometheus answers are partial (%d warning(s), first: %s): runs absent "
+                "from them are not counted as vanished for up to %.0fs",
+                len(distinct),
+                distinct[0],
+                hold,
+            )
+            self._partial_said = "partial"
+        if not held and self._partial_said != "expired" and partial_since is not None:
+            log.warning(
+                "Prometheus answers partial for %.0fs, over %.0fs (first warning: %s): "
+                "runs absent from them are counted as vanished again",
+                now - partial_since,
+                hold,
+                distinct[0],
+            )
+            self._partial_said = "expired"
+
     def _queue_starts(
         self,
         now: float,
@@ -405,7 +460,7 @@ class Cycle:
         return max(window, min(s.lookback_seconds, since)), full
 
     def _query(
-        self, now: float, window: float
+        self, now: float, window: float, said: list[str]
     ) -> tuple[
         dict[str, list[Sample]],
         dict[str, list[Series]],
@@ -415,12 +470,13 @@ class Cycle:
         """Every answer ``assemble`` reads but the stall check's (``_run``), the
         unchanging ones from ``self._static``; the span of this cycle's range read and
         GPU-use and memory means, None without one; and the runs they were read for:
-        None for every run (a full read), the ending runs otherwise (``_range_span``)."""
+        None for every run (a full read), the ending runs otherwise (``_range_span``).
+        Every answer's warnings go to ``said`` (``partial_hold``)."""
         s = self.settings
 
         def ask(name: str, runs: str = "", pods: str = "", over: float = window) -> list[Sample]:
             query = queries.render(queries.INSTANT[name], over, s.idle_window_seconds, runs, pods)
-            return self.client.instant(query, at=now)
+            return self.client.instant(query, at=now, warnings=said)
 
         static = self._static
         instant = {name: ask(name) for name in queries.DYNAMIC}
@@ -455,7 +511,8 @@ class Cycle:
             full = True
             answers = {name: ask(name) for name in (*queries.STATIC_RUN, queries.STATIC_POD)}
         elif parts:
-            answers = queries.unfold(self.client.instant(queries.fold(parts), at=now), parts)
+            folded = self.client.instant(queries.fold(parts), at=now, warnings=said)
+            answers = queries.unfold(folded, parts)
             answers[queries.STATIC_POD] += answers.pop(queries.STATIC_POD_EXPORTED, [])
         else:
             answers = {}
@@ -484,13 +541,15 @@ class Cycle:
             else:
                 runs, means = read
                 for name, parts in means.items():
-                    instant[name] = [s for q in parts for s in self.client.instant(q, at=now)]
+                    instant[name] = [
+                        s for q in parts for s in self.client.instant(q, at=now, warnings=said)
+                    ]
         if full:
             instant.update({name: ask(name, over=span) for name in queries.SPAN})
         step = queries.range_step(span, s.min_step_seconds, s.max_points)
         templates = {**queries.RANGE, **({"step_range": queries.STEP_RANGE} if steps_only else {})}
         ranges = {
-            name: self.client.range(tpl.format(runs=runs), now - span, now, step)
+            name: self.client.range(tpl.format(runs=runs), now - span, now, step, warnings=said)
             for name, tpl in templates.items()
         }
         return instant, ranges, span, ending
@@ -819,6 +878,28 @@ def unseen_seconds(previous: float | None, failed_at: float | None) -> float:
     if previous is None or failed_at is None:
         return 0.0
     return max(0.0, failed_at - previous)
+
+
+def partial_hold(
+    partial_since: float | None, now: float, said: Sequence[str], hold_seconds: float
+) -> tuple[float | None, bool]:
+    """The start of the current run of partial reads after this read (None: whole, no
+    warning ``said``) and whether this read's absences are held (not counted). Pure.
+
+    Why: a server that answers with warnings (Thanos Query with a store down, a
+    Prometheus whose remote-read source is away) answers ``success`` with only what the
+    others hold, and the runs of the missing part look gone: finished as cancelled
+    after the vanish grace, learnt so, revived (refitted twice) when the part is back,
+    and without a forecast meanwhile. So a partial read counts absences as a failed read
+    does (``uncovered_since``, ``unseen_seconds``), while what it shows is recorded and
+    forecast. Why a bound (``hold_seconds``): a setup partial for good (a store removed
+    but still listed, a broken remote_read) would otherwise never finish a vanished
+    run; past it (or with none, 0), a partial read counts absences as a whole one.
+    """
+    if not said:
+        return None, False
+    since = now if partial_since is None or partial_since > now else partial_since
+    return since, hold_seconds > 0 and now - since <= hold_seconds
 
 
 def vanished(

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 LAST_QUERY_KEY = "last_query_timestamp"
 LAST_RANGE_KEY = "last_range_query_timestamp"
 MEANS_UNTIL_KEY = "means_until"
+# when the current run of partial reads began ("" or absent: the last read was whole)
+PARTIAL_SINCE_KEY = "partial_since_timestamp"
 MAX_MEANS_UNTIL_CHARS = 4_000_000  # about 20,000 runs; a larger value is not ours
 
 

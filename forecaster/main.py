@@ -203,6 +203,15 @@ def _common_flags() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a run whose series vanished is finished (completed or not) after this long away",
     )
+    h.add_argument(
+        "--history.partial-hold",
+        dest="partial_hold_seconds",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="reads answered with warnings (a store or remote-read source down) do not count "
+        "runs' absences for up to this long (0: they do at once)",
+    )
     c = p.add_argument_group("model and stall detection")
     c.add_argument(
         "--model.refit-interval",
@@ -394,6 +403,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         idle_window_seconds=args.idle_window_seconds,
         refit_seconds=args.refit_seconds,
         vanish_grace_seconds=args.vanish_grace_seconds,
+        partial_hold_seconds=args.partial_hold_seconds,
         fit_runs=args.fit_runs,
         fit_points=args.fit_points,
         pending=pending_settings(args),

@@ -76,11 +76,18 @@ class CannedClient:
         self.ranges = ranges or {}
         self.stats = QueryStats()
         self.fail = False
+        # what each answer says in ``warnings`` (a partial answer: a store down)
+        self.warnings: list[str] = []
+        self.range_warnings: list[str] = []
         self.seen: list[str] = []
         self.range_spans: list[tuple[str, float, float]] = []  # (name, start, end)
 
-    def instant(self, query: str, at: float | None = None) -> list[Sample]:
+    def instant(
+        self, query: str, at: float | None = None, *, warnings: list[str] | None = None
+    ) -> list[Sample]:
         self._count(query)
+        if warnings is not None:
+            warnings.extend(self.warnings)
         if _shape(query) in _INSTANT:
             return list(self.answers.get(_INSTANT[_shape(query)], []))
         pods = _POD_MATCH.findall(query)
@@ -106,10 +113,20 @@ class CannedClient:
             for s in self.answers.get(name, [])
         ]
 
-    def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
+    def range(
+        self,
+        query: str,
+        start: float,
+        end: float,
+        step_seconds: float,
+        *,
+        warnings: list[str] | None = None,
+    ) -> list[Series]:
         """The canned series of the query's name, only the set-matched runs' if it has
         a set match (as the TSDB would answer)."""
         self._count(query)
+        if warnings is not None:
+            warnings.extend(self.range_warnings)
         match = _SET_MATCH.search(query)
         name = _RANGE[_shape(re.sub(r'\{run_id=~"[^"]*"\}', "", query))]
         self.range_spans.append((name, start, end))
@@ -661,9 +678,9 @@ def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> 
     seen = []
 
     class Probe(CannedClient):
-        def instant(self, query: str, at: float | None = None) -> list[Sample]:
+        def instant(self, query: str, at: float | None = None, **kw) -> list[Sample]:
             seen.append(gc.isenabled())
-            return super().instant(query, at)
+            return super().instant(query, at, **kw)
 
     class FitProbe(StandInModel):
         def fit(self, history):
@@ -1288,11 +1305,11 @@ def test_a_queue_query_prometheus_refuses_loses_only_the_queue(
     class Refusing(CannedClient):
         error: PromAPIError = PromQueryError("HTTP 422: execution: duplicate series")
 
-        def instant(self, query: str, at: float | None = None) -> list[Sample]:
+        def instant(self, query: str, at: float | None = None, **kw) -> list[Sample]:
             if "kube_pod_status_phase" in query:
                 self._count(query)
                 raise self.error
-            return super().instant(query, at)
+            return super().instant(query, at, **kw)
 
     client = Refusing(job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300))
     with caplog.at_level("WARNING"):

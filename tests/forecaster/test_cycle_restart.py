@@ -27,8 +27,10 @@ def store(tmp_path: Path) -> Iterator[HistoryStore]:
 class TimedClient(CannedClient):
     """Range answers cut to [start, end], as a TSDB answers them."""
 
-    def range(self, query: str, start: float, end: float, step_seconds: float) -> list[Series]:
-        out = super().range(query, start, end, step_seconds)
+    def range(
+        self, query: str, start: float, end: float, step_seconds: float, **kw
+    ) -> list[Series]:
+        out = super().range(query, start, end, step_seconds, **kw)
         return [Series(x.labels, tuple(p for p in x.points if start <= p[0] <= end)) for x in out]
 
 

@@ -69,6 +69,8 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["serve", "--cycle.interval", "inf"], "--cycle.interval must be a finite number > 0"),
         (["once", "--history.lookback", "inf"], "--history.lookback must be a finite number"),
         (["serve", "--stall.after", "nan"], "--stall.after must be a finite number > 0"),
+        (["once", "--history.partial-hold", "inf"], "--history.partial-hold must be a finite"),
+        (["serve", "--history.partial-hold=-1"], "--history.partial-hold must be a finite"),
         (["once", "--stall.idle-ratio", "2"], "--stall.idle-ratio must be in 0..1"),
         (["once", "--prometheus.bearer-token-file", "/nonexistent/t"], "bearer-token-file"),
         (["once", "--prometheus.header", "X-Scope-OrgID"], "expected NAME=VALUE"),
@@ -93,6 +95,13 @@ def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("gpu-eta forecaster: ") and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_partial_hold_reaches_the_cycle_settings() -> None:
+    argv = ["once", "--history.partial-hold", "120"]
+    assert config_from_args(build_parser().parse_args(argv)).cycle.partial_hold_seconds == 120
+    default = config_from_args(build_parser().parse_args(["once"])).cycle
+    assert default.partial_hold_seconds == 3600
 
 
 def test_request_tolerations_reach_the_pending_settings() -> None:
