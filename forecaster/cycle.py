@@ -25,6 +25,7 @@ from gpu_eta.forecaster.cycle_meta import (
     LAST_QUERY_KEY,
     LAST_RANGE_KEY,
     MEANS_UNTIL_KEY,
+    PARTIAL_LAST_KEY,
     PARTIAL_SINCE_KEY,
     decode_means_until,
     encode_means_until,
@@ -124,8 +125,7 @@ class Cycle:
         # store down), None after a whole read; persisted, so that the bound holds for
         # ``once`` and across restarts (partial_hold)
         self._partial_since: float | None = None
-        # what this process last logged of partial reads: "partial", "expired" or None
-        self._partial_said: str | None = None
+        self._partial_last: float | None = None  # the latest partial read of that run
         # runs whose means were read since the last full read, as ending runs: the time
         # their stored means reach (later reads weigh only the seconds after it);
         # persisted, like the range time it completes
@@ -142,6 +142,7 @@ class Cycle:
         self._last_range_time = float_or_none(self.store.get_meta(LAST_RANGE_KEY))
         self._means_until = decode_means_until(self.store.get_meta(MEANS_UNTIL_KEY))
         self._partial_since = float_or_none(self.store.get_meta(PARTIAL_SINCE_KEY))
+        self._partial_last = float_or_none(self.store.get_meta(PARTIAL_LAST_KEY))
 
     @property
     def _last_query_time(self) -> float | None:
@@ -196,9 +197,17 @@ class Cycle:
         previous = self._last_query_time
         uncovered = uncovered_since(previous, now, self._failed_at, s.vanish_grace_seconds)
         unseen = unseen_seconds(previous, self._failed_at)
-        partial_since, held = partial_hold(self._partial_since, now, said, s.partial_hold_seconds)
+        partial_since, partial_last, held = partial_hold(
+            (self._partial_since, self._partial_last),
+            now,
+            said,
+            s.partial_hold_seconds,
+            s.vanish_grace_seconds,
+        )
         if partial_since != self._partial_since:
             meta[PARTIAL_SINCE_KEY] = "" if partial_since is None else repr(partial_since)
+        if partial_last != self._partial_last:
+            meta[PARTIAL_LAST_KEY] = "" if partial_last is None else repr(partial_last)
         if held and previous is not None:
             # as after a failed read at ``now``: a run absent from a partial answer may be
             # in the part missing, so no second since the previous read counts as gone
@@ -219,7 +228,7 @@ class Cycle:
             raise
         self._failed_at = None
         self._log_partial(said, partial_since, held, now)
-        self._partial_since = partial_since
+        self._partial_since, self._partial_last = partial_since, partial_last
         for key in revived:  # running again: read as any running run
             self._finished_at.pop(key, None)
         if revived:  # the model learnt them as cancelled runs: refitted without them now
@@ -338,36 +347,39 @@ class Cycle:
     ) -> None:
         """One log line when reads turn partial, when they have been partial past the
         hold, and when they are whole again; never one per cycle (a store can stay down
-        for hours). ``said``: the read's warnings, already cleaned and bounded
-        (``promparse.decode_answer``); the first is named."""
+        for hours, or flap). Read from the run of partial reads as stored before this
+        read and after it, not from what this process logged: a ``once`` CronJob is a
+        new process every read. ``said``: the read's warnings, already cleaned and
+        bounded (``promparse.decode_answer``); the first is named."""
         hold = self.settings.partial_hold_seconds
-        if not said:
-            if self._partial_said is not None and self._partial_since is not None:
+        before, last = self._partial_since, self._partial_last
+        if partial_since is None:
+            if before is not None:
                 log.info(
                     "Prometheus answers whole again after %.0fs of partial answers",
-                    now - self._partial_since,
+                    (last if last is not None else now) - before,
                 )
-            self._partial_said = None
             return
-        distinct = list(dict.fromkeys(said))
-        if self._partial_said is None:
+        if not said:
+            return  # a whole read inside a run of partial ones (a flapping store)
+        first = list(dict.fromkeys(said))
+        if before is None and held:
             log.warning(
                 "Prometheus answers are partial (%d warning(s), first: %s): runs absent "
                 "from them are not counted as vanished for up to %.0fs",
-                len(distinct),
-                distinct[0],
+                len(first),
+                first[0],
                 hold,
             )
-            self._partial_said = "partial"
-        if not held and self._partial_said != "expired" and partial_since is not None:
+        was_held = before is None or (last is not None and last - before <= hold)
+        if not held and was_held:
             log.warning(
                 "Prometheus answers partial for %.0fs, over %.0fs (first warning: %s): "
                 "runs absent from them are counted as vanished again",
                 now - partial_since,
                 hold,
-                distinct[0],
+                first[0],
             )
-            self._partial_said = "expired"
 
     def _queue_starts(
         self,
@@ -881,25 +893,39 @@ def unseen_seconds(previous: float | None, failed_at: float | None) -> float:
 
 
 def partial_hold(
-    partial_since: float | None, now: float, said: Sequence[str], hold_seconds: float
-) -> tuple[float | None, bool]:
-    """The start of the current run of partial reads after this read (None: whole, no
-    warning ``said``) and whether this read's absences are held (not counted). Pure.
+    partial: tuple[float | None, float | None],
+    now: float,
+    said: Sequence[str],
+    hold_seconds: float,
+    settle_seconds: float,
+) -> tuple[float | None, float | None, bool]:
+    """The current run of partial reads after this read, as (its first read, its
+    latest read; None, None: none), and whether this read's absences are held (not
+    counted). ``partial``: the same pair before this read. Pure.
 
     Why: a server that answers with warnings (Thanos Query with a store down, a
-    Prometheus whose remote-read source is away) answers ``success`` with only what the
-    others hold, and the runs of the missing part look gone: finished as cancelled
-    after the vanish grace, learnt so, revived (refitted twice) when the part is back,
-    and without a forecast meanwhile. So a partial read counts absences as a failed read
-    does (``uncovered_since``, ``unseen_seconds``), while what it shows is recorded and
+    Prometheus whose remote-read source is away, a VictoriaMetrics cluster with a
+    storage node down) answers ``success`` with only what the others hold, and the
+    runs of the missing part look gone: finished as cancelled after the vanish grace,
+    learnt so, revived (refitted twice) when the part is back, and without a forecast
+    meanwhile. So a partial read counts absences as a failed read does
+    (``uncovered_since``, ``unseen_seconds``), while what it shows is recorded and
     forecast. Why a bound (``hold_seconds``): a setup partial for good (a store removed
     but still listed, a broken remote_read) would otherwise never finish a vanished
     run; past it (or with none, 0), a partial read counts absences as a whole one.
+    Why a run ends only ``settle_seconds`` (the vanish grace) after its latest partial
+    read: a flapping store answers whole now and then, and a run restarted by each
+    whole read never reached the bound (a run gone for good, one read in ten whole,
+    was finished after 100 min instead of 40); a whole read inside the run counts its
+    absences as any whole read does.
     """
-    if not said:
-        return None, False
-    since = now if partial_since is None or partial_since > now else partial_since
-    return since, hold_seconds > 0 and now - since <= hold_seconds
+    since, last = partial
+    if said:
+        since = now if since is None or since > now else since
+        return since, now, hold_seconds > 0 and now - since <= hold_seconds
+    if since is not None and last is not None and 0.0 <= now - last < settle_seconds:
+        return since, last, False
+    return None, None, False
 
 
 def vanished(

@@ -22,6 +22,8 @@ LAST_RANGE_KEY = "last_range_query_timestamp"
 MEANS_UNTIL_KEY = "means_until"
 # when the current run of partial reads began ("" or absent: the last read was whole)
 PARTIAL_SINCE_KEY = "partial_since_timestamp"
+# the latest partial read of that run (a whole read ends the run only a grace after it)
+PARTIAL_LAST_KEY = "partial_last_timestamp"
 MAX_MEANS_UNTIL_CHARS = 4_000_000  # about 20,000 runs; a larger value is not ours
 
 

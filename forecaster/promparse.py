@@ -153,8 +153,14 @@ def decode_answer(body: bytes | str, status: int) -> tuple[dict, tuple[str, ...]
     raw = doc.get("warnings")
     said = raw[: _MAX_WARNINGS * 4] if isinstance(raw, list) else []  # a bounded look
     warnings = [w for w in (clean_warning(x) for x in said if isinstance(x, str)) if w]
+    if doc.get("isPartial") is True:  # VictoriaMetrics cluster: a vmstorage node away
+        warnings.insert(0, VM_PARTIAL)
     return data, tuple(dict.fromkeys(warnings))[:_MAX_WARNINGS]
 
+
+# what a VictoriaMetrics cluster's partial answer says (``"isPartial": true``, no
+# warnings): some vmstorage nodes did not answer, the rest did
+VM_PARTIAL = "isPartial: some VictoriaMetrics storage nodes did not answer"
 
 # a terminal's escape sequences (CSI ``ESC [ ... letter``, OSC ``ESC ] ... BEL``) and
 # every other control character, C0 and C1

@@ -142,7 +142,7 @@ def test_partial_reads_are_logged_when_they_start_pass_the_hold_and_end(
             t[0] += 60
             cycle.run()
         client.answers, client.warnings = both(), []
-        for _ in range(3):
+        for _ in range(11):  # whole for a grace after the last partial read: over
             t[0] += 60
             cycle.run()
     said = [
@@ -153,25 +153,67 @@ def test_partial_reads_are_logged_when_they_start_pass_the_hold_and_end(
     assert [level for level, _ in said] == ["WARNING", "WARNING", "INFO"], said
     assert "1 warning(s), first: " + DOWN in said[0][1]
     assert "counted as vanished again" in said[1][1] and DOWN in said[1][1]
-    assert "whole again after 600s" in said[2][1]
+    assert "whole again after 540s" in said[2][1]  # the first partial read to the last
 
 
 @pytest.mark.parametrize(
-    ("since", "now", "said", "expected"),
+    ("before", "now", "said", "expected"),
     [
-        (None, NOW, [], (None, False)),  # whole
-        (NOW - 60, NOW, [], (None, False)),  # whole again
-        (None, NOW, [DOWN], (NOW, True)),  # turns partial
-        (NOW - 3600, NOW, [DOWN], (NOW - 3600, True)),  # at the bound: held
-        (NOW - 3601, NOW, [DOWN], (NOW - 3601, False)),  # past it
-        (NOW + 60, NOW, [DOWN], (NOW, True)),  # a clock stepped back starts again
+        ((None, None), NOW, [], (None, None, False)),  # whole
+        ((NOW - 60, NOW - 60), NOW, [], (NOW - 60, NOW - 60, False)),  # a whole read in it
+        ((NOW - 900, NOW - 600), NOW, [], (None, None, False)),  # whole for a grace: over
+        ((None, None), NOW, [DOWN], (NOW, NOW, True)),  # turns partial
+        ((NOW - 3600, NOW - 60), NOW, [DOWN], (NOW - 3600, NOW, True)),  # at the bound
+        ((NOW - 3601, NOW - 60), NOW, [DOWN], (NOW - 3601, NOW, False)),  # past it
+        ((NOW + 60, NOW + 60), NOW, [DOWN], (NOW, NOW, True)),  # a clock stepped back
     ],
 )
 def test_partial_hold(
-    since: float | None, now: float, said: list[str], expected: tuple[float | None, bool]
+    before: tuple, now: float, said: list[str], expected: tuple[float | None, float | None, bool]
 ) -> None:
-    assert partial_hold(since, now, said, 3600) == expected
+    assert partial_hold(before, now, said, 3600, 600) == expected
 
 
 def test_no_hold_counts_absences_from_the_first_partial_read() -> None:
-    assert partial_hold(None, NOW, [DOWN], 0) == (NOW, False)
+    assert partial_hold((None, None), NOW, [DOWN], 0, 600) == (NOW, NOW, False)
+
+
+def test_a_flapping_store_does_not_restart_the_hold(store: HistoryStore) -> None:
+    """A store answering whole one read in ten: each whole read restarted the run of
+    partial reads, so the bound was never reached (``b``, gone for good, finished
+    after 100 min instead of 40)."""
+    t = [NOW]
+    client = CannedClient(both())
+    cycle = make_cycle(
+        client, store, clock=lambda: t[0], vanish_grace_seconds=600, partial_hold_seconds=1800
+    )
+    cycle.run()
+    client.answers = only_a()
+    finished_at = []
+    for i in range(1, 121):
+        t[0] += 60
+        client.warnings = [] if i % 10 == 0 else [DOWN]
+        if cycle.run().n_finished:
+            finished_at.append(i)
+    assert finished_at and finished_at[0] <= 41, finished_at
+
+
+def test_once_runs_log_a_run_of_partial_reads_once(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``cli once`` is a new process every read: what it had logged was its own, so
+    every run logged the partial WARNING again and none the INFO when whole."""
+    client = CannedClient(both())
+    make_cycle(client, store).run()
+    settings = {"vanish_grace_seconds": 120, "partial_hold_seconds": 180}
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.cycle"):
+        for i in range(1, 11):
+            client.answers, client.warnings = (only_a(), [DOWN]) if i <= 6 else (both(), [])
+            at = NOW + 60 * i
+            make_cycle(client, store, clock=lambda at=at: at, **settings).run()
+    said = [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "gpu_eta.forecaster.cycle" and "answers" in r.getMessage()
+    ]
+    assert [level for level, _ in said] == ["WARNING", "WARNING", "INFO"], said

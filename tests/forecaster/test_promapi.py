@@ -20,7 +20,7 @@ import pytest
 
 from gpu_eta.forecaster import promapi, promparse
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
-from gpu_eta.forecaster.promparse import decode_response, parse_matrix, parse_vector
+from gpu_eta.forecaster.promparse import VM_PARTIAL, decode_response, parse_matrix, parse_vector
 from gpu_eta.launch.prometheus import free_port
 
 VECTOR = {
@@ -150,6 +150,16 @@ def test_a_range_answers_warnings_are_collected_cleaned(http_server) -> None:
     assert series.points == ((10.0, 1.0),)
     assert said == ["remote_read: connection refused"]
     assert client(url).range("x", 10, 25, 15) == [series]  # not asked: dropped
+
+
+def test_a_victoriametrics_partial_answer_is_said_as_a_warning(http_server) -> None:
+    """A VictoriaMetrics cluster with a vmstorage node away answers ``"isPartial": true``
+    and no ``warnings``: read as whole, the runs of that node were finished as gone."""
+    body = {"status": "success", "isPartial": True, "data": VECTOR["data"]}
+    url, _ = http_server(lambda r: reply(r, 200, json.dumps(body).encode()))
+    said: list[str] = []
+    assert len(client(url).instant("up", warnings=said)) == 2
+    assert said == [VM_PARTIAL]
 
 
 def test_garbage_body_is_a_clear_error(http_server) -> None:
