@@ -78,7 +78,7 @@ def add_prometheus_flags(
         metavar="NAME=VALUE",
         help="extra HTTP header sent with every query, repeatable (e.g. "
         "X-Scope-OrgID=tenant for Mimir or Cortex); never logged, but visible in the "
-        "process list like any flag; Authorization and Host are refused",
+        "process list like any flag; Authorization, Host and framing headers are refused",
     )
     g.add_argument(
         "--prometheus.ca-file",
