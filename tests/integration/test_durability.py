@@ -94,9 +94,16 @@ def serves_pod(port: int, pod: str) -> bool:
 def durable_args(tmp_path: Path, scenario_text: str) -> tuple[str, ...]:
     """The exporter's flags for a simulated node (``scenario_text``) that keeps its
     progress in ``tmp_path/state/progress.json``, collecting every second and
-    dropping a gone pod's progress 2 s after it left (the grace, not the default 2 m)."""
+    dropping a gone pod's progress 2 s after it left (the grace, not the default 2 m).
+
+    The node's pods started an hour ago, a fixed time: a real pod's start is the same
+    after an exporter restart, while a simulated node anchors its pods at its first
+    load, so a restarted one would start them anew, after every stored report (which
+    the store then drops as a predecessor's: an entry reported before its pod started).
+    """
     scenario = tmp_path / "node.yaml"
-    scenario.write_text(scenario_text)
+    start = f"version: 1\nstart_timestamp: {time.time() - 3600:.0f}\n"
+    scenario.write_text(scenario_text.replace("version: 1\n", start, 1))
     state = tmp_path / "state" / "progress.json"
     return (
         "--simulate",
