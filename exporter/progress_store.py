@@ -354,16 +354,19 @@ class ProgressStore:
                     if now - since >= self._gone_grace:
                         drop.extend(keys)
                     continue
-                start = started.get(pair) if started else None
-                if start is not None:
-                    drop.extend(k for k in keys if self._entries[k].last_report_timestamp < start)
                 since = self._gone_since.pop(pair, now)
                 known = self._uids.get(pair)
+                start = started.get(pair) if started else None
+                if start is not None and (not known or uid != known):
+                    # a pod this process has not seen under this uid (after a restart:
+                    # none); one it has seen cannot be a predecessor, whatever the
+                    # clock did since its start
+                    drop.extend(k for k in keys if self._entries[k].last_report_timestamp < start)
                 if uid and known and uid != known:  # a new pod under the same name
                     drop.extend(
                         key for key in keys if self._entries[key].last_report_timestamp <= since
                     )
-            durable = self._remove(drop, wait=True)
+            durable = self._remove(list(dict.fromkeys(drop)), wait=True)  # each key once
             # every listed pod's uid, reported yet or not: a pod replaced between two
             # calls right after its first report is told from its successor too
             uids = {pair: uid for pair, uid in live.items() if uid}

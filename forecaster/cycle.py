@@ -371,7 +371,7 @@ class Cycle:
                 first[0],
                 hold,
             )
-        was_held = before is None or (last is not None and last - before <= hold)
+        was_held = before is None or (hold > 0 and last is not None and last - before <= hold)
         if not held and was_held:
             log.warning(
                 "Prometheus answers partial for %.0fs, over %.0fs (first warning: %s): "

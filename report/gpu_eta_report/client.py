@@ -181,6 +181,11 @@ LOCAL_RANK_VARIABLES = (
 )
 
 
+# RANK as this process had it when it imported the module: a multiprocessing child
+# inherits its parent's environment, so a value still the same was not set for it
+_RANK_AT_IMPORT = os.environ.get("RANK", "").strip()
+
+
 def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     """The launcher's variable saying this process is not its pod's first, as (name,
     value): the first of ``LOCAL_RANK_VARIABLES`` that is set, when it is a whole
@@ -194,14 +199,18 @@ def other_rank(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     (every one above does), while ``RANK`` alone is how Kubeflow's PyTorchJob starts
     one process per pod (its pods are ranks 0…N-1): read as a pod's ranks, it kept
     every pod but the master silent, their GPUs without a forecast. ``RANK`` is read
-    only in a child of a Python ``multiprocessing`` parent (``mp.spawn`` scripts that
-    set it themselves: the ranks of one pod).
+    only in a child of a Python ``multiprocessing`` parent that set it after this
+    module was imported (``mp.spawn`` scripts numbering their workers: the ranks of
+    one pod); one it inherited unchanged is the pod's own (a PyTorchJob worker
+    training in a child process is still its pod's only trainer).
     """
     env = os.environ if env is None else env
     names = [n for n in LOCAL_RANK_VARIABLES if env.get(n, "").strip()]
-    if not names and multiprocessing.parent_process() is not None:
-        # a process ``torch.multiprocessing.spawn`` started, its script setting RANK
-        # itself (several in one pod); a PyTorchJob's process is the container's own
+    if (
+        not names
+        and multiprocessing.parent_process() is not None
+        and env.get("RANK", "").strip() != _RANK_AT_IMPORT
+    ):
         names = ["RANK"]
     if not names:
         return None

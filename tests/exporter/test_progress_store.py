@@ -379,3 +379,27 @@ def test_a_wall_clock_stepped_back_does_not_stretch_a_grace():
     store.retain({}, NOW + 5 - 3600)  # NTP steps the clock back an hour
     store.retain({}, NOW + 5 - 3600 + 600)  # ten minutes on
     assert store.snapshot() == ()
+
+
+def test_a_predecessor_both_rules_find_is_dropped_once() -> None:
+    """Reported before its successor started and before the name was found gone, the
+    predecessor's entry was dropped by both rules: a KeyError, and the uid never
+    updated (the new pod's first report dropped at the next collection)."""
+    store = ProgressStore(gone_grace_seconds=120)
+    _report(store, epoch=9.0)
+    store.retain({("ns", "a"): "uid-old"}, NOW + 1)
+    store.retain({("ns", "a"): "uid-new"}, NOW + 30, started={("ns", "a"): NOW + 20})
+    assert store.snapshot() == ()
+    _report(store, epoch=1.0, ts=NOW + 40)
+    store.retain({("ns", "a"): "uid-new"}, NOW + 45, started={("ns", "a"): NOW + 20})
+    assert [p.epoch for p in store.snapshot()] == [1.0]
+
+
+def test_a_pod_seen_under_its_uid_keeps_its_progress_whatever_its_start_says() -> None:
+    """The wall clock stepped back after the kubelet stamped the pod's start: its
+    reports are timed before its start, yet it is the pod this store has seen."""
+    store = ProgressStore(gone_grace_seconds=120)
+    store.retain({("ns", "a"): "u"}, NOW - 200, started={("ns", "a"): NOW})
+    _report(store, ts=NOW - 100)
+    store.retain({("ns", "a"): "u"}, NOW - 95, started={("ns", "a"): NOW})
+    assert len(store.snapshot()) == 1

@@ -217,3 +217,19 @@ def test_once_runs_log_a_run_of_partial_reads_once(
         if r.name == "gpu_eta.forecaster.cycle" and "answers" in r.getMessage()
     ]
     assert [level for level, _ in said] == ["WARNING", "WARNING", "INFO"], said
+
+
+def test_without_a_hold_partial_reads_are_logged_once(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    t = [NOW]
+    client = CannedClient(both())
+    cycle = make_cycle(client, store, clock=lambda: t[0], partial_hold_seconds=0)
+    cycle.run()
+    client.answers, client.warnings = only_a(), [DOWN]
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.cycle"):
+        for _ in range(3):
+            t[0] += 60
+            cycle.run()
+    said = [r for r in caplog.records if "answers" in r.getMessage()]
+    assert len(said) == 1 and "counted as vanished again" in said[0].getMessage()

@@ -766,8 +766,9 @@ def test_a_plan_that_is_no_scalar_is_ignored_not_the_reporter(listener):
     assert r.enabled and (r.epochs, r.steps) == (None, None) and r.stats["ignored"] == 2
 
 
-def _rank_in_child(rank: int, out) -> None:
-    os.environ["RANK"] = str(rank)  # as an mp.spawn script sets it for its worker
+def _rank_in_child(rank: int | None, out) -> None:
+    if rank is not None:
+        os.environ["RANK"] = str(rank)  # as an mp.spawn script sets it for its worker
     out.put((rank, client.other_rank()))
 
 
@@ -788,3 +789,19 @@ def test_ranks_a_spawn_script_sets_itself_are_one_pods() -> None:
         p.join(timeout=60)
     assert got == {0: None, 1: ("RANK", "1")}
     assert client.other_rank({"RANK": "1"}) is None  # this test's process: no parent
+
+
+def test_a_rank_a_child_inherited_is_its_pods_own(monkeypatch) -> None:
+    """A PyTorchJob worker pod (``RANK=1``, no local rank) whose script trains in a
+    ``multiprocessing`` child: the child inherits ``RANK`` unchanged and is the pod's
+    only trainer, so it reports (read as one pod's ranks, it was silenced)."""
+    import multiprocessing
+
+    monkeypatch.setenv("RANK", "1")
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_rank_in_child, args=(None, out))
+    proc.start()
+    got = out.get(timeout=30)
+    proc.join(timeout=60)
+    assert got == (None, None)
