@@ -102,6 +102,7 @@ class Cycle:
         self._planless_seen: list[Run] = []  # the last run it was given (appended_since)
         # calibrates the queue's intervals on real starts; kept in the history file
         self._starts = SavedStartTracker(store)
+        self._queue_warned: str | None = None  # the queue answer's first warning said
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
         # and then, otherwise only for runs not seen yet (static_series)
         self._static = StaticSeries(self.settings.static_full_every)
@@ -301,7 +302,7 @@ class Cycle:
                 continue
             ends = (now + fc.p10, now + fc.p50, now + fc.p90)
             jobs.append(JobForecast(stub, found.node, fc, ends))
-        queue = self._queue_starts(now, instant, jobs, errors)
+        queue = self._queue_starts(now, instant, jobs, errors, bool(said))
         n_queries = self.client.stats.success + self.client.stats.error - before
         return ForecastSet(
             timestamp=now,
@@ -387,6 +388,7 @@ class Cycle:
         instant: Mapping[str, Sequence[Sample]],
         jobs: Sequence[JobForecast],
         errors: Counter[str],
+        read_partial: bool = False,
     ) -> PendingSet | None:
         """Predicted starts of the GPU queue (docs/pending.md); None when turned off.
 
@@ -405,12 +407,14 @@ class Cycle:
                 for name, tpl in queries.PENDING.items()
             }
         )
+        said: list[str] = []
         try:
-            answer = self.client.instant(folded, at=now)
+            answer = self.client.instant(folded, at=now, warnings=said)
         except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
             errors["pending_failed"] += 1
             log.warning("pending-pod queries refused by the server on its data: %s", err)
             return None
+        self._log_queue_partial(said, read_partial)
         samples = queries.unfold(answer, queries.PENDING)
         try:
             node_models = {
@@ -427,6 +431,21 @@ class Cycle:
             errors["pending_failed"] += 1
             log.warning("pending-pod prediction failed: %s", err)
             return None
+
+    def _log_queue_partial(self, said: Sequence[str], read_partial: bool) -> None:
+        """Say once that the queue's answer is partial (kube-state-metrics series of a
+        store that is away: pending pods or GPU nodes missing, so starts are predicted
+        on part of the queue), when the runs' read was whole and so said nothing
+        (``_log_partial``); again only when what it says changes. Counted in
+        ``gpu_eta_forecaster_partial_answers_total`` either way."""
+        first = said[0] if said else None
+        if first is not None and not read_partial and first != self._queue_warned:
+            log.warning(
+                "pending-pod answer is partial (first warning: %s): starts are predicted "
+                "on the pods and GPU nodes it holds",
+                first,
+            )
+        self._queue_warned = first
 
     def _range_span(
         self, now: float, window: float, static_full: bool = False

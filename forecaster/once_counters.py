@@ -7,9 +7,9 @@ Forecaster quality dashboard's "Job errors by reason", GpuEtaQueuePredictionFail
 read 0. So ``once`` loads the totals of the runs before it from one row of the
 history file's ``meta`` table (``COUNTERS_KEY``; the CronJob's history file is on its
 PVC), adds its own increments and saves the totals after its cycle: the pushed
-``gpu_eta_forecaster_job_errors_total``, ``…_queries_total`` and
-``…_skipped_series_total`` keep increasing. ``serve`` is one process: its counters
-need none of this.
+``gpu_eta_forecaster_job_errors_total``, ``…_queries_total``,
+``…_skipped_series_total`` and ``…_partial_answers_total`` keep increasing.
+``serve`` is one process: its counters need none of this.
 
 Reading follows the rules for every file we read (``load_versioned``): a value that is
 unusable as a whole, or an entry that is not a non-negative integer, is left out with
@@ -35,7 +35,7 @@ COUNTERS_KEY = "once_counters"
 VERSION = 1
 MAX_CHARS = 64 * 1024  # a few dozen reasons take under 2 KiB
 MAX_REASON_CHARS = 128
-_QUERY_FIELDS = ("success", "error", "skipped_series")
+_QUERY_FIELDS = ("success", "error", "skipped_series", "partial")
 
 
 class CountersError(ValueError):

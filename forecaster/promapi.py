@@ -257,6 +257,8 @@ class PromClient:
             # the same class: a caller tells a vector of another type by it
             raise type(err)(f"{self.safe_url}: {err}") from None
         self.stats.success += 1
+        if said:
+            self.stats.partial += 1
         if warnings is not None:
             warnings.extend(said)
         self._report_skipped(query, skipped, len(out))

@@ -415,6 +415,13 @@ def self_families(
     )
     skipped_c.add_metric([], float(queries.skipped_series))
     families.append(skipped_c)
+    partial_c = CounterMetricFamily(
+        "gpu_eta_forecaster_partial_answers",
+        "Prometheus answers that carried warnings (a partial answer: a Thanos store or a "
+        "VictoriaMetrics storage node away, series may be missing); the log names the first.",
+    )
+    partial_c.add_metric([], float(queries.partial))
+    families.append(partial_c)
     errors_c = CounterMetricFamily(
         "gpu_eta_forecaster_job_errors",
         "Jobs skipped or cycles failed, by reason (invalid series, predict failure, cycle failure).",

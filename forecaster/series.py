@@ -56,3 +56,7 @@ class QueryStats:
     # series left out of answers otherwise used (a bad label or sample costs only its
     # series: promapi); ``gpu_eta_forecaster_skipped_series_total``
     skipped_series: int = 0
+    # answers that parsed but carried warnings (a Thanos store or a VictoriaMetrics
+    # storage node away: series may be missing); counted whatever the caller does with
+    # them, ``gpu_eta_forecaster_partial_answers_total``
+    partial: int = 0

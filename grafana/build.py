@@ -709,11 +709,18 @@ def forecaster_quality() -> dict:
         ),
         ts(
             "Queries to Prometheus by result",
-            "A bounded number of queries per cycle, whatever the number of jobs.",
+            "A bounded number of queries per cycle, whatever the number of jobs. partial: "
+            "answers that carried warnings (a Thanos store or a VictoriaMetrics node away), "
+            "counted among the successes too.",
             "reqps",
             q(
                 "sum by (result) (rate(gpu_eta_forecaster_queries_total[$__rate_interval]))",
                 "{{result}}",
+            ),
+            q(
+                "sum(rate(gpu_eta_forecaster_partial_answers_total[$__rate_interval]))",
+                "partial",
+                ref="B",
             ),
         ),
         ts(

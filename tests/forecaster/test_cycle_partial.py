@@ -233,3 +233,53 @@ def test_without_a_hold_partial_reads_are_logged_once(
             cycle.run()
     said = [r for r in caplog.records if "answers" in r.getMessage()]
     assert len(said) == 1 and "counted as vanished again" in said[0].getMessage()
+
+
+class QueueStoreDown(CannedClient):
+    """Its queue answer (the folded kube-state query) carries ``queue_warnings``; the
+    runs' answers carry ``warnings`` as ``CannedClient``'s."""
+
+    def __init__(self, answers: dict) -> None:
+        super().__init__(answers)
+        self.queue_warnings: list[str] = []
+
+    def instant(self, query: str, at: float | None = None, *, warnings=None):  # type: ignore[override]
+        out = super().instant(query, at, warnings=warnings)
+        if warnings is not None and "kube_pod_status_phase" in query:
+            warnings.extend(self.queue_warnings)
+        return out
+
+
+def test_a_partial_queue_answer_is_said_once_unless_the_runs_read_said_it(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store holding only kube-state-metrics series away: the runs' read is whole, so
+    nothing else says the queue's predictions rest on part of the queue."""
+    t = [NOW]
+    client = QueueStoreDown(both())
+    cycle = make_cycle(client, store, clock=lambda: t[0], vanish_grace_seconds=600)
+
+    def queue_lines() -> list[str]:
+        lines = [r.getMessage() for r in caplog.records if "pending-pod answer" in r.getMessage()]
+        caplog.clear()
+        return lines
+
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.cycle"):
+        cycle.run()
+        assert queue_lines() == []
+        client.queue_warnings = [DOWN]
+        for _ in range(3):
+            t[0] += 60
+            cycle.run()
+            assert len(queue_lines()) == (1 if _ == 0 else 0)
+        client.queue_warnings = []
+        t[0] += 60
+        cycle.run()
+        client.queue_warnings = [DOWN]  # away again: said again
+        t[0] += 60
+        cycle.run()
+        assert len(queue_lines()) == 1
+        client.warnings = [DOWN]  # the runs' read partial too: its line says it
+        t[0] += 60
+        cycle.run()
+        assert queue_lines() == []

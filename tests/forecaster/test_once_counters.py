@@ -26,7 +26,7 @@ def test_totals_saved_by_one_run_are_where_the_next_starts(tmp_path: Path) -> No
     store = HistoryStore.open(tmp_path / "h.sqlite")
     try:
         errors = Counter({"pending_failed": 1, "cycle_failed": 0})
-        stats = QueryStats(success=12, error=1, skipped_series=2)
+        stats = QueryStats(success=12, error=1, skipped_series=2, partial=3)
         assert save_counters(store, errors, stats)
     finally:
         store.close()
@@ -39,7 +39,7 @@ def test_totals_saved_by_one_run_are_where_the_next_starts(tmp_path: Path) -> No
     finally:
         store.close()
     assert errors == Counter({"pending_failed": 2})
-    assert stats == QueryStats(success=24, error=1, skipped_series=2)
+    assert stats == QueryStats(success=24, error=1, skipped_series=2, partial=3)
 
 
 def test_nothing_saved_starts_from_zero(tmp_path: Path) -> None:
@@ -94,10 +94,10 @@ def test_damaged_entries_are_left_out_and_the_others_kept(
 
 
 def test_dump_then_parse_is_the_same_totals() -> None:
-    text = dump_counters(Counter({"b": 2, "a": 1}), QueryStats(3, 4, 5))
+    text = dump_counters(Counter({"b": 2, "a": 1}), QueryStats(3, 4, 5, 6))
     saved = parse_counters(text)
     assert saved.job_errors == Counter({"a": 1, "b": 2}) and saved.skipped == 0
-    assert saved.queries == {"success": 3, "error": 4, "skipped_series": 5}
+    assert saved.queries == {"success": 3, "error": 4, "skipped_series": 5, "partial": 6}
 
 
 class _Refusing:

@@ -162,6 +162,19 @@ def test_a_victoriametrics_partial_answer_is_said_as_a_warning(http_server) -> N
     assert said == [VM_PARTIAL]
 
 
+def test_partial_answers_are_counted_whether_or_not_the_caller_asks(http_server) -> None:
+    """``gpu_eta_forecaster_partial_answers_total``: the stall check's GPU use asks
+    for no warnings, yet its partial answer is one an admin must be able to see."""
+    partial = {"status": "success", "warnings": ["store down"], "data": VECTOR["data"]}
+    answers = iter([partial, VECTOR, partial])
+    url, _ = http_server(lambda r: reply(r, 200, json.dumps(next(answers)).encode()))
+    c = client(url)
+    c.instant("up")
+    c.instant("up")
+    c.instant("up", warnings=[])
+    assert (c.stats.success, c.stats.partial) == (3, 2)
+
+
 def test_garbage_body_is_a_clear_error(http_server) -> None:
     url, _ = http_server(lambda r: reply(r, 200, b"<html>login page</html>", "text/html"))
     c = client(url)

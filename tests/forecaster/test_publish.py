@@ -111,10 +111,11 @@ def test_the_series_the_client_skipped_are_published_as_a_counter() -> None:
     """What ``promapi`` left out of answers it otherwise used shows beside the queries."""
     from gpu_eta.forecaster.series import QueryStats
 
-    state = ServiceState(query_stats=QueryStats(success=4, error=1, skipped_series=3))
+    state = ServiceState(query_stats=QueryStats(success=4, error=1, skipped_series=3, partial=2))
     state.success(forecast_set(), 0.5, NOW)
     text = generate_latest(make_registry(state)).decode()
     assert "gpu_eta_forecaster_skipped_series_total 3.0" in text
+    assert "gpu_eta_forecaster_partial_answers_total 2.0" in text
     assert 'gpu_eta_forecaster_queries_total{result="error"} 1.0' in text
 
 

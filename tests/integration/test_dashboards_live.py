@@ -466,6 +466,7 @@ def contract_openmetrics(end: int) -> str:
                 t,
                 elapsed // (6 if result == "success" else 1200),
             )
+        put("gpu_eta_forecaster_partial_answers_total", forecaster, t, elapsed // 3600)
         put(
             "gpu_eta_forecaster_job_errors_total",
             {**forecaster, "reason": "invalid_start"},
