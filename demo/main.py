@@ -238,7 +238,8 @@ class _LiveTop:
 
         view = top_main.fetch_view(self.url, keep_errors=True)
         # tz None: each clock time in its own local offset (right across a DST change)
-        self._live.update(top_render.render_rich(view, None), refresh=True)
+        # fitted to the terminal's height, as top's own refreshing view (docs/top.md)
+        self._live.update(top_render.render_rich(view, None, fit_height=True), refresh=True)
         self._next = time.monotonic() + self.refresh_seconds
 
     def close(self) -> None:

@@ -349,10 +349,13 @@ def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_r
     if use_rich:
         from rich.live import Live
 
-        with Live(render_rich(view(), tz), auto_refresh=False, screen=False) as live:
+        # fit_height: Live crops what is taller than the terminal, with no word of it
+        with Live(
+            render_rich(view(), tz, fit_height=True), auto_refresh=False, screen=False
+        ) as live:
             while True:
                 time.sleep(args.interval)
-                live.update(render_rich(view(), tz), refresh=True)
+                live.update(render_rich(view(), tz, fit_height=True), refresh=True)
     while True:
         sys.stdout.write(render_plain(view(), tz) + "\n")
         sys.stdout.flush()

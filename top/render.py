@@ -247,22 +247,22 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
     if view.jobs:
         out.extend(_table(JOB_HEADERS, [_job_cells(j, now, tz) for j in view.jobs]))
     else:
-        out.append("  (no training run reporting progress)")
+        out.append(f"  ({_EMPTY['Training']})")
     out += ["", "IDLE GPU HOLDERS"]
     if view.idle:
         out.extend(_table(IDLE_HEADERS, [_idle_cells(h) for h in view.idle]))
     else:
-        out.append("  (none)")
+        out.append(f"  ({_EMPTY['Idle GPU holders']})")
     out += ["", "PENDING"]
     if view.pending:
         out.extend(_table(PENDING_HEADERS, [_pending_cells(p, now, tz) for p in view.pending]))
     else:
-        out.append("  (no pod waiting for GPUs)")
+        out.append(f"  ({_EMPTY['Pending']})")
     out += ["", "GPUS"]
     if view.gpus:
         out.extend(_table(GPU_HEADERS, [_gpu_cells(g, now, tz) for g in view.gpus]))
     else:
-        out.append("  (no gpu_eta_gpu_info series: is the exporter scraped?)")
+        out.append(f"  ({_EMPTY['GPUs']})")
     return "\n".join(out) + "\n"
 
 
@@ -322,18 +322,142 @@ def fitting_columns(
     return kept
 
 
+# The tables of a refreshing view taller than the terminal lose rows in this order, least
+# important first, from the end of each list (each is sorted most important first:
+# Training by ETA, Pending by start, the other two by node/GPU). Why this order: a GPU's
+# row repeats what the Training and idle-holder rows say of its pods, and the header
+# counts busy, idle and free GPUs; the idle holders are counted in the header and
+# alerted on; the pending pods are few and each one's start is asked for; the runs
+# and when they end are what ``top`` is for. Why at all: rich's Live crops what is
+# taller than the terminal at the bottom, silently but for a "...": the GPUs, the
+# pending pods and the notes under the tables were lost without a word.
+CUT_ORDER = ("GPUs", "Idle GPU holders", "Pending", "Training")
+KEEP_ROWS = 3  # rows each table keeps before any table goes down to its one line
+_ROW_NOUNS = {  # (one, more)
+    "Training": ("run", "runs"),
+    "Idle GPU holders": ("holder", "holders"),
+    "Pending": ("pod", "pods"),
+    "GPUs": ("GPU", "GPUs"),
+}
+_EMPTY = {
+    "Training": "no training run reporting progress",
+    "Idle GPU holders": "none",
+    "Pending": "no pod waiting for GPUs",
+    "GPUs": "no gpu_eta_gpu_info series: is the exporter scraped?",
+}
+_TALLER = "--once or a taller terminal shows them"
+
+
+def fitting_rows(
+    rows: Sequence[int],
+    frames: Sequence[int],
+    height: int,
+    cut_order: Sequence[int],
+    keep: int = KEEP_ROWS,
+) -> list[int | None]:
+    """How many rows of each table a view of ``height`` lines shows: ``n`` rows of the
+    table, or ``None`` for one line instead of the table (``Training: 40 runs not
+    shown``, or ``Pending: no pod waiting for GPUs`` for an empty one). ``rows[i]``:
+    table i's rows; ``frames[i]``: the lines it takes besides its rows (title, borders,
+    header, the notes under it). A table shown cut takes one line more, its ``… N more``.
+
+    Tables give up lines in ``cut_order`` (least important first): the empty ones their
+    frame first, then each its last rows down to ``keep``, then, in the same order, each
+    down to 1 row, then each down to its one line; the lines the last cut freed go back
+    to the tables still shown, up to ``keep`` rows each first, the most important table
+    first. What still does not fit (a terminal shorter than the one-line tables) is cut
+    by the terminal. Pure."""
+    shown: list[int | None] = list(rows)
+
+    def lines() -> int:
+        return sum(1 if n is None else frames[i] + n + (n < rows[i]) for i, n in enumerate(shown))
+
+    for i in cut_order:  # an empty table's frame says no more than "none"
+        if lines() > height and rows[i] == 0:
+            shown[i] = None
+    for floor in (keep, 1):
+        for i in cut_order:
+            while lines() > height and (n := shown[i]) is not None and n > floor:
+                shown[i] = n - 1
+    for i in cut_order:  # a frame around no row says no more than "N not shown"
+        if lines() > height:
+            shown[i] = None
+    # lines the last cut freed go back: up to ``keep`` rows each, then the rest, each
+    # time to the most important table first
+    for ceiling in (keep, max(rows, default=0)):
+        for i in reversed(cut_order):
+            while (n := shown[i]) is not None and n < min(rows[i], ceiling):
+                shown[i] = n + 1
+                if lines() > height:
+                    shown[i] = n
+                    break
+    return shown
+
+
 @dataclass(frozen=True)
 class _RichView:
     """The rich snapshot: its lines, then its tables, each built at render time for the
-    width rich gives (``__rich_console__``), so a Live view fits a resized terminal."""
+    size rich gives (``__rich_console__``), so a Live view fits a resized terminal.
+    ``fit_height``: the tables lose rows to fit the terminal's height
+    (``fitting_rows``), for a view refreshed in place; a printed one scrolls instead."""
 
     lines: tuple[Any, ...]
     tables: tuple[tuple[str, Sequence[str], list[tuple[list[str], str | None]]], ...]
+    fit_height: bool = False
 
     def __rich_console__(self, console, options):
+        from rich.console import Group
+
+        width = options.max_width
         yield from self.lines
-        for title, headers, rows in self.tables:
-            yield _rich_table(title, headers, rows, options.max_width)
+        if not self.fit_height:
+            for title, headers, rows in self.tables:
+                yield from _rich_table(title, headers, rows, width)
+            return
+
+        def height(parts: Sequence[Any]) -> int:
+            return len(console.render_lines(Group(*parts), options, pad=False))
+
+        titles = [title for title, _, _ in self.tables]
+        rows = [len(r) for _, _, r in self.tables]
+        # besides the rows: a table of none, less its "… N more" line
+        frames = [
+            height(_rich_table(t, h, r, width, shown=0)) - (len(r) > 0) for t, h, r in self.tables
+        ]
+        room = options.max_height - height(self.lines)
+        order = [titles.index(t) for t in CUT_ORDER if t in titles]
+        budget = room
+        for _ in range(5):  # rows that wrap take more than a line: fit again, less room
+            shown = fitting_rows(rows, frames, budget, order)
+            parts = [
+                part
+                for (title, headers, r), n in zip(self.tables, shown, strict=True)
+                for part in (
+                    [_one_line(title, len(r))]
+                    if n is None
+                    else _rich_table(title, headers, r, width, shown=n)
+                )
+            ]
+            excess = height(parts) - room
+            if excess <= 0:
+                break
+            budget -= excess
+        yield from parts
+
+
+def _count(n: int, title: str, more: str = "") -> str:
+    """``1 more run``, ``37 more runs``: ``n`` rows of the table ``title``."""
+    one, many = _ROW_NOUNS[title]
+    return f"{n} {more}{one if n == 1 else many}"
+
+
+def _one_line(title: str, n_rows: int) -> Any:
+    """A table left out for its height (``fitting_rows``' ``None``): one line saying so."""
+    from rich.text import Text
+
+    if n_rows:
+        return Text(f"{title}: {_count(n_rows, title)} not shown ({_TALLER})", style="dim")
+    return Text(f"{title}: {_EMPTY[title]}", style="dim")
 
 
 def _rich_table(
@@ -341,12 +465,16 @@ def _rich_table(
     headers: Sequence[str],
     rows: Sequence[tuple[list[str], str | None]],
     max_width: int,
-):
-    """One rich table in ``max_width``: the columns of ``_LEAVE_OUT[title]`` left out
-    as needed, named under it."""
+    shown: int | None = None,
+) -> list[Any]:
+    """One rich table in ``max_width`` and the notes under it: the columns of
+    ``_LEAVE_OUT[title]`` left out as needed, named; a table still too wide said to be
+    cut at the right edge. ``shown``: its first rows only, then ``… N more`` (``None``:
+    every row). The columns are chosen for every row, so cutting rows never changes them."""
     from rich.table import Table
     from rich.text import Text
 
+    n_shown = len(rows) if shown is None else shown
     full = [max([len(h), *(len(r[0][i]) for r in rows)]) for i, h in enumerate(headers)]
     narrowest = [
         min(w, _WRAP_MIN_WIDTH) if h in _WRAPPING else w for h, w in zip(headers, full, strict=True)
@@ -360,31 +488,47 @@ def _rich_table(
         folding = _WRAPPING | {"POD"}
         narrowest[headers.index("POD")] = min(full[headers.index("POD")], _WRAP_MIN_WIDTH)
     left_out = [h for i, h in enumerate(headers) if i not in kept]
-    caption = None
-    if left_out:
-        caption = Text(
-            f"not shown at {max_width} columns: {', '.join(left_out)} (a wider terminal or "
-            "--plain shows them)",
-            style="dim",
-        )
-    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    # below ~50 columns even that is too wide: rich cuts the table's right edge, so say so
+    cut = table_width([narrowest[i] for i in kept]) > max_width
+    table = Table(title=title, title_justify="left")
     for i in kept:
         h = headers[i]
         if h in folding:
             table.add_column(h, overflow="fold", min_width=narrowest[i])
         else:
             table.add_column(h, no_wrap=True, min_width=full[i])
-    for cells, style in rows:
+    for cells, style in rows[:n_shown]:
         # Text, not str: rich reads a str as console markup, so the progress bar
         # "[####....]" was a tag and vanished, and a label from outside (a pod
         # name, a GPU model) could style the table or end it with a MarkupError
         table.add_row(*(Text(cells[i]) for i in kept), style=style)
-    return table
+    parts: list[Any] = [table]
+    if n_shown < len(rows):
+        more = len(rows) - n_shown
+        parts.append(Text(f"… {_count(more, title, 'more ')} ({_TALLER})"))
+    # under the table, not its caption: a caption is as wide as the table, so it was
+    # cut with a table too wide
+    notes = []
+    if left_out:
+        notes.append(f"not shown at {max_width} columns: {', '.join(left_out)}")
+    if cut:
+        notes.append(
+            "the rest cut at the right edge"
+            if left_out
+            else f"cut at the right edge at {max_width} columns"
+        )
+    if notes:
+        parts.append(
+            Text("; ".join(notes) + " (a wider terminal or --plain shows them)", style="dim")
+        )
+    return parts
 
 
-def render_rich(view: View, tz: tzinfo | None = None) -> Any:
+def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) -> Any:
     """The snapshot as ``rich`` tables (imported lazily: rich is the ``top`` extra), each
-    fitted to the terminal's width when drawn (``fitting_columns``)."""
+    fitted to the terminal's width when drawn (``fitting_columns``). ``fit_height``: also
+    to its height (``fitting_rows``), for a view refreshed in place (rich's Live cuts
+    what is taller at the bottom); a printed view (``--once``) keeps every row."""
     from rich.text import Text
 
     now = view.timestamp
@@ -416,4 +560,4 @@ def render_rich(view: View, tz: tzinfo | None = None) -> Any:
         ),
         ("GPUs", GPU_HEADERS, [(_gpu_cells(g, now, tz), styles.get(g.state)) for g in view.gpus]),
     )
-    return _RichView(tuple(parts), tables)
+    return _RichView(tuple(parts), tables, fit_height)

@@ -1293,3 +1293,167 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def tall_view() -> top_view.View:
+    """A view far taller than a terminal: 40 runs, 3 pending pods, 20 time-sliced GPUs
+    whose holders wrap, an error and a warning line."""
+    import dataclasses
+
+    view = top_view.build_view(results(), NOW, "http://prom")
+    jobs = tuple(dataclasses.replace(view.jobs[0], pod=f"cnn-{i:02d}") for i in range(40))
+    pending = tuple(
+        top_view.PendingRow("ml", f"wait-{i}", "nvidia_com_gpu", "1", "predicted", NOW - 60,
+                            top_view.Band(NOW + 60, NOW + 100 * (i + 1), NOW + 900))
+        for i in range(3)
+    )  # fmt: skip
+    holders = tuple(f"ml-team/resnet50-finetune-{i}" for i in range(3))
+    gpus = tuple(
+        top_view.GpuRow("gpu-node-0", str(i), f"GPU-{i}", "NVIDIA A2", holders, "busy",
+                        top_view.Band(NOW + 100, NOW + 200, NOW + 300))
+        for i in range(20)
+    )  # fmt: skip
+    return dataclasses.replace(
+        view, jobs=jobs, pending=pending, gpus=gpus, errors=("1 queries refused",),
+        warnings=("store-a down",),
+    )  # fmt: skip
+
+
+def test_fitting_rows_leaves_out_the_least_important_rows_first() -> None:
+    """Tables of 40 runs, 2 idle holders, 0 pending pods and 20 GPUs, each with a frame
+    of 5 lines (title, borders, header), in the cut order GPUs, idle holders, pending,
+    training (indexes 3, 1, 2, 0)."""
+    rows, frames, order = [40, 2, 0, 20], [5, 5, 5, 5], [3, 1, 2, 0]
+    fit = top_render.fitting_rows
+    assert fit(rows, frames, 200, order) == rows  # it fits: every row
+    # the empty table is one line first, then the GPUs lose rows (and say so: +1 line)
+    assert fit(rows, frames, 5 + 40 + 5 + 2 + 1 + 5 + 15 + 1, order) == [40, 2, None, 15]
+    # every table down to 3 rows, the runs keep what is left
+    assert fit(rows, frames, 5 + 10 + 1 + 7 + 1 + 5 + 3 + 1, order) == [10, 2, None, 3]
+    # too short for that: the GPUs are one line, and their lines go back to the runs
+    assert fit(rows, frames, 5 + 5 + 1 + 7 + 1 + 1, order) == [5, 2, None, None]
+    assert fit(rows, frames, 3, order) == [None, None, None, None]  # the terminal cuts
+
+
+@pytest.mark.parametrize(("width", "height"), [(100, 30), (80, 24), (120, 50), (60, 30)])
+def test_a_refreshing_rich_view_fits_the_terminal_and_says_what_it_left_out(
+    width: int, height: int
+) -> None:
+    """rich's Live crops a view taller than the terminal at the bottom: the pending pods,
+    the GPUs and the notes under the tables were gone without a word. The refreshing
+    view fits instead: the header, error and warning lines stay, the least important
+    rows go first, each cut table says how many rows it left out; a printed view
+    (``--once``) keeps every row."""
+    from rich.console import Console
+
+    view = tall_view()
+
+    def shown(fit_height: bool) -> list[str]:
+        console = Console(file=io.StringIO(), width=width, height=height, record=True)
+        console.print(top_render.render_rich(view, timezone.utc, fit_height=fit_height))
+        return console.export_text().splitlines()
+
+    lines = shown(True)
+    assert len(lines) <= height, "\n".join(lines)
+    text = "\n".join(lines)
+    assert lines[0].startswith("gpu-eta top  http://prom")
+    assert "error: 1 queries refused" in text and "warning: partial answer" in text, text
+    runs = sum("ml/cnn-" in line for line in lines)
+    assert 1 <= runs < 40, text
+    more = f"… {40 - runs} more runs (--once or a taller terminal shows them)"
+    assert more in " ".join(text.split()), text
+    # the GPUs go first (3 rows, or one line), the pending pods only after the runs are
+    # down to 3 rows
+    assert sum(line.startswith("│ gpu-node-0/") for line in lines) <= 3, text
+    pods = sum("ml/wait-" in line for line in lines)
+    assert pods == 3 or runs <= 3, text
+    full = shown(False)
+    assert sum("ml/cnn-" in line for line in full) == 40 and len(full) > height
+    assert not any("taller terminal" in line for line in full)
+
+
+def test_a_table_too_wide_even_folded_says_it_is_cut_at_the_right_edge() -> None:
+    """Below ~50 columns the narrowest table, every column that may go gone and the pod
+    name folded, is still wider than the terminal: rich cut its right edge, and its
+    caption with it, without a word. A note under it says so, whole."""
+    from rich.console import Console
+
+    view = top_view.build_view(results(), NOW, "http://prom")
+
+    def shown(width: int) -> str:
+        console = Console(file=io.StringIO(), width=width, record=True)
+        console.print(top_render.render_rich(view, timezone.utc))
+        lines = console.export_text().splitlines()
+        assert max(len(line) for line in lines) <= width
+        return " ".join(" ".join(lines).split())
+
+    narrow = shown(40)
+    assert (
+        "not shown at 40 columns: MEM, HELD; the rest cut at the right edge (a wider "
+        "terminal or --plain shows them)" in narrow
+    ), narrow
+    assert "GPUs" in narrow and "MODEL, P10–P90; the rest cut at the right edge" in narrow
+    assert "cut at the right edge" not in shown(80)
+
+
+def serve_answers(http_server, served: dict[str, list[dict]]) -> str:  # noqa: F811
+    """A loopback server answering each of top's queries with ``served[name]`` (the
+    others with no series): its URL."""
+    from urllib.parse import parse_qs, urlsplit
+
+    names = {expr: name for name, expr in top_queries.queries("5m").items()}
+
+    def handle(req) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        body = req.rfile.read(length).decode() if length else urlsplit(req.path).query
+        name = names.get(parse_qs(body).get("query", [""])[0], "")
+        data = {"resultType": "vector", "result": served.get(name, [])}
+        reply(req, 200, json.dumps({"status": "success", "data": data}).encode())
+
+    url, _ = http_server(handle)
+    return url
+
+
+def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noqa: F811
+    """``top`` on a 24-line terminal (a pseudo-terminal), 40 GPUs: rich's Live showed
+    the first 23 lines and "...", the GPU list cut with no count. The view fits and
+    says how many GPUs it left out."""
+    import os
+    import pty
+    import re
+    import select
+    import subprocess
+    import sys
+    import time
+
+    served = answers()
+    served["gpu_info"] += [vec(1, node="node-1", gpu=str(i), UUID=f"GPU-{i}") for i in range(40)]
+    url = serve_answers(http_server, served)
+    master, slave = pty.openpty()
+    env = {**os.environ, "LINES": "24", "COLUMNS": "100", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", url, "--interval", "60"],
+        stdin=slave, stdout=slave, stderr=slave, env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    os.close(slave)
+    out = b""
+    try:
+        deadline = time.monotonic() + 30
+        while b"taller terminal shows them)" not in out and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    out += os.read(master, 65536)
+                except OSError:  # the child ended: its side of the terminal is gone
+                    break
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
+    lines = text.replace("\r", "").splitlines()
+    assert "44 seen" in text and "ml/cnn-1" in text and "jupyter/nb-alice" in text, text
+    said = r"(… \d+ more GPUs|GPUs: 44 GPUs not shown) \(--once or a taller terminal"
+    assert any(re.match(said, line) for line in lines), text
+    assert len(lines) <= 24 and not any(line.strip() == "..." for line in lines), text
