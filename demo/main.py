@@ -17,11 +17,17 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpu_eta.common.durations import duration_seconds
 from gpu_eta.demo.stack import Stack, StackConfig, StackError
 from gpu_eta.launch.prometheus import PrometheusNotInstalled
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig, ClusterConfigError
+
+if TYPE_CHECKING:  # imported where used: rich is the top extra
+    from rich.console import Console
+
+    from gpu_eta.top.main import RefreshingView
 
 SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
 
@@ -212,13 +218,19 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 class _LiveTop:
-    """``top`` refreshing in place under the demo's banner (rich's Live), on a terminal only."""
+    """``top`` refreshing in place under the demo's banner (rich's Live), on a terminal
+    only; a failed refresh keeps the last good view, marked stale, as top's own
+    refreshing view does (``RefreshingView``). ``console``: rich's, or the tests'."""
 
-    def __init__(self, url: str, refresh_seconds: float, enabled: bool):
+    def __init__(
+        self, url: str, refresh_seconds: float, enabled: bool, console: Console | None = None
+    ):
         self.url = url
         self.refresh_seconds = refresh_seconds
         self.enabled = enabled
+        self.console = console
         self._live = None
+        self._views: RefreshingView | None = None
         self._next = time.monotonic() + min(refresh_seconds, 10.0)
 
     def __enter__(self) -> _LiveTop:
@@ -226,17 +238,22 @@ class _LiveTop:
             from rich.live import Live
             from rich.text import Text
 
-            self._live = Live(Text("waiting for the first forecasts…"), auto_refresh=False)
+            from gpu_eta.forecaster.promapi import PromClient
+            from gpu_eta.top.main import RefreshingView
+
+            self._views = RefreshingView(PromClient(self.url, timeout_seconds=10.0))
+            self._live = Live(
+                Text("waiting for the first forecasts…"), auto_refresh=False, console=self.console
+            )
             self._live.start()
         return self
 
     def maybe_refresh(self) -> None:
-        if self._live is None or time.monotonic() < self._next:
+        if self._live is None or self._views is None or time.monotonic() < self._next:
             return
-        from gpu_eta.top import main as top_main
         from gpu_eta.top import render as top_render
 
-        view = top_main.fetch_view(self.url, keep_errors=True)
+        view = self._views.view()
         # tz None: each clock time in its own local offset (right across a DST change)
         # fitted to the terminal's height, as top's own refreshing view (docs/top.md)
         self._live.update(top_render.render_rich(view, None, fit_height=True), refresh=True)
@@ -246,6 +263,9 @@ class _LiveTop:
         if self._live is not None:
             self._live.stop()
             self._live = None
+        if self._views is not None:
+            self._views.client.close()
+            self._views = None
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -97,20 +97,14 @@ def refresh(
     client: PromClient,
     idle_window: str = "5m",
     idle_threshold: float = 0.05,
-    keep_errors: bool = False,
     namespaces: Sequence[str] = (),
 ) -> View:
-    """One refresh: fetch, then build the view now. ``keep_errors``: a failed fetch gives
-    a view carrying the error instead of raising (live views try again next time).
+    """One refresh: fetch, then build the view now (``PromAPIError`` when Prometheus
+    cannot be asked: a refreshing display keeps its last view, ``RefreshingView``).
     ``idle_window`` is a Prometheus duration (``ValueError`` otherwise); ``namespaces``
     narrows the runs, idle holders and pending pods shown (``only_namespaces``)."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
-    try:
-        results, refused, warnings = fetch(client, idle_window)
-    except PromAPIError as err:
-        if not keep_errors:
-            raise
-        return failed_view(client.safe_url, str(err), time.time(), namespaces)
+    results, refused, warnings = fetch(client, idle_window)
     view = build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
     view = dataclasses.replace(
         view, errors=view.errors + refused_errors(refused), warnings=warnings
@@ -137,20 +131,38 @@ def stale_view(last_good: View, error: str, now: float) -> View:
     return dataclasses.replace(last_good, errors=(error, marker, *last_good.errors))
 
 
-def fetch_view(
-    url: str,
-    timeout_seconds: float = 10.0,
-    idle_window: str = "5m",
-    idle_threshold: float = 0.05,
-    keep_errors: bool = False,
-) -> View:
-    """``refresh`` for a bare URL without auth (the demo's live view; a URL that is not
-    http(s) raises ``PromAPIError`` whatever ``keep_errors``)."""
-    client = PromClient(url, timeout_seconds=timeout_seconds)
-    try:
-        return refresh(client, idle_window, idle_threshold, keep_errors)
-    finally:
-        client.close()
+class RefreshingView:
+    """The views of a display refreshed in place: top's watch mode and the demo's live
+    view, so both show a failed refresh the same way. ``view()`` refreshes: the fresh
+    view when Prometheus answers; else the last good one marked stale
+    (``stale_view``), or, before any, the failure alone (``failed_view``).
+
+    Why one object: the demo's live view made its own, and blanked its view on every
+    failed refresh (a Prometheus restart, a timeout) while top kept the last one."""
+
+    def __init__(
+        self,
+        client: PromClient,
+        idle_window: str = "5m",
+        idle_threshold: float = 0.05,
+        namespaces: Sequence[str] = (),
+    ) -> None:
+        self.client = client
+        self.idle_window = idle_window
+        self.idle_threshold = idle_threshold
+        self.namespaces = namespaces
+        self.last_good: View | None = None
+
+    def view(self) -> View:
+        """Refresh once: the view to show now (never raises ``PromAPIError``)."""
+        try:
+            fresh = refresh(self.client, self.idle_window, self.idle_threshold, self.namespaces)
+        except PromAPIError as err:
+            if self.last_good is None:
+                return failed_view(self.client.safe_url, str(err), time.time(), self.namespaces)
+            return stale_view(self.last_good, str(err), time.time())
+        self.last_good = fresh
+        return fresh
 
 
 class _Parser(argparse.ArgumentParser):
@@ -330,34 +342,20 @@ def _has_rich() -> bool:
 
 def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
     """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise. A
-    refresh Prometheus does not answer shows the last good view (``stale_view``)."""
-    last_good: View | None = None
-
-    def view() -> View:
-        nonlocal last_good
-        try:
-            fresh = refresh(
-                client, args.idle_window, args.idle_threshold, namespaces=args.namespaces
-            )
-        except PromAPIError as err:
-            if last_good is None:
-                return failed_view(client.safe_url, str(err), time.time(), args.namespaces)
-            return stale_view(last_good, str(err), time.time())
-        last_good = fresh
-        return fresh
-
+    refresh Prometheus does not answer shows the last good view (``RefreshingView``)."""
+    views = RefreshingView(client, args.idle_window, args.idle_threshold, args.namespaces)
     if use_rich:
         from rich.live import Live
 
         # fit_height: Live crops what is taller than the terminal, with no word of it
         with Live(
-            render_rich(view(), tz, fit_height=True), auto_refresh=False, screen=False
+            render_rich(views.view(), tz, fit_height=True), auto_refresh=False, screen=False
         ) as live:
             while True:
                 time.sleep(args.interval)
-                live.update(render_rich(view(), tz, fit_height=True), refresh=True)
+                live.update(render_rich(views.view(), tz, fit_height=True), refresh=True)
     while True:
-        sys.stdout.write(render_plain(view(), tz) + "\n")
+        sys.stdout.write(render_plain(views.view(), tz) + "\n")
         sys.stdout.flush()
         time.sleep(args.interval)
 

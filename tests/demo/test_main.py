@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpu_eta.demo import main as cli
+from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize(
@@ -92,3 +93,27 @@ def test_real_training_without_torch_is_one_line_exit_2(monkeypatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", no_torch)
     line = _one_line_exit_2(["--real-training", "--quiet", "--seconds", "1"])
     assert "PyTorch" in line and "pip install torch" in line
+
+
+def test_the_live_view_keeps_the_last_good_view_when_prometheus_fails(http_server) -> None:  # noqa: F811
+    """A refresh Prometheus does not answer (a restart, a timeout) blanked the demo's
+    live view down to the error, while ``top`` kept its last good view: the demo shows
+    that view too, marked stale, through the same ``RefreshingView``."""
+    from rich.console import Console
+
+    from tests.top.test_top import answering, answers
+
+    down = {"now": False}
+    handle = answering(answers())
+    url, _ = http_server(lambda r: reply(r, 500, b"restarting") if down["now"] else handle(r))
+    console = Console(file=io.StringIO(), width=200, height=60, force_terminal=True, record=True)
+    with cli._LiveTop(url, 0.0, enabled=True, console=console) as live:
+        live.maybe_refresh()
+        first = console.export_text(clear=True)
+        down["now"] = True
+        live.maybe_refresh()
+        last = console.export_text(clear=True)
+    assert "ml/cnn-1" in first and "error:" not in first, first
+    assert "ml/cnn-1" in last and "7/20" in last, last  # the last good rows, still shown
+    assert "error: " in last and "HTTP 500" in last, last
+    assert "error: showing the last good view, " in last, last

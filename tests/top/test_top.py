@@ -541,12 +541,12 @@ def test_a_live_view_shows_the_error_and_no_credentials(http_server) -> None:  #
     url, _ = http_server(lambda r: reply(r, 503, b"busy"))
     secret_url = url.replace("http://", "http://me:pw@")
     client = PromClient(secret_url, retries=0)
-    view = top_main.refresh(client, keep_errors=True)
+    view = top_main.RefreshingView(client).view()
     assert view.prometheus_url == url and view.jobs == ()
     assert len(view.errors) == 1 and "HTTP 503" in view.errors[0]
     assert "pw" not in top_render.render_plain(view, timezone.utc)
     # a failed refresh keeps the -n filter in its header
-    narrowed = top_main.refresh(client, keep_errors=True, namespaces=["ml"])
+    narrowed = top_main.RefreshingView(client, namespaces=["ml"]).view()
     assert narrowed.namespaces == ("ml",) and narrowed.errors
     assert "namespace ml" in top_render.summary_line(narrowed)
     with pytest.raises(top_main.PromAPIError):
@@ -1396,9 +1396,9 @@ def test_a_table_too_wide_even_folded_says_it_is_cut_at_the_right_edge() -> None
     assert "cut at the right edge" not in shown(80)
 
 
-def serve_answers(http_server, served: dict[str, list[dict]]) -> str:  # noqa: F811
-    """A loopback server answering each of top's queries with ``served[name]`` (the
-    others with no series): its URL."""
+def answering(served: dict[str, list[dict]]):
+    """A loopback server's handler answering each of top's queries with
+    ``served[name]`` (the others with no series)."""
     from urllib.parse import parse_qs, urlsplit
 
     names = {expr: name for name, expr in top_queries.queries("5m").items()}
@@ -1410,8 +1410,7 @@ def serve_answers(http_server, served: dict[str, list[dict]]) -> str:  # noqa: F
         data = {"resultType": "vector", "result": served.get(name, [])}
         reply(req, 200, json.dumps({"status": "success", "data": data}).encode())
 
-    url, _ = http_server(handle)
-    return url
+    return handle
 
 
 def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noqa: F811
@@ -1428,7 +1427,7 @@ def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noq
 
     served = answers()
     served["gpu_info"] += [vec(1, node="node-1", gpu=str(i), UUID=f"GPU-{i}") for i in range(40)]
-    url = serve_answers(http_server, served)
+    url, _ = http_server(answering(served))
     master, slave = pty.openpty()
     env = {**os.environ, "LINES": "24", "COLUMNS": "100", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
