@@ -55,7 +55,7 @@ from gpu_eta.exporter.logformats import (
     parse_setup,
     visible,
 )
-from gpu_eta.exporter.progress import ReportError, check_report, parse_report
+from gpu_eta.exporter.progress import MAX_NUMBER, ReportError, check_report, parse_report
 from gpu_eta.exporter.progress_journal import encode_line, encode_removal, read_journal
 from gpu_eta.exporter.progress_state_file import StateError, parse_state
 from gpu_eta.forecaster.promapi import PromAPIError
@@ -69,8 +69,8 @@ except ImportError:  # pragma: no cover
 
 HUGE = "1" + "0" * 400
 TOKENS = [
-    HUGE, "-" + HUGE, "1e400", "-1e400", "NaN", "Infinity", "-0", "0.0", "-1", "1e12",
-    "1e13", "134217727", "9" * 30, "\x00", "\ufeff", "\u2028", "\r", "\n", "\t", " ",
+    HUGE, "-" + HUGE, "1e400", "-1e400", "NaN", "Infinity", "-0", "0.0", "-1", "1e15",
+    "1e16", "134217727", "9" * 30, "\x00", "\ufeff", "\u2028", "\r", "\n", "\t", " ",
     '"', "\\", "{", "}", "[", "]", ":", ",", "'", "/", "|", "%", "━", "Epoch",
     "GPU_ETA_PROGRESS", "null", "true", "false", '"epoch"', '"epochs"', '"step"',
     '"run_id"', '"metrics"', "[" * 5000, "{" * 3000, "]" * 5000, "é", "\U0001f600",
@@ -130,7 +130,7 @@ def hostile_number(rng: random.Random) -> object:
             0.5,
             2**63,
             2**64 + 1,
-            1e12 + 1,
+            MAX_NUMBER + 1,
             float("nan"),
             float("inf"),
             3,

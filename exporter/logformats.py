@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from gpu_eta.exporter.progress import MAX_METRICS, Report, ReportError, parse_report
+from gpu_eta.exporter.progress import MAX_METRICS, MAX_NUMBER, Report, ReportError, parse_report
 from gpu_eta.exporter.readings import Progress
 
 MARKER = "GPU_ETA_PROGRESS"
@@ -54,10 +54,12 @@ _EMPTY: Mapping[str, float] = MappingProxyType({})
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x08\x00-\x07\x0b-\x1f]")
 
 _KERAS_EPOCH = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9})\s*\Z")
+# Steps and counts in bars are read up to 15 digits: below the wire format's MAX_NUMBER
+# (1e15), so a run counting tokens (1.5e13 at Llama 3's scale) is read from its bar
 # "12/12 ━━━━ 1s 59ms/step - loss: 0.9" and "50000/50000 [=====] - 10s ... - loss: 1.5"
-_KERAS_BAR = re.compile(r"\s*(\d{1,12})/(\d{1,12}) (?:\[[=>.]*\]|━+)(.*)\Z")
+_KERAS_BAR = re.compile(r"\s*(\d{1,15})/(\d{1,15}) (?:\[[=>.]*\]|━+)(.*)\Z")
 # verbose=2: "12/12 - 0s - 8ms/step - loss: 0.6", "8/8 - 0s - loss: 0.7", " - 1s - loss: 0.2"
-_KERAS_SUMMARY = re.compile(r"\s*(?:(\d{1,12})/(\d{1,12}) )?- \d{1,9}s( - .*)?\Z")
+_KERAS_SUMMARY = re.compile(r"\s*(?:(\d{1,15})/(\d{1,15}) )?- \d{1,9}s( - .*)?\Z")
 _KERAS_METRIC = re.compile(r" - ([A-Za-z_][A-Za-z0-9_]{0,63}): (-?[0-9.]+(?:e[-+]?\d+)?)")
 # ``- name: value`` pairs read per Keras line (``_keras_metrics``); the rest are ignored
 _KERAS_METRICS_READ = 64
@@ -65,7 +67,7 @@ _SHORTEST_PAIR_CHARS = 6  # "'a': 1" (HF), " - a: 1" (Keras): the fewest a pair 
 # tqdm: "desc: 45%|####      | 450/1000 [00:10<00:12, 45.0it/s, loss=0.2]", found from
 # its "%|" and read with anchored, bounded steps, never a regex search over the whole
 # line: the one-regex search it replaced was quadratic (ReDoS, see ``_find_tqdm``)
-_TQDM_TAIL = re.compile(r"[^|]{0,200}\| ?(\d{1,12})/(\d{1,12}) \[")
+_TQDM_TAIL = re.compile(r"[^|]{0,200}\| ?(\d{1,15})/(\d{1,15}) \[")
 _TQDM_DESC_CHARS = 200  # the description kept: the last 200 characters before its ":"
 _TQDM_GAP_CHARS = 200  # whitespace looked through between "desc:" and the percentage
 _TQDM_POSTFIX_CHARS = 400  # "[00:10<00:12, 45.0it/s, loss=0.2]" and the postfix after it
@@ -76,21 +78,21 @@ _TQDM_CANDIDATES = 32  # "%|" looked at per line (a real line has one)
 # (a whole count only: ``unit_scale``'s "1.23kit" is not read)
 # (two patterns, at the start and after ": ", so that the search scans for its
 # literal ": " at C speed: one pattern with "(?:\A\s*|: )" tried every position)
-_TQDM_COUNT_AT = re.compile(r"\s*\d{1,12}([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
-_TQDM_COUNT = re.compile(r": \d{1,12}([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
+_TQDM_COUNT_AT = re.compile(r"\s*\d{1,15}([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
+_TQDM_COUNT = re.compile(r": \d{1,15}([A-Za-z_]{0,16}) \[(?:\d{1,9}:)?\d\d:\d\d, +")
 # its rate: "45.0it/s", "?it/s" (no rate yet), "1.20s/it" (over a second a step)
 _TQDM_RATE = re.compile(
     r"(?:\?|\d{1,15}(?:\.\d{1,9})?)([A-Za-z_]{0,16})/s|\d{1,15}(?:\.\d{1,9})?s/([A-Za-z_]{0,16})"
 )
 # a bar_format with "{n_fmt}/{total_fmt}" and no total (Lightning's over a stream):
 # "desc: |          | 450/? [00:10<00:00, 45.0it/s, loss=0.2]"; its bar is empty
-_TQDM_UNKNOWN_AT = re.compile(r"\s*\|[^|\n]{0,200}\| ?(\d{1,12})/\? \[")
-_TQDM_UNKNOWN = re.compile(r": \|[^|\n]{0,200}\| ?(\d{1,12})/\? \[")
+_TQDM_UNKNOWN_AT = re.compile(r"\s*\|[^|\n]{0,200}\| ?(\d{1,15})/\? \[")
+_TQDM_UNKNOWN = re.compile(r": \|[^|\n]{0,200}\| ?(\d{1,15})/\? \[")
 _TQDM_POSTFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=(-?[0-9.]+(?:e[-+]?\d+)?)")
 _EPOCH_OF = re.compile(r"[Ee]poch[ :]*(\d{1,9})\s*/\s*(\d{1,9})")
 _EPOCH_INDEX = re.compile(r"Epoch (\d{1,9})\Z")
 # the rich bar's head; its metrics follow the last "•" (``_parse_rich``)
-_RICH_LIGHTNING = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9}) +━+ *(\d{1,12})/(\d{1,12}) ")
+_RICH_LIGHTNING = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9}) +━+ *(\d{1,15})/(\d{1,15}) ")
 _RICH_METRIC = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63}): (-?[0-9.]+)")
 _RICH_POSTFIX_CHARS = 1024  # metrics read after the "•": 16 names fit with room to spare
 _HF_ITEM = re.compile(r"'([A-Za-z_][A-Za-z0-9_]{0,63})': '?(-?[0-9.]+(?:e[-+]?\d+)?)'?")
@@ -146,7 +148,7 @@ def _numbers(pairs: list[tuple[str, str]]) -> Mapping[str, float]:
             value = float(raw)
         except ValueError:
             continue
-        if math.isfinite(value) and abs(value) <= 1e12:
+        if math.isfinite(value) and abs(value) <= MAX_NUMBER:
             out[name] = value
     return MappingProxyType(out) if out else _EMPTY
 

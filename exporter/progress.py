@@ -35,7 +35,13 @@ from gpu_eta.exporter.readings import Progress
 
 MAX_BODY_BYTES = 4096
 MAX_METRICS = 16
-MAX_NUMBER = 1e12  # larger counts are not training progress; refuse rather than overflow
+# The largest progress value (epoch, step, a planned total, a free-form number). Why
+# 1e15: a language model's run counting tokens reaches 1.5e13 (15 trillion, Llama 3's
+# scale), and every whole count up to 1e15 stays exact in a float (2**53 ≈ 9e15); larger
+# counts are not training progress, refused rather than rounded. The forecaster's
+# ``gpu_eta.forecaster.runs.MAX_PROGRESS`` and the client's copy are the same bound
+# (tests/report/test_client.py checks that they agree).
+MAX_NUMBER = 1e15
 # How long the progress of a pod that left the pod list is still served: twice
 # Prometheus' default scrape interval (1 m), so two scrapes see a Job's final report
 # however soon its pod is deleted (``ProgressStore.retain`` says why a fixed time)
@@ -143,7 +149,7 @@ def _free_form(items: Mapping[str, object]) -> tuple[Mapping[str, float], tuple[
 
     A bad free-form field is skipped, not a reason to refuse the report: these are
     numbers a framework logs beside the progress (HF Trainer's ``total_flos`` is
-    ~1e15 for real models), and refusing the whole report for one of them froze the
+    1e17 and more for a large model), and refusing the whole report for one of them froze the
     epoch and step a sender reported with it. When more than ``MAX_METRICS`` usable
     names remain, the first ones in sorted (code point) order are kept: the same
     choice whatever order the sender's JSON library writes keys in, so the same

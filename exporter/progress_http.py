@@ -190,7 +190,7 @@ class ProgressListener:
 
     def skipped_fields(self) -> int:
         """Free-form fields left out of reports whose progress was stored, since start
-        (``gpu_eta_exporter_progress_fields_skipped_total``): a value over 1e12, not a
+        (``gpu_eta_exporter_progress_fields_skipped_total``): a value over 1e15, not a
         number, an invalid name, or beyond 16 names (``progress.parse_report``)."""
         with self._lock:
             return self._skipped_fields

@@ -48,7 +48,7 @@ from typing import IO, Any, TextIO
 
 from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.runs import Feature, Run, RunError, RunKey, validate_run
+from gpu_eta.forecaster.runs import MAX_PROGRESS, Feature, Run, RunError, RunKey, validate_run
 
 REQUIRED_COLUMNS = ("run_id", "epoch", "epochs_planned", "timestamp_seconds")
 # Identity columns: text even when they look like numbers (a namespace "2024" is not 2024.0).
@@ -86,10 +86,7 @@ MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the r
 MAX_TIMESTAMP = 1e11
 # A column whose every value is past MAX_TIMESTAMP is a millisecond clock (up to here)
 MAX_TIMESTAMP_MS = MAX_TIMESTAMP * 1000
-# Progress may count samples (MLPerf bert: ~1.2e9) or tokens (a language model's
-# pretraining: 1e11-1e12); 1e15 leaves room and every whole count stays exact in a float.
-MAX_PROGRESS = 1e15
-MAX_EPOCHS = MAX_PROGRESS  # the former name
+MAX_EPOCHS = MAX_PROGRESS  # the former name (MAX_PROGRESS: gpu_eta.forecaster.runs)
 MAX_NAMED = 5  # runs named in RunsFile.warning()
 MAX_KEPT_ROWS = 1000  # damaged rows without a run kept to name; the others only counted
 # Progress within this share of the plan either way is the plan (a total written with

@@ -48,15 +48,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gpu_eta.forecaster.runs import STEPS_UNIT, RunKey, RunUpdate
+from gpu_eta.forecaster.runs import MAX_PROGRESS, STEPS_UNIT, RunKey, RunUpdate
 from gpu_eta.forecaster.series import Sample, Series, unexported
 
 MAX_RUN_ID = 256
 MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
-# The progress wire format's bound (docs/progress.md): a run counting samples as its
-# epochs (MLPerf bert: ~1.2e9) is taken as the exporter took it.
-MAX_EPOCHS = 1e12
-MAX_STEPS = 1e12
 # A run that reports only steps keeps at most STEP_CELLS points (one per 1/STEP_CELLS
 # of its plan, plus the latest): bounded storage for a run of millions of steps. A
 # cycle thins its own points (_thin_steps), the history the stored ones across cycles
@@ -190,13 +186,13 @@ def assemble(
         if by_steps:
             assert steps_sample is not None
             sample, n_planned = steps_sample, steps_sample.value
-            if not (_finite(n_planned) and 0 < n_planned <= MAX_STEPS):
+            if not (_finite(n_planned) and 0 < n_planned <= MAX_PROGRESS):
                 view.rejected[run] = "invalid_steps_planned"
                 continue
         else:
             assert sample is not None
             n_planned = sample.value
-            if not (_finite(n_planned) and 0 < n_planned <= MAX_EPOCHS):
+            if not (_finite(n_planned) and 0 < n_planned <= MAX_PROGRESS):
                 view.rejected[run] = "invalid_epochs_planned"
                 continue
         labels = sample.labels

@@ -864,7 +864,7 @@ class LogProgressCollector:
         state, report = fold(self._states.get(key, LogState()), previous, match)
         self._states[key] = state
         if report is not None:
-            # a report the wire format refuses (a negative epoch, a step beyond 1e12)
+            # a report the wire format refuses (a negative epoch, a step beyond 1e15)
             # or inconsistent with the run so far is dropped and counted as invalid;
             # one that would start a run over the container's cap as too_many_runs
             try:

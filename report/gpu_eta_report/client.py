@@ -75,7 +75,10 @@ MAX_TIMEOUT_SECONDS = 60.0  # longer would only hold queued reports back from fr
 # training images and cannot import the exporter. tests/report/test_client.py asserts
 # that they stay equal.
 MAX_METRICS = 16
-MAX_NUMBER = 1e12
+# Mirrors gpu_eta.exporter.progress.MAX_NUMBER (the forecaster's
+# gpu_eta.forecaster.runs.MAX_PROGRESS is the same bound): a run counting tokens (15
+# trillion, 1.5e13, at Llama 3's scale) fits, and every whole count stays exact in a float
+MAX_NUMBER = 1e15
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 _CONTAINER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -287,7 +290,8 @@ def merge_metrics(
     left out as (name, why).
 
     Why here and not only in the exporter: what the client keeps it sends in every
-    later report, so one number the exporter refuses (HF's ``total_flos`` ≈ 1e15) must
+    later report, so one number the exporter refuses (HF's ``total_flos``, 1e17 and more
+    for a large model) must
     never enter. A name whose new value is unusable is removed, not kept with its old
     value: a stale loss must not be reported as the current one. Of more than
     ``MAX_METRICS`` names the first in sorted order stay, the exporter's own choice,

@@ -11,8 +11,8 @@ epoch); ``max_steps`` (the Trainer's planned steps) is the plan then. Epochs don
 the whole epochs of ``state.epoch``.
 
 ``on_log`` metrics are passed on as logged; the reporter drops what the exporter would
-refuse (``total_flos``, logged at the end of training, is ≈ 1e15 for real models,
-beyond the wire format's 1e12), so one such number never stops progress reports.
+refuse (``total_flos``, logged at the end of training, is 1e17 and more for a large
+model, beyond the wire format's 1e15), so one such number never stops progress reports.
 """
 
 from __future__ import annotations

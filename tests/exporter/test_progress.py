@@ -89,7 +89,7 @@ def test_oversize_body_is_refused():
     ("extra", "reason"),
     [
         ({"total_flos": 3.2e15}, "total_flos is too large"),  # HF Trainer's last on_log
-        ({"loss": -2e12}, "loss is too large"),
+        ({"loss": -1e15 * 1.01}, "loss is too large"),
         ({"loss": "low"}, "loss must be a number, got str"),
         ({"loss": None}, "loss must be a number, got NoneType"),
         ({"loss": True}, "loss must be a number, got bool"),
@@ -134,12 +134,28 @@ def test_bad_names_do_not_take_the_slots_of_good_ones():
 def test_a_bad_progress_field_is_still_refused_beside_good_metrics():
     for body in (
         {"epoch": -1, "loss": 0.5},
-        {"step": 2e12, "loss": 0.5},
+        {"step": 1e15 * 1.01, "loss": 0.5},
         {"epoch": 1, "run_id": "my run", "loss": 0.5},
         {"epoch": 1, "container": "Trainer", "loss": 0.5},
     ):
         with pytest.raises(InvalidReport):
             parse_report(json.dumps(body), now=NOW)
+
+
+def test_a_run_counting_tokens_is_taken_up_to_the_bound_of_1e15():
+    """A language model's pretraining counts tokens: 15 trillion (1.5e13, Llama 3's
+    scale) planned, 1.2e13 done, kept exactly. The bound itself (1e15) is accepted in
+    every progress field and a free-form one; 1 % over it is refused, or skipped."""
+    body = {"run_id": "llm", "step": 12_000_000_000_000, "steps": 1.5e13, "seen": 1.2e13}
+    report = parse_report(json.dumps(body), now=NOW)
+    assert (report.step, report.steps, dict(report.metrics)) == (1.2e13, 1.5e13, {"seen": 1.2e13})
+    for name in ("epoch", "epochs", "step", "steps", "batch_size"):
+        at_bound = parse_report(json.dumps({name: 1e15, "loss": -1e15}), now=NOW)
+        assert getattr(at_bound, name) == 1e15 and dict(at_bound.metrics) == {"loss": -1e15}
+        with pytest.raises(InvalidReport, match=f"{name} is too large"):
+            parse_report(json.dumps({name: 1e15 * 1.01}), now=NOW)
+    over = parse_report(json.dumps({"epoch": 1, "loss": 1e15 * 1.01}), now=NOW)
+    assert dict(over.metrics) == {} and over.skipped == ("loss is too large",)
 
 
 def test_check_report_stays_strict_on_metrics():

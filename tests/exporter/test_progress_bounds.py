@@ -75,11 +75,11 @@ def test_the_largest_state_the_store_can_hold_loads_back_under_both_bounds(tmp_p
     for i in range(4096):
         report = Report(
             run_id="r" * 64,
-            epoch=999_999_999_999.5,
-            epochs=1e12,
-            step=999_999_999_999.5,
-            steps=1e12,
-            batch_size=999_999_999_999.5,
+            epoch=999_999_999_999_999.5,
+            epochs=1e15,
+            step=999_999_999_999_999.5,
+            steps=1e15,
+            batch_size=999_999_999_999_999.5,
             metrics=metrics,
             event="end",  # every field set: ended_timestamp too
         )

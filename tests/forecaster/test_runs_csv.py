@@ -133,7 +133,7 @@ GOOD = f"{HEADER}\na,0,2,0\na,1,2,10\na,2,2,20\nc,0,1,5\nc,1,1,9\n"
 
 def test_progress_counted_in_samples_or_tokens_up_to_1e15() -> None:
     """MLPerf bert counts samples (~1.2e9), a language model's pretraining tokens
-    (~1e12): accepted, and written back exactly."""
+    (15 trillion, 1.5e13, at Llama 3's scale): accepted, and written back exactly."""
     text = f"{HEADER}\nbert,0,1234567890,0\nbert,617283945,1234567890,600\nbert,1234567890,1234567890,1200\n"
     (run,) = parse(text)
     assert run.epochs_planned == 1234567890 and run.completed is True

@@ -125,17 +125,37 @@ def test_range_pairs_recover_every_epoch_end() -> None:
     assert view.updates[0].epoch_ends == ((1.0, NOW - 70), (2.0, NOW - 40), (3.0, NOW - 20))
 
 
-def test_progress_counted_in_samples_is_taken_up_to_the_wire_formats_bound() -> None:
-    """What the exporter accepts (at most 1e12) the forecaster takes: a run reporting
-    samples as its epochs is followed, a plan beyond the bound is rejected."""
+def test_progress_counted_in_samples_or_tokens_is_taken_up_to_the_wire_formats_bound() -> None:
+    """What the exporter accepts (at most 1e15) the forecaster takes: a run reporting
+    samples as its epochs (MLPerf bert: 1.2e9), one counting tokens as its steps (15
+    trillion, 1.5e13, Llama 3's scale) and plans at the bound are followed, exactly;
+    a plan 1 % beyond the bound is rejected, by epochs or by steps."""
     instant = merge(
         base("samples", 1.2e9, 3e8, NOW - 100, NOW - 50),
-        base("beyond_bound", 2e12, 1, NOW - 100, NOW - 50),
+        base("at_bound", 1e15, 1, NOW - 100, NOW - 50),
+        base("beyond_bound", 1e15 * 1.01, 1, NOW - 100, NOW - 50),
     )
+    for run_id, planned, done in (("tokens", 1.5e13, 1.2e13), ("steps_beyond", 1.01e15, 1)):
+        lab = run_labels(run_id)
+        instant["present"].append(s(NOW - 5, **lab))
+        instant.setdefault("steps_planned", []).append(s(planned, **lab))
+        instant.setdefault("step", []).append(s(done, **lab))
+        instant["start"].append(s(NOW - 600, **lab))
+        instant.setdefault("last_report", []).append(s(NOW - 5, **lab))
     view = assemble(instant, {}, NOW, 60)
-    assert view.rejected == {key("beyond_bound"): "invalid_epochs_planned"}
-    (up,) = view.updates
-    assert up.run_id == "samples" and up.epochs_planned == 1.2e9
+    assert view.rejected == {
+        key("beyond_bound"): "invalid_epochs_planned",
+        key("steps_beyond"): "invalid_steps_planned",
+    }
+    ups = {u.run_id: u for u in view.updates}
+    assert {r: u.epochs_planned for r, u in ups.items()} == {
+        "samples": 1.2e9,
+        "at_bound": 1e15,
+        "tokens": 1.5e13,
+    }
+    assert ups["tokens"].epoch_ends == ((1.2e13, NOW - 5),)
+    assert ups["tokens"].features["progress_unit"] == "steps"
+    assert key("tokens") in view.present
 
 
 def test_nan_and_garbage_values_are_rejected_not_crashing() -> None:

@@ -869,6 +869,68 @@ def test_runs_without_a_plan_are_forecast_from_their_jobs_earlier_runs(
         client.close()
 
 
+def test_a_run_counting_tokens_is_forecast_through_the_chain(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """A language model's pretraining counts tokens as its steps: 15 trillion (1.5e13,
+    Llama 3's scale) planned. Real client → exporter → Prometheus → in-process cycle:
+    the plan and the count arrive exactly (the text format writes ``1.5e+13``), the
+    run is followed in its steps and forecast. A plan 1 % over the wire format's bound
+    (1e15) is refused by the endpoint with its reason."""
+    from gpu_eta_report import start
+
+    exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO)
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
+    reporter = start(
+        steps=15_000_000_000_000,
+        url=exporter.progress_url,
+        source_address="127.0.0.45",  # the scenario's pod on GPU 4
+        min_interval_seconds=0,
+    )
+    reporter.step(3_000_000_000_000, seen=3e12)
+    time.sleep(2.0)
+    reporter.step(12_000_000_000_000, seen=1.2e13)
+    (planned,) = prom.wait_for("gpu_eta_training_steps_planned == 15e12", timeout=30)
+    (step,) = prom.wait_for("gpu_eta_training_step == 12e12", timeout=30)
+    lines = scrape_text(f"http://{exporter.target}/metrics").splitlines()
+    assert [x[-8:] for x in lines if x.startswith("gpu_eta_training_step{")] == [" 1.2e+13"]
+    assert planned["metric"]["run_id"] == step["metric"]["run_id"] == reporter.run_id
+    assert (float(planned["value"][1]), float(step["value"][1])) == (1.5e13, 1.2e13)
+    (seen,) = prom.query('gpu_eta_training_value{name="seen"}')
+    assert float(seen["value"][1]) == 1.2e13
+
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", exporter.progress_port, timeout=10, source_address=("127.0.0.45", 0)
+    )
+    try:
+        conn.request("POST", "/progress", body=json.dumps({"step": 1, "steps": 1e15 * 1.01}))
+        resp = conn.getresponse()
+        answer = resp.read().decode()
+    finally:
+        conn.close()
+    assert resp.status == 400 and "steps is too large" in answer
+
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
+        fs = Cycle(client, store, settings).run()
+        assert client.stats.error == 0
+        (job,) = fs.jobs
+        run = job.run
+        assert (run.run_id, run.epochs_planned) == (reporter.run_id, 1.5e13)
+        assert run.features["progress_unit"] == "steps"
+        assert run.epoch_times[-1][0] == 1.2e13
+        fc = job.forecast
+        assert 0 <= fc.p10 <= fc.p50 <= fc.p90 and math.isfinite(fc.p90)
+        # its own rate: 80 % of the plan in about 2 s, so seconds left, not hours
+        assert fc.method in ("rate", "blend") and fc.p50 < 60
+    finally:
+        store.close()
+        client.close()
+        reporter.end()
+
+
 def test_top_lists_a_run_without_a_plan_until_it_ends(
     tmp_path, prometheus_factory, exporter_factory
 ) -> None:

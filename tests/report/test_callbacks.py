@@ -288,14 +288,14 @@ Trainer(model=M(), args=args(num_train_epochs=2), train_dataset=DS(),
 def test_hf_total_flos_never_freezes_progress_across_reused_trainings(
     journaling_listener, tmp_path
 ):
-    """HF Trainer logs ``total_flos`` (≈ 1e15 for real models, over the wire format's
-    1e12) in its final ``on_log``. It once made the exporter refuse the final report,
+    """HF Trainer logs ``total_flos`` (6 × parameters × tokens: 7.8e18 for 1.3 B
+    parameters on 1 B tokens, over the wire format's 1e15) in its final ``on_log``. It once made the exporter refuse the final report,
     and, the callback reused for a second ``train()`` (a notebook, a hyperparameter
     search), every report of that run: progress frozen at the first run's, silently.
 
-    The model is tiny but tells the Trainer it has 1.3 B parameters (``num_parameters``,
+    The model is tiny but tells the Trainer it has 1.3 T parameters (``num_parameters``,
     which ``Trainer.floating_point_ops`` asks), so the real Trainer's own accounting
-    gives a real model's ``total_flos``. The second run's reports carry none of the
+    over these few samples gives a ``total_flos`` over the bound, as a real model's is. The second run's reports carry none of the
     first run's final logs (``train_loss``, ``train_runtime``...): they are not its own.
     """
     listener = journaling_listener
@@ -305,7 +305,7 @@ def test_hf_total_flos_never_freezes_progress_across_reused_trainings(
         + """
 class Big(M):
     main_input_name = "x"
-    def num_parameters(self, exclude_embeddings=False): return 1_300_000_000
+    def num_parameters(self, exclude_embeddings=False): return 1_300_000_000_000
 cb = GpuEtaCallback()
 flos = []
 for epochs in (2, 3):
@@ -316,7 +316,7 @@ for epochs in (2, 3):
 print(min(flos))
 """,
     )
-    assert float(out.split()[-1]) > 1e12  # the case: a real model's total_flos
+    assert float(out.split()[-1]) > 1e15  # the case: over the wire format's bound
     (p,) = listener.store.snapshot()
     assert (p.epoch, p.epochs, p.step, p.steps) == (3, 3, 12, 12)  # the second run, whole
     assert "train_loss" in p.metrics and "total_flos" not in p.metrics
@@ -330,7 +330,7 @@ print(min(flos))
 @needs("transformers")
 def test_hf_streamed_data_with_max_steps_reports_its_steps(listener, tmp_path):
     """An ``IterableDataset`` has no length, so the Trainer runs ``max_steps`` with
-    ``num_train_epochs = sys.maxsize``: sent as ``epochs`` (over 1e12) it made the
+    ``num_train_epochs = sys.maxsize``: sent as ``epochs`` (over 1e15) it made the
     exporter refuse every report of the run. Not a bad value either: no warning."""
     out = run(
         listener,

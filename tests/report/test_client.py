@@ -16,6 +16,7 @@ from gpu_eta.exporter import progress
 from gpu_eta.exporter.progress_runs import RUN_BURST
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from gpu_eta.forecaster import runs
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta_report import ProgressReporter, client, exporter_url, start
 from gpu_eta_report.client import LOCAL_RANK_VARIABLES
@@ -346,10 +347,11 @@ def test_wire_body_is_the_documented_format(listener):
 
 def test_the_client_copies_of_the_wire_rules_match_the_parser() -> None:
     """The client is one vendorable file, so it cannot import ``gpu_eta.exporter.progress``;
-    its copies of the wire rules must stay the parser's."""
+    its copies of the wire rules must stay the parser's. The forecaster reads runs up to
+    its own bound: the exporter's, so what is accepted is forecast (and no more)."""
     assert client._RESERVED == progress._KNOWN
     assert client.MAX_METRICS == progress.MAX_METRICS
-    assert client.MAX_NUMBER == progress.MAX_NUMBER
+    assert client.MAX_NUMBER == progress.MAX_NUMBER == runs.MAX_PROGRESS
     assert client._METRIC_NAME.pattern == progress._METRIC_NAME.pattern
     assert client._RUN_ID.pattern == progress._RUN_ID.pattern
     assert client._CONTAINER.pattern == progress._CONTAINER.pattern
@@ -505,8 +507,27 @@ def test_numpy_and_torch_scalars_are_reported_as_numbers(listener):
     assert (p.epoch, p.epochs, p.step, p.steps, p.batch_size) == (2, 2, 10, 10, 32)
 
 
+def test_a_run_counting_tokens_is_reported_exactly(listener):
+    """A language model's pretraining counts tokens as its steps: 15 trillion (1.5e13,
+    Llama 3's scale) planned. Sent and stored exactly, none ignored or refused; the
+    wire format's bound, 1e15, is accepted, 1 % over it left out as unusable."""
+    r = start(
+        steps=15_000_000_000_000, url=url(listener), source_address=POD.ip, min_interval_seconds=0
+    )
+    r.step(12_000_000_000_000, tokens_per_second=2.5e6, seen=1.2e13)
+    r.end()
+    assert r.stats["sent"] == 3 and r.stats["ignored"] == r.stats["rejected"] == 0
+    (p,) = listener.store.snapshot()
+    assert (p.step, p.steps, p.metrics["seen"]) == (1.2e13, 1.5e13, 1.2e13)
+    assert client._count(1e15, 0) == 1e15 and client._count(1e15 * 1.01, 0) is None
+    assert client.merge_metrics({}, {"a": -1e15, "b": 1e15 * 1.01}) == (
+        {"a": -1e15},
+        [("b", "beyond 1e+15")],
+    )
+
+
 def test_an_unusable_progress_value_is_left_out_not_the_report(listener, caplog):
-    """Values the exporter would refuse the whole report for (a plan over 1e12, as HF
+    """Values the exporter would refuse the whole report for (a plan over 1e15, as HF
     gives for streamed data, a NaN step, a negative epoch, a string) are left out and
     counted ``ignored``, each field logged once; the rest of the report is sent."""
     r = start(

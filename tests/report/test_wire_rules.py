@@ -1,9 +1,9 @@
 """The client applies the exporter's wire rules before sending, and says why it is refused.
 
 Found by a fuzz audit: the client checked only that numbers were finite and kept every
-name it accepted, sending it in every later report; one number over 1e12 (HF's
-``total_flos``) or a 17th name made the exporter refuse every report after it, and the
-client logged nothing for a 400. Each test reports to a real ProgressListener (real
+name it accepted, sending it in every later report; one number over the wire format's
+bound (HF's ``total_flos``) or a 17th name made the exporter refuse every report after
+it, and the client logged nothing for a 400. Each test reports to a real ProgressListener (real
 sockets, the real store) from a pod's loopback address.
 """
 
@@ -43,7 +43,7 @@ _names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(
 )
 _values = (
     st.floats(allow_nan=False, allow_infinity=False)
-    | st.integers(min_value=-(10**40), max_value=10**40)  # far past 1e12, a body under 4 KiB
+    | st.integers(min_value=-(10**40), max_value=10**40)  # far past 1e15, a body under 4 KiB
     | st.booleans()
     | st.none()
 )
