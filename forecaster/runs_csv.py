@@ -86,7 +86,6 @@ MAX_RUNS = 500_000  # about 2 KiB a run while read: at most ~1 GiB however the r
 MAX_TIMESTAMP = 1e11
 # A column whose every value is past MAX_TIMESTAMP is a millisecond clock (up to here)
 MAX_TIMESTAMP_MS = MAX_TIMESTAMP * 1000
-MAX_EPOCHS = MAX_PROGRESS  # the former name (MAX_PROGRESS: gpu_eta.forecaster.runs)
 MAX_NAMED = 5  # runs named in RunsFile.warning()
 MAX_KEPT_ROWS = 1000  # damaged rows without a run kept to name; the others only counted
 # Progress within this share of the plan either way is the plan (a total written with
