@@ -1456,3 +1456,20 @@ def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noq
     said = r"(… \d+ more GPUs|GPUs: 44 GPUs not shown) \(--once or a taller terminal"
     assert any(re.match(said, line) for line in lines), text
     assert len(lines) <= 24 and not any(line.strip() == "..." for line in lines), text
+
+
+@pytest.mark.parametrize(
+    ("epoch", "epochs", "unit", "cell"),
+    [
+        (7.9, 20, "epochs", "7/20"),
+        (400, 1000, "steps", "400/1000 steps"),
+        (999_999, 1_234_567, "steps", "999999/1.2M steps"),
+        (999_999_999, 1e9, "steps", "999M/1.0G steps"),  # rounded down: not done
+        (1.2e13, 1.5e13, "steps", "12.0T/15.0T steps"),
+        (1e15, 1e15, "steps", "1.0P/1.0P steps"),
+        (None, None, "epochs", "-/?"),
+    ],
+)
+def test_a_progress_cell_stays_narrow_for_counts_of_tokens(epoch, epochs, unit, cell) -> None:
+    """A run counting tokens reports up to 10**15: its cell is a few characters, not 35."""
+    assert top_render.fmt_epoch(epoch, epochs, unit) == cell
