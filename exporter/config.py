@@ -17,7 +17,9 @@ from importlib import metadata
 from types import MappingProxyType
 from typing import Any
 
-from gpu_eta.common.k8s_names import is_extended_resource_name, ksm_label
+from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES as MAX_GPU_RESOURCES  # re-exported
+from gpu_eta.common.gpu_resources import parse_gpu_resources as common_gpu_resources
+from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.listen import ListenAddress
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.exporter.collectors import ExporterError, names
@@ -30,8 +32,6 @@ DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_KUBE_MAX_PODS = 1000
 DEFAULT_DOCKER_CONTAINERS = "/var/lib/docker/containers"  # Docker's default data-root
 MAX_KUBE_MAX_PODS = 100_000
-# --kubelet.gpu-resource names at most: a site renames its time-sliced GPUs to a few
-MAX_GPU_RESOURCES = 32
 
 
 def version() -> str:
@@ -185,25 +185,12 @@ def parse_pod_labels(value: Any, key: str) -> tuple[str, ...]:
 
 
 def parse_gpu_resources(value: Any, key: str) -> tuple[str, ...]:
-    """Extended resource names (one, or a list), deduplicated, at most
-    ``MAX_GPU_RESOURCES``. A name a device plugin could not advertise is refused: a
-    typo would otherwise leave that resource's pods without a GPU, silently."""
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list | tuple):
-        raise ConfigError(f"{key}: expected a resource name or a list of them, got {value!r}")
-    out: list[str] = []
-    for item in items:
-        name = item.strip() if isinstance(item, str) else item
-        if not isinstance(name, str) or not is_extended_resource_name(name):
-            raise ConfigError(
-                f"{key}: not a Kubernetes extended resource name (DOMAIN/NAME outside "
-                f"kubernetes.io, e.g. nvidia.com/gpu-a100): {item!r}"
-            )
-        if name not in out:
-            out.append(name)
-    if len(out) > MAX_GPU_RESOURCES:
-        raise ConfigError(f"{key}: at most {MAX_GPU_RESOURCES} resource names, got {len(out)}")
-    return tuple(out)
+    """``common.gpu_resources.parse_gpu_resources`` (the forecaster and top check
+    theirs with it too), its refusal a ``ConfigError`` naming ``key``."""
+    try:
+        return common_gpu_resources(value)
+    except ValueError as err:
+        raise ConfigError(f"{key}: {err}") from None
 
 
 def _bool(value: Any, key: str) -> bool:

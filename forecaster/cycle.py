@@ -403,7 +403,7 @@ class Cycle:
             return None
         folded = queries.fold(
             {
-                name: kube_state.render(tpl, ps.arrivals_seconds)
+                name: kube_state.render(tpl, ps.arrivals_seconds, ps.gpu_resources)
                 for name, tpl in queries.PENDING.items()
             }
         )
@@ -422,7 +422,9 @@ class Cycle:
                 for s in instant.get("gpu_info", ())
                 if s.labels.get("node") and s.labels.get("model")
             }
-            queue = kube_state.parse(samples, now, node_models, ps.priorities, ps.arrivals_seconds)
+            queue = kube_state.parse(
+                samples, now, node_models, ps.priorities, ps.arrivals_seconds, ps.gpu_resources
+            )
             ends = job_end_times(
                 [(j.run.namespace, j.run.pod, j.completion_timestamps) for j in jobs]
             )

@@ -8,7 +8,10 @@ docs/metrics/cluster/node-metrics.md upstream):
 - ``kube_pod_container_resource_requests`` (gauge; ``namespace, pod, uid, container,
   node, resource, unit``): extended resources are sanitised (``nvidia.com/gpu`` →
   ``resource="nvidia_com_gpu"``, ``unit="integer"``); ``node`` is absent until the pod
-  is bound. MIG slices appear as ``nvidia_com_mig_<profile>``.
+  is bound. MIG slices appear as ``nvidia_com_mig_<profile>``. The GPU resources read
+  are those and the site's own given with ``--pending.gpu-resource`` (a time-slicing
+  ``rename:``, ``nvidia.com/a100-shared`` → ``nvidia_com_a100_shared``:
+  ``gpu_eta.common.gpu_resources``), in every query below (``render``).
 - ``kube_pod_init_container_resource_requests`` (gauge; the same labels): the init
   containers' requests, and ``kube_pod_init_container_info`` (gauge 1; ``restart_policy``
   ``Always`` for a sidecar, KSM 2.10 and later) for which of them are sidecars. The
@@ -108,10 +111,15 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from gpu_eta.common.gpu_resources import (
+    KSM_GPU_RESOURCES,
+    ksm_gpu_resources,
+    ksm_resource_regex,
+)
 from gpu_eta.forecaster.queue_replay import (
     EFFECTS,
     OPERATORS,
@@ -128,13 +136,14 @@ from gpu_eta.forecaster.series import Sample
 
 T = TypeVar("T")
 
-# nvidia.com/gpu, its time-sliced rename nvidia.com/gpu.shared, and MIG slices
-GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
-_REQ = f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
-_INIT_REQ = f'kube_pod_init_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
+# nvidia.com/gpu, its time-sliced rename nvidia.com/gpu.shared, and MIG slices; the
+# templates hold ``{gpu_resources}`` for them and the site's own (``render``)
+GPU_RESOURCES = KSM_GPU_RESOURCES
+_REQ = 'kube_pod_container_resource_requests{resource=~"{gpu_resources}"}'
+_INIT_REQ = 'kube_pod_init_container_resource_requests{resource=~"{gpu_resources}"}'
 _GPU_PODS = f"and on (uid) ({_REQ} or {_INIT_REQ})"
 _PENDING = 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
-_ALLOCATABLE = f'kube_node_status_allocatable{{resource=~"{GPU_RESOURCES}"}}'
+_ALLOCATABLE = 'kube_node_status_allocatable{resource=~"{gpu_resources}"}'
 _GPU_NODES = f"and on (node) {_ALLOCATABLE}"
 
 
@@ -273,10 +282,24 @@ MAX_TOLERATIONS = 64
 _RESOURCE = re.compile(r"^nvidia_com_(gpu|gpu_shared|mig_[a-z0-9_]+)$")
 
 
-def render(template: str, arrivals_seconds: float) -> str:
-    """Fill the arrival window of a query (the others have no parameters)."""
+def render(template: str, arrivals_seconds: float, gpu_resources: Sequence[str] = ()) -> str:
+    """Fill a query's arrival window and its GPU resources: the built-in ones and
+    ``gpu_resources``, the site's own (Kubernetes names, ``--pending.gpu-resource``;
+    ``common.gpu_resources.ksm_resource_regex``)."""
     seconds = max(1, round(arrivals_seconds))
-    return template.replace("{arrivals}", f"{seconds}s").replace("{arrivals_seconds}", str(seconds))
+    return (
+        template.replace("{arrivals}", f"{seconds}s")
+        .replace("{arrivals_seconds}", str(seconds))
+        .replace("{gpu_resources}", ksm_resource_regex(gpu_resources))
+    )
+
+
+def is_gpu_resource(resource: str, extra: Collection[str] = ()) -> bool:
+    """Whether a ``resource`` label (KSM spelling) is a GPU resource: a built-in one, or
+    one of ``extra`` (``common.gpu_resources.ksm_gpu_resources`` of the site's names).
+    The queries already ask for these only: this keeps a label no GPU count comes from
+    (a relabelling gone wrong) out of the queue, counted."""
+    return bool(_RESOURCE.match(resource)) or resource in extra
 
 
 @dataclass(frozen=True)
@@ -426,7 +449,8 @@ class _PodRequests:
     """A cycle's GPU requests per pod, app and init containers, → each pod's effective
     request (module docstring): collected series by series, then ``effective``."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: Collection[str] = ()) -> None:
+        self.extra = extra  # the site's GPU resources, KSM spelling (is_gpu_resource)
         self.who: dict[str, tuple[str, str]] = {}  # uid → namespace, pod
         self.node: dict[str, str] = {}  # uid → node, "" until bound
         self.phase: dict[str, str] = {}
@@ -442,7 +466,12 @@ class _PodRequests:
         disagree for a scrape on a pod just bound, and a bound pod holds its GPUs."""
         lab = s.labels
         uid, res = lab.get("uid", ""), lab.get("resource", "")
-        if not uid or not lab.get("namespace") or not lab.get("pod") or not _RESOURCE.match(res):
+        if (
+            not uid
+            or not lab.get("namespace")
+            or not lab.get("pod")
+            or not is_gpu_resource(res, self.extra)
+        ):
             rejected["bad_pod_series"] += 1
             return
         units = _requested(s.value)
@@ -508,7 +537,9 @@ def _products(series: Sequence[Sample], tag: tuple[str, str]) -> dict[str, str]:
     return out
 
 
-def _arrivals(series: Sequence[Sample], arrivals_seconds: float) -> tuple[Arrival, ...]:
+def _arrivals(
+    series: Sequence[Sample], arrivals_seconds: float, extra: Collection[str] = ()
+) -> tuple[Arrival, ...]:
     """GPU pods created in the window (``ARRIVALS``) → one ``Arrival`` per (resource,
     units, tolerations, product), at the rate such pods were created.
 
@@ -535,7 +566,7 @@ def _arrivals(series: Sequence[Sample], arrivals_seconds: float) -> tuple[Arriva
             continue
         uid, res = s.labels.get("uid", ""), s.labels.get("resource", "")
         units = _units(s.value)
-        if not uid or units is None or not _RESOURCE.match(res) or uid in seen:
+        if not uid or units is None or not is_gpu_resource(res, extra) or uid in seen:
             continue
         seen.add(uid)
         shapes[(res, units, tolerations.get(uid), products.get(uid, ""))] += 1
@@ -562,12 +593,16 @@ def parse(
     node_models: Mapping[str, str] | None = None,
     priorities: Mapping[str, int] | None = None,
     arrivals_seconds: float = 3600.0,
+    gpu_resources: Sequence[str] = (),
 ) -> ClusterQueue:
     """Pure: one cycle's answers to ``QUERIES`` → nodes, holders, pending pods, arrivals.
 
     ``node_models``: node → GPU model from gpu-eta's exporter (the NVML name), used
     where KSM has no product label, in GPU feature discovery's spelling
-    (``gfd_product``). ``priorities``: priority class name → value. A pod asking for
+    (``gfd_product``). ``priorities``: priority class name → value. ``gpu_resources``:
+    the site's own GPU resources (Kubernetes names, those ``render`` was given), read as
+    ``nvidia_com_gpu`` is: a time-slicing rename's replicas are shared on a node
+    labelled with replicas, as ``nvidia_com_gpu``'s are. A pod asking for
     several GPU resources at once (rare) is placed on its largest request.
 
     Nothing is dropped unseen: a malformed sample or a pod that cannot be placed is
@@ -586,6 +621,7 @@ def parse(
     rejected: Counter[str] = Counter()
     priorities = priorities or {}
     node_models = node_models or {}
+    extra = frozenset(ksm_gpu_resources(gpu_resources))
 
     def get(name: str) -> Sequence[Sample]:
         return samples.get(name, ())
@@ -596,7 +632,7 @@ def parse(
     for s in get("ksm_nodes"):
         node, res = s.labels.get("node", ""), s.labels.get("resource", "")
         units = _units(s.value)
-        if not node or not _RESOURCE.match(res):
+        if not node or not is_gpu_resource(res, extra):
             rejected["bad_node_series"] += 1
             continue
         if PRODUCT_LABEL in s.labels or REPLICAS_LABEL in s.labels:
@@ -625,7 +661,7 @@ def parse(
             replicas = 1
         shared = {}
         if replicas > 1:
-            shared = {r: v for r, v in resources.items() if r == "nvidia_com_gpu"}
+            shared = {r: v for r, v in resources.items() if r == "nvidia_com_gpu" or r in extra}
         if "nvidia_com_gpu_shared" in resources:
             shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
         nodes.append(
@@ -633,7 +669,7 @@ def parse(
         )
 
     # pods: their largest effective GPU request (app and init containers), phase, node
-    pods = _PodRequests()
+    pods = _PodRequests(extra)
     for s in get("ksm_pods"):
         pods.add(s, rejected)
     for s in get("ksm_init_requests"):
@@ -659,8 +695,8 @@ def parse(
         rejected["invalid_request"] += len(unusable - requests.keys())
 
     # which of each node's resources are time-sliced replicas: a pod holding one holds a
-    # replica (``nvidia_com_gpu_shared`` always, ``nvidia_com_gpu`` on a node labelled
-    # with replicas), whatever else the node offers (a MIG slice is never one)
+    # replica (``nvidia_com_gpu_shared`` always, ``nvidia_com_gpu`` and the site's own on
+    # a node labelled with replicas), whatever else the node offers (a MIG slice never)
     shared_of = {n.name: n.shared for n in nodes}
     holders, pending, scheduled = [], [], []
     missing_in: set[str] = set()  # namespaces of pending pods without toleration series
@@ -701,7 +737,7 @@ def parse(
             (read_in if uid in tolerations else missing_in).add(ns)
     tainted = sum(1 for n in nodes if policy_taints(n))
 
-    arrivals = _arrivals(get("ksm_arrivals"), arrivals_seconds)
+    arrivals = _arrivals(get("ksm_arrivals"), arrivals_seconds, extra)
     return ClusterQueue(
         tuple(nodes),
         tuple(holders),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 # Standard library and these two modules only: the rest (requests, numpy, ...) comes
 # with the extras, imported once the command is known to have them (``missing_extra``).
+from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
 from gpu_eta.forecaster.config import Config, ConfigError, parse_listen_address
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
@@ -297,6 +298,16 @@ def _common_flags() -> argparse.ArgumentParser:
         "adds; repeatable",
     )
     q.add_argument(
+        "--pending.gpu-resource",
+        dest="gpu_resources",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a resource whose pods and nodes are GPUs, beside nvidia.com/gpu, "
+        "nvidia.com/gpu.shared and nvidia.com/mig-*: the name a time-slicing rename: gives "
+        f"(nvidia.com/a100-shared); repeatable, at most {MAX_GPU_RESOURCES}",
+    )
+    q.add_argument(
         "--pending.samples",
         dest="pending_samples",
         type=int,
@@ -376,6 +387,10 @@ def pending_settings(args: argparse.Namespace) -> PendingSettings:
                 f"got {item!r}: {err}"
             ) from None
     try:
+        gpu_resources = parse_gpu_resources(args.gpu_resources)
+    except ValueError as err:
+        raise ConfigError(f"--pending.gpu-resource: {err}") from None
+    try:
         return PendingSettings(
             enabled=args.pending,
             n_samples=args.pending_samples,
@@ -386,6 +401,7 @@ def pending_settings(args: argparse.Namespace) -> PendingSettings:
             priorities=priorities,
             one_replica_per_pod=args.pending_one_replica_per_pod,
             request_tolerations=tuple(tolerations) if tolerations else None,
+            gpu_resources=gpu_resources,
         )
     except ValueError as err:
         raise ConfigError(f"--pending.*: {err}") from None

@@ -49,6 +49,9 @@ class PendingSettings:
     # the device plugin refuses a pod more than one time-sliced replica
     # (failRequestsGreaterThanOne; off by default upstream)
     one_replica_per_pod: bool = False
+    # GPU resources beside the built-in ones (Kubernetes names, a time-slicing rename:
+    # nvidia.com/a100-shared); checked by the CLI (common.gpu_resources)
+    gpu_resources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:

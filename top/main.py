@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timezone, tzinfo
 
 from gpu_eta.common.durations import parse_duration
+from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
 from gpu_eta.common.k8s_names import DNS_LABEL
 from gpu_eta.forecaster.config import ConfigError
 from gpu_eta.forecaster.promapi import PromAPIError, PromClient
@@ -52,7 +53,7 @@ MAX_WARNINGS = 10  # distinct server warnings kept per refresh
 
 
 def fetch(
-    client: PromClient, idle_window: str = "5m"
+    client: PromClient, idle_window: str = "5m", gpu_resources: Sequence[str] = ()
 ) -> tuple[dict[str, list[Sample]], dict[str, str], tuple[str, ...]]:
     """Run every query (one instant query each): (answers by query name, the queries
     Prometheus refused on its data with its reason, the answers' warnings).
@@ -73,7 +74,7 @@ def fetch(
     results: dict[str, list[Sample]] = {}
     refused: dict[str, str] = {}
     warnings: list[str] = []
-    for name, expr in queries(idle_window).items():
+    for name, expr in queries(idle_window, gpu_resources).items():
         try:
             results[name] = client.instant(expr, warnings=warnings, scalar=False)
         except (PromQueryError, NotAVectorError) as err:
@@ -98,13 +99,15 @@ def refresh(
     idle_window: str = "5m",
     idle_threshold: float = 0.05,
     namespaces: Sequence[str] = (),
+    gpu_resources: Sequence[str] = (),
 ) -> View:
     """One refresh: fetch, then build the view now (``PromAPIError`` when Prometheus
     cannot be asked: a refreshing display keeps its last view, ``RefreshingView``).
     ``idle_window`` is a Prometheus duration (``ValueError`` otherwise); ``namespaces``
-    narrows the runs, idle holders and pending pods shown (``only_namespaces``)."""
+    narrows the runs, idle holders and pending pods shown (``only_namespaces``);
+    ``gpu_resources`` are the site's own GPU resources (``--gpu-resource``)."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
-    results, refused, warnings = fetch(client, idle_window)
+    results, refused, warnings = fetch(client, idle_window, gpu_resources)
     view = build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
     view = dataclasses.replace(
         view, errors=view.errors + refused_errors(refused), warnings=warnings
@@ -146,17 +149,25 @@ class RefreshingView:
         idle_window: str = "5m",
         idle_threshold: float = 0.05,
         namespaces: Sequence[str] = (),
+        gpu_resources: Sequence[str] = (),
     ) -> None:
         self.client = client
         self.idle_window = idle_window
         self.idle_threshold = idle_threshold
         self.namespaces = namespaces
+        self.gpu_resources = gpu_resources
         self.last_good: View | None = None
 
     def view(self) -> View:
         """Refresh once: the view to show now (never raises ``PromAPIError``)."""
         try:
-            fresh = refresh(self.client, self.idle_window, self.idle_threshold, self.namespaces)
+            fresh = refresh(
+                self.client,
+                self.idle_window,
+                self.idle_threshold,
+                self.namespaces,
+                self.gpu_resources,
+            )
         except PromAPIError as err:
             if self.last_good is None:
                 return failed_view(self.client.safe_url, str(err), time.time(), self.namespaces)
@@ -215,6 +226,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="only the runs, idle holders and pending pods of this namespace (repeatable; "
         "every GPU is still shown)",
     )
+    p.add_argument(
+        "--gpu-resource",
+        dest="gpu_resources",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help="a resource whose pending pods are GPU pods, beside nvidia.com/gpu, "
+        "nvidia.com/gpu.shared and nvidia.com/mig-* (the forecaster's --pending.gpu-resource; "
+        f"repeatable, at most {MAX_GPU_RESOURCES})",
+    )
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal (no rich)")
     p.add_argument("--utc", action="store_true", help="clock times in UTC instead of local time")
     p.add_argument("--debug", action="store_true", help="tracebacks on errors")
@@ -230,6 +251,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             p.error(f"--namespace {ns!r} is no Kubernetes namespace name (a DNS-1123 label)")
     if not 0 <= args.idle_threshold <= 1:
         p.error("--idle-threshold must be a ratio in 0..1")
+    try:
+        args.gpu_resources = parse_gpu_resources(getattr(args, "gpu_resources", []))
+    except ValueError as err:
+        p.error(f"--gpu-resource: {err}")
     return args  # the --prometheus.* values: prometheus_connection (make_client)
 
 
@@ -270,7 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.json:
             view = refresh(
-                client, args.idle_window, args.idle_threshold, namespaces=args.namespaces
+                client,
+                args.idle_window,
+                args.idle_threshold,
+                namespaces=args.namespaces,
+                gpu_resources=args.gpu_resources,
             )
             print(json.dumps(render_json(view), indent=2))
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -278,7 +307,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         use_rich = sys.stdout.isatty() and not args.plain and _has_rich()
         if args.once:
             view = refresh(
-                client, args.idle_window, args.idle_threshold, namespaces=args.namespaces
+                client,
+                args.idle_window,
+                args.idle_threshold,
+                namespaces=args.namespaces,
+                gpu_resources=args.gpu_resources,
             )
             if use_rich:
                 from rich.console import Console
@@ -343,7 +376,9 @@ def _has_rich() -> bool:
 def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
     """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise. A
     refresh Prometheus does not answer shows the last good view (``RefreshingView``)."""
-    views = RefreshingView(client, args.idle_window, args.idle_threshold, args.namespaces)
+    views = RefreshingView(
+        client, args.idle_window, args.idle_threshold, args.namespaces, args.gpu_resources
+    )
     if use_rich:
         from rich.live import Live
 

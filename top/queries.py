@@ -3,13 +3,18 @@ the cluster size), and the quantile labels it reads from the forecaster's series
 
 from __future__ import annotations
 
-from gpu_eta.forecaster.kube_state import GPU_RESOURCES
+from collections.abc import Sequence
+
+from gpu_eta.common.gpu_resources import ksm_resource_regex
 
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 
 
-def queries(idle_window: str = "5m") -> dict[str, str]:
-    """Every PromQL query one refresh issues, by name (a fixed number, 21)."""
+def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[str, str]:
+    """Every PromQL query one refresh issues, by name (a fixed number, 21).
+    ``gpu_resources``: the site's own GPU resources (``--gpu-resource``, Kubernetes
+    names), whose pending pods are GPU pods as the forecaster's ``--pending.gpu-resource``
+    makes them."""
     return {
         "epoch": "gpu_eta_training_epoch",
         "epochs": "gpu_eta_training_epochs_planned",
@@ -47,15 +52,17 @@ def queries(idle_window: str = "5m") -> dict[str, str]:
         # only the forecaster's pending pods (GPU pods) are rows
         "pending_created": (
             'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1) '
-            f"and on (uid) ({_GPU_REQUESTS})"
+            f"and on (uid) ({_gpu_requests(ksm_resource_regex(gpu_resources))})"
         ),
     }
 
 
-_GPU_REQUESTS = (
-    f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}} '
-    f'or kube_pod_init_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
-)
+def _gpu_requests(regex: str) -> str:
+    """The GPU requests of app and init containers, of the resources ``regex`` matches."""
+    return (
+        f'kube_pod_container_resource_requests{{resource=~"{regex}"}} '
+        f'or kube_pod_init_container_resource_requests{{resource=~"{regex}"}}'
+    )
 
 
 ALERTS_FIRING = 'count by (alertname) (ALERTS{alertstate="firing", alertname=~"GpuEta.+"})'

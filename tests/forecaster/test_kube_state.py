@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Iterator
 
@@ -612,6 +613,58 @@ def test_query_count_is_fixed():
         assert "{arrivals}" not in kube_state.render(template, 600)
 
 
+RENAMED = "nvidia.com/a100-shared"  # a time-slicing config's ``rename: a100-shared``
+RENAMED_KSM = "nvidia_com_a100_shared"  # KSM's resource label for it
+
+
+def test_every_query_reads_the_sites_gpu_resources():
+    """``--pending.gpu-resource``: each of the queries' GPU matchers (app and init
+    requests, node allocatable, now and over the arrival window) asks for the built-in
+    resources and the site's, and only those (without any, the built-in ones alone)."""
+    matcher = re.compile(r'resource=~"([^"]*)"')
+    built_in = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+    n_matchers = 0
+    for name, template in kube_state.QUERIES.items():
+        plain = kube_state.render(template, 600)
+        extended = kube_state.render(template, 600, (RENAMED, "example.com/gpu"))
+        assert "{gpu_resources}" not in extended, name
+        assert set(matcher.findall(plain)) <= {built_in}, name
+        found = matcher.findall(extended)
+        assert set(found) <= {f"{built_in}|{RENAMED_KSM}|example_com_gpu"}, name
+        assert extended.count(built_in) == len(found) == len(matcher.findall(plain)), name
+        n_matchers += len(found)
+    assert n_matchers >= 10  # every query but the node taints' and states' joins (7 kinds)
+
+
+def test_the_sites_gpu_resources_are_read_as_nvidia_com_gpu_is():
+    """A renamed time-sliced resource: a node offering it and labelled with replicas
+    shares it (its holders hold replicas), its pods pend and arrive; without
+    ``gpu_resources`` its series are no GPU's (counted, not read)."""
+    samples = {
+        "ksm_nodes": [
+            sample(node="n1", resource=RENAMED_KSM, label_nvidia_com_gpu_replicas="4", value="4")
+        ],
+        "ksm_pods": [
+            sample(
+                namespace="ml", pod="run", uid="r", node="n1", resource=RENAMED_KSM, phase="Running"
+            ),
+            sample(namespace="ml", pod="wait", uid="w", resource=RENAMED_KSM, phase="Pending"),
+        ],
+        "ksm_pod_times": [sample(uid="w", time="created", value=str(NOW - 60))],
+        "ksm_arrivals": [sample(uid="w", resource=RENAMED_KSM, arrival="request")],
+    }
+    q = kube_state.parse(samples, NOW, gpu_resources=(RENAMED,))
+    assert [(n.name, n.allocatable, n.shared) for n in q.nodes] == [
+        ("n1", {RENAMED_KSM: 4}, {RENAMED_KSM: 4})
+    ]
+    assert [(h.pod, h.resource, h.shared) for h in q.holders] == [("run", RENAMED_KSM, True)]
+    assert [(p.pod, p.resource) for p in q.pending] == [("wait", RENAMED_KSM)]
+    assert [a.resource for a in q.arrivals] == [RENAMED_KSM]
+    q = kube_state.parse(samples, NOW)
+    assert (q.nodes, q.holders, q.pending, q.arrivals) == ((), (), (), ())
+    assert q.rejected == {"bad_node_series": 1, "bad_pod_series": 2}
+
+
 # --- against a real Prometheus -------------------------------------------------------
 
 
@@ -858,6 +911,59 @@ def test_init_containers_are_read_end_to_end(prometheus_factory, ksm_target):
     result = predict(q, {("ml", "serve"): (now + 900,) * 3}, [600.0], now, PendingSettings())
     (warmup,) = result.pods
     assert warmup.units == 4 and warmup.prediction.starts[1] == pytest.approx(now + 900, abs=1)
+
+
+def test_the_sites_gpu_resources_are_read_end_to_end(prometheus_factory, ksm_target):
+    """Real Prometheus scraping KSM-shaped series of a site whose time-slicing config
+    renames the replicas (``nvidia.com/a100-shared``): with ``--pending.gpu-resource``
+    its node, its holders, its pending pods (a GPU in an app or only in an init
+    container) and its arrivals are the queue; without, the queue is empty."""
+    target, body = ksm_target
+    now = time.time()
+    node = KsmNode(
+        "a100-node",
+        {RENAMED: 4, "cpu": 64},
+        {"nvidia.com/gpu.product": "NVIDIA-A100", "nvidia.com/gpu.replicas": "4"},
+    )
+    pods = [
+        KsmPod("ml", f"run{i}", f"r{i}", "Running", now - 600, {RENAMED: 1}, node="a100-node")
+        for i in range(4)
+    ]
+    pods += [
+        KsmPod("ml", "waits", "w1", "Pending", now - 60, {RENAMED: 1}),
+        KsmPod("ml", "init", "w2", "Pending", now - 30, {}, init_containers={"c": {RENAMED: 1}}),
+    ]
+    allowlist = ("nvidia.com/gpu.product", "nvidia.com/gpu.replicas")
+    body[0] = exposition([node], pods, label_allowlist=allowlist)
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=2)
+    client, now = PromClient(prom.url), time.time()
+
+    def read(gpu_resources: tuple[str, ...]) -> ClusterQueue:
+        samples = {
+            name: client.instant(kube_state.render(tpl, 3600, gpu_resources), at=now)
+            for name, tpl in kube_state.QUERIES.items()
+        }
+        return kube_state.parse(samples, now, gpu_resources=gpu_resources)
+
+    q = read((RENAMED,))
+    assert [(n.name, n.shared, n.product) for n in q.nodes] == [
+        ("a100-node", {RENAMED_KSM: 4}, "NVIDIA-A100")
+    ]
+    assert sorted((h.pod, h.shared) for h in q.holders) == [(f"run{i}", True) for i in range(4)]
+    assert sorted((p.pod, p.resource, p.units) for p in q.pending) == [
+        ("init", RENAMED_KSM, 1),
+        ("waits", RENAMED_KSM, 1),
+    ]
+    assert sum(a.rate_per_second for a in q.arrivals) * 3600 == pytest.approx(6)
+    ends = {("ml", f"run{i}"): (now + 100 * (i + 1),) * 3 for i in range(4)}
+    result = predict(q, ends, [1000.0], now, PendingSettings(n_samples=20))
+    assert {p.pod: p.prediction.status for p in result.pods} == {
+        "waits": PREDICTED,
+        "init": PREDICTED,
+    }
+    empty = read(())
+    assert (empty.nodes, empty.holders, empty.pending, empty.arrivals) == ((), (), (), ())
 
 
 MEMORY_PRESSURE = ("node.kubernetes.io/memory-pressure", "", "NoSchedule")

@@ -88,6 +88,14 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["once", "--pending.request-toleration", "sku=gpu:Never"], "effect must be one of"),
         (["once", "--pending.request-toleration", "=gpu"], "wants KEY[=VALUE][:EFFECT]"),
         (["once", "--pending.request-toleration", "k" * 5000], "longer than 400"),
+        (
+            ["serve", "--pending.gpu-resource", "gpu.shared"],
+            "--pending.gpu-resource: not a Kubernetes extended resource name (DOMAIN/NAME",
+        ),
+        (
+            ["once", *[f"--pending.gpu-resource=example.com/g{i}" for i in range(33)]],
+            "--pending.gpu-resource: at most 32 resource names, got 33",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:
@@ -486,6 +494,41 @@ def test_a_refused_url_is_shown_without_its_password(argv, capsys) -> None:
     assert main(argv) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert "s3cret" not in err and "***@" in err, err
+
+
+def test_the_sites_gpu_resources_reach_the_queue_queries(http_server, tmp_path: Path) -> None:  # noqa: F811
+    """``--pending.gpu-resource`` (repeatable, checked as the exporter's
+    ``--kubelet.gpu-resource``) reaches the settings and the kube-state-metrics queries
+    ``once`` sends, in KSM's spelling beside the built-in GPU resources."""
+    import json
+    from urllib.parse import parse_qs
+
+    sent: list[str] = []
+
+    def handle(req) -> None:
+        body = req.rfile.read(int(req.headers.get("Content-Length", 0))).decode()
+        sent.extend(
+            parse_qs(body).get("query", []) + parse_qs(req.path.partition("?")[2]).get("query", [])
+        )
+        rtype = "matrix" if req.path.startswith("/api/v1/query_range") else "vector"
+        reply(
+            req,
+            200,
+            json.dumps({"status": "success", "data": {"resultType": rtype, "result": []}}).encode(),
+        )
+
+    url, _ = http_server(handle)
+    flags = ["--pending.gpu-resource", "nvidia.com/a100-shared"]
+    flags += ["--pending.gpu-resource=example.com/gpu", "--pending.gpu-resource", "example.com/gpu"]
+    pending = config_from_args(build_parser().parse_args(["once", *flags])).cycle.pending
+    assert pending.gpu_resources == ("nvidia.com/a100-shared", "example.com/gpu")
+    assert config_from_args(build_parser().parse_args(["once"])).cycle.pending.gpu_resources == ()
+    argv = ["once", "--prometheus.url", url, "--history.db", str(tmp_path / "h.sqlite")]
+    assert main([*argv, *flags]) == ExitCode.OK
+    regex = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+|nvidia_com_a100_shared|example_com_gpu"
+    (queue,) = [q for q in sent if "kube_node_status_allocatable" in q]
+    assert queue.count(f'resource=~"{regex}"') >= 10
+    assert queue.count('resource=~"') == queue.count(f'resource=~"{regex}"')
 
 
 def test_once_sends_the_extra_headers_mimir_needs(http_server, tmp_path: Path, capsys) -> None:  # noqa: F811

@@ -346,6 +346,26 @@ def test_a_bad_idle_window_is_a_one_line_usage_error_before_any_query(http_serve
     assert any("[10m]" in unquote_plus(r.path) for r in seen)
 
 
+def test_the_sites_gpu_resources_reach_the_pending_join(http_server) -> None:  # noqa: F811
+    """``--gpu-resource`` (repeatable, checked as the forecaster's
+    ``--pending.gpu-resource``): the pending join asks for it in kube-state-metrics'
+    spelling; a bad name is one usage line before any query."""
+    empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+    url, seen = http_server(lambda r: reply(r, 200, empty.encode()))
+    code, out, err = run_top("--prometheus.url", url, "--gpu-resource", "a100-shared", "--json")
+    assert (code, out, seen) == (2, "", [])
+    assert err == (
+        "gpu-eta top: --gpu-resource: not a Kubernetes extended resource name (DOMAIN/NAME "
+        "outside kubernetes.io, e.g. nvidia.com/gpu-a100): 'a100-shared'\n"
+    )
+    flags = ["--gpu-resource", "nvidia.com/a100-shared", "--gpu-resource", "example.com/gpu"]
+    code, out, err = run_top("--prometheus.url", url, *flags, "--json")
+    assert (code, err) == (0, "")
+    (join,) = [unquote_plus(r.path) for r in seen if "kube_pod_created" in unquote_plus(r.path)]
+    regex = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+    assert join.count(f'resource=~"{regex}|nvidia_com_a100_shared|example_com_gpu"') == 2, join
+
+
 def test_nan_values_and_missing_series_do_not_break_the_view() -> None:
     bad = answers()
     bad["epoch"].append({"metric": RUN | {"run_id": "r2"}, "value": [NOW, "NaN"]})
@@ -606,6 +626,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         ["--prometheus.header", "Host=prom.example"],
         ["--prometheus.basic-auth-password-file", str(tmp_path / "missing")],
         ["--prometheus.ca-file", str(tmp_path / "missing")],
+        ["--gpu-resource", "gpu.shared"],
+        ["--gpu-resource", "kubernetes.io/gpu"],
     ):
         code, out, err = run_top(*argv, "--once")
         assert code == 2 and out == "", argv
@@ -1251,7 +1273,8 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
     """``pending_created`` joins kube-state-metrics' creation times on the pods in
     Pending: on a batch cluster most of those are CPU pods, the bulk of the answer and
     never a row. Only a pod with a GPU request (a GPU, a time-sliced GPU, a MIG slice,
-    in a container or an init container) is in the answer."""
+    in a container or an init container) is in the answer; one asking for the site's
+    renamed replicas (``nvidia_com_a100_shared``) only with ``--gpu-resource``."""
     from prometheus_client import CollectorRegistry, Gauge
 
     from gpu_eta.launch.prometheus import ScrapeJob
@@ -1269,6 +1292,7 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
         "init-gpu": [(init, "nvidia_com_gpu", 1), (requests_, "cpu", 1)],
         "cpu": [(requests_, "cpu", 2), (requests_, "memory", 1 << 30)],
         "running-gpu": [(requests_, "nvidia_com_gpu", 1)],
+        "renamed": [(requests_, "nvidia_com_a100_shared", 1)],
     }
     for pod, reqs in pods.items():
         created.labels("batch", pod, "u-" + pod).set(NOW)
@@ -1281,14 +1305,17 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
     try:
         prom = prometheus_factory([ScrapeJob("ksm", [target])])
         prom.wait_for("kube_pod_init_container_resource_requests", timeout=30)
-        prom.wait_for("kube_pod_container_resource_requests", timeout=30, min_results=8)
+        prom.wait_for("kube_pod_container_resource_requests", timeout=30, min_results=9)
         expr = top_queries.queries()["pending_created"]
         got = sorted(s["metric"]["pod"] for s in prom.query(expr))
         assert got == ["gpu", "init-gpu", "mig", "shared"], got
+        expr = top_queries.queries(gpu_resources=("nvidia.com/a100-shared",))["pending_created"]
+        got = sorted(s["metric"]["pod"] for s in prom.query(expr))
+        assert got == ["gpu", "init-gpu", "mig", "renamed", "shared"], got
         everything = prom.query(
             'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
         )
-        assert len(everything) == 5  # the CPU pod is in the data, Pending
+        assert len(everything) == 6  # the CPU pod is in the data, Pending
     finally:
         server.shutdown()
         server.server_close()
