@@ -22,7 +22,7 @@ from gpu_eta.common.k8s_names import is_extended_resource_name, ksm_label
 
 # The built-in GPU resources in kube-state-metrics' spelling, a PromQL (RE2) regex.
 # Written out as is in rules/gpu-eta.rules.yaml and grafana/build.py, where the chart
-# replaces it (charts/gpu-eta, gpuResources): tests/ops/test_rules.py holds them equal.
+# replaces it (charts/gpu-eta, gpuResources): tests/ops/test_chart.py holds them equal.
 KSM_GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
 # names a site gives at most: it renames its time-sliced GPUs to a few
 MAX_GPU_RESOURCES = 32

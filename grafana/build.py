@@ -96,6 +96,8 @@ GPUS_FREE = (
 )
 # A container request for GPUs of any kind (kube-state-metrics' resource names: whole,
 # time-sliced and MIG), the selector of rules/gpu-eta.rules.yaml's GpuEtaPodPendingNoStart.
+# The regex is common/gpu_resources.py's KSM_GPU_RESOURCES, written out: the chart adds
+# a site's gpuResources to it where it finds it (tests/ops/test_chart.py holds it equal).
 GPU_REQUEST = 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"'
 # The ten longest (pod, GPU) holds, in seconds (Cluster overview, "Longest occupancies").
 LONGEST_HELD = (

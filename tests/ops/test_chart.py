@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
 import shutil
 from pathlib import Path
@@ -514,3 +515,98 @@ def test_prometheus_auth_is_off_by_default_and_each_part_optional() -> None:
 
     with pytest.raises(k8s.RenderError, match=r"tokenExpirationSeconds: 300 is below 600"):
         forecaster({"serviceAccountToken": True, "tokenExpirationSeconds": 300})
+
+
+SITE_GPUS = ["nvidia.com/a100-shared", "example.com/gpu", "nvidia.com/a100.shared"]
+_MATCHER = re.compile(r'resource=~"([^"]*nvidia_com_gpu[^"]*)"')
+
+
+def _gpu_matchers(text: str) -> set[str]:
+    """The regexes of the GPU resource matchers (``resource=~"…nvidia_com_gpu…"``)."""
+    return set(_MATCHER.findall(text))
+
+
+@pytest.mark.parametrize("mode", ["deployment", "cronjob"])
+@pytest.mark.parametrize("operator", [False, True], ids=["configmap", "prometheusrule"])
+def test_gpu_resources_reach_exporter_forecaster_rules_and_dashboards(
+    mode: str, operator: bool
+) -> None:
+    """One value, ``gpuResources``: the exporter's ``--kubelet.gpu-resource`` and the
+    forecaster's ``--pending.gpu-resource`` each name, and every GPU matcher of the
+    rules (ConfigMap or PrometheusRule) and dashboards asks for the regex the forecaster
+    builds (``ksm_resource_regex``: KSM's sanitised names after the built-in ones, one
+    ``nvidia_com_a100_shared`` for two names that sanitise alike)."""
+    from gpu_eta.common.gpu_resources import KSM_GPU_RESOURCES, ksm_resource_regex
+
+    values = {
+        "gpuResources": SITE_GPUS,
+        "forecaster": {"mode": mode},
+        "prometheusRule": {"enabled": operator},
+    }
+    objects = k8s.helm_template(values)
+    invocations = {i.program: i.args for i in container_args.invocations(objects)}
+    assert [a for a in invocations["gpu-eta-exporter"] if "gpu-resource" in a] == [
+        f"--kubelet.gpu-resource={n}" for n in SITE_GPUS
+    ]
+    assert [a for a in invocations["gpu-eta-forecaster"] if "gpu-resource" in a] == [
+        f"--pending.gpu-resource={n}" for n in SITE_GPUS
+    ]
+    container_args.check(objects)  # the real CLIs take them
+    want = ksm_resource_regex(SITE_GPUS)
+    assert want == KSM_GPU_RESOURCES + "|nvidia_com_a100_shared|example_com_gpu"
+    if operator:
+        groups = find(objects, "PrometheusRule", "gpu-eta")["spec"]["groups"]
+        rules = "\n".join(r["expr"] for g in groups for r in g["rules"])
+    else:
+        rules = find(objects, "ConfigMap", "gpu-eta-rules")["data"]["gpu-eta.rules.yaml"]
+    assert _gpu_matchers(rules) == {want}
+    dashboards = [o for o in objects if o["metadata"]["name"].startswith("gpu-eta-dashboard-")]
+    text = "".join(json.dumps(json.loads(v)) for o in dashboards for v in o["data"].values())
+    assert _gpu_matchers(text.replace('\\"', '"')) == {want}
+    plain = k8s.helm_template({"prometheusRule": {"enabled": operator}})
+    assert not [i for i in container_args.invocations(plain) if "gpu-resource" in str(i.args)]
+
+
+def test_the_built_in_gpu_regex_is_written_alike_everywhere() -> None:
+    """The chart replaces the built-in regex as the rules and dashboards write it: each
+    GPU matcher there, in the generated PrometheusRule and in grafana/build.py is
+    ``KSM_GPU_RESOURCES`` exactly, as is the chart's own copy, or a site's resources
+    would be missing from the matchers written otherwise."""
+    from gpu_eta.common.gpu_resources import KSM_GPU_RESOURCES
+
+    files = [
+        k8s.ROOT / "rules" / "gpu-eta.rules.yaml",
+        k8s.ROOT / "manifests" / "components" / "prometheus-operator" / "prometheusrule.yaml",
+        k8s.ROOT / "grafana" / "build.py",
+        *sorted((k8s.ROOT / "grafana").glob("*.json")),
+    ]
+    found = {p.name: _gpu_matchers(p.read_text().replace('\\"', '"')) for p in files}
+    assert {name: m for name, m in found.items() if m} == {
+        "gpu-eta.rules.yaml": {KSM_GPU_RESOURCES},
+        "prometheusrule.yaml": {KSM_GPU_RESOURCES},
+        "build.py": {KSM_GPU_RESOURCES},
+        "cluster-overview.json": {KSM_GPU_RESOURCES},
+    }
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert f'define "gpu-eta.builtinGpuResources" -}}}}\n{KSM_GPU_RESOURCES}\n' in helpers
+
+
+def test_the_rules_given_gpu_resources_alert_on_their_pods(tmp_path: Path) -> None:
+    """promtool: the queue alert's unit tests (tests/rules/pending.test.yaml) with
+    every pod asking for the site's renamed replicas instead of ``nvidia.com/gpu``
+    pass on the rules the chart renders given ``gpuResources`` (and the shipped rules
+    alert on none of those pods)."""
+    objects = k8s.helm_template({"gpuResources": SITE_GPUS})
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(find(objects, "ConfigMap", "gpu-eta-rules")["data"]["gpu-eta.rules.yaml"])
+    source = (k8s.ROOT / "tests" / "rules" / "pending.test.yaml").read_text()
+    renamed = source.replace('resource="nvidia_com_gpu"', 'resource="nvidia_com_a100_shared"')
+    assert renamed != source
+    tests = yaml.safe_load(renamed)
+    tests["rule_files"] = [str(rules)]
+    (tmp_path / "site.test.yaml").write_text(yaml.safe_dump(tests))
+    proc = promtool("test", "rules", str(tmp_path / "site.test.yaml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tests["rule_files"] = [str(k8s.ROOT / "rules" / "gpu-eta.rules.yaml")]
+    (tmp_path / "shipped.test.yaml").write_text(yaml.safe_dump(tests))
+    assert promtool("test", "rules", str(tmp_path / "shipped.test.yaml")).returncode != 0

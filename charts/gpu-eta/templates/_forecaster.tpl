@@ -44,6 +44,9 @@ containers:
       {{- if $auth.caConfigMap }}
       - --prometheus.ca-file={{ $authDir }}/ca.crt
       {{- end }}
+      {{- range .Values.gpuResources }}
+      - {{ printf "--pending.gpu-resource=%s" . | quote }}
+      {{- end }}
       {{- range $f.extraArgs }}
       - {{ . | quote }}
       {{- end }}

@@ -31,6 +31,31 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
+{{/*
+The kube-state-metrics regex of the GPU resources: the built-in one, as the rules and
+dashboards write it (common/gpu_resources.py KSM_GPU_RESOURCES; tests/ops hold them
+equal), with each of .Values.gpuResources sanitised as KSM sanitises a resource
+(every character outside [a-zA-Z0-9_] becomes "_") added, as ksm_resource_regex does.
+*/}}
+{{- define "gpu-eta.builtinGpuResources" -}}
+nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+
+{{- end -}}
+{{- define "gpu-eta.gpuResourceRegex" -}}
+{{- $labels := list -}}
+{{- range .Values.gpuResources -}}
+{{- $labels = append $labels (regexReplaceAll "[^a-zA-Z0-9_]" (toString .) "_") -}}
+{{- end -}}
+{{- prepend (uniq $labels) (include "gpu-eta.builtinGpuResources" .) | join "|" -}}
+{{- end -}}
+
+{{/*
+A file of rules or a dashboard with the built-in GPU resource regex replaced by
+gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top context).
+*/}}
+{{- define "gpu-eta.withGpuResources" -}}
+{{- .root.Files.Get .path | replace (include "gpu-eta.builtinGpuResources" .root) (include "gpu-eta.gpuResourceRegex" .root) -}}
+{{- end -}}
+
 {{- define "gpu-eta.validate" -}}
 {{- if not (has .Values.forecaster.mode (list "deployment" "cronjob")) -}}
 {{- fail (printf "forecaster.mode must be deployment or cronjob, not %q" .Values.forecaster.mode) -}}
