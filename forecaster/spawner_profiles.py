@@ -18,9 +18,12 @@ Prometheus query per page load, and appends the answer to each GPU profile's
         prometheus_url="http://prometheus-operated.monitoring:9090",
     )
 
-A profile's GPU count comes from ``extra_resource_limits`` (or ``_guarantees``)
-``nvidia.com/gpu``; its GPU type from ``node_selector`` ``nvidia.com/gpu.product``
-(any type when absent: the earliest of them). A count the forecaster does not publish
+A profile's GPU count comes from ``extra_resource_limits`` (or ``_guarantees``): its
+``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` or ``nvidia.com/mig-…`` entry, or one of
+the site's own GPU resources given as ``gpu_resources`` (a time-slicing rename,
+``nvidia.com/a100-shared``: the forecaster's ``--pending.gpu-resource``), and the start
+shown is the one published for that resource; its GPU type from ``node_selector``
+``nvidia.com/gpu.product`` (any type when absent: the earliest of them). A count the forecaster does not publish
 (3, 5...) takes the next published size up. Profiles without GPUs are left alone. When
 Prometheus cannot be read the profiles come back unchanged (the spawn page must never
 break because of a forecast) and the reason is logged.
@@ -32,6 +35,7 @@ import copy
 import json
 import logging
 import math
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -42,8 +46,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 METRIC = "gpu_eta_request_predicted_start_timestamp_seconds"
-QUERY = f'{METRIC}{{quantile="0.5", resource="nvidia_com_gpu"}}'
+QUERY = f'{METRIC}{{quantile="0.5"}}'
 GPU_RESOURCE = "nvidia.com/gpu"
+# the built-in GPU resources, as gpu_eta.common.gpu_resources has them (not imported:
+# this file runs alone in a hub's image)
+BUILT_IN = (GPU_RESOURCE, "nvidia.com/gpu.shared")
+MIG_PREFIX = "nvidia.com/mig-"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 FREE_NOW_SECONDS = 60.0
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
@@ -53,8 +61,18 @@ class ProfileError(ValueError):
     """A profile asks for a GPU count that is not a positive integer."""
 
 
-def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> dict[tuple[str, int], float]:
-    """(model, gpus) → P50 start timestamp, from one instant query; raises OSError/ValueError."""
+def ksm_label(resource: str) -> str:
+    """A resource name as kube-state-metrics' ``resource`` label writes it (every
+    character outside ``[a-zA-Z0-9_]`` an underscore), the forecaster's ``resource``."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
+
+
+Starts = dict[tuple[str, str, int], float]
+
+
+def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> Starts:
+    """(resource, model, gpus) → P50 start timestamp, from one instant query (``resource``
+    as the forecaster publishes it, ``ksm_label``); raises OSError/ValueError."""
     url = f"{prometheus_url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": QUERY})
     with urllib.request.urlopen(url, timeout=timeout_seconds) as resp:
         raw = resp.read(MAX_RESPONSE_BYTES + 1)
@@ -65,7 +83,7 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> dict[tuple[str, 
         raise ValueError("Prometheus answer is not a JSON object")
     if body.get("status") != "success":
         raise ValueError(f"Prometheus answered {body.get('status')!r}: {body.get('error', '')}")
-    out: dict[tuple[str, int], float] = {}
+    out: Starts = {}
     for item in body.get("data", {}).get("result", []):
         labels = item.get("metric", {})
         try:
@@ -74,32 +92,50 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> dict[tuple[str, 
         except (KeyError, TypeError, ValueError, IndexError):
             continue  # one bad series is skipped, not a reason to show nothing
         if math.isfinite(value):
-            key = (str(labels.get("model", "")), gpus)
+            key = (str(labels.get("resource", "")), str(labels.get("model", "")), gpus)
             out[key] = min(value, out.get(key, math.inf))
     return out
 
 
-def gpus_of(profile: Mapping[str, Any]) -> int:
-    """The profile's ``nvidia.com/gpu`` count (0 when it asks for none)."""
+def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -> tuple[str, int]:
+    """The profile's GPU resource and count: its first GPU resource (``BUILT_IN``, a
+    MIG slice, or one of ``gpu_resources``) in ``extra_resource_limits``, else in
+    ``extra_resource_guarantees``; ``(GPU_RESOURCE, 0)`` when it asks for none."""
     override = profile.get("kubespawner_override") or {}
     for key in ("extra_resource_limits", "extra_resource_guarantees"):
-        value = (override.get(key) or {}).get(GPU_RESOURCE)
-        if value is not None:
+        asked = override.get(key) or {}
+        for name, value in asked.items() if isinstance(asked, Mapping) else ():
+            name = str(name)
+            gpu = name in BUILT_IN or name in gpu_resources or name.startswith(MIG_PREFIX)
+            if not gpu:
+                continue
             try:
                 n = int(str(value))
             except ValueError:
-                raise ProfileError(f"{GPU_RESOURCE} must be an integer, got {value!r}") from None
+                raise ProfileError(f"{name} must be an integer, got {value!r}") from None
             if n < 0:
-                raise ProfileError(f"{GPU_RESOURCE} must be >= 0, got {n}")
-            return n
-    return 0
+                raise ProfileError(f"{name} must be >= 0, got {n}")
+            return name, n
+    return GPU_RESOURCE, 0
 
 
-def start_for(starts: Mapping[tuple[str, int], float], gpus: int, model: str = "") -> float | None:
-    """P50 start for ``gpus`` GPUs of ``model`` ("" = any); the next size up if needed."""
+def gpus_of(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -> int:
+    """The profile's GPU count (0 when it asks for none; ``gpu_request``)."""
+    return gpu_request(profile, gpu_resources)[1]
+
+
+def start_for(
+    starts: Mapping[tuple[str, str, int], float],
+    gpus: int,
+    model: str = "",
+    resource: str = GPU_RESOURCE,
+) -> float | None:
+    """P50 start for ``gpus`` units of ``resource`` (its Kubernetes name) on ``model``
+    ("" = any); the next size up if needed."""
+    wanted = ksm_label(resource)
     best = None
-    for (m, size), ts in starts.items():
-        if (model and m != model) or size < gpus:
+    for (r, m, size), ts in starts.items():
+        if r != wanted or (model and m != model) or size < gpus:
             continue
         key = (size, ts)
         if best is None or key < best[0]:
@@ -120,23 +156,24 @@ def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
 
 def annotate(
     profiles: Sequence[Mapping[str, Any]],
-    starts: Mapping[tuple[str, int], float],
+    starts: Mapping[tuple[str, str, int], float],
     now: float,
     tz: tzinfo | None = None,
+    gpu_resources: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Copies of ``profiles`` with " — free now" / " — ~HH:MM" after each GPU profile's name."""
     out = []
     for profile in profiles:
         p = copy.deepcopy(dict(profile))
         try:
-            gpus = gpus_of(p)
+            resource, gpus = gpu_request(p, gpu_resources)
         except ProfileError as err:
             log.warning("profile %r: %s", p.get("display_name"), err)
-            gpus = 0
+            resource, gpus = GPU_RESOURCE, 0
         if gpus > 0:
             override = p.get("kubespawner_override") or {}
             model = str((override.get("node_selector") or {}).get(PRODUCT_LABEL, ""))
-            text = label(start_for(starts, gpus, model), now, tz)
+            text = label(start_for(starts, gpus, model, resource), now, tz)
             p["display_name"] = f"{p.get('display_name', '')} — {text}"
         out.append(p)
     return out
@@ -148,8 +185,11 @@ def profile_list_hook(
     timeout_seconds: float = 2.0,
     tz: tzinfo | None = None,
     clock: Callable[[], float] = time.time,
+    gpu_resources: Sequence[str] = (),
 ) -> Callable[[Any], list[dict[str, Any]]]:
-    """A callable for ``c.KubeSpawner.profile_list`` (KubeSpawner calls it with the spawner)."""
+    """A callable for ``c.KubeSpawner.profile_list`` (KubeSpawner calls it with the
+    spawner). ``gpu_resources``: the site's own GPU resource names, as given to the
+    forecaster's ``--pending.gpu-resource``."""
 
     def hook(_spawner: Any = None) -> list[dict[str, Any]]:
         try:
@@ -157,6 +197,6 @@ def profile_list_hook(
         except (OSError, ValueError) as err:
             log.warning("gpu-eta: no start estimates from %s: %s", prometheus_url, err)
             return [dict(p) for p in profiles]
-        return annotate(profiles, starts, clock(), tz)
+        return annotate(profiles, starts, clock(), tz, gpu_resources)
 
     return hook

@@ -12,6 +12,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster.spawner_profiles import (
     ProfileError,
     annotate,
+    gpu_request,
     gpus_of,
     label,
     profile_list_hook,
@@ -41,11 +42,36 @@ def test_label_free_now_and_clock_time():
 
 
 def test_start_for_picks_the_model_and_the_next_size_up():
-    starts = {(A100, 1): 100.0, (A100, 4): 400.0, (T4, 1): 50.0}
+    gpu = "nvidia_com_gpu"
+    starts = {(gpu, A100, 1): 100.0, (gpu, A100, 4): 400.0, (gpu, T4, 1): 50.0}
     assert start_for(starts, 1, A100) == 100.0
     assert start_for(starts, 3, A100) == 400.0  # 3 GPUs: the 4-GPU answer
     assert start_for(starts, 1) == 50.0  # any type: the earliest
     assert start_for(starts, 8, A100) is None
+
+
+def test_a_profile_asking_for_another_gpu_resource_is_shown_that_resources_start():
+    """A MIG slice or a site's time-slicing rename is its own queue: the whole GPUs'
+    start is not its start."""
+    starts = {
+        ("nvidia_com_gpu", A100, 1): 900.0,
+        ("nvidia_com_a100_shared", A100, 1): 100.0,
+        ("nvidia_com_mig_1g_10gb", A100, 1): 200.0,
+    }
+    shared = {"extra_resource_limits": {"cpu": "4", "nvidia.com/a100-shared": "1"}}
+    mig = {"extra_resource_guarantees": {"nvidia.com/mig-1g.10gb": 1}}
+    assert gpu_request({"kubespawner_override": shared}, ["nvidia.com/a100-shared"]) == (
+        "nvidia.com/a100-shared",
+        1,
+    )
+    assert gpu_request({"kubespawner_override": shared}) == ("nvidia.com/gpu", 0)  # not named
+    assert gpu_request({"kubespawner_override": mig}) == ("nvidia.com/mig-1g.10gb", 1)
+    assert start_for(starts, 1, A100, "nvidia.com/a100-shared") == 100.0
+    assert start_for(starts, 1, A100, "nvidia.com/mig-1g.10gb") == 200.0
+    assert start_for(starts, 1, A100) == 900.0
+    profiles = [{"display_name": "shared", "kubespawner_override": shared}]
+    (p,) = annotate(profiles, starts, 100.0, gpu_resources=["nvidia.com/a100-shared"])
+    assert p["display_name"] == "shared — free now"
 
 
 def test_gpus_of_and_bad_counts():
