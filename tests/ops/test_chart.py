@@ -610,3 +610,18 @@ def test_the_rules_given_gpu_resources_alert_on_their_pods(tmp_path: Path) -> No
     tests["rule_files"] = [str(k8s.ROOT / "rules" / "gpu-eta.rules.yaml")]
     (tmp_path / "shipped.test.yaml").write_text(yaml.safe_dump(tests))
     assert promtool("test", "rules", str(tmp_path / "shipped.test.yaml")).returncode != 0
+
+
+@pytest.mark.parametrize(
+    "name", ["a100-shared", "kubernetes.io/gpu", "Nvidia.com/gpu", "nvidia.com/", "a/b/c"]
+)
+def test_a_gpu_resource_no_device_plugin_could_advertise_fails_the_install(name: str) -> None:
+    """As the exporter's and forecaster's own check refuses it (``parse_gpu_resources``),
+    but at ``helm install``: otherwise both crash-loop on their first start."""
+    from gpu_eta.common.gpu_resources import parse_gpu_resources
+
+    with pytest.raises(ValueError):
+        parse_gpu_resources([name])
+    with pytest.raises(k8s.RenderError, match=r"gpuResources: .* is not a Kubernetes extended"):
+        k8s.helm_template({"gpuResources": [name]})
+    k8s.helm_template({"gpuResources": ["nvidia.com/a100-shared", "example.com/gpu_x.1"]})

@@ -64,6 +64,16 @@ gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top contex
 {{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
 {{- fail "networkPolicy.scraperNamespaceSelectors is empty: the NetworkPolicy would admit every source to the metrics port; list the scrapers' namespaces, or set networkPolicy.enabled=false" -}}
 {{- end -}}
+{{- /* the rule of common/gpu_resources.py parse_gpu_resources, checked here so that a
+typo fails the install instead of crash-looping the exporter and the forecaster */ -}}
+{{- range .Values.gpuResources -}}
+{{- $name := toString . -}}
+{{- $parts := splitList "/" $name -}}
+{{- $domain := first $parts -}}
+{{- if or (ne (len $parts) 2) (not (regexMatch "^[a-z0-9]([-a-z0-9.]{0,242}[a-z0-9])?$" $domain)) (not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" (last $parts))) (eq $domain "kubernetes.io") (hasSuffix ".kubernetes.io" $domain) -}}
+{{- fail (printf "gpuResources: %q is not a Kubernetes extended resource name (DOMAIN/NAME outside kubernetes.io, e.g. nvidia.com/a100-shared)" $name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
