@@ -23,8 +23,9 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-# Standard library and these two modules only: the rest (requests, numpy, ...) comes
-# with the extras, imported once the command is known to have them (``missing_extra``).
+# Standard library and gpu-eta modules that need nothing else: the rest (requests,
+# numpy, ...) comes with the extras, imported once the command is known to have them
+# (``missing_extra``).
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
 from gpu_eta.forecaster.config import Config, ConfigError, parse_listen_address
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
