@@ -41,7 +41,9 @@ handling raised anything: one bad line is skipped, never the rest of its chunk.
 
 Lines whose CRI timestamp is older than the progress already stored for the
 container are not applied again, so re-reading a file after an exporter restart
-does not mistake old epochs for a new run. A line stamped more than
+does not mistake old epochs for a new run; they are still read for what they tell
+about the lines after them (the Keras epoch an ``Epoch k/N`` header starts), so those
+are read as by an exporter that never stopped. A line stamped more than
 ``FUTURE_SKEW_SECONDS`` after the exporter's clock (the runtime stamps lines with the
 same node clock, so only a clock stepped back or a file not written by it does
 that), or whose timestamp cannot be read, is dated at the line of its container
@@ -858,11 +860,14 @@ class LogProgressCollector:
             return
         ns, pod, container = key
         previous = self.store.get(ns, pod, container, "log")
-        if previous is not None and now < previous.last_report_timestamp:
-            counts[done] = counts.get(done, 0) + 1
-            return  # already applied before (a re-read after restart)
         state, report = fold(self._states.get(key, LogState()), previous, match)
         self._states[key] = state
+        if previous is not None and now < previous.last_report_timestamp:
+            # applied before (a re-read after a restart): not again, but folded all the
+            # same, so that the state it leaves (the Keras epoch of its header) is the
+            # one the next lines are read in, as by an exporter that never stopped
+            counts[done] = counts.get(done, 0) + 1
+            return
         if report is not None:
             # a report the wire format refuses (a negative epoch, a step beyond 1e15)
             # or inconsistent with the run so far is dropped and counted as invalid;

@@ -1270,3 +1270,77 @@ def test_a_cri_dockerd_link_without_dockers_root_mounted_is_said_once(tmp_path, 
     assert levels[0] == logging.WARNING and set(levels[1:]) == {logging.DEBUG}
     assert "is the host's directory mounted there?" in said[0].getMessage()
     assert not col.store.snapshot()
+
+
+def col_offsets(col: LogProgressCollector) -> int:
+    return sum(f.offset for files in col._followers.values() for f in files.values())
+
+
+def _read_out(col: LogProgressCollector) -> None:
+    for _ in range(200):
+        before = col_offsets(col)
+        col.poll()
+        if col_offsets(col) == before:
+            return
+
+
+def _two_streams() -> list[bytes]:
+    """Real Keras 3 (stdout) and tqdm (stderr) output with chatter around, as records
+    split at 300 bytes (``P`` records) and merged by time, as the runtime writes them."""
+    keras = (FIXTURES / "keras.stdout").read_bytes()
+    chatter = b"".join(b"loaded shard %d of the training set\n" % i for i in range(30))
+    out = cri(chatter + keras + chatter, "stdout", chunk=300)
+    torch = (FIXTURES / "torch.stderr").read_bytes()
+    err = cri(torch, "stderr", start=T0 + dt.timedelta(seconds=1), chunk=300)
+    return sorted(r + b"\n" for r in (out + err).split(b"\n") if r)
+
+
+def test_a_restart_anywhere_in_a_log_ends_with_the_progress_of_one_that_never_stopped(
+    tmp_path,
+) -> None:
+    """The exporter stops after any record of a Keras and a tqdm log and reads the file
+    again from its start after its restart (its progress kept in the state file): it
+    ends with the runs and progress of an exporter that never stopped.
+
+    Why every point: the Keras epoch in progress is known only from its ``Epoch k/N``
+    header, older than the stored progress and so not applied again. When it was not
+    read at all, a restart anywhere inside an epoch read that epoch's last bar, which
+    Keras 3 draws twice (the second time with its validation metrics), as the end of
+    the next epoch too: one epoch more was shown done, then the next header took the
+    count back and started a second run."""
+    records = _two_streams()
+    stops = [i + 1 for i, r in enumerate(records) if b"shard" not in r]  # Keras', tqdm's
+
+    def shown(path: Path, stop: int, restart: bool) -> list[tuple]:
+        """The rows shown from the stop on, each change once."""
+        d = path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
+        d.mkdir(parents=True)
+        (d / "0.log").write_bytes(b"".join(records[:stop]))
+        store = ProgressStore(path / "state.json")
+        col = collector(path, store)
+        _read_out(col)
+        if restart:
+            store.save()
+            store = ProgressStore(path / "state.json")
+            col = collector(path, store)
+        rows = [(p.run_id, p.epoch, p.epochs, p.step, p.steps) for p in store.snapshot()]
+        merge = store.merge
+
+        def merge_and_note(*args, **kw):
+            merge(*args, **kw)
+            (p,) = store.snapshot()
+            if rows[-1:] != [row := (p.run_id, p.epoch, p.epochs, p.step, p.steps)]:
+                rows.append(row)
+
+        store.merge = merge_and_note
+        with open(d / "0.log", "ab") as fh:
+            fh.write(b"".join(records[stop:]))
+        _read_out(col)
+        return rows
+
+    differ = [
+        stop
+        for stop in stops
+        if shown(tmp_path / f"r{stop}", stop, True) != shown(tmp_path / f"n{stop}", stop, False)
+    ]
+    assert len(stops) > 40 and differ == []
