@@ -29,6 +29,8 @@ records of its stream, within the same bounds as inside one file. A rotated file
 this process has not followed (after an exporter restart, for a pod seen late) is
 read from its start like any new file: it holds what was written between the last
 read and the rotation, and what was applied before is not applied again (below).
+A restarted container's files (``1.log``, ...: the restart count) are read after the
+earlier container's, so a log read from behind is applied in the order it was written.
 Gzipped rotations (``0.log.<date>.gz``) are never opened: see docs/progress.md.
 
 Work is bounded: at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll``
@@ -544,11 +546,15 @@ class LogProgressCollector:
             else:
                 followers[inode].path = path
                 followers[inode].docker = docker  # Docker renamed it: <id>-json.log.1
-        # rotated files first (older lines; ``<N>.log.<date>`` sorts by date), then
-        # current files by number: each number's files in the order they were written
+        # in the order they were written: by number (the container's restart count,
+        # so an earlier container's files first), each number's rotated files
+        # (``<N>.log.<date>`` sorts by date) before its current one. Why not every
+        # rotated file first: a log read from behind (after a restart, a pod seen late)
+        # then applied the restarted container's rotated lines before the earlier
+        # container's, whose lines, older than those, were skipped
         order = sorted(
             followers.values(),
-            key=lambda f: (not found[f.inode][2], found[f.inode][3], f.path.name),
+            key=lambda f: (found[f.inode][3], not found[f.inode][2], f.path.name),
         )
         done: dict[int, _Follower] = {}  # per number: its last rotated file read to its end
         waiting: set[int] = set()  # numbers with a rotated file not read to its end yet

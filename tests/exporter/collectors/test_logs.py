@@ -1344,3 +1344,24 @@ def test_a_restart_anywhere_in_a_log_ends_with_the_progress_of_one_that_never_st
         if shown(tmp_path / f"r{stop}", stop, True) != shown(tmp_path / f"n{stop}", stop, False)
     ]
     assert len(stops) > 40 and differ == []
+
+
+def test_a_restarted_containers_logs_are_read_in_the_order_they_were_written(root) -> None:
+    """The container restarted (``1.log``) after two epochs in ``0.log`` and resumed
+    from its checkpoint; its log was rotated since. An exporter that reads the pod
+    from behind (started late, or restarted) reads ``0.log`` before ``1.log``'s
+    rotated file: read after it, ``0.log``'s lines were older than what was applied
+    and skipped, and the run seemed to start at the restart, an hour late."""
+    d = logdir(root)
+    (d / "0.log").write_bytes(
+        record(T0, b"F", b"Epoch 1/3") + record(T0 + dt.timedelta(hours=1), b"F", b"Epoch 2/3")
+    )
+    (d / "1.log.20261121-080000").write_bytes(
+        record(T0 + dt.timedelta(hours=2), b"F", b"Epoch 3/3")
+    )
+    (d / "1.log").write_bytes(record(T0 + dt.timedelta(hours=2, seconds=1), b"F", b"saved"))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 3)
+    assert p.run_start_timestamp == pytest.approx(T0.timestamp())
