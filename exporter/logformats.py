@@ -14,7 +14,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - Keras epoch header: ``Epoch 3/15`` (1-based: epoch 3 starts, 2 are done)
 - Keras step bar, Keras 2 and 3: ``50000/50000 [====...] - 10s 199us/sample - loss: 1.55``
   and ``12/12 ━━━━━━━━ 1s 59ms/step - accuracy: 0.34 - loss: 0.98``; complete
-  (no ``ETA``) ⇒ the epoch is done
+  (no ``ETA``) ⇒ the epoch is done. After a header, a bar of another step count
+  than the epoch's first, or one starting again after the epoch's bar ended, is
+  ``evaluate``'s or ``predict``'s: not read (``fold``)
 - Keras ``verbose=2`` epoch summary (no bar, one line per epoch, what Keras advises
   for logs): Keras 3 ``12/12 - 0s - 8ms/step - accuracy: 0.58 - loss: 0.69``, tf.keras
   2 ``8/8 - 0s - loss: 0.71 - accuracy: 0.54`` (2.5+ append ``- 245ms/epoch -
@@ -522,10 +524,13 @@ def parse_setup(text: str) -> LogMatch | None:
 
 @dataclass(frozen=True, slots=True)
 class LogState:
-    """Per-container memory between lines: the Keras epoch in progress and its plan."""
+    """Per-container memory between lines: the Keras epoch in progress and its plan,
+    and its step bar once drawn (its step count, and whether it reached its end)."""
 
     epoch_current: int | None = None
     epochs: int | None = None
+    bar_total: int | None = None
+    epoch_ended: bool = False
 
 
 def fold(
@@ -558,6 +563,17 @@ def fold(
     if match.kind == "keras_bar":
         current = state.epoch_current
         epochs = state.epochs
+        if current is not None:
+            if state.bar_total is not None and (
+                match.bar_total != state.bar_total or (state.epoch_ended and not match.complete)
+            ):
+                # not the epoch's bar: evaluate's or predict's (after fit, or from a
+                # callback), over steps of their own and without a header. Read as the
+                # epoch's, they rewrote the run's steps and, starting over, took its
+                # epoch back (a new run). The epoch's own bar, once at its end, is only
+                # drawn again complete (Keras 3 adds the validation metrics)
+                return state, None
+            state = replace(state, bar_total=match.bar_total, epoch_ended=match.complete)
         if current is None:  # no header seen (e.g. exporter restarted mid-run)
             current = int(previous.epoch or 0) + 1 if previous is not None else 1
             epochs = int(previous.epochs) if previous is not None and previous.epochs else None

@@ -642,3 +642,27 @@ def test_keras_time_to_go_is_not_read_as_a_metric(line: str):
     m = parse_line(line)
     assert m is not None and m.kind == "keras_bar" and m.bar in (3, 30) and not m.complete
     assert dict(m.metrics) == {"loss": 2.3026, "accuracy": 0.1042}
+
+
+def test_keras_evaluate_and_predict_after_fit_leave_the_run_as_fit_ended_it():
+    """Real Keras 3: fit (3 epochs of 8 steps), then evaluate (4 steps) and predict (2
+    steps), each with a bar of its own. Every screen is read (a runtime's ``P``
+    records show the ones before a line's last): read as more bars of the last epoch,
+    they made the finished run 12 then 6 steps long, and predict's first screen (1/2)
+    took its epoch back and started a second run at 2 of 3 epochs."""
+    state, progress, history = LogState(), None, []
+    text = (FIXTURES / "keras_evaluate.stdout").read_bytes().decode("utf-8", "replace")
+    screens = [s for line in text.split("\n") for s in line.split("\r") if s.strip()]
+    for i, screen in enumerate(screens):
+        match = parse_line(visible(screen))
+        if match is None:
+            continue
+        state, report = fold(state, progress, match)
+        if report is not None:
+            progress = advance(
+                progress, report, namespace="n", pod="p", container="c", source="log", now=NOW + i
+            )
+            history.append(progress)
+    assert len({p.run_id for p in history}) == 1
+    last = history[-1]
+    assert (last.epoch, last.epochs, last.step, last.steps) == (3, 3, 24, 24)
