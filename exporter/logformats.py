@@ -33,8 +33,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
   index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored
 - Hugging Face Trainer: its log dicts ``{'loss': 0.63, 'epoch': 1.5}`` (numbers or
-  quoted numbers) and its global-step tqdm bar; ``Num Epochs = 3`` and
-  ``Total optimization steps = 24`` when its INFO logging is on
+  quoted numbers) and its global-step tqdm bar (a bare bar over another count once the
+  run's bar reached its end, ``evaluate()``'s or ``predict()``'s, is not read);
+  ``Num Epochs = 3`` and ``Total optimization steps = 24`` when its INFO logging is on
 - the marker line ``GPU_ETA_PROGRESS {"epoch": 3, "epochs": 10, ...}``: the HTTP
   wire format (``docs/progress.md``) printed on one line
 """
@@ -531,6 +532,10 @@ class LogState:
     epochs: int | None = None
     bar_total: int | None = None
     epoch_ended: bool = False
+    # the last bar of the run's steps read (a bare tqdm bar, HF Trainer's): its count
+    # and whether it reached it
+    run_bar_total: int | None = None
+    run_bar_ended: bool = False
 
 
 def fold(
@@ -605,4 +610,12 @@ def fold(
             steps=steps,
             metrics=match.metrics,
         )
-    return state, Report(step=match.bar, steps=match.bar_total, metrics=match.metrics)
+    if state.run_bar_ended and match.bar_total != state.run_bar_total:
+        # a bar over another count once the run's bar reached its end: evaluation's or
+        # prediction's after training (HF Trainer's evaluate() and predict() draw theirs
+        # at position 0 once its training bar closed). Read as the run's steps, it
+        # started a second run of a few steps after every training
+        return state, None
+    return replace(state, run_bar_total=match.bar_total, run_bar_ended=match.complete), Report(
+        step=match.bar, steps=match.bar_total, metrics=match.metrics
+    )

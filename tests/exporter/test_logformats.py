@@ -644,25 +644,58 @@ def test_keras_time_to_go_is_not_read_as_a_metric(line: str):
     assert dict(m.metrics) == {"loss": 2.3026, "accuracy": 0.1042}
 
 
+def _replay_screens(*names: str) -> list:
+    """Every screen of fixture output (each ``\\r`` segment: a runtime's ``P`` records
+    show the screens before a line's last), folded in order; the progress history."""
+    state, progress, history = LogState(), None, []
+    for name in names:
+        text = (FIXTURES / name).read_bytes().decode("utf-8", "replace")
+        screens = [s for line in text.split("\n") for s in line.split("\r") if s.strip()]
+        for i, screen in enumerate(screens):
+            match = parse_line(visible(screen))
+            if match is None:
+                continue
+            state, report = fold(state, progress, match)
+            if report is not None:
+                progress = advance(
+                    progress,
+                    report,
+                    namespace="n",
+                    pod="p",
+                    container="c",
+                    source="log",
+                    now=NOW + i,
+                )
+                history.append(progress)
+    return history
+
+
 def test_keras_evaluate_and_predict_after_fit_leave_the_run_as_fit_ended_it():
     """Real Keras 3: fit (3 epochs of 8 steps), then evaluate (4 steps) and predict (2
     steps), each with a bar of its own. Every screen is read (a runtime's ``P``
     records show the ones before a line's last): read as more bars of the last epoch,
     they made the finished run 12 then 6 steps long, and predict's first screen (1/2)
     took its epoch back and started a second run at 2 of 3 epochs."""
-    state, progress, history = LogState(), None, []
-    text = (FIXTURES / "keras_evaluate.stdout").read_bytes().decode("utf-8", "replace")
-    screens = [s for line in text.split("\n") for s in line.split("\r") if s.strip()]
-    for i, screen in enumerate(screens):
-        match = parse_line(visible(screen))
-        if match is None:
-            continue
-        state, report = fold(state, progress, match)
-        if report is not None:
-            progress = advance(
-                progress, report, namespace="n", pod="p", container="c", source="log", now=NOW + i
-            )
-            history.append(progress)
+    history = _replay_screens("keras_evaluate.stdout")
     assert len({p.run_id for p in history}) == 1
     last = history[-1]
     assert (last.epoch, last.epochs, last.step, last.steps) == (3, 3, 24, 24)
+
+
+def test_hf_evaluate_and_predict_after_train_leave_the_run_as_train_ended_it():
+    """Real transformers Trainer: train() (24 steps), then evaluate() and predict(),
+    whose bars (4 batches each) are drawn at position 0 once the training bar closed.
+    Read as the run's bar, the evaluation bar started a second run, 4 steps long."""
+    history = _replay_screens("hf_evaluate.stderr")
+    assert len({p.run_id for p in history}) == 1
+    assert (history[-1].step, history[-1].steps) == (24, 24)
+
+
+def test_a_bar_restarting_over_the_same_count_is_still_a_new_run():
+    """The rule above is for a bar over another count only: a training loop that draws
+    a fresh bar over the same steps (a second training, a bare per-epoch bar) still
+    starts a new run, as documented."""
+    done = "100%|##########| 24/24 [00:01<00:00, 17.90it/s]"
+    again = "  4%|4         | 1/24 [00:00<00:01, 17.90it/s]"
+    history = _fold_lines([done, again])
+    assert len({p.run_id for p in history}) == 2
