@@ -23,7 +23,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   31ms/step``), read as the complete bar it stands for; Keras ≤ 2.2 printed no count
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
-  description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N
+  description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Once such
+  a bar was read, a bar without an epoch (an evaluation loop's) is not (``fold``)
 - tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
   45.0it/s]`` and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |
   | 450/? [00:10<00:00, 45.0it/s]``: with ``Epoch 3/10`` or Lightning's ``Epoch 2`` as
@@ -536,6 +537,9 @@ class LogState:
     # and whether it reached it
     run_bar_total: int | None = None
     run_bar_ended: bool = False
+    # a bar with its epoch in its description was read: the run's steps are counted
+    # by such bars, and a bar without one is another loop's
+    epoch_bars: bool = False
 
 
 def fold(
@@ -595,14 +599,14 @@ def fold(
         )
     # tqdm and Lightning bars
     if match.bar is None:  # a bar without a total: its description's epoch, begun
-        return replace(state, epoch_current=None), Report(
+        return replace(state, epoch_current=None, epoch_bars=True), Report(
             epoch=match.epoch_done, epochs=match.epochs, metrics=match.metrics
         )
     assert match.bar_total is not None
     if match.bar_is_epoch and match.epoch_current is not None:
         step = (match.epoch_current - 1) * match.bar_total + match.bar
         steps = match.epochs * match.bar_total if match.epochs else None
-        new_state = replace(state, epoch_current=None)
+        new_state = replace(state, epoch_current=None, epoch_bars=True)
         return new_state, Report(
             epoch=match.epoch_done,
             epochs=match.epochs,
@@ -610,6 +614,12 @@ def fold(
             steps=steps,
             metrics=match.metrics,
         )
+    if state.epoch_bars:
+        # a bar without an epoch among bars with one (``Epoch k/N``, Lightning's
+        # ``Epoch k``): an evaluation loop's (``tqdm(val_loader, desc="Evaluating")``),
+        # not the run's steps. Read as them, each evaluation started a run of its few
+        # steps and no epochs, and the next epoch's bar another run
+        return state, None
     if state.run_bar_ended and match.bar_total != state.run_bar_total:
         # a bar over another count once the run's bar reached its end: evaluation's or
         # prediction's after training (HF Trainer's evaluate() and predict() draw theirs

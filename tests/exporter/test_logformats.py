@@ -699,3 +699,14 @@ def test_a_bar_restarting_over_the_same_count_is_still_a_new_run():
     again = "  4%|4         | 1/24 [00:00<00:01, 17.90it/s]"
     history = _fold_lines([done, again])
     assert len({p.run_id for p in history}) == 2
+
+
+def test_an_evaluation_bar_between_epoch_bars_starts_no_run():
+    """Real tqdm: the training loop docs/progress.md advises (``Epoch k/N`` bars) and
+    an ``Evaluating`` bar after each epoch. Read as the run's steps, each evaluation
+    started a run of 4 steps with no epochs, and the next epoch's bar another one."""
+    history = _replay_screens("torch_evaluate.stderr")
+    assert len({p.run_id for p in history}) == 1
+    last = history[-1]
+    assert (last.epoch, last.epochs, last.step, last.steps) == (3, 3, 48, 48)
+    assert all(p.epochs == 3 and p.steps == 48 for p in history)
