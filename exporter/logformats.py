@@ -24,7 +24,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Once such
-  a bar was read, a bar without an epoch (an evaluation loop's) is not (``fold``)
+  a bar was read, a bar without an epoch (an evaluation loop's) is not, nor another
+  bar of the same epoch over another count (``Epoch 3/10 [Val]``; ``fold``)
 - tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
   45.0it/s]`` and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |
   | 450/? [00:10<00:00, 45.0it/s]``: with ``Epoch 3/10`` or Lightning's ``Epoch 2`` as
@@ -527,10 +528,12 @@ def parse_setup(text: str) -> LogMatch | None:
 @dataclass(frozen=True, slots=True)
 class LogState:
     """Per-container memory between lines: the Keras epoch in progress and its plan,
-    and its step bar once drawn (its step count, and whether it reached its end)."""
+    and the step bar of the last epoch a bar was read for (``bar_epoch``: its step
+    count, and whether it reached its end)."""
 
     epoch_current: int | None = None
     epochs: int | None = None
+    bar_epoch: int | None = None
     bar_total: int | None = None
     epoch_ended: bool = False
     # the last bar of the run's steps read (a bare tqdm bar, HF Trainer's): its count
@@ -540,6 +543,23 @@ class LogState:
     # a bar with its epoch in its description was read: the run's steps are counted
     # by such bars, and a bar without one is another loop's
     epoch_bars: bool = False
+
+
+def _another_loops_bar(state: LogState, epoch: int, match: LogMatch) -> bool:
+    """Whether a step bar of ``epoch`` is another loop's than the epoch's own: one over
+    another count than the epoch's first bar, or one starting again once that bar
+    reached its end. The epoch's own bar keeps its count and, at its end, is only
+    drawn again complete (Keras 3 and Lightning add the validation metrics)."""
+    return (
+        state.bar_epoch == epoch
+        and state.bar_total is not None
+        and (match.bar_total != state.bar_total or (state.epoch_ended and not match.complete))
+    )
+
+
+def _epoch_bar_drawn(state: LogState, epoch: int, match: LogMatch) -> LogState:
+    """``state`` once the bar of ``epoch`` in ``match`` was read."""
+    return replace(state, bar_epoch=epoch, bar_total=match.bar_total, epoch_ended=match.complete)
 
 
 def fold(
@@ -573,16 +593,12 @@ def fold(
         current = state.epoch_current
         epochs = state.epochs
         if current is not None:
-            if state.bar_total is not None and (
-                match.bar_total != state.bar_total or (state.epoch_ended and not match.complete)
-            ):
-                # not the epoch's bar: evaluate's or predict's (after fit, or from a
-                # callback), over steps of their own and without a header. Read as the
-                # epoch's, they rewrote the run's steps and, starting over, took its
-                # epoch back (a new run). The epoch's own bar, once at its end, is only
-                # drawn again complete (Keras 3 adds the validation metrics)
+            if _another_loops_bar(state, current, match):
+                # evaluate's or predict's (after fit, or from a callback), over steps
+                # of their own and without a header. Read as the epoch's, they rewrote
+                # the run's steps and, starting over, took its epoch back (a new run)
                 return state, None
-            state = replace(state, bar_total=match.bar_total, epoch_ended=match.complete)
+            state = _epoch_bar_drawn(state, current, match)
         if current is None:  # no header seen (e.g. exporter restarted mid-run)
             current = int(previous.epoch or 0) + 1 if previous is not None else 1
             epochs = int(previous.epochs) if previous is not None and previous.epochs else None
@@ -604,9 +620,16 @@ def fold(
         )
     assert match.bar_total is not None
     if match.bar_is_epoch and match.epoch_current is not None:
+        if _another_loops_bar(state, match.epoch_current, match):
+            # a validation loop's bar naming the epoch too (``Epoch 2/3 [Val]``): read
+            # as the epoch's, its first steps took the step and the epoch back (a new
+            # run every epoch)
+            return state, None
         step = (match.epoch_current - 1) * match.bar_total + match.bar
         steps = match.epochs * match.bar_total if match.epochs else None
-        new_state = replace(state, epoch_current=None, epoch_bars=True)
+        new_state = _epoch_bar_drawn(
+            replace(state, epoch_current=None, epoch_bars=True), match.epoch_current, match
+        )
         return new_state, Report(
             epoch=match.epoch_done,
             epochs=match.epochs,

@@ -710,3 +710,14 @@ def test_an_evaluation_bar_between_epoch_bars_starts_no_run():
     last = history[-1]
     assert (last.epoch, last.epochs, last.step, last.steps) == (3, 3, 48, 48)
     assert all(p.epochs == 3 and p.steps == 48 for p in history)
+
+
+def test_an_evaluation_bar_naming_the_epoch_starts_no_run():
+    """Real tqdm: ``Epoch k/N [Train]`` bars and, after each, an ``Epoch k/N [Val]``
+    bar over the validation batches. Read as bars of the epoch, the validation bar
+    (1 of 4) took the step and the epoch back: a new run each epoch."""
+    history = _replay_screens("torch_val_epoch.stderr")
+    assert len({p.run_id for p in history}) == 1
+    last = history[-1]
+    assert (last.epoch, last.epochs, last.step, last.steps) == (3, 3, 48, 48)
+    assert all(p.steps == 48 for p in history)
