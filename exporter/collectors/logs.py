@@ -33,8 +33,9 @@ A restarted container's files (``1.log``, ...: the restart count) are read after
 earlier container's, so a log read from behind is applied in the order it was written.
 Gzipped rotations (``0.log.<date>.gz``) are never opened: see docs/progress.md.
 
-Work is bounded: at most ``max_bytes_per_file`` per file and ``max_bytes_per_poll``
-in all per poll, and none past ``max_seconds_per_poll`` (checked every 512 lines, so
+Work is bounded: at most ``max_bytes_per_poll`` in all per poll, read
+``max_bytes_per_file`` of a file at a time (twice at most: its share, then what the
+others left), and none past ``max_seconds_per_poll`` (checked every 512 lines, so
 also inside one file's chunk); the rest waits for the next poll. Physical lines over
 ``max_line_bytes`` and screen segments over ``max_segment_bytes`` are skipped and counted as ``oversize``;
 bytes are decoded leniently, so binary output is just "ignored". A ``GPU_ETA_PROGRESS``
