@@ -142,3 +142,51 @@ def test_gpus_of_a_pod_being_deleted_free_by_its_deletion_timestamp(prometheus_f
     (pod,) = result.pods
     assert pod.prediction.status == PREDICTED
     assert pod.prediction.starts[1] <= now + 60 + 1
+
+
+def without_family(text: str, name: str) -> str:
+    """``text`` without the metric family ``name``: what KSM serves when the family is on
+    its ``--metric-denylist`` (its generator is left out; no HELP, no TYPE, no sample)."""
+    return "".join(
+        line + "\n"
+        for line in text.splitlines()
+        if not (line.startswith(f"{name}{{") or line.startswith(f"{name} "))
+        and not line.startswith((f"# HELP {name} ", f"# TYPE {name} "))
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: kube_pod_created is the only creation time read; OpenShift's "
+    "kube-state-metrics denylists ^kube_.+_created$, so every pending GPU pod is "
+    "rejected bad_created and the queue gets no prediction at all",
+)
+def test_pending_pods_are_predicted_where_ksm_denylists_created_series(
+    prometheus_factory, ksm_target
+):
+    """OpenShift's cluster-monitoring-operator runs KSM with
+    ``--metric-denylist=^kube_.+_created$,...`` (openshift/cluster-monitoring-operator
+    ``assets/kube-state-metrics/deployment.yaml``; a live OCP cluster's Deployment shows
+    the same flag), and the NVIDIA GPU Operator is certified there: ``kube_pod_created``
+    is absent while the phase, requests and start times are there. The queue reads a
+    pending pod's creation time from ``kube_pod_created`` alone
+    (``kube_state.POD_TIMES``), so ``parse`` rejects every pending pod
+    (``bad_created``) and nothing is predicted, with only a count to show for it."""
+    target, body = ksm_target
+    now = time.time()
+    nodes = [KsmNode("n1", {GPU: 2}, {PRODUCT: "NVIDIA-A100-SXM4-80GB"})]
+    pods = [
+        KsmPod("ml", "run", "u1", "Running", now - 900, {GPU: 2}, node="n1", start_time=now - 890),
+        KsmPod("ml", "waits", "u2", "Pending", now - 300, {GPU: 1}),
+    ]
+    body[0] = without_family(exposition(nodes, pods), "kube_pod_created")
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=1)
+    client = PromClient(prom.url)
+    now = time.time()
+    assert not client.instant("kube_pod_created", at=now)  # as on OpenShift
+    q = kube_state.parse(ksm_samples(client, now), now)
+    ends = {("ml", "run"): (now + 600,) * 3}
+    result = predict(q, ends, [3600.0], now, PendingSettings(n_samples=20))
+    assert result.rejected == {}, result.rejected  # today: {"bad_created": 1}
+    assert [(p.pod, p.prediction.status) for p in result.pods] == [("waits", PREDICTED)]
