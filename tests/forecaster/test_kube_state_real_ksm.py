@@ -17,7 +17,7 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.forecaster.queue_replay import PREDICTED
+from gpu_eta.forecaster.queue_replay import BEYOND_HORIZON, NEVER_FITS, PREDICTED
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob
 from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
@@ -190,3 +190,75 @@ def test_pending_pods_are_predicted_where_ksm_denylists_created_series(
     result = predict(q, ends, [3600.0], now, PendingSettings(n_samples=20))
     assert result.rejected == {}, result.rejected  # today: {"bad_created": 1}
     assert [(p.pod, p.prediction.status) for p in result.pods] == [("waits", PREDICTED)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: a kube-state-metrics shard that is down (up == 0) leaves its nodes and "
+    "pods out of the queue read unseen (no warning from Prometheus, none from the "
+    "forecaster): a pod whose GPU type only that shard's nodes offer is published "
+    "never_fits",
+)
+def test_a_ksm_shard_down_does_not_turn_a_waiting_pod_into_never_fits(prometheus_factory, tmp_path):
+    """KSM sharded in two (``--shard``/``--total-shards``, or its StatefulSet
+    autosharding: each shard exports the objects whose uid hashes to it, README
+    "Horizontal sharding"), scraped as one job. Shard 1 serves the H100 node and the
+    run holding it, shard 0 a pod waiting for an H100. While both answer, the pod waits
+    for the run (``beyond_horizon`` here: no finished run to draw its end from). When shard 1's scrape fails (OOM-killed,
+    restarting: ``up`` 0, its series marked stale at once), the H100 node is gone from
+    the read and the cycle publishes the pod ``never_fits``, a verdict the alert
+    ``GpuEtaPodPendingNoStart`` and ``gpu-eta top`` show as such. Two replicas each
+    serving everything do not lose data so; shards do."""
+    from gpu_eta.forecaster.config import CycleSettings
+    from gpu_eta.forecaster.cycle import Cycle
+    from gpu_eta.forecaster.history import HistoryStore
+
+    now = time.time()
+    h100 = {PRODUCT: "NVIDIA-H100-80GB-HBM3"}
+    shards = [
+        exposition(
+            [KsmNode("a100-1", {GPU: 8}, {PRODUCT: "NVIDIA-A100-SXM4-80GB"})],
+            [KsmPod("ml", "waits-h100", "u2", "Pending", now - 300, {GPU: 1}, node_selector=h100)],
+        ),
+        exposition(
+            [KsmNode("h100-1", {GPU: 8}, h100)],
+            [
+                KsmPod(
+                    "ml",
+                    "h-run",
+                    "u1",
+                    "Running",
+                    now - 900,
+                    {GPU: 8},
+                    node="h100-1",
+                    start_time=now - 890,
+                )
+            ],
+        ),
+    ]
+    servers = [
+        MetricsServer("127.0.0.1", 0, lambda _a, i=i: (shards[i].encode(), TEXT_FORMAT)).serve()
+        for i in range(2)
+    ]
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        prom = prometheus_factory(
+            [ScrapeJob("kube-state-metrics", [f"127.0.0.1:{s.port}" for s in servers])]
+        )
+        prom.wait_for("kube_pod_status_phase == 1", min_results=2)
+        cycle = Cycle(PromClient(prom.url), store, CycleSettings(background_refit=False))
+        before = cycle.run().pending
+        assert before is not None
+        # no history of runs here: the run holds the H100s past the horizon, a wait
+        assert [(p.pod, p.prediction.status) for p in before.pods] == [
+            ("waits-h100", BEYOND_HORIZON)
+        ]
+        shards[1] = "not { a metric\n"  # shard 1's scrape fails from now on
+        prom.wait_for('up{job="kube-state-metrics"} == 0', min_results=1)
+        after = cycle.run().pending
+    finally:
+        store.close()
+        for s in servers:
+            s.stop()
+    statuses = {p.pod: p.prediction.status for p in after.pods} if after else {}
+    assert statuses.get("waits-h100") != NEVER_FITS
