@@ -262,3 +262,45 @@ def test_a_ksm_shard_down_does_not_turn_a_waiting_pod_into_never_fits(prometheus
             s.stop()
     statuses = {p.pod: p.prediction.status for p in after.pods} if after else {}
     assert statuses.get("waits-h100") != NEVER_FITS
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: a cycle whose kube-state-metrics read is empty (its only replica "
+    "restarting or OOM-killed: every series stale at once) makes StartTracker forget "
+    "every pending pod's predictions as pods deleted before they started, so pods "
+    "that start across a KSM restart never calibrate the intervals",
+)
+def test_a_ksm_restart_does_not_forget_the_predictions_of_pods_still_waiting():
+    """KSM is commonly a single replica; when its pod restarts (a rollout, an OOM kill:
+    KSM's memory grows with the cluster), Prometheus marks every series of the target
+    stale at its first failed scrape, so one cycle reads no node and no pod at all.
+    ``StartTracker.update`` then drops every remembered prediction (``pending.py``:
+    "deleted before it started: nothing to learn"), and the pod that starts while KSM
+    is back is scored on nothing."""
+    from gpu_eta.forecaster.kube_state import ClusterQueue
+    from gpu_eta.forecaster.pending import PendingSet, PodStart, StartTracker
+    from gpu_eta.forecaster.queue_replay import (
+        Holder,
+        Node,
+        PendingPod,
+        StartCalibrator,
+        StartPrediction,
+    )
+
+    now = time.time()
+    node = Node("n1", {"nvidia_com_gpu": 1}, "NVIDIA-A100-SXM4-80GB")
+    tracker = StartTracker(StartCalibrator(min_obs=1))
+    pred = StartPrediction(PREDICTED, (now + 90, now + 100, now + 110), 1.0)
+    waiting = ClusterQueue(
+        nodes=(node,), pending=(PendingPod("ml", "p0", "nvidia_com_gpu", 1, now - 10),)
+    )
+    tracker.update(
+        waiting, PendingSet(pods=(PodStart("ml", "p0", "nvidia_com_gpu", 1, now, pred),)), now
+    )
+    tracker.update(ClusterQueue(), PendingSet(), now + 60)  # KSM restarting: nothing read
+    started = ClusterQueue(
+        nodes=(node,), holders=(Holder("ml", "p0", "n1", "nvidia_com_gpu", 1, None, now + 100),)
+    )
+    tracker.update(started, PendingSet(), now + 120)
+    assert tracker.calibrator.n_obs == 1
