@@ -304,3 +304,72 @@ def test_a_ksm_restart_does_not_forget_the_predictions_of_pods_still_waiting():
     )
     tracker.update(started, PendingSet(), now + 120)
     assert tracker.calibrator.n_obs == 1
+
+
+def as_ksm_2_10(text: str, running_init: dict[tuple[str, str, str], str]) -> str:
+    """``text`` as KSM v2.10 serves it: ``kube_pod_init_container_info`` has no
+    ``restart_policy`` label (added by kubernetes/kube-state-metrics#2240, merged
+    2023-12-19, after v2.10.1), plus ``kube_pod_init_container_status_running`` (STABLE
+    in every v2 release) for the given init containers, (namespace, pod, uid) →
+    container."""
+    lines = [line.replace(',restart_policy="Always"', "") for line in text.splitlines()]
+    lines.append(
+        "# HELP kube_pod_init_container_status_running Describes whether the init "
+        "container is currently in running state."
+    )
+    lines.append("# TYPE kube_pod_init_container_status_running gauge")
+    for (ns, pod, uid), container in running_init.items():
+        lines.append(
+            f'kube_pod_init_container_status_running{{namespace="{ns}",pod="{pod}",'
+            f'uid="{uid}",container="{container}"}} 1'
+        )
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: on KSM v2.10 (no restart_policy on kube_pod_init_container_info, "
+    "which kube_state's docstring says 2.10 has) a running pod's GPU sidecar is read as "
+    "a plain init container and its GPUs as free, although "
+    "kube_pod_init_container_status_running shows it running beside the app",
+)
+def test_a_running_pods_gpu_sidecar_is_held_on_ksm_2_10(prometheus_factory, ksm_target):
+    """A Running pod with a 1-GPU app container and a 1-GPU native sidecar
+    (``restartPolicy: Always`` init container) holds both GPUs of its node for its
+    life. KSM v2.10 has no ``restart_policy`` label (``pod.go`` at v2.10: labels
+    ``container, image_spec, image, image_id, container_id``; the label came with
+    #2240, in v2.11.0), so the read takes the sidecar for a plain init container (max,
+    not sum) and sees one GPU free: a 1-GPU pod is predicted to start now instead of
+    when the pod ends. An init container still running while its pod is Running is a
+    sidecar (plain ones have all terminated before the app starts), and KSM v2.10
+    exports that (``kube_pod_init_container_status_running``)."""
+    target, body = ksm_target
+    now = time.time()
+    nodes = [KsmNode("n1", {GPU: 2}, {PRODUCT: "NVIDIA-L4"})]
+    pods = [
+        KsmPod(
+            "ml",
+            "with-sidecar",
+            "u1",
+            "Running",
+            now - 900,
+            {GPU: 1},
+            node="n1",
+            start_time=now - 890,
+            init_containers={"sidecar": {GPU: 1}},
+            sidecars=("sidecar",),
+        ),
+        KsmPod("ml", "waits", "u2", "Pending", now - 60, {GPU: 1}),
+    ]
+    body[0] = as_ksm_2_10(exposition(nodes, pods), {("ml", "with-sidecar", "u1"): "sidecar"})
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for("kube_pod_init_container_status_running == 1", min_results=1)
+    client = PromClient(prom.url)
+    now = time.time()
+    assert not client.instant('kube_pod_init_container_info{restart_policy!=""}', at=now)
+    q = kube_state.parse(ksm_samples(client, now), now)
+    ends = {("ml", "with-sidecar"): (now + 3600,) * 3}
+    result = predict(q, ends, [3600.0], now, PendingSettings(n_samples=20))
+    (pod,) = result.pods
+    assert pod.prediction.status == PREDICTED
+    assert pod.prediction.starts[1] == pytest.approx(now + 3600, abs=60)
