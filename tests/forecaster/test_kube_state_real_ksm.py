@@ -17,7 +17,12 @@ from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.forecaster.queue_replay import BEYOND_HORIZON, NEVER_FITS, PREDICTED
+from gpu_eta.forecaster.queue_replay import (
+    BEYOND_HORIZON,
+    NEVER_FITS,
+    NO_SCHEDULABLE_NODE,
+    PREDICTED,
+)
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob
 from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
@@ -406,3 +411,48 @@ def test_the_ksm_fixture_reads_as_real_ksm_under_a_node_target_label(prometheus_
     finally:
         server.stop()
     assert [p.pod for p in q.pending] == ["waits"] and q.holders == ()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: a GPU node whose device plugin is down (allocatable 0, capacity "
+    "still its GPUs, as during a GPU Operator driver upgrade, which cordons it) is left "
+    "out of the queue's nodes, so a pod only it can hold is published never_fits "
+    "instead of no_schedulable_node",
+)
+def test_a_node_under_driver_upgrade_keeps_its_pods_waiting_not_never_fits(
+    prometheus_factory, ksm_target
+):
+    """The GPU Operator's upgrade controller cordons a node, then restarts its driver
+    and device plugin pods. While the plugin is away the kubelet marks its devices
+    unhealthy: ``allocatable`` ``nvidia.com/gpu`` 0, ``capacity`` still 8 (device
+    manager ``GetCapacity``; after 5 min the resource goes from both). KSM exports both
+    (``node.go``: ``kube_node_status_allocatable`` and ``kube_node_status_capacity``,
+    ``resource="nvidia_com_gpu"``). ``parse`` drops a node whose units are 0
+    ("a GPU node with its plugin down, nothing wrong"), so the H100 pod waiting for
+    the only H100 node is ``never_fits`` (its pool must change: a standing policy)
+    instead of ``no_schedulable_node`` (it waits for the node), and the alert
+    ``GpuEtaPodPendingNoStart`` reads it as a pod that will not start."""
+    target, body = ksm_target
+    now = time.time()
+    h100 = {PRODUCT: "NVIDIA-H100-80GB-HBM3"}
+    nodes = [
+        KsmNode("h100-1", {GPU: 0}, h100, unschedulable=True),
+        KsmNode("a100-1", {GPU: 8}, {PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ]
+    pods = [KsmPod("ml", "waits-h100", "u2", "Pending", now - 300, {GPU: 1}, node_selector=h100)]
+    capacity = (
+        "# HELP kube_node_status_capacity The capacity for different resources of a node.\n"
+        "# TYPE kube_node_status_capacity gauge\n"
+        'kube_node_status_capacity{node="h100-1",resource="nvidia_com_gpu",unit="integer"} 8\n'
+        'kube_node_status_capacity{node="a100-1",resource="nvidia_com_gpu",unit="integer"} 8\n'
+    )
+    body[0] = exposition(nodes, pods) + capacity
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=1)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(PromClient(prom.url), now), now)
+    result = predict(q, {}, [3600.0], now, PendingSettings(n_samples=20))
+    assert [(p.pod, p.prediction.status) for p in result.pods] == [
+        ("waits-h100", NO_SCHEDULABLE_NODE)
+    ]
