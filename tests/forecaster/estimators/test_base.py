@@ -7,6 +7,7 @@ import math
 import pytest
 
 from gpu_eta.forecaster.estimators.base import at_now, interval_left
+from gpu_eta.forecaster.runs import Run
 from tests.forecaster.estimators.runs_factory import make_run
 
 LAST = make_run("last", [1000.0] * 9, planned=10)  # one 1000 s epoch to go
@@ -43,6 +44,36 @@ def test_late_in_an_interval_p10_is_not_above_a_run_that_ends_on_time() -> None:
     p10, p50, p90 = at_now(q, HALF, HALF.last_timestamp + waited)
     assert p10 <= truth <= p90
     assert p50 == pytest.approx(truth, rel=0.02)
+
+
+def _irregular_run() -> Run:
+    """100 s a unit, reported after 1, 2, 1, 2, 1 units (a read thinned to a few points
+    a run lands between them): 13 units of 20 left, the usual next report 1 unit on."""
+    units = (0.0, 1.0, 3.0, 4.0, 6.0, 7.0)
+    start = 1_700_000_000.0
+    return Run("irregular", 20.0, tuple((u, start + 100.0 * u) for u in units))
+
+
+@pytest.mark.parametrize(
+    ("run", "q"),
+    [
+        (_irregular_run(), (1235.0, 1300.0, 1365.0)),  # the next report 2 units on
+        (make_run("even", [100.0] * 6, planned=20), (1330.0, 1400.0, 1470.0)),  # one missed
+    ],
+)
+def test_a_report_late_for_the_usual_increment_but_on_time_for_a_longer_one_counts_down(
+    run: Run, q: tuple[float, float, float]
+) -> None:
+    """99 % of the way to a report that comes 2 units on, at the run's pace: the truth
+    is the rest after those 2 units. Read as an overdue 1-unit interval, the rest after
+    1 unit held and P10 stayed above the truth (P10 1,140 s against 1,102 s, 1,235
+    against 1,202 s); a 2-unit report, seen before or a missed one, is the likelier
+    case by then."""
+    waited = 198.0
+    truth = q[1] - waited
+    p10, p50, p90 = at_now(q, run, run.last_timestamp + waited)
+    assert p10 <= truth <= p90
+    assert p50 == pytest.approx(truth, rel=0.01)
 
 
 def test_a_run_overdue_on_its_last_epoch_keeps_a_width_that_grows_with_lateness() -> None:
