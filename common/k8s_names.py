@@ -14,8 +14,11 @@ import re
 # A DNS-1123 label: container and namespace names (lower-case alphanumerics and '-',
 # starting and ending alphanumeric, at most 63)
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-# A DNS-1123 subdomain: pod names (labels joined by '.', at most 253)
-DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+# A DNS-1123 subdomain: pod names (DNS-1123 labels joined by '.', at most 253 in all;
+# IsDNS1123Subdomain: no empty label, none starting or ending with '-')
+DNS_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}\Z)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
+)
 
 
 _NOT_IN_LABEL = re.compile(r"[^a-zA-Z0-9_]")
@@ -26,14 +29,15 @@ _QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])
 
 def is_extended_resource_name(name: str) -> bool:
     """Whether ``name`` is a Kubernetes extended resource name, as the API server checks
-    it (``IsExtendedResourceName``): ``DOMAIN/NAME`` with a DNS subdomain outside
-    ``kubernetes.io`` (those are native resources) and a qualified name part, and
-    ``requests.<name>`` (its quota spelling) still a qualified name. A device plugin
-    can only advertise such a name, so anything else given as one is a typo."""
-    domain, slash, part = name.partition("/")
-    if not slash or domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+    it (``IsExtendedResourceName``): not a native resource (no ``/``, or
+    ``kubernetes.io/`` anywhere in it: ``IsPrefixedNativeResource``), not starting
+    ``requests.`` (the quota prefix), and ``requests.<name>`` (its quota spelling) a
+    qualified name: a DNS subdomain, ``/``, a name part. A device plugin can only
+    advertise such a name, so anything else given as one is a typo."""
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
         return False
-    return bool(DNS_SUBDOMAIN.match("requests." + domain) and _QUALIFIED_NAME_PART.match(part))
+    domain, _, part = ("requests." + name).partition("/")
+    return bool(DNS_SUBDOMAIN.match(domain) and _QUALIFIED_NAME_PART.match(part))
 
 
 def ksm_label(name: str) -> str:

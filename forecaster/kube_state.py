@@ -661,7 +661,13 @@ def parse(
             replicas = 1
         shared = {}
         if replicas > 1:
-            shared = {r: v for r, v in resources.items() if r == "nvidia_com_gpu" or r in extra}
+            # whole GPUs and the site's own names (a time-slicing rename) are the replicas
+            # the label counts; a built-in resource named again (a MIG slice) stays built-in
+            shared = {
+                r: v
+                for r, v in resources.items()
+                if r == "nvidia_com_gpu" or (r in extra and not _RESOURCE.match(r))
+            }
         if "nvidia_com_gpu_shared" in resources:
             shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
         nodes.append(

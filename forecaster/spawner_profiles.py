@@ -101,12 +101,13 @@ def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -
     """The profile's GPU resource and count: its first GPU resource (``BUILT_IN``, a
     MIG slice, or one of ``gpu_resources``) in ``extra_resource_limits``, else in
     ``extra_resource_guarantees``; ``(GPU_RESOURCE, 0)`` when it asks for none."""
+    own = (gpu_resources,) if isinstance(gpu_resources, str) else tuple(gpu_resources)
     override = profile.get("kubespawner_override") or {}
     for key in ("extra_resource_limits", "extra_resource_guarantees"):
         asked = override.get(key) or {}
         for name, value in asked.items() if isinstance(asked, Mapping) else ():
             name = str(name)
-            gpu = name in BUILT_IN or name in gpu_resources or name.startswith(MIG_PREFIX)
+            gpu = name in BUILT_IN or name in own or name.startswith(MIG_PREFIX)
             if not gpu:
                 continue
             try:

@@ -61,13 +61,6 @@ def test_names_are_checked_deduplicated_and_bounded() -> None:
     assert len(parse_gpu_resources(many[1:])) == MAX_GPU_RESOURCES
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: is_extended_resource_name checks 'requests.'+DOMAIN against one loose "
-    "regex, not Kubernetes' IsExtendedResourceName (DNS-1123 labels, no 'requests.' "
-    "prefix): it accepts names the API server refuses, and the chart refuses "
-    "-nvidia.com/x and .nvidia.com/x while the exporter and forecaster take them",
-)
 @pytest.mark.parametrize(
     "name",
     [

@@ -665,12 +665,6 @@ def test_the_sites_gpu_resources_are_read_as_nvidia_com_gpu_is():
     assert q.rejected == {"bad_node_series": 1, "bad_pod_series": 2}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: kube_state.parse counts every gpu_resources name as time-sliced on a "
-    "node labelled nvidia.com/gpu.replicas > 1, a MIG slice named there too (GFD's "
-    "nvidia.com/gpu.replicas is the whole GPUs' sharing, not the slices')",
-)
 def test_a_built_in_gpu_resource_named_again_is_read_as_built_in():
     """A site listing its MIG slice in ``--pending.gpu-resource`` (or the chart's
     ``gpuResources``) beside its renamed replicas: the slice stays what it is without

@@ -74,12 +74,6 @@ def test_a_profile_asking_for_another_gpu_resource_is_shown_that_resources_start
     assert p["display_name"] == "shared — free now"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: spawner_profiles.gpu_request tests 'name in gpu_resources', so one name "
-    "given as a str (as parse_gpu_resources takes one) matches every resource named by a "
-    "substring of it: a profile asking nvidia.com/a100 is taken for a GPU profile",
-)
 def test_gpu_resources_given_as_one_name_match_that_name_only():
     """``gpu_resources="nvidia.com/a100-shared"`` (one name, as the forecaster's own
     parser takes it) names that resource, not every resource whose name is part of it."""

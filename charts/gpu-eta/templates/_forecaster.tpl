@@ -44,7 +44,7 @@ containers:
       {{- if $auth.caConfigMap }}
       - --prometheus.ca-file={{ $authDir }}/ca.crt
       {{- end }}
-      {{- range .Values.gpuResources }}
+      {{- range include "gpu-eta.gpuResourceNames" . | fromJsonArray }}
       - {{ printf "--pending.gpu-resource=%s" . | quote }}
       {{- end }}
       {{- range $f.extraArgs }}

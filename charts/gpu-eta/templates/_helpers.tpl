@@ -42,7 +42,7 @@ nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+
 {{- end -}}
 {{- define "gpu-eta.gpuResourceRegex" -}}
 {{- $labels := list -}}
-{{- range .Values.gpuResources -}}
+{{- range include "gpu-eta.gpuResourceNames" . | fromJsonArray -}}
 {{- $labels = append $labels (regexReplaceAll "[^a-zA-Z0-9_]" (toString .) "_") -}}
 {{- end -}}
 {{- prepend (uniq $labels) (include "gpu-eta.builtinGpuResources" .) | join "|" -}}
@@ -64,15 +64,38 @@ gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top contex
 {{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
 {{- fail "networkPolicy.scraperNamespaceSelectors is empty: the NetworkPolicy would admit every source to the metrics port; list the scrapers' namespaces, or set networkPolicy.enabled=false" -}}
 {{- end -}}
-{{- /* the rule of common/gpu_resources.py parse_gpu_resources, checked here so that a
-typo fails the install instead of crash-looping the exporter and the forecaster */ -}}
-{{- range .Values.gpuResources -}}
-{{- $name := toString . -}}
-{{- $parts := splitList "/" $name -}}
-{{- $domain := first $parts -}}
-{{- if or (ne (len $parts) 2) (not (regexMatch "^[a-z0-9]([-a-z0-9.]{0,242}[a-z0-9])?$" $domain)) (not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" (last $parts))) (eq $domain "kubernetes.io") (hasSuffix ".kubernetes.io" $domain) -}}
-{{- fail (printf "gpuResources: %q is not a Kubernetes extended resource name (DOMAIN/NAME outside kubernetes.io, e.g. nvidia.com/a100-shared)" $name) -}}
+{{- /* the rules of common/gpu_resources.py parse_gpu_resources (at most 32 distinct
+names, each an extended resource name as common/k8s_names.is_extended_resource_name
+and Kubernetes' IsExtendedResourceName have it), checked here so that a typo fails the
+install instead of crash-looping the exporter and the forecaster */ -}}
+{{- $names := include "gpu-eta.gpuResourceNames" . | fromJsonArray -}}
+{{- if gt (len (uniq $names)) 32 -}}
+{{- fail (printf "gpuResources: at most 32 resource names, got %d" (len (uniq $names))) -}}
 {{- end -}}
+{{- range $names -}}
+{{- $parts := splitList "/" (printf "requests.%s" .) -}}
+{{- $subdomain := "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" -}}
+{{- if or (ne (len $parts) 2) (gt (len (first $parts)) 253) (not (regexMatch $subdomain (first $parts))) (not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" (last $parts))) (contains "kubernetes.io/" .) (hasPrefix "requests." .) -}}
+{{- fail (printf "gpuResources: %q is not a Kubernetes extended resource name (DOMAIN/NAME outside kubernetes.io, e.g. nvidia.com/a100-shared)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+.Values.gpuResources as a JSON list of names (fromJsonArray): a list as given, one
+name as a list of it (`--set gpuResources=nvidia.com/a100-shared` makes a string, and
+the programs take one name too), none for null or "".
+*/}}
+{{- define "gpu-eta.gpuResourceNames" -}}
+{{- $v := .Values.gpuResources -}}
+{{- if kindIs "string" $v -}}
+{{- if $v -}}{{- list $v | toJson -}}{{- else -}}[]{{- end -}}
+{{- else if or (kindIs "slice" $v) (kindIs "invalid" $v) -}}
+{{- $out := list -}}
+{{- range $v -}}{{- $out = append $out (toString .) -}}{{- end -}}
+{{- $out | toJson -}}
+{{- else -}}
+{{- fail (printf "gpuResources must be a list of resource names (or one name), not %s" (kindOf $v)) -}}
 {{- end -}}
 {{- end -}}
 
