@@ -6,7 +6,7 @@ simulated pods and nodes, with the real exporter's names, label names and types
 (upstream docs/metrics/workload/pod-metrics.md and docs/metrics/cluster/node-metrics.md):
 ``kube_pod_status_phase`` (one series per phase, 1 for the current one),
 ``kube_pod_container_resource_requests`` (``resource`` sanitised as KSM does,
-``nvidia.com/gpu`` → ``nvidia_com_gpu``, ``unit="integer"``, ``node`` only once bound),
+``nvidia.com/gpu`` → ``nvidia_com_gpu``, ``unit="integer"``, ``node`` empty until bound),
 ``kube_pod_init_container_resource_requests`` (the same labels, for init containers)
 and ``kube_pod_init_container_info`` (``restart_policy="Always"`` for a sidecar; only
 once the pod is bound, as KSM writes it only for init containers with a status),
@@ -17,7 +17,12 @@ once the pod is bound, as KSM writes it only for init containers with a status),
 ``kube_node_status_condition`` (the ``Ready`` condition, one series per status),
 ``kube_node_spec_taint`` (one series per taint: ``key, value, effect``) and
 ``kube_pod_tolerations`` (one series per distinct toleration: ``key, operator, value,
-effect, toleration_seconds``). Empty label values are left out, as Prometheus drops them.
+effect, toleration_seconds``). Every label a family has is written, empty values too,
+as KSM writes them (``pkg/metric/metric.go`` writes each label key with its value):
+an unbound pod's requests carry ``node=""``. Prometheus drops empty labels when it
+stores a sample, but an empty one still counts at scrape time: under ``honor_labels``
+it keeps a target label of the same name (a ``node`` relabelled from the KSM pod's
+``__meta_kubernetes_pod_node_name``) off the series.
 
 Pure: records in, exposition text out; ``from_sim`` reads a ``ClusterSim``.
 """
@@ -86,7 +91,8 @@ def _escape(value: str) -> str:
 
 
 def _line(name: str, labels: Mapping[str, str], value: float) -> str:
-    body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items() if v != "")
+    """One sample line, every label written, empty ones too (as KSM writes them)."""
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
     return f"{name}{{{body}}} {value!r}" if body else f"{name} {value!r}"
 
 

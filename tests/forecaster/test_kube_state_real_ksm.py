@@ -380,12 +380,6 @@ def test_a_running_pods_gpu_sidecar_is_held_on_ksm_2_10(prometheus_factory, ksm_
     assert pod.prediction.starts[1] == pytest.approx(now + 3600, abs=60)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect (test fixture): simulation.ksm.exposition leaves empty-valued labels "
-    'out, real KSM writes them (node="" on an unbound pod\'s series); under honor_labels '
-    "a scrape job's own node label then lands on the fixture's pending pods only",
-)
 def test_the_ksm_fixture_reads_as_real_ksm_under_a_node_target_label(prometheus_factory):
     """prometheus-community/prometheus's ``kubernetes-service-endpoints`` job (which
     scrapes its kube-state-metrics) sets ``honor_labels: true`` and relabels
