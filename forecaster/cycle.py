@@ -101,7 +101,7 @@ class Cycle:
         self._planless = DurationsFit()
         self._planless_seen: list[Run] = []  # the last run it was given (appended_since)
         # calibrates the queue's intervals on real starts; kept in the history file
-        self._starts = SavedStartTracker(store)
+        self._starts = SavedStartTracker(store, forget_seconds=self.settings.vanish_grace_seconds)
         self._queue_warned: str | None = None  # the queue answer's first warning said
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
         # and then, otherwise only for runs not seen yet (static_series)

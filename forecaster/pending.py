@@ -271,35 +271,60 @@ class StartTracker:
     When a pod it predicted shows up running with a start time (``kube_pod_start_time``),
     its earlier predictions become observations for a ``StartCalibrator``; the scale it
     learns widens (or narrows) the intervals published from then on. Bounded: at most
-    ``per_pod`` predictions per pod (the latest), pods that vanish without starting are
-    forgotten.
+    ``per_pod`` predictions per pod (the latest); a pod that vanishes without starting
+    is forgotten once it has been out of the reads ``forget_seconds`` (the
+    forecaster's vanish grace).
+
+    Why a grace, and why a read without any GPU node forgets nothing: a pod missing
+    from one read is not always gone. Prometheus marks a kube-state-metrics target's
+    series stale at its first failed scrape, so KSM restarting (a rollout, an OOM kill)
+    empties a whole read, and a KSM shard down takes its pods out of it. Forgotten at
+    once, the predictions of every pod that starts across such a gap would never be
+    scored, and the calibration would learn only from gap-free waits.
     """
 
-    def __init__(self, calibrator: StartCalibrator | None = None, per_pod: int = 20) -> None:
+    def __init__(
+        self,
+        calibrator: StartCalibrator | None = None,
+        per_pod: int = 20,
+        forget_seconds: float = 600.0,
+    ) -> None:
         self.calibrator = calibrator or StartCalibrator()
         self.per_pod = per_pod
+        self.forget_seconds = forget_seconds
         self._raw: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+        self._seen: dict[tuple[str, str], float] = {}  # when each was last read waiting
 
     def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
         """Learn from pods that started since, remember ``result``'s, return it calibrated."""
         started = {(h.namespace, h.pod): h.started for h in queue.holders}
         for key in list(self._raw):
             if key in started and started[key] is not None:
-                for starts in self._raw.pop(key):
+                for starts in self._forget(key):
                     self.calibrator.observe(starts, started[key])  # type: ignore[arg-type]
         waiting = {(p.namespace, p.pod) for p in queue.pending}
-        for key in [k for k in self._raw if k not in waiting and k not in started]:
-            del self._raw[key]  # deleted before it started: nothing to learn
+        for key in waiting & self._raw.keys():
+            self._seen[key] = now
+        if queue.nodes:  # a read without any GPU node (KSM restarting) says nothing
+            for key in [
+                k
+                for k in self._raw
+                if k not in waiting
+                and k not in started
+                and now - self._seen.get(k, now) > self.forget_seconds
+            ]:
+                self._forget(key)  # deleted before it started: nothing to learn
         for p in result.pods:
             if p.prediction.status == NO_SCHEDULABLE_NODE:
                 # it waits for an admin (a node cordoned or down), which no replay times:
                 # what was predicted before is not a miss of the queue's, and scored
                 # once it starts it would widen every interval for hours of maintenance
-                self._raw.pop((p.namespace, p.pod), None)
+                self._forget((p.namespace, p.pod))
             elif p.prediction.status == PREDICTED and p.prediction.starts is not None:
                 kept = self._raw.setdefault((p.namespace, p.pod), [])
                 kept.append(p.prediction.starts)
                 del kept[: -self.per_pod]
+                self._seen[(p.namespace, p.pod)] = now
         scale = self.calibrator.scale
         pods = tuple(
             replace(p, prediction=self.calibrator.widen(p.prediction, now, scale))
@@ -309,3 +334,8 @@ class StartTracker:
             r: self.calibrator.widen(pred, now, scale) for r, pred in result.requests.items()
         }
         return replace(result, pods=pods, requests=requests, interval_scale=scale)
+
+    def _forget(self, key: tuple[str, str]) -> list[tuple[float, float, float]]:
+        """Drop a pod's predictions (returned) and when it was last read."""
+        self._seen.pop(key, None)
+        return self._raw.pop(key, [])

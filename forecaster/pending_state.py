@@ -49,8 +49,13 @@ class SavedStartTracker(StartTracker):
     """A ``StartTracker`` whose calibrator is loaded from ``store`` and saved back to it
     after every update that taught it something."""
 
-    def __init__(self, store: MetaStore, calibrator: StartCalibrator | None = None) -> None:
-        super().__init__(calibrator)
+    def __init__(
+        self,
+        store: MetaStore,
+        calibrator: StartCalibrator | None = None,
+        forget_seconds: float = 600.0,
+    ) -> None:
+        super().__init__(calibrator, forget_seconds=forget_seconds)
         self._store = store
         self._saved = self.calibrator.changes
         self._failing = False

@@ -1293,6 +1293,39 @@ def test_a_pod_waiting_out_a_drain_does_not_widen_every_interval():
     assert tracker.calibrator.n_obs == 0 and tracker.calibrator.scale == 1.0
 
 
+def test_start_tracker_forgets_a_pod_only_after_the_grace():
+    """A pod missing from reads that show GPU nodes (a KSM shard down) is remembered for
+    ``forget_seconds``: started after a 60 s gap, its prediction is scored. One missing
+    longer (deleted, then a pod of the same name runs) is forgotten and not scored."""
+    from gpu_eta.forecaster.kube_state import ClusterQueue
+    from gpu_eta.forecaster.pending import PendingSet, PodStart, StartTracker
+    from gpu_eta.forecaster.queue_replay import (
+        Holder,
+        Node,
+        PendingPod,
+        StartCalibrator,
+        StartPrediction,
+    )
+
+    gpu, node = "nvidia_com_gpu", Node("n1", {"nvidia_com_gpu": 1}, "A100")
+    tracker = StartTracker(StartCalibrator(min_obs=1), forget_seconds=600.0)
+    pred = StartPrediction(PREDICTED, (NOW + 90, NOW + 100, NOW + 110), 1.0)
+    pods = tuple(PendingPod("ml", name, gpu, 1, NOW - 10) for name in ("short", "long"))
+    tracker.update(
+        ClusterQueue(nodes=(node,), pending=pods),
+        PendingSet(pods=tuple(PodStart("ml", p.pod, gpu, 1, NOW, pred) for p in pods)),
+        NOW,
+    )
+    tracker.update(ClusterQueue(nodes=(node,)), PendingSet(), NOW + 60)  # both unread
+    running = (Holder("ml", "short", "n1", gpu, 1, None, NOW + 100),)
+    tracker.update(ClusterQueue(nodes=(node,), holders=running), PendingSet(), NOW + 120)
+    assert tracker.calibrator.n_obs == 1
+    tracker.update(ClusterQueue(nodes=(node,)), PendingSet(), NOW + 601)  # "long" gone
+    running = (Holder("ml", "long", "n1", gpu, 1, None, NOW + 700),)
+    tracker.update(ClusterQueue(nodes=(node,), holders=running), PendingSet(), NOW + 720)
+    assert tracker.calibrator.n_obs == 1
+
+
 def test_two_ksm_replicas_scraped_apart_read_as_one(prometheus_factory):
     """KSM run as two replicas, each scraped (every series twice, ``instance`` apart):
     every query still answers, a pod's request is not doubled and a node's GPUs are

@@ -269,13 +269,6 @@ def test_a_ksm_shard_down_does_not_turn_a_waiting_pod_into_never_fits(prometheus
     assert statuses.get("waits-h100") != NEVER_FITS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a cycle whose kube-state-metrics read is empty (its only replica "
-    "restarting or OOM-killed: every series stale at once) makes StartTracker forget "
-    "every pending pod's predictions as pods deleted before they started, so pods "
-    "that start across a KSM restart never calibrate the intervals",
-)
 def test_a_ksm_restart_does_not_forget_the_predictions_of_pods_still_waiting():
     """KSM is commonly a single replica; when its pod restarts (a rollout, an OOM kill:
     KSM's memory grows with the cluster), Prometheus marks every series of the target
