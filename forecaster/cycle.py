@@ -35,6 +35,7 @@ from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.base import stall_widen_since
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryConflict, HistoryStore, StoredRun
+from gpu_eta.forecaster.last_seen import Kept, LastSeen
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.planless import DurationsFit, Spread, fit_durations
@@ -103,6 +104,10 @@ class Cycle:
         # calibrates the queue's intervals on real starts; kept in the history file
         self._starts = SavedStartTracker(store, forget_seconds=self.settings.vanish_grace_seconds)
         self._queue_warned: str | None = None  # the queue answer's first warning said
+        # GPU nodes missing from a KSM read (a shard down, KSM restarting) kept as last
+        # read for the vanish grace; in memory only (last_seen)
+        self._last_seen = LastSeen(self.settings.vanish_grace_seconds)
+        self._kept_said: tuple[str, ...] = ()  # the kept nodes the log last named
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
         # and then, otherwise only for runs not seen yet (static_series)
         self._static = StaticSeries(self.settings.static_full_every)
@@ -425,6 +430,8 @@ class Cycle:
             queue = kube_state.parse(
                 samples, now, node_models, ps.priorities, ps.arrivals_seconds, ps.gpu_resources
             )
+            queue, kept = self._last_seen.fill(queue, now)
+            self._log_kept(kept, now)
             ends = job_end_times(
                 [(j.run.namespace, j.run.pod, j.completion_timestamps) for j in jobs]
             )
@@ -433,6 +440,30 @@ class Cycle:
             errors["pending_failed"] += 1
             log.warning("pending-pod prediction failed: %s", err)
             return None
+
+    def _log_kept(self, kept: Kept, now: float) -> None:
+        """One WARNING when GPU nodes go missing from the queue's read and are kept as
+        last read (``last_seen``), again when which ones changes; one INFO when none is
+        kept any more (read again, or past the grace). Not one line per cycle: a shard
+        can stay down for the whole grace."""
+        if kept.nodes == self._kept_said:
+            return
+        if kept.nodes:
+            shown = ", ".join(kept.nodes[:5])
+            more = f" and {len(kept.nodes) - 5} more" if len(kept.nodes) > 5 else ""
+            log.warning(
+                "kube-state-metrics read lacks %d GPU node(s) it showed %.0fs ago (%s%s): "
+                "a KSM shard or replica down, or KSM restarting? They are kept as last "
+                "read, with their pods, for up to %.0fs (docs/pending.md)",
+                len(kept.nodes),
+                now - (kept.since if kept.since is not None else now),
+                shown,
+                more,
+                self._last_seen.grace_seconds,
+            )
+        else:
+            log.info("kube-state-metrics read: no GPU node kept as last read any more")
+        self._kept_said = kept.nodes
 
     def _log_queue_partial(self, said: Sequence[str], read_partial: bool) -> None:
         """Say once that the queue's answer is partial (kube-state-metrics series of a

@@ -1,0 +1,78 @@
+"""GPU nodes missing from one kube-state-metrics read, kept as last seen for a grace.
+
+Why: Prometheus marks every series of a target stale at its first failed scrape, so a
+kube-state-metrics (KSM) shard that is down (``--shard``/``--total-shards``, or its
+StatefulSet autosharding), one of two replicas serving different data, or a single
+KSM restarting takes its nodes out of the queue's read at once, with no warning from
+Prometheus. A pod whose GPU type only those nodes offer would then be published
+``never_fits`` (and the alert ``GpuEtaPodPendingNoStart`` would fire) for as long as
+the shard is away. A node that really leaves the cluster (an autoscaler's scale-down)
+looks the same in one read; told apart only by time, it is kept for the grace too.
+
+So a GPU node read before and absent now is given to the replay as it was last read,
+with the GPU pods last read running on it that are absent now too (a node without its
+holders would look free: every pod waiting for it predicted to start at once), for
+``grace_seconds`` after it was last read (the forecaster's ``--history.vanish-grace``,
+which the runs' series get for the same reasons). A node read again is as read. Pods
+of a missing shard on nodes still read are not kept (a pod that ends looks the same,
+every few minutes on a busy cluster): their GPUs look free until the shard is back.
+
+In memory only: ``once`` (a new process every cycle) keeps nothing, and reads what
+it reads (docs/pending.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpu_eta.forecaster.kube_state import ClusterQueue
+from gpu_eta.forecaster.queue_replay import Holder, Node, policy_taints
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """The nodes one ``LastSeen.fill`` added, by name, and since when the one read
+    longest ago has been missing (its last read); for the cycle's log line."""
+
+    nodes: tuple[str, ...] = ()
+    since: float | None = None
+
+
+class LastSeen:
+    """Remembers each GPU node's latest read, with its holders; fills reads missing it."""
+
+    def __init__(self, grace_seconds: float = 600.0) -> None:
+        self.grace_seconds = grace_seconds
+        # node name → (the node as last read, its holders then, when)
+        self._seen: dict[str, tuple[Node, tuple[Holder, ...], float]] = {}
+
+    def fill(self, queue: ClusterQueue, now: float) -> tuple[ClusterQueue, Kept]:
+        """``queue`` with the GPU nodes read within the grace and missing from it added
+        as last read, and their holders missing from it; what was added."""
+        on: dict[str, list[Holder]] = {}
+        for h in queue.holders:
+            on.setdefault(h.node, []).append(h)
+        for n in queue.nodes:
+            self._seen[n.name] = (n, tuple(on.get(n.name, ())), now)
+        read = {n.name for n in queue.nodes}
+        for name in [k for k, (_, _, t) in self._seen.items() if now - t > self.grace_seconds]:
+            del self._seen[name]
+        missing = sorted(name for name in self._seen if name not in read)
+        if not missing:
+            return queue, Kept()
+        present = {(h.namespace, h.pod) for h in queue.holders}
+        present.update((p.namespace, p.pod) for p in queue.pending)
+        nodes = [self._seen[name][0] for name in missing]
+        holders = [
+            h
+            for name in missing
+            for h in self._seen[name][1]
+            if (h.namespace, h.pod) not in present
+        ]
+        filled = replace(
+            queue,
+            nodes=(*queue.nodes, *nodes),
+            holders=(*queue.holders, *holders),
+            tainted_nodes=queue.tainted_nodes + sum(1 for n in nodes if policy_taints(n)),
+        )
+        return filled, Kept(tuple(missing), min(self._seen[name][2] for name in missing))
