@@ -37,7 +37,11 @@ docs/metrics/cluster/node-metrics.md upstream):
   ``nodeselector_nvidia_com_gpu_product``: a pod that selects a GPU type. Read for
   pending GPU pods, and for the GPU pods created in the arrival window (``ARRIVALS``,
   over the window), so pods arriving later ask for the types those did
-  (``_arrivals``). Node affinity is not exposed by KSM at all; a pod that asks for a
+  (``_arrivals``). A pending pod's other nodeSelector keys (every key is a label,
+  ``nodeselector_<key>`` in KSM's spelling: a pool, ``nvidia.com/gpu.family``) are read
+  too (``_selectors``) and held against the GPU nodes' labels (``NODE_LABELS``,
+  ``_checkable``); arrivals keep the GPU type only. The metric is opt-in since KSM
+  v2.5.0. Node affinity is not exposed by KSM at all; a pod that asks for a
   type through affinity is predicted, and counted among arrivals, as if any type would
   do.
 - ``kube_node_status_allocatable`` (``node, resource, unit``): GPU units per node
@@ -92,7 +96,12 @@ docs/metrics/cluster/node-metrics.md upstream):
   gpu-eta's own exporter reports for the node (``gpu_eta_gpu_info``), spelt as GPU
   feature discovery spells it (``gfd_product``), and only replicas
   renamed ``nvidia.com/gpu.shared`` count as time-sliced. A running pod holds a
-  replica when its resource is one of its node's shared ones (``Node.shared``).
+  replica when its resource is one of its node's shared ones (``Node.shared``). Every
+  allow-listed label of the GPU nodes is read too (``NODE_LABELS``, ``Node.labels``),
+  for the pending pods' nodeSelector keys: a key some GPU node shows is matched as
+  kube-scheduler does (every pair on the node's labels); a key none shows is not
+  allow-listed as far as can be told, and is not held against any node
+  (``ClusterQueue.selectors_unchecked`` names it for the log, docs/pending.md).
 
 Every query covers all pods at once, so the number of queries per cycle is fixed
 whatever the number of pods (the cycle sends the ``QUERIES`` folded into one,
@@ -127,6 +136,7 @@ from gpu_eta.forecaster.queue_replay import (
     Holder,
     Node,
     PendingPod,
+    Selector,
     Taint,
     Toleration,
     leaving,
@@ -217,6 +227,10 @@ NODE_STATE = _tagged(
         ),
     },
 )
+# GPU nodes' labels, the allow-listed keys only (``label_<key>``), for the pending pods'
+# nodeSelector keys beyond the GPU type (``_node_labels``, ``_selectors``); every label
+# kept, as the keys are the site's: one series per GPU node and KSM replica
+NODE_LABELS = f"kube_node_labels {_GPU_NODES}"
 # pods created in the window (still present or not)
 _CREATED_IN_WINDOW = (
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
@@ -265,11 +279,16 @@ QUERIES: Mapping[str, str] = {
     "ksm_nodes": NODES,
     "ksm_node_state": NODE_STATE,
     "ksm_arrivals": ARRIVALS,
+    "ksm_node_labels": NODE_LABELS,
 }
 
 PRODUCT_LABEL = "label_nvidia_com_gpu_product"
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 SELECTOR_LABEL = "nodeselector_nvidia_com_gpu_product"
+# KSM's prefixes of a pod's nodeSelector keys and a node's label keys (the key in its
+# spelling after them: ``nodeselector_pool``, ``label_pool``)
+SELECTOR_PREFIX = "nodeselector_"
+NODE_LABEL_PREFIX = "label_"
 MAX_UNITS = 1024  # a request or allocatable beyond this is not a real GPU count
 # Kubernetes' bounds: a taint or toleration key is a qualified name (a DNS subdomain
 # prefix of 253, "/", a name of 63), its value a label value (63)
@@ -313,7 +332,10 @@ class ClusterQueue:
     the namespaces (sorted) of pending pods KSM showed no toleration series for, taken
     to tolerate every taint (module docstring); ``tolerations_read``: those of pending
     pods whose series were there. A namespace with no pod pending is in neither: this
-    cycle says nothing of it.
+    cycle says nothing of it. ``selectors_unchecked``: the nodeSelector keys (KSM's
+    spelling) of pending pods that no GPU node's ``kube_node_labels`` shows, each with
+    the number of pending pods selecting it; not held against any node (``_checkable``).
+    ``selectors_checked``: the keys (sorted) of pending pods' nodeSelectors that were.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -325,6 +347,8 @@ class ClusterQueue:
     tainted_nodes: int = 0
     tolerations_missing: tuple[str, ...] = ()
     tolerations_read: tuple[str, ...] = ()
+    selectors_unchecked: Mapping[str, int] = field(default_factory=dict)
+    selectors_checked: tuple[str, ...] = ()
 
 
 def _units(value: float) -> int | None:
@@ -537,6 +561,66 @@ def _products(series: Sequence[Sample], tag: tuple[str, str]) -> dict[str, str]:
     return out
 
 
+def _node_labels(series: Sequence[Sample]) -> dict[str, dict[str, str]]:
+    """Each GPU node's labels from ``kube_node_labels`` (``NODE_LABELS``): key in KSM's
+    spelling (``label_`` cut off) → value. A node with a series and no allow-listed
+    label gets {} (known to have none of the keys KSM exports); one without any series
+    is absent (not known). Two KSM replicas disagreeing for a scrape on a label just
+    changed: the first value by name is kept."""
+    out: dict[str, dict[str, str]] = {}
+    for s in series:
+        node = s.labels.get("node", "")
+        if not node:
+            continue
+        labels = out.setdefault(node, {})
+        for name, value in s.labels.items():
+            if name.startswith(NODE_LABEL_PREFIX) and value:
+                key = name[len(NODE_LABEL_PREFIX) :]
+                if key not in labels or value < labels[key]:
+                    labels[key] = value
+    return out
+
+
+def _selectors(series: Sequence[Sample], tag: tuple[str, str]) -> dict[str, dict[str, str]]:
+    """Each pod's nodeSelector (by uid) from the ``kube_pod_nodeselectors`` series tagged
+    ``tag``: key in KSM's spelling (``nodeselector_`` cut off) → value, the GPU type
+    (``SELECTOR_LABEL``, read by ``_products``) left out; a pod selecting nothing else
+    is absent. Should two replicas disagree, the first value by name is kept."""
+    label, value = tag
+    out: dict[str, dict[str, str]] = {}
+    for s in series:
+        if s.labels.get(label) != value or not s.labels.get("uid"):
+            continue
+        for name, wanted in s.labels.items():
+            if name.startswith(SELECTOR_PREFIX) and name != SELECTOR_LABEL and wanted:
+                pairs = out.setdefault(s.labels["uid"], {})
+                key = name[len(SELECTOR_PREFIX) :]
+                if key not in pairs or wanted < pairs[key]:
+                    pairs[key] = wanted
+    return out
+
+
+def _checkable(
+    wanted: Mapping[str, str], known: Collection[str], unchecked: Counter[str], checked: set[str]
+) -> Selector:
+    """The pairs of a pod's nodeSelector ``wanted`` whose key some GPU node's labels show
+    (``known``), sorted, their keys added to ``checked``; each other key counted in
+    ``unchecked``. Why not hold the pod to those too: KSM exports only the allow-listed
+    node labels, so a key no node shows is most likely one the site did not allow-list,
+    not one no node carries; requiring it would make the pod ``never_fits`` on every
+    cluster that selects a pool without allow-listing its label. The pod is matched as
+    if it did not select that key, and the key named in the queue's log line
+    (docs/pending.md)."""
+    pairs = []
+    for key, value in sorted(wanted.items()):
+        if key in known:
+            pairs.append((key, value))
+            checked.add(key)
+        else:
+            unchecked[key] += 1
+    return tuple(pairs)
+
+
 def _arrivals(
     series: Sequence[Sample], arrivals_seconds: float, extra: Collection[str] = ()
 ) -> tuple[Arrival, ...]:
@@ -627,6 +711,7 @@ def parse(
         return samples.get(name, ())
 
     # nodes
+    node_labels = _node_labels(get("ksm_node_labels"))
     labels: dict[str, Mapping[str, str]] = {}
     alloc: dict[str, dict[str, int]] = {}
     for s in get("ksm_nodes"):
@@ -671,8 +756,17 @@ def parse(
         if "nvidia_com_gpu_shared" in resources:
             shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]
         nodes.append(
-            Node(name, dict(resources), product, shared, name not in closed, taints.get(name, ()))
+            Node(
+                name,
+                dict(resources),
+                product,
+                shared,
+                name not in closed,
+                taints.get(name, ()),
+                node_labels.get(name),
+            )
         )
+    known = {key for n in nodes if n.labels for key in n.labels}
 
     # pods: their largest effective GPU request (app and init containers), phase, node
     pods = _PodRequests(extra)
@@ -689,6 +783,9 @@ def parse(
             target[s.labels.get("uid", "")] = s.value
     tolerations = _pod_tolerations(get("ksm_pod_meta"), rejected)
     selector = _products(get("ksm_pod_meta"), ("meta", "nodeselectors"))
+    selects = _selectors(get("ksm_pod_meta"), ("meta", "nodeselectors"))
+    unchecked: Counter[str] = Counter()
+    checked: set[str] = set()
     klass = {
         s.labels.get("uid", ""): s.labels.get("priority_class", "")
         for s in get("ksm_pod_meta")
@@ -738,6 +835,7 @@ def parse(
                     selector.get(uid, ""),
                     # no series: missing, not tolerating nothing (module docstring)
                     tolerations.get(uid),
+                    _checkable(selects.get(uid, {}), known, unchecked, checked),
                 )
             )
             (read_in if uid in tolerations else missing_in).add(ns)
@@ -754,4 +852,6 @@ def parse(
         tainted,
         tuple(sorted(missing_in)),
         tuple(sorted(read_in)),
+        dict(unchecked),
+        tuple(sorted(checked)),
     )

@@ -90,6 +90,11 @@ class PendingSet:
     tainted_nodes: int = 0
     tolerations_missing: tuple[str, ...] = ()
     tolerations_read: tuple[str, ...] = ()
+    # ClusterQueue's: nodeSelector keys no GPU node's labels show → pending pods selecting
+    # each (not held against any node), and the keys held (publish.ServiceState keeps the
+    # first across cycles)
+    selectors_unchecked: Mapping[str, int] = field(default_factory=dict)
+    selectors_checked: tuple[str, ...] = ()
 
 
 def predict(
@@ -163,6 +168,8 @@ def predict(
         tainted_nodes=queue.tainted_nodes,
         tolerations_missing=queue.tolerations_missing,
         tolerations_read=queue.tolerations_read,
+        selectors_unchecked=queue.selectors_unchecked,
+        selectors_checked=queue.selectors_checked,
     )
 
 
@@ -173,6 +180,8 @@ REJECTED_REASON = "pending_rejected"
 # not an error counted: kube-state-metrics shows no toleration for some pending pods,
 # taints are not applied to them
 TAINTS_IGNORED = "taints_ignored"
+# not an error counted either: nodeSelector keys of pending pods that no node label shows
+SELECTORS_UNCHECKED = "selectors_unchecked"
 
 
 def error_counts(pending: PendingSet | None) -> dict[str, int]:
@@ -192,8 +201,9 @@ def error_counts(pending: PendingSet | None) -> dict[str, int]:
 
 def describe(pending: PendingSet | None) -> str:
     """One line on the queue's pods and series left without a prediction ("" when none),
-    with ``kube_state``'s reasons, and on taints not applied for want of tolerations:
-    what an operator reads in the log."""
+    with ``kube_state``'s reasons, on taints not applied for want of tolerations and on
+    nodeSelector keys not checked for want of node labels: what an operator reads in the
+    log."""
     if pending is None:
         return ""
     parts = []
@@ -203,6 +213,16 @@ def describe(pending: PendingSet | None) -> str:
             f"{_namespaces(pending.tolerations_missing)} (kube_pod_tolerations missing, or "
             "dropped for those namespaces): GPU nodes' taints are taken as tolerated by "
             "them (docs/pending.md)"
+        )
+    if pending.selectors_unchecked:
+        keys = ", ".join(
+            f"{key} ({n} pod{'s' if n > 1 else ''})" if n else key
+            for key, n in sorted(pending.selectors_unchecked.items())
+        )
+        parts.append(
+            f"pending GPU pods select nodes by {keys}, which no GPU node's kube_node_labels "
+            "shows (not in kube-state-metrics' --metric-labels-allowlist=nodes=[...]): "
+            "those keys are not held against any node (docs/pending.md)"
         )
     if pending.skipped:
         parts.append(
@@ -219,8 +239,9 @@ def describe(pending: PendingSet | None) -> str:
 
 def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
     """What changes the queue's log line (``describe``): the rejections by reason and
-    whether any pod is past ``--pending.max-pods`` or taints are not applied. Not the
-    number skipped, which moves with the queue every cycle (the counter has it): one line
+    whether any pod is past ``--pending.max-pods``, taints are not applied or which
+    nodeSelector keys are not checked. Not the number skipped, nor of pods selecting a
+    key, which move with the queue every cycle (the counter has the former): one line
     per change, not per cycle."""
     rejected = tuple(sorted((k, v) for k, v in pending.rejected.items() if v > 0))
     skipped = ((SKIPPED_REASON, 1),) if pending.skipped > 0 else ()
@@ -229,7 +250,12 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
         if pending.tainted_nodes and pending.tolerations_missing
         else ()
     )
-    return (*rejected, *skipped, *ignored)
+    unchecked = (
+        ((f"{SELECTORS_UNCHECKED} {' '.join(sorted(pending.selectors_unchecked))}", 1),)
+        if pending.selectors_unchecked
+        else ()
+    )
+    return (*rejected, *skipped, *ignored, *unchecked)
 
 
 def _namespaces(names: Sequence[str], shown: int = 5) -> str:

@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -54,6 +54,25 @@ MAX_NAMESPACES_MARKED = 256
 NAMESPACE_MARK_SECONDS = 3600.0
 
 
+def _marked(
+    marks: dict[str, float], seen: Iterable[str], cleared: Iterable[str], now: float
+) -> list[str]:
+    """Update ``marks`` (name → when last seen) with one cycle's names ``seen``, drop those
+    ``cleared`` and those not seen for ``NAMESPACE_MARK_SECONDS``, keep at most
+    ``MAX_NAMESPACES_MARKED`` (the least recently seen go first); the names left, sorted.
+    A cycle that says nothing of a name (no pod of it pending) leaves its mark."""
+    for name in cleared:
+        marks.pop(name, None)
+    for name in seen:
+        marks[name] = now
+    for name in [n for n, at in marks.items() if at < now - NAMESPACE_MARK_SECONDS]:
+        del marks[name]
+    excess = len(marks) - MAX_NAMESPACES_MARKED
+    for name in sorted(marks, key=marks.__getitem__)[: max(excess, 0)]:
+        del marks[name]
+    return sorted(marks)
+
+
 @dataclass
 class ServiceState:
     """What the service knows between cycles; written by the cycle thread only."""
@@ -70,6 +89,8 @@ class ServiceState:
     _queue_left_out: tuple[tuple[str, int], ...] = field(default=(), repr=False)
     # namespaces whose pending pods were last seen without toleration series → when
     _tolerations_missing: dict[str, float] = field(default_factory=dict, repr=False)
+    # nodeSelector keys last seen not checked against node labels → when
+    _selectors_unchecked: dict[str, float] = field(default_factory=dict, repr=False)
     _unencodable: int = field(default=0, repr=False)  # as last logged
 
     def success(self, fs: ForecastSet, duration_seconds: float, at: float) -> None:
@@ -121,6 +142,8 @@ class ServiceState:
         ``NAMESPACE_MARK_SECONDS`` (no pod of it pending without tolerations since) is
         forgotten: its pods, or the namespace, are gone. At most
         ``MAX_NAMESPACES_MARKED`` are kept, the least recently renewed forgotten first.
+        The nodeSelector keys not checked against node labels are kept the same way, by
+        key: marked while a pending pod selects one, cleared once a pod's is checked.
         """
         marked = self._tolerations_missing
         if not pending.tainted_nodes:
@@ -135,7 +158,14 @@ class ServiceState:
             excess = len(marked) - MAX_NAMESPACES_MARKED
             for ns in sorted(marked, key=marked.__getitem__)[: max(excess, 0)]:
                 del marked[ns]
-        pending = replace(pending, tolerations_missing=tuple(sorted(marked)))
+        keys = _marked(
+            self._selectors_unchecked, pending.selectors_unchecked, pending.selectors_checked, now
+        )
+        pending = replace(
+            pending,
+            tolerations_missing=tuple(sorted(marked)),
+            selectors_unchecked={k: pending.selectors_unchecked.get(k, 0) for k in keys},
+        )
         if left_out(pending) != self._queue_left_out:
             self._queue_left_out = left_out(pending)
             line = describe(pending)

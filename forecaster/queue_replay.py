@@ -16,7 +16,8 @@ How (a Monte Carlo replay, ``n_samples`` times):
 2. Pending pods are taken in the scheduler's order (priority, then creation time).
    At ``now`` and then at every moment GPUs free up, each pod still waiting is tried
    in that order and starts on the first node that has enough free units of its
-   resource (and its GPU type, when it asks for one), best fit first. A pod that does
+   resource (and its GPU type, when it asks for one; and whose labels hold its other
+   nodeSelector pairs, ``PendingPod.selector``), best fit first. A pod that does
    not fit does not block the pods behind it (kube-scheduler moves on to the next pod;
    it reserves nothing for a large pod), so a 1-GPU pod can start before an older
    2-GPU pod that waits for a whole node.
@@ -91,8 +92,10 @@ node an autoscaler adds for a pod (it is not there yet; a node it removes, taint
 ``ToBeDeletedByClusterAutoscaler`` or ``karpenter.sh/disrupted``, is closed as a
 cordoned one is: ``leaving``), the taints a
 pod whose tolerations are unknown does not tolerate (it is placed as if it tolerated
-every taint), node affinity other than the GPU product,
-CPU/memory shortages, and pods arriving after now (they can only take GPUs
+every taint), node affinity (a ``nodeSelector`` is matched: its GPU product, and
+its other keys on the nodes whose labels are known, ``Node.labels``; a key no node
+label shows is left out by ``kube_state``, the pod then matched as if it did not
+select it), CPU/memory shortages, and pods arriving after now (they can only take GPUs
 from pods behind them in the order, or from later requests). A ``ResourceQuota`` holds
 no pod here: it refuses a pod over it when the pod is created, so such a pod never
 queues.
@@ -166,6 +169,8 @@ REMOVAL_TAINT_KEYS = (
 )
 
 Taint = tuple[str, str, str]  # key, value, effect
+# a pod's nodeSelector pairs (key in KSM's spelling, value), sorted
+Selector = tuple[tuple[str, str], ...]
 
 
 # the calibrator's saved form (``StartCalibrator.to_json`` / ``parse_calibration``)
@@ -199,6 +204,9 @@ class Node:
     shared: Mapping[str, int] = field(default_factory=dict)  # of which time-sliced replicas
     schedulable: bool = True
     taints: tuple[Taint, ...] = ()  # (key, value, effect), as ``kube_node_spec_taint``
+    # its labels as ``kube_node_labels`` shows them (keys in KSM's spelling, no ``label_``
+    # prefix: ``pool``, ``nvidia_com_gpu_family``); None: not known, every selector passes
+    labels: Mapping[str, str] | None = None
 
     def whole(self, resource: str) -> int:
         """Units of ``resource`` that are whole devices (a multi-unit pod can use them)."""
@@ -325,6 +333,10 @@ class PendingPod:
 
     ``tolerations`` None: not known (kube-state-metrics exports none), so every taint
     is taken as tolerated (module docstring); () : the pod tolerates nothing.
+
+    ``selector``: its nodeSelector's other pairs (a pool, ``nvidia.com/gpu.family``), key
+    in KSM's spelling and value, sorted: only nodes whose labels hold every pair suit it
+    (``selects``), as kube-scheduler's NodeAffinity filter requires.
     """
 
     namespace: str
@@ -335,6 +347,7 @@ class PendingPod:
     priority: int = 0
     product: str = ""
     tolerations: tuple[Toleration, ...] | None = None
+    selector: Selector = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,9 +533,21 @@ def _tolerates_all(tolerations: Sequence[Toleration], taints: Sequence[Taint]) -
     return all(any(t.tolerates(taint) for t in tolerations) for taint in taints)
 
 
-def _offers(node: Node, resource: str, product: str) -> bool:
-    """``node`` has units of ``resource`` and is of ``product`` ("": any)."""
-    return node.allocatable.get(resource, 0) > 0 and (not product or node.product == product)
+def selects(node: Node, selector: Selector) -> bool:
+    """``node``'s labels hold every (key, value) of ``selector``; a node whose labels are
+    not known (``Node.labels`` None) passes, as one of unknown product does not fail."""
+    labels = node.labels
+    return labels is None or all(labels.get(k) == v for k, v in selector)
+
+
+def _offers(node: Node, resource: str, product: str, selector: Selector = ()) -> bool:
+    """``node`` has units of ``resource``, is of ``product`` ("": any) and its labels
+    hold ``selector``."""
+    return (
+        node.allocatable.get(resource, 0) > 0
+        and (not product or node.product == product)
+        and (not selector or selects(node, selector))
+    )
 
 
 Pool = tuple[str, bool]  # (resource, time-sliced replicas)
@@ -566,9 +591,13 @@ def request_tolerations(
 
 
 def _suitable(
-    node: Node, resource: str, product: str, tolerations: Sequence[Toleration] | None = None
+    node: Node,
+    resource: str,
+    product: str,
+    tolerations: Sequence[Toleration] | None = None,
+    selector: Selector = (),
 ) -> bool:
-    return _offers(node, resource, product) and tolerated(node, tolerations)
+    return _offers(node, resource, product, selector) and tolerated(node, tolerations)
 
 
 def _open_to(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
@@ -591,10 +620,15 @@ def _open_to(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
 
 
 def _placeable(
-    node: Node, resource: str, product: str, tolerations: Sequence[Toleration] | None = None
+    node: Node,
+    resource: str,
+    product: str,
+    tolerations: Sequence[Toleration] | None = None,
+    selector: Selector = (),
 ) -> bool:
-    """Whether a new pod of this resource, product and tolerations may land on ``node`` now."""
-    return _open_to(node, tolerations) and _suitable(node, resource, product, tolerations)
+    """Whether a new pod of this resource, product, tolerations and node selector may
+    land on ``node`` now."""
+    return _open_to(node, tolerations) and _suitable(node, resource, product, tolerations, selector)
 
 
 def fits_somewhere(
@@ -604,12 +638,14 @@ def fits_somewhere(
     units: int,
     tolerations: Sequence[Toleration] | None = None,
     one_replica_per_pod: bool = False,
+    selector: Selector = (),
 ) -> bool:
-    """True when some suitable node (of the type, whose taints are tolerated) could
-    hold ``units`` with nothing else on it."""
+    """True when some suitable node (of the type, whose taints are tolerated, whose
+    labels hold ``selector``) could hold ``units`` with nothing else on it."""
     pools = _pools(resource, units, one_replica_per_pod)
     return any(
-        _suitable(n, resource, product, tolerations) and _holds(n, units, pools) for n in nodes
+        _suitable(n, resource, product, tolerations, selector) and _holds(n, units, pools)
+        for n in nodes
     )
 
 
@@ -623,11 +659,12 @@ def _tolerations_of(
     return item.tolerations
 
 
-SuitableKey = tuple[str, str, tuple[Toleration, ...] | None]  # resource, product, tolerations
+# resource, product, tolerations, node selector
+SuitableKey = tuple[str, str, tuple[Toleration, ...] | None, Selector]
 
 
 class _NodeLists:
-    """Which nodes suit pods of one (resource, product, tolerations), computed once per
+    """Which nodes suit pods of one (resource, product, tolerations, node selector), computed once per
     distinct key rather than per pod and node: pods of a queue share a few keys, and a
     cluster of thousands of tainted nodes made the per-pod checks most of a replay's
     setup. Each node's blocking taints (``policy_taints``) are read once too.
@@ -643,18 +680,22 @@ class _NodeLists:
         self._fits: dict[tuple[tuple[int, ...], str, int], bool] = {}
 
     def of(
-        self, resource: str, product: str, tolerations: Sequence[Toleration] | None
+        self,
+        resource: str,
+        product: str,
+        tolerations: Sequence[Toleration] | None,
+        selector: Selector = (),
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(the suitable nodes' indices, of which those that take new pods now), each
         in ``nodes`` order (as ``_suitable`` and ``_placeable`` would select them)."""
-        key = (resource, product, None if tolerations is None else tuple(tolerations))
+        key = (resource, product, None if tolerations is None else tuple(tolerations), selector)
         got = self._lists.get(key)
         if got is None:
             tols = key[2]
             suitable = tuple(
                 k
                 for k, n in enumerate(self.nodes)
-                if _offers(n, resource, product)
+                if _offers(n, resource, product, selector)
                 and (tols is None or _tolerates_all(tols, self._blocking[k]))
             )
             got = (suitable, tuple(k for k in suitable if _open_to(self.nodes[k], tols)))
@@ -760,7 +801,9 @@ def replay(
             tol = by_resource[it.resource]
         else:
             tol = it.tolerations
-        suitable, cand = lists.of(it.resource, it.product, tol)
+        suitable, cand = lists.of(
+            it.resource, it.product, tol, it.selector if isinstance(it, PendingPod) else ()
+        )
         fit_ok.append(lists.fits(suitable, it.resource, it.units))
         place_ok.append(lists.fits(cand, it.resource, it.units))
         candidates.append(cand)
@@ -1145,8 +1188,9 @@ def naive_start(
     """
     best = math.inf
     tolerations = _tolerations_of(pod, nodes, request_tolerations)
+    selector = pod.selector if isinstance(pod, PendingPod) else ()
     for n in nodes:
-        if not _placeable(n, pod.resource, pod.product, tolerations):
+        if not _placeable(n, pod.resource, pod.product, tolerations, selector):
             continue
         held = sum(h.units for h in holders if h.node == n.name and h.resource == pod.resource)
         if n.allocatable[pod.resource] - held >= pod.units:

@@ -26,6 +26,7 @@ from gpu_eta.forecaster.queue_replay import (
     Toleration,
     default_requests,
     replay,
+    selects,
 )
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob, promtool
@@ -209,6 +210,59 @@ def test_a_node_typed_from_the_exporter_matches_pods_selecting_the_gfd_spelling(
     assert kube_state.parse(labelled, NOW, {"n1": "Tesla T4"}).nodes[0].product == (
         "Tesla-T4-SHARED"
     )
+
+
+def test_a_pods_node_selector_is_held_to_the_node_labels_ksm_shows():
+    """A pending pod's nodeSelector keys beyond the GPU type are read
+    (``kube_pod_nodeselectors``) and held against the GPU nodes' labels
+    (``kube_node_labels``, allow-listed keys only, read once whatever the number of KSM
+    replicas). A key no GPU node's labels show (``team``: not allow-listed, most likely)
+    is not held against any node, so the pod is not made ``never_fits`` for it: it is
+    counted per key (``selectors_unchecked``) for the log. A node without any
+    ``kube_node_labels`` series has labels not known: every selector passes there."""
+    gpu = "nvidia_com_gpu"
+    meta = "nodeselectors"
+    samples = {
+        "ksm_nodes": [sample(node=n, resource=gpu, value="4") for n in ("a-1", "b-1", "c-1")],
+        "ksm_node_labels": [
+            sample(node="a-1", instance="ksm-0", label_pool="team-a"),
+            sample(node="b-1", instance="ksm-0", label_pool="team-b"),
+            sample(node="b-1", instance="ksm-1", label_pool="team-b"),  # a second replica
+        ],
+        "ksm_pods": [pod_request("wants-b", 1), pod_request("wants-ml", 1)],
+        "ksm_pod_times": [
+            sample(uid=f"uid-{p}", time="created", value=str(NOW - 60))
+            for p in ("wants-b", "wants-ml")
+        ],
+        "ksm_pod_meta": [
+            sample(
+                uid="uid-wants-b",
+                meta=meta,
+                nodeselector_pool="team-b",
+                nodeselector_team="ml",
+                nodeselector_nvidia_com_gpu_product="NVIDIA-A100-SXM4-80GB",
+            ),
+            sample(uid="uid-wants-ml", meta=meta, nodeselector_team="ml"),
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert {n.name: n.labels for n in q.nodes} == {
+        "a-1": {"pool": "team-a"},
+        "b-1": {"pool": "team-b"},
+        "c-1": None,
+    }
+    assert {p.pod: (p.product, p.selector) for p in q.pending} == {
+        "wants-b": ("NVIDIA-A100-SXM4-80GB", (("pool", "team-b"),)),
+        "wants-ml": ("", ()),
+    }
+    assert q.selectors_unchecked == {"team": 2} and q.selectors_checked == ("pool",)
+    assert q.rejected == {}
+    wants_b = next(p for p in q.pending if p.pod == "wants-b")
+    assert [n.name for n in q.nodes if selects(n, wants_b.selector)] == ["b-1", "c-1"]
+    # no kube_node_labels at all (the series dropped): no key checked, every one named
+    q = kube_state.parse({**samples, "ksm_node_labels": []}, NOW)
+    assert {p.selector for p in q.pending} == {()}
+    assert q.selectors_unchecked == {"pool": 1, "team": 2} and q.selectors_checked == ()
 
 
 def test_arrivals_ask_for_the_gpu_type_their_pods_selected():
@@ -608,7 +662,7 @@ def test_a_node_or_pod_beyond_the_bounds_keeps_no_taint_or_toleration():
 
 
 def test_query_count_is_fixed():
-    assert len(kube_state.QUERIES) == 7
+    assert len(kube_state.QUERIES) == 8
     for template in kube_state.QUERIES.values():
         assert "{arrivals}" not in kube_state.render(template, 600)
 

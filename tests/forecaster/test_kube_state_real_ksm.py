@@ -48,13 +48,6 @@ def ksm_target() -> Iterator[tuple[str, list[str]]]:
 PRODUCT = "nvidia.com/gpu.product"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a pending pod's nodeSelector keys other than nvidia.com/gpu.product "
-    "(a node pool, nvidia.com/gpu.family, ...) are dropped although kube_pod_nodeselectors "
-    "carries them and kube_node_labels the allow-listed node labels: the pod is predicted "
-    "to start on nodes it cannot use",
-)
 def test_a_pod_pinned_to_a_pool_by_node_selector_waits_for_that_pool(
     prometheus_factory, ksm_target
 ):
@@ -67,8 +60,8 @@ def test_a_pod_pinned_to_a_pool_by_node_selector_waits_for_that_pool(
     Checked against KSM ``internal/store/pod.go`` (``kube_pod_nodeselectors``:
     ``kubeMapToPrometheusLabels("nodeselector", p.Spec.NodeSelector)``, every key, opt-in)
     and ``node.go`` (``kube_node_labels``, allow-listed keys as ``label_<sanitised>``).
-    The forecaster reads only ``nodeselector_nvidia_com_gpu_product``
-    (``kube_state.SELECTOR_LABEL``) and predicts a start now, on pool a."""
+    Reading ``nodeselector_nvidia_com_gpu_product`` alone (``kube_state.SELECTOR_LABEL``)
+    predicts a start now, on pool a."""
     target, body = ksm_target
     now = time.time()
     nodes = [

@@ -394,6 +394,38 @@ def test_the_toleration_state_changes_only_on_evidence_from_the_namespace_itself
     assert cycle(empty) == []
 
 
+def test_node_selector_keys_not_checked_are_logged_once_per_change_not_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pending pods selecting nodes by a key no GPU node's labels show (not in KSM's
+    node label allow-list): one WARNING naming the key and the allow-list, not
+    repeated while it lasts, nor when the queue empties and refills or the number of
+    such pods moves; an INFO once a pod's key is checked (allow-listed since); an hour
+    without such a pod forgets it. No error counted: the pods get a prediction."""
+    caplog.set_level(logging.INFO, logger="gpu_eta.forecaster.publish")
+    state = ServiceState()
+
+    def cycle(pending: PendingSet, at: float = NOW) -> list[str]:
+        caplog.clear()
+        state.success(ForecastSet(timestamp=at, pending=pending), 0.5, at)
+        return [f"{r.levelname} {r.getMessage()}" for r in caplog.records]
+
+    first = cycle(PendingSet(selectors_unchecked={"pool": 3, "team": 1}))
+    assert len(first) == 1 and first[0].startswith("WARNING")
+    assert "select nodes by pool (3 pods), team (1 pod)" in first[0]
+    assert "--metric-labels-allowlist=nodes=" in first[0]
+    assert cycle(PendingSet(selectors_unchecked={"pool": 5, "team": 2})) == []
+    assert [cycle(PendingSet()), cycle(PendingSet(selectors_unchecked={"pool": 1}))] == [[], []]
+    assert not any(name == "gpu_eta_forecaster_job_errors_total" for name, _ in scrape(state))
+    # team allow-listed: its pods' key is checked, the line changes; then pool's too
+    assert cycle(PendingSet(selectors_checked=("team",)))[0].startswith("WARNING")
+    assert [r.split(" ")[0] for r in cycle(PendingSet(selectors_checked=("pool",)))] == ["INFO"]
+    # a key whose pods are gone is forgotten an hour after the last was seen
+    assert cycle(PendingSet(selectors_unchecked={"zone": 1}), NOW + 10)[0].startswith("WARNING")
+    assert cycle(PendingSet(), NOW + 3000) == []
+    assert [r.split(" ")[0] for r in cycle(PendingSet(), NOW + 3611)] == ["INFO"]
+
+
 def test_a_mark_is_forgotten_an_hour_after_its_last_pod_and_the_newest_are_kept(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -117,6 +118,30 @@ def test_gpu_type_constraint():
     r = replay(nodes, holders, q, NOW, **EXACT)
     assert starts(r, "wants-a100")[1] == 500.0  # not the T4 that frees at 50 s
     assert starts(r, "any")[1] == 50.0  # goes past it on the T4
+
+
+def test_a_node_selector_holds_a_pod_to_the_nodes_labelled_so():
+    """kube-scheduler starts a pod only on a node whose labels hold every pair of its
+    nodeSelector: a pod pinned to pool b waits for pool b while pool a is idle, one
+    selecting a pool no node is in never fits, and a node whose labels are not known
+    (None) is not held against the pod (the naive answer agrees)."""
+    pool_a = Node("a", {G: 2}, "A100", labels={"pool": "a"})
+    pool_b = Node("b", {G: 2}, "A100", labels={"pool": "b", "team": "ml"})
+    holders = [job("b-run", "b", 500, units=2)]
+    q = [
+        pending("wants-b", selector=(("pool", "b"),)),
+        pending("wants-b-ml", selector=(("pool", "b"), ("team", "ml")), created=1),
+        pending("wants-c", selector=(("pool", "c"),), created=2),
+        pending("any", created=3),
+    ]
+    r = replay([pool_a, pool_b], holders, q, NOW, **EXACT)
+    assert starts(r, "wants-b")[1] == starts(r, "wants-b-ml")[1] == 500.0
+    assert starts(r, "any")[1] == 0.0  # on pool a
+    assert r.pods[("ml", "wants-c")].status == NEVER_FITS
+    assert naive_start([pool_a, pool_b], holders, q[0], NOW) == NOW + 500
+    unknown = Node("u", {G: 2}, "A100")  # no kube_node_labels series: labels None
+    r = replay([pool_b, unknown], holders, q[2:3], NOW, **EXACT)
+    assert starts(r, "wants-c")[1] == 0.0
 
 
 def test_never_fits_says_so():
@@ -576,9 +601,9 @@ def test_a_pod_predicted_to_start_now_leaves_the_calibration_alone():
 
 
 def test_node_lists_select_the_nodes_the_per_node_checks_do():
-    """The replay's per-key node lists (computed once per resource, product and
-    tolerations) pick exactly the nodes ``_suitable`` / ``_placeable`` and
-    ``fits_somewhere`` pick node by node, on a mixed pool."""
+    """The replay's per-key node lists (computed once per resource, product,
+    tolerations and node selector) pick exactly the nodes ``_suitable`` / ``_placeable``
+    and ``fits_somewhere`` pick node by node, on a mixed pool."""
     from gpu_eta.forecaster import queue_replay as qr
 
     mig = "nvidia_com_mig_1g_5gb"
@@ -602,8 +627,11 @@ def test_node_lists_select_the_nodes_the_per_node_checks_do():
                 shared,
                 schedulable=i % 5 != 0,
                 taints=taints[i % 5],
+                # labels not known on every seventh node: every selector passes there
+                labels=None if i % 7 == 0 else {"pool": "abc"[i % 3]},
             )
         )
+    selectors = ((), (("pool", "a"),), (("pool", "z"),), (("pool", "b"), ("team", "x")))
     for one_replica in (False, True):
         lists = qr._NodeLists(nodes, one_replica)
         for resource in (G, mig):
@@ -616,17 +644,21 @@ def test_node_lists_select_the_nodes_the_per_node_checks_do():
                 (Toleration("node.kubernetes.io/memory-pressure", "Exists", "", "NoSchedule"),),
             )
             for tol in tolerations:
-                for product in ("", "A100", "H100", "T4"):
-                    suitable, open_ = lists.of(resource, product, tol)
+                for product, sel in itertools.product(("", "A100", "H100", "T4"), selectors):
+                    suitable, open_ = lists.of(resource, product, tol, sel)
                     assert suitable == tuple(
-                        k for k, n in enumerate(nodes) if qr._suitable(n, resource, product, tol)
+                        k
+                        for k, n in enumerate(nodes)
+                        if qr._suitable(n, resource, product, tol, sel)
                     )
                     assert open_ == tuple(
-                        k for k, n in enumerate(nodes) if qr._placeable(n, resource, product, tol)
+                        k
+                        for k, n in enumerate(nodes)
+                        if qr._placeable(n, resource, product, tol, sel)
                     )
                     for units in (1, 2, 4, 8, 9):
                         assert lists.fits(suitable, resource, units) == qr.fits_somewhere(
-                            nodes, resource, product, units, tol, one_replica
+                            nodes, resource, product, units, tol, one_replica, sel
                         )
     # a 1-unit pod fits a node whose units are all replicas; a 2-unit pod too, unless
     # the device plugin gives a pod one replica at most
