@@ -30,7 +30,9 @@ this process has not followed (after an exporter restart, for a pod seen late) i
 read from its start like any new file: it holds what was written between the last
 read and the rotation, and what was applied before is not applied again (below).
 A restarted container's files (``1.log``, ...: the restart count) are read after the
-earlier container's, so a log read from behind is applied in the order it was written.
+earlier container's, and a file only once every file before it has been read to its
+end (in this poll or an earlier one; a file that cannot be read holds up nothing), so a
+log read from behind is applied in the order it was written, however many polls it takes.
 Gzipped rotations (``0.log.<date>.gz``) are never opened: see docs/progress.md.
 
 Work is bounded: at most ``max_bytes_per_poll`` in all per poll, read
@@ -291,6 +293,14 @@ class _Follower:
         successor.dropping.update(self.dropping)
         self.carry.clear()
         self.dropping.clear()
+
+
+def _read_out(follower: _Follower, size: int) -> bool:
+    """Whether nothing of a file waits to be read before the files after it: read to
+    its size at the poll's scan (the earlier container's ``N.log`` and a rotated file
+    no longer grow), or its last read failed (unreadable, deleted under the reader:
+    nothing would ever come of waiting for it)."""
+    return follower.offset >= size or follower.unreadable
 
 
 def _first_level(named: set[str], name: str, bound: int) -> int:
@@ -558,25 +568,24 @@ class LogProgressCollector:
             key=lambda f: (found[f.inode][3], not found[f.inode][2], f.path.name),
         )
         done: dict[int, _Follower] = {}  # per number: its last rotated file read to its end
-        waiting: set[int] = set()  # numbers with a rotated file not read to its end yet
         for follower in order:
             if budget <= 0 or self._timer() > self._deadline:
                 break
             _path, size, rotated, number, _docker = found[follower.inode]
-            if number in waiting:
-                # a later file of the same number waits: read first, its lines would be
-                # applied before older ones, and the rest of a line split at the
-                # rotation would be read before its head
-                continue
             before = done.pop(number, None)
             if before is not None and follower.offset == 0:
                 before.hand_over(follower)
             budget -= self._read(key, follower, size, budget)
+            if not _read_out(follower, size):
+                # every later file waits for this one's end (this poll's or a later
+                # one's). Why: read first, a later file's lines (newer) are applied
+                # before this one's rest, which is then skipped as older than the
+                # stored progress, and folding it resets the state the later lines
+                # were read in (the Keras epoch); a line split at a rotation would
+                # also be read before its head
+                break
             if rotated:
-                if follower.offset < size and not follower.unreadable:
-                    waiting.add(number)
-                else:
-                    done[number] = follower
+                done[number] = follower
         return budget
 
     def _read(self, key: tuple[str, str, str], follower: _Follower, size: int, budget: int) -> int:

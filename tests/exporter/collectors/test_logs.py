@@ -1365,3 +1365,82 @@ def test_a_restarted_containers_logs_are_read_in_the_order_they_were_written(roo
     (p,) = col.store.snapshot()
     assert (p.epoch, p.epochs) == (2, 3)
     assert p.run_start_timestamp == pytest.approx(T0.timestamp())
+
+
+def _earlier_container_longer_than_a_read(d: Path) -> bytes:
+    """``0.log``: ``Epoch 1/3``, chatter past ``max_bytes_per_file=256``, then
+    ``Epoch 2/3`` an hour later; the restarted container's ``1.log``: ``Epoch 3/3``
+    two hours after the start. What ``1.log`` holds is returned."""
+    chatter = b"".join(record(T0, b"F", b"loaded shard %d" % i) for i in range(12))
+    (d / "0.log").write_bytes(
+        record(T0, b"F", b"Epoch 1/3")
+        + chatter
+        + record(T0 + dt.timedelta(hours=1), b"F", b"Epoch 2/3")
+    )
+    later = record(T0 + dt.timedelta(hours=2), b"F", b"Epoch 3/3")
+    (d / "1.log").write_bytes(later)
+    return later
+
+
+def _applied(store: ProgressStore) -> list[int | None]:
+    """The epochs merged into ``store`` from now on, in order."""
+    applied: list[int | None] = []
+    real_merge = store.merge
+
+    def merge(*args, **kw):
+        applied.append(args[4].epoch)
+        return real_merge(*args, **kw)
+
+    store.merge = merge
+    return applied
+
+
+def test_a_restarted_containers_rotated_log_waits_for_the_earlier_containers_end(root) -> None:
+    """``0.log`` takes more than one read (``max_bytes_per_file``) and the kubelet
+    rotates ``1.log`` between two polls: neither ``1.log``'s rotated file nor its new
+    one is read before ``0.log``'s end, so every epoch is applied once, in order, in
+    the run that began with ``0.log``."""
+    d = logdir(root)
+    later = _earlier_container_longer_than_a_read(d)
+    store = ProgressStore()
+    applied = _applied(store)
+    col = collector(root, store, max_bytes_per_file=256)
+    col.poll()
+    assert applied == [0]  # 0.log's first reads: 1.log waits
+    os.rename(d / "1.log", d / "1.log.20261121-080000")
+    (d / "1.log").write_bytes(record(T0 + dt.timedelta(hours=2, seconds=1), b"F", b"saved"))
+    for _ in range(6):
+        col.poll()
+    assert applied == [0, 1, 2]
+    (p,) = store.snapshot()
+    assert (p.epoch, p.epochs) == (2, 3)
+    assert p.run_start_timestamp == pytest.approx(T0.timestamp())
+    assert later in (d / "1.log.20261121-080000").read_bytes()
+
+
+def test_an_earlier_containers_log_deleted_under_the_reader_holds_up_nothing(root) -> None:
+    """The kubelet removes a dead container's ``0.log`` (it keeps the last one only)
+    after a poll read part of it, between the next poll's scan and its read: that
+    read fails, and ``1.log`` is read in the same poll rather than waiting for an end
+    that will not come."""
+    d = logdir(root)
+    _earlier_container_longer_than_a_read(d)
+    store = ProgressStore()
+    applied = _applied(store)
+    col = collector(root, store, max_bytes_per_file=256)
+    col.poll()
+    assert applied == [0]
+    real_read = col._read
+
+    def delete_first(key, follower, size, budget):
+        if follower.path.name == "0.log":
+            (d / "0.log").unlink(missing_ok=True)
+        return real_read(key, follower, size, budget)
+
+    col._read = delete_first
+    col.poll()
+    assert applied == [0, 2]  # Epoch 2/3 went with the file; Epoch 3/3 is read
+    col.poll()
+    assert [f.path.name for f in col._followers[(POD.namespace, POD.name, "trainer")].values()] == [
+        "1.log"
+    ]

@@ -206,26 +206,15 @@ def _read_from_behind(root: Path, name: str, stream: str, **kw: int) -> Row:
     return (p.run_id, p.epoch, p.epochs, p.step, p.steps)
 
 
-_CHUNKED_FILE = pytest.mark.xfail(
-    strict=True,
-    reason="defect: files are sorted by number but a restarted container's 1.log is "
-    "read while 0.log is not read to its end (max_bytes_per_file, 4 MiB): 0.log's rest "
-    "is then older than the stored progress and dropped, and folding it resets the "
-    "Keras state under 1.log's lines (a third run, or 1.log's run merged into 0.log's)",
-)
-
-
 @pytest.mark.parametrize(
     ("name", "stream", "bound"),
     [
         # the poll's budget cut inside 0.log: nothing else is read that poll (passes)
         ("keras_evaluate.stdout", "stdout", {"max_bytes_per_poll": 800}),
         ("torch.stderr", "stderr", {"max_bytes_per_poll": 1500}),
-        # a file's chunk cut inside 0.log, budget left: 1.log is read next (fails)
-        pytest.param(
-            "keras_evaluate.stdout", "stdout", {"max_bytes_per_file": 800}, marks=_CHUNKED_FILE
-        ),
-        pytest.param("torch.stderr", "stderr", {"max_bytes_per_file": 1500}, marks=_CHUNKED_FILE),
+        # a file's chunk cut inside 0.log, budget left: 1.log waits for 0.log's end
+        ("keras_evaluate.stdout", "stdout", {"max_bytes_per_file": 800}),
+        ("torch.stderr", "stderr", {"max_bytes_per_file": 1500}),
     ],
 )
 def test_a_restarted_containers_log_waits_for_the_earlier_ones_end(
