@@ -721,3 +721,80 @@ def test_an_evaluation_bar_naming_the_epoch_starts_no_run():
     last = history[-1]
     assert (last.epoch, last.epochs, last.step, last.steps) == (3, 3, 48, 48)
     assert all(p.steps == 48 for p in history)
+
+
+@pytest.mark.parametrize(
+    "desc",
+    [
+        "Evaluating",
+        "eval",
+        "Validating",
+        "val",
+        "Test",
+        "Predicting",
+        "Inference",
+        "Loading weights",
+    ],
+)
+def test_a_bar_named_for_another_phase_than_training_is_not_read(desc: str):
+    """A bar whose description names evaluation, validation, testing, prediction or
+    loading (any case) is not read: after a run's last epoch it would start a run."""
+    assert parse_line(f"{desc}:  75%|███████▌  | 3/4 [00:00<00:00, 45.0it/s]") is None
+    assert parse_line(f"{desc}: 3it [00:00, 45.0it/s]") is None
+    assert parse_line("Training:  75%|███████▌  | 3/4 [00:00<00:00, 45.0it/s]") is not None
+
+
+def test_an_epoch_bar_stopped_short_is_not_taken_for_one_bar_over_the_run():
+    """A loop that leaves each epoch's bar at a step limit (``break`` at 100 of 500)
+    draws the next epoch's bar from 0: read as that epoch's own, not as one bar over
+    the run (its count is under a third of the way at epoch 2 of 3)."""
+    history = _fold_lines(
+        [
+            "Epoch 1/3:  20%|██        | 100/500 [00:10<00:40, 10.0it/s]",
+            "Epoch 2/3:  20%|██        | 100/500 [00:10<00:40, 10.0it/s]",
+        ]
+    )
+    assert [(p.epoch, p.step, p.steps) for p in history] == [(0, 100, 1500), (1, 600, 1500)]
+
+
+def test_a_bar_over_the_runs_steps_with_the_epoch_in_its_description():
+    """One bar over 48 steps, its description turned to ``Epoch 2/3`` at step 16: from
+    then its count is the run's steps (the first epoch cannot tell, see docs)."""
+    history = _fold_lines(
+        [
+            "Epoch 1/3:  25%|██▌       | 12/48 [00:01<00:03, 10.0it/s]",
+            "Epoch 2/3:  42%|████▏     | 20/48 [00:02<00:03, 10.0it/s]",
+            "Epoch 3/3: 100%|██████████| 48/48 [00:05<00:00, 10.0it/s]",
+        ]
+    )
+    assert [(p.epoch, p.step, p.steps) for p in history] == [(0, 12, 144), (1, 20, 48), (3, 48, 48)]
+    assert len({p.run_id for p in history}) == 1
+
+
+def test_an_epoch_bar_over_another_count_before_the_epochs_end_is_not_read():
+    """A bar with the epoch's own description over another count while the epoch's
+    bar is not at its end is another loop's (an inner one named like it)."""
+    history = _fold_lines(
+        [
+            "Epoch 2/3:  50%|█████     | 8/16 [00:01<00:01, 8.0it/s]",
+            "Epoch 2/3:  25%|██▌       | 1/4 [00:00<00:01, 8.0it/s]",
+            "Epoch 2/3: 100%|██████████| 16/16 [00:02<00:00, 8.0it/s]",
+        ]
+    )
+    assert [(p.epoch, p.step) for p in history] == [(1, 24), (2, 32)]
+
+
+def test_a_keras_bar_before_any_header_is_not_read():
+    """``evaluate``/``predict`` before the first ``fit`` print no ``Epoch k/N`` header:
+    their bars are no run's steps."""
+    history = _fold_lines(
+        [
+            "4/4 ━━━━━━━━━━━━━━━━━━━━ 0s 2ms/step - accuracy: 0.5352 - loss: 0.7270",
+            "Epoch 1/2",
+            "8/8 ━━━━━━━━━━━━━━━━━━━━ 0s 2ms/step - accuracy: 0.5410 - loss: 0.7198",
+        ]
+    )
+    assert [(p.epoch, p.epochs, p.step, p.steps) for p in history] == [
+        (0, 2, None, None),
+        (1, 2, 8, 16),
+    ]
