@@ -14,7 +14,11 @@ docs/metrics/cluster/node-metrics.md upstream):
   ``gpu_eta.common.gpu_resources``), in every query below (``render``).
 - ``kube_pod_init_container_resource_requests`` (gauge; the same labels): the init
   containers' requests, and ``kube_pod_init_container_info`` (gauge 1; ``restart_policy``
-  ``Always`` for a sidecar, KSM 2.10 and later) for which of them are sidecars. The
+  ``Always`` for a sidecar, KSM 2.11 and later) for which of them are sidecars; KSM 2.10
+  has no ``restart_policy`` label, so an init container of a Running pod that
+  ``kube_pod_init_container_status_running`` shows running is a sidecar too (a plain
+  one has terminated before its pod's phase turns Running; OpenShift's KSM drops that
+  series but has the label). The
   scheduler places a pod on its effective request (Kubernetes' "effective Pod requests
   and limits"): the largest of the plain init containers' (each runs alone, beside
   the sidecars started before it) and the sum of the app containers' and sidecars'
@@ -179,9 +183,17 @@ PODS = (
 # their init containers' GPU requests, one series per container (whatever the number of
 # KSM replicas), a sidecar's tagged sidecar="true", with the pod's phase
 _INIT_ONE = f"max by (namespace, pod, uid, container, node, resource) ({_INIT_REQ})"
+# sidecars: restart_policy Always (KSM 2.11 and later), or an init container running
+# while its pod is Running (KSM 2.10 has no restart_policy label; a plain init container
+# has terminated before its pod's phase turns Running)
+_SIDECARS = (
+    '(kube_pod_init_container_info{restart_policy="Always"} == 1) or on (uid, container) '
+    "(kube_pod_init_container_status_running == 1 "
+    'and on (uid) (kube_pod_status_phase{phase="Running"} == 1))'
+)
 INIT_REQUESTS = (
-    f"(label_replace({_INIT_ONE} and on (uid, container) (kube_pod_init_container_info"
-    '{restart_policy="Always"} == 1), "sidecar", "true", "", "") '
+    f"(label_replace({_INIT_ONE} and on (uid, container) ({_SIDECARS}), "
+    '"sidecar", "true", "", "") '
     f"or on (uid, container, resource) {_INIT_ONE}) {_PHASE}"
 )
 POD_TIMES = _tagged(

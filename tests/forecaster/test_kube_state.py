@@ -991,6 +991,49 @@ def test_init_containers_are_read_end_to_end(prometheus_factory, ksm_target):
     assert warmup.units == 4 and warmup.prediction.starts[1] == pytest.approx(now + 900, abs=1)
 
 
+def test_on_ksm_2_10_only_a_running_pods_running_init_container_is_a_sidecar(
+    prometheus_factory, ksm_target
+):
+    """KSM 2.10 (no ``restart_policy`` label): an init container running while its pod is
+    Running is a sidecar (added), one running while its pod is still Pending on its
+    node is a plain init container (the larger of it and the app, not added)."""
+    from tests.forecaster.test_kube_state_real_ksm import as_ksm_2_10
+
+    target, body = ksm_target
+    now = time.time()
+    pods = [
+        KsmPod(
+            "ml",
+            "run",
+            "u1",
+            "Running",
+            now - 600,
+            {GPU: 1},
+            node="n1",
+            start_time=now - 590,
+            init_containers={"proxy": {GPU: 1}},
+            sidecars=("proxy",),
+        ),
+        KsmPod(
+            "ml",
+            "starting",
+            "u2",
+            "Pending",
+            now - 60,
+            {GPU: 1},
+            node="n1",
+            init_containers={"setup": {GPU: 2}},
+        ),
+    ]
+    running = {("ml", "run", "u1"): "proxy", ("ml", "starting", "u2"): "setup"}
+    body[0] = as_ksm_2_10(exposition([KsmNode("n1", {GPU: 8})], pods), running)
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for("kube_pod_init_container_status_running == 1", min_results=2)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(PromClient(prom.url), now), now)
+    assert sorted((h.pod, h.units) for h in q.holders) == [("run", 2), ("starting", 2)]
+
+
 def test_the_sites_gpu_resources_are_read_end_to_end(prometheus_factory, ksm_target):
     """Real Prometheus scraping KSM-shaped series of a site whose time-slicing config
     renames the replicas (``nvidia.com/a100-shared``): with ``--pending.gpu-resource``

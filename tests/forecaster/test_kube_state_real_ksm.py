@@ -313,13 +313,6 @@ def as_ksm_2_10(text: str, running_init: dict[tuple[str, str, str], str]) -> str
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: on KSM v2.10 (no restart_policy on kube_pod_init_container_info, "
-    "which kube_state's docstring says 2.10 has) a running pod's GPU sidecar is read as "
-    "a plain init container and its GPUs as free, although "
-    "kube_pod_init_container_status_running shows it running beside the app",
-)
 def test_a_running_pods_gpu_sidecar_is_held_on_ksm_2_10(prometheus_factory, ksm_target):
     """A Running pod with a 1-GPU app container and a 1-GPU native sidecar
     (``restartPolicy: Always`` init container) holds both GPUs of its node for its
