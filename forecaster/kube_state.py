@@ -49,7 +49,13 @@ docs/metrics/cluster/node-metrics.md upstream):
   type through affinity is predicted, and counted among arrivals, as if any type would
   do.
 - ``kube_node_status_allocatable`` (``node, resource, unit``): GPU units per node
-  (time-sliced replicas included, as the device plugin advertises them).
+  (time-sliced replicas included, as the device plugin advertises them). Where every
+  GPU resource of a node is 0 allocatable, ``kube_node_status_capacity`` (the same
+  labels, a default node metric) is read instead (``NODE_CAPACITY``): the device plugin
+  is away (a GPU Operator driver upgrade, which also cordons the node, restarts it) and
+  the kubelet marks its devices unhealthy, capacity kept (for 5 min, then the resource
+  goes from both). Such a node is kept with its capacity, closed: its pods wait
+  (``no_schedulable_node``), they do not turn ``never_fits``.
 - ``kube_node_spec_unschedulable`` (1 while cordoned) and ``kube_node_status_condition``
   (``condition, status``: ``condition="Ready", status="true"`` is 0 while the node is
   not Ready): a GPU node that is either takes no new pod (``Node.schedulable``). Both
@@ -223,6 +229,13 @@ NODES = (
     "label_nvidia_com_gpu_product, label_nvidia_com_gpu_replicas) (kube_node_labels))) "
     f"or on (node, resource) {_NODE_UNITS}"
 )
+# GPU units per node whose allocatable is 0 for every GPU resource but whose capacity
+# is not: its device plugin is away (a GPU Operator driver upgrade restarts it), the
+# kubelet marks the devices unhealthy; the node is kept, closed (``parse``)
+NODE_CAPACITY = (
+    'max by (node, resource) (kube_node_status_capacity{resource=~"{gpu_resources}"}) > 0 '
+    f"unless on (node) (max by (node) ({_ALLOCATABLE}) > 0)"
+)
 # GPU nodes that take no new pod: cordoned, or not Ready; and GPU nodes' taints that keep
 # off pods not tolerating them (tagged ``state``)
 NODE_STATE = _tagged(
@@ -289,6 +302,7 @@ QUERIES: Mapping[str, str] = {
     "ksm_pod_times": POD_TIMES,
     "ksm_pod_meta": POD_META,
     "ksm_nodes": NODES,
+    "ksm_node_capacity": NODE_CAPACITY,
     "ksm_node_state": NODE_STATE,
     "ksm_arrivals": ARRIVALS,
     "ksm_node_labels": NODE_LABELS,
@@ -704,6 +718,8 @@ def parse(
     Nothing is dropped unseen: a malformed sample or a pod that cannot be placed is
     counted in ``ClusterQueue.rejected`` by reason (``invalid_allocatable``: a node's
     GPU units NaN, negative or beyond ``MAX_UNITS``, the node left out as one with none;
+    a node whose GPUs are all 0 allocatable with a capacity is kept closed, its capacity
+    its units;
     ``invalid_request``: a pod whose
     GPU request is NaN, 0 or negative, or a bound pod asking more than ``MAX_UNITS``;
     ``bad_taint_series``, ``too_many_taints``: a node taint skipped, a node's taints
@@ -726,6 +742,7 @@ def parse(
     node_labels = _node_labels(get("ksm_node_labels"))
     labels: dict[str, Mapping[str, str]] = {}
     alloc: dict[str, dict[str, int]] = {}
+    down: dict[str, dict[str, int]] = {}  # nodes with their device plugin away
     for s in get("ksm_nodes"):
         node, res = s.labels.get("node", ""), s.labels.get("resource", "")
         units = _units(s.value)
@@ -748,6 +765,21 @@ def parse(
     }
     taints = _node_taints(get("ksm_node_state"), rejected)
     closed |= {node for node, held in taints.items() if leaving(held)}
+    # a GPU node whose every GPU resource is 0 allocatable with a capacity: its device
+    # plugin is away (NODE_CAPACITY); it keeps its GPUs and its pods, and takes no new
+    # pod until the plugin is back (its pods wait: no_schedulable_node, not never_fits)
+    for s in get("ksm_node_capacity"):
+        node, res = s.labels.get("node", ""), s.labels.get("resource", "")
+        units = _units(s.value)
+        if not node or not is_gpu_resource(res, extra):
+            rejected["bad_node_series"] += 1
+        elif units is None:
+            rejected["invalid_allocatable"] += 1
+        elif node not in alloc:  # else its plugin came back between two scrapes
+            down.setdefault(node, {})[res] = units
+    for node, resources in down.items():
+        alloc[node] = resources
+        closed.add(node)
     nodes = []
     for name, resources in sorted(alloc.items()):
         lab = labels.get(name, {})

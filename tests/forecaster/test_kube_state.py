@@ -1541,3 +1541,47 @@ def test_a_node_whose_gpu_count_is_no_count_is_counted_not_dropped_unseen():
     assert [n.name for n in q.nodes] == ["n5"]
     assert q.rejected == {"invalid_allocatable": 4}
     assert error_counts(predict(q, {}, [], NOW, PendingSettings())) == {"pending_rejected": 4}
+
+
+def test_a_gpu_node_whose_device_plugin_is_away_is_kept_closed_with_its_capacity():
+    """Allocatable 0 for every GPU resource, capacity 8 (``ksm_node_capacity``): the
+    device plugin is away. Cordoned or not (a plugin crash leaves the node Ready and
+    schedulable), the node is kept with its capacity and takes no new pod, so a pod only
+    it can hold waits (no_schedulable_node), and its running pod stays a holder there.
+    A capacity series of a node with allocatable GPUs is ignored; a malformed one is
+    counted."""
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    samples = {
+        "ksm_nodes": [
+            sample(
+                node="h1", resource="nvidia_com_gpu", label_nvidia_com_gpu_product=h100, value="0"
+            ),
+            sample(node="a1", resource="nvidia_com_gpu", value="8"),
+        ],
+        "ksm_node_capacity": [
+            sample(node="h1", resource="nvidia_com_gpu", value="8"),
+            sample(node="a1", resource="nvidia_com_gpu", value="8"),  # plugin back since
+            sample(node="x1", resource="nvidia_com_gpu", value="nan"),
+            sample(node="", resource="nvidia_com_gpu", value="8"),
+        ],
+        "ksm_pods": [
+            pod_request("run", 2, "Running", "h1"),
+            Sample({**pod_request("waits", 1).labels}, 1, NOW),
+        ],
+        "ksm_pod_meta": [
+            series(uid="uid-waits", meta="nodeselectors", **{kube_state.SELECTOR_LABEL: h100})
+        ],
+        "ksm_pod_times": [Sample({"uid": "uid-waits", "time": "created"}, NOW - 60, NOW)],
+    }
+    q = kube_state.parse(samples, NOW)
+    nodes = {n.name: n for n in q.nodes}
+    assert (nodes["h1"].allocatable, nodes["h1"].product, nodes["h1"].schedulable) == (
+        {"nvidia_com_gpu": 8},
+        h100,
+        False,
+    )
+    assert (nodes["a1"].allocatable, nodes["a1"].schedulable) == ({"nvidia_com_gpu": 8}, True)
+    assert [(h.pod, h.node) for h in q.holders] == [("run", "h1")]
+    assert q.rejected == {"invalid_allocatable": 1, "bad_node_series": 1}
+    result = predict(q, {}, [600.0], NOW, PendingSettings(n_samples=5))
+    assert [(p.pod, p.prediction.status) for p in result.pods] == [("waits", NO_SCHEDULABLE_NODE)]

@@ -382,13 +382,6 @@ def test_the_ksm_fixture_reads_as_real_ksm_under_a_node_target_label(prometheus_
     assert [p.pod for p in q.pending] == ["waits"] and q.holders == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a GPU node whose device plugin is down (allocatable 0, capacity "
-    "still its GPUs, as during a GPU Operator driver upgrade, which cordons it) is left "
-    "out of the queue's nodes, so a pod only it can hold is published never_fits "
-    "instead of no_schedulable_node",
-)
 def test_a_node_under_driver_upgrade_keeps_its_pods_waiting_not_never_fits(
     prometheus_factory, ksm_target
 ):
