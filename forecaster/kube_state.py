@@ -34,6 +34,13 @@ docs/metrics/cluster/node-metrics.md upstream):
   their app containers' sum and their largest init container's.
 - ``kube_pod_status_phase`` (gauge, 1 for the current ``phase``).
 - ``kube_pod_created`` and ``kube_pod_start_time`` (gauges, unix seconds).
+- ``kube_pod_deletion_timestamp`` (gauge, unix seconds; a default pod metric, present
+  only while a pod is being deleted): its ``metadata.deletionTimestamp``, the deletion's
+  time plus the pod's grace period. A running GPU pod being deleted (cancelled,
+  preempted, drained) keeps its phase until the kubelet has stopped it, so it is still
+  a holder; its GPUs free by that time at the latest (``Holder.deletion_timestamp``),
+  whatever its run's forecast says. A pod stuck terminating past it (a finalizer, an
+  unreachable node) is taken to free its GPUs now.
 - ``kube_pod_info`` (gauge 1, ``priority_class`` among its labels). KSM exposes the
   class name, not its value: ``--pending.priority-class NAME=VALUE`` maps names to
   values (unknown names count as 0, the default priority).
@@ -207,6 +214,8 @@ POD_TIMES = _tagged(
     {
         "created": f"kube_pod_created {_PENDING} {_GPU_PODS}",
         "started": f"kube_pod_start_time {_GPU_PODS}",
+        # a GPU pod being deleted: gone by its deletionTimestamp at the latest
+        "deleted": f"max by (uid) (kube_pod_deletion_timestamp) {_GPU_PODS}",
     },
 )
 POD_META = _tagged(
@@ -820,9 +829,11 @@ def parse(
         pods.add(s, rejected, init=True)
     requests = pods.effective()
     phase, unusable = pods.phase, pods.unusable
-    created, started = {}, {}
+    created, started, deleted = {}, {}, {}
     for s in get("ksm_pod_times"):
-        target = {"created": created, "started": started}.get(s.labels.get("time", ""))
+        target = {"created": created, "started": started, "deleted": deleted}.get(
+            s.labels.get("time", "")
+        )
         if target is not None:
             target[s.labels.get("uid", "")] = s.value
     tolerations = _pod_tolerations(get("ksm_pod_meta"), rejected)
@@ -860,7 +871,9 @@ def parse(
             start = started.get(uid)
             start = start if start is not None and math.isfinite(start) else None
             shared = res in shared_of.get(node, {})
-            holders.append(Holder(ns, pod, node, res, units, None, start, shared))
+            gone = deleted.get(uid)
+            gone = gone if gone is not None and math.isfinite(gone) else None
+            holders.append(Holder(ns, pod, node, res, units, None, start, shared, gone))
             if ph == "Pending":
                 scheduled.append((ns, pod))
         elif ph == "Pending":

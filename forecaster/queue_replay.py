@@ -220,6 +220,10 @@ class Holder:
     ``ends``: the forecast's P10/P50/P90 completion timestamps, or None (no forecast:
     an idle notebook, a job that reports no progress, a pod still starting).
     ``started``: when it started, for conditioning a drawn duration on its age.
+    ``deletion_timestamp``: set while the pod is being deleted (cancelled, preempted,
+    drained): its ``metadata.deletionTimestamp``, the deletion's time plus its grace
+    period, by which the kubelet has killed it; its units free then at the latest,
+    whatever its run's forecast says.
     """
 
     namespace: str
@@ -230,6 +234,7 @@ class Holder:
     ends: tuple[float, float, float] | None = None
     started: float | None = None
     shared: bool = False  # holds replicas of a time-sliced device
+    deletion_timestamp: float | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -986,6 +991,8 @@ def _running_now(
         else:
             age = max(0.0, now - h.started) if h.started is not None else 0.0
             end = now + hist.draw(rng, age) - age
+        if h.deletion_timestamp is not None:  # being deleted: gone by then at the latest
+            end = min(end, h.deletion_timestamp)
         end = max(now, end)
         if end <= horizon:
             heapq.heappush(events, (end, len(events), k, pool, h.units))
@@ -1184,7 +1191,8 @@ def naive_start(
     """The naive answer: "when the earliest running job on a suitable node ends" (P50), or now if one fits.
 
     The answer people give by hand; the bench compares the replay with it. inf when
-    no suitable node (of its type, taints tolerated, open) has a holder with a forecast.
+    no suitable node (of its type, taints tolerated, open) has a holder with a forecast
+    or being deleted (gone by its deletion timestamp).
     """
     best = math.inf
     tolerations = _tolerations_of(pod, nodes, request_tolerations)
@@ -1196,8 +1204,11 @@ def naive_start(
         if n.allocatable[pod.resource] - held >= pod.units:
             return now
         for h in holders:
-            if h.node == n.name and h.resource == pod.resource and h.ends is not None:
-                best = min(best, max(now, h.ends[1]))
+            if h.node == n.name and h.resource == pod.resource:
+                end = h.ends[1] if h.ends is not None else math.inf
+                if h.deletion_timestamp is not None:
+                    end = min(end, h.deletion_timestamp)
+                best = min(best, max(now, end))
     return best
 
 

@@ -105,12 +105,6 @@ def deletion_timestamps(deleted: dict[tuple[str, str, str], float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: kube_pod_deletion_timestamp is not read: a running GPU pod being "
-    "deleted (cancelled, preempted, drained) is taken to hold its GPUs until its run's "
-    "forecast end, not until its deletion timestamp (grace period) at the latest",
-)
 def test_gpus_of_a_pod_being_deleted_free_by_its_deletion_timestamp(prometheus_factory, ksm_target):
     """A training pod cancelled a minute ago with a 120 s grace period: the API server set
     its ``deletionTimestamp`` to now + 60 s, and KSM exports it

@@ -447,6 +447,25 @@ def test_holder_without_forecast_uses_history_conditioned_on_age():
     assert starts(r, "p") == (300.0, 300.0, 300.0)
 
 
+def test_a_holder_being_deleted_frees_its_gpus_by_its_deletion_timestamp():
+    """A pod being deleted is gone by its deletion timestamp at the latest: a job
+    forecast to end in 3 h, a notebook with no forecast and no history (held past the
+    horizon otherwise), a job already past its timestamp (stuck terminating: now); a job
+    forecast to end before its timestamp frees at its end."""
+    nodes = [node("n1", 1), node("n2", 1), node("n3", 1), node("n4", 1)]
+    cancelled = Holder(
+        "ml", "cancelled", "n1", G, 1, (NOW + 3 * 3600,) * 3, NOW - 900, False, NOW + 60
+    )
+    notebook = Holder("hub", "jupyter-x", "n2", G, 1, None, NOW - 3600, False, NOW + 30)
+    stuck = Holder("ml", "stuck", "n3", G, 1, (NOW + 3600,) * 3, NOW - 900, False, NOW - 600)
+    early = Holder("ml", "early", "n4", G, 1, (NOW + 20,) * 3, NOW - 900, False, NOW + 3600)
+    for holder, at in ((cancelled, 60.0), (notebook, 30.0), (stuck, 0.0), (early, 20.0)):
+        others = [n for n in nodes if n.name == holder.node]
+        r = replay(others, [holder], [pending("p")], NOW, durations=[], n_samples=5)
+        assert starts(r, "p") == (at, at, at), holder.pod
+        assert naive_start(others, [holder], pending("p"), NOW) == NOW + at
+
+
 def test_intervals_come_from_the_holders_intervals():
     nodes = [node("n1", 1)]
     r = replay(
