@@ -33,7 +33,19 @@ docs/metrics/cluster/node-metrics.md upstream):
   pod is. The requests of pods that arrive later (``ARRIVALS``) are the larger of
   their app containers' sum and their largest init container's.
 - ``kube_pod_status_phase`` (gauge, 1 for the current ``phase``).
-- ``kube_pod_created`` and ``kube_pod_start_time`` (gauges, unix seconds).
+- ``kube_pod_created`` and ``kube_pod_start_time`` (gauges, unix seconds). A pending
+  pod's creation time is its place in the queue. OpenShift's KSM runs with
+  ``--metric-denylist=^kube_.+_created$`` and exports no other time for a pod not yet
+  bound (its scheduled and start times come with the node), so a pending GPU pod
+  without ``kube_pod_created`` is placed by when Prometheus first saw its
+  ``kube_pod_status_phase{phase="Pending"}`` at 1 in the arrival window
+  (``pending_since``: a subquery at 1 min resolution over ``{arrivals}``, asked only
+  for pods without ``kube_pod_created``). Stateless, so the same for ``serve`` and a
+  ``once`` CronJob, across restarts and replicas; pods pending longer than the window
+  all take its start, their order among themselves then the namespace's and name's
+  (``queue_replay.queue_key``). Counted in ``ClusterQueue.created_missing`` (one log
+  line, ``pending.describe``), not as rejected. Pods arriving later (``ARRIVALS``) are
+  read from ``kube_pod_created`` alone: without it none arrive in the replay.
 - ``kube_pod_deletion_timestamp`` (gauge, unix seconds; a default pod metric, present
   only while a pod is being deleted): its ``metadata.deletionTimestamp``, the deletion's
   time plus the pod's grace period. A running GPU pod being deleted (cancelled,
@@ -170,6 +182,9 @@ _REQ = 'kube_pod_container_resource_requests{resource=~"{gpu_resources}"}'
 _INIT_REQ = 'kube_pod_init_container_resource_requests{resource=~"{gpu_resources}"}'
 _GPU_PODS = f"and on (uid) ({_REQ} or {_INIT_REQ})"
 _PENDING = 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
+# per series, not ``max by (uid)``: an aggregation at each of a subquery's steps over
+# every pod of the cluster cost four times the rest of the queue's query
+_PENDING_NOW = 'kube_pod_status_phase{phase="Pending"} == 1'
 _ALLOCATABLE = 'kube_node_status_allocatable{resource=~"{gpu_resources}"}'
 _GPU_NODES = f"and on (node) {_ALLOCATABLE}"
 
@@ -216,6 +231,14 @@ POD_TIMES = _tagged(
         "started": f"kube_pod_start_time {_GPU_PODS}",
         # a GPU pod being deleted: gone by its deletionTimestamp at the latest
         "deleted": f"max by (uid) (kube_pod_deletion_timestamp) {_GPU_PODS}",
+        # a pending GPU pod without kube_pod_created (OpenShift's KSM denylists
+        # ^kube_.+_created$): when Prometheus first saw it Pending in the arrival window
+        # (the subquery's 1 min steps, or now for a pod newer than the last step)
+        "pending_since": (
+            f"min by (uid) (min_over_time(timestamp({_PENDING_NOW})[{{arrivals}}:1m]) "
+            f"or timestamp({_PENDING_NOW})) unless on (uid) kube_pod_created "
+            f"{_PENDING} {_GPU_PODS}"
+        ),
     },
 )
 POD_META = _tagged(
@@ -371,6 +394,9 @@ class ClusterQueue:
     spelling) of pending pods that no GPU node's ``kube_node_labels`` shows, each with
     the number of pending pods selecting it; not held against any node (``_checkable``).
     ``selectors_checked``: the keys (sorted) of pending pods' nodeSelectors that were.
+    ``created_missing``: pending pods without
+    ``kube_pod_created``, queued by when Prometheus first saw them Pending within the
+    arrival window (module docstring).
     """
 
     nodes: tuple[Node, ...] = ()
@@ -384,6 +410,7 @@ class ClusterQueue:
     tolerations_read: tuple[str, ...] = ()
     selectors_unchecked: Mapping[str, int] = field(default_factory=dict)
     selectors_checked: tuple[str, ...] = ()
+    created_missing: int = 0
 
 
 def _units(value: float) -> int | None:
@@ -829,11 +856,14 @@ def parse(
         pods.add(s, rejected, init=True)
     requests = pods.effective()
     phase, unusable = pods.phase, pods.unusable
-    created, started, deleted = {}, {}, {}
+    created, started, deleted, since = {}, {}, {}, {}
     for s in get("ksm_pod_times"):
-        target = {"created": created, "started": started, "deleted": deleted}.get(
-            s.labels.get("time", "")
-        )
+        target = {
+            "created": created,
+            "started": started,
+            "deleted": deleted,
+            "pending_since": since,
+        }.get(s.labels.get("time", ""))
         if target is not None:
             target[s.labels.get("uid", "")] = s.value
     tolerations = _pod_tolerations(get("ksm_pod_meta"), rejected)
@@ -859,6 +889,7 @@ def parse(
     holders, pending, scheduled = [], [], []
     missing_in: set[str] = set()  # namespaces of pending pods without toleration series
     read_in: set[str] = set()  # ... and of those with
+    first_seen = 0  # pending pods without kube_pod_created, placed by pending_since
     for uid, (ns, pod, node, res, units) in sorted(requests.items()):
         ph = phase.get(uid)
         if ph == "Running" or (ph == "Pending" and node):
@@ -878,6 +909,9 @@ def parse(
                 scheduled.append((ns, pod))
         elif ph == "Pending":
             c = created.get(uid)
+            if c is None and uid in since:  # kube_pod_created missing (module docstring)
+                c = since[uid]
+                first_seen += 1
             if c is None or not math.isfinite(c) or c > now + 300:
                 rejected["bad_created"] += 1
                 continue
@@ -911,4 +945,5 @@ def parse(
         tuple(sorted(read_in)),
         dict(unchecked),
         tuple(sorted(checked)),
+        first_seen,
     )

@@ -95,6 +95,9 @@ class PendingSet:
     # first across cycles)
     selectors_unchecked: Mapping[str, int] = field(default_factory=dict)
     selectors_checked: tuple[str, ...] = ()
+    # ClusterQueue's: pending pods without kube_pod_created, queued by when Prometheus
+    # first saw them Pending
+    created_missing: int = 0
 
 
 def predict(
@@ -170,6 +173,7 @@ def predict(
         tolerations_read=queue.tolerations_read,
         selectors_unchecked=queue.selectors_unchecked,
         selectors_checked=queue.selectors_checked,
+        created_missing=queue.created_missing,
     )
 
 
@@ -182,6 +186,9 @@ REJECTED_REASON = "pending_rejected"
 TAINTS_IGNORED = "taints_ignored"
 # not an error counted either: nodeSelector keys of pending pods that no node label shows
 SELECTORS_UNCHECKED = "selectors_unchecked"
+# not an error counted: no kube_pod_created for some pending pods, queued by when
+# Prometheus first saw them Pending
+CREATED_MISSING = "created_missing"
 
 
 def error_counts(pending: PendingSet | None) -> dict[str, int]:
@@ -224,6 +231,13 @@ def describe(pending: PendingSet | None) -> str:
             "shows (not in kube-state-metrics' --metric-labels-allowlist=nodes=[...]): "
             "those keys are not held against any node (docs/pending.md)"
         )
+    if pending.created_missing:
+        parts.append(
+            "kube-state-metrics shows no creation time for pending GPU pods "
+            "(kube_pod_created missing: OpenShift's KSM denylists ^kube_.+_created$): they "
+            "are queued by when Prometheus first saw them Pending, within "
+            "--pending.arrivals-window (docs/pending.md)"
+        )
     if pending.skipped:
         parts.append(
             f"{pending.skipped} pending pods past --pending.max-pods (no prediction, and none "
@@ -242,7 +256,8 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
     whether any pod is past ``--pending.max-pods``, taints are not applied or which
     nodeSelector keys are not checked. Not the number skipped, nor of pods selecting a
     key, which move with the queue every cycle (the counter has the former): one line
-    per change, not per cycle."""
+    per change, not per cycle; likewise whether creation times are missing, not for how
+    many pods."""
     rejected = tuple(sorted((k, v) for k, v in pending.rejected.items() if v > 0))
     skipped = ((SKIPPED_REASON, 1),) if pending.skipped > 0 else ()
     ignored = (
@@ -255,7 +270,8 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
         if pending.selectors_unchecked
         else ()
     )
-    return (*rejected, *skipped, *ignored, *unchecked)
+    missing = ((CREATED_MISSING, 1),) if pending.created_missing > 0 else ()
+    return (*rejected, *skipped, *ignored, *unchecked, *missing)
 
 
 def _namespaces(names: Sequence[str], shown: int = 5) -> str:

@@ -1543,6 +1543,80 @@ def test_a_node_whose_gpu_count_is_no_count_is_counted_not_dropped_unseen():
     assert error_counts(predict(q, {}, [], NOW, PendingSettings())) == {"pending_rejected": 4}
 
 
+def _denylisted_created_history(now: float) -> str:
+    """Pending GPU pods as OpenShift's KSM shows them (no ``kube_pod_created``), every
+    60 s since each was created: ``a-late`` (10 min ago), ``b-early`` (40 min), ``c-old``
+    (3 h: before the arrival window); ``d-created`` (since 20 min, but KSM shows it
+    created 5000 s ago) has its ``kube_pod_created``. One GPU, held by ``run``."""
+    from tests.integration.test_forecaster_prometheus import om_add, om_text
+
+    fams: dict[str, list[str]] = {}
+    gpu = {"resource": "nvidia_com_gpu", "unit": "integer"}
+    pods = {"a-late": 600, "b-early": 2400, "c-old": 3 * 3600, "d-created": 1200, "run": 900}
+    for pod, age in pods.items():
+        ids = {"namespace": "ml", "pod": pod, "uid": f"u-{pod}"}
+        bound = {"node": "n1"} if pod == "run" else {}
+        ts = now - age
+        while ts <= now - 5:
+            for phase in ("Pending", "Running"):
+                value = float((phase == "Running") == (pod == "run"))
+                om_add(fams, "kube_pod_status_phase", {**ids, "phase": phase}, value, ts)
+            om_add(
+                fams,
+                "kube_pod_container_resource_requests",
+                {**ids, "container": "c", **bound, **gpu},
+                1.0,
+                ts,
+            )
+            if pod == "d-created":
+                om_add(fams, "kube_pod_created", ids, now - 5000, ts)
+            if pod == "run":
+                om_add(fams, "kube_pod_start_time", ids, now - age, ts)
+                om_add(fams, "kube_node_status_allocatable", {"node": "n1", **gpu}, 1.0, ts)
+            ts += 60
+    return om_text(fams)
+
+
+def test_pending_pods_without_created_series_queue_by_when_first_seen_pending(
+    tmp_path, prometheus_factory, caplog
+):
+    """OpenShift's KSM denylists ``^kube_.+_created$``: a pending GPU pod without
+    ``kube_pod_created`` is queued by when Prometheus first saw it Pending (1 min
+    steps), one pending longer than the arrival window (1 h) from its start; a pod
+    with the series keeps its creation time. They are counted (``created_missing``),
+    not rejected, and the service logs that once, not every cycle."""
+    from gpu_eta.forecaster.queue_replay import queue_key
+
+    now = time.time()
+    om = tmp_path / "ksm.om"
+    om.write_text(_denylisted_created_history(now))
+    prom = prometheus_factory([], backfill_files=[om])
+    q = kube_state.parse(ksm_samples(PromClient(prom.url), now), now)
+    created = {p.pod: p.created - now for p in q.pending}
+    assert [p.pod for p in sorted(q.pending, key=queue_key)] == [
+        "d-created",
+        "c-old",
+        "b-early",
+        "a-late",
+    ]
+    assert created["d-created"] == pytest.approx(-5000, abs=1)
+    for pod, age in (("a-late", 600), ("b-early", 2400), ("c-old", 3600)):
+        assert created[pod] == pytest.approx(-age, abs=61), pod
+    assert (q.created_missing, q.rejected) == (3, {})
+    ends = {("ml", "run"): (now + 600,) * 3}
+    result = predict(q, ends, [500.0], now, PendingSettings(n_samples=5))
+    p50 = {p.pod: p.prediction.starts[1] - now for p in result.pods}
+    assert [p50[p] for p in ("d-created", "c-old", "b-early", "a-late")] == pytest.approx(
+        [600, 1100, 1600, 2100], abs=1
+    )
+    state = ServiceState()
+    with caplog.at_level("WARNING", logger="gpu_eta.forecaster.publish"):
+        for _ in range(3):
+            state.success(ForecastSet(timestamp=now, pending=result), 0.1, now)
+    lines = [r.getMessage() for r in caplog.records if "no creation time" in r.getMessage()]
+    assert len(lines) == 1 and "first saw them Pending" in lines[0]
+
+
 def test_a_gpu_node_whose_device_plugin_is_away_is_kept_closed_with_its_capacity():
     """Allocatable 0 for every GPU resource, capacity 8 (``ksm_node_capacity``): the
     device plugin is away. Cordoned or not (a plugin crash leaves the node Ready and

@@ -147,12 +147,6 @@ def without_family(text: str, name: str) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: kube_pod_created is the only creation time read; OpenShift's "
-    "kube-state-metrics denylists ^kube_.+_created$, so every pending GPU pod is "
-    "rejected bad_created and the queue gets no prediction at all",
-)
 def test_pending_pods_are_predicted_where_ksm_denylists_created_series(
     prometheus_factory, ksm_target
 ):
