@@ -662,7 +662,7 @@ def test_a_node_or_pod_beyond_the_bounds_keeps_no_taint_or_toleration():
 
 
 def test_query_count_is_fixed():
-    assert len(kube_state.QUERIES) == 8
+    assert len(kube_state.QUERIES) == 9
     for template in kube_state.QUERIES.values():
         assert "{arrivals}" not in kube_state.render(template, 600)
 
