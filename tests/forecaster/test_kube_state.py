@@ -1659,3 +1659,50 @@ def test_a_gpu_node_whose_device_plugin_is_away_is_kept_closed_with_its_capacity
     assert q.rejected == {"invalid_allocatable": 1, "bad_node_series": 1}
     result = predict(q, {}, [600.0], NOW, PendingSettings(n_samples=5))
     assert [(p.pod, p.prediction.status) for p in result.pods] == [("waits", NO_SCHEDULABLE_NODE)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: StartTracker keys predictions by (namespace, pod) and keeps them for "
+    "the vanish grace: a pending pod deleted and recreated under the same name within "
+    "10 minutes (a Kubeflow job resubmitted, a StatefulSet pod) has the deleted pod's "
+    "predictions scored against the new pod's start, widening every interval",
+)
+def test_a_pod_deleted_and_recreated_under_its_name_is_scored_on_its_own_predictions():
+    """``trainer-master-0`` waits, predicted to start at +100 s (P10-P90 +90..+110 s);
+    its job is deleted at +30 s (read gone, GPU nodes read: not a KSM gap) and
+    resubmitted at +300 s under the same pod name (a new uid), predicted +600 s, and
+    starts at +600 s: a perfect prediction. The deleted pod's predictions, made for a
+    pod that never started, are scored too (50 half-intervals late)."""
+    from gpu_eta.forecaster.kube_state import ClusterQueue
+    from gpu_eta.forecaster.pending import PendingSet, PodStart, StartTracker
+    from gpu_eta.forecaster.queue_replay import (
+        Holder,
+        Node,
+        PendingPod,
+        StartCalibrator,
+        StartPrediction,
+    )
+
+    gpu, node = "nvidia_com_gpu", Node("n1", {"nvidia_com_gpu": 1}, "A100")
+    tracker = StartTracker(StartCalibrator(min_obs=1), forget_seconds=600.0)
+    name = "trainer-master-0"
+    first = PendingPod("ml", name, gpu, 1, NOW - 10)
+    early = StartPrediction(PREDICTED, (NOW + 90, NOW + 100, NOW + 110), 1.0)
+    tracker.update(
+        ClusterQueue(nodes=(node,), pending=(first,)),
+        PendingSet(pods=(PodStart("ml", name, gpu, 1, NOW, early),)),
+        NOW,
+    )
+    tracker.update(ClusterQueue(nodes=(node,)), PendingSet(), NOW + 30)  # deleted
+    again = PendingPod("ml", name, gpu, 1, NOW + 300)
+    late = StartPrediction(PREDICTED, (NOW + 590, NOW + 600, NOW + 610), 1.0)
+    tracker.update(
+        ClusterQueue(nodes=(node,), pending=(again,)),
+        PendingSet(pods=(PodStart("ml", name, gpu, 1, NOW + 300, late),)),
+        NOW + 300,
+    )
+    running = (Holder("ml", name, "n1", gpu, 1, None, NOW + 600),)
+    tracker.update(ClusterQueue(nodes=(node,), holders=running), PendingSet(), NOW + 630)
+    assert tracker.calibrator.n_obs == 1
+    assert tracker.calibrator.scale == 0.5  # one exact prediction: the narrowest scale
