@@ -396,7 +396,10 @@ class ClusterQueue:
     ``selectors_checked``: the keys (sorted) of pending pods' nodeSelectors that were.
     ``created_missing``: pending pods without
     ``kube_pod_created``, queued by when Prometheus first saw them Pending within the
-    arrival window (module docstring).
+    arrival window (module docstring). ``nodes_read``: the GPU nodes (sorted) whose
+    allocatable the read shows, those left out of ``nodes`` (every GPU 0 allocatable
+    without a capacity, or malformed) too: present in the read, so not kept as last
+    read by ``last_seen`` (the read says they have no GPU to give).
     """
 
     nodes: tuple[Node, ...] = ()
@@ -411,6 +414,7 @@ class ClusterQueue:
     selectors_unchecked: Mapping[str, int] = field(default_factory=dict)
     selectors_checked: tuple[str, ...] = ()
     created_missing: int = 0
+    nodes_read: tuple[str, ...] = ()
 
 
 def _units(value: float) -> int | None:
@@ -946,4 +950,7 @@ def parse(
         dict(unchecked),
         tuple(sorted(checked)),
         first_seen,
+        # every GPU node's allocatable series, 0 included: the other node parts are
+        # read for those nodes only
+        nodes_read=tuple(sorted({s.labels.get("node", "") for s in get("ksm_nodes")} - {""})),
     )

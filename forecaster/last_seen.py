@@ -13,7 +13,11 @@ So a GPU node read before and absent now is given to the replay as it was last r
 with the GPU pods last read running on it that are absent now too (a node without its
 holders would look free: every pod waiting for it predicted to start at once), for
 ``grace_seconds`` after it was last read (the forecaster's ``--history.vanish-grace``,
-which the runs' series get for the same reasons). A node read again is as read. Pods
+which the runs' series get for the same reasons). A node read again is as read. A node
+the read shows with no GPU to give (every GPU 0 allocatable and no capacity, so not
+among the read's nodes: ``ClusterQueue.nodes_read``) is not missing: its shard is up
+and says so, and it is not given back its old GPUs (pods waiting for them would be
+predicted to start there at once). Pods
 of a missing shard on nodes still read are not kept (a pod that ends looks the same,
 every few minutes on a busy cluster): their GPUs look free until the shard is back.
 
@@ -55,6 +59,11 @@ class LastSeen:
         for n in queue.nodes:
             self._seen[n.name] = (n, tuple(on.get(n.name, ())), now)
         read = {n.name for n in queue.nodes}
+        # read without a GPU to give (allocatable 0: a GPU unhealthy, its device plugin
+        # down, a MIG reconfiguration): present, and its last GPUs are not its GPUs now
+        for name in set(queue.nodes_read) - read:
+            self._seen.pop(name, None)
+        read.update(queue.nodes_read)
         for name in [k for k, (_, _, t) in self._seen.items() if now - t > self.grace_seconds]:
             del self._seen[name]
         missing = sorted(name for name in self._seen if name not in read)

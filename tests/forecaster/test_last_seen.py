@@ -49,3 +49,14 @@ def test_an_empty_read_keeps_every_node_and_a_zero_grace_none():
     off = LastSeen(grace_seconds=0.0)
     off.fill(BOTH, NOW)
     assert off.fill(ClusterQueue(), NOW + 60) == (ClusterQueue(), Kept())
+
+
+def test_a_node_read_without_gpus_is_present_and_forgotten():
+    """A node the read shows with every GPU 0 allocatable (``nodes_read``, not among the
+    nodes) is not kept with its old GPUs, then or when it leaves the read later."""
+    seen = LastSeen(grace_seconds=600.0)
+    seen.fill(BOTH, NOW)
+    no_gpu = ClusterQueue(nodes=(A100,), holders=(RUN,), nodes_read=("a100-1", "h100-1"))
+    assert seen.fill(no_gpu, NOW + 60) == (no_gpu, Kept())
+    gone = ClusterQueue(nodes=(A100,))
+    assert seen.fill(gone, NOW + 120) == (gone, Kept())

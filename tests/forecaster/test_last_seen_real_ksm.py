@@ -43,13 +43,6 @@ def ksm_target() -> Iterator[tuple[str, list[str]]]:
     server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a GPU node read with allocatable 0 (its GPU unhealthy, the device "
-    "plugin down, a MIG reconfiguration) is taken for a node missing from the read and "
-    "kept by last_seen with its old GPUs for the vanish grace: pods waiting for its GPU "
-    "type are predicted to start there at once for 10 minutes",
-)
 def test_a_node_read_with_no_allocatable_gpu_is_not_kept_with_its_old_gpus(
     prometheus_factory, ksm_target
 ):
