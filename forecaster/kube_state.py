@@ -32,7 +32,12 @@ docs/metrics/cluster/node-metrics.md upstream):
   (the node keeps the effective request for the pod's life): it is read as any GPU
   pod is. The requests of pods that arrive later (``ARRIVALS``) are the larger of
   their app containers' sum and their largest init container's.
-- ``kube_pod_status_phase`` (gauge, 1 for the current ``phase``).
+- ``kube_pod_status_phase`` (gauge, 1 for the current ``phase``). Pods Pending or
+  Running are the queue; a GPU pod Succeeded or Failed is read only on a node whose
+  allocatable the read lacks (``POD_TIMES``' ``finished``, ``ClusterQueue.finished``):
+  with KSM sharded, the node's shard down and the pod's up, it tells ``last_seen`` not
+  to keep the pod as a holder of the node it keeps (KSM writes a finished pod's
+  requests, with its node, until the pod is deleted).
 - ``kube_pod_created`` and ``kube_pod_start_time`` (gauges, unix seconds). A pending
   pod's creation time is its place in the queue. OpenShift's KSM runs with
   ``--metric-denylist=^kube_.+_created$`` and exports no other time for a pod not yet
@@ -239,6 +244,14 @@ POD_TIMES = _tagged(
             f"or timestamp({_PENDING_NOW})) unless on (uid) kube_pod_created "
             f"{_PENDING} {_GPU_PODS}"
         ),
+        # a GPU pod finished (Succeeded, Failed) on a node the read does not show (its
+        # KSM shard down, the pod's up): not a holder of the node kept as last read
+        # (last_seen); no series while every GPU node is read
+        "finished": (
+            "max by (namespace, pod, uid) "
+            '(kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1) '
+            f"and on (uid) (({_REQ} or {_INIT_REQ}) unless on (node) {_ALLOCATABLE})"
+        ),
     },
 )
 POD_META = _tagged(
@@ -399,7 +412,10 @@ class ClusterQueue:
     arrival window (module docstring). ``nodes_read``: the GPU nodes (sorted) whose
     allocatable the read shows, those left out of ``nodes`` (every GPU 0 allocatable
     without a capacity, or malformed) too: present in the read, so not kept as last
-    read by ``last_seen`` (the read says they have no GPU to give).
+    read by ``last_seen`` (the read says they have no GPU to give). ``finished``: the
+    GPU pods (namespace, pod; sorted) the read shows Succeeded or Failed on a node whose
+    allocatable it does not show: ``last_seen`` does not keep them as holders of that
+    node (their GPUs are free).
     """
 
     nodes: tuple[Node, ...] = ()
@@ -415,6 +431,7 @@ class ClusterQueue:
     selectors_checked: tuple[str, ...] = ()
     created_missing: int = 0
     nodes_read: tuple[str, ...] = ()
+    finished: tuple[tuple[str, str], ...] = ()
 
 
 def _units(value: float) -> int | None:
@@ -953,4 +970,13 @@ def parse(
         # every GPU node's allocatable series, 0 included: the other node parts are
         # read for those nodes only
         nodes_read=tuple(sorted({s.labels.get("node", "") for s in get("ksm_nodes")} - {""})),
+        finished=tuple(
+            sorted(
+                {
+                    (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+                    for s in get("ksm_pod_times")
+                    if s.labels.get("time") == "finished"
+                }
+            )
+        ),
     )

@@ -71,6 +71,8 @@ class LastSeen:
             return queue, Kept()
         present = {(h.namespace, h.pod) for h in queue.holders}
         present.update((p.namespace, p.pod) for p in queue.pending)
+        # read finished (the pod's KSM shard up, the node's down): its GPUs are free
+        present.update(queue.finished)
         nodes = [self._seen[name][0] for name in missing]
         holders = [
             h

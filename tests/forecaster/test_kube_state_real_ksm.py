@@ -406,3 +406,26 @@ def test_a_node_under_driver_upgrade_keeps_its_pods_waiting_not_never_fits(
     assert [(p.pod, p.prediction.status) for p in result.pods] == [
         ("waits-h100", NO_SCHEDULABLE_NODE)
     ]
+
+
+def test_finished_gpu_pods_are_read_only_on_nodes_the_read_lacks(prometheus_factory, ksm_target):
+    """``ClusterQueue.finished`` (``POD_TIMES``' ``finished``): a GPU pod Failed on a node
+    the read shows is not read at all (no answer while every GPU node is read, however
+    many finished pods the cluster keeps); one Succeeded on a node whose series are
+    missing (its KSM shard down) is, so ``last_seen`` does not keep it as a holder."""
+    target, body = ksm_target
+    now = time.time()
+    node = KsmNode("g-1", {GPU: 1}, {PRODUCT: "Tesla-T4"})
+    pods = [
+        KsmPod("ml", "failed", "u1", "Failed", now - 900, {GPU: 1}, node="g-1"),
+        KsmPod("ml", "done", "u2", "Succeeded", now - 900, {GPU: 8}, node="h-1"),
+    ]
+    body[0] = exposition([node], pods, label_allowlist=(PRODUCT,))
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Succeeded"} == 1', min_results=1)
+    prom.wait_for("kube_node_status_allocatable", min_results=1)
+    client = PromClient(prom.url)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(client, now), now)
+    assert q.finished == (("ml", "done"),)
+    assert q.holders == () and [n.name for n in q.nodes] == ["g-1"]

@@ -60,3 +60,13 @@ def test_a_node_read_without_gpus_is_present_and_forgotten():
     assert seen.fill(no_gpu, NOW + 60) == (no_gpu, Kept())
     gone = ClusterQueue(nodes=(A100,))
     assert seen.fill(gone, NOW + 120) == (gone, Kept())
+
+
+def test_a_holder_read_finished_is_not_kept_on_a_missing_node():
+    """The node's KSM shard down, the pod's up showing it Succeeded or Failed
+    (``ClusterQueue.finished``): the node is kept, without that pod on it."""
+    seen = LastSeen(grace_seconds=600.0)
+    seen.fill(BOTH, NOW)
+    filled, kept = seen.fill(ClusterQueue(nodes=(A100,), finished=(("ml", "h-run"),)), NOW + 60)
+    assert filled.nodes == (A100, H100) and filled.holders == ()
+    assert kept.nodes == ("h100-1",)

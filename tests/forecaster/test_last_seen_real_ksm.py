@@ -87,13 +87,6 @@ def test_a_node_read_with_no_allocatable_gpu_is_not_kept_with_its_old_gpus(
     assert kept.nodes == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: last_seen keeps a missing node's holders that the read shows "
-    "finished (kube_pod_status_phase Succeeded, served by a KSM shard that is up): the "
-    "finished pod holds the node's GPUs for the vanish grace and pods waiting for them "
-    "are predicted to start at its old forecast end",
-)
 def test_a_pod_read_succeeded_is_not_kept_as_holder_of_a_node_missing_from_the_read(
     prometheus_factory, ksm_target
 ):
