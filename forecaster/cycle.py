@@ -107,7 +107,8 @@ class Cycle:
         # GPU nodes missing from a KSM read (a shard down, KSM restarting) kept as last
         # read for the vanish grace; in memory only (last_seen)
         self._last_seen = LastSeen(self.settings.vanish_grace_seconds)
-        self._kept_said: tuple[str, ...] = ()  # the kept nodes the log last named
+        self._kept_said: tuple[str, ...] = ()  # the kept open nodes the log last warned of
+        self._kept_closed_said: tuple[str, ...] = ()  # ... the closed ones (debug)
         # runs' plans, starts, batch sizes, pod labels, GPU models: read in full now
         # and then, otherwise only for runs not seen yet (static_series)
         self._static = StaticSeries(self.settings.static_full_every)
@@ -442,20 +443,39 @@ class Cycle:
             return None
 
     def _log_kept(self, kept: Kept, now: float) -> None:
-        """One WARNING when GPU nodes go missing from the queue's read and are kept as
-        last read (``last_seen``), again when which ones changes; one INFO when none is
-        kept any more (read again, or past the grace). Not one line per cycle: a shard
-        can stay down for the whole grace."""
-        if kept.nodes == self._kept_said:
+        """One WARNING when GPU nodes that were open when last read go missing from the
+        queue's read and are kept as last read (``last_seen``), again when which ones
+        changes; one INFO when none such is kept any more (read again, or past the
+        grace). Not one line per cycle: a shard can stay down for the whole grace.
+
+        Nodes that were closed when last read (cordoned, not Ready, tainted by an
+        autoscaler removing them) are kept the same way, said at DEBUG only: such a
+        node leaving is what a scale-down looks like (an autoscaler taints, then
+        deletes; a drain cordons, then deletes), every few minutes on a spot pool, and
+        blaming KSM for each would bury the warning meant for a shard down. A shard
+        down takes open nodes too, unless every node it serves was closed."""
+        if kept.closed != self._kept_closed_said:
+            if kept.closed:
+                log.debug(
+                    "kube-state-metrics read lacks %d GPU node(s) closed when last read "
+                    "(%s): removed (an autoscaler's scale-down, a drain)? Kept closed as "
+                    "last read, with their pods, for up to %.0fs",
+                    len(kept.closed),
+                    ", ".join(kept.closed),
+                    self._last_seen.grace_seconds,
+                )
+            self._kept_closed_said = kept.closed
+        loud = kept.open
+        if loud == self._kept_said:
             return
-        if kept.nodes:
-            shown = ", ".join(kept.nodes[:5])
-            more = f" and {len(kept.nodes) - 5} more" if len(kept.nodes) > 5 else ""
+        if loud:
+            shown = ", ".join(loud[:5])
+            more = f" and {len(loud) - 5} more" if len(loud) > 5 else ""
             log.warning(
-                "kube-state-metrics read lacks %d GPU node(s) it showed %.0fs ago (%s%s): "
-                "a KSM shard or replica down, or KSM restarting? They are kept as last "
-                "read, with their pods, for up to %.0fs (docs/pending.md)",
-                len(kept.nodes),
+                "kube-state-metrics read lacks %d GPU node(s) it showed open %.0fs ago "
+                "(%s%s): a KSM shard or replica down, or KSM restarting? They are kept "
+                "as last read, with their pods, for up to %.0fs (docs/pending.md)",
+                len(loud),
                 now - (kept.since if kept.since is not None else now),
                 shown,
                 more,
@@ -463,7 +483,7 @@ class Cycle:
             )
         else:
             log.info("kube-state-metrics read: no GPU node kept as last read any more")
-        self._kept_said = kept.nodes
+        self._kept_said = loud
 
     def _log_queue_partial(self, said: Sequence[str], read_partial: bool) -> None:
         """Say once that the queue's answer is partial (kube-state-metrics series of a

@@ -7,7 +7,9 @@ KSM restarting takes its nodes out of the queue's read at once, with no warning 
 Prometheus. A pod whose GPU type only those nodes offer would then be published
 ``never_fits`` (and the alert ``GpuEtaPodPendingNoStart`` would fire) for as long as
 the shard is away. A node that really leaves the cluster (an autoscaler's scale-down)
-looks the same in one read; told apart only by time, it is kept for the grace too.
+looks the same in one read; told apart only by time, it is kept for the grace too
+(closed when last read, as an autoscaler's taint or a drain leaves it, it is named in
+``Kept.closed``, which the cycle logs at DEBUG only).
 
 So a GPU node read before and absent now is given to the replay as it was last read,
 with the GPU pods last read running on it that are absent now too (a node without its
@@ -35,11 +37,22 @@ from gpu_eta.forecaster.queue_replay import Holder, Node, policy_taints
 
 @dataclass(frozen=True, slots=True)
 class Kept:
-    """The nodes one ``LastSeen.fill`` added, by name, and since when the one read
-    longest ago has been missing (its last read); for the cycle's log line."""
+    """The nodes one ``LastSeen.fill`` added, by name; ``closed``: those of them that took
+    no new pod when last read (cordoned, not Ready, tainted by an autoscaler removing
+    them, their device plugin away); ``since``: the last read of the node read longest ago among the others (the
+    ones missing while open), or among all when every one was closed. For the cycle's
+    log: a node that was closed and then leaves the read is most likely removed (an
+    autoscaler's scale-down, a drain then a delete), one that was open most likely
+    served by a KSM shard that is away."""
 
     nodes: tuple[str, ...] = ()
     since: float | None = None
+    closed: tuple[str, ...] = ()
+
+    @property
+    def open(self) -> tuple[str, ...]:
+        """The kept nodes that were open (took new pods) when last read."""
+        return tuple(n for n in self.nodes if n not in self.closed)
 
 
 class LastSeen:
@@ -86,4 +99,6 @@ class LastSeen:
             holders=(*queue.holders, *holders),
             tainted_nodes=queue.tainted_nodes + sum(1 for n in nodes if policy_taints(n)),
         )
-        return filled, Kept(tuple(missing), min(self._seen[name][2] for name in missing))
+        closed = tuple(name for name in missing if not self._seen[name][0].schedulable)
+        loud = [name for name in missing if name not in closed] or missing
+        return filled, Kept(tuple(missing), min(self._seen[name][2] for name in loud), closed)

@@ -1527,3 +1527,45 @@ def test_a_run_stored_after_its_pod_let_go_of_its_gpu_keeps_its_gpu_features(
     fs = cycle.run()
     (job_b,) = fs.jobs
     assert job_b.forecast.method == "durations" and job_b.forecast.p50 == 340.0 - 20.0
+
+
+def test_a_node_leaving_the_read_while_open_warns_and_one_leaving_closed_does_not(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``_log_kept``: a GPU node that was open when last read and leaves the read (a KSM
+    shard down) is warned of, once; one closed when last read (cordoned: a drain, an
+    autoscaler's scale-down) is kept quietly, at DEBUG, whether alone or several."""
+    gpu = {"resource": "nvidia_com_gpu"}
+
+    def ksm(*nodes: str, cordoned: tuple[str, ...] = ()) -> dict[str, list[Sample]]:
+        return {
+            "ksm_nodes": [s(1, node=n, **gpu) for n in nodes],
+            "ksm_node_state": [s(1, node=n, state="cordoned") for n in cordoned],
+            "ksm_pods": [s(1, namespace="ml", pod="waits", uid="u2", phase="Pending", **gpu)],
+            "ksm_pod_times": [s(NOW - 50, uid="u2", time="created")],
+        }
+
+    base = job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300)
+    client = CannedClient(merge(base, ksm("n1", "n2", "n3", cordoned=("n2", "n3"))))
+    cycle = make_cycle(client, store)
+    cycle.run()
+
+    def warned(answer: dict[str, list[Sample]]) -> list[str]:
+        client.answers = merge(base, answer)
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="gpu_eta"):
+            assert cycle.run().pending is not None
+        return [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "INFO")]
+
+    said = warned(ksm("n1"))  # both cordoned nodes removed at once: quiet
+    assert not [m for m in said if "lacks" in m], said
+    assert any("closed when last read (n2, n3)" in r.getMessage() for r in caplog.records)
+    said = warned(ksm())  # the open one goes too: a shard down?
+    assert [m for m in said if "lacks" in m] == [
+        "kube-state-metrics read lacks 1 GPU node(s) it showed open 0s ago (n1): a KSM "
+        "shard or replica down, or KSM restarting? They are kept as last read, with their "
+        "pods, for up to 600s (docs/pending.md)"
+    ]
+    assert warned(ksm()) == []  # said once
+    said = warned(ksm("n1"))
+    assert said == ["kube-state-metrics read: no GPU node kept as last read any more"]

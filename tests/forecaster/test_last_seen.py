@@ -70,3 +70,16 @@ def test_a_holder_read_finished_is_not_kept_on_a_missing_node():
     filled, kept = seen.fill(ClusterQueue(nodes=(A100,), finished=(("ml", "h-run"),)), NOW + 60)
     assert filled.nodes == (A100, H100) and filled.holders == ()
     assert kept.nodes == ("h100-1",)
+
+
+def test_kept_names_the_nodes_closed_when_last_read():
+    """A node cordoned or being removed when last read is kept, named in ``closed``;
+    ``since`` is the open ones' last read when any is kept."""
+    seen = LastSeen(grace_seconds=600.0)
+    leaving = Node("a100-1", {GPU: 8}, "NVIDIA-A100-SXM4-80GB", schedulable=False)
+    seen.fill(ClusterQueue(nodes=(leaving, H100)), NOW - 100)
+    seen.fill(ClusterQueue(nodes=(H100,)), NOW)
+    filled, kept = seen.fill(ClusterQueue(), NOW + 60)
+    assert filled.nodes == (leaving, H100)
+    assert kept.nodes == ("a100-1", "h100-1") and kept.closed == ("a100-1",)
+    assert kept.open == ("h100-1",) and kept.since == NOW

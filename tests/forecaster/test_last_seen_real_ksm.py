@@ -217,13 +217,6 @@ def test_a_pod_pinned_by_hostname_waits_for_its_node_on_default_allowlist(
     assert pod.prediction.starts[1] == pytest.approx(now + 7200, abs=120)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a node an autoscaler removes (tainted ToBeDeletedByClusterAutoscaler "
-    "when last read) logs the WARNING 'a KSM shard or replica down, or KSM restarting?' "
-    "when it leaves, and an INFO 10 minutes later: every scale-down of a churning GPU "
-    "pool (spot nodes) blames KSM",
-)
 def test_a_node_the_autoscaler_removed_is_not_reported_as_a_ksm_shard_down(
     prometheus_factory, ksm_target, tmp_path, caplog
 ):
