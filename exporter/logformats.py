@@ -14,23 +14,14 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - Keras epoch header: ``Epoch 3/15`` (1-based: epoch 3 starts, 2 are done)
 - Keras step bar, Keras 2 and 3: ``50000/50000 [====...] - 10s 199us/sample - loss: 1.55``
   and ``12/12 ━━━━━━━━ 1s 59ms/step - accuracy: 0.34 - loss: 0.98``; complete
-  (no ``ETA``) ⇒ the epoch is done. After a header, a bar of another step count
-  than the epoch's first, or one starting again after the epoch's bar ended, is
-  ``evaluate``'s or ``predict``'s: not read, nor a bar with no header before it
-  (``evaluate`` before the first ``fit``; ``fold``)
+  (no ``ETA``) ⇒ the epoch is done
 - Keras ``verbose=2`` epoch summary (no bar, one line per epoch, what Keras advises
   for logs): Keras 3 ``12/12 - 0s - 8ms/step - accuracy: 0.58 - loss: 0.69``, tf.keras
   2 ``8/8 - 0s - loss: 0.71 - accuracy: 0.54`` (2.5+ append ``- 245ms/epoch -
   31ms/step``), read as the complete bar it stands for; Keras ≤ 2.2 printed no count
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
-  description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Between
-  such bars, a bar without an epoch (an evaluation loop's) is not read, nor a bar of
-  the same epoch with another description (``Epoch 3/10 [Val]``); one bar over the
-  run whose description names the epoch is told when the epoch moves on while it
-  goes on (``_bar_over_run``). After any bar, a bare bar over another count is read
-  from its first step short of its end (one seen only at 0 or at its end, an
-  evaluation's after training, is not; ``fold``)
+  description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N
 - tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
   45.0it/s]`` and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |
   | 450/? [00:10<00:00, 45.0it/s]``: with ``Epoch 3/10`` or Lightning's ``Epoch 2`` as
@@ -38,12 +29,10 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   its description, not read (``_no_total``)
 - PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
-  index / max_epochs − 1); bars described for another phase (``Validation…``,
-  ``Sanity Checking…``, ``Evaluating``, ``Loading weights``: ``_skipped``) are ignored
+  index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored
 - Hugging Face Trainer: its log dicts ``{'loss': 0.63, 'epoch': 1.5}`` (numbers or
-  quoted numbers) and its global-step tqdm bar (``evaluate()``'s and ``predict()``'s
-  after it, seen only at their end, are not read);
-  ``Num Epochs = 3`` and ``Total optimization steps = 24`` when its INFO logging is on
+  quoted numbers) and its global-step tqdm bar; ``Num Epochs = 3`` and
+  ``Total optimization steps = 24`` when its INFO logging is on
 - the marker line ``GPU_ETA_PROGRESS {"epoch": 3, "epochs": 10, ...}``: the HTTP
   wire format (``docs/progress.md``) printed on one line
 """
@@ -109,17 +98,7 @@ _RICH_POSTFIX_CHARS = 1024  # metrics read after the "•": 16 names fit with ro
 _HF_ITEM = re.compile(r"'([A-Za-z_][A-Za-z0-9_]{0,63})': '?(-?[0-9.]+(?:e[-+]?\d+)?)'?")
 _HF_EPOCHS = re.compile(r"\s*Num Epochs = ([\d,]{1,15})\s*\Z")
 _HF_STEPS = re.compile(r"\s*Total optimization steps = ([\d,]{1,15})\s*\Z")
-# descriptions (lower-cased, at their start) of the bars a job draws beside its training:
-# evaluation, validation, testing, prediction, loading and downloading ("Validation
-# DataLoader 0", Lightning's "Sanity Checking", "Evaluating", transformers' "Loading
-# weights"); such a bar is not read, whatever comes before or after it
-_SKIP_BARS = ("val", "sanity checking", "test", "predict", "eval", "infer", "loading", "download")
-_SKIP_DESC_CHARS = 16  # the longest of _SKIP_BARS fits
-
-
-def _skipped(desc: str) -> bool:
-    """Whether a bar's (stripped) description names a phase other than training."""
-    return desc[:_SKIP_DESC_CHARS].lower().startswith(_SKIP_BARS)
+_SKIP_BARS = ("Validation", "Sanity Checking", "Testing", "Predicting")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +117,6 @@ class LogMatch:
     bar: int | None = None  # position in a step bar
     bar_total: int | None = None
     bar_is_epoch: bool = False  # the bar counts steps of one epoch (else of the run)
-    label: str | None = None  # a tqdm epoch bar's description ("Epoch 2/3 [Train]")
     complete: bool = False  # bar at its end (and no ETA left)
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     report: Report | None = None  # marker lines carry a full report
@@ -376,7 +354,7 @@ def _parse_tqdm(text: str) -> LogMatch | None:
         return _parse_tqdm_unknown(text) if "/?" in text else None
     raw_desc, raw_n, raw_total, postfix = found
     desc = (raw_desc or "").strip()
-    if desc and _skipped(desc):
+    if desc.startswith(_SKIP_BARS):
         return None
     n, total = int(raw_n), int(raw_total)
     if total == 0 or n > total:
@@ -396,7 +374,6 @@ def _parse_tqdm(text: str) -> LogMatch | None:
             bar=n,
             bar_total=total,
             bar_is_epoch=True,
-            label=desc,
             complete=complete,
             metrics=metrics,
         )
@@ -410,7 +387,6 @@ def _parse_tqdm(text: str) -> LogMatch | None:
             bar=n,
             bar_total=total,
             bar_is_epoch=True,
-            label=desc,
             complete=complete,
             metrics=metrics,
         )
@@ -488,7 +464,7 @@ def _no_total(raw_desc: str | None, postfix: str) -> LogMatch | None:
     the run as it was.
     """
     desc = (raw_desc or "").strip()
-    if desc and _skipped(desc):
+    if desc.startswith(_SKIP_BARS):
         return None
     metrics = _numbers(_TQDM_POSTFIX.findall(postfix))
     of = _EPOCH_OF.search(desc) if desc else None
@@ -546,95 +522,10 @@ def parse_setup(text: str) -> LogMatch | None:
 
 @dataclass(frozen=True, slots=True)
 class LogState:
-    """Per-container memory between lines: the Keras epoch in progress and its plan,
-    and the step bar of the last epoch a bar was read for (``bar_epoch``: its step
-    count, the last step read, its description, and whether it reached its end)."""
+    """Per-container memory between lines: the Keras epoch in progress and its plan."""
 
     epoch_current: int | None = None
     epochs: int | None = None
-    bar_epoch: int | None = None
-    bar_total: int | None = None
-    epoch_ended: bool = False
-    bar_n: int | None = None
-    bar_label: str | None = None
-    # the epoch bars are one bar over the run's steps whose description is changed as
-    # each epoch starts (``tqdm(total=epochs * steps)``, ``set_description``)
-    bar_over_run: bool = False
-    # the count of the last bar of the run's steps read (a bare tqdm bar, HF Trainer's,
-    # or an epoch bar): a bar over another count is then read from its first step
-    run_bar_total: int | None = None
-    # a bar with its epoch in its description was read and its run has not ended: the
-    # run's steps are counted by such bars, and a bar without one is another loop's
-    epoch_bars: bool = False
-
-
-def _another_loops_bar(state: LogState, epoch: int, match: LogMatch) -> bool:
-    """Whether a Keras step bar of ``epoch`` is another loop's than the epoch's own: one
-    over another count than the epoch's first bar, or one starting again once that bar
-    reached its end (``evaluate``'s, ``predict``'s: they print no header). The epoch's
-    own bar keeps its count and, at its end, is only drawn again complete (Keras 3
-    adds the validation metrics)."""
-    return (
-        state.bar_epoch == epoch
-        and state.bar_total is not None
-        and (match.bar_total != state.bar_total or (state.epoch_ended and not match.complete))
-    )
-
-
-def _another_loops_epoch_bar(state: LogState, epoch: int, match: LogMatch) -> bool:
-    """Whether a tqdm bar naming ``epoch`` is another loop's than the epoch's own: one
-    with another description (a validation loop's ``Epoch 2/3 [Val]`` beside ``Epoch
-    2/3 [Train]``), or one over another count while the epoch's bar has not reached its
-    end. A bar with the epoch's description starting again once its bar ended is a new
-    training's (a sweep of ``Epoch 1/1`` runs, a second Lightning ``fit`` from
-    ``Epoch 0``), read as a new run."""
-    return (
-        state.bar_epoch == epoch
-        and state.bar_total is not None
-        and (
-            match.label != state.bar_label
-            or (match.bar_total != state.bar_total and not state.epoch_ended)
-        )
-    )
-
-
-def _bar_over_run(state: LogState, epoch: int, match: LogMatch) -> bool:
-    """Whether a tqdm bar naming ``epoch`` is one bar over the whole run's steps whose
-    description the loop changes as each epoch starts, not a bar of the epoch's own.
-
-    Told when the epoch moves on while the bar goes on: the previous epoch's bar had
-    not reached its end, this one has its count and has not gone back, and it is at
-    least ``(epoch - 1) / epochs`` of the way (an epoch's own bar that stopped short,
-    ``break`` at a step limit, and restarts is not). From then on, until the bar goes
-    back, its count is the run's steps. The first epoch's screens cannot tell: they
-    are read as the epoch's own bar's (``epochs * count`` steps planned)."""
-    assert match.bar is not None and match.bar_total is not None and match.epochs is not None
-    if (
-        state.bar_total != match.bar_total
-        or state.bar_n is None
-        or match.bar < state.bar_n
-        or state.bar_label is None
-    ):
-        return False
-    if state.bar_over_run and state.bar_epoch is not None and epoch >= state.bar_epoch:
-        return True
-    return (
-        state.bar_epoch == epoch - 1
-        and not state.epoch_ended
-        and match.bar * match.epochs >= (epoch - 1) * match.bar_total
-    )
-
-
-def _epoch_bar_drawn(state: LogState, epoch: int, match: LogMatch) -> LogState:
-    """``state`` once the bar of ``epoch`` in ``match`` was read."""
-    return replace(
-        state,
-        bar_epoch=epoch,
-        bar_total=match.bar_total,
-        epoch_ended=match.complete,
-        bar_n=match.bar,
-        bar_label=match.label,
-    )
 
 
 def fold(
@@ -665,111 +556,37 @@ def fold(
             return state, None
         return state, Report(epoch=state.epoch_current, epochs=state.epochs, metrics=match.metrics)
     if match.kind == "keras_bar":
-        return _fold_keras_bar(state, previous, match)
+        current = state.epoch_current
+        epochs = state.epochs
+        if current is None:  # no header seen (e.g. exporter restarted mid-run)
+            current = int(previous.epoch or 0) + 1 if previous is not None else 1
+            epochs = int(previous.epochs) if previous is not None and previous.epochs else None
+            if epochs is not None and current > epochs:
+                return state, None
+        assert match.bar is not None and match.bar_total is not None
+        step = (current - 1) * match.bar_total + match.bar
+        return state, Report(
+            epoch=current if match.complete else current - 1,
+            epochs=epochs,
+            step=step,
+            steps=epochs * match.bar_total if epochs else None,
+            metrics=match.metrics,
+        )
     # tqdm and Lightning bars
     if match.bar is None:  # a bar without a total: its description's epoch, begun
-        return replace(state, epoch_current=None, epoch_bars=True), Report(
+        return replace(state, epoch_current=None), Report(
             epoch=match.epoch_done, epochs=match.epochs, metrics=match.metrics
         )
     assert match.bar_total is not None
     if match.bar_is_epoch and match.epoch_current is not None:
-        return _fold_epoch_bar(state, match)
-    if state.epoch_bars:
-        # a bar without an epoch among bars with one (``Epoch k/N``, Lightning's
-        # ``Epoch k``): an evaluation loop's (``tqdm(val_loader)``), not the run's
-        # steps. Read as them, each evaluation started a run of its few steps and no
-        # epochs, and the next epoch's bar another run
-        return state, None
-    if (
-        state.run_bar_total is not None
-        and match.bar_total != state.run_bar_total
-        and (match.bar == 0 or match.complete)
-    ):
-        # after a run's bar, a bar over another count is read from its first step short
-        # of its end. One seen only at its end ran between two screens the log shows
-        # (a runtime writes a line's screens in 16 KiB records): HF Trainer's
-        # evaluate() and predict() after train() (or after early stopping), at
-        # position 0, an inner loop's leave=True bar redrawn at position 0 when it
-        # closes. Read, each started a run of a few steps, done as soon as it began.
-        # A training is seen in progress: a sweep's next model, a second train() are
-        # read, over any count
-        return state, None
-    return replace(state, run_bar_total=match.bar_total), Report(
-        step=match.bar, steps=match.bar_total, metrics=match.metrics
-    )
-
-
-def _fold_keras_bar(
-    state: LogState, previous: Progress | None, match: LogMatch
-) -> tuple[LogState, Report | None]:
-    """A Keras step bar (or ``verbose=2`` line with a count): a step of the header's
-    epoch; without a header since the log began, of the run ``previous`` is."""
-    current = state.epoch_current
-    epochs = state.epochs
-    if current is not None:
-        if _another_loops_bar(state, current, match):
-            # evaluate's or predict's (after fit, or from a callback), over steps of
-            # their own and without a header. Read as the epoch's, they rewrote the
-            # run's steps and, starting over, took its epoch back (a new run)
-            return state, None
-        state = _epoch_bar_drawn(state, current, match)
-    else:  # no header read (a log whose start was rotated away)
-        if previous is None or not previous.epochs:
-            # no Keras run to be a step of: ``fit`` prints its ``Epoch k/N`` header
-            # before its first bar, so this is ``evaluate``'s or ``predict``'s before
-            # any fit (transfer learning evaluates the untrained model first). Read,
-            # it started a run of its few steps with no epochs
-            return state, None
-        current = int(previous.epoch or 0) + 1
-        epochs = int(previous.epochs)
-        if current > epochs:
-            return state, None
-    assert match.bar is not None and match.bar_total is not None
-    step = (current - 1) * match.bar_total + match.bar
-    return state, Report(
-        epoch=current if match.complete else current - 1,
-        epochs=epochs,
-        step=step,
-        steps=epochs * match.bar_total if epochs else None,
-        metrics=match.metrics,
-    )
-
-
-def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report | None]:
-    """A tqdm or Lightning bar naming its epoch (``Epoch k/N``, Lightning's ``Epoch k``):
-    steps of that epoch, or of the run (``_bar_over_run``)."""
-    assert match.epoch_current is not None
-    assert match.bar is not None and match.bar_total is not None
-    epoch = match.epoch_current
-    over_run = match.epochs is not None and _bar_over_run(state, epoch, match)
-    if not over_run and _another_loops_epoch_bar(state, epoch, match):
-        # a validation loop's bar naming the epoch too (``Epoch 2/3 [Val]``): read as
-        # the epoch's, its first steps took the step and the epoch back (a new run
-        # every epoch)
-        return state, None
-    if over_run:
-        step, steps = match.bar, match.bar_total
-    else:
-        step = (epoch - 1) * match.bar_total + match.bar
+        step = (match.epoch_current - 1) * match.bar_total + match.bar
         steps = match.epochs * match.bar_total if match.epochs else None
-    # the last epoch's bar at its end ends the run: a bar without an epoch may be the
-    # next phase's steps (a fine-tuning loop with one bar over all its steps)
-    run_done = match.complete and match.epochs is not None and epoch == match.epochs
-    new_state = _epoch_bar_drawn(
-        replace(
-            state,
-            epoch_current=None,
-            epoch_bars=not run_done,
-            bar_over_run=over_run,
-            run_bar_total=match.bar_total,
-        ),
-        epoch,
-        match,
-    )
-    return new_state, Report(
-        epoch=match.epoch_done,
-        epochs=match.epochs,
-        step=step,
-        steps=steps,
-        metrics=match.metrics,
-    )
+        new_state = replace(state, epoch_current=None)
+        return new_state, Report(
+            epoch=match.epoch_done,
+            epochs=match.epochs,
+            step=step,
+            steps=steps,
+            metrics=match.metrics,
+        )
+    return state, Report(step=match.bar, steps=match.bar_total, metrics=match.metrics)

