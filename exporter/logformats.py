@@ -29,7 +29,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   its description, not read (``_no_total``)
 - PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
-  index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored
+  index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored; a
+  screen at 0 of an epoch whose bar already reached its end over the same count (the
+  bar reset before the next epoch's description is set) is not read (``fold``)
 - Hugging Face Trainer: its log dicts ``{'loss': 0.63, 'epoch': 1.5}`` (numbers or
   quoted numbers) and its global-step tqdm bar; ``Num Epochs = 3`` and
   ``Total optimization steps = 24`` when its INFO logging is on
@@ -522,10 +524,15 @@ def parse_setup(text: str) -> LogMatch | None:
 
 @dataclass(frozen=True, slots=True)
 class LogState:
-    """Per-container memory between lines: the Keras epoch in progress and its plan."""
+    """Per-container memory between lines: the Keras epoch in progress and its plan,
+    and the last bar read with its epoch in its description (``bar_epoch``: its count,
+    and whether it reached its end)."""
 
     epoch_current: int | None = None
     epochs: int | None = None
+    bar_epoch: int | None = None
+    bar_total: int | None = None
+    epoch_ended: bool = False
 
 
 def fold(
@@ -579,14 +586,32 @@ def fold(
         )
     assert match.bar_total is not None
     if match.bar_is_epoch and match.epoch_current is not None:
-        step = (match.epoch_current - 1) * match.bar_total + match.bar
-        steps = match.epochs * match.bar_total if match.epochs else None
-        new_state = replace(state, epoch_current=None)
-        return new_state, Report(
-            epoch=match.epoch_done,
-            epochs=match.epochs,
-            step=step,
-            steps=steps,
-            metrics=match.metrics,
-        )
+        return _fold_epoch_bar(state, match)
     return state, Report(step=match.bar, steps=match.bar_total, metrics=match.metrics)
+
+
+def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report | None]:
+    """A tqdm or Lightning bar naming its epoch (``Epoch k/N``, Lightning's ``Epoch k``):
+    steps of that epoch."""
+    epoch = match.epoch_current
+    assert epoch is not None and match.bar is not None and match.bar_total is not None
+    ended = state.bar_epoch == epoch and state.epoch_ended
+    if match.bar == 0 and ended and match.bar_total == state.bar_total:
+        # the epoch's bar reset for the next epoch before its description is changed:
+        # Lightning's TQDMProgressBar draws "Epoch 0: 0/8" once before "Epoch 1: 0/8".
+        # Read, the step went back to the epoch's start, a new run every epoch
+        return state, None
+    new_state = replace(
+        state,
+        epoch_current=None,
+        bar_epoch=epoch,
+        bar_total=match.bar_total,
+        epoch_ended=match.complete,
+    )
+    return new_state, Report(
+        epoch=match.epoch_done,
+        epochs=match.epochs,
+        step=(epoch - 1) * match.bar_total + match.bar,
+        steps=match.epochs * match.bar_total if match.epochs else None,
+        metrics=match.metrics,
+    )

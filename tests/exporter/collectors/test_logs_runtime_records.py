@@ -136,17 +136,15 @@ def test_train_and_val_bars_with_the_same_epoch_description(root: Path, runtime:
     assert rows[-1][1:] == (3, 3, 48, 48)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: Lightning's TQDMProgressBar resets its bar at each epoch's "
-    "start and draws 'Epoch k: 0/N' once before set_description('Epoch k+1'); seen (every "
-    "screen on CRI-O) the step goes back to the epoch's start: a new run every epoch",
-)
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
 @pytest.mark.parametrize("name", ["lightning_tqdm.stdout", "lightning_val_interval.stdout"])
-def test_lightning_epochs_are_one_run_when_every_screen_is_seen(root: Path, name: str) -> None:
+def test_lightning_epochs_are_one_run_when_every_screen_is_seen(
+    root: Path, name: str, runtime: str
+) -> None:
     """Real Lightning (tqdm bar), 3 epochs of 8 steps, validation each epoch (and, in
-    ``lightning_val_interval``, every 4 steps)."""
-    rows = _followed(root, name, "stdout", "crio")
+    ``lightning_val_interval``, every 4 steps). Its bar reset at each epoch's start
+    draws ``Epoch k: 0/8`` once (every screen is seen on CRI-O)."""
+    rows = _followed(root, name, "stdout", runtime)
     assert len(_runs(rows)) == 1
     assert rows[-1][1] == 3
 
