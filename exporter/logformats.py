@@ -29,7 +29,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   its description, not read (``_no_total``)
 - PyTorch Lightning (tqdm bar) ``Epoch 2: 100%|███| 8/8 [..., train_loss=0.63]`` (0-based
   epoch index) and (rich bar) ``Epoch 2/2 ━━━ 8/8 0:00:00 • 0:00:00 86.72it/s`` (0-based
-  index / max_epochs − 1); ``Validation…``/``Sanity Checking…`` bars are ignored; a
+  index / max_epochs − 1); bars described for another phase (``Validation…``,
+  ``Sanity Checking…``, ``Evaluating``, ``Loading weights``: ``_skipped``) are ignored; a
   screen at 0 of an epoch whose bar already reached its end over the same count (the
   bar reset before the next epoch's description is set) is not read (``fold``)
 - Hugging Face Trainer: its log dicts ``{'loss': 0.63, 'epoch': 1.5}`` (numbers or
@@ -100,7 +101,18 @@ _RICH_POSTFIX_CHARS = 1024  # metrics read after the "•": 16 names fit with ro
 _HF_ITEM = re.compile(r"'([A-Za-z_][A-Za-z0-9_]{0,63})': '?(-?[0-9.]+(?:e[-+]?\d+)?)'?")
 _HF_EPOCHS = re.compile(r"\s*Num Epochs = ([\d,]{1,15})\s*\Z")
 _HF_STEPS = re.compile(r"\s*Total optimization steps = ([\d,]{1,15})\s*\Z")
-_SKIP_BARS = ("Validation", "Sanity Checking", "Testing", "Predicting")
+# descriptions (lower-cased, at their start) of the bars a job draws beside its training:
+# evaluation, validation, testing, prediction, loading and downloading ("Validation
+# DataLoader 0", Lightning's "Sanity Checking", "Evaluating", transformers' "Loading
+# weights"). Read, each started a run of its few steps (an evaluation after each epoch,
+# from_pretrained before the training), whatever the runtime writes of its screens
+_SKIP_BARS = ("val", "sanity checking", "test", "predict", "eval", "infer", "loading", "download")
+_SKIP_DESC_CHARS = 16  # the longest of _SKIP_BARS fits
+
+
+def _skipped(desc: str) -> bool:
+    """Whether a bar's (stripped) description names a phase other than training."""
+    return desc[:_SKIP_DESC_CHARS].lower().startswith(_SKIP_BARS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +368,7 @@ def _parse_tqdm(text: str) -> LogMatch | None:
         return _parse_tqdm_unknown(text) if "/?" in text else None
     raw_desc, raw_n, raw_total, postfix = found
     desc = (raw_desc or "").strip()
-    if desc.startswith(_SKIP_BARS):
+    if desc and _skipped(desc):
         return None
     n, total = int(raw_n), int(raw_total)
     if total == 0 or n > total:
@@ -466,7 +478,7 @@ def _no_total(raw_desc: str | None, postfix: str) -> LogMatch | None:
     the run as it was.
     """
     desc = (raw_desc or "").strip()
-    if desc.startswith(_SKIP_BARS):
+    if desc and _skipped(desc):
         return None
     metrics = _numbers(_TQDM_POSTFIX.findall(postfix))
     of = _EPOCH_OF.search(desc) if desc else None

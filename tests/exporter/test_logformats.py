@@ -709,10 +709,6 @@ def test_a_bar_restarting_over_the_same_count_is_still_a_new_run():
     assert len({p.run_id for p in history}) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: a per-epoch evaluation bar (Evaluating, or undescribed) between Epoch k/N bars is read as a run of its own",
-)
 def test_an_evaluation_bar_between_epoch_bars_starts_no_run():
     """Real tqdm: the training loop docs/progress.md advises (``Epoch k/N`` bars) and
     an ``Evaluating`` bar after each epoch. Read as the run's steps, each evaluation
@@ -739,24 +735,17 @@ def test_an_evaluation_bar_naming_the_epoch_starts_no_run():
     assert all(p.steps == 48 for p in history)
 
 
-_NOT_SKIPPED = pytest.mark.xfail(
-    strict=True,
-    reason="not handled: only descriptions starting Validation, Sanity Checking, Testing "
-    "or Predicting (that case) are skipped",
-)
-
-
 @pytest.mark.parametrize(
     "desc",
     [
-        pytest.param("Evaluating", marks=_NOT_SKIPPED),
-        pytest.param("eval", marks=_NOT_SKIPPED),
-        pytest.param("Validating", marks=_NOT_SKIPPED),
-        pytest.param("val", marks=_NOT_SKIPPED),
-        pytest.param("Test", marks=_NOT_SKIPPED),
+        "Evaluating",
+        "eval",
+        "Validating",
+        "val",
+        "Test",
         "Predicting",
-        pytest.param("Inference", marks=_NOT_SKIPPED),
-        pytest.param("Loading weights", marks=_NOT_SKIPPED),
+        "Inference",
+        "Loading weights",
     ],
 )
 def test_a_bar_named_for_another_phase_than_training_is_not_read(desc: str):

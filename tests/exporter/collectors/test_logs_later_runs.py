@@ -62,10 +62,6 @@ def _runs(rows: list[Row]) -> list[str]:
     return list(dict.fromkeys(r[0] for r in rows))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: from_pretrained's 'Loading weights' bar is read as a run; the training is a second run",
-)
 def test_hf_training_after_from_pretrained_is_read(root) -> None:
     """Real transformers: ``from_pretrained`` draws ``Loading weights: 100%| 25/25``,
     then ``Trainer.train()`` its bar over 24 steps. The training is the run."""

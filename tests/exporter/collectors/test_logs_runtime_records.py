@@ -118,6 +118,24 @@ def test_an_epoch_bar_with_the_loss_in_its_description_is_followed(
     assert len([r for r in rows if r[1] == 0]) > 1
 
 
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+@pytest.mark.parametrize(
+    ("name", "last"),
+    [
+        ("torch_evaluate.stderr", (3, 3, 48, 48)),  # 'Evaluating' after each epoch
+        ("hf_pretrained.stderr", (None, None, 24, 24)),  # 'Loading weights', then train()
+    ],
+)
+def test_a_bar_described_for_another_phase_starts_no_run(
+    root: Path, name: str, last: tuple[int | None, ...], runtime: str
+) -> None:
+    """Real tqdm (``Epoch k/3`` bars, ``tqdm(val_loader, desc="Evaluating")`` after
+    each) and transformers (``from_pretrained``'s ``Loading weights``, then train())."""
+    rows = _followed(root, name, "stderr", runtime)
+    assert len(_runs(rows)) == 1
+    assert rows[-1][1:] == last
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="not handled: train and val loops drawn with the same 'Epoch k/N' "
