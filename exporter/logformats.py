@@ -21,7 +21,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   31ms/step``), read as the complete bar it stands for; Keras ≤ 2.2 printed no count
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
-  description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N
+  description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Between
+  such bars (until the last epoch's bar ends), a bar without an epoch is an
+  evaluation's and is not read (``fold``)
 - tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
   45.0it/s]`` and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |
   | 450/? [00:10<00:00, 45.0it/s]``: with ``Epoch 3/10`` or Lightning's ``Epoch 2`` as
@@ -545,6 +547,10 @@ class LogState:
     bar_epoch: int | None = None
     bar_total: int | None = None
     epoch_ended: bool = False
+    # an ``Epoch k/N`` bar with a total was read and the last epoch's bar has not reached
+    # its end: the run's steps are counted by such bars, a bar without an epoch is
+    # another loop's (an evaluation between two epochs)
+    epoch_bars: bool = False
 
 
 def fold(
@@ -599,6 +605,11 @@ def fold(
     assert match.bar_total is not None
     if match.bar_is_epoch and match.epoch_current is not None:
         return _fold_epoch_bar(state, match)
+    if state.epoch_bars:
+        # a bar without an epoch between two ``Epoch k/N`` bars: an evaluation loop's
+        # (``tqdm(val_loader)``). Read as the run's steps, each evaluation started a
+        # run of its few steps, and the next epoch's bar another
+        return state, None
     return state, Report(step=match.bar, steps=match.bar_total, metrics=match.metrics)
 
 
@@ -616,6 +627,9 @@ def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report 
     new_state = replace(
         state,
         epoch_current=None,
+        # until the last epoch's bar reaches its end (then a bare bar may be the next
+        # phase's training: a fine-tuning loop, a sweep's next model)
+        epoch_bars=match.epochs is not None and not (match.complete and epoch == match.epochs),
         bar_epoch=epoch,
         bar_total=match.bar_total,
         epoch_ended=match.complete,

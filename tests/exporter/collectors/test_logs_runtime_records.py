@@ -19,11 +19,13 @@ a pattern the rules do not handle, named in their reason.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import itertools
 import re
 from pathlib import Path
 
 import pytest
+from tqdm import tqdm
 
 from gpu_eta.exporter.collectors.logs import LogProgressCollector
 from gpu_eta.exporter.progress_store import ProgressStore
@@ -56,11 +58,15 @@ def _crio(output: bytes, stream: str) -> bytes:
     return b"".join(out)
 
 
-def _followed(root: Path, name: str, stream: str, runtime: str) -> list[Row]:
+def _followed(
+    root: Path, name: str, stream: str, runtime: str, output: bytes | None = None
+) -> list[Row]:
     """The container's progress after each poll, one record appended before each, the
-    records ``runtime`` (``containerd``: 16 KiB, or ``crio``) writes for the fixture:
+    records ``runtime`` (``containerd``: 16 KiB, or ``crio``) writes for the fixture
+    (or for ``output``, a program's output made in the test):
     (run_id, epoch, epochs, step, steps), repeats dropped."""
-    output = (FIXTURES / name).read_bytes()
+    if output is None:
+        output = (FIXTURES / name).read_bytes()
     data = cri(output, stream) if runtime == "containerd" else _crio(output, stream)
     col = LogProgressCollector(root, ProgressStore(), lambda: [POD])
     rows: list[Row] = []
@@ -134,6 +140,31 @@ def test_a_bar_described_for_another_phase_starts_no_run(
     rows = _followed(root, name, "stderr", runtime)
     assert len(_runs(rows)) == 1
     assert rows[-1][1:] == last
+
+
+def _epochs_then_bare_evaluations() -> bytes:
+    """Real tqdm: ``tqdm(loader, desc=f"Epoch {e}/3")`` over 16 batches, and between
+    two epochs ``tqdm(val_loader)`` (no description) over 4. (One after the last
+    epoch is read as a run of its own: nothing tells it from a next training's bar,
+    see docs/progress.md.)"""
+    buf = io.StringIO()
+    for epoch in range(1, 4):
+        for _ in tqdm(range(16), desc=f"Epoch {epoch}/3", file=buf, mininterval=0):
+            pass
+        if epoch < 3:
+            for _ in tqdm(range(4), file=buf, mininterval=0):
+                pass
+    return buf.getvalue().encode()
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+def test_an_undescribed_evaluation_bar_between_epoch_bars_starts_no_run(
+    root: Path, runtime: str
+) -> None:
+    rows = _followed(root, "", "stderr", runtime, _epochs_then_bare_evaluations())
+    assert len(_runs(rows)) == 1
+    assert all(r[2] == 3 and r[4] == 48 for r in rows)
+    assert rows[-1][1:] == (3, 3, 48, 48)
 
 
 @pytest.mark.xfail(
