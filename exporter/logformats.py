@@ -23,7 +23,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Between
   such bars (until the last epoch's bar ends), a bar without an epoch is an
-  evaluation's and is not read (``fold``)
+  evaluation's and is not read, nor one naming an epoch whose bar ended over
+  another count (its validation loop's: ``Epoch 3/10`` again, ``Epoch 3/10 [Val]``;
+  ``fold``)
 - tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
   45.0it/s]`` and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |
   | 450/? [00:10<00:00, 45.0it/s]``: with ``Epoch 3/10`` or Lightning's ``Epoch 2`` as
@@ -623,6 +625,12 @@ def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report 
         # the epoch's bar reset for the next epoch before its description is changed:
         # Lightning's TQDMProgressBar draws "Epoch 0: 0/8" once before "Epoch 1: 0/8".
         # Read, the step went back to the epoch's start, a new run every epoch
+        return state, None
+    if ended and match.epochs is not None and match.bar_total != state.bar_total:
+        # an ``Epoch k/N`` bar over another count once the epoch's bar ended: the
+        # epoch's validation loop, drawn with the training's description (the phase
+        # loop of PyTorch's transfer-learning tutorial) or another (``Epoch 2/3 [Val]``).
+        # Read, it took the step back and planned N x its count: a new run each phase
         return state, None
     new_state = replace(
         state,

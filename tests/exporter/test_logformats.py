@@ -720,10 +720,6 @@ def test_an_evaluation_bar_between_epoch_bars_starts_no_run():
     assert all(p.epochs == 3 and p.steps == 48 for p in history)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: a validation bar with another description of the same epoch (Epoch k/N [Val]) is read as the epoch's steps: the step goes back, a new run every epoch",
-)
 def test_an_evaluation_bar_naming_the_epoch_starts_no_run():
     """Real tqdm: ``Epoch k/N [Train]`` bars and, after each, an ``Epoch k/N [Val]``
     bar over the validation batches. Read as bars of the epoch, the validation bar

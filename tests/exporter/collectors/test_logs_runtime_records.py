@@ -167,17 +167,15 @@ def test_an_undescribed_evaluation_bar_between_epoch_bars_starts_no_run(
     assert rows[-1][1:] == (3, 3, 48, 48)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: train and val loops drawn with the same 'Epoch k/N' "
-    "description (the phase loop of PyTorch's transfer-learning tutorial): the val bar is "
-    "read as the epoch's steps over its own count (the plan 48 -> 12, a new run per phase)",
-)
 @pytest.mark.parametrize("runtime", ["containerd", "crio"])
-def test_train_and_val_bars_with_the_same_epoch_description(root: Path, runtime: str) -> None:
+@pytest.mark.parametrize("name", ["torch_phase_same_desc.stderr", "torch_val_epoch.stderr"])
+def test_train_and_val_bars_with_the_same_epoch_description(
+    root: Path, name: str, runtime: str
+) -> None:
     """Real torch + tqdm: ``for phase in ("train", "val"): tqdm(loader,
-    desc=f"Epoch {e}/3")``, 16 training and 4 validation batches an epoch."""
-    rows = _followed(root, "torch_phase_same_desc.stderr", "stderr", runtime)
+    desc=f"Epoch {e}/3")``, 16 training and 4 validation batches an epoch (and the
+    same with ``Epoch k/3 [Train]`` and ``Epoch k/3 [Val]`` bars)."""
+    rows = _followed(root, name, "stderr", runtime)
     assert len(_runs(rows)) == 1
     assert all(r[4] == 48 for r in rows)
     steps = [r[3] for r in rows]
