@@ -14,7 +14,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - Keras epoch header: ``Epoch 3/15`` (1-based: epoch 3 starts, 2 are done)
 - Keras step bar, Keras 2 and 3: ``50000/50000 [====...] - 10s 199us/sample - loss: 1.55``
   and ``12/12 ━━━━━━━━ 1s 59ms/step - accuracy: 0.34 - loss: 0.98``; complete
-  (no ``ETA``) ⇒ the epoch is done
+  (no ``ETA``) ⇒ the epoch is done; a bar with no header before it and no stored
+  run with epochs is not read (``evaluate`` before the first ``fit``; ``fold``)
 - Keras ``verbose=2`` epoch summary (no bar, one line per epoch, what Keras advises
   for logs): Keras 3 ``12/12 - 0s - 8ms/step - accuracy: 0.58 - loss: 0.69``, tf.keras
   2 ``8/8 - 0s - loss: 0.71 - accuracy: 0.54`` (2.5+ append ``- 245ms/epoch -
@@ -585,10 +586,16 @@ def fold(
     if match.kind == "keras_bar":
         current = state.epoch_current
         epochs = state.epochs
-        if current is None:  # no header seen (e.g. exporter restarted mid-run)
-            current = int(previous.epoch or 0) + 1 if previous is not None else 1
-            epochs = int(previous.epochs) if previous is not None and previous.epochs else None
-            if epochs is not None and current > epochs:
+        if current is None:  # no header read (a log whose start was rotated away)
+            if previous is None or not previous.epochs:
+                # no Keras run to be a step of: ``fit`` prints its ``Epoch k/N`` header
+                # before its first bar, so this is ``evaluate``'s or ``predict``'s before
+                # any fit (transfer learning evaluates the untrained model first). Read,
+                # it started a run of its few steps with no epochs
+                return state, None
+            current = int(previous.epoch or 0) + 1
+            epochs = int(previous.epochs)
+            if current > epochs:
                 return state, None
         assert match.bar is not None and match.bar_total is not None
         step = (current - 1) * match.bar_total + match.bar

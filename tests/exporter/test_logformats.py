@@ -800,10 +800,6 @@ def test_an_epoch_bar_over_another_count_before_the_epochs_end_is_not_read():
     assert [(p.epoch, p.step) for p in history] == [(1, 24), (2, 32)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: a Keras bar with no Epoch k/N header before it (evaluate before fit) is read as a run's steps",
-)
 def test_a_keras_bar_before_any_header_is_not_read():
     """``evaluate``/``predict`` before the first ``fit`` print no ``Epoch k/N`` header:
     their bars are no run's steps."""

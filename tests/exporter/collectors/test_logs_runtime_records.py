@@ -142,6 +142,14 @@ def test_a_bar_described_for_another_phase_starts_no_run(
     assert rows[-1][1:] == last
 
 
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+def test_keras_evaluate_before_fit_starts_no_run(root: Path, runtime: str) -> None:
+    """Real Keras 3: evaluate the untrained model (no ``Epoch k/N`` header before its
+    bar), fit 2 epochs, then fine-tune: every progress shown is a run with epochs."""
+    rows = _followed(root, "keras_finetune.stdout", "stdout", runtime)
+    assert rows and all(r[2] is not None for r in rows)
+
+
 def _epochs_then_bare_evaluations() -> bytes:
     """Real tqdm: ``tqdm(loader, desc=f"Epoch {e}/3")`` over 16 batches, and between
     two epochs ``tqdm(val_loader)`` (no description) over 4. (One after the last
