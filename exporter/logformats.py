@@ -14,7 +14,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - Keras epoch header: ``Epoch 3/15`` (1-based: epoch 3 starts, 2 are done)
 - Keras step bar, Keras 2 and 3: ``50000/50000 [====...] - 10s 199us/sample - loss: 1.55``
   and ``12/12 ━━━━━━━━ 1s 59ms/step - accuracy: 0.34 - loss: 0.98``; complete
-  (no ``ETA``) ⇒ the epoch is done; a bar with no header before it and no stored
+  (no ``ETA``) ⇒ the epoch is done. After a header, a bar over another count than
+  the epoch's first, or one starting again once the epoch's bar ended, is
+  ``evaluate``'s or ``predict``'s: not read; a bar with no header before it and no stored
   run with epochs is not read (``evaluate`` before the first ``fit``; ``fold``)
 - Keras ``verbose=2`` epoch summary (no bar, one line per epoch, what Keras advises
   for logs): Keras 3 ``12/12 - 0s - 8ms/step - accuracy: 0.58 - loss: 0.69``, tf.keras
@@ -542,8 +544,9 @@ def parse_setup(text: str) -> LogMatch | None:
 @dataclass(frozen=True, slots=True)
 class LogState:
     """Per-container memory between lines: the Keras epoch in progress and its plan,
-    and the last bar read with its epoch in its description (``bar_epoch``: its count,
-    and whether it reached its end)."""
+    and the last epoch a step bar was read for (``bar_epoch``: the header's epoch for a
+    Keras bar, the description's for a tqdm or Lightning one), that bar's count and
+    whether it reached its end."""
 
     epoch_current: int | None = None
     epochs: int | None = None
@@ -586,7 +589,19 @@ def fold(
     if match.kind == "keras_bar":
         current = state.epoch_current
         epochs = state.epochs
-        if current is None:  # no header read (a log whose start was rotated away)
+        if current is not None:
+            if state.bar_epoch == current and (
+                match.bar_total != state.bar_total or (state.epoch_ended and not match.complete)
+            ):
+                # evaluate's or predict's bar (after fit, or from a callback): over
+                # another count than the epoch's, or starting again once the epoch's
+                # bar ended; they print no header. Read as the epoch's, they rewrote
+                # the run's steps and, starting over, took its epoch back (a new run)
+                return state, None
+            state = replace(
+                state, bar_epoch=current, bar_total=match.bar_total, epoch_ended=match.complete
+            )
+        else:  # no header read (a log whose start was rotated away)
             if previous is None or not previous.epochs:
                 # no Keras run to be a step of: ``fit`` prints its ``Epoch k/N`` header
                 # before its first bar, so this is ``evaluate``'s or ``predict``'s before

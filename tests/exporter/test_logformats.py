@@ -670,10 +670,6 @@ def _replay_screens(*names: str) -> list:
     return history
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: Keras evaluate()/predict() bars after fit (no header of their own) are read as the last epoch's steps: the finished run shrinks, predict's first screen starts a run",
-)
 def test_keras_evaluate_and_predict_after_fit_leave_the_run_as_fit_ended_it():
     """Real Keras 3: fit (3 epochs of 8 steps), then evaluate (4 steps) and predict (2
     steps), each with a bar of its own. Every screen is read (a runtime's ``P``

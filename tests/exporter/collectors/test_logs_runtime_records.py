@@ -150,6 +150,18 @@ def test_keras_evaluate_before_fit_starts_no_run(root: Path, runtime: str) -> No
     assert rows and all(r[2] is not None for r in rows)
 
 
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+def test_keras_evaluate_and_predict_after_fit_leave_the_run_as_fit_ended_it(
+    root: Path, runtime: str
+) -> None:
+    """Real Keras 3: fit 3 epochs of 8 steps, then evaluate (4 steps) and predict (2),
+    whose bars follow the last epoch's without a header."""
+    rows = _followed(root, "keras_evaluate.stdout", "stdout", runtime)
+    assert len(_runs(rows)) == 1
+    assert all(r[4] in (None, 24) for r in rows)  # None: the first header's row
+    assert rows[-1][1:] == (3, 3, 24, 24)
+
+
 def _epochs_then_bare_evaluations() -> bytes:
     """Real tqdm: ``tqdm(loader, desc=f"Epoch {e}/3")`` over 16 batches, and between
     two epochs ``tqdm(val_loader)`` (no description) over 4. (One after the last
