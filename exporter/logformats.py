@@ -26,7 +26,7 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Between
   such bars (until the last epoch's bar ends), a bar without an epoch is an
-  evaluation's and is not read, nor one naming an epoch whose bar ended over
+  evaluation's and is not read, nor one naming the epoch of the last epoch bar over
   another count (its validation loop's: ``Epoch 3/10`` again, ``Epoch 3/10 [Val]``;
   ``fold``)
 - tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
@@ -648,10 +648,11 @@ def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report 
         # Lightning's TQDMProgressBar draws "Epoch 0: 0/8" once before "Epoch 1: 0/8".
         # Read, the step went back to the epoch's start, a new run every epoch
         return state, None
-    if ended and match.epochs is not None and match.bar_total != state.bar_total:
-        # an ``Epoch k/N`` bar over another count once the epoch's bar ended: the
-        # epoch's validation loop, drawn with the training's description (the phase
-        # loop of PyTorch's transfer-learning tutorial) or another (``Epoch 2/3 [Val]``).
+    if state.bar_epoch == epoch and match.epochs is not None and match.bar_total != state.bar_total:
+        # an ``Epoch k/N`` bar over another count than the epoch's bar: another loop's
+        # in that epoch, its validation once the epoch's bar ended, drawn with the
+        # training's description (the phase loop of PyTorch's transfer-learning
+        # tutorial) or another (``Epoch 2/3 [Val]``), or an inner loop named like it.
         # Read, it took the step back and planned N x its count: a new run each phase
         return state, None
     new_state = replace(

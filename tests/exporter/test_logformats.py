@@ -779,10 +779,6 @@ def test_a_bar_over_the_runs_steps_with_the_epoch_in_its_description():
     assert len({p.run_id for p in history}) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: an inner bar with the epoch's own description over another count is read as the epoch's steps",
-)
 def test_an_epoch_bar_over_another_count_before_the_epochs_end_is_not_read():
     """A bar with the epoch's own description over another count while the epoch's
     bar is not at its end is another loop's (an inner one named like it)."""
