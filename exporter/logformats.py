@@ -28,7 +28,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   such bars (until the last epoch's bar ends), a bar without an epoch is an
   evaluation's and is not read, nor one naming the epoch of the last epoch bar over
   another count (its validation loop's: ``Epoch 3/10`` again, ``Epoch 3/10 [Val]``;
-  ``fold``)
+  ``fold``). While a bare bar is short of its end, a bare bar over another count
+  seen complete (a nested ``leave=True`` bar's close, ``evaluate`` after early
+  stopping) is not read
 - tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
   45.0it/s]`` and, drawn by a ``bar_format`` with its count (Lightning's), ``Epoch 2: |
   | 450/? [00:10<00:00, 45.0it/s]``: with ``Epoch 3/10`` or Lightning's ``Epoch 2`` as
@@ -557,6 +559,10 @@ class LogState:
     # its end: the run's steps are counted by such bars, a bar without an epoch is
     # another loop's (an evaluation between two epochs)
     epoch_bars: bool = False
+    # the last bare bar read (no epoch in its description): its count, and whether it
+    # reached its end
+    run_bar_total: int | None = None
+    run_bar_ended: bool = False
 
 
 def fold(
@@ -634,7 +640,21 @@ def fold(
         # (``tqdm(val_loader)``). Read as the run's steps, each evaluation started a
         # run of its few steps, and the next epoch's bar another
         return state, None
-    return state, Report(step=match.bar, steps=match.bar_total, metrics=match.metrics)
+    if (
+        state.run_bar_total is not None
+        and not state.run_bar_ended
+        and match.complete
+        and match.bar_total != state.run_bar_total
+    ):
+        # while the run's bar is short of its end, a bar over another count first seen
+        # at its end is an inner loop's: a nested leave=True bar is drawn at position
+        # 1 (not read) and redrawn at position 0 when it closes (the classic BERT
+        # loop's 'Iteration' inside trange(desc='Epoch')), or an evaluation after
+        # early stopping. Read, each started a run of its steps, done as it began
+        return state, None
+    return replace(state, run_bar_total=match.bar_total, run_bar_ended=match.complete), Report(
+        step=match.bar, steps=match.bar_total, metrics=match.metrics
+    )
 
 
 def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report | None]:

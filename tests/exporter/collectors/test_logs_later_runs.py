@@ -115,10 +115,6 @@ def test_lightning_fine_tuning_after_a_one_epoch_fit_is_a_run_of_its_own(root) -
     assert second[-1][1] == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: HF evaluate() after train() (a bare bar at position 0) is read as a run of its own",
-)
 def test_hf_evaluate_after_early_stopping_starts_no_run(root) -> None:
     """Real transformers: train() with evaluation every 4 steps and early stopping
     (stops at 8 of 24), then evaluate() at position 0 over 4 batches."""
@@ -134,10 +130,6 @@ def test_keras_evaluate_before_fit_starts_no_run(root) -> None:
     assert all(r[2] is not None for r in rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: nested trange(desc='Epoch') / tqdm(desc='Iteration', leave=True) bars: every inner bar's close is read as a new run",
-)
 def test_nested_epoch_and_iteration_bars_show_the_epochs(root) -> None:
     """Real tqdm, the classic BERT fine-tuning loop: ``trange(3, desc="Epoch")`` and,
     inside, ``tqdm(loader, desc="Iteration")`` (position 1, leave=True)."""

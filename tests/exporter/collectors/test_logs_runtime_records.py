@@ -162,6 +162,25 @@ def test_keras_evaluate_and_predict_after_fit_leave_the_run_as_fit_ended_it(
     assert rows[-1][1:] == (3, 3, 24, 24)
 
 
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+@pytest.mark.parametrize(
+    ("name", "last"),
+    [
+        ("tqdm_nested_epochs.stderr", (3, 3)),  # inner leave=True bars' closes
+        ("hf_early_stop.stderr", (8, 24)),  # evaluate() after early stopping
+    ],
+)
+def test_a_bar_first_seen_at_its_end_while_the_runs_bar_goes_on_starts_no_run(
+    root: Path, name: str, last: tuple[int, int], runtime: str
+) -> None:
+    """Real tqdm (``trange(3, desc="Epoch")`` and, inside, ``tqdm(loader,
+    desc="Iteration")``, leave=True, redrawn at position 0 as it closes) and
+    transformers (train() stopped early at 8 of 24 steps, then evaluate())."""
+    rows = _followed(root, name, "stderr", runtime)
+    assert len(_runs(rows)) == 1
+    assert rows[-1][3:] == last
+
+
 def _epochs_then_bare_evaluations() -> bytes:
     """Real tqdm: ``tqdm(loader, desc=f"Epoch {e}/3")`` over 16 batches, and between
     two epochs ``tqdm(val_loader)`` (no description) over 4. (One after the last
