@@ -1,8 +1,8 @@
 """gpu_eta.exporter.collectors.logs and logformats.fold: a second training in one
 container, and a restarted container's log read from behind.
 
-Re-review of the evaluate/predict rules (``LogState.run_bar_ended``, ``epoch_bars``,
-``_another_loops_bar``) and of the by-number file order. Every test replays real
+The rules for evaluate/predict and later runs (``LogState.run_bar_ended``,
+``epoch_bars``, ``bar_epoch``) and the by-number file order. Every test replays real
 program output (``tests/fixtures/logs/capture.py``) through the collector, appended a
 record at a time and polled after each, as the exporter reads a job it follows. The
 tests marked xfail(strict=True) reproduce a defect named in their reason.

@@ -1,5 +1,5 @@
 """gpu_eta.exporter.collectors.logs and logformats.fold over the records a runtime
-really writes: re-review of the rules for later runs (13d9429).
+really writes: every bar rule must hold under both.
 
 ``test_logs_later_runs`` replays its fixtures in records of 300 bytes, so every few
 screens of a ``\\r`` line are seen. No runtime writes that:
