@@ -360,6 +360,9 @@ SELECTOR_LABEL = "nodeselector_nvidia_com_gpu_product"
 # spelling after them: ``nodeselector_pool``, ``label_pool``)
 SELECTOR_PREFIX = "nodeselector_"
 NODE_LABEL_PREFIX = "label_"
+# ``kubernetes.io/hostname`` in KSM's spelling: the kubelet sets it to the node's name,
+# which every ``kube_node_labels`` series carries (``node``), exported or not
+HOSTNAME_KEY = "kubernetes_io_hostname"
 MAX_UNITS = 1024  # a request or allocatable beyond this is not a real GPU count
 # Kubernetes' bounds: a taint or toleration key is a qualified name (a DNS subdomain
 # prefix of 253, "/", a name of 63), its value a label value (63)
@@ -647,9 +650,15 @@ def _products(series: Sequence[Sample], tag: tuple[str, str]) -> dict[str, str]:
 def _node_labels(series: Sequence[Sample]) -> dict[str, dict[str, str]]:
     """Each GPU node's labels from ``kube_node_labels`` (``NODE_LABELS``): key in KSM's
     spelling (``label_`` cut off) → value. A node with a series and no allow-listed
-    label gets {} (known to have none of the keys KSM exports); one without any series
-    is absent (not known). Two KSM replicas disagreeing for a scrape on a label just
-    changed: the first value by name is kept."""
+    label gets its hostname alone (below); one without any series is absent (not
+    known). Two KSM replicas disagreeing for a scrape on a label just changed: the first
+    value by name is kept.
+
+    ``kubernetes.io/hostname`` (``HOSTNAME_KEY``), the usual way to pin a pod to one
+    node, is taken from the series' ``node`` label where KSM does not export it: the
+    kubelet sets it to the node's name (EKS, GKE, AKS, kubeadm), and KSM's default
+    allow-list exports no node label. An exported value wins (a kubelet run with
+    ``--hostname-override``)."""
     out: dict[str, dict[str, str]] = {}
     for s in series:
         node = s.labels.get("node", "")
@@ -661,6 +670,8 @@ def _node_labels(series: Sequence[Sample]) -> dict[str, dict[str, str]]:
                 key = name[len(NODE_LABEL_PREFIX) :]
                 if key not in labels or value < labels[key]:
                     labels[key] = value
+    for node, labels in out.items():
+        labels.setdefault(HOSTNAME_KEY, node)
     return out
 
 

@@ -246,9 +246,10 @@ def test_a_pods_node_selector_is_held_to_the_node_labels_ksm_shows():
         ],
     }
     q = kube_state.parse(samples, NOW)
+    host = kube_state.HOSTNAME_KEY  # not exported: the series' node label
     assert {n.name: n.labels for n in q.nodes} == {
-        "a-1": {"pool": "team-a"},
-        "b-1": {"pool": "team-b"},
+        "a-1": {"pool": "team-a", host: "a-1"},
+        "b-1": {"pool": "team-b", host: "b-1"},
         "c-1": None,
     }
     assert {p.pod: (p.product, p.selector) for p in q.pending} == {
@@ -263,6 +264,36 @@ def test_a_pods_node_selector_is_held_to_the_node_labels_ksm_shows():
     q = kube_state.parse({**samples, "ksm_node_labels": []}, NOW)
     assert {p.selector for p in q.pending} == {()}
     assert q.selectors_unchecked == {"pool": 1, "team": 2} and q.selectors_checked == ()
+
+
+def test_a_nodes_hostname_is_its_name_unless_ksm_exports_another():
+    """``kubernetes.io/hostname`` pins a pod to one node; KSM's default allow-list does
+    not export it, but every ``kube_node_labels`` series names its node, which the
+    kubelet's hostname label equals: a pod pinned to ``b-1`` is held there. An exported
+    hostname (a kubelet with ``--hostname-override``) wins over the node's name."""
+    gpu, host = "nvidia_com_gpu", kube_state.HOSTNAME_KEY
+    samples = {
+        "ksm_nodes": [sample(node=n, resource=gpu, value="1") for n in ("a-1", "b-1")],
+        "ksm_node_labels": [
+            sample(node="a-1", label_kubernetes_io_hostname="a-1.internal"),
+            sample(node="b-1"),
+        ],
+        "ksm_pods": [pod_request("pinned", 1)],
+        "ksm_pod_times": [sample(uid="uid-pinned", time="created", value=str(NOW - 60))],
+        "ksm_pod_meta": [
+            sample(
+                uid="uid-pinned", meta="nodeselectors", nodeselector_kubernetes_io_hostname="b-1"
+            )
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert {n.name: n.labels for n in q.nodes} == {
+        "a-1": {host: "a-1.internal"},
+        "b-1": {host: "b-1"},
+    }
+    (pinned,) = q.pending
+    assert pinned.selector == ((host, "b-1"),) and q.selectors_unchecked == {}
+    assert [n.name for n in q.nodes if selects(n, pinned.selector)] == ["b-1"]
 
 
 def test_arrivals_ask_for_the_gpu_type_their_pods_selected():

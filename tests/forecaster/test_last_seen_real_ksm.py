@@ -175,13 +175,6 @@ def test_a_selector_key_only_a_kept_node_shows_is_still_held(prometheus_factory,
     assert dict(queue.selectors_unchecked) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap: a nodeSelector on kubernetes.io/hostname (the usual pinning to one node) "
-    "is not held unless the site allow-lists that label in KSM, though every "
-    "kube_node_labels series names its node (node=...): the pinned pod is predicted to "
-    "start at once on another node",
-)
 def test_a_pod_pinned_by_hostname_waits_for_its_node_on_default_allowlist(
     prometheus_factory, ksm_target
 ):
