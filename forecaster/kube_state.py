@@ -155,7 +155,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from gpu_eta.common.gpu_resources import (
@@ -406,11 +406,7 @@ class ClusterQueue:
     the namespaces (sorted) of pending pods KSM showed no toleration series for, taken
     to tolerate every taint (module docstring); ``tolerations_read``: those of pending
     pods whose series were there. A namespace with no pod pending is in neither: this
-    cycle says nothing of it. ``selectors_unchecked``: the nodeSelector keys (KSM's
-    spelling) of pending pods that no GPU node's ``kube_node_labels`` shows, each with
-    the number of pending pods selecting it; not held against any node (``_checkable``).
-    ``selectors_checked``: the keys (sorted) of pending pods' nodeSelectors that were.
-    ``created_missing``: pending pods without
+    cycle says nothing of it. ``created_missing``: pending pods without
     ``kube_pod_created``, queued by when Prometheus first saw them Pending within the
     arrival window (module docstring). ``nodes_read``: the GPU nodes (sorted) whose
     allocatable the read shows, those left out of ``nodes`` (every GPU 0 allocatable
@@ -419,6 +415,16 @@ class ClusterQueue:
     GPU pods (namespace, pod; sorted) the read shows Succeeded or Failed on a node whose
     allocatable it does not show: ``last_seen`` does not keep them as holders of that
     node (their GPUs are free).
+
+    Which nodeSelector keys are held is decided here, from ``nodes``, each time a queue
+    is made (``__post_init__``), not by ``parse`` from the nodes it read: a queue with
+    nodes added (``last_seen``'s nodes kept as last read, through
+    ``dataclasses.replace``) holds the keys those show too. Each pending pod's
+    ``selector`` is the pairs of its ``node_selector`` whose key some GPU node's labels
+    show (``_checkable``); a pod with no ``node_selector`` keeps its ``selector`` as
+    given. ``selectors_unchecked``: the nodeSelector keys (KSM's spelling) of pending
+    pods that no GPU node's labels show, each with the number of pending pods selecting
+    it; not held against any node. ``selectors_checked``: the keys (sorted) that were.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -430,11 +436,25 @@ class ClusterQueue:
     tainted_nodes: int = 0
     tolerations_missing: tuple[str, ...] = ()
     tolerations_read: tuple[str, ...] = ()
-    selectors_unchecked: Mapping[str, int] = field(default_factory=dict)
-    selectors_checked: tuple[str, ...] = ()
     created_missing: int = 0
     nodes_read: tuple[str, ...] = ()
     finished: tuple[tuple[str, str], ...] = ()
+    selectors_unchecked: Mapping[str, int] = field(default_factory=dict, init=False)
+    selectors_checked: tuple[str, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        known = {key for n in self.nodes if n.labels for key in n.labels}
+        unchecked: Counter[str] = Counter()
+        checked: set[str] = set()
+        pending = tuple(
+            replace(p, selector=_checkable(dict(p.node_selector), known, unchecked, checked))
+            if p.node_selector
+            else p
+            for p in self.pending
+        )
+        object.__setattr__(self, "pending", pending)
+        object.__setattr__(self, "selectors_unchecked", dict(unchecked))
+        object.__setattr__(self, "selectors_checked", tuple(sorted(checked)))
 
 
 def _units(value: float) -> int | None:
@@ -878,7 +898,6 @@ def parse(
                 node_labels.get(name),
             )
         )
-    known = {key for n in nodes if n.labels for key in n.labels}
 
     # pods: their largest effective GPU request (app and init containers), phase, node
     pods = _PodRequests(extra)
@@ -901,8 +920,6 @@ def parse(
     tolerations = _pod_tolerations(get("ksm_pod_meta"), rejected)
     selector = _products(get("ksm_pod_meta"), ("meta", "nodeselectors"))
     selects = _selectors(get("ksm_pod_meta"), ("meta", "nodeselectors"))
-    unchecked: Counter[str] = Counter()
-    checked: set[str] = set()
     klass = {
         s.labels.get("uid", ""): s.labels.get("priority_class", "")
         for s in get("ksm_pod_meta")
@@ -958,7 +975,8 @@ def parse(
                     selector.get(uid, ""),
                     # no series: missing, not tolerating nothing (module docstring)
                     tolerations.get(uid),
-                    _checkable(selects.get(uid, {}), known, unchecked, checked),
+                    # held against the nodes by ClusterQueue (its docstring)
+                    node_selector=tuple(sorted(selects.get(uid, {}).items())),
                 )
             )
             (read_in if uid in tolerations else missing_in).add(ns)
@@ -975,8 +993,6 @@ def parse(
         tainted,
         tuple(sorted(missing_in)),
         tuple(sorted(read_in)),
-        dict(unchecked),
-        tuple(sorted(checked)),
         first_seen,
         # every GPU node's allocatable series, 0 included: the other node parts are
         # read for those nodes only

@@ -341,7 +341,10 @@ class PendingPod:
 
     ``selector``: its nodeSelector's other pairs (a pool, ``nvidia.com/gpu.family``), key
     in KSM's spelling and value, sorted: only nodes whose labels hold every pair suit it
-    (``selects``), as kube-scheduler's NodeAffinity filter requires.
+    (``selects``), as kube-scheduler's NodeAffinity filter requires. ``node_selector``:
+    every such pair the pod selects, of which ``kube_state.ClusterQueue`` keeps in
+    ``selector`` those whose key some node's labels show (a key no node shows is most
+    likely not exported); () : ``selector`` is taken as given.
     """
 
     namespace: str
@@ -353,6 +356,7 @@ class PendingPod:
     product: str = ""
     tolerations: tuple[Toleration, ...] | None = None
     selector: Selector = ()
+    node_selector: Selector = ()
 
 
 @dataclass(frozen=True, slots=True)

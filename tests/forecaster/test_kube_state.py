@@ -23,6 +23,7 @@ from gpu_eta.forecaster.queue_replay import (
     PREDICTED,
     SCHEDULED,
     Node,
+    PendingPod,
     Toleration,
     default_requests,
     replay,
@@ -294,6 +295,21 @@ def test_a_nodes_hostname_is_its_name_unless_ksm_exports_another():
     (pinned,) = q.pending
     assert pinned.selector == ((host, "b-1"),) and q.selectors_unchecked == {}
     assert [n.name for n in q.nodes if selects(n, pinned.selector)] == ["b-1"]
+
+
+def test_selector_keys_are_held_against_the_nodes_the_queue_ends_with():
+    """Which nodeSelector keys are held is decided from the queue's nodes whenever a
+    queue is made, so nodes added after ``parse`` (``last_seen``'s, through
+    ``dataclasses.replace``) count: a key only such a node shows is held, not logged
+    as unchecked."""
+    gpu = "nvidia_com_gpu"
+    pod = PendingPod("ml", "p", gpu, 1, NOW, node_selector=(("pool", "x"),))
+    read = ClusterQueue(nodes=(Node("g-1", {gpu: 4}, "T4", labels={}),), pending=(pod,))
+    assert read.pending[0].selector == () and read.selectors_unchecked == {"pool": 1}
+    kept = Node("d-1", {gpu: 4}, "T4", labels={"pool": "x"})
+    filled = dataclasses.replace(read, nodes=(*read.nodes, kept))
+    assert filled.pending[0].selector == (("pool", "x"),)
+    assert filled.selectors_unchecked == {} and filled.selectors_checked == ("pool",)
 
 
 def test_arrivals_ask_for_the_gpu_type_their_pods_selected():

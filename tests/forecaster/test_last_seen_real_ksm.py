@@ -127,14 +127,6 @@ def test_a_pod_read_succeeded_is_not_kept_as_holder_of_a_node_missing_from_the_r
     assert pod.prediction.starts[1] == pytest.approx(now, abs=120)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: the nodeSelector keys held against nodes are those the read's nodes "
-    "show (kube_state.parse), before last_seen adds the nodes kept as last read: a pod "
-    "selecting a label only a kept node carries is matched as if it selected nothing "
-    "(predicted to start at once on another pool) and its key is logged as not "
-    "allow-listed",
-)
 def test_a_selector_key_only_a_kept_node_shows_is_still_held(prometheus_factory, ksm_target):
     """A dedicated node d-1 (``dedicated=team-x``, allow-listed) busy for 2 h, and a
     general node g-1 without that label, idle. The KSM shard serving d-1 (and its pod)
