@@ -416,12 +416,21 @@ class Cycle:
         said: list[str] = []
         try:
             answer = self.client.instant(folded, at=now, warnings=said)
+            samples = queries.unfold(answer, queries.PENDING)
+            # the nodes' labels the pending pods select, once those are known (a second
+            # query, only when some pod selects a key beyond the GPU type)
+            labels = kube_state.node_labels_query(kube_state.selector_keys(samples))
+            if labels is not None:
+                samples[kube_state.NODE_LABELS_PART] = self.client.instant(
+                    kube_state.render(labels, ps.arrivals_seconds, ps.gpu_resources),
+                    at=now,
+                    warnings=said,
+                )
         except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
             errors["pending_failed"] += 1
             log.warning("pending-pod queries refused by the server on its data: %s", err)
             return None
         self._log_queue_partial(said, read_partial)
-        samples = queries.unfold(answer, queries.PENDING)
         try:
             node_models = {
                 s.labels["node"]: s.labels["model"]

@@ -130,16 +130,19 @@ docs/metrics/cluster/node-metrics.md upstream):
   gpu-eta's own exporter reports for the node (``gpu_eta_gpu_info``), spelt as GPU
   feature discovery spells it (``gfd_product``), and only replicas
   renamed ``nvidia.com/gpu.shared`` count as time-sliced. A running pod holds a
-  replica when its resource is one of its node's shared ones (``Node.shared``). Every
-  allow-listed label of the GPU nodes is read too (``NODE_LABELS``, ``Node.labels``),
-  for the pending pods' nodeSelector keys: a key some GPU node shows is matched as
+  replica when its resource is one of its node's shared ones (``Node.shared``). The
+  GPU nodes' labels the pending pods' nodeSelectors name are read too, those keys only,
+  in a second query once the pods are read and only when some pod selects one
+  (``selector_keys``, ``node_labels_query``, ``Node.labels``): a key some GPU node
+  shows is matched as
   kube-scheduler does (every pair on the node's labels); a key none shows is not
   allow-listed as far as can be told, and is not held against any node
   (``ClusterQueue.selectors_unchecked`` names it for the log, docs/pending.md).
 
 Every query covers all pods at once, so the number of queries per cycle is fixed
 whatever the number of pods (the cycle sends the ``QUERIES`` folded into one,
-``gpu_eta.forecaster.queries.fold``); each is limited to pods that ask for a GPU
+``gpu_eta.forecaster.queries.fold``, and the node labels' query when pending pods
+select keys beyond the GPU type); each is limited to pods that ask for a GPU
 resource.
 
 Each query also holds when KSM runs as two or more replicas that Prometheus scrapes
@@ -297,10 +300,11 @@ NODE_STATE = _tagged(
         ),
     },
 )
-# GPU nodes' labels, the allow-listed keys only (``label_<key>``), for the pending pods'
-# nodeSelector keys beyond the GPU type (``_node_labels``, ``_selectors``); every label
-# kept, as the keys are the site's: one series per GPU node and KSM replica
-NODE_LABELS = f"kube_node_labels {_GPU_NODES}"
+# GPU nodes' labels for the pending pods' nodeSelector keys beyond the GPU type
+# (``_node_labels``, ``_selectors``): only those keys (``node_labels_query``), asked in a
+# second query once the pods are read, and only when some pending pod selects one
+NODE_LABELS = "max by (node, {label_keys}) (kube_node_labels) " + _GPU_NODES
+NODE_LABELS_PART = "ksm_node_labels"
 # pods created in the window (still present or not)
 _CREATED_IN_WINDOW = (
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
@@ -350,7 +354,6 @@ QUERIES: Mapping[str, str] = {
     "ksm_node_capacity": NODE_CAPACITY,
     "ksm_node_state": NODE_STATE,
     "ksm_arrivals": ARRIVALS,
-    "ksm_node_labels": NODE_LABELS,
 }
 
 PRODUCT_LABEL = "label_nvidia_com_gpu_product"
@@ -363,6 +366,10 @@ NODE_LABEL_PREFIX = "label_"
 # ``kubernetes.io/hostname`` in KSM's spelling: the kubelet sets it to the node's name,
 # which every ``kube_node_labels`` series carries (``node``), exported or not
 HOSTNAME_KEY = "kubernetes_io_hostname"
+# at most this many nodeSelector keys are read from kube_node_labels (the first by
+# name); a key beyond is not held, as one not allow-listed (no real queue selects so many)
+MAX_SELECTOR_KEYS = 32
+_LABEL_KEY = re.compile(r"^[a-zA-Z0-9_]+$")
 MAX_UNITS = 1024  # a request or allocatable beyond this is not a real GPU count
 # Kubernetes' bounds: a taint or toleration key is a qualified name (a DNS subdomain
 # prefix of 253, "/", a name of 63), its value a label value (63)
@@ -385,6 +392,32 @@ def render(template: str, arrivals_seconds: float, gpu_resources: Sequence[str] 
         .replace("{arrivals_seconds}", str(seconds))
         .replace("{gpu_resources}", ksm_resource_regex(gpu_resources))
     )
+
+
+def selector_keys(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
+    """The nodeSelector keys beyond the GPU type (KSM's spelling, sorted, at most
+    ``MAX_SELECTOR_KEYS``) that the pending GPU pods of ``QUERIES``' answers select:
+    the node labels ``node_labels_query`` asks for."""
+    selects = _selectors(samples.get("ksm_pod_meta", ()), ("meta", "nodeselectors"))
+    keys = {key for pairs in selects.values() for key in pairs if _LABEL_KEY.match(key)}
+    return tuple(sorted(keys)[:MAX_SELECTOR_KEYS])
+
+
+def node_labels_query(keys: Collection[str]) -> str | None:
+    """The query of the GPU nodes' labels ``keys`` (``selector_keys``; a template for
+    ``render``), answered as ``NODE_LABELS_PART`` for ``parse``; None without keys.
+
+    Why not ``kube_node_labels`` whole: a site allow-listing every node label
+    (``nodes=[*]``) on nodes labelled by node-feature-discovery (the GPU Operator
+    installs it: 100-200 ``feature.node.kubernetes.io`` keys) gets series of more
+    labels than the answer's parser takes (``promparse``: 128), every one skipped, and
+    a 19 MB answer every cycle for 1000 such nodes and two KSM replicas. Read after the
+    pods, as the keys are the pods', and not at all while no pending pod selects one
+    (the usual queue): one more query in the cycles that need it."""
+    if not keys:
+        return None
+    labels = ", ".join(NODE_LABEL_PREFIX + key for key in sorted(keys))
+    return NODE_LABELS.replace("{label_keys}", labels)
 
 
 def is_gpu_resource(resource: str, extra: Collection[str] = ()) -> bool:

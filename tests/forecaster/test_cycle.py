@@ -90,6 +90,8 @@ class CannedClient:
             warnings.extend(self.warnings)
         if _shape(query) in _INSTANT:
             return list(self.answers.get(_INSTANT[_shape(query)], []))
+        if query.startswith("max by (node, label_") and "(kube_node_labels)" in query:
+            return list(self.answers.get(kube_state.NODE_LABELS_PART, []))  # their keys'
         pods = _POD_MATCH.findall(query)
         if pods and "label_replace" not in query:  # some pods' means, either pod label
             name = _SOME_PODS[_shape(_POD_MATCH.sub("", query))]
@@ -232,8 +234,9 @@ def test_one_cycle_forecasts_running_and_records_vanished(store: HistoryStore) -
     assert jf.completion_timestamps == pytest.approx((NOW + 560, NOW + 800, NOW + 1040))
     assert fs.n_running == 1 and fs.n_finished == 1 and fs.n_history == 1
     assert [r.completed for r in store.finished()] == [False]
-    # no run reports only steps and none is overdue: neither step query, no util_recent
-    assert fs.queries == queries.QUERIES_PER_CYCLE - 3 == len(client.seen) <= 20
+    # no run reports only steps and none is overdue: neither step query, no util_recent;
+    # no pending pod selects a node label: no node labels' query
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 4 == len(client.seen) <= 20
     assert queries.STEP_RANGE.format(runs="") not in client.seen
 
 
@@ -243,6 +246,8 @@ def test_query_count_does_not_grow_with_jobs(store: HistoryStore) -> None:
     many["steps_planned"] = [s(1000, **steps_only)]
     many["last_report"] = [s(NOW - 5, **steps_only)]  # every run has a last report
     many = merge(many, job("overdue", 10, [(1, NOW - 3600)], NOW - 4000))  # may be stalled
+    # a pending pod selecting a pool: the node labels' query too
+    many["ksm_pod_meta"] = [s(1, uid="u9", meta="nodeselectors", nodeselector_pool="a")]
     client = CannedClient(many)
     fs = make_cycle(client, store).run()
     assert len(fs.jobs) == 301
@@ -662,12 +667,44 @@ def test_pending_pods_get_predicted_starts_from_the_running_jobs_forecasts(
     assert {(r.product, r.units) for r in fs.pending.requests} == {("A100", 1)}
 
 
+def test_the_nodes_labels_pending_pods_select_are_read_in_a_second_query(
+    store: HistoryStore,
+) -> None:
+    """A pending pod selects ``pool: b``: once the folded query shows it, one more query
+    reads the GPU nodes' ``kube_node_labels`` for that key only (not every allow-listed
+    label: ``kube_state.node_labels_query``), and the pod waits for pool b's node, held
+    by a forecast run, though pool a's node is free."""
+    gpu = {"resource": "nvidia_com_gpu"}
+    ksm = {
+        "ksm_nodes": [s(1, node=n, label_nvidia_com_gpu_product="A100", **gpu) for n in "ab"],
+        "ksm_pods": [
+            s(1, namespace="ml", pod="pod-run", uid="u1", node="b", phase="Running", **gpu),
+            s(1, namespace="ml", pod="waits", uid="u2", phase="Pending", **gpu),
+        ],
+        "ksm_pod_times": [s(NOW - 50, uid="u2", time="created")],
+        "ksm_pod_meta": [s(1, uid="u2", meta="nodeselectors", nodeselector_pool="b")],
+        kube_state.NODE_LABELS_PART: [
+            s(1, node="a", label_pool="a"),
+            s(1, node="b", label_pool="b"),
+        ],
+    }
+    client = CannedClient(merge(job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300), ksm))
+    fs = make_cycle(client, store).run()
+    (asked,) = [q for q in client.seen if q.startswith("max by (node, label_")]
+    assert asked.startswith("max by (node, label_pool) (kube_node_labels)")
+    assert fs.queries == len(client.seen)
+    assert fs.pending is not None and fs.pending.selectors_checked == ("pool",)
+    (waits,) = fs.pending.pods
+    assert waits.prediction.status == "predicted"
+    assert waits.prediction.starts == pytest.approx(fs.jobs[0].completion_timestamps, abs=60)
+
+
 def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:
     client = CannedClient(job("run", 10, [(1, NOW - 200)], NOW - 300))
     fs = make_cycle(client, store, pending=PendingSettings(enabled=False)).run()
     assert fs.pending is None
-    # neither the folded pending query nor the step queries nor util_recent
-    assert fs.queries == queries.QUERIES_PER_CYCLE - 4
+    # neither the pending queries (folded, node labels) nor the step queries nor util_recent
+    assert fs.queries == queries.QUERIES_PER_CYCLE - 5
 
 
 def test_gc_is_paused_during_a_cycle_and_restored_after(store: HistoryStore) -> None:

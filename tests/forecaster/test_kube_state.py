@@ -709,7 +709,7 @@ def test_a_node_or_pod_beyond_the_bounds_keeps_no_taint_or_toleration():
 
 
 def test_query_count_is_fixed():
-    assert len(kube_state.QUERIES) == 9
+    assert len(kube_state.QUERIES) == 8
     for template in kube_state.QUERIES.values():
         assert "{arrivals}" not in kube_state.render(template, 600)
 
@@ -725,7 +725,9 @@ def test_every_query_reads_the_sites_gpu_resources():
     matcher = re.compile(r'resource=~"([^"]*)"')
     built_in = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
     n_matchers = 0
-    for name, template in kube_state.QUERIES.items():
+    labels = kube_state.node_labels_query(("pool",))
+    assert labels is not None
+    for name, template in {**kube_state.QUERIES, kube_state.NODE_LABELS_PART: labels}.items():
         plain = kube_state.render(template, 600)
         extended = kube_state.render(template, 600, (RENAMED, "example.com/gpu"))
         assert "{gpu_resources}" not in extended, name
@@ -794,11 +796,16 @@ def test_a_built_in_gpu_resource_named_again_is_read_as_built_in():
 
 
 def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
-    """Every queue query's answer at ``now``, as the cycle reads them (unfolded)."""
-    return {
+    """Every queue query's answer at ``now``, as the cycle reads them (unfolded), and
+    the node labels' query when pending pods select keys beyond the GPU type."""
+    out = {
         name: client.instant(kube_state.render(tpl, 3600), at=now)
         for name, tpl in kube_state.QUERIES.items()
     }
+    labels = kube_state.node_labels_query(kube_state.selector_keys(out))
+    if labels is not None:
+        out[kube_state.NODE_LABELS_PART] = client.instant(kube_state.render(labels, 3600), at=now)
+    return out
 
 
 @pytest.fixture

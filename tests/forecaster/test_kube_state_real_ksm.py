@@ -29,11 +29,16 @@ from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
 
 
 def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
-    """Every queue query's answer at ``now``, as the cycle reads them (unfolded)."""
-    return {
+    """Every queue query's answer at ``now``, as the cycle reads them (unfolded), and
+    the node labels' query when pending pods select keys beyond the GPU type."""
+    out = {
         name: client.instant(kube_state.render(tpl, 3600), at=now)
         for name, tpl in kube_state.QUERIES.items()
     }
+    labels = kube_state.node_labels_query(kube_state.selector_keys(out))
+    if labels is not None:
+        out[kube_state.NODE_LABELS_PART] = client.instant(kube_state.render(labels, 3600), at=now)
+    return out
 
 
 @pytest.fixture

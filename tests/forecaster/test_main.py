@@ -400,8 +400,8 @@ def test_once_without_pushgateway_prints_the_exposition(empty_prometheus_api, tm
     from gpu_eta.forecaster.queries import QUERIES_PER_CYCLE
 
     # an empty Prometheus: no run reports only steps and none may be stalled, so
-    # neither step query nor the stall check's GPU use
-    want = f'gpu_eta_forecaster_queries_total{{result="success"}} {QUERIES_PER_CYCLE - 3:.1f}'
+    # neither step query nor the stall check's GPU use, no pod selecting a node label
+    want = f'gpu_eta_forecaster_queries_total{{result="success"}} {QUERIES_PER_CYCLE - 4:.1f}'
     assert want in proc.stdout
 
 
@@ -416,7 +416,7 @@ def test_once_runs_count_on_from_the_totals_of_the_runs_before(
     from gpu_eta.forecaster.queries import QUERIES_PER_CYCLE
 
     db = str(tmp_path / "h.sqlite")
-    per_run = QUERIES_PER_CYCLE - 3  # an empty Prometheus (as above)
+    per_run = QUERIES_PER_CYCLE - 4  # an empty Prometheus (as above)
     for run in (1, 2):
         proc = run_cli("once", "--prometheus.url", empty_prometheus_api, "--history.db", db)
         assert proc.returncode == 0, proc.stderr

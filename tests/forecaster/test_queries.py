@@ -11,8 +11,9 @@ from gpu_eta.forecaster.series import Sample
 
 
 def test_fixed_count_within_budget() -> None:
-    # the instant and range queries, the step range query, one folded pending query
-    assert queries.QUERIES_PER_CYCLE == len(queries.INSTANT) + len(queries.RANGE) + 2 <= 20
+    # the instant and range queries, the step range query, one folded pending query and
+    # the node labels pending pods select
+    assert queries.QUERIES_PER_CYCLE == len(queries.INSTANT) + len(queries.RANGE) + 3 <= 20
 
 
 def test_fold_tags_every_part_and_unfold_splits_them_back() -> None:

@@ -445,7 +445,8 @@ def check_cycle_reconstruction(backfill, tmp_path, server_factory) -> None:
         # the first hour only: fine enough steps to see every epoch end of run-a
         cycle = Cycle(client, store, CycleSettings(lookback_seconds=3600, refit_seconds=0))
         fs = cycle.run()
-        assert fs.queries == queries.QUERIES_PER_CYCLE <= 20  # a tqdm run: all of them
+        # a tqdm run: all of them but the node labels' (no pending pod selects one)
+        assert fs.queries == queries.QUERIES_PER_CYCLE - 1 <= 20
         assert client.stats.error == 0
         by_id = {j.run.run_id: j for j in fs.jobs}
         run_a = by_id["run-a"].run
