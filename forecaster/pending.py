@@ -323,6 +323,15 @@ class StartTracker:
     empties a whole read, and a KSM shard down takes its pods out of it. Forgotten at
     once, the predictions of every pod that starts across such a gap would never be
     scored, and the calibration would learn only from gap-free waits.
+
+    Predictions are kept by (namespace, pod), the names the job forecasts and the
+    published series go by. A pod read waiting with a creation time later than when
+    its name was last read waiting is another pod under that name (a Kubeflow job
+    resubmitted, a StatefulSet pod recreated within the grace): the predictions kept
+    are the deleted pod's and are dropped, not scored against the new pod's start.
+    Later, not just other: a creation time taken from the arrival window
+    (``kube_state``'s ``pending_since``, without ``kube_pod_created``) moves with the
+    window, but stays before the last read.
     """
 
     def __init__(
@@ -344,6 +353,13 @@ class StartTracker:
             if key in started and started[key] is not None:
                 for starts in self._forget(key):
                     self.calibrator.observe(starts, started[key])  # type: ignore[arg-type]
+        for p in queue.pending:
+            key = (p.namespace, p.pod)
+            if key in self._raw and p.created > self._seen.get(key, math.inf):
+                # created after its name was last read waiting: another pod under the
+                # same name (deleted and recreated); the kept predictions were the old
+                # one's, which never started
+                self._forget(key)
         waiting = {(p.namespace, p.pod) for p in queue.pending}
         for key in waiting & self._raw.keys():
             self._seen[key] = now

@@ -1715,13 +1715,6 @@ def test_a_gpu_node_whose_device_plugin_is_away_is_kept_closed_with_its_capacity
     assert [(p.pod, p.prediction.status) for p in result.pods] == [("waits", NO_SCHEDULABLE_NODE)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: StartTracker keys predictions by (namespace, pod) and keeps them for "
-    "the vanish grace: a pending pod deleted and recreated under the same name within "
-    "10 minutes (a Kubeflow job resubmitted, a StatefulSet pod) has the deleted pod's "
-    "predictions scored against the new pod's start, widening every interval",
-)
 def test_a_pod_deleted_and_recreated_under_its_name_is_scored_on_its_own_predictions():
     """``trainer-master-0`` waits, predicted to start at +100 s (P10-P90 +90..+110 s);
     its job is deleted at +30 s (read gone, GPU nodes read: not a KSM gap) and
@@ -1760,3 +1753,24 @@ def test_a_pod_deleted_and_recreated_under_its_name_is_scored_on_its_own_predict
     tracker.update(ClusterQueue(nodes=(node,), holders=running), PendingSet(), NOW + 630)
     assert tracker.calibrator.n_obs == 1
     assert tracker.calibrator.scale == 0.5  # one exact prediction: the narrowest scale
+
+
+def test_a_pods_creation_time_moving_with_the_arrival_window_keeps_its_predictions():
+    """Without ``kube_pod_created`` a pod pending longer than the arrival window is
+    placed at the window's start, which moves forward every read; it stays before the
+    last read, so it is the same pod: both predictions are scored at its start."""
+    from gpu_eta.forecaster.pending import PendingSet, PodStart, StartTracker
+    from gpu_eta.forecaster.queue_replay import Holder, StartCalibrator, StartPrediction
+
+    gpu, node = "nvidia_com_gpu", Node("n1", {"nvidia_com_gpu": 1}, "A100")
+    tracker = StartTracker(StartCalibrator(min_obs=1), forget_seconds=600.0)
+    exact = StartPrediction(PREDICTED, (NOW + 590, NOW + 600, NOW + 610), 1.0)
+    for t in (NOW, NOW + 60):  # the window's start moves with each read
+        tracker.update(
+            ClusterQueue(nodes=(node,), pending=(PendingPod("ml", "p", gpu, 1, t - 3600),)),
+            PendingSet(pods=(PodStart("ml", "p", gpu, 1, t - 3600, exact),)),
+            t,
+        )
+    running = (Holder("ml", "p", "n1", gpu, 1, None, NOW + 600),)
+    tracker.update(ClusterQueue(nodes=(node,), holders=running), PendingSet(), NOW + 630)
+    assert tracker.calibrator.n_obs == 2
