@@ -607,16 +607,13 @@ def fold(
             state = replace(
                 state, bar_epoch=current, bar_total=match.bar_total, epoch_ended=match.complete
             )
-        else:  # no header read (a log whose start was rotated away)
-            if previous is None or not previous.epochs:
-                # no Keras run to be a step of: ``fit`` prints its ``Epoch k/N`` header
-                # before its first bar, so this is ``evaluate``'s or ``predict``'s before
-                # any fit (transfer learning evaluates the untrained model first). Read,
-                # it started a run of its few steps with no epochs
-                return state, None
-            current = int(previous.epoch or 0) + 1
-            epochs = int(previous.epochs)
-            if current > epochs:
+        else:  # no header read: a log whose start was rotated away, a one-epoch fit
+            # (Keras prints no header for epochs=1), a Progbar loop, or evaluate()
+            # before the first fit (read as a run of its few steps: a one-epoch fit
+            # looks the same, and must not show nothing)
+            current = int(previous.epoch or 0) + 1 if previous is not None else 1
+            epochs = int(previous.epochs) if previous is not None and previous.epochs else None
+            if epochs is not None and current > epochs:
                 return state, None
         assert match.bar is not None and match.bar_total is not None
         step = (current - 1) * match.bar_total + match.bar
