@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -806,15 +805,6 @@ def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
     if labels is not None:
         out[kube_state.NODE_LABELS_PART] = client.instant(kube_state.render(labels, 3600), at=now)
     return out
-
-
-@pytest.fixture
-def ksm_target() -> Iterator[tuple[str, list[str]]]:
-    """An HTTP server serving KSM-shaped series; the test sets the body."""
-    body: list[str] = [""]
-    server = MetricsServer("127.0.0.1", 0, lambda _accept: (body[0].encode(), TEXT_FORMAT)).serve()
-    yield f"127.0.0.1:{server.port}", body
-    server.stop()
 
 
 def cluster(now: float) -> str:

@@ -9,7 +9,6 @@ source each one was checked against is named in its docstring.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,32 +22,9 @@ from gpu_eta.forecaster.queue_replay import (
     NO_SCHEDULABLE_NODE,
     PREDICTED,
 )
-from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob
 from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
-
-
-def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
-    """Every queue query's answer at ``now``, as the cycle reads them (unfolded), and
-    the node labels' query when pending pods select keys beyond the GPU type."""
-    out = {
-        name: client.instant(kube_state.render(tpl, 3600), at=now)
-        for name, tpl in kube_state.QUERIES.items()
-    }
-    labels = kube_state.node_labels_query(kube_state.selector_keys(out))
-    if labels is not None:
-        out[kube_state.NODE_LABELS_PART] = client.instant(kube_state.render(labels, 3600), at=now)
-    return out
-
-
-@pytest.fixture
-def ksm_target() -> Iterator[tuple[str, list[str]]]:
-    """An HTTP server serving KSM-shaped series; the test sets the body."""
-    body: list[str] = [""]
-    server = MetricsServer("127.0.0.1", 0, lambda _accept: (body[0].encode(), TEXT_FORMAT)).serve()
-    yield f"127.0.0.1:{server.port}", body
-    server.stop()
-
+from tests.forecaster.test_kube_state import ksm_samples
 
 PRODUCT = "nvidia.com/gpu.product"
 

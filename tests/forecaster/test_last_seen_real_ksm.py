@@ -8,44 +8,20 @@ is fixed; the reason names the defect.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state
 from gpu_eta.forecaster.last_seen import LastSeen
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.queue_replay import PREDICTED
-from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import ScrapeJob
 from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
+from tests.forecaster.test_kube_state import ksm_samples
 
 PRODUCT = "nvidia.com/gpu.product"
 T4 = "Tesla-T4"
-
-
-def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
-    """Every queue query's answer at ``now``, as the cycle reads them (unfolded), and
-    the node labels' query when pending pods select keys beyond the GPU type."""
-    out = {
-        name: client.instant(kube_state.render(tpl, 3600), at=now)
-        for name, tpl in kube_state.QUERIES.items()
-    }
-    labels = kube_state.node_labels_query(kube_state.selector_keys(out))
-    if labels is not None:
-        out[kube_state.NODE_LABELS_PART] = client.instant(kube_state.render(labels, 3600), at=now)
-    return out
-
-
-@pytest.fixture
-def ksm_target() -> Iterator[tuple[str, list[str]]]:
-    """An HTTP server serving KSM-shaped series; the test sets the body."""
-    body: list[str] = [""]
-    server = MetricsServer("127.0.0.1", 0, lambda _accept: (body[0].encode(), TEXT_FORMAT)).serve()
-    yield f"127.0.0.1:{server.port}", body
-    server.stop()
 
 
 def test_a_node_read_with_no_allocatable_gpu_is_not_kept_with_its_old_gpus(
