@@ -12,6 +12,7 @@ each value it keeps, and shows a bad one with ``readable``.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 
 def utf8_encodable(text: str) -> bool:
@@ -48,3 +49,10 @@ def without_credentials(url: str) -> str:
     URL (messages end up in logs). A regular expression, not ``urlsplit``: the URL may
     be one that does not parse, which is often why it is being shown."""
     return re.sub(r"(?<=//)[^/?#]*@", "***@", url, count=1)
+
+
+def first_of(names: Sequence[str], shown: int = 5) -> str:
+    """``a, b, c`` or, past ``shown`` names, the first ``shown`` and ``and 7 more``: a
+    log line names a few of a list that can be long (nodes, namespaces, columns)."""
+    more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

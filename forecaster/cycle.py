@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import TypeVar
 
+from gpu_eta.common.text import first_of
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle_meta import (
@@ -478,16 +479,13 @@ class Cycle:
         if loud == self._kept_said:
             return
         if loud:
-            shown = ", ".join(loud[:5])
-            more = f" and {len(loud) - 5} more" if len(loud) > 5 else ""
             log.warning(
                 "kube-state-metrics read lacks %d GPU node(s) it showed open %.0fs ago "
-                "(%s%s): a KSM shard or replica down, or KSM restarting? They are kept "
+                "(%s): a KSM shard or replica down, or KSM restarting? They are kept "
                 "as last read, with their pods, for up to %.0fs (docs/pending.md)",
                 len(loud),
                 now - (kept.since if kept.since is not None else now),
-                shown,
-                more,
+                first_of(loud),
                 self._last_seen.grace_seconds,
             )
         else:

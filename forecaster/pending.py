@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpu_eta.common.text import first_of
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.queue_replay import (
     NO_SCHEDULABLE_NODE,
@@ -276,9 +277,7 @@ def left_out(pending: PendingSet) -> tuple[tuple[str, int], ...]:
 
 def _namespaces(names: Sequence[str], shown: int = 5) -> str:
     """``namespace a``, ``namespaces a, b``, or the first ``shown`` and how many more."""
-    head = ", ".join(names[:shown])
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return f"namespace{'s' if len(names) > 1 else ''} {head}{more}"
+    return f"namespace{'s' if len(names) > 1 else ''} {first_of(names, shown)}"
 
 
 def run_durations(history: Sequence[Run], limit: int = 5000) -> tuple[float, ...]:

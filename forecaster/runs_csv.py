@@ -46,7 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from gpu_eta.common.text import utf8_encodable
+from gpu_eta.common.text import first_of, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.runs import MAX_PROGRESS, Feature, Run, RunError, RunKey, validate_run
 
@@ -445,9 +445,7 @@ def keep_columns(names: Sequence[str]) -> list[str]:
 
 def _names(names: Sequence[str], kept: Sequence[str]) -> str:
     """The ignored columns, at most ``MAX_NAMED`` named."""
-    left = [n for n in names if n not in set(kept)]
-    more = f" and {len(left) - MAX_NAMED:,} more" if len(left) > MAX_NAMED else ""
-    return ", ".join(left[:MAX_NAMED]) + more
+    return first_of([n for n in names if n not in set(kept)], MAX_NAMED)
 
 
 def parse_runs_file(fh: TextIO) -> RunsFile:
