@@ -17,7 +17,6 @@ from importlib import metadata
 from types import MappingProxyType
 from typing import Any
 
-from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES as MAX_GPU_RESOURCES  # re-exported
 from gpu_eta.common.gpu_resources import parse_gpu_resources as common_gpu_resources
 from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.listen import ListenAddress

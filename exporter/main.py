@@ -27,12 +27,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES
 from gpu_eta.exporter.collectors import ExporterError, registry
 from gpu_eta.exporter.config import (
     DEFAULT_KUBE_MAX_PODS,
     DEFAULT_KUBELET_SOCKET,
     KEYS,
-    MAX_GPU_RESOURCES,
     Config,
     ConfigError,
     config_from_mapping,

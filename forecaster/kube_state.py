@@ -183,9 +183,8 @@ from gpu_eta.forecaster.series import Sample
 
 T = TypeVar("T")
 
-# nvidia.com/gpu, its time-sliced rename nvidia.com/gpu.shared, and MIG slices; the
-# templates hold ``{gpu_resources}`` for them and the site's own (``render``)
-GPU_RESOURCES = KSM_GPU_RESOURCES
+# The templates hold ``{gpu_resources}``: the built-in GPU resources
+# (``common.gpu_resources.KSM_GPU_RESOURCES``) and the site's own (``render``)
 _REQ = 'kube_pod_container_resource_requests{resource=~"{gpu_resources}"}'
 _INIT_REQ = 'kube_pod_init_container_resource_requests{resource=~"{gpu_resources}"}'
 _GPU_PODS = f"and on (uid) ({_REQ} or {_INIT_REQ})"
@@ -379,7 +378,7 @@ MAX_VALUE_CHARS = 63
 # (counted): no real node or pod has that many
 MAX_TAINTS = 64
 MAX_TOLERATIONS = 64
-_RESOURCE = re.compile(r"^nvidia_com_(gpu|gpu_shared|mig_[a-z0-9_]+)$")
+_RESOURCE = re.compile(KSM_GPU_RESOURCES)  # fullmatch: the queries' own regex
 
 
 def render(template: str, arrivals_seconds: float, gpu_resources: Sequence[str] = ()) -> str:
@@ -425,7 +424,7 @@ def is_gpu_resource(resource: str, extra: Collection[str] = ()) -> bool:
     one of ``extra`` (``common.gpu_resources.ksm_gpu_resources`` of the site's names).
     The queries already ask for these only: this keeps a label no GPU count comes from
     (a relabelling gone wrong) out of the queue, counted."""
-    return bool(_RESOURCE.match(resource)) or resource in extra
+    return bool(_RESOURCE.fullmatch(resource)) or resource in extra
 
 
 @dataclass(frozen=True)
@@ -860,7 +859,7 @@ def parse(
         return samples.get(name, ())
 
     # nodes
-    node_labels = _node_labels(get("ksm_node_labels"))
+    node_labels = _node_labels(get(NODE_LABELS_PART))
     labels: dict[str, Mapping[str, str]] = {}
     alloc: dict[str, dict[str, int]] = {}
     down: dict[str, dict[str, int]] = {}  # nodes with their device plugin away
@@ -916,7 +915,7 @@ def parse(
             shared = {
                 r: v
                 for r, v in resources.items()
-                if r == "nvidia_com_gpu" or (r in extra and not _RESOURCE.match(r))
+                if r == "nvidia_com_gpu" or (r in extra and not _RESOURCE.fullmatch(r))
             }
         if "nvidia_com_gpu_shared" in resources:
             shared["nvidia_com_gpu_shared"] = resources["nvidia_com_gpu_shared"]

@@ -149,15 +149,7 @@ class ServiceState:
         if not pending.tainted_nodes:
             marked.clear()
         else:
-            for ns in pending.tolerations_read:
-                marked.pop(ns, None)
-            for ns in pending.tolerations_missing:
-                marked[ns] = now
-            for ns in [ns for ns, seen in marked.items() if seen < now - NAMESPACE_MARK_SECONDS]:
-                del marked[ns]
-            excess = len(marked) - MAX_NAMESPACES_MARKED
-            for ns in sorted(marked, key=marked.__getitem__)[: max(excess, 0)]:
-                del marked[ns]
+            _marked(marked, pending.tolerations_missing, pending.tolerations_read, now)
         keys = _marked(
             self._selectors_unchecked, pending.selectors_unchecked, pending.selectors_checked, now
         )

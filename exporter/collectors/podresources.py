@@ -14,7 +14,7 @@ socket file's inode changes, and the next poll dials afresh.
 Which resources are GPUs: ``nvidia.com/gpu``, its time-sliced replicas renamed by the
 device plugin's ``renameByDefault`` (``nvidia.com/gpu.shared``) and MIG slices
 (``nvidia.com/mig-<profile>``), the resources the forecaster counts as GPUs
-(``forecaster.kube_state.GPU_RESOURCES``), plus the names given with
+(``common.gpu_resources.KSM_GPU_RESOURCES``), plus the names given with
 ``--kubelet.gpu-resource``. Not everything under ``nvidia.com/``: NVIDIA's Network
 Operator advertises ``nvidia.com/rdma_shared_device_a`` (ids "0", "1"… that read as
 GPU indexes) and ``nvidia.com/hostdev`` / SR-IOV VFs (PCI addresses) there. dcgm-exporter

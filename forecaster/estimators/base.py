@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -248,16 +249,13 @@ def next_report_increments(run: Run, last: int = 5) -> list[float]:
     Why these: reports come at the trainer's pace (each epoch, each logged step, each
     evaluation block) but not always evenly (a read thinned to a few points a run
     lands between them), and one missed scrape doubles a single gap. Not numpy: this
-    runs for every forecast.
+    runs for every forecast, on at most ``last`` values.
     """
     epochs = [e for e, _t in run.epoch_times[-(last + 1) :]]
     steps = [b - a for a, b in itertools.pairwise(epochs)]  # > 0: validate_run
     if not steps:
         return [1.0, 2.0]
-    ranked = sorted(steps)
-    half = len(ranked) // 2
-    median = ranked[half] if len(ranked) % 2 else 0.5 * (ranked[half - 1] + ranked[half])
-    return [*steps, 2.0 * median]
+    return [*steps, 2.0 * statistics.median(steps)]
 
 
 def ordered(p10: float, p50: float, p90: float) -> tuple[float, float, float]:

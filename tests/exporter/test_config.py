@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES
 from gpu_eta.exporter.config import (
     COLLECTORS,
-    MAX_GPU_RESOURCES,
     Config,
     ConfigError,
     ListenAddress,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.common.gpu_resources import KSM_GPU_RESOURCES as GPU_RESOURCES
 from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.exporter.attribution import attribute, unresolved_allocations
 from gpu_eta.exporter.collectors import CollectorError
@@ -23,7 +24,6 @@ from gpu_eta.exporter.readings import (
     PodMeta,
     ProcessSample,
 )
-from gpu_eta.forecaster.kube_state import GPU_RESOURCES
 from tests.support.podresources_server import PodResourcesServer
 
 UUID0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
