@@ -279,7 +279,8 @@ def test_a_partial_queue_answer_is_said_once_unless_the_runs_read_said_it(
         t[0] += 60
         cycle.run()
         assert len(queue_lines()) == 1
-        client.warnings = [DOWN]  # the runs' read partial too: its line says it
+        client.warnings = [DOWN]  # the runs' read partial too: its line says it, so a
+        client.queue_warnings = ["store-b down"]  # new queue warning is not said again
         t[0] += 60
         cycle.run()
         assert queue_lines() == []

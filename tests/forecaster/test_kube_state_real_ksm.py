@@ -1,9 +1,9 @@
 """The queue read against what a real kube-state-metrics (v2.10-v2.13) serves.
 
-Review reproductions: each test here shows where the queue predictor reads less than
-KSM exposes, or reads it differently, on a cluster run with the NVIDIA GPU Operator.
-They are ``xfail(strict=True)`` until the defect named in the reason is fixed; the
-source each one was checked against is named in its docstring.
+Each test holds a case where the queue predictor read less than KSM exposes, or read
+it differently, on a cluster run with the NVIDIA GPU Operator (OpenShift's denylist, a
+shard down, a driver upgrade, deletion timestamps, KSM 2.10 sidecars, pools); the
+source each was checked against is named in its docstring.
 """
 
 from __future__ import annotations

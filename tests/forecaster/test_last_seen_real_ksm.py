@@ -1,8 +1,9 @@
 """Re-review of the queue's "kept as last read" nodes (last_seen) and the nodeSelector
 match against real Prometheus scraping kube-state-metrics-shaped series.
 
-Each test is a reproduction of a defect found in review, ``xfail(strict=True)`` until it
-is fixed; the reason names the defect.
+Each test holds a case found in review: a node read with no GPU, a pod read finished,
+an autoscaler's scale-down, a key only a kept node shows, hostname pinning, nodes with
+many labels.
 """
 
 from __future__ import annotations
