@@ -61,9 +61,16 @@ class ProfileError(ValueError):
     """A profile asks for a GPU count that is not a positive integer."""
 
 
+def is_gpu_resource(name: str, own: Sequence[str] = ()) -> bool:
+    """``exporter.collectors.podresources.is_gpu_resource``'s rule, copied (this file
+    runs alone; tests/forecaster/test_spawner_profiles.py holds the two equal)."""
+    return name in BUILT_IN or name.startswith(MIG_PREFIX) or name in own
+
+
 def ksm_label(resource: str) -> str:
     """A resource name as kube-state-metrics' ``resource`` label writes it (every
-    character outside ``[a-zA-Z0-9_]`` an underscore), the forecaster's ``resource``."""
+    character outside ``[a-zA-Z0-9_]`` an underscore), the forecaster's ``resource``:
+    ``common.k8s_names.ksm_label``, copied (held equal by a test)."""
     return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
 
 
@@ -107,8 +114,7 @@ def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -
         asked = override.get(key) or {}
         for name, value in asked.items() if isinstance(asked, Mapping) else ():
             name = str(name)
-            gpu = name in BUILT_IN or name in own or name.startswith(MIG_PREFIX)
-            if not gpu:
+            if not is_gpu_resource(name, own):
                 continue
             try:
                 n = int(str(value))
@@ -118,11 +124,6 @@ def gpu_request(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -
                 raise ProfileError(f"{name} must be >= 0, got {n}")
             return name, n
     return GPU_RESOURCE, 0
-
-
-def gpus_of(profile: Mapping[str, Any], gpu_resources: Sequence[str] = ()) -> int:
-    """The profile's GPU count (0 when it asks for none; ``gpu_request``)."""
-    return gpu_request(profile, gpu_resources)[1]
 
 
 def start_for(

@@ -13,7 +13,6 @@ from gpu_eta.forecaster.spawner_profiles import (
     ProfileError,
     annotate,
     gpu_request,
-    gpus_of,
     label,
     profile_list_hook,
     start_for,
@@ -85,11 +84,11 @@ def test_gpu_resources_given_as_one_name_match_that_name_only():
     assert p["display_name"] == "other"
 
 
-def test_gpus_of_and_bad_counts():
-    assert gpus_of(profile("cpu")) == 0
-    assert gpus_of(profile("x", 2)) == 2
+def test_gpu_request_and_bad_counts():
+    assert gpu_request(profile("cpu")) == ("nvidia.com/gpu", 0)
+    assert gpu_request(profile("x", 2)) == ("nvidia.com/gpu", 2)
     with pytest.raises(ProfileError):
-        gpus_of(profile("x", -1))
+        gpu_request(profile("x", -1))
     bad = {
         "display_name": "bad",
         "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "two"}},
@@ -149,3 +148,30 @@ def test_hook_without_prometheus_leaves_profiles_alone():
     profiles = [profile("A100, 1 GPU", 1, A100)]
     hook = profile_list_hook(profiles, f"http://127.0.0.1:{free_port()}", timeout_seconds=0.5)
     assert hook(None) == profiles
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-3g.20gb.shared",
+        "nvidia.com/a100-shared",
+        "nvidia.com/rdma_shared_device_a",
+        "example.com/gpu",
+        "cpu",
+    ],
+)
+def test_the_copied_rules_agree_with_the_exporter_and_kube_state_metrics(name: str) -> None:
+    """The hook runs alone in a hub's image, so it copies two rules: which resources are
+    GPUs (the exporter's) and KSM's label spelling. A built-in resource added on one
+    side only would leave its profiles without an estimate."""
+    from gpu_eta.common.k8s_names import ksm_label as common_ksm_label
+    from gpu_eta.exporter.collectors.podresources import is_gpu_resource as exporters
+    from gpu_eta.forecaster import spawner_profiles
+
+    own = ("nvidia.com/a100-shared",)
+    for extra in ((), own):
+        assert spawner_profiles.is_gpu_resource(name, extra) is exporters(name, extra)
+    assert spawner_profiles.ksm_label(name) == common_ksm_label(name)
