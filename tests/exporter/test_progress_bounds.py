@@ -428,6 +428,15 @@ def test_a_healthz_body_is_refused_and_never_read_as_a_second_request(tmp_path):
         ("n" * 254, "p", "main", NOW),
         ("ns", "p", "main", -5.0),  # a log line stamped before 1970
     ],
+    # fixed ids: every pytest-xdist worker must collect the same names (NOW differs)
+    ids=[
+        "quote-newline",
+        "non-ascii",
+        "long-container",
+        "pod-not-dns",
+        "long-namespace",
+        "before-1970",
+    ],
 )
 def test_the_store_refuses_what_its_loader_would_skip(
     tmp_path, caplog, namespace, pod, container, now
