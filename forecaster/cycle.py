@@ -418,15 +418,21 @@ class Cycle:
         try:
             answer = self.client.instant(folded, at=now, warnings=said)
             samples = queries.unfold(answer, queries.PENDING)
-            # the nodes' labels the pending pods select, once those are known (a second
-            # query, only when some pod selects a key beyond the GPU type)
-            labels = kube_state.node_labels_query(kube_state.selector_keys(samples))
-            if labels is not None:
-                samples[kube_state.NODE_LABELS_PART] = self.client.instant(
-                    kube_state.render(labels, ps.arrivals_seconds, ps.gpu_resources),
+            # what the pods' answers call for (a second query, only when some pod
+            # selects a node label beyond the GPU type or lacks kube_pod_created)
+            second = kube_state.second_round(samples)
+            if second:
+                answer = self.client.instant(
+                    queries.fold(
+                        {
+                            name: kube_state.render(tpl, ps.arrivals_seconds, ps.gpu_resources)
+                            for name, tpl in second.items()
+                        }
+                    ),
                     at=now,
                     warnings=said,
                 )
+                samples.update(queries.unfold(answer, second))
         except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
             errors["pending_failed"] += 1
             log.warning("pending-pod queries refused by the server on its data: %s", err)

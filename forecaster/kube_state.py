@@ -44,8 +44,9 @@ docs/metrics/cluster/node-metrics.md upstream):
   bound (its scheduled and start times come with the node), so a pending GPU pod
   without ``kube_pod_created`` is placed by when Prometheus first saw its
   ``kube_pod_status_phase{phase="Pending"}`` at 1 in the arrival window
-  (``pending_since``: a subquery at 1 min resolution over ``{arrivals}``, asked only
-  for pods without ``kube_pod_created``). Stateless, so the same for ``serve`` and a
+  (``PENDING_SINCE``: a subquery at 1 min resolution over ``{arrivals}``, asked in a
+  second query only when some pending pod lacks ``kube_pod_created``, and only for
+  those pods: ``second_round``). Stateless, so the same for ``serve`` and a
   ``once`` CronJob, across restarts and replicas; pods pending longer than the window
   all take its start, their order among themselves then the namespace's and name's
   (``queue_replay.queue_key``). Counted in ``ClusterQueue.created_missing`` (one log
@@ -140,10 +141,11 @@ docs/metrics/cluster/node-metrics.md upstream):
   (``ClusterQueue.selectors_unchecked`` names it for the log, docs/pending.md).
 
 Every query covers all pods at once, so the number of queries per cycle is fixed
-whatever the number of pods (the cycle sends the ``QUERIES`` folded into one,
-``gpu_eta.forecaster.queries.fold``, and the node labels' query when pending pods
-select keys beyond the GPU type); each is limited to pods that ask for a GPU
-resource.
+whatever the number of pods: the cycle sends the ``QUERIES`` folded into one
+(``gpu_eta.forecaster.queries.fold``), then, only when their answers call for it, the
+``second_round`` folded into one more (the node labels pending pods select beyond the
+GPU type, and when pods without ``kube_pod_created`` were first seen Pending); each is
+limited to pods that ask for a GPU resource.
 
 Each query also holds when KSM runs as two or more replicas that Prometheus scrapes
 apart (every series twice, ``instance`` apart): the series a ``group_left`` join
@@ -189,9 +191,6 @@ _REQ = 'kube_pod_container_resource_requests{resource=~"{gpu_resources}"}'
 _INIT_REQ = 'kube_pod_init_container_resource_requests{resource=~"{gpu_resources}"}'
 _GPU_PODS = f"and on (uid) ({_REQ} or {_INIT_REQ})"
 _PENDING = 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
-# per series, not ``max by (uid)``: an aggregation at each of a subquery's steps over
-# every pod of the cluster cost four times the rest of the queue's query
-_PENDING_NOW = 'kube_pod_status_phase{phase="Pending"} == 1'
 _ALLOCATABLE = 'kube_node_status_allocatable{resource=~"{gpu_resources}"}'
 _GPU_NODES = f"and on (node) {_ALLOCATABLE}"
 
@@ -238,14 +237,6 @@ POD_TIMES = _tagged(
         "started": f"kube_pod_start_time {_GPU_PODS}",
         # a GPU pod being deleted: gone by its deletionTimestamp at the latest
         "deleted": f"max by (uid) (kube_pod_deletion_timestamp) {_GPU_PODS}",
-        # a pending GPU pod without kube_pod_created (OpenShift's KSM denylists
-        # ^kube_.+_created$): when Prometheus first saw it Pending in the arrival window
-        # (the subquery's 1 min steps, or now for a pod newer than the last step)
-        "pending_since": (
-            f"min by (uid) (min_over_time(timestamp({_PENDING_NOW})[{{arrivals}}:1m]) "
-            f"or timestamp({_PENDING_NOW})) unless on (uid) kube_pod_created "
-            f"{_PENDING} {_GPU_PODS}"
-        ),
         # a GPU pod finished (Succeeded, Failed) on a node the read does not show (its
         # KSM shard down, the pod's up): not a holder of the node kept as last read
         # (last_seen); no series while every GPU node is read
@@ -304,6 +295,25 @@ NODE_STATE = _tagged(
 # second query once the pods are read, and only when some pending pod selects one
 NODE_LABELS = "max by (node, {label_keys}) (kube_node_labels) " + _GPU_NODES
 NODE_LABELS_PART = "ksm_node_labels"
+# When Prometheus first saw a pending GPU pod without ``kube_pod_created`` (OpenShift's
+# KSM denylists ``^kube_.+_created$``) Pending in the arrival window: the subquery's
+# 1 min steps, or now for a pod newer than the last step. Per series, not ``max by
+# (uid)`` inside: an aggregation at each of a subquery's steps cost four times the rest
+# of the queue's query. Asked in the second round, only for those pods by uid
+# (``uncreated``, ``pending_since_query``): the subquery over every pending pod of the
+# cluster cost ~100 ms a cycle at 5,000 pods on the clusters that have the series too
+_PENDING_OF = 'kube_pod_status_phase{phase="Pending"{uids}} == 1'
+PENDING_SINCE = (
+    f"min by (uid) (min_over_time(timestamp({_PENDING_OF})[{{arrivals}}:1m]) "
+    f"or timestamp({_PENDING_OF}))"
+)
+PENDING_SINCE_PART = "ksm_pending_since"
+# at most this many uids are named in the query (a POST form of ~80 kB); beyond, it
+# asks for every pending pod and ``parse`` takes the ones it needs
+MAX_SINCE_UIDS = 2000
+# a Kubernetes UID is a UUID: one of these needs no escaping in a regex; a pod whose
+# uid is not (no real one) makes the query ask for every pending pod
+_UID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 # pods created in the window (still present or not)
 _CREATED_IN_WINDOW = (
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
@@ -400,6 +410,50 @@ def selector_keys(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
     selects = _selectors(samples.get("ksm_pod_meta", ()), ("meta", "nodeselectors"))
     keys = {key for pairs in selects.values() for key in pairs if _LABEL_KEY.match(key)}
     return tuple(sorted(keys)[:MAX_SELECTOR_KEYS])
+
+
+def uncreated(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
+    """The uids (sorted) of the pending GPU pods not yet bound that ``QUERIES``' answers
+    show without ``kube_pod_created``: those ``pending_since_query`` places."""
+    created = {
+        s.labels.get("uid", "")
+        for s in samples.get("ksm_pod_times", ())
+        if s.labels.get("time") == "created"
+    }
+    waiting = {
+        s.labels.get("uid", "")
+        for name in ("ksm_pods", "ksm_init_requests")
+        for s in samples.get(name, ())
+        if s.labels.get("phase") == "Pending" and not s.labels.get("node")
+    }
+    return tuple(sorted(waiting - created - {""}))
+
+
+def pending_since_query(uids: Collection[str]) -> str | None:
+    """The query of when Prometheus first saw the pending pods ``uids`` (``uncreated``)
+    Pending (a template for ``render``), answered as ``PENDING_SINCE_PART`` for
+    ``parse``; None without uids (every pending pod has ``kube_pod_created``: the usual
+    cluster, which then never pays for the subquery)."""
+    if not uids:
+        return None
+    named = len(uids) <= MAX_SINCE_UIDS and all(_UID.match(u) for u in uids)
+    matcher = f',uid=~"{"|".join(sorted(uids))}"' if named else ""
+    return PENDING_SINCE.replace("{uids}", matcher)
+
+
+def second_round(samples: Mapping[str, Sequence[Sample]]) -> dict[str, str]:
+    """The queries to ask once ``QUERIES``' answers are read, by part name (templates
+    for ``render``; the cycle folds them into one): the node labels the pending pods
+    select (``node_labels_query``) and when the pods without ``kube_pod_created`` were
+    first seen Pending (``pending_since_query``). Empty on the usual cluster."""
+    parts = {}
+    labels = node_labels_query(selector_keys(samples))
+    if labels is not None:
+        parts[NODE_LABELS_PART] = labels
+    since = pending_since_query(uncreated(samples))
+    if since is not None:
+        parts[PENDING_SINCE_PART] = since
+    return parts
 
 
 def node_labels_query(keys: Collection[str]) -> str | None:
@@ -939,16 +993,16 @@ def parse(
         pods.add(s, rejected, init=True)
     requests = pods.effective()
     phase, unusable = pods.phase, pods.unusable
-    created, started, deleted, since = {}, {}, {}, {}
+    created: dict[str, float] = {}
+    started: dict[str, float] = {}
+    deleted: dict[str, float] = {}
     for s in get("ksm_pod_times"):
-        target = {
-            "created": created,
-            "started": started,
-            "deleted": deleted,
-            "pending_since": since,
-        }.get(s.labels.get("time", ""))
+        target = {"created": created, "started": started, "deleted": deleted}.get(
+            s.labels.get("time", "")
+        )
         if target is not None:
             target[s.labels.get("uid", "")] = s.value
+    since = {s.labels.get("uid", ""): s.value for s in get(PENDING_SINCE_PART)}
     tolerations = _pod_tolerations(get("ksm_pod_meta"), rejected)
     selector = _products(get("ksm_pod_meta"), ("meta", "nodeselectors"))
     selects = _selectors(get("ksm_pod_meta"), ("meta", "nodeselectors"))
@@ -970,7 +1024,7 @@ def parse(
     holders, pending, scheduled = [], [], []
     missing_in: set[str] = set()  # namespaces of pending pods without toleration series
     read_in: set[str] = set()  # ... and of those with
-    first_seen = 0  # pending pods without kube_pod_created, placed by pending_since
+    first_seen = 0  # pending pods without kube_pod_created, placed by PENDING_SINCE
     for uid, (ns, pod, node, res, units) in sorted(requests.items()):
         ph = phase.get(uid)
         if ph == "Running" or (ph == "Pending" and node):

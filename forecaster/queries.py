@@ -7,9 +7,10 @@ Each query returns the series of every job at once and the join happens in Pytho
 ``Cycle._range_span``; ``ON_DEMAND`` when some run shows no progress),
 ``STEP_RANGE`` when some run reports only steps, and the kube-state-metrics queries
 of the GPU queue (``PENDING``) folded into one (``fold``: each part tagged with a
-``forecaster_query`` label, joined with ``or``, split again by ``unfold``), and the GPU
-nodes' labels when pending pods select keys beyond the GPU type (those keys only, known
-once the pods are read: ``kube_state.node_labels_query``): at most
+``forecaster_query`` label, joined with ``or``, split again by ``unfold``), and one
+more folded query when the pods' answers call for it (``kube_state.second_round``: the
+GPU nodes' labels when pending pods select keys beyond the GPU type, when pods without
+``kube_pod_created`` were first seen Pending): at most
 ``QUERIES_PER_CYCLE`` (20), whatever the number of jobs and pods. That keeps the load
 on Prometheus flat as the cluster grows, and makes the count checkable by a test.
 (Folding the per-run queries the same way would save queries, not TSDB time:
@@ -140,7 +141,7 @@ RANGE: Mapping[str, str] = MappingProxyType(
 # The kube-state-metrics queries of the GPU queue (gpu_eta.forecaster.kube_state),
 # sent folded into one.
 PENDING: Mapping[str, str] = kube_state.QUERIES
-# + step range + pending + the pending pods' node labels (kube_state.node_labels_query)
+# + step range + pending + its second round (kube_state.second_round)
 QUERIES_PER_CYCLE = len(INSTANT) + len(RANGE) + 1 + 1 + 1
 
 # Answers that do not change while a run lives: its plan, start and batch size (per

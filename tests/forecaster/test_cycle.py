@@ -54,6 +54,7 @@ _FOLDED = {
         )
     ): tuple(queries.PENDING)
 }
+_SECOND_ROUND = (kube_state.NODE_LABELS_PART, kube_state.PENDING_SINCE_PART)
 _RANGE = {
     _shape(t.format(runs="")): name
     for name, t in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items()
@@ -90,8 +91,9 @@ class CannedClient:
             warnings.extend(self.warnings)
         if _shape(query) in _INSTANT:
             return list(self.answers.get(_INSTANT[_shape(query)], []))
-        if query.startswith("max by (node, label_") and "(kube_node_labels)" in query:
-            return list(self.answers.get(kube_state.NODE_LABELS_PART, []))  # their keys'
+        second = dict((name, part) for part, name in _PART.findall(query) if name in _SECOND_ROUND)
+        if second:  # the queue's second round (kube_state.second_round), folded
+            return self._second_round(second)
         pods = _POD_MATCH.findall(query)
         if pods and "label_replace" not in query:  # some pods' means, either pod label
             name = _SOME_PODS[_shape(_POD_MATCH.sub("", query))]
@@ -114,6 +116,17 @@ class CannedClient:
             for name in _FOLDED[_shape(query)]
             for s in self.answers.get(name, [])
         ]
+
+    def _second_round(self, parts: dict[str, str]) -> list[Sample]:
+        """The node labels of the keys asked; when the pods asked by uid were first
+        seen Pending, those pods' only when it names them (as the TSDB would answer)."""
+        out = []
+        for name, part in parts.items():
+            named = re.search(r'uid=~"([^"]*)"', part)
+            for x in self.answers.get(name, []):
+                if named is None or x.labels.get("uid") in named.group(1).split("|"):
+                    out.append(Sample({**x.labels, queries.TAG: name}, x.value, x.timestamp))
+        return out
 
     def range(
         self,
@@ -690,13 +703,56 @@ def test_the_nodes_labels_pending_pods_select_are_read_in_a_second_query(
     }
     client = CannedClient(merge(job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300), ksm))
     fs = make_cycle(client, store).run()
-    (asked,) = [q for q in client.seen if q.startswith("max by (node, label_")]
-    assert asked.startswith("max by (node, label_pool) (kube_node_labels)")
+    (asked,) = [q for q in client.seen if kube_state.NODE_LABELS_PART in q]
+    assert "max by (node, label_pool) (kube_node_labels)" in asked
+    assert kube_state.PENDING_SINCE_PART not in asked  # the pod has kube_pod_created
     assert fs.queries == len(client.seen)
     assert fs.pending is not None and fs.pending.selectors_checked == ("pool",)
     (waits,) = fs.pending.pods
     assert waits.prediction.status == "predicted"
     assert waits.prediction.starts == pytest.approx(fs.jobs[0].completion_timestamps, abs=60)
+
+
+def test_pods_without_created_series_are_placed_by_a_second_query_naming_them(
+    store: HistoryStore,
+) -> None:
+    """OpenShift's KSM exports no ``kube_pod_created``: once the folded query shows a
+    pending GPU pod without it, one more query asks when Prometheus first saw that pod
+    (by uid, ``kube_state.pending_since_query``) Pending, and the pod is queued by that
+    time, behind the one pending longer. A cluster whose pods all have the series asks
+    no second query (nothing selects a node label either)."""
+    gpu = {"resource": "nvidia_com_gpu"}
+    ksm = {
+        "ksm_nodes": [s(1, node="a", label_nvidia_com_gpu_product="A100", **gpu)],
+        "ksm_pods": [
+            s(1, namespace="ml", pod="pod-run", uid="u1", node="a", phase="Running", **gpu),
+            s(1, namespace="ml", pod="late", uid="u2", phase="Pending", **gpu),
+            s(1, namespace="ml", pod="early", uid="u3", phase="Pending", **gpu),
+        ],
+        kube_state.PENDING_SINCE_PART: [
+            s(NOW - 60, uid="u2"),
+            s(NOW - 600, uid="u3"),
+            s(NOW - 900, uid="u9"),  # another pod's, not asked: not answered
+        ],
+    }
+    base = job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300)
+    client = CannedClient(merge(base, ksm))
+    fs = make_cycle(client, store).run()
+    (asked,) = [q for q in client.seen if kube_state.PENDING_SINCE_PART in q]
+    assert 'uid=~"u2|u3"' in asked and kube_state.NODE_LABELS_PART not in asked
+    assert fs.queries == len(client.seen)
+    assert fs.pending is not None and fs.pending.created_missing == 2
+    # the one GPU frees when the run ends: the pod first seen Pending takes it; no
+    # finished run tells how long that pod will hold it, so the other's start is unknown
+    by = {p.pod: p.prediction for p in fs.pending.pods}
+    assert (by["early"].status, by["late"].status) == ("predicted", "beyond_horizon")
+
+    created = {"ksm_pod_times": [s(NOW - 60, uid=u, time="created") for u in ("u2", "u3")]}
+    plain = CannedClient(merge(base, {**ksm, **created}))
+    fs = make_cycle(plain, store).run()
+    assert not [q for q in plain.seen if kube_state.PENDING_SINCE_PART in q]
+    assert fs.queries == len(plain.seen) == len(client.seen) - 1
+    assert fs.pending is not None and fs.pending.created_missing == 0
 
 
 def test_pending_prediction_can_be_turned_off(store: HistoryStore) -> None:

@@ -725,8 +725,10 @@ def test_every_query_reads_the_sites_gpu_resources():
     built_in = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
     n_matchers = 0
     labels = kube_state.node_labels_query(("pool",))
-    assert labels is not None
-    for name, template in {**kube_state.QUERIES, kube_state.NODE_LABELS_PART: labels}.items():
+    since = kube_state.pending_since_query(("u1",))
+    assert labels is not None and since is not None
+    second = {kube_state.NODE_LABELS_PART: labels, kube_state.PENDING_SINCE_PART: since}
+    for name, template in {**kube_state.QUERIES, **second}.items():
         plain = kube_state.render(template, 600)
         extended = kube_state.render(template, 600, (RENAMED, "example.com/gpu"))
         assert "{gpu_resources}" not in extended, name
@@ -796,14 +798,13 @@ def test_a_built_in_gpu_resource_named_again_is_read_as_built_in():
 
 def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
     """Every queue query's answer at ``now``, as the cycle reads them (unfolded), and
-    the node labels' query when pending pods select keys beyond the GPU type."""
+    their second round's when they call for one (``kube_state.second_round``)."""
     out = {
         name: client.instant(kube_state.render(tpl, 3600), at=now)
         for name, tpl in kube_state.QUERIES.items()
     }
-    labels = kube_state.node_labels_query(kube_state.selector_keys(out))
-    if labels is not None:
-        out[kube_state.NODE_LABELS_PART] = client.instant(kube_state.render(labels, 3600), at=now)
+    for name, tpl in kube_state.second_round(out).items():
+        out[name] = client.instant(kube_state.render(tpl, 3600), at=now)
     return out
 
 
@@ -1635,7 +1636,19 @@ def test_pending_pods_without_created_series_queue_by_when_first_seen_pending(
     om = tmp_path / "ksm.om"
     om.write_text(_denylisted_created_history(now))
     prom = prometheus_factory([], backfill_files=[om])
-    q = kube_state.parse(ksm_samples(PromClient(prom.url), now), now)
+    client = PromClient(prom.url)
+    samples = ksm_samples(client, now)
+    uids = ("u-a-late", "u-b-early", "u-c-old")
+    assert kube_state.uncreated(samples) == uids
+    # beyond MAX_SINCE_UIDS the query asks for every pending pod: the same times for these
+    since = kube_state.pending_since_query([f"u{i}" for i in range(kube_state.MAX_SINCE_UIDS + 1)])
+    assert since is not None and "uid=~" not in since
+    whole = {
+        x.labels["uid"]: x.value for x in client.instant(kube_state.render(since, 3600), at=now)
+    }
+    named = samples[kube_state.PENDING_SINCE_PART]
+    assert {x.labels["uid"]: x.value for x in named} == {u: whole[u] for u in uids}
+    q = kube_state.parse(samples, now)
     created = {p.pod: p.created - now for p in q.pending}
     assert [p.pod for p in sorted(q.pending, key=queue_key)] == [
         "d-created",
@@ -1659,6 +1672,36 @@ def test_pending_pods_without_created_series_queue_by_when_first_seen_pending(
             state.success(ForecastSet(timestamp=now, pending=result), 0.1, now)
     lines = [r.getMessage() for r in caplog.records if "no creation time" in r.getMessage()]
     assert len(lines) == 1 and "first saw them Pending" in lines[0]
+
+
+def test_the_second_round_asks_only_what_the_pods_read_call_for():
+    """No second query on the usual cluster (every pending pod has ``kube_pod_created``,
+    none selects a node label); the first-seen query names the pods without the series
+    by uid (bound pods and pods with the series left out), and asks for every pending
+    pod when the uids are too many or not UUID-like (no escaping needed then)."""
+    gpu = {"resource": "nvidia_com_gpu", "unit": "integer"}
+
+    def pod(uid: str, phase: str = "Pending", **more: str) -> Sample:
+        return Sample(
+            {"namespace": "ml", "pod": uid, "uid": uid, "phase": phase, **gpu, **more}, 1, NOW
+        )
+
+    created = [Sample({"uid": u, "time": "created"}, NOW - 60, NOW) for u in ("a", "b")]
+    samples = {"ksm_pods": [pod("a"), pod("b"), pod("r", "Running", node="n")]}
+    assert kube_state.second_round({**samples, "ksm_pod_times": created}) == {}
+    samples["ksm_init_requests"] = [pod("c-1")]
+    samples["ksm_pods"].append(pod("bound", node="n"))  # Pending on a node: a holder
+    second = kube_state.second_round({**samples, "ksm_pod_times": created[:1]})
+    assert list(second) == [kube_state.PENDING_SINCE_PART]
+    assert kube_state.uncreated({**samples, "ksm_pod_times": created[:1]}) == ("b", "c-1")
+    assert (
+        'kube_pod_status_phase{phase="Pending",uid=~"b|c-1"} == 1'
+        in second[kube_state.PENDING_SINCE_PART]
+    )
+    for uids in (["a.b", "c"], [f"u{i}" for i in range(kube_state.MAX_SINCE_UIDS + 1)]):
+        query = kube_state.pending_since_query(uids)
+        assert query is not None and 'kube_pod_status_phase{phase="Pending"} == 1' in query
+    assert kube_state.pending_since_query(()) is None
 
 
 def test_a_gpu_node_whose_device_plugin_is_away_is_kept_closed_with_its_capacity():

@@ -1,0 +1,39 @@
+"""bench/queue_query_cost.py measures what it says: on its drawn cluster, backfilled
+into a real Prometheus, the second round names exactly the pending GPU pods (those
+without ``kube_pod_created``) and is not asked when every pod has the series."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpu_eta.forecaster import kube_state
+from tests.bench.bench_module import load_bench
+
+qc = load_bench("queue_query_cost")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("created", [True, False])
+def test_the_second_round_names_the_pending_gpu_pods_without_created(
+    tmp_path, prometheus_factory, created
+) -> None:
+    now = time.time()
+    pods = qc.draw(300, 0.3, 0.3, now, seed=4)
+    om = tmp_path / "ksm.om"
+    om.write_text(qc.openmetrics(pods, 10, created, now))
+    prom = prometheus_factory([], backfill_files=[om])
+    _folded, samples = qc.first_round(prom.url, now)
+    waiting = {p.ids["uid"] for p in pods if p.gpu and not p.node and p.born <= now - 60}
+    assert len(waiting) > 10
+    # every pending GPU pod is read, created or not
+    assert {s.labels["uid"] for s in samples["ksm_pods"] if s.labels["phase"] == "Pending"} == (
+        waiting
+    )
+    second = kube_state.second_round(samples)
+    if created:
+        assert second == {}
+    else:
+        assert list(second) == [kube_state.PENDING_SINCE_PART]
+        assert kube_state.uncreated(samples) == tuple(sorted(waiting))
