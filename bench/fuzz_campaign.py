@@ -43,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.exporter._proto import api_pb2
 from gpu_eta.exporter.collectors.cgroup import parse_cgroup
 from gpu_eta.exporter.collectors.hostmemory import parse_memory_stat
@@ -55,7 +56,7 @@ from gpu_eta.exporter.logformats import (
     parse_setup,
     visible,
 )
-from gpu_eta.exporter.progress import MAX_NUMBER, ReportError, check_report, parse_report
+from gpu_eta.exporter.progress import ReportError, check_report, parse_report
 from gpu_eta.exporter.progress_journal import encode_line, encode_removal, read_journal
 from gpu_eta.exporter.progress_state_file import StateError, parse_state
 from gpu_eta.forecaster.promapi import PromAPIError
@@ -130,7 +131,7 @@ def hostile_number(rng: random.Random) -> object:
             0.5,
             2**63,
             2**64 + 1,
-            MAX_NUMBER + 1,
+            MAX_PROGRESS + 1,
             float("nan"),
             float("inf"),
             3,

@@ -58,7 +58,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from gpu_eta.exporter.progress import MAX_METRICS, MAX_NUMBER, Report, ReportError, parse_report
+from gpu_eta.common.progress_bound import MAX_PROGRESS
+from gpu_eta.exporter.progress import MAX_METRICS, Report, ReportError, parse_report
 from gpu_eta.exporter.readings import Progress
 
 MARKER = "GPU_ETA_PROGRESS"
@@ -66,7 +67,7 @@ _EMPTY: Mapping[str, float] = MappingProxyType({})
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x08\x00-\x07\x0b-\x1f]")
 
 _KERAS_EPOCH = re.compile(r"\s*Epoch (\d{1,9})/(\d{1,9})\s*\Z")
-# Steps and counts in bars are read up to 15 digits: below the wire format's MAX_NUMBER
+# Steps and counts in bars are read up to 15 digits: below the wire format's MAX_PROGRESS
 # (1e15), so a run counting tokens (1.5e13 at Llama 3's scale) is read from its bar
 # "12/12 ━━━━ 1s 59ms/step - loss: 0.9" and "50000/50000 [=====] - 10s ... - loss: 1.5"
 _KERAS_BAR = re.compile(r"\s*(\d{1,15})/(\d{1,15}) (?:\[[=>.]*\]|━+)(.*)\Z")
@@ -171,7 +172,7 @@ def _numbers(pairs: list[tuple[str, str]]) -> Mapping[str, float]:
             value = float(raw)
         except ValueError:
             continue
-        if math.isfinite(value) and abs(value) <= MAX_NUMBER:
+        if math.isfinite(value) and abs(value) <= MAX_PROGRESS:
             out[name] = value
     return MappingProxyType(out) if out else _EMPTY
 

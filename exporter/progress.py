@@ -31,17 +31,11 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpu_eta.common.k8s_names import DNS_LABEL, DNS_SUBDOMAIN
+from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.exporter.readings import Progress
 
 MAX_BODY_BYTES = 4096
 MAX_METRICS = 16
-# The largest progress value (epoch, step, a planned total, a free-form number). Why
-# 1e15: a language model's run counting tokens reaches 1.5e13 (15 trillion, Llama 3's
-# scale), and every whole count up to 1e15 stays exact in a float (2**53 ≈ 9e15); larger
-# counts are not training progress, refused rather than rounded. The forecaster's
-# ``gpu_eta.forecaster.runs.MAX_PROGRESS`` and the client's copy are the same bound
-# (tests/report/test_client.py checks that they agree).
-MAX_NUMBER = 1e15
 # How long the progress of a pod that left the pod list is still served: twice
 # Prometheus' default scrape interval (1 m), so two scrapes see a Job's final report
 # however soon its pod is deleted (``ProgressStore.retain`` says why a fixed time)
@@ -49,7 +43,7 @@ GONE_GRACE_SECONDS = 120.0
 # The most ``--progress.gone-grace`` may be: meanwhile the forecaster and ``top`` see
 # the run present, so a run cancelled with its pod would look alive that long
 MAX_GONE_GRACE_SECONDS = 3600.0
-# gpu_eta_report.client keeps copies of MAX_METRICS, MAX_NUMBER and the name patterns
+# gpu_eta_report.client keeps copies of MAX_METRICS, MAX_PROGRESS and the name patterns
 # (it installs alone in training images); tests/report/test_client.py checks they match.
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
@@ -123,7 +117,7 @@ class Report:
     event: str = "progress"
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     # one-line reasons for the free-form fields ``parse_report`` left out (a value over
-    # MAX_NUMBER, a bad name, beyond MAX_METRICS): the report is used without them
+    # MAX_PROGRESS, a bad name, beyond MAX_METRICS): the report is used without them
     skipped: tuple[str, ...] = ()
 
 
@@ -139,7 +133,7 @@ def _number(name: str, value: object, *, allow_negative: bool = False) -> float:
         raise InvalidReport(f"{name} must be finite")
     if number < 0 and not allow_negative:
         raise InvalidReport(f"{name} must not be negative")
-    if abs(number) > MAX_NUMBER:
+    if abs(number) > MAX_PROGRESS:
         raise InvalidReport(f"{name} is too large")
     return number
 

@@ -19,14 +19,6 @@ Feature = float | str
 
 _NO_FEATURES: Mapping[str, Feature] = MappingProxyType({})
 
-# The largest progress value (an epoch, a step, a plan) a run is read with, from
-# Prometheus series (runs_from_series) or a runs CSV (runs_csv). Progress may count
-# samples (MLPerf bert: ~1.2e9) or tokens (a language model's pretraining: 1.5e13 for
-# 15 trillion tokens, Llama 3's scale); every whole count up to 1e15 stays exact in a
-# float (2**53 ≈ 9e15). The exporter's ``gpu_eta.exporter.progress.MAX_NUMBER`` is the
-# same bound, so what it accepts is forecast (tests/report/test_client.py checks it).
-MAX_PROGRESS = 1e15
-
 
 # A finished run is learnt from with at most this many progress points (its first and
 # last kept) unless it was reported epoch by epoch. Why: a run reporting steps keeps up

@@ -46,9 +46,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.common.text import first_of, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.runs import MAX_PROGRESS, Feature, Run, RunError, RunKey, validate_run
+from gpu_eta.forecaster.runs import Feature, Run, RunError, RunKey, validate_run
 
 REQUIRED_COLUMNS = ("run_id", "epoch", "epochs_planned", "timestamp_seconds")
 # Identity columns: text even when they look like numbers (a namespace "2024" is not 2024.0).

@@ -48,7 +48,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gpu_eta.forecaster.runs import MAX_PROGRESS, STEPS_UNIT, RunKey, RunUpdate
+from gpu_eta.common.progress_bound import MAX_PROGRESS
+from gpu_eta.forecaster.runs import STEPS_UNIT, RunKey, RunUpdate
 from gpu_eta.forecaster.series import Sample, Series, unexported
 
 MAX_RUN_ID = 256

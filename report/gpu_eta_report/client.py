@@ -71,13 +71,13 @@ DEFAULT_MIN_INTERVAL_SECONDS = 1.0
 QUEUE_SIZE = 32  # reports waiting for the sender; a full queue drops its oldest (counted)
 MAX_TIMEOUT_SECONDS = 60.0  # longer would only hold queued reports back from fresher ones
 # Copies of the exporter's wire rules (gpu_eta.exporter.progress: MAX_METRICS,
-# MAX_NUMBER, _METRIC_NAME, _RUN_ID, _CONTAINER, _KNOWN): this package installs alone in
+# MAX_PROGRESS as MAX_NUMBER, _METRIC_NAME, _RUN_ID, _CONTAINER, _KNOWN): this package installs alone in
 # training images and cannot import the exporter. tests/report/test_client.py asserts
 # that they stay equal.
 MAX_METRICS = 16
-# Mirrors gpu_eta.exporter.progress.MAX_NUMBER (the forecaster's
-# gpu_eta.forecaster.runs.MAX_PROGRESS is the same bound): a run counting tokens (15
-# trillion, 1.5e13, at Llama 3's scale) fits, and every whole count stays exact in a float
+# Mirrors gpu_eta.common.progress_bound.MAX_PROGRESS (the exporter's and the
+# forecaster's one bound): a run counting tokens (15 trillion, 1.5e13, at Llama 3's
+# scale) fits, and every whole count stays exact in a float
 MAX_NUMBER = 1e15
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.exporter import progress
 from gpu_eta.exporter.progress import (
     MAX_BODY_BYTES,
@@ -200,7 +201,7 @@ def test_fuzz_json_objects_validate_or_raise_report_error(data):
     for value in (report.epoch, report.epochs, report.step, report.steps, report.batch_size):
         assert value is None or (math.isfinite(value) and value >= 0)
     assert len(report.metrics) <= progress.MAX_METRICS
-    assert all(abs(v) <= progress.MAX_NUMBER for v in report.metrics.values())
+    assert all(abs(v) <= MAX_PROGRESS for v in report.metrics.values())
     if report.epoch is not None and report.epochs is not None:
         assert report.epoch <= report.epochs
 

@@ -1,6 +1,6 @@
 """A bad free-form number is skipped, never the reason a whole report is refused.
 
-Found by a fuzz audit: one value over ``MAX_NUMBER`` (HF Trainer's ``total_flos``) or a
+Found by a fuzz audit: one value over ``MAX_PROGRESS`` (HF Trainer's ``total_flos``) or a
 17th name made the exporter answer 400 to the report, epoch and step included. Real
 listener, real sockets from a pod's loopback address, the real store.
 """

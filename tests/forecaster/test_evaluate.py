@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.evaluate import Backtest, backtest, main
 from gpu_eta.forecaster.runs import HISTORY_POINTS, Run, counts_steps
-from gpu_eta.forecaster.runs_csv import MAX_PROGRESS, format_runs, read_runs
+from gpu_eta.forecaster.runs_csv import format_runs, read_runs
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
+from gpu_eta.common import progress_bound
 from gpu_eta.common.retry_after import parse_retry_after
 from gpu_eta.exporter import progress
 from gpu_eta.exporter.progress_runs import RUN_BURST
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
-from gpu_eta.forecaster import runs
 from gpu_eta.launch.prometheus import free_port
 from gpu_eta_report import ProgressReporter, client, exporter_url, start
 from gpu_eta_report.client import LOCAL_RANK_VARIABLES
@@ -347,11 +347,11 @@ def test_wire_body_is_the_documented_format(listener):
 
 def test_the_client_copies_of_the_wire_rules_match_the_parser() -> None:
     """The client is one vendorable file, so it cannot import ``gpu_eta.exporter.progress``;
-    its copies of the wire rules must stay the parser's. The forecaster reads runs up to
-    its own bound: the exporter's, so what is accepted is forecast (and no more)."""
+    its copies of the wire rules must stay the parser's, its progress bound the one the
+    exporter and the forecaster share (``common.progress_bound``)."""
     assert client._RESERVED == progress._KNOWN
     assert client.MAX_METRICS == progress.MAX_METRICS
-    assert client.MAX_NUMBER == progress.MAX_NUMBER == runs.MAX_PROGRESS
+    assert client.MAX_NUMBER == progress_bound.MAX_PROGRESS
     assert client._METRIC_NAME.pattern == progress._METRIC_NAME.pattern
     assert client._RUN_ID.pattern == progress._RUN_ID.pattern
     assert client._CONTAINER.pattern == progress._CONTAINER.pattern
