@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,10 +28,17 @@ from gpu_eta.exporter.collectors.logs import (
 from gpu_eta.exporter.progress import Report
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
+from tests.exporter.collectors.logreplay import (
+    FIXTURES,
+    POD,
+    T0,
+    collector,
+    cri,
+    logdir,
+    pieces,
+    shown_from,
+)
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
-POD = PodMeta("ml", "train-1", "0c7c6a2e-uid", ip="127.0.0.2")
-T0 = dt.datetime(2026, 11, 21, 6, 0, 0, tzinfo=dt.timezone.utc)
 _PIECES = [
     b"2026-11-21T06:00:00.000000000Z stdout F Epoch 1/3\n",
     b"2026-11-21T06:00:01.000000000Z stdout P 4/8 [====>...] - ETA: 1s\r",
@@ -43,47 +49,6 @@ _PIECES = [
     b"\r",
     b"\xff\xfe\x00",
 ]
-
-
-def _records(
-    output: bytes, start: dt.datetime = T0, chunk: int = 16384
-) -> Iterator[tuple[str, bytes, bool]]:
-    """What a runtime makes of raw program output: per line of it, pieces of at most
-    ``chunk`` bytes, each with its time (10 ms apart, nanoseconds) and whether it ends
-    its line: the one split containerd and Docker's json-file driver both make."""
-    lines = output.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    t = start
-    for line in lines:
-        pieces = [line[i : i + chunk] for i in range(0, len(line), chunk)] or [b""]
-        for j, piece in enumerate(pieces):
-            yield t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z", piece, j == len(pieces) - 1
-            t += dt.timedelta(milliseconds=10)
-
-
-def cri(
-    output: bytes, stream: str = "stdout", start: dt.datetime = T0, chunk: int = 16384
-) -> bytes:
-    """Wrap raw program output as containerd does: one record per newline, P chunks."""
-    return b"".join(
-        f"{stamp} {stream} {'F' if last else 'P'} ".encode() + piece + b"\n"
-        for stamp, piece, last in _records(output, start, chunk)
-    )
-
-
-@pytest.fixture
-def root(tmp_path) -> Path:
-    (tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer").mkdir(parents=True)
-    return tmp_path
-
-
-def logdir(root: Path) -> Path:
-    return root / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
-
-
-def collector(root: Path, store: ProgressStore | None = None, **kw) -> LogProgressCollector:
-    return LogProgressCollector(root, store or ProgressStore(), lambda: [POD], **kw)
 
 
 def test_cri_timestamps():
@@ -927,7 +892,7 @@ def docker_json(output: bytes, stream: str = "stdout", chunk: int = 16384) -> by
             }
         ).encode()
         + b"\n"
-        for stamp, piece, last in _records(output, T0, chunk)
+        for stamp, piece, last in pieces(output, T0, chunk)
     )
 
 
@@ -1272,18 +1237,6 @@ def test_a_cri_dockerd_link_without_dockers_root_mounted_is_said_once(tmp_path, 
     assert not col.store.snapshot()
 
 
-def col_offsets(col: LogProgressCollector) -> int:
-    return sum(f.offset for files in col._followers.values() for f in files.values())
-
-
-def _read_out(col: LogProgressCollector) -> None:
-    for _ in range(200):
-        before = col_offsets(col)
-        col.poll()
-        if col_offsets(col) == before:
-            return
-
-
 def _two_streams() -> list[bytes]:
     """Real Keras 3 (stdout) and tqdm (stderr) output with chatter around, as records
     split at 300 bytes (``P`` records) and merged by time, as the runtime writes them."""
@@ -1311,37 +1264,11 @@ def test_a_restart_anywhere_in_a_log_ends_with_the_progress_of_one_that_never_st
     records = _two_streams()
     stops = [i + 1 for i, r in enumerate(records) if b"shard" not in r]  # Keras', tqdm's
 
-    def shown(path: Path, stop: int, restart: bool) -> list[tuple]:
-        """The rows shown from the stop on, each change once."""
-        d = path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
-        d.mkdir(parents=True)
-        (d / "0.log").write_bytes(b"".join(records[:stop]))
-        store = ProgressStore(path / "state.json")
-        col = collector(path, store)
-        _read_out(col)
-        if restart:
-            store.save()
-            store = ProgressStore(path / "state.json")
-            col = collector(path, store)
-        rows = [(p.run_id, p.epoch, p.epochs, p.step, p.steps) for p in store.snapshot()]
-        merge = store.merge
-
-        def merge_and_note(*args, **kw):
-            merge(*args, **kw)
-            (p,) = store.snapshot()
-            if rows[-1:] != [row := (p.run_id, p.epoch, p.epochs, p.step, p.steps)]:
-                rows.append(row)
-
-        store.merge = merge_and_note
-        with open(d / "0.log", "ab") as fh:
-            fh.write(b"".join(records[stop:]))
-        _read_out(col)
-        return rows
-
     differ = [
         stop
         for stop in stops
-        if shown(tmp_path / f"r{stop}", stop, True) != shown(tmp_path / f"n{stop}", stop, False)
+        if shown_from(tmp_path / f"r{stop}", records, stop, True)
+        != shown_from(tmp_path / f"n{stop}", records, stop, False)
     ]
     assert len(stops) > 40 and differ == []
 

@@ -18,48 +18,24 @@ import pytest
 
 from gpu_eta.exporter.collectors.logs import LogProgressCollector
 from gpu_eta.exporter.progress_store import ProgressStore
-from tests.exporter.collectors.test_logs import (
+from tests.exporter.collectors.logreplay import (
     FIXTURES,
     POD,
     T0,
-    _read_out,
-    collector,
+    Row,
     cri,
+    follow,
     logdir,
+    run_ids,
+    shown_from,
 )
-
-Row = tuple[str, int | None, int | None, int | None, int | None]
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer").mkdir(parents=True)
-    return tmp_path
 
 
 def _followed(root: Path, name: str, stream: str) -> list[Row]:
     """The container's progress after each poll, one record of the fixture appended
     before each (records of 300 bytes at most, so that the screens of a long ``\\r``
-    line are seen as a runtime's ``P`` records show them): (run_id, epoch, epochs,
-    step, steps), repeats dropped."""
-    output = (FIXTURES / name).read_bytes()
-    records = [r for r in cri(output, stream, chunk=300).split(b"\n") if r]
-    col = LogProgressCollector(root, ProgressStore(), lambda: [POD])
-    rows: list[Row] = []
-    path = logdir(root) / "0.log"
-    for record in records:
-        with open(path, "ab") as fh:
-            fh.write(record + b"\n")
-        col.poll()
-        for p in col.store.snapshot():
-            row = (p.run_id, p.epoch, p.epochs, p.step, p.steps)
-            if not rows or rows[-1] != row:
-                rows.append(row)
-    return rows
-
-
-def _runs(rows: list[Row]) -> list[str]:
-    return list(dict.fromkeys(r[0] for r in rows))
+    line are seen as a runtime's ``P`` records show them), each change once."""
+    return follow(root, cri((FIXTURES / name).read_bytes(), stream, chunk=300))
 
 
 def test_hf_training_after_from_pretrained_is_read(root) -> None:
@@ -67,7 +43,7 @@ def test_hf_training_after_from_pretrained_is_read(root) -> None:
     then ``Trainer.train()`` its bar over 24 steps. The training is the run."""
     rows = _followed(root, "hf_pretrained.stderr", "stderr")
     assert rows[-1][3:] == (24, 24)
-    assert len(_runs(rows)) == 1  # the loading bar starts none
+    assert len(run_ids(rows)) == 1  # the loading bar starts none
 
 
 @pytest.mark.xfail(
@@ -79,14 +55,14 @@ def test_a_second_hf_training_over_another_count_is_read(root) -> None:
     train() over 16 steps (a fine-tuning phase, a sweep's next model)."""
     rows = _followed(root, "hf_train_twice.stderr", "stderr")
     assert rows[-1][3:] == (16, 16)
-    assert len(_runs(rows)) == 2
+    assert len(run_ids(rows)) == 2
 
 
 def test_a_sweeps_next_model_over_another_count_is_read(root) -> None:
     """Real tqdm: two models trained in turn, one bar over all steps each (24, 40)."""
     rows = _followed(root, "tqdm_sweep.stderr", "stderr")
     assert rows[-1][3:] == (40, 40)
-    assert len(_runs(rows)) == 2
+    assert len(run_ids(rows)) == 2
 
 
 def test_a_bare_bar_phase_after_epoch_bars_is_read(root) -> None:
@@ -99,8 +75,8 @@ def test_a_bare_bar_phase_after_epoch_bars_is_read(root) -> None:
 def test_a_sweep_of_one_epoch_runs_starts_a_run_for_each(root) -> None:
     """Real tqdm: two models trained one epoch each, ``Epoch 1/1`` bars of 16 steps."""
     rows = _followed(root, "torch_sweep_1epoch.stderr", "stderr")
-    assert len(_runs(rows)) == 2
-    second = [r for r in rows if r[0] == _runs(rows)[1]]
+    assert len(run_ids(rows)) == 2
+    second = [r for r in rows if r[0] == run_ids(rows)[1]]
     assert any(r[3] is not None and r[3] < 16 for r in second)  # its progress shown
 
 
@@ -108,7 +84,7 @@ def test_lightning_fine_tuning_after_a_one_epoch_fit_is_a_run_of_its_own(root) -
     """Real Lightning (tqdm bar): the head trained one epoch (8 steps), then a second
     Trainer fine-tunes the whole model for 3 epochs of 16 steps (transfer learning)."""
     rows = _followed(root, "lightning_finetune.stdout", "stdout")
-    runs = _runs(rows)
+    runs = run_ids(rows)
     assert len(runs) == 2
     second = [r for r in rows if r[0] == runs[1]]
     assert any(r[1] == 0 for r in second)  # its first epoch is shown
@@ -119,7 +95,7 @@ def test_hf_evaluate_after_early_stopping_starts_no_run(root) -> None:
     """Real transformers: train() with evaluation every 4 steps and early stopping
     (stops at 8 of 24), then evaluate() at position 0 over 4 batches."""
     rows = _followed(root, "hf_early_stop.stderr", "stderr")
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert rows[-1][3:] == (8, 24)
 
 
@@ -138,7 +114,7 @@ def test_nested_epoch_and_iteration_bars_show_the_epochs(root) -> None:
     """Real tqdm, the classic BERT fine-tuning loop: ``trange(3, desc="Epoch")`` and,
     inside, ``tqdm(loader, desc="Iteration")`` (position 1, leave=True)."""
     rows = _followed(root, "tqdm_nested_epochs.stderr", "stderr")
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert rows[-1][3:] == (3, 3)
 
 
@@ -150,7 +126,7 @@ def test_one_bar_over_all_steps_with_the_epoch_in_its_description(root) -> None:
     """Real tqdm: ``tqdm(total=48)`` and ``set_description(f"Epoch {e}/3")`` as each
     epoch of 16 steps starts (accelerate- and diffusers-style loops)."""
     rows = _followed(root, "tqdm_global_epoch_desc.stderr", "stderr")
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     # the first epoch's screens are those of an 'Epoch 1/3' bar over 48 steps of its
     # own (the loop docs/progress.md advises): nothing tells them apart, so they plan
     # 3 x 48 steps. Changed from "every row 48" (unsatisfiable without reading the
@@ -162,35 +138,6 @@ def test_one_bar_over_all_steps_with_the_epoch_in_its_description(root) -> None:
     steps = [r[3] for r in rows]
     assert steps == sorted(steps) and all(b - a <= 8 for a, b in itertools.pairwise(steps))
     assert rows[-1][1:] == (3, 3, 48, 48)
-
-
-def _shown_from(path: Path, records: list[bytes], stop: int, restart: bool) -> list[Row]:
-    """The rows shown from ``stop`` on, each change once, by an exporter that read
-    ``records[:stop]`` and, with ``restart``, was restarted there (its state file kept)."""
-    d = path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
-    d.mkdir(parents=True)
-    (d / "0.log").write_bytes(b"".join(records[:stop]))
-    store = ProgressStore(path / "state.json")
-    col = collector(path, store)
-    _read_out(col)
-    if restart:
-        store.save()
-        store = ProgressStore(path / "state.json")
-        col = collector(path, store)
-    rows: list[Row] = [(p.run_id, p.epoch, p.epochs, p.step, p.steps) for p in store.snapshot()]
-    merge = store.merge
-
-    def merge_and_note(*args, **kw):
-        merge(*args, **kw)
-        (p,) = store.snapshot()
-        if rows[-1:] != [row := (p.run_id, p.epoch, p.epochs, p.step, p.steps)]:
-            rows.append(row)
-
-    store.merge = merge_and_note
-    with open(d / "0.log", "ab") as fh:
-        fh.write(b"".join(records[stop:]))
-    _read_out(col)
-    return rows
 
 
 @pytest.mark.parametrize(
@@ -224,8 +171,8 @@ def test_a_restart_anywhere_in_a_second_training_ends_as_one_that_never_stopped(
     differ = [
         stop
         for stop in range(1, len(records))
-        if _shown_from(tmp_path / f"r{stop}", records, stop, True)
-        != _shown_from(tmp_path / f"n{stop}", records, stop, False)
+        if shown_from(tmp_path / f"r{stop}", records, stop, True)
+        != shown_from(tmp_path / f"n{stop}", records, stop, False)
     ]
     assert len(records) > 8 and differ == []
 

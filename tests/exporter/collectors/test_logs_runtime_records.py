@@ -27,17 +27,7 @@ from pathlib import Path
 import pytest
 from tqdm import tqdm
 
-from gpu_eta.exporter.collectors.logs import LogProgressCollector
-from gpu_eta.exporter.progress_store import ProgressStore
-from tests.exporter.collectors.test_logs import FIXTURES, POD, T0, cri, logdir
-
-Row = tuple[str, int | None, int | None, int | None, int | None]
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer").mkdir(parents=True)
-    return tmp_path
+from tests.exporter.collectors.logreplay import FIXTURES, T0, Row, cri, follow, run_ids
 
 
 def _crio(output: bytes, stream: str) -> bytes:
@@ -63,27 +53,10 @@ def _followed(
 ) -> list[Row]:
     """The container's progress after each poll, one record appended before each, the
     records ``runtime`` (``containerd``: 16 KiB, or ``crio``) writes for the fixture
-    (or for ``output``, a program's output made in the test):
-    (run_id, epoch, epochs, step, steps), repeats dropped."""
+    (or for ``output``, a program's output made in the test), each change once."""
     if output is None:
         output = (FIXTURES / name).read_bytes()
-    data = cri(output, stream) if runtime == "containerd" else _crio(output, stream)
-    col = LogProgressCollector(root, ProgressStore(), lambda: [POD])
-    rows: list[Row] = []
-    path = logdir(root) / "0.log"
-    for record in (r for r in data.split(b"\n") if r):
-        with open(path, "ab") as fh:
-            fh.write(record + b"\n")
-        col.poll()
-        for p in col.store.snapshot():
-            row = (p.run_id, p.epoch, p.epochs, p.step, p.steps)
-            if not rows or rows[-1] != row:
-                rows.append(row)
-    return rows
-
-
-def _runs(rows: list[Row]) -> list[str]:
-    return list(dict.fromkeys(r[0] for r in rows))
+    return follow(root, cri(output, stream) if runtime == "containerd" else _crio(output, stream))
 
 
 @pytest.mark.parametrize(
@@ -118,7 +91,7 @@ def test_an_epoch_bar_with_the_loss_in_its_description_is_followed(
     """Real tqdm: ``bar.set_description(f"Epoch {e}/{N} loss {loss:.4f}")`` every step
     (3 epochs of 200 steps, ~100 KiB of screens: several containerd records an epoch)."""
     rows = _followed(root, name, "stderr", runtime)
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert rows[-1][1:] == last
     # every record of the line is read: the epoch's steps move on within it
     assert len([r for r in rows if r[1] == 0]) > 1
@@ -138,7 +111,7 @@ def test_a_bar_described_for_another_phase_starts_no_run(
     """Real tqdm (``Epoch k/3`` bars, ``tqdm(val_loader, desc="Evaluating")`` after
     each) and transformers (``from_pretrained``'s ``Loading weights``, then train())."""
     rows = _followed(root, name, "stderr", runtime)
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert rows[-1][1:] == last
 
 
@@ -161,7 +134,7 @@ def test_keras_evaluate_and_predict_after_fit_leave_the_run_as_fit_ended_it(
     """Real Keras 3: fit 3 epochs of 8 steps, then evaluate (4 steps) and predict (2),
     whose bars follow the last epoch's without a header."""
     rows = _followed(root, "keras_evaluate.stdout", "stdout", runtime)
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert all(r[4] in (None, 24) for r in rows)  # None: the first header's row
     assert rows[-1][1:] == (3, 3, 24, 24)
 
@@ -181,7 +154,7 @@ def test_a_bar_first_seen_at_its_end_while_the_runs_bar_goes_on_starts_no_run(
     desc="Iteration")``, leave=True, redrawn at position 0 as it closes) and
     transformers (train() stopped early at 8 of 24 steps, then evaluate())."""
     rows = _followed(root, name, "stderr", runtime)
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert rows[-1][3:] == last
 
 
@@ -205,7 +178,7 @@ def test_an_undescribed_evaluation_bar_between_epoch_bars_starts_no_run(
     root: Path, runtime: str
 ) -> None:
     rows = _followed(root, "", "stderr", runtime, _epochs_then_bare_evaluations())
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert all(r[2] == 3 and r[4] == 48 for r in rows)
     assert rows[-1][1:] == (3, 3, 48, 48)
 
@@ -219,7 +192,7 @@ def test_train_and_val_bars_with_the_same_epoch_description(
     desc=f"Epoch {e}/3")``, 16 training and 4 validation batches an epoch (and the
     same with ``Epoch k/3 [Train]`` and ``Epoch k/3 [Val]`` bars)."""
     rows = _followed(root, name, "stderr", runtime)
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert all(r[4] == 48 for r in rows)
     steps = [r[3] for r in rows]
     assert steps == sorted(steps)
@@ -235,7 +208,7 @@ def test_lightning_epochs_are_one_run_when_every_screen_is_seen(
     ``lightning_val_interval``, every 4 steps). Its bar reset at each epoch's start
     draws ``Epoch k: 0/8`` once (every screen is seen on CRI-O)."""
     rows = _followed(root, name, "stdout", runtime)
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert rows[-1][1] == 3
 
 
@@ -252,7 +225,7 @@ def test_hf_evaluate_seen_in_progress_starts_no_run(root: Path, name: str, runti
     """Real transformers: train() over 24 steps, then evaluate() slow enough to be
     drawn between its ends (512 batches in ~60 s; 32 batches of 0.12 s)."""
     rows = _followed(root, name, "stderr", runtime)
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     assert rows[-1][3:] == (24, 24)
 
 
@@ -266,7 +239,7 @@ def test_one_bar_over_the_run_under_containerd_never_goes_back(root: Path) -> No
     starts, as containerd writes it. The documented first-epoch plan (3 x 600) aside,
     the step must never go back."""
     rows = _followed(root, "tqdm_global_epoch_desc_long.stderr", "stderr", "containerd")
-    assert len(_runs(rows)) == 1
+    assert len(run_ids(rows)) == 1
     steps = [r[3] for r in rows]
     assert all(a <= b for a, b in itertools.pairwise(steps))
     assert rows[-1][1:] == (3, 3, 600, 600)
@@ -288,7 +261,7 @@ def test_a_later_epoch_bar_training_starts_a_run_under_containerd(
     """Real tqdm (two models, ``Epoch 1/1`` bars of 16 steps) and Lightning (a 1-epoch
     fit of 8 steps, then a 3-epoch fit of 16), as containerd writes them."""
     rows = _followed(root, name, stream, "containerd")
-    assert len(_runs(rows)) == 2
+    assert len(run_ids(rows)) == 2
 
 
 # Patterns f3c564b's bar rules read: the two Keras ones without a header are read (a
@@ -306,7 +279,7 @@ def test_keras_fit_of_one_epoch_is_read(root: Path, runtime: str) -> None:
 def test_keras_progbar_custom_loop_is_read(root: Path, runtime: str) -> None:
     """Real Keras 3: ``keras.utils.Progbar(16)`` per epoch of a custom loop, 3 epochs."""
     rows = _followed(root, "keras_progbar_loop.stdout", "stdout", runtime)
-    assert len(_runs(rows)) == 1 and rows[-1][1:4] == (3, None, 48)
+    assert len(run_ids(rows)) == 1 and rows[-1][1:4] == (3, None, 48)
 
 
 @pytest.mark.xfail(

@@ -1,0 +1,128 @@
+"""Replaying a container's log through the log collector, as the log tests share it.
+
+What a container runtime writes for a program's output (``cri``: containerd's records,
+split into ``P`` pieces), where the kubelet keeps it (``logdir``), a collector over it
+(``collector``), and the three ways the tests read it back: poll until nothing more is
+read (``read_out``), append one record per poll and keep each change of the progress
+shown (``follow``), and a restart of the exporter at some record (``shown_from``). Rows
+are (run_id, epoch, epochs, step, steps).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from gpu_eta.exporter.collectors.logs import LogProgressCollector
+from gpu_eta.exporter.progress_store import ProgressStore
+from gpu_eta.exporter.readings import PodMeta, Progress
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
+POD = PodMeta("ml", "train-1", "0c7c6a2e-uid", ip="127.0.0.2")
+T0 = dt.datetime(2026, 11, 21, 6, 0, 0, tzinfo=dt.timezone.utc)
+
+Row = tuple[str, int | None, int | None, int | None, int | None]
+
+
+def pieces(
+    output: bytes, start: dt.datetime = T0, chunk: int = 16384
+) -> Iterator[tuple[str, bytes, bool]]:
+    """What a runtime makes of raw program output: per line of it, pieces of at most
+    ``chunk`` bytes, each with its time (10 ms apart, nanoseconds) and whether it ends
+    its line: the one split containerd and Docker's json-file driver both make."""
+    lines = output.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    t = start
+    for line in lines:
+        parts = [line[i : i + chunk] for i in range(0, len(line), chunk)] or [b""]
+        for j, piece in enumerate(parts):
+            yield t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z", piece, j == len(parts) - 1
+            t += dt.timedelta(milliseconds=10)
+
+
+def cri(
+    output: bytes, stream: str = "stdout", start: dt.datetime = T0, chunk: int = 16384
+) -> bytes:
+    """Wrap raw program output as containerd does: one record per newline, P chunks."""
+    return b"".join(
+        f"{stamp} {stream} {'F' if last else 'P'} ".encode() + piece + b"\n"
+        for stamp, piece, last in pieces(output, start, chunk)
+    )
+
+
+def logdir(root: Path) -> Path:
+    """The kubelet's folder of ``POD``'s container ``trainer`` below ``root``."""
+    return root / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
+
+
+def collector(root: Path, store: ProgressStore | None = None, **kw) -> LogProgressCollector:
+    return LogProgressCollector(root, store or ProgressStore(), lambda: [POD], **kw)
+
+
+def col_offsets(col: LogProgressCollector) -> int:
+    return sum(f.offset for files in col._followers.values() for f in files.values())
+
+
+def read_out(col: LogProgressCollector) -> None:
+    """Poll until a poll reads nothing more (each poll reads a bounded amount)."""
+    for _ in range(200):
+        before = col_offsets(col)
+        col.poll()
+        if col_offsets(col) == before:
+            return
+
+
+def row(p: Progress) -> Row:
+    return (p.run_id, p.epoch, p.epochs, p.step, p.steps)
+
+
+def run_ids(rows: Iterable[Row]) -> list[str]:
+    """The run ids of ``rows``, in the order first shown."""
+    return list(dict.fromkeys(r[0] for r in rows))
+
+
+def follow(root: Path, data: bytes) -> list[Row]:
+    """The container's progress after each poll, one record of ``data`` (runtime
+    records, one a line) appended to its log before each: each change once."""
+    col = collector(root)
+    rows: list[Row] = []
+    path = logdir(root) / "0.log"
+    for record in (r for r in data.split(b"\n") if r):
+        with open(path, "ab") as fh:
+            fh.write(record + b"\n")
+        col.poll()
+        for p in col.store.snapshot():
+            if not rows or rows[-1] != row(p):
+                rows.append(row(p))
+    return rows
+
+
+def shown_from(path: Path, records: list[bytes], stop: int, restart: bool) -> list[Row]:
+    """The rows shown from ``stop`` on, each change once, by an exporter that read
+    ``records[:stop]`` and, with ``restart``, was restarted there (its state file kept)."""
+    d = path / f"{POD.namespace}_{POD.name}_{POD.uid}" / "trainer"
+    d.mkdir(parents=True)
+    (d / "0.log").write_bytes(b"".join(records[:stop]))
+    store = ProgressStore(path / "state.json")
+    col = collector(path, store)
+    read_out(col)
+    if restart:
+        store.save()
+        store = ProgressStore(path / "state.json")
+        col = collector(path, store)
+    rows = [row(p) for p in store.snapshot()]
+    merge = store.merge
+
+    def merge_and_note(*args, **kw):
+        merge(*args, **kw)
+        (p,) = store.snapshot()
+        if rows[-1:] != [row(p)]:
+            rows.append(row(p))
+
+    store.merge = merge_and_note  # type: ignore[method-assign]
+    with open(d / "0.log", "ab") as fh:
+        fh.write(b"".join(records[stop:]))
+    read_out(col)
+    return rows
