@@ -487,8 +487,8 @@ class ClusterQueue:
 
     ``scheduled``: pods bound to a node whose containers are still starting (phase
     Pending with a node); they hold their GPUs and start about now. ``rejected``
-    counts samples skipped as malformed, by reason. ``tainted_nodes``: GPU nodes with a
-    taint that keeps pods off (``queue_replay.policy_taints``). ``tolerations_missing``:
+    counts samples skipped as malformed, by reason. ``tainted_nodes`` (a property, from
+    ``nodes``): GPU nodes with a taint that keeps pods off. ``tolerations_missing``:
     the namespaces (sorted) of pending pods KSM showed no toleration series for, taken
     to tolerate every taint (module docstring); ``tolerations_read``: those of pending
     pods whose series were there. A namespace with no pod pending is in neither: this
@@ -519,7 +519,6 @@ class ClusterQueue:
     scheduled: tuple[tuple[str, str], ...] = ()
     arrivals: tuple[Arrival, ...] = ()
     rejected: Mapping[str, int] = field(default_factory=dict)
-    tainted_nodes: int = 0
     tolerations_missing: tuple[str, ...] = ()
     tolerations_read: tuple[str, ...] = ()
     created_missing: int = 0
@@ -541,6 +540,15 @@ class ClusterQueue:
         object.__setattr__(self, "pending", pending)
         object.__setattr__(self, "selectors_unchecked", dict(unchecked))
         object.__setattr__(self, "selectors_checked", tuple(sorted(checked)))
+
+    @property
+    def tainted_nodes(self) -> int:
+        """GPU nodes with a taint that keeps pods off (``queue_replay.policy_taints``).
+
+        Derived from ``nodes`` rather than stored, so a queue with nodes added
+        (``last_seen``'s, through ``dataclasses.replace``) counts theirs too: a count kept
+        beside the nodes had to be redone by hand wherever nodes were added."""
+        return sum(1 for n in self.nodes if policy_taints(n))
 
 
 def _units(value: float) -> int | None:
@@ -1066,7 +1074,6 @@ def parse(
                 )
             )
             (read_in if uid in tolerations else missing_in).add(ns)
-    tainted = sum(1 for n in nodes if policy_taints(n))
 
     arrivals = _arrivals(get("ksm_arrivals"), arrivals_seconds, extra)
     return ClusterQueue(
@@ -1076,7 +1083,6 @@ def parse(
         tuple(scheduled),
         arrivals,
         dict(rejected),
-        tainted,
         tuple(sorted(missing_in)),
         tuple(sorted(read_in)),
         first_seen,

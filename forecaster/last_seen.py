@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpu_eta.forecaster.kube_state import ClusterQueue
-from gpu_eta.forecaster.queue_replay import Holder, Node, policy_taints
+from gpu_eta.forecaster.queue_replay import Holder, Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,6 @@ class LastSeen:
             queue,
             nodes=(*queue.nodes, *nodes),
             holders=(*queue.holders, *holders),
-            tainted_nodes=queue.tainted_nodes + sum(1 for n in nodes if policy_taints(n)),
         )
         closed = tuple(name for name in missing if not self._seen[name][0].schedulable)
         loud = [name for name in missing if name not in closed] or missing

@@ -612,6 +612,24 @@ def test_a_pod_without_toleration_series_among_pods_with_some_is_unknown_not_int
     assert untainted.tainted_nodes == 0
 
 
+def test_the_tainted_node_count_follows_the_queues_nodes():
+    """``ClusterQueue.tainted_nodes`` is what its nodes say, however the queue was made:
+    built directly, or with nodes added through ``dataclasses.replace`` (``last_seen``'s
+    kept nodes), and ``predict`` publishes that count. A state taint (memory pressure) is
+    not a policy and is not counted. A count stored beside the nodes disagreed with them
+    wherever nodes were added without recounting."""
+    gpu = "nvidia_com_gpu"
+    team = Node("team-1", {gpu: 2}, "A100", taints=(SKU,))
+    pressed = Node(
+        "p-1", {gpu: 2}, "A100", taints=(("node.kubernetes.io/memory-pressure", "", "NoSchedule"),)
+    )
+    queue = ClusterQueue(nodes=(Node("free-1", {gpu: 2}, "A100"), pressed, team))
+    assert queue.tainted_nodes == 1
+    grown = dataclasses.replace(queue, nodes=(*queue.nodes, dataclasses.replace(team, name="t-2")))
+    assert grown.tainted_nodes == 2
+    assert predict(grown, {}, [600.0], NOW, FEW).tainted_nodes == 2
+
+
 def test_the_configured_request_toleration_reaches_the_requests():
     """``PendingSettings.request_tolerations`` (``--pending.request-toleration``): a
     cluster tainting its GPU pool ``sku=gpu:NoSchedule`` gets request predictions."""
