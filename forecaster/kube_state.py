@@ -68,7 +68,7 @@ docs/metrics/cluster/node-metrics.md upstream):
   over the window), so pods arriving later ask for the types those did
   (``_arrivals``). A pending pod's other nodeSelector keys (every key is a label,
   ``nodeselector_<key>`` in KSM's spelling: a pool, ``nvidia.com/gpu.family``) are read
-  too (``_selectors``) and held against the GPU nodes' labels (``NODE_LABELS``,
+  too (``_selections``) and held against the GPU nodes' labels (``NODE_LABELS``,
   ``_checkable``); arrivals keep the GPU type only. The metric is opt-in since KSM
   v2.5.0. Node affinity is not exposed by KSM at all; a pod that asks for a
   type through affinity is predicted, and counted among arrivals, as if any type would
@@ -291,7 +291,7 @@ NODE_STATE = _tagged(
     },
 )
 # GPU nodes' labels for the pending pods' nodeSelector keys beyond the GPU type
-# (``_node_labels``, ``_selectors``): only those keys (``node_labels_query``), asked in a
+# (``_node_labels``, ``_selections``): only those keys (``node_labels_query``), asked in a
 # second query once the pods are read, and only when some pending pod selects one
 NODE_LABELS = "max by (node, {label_keys}) (kube_node_labels) " + _GPU_NODES
 NODE_LABELS_PART = "ksm_node_labels"
@@ -407,7 +407,7 @@ def selector_keys(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
     """The nodeSelector keys beyond the GPU type (KSM's spelling, sorted, at most
     ``MAX_SELECTOR_KEYS``) that the pending GPU pods of ``QUERIES``' answers select:
     the node labels ``node_labels_query`` asks for."""
-    selects = _selectors(samples.get("ksm_pod_meta", ()), ("meta", "nodeselectors"))
+    _, selects = _selections(samples.get("ksm_pod_meta", ()), ("meta", "nodeselectors"))
     keys = {key for pairs in selects.values() for key in pairs if _LABEL_KEY.match(key)}
     return tuple(sorted(keys)[:MAX_SELECTOR_KEYS])
 
@@ -744,20 +744,44 @@ def _arrival_order(key: ArrivalKey) -> tuple:
     return (res, units, tols is None, tols or (), product)
 
 
-def _products(series: Sequence[Sample], tag: tuple[str, str]) -> dict[str, str]:
-    """Each pod's selected GPU type (by uid) from the ``kube_pod_nodeselectors`` series
-    tagged ``tag`` (a pending pod's ``meta``, an arrival's); a pod that selected none
-    is absent. Kubernetes only lets a pod's ``nodeSelector`` grow (while
-    scheduling-gated), so a pod shows one type at most; should two appear, the first by
-    name is kept, deterministically, for a pending pod and an arrival alike."""
+def _selections(
+    series: Sequence[Sample], tag: tuple[str, str]
+) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Each pod's nodeSelector (by uid) from the ``kube_pod_nodeselectors`` series tagged
+    ``tag`` (a pending pod's ``meta``, an arrival's), in one walk: (its selected GPU
+    type, ``SELECTOR_LABEL``; its other pairs, key in KSM's spelling with
+    ``nodeselector_`` cut off → value). A pod that selected no type is absent from the
+    first, one selecting nothing else from the second. Kubernetes only lets a pod's
+    ``nodeSelector`` grow (while scheduling-gated), so a pod shows one type at most;
+    should two replicas disagree, the first value by name is kept, deterministically,
+    for a pending pod and an arrival alike."""
     label, value = tag
-    out: dict[str, str] = {}
+    products: dict[str, str] = {}
+    others: dict[str, dict[str, str]] = {}
     for s in series:
-        if s.labels.get(label) != value:
+        uid = s.labels.get("uid", "")
+        if s.labels.get(label) != value or not uid:
             continue
-        uid, product = s.labels.get("uid", ""), s.labels.get(SELECTOR_LABEL, "")
-        if uid and product and (uid not in out or product < out[uid]):
-            out[uid] = product
+        for name, wanted in s.labels.items():
+            if not wanted or not name.startswith(SELECTOR_PREFIX):
+                continue
+            if name == SELECTOR_LABEL:
+                if uid not in products or wanted < products[uid]:
+                    products[uid] = wanted
+                continue
+            pairs = others.setdefault(uid, {})
+            key = name[len(SELECTOR_PREFIX) :]
+            if key not in pairs or wanted < pairs[key]:
+                pairs[key] = wanted
+    return products, others
+
+
+def _by_tag(series: Sequence[Sample], label: str) -> dict[str, list[Sample]]:
+    """``series`` split by their ``label`` (the tag ``_tagged`` gives each part of a
+    query), in one walk, so each part's reader walks its own series only."""
+    out: dict[str, list[Sample]] = {}
+    for s in series:
+        out.setdefault(s.labels.get(label, ""), []).append(s)
     return out
 
 
@@ -786,25 +810,6 @@ def _node_labels(series: Sequence[Sample]) -> dict[str, dict[str, str]]:
                     labels[key] = value
     for node, labels in out.items():
         labels.setdefault(HOSTNAME_KEY, node)
-    return out
-
-
-def _selectors(series: Sequence[Sample], tag: tuple[str, str]) -> dict[str, dict[str, str]]:
-    """Each pod's nodeSelector (by uid) from the ``kube_pod_nodeselectors`` series tagged
-    ``tag``: key in KSM's spelling (``nodeselector_`` cut off) → value, the GPU type
-    (``SELECTOR_LABEL``, read by ``_products``) left out; a pod selecting nothing else
-    is absent. Should two replicas disagree, the first value by name is kept."""
-    label, value = tag
-    out: dict[str, dict[str, str]] = {}
-    for s in series:
-        if s.labels.get(label) != value or not s.labels.get("uid"):
-            continue
-        for name, wanted in s.labels.items():
-            if name.startswith(SELECTOR_PREFIX) and name != SELECTOR_LABEL and wanted:
-                pairs = out.setdefault(s.labels["uid"], {})
-                key = name[len(SELECTOR_PREFIX) :]
-                if key not in pairs or wanted < pairs[key]:
-                    pairs[key] = wanted
     return out
 
 
@@ -850,7 +855,7 @@ def _arrivals(
     queued H100 pod waits for. A pod that selected no type (or whose selectors KSM
     does not show: ``kube_pod_nodeselectors`` is opt-in) gets "": any type."""
     tolerations = _pod_tolerations(series, Counter(), ("arrival", "tolerations"))
-    products = _products(series, ("arrival", "nodeselectors"))
+    products, _ = _selections(series, ("arrival", "nodeselectors"))
     shapes: Counter[ArrivalKey] = Counter()
     seen = set()
     for s in series:
@@ -1011,13 +1016,11 @@ def parse(
         if target is not None:
             target[s.labels.get("uid", "")] = s.value
     since = {s.labels.get("uid", ""): s.value for s in get(PENDING_SINCE_PART)}
-    tolerations = _pod_tolerations(get("ksm_pod_meta"), rejected)
-    selector = _products(get("ksm_pod_meta"), ("meta", "nodeselectors"))
-    selects = _selectors(get("ksm_pod_meta"), ("meta", "nodeselectors"))
+    meta = _by_tag(get("ksm_pod_meta"), "meta")
+    tolerations = _pod_tolerations(meta.get("tolerations", ()), rejected)
+    selector, selects = _selections(meta.get("nodeselectors", ()), ("meta", "nodeselectors"))
     klass = {
-        s.labels.get("uid", ""): s.labels.get("priority_class", "")
-        for s in get("ksm_pod_meta")
-        if s.labels.get("meta") == "info"
+        s.labels.get("uid", ""): s.labels.get("priority_class", "") for s in meta.get("info", ())
     }
 
     # a pod whose every GPU request is NaN, 0 or negative; one with another usable
