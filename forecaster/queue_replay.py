@@ -112,6 +112,7 @@ import re
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.common.versioned_json import load_versioned
@@ -361,12 +362,17 @@ class PendingPod:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A request made now: ``units`` of ``resource`` on a ``product`` GPU."""
+    """A request made now: ``units`` of ``resource`` on a ``product`` GPU.
+
+    ``selector`` (a class constant, not a field): a request selects no node label, so
+    the replay reads a pending pod's, a request's and an arrival's ``selector`` alike,
+    without telling them apart."""
 
     product: str
     resource: str
     units: int
     priority: int = 0
+    selector: ClassVar[Selector] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +400,9 @@ class Arrival:
     rate_per_second: float
     product: str = ""
     tolerations: tuple[Toleration, ...] | None = ()
+    # KSM's arrivals keep the GPU type only (``kube_state._arrivals``): no other node
+    # label is selected; a class constant, read as ``PendingPod.selector`` is
+    selector: ClassVar[Selector] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -810,9 +819,7 @@ def replay(
             tol = by_resource[it.resource]
         else:
             tol = it.tolerations
-        suitable, cand = lists.of(
-            it.resource, it.product, tol, it.selector if isinstance(it, PendingPod) else ()
-        )
+        suitable, cand = lists.of(it.resource, it.product, tol, it.selector)
         fit_ok.append(lists.fits(suitable, it.resource, it.units))
         place_ok.append(lists.fits(cand, it.resource, it.units))
         candidates.append(cand)
@@ -821,7 +828,7 @@ def replay(
     # arrivals land where the recent pods they were measured on could (their tolerations)
     future: list[ArrivalShape] = []
     for a in arrivals:
-        _, cand = lists.of(a.resource, a.product, a.tolerations)
+        _, cand = lists.of(a.resource, a.product, a.tolerations, a.selector)
         if a.rate_per_second > 0 and lists.fits(cand, a.resource, a.units):
             future.append((a, cand, shapes.of(a.resource, a.units, cand)))
     plan = _queue_plan(items, candidates, shape_of, place_ok, future, lists)
@@ -1200,9 +1207,8 @@ def naive_start(
     """
     best = math.inf
     tolerations = _tolerations_of(pod, nodes, request_tolerations)
-    selector = pod.selector if isinstance(pod, PendingPod) else ()
     for n in nodes:
-        if not _placeable(n, pod.resource, pod.product, tolerations, selector):
+        if not _placeable(n, pod.resource, pod.product, tolerations, pod.selector):
             continue
         held = sum(h.units for h in holders if h.node == n.name and h.resource == pod.resource)
         if n.allocatable[pod.resource] - held >= pod.units:
