@@ -306,6 +306,16 @@ def job_end_times(
     return out
 
 
+@dataclass(slots=True)
+class _Waiting:
+    """What ``StartTracker`` keeps of one pod: its raw predictions (the latest
+    ``per_pod``, oldest first) and when it was last read waiting. One record, so the two
+    cannot be kept for different pods (predictions without a time were never forgotten)."""
+
+    seen: float
+    starts: list[tuple[float, float, float]] = field(default_factory=list)
+
+
 class StartTracker:
     """Remembers each pending pod's raw predictions and calibrates new ones (no I/O).
 
@@ -342,33 +352,30 @@ class StartTracker:
         self.calibrator = calibrator or StartCalibrator()
         self.per_pod = per_pod
         self.forget_seconds = forget_seconds
-        self._raw: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
-        self._seen: dict[tuple[str, str], float] = {}  # when each was last read waiting
+        self._kept: dict[tuple[str, str], _Waiting] = {}
 
     def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
         """Learn from pods that started since, remember ``result``'s, return it calibrated."""
         started = {(h.namespace, h.pod): h.started for h in queue.holders}
-        for key in list(self._raw):
+        for key in list(self._kept):
             if key in started and started[key] is not None:
                 for starts in self._forget(key):
                     self.calibrator.observe(starts, started[key])  # type: ignore[arg-type]
         for p in queue.pending:
             key = (p.namespace, p.pod)
-            if key in self._raw and p.created > self._seen.get(key, math.inf):
+            if key in self._kept and p.created > self._kept[key].seen:
                 # created after its name was last read waiting: another pod under the
                 # same name (deleted and recreated); the kept predictions were the old
                 # one's, which never started
                 self._forget(key)
         waiting = {(p.namespace, p.pod) for p in queue.pending}
-        for key in waiting & self._raw.keys():
-            self._seen[key] = now
+        for key in waiting & self._kept.keys():
+            self._kept[key].seen = now
         if queue.nodes:  # a read without any GPU node (KSM restarting) says nothing
             for key in [
                 k
-                for k in self._raw
-                if k not in waiting
-                and k not in started
-                and now - self._seen.get(k, now) > self.forget_seconds
+                for k, kept in self._kept.items()
+                if k not in waiting and k not in started and now - kept.seen > self.forget_seconds
             ]:
                 self._forget(key)  # deleted before it started: nothing to learn
         for p in result.pods:
@@ -378,10 +385,10 @@ class StartTracker:
                 # once it starts it would widen every interval for hours of maintenance
                 self._forget((p.namespace, p.pod))
             elif p.prediction.status == PREDICTED and p.prediction.starts is not None:
-                kept = self._raw.setdefault((p.namespace, p.pod), [])
-                kept.append(p.prediction.starts)
-                del kept[: -self.per_pod]
-                self._seen[(p.namespace, p.pod)] = now
+                kept = self._kept.setdefault((p.namespace, p.pod), _Waiting(now))
+                kept.starts.append(p.prediction.starts)
+                del kept.starts[: -self.per_pod]
+                kept.seen = now
         scale = self.calibrator.scale
         pods = tuple(
             replace(p, prediction=self.calibrator.widen(p.prediction, now, scale))
@@ -394,5 +401,5 @@ class StartTracker:
 
     def _forget(self, key: tuple[str, str]) -> list[tuple[float, float, float]]:
         """Drop a pod's predictions (returned) and when it was last read."""
-        self._seen.pop(key, None)
-        return self._raw.pop(key, [])
+        kept = self._kept.pop(key, None)
+        return kept.starts if kept is not None else []
