@@ -8,7 +8,7 @@ renders the result; ``top`` and the spawner hook read it back from Prometheus.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_eta.common.text import first_of
@@ -306,6 +306,11 @@ def job_end_times(
     return out
 
 
+# a pod's kept predictions as saved: (namespace, pod, when last read waiting, its raw
+# (P10, P50, P90) start predictions, oldest first)
+SavedWait = tuple[str, str, float, list[tuple[float, float, float]]]
+
+
 @dataclass(slots=True)
 class _Waiting:
     """What ``StartTracker`` keeps of one pod: its raw predictions (the latest
@@ -339,8 +344,12 @@ class StartTracker:
     resubmitted, a StatefulSet pod recreated within the grace): the predictions kept
     are the deleted pod's and are dropped, not scored against the new pod's start.
     Later, not just other: a creation time taken from the arrival window
-    (``kube_state``'s ``pending_since``, without ``kube_pod_created``) moves with the
+    (``kube_state.PENDING_SINCE``, without ``kube_pod_created``) moves with the
     window, but stays before the last read.
+
+    ``waiting`` and ``restore`` hand the kept predictions to ``pending_state``, which
+    keeps them in the history file: a ``once`` CronJob (a new process every cycle)
+    would otherwise never see a pod it predicted start, and never calibrate.
     """
 
     def __init__(
@@ -398,6 +407,17 @@ class StartTracker:
             r: self.calibrator.widen(pred, now, scale) for r, pred in result.requests.items()
         }
         return replace(result, pods=pods, requests=requests, interval_scale=scale)
+
+    def waiting(self) -> list[SavedWait]:
+        """The pods whose predictions are kept, by name: (namespace, pod, when last read
+        waiting, its raw predictions oldest first)."""
+        return [(ns, pod, w.seen, list(w.starts)) for (ns, pod), w in sorted(self._kept.items())]
+
+    def restore(self, rows: Iterable[SavedWait]) -> None:
+        """Keep ``rows`` (``waiting``'s, as saved) beside what is kept: the latest
+        ``per_pod`` predictions of each."""
+        for ns, pod, seen, starts in rows:
+            self._kept[(ns, pod)] = _Waiting(seen, list(starts)[-self.per_pod :])
 
     def _forget(self, key: tuple[str, str]) -> list[tuple[float, float, float]]:
         """Drop a pod's predictions (returned) and when it was last read."""

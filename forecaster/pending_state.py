@@ -15,15 +15,27 @@ Reading follows the rules for every file we read: bounded and validated
 starts over; damaged errors inside a usable value are skipped and counted in one
 ERROR line. Writing never fails the cycle: an error is one ERROR line (then one
 INFO line when it works again).
+
+The pods' raw predictions not yet scored (``StartTracker.waiting``) are kept the same
+way, in a second row (``START_PREDICTIONS_KEY``), written when they change. Why: a
+``once`` CronJob is a new process every cycle; with the predictions in memory only,
+none would ever be scored against its pod's start, and its start intervals would
+never be calibrated. A restarted ``serve`` keeps scoring the waits it saw begin too.
+Read the same way (``parse_predictions``: bounded, a damaged pod skipped and counted,
+an unusable value set aside).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+from collections.abc import Sequence
 from typing import Protocol
 
+from gpu_eta.common.versioned_json import load_versioned
 from gpu_eta.forecaster.kube_state import ClusterQueue
-from gpu_eta.forecaster.pending import PendingSet, StartTracker
+from gpu_eta.forecaster.pending import PendingSet, SavedWait, StartTracker
 from gpu_eta.forecaster.queue_replay import (
     MAX_CALIBRATION_CHARS,
     ReplayError,
@@ -35,6 +47,17 @@ log = logging.getLogger(__name__)
 
 START_CALIBRATION_KEY = "pending_start_calibration"
 CORRUPT_KEY = START_CALIBRATION_KEY + ".corrupt"
+START_PREDICTIONS_KEY = "pending_start_predictions"
+PREDICTIONS_VERSION = 1
+# at most this many pods' predictions are saved or read (``--pending.max-pods`` is 500 by
+# default; pods out of the reads are kept for the vanish grace): the most recently
+# read waiting are kept
+MAX_SAVED_PODS = 5000
+MAX_SAVED_PER_POD = 20  # StartTracker's per_pod
+# 5,000 pods × 20 predictions of three 12-character times: ~4 MB
+MAX_PREDICTIONS_CHARS = 8 * 1024 * 1024
+MAX_NAME_CHARS = 253  # a namespace or pod name (a DNS subdomain at most)
+MAX_TIMESTAMP = 1e11  # unix seconds, past year 5000: not a time we predicted
 
 
 class MetaStore(Protocol):
@@ -46,8 +69,8 @@ class MetaStore(Protocol):
 
 
 class SavedStartTracker(StartTracker):
-    """A ``StartTracker`` whose calibrator is loaded from ``store`` and saved back to it
-    after every update that taught it something."""
+    """A ``StartTracker`` whose calibrator and kept predictions are loaded from
+    ``store`` and saved back to it after every update that changed them."""
 
     def __init__(
         self,
@@ -60,23 +83,35 @@ class SavedStartTracker(StartTracker):
         self._saved = self.calibrator.changes
         self._failing = False
         load_calibration(store, self.calibrator)
+        self._saved_waits = load_predictions(store, self)
 
     def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
-        """``StartTracker.update``, then the calibrator saved if it learned something."""
+        """``StartTracker.update``, then what changed saved."""
         out = super().update(queue, result, now)
         if self.calibrator.changes != self._saved:
             self.save()
+        waits = predictions_json(self.waiting())
+        if waits != self._saved_waits and self._write(START_PREDICTIONS_KEY, waits):
+            self._saved_waits = waits
         return out
 
     def save(self) -> bool:
         """Write the calibrator's errors now; False (logged, never raised) on failure."""
+        if not self._write(START_CALIBRATION_KEY, self.calibrator.to_json()):
+            return False
+        self._saved = self.calibrator.changes
+        return True
+
+    def _write(self, key: str, text: str) -> bool:
+        """One meta row written; a failure is one ERROR line until a write works again
+        (then one INFO line), never raised."""
         try:
-            self._store.set_meta(START_CALIBRATION_KEY, self.calibrator.to_json())
+            self._store.set_meta(key, text)
         except Exception as err:  # HistoryError, sqlite3 errors: none is worth a cycle
             if not self._failing:
                 log.error(
                     "pending start calibration: cannot save it in the history file: %s; "
-                    "it is kept in memory and saved again with the next pod start",
+                    "it is kept in memory and saved again with the next change",
                     err,
                 )
             self._failing = True
@@ -84,8 +119,100 @@ class SavedStartTracker(StartTracker):
         if self._failing:
             log.info("pending start calibration: saved again")
         self._failing = False
-        self._saved = self.calibrator.changes
         return True
+
+
+def predictions_json(rows: Sequence[SavedWait]) -> str:
+    """``StartTracker.waiting``'s rows as saved (times to 0.1 s): the most recently
+    read ``MAX_SAVED_PODS``, each pod's latest ``MAX_SAVED_PER_POD`` predictions."""
+    kept = sorted(rows, key=lambda r: r[2])[-MAX_SAVED_PODS:]
+    pods = [
+        [ns, pod, round(seen, 1), [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]]]
+        for ns, pod, seen, starts in sorted(kept)
+    ]
+    return json.dumps({"version": PREDICTIONS_VERSION, "pods": pods}, separators=(",", ":"))
+
+
+def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
+    """A saved ``predictions_json`` → (the usable pods' rows, how many were skipped).
+
+    Pure; ``ReplayError`` when the text is unusable as a whole (too long, not JSON,
+    nested too deeply, another version, no list of pods, more than ``MAX_SAVED_PODS``).
+    A pod whose names are not strings of at most ``MAX_NAME_CHARS``, whose time is not
+    a time, or whose predictions are not at most ``MAX_SAVED_PER_POD`` ordered
+    (P10 ≤ P50 ≤ P90) times is skipped and counted: one damaged pod is no reason to
+    forget the others.
+    """
+    loaded = load_versioned(
+        text, version=PREDICTIONS_VERSION, max_size=MAX_PREDICTIONS_CHARS, error=ReplayError
+    )
+    pods = loaded.get("pods")
+    if not isinstance(pods, list) or len(pods) > MAX_SAVED_PODS:
+        raise ReplayError(f"pods is not a list of at most {MAX_SAVED_PODS}")
+    rows = [row for row in map(_saved_wait, pods) if row is not None]
+    return rows, len(pods) - len(rows)
+
+
+def _saved_wait(item: object) -> SavedWait | None:
+    """One saved pod, or None when damaged (``parse_predictions``)."""
+    if not (isinstance(item, list) and len(item) == 4):
+        return None
+    ns, pod, seen, starts = item
+    names_ok = all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in (ns, pod))
+    if not (names_ok and _time(seen) and isinstance(starts, list)):
+        return None
+    if len(starts) > MAX_SAVED_PER_POD:
+        return None
+    out = []
+    for s in starts:
+        if not (
+            isinstance(s, list) and len(s) == 3 and all(map(_time, s)) and s[0] <= s[1] <= s[2]
+        ):
+            return None
+        out.append((float(s[0]), float(s[1]), float(s[2])))
+    return (ns, pod, float(seen), out)
+
+
+def _time(value: object) -> bool:
+    """A finite unix time in (0, ``MAX_TIMESTAMP``) (not a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value < MAX_TIMESTAMP
+    )
+
+
+def load_predictions(store: MetaStore, tracker: StartTracker) -> str | None:
+    """Give ``tracker`` the predictions saved in ``store``; the saved text (None when
+    none was read). Damage is logged (ERROR, one line), never raised: an unusable
+    value is set aside, the pods' predictions start over."""
+    try:
+        text = store.get_meta(START_PREDICTIONS_KEY)
+    except Exception as err:  # HistoryError, sqlite3 errors: none is worth a crash
+        log.error("pending start predictions: cannot read them: %s; starting over", err)
+        return None
+    if text is None:
+        return None
+    try:
+        rows, skipped = parse_predictions(text)
+    except ReplayError as err:
+        kept = _set_aside(store, START_PREDICTIONS_KEY, text, predictions_json([]))
+        log.error(
+            "pending start predictions in the history file are unusable (%s); %s, "
+            "the pods waiting now are scored from their next prediction",
+            err,
+            kept,
+        )
+        return None
+    if skipped:
+        log.error(
+            "pending start predictions: %d damaged pod(s) skipped, %d loaded",
+            skipped,
+            len(rows),
+        )
+    tracker.restore(rows)
+    return text
 
 
 def load_calibration(store: MetaStore, calibrator: StartCalibrator) -> int:
@@ -101,7 +228,7 @@ def load_calibration(store: MetaStore, calibrator: StartCalibrator) -> int:
     try:
         errors, skipped = parse_calibration(text)
     except ReplayError as err:
-        kept = _set_aside(store, text)
+        kept = _set_aside(store, START_CALIBRATION_KEY, text, StartCalibrator().to_json())
         log.error(
             "pending start calibration in the history file is unusable (%s); %s, "
             "start intervals are calibrated again from the next pod starts",
@@ -119,11 +246,13 @@ def load_calibration(store: MetaStore, calibrator: StartCalibrator) -> int:
     return calibrator.n_obs
 
 
-def _set_aside(store: MetaStore, text: str) -> str:
-    """Keep the damaged value (its first ``MAX_CALIBRATION_CHARS``) for a human."""
+def _set_aside(store: MetaStore, key: str, text: str, fresh: str) -> str:
+    """Keep the damaged value of ``key`` (its first ``MAX_CALIBRATION_CHARS``) under
+    ``key + ".corrupt"`` for a human, and start ``key`` over as ``fresh``."""
+    aside = key + ".corrupt"
     try:
-        store.set_meta(CORRUPT_KEY, text[:MAX_CALIBRATION_CHARS])
-        store.set_meta(START_CALIBRATION_KEY, StartCalibrator().to_json())
+        store.set_meta(aside, text[:MAX_CALIBRATION_CHARS])
+        store.set_meta(key, fresh)
     except Exception as err:  # as in load_calibration
         return f"it could not be moved aside ({err})"
-    return f"moved to meta key {CORRUPT_KEY!r}"
+    return f"moved to meta key {aside!r}"

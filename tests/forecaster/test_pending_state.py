@@ -15,11 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_eta.forecaster.history import HistoryStore
-from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.pending import PendingSettings, StartTracker
 from gpu_eta.forecaster.pending_state import (
     CORRUPT_KEY,
+    MAX_PREDICTIONS_CHARS,
+    MAX_SAVED_PER_POD,
+    MAX_SAVED_PODS,
     START_CALIBRATION_KEY,
+    START_PREDICTIONS_KEY,
     SavedStartTracker,
+    parse_predictions,
+    predictions_json,
 )
 from gpu_eta.forecaster.queue_replay import (
     MAX_CALIBRATION_CHARS,
@@ -210,3 +216,95 @@ def test_fuzz_parse_calibration_refuses_or_returns_bounded_errors(text: str) -> 
     except ReplayError:
         return
     assert skipped >= 0 and all(0 <= e <= 1e9 for e in errors)
+
+
+# --- the pods' predictions, kept for the next process ----------------------------------
+
+
+def test_a_once_cronjob_scores_the_predictions_of_its_earlier_runs(tmp_path: Path) -> None:
+    """``once`` is a new process every cycle: its first run predicts 30 waiting pods one
+    by one as the node's jobs end; they all start at 1,000 s, and the next run (a new
+    Cycle on the same history file) scores the first run's predictions: its intervals
+    widen. Without the predictions kept in the history file it would learn nothing."""
+    path = tmp_path / "h.sqlite"
+    running = holder_jobs(30)
+    settings = {"pending": PendingSettings(n_samples=20)}
+    store = HistoryStore.open(path)
+    first = merge(running, cluster(30, 0, NOW, gpus=30, holders=30))
+    assert make_cycle(CannedClient(first), store, **settings).run().pending.interval_scale == 1.0
+    store.close()
+    store = HistoryStore.open(path)
+    try:
+        client = CannedClient(merge(running, cluster(1, 30, NOW + 1000, gpus=30)))
+        second = make_cycle(client, store, clock=lambda: NOW + 1100, **settings)
+        assert 1.5 < second.run().pending.interval_scale < 10.0
+    finally:
+        store.close()
+
+
+def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
+    tracker = StartTracker()
+    rows = [("ml", f"p{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2) for i in range(3)]
+    tracker.restore(rows)
+    text = predictions_json(tracker.waiting())
+    assert parse_predictions(text) == (rows, 0)
+    many = [("ml", f"p{i:05d}", NOW + i, []) for i in range(MAX_SAVED_PODS + 10)]
+    kept, _ = parse_predictions(predictions_json(many))
+    assert len(kept) == MAX_SAVED_PODS and min(r[2] for r in kept) == NOW + 10
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["ml", "p", NOW, [[NOW + 30, NOW + 20, NOW + 10]]],  # not P10 <= P50 <= P90
+        ["ml", "p", NOW, [[NOW, NOW, True]]],
+        ["ml", "p", float("nan"), []],
+        ["ml", "", NOW, []],
+        ["ml", "p" * 254, NOW, []],
+        ["ml", "p", NOW, [[NOW, NOW, NOW]] * (MAX_SAVED_PER_POD + 1)],
+        ["ml", "p", NOW, [[NOW, NOW, 1e12]]],
+        {"ml": "p"},
+        ["ml", "p", NOW],
+    ],
+    ids=["unordered", "bool", "nan", "empty-name", "long-name", "too-many", "far", "dict", "short"],
+)
+def test_a_damaged_saved_pod_is_skipped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: object
+) -> None:
+    good = ["ml", "ok", NOW, [[NOW + 10, NOW + 20, NOW + 30]]]
+    text = json.dumps({"version": 1, "pods": [good, bad]})
+    assert parse_predictions(text) == ([("ml", "ok", NOW, [(NOW + 10, NOW + 20, NOW + 30)])], 1)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    store.set_meta(START_PREDICTIONS_KEY, text)
+    with caplog.at_level(logging.ERROR):
+        tracker = SavedStartTracker(store)
+    store.close()
+    assert [r[1] for r in tracker.waiting()] == ["ok"]
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == "pending start predictions: 1 damaged pod(s) skipped, 1 loaded"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        '{"version": 2, "pods": []}',
+        '{"version": 1, "pods": {"a": 1}}',
+        '{"version": 1, "pods": [' + "[]," * MAX_SAVED_PODS + "[]]}",
+        '{"version": 1, "pods": [' + " " * MAX_PREDICTIONS_CHARS + "]}",
+    ],
+    ids=["not-json", "other-version", "not-a-list", "too-many-pods", "huge"],
+)
+def test_unusable_saved_predictions_are_set_aside_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    store.set_meta(START_PREDICTIONS_KEY, text)
+    with caplog.at_level(logging.ERROR):
+        tracker = SavedStartTracker(store)
+    assert tracker.waiting() == []
+    assert store.get_meta(START_PREDICTIONS_KEY + ".corrupt") == text[:MAX_CALIBRATION_CHARS]
+    assert parse_predictions(store.get_meta(START_PREDICTIONS_KEY)) == ([], 0)
+    store.close()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "pending start predictions in the history file are unusable" in line
