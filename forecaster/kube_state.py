@@ -1050,7 +1050,7 @@ def parse(
             shared = res in shared_of.get(node, {})
             gone = deleted.get(uid)
             gone = gone if gone is not None and math.isfinite(gone) else None
-            holders.append(Holder(ns, pod, node, res, units, None, start, shared, gone))
+            holders.append(Holder(ns, pod, node, res, units, None, start, shared, gone, uid))
             if ph == "Pending":
                 scheduled.append((ns, pod))
         elif ph == "Pending":
@@ -1074,6 +1074,7 @@ def parse(
                     tolerations.get(uid),
                     # held against the nodes by ClusterQueue (its docstring)
                     node_selector=tuple(sorted(selects.get(uid, {}).items())),
+                    uid=uid,
                 )
             )
             (read_in if uid in tolerations else missing_in).add(ns)

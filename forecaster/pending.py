@@ -306,9 +306,9 @@ def job_end_times(
     return out
 
 
-# a pod's kept predictions as saved: (namespace, pod, when last read waiting, its raw
-# (P10, P50, P90) start predictions, oldest first)
-SavedWait = tuple[str, str, float, list[tuple[float, float, float]]]
+# a pod's kept predictions as saved: (namespace, pod, its uid or "", when last read
+# waiting, its raw (P10, P50, P90) start predictions, oldest first)
+SavedWait = tuple[str, str, str, float, list[tuple[float, float, float]]]
 
 
 @dataclass(slots=True)
@@ -319,6 +319,7 @@ class _Waiting:
 
     seen: float
     starts: list[tuple[float, float, float]] = field(default_factory=list)
+    uid: str = ""  # the pod's, when read: another uid under its name is another pod
 
 
 class StartTracker:
@@ -339,13 +340,16 @@ class StartTracker:
     scored, and the calibration would learn only from gap-free waits.
 
     Predictions are kept by (namespace, pod), the names the job forecasts and the
-    published series go by. A pod read waiting with a creation time later than when
-    its name was last read waiting is another pod under that name (a Kubeflow job
-    resubmitted, a StatefulSet pod recreated within the grace): the predictions kept
-    are the deleted pod's and are dropped, not scored against the new pod's start.
-    Later, not just other: a creation time taken from the arrival window
-    (``kube_state.PENDING_SINCE``, without ``kube_pod_created``) moves with the
-    window, but stays before the last read.
+    published series go by, with the pod's uid. A pod read under that name with
+    another uid, waiting or already running (it started between two reads), is
+    another pod under that name (a JupyterHub server spawned again after a cancelled
+    spawn, a Kubeflow job resubmitted, a StatefulSet pod recreated within the grace):
+    the predictions kept are the deleted pod's and are dropped, not scored against the
+    new pod's start. Without uids (a test's queue), a pod read waiting with a creation
+    time later than when its name was last read waiting is taken as another pod. Later,
+    not just other: a creation time taken from the arrival window
+    (``kube_state.PENDING_SINCE``, without ``kube_pod_created``) moves with the window,
+    but stays before the last read.
 
     ``waiting`` and ``restore`` hand the kept predictions to ``pending_state``, which
     keeps them in the history file: a ``once`` CronJob (a new process every cycle)
@@ -366,16 +370,24 @@ class StartTracker:
     def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
         """Learn from pods that started since, remember ``result``'s, return it calibrated."""
         started = {(h.namespace, h.pod): h.started for h in queue.holders}
-        for key in list(self._kept):
-            if key in started and started[key] is not None:
-                for starts in self._forget(key):
-                    self.calibrator.observe(starts, started[key])  # type: ignore[arg-type]
+        for h in queue.holders:
+            key = (h.namespace, h.pod)
+            kept = self._kept.get(key)
+            if kept is None or h.started is None:
+                continue
+            starts = self._forget(key)
+            if not _other_pod(kept.uid, h.uid):  # not recreated since: scored
+                for s in starts:
+                    self.calibrator.observe(s, h.started)
+        uids = {(p.namespace, p.pod): p.uid for p in queue.pending}
         for p in queue.pending:
             key = (p.namespace, p.pod)
-            if key in self._kept and p.created > self._kept[key].seen:
-                # created after its name was last read waiting: another pod under the
-                # same name (deleted and recreated); the kept predictions were the old
-                # one's, which never started
+            kept = self._kept.get(key)
+            if kept is not None and (
+                _other_pod(kept.uid, p.uid) or (not (kept.uid and p.uid) and p.created > kept.seen)
+            ):
+                # another pod under the same name (deleted and recreated); the kept
+                # predictions were the old one's, which never started
                 self._forget(key)
         waiting = {(p.namespace, p.pod) for p in queue.pending}
         for key in waiting & self._kept.keys():
@@ -394,7 +406,9 @@ class StartTracker:
                 # once it starts it would widen every interval for hours of maintenance
                 self._forget((p.namespace, p.pod))
             elif p.prediction.status == PREDICTED and p.prediction.starts is not None:
-                kept = self._kept.setdefault((p.namespace, p.pod), _Waiting(now))
+                uid = uids.get((p.namespace, p.pod), "")
+                kept = self._kept.setdefault((p.namespace, p.pod), _Waiting(now, uid=uid))
+                kept.uid = kept.uid or uid
                 kept.starts.append(p.prediction.starts)
                 del kept.starts[: -self.per_pod]
                 kept.seen = now
@@ -409,17 +423,25 @@ class StartTracker:
         return replace(result, pods=pods, requests=requests, interval_scale=scale)
 
     def waiting(self) -> list[SavedWait]:
-        """The pods whose predictions are kept, by name: (namespace, pod, when last read
-        waiting, its raw predictions oldest first)."""
-        return [(ns, pod, w.seen, list(w.starts)) for (ns, pod), w in sorted(self._kept.items())]
+        """The pods whose predictions are kept, by name: (namespace, pod, uid, when last
+        read waiting, its raw predictions oldest first)."""
+        return [
+            (ns, pod, w.uid, w.seen, list(w.starts)) for (ns, pod), w in sorted(self._kept.items())
+        ]
 
     def restore(self, rows: Iterable[SavedWait]) -> None:
         """Keep ``rows`` (``waiting``'s, as saved) beside what is kept: the latest
         ``per_pod`` predictions of each."""
-        for ns, pod, seen, starts in rows:
-            self._kept[(ns, pod)] = _Waiting(seen, list(starts)[-self.per_pod :])
+        for ns, pod, uid, seen, starts in rows:
+            self._kept[(ns, pod)] = _Waiting(seen, list(starts)[-self.per_pod :], uid)
 
     def _forget(self, key: tuple[str, str]) -> list[tuple[float, float, float]]:
         """Drop a pod's predictions (returned) and when it was last read."""
         kept = self._kept.pop(key, None)
         return kept.starts if kept is not None else []
+
+
+def _other_pod(kept_uid: str, read_uid: str) -> bool:
+    """Whether a pod read under a kept name is another pod: both uids known, and not
+    the same."""
+    return bool(kept_uid and read_uid and kept_uid != read_uid)

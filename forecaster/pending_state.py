@@ -57,6 +57,7 @@ MAX_SAVED_PER_POD = 20  # StartTracker's per_pod
 # 5,000 pods × 20 predictions of three 12-character times: ~4 MB
 MAX_PREDICTIONS_CHARS = 8 * 1024 * 1024
 MAX_NAME_CHARS = 253  # a namespace or pod name (a DNS subdomain at most)
+MAX_UID_CHARS = 128  # a pod's uid (a UUID: 36)
 MAX_TIMESTAMP = 1e11  # unix seconds, past year 5000: not a time we predicted
 
 
@@ -125,10 +126,16 @@ class SavedStartTracker(StartTracker):
 def predictions_json(rows: Sequence[SavedWait]) -> str:
     """``StartTracker.waiting``'s rows as saved (times to 0.1 s): the most recently
     read ``MAX_SAVED_PODS``, each pod's latest ``MAX_SAVED_PER_POD`` predictions."""
-    kept = sorted(rows, key=lambda r: r[2])[-MAX_SAVED_PODS:]
+    kept = sorted(rows, key=lambda r: r[3])[-MAX_SAVED_PODS:]
     pods = [
-        [ns, pod, round(seen, 1), [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]]]
-        for ns, pod, seen, starts in sorted(kept)
+        [
+            ns,
+            pod,
+            uid,
+            round(seen, 1),
+            [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]],
+        ]
+        for ns, pod, uid, seen, starts in sorted(kept)
     ]
     return json.dumps({"version": PREDICTIONS_VERSION, "pods": pods}, separators=(",", ":"))
 
@@ -138,7 +145,8 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
 
     Pure; ``ReplayError`` when the text is unusable as a whole (too long, not JSON,
     nested too deeply, another version, no list of pods, more than ``MAX_SAVED_PODS``).
-    A pod whose names are not strings of at most ``MAX_NAME_CHARS``, whose time is not
+    A pod whose names are not strings of at most ``MAX_NAME_CHARS`` (its uid a string
+    of at most ``MAX_UID_CHARS``, "" when not read), whose time is not
     a time, or whose predictions are not at most ``MAX_SAVED_PER_POD`` ordered
     (P10 ≤ P50 ≤ P90) times is skipped and counted: one damaged pod is no reason to
     forget the others.
@@ -155,11 +163,12 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
 
 def _saved_wait(item: object) -> SavedWait | None:
     """One saved pod, or None when damaged (``parse_predictions``)."""
-    if not (isinstance(item, list) and len(item) == 4):
+    if not (isinstance(item, list) and len(item) == 5):
         return None
-    ns, pod, seen, starts = item
+    ns, pod, uid, seen, starts = item
     names_ok = all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in (ns, pod))
-    if not (names_ok and _time(seen) and isinstance(starts, list)):
+    uid_ok = isinstance(uid, str) and len(uid) <= MAX_UID_CHARS
+    if not (names_ok and uid_ok and _time(seen) and isinstance(starts, list)):
         return None
     if len(starts) > MAX_SAVED_PER_POD:
         return None
@@ -170,7 +179,7 @@ def _saved_wait(item: object) -> SavedWait | None:
         ):
             return None
         out.append((float(s[0]), float(s[1]), float(s[2])))
-    return (ns, pod, float(seen), out)
+    return (ns, pod, uid, float(seen), out)
 
 
 def _time(value: object) -> bool:

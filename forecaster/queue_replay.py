@@ -224,7 +224,9 @@ class Holder:
     ``deletion_timestamp``: set while the pod is being deleted (cancelled, preempted,
     drained): its ``metadata.deletionTimestamp``, the deletion's time plus its grace
     period, by which the kubelet has killed it; its units free then at the latest,
-    whatever its run's forecast says.
+    whatever its run's forecast says. ``uid``: the pod's Kubernetes UID ("" when not
+    read), which tells a pod recreated under the same name from the one predicted
+    while it waited (``pending.StartTracker``).
     """
 
     namespace: str
@@ -236,6 +238,7 @@ class Holder:
     started: float | None = None
     shared: bool = False  # holds replicas of a time-sliced device
     deletion_timestamp: float | None = None
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -358,6 +361,7 @@ class PendingPod:
     tolerations: tuple[Toleration, ...] | None = None
     selector: Selector = ()
     node_selector: Selector = ()
+    uid: str = ""  # its Kubernetes UID ("" when not read), as ``Holder.uid``
 
 
 @dataclass(frozen=True, slots=True)

@@ -244,36 +244,53 @@ def test_a_once_cronjob_scores_the_predictions_of_its_earlier_runs(tmp_path: Pat
 
 def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
     tracker = StartTracker()
-    rows = [("ml", f"p{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2) for i in range(3)]
+    rows = [
+        ("ml", f"p{i}", f"u{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2) for i in range(3)
+    ]
     tracker.restore(rows)
     text = predictions_json(tracker.waiting())
     assert parse_predictions(text) == (rows, 0)
-    many = [("ml", f"p{i:05d}", NOW + i, []) for i in range(MAX_SAVED_PODS + 10)]
+    many = [("ml", f"p{i:05d}", "", NOW + i, []) for i in range(MAX_SAVED_PODS + 10)]
     kept, _ = parse_predictions(predictions_json(many))
-    assert len(kept) == MAX_SAVED_PODS and min(r[2] for r in kept) == NOW + 10
+    assert len(kept) == MAX_SAVED_PODS and min(r[3] for r in kept) == NOW + 10
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        ["ml", "p", NOW, [[NOW + 30, NOW + 20, NOW + 10]]],  # not P10 <= P50 <= P90
-        ["ml", "p", NOW, [[NOW, NOW, True]]],
-        ["ml", "p", float("nan"), []],
-        ["ml", "", NOW, []],
-        ["ml", "p" * 254, NOW, []],
-        ["ml", "p", NOW, [[NOW, NOW, NOW]] * (MAX_SAVED_PER_POD + 1)],
-        ["ml", "p", NOW, [[NOW, NOW, 1e12]]],
+        ["ml", "p", "u", NOW, [[NOW + 30, NOW + 20, NOW + 10]]],  # not P10 <= P50 <= P90
+        ["ml", "p", "u", NOW, [[NOW, NOW, True]]],
+        ["ml", "p", "u", float("nan"), []],
+        ["ml", "", "u", NOW, []],
+        ["ml", "p" * 254, "u", NOW, []],
+        ["ml", "p", "u" * 129, NOW, []],
+        ["ml", "p", None, NOW, []],
+        ["ml", "p", "u", NOW, [[NOW, NOW, NOW]] * (MAX_SAVED_PER_POD + 1)],
+        ["ml", "p", "u", NOW, [[NOW, NOW, 1e12]]],
         {"ml": "p"},
-        ["ml", "p", NOW],
+        ["ml", "p", NOW, []],
     ],
-    ids=["unordered", "bool", "nan", "empty-name", "long-name", "too-many", "far", "dict", "short"],
+    ids=[
+        "unordered",
+        "bool",
+        "nan",
+        "empty-name",
+        "long-name",
+        "long-uid",
+        "no-uid",
+        "too-many",
+        "far",
+        "dict",
+        "short",
+    ],
 )
 def test_a_damaged_saved_pod_is_skipped_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: object
 ) -> None:
-    good = ["ml", "ok", NOW, [[NOW + 10, NOW + 20, NOW + 30]]]
+    good = ["ml", "ok", "u", NOW, [[NOW + 10, NOW + 20, NOW + 30]]]
     text = json.dumps({"version": 1, "pods": [good, bad]})
-    assert parse_predictions(text) == ([("ml", "ok", NOW, [(NOW + 10, NOW + 20, NOW + 30)])], 1)
+    want = [("ml", "ok", "u", NOW, [(NOW + 10, NOW + 20, NOW + 30)])]
+    assert parse_predictions(text) == (want, 1)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.set_meta(START_PREDICTIONS_KEY, text)
     with caplog.at_level(logging.ERROR):
