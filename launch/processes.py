@@ -13,7 +13,11 @@ same guarantees:
   *why*: ``LaunchError`` carries the log's last lines (read with a size cap: a child
   that printed megabytes cannot make the message huge);
 - readiness is a 2xx answer on a URL, polled with a deadline; a process that exits
-  first fails at once instead of after the whole timeout.
+  first fails at once instead of after the whole timeout. On Linux the answer must
+  come from the child (``listens``): ports are picked free (``launch.prometheus.
+  free_port``) and bound by the child a moment later, so a port another process took
+  meanwhile (a parallel test worker's server) would otherwise pass for the child's,
+  which then fails to bind while the caller talks to someone else's server.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -106,9 +111,9 @@ def wait_http(
             )
         try:
             status = requests.get(url, timeout=2).status_code
-            if 200 <= status < 300:
+            if 200 <= status < 300 and listens(process.pid, urlsplit(url).port) is not False:
                 return
-            last = f"HTTP {status}"
+            last = f"HTTP {status}" if status >= 300 else "answered by another process"
         except requests.RequestException as err:
             last = type(err).__name__
         if time.monotonic() >= deadline:
@@ -117,6 +122,59 @@ def wait_http(
                 f"last lines of {log_path}:\n{_indent(log_tail(log_path))}"
             )
         time.sleep(interval_seconds)
+
+
+def listens(pid: int, port: int | None) -> bool | None:
+    """Whether ``pid``, or a process of its session, holds a listening TCP socket on
+    ``port``; None when that cannot be told (no ``/proc``, no port in the URL).
+
+    Linux: the LISTEN sockets on the port are read from ``/proc/net/tcp`` and
+    ``tcp6`` (their inodes), then looked for among the process' open files."""
+    if port is None or not Path("/proc/net/tcp").exists():
+        return None
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as fh:
+            next(fh, None)  # the header
+            for line in fh:
+                fields = line.split()
+                # local address "0100007F:1F90", state 0A = LISTEN, inode the 10th field
+                if (
+                    len(fields) > 9
+                    and fields[3] == "0A"
+                    and int(fields[1].rsplit(":", 1)[1], 16) == port
+                ):
+                    inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return False
+    return any(_holds(p, inodes) for p in (pid, *_session(pid)))
+
+
+def _holds(pid: int, sockets: set[str]) -> bool:
+    """Whether ``pid`` has one of ``sockets`` (``socket:[inode]``) open."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for name in names:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{name}") in sockets:
+                return True
+    return False
+
+
+def _session(pid: int) -> list[int]:
+    """The other processes of ``pid``'s session (``spawn`` starts each child in its
+    own): a child that serves from a process it started."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == pid:
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[3]) == pid:  # field 6: session id
+                out.append(int(entry))
+    return out
 
 
 def start_http(

@@ -3,16 +3,26 @@
 Also a guard: the code under test is imported as ``gpu_eta.*`` through an install
 (``pip install -e .``), so a run from a checkout other than the installed one would
 silently test the other one. It stops with how to fix it instead.
+
+And what the suite needs of every test in a process that runs many (pytest-xdist runs
+the files in three, in no fixed order): no Hypothesis time limit per example (a busy
+worker stalls for more than its default 200 ms), and the root logger as each test
+found it (the exporter's and forecaster's ``main`` configure it for their process).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("gpu-eta", deadline=None)
+settings.load_profile("gpu-eta")
 
 if TYPE_CHECKING:
     from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
@@ -34,6 +44,22 @@ def _installed_elsewhere() -> list[str]:
         if where != (ROOT / folder).resolve():
             wrong.append(f"{name} is {where or 'not installed'}")
     return wrong
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """The root logger's level and handlers put back after each test: a ``main`` run
+    in-process (``main_in_thread``) sets them for the process, which later test files
+    in the same worker would otherwise inherit."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -22,12 +22,17 @@ from gpu_eta.demo.stack import Stack, StackConfig
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig
 from tests.integration.helpers import Exporter, start_exporter
 
-MAX_SECONDS = 600.0  # hard upper bound on the stack's life, even if the session runs on
+MAX_SECONDS = 600.0  # hard upper bound on the stack's life, even if the module runs on
 WARMUP_SECONDS = 90.0  # at most this long for the first forecasts to appear
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def demo_stack() -> Iterator[Stack]:
+    """The demo's whole chain, one per test module. Why not one per session: under
+    pytest-xdist the modules using it run in other worker processes or far apart in
+    one, so a session's stack would run twice at once, or idle as CPU load under
+    unrelated files (some of which set a file-size limit for their whole process) and
+    be stopped by ``MAX_SECONDS`` before its second module."""
     config = StackConfig(
         cluster=ClusterConfig(seed=3, time_scale=20.0, arrival_seconds=240.0, **ALERT_CAUSES),
         history_days=0.25,

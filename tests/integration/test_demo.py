@@ -351,6 +351,8 @@ SMALL = [
     "0",
     "--forecaster-port",
     "0",
+    "--alertmanager-port",
+    "0",
 ]
 
 

@@ -117,3 +117,50 @@ def test_log_tail_is_bounded(tmp_path: Path) -> None:
     assert log_tail(tmp_path / "missing.log").startswith("(no log: ")
     (tmp_path / "empty.log").write_text("\n\n")
     assert log_tail(tmp_path / "empty.log") == "(empty log)"
+
+
+def test_another_process_answering_on_the_port_is_not_the_child_ready(tmp_path: Path) -> None:
+    """The port picked free was taken before the child bound it (a parallel test
+    worker's server): that server's 2xx is not the child's readiness. The child fails
+    to bind and exits, and start_http says so with its log, instead of returning a
+    process whose URL serves someone else's data."""
+    import http.server
+    import threading
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    port = other.server_address[1]
+    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert requests.get(f"http://127.0.0.1:{port}/", timeout=5).ok  # it answers 2xx
+        cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+        with pytest.raises(LaunchError, match="exited with code 1 before answering") as err:
+            start_http(
+                cmd,
+                f"http://127.0.0.1:{port}/",
+                tmp_path / "server.log",
+                name="http.server",
+                cwd=tmp_path,
+                timeout_seconds=30,
+            )
+        assert "Address already in use" in str(err.value)
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_listens_tells_the_process_holding_the_port(tmp_path: Path) -> None:
+    from gpu_eta.launch.processes import listens
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    proc = start_http(
+        cmd, f"http://127.0.0.1:{port}/", tmp_path / "s.log", name="http.server", cwd=tmp_path
+    )
+    try:
+        assert listens(proc.pid, port) is True
+        assert listens(os.getpid(), port) is False
+        assert listens(proc.pid, free_port()) is False
+        assert listens(proc.pid, None) is None
+    finally:
+        stop_process(proc)
