@@ -17,7 +17,7 @@ from gpu_eta.forecaster.secret_file import reveal
 from gpu_eta.launch.prometheus import free_port
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 from tests.support.installed_tree import installed_tree
-from tests.support.net import has_ipv6_loopback
+from tests.support.net import dead_port, has_ipv6_loopback
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -441,7 +441,7 @@ def test_once_with_pushgateway_away_exits_1(empty_prometheus_api, tmp_path) -> N
         "--history.db",
         str(tmp_path / "h.sqlite"),
         "--pushgateway.url",
-        f"http://127.0.0.1:{free_port()}",
+        f"http://127.0.0.1:{dead_port()}",
     )
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("gpu-eta forecaster: ")]

@@ -15,9 +15,9 @@ from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.launch.prometheus import free_port
 from tests.forecaster.test_cycle import StandInModel
 from tests.integration.test_forecaster_prometheus import om_add, om_text
+from tests.support.net import dead_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -57,7 +57,7 @@ def test_a_run_absent_from_partial_answers_is_not_finished(
     try:
         assert sorted(j.run.run_id for j in cycle.run().jobs) == ["gone", "kept"]
         whole = prom.config_path.read_text()
-        dead = f"http://127.0.0.1:{free_port()}/api/v1/read"
+        dead = f"http://127.0.0.1:{dead_port()}/api/v1/read"
         prom.config_path.write_text(
             whole + f"remote_read:\n  - url: {dead}\n    read_recent: true\n"
         )

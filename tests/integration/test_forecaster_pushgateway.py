@@ -22,6 +22,7 @@ from gpu_eta.forecaster.publish import ServiceState
 from gpu_eta.launch.processes import start_http, stop_process
 from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port
 from tests.forecaster.test_publish import NOW, forecast_set
+from tests.support.net import dead_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -110,7 +111,7 @@ def test_an_error_of_every_cronjob_run_shows_on_the_job_errors_panel(
         proc = subprocess.run(
             [
                 sys.executable, "-m", "gpu_eta.forecaster", "once",
-                "--prometheus.url", f"http://127.0.0.1:{free_port()}",
+                "--prometheus.url", f"http://127.0.0.1:{dead_port()}",
                 "--prometheus.retries", "0",
                 "--pushgateway.url", pushgateway,
                 "--history.db", str(history),

@@ -12,6 +12,7 @@ import requests
 
 from gpu_eta.launch.processes import LaunchError, log_tail, spawn, start_http, wait_http
 from gpu_eta.launch.prometheus import free_port, stop_process
+from tests.support.net import dead_port
 
 
 def _gone(pid: int) -> bool:
@@ -56,7 +57,7 @@ def test_a_process_that_dies_says_why_at_once(tmp_path: Path) -> None:
     with pytest.raises(LaunchError) as info:
         start_http(
             [sys.executable, "-c", script],
-            f"http://127.0.0.1:{free_port()}/metrics",
+            f"http://127.0.0.1:{dead_port()}/metrics",
             tmp_path / "x.log",
             name="exporter",
             timeout_seconds=60,

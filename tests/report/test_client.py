@@ -17,10 +17,9 @@ from gpu_eta.exporter import progress
 from gpu_eta.exporter.progress_runs import RUN_BURST
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
-from gpu_eta.launch.prometheus import free_port
 from gpu_eta_report import ProgressReporter, client, exporter_url, start
 from gpu_eta_report.client import LOCAL_RANK_VARIABLES
-from tests.support.net import post_progress
+from tests.support.net import dead_port, post_progress
 from tests.support.report_listener import journaled, journaling_store, listening_for, url
 
 POD = PodMeta("ml", "nb-1", "uid-1", ip="127.0.0.5", container_ids={"notebook": "c"})
@@ -98,7 +97,7 @@ def test_the_context_manager_ends_the_run_only_when_its_block_finished(listener)
 
 
 def test_exporter_down_never_raises_nor_blocks():
-    port = free_port()  # nothing listens here
+    port = dead_port()  # nothing listens here
     r = start(
         epochs=100, steps_per_epoch=1000, url=f"http://127.0.0.1:{port}/progress", queue_size=4
     )
@@ -423,7 +422,7 @@ def test_a_bad_timeout_in_the_environment_is_the_default_with_a_warning(value, m
 @pytest.mark.parametrize("value", ["x", -1, 0, float("nan"), True, [1], 61])
 def test_a_bad_timeout_argument_never_raises(value, monkeypatch, caplog):
     monkeypatch.delenv("GPU_ETA_TIMEOUT_SECONDS", raising=False)
-    r = ProgressReporter(url=f"http://127.0.0.1:{free_port()}/progress", timeout_seconds=value)
+    r = ProgressReporter(url=f"http://127.0.0.1:{dead_port()}/progress", timeout_seconds=value)
     try:
         assert r.timeout_seconds == client.DEFAULT_TIMEOUT_SECONDS
         assert "timeout_seconds=" in caplog.text
@@ -595,7 +594,7 @@ def test_an_exporter_back_from_a_restart_gets_the_epoch_end_and_the_end():
     backoff. The exporter is back: a step report is still dropped, but the epoch end
     and the end are tried and stored; they were dropped untried, and a run without a
     plan was then never ended."""
-    port = free_port()  # nothing listens here yet
+    port = dead_port()  # nothing listens here yet
     r = start(
         url=f"http://127.0.0.1:{port}/progress", source_address=POD.ip, min_interval_seconds=0
     )
@@ -615,7 +614,7 @@ def test_an_exporter_back_from_a_restart_gets_the_epoch_end_and_the_end():
 
 
 def test_the_first_backoff_is_half_a_second():
-    port = free_port()
+    port = dead_port()
     r = start(url=f"http://127.0.0.1:{port}/progress", min_interval_seconds=0)
     wait_for(lambda: r.stats["failed"] == 1)
     time.sleep(0.75)

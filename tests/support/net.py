@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
 
 
 def has_ipv6_loopback() -> bool:
@@ -14,6 +16,29 @@ def has_ipv6_loopback() -> bool:
         return True
     except OSError:
         return False
+
+
+def dead_port() -> int:
+    """A port on 127.0.0.1 nothing listens on, for a test that needs one to stay dead.
+
+    Below the range the kernel hands out for port 0 (``ip_local_port_range``; what
+    ``launch.prometheus.free_port`` picks from): another test worker's server, started
+    on a ``free_port``, cannot take it while the test relies on it being dead. Checked
+    free by binding it (a service on the machine may hold some of those)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), max(1025, low))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port found below {low}")
 
 
 def post_progress(host: str, port: int, body: bytes, source: str) -> bytes:
