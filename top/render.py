@@ -421,43 +421,112 @@ class _RichView:
     fit_height: bool = False
 
     def __rich_console__(self, console, options):
-        from rich.console import Group
-
         width = options.max_width
         yield from self.lines
         if not self.fit_height:
             for title, headers, rows in self.tables:
                 yield from _rich_table(title, headers, rows, width)
             return
+        yield from self._fitted(console, options)
 
-        def height(parts: Sequence[Any]) -> int:
-            return len(console.render_lines(Group(*parts), options, pad=False))
+    def _fitted(self, console, options) -> list[Any]:
+        """The tables cut to the height left under the lines. Why counted, not drawn: the
+        rows that fit were found by drawing the whole view up to six times a refresh (a
+        table of 500 nodes' GPUs, each time); ``_lines_of`` counts the lines rich would
+        draw, so the view is drawn once, by the caller."""
+        width = options.max_width
+        counted: dict[tuple[int, int | None], int] = {}
+
+        def section(i: int, n: int | None) -> list[Any]:
+            title, headers, r = self.tables[i]
+            if n is None:
+                return [_one_line(title, len(r))]
+            return _rich_table(title, headers, r, width, shown=n)
+
+        def lines(i: int, n: int | None) -> int:
+            if (i, n) not in counted:
+                counted[i, n] = sum(_lines_of(console, options, p) for p in section(i, n))
+            return counted[i, n]
 
         titles = [title for title, _, _ in self.tables]
         rows = [len(r) for _, _, r in self.tables]
         # besides the rows: a table of none, less its "… N more" line
-        frames = [
-            height(_rich_table(t, h, r, width, shown=0)) - (len(r) > 0) for t, h, r in self.tables
-        ]
-        room = options.max_height - height(self.lines)
+        frames = [lines(i, 0) - (n > 0) for i, n in enumerate(rows)]
+        room = options.max_height - sum(_lines_of(console, options, p) for p in self.lines)
         order = [titles.index(t) for t in CUT_ORDER if t in titles]
         budget = room
         for _ in range(5):  # rows that wrap take more than a line: fit again, less room
             shown = fitting_rows(rows, frames, budget, order)
-            parts = [
-                part
-                for (title, headers, r), n in zip(self.tables, shown, strict=True)
-                for part in (
-                    [_one_line(title, len(r))]
-                    if n is None
-                    else _rich_table(title, headers, r, width, shown=n)
-                )
-            ]
-            excess = height(parts) - room
+            excess = sum(lines(i, n) for i, n in enumerate(shown)) - room
             if excess <= 0:
                 break
             budget -= excess
-        yield from parts
+        return [part for i, n in enumerate(shown) for part in section(i, n)]
+
+
+def _lines_of(console: Any, options: Any, part: Any) -> int:
+    """The lines ``part`` (one of ``_RichView``'s: a ``Text`` or a ``Table`` of ``Text``
+    cells) takes when rich draws it in ``options``, counted without drawing it: what
+    rich's ``Text`` wraps, and for a table its title, borders and each row's tallest
+    cell in the column widths rich gives it. Anything else is drawn to be counted."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if isinstance(part, Text):
+        return _text_lines(console, part, options.max_width, options.justify, options.overflow)
+    plain = isinstance(part, Table) and part.box is not None and part.show_edge
+    if (
+        not plain
+        or not part.show_header
+        or part.show_footer
+        or part.show_lines
+        or part.leading
+        or part.caption
+    ):
+        return len(console.render_lines(part, options, pad=False))
+    extra = part._extra_width
+    widths = part._calculate_column_widths(console, options.update_width(options.max_width - extra))
+    n = 2  # its top and bottom borders
+    if part.title:
+        title = console.render_str(part.title, highlight=False)
+        n += _text_lines(console, title, sum(widths) + extra, part.title_justify, None)
+    cells = [
+        [console.render_str(c.header) if isinstance(c.header, str) else c.header, *c.cells]
+        for c in part.columns
+    ]
+    pad = part.padding[1] + part.padding[3]
+    for k, row in enumerate(zip(*cells, strict=True)):
+        n += (k == 0) + max(  # the header's row and the rule under it
+            1,
+            *(
+                _text_lines(console, cell, w - pad, c.justify, c.overflow, c.no_wrap)
+                for cell, w, c in zip(row, widths, part.columns, strict=True)
+            ),
+        )
+    return n
+
+
+def _text_lines(
+    console: Any,
+    text: Any,
+    width: int,
+    justify: Any,
+    overflow: Any,
+    no_wrap: bool | None = None,
+) -> int:
+    """Lines rich draws ``text`` on at ``width`` (what ``Text.__rich_console__`` wraps:
+    its own justify, overflow and no_wrap before the ones given)."""
+    if isinstance(text, str):
+        text = console.render_str(text)
+    wrapped = text.wrap(
+        console,
+        width,
+        justify=text.justify or justify or "default",
+        overflow=text.overflow or overflow or "fold",
+        tab_size=(console.tab_size if text.tab_size is None else text.tab_size) or 8,
+        no_wrap=text.no_wrap if text.no_wrap is not None else bool(no_wrap),
+    )
+    return max(1, len(wrapped))
 
 
 def _count(n: int, title: str, more: str = "") -> str:

@@ -1,0 +1,189 @@
+"""How often ``gpu-eta top``'s refreshing view is drawn per refresh, and how long it takes.
+
+Why a bench of its own: the watch view cuts its tables to the terminal's height. It
+found the rows that fit by drawing: the header lines, each table empty (its frame), then
+the whole view once per try (up to five: rows that wrap take more than a line), then
+once more to show it. It now counts the lines rich would draw (``render._lines_of``) and
+draws once. This prints, for a cluster of ``--nodes`` nodes of ``--gpus`` GPUs each,
+``--jobs`` runs and ``--pending`` pending pods, at each ``--size`` (columns×lines):
+tables drawn and whole views drawn per refresh, and ms per refresh (median of
+``--repeat``), for the view today and, as the peer in the same run, the drawn fit
+(``DrawnFitView``, the algorithm before: also the reference the tests compare with).
+
+    python bench/top_render.py                       # 500 nodes, 120x40 and 80x24 (~5 s)
+    python bench/top_render.py --size 200x60 --nodes 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import time
+from dataclasses import dataclass, replace
+from datetime import timezone
+from typing import Any
+
+from gpu_eta.top import render
+from gpu_eta.top.view import Band, GpuRow, JobRow, PendingRow, View
+
+NOW = 1_700_000_000.0
+GIB = 1 << 30
+
+
+def cluster_view(nodes: int = 500, gpus: int = 4, jobs: int = 200, pending: int = 100) -> View:
+    """A large cluster's view: every third GPU free, the others held by one pod each
+    (whose band is the GPU's free time), runs on two GPUs, pods waiting for one."""
+    rows = []
+    for n in range(nodes):
+        for g in range(gpus):
+            held = (n * gpus + g) % 3 != 0
+            rows.append(
+                GpuRow(
+                    node=f"gpu-node-{n:04d}",
+                    gpu=str(g),
+                    uuid=f"GPU-{n}-{g}",
+                    model="NVIDIA A100-SXM4-80GB",
+                    holders=(f"ml-team/resnet50-finetune-{n}-{g}",) if held else (),
+                    state="busy" if held else "free",
+                    free_at=Band(NOW + 100, NOW + 200, NOW + 300) if held else Band(),
+                    note="" if held else "free now",
+                )
+            )
+    runs = tuple(
+        JobRow("ml-team", f"resnet50-finetune-{i}", "main", "r1", f"gpu-node-{i % nodes:04d}",
+               ("0", "1"), 7, 20, 0.8, 30 * GIB, 80 * GIB, NOW - 3600, 3600.0, NOW,
+               Band(NOW + 60 + i, NOW + 120 + i, NOW + 600 + i), "rate", i % 17 == 0, False)
+        for i in range(jobs)
+    )  # fmt: skip
+    waiting = tuple(
+        PendingRow("ml", f"wait-{i}", "nvidia_com_gpu", "1", "predicted", NOW - 60,
+                   Band(NOW + 60, NOW + 100 * (i + 1), NOW + 900))
+        for i in range(pending)
+    )  # fmt: skip
+    return View(NOW, "http://prom", jobs=runs, gpus=tuple(rows), pending=waiting)
+
+
+@dataclass(frozen=True)
+class DrawnFitView(render._RichView):
+    """The refreshing view fitted as before: each height found by drawing with rich
+    (the header lines, each table's frame, the whole view per try), then drawn again
+    by the caller. Kept as the peer of the bench and the reference of the tests."""
+
+    def _fitted(self, console: Any, options: Any) -> list[Any]:
+        from rich.console import Group
+
+        width = options.max_width
+
+        def height(parts: list[Any]) -> int:
+            return len(console.render_lines(Group(*parts), options, pad=False))
+
+        titles = [title for title, _, _ in self.tables]
+        rows = [len(r) for _, _, r in self.tables]
+        frames = [
+            height(render._rich_table(t, h, r, width, shown=0)) - (len(r) > 0)
+            for t, h, r in self.tables
+        ]
+        room = options.max_height - height(list(self.lines))
+        order = [titles.index(t) for t in render.CUT_ORDER if t in titles]
+        budget = room
+        for _ in range(5):
+            shown = render.fitting_rows(rows, frames, budget, order)
+            parts = [
+                part
+                for (title, headers, r), n in zip(self.tables, shown, strict=True)
+                for part in (
+                    [render._one_line(title, len(r))]
+                    if n is None
+                    else render._rich_table(title, headers, r, width, shown=n)
+                )
+            ]
+            excess = height(parts) - room
+            if excess <= 0:
+                break
+            budget -= excess
+        return parts
+
+
+def drawn_fit(view: View) -> DrawnFitView:
+    """``view``'s refreshing rich view, fitted by drawing (``DrawnFitView``)."""
+    shown = today(view)
+    return DrawnFitView(shown.lines, shown.tables, shown.fit_height)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """What one refresh drew, and how long it took."""
+
+    tables: int  # rich tables laid out
+    views: int  # whole views (a Group of the view's parts) laid out, the one shown included
+    ms: float
+
+
+def refresh(make: Any, view: View, width: int, height: int) -> tuple[str, Draws]:
+    """One refresh of ``make(view)`` printed on a ``width``×``height`` terminal: its
+    output (with its styles) and what it drew. Counts by wrapping rich's own methods
+    for the call only."""
+    from rich.console import Console, Group
+    from rich.table import Table
+
+    counts = {"tables": 0, "views": 1}  # the caller's draw of what is shown
+    table_draw, render_lines = Table.__rich_console__, Console.render_lines
+
+    def counted_table(self, console, options):
+        counts["tables"] += 1
+        return table_draw(self, console, options)
+
+    def counted_lines(self, renderable, *args, **kwargs):
+        counts["views"] += isinstance(renderable, Group)
+        return render_lines(self, renderable, *args, **kwargs)
+
+    out = io.StringIO()
+    console = Console(
+        file=out, width=width, height=height, force_terminal=True, color_system="truecolor"
+    )
+    Table.__rich_console__, Console.render_lines = counted_table, counted_lines  # type: ignore[method-assign]
+    try:
+        start = time.perf_counter()
+        console.print(make(view))
+        ms = 1000 * (time.perf_counter() - start)
+    finally:
+        Table.__rich_console__, Console.render_lines = table_draw, render_lines  # type: ignore[method-assign]
+    return out.getvalue(), Draws(counts["tables"], counts["views"], ms)
+
+
+def today(view: View) -> Any:
+    """``view``'s refreshing rich view as top draws it."""
+    return render.render_rich(view, timezone.utc, fit_height=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--pending", type=int, default=100)
+    parser.add_argument("--size", action="append", help="COLUMNSxLINES (120x40, 80x24)")
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args(argv)
+    view = cluster_view(args.nodes, args.gpus, args.jobs, args.pending)
+    print(
+        f"{args.nodes} nodes x {args.gpus} GPUs, {args.jobs} runs, {args.pending} pending; "
+        f"median of {args.repeat}"
+    )
+    print(f"{'size':>8}  {'fit':<7} {'tables':>6} {'views':>5} {'ms':>7}  same output")
+    for size in args.size or ["120x40", "80x24"]:
+        width, height = (int(x) for x in size.split("x"))
+        outputs = {}
+        for name, make in (("counted", today), ("drawn", drawn_fit)):
+            runs = [refresh(make, view, width, height) for _ in range(args.repeat)]
+            outputs[name] = runs[0][0]
+            draws = replace(runs[0][1], ms=statistics.median(d.ms for _, d in runs))
+            same = "" if name == "counted" else str(outputs["drawn"] == outputs["counted"])
+            print(
+                f"{size:>8}  {name:<7} {draws.tables:>6} {draws.views:>5} {draws.ms:>7.1f}  {same}"
+            )
+
+
+if __name__ == "__main__":
+    main()

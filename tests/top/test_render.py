@@ -1,0 +1,80 @@
+"""``top``'s refreshing view fitted to the terminal: lines counted, not drawn, to the
+same output as drawing them (``bench/top_render.py``'s ``DrawnFitView`` is the fit as it
+was, drawing every try), and the view drawn once per refresh."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from datetime import timezone
+
+import pytest
+
+from gpu_eta.top import render as top_render
+from tests.bench.bench_module import load_bench
+from tests.top.test_top import tall_view
+
+tr = load_bench("top_render")
+
+WIDTHS = (20, 30, 40, 50, 61, 62, 80, 100, 120, 160, 200)
+HEIGHTS = (3, 6, 10, 14, 20, 24, 30, 40, 60)
+
+
+def views() -> dict[str, top_render.View]:
+    """Views whose rows wrap (time-sliced GPUs' holders, long notes) or do not, with
+    and without error lines, empty tables among them."""
+    tall = tall_view()
+    cluster = tr.cluster_view(nodes=40, gpus=4, jobs=30, pending=12)
+    never = dataclasses.replace(
+        cluster.pending[0], status="never_fits", pod="a-pod-name-long-enough-to-fold-0123456789"
+    )
+    return {
+        "tall": tall,
+        "cluster": cluster,
+        "errors": dataclasses.replace(
+            cluster, pending=(never, *cluster.pending[1:]), errors=("x " * 80, "refused")
+        ),
+        "empty": dataclasses.replace(tall, jobs=(), pending=()),
+    }
+
+
+@pytest.mark.parametrize("name", ["tall", "cluster", "errors", "empty"])
+def test_the_counted_fit_draws_what_the_drawn_fit_drew(name: str) -> None:
+    """Byte for byte (styles included) at every size of the grid: the rows shown come
+    from the same heights whether counted or drawn."""
+    view = views()[name]
+    for width in WIDTHS:
+        for height in HEIGHTS:
+            counted, _ = tr.refresh(tr.today, view, width, height)
+            drawn, _ = tr.refresh(tr.drawn_fit, view, width, height)
+            assert counted == drawn, (width, height)
+
+
+def test_one_refresh_draws_the_view_once() -> None:
+    """500 nodes' GPUs, 200 runs, 100 pending pods on 120×40: the fit drew the header,
+    each table empty, the whole view once per try and again to show it (13 tables, 8
+    views); now each table shown is drawn once, in the one view shown."""
+    view = tr.cluster_view(nodes=500, gpus=4, jobs=200, pending=100)
+    out, draws = tr.refresh(tr.today, view, 120, 40)
+    assert out.count("┏") == 3  # the tables shown (the idle holders' is one line)
+    assert (draws.tables, draws.views) == (3, 1), draws
+
+
+@pytest.mark.parametrize("width", [20, 40, 61, 80, 120])
+def test_lines_are_counted_as_rich_draws_them(width: int) -> None:
+    """Each table cut to 0, 1, 3 or all of its rows, its notes, the one-line tables and
+    the header lines: as many lines counted as rich draws."""
+    from rich.console import Console
+
+    view = dataclasses.replace(views()["errors"], warnings=("store-a down",))
+    console = Console(file=io.StringIO(), width=width, height=40)
+    options = console.options
+    shown = top_render.render_rich(view, timezone.utc, fit_height=True)
+    parts = list(shown.lines)
+    for title, headers, rows in shown.tables:
+        parts.append(top_render._one_line(title, len(rows)))
+        for n in sorted({0, 1, 3, len(rows)} & set(range(len(rows) + 1))):
+            parts.extend(top_render._rich_table(title, headers, rows, width, shown=n))
+    for part in parts:
+        drawn = len(console.render_lines(part, options, pad=False))
+        assert top_render._lines_of(console, options, part) == drawn, part
