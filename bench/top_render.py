@@ -102,7 +102,7 @@ class DrawnFitView(render._RichView):
             if excess <= 0:
                 break
             budget -= excess
-        return parts
+        return [*self.lines, *parts]
 
 
 def drawn_fit(view: View) -> DrawnFitView:

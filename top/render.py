@@ -421,47 +421,86 @@ class _RichView:
     fit_height: bool = False
 
     def __rich_console__(self, console, options):
-        width = options.max_width
-        yield from self.lines
         if not self.fit_height:
+            yield from self.lines
             for title, headers, rows in self.tables:
-                yield from _rich_table(title, headers, rows, width)
+                yield from _rich_table(title, headers, rows, options.max_width)
             return
         yield from self._fitted(console, options)
 
     def _fitted(self, console, options) -> list[Any]:
-        """The tables cut to the height left under the lines. Why counted, not drawn: the
-        rows that fit were found by drawing the whole view up to six times a refresh (a
-        table of 500 nodes' GPUs, each time); ``_lines_of`` counts the lines rich would
-        draw, so the view is drawn once, by the caller."""
-        width = options.max_width
-        counted: dict[tuple[int, int | None], int] = {}
+        """The lines, then the tables cut to the height left under them. Why counted, not
+        drawn: the rows that fit were found by drawing the whole view up to six times a
+        refresh (a table of 500 nodes' GPUs, each time); ``_lines_of`` counts the lines
+        rich would draw, so the view is drawn once, by the caller.
 
-        def section(i: int, n: int | None) -> list[Any]:
+        Never taller than the terminal: when even one line per table does not fit under
+        the wrapped lines (a terminal of ~14 lines at 60 columns, where the header and
+        each table's one line wrap), the tables' lines are cut at the right edge instead
+        of wrapped (``_cut``) and the tables fitted again, then the header's too; still
+        too tall, the view is cut at the bottom with one line saying how many it left
+        out. Below ``MIN_WIDTH`` × ``MIN_HEIGHT`` it says so, in one line."""
+        width, height = options.max_width, options.max_height
+        if width < MIN_WIDTH or height < MIN_HEIGHT:
+            return [
+                _cut(f"{width}×{height}: too small, gpu-eta top needs {MIN_WIDTH}×{MIN_HEIGHT}")
+            ]
+        counted: dict[tuple[int, int | None, bool], int] = {}
+
+        def section(i: int, n: int | None, cut: bool) -> list[Any]:
             title, headers, r = self.tables[i]
             if n is None:
-                return [_one_line(title, len(r))]
-            return _rich_table(title, headers, r, width, shown=n)
+                parts = [_one_line(title, len(r))]
+            else:
+                parts = _rich_table(title, headers, r, width, shown=n)
+            return [_cut(p) for p in parts] if cut else parts
 
-        def lines(i: int, n: int | None) -> int:
-            if (i, n) not in counted:
-                counted[i, n] = sum(_lines_of(console, options, p) for p in section(i, n))
-            return counted[i, n]
+        def lines(i: int, n: int | None, cut: bool) -> int:
+            if (i, n, cut) not in counted:
+                counted[i, n, cut] = sum(_lines_of(console, options, p) for p in section(i, n, cut))
+            return counted[i, n, cut]
 
         titles = [title for title, _, _ in self.tables]
         rows = [len(r) for _, _, r in self.tables]
-        # besides the rows: a table of none, less its "… N more" line
-        frames = [lines(i, 0) - (n > 0) for i, n in enumerate(rows)]
-        room = options.max_height - sum(_lines_of(console, options, p) for p in self.lines)
         order = [titles.index(t) for t in CUT_ORDER if t in titles]
-        budget = room
-        for _ in range(5):  # rows that wrap take more than a line: fit again, less room
-            shown = fitting_rows(rows, frames, budget, order)
-            excess = sum(lines(i, n) for i, n in enumerate(shown)) - room
-            if excess <= 0:
-                break
-            budget -= excess
-        return [part for i, n in enumerate(shown) for part in section(i, n)]
+        for cut_head, cut in ((False, False), (False, True), (True, True)):
+            head = [_cut(p) for p in self.lines] if cut_head else list(self.lines)
+            # besides the rows: a table of none, less its "… N more" line
+            frames = [lines(i, 0, cut) - (n > 0) for i, n in enumerate(rows)]
+            room = height - sum(_lines_of(console, options, p) for p in head)
+            budget = room
+            for _ in range(5):  # rows that wrap take more than a line: fit again, less room
+                shown = fitting_rows(rows, frames, budget, order)
+                excess = sum(lines(i, n, cut) for i, n in enumerate(shown)) - room
+                if excess <= 0:
+                    return head + [p for i, n in enumerate(shown) for p in section(i, n, cut)]
+                budget -= excess
+        view = head + [p for i in range(len(rows)) for p in section(i, None, True)]
+        if len(view) <= height:  # each part is one line now
+            return view
+        kept = height - 1
+        return [*view[:kept], _cut(f"… {len(view) - kept} more lines ({_TALLER})", "dim")]
+
+
+# Below this the watch view only says the terminal is too small: under 20 columns a cut
+# line reads as nothing, under 5 lines the summary and the alerts leave no line for the
+# tables but the one saying they are cut.
+MIN_WIDTH = 20
+MIN_HEIGHT = 5
+
+
+def _cut(part: Any, style: str | None = None) -> Any:
+    """``part`` on one line, cut at the right edge with "…" (a ``Text``; a ``str`` made
+    one in ``style``); anything else as it is."""
+    from rich.text import Text
+
+    if isinstance(part, str):
+        return Text(part, style=style or "", no_wrap=True, overflow="ellipsis")
+    if not isinstance(part, Text):
+        return part
+    one = part.copy()
+    one.no_wrap, one.overflow = True, "ellipsis"
+    return one
 
 
 def _lines_of(console: Any, options: Any, part: Any) -> int:
