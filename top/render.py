@@ -339,7 +339,8 @@ def fitting_columns(
 
 # The tables of a refreshing view taller than the terminal lose rows in this order, least
 # important first, from the end of each list (each is sorted most important first:
-# Training by ETA, Pending by start, the other two by node/GPU). Why this order: a GPU's
+# Training by ETA, Pending by start, the other two by node/GPU; the GPUs keep their free
+# ones first, ``kept_rows``). Why this order: a GPU's
 # row repeats what the Training and idle-holder rows say of its pods, and the header
 # counts busy, idle and free GPUs; the idle holders are counted in the header and
 # alerted on; the pending pods are few and each one's start is asked for; the runs
@@ -407,6 +408,16 @@ def fitting_rows(
                     shown[i] = n
                     break
     return shown
+
+
+def kept_rows(states: Sequence[str], n: int) -> list[int]:
+    """The indexes of the ``n`` rows a GPU list cut to ``n`` rows shows, in its order
+    (by node): its free GPUs first, then its first others. Why: cut from the end of
+    the node-ordered list, the free GPUs of the last nodes were left out, and a free
+    GPU is what someone looking at the list looks for. Pure."""
+    free = [k for k, state in enumerate(states) if state == "free"]
+    others = [k for k, state in enumerate(states) if state != "free"]
+    return sorted((free + others)[:n])
 
 
 @dataclass(frozen=True)
@@ -593,7 +604,8 @@ def _rich_table(
     """One rich table in ``max_width`` and the notes under it: the columns of
     ``_LEAVE_OUT[title]`` left out as needed, named; a table still too wide said to be
     cut at the right edge. ``shown``: its first rows only, then ``… N more`` (``None``:
-    every row). The columns are chosen for every row, so cutting rows never changes them."""
+    every row): its first, but a GPU list keeps its free GPUs first (``kept_rows``). The
+    columns are chosen for every row, so cutting rows never changes them."""
     from rich.table import Table
     from rich.text import Text
 
@@ -620,7 +632,9 @@ def _rich_table(
             table.add_column(h, overflow="fold", min_width=narrowest[i])
         else:
             table.add_column(h, no_wrap=True, min_width=full[i])
-    for cells, style in rows[:n_shown]:
+    states = [r[0][headers.index("STATE")] for r in rows] if "STATE" in headers else []
+    for k in kept_rows(states, n_shown) if states else range(n_shown):
+        cells, style = rows[k]
         # Text, not str: rich reads a str as console markup, so the progress bar
         # "[####....]" was a tag and vanished, and a label from outside (a pod
         # name, a GPU model) could style the table or end it with a MarkupError

@@ -53,8 +53,9 @@ def test_the_counted_fit_draws_what_the_drawn_fit_drew(name: str) -> None:
 
 def test_one_refresh_draws_the_view_once() -> None:
     """500 nodes' GPUs, 200 runs, 100 pending pods on 120×40: the fit drew the header,
-    each table empty, the whole view once per try and again to show it (13 tables, 8
-    views); now each table shown is drawn once, in the one view shown."""
+    each table empty, the whole view once per try and again to show it (10 tables in 7
+    views, ``bench/top_render.py``); now each table shown is drawn once, in the one view
+    shown."""
     view = tr.cluster_view(nodes=500, gpus=4, jobs=200, pending=100)
     out, draws = tr.refresh(tr.today, view, 120, 40)
     assert out.count("┏") == 3  # the tables shown (the idle holders' is one line)
@@ -105,3 +106,34 @@ def test_no_frame_is_taller_or_wider_than_the_terminal(name: str) -> None:
     console = Console(file=io.StringIO(), width=19, height=60, record=True)
     console.print(top_render.render_rich(view, timezone.utc, fit_height=True))
     assert console.export_text() == "19×60: too small, …\n"
+
+
+def test_a_short_terminal_keeps_the_free_gpus_of_the_last_nodes() -> None:
+    """Cut from the end of its node-ordered list, the GPU table left out the only free
+    GPUs, on the last node: what someone looking for a GPU came for. They are kept
+    first, shown in node order among the busy ones kept, and the cut is still counted."""
+    from rich.console import Console
+
+    view = tr.cluster_view(nodes=10, gpus=4, jobs=3, pending=0)
+    busy = view.gpus[1]
+    gpus = tuple(
+        g if g.node == "gpu-node-0009" else dataclasses.replace(busy, node=g.node, gpu=g.gpu)
+        for g in view.gpus
+    )
+    assert [g.state for g in gpus[-4:]] == ["free", "busy", "busy", "free"]
+    view = dataclasses.replace(view, gpus=gpus)
+    console = Console(file=io.StringIO(), width=160, height=30, record=True)
+    console.print(top_render.render_rich(view, timezone.utc, fit_height=True))
+    lines = console.export_text().splitlines()
+    shown = [line.split()[1] for line in lines if line.startswith("│ gpu-node-")]
+    assert shown[0] == "gpu-node-0000/0" and shown[-2:] == ["gpu-node-0009/0", "gpu-node-0009/3"]
+    assert shown == sorted(shown) and len(shown) < 40, shown
+    assert f"… {40 - len(shown)} more GPUs (--once or a taller terminal shows them)" in lines
+
+
+def test_kept_rows_are_the_free_ones_first_in_table_order() -> None:
+    states = ["busy", "idle", "free", "busy", "free"]
+    assert top_render.kept_rows(states, 1) == [2]
+    assert top_render.kept_rows(states, 3) == [0, 2, 4]
+    assert top_render.kept_rows(states, 9) == [0, 1, 2, 3, 4]
+    assert top_render.kept_rows([], 0) == []
