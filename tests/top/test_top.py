@@ -24,6 +24,7 @@ from gpu_eta.top import queries as top_queries
 from gpu_eta.top import render as top_render
 from gpu_eta.top import view as top_view
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
+from tests.support.net import dead_port
 
 NOW = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 GIB = 1 << 30
@@ -505,9 +506,7 @@ def run_top(*argv: str) -> tuple[int, str, str]:
 
 
 def test_unreachable_prometheus_is_one_line_and_exit_1() -> None:
-    from gpu_eta.launch.prometheus import free_port
-
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{dead_port()}"
     code, out, err = run_top("--prometheus.url", url, "--prometheus.retries", "0", "--once")
     assert code == 1 and out == ""
     assert err.count("\n") == 1
@@ -1006,7 +1005,7 @@ def test_a_partial_answer_is_one_warning_line_and_a_json_list(prometheus_factory
     one ``warning:`` line, the same warning of all 21 queries once."""
     from prometheus_client import CollectorRegistry, Gauge
 
-    from gpu_eta.launch.prometheus import ScrapeJob, free_port
+    from gpu_eta.launch.prometheus import ScrapeJob
 
     reg = CollectorRegistry()
     Gauge("gpu_eta_gpu_info", "i", ["node", "gpu", "UUID", "model"], registry=reg).labels(
@@ -1017,7 +1016,7 @@ def test_a_partial_answer_is_one_warning_line_and_a_json_list(prometheus_factory
         prom = prometheus_factory([ScrapeJob("fake", [target])])
         prom.wait_for("gpu_eta_gpu_info", timeout=30)
         config = prom.config_path.read_text()
-        dead = f"http://127.0.0.1:{free_port()}/api/v1/read"
+        dead = f"http://127.0.0.1:{dead_port()}/api/v1/read"
         prom.config_path.write_text(
             config + f"remote_read:\n  - url: {dead}\n    read_recent: true\n"
         )
