@@ -103,6 +103,14 @@ class NvmlGpuSource:
         self._codes = {
             getattr(nvml, name): reason for name, reason in _REASONS.items() if hasattr(nvml, name)
         }
+        # A symbol the driver's libnvidia-ml lacks: FUNCTION_NOT_FOUND from a versioned
+        # call, NVMLLibraryMismatchError (a plain Exception, no NVMLError) from pynvml's
+        # unversioned wrappers (``throwOnVersionMismatch``); older nvidia-ml-py releases
+        # have no such class
+        self._symbol_missing: tuple[type[BaseException], ...] = (
+            nvml.NVMLError_FunctionNotFound,
+            *(getattr(nvml, n) for n in ("NVMLLibraryMismatchError",) if hasattr(nvml, n)),
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -312,7 +320,7 @@ class NvmlGpuSource:
         """
         nv = self._nvml
         try:
-            infos: Sequence[Any] = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+            infos = self._running_processes(handle)
         except nv.NVMLError as err:
             log.debug("device %s: process list unavailable: %s", uuid, err)
             return None
@@ -333,6 +341,24 @@ class NvmlGpuSource:
                 )
             )
         return out
+
+    def _running_processes(self, handle: Any) -> Sequence[Any]:
+        """The compute processes, from ``_v2`` where the driver has no ``_v3``.
+
+        pynvml's unversioned call is ``_v3`` (added in R510), which R470 drivers and
+        some R535 builds (535.98) lack: it then raises ``NVMLLibraryMismatchError``,
+        which would escape every ``except NVMLError`` and fail the whole poll. ``_v2``
+        answers the same records: pynvml reads both into ``c_nvmlProcessInfo_v2_t``
+        (pid, usedGpuMemory, gpuInstanceId, computeInstanceId). A driver without
+        ``_v2`` either (430, 440) fails it with FUNCTION_NOT_FOUND, an NVMLError: the
+        list is then unknown, as for any refused list.
+        """
+        nv = self._nvml
+        try:
+            return nv.nvmlDeviceGetComputeRunningProcesses(handle)
+        except self._symbol_missing as err:
+            log.debug("no nvmlDeviceGetComputeRunningProcesses_v3 (%s): reading _v2", err)
+        return nv.nvmlDeviceGetComputeRunningProcesses_v2(handle)
 
     def _process_util(self, handle: Any, uuid: str) -> dict[int, float] | None:
         nv = self._nvml

@@ -4,7 +4,9 @@ The fake keeps pynvml's function names and signatures, returns pynvml's own ctyp
 structs (``c_nvmlMemory_t``, ``c_nvmlUtilization_t``,
 ``c_nvmlProcessUtilizationSample_t``, friendly objects from
 ``c_nvmlProcessInfo_v2_t``) and raises pynvml's own error classes with the codes
-the library uses, so the backend sees what it would see on a real node. One test
+the library uses, so the backend sees what it would see on a real node. Symbols a
+driver's library lacks (``missing``) fail as pynvml fails them, its unversioned
+wrappers included. One test
 uses the real ``pynvml`` too: without a driver, ``open()`` must say so in one line.
 """
 
@@ -47,16 +49,26 @@ class Dev:
     errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
 
 
-def fake_nvml(devices: list[Dev], *, init_error: int | None = None) -> types.ModuleType:
-    """A module object shaped like pynvml over ``devices``."""
+def fake_nvml(
+    devices: list[Dev], *, init_error: int | None = None, missing: tuple[str, ...] = ()
+) -> types.ModuleType:
+    """A module object shaped like pynvml over ``devices``.
+
+    ``missing`` names C symbols this driver's libnvidia-ml lacks: calling them
+    raises FUNCTION_NOT_FOUND, as pynvml's ``_nvmlGetFunctionPointer`` does
+    (pynvml.py ~1136) — and its unversioned wrappers turn that into
+    ``NVMLLibraryMismatchError`` (``throwOnVersionMismatch``, pynvml.py ~3131).
+    """
     mod = types.ModuleType("pynvml")
     for name in dir(real):
-        if name.startswith(("NVMLError", "NVML_")):
+        if name.startswith(("NVMLError", "NVML_", "NVMLLibraryMismatchError")):
             setattr(mod, name, getattr(real, name))
     mod.calls = []  # type: ignore[attr-defined]
 
     def check(fn: str, dev: Dev | None = None) -> None:
         mod.calls.append(fn)
+        if fn in missing:
+            raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
         if dev is not None and fn in dev.errors:
             raise real.NVMLError(dev.errors[fn])
 
@@ -120,8 +132,13 @@ def fake_nvml(devices: list[Dev], *, init_error: int | None = None) -> types.Mod
         check("nvmlDeviceGetGpuInstanceId", dev)
         return dev.gpu_instance_id
 
-    def nvmlDeviceGetComputeRunningProcesses(dev: Dev) -> list:
-        check("nvmlDeviceGetComputeRunningProcesses", dev)
+    def running_processes(dev: Dev, symbol: str) -> list:
+        """pynvml's ``nvmlDeviceGetComputeRunningProcesses_v2``/``_v3``: both read
+        ``c_nvmlProcessInfo_v2_t`` (pynvml.py ~1449 aliases the v3 struct to it).
+        ``Dev.errors["nvmlDeviceGetComputeRunningProcesses"]`` fails every version."""
+        check(symbol, dev)
+        if "nvmlDeviceGetComputeRunningProcesses" in dev.errors:
+            raise real.NVMLError(dev.errors["nvmlDeviceGetComputeRunningProcesses"])
         out = []
         for pid, mem, giid in dev.procs:
             raw = real.c_nvmlProcessInfo_v2_t(
@@ -135,6 +152,18 @@ def fake_nvml(devices: list[Dev], *, init_error: int | None = None) -> types.Mod
                 obj.usedGpuMemory = None  # what pynvml itself does
             out.append(obj)
         return out
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(dev: Dev) -> list:
+        return running_processes(dev, "nvmlDeviceGetComputeRunningProcesses_v3")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(dev: Dev) -> list:
+        return running_processes(dev, "nvmlDeviceGetComputeRunningProcesses_v2")
+
+    # pynvml.py ~4227: the unversioned call is _v3 under throwOnVersionMismatch, so a
+    # library without the _v3 symbol raises NVMLLibraryMismatchError, not an NVMLError
+    @real.throwOnVersionMismatch
+    def nvmlDeviceGetComputeRunningProcesses(dev: Dev) -> list:
+        return mod.nvmlDeviceGetComputeRunningProcesses_v3(dev)
 
     def nvmlDeviceGetProcessUtilization(dev: Dev, timeStamp: int) -> list:
         check("nvmlDeviceGetProcessUtilization", dev)
@@ -422,3 +451,35 @@ def test_close_does_not_wait_for_a_hung_nvml_call() -> None:
         poller.join(10)
     src.close()  # once the call returned, close shuts NVML down as usual
     assert nv.calls.count("nvmlShutdown") == 1
+
+
+def test_driver_without_process_list_v3_reads_the_v2_list() -> None:
+    """R470 drivers (and some R535 builds) have no
+    ``nvmlDeviceGetComputeRunningProcesses_v3``: pynvml's unversioned call then raises
+    ``NVMLLibraryMismatchError``, which is no NVMLError. The list comes from ``_v2``."""
+    gpu0 = _gpu(0, util=60, procs=[(4242, 3 * GIB, 0)], samples=[(4242, 100, 60)])
+    nv = fake_nvml([gpu0, _gpu(1)], missing=("nvmlDeviceGetComputeRunningProcesses_v3",))
+    with pytest.raises(real.NVMLLibraryMismatchError):  # the fake wraps it as pynvml does
+        nv.nvmlDeviceGetComputeRunningProcesses(gpu0)
+    poll = NvmlGpuSource(nv).poll()
+    assert poll.failures == () and poll.process_list_failures == ()
+    assert [d.uuid for d in poll.devices] == [gpu0.uuid, _gpu(1).uuid]
+    assert [(p.pid, p.memory_used_bytes, p.utilization_ratio) for p in poll.processes] == [
+        (4242, 3 * GIB, pytest.approx(0.6))
+    ]
+
+
+def test_driver_without_any_versioned_process_list_keeps_the_devices() -> None:
+    """Neither ``_v3`` nor ``_v2`` (a driver older than R450): the process list is
+    unknown, the devices are still read; the mismatch error never escapes a read."""
+    nv = fake_nvml(
+        [_gpu(0, util=20, procs=[(7, GIB, 0)])],
+        missing=(
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetComputeRunningProcesses_v2",
+        ),
+    )
+    poll = NvmlGpuSource(nv).poll()
+    assert poll.failures == () and poll.processes == ()
+    assert [d.utilization_ratio for d in poll.devices] == [pytest.approx(0.2)]
+    assert poll.process_list_failures == (_gpu(0).uuid,)
