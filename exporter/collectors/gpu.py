@@ -103,6 +103,16 @@ class NvmlGpuSource:
         self._codes = {
             getattr(nvml, name): reason for name, reason in _REASONS.items() if hasattr(nvml, name)
         }
+        # nvmlDeviceGetMemoryInfo_v2 answers that mean "read v1 instead"
+        self._memory_v1_codes = {
+            getattr(nvml, name)
+            for name in (
+                "NVML_ERROR_FUNCTION_NOT_FOUND",
+                "NVML_ERROR_NOT_SUPPORTED",
+                "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+            )
+            if hasattr(nvml, name)
+        }
         # A symbol the driver's libnvidia-ml lacks: FUNCTION_NOT_FOUND from a versioned
         # call, NVMLLibraryMismatchError (a plain Exception, no NVMLError) from pynvml's
         # unversioned wrappers (``throwOnVersionMismatch``); older nvidia-ml-py releases
@@ -267,12 +277,32 @@ class NvmlGpuSource:
         calls answer both, given the device's or the instance's handle."""
         nv = self._nvml
         util = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
-        mem = nv.nvmlDeviceGetMemoryInfo(handle)
+        mem = self._memory(handle)
         return {
             "utilization_ratio": None if util is None else min(1.0, util.gpu / 100.0),
             "memory_used_bytes": int(mem.used),
             "memory_total_bytes": int(mem.total),
         }
+
+    def _memory(self, handle: Any) -> Any:
+        """Memory info whose ``used`` is the memory allocated on the device.
+
+        ``nvmlMemory_v2_t.used`` is allocated memory alone, the driver's and
+        firmware's reserve apart in ``reserved`` (nvidia-smi's "used"); the v1
+        ``nvmlMemory_t.used`` counts the reserve too, hundreds of MB on an idle GPU,
+        so it is never 0 and a sole holder would be charged the driver's memory. A
+        driver whose library has no ``nvmlDeviceGetMemoryInfo_v2``, or that refuses
+        it or the struct version, is read with v1.
+        """
+        nv = self._nvml
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except nv.NVMLError as err:
+                if getattr(err, "value", None) not in self._memory_v1_codes:
+                    raise
+        return nv.nvmlDeviceGetMemoryInfo(handle)
 
     def _optional(self, fn: Any, *args: Any) -> Any:
         """A reading the device may not support: None instead of a failure."""

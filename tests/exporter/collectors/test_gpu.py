@@ -39,7 +39,10 @@ class Dev:
     name: bytes | str
     index: int = 0
     util: int = 0
-    used: int = 0
+    used: int = 0  # allocated: what nvmlMemory_v2_t.used reports
+    # set aside by the driver and firmware: nvmlMemory_v2_t.reserved, and counted in
+    # nvmlMemory_t.used (v1) — never 0 on a real GPU
+    reserved: int = 300 * 2**20
     total: int = 16 * GIB
     mig_mode: int | None = None  # None: MIG not supported on this GPU
     migs: dict[int, Dev] = field(default_factory=dict)  # slot -> instance
@@ -61,7 +64,7 @@ def fake_nvml(
     """
     mod = types.ModuleType("pynvml")
     for name in dir(real):
-        if name.startswith(("NVMLError", "NVML_", "NVMLLibraryMismatchError")):
+        if name.startswith(("NVMLError", "NVML_", "NVMLLibraryMismatchError", "nvmlMemory_v")):
             setattr(mod, name, getattr(real, name))
     mod.calls = []  # type: ignore[attr-defined]
 
@@ -108,9 +111,25 @@ def fake_nvml(
         check("nvmlDeviceGetUtilizationRates", dev)
         return real.c_nvmlUtilization_t(gpu=dev.util, memory=0)
 
-    def nvmlDeviceGetMemoryInfo(dev: Dev, version=None) -> real.c_nvmlMemory_t:
-        check("nvmlDeviceGetMemoryInfo", dev)
-        return real.c_nvmlMemory_t(total=dev.total, free=dev.total - dev.used, used=dev.used)
+    def nvmlDeviceGetMemoryInfo(dev: Dev, version=None):
+        """pynvml.py ~3993: no ``version`` reads ``nvmlMemory_t`` through the v1 symbol,
+        whose ``used`` is "Sum of Reserved and Allocated device memory"; a version
+        reads ``nvmlMemory_v2_t`` through ``nvmlDeviceGetMemoryInfo_v2``, ``used``
+        allocated only and ``reserved`` apart (docs.nvidia.com/deploy/nvml-api,
+        structnvmlMemory__t, structnvmlMemory__v2__t). ``Dev.errors`` under the
+        unversioned name fails both (a lost GPU)."""
+        free = dev.total - dev.reserved - dev.used
+        if not version:
+            check("nvmlDeviceGetMemoryInfo", dev)
+            return real.c_nvmlMemory_t(total=dev.total, free=free, used=dev.reserved + dev.used)
+        check("nvmlDeviceGetMemoryInfo_v2", dev)
+        if "nvmlDeviceGetMemoryInfo" in dev.errors:
+            raise real.NVMLError(dev.errors["nvmlDeviceGetMemoryInfo"])
+        if version != real.nvmlMemory_v2:
+            raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return real.c_nvmlMemory_v2_t(
+            version=version, total=dev.total, reserved=dev.reserved, free=free, used=dev.used
+        )
 
     def nvmlDeviceGetMigMode(dev: Dev) -> list[int]:
         check("nvmlDeviceGetMigMode", dev)
@@ -483,3 +502,60 @@ def test_driver_without_any_versioned_process_list_keeps_the_devices() -> None:
     assert poll.failures == () and poll.processes == ()
     assert [d.utilization_ratio for d in poll.devices] == [pytest.approx(0.2)]
     assert poll.process_list_failures == (_gpu(0).uuid,)
+
+
+def test_memory_used_leaves_out_the_driver_reserve() -> None:
+    """An idle GPU uses no memory although the driver reserves some (v1's ``used``
+    counts the reserve: 912 MB on an idle A100, rust-nvml/nvml-wrapper#57): its sole
+    holder is charged none, and the holders of an idle shared GPU read 0, not unknown."""
+    idle = _gpu(0, reserved=900 * 2**20, used=0)
+    shared = _gpu(1, reserved=900 * 2**20, used=0)
+    busy = _gpu(2, reserved=900 * 2**20, used=6 * GIB, util=50)
+    poll = NvmlGpuSource(fake_nvml([idle, shared, busy])).poll()
+    assert [(d.memory_used_bytes, d.memory_total_bytes) for d in poll.devices] == [
+        (0, 16 * GIB),
+        (0, 16 * GIB),
+        (6 * GIB, 16 * GIB),
+    ]
+    allocs = [
+        Allocation("ml", "solo", "nb", "nvidia.com/gpu", idle.uuid),
+        Allocation("ml", "s1", "nb", "nvidia.com/gpu.shared", f"{shared.uuid}::0"),
+        Allocation("ml", "s2", "nb", "nvidia.com/gpu.shared", f"{shared.uuid}::1"),
+        Allocation("ml", "big", "nb", "nvidia.com/gpu", busy.uuid),
+    ]
+    pods = [PodMeta("ml", name, f"u-{name}") for name in ("solo", "s1", "s2", "big")]
+    rows = attribute(poll, allocs, pods, None)  # no process attribution: device values
+    assert [(r.pod, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("solo", 0.0, 0),
+        ("s1", 0.0, 0),
+        ("s2", 0.0, 0),
+        ("big", pytest.approx(0.5), 6 * GIB),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("missing", "v2_error"),
+    [
+        (("nvmlDeviceGetMemoryInfo_v2",), None),
+        ((), real.NVML_ERROR_NOT_SUPPORTED),
+        ((), real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH),
+    ],
+    ids=["v2-symbol-missing", "v2-not-supported", "v2-version-mismatch"],
+)
+def test_memory_without_v2_is_read_with_v1(missing: tuple[str, ...], v2_error: int | None) -> None:
+    """A driver without (or refusing) ``nvmlDeviceGetMemoryInfo_v2`` is still read:
+    v1's ``used``, the reserve included, is the best it gives."""
+    errors = {} if v2_error is None else {"nvmlDeviceGetMemoryInfo_v2": v2_error}
+    dev = _gpu(0, reserved=GIB, used=2 * GIB, errors=errors)
+    poll = NvmlGpuSource(fake_nvml([dev], missing=missing)).poll()
+    assert poll.failures == ()
+    assert [(d.memory_used_bytes, d.memory_total_bytes) for d in poll.devices] == [
+        (3 * GIB, 16 * GIB)
+    ]
+
+
+def test_memory_v2_failing_the_device_is_not_hidden_by_v1() -> None:
+    dev = _gpu(0, errors={"nvmlDeviceGetMemoryInfo_v2": real.NVML_ERROR_GPU_IS_LOST})
+    poll = NvmlGpuSource(fake_nvml([dev])).poll()
+    assert poll.devices == ()
+    assert [(f.uuid, f.reason) for f in poll.failures] == [(dev.uuid, "gpu_lost")]
