@@ -29,7 +29,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -56,6 +57,10 @@ _REASONS = {
     "NVML_ERROR_UNKNOWN": "unknown",
 }
 
+
+# How far past the source's clock a process-utilisation sample's timestamp may be
+# (NVML stamps them with the host's clock, in µs): a sample later than that is garbage
+SAMPLE_CLOCK_SLACK_US = 1_000_000
 
 # How long close() waits for a poll's NVML calls before it gives up on nvmlShutdown.
 CLOSE_WAIT_SECONDS = 2.0
@@ -84,11 +89,16 @@ class NvmlGpuSource:
     """``GpuSource`` over NVML. Call ``open()`` once, then ``poll()`` each cycle."""
 
     def __init__(
-        self, nvml: ModuleType | Any | None = None, *, wait_for_driver: bool = False
+        self,
+        nvml: ModuleType | Any | None = None,
+        *,
+        wait_for_driver: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if nvml is None:
             import pynvml as nvml  # nvidia-ml-py: imports fine without a driver
         self._nvml = nvml
+        self._clock = clock  # unix seconds: bounds the process samples' timestamps
         self._wait_for_driver = wait_for_driver
         self._initialised = False
         # (index, UUID) of every device read since the driver last came up: reported
@@ -354,7 +364,9 @@ class NvmlGpuSource:
         except nv.NVMLError as err:
             log.debug("device %s: process list unavailable: %s", uuid, err)
             return None
-        util_by_pid: dict[int, float] | None = None if mig else self._process_util(handle, uuid)
+        util_by_pid: dict[int, float | None] | None = (
+            None if mig else self._process_util(handle, uuid)
+        )
         out: list[ProcessSample] = []
         for info in infos:
             pid = int(info.pid)
@@ -390,7 +402,16 @@ class NvmlGpuSource:
             log.debug("no nvmlDeviceGetComputeRunningProcesses_v3 (%s): reading _v2", err)
         return nv.nvmlDeviceGetComputeRunningProcesses_v2(handle)
 
-    def _process_util(self, handle: Any, uuid: str) -> dict[int, float] | None:
+    def _process_util(self, handle: Any, uuid: str) -> dict[int, float | None] | None:
+        """Each process's SM share (mean of its new samples); None for a process whose
+        new samples were all garbage (unknown this poll, not idle).
+
+        NVML has answered garbage entries (Syllo/nvtop#110: pid 0 padding, smUtil
+        37100 beside real ones): pid 0 is skipped, an entry with a share over 100 %
+        or a timestamp later than now (beyond the slack) is not read. The last seen
+        timestamp is never later than now: NVML answers only samples newer than it,
+        so one kept from the future would make every process idle until a restart.
+        """
         nv = self._nvml
         last_seen = self._last_seen.get(uuid, 0)
         try:
@@ -400,13 +421,29 @@ class NvmlGpuSource:
         except nv.NVMLError as err:
             log.debug("device %s: process utilisation unavailable: %s", uuid, err)
             return None
+        now_us = int(self._clock() * 1_000_000)
         sums: dict[int, list[float]] = {}
+        garbage: set[int] = set()
         newest = last_seen
         for sample in samples:
-            sums.setdefault(int(sample.pid), []).append(float(sample.smUtil))
-            newest = max(newest, int(sample.timeStamp))
-        self._last_seen[uuid] = newest
-        return {pid: min(1.0, sum(v) / len(v) / 100.0) for pid, v in sums.items()}
+            pid, stamp = int(sample.pid), int(sample.timeStamp)
+            if pid == 0:
+                continue
+            if (
+                sample.smUtil > 100
+                or sample.memUtil > 100
+                or stamp > now_us + SAMPLE_CLOCK_SLACK_US
+            ):
+                garbage.add(pid)
+                continue
+            sums.setdefault(pid, []).append(float(sample.smUtil))
+            newest = max(newest, stamp)
+        if garbage:
+            log.debug("device %s: garbage utilisation samples of pids %s", uuid, sorted(garbage))
+        self._last_seen[uuid] = min(newest, now_us)
+        shares: dict[int, float | None] = {pid: None for pid in garbage}
+        shares.update((pid, sum(v) / len(v) / 100.0) for pid, v in sums.items())
+        return shares
 
 
 def build(ctx: BuildContext) -> Any:

@@ -48,7 +48,9 @@ class Dev:
     migs: dict[int, Dev] = field(default_factory=dict)  # slot -> instance
     gpu_instance_id: int = 0
     procs: list[tuple[int, int | None, int]] = field(default_factory=list)  # pid, mem, giid
-    samples: list[tuple[int, int, int]] = field(default_factory=list)  # pid, timestamp µs, sm %
+    # what the driver answers nvmlDeviceGetProcessUtilization, entries as they come:
+    # pid, timestamp µs, sm %[, mem %] (mem 0 unless given)
+    samples: list[tuple[int, ...]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
 
 
@@ -192,9 +194,9 @@ def fake_nvml(
             raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
         return [
             real.c_nvmlProcessUtilizationSample_t(
-                pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0
+                pid=pid, timeStamp=ts, smUtil=sm, memUtil=mem[0] if mem else 0, encUtil=0, decUtil=0
             )
-            for pid, ts, sm in fresh
+            for pid, ts, sm, *mem in fresh
         ]
 
     mod.last_seen_args = []  # type: ignore[attr-defined]
@@ -559,3 +561,71 @@ def test_memory_v2_failing_the_device_is_not_hidden_by_v1() -> None:
     poll = NvmlGpuSource(fake_nvml([dev])).poll()
     assert poll.devices == ()
     assert [(f.uuid, f.reason) for f in poll.failures] == [(dev.uuid, "gpu_lost")]
+
+
+NOW = 1_760_000_000.0  # the source's clock in these tests (unix seconds)
+NOW_US = int(NOW * 1e6)
+
+
+def test_garbage_process_samples_are_skipped() -> None:
+    """What NVML answered with a zombie process on the GPU (Syllo/nvtop#110): an entry
+    with smUtil 37100, pid-0 padding. The process whose only sample is garbage has an
+    unknown share this poll (not 100 %), the others keep theirs."""
+    dev = _gpu(
+        0,
+        procs=[(50554, GIB, 0), (50017, GIB, 0)],
+        samples=[
+            (50554, 217144956601725, 37100, 50583),
+            (50017, NOW_US - 1_000_000, 5),
+            *[(0, 0, 0)] * 3,
+        ],
+    )
+    poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: NOW).poll()
+    assert {p.pid: p.utilization_ratio for p in poll.processes} == {
+        50554: None,
+        50017: pytest.approx(0.05),
+    }
+
+
+def test_a_sample_with_memory_use_over_100_percent_is_skipped() -> None:
+    dev = _gpu(0, procs=[(7, GIB, 0)], samples=[(7, NOW_US - 1_000_000, 40, 2147483632)])
+    poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: NOW).poll()
+    assert [p.utilization_ratio for p in poll.processes] == [None]
+
+
+def test_padding_entries_do_not_move_the_last_seen_timestamp() -> None:
+    """pid 0 is no process: an entry for it is padding, whatever its timestamp says."""
+    dev = _gpu(0, procs=[(7, GIB, 0)], samples=[(7, 500, 40), (0, 900, 0)])
+    nv = fake_nvml([dev])
+    source = NvmlGpuSource(nv, clock=lambda: NOW)
+    source.poll()
+    source.poll()
+    assert nv.last_seen_args == [0, 500]
+
+
+def test_a_sample_from_the_future_does_not_silence_later_samples() -> None:
+    """A timestamp an hour ahead, kept as the last seen, would make NVML answer
+    NOT_FOUND to every later call: every process idle until a restart. It is
+    skipped, and the last seen timestamp is never later than now."""
+    clock = [NOW]
+    dev = _gpu(
+        0,
+        procs=[(7, GIB, 0), (8, GIB, 0)],
+        samples=[(7, NOW_US + 3600 * 1_000_000, 90), (8, NOW_US + 500_000, 30)],
+    )
+    nv = fake_nvml([dev])
+    source = NvmlGpuSource(nv, clock=lambda: clock[0])
+    first = source.poll()
+    # half a second ahead is within the clocks' slack: read, but not kept as last seen
+    assert {p.pid: p.utilization_ratio for p in first.processes} == {
+        7: None,
+        8: pytest.approx(0.3),
+    }
+    clock[0] = NOW + 10
+    dev.samples = [(7, NOW_US + 9_000_000, 60)]
+    second = source.poll()
+    assert nv.last_seen_args == [0, NOW_US]
+    assert {p.pid: p.utilization_ratio for p in second.processes} == {
+        7: pytest.approx(0.6),
+        8: 0.0,
+    }
