@@ -276,7 +276,9 @@ class NvmlGpuSource:
             index = position
         model = _text(nv.nvmlDeviceGetName(handle))
         if self._mig_enabled(handle):
-            devices = self._mig_devices(handle, index, uuid, model)
+            devices = self._mig_devices(handle, index, uuid, model) or [
+                self._mig_parent(handle, index, uuid, model)
+            ]
             procs = self._processes(handle, uuid, mig=True)
             return devices, procs
         device = DeviceReading(index=index, uuid=uuid, model=model, **self._usage(handle))
@@ -314,6 +316,25 @@ class NvmlGpuSource:
                     raise
         return nv.nvmlDeviceGetMemoryInfo(handle)
 
+    def _mig_parent(self, handle: Any, index: int, uuid: str, model: str) -> DeviceReading:
+        """A MIG-enabled GPU with no instance yet (the MIG manager between enabling MIG
+        and creating instances, or a GPU left so): the GPU itself, so that its info
+        and read-success series stay. NVML measures no utilisation under MIG, and
+        gives the parent's memory only to a privileged caller: unknown otherwise."""
+        nv = self._nvml
+        try:
+            mem = self._memory(handle)
+        except (nv.NVMLError_NoPermission, nv.NVMLError_NotSupported):
+            mem = None
+        return DeviceReading(
+            index=index,
+            uuid=uuid,
+            model=model,
+            utilization_ratio=None,
+            memory_used_bytes=None if mem is None else int(mem.used),
+            memory_total_bytes=None if mem is None else int(mem.total),
+        )
+
     def _optional(self, fn: Any, *args: Any) -> Any:
         """A reading the device may not support: None instead of a failure."""
         try:
@@ -332,8 +353,10 @@ class NvmlGpuSource:
         for j in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))):
             try:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
-            except nv.NVMLError_NotFound:
-                continue  # slot j holds no instance
+            except (nv.NVMLError_NotFound, nv.NVMLError_InvalidArgument):
+                # slot j holds no instance; INVALID_ARGUMENT is skipped too, as
+                # NVIDIA's go-nvlib (device.VisitMigDevices) does, not a failing GPU
+                continue
             giid = int(nv.nvmlDeviceGetGpuInstanceId(mig))
             profile_match = _MIG_PROFILE_RE.search(_text(nv.nvmlDeviceGetName(mig)))
             out.append(

@@ -46,6 +46,7 @@ class Dev:
     total: int = 16 * GIB
     mig_mode: int | None = None  # None: MIG not supported on this GPU
     migs: dict[int, Dev] = field(default_factory=dict)  # slot -> instance
+    mig_slot_errors: dict[int, int] = field(default_factory=dict)  # slot -> NVML error code
     gpu_instance_id: int = 0
     procs: list[tuple[int, int | None, int]] = field(default_factory=list)  # pid, mem, giid
     # what the driver answers nvmlDeviceGetProcessUtilization, entries as they come:
@@ -111,6 +112,10 @@ def fake_nvml(
 
     def nvmlDeviceGetUtilizationRates(dev: Dev) -> real.c_nvmlUtilization_t:
         check("nvmlDeviceGetUtilizationRates", dev)
+        if dev.mig_mode == real.NVML_DEVICE_MIG_ENABLE:
+            # NVML API doc, nvmlDeviceGetUtilizationRates: "On MIG-enabled GPUs,
+            # querying device utilization rates is not currently supported."
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         return real.c_nvmlUtilization_t(gpu=dev.util, memory=0)
 
     def nvmlDeviceGetMemoryInfo(dev: Dev, version=None):
@@ -145,6 +150,8 @@ def fake_nvml(
 
     def nvmlDeviceGetMigDeviceHandleByIndex(dev: Dev, index: int) -> Dev:
         check("nvmlDeviceGetMigDeviceHandleByIndex", dev)
+        if index in dev.mig_slot_errors:
+            raise real.NVMLError(dev.mig_slot_errors[index])
         if index not in dev.migs:
             raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
         return dev.migs[index]
@@ -308,6 +315,16 @@ def test_process_list_failure_keeps_the_device() -> None:
     assert poll.process_list_failures == (dev.uuid,)
 
 
+def _a100_mig(**kw) -> Dev:
+    """An A100 with MIG enabled (the parent GPU of the instances ``migs`` holds)."""
+    kw.setdefault("name", b"NVIDIA A100-SXM4-40GB")
+    return Dev(
+        uuid="GPU-abcdef00-0000-0000-0000-000000000000",
+        mig_mode=real.NVML_DEVICE_MIG_ENABLE,
+        **kw,
+    )
+
+
 def _mig_3g(name: bytes) -> Dev:
     """A 3g.20gb MIG instance (GPU instance 1) of an A100 named ``name``: 5 GiB used, no
     utilisation (NVML measures none for an instance)."""
@@ -326,13 +343,8 @@ def test_process_list_failure_makes_the_holders_use_unknown_not_idle() -> None:
     processes only to a privileged caller): the holders are not idle."""
     no_list = {"nvmlDeviceGetComputeRunningProcesses": real.NVML_ERROR_NO_PERMISSION}
     mig = _mig_3g(b"NVIDIA A100 MIG 3g.20gb")
-    parent = Dev(
-        uuid="GPU-abcdef00-0000-0000-0000-000000000000",
-        name=b"NVIDIA A100",
-        mig_mode=real.NVML_DEVICE_MIG_ENABLE,
-        migs={0: mig},
-        procs=[(77, 4 * GIB, 1)],
-        errors=dict(no_list),
+    parent = _a100_mig(
+        name=b"NVIDIA A100", migs={0: mig}, procs=[(77, 4 * GIB, 1)], errors=dict(no_list)
     )
     whole = _gpu(1, util=0, used=30 * GIB, procs=[(88, 30 * GIB, 0)], errors=dict(no_list))
     # busy (at 0 % every sharer's share would be 0 whatever the split)
@@ -366,7 +378,6 @@ def test_process_utilisation_not_supported_is_unknown_not_zero() -> None:
 
 
 def test_mig_instances_become_devices() -> None:
-    parent_uuid = "GPU-abcdef00-0000-0000-0000-000000000000"
     mig_a = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
     mig_b = Dev(
         uuid="MIG-22222222-0000-0000-0000-000000000000",
@@ -376,15 +387,10 @@ def test_mig_instances_become_devices() -> None:
         total=10 * GIB,
         errors={"nvmlDeviceGetUtilizationRates": real.NVML_ERROR_NOT_SUPPORTED},
     )
-    parent = Dev(
-        uuid=parent_uuid,
-        name=b"NVIDIA A100-SXM4-40GB",
-        index=3,
-        mig_mode=real.NVML_DEVICE_MIG_ENABLE,
-        migs={0: mig_a, 4: mig_b},
-        procs=[(77, 4 * GIB, 1)],
-        samples=[(77, 10, 99)],
+    parent = _a100_mig(
+        index=3, migs={0: mig_a, 4: mig_b}, procs=[(77, 4 * GIB, 1)], samples=[(77, 10, 99)]
     )
+    parent_uuid = parent.uuid
     nv = fake_nvml([parent])
     poll = NvmlGpuSource(nv).poll()
     assert [
@@ -629,3 +635,33 @@ def test_a_sample_from_the_future_does_not_silence_later_samples() -> None:
         7: pytest.approx(0.6),
         8: 0.0,
     }
+
+
+@pytest.mark.parametrize("privileged", [True, False], ids=["privileged", "unprivileged"])
+def test_mig_gpu_without_instances_is_still_reported(privileged: bool) -> None:
+    """MIG on, no instance created yet (the MIG manager between its two steps, or a
+    GPU left so): the GPU itself is reported, so its info and read_success series
+    (dashboards, the read-failing alert) do not vanish. NVML gives no utilisation
+    under MIG; the parent's memory only to a privileged caller."""
+    errors = {} if privileged else {"nvmlDeviceGetMemoryInfo": real.NVML_ERROR_NO_PERMISSION}
+    parent = _a100_mig(index=2, total=40 * GIB, errors=errors)
+    poll = NvmlGpuSource(fake_nvml([parent])).poll()
+    assert poll.failures == ()
+    assert [
+        (d.index, d.uuid, d.model, d.gpu_instance_id, d.utilization_ratio) for d in poll.devices
+    ] == [(2, parent.uuid, "NVIDIA A100-SXM4-40GB", None, None)]
+    (dev,) = poll.devices
+    if privileged:
+        assert (dev.memory_used_bytes, dev.memory_total_bytes) == (0, 40 * GIB)
+    else:
+        assert (dev.memory_used_bytes, dev.memory_total_bytes) == (None, None)
+
+
+def test_mig_slot_answering_invalid_argument_is_skipped() -> None:
+    """As go-nvlib's VisitMigDevices does: INVALID_ARGUMENT for a slot, like
+    NOT_FOUND, is a slot without an instance, not a failing GPU."""
+    mig = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+    parent = _a100_mig(migs={0: mig}, mig_slot_errors={1: real.NVML_ERROR_INVALID_ARGUMENT})
+    poll = NvmlGpuSource(fake_nvml([parent])).poll()
+    assert poll.failures == ()
+    assert [(d.gpu_instance_id, d.mig_uuid) for d in poll.devices] == [(1, mig.uuid)]
