@@ -367,6 +367,7 @@ def test_a_restart_in_the_grace_never_shows_a_predecessors_progress_as_a_recreat
     _report(again, epoch=1.0, ts=NOW + 40)  # its own reports are kept
     again.retain({("ns", "a"): "uid-new"}, NOW + 45, started={("ns", "a"): NOW + 20})
     assert [p.epoch for p in again.snapshot()] == [1.0]
+    again.journal.close()  # restarts again: its queued journal rows are written first
     third = ProgressStore(path, save_interval_seconds=3600)  # the drop was journaled
     assert [p.epoch for p in third.snapshot()] == [1.0]
 
