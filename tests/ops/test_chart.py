@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from gpu_eta.launch.prometheus import promtool
-from tests.ops import container_args, k8s
+from tests.ops import container_args, k8s, openshift
 from tests.ops.k8s import CHART, find, pod_spec
 
 VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -403,6 +403,38 @@ def test_kube_max_pods_reaches_the_exporter() -> None:
         (container,) = pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))["containers"]
         assert [a for a in container["args"] if a.startswith("--kube.max-pods")] == expected
         container_args.check(objects)
+
+
+@pytest.mark.parametrize("mode", ["deployment", "cronjob"])
+def test_openshift_renders_what_openshift_admits_and_nothing_else(mode: str) -> None:
+    """``openshift.enabled``: the exporter's ServiceAccount bound to the privileged SCC,
+    its pod spc_t without a RuntimeClass, no fixed ids on the forecaster and the
+    Pushgateway, the platform Prometheus let in (tests/ops/openshift.py). With those
+    changes taken back the render is the default one, and ``enabled: false`` renders
+    exactly the default (the objects of every other site stay as they were)."""
+    values = {"forecaster": {"mode": mode}, "serviceMonitor": {"enabled": True}}
+    default = k8s.helm_template(values)
+    assert k8s.helm_template(_merge({"openshift": {"enabled": False}}, values)) == default
+    objects = k8s.helm_template(_merge({"openshift": {"enabled": True}}, values))
+    openshift.check(objects)
+    assert openshift.undo(objects, default) == default
+    container_args.check(objects)
+    # nothing of it by default
+    assert not [o for o in default if o["kind"] in {"Role", "RoleBinding"}]
+    assert pod_spec(find(default, "DaemonSet", "gpu-eta-exporter"))["runtimeClassName"] == "nvidia"
+    assert "openshift-monitoring" not in json.dumps(default)
+
+
+def test_openshift_follows_the_release_namespace_and_an_explicit_selinux_type() -> None:
+    """Installed elsewhere, the SCC binding names the ServiceAccount there; the
+    platform Prometheus' subject stays in openshift-monitoring. An
+    ``exporter.seLinuxOptions`` of the site's own wins over spc_t."""
+    openshift.check(k8s.helm_template({"openshift": {"enabled": True}}, namespace="ml-ops"),
+                    namespace="ml-ops")  # fmt: skip
+    own = {"type": "gpu_eta_t", "level": "s0"}
+    values = {"openshift": {"enabled": True}, "exporter": {"seLinuxOptions": own}}
+    spec = pod_spec(find(k8s.helm_template(values), "DaemonSet", "gpu-eta-exporter"))
+    assert spec["securityContext"]["seLinuxOptions"] == own
 
 
 OPENSHIFT_AUTH = {

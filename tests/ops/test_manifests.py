@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.ops import container_args, k8s
+from tests.ops import container_args, k8s, openshift
 from tests.ops.k8s import MANIFESTS, ROOT, find, pod_spec, template_labels
 
 KUSTOMIZATIONS = sorted(
@@ -28,6 +28,7 @@ OVERLAYS = {
     "plain-prometheus": MANIFESTS / "overlays" / "plain-prometheus",
     "prometheus-operator": MANIFESTS / "overlays" / "prometheus-operator",
     "forecaster-cronjob": MANIFESTS / "overlays" / "forecaster-cronjob",
+    "openshift": MANIFESTS / "overlays" / "openshift",
 }
 COMPONENTS = {
     "prometheus-operator": "components/prometheus-operator",
@@ -35,6 +36,7 @@ COMPONENTS = {
     "process-attribution": "components/process-attribution",
     "selinux": "components/selinux",
     "cri-dockerd": "components/cri-dockerd",
+    "openshift": "components/openshift",
 }
 _CACHE: dict[str, list[dict]] = {}
 
@@ -86,11 +88,13 @@ def test_kustomizations_found() -> None:
         "manifests/overlays/plain-prometheus",
         "manifests/overlays/prometheus-operator",
         "manifests/overlays/forecaster-cronjob",
+        "manifests/overlays/openshift",
         "manifests/variants/forecaster-cronjob",
         "manifests/components/prometheus-operator",
         "manifests/components/process-attribution",
         "manifests/components/selinux",
         "manifests/components/cri-dockerd",
+        "manifests/components/openshift",
         "grafana",
         "rules",
     } <= names
@@ -357,6 +361,63 @@ def test_selinux_component_runs_the_exporter_as_spc_t(tmp_path: Path) -> None:
     for workload in (*default, *objects):
         if pod_spec(workload) and workload is not find(objects, "DaemonSet", "gpu-eta-exporter"):
             assert "seLinuxOptions" not in pod_spec(workload).get("securityContext", {})
+
+
+@pytest.mark.parametrize(
+    "components",
+    [("openshift",), ("forecaster-cronjob", "openshift", "prometheus-operator")],
+    ids=["deployment", "cronjob+operator"],
+)
+def test_openshift_component_answers_each_blocker_and_changes_nothing_else(
+    components: tuple[str, ...], tmp_path: Path
+) -> None:
+    """components/openshift (listed after variants/forecaster-cronjob, as the sorted
+    combinations do): the SCC binding, spc_t, no RuntimeClass, no fixed ids, the
+    platform Prometheus let in and the namespace labelled for it
+    (tests/ops/openshift.py); with those taken back, the build without it."""
+    objects = _combo(tmp_path, components)
+    default = _combo(tmp_path, tuple(c for c in components if c != "openshift"))
+    openshift.check(objects)
+    assert find(objects, "Namespace", "gpu-eta")
+    assert openshift.undo(objects, default) == default
+    assert _build("openshift") == _combo(tmp_path, ("openshift", "prometheus-operator"))
+
+
+def test_openshift_component_follows_an_overlay_namespace(tmp_path: Path) -> None:
+    """An overlay of yours into another namespace: the SCC binding names the
+    ServiceAccount there (kustomize moves the subject with the ServiceAccount), the
+    platform Prometheus' subject stays in openshift-monitoring."""
+    body = {
+        "namespace": "ml-ops",
+        "resources": ["../gpu-eta/manifests/base"],
+        "components": ["../gpu-eta/manifests/components/openshift"],
+    }
+    openshift.check(k8s.kustomize(k8s.overlay(tmp_path, body)), namespace="ml-ops")
+
+
+def test_documented_openshift_overlay_and_helm_install(tmp_path: Path) -> None:
+    """docs/deploy.md's OpenShift steps: its overlay, with and without the CronJob
+    variant it names, and its ``helm upgrade --install`` (the --set values parsed by
+    Helm's own parser) each render what OpenShift admits and scrapes."""
+    import helm_python
+
+    (body,) = _doc_yaml_blocks("kind: Kustomization", "components/openshift")
+    assert body["components"][-1].endswith("/components/openshift")
+    body["resources"] = [r.replace("<gpu-eta>", "../gpu-eta") for r in body["resources"]]
+    components = [c.replace("<gpu-eta>", "../gpu-eta") for c in body["components"]]
+    cronjob = "../gpu-eta/manifests/variants/forecaster-cronjob"
+    for i, extra in enumerate(([], [cronjob])):
+        trial = {**body, "components": [*components[:-1], *extra, components[-1]]}
+        objects = k8s.kustomize(k8s.overlay(tmp_path, trial, name=f"openshift{i}"))
+        openshift.check(objects)
+        assert bool(extra) == any(o["kind"] == "CronJob" for o in objects)
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    command = re.search(r"helm upgrade --install gpu-eta \./charts/gpu-eta(.*?)\n```", text, re.S)
+    assert command and "openshift.enabled=true" in command.group(1)
+    sets = re.findall(r"--set\s+(\S+)", command.group(1).replace("\\\n", " "))
+    objects = k8s.helm_template(helm_python.parse_set_string(",".join(sets)))  # as one --set
+    openshift.check(objects)
+    assert {"ServiceMonitor", "PrometheusRule"} <= {o["kind"] for o in objects}
 
 
 def test_item2_non_root_where_the_host_allows() -> None:

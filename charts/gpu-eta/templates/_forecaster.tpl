@@ -14,9 +14,13 @@ automountServiceAccountToken: false
 {{- include "gpu-eta.imagePullSecrets" . }}
 securityContext:
   runAsNonRoot: true
+  {{- /* OpenShift's restricted-v2 SCC takes only ids of the namespace's range, and
+  assigns them (and the volume's fsGroup) itself when the pod names none */}}
+  {{- if not .Values.openshift.enabled }}
   runAsUser: 65532
   runAsGroup: 65532
   fsGroup: 65532
+  {{- end }}
   seccompProfile:
     type: RuntimeDefault
 containers:

@@ -23,11 +23,17 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
-{{/* NetworkPolicy peers for the scraper's namespaces. */}}
+{{/* NetworkPolicy peers for the scraper's namespaces; on OpenShift also the platform
+Prometheus' namespace, openshift-monitoring. */}}
 {{- define "gpu-eta.scraperPeers" -}}
 {{- range .Values.networkPolicy.scraperNamespaceSelectors }}
 - namespaceSelector:
     {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- if .Values.openshift.enabled }}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: openshift-monitoring
 {{- end }}
 {{- end -}}
 
