@@ -1,6 +1,7 @@
 """Notebooks on Zero to JupyterHub (z2jh): the values gpu-eta ships,
 jupyterhub/z2jh-values.yaml, let a user's pod report progress to the
-exporter and open nothing else private. The policies are z2jh's as its chart
+exporter and open nothing else private, and the hub may query Prometheus for the
+spawn page's estimates (docs/pending.md's snippets where a site is stricter). The policies are z2jh's as its chart
 renders them (tests/ops/z2jh.py) next to gpu-eta's own, kustomize and Helm, and are
 evaluated with the NetworkPolicy API's rules, egress and ingress (tests/ops/k8s.py).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +20,7 @@ from tests.ops.k8s import ROOT, Endpoint, egress_allowed, find, pod_spec, templa
 
 VALUES = ROOT / "jupyterhub" / "z2jh-values.yaml"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+PENDING_DOC = ROOT / "docs" / "pending.md"
 NOTEBOOK = Endpoint("jupyterhub", z2jh.notebook_labels(), ip="10.42.2.9")
 NODE = Endpoint(ip="10.0.0.11")  # a GPU node's address: the hostPort's destination
 _RENDERED: dict[str, list[dict]] = {}
@@ -50,8 +53,8 @@ def _values() -> dict:
     return yaml.safe_load(VALUES.read_text())
 
 
-def _doc_yaml(*needles: str) -> object:
-    blocks = re.findall(r"```yaml\n(.*?)```", DEPLOY_DOC.read_text(), flags=re.S)
+def _doc_yaml(*needles: str, doc: Path = DEPLOY_DOC) -> object:
+    blocks = re.findall(r"```yaml\n(.*?)```", doc.read_text(), flags=re.S)
     (block,) = [b for b in blocks if all(n in b for n in needles)]
     return yaml.safe_load(block)
 
@@ -130,3 +133,33 @@ def test_documented_hostport_rule_opens_the_nodes_progress_port_only() -> None:
     assert egress_allowed(policies, NOTEBOOK, NODE, 9843)
     assert not egress_allowed(policies, NOTEBOOK, NODE, 10250)
     assert not egress_allowed(policies, NOTEBOOK, Endpoint(ip="10.42.3.4"), 9843)
+
+
+def test_hub_may_query_prometheus_for_the_spawn_page() -> None:
+    """The spawn page's hook queries Prometheus from the hub pod. z2jh's hub policy
+    allows private addresses by default; a hub with privateIPs off needs the
+    documented rule (Prometheus' pod port, nothing wider), and a Prometheus isolated
+    by its own policy (kube-prometheus') the documented ingress policy."""
+    hub = Endpoint("jupyterhub", z2jh.match_labels("hub", "jupyterhub"), ip="10.42.0.3")
+    prometheus_labels = {
+        "app.kubernetes.io/name": "prometheus",
+        "app.kubernetes.io/instance": "k8s",
+    }
+    prometheus = Endpoint("monitoring", prometheus_labels, ip="10.42.4.4")
+    assert egress_allowed([z2jh.hub_policy()], hub, prometheus, 9090)
+    tight = {"hub": {"networkPolicy": {"egressAllowRules": {"privateIPs": False}}}}
+    assert not egress_allowed([z2jh.hub_policy(tight)], hub, prometheus, 9090)
+    rule = _doc_yaml("hub:", "9090", doc=PENDING_DOC)
+    fixed = [z2jh.hub_policy(z2jh.merged(tight, rule))]
+    assert egress_allowed(fixed, hub, prometheus, 9090)
+    assert not egress_allowed(fixed, hub, prometheus, 9091)
+    assert not egress_allowed(fixed, hub, Endpoint(ip="10.1.2.3"), 9090)
+
+    # Prometheus' side: deploy.md's policy for the forecaster isolates prometheus-k8s
+    # as kube-prometheus' own does; the hub's policy lets the hub in, not notebooks
+    forecaster_in = _doc_yaml("kind: NetworkPolicy", "prometheus-k8s")
+    hub_in = _doc_yaml("kind: NetworkPolicy", "prometheus-k8s", doc=PENDING_DOC)
+    assert not k8s.validate_all([hub_in])
+    assert not k8s.ingress_allowed([forecaster_in], hub, prometheus, 9090)
+    assert k8s.ingress_allowed([forecaster_in, hub_in], hub, prometheus, 9090)
+    assert not k8s.ingress_allowed([forecaster_in, hub_in], NOTEBOOK, prometheus, 9090)
