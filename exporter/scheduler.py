@@ -7,7 +7,9 @@ renders. This is the boundary of the error flow (docs/exporter.md):
 
 - a collector that raises or times out never breaks the cycle: its status says
   success=0, its error counter grows, the failure is logged once per state change
-  (and again when it recovers), and its last good data is kept;
+  (and again when it recovers), and its last good data is kept — except the GPU
+  readings, which are measurements, not state: while the ``gpu`` collector fails,
+  every device of its last good poll is published unread (``_unread``);
 - ``NoData`` is expected absence: success, empty data, a debug line;
 - a collector still running from an earlier cycle (a hung NFS read, a stuck gRPC
   call) is not started twice: it is reported failing until it returns.
@@ -51,6 +53,7 @@ from gpu_eta.exporter.readings import (
     Allocation,
     CollectorStatus,
     ContainerRef,
+    DeviceFailure,
     GpuPoll,
     HostMemory,
     PodGpuRow,
@@ -184,6 +187,7 @@ class _Tracker:
         self.data: Any = None
         self.has_data = False
         self.inflight: Future | None = None
+        self.timed_out = False  # the last failure: a run past the timeout (or still on)
 
     def ok(self, data: Any, duration: float, now: float) -> None:
         if self.ever_ran and not self.success:
@@ -192,11 +196,12 @@ class _Tracker:
         self.last_error = ""
         self.data, self.has_data, self.ever_ran = data, True, True
 
-    def fail(self, error: str, duration: float) -> None:
+    def fail(self, error: str, duration: float, *, timed_out: bool = False) -> None:
         error = error[:MAX_ERROR_CHARS]
         if self.success or not self.ever_ran or error != self.last_error:
             log.error("%s %s failed: %s", self.kind, self.name, error)
         self.success, self.duration_seconds, self.ever_ran = False, duration, True
+        self.timed_out = timed_out
         self.errors_total += 1
         self.last_error = error
 
@@ -271,6 +276,7 @@ class Scheduler:
             tracker.fail(
                 f"still running after {self.timeout_seconds:g}s timeout from an earlier cycle",
                 time.monotonic() - started,
+                timed_out=True,
             )
         else:
             remaining = max(0.0, self.timeout_seconds - (time.monotonic() - started))
@@ -278,7 +284,9 @@ class Scheduler:
                 data = future.result(timeout=remaining)
             except FutureTimeout:
                 tracker.fail(
-                    f"timed out after {self.timeout_seconds:g}s", time.monotonic() - started
+                    f"timed out after {self.timeout_seconds:g}s",
+                    time.monotonic() - started,
+                    timed_out=True,
                 )
             except NoData as err:
                 log.debug("%s %s: no data: %s", tracker.kind, tracker.name, err)
@@ -335,6 +343,9 @@ class Scheduler:
             stage1[name] = (family_source.poll, ())
         got = self._run_stage(stage1)
         gpu: GpuPoll = got.get(n["gpu"], GpuPoll(devices=()))
+        gpu_ok = src.gpu is not None and self._trackers[n["gpu"]].success
+        if src.gpu is not None and not gpu_ok:
+            gpu = _unread(gpu, self._trackers[n["gpu"]])
         allocations: tuple[Allocation, ...] = tuple(got.get(n["allocations"], ()))
         pods: tuple[PodMeta, ...] = tuple(got.get(n["pods"], ()))
         kube_known = n["pods"] in self._trackers and self._trackers[n["pods"]].has_data
@@ -383,7 +394,7 @@ class Scheduler:
         host_memory: tuple[HostMemory, ...] = got2.get(n["host_memory"], ())
         progress: tuple[Progress, ...] = got2.get(self._store_step.name, ())
 
-        if src.gpu is not None and self._trackers[n["gpu"]].success:
+        if gpu_ok:
             self._log_device_failures(gpu)
         pod_gpus: tuple[PodGpuRow, ...] = ()
         unresolved: int | None = None
@@ -398,7 +409,9 @@ class Scheduler:
                 finished = finished_pods(pods, outside)
             try:
                 pod_gpus = self._attribute(gpu, allocations, pods, containers, finished)
-                if src.allocations is not None and self._trackers[n["gpu"]].has_data:
+                # not while the gpu collector fails: its devices are unread, and a MIG
+                # instance's id names no unread device (an alert would blame the plugin)
+                if src.allocations is not None and gpu_ok:
                     unresolved = self._count_unresolved(gpu, allocations, finished)
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
@@ -542,6 +555,35 @@ def _run_detached(fn: Callable[[], Any], name: str) -> Future:
     except RuntimeError as err:  # cannot start a thread: this run fails, not the cycle
         future.set_exception(err)
     return future
+
+
+UNREAD_TIMEOUT_REASON = "timeout"
+UNREAD_FAILED_REASON = "poll_failed"
+
+
+def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
+    """The GPU readings of a cycle whose ``gpu`` poll failed or overran the timeout:
+    every device of the last good poll ``last`` unread (``DeviceFailure`` with reason
+    ``timeout`` or ``poll_failed``), none of its figures or processes.
+
+    Why not the last good poll, as other collectors keep theirs: utilisation, memory
+    and processes are measurements, and a hung NVML call (a GPU fallen off the bus:
+    an Xid 79 can block NVML for minutes) is exactly when they stop being true.
+    Served on, a lost GPU looked healthy and busy with ``gpu_eta_gpu_read_success``
+    1, its holders' shares froze and GpuEtaGpuReadFailing never fired. Unread, the
+    devices keep their series (index, UUID: the DCGM join, the holders' allocated
+    rows) and attribution makes their holders' use unknown. Allocations, pods and
+    the pid→container map are kept: they are state that changes rarely, and a
+    kubelet restart must not blank the GPU owners.
+    """
+    reason = UNREAD_TIMEOUT_REASON if tracker.timed_out else UNREAD_FAILED_REASON
+    known = {(d.index, d.uuid) for d in last.devices}
+    known |= {(f.index, f.uuid) for f in last.failures}
+    failures = tuple(
+        DeviceFailure(index, uuid, reason, tracker.last_error[:200])
+        for index, uuid in sorted(known, key=lambda key: (key[0], key[1] or ""))
+    )
+    return GpuPoll(devices=(), failures=failures, driver_version=last.driver_version)
 
 
 def _counts(source: Counting | None) -> Mapping[str, int]:

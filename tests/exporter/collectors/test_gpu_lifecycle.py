@@ -7,20 +7,28 @@ driver manager does on an upgrade, or a node boots before the driver is loaded):
 - the driver goes away: NVML is shut down at once (nothing of ours holds the
   driver: the fake's init count drops to 0) and every known device reads
   ``gpu_eta_gpu_read_success`` 0;
-- the driver comes back: NVML is initialised again and the devices read 1.
+- the driver comes back: NVML is initialised again and the devices read 1;
+- an NVML call hangs (a GPU fallen off the bus): from the cycle that times out on,
+  every known device reads ``gpu_eta_gpu_read_success`` 0 with no utilisation or
+  memory of the poll before, and ``/metrics`` keeps answering.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 import types
+from collections.abc import Iterator
+from dataclasses import replace
 
 import pynvml as real
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors import CollectorError, registry
 from gpu_eta.exporter.collectors.gpu import DRIVER_GONE_REASON, NvmlGpuSource, NvmlUnavailable
 from gpu_eta.exporter.exposition import encode_text, render
+from gpu_eta.exporter.readings import Allocation
 from gpu_eta.exporter.scheduler import Scheduler, Sources
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from tests.exporter.collectors.test_gpu import Dev, fake_nvml
@@ -71,13 +79,18 @@ def driver_fake(loaded: bool) -> types.ModuleType:
     return mod
 
 
-def _read_success(snapshot: Snapshot) -> dict[str, float]:
-    text = encode_text(render(snapshot, age_seconds=0.0)).decode()
+def _by_uuid(text: str, name: str) -> dict[str, float]:
     out = {}
     for family in text_string_to_metric_families(text):
-        if family.name == "gpu_eta_gpu_read_success":
+        if family.name == name:
             out.update({s.labels["UUID"]: s.value for s in family.samples})
     return out
+
+
+def _read_success(snapshot: Snapshot) -> dict[str, float]:
+    return _by_uuid(
+        encode_text(render(snapshot, age_seconds=0.0)).decode(), "gpu_eta_gpu_read_success"
+    )
 
 
 def _collector_ok(snapshot: Snapshot) -> bool:
@@ -144,11 +157,133 @@ def test_real_exporter_without_a_driver_waits_instead_of_exiting(tmp_path) -> No
     import requests
 
     from gpu_eta.launch.prometheus import free_port
-    from tests.support.inprocess import local_args, main_in_thread, scrape_until
+    from tests.support.inprocess import main_in_thread, scrape_until
 
     port = free_port()
-    args = [
-        "--nvml.wait-for-driver",
+    with main_in_thread(_exporter_args(port, "--nvml.wait-for-driver")) as result:
+        text = scrape_until(port, 'collector="gpu"')
+        assert 'gpu_eta_exporter_collector_success{collector="gpu",node="gpu-node-1"} 0.0' in text
+        assert "gpu_eta_gpu_read_success{" not in text
+        for _ in range(3):  # several cycles later: still up, still healthy
+            assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).text == "ok\n"
+        assert result == []  # main has not returned
+    assert result == [0]
+
+
+def hanging_fake() -> tuple[types.ModuleType, threading.Event, threading.Event]:
+    """fake_nvml whose ``nvmlDeviceGetUtilizationRates`` blocks once ``hang`` is set,
+    until ``release`` is: as on a GPU fallen off the bus (Xid 79), where an NVML call
+    can block for minutes (nvidia-smi stuck in D state: leptonai/gpud PR #117)."""
+    nv = fake_nvml([Dev(U0, b"Tesla T4", index=0, util=40), Dev(U1, b"Tesla T4", index=1)])
+    hang, release = threading.Event(), threading.Event()
+    utilisation = nv.nvmlDeviceGetUtilizationRates
+
+    def blocking(handle):
+        if hang.is_set():
+            release.wait(60)
+        return utilisation(handle)
+
+    nv.nvmlDeviceGetUtilizationRates = blocking
+    return nv, hang, release
+
+
+def test_a_hung_nvml_call_publishes_every_known_device_unread() -> None:
+    nv, hang, release = hanging_fake()
+    source = NvmlGpuSource(nv)
+    source.open()
+    holder = SnapshotHolder(Snapshot(node="n", timestamp=0))
+    # the pod holding GPU 0: its share must not freeze at the last good 40 %
+    pods = types.SimpleNamespace(poll=lambda: (Allocation("ns", "p", "c", "nvidia.com/gpu", U0),))
+    sched = Scheduler(
+        "n", Sources(gpu=source, allocations=pods), holder, interval_seconds=60, timeout_seconds=0.3
+    )
+    try:
+        snap = sched.collect_once()
+        assert _read_success(snap) == {U0: 1.0, U1: 1.0}
+        assert [r.utilization_ratio for r in snap.pod_gpus] == [pytest.approx(0.4)]
+        assert snap.unresolved_allocations == 0
+
+        hang.set()
+        for expected_error in ("timed out after 0.3s", "still running after 0.3s"):
+            snap = sched.collect_once()
+            status = next(s for s in snap.collectors if s.name == "gpu")
+            assert not status.success and expected_error in status.last_error
+            text = encode_text(render(snap, age_seconds=0.0)).decode()
+            assert _by_uuid(text, "gpu_eta_gpu_read_success") == {U0: 0.0, U1: 0.0}
+            assert {f.reason for f in snap.failures} == {"timeout"}
+            for name in ("gpu_eta_gpu_utilization_ratio", "gpu_eta_gpu_memory_used_bytes"):
+                assert _by_uuid(text, name) == {}, name
+            # the holder keeps its allocated row, its use unknown (no series), not 40 %
+            assert [(r.uuid, r.allocated, r.utilization_ratio) for r in snap.pod_gpus] == [
+                (U0, True, None)
+            ]
+            # an unread device is no reason to call its allocations unresolved
+            assert snap.unresolved_allocations is None
+
+        hang.clear()
+        release.set()  # the hung call returns; the next cycle polls again
+        deadline = time.monotonic() + 10
+        while _read_success(snap) != {U0: 1.0, U1: 1.0} and time.monotonic() < deadline:
+            time.sleep(0.05)
+            snap = sched.collect_once()
+        assert _read_success(snap) == {U0: 1.0, U1: 1.0}
+        assert [r.utilization_ratio for r in snap.pod_gpus] == [pytest.approx(0.4)]
+    finally:
+        release.set()
+        sched.stop()
+
+
+def test_a_failing_gpu_poll_publishes_every_known_device_unread() -> None:
+    """Not only a hang: a poll that raises (the device count failing) reads nothing."""
+    nv = driver_fake(loaded=True)
+    source = NvmlGpuSource(nv)
+    source.open()
+    sched = Scheduler(
+        "n", Sources(gpu=source), SnapshotHolder(Snapshot(node="n", timestamp=0)), timeout_seconds=5
+    )
+    assert _read_success(sched.collect_once()) == {U0: 1.0, U1: 1.0}
+    count = nv.nvmlDeviceGetCount
+
+    def broken() -> int:
+        raise real.NVMLError(real.NVML_ERROR_UNKNOWN)
+
+    nv.nvmlDeviceGetCount = broken
+    snap = sched.collect_once()
+    assert _read_success(snap) == {U0: 0.0, U1: 0.0} and snap.devices == ()
+    assert {(f.reason, f.detail) for f in snap.failures} == {
+        ("poll_failed", "CollectorError: NVML device count failed: Unknown Error")
+    }
+    nv.nvmlDeviceGetCount = count
+    assert _read_success(sched.collect_once()) == {U0: 1.0, U1: 1.0}
+
+
+@pytest.fixture
+def gpu_collector() -> Iterator[list[types.ModuleType]]:
+    """The registry's ``gpu`` collector built as ``NvmlGpuSource`` over the fake the
+    test puts in the list (the whole exporter, its NVML faked); restored after."""
+    registry.load()
+    real_gpu = registry.registered()["gpu"]
+    fakes: list[types.ModuleType] = []
+
+    def build(ctx: registry.BuildContext) -> NvmlGpuSource:
+        source = NvmlGpuSource(fakes[0], wait_for_driver=ctx.cfg.nvml_wait_for_driver)
+        source.open()
+        return source
+
+    registry.unregister("gpu")
+    registry.register(replace(real_gpu, build=build))
+    try:
+        yield fakes
+    finally:
+        registry.unregister("gpu")
+        registry.register(real_gpu)
+
+
+def _exporter_args(port: int, *extra: str) -> list[str]:
+    """The whole exporter with the gpu and progress collectors only, on loopback."""
+    from tests.support.inprocess import local_args
+
+    return [
         "--no-collector.kube",
         "--no-collector.podresources",
         "--no-collector.logs",
@@ -157,12 +292,34 @@ def test_real_exporter_without_a_driver_waits_instead_of_exiting(tmp_path) -> No
         "--node-name",
         "gpu-node-1",
         *local_args(port),
+        *extra,
     ]
-    with main_in_thread(args) as result:
-        text = scrape_until(port, 'collector="gpu"')
-        assert 'gpu_eta_exporter_collector_success{collector="gpu",node="gpu-node-1"} 0.0' in text
-        assert "gpu_eta_gpu_read_success{" not in text
-        for _ in range(3):  # several cycles later: still up, still healthy
-            assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).text == "ok\n"
-        assert result == []  # main has not returned
-    assert result == [0]
+
+
+def test_real_exporter_answers_metrics_while_nvml_hangs(gpu_collector) -> None:
+    """The whole exporter while an NVML call hangs: /metrics answers every scrape,
+    the devices read 0 and /healthz stays ok (the collection loop goes on)."""
+    import requests
+
+    from gpu_eta.launch.prometheus import free_port
+    from tests.support.inprocess import main_in_thread, scrape_until
+
+    nv, hang, release = hanging_fake()
+    gpu_collector.append(nv)
+    port = free_port()
+    try:
+        with main_in_thread(_exporter_args(port, "--collection.timeout", "100ms")) as result:
+            good = scrape_until(port, 'gpu_eta_gpu_read_success{UUID="' + U0)
+            assert _by_uuid(good, "gpu_eta_gpu_read_success") == {U0: 1.0, U1: 1.0}
+            hang.set()
+            text = scrape_until(
+                port, 'gpu_eta_gpu_read_success{UUID="' + U0 + '",gpu="0",node="gpu-node-1"} 0.0'
+            )
+            assert _by_uuid(text, "gpu_eta_gpu_read_success") == {U0: 0.0, U1: 0.0}, text
+            assert _by_uuid(text, "gpu_eta_gpu_utilization_ratio") == {}
+            for _ in range(5):  # several cycles into the hang: still answering, still live
+                assert requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).ok
+                assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).text == "ok\n"
+            assert result == []
+    finally:
+        release.set()
