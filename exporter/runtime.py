@@ -167,9 +167,15 @@ class Runtime:
         return f"{self.server.host or '0.0.0.0'}:{self.server.port}"
 
     def health(self) -> tuple[bool, str]:
-        """``/healthz``: the loop runs and the snapshot is not older than 3 cycles."""
+        """``/healthz``: the loop runs, the snapshot is not older than 3 cycles, and no
+        source asks for a restart (``BuildContext.health_checks``: the NVML library
+        outdated by a driver upgrade, which only a new process can load)."""
         if self.scheduler is None or self.holder is None or not self.scheduler.alive():
             return False, "collection loop not running"
+        for check in self._ctx.health_checks:
+            reason = check()
+            if reason:
+                return False, reason
         cfg = self.cfg
         limit = 3 * cfg.collection_interval_seconds + 2 * cfg.collection_timeout_seconds
         age = self.holder.age_seconds()

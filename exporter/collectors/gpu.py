@@ -22,6 +22,15 @@ knew as unread (``DeviceFailure`` reason ``driver_not_loaded``:
 reads normally once it succeeds. With no device known yet (no driver at start) a
 poll raises ``CollectorError`` (``gpu_eta_exporter_collector_success{collector="gpu"}``
 0) instead of exiting, and ``/healthz`` stays up: a clean wait, not a crash loop.
+
+A driver upgraded under a running exporter comes back as another version: pynvml
+loaded ``libnvidia-ml.so.1`` once (``_LoadNvmlLibrary``) and never loads it again,
+and the library the container runtime injected is the old one, so every
+``nvmlInit`` answers LIB_RM_VERSION_MISMATCH until the container restarts. The
+source then asks for that restart (``restart_reason``, which ``/healthz`` reports)
+once the mismatch has lasted ``mismatch_grace_seconds`` and
+``MISMATCH_GRACE_POLLS`` polls: a mismatch seen only while the upgrade itself runs
+(the new module loaded before the new library is in place) passes without one.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from gpu_eta.exporter.readings import DeviceFailure, DeviceReading, GpuPoll, Pro
 log = logging.getLogger(__name__)
 
 NO_NVML_MESSAGE = "NVML library not found (no NVIDIA driver on this node)"
+MISMATCH_REASON = "version_mismatch"
 _MIG_PROFILE_RE = re.compile(r"MIG\s+(\S+)\s*$")
 # NVML error constant name -> short, low-cardinality reason label
 _REASONS = {
@@ -55,7 +65,12 @@ _REASONS = {
     "NVML_ERROR_GPU_NOT_FOUND": "gpu_not_found",
     "NVML_ERROR_MEMORY": "memory",
     "NVML_ERROR_UNKNOWN": "unknown",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": MISMATCH_REASON,
 }
+# A version mismatch lasting this long (and this many polls) is the driver upgraded
+# under this process, not the moment of the upgrade: restart (see the module doc).
+MISMATCH_GRACE_SECONDS = 60.0
+MISMATCH_GRACE_POLLS = 3
 
 
 # How far past the source's clock a process-utilisation sample's timestamp may be
@@ -94,12 +109,20 @@ class NvmlGpuSource:
         *,
         wait_for_driver: bool = False,
         clock: Callable[[], float] = time.time,
+        mismatch_grace_seconds: float = MISMATCH_GRACE_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if nvml is None:
             import pynvml as nvml  # nvidia-ml-py: imports fine without a driver
         self._nvml = nvml
         self._clock = clock  # unix seconds: bounds the process samples' timestamps
         self._wait_for_driver = wait_for_driver
+        self._mismatch_grace_seconds = mismatch_grace_seconds
+        self._monotonic = monotonic  # how long a version mismatch has lasted
+        # the unbroken run of polls answering LIB_RM_VERSION_MISMATCH: since, how many
+        self._mismatch_since: float | None = None
+        self._mismatch_polls = 0
+        self._restart_reason: str | None = None
         self._initialised = False
         # (index, UUID) of every device read since the driver last came up: reported
         # as unread while the driver is away
@@ -142,7 +165,12 @@ class NvmlGpuSource:
             try:
                 self._init()
             except NvmlUnavailable as err:
-                if not (self._wait_for_driver and str(err) == NO_NVML_MESSAGE):
+                if not self._wait_for_driver:
+                    raise
+                if self._mismatch(err.__cause__):  # polls decide: it may pass
+                    log.warning("%s: waiting for it to pass (or a restart)", err)
+                    return
+                if str(err) != NO_NVML_MESSAGE:
                     raise
                 log.warning("%s: waiting for the driver (GPU metrics follow once it loads)", err)
 
@@ -192,6 +220,42 @@ class NvmlGpuSource:
     def _driver_gone(self, err: BaseException) -> bool:
         return getattr(err, "value", None) in self._driver_gone_codes
 
+    def _mismatch(self, err: BaseException | None) -> bool:
+        code = getattr(self._nvml, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", None)
+        return code is not None and getattr(err, "value", None) == code
+
+    def restart_reason(self) -> str | None:
+        """Why only a restart of the process can read the GPUs again, or None: the
+        NVML library no longer matches the driver (see the module doc). Lock-free:
+        ``/healthz`` reads it while a poll may hang inside NVML."""
+        return self._restart_reason
+
+    def _count_mismatch(self, mismatch: bool) -> None:
+        """Record one poll's outcome: a mismatch extends the run, anything else ends
+        it; the run past its grace sets ``restart_reason`` (one log line)."""
+        if not mismatch:
+            if self._restart_reason is not None:
+                log.warning("the NVML/RM version mismatch ended: no restart needed")
+            self._mismatch_since, self._mismatch_polls = None, 0
+            self._restart_reason = None
+            return
+        now = self._monotonic()
+        if self._mismatch_since is None:
+            self._mismatch_since = now
+        self._mismatch_polls += 1
+        lasted = now - self._mismatch_since
+        if (
+            self._restart_reason is None
+            and self._mismatch_polls >= MISMATCH_GRACE_POLLS
+            and lasted >= self._mismatch_grace_seconds
+        ):
+            self._restart_reason = (
+                f"NVML/RM version mismatch for {lasted:.0f}s: the NVIDIA driver was "
+                "upgraded under this process and its NVML library is the old one; "
+                "only a restart loads the new one"
+            )
+            log.error("%s: /healthz fails so that the container is restarted", self._restart_reason)
+
     def _away(self, detail: str) -> GpuPoll:
         """The poll while the driver is away: every known device unread."""
         if not self._known:
@@ -216,6 +280,7 @@ class NvmlGpuSource:
                 try:
                     self._init()
                 except NvmlUnavailable as err:
+                    self._count_mismatch(self._mismatch(err.__cause__))
                     if str(err) != NO_NVML_MESSAGE:
                         raise CollectorError(str(err)) from err
                     return self._away(str(err.__cause__ or err))
@@ -225,6 +290,7 @@ class NvmlGpuSource:
             try:
                 count = int(nv.nvmlDeviceGetCount())
             except nv.NVMLError as err:
+                self._count_mismatch(self._mismatch(err))
                 if self._driver_gone(err):
                     return self._release(err)
                 raise CollectorError(f"NVML device count failed: {err}") from err
@@ -256,6 +322,11 @@ class NvmlGpuSource:
                     unlisted.append(uuid)
                 else:
                     processes.extend(procs)
+            self._count_mismatch(
+                not devices
+                and bool(failures)
+                and all(f.reason == MISMATCH_REASON for f in failures)
+            )
             return GpuPoll(
                 tuple(devices), tuple(processes), tuple(failures), driver, tuple(unlisted)
             )
@@ -475,6 +546,7 @@ def build(ctx: BuildContext) -> Any:
     if ctx.simulated is not None:
         return ctx.simulated.gpus
     nvml = NvmlGpuSource(wait_for_driver=ctx.cfg.nvml_wait_for_driver)
+    ctx.health_checks.append(nvml.restart_reason)
     try:
         nvml.open()
     except NvmlUnavailable as err:

@@ -48,6 +48,8 @@ class BuildContext:
     # saved); ``stop_first``: before the scheduler (servers taking input)
     closers: list[Callable[[], None]] = field(default_factory=list)
     stop_first: list[Callable[[], None]] = field(default_factory=list)
+    # liveness: each says why only a restart of the process helps, or None (``/healthz``)
+    health_checks: list[Callable[[], str | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,8 @@ def test_process_util_uses_last_seen_timestamp_and_not_found_means_idle() -> Non
         ("nvmlDeviceGetName", real.NVML_ERROR_UNKNOWN, "unknown"),
         ("nvmlDeviceGetUtilizationRates", real.NVML_ERROR_RESET_REQUIRED, "reset_required"),
         ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_NOT_SUPPORTED, "not_supported"),
-        ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "nvml_error"),
+        ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "version_mismatch"),
+        ("nvmlDeviceGetMemoryInfo", real.NVML_ERROR_OPERATING_SYSTEM, "nvml_error"),
     ],
 )
 def test_one_failing_device_does_not_fail_the_poll(function: str, code: int, reason: str) -> None:

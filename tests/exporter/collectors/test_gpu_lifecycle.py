@@ -8,6 +8,9 @@ driver manager does on an upgrade, or a node boots before the driver is loaded):
   driver: the fake's init count drops to 0) and every known device reads
   ``gpu_eta_gpu_read_success`` 0;
 - the driver comes back: NVML is initialised again and the devices read 1;
+- the driver comes back upgraded: this process' NVML library is the old one, every
+  ``nvmlInit`` answers LIB_RM_VERSION_MISMATCH, and after a grace ``/healthz``
+  fails so that the kubelet restarts the container;
 - an NVML call hangs (a GPU fallen off the bus): from the cycle that times out on,
   every known device reads ``gpu_eta_gpu_read_success`` 0 with no utilisation or
   memory of the poll before, and ``/metrics`` keeps answering.
@@ -18,14 +21,13 @@ from __future__ import annotations
 import threading
 import time
 import types
-from collections.abc import Iterator
-from dataclasses import replace
 
 import pynvml as real
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_eta.exporter.collectors import CollectorError, registry
+from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors import gpu as gpu_module
 from gpu_eta.exporter.collectors.gpu import DRIVER_GONE_REASON, NvmlGpuSource, NvmlUnavailable
 from gpu_eta.exporter.exposition import encode_text, render
 from gpu_eta.exporter.readings import Allocation
@@ -38,21 +40,34 @@ U1 = "GPU-11111111-1111-1111-1111-111111111111"
 
 
 def driver_fake(loaded: bool) -> types.ModuleType:
-    """fake_nvml with a driver that can be unloaded and loaded again.
+    """fake_nvml with a driver that can be unloaded and loaded again, and upgraded.
 
     ``nvmlInit`` fails with DRIVER_NOT_LOADED while it is away and counts
     references otherwise (like libnvidia-ml); every other call fails with
     UNINITIALIZED without a reference and DRIVER_NOT_LOADED while away.
+
+    ``driver["version"]`` is the loaded kernel module's; the library's is the one it
+    had when the fake was made, as pynvml loads ``libnvidia-ml.so.1`` once per
+    process and never again (pynvml.py ``_LoadNvmlLibrary``: ``if (nvmlLib ==
+    None)``). A driver loaded again at another version makes ``nvmlInit`` fail with
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH (18, "RM has detected an NVML/RM version
+    mismatch.", pynvml.py ``NVMLError._errcode_to_string``), as nvidia-smi's "Failed
+    to initialize NVML: Driver/library version mismatch" in a container kept across
+    a driver upgrade (NVIDIA/nvidia-docker#365: "relaunch the containers after a
+    driver upgrade").
     """
     mod = fake_nvml([Dev(U0, b"Tesla T4", index=0, util=40), Dev(U1, b"Tesla T4", index=1)])
-    mod.driver = {"loaded": loaded, "refs": 0}  # type: ignore[attr-defined]
+    mod.driver = {"loaded": loaded, "refs": 0, "version": "550.54.15"}  # type: ignore[attr-defined]
     state = mod.driver
+    library_version = state["version"]
     inner = {n: getattr(mod, n) for n in dir(mod) if n.startswith("nvml") and n != "nvmlInit"}
 
     def nvmlInit() -> None:
         mod.calls.append("nvmlInit")
         if not state["loaded"]:
             raise real.NVMLError(real.NVML_ERROR_DRIVER_NOT_LOADED)
+        if state["version"] != library_version:
+            raise real.NVMLError(real.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
         state["refs"] += 1
 
     def nvmlShutdown() -> None:
@@ -258,25 +273,17 @@ def test_a_failing_gpu_poll_publishes_every_known_device_unread() -> None:
 
 
 @pytest.fixture
-def gpu_collector() -> Iterator[list[types.ModuleType]]:
-    """The registry's ``gpu`` collector built as ``NvmlGpuSource`` over the fake the
-    test puts in the list (the whole exporter, its NVML faked); restored after."""
-    registry.load()
-    real_gpu = registry.registered()["gpu"]
+def gpu_collector(monkeypatch: pytest.MonkeyPatch) -> list[types.ModuleType]:
+    """The registry's own ``gpu`` build, its ``NvmlGpuSource`` over the fake the test
+    puts in the list (the whole exporter, its NVML faked), the mismatch grace cut
+    to a few 200 ms cycles (the default is a minute)."""
     fakes: list[types.ModuleType] = []
 
-    def build(ctx: registry.BuildContext) -> NvmlGpuSource:
-        source = NvmlGpuSource(fakes[0], wait_for_driver=ctx.cfg.nvml_wait_for_driver)
-        source.open()
-        return source
+    def source(**kw) -> NvmlGpuSource:
+        return NvmlGpuSource(fakes[0], mismatch_grace_seconds=0.5, **kw)
 
-    registry.unregister("gpu")
-    registry.register(replace(real_gpu, build=build))
-    try:
-        yield fakes
-    finally:
-        registry.unregister("gpu")
-        registry.register(real_gpu)
+    monkeypatch.setattr(gpu_module, "NvmlGpuSource", source)
+    return fakes
 
 
 def _exporter_args(port: int, *extra: str) -> list[str]:
@@ -323,3 +330,123 @@ def test_real_exporter_answers_metrics_while_nvml_hangs(gpu_collector) -> None:
             assert result == []
     finally:
         release.set()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_driver_upgraded_under_the_exporter_asks_for_a_restart_after_a_grace(caplog) -> None:
+    nv = driver_fake(loaded=True)
+    clock = Clock()
+    source = NvmlGpuSource(nv, wait_for_driver=True, mismatch_grace_seconds=60, monotonic=clock)
+    source.open()
+    assert {d.uuid for d in source.poll().devices} == {U0, U1}
+    nv.driver["loaded"] = False  # the driver container stops: NVML released
+    source.poll()
+    nv.driver.update(loaded=True, version="570.86.10")  # the new driver is up
+    for _ in range(2):  # three polls and 60 s: the upgrade itself may show it briefly
+        with pytest.raises(CollectorError, match="NVML/RM version mismatch"):
+            source.poll()
+        clock.now += 30
+    assert source.restart_reason() is None
+    with pytest.raises(CollectorError):
+        source.poll()
+    reason = source.restart_reason()
+    assert reason is not None and reason.startswith("NVML/RM version mismatch for 60s")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"{reason}: /healthz fails so that the container is restarted"
+    ]
+    # the mismatch ends (the old driver back): no restart wanted any more
+    nv.driver["version"] = "550.54.15"
+    assert {d.uuid for d in source.poll().devices} == {U0, U1}
+    assert source.restart_reason() is None
+
+
+def test_a_mismatch_cut_by_a_read_starts_its_grace_again() -> None:
+    nv = driver_fake(loaded=True)
+    clock = Clock()
+    source = NvmlGpuSource(nv, wait_for_driver=True, mismatch_grace_seconds=60, monotonic=clock)
+    source.open()
+    source.poll()
+
+    def poll_at(version: str) -> str:
+        """One poll 40 s on, the driver at ``version``; a driver read before goes
+        away first (NVML released), as an upgrade does."""
+        if source.driver_loaded:
+            nv.driver["loaded"] = False
+            source.poll()
+        nv.driver.update(loaded=True, version=version)
+        clock.now += 40
+        try:
+            return f"read {len(source.poll().devices)}"
+        except CollectorError:
+            return "mismatch"
+
+    old, new = "550.54.15", "570.86.10"
+    seen = [poll_at(v) for v in (new, new, old, new, new)]
+    assert seen == ["mismatch", "mismatch", "read 2", "mismatch", "mismatch"]
+    # 4 mismatching polls over 160 s, but the last run is 2 polls and 40 s long
+    assert source.restart_reason() is None
+    assert poll_at(new) == "mismatch" and source.restart_reason() is not None
+
+
+def test_a_mismatch_on_every_device_counts_as_one() -> None:
+    """Initialised before the upgrade, each device call answering the mismatch."""
+    mismatch = {"nvmlDeviceGetHandleByIndex": real.NVML_ERROR_LIB_RM_VERSION_MISMATCH}
+    nv = fake_nvml([Dev(U0, b"Tesla T4", index=0, errors=dict(mismatch))])
+    clock = Clock()
+    source = NvmlGpuSource(nv, mismatch_grace_seconds=0, monotonic=clock)
+    source.open()
+    poll = source.poll()  # the device's series stay, unread, with its own reason
+    assert [(f.index, f.reason) for f in poll.failures] == [(0, "version_mismatch")]
+    source.poll()
+    source.poll()
+    assert source.restart_reason() is not None
+
+
+def test_open_with_a_version_mismatch_waits_with_wait_for_driver() -> None:
+    nv = fake_nvml([], init_error=real.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+    with pytest.raises(NvmlUnavailable, match="version mismatch"):
+        NvmlGpuSource(nv).open()
+    NvmlGpuSource(nv, wait_for_driver=True).open()  # no exception: the polls decide
+
+
+def test_real_exporter_fails_healthz_after_a_driver_upgrade(gpu_collector) -> None:
+    """The whole exporter: the driver goes away and comes back upgraded; /healthz
+    answers 503 naming the mismatch once its grace has passed, so the liveness probe
+    (charts/gpu-eta, manifests/base: /healthz) has the kubelet restart the container,
+    while /metrics still answers."""
+    import requests
+
+    from gpu_eta.launch.prometheus import free_port
+    from tests.support.inprocess import main_in_thread, scrape_until
+
+    nv = driver_fake(loaded=True)
+    gpu_collector.append(nv)
+    port = free_port()
+    with main_in_thread(_exporter_args(port, "--nvml.wait-for-driver")) as result:
+        good = scrape_until(port, 'gpu_eta_gpu_read_success{UUID="' + U0)
+        assert _by_uuid(good, "gpu_eta_gpu_read_success") == {U0: 1.0, U1: 1.0}
+        health = f"http://127.0.0.1:{port}/healthz"
+        assert requests.get(health, timeout=5).text == "ok\n"
+        nv.driver.update(loaded=False)
+        scrape_until(
+            port, 'gpu_eta_gpu_read_success{UUID="' + U0 + '",gpu="0",node="gpu-node-1"} 0.0'
+        )
+        nv.driver.update(loaded=True, version="570.86.10")
+        deadline = time.monotonic() + 30
+        answer = requests.get(health, timeout=5)
+        while answer.status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            answer = requests.get(health, timeout=5)
+        assert answer.status_code == 503
+        assert answer.text.startswith("NVML/RM version mismatch for "), answer.text
+        assert "only a restart loads the new one" in answer.text
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert 'gpu_eta_exporter_collector_success{collector="gpu",node="gpu-node-1"} 0.0' in text
+        assert result == []
