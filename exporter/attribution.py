@@ -144,25 +144,24 @@ class _Devices:
     readings: Mapping[_Key, DeviceReading]  # failing devices have none
     by_mig: Mapping[str, _Key]  # MIG uuid, lowercased
     by_index: Mapping[int, _Key]  # whole GPUs by NVML index
-    by_mig_index: Mapping[tuple[int, int], _Key]  # (GPU index, position among its MIGs)
+    by_mig_index: Mapping[tuple[int, int], _Key]  # (GPU index, NVML MIG slot)
     unlisted: frozenset[str]  # lowercased parent UUIDs whose process list failed
 
 
 def _devices(gpu: GpuPoll) -> _Devices:
     """Index the poll's devices (and failing devices, which still have owners).
 
-    A MIG device's ``<mig index>`` is its position among its parent GPU's MIG
-    devices in the poll, which keeps NVML's enumeration order
-    (``nvmlDeviceGetMigDeviceHandleByIndex`` 0, 1, …; the NVML collector reads a
-    GPU's MIG devices all or none) — the ``j`` the NVIDIA device plugin puts in
-    ``<i>:<j>``.
+    A MIG device's ``<mig index>`` is its NVML slot (``DeviceReading.mig_slots``:
+    the ``nvmlDeviceGetMigDeviceHandleByIndex`` index that answers it), the ``j``
+    the NVIDIA device plugin puts in ``<i>:<j>``: go-nvlib's ``VisitMigDevices``
+    passes the slot on, skipped empty slots included, so a GPU whose instances sit
+    in slots 0 and 4 has ``<i>:0`` and ``<i>:4``, not ``<i>:1``.
     """
     by_key: dict[_Key, _Slot] = {}
     readings: dict[_Key, DeviceReading] = {}
     by_mig: dict[str, _Key] = {}
     by_index: dict[int, _Key] = {}
     by_mig_index: dict[tuple[int, int], _Key] = {}
-    mig_count: dict[int, int] = {}
     for dev in gpu.devices:
         key = _key(dev.uuid, dev.gpu_instance_id)
         by_key.setdefault(key, _Slot(dev.index, dev.uuid, dev.gpu_instance_id))
@@ -171,10 +170,8 @@ def _devices(gpu: GpuPoll) -> _Devices:
             by_mig.setdefault(dev.mig_uuid.lower(), key)
         if dev.gpu_instance_id is None:
             by_index.setdefault(dev.index, key)
-        else:
-            position = mig_count.get(dev.index, 0)
-            mig_count[dev.index] = position + 1
-            by_mig_index.setdefault((dev.index, position), key)
+        for slot in dev.mig_slots:
+            by_mig_index.setdefault((dev.index, slot), key)
     for fail in gpu.failures:
         if fail.uuid is None:
             continue

@@ -23,8 +23,10 @@ class DeviceReading:
     """One reportable GPU device: a whole GPU, or one MIG instance of it.
 
     ``uuid`` is always the parent GPU's ``GPU-…`` UUID (DCGM's ``UUID`` label);
-    under MIG ``gpu_instance_id`` is set (DCGM's ``GPU_I_ID``) and ``mig_uuid`` holds
-    the ``MIG-…`` id that the kubelet may hand out for it.
+    under MIG ``gpu_instance_id`` is set (DCGM's ``GPU_I_ID``), ``mig_uuid`` holds
+    the ``MIG-…`` id that the kubelet may hand out for it and ``mig_slots`` the
+    ``nvmlDeviceGetMigDeviceHandleByIndex`` slots NVML answers it in: the ``j`` of the
+    device plugin's ``<i>:<j>`` id.
     """
 
     index: int
@@ -36,6 +38,7 @@ class DeviceReading:
     gpu_instance_id: int | None = None
     mig_uuid: str | None = None
     mig_profile: str | None = None
+    mig_slots: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,17 +174,23 @@ class SimulatedGpus:
                 failures.append(DeviceFailure(gpu.index, gpu.uuid, failing[gpu.index], "simulated"))
                 continue
             if gpu.mig:
-                devices.extend(_device_reading(gpu, samples, inst) for inst in gpu.mig)
+                devices.extend(
+                    _device_reading(gpu, samples, inst, slot) for slot, inst in enumerate(gpu.mig)
+                )
                 continue
             devices.append(_device_reading(gpu, samples))
         return GpuPoll(tuple(devices), tuple(samples), tuple(failures), scen.driver_version)
 
 
 def _device_reading(
-    gpu: GpuSpec, samples: Sequence[ProcessSample], inst: MigInstance | None = None
+    gpu: GpuSpec,
+    samples: Sequence[ProcessSample],
+    inst: MigInstance | None = None,
+    slot: int = 0,
 ) -> DeviceReading:
-    """One device row: a whole GPU, or (``inst`` given) one MIG instance of it, summing
-    the samples of the processes that run on exactly that device."""
+    """One device row: a whole GPU, or (``inst`` given) one MIG instance of it in NVML
+    slot ``slot`` (the scenario's instances fill the slots from 0), summing the samples
+    of the processes that run on exactly that device."""
     mine = [
         s
         for s in samples
@@ -201,6 +207,7 @@ def _device_reading(
         gpu_instance_id=None if inst is None else inst.gpu_instance_id,
         mig_uuid=None if inst is None else inst.uuid,
         mig_profile=None if inst is None else inst.profile,
+        mig_slots=() if inst is None else (slot,),
     )
 
 

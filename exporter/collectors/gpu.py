@@ -439,6 +439,8 @@ class NvmlGpuSource:
                     gpu_instance_id=giid,
                     mig_uuid=_text(nv.nvmlDeviceGetUUID(mig)),
                     mig_profile=profile_match.group(1) if profile_match else None,
+                    # the device plugin's <i>:<j> names the slot, not the position
+                    mig_slots=(j,),
                 )
             )
         return out

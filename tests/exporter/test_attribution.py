@@ -362,18 +362,19 @@ def test_chain_time_sliced_gpu_and_idle_holder_from_real_sources() -> None:
     assert rows[0].allocated_since_timestamp == 1795237200.0  # 2026-11-21T05:00:00Z
 
 
-def test_mig_index_form_resolves_by_position_among_the_gpus_mig_devices() -> None:
+def test_mig_index_form_resolves_by_nvml_slot() -> None:
     """``<gpu index>:<mig index>`` (device plugin, ``--device-id-strategy=index``): the
-    MIG index is the device's position among its GPU's MIG devices as NVML lists
-    them, not its GPU instance id."""
+    MIG index is the NVML slot the device answers in (go-nvlib's ``VisitMigDevices``
+    passes it on, empty slots skipped but counted), not its position among the GPU's
+    MIG devices nor its GPU instance id."""
     whole = dev(0, U0)
-    first = dev(1, U1, gpu_instance_id=5, mig_uuid=MIG1)  # NVML lists it first
-    second = dev(1, U1, gpu_instance_id=1, mig_uuid=MIG2)
+    first = dev(1, U1, gpu_instance_id=5, mig_uuid=MIG1, mig_slots=(0,))
+    second = dev(1, U1, gpu_instance_id=1, mig_uuid=MIG2, mig_slots=(4,))  # slots 1-3 empty
     gpu = GpuPoll(devices=(whole, first, second))
     allocs = [
         Allocation("ml", "a", "main", "nvidia.com/mig-3g.40gb", "1:0"),
-        Allocation("ml", "b", "main", "nvidia.com/mig-1g.10gb", "1:1::2"),
-        Allocation("ml", "c", "main", "nvidia.com/mig-1g.10gb", "1:2"),  # no third MIG
+        Allocation("ml", "b", "main", "nvidia.com/mig-1g.10gb", "1:4::2"),
+        Allocation("ml", "c", "main", "nvidia.com/mig-1g.10gb", "1:1"),  # an empty slot
         Allocation("ml", "d", "main", "nvidia.com/mig-1g.10gb", "0:0"),  # GPU 0: no MIG
         Allocation("ml", "e", "main", "nvidia.com/gpu", "1"),  # GPU 1 is split: no whole
     ]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pynvml as real
 import pytest
 
-from gpu_eta.exporter.attribution import attribute
+from gpu_eta.exporter.attribution import attribute, unresolved_allocations
 from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.collectors.gpu import (
     NO_NVML_MESSAGE,
@@ -666,3 +666,29 @@ def test_mig_slot_answering_invalid_argument_is_skipped() -> None:
     poll = NvmlGpuSource(fake_nvml([parent])).poll()
     assert poll.failures == ()
     assert [(d.gpu_instance_id, d.mig_uuid) for d in poll.devices] == [(1, mig.uuid)]
+
+
+def test_mig_index_ids_name_the_nvml_slot() -> None:
+    """The device plugin's ``<i>:<j>`` (``--device-id-strategy=index``) numbers a MIG
+    device by its ``nvmlDeviceGetMigDeviceHandleByIndex`` slot (go-nvlib's
+    ``VisitMigDevices`` passes ``j`` on past empty slots): with instances in slots 0
+    and 4, ``3:4`` is the second instance and ``3:1`` names none."""
+    mig_a = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+    mig_b = Dev(
+        uuid="MIG-22222222-0000-0000-0000-000000000000",
+        name="NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+        gpu_instance_id=13,
+        total=5 * GIB,
+    )
+    parent = _a100_mig(index=3, migs={0: mig_a, 4: mig_b})
+    poll = NvmlGpuSource(fake_nvml([parent])).poll()
+    assert [(d.gpu_instance_id, d.mig_slots) for d in poll.devices] == [(1, (0,)), (13, (4,))]
+    allocs = [
+        Allocation("ml", "big", "nb", "nvidia.com/mig-3g.20gb", "3:0"),
+        Allocation("ml", "small", "nb", "nvidia.com/mig-1g.5gb", "3:4"),
+        Allocation("ml", "none", "nb", "nvidia.com/mig-1g.5gb", "3:1"),
+    ]
+    pods = [PodMeta("ml", name, f"u-{name}") for name in ("big", "small", "none")]
+    rows = attribute(poll, allocs, pods, None)
+    assert [(r.pod, r.gpu_instance_id) for r in rows] == [("big", 1), ("small", 13)]
+    assert [a.pod for a, _ in unresolved_allocations(poll, allocs)] == ["none"]
