@@ -166,8 +166,8 @@ def _devices(gpu: GpuPoll) -> _Devices:
         key = _key(dev.uuid, dev.gpu_instance_id)
         by_key.setdefault(key, _Slot(dev.index, dev.uuid, dev.gpu_instance_id))
         readings.setdefault(key, dev)
-        if dev.mig_uuid:
-            by_mig.setdefault(dev.mig_uuid.lower(), key)
+        for mig_uuid in dev.mig_uuids:
+            by_mig.setdefault(mig_uuid.lower(), key)
         if dev.gpu_instance_id is None:
             by_index.setdefault(dev.index, key)
         for slot in dev.mig_slots:

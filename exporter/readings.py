@@ -20,13 +20,15 @@ _EMPTY_F: Mapping[str, float] = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True)
 class DeviceReading:
-    """One reportable GPU device: a whole GPU, or one MIG instance of it.
+    """One reportable GPU device: a whole GPU, or one MIG GPU instance of it.
 
     ``uuid`` is always the parent GPU's ``GPU-…`` UUID (DCGM's ``UUID`` label);
-    under MIG ``gpu_instance_id`` is set (DCGM's ``GPU_I_ID``), ``mig_uuid`` holds
-    the ``MIG-…`` id that the kubelet may hand out for it and ``mig_slots`` the
-    ``nvmlDeviceGetMigDeviceHandleByIndex`` slots NVML answers it in: the ``j`` of the
-    device plugin's ``<i>:<j>`` id.
+    under MIG ``gpu_instance_id`` is set (DCGM's ``GPU_I_ID``). NVML's MIG devices
+    are compute instances, several of which may share one GPU instance: the reading
+    is the GPU instance (as DCGM's series are), ``mig_uuids`` holds its compute
+    instances' ``MIG-…`` ids (what the kubelet may hand out) and ``mig_slots`` the
+    ``nvmlDeviceGetMigDeviceHandleByIndex`` slots NVML answers them in (the ``j`` of
+    the device plugin's ``<i>:<j>`` id).
     """
 
     index: int
@@ -36,7 +38,7 @@ class DeviceReading:
     memory_used_bytes: int | None
     memory_total_bytes: int | None
     gpu_instance_id: int | None = None
-    mig_uuid: str | None = None
+    mig_uuids: tuple[str, ...] = ()
     mig_profile: str | None = None
     mig_slots: tuple[int, ...] = ()
 

@@ -205,7 +205,7 @@ def _device_reading(
         memory_used_bytes=_sum_mem(mine, total),
         memory_total_bytes=total,
         gpu_instance_id=None if inst is None else inst.gpu_instance_id,
-        mig_uuid=None if inst is None else inst.uuid,
+        mig_uuids=() if inst is None else (inst.uuid,),
         mig_profile=None if inst is None else inst.profile,
         mig_slots=() if inst is None else (slot,),
     )

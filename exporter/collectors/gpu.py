@@ -35,6 +35,7 @@ once the mismatch has lasted ``mismatch_grace_seconds`` and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -51,7 +52,9 @@ log = logging.getLogger(__name__)
 
 NO_NVML_MESSAGE = "NVML library not found (no NVIDIA driver on this node)"
 MISMATCH_REASON = "version_mismatch"
-_MIG_PROFILE_RE = re.compile(r"MIG\s+(\S+)\s*$")
+# "… MIG 2g.10gb", or "… MIG 1c.2g.10gb" for a compute instance smaller than its GPU
+# instance: the GPU instance's profile is the part after "<n>c." (DCGM's GPU_I_PROFILE)
+_MIG_PROFILE_RE = re.compile(r"MIG\s+(?:[0-9]+c\.)?(\S+)\s*$")
 # NVML error constant name -> short, low-cardinality reason label
 _REASONS = {
     "NVML_ERROR_GPU_IS_LOST": "gpu_lost",
@@ -419,8 +422,20 @@ class NvmlGpuSource:
         return mode is not None and int(mode[0]) == int(nv.NVML_DEVICE_MIG_ENABLE)
 
     def _mig_devices(self, handle: Any, index: int, uuid: str, model: str) -> list[DeviceReading]:
+        """The GPU's MIG GPU instances, in the order of their first slot.
+
+        A MIG device handle is a compute instance (nvmlDeviceIsMigDeviceHandle), and a
+        GPU instance may be split into several (a 2g profile into two 1c compute
+        instances): each has its own handle, slot and ``MIG-…`` UUID, but the GPU
+        instance id, and the memory, are the GPU instance's. The device is the GPU
+        instance, as DCGM's series are (dcgm-exporter watches GPU instances, labelled
+        ``GPU_I_ID``/``GPU_I_PROFILE``, no compute-instance label): one reading per
+        instance id, read once, holding every compute instance's slot and UUID so that
+        each id the device plugin hands out resolves to it. One reading per handle
+        gave the same series twice, which Prometheus keeps only once.
+        """
         nv = self._nvml
-        out: list[DeviceReading] = []
+        by_giid: dict[int, DeviceReading] = {}
         for j in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))):
             try:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
@@ -429,21 +444,27 @@ class NvmlGpuSource:
                 # NVIDIA's go-nvlib (device.VisitMigDevices) does, not a failing GPU
                 continue
             giid = int(nv.nvmlDeviceGetGpuInstanceId(mig))
-            profile_match = _MIG_PROFILE_RE.search(_text(nv.nvmlDeviceGetName(mig)))
-            out.append(
-                DeviceReading(
-                    index=index,
-                    uuid=uuid,
-                    model=model,
-                    **self._usage(mig),
-                    gpu_instance_id=giid,
-                    mig_uuid=_text(nv.nvmlDeviceGetUUID(mig)),
-                    mig_profile=profile_match.group(1) if profile_match else None,
-                    # the device plugin's <i>:<j> names the slot, not the position
-                    mig_slots=(j,),
+            mig_uuid = _text(nv.nvmlDeviceGetUUID(mig))
+            seen = by_giid.get(giid)
+            if seen is not None:  # another compute instance of that GPU instance
+                by_giid[giid] = dataclasses.replace(
+                    seen,
+                    mig_uuids=(*seen.mig_uuids, mig_uuid),
+                    mig_slots=(*seen.mig_slots, j),
                 )
+                continue
+            profile_match = _MIG_PROFILE_RE.search(_text(nv.nvmlDeviceGetName(mig)))
+            by_giid[giid] = DeviceReading(
+                index=index,
+                uuid=uuid,
+                model=model,
+                **self._usage(mig),
+                gpu_instance_id=giid,
+                mig_uuids=(mig_uuid,),
+                mig_profile=profile_match.group(1) if profile_match else None,
+                mig_slots=(j,),  # the device plugin's <i>:<j> names the slot
             )
-        return out
+        return list(by_giid.values())
 
     def _processes(self, handle: Any, uuid: str, *, mig: bool) -> list[ProcessSample] | None:
         """Compute processes with their memory and (if available) SM share; None when

@@ -110,8 +110,8 @@ def test_mig_instances_resolve_by_mig_uuid_and_legacy_form() -> None:
     gpu = GpuPoll(
         devices=(
             # instance 1 idle (no process, no work), instance 2 runs pod b
-            dev(0, U0, util=0.0, gpu_instance_id=1, mig_uuid=MIG1, mig_profile="1g.10gb"),
-            dev(0, U0, util=0.2, gpu_instance_id=2, mig_uuid=MIG2, mig_profile="1g.10gb"),
+            dev(0, U0, util=0.0, gpu_instance_id=1, mig_uuids=(MIG1,), mig_profile="1g.10gb"),
+            dev(0, U0, util=0.2, gpu_instance_id=2, mig_uuids=(MIG2,), mig_profile="1g.10gb"),
             dev(1, U1),
         ),
         processes=(ProcessSample(201, U0, 2, 3 * GIB, 0.2),),
@@ -193,7 +193,7 @@ def test_replicas_of_one_gpu_held_by_one_container_give_one_row() -> None:
 
 
 def test_each_id_form_resolves_to_its_device() -> None:
-    d0, d1 = dev(0, U0), dev(1, U1, gpu_instance_id=3, mig_uuid=MIG1)
+    d0, d1 = dev(0, U0), dev(1, U1, gpu_instance_id=3, mig_uuids=(MIG1,))
     gpu = GpuPoll(devices=(d0, d1))
     allocs = [
         Allocation("ml", "a", "main", "nvidia.com/gpu", U0 + "::2"),
@@ -368,8 +368,8 @@ def test_mig_index_form_resolves_by_nvml_slot() -> None:
     passes it on, empty slots skipped but counted), not its position among the GPU's
     MIG devices nor its GPU instance id."""
     whole = dev(0, U0)
-    first = dev(1, U1, gpu_instance_id=5, mig_uuid=MIG1, mig_slots=(0,))
-    second = dev(1, U1, gpu_instance_id=1, mig_uuid=MIG2, mig_slots=(4,))  # slots 1-3 empty
+    first = dev(1, U1, gpu_instance_id=5, mig_uuids=(MIG1,), mig_slots=(0,))
+    second = dev(1, U1, gpu_instance_id=1, mig_uuids=(MIG2,), mig_slots=(4,))  # slots 1-3 empty
     gpu = GpuPoll(devices=(whole, first, second))
     allocs = [
         Allocation("ml", "a", "main", "nvidia.com/mig-3g.40gb", "1:0"),
@@ -435,7 +435,7 @@ def test_no_process_data_a_shared_device_at_zero_makes_every_sharer_idle() -> No
 def test_no_process_data_shared_mig_instance_stays_unknown(util: float | None) -> None:
     """NVML measures no MIG instance's utilisation: a 0 there (a driver's stand-in for
     "not supported") says nothing of its sharers."""
-    mig = dev(1, U1, util=util, mem=0, gpu_instance_id=7, mig_uuid=MIG1)
+    mig = dev(1, U1, util=util, mem=0, gpu_instance_id=7, mig_uuids=(MIG1,))
     allocs = [
         Allocation("ml", "b", "main", "nvidia.com/mig-1g.10gb", MIG1),
         Allocation("ml", "c", "main", "nvidia.com/mig-1g.10gb", MIG1),

@@ -34,7 +34,7 @@ def test_devices_processes_and_mig(tmp_path: Path) -> None:
     assert by_key[(1, None)].utilization_ratio == pytest.approx(0.75)
     assert by_key[(1, None)].memory_used_bytes == 3 * GIB
     mig = by_key[(2, 2)]
-    assert mig.mig_uuid == "MIG-aaaaaaaa-0000-0000-0000-000000000002"
+    assert mig.mig_uuids == ("MIG-aaaaaaaa-0000-0000-0000-000000000002",)
     assert mig.memory_total_bytes == 20 * GIB
     assert mig.uuid == "GPU-22222222-2222-2222-2222-222222222222"
     assert by_key[(2, 1)].utilization_ratio == 0.0

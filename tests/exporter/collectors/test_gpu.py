@@ -26,7 +26,9 @@ from gpu_eta.exporter.collectors.gpu import (
     NvmlGpuSource,
     NvmlUnavailable,
 )
+from gpu_eta.exporter.exposition import SnapshotExposition
 from gpu_eta.exporter.readings import Allocation, PodMeta
+from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 GIB = 2**30
 
@@ -395,10 +397,10 @@ def test_mig_instances_become_devices() -> None:
     nv = fake_nvml([parent])
     poll = NvmlGpuSource(nv).poll()
     assert [
-        (d.index, d.uuid, d.gpu_instance_id, d.mig_uuid, d.mig_profile) for d in poll.devices
+        (d.index, d.uuid, d.gpu_instance_id, d.mig_uuids, d.mig_profile) for d in poll.devices
     ] == [
-        (3, parent_uuid, 1, mig_a.uuid, "3g.20gb"),
-        (3, parent_uuid, 5, mig_b.uuid, "2g.10gb"),
+        (3, parent_uuid, 1, (mig_a.uuid,), "3g.20gb"),
+        (3, parent_uuid, 5, (mig_b.uuid,), "2g.10gb"),
     ]
     assert poll.devices[0].model == "NVIDIA A100-SXM4-40GB"
     assert poll.devices[0].utilization_ratio is None
@@ -665,7 +667,7 @@ def test_mig_slot_answering_invalid_argument_is_skipped() -> None:
     parent = _a100_mig(migs={0: mig}, mig_slot_errors={1: real.NVML_ERROR_INVALID_ARGUMENT})
     poll = NvmlGpuSource(fake_nvml([parent])).poll()
     assert poll.failures == ()
-    assert [(d.gpu_instance_id, d.mig_uuid) for d in poll.devices] == [(1, mig.uuid)]
+    assert [(d.gpu_instance_id, d.mig_uuids) for d in poll.devices] == [(1, (mig.uuid,))]
 
 
 def test_mig_index_ids_name_the_nvml_slot() -> None:
@@ -692,3 +694,58 @@ def test_mig_index_ids_name_the_nvml_slot() -> None:
     rows = attribute(poll, allocs, pods, None)
     assert [(r.pod, r.gpu_instance_id) for r in rows] == [("big", 1), ("small", 13)]
     assert [a.pod for a, _ in unresolved_allocations(poll, allocs)] == ["none"]
+
+
+def _compute_instances_of_one_2g() -> tuple[Dev, Dev, Dev]:
+    """GPU instance 3 (a 2g.10gb profile) split into two 1-slice compute instances:
+    NVML answers one MIG device handle per compute instance (a MIG device handle
+    "maps to a MIG compute instance", nvmlDeviceIsMigDeviceHandle), each with its
+    own ``MIG-…`` UUID and slot, the same GPU instance id, the GPU instance's memory
+    (its compute instances share it) and the compute-instance profile in its name
+    (``1c.2g.10gb``, as go-nvlib's ``MigProfileInfo.String`` writes a C < G profile).
+    Slot 2 holds a 1g.5gb GPU instance of its own. Returns the parent and the two."""
+    ci = {
+        "name": b"NVIDIA A100-SXM4-40GB MIG 1c.2g.10gb",
+        "gpu_instance_id": 3,
+        "used": 3 * GIB,
+        "total": 10 * GIB,
+    }
+    ci_a = Dev(uuid="MIG-aaaaaaaa-0000-0000-0000-000000000000", **ci)
+    ci_b = Dev(uuid="MIG-bbbbbbbb-0000-0000-0000-000000000000", **ci)
+    other = Dev(
+        uuid="MIG-cccccccc-0000-0000-0000-000000000000",
+        name=b"NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+        gpu_instance_id=9,
+        total=5 * GIB,
+    )
+    parent = _a100_mig(index=0, migs={0: ci_a, 1: ci_b, 2: other})
+    return parent, ci_a, ci_b
+
+
+def test_compute_instances_of_one_gpu_instance_are_one_device() -> None:
+    """Series are per GPU instance, as dcgm-exporter's (it watches DCGM_FE_GPU_I
+    entities and labels GPU_I_ID, GPU_I_PROFILE; no compute-instance label): two
+    compute instances of GPU instance 3 are one device, not two identical series,
+    and each one's id (MIG UUID, ``<i>:<j>`` slot) resolves to it."""
+    parent, ci_a, ci_b = _compute_instances_of_one_2g()
+    poll = NvmlGpuSource(fake_nvml([parent])).poll()
+    assert [
+        (d.gpu_instance_id, d.mig_profile, d.mig_uuids, d.mig_slots, d.memory_used_bytes)
+        for d in poll.devices
+    ] == [
+        (3, "2g.10gb", (ci_a.uuid, ci_b.uuid), (0, 1), 3 * GIB),
+        (9, "1g.5gb", ("MIG-cccccccc-0000-0000-0000-000000000000",), (2,), 0),
+    ]
+    allocs = [
+        Allocation("ml", "a", "nb", "nvidia.com/mig-1c.2g.10gb", ci_a.uuid),
+        Allocation("ml", "b", "nb", "nvidia.com/mig-1c.2g.10gb", "0:1"),
+    ]
+    pods = [PodMeta("ml", name, f"u-{name}") for name in ("a", "b")]
+    rows = attribute(poll, allocs, pods, None)
+    assert [(r.pod, r.gpu_instance_id) for r in rows] == [("a", 3), ("b", 3)]
+    assert unresolved_allocations(poll, allocs) == ()
+    snap = Snapshot(node="n1", timestamp=0.0, devices=poll.devices, pod_gpus=rows)
+    text = SnapshotExposition(SnapshotHolder(snap), version="0").exposition().decode()
+    series = [line.rpartition(" ")[0] for line in text.splitlines() if line[:1] != "#"]
+    assert len(series) == len(set(series)), "the same series twice in one exposition"
+    assert text.count('gpu_eta_gpu_memory_total_bytes{GPU_I_ID="3"') == 1
