@@ -149,6 +149,12 @@ class NvmlGpuSource:
             )
             if hasattr(nvml, name)
         }
+        # an MPS or graphics process list answering these: the driver has none to list
+        self._list_absent_codes = {
+            getattr(nvml, name)
+            for name in ("NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_SUPPORTED")
+            if hasattr(nvml, name)
+        }
         # A symbol the driver's libnvidia-ml lacks: FUNCTION_NOT_FOUND from a versioned
         # call, NVMLLibraryMismatchError (a plain Exception, no NVMLError) from pynvml's
         # unversioned wrappers (``throwOnVersionMismatch``); older nvidia-ml-py releases
@@ -467,17 +473,20 @@ class NvmlGpuSource:
         return list(by_giid.values())
 
     def _processes(self, handle: Any, uuid: str, *, mig: bool) -> list[ProcessSample] | None:
-        """Compute processes with their memory and (if available) SM share; None when
-        NVML refuses the list (e.g. NO_PERMISSION: under MIG the parent handle lists
-        processes only to a privileged caller) — unknown, which is not "no process".
+        """The device's processes with their memory and (if available) SM share; None
+        when NVML refuses the list (e.g. NO_PERMISSION: under MIG the parent handle
+        lists processes only to a privileged caller) — unknown, which is not "no
+        process".
 
         ``nvmlDeviceGetProcessUtilization`` returns samples newer than the last-seen
-        timestamp we pass; NOT_FOUND means none arrived (idle processes: 0). Under
-        MIG it is not supported and utilisation stays unknown (None).
+        timestamp we pass; NOT_FOUND means none arrived (idle processes: 0). An MPS
+        client without a sample of its own has an unknown share instead: NVML may
+        credit its work to the MPS server. Under MIG it is not supported and
+        utilisation stays unknown (None).
         """
         nv = self._nvml
         try:
-            infos = self._running_processes(handle)
+            infos, mps_clients = self._running_processes(handle)
         except nv.NVMLError as err:
             log.debug("device %s: process list unavailable: %s", uuid, err)
             return None
@@ -489,7 +498,9 @@ class NvmlGpuSource:
             pid = int(info.pid)
             memory = info.usedGpuMemory
             giid = getattr(info, "gpuInstanceId", None) if mig else None
-            util = None if util_by_pid is None else util_by_pid.get(pid, 0.0)
+            util = None
+            if util_by_pid is not None:
+                util = util_by_pid.get(pid, None if pid in mps_clients else 0.0)
             out.append(
                 ProcessSample(
                     pid=pid,
@@ -501,23 +512,58 @@ class NvmlGpuSource:
             )
         return out
 
-    def _running_processes(self, handle: Any) -> Sequence[Any]:
-        """The compute processes, from ``_v2`` where the driver has no ``_v3``.
+    def _running_processes(self, handle: Any) -> tuple[list[Any], frozenset[int]]:
+        """Every process with a context on the device, one record per pid, and the
+        pids that are MPS clients.
 
-        pynvml's unversioned call is ``_v3`` (added in R510), which R470 drivers and
+        NVML lists processes in three lists: compute contexts, MPS clients' compute
+        contexts (``nvmlDeviceGetMPSComputeRunningProcesses``: under MPS, as the device
+        plugin's ``sharing.mps`` runs it, the compute list shows the MPS server and
+        not the pods' processes) and graphics contexts. A process in two lists (a
+        compute and a graphics context) is kept once, with its first record. The
+        compute list failing leaves the device's processes unknown; the other two
+        are left out where the driver has not got them (no symbol, NOT_SUPPORTED),
+        and fail the list like the compute one otherwise.
+        """
+        compute = self._process_list(handle, "nvmlDeviceGetComputeRunningProcesses")
+        mps = self._extra_process_list(handle, "nvmlDeviceGetMPSComputeRunningProcesses")
+        graphics = self._extra_process_list(handle, "nvmlDeviceGetGraphicsRunningProcesses")
+        by_pid: dict[int, Any] = {}
+        for info in (*compute, *mps, *graphics):
+            by_pid.setdefault(int(info.pid), info)
+        clients = {int(i.pid) for i in mps} - {int(i.pid) for i in compute}
+        return list(by_pid.values()), frozenset(clients)
+
+    def _extra_process_list(self, handle: Any, name: str) -> Sequence[Any]:
+        """An MPS or graphics process list: empty where the driver (or nvidia-ml-py)
+        has not got it or answers NOT_SUPPORTED — it has no such process to list."""
+        nv = self._nvml
+        if not hasattr(nv, name):
+            return ()
+        try:
+            return self._process_list(handle, name)
+        except nv.NVMLError as err:
+            if getattr(err, "value", None) not in self._list_absent_codes:
+                raise
+            log.debug("%s: %s", name, err)
+            return ()
+
+    def _process_list(self, handle: Any, name: str) -> Sequence[Any]:
+        """One NVML process list, from ``_v2`` where the driver has no ``_v3``.
+
+        pynvml's unversioned calls are ``_v3`` (added in R510), which R470 drivers and
         some R535 builds (535.98) lack: it then raises ``NVMLLibraryMismatchError``,
         which would escape every ``except NVMLError`` and fail the whole poll. ``_v2``
         answers the same records: pynvml reads both into ``c_nvmlProcessInfo_v2_t``
         (pid, usedGpuMemory, gpuInstanceId, computeInstanceId). A driver without
-        ``_v2`` either (430, 440) fails it with FUNCTION_NOT_FOUND, an NVMLError: the
-        list is then unknown, as for any refused list.
+        ``_v2`` either (430, 440) fails it with FUNCTION_NOT_FOUND, an NVMLError.
         """
         nv = self._nvml
         try:
-            return nv.nvmlDeviceGetComputeRunningProcesses(handle)
+            return getattr(nv, name)(handle)
         except self._symbol_missing as err:
-            log.debug("no nvmlDeviceGetComputeRunningProcesses_v3 (%s): reading _v2", err)
-        return nv.nvmlDeviceGetComputeRunningProcesses_v2(handle)
+            log.debug("no %s_v3 (%s): reading _v2", name, err)
+        return getattr(nv, name + "_v2")(handle)
 
     def _process_util(self, handle: Any, uuid: str) -> dict[int, float | None] | None:
         """Each process's SM share (mean of its new samples); None for a process whose

@@ -27,7 +27,7 @@ from gpu_eta.exporter.collectors.gpu import (
     NvmlUnavailable,
 )
 from gpu_eta.exporter.exposition import SnapshotExposition
-from gpu_eta.exporter.readings import Allocation, PodMeta
+from gpu_eta.exporter.readings import Allocation, ContainerRef, PodMeta
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
 GIB = 2**30
@@ -51,10 +51,22 @@ class Dev:
     mig_slot_errors: dict[int, int] = field(default_factory=dict)  # slot -> NVML error code
     gpu_instance_id: int = 0
     procs: list[tuple[int, int | None, int]] = field(default_factory=list)  # pid, mem, giid
+    # MPS clients: NVML lists them apart (nvmlDeviceGetMPSComputeRunningProcesses),
+    # the compute list holding the MPS server instead; graphics processes too
+    mps_procs: list[tuple[int, int | None, int]] = field(default_factory=list)
+    graphics_procs: list[tuple[int, int | None, int]] = field(default_factory=list)
     # what the driver answers nvmlDeviceGetProcessUtilization, entries as they come:
     # pid, timestamp µs, sm %[, mem %] (mem 0 unless given)
     samples: list[tuple[int, ...]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
+
+
+# NVML's process lists (unversioned pynvml name) -> the Dev field listing their processes
+PROCESS_LISTS = {
+    "nvmlDeviceGetComputeRunningProcesses": "procs",
+    "nvmlDeviceGetMPSComputeRunningProcesses": "mps_procs",
+    "nvmlDeviceGetGraphicsRunningProcesses": "graphics_procs",
+}
 
 
 def fake_nvml(
@@ -162,15 +174,17 @@ def fake_nvml(
         check("nvmlDeviceGetGpuInstanceId", dev)
         return dev.gpu_instance_id
 
-    def running_processes(dev: Dev, symbol: str) -> list:
-        """pynvml's ``nvmlDeviceGetComputeRunningProcesses_v2``/``_v3``: both read
-        ``c_nvmlProcessInfo_v2_t`` (pynvml.py ~1449 aliases the v3 struct to it).
-        ``Dev.errors["nvmlDeviceGetComputeRunningProcesses"]`` fails every version."""
-        check(symbol, dev)
-        if "nvmlDeviceGetComputeRunningProcesses" in dev.errors:
-            raise real.NVMLError(dev.errors["nvmlDeviceGetComputeRunningProcesses"])
+    def running_processes(dev: Dev, family: str, version: str) -> list:
+        """pynvml's ``nvmlDevice{Get,GetMPS,GetGraphics}…RunningProcesses_v2``/``_v3``:
+        each reads ``c_nvmlProcessInfo_v2_t`` records (pynvml.py ~1449 aliases the v3
+        struct to it; the lists at ~4162-4372). ``Dev.errors[family]`` (the
+        unversioned name) fails every version of that list."""
+        check(family + version, dev)
+        if family in dev.errors:
+            raise real.NVMLError(dev.errors[family])
+        procs = getattr(dev, PROCESS_LISTS[family])
         out = []
-        for pid, mem, giid in dev.procs:
+        for pid, mem, giid in procs:
             raw = real.c_nvmlProcessInfo_v2_t(
                 pid=pid,
                 usedGpuMemory=real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if mem is None else mem,
@@ -183,17 +197,23 @@ def fake_nvml(
             out.append(obj)
         return out
 
-    def nvmlDeviceGetComputeRunningProcesses_v3(dev: Dev) -> list:
-        return running_processes(dev, "nvmlDeviceGetComputeRunningProcesses_v3")
+    def process_list(family: str, version: str):
+        def call(dev: Dev) -> list:
+            return running_processes(dev, family, version)
 
-    def nvmlDeviceGetComputeRunningProcesses_v2(dev: Dev) -> list:
-        return running_processes(dev, "nvmlDeviceGetComputeRunningProcesses_v2")
+        call.__name__ = family + version
+        return call
 
-    # pynvml.py ~4227: the unversioned call is _v3 under throwOnVersionMismatch, so a
-    # library without the _v3 symbol raises NVMLLibraryMismatchError, not an NVMLError
-    @real.throwOnVersionMismatch
-    def nvmlDeviceGetComputeRunningProcesses(dev: Dev) -> list:
-        return mod.nvmlDeviceGetComputeRunningProcesses_v3(dev)
+    def unversioned_process_list(family: str):
+        """pynvml.py ~4227, ~4295, ~4299: each unversioned list is ``_v3`` under
+        ``throwOnVersionMismatch``, so a library without the ``_v3`` symbol raises
+        NVMLLibraryMismatchError, not an NVMLError."""
+
+        def call(dev: Dev) -> list:
+            return getattr(mod, family + "_v3")(dev)
+
+        call.__name__ = family  # throwOnVersionMismatch names it in its message
+        return real.throwOnVersionMismatch(call)
 
     def nvmlDeviceGetProcessUtilization(dev: Dev, timeStamp: int) -> list:
         check("nvmlDeviceGetProcessUtilization", dev)
@@ -212,6 +232,10 @@ def fake_nvml(
     for fn in list(locals().values()):
         if callable(fn) and getattr(fn, "__name__", "").startswith("nvml"):
             setattr(mod, fn.__name__, fn)
+    for family in PROCESS_LISTS:
+        setattr(mod, family, unversioned_process_list(family))
+        for version in ("_v3", "_v2"):
+            setattr(mod, family + version, process_list(family, version))
     return mod
 
 
@@ -749,3 +773,91 @@ def test_compute_instances_of_one_gpu_instance_are_one_device() -> None:
     series = [line.rpartition(" ")[0] for line in text.splitlines() if line[:1] != "#"]
     assert len(series) == len(set(series)), "the same series twice in one exposition"
     assert text.count('gpu_eta_gpu_memory_total_bytes{GPU_I_ID="3"') == 1
+
+
+def test_mps_clients_are_read_beside_the_server() -> None:
+    """Under MPS (the device plugin's ``sharing.mps``) NVML lists the clients through
+    ``nvmlDeviceGetMPSComputeRunningProcesses``; the compute list holds the MPS
+    server. Each client is a process of the device with its own memory; one without
+    a utilisation sample of its own has an unknown share, not 0 (NVML may credit
+    the server with its work)."""
+    server, c1, c2 = 900, 4242, 4343
+    dev = _gpu(
+        0,
+        util=70,
+        used=6 * GIB,
+        procs=[(server, 512 * 2**20, 0)],
+        mps_procs=[(c1, 2 * GIB, 0), (c2, 3 * GIB, 0)],
+        samples=[(c1, NOW_US - 1_000_000, 40)],
+    )
+    poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: NOW).poll()
+    assert [(p.pid, p.memory_used_bytes, p.utilization_ratio) for p in poll.processes] == [
+        (server, 512 * 2**20, 0.0),
+        (c1, 2 * GIB, pytest.approx(0.4)),
+        (c2, 3 * GIB, None),
+    ]
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/gpu.shared", f"{dev.uuid}::0"),
+        Allocation("ml", "b", "main", "nvidia.com/gpu.shared", f"{dev.uuid}::1"),
+    ]
+    pods = [
+        PodMeta("ml", "a", "u-a", container_ids={"main": "ca"}),
+        PodMeta("ml", "b", "u-b", container_ids={"main": "cb"}),
+        PodMeta("nvidia", "mps-control", "u-m", container_ids={"mps": "cm"}),
+    ]
+    containers = {server: ContainerRef("cm"), c1: ContainerRef("ca"), c2: ContainerRef("cb")}
+    rows = attribute(poll, allocs, pods, containers)
+    assert [(r.pod, r.memory_used_bytes) for r in rows if r.allocated] == [
+        ("a", 2 * GIB),
+        ("b", 3 * GIB),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("missing", "errors", "listed"),
+    [
+        (("nvmlDeviceGetMPSComputeRunningProcesses_v3",), {}, [7, 8]),
+        (
+            (
+                "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+                "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+            ),
+            {},
+            [7],
+        ),
+        (
+            (),
+            {"nvmlDeviceGetMPSComputeRunningProcesses": real.NVML_ERROR_NOT_SUPPORTED},
+            [7],
+        ),
+    ],
+    ids=["mps-v3-missing", "no-mps-symbol", "mps-not-supported"],
+)
+def test_mps_list_a_driver_lacks_or_refuses(
+    missing: tuple[str, ...], errors: dict[str, int], listed: list[int]
+) -> None:
+    """The MPS list read from ``_v2`` where the library has no ``_v3`` (as the compute
+    list); a driver with neither, or answering NOT_SUPPORTED, has no MPS client to
+    list: the compute list stands, complete."""
+    dev = _gpu(0, procs=[(7, GIB, 0)], mps_procs=[(8, GIB, 0)], errors=errors)
+    poll = NvmlGpuSource(fake_nvml([dev], missing=missing)).poll()
+    assert [p.pid for p in poll.processes] == listed
+    assert poll.process_list_failures == ()
+
+
+def test_mps_list_failing_otherwise_leaves_the_list_unknown() -> None:
+    dev = _gpu(
+        0,
+        procs=[(7, GIB, 0)],
+        errors={"nvmlDeviceGetMPSComputeRunningProcesses": real.NVML_ERROR_NO_PERMISSION},
+    )
+    poll = NvmlGpuSource(fake_nvml([dev])).poll()
+    assert poll.processes == () and poll.process_list_failures == (dev.uuid,)
+
+
+def test_a_process_in_two_lists_is_one_process() -> None:
+    """A process with both a compute and a graphics context is in both lists (nvidia-smi
+    shows it as C+G): one process, its memory counted once."""
+    dev = _gpu(0, procs=[(7, 2 * GIB, 0)], graphics_procs=[(7, 2 * GIB, 0), (9, GIB, 0)])
+    poll = NvmlGpuSource(fake_nvml([dev])).poll()
+    assert [(p.pid, p.memory_used_bytes) for p in poll.processes] == [(7, 2 * GIB), (9, GIB)]
