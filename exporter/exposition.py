@@ -69,7 +69,10 @@ def _devices(snap: Snapshot) -> Iterator[Metric]:
     util = _Family(
         "gpu_eta_gpu_utilization_ratio", "Device busy ratio over NVML's sample window" + CACHED
     )
-    used = _Family("gpu_eta_gpu_memory_used_bytes", "Device memory in use" + CACHED)
+    used = _Family(
+        "gpu_eta_gpu_memory_used_bytes",
+        "Device memory allocated, the driver's reserve apart" + CACHED,
+    )
     total = _Family("gpu_eta_gpu_memory_total_bytes", "Device memory size" + CACHED)
     ok = _Family(
         "gpu_eta_gpu_read_success",
