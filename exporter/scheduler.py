@@ -7,9 +7,10 @@ renders. This is the boundary of the error flow (docs/exporter.md):
 
 - a collector that raises or times out never breaks the cycle: its status says
   success=0, its error counter grows, the failure is logged once per state change
-  (and again when it recovers), and its last good data is kept — except the GPU
-  readings, which are measurements, not state: while the ``gpu`` collector fails,
-  every device of its last good poll is published unread (``_unread``);
+  (and again when it recovers), and its last good data is kept — except the
+  readings that are measurements, not state: while the ``gpu`` collector fails,
+  every device of its last good poll is published unread (``_unread``), and while
+  ``hostmemory`` fails no host memory is published (``_host_memory``);
 - ``NoData`` is expected absence: success, empty data, a debug line;
 - a collector still running from an earlier cycle (a hung NFS read, a stuck gRPC
   call) is not started twice: it is reported failing until it returns.
@@ -391,7 +392,9 @@ class Scheduler:
         containers: Mapping[int, ContainerRef] | None = None
         if src.processes is not None and self._trackers[n["processes"]].has_data:
             containers = got2.get(n["processes"], {})
-        host_memory: tuple[HostMemory, ...] = got2.get(n["host_memory"], ())
+        host_memory: tuple[HostMemory, ...] = ()
+        if src.host_memory is not None:
+            host_memory = _host_memory(got2[n["host_memory"]], self._trackers[n["host_memory"]])
         progress: tuple[Progress, ...] = got2.get(self._store_step.name, ())
 
         if gpu_ok:
@@ -584,6 +587,27 @@ def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
         for index, uuid in sorted(known, key=lambda key: (key[0], key[1] or ""))
     )
     return GpuPoll(devices=(), failures=failures, driver_version=last.driver_version)
+
+
+def _host_memory(last: tuple[HostMemory, ...], tracker: _Tracker) -> tuple[HostMemory, ...]:
+    """The host memory of a cycle: the ``hostmemory`` poll's ``last`` (good) readings
+    while it succeeds, none while it fails or overruns the timeout.
+
+    Why absent rather than the last good values with a staleness signal: a working
+    set is a measurement, and a hung cgroup read (a stuck NFS or overlay read, a
+    cgroupfs stall) is exactly when it stops being true: a job climbing towards its
+    limit looked flat. A staleness series would help only a consumer that joins it,
+    and none does: the forecaster's memory feature (``avg_over_time`` of working set
+    over limit) and the Training job dashboard's panel read the series alone, and
+    would average or draw the frozen value as current. Absent is what Prometheus
+    users expect of an exporter that cannot read: the series go stale in
+    Prometheus, ``avg_over_time`` uses only the samples really read, the panel
+    shows a gap, and ``gpu_eta_exporter_collector_success{collector="hostmemory"}``
+    0 (GpuEtaExporterCollectorFailing) says why. The limit goes with the working
+    set: both come from the same read, and the ratio needs both. Pods keep their
+    series: they come from ``kube``, not from this read.
+    """
+    return last if tracker.success else ()
 
 
 def _counts(source: Counting | None) -> Mapping[str, int]:

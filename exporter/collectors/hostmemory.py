@@ -21,6 +21,10 @@ hierarchy), tried in this order and cached per container id:
 3. otherwise (a kubelet nested under another slice, e.g. kind), the cgroup path
    of any process in that container, read from ``<procfs>/<pid>/cgroup`` (one scan
    of ``<procfs>`` per poll, only when some container is still unfound).
+
+While this collector fails or hangs, the scheduler publishes no host memory at all
+rather than the last values read (``gpu_eta.exporter.scheduler._host_memory`` says
+why): a working set is a measurement, not state.
 """
 
 from __future__ import annotations

@@ -646,3 +646,41 @@ def test_a_gone_pods_final_report_is_served_until_a_scrape_can_see_it() -> None:
     assert [p.epoch for p in sched.collect_once().progress] == [10.0]
     now[0] += 5
     assert sched.collect_once().progress == ()
+
+
+# -- host memory is a measurement ------------------------------------------------------
+
+
+@pytest.mark.parametrize("failure", ["raises", "hangs"])
+def test_host_memory_is_absent_while_its_read_fails_or_hangs(failure: str) -> None:
+    """A cgroup read that raises or hangs (a stuck overlay/NFS read, a cgroupfs stall)
+    publishes no working set: the last good values are not served as if current.
+    ``hostmemory`` says success 0 meanwhile, and the series return with the read."""
+    hostmem = Source((HostMemory("ns", "p", "c", 5, 8),))
+    sched, holder = _scheduler(Sources(pods=Source((POD,)), host_memory=hostmem), timeout=0.5)
+    try:
+        good = sched.collect_once()
+        assert good.host_memory == (HostMemory("ns", "p", "c", 5, 8),)
+        if failure == "raises":
+            hostmem.fail = OSError("memory.stat: stale file handle")
+        else:
+            hostmem.delay = 30
+        for _ in range(2):  # a read still hanging from an earlier cycle as well
+            snap = sched.collect_once()
+            assert snap.host_memory == ()
+            assert not _status(snap, "hostmemory").success
+            text = SnapshotExposition(holder, version="1").exposition().decode()
+            assert "gpu_eta_pod_memory_working_set_bytes{" not in text
+            assert "gpu_eta_pod_memory_limit_bytes{" not in text
+            assert 'gpu_eta_exporter_collector_success{collector="hostmemory",node="n"} 0' in text
+            assert _served(text, "gpu_eta_pod_info", "p") == ["1.0"], "the pod stays"
+        hostmem.fail, hostmem.delay = None, 0.0
+        hostmem.release.set()
+        deadline = time.monotonic() + 10
+        while not _status(snap, "hostmemory").success and time.monotonic() < deadline:
+            time.sleep(0.05)
+            snap = sched.collect_once()
+        assert snap.host_memory == good.host_memory
+    finally:
+        hostmem.release.set()
+        sched.stop()
