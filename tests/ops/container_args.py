@@ -7,15 +7,20 @@ literal, a key of a ConfigMap in the same objects, a downward-API field from
 ``FIELDS``); ``parse`` gives the result to ``gpu_eta.exporter.main.parse_config`` or
 the forecaster's ``build_parser`` + ``config_from_args``, so a flag the program does
 not know, a value it refuses or a reference left unexpanded fails the test with the
-program's own message.
+program's own message. Files a projected volume would put into the container
+(a ServiceAccount token, a ConfigMap's CA) are written to a temporary directory for
+``check``, as the kubelet would, since the forecaster reads them when it parses.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import re
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,6 +47,7 @@ class Invocation:
     args: list[str]  # expanded
     env: dict[str, str]
     container: dict[str, Any]
+    files: dict[str, dict] = dataclasses.field(default_factory=dict)  # projected_files
 
     def port(self, name: str) -> int:
         (port,) = [p["containerPort"] for p in self.container["ports"] if p["name"] == name]
@@ -82,6 +88,31 @@ def _env(container: dict, objects: list[dict]) -> dict[str, str]:
     return env
 
 
+def projected_files(spec: dict, container: dict) -> dict[str, dict]:
+    """Each file a projected volume of the pod puts into the container: its path
+    there → the volume source that writes it."""
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        for source in volumes[mount["name"]].get("projected", {}).get("sources", []):
+            if "serviceAccountToken" in source:
+                files[f"{mount['mountPath']}/{source['serviceAccountToken']['path']}"] = source
+            for item in source.get("configMap", {}).get("items", []):
+                files[f"{mount['mountPath']}/{item['path']}"] = source
+    return files
+
+
+def with_files(invocation: Invocation, root: Path) -> Invocation:
+    """INVOCATION with its projected files written under ROOT (as the kubelet writes
+    them into the container) and its args naming them there."""
+    args = invocation.args
+    for path in invocation.files:
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_text(f"content of {Path(path).name}\n")
+        args = [a.replace(f"={path}", f"={root}{path}") for a in args]
+    return dataclasses.replace(invocation, args=args)
+
+
 def invocations(objects: list[dict]) -> list[Invocation]:
     """Every exporter and forecaster container of OBJECTS, args expanded."""
     found = []
@@ -100,6 +131,7 @@ def invocations(objects: list[dict]) -> list[Invocation]:
                     args=[expand(a, env) for a in container.get("args", [])],
                     env=env,
                     container=container,
+                    files=projected_files(spec, container),
                 )
             )
     return found
@@ -144,7 +176,8 @@ def check(objects: list[dict]) -> set[tuple[str, str]]:
     }
     seen = set()
     for invocation in invocations(objects):
-        config = parse(invocation)
+        with tempfile.TemporaryDirectory() as root:
+            config = parse(with_files(invocation, Path(root)))
         where = invocation.workload
         if invocation.program == "gpu-eta-exporter":
             seen.add((invocation.program, ""))

@@ -22,10 +22,35 @@ PLATFORM_PEER = {"namespaceSelector": {"matchLabels": {
     "kubernetes.io/metadata.name": "openshift-monitoring"}}}  # fmt: skip
 FIXED_IDS = ("runAsUser", "runAsGroup", "fsGroup")
 CLUSTER_MONITORING = "openshift.io/cluster-monitoring"
+# the forecaster reads the platform Prometheus through thanos-querier (docs/deploy.md 2d)
+MONITORING_VIEW = "gpu-eta-forecaster-cluster-monitoring-view"
+THANOS_QUERIER = "https://thanos-querier.openshift-monitoring.svc:9091"
+AUTH_DIR = "/var/run/secrets/gpu-eta/prometheus"
+AUTH_ARGS = (f"--prometheus.bearer-token-file={AUTH_DIR}/token",
+             f"--prometheus.ca-file={AUTH_DIR}/ca.crt")  # fmt: skip
+AUTH_VOLUME = {"name": "prometheus-auth", "projected": {"sources": [
+    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+    {"configMap": {"name": "openshift-service-ca.crt",
+                   "items": [{"key": "service-ca.crt", "path": "ca.crt"}]}}]}}  # fmt: skip
+AUTH_MOUNT = {"name": "prometheus-auth", "mountPath": AUTH_DIR, "readOnly": True}
+
+
+def _forecaster(objects: list[dict]) -> dict:
+    (workload,) = [o for o in objects if o["kind"] in {"Deployment", "CronJob"}
+                   and o["metadata"]["name"] == "gpu-eta-forecaster"]  # fmt: skip
+    return workload
 
 
 def _non_root_workloads(objects: list[dict]) -> list[dict]:
     return [o for o in objects if pod_spec(o) and o["metadata"]["name"] != "gpu-eta-exporter"]
+
+
+def assert_binds(binding: dict, cluster_role: str, account: str, namespace: str) -> None:
+    """BINDING grants ClusterRole CLUSTER_ROLE to ServiceAccount ACCOUNT of NAMESPACE."""
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": cluster_role}  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": namespace}]  # fmt: skip
 
 
 def check(objects: list[dict], namespace: str = "gpu-eta") -> None:
@@ -34,11 +59,7 @@ def check(objects: list[dict], namespace: str = "gpu-eta") -> None:
     # restricted-v2 refuses the exporter: its ServiceAccount may use privileged
     binding = find(objects, "RoleBinding", SCC_BINDING)
     assert binding["metadata"]["namespace"] == namespace
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": "system:openshift:scc:privileged"}  # fmt: skip
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "gpu-eta-exporter", "namespace": namespace}
-    ]
+    assert_binds(binding, "system:openshift:scc:privileged", "gpu-eta-exporter", namespace)
     account = find(objects, "ServiceAccount", "gpu-eta-exporter")
     assert account["metadata"]["namespace"] == namespace
     exporter = pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))
@@ -75,18 +96,32 @@ def check(objects: list[dict], namespace: str = "gpu-eta") -> None:
                                      pod_labels=scraper)  # fmt: skip
     for ns in (o for o in objects if o["kind"] == "Namespace"):
         assert ns["metadata"]["labels"][CLUSTER_MONITORING] == "true"
+    # the forecaster queries thanos-querier: its ServiceAccount may (kube-rbac-proxy
+    # checks `get` on namespaces), with a projected token and the service CA
+    viewer = find(objects, "ClusterRoleBinding", MONITORING_VIEW)
+    assert_binds(viewer, "cluster-monitoring-view", "gpu-eta-forecaster", namespace)
+    settings = find(objects, "ConfigMap", "gpu-eta-settings")
+    assert settings["data"]["PROMETHEUS_URL"] == THANOS_QUERIER
+    forecaster = pod_spec(_forecaster(objects))
+    assert forecaster["serviceAccountName"] == "gpu-eta-forecaster"
+    (container,) = forecaster["containers"]
+    assert [a for a in container["args"] if a.startswith(AUTH_ARGS)] == list(AUTH_ARGS)
+    assert AUTH_MOUNT in container["volumeMounts"]
+    assert AUTH_VOLUME in forecaster["volumes"]
 
 
 def undo(objects: list[dict], default: list[dict]) -> list[dict]:
     """OBJECTS with the OpenShift changes taken back, as far as DEFAULT (the render
-    without them) shows what they were: the three RBAC objects gone, the exporter's
+    without them) shows what they were: the four RBAC objects gone, the exporter's
     RuntimeClass back and its SELinux type off, the fixed ids back, the platform
-    Prometheus' peer and the namespace label gone."""
+    Prometheus' peer and the namespace label gone, the forecaster's thanos-querier
+    URL back and its token and CA flags, mount and volume gone."""
     out = []
     for obj in copy.deepcopy(objects):
         key = (obj["kind"], obj["metadata"]["name"])
         if key in {("RoleBinding", SCC_BINDING), ("Role", PROMETHEUS_RBAC),
-                   ("RoleBinding", PROMETHEUS_RBAC)}:  # fmt: skip
+                   ("RoleBinding", PROMETHEUS_RBAC),
+                   ("ClusterRoleBinding", MONITORING_VIEW)}:  # fmt: skip
             continue
         before = find(default, *key)
         spec, was = pod_spec(obj), pod_spec(before)
@@ -97,6 +132,14 @@ def undo(objects: list[dict], default: list[dict]) -> list[dict]:
             for name in FIXED_IDS:
                 if name in was["securityContext"]:
                     spec["securityContext"][name] = was["securityContext"][name]
+        if key in {("Deployment", "gpu-eta-forecaster"), ("CronJob", "gpu-eta-forecaster")}:
+            (container,) = spec["containers"]
+            container["args"] = [a for a in container["args"] if a not in AUTH_ARGS]
+            container["volumeMounts"].remove(AUTH_MOUNT)
+            spec["volumes"].remove(AUTH_VOLUME)
+        if key == ("ConfigMap", "gpu-eta-settings"):
+            assert obj["data"]["PROMETHEUS_URL"] == THANOS_QUERIER
+            obj["data"]["PROMETHEUS_URL"] = before["data"]["PROMETHEUS_URL"]
         if obj["kind"] == "NetworkPolicy":
             for rule in obj["spec"]["ingress"]:
                 rule["from"] = [p for p in rule["from"] if p != PLATFORM_PEER]

@@ -9,7 +9,6 @@ apart from Helm's own two labels. So the chart and the manifests cannot drift.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import re
 import shutil
@@ -437,6 +436,69 @@ def test_openshift_follows_the_release_namespace_and_an_explicit_selinux_type() 
     assert spec["securityContext"]["seLinuxOptions"] == own
 
 
+def test_openshift_binds_the_forecaster_to_cluster_monitoring_view_per_release() -> None:
+    """The forecaster's ClusterRoleBinding to ``cluster-monitoring-view`` (thanos-querier's
+    kube-rbac-proxy checks it) is cluster-scoped: named with the release, a second
+    release elsewhere gets its own instead of taking over the first one's."""
+    values = {"openshift": {"enabled": True}}
+    other = k8s.helm_template(values, release="team-b", namespace="team-b")
+    binding = find(other, "ClusterRoleBinding", "team-b-forecaster-cluster-monitoring-view")
+    openshift.assert_binds(binding, "cluster-monitoring-view", "gpu-eta-forecaster", "team-b")
+    assert not [o for o in k8s.helm_template({}) if o["kind"] == "ClusterRoleBinding"
+                and o["roleRef"]["name"] == "cluster-monitoring-view"]  # fmt: skip
+
+
+SERVICE_CA = ("openshift-service-ca.crt", "service-ca.crt")
+QUERIER = openshift.THANOS_QUERIER
+
+
+@pytest.mark.parametrize(
+    ("forecaster", "url", "token", "ca"),
+    [
+        ({}, QUERIER, True, SERVICE_CA),
+        (
+            {"prometheusUrl": "https://thanos.example:9091"},
+            "https://thanos.example:9091",
+            True,
+            SERVICE_CA,
+        ),
+        (
+            {"prometheusAuth": {"serviceAccountToken": False, "caConfigMap": ""}},
+            QUERIER,
+            False,
+            None,
+        ),
+        ({"prometheusAuth": {"caConfigMap": "site-ca"}}, QUERIER, True, ("site-ca", "ca.crt")),
+        (
+            {"prometheusAuth": {"caConfigMapKey": "bundle.pem"}},
+            QUERIER,
+            True,
+            ("openshift-service-ca.crt", "bundle.pem"),
+        ),
+    ],
+    ids=["defaults", "own-url", "no-token-no-ca", "own-ca", "own-ca-key"],
+)
+def test_openshift_defaults_the_forecaster_to_thanos_querier_and_a_set_value_wins(
+    forecaster: dict, url: str, token: bool, ca: tuple[str, str] | None
+) -> None:
+    """With ``openshift.enabled`` the forecaster's unset Prometheus values follow
+    OpenShift (thanos-querier, the ServiceAccount's token, the service CA); each value
+    set explicitly, ``false`` and ``""`` included, wins over its OpenShift default."""
+    objects = k8s.helm_template({"openshift": {"enabled": True}, "forecaster": forecaster})
+    assert not k8s.validate_all(objects)
+    assert find(objects, "ConfigMap", "gpu-eta-settings")["data"]["PROMETHEUS_URL"] == url
+    spec = pod_spec(find(objects, "Deployment", "gpu-eta-forecaster"))
+    (container,) = spec["containers"]
+    files = container_args.projected_files(spec, container)
+    tokens = [source for source in files.values() if "serviceAccountToken" in source]
+    cas = [source["configMap"] for source in files.values() if "configMap" in source]
+    assert bool(tokens) == token
+    assert (openshift.AUTH_ARGS[0] in container["args"]) == token
+    assert [(c["name"], c["items"][0]["key"]) for c in cas] == ([ca] if ca else [])
+    assert (openshift.AUTH_ARGS[1] in container["args"]) == bool(ca)
+    container_args.check(objects)
+
+
 OPENSHIFT_AUTH = {
     "prometheusUrl": "https://thanos-querier.openshift-monitoring.svc:9091",
     "prometheusAuth": {
@@ -445,20 +507,6 @@ OPENSHIFT_AUTH = {
         "caConfigMapKey": "service-ca.crt",
     },
 }
-
-
-def _projected_files(spec: dict, container: dict) -> dict[str, dict]:
-    """Each file a projected volume of the pod puts into the container: its path
-    there → the volume source that writes it."""
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    files = {}
-    for mount in container["volumeMounts"]:
-        for source in volumes[mount["name"]].get("projected", {}).get("sources", []):
-            if "serviceAccountToken" in source:
-                files[f"{mount['mountPath']}/{source['serviceAccountToken']['path']}"] = source
-            for item in source.get("configMap", {}).get("items", []):
-                files[f"{mount['mountPath']}/{item['path']}"] = source
-    return files
 
 
 @pytest.mark.parametrize("mode", ["deployment", "cronjob"])
@@ -480,7 +528,7 @@ def test_prometheus_auth_mounts_a_renewed_token_the_forecaster_reads(
     mount = {"name": "prometheus-auth", "mountPath": "/var/run/secrets/gpu-eta/prometheus",
              "readOnly": True}  # fmt: skip
     assert mount in container["volumeMounts"]
-    files = _projected_files(spec, container)
+    files = container_args.projected_files(spec, container)
     (token_file,) = [path for path, source in files.items() if "serviceAccountToken" in source]
     (ca_file,) = [path for path, source in files.items() if "configMap" in source]
     assert files[token_file] == {
@@ -499,11 +547,7 @@ def test_prometheus_auth_mounts_a_renewed_token_the_forecaster_reads(
     assert f"--prometheus.ca-file={ca_file}" in invocation.args
     # the kubelet's part, in a directory of ours: the files the volume would hold
     root = tmp_path / "mnt"
-    for path in files:
-        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        (root / path.lstrip("/")).write_text(f"content of {Path(path).name}\n")
-    args = [a.replace("=/var/run/", f"={root}/var/run/") for a in invocation.args]
-    config = container_args.parse(dataclasses.replace(invocation, args=args))
+    config = container_args.parse(container_args.with_files(invocation, root))
     assert config.prometheus_url == OPENSHIFT_AUTH["prometheusUrl"]
     assert config.bearer_token.value() == "content of token"
     assert config.ca_file == f"{root}{ca_file}"

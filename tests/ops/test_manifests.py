@@ -395,6 +395,32 @@ def test_openshift_component_follows_an_overlay_namespace(tmp_path: Path) -> Non
     openshift.check(k8s.kustomize(k8s.overlay(tmp_path, body)), namespace="ml-ops")
 
 
+def test_openshift_component_prometheus_url_yields_to_an_overlay_patch(tmp_path: Path) -> None:
+    """components/openshift sets thanos-querier's URL after the overlay's generators
+    (a ``behavior: merge`` there is overridden, as docs/deploy.md 2e says); a patch of
+    the overlay's own wins, and the token and CA stay."""
+    settings = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "gpu-eta-settings", "namespace": "gpu-eta"}}  # fmt: skip
+    mine = "https://prometheus.example:9091"
+    base = {
+        "resources": ["../gpu-eta/manifests/base"],
+        "components": ["../gpu-eta/manifests/components/openshift"],
+    }
+    merged = {**base, "configMapGenerator": [{
+        "name": "gpu-eta-settings", "namespace": "gpu-eta", "behavior": "merge",
+        "options": {"disableNameSuffixHash": True}, "literals": [f"PROMETHEUS_URL={mine}"]}]}  # fmt: skip
+    patched = {**base, "patches": [{"patch": yaml.safe_dump(
+        {**settings, "data": {"PROMETHEUS_URL": mine}})}]}  # fmt: skip
+    for name, body, url in (
+        ("merged", merged, openshift.THANOS_QUERIER),
+        ("patched", patched, mine),
+    ):
+        objects = k8s.kustomize(k8s.overlay(tmp_path, body, name=name))
+        assert find(objects, "ConfigMap", "gpu-eta-settings")["data"]["PROMETHEUS_URL"] == url
+        args = pod_spec(find(objects, "Deployment", "gpu-eta-forecaster"))["containers"][0]["args"]
+        assert [a for a in args if a in openshift.AUTH_ARGS] == list(openshift.AUTH_ARGS)
+
+
 def test_documented_openshift_overlay_and_helm_install(tmp_path: Path) -> None:
     """docs/deploy.md's OpenShift steps: its overlay, with and without the CronJob
     variant it names, and its ``helm upgrade --install`` (the --set values parsed by

@@ -2,8 +2,9 @@
 {{- define "gpu-eta.forecasterPod" -}}
 {{- $f := .Values.forecaster -}}
 {{- $auth := $f.prometheusAuth -}}
+{{- $access := include "gpu-eta.prometheusAccess" . | fromJson -}}
 {{- $authDir := "/var/run/secrets/gpu-eta/prometheus" -}}
-{{- if and $auth.serviceAccountToken (lt (int $auth.tokenExpirationSeconds) 600) -}}
+{{- if and $access.token (lt (int $auth.tokenExpirationSeconds) 600) -}}
 {{- fail (printf "forecaster.prometheusAuth.tokenExpirationSeconds: %v is below 600, the least the API server issues" $auth.tokenExpirationSeconds) -}}
 {{- end -}}
 {{- if eq $f.mode "cronjob" }}
@@ -42,10 +43,10 @@ containers:
       - --history.db=/var/lib/gpu-eta/history.sqlite
       - --cycle.interval={{ $f.cycleInterval }}
       {{- end }}
-      {{- if $auth.serviceAccountToken }}
+      {{- if $access.token }}
       - --prometheus.bearer-token-file={{ $authDir }}/token
       {{- end }}
-      {{- if $auth.caConfigMap }}
+      {{- if $access.caConfigMap }}
       - --prometheus.ca-file={{ $authDir }}/ca.crt
       {{- end }}
       {{- range include "gpu-eta.gpuResourceNames" . | fromJsonArray }}
@@ -92,7 +93,7 @@ containers:
         mountPath: /var/lib/gpu-eta
       - name: tmp
         mountPath: /tmp
-      {{- if or $auth.serviceAccountToken $auth.caConfigMap }}
+      {{- if or $access.token $access.caConfigMap }}
       - name: prometheus-auth
         mountPath: {{ $authDir }}
         readOnly: true
@@ -104,14 +105,14 @@ volumes:
   - name: tmp
     emptyDir:
       sizeLimit: 64Mi
-  {{- if or $auth.serviceAccountToken $auth.caConfigMap }}
+  {{- if or $access.token $access.caConfigMap }}
   # The pod's own token stays unmounted (automountServiceAccountToken: false): this
   # one is for Prometheus only, renewed by the kubelet before it expires and re-read
   # by the forecaster (docs/deploy.md, "Prometheus behind authentication").
   - name: prometheus-auth
     projected:
       sources:
-        {{- if $auth.serviceAccountToken }}
+        {{- if $access.token }}
         - serviceAccountToken:
             path: token
             expirationSeconds: {{ int $auth.tokenExpirationSeconds }}
@@ -119,11 +120,11 @@ volumes:
             audience: {{ . | quote }}
             {{- end }}
         {{- end }}
-        {{- if $auth.caConfigMap }}
+        {{- if $access.caConfigMap }}
         - configMap:
-            name: {{ $auth.caConfigMap | quote }}
+            name: {{ $access.caConfigMap | quote }}
             items:
-              - key: {{ $auth.caConfigMapKey | quote }}
+              - key: {{ $access.caConfigMapKey | quote }}
                 path: ca.crt
         {{- end }}
   {{- end }}

@@ -125,3 +125,29 @@ on a value Prometheus does not take ("1.5s", "15 s"), naming the key to set.
 {{- end -}}
 {{- $value -}}
 {{- end -}}
+
+{{/*
+Where and how the forecaster reads Prometheus, as JSON: url, token (bool),
+caConfigMap ("" for none), caConfigMapKey. A value left unset (null in values.yaml)
+follows the platform: with openshift.enabled the cluster's thanos-querier, which
+answers only a bearer token (the forecaster's ServiceAccount's, bound to
+cluster-monitoring-view in openshift.yaml) over TLS signed by the service CA that
+OpenShift publishes in every namespace (ConfigMap openshift-service-ca.crt, key
+service-ca.crt); elsewhere kube-prometheus-stack's Prometheus, no token, no CA. A
+value set, false and "" included, wins. hasKey, not a plain lookup: Helm drops a
+null default's key, and strict lint fails a template reading a missing one.
+*/}}
+{{- define "gpu-eta.prometheusAccess" -}}
+{{- $f := .Values.forecaster -}}
+{{- $auth := $f.prometheusAuth -}}
+{{- $openshift := .Values.openshift.enabled | default false -}}
+{{- $url := ternary "https://thanos-querier.openshift-monitoring.svc:9091" "http://prometheus-operated.monitoring.svc:9090" $openshift -}}
+{{- if hasKey $f "prometheusUrl" }}{{ $url = index $f "prometheusUrl" }}{{ end -}}
+{{- $token := $openshift -}}
+{{- if hasKey $auth "serviceAccountToken" }}{{ $token = index $auth "serviceAccountToken" }}{{ end -}}
+{{- $ca := ternary "openshift-service-ca.crt" "" $openshift -}}
+{{- if hasKey $auth "caConfigMap" }}{{ $ca = index $auth "caConfigMap" }}{{ end -}}
+{{- $key := ternary "service-ca.crt" "ca.crt" (eq (toString $ca) "openshift-service-ca.crt") -}}
+{{- if hasKey $auth "caConfigMapKey" }}{{ $key = index $auth "caConfigMapKey" }}{{ end -}}
+{{- dict "url" (toString $url) "token" (not (not $token)) "caConfigMap" (toString $ca) "caConfigMapKey" (toString $key) | toJson -}}
+{{- end -}}
