@@ -308,9 +308,12 @@ PENDING_SINCE = (
     f"or timestamp({_PENDING_OF}))"
 )
 PENDING_SINCE_PART = "ksm_pending_since"
-# at most this many uids are named in the query (a POST form of ~80 kB); beyond, it
-# asks for every pending pod and ``parse`` takes the ones it needs
-MAX_SINCE_UIDS = 2000
+# the longest first-seen query that names its uids (each twice: ~74 characters a uid);
+# longer, it asks for every pending pod and ``parse`` takes the ones it needs. Why:
+# VictoriaMetrics refuses a query over 16 KiB (``-search.maxQueryLen``), and the second
+# round folds this with the node labels' query (32 keys at most): the fold stays within
+# ``queries.MAX_QUERY_CHARS`` (12,000), the bound every other query keeps. ~120 uids.
+MAX_SINCE_QUERY_CHARS = 9_000
 # a Kubernetes UID is a UUID: one of these needs no escaping in a regex; a pod whose
 # uid is not (no real one) makes the query ask for every pending pod
 _UID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
@@ -433,12 +436,16 @@ def pending_since_query(uids: Collection[str]) -> str | None:
     """The query of when Prometheus first saw the pending pods ``uids`` (``uncreated``)
     Pending (a template for ``render``), answered as ``PENDING_SINCE_PART`` for
     ``parse``; None without uids (every pending pod has ``kube_pod_created``: the usual
-    cluster, which then never pays for the subquery)."""
+    cluster, which then never pays for the subquery). Named by uid up to
+    ``MAX_SINCE_QUERY_CHARS``; more pods (or a uid that is not UUID-like) ask for every
+    pending pod."""
     if not uids:
         return None
-    named = len(uids) <= MAX_SINCE_UIDS and all(_UID.match(u) for u in uids)
-    matcher = f',uid=~"{"|".join(sorted(uids))}"' if named else ""
-    return PENDING_SINCE.replace("{uids}", matcher)
+    if all(_UID.match(u) for u in uids):
+        named = PENDING_SINCE.replace("{uids}", f',uid=~"{"|".join(sorted(uids))}"')
+        if len(named) <= MAX_SINCE_QUERY_CHARS:
+            return named
+    return PENDING_SINCE.replace("{uids}", "")
 
 
 def second_round(samples: Mapping[str, Sequence[Sample]]) -> dict[str, str]:

@@ -1658,8 +1658,8 @@ def test_pending_pods_without_created_series_queue_by_when_first_seen_pending(
     samples = ksm_samples(client, now)
     uids = ("u-a-late", "u-b-early", "u-c-old")
     assert kube_state.uncreated(samples) == uids
-    # beyond MAX_SINCE_UIDS the query asks for every pending pod: the same times for these
-    since = kube_state.pending_since_query([f"u{i}" for i in range(kube_state.MAX_SINCE_UIDS + 1)])
+    # too many uids to name: the query asks for every pending pod, the same times for these
+    since = kube_state.pending_since_query([_uuid(i) for i in range(1000)])
     assert since is not None and "uid=~" not in since
     whole = {
         x.labels["uid"]: x.value for x in client.instant(kube_state.render(since, 3600), at=now)
@@ -1692,6 +1692,32 @@ def test_pending_pods_without_created_series_queue_by_when_first_seen_pending(
     assert len(lines) == 1 and "first saw them Pending" in lines[0]
 
 
+def _uuid(i: int) -> str:
+    """A Kubernetes-like pod uid (a UUID), distinct per ``i``."""
+    return f"{i:08x}-0000-4000-8000-{i:012x}"
+
+
+def test_the_second_round_stays_within_the_query_bound_however_many_pods() -> None:
+    """VictoriaMetrics refuses a query over 16 KiB: the folded second round, the
+    node labels of the most keys read with the first-seen query of 1 to 5,000 pods
+    without ``kube_pod_created``, stays within ``queries.MAX_QUERY_CHARS``; pods are
+    named while that holds (some 100), then every pending pod is asked for."""
+    from gpu_eta.forecaster import queries
+
+    keys = [f"key_{k:02d}_" + "x" * 20 for k in range(kube_state.MAX_SELECTOR_KEYS)]
+    labels = kube_state.node_labels_query(keys)
+    assert labels is not None
+    named = 0
+    for n in (1, 10, 100, 150, 1000, 5000):
+        since = kube_state.pending_since_query([_uuid(i) for i in range(n)])
+        assert since is not None
+        parts = {kube_state.NODE_LABELS_PART: labels, kube_state.PENDING_SINCE_PART: since}
+        rendered = queries.fold({k: kube_state.render(v, 3600) for k, v in parts.items()})
+        assert len(rendered) <= queries.MAX_QUERY_CHARS, n
+        named += "uid=~" in since
+    assert named >= 3  # 1, 10, 100 pods are named
+
+
 def test_the_second_round_asks_only_what_the_pods_read_call_for():
     """No second query on the usual cluster (every pending pod has ``kube_pod_created``,
     none selects a node label); the first-seen query names the pods without the series
@@ -1716,7 +1742,7 @@ def test_the_second_round_asks_only_what_the_pods_read_call_for():
         'kube_pod_status_phase{phase="Pending",uid=~"b|c-1"} == 1'
         in second[kube_state.PENDING_SINCE_PART]
     )
-    for uids in (["a.b", "c"], [f"u{i}" for i in range(kube_state.MAX_SINCE_UIDS + 1)]):
+    for uids in (["a.b", "c"], [_uuid(i) for i in range(1000)]):
         query = kube_state.pending_since_query(uids)
         assert query is not None and 'kube_pod_status_phase{phase="Pending"} == 1' in query
     assert kube_state.pending_since_query(()) is None
