@@ -740,3 +740,17 @@ def test_a_gpu_resource_kubernetes_refuses_fails_the_install(name: str) -> None:
     (``IsExtendedResourceName``): the install fails on it, as on the typos above."""
     with pytest.raises(k8s.RenderError, match=r"gpuResources: .* is not a Kubernetes extended"):
         k8s.helm_template({"gpuResources": [name]})
+
+
+@pytest.mark.parametrize("openshift_on", [False, True], ids=["plain", "openshift"])
+def test_the_charts_own_values_given_back_render_as_the_defaults(openshift_on: bool) -> None:
+    """``helm show values > my.yaml``, edit, ``-f my.yaml``: the values file's nulls
+    ("follow the platform") given back as user values are unset, not the string
+    ``<nil>`` (a PROMETHEUS_URL of ``<nil>``, a CA ConfigMap named ``<nil>`` mounted)."""
+    own = _values(CHART / "values.yaml")
+    own["openshift"] = {**own.get("openshift", {}), "enabled": openshift_on}
+    given = k8s.helm_template(own)
+    plain = k8s.helm_template({"openshift": {"enabled": openshift_on}})
+    assert not k8s.validate_all(given)
+    for kind, name in (("ConfigMap", "gpu-eta-settings"), ("Deployment", "gpu-eta-forecaster")):
+        assert find(given, kind, name) == find(plain, kind, name), (kind, name)

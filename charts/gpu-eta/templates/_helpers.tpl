@@ -134,20 +134,21 @@ answers only a bearer token (the forecaster's ServiceAccount's, bound to
 cluster-monitoring-view in openshift.yaml) over TLS signed by the service CA that
 OpenShift publishes in every namespace (ConfigMap openshift-service-ca.crt, key
 service-ca.crt); elsewhere kube-prometheus-stack's Prometheus, no token, no CA. A
-value set, false and "" included, wins. hasKey, not a plain lookup: Helm drops a
-null default's key, and strict lint fails a template reading a missing one.
+value set, false and "" included, wins; null (a copy of values.yaml given back with
+-f, or --set key=null) is unset. hasKey, not a plain lookup: Helm drops a null
+default's key, and strict lint fails a template reading a missing one.
 */}}
 {{- define "gpu-eta.prometheusAccess" -}}
 {{- $f := .Values.forecaster -}}
 {{- $auth := $f.prometheusAuth -}}
 {{- $openshift := .Values.openshift.enabled | default false -}}
 {{- $url := ternary "https://thanos-querier.openshift-monitoring.svc:9091" "http://prometheus-operated.monitoring.svc:9090" $openshift -}}
-{{- if hasKey $f "prometheusUrl" }}{{ $url = index $f "prometheusUrl" }}{{ end -}}
+{{- if and (hasKey $f "prometheusUrl") (not (kindIs "invalid" (index $f "prometheusUrl"))) }}{{ $url = index $f "prometheusUrl" }}{{ end -}}
 {{- $token := $openshift -}}
-{{- if hasKey $auth "serviceAccountToken" }}{{ $token = index $auth "serviceAccountToken" }}{{ end -}}
+{{- if and (hasKey $auth "serviceAccountToken") (not (kindIs "invalid" (index $auth "serviceAccountToken"))) }}{{ $token = index $auth "serviceAccountToken" }}{{ end -}}
 {{- $ca := ternary "openshift-service-ca.crt" "" $openshift -}}
-{{- if hasKey $auth "caConfigMap" }}{{ $ca = index $auth "caConfigMap" }}{{ end -}}
+{{- if and (hasKey $auth "caConfigMap") (not (kindIs "invalid" (index $auth "caConfigMap"))) }}{{ $ca = index $auth "caConfigMap" }}{{ end -}}
 {{- $key := ternary "service-ca.crt" "ca.crt" (eq (toString $ca) "openshift-service-ca.crt") -}}
-{{- if hasKey $auth "caConfigMapKey" }}{{ $key = index $auth "caConfigMapKey" }}{{ end -}}
+{{- if and (hasKey $auth "caConfigMapKey") (not (kindIs "invalid" (index $auth "caConfigMapKey"))) }}{{ $key = index $auth "caConfigMapKey" }}{{ end -}}
 {{- dict "url" (toString $url) "token" (not (not $token)) "caConfigMap" (toString $ca) "caConfigMapKey" (toString $key) | toJson -}}
 {{- end -}}
