@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gpu_eta.exporter.attribution import attribute as attribute_rows
@@ -567,7 +567,10 @@ UNREAD_FAILED_REASON = "poll_failed"
 def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
     """The GPU readings of a cycle whose ``gpu`` poll failed or overran the timeout:
     every device of the last good poll ``last`` unread (``DeviceFailure`` with reason
-    ``timeout`` or ``poll_failed``), none of its figures or processes.
+    ``timeout`` or ``poll_failed``), none of its figures or processes: the devices are
+    kept as read (index, UUID, model, MIG instance, memory size) with utilisation and
+    memory used unknown and their process lists marked unknown (``process_list_failures``),
+    so attribution does not take "no process" for "idle".
 
     Why not the last good poll, as other collectors keep theirs: utilisation, memory
     and processes are measurements, and a hung NVML call (a GPU fallen off the bus:
@@ -575,7 +578,9 @@ def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
     Served on, a lost GPU looked healthy and busy with ``gpu_eta_gpu_read_success``
     1, its holders' shares froze and GpuEtaGpuReadFailing never fired. Unread, the
     devices keep their series (index, UUID: the DCGM join, the holders' allocated
-    rows) and attribution makes their holders' use unknown. Allocations, pods and
+    rows, a MIG instance's holders matched by its ``MIG-…`` or ``<i>:<j>`` id,
+    ``gpu_eta_gpu_info`` that the free-GPU rules and panels count) and attribution makes
+    their holders' use unknown. Allocations, pods and
     the pid→container map are kept: they are state that changes rarely, and a
     kubelet restart must not blank the GPU owners.
     """
@@ -586,7 +591,15 @@ def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
         DeviceFailure(index, uuid, reason, tracker.last_error[:200])
         for index, uuid in sorted(known, key=lambda key: (key[0], key[1] or ""))
     )
-    return GpuPoll(devices=(), failures=failures, driver_version=last.driver_version)
+    devices = tuple(
+        replace(d, utilization_ratio=None, memory_used_bytes=None) for d in last.devices
+    )
+    return GpuPoll(
+        devices=devices,
+        failures=failures,
+        driver_version=last.driver_version,
+        process_list_failures=tuple(sorted({d.uuid for d in devices})),
+    )
 
 
 def _host_memory(last: tuple[HostMemory, ...], tracker: _Tracker) -> tuple[HostMemory, ...]:

@@ -30,8 +30,8 @@ from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.collectors import gpu as gpu_module
 from gpu_eta.exporter.collectors.gpu import DRIVER_GONE_REASON, NvmlGpuSource, NvmlUnavailable
 from gpu_eta.exporter.exposition import encode_text, render
-from gpu_eta.exporter.readings import Allocation
-from gpu_eta.exporter.scheduler import Scheduler, Sources
+from gpu_eta.exporter.readings import Allocation, GpuPoll
+from gpu_eta.exporter.scheduler import Scheduler, Sources, _Tracker, _unread
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 from tests.exporter.collectors.test_gpu import Dev, fake_nvml
 
@@ -264,7 +264,20 @@ def test_a_failing_gpu_poll_publishes_every_known_device_unread() -> None:
 
     nv.nvmlDeviceGetCount = broken
     snap = sched.collect_once()
-    assert _read_success(snap) == {U0: 0.0, U1: 0.0} and snap.devices == ()
+    assert _read_success(snap) == {U0: 0.0, U1: 0.0}
+    # the devices keep their series but the measurements (the free-GPU rules and
+    # panels count gpu_eta_gpu_info; a MIG holder is matched through its device)
+    text = encode_text(render(snap, age_seconds=0.0)).decode()
+    for name in ("gpu_eta_gpu_info", "gpu_eta_gpu_memory_total_bytes", "gpu_eta_gpu_pods"):
+        assert set(_by_uuid(text, name)) == {U0, U1}, name
+    for name in ("gpu_eta_gpu_utilization_ratio", "gpu_eta_gpu_memory_used_bytes"):
+        assert _by_uuid(text, name) == {}, name
+    # the unread devices' process lists are unknown: no process is not "idle"
+
+    tracker = _Tracker("gpu")
+    tracker.fail("CollectorError: x", 0.1)
+    last = GpuPoll(devices=snap.devices)
+    assert set(_unread(last, tracker).process_list_failures) == {U0, U1}
     assert {(f.reason, f.detail) for f in snap.failures} == {
         ("poll_failed", "CollectorError: NVML device count failed: Unknown Error")
     }
@@ -396,15 +409,27 @@ def test_a_mismatch_cut_by_a_read_starts_its_grace_again() -> None:
 
 
 def test_a_mismatch_on_every_device_counts_as_one() -> None:
-    """Initialised before the upgrade, each device call answering the mismatch."""
+    """Initialised before the upgrade, each device call answering the mismatch: a
+    poll of two such devices is one poll of the grace, not two, so the restart is
+    asked for at the third poll, not before."""
     mismatch = {"nvmlDeviceGetHandleByIndex": real.NVML_ERROR_LIB_RM_VERSION_MISMATCH}
-    nv = fake_nvml([Dev(U0, b"Tesla T4", index=0, errors=dict(mismatch))])
+    nv = fake_nvml(
+        [
+            Dev(U0, b"Tesla T4", index=0, errors=dict(mismatch)),
+            Dev(U1, b"Tesla T4", index=1, errors=dict(mismatch)),
+        ]
+    )
     clock = Clock()
     source = NvmlGpuSource(nv, mismatch_grace_seconds=0, monotonic=clock)
     source.open()
-    poll = source.poll()  # the device's series stay, unread, with its own reason
-    assert [(f.index, f.reason) for f in poll.failures] == [(0, "version_mismatch")]
+    poll = source.poll()  # the devices' series stay, unread, with their own reason
+    assert [(f.index, f.reason) for f in poll.failures] == [
+        (0, "version_mismatch"),
+        (1, "version_mismatch"),
+    ]
+    assert source.restart_reason() is None
     source.poll()
+    assert source.restart_reason() is None
     source.poll()
     assert source.restart_reason() is not None
 
