@@ -603,7 +603,10 @@ class NvmlGpuSource:
             newest = max(newest, stamp)
         if garbage:
             log.debug("device %s: garbage utilisation samples of pids %s", uuid, sorted(garbage))
-        self._last_seen[uuid] = min(newest, now_us)
+        # the newest sample read, at most SAMPLE_CLOCK_SLACK_US past the clock (later
+        # ones are garbage, above): cut back to now, NVML would hand the samples
+        # between now and it back next time, and they would count twice
+        self._last_seen[uuid] = newest
         shares: dict[int, float | None] = {pid: None for pid in garbage}
         shares.update((pid, sum(v) / len(v) / 100.0) for pid, v in sums.items())
         return shares

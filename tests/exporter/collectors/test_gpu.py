@@ -639,7 +639,9 @@ def test_padding_entries_do_not_move_the_last_seen_timestamp() -> None:
 def test_a_sample_from_the_future_does_not_silence_later_samples() -> None:
     """A timestamp an hour ahead, kept as the last seen, would make NVML answer
     NOT_FOUND to every later call: every process idle until a restart. It is
-    skipped, and the last seen timestamp is never later than now."""
+    skipped; the last seen timestamp is the newest sample read, at most the clocks'
+    slack past now (cut back to now, that sample would be handed back and counted
+    again)."""
     clock = [NOW]
     dev = _gpu(
         0,
@@ -649,7 +651,7 @@ def test_a_sample_from_the_future_does_not_silence_later_samples() -> None:
     nv = fake_nvml([dev])
     source = NvmlGpuSource(nv, clock=lambda: clock[0])
     first = source.poll()
-    # half a second ahead is within the clocks' slack: read, but not kept as last seen
+    # half a second ahead is within the clocks' slack: read, and kept as last seen
     assert {p.pid: p.utilization_ratio for p in first.processes} == {
         7: None,
         8: pytest.approx(0.3),
@@ -657,11 +659,24 @@ def test_a_sample_from_the_future_does_not_silence_later_samples() -> None:
     clock[0] = NOW + 10
     dev.samples = [(7, NOW_US + 9_000_000, 60)]
     second = source.poll()
-    assert nv.last_seen_args == [0, NOW_US]
+    assert nv.last_seen_args == [0, NOW_US + 500_000]
     assert {p.pid: p.utilization_ratio for p in second.processes} == {
         7: pytest.approx(0.6),
         8: 0.0,
     }
+
+
+def test_a_sample_within_the_clock_slack_is_read_once() -> None:
+    """A 90 % sample stamped half a second ahead, then 5 s later one new 10 % sample:
+    the second poll reads 10 %, not the mean with the first sample read again."""
+    clock = [NOW]
+    dev = _gpu(0, procs=[(7, GIB, 0)], samples=[(7, NOW_US + 500_000, 90)])
+    nv = fake_nvml([dev])
+    source = NvmlGpuSource(nv, clock=lambda: clock[0])
+    assert [p.utilization_ratio for p in source.poll().processes] == [pytest.approx(0.9)]
+    clock[0] = NOW + 5
+    dev.samples = [(7, NOW_US + 500_000, 90), (7, NOW_US + 4_000_000, 10)]
+    assert [p.utilization_ratio for p in source.poll().processes] == [pytest.approx(0.1)]
 
 
 @pytest.mark.parametrize("privileged", [True, False], ids=["privileged", "unprivileged"])
