@@ -419,7 +419,8 @@ class Cycle:
             answer = self.client.instant(folded, at=now, warnings=said)
             samples = queries.unfold(answer, queries.PENDING)
             # what the pods' answers call for (a second query, only when some pod
-            # selects a node label beyond the GPU type or lacks kube_pod_created)
+            # selects a node label beyond the GPU type or lacks kube_pod_created: with
+            # it for none, the arrivals too)
             second = kube_state.second_round(samples)
             if second:
                 answer = self.client.instant(

@@ -51,7 +51,13 @@ docs/metrics/cluster/node-metrics.md upstream):
   all take its start, their order among themselves then the namespace's and name's
   (``queue_replay.queue_key``). Counted in ``ClusterQueue.created_missing`` (one log
   line, ``pending.describe``), not as rejected. Pods arriving later (``ARRIVALS``) are
-  read from ``kube_pod_created`` alone: without it none arrive in the replay.
+  the GPU pods ``kube_pod_created`` shows created in the window; where KSM exports it
+  for no pod at all (``denylisted``: pending GPU pods and none with it, no GPU pod
+  known created in the window), the second round asks instead for the GPU pods first
+  seen in the window (``ARRIVALS_SEEN``: a request in the window, no
+  ``kube_pod_status_phase`` series at its start), and ``_arrivals`` counts those with
+  the tolerations and GPU types ``ARRIVALS`` read for them. A cluster with the series,
+  one pending pod without it included, never asks it.
 - ``kube_pod_deletion_timestamp`` (gauge, unix seconds; a default pod metric, present
   only while a pod is being deleted): its ``metadata.deletionTimestamp``, the deletion's
   time plus the pod's grace period. A running GPU pod being deleted (cancelled,
@@ -144,8 +150,9 @@ Every query covers all pods at once, so the number of queries per cycle is fixed
 whatever the number of pods: the cycle sends the ``QUERIES`` folded into one
 (``gpu_eta.forecaster.queries.fold``), then, only when their answers call for it, the
 ``second_round`` folded into one more (the node labels pending pods select beyond the
-GPU type, and when pods without ``kube_pod_created`` were first seen Pending); each is
-limited to pods that ask for a GPU resource.
+GPU type, when pods without ``kube_pod_created`` were first seen Pending, and where KSM
+exports it for no pod, the GPU pods first seen in the arrival window); each is limited
+to pods that ask for a GPU resource.
 
 Each query also holds when KSM runs as two or more replicas that Prometheus scrapes
 apart (every series twice, ``instance`` apart): the series a ``group_left`` join
@@ -333,18 +340,18 @@ _GPU_IN_WINDOW = (
 # or its largest init container's when larger), its tolerations (``tolerations``,
 # one series per toleration whatever the number of KSM replicas) and the GPU type it
 # selected (``nodeselectors``, only pods that selected one)
+_ARRIVAL_REQUEST = (
+    "max by (namespace, pod, uid, resource) ("
+    "label_replace(sum by (namespace, pod, uid, resource) (max by (namespace, pod, "
+    f"uid, container, resource) (last_over_time({_REQ}[{{arrivals}}]))), "
+    '"part", "app", "", "") '
+    "or label_replace(max by (namespace, pod, uid, resource) "
+    f'(last_over_time({_INIT_REQ}[{{arrivals}}])), "part", "init", "", ""))'
+)
 ARRIVALS = _tagged(
     "arrival",
     {
-        "request": (
-            "max by (namespace, pod, uid, resource) ("
-            "label_replace(sum by (namespace, pod, uid, resource) (max by (namespace, pod, "
-            f"uid, container, resource) (last_over_time({_REQ}[{{arrivals}}]))), "
-            '"part", "app", "", "") '
-            "or label_replace(max by (namespace, pod, uid, resource) "
-            f'(last_over_time({_INIT_REQ}[{{arrivals}}])), "part", "init", "", "")) '
-            f"and on (uid) {_CREATED_IN_WINDOW}"
-        ),
+        "request": f"{_ARRIVAL_REQUEST} and on (uid) {_CREATED_IN_WINDOW}",
         "tolerations": (
             "max by (uid, key, operator, value, effect) "
             f"(last_over_time(kube_pod_tolerations[{{arrivals}}])) {_GPU_IN_WINDOW}"
@@ -356,6 +363,32 @@ ARRIVALS = _tagged(
         ),
     },
 )
+# Where KSM exports no ``kube_pod_created`` at all (OpenShift): the GPU pods first seen
+# in the arrival window, with their requests as ``ARRIVALS`` reads them (tagged
+# ``arrival="request"``: ``_arrivals`` takes them with the first round's tolerations and
+# GPU types, which ``ARRIVALS`` reads for every GPU pod seen in the window). First seen
+# in it: a pod with a request in the window that had no phase series at its start
+# (``_THERE_AT_START``: KSM writes ``kube_pod_status_phase{phase="Pending"}``, 0 or 1,
+# for every pod from its creation, so a pod there then, whatever its phase, is no
+# arrival). An instant lookup at the window's start, not the earliest 1 min step of a
+# subquery over every pod's phase (the first try): at 5,000 pods that cost 1.25 times
+# the whole folded queue query, this 0.29 (bench/queue_query_cost.py, 2026-12-05).
+# None at all while Prometheus has no phase series at the window's start
+# (``_HISTORY_AT_START``: a Prometheus younger than the window, a gap in its data then),
+# which would take every pod for one first seen in the window: no arrival then, as
+# before the fallback, rather than the whole cluster arriving within the hour. Asked in
+# the second round only (``denylisted``): a cluster with the series never pays for it
+_THERE_AT_START = 'kube_pod_status_phase{phase="Pending"} offset {arrivals}'
+_HISTORY_AT_START = "(count(kube_pod_status_phase offset {arrivals}) > 0)"
+ARRIVALS_SEEN = _tagged(
+    "arrival",
+    {
+        "request": (
+            f"{_ARRIVAL_REQUEST} unless on (uid) ({_THERE_AT_START}) and on () {_HISTORY_AT_START}"
+        )
+    },
+)
+ARRIVALS_SEEN_PART = "ksm_arrivals_seen"
 
 QUERIES: Mapping[str, str] = {
     "ksm_pods": PODS,
@@ -448,11 +481,35 @@ def pending_since_query(uids: Collection[str]) -> str | None:
     return PENDING_SINCE.replace("{uids}", "")
 
 
+def denylisted(samples: Mapping[str, Sequence[Sample]]) -> bool:
+    """Whether ``QUERIES``' answers show KSM exporting no ``kube_pod_created`` at all (its
+    ``--metric-denylist=^kube_.+_created$``, OpenShift's): some pending GPU pod not yet
+    bound lacks it (``uncreated``), no pending GPU pod has it (no ``created`` sample),
+    and no GPU pod is known created in the arrival window (no ``ARRIVALS`` ``request``).
+
+    Why all three, not one pod without it: the fallback it calls for (``ARRIVALS_SEEN``)
+    reads every GPU pod's requests over the window again and every pod's phase at its
+    start (0.29 times the folded queue query at 5,000 pods), which a cluster with the
+    series must never pay, and its arrivals would be counted beside ``ARRIVALS``' own. One pending
+    pod can lack the series on such a cluster too (its namespace's series dropped at
+    scrape time, a KSM shard serving it down); that pod is placed by ``PENDING_SINCE``
+    alone, while the other pods' ``created`` samples, or those of the GPU pods created
+    in the window, show the series is exported. No pending GPU pod: nothing is asked (no
+    queue to delay)."""
+    if not uncreated(samples):
+        return False
+    created = any(s.labels.get("time") == "created" for s in samples.get("ksm_pod_times", ()))
+    arrived = any(s.labels.get("arrival") == "request" for s in samples.get("ksm_arrivals", ()))
+    return not created and not arrived
+
+
 def second_round(samples: Mapping[str, Sequence[Sample]]) -> dict[str, str]:
     """The queries to ask once ``QUERIES``' answers are read, by part name (templates
     for ``render``; the cycle folds them into one): the node labels the pending pods
-    select (``node_labels_query``) and when the pods without ``kube_pod_created`` were
-    first seen Pending (``pending_since_query``). Empty on the usual cluster."""
+    select (``node_labels_query``), when the pods without ``kube_pod_created`` were
+    first seen Pending (``pending_since_query``) and, where KSM exports no
+    ``kube_pod_created`` at all (``denylisted``), the GPU pods first seen in the arrival
+    window (``ARRIVALS_SEEN``). Empty on the usual cluster."""
     parts = {}
     labels = node_labels_query(selector_keys(samples))
     if labels is not None:
@@ -460,6 +517,8 @@ def second_round(samples: Mapping[str, Sequence[Sample]]) -> dict[str, str]:
     since = pending_since_query(uncreated(samples))
     if since is not None:
         parts[PENDING_SINCE_PART] = since
+    if denylisted(samples):
+        parts[ARRIVALS_SEEN_PART] = ARRIVALS_SEEN
     return parts
 
 
@@ -844,8 +903,10 @@ def _checkable(
 def _arrivals(
     series: Sequence[Sample], arrivals_seconds: float, extra: Collection[str] = ()
 ) -> tuple[Arrival, ...]:
-    """GPU pods created in the window (``ARRIVALS``) → one ``Arrival`` per (resource,
-    units, tolerations, product), at the rate such pods were created.
+    """GPU pods created in the window (``ARRIVALS``), or first seen in it where KSM
+    exports no ``kube_pod_created`` (``ARRIVALS_SEEN``, the same ``request`` series) →
+    one ``Arrival`` per (resource, units, tolerations, product), at the rate such pods
+    were created.
 
     Each pod's tolerations come with it (``arrival="tolerations"``), so pods arriving
     later land only where the recent pods of their shape could: pods from outside a
@@ -1086,7 +1147,8 @@ def parse(
             )
             (read_in if uid in tolerations else missing_in).add(ns)
 
-    arrivals = _arrivals(get("ksm_arrivals"), arrivals_seconds, extra)
+    # without kube_pod_created, the GPU pods first seen in the window (denylisted)
+    arrivals = _arrivals([*get("ksm_arrivals"), *get(ARRIVALS_SEEN_PART)], arrivals_seconds, extra)
     return ClusterQueue(
         tuple(nodes),
         tuple(holders),

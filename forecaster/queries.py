@@ -10,7 +10,8 @@ of the GPU queue (``PENDING``) folded into one (``fold``: each part tagged with 
 ``forecaster_query`` label, joined with ``or``, split again by ``unfold``), and one
 more folded query when the pods' answers call for it (``kube_state.second_round``: the
 GPU nodes' labels when pending pods select keys beyond the GPU type, when pods without
-``kube_pod_created`` were first seen Pending): at most
+``kube_pod_created`` were first seen Pending, and where KSM exports it for no pod the GPU
+pods first seen in the arrival window): at most
 ``QUERIES_PER_CYCLE`` (20), whatever the number of jobs and pods. That keeps the load
 on Prometheus flat as the cluster grows, and makes the count checkable by a test.
 (Folding the per-run queries the same way would save queries, not TSDB time:

@@ -1,6 +1,7 @@
 """bench/queue_query_cost.py measures what it says: on its drawn cluster, backfilled
 into a real Prometheus, the second round names exactly the pending GPU pods (those
-without ``kube_pod_created``) and is not asked when every pod has the series."""
+without ``kube_pod_created``), asks for the GPU pods first seen in the arrival window
+with them, and is not asked when every pod has the series."""
 
 from __future__ import annotations
 
@@ -35,5 +36,5 @@ def test_the_second_round_names_the_pending_gpu_pods_without_created(
     if created:
         assert second == {}
     else:
-        assert list(second) == [kube_state.PENDING_SINCE_PART]
+        assert list(second) == [kube_state.PENDING_SINCE_PART, kube_state.ARRIVALS_SEEN_PART]
         assert kube_state.uncreated(samples) == tuple(sorted(waiting))

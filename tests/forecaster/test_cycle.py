@@ -54,7 +54,11 @@ _FOLDED = {
         )
     ): tuple(queries.PENDING)
 }
-_SECOND_ROUND = (kube_state.NODE_LABELS_PART, kube_state.PENDING_SINCE_PART)
+_SECOND_ROUND = (
+    kube_state.NODE_LABELS_PART,
+    kube_state.PENDING_SINCE_PART,
+    kube_state.ARRIVALS_SEEN_PART,
+)
 _RANGE = {
     _shape(t.format(runs="")): name
     for name, t in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items()
@@ -719,8 +723,10 @@ def test_pods_without_created_series_are_placed_by_a_second_query_naming_them(
     """OpenShift's KSM exports no ``kube_pod_created``: once the folded query shows a
     pending GPU pod without it, one more query asks when Prometheus first saw that pod
     (by uid, ``kube_state.pending_since_query``) Pending, and the pod is queued by that
-    time, behind the one pending longer. A cluster whose pods all have the series asks
-    no second query (nothing selects a node label either)."""
+    time, behind the one pending longer; no pod having the series at all, the same
+    query asks for the GPU pods first seen in the arrival window (the arrivals,
+    ``kube_state.ARRIVALS_SEEN``). A cluster whose pods all have the series asks no
+    second query (nothing selects a node label either)."""
     gpu = {"resource": "nvidia_com_gpu"}
     ksm = {
         "ksm_nodes": [s(1, node="a", label_nvidia_com_gpu_product="A100", **gpu)],
@@ -734,12 +740,17 @@ def test_pods_without_created_series_are_placed_by_a_second_query_naming_them(
             s(NOW - 600, uid="u3"),
             s(NOW - 900, uid="u9"),  # another pod's, not asked: not answered
         ],
+        kube_state.ARRIVALS_SEEN_PART: [
+            s(1, namespace="ml", pod="late", uid="u2", arrival="request", **gpu),
+        ],
     }
     base = job("run", 10, [(1, NOW - 200), (2, NOW - 100)], NOW - 300)
     client = CannedClient(merge(base, ksm))
     fs = make_cycle(client, store).run()
     (asked,) = [q for q in client.seen if kube_state.PENDING_SINCE_PART in q]
     assert 'uid=~"u2|u3"' in asked and kube_state.NODE_LABELS_PART not in asked
+    # no pod has the series at all: the pods first seen in the window, in the same query
+    assert kube_state.ARRIVALS_SEEN_PART in asked
     assert fs.queries == len(client.seen)
     assert fs.pending is not None and fs.pending.created_missing == 2
     # the one GPU frees when the run ends: the pod first seen Pending takes it; no
@@ -750,7 +761,11 @@ def test_pods_without_created_series_are_placed_by_a_second_query_naming_them(
     created = {"ksm_pod_times": [s(NOW - 60, uid=u, time="created") for u in ("u2", "u3")]}
     plain = CannedClient(merge(base, {**ksm, **created}))
     fs = make_cycle(plain, store).run()
-    assert not [q for q in plain.seen if kube_state.PENDING_SINCE_PART in q]
+    assert not [
+        q
+        for q in plain.seen
+        if kube_state.PENDING_SINCE_PART in q or kube_state.ARRIVALS_SEEN_PART in q
+    ]
     assert fs.queries == len(plain.seen) == len(client.seen) - 1
     assert fs.pending is not None and fs.pending.created_missing == 0
 

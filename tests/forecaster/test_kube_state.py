@@ -1700,8 +1700,9 @@ def _uuid(i: int) -> str:
 def test_the_second_round_stays_within_the_query_bound_however_many_pods() -> None:
     """VictoriaMetrics refuses a query over 16 KiB: the folded second round, the
     node labels of the most keys read with the first-seen query of 1 to 5,000 pods
-    without ``kube_pod_created``, stays within ``queries.MAX_QUERY_CHARS``; pods are
-    named while that holds (some 100), then every pending pod is asked for."""
+    without ``kube_pod_created`` and the arrivals first seen in the window, stays
+    within ``queries.MAX_QUERY_CHARS``; pods are named while that holds (some 100),
+    then every pending pod is asked for."""
     from gpu_eta.forecaster import queries
 
     keys = [f"key_{k:02d}_" + "x" * 20 for k in range(kube_state.MAX_SELECTOR_KEYS)]
@@ -1711,18 +1712,134 @@ def test_the_second_round_stays_within_the_query_bound_however_many_pods() -> No
     for n in (1, 10, 100, 150, 1000, 5000):
         since = kube_state.pending_since_query([_uuid(i) for i in range(n)])
         assert since is not None
-        parts = {kube_state.NODE_LABELS_PART: labels, kube_state.PENDING_SINCE_PART: since}
+        parts = {
+            kube_state.NODE_LABELS_PART: labels,
+            kube_state.PENDING_SINCE_PART: since,
+            kube_state.ARRIVALS_SEEN_PART: kube_state.ARRIVALS_SEEN,
+        }
         rendered = queries.fold({k: kube_state.render(v, 3600) for k, v in parts.items()})
         assert len(rendered) <= queries.MAX_QUERY_CHARS, n
         named += "uid=~" in since
     assert named >= 3  # 1, 10, 100 pods are named
 
 
+# (first seen, minutes ago; phase then, and minutes ago it turned Running or
+# Succeeded; GPUs; a toleration and a GPU type): pods before the window's start are no
+# arrival, however they go on; the CPU pod is none either
+_WINDOW_PODS = {
+    "old-run": (180, "Running", None, 1, False),
+    "old-wait": (180, "Pending", None, 1, False),
+    "edge": (65, "Pending", None, 1, False),
+    "ran": (50, "Running", (45, 20), 2, False),
+    "new-run": (30, "Pending", (28, None), 1, False),
+    "new-wait": (10, "Pending", None, 1, True),
+    "cpu": (20, "Running", None, 0, False),
+}
+_A100 = "NVIDIA-A100-SXM4-80GB"
+GPU_LABELS = {"resource": "nvidia_com_gpu", "unit": "integer"}
+
+
+def _arrivals_history(now: float, created: str, kept_minutes: int = 240) -> str:
+    """``_WINDOW_PODS`` as KSM shows them every 60 s from their first minute: with
+    ``kube_pod_created`` for every pod (``created="all"``), for all but ``old-wait`` (its
+    namespace's series dropped at scrape time: ``"one_missing"``) or for none
+    (OpenShift's KSM: ``"denylisted"``). ``ran`` Running 45 min ago, Succeeded 20 min
+    ago (still exported: not deleted); ``new-run`` Running 28 min ago; ``new-wait``
+    tolerates ``dedicated=team-a`` and selects the A100 type. Only the last
+    ``kept_minutes`` are written (Prometheus' history starting then)."""
+    from tests.integration.test_forecaster_prometheus import om_add, om_text
+
+    fams: dict[str, list[str]] = {}
+    for pod, (age, phase, turns, gpus, typed) in _WINDOW_PODS.items():
+        ids = {"namespace": "ml", "pod": pod, "uid": f"u-{pod}"}
+        req = GPU_LABELS if gpus else {"resource": "cpu", "unit": "core"}
+        born = now - 60 * age
+        ts = max(born, now - 60 * kept_minutes)
+        while ts <= now - 5:
+            now_phase = phase
+            if turns and ts >= now - 60 * turns[0]:
+                now_phase = "Running"
+            if turns and turns[1] is not None and ts >= now - 60 * turns[1]:
+                now_phase = "Succeeded"
+            for ph in ("Pending", "Running", "Succeeded"):
+                om_add(
+                    fams, "kube_pod_status_phase", {**ids, "phase": ph}, float(ph == now_phase), ts
+                )
+            bound = {"node": "n1"} if now_phase != "Pending" else {}
+            om_add(
+                fams,
+                "kube_pod_container_resource_requests",
+                {**ids, "container": "c", **bound, **req},
+                float(gpus or 1),
+                ts,
+            )
+            if created == "all" or (created == "one_missing" and pod != "old-wait"):
+                om_add(fams, "kube_pod_created", ids, born, ts)
+            if typed:
+                toleration = {"key": "dedicated", "operator": "Equal", "value": "team-a"}
+                om_add(fams, "kube_pod_tolerations", {**ids, **toleration}, 1.0, ts)
+                selector = {kube_state.SELECTOR_LABEL: _A100}
+                om_add(fams, "kube_pod_nodeselectors", {**ids, **selector}, 1.0, ts)
+            om_add(fams, "kube_node_status_allocatable", {"node": "n1", **GPU_LABELS}, 8.0, ts)
+            ts += 60
+    return om_text(fams)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("created", ["denylisted", "one_missing", "all"])
+def test_arrivals_without_created_series_are_the_gpu_pods_first_seen_in_the_window(
+    tmp_path, prometheus_factory, created
+):
+    """OpenShift's KSM exports no ``kube_pod_created``: the replay's arrivals are then
+    the GPU pods Prometheus first saw inside the arrival window (1 h), Pending then,
+    with their requests, tolerations and GPU type, asked in the second round
+    (``ARRIVALS_SEEN``): the same as those ``kube_pod_created`` gives where KSM exports
+    it. Pods there at the window's start (``old-*``, ``edge``, first seen 65 min ago)
+    are none, whatever they did since; a finished pod first seen in it is one. Where
+    the series is exported, even with one pending pod without it (placed by
+    ``PENDING_SINCE``), the second round does not ask for them."""
+    now = time.time()
+    om = tmp_path / "ksm.om"
+    om.write_text(_arrivals_history(now, created))
+    prom = prometheus_factory([], backfill_files=[om])
+    samples = ksm_samples(PromClient(prom.url), now)
+    second = kube_state.second_round(samples)
+    assert (kube_state.ARRIVALS_SEEN_PART in second) == (created == "denylisted")
+    assert (kube_state.PENDING_SINCE_PART in second) == (created != "all")
+    q = kube_state.parse(samples, now)
+    team = (Toleration("dedicated", "Equal", "team-a"),)
+    assert {
+        (a.units, a.product, a.tolerations, round(a.rate_per_second * 3600, 6)) for a in q.arrivals
+    } == {(2, "", None, 1), (1, "", None, 1), (1, _A100, team, 1)}
+    assert {p.pod for p in q.pending} == {"old-wait", "edge", "new-wait"}
+
+
+@pytest.mark.integration
+def test_a_prometheus_younger_than_the_window_counts_no_arrival_without_created(
+    tmp_path, prometheus_factory
+):
+    """Prometheus' history of the pods starts 40 min ago, inside the arrival window:
+    every pod there then was first seen at that step, not created then, so without
+    ``kube_pod_created`` none is counted an arrival (the whole cluster would arrive
+    within the hour) until the history covers the window; the pods still queue."""
+    now = time.time()
+    om = tmp_path / "ksm.om"
+    om.write_text(_arrivals_history(now, "denylisted", kept_minutes=40))
+    prom = prometheus_factory([], backfill_files=[om])
+    samples = ksm_samples(PromClient(prom.url), now)
+    assert kube_state.ARRIVALS_SEEN_PART in kube_state.second_round(samples)
+    q = kube_state.parse(samples, now)
+    assert q.arrivals == ()
+    assert {p.pod for p in q.pending} == {"old-wait", "edge", "new-wait"}
+
+
 def test_the_second_round_asks_only_what_the_pods_read_call_for():
     """No second query on the usual cluster (every pending pod has ``kube_pod_created``,
     none selects a node label); the first-seen query names the pods without the series
     by uid (bound pods and pods with the series left out), and asks for every pending
-    pod when the uids are too many or not UUID-like (no escaping needed then)."""
+    pod when the uids are too many or not UUID-like (no escaping needed then). The GPU
+    pods first seen in the arrival window are asked only where no pending pod has the
+    series and no GPU pod is known created in the window (``denylisted``)."""
     gpu = {"resource": "nvidia_com_gpu", "unit": "integer"}
 
     def pod(uid: str, phase: str = "Pending", **more: str) -> Sample:
@@ -1742,6 +1859,19 @@ def test_the_second_round_asks_only_what_the_pods_read_call_for():
         'kube_pod_status_phase{phase="Pending",uid=~"b|c-1"} == 1'
         in second[kube_state.PENDING_SINCE_PART]
     )
+    # no pending pod with the series, none known created in the window: denylisted
+    # (OpenShift), the GPU pods first seen in the window asked too
+    assert list(kube_state.second_round(samples)) == [
+        kube_state.PENDING_SINCE_PART,
+        kube_state.ARRIVALS_SEEN_PART,
+    ]
+    # ... but a GPU pod created in the window shows the series exported: not asked
+    arrived = [Sample({"uid": "z", "arrival": "request", **gpu}, 1, NOW)]
+    assert list(kube_state.second_round({**samples, "ksm_arrivals": arrived})) == [
+        kube_state.PENDING_SINCE_PART
+    ]
+    # no pending pod: nothing to place, no queue for arrivals to delay
+    assert kube_state.second_round({"ksm_pods": [pod("r", "Running", node="n")]}) == {}
     for uids in (["a.b", "c"], [_uuid(i) for i in range(1000)]):
         query = kube_state.pending_since_query(uids)
         assert query is not None and 'kube_pod_status_phase{phase="Pending"} == 1' in query
