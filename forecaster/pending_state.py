@@ -17,7 +17,8 @@ ERROR line. Writing never fails the cycle: an error is one ERROR line (then one
 INFO line when it works again).
 
 The pods' raw predictions not yet scored (``StartTracker.waiting``) are kept the same
-way, in a second row (``START_PREDICTIONS_KEY``), written when they change. Why: a
+way, in a second row (``START_PREDICTIONS_KEY``), written when they change, at most every
+``PREDICTIONS_SAVE_SECONDS`` after a process' first write. Why: a
 ``once`` CronJob is a new process every cycle; with the predictions in memory only,
 none would ever be scored against its pod's start, and its start intervals would
 never be calibrated. A restarted ``serve`` keeps scoring the waits it saw begin too.
@@ -59,6 +60,11 @@ MAX_PREDICTIONS_CHARS = 8 * 1024 * 1024
 MAX_NAME_CHARS = 253  # a namespace or pod name (a DNS subdomain at most)
 MAX_UID_CHARS = 128  # a pod's uid (a UUID: 36)
 MAX_TIMESTAMP = 1e11  # unix seconds, past year 5000: not a time we predicted
+# the predictions row is written at the first update of a process (a ``once`` run's only
+# one) and then at most this often: every pending pod adds a prediction each cycle, so
+# it changes every cycle (0.4 MB at 500 pending pods), and a ``serve`` restarted
+# between two writes loses at most this much of its waits' predictions
+PREDICTIONS_SAVE_SECONDS = 300.0
 
 
 class MetaStore(Protocol):
@@ -85,15 +91,18 @@ class SavedStartTracker(StartTracker):
         self._failing = False
         load_calibration(store, self.calibrator)
         self._saved_waits = load_predictions(store, self)
+        self._waits_saved_at: float | None = None  # the cycle time of the last write
 
     def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
         """``StartTracker.update``, then what changed saved."""
         out = super().update(queue, result, now)
         if self.calibrator.changes != self._saved:
             self.save()
-        waits = predictions_json(self.waiting())
-        if waits != self._saved_waits and self._write(START_PREDICTIONS_KEY, waits):
-            self._saved_waits = waits
+        due = self._waits_saved_at is None or now - self._waits_saved_at >= PREDICTIONS_SAVE_SECONDS
+        if due:
+            waits = predictions_json(self.waiting())
+            if waits != self._saved_waits and self._write(START_PREDICTIONS_KEY, waits):
+                self._saved_waits, self._waits_saved_at = waits, now
         return out
 
     def save(self) -> bool:

@@ -325,3 +325,37 @@ def test_unusable_saved_predictions_are_set_aside_in_one_line(
     store.close()
     (line,) = [r.getMessage() for r in caplog.records]
     assert "pending start predictions in the history file are unusable" in line
+
+
+def test_the_predictions_row_is_written_first_then_at_most_every_save_interval(
+    tmp_path: Path,
+) -> None:
+    """A process writes its waits' predictions at its first cycle (a ``once`` run has
+    only that one), then at most every ``PREDICTIONS_SAVE_SECONDS`` though they change
+    every cycle (each pending pod adds one)."""
+    from gpu_eta.forecaster.pending_state import PREDICTIONS_SAVE_SECONDS
+
+    running = holder_jobs(3)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    writes: list[str] = []
+    set_meta = store.set_meta
+
+    def counted(key: str, value: str) -> None:
+        if key == START_PREDICTIONS_KEY:
+            writes.append(value)
+        set_meta(key, value)
+
+    store.set_meta = counted  # type: ignore[method-assign]
+    try:
+        queue = merge(running, cluster(3, 0, NOW, gpus=3, holders=3))
+        cycle = make_cycle(CannedClient(queue), store, pending=PendingSettings(n_samples=5))
+        for step, want in ((0, 1), (60, 1), (PREDICTIONS_SAVE_SECONDS - 1, 1)):
+            cycle.clock = lambda s=step: NOW + s
+            cycle.run()
+            assert len(writes) == want, step
+        cycle.clock = lambda: NOW + PREDICTIONS_SAVE_SECONDS
+        cycle.run()
+        assert len(writes) == 2
+        assert len(parse_predictions(writes[-1])[0]) == 3
+    finally:
+        store.close()
