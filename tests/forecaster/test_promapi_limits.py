@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -187,11 +187,13 @@ def test_each_address_of_the_name_is_tried_in_turn(
     assert [s.labels["run_id"] for s in samples] == ["a", "b"] and len(seen) == 1
 
 
-@contextlib.contextmanager
-def _unanswered(addresses: list[str], port: int) -> Iterator[None]:
-    """Listeners on ``addresses`` at ``port`` that answer no connection: a backlog of
-    none, filled by one connection never accepted, so the kernel drops every SYN after
-    it and a connect waits its whole timeout, as a host that is down does."""
+def _unanswering(addresses: list[str], port: int) -> list[socket.socket]:
+    """Listeners on ``addresses`` at ``port`` that answer no connection (with what
+    holds them so): a backlog of none, filled by one connection never accepted, so the
+    kernel drops every SYN after it and a connect waits its whole timeout, as a host
+    that is down does. ``OSError`` (nothing left open) when ``port`` is taken on one of
+    them: a parallel test worker's socket may hold it (a connection's source port from
+    that address, a listener on every address)."""
     held: list[socket.socket] = []
     try:
         for address in addresses:
@@ -199,12 +201,12 @@ def _unanswered(addresses: list[str], port: int) -> Iterator[None]:
             held.append(listener)
             listener.bind((address, port))
             listener.listen(0)
-            filler = socket.create_connection((address, port), timeout=1.0)
-            held.append(filler)
-        yield
-    finally:
+            held.append(socket.create_connection((address, port), timeout=1.0))
+    except OSError:
         for sock in held:
             sock.close()
+        raise
+    return held
 
 
 def test_addresses_that_do_not_answer_share_one_deadline(
@@ -216,9 +218,17 @@ def test_addresses_that_do_not_answer_share_one_deadline(
     that never answer before the server's and a lookup taking 0.1 s, the first is
     given the 0.3 s timeout, the second what is left (0.2 s), the others none, and
     the query fails at the deadline naming it; with one, the next address connects."""
-    url, seen = http_server(lambda r: reply(r, 200, BODY))
-    port = int(url.rsplit(":", 1)[1])
     down = ["127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"]
+    for _attempt in range(5):  # a server whose port is free on the four addresses too
+        url, seen = http_server(lambda r: reply(r, 200, BODY))
+        port = int(url.rsplit(":", 1)[1])
+        try:
+            held = _unanswering(down, port)
+            break
+        except OSError:
+            continue
+    else:
+        pytest.fail("no port free on 127.0.0.1 and the four unanswering addresses")
     listed: list[str] = []
     real = socket.getaddrinfo
 
@@ -239,7 +249,9 @@ def test_addresses_that_do_not_answer_share_one_deadline(
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
     c = client(_named(url), timeout_seconds=0.3, retries=0)
-    with _unanswered(down, port):
+    with contextlib.ExitStack() as stack:
+        for sock in held:
+            stack.callback(sock.close)
         listed[:] = down
         started = time.monotonic()
         with pytest.raises(PromAPIError) as info:
