@@ -158,19 +158,23 @@ def test_a_bar_first_seen_at_its_end_while_the_runs_bar_goes_on_starts_no_run(
     assert rows[-1][3:] == last
 
 
+def _tqdm_bars(*bars: tuple[int, str | None]) -> bytes:
+    """What real tqdm writes for these loops, one after another: ``count`` iterations
+    each, described ``desc`` (None: a bare bar), every screen drawn."""
+    buf = io.StringIO()
+    for count, desc in bars:
+        for _ in tqdm(range(count), desc=desc, file=buf, mininterval=0):
+            pass
+    return buf.getvalue().encode()
+
+
 def _epochs_then_bare_evaluations() -> bytes:
     """Real tqdm: ``tqdm(loader, desc=f"Epoch {e}/3")`` over 16 batches, and between
     two epochs ``tqdm(val_loader)`` (no description) over 4. (One after the last
     epoch is read as a run of its own: nothing tells it from a next training's bar,
     see docs/progress.md.)"""
-    buf = io.StringIO()
-    for epoch in range(1, 4):
-        for _ in tqdm(range(16), desc=f"Epoch {epoch}/3", file=buf, mininterval=0):
-            pass
-        if epoch < 3:
-            for _ in tqdm(range(4), file=buf, mininterval=0):
-                pass
-    return buf.getvalue().encode()
+    bars = [(16, f"Epoch {e}/3") for e in (1, 2, 3)]
+    return _tqdm_bars(bars[0], (4, None), bars[1], (4, None), bars[2])
 
 
 @pytest.mark.parametrize("runtime", ["containerd", "crio"])
@@ -300,13 +304,7 @@ def test_keras_callback_evaluate_at_epoch_end_under_containerd(root: Path) -> No
 def _validate_then_train_same_desc() -> bytes:
     """Real tqdm: each epoch validates first (4 batches), then trains (16), both bars
     described ``Epoch k/3``."""
-    buf = io.StringIO()
-    for epoch in range(1, 4):
-        for _ in tqdm(range(4), desc=f"Epoch {epoch}/3", file=buf, mininterval=0):
-            pass
-        for _ in tqdm(range(16), desc=f"Epoch {epoch}/3", file=buf, mininterval=0):
-            pass
-    return buf.getvalue().encode()
+    return _tqdm_bars(*((n, f"Epoch {e}/3") for e in (1, 2, 3) for n in (4, 16)))
 
 
 @pytest.mark.xfail(
@@ -326,11 +324,7 @@ def test_validation_before_training_with_the_same_epoch_description(
 def _sweep_of_one_epoch_over_other_counts() -> bytes:
     """Real tqdm: two models, one ``Epoch 1/1`` bar each, over 16 then 8 batches (a
     batch-size sweep)."""
-    buf = io.StringIO()
-    for batches in (16, 8):
-        for _ in tqdm(range(batches), desc="Epoch 1/1", file=buf, mininterval=0):
-            pass
-    return buf.getvalue().encode()
+    return _tqdm_bars((16, "Epoch 1/1"), (8, "Epoch 1/1"))
 
 
 @pytest.mark.xfail(
@@ -350,13 +344,7 @@ def test_a_sweep_of_one_epoch_models_over_other_counts_reads_the_next_model(
 def _early_stop_then_bare_training() -> bytes:
     """Real tqdm: ``Epoch k/10`` bars over 16 batches stopped early after epoch 2, then
     a second phase drawn with one bare bar over 64 steps."""
-    buf = io.StringIO()
-    for epoch in range(1, 3):
-        for _ in tqdm(range(16), desc=f"Epoch {epoch}/10", file=buf, mininterval=0):
-            pass
-    for _ in tqdm(range(64), file=buf, mininterval=0):
-        pass
-    return buf.getvalue().encode()
+    return _tqdm_bars((16, "Epoch 1/10"), (16, "Epoch 2/10"), (64, None))
 
 
 @pytest.mark.xfail(
