@@ -478,7 +478,7 @@ class Cycle:
                     "(%s): removed (an autoscaler's scale-down, a drain)? Kept closed as "
                     "last read, with their pods, for up to %.0fs",
                     len(kept.closed),
-                    ", ".join(kept.closed),
+                    first_of(kept.closed),
                     self._last_seen.grace_seconds,
                 )
             self._kept_closed_said = kept.closed

@@ -321,9 +321,6 @@ PENDING_SINCE_PART = "ksm_pending_since"
 # round folds this with the node labels' query (32 keys at most): the fold stays within
 # ``queries.MAX_QUERY_CHARS`` (12,000), the bound every other query keeps. ~120 uids.
 MAX_SINCE_QUERY_CHARS = 9_000
-# a Kubernetes UID is a UUID: one of these needs no escaping in a regex; a pod whose
-# uid is not (no real one) makes the query ask for every pending pod
-_UID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 # pods created in the window (still present or not)
 _CREATED_IN_WINDOW = (
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
@@ -470,18 +467,23 @@ def pending_since_query(uids: Collection[str]) -> str | None:
     Pending (a template for ``render``), answered as ``PENDING_SINCE_PART`` for
     ``parse``; None without uids (every pending pod has ``kube_pod_created``: the usual
     cluster, which then never pays for the subquery). Named by uid up to
-    ``MAX_SINCE_QUERY_CHARS``; more pods (or a uid that is not UUID-like) ask for every
+    ``MAX_SINCE_QUERY_CHARS``; more pods (or a uid no set match can name) ask for every
     pending pod."""
     if not uids:
         return None
-    if all(_UID.match(u) for u in uids):
-        named = PENDING_SINCE.replace("{uids}", f',uid=~"{"|".join(sorted(uids))}"')
+    from gpu_eta.forecaster.queries import matcher  # queries imports this module
+
+    match = matcher("uid", uids)  # {uid=~"a|b"}, escaped; None for an unprintable uid
+    if match is not None:
+        named = PENDING_SINCE.replace("{uids}", "," + match[1:-1])
         if len(named) <= MAX_SINCE_QUERY_CHARS:
             return named
     return PENDING_SINCE.replace("{uids}", "")
 
 
-def denylisted(samples: Mapping[str, Sequence[Sample]]) -> bool:
+def denylisted(
+    samples: Mapping[str, Sequence[Sample]], waiting: Collection[str] | None = None
+) -> bool:
     """Whether ``QUERIES``' answers show KSM exporting no ``kube_pod_created`` at all (its
     ``--metric-denylist=^kube_.+_created$``, OpenShift's): some pending GPU pod not yet
     bound lacks it (``uncreated``), no pending GPU pod has it (no ``created`` sample),
@@ -495,8 +497,8 @@ def denylisted(samples: Mapping[str, Sequence[Sample]]) -> bool:
     scrape time, a KSM shard serving it down); that pod is placed by ``PENDING_SINCE``
     alone, while the other pods' ``created`` samples, or those of the GPU pods created
     in the window, show the series is exported. No pending GPU pod: nothing is asked (no
-    queue to delay)."""
-    if not uncreated(samples):
+    queue to delay). ``waiting``: ``uncreated(samples)`` when the caller has it."""
+    if not (uncreated(samples) if waiting is None else waiting):
         return False
     created = any(s.labels.get("time") == "created" for s in samples.get("ksm_pod_times", ()))
     arrived = any(s.labels.get("arrival") == "request" for s in samples.get("ksm_arrivals", ()))
@@ -514,10 +516,11 @@ def second_round(samples: Mapping[str, Sequence[Sample]]) -> dict[str, str]:
     labels = node_labels_query(selector_keys(samples))
     if labels is not None:
         parts[NODE_LABELS_PART] = labels
-    since = pending_since_query(uncreated(samples))
+    waiting = uncreated(samples)
+    since = pending_since_query(waiting)
     if since is not None:
         parts[PENDING_SINCE_PART] = since
-    if denylisted(samples):
+    if denylisted(samples, waiting):
         parts[ARRIVALS_SEEN_PART] = ARRIVALS_SEEN
     return parts
 

@@ -389,7 +389,7 @@ class StartTracker:
                 # another pod under the same name (deleted and recreated); the kept
                 # predictions were the old one's, which never started
                 self._forget(key)
-        waiting = {(p.namespace, p.pod) for p in queue.pending}
+        waiting = uids.keys()
         for key in waiting & self._kept.keys():
             self._kept[key].seen = now
         if queue.nodes:  # a read without any GPU node (KSM restarting) says nothing

@@ -47,7 +47,6 @@ from gpu_eta.forecaster.queue_replay import (
 log = logging.getLogger(__name__)
 
 START_CALIBRATION_KEY = "pending_start_calibration"
-CORRUPT_KEY = START_CALIBRATION_KEY + ".corrupt"
 START_PREDICTIONS_KEY = "pending_start_predictions"
 PREDICTIONS_VERSION = 1
 # at most this many pods' predictions are saved or read (``--pending.max-pods`` is 500 by

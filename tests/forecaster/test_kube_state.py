@@ -745,7 +745,11 @@ def test_every_query_reads_the_sites_gpu_resources():
     labels = kube_state.node_labels_query(("pool",))
     since = kube_state.pending_since_query(("u1",))
     assert labels is not None and since is not None
-    second = {kube_state.NODE_LABELS_PART: labels, kube_state.PENDING_SINCE_PART: since}
+    second = {
+        kube_state.NODE_LABELS_PART: labels,
+        kube_state.PENDING_SINCE_PART: since,
+        kube_state.ARRIVALS_SEEN_PART: kube_state.ARRIVALS_SEEN,
+    }
     for name, template in {**kube_state.QUERIES, **second}.items():
         plain = kube_state.render(template, 600)
         extended = kube_state.render(template, 600, (RENAMED, "example.com/gpu"))
@@ -1837,7 +1841,7 @@ def test_the_second_round_asks_only_what_the_pods_read_call_for():
     """No second query on the usual cluster (every pending pod has ``kube_pod_created``,
     none selects a node label); the first-seen query names the pods without the series
     by uid (bound pods and pods with the series left out), and asks for every pending
-    pod when the uids are too many or not UUID-like (no escaping needed then). The GPU
+    pod when the uids are too many or one cannot be named in a set match. The GPU
     pods first seen in the arrival window are asked only where no pending pod has the
     series and no GPU pod is known created in the window (``denylisted``)."""
     gpu = {"resource": "nvidia_com_gpu", "unit": "integer"}
@@ -1872,7 +1876,7 @@ def test_the_second_round_asks_only_what_the_pods_read_call_for():
     ]
     # no pending pod: nothing to place, no queue for arrivals to delay
     assert kube_state.second_round({"ksm_pods": [pod("r", "Running", node="n")]}) == {}
-    for uids in (["a.b", "c"], [_uuid(i) for i in range(1000)]):
+    for uids in (["a\tb", "c"], [_uuid(i) for i in range(1000)]):
         query = kube_state.pending_since_query(uids)
         assert query is not None and 'kube_pod_status_phase{phase="Pending"} == 1' in query
     assert kube_state.pending_since_query(()) is None

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.pending import PendingSettings, StartTracker
 from gpu_eta.forecaster.pending_state import (
-    CORRUPT_KEY,
     MAX_PREDICTIONS_CHARS,
     MAX_SAVED_PER_POD,
     MAX_SAVED_PODS,
@@ -147,7 +146,7 @@ def test_an_unusable_value_is_set_aside_in_one_line(
     with caplog.at_level(logging.ERROR):
         tracker = SavedStartTracker(store)
     assert tracker.calibrator.n_obs == 0
-    assert store.get_meta(CORRUPT_KEY) == text[:MAX_CALIBRATION_CHARS]
+    assert store.get_meta(START_CALIBRATION_KEY + ".corrupt") == text[:MAX_CALIBRATION_CHARS]
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "unusable" in errors[0].getMessage()
     assert not any(r.exc_info for r in caplog.records)
