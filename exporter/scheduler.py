@@ -9,8 +9,8 @@ renders. This is the boundary of the error flow (docs/exporter.md):
   success=0, its error counter grows, the failure is logged once per state change
   (and again when it recovers), and its last good data is kept — except the
   readings that are measurements, not state: while the ``gpu`` collector fails,
-  every device of its last good poll is published unread (``_unread``), and while
-  ``hostmemory`` fails no host memory is published (``_host_memory``);
+  every device of its last good poll is published unread (``_unread``), and a
+  collector whose tracker does not ``keep_last`` (``hostmemory``) publishes none;
 - ``NoData`` is expected absence: success, empty data, a debug line;
 - a collector still running from an earlier cycle (a hung NFS read, a stuck gRPC
   call) is not started twice: it is reported failing until it returns.
@@ -189,6 +189,9 @@ class _Tracker:
         self.has_data = False
         self.inflight: Future | None = None
         self.timed_out = False  # the last failure: a run past the timeout (or still on)
+        # whether a failed run serves the last good data (state that changes rarely) or
+        # none (a measurement, untrue exactly while its read hangs: ``_settle``)
+        self.keep_last = True
 
     def ok(self, data: Any, duration: float, now: float) -> None:
         if self.ever_ran and not self.success:
@@ -297,7 +300,9 @@ class Scheduler:
                 tracker.fail(_describe(err), time.monotonic() - started)
             else:
                 tracker.ok(data, time.monotonic() - started, self._clock())
-        return tracker.data if tracker.has_data else empty
+        if tracker.has_data and (tracker.success or tracker.keep_last):
+            return tracker.data
+        return empty
 
     def _run_stage(
         self, jobs: Mapping[str, tuple[Callable[[], Any], Any]], steps: Sequence[_Step] = ()
@@ -360,6 +365,16 @@ class Scheduler:
         if src.host_memory is not None:
             memory_source = src.host_memory
             stage2[n["host_memory"]] = (lambda: tuple(memory_source.poll(pods)), ())
+            # Working sets are measurements: none while the read fails or hangs, not
+            # the last good ones. A hung cgroup read (a stuck NFS or overlay read, a
+            # cgroupfs stall) is exactly when they stop being true (a job climbing to
+            # its limit looked flat), and no consumer joins a staleness series: the
+            # forecaster's memory feature (avg_over_time of working set over limit) and
+            # the Training job panel read these alone. Absent, the series go stale,
+            # avg_over_time uses only samples really read, the panel shows a gap, and
+            # collector_success{collector="hostmemory"} 0 says why. The limit goes
+            # too (the same read); pods keep their series (they come from kube).
+            self._tracker(n["host_memory"]).keep_last = False
         steps: list[_Step] = []
         store = src.progress_store
         if store is not None:
@@ -394,7 +409,7 @@ class Scheduler:
             containers = got2.get(n["processes"], {})
         host_memory: tuple[HostMemory, ...] = ()
         if src.host_memory is not None:
-            host_memory = _host_memory(got2[n["host_memory"]], self._trackers[n["host_memory"]])
+            host_memory = got2[n["host_memory"]]
         progress: tuple[Progress, ...] = got2.get(self._store_step.name, ())
 
         if gpu_ok:
@@ -600,27 +615,6 @@ def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
         driver_version=last.driver_version,
         process_list_failures=tuple(sorted({d.uuid for d in devices})),
     )
-
-
-def _host_memory(last: tuple[HostMemory, ...], tracker: _Tracker) -> tuple[HostMemory, ...]:
-    """The host memory of a cycle: the ``hostmemory`` poll's ``last`` (good) readings
-    while it succeeds, none while it fails or overruns the timeout.
-
-    Why absent rather than the last good values with a staleness signal: a working
-    set is a measurement, and a hung cgroup read (a stuck NFS or overlay read, a
-    cgroupfs stall) is exactly when it stops being true: a job climbing towards its
-    limit looked flat. A staleness series would help only a consumer that joins it,
-    and none does: the forecaster's memory feature (``avg_over_time`` of working set
-    over limit) and the Training job dashboard's panel read the series alone, and
-    would average or draw the frozen value as current. Absent is what Prometheus
-    users expect of an exporter that cannot read: the series go stale in
-    Prometheus, ``avg_over_time`` uses only the samples really read, the panel
-    shows a gap, and ``gpu_eta_exporter_collector_success{collector="hostmemory"}``
-    0 (GpuEtaExporterCollectorFailing) says why. The limit goes with the working
-    set: both come from the same read, and the ratio needs both. Pods keep their
-    series: they come from ``kube``, not from this read.
-    """
-    return last if tracker.success else ()
 
 
 def _counts(source: Counting | None) -> Mapping[str, int]:

@@ -23,7 +23,7 @@ hierarchy), tried in this order and cached per container id:
    of ``<procfs>`` per poll, only when some container is still unfound).
 
 While this collector fails or hangs, the scheduler publishes no host memory at all
-rather than the last values read (``gpu_eta.exporter.scheduler._host_memory`` says
+rather than the last values read (the scheduler, where it sets ``keep_last``, says
 why): a working set is a measurement, not state.
 """
 
