@@ -230,8 +230,7 @@ class NvmlGpuSource:
         return getattr(err, "value", None) in self._driver_gone_codes
 
     def _mismatch(self, err: BaseException | None) -> bool:
-        code = getattr(self._nvml, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", None)
-        return code is not None and getattr(err, "value", None) == code
+        return err is not None and self.reason(err) == MISMATCH_REASON
 
     def restart_reason(self) -> str | None:
         """Why only a restart of the process can read the GPUs again, or None: the
