@@ -147,7 +147,7 @@ def listens(pid: int, port: int | None) -> bool | None:
                     inodes.add(f"socket:[{fields[9]}]")
     if not inodes:
         return False
-    return any(_holds(p, inodes) for p in (pid, *_session(pid)))
+    return _holds(pid, inodes) or any(_holds(p, inodes) for p in _session(pid))
 
 
 def _holds(pid: int, sockets: set[str]) -> bool:
