@@ -99,17 +99,6 @@ def test_hf_evaluate_after_early_stopping_starts_no_run(root) -> None:
     assert rows[-1][3:] == (8, 24)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: evaluate() before the first fit prints no Epoch k/N header, as a one-epoch fit does not: read as a run of its few steps, so that a one-epoch fit is not lost (docs/progress.md, Not handled)",
-)
-def test_keras_evaluate_before_fit_starts_no_run(root) -> None:
-    """Real Keras 3: evaluate the untrained model, fit 2 epochs, then fine-tune with
-    ``initial_epoch=history.epoch[-1]`` and another batch size."""
-    rows = _followed(root, "keras_finetune.stdout", "stdout")
-    assert all(r[2] is not None for r in rows)
-
-
 def test_nested_epoch_and_iteration_bars_show_the_epochs(root) -> None:
     """Real tqdm, the classic BERT fine-tuning loop: ``trange(3, desc="Epoch")`` and,
     inside, ``tqdm(loader, desc="Iteration")`` (position 1, leave=True)."""
