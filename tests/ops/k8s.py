@@ -11,6 +11,7 @@ labels, and whether NetworkPolicies let a connection out of its source pod
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import subprocess
 from collections.abc import Mapping
@@ -69,6 +70,20 @@ def overlay(tmp: Path, kustomization: dict[str, Any], name: str = "overlay") -> 
     body.update(kustomization)
     (directory / "kustomization.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
     return directory
+
+
+def helm_merge(base: dict, override: dict | None) -> dict:
+    """OVERRIDE over BASE as Helm merges a values file: maps key by key, a null
+    removes the key, anything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = helm_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def helm_template(

@@ -153,7 +153,7 @@ def test_a_difference_would_be_seen(tmp_path: Path) -> None:
 
 def _scrape_intervals(values: dict) -> dict[str, str]:
     """The rendered ServiceMonitors' intervals by name, ``values`` with them enabled."""
-    objects = k8s.helm_template(_merge({"serviceMonitor": {"enabled": True}}, values))
+    objects = k8s.helm_template(k8s.helm_merge({"serviceMonitor": {"enabled": True}}, values))
     return {
         name: find(objects, "ServiceMonitor", name)["spec"]["endpoints"][0]["interval"]
         for name in ("gpu-eta-exporter", "gpu-eta-forecaster")
@@ -171,7 +171,7 @@ def test_scrape_intervals_follow_the_collection_and_cycle_intervals() -> None:
         "gpu-eta-forecaster": "120s",
     }
     assert _scrape_intervals({"exporter": {"collectionInterval": 20}})["gpu-eta-exporter"] == "20s"
-    overridden = _merge(
+    overridden = k8s.helm_merge(
         {"serviceMonitor": {"exporterInterval": "1m", "forecasterInterval": "5m"}}, follows
     )
     assert _scrape_intervals(overridden) == {"gpu-eta-exporter": "1m", "gpu-eta-forecaster": "5m"}
@@ -192,7 +192,7 @@ def test_servicemonitors_make_a_scrape_config_prometheus_takes_at_a_short_interv
     config``; a timeout set above the interval is refused (the check is not vacuous)."""
 
     def check(values: dict) -> CompletedProcess[str]:
-        objects = k8s.helm_template(_merge({"serviceMonitor": {"enabled": True}}, values))
+        objects = k8s.helm_template(k8s.helm_merge({"serviceMonitor": {"enabled": True}}, values))
         jobs = []
         for name in ("gpu-eta-exporter", "gpu-eta-forecaster"):
             endpoint = find(objects, "ServiceMonitor", name)["spec"]["endpoints"][0]
@@ -207,7 +207,7 @@ def test_servicemonitors_make_a_scrape_config_prometheus_takes_at_a_short_interv
     short = {"exporter": {"collectionInterval": "5s"}}
     taken = check(short)
     assert taken.returncode == 0, taken.stdout + taken.stderr
-    refused = check(_merge({"serviceMonitor": {"scrapeTimeout": "10s"}}, short))
+    refused = check(k8s.helm_merge({"serviceMonitor": {"scrapeTimeout": "10s"}}, short))
     assert refused.returncode != 0
     assert "scrape timeout greater than scrape interval" in refused.stdout + refused.stderr
 
@@ -360,15 +360,6 @@ def test_release_namespace_is_followed() -> None:
     assert not [o for o in objects if o["kind"] == "Namespace"]
 
 
-def _merge(into: dict, extra: dict) -> dict:
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-    return into
-
-
 def test_documented_helm_install_renders_the_site() -> None:
     """The `helm install` of docs/deploy.md, its --set values parsed by Helm's own
     parser: the images are the user's, the prometheus-operator objects are there."""
@@ -382,7 +373,7 @@ def test_documented_helm_install_renders_the_site() -> None:
     assert sets
     values: dict = {}
     for expression in sets:
-        _merge(values, helm_python.parse_set_string(expression))
+        values = k8s.helm_merge(values, helm_python.parse_set_string(expression))
     objects = k8s.helm_template(values)
     assert not k8s.validate_all(objects)
     images = {c["image"] for o in objects for c in (pod_spec(o) or {}).get("containers", [])}
@@ -413,8 +404,8 @@ def test_openshift_renders_what_openshift_admits_and_nothing_else(mode: str) -> 
     exactly the default (the objects of every other site stay as they were)."""
     values = {"forecaster": {"mode": mode}, "serviceMonitor": {"enabled": True}}
     default = k8s.helm_template(values)
-    assert k8s.helm_template(_merge({"openshift": {"enabled": False}}, values)) == default
-    objects = k8s.helm_template(_merge({"openshift": {"enabled": True}}, values))
+    assert k8s.helm_template(k8s.helm_merge({"openshift": {"enabled": False}}, values)) == default
+    objects = k8s.helm_template(k8s.helm_merge({"openshift": {"enabled": True}}, values))
     openshift.check(objects)
     assert openshift.undo(objects, default) == default
     container_args.check(objects)

@@ -102,7 +102,7 @@ def test_z2jh_values_let_a_notebook_reach_the_exporter_and_nothing_else(form: st
     assert not egress_allowed(after, NOTEBOOK, lookalike, 9843)
     assert not egress_allowed(after, NOTEBOOK, NODE, 9843)  # the ipBlock is opt-in (below)
     assert not egress_allowed(after, NOTEBOOK, Endpoint(ip="172.20.0.5"), 5432)
-    assert not z2jh.merged(z2jh.DEFAULTS, _values())["singleuser"]["networkPolicy"][
+    assert not k8s.helm_merge(z2jh.DEFAULTS, _values())["singleuser"]["networkPolicy"][
         "egressAllowRules"
     ]["privateIPs"]
     # what z2jh allows by default still holds
@@ -150,7 +150,7 @@ def test_hub_may_query_prometheus_for_the_spawn_page() -> None:
     tight = {"hub": {"networkPolicy": {"egressAllowRules": {"privateIPs": False}}}}
     assert not egress_allowed([z2jh.hub_policy(tight)], hub, prometheus, 9090)
     rule = _doc_yaml("hub:", "9090", doc=PENDING_DOC)
-    fixed = [z2jh.hub_policy(z2jh.merged(tight, rule))]
+    fixed = [z2jh.hub_policy(k8s.helm_merge(tight, rule))]
     assert egress_allowed(fixed, hub, prometheus, 9090)
     assert not egress_allowed(fixed, hub, prometheus, 9091)
     assert not egress_allowed(fixed, hub, Endpoint(ip="10.1.2.3"), 9090)

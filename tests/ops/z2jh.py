@@ -18,7 +18,7 @@ deploy/jupyterhub/ (its Chart.yaml names that z2jh build):
 The rules for private ranges match upstream's own files in
 jupyterhub/zero-to-jupyterhub-k8s (templates/_helpers-netpol.tpl at 7723d86, the
 first version after PR #2508 made ``singleuser...privateIPs`` default to false).
-Helm merges values as ``merged`` does: maps key by key, anything else (a list such
+Helm merges values as ``k8s.helm_merge`` does: maps key by key, anything else (a list such
 as ``egress``) replaced whole.
 """
 
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import copy
 from typing import Any
+
+from tests.ops.k8s import helm_merge
 
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 APP = "jupyterhub"  # jupyterhub.name: nameOverride, else the chart's name
@@ -69,20 +71,6 @@ DEFAULTS: dict[str, Any] = {
         "extraLabels": {"hub.jupyter.org/network-access-hub": "true"},
     },
 }
-
-
-def merged(base: dict, override: dict | None) -> dict:
-    """OVERRIDE over BASE as Helm merges a values file: maps key by key, a null
-    removes the key, anything else replaces."""
-    out = copy.deepcopy(base)
-    for key, value in (override or {}).items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merged(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def match_labels(component: str, release: str) -> dict[str, str]:
@@ -168,7 +156,7 @@ _TEMPLATES = {
 
 def _render(name: str, values: dict | None, release: str, namespace: str) -> dict | None:
     """templates/<name>/netpol.yaml with VALUES (None when disabled)."""
-    full = merged(DEFAULTS, values)
+    full = helm_merge(DEFAULTS, values)
     netpol = full[name]["networkPolicy"]
     if not netpol["enabled"]:
         return None
@@ -204,5 +192,5 @@ def _pods(component: str, release: str) -> dict:
 def notebook_labels(values: dict | None = None, *, release: str = "jupyterhub") -> dict:
     """The labels the policy above selects a user's pod by, plus singleuser.extraLabels
     (KubeSpawner's component label is ``singleuser-server``)."""
-    full = merged(DEFAULTS, values)
+    full = helm_merge(DEFAULTS, values)
     return {**match_labels("singleuser-server", release), **full["singleuser"]["extraLabels"]}
