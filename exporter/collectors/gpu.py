@@ -163,6 +163,11 @@ class NvmlGpuSource:
             nvml.NVMLError_FunctionNotFound,
             *(getattr(nvml, n) for n in ("NVMLLibraryMismatchError",) if hasattr(nvml, n)),
         )
+        # the NVML calls the driver's library was found to lack: not tried again (pynvml
+        # loads the library once, so what it lacks it lacks for the process' life; a
+        # failed symbol lookup is not cached by pynvml and costs a lock, an exception and
+        # a log line per device per poll)
+        self._absent: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -387,9 +392,11 @@ class NvmlGpuSource:
         """
         nv = self._nvml
         version = getattr(nv, "nvmlMemory_v2", None)
-        if version is not None:
+        if version is not None and "nvmlDeviceGetMemoryInfo_v2" not in self._absent:
             try:
                 return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except self._symbol_missing:
+                self._absent.add("nvmlDeviceGetMemoryInfo_v2")
             except nv.NVMLError as err:
                 if getattr(err, "value", None) not in self._memory_v1_codes:
                     raise
@@ -537,10 +544,14 @@ class NvmlGpuSource:
         """An MPS or graphics process list: empty where the driver (or nvidia-ml-py)
         has not got it or answers NOT_SUPPORTED — it has no such process to list."""
         nv = self._nvml
-        if not hasattr(nv, name):
+        if not hasattr(nv, name) or name + "_v2" in self._absent:
             return ()
         try:
             return self._process_list(handle, name)
+        except self._symbol_missing as err:  # no _v2 either: none to list, ever
+            self._absent.add(name + "_v2")
+            log.debug("%s: %s", name, err)
+            return ()
         except nv.NVMLError as err:
             if getattr(err, "value", None) not in self._list_absent_codes:
                 raise
@@ -558,10 +569,12 @@ class NvmlGpuSource:
         ``_v2`` either (430, 440) fails it with FUNCTION_NOT_FOUND, an NVMLError.
         """
         nv = self._nvml
-        try:
-            return getattr(nv, name)(handle)
-        except self._symbol_missing as err:
-            log.debug("no %s_v3 (%s): reading _v2", name, err)
+        if name not in self._absent:
+            try:
+                return getattr(nv, name)(handle)
+            except self._symbol_missing as err:
+                self._absent.add(name)
+                log.debug("no %s_v3 (%s): reading _v2 from now on", name, err)
         return getattr(nv, name + "_v2")(handle)
 
     def _process_util(self, handle: Any, uuid: str) -> dict[int, float | None] | None:

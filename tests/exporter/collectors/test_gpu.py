@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import types
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pynvml as real
@@ -876,3 +877,46 @@ def test_a_process_in_two_lists_is_one_process() -> None:
     dev = _gpu(0, procs=[(7, 2 * GIB, 0)], graphics_procs=[(7, 2 * GIB, 0), (9, GIB, 0)])
     poll = NvmlGpuSource(fake_nvml([dev])).poll()
     assert [(p.pid, p.memory_used_bytes) for p in poll.processes] == [(7, 2 * GIB), (9, GIB)]
+
+
+def test_a_call_the_driver_lacks_is_not_tried_again() -> None:
+    """pynvml loads the driver's library once: a call it lacks (``_v3`` process
+    lists, ``nvmlDeviceGetMemoryInfo_v2``) is missing for the process' life, and is
+    tried once, not on every device of every poll."""
+    nv = fake_nvml(
+        [_gpu(0, procs=[(7, GIB, 0)]), _gpu(1)],
+        missing=(
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+            "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+            "nvmlDeviceGetMemoryInfo_v2",
+        ),
+    )
+    tried: Counter[str] = Counter()
+
+    def counting(name: str) -> None:
+        call = getattr(nv, name)
+
+        def counted(*args: object, **kwargs: object) -> object:
+            tried[name + ("_v2" if "version" in kwargs else "")] += 1
+            return call(*args, **kwargs)
+
+        setattr(nv, name, counted)
+
+    for name in (
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetMPSComputeRunningProcesses",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+        "nvmlDeviceGetMemoryInfo",
+    ):
+        counting(name)
+    source = NvmlGpuSource(nv)
+    for _ in range(3):
+        poll = source.poll()
+        assert [p.pid for p in poll.processes] == [7] and poll.process_list_failures == ()
+        assert all(d.memory_used_bytes is not None for d in poll.devices)
+    assert tried["nvmlDeviceGetComputeRunningProcesses"] == 1  # the unversioned (_v3)
+    assert tried["nvmlDeviceGetMPSComputeRunningProcesses"] == 1
+    assert tried["nvmlDeviceGetMPSComputeRunningProcesses_v2"] == 1
+    assert tried["nvmlDeviceGetMemoryInfo_v2"] == 1
+    assert tried["nvmlDeviceGetMemoryInfo"] == 6  # v1: every device, every poll
