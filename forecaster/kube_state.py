@@ -189,6 +189,7 @@ from gpu_eta.forecaster.queue_replay import (
     policy_taints,
 )
 from gpu_eta.forecaster.series import Sample
+from gpu_eta.forecaster.set_match import matcher
 
 T = TypeVar("T")
 
@@ -471,8 +472,6 @@ def pending_since_query(uids: Collection[str]) -> str | None:
     pending pod."""
     if not uids:
         return None
-    from gpu_eta.forecaster.queries import matcher  # queries imports this module
-
     match = matcher("uid", uids)  # {uid=~"a|b"}, escaped; None for an unprintable uid
     if match is not None:
         named = PENDING_SINCE.replace("{uids}", "," + match[1:-1])

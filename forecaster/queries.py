@@ -36,6 +36,7 @@ from types import MappingProxyType
 
 from gpu_eta.forecaster import kube_state
 from gpu_eta.forecaster.series import Sample
+from gpu_eta.forecaster.set_match import matcher
 
 # The labels of a run's series the forecaster reads; the others (instance, job,
 # cluster, ...) are dropped by the TSDB before encoding.
@@ -279,26 +280,6 @@ def for_pods_split(
 
 
 # PromQL's regular-expression metacharacters (RE2's), escaped in set matches.
-_RE_META = frozenset("\\.+*?()|[]{}^$")
-
-
-def matcher(label: str, values: Iterable[str]) -> str | None:
-    """``{label=~"a|b|c"}``: a set match TSDBs answer from their index (Prometheus looks up
-    each literal's postings, VictoriaMetrics each value) instead of scanning a metric's
-    series. None when a value is not printable ASCII (no set match is built for it).
-    """
-    parts = []
-    for value in sorted(set(values)):
-        if not value or not value.isascii() or not value.isprintable():
-            return None
-        parts.append("".join("\\" + c if c in _RE_META else c for c in value))
-    if not parts:
-        return None
-    # a PromQL string: backslashes and quotes escaped once more
-    regex = "|".join(parts).replace("\\", "\\\\").replace('"', '\\"')
-    return f'{{{label}=~"{regex}"}}'
-
-
 def range_step(window_seconds: float, min_step_seconds: float, max_points: int) -> float:
     """Step for the range queries: the scrape-like ``min_step`` unless that gives too many points.
 
