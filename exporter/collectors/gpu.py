@@ -90,10 +90,24 @@ _DRIVER_GONE = (
     "NVML_ERROR_LIBRARY_NOT_FOUND",
     "NVML_ERROR_UNINITIALIZED",
 )
+# nvmlDeviceGetMemoryInfo_v2 answers that mean "read v1 instead"
+_MEMORY_V1 = (
+    "NVML_ERROR_FUNCTION_NOT_FOUND",
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+)
+# an MPS or graphics process list answering these: the driver has none to list
+_LIST_ABSENT = ("NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_SUPPORTED")
 
 
 class NvmlUnavailable(ExporterError):
     """NVML cannot be loaded or initialised on this node (no driver, no library)."""
+
+
+def _codes_of(nvml: Any, names: Sequence[str]) -> set[int]:
+    """The codes of the named NVML errors this pynvml defines (an older release lacks
+    some: a name it lacks is no code, not an AttributeError)."""
+    return {getattr(nvml, name) for name in names if hasattr(nvml, name)}
 
 
 def _text(value: Any) -> str:
@@ -130,31 +144,15 @@ class NvmlGpuSource:
         # (index, UUID) of every device read since the driver last came up: reported
         # as unread while the driver is away
         self._known: dict[int, str] = {}
-        self._driver_gone_codes = {
-            getattr(nvml, name) for name in _DRIVER_GONE if hasattr(nvml, name)
-        }
+        self._driver_gone_codes = _codes_of(nvml, _DRIVER_GONE)
         self._lock = threading.Lock()
         # per device UUID: newest process-utilisation sample timestamp (µs) seen
         self._last_seen: dict[str, int] = {}
         self._codes = {
             getattr(nvml, name): reason for name, reason in _REASONS.items() if hasattr(nvml, name)
         }
-        # nvmlDeviceGetMemoryInfo_v2 answers that mean "read v1 instead"
-        self._memory_v1_codes = {
-            getattr(nvml, name)
-            for name in (
-                "NVML_ERROR_FUNCTION_NOT_FOUND",
-                "NVML_ERROR_NOT_SUPPORTED",
-                "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
-            )
-            if hasattr(nvml, name)
-        }
-        # an MPS or graphics process list answering these: the driver has none to list
-        self._list_absent_codes = {
-            getattr(nvml, name)
-            for name in ("NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_SUPPORTED")
-            if hasattr(nvml, name)
-        }
+        self._memory_v1_codes = _codes_of(nvml, _MEMORY_V1)
+        self._list_absent_codes = _codes_of(nvml, _LIST_ABSENT)
         # A symbol the driver's libnvidia-ml lacks: FUNCTION_NOT_FOUND from a versioned
         # call, NVMLLibraryMismatchError (a plain Exception, no NVMLError) from pynvml's
         # unversioned wrappers (``throwOnVersionMismatch``); older nvidia-ml-py releases
