@@ -38,6 +38,7 @@ from pathlib import Path
 import requests
 
 from gpu_eta.forecaster import kube_state, queries
+from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.prometheus import start_prometheus
 
@@ -112,13 +113,11 @@ def openmetrics(pods: list[Pod], minutes: int, created: bool, now: float) -> str
 def first_round(url: str, at: float) -> tuple[str, dict[str, list[Sample]]]:
     """The folded queue query, and its answer by part (as the cycle unfolds it)."""
     folded = queries.fold({n: kube_state.render(t, 3600) for n, t in kube_state.QUERIES.items()})
-    answer = requests.post(
-        f"{url}/api/v1/query", data={"query": folded, "time": f"{at:.3f}"}, timeout=300
-    )
-    samples = [
-        Sample(r["metric"], float(r["value"][1]), float(r["value"][0]))
-        for r in answer.json()["data"]["result"]
-    ]
+    client = PromClient(url, timeout_seconds=300, max_response_bytes=1 << 30)
+    try:
+        samples = client.instant(folded, at)
+    finally:
+        client.close()
     return folded, queries.unfold(samples, kube_state.QUERIES)
 
 
