@@ -1000,8 +1000,13 @@ def parse(
     labels: dict[str, Mapping[str, str]] = {}
     alloc: dict[str, dict[str, int]] = {}
     down: dict[str, dict[str, int]] = {}  # nodes with their device plugin away
+    # every GPU node's allocatable series, 0 included: the other node parts are read
+    # for those nodes only
+    nodes_read: set[str] = set()
     for s in get("ksm_nodes"):
         node, res = s.labels.get("node", ""), s.labels.get("resource", "")
+        if node:
+            nodes_read.add(node)
         units = _units(s.value)
         if not node or not is_gpu_resource(res, extra):
             rejected["bad_node_series"] += 1
@@ -1079,10 +1084,13 @@ def parse(
     created: dict[str, float] = {}
     started: dict[str, float] = {}
     deleted: dict[str, float] = {}
+    finished: set[tuple[str, str]] = set()
     for s in get("ksm_pod_times"):
-        target = {"created": created, "started": started, "deleted": deleted}.get(
-            s.labels.get("time", "")
-        )
+        time_of = s.labels.get("time", "")
+        if time_of == "finished":
+            finished.add((s.labels.get("namespace", ""), s.labels.get("pod", "")))
+            continue
+        target = {"created": created, "started": started, "deleted": deleted}.get(time_of)
         if target is not None:
             target[s.labels.get("uid", "")] = s.value
     since = {s.labels.get("uid", ""): s.value for s in get(PENDING_SINCE_PART)}
@@ -1161,16 +1169,6 @@ def parse(
         tuple(sorted(missing_in)),
         tuple(sorted(read_in)),
         first_seen,
-        # every GPU node's allocatable series, 0 included: the other node parts are
-        # read for those nodes only
-        nodes_read=tuple(sorted({s.labels.get("node", "") for s in get("ksm_nodes")} - {""})),
-        finished=tuple(
-            sorted(
-                {
-                    (s.labels.get("namespace", ""), s.labels.get("pod", ""))
-                    for s in get("ksm_pod_times")
-                    if s.labels.get("time") == "finished"
-                }
-            )
-        ),
+        nodes_read=tuple(sorted(nodes_read)),
+        finished=tuple(sorted(finished)),
     )
