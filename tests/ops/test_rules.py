@@ -8,9 +8,11 @@ file asks about: an alert nobody tests would pass silently.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 from gpu_eta.launch.prometheus import promtool
@@ -77,3 +79,55 @@ def test_thresholds_are_documented() -> None:
     doc = ALERTS_DOC.read_text()
     missing = [name for name in names if f"`{name}`" not in doc]
     assert not missing, f"thresholds not in docs/alerts.md: {missing}"
+
+
+def _pending_gpu_pods(pods: int, end: int, step: int = 30) -> str:
+    """OpenMetrics: ``pods`` pods Pending with a GPU request for the 2 h up to ``end``, as
+    kube-state-metrics exports them where it exports ``kube_pod_created``."""
+    families: dict[str, list[str]] = {}
+    for i in range(pods):
+        ids = f'namespace="ml",pod="p{i}",uid="u{i}"'
+        series = {
+            "kube_pod_created": (ids, end - 7200),
+            "kube_pod_status_phase": (f'{ids},phase="Pending"', 1),
+            "kube_pod_container_resource_requests": (
+                f'{ids},container="c",resource="nvidia_com_gpu",unit="integer"',
+                1,
+            ),
+        }
+        for name, (labels, value) in series.items():
+            families.setdefault(name, []).extend(
+                f"{name}{{{labels}}} {value} {t}" for t in range(end - 7200, end + 1, step)
+            )
+    lines = [line for name in sorted(families) for line in families[name]]
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+def _samples_read(url: str, expr: str, at: int) -> int:
+    """Samples Prometheus loaded to answer ``expr`` at ``at`` (its query stats): a count,
+    unlike a duration, that a shared machine's load cannot move."""
+    answer = requests.post(
+        f"{url}/api/v1/query", data={"query": expr, "time": str(at), "stats": "all"}, timeout=60
+    ).json()
+    assert answer["status"] == "success", answer
+    return answer["data"]["stats"]["samples"]["totalQueryableSamples"]
+
+
+@pytest.mark.integration
+def test_pending_alert_reads_no_history_where_pods_have_kube_pod_created(
+    tmp_path: Path, prometheus_factory
+) -> None:
+    """GpuEtaPodPendingNoStart's fallback for clusters without kube_pod_created (a pod's
+    first time seen Pending) must cost nothing like 2 h of every pod's phase where the
+    series exists: PromQL evaluates both sides of its `or`. Counted over the alert and
+    the recording rules it reads, each evaluated once: instant reads are a few samples a
+    pod, 2 h of 30 s samples are 240."""
+    pods, end = 40, int(time.time()) // 60 * 60 - 60
+    data = tmp_path / "ksm.om"
+    data.write_text(_pending_gpu_pods(pods, end))
+    prom = prometheus_factory([], backfill_files=[data])
+    rules = {r.get("alert") or r["record"]: r["expr"] for r in _rules()}
+    alert = rules["GpuEtaPodPendingNoStart"]
+    read = [alert] + [rules[name] for name in re.findall(r"gpu_eta:\w+:\w+", alert)]
+    samples = sum(_samples_read(prom.url, expr, end) for expr in read)
+    assert samples <= 10 * pods, f"{samples} samples read for {pods} pods"
