@@ -7,7 +7,7 @@ when the committed JSON differs from what the code builds (tests/ops runs it).
 
 Why generated: four dashboards share one datasource variable, the same node /
 namespace / pod variables and the same DCGM join; writing them once in code keeps
-the "datasource everywhere" and "tolerate exported_pod" rules in one place.
+the "datasource everywhere" and "join DCGM on UUID" rules in one place.
 
 Conventions every panel follows (tests/ops/test_dashboards.py checks them):
 panel and every target use ``${datasource}``; ids are unique per dashboard; DCGM
@@ -52,17 +52,6 @@ NS = 'namespace=~"$namespace"'
 JOB = 'namespace="$namespace", pod="$pod"'
 
 
-def dcgm(metric: str) -> str:
-    """A DCGM series with ``namespace``/``pod`` whichever way it was scraped.
-
-    Without ``honorLabels: true`` Prometheus renames DCGM's ``pod`` and
-    ``namespace`` to ``exported_pod``/``exported_namespace``; copying them back
-    (when present) lets the same join work on both kinds of cluster.
-    """
-    inner = f'label_replace({metric}, "pod", "$1", "exported_pod", "(.+)")'
-    return f'label_replace({inner}, "namespace", "$1", "exported_namespace", "(.+)")'
-
-
 def dcgm_per_gpu(metric: str, scale: str) -> str:
     """DCGM device series with our ``node`` label, joined on UUID and gpu index."""
     return (
@@ -72,10 +61,17 @@ def dcgm_per_gpu(metric: str, scale: str) -> str:
 
 
 def dcgm_for_pod(metric: str, scale: str) -> str:
-    """DCGM device series for the devices allocated to $pod (joined on namespace/pod/UUID/gpu)."""
+    """DCGM device series for the devices allocated to $pod, matched on UUID and GPU_I_ID.
+
+    Not on DCGM's ``namespace``/``pod``: dcgm-exporter adds them only in Kubernetes mode
+    (off unless ``-k``), only when its pod mapping works, and as ``exported_pod`` when
+    scraped without honorLabels. Our allocation names the devices; ``UUID`` (and
+    ``GPU_I_ID`` under MIG, absent on whole GPUs on both sides) is on every DCGM series.
+    The max folds a device DCGM reports once per pod sharing it, or scraped twice.
+    """
     return (
-        f"max by (namespace, pod, gpu, UUID) ({dcgm(metric)}) {scale} "
-        f"and on (namespace, pod, gpu, UUID) gpu_eta_pod_gpu_allocated{{{JOB}}}"
+        f"max by (gpu, UUID, GPU_I_ID) ({metric}) {scale} "
+        f"and on (UUID, GPU_I_ID) gpu_eta_pod_gpu_allocated{{{JOB}}}"
     )
 
 

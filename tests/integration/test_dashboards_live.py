@@ -5,8 +5,9 @@ Two stacks:
 * ``contract_prometheus``: a real Prometheus backfilled (promtool, OpenMetrics) with
   two hours of series shaped exactly as docs/metrics.md says, for a small cluster
   with a busy GPU, an allocated-but-idle GPU, a free GPU, an epoch-based and a
-  step-based run, forecasts, and NVIDIA DCGM series in both label styles
-  (``exported_pod``, as scraped without honorLabels, and ``pod``). Here *every*
+  step-based run, forecasts, and NVIDIA DCGM series in three label styles
+  (``exported_pod``, as scraped without honorLabels, ``pod``, and no pod labels at
+  all, dcgm-exporter's default). Here *every*
   target must return data, DCGM ones included: this is what proves the DCGM join.
 * ``demo_stack`` (tests/integration/conftest.py, the one-command demo: real
   exporter, forecaster and Prometheus on a simulated cluster). Every target must
@@ -216,8 +217,9 @@ def contract_openmetrics(end: int) -> str:
     """Two hours of gpu-eta, DCGM and scrape series, ending at ``end`` (unix seconds).
 
     n1/0: ml/train-a, busy, epoch-based run with a deadline. n1/1: ml/idle-nb, allocated
-    and idle. n2/0: cv/train-b, busy, step-based run. n2/1: free. DCGM reports n1's pods
-    as ``exported_pod`` (scraped without honorLabels) and n2's as ``pod``.
+    and idle. n2/0: cv/train-b, busy, step-based run. n2/1: free. DCGM reports train-a
+    as ``exported_pod`` (scraped without honorLabels), train-b as ``pod``, and idle-nb
+    not at all (dcgm-exporter without Kubernetes mode, its default).
     """
     start = end - HOURS * 3600
     series: dict[str, list[tuple[int, float]]] = {}
@@ -226,6 +228,9 @@ def contract_openmetrics(end: int) -> str:
         body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         series.setdefault(f"{name}{{{body}}}", []).append((t, value))
 
+    # how DCGM labels each held GPU's series with its pod: scraped without honorLabels,
+    # with them, or not at all (dcgm-exporter's default, without Kubernetes mode)
+    pod_labels_of_dcgm = {("n1", "0"): "exported", ("n1", "1"): "", ("n2", "0"): "plain"}
     holders = {
         ("n1", "0"): ("ml", "train-a", 0.75, "10.1.0.5"),
         ("n1", "1"): ("ml", "idle-nb", 0.0, "10.1.0.6"),
@@ -294,11 +299,11 @@ def contract_openmetrics(end: int) -> str:
                     "Hostname": node,
                     "modelName": "NVIDIA A100-SXM4-40GB",
                 }
-                if holder:
+                if holder and pod_labels_of_dcgm[(node, str(index))]:
                     ns, pod = holder[0], holder[1]
                     pod_keys = (
                         ("exported_namespace", "exported_pod", "exported_container")
-                        if node == "n1"
+                        if pod_labels_of_dcgm[(node, str(index))] == "exported"
                         else ("namespace", "pod", "container")
                     )
                     dcgm.update(zip(pod_keys, (ns, pod, "main"), strict=True))
@@ -545,13 +550,16 @@ def test_every_panel_returns_data_on_the_demo(demo_stack) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("namespace", "pod"),
-    [("ml", "train-a"), ("cv", "train-b")],
-    ids=["dcgm-exported_pod", "dcgm-pod"],
+    [("ml", "train-a"), ("cv", "train-b"), ("ml", "idle-nb")],
+    ids=["dcgm-exported_pod", "dcgm-pod", "dcgm-no-pod-labels"],
 )
-def test_dcgm_join_tolerates_both_label_styles(
+def test_dcgm_join_needs_no_pod_labels_of_dcgm(
     contract_prometheus: PromAt, namespace: str, pod: str
 ) -> None:
-    """train-a's DCGM series carry exported_pod (no honorLabels), train-b's carry pod."""
+    """train-a's DCGM series carry exported_pod (no honorLabels), train-b's carry pod,
+    idle-nb's none: dcgm-exporter adds them only in Kubernetes mode (off unless -k or
+    DCGM_EXPORTER_KUBERNETES=true) and only when its pod mapping works. The pod's
+    devices come from gpu_eta_pod_gpu_allocated, matched to DCGM's by UUID."""
     board = json.loads((ROOT / "grafana" / "training-job.json").read_text())
     values = {"namespace": namespace, "pod": pod}
     dcgm = [t for _, t in _targets(board) if "DCGM_" in t["expr"]]

@@ -144,16 +144,17 @@ def test_dcgm_beside_ours_never_alone(path: Path) -> None:
         if any("DCGM_" in e for e in exprs):
             assert any("DCGM_" not in e for e in exprs), panel["title"]
             for expr in exprs:
-                if "DCGM_" in expr and "exported_pod" not in expr:
-                    # device-level joins go through our gpu_info on UUID and gpu
-                    assert "on (UUID, gpu)" in expr, expr
+                if "DCGM_" in expr:
+                    # joined by the device's UUID, never by DCGM's pod labels: those
+                    # exist only in dcgm-exporter's Kubernetes mode (off by default)
+                    assert re.search(r"on \(UUID, (gpu|GPU_I_ID)\)", expr), expr
+                    assert not re.search(r"\bon \([^)]*\b(pod|namespace)\b", expr), expr
 
 
 def test_dcgm_series_shown_somewhere() -> None:
     exprs = [t["expr"] for p in FILES for _, t in _targets(_load(p))]
     for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"):
         assert any(metric in e for e in exprs)
-    assert any("exported_pod" in e for e in exprs)
 
 
 def test_every_expression_parses(tmp_path: Path) -> None:
