@@ -295,13 +295,18 @@ def _table_targets(name: str, title: str) -> dict[str, str]:
 
 
 def _promtool_eval(
-    tmp_path: Path, series: list[tuple[str, str]], cases: list[tuple[str, list[dict]]]
+    tmp_path: Path,
+    series: list[tuple[str, str]],
+    cases: list[tuple[str, list[dict]]],
+    rules: Path | None = None,
 ) -> None:
-    """promtool evaluates each (expr, expected samples) at 10m on constant series."""
-    rules = tmp_path / "empty.rules.yaml"
-    rules.write_text("groups: []\n")
+    """promtool evaluates each (expr, expected samples) at 10m on constant series, with
+    ``rules`` (a rules file) evaluated on them too when given."""
+    if rules is None:
+        rules = tmp_path / "empty.rules.yaml"
+        rules.write_text("groups: []\n")
     test = {
-        "rule_files": [rules.name],
+        "rule_files": [str(rules)],
         "evaluation_interval": "1m",
         "tests": [
             {
@@ -387,6 +392,26 @@ def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
                 ],
             )
         ],
+    )
+
+
+def test_queue_waited_without_kube_pod_created(tmp_path: Path) -> None:
+    """Where KSM exports no kube_pod_created (OpenShift) the "waited" column (D) counts
+    from when Prometheus first saw the pod Pending, as GpuEtaPodPendingNoStart does
+    (its recording rule, loaded here from rules/): the pod seen Pending since 0 has
+    waited 600 s at 10m; a CPU-only pending pod still gets no row."""
+    waited = _table_targets("cluster-overview.json", "Queue: predicted starts")["D"]
+    series = []
+    for i, (name, resource) in enumerate((("gpu", "nvidia_com_gpu"), ("cpu", "cpu"))):
+        pod = f'namespace="ml",pod="{name}",uid="u{i}"'
+        series.append((f'kube_pod_status_phase{{{pod},phase="Pending"}}', "1"))
+        req = f'{pod},container="c",resource="{resource}",unit="integer"'
+        series.append((f"kube_pod_container_resource_requests{{{req}}}", "1"))
+    _promtool_eval(
+        tmp_path,
+        series,
+        [(waited, [{"labels": '{namespace="ml",pod="gpu"}', "value": 600}])],
+        rules=ROOT / "rules" / "gpu-eta.rules.yaml",
     )
 
 
