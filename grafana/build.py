@@ -78,18 +78,18 @@ def dcgm_for_pod(metric: str, scale: str) -> str:
 # One device is a whole GPU or one MIG instance: GPU_I_ID is part of the key (empty
 # on whole GPUs, so the same join works on both). In use + idle + free = seen: an
 # allocated device without a utilisation reading (NVML may not sample a MIG
-# instance) counts as in use, never as idle.
+# instance) counts as in use, never as idle. Each count takes a device once (the max
+# by its key), however many scrapes bring its series (two jobs on one exporter).
 DEVICE = "node, gpu, UUID, GPU_I_ID"
 ALLOCATED_GPUS = f"max by ({DEVICE}) (gpu_eta_pod_gpu_allocated{{{NODE}}})"
+SEEN_GPUS = f"max by ({DEVICE}) (gpu_eta_gpu_info{{{NODE}}})"
 GPUS_IN_USE = (
     f"count({ALLOCATED_GPUS} unless on ({DEVICE}) (gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
 )
 GPUS_IDLE = (
     f"count({ALLOCATED_GPUS} and on ({DEVICE}) (gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
 )
-GPUS_FREE = (
-    f"count(gpu_eta_gpu_info{{{NODE}}} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}})"
-)
+GPUS_FREE = f"count({SEEN_GPUS} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}})"
 # A container request for GPUs of any kind (kube-state-metrics' resource names: whole,
 # time-sliced and MIG), the selector of rules/gpu-eta.rules.yaml's GpuEtaPodPendingNoStart.
 # The regex is common/gpu_resources.py's KSM_GPU_RESOURCES, written out: the chart adds
@@ -446,7 +446,7 @@ def cluster_overview() -> dict:
             "GPUs seen",
             "All devices (whole GPUs or MIG instances) reported by the exporters.",
             "none",
-            f"count(gpu_eta_gpu_info{{{NODE}}})",
+            f"count({SEEN_GPUS})",
             no_value="0",
         ),
         ts(
@@ -461,7 +461,11 @@ def cluster_overview() -> dict:
             "Allocated GPUs per namespace",
             "Count of (pod, GPU) allocations; a time-sliced GPU counts once per pod.",
             "none",
-            q(f"count by (namespace) (gpu_eta_pod_gpu_allocated{{{NODE}, {NS}}})", "{{namespace}}"),
+            q(
+                f"count by (namespace) (max by ({DEVICE}, namespace, pod, container) "
+                f"(gpu_eta_pod_gpu_allocated{{{NODE}, {NS}}}))",
+                "{{namespace}}",
+            ),
         ),
         free_at,
         free_bar,

@@ -238,16 +238,11 @@ def test_no_data_never_reads_as_zero_unless_counting() -> None:
         assert _stat_panels(name)[title]["fieldConfig"]["defaults"]["noValue"] != "0"
 
 
-def test_gpu_state_counts_add_up_under_mig(tmp_path: Path) -> None:
-    """REVIEW2 item 2: the Cluster overview's in use + idle + free = seen per device (a
-    whole GPU or a MIG instance), evaluated by promtool on exporter-shaped MIG series.
-
-    n1 GPU 7 is a MIG GPU with instances 1 (allocated, busy), 5 (allocated, idle) and
-    13 (free); instance 2 is allocated with no utilisation reading (counts in use);
-    GPU 0 is a whole GPU, allocated and busy; GPU 1 whole and free.
-    """
-    stats = _stat_panels("cluster-overview.json")
-    titles = {"GPUs in use": 3, "Allocated but idle": 1, "Free GPUs": 2, "GPUs seen": 6}
+def _mig_node_series() -> list[tuple[str, str]]:
+    """Exporter-shaped series of node n1. GPU 7 is a MIG GPU with instances 1
+    (allocated, busy), 5 (allocated, idle) and 13 (free); instance 2 is allocated with
+    no utilisation reading (counts in use); GPU 0 is a whole GPU, allocated and busy;
+    GPU 1 whole and free: 3 in use, 1 idle, 2 free, 6 seen."""
     mig = 'node="n1",gpu="7",UUID="GPU-m"'
     series = [
         (f'gpu_eta_gpu_info{{{mig},GPU_I_ID="{i}",model="A100",mig_profile="1g"}}', "1")
@@ -277,6 +272,28 @@ def test_gpu_state_counts_add_up_under_mig(tmp_path: Path) -> None:
             "1",
         )
     )
+    return series
+
+
+@pytest.mark.parametrize("scrapes", [1, 2], ids=["scraped-once", "scraped-twice"])
+def test_gpu_state_counts_add_up_under_mig(tmp_path: Path, scrapes: int) -> None:
+    """REVIEW2 item 2: the Cluster overview's in use + idle + free = seen per device (a
+    whole GPU or a MIG instance), evaluated by promtool on exporter-shaped MIG series
+    (_mig_node_series). Scraped twice (two jobs on one exporter, each adding its own
+    job label), every device still counts once, and so does every allocation in
+    "Allocated GPUs per namespace"."""
+    stats = _stat_panels("cluster-overview.json")
+    titles = {"GPUs in use": 3, "Allocated but idle": 1, "Free GPUs": 2, "GPUs seen": 6}
+    (per_namespace,) = [
+        p["targets"][0]["expr"]
+        for p in _panels(_load(GRAFANA / "cluster-overview.json"))
+        if p.get("title") == "Allocated GPUs per namespace"
+    ]
+    series = [
+        (name.replace("{", f'{{job="j{n}",', 1), value)
+        for n in range(scrapes)
+        for name, value in _mig_node_series()
+    ]
     assert sum(v for t, v in titles.items() if t != "GPUs seen") == titles["GPUs seen"]
     _promtool_eval(
         tmp_path,
@@ -284,7 +301,8 @@ def test_gpu_state_counts_add_up_under_mig(tmp_path: Path) -> None:
         [
             (substitute(stats[title]["targets"][0]["expr"]), [{"labels": "{}", "value": value}])
             for title, value in titles.items()
-        ],
+        ]
+        + [(substitute(per_namespace), [{"labels": '{namespace="ml"}', "value": 4}])],
     )
 
 
