@@ -593,6 +593,10 @@ class Cycle:
         # start and plan are read again in this cycle, not up to ``static_full_every`` later
         marks = progress_marks(instant)
         static.forget(went_back(self._marks, marks))
+        # a run at (or past) the plan held for it may have raised its plan since the
+        # last full read: read again before it is judged finished (a run this process
+        # finished already stays frozen, nothing to ask)
+        static.forget(k for k in static.reached_plan(instant) if k not in self._finished_at)
         self._marks = marks
         full = static.full_due()
         parts = None

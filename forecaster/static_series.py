@@ -9,7 +9,8 @@ other cycles only for the runs it has not seen yet, by a set match on their
 ``run_id`` (and ``pod``) that the TSDB answers from its index
 (``queries.matcher``), all folded into one query. A changed plan or batch size is
 therefore seen at the next full read at the latest (``--cycle.interval`` ×
-``full_every``); a new run is read in its first cycle. A run without a plan is asked
+``full_every``), a raised plan at once (a run whose progress reaches the plan held is
+read again: ``reached_plan``); a new run is read in its first cycle. A run without a plan is asked
 for again each cycle (its plan appears when it ends), unless too many such runs would
 make the query a full read: they then wait for the next one (``never_read``).
 
@@ -66,6 +67,30 @@ class StaticSeries:
         for key in keys:
             for held in self._runs.values():
                 held.pop(key, None)
+
+    def reached_plan(self, instant: Mapping[str, Sequence[Sample]]) -> set[RunKey]:
+        """The runs whose latest progress in ``instant`` (its ``epoch`` answer, and its
+        ``step`` answer for a run that reports only steps) is at or past the plan held
+        for them (epochs, else steps). Pure.
+
+        Why: a run is finished when its progress reaches its plan, and the plan held
+        here is as old as the last full read. A run that raised its plan since (a named
+        run reporting ``epochs`` 8 after 4) would be finished, as completed, at the old
+        one, and frozen for the rest of its life. So these runs are read again
+        (``forget``) before the cycle judges them: one set-matched read in the cycle a
+        run ends, which decides by the plan it reports now.
+        """
+        planned, steps = self._runs["planned"], self._runs["steps_planned"]
+        out: set[RunKey] = set()
+        for name, held in (("epoch", planned), ("step", steps)):
+            for sample in instant.get(name, ()):
+                key = sample_run_key(sample)
+                if key is None or key in out:
+                    continue
+                plan = held.get(key) if name == "epoch" or key not in planned else None
+                if plan is not None and sample.value >= plan.value:
+                    out.add(key)
+        return out
 
     def never_read(self, seen: Iterable[RunKey]) -> list[RunKey]:
         """The runs seen now whose start has not been read, in key order: new runs.

@@ -1299,7 +1299,8 @@ def test_a_steady_cycle_sends_the_same_queries_and_an_ending_one_the_means_too(
     store: HistoryStore,
 ) -> None:
     """Nothing ends: the 5 instant queries whose answers change and the queue's, as
-    before. A run ends: its 2 range queries and its pod's 2 means besides."""
+    before. A run ends: its plan read again (it reached the plan held for it), its 2
+    range queries and its pod's 2 means besides."""
     t = [NOW]
     client = CannedClient({})
     cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
@@ -1316,7 +1317,7 @@ def test_a_steady_cycle_sends_the_same_queries_and_an_ending_one_the_means_too(
 
     at(NOW, [(1, NOW - 30)])
     assert at(NOW + 60, [(1, NOW - 30), (2, NOW + 10)]) == len(queries.DYNAMIC) + 1 == 6
-    assert at(NOW + 120, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 110)]) == 6 + 2 + 2
+    assert at(NOW + 120, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 110)]) == 6 + 1 + 2 + 2
     assert len(means_read(client.seen)) == 2
     assert at(NOW + 180, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 110)]) == 6  # "a" finished
 

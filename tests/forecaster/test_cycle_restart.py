@@ -1,7 +1,10 @@
 """gpu_eta.forecaster.cycle: a run restarted under its own key (a named run trained
 again in the same pod and container, a job whose sender keeps its run id) is read
 again at once: its new start is an unchanging series, held between full reads
-(static_series), and is re-read in the cycle whose epoch, last end or step went back."""
+(static_series), and is re-read in the cycle whose epoch, last end or step went back.
+So is a run whose plan is raised while it runs (a named run reporting ``epochs`` 4,
+then 8): a run whose progress reaches the plan held for it has its plan read again in
+that cycle, before it is judged finished."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import pytest
 from gpu_eta.forecaster.cycle import progress_marks, went_back
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.series import Series
+from gpu_eta.forecaster.static_series import StaticSeries
 from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, s
 
 
@@ -122,3 +126,79 @@ def test_a_restarted_step_only_run_is_forecast_from_its_new_attempt_at_once(
     (live,) = store.running()
     assert live.run.start_timestamp == start
     assert all(ts >= start for _, ts in live.run.epoch_times)
+
+
+LABELS = {"node": "n1", "namespace": "ml", "pod": "trainer-0", "container": "c"}
+
+
+def test_a_run_whose_plan_is_raised_is_not_finished_at_its_old_plan(store: HistoryStore) -> None:
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=10)
+    start = NOW - 300
+
+    def at(now: float, planned: float, epochs: int):
+        t[0] = now
+        ends = [(float(e), start + 60 * e) for e in range(1, epochs + 1)]
+        client.answers = job("named", planned, ends, start, pod="trainer-0")
+        return cycle.run()
+
+    at(NOW, 4, 3)  # 3 of 4 epochs
+    for i, epochs in enumerate((4, 5), start=1):  # the plan is 8 from now on
+        fs = at(NOW + 60 * i, 8, epochs)
+        assert [(j.run.epochs_done, j.run.epochs_planned) for j in fs.jobs] == [(epochs, 8)]
+        assert fs.n_finished == 0
+    assert store.finished() == []
+    (running,) = store.running()
+    assert running.run.epochs_planned == 8
+    fs = at(NOW + 240, 8, 8)  # reaches the new plan: completed, with all its epochs
+    assert fs.jobs == () and fs.n_finished == 1
+    (done,) = store.finished()
+    assert done.completed and (done.epochs_done, done.epochs_planned) == (8, 8)
+
+
+def test_a_run_at_its_plan_is_finished_with_one_read_of_its_plan(store: HistoryStore) -> None:
+    """Reaching the plan held asks for the plan once more (a set match), not every cycle
+    while the finished run's series stay in the window."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=10)
+    start = NOW - 300
+    ends = [(float(e), start + 60 * e) for e in range(1, 5)]
+    client.answers = job("named", 4, ends[:3], start, pod="trainer-0")
+    cycle.run()
+    client.answers = job("named", 4, ends, start, pod="trainer-0")
+    reads = []
+    for i in range(1, 4):
+        t[0] = NOW + 60 * i
+        client.seen.clear()
+        cycle.run()
+        reads.append(sum('run_id=~"named"' in q and "epochs_planned" in q for q in client.seen))
+    assert reads[0] >= 1 and reads[1:] == [0, 0]
+    (done,) = store.finished()
+    assert done.completed and done.epochs_planned == 4
+
+
+def test_reached_plan() -> None:
+    held = StaticSeries()
+    run = ("ml", "trainer-0", "c", "r")
+    steps_run = ("ml", "trainer-0", "c", "s")
+    held.store(
+        {
+            "planned": [s(4, **LABELS, run_id="r")],
+            "steps_planned": [s(100, **LABELS, run_id="s")],
+        },
+        full=True,
+    )
+
+    def answer(epoch: float, step: float, run_id: str = "r") -> dict[str, list]:
+        return {
+            "epoch": [s(epoch, **LABELS, run_id=run_id)],
+            "step": [s(step, **LABELS, run_id="s")],
+        }
+
+    assert held.reached_plan(answer(3, 99)) == set()
+    assert held.reached_plan(answer(4, 100)) == {run, steps_run}
+    assert held.reached_plan(answer(5, float("nan"))) == {run}
+    # a run without a plan held has none to reach
+    assert held.reached_plan(answer(9, 1, run_id="x")) == set()
