@@ -28,6 +28,7 @@ from prometheus_client.utils import floatToGoString
 from gpu_eta.common.text import utf8_encodable
 from gpu_eta.forecaster.calibration import BINS
 from gpu_eta.forecaster.forecast import QUANTILES, ForecastSet
+from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.pending import PendingSet, describe, error_counts, left_out
 from gpu_eta.forecaster.series import QueryStats
 
@@ -324,7 +325,10 @@ def forecast_families(
     )
     info = GaugeMetricFamily(
         "gpu_eta_job_forecast_info",
-        "Which estimator produced the run's forecast (rate, prior, blend; durations for a run that reports no planned total).",
+        "Which estimator produced the run's forecast (rate, prior, blend; for a run that "
+        "reports no planned total, from completed runs' durations: "
+        + ", ".join(PLANLESS_METHODS)
+        + ").",
         labels=[*_JOB_LABELS, "method"],
     )
     stalled = GaugeMetricFamily(

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_eta.forecaster import publish
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
+from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.forecaster.pending import PendingSet, PodStart
 from gpu_eta.forecaster.publish import Exposition, ServiceState, make_registry
 from gpu_eta.forecaster.queue_replay import PREDICTED, Request, StartPrediction
@@ -138,6 +139,17 @@ def test_every_name_is_in_the_contract_and_promtool_is_happy() -> None:
     # has nothing to say about them or anything else.
     assert (proc.returncode, proc.stdout + proc.stderr) == (0, "")
     assert "# TYPE gpu_eta_job_predicted_completion_timestamp_seconds summary" in text
+
+
+def test_the_help_of_forecast_info_names_every_method_published() -> None:
+    """The ``method`` values of docs/metrics.md: the estimator's, and those of runs
+    without a planned total (``methods.PLANLESS_METHODS``), each by its own name."""
+    state = ServiceState()
+    state.success(forecast_set(), 0.5, NOW)
+    text = generate_latest(make_registry(state)).decode()
+    (line,) = [x for x in text.splitlines() if x.startswith("# HELP gpu_eta_job_forecast_info ")]
+    for method in ("rate", "prior", "blend", *PLANLESS_METHODS):
+        assert re.search(rf"\b{method}\b", line), method
 
 
 def test_what_once_pushes_types_the_quantile_families_untyped_and_nothing_else_differs() -> None:
