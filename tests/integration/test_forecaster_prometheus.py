@@ -992,3 +992,43 @@ def test_seeded_runs_are_not_stored_again_from_their_backfilled_series(
     finally:
         store.close()
         client.close()
+
+
+def test_a_run_that_raises_its_plan_runs_on_to_the_new_one(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """Real exporter → Prometheus → in-process cycles: a named run reports ``epochs`` 4,
+    then 8 from its third epoch on. Its plan is held between full reads of the unchanging
+    series (static_series), yet it is not stored as completed when it reaches 4: it is
+    forecast to 8 and finished there."""
+    exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO)
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
+    start = float(int(time.time())) - 60
+
+    def report(epoch: int, epochs: int) -> None:
+        post_from(
+            exporter, 4, {"run_id": "named", "run_start": start, "epochs": epochs, "epoch": epoch}
+        )
+        prom.wait_for(f"gpu_eta_training_epoch == {epoch}", timeout=30)
+        prom.wait_for(f"gpu_eta_training_epochs_planned == {epochs}", timeout=30)
+
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
+        cycle = Cycle(client, store, settings)
+        seen = []
+        for epoch, epochs in ((1, 4), (2, 4), (3, 8), (4, 8), (5, 8)):
+            report(epoch, epochs)
+            fs = cycle.run()
+            seen.append([(j.run.epochs_done, j.run.epochs_planned) for j in fs.jobs])
+        assert seen == [[(1, 4)], [(2, 4)], [(3, 4)], [(4, 8)], [(5, 8)]]
+        assert store.finished() == []
+        report(8, 8)
+        fs = cycle.run()
+        assert fs.jobs == () and fs.n_finished == 1
+        (done,) = store.finished()
+        assert done.completed and (done.epochs_done, done.epochs_planned) == (8, 8)
+    finally:
+        store.close()
+        client.close()
