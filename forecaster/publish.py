@@ -410,7 +410,8 @@ def self_families(
     families: list[Metric] = []
     stale_g = GaugeMetricFamily(
         "gpu_eta_forecaster_stale",
-        "1 while serving forecasts of an earlier cycle because Prometheus is away.",
+        "1 while serving forecasts of an earlier cycle because the last cycle failed "
+        "(Prometheus away, slow or answering garbage; a history write failing).",
     )
     stale_g.add_metric([], 1.0 if stale else 0.0)
     families.append(stale_g)

@@ -677,7 +677,8 @@ def forecaster_quality() -> dict:
         ),
         st(
             "Stale",
-            "1 while the forecaster serves an earlier cycle's forecasts because Prometheus is away.",
+            "1 while the forecaster serves an earlier cycle's forecasts because its last "
+            "cycle failed (Prometheus away, slow or answering garbage; a history write failing).",
             "none",
             "max(gpu_eta_forecaster_stale)",
         ),
