@@ -594,9 +594,16 @@ class Cycle:
         marks = progress_marks(instant)
         static.forget(went_back(self._marks, marks))
         # a run at (or past) the plan held for it may have raised its plan since the
-        # last full read: read again before it is judged finished (a run this process
-        # finished already stays frozen, nothing to ask)
-        static.forget(k for k in static.reached_plan(instant) if k not in self._finished_at)
+        # last full read: read again before it is judged finished, what is held kept
+        # should the read not answer it (``refresh``). Only where its progress moved
+        # since the last cycle: a finished run whose pod lives on (a Job's Succeeded
+        # pod) stays at its plan and is not read again every cycle; one this process
+        # finished already stays frozen, nothing to ask
+        static.refresh(
+            k
+            for k in static.reached_plan(instant)
+            if k not in self._finished_at and marks.get(k) != self._marks.get(k)
+        )
         self._marks = marks
         full = static.full_due()
         parts = None

@@ -10,7 +10,8 @@ other cycles only for the runs it has not seen yet, by a set match on their
 (``queries.matcher``), all folded into one query. A changed plan or batch size is
 therefore seen at the next full read at the latest (``--cycle.interval`` ×
 ``full_every``), a raised plan at once (a run whose progress reaches the plan held is
-read again: ``reached_plan``); a new run is read in its first cycle. A run without a plan is asked
+read again, what is held kept where the read does not answer: ``reached_plan``,
+``refresh``); a new run is read in its first cycle. A run without a plan is asked
 for again each cycle (its plan appears when it ends), unless too many such runs would
 make the query a full read: they then wait for the next one (``never_read``).
 
@@ -33,6 +34,12 @@ from gpu_eta.forecaster.series import Sample
 # A run is known once its plan (epochs or steps) and start have been read; a run
 # without them is asked for again each cycle, as a full read would.
 _DEFINING = (("planned", "steps_planned"), ("start",))
+# The series ``refresh`` puts back together: a run's plans (epochs or steps) as one,
+# each other series alone
+_FALLBACK_GROUPS = (
+    _DEFINING[0],
+    *((n,) for n in queries.STATIC_RUN if n not in _DEFINING[0]),
+)
 
 
 class StaticSeries:
@@ -47,6 +54,8 @@ class StaticSeries:
         self._gpus: list[Sample] | None = None
         self._gpu_keys: frozenset[tuple[str, str]] = frozenset()
         self._since_full: int | None = None  # cycles since the last full read
+        # what ``refresh`` dropped, put back where the next read does not answer it
+        self._fallback: dict[RunKey, dict[str, Sample]] = {}
 
     def full_due(self) -> bool:
         """Whether this cycle reads every run's unchanging series (first, or every Nth)."""
@@ -67,6 +76,17 @@ class StaticSeries:
         for key in keys:
             for held in self._runs.values():
                 held.pop(key, None)
+
+    def refresh(self, keys: Iterable[RunKey]) -> None:
+        """Read the runs ``keys`` again in this cycle, as ``forget`` does, with what is
+        held kept as their fallback: a series the read does not answer (a plan series
+        gone or left out of a partial answer in the cycle the run ends) keeps its held
+        sample (``store``), so the run is judged by its last known plan, not as a run
+        without one (never finished, then stored cancelled an epoch short)."""
+        for key in keys:
+            kept = {name: held.pop(key) for name, held in self._runs.items() if key in held}
+            if kept:
+                self._fallback[key] = kept
 
     def reached_plan(self, instant: Mapping[str, Sequence[Sample]]) -> set[RunKey]:
         """The runs whose latest progress in ``instant`` (its ``epoch`` answer, and its
@@ -135,6 +155,19 @@ class StaticSeries:
                     held[key] = s
         for s in answers.get(queries.STATIC_POD, ()):
             self._pods[sample_pod(s)] = s
+        self._restore_fallback()
+
+    def _restore_fallback(self) -> None:
+        """Put back what ``refresh`` dropped and the read did not answer: a plan only
+        where neither plan (epochs, steps) was answered, each other series alone."""
+        for key, kept in self._fallback.items():
+            for names in _FALLBACK_GROUPS:
+                if any(key in self._runs[n] for n in names):
+                    continue
+                for n in names:
+                    if n in kept:
+                        self._runs[n][key] = kept[n]
+        self._fallback.clear()
 
     def answers(self, seen: Iterable[RunKey]) -> dict[str, list[Sample]]:
         """What a full read would answer for the runs ``seen`` this cycle; forgets the

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from gpu_eta.forecaster import queries
 from gpu_eta.forecaster.cycle import progress_marks, went_back
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.series import Series
 from gpu_eta.forecaster.static_series import StaticSeries
-from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, s
+from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, merge, s
 
 
 @pytest.fixture
@@ -159,7 +160,8 @@ def test_a_run_whose_plan_is_raised_is_not_finished_at_its_old_plan(store: Histo
 
 def test_a_run_at_its_plan_is_finished_with_one_read_of_its_plan(store: HistoryStore) -> None:
     """Reaching the plan held asks for the plan once more (a set match), not every cycle
-    while the finished run's series stay in the window."""
+    while the finished run's series stay exported: a Job's Succeeded pod lives on, its
+    run at its plan, long after the cycle has forgotten finishing it (its window)."""
     t = [NOW]
     client = CannedClient({})
     cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=10)
@@ -169,14 +171,91 @@ def test_a_run_at_its_plan_is_finished_with_one_read_of_its_plan(store: HistoryS
     cycle.run()
     client.answers = job("named", 4, ends, start, pod="trainer-0")
     reads = []
-    for i in range(1, 4):
+    for i in range(1, 9):  # the 10th cycle would be the scheduled full read
         t[0] = NOW + 60 * i
         client.seen.clear()
         cycle.run()
         reads.append(sum('run_id=~"named"' in q and "epochs_planned" in q for q in client.seen))
-    assert reads[0] >= 1 and reads[1:] == [0, 0]
+    assert reads[0] >= 1 and reads[1:] == [0] * 7
     (done,) = store.finished()
     assert done.completed and done.epochs_planned == 4
+
+
+def test_many_finished_runs_still_exported_make_no_full_read(store: HistoryStore) -> None:
+    """More finished runs at their plan than one set-matched read may name
+    (``MAX_UNKNOWN_RUNS``) must not turn every cycle into a full read of every run."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=10)
+    start = NOW - 300
+    ends = [(float(e), start + 60 * e) for e in range(1, 5)]
+    n = queries.MAX_UNKNOWN_RUNS + 50
+    client.answers = merge(*[job(f"r{i}", 4, ends[:3], start) for i in range(n)])
+    cycle.run()
+    client.answers = merge(*[job(f"r{i}", 4, ends, start) for i in range(n)])
+    full_prefix = f"max by ({queries.RUN_LABELS}) (last_over_time(gpu_eta_training_epochs_planned["
+    full = []
+    for i in range(1, 9):
+        t[0] = NOW + 60 * i
+        client.seen.clear()
+        cycle.run()
+        full.append(any(q.startswith(full_prefix) for q in client.seen))
+    assert len(store.finished()) == n
+    assert full[1:] == [False] * 7
+
+
+def test_a_run_whose_plan_is_not_answered_when_it_ends_keeps_its_plan(
+    store: HistoryStore,
+) -> None:
+    """The plan read again as the run reaches it is not answered (its series left the
+    window, a partial answer): the plan held is kept, the run finished completed, not
+    left without a plan and stored cancelled an epoch short once its pod leaves."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=10)
+    start = NOW - 300
+    ends = [(float(e), start + 60 * e) for e in range(1, 5)]
+    client.answers = job("named", 4, ends[:3], start, pod="trainer-0")
+    cycle.run()
+    answers = job("named", 4, ends, start, pod="trainer-0")
+    answers["planned"] = []
+    client.answers = answers
+    t[0] = NOW + 60
+    cycle.run()
+    client.answers = {}  # the pod leaves
+    for i in range(2, 6):
+        t[0] = NOW + 60 * i
+        cycle.run()
+    (done,) = store.finished()
+    assert done.completed and (done.epochs_done, done.epochs_planned) == (4, 4)
+
+
+def test_refresh_keeps_what_the_read_does_not_answer() -> None:
+    held = StaticSeries()
+    run = ("ml", "trainer-0", "c", "r")
+    old = {
+        "planned": [s(4, **LABELS, run_id="r")],
+        "start": [s(NOW - 300, **LABELS, run_id="r")],
+        "batch_size": [s(32, **LABELS, run_id="r")],
+    }
+    held.store(old, full=True)
+    held.refresh([run])
+    assert held.unknown([run]) == [run]  # read again in this cycle
+    # the read answers a new start and the steps plan only: the epochs plan is not
+    # put back beside a plan answered, the batch size is
+    held.store(
+        {
+            "steps_planned": [s(100, **LABELS, run_id="r")],
+            "start": [s(NOW - 200, **LABELS, run_id="r")],
+        },
+        full=False,
+    )
+    got = {name: [x.value for x in v] for name, v in held.answers([run]).items() if v}
+    assert got == {"steps_planned": [100], "start": [NOW - 200], "batch_size": [32]}
+    # forget drops all, no fallback
+    held.forget([run])
+    held.store({}, full=False)
+    assert not any(held.answers([run]).values())
 
 
 def test_reached_plan() -> None:
