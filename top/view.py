@@ -328,12 +328,16 @@ def build_view(
     free = _bands(get("gpu_free"), _physical_key)
     forecast_pods = {(k[0], k[1]) for k, b in eta.items() if "p50" in b}
     holders_of: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
+    # each device's holders, gathered once: asked per device of the whole holder set,
+    # a refresh took seconds on a large cluster (4,000 GPUs, 5,000 pods: 2 s)
+    held_by_device: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
     for g, ck in holders:
         holders_of.setdefault(_physical(g), set()).add(ck)
+        held_by_device.setdefault(g, []).append(ck)
     gpus: list[GpuRow] = []
     info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
-    for gkey in sorted(set(info) | {g for g, _ in holders}, key=_gpu_order):
-        held_by = sorted(ck for g, ck in holders if g == gkey)
+    for gkey in sorted(set(info) | set(held_by_device), key=_gpu_order):
+        held_by = sorted(held_by_device.get(gkey, ()))
         names = tuple(f"{ns}/{pod}" for ns, pod, _ in held_by)
         siblings = holders_of.get(_physical(gkey), set())
         unforecast = {ck for ck in siblings if ck[:2] not in forecast_pods}

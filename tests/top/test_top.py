@@ -4,9 +4,11 @@ answers that are not Prometheus', auth flags on the wire, and a real Prometheus.
 from __future__ import annotations
 
 import base64
+import gc
 import io
 import json
 import math
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import timezone
 from pathlib import Path
@@ -379,6 +381,59 @@ def test_nan_values_and_missing_series_do_not_break_the_view() -> None:
     assert by_run["r2"].epoch is None
     text = top_render.render_plain(view, timezone.utc)
     assert "[????????????????????]" in text
+
+
+def cluster_results(nodes: int, pods: int, gpus_per_node: int = 8) -> dict[str, list[Sample]]:
+    """A large cluster's query results: ``nodes`` nodes of ``gpus_per_node`` GPUs, and
+    ``pods`` training pods, each holding one GPU with a run and its forecast."""
+    out: dict[str, list[Sample]] = {}
+
+    def add(name: str, value: float, **labels: str) -> None:
+        out.setdefault(name, []).append(Sample(labels, value, NOW))
+
+    for n in range(nodes):
+        for g in range(gpus_per_node):
+            gpu = {"node": f"node-{n}", "gpu": str(g), "UUID": f"GPU-{n}-{g}"}
+            add("gpu_info", 1, model="NVIDIA A100", **gpu)
+            add("gpu_memory_total", 80 * GIB, **gpu)
+    for p in range(pods):
+        n, g = p % nodes, (p // nodes) % gpus_per_node
+        gpu = {"node": f"node-{n}", "gpu": str(g), "UUID": f"GPU-{n}-{g}"}
+        pod = {"namespace": "ml", "pod": f"run-{p}", "container": "main"}
+        for name, value in (("allocated", 1), ("pod_util", 0.8), ("since", NOW - 600)):
+            add(name, value, **gpu, **pod)
+        run = {**pod, "run_id": f"r{p}"}
+        add("epoch", 3, node=f"node-{n}", **run)
+        add("epochs", 10, node=f"node-{n}", **run)
+        for q in ("0.1", "0.5", "0.9"):
+            add("completion", NOW + 600, quantile=q, **run)
+    return out
+
+
+def test_build_view_cost_grows_linearly_with_the_cluster() -> None:
+    """Eight times the GPUs and pods cost about eight to twenty times as long (memory
+    effects), not sixty-four or more: each GPU's holders were found by scanning every
+    holder, 2 s a refresh at 4,000 GPUs and 5,000 pods. Measured as a ratio (the best
+    of five), so a slow or busy machine does not decide it."""
+
+    def best_seconds(results: dict[str, list[Sample]]) -> float:
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            top_view.build_view(results, NOW)
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    small, large = cluster_results(100, 1000), cluster_results(800, 8000)
+    view = top_view.build_view(large, NOW)
+    assert (len(view.gpus), len(view.jobs)) == (6400, 8000)
+    assert sum(g.state == "busy" for g in view.gpus) == 6400
+    gc.disable()
+    try:
+        ratio = best_seconds(large) / best_seconds(small)
+    finally:
+        gc.enable()
+    assert ratio < 40, f"8x the cluster took {ratio:.1f}x as long"
 
 
 def test_empty_prometheus_says_so() -> None:
