@@ -182,12 +182,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no live top view, just wait")
     p.add_argument("--debug", action="store_true", help="tracebacks on errors")
     args = p.parse_args(argv)
-    if args.seconds is not None and args.seconds <= 0:
-        p.error("--seconds must be > 0")
+    # finite, as the comparisons alone do not say: NaN passes "<= 0" (a demo that ended
+    # at once; no history at all), infinite history days failed in its simulation
+    if args.seconds is not None and not (math.isfinite(args.seconds) and args.seconds > 0):
+        p.error("--seconds must be a finite number > 0")
     if not 0 <= args.real_training <= 2:
         p.error("--real-training takes 1 or 2")
-    if args.history_days < 0 or args.history_jobs < 1:
-        p.error("--history-days must be >= 0 and --history-jobs >= 1")
+    if not (math.isfinite(args.history_days) and args.history_days >= 0) or args.history_jobs < 1:
+        p.error("--history-days must be a finite number >= 0 and --history-jobs >= 1")
     if not (math.isfinite(args.refresh) and args.refresh > 0):
         p.error("--refresh must be a number of seconds > 0")
     for flag, port in (

@@ -44,6 +44,27 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str]) -> None:
     assert "Traceback" not in err.getvalue()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--seconds", "nan"],
+        ["--seconds", "inf"],
+        ["--history-days", "nan"],
+        ["--history-days", "inf"],
+    ],
+)
+def test_numbers_that_are_not_finite_are_usage_errors(argv: list[str]) -> None:
+    """Refused by the flags, before anything starts: ``--seconds nan`` ended the demo at
+    once, ``--history-days nan`` ran it without history and ``inf`` with a traceback
+    from the history's simulation (parse_args alone: a missed one would start the
+    stack)."""
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        cli.parse_args(argv)
+    assert exit_.value.code == 2
+    assert "Traceback" not in err.getvalue() and argv[0] in err.getvalue()
+
+
 def test_defaults_are_the_readme_demo() -> None:
     args = cli.parse_args([])
     assert (args.nodes, args.gpus_min, args.gpus_max, args.seed) == (3, 4, 8, 0)
