@@ -21,7 +21,6 @@ import dataclasses
 import enum
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -50,6 +49,9 @@ class ExitCode(enum.IntEnum):
 
 
 MAX_WARNINGS = 10  # distinct server warnings kept per refresh
+# the longest --interval: time.sleep overflows past ~9e9 s (a traceback after the first
+# view), and a view refreshed less than daily is --once run by cron
+MAX_INTERVAL_SECONDS = 86400.0
 
 
 def fetch(
@@ -243,8 +245,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # the flag's name before top shared the forecaster's flags; kept so scripts still work
     p.add_argument("--timeout", dest="timeout_seconds", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if not (math.isfinite(args.interval) and args.interval > 0):  # "nan", "inf": sleep fails
-        p.error(f"--interval must be > 0 and finite, got {args.interval}")
+    if not 0 < args.interval <= MAX_INTERVAL_SECONDS:  # "nan", "inf", 1e10: sleep fails
+        p.error(f"--interval must be > 0 and at most {MAX_INTERVAL_SECONDS:g}, got {args.interval}")
     args.namespaces = getattr(args, "namespaces", [])
     for ns in args.namespaces:
         if not DNS_LABEL.match(ns):

@@ -662,6 +662,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         ["--interval", "0"],
         ["--interval", "nan"],  # argparse's float takes it; time.sleep does not
         ["--interval", "inf"],
+        ["--interval", "1e10"],  # finite, but time.sleep overflows: a traceback a view later
         ["--prometheus.timeout", "inf"],
         ["--prometheus.backoff", "nan"],
         ["--prometheus.backoff", "-1"],
