@@ -17,15 +17,18 @@ logs well. ``--json`` prints one machine-readable snapshot.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import json
 import logging
 import os
+import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timezone, tzinfo
+from typing import Any
 
 from gpu_eta.common.durations import parse_duration
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
@@ -331,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"gpu-eta top: {err}", file=sys.stderr)
         return ExitCode.RUNTIME
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated):
         return ExitCode.OK
     finally:
         logging.getLogger("gpu_eta").removeHandler(lines)
@@ -375,9 +378,79 @@ def _has_rich() -> bool:
     return True
 
 
+class _Terminated(BaseException):
+    """SIGTERM arrived while refreshing: unwound like Ctrl-C (exit 0). A
+    ``BaseException``, as ``KeyboardInterrupt`` is, so no ``except Exception`` on the
+    way (a query's error handling) takes it for a failed refresh."""
+
+
+class _Signals:
+    """SIGTERM as ``_Terminated`` and SIGINT as ``KeyboardInterrupt``: raised at once,
+    except while rich's live view draws (``drawing``), and in any case remembered
+    (``pending``) and raised again at the next ``check``.
+
+    Why held while drawing: rich's Live hides the cursor, then draws; raised in the
+    middle of its start, stop or a redraw, the exception left its state half set (the
+    cursor hidden, or its cleanup failing with a traceback of its own). Why
+    remembered: an exception a signal handler raises inside a finaliser (a rich
+    generator closed as it is freed) is printed and dropped by Python, and top went
+    on refreshing with the cursor hidden."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: BaseException | None = None
+
+    def handle(self, signum: int, frame: object) -> None:
+        error = _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        self.pending = self.pending or error
+        if not self.depth:
+            raise error
+
+    def check(self) -> None:
+        """Raise the signal that came (and was held, or its exception dropped)."""
+        if self.pending is not None:
+            raise self.pending
+
+    @contextlib.contextmanager
+    def drawing(self) -> Iterator[None]:
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        self.check()
+
+
 def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
-    """Refresh until Ctrl-C: in place with rich on a terminal, appended otherwise. A
-    refresh Prometheus does not answer shows the last good view (``RefreshingView``)."""
+    """Refresh until Ctrl-C or SIGTERM: in place with rich on a terminal, appended
+    otherwise. A refresh Prometheus does not answer shows the last good view
+    (``RefreshingView``).
+
+    Why SIGTERM is caught: rich's live view hides the terminal's cursor until it
+    stops; killed by the signal's default action (``timeout 60 gpu-eta-top``, a
+    ``kill``), it never did, and the user's shell was left without a cursor."""
+    signals = _Signals()
+    previous: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, signals.handle)
+    except ValueError:  # not the main thread (embedded): the default actions stay
+        pass
+    try:
+        return _refresh_forever(client, args, tz, use_rich, signals)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _refresh_forever(
+    client: PromClient,
+    args: argparse.Namespace,
+    tz: tzinfo | None,
+    use_rich: bool,
+    signals: _Signals,
+) -> int:
+    """``_loop``'s refreshes, until an exception (Ctrl-C, ``_Terminated``) ends them."""
     views = RefreshingView(
         client, args.idle_window, args.idle_threshold, args.namespaces, args.gpu_resources
     )
@@ -385,15 +458,25 @@ def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_r
         from rich.live import Live
 
         # fit_height: Live crops what is taller than the terminal, with no word of it
-        with Live(
+        live = Live(
             render_rich(views.view(), tz, fit_height=True), auto_refresh=False, screen=False
-        ) as live:
+        )
+        try:
+            with signals.drawing():
+                live.start(refresh=True)
             while True:
+                signals.check()
                 time.sleep(args.interval)
-                live.update(render_rich(views.view(), tz, fit_height=True), refresh=True)
+                view = render_rich(views.view(), tz, fit_height=True)
+                with signals.drawing():
+                    live.update(view, refresh=True)
+        finally:
+            with signals.drawing():
+                live.stop()
     while True:
         sys.stdout.write(render_plain(views.view(), tz) + "\n")
         sys.stdout.flush()
+        signals.check()
         time.sleep(args.interval)
 
 

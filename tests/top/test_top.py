@@ -8,7 +8,11 @@ import gc
 import io
 import json
 import math
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import timezone
 from pathlib import Path
@@ -1495,21 +1499,17 @@ def answering(served: dict[str, list[dict]]):
     return handle
 
 
-def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noqa: F811
-    """``top`` on a 24-line terminal (a pseudo-terminal), 40 GPUs: rich's Live showed
-    the first 23 lines and "...", the GPU list cut with no count. The view fits and
-    says how many GPUs it left out."""
+def top_on_a_terminal(
+    url: str, until: bytes, then: Callable[[subprocess.Popen], object] | None = None
+) -> tuple[bytes, int | None]:
+    """Run ``top`` refreshing on a 100×24 pseudo-terminal against ``url`` until its
+    output holds ``until`` (30 s at most); then ``then(process)`` and read on until it
+    ends (10 s at most), or, without ``then``, kill it. (Everything it wrote, its exit
+    code: None when it had to be killed.)"""
     import os
     import pty
-    import re
     import select
-    import subprocess
-    import sys
-    import time
 
-    served = answers()
-    served["gpu_info"] += [vec(1, node="node-1", gpu=str(i), UUID=f"GPU-{i}") for i in range(40)]
-    url, _ = http_server(answering(served))
     master, slave = pty.openpty()
     env = {**os.environ, "LINES": "24", "COLUMNS": "100", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
@@ -1520,24 +1520,65 @@ def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noq
     )  # fmt: skip
     os.close(slave)
     out = b""
-    try:
-        deadline = time.monotonic() + 30
-        while b"taller terminal shows them)" not in out and time.monotonic() < deadline:
+
+    def read_while(going: Callable[[], bool], seconds: float) -> None:
+        nonlocal out
+        deadline = time.monotonic() + seconds
+        while going() and time.monotonic() < deadline:
             if select.select([master], [], [], 0.5)[0]:
                 try:
                     out += os.read(master, 65536)
                 except OSError:  # the child ended: its side of the terminal is gone
-                    break
+                    return
+
+    code = None
+    try:
+        read_while(lambda: until not in out, 30)
+        if then is not None:
+            then(proc)
+            read_while(lambda: True, 10)
+            code = proc.wait(timeout=10)
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
         proc.wait()
         os.close(master)
+    return out, code
+
+
+def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noqa: F811
+    """``top`` on a 24-line terminal (a pseudo-terminal), 40 GPUs: rich's Live showed
+    the first 23 lines and "...", the GPU list cut with no count. The view fits and
+    says how many GPUs it left out."""
+    import re
+
+    served = answers()
+    served["gpu_info"] += [vec(1, node="node-1", gpu=str(i), UUID=f"GPU-{i}") for i in range(40)]
+    url, _ = http_server(answering(served))
+    out, _ = top_on_a_terminal(url, b"taller terminal shows them)")
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
     lines = text.replace("\r", "").splitlines()
     assert "44 seen" in text and "ml/cnn-1" in text and "jupyter/nb-alice" in text, text
     said = r"(… \d+ more GPUs|GPUs: 44 GPUs not shown) \(--once or a taller terminal"
     assert any(re.match(said, line) for line in lines), text
     assert len(lines) <= 24 and not any(line.strip() == "..." for line in lines), text
+
+
+@pytest.mark.parametrize(
+    "seen", [b"\x1b[?25l", b"jupyter/nb-alice"], ids=["cursor-hidden", "view-drawn"]
+)
+def test_sigterm_ends_the_refreshing_view_with_the_cursor_shown(http_server, seen) -> None:  # noqa: F811
+    """``timeout 60 gpu-eta-top``, a ``kill``: rich's live view hides the cursor while
+    it runs, and SIGTERM's default action ended top before it showed it again, the
+    shell left without a cursor. It ends as Ctrl-C does: cursor shown, exit 0; also
+    when the signal comes as the first view is being drawn (``seen``: sent once the
+    output holds it)."""
+    url, _ = http_server(answering(answers()))
+    out, code = top_on_a_terminal(url, seen, lambda p: p.send_signal(signal.SIGTERM))
+    hide, show = b"\x1b[?25l", b"\x1b[?25h"
+    assert hide in out, out[-300:]
+    assert out.rfind(show) > out.rfind(hide), out[-300:]
+    assert code == 0 and b"Traceback" not in out, out[-300:]
 
 
 @pytest.mark.parametrize(
