@@ -82,8 +82,10 @@ def torch_missing() -> bool:
     return importlib.util.find_spec("torch") is None
 
 
-class _Terminated(Exception):
-    """SIGTERM or SIGHUP arrived: unwind through ``Stack.__exit__`` like Ctrl-C does."""
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind through ``Stack.__exit__`` like Ctrl-C does. A
+    ``BaseException``, as ``KeyboardInterrupt`` is: the stack turns a part's failure
+    (``except Exception``) into "did not start", exit 1, and the signal is none."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

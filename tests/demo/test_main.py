@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
+import signal
+import time
 from contextlib import redirect_stderr
 from pathlib import Path
 
 import pytest
 
 from gpu_eta.demo import main as cli
+from gpu_eta.demo import stack as demo_stack
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 
 
@@ -63,6 +67,27 @@ def test_numbers_that_are_not_finite_are_usage_errors(argv: list[str]) -> None:
         cli.parse_args(argv)
     assert exit_.value.code == 2
     assert "Traceback" not in err.getvalue() and argv[0] in err.getvalue()
+
+
+def test_sigterm_while_the_stack_starts_stops_it_as_ctrl_c_does(monkeypatch, tmp_path) -> None:
+    """SIGTERM (``timeout``, a CI job cancelled) while a part starts: the stack wraps a
+    part's failure (``except Exception``) into "did not start", exit 1; the signal is
+    not that part's failure. It stops the demo as Ctrl-C does: "stopping…", exit 0."""
+
+    def terminated_meanwhile(**_kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the demo's handler raises in the sleep
+        time.sleep(10)
+        raise AssertionError("SIGTERM did not interrupt the start")
+
+    monkeypatch.setattr(demo_stack, "start_alertmanager", terminated_meanwhile)
+    argv = ["--nodes", "1", "--warm-start", "0", "--history-days", "0", "--quiet"]
+    argv += ["--seconds", "5", "--workdir", str(tmp_path)]
+    argv += ["--prometheus-port", "0", "--forecaster-port", "0", "--alertmanager-port", "0"]
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = cli.main(argv)
+    assert code == 0, err.getvalue()
+    assert "stopping" in err.getvalue() and "did not start" not in err.getvalue()
 
 
 def test_defaults_are_the_readme_demo() -> None:
