@@ -213,8 +213,10 @@ def build_view(
     eta = _bands(get("completion"), _run_key)
     methods = {_run_key(s.labels): s.labels.get("method", "") for s in get("method")}
 
-    # Per container: its allocated GPUs with utilisation and memory.
-    container_gpus: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+    # Per container: its allocated GPUs with utilisation and memory. A set: an exporter
+    # scraped twice (two jobs, two replicas) answers each allocation twice, and a run's
+    # GPUs were listed, and their memory summed, twice
+    container_gpus: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
     holders: set[tuple[tuple[str, str, str], tuple[str, str, str]]] = set()
     for s in get("allocated"):
         labels = s.labels
@@ -222,7 +224,7 @@ def build_view(
             continue
         ckey = _container_key(labels)
         gkey = _gpu_key(labels)
-        container_gpus.setdefault(ckey, []).append(gkey)
+        container_gpus.setdefault(ckey, set()).add(gkey)
         holders.add((gkey, ckey))
 
     def per_holder(name: str) -> dict[tuple, float]:
@@ -268,7 +270,7 @@ def build_view(
             continue  # finished: its pod may linger, its GPU shows in the GPU list
         ckey = key[:3]
         training_containers.add(ckey)
-        gkeys = sorted(container_gpus.get(ckey, []))
+        gkeys = sorted(container_gpus.get(ckey, ()))
         node = labels.get("node", "") or (gkeys[0][0] if gkeys else "")
 
         def total(values: Mapping[tuple, float], gks=gkeys, ck=ckey) -> float | None:

@@ -1014,6 +1014,24 @@ def test_exported_labels_are_read_as_the_plain_ones() -> None:
     assert [(h.namespace, h.pod) for h in view.idle] == [(h.namespace, h.pod) for h in plain.idle]
 
 
+def test_every_series_scraped_twice_is_the_same_view() -> None:
+    """Each exporter and the forecaster scraped twice (a ServiceMonitor and an
+    annotation scrape, two Prometheus replicas behind one endpoint): every series twice,
+    differing in ``job`` and ``instance``. A run's GPUs were listed twice
+    (``node-0/0,0``) and its memory used and device total summed twice (6.0G/32.0G of
+    a 16 GiB GPU)."""
+    once = top_view.build_view(results(), NOW, "http://prom")
+
+    def again(item: dict) -> dict:
+        return {**item, "metric": {**item["metric"], "job": "again", "instance": "again:1"}}
+
+    data = {k: v + [again(i) for i in v] for k, v in answers().items()}
+    twice = top_view.build_view({k: parsed(v) for k, v in data.items()}, NOW, "http://prom")
+    assert twice.jobs == once.jobs
+    assert (twice.jobs[0].gpus, twice.jobs[0].memory_total_bytes) == (("0",), 16 * GIB)
+    assert (twice.idle, twice.gpus) == (once.idle, once.gpus)
+
+
 def test_a_query_prometheus_refuses_leaves_its_rows_out_and_is_named(
     http_server,  # noqa: F811
 ) -> None:
