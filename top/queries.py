@@ -11,7 +11,7 @@ QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 
 
 def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[str, str]:
-    """Every PromQL query one refresh issues, by name (a fixed number, 21).
+    """Every PromQL query one refresh issues, by name (a fixed number, 23).
     ``gpu_resources``: the site's own GPU resources (``--gpu-resource``, Kubernetes
     names), whose pending pods are GPU pods as the forecaster's ``--pending.gpu-resource``
     makes them."""
@@ -35,6 +35,12 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
         "pod_memory": "gpu_eta_pod_gpu_memory_used_bytes",
         "gpu_info": "gpu_eta_gpu_info",
         "gpu_memory_total": "gpu_eta_gpu_memory_total_bytes",
+        # a device no pod holds but something uses (a pod with NVIDIA_VISIBLE_DEVICES=all
+        # and no GPU request, a process outside Kubernetes): its own utilisation says so
+        "gpu_util": "gpu_eta_gpu_utilization_ratio",
+        # who holds a node's devices is known only while its podresources collector
+        # succeeds: a device no pod holds there is free, elsewhere its holders are unknown
+        "podresources": 'gpu_eta_exporter_collector_success{collector="podresources"}',
         "gpu_free": "gpu_eta_gpu_predicted_free_timestamp_seconds",
         # Prometheus (and vmalert with remote write) keep alert state as ALERTS series
         "alerts": ALERTS_FIRING,

@@ -219,14 +219,27 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def summary_line(view: View, tz: tzinfo | None = None) -> str:
     """One header line: where, when, and counts."""
     when = local_time(view.timestamp, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
-    counts = {state: sum(g.state == state for g in view.gpus) for state in ("busy", "idle", "free")}
-    # each row is a device: a whole GPU or a MIG instance, so busy + idle + free = seen
+    counts = gpu_counts(view)
+    # each row is a device: a whole GPU or a MIG instance, so busy + idle + free
+    # (+ holders unknown) = seen
     only = f"  namespace {','.join(view.namespaces)}" if view.namespaces else ""
+    unknown = f", {counts['unknown']} holders unknown" if counts["unknown"] else ""
     return (
         f"gpu-eta top  {view.prometheus_url}{only}  {when}  |  {len(view.jobs)} training, "
-        f"{len(view.idle)} idle holders, GPUs: {len(view.gpus)} seen, {counts['busy']} busy, "
-        f"{counts['idle']} idle, {counts['free']} free"
+        f"{len(view.idle)} idle holders, GPUs: {counts['seen']} seen, {counts['busy']} busy, "
+        f"{counts['idle']} idle, {counts['free']} free{unknown}"
     )
+
+
+def gpu_counts(view: View) -> dict[str, int]:
+    """Devices seen and per state; busy + idle + free + unknown = seen. Pure."""
+    counts = {"seen": len(view.gpus)}
+    for state in GPU_STATES:
+        counts[state] = sum(g.state == state for g in view.gpus)
+    return counts
+
+
+GPU_STATES = ("busy", "idle", "free", "unknown")
 
 
 def alerts_line(view: View) -> str:
@@ -285,6 +298,7 @@ def render_json(view: View) -> dict[str, Any]:
     """The snapshot for machines: unix seconds, ratios 0..1, bytes; remaining seconds too."""
     data = asdict(view)
     data["alerts"] = [{"alertname": name, "firing": count} for name, count in view.alerts]
+    data["gpu_counts"] = gpu_counts(view)
     for job in data["jobs"]:
         band = job["eta"]
         job["remaining_seconds"] = {
@@ -414,7 +428,8 @@ def kept_rows(states: Sequence[str], n: int) -> list[int]:
     """The indexes of the ``n`` rows a GPU list cut to ``n`` rows shows, in its order
     (by node): its free GPUs first, then its first others. Why: cut from the end of
     the node-ordered list, the free GPUs of the last nodes were left out, and a free
-    GPU is what someone looking at the list looks for. Pure."""
+    GPU is what someone looking at the list looks for; a GPU whose holders are unknown
+    ("unknown") is not one. Pure."""
     free = [k for k, state in enumerate(states) if state == "free"]
     others = [k for k, state in enumerate(states) if state != "free"]
     return sorted((free + others)[:n])
@@ -676,7 +691,7 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
     parts.extend(Text(f"error: {e}", style="red") for e in view.errors)
     if (warning := warning_line(view)) is not None:
         parts.append(Text(warning, style="yellow"))
-    styles = {"free": "green", "idle": "yellow", "busy": None}
+    styles = {"free": "green", "idle": "yellow", "busy": None, "unknown": "red"}
     tables = (
         (
             "Training",

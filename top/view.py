@@ -72,7 +72,9 @@ class GpuRow:
     uuid: str
     model: str
     holders: tuple[str, ...]
-    state: str  # "free", "busy", "idle" (held, unused)
+    # "free", "busy", "idle" (held, unused), "unknown" (no pod holds it as far as the
+    # exporter knows, but its node's podresources collector failed: holders unknown)
+    state: str
     free_at: Band
     note: str = ""
 
@@ -338,6 +340,18 @@ def build_view(
         held_by_device.setdefault(g, []).append(ck)
     gpus: list[GpuRow] = []
     info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
+    unknown_nodes = podresources_failing(get("podresources"))
+    device_util: dict[tuple[str, str, str], float] = {}
+    for s in get("gpu_util"):
+        if (v := _value(s)) is not None:
+            gk = _gpu_key(s.labels)
+            device_util[gk] = max(v, device_util.get(gk, v))
+    # pods whose processes run on a device with no allocation there (the exporter's
+    # per-pod series without gpu_eta_pod_gpu_allocated, docs/attribution.md)
+    unallocated: dict[tuple[str, str, str], set[str]] = {}
+    for g, ck in (*util, *memory):
+        if (g, ck) not in holders:
+            unallocated.setdefault(g, set()).add(f"{ck[0]}/{ck[1]}")
     for gkey in sorted(set(info) | set(held_by_device), key=_gpu_order):
         held_by = sorted(held_by_device.get(gkey, ()))
         names = tuple(f"{ns}/{pod}" for ns, pod, _ in held_by)
@@ -345,7 +359,9 @@ def build_view(
         unforecast = {ck for ck in siblings if ck[:2] not in forecast_pods}
         band = free.get(_physical(gkey), {}) if held_by and not unforecast else {}
         if not held_by:
-            state, note = "free", "free now"
+            state, note = free_state(
+                gkey[0] in unknown_nodes, device_util.get(gkey), sorted(unallocated.get(gkey, ()))
+            )
         elif all((gkey, ck) in idle_holders for ck in held_by):
             state = "idle"
             note = "held, unused"
@@ -381,6 +397,35 @@ def build_view(
         alerts=_firing(get("alerts")),
         pending=pending_rows(results),
     )
+
+
+def podresources_failing(samples: Sequence[Sample]) -> frozenset[str]:
+    """Nodes whose podresources collector's last run failed (any scrape of the node
+    says 0: an exporter scraped by two jobs answers the same either way). A node
+    without the series (the collector switched off, an older exporter) is not one."""
+    return frozenset(
+        s.labels.get("node", "") for s in samples if (v := _value(s)) is not None and v < 1
+    )
+
+
+def free_state(
+    holders_unknown: bool, utilization_ratio: float | None, users: Sequence[str]
+) -> tuple[str, str]:
+    """(state, note) of a device no pod holds. ``holders_unknown``: its node's
+    podresources collector failed, so "no holder" may be "not known": without any
+    good List the exporter has no allocation at all, and every device there looked
+    free. A device whose own utilisation is above 0 is used by something that was
+    not allocated it (``users``: the pods whose processes the exporter saw on it; a
+    process outside Kubernetes has none), a free GPU that is not."""
+    in_use = ""
+    if utilization_ratio is not None and utilization_ratio > 0:
+        in_use = f"in use: util {utilization_ratio * 100:.0f}%"
+        if users:
+            in_use += f" by {', '.join(users)}"
+    if holders_unknown:
+        note = "holders unknown: podresources collector failing on this node"
+        return "unknown", note + (f"; {in_use}" if in_use else "")
+    return "free", f"free to Kubernetes, {in_use}" if in_use else "free now"
 
 
 def _firing(samples: Sequence[Sample]) -> tuple[tuple[str, int], ...]:

@@ -1080,7 +1080,7 @@ def _exporter(reg) -> tuple[str, object, object]:
 def test_a_partial_answer_is_one_warning_line_and_a_json_list(prometheus_factory) -> None:
     """A Prometheus whose remote-read source is down (as Thanos Query with a store
     down) answers every query from what it has, with ``warnings``: the view says so in
-    one ``warning:`` line, the same warning of all 21 queries once."""
+    one ``warning:`` line, the same warning of all 23 queries once."""
     from prometheus_client import CollectorRegistry, Gauge
 
     from gpu_eta.launch.prometheus import ScrapeJob
@@ -1614,3 +1614,140 @@ def test_sigterm_ends_the_refreshing_view_with_the_cursor_shown(http_server, see
 def test_a_progress_cell_stays_narrow_for_counts_of_tokens(epoch, epochs, unit, cell) -> None:
     """A run counting tokens reports up to 10**15: its cell is a few characters, not 35."""
     assert top_render.fmt_epoch(epoch, epochs, unit) == cell
+
+
+# ------------------------- holders unknown; free to Kubernetes but in use
+
+NODE1 = {"node": "node-1", "gpu": "0", "UUID": "GPU-eee"}
+SNEAK = {"namespace": "ml", "pod": "sneaky", "container": "main"}
+
+
+def unknown_answers(node0_collector: float | None = 0, node1_collector: float | None = 1) -> dict:
+    """``answers()`` plus node-1 (one GPU no pod holds, used 73 % by ml/sneaky, a pod
+    with no allocation on it: its utilisation series without ``..._allocated``) and
+    each node's podresources collector success (None: no series, the collector off).
+    node-0's GPU 3 is the one no pod holds there."""
+    data = answers()
+    data["gpu_info"] = [*data["gpu_info"], vec(1, **NODE1, model="NVIDIA A2")]
+    data["gpu_util"] = [vec(0.0, node="node-0", gpu="3", UUID="GPU-ddd"), vec(0.73, **NODE1)]
+    data["pod_util"] = [*data["pod_util"], vec(0.73, **NODE1, **SNEAK)]
+    data["podresources"] = [
+        vec(value, node=node, collector="podresources")
+        for node, value in (("node-0", node0_collector), ("node-1", node1_collector))
+        if value is not None
+    ]
+    return data
+
+
+def _states(data: dict) -> dict[tuple[str, str], tuple[str, str]]:
+    view = top_view.build_view({k: parsed(v) for k, v in data.items()}, NOW, "http://prom")
+    return {(g.node, g.gpu): (g.state, g.note) for g in view.gpus}
+
+
+def test_a_device_no_pod_holds_on_a_node_whose_podresources_failed_is_unknown() -> None:
+    """node-0's podresources collector failed (never succeeded: no allocation rows for
+    its free-looking GPU): GPU 3 is "unknown", not free; its held GPUs keep their state
+    (the collector keeps its last good allocations). node-1's collector succeeds: its GPU
+    no pod holds is free. Without a success series at all (the collector switched off)
+    a device no pod holds stays free."""
+    states = _states(unknown_answers())
+    assert states[("node-0", "3")][0] == "unknown"
+    assert "podresources" in states[("node-0", "3")][1]
+    assert states[("node-0", "0")][0] == "busy" and states[("node-0", "1")][0] == "idle"
+    assert states[("node-1", "0")][0] == "free"
+    assert _states(unknown_answers(None, None))[("node-0", "3")] == ("free", "free now")
+    assert _states(unknown_answers(1, 1))[("node-0", "3")] == ("free", "free now")
+
+
+def test_a_free_gpu_in_use_says_so_and_names_the_pod() -> None:
+    """A device no pod holds (its node's collector succeeds) whose own utilisation is
+    above 0: "free to Kubernetes, in use", with the pod whose processes run on it."""
+    state, note = _states(unknown_answers())[("node-1", "0")]
+    assert state == "free"
+    assert note == "free to Kubernetes, in use: util 73% by ml/sneaky"
+    data = unknown_answers()
+    data["pod_util"] = data["pod_util"][:-1]  # a process outside Kubernetes: no pod
+    assert _states(data)[("node-1", "0")][1] == "free to Kubernetes, in use: util 73%"
+
+
+def test_unknown_gpus_are_counted_apart_in_every_renderer() -> None:
+    """Header: busy + idle + free + unknown = seen; JSON, plain and rich say unknown;
+    a GPU list cut short keeps free GPUs first, not unknown ones."""
+    view = top_view.build_view(
+        {k: parsed(v) for k, v in unknown_answers().items()}, NOW, "http://prom"
+    )
+    text = top_render.render_plain(view, timezone.utc)
+    assert "GPUs: 5 seen, 2 busy, 1 idle, 1 free, 1 holders unknown" in text.splitlines()[0]
+    row = next(line for line in text.splitlines() if line.startswith("node-0/3"))
+    assert "unknown" in row and "now" not in row.split()
+    data = top_render.render_json(view)
+    assert {(g["node"], g["gpu"]): g["state"] for g in data["gpus"]}[("node-0", "3")] == "unknown"
+    assert data["gpu_counts"] == {"seen": 5, "busy": 2, "idle": 1, "free": 1, "unknown": 1}
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(top_render.render_rich(view, timezone.utc))
+    assert "1 holders unknown" in console.export_text()
+    states = [g.state for g in view.gpus]
+    (kept,) = top_render.kept_rows(states, 1)
+    assert view.gpus[kept].state == "free" and view.gpus[kept].node == "node-1"
+
+
+def test_unknown_holders_scraped_twice_are_the_same_view() -> None:
+    """Two jobs scraping each exporter (every series twice) give the same GPU rows."""
+
+    def again(item: dict) -> dict:
+        return {**item, "metric": {**item["metric"], "job": "again", "instance": "again:1"}}
+
+    once = unknown_answers()
+    twice = {k: v + [again(i) for i in v] for k, v in once.items()}
+    assert _states(twice) == _states(once)
+
+
+@pytest.mark.integration
+def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheus_factory) -> None:
+    """A real Prometheus scrapes one exporter-shaped endpoint with two jobs (every series
+    twice): node-0's podresources collector fails, so its GPU no pod holds is "unknown";
+    node-1's succeeds and its GPU no pod holds is free, used 73 % by ml/sneaky."""
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from gpu_eta.launch.prometheus import ScrapeJob, free_port
+
+    reg = CollectorRegistry()
+    device = ["node", "gpu", "UUID"]
+    info = Gauge("gpu_eta_gpu_info", "i", [*device, "model"], registry=reg)
+    util = Gauge("gpu_eta_gpu_utilization_ratio", "u", device, registry=reg)
+    for node, uuid, ratio in (("node-0", "GPU-ddd", 0.0), ("node-1", "GPU-eee", 0.73)):
+        info.labels(node, "0", uuid, "NVIDIA A2").set(1)
+        util.labels(node, "0", uuid).set(ratio)
+    Gauge(
+        "gpu_eta_pod_gpu_utilization_ratio",
+        "p",
+        [*device, "namespace", "pod", "container"],
+        registry=reg,
+    ).labels("node-1", "0", "GPU-eee", "ml", "sneaky", "main").set(0.73)
+    ok = Gauge("gpu_eta_exporter_collector_success", "s", ["node", "collector"], registry=reg)
+    ok.labels("node-0", "podresources").set(0)
+    ok.labels("node-1", "podresources").set(1)
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
+    try:
+        target = [f"127.0.0.1:{port}"]
+        prom = prometheus_factory(
+            [ScrapeJob("exporter-a", target), ScrapeJob("exporter-b", target)]
+        )
+        prom.wait_for("gpu_eta_gpu_info", timeout=60, min_results=4)
+        prom.wait_for("gpu_eta_exporter_collector_success", timeout=30, min_results=4)
+        prom.wait_for("gpu_eta_pod_gpu_utilization_ratio", timeout=30, min_results=2)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert top_main.main(["--prometheus.url", prom.url, "--json"]) == 0
+        data = json.loads(out.getvalue())
+        gpus = {g["node"]: (g["state"], g["note"]) for g in data["gpus"]}
+        assert gpus["node-0"][0] == "unknown"
+        assert gpus["node-1"] == ("free", "free to Kubernetes, in use: util 73% by ml/sneaky")
+        assert data["gpu_counts"] == {"seen": 2, "busy": 0, "idle": 0, "free": 1, "unknown": 1}
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
