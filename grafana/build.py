@@ -89,7 +89,17 @@ GPUS_IN_USE = (
 GPUS_IDLE = (
     f"count({ALLOCATED_GPUS} and on ({DEVICE}) (gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
 )
-GPUS_FREE = f"count({SEEN_GPUS} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}})"
+# A device no pod holds is free only where the node's podresources collector (the
+# kubelet's allocations) works: while it fails it serves its last good allocations,
+# none if it never succeeded, so "no holder" there is "holders unknown". A node without
+# the success series (the collector switched off) is read as before. In use + idle +
+# free + holders unknown = seen; any scrape saying 0 marks the node (two jobs agree).
+PODRESOURCES_FAILING = (
+    f'(gpu_eta_exporter_collector_success{{{NODE}, collector="podresources"}} == 0)'
+)
+UNHELD_GPUS = f"{SEEN_GPUS} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}}"
+GPUS_FREE = f"count({UNHELD_GPUS} unless on (node) {PODRESOURCES_FAILING})"
+GPUS_HOLDERS_UNKNOWN = f"count({UNHELD_GPUS} and on (node) {PODRESOURCES_FAILING})"
 # A container request for GPUs of any kind (kube-state-metrics' resource names: whole,
 # time-sliced and MIG), the selector of rules/gpu-eta.rules.yaml's GpuEtaPodPendingNoStart.
 # The regex is common/gpu_resources.py's KSM_GPU_RESOURCES, written out: the chart adds
@@ -257,7 +267,8 @@ def cluster_overview() -> dict:
     )
     busy = (
         "A device (a whole GPU, or one MIG instance) is 'in use' when it is allocated and "
-        "its utilisation is at least 5 % (or unknown); in use + idle + free = seen."
+        "its utilisation is at least 5 % (or unknown); in use + idle + free + holders "
+        "unknown = seen."
     )
     free_at = ts(
         "Time until each GPU is free (P50) over time",
@@ -427,19 +438,35 @@ def cluster_overview() -> dict:
         {"A": "dateTimeAsIso", "B": "dateTimeAsIso", "C": "dateTimeAsIso"},
     )
     panels = [
-        st("GPUs in use", busy, "none", GPUS_IN_USE, no_value="0"),
+        st("GPUs in use", busy, "none", GPUS_IN_USE, width=5, no_value="0"),
         st(
             "Allocated but idle",
             "Allocated devices under 5 % utilisation.",
             "none",
             GPUS_IDLE,
+            width=5,
             no_value="0",
         ),
         st(
             "Free GPUs",
-            "Devices (whole GPUs or MIG instances) the exporter sees that no pod holds.",
+            "Devices (whole GPUs or MIG instances) the exporter sees that no pod holds, on "
+            "nodes whose podresources collector works (or is switched off). A free GPU "
+            "can still be in use by a pod that requested none: alert "
+            "GpuEtaGpuUsedWithoutAllocation.",
             "none",
             GPUS_FREE,
+            width=5,
+            no_value="0",
+        ),
+        st(
+            "GPUs, holders unknown",
+            "Devices no pod holds as far as the exporter knows, on nodes whose podresources "
+            "collector fails (socket not mounted, kubelet down): it keeps its last good "
+            "allocations, none if it never succeeded, so these may be held. Not counted "
+            "free; see GpuEtaExporterCollectorFailing.",
+            "none",
+            GPUS_HOLDERS_UNKNOWN,
+            width=4,
             no_value="0",
         ),
         st(
@@ -447,6 +474,7 @@ def cluster_overview() -> dict:
             "All devices (whole GPUs or MIG instances) reported by the exporters.",
             "none",
             f"count({SEEN_GPUS})",
+            width=5,
             no_value="0",
         ),
         ts(
@@ -456,6 +484,7 @@ def cluster_overview() -> dict:
             q(GPUS_IN_USE, "in use", "A"),
             q(GPUS_IDLE, "allocated, idle", "B"),
             q(GPUS_FREE, "free", "C"),
+            q(GPUS_HOLDERS_UNKNOWN, "holders unknown", "D"),
         ),
         ts(
             "Allocated GPUs per namespace",

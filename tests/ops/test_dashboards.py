@@ -275,15 +275,52 @@ def _mig_node_series() -> list[tuple[str, str]]:
     return series
 
 
+def _holders_unknown_series() -> list[tuple[str, str]]:
+    """Two more nodes. n2's podresources collector fails: its GPU 0 is held (the
+    collector's last good data) and busy, its GPU 1 no pod holds: holders unknown, not
+    free. n3 has no success series (the collector switched off): its GPU no pod holds
+    is free, as without the collector check. n1's collector succeeds."""
+    series = [
+        ('gpu_eta_exporter_collector_success{node="n1",collector="podresources"}', "1"),
+        ('gpu_eta_exporter_collector_success{node="n2",collector="podresources"}', "0"),
+        ('gpu_eta_exporter_collector_success{node="n2",collector="gpu"}', "1"),
+        ('gpu_eta_gpu_info{node="n3",gpu="0",UUID="GPU-z",model="A100"}', "1"),
+        ('gpu_eta_gpu_utilization_ratio{node="n3",gpu="0",UUID="GPU-z"}', "0"),
+    ]
+    for gpu, uuid, ratio in (("0", "GPU-x", "0.5"), ("1", "GPU-y", "0")):
+        series.append(
+            (f'gpu_eta_gpu_info{{node="n2",gpu="{gpu}",UUID="{uuid}",model="A100"}}', "1")
+        )
+        series.append(
+            (f'gpu_eta_gpu_utilization_ratio{{node="n2",gpu="{gpu}",UUID="{uuid}"}}', ratio)
+        )
+    series.append(
+        (
+            'gpu_eta_pod_gpu_allocated{node="n2",gpu="0",UUID="GPU-x",'
+            'namespace="cv",pod="held",container="c"}',
+            "1",
+        )
+    )
+    return series
+
+
 @pytest.mark.parametrize("scrapes", [1, 2], ids=["scraped-once", "scraped-twice"])
 def test_gpu_state_counts_add_up_under_mig(tmp_path: Path, scrapes: int) -> None:
-    """REVIEW2 item 2: the Cluster overview's in use + idle + free = seen per device (a
-    whole GPU or a MIG instance), evaluated by promtool on exporter-shaped MIG series
-    (_mig_node_series). Scraped twice (two jobs on one exporter, each adding its own
-    job label), every device still counts once, and so does every allocation in
-    "Allocated GPUs per namespace"."""
+    """REVIEW2 item 2: the Cluster overview's in use + idle + free + holders unknown =
+    seen per device (a whole GPU or a MIG instance), evaluated by promtool on
+    exporter-shaped MIG series (_mig_node_series) and two nodes whose holders are
+    unknown or whose collector is off (_holders_unknown_series): a device no pod holds
+    on a node whose podresources collector fails is not free. Scraped twice (two jobs
+    on one exporter, each adding its own job label), every device still counts once,
+    and so does every allocation in "Allocated GPUs per namespace"."""
     stats = _stat_panels("cluster-overview.json")
-    titles = {"GPUs in use": 3, "Allocated but idle": 1, "Free GPUs": 2, "GPUs seen": 6}
+    titles = {
+        "GPUs in use": 4,
+        "Allocated but idle": 1,
+        "Free GPUs": 3,
+        "GPUs, holders unknown": 1,
+        "GPUs seen": 9,
+    }
     (per_namespace,) = [
         p["targets"][0]["expr"]
         for p in _panels(_load(GRAFANA / "cluster-overview.json"))
@@ -292,7 +329,7 @@ def test_gpu_state_counts_add_up_under_mig(tmp_path: Path, scrapes: int) -> None
     series = [
         (name.replace("{", f'{{job="j{n}",', 1), value)
         for n in range(scrapes)
-        for name, value in _mig_node_series()
+        for name, value in _mig_node_series() + _holders_unknown_series()
     ]
     assert sum(v for t, v in titles.items() if t != "GPUs seen") == titles["GPUs seen"]
     _promtool_eval(
@@ -302,7 +339,15 @@ def test_gpu_state_counts_add_up_under_mig(tmp_path: Path, scrapes: int) -> None
             (substitute(stats[title]["targets"][0]["expr"]), [{"labels": "{}", "value": value}])
             for title, value in titles.items()
         ]
-        + [(substitute(per_namespace), [{"labels": '{namespace="ml"}', "value": 4}])],
+        + [
+            (
+                substitute(per_namespace),
+                [
+                    {"labels": '{namespace="cv"}', "value": 1},
+                    {"labels": '{namespace="ml"}', "value": 4},
+                ],
+            )
+        ],
     )
 
 
