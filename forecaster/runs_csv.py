@@ -235,14 +235,28 @@ def _feature(name: str, text: str, comma: bool = False) -> Feature:
 
 @dataclass
 class _Acc:
-    """One run being read: its plan, first line, points and features."""
+    """One run being read: its plan (None while no row has given one), first line,
+    points and features."""
 
-    planned: float
+    planned: float | None
     first_line: int
     rows: list[tuple[float, float, int]] = field(default_factory=list)
     sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
     big: tuple[int, float] | None = None  # the first line past MAX_TIMESTAMP, its value
+    plan_line: int = 0  # the line that gave ``planned``
+
+
+def _same_plan(known: float | None, planned: float | None) -> bool:
+    """Whether a row's plan agrees with the run's: either is missing (an empty field),
+    or they are within ``PLAN_SLACK`` of each other.
+
+    Why a slack: one total written with two roundings (rows of two exports of
+    different precision, a total computed per row) is one plan; a run skipped over
+    its ninth digit is a run lost."""
+    if known is None or planned is None:
+        return True
+    return abs(planned - known) <= known * PLAN_SLACK
 
 
 def separator(header_line: str) -> str:
@@ -539,25 +553,29 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             if not ascii_only and not all(utf8_encodable(row[i]) for i in i_numbers):
                 raise _BadRow("not UTF-8 text")
             epoch = _number(row[i_epoch].strip(), "epoch", comma)
-            planned = _number(row[i_plan].strip(), "epochs_planned", comma)
+            plan_text = row[i_plan].strip()
+            # empty: this row has no plan; the run's other rows give it (_same_plan)
+            planned = _number(plan_text, "epochs_planned", comma) if plan_text else None
             ts = _timestamp(row[i_ts].strip(), comma)
             big = abs(ts) > MAX_TIMESTAMP
             if abs(ts) > MAX_TIMESTAMP_MS:
                 raise _BadRow(_not_seconds(ts))
             if epoch < 0 or epoch > MAX_PROGRESS:
                 raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch!r}")
-            if planned <= 0 or planned > MAX_PROGRESS:
+            if planned is not None and (planned <= 0 or planned > MAX_PROGRESS):
                 raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned!r}")
             acc = runs.get(key)
             if acc is None:
                 if len(runs) + len(bad) >= MAX_RUNS:
                     raise RunsCsvError(line, f"more than {MAX_RUNS:,} runs")
-                acc = runs[key] = _Acc(planned, line)
-            elif acc.planned != planned:
+                acc = runs[key] = _Acc(planned, line, plan_line=line)
+            elif not _same_plan(acc.planned, planned):
                 raise _BadRow(
-                    f"run {run_id!r}: epochs_planned {planned:g} differs from "
-                    f"{acc.planned:g} (line {acc.first_line})"
+                    f"run {run_id!r}: epochs_planned {planned:.12g} differs from "
+                    f"{acc.planned:.12g} (line {acc.plan_line})"
                 )
+            if acc.planned is None and planned is not None:
+                acc.planned, acc.plan_line = planned, line
         except _BadRow as err:
             if run_id:
                 if key not in bad:
@@ -648,24 +666,31 @@ def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float,
 def _assemble(key: RunKey, acc: _Acc) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
     namespace, pod, container, run_id = key
-    slack = acc.planned * PLAN_SLACK
+    if acc.planned is None:
+        raise RunsCsvError(
+            acc.first_line,
+            f"run {run_id!r}: epochs_planned is empty on every row (a run is read with "
+            "its planned total)",
+        )
+    planned = acc.planned
+    slack = planned * PLAN_SLACK
     top = max(e for e, _t, _line in acc.rows)
 
     def at_plan(e: float) -> bool:
         """A hair past the plan, or the run's last point a hair short of it (an earlier
         one a hair short is a point of its own: merged, it would date the end there)."""
-        near = acc.planned - slack <= e <= acc.planned + slack
-        return near and (e >= acc.planned or e == top)
+        near = planned - slack <= e <= planned + slack
+        return near and (e >= planned or e == top)
 
-    rows = first_reached((acc.planned if at_plan(e) else e, t, line) for e, t, line in acc.rows)
+    rows = first_reached((planned if at_plan(e) else e, t, line) for e, t, line in acc.rows)
     if rows[0][0] != 0:
         raise RunsCsvError(
             rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"
         )
-    if rows[-1][0] > acc.planned:
+    if rows[-1][0] > planned:
         raise RunsCsvError(
             rows[-1][2],
-            f"run {run_id!r}: epoch {rows[-1][0]:.12g} beyond epochs_planned {acc.planned:.12g}",
+            f"run {run_id!r}: epoch {rows[-1][0]:.12g} beyond epochs_planned {planned:.12g}",
         )
     for prev, cur in itertools.pairwise(rows):
         if cur[1] < prev[1]:
@@ -679,10 +704,10 @@ def _assemble(key: RunKey, acc: _Acc) -> Run:
         features.setdefault(name, total / count)
     run = Run(
         run_id=run_id,
-        epochs_planned=acc.planned,
+        epochs_planned=planned,
         epoch_times=tuple((e, t) for e, t, _ in rows),
         features=features,
-        completed=rows[-1][0] >= acc.planned,
+        completed=rows[-1][0] >= planned,
         namespace=namespace,
         pod=pod,
         container=container,

@@ -97,6 +97,31 @@ def test_errors_name_the_line(text: str, line: int, words: str) -> None:
     assert str(err.value).startswith(f"line {line}: ")
 
 
+def test_a_plan_left_empty_on_some_rows_is_the_plan_of_the_others() -> None:
+    """An export joining a progress series and a plan series on time (an outer join,
+    pandas writing NaN as an empty field) leaves the plan empty where one had no
+    sample: the run's other rows give it. A run with no plan on any row is skipped."""
+    (run,) = parse(f"{HEADER}\na,0,,0\na,1,4,10\na,2,,20\na,4,4,40\n")
+    assert run.epochs_planned == 4 and run.completed is True
+    assert run.epoch_times == ((0, 0), (1, 10), (2, 20), (4, 40))
+    result = parse_runs_file(io.StringIO(f"{HEADER}\nb,0,,0\nb,2,,5\nc,0,2,0\nc,2,2,9\n"))
+    assert [r.run_id for r in result.runs] == ["c"]
+    (skipped,) = result.skipped
+    assert (skipped.run_id, skipped.line) == ("b", 2)
+    assert "epochs_planned is empty on every row" in skipped.reason
+
+
+def test_a_plan_written_with_another_rounding_is_one_plan() -> None:
+    """Rows of one run whose plan differs within ``PLAN_SLACK`` (a total computed per
+    row, or rows of two exports of different precision) are one plan, the first; a
+    real difference is damage, said with the digits that tell them apart."""
+    text = f"{HEADER}\na,0,3693536,0\na,1846768,3693536.0036935,10\na,3693536,3693536,20\n"
+    (run,) = parse(text)
+    assert run.epochs_planned == 3693536 and run.completed is True
+    result = parse_runs_file(io.StringIO(f"{HEADER}\nb,0,3693536,0\nb,5,3693546,10\n"))
+    assert "epochs_planned 3693546 differs from 3693536 (line 2)" in result.skipped[0].reason
+
+
 def test_a_progress_value_on_several_rows_counts_from_its_first_time() -> None:
     # a gauge sampled by every scrape, a duplicated export, a restart from a checkpoint
     sampled = f"{HEADER}\na,0,3,0\na,0,3,15\na,1,3,30\na,1,3,45\na,1,3,30\na,2,3,60\na,3,3,90\n"
