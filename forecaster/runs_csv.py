@@ -552,7 +552,9 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
             if not ascii_only and not all(utf8_encodable(row[i]) for i in i_numbers):
                 raise _BadRow("not UTF-8 text")
-            epoch = _number(row[i_epoch].strip(), "epoch", comma)
+            epoch_text = row[i_epoch].strip()
+            # empty: a row with nothing to place (its plan and features still count)
+            epoch = _number(epoch_text, "epoch", comma) if epoch_text else None
             plan_text = row[i_plan].strip()
             # empty: this row has no plan; the run's other rows give it (_same_plan)
             planned = _number(plan_text, "epochs_planned", comma) if plan_text else None
@@ -560,7 +562,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             big = abs(ts) > MAX_TIMESTAMP
             if abs(ts) > MAX_TIMESTAMP_MS:
                 raise _BadRow(_not_seconds(ts))
-            if epoch < 0 or epoch > MAX_PROGRESS:
+            if epoch is not None and (epoch < 0 or epoch > MAX_PROGRESS):
                 raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch!r}")
             if planned is not None and (planned <= 0 or planned > MAX_PROGRESS):
                 raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned!r}")
@@ -588,9 +590,10 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             else:
                 more_rows += 1
             continue
-        acc.rows.append((epoch, ts, line))
-        if big and acc.big is None:
-            acc.big = (line, ts)
+        if epoch is not None:
+            acc.rows.append((epoch, ts, line))
+            if big and acc.big is None:
+                acc.big = (line, ts)
         for name, i in extra:
             cell = row[i].strip()
             if not cell:
@@ -672,6 +675,8 @@ def _assemble(key: RunKey, acc: _Acc) -> Run:
             f"run {run_id!r}: epochs_planned is empty on every row (a run is read with "
             "its planned total)",
         )
+    if not acc.rows:
+        raise RunsCsvError(acc.first_line, f"run {run_id!r}: epoch is empty on every row")
     planned = acc.planned
     slack = planned * PLAN_SLACK
     top = max(e for e, _t, _line in acc.rows)

@@ -111,6 +111,19 @@ def test_a_plan_left_empty_on_some_rows_is_the_plan_of_the_others() -> None:
     assert "epochs_planned is empty on every row" in skipped.reason
 
 
+def test_a_row_without_progress_gives_no_point_and_the_run_keeps_its_others() -> None:
+    """An empty ``epoch`` (the same join's other side; a log event converted without
+    its progress) is a row with nothing to place: the run keeps its points, and the
+    row's features still count. A run with no progress on any row is skipped."""
+    text = f"{HEADER},gpu_utilization_ratio\na,0,4,0,0.5\na,,4,5,0.7\na,2,4,20,\na,4,4,40,0.9\n"
+    (run,) = parse(text)
+    assert run.completed is True and run.epoch_times == ((0, 0), (2, 20), (4, 40))
+    assert run.features["gpu_utilization_ratio"] == pytest.approx(0.7)
+    result = parse_runs_file(io.StringIO(f"{HEADER}\nb,,2,0\nb,,2,5\nc,0,2,0\nc,2,2,9\n"))
+    assert [r.run_id for r in result.runs] == ["c"]
+    assert "epoch is empty on every row" in result.skipped[0].reason
+
+
 def test_a_plan_written_with_another_rounding_is_one_plan() -> None:
     """Rows of one run whose plan differs within ``PLAN_SLACK`` (a total computed per
     row, or rows of two exports of different precision) are one plan, the first; a
