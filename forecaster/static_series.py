@@ -72,10 +72,13 @@ class StaticSeries:
 
     def forget(self, keys: Iterable[RunKey]) -> None:
         """Drop what is held of the runs ``keys`` (restarted under their key): they
-        are unknown again, read in this cycle (``unknown``, ``never_read``)."""
+        are unknown again, read in this cycle (``unknown``, ``never_read``). A fallback
+        ``refresh`` kept for them goes too (a cycle that failed after the refresh left it):
+        a restarted run must not get its old attempt's start or plan back."""
         for key in keys:
             for held in self._runs.values():
                 held.pop(key, None)
+            self._fallback.pop(key, None)
 
     def refresh(self, keys: Iterable[RunKey]) -> None:
         """Read the runs ``keys`` again in this cycle, as ``forget`` does, with what is

@@ -281,3 +281,21 @@ def test_reached_plan() -> None:
     assert held.reached_plan(answer(5, float("nan"))) == {run}
     # a run without a plan held has none to reach
     assert held.reached_plan(answer(9, 1, run_id="x")) == set()
+
+
+def test_forget_drops_a_fallback_a_failed_cycle_left() -> None:
+    """refresh, then the cycle fails before its read is stored, then the run restarts
+    under its key (forget): the old attempt's start and plan must not come back."""
+    held = StaticSeries()
+    run = ("ml", "trainer-0", "c", "r")
+    held.store(
+        {
+            "planned": [s(4, **LABELS, run_id="r")],
+            "start": [s(NOW - 300, **LABELS, run_id="r")],
+        },
+        full=True,
+    )
+    held.refresh([run])
+    held.forget([run])
+    held.store({}, full=False)  # the restarted run's read answers nothing (partial)
+    assert not any(held.answers([run]).values())
