@@ -379,13 +379,13 @@ def _has_rich() -> bool:
 
 
 class _Terminated(BaseException):
-    """SIGTERM arrived while refreshing: unwound like Ctrl-C (exit 0). A
+    """SIGTERM (or SIGHUP) arrived while refreshing: unwound like Ctrl-C (exit 0). A
     ``BaseException``, as ``KeyboardInterrupt`` is, so no ``except Exception`` on the
     way (a query's error handling) takes it for a failed refresh."""
 
 
 class _Signals:
-    """SIGTERM as ``_Terminated`` and SIGINT as ``KeyboardInterrupt``: raised at once,
+    """SIGTERM and SIGHUP as ``_Terminated``, SIGINT as ``KeyboardInterrupt``: raised at once,
     except while rich's live view draws (``drawing``), and in any case remembered
     (``pending``) and raised again at the next ``check``.
 
@@ -401,7 +401,7 @@ class _Signals:
         self.pending: BaseException | None = None
 
     def handle(self, signum: int, frame: object) -> None:
-        error = _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        error = KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
         self.pending = self.pending or error
         if not self.depth:
             raise error
@@ -432,7 +432,7 @@ def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_r
     signals = _Signals()
     previous: dict[int, Any] = {}
     try:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             previous[sig] = signal.signal(sig, signals.handle)
     except ValueError:  # not the main thread (embedded): the default actions stay
         pass

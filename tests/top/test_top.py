@@ -1585,14 +1585,15 @@ def test_top_refreshing_on_a_short_terminal_fits_it(http_server) -> None:  # noq
 @pytest.mark.parametrize(
     "seen", [b"\x1b[?25l", b"jupyter/nb-alice"], ids=["cursor-hidden", "view-drawn"]
 )
-def test_sigterm_ends_the_refreshing_view_with_the_cursor_shown(http_server, seen) -> None:  # noqa: F811
-    """``timeout 60 gpu-eta-top``, a ``kill``: rich's live view hides the cursor while
-    it runs, and SIGTERM's default action ended top before it showed it again, the
-    shell left without a cursor. It ends as Ctrl-C does: cursor shown, exit 0; also
-    when the signal comes as the first view is being drawn (``seen``: sent once the
-    output holds it)."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_ends_the_refreshing_view_with_the_cursor_shown(http_server, seen, sig) -> None:  # noqa: F811
+    """``timeout 60 gpu-eta-top``, a ``kill``, a ``kill -HUP``: rich's live view hides
+    the cursor while it runs, and the signal's default action ended top before it
+    showed it again, the shell left without a cursor. It ends as Ctrl-C does: cursor
+    shown, exit 0; also when the signal comes as the first view is being drawn
+    (``seen``: sent once the output holds it)."""
     url, _ = http_server(answering(answers()))
-    out, code = top_on_a_terminal(url, seen, lambda p: p.send_signal(signal.SIGTERM))
+    out, code = top_on_a_terminal(url, seen, lambda p: p.send_signal(sig))
     hide, show = b"\x1b[?25l", b"\x1b[?25h"
     assert hide in out, out[-300:]
     assert out.rfind(show) > out.rfind(hide), out[-300:]
