@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # imported where used: rich is the top extra
     from gpu_eta.top.main import RefreshingView
 
 SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
+MAX_HISTORY_DAYS = 365  # --history-days: see parse_args
 
 
 class ExitCode(enum.IntEnum):
@@ -190,8 +191,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--seconds must be a finite number > 0")
     if not 0 <= args.real_training <= 2:
         p.error("--real-training takes 1 or 2")
-    if not (math.isfinite(args.history_days) and args.history_days >= 0) or args.history_jobs < 1:
-        p.error("--history-days must be a finite number >= 0 and --history-jobs >= 1")
+    # at most a year: more starts the simulated history before 1970 (1e6 days) or
+    # gives Prometheus a retention it refuses ("duration out of range")
+    if (
+        not (math.isfinite(args.history_days) and 0 <= args.history_days <= MAX_HISTORY_DAYS)
+        or args.history_jobs < 1
+    ):
+        p.error(
+            f"--history-days must be a number from 0 to {MAX_HISTORY_DAYS} and --history-jobs >= 1"
+        )
     if not (math.isfinite(args.refresh) and args.refresh > 0):
         p.error("--refresh must be a number of seconds > 0")
     for flag, port in (

@@ -55,6 +55,8 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str]) -> None:
         ["--seconds", "inf"],
         ["--history-days", "nan"],
         ["--history-days", "inf"],
+        ["--history-days", "1e6"],
+        ["--history-days", "366"],
     ],
 )
 def test_numbers_that_are_not_finite_are_usage_errors(argv: list[str]) -> None:
