@@ -89,17 +89,23 @@ GPUS_IN_USE = (
 GPUS_IDLE = (
     f"count({ALLOCATED_GPUS} and on ({DEVICE}) (gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
 )
-# A device no pod holds is free only where the node's podresources collector (the
-# kubelet's allocations) works: while it fails it serves its last good allocations,
-# none if it never succeeded, so "no holder" there is "holders unknown". A node without
-# the success series (the collector switched off) is read as before. In use + idle +
-# free + holders unknown = seen; any scrape saying 0 marks the node (two jobs agree).
-PODRESOURCES_FAILING = (
-    f'(gpu_eta_exporter_collector_success{{{NODE}, collector="podresources"}} == 0)'
+# A device no pod holds is free only on a node whose holders are known: the definition
+# of rules/gpu-eta.rules.yaml's node:gpu_eta_gpus_free:count, shared with its
+# GpuEtaGpuUsedWithoutAllocation and gpu-eta top. Holders unknown: the podresources
+# collector had no success in the last 5 min in some scrape of the node (it serves its
+# last good allocations, none if it never succeeded; over a window, as one failed List
+# leaves them a poll old), or some scrape counts unresolved allocations (a kubelet
+# allocation naming no device NVML lists gives its pod no allocated row, so a device it
+# holds looks held by no pod). A node without the success series (the collector
+# switched off) is read as before. In use + idle + free + holders unknown = seen.
+HOLDERS_UNKNOWN_NODES = (
+    "(max_over_time(gpu_eta_exporter_collector_success"
+    f'{{{NODE}, collector="podresources"}}[5m]) == 0'
+    f" or gpu_eta_exporter_unresolved_allocations{{{NODE}}} > 0)"
 )
 UNHELD_GPUS = f"{SEEN_GPUS} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}}"
-GPUS_FREE = f"count({UNHELD_GPUS} unless on (node) {PODRESOURCES_FAILING})"
-GPUS_HOLDERS_UNKNOWN = f"count({UNHELD_GPUS} and on (node) {PODRESOURCES_FAILING})"
+GPUS_FREE = f"count({UNHELD_GPUS} unless on (node) {HOLDERS_UNKNOWN_NODES})"
+GPUS_HOLDERS_UNKNOWN = f"count({UNHELD_GPUS} and on (node) {HOLDERS_UNKNOWN_NODES})"
 # A container request for GPUs of any kind (kube-state-metrics' resource names: whole,
 # time-sliced and MIG), the selector of rules/gpu-eta.rules.yaml's GpuEtaPodPendingNoStart.
 # The regex is common/gpu_resources.py's KSM_GPU_RESOURCES, written out: the chart adds
@@ -450,7 +456,8 @@ def cluster_overview() -> dict:
         st(
             "Free GPUs",
             "Devices (whole GPUs or MIG instances) the exporter sees that no pod holds, on "
-            "nodes whose podresources collector works (or is switched off). A free GPU "
+            "nodes whose holders are known (podresources collector working or switched "
+            "off, every kubelet allocation resolved). A free GPU "
             "can still be in use by a pod that requested none: alert "
             "GpuEtaGpuUsedWithoutAllocation.",
             "none",
@@ -461,9 +468,11 @@ def cluster_overview() -> dict:
         st(
             "GPUs, holders unknown",
             "Devices no pod holds as far as the exporter knows, on nodes whose podresources "
-            "collector fails (socket not mounted, kubelet down): it keeps its last good "
-            "allocations, none if it never succeeded, so these may be held. Not counted "
-            "free; see GpuEtaExporterCollectorFailing.",
+            "collector had no success in 5 min (socket not mounted, kubelet down: it keeps "
+            "its last good allocations, none if it never succeeded) or with kubelet "
+            "allocations naming no device (their pods get no allocation row), so these may "
+            "be held. Not counted free; see GpuEtaExporterCollectorFailing and "
+            "GpuEtaExporterUnresolvedAllocations.",
             "none",
             GPUS_HOLDERS_UNKNOWN,
             width=4,

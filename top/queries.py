@@ -38,9 +38,17 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
         # a device no pod holds but something uses (a pod with NVIDIA_VISIBLE_DEVICES=all
         # and no GPU request, a process outside Kubernetes): its own utilisation says so
         "gpu_util": "gpu_eta_gpu_utilization_ratio",
-        # who holds a node's devices is known only while its podresources collector
-        # succeeds: a device no pod holds there is free, elsewhere its holders are unknown
-        "podresources": 'gpu_eta_exporter_collector_success{collector="podresources"}',
+        # nodes whose holders are unknown, labelled with the cause: rules/gpu-eta.rules.yaml's
+        # definition (node:gpu_eta_gpus_free:count), which the alert and dashboards share.
+        # No podresources success in 5 min (it serves its last good allocations, none if
+        # it never succeeded; one failed poll leaves them a poll old), or unresolved
+        # allocations (their pods have no allocation rows). One query: the fixed budget.
+        "holders_unknown": (
+            "label_replace(max_over_time("
+            'gpu_eta_exporter_collector_success{collector="podresources"}[5m]) == 0, '
+            '"cause", "podresources", "", "") or label_replace('
+            'gpu_eta_exporter_unresolved_allocations > 0, "cause", "unresolved", "", "")'
+        ),
         "gpu_free": "gpu_eta_gpu_predicted_free_timestamp_seconds",
         # Prometheus (and vmalert with remote write) keep alert state as ALERTS series
         "alerts": ALERTS_FIRING,

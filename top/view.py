@@ -340,7 +340,7 @@ def build_view(
         held_by_device.setdefault(g, []).append(ck)
     gpus: list[GpuRow] = []
     info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
-    unknown_nodes = podresources_failing(get("podresources"))
+    unknown_nodes = holders_unknown(get("holders_unknown"))
     device_util: dict[tuple[str, str, str], float] = {}
     for s in get("gpu_util"):
         if (v := _value(s)) is not None:
@@ -360,7 +360,9 @@ def build_view(
         band = free.get(_physical(gkey), {}) if held_by and not unforecast else {}
         if not held_by:
             state, note = free_state(
-                gkey[0] in unknown_nodes, device_util.get(gkey), sorted(unallocated.get(gkey, ()))
+                unknown_nodes.get(gkey[0], ""),
+                device_util.get(gkey),
+                sorted(unallocated.get(gkey, ())),
             )
         elif all((gkey, ck) in idle_holders for ck in held_by):
             state = "idle"
@@ -399,31 +401,49 @@ def build_view(
     )
 
 
-def podresources_failing(samples: Sequence[Sample]) -> frozenset[str]:
-    """Nodes whose podresources collector's last run failed (any scrape of the node
-    says 0: an exporter scraped by two jobs answers the same either way). A node
-    without the series (the collector switched off, an older exporter) is not one."""
-    return frozenset(
-        s.labels.get("node", "") for s in samples if (v := _value(s)) is not None and v < 1
-    )
+def holders_unknown(samples: Sequence[Sample]) -> dict[str, str]:
+    """Node -> why the holders of its devices are unknown, from the ``holders_unknown``
+    query (top/queries.py: one sample per scrape and cause). ``podresources``: no
+    collector success in 5 min, so its allocations are old or none (never succeeded).
+    ``unresolved`` (value: how many): kubelet allocations whose device id names no
+    device NVML lists give their pods no allocation rows, so a device they hold looks
+    held by no pod. Any scrape of the node is enough (two jobs answer alike); the
+    largest count is said. A node not in the answer has known holders. Pure."""
+    failing: set[str] = set()
+    unresolved: dict[str, int] = {}
+    for s in samples:
+        node, cause, v = s.labels.get("node", ""), s.labels.get("cause"), _value(s)
+        if cause == "podresources":
+            failing.add(node)
+        elif cause == "unresolved" and v is not None and v > 0:
+            unresolved[node] = max(int(v), unresolved.get(node, 0))
+    out = {}
+    for node in sorted(failing | set(unresolved)):
+        causes = ["podresources collector failing on this node"] if node in failing else []
+        if n := unresolved.get(node):
+            noun = "allocation on this node names" if n == 1 else "allocations on this node name"
+            causes.append(f"{n} kubelet {noun} no device")
+        out[node] = " and ".join(causes)
+    return out
 
 
 def free_state(
-    holders_unknown: bool, utilization_ratio: float | None, users: Sequence[str]
+    holders_unknown: str, utilization_ratio: float | None, users: Sequence[str]
 ) -> tuple[str, str]:
-    """(state, note) of a device no pod holds. ``holders_unknown``: its node's
-    podresources collector failed, so "no holder" may be "not known": without any
-    good List the exporter has no allocation at all, and every device there looked
-    free. A device whose own utilisation is above 0 is used by something that was
-    not allocated it (``users``: the pods whose processes the exporter saw on it; a
-    process outside Kubernetes has none), a free GPU that is not."""
+    """(state, note) of a device no pod holds. ``holders_unknown``: why its node's
+    holders are unknown (``holders_unknown()``; empty: known), so "no holder" may be
+    "not known": without any good List the exporter has no allocation at all, and an
+    allocation naming no device gives its pod no row, so every device it holds looked
+    free. A device whose own utilisation is above 0 is used by something that was not
+    allocated it as far as known (``users``: the pods whose processes the exporter saw
+    on it; a process outside Kubernetes has none), a free GPU that is not."""
     in_use = ""
     if utilization_ratio is not None and utilization_ratio > 0:
         in_use = f"in use: util {utilization_ratio * 100:.0f}%"
         if users:
             in_use += f" by {', '.join(users)}"
     if holders_unknown:
-        note = "holders unknown: podresources collector failing on this node"
+        note = f"holders unknown: {holders_unknown}"
         return "unknown", note + (f"; {in_use}" if in_use else "")
     return "free", f"free to Kubernetes, {in_use}" if in_use else "free now"
 

@@ -219,6 +219,12 @@ NODES = {
     "n1": ("GPU-11111111-aaaa", "GPU-11111111-bbbb"),
     "n2": ("GPU-22222222-aaaa", "GPU-22222222-bbbb"),
 }
+# and the nodes only test_holders_unknown_panels_on_a_failing_node has
+NODES_HOLDERS_UNKNOWN = {
+    **NODES,
+    "n3": ("GPU-33333333-aaaa", "GPU-33333333-bbbb"),
+    "n4": ("GPU-44444444-aaaa", "GPU-44444444-bbbb"),
+}
 GIB = 1 << 30
 
 
@@ -534,7 +540,7 @@ def test_every_panel_returns_data_on_contract_series(contract_prometheus: PromAt
 
 def test_holders_unknown_exemptions_match_the_dashboards() -> None:
     """Only the holders-unknown targets are exempt for lack of a failing collector."""
-    assert _targets_querying("and on (node) (gpu_eta_exporter_collector_success") == (
+    assert _targets_querying("and on (node) (max_over_time(gpu_eta_exporter_collector_success") == (
         HOLDERS_UNKNOWN_TARGETS
     )
 
@@ -543,23 +549,35 @@ def test_holders_unknown_exemptions_match_the_dashboards() -> None:
 def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
     """A real Prometheus with the contract cluster's n1 (collector working, both GPUs
     held) and n2 whose podresources collector fails (never succeeded: no allocation,
-    GPU 1 busy), every series scraped by two jobs: n2's GPUs are holders unknown, not
-    free, in the Cluster overview's stats and its states over time (in use + idle +
-    free + holders unknown = seen), and the free-GPU record leaves n2 out."""
+    GPU 1 busy), n3 whose collector works but 1 kubelet allocation names no device
+    (unresolved: its GPUs no pod seems to hold may be held), and n4 whose collector
+    failed only its last poll (a success within 5 min: its GPU 1 no pod holds is free),
+    every series scraped by two jobs: n2's and n3's GPUs are holders unknown, not free,
+    in the Cluster overview's stats and its states over time (in use + idle + free +
+    holders unknown = seen), and the free-GPU record leaves n2 and n3 out."""
     end = int(time.time()) // STEP * STEP - STEP
     lines = []
+    nodes = {  # node: (podresources success, unresolved allocations, GPUs allocated)
+        "n1": (1, 0, 2),
+        "n2": (0, 0, 0),
+        "n3": (1, 1, 0),
+        "n4": (1, 0, 1),
+    }
     for t in range(end - 1800, end + 1, STEP):
         for job in ("a", "b"):
-            for node, ok in (("n1", 1), ("n2", 0)):
+            for node, (ok, unresolved, held) in nodes.items():
                 base = f'job="{job}",node="{node}"'
+                if node == "n4" and t == end:
+                    ok = 0  # one failed List (a kubelet timeout) after successes
                 lines.append(
                     f'gpu_eta_exporter_collector_success{{{base},collector="podresources"}} {ok} {t}'
                 )
-                for index, uuid in enumerate(NODES[node]):
+                lines.append(f"gpu_eta_exporter_unresolved_allocations{{{base}}} {unresolved} {t}")
+                for index, uuid in enumerate(NODES_HOLDERS_UNKNOWN[node]):
                     gpu = f'{base},gpu="{index}",UUID="{uuid}"'
                     lines.append(f'gpu_eta_gpu_info{{{gpu},model="A100"}} 1 {t}')
                     lines.append(f"gpu_eta_gpu_utilization_ratio{{{gpu}}} {index * 0.5} {t}")
-                    if ok:
+                    if index < held:
                         alloc = f'{gpu},namespace="ml",pod="p{index}",container="c"'
                         lines.append(f"gpu_eta_pod_gpu_allocated{{{alloc}}} 1 {t}")
     lines.sort(
@@ -580,10 +598,10 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
                 counts[panel["title"]] = found[0].value if found else 0
         assert counts == {
             "GPUs in use": 1,
-            "Allocated but idle": 1,
-            "Free GPUs": 0,
-            "GPUs, holders unknown": 2,
-            "GPUs seen": 4,
+            "Allocated but idle": 2,
+            "Free GPUs": 1,
+            "GPUs, holders unknown": 4,
+            "GPUs seen": 8,
         }
         (states,) = [p for p in _panels(board) if p["title"] == "GPU states over time"]
         unknown = next(t for t in states["targets"] if t["legendFormat"] == "holders unknown")
@@ -592,7 +610,7 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
             s.labels["node"]: s.value
             for s in stack.instant(_alert_exprs()["node:gpu_eta_gpus_free:count"])
         }
-        assert free == {"n1": 0.0}
+        assert free == {"n1": 0.0, "n4": 1.0}
     finally:
         prom.close()
         server.stop()

@@ -276,16 +276,30 @@ def _mig_node_series() -> list[tuple[str, str]]:
 
 
 def _holders_unknown_series() -> list[tuple[str, str]]:
-    """Two more nodes. n2's podresources collector fails: its GPU 0 is held (the
+    """Four more nodes. n2's podresources collector fails: its GPU 0 is held (the
     collector's last good data) and busy, its GPU 1 no pod holds: holders unknown, not
     free. n3 has no success series (the collector switched off): its GPU no pod holds
-    is free, as without the collector check. n1's collector succeeds."""
+    is free, as without the collector check. n1's collector succeeds. n4's collector
+    succeeds but a kubelet allocation there names no device (unresolved 1): its two GPUs
+    no pod holds may be that pod's, holders unknown. n5's collector failed its last poll
+    (at 9m, the eval is at 10m) after successes: judged over 5 min, its GPU no pod
+    holds is free (values ``1x8 0``, then ``x20`` repeats the 0)."""
     series = [
         ('gpu_eta_exporter_collector_success{node="n1",collector="podresources"}', "1"),
         ('gpu_eta_exporter_collector_success{node="n2",collector="podresources"}', "0"),
         ('gpu_eta_exporter_collector_success{node="n2",collector="gpu"}', "1"),
         ('gpu_eta_gpu_info{node="n3",gpu="0",UUID="GPU-z",model="A100"}', "1"),
         ('gpu_eta_gpu_utilization_ratio{node="n3",gpu="0",UUID="GPU-z"}', "0"),
+        ('gpu_eta_exporter_collector_success{node="n4",collector="podresources"}', "1"),
+        ('gpu_eta_exporter_unresolved_allocations{node="n4"}', "1"),
+        ('gpu_eta_gpu_info{node="n4",gpu="0",UUID="GPU-u",model="A100"}', "1"),
+        ('gpu_eta_gpu_utilization_ratio{node="n4",gpu="0",UUID="GPU-u"}', "0.5"),
+        ('gpu_eta_gpu_info{node="n4",gpu="1",UUID="GPU-v",model="A100"}', "1"),
+        ('gpu_eta_gpu_utilization_ratio{node="n4",gpu="1",UUID="GPU-v"}', "0"),
+        ('gpu_eta_exporter_collector_success{node="n5",collector="podresources"}', "1x8 0"),
+        ('gpu_eta_exporter_unresolved_allocations{node="n5"}', "0"),
+        ('gpu_eta_gpu_info{node="n5",gpu="0",UUID="GPU-f",model="A100"}', "1"),
+        ('gpu_eta_gpu_utilization_ratio{node="n5",gpu="0",UUID="GPU-f"}', "0"),
     ]
     for gpu, uuid, ratio in (("0", "GPU-x", "0.5"), ("1", "GPU-y", "0")):
         series.append(
@@ -308,18 +322,19 @@ def _holders_unknown_series() -> list[tuple[str, str]]:
 def test_gpu_state_counts_add_up_under_mig(tmp_path: Path, scrapes: int) -> None:
     """REVIEW2 item 2: the Cluster overview's in use + idle + free + holders unknown =
     seen per device (a whole GPU or a MIG instance), evaluated by promtool on
-    exporter-shaped MIG series (_mig_node_series) and two nodes whose holders are
-    unknown or whose collector is off (_holders_unknown_series): a device no pod holds
-    on a node whose podresources collector fails is not free. Scraped twice (two jobs
+    exporter-shaped MIG series (_mig_node_series) and nodes whose holders are unknown,
+    whose collector is off or failed one poll (_holders_unknown_series): a device no
+    pod holds on a node without a podresources success in 5 min, or with unresolved
+    allocations, is not free. Scraped twice (two jobs
     on one exporter, each adding its own job label), every device still counts once,
     and so does every allocation in "Allocated GPUs per namespace"."""
     stats = _stat_panels("cluster-overview.json")
     titles = {
         "GPUs in use": 4,
         "Allocated but idle": 1,
-        "Free GPUs": 3,
-        "GPUs, holders unknown": 1,
-        "GPUs seen": 9,
+        "Free GPUs": 4,
+        "GPUs, holders unknown": 3,
+        "GPUs seen": 12,
     }
     (per_namespace,) = [
         p["targets"][0]["expr"]

@@ -1623,20 +1623,24 @@ NODE1 = {"node": "node-1", "gpu": "0", "UUID": "GPU-eee"}
 SNEAK = {"namespace": "ml", "pod": "sneaky", "container": "main"}
 
 
-def unknown_answers(node0_collector: float | None = 0, node1_collector: float | None = 1) -> dict:
+def unknown_answers(node0_failing: bool = True, node1_unresolved: int = 0) -> dict:
     """``answers()`` plus node-1 (one GPU no pod holds, used 73 % by ml/sneaky, a pod
-    with no allocation on it: its utilisation series without ``..._allocated``) and
-    each node's podresources collector success (None: no series, the collector off).
-    node-0's GPU 3 is the one no pod holds there."""
+    with no allocation on it: its utilisation series without ``..._allocated``) and the
+    holders-unknown answer: node-0's podresources collector without a success in 5 min
+    (``node0_failing``), node-1's unresolved allocations (``node1_unresolved``; 0: no
+    series, as the query's ``> 0`` leaves it out). node-0's GPU 3 is the one no pod
+    holds there."""
     data = answers()
     data["gpu_info"] = [*data["gpu_info"], vec(1, **NODE1, model="NVIDIA A2")]
     data["gpu_util"] = [vec(0.0, node="node-0", gpu="3", UUID="GPU-ddd"), vec(0.73, **NODE1)]
     data["pod_util"] = [*data["pod_util"], vec(0.73, **NODE1, **SNEAK)]
-    data["podresources"] = [
-        vec(value, node=node, collector="podresources")
-        for node, value in (("node-0", node0_collector), ("node-1", node1_collector))
-        if value is not None
-    ]
+    data["holders_unknown"] = []
+    if node0_failing:
+        data["holders_unknown"].append(
+            vec(0, node="node-0", collector="podresources", cause="podresources")
+        )
+    if node1_unresolved:
+        data["holders_unknown"].append(vec(node1_unresolved, node="node-1", cause="unresolved"))
     return data
 
 
@@ -1656,8 +1660,31 @@ def test_a_device_no_pod_holds_on_a_node_whose_podresources_failed_is_unknown() 
     assert "podresources" in states[("node-0", "3")][1]
     assert states[("node-0", "0")][0] == "busy" and states[("node-0", "1")][0] == "idle"
     assert states[("node-1", "0")][0] == "free"
-    assert _states(unknown_answers(None, None))[("node-0", "3")] == ("free", "free now")
-    assert _states(unknown_answers(1, 1))[("node-0", "3")] == ("free", "free now")
+    assert _states(unknown_answers(False))[("node-0", "3")] == ("free", "free now")
+
+
+def test_a_device_no_pod_holds_on_a_node_with_unresolved_allocations_is_unknown() -> None:
+    """node-1's collector works but two kubelet allocations there name no device NVML
+    lists (gpu_eta_exporter_unresolved_allocations): their pods have no allocation
+    rows, so its busy GPU no pod seems to hold may be theirs. "unknown", saying which
+    cause, not "free to Kubernetes, in use" by the pod that may really hold it."""
+    state, note = _states(unknown_answers(node1_unresolved=2))[("node-1", "0")]
+    assert state == "unknown"
+    assert note == (
+        "holders unknown: 2 kubelet allocations on this node name no device; "
+        "in use: util 73% by ml/sneaky"
+    )
+    data = unknown_answers(node1_unresolved=1)
+    data["holders_unknown"].append(
+        vec(0, node="node-1", collector="podresources", cause="podresources")
+    )
+    assert _states(data)[("node-1", "0")][1].startswith(
+        "holders unknown: podresources collector failing on this node and "
+        "1 kubelet allocation on this node names no device;"
+    )
+    assert _states(unknown_answers())[("node-0", "3")][1] == (
+        "holders unknown: podresources collector failing on this node"
+    )
 
 
 def test_a_free_gpu_in_use_says_so_and_names_the_pod() -> None:
@@ -1709,7 +1736,10 @@ def test_unknown_holders_scraped_twice_are_the_same_view() -> None:
 def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheus_factory) -> None:
     """A real Prometheus scrapes one exporter-shaped endpoint with two jobs (every series
     twice): node-0's podresources collector fails, so its GPU no pod holds is "unknown";
-    node-1's succeeds and its GPU no pod holds is free, used 73 % by ml/sneaky."""
+    node-1's last poll failed too, but it succeeded within 5 min (its allocations a poll
+    old, judged over a window as the rules do): its GPU no pod holds is free, used 73 %
+    by ml/sneaky; node-2's collector works but 2 kubelet allocations there name no
+    device: its GPU no pod holds is "unknown", saying so."""
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
     from gpu_eta.launch.prometheus import ScrapeJob, free_port
@@ -1718,7 +1748,8 @@ def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheu
     device = ["node", "gpu", "UUID"]
     info = Gauge("gpu_eta_gpu_info", "i", [*device, "model"], registry=reg)
     util = Gauge("gpu_eta_gpu_utilization_ratio", "u", device, registry=reg)
-    for node, uuid, ratio in (("node-0", "GPU-ddd", 0.0), ("node-1", "GPU-eee", 0.73)):
+    gpus = (("node-0", "GPU-ddd", 0.0), ("node-1", "GPU-eee", 0.73), ("node-2", "GPU-fff", 0.0))
+    for node, uuid, ratio in gpus:
         info.labels(node, "0", uuid, "NVIDIA A2").set(1)
         util.labels(node, "0", uuid).set(ratio)
     Gauge(
@@ -1730,6 +1761,10 @@ def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheu
     ok = Gauge("gpu_eta_exporter_collector_success", "s", ["node", "collector"], registry=reg)
     ok.labels("node-0", "podresources").set(0)
     ok.labels("node-1", "podresources").set(1)
+    ok.labels("node-2", "podresources").set(1)
+    Gauge("gpu_eta_exporter_unresolved_allocations", "n", ["node"], registry=reg).labels(
+        "node-2"
+    ).set(2)
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
     try:
@@ -1737,17 +1772,27 @@ def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheu
         prom = prometheus_factory(
             [ScrapeJob("exporter-a", target), ScrapeJob("exporter-b", target)]
         )
-        prom.wait_for("gpu_eta_gpu_info", timeout=60, min_results=4)
-        prom.wait_for("gpu_eta_exporter_collector_success", timeout=30, min_results=4)
+        prom.wait_for("gpu_eta_gpu_info", timeout=60, min_results=6)
+        prom.wait_for('gpu_eta_exporter_collector_success{node="node-1"} == 1', 30, 2)
+        ok.labels("node-1", "podresources").set(0)  # one failed poll after successes
+        prom.wait_for('gpu_eta_exporter_collector_success{node="node-1"} == 0', 30, 2)
+        prom.wait_for("gpu_eta_exporter_unresolved_allocations", timeout=30, min_results=2)
         prom.wait_for("gpu_eta_pod_gpu_utilization_ratio", timeout=30, min_results=2)
         out = io.StringIO()
         with redirect_stdout(out):
             assert top_main.main(["--prometheus.url", prom.url, "--json"]) == 0
         data = json.loads(out.getvalue())
         gpus = {g["node"]: (g["state"], g["note"]) for g in data["gpus"]}
-        assert gpus["node-0"][0] == "unknown"
+        assert gpus["node-0"] == (
+            "unknown",
+            "holders unknown: podresources collector failing on this node",
+        )
         assert gpus["node-1"] == ("free", "free to Kubernetes, in use: util 73% by ml/sneaky")
-        assert data["gpu_counts"] == {"seen": 2, "busy": 0, "idle": 0, "free": 1, "unknown": 1}
+        assert gpus["node-2"] == (
+            "unknown",
+            "holders unknown: 2 kubelet allocations on this node name no device",
+        )
+        assert data["gpu_counts"] == {"seen": 3, "busy": 0, "idle": 0, "free": 1, "unknown": 2}
     finally:
         server.shutdown()
         server.server_close()
