@@ -23,6 +23,7 @@ import requests
 import yaml
 
 from gpu_eta.top import main as top_main
+from gpu_eta.top import queries as top_queries
 from tests.integration.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -102,6 +103,7 @@ def check_demo_alerts(stack) -> None:
     assert all(a["annotations"]["runbook"] for a in alerts.values())
     listed = am.amtool("alert", "query")
     assert all(name in listed for name in DEMO_ALERTS), listed
+    check_demo_holders_known(stack)
 
     def top_line() -> str | None:
         out = io.StringIO()
@@ -114,6 +116,31 @@ def check_demo_alerts(stack) -> None:
 
     # the ALERTS series reach the TSDB an evaluation (and, with vmalert, a remote write) later
     wait_until(top_line, 60, interval=2, what="top's alert line naming all three")
+
+
+def check_demo_holders_known(stack) -> None:
+    """Set a superset of alerts firing says nothing of one that should not: on the
+    demo's healthy cluster (every busy GPU is allocated, every node's podresources
+    collector works, no allocation is unresolved) GpuEtaGpuUsedWithoutAllocation was
+    never pending nor firing over the whole run (ALERTS keeps both states; with the
+    demo's short ``for:`` a brief false condition would show), and no node's holders
+    are unknown: the free record has every node, and the node sets the Cluster
+    overview's "GPUs, holders unknown" and ``top`` count on are empty (the demo's GPUs
+    are often all held, so their device counts alone would be 0 whatever the nodes).
+    Called once the expected alerts fire, so the rules have been evaluated throughout."""
+    prom = stack.prometheus
+    firing = {a["labels"]["alertname"] for a in stack.alertmanager.alerts()}
+    assert "GpuEtaGpuUsedWithoutAllocation" not in firing
+    used = 'ALERTS{alertname="GpuEtaGpuUsedWithoutAllocation"}'
+    assert prom.query(f"count_over_time({used}[1h])") == []
+    free = {s["metric"]["node"] for s in prom.query("node:gpu_eta_gpus_free:count")}
+    assert free == {n.name for n in stack.nodes}
+    board = json.loads((REPO / "grafana" / "cluster-overview.json").read_text())
+    (stat,) = [p for p in board["panels"] if p.get("title") == "GPUs, holders unknown"]
+    # count(<unheld devices> and on (node) <holders-unknown nodes>): the nodes alone
+    nodes = stat["targets"][0]["expr"].split(" and on (node) ", 1)[1][:-1]
+    assert prom.query(nodes.replace("$node", ".*")) == [], nodes
+    assert prom.query(top_queries.queries()["holders_unknown"]) == []
 
 
 def test_long_occupancy_idle_gpu_and_stalled_training_fire(demo_stack) -> None:
