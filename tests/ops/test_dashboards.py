@@ -527,3 +527,60 @@ def test_new_request_panel_lists_every_gpu_resource(tmp_path: Path) -> None:
             for ref in ("A", "B", "C")
         ],
     )
+
+
+def _holders_unknown_blocks(rules: dict) -> list[str]:
+    """The ``unless on (node) (...)`` holders-unknown block of the free record and of
+    GpuEtaGpuUsedWithoutAllocation, comments and indentation dropped."""
+    blocks = []
+    for name in ("node:gpu_eta_gpus_free:count", "GpuEtaGpuUsedWithoutAllocation"):
+        (expr,) = [
+            r["expr"]
+            for g in rules["groups"]
+            for r in g["rules"]
+            if name in (r.get("record"), r.get("alert"))
+        ]
+        block = expr.rsplit("unless on (node) (", 1)[1]
+        blocks.append(" ".join(re.sub(r"#.*", "", block).split()))
+    return blocks
+
+
+def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
+    """The rules (free record and alert), the Cluster overview and ``top`` each spell
+    which nodes' holders are unknown; they must name the same nodes. promtool evaluates
+    them on one node per case: n1 healthy; n2 collector failing for good; n3 an
+    unresolved allocation in one of two scrapes; n4 one failed poll after successes
+    (known); n5 no success series (collector off: known); n6 failing for 6 polls after
+    successes (unknown)."""
+    from gpu_eta.top.queries import queries
+
+    rules = yaml.safe_load((ROOT / "rules" / "gpu-eta.rules.yaml").read_text())
+    record, alert = _holders_unknown_blocks(rules)
+    assert record == alert
+    success = {"n1": "1", "n2": "0", "n3": "1", "n4": "1x8 0", "n6": "1x3 0"}
+    series = [
+        (f'gpu_eta_exporter_collector_success{{node="{node}",collector="podresources"}}', v)
+        for node, v in success.items()
+    ]
+    series += [
+        (f'gpu_eta_gpu_info{{node="n{i}",gpu="0",UUID="GPU-{i}"}}', "1") for i in range(1, 7)
+    ]
+    series += [
+        ('gpu_eta_exporter_unresolved_allocations{job="a",node="n3"}', "1"),
+        ('gpu_eta_exporter_unresolved_allocations{job="b",node="n3"}', "0"),
+        ('gpu_eta_exporter_unresolved_allocations{node="n1"}', "0"),
+    ]
+    stats = _stat_panels("cluster-overview.json")
+    board_nodes = stats["GPUs, holders unknown"]["targets"][0]["expr"].split(" and on (node) ", 1)
+    unknown = [{"labels": f'{{node="{node}"}}', "value": 1} for node in ("n2", "n3", "n6")]
+    seen = "count by (node) (gpu_eta_gpu_info)"
+    _promtool_eval(
+        tmp_path,
+        series,
+        [
+            (f"{seen} unless on (node) node:gpu_eta_gpus_free:count", unknown),
+            (f"{seen} and on (node) {substitute(board_nodes[1][:-1])}", unknown),
+            (f"{seen} and on (node) ({queries()['holders_unknown']})", unknown),
+        ],
+        rules=ROOT / "rules" / "gpu-eta.rules.yaml",
+    )
