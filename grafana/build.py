@@ -94,13 +94,15 @@ GPUS_IDLE = (
 # GpuEtaGpuUsedWithoutAllocation and gpu-eta top. Holders unknown: the podresources
 # collector had no success in the last 5 min in some scrape of the node (it serves its
 # last good allocations, none if it never succeeded; over a window, as one failed List
-# leaves them a poll old), or some scrape counts unresolved allocations (a kubelet
-# allocation naming no device NVML lists gives its pod no allocated row, so a device it
-# holds looks held by no pod). A node without the success series (the collector
+# leaves them a poll old; only series present now, as a replaced exporter pod's old
+# series ends in failures that stay in the window), or some scrape counts unresolved
+# allocations (a kubelet allocation naming no device NVML lists gives its pod no
+# allocated row, so a device it holds looks held by no pod). A node without the success series (the collector
 # switched off) is read as before. In use + idle + free + holders unknown = seen.
 HOLDERS_UNKNOWN_NODES = (
-    "(max_over_time(gpu_eta_exporter_collector_success"
+    "((max_over_time(gpu_eta_exporter_collector_success"
     f'{{{NODE}, collector="podresources"}}[5m]) == 0'
+    f' and gpu_eta_exporter_collector_success{{{NODE}, collector="podresources"}})'
     f" or gpu_eta_exporter_unresolved_allocations{{{NODE}}} > 0)"
 )
 UNHELD_GPUS = f"{SEEN_GPUS} unless on ({DEVICE}) gpu_eta_pod_gpu_allocated{{{NODE}}}"

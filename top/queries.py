@@ -41,11 +41,13 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
         # nodes whose holders are unknown, labelled with the cause: rules/gpu-eta.rules.yaml's
         # definition (node:gpu_eta_gpus_free:count), which the alert and dashboards share.
         # No podresources success in 5 min (it serves its last good allocations, none if
-        # it never succeeded; one failed poll leaves them a poll old), or unresolved
+        # it never succeeded; one failed poll leaves them a poll old; only series present
+        # now: a replaced exporter pod's old series ends in failures), or unresolved
         # allocations (their pods have no allocation rows). One query: the fixed budget.
         "holders_unknown": (
-            "label_replace(max_over_time("
-            'gpu_eta_exporter_collector_success{collector="podresources"}[5m]) == 0, '
+            "label_replace((max_over_time("
+            'gpu_eta_exporter_collector_success{collector="podresources"}[5m]) == 0 '
+            'and gpu_eta_exporter_collector_success{collector="podresources"}), '
             '"cause", "podresources", "", "") or label_replace('
             'gpu_eta_exporter_unresolved_allocations > 0, "cause", "unresolved", "", "")'
         ),

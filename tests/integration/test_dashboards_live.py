@@ -540,9 +540,9 @@ def test_every_panel_returns_data_on_contract_series(contract_prometheus: PromAt
 
 def test_holders_unknown_exemptions_match_the_dashboards() -> None:
     """Only the holders-unknown targets are exempt for lack of a failing collector."""
-    assert _targets_querying("and on (node) (max_over_time(gpu_eta_exporter_collector_success") == (
-        HOLDERS_UNKNOWN_TARGETS
-    )
+    assert _targets_querying(
+        "and on (node) ((max_over_time(gpu_eta_exporter_collector_success"
+    ) == (HOLDERS_UNKNOWN_TARGETS)
 
 
 @pytest.mark.slow

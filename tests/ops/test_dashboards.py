@@ -551,7 +551,9 @@ def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
     them on one node per case: n1 healthy; n2 collector failing for good; n3 an
     unresolved allocation in one of two scrapes; n4 one failed poll after successes
     (known); n5 no success series (collector off: known); n6 failing for 6 polls after
-    successes (unknown)."""
+    successes (unknown); n7 its exporter pod replaced at 7m, the old instance's series
+    ending in zeros and stale, the new one succeeding (known: only series present now
+    count)."""
     from gpu_eta.top.queries import queries
 
     rules = yaml.safe_load((ROOT / "rules" / "gpu-eta.rules.yaml").read_text())
@@ -563,7 +565,17 @@ def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
         for node, v in success.items()
     ]
     series += [
-        (f'gpu_eta_gpu_info{{node="n{i}",gpu="0",UUID="GPU-{i}"}}', "1") for i in range(1, 7)
+        (
+            'gpu_eta_exporter_collector_success{instance="old",node="n7",collector="podresources"}',
+            "0x6 stale _",
+        ),
+        (
+            'gpu_eta_exporter_collector_success{instance="new",node="n7",collector="podresources"}',
+            "_x7 1",
+        ),
+    ]
+    series += [
+        (f'gpu_eta_gpu_info{{node="n{i}",gpu="0",UUID="GPU-{i}"}}', "1") for i in range(1, 8)
     ]
     series += [
         ('gpu_eta_exporter_unresolved_allocations{job="a",node="n3"}', "1"),
