@@ -258,6 +258,10 @@ class Scheduler:
         self._attribution_error = ""
         self._failing_devices: dict[tuple[int, str | None], str] = {}
         self._unresolved: set[tuple[str, str]] = set()  # (device id, reason) logged
+        # the count last computed from a good gpu read: published while the gpu
+        # collector fails (its devices unread), as dropping it would turn a node with
+        # unresolved allocations "holders known" and count their GPUs free
+        self._last_unresolved: int | None = None
 
     # -- one collector ---------------------------------------------------------------
 
@@ -428,9 +432,11 @@ class Scheduler:
             try:
                 pod_gpus = self._attribute(gpu, allocations, pods, containers, finished)
                 # not while the gpu collector fails: its devices are unread, and a MIG
-                # instance's id names no unread device (an alert would blame the plugin)
+                # instance's id names no unread device (an alert would blame the plugin);
+                # the last count stands then
                 if src.allocations is not None and gpu_ok:
-                    unresolved = self._count_unresolved(gpu, allocations, finished)
+                    self._last_unresolved = self._count_unresolved(gpu, allocations, finished)
+                unresolved = self._last_unresolved
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
                 if msg != self._attribution_error:

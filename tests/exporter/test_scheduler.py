@@ -484,6 +484,30 @@ def test_unresolved_allocations_are_counted_and_logged_once(
     sched.stop()
 
 
+def test_unresolved_allocations_kept_while_the_gpu_collector_fails() -> None:
+    """While the gpu collector fails its devices are unread, so allocations cannot be
+    resolved against them; the last count stays published: dropping the series would
+    flip a node with unresolved allocations back to "holders known" (docs/alerts.md)
+    and count the GPUs their pods hold as free. The next good read counts again."""
+    from gpu_eta.exporter.exposition import SnapshotExposition
+
+    good = Allocation("ns", "p", "c", "nvidia.com/gpu", "GPU-a")
+    elsewhere = Allocation("ns", "q", "c", "nvidia.com/gpu", "GPU-zz")
+    gpu, allocations = Source(GPU), Source((good, elsewhere))
+    sched, holder = _scheduler(Sources(gpu=gpu, allocations=allocations))
+    assert sched.collect_once().unresolved_allocations == 1
+    gpu.fail = CollectorError("NVML down")
+    failing = sched.collect_once()
+    assert not _status(failing, "gpu").success
+    assert failing.unresolved_allocations == 1
+    text = SnapshotExposition(holder).exposition().decode()
+    assert 'gpu_eta_exporter_unresolved_allocations{node="n"} 1.0' in text
+    gpu.fail = None
+    allocations.value = (good,)
+    assert sched.collect_once().unresolved_allocations == 0
+    sched.stop()
+
+
 def test_unresolved_allocations_unknown_without_both_sources() -> None:
     """No series when nothing can be resolved against: no podresources source, or no
     GPU reading yet (every allocation would look unresolved)."""
