@@ -431,8 +431,9 @@ def test_longest_occupancies_utilisation_covers_only_the_ten_rows(tmp_path: Path
 
 def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
     """The queue table's "waited" column (D) lists the pending pods GpuEtaPodPendingNoStart
-    watches: a GPU request of any kind (whole, time-sliced, MIG). A CPU-only pending pod
-    and a running GPU pod get no row."""
+    watches: a GPU request of any kind (whole, time-sliced, MIG), an init container's
+    too (its main container asks only CPU). A CPU-only pending pod and a running GPU pod
+    get no row."""
     waited = _table_targets("cluster-overview.json", "Queue: predicted starts")["D"]
     rules = yaml.safe_load((ROOT / "rules" / "gpu-eta.rules.yaml").read_text())
     (alert,) = [
@@ -441,14 +442,16 @@ def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
         for r in g["rules"]
         if r.get("alert") == "GpuEtaPodPendingNoStart"
     ]
-    selector = re.search(r"kube_pod_container_resource_requests\{[^}]*\}", alert)
-    assert selector and selector.group(0) in waited, "the alert's GPU-request selector"
+    for metric in ("kube_pod_container", "kube_pod_init_container"):
+        selector = re.search(metric + r"_resource_requests\{[^}]*\}", alert)
+        assert selector and selector.group(0) in waited, f"the alert's {metric} selector"
     pods = {
         "whole": ("Pending", "nvidia_com_gpu"),
         "shared": ("Pending", "nvidia_com_gpu_shared"),
         "mig": ("Pending", "nvidia_com_mig_1g_10gb"),
         "cpu": ("Pending", "cpu"),
         "running": ("Running", "nvidia_com_gpu"),
+        "init": ("Pending", "cpu"),
     }
     series = []
     for i, (name, (phase, resource)) in enumerate(pods.items()):
@@ -458,6 +461,8 @@ def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
             series.append((f'kube_pod_status_phase{{{pod},phase="{p}"}}', str(int(p == phase))))
         req = f'{pod},container="c",resource="{resource}",unit="integer"'
         series.append((f"kube_pod_container_resource_requests{{{req}}}", "1"))
+    init = 'namespace="ml",pod="init",uid="u5",container="i",resource="nvidia_com_gpu"'
+    series.append((f"kube_pod_init_container_resource_requests{{{init}}}", "1"))
     _promtool_eval(
         tmp_path,
         series,
@@ -466,7 +471,7 @@ def test_queue_waited_lists_only_pods_waiting_for_gpus(tmp_path: Path) -> None:
                 waited,
                 [
                     {"labels": f'{{namespace="ml",pod="{name}"}}', "value": 600}
-                    for name in ("whole", "shared", "mig")
+                    for name in ("whole", "shared", "mig", "init")
                 ],
             )
         ],
