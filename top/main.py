@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import enum
+import errno
 import json
 import logging
 import os
@@ -361,13 +362,20 @@ def _reader_gone() -> int:
     """stdout's reader closed the pipe (``top | head``): that is how pipes end, not an
     error, so exit 0 quietly. stdout is pointed at /dev/null first, or Python's own
     flush at exit would print a second BrokenPipeError."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # stdout without a file descriptor (tests, embedding)
-        pass
+    _to_devnull(sys.stdout)
     return ExitCode.OK
+
+
+def _to_devnull(*streams: Any) -> None:
+    """Point each stream's file descriptor at /dev/null: its reader is gone, and what
+    is still buffered (flushed at interpreter exit) must not fail again."""
+    for stream in streams:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # no file descriptor (tests, embedding)
+            pass
 
 
 def _has_rich() -> bool:
@@ -399,6 +407,11 @@ class _Signals:
     def __init__(self) -> None:
         self.depth = 0
         self.pending: BaseException | None = None
+
+    @property
+    def ending(self) -> bool:
+        """A termination or hang-up is pending: the terminal may be gone."""
+        return isinstance(self.pending, _Terminated)
 
     def handle(self, signum: int, frame: object) -> None:
         error = KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
@@ -432,8 +445,10 @@ def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_r
     signals = _Signals()
     previous: dict[int, Any] = {}
     try:
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            previous[sig] = signal.signal(sig, signals.handle)
+        # no SIGHUP on Windows
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None), signal.SIGINT):
+            if sig is not None:
+                previous[sig] = signal.signal(sig, signals.handle)
     except ValueError:  # not the main thread (embedded): the default actions stay
         pass
     try:
@@ -471,8 +486,15 @@ def _refresh_forever(
                 with signals.drawing():
                     live.update(view, refresh=True)
         finally:
-            with signals.drawing():
-                live.stop()
+            try:
+                with signals.drawing():
+                    live.stop()
+            except OSError as err:
+                # a hung-up terminal (its window closed: SIGHUP) fails the last
+                # writes with EIO, a closed pipe with EPIPE; ending as asked is quiet
+                if not (signals.ending and err.errno in (errno.EIO, errno.EPIPE)):
+                    raise
+                _to_devnull(sys.stdout, sys.stderr)
     while True:
         sys.stdout.write(render_plain(views.view(), tz) + "\n")
         sys.stdout.flush()

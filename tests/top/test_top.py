@@ -1518,25 +1518,38 @@ def answering(served: dict[str, list[dict]]):
 
 
 def top_on_a_terminal(
-    url: str, until: bytes, then: Callable[[subprocess.Popen], object] | None = None
+    url: str,
+    until: bytes,
+    then: Callable[[subprocess.Popen], object] | None = None,
+    hang_up: Path | None = None,
 ) -> tuple[bytes, int | None]:
     """Run ``top`` refreshing on a 100×24 pseudo-terminal against ``url`` until its
     output holds ``until`` (30 s at most); then ``then(process)`` and read on until it
-    ends (10 s at most), or, without ``then``, kill it. (Everything it wrote, its exit
-    code: None when it had to be killed.)"""
+    ends (10 s at most), or, without ``then``, kill it. With ``hang_up`` (a file for its
+    stderr) the terminal is its controlling one and is hung up instead: its master
+    closed, as a terminal emulator closing does, and top waited for (10 s at most).
+    (Everything it wrote, its exit code: None when it had to be killed.)"""
+    import fcntl
     import os
     import pty
     import select
+    import termios
 
     master, slave = pty.openpty()
     env = {**os.environ, "LINES": "24", "COLUMNS": "100", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
+    stderr = slave if hang_up is None else hang_up.open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", url, "--interval", "60"],
-        stdin=slave, stdout=slave, stderr=slave, env=env,
+        stdin=slave, stdout=slave, stderr=stderr, env=env,
         cwd=Path(__file__).resolve().parents[2],
+        start_new_session=hang_up is not None,
+        # the kernel sends SIGHUP on hang-up to the terminal's session
+        preexec_fn=None if hang_up is None else lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
     )  # fmt: skip
     os.close(slave)
+    if hang_up is not None:
+        stderr.close()
     out = b""
 
     def read_while(going: Callable[[], bool], seconds: float) -> None:
@@ -1552,7 +1565,11 @@ def top_on_a_terminal(
     code = None
     try:
         read_while(lambda: until not in out, 30)
-        if then is not None:
+        if hang_up is not None:
+            os.close(master)
+            master = -1
+            code = proc.wait(timeout=10)
+        elif then is not None:
             then(proc)
             read_while(lambda: True, 10)
             code = proc.wait(timeout=10)
@@ -1560,7 +1577,8 @@ def top_on_a_terminal(
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        os.close(master)
+        if master >= 0:
+            os.close(master)
     return out, code
 
 
@@ -1598,6 +1616,19 @@ def test_sigterm_ends_the_refreshing_view_with_the_cursor_shown(http_server, see
     assert hide in out, out[-300:]
     assert out.rfind(show) > out.rfind(hide), out[-300:]
     assert code == 0 and b"Traceback" not in out, out[-300:]
+
+
+def test_terminal_hang_up_ends_the_refreshing_view_quietly(http_server, tmp_path: Path) -> None:  # noqa: F811
+    """The terminal closed under a refreshing ``top`` (a window or ssh session closed):
+    the kernel sends SIGHUP, and rich's live view, stopping, writes to the hung-up
+    terminal (EIO): that ended top with a traceback and exit 1. It ends as on SIGHUP,
+    exit 0, with nothing on stderr."""
+    url, _ = http_server(answering(answers()))
+    err = tmp_path / "stderr"
+    out, code = top_on_a_terminal(url, b"jupyter/nb-alice", hang_up=err)
+    assert b"jupyter/nb-alice" in out
+    assert code == 0, err.read_text()
+    assert err.read_text() == ""
 
 
 @pytest.mark.parametrize(
