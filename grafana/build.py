@@ -915,7 +915,8 @@ def exporter_health() -> dict:
             "Kubelet GPU allocations (pod-resources) in each exporter's current snapshot "
             "whose device id matches no device NVML lists on the node, or is in no accepted "
             "form (docs/attribution.md). They give no gpu_eta_pod_gpu_allocated row, so "
-            "those GPUs show no holder and count as free on the other dashboards. 0 is "
+            "those GPUs show no holder: above 0 the node's GPUs no pod holds are holders "
+            "unknown, not free, on the Cluster overview and in gpu-eta top. 0 is "
             "healthy; GpuEtaExporterUnresolvedAllocations fires after 15 minutes above 0. "
             "The exporter logs each one once ('is not attributed': pod, container, device "
             "id, reason). Empty when the gpu or podresources collector is off.",

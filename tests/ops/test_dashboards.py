@@ -601,3 +601,15 @@ def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
         ],
         rules=ROOT / "rules" / "gpu-eta.rules.yaml",
     )
+
+
+def test_unresolved_allocations_panel_says_holders_unknown() -> None:
+    """Unresolved allocations make a node's unheld GPUs "holders unknown" on the Cluster
+    overview (not free): the Exporter health panel plotting them says so."""
+    (panel,) = [
+        p
+        for p in _panels(_load(GRAFANA / "exporter-health.json"))
+        if p.get("title") == "Unresolved GPU allocations"
+    ]
+    assert "holders unknown" in panel["description"]
+    assert "free" not in panel["description"].replace("not free", "")
