@@ -1,0 +1,144 @@
+"""Cost of ``EtaModel.fit`` and ``predict`` on N finished MLPerf runs, and a differential
+check that a change to the model's code leaves every result as it was.
+
+Why: ``forecaster evaluate`` refits the model ~120 times as its history grows (nearly
+all of its time), and the live forecaster refits it on its history store every
+``refit_seconds``; a faster fit must not move a single forecast. Two trees cannot be
+timed in one process, so this times the code it imports and, with ``--save``, writes
+what that code computed (every prediction's P10/P50/P90 and the fitted model's learned
+state, floats as ``repr``) for ``--check`` to compare after the change::
+
+    python bench/fit_speed.py --runs 1000 --runs 4000 --save /tmp/before.json   # old code
+    python bench/fit_speed.py --runs 1000 --runs 4000 --check /tmp/before.json  # new code
+    python bench/fit_speed.py --runs 4000 --profile                             # hot spots
+
+History: the earliest N runs of ``shared/data/mlperf-dev/runs.csv.gz`` by end time,
+thinned as ``evaluate``'s replay gives them to the model (``runs.thinned``). Predicted:
+``--predict`` later runs cut at seeded progress (``predict_speed.cut_points``), so every
+situation occurs. Figures are the best of ``--repeat`` fits (the machine is shared).
+``--check`` reports the largest relative difference of any compared float and exits 1
+when it exceeds ``--tolerance`` (0: bit for bit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import math
+import pstats
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from predict_speed import SEED, cut_points, mlperf, running_copy
+
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.runs import thinned
+
+LEARNED = (
+    "floors_",
+    "weights_",
+    "mix_",
+    "choice_",
+    "job_scales_",
+    "job_shifts_",
+    "quality_",
+    "tails_",
+    "levels_",
+    "n_residuals_",
+    "n_by_situation_",
+    "n_samples_by_point_",
+)
+"""``EtaModel`` attributes compared as text (their ``repr``: floats exact)."""
+
+
+def outcome(model: EtaModel, jobs: Sequence) -> dict:
+    """What ``--save`` keeps: the learned state and every prediction, as text."""
+    state = {name: repr(getattr(model, name)) for name in LEARNED}
+    state["calibrator_"] = repr(vars(model.calibrator_))
+    state["calibrators_"] = repr({k: vars(v) for k, v in model.calibrators_.items()})
+    preds = []
+    for run in jobs:
+        f = model.predict(run, run.last_timestamp + 30.0)
+        preds.append([f.p10, f.p50, f.p90, f.method, f.n_obs])
+    return {"state": state, "predictions": preds}
+
+
+def rel_diff(a: float, b: float) -> float:
+    """|a - b| relative to the larger magnitude (0 for equal, NaN equal to NaN)."""
+    if a == b or (math.isnan(a) and math.isnan(b)):
+        return 0.0
+    return abs(a - b) / max(abs(a), abs(b))
+
+
+def compare(old: dict, new: dict) -> tuple[list[str], float]:
+    """(learned attributes whose text differs, largest relative prediction difference)."""
+    differ = [k for k in old["state"] if old["state"][k] != new["state"].get(k)]
+    worst = 0.0
+    for a, b in zip(old["predictions"], new["predictions"], strict=True):
+        if a[3:] != b[3:]:
+            return [*differ, "prediction method/n_obs"], math.inf
+        worst = max(worst, *(rel_diff(x, y) for x, y in zip(a[:3], b[:3], strict=True)))
+    return differ, worst
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, action="append", help="history sizes (1000, 4000)")
+    parser.add_argument("--predict", type=int, default=2000, help="running jobs predicted")
+    parser.add_argument("--repeat", type=int, default=1, help="fits per size; the best is kept")
+    parser.add_argument("--save", type=Path, help="write the outcome (JSON) here")
+    parser.add_argument("--check", type=Path, help="compare with an outcome saved before")
+    parser.add_argument("--tolerance", type=float, default=0.0, help="largest relative diff")
+    parser.add_argument("--profile", action="store_true", help="cProfile one fit")
+    args = parser.parse_args(argv)
+    sizes = args.runs or [1000, 4000, 8000]
+    saved = {}
+    print(f"{'runs':>6} {'fit s':>7} {'predict µs':>11}")
+    for n in sizes:
+        raw, pool = mlperf(n)
+        history = [thinned(r) for r in raw]
+        jobs = [
+            running_copy(run, keep, str(i))
+            for i, (run, keep) in enumerate(cut_points(pool, args.predict, SEED))
+        ]
+        best = math.inf
+        for _ in range(args.repeat):
+            began = time.perf_counter()
+            model = EtaModel(random_state=0).fit(history)
+            best = min(best, time.perf_counter() - began)
+        began = time.perf_counter()
+        result = outcome(model, jobs)
+        predict_us = 1e6 * (time.perf_counter() - began) / len(jobs)
+        print(f"{len(history):>6} {best:>7.2f} {predict_us:>11.1f}", flush=True)
+        saved[str(n)] = result
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            EtaModel(random_state=0).fit(history)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    if args.save:
+        args.save.write_text(json.dumps(saved))
+    if args.check:
+        old = json.loads(args.check.read_text())
+        status = 0
+        for n, new in saved.items():
+            differ, worst = compare(old[n], new)
+            ok = not differ and worst <= args.tolerance
+            status |= not ok
+            print(
+                f"{n:>6} runs: learned state differs in {differ or 'nothing'}; "
+                f"largest relative prediction difference {worst:.3g}"
+                f" {'OK' if ok else 'CHANGED'}"
+            )
+        return status
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

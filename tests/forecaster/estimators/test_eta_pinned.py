@@ -1,0 +1,118 @@
+"""``EtaModel`` forecasts pinned to the values the model gave on recorded runs.
+
+Why: fit and predict are tuned for speed (a refit runs ~120 times per ``evaluate``
+and every ``refit_seconds`` in the service), and a faster path must not move a single
+forecast. These values were computed by the model as it is specified (docs/
+forecasting-model.md) on real MLPerf runs (``mlperf_v2_sample.csv.gz``): fitted on the
+earliest 240 by end time, thinned as ``evaluate`` gives them, and asked about later runs
+cut at their start, a quarter, half and all but the last point. Any change to what the
+model computes fails here; a change meant to alter the forecasts updates these values
+in the same commit and says why. ``bench/fit_speed.py --check`` does the same on
+thousands of runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
+from gpu_eta.forecaster.runs import Run, thinned
+from gpu_eta.forecaster.runs_csv import read_runs
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "mlperf_v2_sample.csv.gz"
+HISTORY = 240
+
+
+@functools.cache
+def runs_by_end() -> tuple[Run, ...]:
+    return tuple(sorted(read_runs(FIXTURE), key=lambda r: r.last_timestamp))
+
+
+@functools.cache
+def fitted() -> EtaModel:
+    return EtaModel(random_state=0).fit([thinned(r) for r in runs_by_end()[:HISTORY]])
+
+
+def cases() -> list[tuple[str, Run]]:
+    """(label, running job): every 15th later run, cut at four progress points."""
+    out = []
+    for run in runs_by_end()[HISTORY::15]:
+        n = len(run.epoch_times)
+        for keep in sorted({1, max(1, n // 4), max(1, n // 2), max(1, n - 1)}):
+            cut = Run(
+                run_id=run.run_id,
+                epochs_planned=run.epochs_planned,
+                epoch_times=run.epoch_times[:keep],
+                features=run.features,
+                completed=None,
+                namespace=run.namespace,
+            )
+            out.append((f"{run.run_id}@{keep}", cut))
+    return out
+
+
+PINNED: dict[str, tuple[float, float, float]] = {
+    "mlperf-6578@1": (41.26816765629723, 832.5910877636426, 377286.4207535119),
+    "mlperf-6578@4": (16.208775805194172, 18.983786338285604, 29.929160112464334),
+    "mlperf-6578@9": (41.04917448009819, 43.4122467143164, 49.28023606000494),
+    "mlperf-6578@18": (1.028381309984578, 7.097577798505154, 26.986012138726014),
+    "mlperf-8999@1": (20.40174363208814, 395.2731833233945, 10292.899273439854),
+    "mlperf-8999@2": (46.69261785123284, 144.32947749144907, 230.8415049653255),
+    "mlperf-8999@4": (37.11933002846532, 59.459258345206194, 164.06723767282534),
+    "mlperf-8999@8": (7.241184673511231, 63.196346614589984, 514.3140777876526),
+    "mlperf-9309@1": (335.1231263364181, 10688.618081990042, 114592.38124509268),
+    "mlperf-9309@5": (5023.741889536421, 5210.645494009486, 5948.430792824311),
+    "mlperf-9309@10": (3344.561576619365, 3469.325823890859, 3961.688937459807),
+    "mlperf-9309@20": (222.7908962373806, 222.93109672974748, 363.45204035029593),
+    "mlperf-9249@1": (26.167102901022318, 4166.890000876632, 1507839.6645808322),
+    "mlperf-9249@5": (252.6547864835528, 326.4909476476513, 360.3211897978504),
+    "mlperf-9249@10": (253.59329563995993, 296.29945162696777, 479.4201442547767),
+    "mlperf-9249@20": (1.664373298724195, 9.55705297461265, 36.42662272753729),
+    "mlperf-8905@1": (24.391971940858177, 7605.201123943354, 6239502.291148791),
+    "mlperf-8905@5": (1386.8449168623076, 1707.9690784019642, 1753.1639646384403),
+    "mlperf-8905@10": (1199.8169254663205, 1276.8353756798308, 1598.013987063825),
+    "mlperf-8905@19": (66.27431297647273, 67.9472956032587, 184.72153379475034),
+    "mlperf-9355@1": (677.43049596397, 21438.2241932885, 229897.64888508123),
+    "mlperf-9355@5": (7348.116407449646, 7620.460651636023, 8695.510343327023),
+    "mlperf-9355@10": (4923.13375443624, 5105.310134457989, 5824.098683088251),
+    "mlperf-9355@20": (524.0459566060899, 524.3301368345303, 808.0243768648741),
+    "mlperf-9303@1": (74.29325024083798, 2306.735010660763, 31020.100297442506),
+    "mlperf-9303@3": (283.4630391259955, 331.0721238715272, 350.77013670662),
+    "mlperf-9303@7": (175.30074686815004, 185.31254418133753, 220.23015386706385),
+    "mlperf-9303@14": (1.4239809901316476, 9.91522623656522, 39.08067112751632),
+    "mlperf-8781@1": (1575.0027692618353, 1711.3811301070389, 2108.043357380232),
+    "mlperf-8781@5": (1396.0941561428795, 1468.548730343207, 1703.2393235214506),
+    "mlperf-8781@10": (900.2869477273322, 968.2151400698995, 1197.1617375937205),
+    "mlperf-8781@20": (9.589692649684538, 14.7710730824558, 34.42281754374502),
+}
+
+QUALITY: dict[float, tuple[float, float]] = {
+    0.0: (0.0071611522703916245, 0.8232758620689655),
+    0.1: (0.0058514840160854495, 0.8011363636363636),
+    0.25: (0.005510255240125101, 0.8106508875739644),
+    0.5: (0.0052256461291003056, 0.8110599078341013),
+    0.75: (0.003098887009544137, 0.8275862068965517),
+    0.9: (0.006159767877642363, 0.811023622047244),
+    0.95: (0.0034799150320844493, 0.847682119205298),
+    1.0: (0.01763188251479904, 0.8333333333333334),
+}
+
+
+@pytest.mark.parametrize(("label", "run"), cases(), ids=[label for label, _ in cases()])
+def test_forecast_is_pinned(label: str, run: Run) -> None:
+    f = fitted().predict(run, run.last_timestamp + 60.0)
+    assert (f.p10, f.p50, f.p90) == PINNED[label]
+
+
+def test_quality_is_pinned() -> None:
+    quality = fitted().quality_
+    assert quality.keys() == QUALITY.keys()
+    for point, (err, cov) in QUALITY.items():
+        got = quality[point]
+        assert (got[0], got[1]) == (err, cov) or (
+            math.isnan(err) and math.isnan(got[0]) and cov == got[1]
+        )
