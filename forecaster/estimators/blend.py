@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -105,35 +106,79 @@ class Components:
         return RawEstimate(mu, sigma, "blend", n, w_p, s_p, s_r)
 
 
+class PartColumns(NamedTuple):
+    """Many samples' ``Components`` as arrays, one per field ``combine_many`` reads."""
+
+    prior_center: np.ndarray
+    prior_sigma: np.ndarray
+    job_batch: np.ndarray  # bool: the prior is the same job at the same batch size
+    prior_floor: np.ndarray
+    has_rate: np.ndarray  # bool
+    rate_center: np.ndarray  # 0 without a rate
+    rate_scale: np.ndarray  # 1 without a rate
+    rate_n_eff: np.ndarray  # 1 without a rate
+    rate_n: np.ndarray  # 0 without a rate
+    remaining: np.ndarray
+    done: np.ndarray
+    rate_floor: np.ndarray
+    prior_mix: np.ndarray  # NaN where precision weights decide
+
+
+def part_columns(parts: Sequence[Components]) -> PartColumns:
+    """``parts`` as ``PartColumns``, for ``combine_many``.
+
+    Why apart: ``tuning.tune`` combines the same samples at every (drift, prior scale)
+    of its grid; reading thousands of dataclasses into arrays cost more than the
+    arithmetic, so it is done once per sample list.
+    """
+    n = len(parts)
+    return PartColumns(
+        prior_center=np.fromiter((c.prior_center for c in parts), float, n),
+        prior_sigma=np.fromiter((c.prior_sigma for c in parts), float, n),
+        job_batch=np.fromiter((c.prior_level == "job_batch" for c in parts), bool, n),
+        prior_floor=np.fromiter((c.prior_floor for c in parts), float, n),
+        has_rate=np.fromiter((c.rate is not None for c in parts), bool, n),
+        rate_center=np.fromiter((c.rate[0] if c.rate else 0.0 for c in parts), float, n),
+        rate_scale=np.fromiter((c.rate[1] if c.rate else 1.0 for c in parts), float, n),
+        rate_n_eff=np.fromiter((c.rate[2] if c.rate else 1.0 for c in parts), float, n),
+        rate_n=np.fromiter((c.rate[3] if c.rate else 0 for c in parts), float, n),
+        remaining=np.fromiter((c.remaining for c in parts), float, n),
+        done=np.fromiter((c.done for c in parts), float, n),
+        rate_floor=np.fromiter((c.rate_floor for c in parts), float, n),
+        prior_mix=np.fromiter(
+            (
+                c.prior_mix if c.prior_mix is not None and c.prior_level == "job_batch" else np.nan
+                for c in parts
+            ),
+            float,
+            n,
+        ),
+    )
+
+
 def combine_many(
-    parts: Sequence[Components],
+    parts: Sequence[Components] | PartColumns,
     drift: float,
     prior_scale: float,
     job_prior_scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``Components.combine`` over many samples at once: ``(centers, sigmas)``.
+    """``Components.combine`` over many samples at once: ``(centers, sigmas)``;
+    ``parts`` as given or already read into arrays (``part_columns``).
 
     Vectorised because the model tunes the weights over a grid on thousands of past
     predictions every fit; equal to the scalar path (tests check it).
     """
-    n = len(parts)
-    p_c = np.fromiter((c.prior_center for c in parts), float, n)
-    p_s = np.fromiter((c.prior_sigma for c in parts), float, n) * prior_scale
+    cols = parts if isinstance(parts, PartColumns) else part_columns(parts)
+    p_c = cols.prior_center
+    p_s = cols.prior_sigma * prior_scale
     if job_prior_scale is not None:
-        job = np.fromiter((c.prior_level == "job_batch" for c in parts), bool, n)
-        p_s = np.where(job, p_s * (job_prior_scale / prior_scale), p_s)
-    floors = np.fromiter((c.prior_floor for c in parts), float, n)
+        p_s = np.where(cols.job_batch, p_s * (job_prior_scale / prior_scale), p_s)
+    floors = cols.prior_floor
     p_s = np.maximum(p_s, floors)
-    p_alone = np.maximum(
-        np.minimum(p_s, np.fromiter((c.prior_sigma for c in parts), float, n)), floors
-    )
-    has = np.fromiter((c.rate is not None for c in parts), bool, n)
-    r_c = np.fromiter((c.rate[0] if c.rate else 0.0 for c in parts), float, n)
-    r_s = np.fromiter((c.rate[1] if c.rate else 1.0 for c in parts), float, n)
-    r_n = np.fromiter((c.rate[2] if c.rate else 1.0 for c in parts), float, n)
-    r_k = np.fromiter((c.rate[3] if c.rate else 0 for c in parts), float, n)
-    rem = np.fromiter((c.remaining for c in parts), float, n)
-    done = np.fromiter((c.done for c in parts), float, n)
+    p_alone = np.maximum(np.minimum(p_s, cols.prior_sigma), floors)
+    has = cols.has_rate
+    r_c, r_s, r_n, r_k = cols.rate_center, cols.rate_scale, cols.rate_n_eff, cols.rate_n
+    rem, done = cols.remaining, cols.done
     mu_r = r_c + np.log(np.maximum(rem, 1e-9))
     m = np.maximum(rem, 1e-9)
     # rate.intervals_ahead, vectorised
@@ -147,18 +192,11 @@ def combine_many(
         + r_s**2 / np.maximum(ahead, 1.0)
         + (drift * m / (np.maximum(done, 1e-9) + m)) ** 2
     )
-    s_r = np.maximum(s_r, np.fromiter((c.rate_floor for c in parts), float, n))
+    s_r = np.maximum(s_r, cols.rate_floor)
     w_r, w_p = 1.0 / s_r**2, 1.0 / p_s**2
     total = w_r + w_p
     center = np.where(has, (w_r * mu_r + w_p * p_c) / total, p_c)
-    mix = np.fromiter(
-        (
-            c.prior_mix if c.prior_mix is not None and c.prior_level == "job_batch" else np.nan
-            for c in parts
-        ),
-        float,
-        n,
-    )
+    mix = cols.prior_mix
     mixed = has & np.isfinite(mix)
     center = np.where(mixed, mix * p_c + (1.0 - mix) * mu_r, center)
     sigma = np.where(has, np.sqrt(1.0 / total), p_alone)

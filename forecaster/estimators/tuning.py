@@ -35,7 +35,12 @@ from gpu_eta.forecaster.calibration import (
     shifted_errors,
     with_late_bins,
 )
-from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components, combine_many
+from gpu_eta.forecaster.estimators.blend import (
+    BlendEstimator,
+    Components,
+    combine_many,
+    part_columns,
+)
 from gpu_eta.forecaster.estimators.rate import weighted_median
 from gpu_eta.forecaster.estimators.replay import Sample, recent_completed
 from gpu_eta.forecaster.runs import Run
@@ -176,7 +181,8 @@ def tune(
     i_default = combos.index(default)
     points = np.array([s.point for s in samples])
     actual = np.array([s.actual for s in samples])
-    parts_by_c = {c: [s.parts[i] for s in samples] for i, c in enumerate(grid)}
+    # read once per Huber constant, combined at every drift and prior scale
+    parts_by_c = {c: part_columns([s.parts[i] for s in samples]) for i, c in enumerate(grid)}
     # err[c][i]: error of sample i under combo c after its bin's shift
     errs = np.empty((len(combos), len(samples)))
     for c, (huber_c, drift, prior_scale) in enumerate(combos):

@@ -88,3 +88,37 @@ def test_a_measured_mix_sets_a_job_priors_weight_in_both_paths() -> None:
         assert raw.sigma == pytest.approx(plain.sigma)
         centers, sigmas = combine_many([c], drift=0.1, prior_scale=1.0)
         assert centers[0] == pytest.approx(raw.center) and sigmas[0] == pytest.approx(raw.sigma)
+
+
+def test_combine_many_reads_columns_read_once_as_it_reads_components() -> None:
+    """``tuning.tune`` reads the samples into arrays once (``part_columns``) and combines
+    them at every drift and prior scale of its grid: each combination must be exactly
+    what ``combine_many`` gives on the components themselves, every kind of part mixed
+    (no rate, a job prior with and without a measured mix, another level, floors)."""
+    import math
+
+    from gpu_eta.forecaster.estimators.blend import Components, combine_many, part_columns
+
+    parts = [
+        Components(
+            prior_center=math.log(40.0 + i),
+            prior_sigma=0.1 + 0.03 * i,
+            prior_n=5,
+            rate=None if i % 4 == 0 else (math.log(2.0 + i), 0.05 * i, 1.0 + i, i % 3),
+            remaining=10.0 - i,
+            done=float(i),
+            prior_level=("job_batch", "job", "regression")[i % 3],
+            rate_floor=0.02 * (i % 2),
+            prior_floor=0.05 * (i % 3),
+            prior_mix=0.3 if i % 5 == 1 else None,
+        )
+        for i in range(10)
+    ]
+    cols = part_columns(parts)
+    for drift, prior_scale, job_scale in ((0.1, 8.0, 1.0), (0.8, 0.5, None), (0.05, 1000.0, 125.0)):
+        got = combine_many(cols, drift, prior_scale, job_scale)
+        want = combine_many(parts, drift, prior_scale, job_scale)
+        assert got[0].tobytes() == want[0].tobytes() and got[1].tobytes() == want[1].tobytes()
+        for k, c in enumerate(parts):
+            raw = c.combine(drift, prior_scale, job_scale)
+            assert got[0][k] == pytest.approx(raw.center) and got[1][k] == pytest.approx(raw.sigma)
