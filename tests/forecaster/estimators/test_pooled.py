@@ -72,3 +72,43 @@ def test_a_job_name_never_seen_gets_a_finite_row_between_the_known_ones() -> Non
     row = model.design_row(new)
     assert np.all(np.isfinite(row)) and np.allclose(row, model.design([new])[0])
     assert min(y_fast) < model.log_total(new) < max(y_slow)  # the mean of the two effects
+
+
+@pytest.mark.parametrize("max_iter", [1, 3, 50])
+def test_huber_irls_is_statsmodels_rlm_number_for_number(max_iter: int) -> None:
+    """``huber_irls`` replaces ``RLM(y, X, M=HuberT()).fit(maxiter=...)`` for speed: the
+    same coefficients, scale and iteration count to the last bit, on a rank-deficient
+    design with outliers (two one-hot columns that always coincide, as a GPU model used
+    by one namespace only does in MLPerf)."""
+    import statsmodels.api as sm
+
+    from gpu_eta.forecaster.estimators.pooled import huber_irls
+
+    rng = np.random.default_rng(7)
+    n = 300
+    level = rng.integers(0, 4, n)
+    X = np.column_stack(
+        [np.ones(n), rng.normal(size=n), level == 1, level == 1, level == 2, level == 3]
+    ).astype(float)
+    y = X @ np.array([3.0, 0.5, 0.4, 0.4, -0.3, 0.2]) + rng.normal(scale=0.1, size=n)
+    y[::17] += 2.0  # outliers the Huber weights turn down
+    want = sm.RLM(y, X, M=sm.robust.norms.HuberT()).fit(maxiter=max_iter)
+    params, scale, iterations = huber_irls(y, X, max_iter)
+    assert params.tobytes() == np.asarray(want.params).tobytes()
+    assert scale == want.scale
+    assert iterations == want.fit_history["iteration"]
+
+
+def test_huber_irls_warns_as_statsmodels_on_a_perfect_fit() -> None:
+    import warnings
+
+    from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
+    from gpu_eta.forecaster.estimators.pooled import SCALE_ZERO, huber_irls
+
+    X = np.column_stack([np.ones(20), np.arange(20.0)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _params, scale, iterations = huber_irls(np.zeros(20), X, 50)
+    assert scale == 0.0 and iterations == 1
+    assert [str(w.message) for w in caught if w.category is ConvergenceWarning] == [SCALE_ZERO]
