@@ -27,6 +27,7 @@ import cProfile
 import json
 import math
 import pstats
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -74,13 +75,30 @@ def rel_diff(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), abs(b))
 
 
-def compare(old: dict, new: dict) -> tuple[list[str], float]:
-    """(learned attributes whose text differs, largest relative prediction difference)."""
-    differ = [k for k in old["state"] if old["state"][k] != new["state"].get(k)]
+FLOAT = re.compile(r"-?(?:\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)")
+"""A float in a ``repr`` (``np.float64(...)`` prints its digits the same way)."""
+
+
+def text_diff(old: str, new: str) -> float:
+    """The largest relative difference of the floats in two ``repr`` texts; inf when
+    anything else differs (a key, a count, an option chosen)."""
+    if FLOAT.sub("#", old) != FLOAT.sub("#", new):
+        return math.inf
+    pairs = zip(FLOAT.findall(old), FLOAT.findall(new), strict=True)
+    return max((rel_diff(float(a), float(b)) for a, b in pairs), default=0.0)
+
+
+def compare(old: dict, new: dict) -> tuple[dict[str, float], float]:
+    """(learned attributes whose text differs: their largest relative float
+    difference, largest relative prediction difference; inf: more than floats)."""
+    differ = {}
+    for k, text in old["state"].items():
+        if text != new["state"].get(k):
+            differ[k] = text_diff(text, new["state"].get(k, ""))
     worst = 0.0
     for a, b in zip(old["predictions"], new["predictions"], strict=True):
         if a[3:] != b[3:]:
-            return [*differ, "prediction method/n_obs"], math.inf
+            return {**differ, "prediction method/n_obs": math.inf}, math.inf
         worst = max(worst, *(rel_diff(x, y) for x, y in zip(a[:3], b[:3], strict=True)))
     return differ, worst
 
@@ -129,12 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = 0
         for n, new in saved.items():
             differ, worst = compare(old[n], new)
-            ok = not differ and worst <= args.tolerance
+            state = max(differ.values(), default=0.0)
+            ok = max(state, worst) <= args.tolerance
             status |= not ok
             print(
-                f"{n:>6} runs: learned state differs in {differ or 'nothing'}; "
-                f"largest relative prediction difference {worst:.3g}"
-                f" {'OK' if ok else 'CHANGED'}"
+                f"{n:>6} runs: learned state differs in {sorted(differ) or 'nothing'}"
+                f" (largest relative {state:.3g}); largest relative prediction difference"
+                f" {worst:.3g} {'OK' if ok else 'CHANGED'}"
             )
         return status
     return 0
