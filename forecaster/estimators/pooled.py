@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -182,20 +182,26 @@ class PooledRegression:
             return np.array([self._planned_vs_job(r) for r in runs])
         return numeric_column(runs, name)
 
-    def design(self, runs: Sequence[Run]) -> np.ndarray:
+    def design(
+        self, runs: Sequence[Run], columns: Mapping[str, np.ndarray] | None = None
+    ) -> np.ndarray:
         """The design matrix of ``runs``: an intercept, the numeric regressors (missing
-        ones at the training median), then each categorical's one-hot columns."""
+        ones at the training median), then each categorical's one-hot columns.
+        ``columns``: the numeric regressors' ``_column`` of these runs where ``fit``
+        has read them already (read once: they are most of the design's cost)."""
         cols = []
         for name in self.numeric_:
-            values = self._column(runs, name)
+            values = columns[name] if columns is not None else self._column(runs, name)
             values = np.where(np.isnan(values), self.medians_[name], values)
             cols.append(values)
         for name, levels in self.levels_.items():
             enc = np.zeros((len(runs), len(levels)))
+            index = {level: j for j, level in enumerate(levels)}  # levels are distinct
             for i, run in enumerate(runs):
                 v = run.features.get(name)
-                if v in levels:
-                    enc[i, levels.index(v)] = 1.0
+                j = index.get(v)
+                if j is not None:
+                    enc[i, j] = 1.0
                 elif self._is_unknown(name, v):
                     enc[i] = self._unknown_level(name, run)
             cols.extend(enc.T)
@@ -315,23 +321,23 @@ class PooledRegression:
             if isinstance(job, str) and job:
                 by_job.setdefault(job, []).append(math.log(r.epochs_planned))
         self.job_planned_ = {job: float(np.median(v)) for job, v in by_job.items()}
-        for name in REGRESSORS:
-            values = self._column(runs, name)
+        columns = {name: self._column(runs, name) for name in REGRESSORS}
+        for name, values in columns.items():
             finite = values[np.isfinite(values)]
             if len(finite) >= 3 and np.ptp(finite) > 0:
                 self.numeric_.append(name)
                 self.medians_[name] = float(np.median(finite))
-        for name in CATEGORICAL:
+        for at, name in enumerate(CATEGORICAL):
             counts: dict[str, int] = {}
-            for r in runs:
-                v = r.features.get(name)
+            for row in self._cat_rows:
+                v = row[at]
                 if isinstance(v, str) and v:
                     counts[v] = counts.get(v, 0) + 1
             if len(counts) >= 2:
                 top = sorted(counts, key=lambda k: (-counts[k], k))[: MAX_LEVELS + 1]
                 self.levels_[name] = top[1:]  # the most frequent level is the baseline
                 self.seen_[name] = set(counts)  # rare levels too: fitted with the baseline
-        X = self.design(runs)
+        X = self.design(runs, columns)
         if len(y_arr) < X.shape[1] + 5:
             self.numeric_, self.medians_, self.levels_ = [], {}, {}
             return

@@ -130,3 +130,32 @@ def test_min_norm_solve_is_pinv_to_rounding_on_a_rank_deficient_design() -> None
     got = min_norm_solve(a, b)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-14)
     assert got[2] == pytest.approx(got[3], rel=1e-12)  # the aliased pair shares its effect
+
+
+def test_fit_reads_each_numeric_column_once_and_designs_what_design_gives() -> None:
+    """``fit`` hands the numeric columns it read to ``design`` (read once per fit, each
+    of the nine to eleven fits of a model): the design from them is byte for byte the
+    one ``design`` builds on its own, for runs with missing, non-numeric and unknown
+    values and categorical values outside the top levels."""
+    from gpu_eta.forecaster.estimators.pooled import REGRESSORS
+
+    runs, y = [], []
+    for i in range(60):
+        features: dict = {
+            "job_name": f"job{i % 5}",
+            "gpu_model": ("a100", "v100", "", "h100")[i % 4],
+            "namespace": f"ns{i % 20}",  # more levels than MAX_LEVELS: rare ones are baseline
+            "framework": 3.0 if i % 7 == 0 else ("torch", "jax")[i % 2],  # a number here
+        }
+        if i % 3:
+            features["batch_size"] = float(2 ** (i % 6)) if i % 11 else "n/a"
+        features["gpus"] = float(1 + i % 8)
+        runs.append(make_run(f"r{i}", [1.0 + i % 4] * 3, planned=3.0 + i % 5, **features))
+        y.append(math.log(3.0 * (1.0 + i % 4)) + 0.01 * i)
+    model = PooledRegression().fit(runs, y)
+    assert model.levels_ and model.numeric_
+    columns = {name: model._column(runs, name) for name in REGRESSORS}
+    probe = [*runs, make_run("n", [], planned=4.0, job_name="new", namespace="ns99")]
+    columns_probe = {name: model._column(probe, name) for name in REGRESSORS}
+    assert model.design(runs, columns).tobytes() == model.design(runs).tobytes()
+    assert model.design(probe, columns_probe).tobytes() == model.design(probe).tobytes()
