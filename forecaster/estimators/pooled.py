@@ -85,8 +85,8 @@ def min_norm_solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     Why: ``pinv`` of the weighted design, once per Huber iteration, was most of a model
     fit; its SVD builds the ``m × n`` singular vectors and multiplies them back, where
     this factorises once and inverts an ``n × n`` triangle (2× faster per iteration on
-    MLPerf designs). Same solution to rounding: the coefficients of every MLPerf
-    history tried differ from ``pinv``'s by < 1e-12 relative (``bench/fit_speed.py``).
+    MLPerf designs). Same solution to rounding: the forecasts of every MLPerf history
+    tried differ from ``pinv``'s by < 1e-10 relative (``bench/fit_speed.py``).
     The designs are rank-deficient (one-hot levels that always coincide): their
     dropped singular values are ~1e-17 of the largest and the kept ones > 1e-3, so
     both ways drop the same ones.
@@ -100,12 +100,16 @@ def huber_irls(y: np.ndarray, X: np.ndarray, max_iter: int) -> tuple[np.ndarray,
     """``(params, scale, iterations)`` of statsmodels
     ``RLM(y, X, M=HuberT()).fit(maxiter=max_iter)`` (its defaults: MAD scale updated at
     every step, convergence on the deviance within 1e-8), step by step as it computes
-    them, so the same numbers; warns its ``ConvergenceWarning`` on a zero scale.
+    them; warns its ``ConvergenceWarning`` on a zero scale. The same numbers to
+    rounding: each step's weighted least squares is solved by ``min_norm_solve``, not
+    ``pinv``, with the runs that share a design row (a configuration's repeats: half
+    of MLPerf's) as one row, of their summed weight, at their weighted mean ``y``: the
+    same sum of squares but for a constant, so the same minimiser, from half the rows.
 
     Why not ``RLM`` itself: it is most of a model fit (nine to eleven fits of up to
     5,000 runs each, ``prior.held_out``; 50 iterations each on MLPerf), and the model
     construction and results object add a pseudo-inverse, two matrix ranks and a
-    covariance per fit that nothing here reads. The iterations themselves are RLM's.
+    covariance per fit that nothing here reads.
     """
     from statsmodels.regression.linear_model import WLS
     from statsmodels.robust.norms import HuberT
@@ -114,6 +118,8 @@ def huber_irls(y: np.ndarray, X: np.ndarray, max_iter: int) -> tuple[np.ndarray,
 
     norm = HuberT()
     n, k = X.shape
+    rows, row_of = np.unique(X, axis=0, return_inverse=True)
+    row_of = row_of.reshape(-1)
     start = WLS(y, X).fit()  # ordinary least squares, as RLM starts
     params, fitted, resid = start.params, start.fittedvalues, start.resid
     scale = mad(resid, center=0)
@@ -123,14 +129,18 @@ def huber_irls(y: np.ndarray, X: np.ndarray, max_iter: int) -> tuple[np.ndarray,
         if scale == 0.0:
             warnings.warn(SCALE_ZERO, ConvergenceWarning, stacklevel=2)
             break
-        w_half = np.sqrt(norm.weights(resid / scale))
+        weights = norm.weights(resid / scale)  # > 0: a Huber weight is never 0
+        w_half = np.sqrt(weights)
         if not np.all(np.isfinite(w_half)):
             raise ValueError(
                 "NaN, inf or invalid value detected in weights, estimation infeasible."
             )
+        total = np.bincount(row_of, weights=weights, minlength=len(rows))
+        root = np.sqrt(total)
+        weighted_y = np.bincount(row_of, weights=weights * y, minlength=len(rows))
+        params = min_norm_solve(root[:, None] * rows, weighted_y / root)
         w_y = w_half * y
         w_X = w_half[:, None] * X
-        params = min_norm_solve(w_X, w_y)
         fitted = X.dot(params)
         resid = y - fitted
         w_resid = w_y - w_X.dot(params)

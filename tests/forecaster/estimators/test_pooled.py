@@ -159,3 +159,30 @@ def test_fit_reads_each_numeric_column_once_and_designs_what_design_gives() -> N
     columns_probe = {name: model._column(probe, name) for name in REGRESSORS}
     assert model.design(runs, columns).tobytes() == model.design(runs).tobytes()
     assert model.design(probe, columns_probe).tobytes() == model.design(probe).tobytes()
+
+
+def test_huber_irls_solves_on_distinct_rows_with_rlms_answer(monkeypatch) -> None:
+    """Repeats of a configuration share a design row: each Huber step's least squares
+    is solved once per distinct row (their summed weight, their weighted mean), and
+    the fit is statsmodels RLM's to rounding, repeats and outliers included."""
+    import statsmodels.api as sm
+
+    from gpu_eta.forecaster.estimators import pooled
+
+    rng = np.random.default_rng(5)
+    n = 400
+    config = rng.integers(0, 12, n)  # 12 configurations, repeated
+    X = np.column_stack(
+        [np.ones(n), np.log2(1 + config % 4), config % 3 == 1, config % 3 == 2, config >= 6]
+    ).astype(float)
+    y = X @ np.array([2.0, 0.3, 0.5, -0.2, 0.1]) + rng.normal(scale=0.05, size=n)
+    y[::23] += 1.5
+    solved: list[int] = []
+    solve = pooled.min_norm_solve
+    monkeypatch.setattr(pooled, "min_norm_solve", lambda a, b: solved.append(len(a)) or solve(a, b))
+    params, scale, iterations = pooled.huber_irls(y, X, 50)
+    assert solved and set(solved) == {len(np.unique(X, axis=0))} and solved[0] < n
+    want = sm.RLM(y, X, M=sm.robust.norms.HuberT()).fit(maxiter=50)
+    assert params == pytest.approx(np.asarray(want.params), rel=1e-10, abs=1e-12)
+    assert scale == pytest.approx(want.scale, rel=1e-10)
+    assert iterations == want.fit_history["iteration"]
