@@ -111,7 +111,6 @@ def huber_irls(y: np.ndarray, X: np.ndarray, max_iter: int) -> tuple[np.ndarray,
     construction and results object add a pseudo-inverse, two matrix ranks and a
     covariance per fit that nothing here reads.
     """
-    from statsmodels.regression.linear_model import WLS
     from statsmodels.robust.norms import HuberT
     from statsmodels.robust.scale import mad
     from statsmodels.tools.sm_exceptions import ConvergenceWarning
@@ -120,10 +119,16 @@ def huber_irls(y: np.ndarray, X: np.ndarray, max_iter: int) -> tuple[np.ndarray,
     n, k = X.shape
     rows, row_of = np.unique(X, axis=0, return_inverse=True)
     row_of = row_of.reshape(-1)
-    start = WLS(y, X).fit()  # ordinary least squares, as RLM starts
-    params, fitted, resid = start.params, start.fittedvalues, start.resid
+    # ordinary least squares, as RLM starts (its ``WLS(y, X).fit()``): every weight 1,
+    # the residual variance over n minus the design's rank (statsmodels' rank rule)
+    root = np.sqrt(np.bincount(row_of, minlength=len(rows)).astype(float))
+    params = min_norm_solve(root[:, None] * rows, np.bincount(row_of, weights=y) / root)
+    singular = np.linalg.svd(root[:, None] * rows, compute_uv=False)  # X's, to rounding
+    rank = int(np.count_nonzero(singular > singular.max() * k * np.finfo(float).eps))
+    fitted = X.dot(params)
+    resid = y - fitted
     scale = mad(resid, center=0)
-    deviance = [math.inf, norm((y - fitted) / start.scale).sum()]
+    deviance = [math.inf, norm(resid / (np.dot(resid, resid) / (n - rank))).sum()]
     iteration = 1
     while True:
         if scale == 0.0:

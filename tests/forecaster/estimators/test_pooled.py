@@ -162,9 +162,10 @@ def test_fit_reads_each_numeric_column_once_and_designs_what_design_gives() -> N
 
 
 def test_huber_irls_solves_on_distinct_rows_with_rlms_answer(monkeypatch) -> None:
-    """Repeats of a configuration share a design row: each Huber step's least squares
-    is solved once per distinct row (their summed weight, their weighted mean), and
-    the fit is statsmodels RLM's to rounding, repeats and outliers included."""
+    """Repeats of a configuration share a design row: each Huber step's least squares,
+    the ordinary least squares it starts from too, is solved once per distinct row
+    (their summed weight, their weighted mean), and the fit is statsmodels RLM's to
+    rounding, repeats and outliers included."""
     import statsmodels.api as sm
 
     from gpu_eta.forecaster.estimators import pooled
@@ -181,7 +182,8 @@ def test_huber_irls_solves_on_distinct_rows_with_rlms_answer(monkeypatch) -> Non
     solve = pooled.min_norm_solve
     monkeypatch.setattr(pooled, "min_norm_solve", lambda a, b: solved.append(len(a)) or solve(a, b))
     params, scale, iterations = pooled.huber_irls(y, X, 50)
-    assert solved and set(solved) == {len(np.unique(X, axis=0))} and solved[0] < n
+    assert set(solved) == {len(np.unique(X, axis=0))} and solved[0] < n
+    assert len(solved) == iterations  # the start and each step after it
     want = sm.RLM(y, X, M=sm.robust.norms.HuberT()).fit(maxiter=50)
     assert params == pytest.approx(np.asarray(want.params), rel=1e-10, abs=1e-12)
     assert scale == pytest.approx(want.scale, rel=1e-10)
