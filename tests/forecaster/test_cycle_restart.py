@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpu_eta.forecaster import queries
-from gpu_eta.forecaster.cycle import progress_marks, went_back
+from gpu_eta.forecaster.cycle import Cycle, progress_marks, went_back
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.series import Series
 from gpu_eta.forecaster.static_series import StaticSeries
@@ -158,10 +158,9 @@ def test_a_run_whose_plan_is_raised_is_not_finished_at_its_old_plan(store: Histo
     assert done.completed and (done.epochs_done, done.epochs_planned) == (8, 8)
 
 
-def test_a_run_at_its_plan_is_finished_with_one_read_of_its_plan(store: HistoryStore) -> None:
-    """Reaching the plan held asks for the plan once more (a set match), not every cycle
-    while the finished run's series stay exported: a Job's Succeeded pod lives on, its
-    run at its plan, long after the cycle has forgotten finishing it (its window)."""
+def _at_three_of_four(store: HistoryStore) -> tuple[list[float], CannedClient, Cycle, float, list]:
+    """A cycle (its clock ``t[0]``) that has seen run ``named`` of pod trainer-0 at 3 of its
+    4 epochs; ``ends``: all four epoch ends."""
     t = [NOW]
     client = CannedClient({})
     cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=10)
@@ -169,6 +168,14 @@ def test_a_run_at_its_plan_is_finished_with_one_read_of_its_plan(store: HistoryS
     ends = [(float(e), start + 60 * e) for e in range(1, 5)]
     client.answers = job("named", 4, ends[:3], start, pod="trainer-0")
     cycle.run()
+    return t, client, cycle, start, ends
+
+
+def test_a_run_at_its_plan_is_finished_with_one_read_of_its_plan(store: HistoryStore) -> None:
+    """Reaching the plan held asks for the plan once more (a set match), not every cycle
+    while the finished run's series stay exported: a Job's Succeeded pod lives on, its
+    run at its plan, long after the cycle has forgotten finishing it (its window)."""
+    t, client, cycle, start, ends = _at_three_of_four(store)
     client.answers = job("named", 4, ends, start, pod="trainer-0")
     reads = []
     for i in range(1, 9):  # the 10th cycle would be the scheduled full read
@@ -210,13 +217,7 @@ def test_a_run_whose_plan_is_not_answered_when_it_ends_keeps_its_plan(
     """The plan read again as the run reaches it is not answered (its series left the
     window, a partial answer): the plan held is kept, the run finished completed, not
     left without a plan and stored cancelled an epoch short once its pod leaves."""
-    t = [NOW]
-    client = CannedClient({})
-    cycle = make_cycle(client, store, clock=lambda: t[0], static_full_every=10)
-    start = NOW - 300
-    ends = [(float(e), start + 60 * e) for e in range(1, 5)]
-    client.answers = job("named", 4, ends[:3], start, pod="trainer-0")
-    cycle.run()
+    t, client, cycle, start, ends = _at_three_of_four(store)
     answers = job("named", 4, ends, start, pod="trainer-0")
     answers["planned"] = []
     client.answers = answers
