@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from predict_speed import SEED, cut_points, mlperf, running_copy
+from predict_speed import SEED, mlperf, running_jobs
 
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.runs import thinned
@@ -119,10 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n in sizes:
         raw, pool = mlperf(n)
         history = [thinned(r) for r in raw]
-        jobs = [
-            running_copy(run, keep, str(i))
-            for i, (run, keep) in enumerate(cut_points(pool, args.predict, SEED))
-        ]
+        jobs = running_jobs(pool, args.predict, SEED)
         best = math.inf
         for _ in range(args.repeat):
             began = time.perf_counter()

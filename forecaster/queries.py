@@ -279,7 +279,6 @@ def for_pods_split(
     return [*out, last] if chunk else out
 
 
-# PromQL's regular-expression metacharacters (RE2's), escaped in set matches.
 def range_step(window_seconds: float, min_step_seconds: float, max_points: int) -> float:
     """Step for the range queries: the scrape-like ``min_step`` unless that gives too many points.
 

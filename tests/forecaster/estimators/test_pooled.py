@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -134,7 +135,7 @@ def test_min_norm_solve_is_pinv_to_rounding_on_a_rank_deficient_design() -> None
     assert got[2] == pytest.approx(got[3], rel=1e-12)  # the aliased pair shares its effect
 
 
-def test_fit_reads_each_numeric_column_once_and_designs_what_design_gives() -> None:
+def test_fit_reads_each_numeric_column_once_and_designs_what_design_gives(monkeypatch) -> None:
     """``fit`` hands the numeric columns it read to ``design`` (read once per fit, each
     of the nine to eleven fits of a model): the design from them is byte for byte the
     one ``design`` builds on its own, for runs with missing, non-numeric and unknown
@@ -154,8 +155,18 @@ def test_fit_reads_each_numeric_column_once_and_designs_what_design_gives() -> N
         features["gpus"] = float(1 + i % 8)
         runs.append(make_run(f"r{i}", [1.0 + i % 4] * 3, planned=3.0 + i % 5, **features))
         y.append(math.log(3.0 * (1.0 + i % 4)) + 0.01 * i)
+    reads: Counter[str] = Counter()
+    column = PooledRegression._column
+
+    def counted(self: PooledRegression, runs: list, name: str) -> np.ndarray:
+        reads[name] += 1
+        return column(self, runs, name)
+
+    monkeypatch.setattr(PooledRegression, "_column", counted)
     model = PooledRegression().fit(runs, y)
+    monkeypatch.undo()
     assert model.levels_ and model.numeric_
+    assert reads == Counter(REGRESSORS)  # each regressor read once by the fit
     columns = {name: model._column(runs, name) for name in REGRESSORS}
     probe = [*runs, make_run("n", [], planned=4.0, job_name="new", namespace="ns99")]
     columns_probe = {name: model._column(probe, name) for name in REGRESSORS}
