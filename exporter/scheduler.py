@@ -436,7 +436,6 @@ class Scheduler:
                 # the last count stands then
                 if src.allocations is not None and gpu_ok:
                     self._last_unresolved = self._count_unresolved(gpu, allocations, finished)
-                unresolved = self._last_unresolved
             except Exception as err:  # pure code should not raise; never lose the cycle
                 msg = _describe(err)
                 if msg != self._attribution_error:
@@ -444,6 +443,9 @@ class Scheduler:
                 self._attribution_error = msg
             else:
                 self._attribution_error = ""
+            # the last count stands through a failed attribution too: absent, the node
+            # would read "holders known" and its unresolved holders' GPUs free
+            unresolved = self._last_unresolved
 
         statuses = tuple(t.status() for _, t in sorted(self._trackers.items()))
         return Snapshot(

@@ -502,7 +502,15 @@ def test_unresolved_allocations_kept_while_the_gpu_collector_fails() -> None:
     assert failing.unresolved_allocations == 1
     text = SnapshotExposition(holder).exposition().decode()
     assert 'gpu_eta_exporter_unresolved_allocations{node="n"} 1.0' in text
+    # nor does a failed attribution (pure code that should not raise) drop it
     gpu.fail = None
+
+    def broken(*_args: object) -> None:
+        raise ValueError("attribution bug")
+
+    attribute, sched._attribute = sched._attribute, broken  # type: ignore[method-assign]
+    assert sched.collect_once().unresolved_allocations == 1
+    sched._attribute = attribute  # type: ignore[method-assign]
     allocations.value = (good,)
     assert sched.collect_once().unresolved_allocations == 0
     sched.stop()
