@@ -1771,9 +1771,9 @@ def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheu
     old, judged over a window as the rules do): its GPU no pod holds is free, used 73 %
     by ml/sneaky; node-2's collector works but 2 kubelet allocations there name no
     device: its GPU no pod holds is "unknown", saying so."""
-    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+    from prometheus_client import CollectorRegistry, Gauge
 
-    from gpu_eta.launch.prometheus import ScrapeJob, free_port
+    from gpu_eta.launch.prometheus import ScrapeJob
 
     reg = CollectorRegistry()
     device = ["node", "gpu", "UUID"]
@@ -1796,10 +1796,9 @@ def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheu
     Gauge("gpu_eta_exporter_unresolved_allocations", "n", ["node"], registry=reg).labels(
         "node-2"
     ).set(2)
-    port = free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
+    address, server, thread = _exporter(reg)
     try:
-        target = [f"127.0.0.1:{port}"]
+        target = [address]
         prom = prometheus_factory(
             [ScrapeJob("exporter-a", target), ScrapeJob("exporter-b", target)]
         )
