@@ -268,8 +268,14 @@ def cluster_overview() -> dict:
         )
         .with_variable(query_variable("node", "label_values(gpu_eta_gpu_info, node)"))
         .with_variable(
+            # pods holding GPUs on the chosen nodes, and (all nodes chosen: a queued pod
+            # has no node label, which only ".*" matches) pods waiting for one, so a
+            # namespace whose pods are all queued can be picked for the queue table
             query_variable(
-                "namespace", 'label_values(gpu_eta_pod_gpu_allocated{node=~"$node"}, namespace)'
+                "namespace",
+                "label_values({__name__=~"
+                '"gpu_eta_pod_gpu_allocated|gpu_eta_pod_start_prediction_info", '
+                'node=~"$node"}, namespace)',
             )
         )
     )

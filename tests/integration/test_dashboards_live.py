@@ -426,7 +426,7 @@ def contract_openmetrics(end: int) -> str:
                 )
             put("gpu_eta_job_forecast_info", {**forecast, "method": "blend"}, t, 1)
             put("gpu_eta_job_stalled", forecast, t, 0)
-        # the GPU queue: kube-state-metrics sees ml/queued waiting for one GPU since the
+        # the GPU queue: kube-state-metrics sees data/queued waiting for one GPU since the
         # window's middle; the forecaster predicts its start 5 min ahead
         ksm = {"job": "kube-state-metrics", "instance": "ksm:8080"}
         gpu_res = {"resource": "nvidia_com_gpu", "unit": "integer"}
@@ -434,7 +434,7 @@ def contract_openmetrics(end: int) -> str:
             put("kube_node_status_allocatable", {**ksm, "node": node, **gpu_res}, t, len(uuids))
         queued_at = start + 3600
         if t >= queued_at:
-            qpod = {"namespace": "ml", "pod": "queued", "uid": "u-queued"}
+            qpod = {"namespace": "data", "pod": "queued", "uid": "u-queued"}
             put("kube_pod_created", {**ksm, **qpod}, t, queued_at)
             put("kube_pod_status_phase", {**ksm, **qpod, "phase": "Pending"}, t, 1)
             put(
@@ -445,7 +445,7 @@ def contract_openmetrics(end: int) -> str:
             )
         forecaster = {"job": "gpu-eta-forecaster", "instance": "forecaster:9844"}
         if t >= queued_at:
-            who = {**forecaster, "namespace": "ml", "pod": "queued"}
+            who = {**forecaster, "namespace": "data", "pod": "queued"}
             put(
                 "gpu_eta_pod_start_prediction_info",
                 {**who, "resource": "nvidia_com_gpu", "gpus": "1", "status": "predicted"},
@@ -536,6 +536,21 @@ def contract_prometheus(tmp_path_factory) -> Iterator[PromAt]:
 @pytest.mark.slow
 def test_every_panel_returns_data_on_contract_series(contract_prometheus: PromAt) -> None:
     check_dashboards(contract_prometheus, exempt=HOLDERS_UNKNOWN_TARGETS)
+
+
+def test_the_namespace_variable_offers_namespaces_with_only_queued_pods(
+    contract_prometheus: PromAt,
+) -> None:
+    """data/queued holds no GPU, only waits for one: the Cluster overview's queue table
+    lists it, so picking its namespace must be possible (all nodes selected)."""
+    board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
+    var = next(v for v in board["templating"]["list"] if v["name"] == "namespace")
+    match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
+    assert match, var["query"]["query"]
+    offered = contract_prometheus.label_values(
+        interpolate(match.group(1), {"node": ".*"}), "namespace"
+    )
+    assert offered == ["cv", "data", "ml"]
 
 
 def test_holders_unknown_exemptions_match_the_dashboards() -> None:
