@@ -17,19 +17,14 @@ logs well. ``--json`` prints one machine-readable snapshot.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import enum
-import errno
 import json
 import logging
-import os
-import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timezone, tzinfo
-from typing import Any
 
 from gpu_eta.common.durations import parse_duration
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
@@ -39,6 +34,7 @@ from gpu_eta.forecaster.promapi import PromAPIError, PromClient
 from gpu_eta.forecaster.promflags import add_prometheus_flags, prometheus_connection
 from gpu_eta.forecaster.promparse import NotAVectorError, PromQueryError
 from gpu_eta.forecaster.series import Sample
+from gpu_eta.top.live import LiveTop, Signals, Terminated, to_devnull
 from gpu_eta.top.queries import queries
 from gpu_eta.top.render import fmt_duration, render_json, render_plain, render_rich
 from gpu_eta.top.view import View, build_view, only_namespaces
@@ -335,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"gpu-eta top: {err}", file=sys.stderr)
         return ExitCode.RUNTIME
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, Terminated):
         return ExitCode.OK
     finally:
         logging.getLogger("gpu_eta").removeHandler(lines)
@@ -362,20 +358,8 @@ def _reader_gone() -> int:
     """stdout's reader closed the pipe (``top | head``): that is how pipes end, not an
     error, so exit 0 quietly. stdout is pointed at /dev/null first, or Python's own
     flush at exit would print a second BrokenPipeError."""
-    _to_devnull(sys.stdout)
+    to_devnull(sys.stdout)
     return ExitCode.OK
-
-
-def _to_devnull(*streams: Any) -> None:
-    """Point each stream's file descriptor at /dev/null: its reader is gone, and what
-    is still buffered (flushed at interpreter exit) must not fail again."""
-    for stream in streams:
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):  # no file descriptor (tests, embedding)
-            pass
 
 
 def _has_rich() -> bool:
@@ -386,120 +370,26 @@ def _has_rich() -> bool:
     return True
 
 
-class _Terminated(BaseException):
-    """SIGTERM (or SIGHUP) arrived while refreshing: unwound like Ctrl-C (exit 0). A
-    ``BaseException``, as ``KeyboardInterrupt`` is, so no ``except Exception`` on the
-    way (a query's error handling) takes it for a failed refresh."""
-
-
-class _Signals:
-    """SIGTERM and SIGHUP as ``_Terminated``, SIGINT as ``KeyboardInterrupt``: raised at once,
-    except while rich's live view draws (``drawing``), and in any case remembered
-    (``pending``) and raised again at the next ``check``.
-
-    Why held while drawing: rich's Live hides the cursor, then draws; raised in the
-    middle of its start, stop or a redraw, the exception left its state half set (the
-    cursor hidden, or its cleanup failing with a traceback of its own). Why
-    remembered: an exception a signal handler raises inside a finaliser (a rich
-    generator closed as it is freed) is printed and dropped by Python, and top went
-    on refreshing with the cursor hidden."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.pending: BaseException | None = None
-
-    @property
-    def ending(self) -> bool:
-        """A termination or hang-up is pending: the terminal may be gone."""
-        return isinstance(self.pending, _Terminated)
-
-    def handle(self, signum: int, frame: object) -> None:
-        error = KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
-        self.pending = self.pending or error
-        if not self.depth:
-            raise error
-
-    def check(self) -> None:
-        """Raise the signal that came (and was held, or its exception dropped)."""
-        if self.pending is not None:
-            raise self.pending
-
-    @contextlib.contextmanager
-    def drawing(self) -> Iterator[None]:
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-        self.check()
-
-
 def _loop(client: PromClient, args: argparse.Namespace, tz: tzinfo | None, use_rich: bool) -> int:
-    """Refresh until Ctrl-C or SIGTERM: in place with rich on a terminal, appended
-    otherwise. A refresh Prometheus does not answer shows the last good view
-    (``RefreshingView``).
-
-    Why SIGTERM is caught: rich's live view hides the terminal's cursor until it
-    stops; killed by the signal's default action (``timeout 60 gpu-eta-top``, a
-    ``kill``), it never did, and the user's shell was left without a cursor."""
-    signals = _Signals()
-    previous: dict[int, Any] = {}
-    try:
-        # no SIGHUP on Windows
-        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None), signal.SIGINT):
-            if sig is not None:
-                previous[sig] = signal.signal(sig, signals.handle)
-    except ValueError:  # not the main thread (embedded): the default actions stay
-        pass
-    try:
-        return _refresh_forever(client, args, tz, use_rich, signals)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _refresh_forever(
-    client: PromClient,
-    args: argparse.Namespace,
-    tz: tzinfo | None,
-    use_rich: bool,
-    signals: _Signals,
-) -> int:
-    """``_loop``'s refreshes, until an exception (Ctrl-C, ``_Terminated``) ends them."""
+    """Refresh until Ctrl-C, SIGTERM or SIGHUP: in place with rich on a terminal
+    (``LiveTop``, which holds the signals while it draws), appended otherwise. A
+    refresh Prometheus does not answer shows the last good view (``RefreshingView``)."""
     views = RefreshingView(
         client, args.idle_window, args.idle_threshold, args.namespaces, args.gpu_resources
     )
-    if use_rich:
-        from rich.live import Live
-
-        # fit_height: Live crops what is taller than the terminal, with no word of it
-        live = Live(
-            render_rich(views.view(), tz, fit_height=True), auto_refresh=False, screen=False
-        )
-        try:
-            with signals.drawing():
-                live.start(refresh=True)
-            while True:
-                signals.check()
-                time.sleep(args.interval)
-                view = render_rich(views.view(), tz, fit_height=True)
-                with signals.drawing():
-                    live.update(view, refresh=True)
-        finally:
-            try:
-                with signals.drawing():
-                    live.stop()
-            except OSError as err:
-                # a hung-up terminal (its window closed: SIGHUP) fails the last
-                # writes with EIO, a closed pipe with EPIPE; ending as asked is quiet
-                if not (signals.ending and err.errno in (errno.EIO, errno.EPIPE)):
-                    raise
-                _to_devnull(sys.stdout, sys.stderr)
-    while True:
-        sys.stdout.write(render_plain(views.view(), tz) + "\n")
-        sys.stdout.flush()
-        signals.check()
-        time.sleep(args.interval)
+    with Signals().caught() as signals:
+        if use_rich:
+            with LiveTop(views, signals, tz) as live:
+                live.start()
+                while True:
+                    signals.check()
+                    time.sleep(args.interval)
+                    live.refresh()
+        while True:
+            sys.stdout.write(render_plain(views.view(), tz) + "\n")
+            sys.stdout.flush()
+            signals.check()
+            time.sleep(args.interval)
 
 
 if __name__ == "__main__":  # pragma: no cover
