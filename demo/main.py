@@ -11,7 +11,6 @@ import argparse
 import enum
 import importlib.util
 import math
-import signal
 import sys
 import tempfile
 import time
@@ -23,11 +22,12 @@ from gpu_eta.common.durations import duration_seconds
 from gpu_eta.demo.stack import Stack, StackConfig, StackError
 from gpu_eta.launch.prometheus import PrometheusNotInstalled
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig, ClusterConfigError
+from gpu_eta.top.live import LiveTop, Signals, Terminated, gone_quietly
 
 if TYPE_CHECKING:  # imported where used: rich is the top extra
     from rich.console import Console
 
-    from gpu_eta.top.main import RefreshingView
+    from gpu_eta.forecaster.promapi import PromClient
 
 SCRAPE_INTERVAL_RANGE = (1.0, 60.0)
 MAX_HISTORY_DAYS = 365  # --history-days: see parse_args
@@ -81,12 +81,6 @@ def workdir_problem(path: Path) -> str | None:
 def torch_missing() -> bool:
     """True when PyTorch cannot be imported by the interpreter that runs the trainers."""
     return importlib.util.find_spec("torch") is None
-
-
-class _Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived: unwind through ``Stack.__exit__`` like Ctrl-C does. A
-    ``BaseException``, as ``KeyboardInterrupt`` is: the stack turns a part's failure
-    (``except Exception``) into "did not start", exit 1, and the signal is none."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -225,59 +219,61 @@ def _tsdb_lines(stack: Stack) -> str:
     return lines
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated()
-
-
 class _LiveTop:
-    """``top`` refreshing in place under the demo's banner (rich's Live), on a terminal
-    only; a failed refresh keeps the last good view, marked stale, as top's own
-    refreshing view does (``RefreshingView``). ``console``: rich's, or the tests'."""
+    """``top`` refreshing in place under the demo's banner (``top.live.LiveTop``, as
+    ``top`` itself: signals held while it draws, a closed terminal ends it quietly),
+    on a terminal only, every ``refresh_seconds`` from the demo's wait loop
+    (``maybe_refresh``). A placeholder until the first refresh: the stack has just
+    started and the forecaster has not run yet. ``console``: rich's, or the tests'."""
 
     def __init__(
-        self, url: str, refresh_seconds: float, enabled: bool, console: Console | None = None
+        self,
+        url: str,
+        refresh_seconds: float,
+        enabled: bool,
+        signals: Signals,
+        console: Console | None = None,
     ):
         self.url = url
         self.refresh_seconds = refresh_seconds
         self.enabled = enabled
+        self.signals = signals
         self.console = console
-        self._live = None
-        self._views: RefreshingView | None = None
+        self._live: LiveTop | None = None
+        self._client: PromClient | None = None
         self._next = time.monotonic() + min(refresh_seconds, 10.0)
 
     def __enter__(self) -> _LiveTop:
         if self.enabled:
-            from rich.live import Live
             from rich.text import Text
 
             from gpu_eta.forecaster.promapi import PromClient
             from gpu_eta.top.main import RefreshingView
 
-            self._views = RefreshingView(PromClient(self.url, timeout_seconds=10.0))
-            self._live = Live(
-                Text("waiting for the first forecasts…"), auto_refresh=False, console=self.console
-            )
-            self._live.start()
+            self._client = PromClient(self.url, timeout_seconds=10.0)
+            self._live = LiveTop(RefreshingView(self._client), self.signals, console=self.console)
+            try:  # a signal held while it drew is raised as it ends: no __exit__ then
+                self._live.start(Text("waiting for the first forecasts…"))
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def maybe_refresh(self) -> None:
-        if self._live is None or self._views is None or time.monotonic() < self._next:
+        if self._live is None or time.monotonic() < self._next:
             return
-        from gpu_eta.top import render as top_render
-
-        view = self._views.view()
-        # tz None: each clock time in its own local offset (right across a DST change)
-        # fitted to the terminal's height, as top's own refreshing view (docs/top.md)
-        self._live.update(top_render.render_rich(view, None, fit_height=True), refresh=True)
+        self._live.refresh()
         self._next = time.monotonic() + self.refresh_seconds
 
     def close(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
-        if self._views is not None:
-            self._views.client.close()
-            self._views = None
+        live, self._live = self._live, None
+        client, self._client = self._client, None
+        try:
+            if live is not None:
+                live.stop()
+        finally:
+            if client is not None:
+                client.close()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -335,7 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         real_training=args.real_training,
         workdir=args.workdir,
     )
-    previous = {sig: signal.signal(sig, _on_sigterm) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    with Signals().caught() as signals:
+        return _run(args, config, signals)
+
+
+def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int:
+    """Start the stack, print where to look, wait (the live view refreshing), stop.
+    SIGTERM and SIGHUP end it as Ctrl-C does (``signals``, checked as it waits)."""
     stack = Stack(config)
     try:
         with stack:
@@ -351,8 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             deadline = None if args.seconds is None else time.monotonic() + args.seconds
             live = sys.stdout.isatty() and not args.quiet and args.seconds is None
-            with _LiveTop(stack.prometheus_url, args.refresh, enabled=live) as view:
+            with _LiveTop(stack.prometheus_url, args.refresh, live, signals) as view:
                 while deadline is None or time.monotonic() < deadline:
+                    signals.check()
                     dead = stack.poll()
                     if dead:
                         view.close()
@@ -378,8 +381,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     file=sys.stderr,
                 )
         return ExitCode.OK
-    except (KeyboardInterrupt, _Terminated):
-        print("\ngpu-eta demo: stopping…", file=sys.stderr)
+    except (KeyboardInterrupt, Terminated):
+        with gone_quietly(signals):  # the terminal closed (SIGHUP): nowhere to say it
+            print("\ngpu-eta demo: stopping…", file=sys.stderr)
         stack.stop()
         return ExitCode.OK
     except (StackError, PrometheusNotInstalled, ClusterConfigError) as err:
@@ -387,6 +391,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"gpu-eta demo: {err}", file=sys.stderr)
         return ExitCode.ERROR
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

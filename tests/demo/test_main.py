@@ -14,6 +14,7 @@ import pytest
 
 from gpu_eta.demo import main as cli
 from gpu_eta.demo import stack as demo_stack
+from gpu_eta.top.live import Signals
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
 
 
@@ -155,7 +156,7 @@ def test_the_live_view_keeps_the_last_good_view_when_prometheus_fails(http_serve
     handle = answering(answers())
     url, _ = http_server(lambda r: reply(r, 500, b"restarting") if down["now"] else handle(r))
     console = Console(file=io.StringIO(), width=200, height=60, force_terminal=True, record=True)
-    with cli._LiveTop(url, 0.0, enabled=True, console=console) as live:
+    with cli._LiveTop(url, 0.0, True, Signals(), console=console) as live:
         live.maybe_refresh()
         first = console.export_text(clear=True)
         down["now"] = True
@@ -165,3 +166,51 @@ def test_the_live_view_keeps_the_last_good_view_when_prometheus_fails(http_serve
     assert "ml/cnn-1" in last and "7/20" in last, last  # the last good rows, still shown
     assert "error: " in last and "HTTP 500" in last, last
     assert "error: showing the last good view, " in last, last
+
+
+def demo_on_a_terminal(tmp_path: Path, until: bytes, **kwargs: object) -> tuple[bytes, int | None]:
+    """The demo (the smallest stack: one node, no history) with its live ``top``
+    refreshing every second on a pseudo-terminal (``on_a_terminal``)."""
+    from tests.top.test_top import on_a_terminal
+
+    argv = ["-m", "gpu_eta.demo", "--nodes", "1", "--warm-start", "0", "--history-days", "0"]
+    argv += ["--refresh", "1", "--workdir", str(tmp_path / "work")]
+    argv += ["--prometheus-port", "0", "--forecaster-port", "0", "--alertmanager-port", "0"]
+    return on_a_terminal(argv, until, wait_seconds=30.0, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("seen", [b"\x1b[?25l", b"gpu-eta top  http"], ids=["first-draw", "view"])
+def test_closing_the_terminal_ends_the_demo_quietly(tmp_path: Path, seen: bytes) -> None:
+    """``./demo.sh`` in a window that is closed: the kernel sends SIGHUP, and every
+    write to the terminal fails (EIO). The live view stopping wrote there: exit 1 and a
+    traceback; a hang-up as it started drawing was dropped inside rich ("Exception
+    ignored") and the demo ran on without a terminal. It stops the stack, exit 0, with
+    nothing on stderr but the start's own lines."""
+    err = tmp_path / "stderr"
+    out, code = demo_on_a_terminal(tmp_path, seen, hang_up=err)
+    assert seen in out
+    assert code == 0, err.read_text()
+    assert "Traceback" not in err.read_text() and "Exception" not in err.read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "seen"),
+    [(signal.SIGTERM, b"\x1b[?25l"), (signal.SIGHUP, b"gpu-eta top  http")],
+    ids=["SIGTERM-first-draw", "SIGHUP-view"],
+)
+def test_a_signal_while_the_live_view_draws_stops_the_demo_with_the_cursor_shown(
+    tmp_path: Path, seen: bytes, sig: signal.Signals
+) -> None:
+    """SIGTERM or SIGHUP (``timeout``, a ``kill``) while the live view draws (it
+    refreshes every second here): raised inside rich's drawing, it left the cursor
+    hidden, or was dropped inside rich and the demo ran on. The demo stops as on
+    Ctrl-C: "stopping…", the cursor shown, exit 0."""
+    out, code = demo_on_a_terminal(tmp_path, seen, then=lambda p: p.send_signal(sig))
+    hide, show = b"\x1b[?25l", b"\x1b[?25h"
+    assert hide in out, out[-300:]
+    assert out.rfind(show) > out.rfind(hide), out[-300:]
+    assert code == 0 and b"Traceback" not in out and b"stopping" in out, out[-600:]

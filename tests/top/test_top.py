@@ -1523,12 +1523,26 @@ def top_on_a_terminal(
     then: Callable[[subprocess.Popen], object] | None = None,
     hang_up: Path | None = None,
 ) -> tuple[bytes, int | None]:
-    """Run ``top`` refreshing on a 100×24 pseudo-terminal against ``url`` until its
-    output holds ``until`` (30 s at most); then ``then(process)`` and read on until it
-    ends (10 s at most), or, without ``then``, kill it. With ``hang_up`` (a file for its
-    stderr) the terminal is its controlling one and is hung up instead: its master
-    closed, as a terminal emulator closing does, and top waited for (10 s at most).
-    (Everything it wrote, its exit code: None when it had to be killed.)"""
+    """``top`` refreshing against ``url`` (every 60 s) in ``on_a_terminal``."""
+    argv = ["-m", "gpu_eta.top", "--prometheus.url", url, "--interval", "60"]
+    return on_a_terminal(argv, until, then, hang_up)
+
+
+def on_a_terminal(
+    argv: list[str],
+    until: bytes,
+    then: Callable[[subprocess.Popen], object] | None = None,
+    hang_up: Path | None = None,
+    wait_seconds: float = 10.0,
+) -> tuple[bytes, int | None]:
+    """Run Python with ``argv`` on a 100×24 pseudo-terminal until its output holds
+    ``until`` (30 s at most); then ``then(process)`` and read on until it ends
+    (``wait_seconds`` at most), or, without ``then``, stop it. With ``hang_up`` (a file
+    for its stderr) the terminal is its controlling one and is hung up instead: its
+    master closed, as a terminal emulator closing does, and the program waited for
+    (``wait_seconds`` at most). (Everything it wrote, its exit code: None when it had
+    to be stopped: SIGTERM, then SIGKILL, so a program that holds children, the demo,
+    can still stop them.)"""
     import fcntl
     import os
     import pty
@@ -1540,7 +1554,7 @@ def top_on_a_terminal(
     env.pop("NO_COLOR", None)
     stderr = slave if hang_up is None else hang_up.open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", url, "--interval", "60"],
+        [sys.executable, *argv],
         stdin=slave, stdout=slave, stderr=stderr, env=env,
         cwd=Path(__file__).resolve().parents[2],
         start_new_session=hang_up is not None,
@@ -1568,14 +1582,18 @@ def top_on_a_terminal(
         if hang_up is not None:
             os.close(master)
             master = -1
-            code = proc.wait(timeout=10)
+            code = proc.wait(timeout=wait_seconds)
         elif then is not None:
             then(proc)
-            read_while(lambda: True, 10)
-            code = proc.wait(timeout=10)
+            read_while(lambda: True, wait_seconds)
+            code = proc.wait(timeout=wait_seconds)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         proc.wait()
         if master >= 0:
             os.close(master)
