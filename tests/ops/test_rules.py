@@ -16,6 +16,7 @@ import requests
 import yaml
 
 from gpu_eta.launch.prometheus import promtool
+from tests.support.records import inlined, instant_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules" / "gpu-eta.rules.yaml"
@@ -42,6 +43,62 @@ def test_promtool_unit_tests_pass() -> None:
     assert RULE_TESTS, "no promtool test files in tests/rules"
     proc = promtool("test", "rules", *map(str, RULE_TESTS))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rules_reading_a_record_now_evaluate_after_it_in_its_group() -> None:
+    """A rule that reads a record's current value (an instant selector) sits in the
+    record's group, after it. Prometheus (and promtool) evaluate a group's rules in
+    order, each seeing the same evaluation's records, but groups concurrently: from
+    another group the reader sees this evaluation's record or the previous one's,
+    whichever came first (promtool tests flaked on it). A range read (``record[2h]``)
+    takes the earlier evaluations' samples too, so it may live elsewhere."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    recorded = {
+        rule["record"]: (group["name"], i)
+        for group in groups
+        for i, rule in enumerate(group["rules"])
+        if "record" in rule
+    }
+    misplaced = []
+    for group in groups:
+        for i, rule in enumerate(group["rules"]):
+            for name in instant_reads(rule["expr"], set(recorded)):
+                record_group, record_index = recorded[name]
+                if record_group != group["name"] or record_index >= i:
+                    misplaced.append(f"{rule.get('alert') or rule['record']} reads {name}")
+    assert not misplaced, misplaced
+
+
+def test_instant_reads() -> None:
+    """The reads the placement test goes by: instant selectors, not range ones."""
+    names = {"a:b:c", "a:b:count"}
+    assert instant_reads("x unless on (n) a:b:c", names) == {"a:b:c"}
+    assert instant_reads('max_over_time(a:b:c{n="1"}[5m]) - a:b:count{n="1"}', names) == {
+        "a:b:count"
+    }
+    assert instant_reads("min_over_time(a:b:c[2h]) + x_a:b:c", names) == set()
+
+
+def test_inlined_writes_out_instant_reads_only() -> None:
+    """What tests asking a Prometheus without the rules evaluate: a record read at an
+    instant becomes its expression (records reading records too), a range read stays,
+    a read with label matchers is refused rather than written out wrong."""
+    groups = [
+        {
+            "name": "g",
+            "rules": [
+                {"record": "a:b:c", "expr": "up == 0"},
+                {"record": "a:b:d", "expr": "x unless a:b:c"},
+                {"alert": "A", "expr": "y unless on (n) a:b:d and max_over_time(a:b:c[5m])"},
+            ],
+        }
+    ]
+    assert (
+        inlined(groups)["A"] == "y unless on (n) (x unless (up == 0)) and max_over_time(a:b:c[5m])"
+    )
+    groups[0]["rules"].append({"alert": "B", "expr": 'a:b:c{n="1"}'})
+    with pytest.raises(ValueError, match="label matchers"):
+        inlined(groups)
 
 
 def _expectations() -> dict[str, set[bool]]:
