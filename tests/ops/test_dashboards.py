@@ -25,6 +25,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from gpu_eta.launch.prometheus import promtool
+from tests.support.records import inlined
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "grafana"
@@ -534,36 +535,25 @@ def test_new_request_panel_lists_every_gpu_resource(tmp_path: Path) -> None:
     )
 
 
-def _holders_unknown_blocks(rules: dict) -> list[str]:
-    """The ``unless on (node) (...)`` holders-unknown block of the free record and of
-    GpuEtaGpuUsedWithoutAllocation, comments and indentation dropped."""
-    blocks = []
-    for name in ("node:gpu_eta_gpus_free:count", "GpuEtaGpuUsedWithoutAllocation"):
-        (expr,) = [
-            r["expr"]
-            for g in rules["groups"]
-            for r in g["rules"]
-            if name in (r.get("record"), r.get("alert"))
-        ]
-        block = expr.rsplit("unless on (node) (", 1)[1]
-        blocks.append(" ".join(re.sub(r"#.*", "", block).split()))
-    return blocks
-
-
 def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
-    """The rules (free record and alert), the Cluster overview and ``top`` each spell
-    which nodes' holders are unknown; they must name the same nodes. promtool evaluates
-    them on one node per case: n1 healthy; n2 collector failing for good; n3 an
-    unresolved allocation in one of two scrapes; n4 one failed poll after successes
-    (known); n5 no success series (collector off: known); n6 failing for 6 polls after
-    successes (unknown); n7 its exporter pod replaced at 7m, the old instance's series
-    ending in zeros and stale, the new one succeeding (known: only series present now
-    count)."""
+    """The rules record which nodes' holders are unknown once
+    (node:gpu_eta_holders_unknown:count, read by the free record and
+    GpuEtaGpuUsedWithoutAllocation); the Cluster overview and ``top`` spell it out, as
+    they must work without the rules. All must name the same nodes (top and the record
+    the same causes). promtool evaluates them on one node per case: n1 healthy; n2
+    collector failing for good; n3 an unresolved allocation in one of two scrapes; n4
+    one failed poll after successes (known); n5 no success series (collector off:
+    known); n6 failing for 6 polls after successes (unknown); n7 its exporter pod
+    replaced at 7m, the old instance's series ending in zeros and stale, the new one
+    succeeding (known: only series present now count)."""
     from gpu_eta.top.queries import queries
 
-    rules = yaml.safe_load((ROOT / "rules" / "gpu-eta.rules.yaml").read_text())
-    record, alert = _holders_unknown_blocks(rules)
-    assert record == alert
+    text = (ROOT / "rules" / "gpu-eta.rules.yaml").read_text()
+    assert text.count('gpu_eta_exporter_collector_success{collector="podresources"}[') == 1
+    rules = yaml.safe_load(text)["groups"]
+    readers = {r.get("record") or r.get("alert"): r["expr"] for g in rules for r in g["rules"]}
+    for name in ("node:gpu_eta_gpus_free:count", "GpuEtaGpuUsedWithoutAllocation"):
+        assert "unless on (node) node:gpu_eta_holders_unknown:count" in readers[name], name
     success = {"n1": "1", "n2": "0", "n3": "1", "n4": "1x8 0", "n6": "1x3 0"}
     series = [
         (f'gpu_eta_exporter_collector_success{{node="{node}",collector="podresources"}}', v)
@@ -590,14 +580,25 @@ def test_holders_unknown_is_one_definition(tmp_path: Path) -> None:
     stats = _stat_panels("cluster-overview.json")
     board_nodes = stats["GPUs, holders unknown"]["targets"][0]["expr"].split(" and on (node) ", 1)
     unknown = [{"labels": f'{{node="{node}"}}', "value": 1} for node in ("n2", "n3", "n6")]
+    causes = [("n2", "podresources"), ("n3", "unresolved"), ("n6", "podresources")]
+    recorded = [
+        {"labels": f'node:gpu_eta_holders_unknown:count{{node="{n}",cause="{c}"}}', "value": 1}
+        for n, c in causes
+    ]
+    by_cause = [{"labels": f'{{node="{n}",cause="{c}"}}', "value": 1} for n, c in causes]
     seen = "count by (node) (gpu_eta_gpu_info)"
     _promtool_eval(
         tmp_path,
         series,
         [
+            ("node:gpu_eta_holders_unknown:count", recorded),
+            (f"count by (node, cause) ({queries()['holders_unknown']})", by_cause),
             (f"{seen} unless on (node) node:gpu_eta_gpus_free:count", unknown),
+            (
+                f"{seen} unless on (node) ({inlined(rules)['node:gpu_eta_gpus_free:count']})",
+                unknown,
+            ),
             (f"{seen} and on (node) {substitute(board_nodes[1][:-1])}", unknown),
-            (f"{seen} and on (node) ({queries()['holders_unknown']})", unknown),
         ],
         rules=ROOT / "rules" / "gpu-eta.rules.yaml",
     )
