@@ -90,8 +90,9 @@ GPUS_IDLE = (
     f"count({ALLOCATED_GPUS} and on ({DEVICE}) (gpu_eta_gpu_utilization_ratio{{{NODE}}} < 0.05))"
 )
 # A device no pod holds is free only on a node whose holders are known: the definition
-# of rules/gpu-eta.rules.yaml's node:gpu_eta_gpus_free:count, shared with its
-# GpuEtaGpuUsedWithoutAllocation and gpu-eta top. Holders unknown: the podresources
+# rules/gpu-eta.rules.yaml records as node:gpu_eta_holders_unknown:count (its free count
+# and GpuEtaGpuUsedWithoutAllocation read that), written out here and in gpu-eta top,
+# which must work without the rules (tests/ops/test_dashboards.py keeps them equal). Holders unknown: the podresources
 # collector had no success in the last 5 min in some scrape of the node (it serves its
 # last good allocations, none if it never succeeded; over a window, as one failed List
 # leaves them a poll old; only series present now, as a replaced exporter pod's old
