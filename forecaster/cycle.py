@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from typing import TypeVar
 
 from gpu_eta.common.text import first_of
-from gpu_eta.forecaster import kube_state, queries
+from gpu_eta.forecaster import kube_state, queries, scrape_gap
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle_meta import (
     LAST_QUERY_KEY,
@@ -126,6 +126,9 @@ class Cycle:
         # each run's latest epoch, last epoch end and step as the previous cycle read
         # them (went_back)
         self._marks: dict[RunKey, tuple[float, ...]] = {}
+        # the runs present in the previous read, those a failed scrape hid kept
+        # (scrape_gap): only they are kept while their exporter's scrapes fail
+        self._present: frozenset[RunKey] = frozenset()
         # the time of the latest cycle whose Prometheus read failed, until a cycle
         # records again (uncovered_since, unseen_seconds)
         self._failed_at: float | None = None
@@ -578,6 +581,13 @@ class Cycle:
 
         static = self._static
         instant = {name: ask(name) for name in queries.DYNAMIC}
+        # runs present at the previous read and absent now: their exporter's scrape may
+        # have failed. Their last report and allocations are asked of targets whose
+        # scrape failed, folded into the unchanging series' or GPU models' read when one
+        # goes out (the query count stays bounded), else alone (scrape_gap)
+        gone = scrape_gap.missing(self._present, instant["present"], self._finished_at)
+        gap_parts = scrape_gap.parts(gone) if gone else {}
+        gap: dict[str, list[Sample]] = {}
         seen = {
             key
             for name in queries.SEEN
@@ -620,16 +630,29 @@ class Cycle:
             full = True
             answers = {name: ask(name) for name in (*queries.STATIC_RUN, queries.STATIC_POD)}
         elif parts:
+            parts = {**parts, **gap_parts}
             folded = self.client.instant(queries.fold(parts), at=now, warnings=said)
             answers = queries.unfold(folded, parts)
             answers[queries.STATIC_POD] += answers.pop(queries.STATIC_POD_EXPORTED, [])
+            gap = {name: answers.pop(name) for name in gap_parts}
+            gap_parts = {}
         else:
             answers = {}
         static.store(answers, full)
         instant.update(static.answers(seen))
-        if full or static.gpus_unknown(instant["allocated"]):
+        gpus_due = full or static.gpus_unknown(instant["allocated"])
+        if gap_parts:  # not sent with the unchanging series: with the GPU models, or alone
+            asked = {**({"gpu_info": queries.GPU_INFO} if gpus_due else {}), **gap_parts}
+            gap = queries.unfold(
+                self.client.instant(queries.fold(asked), at=now, warnings=said), asked
+            )
+            if gpus_due:
+                static.store_gpus(gap.pop("gpu_info"))
+        elif gpus_due:
             static.store_gpus(ask("gpu_info"))
         instant["gpu_info"] = static.gpus()
+        instant.update(scrape_gap.held(gone, instant, gap))
+        self._present = scrape_gap.run_keys(instant["present"])
         steps_only = static.steps_only()  # some run reports only steps
         # a run without a plan may report only steps: its latest step shows it running
         # (runs_from_series.PlanlessRun); no range read, it is not stored

@@ -118,6 +118,29 @@ STEP_RANGE = (
     "gpu_eta_training_step{runs} unless last_over_time(gpu_eta_training_epochs_planned[5m])"
 )
 
+# A failed scrape makes Prometheus mark every series of its target stale at once, so
+# the plain selectors above (present, allocated) lose the target's runs until its next
+# good scrape, as they lose a deleted pod's. ``up == 0`` tells the two apart: the runs
+# (``{runs}``) and allocations (``{pods}``) of targets whose last scrape failed, as last
+# scraped within Prometheus' own lookback (5 min: what the plain selector would see
+# without the marker). Asked only for the runs present at the previous read and absent
+# now, folded into a query the cycle sends anyway where it can (Cycle._scrape_gap,
+# gpu_eta.forecaster.scrape_gap).
+_SCRAPE_FAILED = "and on (job, instance) (up == 0)"
+HELD_LOOKBACK = "5m"
+SCRAPE_GAP: Mapping[str, str] = MappingProxyType(
+    {
+        "held_present": _per_run(
+            "last_over_time(gpu_eta_training_last_report_timestamp_seconds{runs}"
+            f"[{HELD_LOOKBACK}]) {_SCRAPE_FAILED}"
+        ),
+        "held_allocated": (
+            f"max by ({_CONTAINER}, node, exported_node, gpu, UUID, GPU_I_ID) "
+            f"(last_over_time(gpu_eta_pod_gpu_allocated{{pods}}[{HELD_LOOKBACK}]) {_SCRAPE_FAILED})"
+        ),
+    }
+)
+
 INSTANT: Mapping[str, str] = MappingProxyType(
     {
         "present": PRESENT,

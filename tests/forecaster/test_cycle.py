@@ -110,9 +110,11 @@ class CannedClient:
         if _shape(query) not in _FOLDED:  # the unchanging series of runs not seen yet
             out = []
             for part, name in _PART.findall(query):
-                label, values = _SET_MATCH.search(part).groups()  # type: ignore[union-attr]
+                # a part without a set match (the GPU models, a scrape gap's for every
+                # run) is answered whole
+                label, values = m.groups() if (m := _SET_MATCH.search(part)) else ("", "")
                 for s in self.answers.get(name.removesuffix("_exported"), []):
-                    if s.labels.get(label) in values.split("|"):
+                    if not label or s.labels.get(label) in values.split("|"):
                         out.append(Sample({**s.labels, queries.TAG: name}, s.value, s.timestamp))
             return out
         return [

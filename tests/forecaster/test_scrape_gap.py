@@ -1,0 +1,119 @@
+"""gpu_eta.forecaster.scrape_gap: the runs a failed scrape hid stay forecast.
+
+The rule's PromQL half (``up == 0``, staleness markers) is checked against a real
+exporter and Prometheus in tests/integration/test_forecaster_scrape_gap.py; here the
+pure half, and the cycle's use of it through canned answers: which runs are asked for,
+with which set matches, and that the query count stays within
+``queries.QUERIES_PER_CYCLE``.
+"""
+
+from __future__ import annotations
+
+from gpu_eta.forecaster import queries, scrape_gap
+from gpu_eta.forecaster.history import HistoryStore
+from tests.forecaster.test_cycle import NOW, CannedClient, job, labels_of, make_cycle, merge, s
+from tests.forecaster.test_cycle import store as store  # the fixture
+
+A = ("ml", "pod-a", "c", "a")
+B = ("ml", "pod-b", "c", "b")
+
+
+def _allocated(run_id: str, gpu: str) -> list:
+    return [s(1, gpu=gpu, UUID=f"GPU-{gpu}", **labels_of(run_id))]
+
+
+def test_missing_leaves_out_present_and_finished_runs() -> None:
+    present = [s(NOW, **labels_of("a"))]
+    assert scrape_gap.missing({A, B}, present, ()) == [B]
+    assert scrape_gap.missing({A, B}, present, {B: NOW}) == []
+    assert scrape_gap.missing({A}, present, ()) == []
+
+
+def test_parts_set_match_the_runs_and_their_pods() -> None:
+    named = scrape_gap.parts([A, B])
+    assert 'run_id=~"a|b"' in named["held_present"]
+    assert 'pod=~"pod-a|pod-b"' in named["held_allocated"]
+    assert 'exported_pod=~"pod-a|pod-b"' in named["held_allocated"]
+    assert all("up == 0" in q for q in named.values())
+    # too many runs for one set match: every run's (a heavier answer, still one query)
+    many = [("ml", f"pod-{i}", "c", f"run-{i}") for i in range(queries.MAX_UNKNOWN_RUNS + 1)]
+    every = {n: queries.render(t, 0, 0) for n, t in queries.SCRAPE_GAP.items()}
+    assert scrape_gap.parts(many) == every
+    assert "=~" not in "".join(every.values())
+
+
+def test_held_puts_back_the_gone_runs_and_their_allocations_only() -> None:
+    instant = {"present": [s(NOW, **labels_of("c"))], "allocated": _allocated("c", "2")}
+    gap = {
+        "held_present": [s(NOW - 20, **labels_of("a")), s(NOW - 30, **labels_of("b"))],
+        "held_allocated": [*_allocated("a", "0"), *_allocated("b", "1")],
+    }
+    out = scrape_gap.held([A], instant, gap)
+    assert [x.labels["run_id"] for x in out["present"]] == ["c", "a"]
+    assert [x.labels["gpu"] for x in out["allocated"]] == ["2", "0"]
+    # a container that holds its GPU in the plain answer is not given it twice
+    instant["allocated"] += _allocated("a", "0")
+    assert len(scrape_gap.held([A], instant, gap)["allocated"]) == 2
+
+
+def test_a_run_hidden_by_a_failed_scrape_stays_forecast(store: HistoryStore) -> None:
+    answers = merge(
+        job("a", 10, [(1, NOW - 200)], NOW - 300),
+        job("b", 10, [(1, NOW - 200)], NOW - 300),
+        {"allocated": [*_allocated("a", "0"), *_allocated("b", "1")]},
+    )
+    client = CannedClient(answers)
+    cycle = make_cycle(client, store)
+    fs = cycle.run()
+    assert {j.run.run_id for j in fs.jobs} == {"a", "b"} and len(fs.gpus) == 2
+    steady = len(client.seen)
+    fs = cycle.run()  # nothing missing: no scrape-gap query
+    assert fs.queries < steady and not any("up == 0" in q for q in client.seen[steady:])
+
+    # a's exporter fails its scrape: its plain series are stale, its last report held
+    client.answers["present"] = [x for x in answers["present"] if x.labels["run_id"] != "a"]
+    client.answers["allocated"] = _allocated("b", "1")
+    client.answers["held_present"] = [s(NOW - 20, **labels_of("a"))]
+    client.answers["held_allocated"] = _allocated("a", "0")
+    for name, new in job("n", 10, [(1, NOW - 100)], NOW - 150).items():  # a new run
+        client.answers[name] = [*client.answers.get(name, []), *new]
+    before = len(client.seen)
+    fs = cycle.run()
+    assert {j.run.run_id for j in fs.jobs} == {"a", "b", "n"}
+    assert {g.gpu for g in fs.gpus} == {"0", "1"}
+    (gap,) = [q for q in client.seen[before:] if "up == 0" in q]  # one, for run a only
+    assert 'run_id=~"a"' in gap and 'pod=~"pod-a"' in gap
+    assert 'epochs_planned{run_id=~"n"}' in gap  # with the new run's unchanging series
+    # still missing in the next read: held again (the runs held count as present)
+    assert {j.run.run_id for j in cycle.run().jobs} == {"a", "b", "n"}
+    # past Prometheus' lookback (or its pod deleted): no longer held, not forecast
+    client.answers["held_present"] = []
+    assert {j.run.run_id for j in cycle.run().jobs} == {"b", "n"}
+    before = len(client.seen)
+    assert {j.run.run_id for j in cycle.run().jobs} == {"b", "n"}
+    assert not any("up == 0" in q for q in client.seen[before:])  # not asked again
+
+
+def test_the_gap_rides_on_the_full_read_within_the_query_count(store: HistoryStore) -> None:
+    """In the cycle that sends every query (the full read of the unchanging series, the
+    GPU models, the steps, the stall check, the queue's second round), a run hidden by
+    a failed scrape is asked for within that cycle's queries: none is added."""
+    many = merge(*(job(f"r{i}", 10, [(1, NOW - 60)], NOW - 120) for i in range(30)))
+    steps_only = {"namespace": "ml", "pod": "pod-tqdm", "container": "c", "run_id": "tqdm"}
+    many["steps_planned"] = [s(1000, **steps_only)]
+    many["last_report"] = [s(NOW - 5, **steps_only)]
+    many = merge(many, job("overdue", 10, [(1, NOW - 3600)], NOW - 4000))
+    many["ksm_pod_meta"] = [s(1, uid="u9", meta="nodeselectors", nodeselector_pool="a")]
+    client = CannedClient(many)
+    cycle = make_cycle(client, store, static_full_every=1)
+    first = cycle.run().queries
+    client.answers["present"] = [x for x in many["present"] if x.labels["run_id"] != "r0"]
+    client.answers["held_present"] = [s(NOW - 20, **labels_of("r0", pod="pod-r0"))]
+    before = len(client.seen)
+    fs = cycle.run()
+    assert "r0" in {j.run.run_id for j in fs.jobs}
+    # the gap asked with the GPU models of the full read, no query more than without it
+    (gap,) = [q for q in client.seen[before:] if "up == 0" in q]
+    assert "gpu_eta_gpu_info" in gap
+    client.answers["present"] = many["present"]
+    assert fs.queries == cycle.run().queries <= first == queries.QUERIES_PER_CYCLE

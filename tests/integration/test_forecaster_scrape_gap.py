@@ -1,0 +1,99 @@
+"""A failed scrape of an exporter does not take its runs' forecasts off for a cycle.
+
+Real parts: a simulated-node exporter, a real Prometheus scraping it every second,
+in-process cycles. A failed scrape (the exporter stopped with SIGSTOP: the scrape
+times out) makes Prometheus write staleness markers for every series of the target,
+so an instant read right after it sees none of them. The runs it showed until then
+stay forecast, and their GPUs keep a free time, while ``up`` says the scrape failed;
+a run whose pod was deleted while the exporter answered leaves at once, as before,
+and is not brought back by the failure that follows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle import Cycle
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.launch.prometheus import ScrapeJob
+from tests.integration.test_forecaster_prometheus import post_from, simulated_exporter
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NODE = """
+version: 1
+node: sim-gap
+gpus: [{index: 0}, {index: 1}]
+pods:
+  - name: keep
+    namespace: ml
+    uid: uid-keep
+    ip: 127.0.0.41
+    containers:
+      - {name: train, gpus: [{gpu: 0, utilization: 0.9, memory: 10GiB}]}
+"""
+GONE = """  - name: gone
+    namespace: ml
+    uid: uid-gone
+    ip: 127.0.0.42
+    containers:
+      - {name: train, gpus: [{gpu: 1, utilization: 0.9, memory: 10GiB}]}
+"""
+
+
+def _forecast(fs) -> tuple[set[str], set[str]]:
+    """The pods forecast and the GPUs with a free time in a ForecastSet."""
+    return {j.run.pod for j in fs.jobs}, {g.gpu for g in fs.gpus}
+
+
+def test_runs_of_an_exporter_whose_scrape_failed_stay_forecast(
+    tmp_path: Path, prometheus_factory, exporter_factory
+) -> None:
+    scenario_text = NODE + GONE
+    exporter = simulated_exporter(
+        exporter_factory, tmp_path, scenario_text, "--progress.gone-grace=0s"
+    )
+    scenario = tmp_path / "node.yaml"
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
+    start = float(int(time.time())) - 60
+    for gpu, run in ((0, "keep-1"), (1, "gone-1")):  # from each pod's address
+        post_from(exporter, gpu, {"run_id": run, "run_start": start, "epochs": 8, "epoch": 2})
+    prom.wait_for("gpu_eta_training_epoch == 2", timeout=30, min_results=2)
+
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    stopped = False
+    try:
+        settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
+        cycle = Cycle(client, store, settings)
+        assert _forecast(cycle.run()) == ({"keep", "gone"}, {"0", "1"})
+
+        # the pod "gone" is deleted while its exporter answers: its run leaves at once
+        tmp = scenario.with_suffix(".tmp")
+        tmp.write_text(NODE)
+        tmp.replace(scenario)
+        prom.wait_for('absent(gpu_eta_training_epoch{pod="gone"})', timeout=30)
+        prom.wait_for('up{job="exporter"} == 1', timeout=30)
+        assert _forecast(cycle.run()) == ({"keep"}, {"0"})
+
+        # the exporter stops answering: its series are marked stale at the failed scrape
+        os.kill(exporter.process.pid, signal.SIGSTOP)
+        stopped = True
+        prom.wait_for('up{job="exporter"} == 0', timeout=30)
+        assert prom.query("gpu_eta_training_epoch") == []  # what an instant read sees
+        # the run seen until then is still forecast, its GPU still has a free time; the
+        # deleted pod's run does not come back
+        assert _forecast(cycle.run()) == ({"keep"}, {"0"})
+        assert store.finished() == []
+    finally:
+        if stopped:
+            os.kill(exporter.process.pid, signal.SIGCONT)
+        store.close()
+        client.close()
