@@ -339,8 +339,10 @@ class PromClient:
                 # query from a server away by it)
                 raise type(err)(f"{self.safe_url}: query {_short(query)}: {err}") from None
         self.stats.error += 1
+        tries = self.retries + 1
         raise PromAPIError(
-            f"{self.safe_url}: query {_short(query)} failed after {self.retries + 1} attempts: {last}"
+            f"{self.safe_url}: query {_short(query)} failed after {tries} "
+            f"attempt{'' if tries == 1 else 's'}: {last}"
         )
 
     def _fetch(self, path: str, params: dict[str, str]) -> tuple[str, int]:

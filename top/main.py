@@ -93,7 +93,9 @@ def refused_errors(refused: Mapping[str, str]) -> tuple[str, ...]:
         return ()
     names = ", ".join(sorted(refused))
     first = refused[min(refused)]
-    return (f"{len(refused)} queries refused, their rows missing ({names}): {first}",)
+    many = len(refused) > 1
+    said = "queries refused, their" if many else "query refused, its"
+    return (f"{len(refused)} {said} rows missing ({names}): {first}",)
 
 
 def refresh(

@@ -96,7 +96,7 @@ def test_headers_dripped_just_inside_the_timeout_fail_at_the_deadline(
         stop.set()
     elapsed = time.monotonic() - started
     assert str(info.value) == (
-        f"{url}: query 'up' failed after 1 attempts: response headers too slow: not "
+        f"{url}: query 'up' failed after 1 attempt: response headers too slow: not "
         "complete 0.6s after the request started (2 × --prometheus.timeout)"
     )
     assert 0.55 < elapsed < 1.6, elapsed
@@ -143,7 +143,7 @@ def test_a_name_lookup_that_never_answers_fails_at_the_deadline(
             c.instant("up")
         elapsed = time.monotonic() - started
         assert str(info.value) == (
-            f"{_named(url)}: query 'up' failed after 1 attempts: cannot connect (DNS "
+            f"{_named(url)}: query 'up' failed after 1 attempt: cannot connect (DNS "
             "lookup of localhost not answered by the request deadline)"
         )
         assert 0.55 < elapsed < 1.6, elapsed
@@ -258,7 +258,7 @@ def test_addresses_that_do_not_answer_share_one_deadline(
             c.instant("up")
         elapsed = time.monotonic() - started
         assert str(info.value) == (
-            f"{_named(url)}: query 'up' failed after 1 attempts: cannot connect: no "
+            f"{_named(url)}: query 'up' failed after 1 attempt: cannot connect: no "
             "address answered within 0.6s (2 × --prometheus.timeout)"
         )
         assert [a for a, _t in dialled] == down[:2]
@@ -286,7 +286,7 @@ def test_a_name_that_does_not_resolve_is_named_in_the_error(
     with pytest.raises(PromAPIError) as info:
         client("http://prometheus.invalid:9090").instant("up")
     assert str(info.value) == (
-        "http://prometheus.invalid:9090: query 'up' failed after 1 attempts: cannot "
+        "http://prometheus.invalid:9090: query 'up' failed after 1 attempt: cannot "
         "connect (Name or service not known)"
     )
 

@@ -241,7 +241,7 @@ def test_a_proxy_name_whose_lookup_never_answers_fails_at_the_deadline(
     asked = _hung_lookups(monkeypatch, release)
     c = _through(client(url, timeout_seconds=0.3), f"socks5h://localhost:{proxy.port}")
     assert _fails_at_the_deadline(c) == (
-        f"{url}: query 'up' failed after 1 attempts: cannot connect (DNS lookup of "
+        f"{url}: query 'up' failed after 1 attempt: cannot connect (DNS lookup of "
         "localhost not answered by the request deadline)"
     )
     assert asked == ["localhost"] and not proxy.asked and not seen

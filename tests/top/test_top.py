@@ -1056,7 +1056,7 @@ def test_a_query_prometheus_refuses_leaves_its_rows_out_and_is_named(
     view = top_main.refresh(PromClient(url, retries=0))
     assert [g.node for g in view.gpus] == ["n1"]  # the other answers are used
     (line,) = view.errors
-    assert line.startswith("1 queries refused") and "pending_created" in line, line
+    assert line.startswith("1 query refused, its rows missing") and "pending_created" in line, line
     assert "too many samples" in line
     code, out, _ = run_top("--prometheus.url", url, "--json")
     assert code == 0 and json.loads(out)["errors"] == [line]
@@ -1418,7 +1418,7 @@ def tall_view() -> top_view.View:
         for i in range(20)
     )  # fmt: skip
     return dataclasses.replace(
-        view, jobs=jobs, pending=pending, gpus=gpus, errors=("1 queries refused",),
+        view, jobs=jobs, pending=pending, gpus=gpus, errors=("1 query refused",),
         warnings=("store-a down",),
     )  # fmt: skip
 
@@ -1461,7 +1461,7 @@ def test_a_refreshing_rich_view_fits_the_terminal_and_says_what_it_left_out(
     assert len(lines) <= height, "\n".join(lines)
     text = "\n".join(lines)
     assert lines[0].startswith("gpu-eta top  http://prom")
-    assert "error: 1 queries refused" in text and "warning: partial answer" in text, text
+    assert "error: 1 query refused" in text and "warning: partial answer" in text, text
     runs = sum("ml/cnn-" in line for line in lines)
     assert 1 <= runs < 40, text
     more = f"… {40 - runs} more runs (--once or a taller terminal shows them)"
