@@ -614,6 +614,12 @@ class Cycle:
             for k in static.reached_plan(instant)
             if k not in self._finished_at and marks.get(k) != self._marks.get(k)
         )
+        # a run gone from ``present`` since the previous read (not one finished) is judged
+        # from now on by the plan held for it, which may have been lowered since the last
+        # full read (8 epochs, then 4, ending at 4): read again, as above, so that it is
+        # finished completed at the plan it reported last, not stored cancelled short of
+        # the old one (it shares the read of new runs, and the scrape gap's parts)
+        static.refresh(gone)
         self._marks = marks
         full = static.full_due()
         parts = None

@@ -11,7 +11,9 @@ other cycles only for the runs it has not seen yet, by a set match on their
 therefore seen at the next full read at the latest (``--cycle.interval`` ×
 ``full_every``), a raised plan at once (a run whose progress reaches the plan held is
 read again, what is held kept where the read does not answer: ``reached_plan``,
-``refresh``); a new run is read in its first cycle. A run without a plan is asked
+``refresh``), a lowered one in the cycle the run's series go (the cycle ``refresh``es
+the runs gone from ``present`` since its previous read); a new run is read in its
+first cycle. A run without a plan is asked
 for again each cycle (its plan appears when it ends), unless too many such runs would
 make the query a full read: they then wait for the next one (``never_read``).
 

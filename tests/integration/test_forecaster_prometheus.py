@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
@@ -994,6 +994,21 @@ def test_seeded_runs_are_not_stored_again_from_their_backfilled_series(
         client.close()
 
 
+def named_run(exporter: Exporter, prom) -> Callable[[int, int], None]:
+    """``report(epoch, epochs)``: a progress report of the named run on the scenario's
+    GPU 4 (started a minute ago), returned once Prometheus has scraped it."""
+    start = float(int(time.time())) - 60
+
+    def report(epoch: int, epochs: int) -> None:
+        post_from(
+            exporter, 4, {"run_id": "named", "run_start": start, "epochs": epochs, "epoch": epoch}
+        )
+        prom.wait_for(f"gpu_eta_training_epoch == {epoch}", timeout=30)
+        prom.wait_for(f"gpu_eta_training_epochs_planned == {epochs}", timeout=30)
+
+    return report
+
+
 def test_a_run_that_raises_its_plan_runs_on_to_the_new_one(
     tmp_path, prometheus_factory, exporter_factory
 ) -> None:
@@ -1003,14 +1018,7 @@ def test_a_run_that_raises_its_plan_runs_on_to_the_new_one(
     forecast to 8 and finished there."""
     exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO)
     prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
-    start = float(int(time.time())) - 60
-
-    def report(epoch: int, epochs: int) -> None:
-        post_from(
-            exporter, 4, {"run_id": "named", "run_start": start, "epochs": epochs, "epoch": epoch}
-        )
-        prom.wait_for(f"gpu_eta_training_epoch == {epoch}", timeout=30)
-        prom.wait_for(f"gpu_eta_training_epochs_planned == {epochs}", timeout=30)
+    report = named_run(exporter, prom)
 
     client = PromClient(prom.url)
     store = HistoryStore.open(tmp_path / "h.sqlite")
@@ -1029,6 +1037,44 @@ def test_a_run_that_raises_its_plan_runs_on_to_the_new_one(
         assert fs.jobs == () and fs.n_finished == 1
         (done,) = store.finished()
         assert done.completed and (done.epochs_done, done.epochs_planned) == (8, 8)
+    finally:
+        store.close()
+        client.close()
+
+
+def test_a_run_that_lowers_its_plan_is_stored_completed_at_the_new_one(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """Real exporter → Prometheus → in-process cycles: a named run reports ``epochs`` 8,
+    then 4 from its third epoch on, ends at 4 and its pod is deleted. The plan held
+    between full reads (static_series) is 8, yet the run is stored completed at 4 in the
+    cycle it vanishes, not cancelled an epoch short of a plan it no longer had."""
+    exporter = simulated_exporter(
+        exporter_factory, tmp_path, PLANLESS_SCENARIO, "--progress.gone-grace=0s"
+    )
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
+    report = named_run(exporter, prom)
+
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        settings = CycleSettings(
+            lookback_seconds=3600, refit_seconds=0, background_refit=False, vanish_grace_seconds=0
+        )
+        cycle = Cycle(client, store, settings)
+        for epoch, epochs in ((1, 8), (2, 8), (3, 4), (4, 4)):
+            report(epoch, epochs)
+            cycle.run()
+        assert store.finished() == []
+        # the run's pod is deleted (its series vanish while the exporter answers)
+        scenario = tmp_path / "node.yaml"
+        scenario.with_suffix(".tmp").write_text(PLANLESS_SCENARIO.split("  - name: sweep")[0])
+        scenario.with_suffix(".tmp").replace(scenario)
+        prom.wait_for('absent(gpu_eta_training_epoch{pod="sweep-s2t4v"})', timeout=30)
+        fs = cycle.run()
+        assert fs.jobs == () and fs.n_finished == 1
+        (done,) = store.finished()
+        assert (done.epochs_done, done.epochs_planned) == (4, 4) and done.completed
     finally:
         store.close()
         client.close()
