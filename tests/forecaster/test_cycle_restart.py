@@ -68,6 +68,29 @@ def test_a_restarted_run_is_forecast_from_its_new_attempt_at_once(store: History
     assert done.epoch_times[0] == (0, start)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a run restarted under its key whose new attempt passes its old epoch, last end "
+    "and step before the next cycle shows no progress mark going back: its start is read "
+    "again only at the next full read of the unchanging series (up to 10 cycles)",
+)
+def test_a_restarted_run_past_its_old_epoch_by_the_next_cycle_is_seen_restarted(
+    store: HistoryStore,
+) -> None:
+    t = [NOW]
+    client = TimedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5, static_full_every=10)
+
+    def at(now: float, ends: list[tuple[float, float]], start: float) -> list[float]:
+        t[0] = now
+        client.answers = job("named", 10, ends, start)
+        return [j.run.start_timestamp for j in cycle.run().jobs]
+
+    assert at(NOW, [(1, NOW - 70), (2, NOW - 10)], NOW - 130) == [NOW - 130]
+    start = NOW + 5  # restarted under its key, 8 s an epoch: at epoch 6 by the next cycle
+    assert at(NOW + 60, [(e, start + 8 * e) for e in range(1, 7)], start) == [start]
+
+
 def test_went_back() -> None:
     a, b, c = ("ml", "p", "c", "a"), ("ml", "p", "c", "b"), ("ml", "p", "c", "c")
     d = ("ml", "p", "c", "d")  # reports only steps
