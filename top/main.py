@@ -37,7 +37,7 @@ from gpu_eta.forecaster.series import Sample
 from gpu_eta.top.live import LiveTop, Signals, Terminated, to_devnull
 from gpu_eta.top.queries import queries
 from gpu_eta.top.render import fmt_duration, render_json, render_plain, render_rich
-from gpu_eta.top.view import View, build_view, only_namespaces
+from gpu_eta.top.view import View, build_view, evaluation_time, only_namespaces
 
 
 class ExitCode(enum.IntEnum):
@@ -105,16 +105,24 @@ def refresh(
     namespaces: Sequence[str] = (),
     gpu_resources: Sequence[str] = (),
 ) -> View:
-    """One refresh: fetch, then build the view now (``PromAPIError`` when Prometheus
-    cannot be asked: a refreshing display keeps its last view, ``RefreshingView``).
+    """One refresh: fetch, then build the view at the server's time of the answers
+    (``evaluation_time``; the workstation's when no answer has a sample), so a clock off
+    from Prometheus' does not shift elapsed times and countdowns. ``PromAPIError`` when
+    Prometheus cannot be asked (a refreshing display keeps its last view,
+    ``RefreshingView``).
     ``idle_window`` is a Prometheus duration (``ValueError`` otherwise); ``namespaces``
     narrows the runs, idle holders and pending pods shown (``only_namespaces``);
     ``gpu_resources`` are the site's own GPU resources (``--gpu-resource``)."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
     results, refused, warnings = fetch(client, idle_window, gpu_resources)
-    view = build_view(results, time.time(), client.safe_url, idle_threshold, idle_seconds)
+    answered_at, served_at = time.time(), evaluation_time(results)
+    now = answered_at if served_at is None else served_at  # the server's clock if it says
+    view = build_view(results, now, client.safe_url, idle_threshold, idle_seconds)
     view = dataclasses.replace(
-        view, errors=view.errors + refused_errors(refused), warnings=warnings
+        view,
+        errors=view.errors + refused_errors(refused),
+        warnings=warnings,
+        clock_offset_seconds=now - answered_at,
     )
     return only_namespaces(view, namespaces)
 
@@ -127,13 +135,14 @@ def failed_view(url: str, error: str, now: float, namespaces: Sequence[str] = ()
 
 def stale_view(last_good: View, error: str, now: float) -> View:
     """``last_good`` still shown after a refresh failed with ``error``: its rows, its
-    header time (when its data is from), and two error lines: the failure, and how old
-    the rows are. Pure.
+    header time (when its data is from, the server's clock), and two error lines: the
+    failure, and how old the rows are (``now`` is the workstation's clock: its offset
+    from the server's is the view's). Pure.
 
     Why: Prometheus away for a moment (a restart, a timeout) blanked the refreshing
     view until it was back; what it showed a refresh ago is still the best there is,
     so long as it says it is not fresh."""
-    age = fmt_duration(now - last_good.timestamp)
+    age = fmt_duration(now + last_good.clock_offset_seconds - last_good.timestamp)
     marker = f"showing the last good view, {age} old (its time in the header); retrying"
     return dataclasses.replace(last_good, errors=(error, marker, *last_good.errors))
 

@@ -108,6 +108,9 @@ class View:
     # the server's own warnings: its answer is partial (a Thanos store, a remote-read
     # source down), cleaned and bounded (``promparse.clean_warning``), each once
     warnings: tuple[str, ...] = ()
+    # the server's clock minus the workstation's when the answers came (``timestamp`` is
+    # the server's): how old a view is, asked later on the workstation's clock
+    clock_offset_seconds: float = 0.0
 
 
 def _value(sample: Sample) -> float | None:
@@ -399,6 +402,18 @@ def build_view(
         alerts=_firing(get("alerts")),
         pending=pending_rows(results),
     )
+
+
+def evaluation_time(results: Mapping[str, Sequence[Sample]]) -> float | None:
+    """The server's "now" of one refresh: the latest evaluation time its answers carry
+    (each sample of an instant vector is stamped with the time the query was evaluated
+    at); ``None`` when no answer has a sample. Pure.
+
+    Why: run starts, forecasts and allocation starts are the server's times; measured
+    against a workstation whose clock is off (a laptop, a VM), elapsed times, the
+    countdowns and ``due``/``overdue`` were off by as much. The stamps come with the
+    answers: no extra query."""
+    return max((s.timestamp for items in results.values() for s in items), default=None)
 
 
 def holders_unknown(samples: Sequence[Sample]) -> dict[str, str]:

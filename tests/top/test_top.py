@@ -503,6 +503,39 @@ def test_a_past_eta_or_free_time_is_due_or_overdue_not_a_past_clock_time() -> No
     assert " overdue " in top_render.render_plain(later, timezone.utc)
 
 
+def test_now_is_the_servers_evaluation_time_not_the_workstations_clock(
+    http_server,  # noqa: F811
+) -> None:
+    """A Prometheus whose clock reads NOW (2023) asked from a workstation whose clock
+    does not: elapsed time, the ETA's countdown and ``due`` are the server's, as its
+    samples are (each answer carries its evaluation time). The workstation's clock
+    made a run 125 s in read years old and every forecast overdue."""
+    url, _ = http_server(answering(answers()))
+    view = top_main.refresh(PromClient(url, retries=0))
+    assert view.timestamp == NOW
+    (job,) = view.jobs
+    assert job.elapsed_seconds == 125
+    assert top_render.render_json(view)["jobs"][0]["remaining_seconds"]["p50"] == 200
+    assert top_render.fmt_band(job.eta, view.timestamp, timezone.utc)[0] == "22:16:40"
+    # Prometheus gone a refresh later: the last good view's age is measured on one
+    # clock (it read 3 years: the server's time against the workstation's)
+    up = [True]
+    serve = answering(answers())
+    url, _ = http_server(lambda req: serve(req) if up[0] else reply(req, 503, b"down"))
+    views = top_main.RefreshingView(PromClient(url, retries=0))
+    assert views.view().timestamp == NOW
+    up[0] = False
+    stale = views.view()
+    assert stale.timestamp == NOW and stale.jobs == view.jobs
+    assert stale.errors[1].startswith(
+        ("showing the last good view, 0s old", "showing the last good view, 1s old")
+    ), stale
+    # an answer without any sample has no server time: the workstation's is all there is
+    url, _ = http_server(answering({}))
+    before = time.time()
+    assert before <= top_main.refresh(PromClient(url, retries=0)).timestamp <= time.time()
+
+
 def test_local_clock_times_after_a_dst_change_are_in_that_days_offset(
     http_server,  # noqa: F811
     monkeypatch,
