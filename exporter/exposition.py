@@ -204,6 +204,11 @@ _TRAINING_FIELDS = (
         "Last progress report of any kind (staleness)",
         "last_report_timestamp",
     ),
+    (
+        "gpu_eta_training_run_end_timestamp_seconds",
+        "When the run ended (its sender said end, or its pod succeeded); absent while it runs",
+        "ended_timestamp",
+    ),
 )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from gpu_eta.common.gpu_resources import ksm_resource_regex
 
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
+_RUN_END = "gpu_eta_training_run_end_timestamp_seconds"
 
 
 def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[str, str]:
@@ -16,12 +17,15 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
     names), whose pending pods are GPU pods as the forecaster's ``--pending.gpu-resource``
     makes them."""
     return {
-        "epoch": "gpu_eta_training_epoch",
+        # a run that ended is not in progress, whatever its plan: one stopped early keeps
+        # it (not completed) while its pod may stay up (a notebook). Its end series has
+        # the same labels (one scrape of one exporter), so no extra query
+        "epoch": f"gpu_eta_training_epoch unless {_RUN_END}",
         "epochs": "gpu_eta_training_epochs_planned",
         # runs counted in steps (a tqdm bar, max_steps) have no epoch series; and a run
         # at its planned steps is finished (a run without a planned total has its steps
         # fixed when it ends)
-        "step": "gpu_eta_training_step",
+        "step": f"gpu_eta_training_step unless {_RUN_END}",
         "steps": "gpu_eta_training_steps_planned",
         "run_start": "gpu_eta_training_run_start_timestamp_seconds",
         "last_report": "gpu_eta_training_last_report_timestamp_seconds",

@@ -544,7 +544,6 @@ def test_local_clock_times_after_a_dst_change_are_in_that_days_offset(
     forecast past a daylight-saving change an hour off."""
     import time
     from datetime import datetime, timedelta
-    from urllib.parse import parse_qs, urlsplit
     from zoneinfo import ZoneInfo
 
     zone = ZoneInfo("Europe/Berlin")
@@ -555,22 +554,12 @@ def test_local_clock_times_after_a_dst_change_are_in_that_days_offset(
         if d.utcoffset() != now.utcoffset()
     ).replace(hour=12, minute=0, second=0, microsecond=0)
     run = {"namespace": "ml", "pod": "big", "container": "main", "run_id": "r1"}
-    bodies = {
-        "gpu_eta_training_epoch": [vec(1, node="n", **run)],
-        "gpu_eta_training_epochs_planned": [vec(1000, node="n", **run)],
-        "gpu_eta_job_predicted_completion_timestamp_seconds": [
-            vec(when.timestamp(), **run, quantile="0.5")
-        ],
+    served = {
+        "epoch": [vec(1, node="n", **run)],
+        "epochs": [vec(1000, node="n", **run)],
+        "completion": [vec(when.timestamp(), **run, quantile="0.5")],
     }
-
-    def handle(req) -> None:
-        length = int(req.headers.get("Content-Length") or 0)
-        body = req.rfile.read(length).decode() if length else urlsplit(req.path).query
-        result = bodies.get(parse_qs(body).get("query", [""])[0], [])
-        payload = {"status": "success", "data": {"resultType": "vector", "result": result}}
-        reply(req, 200, json.dumps(payload).encode())
-
-    url, _ = http_server(handle)
+    url, _ = http_server(answering(served))
     monkeypatch.setenv("TZ", "Europe/Berlin")
     time.tzset()
     try:
@@ -1107,6 +1096,60 @@ def _exporter(reg) -> tuple[str, object, object]:
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
     return f"127.0.0.1:{port}", server, thread
+
+
+@pytest.mark.integration
+def test_a_run_that_ended_before_its_plan_is_not_training(prometheus_factory) -> None:
+    """An early-stopped run keeps its plan on ``end`` (it is not completed), and its
+    pod may stay up (a notebook): the exporter's run end says it is over, so it is not
+    listed as training, while a run at the same epoch that has not ended is. The real
+    exporter's exposition, scraped as is and by a pod scrape that renames its labels
+    (``exported_*``), both by a real Prometheus."""
+    from prometheus_client import CollectorRegistry
+
+    from gpu_eta.exporter.exposition import render_static
+    from gpu_eta.exporter.readings import Progress
+    from gpu_eta.exporter.snapshot import Snapshot
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    t0 = time.time() - 600
+    run = {"namespace": "ml", "container": "main", "source": "http", "epoch": 3, "epochs": 10}
+    common = {"run_start_timestamp": t0, "last_report_timestamp": t0 + 300, **run}
+    snap = Snapshot(
+        node="node-0",
+        timestamp=t0 + 300,
+        progress=(
+            Progress(pod="stopped-early", run_id="r1", ended_timestamp=t0 + 300, **common),
+            Progress(pod="going-on", run_id="r2", **common),
+        ),
+    )
+
+    class Exporter:
+        def collect(self):
+            return render_static(snap)
+
+    reg = CollectorRegistry()
+    reg.register(Exporter())
+    target, server, thread = _exporter(reg)
+    try:
+        renamed = {"namespace": "monitoring", "pod": "gpu-eta-exporter-x"}
+        prom = prometheus_factory(
+            [
+                ScrapeJob("exporter", [target]),
+                ScrapeJob("pods", [target], labels=renamed, honor_labels=False),
+            ]
+        )
+        prom.wait_for("gpu_eta_training_epoch", timeout=30, min_results=4)
+        prom.wait_for("gpu_eta_training_run_end_timestamp_seconds", timeout=30, min_results=2)
+        code, out, err = run_top("--prometheus.url", prom.url, "--json")
+        assert (code, err) == (0, "")
+        assert [(j["pod"], j["epoch"], j["epochs"]) for j in json.loads(out)["jobs"]] == [
+            ("going-on", 3, 10)
+        ]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 @pytest.mark.integration
