@@ -40,8 +40,15 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
         "gpu_info": "gpu_eta_gpu_info",
         "gpu_memory_total": "gpu_eta_gpu_memory_total_bytes",
         # a device no pod holds but something uses (a pod with NVIDIA_VISIBLE_DEVICES=all
-        # and no GPU request, a process outside Kubernetes): its own utilisation says so
-        "gpu_util": "gpu_eta_gpu_utilization_ratio",
+        # and no GPU request, a process outside Kubernetes): its own utilisation says so.
+        # Only those devices are asked for: a held device's own utilisation is not shown
+        # (its holders' is). Matched on every label but the holder's, so a series
+        # scraped under exported_* labels, or twice, meets its own scrape's allocation
+        "gpu_util": (
+            "gpu_eta_gpu_utilization_ratio > 0 unless ignoring (namespace, pod, container, "
+            "exported_namespace, exported_pod, exported_container) "
+            "gpu_eta_pod_gpu_allocated == 1"
+        ),
         # nodes whose holders are unknown, labelled with the cause: rules/gpu-eta.rules.yaml's
         # definition (node:gpu_eta_gpus_free:count), which the alert and dashboards share.
         # No podresources success in 5 min (it serves its last good allocations, none if

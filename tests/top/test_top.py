@@ -1153,6 +1153,75 @@ def test_a_run_that_ended_before_its_plan_is_not_training(prometheus_factory) ->
 
 
 @pytest.mark.integration
+def test_only_devices_no_pod_holds_and_in_use_are_fetched_and_still_said(
+    prometheus_factory,
+) -> None:
+    """The devices' own utilisation says only that a device no pod holds is in use:
+    the query asks for those alone (a busy cluster's every held GPU was fetched and
+    dropped). The real exporter's exposition, scraped as is and by a pod scrape that
+    renames its labels (``exported_*``), with whole GPUs and MIG instances: the
+    answer has only the free ones in use, once per scrape, and the view is whole."""
+    from prometheus_client import CollectorRegistry
+
+    from gpu_eta.exporter.exposition import render_static
+    from gpu_eta.exporter.readings import DeviceReading, PodGpuRow
+    from gpu_eta.exporter.snapshot import Snapshot
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    t0 = time.time() - 3600
+    util = {(0, None): 0.9, (1, None): 0.0, (2, None): 0.0, (3, None): 0.73}
+    util.update({(4, 1): 0.5, (4, 2): 0.25, (4, 3): 0.0})
+    devices = tuple(
+        DeviceReading(i, f"GPU-{i}", "NVIDIA A100", u, None, None, gpu_instance_id=giid)
+        for (i, giid), u in util.items()
+    )
+    held = {(0, None): ("ml", "train"), (1, None): ("jupyter", "nb"), (4, 1): ("ml", "mig")}
+    rows = [
+        PodGpuRow(i, f"GPU-{i}", giid, ns, pod, "main", True, util[i, giid], None, t0)
+        for (i, giid), (ns, pod) in held.items()
+    ]
+    rows.append(PodGpuRow(3, "GPU-3", None, "ml", "sneaky", "main", False, 0.73, None))
+    snap = Snapshot(node="node-0", timestamp=t0, devices=devices, pod_gpus=tuple(rows))
+
+    class Exporter:
+        def collect(self):
+            return render_static(snap)
+
+    reg = CollectorRegistry()
+    reg.register(Exporter())
+    target, server, thread = _exporter(reg)
+    try:
+        renamed = {"namespace": "monitoring", "pod": "gpu-eta-exporter-x", "node": "host-a"}
+        prom = prometheus_factory(
+            [
+                ScrapeJob("exporter", [target]),
+                ScrapeJob("pods", [target], labels=renamed, honor_labels=False),
+            ]
+        )
+        prom.wait_for("gpu_eta_pod_gpu_allocated", timeout=30, min_results=6)
+        prom.wait_for("gpu_eta_gpu_utilization_ratio", timeout=30, min_results=14)
+        answer = PromClient(prom.url).instant(top_queries.queries()["gpu_util"])
+        fetched = sorted((s.labels["gpu"], s.labels.get("GPU_I_ID", "")) for s in answer)
+        assert fetched == [("3", ""), ("3", ""), ("4", "2"), ("4", "2")], fetched
+        code, out, err = run_top("--prometheus.url", prom.url, "--json")
+        assert (code, err) == (0, "")
+        states = {g["gpu"]: (g["state"], g["note"]) for g in json.loads(out)["gpus"]}
+        assert states == {
+            "0": ("busy", "no forecast for a holder"),
+            "1": ("idle", "held, unused"),
+            "2": ("free", "free now"),
+            "3": ("free", "free to Kubernetes, in use: util 73% by ml/sneaky"),
+            "4/1": ("busy", "no forecast for a holder"),
+            "4/2": ("free", "free to Kubernetes, in use: util 25%"),
+            "4/3": ("free", "free now"),
+        }
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.integration
 def test_a_partial_answer_is_one_warning_line_and_a_json_list(prometheus_factory) -> None:
     """A Prometheus whose remote-read source is down (as Thanos Query with a store
     down) answers every query from what it has, with ``warnings``: the view says so in
