@@ -195,7 +195,7 @@ def build_view(
     unless it plans steps and no epochs; a run without one (a tqdm bar, a run
     reporting only steps) in steps. A
     holder is idle when its average utilisation over the idle window is below
-    ``idle_threshold`` *and* it has held the GPU for at least that window (like the
+    ``idle_threshold`` (a GPU no pod holds is in use from it, ``free_state``) *and* it has held the GPU for at least that window (like the
     idle alert's age guard): a pod seconds old (pulling its image, loading data) has
     no window to average over. A holder whose start is unknown (no
     ``..._allocated_since_...`` series: the exporter runs without the kube collector)
@@ -366,6 +366,7 @@ def build_view(
                 unknown_nodes.get(gkey[0], ""),
                 device_util.get(gkey),
                 sorted(unallocated.get(gkey, ())),
+                idle_threshold,
             )
         elif all((gkey, ck) in idle_holders for ck in held_by):
             state = "idle"
@@ -443,17 +444,26 @@ def holders_unknown(samples: Sequence[Sample]) -> dict[str, str]:
 
 
 def free_state(
-    holders_unknown: str, utilization_ratio: float | None, users: Sequence[str]
+    holders_unknown: str,
+    utilization_ratio: float | None,
+    users: Sequence[str],
+    in_use_ratio: float = 0.05,
 ) -> tuple[str, str]:
     """(state, note) of a device no pod holds. ``holders_unknown``: why its node's
     holders are unknown (``holders_unknown()``; empty: known), so "no holder" may be
     "not known": without any good List the exporter has no allocation at all, and an
     allocation naming no device gives its pod no row, so every device it holds looked
-    free. A device whose own utilisation is above 0 is used by something that was not
-    allocated it as far as known (``users``: the pods whose processes the exporter saw
-    on it; a process outside Kubernetes has none), a free GPU that is not."""
+    free. A device whose own utilisation is at least ``in_use_ratio`` is used by
+    something that was not allocated it as far as known (``users``: the pods whose
+    processes the exporter saw on it; a process outside Kubernetes has none), a free
+    GPU that is not.
+
+    Why ``in_use_ratio`` (top's ``--idle-threshold``, 5 %): below it a held GPU is
+    idle, unused, and GpuEtaGpuUsedWithoutAllocation (``idle_utilization_ratio``,
+    docs/alerts.md) calls a free one unused too: a driver check or a process ending
+    after its pod released the device is a few percent, nobody working there."""
     in_use = ""
-    if utilization_ratio is not None and utilization_ratio > 0:
+    if utilization_ratio is not None and utilization_ratio >= in_use_ratio:
         in_use = f"in use: util {utilization_ratio * 100:.0f}%"
         if users:
             in_use += f" by {', '.join(users)}"

@@ -1892,6 +1892,31 @@ def test_a_free_gpu_in_use_says_so_and_names_the_pod() -> None:
     assert _states(data)[("node-1", "0")][1] == "free to Kubernetes, in use: util 73%"
 
 
+@pytest.mark.parametrize(
+    ("ratio", "threshold", "note"),
+    [
+        (0.03, 0.05, "free now"),  # a driver check, a process ending: no one works there
+        (0.05, 0.05, "free to Kubernetes, in use: util 5%"),
+        (0.03, 0.01, "free to Kubernetes, in use: util 3%"),  # --idle-threshold 0.01
+    ],
+)
+def test_a_free_gpu_is_in_use_from_the_idle_threshold_as_the_alert_judges(
+    ratio: float, threshold: float, note: str
+) -> None:
+    """A held GPU below ``--idle-threshold`` (5 %, the alerts' idle_utilization_ratio)
+    is idle, unused; a GPU no pod holds is in use only from there, as
+    GpuEtaGpuUsedWithoutAllocation judges it (any use above 0 said "in use" of a GPU
+    the alert, and top's own idle rule, call unused)."""
+    data = unknown_answers(node0_failing=False)
+    data["gpu_util"] = [vec(ratio, **NODE1)]
+    data["pod_util"] = data["pod_util"][:-1]
+    view = top_view.build_view(
+        {k: parsed(v) for k, v in data.items()}, NOW, idle_threshold=threshold
+    )
+    (gpu,) = [g for g in view.gpus if g.node == "node-1"]
+    assert (gpu.state, gpu.note) == ("free", note)
+
+
 def test_unknown_gpus_are_counted_apart_in_every_renderer() -> None:
     """Header: busy + idle + free + unknown = seen; JSON, plain and rich say unknown;
     a GPU list cut short keeps free GPUs first, not unknown ones."""
