@@ -12,8 +12,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from datetime import timezone
 from pathlib import Path
 from urllib.parse import unquote_plus
@@ -1098,6 +1098,36 @@ def _exporter(reg) -> tuple[str, object, object]:
     return f"127.0.0.1:{port}", server, thread
 
 
+@contextmanager
+def _scraped_twice(prometheus_factory, snap, renamed: dict[str, str]) -> Iterator:
+    """The real exporter's exposition of ``snap`` (``render_static``), scraped by a real
+    Prometheus as is and by a pod scrape whose target labels ``renamed`` turn the
+    exporter's into ``exported_*``: that Prometheus."""
+    from prometheus_client import CollectorRegistry
+
+    from gpu_eta.exporter.exposition import render_static
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    class Exporter:
+        def collect(self):
+            return render_static(snap)
+
+    reg = CollectorRegistry()
+    reg.register(Exporter())
+    target, server, thread = _exporter(reg)
+    try:
+        yield prometheus_factory(
+            [
+                ScrapeJob("exporter", [target]),
+                ScrapeJob("pods", [target], labels=renamed, honor_labels=False),
+            ]
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
 @pytest.mark.integration
 def test_a_run_that_ended_before_its_plan_is_not_training(prometheus_factory) -> None:
     """An early-stopped run keeps its plan on ``end`` (it is not completed), and its
@@ -1105,12 +1135,8 @@ def test_a_run_that_ended_before_its_plan_is_not_training(prometheus_factory) ->
     listed as training, while a run at the same epoch that has not ended is. The real
     exporter's exposition, scraped as is and by a pod scrape that renames its labels
     (``exported_*``), both by a real Prometheus."""
-    from prometheus_client import CollectorRegistry
-
-    from gpu_eta.exporter.exposition import render_static
     from gpu_eta.exporter.readings import Progress
     from gpu_eta.exporter.snapshot import Snapshot
-    from gpu_eta.launch.prometheus import ScrapeJob
 
     t0 = time.time() - 600
     run = {"namespace": "ml", "container": "main", "source": "http", "epoch": 3, "epochs": 10}
@@ -1124,32 +1150,15 @@ def test_a_run_that_ended_before_its_plan_is_not_training(prometheus_factory) ->
         ),
     )
 
-    class Exporter:
-        def collect(self):
-            return render_static(snap)
-
-    reg = CollectorRegistry()
-    reg.register(Exporter())
-    target, server, thread = _exporter(reg)
-    try:
-        renamed = {"namespace": "monitoring", "pod": "gpu-eta-exporter-x"}
-        prom = prometheus_factory(
-            [
-                ScrapeJob("exporter", [target]),
-                ScrapeJob("pods", [target], labels=renamed, honor_labels=False),
-            ]
-        )
+    renamed = {"namespace": "monitoring", "pod": "gpu-eta-exporter-x"}
+    with _scraped_twice(prometheus_factory, snap, renamed) as prom:
         prom.wait_for("gpu_eta_training_epoch", timeout=30, min_results=4)
         prom.wait_for("gpu_eta_training_run_end_timestamp_seconds", timeout=30, min_results=2)
         code, out, err = run_top("--prometheus.url", prom.url, "--json")
-        assert (code, err) == (0, "")
-        assert [(j["pod"], j["epoch"], j["epochs"]) for j in json.loads(out)["jobs"]] == [
-            ("going-on", 3, 10)
-        ]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    assert (code, err) == (0, "")
+    assert [(j["pod"], j["epoch"], j["epochs"]) for j in json.loads(out)["jobs"]] == [
+        ("going-on", 3, 10)
+    ]
 
 
 @pytest.mark.integration
@@ -1161,12 +1170,8 @@ def test_only_devices_no_pod_holds_and_in_use_are_fetched_and_still_said(
     dropped). The real exporter's exposition, scraped as is and by a pod scrape that
     renames its labels (``exported_*``), with whole GPUs and MIG instances: the
     answer has only the free ones in use, once per scrape, and the view is whole."""
-    from prometheus_client import CollectorRegistry
-
-    from gpu_eta.exporter.exposition import render_static
     from gpu_eta.exporter.readings import DeviceReading, PodGpuRow
     from gpu_eta.exporter.snapshot import Snapshot
-    from gpu_eta.launch.prometheus import ScrapeJob
 
     t0 = time.time() - 3600
     util = {(0, None): 0.9, (1, None): 0.0, (2, None): 0.0, (3, None): 0.73}
@@ -1183,42 +1188,25 @@ def test_only_devices_no_pod_holds_and_in_use_are_fetched_and_still_said(
     rows.append(PodGpuRow(3, "GPU-3", None, "ml", "sneaky", "main", False, 0.73, None))
     snap = Snapshot(node="node-0", timestamp=t0, devices=devices, pod_gpus=tuple(rows))
 
-    class Exporter:
-        def collect(self):
-            return render_static(snap)
-
-    reg = CollectorRegistry()
-    reg.register(Exporter())
-    target, server, thread = _exporter(reg)
-    try:
-        renamed = {"namespace": "monitoring", "pod": "gpu-eta-exporter-x", "node": "host-a"}
-        prom = prometheus_factory(
-            [
-                ScrapeJob("exporter", [target]),
-                ScrapeJob("pods", [target], labels=renamed, honor_labels=False),
-            ]
-        )
+    renamed = {"namespace": "monitoring", "pod": "gpu-eta-exporter-x", "node": "host-a"}
+    with _scraped_twice(prometheus_factory, snap, renamed) as prom:
         prom.wait_for("gpu_eta_pod_gpu_allocated", timeout=30, min_results=6)
         prom.wait_for("gpu_eta_gpu_utilization_ratio", timeout=30, min_results=14)
         answer = PromClient(prom.url).instant(top_queries.queries()["gpu_util"])
-        fetched = sorted((s.labels["gpu"], s.labels.get("GPU_I_ID", "")) for s in answer)
-        assert fetched == [("3", ""), ("3", ""), ("4", "2"), ("4", "2")], fetched
         code, out, err = run_top("--prometheus.url", prom.url, "--json")
-        assert (code, err) == (0, "")
-        states = {g["gpu"]: (g["state"], g["note"]) for g in json.loads(out)["gpus"]}
-        assert states == {
-            "0": ("busy", "no forecast for a holder"),
-            "1": ("idle", "held, unused"),
-            "2": ("free", "free now"),
-            "3": ("free", "free to Kubernetes, in use: util 73% by ml/sneaky"),
-            "4/1": ("busy", "no forecast for a holder"),
-            "4/2": ("free", "free to Kubernetes, in use: util 25%"),
-            "4/3": ("free", "free now"),
-        }
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    fetched = sorted((s.labels["gpu"], s.labels.get("GPU_I_ID", "")) for s in answer)
+    assert fetched == [("3", ""), ("3", ""), ("4", "2"), ("4", "2")], fetched
+    assert (code, err) == (0, "")
+    states = {g["gpu"]: (g["state"], g["note"]) for g in json.loads(out)["gpus"]}
+    assert states == {
+        "0": ("busy", "no forecast for a holder"),
+        "1": ("idle", "held, unused"),
+        "2": ("free", "free now"),
+        "3": ("free", "free to Kubernetes, in use: util 73% by ml/sneaky"),
+        "4/1": ("busy", "no forecast for a holder"),
+        "4/2": ("free", "free to Kubernetes, in use: util 25%"),
+        "4/3": ("free", "free now"),
+    }
 
 
 @pytest.mark.integration
