@@ -50,7 +50,8 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
             "gpu_eta_pod_gpu_allocated == 1"
         ),
         # nodes whose holders are unknown, labelled with the cause: rules/gpu-eta.rules.yaml's
-        # definition (node:gpu_eta_gpus_free:count), which the alert and dashboards share.
+        # definition, recorded there as node:gpu_eta_holders_unknown:count and written out
+        # here, as top works without the rules (tests/ops/test_dashboards.py keeps them equal).
         # No podresources success in 5 min (it serves its last good allocations, none if
         # it never succeeded; one failed poll leaves them a poll old; only series present
         # now: a replaced exporter pod's old series ends in failures), or unresolved
