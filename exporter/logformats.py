@@ -25,9 +25,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   (`` - 1s - loss: 0.17 - acc: 0.93``), read as "the header's epoch is done"
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Between
-  such bars (until the last epoch's bar ends), a bar without an epoch over no more
-  steps than theirs is an evaluation's and is not read (over more, a later training's
-  run), nor one over another count than the epoch's
+  such bars (until the last epoch's bar ends), a bar without an epoch is an
+  evaluation's and is not read, nor one over another count than the epoch's
   (``_another_loop``: its validation loop's, ``Epoch 3/10`` again, ``Epoch 3/10
   [Val]``). While a bare bar is short of its end, a bare bar over another count
   seen complete (a nested ``leave=True`` bar's close, ``evaluate`` after early
@@ -681,22 +680,10 @@ def fold(
     if match.bar_is_epoch and match.epoch_current is not None:
         return _fold_epoch_bar(state, match)
     if state.epoch_bars:
-        assert state.bar_total is not None
-        if match.bar_total <= state.bar_total:
-            # a bar without an epoch between two ``Epoch k/N`` bars: an evaluation
-            # loop's (``tqdm(val_loader)``). Read as the run's steps, each evaluation
-            # started a run of its few steps, and the next epoch's bar another
-            return state, None
-        # over more steps than the epoch bars: no evaluation of theirs (evaluation sets
-        # are smaller than training sets) but a later training after epoch bars that
-        # stopped before the last epoch (early stopping). A run of its own: as a step
-        # of the epoch run it kept that run's epochs, and its step need not go back
-        new_state = replace(
-            state, epoch_bars=False, run_bar_total=match.bar_total, run_bar_ended=match.complete
-        )
-        return new_state, Report(
-            event="start", step=match.bar, steps=match.bar_total, metrics=match.metrics
-        )
+        # a bar without an epoch between two ``Epoch k/N`` bars: an evaluation loop's
+        # (``tqdm(val_loader)``). Read as the run's steps, each evaluation started a
+        # run of its few steps, and the next epoch's bar another
+        return state, None
     if (
         state.run_bar_total is not None
         and not state.run_bar_ended

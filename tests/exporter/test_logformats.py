@@ -809,22 +809,6 @@ def test_an_epoch_bar_over_another_count_than_the_previous_epochs_is_not_read():
     ]
 
 
-def test_a_bare_bar_over_more_steps_than_the_epoch_bars_is_read():
-    """Between ``Epoch k/N`` bars a bare bar is an evaluation's, unless it counts more
-    steps than the epoch's bar: a later training after epoch bars stopped early."""
-    history = _fold_lines(
-        [
-            "Epoch 2/10: 100%|██████████| 16/16 [00:01<00:00, 8.0it/s]",
-            "100%|██████████| 4/4 [00:00<00:00, 8.0it/s]",
-            " 50%|█████     | 32/64 [00:04<00:04, 8.0it/s]",
-        ]
-    )
-    assert [(p.epoch, p.epochs, p.step, p.steps) for p in history] == [
-        (2, 10, 32, 160),
-        (None, None, 32, 64),
-    ]
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="not handled: evaluate() before the first fit prints no Epoch k/N header, as a one-epoch fit does not: read as a run of its few steps, so that a one-epoch fit is not lost (docs/progress.md, Not handled)",
