@@ -26,9 +26,9 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - tqdm: ``45%|████      | 450/1000 [00:10<00:12, 45.0it/s]``, optionally with a
   description; ``Epoch 3/10: …`` in it is read as the 1-based epoch of N. Between
   such bars (until the last epoch's bar ends), a bar without an epoch is an
-  evaluation's and is not read, nor one over another count than the epoch's
-  (``_another_loop``: its validation loop's, ``Epoch 3/10`` again, ``Epoch 3/10
-  [Val]``). While a bare bar is short of its end, a bare bar over another count
+  evaluation's and is not read, nor one naming the epoch of the last epoch bar over
+  another count (its validation loop's: ``Epoch 3/10`` again, ``Epoch 3/10 [Val]``;
+  ``fold``). While a bare bar is short of its end, a bare bar over another count
   seen complete (a nested ``leave=True`` bar's close, ``evaluate`` after early
   stopping) is not read
 - tqdm without a total (an iterable without ``len``): ``Epoch 3/10: 450it [00:10,
@@ -712,21 +712,16 @@ def _fold_epoch_bar(state: LogState, match: LogMatch) -> tuple[LogState, Report 
         # Lightning's TQDMProgressBar draws "Epoch 0: 0/8" once before "Epoch 1: 0/8".
         # Read, the step went back to the epoch's start, a new run every epoch
         return state, None
-    steps_per_epoch = _next_steps_per_epoch(state, epoch, match.epochs)
-    if match.epochs is not None and _another_loop(
-        replace(state, steps_per_epoch=steps_per_epoch), epoch, match.bar_total
-    ):
+    if state.bar_epoch == epoch and match.epochs is not None and match.bar_total != state.bar_total:
         # an ``Epoch k/N`` bar over another count than the epoch's bar: another loop's
-        # in that epoch, its validation, drawn after the training or before it, with
-        # the training's description (the phase loop of PyTorch's transfer-learning
+        # in that epoch, its validation once the epoch's bar ended, drawn with the
+        # training's description (the phase loop of PyTorch's transfer-learning
         # tutorial) or another (``Epoch 2/3 [Val]``), or an inner loop named like it.
         # Read, it took the step back and planned N x its count: a new run each phase
         return state, None
     new_state = replace(
         state,
         epoch_current=None,
-        epochs=match.epochs,
-        steps_per_epoch=steps_per_epoch,
         # until the last epoch's bar reaches its end (then a bare bar may be the next
         # phase's training: a fine-tuning loop, a sweep's next model)
         epoch_bars=match.epochs is not None and not (match.complete and epoch == match.epochs),

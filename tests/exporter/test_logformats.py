@@ -792,23 +792,6 @@ def test_an_epoch_bar_over_another_count_before_the_epochs_end_is_not_read():
     assert [(p.epoch, p.step) for p in history] == [(1, 24), (2, 32)]
 
 
-def test_an_epoch_bar_over_another_count_than_the_previous_epochs_is_not_read():
-    """From a run's second epoch on, the previous epoch's count is the epoch's: a bar
-    over another one is another loop's even as the first drawn in its epoch (a
-    validation run before the training, same description), in its first epoch one over
-    more steps after a first that ran to its end is the training's."""
-    bar = "Epoch {e}/3: 100%|██████████| {n}/{n} [00:01<00:00, 8.0it/s]"
-    history = _fold_lines(
-        [bar.format(e=e, n=n) for e in (1, 2) for n in (4, 16)]
-        + ["Epoch 3/3:  25%|██▌       | 1/4 [00:00<00:01, 8.0it/s]"]
-    )
-    assert [(p.epoch, p.step, p.steps) for p in history] == [
-        (1, 4, 12),
-        (1, 16, 48),
-        (2, 32, 48),
-    ]
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="not handled: evaluate() before the first fit prints no Epoch k/N header, as a one-epoch fit does not: read as a run of its few steps, so that a one-epoch fit is not lost (docs/progress.md, Not handled)",
