@@ -15,8 +15,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
 - Keras step bar, Keras 2 and 3: ``50000/50000 [====...] - 10s 199us/sample - loss: 1.55``
   and ``12/12 ━━━━━━━━ 1s 59ms/step - accuracy: 0.34 - loss: 0.98``; complete
   (no ``ETA``) ⇒ the epoch is done. After a header, a bar over another count than
-  the epoch's (``_another_loop``), or one starting again once the epoch's bar ended,
-  is ``evaluate``'s or ``predict``'s: not read; a bar with no header before it and no stored
+  the epoch's first, or one starting again once the epoch's bar ended, is
+  ``evaluate``'s or ``predict``'s: not read; a bar with no header before it and no stored
   run with epochs is not read (``evaluate`` before the first ``fit``; ``fold``)
 - Keras ``verbose=2`` epoch summary (no bar, one line per epoch, what Keras advises
   for logs): Keras 3 ``12/12 - 0s - 8ms/step - accuracy: 0.58 - loss: 0.69``, tf.keras
@@ -564,42 +564,6 @@ class LogState:
     # reached its end
     run_bar_total: int | None = None
     run_bar_ended: bool = False
-    # the count of the previous epoch's bar of the same run (the header or description
-    # goes on to a later epoch of the same N): every epoch of a run counts as many
-    # steps, so a bar over another count is another loop's even as the epoch's first
-    steps_per_epoch: int | None = None
-
-
-def _another_loop(state: LogState, epoch: int, total: int) -> bool:
-    """Whether a bar over ``total`` steps, read in ``epoch`` (after an ``Epoch k/N``
-    header or with it as its description), is another loop's than the epoch's training.
-
-    Why counts: evaluation, validation and prediction bars carry no epoch of their own
-    (or the epoch's own description) and differ from the training only in their count.
-    Once an earlier epoch fixed the run's count, any other count is another loop's. In
-    a run's first epoch, the first bar read sets it, and a bar over another count is
-    another loop's too (an inner loop, the epoch's validation, ``evaluate()`` after
-    ``fit``), except one over more steps once the first ran to its end: that first one
-    was a loop drawn before the training's (a validation run first, a callback's
-    ``evaluate()`` whose bar a 16 KiB record shows before the epoch's last screen), as
-    evaluation sets are smaller than training sets.
-    """
-    if state.steps_per_epoch is not None:
-        return total != state.steps_per_epoch
-    if state.bar_epoch != epoch or state.bar_total is None or total == state.bar_total:
-        return False
-    return not (state.epoch_ended and total > state.bar_total)
-
-
-def _next_steps_per_epoch(state: LogState, epoch: int, epochs: int | None) -> int | None:
-    """``steps_per_epoch`` for a bar or header of ``epoch`` of ``epochs``: the count
-    of the previous epoch's bar when this one continues its run (a later epoch of the
-    same N), kept within one epoch, else unknown (a new run's first epoch)."""
-    if state.bar_epoch is None or epochs is None or epochs != state.epochs:
-        return None
-    if epoch == state.bar_epoch:
-        return state.steps_per_epoch
-    return state.bar_total if epoch > state.bar_epoch else None
 
 
 def fold(
@@ -609,14 +573,8 @@ def fold(
     if match.kind == "marker":
         return state, match.report
     if match.kind == "keras_epoch":
-        assert match.epoch_current is not None
-        steps_per_epoch = _next_steps_per_epoch(state, match.epoch_current, match.epochs)
         return (
-            LogState(
-                epoch_current=match.epoch_current,
-                epochs=match.epochs,
-                steps_per_epoch=steps_per_epoch,
-            ),
+            LogState(epoch_current=match.epoch_current, epochs=match.epochs),
             Report(epoch=match.epoch_done, epochs=match.epochs),
         )
     if match.kind == "hf_setup":
@@ -639,12 +597,8 @@ def fold(
         current = state.epoch_current
         epochs = state.epochs
         if current is not None:
-            assert match.bar_total is not None
-            if _another_loop(state, current, match.bar_total) or (
-                state.bar_epoch == current
-                and match.bar_total == state.bar_total
-                and state.epoch_ended
-                and not match.complete
+            if state.bar_epoch == current and (
+                match.bar_total != state.bar_total or (state.epoch_ended and not match.complete)
             ):
                 # evaluate's or predict's bar (after fit, or from a callback): over
                 # another count than the epoch's, or starting again once the epoch's
