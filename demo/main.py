@@ -266,12 +266,14 @@ class _LiveTop:
         self._next = time.monotonic() + self.refresh_seconds
 
     def close(self) -> None:
-        live, self._live = self._live, None
-        client, self._client = self._client, None
+        # the display stopped before it is forgotten: a signal in between would leave
+        # it drawn, the cursor hidden, with nothing left to stop it (stop is idempotent)
         try:
-            if live is not None:
-                live.stop()
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
         finally:
+            client, self._client = self._client, None
             if client is not None:
                 client.close()
 
@@ -369,7 +371,11 @@ def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int
                     left = None if deadline is None else deadline - time.monotonic()
                     time.sleep(0.5 if left is None else max(0.0, min(0.5, left)))
             print("final top snapshot:", flush=True)
-            _top(stack.prometheus_url, plain=not sys.stdout.isatty())
+            with gone_quietly(signals):
+                _top(stack.prometheus_url, plain=not sys.stdout.isatty())
+            # top --once ends on a signal as on Ctrl-C (exit 0); the demo's handler
+            # remembered it, and the demo stops as on Ctrl-C too
+            signals.check()
             d = stack.driver.stats if stack.driver else None
             if d is not None:
                 posts = f"progress POSTs accepted: {d.reports_sent}, failed: {d.reports_failed}"

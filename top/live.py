@@ -63,10 +63,14 @@ class Signals:
         return isinstance(self.pending, Terminated)
 
     def handle(self, signum: int, frame: object) -> None:
-        error = KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
-        self.pending = self.pending or error
+        # only the first signal raises: a second one (the kernel's SIGHUP and then the
+        # shell's, a double Ctrl-C) arriving while the first unwinds would break off
+        # the cleanup it runs (the display's stop: the cursor left hidden)
+        if self.pending is not None:
+            return
+        self.pending = KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
         if not self.depth:
-            raise error
+            raise self.pending
 
     def check(self) -> None:
         """Raise the signal that came (and was held, or its exception dropped)."""
@@ -96,7 +100,9 @@ class Signals:
         try:
             # no SIGHUP on Windows
             for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None), signal.SIGINT):
-                if sig is not None:
+                # an ignored signal stays ignored: nohup's SIGHUP, the SIGINT a
+                # non-interactive shell ignores for a background job (`./demo.sh &`)
+                if sig is not None and signal.getsignal(sig) != signal.SIG_IGN:
                     previous[sig] = signal.signal(sig, self.handle)
         except ValueError:  # not the main thread
             pass
@@ -195,10 +201,12 @@ class LiveTop:
 
     def stop(self) -> None:
         """End the display, the cursor shown again (idempotent)."""
-        live, self._live = self._live, None
-        if live is not None:
-            with gone_quietly(self.signals), self.signals.drawing():
-                live.stop()
+        if self._live is None:
+            return
+        with gone_quietly(self.signals), self.signals.drawing():
+            # forgotten only once held: a signal before that leaves it to stop again
+            live, self._live = self._live, None
+            live.stop()
 
     def __enter__(self) -> LiveTop:
         return self

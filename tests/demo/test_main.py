@@ -93,6 +93,29 @@ def test_sigterm_while_the_stack_starts_stops_it_as_ctrl_c_does(monkeypatch, tmp
     assert "stopping" in err.getvalue() and "did not start" not in err.getvalue()
 
 
+@pytest.mark.integration
+def test_sigterm_during_the_final_snapshot_stops_the_demo(monkeypatch, tmp_path) -> None:
+    """SIGTERM while ``--seconds``' final ``top`` snapshot queries: top's ``--once``
+    ends on a signal as on Ctrl-C (exit 0), so the demo must still see it and stop as
+    on Ctrl-C ("stopping…"), not go on as if the snapshot had been printed."""
+    from gpu_eta.top import main as top_main
+
+    def terminated_meanwhile(*_args: object, **_kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the demo's handler raises in the sleep
+        time.sleep(10)
+        raise AssertionError("SIGTERM did not interrupt the snapshot")
+
+    monkeypatch.setattr(top_main, "refresh", terminated_meanwhile)
+    argv = ["--nodes", "1", "--warm-start", "0", "--history-days", "0", "--quiet"]
+    argv += ["--seconds", "1", "--workdir", str(tmp_path)]
+    argv += ["--prometheus-port", "0", "--forecaster-port", "0", "--alertmanager-port", "0"]
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = cli.main(argv)
+    assert code == 0, err.getvalue()
+    assert "stopping" in err.getvalue() and "epochs completed" not in err.getvalue()
+
+
 def test_defaults_are_the_readme_demo() -> None:
     args = cli.parse_args([])
     assert (args.nodes, args.gpus_min, args.gpus_max, args.seed) == (3, 4, 8, 0)
