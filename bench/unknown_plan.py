@@ -72,6 +72,7 @@ from forecast_accuracy import (
 from gpu_eta.forecaster.calibration import point_label
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import InsufficientData
+from gpu_eta.forecaster.estimators.baselines import HistoryMatch
 from gpu_eta.forecaster.evaluate import GPU_ETA, Replay, Scored, identity_key, replay_events
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
@@ -272,7 +273,7 @@ def replay(runs: Sequence[Run], fallback: bool = False, report_every: int = 0) -
     began = time.perf_counter()
     out = Replayed()
     model_replay = Replay(runs)
-    history_match = make_estimator("history_match")
+    history_match = HistoryMatch().fit([])
     identity_median = IdentityMedian()
     identity_left = IdentityLeft()
     rate = {name: make_estimator(name).fit([]) for name in RATE}
@@ -285,7 +286,7 @@ def replay(runs: Sequence[Run], fallback: bool = False, report_every: int = 0) -
             print(f"  {i:,}/{len(events):,} moments", file=sys.stderr, flush=True)
         k = model_replay.ended_before(ts)
         if k != fitted_k:
-            history_match.fit(model_replay.by_end[:k])
+            history_match.update(model_replay.by_end[max(fitted_k, 0) : k])
             identity_median.fit(model_replay.by_end[:k])
             identity_left.fit(model_replay.by_end[:k])
             totals.fit(model_replay.by_end[:k])

@@ -44,7 +44,6 @@ import csv
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -59,7 +58,7 @@ import numpy as np
 from gpu_eta.common.atomic_file import write_atomically
 from gpu_eta.forecaster.calibration import POINTS, point_label
 from gpu_eta.forecaster.errors import ExitCode, ForecasterError
-from gpu_eta.forecaster.estimators import BASELINES, baselines, make_estimator
+from gpu_eta.forecaster.estimators import BASELINES, make_estimator
 from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.baselines import HistoryMatch
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
@@ -209,45 +208,6 @@ def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
     return events
 
 
-class GrowingHistoryMatch(HistoryMatch):
-    """``HistoryMatch`` told the runs that ended since it last learnt (``update``),
-    its answers those of a ``fit`` on the whole prefix.
-
-    Why: the backtest asks the history match at each moment about the runs that ended
-    before it. Refitted there, it reread every earlier run each time, n²/2 reads in
-    all: most of a 25,000-run file's replay. Each run's duration is kept in sorted
-    order per job, and only the medians a new run changes are taken again.
-    """
-
-    def fit(self, history: Sequence[Run]) -> GrowingHistoryMatch:
-        self._durations: dict[str, list[float]] = {}
-        self._pooled: list[float] = []
-        self.medians_: dict[str, float] = {}
-        self.pooled_median_: float | None = None
-        self.n_history_ = 0
-        self.update(history)
-        return self
-
-    def update(self, history: Sequence[Run]) -> None:
-        """Learn the runs of ``history`` past the first ``n_history_`` (what was
-        learnt before, with runs appended: only the tail is read)."""
-        touched: set[str] = set()
-        for run in history[self.n_history_ :]:
-            if run.completed is not True:
-                continue
-            total = run.last_timestamp - run.start_timestamp
-            bisect.insort(self._pooled, total)
-            key = baselines.job_key(run)
-            if key:
-                bisect.insort(self._durations.setdefault(key, []), total)
-                touched.add(key)
-        for key in touched:
-            self.medians_[key] = statistics.median(self._durations[key])
-        if self._pooled:
-            self.pooled_median_ = statistics.median(self._pooled)
-        self.n_history_ = max(self.n_history_, len(history))
-
-
 class Replay:
     """gpu-eta as it would have been at a moment: fitted only on runs that ended before
     it, refitted when that history has grown by ``refit_fraction`` (at least one run)
@@ -315,7 +275,7 @@ def backtest(
     """
     extra = dict(extra_baselines or {})
     replay = Replay(runs, model_factory, refit_fraction)
-    history_match = GrowingHistoryMatch().fit([])
+    history_match = HistoryMatch().fit([])
     fitted_k = -1
     ended_by_identity: Counter[tuple[str, ...] | None] = Counter()
     events = replay_events(runs)
@@ -346,10 +306,11 @@ def backtest(
             progress(done_runs, total_runs)
         k = replay.ended_before(ts)
         if k != fitted_k:
-            history_match.update(replay.by_end[:k])
+            ended = replay.by_end[max(fitted_k, 0) : k]  # only the runs new since
+            history_match.update(ended)
             for est in extra.values():
                 est.fit(replay.by_end[:k])
-            ended_by_identity.update(identity_key(r) for r in replay.by_end[max(fitted_k, 0) : k])
+            ended_by_identity.update(identity_key(r) for r in ended)
             fitted_k = k
         model = replay.model_at(ts)
         truth = run.last_timestamp - part.last_timestamp

@@ -12,7 +12,7 @@ each on what it can answer and reports how many it answered.
 
 from __future__ import annotations
 
-import statistics
+import bisect
 from collections.abc import Sequence
 
 import numpy as np
@@ -209,25 +209,46 @@ def numpy_sum(values: Sequence[float], start: int = 0, n: int | None = None) -> 
 class HistoryMatch:
     """Median total duration of earlier completed runs of the same job, minus elapsed.
 
-    Falls back to all earlier completed runs when the job is new.
+    Falls back to all earlier completed runs when the job is new. ``update`` learns
+    runs that ended since ``fit`` (the answers those of a ``fit`` on all of them), so
+    a backtest that asks it at every moment about the runs ended before reads each
+    run once, not every earlier run each time (n²/2 reads for n runs).
     """
 
     method = "history_match"
 
     def fit(self, history: Sequence[Run]) -> HistoryMatch:
-        by_job: dict[str, list[float]] = {}
-        pooled: list[float] = []
-        for run in history:
+        self._durations: dict[str, list[float]] = {}
+        self._pooled: list[float] = []
+        self.medians_: dict[str, float] = {}
+        self.pooled_median_: float | None = None
+        self.n_history_ = 0
+        self.update(history)
+        return self
+
+    def update(self, new_runs: Sequence[Run]) -> HistoryMatch:
+        """Learn ``new_runs`` on top of what was learnt: only these are read.
+
+        Why sorted lists: each job's durations stay in order as runs arrive
+        (``insort``), so a median is one or two reads by index, and only the medians
+        of the jobs a new run belongs to are taken again."""
+        if not hasattr(self, "_pooled"):
+            raise NotFittedError("HistoryMatch.update called before fit")
+        touched: set[str] = set()
+        for run in new_runs:
             if run.completed is not True:
                 continue
             total = run.last_timestamp - run.start_timestamp
-            pooled.append(total)
+            bisect.insort(self._pooled, total)
             key = job_key(run)
             if key:
-                by_job.setdefault(key, []).append(total)
-        self.medians_ = {key: statistics.median(v) for key, v in by_job.items()}
-        self.pooled_median_ = statistics.median(pooled) if pooled else None
-        self.n_history_ = len(history)
+                bisect.insort(self._durations.setdefault(key, []), total)
+                touched.add(key)
+        for key in touched:
+            self.medians_[key] = sorted_median(self._durations[key])
+        if self._pooled:
+            self.pooled_median_ = sorted_median(self._pooled)
+        self.n_history_ += len(new_runs)
         return self
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
@@ -239,3 +260,13 @@ class HistoryMatch:
         if total is None:
             raise InsufficientData("history match: no earlier completed run")
         return _point(total - (now - run.start_timestamp), self.method)
+
+
+def sorted_median(values: Sequence[float]) -> float:
+    """The median of ``values``, already sorted: ``statistics.median``'s arithmetic
+    (the middle value, or the mean of the two middle ones) without its sort."""
+    n = len(values)
+    if not n:
+        raise ValueError("median of no values")
+    i = n // 2
+    return values[i] if n % 2 else (values[i - 1] + values[i]) / 2

@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators import baselines
-from gpu_eta.forecaster.estimators.baselines import HistoryMatch
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
-from gpu_eta.forecaster.evaluate import Backtest, GrowingHistoryMatch, backtest, main
+from gpu_eta.forecaster.evaluate import Backtest, backtest, main
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import HISTORY_POINTS, Run, counts_steps
 from gpu_eta.forecaster.runs_csv import format_runs, read_runs
@@ -336,26 +335,6 @@ def test_the_history_match_reads_each_ended_run_once(monkeypatch: pytest.MonkeyP
     assert result.scored
     # one read per ended run, one per question asked
     assert calls[0] <= len(runs) + moments
-
-
-def test_the_growing_history_match_answers_as_one_fitted_on_the_prefix() -> None:
-    runs = sorted(
-        job_history(60, seed=6, jobs=("a", "b", "c", "d")), key=lambda r: r.last_timestamp
-    )
-    runs = [
-        dataclasses.replace(r, completed=False) if i % 7 == 3 else r for i, r in enumerate(runs)
-    ]
-    probes = job_history(6, seed=7, jobs=("a", "b", "e"))
-    growing = GrowingHistoryMatch().fit(runs[:1])
-    for k in (1, 2, 3, 5, 8, 13, 21, 34, 55, 60):
-        growing.update(runs[:k])
-        whole = HistoryMatch().fit(runs[:k])
-        assert growing.medians_ == whole.medians_
-        assert growing.pooled_median_ == whole.pooled_median_
-        for probe in probes:
-            part = dataclasses.replace(probe, epoch_times=probe.epoch_times[:3], completed=None)
-            now = part.last_timestamp
-            assert growing.predict(part, now) == whole.predict(part, now)
 
 
 # -- real recorded runs ----------------------------------------------------------------

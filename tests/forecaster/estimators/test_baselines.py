@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
+
 import pytest
 from tqdm.std import EMA
 
-from gpu_eta.forecaster.estimators.base import InsufficientData
+from gpu_eta.forecaster.estimators.base import InsufficientData, NotFittedError
 from gpu_eta.forecaster.estimators.baselines import (
     CumulativeMean,
     HistoryMatch,
@@ -13,7 +16,8 @@ from gpu_eta.forecaster.estimators.baselines import (
     PredictLinear,
     TqdmEma,
 )
-from tests.forecaster.estimators.runs_factory import make_run
+from gpu_eta.forecaster.estimators.prior import job_key
+from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 DURATIONS = [10.0, 9.0, 8.0, 8.0, 9.0, 9.0, 9.0, 8.0]  # seed 002's first epochs
 
@@ -68,3 +72,44 @@ def test_history_match_median_of_same_job() -> None:
     assert est.predict(unknown, unknown.start_timestamp).p50 == pytest.approx(110.0)
     with pytest.raises(InsufficientData):
         HistoryMatch().fit([]).predict(unknown, 0.0)
+
+
+def test_history_match_update_answers_as_a_fit_on_everything_learnt() -> None:
+    """Runs told in batches of every size (none, one, many) give the medians of the
+    plain definition: ``statistics.median`` of each job's completed durations, and of
+    all of them; ties and even counts included (two middle values averaged)."""
+    runs = job_history(60, seed=6, jobs=("a", "b", "c", "d"))
+    runs = [
+        dataclasses.replace(r, completed=False) if i % 7 == 3 else r for i, r in enumerate(runs)
+    ]
+    runs += runs[:9]  # the same durations again: ties inside a job's sorted list
+    runs += [make_run(f"anon{i}", [3.0 + i] * 4) for i in range(3)]  # no job: pooled only
+    probes = job_history(6, seed=7, jobs=("a", "b", "e"))
+    growing = HistoryMatch().fit(runs[:1])
+    learnt = 1
+    for k in (1, 2, 3, 5, 8, 13, 21, 34, 55, 60, 66, len(runs)):
+        growing.update(runs[learnt:k])
+        learnt = k
+        done = [r for r in runs[:k] if r.completed is True]
+        totals = {key: [] for key in {job_key(r) for r in done} if key}
+        for r in done:
+            if job_key(r):
+                totals[job_key(r)].append(r.last_timestamp - r.start_timestamp)
+        assert growing.medians_ == {key: statistics.median(v) for key, v in totals.items()}
+        pooled = [r.last_timestamp - r.start_timestamp for r in done]
+        assert growing.pooled_median_ == (statistics.median(pooled) if pooled else None)
+        assert growing.n_history_ == k
+        whole = HistoryMatch().fit(runs[:k])
+        for probe in probes:
+            part = dataclasses.replace(probe, epoch_times=probe.epoch_times[:3], completed=None)
+            now = part.last_timestamp
+            assert growing.predict(part, now) == whole.predict(part, now)
+    assert any(len(v) % 2 == 0 for v in growing._durations.values())
+
+
+def test_history_match_fit_forgets_and_update_needs_a_fit() -> None:
+    est = HistoryMatch().fit([make_run("a1", [10.0] * 10, job_name="a")])
+    est.fit([make_run("b1", [1.0] * 10, job_name="b")])
+    assert est.medians_ == {job_key(make_run("b", [1.0], job_name="b")): 10.0}
+    with pytest.raises(NotFittedError):
+        HistoryMatch().update([])
