@@ -20,7 +20,9 @@ Input is untrusted: sizes are bounded (``MAX_LINE_CHARS`` a line, read in pieces
 past it; ``MAX_ROWS``, ``MAX_RUNS``) and each line is parsed alone (``_lines``, ``_row``:
 no field spans lines). Damage to the file as a whole (no header, a required column
 missing, gzip damaged before the first row) is one ``RunsCsvError`` naming the line.
-A progress value on several rows counts from its first time (``first_reached``).
+A progress value on several rows counts from its first time (``first_reached``),
+except after the run reached its plan: then it is another run under the same key
+(``reused_after``), skipped as damage.
 Damage to one run (a bad number, times going back, a row with the wrong field count)
 skips that run and is recorded in ``RunsFile.skipped``: one bad run is never a reason
 to refuse the others. Damage to one feature value (longer than ``MAX_FIELD_CHARS``
@@ -666,6 +668,29 @@ def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float,
     return out
 
 
+Point = tuple[float, float, int]  # (progress, time, line)
+
+
+def reused_after(rows: Sequence[Point], planned: float) -> tuple[Point, Point] | None:
+    """The earliest row that shows again, after the run first reached ``planned``, a
+    progress value it had shown before, with that first row at the plan; None when
+    there is none.
+
+    Why: a run that completed does not go on, so its old values again later are a
+    second run under the same key (a job's "1" of today and of last week). Merged, a
+    second run that repeats the first's values would vanish into its first times
+    (``first_reached``) and one that does not would read as times going back; which
+    rows are whose cannot be told, so the key is damage. A run that did not complete
+    and shows its old values again is a restart (``first_reached``), and a lower value
+    seen only after the plan is a time out of order, said as such (``_assemble``)."""
+    done = min((r for r in rows if r[0] == planned), key=lambda r: (r[1], r[2]), default=None)
+    if done is None:
+        return None
+    before = {e for e, t, _line in rows if e < planned and t <= done[1]}
+    later = [r for r in rows if r[0] in before and r[1] > done[1]]
+    return (min(later, key=lambda r: (r[1], r[2])), done) if later else None
+
+
 def _assemble(key: RunKey, acc: _Acc) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
     namespace, pod, container, run_id = key
@@ -687,7 +712,17 @@ def _assemble(key: RunKey, acc: _Acc) -> Run:
         near = planned - slack <= e <= planned + slack
         return near and (e >= planned or e == top)
 
-    rows = first_reached((planned if at_plan(e) else e, t, line) for e, t, line in acc.rows)
+    points = [(planned if at_plan(e) else e, t, line) for e, t, line in acc.rows]
+    reused = reused_after(points, planned)
+    if reused is not None:
+        (e, t, line), (_p, t_done, done_line) = reused
+        raise RunsCsvError(
+            line,
+            f"run {run_id!r}: epoch {e:.12g} at {t:.3f} after the run reached epochs_planned "
+            f"{planned:.12g} at {t_done:.3f} (line {done_line}): its run_id is reused by "
+            "another run (give each run its own)",
+        )
+    rows = first_reached(points)
     if rows[0][0] != 0:
         raise RunsCsvError(
             rows[0][2], f"run {run_id!r}: has no epoch 0 row (epoch 0 = start of training)"

@@ -145,6 +145,33 @@ def test_a_progress_value_on_several_rows_counts_from_its_first_time() -> None:
     assert run.epoch_times == ((0, 0), (1, 10), (2, 20), (3, 50), (4, 60))
 
 
+def test_a_run_id_reused_after_its_run_completed_skips_it_named() -> None:
+    """Progress below the plan after the run reached it is a second run under the same
+    key: neither can be told from the other, so the key is skipped and named, whether
+    the second repeats the first's values (merged, it would read as the first alone)
+    or not (it would read as times going back), and wherever its rows are in the file."""
+    good = "c,0,1,5\nc,1,1,9\n"
+    repeated = "a,0,2,0\na,1,2,10\na,2,2,20\na,0,2,100\na,1,2,110\na,2,2,120\n"
+    other_values = "a,0,2,0\na,1,2,10\na,2,2,20\na,0,2,100\na,0.5,2,105\n"
+    second_first = "a,0,2,100\na,1,2,110\na,0,2,0\na,1,2,10\na,2,2,20\n"
+    for rows, line in ((repeated, 5), (other_values, 5), (second_first, 2)):
+        result = parse_runs_file(io.StringIO(f"{HEADER}\n{good}{rows}"))
+        assert [r.run_id for r in result.runs] == ["c"]
+        (skipped,) = result.skipped
+        assert (skipped.run_id, skipped.line - 2) == ("a", line)
+        assert "after the run reached epochs_planned 2 at 20.000" in skipped.reason
+        assert "run_id is reused" in skipped.reason
+        assert "skipped 1 malformed run(s) of 2: run 'a'" in (result.warning() or "")
+        with pytest.raises(RunsCsvError, match="run_id is reused"):
+            parse(f"{HEADER}\n{rows}")
+
+
+def test_the_plan_sampled_after_the_run_completed_is_the_same_run() -> None:
+    # the progress gauge scraped on at its last value until the series goes stale
+    (run,) = parse(f"{HEADER}\na,0,2,0\na,1,2,10\na,2,2,20\na,2,2,35\na,2,2,50\n")
+    assert run.epoch_times == ((0, 0), (1, 10), (2, 20)) and run.completed is True
+
+
 def test_missing_and_binary_files(tmp_path: Path) -> None:
     with pytest.raises(RunsCsvError, match="cannot read"):
         read_runs(tmp_path / "nope.csv")
