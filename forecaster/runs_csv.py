@@ -20,6 +20,7 @@ Input is untrusted: sizes are bounded (``MAX_LINE_CHARS`` a line, read in pieces
 past it; ``MAX_ROWS``, ``MAX_RUNS``) and each line is parsed alone (``_lines``, ``_row``:
 no field spans lines). Damage to the file as a whole (no header, a required column
 missing, gzip damaged before the first row) is one ``RunsCsvError`` naming the line.
+A row that is the header again (files joined with ``cat``) is read past.
 A progress value on several rows counts from its first time (``first_reached``),
 except after the run reached its plan: then it is another run under the same key
 (``reused_after``), skipped as damage.
@@ -272,6 +273,30 @@ def separator(header_line: str) -> str:
     return "\t" if "\t" in header_line else ","
 
 
+def _header_names(fields: Sequence[str]) -> list[str]:
+    """Header fields as the names they mean: a BOM (Excel's "CSV UTF-8") before the
+    first is no part of it, and " Run_ID " is run_id (a header typed or saved by a
+    spreadsheet differs in case and spaces, never in meaning: all the names this
+    reads are lower case)."""
+    return [
+        h.removeprefix("\ufeff").strip().lower() if i == 0 else h.strip().lower()
+        for i, h in enumerate(fields)
+    ]
+
+
+def repeats_header(row: Sequence[str], header: Sequence[str], i_run: int) -> bool:
+    """Whether a data row is the header again, as ``_read_header`` reads a header.
+
+    Why: runs files joined with ``cat`` repeat the header where each file began; that
+    row holds no run (as data it would be a damaged run named "run_id"), and the rows
+    after it read as the header says. A header with other columns is no such join
+    (its rows would be misread), so it is left to be damage."""
+    if len(row) != len(header) or len(row) <= i_run:
+        return False
+    first = row[i_run].removeprefix("\ufeff").strip().lower()
+    return first == "run_id" and _header_names(row) == list(header)
+
+
 def _read_header(fh: TextIO) -> tuple[list[str], str]:
     first = fh.readline(MAX_HEADER_CHARS + 1)
     expected = "expected a header with " + ",".join(REQUIRED_COLUMNS)
@@ -289,9 +314,7 @@ def _read_header(fh: TextIO) -> tuple[list[str], str]:
         header = next(csv.reader([first], strict=True, delimiter=sep))
     except (csv.Error, StopIteration) as err:
         raise RunsCsvError(1, f"unreadable CSV header: {err}") from None
-    # " Run_ID " is run_id: a header typed or saved by a spreadsheet differs in case
-    # and spaces, never in meaning (all the names this reads are lower case)
-    return [h.strip().lower() for h in header], sep
+    return _header_names(header), sep
 
 
 class _UntilDamage:
@@ -520,6 +543,8 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     for line, text, row, damage in _records(reader, limit, sep):
         if damage is None and all(not cell.strip() for cell in row):
             continue  # a blank line, or separators only (a spreadsheet's empty rows)
+        if damage is None and repeats_header(row, header, i_run):
+            continue  # files joined with cat: the next one's header
         n_rows += 1
         if n_rows > MAX_ROWS:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")

@@ -419,6 +419,26 @@ def test_a_first_line_that_is_no_header_is_said() -> None:
         parse(f"\n{HEADER}\n{TWO}")
 
 
+def test_the_header_repeated_mid_file_is_read_past() -> None:
+    """Files joined with ``cat`` (each with its header, a BOM, another case or spaces)
+    read as one file: a row that is the header again is no run named 'run_id'. A
+    header with other columns is not the same file's, and stays damage."""
+    head = f"{HEADER},job_name"
+    joined = (
+        f"{head}\na,0,1,0,j\na,1,1,10,j\n"
+        f"{head}\nb,0,1,20,j\n"
+        f"\ufeff{head.upper().replace(',', ' , ')}\nb,1,1,30,j\n"
+    )
+    result = parse_runs_file(io.StringIO(joined))
+    assert [(r.run_id, r.epoch_times) for r in result.runs] == [
+        ("a", ((0, 0), (1, 10))),
+        ("b", ((0, 20), (1, 30))),
+    ]
+    assert result.skipped == [] and result.warning() is None
+    other = parse_runs_file(io.StringIO(f"{head}\na,0,1,0,j\na,1,1,10,j\n{HEADER},namespace\n"))
+    assert [(s.run_id, s.line) for s in other.skipped] == [("run_id", 4)]
+
+
 def test_columns_without_a_name_are_read_past_and_duplicates_named() -> None:
     """A spreadsheet saves empty trailing columns (``,,``); a name given twice is
     refused, named."""
