@@ -4,7 +4,8 @@ Why a picture: a table of five points × six methods is read slowly; the questio
 admin asks ("is gpu-eta's ETA better than what I have, and are its intervals
 honest?") is answered at a glance by two panels. Left: median absolute % error of
 the remaining time at each scored point, gpu-eta beside every baseline (log scale:
-errors range from 1 % to 100 %). Right: the share of true remaining times inside
+errors range from 1 % to 100 %; an error of exactly 0 % is drawn on a floor below
+them, ``error_floor``, and the legend says where). Right: the share of true remaining times inside
 gpu-eta's P10–P90 at each point, against the 80 % it promises (the baselines give
 a single number, no interval, so they have no coverage to draw).
 
@@ -66,6 +67,24 @@ def n_label_offset(coverage_pct: float) -> int | None:
     return 8 if coverage_pct < 15 else -14
 
 
+FLOOR_PCT = 0.01
+"""Where an error of exactly 0 % is drawn when no error above it is drawn (percent)."""
+
+
+def error_floor(errors_pct: Sequence[float]) -> float:
+    """Where a median error of exactly 0 % is drawn on the log axis: a decade below
+    the power of ten under the smallest error above 0 (4 % → 0.1 %), else
+    ``FLOOR_PCT``.
+
+    Why: a log axis has no 0, and a method exact at every point (runs of identical
+    length: the history match) dropped from the plot read as one that never
+    answered; below every real error the floor clips none of them."""
+    positive = [e for e in errors_pct if math.isfinite(e) and e > 0]
+    if not positive:
+        return FLOOR_PCT
+    return 10.0 ** (math.floor(math.log10(min(positive))) - 1)
+
+
 def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
     """Write the two-panel PNG of ``result`` to ``path`` (atomically: a temp file
     renamed, removed if anything fails), or raise ``PlotUnavailable``."""
@@ -77,12 +96,24 @@ def plot_backtest(result: Backtest, path: Path, title: str = "") -> None:
 
     from gpu_eta.common.atomic_file import write_atomically
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
+    fig = figure(result, title)
     try:  # closed whatever fails: pyplot keeps every open figure alive
-        _draw(fig, axes, result, title)
         write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     finally:
         plt.close(fig)
+
+
+def figure(result: Backtest, title: str = "") -> Figure:
+    """The two-panel figure of ``result``, open in pyplot (the caller closes it)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
+    try:
+        _draw(fig, axes, result, title)
+    except BaseException:
+        plt.close(fig)
+        raise
+    return fig
 
 
 def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> None:
@@ -97,20 +128,34 @@ def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> No
         for name in score.mape:
             if name not in methods:
                 methods.append(name)
-    for name in methods:
-        ys = [result.points[p].mape.get(name, math.nan) * 100 for p in points]
-        if not any(math.isfinite(y) and y > 0 for y in ys):
-            continue
+    series = {
+        name: [result.points[p].mape.get(name, math.nan) * 100 for p in points] for name in methods
+    }
+    floor = error_floor([y for ys in series.values() for y in ys])
+    for name, ys in series.items():
+        if not any(math.isfinite(y) for y in ys):
+            continue  # never answered: nothing to draw
         ours = name == "gpu_eta"
+        zeros = sum(1 for y in ys if y == 0)
+        answered = sum(1 for y in ys if math.isfinite(y))
+        at = "every point" if zeros == answered else f"{zeros} point{'s' if zeros > 1 else ''}"
         ax_err.plot(
             xs,
-            [y if y > 0 else math.nan for y in ys],
+            [floor if y == 0 else y for y in ys],
             marker="o",
             linewidth=2.8 if ours else 1.3,
             color="black" if ours else None,
             alpha=1.0 if ours else 0.85,
             zorder=3 if ours else 2,
-            label=LABELS.get(name, name),
+            label=LABELS.get(name, name) + (f" (0 % at {at})" if zeros else ""),
+        )
+    if any(y == 0 for ys in series.values() for y in ys):
+        ax_err.axhline(
+            floor,
+            color="gray",
+            linestyle=":",
+            linewidth=1,
+            label=f"exact: 0 % is drawn at {floor:g} % (log axis)",
         )
     ax_err.set_yscale("log")
     # 0.5, 1, 2, 5, 10 … as plain percents: "10^1" is not how people read an error
