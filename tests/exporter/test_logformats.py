@@ -792,6 +792,78 @@ def test_an_epoch_bar_over_another_count_before_the_epochs_end_is_not_read():
     assert [(p.epoch, p.step) for p in history] == [(1, 24), (2, 32)]
 
 
+def _tqdm_screen(desc: str, n: int, total: int) -> str:
+    """A screen of a real tqdm bar at ``n`` of ``total``."""
+    return tqdm.format_meter(n, total, 1.0, prefix=desc)
+
+
+def _keras2_screen(n: int, total: int) -> str:
+    """A screen of a Keras 2 bar at ``n`` of ``total`` (``ETA`` until its end)."""
+    if n == total:
+        return f"{n}/{total} [==============================] - 1s 59ms/step - loss: 0.9800"
+    return (
+        f"{n:>{len(str(total))}}/{total} [=====>........................] - ETA: 1s - loss: 0.9800"
+    )
+
+
+def test_an_outer_bar_over_the_epochs_with_an_inner_bare_bar_is_one_run():
+    """``pbar = tqdm(range(3))`` with ``pbar.set_description(f"Epoch {e}/3")`` and an
+    inner bare bar over 100 batches: the inner bar is no run of its own."""
+    lines = []
+    for e in range(3):
+        lines.append(_tqdm_screen(f"Epoch {e + 1}/3", e, 3))
+        lines += [_tqdm_screen("", n, 100) for n in (0, 50, 100)]
+    lines.append(_tqdm_screen("Epoch 3/3", 3, 3))
+    history = _fold_lines(lines)
+    assert len({p.run_id for p in history}) == 1
+    assert all(p.epochs == 3 for p in history)
+    assert history[-1].epoch == 3
+
+
+def test_a_bare_bar_over_the_run_beside_the_epoch_bar_is_not_read():
+    """A bare bar over all 48 steps (position 0) beside an ``Epoch k/3`` bar over the
+    epoch's 16 (position 1), their screens interleaved: one run, the epoch bar's."""
+    lines = []
+    for e in (1, 2):
+        for n in (0, 8, 16):
+            lines += [_tqdm_screen(f"Epoch {e}/3", n, 16), _tqdm_screen("", (e - 1) * 16 + n, 48)]
+    history = _fold_lines(lines)
+    assert len({p.run_id for p in history}) == 1
+    assert all(p.steps == 48 for p in history)
+    assert (history[-1].epoch, history[-1].step) == (2, 32)
+
+
+def test_a_keras_fine_tuning_fit_over_more_batches_is_followed():
+    """Keras 2: ``fit(epochs=20)`` stopped early after epoch 3 (16 batches), then
+    ``fit(epochs=20, initial_epoch=3)`` at half the batch size (32): its bars are read
+    from its first epoch on, in the same run."""
+    lines = []
+    for e, total in ((1, 16), (2, 16), (3, 16), (4, 32), (5, 32)):
+        lines += [f"Epoch {e}/20"] + [_keras2_screen(n, total) for n in (1, total // 2, total)]
+    history = _fold_lines(lines)
+    assert len({p.run_id for p in history}) == 1
+    steps = [p.step for p in history if p.step is not None]
+    assert steps == sorted(steps)
+    fourth = [p for p in history if p.epoch == 3 and p.steps == 640]
+    assert [p.step for p in fourth] == [97, 112]
+    assert (history[-1].epoch, history[-1].step, history[-1].steps) == (5, 160, 640)
+
+
+def test_a_keras_epoch_first_seen_in_a_callbacks_evaluate_is_not_kept():
+    """Keras 2 under containerd: epoch 1's first record seen ends in a callback's
+    ``evaluate()`` bar cut at 1 of 4 (a 16 KiB record), then the epoch's own bar ends
+    over 16. From epoch 2 on the epoch's bar is read: one run, 48 steps in all."""
+    lines = ["Epoch 1/3", _keras2_screen(1, 4), _keras2_screen(16, 16)]
+    for e in (2, 3):
+        lines += [f"Epoch {e}/3", _keras2_screen(8, 16), _keras2_screen(4, 4)]
+        lines.append(_keras2_screen(16, 16))
+    history = _fold_lines(lines)
+    assert len({p.run_id for p in history}) == 1
+    steps = [p.step for p in history if p.step is not None]
+    assert steps == sorted(steps)
+    assert (history[-1].epoch, history[-1].step, history[-1].steps) == (3, 48, 48)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="not handled: evaluate() before the first fit prints no Epoch k/N header, as a one-epoch fit does not: read as a run of its few steps, so that a one-epoch fit is not lost (docs/progress.md, Not handled)",

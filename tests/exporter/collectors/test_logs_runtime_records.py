@@ -158,13 +158,16 @@ def test_a_bar_first_seen_at_its_end_while_the_runs_bar_goes_on_starts_no_run(
     assert rows[-1][3:] == last
 
 
-def _tqdm_bars(*bars: tuple[int, str | None]) -> bytes:
+def _tqdm_bars(*bars: tuple[int, str | None] | tuple[int, str | None, int]) -> bytes:
     """What real tqdm writes for these loops, one after another: ``count`` iterations
-    each, described ``desc`` (None: a bare bar), every screen drawn."""
+    each, described ``desc`` (None: a bare bar), every screen drawn; with a third
+    number, the loop is left after that many (an exception, a ``break``)."""
     buf = io.StringIO()
-    for count, desc in bars:
-        for _ in tqdm(range(count), desc=desc, file=buf, mininterval=0):
-            pass
+    for count, desc, *stop in bars:
+        with tqdm(range(count), desc=desc, file=buf, mininterval=0) as bar:
+            for i, _ in enumerate(bar):
+                if stop and i == stop[0]:
+                    break
     return buf.getvalue().encode()
 
 
@@ -185,6 +188,71 @@ def test_an_undescribed_evaluation_bar_between_epoch_bars_starts_no_run(
     assert len(run_ids(rows)) == 1
     assert all(r[2] == 3 and r[4] == 48 for r in rows)
     assert rows[-1][1:] == (3, 3, 48, 48)
+
+
+def _epochs_and_bare_bars_over_more(count: int) -> bytes:
+    """Real tqdm: ``Epoch k/3`` bars over 16 batches and, between two epochs, a bare bar
+    over ``count``, more than 16: ``tqdm(val_loader)`` with batch size 1, a diffusion
+    model's sampling loop over its 1000 steps."""
+    bars = [(16, f"Epoch {e}/3") for e in (1, 2, 3)]
+    return _tqdm_bars(bars[0], (count, None), bars[1], (count, None), bars[2])
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+@pytest.mark.parametrize("count", [40, 1000])
+def test_a_bare_bar_over_more_steps_between_epoch_bars_starts_no_run(
+    root: Path, runtime: str, count: int
+) -> None:
+    """A bare bar between epoch bars is another loop's whatever its count: evaluation
+    or sampling loops may count more steps than the training's epoch."""
+    output = _epochs_and_bare_bars_over_more(count)
+    rows = _followed(root, "", "stderr", runtime, output)
+    assert len(run_ids(rows)) == 1
+    assert all(r[2] == 3 and r[4] == 48 for r in rows)
+    assert rows[-1][1:] == (3, 3, 48, 48)
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+@pytest.mark.parametrize("val", ["Epoch {e}/3", "Epoch {e}/3 [Val]"])
+def test_a_validation_after_the_training_over_more_batches_is_not_read(
+    root: Path, runtime: str, val: str
+) -> None:
+    """Real tqdm: each epoch trains (16 batches) then validates over more (20, a smaller
+    batch size), the validation described as the training or ``[Val]``."""
+    train = "Epoch {e}/3" if val == "Epoch {e}/3" else "Epoch {e}/3 [Train]"
+    output = _tqdm_bars(
+        *((n, d.format(e=e)) for e in (1, 2, 3) for n, d in ((16, train), (20, val)))
+    )
+    rows = _followed(root, "", "stderr", runtime, output)
+    assert len(run_ids(rows)) == 1
+    assert all(r[4] == 48 for r in rows)
+    steps = [r[3] for r in rows]
+    assert steps == sorted(steps)
+    assert rows[-1][1:] == (3, 3, 48, 48)
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+@pytest.mark.parametrize(
+    ("bars", "last"),
+    [
+        # resumed mid-epoch: the first epoch's bar over the batches left
+        # (``skip_first_batches``), then whole epochs
+        (((6, "Epoch 5/8"), *((16, f"Epoch {e}/8") for e in (6, 7, 8))), (8, 8, 128, 128)),
+        # an out-of-memory retry at a halved batch size (``find_executable_batch_size``):
+        # epoch 1 drawn again over twice the batches
+        (((16, "Epoch 1/3", 0), *((32, f"Epoch {e}/3") for e in (1, 2, 3))), (3, 3, 96, 96)),
+    ],
+)
+def test_an_epoch_count_that_changes_for_good_is_followed(
+    root: Path, runtime: str, bars: tuple, last: tuple[int, int, int, int]
+) -> None:
+    """The epoch bars' count changes once and stays: the progress follows it (within
+    an epoch at most), one run whose step never goes back."""
+    rows = _followed(root, "", "stderr", runtime, _tqdm_bars(*bars))
+    assert len(run_ids(rows)) == 1
+    steps = [r[3] for r in rows]
+    assert steps == sorted(steps)
+    assert rows[-1][1:] == last
 
 
 @pytest.mark.parametrize("runtime", ["containerd", "crio"])
@@ -339,6 +407,18 @@ def test_a_sweep_of_one_epoch_models_over_other_counts_reads_the_next_model(
 ) -> None:
     rows = _followed(root, "", "stderr", runtime, _sweep_of_one_epoch_over_other_counts())
     assert rows[-1][3:] == (8, 8)
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "crio"])
+def test_a_one_epoch_training_then_its_validation_with_the_same_description(
+    root: Path, runtime: str
+) -> None:
+    """Real tqdm: ``Epoch 1/1`` over 16 batches, then the phase loop's validation over 4
+    with the same description: the bars a sweep's next model over fewer batches draws
+    (the xfail above), kept from taking the run's steps."""
+    output = _tqdm_bars((16, "Epoch 1/1"), (4, "Epoch 1/1"))
+    rows = _followed(root, "", "stderr", runtime, output)
+    assert len(run_ids(rows)) == 1 and rows[-1][1:] == (1, 1, 16, 16)
 
 
 def _early_stop_then_bare_training() -> bytes:
