@@ -16,7 +16,8 @@ Recognised (examples are real output, see ``tests/fixtures/logs/``):
   and ``12/12 ━━━━━━━━ 1s 59ms/step - accuracy: 0.34 - loss: 0.98``; complete
   (no ``ETA``) ⇒ the epoch is done. After a header, a bar over another count than
   the epoch's first, or one starting again once the epoch's bar ended, is
-  ``evaluate``'s or ``predict``'s: not read; a bar with no header before it and no stored
+  ``evaluate``'s or ``predict``'s: not read (but a callback's ``evaluate()`` seen as
+  an epoch's first bar: ``_fold_keras_bar``); a bar with no header before it and no stored
   run with epochs is not read (``evaluate`` before the first ``fit``; ``fold``)
 - Keras ``verbose=2`` epoch summary (no bar, one line per epoch, what Keras advises
   for logs): Keras 3 ``12/12 - 0s - 8ms/step - accuracy: 0.58 - loss: 0.69``, tf.keras
@@ -564,6 +565,81 @@ class LogState:
     # reached its end
     run_bar_total: int | None = None
     run_bar_ended: bool = False
+    # after a Keras header continuing a fit: the count of the previous epoch's bar when
+    # it ran to its end (``_keras_header``), and a bar over another count seen whole
+    # as the epoch's first, held back until the next header (``_fold_keras_bar``)
+    steps_per_epoch: int | None = None
+    held_total: int | None = None
+
+
+def _keras_header(state: LogState, match: LogMatch) -> tuple[LogState, Report]:
+    """An ``Epoch k/N`` header. When it continues the fit of the previous header (same
+    N, the next epoch), it carries that epoch's count: the count of the bar read in it
+    if that bar ran to its end, else the count of a bar held back in it, one seen whole
+    as the epoch's first while no bar of it was read (the whole epoch, when a record
+    shows a bar only at its end: a fit continued over another count), whose epoch's
+    steps the header then reports."""
+    epoch = match.epoch_current
+    assert epoch is not None
+    new_state = LogState(epoch_current=epoch, epochs=match.epochs)
+    report = Report(epoch=match.epoch_done, epochs=match.epochs)
+    if match.epochs is None or match.epochs != state.epochs or state.epoch_current != epoch - 1:
+        return new_state, report
+    if state.bar_epoch == epoch - 1:
+        if state.epoch_ended:
+            new_state = replace(new_state, steps_per_epoch=state.bar_total)
+        return new_state, report
+    if state.held_total is not None:
+        new_state = replace(new_state, steps_per_epoch=state.held_total)
+        report = replace(
+            report,
+            step=(epoch - 1) * state.held_total,
+            steps=match.epochs * state.held_total,
+        )
+    return new_state, report
+
+
+def _fold_keras_bar(state: LogState, match: LogMatch) -> tuple[LogState, bool]:
+    """A Keras bar after a header: (the state it leaves, whether it is the epoch's
+    bar, read) or another loop's or held back (not read).
+
+    Another loop's: ``evaluate``'s or ``predict``'s (after fit, or from a callback),
+    which print no header: once a bar of the epoch was read, a bar over another count,
+    or one starting again once the epoch's bar ended. Read as the epoch's, they rewrote
+    the run's steps and, starting over, took its epoch back (a new run). Two
+    exceptions, for a record that shows a callback's ``evaluate()`` bar, drawn before
+    the epoch's last screen, as the epoch's first bar (containerd: each only at its
+    end): in a fit's first epoch, a bar over more steps seen whole after a first one
+    that ran to its end is the epoch's (evaluation sets are smaller than training
+    sets); in a later epoch, a bar seen whole as the epoch's first, over another count
+    than the previous epoch's, is held back (its count is taken at the next header if
+    no other bar of the epoch is read: a fit continued over another count)."""
+    current = state.epoch_current
+    assert match.bar_total is not None
+    if state.bar_epoch == current:
+        if match.bar_total != state.bar_total or (state.epoch_ended and not match.complete):
+            first_epoch = current == 1 and state.epochs != 1
+            if not (
+                first_epoch
+                and state.epoch_ended
+                and match.complete
+                and match.bar_total > (state.bar_total or 0)
+            ):
+                return state, False
+    elif (
+        state.steps_per_epoch is not None
+        and match.bar_total != state.steps_per_epoch
+        and match.complete
+    ):
+        return replace(state, held_total=match.bar_total), False
+    new_state = replace(
+        state,
+        bar_epoch=current,
+        bar_total=match.bar_total,
+        epoch_ended=match.complete,
+        held_total=None,
+    )
+    return new_state, True
 
 
 def fold(
@@ -573,10 +649,7 @@ def fold(
     if match.kind == "marker":
         return state, match.report
     if match.kind == "keras_epoch":
-        return (
-            LogState(epoch_current=match.epoch_current, epochs=match.epochs),
-            Report(epoch=match.epoch_done, epochs=match.epochs),
-        )
+        return _keras_header(state, match)
     if match.kind == "hf_setup":
         if match.epochs is not None:
             return state, Report(epochs=match.epochs)
@@ -597,17 +670,9 @@ def fold(
         current = state.epoch_current
         epochs = state.epochs
         if current is not None:
-            if state.bar_epoch == current and (
-                match.bar_total != state.bar_total or (state.epoch_ended and not match.complete)
-            ):
-                # evaluate's or predict's bar (after fit, or from a callback): over
-                # another count than the epoch's, or starting again once the epoch's
-                # bar ended; they print no header. Read as the epoch's, they rewrote
-                # the run's steps and, starting over, took its epoch back (a new run)
+            state, read = _fold_keras_bar(state, match)
+            if not read:
                 return state, None
-            state = replace(
-                state, bar_epoch=current, bar_total=match.bar_total, epoch_ended=match.complete
-            )
         else:  # no header read: a log whose start was rotated away, a one-epoch fit
             # (Keras prints no header for epochs=1), a Progbar loop, or evaluate()
             # before the first fit (read as a run of its few steps: a one-epoch fit

@@ -864,6 +864,52 @@ def test_a_keras_epoch_first_seen_in_a_callbacks_evaluate_is_not_kept():
     assert (history[-1].epoch, history[-1].step, history[-1].steps) == (3, 48, 48)
 
 
+def test_a_keras_callbacks_evaluate_seen_as_the_epochs_first_bar_is_not_read():
+    """Keras 2 under containerd (each bar seen at its end): a callback's ``evaluate()``
+    (4 batches) drawn before each epoch's last screen (16). In epoch 1 the bar over more
+    steps after it is the epoch's; from epoch 2 on the evaluation's is held back."""
+    lines = []
+    for e in (1, 2, 3):
+        lines += [f"Epoch {e}/3", _keras2_screen(4, 4), _keras2_screen(16, 16)]
+    history = _fold_lines(lines)
+    assert len({p.run_id for p in history}) == 1
+    assert [(p.epoch, p.step, p.steps) for p in history if p.step is not None] == [
+        (1, 4, 12),
+        (1, 16, 48),
+        (1, 16, 48),
+        (2, 32, 48),
+        (2, 32, 48),
+        (3, 48, 48),
+    ]
+
+
+def test_a_keras_fit_continued_over_more_batches_seen_at_each_bars_end():
+    """Keras 2 under containerd: 3 epochs of 16 batches, then ``fit(epochs=20,
+    initial_epoch=3)`` over 32, each bar seen only at its end. Epoch 4's bar, first of
+    its epoch over another count, is held back and read at the next header."""
+    lines = []
+    for e, total in ((1, 16), (2, 16), (3, 16), (4, 32), (5, 32)):
+        lines += [f"Epoch {e}/20", _keras2_screen(total, total)]
+    history = _fold_lines(lines)
+    assert len({p.run_id for p in history}) == 1
+    assert [(p.epoch, p.step, p.steps) for p in history][-3:] == [
+        (3, 48, 320),
+        (4, 128, 640),
+        (5, 160, 640),
+    ]
+
+
+def test_a_keras_evaluate_over_more_steps_after_a_fit_is_not_read():
+    """``evaluate()`` after the last epoch of a fit, at a smaller batch size (more
+    steps than the epoch's), seen only at its end: not the epoch's bar."""
+    lines = []
+    for e in (1, 2):
+        lines += [f"Epoch {e}/2", _keras2_screen(16, 16)]
+    history = _fold_lines([*lines, _keras2_screen(40, 40)])
+    assert len({p.run_id for p in history}) == 1
+    assert (history[-1].epoch, history[-1].step, history[-1].steps) == (2, 32, 32)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="not handled: evaluate() before the first fit prints no Epoch k/N header, as a one-epoch fit does not: read as a run of its few steps, so that a one-epoch fit is not lost (docs/progress.md, Not handled)",
