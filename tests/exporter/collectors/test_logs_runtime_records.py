@@ -171,6 +171,16 @@ def _tqdm_bars(*bars: tuple[int, str | None] | tuple[int, str | None, int]) -> b
     return buf.getvalue().encode()
 
 
+def _one_run_of_3_epochs_of_16(rows: list[Row]) -> None:
+    """``rows`` show one run of 3 epochs of 16 steps throughout, its step never going
+    back, read to its end: what the epoch bars say, the other loops' bars left out."""
+    assert len(run_ids(rows)) == 1
+    assert all(r[2] == 3 and r[4] == 48 for r in rows)
+    steps = [r[3] for r in rows]
+    assert steps == sorted(steps)
+    assert rows[-1][1:] == (3, 3, 48, 48)
+
+
 def _epochs_then_bare_evaluations() -> bytes:
     """Real tqdm: ``tqdm(loader, desc=f"Epoch {e}/3")`` over 16 batches, and between
     two epochs ``tqdm(val_loader)`` (no description) over 4. (One after the last
@@ -185,9 +195,7 @@ def test_an_undescribed_evaluation_bar_between_epoch_bars_starts_no_run(
     root: Path, runtime: str
 ) -> None:
     rows = _followed(root, "", "stderr", runtime, _epochs_then_bare_evaluations())
-    assert len(run_ids(rows)) == 1
-    assert all(r[2] == 3 and r[4] == 48 for r in rows)
-    assert rows[-1][1:] == (3, 3, 48, 48)
+    _one_run_of_3_epochs_of_16(rows)
 
 
 def _epochs_and_bare_bars_over_more(count: int) -> bytes:
@@ -206,10 +214,7 @@ def test_a_bare_bar_over_more_steps_between_epoch_bars_starts_no_run(
     """A bare bar between epoch bars is another loop's whatever its count: evaluation
     or sampling loops may count more steps than the training's epoch."""
     output = _epochs_and_bare_bars_over_more(count)
-    rows = _followed(root, "", "stderr", runtime, output)
-    assert len(run_ids(rows)) == 1
-    assert all(r[2] == 3 and r[4] == 48 for r in rows)
-    assert rows[-1][1:] == (3, 3, 48, 48)
+    _one_run_of_3_epochs_of_16(_followed(root, "", "stderr", runtime, output))
 
 
 @pytest.mark.parametrize("runtime", ["containerd", "crio"])
@@ -223,12 +228,7 @@ def test_a_validation_after_the_training_over_more_batches_is_not_read(
     output = _tqdm_bars(
         *((n, d.format(e=e)) for e in (1, 2, 3) for n, d in ((16, train), (20, val)))
     )
-    rows = _followed(root, "", "stderr", runtime, output)
-    assert len(run_ids(rows)) == 1
-    assert all(r[4] == 48 for r in rows)
-    steps = [r[3] for r in rows]
-    assert steps == sorted(steps)
-    assert rows[-1][1:] == (3, 3, 48, 48)
+    _one_run_of_3_epochs_of_16(_followed(root, "", "stderr", runtime, output))
 
 
 @pytest.mark.parametrize("runtime", ["containerd", "crio"])
@@ -263,12 +263,7 @@ def test_train_and_val_bars_with_the_same_epoch_description(
     """Real torch + tqdm: ``for phase in ("train", "val"): tqdm(loader,
     desc=f"Epoch {e}/3")``, 16 training and 4 validation batches an epoch (and the
     same with ``Epoch k/3 [Train]`` and ``Epoch k/3 [Val]`` bars)."""
-    rows = _followed(root, name, "stderr", runtime)
-    assert len(run_ids(rows)) == 1
-    assert all(r[4] == 48 for r in rows)
-    steps = [r[3] for r in rows]
-    assert steps == sorted(steps)
-    assert rows[-1][1:] == (3, 3, 48, 48)
+    _one_run_of_3_epochs_of_16(_followed(root, name, "stderr", runtime))
 
 
 @pytest.mark.parametrize("runtime", ["containerd", "crio"])
