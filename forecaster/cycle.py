@@ -123,6 +123,10 @@ class Cycle:
         # runs this process finished lately (their series linger in the window's
         # answers): no range read for them, the store keeps a finished run frozen
         self._finished_at: dict[RunKey, float] = {}
+        # the runs whose end series the latest recorded read answered: read as ending
+        # (``ending_runs``) in the cycle that first records them ended, not in every cycle
+        # their pod lives on (a notebook's for days)
+        self._ended_recorded: frozenset[RunKey] = frozenset()
         # each run's latest epoch, last epoch end and step as the previous cycle read
         # them (went_back)
         self._marks: dict[RunKey, tuple[float, ...]] = {}
@@ -238,6 +242,7 @@ class Cycle:
             self._load_state()
             raise
         self._failed_at = None
+        self._ended_recorded = scrape_gap.run_keys(instant.get("ended", ()))
         self._log_partial(said, partial_since, held, now)
         self._partial_since, self._partial_last = partial_since, partial_last
         for key in revived:  # running again: read as any running run
@@ -580,7 +585,15 @@ class Cycle:
             return self.client.instant(query, at=now, warnings=said)
 
         static = self._static
-        instant = {name: ask(name) for name in queries.DYNAMIC}
+        # presence and the runs' end in one query (queries.PRESENT_PARTS)
+        presence = {
+            name: queries.render(tpl, window, s.idle_window_seconds)
+            for name, tpl in queries.PRESENT_PARTS.items()
+        }
+        instant = queries.unfold(
+            self.client.instant(queries.fold(presence), at=now, warnings=said), presence
+        )
+        instant.update({name: ask(name) for name in queries.DYNAMIC if name not in instant})
         # runs present at the previous read and absent now: their exporter's scrape may
         # have failed. Their last report and allocations are asked of targets whose
         # scrape failed, folded into the unchanging series' or GPU models' read when one
@@ -670,7 +683,8 @@ class Cycle:
         runs = ""  # every run
         ending: tuple[RunKey, ...] | None = None  # every run
         if not full:
-            ending = tuple(k for k in ending_runs(instant) if k not in self._finished_at)
+            done = self._finished_at.keys() | self._ended_recorded
+            ending = tuple(k for k in ending_runs(instant) if k not in done)
             if not ending:
                 return instant, {}, None, ()
             read = self._ending_queries(ending, span)

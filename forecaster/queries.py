@@ -53,6 +53,11 @@ def _per_run(expr: str) -> str:
 # Runs whose series exist right now (Prometheus' 5-minute lookback): running. The
 # last-report series exists for every run, whether it reports epochs or only steps.
 PRESENT = _per_run("gpu_eta_training_last_report_timestamp_seconds")
+# Runs whose run ended in the window (the end series: their sender said ``end``, or a
+# plan-less run's pod succeeded), whether their pod lives on or went since: done at
+# what they reached (runs_from_series.assemble). Never a query of its own: asked folded
+# with PRESENT (``PRESENT_PARTS``), so the cycle's count does not grow.
+ENDED = _per_run("last_over_time(gpu_eta_training_run_end_timestamp_seconds[{window}])")
 # Last values of every run seen in the window, including runs that vanished in it.
 PLANNED = _per_run("last_over_time(gpu_eta_training_epochs_planned{runs}[{window}])")
 EPOCH = _per_run("last_over_time(gpu_eta_training_epoch[{window}])")
@@ -177,9 +182,11 @@ STATIC_RUN = ("planned", "steps_planned", "start", "batch_size")
 STATIC_POD = "pod_info"
 # The pod-info part for series scraped without honouring labels (``exported_pod``).
 STATIC_POD_EXPORTED = "pod_info_exported"
-# Read in full every cycle: progress, presence, allocations. ``step`` only when some
-# run reports only steps (as ``STEP_RANGE``), ``gpu_info`` when an allocation names a
-# GPU not read before (static_series).
+# ``present`` is sent folded with the runs' end (``ENDED``), split again by ``unfold``.
+PRESENT_PARTS: Mapping[str, str] = MappingProxyType({"present": PRESENT, "ended": ENDED})
+# Read in full every cycle: progress, presence (with the runs' end), allocations.
+# ``step`` only when some run reports only steps (as ``STEP_RANGE``), ``gpu_info`` when
+# an allocation names a GPU not read before (static_series).
 DYNAMIC = ("present", "epoch", "last_end", "last_report", "allocated")
 # Means over a span, read with the range queries over the same span since the previous
 # read for every run: for every run one cycle in ``range_every``, in the other cycles

@@ -11,7 +11,13 @@ Decisions (documented in docs/forecaster.md):
   of one pod, is two runs (the exporter gives a notebook that trains again a new
   id). Series whose ``run_id`` is longer than ``MAX_RUN_ID`` or whose
   ``namespace``/``pod``/``container`` is longer than ``MAX_LABEL`` are ignored.
-* A run is *done* when it reached ``epochs_planned``; a run whose series are no
+* A run is *done* when it reached ``epochs_planned``, or when it *ended* (its end
+  series, ``ended``, at or after its start: its sender said ``end``, or a plan-less
+  run's pod succeeded) whatever its plan: a run stopped early (early stopping, a
+  quality target) is done at what it reached, its plan lowered to that (``ended_plan``),
+  so it is stored completed there, as the exporter does for a run without a plan. Its
+  pod may live on (a notebook, a Job's sidecar): it is not running (``present``), and
+  its means stop at its last progress. A run whose series are no
   longer present (Prometheus' lookback) is absent from ``present``, and the cycle
   finishes it once it has been away longer than a grace period. Whether it
   *completed* is decided by its last epoch: one that vanished before its last epoch
@@ -107,6 +113,7 @@ class CycleView:
     updates: list[RunUpdate] = field(default_factory=list)
     present: set[RunKey] = field(default_factory=set)
     done: set[RunKey] = field(default_factory=set)  # reached their planned epochs/steps
+    ended: set[RunKey] = field(default_factory=set)  # ended (their end series), done too
     last_progress: dict[RunKey, float] = field(default_factory=dict)
     # filled by the cycle after ``assemble`` when the stall check needs it (set_util_recent)
     util_recent: dict[PodKey, float] = field(default_factory=dict)
@@ -168,6 +175,7 @@ def assemble(
     start = _by_run(instant.get("start", ()))
     last_report = _by_run(instant.get("last_report", ()), highest=True)
     batch = _by_run(instant.get("batch_size", ()))
+    end = _by_run(instant.get("ended", ()), highest=True)
     step_firsts = _first_seen(ranges.get("step_range", ()))
 
     util_mean = _by_pod(instant.get("util_mean", ()))
@@ -202,6 +210,8 @@ def assemble(
             view.rejected[run] = "invalid_start"
             continue
         t0 = start_s.value
+        end_s = end.get(run)
+        ended = end_s is not None and _finite(end_s.value) and end_s.value >= t0
         if by_steps:
             candidates = _thin_steps(
                 [(v, t) for t, v in step_firsts.get(run, ())] + latest_steps.get(run, []),
@@ -213,6 +223,9 @@ def assemble(
             candidates = [*pairs.get(run, ()), *latest_epochs.get(run, ())]
             cur = epoch.get(run)
             done = cur is not None and _finite(cur.value) and cur.value >= n_planned
+        if ended:
+            n_planned, done = ended_plan(n_planned, cur), True
+            view.ended.add(run)
         ends: dict[float, float] = {}  # duplicates of one epoch: its earliest end
         for e, t in candidates:
             if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
@@ -220,7 +233,7 @@ def assemble(
         key: PodKey = run[:3]
         features = _features(run, batch.get(run), jobs, pod_gpus, models, by_steps)
         util = _ratio(util_mean.get(key))
-        running_now = run in present
+        running_now = run in present and not ended
         progress_ts = _progress_time(t0, ends.values(), last_report.get(run), hi)
         weight = 0.0
         if span_seconds > 0 and (means_for is None or run in means_for):
@@ -251,7 +264,7 @@ def assemble(
         elif done:
             view.done.add(run)
     for run in dict.fromkeys([*epoch, *step]):
-        if run in planned or run in steps_planned or run not in present:
+        if run in planned or run in steps_planned or run not in present or run in end:
             continue
         start_s = start.get(run)
         if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
@@ -270,6 +283,23 @@ def assemble(
             )
         )
     return view
+
+
+def ended_plan(planned: float, reached: Sample | None) -> float:
+    """The plan of a run that ended: what it reached (``reached``: its latest epoch, or
+    step for a run followed in steps) when that is short of ``planned``, else ``planned``.
+    Pure.
+
+    Why what it reached: a run stopped early (early stopping, a quality target) ended
+    where its job ends; its duration is what an identical next run may take, and its
+    speed over it is real. Stored with its plan kept it would count as cancelled: left
+    out of the analogs and of the plan-less runs' durations, which learn only completed
+    runs, and its whole-run time read by the prior as its speed times a plan it never
+    ran. A run that ended before its first epoch (nothing reached) keeps its plan: it is
+    stored not completed."""
+    if reached is None or not (_finite(reached.value) and 0 < reached.value < planned):
+        return planned
+    return reached.value
 
 
 def _progress_time(start: float, ends: Iterable[float], report: Sample | None, hi: float) -> float:
@@ -319,11 +349,11 @@ def pod_values(samples: Sequence[Sample]) -> dict[PodKey, float]:
 
 def ending_runs(instant: Mapping[str, Sequence[Sample]]) -> list[RunKey]:
     """Runs whose progress series may not be read again, in key order: at their plan
-    (epochs, or steps for a run that reports only steps), or seen in the window but no
-    longer present. Their epoch ends between two full range reads are read before the
-    store freezes them (``Cycle._range_span``)."""
+    (epochs, or steps for a run that reports only steps), ended (``ended``), or seen in
+    the window but no longer present. Their epoch ends between two full range reads are
+    read before the store freezes them (``Cycle._range_span``)."""
     present = {k for s in instant.get("present", ()) if (k := sample_run_key(s)) is not None}
-    out: set[RunKey] = set()
+    out: set[RunKey] = {k for s in instant.get("ended", ()) if (k := sample_run_key(s)) is not None}
     for progress, plan in (("epoch", "planned"), ("step", "steps_planned")):
         planned = {
             k: s.value for s in instant.get(plan, ()) if (k := sample_run_key(s)) is not None

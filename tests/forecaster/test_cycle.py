@@ -939,6 +939,42 @@ def test_a_gpu_not_read_before_or_too_many_new_runs_mean_a_full_read(
     assert {j.run.run_id for j in fs.jobs} == {"a", "b", "c", "d"}
 
 
+def test_a_run_stopped_early_whose_pod_lives_on_is_finished_once_completed_at_its_epoch(
+    store: HistoryStore,
+) -> None:
+    """Its end series read with ``present`` (no query more): finished in that cycle,
+    completed at its 2 epochs of 10, no forecast; its epoch ends read as an ending run's
+    in that cycle only, not in each later one its pod (and end series) lives on."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
+    ended = [s(NOW + 50, node="n1", namespace="ml", pod="pod-a", container="c", run_id="a")]
+
+    def at(now: float, end: bool) -> ForecastSet:
+        t[0] = now
+        client.answers = merge(
+            job("a", 10, [(1, NOW - 30), (2, NOW + 40)], NOW - 100),
+            job("b", 10, [(1, NOW - 40)], NOW - 100),
+            {"ended": ended if end else []},
+        )
+        client.seen = []
+        return cycle.run()
+
+    at(NOW, False)
+    assert len(at(NOW + 60, False).jobs) == 2 and store.finished() == []
+    fs = at(NOW + 120, True)
+    assert [j.run.run_id for j in fs.jobs] == ["b"] and fs.n_finished == 1
+    assert fs.queries == len(queries.DYNAMIC) + 1 + 2 + 2  # its ranges and pod's means
+    (done,) = store.finished()
+    assert done.completed and (done.epochs_done, done.epochs_planned) == (2, 2)
+    assert any('run_id=~"a"' in q for q in client.seen)
+    for later in range(180, 720, 60):  # its pod lives on: not read again, not finished again
+        fs = at(NOW + later, True)
+        assert [j.run.run_id for j in fs.jobs] == ["b"] and fs.n_finished == 0
+        assert not any('run_id=~"a"' in q for q in client.seen)
+        assert [r.run.run_id for r in store.running()] == ["b"]
+
+
 def test_epoch_ends_between_cycles_are_read_one_cycle_in_range_every(
     store: HistoryStore,
 ) -> None:

@@ -111,6 +111,56 @@ def test_ending_runs_are_those_at_their_plan_or_gone() -> None:
     assert ending_runs({}) == []
 
 
+def test_a_run_that_ended_is_done_at_what_it_reached_whatever_its_plan() -> None:
+    """Its end series at or after its start: done, its plan lowered to its latest epoch
+    (or step), not running though its pod lives on; an end before its start (an earlier
+    attempt's, still in the window) or a run ended before its first epoch changes
+    neither the plan nor, for the former, anything."""
+    steps = run_labels("tqdm", pod="tqdm-pod")
+    instant = merge(
+        base("early", 10, 6, NOW - 900, NOW - 100),  # early stopping after 6 of 10
+        base("stale", 10, 3, NOW - 300, NOW - 20),  # an end from before its start
+        base("nothing", 10, 0, NOW - 300, NOW - 20),  # ended before its first epoch
+        base("running", 10, 3, NOW - 300, NOW - 20),
+        {"steps_planned": [s(1000, **steps)], "step": [s(400, **steps)]},
+        {"start": [s(NOW - 600, **steps)], "present": [s(1, **steps)]},
+        {
+            "ended": [
+                s(NOW - 90, **run_labels("early")),
+                s(NOW - 400, **run_labels("stale")),
+                s(NOW - 10, **run_labels("nothing")),
+                s(NOW - 5, **steps),
+            ]
+        },
+    )
+    view = assemble(instant, {}, NOW, 600)
+    ups = {u.run_id: u for u in view.updates}
+    assert view.present == {key("stale"), key("running")}
+    assert view.done == {key("early"), key("nothing"), key("tqdm", pod="tqdm-pod")}
+    assert view.ended == view.done
+    assert (ups["early"].epochs_planned, ups["early"].epoch_ends) == (6, ((6.0, NOW - 100),))
+    assert ups["nothing"].epochs_planned == ups["stale"].epochs_planned == 10
+    assert ups["tqdm"].epochs_planned == 400
+    # not running: never seen present (no revive), means up to its last progress
+    assert ups["early"].seen_timestamp == 0 and ups["early"].weight_seconds == 500
+    assert ending_runs(instant) == sorted(
+        [key("early"), key("stale"), key("nothing"), key("tqdm", pod="tqdm-pod")]
+    )
+
+
+def test_a_run_without_a_plan_that_ended_is_not_forecast() -> None:
+    lab = run_labels("loop")
+    instant = {
+        "epoch": [s(3, **lab)],
+        "start": [s(NOW - 300, **lab)],
+        "present": [s(1, **lab)],
+        "ended": [s(NOW - 10, **lab)],
+    }
+    assert assemble(instant, {}, NOW, 60).planless == []
+    del instant["ended"]
+    assert [p.key for p in assemble(instant, {}, NOW, 60).planless] == [key("loop")]
+
+
 def test_range_pairs_recover_every_epoch_end() -> None:
     lab = run_labels("r")
     ts = [NOW - 60, NOW - 45, NOW - 30, NOW - 15]

@@ -1078,3 +1078,40 @@ def test_a_run_that_lowers_its_plan_is_stored_completed_at_the_new_one(
     finally:
         store.close()
         client.close()
+
+
+def test_a_run_stopped_early_is_stored_completed_at_its_last_epoch(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """Real exporter → Prometheus → in-process cycles: a named run plans 10 epochs, its
+    early stopping ends it after 6 (its sender says ``end``) and its pod lives on (a
+    notebook, a Job with a sidecar). Its forecast and its GPU's free time leave in the
+    cycle that reads the end, and it is stored completed at 6, not kept forecast until
+    its series go and then stored cancelled at 6 of 10."""
+    exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO)
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
+    report = named_run(exporter, prom)
+
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
+        cycle = Cycle(client, store, settings)
+        for epoch in range(1, 7):
+            report(epoch, 10)
+            fs = cycle.run()
+        assert [(j.run.epochs_done, j.run.epochs_planned) for j in fs.jobs] == [(6, 10)]
+        assert [g.gpu for g in fs.gpus] == ["4"]
+        post_from(exporter, 4, {"run_id": "named", "event": "end"})
+        prom.wait_for("gpu_eta_training_run_end_timestamp_seconds", timeout=30)
+        fs = cycle.run()
+        assert fs.jobs == () and fs.gpus == () and fs.n_finished == 1
+        (done,) = store.finished()
+        assert done.completed and (done.epochs_done, done.epochs_planned) == (6, 6)
+        # its series stay while the pod lives: it is neither forecast again nor revived
+        fs = cycle.run()
+        assert fs.jobs == () and fs.gpus == () and store.running() == []
+        assert fs.queries <= queries.QUERIES_PER_CYCLE
+    finally:
+        store.close()
+        client.close()
