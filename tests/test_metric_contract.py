@@ -400,7 +400,7 @@ def _get(url: str) -> str:
 
 def _simulated_exporter_text(tmp: Path) -> str:
     """``python -m gpu_eta.exporter --simulate`` (in-process ``Runtime``) scraped over HTTP
-    once a progress report from the first training pod shows in it."""
+    once a progress report from the first training pod, and its end, show in it."""
     from gpu_eta.exporter.main import parse_config
     from gpu_eta.exporter.runtime import Runtime
 
@@ -438,10 +438,17 @@ def _simulated_exporter_text(tmp: Path) -> str:
         }
         # 127.0.0.11 is train-resnet50's IP in the built-in scenario
         assert post_progress(progress_port, "127.0.0.11", report) == 200
+        # then its end (early stopping: the plan kept), so the end series is emitted too
+        end = {"run_id": "contract-1", "event": "end"}
+        assert post_progress(progress_port, "127.0.0.11", end) == 200
         deadline = time.monotonic() + 60
         while True:
             text = _get(f"http://127.0.0.1:{port}/metrics")
-            if 'run_id="contract-1"' in text and "gpu_eta_training_value{" in text:
+            if (
+                'run_id="contract-1"' in text
+                and "gpu_eta_training_value{" in text
+                and "gpu_eta_training_run_end_timestamp_seconds{" in text
+            ):
                 return text
             assert time.monotonic() < deadline, "progress never showed in /metrics"
             time.sleep(0.1)
