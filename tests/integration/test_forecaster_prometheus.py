@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
@@ -38,7 +39,13 @@ from gpu_eta.forecaster.publish import Exposition, ServiceState
 from gpu_eta.forecaster.runs import run_key
 from gpu_eta.forecaster.runs_from_series import pod_values, sample_pod, sample_run_key
 from gpu_eta.launch.processes import log_tail, spawn, start_http
-from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port, stop_process
+from gpu_eta.launch.prometheus import (
+    PrometheusServer,
+    ScrapeJob,
+    find_binary,
+    free_port,
+    stop_process,
+)
 from tests.integration.helpers import Exporter, training_script, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -1009,6 +1016,43 @@ def named_run(exporter: Exporter, prom) -> Callable[[int, int], None]:
     return report
 
 
+@dataclass
+class NamedRunCycle:
+    """A real exporter on ``PLANLESS_SCENARIO`` scraped by a real Prometheus, the named
+    run's ``report`` (``named_run``), and in-process cycles on a fresh history file."""
+
+    exporter: Exporter
+    prom: PrometheusServer
+    report: Callable[[int, int], None]
+    cycle: Cycle
+    store: HistoryStore
+
+
+@contextmanager
+def named_run_cycle(
+    tmp_path: Path, prometheus_factory, exporter_factory, *flags: str, **settings: float
+) -> Iterator[NamedRunCycle]:
+    """``NamedRunCycle`` with the exporter's extra ``flags`` and ``CycleSettings``
+    beyond a one-hour lookback and synchronous fits; store and client closed after."""
+    exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO, *flags)
+    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
+    report = named_run(exporter, prom)
+    client = PromClient(prom.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        cycle = Cycle(
+            client,
+            store,
+            CycleSettings(
+                lookback_seconds=3600, refit_seconds=0, background_refit=False, **settings
+            ),
+        )
+        yield NamedRunCycle(exporter, prom, report, cycle, store)
+    finally:
+        store.close()
+        client.close()
+
+
 def test_a_run_that_raises_its_plan_runs_on_to_the_new_one(
     tmp_path, prometheus_factory, exporter_factory
 ) -> None:
@@ -1016,30 +1060,19 @@ def test_a_run_that_raises_its_plan_runs_on_to_the_new_one(
     then 8 from its third epoch on. Its plan is held between full reads of the unchanging
     series (static_series), yet it is not stored as completed when it reaches 4: it is
     forecast to 8 and finished there."""
-    exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO)
-    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
-    report = named_run(exporter, prom)
-
-    client = PromClient(prom.url)
-    store = HistoryStore.open(tmp_path / "h.sqlite")
-    try:
-        settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
-        cycle = Cycle(client, store, settings)
+    with named_run_cycle(tmp_path, prometheus_factory, exporter_factory) as run:
         seen = []
         for epoch, epochs in ((1, 4), (2, 4), (3, 8), (4, 8), (5, 8)):
-            report(epoch, epochs)
-            fs = cycle.run()
+            run.report(epoch, epochs)
+            fs = run.cycle.run()
             seen.append([(j.run.epochs_done, j.run.epochs_planned) for j in fs.jobs])
         assert seen == [[(1, 4)], [(2, 4)], [(3, 4)], [(4, 8)], [(5, 8)]]
-        assert store.finished() == []
-        report(8, 8)
-        fs = cycle.run()
+        assert run.store.finished() == []
+        run.report(8, 8)
+        fs = run.cycle.run()
         assert fs.jobs == () and fs.n_finished == 1
-        (done,) = store.finished()
+        (done,) = run.store.finished()
         assert done.completed and (done.epochs_done, done.epochs_planned) == (8, 8)
-    finally:
-        store.close()
-        client.close()
 
 
 def test_a_run_that_lowers_its_plan_is_stored_completed_at_the_new_one(
@@ -1049,35 +1082,26 @@ def test_a_run_that_lowers_its_plan_is_stored_completed_at_the_new_one(
     then 4 from its third epoch on, ends at 4 and its pod is deleted. The plan held
     between full reads (static_series) is 8, yet the run is stored completed at 4 in the
     cycle it vanishes, not cancelled an epoch short of a plan it no longer had."""
-    exporter = simulated_exporter(
-        exporter_factory, tmp_path, PLANLESS_SCENARIO, "--progress.gone-grace=0s"
-    )
-    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
-    report = named_run(exporter, prom)
-
-    client = PromClient(prom.url)
-    store = HistoryStore.open(tmp_path / "h.sqlite")
-    try:
-        settings = CycleSettings(
-            lookback_seconds=3600, refit_seconds=0, background_refit=False, vanish_grace_seconds=0
-        )
-        cycle = Cycle(client, store, settings)
+    with named_run_cycle(
+        tmp_path,
+        prometheus_factory,
+        exporter_factory,
+        "--progress.gone-grace=0s",
+        vanish_grace_seconds=0,
+    ) as run:
         for epoch, epochs in ((1, 8), (2, 8), (3, 4), (4, 4)):
-            report(epoch, epochs)
-            cycle.run()
-        assert store.finished() == []
+            run.report(epoch, epochs)
+            run.cycle.run()
+        assert run.store.finished() == []
         # the run's pod is deleted (its series vanish while the exporter answers)
         scenario = tmp_path / "node.yaml"
         scenario.with_suffix(".tmp").write_text(PLANLESS_SCENARIO.split("  - name: sweep")[0])
         scenario.with_suffix(".tmp").replace(scenario)
-        prom.wait_for('absent(gpu_eta_training_epoch{pod="sweep-s2t4v"})', timeout=30)
-        fs = cycle.run()
+        run.prom.wait_for('absent(gpu_eta_training_epoch{pod="sweep-s2t4v"})', timeout=30)
+        fs = run.cycle.run()
         assert fs.jobs == () and fs.n_finished == 1
-        (done,) = store.finished()
+        (done,) = run.store.finished()
         assert (done.epochs_done, done.epochs_planned) == (4, 4) and done.completed
-    finally:
-        store.close()
-        client.close()
 
 
 def test_a_run_stopped_early_is_stored_completed_at_its_last_epoch(
@@ -1088,30 +1112,19 @@ def test_a_run_stopped_early_is_stored_completed_at_its_last_epoch(
     notebook, a Job with a sidecar). Its forecast and its GPU's free time leave in the
     cycle that reads the end, and it is stored completed at 6, not kept forecast until
     its series go and then stored cancelled at 6 of 10."""
-    exporter = simulated_exporter(exporter_factory, tmp_path, PLANLESS_SCENARIO)
-    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
-    report = named_run(exporter, prom)
-
-    client = PromClient(prom.url)
-    store = HistoryStore.open(tmp_path / "h.sqlite")
-    try:
-        settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
-        cycle = Cycle(client, store, settings)
+    with named_run_cycle(tmp_path, prometheus_factory, exporter_factory) as run:
         for epoch in range(1, 7):
-            report(epoch, 10)
-            fs = cycle.run()
+            run.report(epoch, 10)
+            fs = run.cycle.run()
         assert [(j.run.epochs_done, j.run.epochs_planned) for j in fs.jobs] == [(6, 10)]
         assert [g.gpu for g in fs.gpus] == ["4"]
-        post_from(exporter, 4, {"run_id": "named", "event": "end"})
-        prom.wait_for("gpu_eta_training_run_end_timestamp_seconds", timeout=30)
-        fs = cycle.run()
+        post_from(run.exporter, 4, {"run_id": "named", "event": "end"})
+        run.prom.wait_for("gpu_eta_training_run_end_timestamp_seconds", timeout=30)
+        fs = run.cycle.run()
         assert fs.jobs == () and fs.gpus == () and fs.n_finished == 1
-        (done,) = store.finished()
+        (done,) = run.store.finished()
         assert done.completed and (done.epochs_done, done.epochs_planned) == (6, 6)
         # its series stay while the pod lives: it is neither forecast again nor revived
-        fs = cycle.run()
-        assert fs.jobs == () and fs.gpus == () and store.running() == []
+        fs = run.cycle.run()
+        assert fs.jobs == () and fs.gpus == () and run.store.running() == []
         assert fs.queries <= queries.QUERIES_PER_CYCLE
-    finally:
-        store.close()
-        client.close()
