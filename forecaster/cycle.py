@@ -178,6 +178,10 @@ class Cycle:
             except PromAPIError:
                 # the seconds up to this read are not covered by a read (_run)
                 self._failed_at = now
+                # no previous read to hold runs from: the next cycle asks no scrape gap
+                # (nor rereads the gone runs), so a read that failed because of them
+                # is not sent again every cycle (scrape_gap)
+                self._present = frozenset()
                 raise
 
     def _run(self, now: float) -> ForecastSet:
@@ -649,12 +653,17 @@ class Cycle:
             full = True
             answers = {name: ask(name) for name in (*queries.STATIC_RUN, queries.STATIC_POD)}
         elif parts:
-            parts = {**parts, **gap_parts}
+            # the gap's parts ride along only while the two fit one query together
+            # (VictoriaMetrics refuses a query over 16 KiB: HTTP 422); else they go
+            # with the GPU models, or alone, below
+            if gap_parts and queries.fits({**parts, **gap_parts}):
+                parts = {**parts, **gap_parts}
             folded = self.client.instant(queries.fold(parts), at=now, warnings=said)
             answers = queries.unfold(folded, parts)
             answers[queries.STATIC_POD] += answers.pop(queries.STATIC_POD_EXPORTED, [])
-            gap = {name: answers.pop(name) for name in gap_parts}
-            gap_parts = {}
+            if gap_parts.keys() <= answers.keys():
+                gap = {name: answers.pop(name) for name in gap_parts}
+                gap_parts = {}
         else:
             answers = {}
         static.store(answers, full)

@@ -227,6 +227,11 @@ def fold(parts: Mapping[str, str]) -> str:
     )
 
 
+def fits(parts: Mapping[str, str]) -> bool:
+    """Whether ``parts`` folded (``fold``) make a query of at most ``MAX_QUERY_CHARS``."""
+    return len(fold(parts)) <= MAX_QUERY_CHARS
+
+
 def unfold(samples: Sequence[Sample], names: Iterable[str]) -> dict[str, list[Sample]]:
     """A folded query's answer → the answer of each part.
 

@@ -42,7 +42,8 @@ def parts(keys: Sequence[RunKey]) -> dict[str, str]:
     """The ``queries.SCRAPE_GAP`` parts for the runs ``keys``: set matches on their
     ``run_id`` and their pods (``pod`` or ``exported_pod``), which the TSDB answers from
     its index (12 ms where the same parts for every run of 5,000 took 170-220 ms,
-    docs/forecaster.md); every run's when a set match cannot name them or grows past
+    docs/forecaster.md); every run's when a set match cannot name them or the parts,
+    folded with the GPU models' (the read they may ride on), grow past
     ``queries.MAX_QUERY_CHARS`` (more than ``queries.MAX_UNKNOWN_RUNS`` runs)."""
     present, allocated = queries.SCRAPE_GAP["held_present"], queries.SCRAPE_GAP["held_allocated"]
     if len(keys) <= queries.MAX_UNKNOWN_RUNS:
@@ -53,7 +54,8 @@ def parts(keys: Sequence[RunKey]) -> dict[str, str]:
                 "held_present": queries.render(present, 0, 0, runs=runs),
                 "held_allocated": pods,
             }
-            if sum(map(len, named.values())) <= queries.MAX_QUERY_CHARS:
+            # folded with the GPU models, the query stays within MAX_QUERY_CHARS
+            if queries.fits({**named, "gpu_info": queries.GPU_INFO}):
                 return named
     return {name: queries.render(t, 0, 0) for name, t in queries.SCRAPE_GAP.items()}
 

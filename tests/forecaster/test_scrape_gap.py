@@ -9,8 +9,13 @@ with which set matches, and that the query count stays within
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
+
 from gpu_eta.forecaster import queries, scrape_gap
 from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.promparse import PromAPIError
 from tests.forecaster.test_cycle import NOW, CannedClient, job, labels_of, make_cycle, merge, s
 from tests.forecaster.test_cycle import store as store  # the fixture
 
@@ -118,3 +123,65 @@ def test_the_gap_rides_on_the_full_read_within_the_query_count(store: HistorySto
     assert "gpu_eta_gpu_info" in gap
     client.answers["present"] = many["present"]
     assert fs.queries == cycle.run().queries <= first == queries.QUERIES_PER_CYCLE
+
+
+class _LengthCapped(CannedClient):
+    """A CannedClient that refuses a query over ``cap`` characters, as VictoriaMetrics
+    refuses one over ``-search.maxQueryLen`` (16,384: HTTP 422)."""
+
+    cap = 16_384
+
+    def instant(self, query, at=None, *, warnings=None):
+        if len(query) > self.cap:
+            self._count(query)
+            raise PromAPIError(f"too long query; len(query)={len(query)}")
+        return super().instant(query, at, warnings=warnings)
+
+
+def _sweep(n: int) -> dict:
+    """``n`` runs of long ids (UUIDs) in long pod names, and one run that stays."""
+    ids = [str(uuid.uuid5(uuid.NAMESPACE_DNS, str(i))) for i in range(n)]
+    runs = (
+        job(r, 10, [(1, NOW - 200)], NOW - 300, pod=f"old-sweep-{i:04d}-worker-0")
+        for i, r in enumerate(ids)
+    )
+    return merge(*runs, job("keep", 10, [(1, NOW - 200)], NOW - 300))
+
+
+def test_many_runs_gone_at_once_keep_every_query_within_the_cap(store: HistoryStore) -> None:
+    """44 runs leaving at once: their unchanging series read again and the gap's parts
+    made one 16,490-character query, refused by VictoriaMetrics in every cycle after.
+    The gap's parts ride on that read only while the two fit ``MAX_QUERY_CHARS``."""
+    answers = _sweep(44)
+    t = [NOW]
+    client = _LengthCapped(answers)
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    cycle.run()
+    cycle.run()
+    client.answers["present"] = [x for x in answers["present"] if x.labels["run_id"] == "keep"]
+    before = len(client.seen)
+    for i in range(1, 4):
+        t[0] = NOW + 60 * i
+        cycle.run()  # raises PromAPIError before the fix
+    assert max(map(len, client.seen[before:])) <= queries.MAX_QUERY_CHARS
+    assert any("up == 0" in q for q in client.seen[before:])
+
+
+def test_a_cycle_failing_on_the_gap_read_does_not_send_it_again(store: HistoryStore) -> None:
+    """A read that fails with the gap's parts in it (a refused or timed-out query)
+    leaves no previous read to hold runs from: the next cycle sends plain reads."""
+    answers = _sweep(3)
+    t = [NOW]
+    client = _LengthCapped(answers)
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    cycle.run()
+    client.answers["present"] = [x for x in answers["present"] if x.labels["run_id"] == "keep"]
+    client.cap = 0  # every query refused in this cycle
+    t[0] = NOW + 60
+    with pytest.raises(PromAPIError):
+        cycle.run()
+    client.cap = 16_384
+    t[0] = NOW + 120
+    before = len(client.seen)
+    cycle.run()
+    assert not any("up == 0" in q for q in client.seen[before:])

@@ -23,6 +23,7 @@ from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.launch.prometheus import ScrapeJob
+from gpu_eta.launch.victoria import start_victoriametrics
 from tests.integration.test_forecaster_prometheus import post_from, simulated_exporter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -97,3 +98,36 @@ def test_runs_of_an_exporter_whose_scrape_failed_stay_forecast(
             os.kill(exporter.process.pid, signal.SIGCONT)
         store.close()
         client.close()
+
+
+def test_the_queries_of_a_sweep_leaving_at_once_are_accepted_by_victoriametrics(
+    tmp_path: Path,
+) -> None:
+    """The queries a cycle sends when 44 runs leave at once (read again, and asked for
+    from targets whose scrape failed) are each sent to a real VictoriaMetrics, which
+    refuses a query over 16 KiB (``-search.maxQueryLen``, HTTP 422): every one is
+    answered. Before the fix one of them was 16,490 characters."""
+    from tests.forecaster.test_cycle import NOW, CannedClient, make_cycle
+    from tests.forecaster.test_scrape_gap import _sweep
+
+    answers = _sweep(44)
+    client = CannedClient(answers)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    vm = start_victoriametrics([], data_dir=tmp_path / "vm")
+    real = PromClient(vm.url)
+    try:
+        t = [NOW]
+        cycle = make_cycle(client, store, clock=lambda: t[0])
+        cycle.run()
+        client.answers["present"] = [x for x in answers["present"] if x.labels["run_id"] == "keep"]
+        before = len(client.seen)
+        t[0] = NOW + 60
+        cycle.run()
+        sent = [q for q in client.seen[before:] if "up == 0" in q or "run_id=~" in q]
+        assert sent and max(map(len, sent)) > 4_000  # the long ones are among them
+        for query in sent:
+            real.instant(query)  # PromAPIError on a refusal
+    finally:
+        real.close()
+        vm.stop()
+        store.close()
