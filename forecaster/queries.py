@@ -131,13 +131,29 @@ STEP_RANGE = (
 # without the marker). Asked only for the runs present at the previous read and absent
 # now, folded into a query the cycle sends anyway where it can (Cycle._scrape_gap,
 # gpu_eta.forecaster.scrape_gap).
+#
+# A range selector skips staleness markers, so a run whose pod was deleted before the
+# failure (its series marked stale by a good scrape) would come back from its last real
+# sample. Held is only a run seen at its target's last good scrape: the last step of a
+# ``HELD_STEP`` grid at which the run's series was visible with ``up == 1`` is the last
+# step at which ``up`` was 1 (``timestamp`` of an expression is the step's time, the
+# same grid on both sides). A grid no coarser than the scrape interval puts a step
+# between a deleted pod's last good scrape and the failure; 1 s serves any interval of
+# 1 s or more. Cost: ``up`` of every target and the named runs' series, 300 steps each
+# (docs/forecaster.md, "Scrape gaps").
 _SCRAPE_FAILED = "and on (job, instance) (up == 0)"
 HELD_LOOKBACK = "5m"
+HELD_STEP = "1s"
+_REPORT = "gpu_eta_training_last_report_timestamp_seconds{runs}"
+_SEEN_LAST_GOOD = (
+    f"(max_over_time(timestamp({_REPORT} and on (job, instance) (up == 1))"
+    f"[{HELD_LOOKBACK}:{HELD_STEP}]) >= on (job, instance) group_left () "
+    f"max_over_time(timestamp(up == 1)[{HELD_LOOKBACK}:{HELD_STEP}]))"
+)
 SCRAPE_GAP: Mapping[str, str] = MappingProxyType(
     {
         "held_present": _per_run(
-            "last_over_time(gpu_eta_training_last_report_timestamp_seconds{runs}"
-            f"[{HELD_LOOKBACK}]) {_SCRAPE_FAILED}"
+            f"last_over_time({_REPORT}[{HELD_LOOKBACK}]) {_SCRAPE_FAILED} and {_SEEN_LAST_GOOD}"
         ),
         "held_allocated": (
             f"max by ({_CONTAINER}, node, exported_node, gpu, UUID, GPU_I_ID) "

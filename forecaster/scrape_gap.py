@@ -11,7 +11,8 @@ allocations of the targets whose scrape failed, as last scraped within Prometheu
 lookback (``queries.SCRAPE_GAP``), and ``held`` puts back those of the runs that were
 present in the previous read. Bounded: a target down longer than the lookback loses its
 runs as before (then the vanish grace runs), and a run whose pod was deleted before the
-failure (absent at the previous read) is not brought back.
+failure is not brought back: absent at the previous read, or (deleted since) not seen at
+its target's last good scrape (``queries.SCRAPE_GAP``'s subqueries).
 """
 
 from __future__ import annotations

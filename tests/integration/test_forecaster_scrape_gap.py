@@ -63,24 +63,14 @@ def test_runs_of_an_exporter_whose_scrape_failed_stay_forecast(
     )
     scenario = tmp_path / "node.yaml"
     prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
-    start = float(int(time.time())) - 60
-    for gpu, run in ((0, "keep-1"), (1, "gone-1")):  # from each pod's address
-        post_from(exporter, gpu, {"run_id": run, "run_start": start, "epochs": 8, "epoch": 2})
-    prom.wait_for("gpu_eta_training_epoch == 2", timeout=30, min_results=2)
-
     client = PromClient(prom.url)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     stopped = False
     try:
-        settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
-        cycle = Cycle(client, store, settings)
-        assert _forecast(cycle.run()) == ({"keep", "gone"}, {"0", "1"})
+        cycle = _both_runs_forecast(exporter, client, store)
 
         # the pod "gone" is deleted while its exporter answers: its run leaves at once
-        tmp = scenario.with_suffix(".tmp")
-        tmp.write_text(NODE)
-        tmp.replace(scenario)
-        prom.wait_for('absent(gpu_eta_training_epoch{pod="gone"})', timeout=30)
+        _delete_gone(scenario, client)
         prom.wait_for('up{job="exporter"} == 1', timeout=30)
         assert _forecast(cycle.run()) == ({"keep"}, {"0"})
 
@@ -131,3 +121,70 @@ def test_the_queries_of_a_sweep_leaving_at_once_are_accepted_by_victoriametrics(
         real.close()
         vm.stop()
         store.close()
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoriametrics"])
+def test_a_pod_deleted_just_before_its_exporter_fails_is_not_brought_back(
+    server: str, tmp_path: Path, prometheus_factory, exporter_factory
+) -> None:
+    """A pod deleted after the forecaster's last read, its exporter failing before the
+    next one: the run was present at the previous read and absent now with ``up == 0``,
+    but its last sample is older than the target's last good scrape (that scrape marked
+    it stale; a range selector skips the marker). Only the run seen at that scrape is
+    held: the deleted one is not forecast from its last real sample."""
+    exporter = simulated_exporter(
+        exporter_factory, tmp_path, NODE + GONE, "--progress.gone-grace=0s"
+    )
+    scenario = tmp_path / "node.yaml"
+    jobs = [ScrapeJob("exporter", [exporter.target])]
+    if server == "prometheus":
+        srv, stop = prometheus_factory(jobs), (lambda: None)
+    else:
+        srv = start_victoriametrics(jobs, data_dir=tmp_path / "vm")
+        stop = srv.stop
+    client = PromClient(srv.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    stopped = False
+    try:
+        cycle = _both_runs_forecast(exporter, client, store)
+        # deleted, and no forecaster read before the exporter stops answering
+        _delete_gone(scenario, client)
+        os.kill(exporter.process.pid, signal.SIGSTOP)
+        stopped = True
+        _until(client, 'up{job="exporter"} == 0')
+        time.sleep(3)
+        assert _forecast(cycle.run()) == ({"keep"}, {"0"})
+    finally:
+        if stopped:
+            os.kill(exporter.process.pid, signal.SIGCONT)
+        store.close()
+        client.close()
+        stop()
+
+
+def _until(client: PromClient, expr: str, timeout: float = 40.0) -> None:
+    """Wait until ``expr`` answers some series."""
+    end = time.monotonic() + timeout
+    while not client.instant(expr):
+        assert time.monotonic() < end, expr
+        time.sleep(0.5)
+
+
+def _both_runs_forecast(exporter, client: PromClient, store: HistoryStore) -> Cycle:
+    """A run reported from each pod, scraped; a cycle that forecasts both."""
+    start = float(int(time.time())) - 60
+    for gpu, run in ((0, "keep-1"), (1, "gone-1")):  # from each pod's address
+        post_from(exporter, gpu, {"run_id": run, "run_start": start, "epochs": 8, "epoch": 2})
+    _until(client, "count(gpu_eta_training_epoch == 2) == 2")
+    settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
+    cycle = Cycle(client, store, settings)
+    assert _forecast(cycle.run()) == ({"keep", "gone"}, {"0", "1"})
+    return cycle
+
+
+def _delete_gone(scenario: Path, client: PromClient) -> None:
+    """The pod "gone" deleted from the node; returns once its series are stale."""
+    tmp = scenario.with_suffix(".tmp")
+    tmp.write_text(NODE)
+    tmp.replace(scenario)
+    _until(client, 'absent(gpu_eta_training_epoch{pod="gone"})')
