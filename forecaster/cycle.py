@@ -667,7 +667,6 @@ class Cycle:
         else:
             answers = {}
         static.store(answers, full)
-        instant.update(static.answers(seen))
         gpus_due = full or static.gpus_unknown(instant["allocated"])
         if gap_parts:  # not sent with the unchanging series: with the GPU models, or alone
             asked = {**({"gpu_info": queries.GPU_INFO} if gpus_due else {}), **gap_parts}
@@ -679,7 +678,12 @@ class Cycle:
         elif gpus_due:
             static.store_gpus(ask("gpu_info"))
         instant["gpu_info"] = static.gpus()
-        instant.update(scrape_gap.held(gone, instant, gap))
+        held = scrape_gap.held(gone, instant, gap)
+        # the runs held are seen: their plan and start are kept for as long as the gap
+        # holds them, not only while their last sample is in the window
+        seen |= scrape_gap.run_keys(held["present"])
+        instant.update(static.answers(seen))
+        instant.update(held)
         self._present = scrape_gap.run_keys(instant["present"])
         steps_only = static.steps_only()  # some run reports only steps
         # a run without a plan may report only steps: its latest step shows it running

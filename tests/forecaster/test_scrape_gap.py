@@ -185,3 +185,38 @@ def test_a_cycle_failing_on_the_gap_read_does_not_send_it_again(store: HistorySt
     before = len(client.seen)
     cycle.run()
     assert not any("up == 0" in q for q in client.seen[before:])
+
+
+def test_a_run_is_held_past_the_read_window_up_to_the_lookback(store: HistoryStore) -> None:
+    """The hold lasts as long as the gap read answers (Prometheus' 5-minute lookback),
+    not one read window: once the held run's last samples leave ``last_over_time`` of
+    the window (its plan and start too), what is held of it is kept, as it is seen."""
+    answers = merge(
+        job("a", 10, [(1, NOW - 200)], NOW - 300),
+        job("b", 10, [(1, NOW - 200)], NOW - 300),
+        {"allocated": [*_allocated("a", "0"), *_allocated("b", "1")]},
+    )
+    t = [NOW]
+    client = CannedClient(answers)
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    assert {j.run.run_id for j in cycle.run().jobs} == {"a", "b"}
+    client.answers["present"] = [x for x in answers["present"] if x.labels["run_id"] != "a"]
+    client.answers["allocated"] = _allocated("b", "1")
+    client.answers["held_present"] = [s(NOW - 20, **labels_of("a"))]
+    client.answers["held_allocated"] = _allocated("a", "0")
+    t[0] = NOW + 60
+    assert {j.run.run_id for j in cycle.run().jobs} == {"a", "b"}
+    # a minute on: a's series have left every window read (plan and start included)
+    for name in ("epoch", "last_end", "last_report", *queries.STATIC_RUN):
+        client.answers[name] = [
+            x for x in client.answers.get(name, []) if x.labels["run_id"] != "a"
+        ]
+    for i in (2, 3, 4):
+        t[0] = NOW + 60 * i
+        fs = cycle.run()
+        assert {j.run.run_id for j in fs.jobs} == {"a", "b"}, i
+        assert {g.gpu for g in fs.gpus} == {"0", "1"}
+    # the gap read no longer answers (past the lookback): away
+    client.answers["held_present"] = []
+    t[0] = NOW + 300
+    assert {j.run.run_id for j in cycle.run().jobs} == {"b"}
