@@ -133,6 +133,8 @@ class Cycle:
         # the runs present in the previous read, those a failed scrape hid kept
         # (scrape_gap): only they are kept while their exporter's scrapes fail
         self._present: frozenset[RunKey] = frozenset()
+        # the runs the last read held from a scrape gap (logged when the set changes)
+        self._held: frozenset[RunKey] = frozenset()
         # the time of the latest cycle whose Prometheus read failed, until a cycle
         # records again (uncovered_since, unseen_seconds)
         self._failed_at: float | None = None
@@ -336,6 +338,7 @@ class Cycle:
             pending=queue,
             history_persisted=self.store.persistent,
             history_rows_skipped=self.store.skipped_rows,
+            n_held=len(self._held),
         )
 
     def _keep_features(self, view: CycleView) -> None:
@@ -681,7 +684,15 @@ class Cycle:
         held = scrape_gap.held(gone, instant, gap)
         # the runs held are seen: their plan and start are kept for as long as the gap
         # holds them, not only while their last sample is in the window
-        seen |= scrape_gap.run_keys(held["present"])
+        held_keys = scrape_gap.run_keys(held["present"]) - scrape_gap.run_keys(instant["present"])
+        seen |= held_keys
+        if held_keys != self._held:
+            log.info(
+                "scrape gap: %d runs held from their last samples (exporter scrape failed): %s",
+                len(held_keys),
+                ", ".join(sorted(k[3] for k in held_keys))[:500] or "none",
+            )
+            self._held = frozenset(held_keys)
         instant.update(static.answers(seen))
         instant.update(held)
         self._present = scrape_gap.run_keys(instant["present"])

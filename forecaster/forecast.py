@@ -77,3 +77,6 @@ class ForecastSet:
     history_persisted: bool = True
     # rows of the history file its last reads left out as damaged (kept in the file)
     history_rows_skipped: int = 0
+    # runs forecast from a scrape gap: hidden by a failed scrape of their exporter,
+    # held from their last samples (gpu_eta.forecaster.scrape_gap)
+    n_held: int = 0

@@ -363,6 +363,10 @@ def forecast_families(
     jobs_g = GaugeMetricFamily(
         "gpu_eta_forecaster_jobs", "Jobs seen in the last good cycle by state.", labels=["state"]
     )
+    held = GaugeMetricFamily(
+        "gpu_eta_forecaster_runs_held",
+        "Runs of the last good cycle forecast from a scrape gap: hidden by a failed scrape of their exporter (up == 0), held from their last samples for up to 5 minutes.",
+    )
     if fs is not None:
         for job in fs.jobs:
             run = job.run
@@ -389,6 +393,7 @@ def forecast_families(
         skipped_rows.add_metric([], float(fs.history_rows_skipped))
         jobs_g.add_metric(["running"], float(fs.n_running))
         jobs_g.add_metric(["finished"], float(fs.n_finished))
+        held.add_metric([], float(fs.n_held))
     tail: list[Metric] = [info, stalled, gpu_free, mape, coverage]
     tail += pending_families(fs.pending if fs is not None else None)
     if fs is not None:
@@ -396,6 +401,8 @@ def forecast_families(
         tail.append(persisted)
         tail.append(skipped_rows)
     tail.append(jobs_g)
+    if fs is not None:
+        tail.append(held)
     return [completion], remaining, tail
 
 

@@ -9,6 +9,7 @@ with which set matches, and that the query count stays within
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from gpu_eta.forecaster import queries, scrape_gap
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promparse import PromAPIError
+from gpu_eta.forecaster.publish import forecast_families
 from tests.forecaster.test_cycle import NOW, CannedClient, job, labels_of, make_cycle, merge, s
 from tests.forecaster.test_cycle import store as store  # the fixture
 
@@ -220,3 +222,30 @@ def test_a_run_is_held_past_the_read_window_up_to_the_lookback(store: HistorySto
     client.answers["held_present"] = []
     t[0] = NOW + 300
     assert {j.run.run_id for j in cycle.run().jobs} == {"b"}
+
+
+def test_the_runs_held_are_counted_and_logged_when_they_change(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``gpu_eta_forecaster_runs_held``: the runs forecast from a scrape gap; one INFO
+    line when that set changes, none while it stays."""
+    answers = merge(
+        job("a", 10, [(1, NOW - 200)], NOW - 300), job("b", 10, [(1, NOW - 200)], NOW - 300)
+    )
+    client = CannedClient(answers)
+    cycle = make_cycle(client, store)
+    assert cycle.run().n_held == 0
+    client.answers["present"] = [x for x in answers["present"] if x.labels["run_id"] != "a"]
+    client.answers["held_present"] = [s(NOW - 20, **labels_of("a"))]
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.cycle"):
+        fs = cycle.run()
+        assert fs.n_held == 1 and cycle.run().n_held == 1
+        client.answers["held_present"] = []
+        assert cycle.run().n_held == 0
+    said = [r.getMessage() for r in caplog.records if "scrape gap" in r.getMessage()]
+    assert len(said) == 2 and said[0].endswith(
+        "1 runs held from their last samples (exporter scrape failed): a"
+    )
+    _, _, tail = forecast_families(fs, NOW)
+    (family,) = [f for f in tail if f.name == "gpu_eta_forecaster_runs_held"]
+    assert [x.value for x in family.samples] == [1.0]
