@@ -76,24 +76,36 @@ SCALE_ZERO = (
 """statsmodels ``RLM.fit``'s warning text for a perfect fit, kept word for word."""
 
 
+RANK_RCOND = 1e-10
+"""Singular values of a weighted design below this share of its largest count as zero.
+
+Why not ``pinv``'s 1e-15: in every 25th fit of both MLPerf replays, at every Huber step,
+an exact dependency (one-hot levels that always coincide) left a singular value of at
+most 2e-16 of the largest, a real column one of at least 1e-4. At 1e-15 the cut sat
+five times above the zeros: a rounding away from keeping one, whose inverse (~1e15)
+would swing the coefficients of the tied columns. 1e-10 sits mid-gap: in every solve of
+both replays no value fell between the two cuts, so every forecast is the same to the
+bit (``bench/forecast_accuracy.py``, ``bench/fit_speed.py --check``).
+"""
+
+
 def min_norm_solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.linalg.pinv(a).dot(b)`` for a tall ``a`` (the minimum-norm least-squares
-    solution, singular values below 1e-15 of the largest dropped, as ``pinv`` drops
-    them), through one QR factorisation: ``pinv(QR) = pinv(R) Qᵀ``, and ``Qᵀb`` is the
-    last column of the QR of ``[a | b]``.
+    """``np.linalg.pinv(a, rcond=RANK_RCOND).dot(b)`` for a tall ``a`` (the minimum-norm least-squares
+    solution, singular values below ``RANK_RCOND`` of the largest dropped), through one
+    QR factorisation: ``pinv(QR) = pinv(R) Qᵀ``, and ``Qᵀb`` is the last column of the QR
+    of ``[a | b]``.
 
     Why: ``pinv`` of the weighted design, once per Huber iteration, was most of a model
     fit; its SVD builds the ``m × n`` singular vectors and multiplies them back, where
     this factorises once and inverts an ``n × n`` triangle (2× faster per iteration on
     MLPerf designs). Same solution to rounding: the forecasts of every MLPerf history
     tried differ from ``pinv``'s by < 1e-10 relative (``bench/fit_speed.py``).
-    The designs are rank-deficient (one-hot levels that always coincide): their
-    dropped singular values are ~1e-17 of the largest and the kept ones > 1e-3, so
-    both ways drop the same ones.
+    The designs are rank-deficient (one-hot levels that always coincide, up to 14
+    columns): why the cut is ``RANK_RCOND``, not ``pinv``'s 1e-15, is said there.
     """
     k = a.shape[1]
     r = np.linalg.qr(np.column_stack([a, b]), mode="r")
-    return np.linalg.pinv(r[:k, :k]).dot(r[:k, k])
+    return np.linalg.pinv(r[:k, :k], rcond=RANK_RCOND).dot(r[:k, k])
 
 
 def huber_irls(y: np.ndarray, X: np.ndarray, max_iter: int) -> tuple[np.ndarray, float, int]:

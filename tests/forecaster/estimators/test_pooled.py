@@ -135,6 +135,23 @@ def test_min_norm_solve_is_pinv_to_rounding_on_a_rank_deficient_design() -> None
     assert got[2] == pytest.approx(got[3], rel=1e-12)  # the aliased pair shares its effect
 
 
+def test_min_norm_solve_counts_a_rounding_sized_singular_value_as_zero() -> None:
+    """Two one-hot columns equal but for rounding leave a singular value ~1e-13 of the
+    largest: above ``pinv``'s 1e-15 cut, whose inverse swung the pair's effects to
+    ±1e12; below ``RANK_RCOND``, so the pair shares one effect as an exact tie does."""
+    from gpu_eta.forecaster.estimators.pooled import min_norm_solve
+
+    rng = np.random.default_rng(12)
+    n = 500
+    level = (rng.integers(0, 2, n) == 1).astype(float)
+    noise = 1e-13 * rng.normal(size=n)  # not a multiple of the level: a direction of its own
+    a = np.column_stack([np.ones(n), rng.normal(size=n), level, level + noise])
+    a = a * rng.uniform(0.2, 1.0, n)[:, None]  # Huber weights
+    b = rng.normal(size=n)
+    got = min_norm_solve(a, b)
+    assert abs(got[2]) < 10 and got[2] == pytest.approx(got[3], rel=1e-9)
+
+
 def test_fit_reads_each_numeric_column_once_and_designs_what_design_gives(monkeypatch) -> None:
     """``fit`` hands the numeric columns it read to ``design`` (read once per fit, each
     of the nine to eleven fits of a model): the design from them is byte for byte the
