@@ -697,23 +697,29 @@ Point = tuple[float, float, int]  # (progress, time, line)
 
 
 def reused_after(rows: Sequence[Point], planned: float) -> tuple[Point, Point] | None:
-    """The earliest row that shows again, after the run first reached ``planned``, a
-    progress value it had shown before, with that first row at the plan; None when
-    there is none.
+    """The row where a second run starts, after the run first reached ``planned``, under
+    the same key: the run's first progress value again, followed by a higher one (it
+    starts over and climbs); with that first row at the plan. None when there is none.
 
-    Why: a run that completed does not go on, so its old values again later are a
+    Why: a run that completed does not start over, so a new start and climb later is a
     second run under the same key (a job's "1" of today and of last week). Merged, a
     second run that repeats the first's values would vanish into its first times
     (``first_reached``) and one that does not would read as times going back; which
-    rows are whose cannot be told, so the key is damage. A run that did not complete
-    and shows its old values again is a restart (``first_reached``), and a lower value
-    seen only after the plan is a time out of order, said as such (``_assemble``)."""
+    rows are whose cannot be told, so the key is damage. Why a start and a climb, not
+    any old value again: a completed run's export also shows a few lower values after
+    its end that are still that run (a restart from an older checkpoint after the
+    final save failed, a gauge reset to 0 by an exporter restart, two ranks' series
+    under one key a moment apart); those keep the run, each value from its first time
+    (``first_reached``), as a run that did not complete and shows old values is read."""
     done = min((r for r in rows if r[0] == planned), key=lambda r: (r[1], r[2]), default=None)
     if done is None:
         return None
-    before = {e for e, t, _line in rows if e < planned and t <= done[1]}
-    later = [r for r in rows if r[0] in before and r[1] > done[1]]
-    return (min(later, key=lambda r: (r[1], r[2])), done) if later else None
+    start = min(e for e, _t, _line in rows)
+    later = sorted((r for r in rows if r[1] > done[1]), key=lambda r: (r[1], r[2]))
+    for i, row in enumerate(later):
+        if row[0] == start < planned and any(r[0] > start for r in later[i + 1 :]):
+            return row, done
+    return None
 
 
 def _assemble(key: RunKey, acc: _Acc) -> Run:

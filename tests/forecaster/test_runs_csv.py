@@ -166,6 +166,20 @@ def test_a_run_id_reused_after_its_run_completed_skips_it_named() -> None:
             parse(f"{HEADER}\n{rows}")
 
 
+def test_lower_values_after_the_plan_that_do_not_start_over_keep_the_run() -> None:
+    """After its end, a completed run's export can show a few lower values that are
+    still that run: a restart from an older checkpoint (the final save failed, the
+    kubelet restarted the container under a fixed run_id), a gauge reset to 0 (an
+    exporter restart), a second rank's series under the same key a moment behind. Only
+    a start over that climbs is a second run; these keep the run, as completed, each
+    value from its first time."""
+    plan = "a,0,4,0\na,1,4,10\na,2,4,20\na,3,4,30\na,4,4,40\n"
+    for after in ("a,3,4,60\na,4,4,70\n", "a,0,4,50\n", "a,3,4,40.2\n"):
+        (run,) = parse(f"{HEADER}\n{plan}{after}")
+        assert run.completed is True
+        assert run.epoch_times == ((0, 0), (1, 10), (2, 20), (3, 30), (4, 40))
+
+
 def test_the_plan_sampled_after_the_run_completed_is_the_same_run() -> None:
     # the progress gauge scraped on at its last value until the series goes stale
     (run,) = parse(f"{HEADER}\na,0,2,0\na,1,2,10\na,2,2,20\na,2,2,35\na,2,2,50\n")
