@@ -227,7 +227,9 @@ class HistoryMatch:
         return self
 
     def update(self, new_runs: Sequence[Run]) -> HistoryMatch:
-        """Learn ``new_runs`` on top of what was learnt: only these are read.
+        """Learn ``new_runs`` on top of what was learnt: only these are read. Unlike
+        ``EtaModel.update`` and the priors' (given the whole history each time), pass
+        only runs not given before: a run given twice counts twice in the medians.
 
         Why sorted lists: each job's durations stay in order as runs arrive
         (``insort``), so a median is one or two reads by index, and only the medians
