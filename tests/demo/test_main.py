@@ -72,25 +72,32 @@ def test_numbers_that_are_not_finite_are_usage_errors(argv: list[str]) -> None:
     assert "Traceback" not in err.getvalue() and argv[0] in err.getvalue()
 
 
-def test_sigterm_while_the_stack_starts_stops_it_as_ctrl_c_does(monkeypatch, tmp_path) -> None:
-    """SIGTERM (``timeout``, a CI job cancelled) while a part starts: the stack wraps a
-    part's failure (``except Exception``) into "did not start", exit 1; the signal is
-    not that part's failure. It stops the demo as Ctrl-C does: "stopping…", exit 0."""
+def _demo_terminated_in(monkeypatch, tmp_path: Path, module: object, name: str) -> str:
+    """The smallest demo (``--seconds 1``) with ``module.name`` replaced by a call that
+    sends the demo SIGTERM and waits for it to interrupt; its stderr (exit 0 asserted)."""
 
-    def terminated_meanwhile(**_kwargs: object) -> None:
+    def terminated_meanwhile(*_args: object, **_kwargs: object) -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # the demo's handler raises in the sleep
         time.sleep(10)
-        raise AssertionError("SIGTERM did not interrupt the start")
+        raise AssertionError(f"SIGTERM did not interrupt {name}")
 
-    monkeypatch.setattr(demo_stack, "start_alertmanager", terminated_meanwhile)
+    monkeypatch.setattr(module, name, terminated_meanwhile)
     argv = ["--nodes", "1", "--warm-start", "0", "--history-days", "0", "--quiet"]
-    argv += ["--seconds", "5", "--workdir", str(tmp_path)]
+    argv += ["--seconds", "1", "--workdir", str(tmp_path)]
     argv += ["--prometheus-port", "0", "--forecaster-port", "0", "--alertmanager-port", "0"]
     err = io.StringIO()
     with redirect_stderr(err):
         code = cli.main(argv)
     assert code == 0, err.getvalue()
-    assert "stopping" in err.getvalue() and "did not start" not in err.getvalue()
+    return err.getvalue()
+
+
+def test_sigterm_while_the_stack_starts_stops_it_as_ctrl_c_does(monkeypatch, tmp_path) -> None:
+    """SIGTERM (``timeout``, a CI job cancelled) while a part starts: the stack wraps a
+    part's failure (``except Exception``) into "did not start", exit 1; the signal is
+    not that part's failure. It stops the demo as Ctrl-C does: "stopping…", exit 0."""
+    err = _demo_terminated_in(monkeypatch, tmp_path, demo_stack, "start_alertmanager")
+    assert "stopping" in err and "did not start" not in err
 
 
 @pytest.mark.integration
@@ -100,20 +107,8 @@ def test_sigterm_during_the_final_snapshot_stops_the_demo(monkeypatch, tmp_path)
     on Ctrl-C ("stopping…"), not go on as if the snapshot had been printed."""
     from gpu_eta.top import main as top_main
 
-    def terminated_meanwhile(*_args: object, **_kwargs: object) -> None:
-        os.kill(os.getpid(), signal.SIGTERM)  # the demo's handler raises in the sleep
-        time.sleep(10)
-        raise AssertionError("SIGTERM did not interrupt the snapshot")
-
-    monkeypatch.setattr(top_main, "refresh", terminated_meanwhile)
-    argv = ["--nodes", "1", "--warm-start", "0", "--history-days", "0", "--quiet"]
-    argv += ["--seconds", "1", "--workdir", str(tmp_path)]
-    argv += ["--prometheus-port", "0", "--forecaster-port", "0", "--alertmanager-port", "0"]
-    err = io.StringIO()
-    with redirect_stderr(err):
-        code = cli.main(argv)
-    assert code == 0, err.getvalue()
-    assert "stopping" in err.getvalue() and "epochs completed" not in err.getvalue()
+    err = _demo_terminated_in(monkeypatch, tmp_path, top_main, "refresh")
+    assert "stopping" in err and "epochs completed" not in err
 
 
 def test_defaults_are_the_readme_demo() -> None:
