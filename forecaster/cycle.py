@@ -130,8 +130,9 @@ class Cycle:
         # each run's latest epoch, last epoch end and step as the previous cycle read
         # them (went_back)
         self._marks: dict[RunKey, tuple[float, ...]] = {}
-        # the runs present in the previous read, those a failed scrape hid kept
-        # (scrape_gap): only they are kept while their exporter's scrapes fail
+        # the runs running in the previous read (present, not done), those a failed
+        # scrape hid kept (scrape_gap): only they are kept while their exporter's
+        # scrapes fail
         self._present: frozenset[RunKey] = frozenset()
         # the runs the last read held from a scrape gap (logged when the set changes)
         self._held: frozenset[RunKey] = frozenset()
@@ -286,6 +287,11 @@ class Cycle:
         # running and present is the list read above, filtered.
         running = [r for r in stored_running if run_key(r.run) in view.present]
         planless = [(p, planless_stub(p)) for p in view.planless]
+        # the runs a scrape gap may hold in the next read: those running now only, not
+        # one that ended or reached its plan while its pod lives on (a notebook, a Job's
+        # Succeeded pod): held, its end and plan gone from the window's reads, it would
+        # be read as running again, revived and forecast (scrape_gap)
+        self._present = frozenset(run_key(r.run) for r in running) | {p.key for p, _ in planless}
         if any(progress_overdue(stored.run, view, now, s) for stored in running) or any(
             progress_overdue(stub, view, now, s) for _, stub in planless
         ):
@@ -695,7 +701,6 @@ class Cycle:
             self._held = frozenset(held_keys)
         instant.update(static.answers(seen))
         instant.update(held)
-        self._present = scrape_gap.run_keys(instant["present"])
         steps_only = static.steps_only()  # some run reports only steps
         # a run without a plan may report only steps: its latest step shows it running
         # (runs_from_series.PlanlessRun); no range read, it is not stored

@@ -6,11 +6,12 @@ that node's runs until its next good scrape. Read as absent, each such run would
 ``/metrics`` for a cycle (dashboards flicker, alerts computed from the forecasts reset)
 and its GPU would lose its free time. A run whose pod is deleted looks the same to
 those selectors; what differs is ``up``: 0 when the scrape failed. So the cycle asks,
-only when some run present in its previous read is absent now, for the runs and
+only when some run running at its previous read is absent now, for the runs and
 allocations of the targets whose scrape failed, as last scraped within Prometheus'
 lookback (``queries.SCRAPE_GAP``), and ``held`` puts back those of the runs that were
-present in the previous read. Bounded: a target down longer than the lookback loses its
-runs as before (then the vanish grace runs), and a run whose pod was deleted before the
+running at the previous read (present and not done: a run that ended or reached its
+plan is never held, its pod may live on). Bounded: a target down longer than the
+lookback loses its runs as before (then the vanish grace runs), and a run whose pod was deleted before the
 failure is not brought back: absent at the previous read, or (deleted since) not seen at
 its target's last good scrape (``queries.SCRAPE_GAP``'s subqueries).
 """
@@ -33,7 +34,7 @@ def run_keys(samples: Sequence[Sample]) -> frozenset[RunKey]:
 def missing(
     previous: Set[RunKey], present: Sequence[Sample], finished: Collection[RunKey]
 ) -> list[RunKey]:
-    """The runs present at the previous read (``previous``) that ``present`` lacks, but
+    """The runs running at the previous read (``previous``) that ``present`` lacks, but
     those finished already (``finished``: a completed run's series may go, nothing to
     keep), in key order."""
     return sorted(previous - run_keys(present) - set(finished))

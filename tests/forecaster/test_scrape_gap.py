@@ -249,3 +249,43 @@ def test_the_runs_held_are_counted_and_logged_when_they_change(
     _, _, tail = forecast_families(fs, NOW)
     (family,) = [f for f in tail if f.name == "gpu_eta_forecaster_runs_held"]
     assert [x.value for x in family.samples] == [1.0]
+
+
+def _without(answers: dict, run_id: str) -> dict:
+    return {k: [x for x in v if x.labels.get("run_id") != run_id] for k, v in answers.items()}
+
+
+def _ended_then_gap(store: HistoryStore, ends: list, planned: float = 10) -> list:
+    """Run a ends at NOW + 30 (its pod lives on, its end series with it) and is read
+    done; later its exporter fails its scrapes for longer than the read window (< 5
+    min): the window's ``last_over_time`` no longer answers a (end, epoch, plan), the
+    gap read does. The ForecastSets of the three cycles in the gap."""
+    t = [NOW]
+    base = merge(
+        job("a", planned, ends, NOW - 300),
+        job("b", 10, [(1, NOW - 40)], NOW - 100),
+        {"allocated": [*_allocated("a", "0"), *_allocated("b", "1")]},
+    )
+    client = CannedClient(merge(base, {"ended": [s(NOW + 30, **labels_of("a"))]}))
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    for later in (60, 120, 180, 240, 300, 360, 420):
+        t[0] = NOW + later
+        assert [j.run.run_id for j in cycle.run().jobs] == ["b"]
+    client.answers = _without(base, "a")
+    client.answers["held_present"] = [s(NOW + 400, **labels_of("a"))]
+    client.answers["held_allocated"] = _allocated("a", "0")
+    out = []
+    for later in (480, 540, 600):
+        t[0] = NOW + later
+        out.append(cycle.run())
+    return out
+
+
+def test_an_ended_run_is_not_brought_back_by_a_scrape_gap(store: HistoryStore) -> None:
+    """A notebook run that called end() before its first epoch (stored not completed),
+    its pod alive: a later scrape gap held it as running (it was present at the previous
+    read), its row revived, forecast to its plan. Only the runs running are held."""
+    for fs in _ended_then_gap(store, []):
+        assert [j.run.run_id for j in fs.jobs] == ["b"]
+        assert "a" not in {r.run.run_id for r in store.running()}
+    assert [(r.run_id, r.completed) for r in store.finished()] == [("a", False)]
