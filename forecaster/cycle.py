@@ -134,7 +134,8 @@ class Cycle:
         # scrape hid kept (scrape_gap): only they are kept while their exporter's
         # scrapes fail
         self._present: frozenset[RunKey] = frozenset()
-        # the runs the last read held from a scrape gap (logged when the set changes)
+        # the runs the last cycle forecast from a scrape gap: held and running (logged
+        # when the set changes; ``n_held``)
         self._held: frozenset[RunKey] = frozenset()
         # the time of the latest cycle whose Prometheus read failed, until a cycle
         # records again (uncovered_since, unseen_seconds)
@@ -196,7 +197,7 @@ class Cycle:
         window = max(window, s.min_step_seconds)
         before = self.client.stats.success + self.client.stats.error
         said: list[str] = []  # the read's answers' warnings: a partial read
-        instant, ranges, span, ending = self._query(now, window, said)
+        instant, ranges, span, ending, held_keys = self._query(now, window, said)
         full = span is not None and ending is None
         # the seconds the means add: since the previous full read (or the whole span)
         new_seconds = 0.0 if span is None else span
@@ -292,6 +293,9 @@ class Cycle:
         # Succeeded pod): held, its end and plan gone from the window's reads, it would
         # be read as running again, revived and forecast (scrape_gap)
         self._present = frozenset(run_key(r.run) for r in running) | {p.key for p, _ in planless}
+        # the runs held that are forecast (one held may be read done in this read: its end
+        # or last epoch is still in the window's answers)
+        self._note_held(held_keys & self._present)
         if any(progress_overdue(stored.run, view, now, s) for stored in running) or any(
             progress_overdue(stub, view, now, s) for _, stub in planless
         ):
@@ -346,6 +350,17 @@ class Cycle:
             history_rows_skipped=self.store.skipped_rows,
             n_held=len(self._held),
         )
+
+    def _note_held(self, held: frozenset[RunKey]) -> None:
+        """Keep ``held``, the runs forecast from a scrape gap (``n_held``); one INFO line
+        when that set changes."""
+        if held != self._held:
+            log.info(
+                "scrape gap: %d runs held from their last samples (exporter scrape failed): %s",
+                len(held),
+                ", ".join(sorted(k[3] for k in held))[:500] or "none",
+            )
+            self._held = held
 
     def _keep_features(self, view: CycleView) -> None:
         """Give each run of ``view`` the features it had in the previous cycle that this
@@ -585,12 +600,14 @@ class Cycle:
         dict[str, list[Series]],
         float | None,
         tuple[RunKey, ...] | None,
+        frozenset[RunKey],
     ]:
         """Every answer ``assemble`` reads but the stall check's (``_run``), the
         unchanging ones from ``self._static``; the span of this cycle's range read and
         GPU-use and memory means, None without one; and the runs they were read for:
-        None for every run (a full read), the ending runs otherwise (``_range_span``).
-        Every answer's warnings go to ``said`` (``partial_hold``)."""
+        None for every run (a full read), the ending runs otherwise (``_range_span``);
+        and the runs a scrape gap held (``scrape_gap``). Every answer's warnings go to
+        ``said`` (``partial_hold``)."""
         s = self.settings
 
         def ask(name: str, runs: str = "", pods: str = "", over: float = window) -> list[Sample]:
@@ -692,13 +709,6 @@ class Cycle:
         # holds them, not only while their last sample is in the window
         held_keys = scrape_gap.run_keys(held["present"]) - scrape_gap.run_keys(instant["present"])
         seen |= held_keys
-        if held_keys != self._held:
-            log.info(
-                "scrape gap: %d runs held from their last samples (exporter scrape failed): %s",
-                len(held_keys),
-                ", ".join(sorted(k[3] for k in held_keys))[:500] or "none",
-            )
-            self._held = frozenset(held_keys)
         instant.update(static.answers(seen))
         instant.update(held)
         steps_only = static.steps_only()  # some run reports only steps
@@ -715,7 +725,7 @@ class Cycle:
             done = self._finished_at.keys() | self._ended_recorded
             ending = tuple(k for k in ending_runs(instant) if k not in done)
             if not ending:
-                return instant, {}, None, ()
+                return instant, {}, None, (), held_keys
             read = self._ending_queries(ending, span)
             if read is None:
                 full, ending = True, None
@@ -733,7 +743,7 @@ class Cycle:
             name: self.client.range(tpl.format(runs=runs), now - span, now, step, warnings=said)
             for name, tpl in templates.items()
         }
-        return instant, ranges, span, ending
+        return instant, ranges, span, ending, held_keys
 
     def _ending_queries(
         self, keys: Sequence[RunKey], span: float

@@ -289,3 +289,38 @@ def test_an_ended_run_is_not_brought_back_by_a_scrape_gap(store: HistoryStore) -
         assert [j.run.run_id for j in fs.jobs] == ["b"]
         assert "a" not in {r.run.run_id for r in store.running()}
     assert [(r.run_id, r.completed) for r in store.finished()] == [("a", False)]
+
+
+def test_runs_held_does_not_count_an_ended_run(store: HistoryStore) -> None:
+    """Early-stopped (2 of 10, stored completed at 2): never forecast again, so not a
+    run forecast from a scrape gap (``gpu_eta_forecaster_runs_held``)."""
+    for fs in _ended_then_gap(store, [(1, NOW - 200), (2, NOW + 20)]):
+        assert [j.run.run_id for j in fs.jobs] == ["b"]
+        assert fs.n_held == 0
+
+
+@pytest.mark.parametrize("ended", [True, False], ids=["ended", "at_plan"])
+def test_a_run_held_and_read_done_is_not_counted_held(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture, ended: bool
+) -> None:
+    """Running at the previous read, then its last samples (its end, or its last epoch
+    at its plan) and its exporter's failed scrape: held, and read done from the window's
+    answers, so finished and not forecast; it is not among the runs held (the metric,
+    the INFO line)."""
+    t = [NOW]
+    client = CannedClient(merge(job("a", 10, [(1, NOW - 200)], NOW - 300), job("b", 10, [], NOW)))
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    assert cycle.run().n_held == 0
+    ends = [(1, NOW - 200)] if ended else [(1, NOW - 200), (10, NOW + 30)]
+    later = merge(job("a", 10, ends, NOW - 300), job("b", 10, [], NOW))
+    if ended:
+        later["ended"] = [s(NOW + 30, **labels_of("a"))]
+    client.answers = _without(later, "a") | {
+        name: later[name] for name in ("epoch", "last_end", "ended") if name in later
+    }
+    client.answers["held_present"] = [s(NOW + 30, **labels_of("a"))]
+    t[0] = NOW + 60
+    with caplog.at_level(logging.INFO, logger="gpu_eta.forecaster.cycle"):
+        fs = cycle.run()
+    assert [j.run.run_id for j in fs.jobs] == ["b"] and fs.n_held == 0
+    assert not [r for r in caplog.records if "scrape gap" in r.getMessage()]
