@@ -336,7 +336,12 @@ def derived_run_id(namespace: str, pod: str, container: str, source: str, start:
 def starts_new_run(previous: Progress | None, report: Report) -> bool:
     """Whether ``report`` begins a run rather than continuing ``previous``.
 
-    A named run id decides alone. Without one (logs, curl) a run restarts when the
+    A named run id decides alone, but for a ``start`` naming the run that has ended: a
+    run trained again under its name (a notebook cell re-running
+    ``ProgressReporter(run_id="exp")`` after ``end()``) is a new run, with its own start
+    and no end; a repeated ``start`` of a run not ended changes nothing. Kept ended,
+    with the old start, the forecaster would read it done at once (its end after its
+    start) and never forecast it. Without one (logs, curl) a run restarts when the
     epoch or step counter goes back or the planned totals change: the signature of
     a notebook that trains again; and any report with a counter or total but another
     ``end`` after the run's ``end`` (its next training may go on from where it stopped:
@@ -345,7 +350,9 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     if previous is None:
         return True
     if report.run_id is not None:  # a repeated "start" of the same run changes nothing
-        return report.run_id != previous.run_id
+        if report.run_id != previous.run_id:
+            return True
+        return report.event == "start" and previous.ended_timestamp is not None
     if report.event == "start":
         return True
     if previous.ended_timestamp is not None and report.event != "end":
@@ -439,7 +446,9 @@ def advance(
     naming the same run id is checked against them: one with the same counters
     changes nothing (a repeated ``end`` is idempotent), one that omits the totals
     keeps them, one whose epoch or step goes beyond them is refused as any
-    ``epoch > epochs``: the sender called ``end`` before it had finished. A report
+    ``epoch > epochs``: the sender called ``end`` before it had finished; a ``start``
+    naming it is a new run (``starts_new_run``), whose start is the report's
+    ``run_start``, or ``now`` when that is not after the end (the ended run's). A report
     without a run id after an end (logs, curl, a marker line) that carries a counter
     or total is a new run, whatever its counters, except another ``end``
     (``starts_new_run``): such a sender's next training may go on from where the last
@@ -455,6 +464,15 @@ def advance(
         raise InvalidReport("end of no run known here: send it with its epoch or step")
     if new_run:
         start = report.run_start if report.run_start is not None else now
+        if (
+            previous is not None
+            and previous.ended_timestamp is not None
+            and report.run_id == previous.run_id
+            and start <= previous.ended_timestamp
+        ):
+            # the run that ended, started again with its old start (one reporter begun
+            # twice): that start is the ended run's, this one starts now
+            start = max(now, previous.ended_timestamp)
         run_id = report.run_id or derived_run_id(namespace, pod, container, source, start)
         base = Progress(
             namespace=namespace,

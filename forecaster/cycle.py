@@ -646,6 +646,14 @@ class Cycle:
         # start and plan are read again in this cycle, not up to ``static_full_every`` later
         marks = progress_marks(instant)
         static.forget(went_back(self._marks, marks))
+        # a run read ended whose end is no longer answered while it is present: trained
+        # again under its name (the exporter began a new run: a new start, no end), its
+        # start read again now, not up to ``static_full_every`` cycles later (its old
+        # start with the old end lingering in the window reads it done)
+        static.forget(
+            (self._ended_recorded - scrape_gap.run_keys(instant.get("ended", ())))
+            & scrape_gap.run_keys(instant["present"])
+        )
         # a run at (or past) the plan held for it may have raised its plan since the
         # last full read: read again before it is judged finished, what is held kept
         # should the read not answer it (``refresh``). Only where its progress moved

@@ -252,6 +252,31 @@ def test_start_event_begins_a_run_unless_it_repeats_the_current_one():
     assert fresh.run_id != anon.run_id and fresh.epoch is None
 
 
+def test_a_start_naming_a_run_that_ended_begins_it_again():
+    """A notebook cell re-running ``ProgressReporter(run_id="exp", epochs=10)`` after
+    ``end()``: kept ended with the old start, the forecaster read the new training done
+    at once (its end after its start) and never forecast it; top hid it."""
+    p = _adv(None, Report(event="start", run_id="exp", epochs=10, run_start=NOW), NOW)
+    p = _adv(p, Report(run_id="exp", epoch=6), NOW + 100)
+    ended = _adv(p, Report(event="end", run_id="exp"), NOW + 110)
+    again = _adv(
+        ended, Report(event="start", run_id="exp", epochs=10, run_start=NOW + 200), NOW + 200
+    )
+    again = _adv(again, Report(run_id="exp", epoch=1), NOW + 300)
+    assert (again.run_id, again.run_start_timestamp, again.ended_timestamp) == (
+        "exp",
+        NOW + 200,
+        None,
+    )
+    assert (again.epoch, again.epochs, again.epoch_end_timestamp) == (1, 10, NOW + 300)
+    # one reporter begun twice sends the ended run's start: the new run starts now
+    twice = _adv(ended, Report(event="start", run_id="exp", run_start=NOW), NOW + 250)
+    assert (twice.run_start_timestamp, twice.ended_timestamp) == (NOW + 250, None)
+    # a start of the run still going changes nothing; progress after the end stays its
+    assert _adv(p, Report(event="start", run_id="exp"), NOW + 105).run_start_timestamp == NOW
+    assert _adv(ended, Report(run_id="exp", epoch=6), NOW + 120).ended_timestamp == NOW + 110
+
+
 def test_a_plan_less_run_that_ends_gets_the_totals_it_reached():
     p = _adv(None, Report(run_id="r1", epoch=0, step=0), NOW)
     p = _adv(p, Report(run_id="r1", epoch=3, step=300), NOW + 30)

@@ -19,7 +19,7 @@ from gpu_eta.forecaster.cycle import Cycle, progress_marks, went_back
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.series import Series
 from gpu_eta.forecaster.static_series import StaticSeries
-from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle, merge, s
+from tests.forecaster.test_cycle import NOW, CannedClient, job, labels_of, make_cycle, merge, s
 
 
 @pytest.fixture
@@ -323,3 +323,35 @@ def test_forget_drops_a_fallback_a_failed_cycle_left() -> None:
     held.forget([run])
     held.store({}, full=False)  # the restarted run's read answers nothing (partial)
     assert not any(held.answers([run]).values())
+
+
+def test_a_named_run_begun_again_after_its_end_is_forecast_once_its_end_goes(
+    store: HistoryStore,
+) -> None:
+    """A ``start`` naming a run that ended (a notebook cell run again): the exporter
+    publishes a new start and no end. Its old end lingers in the window's reads, then
+    goes while the run is present: its start is read again then, so the new attempt is
+    recorded and forecast, not only at the next full read (``static_full_every``)."""
+    t = [NOW]
+    old = job("exp", 10, [(6, NOW - 100)], NOW - 1000)
+    b = job("b", 10, [(1, NOW - 40)], NOW - 100)
+    client = CannedClient(merge(old, b))
+    cycle = make_cycle(client, store, clock=lambda: t[0])
+    cycle.run()
+    end = {"ended": [s(NOW - 50, **labels_of("exp"))]}
+    client.answers = merge(old, b, end)
+    t[0] = NOW + 60
+    assert [j.run.run_id for j in cycle.run().jobs] == ["b"]  # early-stopped at 6
+    new = job("exp", 10, [(6, NOW - 100)], NOW + 100)  # begun again at NOW + 100
+    for i in (2, 3, 4):  # the old end still in the window: done, as it was
+        t[0] = NOW + 60 * i
+        client.answers = merge(new, b, end)
+        assert [j.run.run_id for j in cycle.run().jobs] == ["b"]
+    t[0] = NOW + 300
+    client.answers = merge(new, b)
+    assert sorted(j.run.run_id for j in cycle.run().jobs) == ["b", "exp"]
+    ((stored,),) = [[r for r in store.running() if r.run.run_id == "exp"]]
+    assert stored.run.start_timestamp == NOW + 100
+    assert [(r.run_id, r.completed, r.epochs_planned) for r in store.finished()] == [
+        ("exp", True, 6)
+    ]
