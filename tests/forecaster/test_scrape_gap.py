@@ -324,3 +324,15 @@ def test_a_run_held_and_read_done_is_not_counted_held(
         fs = cycle.run()
     assert [j.run.run_id for j in fs.jobs] == ["b"] and fs.n_held == 0
     assert not [r for r in caplog.records if "scrape gap" in r.getMessage()]
+
+
+def test_named_gap_parts_too_long_fall_back_to_every_runs() -> None:
+    """``parts``' own length guard: 150 runs of 64-character ids in long pod names make
+    named parts of ~40,000 characters (the run matcher appears twice in
+    ``held_present``, the pods twice in ``held_allocated``), over VictoriaMetrics'
+    16,384 even sent alone: every run's parts instead, which fit with the GPU models."""
+    keys = [("ml", f"pod-{i:03d}-" + "x" * 50, "c", f"{i:03d}" + "r" * 61) for i in range(150)]
+    assert len(keys) <= queries.MAX_UNKNOWN_RUNS
+    got = scrape_gap.parts(keys)
+    assert got == {n: queries.render(t, 0, 0) for n, t in queries.SCRAPE_GAP.items()}
+    assert queries.fits({**got, "gpu_info": queries.GPU_INFO}), len(queries.fold(got))
