@@ -20,7 +20,9 @@ Input is untrusted: sizes are bounded (``MAX_LINE_CHARS`` a line, read in pieces
 past it; ``MAX_ROWS``, ``MAX_RUNS``) and each line is parsed alone (``_lines``, ``_row``:
 no field spans lines). Damage to the file as a whole (no header, a required column
 missing, gzip damaged before the first row) is one ``RunsCsvError`` naming the line.
-A row that is the header again (files joined with ``cat``) is read past.
+A row that is a header again (files joined with ``cat``, ``header_names``) gives the
+columns of the rows after it; one lacking a required column has them read past, counted
+(``RunsFile.unread``).
 A progress value on several rows counts from its first time (``first_reached``),
 except after the run reached its plan: then it is another run under the same key
 (``reused_after``), skipped as damage.
@@ -133,12 +135,26 @@ class RunsFile:
     dropped: dict[tuple[str, str], int] = field(default_factory=dict)
     # lines about the file as a whole (columns ignored, a clock read as milliseconds)
     notes: tuple[str, ...] = ()
+    # headers mid-file that cannot place rows: (line, why, rows after it read past)
+    unread: tuple[tuple[int, str, int], ...] = ()
 
     def warning(self) -> str | None:
         """One line naming the skipped runs (at most ``MAX_NAMED``) and counting the
         feature values left out, or None."""
-        parts = [p for p in (self._skipped_part(), self._dropped_part()) if p]
+        parts = [p for p in (self._skipped_part(), self._unread_part(), self._dropped_part()) if p]
         return "; also ".join(parts) if parts else None
+
+    def _unread_part(self) -> str | None:
+        if not self.unread:
+            return None
+        total = sum(n for _line, _why, n in self.unread)
+        each = "; ".join(
+            f"{n:,} row(s) under the header of line {line} ({why})"
+            for line, why, n in self.unread[:MAX_NAMED]
+        )
+        more = len(self.unread) - MAX_NAMED
+        tail = f"; and {more:,} more header(s)" if more > 0 else ""
+        return f"{total:,} row(s) not read, their header unusable: {each}{tail}"
 
     def _dropped_part(self) -> str | None:
         if not self.dropped:
@@ -284,17 +300,18 @@ def _header_names(fields: Sequence[str]) -> list[str]:
     ]
 
 
-def repeats_header(row: Sequence[str], header: Sequence[str], i_run: int) -> bool:
-    """Whether a data row is the header again, as ``_read_header`` reads a header.
+def header_names(row: Sequence[str]) -> list[str] | None:
+    """A data row's names when it is a header again, as ``_read_header`` reads one,
+    else None: it names two or more of ``REQUIRED_COLUMNS`` (in any order, case or
+    spacing, after a BOM).
 
-    Why: runs files joined with ``cat`` repeat the header where each file began; that
-    row holds no run (as data it would be a damaged run named "run_id"), and the rows
-    after it read as the header says. A header with other columns is no such join
-    (its rows would be misread), so it is left to be damage."""
-    if len(row) != len(header) or len(row) <= i_run:
-        return False
-    first = row[i_run].removeprefix("\ufeff").strip().lower()
-    return first == "run_id" and _header_names(row) == list(header)
+    Why: runs files joined with ``cat`` repeat a header where each file began, and two
+    exports (of two versions, or tools) may order or choose their columns apart; the
+    rows after a header read as it says, never under the first header's positions.
+    Why two names: a data row holds numbers in three of them, so it names at most one
+    (a run_id that is the word "epoch")."""
+    names = _header_names(row)
+    return names if sum(c in names for c in REQUIRED_COLUMNS) >= 2 else None
 
 
 def _read_header(fh: TextIO) -> tuple[list[str], str]:
@@ -488,16 +505,40 @@ def _names(names: Sequence[str], kept: Sequence[str]) -> str:
     return first_of([n for n in names if n not in set(kept)], MAX_NAMED)
 
 
-def parse_runs_file(fh: TextIO) -> RunsFile:
-    """Read runs from an open CSV text stream, skipping (and recording) damaged runs.
+class _BadHeader(Exception):
+    """A header cannot place rows; the message says why."""
 
-    Raises ``RunsCsvError`` only for damage to the file as a whole: no header, a
-    required column missing, too many rows, no data row at all.
-    """
-    header, sep = _read_header(fh)
-    comma = sep == ";"  # a decimal comma: "0,5"
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """Where a header puts each column read: the rows after it are read with these."""
+
+    names: tuple[str, ...]
+    width: int  # fields a row has
+    i_run: int
+    i_epoch: int
+    i_plan: int
+    i_ts: int
+    i_keys: tuple[int | None, ...]  # KEY_COLUMNS; None: absent, read as ""
+    extra: tuple[tuple[str, int], ...]  # features: (name, index)
+    ignored: str | None  # the note when more than MAX_COLUMNS are named
+
+    @property
+    def i_limited(self) -> list[int]:
+        """A run's identity must be whole: an over-long feature is left out, not its run."""
+        keys = [i for i in self.i_keys if i is not None]
+        return [self.i_run, self.i_epoch, self.i_plan, self.i_ts, *keys]
+
+    def fits(self, row: Sequence[str]) -> bool:
+        """Whether a row has this header's fields: its width, or past it by empty fields
+        only (``_only_blank_past``)."""
+        return len(row) == self.width or _only_blank_past(row, self.width)
+
+
+def _columns(header: Sequence[str]) -> _Columns:
+    """The ``_Columns`` of a header's names; ``_BadHeader`` when it cannot place rows."""
     if len(header) > MAX_FILE_COLUMNS:
-        raise RunsCsvError(1, f"too many columns ({len(header):,} > {MAX_FILE_COLUMNS:,})")
+        raise _BadHeader(f"too many columns ({len(header):,} > {MAX_FILE_COLUMNS:,})")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         hint = (
@@ -506,31 +547,53 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             if len(header) == 1
             else ""
         )
-        raise RunsCsvError(1, f"missing required column(s): {', '.join(missing)}{hint}")
+        raise _BadHeader(f"missing required column(s): {', '.join(missing)}{hint}")
     named = [h for h in header if h]  # columns without a name (a spreadsheet's ",,") are read past
     twice = sorted({h for h in named if named.count(h) > 1})
     if twice:
-        raise RunsCsvError(1, f"duplicate column name(s) in header: {', '.join(twice)}")
+        raise _BadHeader(f"duplicate column name(s) in header: {', '.join(twice)}")
     index = {name: i for i, name in enumerate(header) if name}
     kept = keep_columns(named)
-    ignored = len(named) - len(kept)
-    notes = (
-        [
-            f"ignored {ignored:,} of {len(named):,} columns (at most {MAX_COLUMNS} are read): {_names(named, kept)}"
-        ]
-        if ignored
-        else []
+    n_ignored = len(named) - len(kept)
+    ignored = (
+        f"ignored {n_ignored:,} of {len(named):,} columns (at most {MAX_COLUMNS} are read): "
+        f"{_names(named, kept)}"
+        if n_ignored
+        else None
     )
-    extra = [(name, index[name]) for name in kept if name not in REQUIRED_COLUMNS]
+    return _Columns(
+        names=tuple(header),
+        width=len(header),
+        i_run=index["run_id"],
+        i_epoch=index["epoch"],
+        i_plan=index["epochs_planned"],
+        i_ts=index["timestamp_seconds"],
+        i_keys=tuple(index.get(c) for c in KEY_COLUMNS),
+        extra=tuple((name, index[name]) for name in kept if name not in REQUIRED_COLUMNS),
+        ignored=ignored,
+    )
+
+
+def parse_runs_file(fh: TextIO) -> RunsFile:
+    """Read runs from an open CSV text stream, skipping (and recording) damaged runs.
+
+    Raises ``RunsCsvError`` only for damage to the file as a whole: no header, a
+    required column missing, too many rows, no data row at all.
+    """
+    header, sep = _read_header(fh)
+    comma = sep == ";"  # a decimal comma: "0,5"
+    try:
+        first = _columns(header)
+    except _BadHeader as err:
+        raise RunsCsvError(1, str(err)) from None
+    notes = [first.ignored] if first.ignored else []
+    cols: _Columns | None = first  # the columns of the last header read
     limit = max(len(header), MAX_COLUMNS) * FIELD_BOUND
-    i_run, i_epoch, i_plan, i_ts = (index[c] for c in REQUIRED_COLUMNS)
-    i_keys = [index.get(c) for c in KEY_COLUMNS]  # None: absent, read as ""
-    # a run's identity must be whole: an over-long feature is left out, not its run
-    i_limited = [i_run, i_epoch, i_plan, i_ts, *(i for i in i_keys if i is not None)]
-    i_numbers = [i_epoch, i_plan, i_ts]  # run_id is checked on its own
     dropped: Counter[tuple[str, str]] = Counter()
     not_utf8 = "bytes not UTF-8: read as U+FFFD"
     too_long = f"longer than {MAX_FIELD_CHARS} characters: left out"
+    # headers mid-file that cannot place rows: [line, why, rows after it read past]
+    unread: list[list[Any]] = []
 
     runs: dict[RunKey, _Acc] = {}
     bad: dict[RunKey, SkippedRun] = {}
@@ -543,11 +606,32 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     for line, text, row, damage in _records(reader, limit, sep):
         if damage is None and all(not cell.strip() for cell in row):
             continue  # a blank line, or separators only (a spreadsheet's empty rows)
-        if damage is None and repeats_header(row, header, i_run):
-            continue  # files joined with cat: the next one's header
+        names = header_names(row) if damage is None else None
+        if names is not None:  # files joined with cat: the next one's header
+            if cols is not None and names == list(cols.names):
+                continue
+            try:
+                cols = _columns(names)
+            except _BadHeader as err:
+                cols = None
+                unread.append([line, str(err), 0])
+            else:
+                if cols.ignored:
+                    notes.append(f"line {line}: {cols.ignored}")
+            continue
         n_rows += 1
         if n_rows > MAX_ROWS:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
+        if cols is None:  # under a header that cannot place it
+            unread[-1][2] += 1
+            continue
+        i_run, i_epoch, i_plan, i_ts, i_keys = (
+            cols.i_run,
+            cols.i_epoch,
+            cols.i_plan,
+            cols.i_ts,
+            cols.i_keys,
+        )
         ascii_only = text.isascii()  # no byte to check in any field (nearly every line)
         if damage is None:
             run_id = row[i_run].strip() if len(row) > i_run else ""
@@ -573,11 +657,11 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(damage or unusable or "")
             if key in bad:
                 continue  # already skipped: its first damaged line is reported
-            if len(row) != len(header) and not _only_blank_past(row, len(header)):
-                raise _BadRow(f"expected {len(header)} fields, got {len(row)}")
-            if any(len(row[i]) > MAX_FIELD_CHARS for i in i_limited):
+            if not cols.fits(row):
+                raise _BadRow(f"expected {cols.width} fields, got {len(row)}")
+            if any(len(row[i]) > MAX_FIELD_CHARS for i in cols.i_limited):
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
-            if not ascii_only and not all(utf8_encodable(row[i]) for i in i_numbers):
+            if not ascii_only and not all(utf8_encodable(row[i]) for i in (i_epoch, i_plan, i_ts)):
                 raise _BadRow("not UTF-8 text")
             epoch_text = row[i_epoch].strip()
             # empty: a row with nothing to place (its plan and features still count)
@@ -621,7 +705,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             acc.rows.append((epoch, ts, line))
             if big and acc.big is None:
                 acc.big = (line, ts)
-        for name, i in extra:
+        for name, i in cols.extra:
             cell = row[i].strip()
             if not cell:
                 continue
@@ -648,7 +732,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             bad.setdefault(key, SkippedRun(key[3], line, cut))
         elif len(bad_rows) < MAX_KEPT_ROWS:
             bad_rows.append(SkippedRun("", line, cut))
-    if not runs and not bad and not bad_rows and not more_rows:
+    if not runs and not bad and not bad_rows and not more_rows and not unread:
         raise RunsCsvError(line, "no data rows")
     # counted over the runs kept: a run that went bad later took its rows with it
     n_read = sum(len(acc.rows) for acc in runs.values())
@@ -673,7 +757,8 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
     skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
-    return RunsFile(out, skipped, more_rows, dict(dropped), tuple(notes))
+    unread_t = tuple((ln, why, n) for ln, why, n in unread)
+    return RunsFile(out, skipped, more_rows, dict(dropped), tuple(notes), unread_t)
 
 
 def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
@@ -790,8 +875,11 @@ def _assemble(key: RunKey, acc: _Acc) -> Run:
 
 
 def _strict(result: RunsFile) -> list[Run]:
-    if result.skipped:
-        first = result.skipped[0]
+    first = result.skipped[0] if result.skipped else None
+    if result.unread and (first is None or result.unread[0][0] < first.line):
+        line, why, n = result.unread[0]
+        raise RunsCsvError(line, f"a header mid-file: {why} ({n:,} row(s) after it)")
+    if first is not None:
         raise RunsCsvError(first.line, first.reason)
     return result.runs
 

@@ -435,8 +435,7 @@ def test_a_first_line_that_is_no_header_is_said() -> None:
 
 def test_the_header_repeated_mid_file_is_read_past() -> None:
     """Files joined with ``cat`` (each with its header, a BOM, another case or spaces)
-    read as one file: a row that is the header again is no run named 'run_id'. A
-    header with other columns is not the same file's, and stays damage."""
+    read as one file: a row that is the header again is no run named 'run_id'."""
     head = f"{HEADER},job_name"
     joined = (
         f"{head}\na,0,1,0,j\na,1,1,10,j\n"
@@ -449,8 +448,6 @@ def test_the_header_repeated_mid_file_is_read_past() -> None:
         ("b", ((0, 20), (1, 30))),
     ]
     assert result.skipped == [] and result.warning() is None
-    other = parse_runs_file(io.StringIO(f"{head}\na,0,1,0,j\na,1,1,10,j\n{HEADER},namespace\n"))
-    assert [(s.run_id, s.line) for s in other.skipped] == [("run_id", 4)]
 
 
 def test_columns_without_a_name_are_read_past_and_duplicates_named() -> None:
@@ -569,3 +566,61 @@ def test_fuzz_damaged_valid_file(tmp_path: Path, at: int, cut: int, insert: str)
     _parse_anything(damaged.encode("utf-8", "surrogatepass"), tmp_path)
     data = gzip.compress(VALID.encode())
     _parse_anything(data[: max(2, at % len(data))], tmp_path)  # truncated gzip
+
+
+def test_a_header_mid_file_in_another_order_remaps_the_rows_after_it() -> None:
+    """Two exports of one tool joined with ``cat`` may order their columns apart: the
+    rows after a header are read with its columns, not the first header's (a run kept
+    with namespace 'joby' and job 'ns2' is a run misread). Order matters: the same
+    names in another order are not the same header."""
+    joined = (
+        f"{HEADER},namespace,job_name\na,0,1,0,ns1,joba\na,1,1,10,ns1,joba\n"
+        f"{HEADER},job_name,namespace\nb,0,1,20,joby,ns2\nb,1,1,30,joby,ns2\n"
+        "Epoch , TIMESTAMP_SECONDS,run_id,epochs_planned,namespace,job_name\n"
+        "0,40,c,1,ns3,jobc\n1,50,c,1,ns3,jobc\n"
+    )
+    result = parse_runs_file(io.StringIO(joined))
+    assert result.warning() is None
+    got = [(r.run_id, r.namespace, r.features["job_name"], r.epoch_times) for r in result.runs]
+    assert got == [
+        ("a", "ns1", "joba", ((0, 0), (1, 10))),
+        ("b", "ns2", "joby", ((0, 20), (1, 30))),
+        ("c", "ns3", "jobc", ((0, 40), (1, 50))),
+    ]
+
+
+def test_a_header_mid_file_with_other_columns_reads_the_rows_after_it_with_them() -> None:
+    """Exports of two versions joined: a header with more or fewer columns (another
+    length) names the columns of the rows after it."""
+    joined = (
+        f"{HEADER},job_name\na,0,1,0,j\na,1,1,10,j\n"
+        f"\ufeff{HEADER},gpus,job_name\nb,0,1,20,4,k\nb,1,1,30,4,k\n"
+        f"{HEADER}\nc,0,1,40\nc,1,1,50\n"
+    )
+    result = parse_runs_file(io.StringIO(joined))
+    assert result.warning() is None
+    assert [(r.run_id, r.features) for r in result.runs] == [
+        ("a", {"job_name": "j"}),
+        ("b", {"job_name": "k", "gpus": 4.0}),
+        ("c", {}),
+    ]
+
+
+def test_rows_under_a_header_without_a_required_column_are_skipped_and_counted() -> None:
+    """A header mid-file that lacks a required column cannot place its rows: they are
+    skipped up to the next header, counted and named in the warning line, and the
+    rest of the file is read (never the whole file refused)."""
+    joined = (
+        f"{HEADER}\na,0,1,0\na,1,1,10\n"
+        "run_id,epoch,timestamp_seconds,job_name\nb,0,20,j\nb,1,30,j\n\nc,0,40,j\n"
+        f"{HEADER}\nd,0,1,50\nd,1,1,60\n"
+    )
+    result = parse_runs_file(io.StringIO(joined))
+    assert [r.run_id for r in result.runs] == ["a", "d"]
+    warning = result.warning()
+    assert warning is not None
+    assert "3 row(s) under the header of line 4 (missing required column(s): epochs_planned)" in (
+        warning
+    )
+    with pytest.raises(RunsCsvError, match=r"^line 4: .*missing required column.s.: epochs"):
+        parse(joined)
