@@ -514,7 +514,8 @@ class _Columns:
     """Where a header puts each column read: the rows after it are read with these."""
 
     names: tuple[str, ...]
-    width: int  # fields a row has
+    width: int  # fields a row has (trailing unnamed columns may be left off)
+    named_width: int  # up to the last named column
     i_run: int
     i_epoch: int
     i_plan: int
@@ -530,9 +531,14 @@ class _Columns:
         return [self.i_run, self.i_epoch, self.i_plan, self.i_ts, *keys]
 
     def fits(self, row: Sequence[str]) -> bool:
-        """Whether a row has this header's fields: its width, or past it by empty fields
-        only (``_only_blank_past``)."""
-        return len(row) == self.width or _only_blank_past(row, self.width)
+        """Whether a row has this header's fields: its width, or short of it by unnamed
+        columns only, or past it by empty fields only (``_only_blank_past``).
+
+        Why short: a spreadsheet's save ends its header (and maybe its rows) with an
+        empty column name (``,``); joined to the file it came from, or read alone, a
+        row without that empty field holds every named one."""
+        n = len(row)
+        return self.named_width <= n <= self.width or _only_blank_past(row, self.width)
 
 
 def _columns(header: Sequence[str]) -> _Columns:
@@ -564,6 +570,7 @@ def _columns(header: Sequence[str]) -> _Columns:
     return _Columns(
         names=tuple(header),
         width=len(header),
+        named_width=max(index.values()) + 1,
         i_run=index["run_id"],
         i_epoch=index["epoch"],
         i_plan=index["epochs_planned"],

@@ -624,3 +624,23 @@ def test_rows_under_a_header_without_a_required_column_are_skipped_and_counted()
     )
     with pytest.raises(RunsCsvError, match=r"^line 4: .*missing required column.s.: epochs"):
         parse(joined)
+
+
+def test_a_header_again_with_a_trailing_separator_reads_as_the_first() -> None:
+    """A spreadsheet's save adds a trailing ``,`` (an empty last column name) to the
+    header and maybe to its rows: joined to the file it came from, it is the same
+    header, and rows with or without that empty field read alike, either way round."""
+    head = f"{HEADER},job_name"
+    for first, again in [(head, f"{head},"), (f"{head},", head)]:
+        joined = (
+            f"{first}\na,0,1,0,j\na,1,1,10,j,\n"
+            f"{again}\nb,0,1,20,k,\nb,1,1,30,k\n"
+            f"{first}\nc,0,1,40,l\n"
+        )
+        result = parse_runs_file(io.StringIO(joined))
+        assert result.warning() is None, (first, again)
+        assert [(r.run_id, r.features) for r in result.runs] == [
+            ("a", {"job_name": "j"}),
+            ("b", {"job_name": "k"}),
+            ("c", {"job_name": "l"}),
+        ]
