@@ -10,8 +10,16 @@ tables drawn and whole views drawn per refresh, and ms per refresh (median of
 ``--repeat``), for the view today and, as the peer in the same run, the drawn fit
 (``DrawnFitView``, the algorithm before: also the reference the tests compare with).
 
+With ``--cluster-gpus`` (a list: ``1000,6400``) it times instead the whole view at
+cluster scale (4 GPUs a node, 1.25 runs a GPU: 8,000 runs at 6,400 GPUs, and
+``--pending`` pods) on a ``--size`` terminal: the plain text (``--plain``), the rich
+listing ``--once`` prints (every row) and one refresh of the live view (fitted to the
+height), each in seconds (median of ``--repeat``) and as a ratio to the plain text of
+the same run.
+
     python bench/top_render.py                       # 500 nodes, 120x40 and 80x24 (~5 s)
     python bench/top_render.py --size 200x60 --nodes 1000
+    python bench/top_render.py --cluster-gpus 1000,6400 --repeat 3 --size 200x50
 """
 
 from __future__ import annotations
@@ -157,6 +165,46 @@ def today(view: View) -> Any:
     return render.render_rich(view, timezone.utc, fit_height=True)
 
 
+def printed(make: Any, view: View, width: int, height: int) -> tuple[str, float]:
+    """``make(view)`` printed on a ``width``×``height`` terminal: its output (with its
+    styles) and the seconds it took."""
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(
+        file=out, width=width, height=height, force_terminal=True, color_system="truecolor"
+    )
+    start = time.perf_counter()
+    console.print(make(view))
+    return out.getvalue(), time.perf_counter() - start
+
+
+def once(view: View) -> Any:
+    """``view``'s whole rich listing, as ``--once`` prints it on a terminal."""
+    return render.render_rich(view, timezone.utc)
+
+
+def cluster_seconds(gpus: int, pending: int, width: int, height: int, repeat: int) -> None:
+    """One line: plain, ``--once`` and one live refresh of a cluster of ``gpus`` GPUs."""
+    view = cluster_view(gpus // 4, 4, gpus * 5 // 4, pending)
+
+    def median(draw: Any) -> float:
+        return statistics.median(draw() for _ in range(repeat))
+
+    def plain() -> float:
+        start = time.perf_counter()
+        render.render_plain(view, timezone.utc)
+        return time.perf_counter() - start
+
+    base = median(plain)
+    rich_once = median(lambda: printed(once, view, width, height)[1])
+    live = median(lambda: printed(today, view, width, height)[1])
+    print(
+        f"{gpus:>6} {len(view.jobs):>6} {base:>7.2f} {rich_once:>7.2f} {rich_once / base:>6.1f}x"
+        f" {live:>7.2f} {live / base:>6.1f}x"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=500)
@@ -165,7 +213,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pending", type=int, default=100)
     parser.add_argument("--size", action="append", help="COLUMNSxLINES (120x40, 80x24)")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument(
+        "--cluster-gpus", help="GPUs, comma separated (1000,6400): time --once and a refresh"
+    )
     args = parser.parse_args(argv)
+    if args.cluster_gpus:
+        width, height = (int(x) for x in (args.size or ["200x50"])[0].split("x"))
+        print(
+            f"{width}x{height} terminal, {args.pending} pending; seconds, median of "
+            f"{args.repeat}; ratio to plain"
+        )
+        print(
+            f"{'GPUs':>6} {'runs':>6} {'plain':>7} {'--once':>7} {'ratio':>7} {'live':>7} {'ratio':>7}"
+        )
+        for gpus in args.cluster_gpus.split(","):
+            cluster_seconds(int(gpus), args.pending, width, height, args.repeat)
+        return
     view = cluster_view(args.nodes, args.gpus, args.jobs, args.pending)
     print(
         f"{args.nodes} nodes x {args.gpus} GPUs, {args.jobs} runs, {args.pending} pending; "

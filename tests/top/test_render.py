@@ -139,3 +139,12 @@ def test_kept_rows_are_the_free_ones_first_in_table_order() -> None:
     assert top_render.kept_rows(states, 3) == [0, 2, 4]
     assert top_render.kept_rows(states, 9) == [0, 1, 2, 3, 4]
     assert top_render.kept_rows([], 0) == []
+
+
+def test_the_bench_times_the_cluster_listing_against_plain(capsys) -> None:
+    """``--cluster-gpus``: one line per size, its seconds and ratios to the plain text."""
+    tr.main(["--cluster-gpus", "8,40", "--repeat", "1", "--pending", "3", "--size", "120x30"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("120x30 terminal, 3 pending")
+    assert [line.split()[:2] for line in lines[2:]] == [["8", "10"], ["40", "50"]]
+    assert all(line.count("x") == 2 for line in lines[2:])
