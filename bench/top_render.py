@@ -13,9 +13,11 @@ tables drawn and whole views drawn per refresh, and ms per refresh (median of
 With ``--cluster-gpus`` (a list: ``1000,6400``) it times instead the whole view at
 cluster scale (4 GPUs a node, 1.25 runs a GPU: 8,000 runs at 6,400 GPUs, and
 ``--pending`` pods) on a ``--size`` terminal: the plain text (``--plain``), the rich
-listing ``--once`` prints (every row) and one refresh of the live view (fitted to the
-height), each in seconds (median of ``--repeat``) and as a ratio to the plain text of
-the same run.
+listing ``--once`` prints (every row), as the peer that listing with each cell laid out
+by rich (``LaidOutView``, as before: drawn once, it is the slow one), and one refresh of
+the live view (fitted to the height), each in seconds (median of ``--repeat``) and as a
+ratio to the plain text of the same run; "same output": the listing and its peer, byte
+for byte.
 
     python bench/top_render.py                       # 500 nodes, 120x40 and 80x24 (~5 s)
     python bench/top_render.py --size 200x60 --nodes 1000
@@ -113,6 +115,25 @@ class DrawnFitView(render._RichView):
         return [*self.lines, *parts]
 
 
+@dataclass(frozen=True)
+class LaidOutView(render._RichView):
+    """The whole listing (``--once``) as before: every row of every table added to
+    rich's table, which lays each cell out. The peer of the cluster bench and the
+    reference of the tests."""
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        yield from self.lines
+        for title, headers, rows in self.tables:
+            # shown: every row, counted: rich's table itself, not the one-line rows
+            yield from render._rich_table(title, headers, rows, options.max_width, len(rows))
+
+
+def laid_out(view: View) -> LaidOutView:
+    """``view``'s whole rich listing, each cell laid out by rich (``LaidOutView``)."""
+    shown = once(view)
+    return LaidOutView(shown.lines, shown.tables)
+
+
 def drawn_fit(view: View) -> DrawnFitView:
     """``view``'s refreshing rich view, fitted by drawing (``DrawnFitView``)."""
     shown = today(view)
@@ -198,10 +219,12 @@ def cluster_seconds(gpus: int, pending: int, width: int, height: int, repeat: in
 
     base = median(plain)
     rich_once = median(lambda: printed(once, view, width, height)[1])
+    peer_out, peer = printed(laid_out, view, width, height)  # once: it is the slow one
     live = median(lambda: printed(today, view, width, height)[1])
+    same = printed(once, view, width, height)[0] == peer_out
     print(
         f"{gpus:>6} {len(view.jobs):>6} {base:>7.2f} {rich_once:>7.2f} {rich_once / base:>6.1f}x"
-        f" {live:>7.2f} {live / base:>6.1f}x"
+        f" {peer:>7.2f} {peer / base:>6.1f}x {live:>7.2f} {live / base:>6.1f}x  {same}"
     )
 
 
@@ -224,7 +247,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{args.repeat}; ratio to plain"
         )
         print(
-            f"{'GPUs':>6} {'runs':>6} {'plain':>7} {'--once':>7} {'ratio':>7} {'live':>7} {'ratio':>7}"
+            f"{'GPUs':>6} {'runs':>6} {'plain':>7} {'--once':>7} {'ratio':>7} {'laid':>7}"
+            f" {'ratio':>7} {'live':>7} {'ratio':>7}  same output"
         )
         for gpus in args.cluster_gpus.split(","):
             cluster_seconds(int(gpus), args.pending, width, height, args.repeat)

@@ -147,4 +147,45 @@ def test_the_bench_times_the_cluster_listing_against_plain(capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("120x30 terminal, 3 pending")
     assert [line.split()[:2] for line in lines[2:]] == [["8", "10"], ["40", "50"]]
-    assert all(line.count("x") == 2 for line in lines[2:])
+    assert all(line.count("x") == 3 and line.endswith("True") for line in lines[2:])
+
+
+@pytest.mark.parametrize("name", ["tall", "cluster", "errors", "empty", "odd"])
+def test_the_listing_prints_what_rich_laid_out(name: str) -> None:
+    """``--once``'s listing, its rows drawn on one line each (``_OneLineRows``), is what
+    rich's table laid out cell by cell (``LaidOutView``): byte for byte, styles included,
+    at widths where every column fits, some are left out, or cells wrap, with colours
+    and without. "odd": cells rich lays out itself (a newline, a tab, wide characters),
+    a column of empty cells (no flags)."""
+    from rich.console import Console
+
+    all_views = views()
+    cluster = all_views["cluster"]
+    odd_pod = dataclasses.replace(cluster.jobs[0], pod="line\nbreak\ttab-名前", stalled=False)
+    all_views["odd"] = dataclasses.replace(
+        cluster,
+        jobs=(odd_pod, *(dataclasses.replace(j, stalled=False) for j in cluster.jobs[1:])),
+        gpus=tuple(dataclasses.replace(g, model="GPU 名前") for g in cluster.gpus),
+    )
+    view = all_views[name]
+    for width in (20, 40, 61, 80, 100, 120, 160, 250):
+        for color in ("truecolor", None):
+            out = []
+            for make in (tr.once, tr.laid_out):
+                file = io.StringIO()
+                console = Console(
+                    file=file, width=width, force_terminal=color is not None, color_system=color
+                )
+                console.print(make(view))
+                out.append(file.getvalue())
+            assert out[0] == out[1], (width, color)
+
+
+def test_the_listing_draws_its_rows_without_rich_laying_them_out() -> None:
+    """Wide enough, every table of the listing is drawn as one-line rows: rich draws
+    each table's title, borders and header only (no row to lay out)."""
+    tables = top_render.render_rich(views()["cluster"], timezone.utc).tables
+    for title, headers, rows in tables:
+        table = top_render._rich_table(title, headers, rows, 250)[0]
+        assert isinstance(table, top_render._OneLineRows) and table.table.row_count == 0
+        assert len(table.rows) == len(rows)
