@@ -641,21 +641,19 @@ def _rich_table(
     # below ~50 columns even that is too wide: rich cuts the table's right edge, so say so
     cut = table_width([narrowest[i] for i in kept]) > max_width
     table = Table(title=title, title_justify="left")
-    min_widths = [narrowest[i] if headers[i] in folding else full[i] for i in kept]
-    # every row listed (--once), each on one line: drawn by _OneLineRows, not rich
-    widths = _one_line_widths(headers, rows, kept, min_widths) if shown is None else None
-    if widths is not None and table_width(widths) > max_width:
-        widths = None
-    for j, i in enumerate(kept):
+    for i in kept:
         h = headers[i]
-        fixed = None if widths is None else widths[j]
         if h in folding:
-            table.add_column(h, overflow="fold", min_width=min_widths[j], width=fixed)
+            table.add_column(h, overflow="fold", min_width=narrowest[i])
         else:
-            table.add_column(h, no_wrap=True, min_width=min_widths[j], width=fixed)
+            table.add_column(h, no_wrap=True, min_width=full[i])
     parts: list[Any] = [table]
-    if widths is not None:
-        parts[0] = _OneLineRows(table, tuple(rows), tuple(kept))
+    if shown is None and _plain_cells(rows, kept):
+        # every row listed (--once): drawn by _ListedRows, not laid out by rich cell by
+        # cell; the table gets the rows it is measured on, no more
+        for probe in _probe_rows(rows, kept):
+            table.add_row(*map(Text, probe))
+        parts[0] = _ListedRows(table, tuple(rows), tuple(kept))
     else:
         states = [r[0][headers.index("STATE")] for r in rows] if "STATE" in headers else []
         for k in kept_rows(states, n_shown) if states else range(n_shown):
@@ -685,23 +683,30 @@ def _rich_table(
     return parts
 
 
-def _one_line_widths(
-    headers: Sequence[str],
-    rows: Sequence[tuple[list[str], str | None]],
-    kept: Sequence[int],
-    min_widths: Sequence[int],
-) -> list[int] | None:
-    """The widths rich gives the ``kept`` columns when nothing wraps (each its
-    ``min_widths``, or its widest cell or header, in terminal cells), or ``None`` when a
-    cell is not one plain line (a newline, a tab, a control character: rich lays those
-    out)."""
-    widths = []
-    for j, i in enumerate(kept):
-        column = [headers[i], *(r[0][i] for r in rows)]
-        if not all(c.isprintable() for c in column):
-            return None
-        widths.append(max(min_widths[j], *map(_cells, column)))
-    return widths
+def _plain_cells(rows: Sequence[tuple[list[str], str | None]], kept: Sequence[int]) -> bool:
+    """Every cell of the ``kept`` columns is plain text on one line (no newline, tab or
+    control character: rich lays those out its own way)."""
+    return all(r[0][i].isprintable() for r in rows for i in kept)
+
+
+def _probe_rows(
+    rows: Sequence[tuple[list[str], str | None]], kept: Sequence[int]
+) -> list[list[str]]:
+    """Two rows rich measures the ``kept`` columns on as on all of ``rows``: in each
+    column, the cell of the longest line (rich's widest measure of a cell) and the cell
+    of the longest word (its narrowest). A column's measure is the widest and the
+    narrowest of its cells', so these two rows give the widths all of them give."""
+    if not rows:
+        return []
+    widest = [max((r[0][i] for r in rows), key=_cells) for i in kept]
+    narrowest = [max((r[0][i] for r in rows), key=_longest_word) for i in kept]
+    return [widest, narrowest]
+
+
+def _longest_word(text: str) -> int:
+    """The cells of ``text``'s longest word (all of it without one): what rich's
+    ``Text`` measures as the narrowest it can fold to."""
+    return max(map(_cells, text.split()), default=_cells(text))
 
 
 def _cells(text: str) -> int:
@@ -712,63 +717,110 @@ def _cells(text: str) -> int:
 
 
 @dataclass(frozen=True)
-class _OneLineRows:
-    """A table whose every cell fits its column on one line, drawn as rich draws it:
-    ``table`` (its columns of fixed widths, no rows) gives the title, the borders and
-    the header; each row is its cells padded to their widths between the borders, in
-    the row's style. Why not rich's own rows: rich lays each cell out on its own (a
-    padding, a wrap, a crop, a measure), and the listing ``--once`` prints of 6,400 GPUs
-    and 8,000 runs took 7 to 14 s, ~50 times the plain text, now ~4 (``bench/top_render.py
-    --cluster-gpus``); the output is the same byte for byte, styles included
-    (``tests/top/test_render.py``)."""
+class _ListedRows:
+    """A table of every row, drawn as rich draws it, byte for byte, styles included
+    (``tests/top/test_render.py``), without rich laying out each cell: rich gives the
+    column widths (measured on ``table``'s rows, ``_probe_rows``), the title, the borders
+    and the header (the same table without rows, its columns of those widths); a cell
+    that fits its column on one line is its text padded to the width, in the row's
+    style; one that does not (a fold, a cut) is laid out by rich, as in its table. Why:
+    rich laid out every cell on its own (a padding, a wrap, a crop, a measure), and the
+    listing ``--once`` prints of 6,400 GPUs and 8,000 runs took 7 to 14 s, ~50 times the
+    plain text (``bench/top_render.py --cluster-gpus``)."""
 
-    table: Any  # rich's Table: no rows, fixed column widths
+    table: Any  # rich's Table with the columns and the probe rows
     rows: tuple[tuple[list[str], str | None], ...]
     kept: tuple[int, ...]  # the columns shown, as indexes of each row's cells
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.padding import Padding
         from rich.segment import Segment
         from rich.style import Style
+        from rich.table import Table
+        from rich.text import Text
 
-        frame = list(console.render(self.table, options))
-        bottom = frame[-2:]  # the bottom border and its new line
-        yield from frame[:-2]
-        box = self.table.box.substitute(
-            options, safe=console.safe_box if self.table.safe_box is None else self.table.safe_box
+        probe = self.table
+        widths = probe._calculate_column_widths(
+            console, options.update_width(options.max_width - probe._extra_width)
         )
-        widths = [c.width for c in self.table.columns]
+        frame = Table(title=probe.title, title_justify=probe.title_justify)
+        for column, width in zip(probe.columns, widths, strict=True):
+            frame.add_column(
+                column.header, width=width - 2, no_wrap=column.no_wrap, overflow=column.overflow
+            )
+        if sum(widths) + probe._extra_width > options.max_width:
+            # wider than the terminal (cut at its right edge): rich's widths are not the
+            # same when given again, so rich lays the table out, every row
+            for column in frame.columns:
+                column.width, column.min_width = None, probe.columns[column._index].min_width
+            for cells, style in self.rows:
+                frame.add_row(*(Text(cells[i]) for i in self.kept), style=style)
+            yield frame
+            return
+        drawn = list(console.render(frame, options))
+        yield from drawn[:-2]  # all but the bottom border and its new line
+        box = frame.box.substitute(
+            options, safe=console.safe_box if frame.safe_box is None else frame.safe_box
+        )
+        columns = list(zip(self.kept, widths, probe.columns, strict=True))
         line = Segment.line()
         null = Style.null()
+        folded: dict[tuple[str, int, str | None], list[list[Any]]] = {}
         for k, (cells, style) in enumerate(self.rows):
             last = k == len(self.rows) - 1
             left, vertical, right = (
-                (box.foot_left, box.foot_vertical, box.foot_right)
-                if last
-                else (box.mid_left, box.mid_vertical, box.mid_right)
-            )
-            padded = [
-                cells[i] + " " * (width - _cells(cells[i]))
-                for i, width in zip(self.kept, widths, strict=True)
-            ]
-            if not style:  # no style: the row is one plain segment, as it prints
-                yield Segment(left + vertical.join(f" {cell} " for cell in padded) + right)
-                yield line
-                continue
-            row_style = null + console.get_style(style)
+                Segment(box.foot_left, null), Segment(box.foot_vertical, null),
+                Segment(box.foot_right, null),
+            ) if last else (
+                Segment(box.mid_left, null), Segment(box.mid_vertical, null),
+                Segment(box.mid_right, null),
+            )  # fmt: skip
+            row_style = null + console.get_style(style) if style else null
             pad = Segment(" ", row_style)
-            yield Segment(left, null)
-            for j, cell in enumerate(padded):
-                if j:
-                    yield Segment(vertical, null)
-                if not cell:  # a column of empty cells: rich pads an empty line
-                    yield Segment("  ", row_style)
-                    continue
-                yield pad
-                yield Segment(cell, row_style)
-                yield pad
-            yield Segment(right, null)
-            yield line
-        yield from bottom
+            shaped = []
+            by_rich = False
+            for i, width, column in columns:
+                cell = cells[i]
+                room = width - 2 - _cells(cell)
+                if room >= 0 and width > 2:
+                    shaped.append([[pad, Segment(cell + " " * room, row_style or None), pad]])
+                elif room >= 0:  # a column of empty cells: rich pads an empty line
+                    shaped.append([[Segment(" " * width, row_style)]])
+                else:
+                    if (cell, i, style) not in folded:
+                        folded[cell, i, style] = console.render_lines(
+                            Padding(Text(cell), (0, 1)),
+                            options.update(
+                                width=width,
+                                justify=column.justify,
+                                no_wrap=column.no_wrap,
+                                overflow=column.overflow,
+                                height=None,
+                                highlight=column.highlight,
+                            ),
+                            style=row_style,
+                        )
+                    shaped.append(folded[cell, i, style])
+                    by_rich = True
+            height = max(len(lines) for lines in shaped)
+            if by_rich:  # as rich's table shapes each cell: top-aligned, to the width
+                shaped = [
+                    Segment.set_shape(Segment.align_top(lines, width, height, row_style), width)
+                    for lines, (_, width, _) in zip(shaped, columns, strict=True)
+                ]
+            for n in range(height):
+                segments = [left]
+                for j, lines in enumerate(shaped):
+                    if j:
+                        segments.append(vertical)
+                    segments.extend(lines[n])
+                segments.append(right)
+                if any(segment.style for segment in segments):
+                    yield from segments
+                else:  # no style: one plain segment, as it prints
+                    yield Segment("".join(segment.text for segment in segments))
+                yield line
+        yield from drawn[-2:]
 
 
 def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) -> Any:

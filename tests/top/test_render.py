@@ -152,7 +152,7 @@ def test_the_bench_times_the_cluster_listing_against_plain(capsys) -> None:
 
 @pytest.mark.parametrize("name", ["tall", "cluster", "errors", "empty", "odd"])
 def test_the_listing_prints_what_rich_laid_out(name: str) -> None:
-    """``--once``'s listing, its rows drawn on one line each (``_OneLineRows``), is what
+    """``--once``'s listing, its rows drawn on one line each (``_ListedRows``), is what
     rich's table laid out cell by cell (``LaidOutView``): byte for byte, styles included,
     at widths where every column fits, some are left out, or cells wrap, with colours
     and without. "odd": cells rich lays out itself (a newline, a tab, wide characters),
@@ -182,10 +182,11 @@ def test_the_listing_prints_what_rich_laid_out(name: str) -> None:
 
 
 def test_the_listing_draws_its_rows_without_rich_laying_them_out() -> None:
-    """Wide enough, every table of the listing is drawn as one-line rows: rich draws
-    each table's title, borders and header only (no row to lay out)."""
+    """Every table of the listing is drawn by ``_ListedRows``: rich measures its columns
+    on two rows, not on each of its rows, and lays out no row that fits on one line."""
     tables = top_render.render_rich(views()["cluster"], timezone.utc).tables
     for title, headers, rows in tables:
         table = top_render._rich_table(title, headers, rows, 250)[0]
-        assert isinstance(table, top_render._OneLineRows) and table.table.row_count == 0
+        assert isinstance(table, top_render._ListedRows)
+        assert table.table.row_count == min(2, len(rows))  # the probe rows only
         assert len(table.rows) == len(rows)
