@@ -716,6 +716,10 @@ def _cells(text: str) -> int:
     return len(text) if text.isascii() else cell_len(text)
 
 
+# rich's Table method that gives each column's width (private: rich has no public one)
+_RICH_COLUMN_WIDTHS = "_calculate_column_widths"
+
+
 @dataclass(frozen=True)
 class _ListedRows:
     """A table of every row, drawn as rich draws it, byte for byte, styles included
@@ -732,6 +736,24 @@ class _ListedRows:
     rows: tuple[tuple[list[str], str | None], ...]
     kept: tuple[int, ...]  # the columns shown, as indexes of each row's cells
 
+    def laid_out_by_rich(self) -> Any:
+        """The table with every row, laid out by rich cell by cell (the slow way)."""
+        from rich.table import Table
+        from rich.text import Text
+
+        probe = self.table
+        table = Table(title=probe.title, title_justify=probe.title_justify)
+        for column in probe.columns:
+            table.add_column(
+                column.header,
+                no_wrap=column.no_wrap,
+                overflow=column.overflow,
+                min_width=column.min_width,
+            )
+        for cells, style in self.rows:
+            table.add_row(*(Text(cells[i]) for i in self.kept), style=style)
+        return table
+
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from rich.padding import Padding
         from rich.segment import Segment
@@ -740,23 +762,26 @@ class _ListedRows:
         from rich.text import Text
 
         probe = self.table
-        widths = probe._calculate_column_widths(
-            console, options.update_width(options.max_width - probe._extra_width)
-        )
+        try:
+            # rich's own column widths: a private method (rich has no public one), so a
+            # rich that renamed it gets every row laid out by rich below, as before
+            extra = probe._extra_width
+            widths = getattr(probe, _RICH_COLUMN_WIDTHS)(
+                console, options.update_width(options.max_width - extra)
+            )
+        except (AttributeError, TypeError):
+            yield self.laid_out_by_rich()
+            return
+        if sum(widths) + extra > options.max_width:
+            # wider than the terminal (cut at its right edge): rich's widths are not the
+            # same when given again, so rich lays the table out, every row
+            yield self.laid_out_by_rich()
+            return
         frame = Table(title=probe.title, title_justify=probe.title_justify)
         for column, width in zip(probe.columns, widths, strict=True):
             frame.add_column(
                 column.header, width=width - 2, no_wrap=column.no_wrap, overflow=column.overflow
             )
-        if sum(widths) + probe._extra_width > options.max_width:
-            # wider than the terminal (cut at its right edge): rich's widths are not the
-            # same when given again, so rich lays the table out, every row
-            for column in frame.columns:
-                column.width, column.min_width = None, probe.columns[column._index].min_width
-            for cells, style in self.rows:
-                frame.add_row(*(Text(cells[i]) for i in self.kept), style=style)
-            yield frame
-            return
         drawn = list(console.render(frame, options))
         yield from drawn[:-2]  # all but the bottom border and its new line
         box = frame.box.substitute(

@@ -181,6 +181,26 @@ def test_the_listing_prints_what_rich_laid_out(name: str) -> None:
             assert out[0] == out[1], (width, color)
 
 
+def test_a_rich_without_its_private_column_widths_lays_every_row_out(monkeypatch) -> None:
+    """The listing asks rich's ``Table._calculate_column_widths`` (private: rich has no
+    public one). A rich that renamed it must not break ``--once``: rich lays out every
+    row, the same output, the slow way."""
+    from rich.console import Console
+    from rich.table import Table
+
+    view = views()["cluster"]
+    out = []
+    for _ in range(2):
+        file = io.StringIO()
+        Console(file=file, width=120, force_terminal=True, color_system="truecolor").print(
+            tr.once(view)
+        )
+        out.append(file.getvalue())
+        monkeypatch.setattr(top_render, "_RICH_COLUMN_WIDTHS", "_renamed_in_a_later_rich")
+    assert hasattr(Table, top_render._RICH_COLUMN_WIDTHS) is False
+    assert out[1] and out[0] == out[1]
+
+
 def test_the_listing_draws_its_rows_without_rich_laying_them_out() -> None:
     """Every table of the listing is drawn by ``_ListedRows``: rich measures its columns
     on two rows, not on each of its rows, and lays out no row that fits on one line."""
