@@ -333,15 +333,22 @@ def derived_run_id(namespace: str, pod: str, container: str, source: str, start:
     return hashlib.blake2b(key, digest_size=6).hexdigest()
 
 
+# Two start times this close are one start: the client sends its start rounded to 1 ms.
+_SAME_START_SECONDS = 0.001
+
+
 def starts_new_run(previous: Progress | None, report: Report) -> bool:
     """Whether ``report`` begins a run rather than continuing ``previous``.
 
     A named run id decides alone, but for a ``start`` naming the run that has ended: a
     run trained again under its name (a notebook cell re-running
     ``ProgressReporter(run_id="exp")`` after ``end()``) is a new run, with its own start
-    and no end; a repeated ``start`` of a run not ended changes nothing. Kept ended,
-    with the old start, the forecaster would read it done at once (its end after its
-    start) and never forecast it. Without one (logs, curl) a run restarts when the
+    and no end; a repeated ``start`` of a run not ended changes nothing, and neither
+    does a copy of the ended run's own start (its start time within the client's 1 ms
+    rounding: a retried or reordered POST, a proxy's retry; begun again it would be a
+    run at epoch 0 that never ends). Kept ended, with the old start, the forecaster
+    would read a new training done at once (its end after its start) and never forecast
+    it. Without one (logs, curl) a run restarts when the
     epoch or step counter goes back or the planned totals change: the signature of
     a notebook that trains again; and any report with a counter or total but another
     ``end`` after the run's ``end`` (its next training may go on from where it stopped:
@@ -352,7 +359,14 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     if report.run_id is not None:  # a repeated "start" of the same run changes nothing
         if report.run_id != previous.run_id:
             return True
-        return report.event == "start" and previous.ended_timestamp is not None
+        return (
+            report.event == "start"
+            and previous.ended_timestamp is not None
+            and (
+                report.run_start is None
+                or abs(report.run_start - previous.run_start_timestamp) > _SAME_START_SECONDS
+            )
+        )
     if report.event == "start":
         return True
     if previous.ended_timestamp is not None and report.event != "end":
@@ -470,8 +484,8 @@ def advance(
             and report.run_id == previous.run_id
             and start <= previous.ended_timestamp
         ):
-            # the run that ended, started again with its old start (one reporter begun
-            # twice): that start is the ended run's, this one starts now
+            # a start not after the end (another reporter, its clock behind the
+            # node's): the new run starts at the end at the earliest
             start = max(now, previous.ended_timestamp)
         run_id = report.run_id or derived_run_id(namespace, pod, container, source, start)
         base = Progress(

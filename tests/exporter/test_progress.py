@@ -269,9 +269,17 @@ def test_a_start_naming_a_run_that_ended_begins_it_again():
         None,
     )
     assert (again.epoch, again.epochs, again.epoch_end_timestamp) == (1, 10, NOW + 300)
-    # one reporter begun twice sends the ended run's start: the new run starts now
-    twice = _adv(ended, Report(event="start", run_id="exp", run_start=NOW), NOW + 250)
-    assert (twice.run_start_timestamp, twice.ended_timestamp) == (NOW + 250, None)
+    # a late copy of the ended run's own start (a retried or reordered POST, a proxy's
+    # retry, a script resending it) is that run's: it stays ended, not begun again at 0
+    copy = _adv(ended, Report(event="start", run_id="exp", run_start=NOW + 0.0004), NOW + 250)
+    assert (copy.run_start_timestamp, copy.ended_timestamp) == (NOW, NOW + 110)
+    # a start without its own start time (curl) is a new training: it starts now
+    bare = _adv(ended, Report(event="start", run_id="exp"), NOW + 250)
+    assert (bare.run_start_timestamp, bare.ended_timestamp) == (NOW + 250, None)
+    # another reporter whose clock is behind the node's: its start before the end is
+    # still not the ended run's, and the new run starts at the end at the earliest
+    behind = _adv(ended, Report(event="start", run_id="exp", run_start=NOW + 105), NOW + 250)
+    assert (behind.run_start_timestamp, behind.ended_timestamp) == (NOW + 250, None)
     # a start of the run still going changes nothing; progress after the end stays its
     assert _adv(p, Report(event="start", run_id="exp"), NOW + 105).run_start_timestamp == NOW
     assert _adv(ended, Report(run_id="exp", epoch=6), NOW + 120).ended_timestamp == NOW + 110
