@@ -314,6 +314,20 @@ def header_names(row: Sequence[str]) -> list[str] | None:
     return names if sum(c in names for c in REQUIRED_COLUMNS) >= 2 else None
 
 
+_MORE_HEADERS = "; with the rows of the unusable headers after it"
+
+
+def _holds_a_time(row: Sequence[str], cols: _Columns | None) -> bool:
+    """Whether the row holds a time (a number, or an ISO time: it starts with a digit or a
+    sign) where the current header reads ``timestamp_seconds``: a data row then, even
+    when its text names columns (a run called "epoch" of a job called "run_id"); a
+    header holds a name there."""
+    if cols is None or cols.i_ts >= len(row):
+        return False
+    cell = row[cols.i_ts].strip()
+    return bool(cell) and (cell[0].isdigit() or cell[0] in "+-.")
+
+
 def _read_header(fh: TextIO) -> tuple[list[str], str]:
     first = fh.readline(MAX_HEADER_CHARS + 1)
     expected = "expected a header with " + ",".join(REQUIRED_COLUMNS)
@@ -601,6 +615,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     too_long = f"longer than {MAX_FIELD_CHARS} characters: left out"
     # headers mid-file that cannot place rows: [line, why, rows after it read past]
     unread: list[list[Any]] = []
+    ignored_headers = 0  # headers mid-file with more than MAX_COLUMNS columns
 
     runs: dict[RunKey, _Acc] = {}
     bad: dict[RunKey, SkippedRun] = {}
@@ -613,7 +628,10 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     for line, text, row, damage in _records(reader, limit, sep):
         if damage is None and all(not cell.strip() for cell in row):
             continue  # a blank line, or separators only (a spreadsheet's empty rows)
-        names = header_names(row) if damage is None else None
+        n_rows += 1  # a header mid-file too: the bound is on lines read
+        if n_rows > MAX_ROWS:
+            raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
+        names = header_names(row) if damage is None and not _holds_a_time(row, cols) else None
         if names is not None:  # files joined with cat: the next one's header
             if cols is not None and names == list(cols.names):
                 continue
@@ -621,14 +639,17 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 cols = _columns(names)
             except _BadHeader as err:
                 cols = None
-                unread.append([line, str(err), 0])
+                if len(unread) < MAX_KEPT_ROWS:
+                    unread.append([line, str(err), 0])
+                elif not unread[-1][1].endswith(_MORE_HEADERS):
+                    # counted under the last one kept: memory stays bounded
+                    unread[-1][1] += _MORE_HEADERS
             else:
                 if cols.ignored:
-                    notes.append(f"line {line}: {cols.ignored}")
+                    ignored_headers += 1
+                    if ignored_headers <= MAX_NAMED:  # each note is a warning line
+                        notes.append(f"line {line}: {cols.ignored}")
             continue
-        n_rows += 1
-        if n_rows > MAX_ROWS:
-            raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
         if cols is None:  # under a header that cannot place it
             unread[-1][2] += 1
             continue
@@ -764,6 +785,11 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
     skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
+    if ignored_headers > MAX_NAMED:
+        notes.append(
+            f"{ignored_headers - MAX_NAMED:,} more header(s) mid-file with more than "
+            f"{MAX_COLUMNS} columns: the same columns read of each"
+        )
     unread_t = tuple((ln, why, n) for ln, why, n in unread)
     return RunsFile(out, skipped, more_rows, dict(dropped), tuple(notes), unread_t)
 

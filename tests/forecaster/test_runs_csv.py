@@ -644,3 +644,37 @@ def test_a_header_again_with_a_trailing_separator_reads_as_the_first() -> None:
             ("b", {"job_name": "k"}),
             ("c", {"job_name": "l"}),
         ]
+
+
+HEAD_JOB = "run_id,epoch,epochs_planned,timestamp_seconds,job_name\n"
+
+
+def _three_rows(run: str, t0: int, job: str = "j") -> str:
+    return "".join(f"{run},{e},2,{t0 + 10 * e},{job}\n" for e in range(3))
+
+
+def test_a_data_row_whose_text_names_columns_is_not_a_header() -> None:
+    """A run called "epoch" of a job called "run_id" names two required columns, as a
+    header mid-file does; it holds a time where the header reads timestamp_seconds, so
+    it is data: read, and the runs after it too (as a header missing columns, every row
+    after it went unread)."""
+    text = HEAD_JOB + _three_rows("a", 1_700_000_000)
+    text += _three_rows("epoch", 1_700_000_100, job="run_id") + _three_rows("b", 1_700_000_200)
+    result = parse_runs_file(io.StringIO(text))
+    assert sorted(r.run_id for r in result.runs) == ["a", "b", "epoch"], result.warning()
+    assert result.warning() is None
+
+
+def test_headers_mid_file_are_bounded() -> None:
+    """Header lines count toward MAX_ROWS like rows; unusable ones keep at most
+    MAX_KEPT_ROWS entries (the rest counted under the last), and headers with columns
+    ignored give at most MAX_NAMED notes and one more counting the others (each note
+    is a warning line)."""
+    bad = HEAD_JOB + _three_rows("a", 1_700_000_000) + "run_id,epoch\n" * 3_000
+    result = parse_runs_file(io.StringIO(bad))
+    assert len(result.unread) == runs_csv.MAX_KEPT_ROWS
+    assert result.unread[-1][1].endswith("with the rows of the unusable headers after it")
+    wide = ",".join([*HEAD_JOB.strip().split(","), *(f"f{i}" for i in range(70))])
+    text = HEAD_JOB + _three_rows("a", 1_700_000_000) + f"{wide}\n{HEAD_JOB}" * 50
+    notes = parse_runs_file(io.StringIO(text)).notes
+    assert len(notes) == runs_csv.MAX_NAMED + 1 and notes[-1].startswith("45 more header(s)")
