@@ -50,7 +50,7 @@ from gpu_eta.forecaster.refit import (
     fit_in_child,
     gc_switched,
 )
-from gpu_eta.forecaster.runs import Run, RunKey, RunUpdate, run_key
+from gpu_eta.forecaster.runs import STATED_PLAN, Run, RunKey, RunUpdate, run_key
 from gpu_eta.forecaster.runs_from_series import (
     Allocation,
     CycleView,
@@ -974,13 +974,18 @@ class Cycle:
         self._planless_seen = list(history[-1:])
 
 
+_READ_EACH_CYCLE = frozenset({"progress_unit", STATED_PLAN})
+
+
 def _carried(features: Mapping[str, float | str] | None) -> Mapping[str, float | str]:
     """What of a run's previous features is carried into a cycle that lacks them: all
-    but ``progress_unit``, which is what this cycle's read says (a run followed in
-    steps that gets planned epochs counts epochs from then on). Pure."""
+    but ``progress_unit`` and ``epochs_planned_stated`` (``runs.STATED_PLAN``), which
+    are what this cycle's read says (a run followed in steps that gets planned epochs
+    counts epochs from then on; a run that ended short of its plan and starts again under
+    its key is a new attempt, which stated no shorter end). Pure."""
     if not features:
         return {}
-    return {k: v for k, v in features.items() if k != "progress_unit"}
+    return {k: v for k, v in features.items() if k not in _READ_EACH_CYCLE}
 
 
 def planless_stub(run: PlanlessRun) -> Run:

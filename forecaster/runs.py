@@ -135,6 +135,14 @@ STEPS_UNIT = "steps"
 ``max_steps`` trainer, a tqdm bar), set by the live path and by a runs file's column."""
 
 
+STATED_PLAN = "epochs_planned_stated"
+"""The feature holding the plan a run stated while it ran when it ended short of it
+(early stopping: plan 10, ended after 6): its ``epochs_planned`` is what it reached
+(``runs_from_series.ended_plan``), this what every live forecast of it was made to.
+Read only by the replay (``estimators/replay.py`` ``as_seen_live``), never a regressor:
+the estimators read features by name (``pooled.REGRESSORS``, ``analog.identity``)."""
+
+
 def counts_steps(run: Run | RunUpdate) -> bool:
     """Whether ``run``'s progress counts optimizer steps, not epochs: every step is
     no epoch (``thinned``), and one step's time is mostly noise (the rate's step rules,

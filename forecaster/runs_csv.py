@@ -54,7 +54,7 @@ from typing import IO, Any, TextIO
 from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.common.text import first_of, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
-from gpu_eta.forecaster.runs import Feature, Run, RunError, RunKey, validate_run
+from gpu_eta.forecaster.runs import STATED_PLAN, Feature, Run, RunError, RunKey, validate_run
 
 REQUIRED_COLUMNS = ("run_id", "epoch", "epochs_planned", "timestamp_seconds")
 # Identity columns: text even when they look like numbers (a namespace "2024" is not 2024.0).
@@ -76,9 +76,11 @@ KEY_COLUMNS = ("namespace", "pod", "container")
 MAX_FIELD_CHARS = 256
 MAX_COLUMNS = 64  # columns read; a wider file's others are ignored (``keep_columns``)
 MAX_FILE_COLUMNS = 1024  # a wider header is no runs CSV
-# numeric features gpu-eta reads, kept before other columns of a wide file
+# numeric features gpu-eta reads, kept before other columns of a wide file; with
+# ``epochs_planned_stated`` (``runs.STATED_PLAN``) a run that stopped early round-trips:
+# completed at its ``epochs_planned``, replayed to the plan it stated
 KNOWN_COLUMNS = frozenset(
-    {"batch_size", "gpus", "gpu_utilization_ratio", "memory_utilization_ratio"}
+    {"batch_size", "gpus", "gpu_utilization_ratio", "memory_utilization_ratio", STATED_PLAN}
 )
 # every field quoted with each character a doubled quote, and a separator
 FIELD_BOUND = 2 * MAX_FIELD_CHARS + 3

@@ -15,7 +15,9 @@ Decisions (documented in docs/forecaster.md):
   series, ``ended``, at or after its start: its sender said ``end``, or a plan-less
   run's pod succeeded) whatever its plan: a run stopped early (early stopping, a
   quality target) is done at what it reached, its plan lowered to that (``ended_plan``),
-  so it is stored completed there, as the exporter does for a run without a plan. Its
+  so it is stored completed there, as the exporter does for a run without a plan, the
+  plan it stated kept as its feature ``epochs_planned_stated`` (``runs.STATED_PLAN``:
+  the calibration replays it to that plan, as it was forecast live). Its
   pod may live on (a notebook, a Job's sidecar): it is not running (``present``), and
   its means stop at its last progress. A run whose series are no
   longer present (Prometheus' lookback) is absent from ``present``, and the cycle
@@ -55,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gpu_eta.common.progress_bound import MAX_PROGRESS
-from gpu_eta.forecaster.runs import STEPS_UNIT, RunKey, RunUpdate
+from gpu_eta.forecaster.runs import STATED_PLAN, STEPS_UNIT, RunKey, RunUpdate
 from gpu_eta.forecaster.series import Sample, Series, unexported
 
 MAX_RUN_ID = 256
@@ -223,6 +225,7 @@ def assemble(
             candidates = [*pairs.get(run, ()), *latest_epochs.get(run, ())]
             cur = epoch.get(run)
             done = cur is not None and _finite(cur.value) and cur.value >= n_planned
+        stated = n_planned
         if ended:
             n_planned, done = ended_plan(n_planned, cur), True
             view.ended.add(run)
@@ -232,6 +235,8 @@ def assemble(
                 ends[e] = min(t, ends.get(e, math.inf))
         key: PodKey = run[:3]
         features = _features(run, batch.get(run), jobs, pod_gpus, models, by_steps)
+        if n_planned < stated:  # ended short of it: the replay forecasts it to this
+            features[STATED_PLAN] = stated
         util = _ratio(util_mean.get(key))
         running_now = run in present and not ended
         progress_ts = _progress_time(t0, ends.values(), last_report.get(run), hi)
@@ -296,7 +301,9 @@ def ended_plan(planned: float, reached: Sample | None) -> float:
     out of the analogs and of the plan-less runs' durations, which learn only completed
     runs, and its whole-run time read by the prior as its speed times a plan it never
     ran. A run that ended before its first epoch (nothing reached) keeps its plan: it is
-    stored not completed."""
+    stored not completed. The caller keeps the plan it lowered as the run's feature
+    ``runs.STATED_PLAN``: every live forecast of the run was made to it, and the
+    calibration replay must see the same (``replay.as_seen_live``)."""
     if reached is None or not (_finite(reached.value) and 0 < reached.value < planned):
         return planned
     return reached.value

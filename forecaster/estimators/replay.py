@@ -8,6 +8,9 @@ built only from runs that ended before that moment (the job prior and analogs
 temporal, the pooled regression as it stood before the run: ``PriorEstimator.
 held_out``). ``evaluate`` scores the same moments (``replay_moments``) but the last
 interval's, so the backtest and the calibration cannot drift apart.
+
+A run that ended short of the plan it stated (early stopping) is replayed as it was
+seen live: to the plan it stated, its truth its realised end (``as_seen_live``).
 """
 
 from __future__ import annotations
@@ -16,21 +19,47 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
+from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.forecaster.calibration import BINS, END, POINTS, progress_point
 from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
 from gpu_eta.forecaster.estimators.choice import rate_candidates
 from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.estimators.selfcheck import self_check
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import STATED_PLAN, Run
+
+
+def as_seen_live(run: Run) -> Run:
+    """``run`` with the plan it was forecast to while it ran: the plan it stated
+    (feature ``epochs_planned_stated``, ``runs.STATED_PLAN``) when that is past what it
+    reached, else ``run`` itself. The feature is left out: live, the run had none.
+
+    Why: a run that ended short of its plan (early stopping: plan 10, ended after 6) is
+    stored completed at what it reached (``runs_from_series.ended_plan``), but every
+    live forecast of it was made to 10 until it stopped. Replayed to 6, known from its
+    start, the calibration (interval widths, job shifts) never saw that overshoot, and
+    the intervals of a job whose runs stop early were too narrow. Its truth stays its
+    realised end (``run.last_timestamp``)."""
+    stated = run.features.get(STATED_PLAN)
+    if (
+        not isinstance(stated, float | int)
+        or isinstance(stated, bool)
+        or not (math.isfinite(stated) and run.epochs_planned < stated <= MAX_PROGRESS)
+    ):
+        return run
+    features = MappingProxyType({k: v for k, v in run.features.items() if k != STATED_PLAN})
+    return dataclasses.replace(run, epochs_planned=float(stated), features=features)
 
 
 def truncate(run: Run, point: float) -> Run:
-    """``run`` as it looked at its last epoch end at or before ``point`` of its plan."""
-    limit = point * run.epochs_planned + 1e-9
-    times = tuple(et for et in run.epoch_times if et[0] <= limit)
-    return dataclasses.replace(run, epoch_times=times, completed=None)
+    """``run`` as it looked at its last epoch end at or before ``point`` of its plan, as
+    it was seen live (``as_seen_live``)."""
+    seen = as_seen_live(run)
+    limit = point * seen.epochs_planned + 1e-9
+    times = tuple(et for et in seen.epoch_times if et[0] <= limit)
+    return dataclasses.replace(seen, epoch_times=times, completed=None)
 
 
 def replay_moments(run: Run) -> Iterator[tuple[float, Run]]:
@@ -64,18 +93,19 @@ def calibration_moments(run: Run) -> Iterator[tuple[float, Run]]:
     before the end, on step-level runs) is not what most of them look like. Only the
     calibration replays it: ``evaluate`` scores ``POINTS``."""
     yield from replay_moments(run)
-    if run.epochs_planned <= 0:
+    seen = as_seen_live(run)  # a run that ended short of its plan never reached END
+    if seen.epochs_planned <= 0:
         return
-    times, end = run.epoch_times, run.last_timestamp
+    times, end = seen.epoch_times, seen.last_timestamp
     late = [
         k
         for k in range(1, len(times) - 1)
         if times[k][1] < end  # time left
-        and progress_point(min(1.0, times[k][0] / run.epochs_planned)) == END
+        and progress_point(min(1.0, times[k][0] / seen.epochs_planned)) == END
     ]
     if late:
         k = late[len(late) // 2]
-        yield END, dataclasses.replace(run, epoch_times=times[: k + 1], completed=None)
+        yield END, dataclasses.replace(seen, epoch_times=times[: k + 1], completed=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from gpu_eta.forecaster.estimators.blend import (
     part_columns,
 )
 from gpu_eta.forecaster.estimators.rate import weighted_median
-from gpu_eta.forecaster.estimators.replay import Sample, recent_completed
+from gpu_eta.forecaster.estimators.replay import Sample, as_seen_live, recent_completed
 from gpu_eta.forecaster.runs import Run
 
 PLAIN_MEAN = 1e9  # a Huber constant so large that no epoch is down-weighted
@@ -265,9 +265,10 @@ def measured_mixes(
     per_run = min(MAX_MIX_CUTS, max(3, MIX_BUDGET // max(1, len(done))))
     for run in done:
         end, n = run.last_timestamp, len(run.epoch_times)
+        seen = as_seen_live(run)  # to the plan it stated, as the calibration replays it
         cuts = np.linspace(2, n - 1, min(per_run, n - 2)).round().astype(int)
         for j in np.unique(cuts).tolist():
-            part = dataclasses.replace(run, epoch_times=run.epoch_times[:j], completed=None)
+            part = dataclasses.replace(seen, epoch_times=run.epoch_times[:j], completed=None)
             truth = end - part.last_timestamp
             if truth <= 0:
                 continue

@@ -355,3 +355,6 @@ def test_a_named_run_begun_again_after_its_end_is_forecast_once_its_end_goes(
     assert [(r.run_id, r.completed, r.epochs_planned) for r in store.finished()] == [
         ("exp", True, 6)
     ]
+    # the plan the first attempt stated is its own (the replay's), not the new one's
+    assert store.finished()[0].features["epochs_planned_stated"] == 10
+    assert "epochs_planned_stated" not in stored.run.features

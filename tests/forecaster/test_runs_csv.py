@@ -47,6 +47,18 @@ def test_round_trip() -> None:
     assert back[0].completed is True and back[1].completed is False
 
 
+def test_a_run_that_stopped_early_round_trips_with_its_stated_plan() -> None:
+    """Completed at what it reached, the plan it stated a feature (the replay's,
+    ``replay.as_seen_live``), kept first in a file wider than ``MAX_COLUMNS``."""
+    run = make_run("es", [10.0] * 6, job_name="j", epochs_planned_stated=10.0)
+    (back,) = parse(format_runs([run]))
+    assert (back.epochs_planned, back.completed) == (6.0, True)
+    assert back.features == {"job_name": "j", "epochs_planned_stated": 10.0}
+    wide = {f"x{i:03d}": 1.0 for i in range(runs_csv.MAX_COLUMNS)}
+    (back,) = parse(format_runs([make_run("es", [10.0] * 6, **wide, epochs_planned_stated=10.0)]))
+    assert back.features["epochs_planned_stated"] == 10.0
+
+
 def test_interleaved_uneven_rows_and_features() -> None:
     text = (
         f"{HEADER},job_name,gpu_utilization_ratio\n"

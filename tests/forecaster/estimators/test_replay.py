@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+
+import numpy as np
 
 from gpu_eta.forecaster.calibration import END, POINTS, progress_point
 from gpu_eta.forecaster.estimators.analog import AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator
+from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.estimators.replay import (
+    as_seen_live,
     calibration_moments,
     recent_completed,
     replay_moments,
@@ -16,6 +21,7 @@ from gpu_eta.forecaster.estimators.replay import (
     samples_in_order,
 )
 from gpu_eta.forecaster.estimators.tuning import blend_residuals
+from gpu_eta.forecaster.runs import STATED_PLAN, Run
 from tests.forecaster.estimators.runs_factory import make_run
 
 
@@ -89,3 +95,73 @@ def test_each_replayed_moment_knows_only_runs_that_ended_before_it() -> None:
     assert [(s.point, s.actual, s.timestamp) for s in ordered] == [
         (r.point, r.actual, r.timestamp) for r in residuals
     ]
+
+
+def _stopped_early(run_id: str, durations: list[float], **kw: float | str) -> Run:
+    """A run that stated a plan of 10 and ended early at ``len(durations)``: stored
+    completed at what it reached, its stated plan kept as a feature (``ended_plan``)."""
+    return make_run(run_id, durations, epochs_planned_stated=10.0, **kw)
+
+
+def test_a_run_that_stopped_early_is_replayed_to_the_plan_it_stated() -> None:
+    """Plan 10, ended after 6: replayed as live saw it (plan 10 at every cut, cut at
+    fractions of 10, none past 60 % and no END moment), its truth its realised end."""
+    run = _stopped_early("es", [10.0] * 6, job_name="es")
+    assert as_seen_live(run).epochs_planned == 10.0
+    assert STATED_PLAN not in as_seen_live(run).features  # live, the run had none
+    moments = list(calibration_moments(run))
+    assert moments == list(replay_moments(run))  # never past 95 % of 10
+    assert [(p, part.epochs_done) for p, part in moments] == [
+        (0.0, 0.0),
+        (0.1, 1.0),
+        (0.25, 2.0),
+        (0.5, 5.0),
+    ]
+    assert all(part.epochs_planned == 10.0 and part.completed is None for _p, part in moments)
+    samples = replay_samples(
+        BlendEstimator().fit([]), AnalogEstimator().fit([]), [run], max_runs=10, huber_grid=(1.345,)
+    )
+    assert [s.point for s in samples] == [0.0, 0.1, 0.25, 0.5]  # by the stated plan
+    assert [round(math.exp(s.actual)) for s in samples] == [60, 50, 40, 10]  # to its end at 6
+    # a run without it, or with one not past what it reached, replays exactly as before
+    plain = make_run("plain", [10.0] * 6, job_name="es")
+    for same in (plain, dataclasses.replace(plain, features={STATED_PLAN: 6.0})):
+        assert as_seen_live(same) is same
+        assert [p.epochs_planned for _q, p in calibration_moments(same)] == [6.0] * 5
+    for bad in ("10", True, math.inf, math.nan, -1.0):
+        odd = dataclasses.replace(plain, features={STATED_PLAN: bad})
+        assert as_seen_live(odd) is odd
+
+
+def test_the_calibration_covers_the_overshoot_of_jobs_that_stop_early() -> None:
+    """A job whose runs state 10 epochs and early-stop after 5 to 7, among two that run
+    their plans. Live, a new run of it is forecast to 10 until it stops; replayed to the
+    plan it reached (6, known from the start) the calibration never saw that overshoot
+    and not one P10–P90 interval held the live truth (0 of 33). Replayed to the stated
+    plan, the job's shift and widths learn it (29 of 33)."""
+    rng = np.random.default_rng(0)
+    history, t = [], 1_700_000_000.0
+    for i in range(90):
+        job = ("es", "a", "b")[i % 3]
+        per = {"es": 60.0, "a": 40.0, "b": 90.0}[job] * float(np.exp(rng.normal(0, 0.05)))
+        if job == "es":
+            durations = list(per * np.exp(rng.normal(0, 0.05, int(rng.integers(5, 8)))))
+            history.append(_stopped_early(f"r{i}", durations, start=t, job_name=job))
+        else:
+            durations = list(per * np.exp(rng.normal(0, 0.05, 10)))
+            history.append(make_run(f"r{i}", durations, start=t, job_name=job))
+        t += sum(durations) + 10
+    model = EtaModel(random_state=0).fit(history)
+    live_rng = np.random.default_rng(7)
+    held = []
+    for j in range(6):
+        per = 60.0 * float(np.exp(live_rng.normal(0, 0.05)))
+        durations = list(per * np.exp(live_rng.normal(0, 0.05, int(live_rng.integers(5, 8)))))
+        live = make_run(f"live{j}", durations, planned=10.0, start=t, job_name="es")
+        for k in range(1, len(durations)):  # forecast to 10 at each epoch end until it stops
+            part = dataclasses.replace(live, epoch_times=live.epoch_times[: k + 1])
+            forecast = model.predict(part, part.last_timestamp)
+            held.append(forecast.p10 <= live.last_timestamp - part.last_timestamp <= forecast.p90)
+        t = live.last_timestamp + 10
+    assert len(held) == 33
+    assert sum(held) >= 0.8 * len(held)  # 29 (0 replayed to the plan reached)
