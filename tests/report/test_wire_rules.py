@@ -147,12 +147,17 @@ def test_the_container_from_the_environment_is_checked_too(monkeypatch, caplog):
 
 
 def test_a_400_is_logged_once_with_the_exporters_reason(listener, caplog):
-    """A run id reused by mistake: the exporter refuses each epoch beyond the first
-    run's plan, each with its own numbers; one line says why, not one per report."""
+    """A second reporter under the run id of a run that ended, announcing that run's own
+    start (a script that copies it along; a new start would be the name trained again, a
+    new run: docs/progress.md): it continues the ended run, whose plan the exporter
+    refuses each epoch beyond, each with its own numbers; one line says why, not one per
+    report."""
     first = start(epochs=5, run_id="shared", url=url(listener), source_address=POD.ip)
     first.epoch_end(5)
     first.end()
-    second = start(run_id="shared", url=url(listener), source_address=POD.ip)
+    second = client.ProgressReporter(url(listener), run_id="shared", source_address=POD.ip)
+    second.run_start = first.run_start
+    second.begin()
     for epoch in (6, 7, 8):
         second.epoch_end(epoch)
     second.end()
