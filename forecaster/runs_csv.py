@@ -320,14 +320,22 @@ _MORE_HEADERS = "; with the rows of the unusable headers after it"
 
 
 def _holds_a_time(row: Sequence[str], cols: _Columns | None) -> bool:
-    """Whether the row holds a time (a number, or an ISO time: it starts with a digit or a
-    sign) where the current header reads ``timestamp_seconds``: a data row then, even
-    when its text names columns (a run called "epoch" of a job called "run_id"); a
-    header holds a name there."""
+    """Whether the row holds a time (a number, or an ISO time) where the current header
+    reads ``timestamp_seconds``: a data row then, even when its text names columns (a
+    run called "epoch" of a job called "run_id"); a header holds a name there. Parsed,
+    not judged by its first character: a joined file's header may name a column
+    ``1st_loss`` or ``-loss`` at that place."""
     if cols is None or cols.i_ts >= len(row):
         return False
     cell = row[cols.i_ts].strip()
-    return bool(cell) and (cell[0].isdigit() or cell[0] in "+-.")
+    try:
+        float(cell)
+    except ValueError:
+        try:
+            datetime.fromisoformat(cell)
+        except ValueError:
+            return False
+    return True
 
 
 def _read_header(fh: TextIO) -> tuple[list[str], str]:

@@ -677,6 +677,23 @@ def test_a_data_row_whose_text_names_columns_is_not_a_header() -> None:
     assert result.warning() is None
 
 
+def test_a_joined_header_naming_a_column_with_a_digit_or_sign_is_a_header() -> None:
+    """A joined file's header whose column at the first header's timestamp place is
+    ``1st_loss`` or ``-loss`` holds no time there: a header, its rows read as it says
+    (judged by a first character, it was data and its rows were misread or lost)."""
+    first = "run_id,epoch,epochs_planned,timestamp_seconds\nA,0,2,900\nA,1,2,1000\nA,2,2,1100\n"
+    for second in (
+        "run_id,epochs_planned,timestamp_seconds,1st_loss,epoch\n"
+        "B,2,1900,0.6,0\nB,2,2000,0.5,1\nB,2,2100,0.4,2\n",
+        "run_id,epoch,epochs_planned,-loss,timestamp_seconds\n"
+        "B,0,2,0.6,1900\nB,1,2,0.5,2000\nB,2,2,0.4,2100\n",
+    ):
+        result = parse_runs_file(io.StringIO(first + second))
+        b = next(r for r in result.runs if r.run_id == "B")
+        assert b.epoch_times == ((0, 1900), (1, 2000), (2, 2100)), result.warning()
+        assert result.warning() is None
+
+
 def test_headers_mid_file_are_bounded() -> None:
     """Header lines count toward MAX_ROWS like rows; unusable ones keep at most
     MAX_KEPT_ROWS entries (the rest counted under the last), and headers with columns
