@@ -344,9 +344,11 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     run trained again under its name (a notebook cell re-running
     ``ProgressReporter(run_id="exp")`` after ``end()``) is a new run, with its own start
     and no end; a repeated ``start`` of a run not ended changes nothing, and neither
-    does a copy of the ended run's own start (its start time within the client's 1 ms
-    rounding: a retried or reordered POST, a proxy's retry; begun again it would be a
-    run at epoch 0 that never ends). Kept ended, with the old start, the forecaster
+    does a copy of the ended run's own start (a start time not after the run's, within
+    the client's 1 ms rounding: a retried or reordered POST, a proxy's retry; begun
+    again it would be a run at epoch 0 that never ends; "not after", as a run begun
+    again at the end keeps the end as its start, later than its sender's). The sender
+    runs on this node, on its clock: a new training's start is after the last one's. Kept ended, with the old start, the forecaster
     would read a new training done at once (its end after its start) and never forecast
     it. Without one (logs, curl) a run restarts when the
     epoch or step counter goes back or the planned totals change: the signature of
@@ -364,7 +366,7 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
             and previous.ended_timestamp is not None
             and (
                 report.run_start is None
-                or abs(report.run_start - previous.run_start_timestamp) > _SAME_START_SECONDS
+                or report.run_start > previous.run_start_timestamp + _SAME_START_SECONDS
             )
         )
     if report.event == "start":

@@ -280,6 +280,11 @@ def test_a_start_naming_a_run_that_ended_begins_it_again():
     # still not the ended run's, and the new run starts at the end at the earliest
     behind = _adv(ended, Report(event="start", run_id="exp", run_start=NOW + 105), NOW + 250)
     assert (behind.run_start_timestamp, behind.ended_timestamp) == (NOW + 250, None)
+    # that run ended too, and a copy of its own start (its sender's time, before the
+    # start it was given) comes late: still that run's, not begun again
+    behind_ended = _adv(behind, Report(event="end", run_id="exp", epoch=2), NOW + 300)
+    late = _adv(behind_ended, Report(event="start", run_id="exp", run_start=NOW + 105), NOW + 310)
+    assert (late.run_start_timestamp, late.ended_timestamp) == (NOW + 250, NOW + 300)
     # a start of the run still going changes nothing; progress after the end stays its
     assert _adv(p, Report(event="start", run_id="exp"), NOW + 105).run_start_timestamp == NOW
     assert _adv(ended, Report(run_id="exp", epoch=6), NOW + 120).ended_timestamp == NOW + 110
