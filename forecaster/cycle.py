@@ -35,7 +35,12 @@ from gpu_eta.forecaster.cycle_meta import (
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.base import stall_widen_since
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
-from gpu_eta.forecaster.history import HistoryConflict, HistoryStore, StoredRun
+from gpu_eta.forecaster.history import (
+    SAME_START_SECONDS,
+    HistoryConflict,
+    HistoryStore,
+    StoredRun,
+)
 from gpu_eta.forecaster.last_seen import Kept, LastSeen
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
@@ -127,6 +132,13 @@ class Cycle:
         # (``ending_runs``) in the cycle that first records them ended, not in every cycle
         # their pod lives on (a notebook's for days)
         self._ended_recorded: frozenset[RunKey] = frozenset()
+        # the stored start of runs the history holds finished completed whose series
+        # were still answered at the last read (a Job's Succeeded pod, a notebook):
+        # present with that start, such a run is neither read by name nor stored again
+        # (``_completed_present``); looked up in the history for keys not held here
+        self._completed: dict[RunKey, float] = {}
+        # this cycle's such runs (``_query``)
+        self._frozen: frozenset[RunKey] = frozenset()
         # each run's latest epoch, last epoch end and step as the previous cycle read
         # them (went_back)
         self._marks: dict[RunKey, tuple[float, ...]] = {}
@@ -205,6 +217,9 @@ class Cycle:
             new_seconds = min(span, now - self._last_range_time)
         means_for = None if ending is None else frozenset(ending)
         view = assemble(instant, ranges, now, new_seconds, means_for, self._means_until)
+        if self._frozen:  # finished in the history, nothing to store (_completed_present)
+            view.updates = [u for u in view.updates if run_key(u) not in self._frozen]
+            view.done -= self._frozen
         self._keep_features(view)
         errors: Counter[str] = Counter(view.rejected.values())
 
@@ -279,6 +294,9 @@ class Cycle:
         # runs finished more than a window ago have left the answers: forget them
         self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
         self._finished_at.update((run_key(r), now) for r in newly_finished)
+        self._completed.update(
+            (run_key(r), r.start_timestamp) for r in newly_finished if r.completed
+        )
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).
@@ -719,6 +737,7 @@ class Cycle:
         seen |= held_keys
         instant.update(static.answers(seen))
         instant.update(held)
+        self._frozen = self._completed_present(instant)
         steps_only = static.steps_only()  # some run reports only steps
         # a run without a plan may report only steps: its latest step shows it running
         # (runs_from_series.PlanlessRun); no range read, it is not stored
@@ -730,7 +749,7 @@ class Cycle:
         runs = ""  # every run
         ending: tuple[RunKey, ...] | None = None  # every run
         if not full:
-            done = self._finished_at.keys() | self._ended_recorded
+            done = self._finished_at.keys() | self._ended_recorded | self._frozen
             ending = tuple(k for k in ending_runs(instant) if k not in done)
             if not ending:
                 return instant, {}, None, (), held_keys
@@ -752,6 +771,31 @@ class Cycle:
             for name, tpl in templates.items()
         }
         return instant, ranges, span, ending, held_keys
+
+    def _completed_present(self, instant: Mapping[str, Sequence[Sample]]) -> frozenset[RunKey]:
+        """The runs that may end (``ending_runs``: at their plan, ended) whose key the
+        history holds finished completed with their start (``new_attempt`` None): the
+        series a finished run leaves while its pod lives on (a Job's Succeeded pod
+        until its TTL, a notebook after ``end()``). They are not read as ending runs
+        nor stored again: the history keeps a finished run frozen, and at a site with
+        hundreds of such pods every cycle read them all by name (the cycle's memory of
+        what it finished, ``_finished_at``, lasts a read window). A new run under the
+        key, with a later start, is read as any; one without a start read is too. The
+        history is asked only of keys not held in ``_completed`` (after a restart, or
+        finished by another process), which keeps the keys still answered."""
+        ending = ending_runs(instant)
+        starts = {k: s.value for s in instant.get("start", ()) if (k := sample_run_key(s))}
+        self._completed = {k: self._completed[k] for k in ending if k in self._completed}
+        ask = [k for k in ending if k not in self._completed and k in starts]
+        if ask:
+            self._completed.update(self.store.completed_starts(ask))
+        return frozenset(
+            k
+            for k in ending
+            if k in self._completed
+            and k in starts
+            and not starts[k] > self._completed[k] + SAME_START_SECONDS
+        )
 
     def _ending_queries(
         self, keys: Sequence[RunKey], span: float

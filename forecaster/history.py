@@ -1088,6 +1088,29 @@ class HistoryStore:
                 self._cache_points = held
             return list(self._finished_cache)
 
+    def completed_starts(self, keys: Iterable[RunKey]) -> dict[RunKey, float]:
+        """The stored start of each of ``keys`` whose latest run (attempt 0) is finished
+        completed: a present run with that start (``new_attempt`` None) is that run's
+        series lingering with its pod, frozen here (``Cycle._completed_present``). Keys
+        whose text SQLite cannot store are left out (never recorded: ``_storable``)."""
+        wanted = [
+            k for k in dict.fromkeys(keys) if unencodable(zip(_KEY_FIELDS, k, strict=True)) is None
+        ]
+        out: dict[RunKey, float] = {}
+        if not wanted:
+            return out
+        with self._lock, self._reading():
+            for key in wanted:
+                found = self._conn.execute(
+                    """SELECT start_timestamp FROM runs WHERE namespace = ? AND pod = ?
+                       AND container = ? AND run_id = ? AND attempt = 0
+                       AND state = 'completed'""",
+                    key,
+                ).fetchone()
+                if found is not None:
+                    out[key] = float(found[0])
+        return out
+
     def count_finished(self) -> int:
         """Number of finished runs stored."""
         with self._lock, self._reading():

@@ -975,6 +975,58 @@ def test_a_run_stopped_early_whose_pod_lives_on_is_finished_once_completed_at_it
         assert [r.run.run_id for r in store.running()] == ["b"]
 
 
+def test_a_run_completed_at_its_plan_whose_pod_lives_on_is_read_only_once(
+    store: HistoryStore,
+) -> None:
+    """A Job's Succeeded pod keeps the series of a run at its plan for hours: the cycle
+    that finishes it reads its epoch ends as an ending run's; later cycles, once the
+    cycle's memory of what it finished (a read window) lets it go, find it completed
+    with its start in the history and neither read it by name nor store it again.
+    Another run under its key, with a later start, is read and recorded."""
+    t = [NOW]
+    client = CannedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
+    start_a, plan = NOW - 100, 2
+    stored: list[str] = []  # the runs each cycle hands the history
+    record = store.record
+    store.record = lambda updates, **kw: record(  # type: ignore[method-assign]
+        [stored.append(u.run_id) or u for u in updates], **kw
+    )
+
+    def at(now: float, a: dict) -> ForecastSet:
+        t[0] = now
+        client.answers = merge(a, job("b", 10, [(1, NOW - 40)], NOW - 100))
+        client.seen = []
+        return cycle.run()
+
+    at(NOW, job("a", plan, [(1, NOW - 30)], start_a))
+    fs = at(NOW + 60, job("a", plan, [(1, NOW - 30), (2, NOW + 40)], start_a))
+    assert [j.run.run_id for j in fs.jobs] == ["b"] and fs.n_finished == 1
+    assert any('run_id=~"a"' in q for q in client.seen)
+    (done,) = store.finished()
+    assert done.completed and done.epochs_done == 2
+    named = restored = 0
+    for later in range(120, 1320, 60):  # its pod lives on, its series too
+        stored.clear()
+        fs = at(NOW + later, job("a", plan, [(1, NOW - 30), (2, NOW + 40)], start_a))
+        restored += "a" in stored
+        named += any('run_id=~"a"' in q for q in client.seen)
+        assert [j.run.run_id for j in fs.jobs] == ["b"] and fs.n_finished == 0
+        assert fs.queries <= 20
+        assert [r.run.run_id for r in store.running()] == ["b"]
+    assert (named, restored) == (0, 0)
+    assert [(r.run_id, r.epochs_done) for r in store.finished()] == [("a", 2)]
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)  # a restart
+    for later in (1320, 1380, 1440):  # the history says so: its first read is a full one
+        stored.clear()
+        fs = at(NOW + later, job("a", plan, [(1, NOW - 30), (2, NOW + 40)], start_a))
+        assert "a" not in stored and not any('run_id=~"a"' in q for q in client.seen)
+    # trained again under its name: a new run, read (its start anew) and forecast
+    fs = at(NOW + 1500, job("a", plan, [(1, NOW + 1480)], NOW + 1450))
+    assert sorted(j.run.run_id for j in fs.jobs) == ["a", "b"]
+    assert {r.run.start_timestamp for r in store.running() if r.run.run_id == "a"} == {NOW + 1450}
+
+
 def test_epoch_ends_between_cycles_are_read_one_cycle_in_range_every(
     store: HistoryStore,
 ) -> None:
