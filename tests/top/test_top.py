@@ -747,9 +747,9 @@ def test_a_reader_closing_the_pipe_ends_top_quietly(http_server, mode: list[str]
 @pytest.mark.integration
 def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
     """A real Prometheus scrapes contract-shaped series from a real HTTP exporter."""
-    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+    from prometheus_client import CollectorRegistry, Gauge
 
-    from gpu_eta.launch.prometheus import ScrapeJob, free_port
+    from gpu_eta.launch.prometheus import ScrapeJob
 
     reg = CollectorRegistry()
     run_labels = ["node", "namespace", "pod", "container", "run_id"]
@@ -774,10 +774,8 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
     Gauge("gpu_eta_gpu_info", "i", ["node", "gpu", "UUID", "model"], registry=reg).labels(
         "node-0", "0", "GPU-aaa", "NVIDIA A2"
     ).set(1)
-    port = free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
-    try:
-        prom = prometheus_factory([ScrapeJob("fake-exporter", [f"127.0.0.1:{port}"])])
+    with _exporter(reg) as target:
+        prom = prometheus_factory([ScrapeJob("fake-exporter", [target])])
         prom.wait_for(
             "gpu_eta_job_predicted_completion_timestamp_seconds", timeout=60, min_results=3
         )
@@ -803,10 +801,6 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
                 assert top_main.main(["--prometheus.url", prom.url, "--json", *names]) == 0
             data = json.loads(out.getvalue())
             assert len(data["jobs"]) == jobs and data["gpus"][0]["holders"] == ["ml/cnn-1"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.mark.integration
@@ -816,9 +810,9 @@ def test_a_pod_that_left_pending_is_not_listed_pending(prometheus_factory) -> No
     kube-state-metrics does not report (not installed, not scraped yet) stays."""
     import time
 
-    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+    from prometheus_client import CollectorRegistry, Gauge
 
-    from gpu_eta.launch.prometheus import ScrapeJob, free_port
+    from gpu_eta.launch.prometheus import ScrapeJob
 
     reg = CollectorRegistry()
     info_labels = ["namespace", "pod", "resource", "gpus", "status"]
@@ -837,10 +831,8 @@ def test_a_pod_that_left_pending_is_not_listed_pending(prometheus_factory) -> No
     for pod, now_phase in (("started", "Running"), ("failed", "Failed"), ("waiting", "Pending")):
         for ph in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
             phase.labels("ml", pod, "u-" + pod, ph).set(1 if ph == now_phase else 0)
-    port = free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
-    try:
-        prom = prometheus_factory([ScrapeJob("fake", [f"127.0.0.1:{port}"])])
+    with _exporter(reg) as target:
+        prom = prometheus_factory([ScrapeJob("fake", [target])])
         prom.wait_for("gpu_eta_pod_start_prediction_info", timeout=60, min_results=4)
         prom.wait_for("kube_pod_status_phase", timeout=30, min_results=15)
         out = io.StringIO()
@@ -850,10 +842,6 @@ def test_a_pod_that_left_pending_is_not_listed_pending(prometheus_factory) -> No
             "unseen",
             "waiting",
         ]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_firing_gpu_eta_alerts_are_one_line() -> None:
@@ -1087,15 +1075,21 @@ def test_a_query_prometheus_refuses_leaves_its_rows_out_and_is_named(
     assert code == 1 and out == "" and "too many samples" in err
 
 
-def _exporter(reg) -> tuple[str, object, object]:
-    """Serve ``reg`` on a loopback port: (host:port, server, thread)."""
+@contextmanager
+def _exporter(reg) -> Iterator[str]:
+    """Serve ``reg`` on a loopback port for the block: its host:port."""
     from prometheus_client import start_http_server
 
     from gpu_eta.launch.prometheus import free_port
 
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
-    return f"127.0.0.1:{port}", server, thread
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 @contextmanager
@@ -1114,18 +1108,13 @@ def _scraped_twice(prometheus_factory, snap, renamed: dict[str, str]) -> Iterato
 
     reg = CollectorRegistry()
     reg.register(Exporter())
-    target, server, thread = _exporter(reg)
-    try:
+    with _exporter(reg) as target:
         yield prometheus_factory(
             [
                 ScrapeJob("exporter", [target]),
                 ScrapeJob("pods", [target], labels=renamed, honor_labels=False),
             ]
         )
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.mark.integration
@@ -1225,8 +1214,7 @@ def test_a_partial_answer_is_one_warning_line_and_a_json_list(prometheus_factory
     Gauge("gpu_eta_gpu_info", "i", ["node", "gpu", "UUID", "model"], registry=reg).labels(
         "node-0", "0", "GPU-aaa", "NVIDIA A2"
     ).set(1)
-    target, server, thread = _exporter(reg)
-    try:
+    with _exporter(reg) as target:
         prom = prometheus_factory([ScrapeJob("fake", [target])])
         prom.wait_for("gpu_eta_gpu_info", timeout=30)
         config = prom.config_path.read_text()
@@ -1245,10 +1233,6 @@ def test_a_partial_answer_is_one_warning_line_and_a_json_list(prometheus_factory
         assert code == 0
         (line,) = [x for x in out.splitlines() if x.startswith("warning:")]
         assert dead in line and line.count("remote_read") == 1, line
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_warnings_from_outside_are_cleaned_deduplicated_and_bounded(http_server) -> None:  # noqa: F811
@@ -1392,32 +1376,29 @@ def test_a_refreshing_view_keeps_the_last_good_one_when_prometheus_goes_away(
     Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
         *RUN.values()
     ).set(8)
-    target, server, thread = _exporter(reg)
-    proc = None
-    try:
-        prom = prometheus_factory([ScrapeJob("fake", [target])])
-        prom.wait_for("gpu_eta_training_epochs_planned", timeout=30)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", prom.url, "--plain",
-             "--interval", "0.3", "--prometheus.retries", "0", "--prometheus.timeout", "1"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=Path(__file__).resolve().parents[2],
-        )  # fmt: skip
-        _snapshots(proc, lambda s: "ml/cnn-1" in s)
-        prom.stop()
-        (*_, shown) = _snapshots(proc, lambda s: "cannot connect" in s)
-        assert "ml/cnn-1" in shown and "3/8" in shown, shown
-        lines = shown.splitlines()
-        assert any(x.startswith("error: ") and "cannot connect" in x for x in lines), shown
-        assert any(x.startswith("error: showing the last good view, ") for x in lines), shown
-    finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with _exporter(reg) as target:
+        proc = None
+        try:
+            prom = prometheus_factory([ScrapeJob("fake", [target])])
+            prom.wait_for("gpu_eta_training_epochs_planned", timeout=30)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", prom.url, "--plain",
+                 "--interval", "0.3", "--prometheus.retries", "0", "--prometheus.timeout", "1"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=Path(__file__).resolve().parents[2],
+            )  # fmt: skip
+            _snapshots(proc, lambda s: "ml/cnn-1" in s)
+            prom.stop()
+            (*_, shown) = _snapshots(proc, lambda s: "cannot connect" in s)
+            assert "ml/cnn-1" in shown and "3/8" in shown, shown
+            lines = shown.splitlines()
+            assert any(x.startswith("error: ") and "cannot connect" in x for x in lines), shown
+            assert any(x.startswith("error: showing the last good view, ") for x in lines), shown
+        finally:
+            if proc is not None:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.mark.parametrize("width", [60, 80])
@@ -1514,8 +1495,7 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
         phase.labels("batch", pod, "u-" + pod, "Running").set(1 if running else 0)
         for gauge, resource, amount in reqs:
             gauge.labels("batch", pod, "u-" + pod, "c", resource, "integer").set(amount)
-    target, server, thread = _exporter(reg)
-    try:
+    with _exporter(reg) as target:
         prom = prometheus_factory([ScrapeJob("ksm", [target])])
         prom.wait_for("kube_pod_init_container_resource_requests", timeout=30)
         prom.wait_for("kube_pod_container_resource_requests", timeout=30, min_results=9)
@@ -1529,10 +1509,6 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
             'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
         )
         assert len(everything) == 6  # the CPU pod is in the data, Pending
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def tall_view() -> top_view.View:
@@ -1975,8 +1951,7 @@ def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheu
     Gauge("gpu_eta_exporter_unresolved_allocations", "n", ["node"], registry=reg).labels(
         "node-2"
     ).set(2)
-    address, server, thread = _exporter(reg)
-    try:
+    with _exporter(reg) as address:
         target = [address]
         prom = prometheus_factory(
             [ScrapeJob("exporter-a", target), ScrapeJob("exporter-b", target)]
@@ -2002,7 +1977,3 @@ def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheu
             "holders unknown: 2 kubelet allocations on this node name no device",
         )
         assert data["gpu_counts"] == {"seen": 3, "busy": 0, "idle": 0, "free": 1, "unknown": 2}
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
