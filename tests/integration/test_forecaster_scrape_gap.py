@@ -14,7 +14,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +26,7 @@ from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
 from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.promapi import PromClient
-from gpu_eta.launch.prometheus import ScrapeJob
+from gpu_eta.launch.prometheus import PrometheusServer, ScrapeJob
 from gpu_eta.launch.victoria import start_victoriametrics
 from tests.integration.test_forecaster_prometheus import post_from, simulated_exporter
 
@@ -57,37 +61,21 @@ def _forecast(fs) -> tuple[set[str], set[str]]:
 def test_runs_of_an_exporter_whose_scrape_failed_stay_forecast(
     tmp_path: Path, prometheus_factory, exporter_factory
 ) -> None:
-    scenario_text = NODE + GONE
-    exporter = simulated_exporter(
-        exporter_factory, tmp_path, scenario_text, "--progress.gone-grace=0s"
-    )
-    scenario = tmp_path / "node.yaml"
-    prom = prometheus_factory([ScrapeJob("exporter", [exporter.target])])
-    client = PromClient(prom.url)
-    store = HistoryStore.open(tmp_path / "h.sqlite")
-    stopped = False
-    try:
-        cycle = _both_runs_forecast(exporter, client, store)
+    with _gap_stack("prometheus", tmp_path, prometheus_factory, exporter_factory) as gap:
+        cycle = _both_runs_forecast(gap)
 
         # the pod "gone" is deleted while its exporter answers: its run leaves at once
-        _delete_gone(scenario, client)
-        prom.wait_for('up{job="exporter"} == 1', timeout=30)
+        _delete_gone(gap)
+        gap.srv.wait_for('up{job="exporter"} == 1', timeout=30)
         assert _forecast(cycle.run()) == ({"keep"}, {"0"})
 
         # the exporter stops answering: its series are marked stale at the failed scrape
-        os.kill(exporter.process.pid, signal.SIGSTOP)
-        stopped = True
-        prom.wait_for('up{job="exporter"} == 0', timeout=30)
-        assert prom.query("gpu_eta_training_epoch") == []  # what an instant read sees
+        gap.stop_exporter()
+        assert gap.srv.query("gpu_eta_training_epoch") == []  # what an instant read sees
         # the run seen until then is still forecast, its GPU still has a free time; the
         # deleted pod's run does not come back
         assert _forecast(cycle.run()) == ({"keep"}, {"0"})
-        assert store.finished() == []
-    finally:
-        if stopped:
-            os.kill(exporter.process.pid, signal.SIGCONT)
-        store.close()
-        client.close()
+        assert gap.store.finished() == []
 
 
 def test_the_queries_of_a_sweep_leaving_at_once_are_accepted_by_victoriametrics(
@@ -132,59 +120,77 @@ def test_a_pod_deleted_just_before_its_exporter_fails_is_not_brought_back(
     but its last sample is older than the target's last good scrape (that scrape marked
     it stale; a range selector skips the marker). Only the run seen at that scrape is
     held: the deleted one is not forecast from its last real sample."""
+    with _gap_stack(server, tmp_path, prometheus_factory, exporter_factory) as gap:
+        cycle = _both_runs_forecast(gap)
+        # deleted, and no forecaster read before the exporter stops answering
+        _delete_gone(gap)
+        gap.stop_exporter()
+        time.sleep(3)
+        assert _forecast(cycle.run()) == ({"keep"}, {"0"})
+
+
+@dataclass
+class _Gap:
+    """A simulated node's exporter (pods "keep" and "gone"), the TSDB scraping it every
+    second, a client of it and a history."""
+
+    exporter: Any
+    srv: PrometheusServer
+    client: PromClient
+    store: HistoryStore
+    scenario: Path
+    stopped: bool = False
+
+    def stop_exporter(self) -> None:
+        """SIGSTOP the exporter (its scrapes time out) and wait until ``up`` says so."""
+        os.kill(self.exporter.process.pid, signal.SIGSTOP)
+        self.stopped = True
+        self.srv.wait_for('up{job="exporter"} == 0', timeout=40)
+
+
+@contextmanager
+def _gap_stack(server: str, tmp_path: Path, prometheus_factory, exporter_factory) -> Iterator[_Gap]:
     exporter = simulated_exporter(
         exporter_factory, tmp_path, NODE + GONE, "--progress.gone-grace=0s"
     )
-    scenario = tmp_path / "node.yaml"
     jobs = [ScrapeJob("exporter", [exporter.target])]
     if server == "prometheus":
         srv, stop = prometheus_factory(jobs), (lambda: None)
     else:
         srv = start_victoriametrics(jobs, data_dir=tmp_path / "vm")
         stop = srv.stop
-    client = PromClient(srv.url)
-    store = HistoryStore.open(tmp_path / "h.sqlite")
-    stopped = False
+    gap = _Gap(
+        exporter,
+        srv,
+        PromClient(srv.url),
+        HistoryStore.open(tmp_path / "h.sqlite"),
+        tmp_path / "node.yaml",
+    )
     try:
-        cycle = _both_runs_forecast(exporter, client, store)
-        # deleted, and no forecaster read before the exporter stops answering
-        _delete_gone(scenario, client)
-        os.kill(exporter.process.pid, signal.SIGSTOP)
-        stopped = True
-        _until(client, 'up{job="exporter"} == 0')
-        time.sleep(3)
-        assert _forecast(cycle.run()) == ({"keep"}, {"0"})
+        yield gap
     finally:
-        if stopped:
+        if gap.stopped:
             os.kill(exporter.process.pid, signal.SIGCONT)
-        store.close()
-        client.close()
+        gap.store.close()
+        gap.client.close()
         stop()
 
 
-def _until(client: PromClient, expr: str, timeout: float = 40.0) -> None:
-    """Wait until ``expr`` answers some series."""
-    end = time.monotonic() + timeout
-    while not client.instant(expr):
-        assert time.monotonic() < end, expr
-        time.sleep(0.5)
-
-
-def _both_runs_forecast(exporter, client: PromClient, store: HistoryStore) -> Cycle:
+def _both_runs_forecast(gap: _Gap) -> Cycle:
     """A run reported from each pod, scraped; a cycle that forecasts both."""
     start = float(int(time.time())) - 60
     for gpu, run in ((0, "keep-1"), (1, "gone-1")):  # from each pod's address
-        post_from(exporter, gpu, {"run_id": run, "run_start": start, "epochs": 8, "epoch": 2})
-    _until(client, "count(gpu_eta_training_epoch == 2) == 2")
+        post_from(gap.exporter, gpu, {"run_id": run, "run_start": start, "epochs": 8, "epoch": 2})
+    gap.srv.wait_for("count(gpu_eta_training_epoch == 2) == 2", timeout=40)
     settings = CycleSettings(lookback_seconds=3600, refit_seconds=0, background_refit=False)
-    cycle = Cycle(client, store, settings)
+    cycle = Cycle(gap.client, gap.store, settings)
     assert _forecast(cycle.run()) == ({"keep", "gone"}, {"0", "1"})
     return cycle
 
 
-def _delete_gone(scenario: Path, client: PromClient) -> None:
+def _delete_gone(gap: _Gap) -> None:
     """The pod "gone" deleted from the node; returns once its series are stale."""
-    tmp = scenario.with_suffix(".tmp")
+    tmp = gap.scenario.with_suffix(".tmp")
     tmp.write_text(NODE)
-    tmp.replace(scenario)
-    _until(client, 'absent(gpu_eta_training_epoch{pod="gone"})')
+    tmp.replace(gap.scenario)
+    gap.srv.wait_for('absent(gpu_eta_training_epoch{pod="gone"})', timeout=40)
