@@ -319,7 +319,7 @@ def header_names(row: Sequence[str]) -> list[str] | None:
 _MORE_HEADERS = "; with the rows of the unusable headers after it"
 
 
-def _holds_a_time(row: Sequence[str], cols: _Columns | None) -> bool:
+def _holds_a_time(row: Sequence[str], cols: _Columns | None, comma: bool) -> bool:
     """Whether the row holds a time (a number, or an ISO time) where the current header
     reads ``timestamp_seconds``: a data row then, even when its text names columns (a
     run called "epoch" of a job called "run_id"); a header holds a name there. Parsed,
@@ -329,10 +329,10 @@ def _holds_a_time(row: Sequence[str], cols: _Columns | None) -> bool:
         return False
     cell = row[cols.i_ts].strip()
     try:
-        float(cell)
-    except ValueError:
+        _number(cell, "timestamp_seconds", comma)
+    except _BadRow:
         try:
-            datetime.fromisoformat(cell)
+            datetime.fromisoformat(cell)  # with or without an offset: a time, not a name
         except ValueError:
             return False
     return True
@@ -641,7 +641,9 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
         n_rows += 1  # a header mid-file too: the bound is on lines read
         if n_rows > MAX_ROWS:
             raise RunsCsvError(line, f"more than {MAX_ROWS:,} rows")
-        names = header_names(row) if damage is None and not _holds_a_time(row, cols) else None
+        names = (
+            header_names(row) if damage is None and not _holds_a_time(row, cols, comma) else None
+        )
         if names is not None:  # files joined with cat: the next one's header
             if cols is not None and names == list(cols.names):
                 continue
@@ -843,11 +845,17 @@ def reused_after(rows: Sequence[Point], planned: float) -> tuple[Point, Point] |
     if done is None:
         return None
     start = min(e for e, _t, _line in rows)
+    if start >= planned:
+        return None
     later = sorted((r for r in rows if r[1] > done[1]), key=lambda r: (r[1], r[2]))
-    for i, row in enumerate(later):
-        if row[0] == start < planned and any(r[0] > start for r in later[i + 1 :]):
-            return row, done
-    return None
+    # one pass from the end, the highest value after each row carried: a run left at
+    # its start value for many rows after its end is read once, not once per row
+    found, higher = None, -math.inf
+    for row in reversed(later):
+        if row[0] == start and higher > start:
+            found = row
+        higher = max(higher, row[0])
+    return None if found is None else (found, done)
 
 
 def _assemble(key: RunKey, acc: _Acc) -> Run:
