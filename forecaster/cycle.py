@@ -137,8 +137,6 @@ class Cycle:
         # present with that start, such a run is neither read by name nor stored again
         # (``_completed_present``); looked up in the history for keys not held here
         self._completed: dict[RunKey, float] = {}
-        # this cycle's such runs (``_query``)
-        self._frozen: frozenset[RunKey] = frozenset()
         # each run's latest epoch, last epoch end and step as the previous cycle read
         # them (went_back)
         self._marks: dict[RunKey, tuple[float, ...]] = {}
@@ -209,7 +207,7 @@ class Cycle:
         window = max(window, s.min_step_seconds)
         before = self.client.stats.success + self.client.stats.error
         said: list[str] = []  # the read's answers' warnings: a partial read
-        instant, ranges, span, ending, held_keys = self._query(now, window, said)
+        instant, ranges, span, ending, held_keys, frozen = self._query(now, window, said)
         full = span is not None and ending is None
         # the seconds the means add: since the previous full read (or the whole span)
         new_seconds = 0.0 if span is None else span
@@ -217,9 +215,9 @@ class Cycle:
             new_seconds = min(span, now - self._last_range_time)
         means_for = None if ending is None else frozenset(ending)
         view = assemble(instant, ranges, now, new_seconds, means_for, self._means_until)
-        if self._frozen:  # finished in the history, nothing to store (_completed_present)
-            view.updates = [u for u in view.updates if run_key(u) not in self._frozen]
-            view.done -= self._frozen
+        if frozen:  # finished in the history, nothing to store (_completed_present)
+            view.updates = [u for u in view.updates if run_key(u) not in frozen]
+            view.done -= frozen
         self._keep_features(view)
         errors: Counter[str] = Counter(view.rejected.values())
 
@@ -646,7 +644,7 @@ class Cycle:
         # have failed. Their last report and allocations are asked of targets whose
         # scrape failed, folded into the unchanging series' or GPU models' read when one
         # goes out (the query count stays bounded), else alone (scrape_gap)
-        gone = scrape_gap.missing(self._present, instant["present"], self._finished_at)
+        gone = scrape_gap.missing(self._present, instant["present"])
         gap_parts = scrape_gap.parts(gone) if gone else {}
         gap: dict[str, list[Sample]] = {}
         seen = {
@@ -708,12 +706,13 @@ class Cycle:
             # the gap's parts ride along only while the two fit one query together
             # (VictoriaMetrics refuses a query over 16 KiB: HTTP 422); else they go
             # with the GPU models, or alone, below
-            if gap_parts and queries.fits({**parts, **gap_parts}):
+            riding = bool(gap_parts) and queries.fits({**parts, **gap_parts})
+            if riding:
                 parts = {**parts, **gap_parts}
             folded = self.client.instant(queries.fold(parts), at=now, warnings=said)
             answers = queries.unfold(folded, parts)
             answers[queries.STATIC_POD] += answers.pop(queries.STATIC_POD_EXPORTED, [])
-            if gap_parts.keys() <= answers.keys():
+            if riding:
                 gap = {name: answers.pop(name) for name in gap_parts}
                 gap_parts = {}
         else:
@@ -737,7 +736,6 @@ class Cycle:
         seen |= held_keys
         instant.update(static.answers(seen))
         instant.update(held)
-        self._frozen = self._completed_present(instant)
         steps_only = static.steps_only()  # some run reports only steps
         # a run without a plan may report only steps: its latest step shows it running
         # (runs_from_series.PlanlessRun); no range read, it is not stored
@@ -745,14 +743,17 @@ class Cycle:
             wanted = steps_only or static.without_plan(seen)
             instant["step"] = ask("step") if wanted else []
             self._marks = progress_marks(instant)  # with the steps, for the next cycle
+        # once, with every run's steps read (a run followed in steps at its plan is one)
+        may_end = ending_runs(instant)
+        frozen = self._completed_present(may_end, instant)
         span, full = self._range_span(now, window, static_full=full)
         runs = ""  # every run
         ending: tuple[RunKey, ...] | None = None  # every run
         if not full:
-            done = self._finished_at.keys() | self._ended_recorded | self._frozen
-            ending = tuple(k for k in ending_runs(instant) if k not in done)
+            done = self._finished_at.keys() | self._ended_recorded | frozen
+            ending = tuple(k for k in may_end if k not in done)
             if not ending:
-                return instant, {}, None, (), held_keys
+                return instant, {}, None, (), held_keys, frozen
             read = self._ending_queries(ending, span)
             if read is None:
                 full, ending = True, None
@@ -770,10 +771,12 @@ class Cycle:
             name: self.client.range(tpl.format(runs=runs), now - span, now, step, warnings=said)
             for name, tpl in templates.items()
         }
-        return instant, ranges, span, ending, held_keys
+        return instant, ranges, span, ending, held_keys, frozen
 
-    def _completed_present(self, instant: Mapping[str, Sequence[Sample]]) -> frozenset[RunKey]:
-        """The runs that may end (``ending_runs``: at their plan, ended) whose key the
+    def _completed_present(
+        self, ending: Sequence[RunKey], instant: Mapping[str, Sequence[Sample]]
+    ) -> frozenset[RunKey]:
+        """The runs that may end (``ending``: ``ending_runs``, at their plan or ended) whose key the
         history holds finished completed with their start (``new_attempt`` None): the
         series a finished run leaves while its pod lives on (a Job's Succeeded pod
         until its TTL, a notebook after ``end()``). They are not read as ending runs
@@ -783,7 +786,6 @@ class Cycle:
         key, with a later start, is read as any; one without a start read is too. The
         history is asked only of keys not held in ``_completed`` (after a restart, or
         finished by another process), which keeps the keys still answered."""
-        ending = ending_runs(instant)
         starts = {k: s.value for s in instant.get("start", ()) if (k := sample_run_key(s))}
         self._completed = {k: self._completed[k] for k in ending if k in self._completed}
         ask = [k for k in ending if k not in self._completed and k in starts]
@@ -849,9 +851,7 @@ class Cycle:
                 if match is None:
                     return None
                 parts[name] = queries.render(queries.POD_INFO, window, idle, pods=match)
-        if len(queries.fold(parts)) > queries.MAX_QUERY_CHARS:
-            return None
-        return parts
+        return parts if queries.fits(parts) else None
 
     def _fitted(self, now: float) -> Model:
         """The model to predict with; refits when the history changed and the period passed.

@@ -31,13 +31,10 @@ def run_keys(samples: Sequence[Sample]) -> frozenset[RunKey]:
     return frozenset(k for s in samples if (k := sample_run_key(s)) is not None)
 
 
-def missing(
-    previous: Set[RunKey], present: Sequence[Sample], finished: Collection[RunKey]
-) -> list[RunKey]:
-    """The runs running at the previous read (``previous``) that ``present`` lacks, but
-    those finished already (``finished``: a completed run's series may go, nothing to
-    keep), in key order."""
-    return sorted(previous - run_keys(present) - set(finished))
+def missing(previous: Set[RunKey], present: Sequence[Sample]) -> list[RunKey]:
+    """The runs running at the previous read (``previous``: never one that finished,
+    ``Cycle._present``) that ``present`` lacks, in key order."""
+    return sorted(previous - run_keys(present))
 
 
 def parts(keys: Sequence[RunKey]) -> dict[str, str]:

@@ -29,11 +29,10 @@ def _allocated(run_id: str, gpu: str) -> list:
     return [s(1, gpu=gpu, UUID=f"GPU-{gpu}", **labels_of(run_id))]
 
 
-def test_missing_leaves_out_present_and_finished_runs() -> None:
+def test_missing_leaves_out_present_runs() -> None:
     present = [s(NOW, **labels_of("a"))]
-    assert scrape_gap.missing({A, B}, present, ()) == [B]
-    assert scrape_gap.missing({A, B}, present, {B: NOW}) == []
-    assert scrape_gap.missing({A}, present, ()) == []
+    assert scrape_gap.missing({A, B}, present) == [B]
+    assert scrape_gap.missing({A}, present) == []
 
 
 def test_parts_set_match_the_runs_and_their_pods() -> None:
