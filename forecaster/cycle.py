@@ -36,10 +36,10 @@ from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.base import stall_widen_since
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import (
-    SAME_START_SECONDS,
     HistoryConflict,
     HistoryStore,
     StoredRun,
+    same_run_start,
 )
 from gpu_eta.forecaster.last_seen import Kept, LastSeen
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
@@ -796,7 +796,7 @@ class Cycle:
             for k in ending
             if k in self._completed
             and k in starts
-            and not starts[k] > self._completed[k] + SAME_START_SECONDS
+            and same_run_start(starts[k], self._completed[k])
         )
 
     def _ending_queries(

@@ -174,6 +174,12 @@ def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
     return drop
 
 
+def same_run_start(start: float, stored_start: float) -> bool:
+    """Whether an update's ``start`` is the stored run's: the same within
+    ``SAME_START_SECONDS``, or an earlier one (an older snapshot). Pure."""
+    return not start > stored_start + SAME_START_SECONDS
+
+
 def new_attempt(
     start: float, stored_start: float, stored_times: Sequence[tuple[float, float]]
 ) -> bool | None:
@@ -183,7 +189,7 @@ def new_attempt(
     starts at or after that run's last epoch end, less ``NEW_ATTEMPT_SKEW_SECONDS`` of
     the nodes' clocks (it can only follow it); False when it starts well inside that
     run (a start that moved while the run was away: neither). Pure."""
-    if not start > stored_start + SAME_START_SECONDS:
+    if same_run_start(start, stored_start):
         return None
     last_end = max((ts for _, ts in stored_times), default=stored_start)
     return start >= last_end - NEW_ATTEMPT_SKEW_SECONDS
