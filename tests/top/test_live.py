@@ -1,8 +1,9 @@
-"""``top.live.Signals``: which signals it takes over and when it raises.
+"""``top.live``: which signals it takes over, when it raises, and a display stopped
+under a signal.
 
-The display code itself runs on a pseudo-terminal in tests/top/test_top.py and
+The display also runs on a pseudo-terminal in tests/top/test_top.py and
 tests/demo/test_main.py; these are the rules that decide what an ignored signal or one
-arriving mid-draw does, checked in-process.
+arriving mid-draw or as the display stops does, checked in-process with rich's own Live.
 """
 
 from __future__ import annotations
@@ -44,45 +45,23 @@ def test_a_signal_while_drawing_is_held_until_the_draw_ends() -> None:
     assert drew
 
 
-def test_the_servers_now_is_the_latest_stamp_of_the_refresh() -> None:
-    """Answers evaluated a moment apart (one refresh's queries run one after the other)
-    carry different stamps: "now" is the latest, not the first answer's or the
-    earliest; no sample at all leaves it to the caller (the workstation's clock)."""
-    from gpu_eta.forecaster.series import Sample
-    from gpu_eta.top.view import evaluation_time
-
-    answers = {
-        "epoch": [Sample({}, 1.0, 1_700_000_001.5), Sample({}, 2.0, 1_700_000_001.5)],
-        "gpu_info": [Sample({}, 1.0, 1_700_000_003.0)],
-        "completion": [Sample({}, 1.0, 1_700_000_000.0)],
-        "pending": [],
-    }
-    assert evaluation_time(answers) == 1_700_000_003.0
-    assert evaluation_time({"epoch": [], "gpu_info": []}) is None
-
-
-class _Live:
-    """rich's Live as LiveTop drives it: ``stop`` shows the cursor again."""
-
-    def __init__(self, signals: Signals) -> None:
-        self.signals = signals
-        self.stopped = 0
-
-    def stop(self) -> None:
-        self.stopped += 1
-
-
 def test_a_signal_as_the_display_stops_leaves_it_to_stop_again() -> None:
     """A signal arriving as ``stop`` begins (before its signals are held) unwinds out of
     it: the display must still be there for the next ``stop`` (the caller's cleanup) to
-    show the cursor, not forgotten with the cursor hidden."""
+    show the cursor, not forgotten with the cursor hidden. rich's own Live, drawing to
+    a terminal console."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
     from gpu_eta.top.live import LiveTop
 
+    shown = "\x1b[?25h"  # the terminal's cursor shown again
+    file = io.StringIO()
     signals = Signals()
-    top = LiveTop.__new__(LiveTop)
-    top.signals = signals
-    live = _Live(signals)
-    top._live = live
+    top = LiveTop(None, signals, console=Console(file=file, force_terminal=True))  # type: ignore[arg-type]
+    top.start(Text("waiting"))
     real_drawing = signals.drawing
 
     def signal_first():  # the signal lands as stop enters its held block
@@ -93,9 +72,9 @@ def test_a_signal_as_the_display_stops_leaves_it_to_stop_again() -> None:
     signals.drawing = signal_first
     with pytest.raises(Terminated):
         top.stop()
-    assert live.stopped == 0
+    assert shown not in file.getvalue()
     signals.pending = None
     top.stop()  # the cleanup's second stop: the cursor is shown
-    assert live.stopped == 1
+    assert file.getvalue().count(shown) == 1
     top.stop()  # idempotent
-    assert live.stopped == 1
+    assert file.getvalue().count(shown) == 1

@@ -186,18 +186,26 @@ def test_a_rich_without_its_private_column_widths_lays_every_row_out(monkeypatch
     public one). A rich that renamed it must not break ``--once``: rich lays out every
     row, the same output, the slow way."""
     from rich.console import Console
-    from rich.table import Table
 
+    slow = top_render._ListedRows.laid_out_by_rich
+    fell_back: list[int] = []
+
+    def counted(self):  # the slow layout, counted
+        fell_back.append(1)
+        return slow(self)
+
+    monkeypatch.setattr(top_render._ListedRows, "laid_out_by_rich", counted)
     view = views()["cluster"]
-    out = []
+    out, falls = [], []
     for _ in range(2):
         file = io.StringIO()
         Console(file=file, width=120, force_terminal=True, color_system="truecolor").print(
             tr.once(view)
         )
         out.append(file.getvalue())
+        falls.append(len(fell_back))
         monkeypatch.setattr(top_render, "_RICH_COLUMN_WIDTHS", "_renamed_in_a_later_rich")
-    assert hasattr(Table, top_render._RICH_COLUMN_WIDTHS) is False
+    assert falls[0] == 0 and falls[1] > 0  # the fast path, then every table the slow way
     assert out[1] and out[0] == out[1]
 
 
@@ -210,3 +218,20 @@ def test_the_listing_draws_its_rows_without_rich_laying_them_out() -> None:
         assert isinstance(table, top_render._ListedRows)
         assert table.table.row_count == min(2, len(rows))  # the probe rows only
         assert len(table.rows) == len(rows)
+
+
+def test_the_servers_now_is_the_latest_stamp_of_the_refresh() -> None:
+    """Answers evaluated a moment apart (one refresh's queries run one after the other)
+    carry different stamps: "now" is the latest, not the first answer's or the
+    earliest; no sample at all leaves it to the caller (the workstation's clock)."""
+    from gpu_eta.forecaster.series import Sample
+    from gpu_eta.top.view import evaluation_time
+
+    answers = {
+        "epoch": [Sample({}, 1.0, 1_700_000_001.5), Sample({}, 2.0, 1_700_000_001.5)],
+        "gpu_info": [Sample({}, 1.0, 1_700_000_003.0)],
+        "completion": [Sample({}, 1.0, 1_700_000_000.0)],
+        "pending": [],
+    }
+    assert evaluation_time(answers) == 1_700_000_003.0
+    assert evaluation_time({"epoch": [], "gpu_info": []}) is None
