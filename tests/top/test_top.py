@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from datetime import timezone
@@ -794,6 +795,20 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
         with redirect_stdout(out):
             assert top_main.main(["--prometheus.url", prom.url, "--once", "--plain"]) == 0
         assert "ml/cnn-1" in out.getvalue()
+        # "now" is the real Prometheus' evaluation time, its answers' stamps, even from a
+        # workstation whose clock is a year ahead
+        ahead = 365 * 86400.0
+        skewed = types.SimpleNamespace(
+            time=lambda: time.time() + ahead, sleep=time.sleep, monotonic=time.monotonic
+        )
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(top_main, "time", skewed)
+            out = io.StringIO()
+            with redirect_stdout(out):
+                assert top_main.main(["--prometheus.url", prom.url, "--json"]) == 0
+        data = json.loads(out.getvalue())
+        assert abs(data["timestamp"] - time.time()) < 30
+        assert data["clock_offset_seconds"] == pytest.approx(-ahead, abs=30)
         # -n: only that namespace's runs; every GPU still shown, with its holder
         for names, jobs in ((["-n", "ml"], 1), (["-n", "other", "--namespace", "x"], 0)):
             out = io.StringIO()
