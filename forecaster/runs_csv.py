@@ -545,14 +545,10 @@ class _Columns:
     i_plan: int
     i_ts: int
     i_keys: tuple[int | None, ...]  # KEY_COLUMNS; None: absent, read as ""
+    # a run's identity must be whole: an over-long feature is left out, not its run
+    i_limited: tuple[int, ...]
     extra: tuple[tuple[str, int], ...]  # features: (name, index)
     ignored: str | None  # the note when more than MAX_COLUMNS are named
-
-    @property
-    def i_limited(self) -> list[int]:
-        """A run's identity must be whole: an over-long feature is left out, not its run."""
-        keys = [i for i in self.i_keys if i is not None]
-        return [self.i_run, self.i_epoch, self.i_plan, self.i_ts, *keys]
 
     def fits(self, row: Sequence[str]) -> bool:
         """Whether a row has this header's fields: its width, or short of it by unnamed
@@ -600,6 +596,7 @@ def _columns(header: Sequence[str]) -> _Columns:
         i_plan=index["epochs_planned"],
         i_ts=index["timestamp_seconds"],
         i_keys=tuple(index.get(c) for c in KEY_COLUMNS),
+        i_limited=tuple(index[c] for c in (*REQUIRED_COLUMNS, *KEY_COLUMNS) if c in index),
         extra=tuple((name, index[name]) for name in kept if name not in REQUIRED_COLUMNS),
         ignored=ignored,
     )
