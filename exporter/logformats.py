@@ -617,15 +617,20 @@ def _fold_keras_bar(state: LogState, match: LogMatch) -> tuple[LogState, bool]:
     current = state.epoch_current
     assert match.bar_total is not None
     if state.bar_epoch == current:
-        if match.bar_total != state.bar_total or (state.epoch_ended and not match.complete):
-            first_epoch = current == 1 and state.epochs != 1
-            if not (
-                first_epoch
-                and state.epoch_ended
-                and match.complete
-                and match.bar_total > (state.bar_total or 0)
-            ):
-                return state, False
+        other_loop = match.bar_total != state.bar_total or (
+            state.epoch_ended and not match.complete
+        )
+        # a fit's first epoch: after a first bar that ran to its end (a callback's
+        # evaluate()), a bar over more steps seen whole is the epoch's
+        epoch_bar_after_eval = (
+            current == 1
+            and state.epochs != 1
+            and state.epoch_ended
+            and match.complete
+            and match.bar_total > (state.bar_total or 0)
+        )
+        if other_loop and not epoch_bar_after_eval:
+            return state, False
     elif (
         state.steps_per_epoch is not None
         and match.bar_total != state.steps_per_epoch
