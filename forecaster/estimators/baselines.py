@@ -24,6 +24,7 @@ from gpu_eta.forecaster.estimators.base import (
     remaining_epochs,
 )
 from gpu_eta.forecaster.estimators.prior import job_key
+from gpu_eta.forecaster.estimators.rate import sorted_median
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import Run
 
@@ -262,13 +263,3 @@ class HistoryMatch:
         if total is None:
             raise InsufficientData("history match: no earlier completed run")
         return _point(total - (now - run.start_timestamp), self.method)
-
-
-def sorted_median(values: Sequence[float]) -> float:
-    """The median of ``values``, already sorted: ``statistics.median``'s arithmetic
-    (the middle value, or the mean of the two middle ones) without its sort."""
-    n = len(values)
-    if not n:
-        raise ValueError("median of no values")
-    i = n // 2
-    return values[i] if n % 2 else (values[i - 1] + values[i]) / 2

@@ -384,9 +384,17 @@ def _weighted_median_list(values: list[float], weights: list[float]) -> float:
 def median_list(values: Sequence[float]) -> float:
     """``np.median`` of a non-empty sequence of floats (the mean of the two middle
     values if even), without an array: for the few values of one run."""
-    v = sorted(values)
-    k, odd = divmod(len(v), 2)
-    return v[k] if odd else (v[k - 1] + v[k]) / 2.0
+    return sorted_median(sorted(values))
+
+
+def sorted_median(values: Sequence[float]) -> float:
+    """The median of ``values``, already sorted (the middle value, or the mean of the
+    two middle ones): a list kept sorted as values arrive (``insort``) needs no sort."""
+    n = len(values)
+    if not n:
+        raise ValueError("median of no values")
+    i = n // 2
+    return values[i] if n % 2 else (values[i - 1] + values[i]) / 2
 
 
 def _change_point_list(logs: list[float]) -> int:
