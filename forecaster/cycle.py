@@ -63,6 +63,7 @@ from gpu_eta.forecaster.runs_from_series import (
     assemble,
     ending_runs,
     pod_values,
+    run_keys,
     sample_run_key,
 )
 from gpu_eta.forecaster.series import Sample, Series
@@ -263,7 +264,7 @@ class Cycle:
             self._load_state()
             raise
         self._failed_at = None
-        self._ended_recorded = scrape_gap.run_keys(instant.get("ended", ()))
+        self._ended_recorded = run_keys(instant.get("ended", ()))
         self._log_partial(said, partial_since, held, now)
         self._partial_since, self._partial_last = partial_since, partial_last
         for key in revived:  # running again: read as any running run
@@ -667,8 +668,8 @@ class Cycle:
         # start read again now, not up to ``static_full_every`` cycles later (its old
         # start with the old end lingering in the window reads it done)
         static.forget(
-            (self._ended_recorded - scrape_gap.run_keys(instant.get("ended", ())))
-            & scrape_gap.run_keys(instant["present"])
+            (self._ended_recorded - run_keys(instant.get("ended", ())))
+            & run_keys(instant["present"])
         )
         # a run at (or past) the plan held for it may have raised its plan since the
         # last full read: read again before it is judged finished, what is held kept
@@ -732,7 +733,7 @@ class Cycle:
         held = scrape_gap.held(gone, instant, gap)
         # the runs held are seen: their plan and start are kept for as long as the gap
         # holds them, not only while their last sample is in the window
-        held_keys = scrape_gap.run_keys(held["present"]) - scrape_gap.run_keys(instant["present"])
+        held_keys = run_keys(held["present"]) - run_keys(instant["present"])
         seen |= held_keys
         instant.update(static.answers(seen))
         instant.update(held)

@@ -359,8 +359,8 @@ def ending_runs(instant: Mapping[str, Sequence[Sample]]) -> list[RunKey]:
     (epochs, or steps for a run that reports only steps), ended (``ended``), or seen in
     the window but no longer present. Their epoch ends between two full range reads are
     read before the store freezes them (``Cycle._range_span``)."""
-    present = {k for s in instant.get("present", ()) if (k := sample_run_key(s)) is not None}
-    out: set[RunKey] = {k for s in instant.get("ended", ()) if (k := sample_run_key(s)) is not None}
+    present = run_keys(instant.get("present", ()))
+    out: set[RunKey] = set(run_keys(instant.get("ended", ())))
     for progress, plan in (("epoch", "planned"), ("step", "steps_planned")):
         planned = {
             k: s.value for s in instant.get(plan, ()) if (k := sample_run_key(s)) is not None
@@ -373,6 +373,11 @@ def ending_runs(instant: Mapping[str, Sequence[Sample]]) -> list[RunKey]:
             if key not in present or (limit is not None and s.value >= limit):
                 out.add(key)
     return sorted(out)
+
+
+def run_keys(samples: Iterable[Sample]) -> frozenset[RunKey]:
+    """The runs of ``samples`` (those with a usable run key, ``sample_run_key``)."""
+    return frozenset(k for s in samples if (k := sample_run_key(s)) is not None)
 
 
 def sample_run_key(sample: Sample) -> RunKey | None:

@@ -22,13 +22,8 @@ from collections.abc import Collection, Mapping, Sequence, Set
 
 from gpu_eta.forecaster import queries
 from gpu_eta.forecaster.runs import RunKey
-from gpu_eta.forecaster.runs_from_series import sample_run_key
+from gpu_eta.forecaster.runs_from_series import run_keys, sample_run_key
 from gpu_eta.forecaster.series import Sample, unexported
-
-
-def run_keys(samples: Sequence[Sample]) -> frozenset[RunKey]:
-    """The runs of ``samples`` (those with a usable run key)."""
-    return frozenset(k for s in samples if (k := sample_run_key(s)) is not None)
 
 
 def missing(previous: Set[RunKey], present: Sequence[Sample]) -> list[RunKey]:
