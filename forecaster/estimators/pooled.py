@@ -75,6 +75,14 @@ SCALE_ZERO = (
 )
 """statsmodels ``RLM.fit``'s warning text for a perfect fit, kept word for word."""
 
+PERFECT_FIT_SCALE = 1e-12
+"""A residual scale at or below this share of the largest ``|y|`` (at least 1) is a
+perfect fit, as an exact 0 is. Why: durations an exact function of the features (a
+test's runs, a job whose every run lasted the same) leave residuals of rounding only;
+RLM's deviance at that scale is ~1e16 and moves by more than its 1e-8 tolerance with the
+rounding of each step, so it ran to ``max_iter`` and called the fit unconverged on one
+machine's BLAS and converged on another's."""
+
 
 RANK_RCOND = 1e-10
 """Singular values of a weighted design below this share of its largest count as zero.
@@ -112,7 +120,8 @@ def huber_irls(y: np.ndarray, X: np.ndarray, max_iter: int) -> tuple[np.ndarray,
     """``(params, scale, iterations)`` of statsmodels
     ``RLM(y, X, M=HuberT()).fit(maxiter=max_iter)`` (its defaults: MAD scale updated at
     every step, convergence on the deviance within 1e-8), step by step as it computes
-    them; warns its ``ConvergenceWarning`` on a zero scale. The same numbers to
+    them; warns its ``ConvergenceWarning`` on a zero scale (or one of rounding only:
+    ``PERFECT_FIT_SCALE``, where RLM would go on). The same numbers to
     rounding: each step's weighted least squares is solved by ``min_norm_solve``, not
     ``pinv``, with the runs that share a design row (a configuration's repeats: half
     of MLPerf's) as one row, of their summed weight, at their weighted mean ``y``: the
@@ -142,8 +151,9 @@ def huber_irls(y: np.ndarray, X: np.ndarray, max_iter: int) -> tuple[np.ndarray,
     scale = mad(resid, center=0)
     deviance = norm(resid / (np.dot(resid, resid) / (n - rank))).sum()
     iteration = 1
+    perfect = PERFECT_FIT_SCALE * max(1.0, float(np.max(np.abs(y), initial=0.0)))
     while True:
-        if scale == 0.0:
+        if scale <= perfect:
             warnings.warn(SCALE_ZERO, ConvergenceWarning, stacklevel=2)
             break
         weights = norm.weights(resid / scale)  # > 0: a Huber weight is never 0

@@ -14,13 +14,20 @@ from gpu_eta.forecaster.estimators.pooled import PooledRegression
 from tests.forecaster.estimators.runs_factory import make_run
 
 
-def runs_with(batches: list[float], seconds_per_sample: float = 0.01) -> tuple[list, list[float]]:
-    """Runs of one job whose whole duration is proportional to their batch size."""
+def runs_with(
+    batches: list[float], seconds_per_sample: float = 0.01, noise: float = 0.0, seed: int = 0
+) -> tuple[list, list[float]]:
+    """Runs of one job whose whole duration is proportional to their batch size, each
+    off by a log-normal factor of sd ``noise`` (seeded)."""
+    rng = np.random.default_rng(seed)
+    factors = np.exp(rng.normal(0.0, noise, len(batches))) if noise else np.ones(len(batches))
     runs = [
-        make_run(f"r{i}", [b * seconds_per_sample] * 10, job_name="j", batch_size=b)
-        for i, b in enumerate(batches)
+        make_run(f"r{i}", [b * seconds_per_sample * f] * 10, job_name="j", batch_size=b)
+        for i, (b, f) in enumerate(zip(batches, factors, strict=True))
     ]
-    return runs, [math.log(b * seconds_per_sample * 10) for b in batches]
+    return runs, [
+        math.log(b * seconds_per_sample * 10 * f) for b, f in zip(batches, factors, strict=True)
+    ]
 
 
 def test_with_no_runs_or_too_few_for_its_columns_it_is_the_median() -> None:
@@ -35,7 +42,7 @@ def test_with_no_runs_or_too_few_for_its_columns_it_is_the_median() -> None:
 def test_it_follows_the_batch_size_and_stays_within_the_durations_it_saw() -> None:
     rng = np.random.default_rng(0)
     batches = [float(b) for b in rng.choice([16, 32, 64, 128, 256], size=40)]
-    runs, y = runs_with(batches)
+    runs, y = runs_with(batches, noise=0.03)
     model = PooledRegression().fit(runs, y)
     assert model.converged_ and "batch_size" in model.numeric_
     probe = make_run("p", [], planned=10.0, job_name="j", batch_size=64.0)
@@ -116,6 +123,32 @@ def test_huber_irls_warns_as_statsmodels_on_a_perfect_fit() -> None:
         _params, scale, iterations = huber_irls(np.zeros(20), X, 50)
     assert scale == 0.0 and iterations == 1
     assert [str(w.message) for w in caught if w.category is ConvergenceWarning] == [SCALE_ZERO]
+
+
+def test_a_fit_exact_but_for_rounding_is_a_perfect_fit_on_any_machine() -> None:
+    """Durations an exact function of the batch size leave residuals of rounding only
+    (~1e-15, their size set by the BLAS): read as a perfect fit at once, as an exact 0
+    is, not run to ``max_iter`` on one machine and converged on another."""
+    import warnings
+
+    from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
+    from gpu_eta.forecaster.estimators.pooled import SCALE_ZERO, huber_irls
+
+    b = np.log(np.random.default_rng(0).choice([16.0, 32.0, 64.0, 128.0, 256.0], size=40))
+    X = np.column_stack([np.ones(40), b])
+    y = b + math.log(0.1)
+    for scale_of_rounding in (0.0, 1e-15, 1e-13):
+        noisy = y + scale_of_rounding * np.random.default_rng(1).standard_normal(40)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            params, _scale, iterations = huber_irls(noisy, X, 50)
+        assert iterations == 1, scale_of_rounding
+        assert [str(w.message) for w in caught if w.category is ConvergenceWarning] == [SCALE_ZERO]
+        assert params == pytest.approx([math.log(0.1), 1.0], abs=1e-9)
+    # a real spread, however small against the durations, is fitted as RLM fits it
+    _params, scale, iterations = huber_irls(y + 1e-6 * np.sin(np.arange(40.0)), X, 50)
+    assert iterations > 1 and scale > 1e-8
 
 
 def test_min_norm_solve_is_pinv_to_rounding_on_a_rank_deficient_design() -> None:
