@@ -34,13 +34,9 @@ from gpu_eta.forecaster.cycle_meta import (
 )
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.estimators.base import stall_widen_since
+from gpu_eta.forecaster.finished_present import FinishedPresent
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
-from gpu_eta.forecaster.history import (
-    HistoryConflict,
-    HistoryStore,
-    StoredRun,
-    same_run_start,
-)
+from gpu_eta.forecaster.history import HistoryConflict, HistoryStore, StoredRun
 from gpu_eta.forecaster.last_seen import Kept, LastSeen
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
@@ -126,18 +122,10 @@ class Cycle:
         # else only the runs that end (_range_span).
         self._last_range_time: float | None = None
         self._cycles_since_range: int | None = None
-        # runs this process finished lately (their series linger in the window's
-        # answers): no range read for them, the store keeps a finished run frozen
-        self._finished_at: dict[RunKey, float] = {}
-        # the runs whose end series the latest recorded read answered: read as ending
-        # (``ending_runs``) in the cycle that first records them ended, not in every cycle
-        # their pod lives on (a notebook's for days)
-        self._ended_recorded: frozenset[RunKey] = frozenset()
-        # the stored start of runs the history holds finished completed whose series
-        # were still answered at the last read (a Job's Succeeded pod, a notebook):
-        # present with that start, such a run is neither read by name nor stored again
-        # (``_completed_present``); looked up in the history for keys not held here
-        self._completed: dict[RunKey, float] = {}
+        # runs finished whose series are still answered (their last samples in the
+        # window, a Job's Succeeded pod, a notebook's for days): which of them are read
+        # as ending, and which are frozen, neither read by name nor stored again
+        self._finished_present = FinishedPresent(store.completed_starts)
         # each run's latest epoch, last epoch end and step as the previous cycle read
         # them (went_back)
         self._marks: dict[RunKey, tuple[float, ...]] = {}
@@ -173,6 +161,12 @@ class Cycle:
         self._means_until = decode_means_until(self.store.get_meta(MEANS_UNTIL_KEY))
         self._partial_since = float_or_none(self.store.get_meta(PARTIAL_SINCE_KEY))
         self._partial_last = float_or_none(self.store.get_meta(PARTIAL_LAST_KEY))
+
+    @property
+    def _finished_at(self) -> Mapping[RunKey, float]:
+        """The runs this process finished within the last read window, with the time it
+        finished them (``FinishedPresent.finished_at``): what the tests inspect."""
+        return self._finished_present.finished_at
 
     @property
     def _last_query_time(self) -> float | None:
@@ -216,7 +210,7 @@ class Cycle:
             new_seconds = min(span, now - self._last_range_time)
         means_for = None if ending is None else frozenset(ending)
         view = assemble(instant, ranges, now, new_seconds, means_for, self._means_until)
-        if frozen:  # finished in the history, nothing to store (_completed_present)
+        if frozen:  # finished in the history, nothing to store (FinishedPresent)
             view.updates = [u for u in view.updates if run_key(u) not in frozen]
             view.done -= frozen
         self._keep_features(view)
@@ -264,11 +258,10 @@ class Cycle:
             self._load_state()
             raise
         self._failed_at = None
-        self._ended_recorded = run_keys(instant.get("ended", ()))
+        self._finished_present.note_ended(run_keys(instant.get("ended", ())))
         self._log_partial(said, partial_since, held, now)
         self._partial_since, self._partial_last = partial_since, partial_last
-        for key in revived:  # running again: read as any running run
-            self._finished_at.pop(key, None)
+        self._finished_present.note_running_again(revived)  # read as any running run
         if revived:  # the model learnt them as cancelled runs: refitted without them now
             self._last_fit = -math.inf
             self._relearn_from = self.store.version
@@ -290,12 +283,10 @@ class Cycle:
             stored_running, view.present, now, s.vanish_grace_seconds
         )
         newly_finished = self.store.finish(sorted(to_finish), now)
-        # runs finished more than a window ago have left the answers: forget them
-        self._finished_at = {k: t for k, t in self._finished_at.items() if t >= now - window}
-        self._finished_at.update((run_key(r), now) for r in newly_finished)
-        self._completed.update(
-            (run_key(r), r.start_timestamp) for r in newly_finished if r.completed
-        )
+        # runs finished more than a window ago have left the answers: forgotten; those
+        # finished now linger in them
+        self._finished_present.prune(now, window)
+        self._finished_present.note_finished(newly_finished, now)
 
         # The finished history is read only when a fit needs it (tens of thousands of
         # runs: reading them every cycle was most of a steady cycle's time).
@@ -668,8 +659,9 @@ class Cycle:
         # start read again now, not up to ``static_full_every`` cycles later (its old
         # start with the old end lingering in the window reads it done)
         static.forget(
-            (self._ended_recorded - run_keys(instant.get("ended", ())))
-            & run_keys(instant["present"])
+            self._finished_present.trained_again(
+                run_keys(instant.get("ended", ())), run_keys(instant["present"])
+            )
         )
         # a run at (or past) the plan held for it may have raised its plan since the
         # last full read: read again before it is judged finished, what is held kept
@@ -680,7 +672,7 @@ class Cycle:
         static.refresh(
             k
             for k in static.reached_plan(instant)
-            if k not in self._finished_at and marks.get(k) != self._marks.get(k)
+            if not self._finished_present.finished_lately(k) and marks.get(k) != self._marks.get(k)
         )
         # a run gone from ``present`` since the previous read (not one finished) is judged
         # from now on by the plan held for it, which may have been lowered since the last
@@ -746,13 +738,14 @@ class Cycle:
             self._marks = progress_marks(instant)  # with the steps, for the next cycle
         # once, with every run's steps read (a run followed in steps at its plan is one)
         may_end = ending_runs(instant)
-        frozen = self._completed_present(may_end, instant)
+        # a completed run's series lingering with its pod: not read by name, not stored
+        starts = {k: s.value for s in instant.get("start", ()) if (k := sample_run_key(s))}
+        frozen = self._finished_present.completed_present(may_end, starts)
         span, full = self._range_span(now, window, static_full=full)
         runs = ""  # every run
         ending: tuple[RunKey, ...] | None = None  # every run
         if not full:
-            done = self._finished_at.keys() | self._ended_recorded | frozen
-            ending = tuple(k for k in may_end if k not in done)
+            ending = self._finished_present.to_read_as_ending(may_end, frozen)
             if not ending:
                 return instant, {}, None, (), held_keys, frozen
             read = self._ending_queries(ending, span)
@@ -773,32 +766,6 @@ class Cycle:
             for name, tpl in templates.items()
         }
         return instant, ranges, span, ending, held_keys, frozen
-
-    def _completed_present(
-        self, ending: Sequence[RunKey], instant: Mapping[str, Sequence[Sample]]
-    ) -> frozenset[RunKey]:
-        """The runs that may end (``ending``: ``ending_runs``, at their plan or ended) whose key the
-        history holds finished completed with their start (``new_attempt`` None): the
-        series a finished run leaves while its pod lives on (a Job's Succeeded pod
-        until its TTL, a notebook after ``end()``). They are not read as ending runs
-        nor stored again: the history keeps a finished run frozen, and at a site with
-        hundreds of such pods every cycle read them all by name (the cycle's memory of
-        what it finished, ``_finished_at``, lasts a read window). A new run under the
-        key, with a later start, is read as any; one without a start read is too. The
-        history is asked only of keys not held in ``_completed`` (after a restart, or
-        finished by another process), which keeps the keys still answered."""
-        starts = {k: s.value for s in instant.get("start", ()) if (k := sample_run_key(s))}
-        self._completed = {k: self._completed[k] for k in ending if k in self._completed}
-        ask = [k for k in ending if k not in self._completed and k in starts]
-        if ask:
-            self._completed.update(self.store.completed_starts(ask))
-        return frozenset(
-            k
-            for k in ending
-            if k in self._completed
-            and k in starts
-            and same_run_start(starts[k], self._completed[k])
-        )
 
     def _ending_queries(
         self, keys: Sequence[RunKey], span: float

@@ -84,6 +84,7 @@ from gpu_eta.forecaster.history_rows import (
     unpack_epoch_times,
 )
 from gpu_eta.forecaster.runs import (
+    SAME_START_SECONDS,
     Feature,
     Run,
     RunError,
@@ -91,6 +92,7 @@ from gpu_eta.forecaster.runs import (
     RunUpdate,
     counts_steps,
     run_key,
+    same_run_start,
 )
 from gpu_eta.forecaster.runs_from_series import STEP_CELLS
 
@@ -114,9 +116,6 @@ _IS_SEEDED = f"""{_SAME_SEEDED} AND pod = '' AND container = '' AND state != 'ru
     AND ABS(start_timestamp - :start_timestamp) <= {SEEDED_START_SECONDS!r}"""
 
 
-# Two starts of one run key this close are one start (re-read, rounded by a scrape):
-# a run finished as vanished that comes back with it is the same run (``record``).
-SAME_START_SECONDS = 1.0
 # A new run under a finished run's key may start this much before the finished run's
 # last epoch end and still follow it: the two report their times from different nodes'
 # clocks (a StatefulSet pod re-created on another node seconds after the run ended).
@@ -172,12 +171,6 @@ def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
         else:
             drop.add(step)
     return drop
-
-
-def same_run_start(start: float, stored_start: float) -> bool:
-    """Whether an update's ``start`` is the stored run's: the same within
-    ``SAME_START_SECONDS``, or an earlier one (an older snapshot). Pure."""
-    return not start > stored_start + SAME_START_SECONDS
 
 
 def new_attempt(
@@ -1097,8 +1090,8 @@ class HistoryStore:
     def completed_starts(self, keys: Iterable[RunKey]) -> dict[RunKey, float]:
         """The stored start of each of ``keys`` whose latest run (attempt 0) is finished
         completed: a present run with that start (``new_attempt`` None) is that run's
-        series lingering with its pod, frozen here (``Cycle._completed_present``). Keys
-        whose text SQLite cannot store are left out (never recorded: ``_storable``)."""
+        series lingering with its pod, frozen here (``FinishedPresent.completed_present``).
+        Keys whose text SQLite cannot store are left out (never recorded: ``_storable``)."""
         wanted = [
             k for k in dict.fromkeys(keys) if unencodable(zip(_KEY_FIELDS, k, strict=True)) is None
         ]

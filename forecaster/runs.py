@@ -215,3 +215,16 @@ class RunUpdate:
 def run_key(run: Run | RunUpdate) -> RunKey:
     """A run's identity: ``(namespace, pod, container, run_id)``."""
     return (run.namespace, run.pod, run.container, run.run_id)
+
+
+# Two starts of one run key this close are one start (re-read, rounded by a scrape):
+# a run finished as vanished that comes back with it is the same run
+# (``HistoryStore.record``), and so is a completed run's series lingering with its pod
+# (``FinishedPresent.completed_present``).
+SAME_START_SECONDS = 1.0
+
+
+def same_run_start(start: float, stored_start: float) -> bool:
+    """Whether an update's ``start`` is the stored run's: the same within
+    ``SAME_START_SECONDS``, or an earlier one (an older snapshot). Pure."""
+    return not start > stored_start + SAME_START_SECONDS

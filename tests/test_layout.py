@@ -55,6 +55,7 @@ PURE = (
     "gpu_eta.forecaster.methods",
     "gpu_eta.forecaster.runs_from_series",
     "gpu_eta.forecaster.static_series",
+    "gpu_eta.forecaster.finished_present",
     "gpu_eta.forecaster.publish",
     "gpu_eta.forecaster.calibration",
     "gpu_eta.forecaster.estimators",
