@@ -79,7 +79,12 @@ MAX_CONTAINERS = 64
 MAX_NAME_CHARS = 253
 MAX_CONTAINER_ID_CHARS = 128
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one watch line (one pod object)
-MAX_LIST_BYTES = 64 * 1024 * 1024  # one list answer
+MAX_LIST_BYTES = 64 * 1024 * 1024  # one list, all its pages together
+# Pods asked for per page of a list (client-go's reflector asks for 500 too). Each page
+# is parsed into the cache's small records before the next is asked for: a batch node
+# keeps every finished Job pod without a TTL in the API, and a whole list of 6,000 of
+# them parsed at once took the exporter past its 384Mi limit at every relist.
+LIST_PAGE_PODS = 500
 MAX_ACTIVE_DEADLINE_SECONDS = 10**10  # ~300 years: beyond is not a deadline
 MAX_JOB_BYTES = 1024 * 1024  # one Job object (its pod template included)
 
@@ -315,6 +320,22 @@ def _pod_ips(obj: dict) -> tuple[str, ...]:
     return tuple(ips)
 
 
+# One pod of a list, as the cache keeps it: its metadata, its IPs and its controlling
+# Job (or None) — all a relist needs of the object, which is dropped page by page.
+_Listed = tuple[PodMeta, tuple[str, ...], "JobKey | None"]
+
+
+def _listed(items: list[Any]) -> list[_Listed]:
+    """The ``_Listed`` records of a list's pod objects; a malformed one is skipped."""
+    out: list[_Listed] = []
+    for obj in items:
+        try:
+            out.append((pod_meta_from_object(obj), _pod_ips(obj), job_owner(obj)))
+        except PodObjectError as err:
+            log.debug("kube: skipping pod object in list: %s", err)
+    return out
+
+
 class KubeStatus:
     """How fresh the pod cache is (for logs and self-monitoring)."""
 
@@ -509,16 +530,14 @@ class KubePodSource:
             del self._outside[next(iter(self._outside))]
 
     def _replace(self, items: list[Any]) -> None:
-        parsed: list[tuple[PodMeta, Any]] = []
-        for obj in items:
-            try:
-                parsed.append((pod_meta_from_object(obj), obj))
-            except PodObjectError as err:
-                log.debug("kube: skipping pod object in list: %s", err)
+        self._replace_listed(_listed(items))
+
+    def _replace_listed(self, parsed: list[_Listed]) -> None:
+        """The cache becomes the listed pods (``_listed`` records of a whole list)."""
         # Over the cap, the pods that still run are kept before finished ones: Job
         # pods without a TTL stay in the API for good and must not crowd them out.
-        live = [(meta, obj) for meta, obj in parsed if not pod_finished(meta)]
-        done = [(meta, obj) for meta, obj in parsed if pod_finished(meta)]
+        live = [entry for entry in parsed if not pod_finished(entry[0])]
+        done = [entry for entry in parsed if pod_finished(entry[0])]
         if len(live) > self.max_pods:
             self._warn_full()
         elif len(parsed) > self.max_pods:
@@ -527,17 +546,17 @@ class KubePodSource:
         ips: dict[str, tuple[str, ...]] = {}
         jobs: set[JobKey] = set()
         kept = (live + done)[: self.max_pods]
-        for meta, obj in kept:
-            meta = self._with_job_deadline(meta, obj, jobs)
+        for meta, pod_ips, job in kept:
+            meta = self._with_job_deadline(meta, job, jobs)
             objects[meta.uid] = meta
-            ips[meta.uid] = _pod_ips(obj)
+            ips[meta.uid] = pod_ips
         # the list names every pod there is: the finished ones left out are the record
         # (those recorded before and now absent were deleted); the first ``fitted`` of
         # them found room after the live ones
         fitted = max(0, self.max_pods - len(live))
         outside = {
             meta.uid: (meta.namespace, meta.name, meta.uid)
-            for meta, _ in done[fitted:][-MAX_FINISHED_OUTSIDE:]
+            for meta, _, _ in done[fitted:][-MAX_FINISHED_OUTSIDE:]
         }
         # a relist is the one moment every Job still referenced is known
         self._jobs = {key: value for key, value in self._jobs.items() if key in jobs}
@@ -554,7 +573,7 @@ class KubePodSource:
             log.debug("kube: skipping %s event: %s", kind, err)
             return
         if kind != "DELETED":
-            meta = self._with_job_deadline(meta, obj, set())
+            meta = self._with_job_deadline(meta, job_owner(obj), set())
         with self._lock:
             if kind == "DELETED":
                 self._objects.pop(meta.uid, None)
@@ -571,10 +590,10 @@ class KubePodSource:
 
     # -- Job deadlines (watch thread) -------------------------------------------------
 
-    def _with_job_deadline(self, meta: PodMeta, obj: Any, seen: set[JobKey]) -> PodMeta:
-        """``meta`` with its controlling Job's deadline folded in (the earliest wins)."""
-        key = job_owner(obj) if self.job_deadlines and self._batch is not None else None
-        if key is None:
+    def _with_job_deadline(self, meta: PodMeta, key: JobKey | None, seen: set[JobKey]) -> PodMeta:
+        """``meta`` with the deadline of its controlling Job ``key`` (``job_owner``)
+        folded in (the earliest wins)."""
+        if key is None or not self.job_deadlines or self._batch is None:
             return meta
         seen.add(key)
         deadline = self._job_deadline(key)
@@ -750,13 +769,44 @@ class KubePodSource:
         return (self.request_timeout_seconds, read_seconds)
 
     def _list(self) -> str:
+        """List this node's pods, ``LIST_PAGE_PODS`` a page, into the cache; the list's
+        resourceVersion (to watch from). Each page is parsed into ``_Listed`` records
+        and dropped before the next is asked for, so a relist holds one page of pod
+        objects, not the whole list. The cache changes only once the last page is in;
+        a continue token that expired (410, ``_Gone``) relists from the first page."""
+        listed: list[_Listed] = []
+        token: str | None = None
+        total = 0
+        while True:
+            records, metadata, size = self._list_page(token, MAX_LIST_BYTES - total)
+            total += size
+            listed.extend(records)
+            version = _str(metadata.get("resourceVersion"), 64)
+            if version is None:
+                raise CollectorError("kube: pod list has no resourceVersion")
+            token = _str(metadata.get("continue"), 64 * 1024)
+            if token is None:
+                break
+        self._replace_listed(listed)
+        return version
+
+    def _list_page(
+        self, token: str | None, budget: int
+    ) -> tuple[list[_Listed], dict[str, Any], int]:
+        """One page of the list (the first without ``token``): its pods' records, its
+        list metadata and its size in bytes; ``CollectorError`` past ``budget`` bytes
+        (what the list has left). The page's objects are gone when this returns."""
         from kubernetes.client.exceptions import ApiException
 
+        page: dict[str, Any] = {"limit": LIST_PAGE_PODS}
+        if token is not None:
+            page["_continue"] = token
         try:
             response = self._api.list_pod_for_all_namespaces(
                 field_selector=self._selector(),
                 _preload_content=False,
                 _request_timeout=self._timeouts(self.request_timeout_seconds * 3),
+                **page,
             )
         except ApiException as err:
             raise CollectorError(
@@ -764,8 +814,8 @@ class KubePodSource:
             ) from None
         try:
             self._check_status(response, "list")
-            body = response.read(MAX_LIST_BYTES + 1)
-            if len(body) > MAX_LIST_BYTES:
+            body = response.read(budget + 1)
+            if len(body) > budget:
                 raise CollectorError(f"kube: pod list larger than {MAX_LIST_BYTES} bytes")
         except BaseException:
             with contextlib.suppress(Exception):
@@ -776,12 +826,12 @@ class KubePodSource:
         document = json.loads(body)
         if not isinstance(document, dict) or not isinstance(document.get("items"), list):
             raise CollectorError("kube: pod list answer is not a PodList")
-        metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
-        version = _str(metadata.get("resourceVersion"), 64)
-        if version is None:
-            raise CollectorError("kube: pod list has no resourceVersion")
-        self._replace(document["items"])
-        return version
+        metadata = document.get("metadata")
+        return (
+            _listed(document["items"]),
+            metadata if isinstance(metadata, dict) else {},
+            len(body),
+        )
 
     @staticmethod
     def _check_status(response: Any, what: str) -> None:

@@ -12,6 +12,11 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   cleanly after ``timeoutSeconds``; ``resourceVersion`` absent or ``"0"`` starts
   with synthetic ADDED events for every current pod, as the real server does;
 - ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400);
+- ``limit=N`` pages a list as the real server does: at most N items in
+  ``(namespace, name)`` order and, while more remain, ``metadata.continue`` (and
+  ``remainingItemCount``); the next page is ``continue=<token>``, and a token older
+  than the compaction floor gets the real server's 410 ``Status`` (reason
+  ``Expired``); ``list_pages`` records the item count of every page served;
 - ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``: a Job added with ``add_job``,
   else the real server's 404 ``Status``; with ``jobs_forbidden`` its 403 ``Status``
   (what a service account without ``get`` on ``jobs.batch`` receives).
@@ -23,6 +28,7 @@ same store, as a restarted API server backed by the same etcd.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import json
@@ -161,6 +167,7 @@ class FakeKubeAPI:
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.list_pages: list[int] = []  # items in each list answer (one per page)
         self._cond = threading.Condition()
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
         self._jobs: dict[tuple[str, str], dict[str, Any]] = {}
@@ -349,22 +356,43 @@ class _Handler(BaseHTTPRequestHandler):
         if query.get("watch") in ("true", "1"):
             self._watch(node, query)
         else:
-            with api._cond:
-                items = [
-                    {k: v for k, v in copy.deepcopy(p).items()}
-                    for p in api._pods.values()
-                    if node is None or p["spec"].get("nodeName") == node
-                ]
-                rv = api._rv
-            self._json(
-                200,
-                {
-                    "kind": "PodList",
-                    "apiVersion": "v1",
-                    "metadata": {"resourceVersion": str(rv)},
-                    "items": items,
-                },
+            self._list(node, query)
+
+    def _list(self, node: str | None, query: dict[str, str]) -> None:
+        """A pod list, or one page of it (``limit``/``continue``), as the API answers."""
+        api = self.api
+        limit = int(query.get("limit") or 0)
+        after: tuple[str, str] | None = None
+        with api._cond:
+            rv = api._rv
+            if query.get("continue"):
+                token = json.loads(base64.b64decode(query["continue"]))
+                if token["rv"] < api._floor:
+                    self._status(
+                        410,
+                        "Expired",
+                        "The provided continue parameter is too old to display a consistent "
+                        "list result. You can start a new list without the continue parameter.",
+                    )
+                    return
+                rv, after = token["rv"], (token["namespace"], token["name"])
+            keys = sorted(
+                key
+                for key, pod in api._pods.items()
+                if (node is None or pod["spec"].get("nodeName") == node)
+                and (after is None or key > after)
             )
+            page = keys[:limit] if limit else keys
+            items = [copy.deepcopy(api._pods[key]) for key in page]
+        metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+        if len(page) < len(keys):
+            last = {"rv": rv, "namespace": page[-1][0], "name": page[-1][1]}
+            metadata["continue"] = base64.b64encode(json.dumps(last).encode()).decode()
+            metadata["remainingItemCount"] = len(keys) - len(page)
+        api.list_pages.append(len(items))
+        self._json(
+            200, {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
+        )
 
     def _job(self, path: str) -> None:
         """``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>`` as the API server answers."""
