@@ -190,6 +190,7 @@ def check(objects: list[dict]) -> set[tuple[str, str]]:
                     f"{where}: {flag} {port}, not the pod's {name} port {declared}"
                 )
             assert config.node_name == FIELDS["spec.nodeName"], f"{where}: node {config.node_name}"
+            _check_exporter_paths(invocation, config)
             continue
         command = invocation.args[0]
         seen.add((invocation.program, command))
@@ -205,3 +206,38 @@ def check(objects: list[dict]) -> set[tuple[str, str]]:
                 f"{where}: --pushgateway.url {config.pushgateway_url}: no Service port there"
             )
     return seen
+
+
+def _mount_of(container: dict, path: str) -> dict | None:
+    """The volume mount ``path`` lies in (the deepest one), None when none holds it."""
+    hits = [
+        m
+        for m in container.get("volumeMounts", [])
+        if path == m["mountPath"].rstrip("/") or path.startswith(m["mountPath"].rstrip("/") + "/")
+    ]
+    return max(hits, key=lambda m: len(m["mountPath"]), default=None)
+
+
+def _check_exporter_paths(invocation: Invocation, config: Any) -> None:
+    """Every host path the parsed exporter opens, for each collector it runs, lies in a
+    volume mount (the image has none of them), and the progress state file's directory
+    in a writable one (the root filesystem is read-only); the Docker logs mount, where
+    there is one, is at the path --path.docker-containers names."""
+    where = invocation.workload
+    needed = [
+        ("podresources", "--kubelet.socket", str(Path(config.kubelet_socket).parent), False),
+        ("logs", "--path.pod-logs", config.pod_logs, False),
+        ("hostmemory", "--path.cgroupfs", config.cgroupfs, False),
+    ]
+    if config.progress_state_file is not None:
+        state_dir = str(Path(config.progress_state_file).parent)
+        needed.append(("progress", "--progress.state-file", state_dir, True))
+    for collector, flag, path, writable in needed:
+        if not config.enabled(collector):
+            continue
+        mount = _mount_of(invocation.container, path)
+        assert mount is not None, f"{where}: {flag} {path} is in no volume mount"
+        assert not (writable and mount.get("readOnly")), f"{where}: {flag} {path} is read-only"
+    for mount in invocation.container.get("volumeMounts", []):
+        if mount["name"] == "docker-containers":
+            assert mount["mountPath"].rstrip("/") == config.docker_containers, where
