@@ -40,10 +40,11 @@ class FinishedPresent:
     """The memories of runs finished but present, and the rules that read them.
 
     A cycle writes them in this order: ``note_ended`` once its read is recorded,
-    ``note_running_again`` with the runs the store revived, then ``prune`` and
-    ``note_finished`` once it has finished runs. Its next read asks ``trained_again``
-    and ``finished_lately`` (which runs' unchanging series to read again), then
-    ``completed_present`` and ``to_read_as_ending`` (which runs to read by name).
+    ``note_running_again`` with the runs the store revived, then, every cycle after the
+    store's finish, ``prune`` and ``note_finished``. Its next read asks ``trained_again``
+    and ``finished_lately`` (which runs' unchanging series to read again), then, unless
+    it is a full read, ``completed_present`` and ``to_read_as_ending`` (which runs to
+    read by name).
     """
 
     def __init__(self, completed_starts: CompletedStarts) -> None:

@@ -47,6 +47,7 @@ def test_a_run_finished_here_is_not_read_within_the_window_and_is_after_it() -> 
     fp.prune(NOW + WINDOW + 1, WINDOW)  # gone from the answers: what is seen is a new run
     assert not fp.finished_lately(A) and fp.finished_at == {}
     assert fp.to_read_as_ending([A, B], frozenset()) == (A, B)
+    assert fp.to_read_as_ending([B, A], frozenset()) == (B, A)  # in the order asked
 
 
 def test_a_run_revived_is_read_as_any_running_run() -> None:
