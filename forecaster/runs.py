@@ -9,7 +9,8 @@ production.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -21,14 +22,17 @@ _NO_FEATURES: Mapping[str, Feature] = MappingProxyType({})
 
 
 # A finished run is learnt from with at most this many progress points (its first and
-# last kept) unless it was reported epoch by epoch. Why: a run reporting steps keeps up
+# last kept) unless it was reported epoch by epoch (every point one unit after the one
+# before, not counted in steps). Why: a run reporting steps keeps up
 # to ~400 points, ~45 kB as a Run, so a history of 100,000 of them would hold ~4.5 GB;
 # the model reads such a run at a few fractions of its plan, its total and the shape of
 # its curve, and replaying the step-level recordings with their history cut to 25, 50 or
 # 100 points left every figure within noise (docs/forecaster.md). A run reported epoch
-# by epoch keeps every point: only such a run shows a period of evaluation passes
+# by epoch keeps every point: such a run shows a period of evaluation passes
 # (``rate.periodic_spikes``), and the model's replays of it must see what a live run
-# shows; its epochs bound its size.
+# shows; its epochs bound its size. (A run reporting each epoch in samples or percent
+# shows its period live too, ``reporting_unit``, but is cut like any other here: one
+# reporting 1,000 times at a regular step may be a step-level run without its unit.)
 HISTORY_POINTS = 50
 
 
@@ -148,6 +152,27 @@ def counts_steps(run: Run | RunUpdate) -> bool:
     no epoch (``thinned``), and one step's time is mostly noise (the rate's step rules,
     ``estimators/rate.py``)."""
     return run.features.get("progress_unit") == STEPS_UNIT
+
+
+def reporting_unit(ends: Sequence[float]) -> float | None:
+    """The progress between consecutive reports when every interval of ``ends`` (at
+    least two) spans the same amount, else None.
+
+    Why: a period of evaluation passes shows only where each interval is one reporting
+    step (an epoch reported in epochs, in samples or in percent of the plan alike); read
+    in those steps, ``periodic_spikes`` gives the same answer whatever the unit.
+    Relative tolerance 1e-6: a plan's percent or a sample count stored as text is not
+    exact in binary.
+    """
+    if len(ends) < 2:
+        return None
+    unit = ends[1] - ends[0]
+    if not unit > 0:
+        return None
+    for a, b in itertools.pairwise(ends):
+        if not math.isclose(b - a, unit, rel_tol=1e-6):
+            return None
+    return unit
 
 
 def thinned(run: Run, max_points: int = HISTORY_POINTS) -> Run:

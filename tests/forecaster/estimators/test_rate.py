@@ -194,6 +194,10 @@ def test_the_pure_period_rule() -> None:
     # a missed epoch end (an interval of two epochs): no epoch-by-epoch phase
     gappy = [2.0, 3.0, 5.0, 6.0, 7.0, 8.0]
     assert periodic_spikes(gappy, base, ones, 0.0, 0.1, 8.0, 3.0) is None
+    # reported every 128 samples: the same period, read in reports
+    in_samples = [e * 128 for e in ends]
+    got_samples = periodic_spikes(in_samples, base, ones, 0.0, 0.1, 7.0 * 128, 3.0 * 128)
+    assert got_samples == pytest.approx(got)
     # nothing left, or nothing ahead before the end
     assert periodic_spikes(ends, base, ones, 0.0, 0.1, 7.0, 0.0) is None
     assert periodic_spikes(ends, base, ones, 0.0, 0.1, 7.0, 1.0) == pytest.approx(0.0)
@@ -375,13 +379,35 @@ def scaled(run: Run, factor: float) -> Run:
 def test_the_forecast_does_not_depend_on_the_unit_of_progress() -> None:
     """Epochs or samples (MLPerf bert counts ~1e9 of them): the same remaining time and
     the same sigma, the noise of the intervals still ahead counted at the run's own
-    reporting width. (Steady epochs: a period of evaluation passes is read in epochs.)"""
+    reporting width."""
     run = make_run("x", [14, 10, 10.3, 9.8, 10.1, 9.9, 10.2, 10.0, 9.7], planned=40)
     in_epochs = rate_log_remaining(run)
     in_samples = rate_log_remaining(scaled(run, 1e6))
     assert in_epochs is not None and in_samples is not None
     assert in_samples[0] == pytest.approx(in_epochs[0], abs=1e-9)
     assert in_samples[1] == pytest.approx(in_epochs[1], abs=1e-9)
+
+
+@pytest.mark.parametrize("factor", [50_000.0, 100 / 20, 0.37])
+@pytest.mark.parametrize("numpy_path", [False, True])
+def test_a_period_of_passes_is_read_in_any_unit_of_progress(
+    factor: float, numpy_path: bool
+) -> None:
+    """An evaluation pass every 3 epochs, the run reported an epoch at a time but counted
+    in samples (50,000 an epoch), in percent of its 20-epoch plan or in a unit that is no
+    exact binary fraction: the passes still ahead are counted as in epochs (where the
+    period rule once needed reports exactly 1 apart, and counted none of them)."""
+    durations = [3.0] + [1.0, 1.0, 1.6] * 3  # warm-up, then passes at epochs 4, 7, 10
+    run = make_run("p", durations, planned=20)
+    with pytest.MonkeyPatch.context() as mp:
+        if numpy_path:
+            mp.setattr(rate_mod, "SMALL_INTERVALS", 0)
+        in_epochs = rate_log_remaining(run)
+        other = rate_log_remaining(scaled(run, factor))
+    assert in_epochs is not None and other is not None
+    assert math.exp(in_epochs[0]) == pytest.approx(10 + 3 * 0.6, rel=1e-6)
+    assert other[0] == pytest.approx(in_epochs[0], abs=1e-9)
+    assert other[1] == pytest.approx(in_epochs[1], abs=1e-9)
 
 
 def test_the_noise_ahead_is_counted_in_reported_intervals() -> None:
