@@ -192,7 +192,7 @@ def run_forecaster(
         out["first_cycle"] = metric(poller.last, "gpu_eta_forecaster_cycle_duration_seconds")
         out["first_wall"] = time.perf_counter() - started
         out["served_during_first"] = (poller.ok, poller.failed, poller.slowest)
-        fit = re.search(r"model fitted on (\d+) runs in ([\d.]+)s", log_path.read_text())
+        fit = re.search(r"model fitted on (\d+) runs? in ([\d.]+)s", log_path.read_text())
         out["fit"] = (int(fit.group(1)), float(fit.group(2))) if fit else None
         out["rss_after_first"] = rss_mb(proc.pid)
         # steady cycles: poll like a scraper, not every half second (each scrape of

@@ -944,7 +944,13 @@ class Cycle:
             raise
         except Exception as err:
             raise ModelError(f"model fit failed on {len(history)} runs: {err}") from err
-        log.info("model fitted on %d runs in %.2fs", len(history), time.monotonic() - started)
+        n = len(history)
+        log.info(
+            "model fitted on %d run%s in %.2fs",
+            n,
+            "" if n == 1 else "s",
+            time.monotonic() - started,
+        )
         return model
 
     def _refit_job(self, history: Sequence[Run], version: int) -> None:

@@ -122,9 +122,10 @@ class ServiceState:
             self._unencodable = unencodable
             if unencodable:
                 log.warning(
-                    "%d jobs, GPUs or pending pods not published: a label value is not "
-                    "valid Unicode (counted as job_errors reason %s)",
+                    "%d %s not published: a label value is not valid Unicode (counted as "
+                    "job_errors reason %s)",
                     unencodable,
+                    "job, GPU or pending pod" if unencodable == 1 else "jobs, GPUs or pending pods",
                     UNENCODABLE,
                 )
         if fs.pending is not None:

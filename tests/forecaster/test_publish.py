@@ -505,3 +505,21 @@ def test_a_scrape_that_waited_does_not_put_back_the_set_a_cycle_replaced() -> No
     b.join(5)
     assert first is not second
     assert exposition._fs is second
+
+
+def test_rows_left_out_for_their_labels_are_logged_in_the_right_number(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One row or several: the warning names them in the number there are."""
+
+    def jf(pod: str) -> JobForecast:
+        run = Run("r", 10, ((0, NOW - 100),), namespace="ml", pod=pod, container="c")
+        return JobForecast(run, "n1", Forecast(1, 2, 3, "rate"), (NOW + 1, NOW + 2, NOW + 3))
+
+    state = ServiceState()
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.publish"):
+        state.success(ForecastSet(timestamp=NOW, jobs=(jf("a\ud800"),)), 0.5, NOW)
+        state.success(ForecastSet(timestamp=NOW, jobs=(jf("a\ud800"), jf("b\ud800"))), 0.5, NOW)
+    lines = [r.getMessage() for r in caplog.records if "not published" in r.getMessage()]
+    assert lines[0].startswith("1 job, GPU or pending pod not published"), lines
+    assert lines[1].startswith("2 jobs, GPUs or pending pods not published"), lines
