@@ -131,8 +131,10 @@ class Cycle:
         self._marks: dict[RunKey, tuple[float, ...]] = {}
         # the runs running in the previous read (present, not done), those a failed
         # scrape hid kept (scrape_gap): only they are kept while their exporter's
-        # scrapes fail
-        self._present: frozenset[RunKey] = frozenset()
+        # scrapes fail. None before this process's first read: the runs the history
+        # holds running stand for it (``once``, a restart), so a scrape failing as the
+        # process starts hides no run the previous process forecast
+        self._present: frozenset[RunKey] | None = None
         # the runs the last cycle forecast from a scrape gap: held and running (logged
         # when the set changes; ``n_held``)
         self._held: frozenset[RunKey] = frozenset()
@@ -636,7 +638,10 @@ class Cycle:
         # have failed. Their last report and allocations are asked of targets whose
         # scrape failed, folded into the unchanging series' or GPU models' read when one
         # goes out (the query count stays bounded), else alone (scrape_gap)
-        gone = scrape_gap.missing(self._present, instant["present"])
+        previous = self._present
+        if previous is None:
+            previous = frozenset(run_key(r.run) for r in self.store.running())
+        gone = scrape_gap.missing(previous, instant["present"])
         gap_parts = scrape_gap.parts(gone) if gone else {}
         gap: dict[str, list[Sample]] = {}
         seen = {

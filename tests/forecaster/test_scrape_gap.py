@@ -101,6 +101,39 @@ def test_a_run_hidden_by_a_failed_scrape_stays_forecast(store: HistoryStore) -> 
     assert not any("up == 0" in q for q in client.seen[before:])  # not asked again
 
 
+def test_a_new_process_holds_the_runs_its_history_holds_running(store: HistoryStore) -> None:
+    """``once`` (a new process every run) or a restart, the first read with an
+    exporter's scrape failing: the runs the history holds running stand for the previous
+    read, so the run it hid stays forecast (it used to be treated as away: no previous
+    read to hold it from). A run the history finished is not among them."""
+    answers = merge(
+        job("a", 10, [(1, NOW - 200)], NOW - 300),
+        job("b", 10, [(1, NOW - 200)], NOW - 300),
+        job("done", 10, [(1, NOW - 500)], NOW - 600, present=False),
+        {"allocated": [*_allocated("a", "0"), *_allocated("b", "1")]},
+    )
+    client = CannedClient(dict(answers))
+    fs = make_cycle(client, store).run()  # the previous process
+    assert {j.run.run_id for j in fs.jobs} == {"a", "b"}
+    assert {r.run.run_id for r in store.running()} == {"a", "b"}
+
+    client.answers["present"] = [x for x in answers["present"] if x.labels["run_id"] != "a"]
+    client.answers["allocated"] = _allocated("b", "1")
+    client.answers["held_present"] = [s(NOW - 20, **labels_of("a"))]
+    client.answers["held_allocated"] = _allocated("a", "0")
+    before = len(client.seen)
+    fs = make_cycle(client, store).run()  # a new process, a's scrape failing
+    assert {j.run.run_id for j in fs.jobs} == {"a", "b"} and fs.n_held == 1
+    assert {g.gpu for g in fs.gpus} == {"0", "1"}
+    (gap,) = [q for q in client.seen[before:] if "up == 0" in q]
+    assert 'run_id=~"a"' in gap  # the run missing only, not the finished one
+    # a new process with nothing missing asks no gap
+    client.answers = dict(answers)
+    before = len(client.seen)
+    assert {j.run.run_id for j in make_cycle(client, store).run().jobs} == {"a", "b"}
+    assert not any("up == 0" in q for q in client.seen[before:])
+
+
 def test_the_gap_rides_on_the_full_read_within_the_query_count(store: HistoryStore) -> None:
     """In the cycle that sends every query (the full read of the unchanging series, the
     GPU models, the steps, the stall check, the queue's second round), a run hidden by
