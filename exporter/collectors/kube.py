@@ -809,6 +809,11 @@ class KubePodSource:
                 **page,
             )
         except ApiException as err:
+            # the client raises for any answer outside 2xx, even with
+            # _preload_content=False: an expired continue token arrives here, not at
+            # _check_status, and is routine (relist), not an error to log and back off
+            if err.status == 410:
+                raise _Gone() from None
             raise CollectorError(
                 f"kube: list pods failed: HTTP {err.status} {err.reason}"
             ) from None
@@ -835,7 +840,9 @@ class KubePodSource:
 
     @staticmethod
     def _check_status(response: Any, what: str) -> None:
-        """With ``_preload_content=False`` the client returns any status unchecked."""
+        """A second guard on the answer's status: the client raises ``ApiException``
+        for any answer outside 2xx even with ``_preload_content=False`` (the callers
+        handle that, 410 included), so this only catches a client that would not."""
         status = getattr(response, "status", 200)
         if status == 410:
             raise _Gone()

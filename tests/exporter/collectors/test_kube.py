@@ -502,9 +502,14 @@ def test_the_pod_list_is_read_in_pages(api: FakeKubeAPI, source_factory) -> None
     assert api.list_pages == [kube_module.LIST_PAGE_PODS] * 2 + [8]
 
 
-def test_an_expired_continue_token_relists(api: FakeKubeAPI, source_factory, monkeypatch) -> None:
+def test_an_expired_continue_token_relists(
+    api: FakeKubeAPI, source_factory, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """The API server forgets a list's continue token after compaction (410 Expired):
-    the list starts again from its first page, and the cache fills."""
+    the list starts again from its first page, and the cache fills. It is routine (the
+    410 ``_Gone``, as for a watch), not a failure: no WARNING, no error in status, no
+    backoff. The client raises ``ApiException`` for a 410 list answer, which the list
+    once turned into a general error that the loop logged and backed off."""
     monkeypatch.setattr(kube_module, "LIST_PAGE_PODS", 2)
     _finished_job_pods(api, 5)
     compacted: list[bool] = []
@@ -517,10 +522,24 @@ def test_an_expired_continue_token_relists(api: FakeKubeAPI, source_factory, mon
         return original(self, token, budget)
 
     monkeypatch.setattr(kube_module.KubePodSource, "_list_page", list_page)
-    src = source_factory(api.url, max_pods=100)
-    wait_for(lambda: len(src.poll()) == 5)
+    errors: list[str] = []
+    set_error = kube_module.KubePodSource._set_error
+
+    def record_error(self, message: str) -> bool:
+        errors.append(message)
+        return set_error(self, message)
+
+    monkeypatch.setattr(kube_module.KubePodSource, "_set_error", record_error)
+    with caplog.at_level(logging.INFO, logger="gpu_eta.exporter.collectors.kube"):
+        # a backoff longer than the wait: a 410 taken as an error cannot relist in time
+        src = source_factory(
+            api.url, max_pods=100, backoff_initial_seconds=120, job_deadlines=False
+        )
+        wait_for(lambda: len(src.poll()) == 5, timeout_seconds=30)
     lists = [q for path, q in api.requests if path == "/api/v1/pods" and "watch" not in q]
-    assert sum("continue" not in q for q in lists) >= 2  # listed again from the start
+    assert sum("continue" not in q for q in lists) == 2  # listed again from the start
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert src.status().last_error == "" and not any(errors)
 
 
 def test_a_relist_holds_one_page_of_pods_not_the_whole_list(api: FakeKubeAPI) -> None:
