@@ -13,7 +13,8 @@ The loop (a daemon thread): list → watch from the list's resourceVersion →
 events update the cache → when the watch ends (server timeout, ``resync_seconds``)
 watch again from the last resourceVersion seen, relisting every
 ``resync_seconds``; a ``410 Gone`` (ERROR event or HTTP status) relists at once;
-any other error backs off exponentially (``backoff_initial_seconds`` doubling to
+a list page's expired continue token (410) starts the list again, at most
+``LIST_RESTARTS`` times in a row; any other error backs off exponentially (``backoff_initial_seconds`` doubling to
 ``backoff_max_seconds``) and then relists. The HTTP stream is read by this module
 (the client's ``_preload_content=False`` response) so each event line is bounded
 in size before it is parsed.
@@ -85,6 +86,12 @@ MAX_LIST_BYTES = 64 * 1024 * 1024  # one list, all its pages together
 # keeps every finished Job pod without a TTL in the API, and a whole list of 6,000 of
 # them parsed at once took the exporter past its 384Mi limit at every relist.
 LIST_PAGE_PODS = 500
+# Times in a row a list starts again from its first page when a continue token expired
+# (410) before it fails as any error does (logged, backed off). A token expires when
+# the list is slower than the API server's compaction window (5 minutes); a list that
+# always is would otherwise ask for first pages unthrottled. Not one unpaged list
+# instead: that is the whole list parsed at once the paging exists to avoid.
+LIST_RESTARTS = 2
 MAX_ACTIVE_DEADLINE_SECONDS = 10**10  # ~300 years: beyond is not a deadline
 MAX_JOB_BYTES = 1024 * 1024  # one Job object (its pod template included)
 
@@ -97,7 +104,7 @@ class PodObjectError(ValueError):
 
 
 class _Gone(Exception):
-    """The watch's resourceVersion is too old: relist."""
+    """410: the watch's resourceVersion, or a list page's continue token, is too old."""
 
 
 def _str(value: Any, limit: int = MAX_NAME_CHARS) -> str | None:
@@ -772,13 +779,37 @@ class KubePodSource:
         """List this node's pods, ``LIST_PAGE_PODS`` a page, into the cache; the list's
         resourceVersion (to watch from). Each page is parsed into ``_Listed`` records
         and dropped before the next is asked for, so a relist holds one page of pod
-        objects, not the whole list. The cache changes only once the last page is in;
-        a continue token that expired (410, ``_Gone``) relists from the first page."""
+        objects, not the whole list. The cache changes only once the last page is in.
+        A continue token that expired (410) starts the list again from its first page,
+        ``LIST_RESTARTS`` times at most: then ``CollectorError``, so that the loop's
+        backoff, not this, paces the first pages sent to the API server."""
+        for restart in range(LIST_RESTARTS + 1):
+            if restart:
+                log.debug("kube: pod list continue token expired (410); listing again")
+            with contextlib.suppress(_Gone):
+                listed, version = self._list_pages()
+                self._replace_listed(listed)
+                return version
+        raise CollectorError(
+            f"kube: pod list continue token expired {LIST_RESTARTS + 1} times in a row "
+            "(is a list slower than the API server's compaction window?)"
+        )
+
+    def _list_pages(self) -> tuple[list[_Listed], str]:
+        """Every page of one list: its records and resourceVersion; ``_Gone`` when the
+        continue token of a page after the first has expired."""
         listed: list[_Listed] = []
         token: str | None = None
         total = 0
         while True:
-            records, metadata, size = self._list_page(token, MAX_LIST_BYTES - total)
+            try:
+                records, metadata, size = self._list_page(token, MAX_LIST_BYTES - total)
+            except _Gone:
+                if token is None:  # no token to expire: not a routine 410
+                    raise CollectorError(
+                        "kube: list pods failed: HTTP 410 on a first page"
+                    ) from None
+                raise
             total += size
             listed.extend(records)
             version = _str(metadata.get("resourceVersion"), 64)
@@ -786,9 +817,7 @@ class KubePodSource:
                 raise CollectorError("kube: pod list has no resourceVersion")
             token = _str(metadata.get("continue"), 64 * 1024)
             if token is None:
-                break
-        self._replace_listed(listed)
-        return version
+                return listed, version
 
     def _list_page(
         self, token: str | None, budget: int

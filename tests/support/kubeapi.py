@@ -16,7 +16,9 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   ``(namespace, name)`` order and, while more remain, ``metadata.continue`` (and
   ``remainingItemCount``); the next page is ``continue=<token>``, and a token older
   than the compaction floor gets the real server's 410 ``Status`` (reason
-  ``Expired``); ``list_pages`` records the item count of every page served;
+  ``Expired``), as does every token while ``expire_continue`` is set (a list
+  slower than the compaction window); ``list_pages`` records the item count of
+  every page served;
 - ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``: a Job added with ``add_job``,
   else the real server's 404 ``Status``; with ``jobs_forbidden`` its 403 ``Status``
   (what a service account without ``get`` on ``jobs.batch`` receives).
@@ -172,6 +174,7 @@ class FakeKubeAPI:
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
         self._jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.jobs_forbidden = False  # answer Job GETs 403, as without the RBAC rule
+        self.expire_continue = False  # answer every continue token 410 Expired
         self._events: list[tuple[int, str, dict[str, Any]]] = []
         self._rv = 100
         self._floor = 0
@@ -367,7 +370,7 @@ class _Handler(BaseHTTPRequestHandler):
             rv = api._rv
             if query.get("continue"):
                 token = json.loads(base64.b64decode(query["continue"]))
-                if token["rv"] < api._floor:
+                if token["rv"] < api._floor or api.expire_continue:
                     self._status(
                         410,
                         "Expired",

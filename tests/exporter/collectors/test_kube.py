@@ -542,6 +542,48 @@ def test_an_expired_continue_token_relists(
     assert src.status().last_error == "" and not any(errors)
 
 
+def test_continue_tokens_that_keep_expiring_back_off(
+    api: FakeKubeAPI, source_factory, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A list slower than the API server's compaction window has every continue token
+    expire. Each expiry restarting the list at once was an unthrottled stream of first
+    pages to the API server: the list starts again at most twice, then fails as any
+    error does (one WARNING, the error in status, the loop's backoff) and, once a list
+    can finish again, fills the cache."""
+    monkeypatch.setattr(kube_module, "LIST_PAGE_PODS", 2)
+    _finished_job_pods(api, 5)
+    api.expire_continue = True
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.exporter.collectors.kube"):
+        src = source_factory(api.url, backoff_initial_seconds=2.0, job_deadlines=False)
+        wait_for(lambda: src.status().last_error != "", timeout_seconds=10)
+        assert "continue token expired" in src.status().last_error
+        time.sleep(0.5)  # within the backoff: no list at all
+        lists = [q for path, q in api.requests if path == "/api/v1/pods" and "watch" not in q]
+        # three tries, each a first page and a second one whose token has expired
+        assert ["continue" in q for q in lists] == [False, True] * 3
+        api.expire_continue = False
+        wait_for(lambda: len(src.poll()) == 5, timeout_seconds=30)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "continue token expired" in warnings[0], warnings
+    assert src.status().last_error == ""
+
+
+def test_a_410_on_a_first_page_is_an_error_not_a_relist(monkeypatch) -> None:
+    """A first page carries no continue token to expire: its 410 is no routine relist
+    (which the loop would start at once, unthrottled) but an error, backed off."""
+    src = KubePodSource(NODE, api_url="http://127.0.0.1:9")  # not started
+    tokens: list[str | None] = []
+
+    def gone(self, token, budget):
+        tokens.append(token)
+        raise kube_module._Gone()
+
+    monkeypatch.setattr(kube_module.KubePodSource, "_list_page", gone)
+    with pytest.raises(CollectorError, match="410 on a first page"):
+        src._list()
+    assert tokens == [None]
+
+
 def test_a_relist_holds_one_page_of_pods_not_the_whole_list(api: FakeKubeAPI) -> None:
     """A batch node keeps every finished Job pod without a TTL in the API. Parsed whole,
     a list of 6,000 of them took the exporter past the DaemonSet's 384Mi memory limit
