@@ -86,6 +86,7 @@ MAX_LIST_BYTES = 64 * 1024 * 1024  # one list, all its pages together
 # keeps every finished Job pod without a TTL in the API, and a whole list of 6,000 of
 # them parsed at once took the exporter past its 384Mi limit at every relist.
 LIST_PAGE_PODS = 500
+MAX_CONTINUE_CHARS = 64 * 1024  # one page's continue token (the API's are ~100 characters)
 # Times in a row a list starts again from its first page when a continue token expired
 # (410) before it fails as any error does (logged, backed off). A token expires when
 # the list is slower than the API server's compaction window (5 minutes); a list that
@@ -325,6 +326,19 @@ def _pod_ips(obj: dict) -> tuple[str, ...]:
             if isinstance(entry, dict) and (ip := _str(entry.get("ip"), 64)) and ip not in ips:
                 ips.append(ip)
     return tuple(ips)
+
+
+def _continue_token(metadata: Mapping[str, Any]) -> str | None:
+    """A list page's continue token; None on the last page (no ``continue``, or the
+    empty one the API's omitempty never sends). ``CollectorError`` for one present but
+    unusable: ending the list there would make the pods of the pages not read count as
+    deleted, dropped from the cache and from the record of finished pods."""
+    token = metadata.get("continue")
+    if token is None or token == "":
+        return None
+    if not isinstance(token, str) or len(token) > MAX_CONTINUE_CHARS:
+        raise CollectorError("kube: pod list page has an invalid continue token")
+    return token
 
 
 # One pod of a list, as the cache keeps it: its metadata, its IPs and its controlling
@@ -815,7 +829,7 @@ class KubePodSource:
             version = _str(metadata.get("resourceVersion"), 64)
             if version is None:
                 raise CollectorError("kube: pod list has no resourceVersion")
-            token = _str(metadata.get("continue"), 64 * 1024)
+            token = _continue_token(metadata)
             if token is None:
                 return listed, version
 

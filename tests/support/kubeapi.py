@@ -13,8 +13,10 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   with synthetic ADDED events for every current pod, as the real server does;
 - ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400);
 - ``limit=N`` pages a list as the real server does: at most N items in
-  ``(namespace, name)`` order and, while more remain, ``metadata.continue`` (and
-  ``remainingItemCount``); the next page is ``continue=<token>``, and a token older
+  ``(namespace, name)`` order and, while more remain, ``metadata.continue`` (and,
+  without a selector, ``remainingItemCount``); the next page is
+  ``continue=<token>`` (400 with a ``resourceVersion`` other than ``"0"``, and for
+  a token that is not one), and a token older
   than the compaction floor gets the real server's 410 ``Status`` (reason
   ``Expired``), as does every token while ``expire_continue`` is set (a list
   slower than the compaction window); ``list_pages`` records the item count of
@@ -380,8 +382,10 @@ class _Handler(BaseHTTPRequestHandler):
         with api._cond:
             rv = api._rv
             if query.get("continue"):
-                token = json.loads(base64.b64decode(query["continue"]))
-                if token["rv"] < api._floor or api.expire_continue:
+                continued = self._continued(query)
+                if continued is None:
+                    return
+                if continued[0] < api._floor or api.expire_continue:
                     self._status(
                         410,
                         "Expired",
@@ -389,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
                         "list result. You can start a new list without the continue parameter.",
                     )
                     return
-                rv, after = token["rv"], (token["namespace"], token["name"])
+                rv, after = continued[0], continued[1:]
             # the same query while no pod changed (the store's resourceVersion): the same answer
             reuse = (*sorted(query.items()), ("", str(api._rv)))
             answer = api._list_answers.get(reuse) if api.reuse_lists else None
@@ -407,7 +411,9 @@ class _Handler(BaseHTTPRequestHandler):
             if len(page) < len(keys):
                 last = {"rv": rv, "namespace": page[-1][0], "name": page[-1][1]}
                 metadata["continue"] = base64.b64encode(json.dumps(last).encode()).decode()
-                metadata["remainingItemCount"] = len(keys) - len(page)
+                if not (query.get("fieldSelector") or query.get("labelSelector")):
+                    # the server counts what remains only when no selector filters it
+                    metadata["remainingItemCount"] = len(keys) - len(page)
             document = {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
             answer = (len(items), json.dumps(document).encode())
             if api.reuse_lists:
@@ -415,6 +421,23 @@ class _Handler(BaseHTTPRequestHandler):
                     api._list_answers[reuse] = answer
         api.list_pages.append(answer[0])
         self._send(200, answer[1])
+
+    def _continued(self, query: dict[str, str]) -> tuple[int, str, str] | None:
+        """A list's ``continue`` token as (resourceVersion, namespace, name) of the last
+        pod served; None once answered 400 as the real server answers a
+        ``resourceVersion`` other than ``"0"`` beside a token, or a token that is none."""
+        version = query.get("resourceVersion", "")
+        if version not in ("", "0"):
+            self._status(
+                400, "BadRequest", "specifying resource version is not allowed when using continue"
+            )
+            return None
+        try:
+            token = json.loads(base64.b64decode(query["continue"], validate=True))
+            return int(token["rv"]), str(token["namespace"]), str(token["name"])
+        except (ValueError, TypeError, KeyError) as err:  # binascii.Error is a ValueError
+            self._status(400, "BadRequest", f"invalid continue token: {err}")
+            return None
 
     def _job(self, path: str) -> None:
         """``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>`` as the API server answers."""

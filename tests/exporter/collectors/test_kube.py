@@ -8,6 +8,9 @@ import logging
 import math
 import time
 import tracemalloc
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -582,6 +585,65 @@ def test_a_410_on_a_first_page_is_an_error_not_a_relist(monkeypatch) -> None:
     with pytest.raises(CollectorError, match="410 on a first page"):
         src._list()
     assert tokens == [None]
+
+
+@pytest.mark.parametrize("token", [5, ["a"], "x" * (64 * 1024 + 1)])
+def test_an_invalid_continue_token_keeps_the_cache(token, monkeypatch) -> None:
+    """A page whose ``continue`` is there but unusable (not a string, over 64 KiB) does
+    not end the list: the pods of the pages not read would count as deleted (dropped
+    from the cache, finished ones from the record attribution relies on). The list
+    fails and the cache stays as the last whole list left it."""
+    src = KubePodSource(NODE, api_url="http://127.0.0.1:9")  # not started
+    src._replace([make_pod("old", uid=uid(1))])
+    page = make_pod("new", uid=uid(2))
+
+    def list_page(self, token_in, budget):
+        return kube_module._listed([page]), {"resourceVersion": "7", "continue": token}, 100
+
+    monkeypatch.setattr(kube_module.KubePodSource, "_list_page", list_page)
+    with pytest.raises(CollectorError, match="invalid continue token"):
+        src._list()
+    assert names(src) == ["old"]
+
+
+def _get(api: FakeKubeAPI, **query: str) -> tuple[int, dict]:
+    """One ``GET /api/v1/pods`` of the fake: (HTTP status, JSON answer)."""
+    url = f"{api.url}/api/v1/pods?{urllib.parse.urlencode(query)}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_fake_pages_lists_as_the_api_server_does(api: FakeKubeAPI) -> None:
+    """The list answers the exporter's paging is tested against are the real server's:
+    ``remainingItemCount`` only without a selector (the server cannot count what a
+    selector would keep without reading it all), 400 for a resourceVersion with a
+    continue token and for a token that is not one, 410 for a compacted one."""
+    for n in range(3):
+        api.add_pod(make_pod(f"p{n}", uid=uid(n)))
+    code, first = _get(api, limit="1")
+    assert code == 200 and first["metadata"]["remainingItemCount"] == 2
+    code, first = _get(api, limit="1", fieldSelector=f"spec.nodeName={NODE}")
+    assert code == 200 and "remainingItemCount" not in first["metadata"]
+    token = first["metadata"]["continue"]
+    code, answer = _get(
+        api, limit="1", fieldSelector=f"spec.nodeName={NODE}", **{"continue": token}
+    )
+    assert code == 200 and [p["metadata"]["name"] for p in answer["items"]] == ["p1"]
+    code, answer = _get(api, limit="1", resourceVersion="0", **{"continue": token})
+    assert code == 200  # "0" is allowed with a token
+    code, answer = _get(api, limit="1", resourceVersion="101", **{"continue": token})
+    assert (code, answer["reason"]) == (400, "BadRequest")
+    assert "resource version is not allowed when using continue" in answer["message"]
+    for junk in ("not-base64!", "bm90IGpzb24=", "WzFd"):  # not base64, not JSON, a list
+        code, answer = _get(api, limit="1", **{"continue": junk})
+        assert (code, answer["reason"]) == (400, "BadRequest"), junk
+        assert answer["message"].startswith("invalid continue token")
+    api.compact()
+    code, answer = _get(api, limit="1", **{"continue": token})
+    assert (code, answer["reason"]) == (410, "Expired")
 
 
 def _list_peak(api: FakeKubeAPI, count: int) -> int:
