@@ -81,10 +81,13 @@ MAX_NAME_CHARS = 253
 MAX_CONTAINER_ID_CHARS = 128
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one watch line (one pod object)
 MAX_LIST_BYTES = 64 * 1024 * 1024  # one list, all its pages together
-# Pods asked for per page of a list (client-go's reflector asks for 500 too). Each page
-# is parsed into the cache's small records before the next is asked for: a batch node
-# keeps every finished Job pod without a TTL in the API, and a whole list of 6,000 of
-# them parsed at once took the exporter past its 384Mi limit at every relist.
+# Pods asked for per page of a list. Each page is parsed into the cache's small records
+# before the next is asked for: a batch node keeps every finished Job pod without a TTL
+# in the API, and a whole list of 6,000 of them parsed at once took the exporter past
+# its 384Mi limit at every relist. The list is asked with no resourceVersion, a
+# consistent read from etcd, which honours limit; not as client-go's reflector first
+# lists, with resourceVersion=0, which the API server answers from its watch cache
+# and there may ignore limit: the whole list in one answer, the peak paging removes.
 LIST_PAGE_PODS = 500
 MAX_CONTINUE_CHARS = 64 * 1024  # one page's continue token (the API's are ~100 characters)
 # Times in a row a list starts again from its first page when a continue token expired

@@ -502,6 +502,9 @@ def test_the_pod_list_is_read_in_pages(api: FakeKubeAPI, source_factory) -> None
     lists = [q for path, q in api.requests if path == "/api/v1/pods" and "watch" not in q]
     assert [q.get("limit") for q in lists] == [str(kube_module.LIST_PAGE_PODS)] * 3
     assert ["continue" in q for q in lists] == [False, True, True]
+    # a consistent read: resourceVersion=0 is served from the watch cache, which may
+    # ignore limit (the whole list in one answer)
+    assert all("resourceVersion" not in q for q in lists)
     assert api.list_pages == [kube_module.LIST_PAGE_PODS] * 2 + [8]
 
 
