@@ -14,10 +14,10 @@ events update the cache → when the watch ends (server timeout, ``resync_second
 watch again from the last resourceVersion seen, relisting every
 ``resync_seconds``; a ``410 Gone`` (ERROR event or HTTP status) relists at once;
 a list page's expired continue token (410) starts the list again, at most
-``LIST_RESTARTS`` times in a row; any other error backs off exponentially (``backoff_initial_seconds`` doubling to
-``backoff_max_seconds``) and then relists. The HTTP stream is read by this module
-(the client's ``_preload_content=False`` response) so each event line is bounded
-in size before it is parsed.
+``LIST_RESTARTS`` times in a row; any other error backs off exponentially
+(``backoff_initial_seconds`` doubling to ``backoff_max_seconds``) and then relists.
+The HTTP stream is read by this module (the client's ``_preload_content=False``
+response) so each event line is bounded in size before it is parsed.
 
 Job-level deadlines: a ``batch/v1`` Job's ``spec.activeDeadlineSeconds`` is not
 copied to its pods, and it is how most people bound a training job. For a pod
