@@ -669,13 +669,16 @@ class KubePodSource:
                 _request_timeout=self._timeouts(self.request_timeout_seconds),
             )
         except ApiException as err:
+            # the client raises every non-2xx answer, with _preload_content=False too
+            if err.status == 404:
+                return None, ""  # gone (finished and deleted): nothing to resolve
             return None, f"HTTP {err.status} {err.reason}"
         except Exception as err:
             return None, f"{type(err).__name__}: {err}"[:300]
         try:
             status = getattr(response, "status", 200)
-            if status == 404:
-                return None, ""  # gone (finished and deleted): nothing to resolve
+            if status == 404:  # a client that answers instead of raising
+                return None, ""
             if not 200 <= status <= 299:
                 return None, f"HTTP {status}"
             body = response.read(MAX_JOB_BYTES + 1)

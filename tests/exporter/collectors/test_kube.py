@@ -870,6 +870,23 @@ def test_forbidden_or_missing_jobs_leave_the_pod_deadline_and_log_once(
     assert src.status().last_error == ""  # the pod watch itself never failed
 
 
+def test_a_deleted_job_is_nothing_to_resolve_not_a_permission_to_grant(
+    api: FakeKubeAPI, source_factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A finished Job deleted while its pod is still listed (a TTL controller, a user's
+    ``kubectl delete job``): the API answers 404 and the pod has no Job deadline. The
+    client raises that 404 as it raises a 403: read as one, it logged a warning asking
+    the admin to grant ``get`` on ``jobs.batch``, which the exporter has."""
+    pod = make_pod("p", "ml", uid=uid(1), owner=("Job", "gone"))
+    pod["metadata"]["ownerReferences"][0]["uid"] = uid(101)
+    api.add_pod(pod)
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.exporter.collectors.kube"):
+        src = source_factory(api.url)
+        wait_for(lambda: len(src.poll()) == 1)
+    assert src.poll()[0].deadline_timestamp is None and api.job_gets() == 1
+    assert not [r for r in caplog.records if "cannot read Job" in r.getMessage()]
+
+
 def test_a_job_recreated_under_the_same_name_is_not_this_pods(
     api: FakeKubeAPI, source_factory
 ) -> None:
