@@ -10,6 +10,12 @@ The plan: ``max_epochs`` and the trainer's own estimate of its optimizer steps
 ends the run before ``max_epochs`` would, the planned epochs are those ``max_steps``
 completes if they are whole (``max_steps=8`` at 4 steps an epoch: 2), else none; and
 an epoch that ``max_steps`` cut short is not counted done.
+
+Under manual optimization (``automatic_optimization = False``) ``global_step`` counts
+every ``optimizer.step()`` (a GAN's two optimizers: two a batch), while
+``estimated_stepping_batches`` counts batches: the step plan is then ``max_steps``
+alone (the trainer's bound in ``global_step``'s units) when no ``max_epochs`` bounds
+the run too, else none; an epoch is counted done when its last batch was trained.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     """Reports epochs (``max_epochs``), optimizer steps and logged metrics."""
 
     _steps_per_epoch: int | None = None
+    _batches: int | None = None  # batches an epoch, when finite
+    _last_batch: int | None = None  # index of the last batch trained in this epoch
 
     @never_raises
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -57,8 +65,13 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         automatic = getattr(pl_module, "automatic_optimization", True) is True
         per_epoch = math.ceil(batches / accumulate) if batches and automatic else None
         self._steps_per_epoch = per_epoch
+        self._batches = batches
+        self._last_batch = None
         epochs = _finite_int(getattr(trainer, "max_epochs", None))
-        steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
+        if automatic:
+            steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
+        else:  # global_step counts optimizer steps, the estimate batches (module doc)
+            steps = None if epochs else _finite_int(getattr(trainer, "max_steps", None))
         if epochs and per_epoch and steps and steps < epochs * per_epoch:
             epochs = steps // per_epoch if steps % per_epoch == 0 else None  # max_steps first
         self._start(
@@ -76,6 +89,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        self._last_batch = batch_idx
         if self.reporter is not None:
             self.reporter.step(int(getattr(trainer, "global_step", 0)))
 
@@ -85,9 +99,14 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             return
         epoch = int(getattr(trainer, "current_epoch", 0))
         step = int(getattr(trainer, "global_step", 0))
-        # the epoch's last optimizer step not reached: max_steps stopped it inside
-        per_epoch = self._steps_per_epoch
-        done = epoch if per_epoch and step < (epoch + 1) * per_epoch else epoch + 1
+        # the epoch's last optimizer step (or, unknown, its last batch) not reached:
+        # max_steps stopped it inside
+        per_epoch, batches, last = self._steps_per_epoch, self._batches, self._last_batch
+        if per_epoch:
+            cut = step < (epoch + 1) * per_epoch
+        else:
+            cut = bool(batches) and isinstance(last, int) and last + 1 < batches
+        done = epoch if cut else epoch + 1
         self.reporter.epoch_end(done, step=step, metrics=getattr(trainer, "callback_metrics", None))
 
     @never_raises

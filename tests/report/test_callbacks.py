@@ -189,6 +189,43 @@ for max_steps in (6, 8):
     assert reached == {"steps-6": (1, None, 6, 6), "steps-8": (2, 2, 8, 8)}
 
 
+@needs("lightning")
+def test_lightning_manual_optimization_plans_steps_in_global_step_units(journaling_listener):
+    """Manual optimization (a GAN's two optimizers, each stepped per batch):
+    ``global_step`` counts every ``optimizer.step()``, two a batch, while
+    ``estimated_stepping_batches`` counts batches. Planned at 12 steps, the run reported
+    12 of 12 halfway through its epochs and stayed there (the client holds a step to
+    its plan). Only ``max_steps``, in ``global_step``'s units, is a step plan then.
+    Both trainings in one script (run ids ``epochs``, ``max-steps``)."""
+    run(
+        journaling_listener,
+        lightning_script()
+        + """
+class G(M):
+    def __init__(self):
+        super().__init__(); self.other = nn.Linear(8, 1); self.automatic_optimization = False
+    def training_step(self, b, i):
+        for net, opt in zip((self.net, self.other), self.optimizers()):
+            loss = ((net(b[0]) - b[1]) ** 2).mean()
+            opt.zero_grad(); self.manual_backward(loss); opt.step()
+    def configure_optimizers(self):
+        return [torch.optim.SGD(n.parameters(), lr=0.01) for n in (self.net, self.other)]
+L.Trainer(max_epochs=3, callbacks=[GpuEtaCallback(run_id="epochs")], **QUIET).fit(G(), data)
+L.Trainer(max_steps=10, callbacks=[GpuEtaCallback(run_id="max-steps")], **QUIET).fit(G(), data)
+""",
+    )
+    rows = journaled(journaling_listener.store)
+    by_run = {
+        run_id: [
+            (r["epoch"], r["epochs"], r["step"], r["steps"]) for r in rows if r["run_id"] == run_id
+        ]
+        for run_id in ("epochs", "max-steps")
+    }
+    assert by_run["epochs"][-1] == (3, 3, 24, None)
+    assert all(steps is None for *_, steps in by_run["epochs"])
+    assert by_run["max-steps"][-1] == (1, None, 10, 10)
+
+
 @needs("keras")
 def test_keras_callback(listener):
     run(
