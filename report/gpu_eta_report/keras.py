@@ -87,8 +87,11 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
 
     @never_raises
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self.reporter is not None and self._steps_per_epoch:
-            self.reporter.step(self._epoch * self._steps_per_epoch + batch + 1)
+        # ``batch`` is the last step of the execution (``steps_per_execution``), also for
+        # an epoch's last one with fewer batches left: never beyond the epoch's steps
+        per_epoch = self._steps_per_epoch
+        if self.reporter is not None and per_epoch:
+            self.reporter.step(self._epoch * per_epoch + min(batch + 1, per_epoch))
 
     @never_raises
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

@@ -277,6 +277,49 @@ m.fit(x, y, epochs=2, batch_size=16, verbose=0, callbacks=[cb])
     assert (p.epoch, p.epochs, p.step, p.steps) == (2, 2, 8, 8)
 
 
+@needs("keras")
+def test_keras_steps_per_execution_never_reports_beyond_the_epoch(journaling_listener):
+    """``compile(steps_per_execution=3)`` (JAX, TensorFlow; the torch backend allows
+    only 1): the trainers call ``on_train_batch_end(end_step)`` with the last step of
+    each execution, ``begin + 2``, also for an epoch's last one when fewer batches
+    remain (4 batches: end steps 2 and 5). Read as the batch index, an epoch of 4
+    reported 6 steps done, into the next epoch. Driven as those trainers drive it:
+    Keras' own epoch iterator and ``CallbackList``."""
+    run(
+        journaling_listener,
+        keras_script()
+        + """
+from keras.callbacks import CallbackList
+from keras.src.trainers.epoch_iterator import EpochIterator
+batches = EpochIterator(x=x, y=y, batch_size=16, steps_per_execution=3)
+callbacks = CallbackList([GpuEtaCallback(batch_size=16, min_interval_seconds=0)],
+                         epochs=3, steps=batches.num_batches, model=m)
+callbacks.on_train_begin()
+for epoch in range(3):
+    callbacks.on_epoch_begin(epoch)
+    for begin_step, end_step, _ in batches:
+        callbacks.on_train_batch_begin(begin_step)
+        callbacks.on_train_batch_end(end_step, {})
+    callbacks.on_epoch_end(epoch, {})
+callbacks.on_train_end()
+""",
+    )
+    seen = [(row["epoch"], row["step"]) for row in journaled(journaling_listener.store)]
+    assert seen == [
+        (0, 0),
+        (0, 3),
+        (0, 4),
+        (1, 4),
+        (1, 7),
+        (1, 8),
+        (2, 8),
+        (2, 11),
+        (2, 12),
+        (3, 12),
+        (3, 12),
+    ]
+
+
 def test_keras_callback_subclasses_tf_keras_when_tensorflow_is_told_to_use_it(tmp_path):
     """With ``TF_USE_LEGACY_KERAS=1`` TensorFlow's ``fit`` is tf_keras', whose
     ``CallbackList`` calls its own ``Callback``'s private methods: the callback must
