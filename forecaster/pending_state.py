@@ -157,7 +157,11 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
     of at most ``MAX_UID_CHARS``, "" when not read), whose time is not
     a time, or whose predictions are not at most ``MAX_SAVED_PER_POD`` ordered
     (P10 ≤ P50 ≤ P90) times is skipped and counted: one damaged pod is no reason to
-    forget the others.
+    forget the others. A P90 may be infinite (JSON's ``Infinity``, as ``json.dumps``
+    writes it): a prediction the replay publishes with its P90 beyond
+    ``--pending.horizon`` (P50 within it) is kept like any other, scored when the pod
+    starts; refused, such a pod was skipped as damaged, with an ERROR line, at every
+    ``once`` run, and never scored there.
     """
     loaded = load_versioned(
         text, version=PREDICTIONS_VERSION, max_size=MAX_PREDICTIONS_CHARS, error=ReplayError
@@ -183,7 +187,12 @@ def _saved_wait(item: object) -> SavedWait | None:
     out = []
     for s in starts:
         if not (
-            isinstance(s, list) and len(s) == 3 and all(map(_time, s)) and s[0] <= s[1] <= s[2]
+            isinstance(s, list)
+            and len(s) == 3
+            and _time(s[0])
+            and _time(s[1])
+            and (_time(s[2]) or s[2] == math.inf)  # P90 beyond the horizon: Infinity
+            and s[0] <= s[1] <= s[2]
         ):
             return None
         out.append((float(s[0]), float(s[1]), float(s[2])))

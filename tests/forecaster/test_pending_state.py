@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_eta.forecaster.history import HistoryStore
-from gpu_eta.forecaster.pending import PendingSettings, StartTracker
+from gpu_eta.forecaster.kube_state import ClusterQueue
+from gpu_eta.forecaster.pending import PendingSet, PendingSettings, StartTracker, predict
 from gpu_eta.forecaster.pending_state import (
     MAX_PREDICTIONS_CHARS,
     MAX_SAVED_PER_POD,
@@ -28,6 +30,10 @@ from gpu_eta.forecaster.pending_state import (
 )
 from gpu_eta.forecaster.queue_replay import (
     MAX_CALIBRATION_CHARS,
+    PREDICTED,
+    Holder,
+    Node,
+    PendingPod,
     ReplayError,
     StartCalibrator,
     parse_calibration,
@@ -266,6 +272,7 @@ def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
         ["ml", "p", None, NOW, []],
         ["ml", "p", "u", NOW, [[NOW, NOW, NOW]] * (MAX_SAVED_PER_POD + 1)],
         ["ml", "p", "u", NOW, [[NOW, NOW, 1e12]]],
+        ["ml", "p", "u", NOW, [[NOW, math.inf, math.inf]]],  # only a P90 may be past
         {"ml": "p"},
         ["ml", "p", NOW, []],
     ],
@@ -279,6 +286,7 @@ def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
         "no-uid",
         "too-many",
         "far",
+        "p50-infinite",
         "dict",
         "short",
     ],
@@ -356,5 +364,36 @@ def test_the_predictions_row_is_written_first_then_at_most_every_save_interval(
         cycle.run()
         assert len(writes) == 2
         assert len(parse_predictions(writes[-1])[0]) == 3
+    finally:
+        store.close()
+
+
+def test_a_prediction_whose_p90_is_beyond_the_horizon_is_kept_for_the_next_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The replay predicts a pod whose P50 is within ``--pending.horizon`` and whose P90
+    is not (its node's job may outlast the horizon: 60 % of the samples start it):
+    status ``predicted``, P90 ``inf``. Saved (as JSON's ``Infinity``) and read back by
+    the next process, the pod's predictions are kept and scored when it starts, not
+    skipped as damaged with an ERROR at every ``once`` run (and never scored there)."""
+    horizon = 7 * 86400.0
+    nodes = (Node("n1", {"nvidia_com_gpu": 1}),)
+    ends = (NOW + 100, NOW + 1000, NOW + 2 * horizon)
+    holder = Holder("ml", "h", "n1", "nvidia_com_gpu", 1, None, NOW - 300, uid="hu")
+    waiting = PendingPod("ml", "w", "nvidia_com_gpu", 1, NOW - 10, uid="wu")
+    queue = ClusterQueue(nodes, (holder,), (waiting,))
+    result = predict(queue, {("ml", "h"): ends}, [3600.0], NOW, PendingSettings(n_samples=50))
+    (pod,) = result.pods
+    assert pod.prediction.status == PREDICTED and pod.prediction.starts[2] == math.inf
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        SavedStartTracker(store).update(queue, result, NOW)
+        with caplog.at_level(logging.ERROR):
+            again = SavedStartTracker(store)  # the next ``once`` run
+        assert [r.getMessage() for r in caplog.records] == []
+        assert [(ns, name) for ns, name, *_ in again.waiting()] == [("ml", "w")]
+        started = Holder("ml", "w", "n1", "nvidia_com_gpu", 1, None, NOW + 500, uid="wu")
+        again.update(ClusterQueue(nodes, (started,)), PendingSet(), NOW + 600)
+        assert again.calibrator.n_obs == 1
     finally:
         store.close()
