@@ -146,12 +146,18 @@ def start_for(
 
 
 def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
-    """The text shown: "free now", "~14:20" (local time, or ``tz``), or "no estimate"."""
+    """The text shown: "free now", "~14:20" (local time, or ``tz``), or "no estimate".
+
+    A start no date can hold (past year 9999: garbage in Prometheus, a huge
+    ``--pending.horizon``) is "no estimate": raised, it would break the spawn page."""
     if start is None or not math.isfinite(start):
         return "no estimate"
     if start - now <= FREE_NOW_SECONDS:
         return "free now"
-    when = datetime.fromtimestamp(start, tz)
+    try:
+        when = datetime.fromtimestamp(start, tz)
+    except (OverflowError, OSError, ValueError):
+        return "no estimate"
     day = "" if when.date() == datetime.fromtimestamp(now, tz).date() else when.strftime("%a ")
     return f"~{day}{when:%H:%M}"
 

@@ -40,6 +40,20 @@ def test_label_free_now_and_clock_time():
     assert label(None, now, UTC) == "no estimate"
 
 
+def test_a_start_no_clock_can_show_is_no_estimate_not_a_broken_spawn_page():
+    """A P50 in Prometheus beyond what a date can hold (year 10000 and later: another
+    series of the name pushed with garbage, a forecaster run with a huge
+    ``--pending.horizon``) is "no estimate": KubeSpawner calls the hook for the spawn
+    page, and an exception there is an error page instead of the profiles."""
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    for far in (1e12, 1e20, 1e300):
+        assert label(far, now, UTC) == "no estimate"
+        assert label(far, now) == "no estimate"
+    starts = {("nvidia_com_gpu", A100, 1): 1e12}
+    (shown,) = annotate([profile("A100, 1 GPU", 1, A100)], starts, now)
+    assert shown["display_name"] == "A100, 1 GPU — no estimate"
+
+
 def test_start_for_picks_the_model_and_the_next_size_up():
     gpu = "nvidia_com_gpu"
     starts = {(gpu, A100, 1): 100.0, (gpu, A100, 4): 400.0, (gpu, T4, 1): 50.0}
