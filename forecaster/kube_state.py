@@ -629,6 +629,11 @@ def _units(value: float) -> int | None:
 def _requested(value: float) -> int | None:
     """Units a pod asks for; None when NaN, infinite, 0 or negative.
 
+    A request of 0 (``nvidia.com/gpu: 0``, which Kubernetes accepts and KSM exports as
+    a series of value 0: a CPU-only profile overriding a GPU default) is no GPU asked,
+    not a malformed one: ``_PodRequests.add`` leaves such a series out before this, so
+    the pod is neither queued nor counted as ``invalid_request``.
+
     Unlike ``_units`` there is no upper bound: a pending pod asking more than
     ``MAX_UNITS`` (more than any node has) stays in the queue, where the replay finds
     it fits nowhere and publishes it as ``never_fits`` (docs/pending.md), rather than
@@ -753,8 +758,8 @@ class _PodRequests:
 
     def add(self, s: Sample, rejected: Counter[str], init: bool = False) -> None:
         """One series of ``PODS`` (or of ``INIT_REQUESTS`` when ``init``); malformed ones
-        are counted (``bad_pod_series``), a request that is no count of units marks its
-        pod (``unusable``). A series with a node wins over one without: two KSM replicas
+        are counted (``bad_pod_series``), a request that is no count of units (NaN,
+        negative) marks its pod (``unusable``), a request of 0 is left out (no GPU asked). A series with a node wins over one without: two KSM replicas
         disagree for a scrape on a pod just bound, and a bound pod holds its GPUs."""
         lab = s.labels
         uid, res = lab.get("uid", ""), lab.get("resource", "")
@@ -765,6 +770,8 @@ class _PodRequests:
             or not is_gpu_resource(res, self.extra)
         ):
             rejected["bad_pod_series"] += 1
+            return
+        if s.value == 0:  # ``nvidia.com/gpu: 0``: valid, and no GPU asked (_requested)
             return
         units = _requested(s.value)
         if units is None:
@@ -978,7 +985,8 @@ def parse(
     a node whose GPUs are all 0 allocatable with a capacity is kept closed, its capacity
     its units;
     ``invalid_request``: a pod whose
-    GPU request is NaN, 0 or negative, or a bound pod asking more than ``MAX_UNITS``;
+    GPU request is NaN or negative, or a bound pod asking more than ``MAX_UNITS`` (a
+    request of 0 is no GPU asked: the pod is no GPU pod, not counted);
     ``bad_taint_series``, ``too_many_taints``: a node taint skipped, a node's taints
     all; ``bad_toleration_series``, ``too_many_tolerations``: a pod whose tolerations
     are then unknown, every taint passing for it); a pending pod asking more units than
@@ -1101,7 +1109,7 @@ def parse(
         s.labels.get("uid", ""): s.labels.get("priority_class", "") for s in meta.get("info", ())
     }
 
-    # a pod whose every GPU request is NaN, 0 or negative; one with another usable
+    # a pod whose every GPU request is NaN or negative; one with another usable
     # request is placed on that one
     if unusable - requests.keys():
         rejected["invalid_request"] += len(unusable - requests.keys())

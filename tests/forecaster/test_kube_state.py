@@ -380,8 +380,9 @@ def pod_request(pod: str, value: float, phase: str = "Pending", node: str = "") 
 
 def test_no_pod_vanishes_unseen():
     """A pending pod asking more than any node has is kept (never_fits); one whose
-    request is no count of GPUs (NaN, 0, negative, or a bound pod beyond MAX_UNITS) is
-    counted as ``invalid_request``; a pod with one usable request is placed on it."""
+    request is no count of GPUs (NaN, negative, or a bound pod beyond MAX_UNITS) is
+    counted as ``invalid_request``; a pod with one usable request is placed on it (a
+    request of 0 is no GPU asked: neither queued nor counted)."""
     pods = [
         pod_request("fits", 1),
         pod_request("huge", 2000),
@@ -408,10 +409,37 @@ def test_no_pod_vanishes_unseen():
         ("mixed", "nvidia_com_mig_1g_5gb", 1),
     ]
     assert q.holders == ()
-    assert q.rejected == {"invalid_request": 4}  # nan, zero, negative, bound-huge
+    assert q.rejected == {"invalid_request": 3}  # nan, negative, bound-huge
     by = {p.pod: p for p in predict(q, {}, [600.0], NOW, PendingSettings(n_samples=5)).pods}
     assert (by["huge"].prediction.status, by["huge"].units) == (NEVER_FITS, 2000)
     assert by["fits"].prediction.status == PREDICTED
+
+
+def test_a_pod_asking_zero_gpus_is_no_gpu_pod_and_no_error():
+    """``nvidia.com/gpu: 0`` is a request Kubernetes accepts (a CPU-only JupyterHub
+    profile overriding a GPU default with ``extra_resource_limits: {nvidia.com/gpu:
+    "0"}``), and KSM exports it as a series of value 0: the pod asks for no GPU. It is
+    neither queued nor a holder, and not counted in ``pending_rejected`` (every such
+    running notebook added one to the error counter each cycle, and the queue's WARNING
+    named it ``invalid_request``); its init containers' zeros likewise."""
+    init_zero = Sample({**pod_request("init-zero", 0).labels, "container": "setup"}, 0, NOW)
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="8")],
+        "ksm_pods": [
+            pod_request("fits", 1),
+            pod_request("cpu-waiting", 0),
+            pod_request("cpu-notebook", 0, "Running", "n1"),
+        ],
+        "ksm_init_requests": [init_zero],
+        "ksm_pod_times": [
+            Sample({"uid": f"uid-{p}", "time": "created"}, NOW - 100, NOW)
+            for p in ("fits", "cpu-waiting", "init-zero")
+        ],
+    }
+    q = kube_state.parse(samples, NOW)
+    assert [p.pod for p in q.pending] == ["fits"]
+    assert q.holders == ()
+    assert q.rejected == {}
 
 
 def series(**labels: str) -> Sample:
@@ -936,8 +964,9 @@ def test_queries_against_real_prometheus(prometheus_factory, ksm_target):
 
 def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, ksm_target):
     """Real Prometheus scraping KSM-shaped series, through to /metrics: a pod asking
-    2000 GPUs is ``never_fits``, NaN and 0 requests are ``pending_rejected``, a pod past
-    --pending.max-pods is ``pending_skipped``; all pass promtool."""
+    2000 GPUs is ``never_fits``, a NaN request is ``pending_rejected``, a request of 0
+    is no GPU pod (neither published nor counted), a pod past --pending.max-pods is
+    ``pending_skipped``; all pass promtool."""
     target, body = ksm_target
     now = time.time()
     pods = [
@@ -971,7 +1000,7 @@ def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, k
         for s in fam.samples
         if s.name == "gpu_eta_forecaster_job_errors_total"
     }
-    assert errors == {"pending_rejected": 2, "pending_skipped": 1}
+    assert errors == {"pending_rejected": 1, "pending_skipped": 1}
     proc = promtool("check", "metrics", stdin=text)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
