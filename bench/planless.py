@@ -37,7 +37,7 @@ from forecast_accuracy import find_mlperf, load_corpora, replace_between_markers
 
 from gpu_eta.forecaster.calibration import POINTS, point_label
 from gpu_eta.forecaster.evaluate import replay_events
-from gpu_eta.forecaster.planless import METHODS, DurationsFit, Spread, groups
+from gpu_eta.forecaster.planless import METHODS, DurationsReplay
 from gpu_eta.forecaster.runs import Run
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "forecasting-evidence.md"
@@ -61,25 +61,14 @@ def moments(runs: Sequence[Run], matched: bool = True) -> tuple[list[Moment], li
     remaining time); per other moment, what the coarser levels gave (``Coarser``).
     ``matched`` False: the coarser levels' spreads measured on every run
     (``DurationsFit``)."""
-    ends = sorted((run.last_timestamp, i) for i, run in enumerate(runs) if run.completed is True)
-    fit = DurationsFit(matched=matched)
-    spread = Spread({})
-    next_end = 0
+    replay = DurationsReplay(runs, matched=matched)
     out: list[Moment] = []
     coarser: list[Coarser] = []
     for now, point, part, whole in replay_events(runs):
-        grown = False
-        while next_end < len(ends) and ends[next_end][0] < now:
-            fit.add(runs[ends[next_end][1]])
-            next_end += 1
-            grown = True
-        if grown:
-            spread = fit.spread()
-        elapsed = now - part.start_timestamp
         truth = whole.last_timestamp - now
         if truth <= 0:
             continue
-        fc = fit.forecast(part, elapsed, spread)  # as the service asks it
+        fc = replay.forecast(part, now)  # as the service asks it
         if fc is None:
             coarser.append((point, "none", math.nan, math.nan, False))
             continue
@@ -87,11 +76,13 @@ def moments(runs: Sequence[Run], matched: bool = True) -> tuple[list[Moment], li
         error = abs(fc.p50 - truth) / truth * 100
         depth = METHODS.index(fc.method)
         if depth:  # its configuration could not answer
-            coarser.append((point, fc.method, error, covered, spread.coarser[depth - 1] is None))
+            borrowed = replay.spread.coarser[depth - 1] is None
+            coarser.append((point, fc.method, error, covered, borrowed))
             continue
-        past = fit.durations(groups(part)[0] or ())
-        plain = max(0.0, statistics.median(past) - elapsed)
-        out.append((point, len(past), error, abs(plain - truth) / truth * 100, covered, truth))
+        plain = replay.configuration_median(part, now)
+        assert plain is not None  # the configuration answered: it has durations
+        left, n = plain
+        out.append((point, n, error, abs(left - truth) / truth * 100, covered, truth))
     return out, coarser
 
 

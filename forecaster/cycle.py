@@ -41,6 +41,7 @@ from gpu_eta.forecaster.last_seen import Kept, LastSeen
 from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.planless import DurationsFit, Spread, fit_durations
+from gpu_eta.forecaster.planless import stub as planless_run
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.promparse import PromAPIError, PromQueryError
 from gpu_eta.forecaster.refit import (
@@ -1014,17 +1015,8 @@ def _carried(features: Mapping[str, float | str] | None) -> Mapping[str, float |
 def planless_stub(run: PlanlessRun) -> Run:
     """The ``Run`` a forecast of a run without a planned total is published for: its
     identity, start and features; no progress points and an infinite plan (nothing
-    reads a fraction of it). Pure."""
-    namespace, pod, container, run_id = run.key
-    return Run(
-        run_id,
-        math.inf,
-        ((0.0, run.start_timestamp),),
-        features=run.features,
-        namespace=namespace,
-        pod=pod,
-        container=container,
-    )
+    reads a fraction of it, ``planless.stub``). Pure."""
+    return planless_run(run.key, run.start_timestamp, run.features)
 
 
 # The instant answers ``progress_marks`` reads, in the order of its tuples: each goes

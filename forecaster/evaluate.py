@@ -23,6 +23,11 @@ score them independently; ``--plot OUT.png`` draws the scores by progress
 (``forecaster.evaluate_plot``, needs matplotlib). A moment with no time left to
 forecast (a run whose remaining epochs took zero seconds) is not scored.
 
+Runs recorded without a plan (``RunsFile.planless``: trained to a quality target) are
+scored apart at the same moments, in a table of their own: gpu-eta's forecast is the
+service's for such a run (``planless.DurationsReplay``: the durations of the runs that
+ended before, never the total the run reached), beside ``IDENTITY_MEDIAN``.
+
 The runs file may be gzip-compressed; a damaged run in it is skipped and named in one
 warning line on stderr (``forecaster.runs_csv``). On a terminal, stderr shows how many
 runs have been replayed; elsewhere a line says so at most once a minute (``Heartbeat``).
@@ -48,7 +53,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -63,17 +68,28 @@ from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.baselines import HistoryMatch
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import replay_moments
+from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.main import Parser, UsageError
+from gpu_eta.forecaster.planless import DurationsReplay
 from gpu_eta.forecaster.runs import Run, RunKey, run_key, thinned
 from gpu_eta.forecaster.runs_csv import RunsCsvError, display_name, exact, read_runs_file
 
 GPU_ETA = "gpu_eta"
+IDENTITY_MEDIAN = "identity_median"
+"""The baseline of runs without a plan: the median duration of the earlier completed
+runs of the run's configuration minus the time elapsed (``bench/planless.py``'s).
+Why not ``history_match``: it reads the plan (its answer is 0 once the plan is reached),
+and a recorded run's plan is its realised total; this reads durations only."""
+PLANLESS_METHODS = (GPU_ETA, IDENTITY_MEDIAN)
 PROG = "gpu-eta forecaster"
 PREFIX = f"{PROG}: evaluate: "
 # What makes two runs "the same configuration" for the with-history subset the bench
 # reports (issue 10: same namespace + job + node type); absent columns count as empty.
 IDENTITY_COLUMNS = ("namespace", "job_name", "node_type")
 Progress = Callable[[int, int], None]
+PlanlessMoment = tuple[float, Forecast | None, float | None, float]
+"""A moment of a run without a plan: ``(point, gpu-eta's forecast or None, the
+baseline's remaining seconds or None, the true remaining seconds)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +132,39 @@ class PointScore:
 
 
 @dataclass
+class PlanlessScore:
+    """Scores at one progress point of the runs without a plan: median abs % error of
+    gpu-eta and ``IDENTITY_MEDIAN`` on the ``n`` moments both answered, gpu-eta's
+    P10–P90 coverage there, the moments forecast where the baseline had no earlier run
+    (``skipped``) and those gpu-eta had no forecast for (``no_forecast``: counted, not
+    scored, as the service publishes none there)."""
+
+    point: float
+    n: int = 0
+    skipped: int = 0
+    no_forecast: int = 0
+    mape: dict[str, float] = field(default_factory=dict)
+    coverage: float = math.nan
+
+    @property
+    def ratio(self) -> float:
+        """gpu-eta's median error ÷ the baseline's (NaN when undefined)."""
+        ours = self.mape.get(GPU_ETA, math.nan)
+        base = self.mape.get(IDENTITY_MEDIAN, math.nan)
+        return ours / base if base > 0 else math.nan
+
+
+def _num(x: float) -> float | None:
+    """A ratio for the JSON: rounded, ``null`` when undefined."""
+    return None if not math.isfinite(x) else round(x, 6)
+
+
+@dataclass
 class Backtest:
-    """The whole result: per-point scores and every gpu-eta prediction."""
+    """The whole result: per-point scores and every gpu-eta prediction.
+
+    ``points`` (and ``errors``, ``hits``, ``scored``) are the runs with a plan;
+    ``planless_points`` the runs without one (``n_planless`` of ``n_runs``)."""
 
     n_runs: int
     n_completed: int
@@ -129,27 +176,41 @@ class Backtest:
     hits: dict[float, list[bool]] = field(default_factory=dict)
     # every scored moment with its run (for bootstrap intervals and subsets)
     scored: list[Scored] = field(default_factory=list)
+    n_planless: int = 0
+    planless_points: dict[float, PlanlessScore] = field(default_factory=dict)
 
     def as_json(self) -> dict:
-        def num(x: float) -> float | None:
-            return None if not math.isfinite(x) else round(x, 6)
-
-        return {
+        doc = {
             "runs": self.n_runs,
             "completed_runs": self.n_completed,
             "refits": self.n_refits,
             "points": [
-                {
-                    "point": s.point,
-                    "n": s.n,
-                    "skipped": s.skipped,
-                    "median_abs_pct_error": {k: num(v) for k, v in s.mape.items()},
-                    "answered": dict(s.answered),
-                    "coverage_p10_p90": num(s.coverage),
-                }
-                for s in self.points.values()
+                _score_json(s, {}, {"answered": dict(s.answered)}) for s in self.points.values()
             ],
         }
+        if self.n_planless:  # only when the file has such runs: other files read as before
+            doc["runs_without_plan"] = {
+                "runs": self.n_planless,
+                "points": [
+                    _score_json(s, {"no_forecast": s.no_forecast}, {"ratio": _num(s.ratio)})
+                    for s in self.planless_points.values()
+                ],
+            }
+        return doc
+
+
+def _score_json(s: PointScore | PlanlessScore, counts: dict, more: dict) -> dict:
+    """One point of a table as JSON: its counts (``counts`` after ``skipped``), errors
+    (``more`` after them) and coverage, in that order."""
+    return {
+        "point": s.point,
+        "n": s.n,
+        "skipped": s.skipped,
+        **counts,
+        "median_abs_pct_error": {k: _num(v) for k, v in s.mape.items()},
+        **more,
+        "coverage_p10_p90": _num(s.coverage),
+    }
 
 
 def methods_at(point: float) -> tuple[str, ...]:
@@ -263,8 +324,18 @@ def backtest(
     window_seconds: float | None = None,
     progress: Progress | None = None,
     extra_baselines: Mapping[str, Estimator] | None = None,
+    planless: Collection[RunKey] = frozenset(),
 ) -> Backtest:
     """Replay ``runs`` in time order and score gpu-eta and the baselines.
+
+    The runs of ``planless`` (``RunsFile.planless``: recorded without a plan, their
+    ``epochs_planned`` the total they reached) are scored apart at the same moments:
+    gpu-eta's forecast is the service's for a run without a plan (``DurationsReplay``:
+    the durations of the completed runs ended before the moment, from the run's
+    identity and start only, never its plan), against ``IDENTITY_MEDIAN``; the rate
+    baselines cannot answer without a total. Every completed run, with a plan or
+    without, is history for every method, as the service stores a plan-less run that
+    ended at what it reached.
 
     Pure apart from CPU: no I/O. ``model_factory`` builds a fresh unfitted model
     (default ``EtaModel(random_state=0)``). ``progress(done, total)`` is called after
@@ -296,6 +367,8 @@ def backtest(
     hits: dict[float, list[bool]] = {p: [] for p in POINTS}
     skipped: dict[float, int] = dict.fromkeys(POINTS, 0)
     predictions: list[Prediction] = []
+    durations = DurationsReplay(runs)
+    planless_moments: list[PlanlessMoment] = []
     for ts, point, part, run in events:
         key = run_key(run)
         label = labels[key]
@@ -312,8 +385,17 @@ def backtest(
                 est.fit(replay.by_end[:k])
             ended_by_identity.update(identity_key(r) for r in ended)
             fitted_k = k
-        model = replay.model_at(ts)
         truth = run.last_timestamp - part.last_timestamp
+        if key in planless:
+            fc = durations.forecast(part, ts)
+            base = durations.configuration_median(part, ts)
+            planless_moments.append((point, fc, None if base is None else base[0], truth))
+            if fc is not None:
+                predictions.append(
+                    Prediction(label, point, part.epochs_done, ts, fc.p10, fc.p50, fc.p90, truth)
+                )
+            continue
+        model = replay.model_at(ts)
         forecast = model.predict(part, ts)
         predictions.append(
             Prediction(
@@ -368,32 +450,114 @@ def backtest(
         errors=errors,
         hits=hits,
         scored=scored,
+        n_planless=sum(1 for r in runs if run_key(r) in planless),
+        planless_points=planless_scores(planless_moments),
     )
+
+
+def planless_scores(
+    moments: Sequence[PlanlessMoment],
+) -> dict[float, PlanlessScore]:
+    """Per point (``POINTS``), the ``PlanlessScore`` of the moments of runs without a
+    plan. Pure."""
+    out = {}
+    for point in POINTS:
+        score = PlanlessScore(point)
+        errs: dict[str, list[float]] = {name: [] for name in PLANLESS_METHODS}
+        hits = []
+        for _p, fc, base, truth in (m for m in moments if m[0] == point):
+            if fc is None:
+                score.no_forecast += 1
+            elif base is None:
+                score.skipped += 1
+            else:
+                errs[GPU_ETA].append(abs(fc.p50 - truth) / truth)
+                errs[IDENTITY_MEDIAN].append(abs(base - truth) / truth)
+                hits.append(fc.p10 <= truth <= fc.p90)
+        score.n = len(hits)
+        score.mape = {k: float(np.median(v)) if v else math.nan for k, v in errs.items()}
+        score.coverage = float(np.mean(hits)) if hits else math.nan
+        out[point] = score
+    return out
+
+
+def _pct(v: float, fmt: str = ".1%") -> str:
+    return "-" if not math.isfinite(v) else format(v, fmt)
+
+
+def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows of cells as lines, each column right-aligned to its widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
 
 
 def format_table(result: Backtest) -> str:
-    """The human table: rows are points, columns methods (median abs % error)."""
+    """The human table: rows are points, columns methods (median abs % error); then,
+    when the file has runs without a plan, their own table (``planless_table``). The
+    first is left out when every run is without a plan: it would be all "-"."""
     names = (GPU_ETA, *BASELINES)
-    header = ["point", "n", *names, "gpu_eta P10-P90 coverage"]
-    rows = [header]
+    rows = [["point", "n", *names, "gpu_eta P10-P90 coverage"]]
     for s in result.points.values():
-        label = point_label(s.point)
-        cells = [label, str(s.n)]
-        for name in names:
-            v = s.mape.get(name, math.nan)
-            cells.append("-" if not math.isfinite(v) else f"{v:.1%}")
-        cells.append("-" if not math.isfinite(s.coverage) else f"{s.coverage:.0%}")
-        rows.append(cells)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
-    lines.append(
-        f"{result.n_runs} runs ({result.n_completed} completed), {len(result.predictions)} "
-        f"predictions, {result.n_refits} refits; median absolute % error of remaining time"
+        cells = [point_label(s.point), str(s.n)]
+        cells += [_pct(s.mape.get(name, math.nan)) for name in names]
+        rows.append([*cells, _pct(s.coverage, ".0%")])
+    without = f", {result.n_planless} without a plan" if result.n_planless else ""
+    summary = (
+        f"{result.n_runs} runs ({result.n_completed} completed{without}), "
+        f"{len(result.predictions)} predictions, {result.n_refits} refits; median absolute "
+        "% error of remaining time"
     )
+    lines = _aligned(rows) if result.n_planless < result.n_runs else []
+    lines.append(summary)
     left_out = left_out_line(result)
     if left_out:
         lines.append(left_out)
+    if result.n_planless:
+        lines += ["", *planless_table(result)]
     return "\n".join(lines)
+
+
+def planless_table(result: Backtest) -> list[str]:
+    """The table of the runs without a plan: per point, gpu-eta's and the baseline's
+    median abs % error, their ratio, coverage, ``n`` and the moments without a forecast."""
+    head = f"Runs without a plan ({result.n_planless}): gpu-eta from the durations of earlier runs"
+    rows = [
+        [
+            "point",
+            "n",
+            GPU_ETA,
+            IDENTITY_MEDIAN,
+            f"{GPU_ETA}/{IDENTITY_MEDIAN}",
+            "gpu_eta P10-P90 coverage",
+            "no forecast",
+        ]
+    ]
+    for s in result.planless_points.values():
+        ratio = "-" if not math.isfinite(s.ratio) else f"{s.ratio:.2f}x"
+        rows.append(
+            [
+                point_label(s.point),
+                str(s.n),
+                *(_pct(s.mape.get(name, math.nan)) for name in PLANLESS_METHODS),
+                ratio,
+                _pct(s.coverage, ".0%"),
+                str(s.no_forecast),
+            ]
+        )
+    lines = [head, *_aligned(rows)]
+    lines.append(
+        f"{IDENTITY_MEDIAN}: the median duration of the configuration's earlier completed "
+        "runs minus the time elapsed; no forecast: no earlier run longer than the time "
+        "elapsed, or its level's spread not yet measured (not scored)"
+    )
+    skipped = {s.point: s.skipped for s in result.planless_points.values() if s.skipped}
+    if skipped:
+        each = ", ".join(f"{point_label(p)}: {n:,}" for p, n in skipped.items())
+        lines.append(
+            f"{sum(skipped.values()):,} moment(s) forecast but not scored ({each}): no "
+            f"earlier completed run of the configuration for {IDENTITY_MEDIAN}"
+        )
+    return lines
 
 
 def left_out_line(result: Backtest) -> str | None:
@@ -477,22 +641,35 @@ def nothing_scored(result: Backtest) -> str | None:
     going (or exported before their end). Completed runs without a prediction: each
     one's points share one timestamp (no time left to forecast at any moment).
     Predictions but none scored: each was at a run's start with no earlier run to
-    compare the history match on (one short run alone)."""
-    if result.scored:
+    compare the history match on (one short run alone). Runs without a plan add a
+    fourth: moments with time left but no forecast (no earlier run had lasted as long)."""
+    if result.scored or any(s.n for s in result.planless_points.values()):
         return None
     runs = f"{result.n_runs:,} run{'s' if result.n_runs != 1 else ''}"
     if not result.n_completed:
         return f"{runs}, none completed (a run is scored once it reaches epochs_planned)"
+    unforecast = sum(s.no_forecast for s in result.planless_points.values())
+    if not result.predictions and unforecast:
+        return (
+            f"{runs}, {result.n_completed:,} completed, {unforecast:,} moment(s) of runs "
+            "without a plan and no forecast for any (one is forecast from the durations "
+            "of earlier completed runs longer than the time it has been going)"
+        )
     if not result.predictions:
         return (
             f"{runs}, {result.n_completed:,} completed, but none has time left to forecast "
             "(all the points of each are at one timestamp)"
         )
+    planless = (
+        ", a run without a plan once an earlier run of its configuration has ended"
+        if result.n_planless
+        else ""
+    )
     return (
         f"{runs}, {result.n_completed:,} completed, {len(result.predictions):,} "
         "predictions, none that every method could answer (a run's start is compared "
         "only once an earlier run has ended, a later moment once time has passed "
-        "since the start)"
+        f"since the start{planless})"
     )
 
 
@@ -659,7 +836,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         else Heartbeat(err, f"{PREFIX}{name}: ", HEARTBEAT_SECONDS)
     )
     try:
-        loaded = read_runs_file(args.runs)
+        loaded = read_runs_file(args.runs, plan_optional=True)
         for note in loaded.notes:  # about the file as a whole, before what it held
             print(f"{PREFIX}{name}: {note}", file=err)
         warning = loaded.warning()
@@ -669,7 +846,10 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
             print(f"{PREFIX}{name}: {warning}", file=err)
         try:
             result = backtest(
-                loaded.runs, window_seconds=args.predict_linear_window, progress=progress
+                loaded.runs,
+                window_seconds=args.predict_linear_window,
+                progress=progress,
+                planless=loaded.planless,
             )
         finally:
             progress.close()

@@ -165,7 +165,8 @@ def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> No
     ax_err.set_ylabel("median abs. error of remaining time (%)")
     ax_err.set_title("Error by progress (lower is better)")
     ax_err.grid(True, which="both", alpha=0.3)
-    ax_err.legend(fontsize=8, loc="best")
+    if ax_err.get_legend_handles_labels()[0]:  # nothing drawn: every run without a plan
+        ax_err.legend(fontsize=8, loc="best")
 
     cov = [result.points[p].coverage * 100 for p in points]
     ax_cov.axhspan(

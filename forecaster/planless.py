@@ -64,7 +64,7 @@ from gpu_eta.forecaster.calibration import POINTS, conformal_bounds, conformal_z
 from gpu_eta.forecaster.estimators.analog import identity
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
-from gpu_eta.forecaster.runs import Run
+from gpu_eta.forecaster.runs import Feature, Run, RunKey, run_key
 
 METHODS = PLANLESS_METHODS
 """The ``method`` of a forecast from each level, finest first (``methods``). A run is
@@ -307,6 +307,76 @@ def _level_bounds(apart: Mapping[bool, _Residuals], pooled: _Residuals) -> Level
         known: conformal_z(r.ordered) if r.runs >= MIN_COARSER_RUNS else every
         for known, r in apart.items()
     }
+
+
+class DurationsReplay:
+    """``DurationsFit`` as it stood at a moment of a replay: given the completed runs of
+    ``runs`` that ended strictly before it, in end order, its spread read again when it
+    grew. Call ``forecast`` with non-decreasing moments.
+
+    Why one class: ``evaluate`` scores runs without a plan and ``bench/planless.py``
+    measures the rule; both must ask it as the service does (a fit kept current as runs
+    finish, ``cycle.Cycle._learn_durations``) and identically. ``matched`` False: the
+    bench's ``--every-run`` variant (``DurationsFit``)."""
+
+    def __init__(self, runs: Sequence[Run], matched: bool = True) -> None:
+        # sorted is stable: runs ending at one time are given in their order in ``runs``
+        self._by_end = sorted((r for r in runs if r.completed is True), key=_end)
+        self.fit = DurationsFit(matched=matched)
+        self.spread = Spread({})
+        self._next = 0
+
+    def at(self, moment: float) -> DurationsReplay:
+        """Give the fit the runs that ended before ``moment`` and not yet given."""
+        grown = False
+        while self._next < len(self._by_end) and self._by_end[self._next].last_timestamp < moment:
+            self.fit.add(self._by_end[self._next])
+            self._next += 1
+            grown = True
+        if grown:
+            self.spread = self.fit.spread()
+        return self
+
+    def forecast(self, run: Run, moment: float) -> Forecast | None:
+        """The remaining seconds of ``run`` at ``moment`` as the service would have
+        forecast it then: from its identity and start only (``stub``), so nothing of
+        its progress or plan is read (a recorded run's plan is its realised total)."""
+        self.at(moment)
+        seen = stub(run_key(run), run.start_timestamp, run.features)
+        return self.fit.forecast(seen, max(0.0, moment - run.start_timestamp), self.spread)
+
+    def configuration_median(self, run: Run, moment: float) -> tuple[float, int] | None:
+        """The yardstick beside it: the median duration of the earlier completed runs of
+        ``run``'s configuration minus the time elapsed (at least 0), and how many there
+        were; None when none completed (or the run has no job name). What a person
+        would guess; ``evaluate``'s and the bench's baseline for runs without a plan."""
+        self.at(moment)
+        key = groups(run)[0]
+        past = self.fit.durations(key) if key is not None else ()
+        if not past:
+            return None
+        return max(0.0, statistics.median(past) - (moment - run.start_timestamp)), len(past)
+
+
+def _end(run: Run) -> float:
+    return run.last_timestamp
+
+
+def stub(key: RunKey, start: float, features: Mapping[str, Feature]) -> Run:
+    """The ``Run`` a run without a planned total is forecast as: its identity, start
+    and features; no progress points and an infinite plan (nothing reads a fraction
+    of it). Why: neither the service (``cycle.planless_stub``) nor a backtest of a
+    recorded run (``DurationsReplay``) has a plan to give it."""
+    namespace, pod, container, run_id = key
+    return Run(
+        run_id,
+        math.inf,
+        ((0.0, start),),
+        features=features,
+        namespace=namespace,
+        pod=pod,
+        container=container,
+    )
 
 
 def fit_durations(

@@ -5,6 +5,9 @@ produce and read this file without gpu-eta. The format (docs/evaluate.md):
 
 ``run_id,epoch,epochs_planned,timestamp_seconds`` are required; epoch 0 is the start
 of training; rows of one run may be anywhere in the file and unevenly spaced.
+``evaluate`` reads with ``plan_optional``: ``epochs_planned`` may then be absent, and a
+run whose plan is absent or empty on every row is a run without a plan
+(``RunsFile.planless``), read as having ended where it ended (``_assemble``).
 ``epoch`` is progress in any unit (epochs, steps, samples: up to ``MAX_PROGRESS``).
 Any other column is a feature. The identity columns (``TEXT_COLUMNS``: ``namespace``,
 ``job_name``, ``node_type``, ``gpu_model``, ``framework``, ``image``, ...) are always
@@ -57,6 +60,7 @@ from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.runs import STATED_PLAN, Feature, Run, RunError, RunKey, validate_run
 
 REQUIRED_COLUMNS = ("run_id", "epoch", "epochs_planned", "timestamp_seconds")
+PLAN_COLUMN = "epochs_planned"  # the one required column ``plan_optional`` reads without
 # Identity columns: text even when they look like numbers (a namespace "2024" is not 2024.0).
 TEXT_COLUMNS = frozenset(
     {
@@ -139,6 +143,8 @@ class RunsFile:
     notes: tuple[str, ...] = ()
     # headers mid-file that cannot place rows: (line, why, rows after it read past)
     unread: tuple[tuple[int, str, int], ...] = ()
+    # runs read without a plan (``plan_optional``): their plan is what they reached
+    planless: frozenset[RunKey] = frozenset()
 
     def warning(self) -> str | None:
         """One line naming the skipped runs (at most ``MAX_NAMED``) and counting the
@@ -542,7 +548,7 @@ class _Columns:
     named_width: int  # up to the last named column
     i_run: int
     i_epoch: int
-    i_plan: int
+    i_plan: int | None  # None: no such column (``plan_optional``), every row without a plan
     i_ts: int
     i_keys: tuple[int | None, ...]  # KEY_COLUMNS; None: absent, read as ""
     # a run's identity must be whole: an over-long feature is left out, not its run
@@ -561,11 +567,13 @@ class _Columns:
         return self.named_width <= n <= self.width or _only_blank_past(row, self.width)
 
 
-def _columns(header: Sequence[str]) -> _Columns:
-    """The ``_Columns`` of a header's names; ``_BadHeader`` when it cannot place rows."""
+def _columns(header: Sequence[str], plan_optional: bool = False) -> _Columns:
+    """The ``_Columns`` of a header's names; ``_BadHeader`` when it cannot place rows
+    (``epochs_planned`` is not required with ``plan_optional``)."""
     if len(header) > MAX_FILE_COLUMNS:
         raise _BadHeader(f"too many columns ({len(header):,} > {MAX_FILE_COLUMNS:,})")
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    required = [c for c in REQUIRED_COLUMNS if not (plan_optional and c == PLAN_COLUMN)]
+    missing = [c for c in required if c not in header]
     if missing:
         hint = (
             f" (the header is one column, {header[0][:60]!r}: fields are separated by"
@@ -593,7 +601,7 @@ def _columns(header: Sequence[str]) -> _Columns:
         named_width=max(index.values()) + 1,
         i_run=index["run_id"],
         i_epoch=index["epoch"],
-        i_plan=index["epochs_planned"],
+        i_plan=index.get(PLAN_COLUMN),
         i_ts=index["timestamp_seconds"],
         i_keys=tuple(index.get(c) for c in KEY_COLUMNS),
         i_limited=tuple(index[c] for c in (*REQUIRED_COLUMNS, *KEY_COLUMNS) if c in index),
@@ -602,16 +610,21 @@ def _columns(header: Sequence[str]) -> _Columns:
     )
 
 
-def parse_runs_file(fh: TextIO) -> RunsFile:
+def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
     """Read runs from an open CSV text stream, skipping (and recording) damaged runs.
 
     Raises ``RunsCsvError`` only for damage to the file as a whole: no header, a
     required column missing, too many rows, no data row at all.
+
+    ``plan_optional`` (``evaluate``): ``epochs_planned`` may be absent, and a run
+    without a plan on any row is read as one that ended where it ended (``_assemble``)
+    and listed in ``RunsFile.planless``. Why a flag, off by default: the history seed
+    and the strict forms store what they read as history, whose runs have plans.
     """
     header, sep = _read_header(fh)
     comma = sep == ";"  # a decimal comma: "0,5"
     try:
-        first = _columns(header)
+        first = _columns(header, plan_optional)
     except _BadHeader as err:
         raise RunsCsvError(1, str(err)) from None
     notes = [first.ignored] if first.ignored else []
@@ -645,7 +658,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             if cols is not None and names == list(cols.names):
                 continue
             try:
-                cols = _columns(names)
+                cols = _columns(names, plan_optional)
             except _BadHeader as err:
                 cols = None
                 if len(unread) < MAX_KEPT_ROWS:
@@ -698,12 +711,13 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
                 raise _BadRow(f"expected {cols.width} fields, got {len(row)}")
             if any(len(row[i]) > MAX_FIELD_CHARS for i in cols.i_limited):
                 raise _BadRow(f"a field is longer than {MAX_FIELD_CHARS} characters")
-            if not ascii_only and not all(utf8_encodable(row[i]) for i in (i_epoch, i_plan, i_ts)):
+            required = (i_epoch, i_ts) if i_plan is None else (i_epoch, i_plan, i_ts)
+            if not ascii_only and not all(utf8_encodable(row[i]) for i in required):
                 raise _BadRow("not UTF-8 text")
             epoch_text = row[i_epoch].strip()
             # empty: a row with nothing to place (its plan and features still count)
             epoch = _number(epoch_text, "epoch", comma) if epoch_text else None
-            plan_text = row[i_plan].strip()
+            plan_text = "" if i_plan is None else row[i_plan].strip()
             # empty: this row has no plan; the run's other rows give it (_same_plan)
             planned = _number(plan_text, "epochs_planned", comma) if plan_text else None
             ts = _timestamp(row[i_ts].strip(), comma)
@@ -789,9 +803,10 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
     out = []
     for key, acc in runs.items():
         try:
-            out.append(_assemble(key, acc))
+            out.append(_assemble(key, acc, plan_optional))
         except RunsCsvError as err:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
+    planless = frozenset(key for key, acc in runs.items() if acc.planned is None and key not in bad)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
     skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
     if ignored_headers > MAX_NAMED:
@@ -800,7 +815,7 @@ def parse_runs_file(fh: TextIO) -> RunsFile:
             f"{MAX_COLUMNS} columns: the same columns read of each"
         )
     unread_t = tuple((ln, why, n) for ln, why, n in unread)
-    return RunsFile(out, skipped, more_rows, dict(dropped), tuple(notes), unread_t)
+    return RunsFile(out, skipped, more_rows, dict(dropped), tuple(notes), unread_t, planless)
 
 
 def first_reached(rows: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
@@ -855,10 +870,16 @@ def reused_after(rows: Sequence[Point], planned: float) -> tuple[Point, Point] |
     return None if found is None else (found, done)
 
 
-def _assemble(key: RunKey, acc: _Acc) -> Run:
-    """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line."""
+def _assemble(key: RunKey, acc: _Acc, plan_optional: bool = False) -> Run:
+    """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line.
+
+    A run without a plan on any row (``plan_optional``) gets the progress it reached as
+    its plan, so it is completed: a recorded run without a plan is taken as having
+    ended where it ended, as the live service stores a plan-less run that ended
+    (``exporter.progress.advance``). The plan is hindsight, for placing the moments a
+    backtest scores; ``evaluate`` never forecasts such a run from it."""
     namespace, pod, container, run_id = key
-    if acc.planned is None:
+    if acc.planned is None and not plan_optional:
         raise RunsCsvError(
             acc.first_line,
             f"run {run_id!r}: epochs_planned is empty on every row (a run is read with "
@@ -866,9 +887,15 @@ def _assemble(key: RunKey, acc: _Acc) -> Run:
         )
     if not acc.rows:
         raise RunsCsvError(acc.first_line, f"run {run_id!r}: epoch is empty on every row")
-    planned = acc.planned
+    reached = max(e for e, _t, _line in acc.rows)
+    if acc.planned is None and not reached > 0:
+        raise RunsCsvError(
+            acc.first_line,
+            f"run {run_id!r}: has no epochs_planned and no progress past its start",
+        )
+    planned = reached if acc.planned is None else acc.planned
     slack = planned * PLAN_SLACK
-    top = max(e for e, _t, _line in acc.rows)
+    top = reached
 
     def at_plan(e: float) -> bool:
         """A hair past the plan, or the run's last point a hair short of it (an earlier
@@ -965,7 +992,7 @@ def display_name(path: str | Path) -> str:
     return "stdin" if str(path) == STDIN else str(path)
 
 
-def read_runs_file(path: str | Path) -> RunsFile:
+def read_runs_file(path: str | Path, *, plan_optional: bool = False) -> RunsFile:
     """Read a runs CSV, plain or gzip-compressed (told by its first bytes, not its name);
     ``-`` reads standard input (``zcat runs.csv.gz | … --runs -``), left open.
 
@@ -975,15 +1002,16 @@ def read_runs_file(path: str | Path) -> RunsFile:
     not UTF-8 damage only the rows holding them in a required column, and are U+FFFD
     in any other (``_mended``). The file is opened once and its first
     bytes read and put back, so a pipe (``--runs /dev/stdin``, ``<(zcat …)``) reads as a file.
+    ``plan_optional``: as ``parse_runs_file``.
     """
     try:
         if str(path) == STDIN:
             stdin = getattr(sys.stdin, "buffer", None)
             if stdin is None:
                 raise RunsCsvError(0, "standard input is not a byte stream")
-            return _read_binary(stdin)
+            return _read_binary(stdin, plan_optional)
         with open(path, "rb", buffering=0) as raw:
-            return _read_binary(raw)
+            return _read_binary(raw, plan_optional)
     except OSError as err:  # gzip.BadGzipFile is an OSError
         if isinstance(err, gzip.BadGzipFile) or not err.strerror:
             raise RunsCsvError(0, f"damaged gzip data: {err}") from None
@@ -992,7 +1020,7 @@ def read_runs_file(path: str | Path) -> RunsFile:
         raise RunsCsvError(0, f"damaged gzip data: {err or 'truncated'}") from None
 
 
-def _read_binary(raw: IO[bytes]) -> RunsFile:
+def _read_binary(raw: IO[bytes], plan_optional: bool = False) -> RunsFile:
     """``parse_runs_file`` of a byte stream, gunzipped when its first bytes say so."""
     head = raw.read(len(GZIP_MAGIC))
     while 0 < len(head) < len(GZIP_MAGIC) and (more := raw.read(1)):
@@ -1002,7 +1030,7 @@ def _read_binary(raw: IO[bytes]) -> RunsFile:
     binary: IO[bytes] = gzip.GzipFile(fileobj=whole, mode="rb") if compressed else whole
     text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="")
     try:
-        return parse_runs_file(text)
+        return parse_runs_file(text, plan_optional=plan_optional)
     finally:
         text.detach()  # leave the caller's stream open (standard input)
 

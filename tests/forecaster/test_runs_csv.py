@@ -707,3 +707,49 @@ def test_headers_mid_file_are_bounded() -> None:
     text = HEAD_JOB + _three_rows("a", 1_700_000_000) + f"{wide}\n{HEAD_JOB}" * 50
     notes = parse_runs_file(io.StringIO(text)).notes
     assert len(notes) == runs_csv.MAX_NAMED + 1 and notes[-1].startswith("45 more header(s)")
+
+
+def test_with_plan_optional_a_run_without_a_plan_ends_where_it_ended() -> None:
+    """``evaluate``'s read: ``epochs_planned`` absent, or empty on every row of a run,
+    is a run without a plan, its plan the progress it reached (so completed) and its
+    key in ``planless``; a run with a plan on some rows keeps it, as without the flag.
+    The default read (the history seed's) still refuses such a file and skips such runs."""
+    absent = "run_id,epoch,timestamp_seconds,job_name\na,0,0,j\na,3,30,j\na,2,20,j\n"
+    result = parse_runs_file(io.StringIO(absent), plan_optional=True)
+    (run,) = result.runs
+    assert run.epochs_planned == 3 and run.completed is True
+    assert run.epoch_times == ((0, 0), (2, 20), (3, 30)) and run.features == {"job_name": "j"}
+    assert result.planless == {("", "", "", "a")} and result.warning() is None
+    with pytest.raises(RunsCsvError, match=r"^line 1: missing required column\(s\): epochs_pl"):
+        parse_runs_file(io.StringIO(absent))
+
+    emptied = f"{HEADER}\nb,0,,0\nb,2.5,,5\nc,0,,0\nc,1,4,10\nc,4,,40\n"
+    result = parse_runs_file(io.StringIO(emptied), plan_optional=True)
+    assert [(r.run_id, r.epochs_planned, r.completed) for r in result.runs] == [
+        ("b", 2.5, True),
+        ("c", 4, True),
+    ]
+    assert result.planless == {("", "", "", "b")}
+    result = parse_runs_file(io.StringIO(emptied))
+    assert [r.run_id for r in result.runs] == ["c"] and result.planless == frozenset()
+    assert "epochs_planned is empty on every row" in result.skipped[0].reason
+
+
+def test_a_run_without_a_plan_that_never_left_its_start_is_skipped() -> None:
+    """With no plan and no progress past 0 there is no run to place: skipped, named."""
+    result = parse_runs_file(
+        io.StringIO("run_id,epoch,timestamp_seconds\na,0,0\na,0,5\nb,0,0\nb,1,9\n"),
+        plan_optional=True,
+    )
+    assert [r.run_id for r in result.runs] == ["b"] and result.planless == {("", "", "", "b")}
+    (skipped,) = result.skipped
+    assert skipped.run_id == "a" and "no epochs_planned and no progress" in skipped.reason
+
+
+def test_with_plan_optional_a_header_mid_file_without_the_plan_places_its_rows() -> None:
+    """Files joined with ``cat``, one exported without plans: its rows are runs without
+    a plan, the other file's runs keep theirs."""
+    joined = f"{HEADER}\na,0,1,0\na,1,1,10\nrun_id,epoch,timestamp_seconds\nb,0,20\nb,2,30\n"
+    result = parse_runs_file(io.StringIO(joined), plan_optional=True)
+    assert [(r.run_id, r.epochs_planned) for r in result.runs] == [("a", 1), ("b", 2)]
+    assert result.planless == {("", "", "", "b")} and result.warning() is None
