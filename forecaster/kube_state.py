@@ -759,8 +759,9 @@ class _PodRequests:
     def add(self, s: Sample, rejected: Counter[str], init: bool = False) -> None:
         """One series of ``PODS`` (or of ``INIT_REQUESTS`` when ``init``); malformed ones
         are counted (``bad_pod_series``), a request that is no count of units (NaN,
-        negative) marks its pod (``unusable``), a request of 0 is left out (no GPU asked). A series with a node wins over one without: two KSM replicas
-        disagree for a scrape on a pod just bound, and a bound pod holds its GPUs."""
+        negative) marks its pod (``unusable``), a request of 0 is left out (no GPU
+        asked). A series with a node wins over one without: two KSM replicas disagree
+        for a scrape on a pod just bound, and a bound pod holds its GPUs."""
         lab = s.labels
         uid, res = lab.get("uid", ""), lab.get("resource", "")
         if (
