@@ -410,7 +410,8 @@ def cluster_overview() -> dict:
                 )
                 for ref, qv in (("A", "0.1"), ("B", "0.5"), ("C", "0.9"))
             ],
-            # pending pods with a GPU request (a container's or an init container's), as
+            # pending pods with a GPU request of 1 or more (a container's or an init
+            # container's; ``nvidia.com/gpu: 0`` asks for none), as
             # GpuEtaPodPendingNoStart selects them and since when: kube_pod_created, else
             # (OpenShift's KSM denylists it) the alert's recorded first sight within 2 h;
             # without the rules loaded, only the former
@@ -418,8 +419,8 @@ def cluster_overview() -> dict:
                 f"time() - min by (namespace, pod) ((kube_pod_created{{{NS}}} or on (uid) "
                 f"min_over_time(gpu_eta:pod_pending_seen:timestamp_seconds{{{NS}}}[2h])) "
                 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1) '
-                f"and on (uid) (kube_pod_container_resource_requests{{{GPU_REQUEST}}} "
-                f"or kube_pod_init_container_resource_requests{{{GPU_REQUEST}}}))",
+                f"and on (uid) (kube_pod_container_resource_requests{{{GPU_REQUEST}}} > 0 "
+                f"or kube_pod_init_container_resource_requests{{{GPU_REQUEST}}} > 0))",
                 ref="D",
                 instant=True,
             ),

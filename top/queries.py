@@ -86,10 +86,12 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
 
 
 def _gpu_requests(regex: str) -> str:
-    """The GPU requests of app and init containers, of the resources ``regex`` matches."""
+    """The GPU requests of app and init containers, of the resources ``regex`` matches;
+    a request of 0 (``nvidia.com/gpu: 0``: a CPU-only profile overriding a GPU default)
+    asks for no GPU, as for the forecaster's queue and the alert (``> 0``)."""
     return (
-        f'kube_pod_container_resource_requests{{resource=~"{regex}"}} '
-        f'or kube_pod_init_container_resource_requests{{resource=~"{regex}"}}'
+        f'kube_pod_container_resource_requests{{resource=~"{regex}"}} > 0 '
+        f'or kube_pod_init_container_resource_requests{{resource=~"{regex}"}} > 0'
     )
 
 

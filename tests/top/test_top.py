@@ -1482,7 +1482,8 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
     """``pending_created`` joins kube-state-metrics' creation times on the pods in
     Pending: on a batch cluster most of those are CPU pods, the bulk of the answer and
     never a row. Only a pod with a GPU request (a GPU, a time-sliced GPU, a MIG slice,
-    in a container or an init container) is in the answer; one asking for the site's
+    in a container or an init container; of 1 or more: ``nvidia.com/gpu: 0`` asks for
+    none) is in the answer; one asking for the site's
     renamed replicas (``nvidia_com_a100_shared``) only with ``--gpu-resource``."""
     from prometheus_client import CollectorRegistry, Gauge
 
@@ -1500,6 +1501,8 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
         "mig": [(requests_, "nvidia_com_mig_1g_5gb", 1)],
         "init-gpu": [(init, "nvidia_com_gpu", 1), (requests_, "cpu", 1)],
         "cpu": [(requests_, "cpu", 2), (requests_, "memory", 1 << 30)],
+        # nvidia.com/gpu: 0 (a CPU-only profile overriding a GPU default): no GPU asked
+        "zero-gpu": [(requests_, "nvidia_com_gpu", 0), (init, "nvidia_com_gpu", 0)],
         "running-gpu": [(requests_, "nvidia_com_gpu", 1)],
         "renamed": [(requests_, "nvidia_com_a100_shared", 1)],
     }
@@ -1513,7 +1516,7 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
     with _exporter(reg) as target:
         prom = prometheus_factory([ScrapeJob("ksm", [target])])
         prom.wait_for("kube_pod_init_container_resource_requests", timeout=30)
-        prom.wait_for("kube_pod_container_resource_requests", timeout=30, min_results=9)
+        prom.wait_for("kube_pod_container_resource_requests", timeout=30, min_results=10)
         expr = top_queries.queries()["pending_created"]
         got = sorted(s["metric"]["pod"] for s in prom.query(expr))
         assert got == ["gpu", "init-gpu", "mig", "shared"], got
@@ -1523,7 +1526,7 @@ def test_the_pending_join_reads_only_pods_requesting_gpus(prometheus_factory) ->
         everything = prom.query(
             'kube_pod_created and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
         )
-        assert len(everything) == 6  # the CPU pod is in the data, Pending
+        assert len(everything) == 7  # the CPU pods are in the data, Pending
 
 
 def tall_view() -> top_view.View:
