@@ -28,10 +28,7 @@ How (a Monte Carlo replay, ``n_samples`` times):
 
 Across samples the start times give P10/P50/P90. A pod asking more units than any
 suitable node has can never fit and gets no time (``never_fits``); a pod that starts
-after the horizon in half the samples or more gets none either (``beyond_horizon``);
-a sample whose arrivals outrun its budget (``arrival_budget``) is censored there: the
-pods still waiting count as not started within it, so a busy cluster's long waits show
-as ``beyond_horizon`` rather than too early.
+after the horizon in half the samples or more gets none either (``beyond_horizon``).
 A node that is cordoned or not Ready (``Node.schedulable`` False) takes no new pod;
 its pods run on and free their units there for nobody. A pod that would fit only on
 such nodes gets no time (``no_schedulable_node``): it waits for an admin, not for GPUs.
@@ -772,7 +769,7 @@ def replay(
     durations: Sequence[float] = (),
     requests: Sequence[Request] = (),
     arrivals: Sequence[Arrival] = (),
-    max_arrivals: int | None = None,
+    max_arrivals: int = 200,
     placement: str = "spread",
     n_samples: int = 100,
     horizon_seconds: float = 7 * 86400.0,
@@ -784,9 +781,7 @@ def replay(
     ``request_tolerations``: what a request tolerates, when not the default guess
     (``request_tolerations``, the function); ``one_replica_per_pod``: the device plugin
     refuses a pod more than one time-sliced replica (its ``failRequestsGreaterThanOne``,
-    off by default), so such pods fit only whole devices. ``max_arrivals``: the pods
-    that may arrive in one sample before it is censored (``arrival_budget``, the
-    default)."""
+    off by default), so such pods fit only whole devices."""
     if placement not in PLACEMENTS:
         raise ReplayError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     if n_samples < 1:
@@ -841,12 +836,11 @@ def replay(
         if a.rate_per_second > 0 and lists.fits(cand, a.resource, a.units):
             future.append((a, cand, shapes.of(a.resource, a.units, cand)))
     plan = _queue_plan(items, candidates, shape_of, place_ok, future, lists)
-    budget = arrival_budget(len(nodes)) if max_arrivals is None else max_arrivals
     starts: list[list[float]] = [[] for _ in items]
     for _ in range(n_samples):
         for k, t in enumerate(
             _one_sample(
-                nodes, node_index, holders, plan, budget, placement, now, horizon, hist, rng
+                nodes, node_index, holders, plan, max_arrivals, placement, now, horizon, hist, rng
             )
         ):
             starts[k].append(t)
@@ -860,32 +854,6 @@ def replay(
             by_input[origin[k]] = pred
     pods = {key: by_input[i] for key, i in newest_by_name(pending).items()}
     return ReplayResult(pods, reqs, n_samples, tuple(by_input))
-
-
-# the work one sample may spend on pods arriving (``arrival_budget``), in node visits: an
-# arriving pod costs about ARRIVAL_OVERHEAD_NODES plus the nodes it is tried on
-ARRIVAL_WORK = 625_000
-ARRIVAL_OVERHEAD_NODES = 125
-
-
-def arrival_budget(n_nodes: int) -> int:
-    """How many pods may arrive in one sample before it is censored: the pods still
-    waiting then get no start in that sample (inf, as past the horizon).
-
-    Why a budget rather than arrivals up to the horizon: arrivals are what make a
-    multi-GPU pod wait (every GPU that frees goes to someone), and on a busy cluster
-    they keep coming for the whole horizon, 190 an hour over 7 days is 32,000 a sample,
-    each tried on the nodes it may use: 60 s a replay on 50 nodes. Why censor rather
-    than stop arrivals (the former cap of 200): with arrivals stopped, the GPUs that
-    free next all go to the waiting pods, which were predicted to start right after the
-    cap, however long they would really wait (2 h instead of beyond the horizon on 50
-    busy nodes); censored, a sample says only what it could follow, so no quantile is
-    ever earlier than arrivals up to the horizon would give. Why per node: an arrival
-    costs about ``ARRIVAL_OVERHEAD_NODES`` plus the nodes it is tried on (measured,
-    docs/pending.md), so a sample's arrivals cost at most about 0.1 s whatever the
-    cluster: 4,800 arrivals on 5 nodes, 3,500 on 50, 1,000 on 500.
-    """
-    return ARRIVAL_WORK // (ARRIVAL_OVERHEAD_NODES + max(0, n_nodes))
 
 
 Shape = tuple[str, int, int]  # resource, units, id of the nodes it may land on
@@ -1059,8 +1027,7 @@ def _one_sample(
     rng: random.Random,
 ) -> list[float]:
     """One draw of the future: the start timestamp of each of ``plan.items`` (inf: not
-    within the horizon, or still waiting when pod ``max_arrivals + 1`` would arrive:
-    censored there, ``arrival_budget``).
+    within the horizon).
 
     At ``now`` and at every moment units free, every waiting pod is tried in queue
     order on every node it may use (``_choose``). Done literally that is most of a
@@ -1108,11 +1075,7 @@ def _one_sample(
             queue = queues.get(shape)
             if not queue:
                 continue
-            # the nodes its first pod is tried on below: a pod arriving behind pods of
-            # its shape that already waited fits nowhere they could not (one pass over
-            # the changed nodes, not the shape's hundreds, per arrival)
-            fresh = queue[0] >= fresh_from.get(shape, math.inf)
-            nodes_now = plan.nodes_of[shape] if fresh else nearby.of(shape[2])
+            nodes_now = plan.nodes_of[shape] if shape in fresh_from else nearby.of(shape[2])
             if _fits(free, nodes_now, plan.pools[shape], shape[1]):
                 heads.append((queue[0], shape))
         heapq.heapify(heads)
@@ -1145,13 +1108,13 @@ def _one_sample(
         if t > horizon:
             break
         if next_arrival <= t:  # a new pod joins the end of the queue
-            if n_future >= max_arrivals:
-                break  # out of budget: whoever still waits is censored (inf), not started
             _, _, shape = _pick(plan.arrivals, rng.random() * total_rate)
             queues.setdefault(shape, deque()).append(n_items + n_future)
             fresh_from.setdefault(shape, n_items + n_future)
             n_future += 1
             next_arrival = t + rng.expovariate(total_rate)
+            if n_future >= max_arrivals:
+                next_arrival = math.inf
         while events and events[0][0] == t:
             _, _, k, pool, units = heapq.heappop(events)
             free[k][pool] = free[k].get(pool, 0) + units

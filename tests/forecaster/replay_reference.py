@@ -67,14 +67,14 @@ def one_sample(
         if t > horizon:
             break
         if next_arrival <= t:
-            if n_future >= max_arrivals:
-                break  # out of budget: whoever still waits is censored (inf)
             _, cand, shape = qr._pick(plan.arrivals, rng.random() * total_rate)
             shape_of.append(shape)
             cands.append(cand)
             waiting.append(len(shape_of) - 1)
             n_future += 1
             next_arrival = t + rng.expovariate(total_rate)
+            if n_future >= max_arrivals:
+                next_arrival = math.inf
         while events and events[0][0] == t:
             _, _, k, pool, units = heapq.heappop(events)
             free[k][pool] = free[k].get(pool, 0) + units
@@ -145,8 +145,6 @@ def pod_by_pod_sample(
         if t > horizon:
             break
         if next_arrival <= t:
-            if n_future >= max_arrivals:
-                break  # out of budget: whoever still waits is censored (inf)
             _, cand, shape = qr._pick(plan.arrivals, rng.random() * total_rate)
             shape_of.append(shape)
             cands.append(cand)
@@ -154,6 +152,8 @@ def pod_by_pod_sample(
             fresh.add(waiting[-1])
             n_future += 1
             next_arrival = t + rng.expovariate(total_rate)
+            if n_future >= max_arrivals:
+                next_arrival = math.inf
         while events and events[0][0] == t:
             _, _, k, pool, units = heapq.heappop(events)
             free[k][pool] = free[k].get(pool, 0) + units

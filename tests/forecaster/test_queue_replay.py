@@ -111,48 +111,6 @@ def test_multi_gpu_pod_waits_for_a_whole_node_and_small_pods_go_past_it():
     assert naive_start(nodes, holders, q[0], NOW) == NOW + 100
 
 
-def busy_cluster_with_a_whole_node_pod() -> dict:
-    """10 nodes of 8 GPUs, every GPU held by a job ending within the hour (± 10 min);
-    1-GPU pods arriving at 60 an hour, each running 30 to 90 min (a GPU load of 0.75);
-    one pending pod asking a whole node. It waits until a node happens to empty between
-    arrivals: 8.6 h at the median, far beyond the first 200 arrivals (3.3 h)."""
-    import random
-
-    rng = random.Random(3)
-    holders = []
-    for i in range(10):
-        for j in range(8):
-            holders.append(job(f"h{i}-{j}", f"n{i}", rng.uniform(60, 3600), spread=600))
-    return {
-        "nodes": [node(f"n{i}", 8) for i in range(10)],
-        "holders": holders,
-        "pending": [pending("big", units=8)],
-        "now": NOW,
-        "durations": [rng.uniform(1800, 5400) for _ in range(200)],
-        "arrivals": [Arrival(G, 1, 60 / 3600)],
-        "n_samples": 40,
-        "horizon_seconds": 2 * 86400.0,
-        "random_state": 1,
-    }
-
-
-def test_arrivals_keep_coming_past_the_first_200_and_a_sample_out_of_budget_is_censored():
-    """Arrivals are what make a whole-node pod wait; stopped after 200 per sample (the
-    former cap), the GPUs freed next all went to it and it was predicted to start 3.8 h
-    from now (P50) instead of 8.6 h. The default budget (``arrival_budget``) is not reached
-    here: the same starts as arrivals up to the horizon. A budget that is reached
-    censors the sample (the pod counts as not started in it), so no quantile is ever
-    earlier than with arrivals up to the horizon: here too few samples start it before
-    censoring for a P50 (``beyond_horizon``), never a P50 too early."""
-    kwargs = busy_cluster_with_a_whole_node_pod()
-    unbounded = replay(**kwargs, max_arrivals=10**9).pods[("ml", "big")]
-    assert unbounded.status == PREDICTED and unbounded.starts[1] - NOW > 6 * 3600
-    assert replay(**kwargs).pods[("ml", "big")] == unbounded
-    censored = replay(**kwargs, max_arrivals=200).pods[("ml", "big")]
-    assert censored.started_share < 0.5 < unbounded.started_share
-    assert censored.status == BEYOND_HORIZON and censored.starts is None
-
-
 def test_gpu_type_constraint():
     nodes = [node("fast", 1, "A100"), node("slow", 1, "T4")]
     holders = [job("a", "fast", 500), job("b", "slow", 50)]
