@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from gpu_eta.forecaster.evaluate import Backtest
+    from gpu_eta.forecaster.evaluate import Backtest, PlanlessScore, PointScore
 
 NOMINAL = 0.80
 TARGET_BAND = (0.77, 0.85)
@@ -39,6 +39,7 @@ LABELS = {
     "keras_mean": "Keras (mean epoch time)",
     "cumulative_mean": "elapsed / progress",
     "predict_linear": "Prometheus predict_linear",
+    "identity_median": "median duration of the configuration's runs",
 }
 
 
@@ -121,16 +122,21 @@ def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> No
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax_err, ax_cov = axes
-    points = list(result.points)
+    # the runs with a plan; a file with none scored, its runs without one (their table)
+    planless = not any(s.n for s in result.points.values()) and any(
+        s.n for s in result.planless_points.values()
+    )
+    scores: Mapping[float, PointScore | PlanlessScore] = (
+        result.planless_points if planless else result.points
+    )
+    points = list(scores)
     xs = list(range(len(points)))
     methods: list[str] = []
-    for score in result.points.values():
+    for score in scores.values():
         for name in score.mape:
             if name not in methods:
                 methods.append(name)
-    series = {
-        name: [result.points[p].mape.get(name, math.nan) * 100 for p in points] for name in methods
-    }
+    series = {name: [scores[p].mape.get(name, math.nan) * 100 for p in points] for name in methods}
     floor = error_floor([y for ys in series.values() for y in ys])
     for name, ys in series.items():
         if not any(math.isfinite(y) for y in ys):
@@ -163,12 +169,16 @@ def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> No
     ax_err.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
     ax_err.yaxis.set_minor_formatter(NullFormatter())
     ax_err.set_ylabel("median abs. error of remaining time (%)")
-    ax_err.set_title("Error by progress (lower is better)")
+    ax_err.set_title(
+        "Error by progress, runs without a plan (lower is better)"
+        if planless
+        else "Error by progress (lower is better)"
+    )
     ax_err.grid(True, which="both", alpha=0.3)
     if ax_err.get_legend_handles_labels()[0]:  # nothing drawn: every run without a plan
         ax_err.legend(fontsize=8, loc="best")
 
-    cov = [result.points[p].coverage * 100 for p in points]
+    cov = [scores[p].coverage * 100 for p in points]
     ax_cov.axhspan(
         TARGET_BAND[0] * 100,
         TARGET_BAND[1] * 100,
@@ -189,7 +199,7 @@ def _draw(fig: Figure, axes: Sequence[Axes], result: Backtest, title: str) -> No
         if offset is None:
             continue
         ax_cov.annotate(
-            f"n={result.points[p].n:,}",
+            f"n={scores[p].n:,}",
             (x, cov[x]),
             textcoords="offset points",
             xytext=(0, offset),

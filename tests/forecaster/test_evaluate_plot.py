@@ -42,3 +42,32 @@ def test_a_method_exactly_right_everywhere_is_drawn_on_the_floor() -> None:
     assert [y for y in keras.get_ydata() if math.isfinite(y)] == [20, 20, 0.1, 20, 20, 20]
     assert "0 % at 1 point" in keras.get_label()
     assert any("0 % is drawn at 0.1 %" in text for text in legend)
+
+
+def test_a_file_of_runs_without_a_plan_draws_their_table() -> None:
+    """Every run without a plan (trained to a quality target): the first table is
+    empty, and the figure draws the second (gpu-eta beside the configuration's median
+    duration), where it drew empty axes."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from gpu_eta.forecaster.evaluate import PlanlessScore
+    from gpu_eta.forecaster.evaluate_plot import LABELS, figure
+
+    empty = {p: PointScore(p, mape={"gpu_eta": nan}) for p in POINTS}
+    planless = {}
+    for i, point in enumerate(POINTS):
+        score = PlanlessScore(point, n=10 + i, coverage=0.8)
+        score.mape = {"gpu_eta": 0.05 + 0.01 * i, "identity_median": 0.06 + 0.01 * i}
+        planless[point] = score
+    result = Backtest(3, 3, empty, [], 0, n_planless=3, planless_points=planless)
+    fig = figure(result)
+    try:
+        labels = [line.get_label() for line in fig.axes[0].get_lines()]
+        title = fig.axes[0].get_title()
+        coverage = list(fig.axes[1].get_lines()[-1].get_ydata())
+    finally:
+        plt.close(fig)
+    assert labels == [LABELS["gpu_eta"], LABELS["identity_median"]], labels
+    assert "without a plan" in title
+    assert coverage == pytest.approx([80.0] * len(POINTS))
