@@ -124,6 +124,18 @@ PROGRESS = (
     "gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
     " or gpu_eta_training_step{{{sel}}} / gpu_eta_training_steps_planned{{{sel}}})"
 )
+# The runs in progress (Cluster overview, "Running training jobs"), as gpu-eta top lists
+# them: below their plan, not at their planned steps (a Hugging Face run planned in both
+# ends at max_steps, maybe before its last epoch), not ended (a run stopped early keeps
+# its plan, and a notebook's series stay while the notebook is up). Without this, the
+# table listed a notebook's finished or stopped run for as long as its pod lived.
+RUNNING_PROGRESS = (
+    "max by (namespace, pod, container, run_id) (("
+    "(gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
+    " or gpu_eta_training_step{{{sel}}} / gpu_eta_training_steps_planned{{{sel}}}) < 1)"
+    " unless (gpu_eta_training_step{{{sel}}} >= gpu_eta_training_steps_planned{{{sel}}})"
+    " unless gpu_eta_training_run_end_timestamp_seconds{{{sel}}})"
+)
 
 # ------------------------------------------------------------------ builders
 
@@ -340,9 +352,10 @@ def cluster_overview() -> dict:
     jobs = rename(
         tbl(
             "Running training jobs",
-            "Progress (epochs or steps done / planned) and the forecaster's completion time "
-            "with its P10–P90 interval.",
-            q(PROGRESS.format(sel=NS), ref="A", instant=True),
+            "Runs in progress, as gpu-eta top lists them (not ended, below their planned "
+            "epochs and steps): progress (epochs or steps done / planned) and the "
+            "forecaster's completion time with its P10–P90 interval.",
+            q(RUNNING_PROGRESS.format(sel=NS), ref="A", instant=True),
             q(
                 f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.1"}}) * 1000',
                 ref="B",

@@ -32,6 +32,7 @@ import math
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,6 +159,25 @@ class PromAt:
 
 def client(url: str) -> PromClient:
     return PromClient(url, timeout_seconds=30.0)
+
+
+@contextmanager
+def backfilled(tmp_path: Path, lines: list[str]) -> Iterator[PromClient]:
+    """A real Prometheus backfilled with ``lines`` (OpenMetrics samples, any order), and
+    a client of it, for the block."""
+    lines = sorted(
+        lines,
+        key=lambda line: (line.split("{", 1)[0], line.split(" ", 1)[0], int(line.split()[-1])),
+    )
+    data = tmp_path / "series.om"
+    data.write_text("\n".join(lines) + "\n# EOF\n")
+    server = start_prometheus([], backfill_files=[data])
+    prom = client(server.url)
+    try:
+        yield prom
+    finally:
+        prom.close()
+        server.stop()
 
 
 def _variable_choices(board: dict, stack: PromAt) -> Iterator[dict[str, str]]:
@@ -596,14 +616,7 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
                     if index < held:
                         alloc = f'{gpu},namespace="ml",pod="p{index}",container="c"'
                         lines.append(f"gpu_eta_pod_gpu_allocated{{{alloc}}} 1 {t}")
-    lines.sort(
-        key=lambda line: (line.split("{", 1)[0], line.split(" ", 1)[0], int(line.split()[-1]))
-    )
-    data = tmp_path / "series.om"
-    data.write_text("\n".join(lines) + "\n# EOF\n")
-    server = start_prometheus([], backfill_files=[data])
-    prom = client(server.url)
-    try:
+    with backfilled(tmp_path, lines) as prom:
         stack = PromAt(prom, float(end))
         board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
         counts = {}
@@ -627,9 +640,6 @@ def test_holders_unknown_panels_on_a_failing_node(tmp_path: Path) -> None:
             for s in stack.instant(_alert_exprs()["node:gpu_eta_gpus_free:count"])
         }
         assert free == {"n1": 0.0, "n4": 1.0}
-    finally:
-        prom.close()
-        server.stop()
 
 
 @pytest.mark.slow
@@ -760,3 +770,37 @@ def test_remaining_time_panels_count_down_between_forecaster_cycles(tmp_path) ->
     values = {t: s[0].value for t, s in at.items()}
     assert values[end - 240] - values[end - 60] == pytest.approx(180.0)  # one push window
     assert values[end - 60] == pytest.approx(done - (end - 60))
+
+
+@pytest.mark.slow
+def test_running_jobs_table_lists_only_runs_in_progress(tmp_path) -> None:
+    """The Cluster overview's "Running training jobs" lists a run while it is in
+    progress, as ``gpu-eta top`` does: not once it ended (its
+    ``..._run_end_timestamp_seconds``: a notebook's run stopped early keeps its plan and
+    its series while the notebook stays up), nor at its plan (epochs, or a Hugging Face
+    run's max_steps before its last epoch). Each series scraped by two jobs."""
+    end = int(time.time()) // STEP * STEP - STEP
+    runs = {  # run_id: {metric suffix: value}
+        "live": {"epoch": 3, "epochs_planned": 10},
+        "stopped": {"epoch": 4, "epochs_planned": 10, "run_end_timestamp_seconds": end - 600},
+        "done": {"epoch": 10, "epochs_planned": 10},
+        "steps": {"step": 400, "steps_planned": 1000},
+        "steps-done": {"step": 1000, "steps_planned": 1000},
+        "hf-max-steps": {"epoch": 1, "epochs_planned": 3, "step": 500, "steps_planned": 500},
+    }
+    lines = []
+    for t in range(end - 900, end + 1, STEP):
+        for job in ("a", "b"):
+            for run_id, values in runs.items():
+                labels = (
+                    f'job="{job}",node="n1",namespace="ml",pod="nb-{run_id}",container="c",'
+                    f'run_id="{run_id}"'
+                )
+                for suffix, value in values.items():
+                    lines.append(f"gpu_eta_training_{suffix}{{{labels}}} {value} {t}")
+    board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
+    (panel,) = (p for p in _panels(board) if p.get("title") == "Running training jobs")
+    (expr,) = (t["expr"] for t in panel["targets"] if t["refId"] == "A")
+    with backfilled(tmp_path, lines) as prom:
+        found = PromAt(prom, float(end)).instant(interpolate(expr, {"namespace": ".*"}))
+    assert {s.labels["run_id"]: s.value for s in found} == {"live": 0.3, "steps": 0.4}
