@@ -117,7 +117,7 @@ def refresh(
     results, refused, warnings = fetch(client, idle_window, gpu_resources)
     answered_at, served_at = time.time(), evaluation_time(results)
     now = answered_at if served_at is None else served_at  # the server's clock if it says
-    view = build_view(results, now, client.safe_url, idle_threshold, idle_seconds)
+    view = build_view(results, now, client.safe_url, idle_threshold, idle_seconds, refused)
     view = dataclasses.replace(
         view,
         errors=view.errors + refused_errors(refused),

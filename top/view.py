@@ -186,6 +186,7 @@ def build_view(
     prometheus_url: str = "",
     idle_threshold: float = 0.05,
     idle_window_seconds: float = 300.0,
+    refused: Collection[str] = (),
 ) -> View:
     """Join the query results (name → ``promapi`` samples) into one ``View``.
 
@@ -202,6 +203,11 @@ def build_view(
     is judged on utilisation alone. Joins use DCGM's label names: runs meet their
     GPUs on (namespace, pod, container), GPUs are (node, gpu, UUID[, GPU_I_ID]);
     ``exported_*`` labels count as the plain ones.
+
+    ``refused``: the names of the queries Prometheus refused (``main.fetch``). Without
+    the answer of ``allocated`` (who holds each device) or ``holders_unknown`` (on which
+    nodes that is not known), a device no pod holds as far as the answers go is
+    "unknown", saying which query is missing, never "free": every GPU read free.
     """
     # ``exported_*`` labels read as the plain ones (a scrape that did not honour the
     # exporter's labels: its own namespace and pod would name every run), as the
@@ -344,6 +350,8 @@ def build_view(
     gpus: list[GpuRow] = []
     info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
     unknown_nodes = holders_unknown(get("holders_unknown"))
+    unanswered = [name for name in HOLDER_QUERIES if name in refused]
+    unanswered_cause = f"query {', '.join(unanswered)} refused" if unanswered else ""
     device_util: dict[tuple[str, str, str], float] = {}
     for s in get("gpu_util"):
         if (v := _value(s)) is not None:
@@ -362,8 +370,9 @@ def build_view(
         unforecast = {ck for ck in siblings if ck[:2] not in forecast_pods}
         band = free.get(_physical(gkey), {}) if held_by and not unforecast else {}
         if not held_by:
+            causes = [c for c in (unknown_nodes.get(gkey[0], ""), unanswered_cause) if c]
             state, note = free_state(
-                unknown_nodes.get(gkey[0], ""),
+                " and ".join(causes),
                 device_util.get(gkey),
                 sorted(unallocated.get(gkey, ())),
                 idle_threshold,
@@ -403,6 +412,10 @@ def build_view(
         alerts=_firing(get("alerts")),
         pending=pending_rows(results),
     )
+
+
+# the queries saying whether a device no pod holds is free (``build_view``'s ``refused``)
+HOLDER_QUERIES = ("allocated", "holders_unknown")
 
 
 def evaluation_time(results: Mapping[str, Sequence[Sample]]) -> float | None:

@@ -1090,6 +1090,46 @@ def test_a_query_prometheus_refuses_leaves_its_rows_out_and_is_named(
     assert code == 1 and out == "" and "too many samples" in err
 
 
+@pytest.mark.parametrize("refused", ["allocated", "holders_unknown"])
+def test_a_refused_holder_query_leaves_no_device_free(
+    http_server,  # noqa: F811
+    refused: str,
+) -> None:
+    """Prometheus refuses the query saying who holds each device (``allocated``) or on
+    which nodes that is unknown (``holders_unknown``), while the others answer: the
+    devices no pod holds as far as the answers go are "unknown", saying why, not free
+    (every GPU read "free now" in green, counted free in the header, its holders only
+    missing from an answer), and the error line names the query."""
+    limit = {
+        "status": "error",
+        "errorType": "execution",
+        "error": "query processing would load too many samples into memory",
+    }
+    expr = top_queries.queries()[refused]
+    data = answers()
+
+    def handle(r) -> None:
+        length = int(r.headers.get("Content-Length") or 0)
+        query = unquote_plus(r.path + "&" + r.rfile.read(length).decode()).split("query=", 1)[1]
+        query = query.split("&", 1)[0]
+        if query == expr:
+            reply(r, 422, json.dumps(limit).encode())
+            return
+        name = next(n for n, e in top_queries.queries().items() if e == query)
+        body = {"status": "success", "data": {"resultType": "vector", "result": data.get(name, [])}}
+        reply(r, 200, json.dumps(body).encode())
+
+    url, _ = http_server(handle)
+    view = top_main.refresh(PromClient(url, retries=0))
+    states = {g.gpu: (g.state, g.note) for g in view.gpus}
+    assert top_render.gpu_counts(view)["free"] == 0
+    unheld = ["0", "1", "2", "3"] if refused == "allocated" else ["3"]
+    for gpu in unheld:
+        assert states[gpu] == ("unknown", f"holders unknown: query {refused} refused"), gpu
+    (line,) = view.errors
+    assert f"rows missing ({refused})" in line
+
+
 @contextmanager
 def _exporter(reg) -> Iterator[str]:
     """Serve ``reg`` on a loopback port for the block: its host:port."""
