@@ -84,7 +84,7 @@ def check(objects: list[dict], namespace: str = "gpu-eta") -> None:
     assert reader["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                  "name": PROMETHEUS_RBAC}  # fmt: skip
     assert reader["subjects"] == [PLATFORM_PROMETHEUS]
-    ports = {"gpu-eta-exporter": 9842, "gpu-eta-pushgateway": 9091}
+    ports = {"gpu-eta-exporter": 9842, "gpu-eta-forecaster": 9844, "gpu-eta-pushgateway": 9091}
     policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
     assert policies
     for policy in policies:

@@ -588,6 +588,58 @@ def test_item3_only_the_forecaster_may_push_to_the_pushgateway() -> None:
     assert not allows("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-exporter"})
 
 
+def _metrics_ports_admit_scrapers_only(objects: list[dict]) -> set[str]:
+    """Every Service port named metrics, at the pod it selects, evaluated with all the
+    NetworkPolicies of OBJECTS: a Prometheus in monitoring reaches it, a notebook in a
+    tenant's namespace and another gpu-eta pod do not. Returns the Services seen."""
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    workloads = [o for o in objects if pod_spec(o) is not None]
+    seen = set()
+    for service in (o for o in objects if o["kind"] == "Service"):
+        selector = service["spec"]["selector"]
+        (workload,) = [w for w in workloads if selector.items() <= template_labels(w).items()]
+        names = {
+            p["name"]: p["containerPort"]
+            for c in pod_spec(workload)["containers"]
+            for p in c.get("ports", [])
+        }
+        pod = k8s.Endpoint("gpu-eta", template_labels(workload), port_names=names)
+        for port in (p for p in service["spec"]["ports"] if p["name"] == "metrics"):
+            target = port["targetPort"]
+            number = names[target] if isinstance(target, str) else target
+            where = f"Service {service['metadata']['name']} port {number}"
+            scraper = k8s.Endpoint("monitoring", {"app.kubernetes.io/name": "prometheus"})
+            assert k8s.ingress_allowed(policies, scraper, pod, number), where
+            for source in (
+                k8s.Endpoint("team-a", {"app": "notebook"}),
+                k8s.Endpoint("gpu-eta", {"app.kubernetes.io/name": "gpu-eta-exporter"}),
+            ):
+                assert not k8s.ingress_allowed(policies, source, pod, number), (where, source)
+            seen.add(service["metadata"]["name"])
+    return seen
+
+
+def test_metrics_ports_admit_the_scraper_and_no_tenant(tmp_path: Path) -> None:
+    """docs/deploy.md ("Not offered"): the exporter's and the forecaster's ports serve
+    plain HTTP and access is limited by the NetworkPolicies. Every metrics port (the
+    exporter's, the forecaster's, the CronJob variant's Pushgateway) in every overlay,
+    every combination of the components and the chart's configurations admits the
+    scraper and no other pod: the forecaster's series name every job's namespace and
+    pod, as the exporter's do."""
+    seen = set()
+    builds = {name: _build(name) for name in OVERLAYS}
+    builds |= {"+".join(c) or "base-only": _combo(tmp_path, c) for c in COMBOS}
+    for values in sorted(k8s.CHART.glob("ci/*-values.yaml")):
+        if "networkPolicy" not in values.read_text():  # site-values: scrapers elsewhere
+            builds[values.name] = k8s.helm_template(yaml.safe_load(values.read_text()))
+    for name, objects in builds.items():
+        try:
+            seen |= _metrics_ports_admit_scrapers_only(objects)
+        except AssertionError as err:
+            raise AssertionError(f"{name}: {err}") from err
+    assert seen == {"gpu-eta-exporter", "gpu-eta-forecaster", "gpu-eta-pushgateway"}
+
+
 def _settings_snippet() -> str:
     text = (ROOT / "docs" / "deploy.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
