@@ -1098,8 +1098,9 @@ class HistoryStore:
         sorts the selected columns, the progress blobs with them, in a temporary file
         about the size of the history (469 MB for 100,000 runs), under ``/tmp``: the
         forecaster's 64 MiB ``emptyDir`` overflows past ~55 MB of history. Sorting the
-        ids alone holds a few bytes a run. A run deleted between the two reads (another
-        process) is left out."""
+        ids alone holds a few bytes a run. Each read is its own snapshot (autocommit): a
+        run another process deleted or revived (running again, its progress cleared)
+        between the two reads is left out, not read as damaged."""
         for i in range(0, len(ids), FINISHED_CHUNK):
             chunk = ids[i : i + FINISHED_CHUNK]
             marks = ",".join("?" * len(chunk))
@@ -1107,7 +1108,8 @@ class HistoryStore:
                 row[0]: row[1:]
                 for row in self._conn.execute(
                     f"""SELECT id, run_id, namespace, pod, container, epochs_planned, state,
-                       features, epoch_times FROM runs WHERE id IN ({marks})""",
+                       features, epoch_times FROM runs WHERE id IN ({marks})
+                       AND state != 'running'""",
                     chunk,
                 )
             }

@@ -134,6 +134,32 @@ def test_finished_runs_are_read_in_chunks_and_no_sort_carries_their_progress(
     store.close()
 
 
+def test_a_run_revived_between_the_two_reads_of_finished_is_no_damage(tmp_path: Path) -> None:
+    """``finished`` sorts the ids, then reads the rows: each its own snapshot. A run
+    another process revives in between (running again, its progress cleared) is left
+    out, not counted as a damaged row (``history_rows_skipped``)."""
+    path = tmp_path / "h.sqlite"
+    store = HistoryStore.open(path)
+    for i in range(4):
+        store.record([update(f"r{i}", [(1, 1100.0), (2, 1200.0)], planned=3)])
+    store.finish([key(f"r{i}") for i in range(4)], 5000.0)
+    read_rows = store._finished_rows
+
+    def revived_first(ids):
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute(
+            "UPDATE runs SET state = 'running', finished_timestamp = NULL, "
+            "epoch_times = NULL WHERE id = ?",
+            (ids[0],),
+        )
+        other.close()
+        return read_rows(ids)
+
+    store._finished_rows = revived_first  # type: ignore[method-assign]
+    assert len(store.finished()) == 3 and store.skipped_rows == 0
+    store.close()
+
+
 def test_finished_points_keeps_the_most_recent_runs_within_a_point_budget(
     tmp_path: Path,
 ) -> None:
