@@ -124,10 +124,10 @@ PROGRESS = (
     "gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
     " or gpu_eta_training_step{{{sel}}} / gpu_eta_training_steps_planned{{{sel}}})"
 )
-# The runs in progress (Cluster overview, "Running training jobs"), as gpu-eta top lists
-# them: below their plan, not at their planned steps (a Hugging Face run planned in both
-# ends at max_steps, maybe before its last epoch), not ended (a run stopped early keeps
-# its plan, and a notebook's series stay while the notebook is up). Without this, the
+# The runs in progress with a plan (Cluster overview, "Running training jobs"), as
+# gpu-eta top lists them: below their plan, not at their planned steps (a Hugging Face
+# run planned in both ends at max_steps, maybe before its last epoch), not ended (a run
+# stopped early keeps its plan, and a notebook's series stay while the notebook is up). Without this, the
 # table listed a notebook's finished or stopped run for as long as its pod lived.
 RUNNING_PROGRESS = (
     "max by (namespace, pod, container, run_id) (("
@@ -352,7 +352,7 @@ def cluster_overview() -> dict:
     jobs = rename(
         tbl(
             "Running training jobs",
-            "Runs in progress, as gpu-eta top lists them (not ended, below their planned "
+            "Runs in progress with a plan, as gpu-eta top lists them (not ended, below their planned "
             "epochs and steps): progress (epochs or steps done / planned) and the "
             "forecaster's completion time with its P10–P90 interval.",
             q(RUNNING_PROGRESS.format(sel=NS), ref="A", instant=True),
