@@ -358,11 +358,10 @@ class NvmlGpuSource:
             index = position
         model = _text(nv.nvmlDeviceGetName(handle))
         if self._mig_enabled(handle):
-            devices = self._mig_devices(handle, index, uuid, model) or [
-                self._mig_parent(handle, index, uuid, model)
-            ]
-            procs = self._processes(handle, uuid, mig=True)
-            return devices, procs
+            devices, instances = self._mig_devices(handle, index, uuid, model)
+            if not devices:
+                devices = [self._mig_parent(handle, index, uuid, model)]
+            return devices, self._mig_processes(handle, uuid, instances)
         device = DeviceReading(index=index, uuid=uuid, model=model, **self._usage(handle))
         return [device], self._processes(handle, uuid, mig=False)
 
@@ -431,8 +430,11 @@ class NvmlGpuSource:
         mode = self._optional(nv.nvmlDeviceGetMigMode, handle)
         return mode is not None and int(mode[0]) == int(nv.NVML_DEVICE_MIG_ENABLE)
 
-    def _mig_devices(self, handle: Any, index: int, uuid: str, model: str) -> list[DeviceReading]:
-        """The GPU's MIG GPU instances, in the order of their first slot.
+    def _mig_devices(
+        self, handle: Any, index: int, uuid: str, model: str
+    ) -> tuple[list[DeviceReading], list[tuple[Any, int]]]:
+        """The GPU's MIG GPU instances, in the order of their first slot, and each MIG
+        device handle (compute instance) with its GPU instance id.
 
         A MIG device handle is a compute instance (nvmlDeviceIsMigDeviceHandle), and a
         GPU instance may be split into several (a 2g profile into two 1c compute
@@ -446,6 +448,7 @@ class NvmlGpuSource:
         """
         nv = self._nvml
         by_giid: dict[int, DeviceReading] = {}
+        instances: list[tuple[Any, int]] = []
         for j in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))):
             try:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
@@ -454,6 +457,7 @@ class NvmlGpuSource:
                 # NVIDIA's go-nvlib (device.VisitMigDevices) does, not a failing GPU
                 continue
             giid = int(nv.nvmlDeviceGetGpuInstanceId(mig))
+            instances.append((mig, giid))
             mig_uuid = _text(nv.nvmlDeviceGetUUID(mig))
             seen = by_giid.get(giid)
             if seen is not None:  # another compute instance of that GPU instance
@@ -474,13 +478,56 @@ class NvmlGpuSource:
                 mig_profile=profile_match.group(1) if profile_match else None,
                 mig_slots=(j,),  # the device plugin's <i>:<j> names the slot
             )
-        return list(by_giid.values())
+        return list(by_giid.values()), instances
 
-    def _processes(self, handle: Any, uuid: str, *, mig: bool) -> list[ProcessSample] | None:
+    def _mig_processes(
+        self, handle: Any, uuid: str, instances: Sequence[tuple[Any, int]]
+    ) -> list[ProcessSample] | None:
+        """The processes of a MIG-enabled GPU, each with its GPU instance id.
+
+        NVML lists them on the GPU's handle (the aggregate, ``gpuInstanceId`` in each
+        record) "only if the caller has appropriate privileges" (the MIG monitor
+        nvidia-capability, which uid 0 holds implicitly only with CAP_SYS_ADMIN: MIG
+        user guide, "Device Nodes and Capabilities"; the DaemonSet drops every
+        capability) and answers NO_PERMISSION otherwise; per-instance lists come from the MIG device handles
+        (NVML API reference, nvmlDeviceGetComputeRunningProcesses_v3). So a refused
+        aggregate is read instance by instance, each process given the GPU instance
+        id of the handle that listed it; one instance's list failing leaves the GPU's
+        processes unknown (``None``), as the refused aggregate did before.
+        """
+        nv = self._nvml
+        try:
+            return self._processes(handle, uuid, mig=True, refused=nv.NVMLError_NoPermission)
+        except nv.NVMLError_NoPermission as err:
+            if not instances:
+                log.debug("device %s: process list unavailable: %s", uuid, err)
+                return None
+        out: list[ProcessSample] = []
+        seen: set[tuple[int, int | None]] = set()
+        for mig, giid in instances:
+            procs = self._processes(mig, uuid, mig=True, gpu_instance_id=giid)
+            if procs is None:
+                return None
+            for proc in procs:  # two compute instances of one GPU instance: once
+                if (proc.pid, proc.gpu_instance_id) not in seen:
+                    seen.add((proc.pid, proc.gpu_instance_id))
+                    out.append(proc)
+        return out
+
+    def _processes(
+        self,
+        handle: Any,
+        uuid: str,
+        *,
+        mig: bool,
+        gpu_instance_id: int | None = None,
+        refused: type[BaseException] | tuple[()] = (),
+    ) -> list[ProcessSample] | None:
         """The device's processes with their memory and (if available) SM share; None
-        when NVML refuses the list (e.g. NO_PERMISSION: under MIG the parent handle
-        lists processes only to a privileged caller) — unknown, which is not "no
-        process".
+        when NVML refuses the list — unknown, which is not "no process". An error of
+        the ``refused`` class is raised instead (the caller reads the list another
+        way). ``gpu_instance_id`` is that of the MIG device handle listed; without it,
+        a MIG GPU's records give theirs.
 
         ``nvmlDeviceGetProcessUtilization`` returns samples newer than the last-seen
         timestamp we pass; NOT_FOUND means none arrived (idle processes: 0). An MPS
@@ -491,6 +538,8 @@ class NvmlGpuSource:
         nv = self._nvml
         try:
             infos, mps_clients = self._running_processes(handle)
+        except refused:
+            raise
         except nv.NVMLError as err:
             log.debug("device %s: process list unavailable: %s", uuid, err)
             return None
@@ -501,7 +550,9 @@ class NvmlGpuSource:
         for info in infos:
             pid = int(info.pid)
             memory = info.usedGpuMemory
-            giid = getattr(info, "gpuInstanceId", None) if mig else None
+            giid = gpu_instance_id
+            if giid is None and mig:
+                giid = getattr(info, "gpuInstanceId", None)
             util = None
             if util_by_pid is not None:
                 util = util_by_pid.get(pid, None if pid in mps_clients else 0.0)

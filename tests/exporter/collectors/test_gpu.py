@@ -71,9 +71,22 @@ PROCESS_LISTS = {
 
 
 def fake_nvml(
-    devices: list[Dev], *, init_error: int | None = None, missing: tuple[str, ...] = ()
+    devices: list[Dev],
+    *,
+    init_error: int | None = None,
+    missing: tuple[str, ...] = (),
+    mig_monitor: bool = True,
 ) -> types.ModuleType:
     """A module object shaped like pynvml over ``devices``.
+
+    ``mig_monitor``: whether the caller may read a MIG-enabled GPU's aggregate
+    process lists on the GPU's own handle. NVML gives them "only if the caller has
+    appropriate privileges" (NVML API reference, nvmlDeviceGetComputeRunningProcesses_v3),
+    the MIG monitor nvidia-capability, which uid 0 holds implicitly only with
+    CAP_SYS_ADMIN (MIG user guide, "Device Nodes and Capabilities"): the DaemonSet,
+    every capability dropped, has not.
+    Without it the parent's lists answer NO_PERMISSION; with it they hold the
+    parent's ``procs`` and every instance's. A MIG device handle lists its own.
 
     ``missing`` names C symbols this driver's libnvidia-ml lacks: calling them
     raises FUNCTION_NOT_FOUND, as pynvml's ``_nvmlGetFunctionPointer`` does
@@ -183,7 +196,12 @@ def fake_nvml(
         check(family + version, dev)
         if family in dev.errors:
             raise real.NVMLError(dev.errors[family])
-        procs = getattr(dev, PROCESS_LISTS[family])
+        procs = list(getattr(dev, PROCESS_LISTS[family]))
+        if dev.mig_mode == real.NVML_DEVICE_MIG_ENABLE:  # the aggregate (see mig_monitor)
+            if not mig_monitor:
+                raise real.NVMLError(real.NVML_ERROR_NO_PERMISSION)
+            for mig in dev.migs.values():
+                procs.extend(getattr(mig, PROCESS_LISTS[family]))
         out = []
         for pid, mem, giid in procs:
             raw = real.c_nvmlProcessInfo_v2_t(
@@ -367,17 +385,20 @@ def _mig_3g(name: bytes) -> Dev:
 
 
 def test_process_list_failure_makes_the_holders_use_unknown_not_idle() -> None:
-    """NO_PERMISSION on the process list (under MIG NVML lists the parent's
-    processes only to a privileged caller): the holders are not idle."""
+    """NO_PERMISSION on the process list: the holders are not idle. Under MIG the
+    parent's aggregate is refused to an unprivileged caller and the instance's own
+    list is refused too (NOT_SUPPORTED: per-instance lists are not supported in vGPU
+    host mode, NVML API reference)."""
     no_list = {"nvmlDeviceGetComputeRunningProcesses": real.NVML_ERROR_NO_PERMISSION}
     mig = _mig_3g(b"NVIDIA A100 MIG 3g.20gb")
-    parent = _a100_mig(
-        name=b"NVIDIA A100", migs={0: mig}, procs=[(77, 4 * GIB, 1)], errors=dict(no_list)
-    )
+    mig.procs = [(77, 4 * GIB, 1)]
+    mig.errors["nvmlDeviceGetComputeRunningProcesses"] = real.NVML_ERROR_NOT_SUPPORTED
+    parent = _a100_mig(name=b"NVIDIA A100", migs={0: mig})
     whole = _gpu(1, util=0, used=30 * GIB, procs=[(88, 30 * GIB, 0)], errors=dict(no_list))
     # busy (at 0 % every sharer's share would be 0 whatever the split)
     shared = _gpu(2, util=35, used=8 * GIB, procs=[(99, 8 * GIB, 0)], errors=dict(no_list))
-    poll = NvmlGpuSource(fake_nvml([parent, whole, shared])).poll()
+    poll = NvmlGpuSource(fake_nvml([parent, whole, shared], mig_monitor=False)).poll()
+    assert poll.process_list_failures == (parent.uuid, whole.uuid, shared.uuid)
     allocs = [
         Allocation("ml", "mig-nb", "nb", "nvidia.com/mig-3g.20gb", mig.uuid),
         Allocation("ml", "nb", "nb", "nvidia.com/gpu", whole.uuid),
@@ -438,6 +459,42 @@ def test_mig_instances_become_devices() -> None:
         None,  # per-process utilisation is not available under MIG
     )
     assert "nvmlDeviceGetProcessUtilization" not in nv.calls
+
+
+def test_mig_processes_are_listed_per_instance_without_the_monitor_privilege() -> None:
+    """The DaemonSet has no MIG monitor privilege: NVML refuses the MIG GPU's
+    aggregate process lists (NO_PERMISSION) and gives each instance's on its MIG
+    device handle. Every process is read, on its own GPU instance (the instance's
+    holder gets its process' memory), once even where two compute instances of one
+    GPU instance both list it."""
+    parent, ci_a, ci_b = _compute_instances_of_one_2g()
+    ci_a.procs = [(31, 2 * GIB, 3)]
+    ci_b.procs = [(31, 2 * GIB, 3), (32, GIB, 3)]
+    other = parent.migs[2]
+    other.procs = [(41, 512 * 2**20, 9)]
+    other.mps_procs = [(42, None, 9)]  # usedGpuMemory NVML_VALUE_NOT_AVAILABLE
+    nv = fake_nvml([parent], mig_monitor=False)
+    with pytest.raises(real.NVMLError_NoPermission):
+        nv.nvmlDeviceGetComputeRunningProcesses(parent)
+    poll = NvmlGpuSource(nv).poll()
+    assert poll.failures == () and poll.process_list_failures == ()
+    assert [
+        (p.pid, p.device_uuid, p.gpu_instance_id, p.memory_used_bytes, p.utilization_ratio)
+        for p in poll.processes
+    ] == [
+        (31, parent.uuid, 3, 2 * GIB, None),
+        (32, parent.uuid, 3, GIB, None),
+        (41, parent.uuid, 9, 512 * 2**20, None),
+        (42, parent.uuid, 9, None, None),
+    ]
+    allocs = [Allocation("ml", "small", "nb", "nvidia.com/mig-1g.5gb", other.uuid)]
+    (row,) = attribute(
+        poll,
+        allocs,
+        [PodMeta("ml", "small", "u-small", container_ids={"nb": "c-small"})],
+        {41: ContainerRef("c-small", "u-small"), 42: ContainerRef("c-small", "u-small")},
+    )
+    assert (row.gpu_instance_id, row.memory_used_bytes) == (9, 512 * 2**20)
 
 
 def test_mig_disabled_gpu_is_a_whole_device() -> None:
