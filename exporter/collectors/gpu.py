@@ -426,8 +426,19 @@ class NvmlGpuSource:
             return None
 
     def _mig_enabled(self, handle: Any) -> bool:
+        """Whether MIG is on; not on a GPU without MIG (NOT_SUPPORTED) nor on a driver
+        older than MIG (R450), whose library has no ``nvmlDeviceGetMigMode``: pynvml
+        fails it with FUNCTION_NOT_FOUND, which is no failing device (and is not
+        asked again: the library is loaded once)."""
         nv = self._nvml
-        mode = self._optional(nv.nvmlDeviceGetMigMode, handle)
+        if "nvmlDeviceGetMigMode" in self._absent:
+            return False
+        try:
+            mode = self._optional(nv.nvmlDeviceGetMigMode, handle)
+        except self._symbol_missing as err:
+            self._absent.add("nvmlDeviceGetMigMode")
+            log.debug("no nvmlDeviceGetMigMode (%s): a driver without MIG", err)
+            return False
         return mode is not None and int(mode[0]) == int(nv.NVML_DEVICE_MIG_ENABLE)
 
     def _mig_devices(

@@ -583,18 +583,34 @@ def test_driver_without_process_list_v3_reads_the_v2_list() -> None:
 
 def test_driver_without_any_versioned_process_list_keeps_the_devices() -> None:
     """Neither ``_v3`` nor ``_v2`` (a driver older than R450): the process list is
-    unknown, the devices are still read; the mismatch error never escapes a read."""
+    unknown, the devices are still read; the mismatch error never escapes a read.
+    Such a driver has no MIG either: ``nvmlDeviceGetMigMode`` came with MIG in R450
+    (CUDA 11), and pynvml fails the symbol it cannot find with FUNCTION_NOT_FOUND
+    (``_nvmlGetFunctionPointer``): no MIG, not a failing device, asked once."""
     nv = fake_nvml(
-        [_gpu(0, util=20, procs=[(7, GIB, 0)])],
+        [_gpu(0, util=20, procs=[(7, GIB, 0)]), _gpu(1, util=40)],
         missing=(
             "nvmlDeviceGetComputeRunningProcesses_v3",
             "nvmlDeviceGetComputeRunningProcesses_v2",
+            "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+            "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+            "nvmlDeviceGetGraphicsRunningProcesses_v3",
+            "nvmlDeviceGetGraphicsRunningProcesses_v2",
+            "nvmlDeviceGetMemoryInfo_v2",
+            "nvmlDeviceGetMigMode",
         ),
     )
-    poll = NvmlGpuSource(nv).poll()
-    assert poll.failures == () and poll.processes == ()
-    assert [d.utilization_ratio for d in poll.devices] == [pytest.approx(0.2)]
-    assert poll.process_list_failures == (_gpu(0).uuid,)
+    source = NvmlGpuSource(nv)
+    for _ in range(2):
+        poll = source.poll()
+        assert poll.failures == () and poll.processes == ()
+        assert [d.utilization_ratio for d in poll.devices] == [
+            pytest.approx(0.2),
+            pytest.approx(0.4),
+        ]
+        assert all(d.gpu_instance_id is None for d in poll.devices)
+        assert poll.process_list_failures == (_gpu(0).uuid, _gpu(1).uuid)
+    assert nv.calls.count("nvmlDeviceGetMigMode") == 1
 
 
 def test_memory_used_leaves_out_the_driver_reserve() -> None:
