@@ -27,6 +27,11 @@ shown is the one published for that resource; its GPU type from ``node_selector`
 (3, 5...) takes the next published size up. Profiles without GPUs are left alone. When
 Prometheus cannot be read the profiles come back unchanged (the spawn page must never
 break because of a forecast) and the reason is logged.
+
+A profile without a ``slug`` gets the one KubeSpawner would make from its display_name
+before the estimate is added (``kubespawner_slug``): KubeSpawner calls the hook again
+when the form comes back and finds the chosen profile by its slug, so a slug made from
+"… — ~14:20" would be gone by then ("No such profile", no server).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import logging
 import math
 import re
 import time
+import unicodedata
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -72,6 +78,29 @@ def ksm_label(resource: str) -> str:
     character outside ``[a-zA-Z0-9_]`` an underscore), the forecaster's ``resource``:
     ``common.k8s_names.ksm_label``, copied (held equal by a test)."""
     return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
+
+
+def kubespawner_slug(display_name: str) -> str:
+    """The slug KubeSpawner makes for a profile without one: python-slugify's
+    ``slugify(display_name)``, imported when there (KubeSpawner depends on it, so every
+    hub running KubeSpawner has it); elsewhere (tests, another spawner) the same rule for
+    ASCII names: lower case, a digit group's comma dropped, each run of other characters
+    one hyphen, none at either end."""
+    try:
+        from slugify import slugify  # python-slugify, KubeSpawner's own dependency
+    except ImportError:
+        text = unicodedata.normalize("NFKD", display_name).encode("ascii", "ignore").decode()
+        text = re.sub(r"(?<=\d),(?=\d)", "", text.lower())
+        return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+    return str(slugify(display_name))
+
+
+def with_slug(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``profile`` holding its KubeSpawner slug (its own, if it has one)."""
+    p = copy.deepcopy(dict(profile))
+    if "slug" not in p and "display_name" in p:
+        p["slug"] = kubespawner_slug(str(p["display_name"]))
+    return p
 
 
 Starts = dict[tuple[str, str, int], float]
@@ -169,10 +198,11 @@ def annotate(
     tz: tzinfo | None = None,
     gpu_resources: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Copies of ``profiles`` with " — free now" / " — ~HH:MM" after each GPU profile's name."""
+    """Copies of ``profiles`` with " — free now" / " — ~HH:MM" after each GPU profile's
+    name, each with its slug (``with_slug``)."""
     out = []
     for profile in profiles:
-        p = copy.deepcopy(dict(profile))
+        p = with_slug(profile)
         try:
             resource, gpus = gpu_request(p, gpu_resources)
         except ProfileError as err:
@@ -204,7 +234,7 @@ def profile_list_hook(
             starts = fetch(prometheus_url, timeout_seconds)
         except (OSError, ValueError) as err:
             log.warning("gpu-eta: no start estimates from %s: %s", prometheus_url, err)
-            return [dict(p) for p in profiles]
+            return [with_slug(p) for p in profiles]
         return annotate(profiles, starts, clock(), tz, gpu_resources)
 
     return hook

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import json
+import re
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -30,6 +36,88 @@ def profile(name: str, gpus: int | None = None, product: str = "") -> dict:
     if product:
         override["node_selector"] = {"nvidia.com/gpu.product": product}
     return {"display_name": name, "kubespawner_override": override}
+
+
+def spawn_page(hook) -> list[dict]:
+    """The profiles as KubeSpawner gets them: it calls the hook with the spawner and
+    awaits the answer when it is awaitable (``maybe_future``)."""
+    result = hook(None)
+    return asyncio.run(result) if inspect.isawaitable(result) else result
+
+
+def kubespawner_slugs(profiles: list[dict]) -> list[str]:
+    """KubeSpawner's ``_get_initialized_profile_list``: a profile without a ``slug`` gets
+    one made from its display_name (python-slugify; this stand-in agrees with it on
+    ASCII names)."""
+    return [
+        p["slug"]
+        if "slug" in p
+        else re.sub(r"[^a-z0-9]+", "-", p["display_name"].lower()).strip("-")
+        for p in profiles
+    ]
+
+
+@pytest.fixture
+def prometheus_answer() -> Iterator[tuple[str, list[bytes]]]:
+    """A stand-in Prometheus answering every query with the body the test sets."""
+    body = [b""]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body[0])))
+            self.end_headers()
+            self.wfile.write(body[0])
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", body
+    server.shutdown()
+    server.server_close()
+
+
+def query_answer(start: float) -> bytes:
+    series = {"model": A100, "resource": "nvidia_com_gpu", "gpus": "1", "quantile": "0.5"}
+    result = [{"metric": series, "value": [0, str(start)]}]
+    return json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": result}}
+    ).encode()
+
+
+def test_a_profile_keeps_its_slug_whatever_the_estimate(prometheus_answer):
+    """KubeSpawner calls the hook twice for one spawn, for the form and again when the
+    form comes back (``load_user_options``), and finds the chosen profile by its slug,
+    which it makes from display_name where the profile has none. The estimate in the
+    name must not move the slug: "~14:20" on the page and "~14:21", "free now" or
+    Prometheus away a moment later made "No such profile" and no server. Each profile
+    keeps the slug KubeSpawner gives it without the hook (API calls and saved
+    user_options name it); a slug of the site's own is left alone."""
+    url, body = prometheus_answer
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    profiles = [
+        profile("A100, 1 GPU", 1, A100),
+        {**profile("A100 (team)", 1, A100), "slug": "team-a100"},
+        profile("CPU only"),
+    ]
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
+    without_hook = kubespawner_slugs(profiles)
+    assert without_hook == ["a100-1-gpu", "team-a100", "cpu-only"]
+    seen = []
+    for start in (now + 3600, now + 3660, now):
+        body[0] = query_answer(start)
+        shown = spawn_page(hook)
+        seen.append(shown[0]["display_name"])
+        assert kubespawner_slugs(shown) == without_hook
+    assert seen == ["A100, 1 GPU — ~10:00", "A100, 1 GPU — ~10:01", "A100, 1 GPU — free now"]
+    body[0] = b"not json"  # Prometheus unreadable: names unchanged, slugs too
+    shown = spawn_page(hook)
+    assert [p["display_name"] for p in shown] == [p["display_name"] for p in profiles]
+    assert kubespawner_slugs(shown) == without_hook
+    assert "slug" not in profiles[0]  # the admin's list is not modified
 
 
 def test_label_free_now_and_clock_time():
@@ -107,8 +195,8 @@ def test_gpu_request_and_bad_counts():
         "display_name": "bad",
         "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "two"}},
     }
-    # a bad profile is left alone, never breaks the page
-    assert annotate([bad], {}, 0.0) == [bad]
+    # a bad profile is left alone (its slug added), never breaks the page
+    assert annotate([bad], {}, 0.0) == [{**bad, "slug": "bad"}]
 
 
 @pytest.fixture
@@ -161,7 +249,7 @@ def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
 def test_hook_without_prometheus_leaves_profiles_alone():
     profiles = [profile("A100, 1 GPU", 1, A100)]
     hook = profile_list_hook(profiles, f"http://127.0.0.1:{free_port()}", timeout_seconds=0.5)
-    assert hook(None) == profiles
+    assert hook(None) == [{**profiles[0], "slug": "a100-1-gpu"}]
 
 
 @pytest.mark.parametrize(
