@@ -8,7 +8,7 @@ Prometheus query per page load, and appends the answer to each GPU profile's
 ``display_name``::
 
     from spawner_profiles import profile_list_hook      # or gpu_eta.forecaster.spawner_profiles
-    c.KubeSpawner.profile_list = profile_list_hook(
+    c.KubeSpawner.profile_list = profile_list_hook(     # a coroutine function: KubeSpawner awaits it
         [
             {"display_name": "RTX 4080, 1 GPU", "kubespawner_override": {
                 "extra_resource_limits": {"nvidia.com/gpu": "1"},
@@ -25,8 +25,9 @@ the site's own GPU resources given as ``gpu_resources`` (a time-slicing rename,
 shown is the one published for that resource; its GPU type from ``node_selector``
 ``nvidia.com/gpu.product`` (any type when absent: the earliest of them). A count the forecaster does not publish
 (3, 5...) takes the next published size up. Profiles without GPUs are left alone. When
-Prometheus cannot be read the profiles come back unchanged (the spawn page must never
-break because of a forecast) and the reason is logged.
+Prometheus cannot be read, or does not answer within the timeout (2 s: the query runs in
+a thread, never in the hub's event loop), the profiles come back unchanged (the spawn
+page must never break, nor wait, because of a forecast) and the reason is logged.
 
 A profile without a ``slug`` gets the one KubeSpawner would make from its display_name
 before the estimate is added (``kubespawner_slug``): KubeSpawner calls the hook again
@@ -36,6 +37,7 @@ when the form comes back and finds the chosen profile by its slug, so a slug mad
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
@@ -45,7 +47,8 @@ import time
 import unicodedata
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -108,12 +111,19 @@ Starts = dict[tuple[str, str, int], float]
 
 def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> Starts:
     """(resource, model, gpus) → P50 start timestamp, from one instant query (``resource``
-    as the forecaster publishes it, ``ksm_label``); raises OSError/ValueError."""
+    as the forecaster publishes it, ``ksm_label``), read within about ``timeout_seconds``
+    (blocking: the hook runs it in a thread); raises OSError/ValueError."""
     url = f"{prometheus_url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": QUERY})
+    deadline = time.monotonic() + timeout_seconds
+    raw = bytearray()
     with urllib.request.urlopen(url, timeout=timeout_seconds) as resp:
-        raw = resp.read(MAX_RESPONSE_BYTES + 1)
-    if len(raw) > MAX_RESPONSE_BYTES:
-        raise ValueError(f"Prometheus answer larger than {MAX_RESPONSE_BYTES} bytes")
+        # the socket timeout bounds each read, not the answer: a trickle would go on
+        while chunk := resp.read1(65536):
+            raw += chunk
+            if len(raw) > MAX_RESPONSE_BYTES:
+                raise ValueError(f"Prometheus answer larger than {MAX_RESPONSE_BYTES} bytes")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Prometheus answer not read within {timeout_seconds:g} s")
     body = json.loads(raw)
     if not isinstance(body, dict):
         raise ValueError("Prometheus answer is not a JSON object")
@@ -224,17 +234,38 @@ def profile_list_hook(
     tz: tzinfo | None = None,
     clock: Callable[[], float] = time.time,
     gpu_resources: Sequence[str] = (),
-) -> Callable[[Any], list[dict[str, Any]]]:
-    """A callable for ``c.KubeSpawner.profile_list`` (KubeSpawner calls it with the
-    spawner). ``gpu_resources``: the site's own GPU resource names, as given to the
-    forecaster's ``--pending.gpu-resource``."""
+) -> Callable[[Any], Awaitable[list[dict[str, Any]]]]:
+    """A coroutine function for ``c.KubeSpawner.profile_list`` (KubeSpawner calls it with
+    the spawner and awaits the answer). The query runs in a worker thread, so the hub's
+    event loop, which serves every user, never waits on Prometheus; the answer comes
+    within ``timeout_seconds`` whatever Prometheus does. ``gpu_resources``: the site's
+    own GPU resource names, as given to the forecaster's ``--pending.gpu-resource``."""
 
-    def hook(_spawner: Any = None) -> list[dict[str, Any]]:
+    async def hook(_spawner: Any = None) -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        query = loop.run_in_executor(_executor(), fetch, prometheus_url, timeout_seconds)
         try:
-            starts = fetch(prometheus_url, timeout_seconds)
+            starts = await asyncio.wait_for(query, timeout_seconds)
+        except asyncio.TimeoutError:  # not an OSError before Python 3.11
+            log.warning(
+                "gpu-eta: no start estimates from %s: no answer within %g s",
+                prometheus_url,
+                timeout_seconds,
+            )
+            return [with_slug(p) for p in profiles]
         except (OSError, ValueError) as err:
             log.warning("gpu-eta: no start estimates from %s: %s", prometheus_url, err)
             return [with_slug(p) for p in profiles]
         return annotate(profiles, starts, clock(), tz, gpu_resources)
 
     return hook
+
+
+_EXECUTOR: list[ThreadPoolExecutor] = []
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The hook's own threads (not the loop's default pool, which the hub may use)."""
+    if not _EXECUTOR:
+        _EXECUTOR.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpu-eta-profiles"))
+    return _EXECUTOR[0]

@@ -234,7 +234,7 @@ def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
         profile("CPU only"),
     ]
     hook = profile_list_hook(profiles, prom.url, tz=UTC, clock=lambda: now)
-    names = [p["display_name"] for p in hook(None)]
+    names = [p["display_name"] for p in spawn_page(hook)]
     two = datetime.fromtimestamp(now + 7200, UTC).strftime("%H:%M")
     assert names[0] == "A100, 1 GPU — free now"
     assert names[1] in (
@@ -249,7 +249,72 @@ def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
 def test_hook_without_prometheus_leaves_profiles_alone():
     profiles = [profile("A100, 1 GPU", 1, A100)]
     hook = profile_list_hook(profiles, f"http://127.0.0.1:{free_port()}", timeout_seconds=0.5)
-    assert hook(None) == [{**profiles[0], "slug": "a100-1-gpu"}]
+    assert spawn_page(hook) == [{**profiles[0], "slug": "a100-1-gpu"}]
+
+
+@pytest.fixture
+def slow_prometheus() -> Iterator[str]:
+    """A Prometheus that answers its headers at once and then one byte every 0.1 s (a
+    body of 100 bytes: 10 s), as an overloaded one or one behind a slow proxy does."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            try:
+                for _ in range(100):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                pass  # the hook gave up
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_slow_prometheus_neither_blocks_the_hub_nor_outlasts_the_timeout(slow_prometheus):
+    """The hook runs in the hub's event loop (KubeSpawner awaits it there): everything
+    the hub does for every user waits while it blocks. A Prometheus that trickles its
+    answer kept a blocking read going for as long as the bytes came (the socket timeout
+    is per read); now the query runs beside the loop and the hook answers within its
+    timeout, with the profiles unchanged."""
+    profiles = [profile("A100, 1 GPU", 1, A100)]
+    hook = profile_list_hook(profiles, slow_prometheus, timeout_seconds=0.5)
+
+    async def page_and_hub() -> tuple[list[dict], int, float]:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def hub() -> None:  # the rest of the hub: other users' requests
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.02)
+
+        other = asyncio.ensure_future(hub())
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        result = hook(None)
+        shown = await result if inspect.isawaitable(result) else result
+        took = time.monotonic() - started
+        done.set()
+        await other
+        return shown, ticks, took
+
+    shown, ticks, took = asyncio.run(page_and_hub())
+    assert [p["display_name"] for p in shown] == ["A100, 1 GPU"]
+    assert took < 1.5, took
+    assert ticks >= 10, ticks  # the loop ran while the hook waited
 
 
 @pytest.mark.parametrize(
