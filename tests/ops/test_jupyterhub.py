@@ -149,7 +149,7 @@ def test_hub_may_query_prometheus_for_the_spawn_page() -> None:
     assert egress_allowed([z2jh.hub_policy()], hub, prometheus, 9090)
     tight = {"hub": {"networkPolicy": {"egressAllowRules": {"privateIPs": False}}}}
     assert not egress_allowed([z2jh.hub_policy(tight)], hub, prometheus, 9090)
-    rule = _doc_yaml("hub:", "9090", doc=PENDING_DOC)
+    rule = _doc_yaml("hub:", "networkPolicy", "9090", doc=PENDING_DOC)
     fixed = [z2jh.hub_policy(k8s.helm_merge(tight, rule))]
     assert egress_allowed(fixed, hub, prometheus, 9090)
     assert not egress_allowed(fixed, hub, prometheus, 9091)
@@ -163,3 +163,17 @@ def test_hub_may_query_prometheus_for_the_spawn_page() -> None:
     assert not k8s.ingress_allowed([forecaster_in], hub, prometheus, 9090)
     assert k8s.ingress_allowed([forecaster_in, hub_in], hub, prometheus, 9090)
     assert not k8s.ingress_allowed([forecaster_in, hub_in], NOTEBOOK, prometheus, 9090)
+
+
+def test_the_z2jh_snippet_for_the_spawn_page_hook_mounts_it_where_z2jh_imports_from() -> None:
+    """docs/pending.md's Zero to JupyterHub values: the copied module mounted in
+    /usr/local/etc/jupyterhub (the directory z2jh's jupyterhub_config.py puts on the
+    import path, and the one hub.extraFiles mounts into) under the name the
+    extraConfig imports, and the hook set as KubeSpawner's profile_list."""
+    hub = _doc_yaml("extraFiles", doc=PENDING_DOC)["hub"]
+    (mounted,) = hub["extraFiles"].values()
+    path = Path(mounted["mountPath"])
+    assert path.parent == Path("/usr/local/etc/jupyterhub") and path.suffix == ".py"
+    (config,) = hub["extraConfig"].values()
+    assert f"from {path.stem} import profile_list_hook" in config
+    assert "c.KubeSpawner.profile_list = profile_list_hook(" in config
