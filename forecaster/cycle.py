@@ -166,12 +166,6 @@ class Cycle:
         self._partial_last = float_or_none(self.store.get_meta(PARTIAL_LAST_KEY))
 
     @property
-    def _finished_at(self) -> Mapping[RunKey, float]:
-        """The runs this process finished within the last read window, with the time it
-        finished them (``FinishedPresent.finished_at``): what the tests inspect."""
-        return self._finished_present.finished_at
-
-    @property
     def _last_query_time(self) -> float | None:
         """The previous cycle's query time: the stored text this process read or wrote
         (one value, so the two cannot disagree)."""

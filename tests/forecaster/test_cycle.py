@@ -1206,12 +1206,12 @@ def test_finished_runs_are_forgotten_once_out_of_the_window(store: HistoryStore)
     client = CannedClient(job("a", 2, [(1, NOW - 60), (2, NOW - 10)], NOW - 100))
     cycle = make_cycle(client, store, clock=lambda: t[0], range_every=1)
     cycle.run()  # "a" reached its plan: finished
-    assert list(cycle._finished_at) == [("ml", "pod-a", "c", "a")]
+    assert list(cycle._finished_present.finished_at) == [("ml", "pod-a", "c", "a")]
     client.answers = {}
     for minutes in (1, 2, 3, 4):
         t[0] = NOW + 60 * minutes
         cycle.run()
-    assert cycle._finished_at == {}  # the window is 60 s + 120 s of overlap
+    assert cycle._finished_present.finished_at == {}  # the window is 60 s + 120 s of overlap
 
 
 def means_read(seen: list[str]) -> list[str]:
