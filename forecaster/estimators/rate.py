@@ -278,11 +278,11 @@ def own_rate(
     )
     # the period needs reports at a regular step: step-level runs read at scrape times
     # rarely have them, and skip the lists of up to MAX_INTERVALS values (~0.1 ms a run)
-    ends = ends[-k:]
-    if reporting_unit(ends.tolist()) is not None:
+    end_list = ends[-k:].tolist()
+    if reporting_unit(end_list) is not None:
         rate = _with_passes(
             run,
-            ends.tolist(),
+            end_list,
             logs.tolist(),
             weights.tolist(),
             center,
