@@ -553,9 +553,6 @@ class KubePodSource:
         while len(self._outside) > MAX_FINISHED_OUTSIDE:
             del self._outside[next(iter(self._outside))]
 
-    def _replace(self, items: list[Any]) -> None:
-        self._replace_listed(_listed(items))
-
     def _replace_listed(self, parsed: list[_Listed]) -> None:
         """The cache becomes the listed pods (``_listed`` records of a whole list)."""
         # Over the cap, the pods that still run are kept before finished ones: Job

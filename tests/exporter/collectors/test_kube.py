@@ -24,6 +24,7 @@ from gpu_eta.exporter.collectors import kube as kube_module
 from gpu_eta.exporter.collectors.kube import (
     KubePodSource,
     PodObjectError,
+    _listed,
     job_deadline_from_object,
     job_owner,
     parse_deadline,
@@ -597,7 +598,7 @@ def test_an_invalid_continue_token_keeps_the_cache(token, monkeypatch) -> None:
     from the cache, finished ones from the record attribution relies on). The list
     fails and the cache stays as the last whole list left it."""
     src = KubePodSource(NODE, api_url="http://127.0.0.1:9")  # not started
-    src._replace([make_pod("old", uid=uid(1))])
+    src._replace_listed(_listed([make_pod("old", uid=uid(1))]))
     page = make_pod("new", uid=uid(2))
 
     def list_page(self, token_in, budget):
@@ -702,7 +703,7 @@ def test_finished_pods_the_cap_lets_go_are_remembered(monkeypatch) -> None:
     done0 = make_pod("done0", uid=uid(0), phase="Succeeded", ip=None)
     done1 = make_pod("done1", uid=uid(1), phase="Failed", ip=None)
     run = make_pod("run", uid=uid(2))
-    src._replace([done0, done1, run])
+    src._replace_listed(_listed([done0, done1, run]))
     assert sorted(names(src)) == ["done0", "run"] and _outside(src) == ["done1"]
     src._apply("ADDED", make_pod("new", uid=uid(3)))  # evicts done0
     assert sorted(names(src)) == ["new", "run"] and _outside(src) == ["done1", "done0"]
@@ -715,7 +716,7 @@ def test_finished_pods_the_cap_lets_go_are_remembered(monkeypatch) -> None:
     src._apply("MODIFIED", done0)  # room again: back in the cache, out of the record
     assert sorted(names(src)) == ["done0", "new"] and _outside(src) == ["done9"]
     # a relist names every pod: those absent were deleted
-    src._replace([done0, make_pod("new", uid=uid(3)), make_pod("x", uid=uid(4))])
+    src._replace_listed(_listed([done0, make_pod("new", uid=uid(3)), make_pod("x", uid=uid(4))]))
     assert _outside(src) == ["done0"]
     # bounded: the latest ones
     monkeypatch.setattr(kube_module, "MAX_FINISHED_OUTSIDE", 3)
@@ -729,8 +730,13 @@ def test_a_finished_pod_the_cap_evicted_is_no_phantom_holder() -> None:
     allocation the kubelet still lists (kubernetes#119423): attribution must still
     drop that allocation, so the running pod is the GPU's sole holder, not a sharer."""
     src = KubePodSource(NODE, api_url="http://127.0.0.1:9", max_pods=2)
-    src._replace(
-        [make_pod("old-job", uid=uid(0), phase="Succeeded", ip=None), make_pod("other", uid=uid(1))]
+    src._replace_listed(
+        _listed(
+            [
+                make_pod("old-job", uid=uid(0), phase="Succeeded", ip=None),
+                make_pod("other", uid=uid(1)),
+            ]
+        )
     )
     src._apply("ADDED", make_pod("new-train", uid=uid(2)))
     gpu = GpuPoll(devices=(DeviceReading(0, U0, "A100", 0.9, 30 << 30, 80 << 30),))
