@@ -627,19 +627,19 @@ def _units(value: float) -> int | None:
 
 
 def _requested(value: float) -> int | None:
-    """Units a pod asks for; None when NaN, infinite, 0 or negative.
+    """Units a pod asks for; None when NaN, infinite or negative.
 
     A request of 0 (``nvidia.com/gpu: 0``, which Kubernetes accepts and KSM exports as
-    a series of value 0: a CPU-only profile overriding a GPU default) is no GPU asked,
-    not a malformed one: ``_PodRequests.add`` leaves such a series out before this, so
-    the pod is neither queued nor counted as ``invalid_request``.
+    a series of value 0: a CPU-only profile overriding a GPU default) is 0 units, no GPU
+    asked, not a malformed request: ``_PodRequests.add`` leaves it out, so the pod is
+    neither queued nor counted as ``invalid_request``.
 
     Unlike ``_units`` there is no upper bound: a pending pod asking more than
     ``MAX_UNITS`` (more than any node has) stays in the queue, where the replay finds
     it fits nowhere and publishes it as ``never_fits`` (docs/pending.md), rather than
     vanishing from the queue's metrics.
     """
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value) or value < 0:
         return None
     return math.ceil(value)
 
@@ -772,11 +772,11 @@ class _PodRequests:
         ):
             rejected["bad_pod_series"] += 1
             return
-        if s.value == 0:  # ``nvidia.com/gpu: 0``: valid, and no GPU asked (_requested)
-            return
         units = _requested(s.value)
         if units is None:
             self.unusable.add(uid)
+            return
+        if not units:  # ``nvidia.com/gpu: 0``: valid, and no GPU asked
             return
         self.who.setdefault(uid, (lab["namespace"], lab["pod"]))
         self.phase.setdefault(uid, lab.get("phase", ""))
