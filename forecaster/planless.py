@@ -326,7 +326,7 @@ class DurationsReplay:
         self.spread = Spread({})
         self._next = 0
 
-    def at(self, moment: float) -> DurationsReplay:
+    def _advance(self, moment: float) -> None:
         """Give the fit the runs that ended before ``moment`` and not yet given."""
         grown = False
         while self._next < len(self._by_end) and self._by_end[self._next].last_timestamp < moment:
@@ -335,13 +335,12 @@ class DurationsReplay:
             grown = True
         if grown:
             self.spread = self.fit.spread()
-        return self
 
     def forecast(self, run: Run, moment: float) -> Forecast | None:
         """The remaining seconds of ``run`` at ``moment`` as the service would have
         forecast it then: from its identity and start only (``stub``), so nothing of
         its progress or plan is read (a recorded run's plan is its realised total)."""
-        self.at(moment)
+        self._advance(moment)
         seen = stub(run_key(run), run.start_timestamp, run.features)
         return self.fit.forecast(seen, max(0.0, moment - run.start_timestamp), self.spread)
 
@@ -350,7 +349,7 @@ class DurationsReplay:
         ``run``'s configuration minus the time elapsed (at least 0), and how many there
         were; None when none completed (or the run has no job name). What a person
         would guess; ``evaluate``'s and the bench's baseline for runs without a plan."""
-        self.at(moment)
+        self._advance(moment)
         key = groups(run)[0]
         past = self.fit.durations(key) if key is not None else ()
         if not past:

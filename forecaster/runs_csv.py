@@ -895,13 +895,12 @@ def _assemble(key: RunKey, acc: _Acc, plan_optional: bool = False) -> Run:
         )
     planned = reached if acc.planned is None else acc.planned
     slack = planned * PLAN_SLACK
-    top = reached
 
     def at_plan(e: float) -> bool:
         """A hair past the plan, or the run's last point a hair short of it (an earlier
         one a hair short is a point of its own: merged, it would date the end there)."""
         near = planned - slack <= e <= planned + slack
-        return near and (e >= planned or e == top)
+        return near and (e >= planned or e == reached)
 
     points = [(planned if at_plan(e) else e, t, line) for e, t, line in acc.rows]
     reused = reused_after(points, planned)
