@@ -53,7 +53,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -550,13 +550,12 @@ def planless_table(result: Backtest) -> list[str]:
         "runs minus the time elapsed; no forecast: no earlier run longer than the time "
         "elapsed, or its level's spread not yet measured (not scored)"
     )
-    skipped = {s.point: s.skipped for s in result.planless_points.values() if s.skipped}
+    skipped = _not_scored_line(
+        result.planless_points.values(),
+        f"no earlier completed run of the configuration for {IDENTITY_MEDIAN}",
+    )
     if skipped:
-        each = ", ".join(f"{point_label(p)}: {n:,}" for p, n in skipped.items())
-        lines.append(
-            f"{sum(skipped.values()):,} moment(s) forecast but not scored ({each}): no "
-            f"earlier completed run of the configuration for {IDENTITY_MEDIAN}"
-        )
+        lines.append(skipped)
     return lines
 
 
@@ -566,15 +565,21 @@ def left_out_line(result: Backtest) -> str | None:
     Why: ``n`` counts only the moments every method answered; without this line a
     table of small ``n`` reads as few runs, not as moments left out (a run's start
     with no earlier run to compare, a later one before any baseline could answer)."""
-    counts = {s.point: s.skipped for s in result.points.values() if s.skipped}
+    return _not_scored_line(
+        result.points.values(),
+        "a method compared there had no answer yet (at the start the history match needs "
+        "an earlier run of the file; later, each baseline needs time since the start)",
+    )
+
+
+def _not_scored_line(scores: Iterable[PointScore | PlanlessScore], why: str) -> str | None:
+    """ "N moment(s) forecast but not scored (per point): ``why``", or None when every
+    moment forecast was scored."""
+    counts = {s.point: s.skipped for s in scores if s.skipped}
     if not counts:
         return None
     each = ", ".join(f"{point_label(p)}: {n:,}" for p, n in counts.items())
-    return (
-        f"{sum(counts.values()):,} moment(s) forecast but not scored ({each}): a method "
-        "compared there had no answer yet (at the start the history match needs an "
-        "earlier run of the file; later, each baseline needs time since the start)"
-    )
+    return f"{sum(counts.values()):,} moment(s) forecast but not scored ({each}): {why}"
 
 
 def write_predictions(predictions: Sequence[Prediction], fh: TextIO) -> None:
