@@ -460,12 +460,15 @@ def planless_scores(
 ) -> dict[float, PlanlessScore]:
     """Per point (``POINTS``), the ``PlanlessScore`` of the moments of runs without a
     plan. Pure."""
+    by_point: dict[float, list[PlanlessMoment]] = {point: [] for point in POINTS}
+    for m in moments:
+        by_point[m[0]].append(m)
     out = {}
-    for point in POINTS:
+    for point, at_point in by_point.items():
         score = PlanlessScore(point)
         errs: dict[str, list[float]] = {name: [] for name in PLANLESS_METHODS}
         hits = []
-        for _p, fc, base, truth in (m for m in moments if m[0] == point):
+        for _p, fc, base, truth in at_point:
             if fc is None:
                 score.no_forecast += 1
             elif base is None:
