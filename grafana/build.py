@@ -119,20 +119,20 @@ LONGEST_HELD = (
     "topk(10, time() - max by (node, gpu, UUID, namespace, pod) "
     f"(gpu_eta_pod_gpu_allocated_since_timestamp_seconds{{{NODE}, {NS}}}))"
 )
-PROGRESS = (
-    "max by (namespace, pod, container, run_id) ("
+# a run's share of its plan, in epochs or else in steps
+_DONE_SHARE = (
     "gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
-    " or gpu_eta_training_step{{{sel}}} / gpu_eta_training_steps_planned{{{sel}}})"
+    " or gpu_eta_training_step{{{sel}}} / gpu_eta_training_steps_planned{{{sel}}}"
 )
+PROGRESS = f"max by (namespace, pod, container, run_id) ({_DONE_SHARE})"
 # The runs in progress with a plan (Cluster overview, "Running training jobs"), as
 # gpu-eta top lists them: below their plan, not at their planned steps (a Hugging Face
 # run planned in both ends at max_steps, maybe before its last epoch), not ended (a run
-# stopped early keeps its plan, and a notebook's series stay while the notebook is up). Without this, the
-# table listed a notebook's finished or stopped run for as long as its pod lived.
+# stopped early keeps its plan, and a notebook's series stay while the notebook is up).
+# Without this, the table listed a notebook's finished or stopped run for as long as
+# its pod lived.
 RUNNING_PROGRESS = (
-    "max by (namespace, pod, container, run_id) (("
-    "(gpu_eta_training_epoch{{{sel}}} / gpu_eta_training_epochs_planned{{{sel}}}"
-    " or gpu_eta_training_step{{{sel}}} / gpu_eta_training_steps_planned{{{sel}}}) < 1)"
+    f"max by (namespace, pod, container, run_id) ((({_DONE_SHARE}) < 1)"
     " unless (gpu_eta_training_step{{{sel}}} >= gpu_eta_training_steps_planned{{{sel}}})"
     " unless gpu_eta_training_run_end_timestamp_seconds{{{sel}}})"
 )
