@@ -92,10 +92,17 @@ def kubespawner_slug(display_name: str) -> str:
     try:
         from slugify import slugify  # python-slugify, KubeSpawner's own dependency
     except ImportError:
-        text = unicodedata.normalize("NFKD", display_name).encode("ascii", "ignore").decode()
-        text = re.sub(r"(?<=\d),(?=\d)", "", text.lower())
-        return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+        return ascii_slug(display_name)
     return str(slugify(display_name))
+
+
+def ascii_slug(display_name: str) -> str:
+    """python-slugify's ``slugify`` for ASCII names, in the standard library: lower
+    case, a digit group's comma dropped, each run of other characters one hyphen, none
+    at either end (``kubespawner_slug`` where python-slugify is not installed)."""
+    text = unicodedata.normalize("NFKD", display_name).encode("ascii", "ignore").decode()
+    text = re.sub(r"(?<=\d),(?=\d)", "", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
 
 
 def with_slug(profile: Mapping[str, Any]) -> dict[str, Any]:

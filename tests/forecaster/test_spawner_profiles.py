@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -47,14 +46,25 @@ def spawn_page(hook) -> list[dict]:
 
 def kubespawner_slugs(profiles: list[dict]) -> list[str]:
     """KubeSpawner's ``_get_initialized_profile_list``: a profile without a ``slug`` gets
-    one made from its display_name (python-slugify; this stand-in agrees with it on
-    ASCII names)."""
-    return [
-        p["slug"]
-        if "slug" in p
-        else re.sub(r"[^a-z0-9]+", "-", p["display_name"].lower()).strip("-")
-        for p in profiles
-    ]
+    one made from its display_name by python-slugify (the real library)."""
+    from slugify import slugify
+
+    return [p["slug"] if "slug" in p else slugify(p["display_name"]) for p in profiles]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["RTX 4080, 1 GPU", "A100 — 8 GPUs (1,000 GB)", "  CPU only!  ", "H100_80GB x2", "1,5,7"],
+)
+def test_the_standard_library_slug_is_python_slugifys_on_ascii_names(name: str) -> None:
+    """Where python-slugify is not installed the hook makes the slug itself
+    (``ascii_slug``): the same as the library KubeSpawner uses, or a profile chosen on
+    the page would not be found on submit."""
+    from slugify import slugify
+
+    from gpu_eta.forecaster.spawner_profiles import ascii_slug
+
+    assert ascii_slug(name) == slugify(name)
 
 
 @pytest.fixture
