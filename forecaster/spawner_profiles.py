@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import logging
 import math
@@ -268,11 +269,8 @@ def profile_list_hook(
     return hook
 
 
-_EXECUTOR: list[ThreadPoolExecutor] = []
-
-
+@functools.cache
 def _executor() -> ThreadPoolExecutor:
-    """The hook's own threads (not the loop's default pool, which the hub may use)."""
-    if not _EXECUTOR:
-        _EXECUTOR.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpu-eta-profiles"))
-    return _EXECUTOR[0]
+    """The hook's own threads (not the loop's default pool, which the hub may use),
+    made on first use."""
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpu-eta-profiles")

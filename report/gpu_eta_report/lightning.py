@@ -105,7 +105,7 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         if per_epoch:
             cut = step < (epoch + 1) * per_epoch
         else:
-            cut = bool(batches) and isinstance(last, int) and last + 1 < batches
+            cut = bool(batches) and last is not None and last + 1 < batches
         done = epoch if cut else epoch + 1
         self.reporter.epoch_end(done, step=step, metrics=getattr(trainer, "callback_metrics", None))
 
