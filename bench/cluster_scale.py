@@ -257,8 +257,13 @@ def query_breakdown(base_url: str, window: float = 180.0, step: float = 15.0) ->
     sent = [
         ("instant", name, queries.render(tpl, window, 300.0), when.get(name, full))
         for name, tpl in queries.INSTANT.items()
-        if name != "step"
+        if name not in ("step", "present")
     ]
+    # present as the cycle sends it, folded with the runs' end and changed starts
+    # (queries.PRESENT_PARTS), and alone beside it: what the folded parts cost
+    folded = {n: queries.render(t, window, 300.0) for n, t in queries.PRESENT_PARTS.items()}
+    sent.append(("instant", f"present (folded: {', '.join(folded)})", queries.fold(folded), every))
+    sent.append(("instant", "present alone", folded["present"], "for comparison"))
     sent.append(("instant", "step", queries.render(queries.STEP, window, 300.0), "steps only"))
     sent += [("range", name, tpl.format(runs=""), ranges) for name, tpl in queries.RANGE.items()]
     sent.append(

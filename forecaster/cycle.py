@@ -654,6 +654,9 @@ class Cycle:
         # start and plan are read again in this cycle, not up to ``static_full_every`` later
         marks = progress_marks(instant)
         static.forget(went_back(self._marks, marks))
+        # the same, found by its start changing: its new attempt may have passed the old
+        # one's epoch and last end by now, so that nothing went back
+        static.forget(static.started_again(instant.get("started_again", ())))
         # a run read ended whose end is no longer answered while it is present: trained
         # again under its name (the exporter began a new run: a new start, no end), its
         # start read again now, not up to ``static_full_every`` cycles later (its old

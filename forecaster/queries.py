@@ -69,6 +69,16 @@ STEPS_PLANNED = _per_run(
 )
 STEP = _per_run(f"last_over_time(gpu_eta_training_step[{{window}}]) {_NO_EPOCHS}")
 START = _per_run("last_over_time(gpu_eta_training_run_start_timestamp_seconds{runs}[{window}])")
+# The latest start of the runs whose start changed in the window: restarted under their
+# key since the previous read (a named run trained again in its pod). The start itself is
+# held between full reads (static_series), and a run restarted whose new attempt has
+# passed its old epoch by the next cycle shows no progress going back (``went_back``);
+# this finds it. Selects every run's start series but answers only the restarted ones;
+# asked folded with PRESENT (``PRESENT_PARTS``), so the cycle's query count is unchanged.
+STARTED_AGAIN = _per_run(
+    "last_over_time(gpu_eta_training_run_start_timestamp_seconds[{window}]) "
+    "and (changes(gpu_eta_training_run_start_timestamp_seconds[{window}]) > 0)"
+)
 LAST_END = _per_run("last_over_time(gpu_eta_training_epoch_end_timestamp_seconds[{window}])")
 LAST_REPORT = _per_run("last_over_time(gpu_eta_training_last_report_timestamp_seconds[{window}])")
 BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size{runs}[{window}])")
@@ -199,7 +209,9 @@ STATIC_POD = "pod_info"
 # The pod-info part for series scraped without honouring labels (``exported_pod``).
 STATIC_POD_EXPORTED = "pod_info_exported"
 # ``present`` is sent folded with the runs' end (``ENDED``), split again by ``unfold``.
-PRESENT_PARTS: Mapping[str, str] = MappingProxyType({"present": PRESENT, "ended": ENDED})
+PRESENT_PARTS: Mapping[str, str] = MappingProxyType(
+    {"present": PRESENT, "ended": ENDED, "started_again": STARTED_AGAIN}
+)
 # Read in full every cycle: progress, presence (with the runs' end), allocations.
 # ``step`` only when some run reports only steps (as ``STEP_RANGE``), ``gpu_info`` when
 # an allocation names a GPU not read before (static_series).

@@ -12,10 +12,11 @@ therefore seen at the next full read at the latest (``--cycle.interval`` ×
 ``full_every``), a raised plan at once (a run whose progress reaches the plan held is
 read again, what is held kept where the read does not answer: ``reached_plan``,
 ``refresh``), a lowered one in the cycle the run's series go (the cycle ``refresh``es
-the runs gone from ``present`` since its previous read); a new run is read in its
-first cycle. A run without a plan is asked
-for again each cycle (its plan appears when it ends), unless too many such runs would
-make the query a full read: they then wait for the next one (``never_read``).
+the runs gone from ``present`` since its previous read), a new start (a run restarted
+under its key) at once (``started_again``); a new run is read in its first cycle. A
+run without a plan is asked for again each cycle (its plan appears when it ends),
+unless too many such runs would make the query a full read: they then wait for the
+next one (``never_read``).
 
 ``StaticSeries`` holds what was read, by run key and by pod; ``answers`` gives the
 cycle the same lists a full read would have (for the runs seen in this cycle), so
@@ -81,6 +82,22 @@ class StaticSeries:
             for held in self._runs.values():
                 held.pop(key, None)
             self._fallback.pop(key, None)
+
+    def started_again(self, samples: Iterable[Sample]) -> set[RunKey]:
+        """The runs whose start in ``samples`` (``queries.STARTED_AGAIN``: the runs
+        whose start changed in the window) differs from the start held for them. Pure.
+
+        Why: a run restarted under its key whose new attempt has passed its old epoch
+        and last end by the next cycle shows no progress going back, and its old start
+        would be held until the next full read (up to ``full_every`` cycles), its new
+        epochs timed from the old attempt. A run whose held start is already the new one
+        (read since the change) is not read again."""
+        held = self._runs["start"]
+        return {
+            key
+            for s in samples
+            if (key := sample_run_key(s)) is not None and key in held and held[key].value != s.value
+        }
 
     def refresh(self, keys: Iterable[RunKey]) -> None:
         """Read the runs ``keys`` again in this cycle, as ``forget`` does, with what is

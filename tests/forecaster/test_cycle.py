@@ -829,8 +829,12 @@ _UNCHANGING = (
 
 
 def unchanging(seen: list[str]) -> list[str]:
-    """The queries of a cycle that ask for runs' unchanging series or the GPU models."""
-    return [q for q in seen if any(name in q for name in _UNCHANGING)]
+    """The queries of a cycle that ask for runs' unchanging series or the GPU models
+    (not the present query, whose ``started_again`` part names the start series to
+    find the runs whose start changed)."""
+    return [
+        q for q in seen if any(name in q for name in _UNCHANGING) and '"started_again"' not in q
+    ]
 
 
 def labels_of(run_id: str, **more: str) -> dict[str, str]:

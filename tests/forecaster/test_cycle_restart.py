@@ -68,27 +68,49 @@ def test_a_restarted_run_is_forecast_from_its_new_attempt_at_once(store: History
     assert done.epoch_times[0] == (0, start)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run restarted under its key whose new attempt passes its old epoch, last end "
-    "and step before the next cycle shows no progress mark going back: its start is read "
-    "again only at the next full read of the unchanging series (up to 10 cycles)",
-)
 def test_a_restarted_run_past_its_old_epoch_by_the_next_cycle_is_seen_restarted(
     store: HistoryStore,
 ) -> None:
+    """A run restarted under its key whose new attempt passes its old epoch and last
+    end before the next cycle: no progress mark goes back, but its start changed in the
+    window (``started_again``, answered as the TSDB answers queries.STARTED_AGAIN), so
+    its new start is read in that cycle, not at the next full read (up to 10 cycles)."""
     t = [NOW]
     client = TimedClient({})
     cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5, static_full_every=10)
 
-    def at(now: float, ends: list[tuple[float, float]], start: float) -> list[float]:
+    def at(now: float, ends: list[tuple[float, float]], start: float, changed: bool) -> list[float]:
         t[0] = now
         client.answers = job("named", 10, ends, start)
+        lab = labels_of("named")
+        client.answers["started_again"] = [s(start, **lab)] if changed else []
         return [j.run.start_timestamp for j in cycle.run().jobs]
 
-    assert at(NOW, [(1, NOW - 70), (2, NOW - 10)], NOW - 130) == [NOW - 130]
+    assert at(NOW, [(1, NOW - 70), (2, NOW - 10)], NOW - 130, changed=False) == [NOW - 130]
     start = NOW + 5  # restarted under its key, 8 s an epoch: at epoch 6 by the next cycle
-    assert at(NOW + 60, [(e, start + 8 * e) for e in range(1, 7)], start) == [start]
+    ends = [(e, start + 8 * e) for e in range(1, 7)]
+    assert at(NOW + 60, ends, start, changed=True) == [start]
+    # still answered while the change is in the window: the start held is the new one,
+    # nothing read again
+    asked = len(client.seen)
+    assert at(NOW + 70, ends, start, changed=True) == [start]
+    assert not [q for q in client.seen[asked:] if 'run_id=~"named"' in q]
+
+
+def test_a_start_answered_unchanged_reads_nothing_again(store: HistoryStore) -> None:
+    """A start the window shows changing (e.g. the series' first samples in the
+    window) whose value is the one held is not read again: only a start that differs
+    from the held one makes the run new."""
+    t = [NOW]
+    client = TimedClient({})
+    cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5, static_full_every=10)
+    client.answers = job("named", 10, [(1, NOW - 70)], NOW - 130)
+    cycle.run()
+    client.answers["started_again"] = [s(NOW - 130, **labels_of("named"))]
+    asked = len(client.seen)
+    t[0] = NOW + 60
+    assert [j.run.start_timestamp for j in cycle.run().jobs] == [NOW - 130]
+    assert not [q for q in client.seen[asked:] if 'run_id=~"named"' in q]
 
 
 def test_went_back() -> None:

@@ -1128,3 +1128,65 @@ def test_a_run_stopped_early_is_stored_completed_at_its_last_epoch(
         fs = run.cycle.run()
         assert fs.jobs == () and fs.gpus == () and run.store.running() == []
         assert fs.queries <= queries.QUERIES_PER_CYCLE
+
+
+def test_a_named_run_trained_again_past_its_old_epoch_is_forecast_from_its_new_start(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """Real exporter → Prometheus → in-process cycles: a named run ends at epoch 2 (early
+    stopping), is trained again under its name (``start``) and is at epoch 4 of its new
+    attempt by the next cycle. No progress mark went back and the old end still lingers
+    in the read window, yet its start changed (queries.STARTED_AGAIN): the cycle reads it
+    again and forecasts the new attempt from its own start, not the old one."""
+    with named_run_cycle(tmp_path, prometheus_factory, exporter_factory) as run:
+        for epoch in (1, 2):
+            run.report(epoch, 10)
+            run.cycle.run()
+        post_from(run.exporter, 4, {"run_id": "named", "event": "end"})
+        run.prom.wait_for("gpu_eta_training_run_end_timestamp_seconds", timeout=30)
+        assert run.cycle.run().jobs == () and len(run.store.finished()) == 1
+        again = float(int(time.time()))
+        post_from(
+            run.exporter,
+            4,
+            {"run_id": "named", "event": "start", "run_start": again, "epochs": 10},
+        )
+        for epoch in (1, 2, 3, 4):
+            post_from(run.exporter, 4, {"run_id": "named", "epochs": 10, "epoch": epoch})
+        run.prom.wait_for("gpu_eta_training_epoch == 4", timeout=30)
+        run.prom.wait_for(f"gpu_eta_training_run_start_timestamp_seconds == {again}", timeout=30)
+        (job,) = run.cycle.run().jobs
+        assert (job.run.start_timestamp, job.run.epochs_done) == (again, 4)
+
+
+def check_started_again(tmp_path: Path, factory) -> None:
+    """queries.STARTED_AGAIN on a real TSDB's answers: of three runs' start series, the
+    one whose start changed in the window is answered, with its new start; one whose
+    start never changed and one that changed before the window are not."""
+    now = float(int(time.time()))
+    lab = 'namespace="ml",pod="p-{0}",container="c",run_id="{0}",node="n1"'
+    lines = ["# TYPE gpu_eta_training_run_start_timestamp_seconds gauge"]
+    for t in range(int(now) - 600, int(now) + 1, 15):
+        starts = {
+            "steady": now - 3600,
+            "again": now - 3600 if t < now - 60 else now - 50,
+            "long_ago": now - 3600 if t < now - 500 else now - 490,
+        }
+        lines += [
+            f"gpu_eta_training_run_start_timestamp_seconds{{{lab.format(run)}}} {v} {t}"
+            for run, v in starts.items()
+        ]
+    om = tmp_path / "starts.om"
+    om.write_text("\n".join(lines) + "\n# EOF\n")
+    server = factory([], backfill_files=[om])
+    client = PromClient(server.url)
+    try:
+        query = queries.render(queries.STARTED_AGAIN, 180.0, 300.0)
+        answer = client.instant(query, at=now)
+    finally:
+        client.close()
+    assert [(sample_run_key(x)[-1], x.value) for x in answer] == [("again", now - 50)]
+
+
+def test_a_changed_start_is_answered_by_started_again(tmp_path, prometheus_factory) -> None:
+    check_started_again(tmp_path, prometheus_factory)

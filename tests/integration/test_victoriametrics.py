@@ -291,3 +291,9 @@ def test_the_demo_runs_on_victoriametrics(tmp_path: Path) -> None:
         # the backfilled history came in through the import API: a day-old series is there
         assert vm.query("count(count_over_time(gpu_eta_gpu_info[6h] offset 1h))")
         demo_tests.check_demo_alerts(stack)
+
+
+def test_a_changed_start_is_answered_by_started_again(tmp_path, victoria_factory) -> None:
+    """queries.STARTED_AGAIN on VictoriaMetrics (MetricsQL keeps or drops metric names
+    otherwise than PromQL: the ``and`` must still match)."""
+    fp.check_started_again(tmp_path, victoria_factory)
