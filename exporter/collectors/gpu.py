@@ -40,15 +40,16 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from gpu_eta.exporter.collectors import CollectorError, ExporterError, StartupError
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
 from gpu_eta.exporter.readings import DeviceFailure, DeviceReading, GpuPoll, ProcessSample
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 NO_NVML_MESSAGE = "NVML library not found (no NVIDIA driver on this node)"
 MISMATCH_REASON = "version_mismatch"
@@ -90,14 +91,13 @@ _DRIVER_GONE = (
     "NVML_ERROR_LIBRARY_NOT_FOUND",
     "NVML_ERROR_UNINITIALIZED",
 )
-# nvmlDeviceGetMemoryInfo_v2 answers that mean "read v1 instead"
-_MEMORY_V1 = (
-    "NVML_ERROR_FUNCTION_NOT_FOUND",
-    "NVML_ERROR_NOT_SUPPORTED",
-    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
-)
-# an MPS or graphics process list answering these: the driver has none to list
-_LIST_ABSENT = ("NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_SUPPORTED")
+# Answers of one device meaning "nothing to read here" (a symbol the library lacks is
+# that for every device: ``NvmlGpuSource._unless_absent``):
+# nvmlDeviceGetMemoryInfo_v2's, read v1 instead
+_MEMORY_V1 = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH")
+# an MPS or graphics process list's, the driver has none to list; nvmlDeviceGetMigMode's,
+# a GPU without MIG
+_NOT_SUPPORTED = ("NVML_ERROR_NOT_SUPPORTED",)
 
 
 class NvmlUnavailable(ExporterError):
@@ -152,7 +152,7 @@ class NvmlGpuSource:
             getattr(nvml, name): reason for name, reason in _REASONS.items() if hasattr(nvml, name)
         }
         self._memory_v1_codes = _codes_of(nvml, _MEMORY_V1)
-        self._list_absent_codes = _codes_of(nvml, _LIST_ABSENT)
+        self._not_supported_codes = _codes_of(nvml, _NOT_SUPPORTED)
         # A symbol the driver's libnvidia-ml lacks: FUNCTION_NOT_FOUND from a versioned
         # call, NVMLLibraryMismatchError (a plain Exception, no NVMLError) from pynvml's
         # unversioned wrappers (``throwOnVersionMismatch``); older nvidia-ml-py releases
@@ -161,10 +161,8 @@ class NvmlGpuSource:
             nvml.NVMLError_FunctionNotFound,
             *(getattr(nvml, n) for n in ("NVMLLibraryMismatchError",) if hasattr(nvml, n)),
         )
-        # the NVML calls the driver's library was found to lack: not tried again (pynvml
-        # loads the library once, so what it lacks it lacks for the process' life; a
-        # failed symbol lookup is not cached by pynvml and costs a lock, an exception and
-        # a log line per device per poll)
+        # the NVML calls the driver's library was found to lack: not tried again
+        # (``_unless_absent``)
         self._absent: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -389,15 +387,16 @@ class NvmlGpuSource:
         """
         nv = self._nvml
         version = getattr(nv, "nvmlMemory_v2", None)
-        if version is not None and "nvmlDeviceGetMemoryInfo_v2" not in self._absent:
-            try:
-                return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
-            except self._symbol_missing:
-                self._absent.add("nvmlDeviceGetMemoryInfo_v2")
-            except nv.NVMLError as err:
-                if getattr(err, "value", None) not in self._memory_v1_codes:
-                    raise
-        return nv.nvmlDeviceGetMemoryInfo(handle)
+        mem = None
+        if version is not None:
+            mem = self._unless_absent(
+                "nvmlDeviceGetMemoryInfo_v2",
+                nv.nvmlDeviceGetMemoryInfo,
+                handle,
+                version=version,
+                not_here=self._memory_v1_codes,
+            )
+        return nv.nvmlDeviceGetMemoryInfo(handle) if mem is None else mem
 
     def _mig_parent(self, handle: Any, index: int, uuid: str, model: str) -> DeviceReading:
         """A MIG-enabled GPU with no instance yet (the MIG manager between enabling MIG
@@ -431,14 +430,12 @@ class NvmlGpuSource:
         fails it with FUNCTION_NOT_FOUND, which is no failing device (and is not
         asked again: the library is loaded once)."""
         nv = self._nvml
-        if "nvmlDeviceGetMigMode" in self._absent:
-            return False
-        try:
-            mode = self._optional(nv.nvmlDeviceGetMigMode, handle)
-        except self._symbol_missing as err:
-            self._absent.add("nvmlDeviceGetMigMode")
-            log.debug("no nvmlDeviceGetMigMode (%s): a driver without MIG", err)
-            return False
+        mode = self._unless_absent(
+            "nvmlDeviceGetMigMode",
+            nv.nvmlDeviceGetMigMode,
+            handle,
+            not_here=self._not_supported_codes,
+        )
         return mode is not None and int(mode[0]) == int(nv.NVML_DEVICE_MIG_ENABLE)
 
     def _mig_devices(
@@ -603,20 +600,13 @@ class NvmlGpuSource:
     def _extra_process_list(self, handle: Any, name: str) -> Sequence[Any]:
         """An MPS or graphics process list: empty where the driver (or nvidia-ml-py)
         has not got it or answers NOT_SUPPORTED — it has no such process to list."""
-        nv = self._nvml
-        if not hasattr(nv, name) or name + "_v2" in self._absent:
+        if not hasattr(self._nvml, name):
             return ()
-        try:
-            return self._process_list(handle, name)
-        except self._symbol_missing as err:  # no _v2 either: none to list, ever
-            self._absent.add(name + "_v2")
-            log.debug("%s: %s", name, err)
-            return ()
-        except nv.NVMLError as err:
-            if getattr(err, "value", None) not in self._list_absent_codes:
-                raise
-            log.debug("%s: %s", name, err)
-            return ()
+        # _process_list fails with a missing symbol only when _v2 is missing too
+        infos = self._unless_absent(
+            name + "_v2", self._process_list, handle, name, not_here=self._not_supported_codes
+        )
+        return () if infos is None else infos
 
     def _process_list(self, handle: Any, name: str) -> Sequence[Any]:
         """One NVML process list, from ``_v2`` where the driver has no ``_v3``.
@@ -629,13 +619,39 @@ class NvmlGpuSource:
         ``_v2`` either (430, 440) fails it with FUNCTION_NOT_FOUND, an NVMLError.
         """
         nv = self._nvml
-        if name not in self._absent:
-            try:
-                return getattr(nv, name)(handle)
-            except self._symbol_missing as err:
-                self._absent.add(name)
-                log.debug("no %s_v3 (%s): reading _v2 from now on", name, err)
-        return getattr(nv, name + "_v2")(handle)
+        infos = self._unless_absent(name, getattr(nv, name), handle)
+        return getattr(nv, name + "_v2")(handle) if infos is None else infos
+
+    def _unless_absent(
+        self,
+        name: str,
+        call: Callable[..., _T],
+        *args: Any,
+        not_here: Collection[int] = (),
+        **kwargs: Any,
+    ) -> _T | None:
+        """``call(*args, **kwargs)``, NVML's ``name``; None where it has nothing to read,
+        for the caller's fallback.
+
+        A symbol the driver's library lacks (``_symbol_missing``) is absent for the
+        process' life — pynvml loads the library once — so ``name`` is remembered in
+        ``_absent`` and not called again (a failed symbol lookup is not cached by
+        pynvml: a lock, an exception and a log line per device per poll). An NVML
+        error coded in ``not_here`` is this device's answer (a T4 has no MIG, an
+        A100 beside it has): None this time, asked again next time. Any other error
+        is raised.
+        """
+        if name in self._absent:
+            return None
+        try:
+            return call(*args, **kwargs)
+        except self._symbol_missing as err:
+            self._absent.add(name)
+            log.debug("no %s (%s): not asked again", name, err)
+        except self._nvml.NVMLError as err:
+            if getattr(err, "value", None) not in not_here:
+                raise
+        return None
 
     def _process_util(self, handle: Any, uuid: str) -> dict[int, float | None] | None:
         """Each process's SM share (mean of its new samples); None for a process whose

@@ -993,3 +993,28 @@ def test_a_call_the_driver_lacks_is_not_tried_again() -> None:
     assert tried["nvmlDeviceGetMPSComputeRunningProcesses_v2"] == 1
     assert tried["nvmlDeviceGetMemoryInfo_v2"] == 1
     assert tried["nvmlDeviceGetMemoryInfo"] == 6  # v1: every device, every poll
+
+
+def test_one_device_answering_not_supported_is_not_remembered_for_the_others() -> None:
+    """What the library lacks is remembered; what one device answers is that device's:
+    a T4 answering NOT_SUPPORTED to ``nvmlDeviceGetMigMode`` and to the v2 memory
+    call, ahead of an A100 in MIG mode, leaves the A100 read as its instances, with
+    v2 memory, on every poll."""
+    t4 = _gpu(
+        0,
+        reserved=GIB,
+        used=2 * GIB,
+        errors={"nvmlDeviceGetMemoryInfo_v2": real.NVML_ERROR_NOT_SUPPORTED},
+    )
+    mig = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+    a100 = _a100_mig(index=1, migs={0: mig})
+    nv = fake_nvml([t4, a100])
+    source = NvmlGpuSource(nv)
+    for _ in range(2):
+        poll = source.poll()
+        assert poll.failures == ()
+        assert [(d.uuid, d.gpu_instance_id, d.memory_used_bytes) for d in poll.devices] == [
+            (t4.uuid, None, 3 * GIB),  # v1: the reserve included
+            (a100.uuid, 1, 5 * GIB),
+        ]
+    assert nv.calls.count("nvmlDeviceGetMigMode") == 4  # each GPU, each poll
