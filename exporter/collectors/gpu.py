@@ -164,6 +164,9 @@ class NvmlGpuSource:
         # the NVML calls the driver's library was found to lack: not tried again
         # (``_unless_absent``)
         self._absent: set[str] = set()
+        # UUIDs of the MIG GPUs whose aggregate process list NVML refused this NVML
+        # session: their instances' lists are read straight away (``_mig_processes``)
+        self._aggregate_refused: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -193,6 +196,10 @@ class NvmlGpuSource:
                 raise NvmlUnavailable(NO_NVML_MESSAGE) from err
             raise NvmlUnavailable(f"NVML initialisation failed: {err}") from err
         self._initialised = True
+        # A refused aggregate is asked again in a new session: the driver reloaded
+        # under us may set its capability device nodes otherwise. What the library
+        # lacks (``_absent``) stays: pynvml never loads it again.
+        self._aggregate_refused.clear()
 
     def close(self, timeout_seconds: float = CLOSE_WAIT_SECONDS) -> None:
         """``nvmlShutdown``; errors ignored (the process is ending).
@@ -502,14 +509,20 @@ class NvmlGpuSource:
         aggregate is read instance by instance, each process given the GPU instance
         id of the handle that listed it; one instance's list failing leaves the GPU's
         processes unknown (``None``), as the refused aggregate did before.
+
+        The refusal is the process' capabilities' answer, which do not change: it is
+        remembered per GPU, and the aggregate is not asked again until NVML is
+        initialised again (``_init``).
         """
         nv = self._nvml
-        try:
-            return self._processes(handle, uuid, mig=True, refused=nv.NVMLError_NoPermission)
-        except nv.NVMLError_NoPermission as err:
-            if not instances:
-                log.debug("device %s: process list unavailable: %s", uuid, err)
-                return None
+        if uuid not in self._aggregate_refused:
+            try:
+                return self._processes(handle, uuid, mig=True, refused=nv.NVMLError_NoPermission)
+            except nv.NVMLError_NoPermission as err:
+                self._aggregate_refused.add(uuid)
+                log.debug("device %s: aggregate process list refused: %s", uuid, err)
+        if not instances:
+            return None
         out: list[ProcessSample] = []
         seen: set[tuple[int, int | None]] = set()
         for mig, giid in instances:

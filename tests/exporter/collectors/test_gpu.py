@@ -497,6 +497,78 @@ def test_mig_processes_are_listed_per_instance_without_the_monitor_privilege() -
     assert (row.gpu_instance_id, row.memory_used_bytes) == (9, 512 * 2**20)
 
 
+def _count_process_lists(nv: types.ModuleType) -> Counter[tuple[str, str]]:
+    """Count each process-list call the source makes, by (unversioned name, UUID of
+    the handle asked: a GPU's or a MIG device's)."""
+    asked: Counter[tuple[str, str]] = Counter()
+    for name in PROCESS_LISTS:
+        call = getattr(nv, name)
+
+        def counted(dev: Dev, *, _name: str = name, _call=call) -> list:
+            asked[_name, dev.uuid] += 1
+            return _call(dev)
+
+        setattr(nv, name, counted)
+    return asked
+
+
+def test_a_refused_mig_aggregate_is_not_asked_again() -> None:
+    """NVML refuses a MIG GPU's aggregate process list for want of a capability (the
+    DaemonSet drops CAP_SYS_ADMIN), which the process keeps for its life: each GPU's
+    aggregate is asked once, and later polls read the instances' lists straight
+    away, with the same processes."""
+    parent, ci_a, _ = _compute_instances_of_one_2g()
+    ci_a.procs = [(31, 2 * GIB, 3)]
+    parent.migs[2].procs = [(41, GIB, 9)]
+    mig = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+    mig.procs = [(51, GIB, 1)]
+    second = Dev(
+        uuid="GPU-abcdef01-0000-0000-0000-000000000000",
+        name=b"NVIDIA A100-SXM4-40GB",
+        index=1,
+        mig_mode=real.NVML_DEVICE_MIG_ENABLE,
+        migs={0: mig},
+    )
+    nv = fake_nvml([parent, second], mig_monitor=False)
+    asked = _count_process_lists(nv)
+    source = NvmlGpuSource(nv)
+    for _ in range(3):
+        poll = source.poll()
+        assert poll.failures == () and poll.process_list_failures == ()
+        assert [(p.pid, p.device_uuid, p.gpu_instance_id) for p in poll.processes] == [
+            (31, parent.uuid, 3),
+            (41, parent.uuid, 9),
+            (51, second.uuid, 1),
+        ]
+    # the compute list is the first asked: its refusal spares the other two
+    compute = "nvmlDeviceGetComputeRunningProcesses"
+    assert {key: n for key, n in asked.items() if key[1].startswith("GPU-")} == {
+        (compute, parent.uuid): 1,
+        (compute, second.uuid): 1,
+    }
+    assert asked[compute, ci_a.uuid] == asked[compute, mig.uuid] == 3
+
+
+def test_a_refused_mig_aggregate_is_asked_again_after_nvml_is_initialised_again() -> None:
+    """A refusal belongs to one NVML session: once the driver was away and NVML is
+    initialised again (a reloaded driver may grant what the old one did not), the
+    aggregate is asked again, once."""
+    parent, ci_a, _ = _compute_instances_of_one_2g()
+    ci_a.procs = [(31, 2 * GIB, 3)]
+    nv = fake_nvml([parent], mig_monitor=False)
+    asked = _count_process_lists(nv)
+    source = NvmlGpuSource(nv)
+    source.open()
+    source.poll()
+    parent.errors["nvmlDeviceGetUUID"] = real.NVML_ERROR_DRIVER_NOT_LOADED
+    assert source.poll().devices == () and not source.driver_loaded
+    del parent.errors["nvmlDeviceGetUUID"]
+    for _ in range(2):
+        assert [p.pid for p in source.poll().processes] == [31]
+    assert nv.calls.count("nvmlInit") == 2
+    assert asked["nvmlDeviceGetComputeRunningProcesses", parent.uuid] == 2
+
+
 def test_mig_disabled_gpu_is_a_whole_device() -> None:
     dev = _gpu(0, mig_mode=real.NVML_DEVICE_MIG_DISABLE, util=20)
     poll = NvmlGpuSource(fake_nvml([dev])).poll()
