@@ -20,10 +20,9 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   than the compaction floor gets the real server's 410 ``Status`` (reason
   ``Expired``), as does every token while ``expire_continue`` is set (a list
   slower than the compaction window); ``list_pages`` records the item count of
-  every page served; with ``reuse_lists`` set, a list answer is encoded once and
-  the same bytes served again for the same query while no pod changed (so a memory
-  measurement of the client, in this process, does not count the server thread's
-  copies of each page);
+  every page served. A page is encoded from the stored pods themselves, under the
+  store's lock: serving it leaves no pod object behind in this process (a client
+  test here may count the pod objects alive);
 - ``GET /apis/batch/v1/namespaces/<ns>/jobs/<name>``: a Job added with ``add_job``,
   else the real server's 404 ``Status``; with ``jobs_forbidden`` its 403 ``Status``
   (what a service account without ``get`` on ``jobs.batch`` receives).
@@ -180,10 +179,6 @@ class FakeKubeAPI:
         self._jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.jobs_forbidden = False  # answer Job GETs 403, as without the RBAC rule
         self.expire_continue = False  # answer every continue token 410 Expired
-        self.reuse_lists = False  # serve a list answer encoded before, see _list
-        # (query, resourceVersion) -> a list answer's (items, body), while reuse_lists is
-        # set; emptied whenever the store changes
-        self._list_answers: dict[tuple[tuple[str, str], ...], tuple[int, bytes]] = {}
         self._events: list[tuple[int, str, dict[str, Any]]] = []
         self._rv = 100
         self._floor = 0
@@ -201,7 +196,6 @@ class FakeKubeAPI:
 
     def _record(self, kind: str, obj: dict[str, Any]) -> None:
         self._rv += 1
-        self._list_answers.clear()
         obj = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = str(self._rv)
         if kind == "DELETED":
@@ -231,7 +225,6 @@ class FakeKubeAPI:
         """
         with self._cond:
             self._rv += 1
-            self._list_answers.clear()
             self._floor = self._rv
             self._events.clear()
 
@@ -394,19 +387,13 @@ class _Handler(BaseHTTPRequestHandler):
                     )
                     return
                 rv, after = continued[0], continued[1:]
-            # the same query while no pod changed (the store's resourceVersion): the same answer
-            reuse = (*sorted(query.items()), ("", str(api._rv)))
-            answer = api._list_answers.get(reuse) if api.reuse_lists else None
-            if answer is None:
-                keys = sorted(
-                    key
-                    for key, pod in api._pods.items()
-                    if (node is None or pod["spec"].get("nodeName") == node)
-                    and (after is None or key > after)
-                )
-                page = keys[:limit] if limit else keys
-                items = [copy.deepcopy(api._pods[key]) for key in page]
-        if answer is None:
+            keys = sorted(
+                key
+                for key, pod in api._pods.items()
+                if (node is None or pod["spec"].get("nodeName") == node)
+                and (after is None or key > after)
+            )
+            page = keys[:limit] if limit else keys
             metadata: dict[str, Any] = {"resourceVersion": str(rv)}
             if len(page) < len(keys):
                 last = {"rv": rv, "namespace": page[-1][0], "name": page[-1][1]}
@@ -414,13 +401,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if not (query.get("fieldSelector") or query.get("labelSelector")):
                     # the server counts what remains only when no selector filters it
                     metadata["remainingItemCount"] = len(keys) - len(page)
+            items = [api._pods[key] for key in page]  # encoded here, while no pod changes
             document = {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
-            answer = (len(items), json.dumps(document).encode())
-            if api.reuse_lists:
-                with api._cond:
-                    api._list_answers[reuse] = answer
-        api.list_pages.append(answer[0])
-        self._send(200, answer[1])
+            body = json.dumps(document).encode()
+        api.list_pages.append(len(page))
+        self._send(200, body)
 
     def _continued(self, query: dict[str, str]) -> tuple[int, str, str] | None:
         """A list's ``continue`` token as (resourceVersion, namespace, name) of the last

@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import time
-import tracemalloc
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -475,7 +474,7 @@ def test_finished_pods_give_way_to_running_ones_at_the_cap(
     assert sorted(names(src)) == ["early", "train", "train2"]
 
 
-def _finished_job_pods(api: FakeKubeAPI, count: int, first: int = 0) -> None:
+def _finished_job_pods(api: FakeKubeAPI, count: int) -> None:
     """``count`` finished Job pods as a batch node keeps them (no TTL), each with the
     managedFields every pod the API serves carries."""
     managed = [
@@ -486,7 +485,7 @@ def _finished_job_pods(api: FakeKubeAPI, count: int, first: int = 0) -> None:
             "fieldsV1": {"f:spec": {f"f:c{n}": {"f:x": {}, "f:y": {}} for n in range(60)}},
         }
     ]
-    for n in range(first, first + count):
+    for n in range(count):
         pod = make_pod(f"sweep-{n}", uid=uid(n), phase="Succeeded", ip=None)
         pod["metadata"]["managedFields"] = managed
         api.add_pod(pod)
@@ -650,45 +649,47 @@ def test_the_fake_pages_lists_as_the_api_server_does(api: FakeKubeAPI) -> None:
     assert (code, answer["reason"]) == (410, "Expired")
 
 
-def _list_peak(api: FakeKubeAPI, count: int) -> int:
-    """Add ``count`` finished Job pods to the fake; the peak traced memory of one list
-    of all its pods (the lower of two). The fake serves each answer as encoded by a
-    list before the measured ones (``reuse_lists``): in this process, the server
-    thread's copy and encoding of every page counted too, more or less depending on
-    how the two threads ran (ratios of 0.6 to 1.95 where 1.1 is the truth)."""
-    _finished_job_pods(api, count, first=len(api._pods))
-    src = KubePodSource(NODE, api_url=api.url, max_pods=10_000, job_deadlines=False)
-    src._api = src._make_api()
-    api.reuse_lists = True
-    src._list()  # not measured: the fake encodes its answers, the client connects
-    peaks = []
-    for _ in range(2):
-        gc.collect()
-        tracemalloc.start()
-        try:
-            src._list()
-            peaks.append(tracemalloc.get_traced_memory()[1])
-        finally:
-            tracemalloc.stop()
-    assert len(src.poll()) == len(api._pods)
-    return min(peaks)
+def _pod_objects(excluded: set[int]) -> int:
+    """Pod objects (JSON objects with metadata, spec and status) alive in this
+    process, but those whose ids are ``excluded``."""
+    return sum(
+        1
+        for o in gc.get_objects()
+        if type(o) is dict
+        and "metadata" in o
+        and "spec" in o
+        and "status" in o
+        and id(o) not in excluded
+    )
 
 
-def _relist_peaks(api: FakeKubeAPI) -> tuple[int, int]:
-    """Peak memory of a list of one page of pods, then of one of three pages."""
-    page = kube_module.LIST_PAGE_PODS
-    return _list_peak(api, page), _list_peak(api, 2 * page)
-
-
-def test_a_relist_holds_one_page_of_pods_not_the_whole_list(api: FakeKubeAPI) -> None:
+def test_a_relist_holds_one_page_of_pods_not_the_whole_list(api: FakeKubeAPI, monkeypatch) -> None:
     """A batch node keeps every finished Job pod without a TTL in the API. Parsed whole,
     a list of 6,000 of them took the exporter past the DaemonSet's 384Mi memory limit
     (OOMKilled at start and at every 5-minute relist; 659 MB at 10,700 pods, within
-    MAX_LIST_BYTES). Read a page at a time, a list of three times the pods costs
-    about what one of one page costs: the objects of one page, not of the list."""
-    one_page, three_pages = _relist_peaks(api)
-    # parsed whole, three pages cost three times one (measured 3.0x); a page at a time 1.1x
-    assert three_pages < 2 * one_page, (one_page, three_pages)
+    MAX_LIST_BYTES): the pod objects of the answer are what costs. Read a page at a
+    time, while each page is parsed the pod objects alive are that page's, not the
+    list's: counted at each parse (the fake serves its stored pods, which are not
+    counted, and leaves no copy behind)."""
+    page = kube_module.LIST_PAGE_PODS
+    _finished_job_pods(api, 3 * page)
+    src = KubePodSource(NODE, api_url=api.url, max_pods=10_000, job_deadlines=False)
+    src._api = src._make_api()
+    stored = {id(pod) for pod in api._pods.values()}
+    alive_at_parse: list[int] = []
+    parse = kube_module._listed
+
+    def counted(items: list) -> list:
+        alive_at_parse.append(_pod_objects(stored) - before)
+        return parse(items)
+
+    monkeypatch.setattr(kube_module, "_listed", counted)
+    gc.collect()
+    before = _pod_objects(stored)
+    src._list()
+    assert len(src.poll()) == 3 * page
+    # parsed whole: [3 * page]; a page kept after its parse: [page, 2 * page, 3 * page]
+    assert alive_at_parse == [page] * 3
 
 
 def _outside(src: KubePodSource) -> list[str]:
