@@ -6,10 +6,10 @@ replays every corpus of ``bench/forecast_accuracy.py`` in time order at the mome
 scores (start and 10–95 % of each completed run's realised total,
 ``evaluate.replay_events``), and at each asks ``DurationsFit.forecast`` as the service
 does, the fit given the runs that completed before the moment (in end order). Beside it, the plain median of
-those durations minus the time elapsed (what a person would guess; the
-``identity median`` column of the accuracy tables, on the same configuration key) and
-the P10–P90 coverage, by the number of durations the forecast had. A second table
-per corpus takes the moments the configuration could not answer (no completed run of
+those durations minus the time elapsed (what a person would guess; ``evaluate``'s
+``configuration_median``: the accuracy tables' ``identity median``, keyed instead on the
+configuration) and the P10–P90 coverage, by the number of durations the forecast had.
+A second table per corpus takes the moments the configuration could not answer (no completed run of
 it, or none longer than the time elapsed): how many its job's or the cluster's
 durations answered (``planless.METHODS``), their error and coverage, and how many got
 no forecast.

@@ -26,7 +26,7 @@ forecast (a run whose remaining epochs took zero seconds) is not scored.
 Runs recorded without a plan (``RunsFile.planless``: trained to a quality target) are
 scored apart at the same moments, in a table of their own: gpu-eta's forecast is the
 service's for such a run (``planless.DurationsReplay``: the durations of the runs that
-ended before, never the total the run reached), beside ``IDENTITY_MEDIAN``.
+ended before, never the total the run reached), beside ``CONFIGURATION_MEDIAN``.
 
 The runs file may be gzip-compressed; a damaged run in it is skipped and named in one
 warning line on stderr (``forecaster.runs_csv``). On a terminal, stderr shows how many
@@ -75,16 +75,19 @@ from gpu_eta.forecaster.runs import Run, RunKey, run_key, thinned
 from gpu_eta.forecaster.runs_csv import RunsCsvError, display_name, exact, read_runs_file
 
 GPU_ETA = "gpu_eta"
-IDENTITY_MEDIAN = "identity_median"
+CONFIGURATION_MEDIAN = "configuration_median"
 """The baseline of runs without a plan: the median duration of the earlier completed
 runs of the run's configuration minus the time elapsed (``bench/planless.py``'s).
 Why not ``history_match``: it reads the plan (its answer is 0 once the plan is reached),
-and a recorded run's plan is its realised total; this reads durations only."""
-PLANLESS_METHODS = (GPU_ETA, IDENTITY_MEDIAN)
+and a recorded run's plan is its realised total; this reads durations only. Why not
+``identity_median``: that is ``bench/forecast_accuracy.py``'s yardstick, keyed on
+namespace + job + node type only (``IDENTITY_COLUMNS``), not on the configuration."""
+PLANLESS_METHODS = (GPU_ETA, CONFIGURATION_MEDIAN)
 PROG = "gpu-eta forecaster"
 PREFIX = f"{PROG}: evaluate: "
-# What makes two runs "the same configuration" for the with-history subset the bench
-# reports (issue 10: same namespace + job + node type); absent columns count as empty.
+# What makes two runs "the same identity" for the with-history subset the bench
+# reports (issue 10: same namespace + job + node type; coarser than a configuration,
+# which adds batch size and GPUs); absent columns count as empty.
 IDENTITY_COLUMNS = ("namespace", "job_name", "node_type")
 Progress = Callable[[int, int], None]
 PlanlessMoment = tuple[float, Forecast | None, float | None, float]
@@ -134,7 +137,7 @@ class PointScore:
 @dataclass
 class PlanlessScore:
     """Scores at one progress point of the runs without a plan: median abs % error of
-    gpu-eta and ``IDENTITY_MEDIAN`` on the ``n`` moments both answered, gpu-eta's
+    gpu-eta and ``CONFIGURATION_MEDIAN`` on the ``n`` moments both answered, gpu-eta's
     P10–P90 coverage there, the moments forecast where the baseline had no earlier run
     (``skipped``) and those gpu-eta had no forecast for (``no_forecast``: counted, not
     scored, as the service publishes none there)."""
@@ -150,7 +153,7 @@ class PlanlessScore:
     def ratio(self) -> float:
         """gpu-eta's median error ÷ the baseline's (NaN when undefined)."""
         ours = self.mape.get(GPU_ETA, math.nan)
-        base = self.mape.get(IDENTITY_MEDIAN, math.nan)
+        base = self.mape.get(CONFIGURATION_MEDIAN, math.nan)
         return ours / base if base > 0 else math.nan
 
 
@@ -332,7 +335,7 @@ def backtest(
     ``epochs_planned`` the total they reached) are scored apart at the same moments:
     gpu-eta's forecast is the service's for a run without a plan (``DurationsReplay``:
     the durations of the completed runs ended before the moment, from the run's
-    identity and start only, never its plan), against ``IDENTITY_MEDIAN``; the rate
+    identity and start only, never its plan), against ``CONFIGURATION_MEDIAN``; the rate
     baselines cannot answer without a total. Every completed run, with a plan or
     without, is history for every method, as the service stores a plan-less run that
     ended at what it reached.
@@ -475,7 +478,7 @@ def planless_scores(
                 score.skipped += 1
             else:
                 errs[GPU_ETA].append(abs(fc.p50 - truth) / truth)
-                errs[IDENTITY_MEDIAN].append(abs(base - truth) / truth)
+                errs[CONFIGURATION_MEDIAN].append(abs(base - truth) / truth)
                 hits.append(fc.p10 <= truth <= fc.p90)
         score.n = len(hits)
         score.mape = {k: float(np.median(v)) if v else math.nan for k, v in errs.items()}
@@ -529,8 +532,8 @@ def planless_table(result: Backtest) -> list[str]:
             "point",
             "n",
             GPU_ETA,
-            IDENTITY_MEDIAN,
-            f"{GPU_ETA}/{IDENTITY_MEDIAN}",
+            CONFIGURATION_MEDIAN,
+            f"{GPU_ETA}/{CONFIGURATION_MEDIAN}",
             "gpu_eta P10-P90 coverage",
             "no forecast",
         ]
@@ -549,13 +552,13 @@ def planless_table(result: Backtest) -> list[str]:
         )
     lines = [head, *_aligned(rows)]
     lines.append(
-        f"{IDENTITY_MEDIAN}: the median duration of the configuration's earlier completed "
+        f"{CONFIGURATION_MEDIAN}: the median duration of the configuration's earlier completed "
         "runs minus the time elapsed; no forecast: no earlier run longer than the time "
         "elapsed, or its level's spread not yet measured (not scored)"
     )
     skipped = _not_scored_line(
         result.planless_points.values(),
-        f"no earlier completed run of the configuration for {IDENTITY_MEDIAN}",
+        f"no earlier completed run of the configuration for {CONFIGURATION_MEDIAN}",
     )
     if skipped:
         lines.append(skipped)

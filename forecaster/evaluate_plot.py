@@ -39,7 +39,7 @@ LABELS = {
     "keras_mean": "Keras (mean epoch time)",
     "cumulative_mean": "elapsed / progress",
     "predict_linear": "Prometheus predict_linear",
-    "identity_median": "median duration of the configuration's runs",
+    "configuration_median": "median duration of the configuration's runs",
 }
 
 

@@ -58,7 +58,7 @@ def test_a_file_of_runs_without_a_plan_draws_their_table() -> None:
     planless = {}
     for i, point in enumerate(POINTS):
         score = PlanlessScore(point, n=10 + i, coverage=0.8)
-        score.mape = {"gpu_eta": 0.05 + 0.01 * i, "identity_median": 0.06 + 0.01 * i}
+        score.mape = {"gpu_eta": 0.05 + 0.01 * i, "configuration_median": 0.06 + 0.01 * i}
         planless[point] = score
     result = Backtest(3, 3, empty, [], 0, n_planless=3, planless_points=planless)
     fig = figure(result)
@@ -68,6 +68,6 @@ def test_a_file_of_runs_without_a_plan_draws_their_table() -> None:
         coverage = list(fig.axes[1].get_lines()[-1].get_ydata())
     finally:
         plt.close(fig)
-    assert labels == [LABELS["gpu_eta"], LABELS["identity_median"]], labels
+    assert labels == [LABELS["gpu_eta"], LABELS["configuration_median"]], labels
     assert "without a plan" in title
     assert coverage == pytest.approx([80.0] * len(POINTS))
