@@ -699,17 +699,21 @@ def build_parser() -> argparse.ArgumentParser:
     # like every other error of every gpu-eta command, not argparse's usage block
     parser = Parser(
         prog="python -m gpu_eta.forecaster evaluate",
-        description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/forecasting.md).",
+        description="Backtest gpu-eta and the usual ETAs on recorded runs (see docs/evaluate.md).",
     )
     parser.add_argument(
         "--runs",
         required=True,
         type=Path,
-        help="runs CSV (or .csv.gz), one row per epoch end; - reads standard input",
+        metavar="FILE.csv",
+        help="runs CSV (or .csv.gz), one row per progress point; - reads standard input",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
-        "--predictions", type=Path, help="write every gpu-eta prediction to this CSV"
+        "--predictions",
+        type=Path,
+        metavar="OUT.csv",
+        help="write every gpu-eta prediction to this CSV",
     )
     parser.add_argument(
         "--predict-linear-window",
@@ -721,7 +725,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--plot",
         type=Path,
-        metavar="FILE.png",
+        metavar="OUT.png",
         help="draw error and P10–P90 coverage by progress (needs matplotlib)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")

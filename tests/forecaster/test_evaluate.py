@@ -551,3 +551,37 @@ def test_step_level_runs_pooled_against_the_rate_baselines() -> None:
         assert min(len(r.epoch_times) for r in recorded(name) if r.completed) > 150
         assert all(counts_steps(r) for r in recorded(name))
         assert 0.6 <= pooled_coverage(scored(name, REFIT_TENTH)) <= 0.95
+
+
+EVALUATE_DOC = Path(__file__).resolve().parents[2] / "docs" / "evaluate.md"
+
+
+def test_help_names_the_flags_as_docs_evaluate_md_does() -> None:
+    """``evaluate --help`` and the synopsis in docs/evaluate.md name the same flags with
+    the same placeholders (the doc may add what a placeholder accepts, ``[.gz]|-``), and
+    the help points at that page: a reader moves between the two without translating."""
+    from gpu_eta.forecaster.evaluate import build_parser
+
+    doc = EVALUATE_DOC.read_text()
+    block = doc.split("## `python -m gpu_eta.forecaster evaluate`", 1)[1].split("```")[1]
+    documented: dict[str, str | None] = {}
+    words = block.replace("[", " ").replace("]", " ").split()
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            after = words[i + 1] if i + 1 < len(words) else ""
+            documented[word] = None if after.startswith("--") or not after else after
+    parser = build_parser()
+    flags: dict[str, str | None] = {}
+    for action in parser._actions:
+        (flag,) = (s for s in action.option_strings if s.startswith("--"))
+        if flag != "--help":
+            # what --help prints: the metavar, else argparse's upper-cased dest
+            flags[flag] = (action.metavar or action.dest.upper()) if action.nargs != 0 else None
+    assert set(flags) == set(documented), (flags, documented)
+    for flag, metavar in flags.items():
+        shown = documented[flag]
+        if metavar is None:
+            assert shown is None, flag
+        else:
+            assert shown is not None and shown.startswith(metavar), (flag, metavar, shown)
+    assert "docs/evaluate.md" in parser.description
