@@ -65,9 +65,7 @@ def moments(runs: Sequence[Run], matched: bool = True) -> tuple[list[Moment], li
     out: list[Moment] = []
     coarser: list[Coarser] = []
     for now, point, part, whole in replay_events(runs):
-        truth = whole.last_timestamp - now
-        if truth <= 0:
-            continue
+        truth = whole.last_timestamp - now  # > 0: replay_events yields no moment without time left
         fc = replay.forecast(part, now)  # as the service asks it
         if fc is None:
             coarser.append((point, "none", math.nan, math.nan, False))

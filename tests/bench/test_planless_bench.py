@@ -39,3 +39,18 @@ def test_unanswered_moments_name_the_level_that_answered_them() -> None:
     table = "\n".join(pb.coarser_table(coarser))
     assert "`job_durations`: moments, error, coverage" in table
     assert "| start | 12 | – |" in table
+
+
+def test_moments_with_no_time_left_are_never_replayed() -> None:
+    """A run whose last epochs end when it does (no time left from 20 % on) gives no
+    moment there: ``moments`` divides by the time left and relies on
+    ``evaluate.replay_events`` for that, keeping no check of its own."""
+    runs = _history()
+    again = runs[-1]
+    # "again" with its 200 s in the first two of its ten epochs, the rest at its end
+    runs[-1] = make_run(
+        "again", [100.0, 100.0] + [0.0] * 8, start=again.start_timestamp, job_name="job11"
+    )
+    rows, _coarser = pb.moments(runs)
+    assert sorted(r[0] for r in rows) == [0.0, 0.1]  # the start and 10 % only
+    assert all(r[5] > 0 for r in rows)
