@@ -152,7 +152,7 @@ whatever the number of pods: the cycle sends the ``QUERIES`` folded into one
 ``second_round`` folded into one more (the node labels pending pods select beyond the
 GPU type, when pods without ``kube_pod_created`` were first seen Pending, and where KSM
 exports it for no pod, the GPU pods first seen in the arrival window); each is limited
-to pods that ask for a GPU resource.
+to pods that ask for a GPU resource (above 0: ``nvidia.com/gpu: 0`` asks for none).
 
 Each query also holds when KSM runs as two or more replicas that Prometheus scrapes
 apart (every series twice, ``instance`` apart): the series a ``group_left`` join
@@ -197,7 +197,11 @@ T = TypeVar("T")
 # (``common.gpu_resources.KSM_GPU_RESOURCES``) and the site's own (``render``)
 _REQ = 'kube_pod_container_resource_requests{resource=~"{gpu_resources}"}'
 _INIT_REQ = 'kube_pod_init_container_resource_requests{resource=~"{gpu_resources}"}'
-_GPU_PODS = f"and on (uid) ({_REQ} or {_INIT_REQ})"
+# pods asking a GPU: a request above 0, app or init container (KSM exports
+# ``nvidia.com/gpu: 0``, a CPU-only profile overriding a GPU default, as a series of
+# value 0: no GPU asked, as ``_requested`` reads it); a comparison keeps every label
+_GPU_REQUESTS = f"({_REQ} > 0 or {_INIT_REQ} > 0)"
+_GPU_PODS = f"and on (uid) {_GPU_REQUESTS}"
 _PENDING = 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
 _ALLOCATABLE = 'kube_node_status_allocatable{resource=~"{gpu_resources}"}'
 _GPU_NODES = f"and on (node) {_ALLOCATABLE}"
@@ -251,7 +255,7 @@ POD_TIMES = _tagged(
         "finished": (
             "max by (namespace, pod, uid) "
             '(kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1) '
-            f"and on (uid) (({_REQ} or {_INIT_REQ}) unless on (node) {_ALLOCATABLE})"
+            f"and on (uid) ({_GPU_REQUESTS} unless on (node) {_ALLOCATABLE})"
         ),
     },
 )
@@ -326,12 +330,13 @@ MAX_SINCE_QUERY_CHARS = 9_000
 _CREATED_IN_WINDOW = (
     "(max by (uid) (last_over_time(kube_pod_created[{arrivals}])) > time() - {arrivals_seconds})"
 )
-# keeps the series of GPU pods seen in the window; which of them were created in it is
-# the ``request`` part's filter alone (``_arrivals`` reads only those uids), so that
-# ``kube_pod_created`` over every pod of the cluster is read once, not three times
+# keeps the series of GPU pods (a request above 0, as ``_GPU_PODS``) seen in the
+# window; which of them were created in it is the ``request`` part's filter alone
+# (``_arrivals`` reads only those uids), so that ``kube_pod_created`` over every pod of
+# the cluster is read once, not three times
 _GPU_IN_WINDOW = (
-    f"and on (uid) (last_over_time({_REQ}[{{arrivals}}]) "
-    f"or last_over_time({_INIT_REQ}[{{arrivals}}]))"
+    f"and on (uid) (last_over_time({_REQ}[{{arrivals}}]) > 0 "
+    f"or last_over_time({_INIT_REQ}[{{arrivals}}]) > 0)"
 )
 # GPU pods created in the window: the arrival rate per shape (tagged ``arrival``): each
 # pod's request (``request``: its containers' sum, each container's once per replica,
@@ -448,7 +453,12 @@ def selector_keys(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
 
 def uncreated(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
     """The uids (sorted) of the pending GPU pods not yet bound that ``QUERIES``' answers
-    show without ``kube_pod_created``: those ``pending_since_query`` places."""
+    show without ``kube_pod_created``: those ``pending_since_query`` places.
+
+    A GPU pod here asks above 0, as ``POD_TIMES`` reads them (``_GPU_PODS``): a pod
+    asking 0 (``PODS`` keeps it, ``parse`` leaves it out) has no ``created`` sample to
+    show, and taken for one without the series it would send a second round each cycle
+    (and, alone, ``denylisted``'s expensive fallback)."""
     created = {
         s.labels.get("uid", "")
         for s in samples.get("ksm_pod_times", ())
@@ -458,7 +468,7 @@ def uncreated(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:
         s.labels.get("uid", "")
         for name in ("ksm_pods", "ksm_init_requests")
         for s in samples.get(name, ())
-        if s.labels.get("phase") == "Pending" and not s.labels.get("node")
+        if s.labels.get("phase") == "Pending" and not s.labels.get("node") and s.value > 0
     }
     return tuple(sorted(waiting - created - {""}))
 

@@ -858,6 +858,20 @@ def ksm_samples(client: PromClient, now: float) -> dict[str, list[Sample]]:
     return out
 
 
+def scraped(
+    prometheus_factory, ksm_target, nodes: list, pods: list, pending: int
+) -> tuple[dict[str, list[Sample]], float]:
+    """``nodes`` and ``pods`` served as KSM and scraped by a real Prometheus until
+    ``pending`` pods show Pending: every queue query's answer then (``ksm_samples``),
+    and that moment."""
+    target, body = ksm_target
+    body[0] = exposition(nodes, pods)
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=pending)
+    now = time.time()
+    return ksm_samples(PromClient(prom.url), now), now
+
+
 def cluster(now: float) -> str:
     return exposition(*cluster_parts(now))
 
@@ -967,7 +981,6 @@ def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, k
     2000 GPUs is ``never_fits``, a NaN request is ``pending_rejected``, a request of 0
     is no GPU pod (neither published nor counted), a pod past --pending.max-pods is
     ``pending_skipped``; all pass promtool."""
-    target, body = ksm_target
     now = time.time()
     pods = [
         KsmPod("ml", "fits", "u1", "Pending", now - 400, {GPU: 1}),
@@ -976,12 +989,7 @@ def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, k
         KsmPod("ml", "zero", "u4", "Pending", now - 220, {GPU: 0}),
         KsmPod("ml", "later", "u5", "Pending", now - 200, {GPU: 1}),
     ]
-    body[0] = exposition([KsmNode("n1", {GPU: 4})], pods)
-    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
-    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=5)
-    client = PromClient(prom.url)
-    now = time.time()
-    samples = ksm_samples(client, now)
+    samples, now = scraped(prometheus_factory, ksm_target, [KsmNode("n1", {GPU: 4})], pods, 5)
     q = kube_state.parse(samples, now)
     result = predict(q, {}, [600.0], now, PendingSettings(n_samples=10, max_pods=2))
     state = ServiceState()
@@ -1003,6 +1011,60 @@ def test_pods_left_out_are_published_or_counted_end_to_end(prometheus_factory, k
     assert errors == {"pending_rejected": 1, "pending_skipped": 1}
     proc = promtool("check", "metrics", stdin=text)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_pods_asking_zero_gpus_are_not_read_as_gpu_pods_end_to_end(prometheus_factory, ksm_target):
+    """Real Prometheus scraping KSM-shaped series: ``nvidia.com/gpu: 0`` (a CPU-only
+    profile overriding a GPU default, exported as a series of value 0) asks no GPU, so
+    the queries that read GPU pods' times and metadata (``POD_TIMES``, ``POD_META``)
+    leave such pods out, app or init container, pending or running: a cluster's CPU
+    notebooks are not read every cycle, and a pending one without ``kube_pod_created``
+    sends no second round (``uncreated``). A request of 1, app or init, is read."""
+    now = time.time()
+    tolerates = (KsmToleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
+    selects_a100 = {"nvidia.com/gpu.product": "NVIDIA-A100"}
+    gpu = {"node_selector": selects_a100, "tolerations": tolerates, "priority_class": "p"}
+    # the same three pods asking 1 GPU (ml, uids u-*) and 0 (hub, uids z-*): from the
+    # app container, from an init container, and running
+    pods = [
+        KsmPod(ns, f"{kind}-{shape}", f"{tag}-{shape}", phase, now - 60, app, **gpu, **more)
+        for units, ns, kind, tag in ((1, "ml", "gpu", "u"), (0, "hub", "cpu", "z"))
+        for shape, phase, app, more in (
+            ("app", "Pending", {GPU: units}, {}),
+            ("init", "Pending", {"cpu": 1}, {"init_containers": {"setup": {GPU: units}}}),
+            ("run", "Running", {GPU: units}, {"node": "n1", "start_time": now - 590}),
+        )
+    ]
+    samples, now = scraped(prometheus_factory, ksm_target, [KsmNode("n1", {GPU: 4})], pods, 4)
+
+    def read(part: str, tag: str) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for s in samples[part]:
+            out.setdefault(s.labels[tag], set()).add(s.labels["uid"])
+        return out
+
+    assert read("ksm_pod_times", "time") == {
+        "created": {"u-app", "u-init"},  # pending GPU pods only
+        "started": {"u-run"},
+    }
+    pending_gpu = {"u-app", "u-init"}
+    assert read("ksm_pod_meta", "meta") == {
+        "info": pending_gpu,
+        "nodeselectors": pending_gpu,
+        "tolerations": pending_gpu,
+    }
+    # the GPU pods created in the window: their tolerations and GPU type (each pod here
+    # was created in it; the running ones too)
+    gpu_pods = {"u-app", "u-init", "u-run"}
+    arrivals = read("ksm_arrivals", "arrival")
+    assert (arrivals["tolerations"], arrivals["nodeselectors"]) == (gpu_pods, gpu_pods)
+    # the zero requests' pods asked nothing more (none is a GPU pod without created)
+    assert kube_state.uncreated(samples) == ()
+    assert kube_state.second_round(samples) == {}
+    q = kube_state.parse(samples, now)
+    assert sorted(p.pod for p in q.pending) == ["gpu-app", "gpu-init"]
+    assert [h.pod for h in q.holders] == ["gpu-run"]
+    assert q.rejected == {}
 
 
 def init_request(pod: str, container: str, value: float, **labels: str) -> Sample:
