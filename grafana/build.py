@@ -137,6 +137,21 @@ RUNNING_PROGRESS = (
     " unless gpu_eta_training_run_end_timestamp_seconds{{{sel}}})"
 )
 
+# The forecaster's run series (ETA, method, stalled) carry no ``node``: a run's node is
+# its exporter series'. Joined on (namespace, pod), as a pod runs on one node, to the
+# run's last report on the chosen nodes (every run reports through the exporter, so
+# All, ``.*``, keeps every run the exporters have seen). Over 10 min, not the bare
+# selector: a failing scrape marks the exporter's series stale at once, while the
+# forecaster keeps a run through a 5-min scrape gap (docs/forecaster.md, "Scrape
+# gaps") and a pushed forecast stays until the next push; a range selector skips the
+# staleness markers. The cost: a pod gone less than 10 min ago keeps its node for an
+# ETA the forecaster still publishes, and a run no exporter reported in 10 min is
+# not listed, with All too.
+ON_CHOSEN_NODES = (
+    "and on (namespace, pod) "
+    f"last_over_time(gpu_eta_training_last_report_timestamp_seconds{{{NS}, {NODE}}}[10m])"
+)
+
 # ------------------------------------------------------------------ builders
 
 
@@ -355,26 +370,23 @@ def cluster_overview() -> dict:
             "Runs in progress with a plan, as gpu-eta top lists them (not ended, below their planned "
             "epochs and steps): progress (epochs or steps done / planned) and the "
             "forecaster's completion time with its P10–P90 interval.",
-            q(RUNNING_PROGRESS.format(sel=NS), ref="A", instant=True),
-            q(
-                f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.1"}}) * 1000',
-                ref="B",
-                instant=True,
-            ),
-            q(
-                f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.5"}}) * 1000',
-                ref="C",
-                instant=True,
-            ),
-            q(
-                f'max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.9"}}) * 1000',
-                ref="D",
-                instant=True,
-            ),
+            q(RUNNING_PROGRESS.format(sel=f"{NS}, {NODE}"), ref="A", instant=True),
+            *[
+                q(
+                    "max by (namespace, pod, container, run_id) "
+                    "(gpu_eta_job_predicted_completion_timestamp_seconds"
+                    f'{{{NS}, quantile="{qv}"}}) * 1000 {ON_CHOSEN_NODES}',
+                    ref=ref,
+                    instant=True,
+                )
+                for ref, qv in (("B", "0.1"), ("C", "0.5"), ("D", "0.9"))
+            ],
             q(
                 # from the completion time, not the published remaining seconds: those are
                 # as of the forecaster's last cycle (up to 5 min old under the CronJob)
-                f'clamp_min(max by (namespace, pod, container, run_id) (gpu_eta_job_predicted_completion_timestamp_seconds{{{NS}, quantile="0.5"}}) - time(), 0)',
+                "clamp_min(max by (namespace, pod, container, run_id) "
+                "(gpu_eta_job_predicted_completion_timestamp_seconds"
+                f'{{{NS}, quantile="0.5"}}) - time(), 0) {ON_CHOSEN_NODES}',
                 ref="E",
                 instant=True,
             ),

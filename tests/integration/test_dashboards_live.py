@@ -802,5 +802,52 @@ def test_running_jobs_table_lists_only_runs_in_progress(tmp_path) -> None:
     (panel,) = (p for p in _panels(board) if p.get("title") == "Running training jobs")
     (expr,) = (t["expr"] for t in panel["targets"] if t["refId"] == "A")
     with backfilled(tmp_path, lines) as prom:
-        found = PromAt(prom, float(end)).instant(interpolate(expr, {"namespace": ".*"}))
+        found = PromAt(prom, float(end)).instant(
+            interpolate(expr, {"namespace": ".*", "node": ".*"})
+        )
     assert {s.labels["run_id"]: s.value for s in found} == {"live": 0.3, "steps": 0.4}
+
+
+@pytest.mark.slow
+def test_running_jobs_table_honours_the_node_variable(tmp_path) -> None:
+    """Every column of the Cluster overview's "Running training jobs" lists only the
+    runs of the nodes chosen (the forecaster's ETA series carry no ``node``: they are
+    joined on (namespace, pod) to the run's exporter series), every run with All
+    (``.*``). A run whose exporter series stopped 7 min ago (a scrape failing: its
+    series are marked stale at once) while the forecaster still publishes its ETA keeps
+    its ETA under its node. Runs on n1 and n2, each series scraped by two jobs."""
+    end = int(time.time()) // STEP * STEP - STEP
+    runs = {"on-n1": ("n1", end), "on-n2": ("n2", end), "gap-n1": ("n1", end - 420)}
+    lines = []
+    for pod, (node, last) in runs.items():
+        run = f'namespace="ml",pod="{pod}",container="c",run_id="r"'
+        for t in range(end - 900, end + 1, STEP):
+            for job in ("a", "b"):
+                if t <= last:
+                    exporter = f'job="{job}",node="{node}",{run}'
+                    lines.append(f"gpu_eta_training_epoch{{{exporter}}} 3 {t}")
+                    lines.append(f"gpu_eta_training_epochs_planned{{{exporter}}} 10 {t}")
+                    lines.append(
+                        f"gpu_eta_training_last_report_timestamp_seconds{{{exporter}}} {t} {t}"
+                    )
+                for quantile in ("0.1", "0.5", "0.9"):
+                    lines.append(
+                        "gpu_eta_job_predicted_completion_timestamp_seconds"
+                        f'{{job="f{job}",{run},quantile="{quantile}"}} {end + 3600} {t}'
+                    )
+    board = json.loads((ROOT / "grafana" / "cluster-overview.json").read_text())
+    (panel,) = (p for p in _panels(board) if p.get("title") == "Running training jobs")
+    exprs = {t["refId"]: t["expr"] for t in panel["targets"]}
+    found: dict[tuple[str, str], set[str]] = {}
+    with backfilled(tmp_path, lines) as prom:
+        at = PromAt(prom, float(end))
+        for node in ("n1", "n2", ".*", "(n1|n2)"):
+            for ref, expr in exprs.items():
+                values = {"namespace": ".*", "node": node}
+                found[node, ref] = {s.labels["pod"] for s in at.instant(interpolate(expr, values))}
+    for ref in "BCDE":  # the ETA columns; progress (A) is the exporter's series only
+        assert found["n1", ref] == {"on-n1", "gap-n1"}, ref
+        assert found["n2", ref] == {"on-n2"}, ref
+        assert found[".*", ref] == found["(n1|n2)", ref] == set(runs), ref
+    assert found["n1", "A"] == {"on-n1"} and found["n2", "A"] == {"on-n2"}
+    assert found[".*", "A"] == {"on-n1", "on-n2"}
