@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -224,9 +224,11 @@ def summary_line(view: View, tz: tzinfo | None = None) -> str:
     # (+ holders unknown) = seen
     only = f"  namespace {','.join(view.namespaces)}" if view.namespaces else ""
     unknown = f", {counts['unknown']} holders unknown" if counts["unknown"] else ""
+    # no holder known (View.allocations_unknown): 0 would say none sits idle on a GPU
+    idle = "idle holders unknown" if view.allocations_unknown else f"{len(view.idle)} idle holders"
     return (
         f"gpu-eta top  {view.prometheus_url}{only}  {when}  |  {len(view.jobs)} training, "
-        f"{len(view.idle)} idle holders, GPUs: {counts['seen']} seen, {counts['busy']} busy, "
+        f"{idle}, GPUs: {counts['seen']} seen, {counts['busy']} busy, "
         f"{counts['idle']} idle, {counts['free']} free{unknown}"
     )
 
@@ -275,22 +277,22 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
     if view.jobs:
         out.extend(_table(JOB_HEADERS, [_job_cells(j, now, tz) for j in view.jobs]))
     else:
-        out.append(f"  ({_EMPTY['Training']})")
+        out.append(f"  ({empty_text(view, 'Training')})")
     out += ["", "IDLE GPU HOLDERS"]
     if view.idle:
         out.extend(_table(IDLE_HEADERS, [_idle_cells(h) for h in view.idle]))
     else:
-        out.append(f"  ({_EMPTY['Idle GPU holders']})")
+        out.append(f"  ({empty_text(view, 'Idle GPU holders')})")
     out += ["", "PENDING"]
     if view.pending:
         out.extend(_table(PENDING_HEADERS, [_pending_cells(p, now, tz) for p in view.pending]))
     else:
-        out.append(f"  ({_EMPTY['Pending']})")
+        out.append(f"  ({empty_text(view, 'Pending')})")
     out += ["", "GPUS"]
     if view.gpus:
         out.extend(_table(GPU_HEADERS, [_gpu_cells(g, now, tz) for g in view.gpus]))
     else:
-        out.append(f"  ({_EMPTY['GPUs']})")
+        out.append(f"  ({empty_text(view, 'GPUs')})")
     return "\n".join(out) + "\n"
 
 
@@ -378,6 +380,15 @@ _EMPTY = {
 _TALLER = "--once or a taller terminal shows them"
 
 
+def empty_text(view: View, title: str) -> str:
+    """What the table ``title`` of ``view`` says when it has no row: ``_EMPTY``'s text,
+    but for the idle holders "unknown" and why while no holder is known
+    (``View.allocations_unknown``): "none" would say no pod sits idle on a GPU. Pure."""
+    if title == "Idle GPU holders" and view.allocations_unknown:
+        return f"unknown: {view.allocations_unknown}"
+    return _EMPTY[title]
+
+
 def fitting_rows(
     rows: Sequence[int],
     frames: Sequence[int],
@@ -445,6 +456,7 @@ class _RichView:
     lines: tuple[Any, ...]
     tables: tuple[tuple[str, Sequence[str], list[tuple[list[str], str | None]]], ...]
     fit_height: bool = False
+    empty: Mapping[str, str] = field(default_factory=dict)  # by title: ``empty_text``
 
     def __rich_console__(self, console, options):
         if not self.fit_height:
@@ -476,7 +488,7 @@ class _RichView:
         def section(i: int, n: int | None, cut: bool) -> list[Any]:
             title, headers, r = self.tables[i]
             if n is None:
-                parts = [_one_line(title, len(r))]
+                parts = [_one_line(title, len(r), self.empty.get(title))]
             else:
                 parts = _rich_table(title, headers, r, width, shown=n)
             return [_cut(p) for p in parts] if cut else parts
@@ -600,13 +612,15 @@ def _count(n: int, title: str, more: str = "") -> str:
     return f"{n} {more}{one if n == 1 else many}"
 
 
-def _one_line(title: str, n_rows: int) -> Any:
-    """A table left out for its height (``fitting_rows``' ``None``): one line saying so."""
+def _one_line(title: str, n_rows: int, empty: str | None = None) -> Any:
+    """A table left out for its height (``fitting_rows``' ``None``): one line saying so,
+    or, of a table with no row, what it says then (``empty``: ``empty_text``'s, else
+    ``_EMPTY``'s)."""
     from rich.text import Text
 
     if n_rows:
         return Text(f"{title}: {_count(n_rows, title)} not shown ({_TALLER})", style="dim")
-    return Text(f"{title}: {_EMPTY[title]}", style="dim")
+    return Text(f"{title}: {empty or _EMPTY[title]}", style="dim")
 
 
 def _rich_table(
@@ -884,4 +898,5 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
         ),
         ("GPUs", GPU_HEADERS, [(_gpu_cells(g, now, tz), styles.get(g.state)) for g in view.gpus]),
     )
-    return _RichView(tuple(parts), tables, fit_height)
+    empty = {title: empty_text(view, title) for title, _, _ in tables}
+    return _RichView(tuple(parts), tables, fit_height, empty)

@@ -111,6 +111,10 @@ class View:
     # the server's clock minus the workstation's when the answers came (``timestamp`` is
     # the server's): how old a view is, asked later on the workstation's clock
     clock_offset_seconds: float = 0.0
+    # why no device's holders are known (the allocation query refused); empty: known as
+    # far as the answers go. Then ``idle`` is empty for want of holders, not for want of
+    # idle ones: the renderers say "unknown", never "none" or 0
+    allocations_unknown: str = ""
 
 
 def _value(sample: Sample) -> float | None:
@@ -207,7 +211,9 @@ def build_view(
     ``refused``: the names of the queries Prometheus refused (``main.fetch``). Without
     the answer of ``allocated`` (who holds each device) or ``holders_unknown`` (on which
     nodes that is not known), a device no pod holds as far as the answers go is
-    "unknown", saying which query is missing, never "free": every GPU read free.
+    "unknown", saying which query is missing, never "free": every GPU read free. Without
+    ``allocated`` no holder is known at all, so neither is an idle one
+    (``View.allocations_unknown``).
     """
     # ``exported_*`` labels read as the plain ones (a scrape that did not honour the
     # exporter's labels: its own namespace and pod would name every run), as the
@@ -411,6 +417,7 @@ def build_view(
         gpus=tuple(gpus),
         alerts=_firing(get("alerts")),
         pending=pending_rows(results),
+        allocations_unknown="query allocated refused" if "allocated" in refused else "",
     )
 
 

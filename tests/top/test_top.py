@@ -2035,3 +2035,33 @@ def test_unknown_holders_and_unallocated_use_against_a_real_prometheus(prometheu
             "holders unknown: 2 kubelet allocations on this node name no device",
         )
         assert data["gpu_counts"] == {"seen": 3, "busy": 0, "idle": 0, "free": 1, "unknown": 2}
+
+
+def test_with_the_allocations_refused_no_holder_is_counted_or_listed_as_idle() -> None:
+    """The allocation query refused (a sample limit): who holds each device is not
+    known, so neither is who holds one idle. The header says "idle holders unknown", not
+    "0 idle holders", as it counts the devices "holders unknown", not free; the idle
+    holders' section says why instead of "(none)"; no row takes its HELD time from the
+    ``since`` series that did answer; ``--json`` says why too."""
+    data = {k: v for k, v in answers().items() if k != "allocated"}
+    view = top_view.build_view(
+        {k: parsed(v) for k, v in data.items()}, NOW, "http://prom", refused=("allocated",)
+    )
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    assert "1 training, idle holders unknown, GPUs: 4 seen" in lines[0], lines[0]
+    section = lines.index("IDLE GPU HOLDERS")
+    assert lines[section + 1] == "  (unknown: query allocated refused)"
+    assert view.idle == () and view.allocations_unknown == "query allocated refused"
+    assert top_render.render_json(view)["allocations_unknown"] == "query allocated refused"
+    from rich.console import Console
+
+    # a terminal too short for the empty table: its one line says why it is empty
+    console = Console(file=io.StringIO(), width=120, height=20, record=True)
+    console.print(top_render.render_rich(view, timezone.utc, fit_height=True))
+    text = console.export_text()
+    assert "idle holders unknown" in text
+    assert "Idle GPU holders: unknown: query allocated refused" in text, text
+    # a refused holders_unknown query leaves the allocations known: idle holders are said
+    known = top_view.build_view(results(), NOW, "http://prom", refused=("holders_unknown",))
+    assert known.allocations_unknown == "" and [h.pod for h in known.idle] == ["nb-alice"]
+    assert "1 idle holders" in top_render.summary_line(known)
