@@ -213,7 +213,8 @@ def build_view(
     nodes that is not known), a device no pod holds as far as the answers go is
     "unknown", saying which query is missing, never "free": every GPU read free. Without
     ``allocated`` no holder is known at all, so neither is an idle one
-    (``View.allocations_unknown``).
+    (``View.allocations_unknown``). Without ``gpu_util`` (a device's own utilisation)
+    a device no pod holds says its use is unknown, not "free now" (``free_state``).
     """
     # ``exported_*`` labels read as the plain ones (a scrape that did not honour the
     # exporter's labels: its own namespace and pod would name every run), as the
@@ -358,6 +359,7 @@ def build_view(
     unknown_nodes = holders_unknown(get("holders_unknown"))
     unanswered = [name for name in HOLDER_QUERIES if name in refused]
     unanswered_cause = f"query {', '.join(unanswered)} refused" if unanswered else ""
+    util_unknown = f"query {UTIL_QUERY} refused" if UTIL_QUERY in refused else ""
     device_util: dict[tuple[str, str, str], float] = {}
     for s in get("gpu_util"):
         if (v := _value(s)) is not None:
@@ -382,6 +384,7 @@ def build_view(
                 device_util.get(gkey),
                 sorted(unallocated.get(gkey, ())),
                 idle_threshold,
+                util_unknown,
             )
         elif all((gkey, ck) in idle_holders for ck in held_by):
             state = "idle"
@@ -423,6 +426,8 @@ def build_view(
 
 # the queries saying whether a device no pod holds is free (``build_view``'s ``refused``)
 HOLDER_QUERIES = ("allocated", "holders_unknown")
+# the query saying whether a device no pod holds is in use all the same
+UTIL_QUERY = "gpu_util"
 
 
 def evaluation_time(results: Mapping[str, Sequence[Sample]]) -> float | None:
@@ -468,6 +473,7 @@ def free_state(
     utilization_ratio: float | None,
     users: Sequence[str],
     in_use_ratio: float = 0.05,
+    utilization_unknown: str = "",
 ) -> tuple[str, str]:
     """(state, note) of a device no pod holds. ``holders_unknown``: why its node's
     holders are unknown (``holders_unknown()``; empty: known), so "no holder" may be
@@ -481,12 +487,19 @@ def free_state(
     Why ``in_use_ratio`` (top's ``--idle-threshold``, 5 %): below it a held GPU is
     idle, unused, and GpuEtaGpuUsedWithoutAllocation (``idle_utilization_ratio``,
     docs/alerts.md) calls a free one unused too: a driver check or a process ending
-    after its pod released the device is a few percent, nobody working there."""
+    after its pod released the device is a few percent, nobody working there.
+
+    ``utilization_unknown``: why the device's own utilisation is not known (the
+    ``gpu_util`` query refused; empty: answered, so no reading means unused). Then the
+    note says "use unknown", not "free now": that a free device is unused is a reading
+    too, and without it a device a pod uses without an allocation read as unused."""
     in_use = ""
     if utilization_ratio is not None and utilization_ratio >= in_use_ratio:
         in_use = f"in use: util {utilization_ratio * 100:.0f}%"
         if users:
             in_use += f" by {', '.join(users)}"
+    elif utilization_ratio is None and utilization_unknown:
+        in_use = f"use unknown: {utilization_unknown}"
     if holders_unknown:
         note = f"holders unknown: {holders_unknown}"
         return "unknown", note + (f"; {in_use}" if in_use else "")

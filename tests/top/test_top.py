@@ -2065,3 +2065,38 @@ def test_with_the_allocations_refused_no_holder_is_counted_or_listed_as_idle() -
     known = top_view.build_view(results(), NOW, "http://prom", refused=("holders_unknown",))
     assert known.allocations_unknown == "" and [h.pod for h in known.idle] == ["nb-alice"]
     assert "1 idle holders" in top_render.summary_line(known)
+
+
+@pytest.mark.parametrize("node0_failing", [False, True])
+def test_with_the_device_utilisation_refused_a_free_gpu_says_its_use_is_unknown(
+    node0_failing: bool,
+) -> None:
+    """The ``gpu_util`` query refused: whether a device no pod holds is in use (a pod
+    with ``NVIDIA_VISIBLE_DEVICES=all``, a process outside Kubernetes) is not known. Its
+    note says so, naming the query, instead of "free now" (which said it was unused);
+    it stays free to Kubernetes, counted free. A device whose holders are unknown too
+    says both."""
+    data = unknown_answers(node0_failing=node0_failing)
+    del data["gpu_util"]
+    view = top_view.build_view(
+        {k: parsed(v) for k, v in data.items()}, NOW, "http://prom", refused=("gpu_util",)
+    )
+    states = {(g.node, g.gpu): (g.state, g.note) for g in view.gpus}
+    assert states[("node-1", "0")] == (
+        "free",
+        "free to Kubernetes, use unknown: query gpu_util refused",
+    )
+    if node0_failing:
+        assert states[("node-0", "3")] == (
+            "unknown",
+            "holders unknown: podresources collector failing on this node; "
+            "use unknown: query gpu_util refused",
+        )
+    else:
+        assert (
+            states[("node-0", "3")][1] == "free to Kubernetes, use unknown: query gpu_util refused"
+        )
+    assert states[("node-0", "0")] == ("busy", "")  # a held device's use is its holders'
+    answered = _states(unknown_answers(node0_failing=False))
+    assert answered[("node-0", "3")] == ("free", "free now")  # answered, and unused
+    assert top_view.UTIL_QUERY in top_queries.queries()  # the name fetch refuses it by
