@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import bargauge, stat, table, timeseries
@@ -163,6 +163,15 @@ def q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> pro
     if instant:
         target = target.instant().format("table")
     return target
+
+
+def per_quantile(expr: Callable[[str], str], refs: str = "ABC") -> list[prom.Dataquery]:
+    """Instant table targets for P10, P50 and P90, refIds ``refs`` in that order;
+    ``expr(quantile)`` is each one's query (the forecaster's quantile label value)."""
+    return [
+        q(expr(qv), ref=ref, instant=True)
+        for ref, qv in zip(refs, ("0.1", "0.5", "0.9"), strict=True)
+    ]
 
 
 def ts(title: str, description: str, unit: str, *targets: prom.Dataquery) -> timeseries.Panel:
@@ -330,14 +339,11 @@ def cluster_overview() -> dict:
             "Per held GPU: when every pod on it is predicted to be done. P10–P90 is the "
             "calibrated 80 % interval (see the Forecaster quality dashboard for its measured "
             "coverage). GPUs nobody holds are free now and not listed.",
-            *[
-                q(
-                    f'max by (node, gpu, UUID) (gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="{qv}"}}) * 1000 {model}',
-                    ref=ref,
-                    instant=True,
+            *per_quantile(
+                lambda qv: (
+                    f'max by (node, gpu, UUID) (gpu_eta_gpu_predicted_free_timestamp_seconds{{{NODE}, quantile="{qv}"}}) * 1000 {model}'
                 )
-                for ref, qv in (("A", "0.1"), ("B", "0.5"), ("C", "0.9"))
-            ],
+            ),
         ),
         {"A": "free at P10", "B": "free at P50", "C": "free at P90"},
         {"A": "dateTimeAsIso", "B": "dateTimeAsIso", "C": "dateTimeAsIso"},
@@ -371,16 +377,14 @@ def cluster_overview() -> dict:
             "epochs and steps): progress (epochs or steps done / planned) and the "
             "forecaster's completion time with its P10–P90 interval.",
             q(RUNNING_PROGRESS.format(sel=f"{NS}, {NODE}"), ref="A", instant=True),
-            *[
-                q(
+            *per_quantile(
+                lambda qv: (
                     "max by (namespace, pod, container, run_id) "
                     "(gpu_eta_job_predicted_completion_timestamp_seconds"
-                    f'{{{NS}, quantile="{qv}"}}) * 1000 {ON_CHOSEN_NODES}',
-                    ref=ref,
-                    instant=True,
-                )
-                for ref, qv in (("B", "0.1"), ("C", "0.5"), ("D", "0.9"))
-            ],
+                    f'{{{NS}, quantile="{qv}"}}) * 1000 {ON_CHOSEN_NODES}'
+                ),
+                refs="BCD",
+            ),
             q(
                 # from the completion time, not the published remaining seconds: those are
                 # as of the forecaster's last cycle (up to 5 min old under the CronJob)
@@ -426,15 +430,12 @@ def cluster_overview() -> dict:
             "no_schedulable_node: "
             "it fits only nodes that are cordoned or not Ready; beyond_horizon: no start "
             "within the horizon (GPUs held by pods without a forecast).",
-            *[
-                q(
+            *per_quantile(
+                lambda qv: (
                     "max by (namespace, pod) (gpu_eta_pod_predicted_start_timestamp_seconds"
-                    f'{{{NS}, quantile="{qv}"}}) * 1000',
-                    ref=ref,
-                    instant=True,
+                    f'{{{NS}, quantile="{qv}"}}) * 1000'
                 )
-                for ref, qv in (("A", "0.1"), ("B", "0.5"), ("C", "0.9"))
-            ],
+            ),
             # pending pods with a GPU request of 1 or more (a container's or an init
             # container's; ``nvidia.com/gpu: 0`` asks for none), as
             # GpuEtaPodPendingNoStart selects them and since when: kube_pod_created, else
@@ -466,16 +467,13 @@ def cluster_overview() -> dict:
             "resource is whole GPUs (nvidia_com_gpu), time-sliced replicas "
             "(nvidia_com_gpu_shared) or a MIG slice (nvidia_com_mig_…). Sizes no node of the "
             "model can hold are not listed. JupyterHub can show the same on its spawn page.",
-            *[
-                q(
+            *per_quantile(
+                lambda qv: (
                     "min by (model, resource, gpus) "
                     "(gpu_eta_request_predicted_start_timestamp_seconds"
-                    f'{{quantile="{qv}"}}) * 1000',
-                    ref=ref,
-                    instant=True,
+                    f'{{quantile="{qv}"}}) * 1000'
                 )
-                for ref, qv in (("A", "0.1"), ("B", "0.5"), ("C", "0.9"))
-            ],
+            ),
         ),
         {"A": "start P10", "B": "start P50", "C": "start P90"},
         {"A": "dateTimeAsIso", "B": "dateTimeAsIso", "C": "dateTimeAsIso"},
