@@ -660,7 +660,9 @@ class Cycle:
         # a run read ended whose end is no longer answered while it is present: trained
         # again under its name (the exporter began a new run: a new start, no end), its
         # start read again now, not up to ``static_full_every`` cycles later (its old
-        # start with the old end lingering in the window reads it done)
+        # start with the old end lingering in the window reads it done). Usually found
+        # sooner by its start changing (above); this holds where that change was not
+        # seen (a cycle more than the window after it, a partial answer)
         static.forget(
             self._finished_present.trained_again(
                 run_keys(instant.get("ended", ())), run_keys(instant["present"])

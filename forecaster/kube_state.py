@@ -151,8 +151,11 @@ whatever the number of pods: the cycle sends the ``QUERIES`` folded into one
 (``gpu_eta.forecaster.queries.fold``), then, only when their answers call for it, the
 ``second_round`` folded into one more (the node labels pending pods select beyond the
 GPU type, when pods without ``kube_pod_created`` were first seen Pending, and where KSM
-exports it for no pod, the GPU pods first seen in the arrival window); each is limited
-to pods that ask for a GPU resource (above 0: ``nvidia.com/gpu: 0`` asks for none).
+exports it for no pod, the GPU pods first seen in the arrival window). The reads of
+pods' times, metadata and arrivals are limited to pods that ask for a GPU resource
+above 0 (``nvidia.com/gpu: 0`` asks for none); the requests themselves (``PODS``,
+``INIT_REQUESTS``, the arrivals' requests) are read as KSM exports them, 0 and invalid
+values included, and ``parse`` drops a 0 and counts an invalid one.
 
 Each query also holds when KSM runs as two or more replicas that Prometheus scrapes
 apart (every series twice, ``instance`` apart): the series a ``group_left`` join

@@ -73,7 +73,9 @@ START = _per_run("last_over_time(gpu_eta_training_run_start_timestamp_seconds{ru
 # key since the previous read (a named run trained again in its pod). The start itself is
 # held between full reads (static_series), and a run restarted whose new attempt has
 # passed its old epoch by the next cycle shows no progress going back (``went_back``);
-# this finds it. Selects every run's start series but answers only the restarted ones;
+# this finds it. Selects every run's start series but answers only the restarted ones
+# (VictoriaMetrics' ``changes`` also counts a series' first sample in the window: it
+# answers runs new in the window too, whose start is not held or is the one held);
 # asked folded with PRESENT (``PRESENT_PARTS``), so the cycle's query count is unchanged.
 STARTED_AGAIN = _per_run(
     "last_over_time(gpu_eta_training_run_start_timestamp_seconds[{window}]) "

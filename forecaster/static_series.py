@@ -77,7 +77,10 @@ class StaticSeries:
         """Drop what is held of the runs ``keys`` (restarted under their key): they
         are unknown again, read in this cycle (``unknown``, ``never_read``). A fallback
         ``refresh`` kept for them goes too (a cycle that failed after the refresh left it):
-        a restarted run must not get its old attempt's start or plan back."""
+        a restarted run must not get its old attempt's start or plan back. Unlike
+        ``refresh``, nothing is kept should the read not answer (a partial answer): the
+        new attempt may plan otherwise, and an old plan it has passed would finish it,
+        stored for good; without a plan it goes without a forecast for that cycle."""
         for key in keys:
             for held in self._runs.values():
                 held.pop(key, None)

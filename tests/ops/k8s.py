@@ -57,10 +57,15 @@ def kustomize(directory: Path) -> list[dict]:
 
 
 @functools.cache
+def _rendered_overlay(name: str) -> list[dict]:
+    return kustomize(OVERLAYS[name])
+
+
 def build_overlay(name: str) -> list[dict]:
     """The objects of ``OVERLAYS[name]``, rendered once per process (a render takes
-    a kubectl run) and shared by every test that reads it: copy before changing."""
-    return kustomize(OVERLAYS[name])
+    a kubectl run); each caller gets its own copy, so a test that changes them cannot
+    change what the next one reads."""
+    return copy.deepcopy(_rendered_overlay(name))
 
 
 def overlay(tmp: Path, kustomization: dict[str, Any], name: str = "overlay") -> Path:
