@@ -626,6 +626,31 @@ class ProgressReporter:
         except Exception:
             self._count_ignored()
 
+    def plan(self, epochs: int | None = None, steps: int | None = None) -> None:
+        """Change the run's planned totals while it runs, reported at once (always
+        tried, like an epoch end): a trainer that learns its length only by training
+        (Lightning's manual optimization, ``lightning.py``).
+
+        A total given replaces the one held, raised or lowered (the forecaster follows
+        the plan reported last, docs/forecaster.md). None or 0 keeps it: on the wire a
+        report that leaves a total out keeps it, so a total once sent cannot be taken
+        back (state none until it is known). ``epochs`` without ``steps`` plans
+        ``epochs × steps_per_epoch`` steps when that is known, as at ``start()``, so
+        the step is not held at the old plan. A bad value is ignored as at ``start()``.
+        """
+        try:
+            new_epochs = self._plan("epochs", epochs)
+            new_steps = self._plan("steps", steps)
+            if new_steps is None and new_epochs and self.steps_per_epoch:
+                new_steps = self._plan("steps", new_epochs * self.steps_per_epoch)
+            if new_epochs is not None:
+                self.epochs = new_epochs
+            if new_steps is not None:
+                self.steps = new_steps
+            self._enqueue("progress")
+        except Exception:
+            self._count_ignored()
+
     def end(
         self,
         flush_timeout_seconds: float | None = None,

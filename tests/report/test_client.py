@@ -637,6 +637,35 @@ def test_a_resumed_run_is_announced_where_it_resumes(initial, first, tmp_path):
     assert [(row["epoch"], row["step"]) for row in rows] == [first, (4, 20), (4, 20)]
 
 
+def test_a_plan_changed_while_the_run_trains_is_stored_at_once(tmp_path):
+    """``plan()``: a plan stated late, raised with its steps following ``steps_per_epoch``,
+    lowered, and kept where a total is left out (the wire keeps it: none can be taken
+    back); a bad total is ignored, not the report. The exporter accepts every one."""
+    with listening_for(POD, store=journaling_store(tmp_path)) as lst:
+        r = start(url=url(lst), source_address=POD.ip)
+        r.epoch_end(1, step=5)
+        r.plan(epochs=4)  # no steps_per_epoch: the steps stay unplanned
+        r.plan(steps=20)
+        r.plan(epochs=2, steps=None)
+        r.plan(epochs=float("nan"), steps=0)
+        r.end()
+        rows = journaled(lst.store)
+        resized = start(epochs=2, steps_per_epoch=5, url=url(lst), source_address=POD.ip)
+        resized.plan(epochs=3)
+        resized.close()
+    assert [(row["epochs"], row["steps"]) for row in rows] == [
+        (None, None),
+        (None, None),
+        (4, None),
+        (4, 20),
+        (2, 20),
+        (2, 20),
+        (2, 20),
+    ]
+    assert r.stats["rejected"] == 0 and r.stats["ignored"] == 1
+    assert (resized.epochs, resized.steps) == (3, 15)
+
+
 # -- one reporting process per job ----------------------------------------------------
 
 
