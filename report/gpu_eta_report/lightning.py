@@ -13,9 +13,21 @@ an epoch that ``max_steps`` cut short is not counted done.
 
 Under manual optimization (``automatic_optimization = False``) ``global_step`` counts
 every ``optimizer.step()`` (a GAN's two optimizers: two a batch), while
-``estimated_stepping_batches`` counts batches: the step plan is then ``max_steps``
-alone (the trainer's bound in ``global_step``'s units) when no ``max_epochs`` bounds
-the run too, else none; an epoch is counted done when its last batch was trained.
+``estimated_stepping_batches`` counts batches, so the plan is read in
+``global_step``'s units: ``max_epochs`` alone, or ``max_steps`` alone (the trainer's
+bound in those units). With both, which ends the run is known only once an epoch has
+been trained from its first batch to its last (a resumed run's first epoch may not
+be): its ``global_step`` delta is the optimizer steps an epoch. The run starts
+without a plan and states it then (``ProgressReporter.plan``, ``manual_plan``):
+``max_epochs`` when they end the run first, else ``max_steps`` with the whole epochs
+it completes (none when it stops inside an epoch), as the automatic path plans at the
+start; an epoch that ``max_steps`` cut short before any whole one states ``max_steps``
+alone. Why no plan until then: a total once sent cannot be taken back on the wire (a
+report leaving it out keeps it), so ``max_epochs`` stated at the start could never
+become none, and ``max_steps`` stated would over-plan a run its epochs end first;
+meanwhile a run without a plan is forecast from its configuration's earlier runs. A
+later epoch stepping otherwise than the first is not followed. An epoch is counted
+done when its last batch was trained.
 """
 
 from __future__ import annotations
@@ -42,12 +54,50 @@ def _finite_int(value: Any) -> int | None:
     return int(number) if math.isfinite(number) and number > 0 else None
 
 
+def manual_plan(
+    max_epochs: int,
+    max_steps: int,
+    epochs_done: int,
+    step: int,
+    steps_per_epoch: int,
+    batches: int | None = None,
+) -> tuple[int | None, int | None]:
+    """The (epochs, steps) plan of a manual-optimization run bounded by both
+    ``max_epochs`` and ``max_steps``, at the end of a whole epoch (``epochs_done`` done,
+    ``global_step`` at ``step``) that took ``steps_per_epoch`` optimizer steps over its
+    ``batches`` (None: not known, an iterable dataset).
+
+    ``(max_epochs, None)`` when the epochs end the run first (the step plan stays
+    unknown: a later epoch may step otherwise). Else ``max_steps`` ends it at the first
+    batch whose steps reach it (the trainer checks after each batch: at two steps a
+    batch ``max_steps=29`` ends at 30): its epochs are those done by then when that
+    batch is an epoch's last, else None, as the automatic path plans ``max_steps``.
+    Pure.
+    """
+    remaining = max(0, max_steps - step)
+    by_epochs = step + (max_epochs - epochs_done) * steps_per_epoch
+    if remaining and (steps_per_epoch <= 0 or by_epochs < max_steps):
+        return max_epochs, None
+    if not remaining:
+        return epochs_done, max_steps
+    if not batches:
+        whole, more = remaining % steps_per_epoch == 0, remaining // steps_per_epoch
+        return (epochs_done + more if whole else None), max_steps
+    to_go = -(-remaining * batches // steps_per_epoch)  # batches until max_steps
+    return (epochs_done + to_go // batches if to_go % batches == 0 else None), max_steps
+
+
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports epochs (``max_epochs``), optimizer steps and logged metrics."""
 
     _steps_per_epoch: int | None = None
     _batches: int | None = None  # batches an epoch, when finite
     _last_batch: int | None = None  # index of the last batch trained in this epoch
+    _first_batch: int | None = None  # index of the first batch trained in this epoch
+    _epoch_start_step: int = 0  # global_step when this epoch started
+    # manual optimization under both bounds: (max_epochs, max_steps) until the plan is
+    # stated (module doc)
+    _bounds: tuple[int, int] | None = None
 
     @never_raises
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -67,11 +117,14 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self._steps_per_epoch = per_epoch
         self._batches = batches
         self._last_batch = None
+        self._bounds = None
         epochs = _finite_int(getattr(trainer, "max_epochs", None))
         if automatic:
             steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
         else:  # global_step counts optimizer steps, the estimate batches (module doc)
-            steps = None if epochs else _finite_int(getattr(trainer, "max_steps", None))
+            steps = _finite_int(getattr(trainer, "max_steps", None))
+            if epochs and steps:  # known once an epoch has counted its steps
+                self._bounds, epochs, steps = (epochs, steps), None, None
         if epochs and per_epoch and steps and steps < epochs * per_epoch:
             epochs = steps // per_epoch if steps % per_epoch == 0 else None  # max_steps first
         self._start(
@@ -86,9 +139,16 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         )
 
     @never_raises
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._first_batch = self._last_batch = None
+        self._epoch_start_step = int(getattr(trainer, "global_step", 0))
+
+    @never_raises
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if self._first_batch is None:
+            self._first_batch = batch_idx
         self._last_batch = batch_idx
         if self.reporter is not None:
             self.reporter.step(int(getattr(trainer, "global_step", 0)))
@@ -107,7 +167,27 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         else:
             cut = bool(batches) and last is not None and last + 1 < batches
         done = epoch if cut else epoch + 1
+        if self._bounds is not None:
+            self._state_plan(done, step, whole=not cut and self._first_batch == 0)
         self.reporter.epoch_end(done, step=step, metrics=getattr(trainer, "callback_metrics", None))
+
+    def _state_plan(self, done: int, step: int, whole: bool) -> None:
+        """State the plan of a manual-optimization run under both bounds (module doc)
+        at the end of an epoch: one trained ``whole`` (from its first batch, a resumed
+        run's first epoch maybe not) tells its optimizer steps; one that ``max_steps``
+        ended otherwise leaves ``max_steps`` the plan."""
+        assert self._bounds is not None and self.reporter is not None
+        max_epochs, max_steps = self._bounds
+        batches = self._batches
+        if whole and (batches or step < max_steps):  # an iterable's: not cut by max_steps
+            per_epoch = step - self._epoch_start_step
+            epochs, steps = manual_plan(max_epochs, max_steps, done, step, per_epoch, batches)
+        elif step >= max_steps:
+            epochs, steps = None, max_steps
+        else:
+            return
+        self._bounds = None
+        self.reporter.plan(epochs=epochs, steps=steps)
 
     @never_raises
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:

@@ -31,9 +31,11 @@ def listener():
 @pytest.fixture
 def journaling_listener(tmp_path):
     """A listener whose store journals every report: for the tests that read a run's
-    reports in turn, or several runs of one script (``last_rows``)."""
+    reports in turn, or several runs of one script (``last_rows``). No report is
+    refused for its rate: a script training several short runs reports faster than the
+    exporter lets a pod (10 a second), and a refused report is a row missing."""
     store = journaling_store(tmp_path / "state")
-    with listening_for(POD, store=store) as lst:
+    with listening_for(POD, store=store, rate_per_second=1000, burst=1000) as lst:
         yield lst
 
 
@@ -189,6 +191,21 @@ for max_steps in (6, 8):
     assert reached == {"steps-6": (1, None, 6, 6), "steps-8": (2, 2, 8, 8)}
 
 
+MANUAL_MODULE = """
+class G(M):
+    def __init__(self):
+        super().__init__(); self.other = nn.Linear(8, 1); self.automatic_optimization = False
+    def training_step(self, b, i):
+        for net, opt in zip((self.net, self.other), self.optimizers()):
+            loss = ((net(b[0]) - b[1]) ** 2).mean()
+            opt.zero_grad(); self.manual_backward(loss); opt.step()
+    def configure_optimizers(self):
+        return [torch.optim.SGD(n.parameters(), lr=0.01) for n in (self.net, self.other)]
+"""
+"""A module ``G`` (after ``lightning_script``) under manual optimization, as a GAN: two
+optimizers, each stepped every batch, so ``global_step`` counts two a batch."""
+
+
 @needs("lightning")
 def test_lightning_manual_optimization_plans_steps_in_global_step_units(journaling_listener):
     """Manual optimization (a GAN's two optimizers, each stepped per batch):
@@ -200,16 +217,8 @@ def test_lightning_manual_optimization_plans_steps_in_global_step_units(journali
     run(
         journaling_listener,
         lightning_script()
+        + MANUAL_MODULE
         + """
-class G(M):
-    def __init__(self):
-        super().__init__(); self.other = nn.Linear(8, 1); self.automatic_optimization = False
-    def training_step(self, b, i):
-        for net, opt in zip((self.net, self.other), self.optimizers()):
-            loss = ((net(b[0]) - b[1]) ** 2).mean()
-            opt.zero_grad(); self.manual_backward(loss); opt.step()
-    def configure_optimizers(self):
-        return [torch.optim.SGD(n.parameters(), lr=0.01) for n in (self.net, self.other)]
 L.Trainer(max_epochs=3, callbacks=[GpuEtaCallback(run_id="epochs")], **QUIET).fit(G(), data)
 L.Trainer(max_steps=10, callbacks=[GpuEtaCallback(run_id="max-steps")], **QUIET).fit(G(), data)
 """,
@@ -224,6 +233,91 @@ L.Trainer(max_steps=10, callbacks=[GpuEtaCallback(run_id="max-steps")], **QUIET)
     assert by_run["epochs"][-1] == (3, 3, 24, None)
     assert all(steps is None for *_, steps in by_run["epochs"])
     assert by_run["max-steps"][-1] == (1, None, 10, 10)
+
+
+@needs("lightning")
+def test_lightning_manual_optimization_under_both_bounds_plans_once_an_epoch_counted_steps(
+    journaling_listener, tmp_path
+):
+    """Manual optimization with ``max_epochs`` and ``max_steps`` both set: which ends the
+    run is known only once an epoch has counted its optimizer steps (two a batch, five
+    batches: 10). Planned as ``max_epochs`` from the start, a run that ``max_steps``
+    ended after 3 of 10 epochs was forecast to epoch 10 throughout and stored stopped
+    early. The plan is stated after the first epoch, never a wrong one before it:
+    ``max_steps=30`` completes 3 epochs; ``25`` ends inside the third (not counted
+    done; the client holds the step at its plan); ``max_steps=100`` leaves
+    ``max_epochs=2`` first. Resumed from the checkpoint of one epoch (step 10),
+    Lightning 2.6 first trains one batch more of that epoch (index 5 of 0-4): an epoch
+    of 2 steps, which taken for the steps an epoch read ``max_epochs`` as first; the
+    epoch after it counts them, and the plan stated is the one the run ends at. One
+    script, four runs (their run ids)."""
+    run(
+        journaling_listener,
+        lightning_script(samples=80)
+        + MANUAL_MODULE
+        + f"""
+def fit(run_id, max_epochs, max_steps, **more):
+    L.Trainer(max_epochs=max_epochs, max_steps=max_steps, **QUIET,
+              callbacks=[GpuEtaCallback(run_id=run_id)]).fit(G(), data, **more)
+fit("whole", 10, 30)
+fit("inside", 10, 25)
+fit("epochs", 2, 100)
+one = L.Trainer(max_epochs=1, **QUIET); one.fit(G(), data)
+one.save_checkpoint({str(tmp_path / "one.ckpt")!r})
+fit("resumed", 10, 32, ckpt_path={str(tmp_path / "one.ckpt")!r})
+""",
+    )
+    rows = journaled(journaling_listener.store)
+    fields = ("epoch", "epochs", "step", "steps")
+    by_run: dict[str, list[tuple]] = {}
+    for row in rows:
+        by_run.setdefault(row["run_id"], []).append(tuple(row[f] for f in fields))
+
+    def plans(run_id: str) -> list[tuple]:
+        """The run's (epochs, steps) plans in the order reported, each once."""
+        seen = [(epochs, steps) for _, epochs, _, steps in by_run[run_id]]
+        return [plan for i, plan in enumerate(seen) if i == 0 or plan != seen[i - 1]]
+
+    assert plans("whole") == [(None, None), (3, 30)]
+    assert plans("inside") == [(None, None), (None, 25)]
+    assert plans("epochs") == [(None, None), (2, None)]
+    fresh = ("whole", "inside", "epochs")
+    # stated once the first epoch ends, before its end is reported
+    first_epoch = {run_id: next(r for r in by_run[run_id] if r[0] == 1) for run_id in fresh}
+    assert {run_id: (r[1], r[3]) for run_id, r in first_epoch.items()} == {
+        "whole": (3, 30),
+        "inside": (None, 25),
+        "epochs": (2, None),
+    }
+    assert {run_id: (by_run[run_id][0], by_run[run_id][-1]) for run_id in fresh} == {
+        "whole": ((0, None, 0, None), (3, 3, 30, 30)),
+        "inside": ((0, None, 0, None), (2, None, 25, 25)),
+        "epochs": ((0, None, 0, None), (2, 2, 20, None)),
+    }
+    (first, *_, (epoch, epochs, step, steps)) = by_run["resumed"]
+    assert first == (1, None, 10, None) and (step, steps) == (32, 32)
+    assert plans("resumed") == [(None, None), (epochs, 32)] and epochs in (epoch, None)
+
+
+@pytest.mark.parametrize(
+    ("args", "plan"),
+    [
+        ((10, 30, 1, 10, 10, 5), (3, 30)),  # max_steps at an epoch's end
+        ((10, 25, 1, 10, 10, 5), (None, 25)),  # inside the third epoch
+        ((10, 29, 1, 10, 10, 5), (3, 29)),  # two steps a batch: 30 ends the third epoch
+        ((2, 100, 1, 10, 10, 5), (2, None)),  # max_epochs first
+        ((3, 30, 1, 10, 10, 5), (3, 30)),  # both at once
+        ((10, 30, 2, 20, 10, 5), (3, 30)),  # a resumed run: from where it is
+        ((10, 30, 1, 10, 10, None), (3, 30)),  # an iterable's epochs: by steps alone
+        ((10, 25, 1, 10, 10, None), (None, 25)),
+        ((10, 5, 1, 10, 10, 5), (1, 5)),  # max_steps passed in this epoch's last batch
+        ((10, 30, 1, 0, 0, 5), (10, None)),  # an epoch that stepped nothing
+    ],
+)
+def test_manual_plan(args, plan):
+    from gpu_eta_report.lightning import manual_plan
+
+    assert manual_plan(*args) == plan
 
 
 @needs("keras")
