@@ -1190,3 +1190,36 @@ def check_started_again(tmp_path: Path, factory) -> None:
 
 def test_a_changed_start_is_answered_by_started_again(tmp_path, prometheus_factory) -> None:
     check_started_again(tmp_path, prometheus_factory)
+
+
+def test_a_plan_stated_part_way_is_read_in_the_next_cycle(
+    tmp_path, prometheus_factory, exporter_factory
+) -> None:
+    """Real exporter → Prometheus → in-process cycles: a named run reports epochs with no
+    plan (Lightning under manual optimization with both ``max_epochs`` and ``max_steps``
+    states it once an epoch has counted its optimizer steps: ``ProgressReporter.plan``),
+    then its plan. It is forecast to that plan from the next cycle, its first epochs
+    kept, and stored completed when it reaches it."""
+    with named_run_cycle(tmp_path, prometheus_factory, exporter_factory) as run:
+        start = float(int(time.time())) - 60
+
+        def report(epoch: int, **plan: int) -> None:
+            body = {"run_id": "late", "run_start": start, "epoch": epoch, **plan}
+            post_from(run.exporter, 4, body)
+            run.prom.wait_for(f'gpu_eta_training_epoch{{run_id="late"}} == {epoch}', timeout=30)
+
+        report(1)
+        fs = run.cycle.run()
+        assert fs.jobs == () and fs.job_errors == {"no_plan": 1}
+        report(2, epochs=3)
+        run.prom.wait_for('gpu_eta_training_epochs_planned{run_id="late"} == 3', timeout=30)
+        (job,) = run.cycle.run().jobs
+        assert (job.run.epochs_done, job.run.epochs_planned) == (2, 3)
+        report(3)
+        fs = run.cycle.run()
+        assert fs.jobs == () and fs.n_finished == 1
+        (done,) = run.store.finished()
+        assert done.completed and (done.epochs_done, done.epochs_planned) == (3, 3)
+        # the epoch ended while it had no plan is read with the rest (the ending run's
+        # range read spans the previous one's overlap)
+        assert [e for e, _ in done.epoch_times] == [0, 1, 2, 3]
