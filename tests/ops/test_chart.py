@@ -85,7 +85,7 @@ def test_helm_lint_is_not_vacuous(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.stem)
 def test_template_renders_valid_objects(path: Path) -> None:
-    objects = k8s.helm_template(_values(path))
+    objects = k8s.helm_values_file(path)
     assert len({_key(o) for o in objects}) == len(objects), "duplicate objects"
     errors = k8s.validate_all(objects)
     assert not errors, errors
@@ -107,7 +107,7 @@ def test_chart_renders_what_kustomize_renders(path: Path, tmp_path: Path) -> Non
         },
     )
     kustomized = {_key(o): o for o in k8s.kustomize(overlay)}
-    helmed = {_key(o): o for o in _strip_helm(k8s.helm_template(_values(path)))}
+    helmed = {_key(o): o for o in _strip_helm(k8s.helm_values_file(path))}
     assert sorted(helmed) == sorted(kustomized)
     for key, obj in kustomized.items():
         assert helmed[key] == obj, key
@@ -119,7 +119,7 @@ def test_container_args_parse_with_the_real_clis(path: Path) -> None:
     args ($(VAR) expanded from the container's env) parsed by the program's own
     parser, ports and Pushgateway URL agreeing with the objects
     (tests/ops/container_args.py)."""
-    seen = container_args.check(k8s.helm_template(_values(path)))
+    seen = container_args.check(k8s.helm_values_file(path))
     assert ("gpu-eta-exporter", "") in seen and len(seen) == 2
 
 
@@ -435,7 +435,7 @@ def test_openshift_binds_the_forecaster_to_cluster_monitoring_view_per_release()
     other = k8s.helm_template(values, release="team-b", namespace="team-b")
     binding = find(other, "ClusterRoleBinding", "team-b-forecaster-cluster-monitoring-view")
     openshift.assert_binds(binding, "cluster-monitoring-view", "gpu-eta-forecaster", "team-b")
-    assert not [o for o in k8s.helm_template({}) if o["kind"] == "ClusterRoleBinding"
+    assert not [o for o in k8s.helm_defaults() if o["kind"] == "ClusterRoleBinding"
                 and o["roleRef"]["name"] == "cluster-monitoring-view"]  # fmt: skip
 
 

@@ -28,7 +28,7 @@ NODE = Endpoint(ip="10.0.0.11")  # a GPU node's address: the hostPort's destinat
 def _gpu_eta(form: str) -> list[dict]:
     if form == "kustomize":
         return k8s.build_overlay("prometheus-operator")
-    return k8s.helm_template()
+    return k8s.helm_defaults()
 
 
 def _pod(objects: list[dict], kind: str, name: str, ip: str) -> Endpoint:

@@ -619,7 +619,7 @@ def test_metrics_ports_admit_the_scraper_and_no_tenant(tmp_path: Path) -> None:
     builds |= {"+".join(c) or "base-only": _combo(tmp_path, c) for c in COMBOS}
     for values in sorted(k8s.CHART.glob("ci/*-values.yaml")):
         if "networkPolicy" not in values.read_text():  # site-values: scrapers elsewhere
-            builds[values.name] = k8s.helm_template(yaml.safe_load(values.read_text()))
+            builds[values.name] = k8s.helm_values_file(values)
     for name, objects in builds.items():
         try:
             seen |= _metrics_ports_admit_scrapers_only(objects)

@@ -115,7 +115,7 @@ def granted(objects: list[dict], account: str) -> set[Grant]:
 @functools.cache
 def renderings() -> dict[str, list[dict]]:
     out = {f"kustomize {name}": k8s.build_overlay(name) for name in k8s.OVERLAYS}
-    out["helm defaults"] = k8s.helm_template()
+    out["helm defaults"] = k8s.helm_defaults()
     out["helm openshift"] = k8s.helm_template({"openshift": {"enabled": True}})
     return out
 
