@@ -27,9 +27,11 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   else the real server's 404 ``Status``; with ``jobs_forbidden`` its 403 ``Status``
   (what a service account without ``get`` on ``jobs.batch`` receives).
 
-``stop()`` kills the server abruptly (open watches see their connection drop, as
-when an API server dies); ``start()`` brings it back on the same port with the
-same store, as a restarted API server backed by the same etcd.
+A connection stays open for the next request after an answer, a watch's clean end
+included (Go's HTTP server keeps it alive, so a client re-watches on it at once).
+``stop()`` kills the server abruptly (open watches and idle connections see their
+connection drop, as when an API server dies); ``start()`` brings it back on the same
+port with the same store, as a restarted API server backed by the same etcd.
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ class FakeKubeAPI:
         self._ends = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self._conns: set[socket.socket] = set()
+        self._conns: set[socket.socket] = set()  # open watches
+        self._sockets: set[socket.socket] = set()  # every open connection, idle ones too
 
     @property
     def url(self) -> str:
@@ -295,7 +298,7 @@ class FakeKubeAPI:
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
-            conns = list(self._conns)
+            conns = list(self._sockets)
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -317,6 +320,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.api._cond:
+            self.api._sockets.add(self.connection)
+
+    def finish(self) -> None:
+        with self.api._cond:
+            self.api._sockets.discard(self.connection)
+        super().finish()
 
     def _json(self, code: int, body: dict[str, Any]) -> None:
         self._send(code, json.dumps(body).encode())
@@ -467,6 +480,7 @@ class _Handler(BaseHTTPRequestHandler):
             api._conns.add(self.connection)
             generation = api._generation
             ends = api._ends
+        ended = False  # cleanly, with the final chunk: the connection stays open
         try:
             start = int(rv_text)
             pending: list[dict[str, Any]] = []
@@ -498,6 +512,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._chunk(event)
             if start < 0:
                 self._end()
+                ended = True
                 return
             deadline = time.monotonic() + timeout
             sent_upto = start
@@ -520,6 +535,7 @@ class _Handler(BaseHTTPRequestHandler):
                     bookmark_seen = len(api._events)
                 if remaining <= 0 and not fresh and not marks:
                     self._end()
+                    ended = True
                     return
                 for rv, kind, obj in fresh:
                     sent_upto = rv
@@ -541,7 +557,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with api._cond:
                 api._conns.discard(self.connection)
-            self.close_connection = True
+            self.close_connection = not ended
 
     @staticmethod
     def _typed(obj: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import http.client
 import json
 import logging
 import math
@@ -647,6 +648,29 @@ def test_the_fake_pages_lists_as_the_api_server_does(api: FakeKubeAPI) -> None:
     api.compact()
     code, answer = _get(api, limit="1", **{"continue": token})
     assert (code, answer["reason"]) == (410, "Expired")
+
+
+def test_the_fake_keeps_a_connection_alive_after_a_watch_ends(api: FakeKubeAPI) -> None:
+    """A watch the server ends cleanly (its timeout) leaves the HTTP/1.1 connection open
+    for the next request, as the API server's Go HTTP server does; a client re-watching
+    at once on it got the connection closed under it instead (a failed watch, logged
+    and backed off, where the real server answers). ``stop()`` still drops it."""
+    api.add_pod(make_pod("p0", uid=uid(0)))
+    connection = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
+    try:
+        query = urllib.parse.urlencode({"watch": "true", "timeoutSeconds": "1"})
+        for _ in range(2):  # the second watch goes over the first one's connection
+            connection.request("GET", f"/api/v1/pods?{query}")
+            response = connection.getresponse()
+            assert response.status == 200 and not response.will_close
+            (line,) = response.read().splitlines()
+            assert json.loads(line)["type"] == "ADDED"
+        api.stop()
+        with pytest.raises((http.client.HTTPException, OSError)):
+            connection.request("GET", "/api/v1/pods")
+            connection.getresponse()
+    finally:
+        connection.close()
 
 
 def _pod_objects(excluded: set[int]) -> int:
