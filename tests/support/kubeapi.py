@@ -8,7 +8,10 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
 - ``watch=true``: HTTP 200 with ``Transfer-Encoding: chunked``, one JSON event per
   line ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": {...}}``;
   a ``resourceVersion`` older than the compaction floor gets the real server's
-  ``ERROR`` event with a ``Status`` of ``code: 410, reason: Expired``; watches end
+  ``ERROR`` event with a ``Status`` of ``code: 410, reason: Expired`` or, while
+  ``expire_watch_status`` is set, that ``Status`` as an HTTP 410 answer instead of
+  the stream (what the server sends when the storage refuses the watch before it
+  starts); ``expired_watches`` counts both; watches end
   cleanly after ``timeoutSeconds``; ``resourceVersion`` absent or ``"0"`` starts
   with synthetic ADDED events for every current pod, as the real server does;
 - ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400);
@@ -181,6 +184,9 @@ class FakeKubeAPI:
         self._jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.jobs_forbidden = False  # answer Job GETs 403, as without the RBAC rule
         self.expire_continue = False  # answer every continue token 410 Expired
+        # answer a watch from a compacted resourceVersion HTTP 410, not 200 + ERROR event
+        self.expire_watch_status = False
+        self.expired_watches = 0  # watches answered 410 Expired, either way
         self._events: list[tuple[int, str, dict[str, Any]]] = []
         self._rv = 100
         self._floor = 0
@@ -472,6 +478,14 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = float(query.get("timeoutSeconds", "1800"))
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         rv_text = query.get("resourceVersion", "0") or "0"
+        with api._cond:
+            expired = 0 < int(rv_text) < api._floor
+            floor = api._floor
+            if expired:
+                api.expired_watches += 1
+        if expired and api.expire_watch_status:
+            self._status(410, "Expired", f"too old resource version: {rv_text} ({floor})")
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -492,7 +506,7 @@ class _Handler(BaseHTTPRequestHandler):
                         for p in api._pods.values()
                         if node is None or p["spec"].get("nodeName") == node
                     ]
-                elif start < api._floor:
+                elif expired:
                     pending = [
                         {
                             "type": "ERROR",
@@ -501,7 +515,7 @@ class _Handler(BaseHTTPRequestHandler):
                                 "apiVersion": "v1",
                                 "metadata": {},
                                 "status": "Failure",
-                                "message": f"too old resource version: {start} ({api._floor})",
+                                "message": f"too old resource version: {start} ({floor})",
                                 "reason": "Expired",
                                 "code": 410,
                             },

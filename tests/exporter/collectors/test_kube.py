@@ -304,6 +304,64 @@ def test_expired_resource_version_relists(api: FakeKubeAPI, source_factory) -> N
     wait_for(lambda: names(src) == ["train-a", "train-b", "train-c"])
 
 
+def test_a_watch_refused_410_relists(
+    api: FakeKubeAPI, source_factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API server may refuse a watch from a compacted resourceVersion before it
+    starts: HTTP 410 with a ``Status`` (reason Expired), which the client raises as
+    ``ApiException``, not the stream's ERROR event. Routine as that event is: one relist
+    at once (a backoff longer than the wait shows none), no WARNING, no error in status,
+    and the pods, changed while the watch ran and after the relist, are right."""
+    api.expire_watch_status = True
+    api.add_pod(make_pod("train-a", uid=uid(1)))
+    with caplog.at_level(logging.DEBUG, logger="gpu_eta.exporter.collectors.kube"):
+        src = source_factory(api.url, backoff_initial_seconds=120, job_deadlines=False)
+        wait_for(lambda: src.status().connected and names(src) == ["train-a"])
+        lists = api.count(watch=False)
+        api.add_pod(make_pod("train-b", uid=uid(2)))
+        api.delete_pod("default", "train-a")
+        wait_for(lambda: names(src) == ["train-b"])
+        time.sleep(1.1)  # a watch ended within 1 s is followed by a backoff (no spinning)
+        api.compact()
+        api.end_watches()  # rewatch from a compacted version → HTTP 410 Expired
+        wait_for(lambda: api.count(watch=False) == lists + 1, timeout_seconds=30)
+        wait_for(lambda: src.status().connected)
+        api.add_pod(make_pod("train-c", uid=uid(3)))
+        wait_for(lambda: names(src) == ["train-b", "train-c"])
+    assert api.expired_watches == 1 and api.count(watch=False) == lists + 1
+    assert src.status().last_error == ""
+    records = [r for r in caplog.records if r.name == "gpu_eta.exporter.collectors.kube"]
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+    assert not [r for r in records if r.exc_info]
+    assert "kube: watch resourceVersion expired (410); relisting" in [
+        r.getMessage() for r in records
+    ]
+
+
+def test_the_fake_refuses_an_expired_watch_as_the_api_server_does(api: FakeKubeAPI) -> None:
+    """A watch from a compacted resourceVersion: by default 200 and the ERROR event,
+    with ``expire_watch_status`` the same ``Status`` as an HTTP 410 answer."""
+    api.add_pod(make_pod("p0", uid=uid(0)))
+    api.compact()
+    query = {"watch": "true", "resourceVersion": "101", "timeoutSeconds": "1"}
+    url = f"{api.url}/api/v1/pods?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        (line,) = response.read().splitlines()
+    event = json.loads(line)
+    assert event["type"] == "ERROR" and event["object"]["code"] == 410
+    api.expire_watch_status = True
+    code, answer = _get(api, **query)
+    assert code == 410
+    assert {k: answer[k] for k in ("kind", "status", "reason", "code")} == {
+        "kind": "Status",
+        "status": "Failure",
+        "reason": "Expired",
+        "code": 410,
+    }
+    assert answer["message"] == event["object"]["message"] == "too old resource version: 101 (102)"
+    assert api.expired_watches == 2
+
+
 def test_bookmarks_refresh_the_sync_time(api: FakeKubeAPI, source_factory) -> None:
     src = source_factory(api.url)
     wait_for(lambda: src.status().connected)
