@@ -558,12 +558,15 @@ class NvmlGpuSource:
         """
         nv = self._nvml
         try:
-            infos, mps_clients = self._running_processes(handle)
+            running = self._running_processes(handle)
         except refused:
             raise
         except nv.NVMLError as err:
             log.debug("device %s: process list unavailable: %s", uuid, err)
             return None
+        if running is None:  # the library has no compute list (logged once)
+            return None
+        infos, mps_clients = running
         util_by_pid: dict[int, float | None] | None = (
             None if mig else self._process_util(handle, uuid)
         )
@@ -588,9 +591,11 @@ class NvmlGpuSource:
             )
         return out
 
-    def _running_processes(self, handle: Any) -> tuple[list[Any], frozenset[int]]:
+    def _running_processes(self, handle: Any) -> tuple[list[Any], frozenset[int]] | None:
         """Every process with a context on the device, one record per pid, and the
-        pids that are MPS clients.
+        pids that are MPS clients; None where the driver's library has no compute list
+        (older than R450: neither ``_v3`` nor ``_v2``), remembered like any symbol it
+        lacks (``_unless_absent``): the processes are unknown, never "none".
 
         NVML lists processes in three lists: compute contexts, MPS clients' compute
         contexts (``nvmlDeviceGetMPSComputeRunningProcesses``: under MPS, as the device
@@ -601,7 +606,14 @@ class NvmlGpuSource:
         are left out where the driver has not got them (no symbol, NOT_SUPPORTED),
         and fail the list like the compute one otherwise.
         """
-        compute = self._process_list(handle, "nvmlDeviceGetComputeRunningProcesses")
+        compute = self._unless_absent(
+            "nvmlDeviceGetComputeRunningProcesses_v2",
+            self._process_list,
+            handle,
+            "nvmlDeviceGetComputeRunningProcesses",
+        )
+        if compute is None:
+            return None
         mps = self._extra_process_list(handle, "nvmlDeviceGetMPSComputeRunningProcesses")
         graphics = self._extra_process_list(handle, "nvmlDeviceGetGraphicsRunningProcesses")
         by_pid: dict[int, Any] = {}
@@ -615,7 +627,8 @@ class NvmlGpuSource:
         has not got it or answers NOT_SUPPORTED — it has no such process to list."""
         if not hasattr(self._nvml, name):
             return ()
-        # _process_list fails with a missing symbol only when _v2 is missing too
+        # _process_list fails with a missing symbol only when _v2 is missing too: the
+        # list's absence is remembered under that name, as the compute list's is
         infos = self._unless_absent(
             name + "_v2", self._process_list, handle, name, not_here=self._not_supported_codes
         )

@@ -653,6 +653,19 @@ def test_driver_without_process_list_v3_reads_the_v2_list() -> None:
     ]
 
 
+# what a driver older than R450 lacks of the calls the exporter makes
+PRE_R450_MISSING = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetMigMode",
+)
+
+
 def test_driver_without_any_versioned_process_list_keeps_the_devices() -> None:
     """Neither ``_v3`` nor ``_v2`` (a driver older than R450): the process list is
     unknown, the devices are still read; the mismatch error never escapes a read.
@@ -660,17 +673,7 @@ def test_driver_without_any_versioned_process_list_keeps_the_devices() -> None:
     (CUDA 11), and pynvml fails the symbol it cannot find with FUNCTION_NOT_FOUND
     (``_nvmlGetFunctionPointer``): no MIG, not a failing device, asked once."""
     nv = fake_nvml(
-        [_gpu(0, util=20, procs=[(7, GIB, 0)]), _gpu(1, util=40)],
-        missing=(
-            "nvmlDeviceGetComputeRunningProcesses_v3",
-            "nvmlDeviceGetComputeRunningProcesses_v2",
-            "nvmlDeviceGetMPSComputeRunningProcesses_v3",
-            "nvmlDeviceGetMPSComputeRunningProcesses_v2",
-            "nvmlDeviceGetGraphicsRunningProcesses_v3",
-            "nvmlDeviceGetGraphicsRunningProcesses_v2",
-            "nvmlDeviceGetMemoryInfo_v2",
-            "nvmlDeviceGetMigMode",
-        ),
+        [_gpu(0, util=20, procs=[(7, GIB, 0)]), _gpu(1, util=40)], missing=PRE_R450_MISSING
     )
     source = NvmlGpuSource(nv)
     for _ in range(2):
@@ -683,6 +686,25 @@ def test_driver_without_any_versioned_process_list_keeps_the_devices() -> None:
         assert all(d.gpu_instance_id is None for d in poll.devices)
         assert poll.process_list_failures == (_gpu(0).uuid, _gpu(1).uuid)
     assert nv.calls.count("nvmlDeviceGetMigMode") == 1
+
+
+def test_a_driver_without_any_process_list_is_asked_for_one_once() -> None:
+    """A driver older than R450 has no compute list, ``_v3`` nor ``_v2``: each symbol
+    is looked up once (pynvml caches no failed lookup: a lock, an exception and a log
+    line per device per poll), and the list stays unknown on every poll of every
+    device, never "no process". The MPS and graphics lists are not asked for: with the
+    compute list unknown, the device's processes are."""
+    nv = fake_nvml([_gpu(0, procs=[(7, GIB, 0)]), _gpu(1)], missing=PRE_R450_MISSING)
+    source = NvmlGpuSource(nv)
+    for _ in range(3):
+        poll = source.poll()
+        assert poll.failures == () and poll.processes == ()
+        assert poll.process_list_failures == (_gpu(0).uuid, _gpu(1).uuid)
+    lists = Counter(c for c in nv.calls if "RunningProcesses" in c)
+    assert lists == {
+        "nvmlDeviceGetComputeRunningProcesses_v3": 1,
+        "nvmlDeviceGetComputeRunningProcesses_v2": 1,
+    }
 
 
 def test_memory_used_leaves_out_the_driver_reserve() -> None:
