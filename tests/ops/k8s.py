@@ -128,11 +128,15 @@ def helm_template(
 
 
 @functools.cache
+def _rendered_defaults() -> list[dict]:
+    return helm_template()
+
+
 def helm_defaults() -> list[dict]:
     """The chart rendered with its own defaults (release and namespace gpu-eta), once
-    per process and shared by every test that reads it (a render runs Helm's engine):
-    copy before changing."""
-    return helm_template()
+    per process (a render runs Helm's engine); each caller gets its own copy, as from
+    ``build_overlay``."""
+    return copy.deepcopy(_rendered_defaults())
 
 
 def helm_values_file(path: Path) -> list[dict]:
