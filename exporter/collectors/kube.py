@@ -12,7 +12,8 @@ is, is reported by ``status()`` (``connected``, ``last_sync_timestamp``).
 The loop (a daemon thread): list → watch from the list's resourceVersion →
 events update the cache → when the watch ends (server timeout, ``resync_seconds``)
 watch again from the last resourceVersion seen, relisting every
-``resync_seconds``; a ``410 Gone`` (ERROR event or HTTP status) relists at once;
+``resync_seconds``; a ``410 Gone`` (ERROR event or HTTP status) relists at once
+(a second in a row, each within a second of its watch's start, backs off first);
 a list page's expired continue token (410) starts the list again, at most
 ``LIST_RESTARTS`` times in a row; any other error backs off exponentially
 (``backoff_initial_seconds`` doubling to ``backoff_max_seconds``) and then relists.
@@ -744,6 +745,8 @@ class KubePodSource:
         backoff = self.backoff_initial_seconds
         resource_version: str | None = None
         listed_at = 0.0
+        watch_started = 0.0
+        quick_gone = 0  # 410s in a row, each within a second of its watch's start
         while not self._stop.is_set():
             try:
                 if resource_version is None or time.monotonic() - listed_at >= self.resync_seconds:
@@ -754,12 +757,22 @@ class KubePodSource:
                 watch_started = time.monotonic()
                 resource_version = self._watch(resource_version, remaining)
                 backoff = self.backoff_initial_seconds
+                quick_gone = 0
                 if time.monotonic() - watch_started < 1.0:
                     # a server that ends watches at once must not make us spin
                     self._stop.wait(self.backoff_initial_seconds)
             except _Gone:
-                log.debug("kube: watch resourceVersion expired (410); relisting")
                 resource_version = None
+                quick_gone = quick_gone + 1 if time.monotonic() - watch_started < 1.0 else 0
+                if quick_gone < 2:
+                    log.debug("kube: watch resourceVersion expired (410); relisting")
+                    continue
+                # the version a relist just gave refused at once again: a server that
+                # expires every watch must not make us list and watch in a tight loop
+                # (client-go's reflector backs off there too)
+                log.debug("kube: watch expired again at once (410); relisting in %.0fs", backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.backoff_max_seconds)
             except Exception as err:
                 resource_version = None
                 if self._stop.is_set():

@@ -11,7 +11,8 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   ``ERROR`` event with a ``Status`` of ``code: 410, reason: Expired`` or, while
   ``expire_watch_status`` is set, that ``Status`` as an HTTP 410 answer instead of
   the stream (what the server sends when the storage refuses the watch before it
-  starts); ``expired_watches`` counts both; watches end
+  starts); ``expire_every_watch`` expires every watch, a freshly listed version's
+  too; ``expired_watches`` counts them all; watches end
   cleanly after ``timeoutSeconds``; ``resourceVersion`` absent or ``"0"`` starts
   with synthetic ADDED events for every current pod, as the real server does;
 - ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400);
@@ -187,6 +188,9 @@ class FakeKubeAPI:
         # answer a watch from a compacted resourceVersion HTTP 410, not 200 + ERROR event
         self.expire_watch_status = False
         self.expired_watches = 0  # watches answered 410 Expired, either way
+        # answer every watch 410 Expired, a freshly listed version's too (a storage
+        # whose watch cache refuses what its list served)
+        self.expire_every_watch = False
         self._events: list[tuple[int, str, dict[str, Any]]] = []
         self._rv = 100
         self._floor = 0
@@ -479,7 +483,7 @@ class _Handler(BaseHTTPRequestHandler):
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         rv_text = query.get("resourceVersion", "0") or "0"
         with api._cond:
-            expired = 0 < int(rv_text) < api._floor
+            expired = 0 < int(rv_text) < api._floor or api.expire_every_watch
             floor = api._floor
             if expired:
                 api.expired_watches += 1

@@ -338,6 +338,26 @@ def test_a_watch_refused_410_relists(
     ]
 
 
+def test_a_server_expiring_every_watch_is_not_listed_in_a_tight_loop(
+    api: FakeKubeAPI, source_factory
+) -> None:
+    """A server whose every watch is refused 410, a freshly listed version's too: the
+    first 410 relists at once, a second in a row (each within a second of its watch's
+    start) waits the backoff first, doubling, so the lists stay few; the pods still
+    follow the store, through the relists."""
+    api.expire_every_watch = True
+    api.add_pod(make_pod("train-a", uid=uid(1)))
+    src = source_factory(api.url, backoff_initial_seconds=0.2, backoff_max_seconds=0.4)
+    wait_for(lambda: names(src) == ["train-a"])
+    lists = api.count(watch=False)
+    time.sleep(2.0)
+    # about 2 s / 0.4 s backoffs; without them, hundreds of list-and-watch rounds
+    assert api.count(watch=False) - lists <= 10
+    api.add_pod(make_pod("train-b", uid=uid(2)))
+    wait_for(lambda: names(src) == ["train-a", "train-b"])
+    assert src.status().last_error == ""
+
+
 def test_the_fake_refuses_an_expired_watch_as_the_api_server_does(api: FakeKubeAPI) -> None:
     """A watch from a compacted resourceVersion: by default 200 and the ERROR event,
     with ``expire_watch_status`` the same ``Status`` as an HTTP 410 answer."""
