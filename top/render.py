@@ -184,13 +184,16 @@ def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
     ]
 
 
-def _idle_cells(h: HolderRow) -> list[str]:
+def _idle_cells(h: HolderRow, held_unknown: str = "") -> list[str]:
+    """An idle holder's cells; HELD ``unknown`` where the ``since`` query was refused
+    (``View.held_unknown``): ``-`` says the exporter publishes no allocation time."""
+    held = "unknown" if held_unknown and h.held_seconds is None else fmt_duration(h.held_seconds)
     return [
         f"{h.namespace}/{h.pod}",
         f"{h.node}/{h.gpu}",
         fmt_ratio(h.utilization_ratio),
         fmt_bytes(h.memory_used_bytes),
-        fmt_duration(h.held_seconds),
+        held,
         "training, stalled?" if h.training else "",
     ]
 
@@ -280,7 +283,7 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
         out.append(f"  ({empty_text(view, 'Training')})")
     out += ["", "IDLE GPU HOLDERS"]
     if view.idle:
-        out.extend(_table(IDLE_HEADERS, [_idle_cells(h) for h in view.idle]))
+        out.extend(_table(IDLE_HEADERS, [_idle_cells(h, view.held_unknown) for h in view.idle]))
     else:
         out.append(f"  ({empty_text(view, 'Idle GPU holders')})")
     out += ["", "PENDING"]
@@ -887,7 +890,11 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
                 for j in view.jobs
             ],
         ),
-        ("Idle GPU holders", IDLE_HEADERS, [(_idle_cells(h), "yellow") for h in view.idle]),
+        (
+            "Idle GPU holders",
+            IDLE_HEADERS,
+            [(_idle_cells(h, view.held_unknown), "yellow") for h in view.idle],
+        ),
         (
             "Pending",
             PENDING_HEADERS,

@@ -115,6 +115,11 @@ class View:
     # far as the answers go. Then ``idle`` is empty for want of holders, not for want of
     # idle ones: the renderers say "unknown", never "none" or 0
     allocations_unknown: str = ""
+    # why no holder's allocation time is known (the ``since`` query refused); empty:
+    # known where the exporter publishes it. Idle holders are then judged on their
+    # utilisation alone (a pod seconds old may be listed), and their HELD says unknown,
+    # not "-" (which says the exporter runs without the kube collector)
+    held_unknown: str = ""
 
 
 def _value(sample: Sample) -> float | None:
@@ -215,6 +220,8 @@ def build_view(
     ``allocated`` no holder is known at all, so neither is an idle one
     (``View.allocations_unknown``). Without ``gpu_util`` (a device's own utilisation)
     a device no pod holds says its use is unknown, not "free now" (``free_state``).
+    Without ``since`` (when each holder got its device) the idle holders are judged on
+    utilisation alone, as without the kube collector, and say so (``View.held_unknown``).
     """
     # ``exported_*`` labels read as the plain ones (a scrape that did not honour the
     # exporter's labels: its own namespace and pod would name every run), as the
@@ -421,6 +428,7 @@ def build_view(
         alerts=_firing(get("alerts")),
         pending=pending_rows(results),
         allocations_unknown="query allocated refused" if "allocated" in refused else "",
+        held_unknown="query since refused" if "since" in refused else "",
     )
 
 

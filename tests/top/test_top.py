@@ -2067,6 +2067,30 @@ def test_with_the_allocations_refused_no_holder_is_counted_or_listed_as_idle() -
     assert "1 idle holders" in top_render.summary_line(known)
 
 
+def test_with_the_allocation_times_refused_an_idle_holder_says_its_held_time_is_unknown() -> None:
+    """The ``since`` query refused alone: the allocations are known, so idle holders
+    are listed, judged on utilisation alone (no age guard, as without the kube
+    collector), but their HELD says ``unknown``, not ``-`` (the docs' "no kube
+    collector"); ``--json`` says why."""
+    data = {k: v for k, v in answers().items() if k != "since"}
+    view = top_view.build_view(
+        {k: parsed(v) for k, v in data.items()}, NOW, "http://prom", refused=("since",)
+    )
+    assert [h.pod for h in view.idle] == ["nb-alice"] and view.held_unknown
+    assert top_render.render_json(view)["held_unknown"] == "query since refused"
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    (row,) = [line for line in lines if line.startswith("jupyter/nb-alice ")]
+    assert "unknown" in row.split(), row
+    # answered, the same holder's HELD is its time; without the series at all (no
+    # kube collector, nothing refused) it stays "-"
+    known = top_view.build_view(results(), NOW, "http://prom")
+    assert known.held_unknown == "" and known.idle[0].held_seconds is not None
+    bare = top_view.build_view({k: parsed(v) for k, v in data.items()}, NOW, "http://prom")
+    plain = top_render.render_plain(bare, timezone.utc).splitlines()
+    (row,) = [line for line in plain if line.startswith("jupyter/nb-alice ")]
+    assert "unknown" not in row.split() and "-" in row.split(), row
+
+
 @pytest.mark.parametrize("node0_failing", [False, True])
 def test_with_the_device_utilisation_refused_a_free_gpu_says_its_use_is_unknown(
     node0_failing: bool,
