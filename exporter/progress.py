@@ -98,6 +98,18 @@ class TooManyRuns(ReportError):
         self.retry_after = retry_after
 
 
+class SupersededReport(ReportError):
+    """A report of a named run that a later start under its ``run_id`` replaced
+    (``superseded``; counted as ``superseded``, answered 409): it changes nothing.
+
+    Not ``invalid``: the report is well-formed, only late (the old reporter's queue
+    still sending after the new one started), and the same report is refused again
+    whenever it comes, so the sender is told why rather than asked to wait."""
+
+    result = "superseded"
+    status = 409
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     """One validated progress report; ``None`` means "not stated in this report".
@@ -337,18 +349,55 @@ def derived_run_id(namespace: str, pod: str, container: str, source: str, start:
 _SAME_START_SECONDS = 0.001
 
 
+def _sender_start(progress: Progress) -> float:
+    """The start ``progress``'s sender states, which its reports are matched by: the
+    one it stated when the run began, else (none stated, or a row stored before it was
+    kept) the run's start."""
+    stated = progress.sender_start_timestamp
+    return progress.run_start_timestamp if stated is None else stated
+
+
+def superseded(previous: Progress | None, report: Report) -> bool:
+    """Whether ``report`` is of a named run that a later start under its ``run_id``
+    replaced: its ``run_start`` is before the start the current run's sender stated,
+    by more than the client's 1 ms rounding.
+
+    A named run is (``run_id``, ``run_start``): the client takes its start once, when
+    the reporter is made, and sends it in every report, the ones still queued after
+    ``end()`` timed out too, while a new reporter (the same notebook cell run again)
+    states a later one. The sender runs on this node, on its clock, so an earlier start
+    is an older run; it is gone (``starts_new_run`` replaced it), and its late end would
+    end the new training with the new reports in it. Only against a start its sender
+    stated: one the exporter chose (a run begun again at its end, a row stored before
+    the sender's was kept) may be later than the start that sender states.
+    """
+    return (
+        previous is not None
+        and report.run_id is not None
+        and report.run_id == previous.run_id
+        and report.run_start is not None
+        and previous.sender_start_timestamp is not None
+        and report.run_start < previous.sender_start_timestamp - _SAME_START_SECONDS
+    )
+
+
 def starts_new_run(previous: Progress | None, report: Report) -> bool:
     """Whether ``report`` begins a run rather than continuing ``previous``.
 
-    A named run id decides alone, but for a ``start`` naming the run that has ended: a
-    run trained again under its name (a notebook cell re-running
-    ``ProgressReporter(run_id="exp")`` after ``end()``) is a new run, with its own start
-    and no end; a repeated ``start`` of a run not ended changes nothing, and neither
-    does a copy of the ended run's own start (a start time not after the run's, within
-    the client's 1 ms rounding: a retried or reordered POST, a proxy's retry; begun
-    again it would be a run at epoch 0 that never ends; "not after", as a run begun
-    again at the end keeps the end as its start, later than its sender's). The sender
-    runs on this node, on its clock: a new training's start is after the last one's. Kept ended, with the old start, the forecaster
+    A named run id decides alone, but for a ``start``: a named run is (``run_id``,
+    ``run_start``), so a start naming the current run with a later ``run_start`` (by
+    more than the client's 1 ms rounding) is a new run, with its own start and no end,
+    whether the current one ended (a notebook cell re-running
+    ``ProgressReporter(run_id="exp")`` after ``end()``) or not (the same, while the old
+    reporter's end is still on its way: the old run is replaced, and its late reports
+    are refused, ``superseded``). A repeated ``start`` of the current run changes
+    nothing: a copy of its start (within 1 ms: a retried or reordered POST, a proxy's
+    retry; begun again after the end it would be a run at epoch 0 that never ends), or
+    one without a ``run_start`` while the run has not ended (curl; after the end it
+    is a new training). The start compared is the one the run's sender stated
+    (``_sender_start``): a run begun again at the end keeps the end as its start, later
+    than its sender's. The sender runs on this node, on its clock: a new training's
+    start is after the last one's. Kept ended, with the old start, the forecaster
     would read a new training done at once (its end after its start) and never forecast
     it. Without one (logs, curl) a run restarts when the
     epoch or step counter goes back or the planned totals change: the signature of
@@ -358,17 +407,14 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     """
     if previous is None:
         return True
-    if report.run_id is not None:  # a repeated "start" of the same run changes nothing
+    if report.run_id is not None:
         if report.run_id != previous.run_id:
             return True
-        return (
-            report.event == "start"
-            and previous.ended_timestamp is not None
-            and (
-                report.run_start is None
-                or report.run_start > previous.run_start_timestamp + _SAME_START_SECONDS
-            )
-        )
+        if report.event != "start":
+            return False
+        if report.run_start is None:
+            return previous.ended_timestamp is not None
+        return report.run_start > _sender_start(previous) + _SAME_START_SECONDS
     if report.event == "start":
         return True
     if previous.ended_timestamp is not None and report.event != "end":
@@ -471,7 +517,16 @@ def advance(
     one stopped. An ``end`` that would start a run and carries no counter is refused:
     there is nothing to end. Every run's ``end`` is kept
     as ``ended_timestamp`` for that rule, in the state file and journal too.
+
+    Raises ``SupersededReport`` for a report of a run a later start replaced
+    (``superseded``), before anything else: its counters are another training's.
     """
+    if superseded(previous, report):
+        assert previous is not None and report.run_start is not None
+        raise SupersededReport(
+            f"run {report.run_id} of run_start {report.run_start:.3f} was replaced by its "
+            f"start of run_start {_sender_start(previous):.3f}; nothing stored"
+        )
     new_run = starts_new_run(previous, report)
     counters = (report.epoch, report.step, report.epochs, report.steps)
     if new_run and report.event == "end" and all(v is None for v in counters):
@@ -498,6 +553,7 @@ def advance(
             run_start_timestamp=start,
             last_report_timestamp=now,
             source=source,
+            sender_start_timestamp=report.run_start,
         )
         prev_epoch = None
     else:
@@ -538,6 +594,7 @@ def advance(
         batch_size=pick(report.batch_size, base.batch_size),
         epoch_end_timestamp=epoch_end,
         ended_timestamp=now if report.event == "end" else base.ended_timestamp,
+        sender_start_timestamp=base.sender_start_timestamp,
         metrics=_merged_metrics(base.metrics, report.metrics),
     )
 
@@ -608,6 +665,7 @@ def check_progress(progress: Progress) -> Progress:
         "last_report_timestamp",
         "epoch_end_timestamp",
         "ended_timestamp",
+        "sender_start_timestamp",
     ):
         value = getattr(progress, name)
         if value is not None:

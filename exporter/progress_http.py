@@ -10,7 +10,8 @@ Order of checks, each answered with a one-line reason and counted by result:
 3. the pod exceeds its rate (token bucket per pod) → 429 ``rate_limited``
 4. not a JSON object → 400 ``malformed``; bad value → 400 ``invalid``
 5. it would start a run beyond its container's cap on new runs
-   (``exporter.progress_runs``) → 429 ``too_many_runs``
+   (``exporter.progress_runs``) → 429 ``too_many_runs``; it is of a named run that a
+   later start of its ``run_id`` replaced (``progress.superseded``) → 409 ``superseded``
 6. stored → 200 ``accepted``; with a state file only once the report is on disk
    (``exporter.progress_journal``), or 503 ``not_persisted`` if that write failed
 
@@ -379,7 +380,7 @@ class ProgressListener:
                 now,
                 on_durable=on_durable if deferred else None,
             )
-        except ReportError as err:  # 400, or 429 for a run over its container's cap
+        except ReportError as err:  # 400; 409 superseded; 429 over its container's cap
             return self._refused(
                 who,
                 err.result,
@@ -440,6 +441,7 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     408: "Request Timeout",
+    409: "Conflict",
     411: "Length Required",
     413: "Content Too Large",
     429: "Too Many Requests",

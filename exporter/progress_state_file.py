@@ -273,6 +273,9 @@ _OPT_FIELDS = (
     "batch_size",
     "epoch_end_timestamp",
     "ended_timestamp",  # absent in rows written before it was kept: None
+    # absent likewise: None, and such a run refuses no report as another's
+    # (``progress.superseded``)
+    "sender_start_timestamp",
 )
 
 

@@ -198,6 +198,11 @@ class Progress:
     # when its sender said it ended (``"event": "end"``); a report without a run id
     # after it is a new run (``progress.starts_new_run``)
     ended_timestamp: float | None = None
+    # the ``run_start`` its sender stated in the report that began the run (None: it
+    # stated none); with ``run_id`` the run's identity (``progress.starts_new_run``).
+    # Not always ``run_start_timestamp``: a run begun again after its end starts at
+    # the end at the earliest, while its sender keeps stating its own start
+    sender_start_timestamp: float | None = None
     # free-form numbers (loss...)
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY_F)
 

@@ -35,6 +35,7 @@ PROGRESS_RESULTS = (
     "too_large",  # 413
     "rate_limited",  # 429: over the pod's report rate
     "too_many_runs",  # 429: would start a run over its container's cap (progress_runs)
+    "superseded",  # 409: of a named run a later start of its run_id replaced
     "not_found",  # 404
     "method_not_allowed",  # 405
     "timeout",  # 408: headers or the whole request not in within their deadline
@@ -49,6 +50,7 @@ PROGRESS_RESULTS = (
 # previous line, or skipped when there is none)
 # ``undated``: a CRI timestamp that cannot be read (dated as a ``future`` line)
 # ``too_many_runs``: would start a run over its container's cap (``progress_runs``): skipped
+# ``superseded``: a marker line of a named run a later start of its run_id replaced: skipped
 # ``malformed``: a line of a Docker json-file log (cri-dockerd) that is no such record
 LOG_LINE_RESULTS = (
     "matched",
@@ -58,6 +60,7 @@ LOG_LINE_RESULTS = (
     "future",
     "undated",
     "too_many_runs",
+    "superseded",
     "malformed",
 )
 _EMPTY_I: Mapping[str, int] = MappingProxyType({})

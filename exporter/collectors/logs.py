@@ -61,7 +61,9 @@ the store and its state-file loader apply) is skipped and counted
 
 A line that would start a run beyond its container's cap on new runs (the store's,
 ``exporter.progress_runs``, the same as for HTTP reports) is skipped and counted
-``too_many_runs``, with one WARNING per container.
+``too_many_runs``, with one WARNING per container. A marker line of a named run that a
+later start under its ``run_id`` replaced (``progress.superseded``) is skipped and
+counted ``superseded``.
 """
 
 from __future__ import annotations
@@ -92,7 +94,13 @@ from gpu_eta.exporter.logformats import (
     parse_setup,
     visible,
 )
-from gpu_eta.exporter.progress import Report, ReportError, TooManyRuns, check_report
+from gpu_eta.exporter.progress import (
+    Report,
+    ReportError,
+    SupersededReport,
+    TooManyRuns,
+    check_report,
+)
 from gpu_eta.exporter.progress_store import ProgressStore
 from gpu_eta.exporter.readings import PodMeta
 from gpu_eta.exporter.snapshot import LOG_LINE_RESULTS
@@ -887,7 +895,8 @@ class LogProgressCollector:
         if report is not None:
             # a report the wire format refuses (a negative epoch, a step beyond 1e15)
             # or inconsistent with the run so far is dropped and counted as invalid;
-            # one that would start a run over the container's cap as too_many_runs
+            # one that would start a run over the container's cap as too_many_runs, one
+            # of a run a later start replaced as superseded
             try:
                 # a line read by a format (a bar, a Keras line) names no run: its runs
                 # are the exporter's reading, capped more loosely (``derived``)
@@ -895,6 +904,9 @@ class LogProgressCollector:
             except TooManyRuns as err:
                 counts["too_many_runs"] += 1
                 self._too_many_runs(key, err)
+                return
+            except SupersededReport:
+                counts["superseded"] += 1
                 return
             except ReportError:
                 counts["invalid"] += 1

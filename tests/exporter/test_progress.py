@@ -290,6 +290,54 @@ def test_a_start_naming_a_run_that_ended_begins_it_again():
     assert _adv(ended, Report(run_id="exp", epoch=6), NOW + 120).ended_timestamp == NOW + 110
 
 
+def test_a_later_start_under_the_running_runs_id_replaces_it_and_its_reports_are_refused():
+    """A named run is (run_id, run_start). A notebook cell running
+    ``ProgressReporter(run_id="exp")`` again while the old reporter's end is still on
+    its way (a slow exporter, the old queue sending after ``end()`` timed out): the new
+    start was merged into the running run, and the old end, arriving later, ended it
+    with the new training's reports in it."""
+    p = _adv(None, Report(event="start", run_id="exp", epochs=10, run_start=NOW), NOW)
+    p = _adv(p, Report(run_id="exp", run_start=NOW, epoch=9), NOW + 590)
+    new = _adv(p, Report(event="start", run_id="exp", run_start=NOW + 600, epoch=0), NOW + 601)
+    assert (new.run_id, new.run_start_timestamp, new.ended_timestamp) == ("exp", NOW + 600, None)
+    assert (new.epoch, new.epochs, new.epoch_end_timestamp) == (0, None, None)
+    # the old run's end, and any report of it, belongs to a run that is gone
+    for event in ("end", "progress", "start"):
+        late = Report(event=event, run_id="exp", run_start=NOW, epoch=10, epochs=10)
+        with pytest.raises(ReportError, match="replaced") as refused:
+            _adv(new, late, NOW + 602)
+        assert (refused.value.result, refused.value.status) == ("superseded", 409)
+    # the new run's own reports go on; a copy of its start (within 1 ms) changes nothing
+    own = _adv(new, Report(run_id="exp", run_start=NOW + 600.0004, event="start"), NOW + 603)
+    assert (own.run_start_timestamp, own.epoch) == (NOW + 600, 0)
+    # reports without a run_start (curl) are judged as before: a start changes nothing,
+    # an end ends the current run
+    bare = _adv(new, Report(run_id="exp", event="start"), NOW + 604)
+    assert bare.run_start_timestamp == NOW + 600
+    ended = _adv(new, Report(run_id="exp", event="end", epoch=1), NOW + 605)
+    assert (ended.run_start_timestamp, ended.ended_timestamp) == (NOW + 600, NOW + 605)
+
+
+def test_a_run_begun_again_at_the_end_keeps_its_senders_start_as_its_identity():
+    """The old end arrived first, but the new reporter was made before it did: the new
+    run's start is moved to the end (``behind`` above), later than the start its sender
+    states in every report. Those reports are the new run's, not refused as older."""
+    p = _adv(None, Report(event="start", run_id="exp", run_start=NOW, epochs=10), NOW)
+    ended = _adv(p, Report(event="end", run_id="exp", run_start=NOW, epoch=10), NOW + 605)
+    new = _adv(ended, Report(event="start", run_id="exp", run_start=NOW + 600), NOW + 606)
+    assert (new.run_start_timestamp, new.ended_timestamp) == (NOW + 606, None)
+    going = _adv(new, Report(run_id="exp", run_start=NOW + 600, epoch=1), NOW + 660)
+    assert (going.run_start_timestamp, going.epoch) == (NOW + 606, 1)
+    with pytest.raises(ReportError, match="replaced"):
+        _adv(going, Report(run_id="exp", run_start=NOW, epoch=10), NOW + 661)
+    # ended too, a later reporter's start begins it again; a copy of its own does not
+    done = _adv(going, Report(event="end", run_id="exp", run_start=NOW + 600), NOW + 700)
+    copy = _adv(done, Report(event="start", run_id="exp", run_start=NOW + 600), NOW + 701)
+    assert (copy.run_start_timestamp, copy.ended_timestamp) == (NOW + 606, NOW + 700)
+    third = _adv(done, Report(event="start", run_id="exp", run_start=NOW + 650), NOW + 702)
+    assert (third.run_start_timestamp, third.ended_timestamp) == (NOW + 702, None)
+
+
 def test_a_plan_less_run_that_ends_gets_the_totals_it_reached():
     p = _adv(None, Report(run_id="r1", epoch=0, step=0), NOW)
     p = _adv(p, Report(run_id="r1", epoch=3, step=300), NOW + 30)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -146,6 +147,29 @@ def test_malformed_and_invalid_bodies_are_400_and_keep_stored_progress(listener)
     assert (p.epoch, p.epochs) == (3, 10)
     counts = listener.counts()
     assert (counts["malformed"], counts["invalid"], counts["accepted"]) == (1, 2, 1)
+
+
+def test_a_late_end_of_a_run_a_later_start_replaced_is_409_and_counted(listener, caplog):
+    """A notebook cell ran ``ProgressReporter(run_id="exp")`` again while the old
+    reporter's end was still on its way: the new start replaces the run, and the old
+    end, arriving after it, is refused in one line and counted; it ended the new run."""
+    old_start = round(time.time() - 600, 3)
+    new_start = round(time.time() - 1, 3)
+    exp = {"run_id": "exp", "epochs": 10}
+    assert post(listener, {**exp, "event": "start", "run_start": old_start, "epoch": 0})[0] == 200
+    assert post(listener, {**exp, "run_start": old_start, "epoch": 9})[0] == 200
+    assert post(listener, {**exp, "event": "start", "run_start": new_start, "epoch": 0})[0] == 200
+    status, text = post(listener, {**exp, "event": "end", "run_start": old_start, "epoch": 10})
+    assert status == 409 and text.startswith("superseded: run exp") and text.count("\n") == 1
+    (p,) = listener.store.snapshot()
+    assert (p.run_id, p.run_start_timestamp, p.epoch, p.ended_timestamp) == (
+        "exp",
+        new_start,
+        0,
+        None,
+    )
+    assert (listener.counts()["superseded"], listener.counts()["accepted"]) == (1, 3)
+    assert all(r.exc_info is None for r in caplog.records)
 
 
 def test_flood_is_rate_limited_per_pod(listener):

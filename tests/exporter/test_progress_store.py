@@ -8,8 +8,10 @@ import threading
 
 import pytest
 
-from gpu_eta.exporter.progress import Report
+from gpu_eta.exporter.progress import Report, ReportError
+from gpu_eta.exporter.progress_state_file import progress_to_row
 from gpu_eta.exporter.progress_store import HTTP_PRECEDENCE_SECONDS, ProgressStore
+from tests.support.report_listener import journaled, journaling_store
 
 NOW = 1_800_000_000.0
 
@@ -404,3 +406,94 @@ def test_a_pod_seen_under_its_uid_keeps_its_progress_whatever_its_start_says() -
     _report(store, ts=NOW - 100)
     store.retain({("ns", "a"): "u"}, NOW - 95, started={("ns", "a"): NOW})
     assert len(store.snapshot()) == 1
+
+
+# -- a named run is (run_id, run_start): a later start replaces, older reports are refused
+
+
+OLD_START = NOW  # ProgressReporter(run_id="exp") the first time
+NEW_START = NOW + 600.25  # the same notebook cell run again, 10 minutes later
+
+
+def _exp(store, ts, event="progress", run_start=OLD_START, **counters):
+    """One report of run ``exp`` from pod ``nb`` over HTTP, as the client makes it;
+    with a journal, merged once it is on disk (when the listener answers)."""
+    report = Report(run_id="exp", run_start=run_start, event=event, **counters)
+    on_disk = threading.Event()
+    progress = store.merge(
+        "ns", "nb", "main", "http", report, ts, on_durable=lambda ok: on_disk.set()
+    )
+    assert not store.journaled or on_disk.wait(5)
+    return progress
+
+
+def test_a_late_end_of_a_replaced_run_is_refused_and_not_journaled(tmp_path):
+    """The new reporter's start overtook the old one's end (a slow exporter, the old
+    queue still sending after ``end()`` timed out): the start replaces the running run,
+    and the old end, arriving later, changes nothing, on disk either."""
+    store = journaling_store(tmp_path)
+    _exp(store, OLD_START, "start", epoch=0, epochs=10)
+    _exp(store, OLD_START + 590, epoch=9, epochs=10)
+    new = _exp(store, NEW_START + 0.5, "start", NEW_START, epoch=0, epochs=10)
+    assert (new.run_start_timestamp, new.epoch, new.ended_timestamp) == (NEW_START, 0, None)
+    rows = journaled(store)
+    with pytest.raises(ReportError, match="replaced") as refused:
+        _exp(store, NEW_START + 1, "end", epoch=10, epochs=10)
+    assert (refused.value.result, refused.value.status) == ("superseded", 409)
+    assert store.get("ns", "nb", "main", "http") == new
+    assert journaled(store) == rows
+    # the new run's own end ends it, with its own progress
+    _exp(store, NEW_START + 60, run_start=NEW_START, epoch=1)
+    done = _exp(store, NEW_START + 120, "end", NEW_START, epoch=2)
+    assert (done.run_start_timestamp, done.epoch, done.ended_timestamp) == (
+        NEW_START,
+        2,
+        NEW_START + 120,
+    )
+    store.close()
+
+
+@pytest.mark.parametrize("stop", ["saved", "killed"])
+def test_which_reports_belong_to_the_run_survives_a_restart(tmp_path, stop):
+    """The old end came first, but the new reporter was made before it did: the new
+    run's start is moved to the end, later than the start its sender states in every
+    report. A restart (from the state file or from the journal alone) keeps both
+    decisions: the new sender's reports are its run's, the old sender's are refused."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path, save_interval_seconds=3600)
+    _exp(store, OLD_START, "start", epoch=0, epochs=10)
+    _exp(store, NEW_START + 5, "end", epoch=10, epochs=10)
+    new = _exp(store, NEW_START + 6, "start", NEW_START, epoch=0, epochs=10)
+    assert (new.run_start_timestamp, new.ended_timestamp) == (NEW_START + 6, None)
+    if stop == "saved":
+        store.close()
+    else:
+        store.journal.close()  # flushed; then "killed": no save
+        assert not path.exists()
+    again = ProgressStore(path)
+    going = _exp(again, NEW_START + 60, run_start=NEW_START, epoch=1)
+    assert (going.run_start_timestamp, going.epoch, going.ended_timestamp) == (
+        NEW_START + 6,
+        1,
+        None,
+    )
+    with pytest.raises(ReportError, match="replaced"):
+        _exp(again, NEW_START + 61, "end", epoch=10, epochs=10)
+    assert again.get("ns", "nb", "main", "http") == going
+    again.close()
+
+
+def test_a_row_stored_before_runs_kept_their_senders_start_refuses_nothing(tmp_path):
+    """A state file written before the sender's start was kept: its run's start may
+    have been moved to an end (later than its sender's), so no report is refused as
+    older than it; a later start still begins a new run."""
+    path = tmp_path / "progress.json"
+    row = progress_to_row(_exp(ProgressStore(), NEW_START + 6, "start", NEW_START + 6, epoch=0))
+    row.pop("sender_start_timestamp", None)  # the field this test is about
+    path.write_text(json.dumps({"version": 1, "journal_seq": 0, "progress": [row]}))
+    store = ProgressStore(path)
+    going = _exp(store, NEW_START + 60, run_start=NEW_START, epoch=1)
+    assert (going.run_start_timestamp, going.epoch) == (NEW_START + 6, 1)
+    later = _exp(store, NEW_START + 900, "start", NEW_START + 899, epoch=0)
+    assert (later.run_start_timestamp, later.epoch) == (NEW_START + 899, 0)
+    store.close()

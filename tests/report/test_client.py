@@ -181,38 +181,34 @@ def test_a_refused_final_report_is_sent_again_after_the_hold():
     assert 1.0 < waited < 5.0  # the 2 s asked, not the 10 s allowed
 
 
-class AnsweringServer:
-    """A real HTTP/1.1 server answering every POST with ``status``, ``body`` and the
-    given ``Retry-After``: a proxy in front of the exporter, or another server. With
-    ``close_after_answer`` it closes each connection after answering without saying
-    so (as the exporter closes an idle kept-alive one)."""
+class PostServer:
+    """A real HTTP/1.1 server on loopback answering every POST with what ``answer``
+    returns for its body: (status, headers, body). With ``close_after_answer`` it
+    closes each connection after answering without saying so (as the exporter closes
+    an idle kept-alive one)."""
 
-    def __init__(
-        self,
-        status: int,
-        retry_after: str | None = None,
-        body: bytes = b"no",
-        close_after_answer: bool = False,
-    ):
+    close_after_answer = False
+
+    def __init__(self) -> None:
         import http.server
         import threading
 
         outer = self
-        self.posts: list[float] = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["Content-Length"]))
-                outer.posts.append(time.monotonic())
+                status, headers, body = outer.answer(
+                    self.rfile.read(int(self.headers["Content-Length"]))
+                )
                 self.send_response(status)
-                if retry_after is not None:
-                    self.send_header("Retry-After", retry_after)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-                self.close_connection = close_after_answer
+                self.close_connection = outer.close_after_answer
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -221,9 +217,98 @@ class AnsweringServer:
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def answer(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        raise NotImplementedError
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class AnsweringServer(PostServer):
+    """Answers every POST with ``status``, ``body`` and the given ``Retry-After``: a
+    proxy in front of the exporter, or another server; ``posts`` are their times."""
+
+    def __init__(
+        self,
+        status: int,
+        retry_after: str | None = None,
+        body: bytes = b"no",
+        close_after_answer: bool = False,
+    ):
+        self.status, self.retry_after, self.body = status, retry_after, body
+        self.close_after_answer = close_after_answer
+        self.posts: list[float] = []
+        super().__init__()
+
+    def answer(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        self.posts.append(time.monotonic())
+        headers = {} if self.retry_after is None else {"Retry-After": self.retry_after}
+        return self.status, headers, self.body
+
+
+class HoldingRelay(PostServer):
+    """A slow way to the exporter for one reporter: each POST is forwarded to the
+    listener on ``target_port`` from ``source`` (the pod's address) and its answer sent
+    back, but an ``end`` is held until ``release`` is set (``holding`` is set once one
+    waits): an exporter slower than the reporter's flush timeout."""
+
+    def __init__(self, target_port: int, source: str):
+        import threading
+
+        self.target = ("127.0.0.1", target_port)
+        self.source = (source, 0)
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        super().__init__()
+
+    def answer(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        import http.client
+
+        if json.loads(body).get("event") == "end":
+            self.holding.set()
+            self.release.wait(10)
+        conn = http.client.HTTPConnection(*self.target, timeout=10, source_address=self.source)
+        try:
+            conn.request("POST", "/progress", body=body)
+            resp = conn.getresponse()
+            return resp.status, {}, resp.read()
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.release.set()
+        super().close()
+
+
+def test_a_new_reporters_start_overtaking_the_old_ones_end_is_a_new_run(listener, caplog):
+    """A notebook cell runs ``ProgressReporter(run_id="exp")`` again while the old
+    reporter's end is still on its way (``end()`` returned at its flush timeout, the
+    exporter slow). Every report of the old reporter carries its own ``run_start`` and
+    the new one's a later one: the new start replaces the run, and the old end,
+    arriving after it, is refused (409) instead of ending the new training."""
+    relay = HoldingRelay(listener.port, POD.ip)
+    try:
+        old_url = f"http://127.0.0.1:{relay.port}/progress"
+        old = start(epochs=10, run_id="exp", url=old_url, timeout_seconds=10)
+        old.epoch_end(9)
+        old.end(flush_timeout_seconds=0.2)  # the end is held: end() returns without it
+        assert relay.holding.wait(5)
+        new = start(epochs=10, run_id="exp", url=url(listener), source_address=POD.ip)
+        new.epoch_end(1)
+        wait_for(lambda: listener.store.snapshot()[0].epoch == 1)
+        relay.release.set()
+        wait_for(lambda: old.stats["rejected"] == 1)  # the old end, answered at last
+        new.end()
+    finally:
+        relay.close()
+    (p,) = listener.store.snapshot()
+    assert (p.run_id, p.epoch, p.epochs) == ("exp", 1, 10)
+    assert p.run_start_timestamp == round(new.run_start, 3) > round(old.run_start, 3)
+    assert p.ended_timestamp is not None  # by the new run's own end
+    assert listener.counts()["superseded"] == 1
+    assert old.stats == {"sent": 2, "rejected": 1, "failed": 0, "dropped": 0, "ignored": 0}
+    assert any("(409): superseded: run exp" in r.getMessage() for r in caplog.records)
 
 
 def test_a_long_retry_after_is_capped(monkeypatch):

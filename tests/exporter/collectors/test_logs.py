@@ -293,6 +293,7 @@ def test_hf_setup_line_without_digits_does_not_cost_the_lines_after_it(root):
         "future": 0,
         "undated": 0,
         "too_many_runs": 0,
+        "superseded": 0,
         "malformed": 0,
     }
 
@@ -322,6 +323,7 @@ def test_a_line_that_raises_is_counted_invalid_and_the_chunk_goes_on(root, monke
         "future": 0,
         "undated": 0,
         "too_many_runs": 0,
+        "superseded": 0,
         "malformed": 0,
     }
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -356,8 +358,30 @@ def test_refused_marker_lines_are_counted_invalid_and_never_stored(root):
         "future": 0,
         "undated": 0,
         "too_many_runs": 0,
+        "superseded": 0,
         "malformed": 0,
     }
+
+
+def test_a_marker_line_of_a_run_a_later_start_replaced_is_counted_superseded(root):
+    """Marker lines of two reporters under one run_id (a script run again in the same
+    container while the first one's end is still being written): the later start
+    replaces the run, and the first one's end after it is counted, not stored."""
+    old, new = T0.timestamp() - 600, T0.timestamp() - 1
+    lines = [
+        {"run_id": "exp", "run_start": old, "event": "start", "epoch": 0, "epochs": 10},
+        {"run_id": "exp", "run_start": old, "epoch": 9},
+        {"run_id": "exp", "run_start": new, "event": "start", "epoch": 0, "epochs": 10},
+        {"run_id": "exp", "run_start": old, "event": "end", "epoch": 10},
+    ]
+    out = "".join(f"GPU_ETA_PROGRESS {json.dumps(line)}\n" for line in lines)
+    (logdir(root) / "0.log").write_bytes(cri(out.encode()))
+    col = collector(root)
+    col.poll()
+    (p,) = col.store.snapshot()
+    assert (p.run_start_timestamp, p.epoch, p.ended_timestamp) == (new, 0, None)
+    counts = col.counts()
+    assert (counts["matched"], counts["superseded"], counts["invalid"]) == (3, 1, 0)
 
 
 def test_hostile_tqdm_lines_do_not_stall_the_poll(tmp_path):
@@ -641,6 +665,7 @@ def test_an_undated_line_with_nothing_before_it_is_skipped(root, first):
         "future": 0,
         "undated": 1,
         "too_many_runs": 0,
+        "superseded": 0,
         "malformed": 0,
     }
 
