@@ -358,9 +358,13 @@ def _sender_start(progress: Progress) -> float:
 
 
 def superseded(previous: Progress | None, report: Report) -> bool:
-    """Whether ``report`` is of a named run that a later start under its ``run_id``
-    replaced: its ``run_start`` is before the start the current run's sender stated,
-    by more than the client's 1 ms rounding.
+    """Whether ``report`` is of a run that a later start in its container replaced:
+    it names a run id and its ``run_start`` is before the start the current run's
+    sender stated, by more than the client's 1 ms rounding; whether under the same
+    ``run_id`` (a named run begun again) or another (the client's random ids: a
+    notebook cell run again while the old reporter's late end is on its way, which as
+    a run of its own would replace the new training until its next report; only the
+    latest run of a container is kept, and an older one never comes back).
 
     A named run is (``run_id``, ``run_start``): the client takes its start once, when
     the reporter is made, and sends it in every report, the ones still queued after
@@ -374,7 +378,6 @@ def superseded(previous: Progress | None, report: Report) -> bool:
     return (
         previous is not None
         and report.run_id is not None
-        and report.run_id == previous.run_id
         and report.run_start is not None
         and previous.sender_start_timestamp is not None
         and report.run_start < previous.sender_start_timestamp - _SAME_START_SECONDS
@@ -523,8 +526,9 @@ def advance(
     """
     if superseded(previous, report):
         assert previous is not None and report.run_start is not None
+        by = "its" if report.run_id == previous.run_id else f"run {previous.run_id}'s"
         raise SupersededReport(
-            f"run {report.run_id} of run_start {report.run_start:.3f} was replaced by its "
+            f"run {report.run_id} of run_start {report.run_start:.3f} was replaced by {by} "
             f"start of run_start {_sender_start(previous):.3f}; nothing stored"
         )
     new_run = starts_new_run(previous, report)
