@@ -358,13 +358,16 @@ def _sender_start(progress: Progress) -> float:
 
 
 def superseded(previous: Progress | None, report: Report) -> bool:
-    """Whether ``report`` is of a run that a later start in its container replaced:
-    it names a run id and its ``run_start`` is before the start the current run's
-    sender stated, by more than the client's 1 ms rounding; whether under the same
-    ``run_id`` (a named run begun again) or another (the client's random ids: a
-    notebook cell run again while the old reporter's late end is on its way, which as
-    a run of its own would replace the new training until its next report; only the
-    latest run of a container is kept, and an older one never comes back).
+    """Whether ``report`` is of a named run that a later start under its ``run_id``
+    replaced: its ``run_start`` is before the start the current run's sender stated,
+    by more than the client's 1 ms rounding.
+
+    Only under the same ``run_id``: there a late report would be merged into the new
+    training (an old ``end`` ending it for good). A late report under another id (the
+    client's random ids: a cell run again while the old reporter's end is on its way)
+    starts a run of its own, which the new training's next report replaces again; and
+    an older start under another id is as often a sender still training beside the
+    newer one (two notebook kernels in one container), which must not be refused.
 
     A named run is (``run_id``, ``run_start``): the client takes its start once, when
     the reporter is made, and sends it in every report, the ones still queued after
@@ -378,6 +381,7 @@ def superseded(previous: Progress | None, report: Report) -> bool:
     return (
         previous is not None
         and report.run_id is not None
+        and report.run_id == previous.run_id
         and report.run_start is not None
         and previous.sender_start_timestamp is not None
         and report.run_start < previous.sender_start_timestamp - _SAME_START_SECONDS
@@ -387,9 +391,11 @@ def superseded(previous: Progress | None, report: Report) -> bool:
 def starts_new_run(previous: Progress | None, report: Report) -> bool:
     """Whether ``report`` begins a run rather than continuing ``previous``.
 
-    A named run id decides alone, but for a ``start``: a named run is (``run_id``,
-    ``run_start``), so a start naming the current run with a later ``run_start`` (by
-    more than the client's 1 ms rounding) is a new run, with its own start and no end,
+    A named run id decides alone, with its ``run_start``: a named run is (``run_id``,
+    ``run_start``), so a report naming the current run with a later ``run_start`` (by
+    more than the client's 1 ms rounding; a ``start``, or any report when the start was
+    lost: a failed send, a start refused and dropped after a hold) is a new run, with
+    its own start and no end,
     whether the current one ended (a notebook cell re-running
     ``ProgressReporter(run_id="exp")`` after ``end()``) or not (the same, while the old
     reporter's end is still on its way: the old run is replaced, and its late reports
@@ -413,11 +419,11 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     if report.run_id is not None:
         if report.run_id != previous.run_id:
             return True
-        if report.event != "start":
-            return False
-        if report.run_start is None:
-            return previous.ended_timestamp is not None
-        return report.run_start > _sender_start(previous) + _SAME_START_SECONDS
+        if report.run_start is not None:
+            # a later start is a later training, whatever the event: its ``start`` may
+            # be lost (a failed send, a start refused and dropped after the hold)
+            return report.run_start > _sender_start(previous) + _SAME_START_SECONDS
+        return report.event == "start" and previous.ended_timestamp is not None
     if report.event == "start":
         return True
     if previous.ended_timestamp is not None and report.event != "end":
@@ -526,9 +532,8 @@ def advance(
     """
     if superseded(previous, report):
         assert previous is not None and report.run_start is not None
-        by = "its" if report.run_id == previous.run_id else f"run {previous.run_id}'s"
         raise SupersededReport(
-            f"run {report.run_id} of run_start {report.run_start:.3f} was replaced by {by} "
+            f"run {report.run_id} of run_start {report.run_start:.3f} was replaced by its "
             f"start of run_start {_sender_start(previous):.3f}; nothing stored"
         )
     new_run = starts_new_run(previous, report)

@@ -631,8 +631,8 @@ class ProgressReporter:
         tried, like an epoch end): a trainer that learns its length only by training
         (Lightning's manual optimization, ``lightning.py``).
 
-        A total given replaces the one held, raised or lowered (the forecaster follows
-        the plan reported last, docs/forecaster.md). None or 0 keeps it: on the wire a
+        A total given replaces the one held, raised or lowered (when the forecaster
+        reads a changed plan: docs/progress.md, "Wire format"). None or 0 keeps it: on the wire a
         report that leaves a total out keeps it, so a total once sent cannot be taken
         back (state none until it is known). ``epochs`` without ``steps`` plans
         ``epochs × steps_per_epoch`` steps when that is known, as at ``start()``, so
