@@ -5,11 +5,13 @@ cluster. Runs are replayed in time order. Every completed run is predicted at it
 start (0 %, history alone) and at the last epoch seen at 10, 25, 50, 75, 90 and 95 % of
 its planned epochs (``calibration.POINTS``), at the moment that epoch ended. Models learn only from runs that
 *finished before that moment* (a temporal split: nothing from the future leaks).
-gpu-eta's model is refitted when the history has grown by ``refit_fraction`` (5 %) or
-at least one run while small, so a backtest of thousands of runs takes seconds; in
-between, runs that just finished reach its analogs and job priors through
-``EtaModel.update`` (the regression, weights and calibration wait for the next refit),
-never the other way round.
+gpu-eta's model is refitted each time the history has grown by ``refit_fraction`` (5 %)
+or at least one run while small, at the end of the run that made it grow, so a
+backtest of thousands of runs takes seconds and the model a moment gets does not
+depend on which other moments are scored (``Replay``); in between, runs that just
+finished reach its analogs and job priors through ``EtaModel.update`` (the
+regression, weights and calibration wait for the next refit), never the other way
+round.
 
 Scored per point, on the predictions every method could make (rate baselines have
 nothing at 0 %, so the start compares gpu-eta with the history match only, on runs
@@ -274,8 +276,18 @@ def replay_events(runs: Sequence[Run]) -> list[tuple[float, float, Run, Run]]:
 
 class Replay:
     """gpu-eta as it would have been at a moment: fitted only on runs that ended before
-    it, refitted when that history has grown by ``refit_fraction`` (at least one run)
-    and updated with every run that ended in between.
+    it, refitted each time that history has grown by ``refit_fraction`` (at least one
+    run) and updated with every run that ended since the last refit.
+
+    The refits fall where the history grows, not where it is looked at: the history
+    sizes of the refits (``refit_sizes``) follow from the runs' ends alone, and the
+    model at a moment is the fit of the last of them at or before it, then
+    ``EtaModel.update``d with the runs that ended since. Why: the live service refits
+    on a clock, whatever is asked of it; a replay that refitted only at the moments it
+    scores would move its refits with the points scored, and so each point's figure
+    with which other points are scored (one refit's choice can move a point's median
+    error by several %). A scheduled refit that no moment is asked after before the
+    next one is not fitted: no forecast would read it.
 
     Why a class: ``backtest`` and the benches that ask the same forecasts other
     questions (bench/forecast_accuracy.py ``--mid-epoch``) must replay identically.
@@ -293,7 +305,7 @@ class Replay:
         self._history = [thinned(r) for r in self.by_end]
         self._ends = [r.last_timestamp for r in self.by_end]
         self._factory = model_factory or (lambda: EtaModel(random_state=0))
-        self._refit_fraction = refit_fraction
+        self.refit_sizes = refit_sizes(self._ends, refit_fraction)
         self._model: EtaModel | None = None
         self._model_k = -1
         self._updated_k = -1
@@ -304,19 +316,38 @@ class Replay:
         return bisect.bisect_left(self._ends, moment)
 
     def model_at(self, moment: float) -> EtaModel:
-        """The model as of ``moment``: refitted when the history grew enough, else
-        told the runs that ended since (``EtaModel.update``: their analogs and job
-        prior), as the live service learns a run that ended a minute ago."""
+        """The model as of ``moment``: the fit of the last refit before it
+        (``refit_sizes``), told the runs that ended since (``EtaModel.update``: their
+        analogs and job prior), as the live service learns a run that ended a minute
+        ago."""
         k = self.ended_before(moment)
-        grown = k - self._model_k >= max(1.0, self._refit_fraction * self._model_k)
-        if self._model is None or (k > self._model_k and grown):
-            self._model = self._factory().fit(self._history[:k])
-            self._model_k = self._updated_k = k
+        fit_k = self.refit_sizes[bisect.bisect_right(self.refit_sizes, k) - 1]
+        if self._model is None or fit_k != self._model_k:
+            self._model = self._factory().fit(self._history[:fit_k])
+            self._model_k = self._updated_k = fit_k
             self.n_refits += 1
-        elif k > self._updated_k:
+        if k > self._updated_k:
             self._model.update(self._history[:k])
             self._updated_k = k
         return self._model
+
+
+def refit_sizes(ends: Sequence[float], refit_fraction: float) -> list[int]:
+    """The history sizes the replay refits at, from the sorted end times of the runs:
+    0 (the first fit, on no run), then each time the runs ended have grown by
+    ``refit_fraction`` of the last refit's (at least one run), all the runs that ended
+    by the end of the one that made it grow (runs ending at the same second count
+    together: no moment sees some of them ended and not the others). Pure.
+
+    Why from the ends alone: the model a moment gets must not depend on which other
+    moments are asked (``Replay``)."""
+    sizes = [0]
+    while True:
+        size = sizes[-1]
+        grown = size + math.ceil(max(1.0, refit_fraction * size))
+        if grown > len(ends):
+            return sizes
+        sizes.append(bisect.bisect_right(ends, ends[grown - 1]))
 
 
 def backtest(

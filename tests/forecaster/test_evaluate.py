@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_eta.common.progress_bound import MAX_PROGRESS
+from gpu_eta.forecaster import evaluate
 from gpu_eta.forecaster.calibration import POINTS
 from gpu_eta.forecaster.estimators import baselines
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
-from gpu_eta.forecaster.evaluate import Backtest, backtest, main
+from gpu_eta.forecaster.evaluate import Backtest, backtest, main, refit_sizes
 from gpu_eta.forecaster.forecast import Forecast
 from gpu_eta.forecaster.runs import HISTORY_POINTS, Run, counts_steps
 from gpu_eta.forecaster.runs_csv import format_runs, read_runs
@@ -278,6 +279,50 @@ def test_temporal_split_never_leaks_the_future() -> None:
     # between refits the runs that ended reach the model by update, never a later one
     assert SpyModel.n_updates > 0
     assert SpyModel.violations == []
+
+
+def concurrent_history(n: int, seed: int, every_seconds: float) -> list[Run]:
+    """``job_history`` with a run started every ``every_seconds``, several at a time (a
+    cluster's runs): runs end between the moments of the others."""
+    out = []
+    for i, run in enumerate(job_history(n, seed=seed)):
+        shift = 1_700_000_000.0 + i * every_seconds - run.start_timestamp
+        times = tuple((e, t + shift) for e, t in run.epoch_times)
+        out.append(dataclasses.replace(run, epoch_times=times))
+    return out
+
+
+@pytest.mark.parametrize("dropped", [(0.9,), (0.9, 0.95)])
+def test_a_moments_forecast_does_not_depend_on_which_other_points_are_scored(
+    monkeypatch: pytest.MonkeyPatch, dropped: tuple[float, ...]
+) -> None:
+    """Scoring fewer points (or, read the other way, more) leaves every other moment's
+    forecast bit for bit as it was: the replay refits where the history grows, as the
+    service refits on a clock, not at the moments it happens to be asked. (Refitted
+    at the scored moments, leaving out 90 % moved the refits and 123 forecasts here.)"""
+    runs = concurrent_history(40, seed=22, every_seconds=40)
+    every_point = backtest(runs, refit_fraction=0.2)
+    real = evaluate.replay_moments
+
+    def fewer_points(run: Run):
+        return ((point, part) for point, part in real(run) if point not in dropped)
+
+    monkeypatch.setattr(evaluate, "replay_moments", fewer_points)
+    fewer = backtest(runs, refit_fraction=0.2)
+    kept = [p for p in every_point.predictions if p.point not in dropped]
+    assert len(kept) < len(every_point.predictions) and every_point.n_refits > 5
+    assert fewer.predictions == kept
+    for point in POINTS:
+        if point not in dropped:
+            assert fewer.errors[point] == every_point.errors[point]
+
+
+def test_the_refits_fall_where_the_history_grows() -> None:
+    """0, then each 20 % of growth (at least one run); runs that end at the same second
+    join the refit together."""
+    ends = [float(t) for t in (1, 2, 3, 4, 5, 6, 7, 7, 7, 8, 9, 10, 11, 12, 13)]
+    assert refit_sizes(ends, 0.2) == [0, 1, 2, 3, 4, 5, 6, 9, 11, 14]
+    assert refit_sizes([], 0.05) == [0]
 
 
 def test_the_model_learns_from_runs_thinned_as_the_history_store_gives_them() -> None:
