@@ -61,7 +61,22 @@ one per run and alike (what is left is mostly the run's stop): chosen on them, t
 median error there was worse on MLPerf (v0.5–v1.1 1.44 → 1.59 %). Why a bin of its
 own: left in the 0.95 bin, whose replayed moments are at or before 95 %, P10–P90 held
 71–74 % of MLPerf's last-interval moments; with bounds of their own kind, 78–81 %."""
-BINS = (*POINTS, END)
+FIRST = 0.05
+"""The bin of a run without analogs at its first progress point, before 5 % of its
+plan (nearer its start than the 10 % point; one interval since its start:
+``run_point``, ``replay.run_bin``). Replayed at each past run's first point there
+(``replay.calibration_moments``); its shift and bounds are fitted on those moments,
+and its option, weights, floors and prior weight are the 0.1 bin's
+(``with_late_bins``). Why a bin of its own: the 0.1 bin replays a run at its last
+point at or before 10 %, where the run's own rate has several intervals and has
+dropped the first (data loading, compilation); at a first point of 1-3 % of the plan
+that one interval is all the rate reads. Left in the 0.1 bin, MLPerf runs without
+analogs at such a point were covered 20-72 %, most ending before P10; with it 54-90 %.
+Why not up to 10 %: a first point at 5-10 % is mostly the run's 10 % moment, which the
+0.1 bin replays already, and moved to this bin the new configurations' 10 % forecasts
+were worse (MLPerf 0.89 -> 1.01x the best baseline; docs/forecasting-evidence.md,
+"A run's first point: a bin of its own")."""
+BINS = (0.0, FIRST, *POINTS[1:], END)
 _EDGES = (0.175, 0.375, 0.625, 0.825, 0.925, 0.95 + 1e-9)  # midpoints, then past 0.95
 SPAN_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
 """The bins that span a whole run (start, 10–75 %): what a sparse bin's pooled
@@ -76,21 +91,24 @@ _T = TypeVar("_T")
 def with_late_bins(by_point: dict[float, _T]) -> dict[float, _T]:
     """``by_point`` (what was measured per bin: a calibration, an option, weights, a
     floor, a mix), each late bin without a value given the value of the bin before it
-    (END -> 0.95 -> 0.9 -> 0.75), whose moments are the nearest to its own.
+    (END -> 0.95 -> 0.9 -> 0.75), whose moments are the nearest to its own, and
+    ``FIRST`` without one the 0.1 bin's.
 
     Why: only runs of 14 or more progress points reach the 95 % bin in a replay, so on
     a cluster of short runs it stays sparse while 90 % is full, and the pool of 10–75 %
     would drop what the runs showed near their end (a slow stop). Bins still without a
     value are the caller's to fill (its pool) or to leave out."""
-    for before, point in itertools.pairwise(BINS):
+    for before, point in itertools.pairwise((*POINTS, END)):
         if point not in SPAN_POINTS and point not in by_point and before in by_point:
             by_point[point] = by_point[before]
+    if FIRST not in by_point and POINTS[1] in by_point:
+        by_point[FIRST] = by_point[POINTS[1]]
     return by_point
 
 
 def point_label(point: float) -> str:
-    """How tables, plots and messages name a point: ``start``, ``10%``, ``25%``…"""
-    return "start" if point == 0 else f"{point:.0%}"
+    """How tables, plots and messages name a point: ``start``, ``first``, ``10%``…"""
+    return "start" if point == 0 else "first" if point == FIRST else f"{point:.0%}"
 
 
 def progress_point(progress_ratio: float) -> float:
@@ -98,7 +116,19 @@ def progress_point(progress_ratio: float) -> float:
     ``END`` past 95 % of the plan."""
     if progress_ratio <= 0:
         return 0.0
-    return BINS[1 + bisect.bisect_right(_EDGES, progress_ratio)]
+    return (*POINTS, END)[1 + bisect.bisect_right(_EDGES, progress_ratio)]
+
+
+def run_point(progress_ratio: float, n_points: int) -> float:
+    """The calibration bin of a run at this progress with ``n_points`` progress points
+    (its start included): ``FIRST`` at its first point before 5 % of the plan, else
+    ``progress_point``.
+
+    Why the count: the 0.1 bin's replayed moments have mostly dropped the run's first
+    interval, and a run's rate at its first point is that interval alone."""
+    if n_points == 2 and 0 < progress_ratio < FIRST:
+        return FIRST
+    return progress_point(progress_ratio)
 
 
 @dataclass(frozen=True, slots=True)

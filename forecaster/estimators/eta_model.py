@@ -51,6 +51,7 @@ from typing import TypeVar
 from gpu_eta.forecaster.calibration import (
     BINS,
     END,
+    FIRST,
     POINTS,
     SIGMA_POWER,
     Calibrator,
@@ -58,7 +59,7 @@ from gpu_eta.forecaster.calibration import (
     Measured,
     Residual,
     calibrate,
-    progress_point,
+    run_point,
     with_late_bins,
 )
 from gpu_eta.forecaster.errors import ForecasterError
@@ -87,7 +88,7 @@ from gpu_eta.forecaster.estimators.choice import (
 from gpu_eta.forecaster.estimators.job_calibration import job_scales, job_shifts
 from gpu_eta.forecaster.estimators.pooled import NUMERIC_RAW
 from gpu_eta.forecaster.estimators.prior import HOLDOUT_SPAN, job_key
-from gpu_eta.forecaster.estimators.replay import replay_samples, samples_in_order
+from gpu_eta.forecaster.estimators.replay import replay_samples, run_bin, samples_in_order
 from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.estimators.tuning import (
     blend_residuals,
@@ -217,14 +218,16 @@ class EtaModel:
         )
         self.mix_: dict[float, float] = {}
         if self.measured_mix:
-            self.mix_ = measured_mixes(
-                blend,
-                history,
-                self.weights_,
-                floors=floors,
-                job_scale=self._job_scale,
-                max_runs=self.max_calibration_runs,
-                min_samples=self.min_mix_samples,
+            self.mix_ = with_late_bins(  # FIRST: the 0.1 bin's
+                measured_mixes(
+                    blend,
+                    history,
+                    self.weights_,
+                    floors=floors,
+                    job_scale=self._job_scale,
+                    max_runs=self.max_calibration_runs,
+                    min_samples=self.min_mix_samples,
+                )
             )
             samples = [
                 dataclasses.replace(
@@ -259,7 +262,7 @@ class EtaModel:
             shiftable[name] = [
                 takes_job_shift(name, tuned[i], cap) for i, cap in zip(idx, caps, strict=True)
             ]
-            self.choice_[name] = with_late_bins(  # END: 0.95's option
+            self.choice_[name] = with_late_bins(  # END: 0.95's option, FIRST: 0.1's
                 choose(
                     [residuals[i].point for i in idx],
                     [residuals[i].actual for i in idx],
@@ -296,11 +299,11 @@ class EtaModel:
         self.calibrator_, self.levels_, measured = self._calibrate(everything)
         self.tails_ = {p: (lo, hi) for p, (_err, _cov, lo, hi) in measured.items()}
         self.calibrators_: dict[str, Calibrator] = {}
-        # counted without the last interval's moments (one a run, not scored), so they
-        # do not decide which calibration the other bins get
-        n_all = sum(1 for r in everything if r.point != END)
+        # counted without the first point's and the last interval's moments (one a run,
+        # not scored), so they do not decide which calibration the other bins get
+        n_all = sum(1 for r in everything if r.point not in (FIRST, END))
         for name in SITUATIONS:
-            n = sum(1 for r in moved[name] if r.point != END)
+            n = sum(1 for r in moved[name] if r.point not in (FIRST, END))
             if self.min_samples <= n < n_all:
                 self.calibrators_[name] = self._calibrate(moved[name], POWERS.get(name))[0]
         self.job_shifts_ = job_shifts(
@@ -393,7 +396,7 @@ class EtaModel:
         prior mix) and the blend's raw estimate, as ``predict`` reads them (``known``:
         its per-run memo, ``_known``). Public so that a bench can score the candidates
         behind a forecast (bench/centre_oracle.py) without rebuilding them."""
-        point = progress_point(run.progress_ratio)
+        point = run_point(run.progress_ratio, len(run.epoch_times))
         huber_c, drift, prior_scale = self.weights_[point]
         components = remember(
             {} if known is None else known,
@@ -407,12 +410,12 @@ class EtaModel:
         """Remaining seconds of ``run`` at ``now``: calibrated P10/P50/P90."""
         if not hasattr(self, "blend_"):
             raise NotFittedError("EtaModel.predict called before fit")
-        point = progress_point(run.progress_ratio)
 
         def estimate() -> tuple[RawEstimate, tuple[float, float, float]]:
             known = self._known(run)  # this run's costly parts, kept while it is unchanged
             parts, raw = self.blend_parts(run, known)
             found = remember(known, "analog", lambda: self.analog_.estimate(run))
+            point = run_bin(run, found is not None)
             name = situation(found is not None, parts.prior_level)
             option = self.choice_[name].get(point, DEFAULTS[name])
             calibrator, own = self._calibration(name, point)

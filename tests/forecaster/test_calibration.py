@@ -10,6 +10,7 @@ import pytest
 
 from gpu_eta.forecaster.calibration import (
     END,
+    FIRST,
     POINTS,
     SIGMA_POWER,
     Calibrator,
@@ -23,6 +24,7 @@ from gpu_eta.forecaster.calibration import (
     group_shifts,
     measure_tails,
     progress_point,
+    run_point,
     scale,
     shifted_errors,
     tails,
@@ -52,6 +54,22 @@ from gpu_eta.forecaster.calibration import (
 )
 def test_progress_point(progress: float, point: float) -> None:
     assert progress_point(progress) == point
+
+
+@pytest.mark.parametrize(
+    ("progress", "n_points", "point"),
+    [
+        (0.0, 1, 0.0),  # the start
+        (0.02, 2, FIRST),  # its first point, before 10 %
+        (0.049, 2, FIRST),
+        (0.02, 3, 0.1),  # its second: the 0.1 bin
+        (0.05, 2, 0.1),  # nearer the 10 % point: mostly what the 0.1 bin replays
+        (0.1, 2, 0.1),  # a first point at 10 % is the 0.1 bin's own moment
+        (0.5, 2, 0.5),
+    ],
+)
+def test_run_point(progress: float, n_points: int, point: float) -> None:
+    assert run_point(progress, n_points) == point
 
 
 def test_conformal_order_statistics() -> None:
@@ -210,6 +228,8 @@ def test_the_last_interval_takes_the_centre_of_the_95_bin() -> None:
     assert with_late_bins({0.9: "a", 0.95: "b"}) == {0.9: "a", 0.95: "b", END: "b"}
     assert with_late_bins({0.9: "a"}) == {0.9: "a", 0.95: "a", END: "a"}
     assert with_late_bins({0.5: "a"}) == {0.5: "a"}  # the caller's pool fills the rest
+    assert with_late_bins({0.1: "a", 0.5: "b"}) == {0.1: "a", FIRST: "a", 0.5: "b"}
+    assert with_late_bins({0.0: "a", FIRST: "b"}) == {0.0: "a", FIRST: "b"}  # never the start's
 
 
 def test_measured_quality_is_out_of_sample() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from gpu_eta.forecaster.estimators import replay
 from gpu_eta.forecaster.estimators.base import NotFittedError
 from gpu_eta.forecaster.estimators.eta_model import EtaModel, within_seen
 from gpu_eta.forecaster.estimators.replay import replay_moments, truncate
+from gpu_eta.forecaster.runs import Run
 from tests.forecaster.estimators.runs_factory import job_history, make_run
 
 
@@ -537,34 +539,61 @@ def test_a_run_past_95_percent_is_forecast_without_history() -> None:
     assert f.p10 < 5.0 < f.p90
 
 
+def one_job_each(durations: Callable[[], list[float]]) -> tuple[list[Run], list[Run]]:
+    """170 runs back to back, each a job of its own (no analogs, no job prior), with
+    epochs of ``durations()``: the first 150 to fit on, the last 20 to forecast."""
+    history, t = [], 1_700_000_000.0
+    for i in range(170):
+        history.append(make_run(f"r{i}", durations(), start=t, job_name=f"job{i}"))
+        t = history[-1].last_timestamp + 10.0
+    return history[:150], history[150:]
+
+
+def covered(history: list[Run], live: list[Run], parts: list[Run]) -> float:
+    """The share of ``live`` runs, cut at ``parts``, whose end P10–P90 held."""
+    model = EtaModel(random_state=0).fit(history)
+    hits = []
+    for whole, p in zip(live, parts, strict=True):
+        f = model.predict(p, p.last_timestamp)
+        hits.append(f.p10 <= whole.last_timestamp - p.last_timestamp <= f.p90)
+    return float(np.mean(hits))
+
+
 def test_the_last_interval_is_calibrated_on_its_own_moments(monkeypatch) -> None:
     """Runs whose last epoch is a final evaluation four times as long, each a job of
     its own (no analogs, no job prior): at the 39th of 40 epochs only that evaluation
     is left, where at 95 % the replay saw one epoch and the evaluation."""
     rng = np.random.default_rng(3)
 
-    def run(i: int, start: float):
-        durations = list(10.0 * np.exp(rng.normal(0, 0.02, 40)))
-        durations[-1] *= 4.0
-        return make_run(f"r{i}", durations, start=start, job_name=f"job{i}")
+    def durations() -> list[float]:
+        out = list(10.0 * np.exp(rng.normal(0, 0.02, 40)))
+        out[-1] *= 4.0
+        return out
 
-    history, t = [], 1_700_000_000.0
-    for i in range(170):
-        history.append(run(i, t))
-        t = history[-1].last_timestamp + 10.0
-    history, live = history[:150], history[150:]
+    history, live = one_job_each(durations)
     parts = [truncate(r, 39 / 40) for r in live]
     assert all(progress_point(p.progress_ratio) == END for p in parts)
-
-    def covered() -> float:
-        model = EtaModel(random_state=0).fit(history)
-        hits = []
-        for whole, p in zip(live, parts, strict=True):
-            f = model.predict(p, p.last_timestamp)
-            hits.append(f.p10 <= whole.last_timestamp - p.last_timestamp <= f.p90)
-        return float(np.mean(hits))
-
-    assert covered() >= 0.7
+    assert covered(history, live, parts) >= 0.7
     # replayed up to 95 % alone, the last interval took the 0.95 bin's calibration
     monkeypatch.setattr(replay, "calibration_moments", replay_moments)
-    assert covered() <= 0.2
+    assert covered(history, live, parts) <= 0.2
+
+
+def test_a_run_at_its_first_point_is_calibrated_on_first_points(monkeypatch) -> None:
+    """Runs with a start-up as long as five epochs, each a job of its own (no analogs,
+    no job prior): at the first of 40 epochs (2.5 %) the run's rate reads that start-up
+    alone, where at 10 % the replay saw four intervals, the first dropped."""
+    rng = np.random.default_rng(4)
+
+    def durations() -> list[float]:
+        out = list(10.0 * np.exp(rng.normal(0, 0.02, 40)))
+        out[0] += 50.0 * math.exp(rng.normal(0, 0.1))
+        return out
+
+    history, live = one_job_each(durations)
+    parts = [truncate(r, 1 / 40) for r in live]
+    assert all(progress_point(p.progress_ratio) == 0.1 for p in parts)
+    assert covered(history, live, parts) >= 0.7
+    # replayed at the points alone, the first point took the 0.1 bin's calibration
+    monkeypatch.setattr(replay, "calibration_moments", replay_moments)
+    assert covered(history, live, parts) <= 0.2

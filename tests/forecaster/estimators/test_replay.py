@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from gpu_eta.forecaster.calibration import END, POINTS, progress_point
+from gpu_eta.forecaster.calibration import BINS, END, FIRST, POINTS, progress_point, run_point
 from gpu_eta.forecaster.estimators.analog import AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
@@ -18,6 +18,7 @@ from gpu_eta.forecaster.estimators.replay import (
     recent_completed,
     replay_moments,
     replay_samples,
+    run_bin,
     samples_in_order,
 )
 from gpu_eta.forecaster.estimators.tuning import blend_residuals
@@ -28,7 +29,7 @@ from tests.forecaster.estimators.runs_factory import make_run
 def test_calibration_moments_add_the_middle_of_the_last_interval() -> None:
     steps = make_run("steps", [10.0] * 200)  # step-level: nine points past 95 %
     moments = list(calibration_moments(steps))
-    assert moments[:-1] == list(replay_moments(steps))
+    assert moments[:-2] == list(replay_moments(steps))  # then the first point's, then END
     point, part = moments[-1]
     assert point == END == progress_point(part.progress_ratio)
     assert part.epochs_done == 195  # the middle of 191..199, not the last step
@@ -47,6 +48,21 @@ def test_calibration_moments_add_the_middle_of_the_last_interval() -> None:
     )
     point, part = list(calibration_moments(percent))[-1]
     assert point == END == progress_point(part.progress_ratio) and part.epochs_done == 97.5
+
+
+def test_calibration_moments_add_the_first_point_before_ten_percent() -> None:
+    steps = make_run("steps", [10.0] * 200)  # first point at 0.5 %, the 0.1 bin's at 10 %
+    moments = list(calibration_moments(steps))
+    first = [(p, part) for p, part in moments if p == FIRST]
+    assert len(first) == 1 and first[0][1].epoch_times == steps.epoch_times[:2]
+    assert run_point(first[0][1].progress_ratio, 2) == FIRST
+    # a run with analogs keeps the 0.1 bin there: they read it from its start
+    assert run_bin(first[0][1], has_analogs=False) == FIRST
+    assert run_bin(first[0][1], has_analogs=True) == 0.1
+    # a first point at 5-10 % is mostly the 0.1 bin's own moment: no first bin there
+    for n in (10, 12, 20):  # first points at 10, 8.3 and 5 %
+        run = make_run("short", [10.0] * n)
+        assert not any(p == FIRST for p, _part in calibration_moments(run))
 
 
 def test_recent_completed_keeps_the_latest_finished_runs_oldest_first() -> None:
@@ -71,8 +87,10 @@ def test_each_replayed_moment_knows_only_runs_that_ended_before_it() -> None:
     ]
     blend, analog = BlendEstimator().fit(runs), AnalogEstimator().fit(runs)
     samples = replay_samples(blend, analog, runs, max_runs=600, huber_grid=(2.0,))
-    # every point, and the last interval (epoch 39 of 40)
-    assert len(samples) == 3 * (len(POINTS) + 1)
+    # every point and the last interval (epoch 39 of 40); the first point (2.5 %) of
+    # the run without analogs alone
+    assert len(samples) == 3 * (len(POINTS) + 1) + 1
+    assert [s.timestamp for s in samples if s.point == FIRST] == [runs[0].epoch_times[1][1]]
     assert sum(s.point == END for s in samples) == 3
     first = [s for s in samples if s.timestamp < runs[1].epoch_times[0][1]]
     assert first and all(s.analog is None for s in first)
@@ -90,7 +108,7 @@ def test_each_replayed_moment_knows_only_runs_that_ended_before_it() -> None:
     assert all(s.trust is None for s in first)
     # in the order the tuned blend's residuals come in (EtaModel.fit zips the two)
     ordered = samples_in_order(samples)
-    weights = {p: (2.0, 0.1, 8.0) for p in (*POINTS, END)}
+    weights = {p: (2.0, 0.1, 8.0) for p in BINS}
     residuals = blend_residuals(samples, weights, (2.0,), lambda scale: scale / 8.0)
     assert [(s.point, s.actual, s.timestamp) for s in ordered] == [
         (r.point, r.actual, r.timestamp) for r in residuals
