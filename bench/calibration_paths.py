@@ -117,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be ≥ 1")
+    if not 0 < args.refit_fraction <= 1:
+        parser.error("--refit-fraction must be in (0, 1]")
     if args.first is not None and args.first < 1:
         parser.error("--first must be ≥ 1")
     corpora = load_corpora(find_mlperf(args.mlperf), args.limit)

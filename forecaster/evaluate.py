@@ -340,7 +340,9 @@ def refit_sizes(ends: Sequence[float], refit_fraction: float) -> list[int]:
     together: no moment sees some of them ended and not the others). Pure.
 
     Why from the ends alone: the model a moment gets must not depend on which other
-    moments are asked (``Replay``)."""
+    moments are asked (``Replay``). A fraction outside [0, ∞) is refused."""
+    if not 0 <= refit_fraction < math.inf:
+        raise ValueError(f"refit_fraction must be >= 0 and finite, got {refit_fraction}")
     sizes = [0]
     while True:
         size = sizes[-1]

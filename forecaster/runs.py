@@ -193,6 +193,16 @@ def thinned(run: Run, max_points: int = HISTORY_POINTS) -> Run:
     return replace(run, epoch_times=tuple(times[i] for i in keep))
 
 
+def may_be_thinned(run: Run, max_points: int = HISTORY_POINTS) -> bool:
+    """Whether ``run`` may be a ``thinned`` one (as many points as it keeps, and not
+    reported epoch by epoch), whose first progress point is then not the one it
+    reported first: a replay must not read it as the run's first point."""
+    times = run.epoch_times
+    return len(times) >= max_points and (
+        counts_steps(run) or any(b[0] - a[0] != 1 for a, b in itertools.pairwise(times))
+    )
+
+
 def validate_run(run: Run) -> Run:
     """Return ``run`` unchanged if it is consistent, else raise ``RunError`` naming why."""
     if not run.epoch_times:

@@ -771,8 +771,10 @@ def forecaster_quality() -> dict:
         ts(
             "Median absolute percentage error by progress",
             "Measured on finished jobs: the error of the ETA predicted at 0 %, 10 %, 25 %, 50 %, "
-            "75 %, 90 % and 95 % progress, and past 95 % (progress 1, the last interval; in % "
-            "of the time still to go, so it need not fall as progress grows).",
+            "75 %, 90 % and 95 % progress, past 95 % (progress 1, the last interval; in % "
+            "of the time still to go, so it need not fall as progress grows), and at the first "
+            "progress point before 5 % of a job without earlier runs of its configuration "
+            "(progress 0.05).",
             "percentunit",
             q(
                 "gpu_eta_model_median_absolute_percentage_error_ratio",

@@ -396,6 +396,8 @@ class EtaModel:
         prior mix) and the blend's raw estimate, as ``predict`` reads them (``known``:
         its per-run memo, ``_known``). Public so that a bench can score the candidates
         behind a forecast (bench/centre_oracle.py) without rebuilding them."""
+        # FIRST's weights, floors and mix are the 0.1 bin's copies (calibration.FIRST), so
+        # the point read here needs no analogs, unlike the bin predict calibrates in
         point = run_point(run.progress_ratio, len(run.epoch_times))
         huber_c, drift, prior_scale = self.weights_[point]
         components = remember(

@@ -22,7 +22,7 @@ from gpu_eta.forecaster.estimators.replay import (
     samples_in_order,
 )
 from gpu_eta.forecaster.estimators.tuning import blend_residuals
-from gpu_eta.forecaster.runs import STATED_PLAN, Run
+from gpu_eta.forecaster.runs import HISTORY_POINTS, STATED_PLAN, STEPS_UNIT, Run, thinned
 from tests.forecaster.estimators.runs_factory import make_run
 
 
@@ -63,6 +63,23 @@ def test_calibration_moments_add_the_first_point_before_ten_percent() -> None:
     for n in (10, 12, 20):  # first points at 10, 8.3 and 5 %
         run = make_run("short", [10.0] * n)
         assert not any(p == FIRST for p, _part in calibration_moments(run))
+
+
+def test_a_thinned_run_gives_no_first_point_moment() -> None:
+    """A run counted in steps keeps 50 of its 200 points in the history (``thinned``):
+    its first point left is at 2 % of the plan, which a live run (unthinned: its real
+    first report) meets in the 0.1 bin. Read as a first point it would calibrate
+    ``FIRST`` on moments unlike the live ones. (The history hands a replay every run
+    thinned: a step run of 50 points or more may be one, and gives none.) A shorter step
+    run, kept whole, still gives its first point."""
+    short = make_run("short", [10.0] * 40, progress_unit=STEPS_UNIT)  # first at 2.5 %
+    assert thinned(short) == short
+    assert any(p == FIRST for p, _part in calibration_moments(short))
+    kept = thinned(make_run("steps", [10.0] * 200, progress_unit=STEPS_UNIT))
+    assert len(kept.epoch_times) == HISTORY_POINTS and kept.epoch_times[1][0] == 4.0
+    assert not any(p == FIRST for p, _part in calibration_moments(kept))
+    # reported epoch by epoch, a long run is never thinned: its first point is its own
+    assert thinned(make_run("epochs", [10.0] * 200)).epoch_times[1][0] == 1.0
 
 
 def test_recent_completed_keeps_the_latest_finished_runs_oldest_first() -> None:
