@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gpu_eta.forecaster.calibration import END, POINTS
+from gpu_eta.forecaster.calibration import BINS, END, FIRST, POINTS
 from gpu_eta.forecaster.estimators.blend import Components
 from gpu_eta.forecaster.estimators.replay import Sample
 from gpu_eta.forecaster.estimators.tuning import (
@@ -103,10 +103,11 @@ def test_tuning_leans_on_whichever_side_was_right(rate_sd, prior_sd, prior_wins)
         margin=0.1,
         min_samples=20,
     )
-    assert set(weights) == set(POINTS) | {END}
+    assert set(weights) == set(BINS)
     # the start (no samples) takes the choice made on the points pooled, the late bins
-    # (none either) the 75 % bin's
+    # (none either) the 75 % bin's, the first point the 10 % bin's
     assert weights[0.9] == weights[0.95] == weights[END] == weights[0.75]
+    assert weights[FIRST] == weights[0.1]
     if prior_wins:
         assert weights[0.0] != default
     errors = {}
