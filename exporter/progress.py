@@ -542,6 +542,11 @@ def advance(
         # a bare end of a run not known here (another container's, one the exporter
         # lost): nothing to end, and a run of nothing would take a run-start allowance
         raise InvalidReport("end of no run known here: send it with its epoch or step")
+    if report.event == "start" and not new_run:
+        # a repeated start of the current run (a retried or reordered POST, curl) changes
+        # nothing: its counters are the run's first ones (epoch 0), not where it is now
+        assert previous is not None
+        return previous
     if new_run:
         start = report.run_start if report.run_start is not None else now
         if (

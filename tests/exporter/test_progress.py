@@ -339,6 +339,18 @@ def test_a_later_run_start_is_a_new_run_when_its_start_was_lost():
     assert (kernel_1.run_id, kernel_1.epoch) == ("k1", 3)
 
 
+def test_a_repeated_start_with_counters_changes_nothing():
+    """A start of the current run sent again (a retried or reordered POST, a proxy's
+    retry) carries the run's first counters, epoch 0: it changes nothing, where its
+    epoch took the run back to 0."""
+    p = _adv(None, Report(event="start", run_id="exp", run_start=NOW, epoch=0, epochs=10), NOW)
+    p = _adv(p, Report(run_id="exp", run_start=NOW, epoch=5), NOW + 300)
+    again = Report(event="start", run_id="exp", run_start=NOW, epoch=0, epochs=10, step=0)
+    assert _adv(p, again, NOW + 301) == p
+    bare = Report(event="start", run_id="exp", epoch=0)  # curl, no run_start
+    assert _adv(p, bare, NOW + 302) == p
+
+
 def test_a_run_begun_again_at_the_end_keeps_its_senders_start_as_its_identity():
     """The old end arrived first, but the new reporter was made before it did: the new
     run's start is moved to the end (``behind`` above), later than the start its sender
