@@ -77,6 +77,8 @@ Why not up to 10 %: a first point at 5-10 % is mostly the run's 10 % moment, whi
 were worse (MLPerf 0.89 -> 1.01x the best baseline; docs/forecasting-evidence.md,
 "A run's first point: a bin of its own")."""
 BINS = (0.0, FIRST, *POINTS[1:], END)
+# the bins a run's progress alone decides (``progress_point``), in order
+_PROGRESS_BINS = (*POINTS, END)
 _EDGES = (0.175, 0.375, 0.625, 0.825, 0.925, 0.95 + 1e-9)  # midpoints, then past 0.95
 SPAN_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
 """The bins that span a whole run (start, 10–75 %): what a sparse bin's pooled
@@ -98,7 +100,7 @@ def with_late_bins(by_point: dict[float, _T]) -> dict[float, _T]:
     a cluster of short runs it stays sparse while 90 % is full, and the pool of 10–75 %
     would drop what the runs showed near their end (a slow stop). Bins still without a
     value are the caller's to fill (its pool) or to leave out."""
-    for before, point in itertools.pairwise((*POINTS, END)):
+    for before, point in itertools.pairwise(_PROGRESS_BINS):
         if point not in SPAN_POINTS and point not in by_point and before in by_point:
             by_point[point] = by_point[before]
     if FIRST not in by_point and POINTS[1] in by_point:
@@ -116,7 +118,7 @@ def progress_point(progress_ratio: float) -> float:
     ``END`` past 95 % of the plan."""
     if progress_ratio <= 0:
         return 0.0
-    return (*POINTS, END)[1 + bisect.bisect_right(_EDGES, progress_ratio)]
+    return _PROGRESS_BINS[1 + bisect.bisect_right(_EDGES, progress_ratio)]
 
 
 def run_point(progress_ratio: float, n_points: int) -> float:

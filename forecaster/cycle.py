@@ -650,21 +650,19 @@ class Cycle:
         steps_read = static.steps_only()
         if steps_read:
             instant["step"] = ask("step")
-        # a run restarted under its key (its epoch, last end or step went back): its
-        # start and plan are read again in this cycle, not up to ``static_full_every`` later
+        # a run restarted under its key: its start and plan are read again in this cycle,
+        # not up to ``static_full_every`` later. Found three ways: its epoch, last end or
+        # step went back; its start changed in the window (its new attempt may have
+        # passed the old one's epoch and last end by now, so that nothing went back);
+        # or, read ended, its end is no longer answered while it is present (trained
+        # again under its name: a new start, no end; its old start with the old end
+        # lingering in the window reads it done), which holds where the start's change
+        # was not seen (a cycle more than the window after it, a partial answer)
         marks = progress_marks(instant)
-        static.forget(went_back(self._marks, marks))
-        # the same, found by its start changing: its new attempt may have passed the old
-        # one's epoch and last end by now, so that nothing went back
-        static.forget(static.started_again(instant.get("started_again", ())))
-        # a run read ended whose end is no longer answered while it is present: trained
-        # again under its name (the exporter began a new run: a new start, no end), its
-        # start read again now, not up to ``static_full_every`` cycles later (its old
-        # start with the old end lingering in the window reads it done). Usually found
-        # sooner by its start changing (above); this holds where that change was not
-        # seen (a cycle more than the window after it, a partial answer)
         static.forget(
-            self._finished_present.trained_again(
+            went_back(self._marks, marks)
+            | static.started_again(instant.get("started_again", ()))
+            | self._finished_present.trained_again(
                 run_keys(instant.get("ended", ())), run_keys(instant["present"])
             )
         )

@@ -39,9 +39,10 @@ def profile(name: str, gpus: int | None = None, product: str = "") -> dict:
 
 def spawn_page(hook) -> list[dict]:
     """The profiles as KubeSpawner gets them: it calls the hook with the spawner and
-    awaits the answer when it is awaitable (``maybe_future``)."""
-    result = hook(None)
-    return asyncio.run(result) if inspect.isawaitable(result) else result
+    awaits the answer (``maybe_future``); the hook is a coroutine function, so that a
+    slow Prometheus never holds the hub's event loop."""
+    assert inspect.iscoroutinefunction(hook)
+    return asyncio.run(hook(None))
 
 
 def kubespawner_slugs(profiles: list[dict]) -> list[str]:
@@ -314,8 +315,7 @@ def test_a_slow_prometheus_neither_blocks_the_hub_nor_outlasts_the_timeout(slow_
         other = asyncio.ensure_future(hub())
         await asyncio.sleep(0)
         started = time.monotonic()
-        result = hook(None)
-        shown = await result if inspect.isawaitable(result) else result
+        shown = await hook(None)
         took = time.monotonic() - started
         done.set()
         await other
