@@ -374,7 +374,12 @@ class NvmlGpuSource:
         """Utilisation and memory of a whole GPU or one MIG instance: the same NVML
         calls answer both, given the device's or the instance's handle."""
         nv = self._nvml
-        util = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
+        util = self._unless_absent(
+            "nvmlDeviceGetUtilizationRates",
+            nv.nvmlDeviceGetUtilizationRates,
+            handle,
+            not_here=self._not_supported_codes,
+        )
         mem = self._memory(handle)
         return {
             "utilization_ratio": None if util is None else min(1.0, util.gpu / 100.0),
@@ -423,13 +428,6 @@ class NvmlGpuSource:
             memory_used_bytes=None if mem is None else int(mem.used),
             memory_total_bytes=None if mem is None else int(mem.total),
         )
-
-    def _optional(self, fn: Any, *args: Any) -> Any:
-        """A reading the device may not support: None instead of a failure."""
-        try:
-            return fn(*args)
-        except self._nvml.NVMLError_NotSupported:
-            return None
 
     def _mig_enabled(self, handle: Any) -> bool:
         """Whether MIG is on; not on a GPU without MIG (NOT_SUPPORTED) nor on a driver
