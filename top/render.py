@@ -184,7 +184,7 @@ def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
     ]
 
 
-def _idle_cells(h: HolderRow, held_unknown: str = "") -> list[str]:
+def _idle_cells(h: HolderRow, held_unknown: bool = False) -> list[str]:
     """An idle holder's cells; HELD ``unknown`` where the ``since`` query was refused
     (``View.held_unknown``): ``-`` says the exporter publishes no allocation time."""
     held = "unknown" if held_unknown and h.held_seconds is None else fmt_duration(h.held_seconds)
@@ -283,7 +283,9 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
         out.append(f"  ({empty_text(view, 'Training')})")
     out += ["", "IDLE GPU HOLDERS"]
     if view.idle:
-        out.extend(_table(IDLE_HEADERS, [_idle_cells(h, view.held_unknown) for h in view.idle]))
+        out.extend(
+            _table(IDLE_HEADERS, [_idle_cells(h, bool(view.held_unknown)) for h in view.idle])
+        )
     else:
         out.append(f"  ({empty_text(view, 'Idle GPU holders')})")
     out += ["", "PENDING"]
@@ -893,7 +895,7 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
         (
             "Idle GPU holders",
             IDLE_HEADERS,
-            [(_idle_cells(h, view.held_unknown), "yellow") for h in view.idle],
+            [(_idle_cells(h, bool(view.held_unknown)), "yellow") for h in view.idle],
         ),
         (
             "Pending",

@@ -189,6 +189,12 @@ def _bands(results: Sequence[Sample], key_fn) -> dict[Any, dict[str, float]]:
     return out
 
 
+# the queries saying whether a device no pod holds is free (``build_view``'s ``refused``)
+HOLDER_QUERIES = ("allocated", "holders_unknown")
+# the query saying whether a device no pod holds is in use all the same
+UTIL_QUERY = "gpu_util"
+
+
 def build_view(
     results: Mapping[str, Sequence[Sample]],
     now: float,
@@ -364,9 +370,8 @@ def build_view(
     gpus: list[GpuRow] = []
     info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
     unknown_nodes = holders_unknown(get("holders_unknown"))
-    unanswered = [name for name in HOLDER_QUERIES if name in refused]
-    unanswered_cause = f"query {', '.join(unanswered)} refused" if unanswered else ""
-    util_unknown = f"query {UTIL_QUERY} refused" if UTIL_QUERY in refused else ""
+    unanswered_cause = refused_cause(refused, *HOLDER_QUERIES)
+    util_unknown = refused_cause(refused, UTIL_QUERY)
     device_util: dict[tuple[str, str, str], float] = {}
     for s in get("gpu_util"):
         if (v := _value(s)) is not None:
@@ -427,15 +432,16 @@ def build_view(
         gpus=tuple(gpus),
         alerts=_firing(get("alerts")),
         pending=pending_rows(results),
-        allocations_unknown="query allocated refused" if "allocated" in refused else "",
-        held_unknown="query since refused" if "since" in refused else "",
+        allocations_unknown=refused_cause(refused, "allocated"),
+        held_unknown=refused_cause(refused, "since"),
     )
 
 
-# the queries saying whether a device no pod holds is free (``build_view``'s ``refused``)
-HOLDER_QUERIES = ("allocated", "holders_unknown")
-# the query saying whether a device no pod holds is in use all the same
-UTIL_QUERY = "gpu_util"
+def refused_cause(refused: Collection[str], *names: str) -> str:
+    """Why what ``names`` answer is unknown, ``query a, b refused``, naming those of
+    them Prometheus refused; empty when it refused none. Pure."""
+    said = [name for name in names if name in refused]
+    return f"query {', '.join(said)} refused" if said else ""
 
 
 def evaluation_time(results: Mapping[str, Sequence[Sample]]) -> float | None:
