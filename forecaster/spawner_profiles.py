@@ -45,7 +45,6 @@ import logging
 import math
 import re
 import time
-import unicodedata
 import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -86,24 +85,12 @@ def ksm_label(resource: str) -> str:
 
 def kubespawner_slug(display_name: str) -> str:
     """The slug KubeSpawner makes for a profile without one: python-slugify's
-    ``slugify(display_name)``, imported when there (KubeSpawner depends on it, so every
-    hub running KubeSpawner has it); elsewhere (tests, another spawner) the same rule for
-    ASCII names: lower case, a digit group's comma dropped, each run of other characters
-    one hyphen, none at either end."""
-    try:
-        from slugify import slugify  # python-slugify, KubeSpawner's own dependency
-    except ImportError:
-        return ascii_slug(display_name)
+    ``slugify(display_name)``, the library KubeSpawner itself calls (its dependency:
+    every hub that has ``profile_list`` has it), imported here so that this file still
+    runs alone."""
+    from slugify import slugify
+
     return str(slugify(display_name))
-
-
-def ascii_slug(display_name: str) -> str:
-    """python-slugify's ``slugify`` for ASCII names, in the standard library: lower
-    case, a digit group's comma dropped, each run of other characters one hyphen, none
-    at either end (``kubespawner_slug`` where python-slugify is not installed)."""
-    text = unicodedata.normalize("NFKD", display_name).encode("ascii", "ignore").decode()
-    text = re.sub(r"(?<=\d),(?=\d)", "", text.lower())
-    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
 
 
 def with_slug(profile: Mapping[str, Any]) -> dict[str, Any]:

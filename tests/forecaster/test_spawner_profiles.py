@@ -53,21 +53,6 @@ def kubespawner_slugs(profiles: list[dict]) -> list[str]:
     return [p["slug"] if "slug" in p else slugify(p["display_name"]) for p in profiles]
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["RTX 4080, 1 GPU", "A100 — 8 GPUs (1,000 GB)", "  CPU only!  ", "H100_80GB x2", "1,5,7"],
-)
-def test_the_standard_library_slug_is_python_slugifys_on_ascii_names(name: str) -> None:
-    """Where python-slugify is not installed the hook makes the slug itself
-    (``ascii_slug``): the same as the library KubeSpawner uses, or a profile chosen on
-    the page would not be found on submit."""
-    from slugify import slugify
-
-    from gpu_eta.forecaster.spawner_profiles import ascii_slug
-
-    assert ascii_slug(name) == slugify(name)
-
-
 @pytest.fixture
 def prometheus_answer() -> Iterator[tuple[str, list[bytes]]]:
     """A stand-in Prometheus answering every query with the body the test sets."""
