@@ -500,11 +500,8 @@ class ProgressReporter:
         # The checks and the sender's start (see the module doc), under one try.
         try:
             self.run_id = run_id_setting(run_id)
-            self.epochs = self._plan("epochs", epochs)
             self.steps_per_epoch = self._plan("steps_per_epoch", steps_per_epoch)
-            self.steps = self._plan("steps", steps)
-            if self.steps is None and self.epochs and self.steps_per_epoch:
-                self.steps = self._plan("steps", self.epochs * self.steps_per_epoch)
+            self.epochs, self.steps = self._planned_totals(epochs, steps)
             self.batch_size = self._plan("batch_size", batch_size)
             # a resumed run starts where its checkpoint left it, not at 0/0 and then a jump
             if initial_epoch is not None:
@@ -639,10 +636,7 @@ class ProgressReporter:
         the step is not held at the old plan. A bad value is ignored as at ``start()``.
         """
         try:
-            new_epochs = self._plan("epochs", epochs)
-            new_steps = self._plan("steps", steps)
-            if new_steps is None and new_epochs and self.steps_per_epoch:
-                new_steps = self._plan("steps", new_epochs * self.steps_per_epoch)
+            new_epochs, new_steps = self._planned_totals(epochs, steps)
             if new_epochs is not None:
                 self.epochs = new_epochs
             if new_steps is not None:
@@ -650,6 +644,18 @@ class ProgressReporter:
             self._enqueue("progress")
         except Exception:
             self._count_ignored()
+
+    def _planned_totals(
+        self, epochs: object, steps: object
+    ) -> tuple[int | float | None, int | float | None]:
+        """The planned epochs and steps checked (``_plan``), the steps
+        ``epochs × steps_per_epoch`` where none is given and both are known: what
+        ``start()`` and ``plan()`` state."""
+        epochs = self._plan("epochs", epochs)
+        steps = self._plan("steps", steps)
+        if steps is None and epochs and self.steps_per_epoch:
+            steps = self._plan("steps", epochs * self.steps_per_epoch)
+        return epochs, steps
 
     def end(
         self,
