@@ -218,16 +218,14 @@ class EtaModel:
         )
         self.mix_: dict[float, float] = {}
         if self.measured_mix:
-            self.mix_ = with_late_bins(  # FIRST: the 0.1 bin's
-                measured_mixes(
-                    blend,
-                    history,
-                    self.weights_,
-                    floors=floors,
-                    job_scale=self._job_scale,
-                    max_runs=self.max_calibration_runs,
-                    min_samples=self.min_mix_samples,
-                )
+            self.mix_ = measured_mixes(
+                blend,
+                history,
+                self.weights_,
+                floors=floors,
+                job_scale=self._job_scale,
+                max_runs=self.max_calibration_runs,
+                min_samples=self.min_mix_samples,
             )
             samples = [
                 dataclasses.replace(

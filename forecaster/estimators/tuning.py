@@ -296,7 +296,7 @@ def measured_mixes(
             weight = pooled
         if weight is not None:
             out[point] = weight
-    return out
+    return with_late_bins(out)  # FIRST: the 0.1 bin's, as every per-bin measure here
 
 
 def prior_weight(
