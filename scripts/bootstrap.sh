@@ -4,6 +4,9 @@
 # node exporter for the benchmark), VictoriaMetrics (victoria-metrics, vmalert)
 # and the Python packages (the project with all extras, test tools, and the CPU build
 # of PyTorch for real training loops). Fast when everything is present.
+# Python packages it installs take constraints.txt's versions (the ones the suite last
+# passed with; scripts/freeze_constraints.py writes it): a dependency's new release
+# reaches CI only when that file is refreshed.
 #   scripts/bootstrap.sh            everything (tests)
 #   scripts/bootstrap.sh --demo     what the demo needs (no test tools, no torch)
 set -euo pipefail
@@ -65,12 +68,12 @@ PYEOF
 build_ready() { "$PY" -c "import setuptools, sys; sys.exit(0 if int(setuptools.__version__.split('.')[0]) >= 68 else 1)" >/dev/null 2>&1; }
 if ! have "${mods[@]}"; then
   echo "gpu-eta: installing Python packages (.[${extras}] and ./report, editable, from $PWD)" >&2
-  "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]" -e ./report
+  "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[${extras}]" -e ./report
 elif ! here; then
   echo "gpu-eta: installing this checkout ($PWD) and ./report, editable" >&2
   if build_ready; then
     "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./report
   else
-    "$PY" -m pip install -q --disable-pip-version-check -e ".[${extras}]" -e ./report
+    "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[${extras}]" -e ./report
   fi
 fi
