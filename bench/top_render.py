@@ -103,7 +103,7 @@ class DrawnFitView(render._RichView):
                 part
                 for (title, headers, r), n in zip(self.tables, shown, strict=True)
                 for part in (
-                    [render._one_line(title, len(r))]
+                    [render._one_line(title, len(r), self.empty[title])]
                     if n is None
                     else render._rich_table(title, headers, r, width, shown=n)
                 )
@@ -131,13 +131,13 @@ class LaidOutView(render._RichView):
 def laid_out(view: View) -> LaidOutView:
     """``view``'s whole rich listing, each cell laid out by rich (``LaidOutView``)."""
     shown = once(view)
-    return LaidOutView(shown.lines, shown.tables)
+    return LaidOutView(shown.lines, shown.tables, shown.empty)
 
 
 def drawn_fit(view: View) -> DrawnFitView:
     """``view``'s refreshing rich view, fitted by drawing (``DrawnFitView``)."""
     shown = today(view)
-    return DrawnFitView(shown.lines, shown.tables, shown.fit_height)
+    return DrawnFitView(shown.lines, shown.tables, shown.empty, shown.fit_height)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -460,8 +460,8 @@ class _RichView:
 
     lines: tuple[Any, ...]
     tables: tuple[tuple[str, Sequence[str], list[tuple[list[str], str | None]]], ...]
+    empty: Mapping[str, str]  # what each table, by title, says with no row: ``empty_text``
     fit_height: bool = False
-    empty: Mapping[str, str] = field(default_factory=dict)  # by title: ``empty_text``
 
     def __rich_console__(self, console, options):
         if not self.fit_height:
@@ -493,7 +493,7 @@ class _RichView:
         def section(i: int, n: int | None, cut: bool) -> list[Any]:
             title, headers, r = self.tables[i]
             if n is None:
-                parts = [_one_line(title, len(r), self.empty.get(title))]
+                parts = [_one_line(title, len(r), self.empty[title])]
             else:
                 parts = _rich_table(title, headers, r, width, shown=n)
             return [_cut(p) for p in parts] if cut else parts
@@ -617,15 +617,15 @@ def _count(n: int, title: str, more: str = "") -> str:
     return f"{n} {more}{one if n == 1 else many}"
 
 
-def _one_line(title: str, n_rows: int, empty: str | None = None) -> Any:
+def _one_line(title: str, n_rows: int, empty: str) -> Any:
     """A table left out for its height (``fitting_rows``' ``None``): one line saying so,
-    or, of a table with no row, what it says then (``empty``: ``empty_text``'s, else
-    ``_EMPTY``'s)."""
+    or, of a table with no row, what it says then (``empty``, ``empty_text``'s: no
+    default, as ``_EMPTY`` alone says "none" of idle holders that are unknown)."""
     from rich.text import Text
 
     if n_rows:
         return Text(f"{title}: {_count(n_rows, title)} not shown ({_TALLER})", style="dim")
-    return Text(f"{title}: {empty or _EMPTY[title]}", style="dim")
+    return Text(f"{title}: {empty}", style="dim")
 
 
 def _rich_table(
@@ -908,4 +908,4 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
         ("GPUs", GPU_HEADERS, [(_gpu_cells(g, now, tz), styles.get(g.state)) for g in view.gpus]),
     )
     empty = {title: empty_text(view, title) for title, _, _ in tables}
-    return _RichView(tuple(parts), tables, fit_height, empty)
+    return _RichView(tuple(parts), tables, empty, fit_height)

@@ -23,7 +23,8 @@ HEIGHTS = (3, 6, 10, 14, 20, 24, 30, 40, 60)
 
 def views() -> dict[str, top_render.View]:
     """Views whose rows wrap (time-sliced GPUs' holders, long notes) or do not, with
-    and without error lines, empty tables among them."""
+    and without error lines, empty tables among them; "unknown": no idle holder listed
+    because none is known (``View.allocations_unknown``), whose one line says why."""
     tall = tall_view()
     cluster = tr.cluster_view(nodes=40, gpus=4, jobs=30, pending=12)
     never = dataclasses.replace(
@@ -36,10 +37,11 @@ def views() -> dict[str, top_render.View]:
             cluster, pending=(never, *cluster.pending[1:]), errors=("x " * 80, "refused")
         ),
         "empty": dataclasses.replace(tall, jobs=(), pending=()),
+        "unknown": dataclasses.replace(tall, idle=(), allocations_unknown="query refused"),
     }
 
 
-@pytest.mark.parametrize("name", ["tall", "cluster", "errors", "empty"])
+@pytest.mark.parametrize("name", ["tall", "cluster", "errors", "empty", "unknown"])
 def test_the_counted_fit_draws_what_the_drawn_fit_drew(name: str) -> None:
     """Byte for byte (styles included) at every size of the grid where the drawn fit
     fitted: the rows shown come from the same heights whether counted or drawn."""
@@ -75,7 +77,7 @@ def test_lines_are_counted_as_rich_draws_them(width: int) -> None:
     shown = top_render.render_rich(view, timezone.utc, fit_height=True)
     parts = list(shown.lines)
     for title, headers, rows in shown.tables:
-        parts.append(top_render._one_line(title, len(rows)))
+        parts.append(top_render._one_line(title, len(rows), shown.empty[title]))
         for n in sorted({0, 1, 3, len(rows)} & set(range(len(rows) + 1))):
             parts.extend(top_render._rich_table(title, headers, rows, width, shown=n))
     # the text lines again, each on one line, cut (_cut leaves a table as it is)
