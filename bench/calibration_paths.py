@@ -30,7 +30,7 @@ from forecast_accuracy import find_mlperf, first_runs, load_corpora
 
 from gpu_eta.forecaster.calibration import POINTS, Calibrator, point_label, progress_point
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
-from gpu_eta.forecaster.evaluate import Replay, replay_events
+from gpu_eta.forecaster.evaluate import Replay, refit_sizes, replay_events
 from gpu_eta.forecaster.runs import Run
 
 OWN, EVERYONE, ENVELOPE = "own", "everyone's", "envelope"
@@ -117,8 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be ≥ 1")
-    if not 0 < args.refit_fraction <= 1:
-        parser.error("--refit-fraction must be in (0, 1]")
+    try:  # the replay's own rule (refit_sizes), said before any corpus is read
+        refit_sizes((), args.refit_fraction)
+    except ValueError as err:
+        parser.error(f"--refit-fraction: {err}")
     if args.first is not None and args.first < 1:
         parser.error("--first must be ≥ 1")
     corpora = load_corpora(find_mlperf(args.mlperf), args.limit)

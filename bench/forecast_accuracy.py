@@ -103,6 +103,7 @@ from gpu_eta.forecaster.evaluate import (
     TerminalProgress,
     backtest,
     identity_key,
+    refit_sizes,
     replay_events,
     run_labels,
 )
@@ -1058,8 +1059,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--limit must be ≥ 1")
     if args.first is not None and args.first < 1:
         parser.error("--first must be ≥ 1")
-    if not 0 < args.refit_fraction <= 1:
-        parser.error("--refit-fraction must be in (0, 1]")
+    try:  # the replay's own rule (refit_sizes), said before any corpus is read
+        refit_sizes((), args.refit_fraction)
+    except ValueError as err:
+        parser.error(f"--refit-fraction: {err}")
     if args.write_docs and (
         args.corpus or args.no_repeats or args.no_identity or args.percent or args.first
     ):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpu_eta.forecaster.calibration import Calibrator, Residual, progress_point
 from gpu_eta.forecaster.estimators.choice import SITUATIONS
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
@@ -60,3 +62,20 @@ def test_a_run_with_analogs_short_of_residuals_counts_its_situations_own() -> No
     model.calibrators_["analog"] = Calibrator().fit(few)
     model.predict(run, run.last_timestamp)
     assert model.last == ("analog", cp.EVERYONE, 3)
+
+
+def test_refit_fraction_is_refused_or_taken_as_the_replay_refuses_or_takes_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--refit-fraction``: ``refit_sizes``' rule (a finite share ≥ 0), a usage error
+    before any corpus is read; 0 and 2 get past it (to the absent corpus named)."""
+    errors = {}
+    for fraction in ("-1", "0", "2"):
+        with pytest.raises(SystemExit):
+            cp.main(["--refit-fraction", fraction, "--mlperf", "/absent", "--corpus", "absent"])
+        errors[fraction] = capsys.readouterr().err.splitlines()[-1]
+    assert errors["-1"].endswith(
+        "--refit-fraction: refit_fraction must be >= 0 and finite, got -1.0"
+    )
+    for taken in ("0", "2"):
+        assert errors[taken].endswith("error: unknown or absent corpus absent"), errors[taken]

@@ -337,3 +337,25 @@ def test_mid_epoch_asks_each_forecast_at_the_point_part_way_and_spread_evenly() 
     for key in (0.0, *fa.MID_FRACTIONS, "spread"):
         assert 0.0 <= res.coverage(key) <= 1.0 and math.isfinite(res.error(key))
     assert math.isnan(fa.MidEpoch().coverage(0.5)) and fa.MidEpoch().n == 0
+
+
+@pytest.mark.parametrize(
+    ("fraction", "refused"),
+    [("-0.5", True), ("nan", True), ("inf", True), ("0", False), ("2", False)],
+)
+def test_refit_fraction_is_checked_by_the_replays_own_rule(
+    fraction: str, refused: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--refit-fraction`` is refused by ``refit_sizes``' rule (any finite share ≥ 0:
+    0 refits at every run, 2 when the history has tripled), as a usage error naming the
+    flag and the value, before any corpus is read; a share it takes gets past it (here
+    to the corpus named, which is absent)."""
+    argv = ["--refit-fraction", fraction, "--mlperf", "/absent", "--corpus", "absent"]
+    with pytest.raises(SystemExit) as exit_:
+        fa.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    if refused:
+        assert f"--refit-fraction: refit_fraction must be >= 0 and finite, got {fraction}" in err
+    else:
+        assert "error: unknown or absent corpus absent" in err and "refit_fraction" not in err
