@@ -72,7 +72,9 @@ def manual_plan(
     batch whose steps reach it (the trainer checks after each batch: at two steps a
     batch ``max_steps=29`` ends at 30): its epochs are those done by then when that
     batch is an epoch's last, else None, as the automatic path plans ``max_steps``.
-    Pure.
+    With ``batches`` unknown each optimizer step is taken for a batch: the epochs are
+    whole only when the steps left are (at two steps a batch ``max_steps=29`` plans
+    none, where 5 batches known plan 3). Pure.
     """
     remaining = max(0, max_steps - step)
     by_epochs = step + (max_epochs - epochs_done) * steps_per_epoch
@@ -80,11 +82,9 @@ def manual_plan(
         return max_epochs, None
     if not remaining:
         return epochs_done, max_steps
-    if not batches:
-        whole, more = remaining % steps_per_epoch == 0, remaining // steps_per_epoch
-        return (epochs_done + more if whole else None), max_steps
-    to_go = -(-remaining * batches // steps_per_epoch)  # batches until max_steps
-    return (epochs_done + to_go // batches if to_go % batches == 0 else None), max_steps
+    units = batches or steps_per_epoch  # what the trainer checks max_steps after, an epoch
+    to_go = -(-remaining * units // steps_per_epoch)  # of those until max_steps
+    return (epochs_done + to_go // units if to_go % units == 0 else None), max_steps
 
 
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]

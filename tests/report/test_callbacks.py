@@ -310,6 +310,7 @@ fit("resumed", 10, 32, ckpt_path={str(tmp_path / "one.ckpt")!r})
         ((10, 30, 2, 20, 10, 5), (3, 30)),  # a resumed run: from where it is
         ((10, 30, 1, 10, 10, None), (3, 30)),  # an iterable's epochs: by steps alone
         ((10, 25, 1, 10, 10, None), (None, 25)),
+        ((10, 29, 1, 10, 10, None), (None, 29)),  # batches unknown: each step one
         ((10, 5, 1, 10, 10, 5), (1, 5)),  # max_steps passed in this epoch's last batch
         ((10, 30, 1, 0, 0, 5), (10, None)),  # an epoch that stepped nothing
     ],
