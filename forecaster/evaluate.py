@@ -291,7 +291,7 @@ class Replay:
 
     Why a class: ``backtest`` and the benches that ask the same forecasts other
     questions (bench/forecast_accuracy.py ``--mid-epoch``) must replay identically.
-    Call ``model_at`` with non-decreasing moments.
+    ``model_at`` takes non-decreasing moments and refuses an earlier one.
     """
 
     def __init__(
@@ -309,6 +309,7 @@ class Replay:
         self._model: EtaModel | None = None
         self._model_k = -1
         self._updated_k = -1
+        self._last_moment = -math.inf
         self.n_refits = 0
 
     def ended_before(self, moment: float) -> int:
@@ -319,7 +320,16 @@ class Replay:
         """The model as of ``moment``: the fit of the last refit before it
         (``refit_sizes``), told the runs that ended since (``EtaModel.update``: their
         analogs and job prior), as the live service learns a run that ended a minute
-        ago."""
+        ago.
+
+        Raises ``ValueError`` for a moment before the last one asked: the model kept has
+        been told the runs that ended up to that one, which are a moment's future."""
+        if moment < self._last_moment:
+            raise ValueError(
+                f"Replay.model_at: moment {moment} is before {self._last_moment}, "
+                "the last one asked (ask in time order)"
+            )
+        self._last_moment = moment
         k = self.ended_before(moment)
         fit_k = self.refit_sizes[bisect.bisect_right(self.refit_sizes, k) - 1]
         if self._model is None or fit_k != self._model_k:

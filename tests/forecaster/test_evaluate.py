@@ -362,6 +362,19 @@ class _StandIn:
         return Forecast(1.0, 2.0, 3.0, "rate")
 
 
+def test_the_replay_refuses_a_moment_before_the_last_one_asked() -> None:
+    """``Replay.model_at`` keeps one model and only adds the runs that ended since: a
+    moment earlier than the last one asked would get that model, told of runs that end
+    after it (its future). Refused instead; the same moment again is answered."""
+    runs = concurrent_history(6, seed=22, every_seconds=40)
+    replay = evaluate.Replay(runs, lambda: _StandIn(), refit_fraction=0.2)
+    first_end, last_end = runs[0].last_timestamp, max(r.last_timestamp for r in runs)
+    replay.model_at(last_end + 1)
+    replay.model_at(last_end + 1)
+    with pytest.raises(ValueError, match=rf"moment {first_end} is before {last_end + 1}"):
+        replay.model_at(first_end)
+
+
 def test_the_history_match_reads_each_ended_run_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A replay does work in proportion to the runs, not their square: the history
     match learns each run as it ends instead of rereading every earlier run at each
