@@ -11,10 +11,11 @@ what one serves for ``GET /api/v1/pods``, byte-shaped as the real thing:
   ``ERROR`` event with a ``Status`` of ``code: 410, reason: Expired`` or, while
   ``expire_watch_status`` is set, that ``Status`` as an HTTP 410 answer instead of
   the stream (what the server sends when the storage refuses the watch before it
-  starts); ``expire_every_watch`` expires every watch, a freshly listed version's
-  too; ``expired_watches`` counts them all; watches end
-  cleanly after ``timeoutSeconds``; ``resourceVersion`` absent or ``"0"`` starts
-  with synthetic ADDED events for every current pod, as the real server does;
+  starts); ``expire_every_watch`` expires every watch from a resourceVersion, a
+  freshly listed one's too; ``expired_watches`` counts them all; watches end
+  cleanly after ``timeoutSeconds``; ``resourceVersion`` absent or ``"0"`` ("any
+  version") starts with synthetic ADDED events for every current pod and is never
+  expired (nor counted), as the real server serves it from its watch cache;
 - ``fieldSelector=spec.nodeName=<node>`` filters both (other selectors get 400);
 - ``limit=N`` pages a list as the real server does: at most N items in
   ``(namespace, name)`` order and, while more remain, ``metadata.continue`` (and,
@@ -188,8 +189,9 @@ class FakeKubeAPI:
         # answer a watch from a compacted resourceVersion HTTP 410, not 200 + ERROR event
         self.expire_watch_status = False
         self.expired_watches = 0  # watches answered 410 Expired, either way
-        # answer every watch 410 Expired, a freshly listed version's too (a storage
-        # whose watch cache refuses what its list served)
+        # answer every watch from a resourceVersion 410 Expired, a freshly listed one's
+        # too (a storage whose watch cache refuses what its list served); "0" is any
+        # version, never too old
         self.expire_every_watch = False
         self._events: list[tuple[int, str, dict[str, Any]]] = []
         self._rv = 100
@@ -482,8 +484,9 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = float(query.get("timeoutSeconds", "1800"))
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         rv_text = query.get("resourceVersion", "0") or "0"
-        with api._cond:
-            expired = 0 < int(rv_text) < api._floor or api.expire_every_watch
+        version = int(rv_text)
+        with api._cond:  # "0": any version, never too old
+            expired = version > 0 and (version < api._floor or api.expire_every_watch)
             floor = api._floor
             if expired:
                 api.expired_watches += 1

@@ -382,6 +382,29 @@ def test_the_fake_refuses_an_expired_watch_as_the_api_server_does(api: FakeKubeA
     assert api.expired_watches == 2
 
 
+def test_the_fake_expiring_every_watch_still_serves_one_from_any_version(
+    api: FakeKubeAPI,
+) -> None:
+    """``expire_every_watch`` refuses every watch from a resourceVersion, a freshly
+    listed one's too, but not one from "0" ("any version", served from the watch
+    cache, never too old): that one starts with the current pods, is not counted
+    expired, and is not answered 410 with ``expire_watch_status`` either."""
+    api.add_pod(make_pod("p0", uid=uid(0)))
+    api.expire_every_watch = True
+    query = {"watch": "true", "timeoutSeconds": "1"}
+    for expire_watch_status in (False, True):
+        api.expire_watch_status = expire_watch_status
+        url = f"{api.url}/api/v1/pods?{urllib.parse.urlencode(query | {'resourceVersion': '0'})}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            (line,) = response.read().splitlines()
+        event = json.loads(line)
+        assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "p0")
+    assert api.expired_watches == 0
+    listed = _get(api)[1]["metadata"]["resourceVersion"]
+    code, answer = _get(api, **query, resourceVersion=listed)
+    assert (code, answer["reason"], api.expired_watches) == (410, "Expired", 1)
+
+
 def test_bookmarks_refresh_the_sync_time(api: FakeKubeAPI, source_factory) -> None:
     src = source_factory(api.url)
     wait_for(lambda: src.status().connected)
