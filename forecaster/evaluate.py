@@ -322,9 +322,9 @@ class Replay:
         analogs and job prior), as the live service learns a run that ended a minute
         ago.
 
-        Raises ``ValueError`` for a moment before the last one asked: the model kept has
+        Raises ``ValueError`` for a moment before the last one asked (or NaN): the model kept has
         been told the runs that ended up to that one, which are a moment's future."""
-        if moment < self._last_moment:
+        if not moment >= self._last_moment:  # NaN has no order: refused too
             raise ValueError(
                 f"Replay.model_at: moment {moment} is before {self._last_moment}, "
                 "the last one asked (ask in time order)"
