@@ -932,7 +932,7 @@ class MidEpoch:
         return len(self.hits.get(0.0, []))
 
 
-def mid_epoch_coverage(runs: Sequence[Run]) -> MidEpoch:
+def mid_epoch_coverage(runs: Sequence[Run], refit_fraction: float = 0.05) -> MidEpoch:
     """P10–P90 coverage and P50 error of the forecasts made at each scored progress
     point, and of the same forecasts asked again part-way to the next point
     (``predict(run, now)`` moves them to ``now``), with the truth counted from then.
@@ -943,7 +943,7 @@ def mid_epoch_coverage(runs: Sequence[Run]) -> MidEpoch:
     ``replay_events``), once: the model at a point is the one every moment after it
     in the interval is asked of.
     """
-    replay = Replay(runs)
+    replay = Replay(runs, refit_fraction=refit_fraction)
     out = MidEpoch()
     for ts, point, part, run in replay_events(runs):
         if point == 0:
@@ -961,7 +961,7 @@ def mid_epoch_coverage(runs: Sequence[Run]) -> MidEpoch:
     return out
 
 
-def mid_epoch(parts: Iterable[tuple[str, Sequence[Run]]]) -> None:
+def mid_epoch(parts: Iterable[tuple[str, Sequence[Run]]], refit_fraction: float) -> None:
     """Per file: coverage (and P50's median error) at progress points, half-way, 90 %
     and 99 % of the way to the next one, and at moments spread evenly inside the
     intervals (on MLPerf's thinned runs a point is 5 % of the run: thousands of
@@ -972,7 +972,7 @@ def mid_epoch(parts: Iterable[tuple[str, Sequence[Run]]]) -> None:
         " | 50 % to the next | 90 % | 99 % | spread evenly | n"
     )
     for label, runs in parts:
-        res = mid_epoch_coverage(runs)
+        res = mid_epoch_coverage(runs, refit_fraction)
         cells = " | ".join(f"{res.coverage(k):.1%} ({res.error(k):.1%})" for k in keys)
         print(f"{label} | {cells} | {res.n}", flush=True)
 
@@ -1035,26 +1035,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="progress in percent of each run's plan (the unit the live path does not use)",
     )
     args = parser.parse_args(argv)
-    if args.speed:
-        speed()
-        return 0
-    if args.mid_epoch and args.corpus:  # e.g. --corpus mlperf-confirm --limit 1500
-        corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
-        mid_epoch(
-            (c.name if len(c.parts) == 1 else f"{c.name} #{i}", part)
-            for c in corpora
-            if c.name in args.corpus
-            for i, part in enumerate(c.parts)
-        )
-        return 0
-    if args.mid_epoch:
-        paths = (
-            sorted(FIXTURES.glob("pinned_*.csv"))
-            + sorted(FIXTURES.glob("steps_pinned_*.csv.gz"))
-            + [FIXTURES / "keras_seed002.csv", FIXTURES / "mlperf_v2_sample.csv.gz"]
-        )
-        mid_epoch((path.name, read_runs_file(path).runs) for path in paths)
-        return 0
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be ≥ 1")
     if args.first is not None and args.first < 1:
@@ -1063,6 +1043,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         refit_sizes((), args.refit_fraction)
     except ValueError as err:
         parser.error(f"--refit-fraction: {err}")
+    if args.speed:
+        speed()
+        return 0
+    if args.mid_epoch and args.corpus:  # e.g. --corpus mlperf-confirm --limit 1500
+        corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
+        mid_epoch(
+            (
+                (c.name if len(c.parts) == 1 else f"{c.name} #{i}", part)
+                for c in corpora
+                if c.name in args.corpus
+                for i, part in enumerate(c.parts)
+            ),
+            args.refit_fraction,
+        )
+        return 0
+    if args.mid_epoch:
+        paths = (
+            sorted(FIXTURES.glob("pinned_*.csv"))
+            + sorted(FIXTURES.glob("steps_pinned_*.csv.gz"))
+            + [FIXTURES / "keras_seed002.csv", FIXTURES / "mlperf_v2_sample.csv.gz"]
+        )
+        mid_epoch(((path.name, read_runs_file(path).runs) for path in paths), args.refit_fraction)
+        return 0
     if args.write_docs and (
         args.corpus or args.no_repeats or args.no_identity or args.percent or args.first
     ):
