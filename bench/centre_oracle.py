@@ -15,7 +15,7 @@ on the same moments (the table's ``gpu-eta ÷ best``):
   misses a target, no choosing or weighting of these candidates reaches it;
 * the best fixed weight ``w`` of the job prior against the run's own rate (the two
   measurements the blend weighs), picked after the fact per point;
-* the **history pace** (``IdentityPace``): the time
+* the **history pace** (``history_oracle.HistoryPace``): the time
   elapsed × how the earlier runs of the same identity went on from the same fraction
   of their plan, no fitted constant — what the identity's own past says with nothing
   learned, on the moments it can answer (an earlier completed run of the identity);
@@ -51,6 +51,7 @@ from forecast_accuracy import (
     find_mlperf,
     load_corpora,
 )
+from history_oracle import HistoryPace
 
 from gpu_eta.forecaster.calibration import POINTS, progress_point
 from gpu_eta.forecaster.estimators import BASELINES, make_estimator
@@ -66,48 +67,6 @@ from gpu_eta.forecaster.estimators.choice import centre as choice_centre
 from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.evaluate import Replay, identity_key, replay_events
 from gpu_eta.forecaster.runs import Run
-
-
-class IdentityPace:
-    """Remaining seconds as the time elapsed × the median, over earlier completed runs
-    of the same namespace + job + node type, of the time each took after reaching the
-    run's fraction of its plan ÷ the time it took to reach it.
-
-    Why here: beside the candidates it says how much the identity's past alone carries
-    on a corpus, with nothing fitted: where it trails the rate baselines, a prior built
-    on that past has little to add to the run's own rate.
-    ``fit`` takes a history that only grows (``Replay.by_end`` prefixes)."""
-
-    def __init__(self) -> None:
-        self._seen = 0
-        self._paths: dict[tuple[str, ...], list[tuple[np.ndarray, np.ndarray]]] = {}
-
-    def fit(self, history: Sequence[Run]) -> IdentityPace:
-        if len(history) < self._seen:  # not a grown prefix: start again
-            self._seen, self._paths = 0, {}
-        for run in history[self._seen :]:
-            key = identity_key(run)
-            if run.completed is True and key is not None and run.epochs_planned > 0:
-                done = np.array([e for e, _t in run.epoch_times]) / run.epochs_planned
-                took = np.array([t for _e, t in run.epoch_times]) - run.start_timestamp
-                self._paths.setdefault(key, []).append((done, took))
-        self._seen = len(history)
-        return self
-
-    def predict(self, run: Run, now: float) -> float:
-        """Remaining seconds at ``now``; ``InsufficientData`` without a usable past."""
-        key = identity_key(run)
-        elapsed = run.last_timestamp - run.start_timestamp
-        fraction = run.progress_ratio
-        ratios = []
-        for done, took in self._paths.get(key, []) if key is not None else []:
-            before = float(np.interp(fraction, done, took))
-            if before > 0:
-                ratios.append((took[-1] - before) / before)
-        if not ratios or elapsed <= 0:
-            raise InsufficientData("history pace: no earlier run of this identity to read")
-        return max(0.0, elapsed * float(np.median(ratios)) - (now - run.last_timestamp))
-
 
 CANDIDATES = (
     "analog",
@@ -204,7 +163,7 @@ def collect(parts: Sequence[Sequence[Run]]) -> list[dict]:
             IDENTITY_MEDIAN: IdentityMedian(),
         }
         rate_baselines = {n: make_estimator(n).fit([]) for n in BASELINES if n != "history_match"}
-        pace = IdentityPace()
+        pace = HistoryPace()
         seen: dict = {}
         fitted_k = -1
         for ts, point, part, run in replay_events(runs):
@@ -229,7 +188,7 @@ def collect(parts: Sequence[Sequence[Run]]) -> list[dict]:
             if missing:
                 continue
             try:
-                paced: float | None = pace.predict(part, ts)
+                paced: float | None = pace.predict(part, ts).p50
             except InsufficientData:
                 paced = None
             key = identity_key(run)

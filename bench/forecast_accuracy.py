@@ -83,7 +83,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -92,7 +92,7 @@ import numpy as np
 
 from gpu_eta.forecaster.calibration import POINTS, point_label
 from gpu_eta.forecaster.estimators import BASELINES
-from gpu_eta.forecaster.estimators.base import InsufficientData
+from gpu_eta.forecaster.estimators.base import Estimator, InsufficientData
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.evaluate import (
@@ -547,7 +547,14 @@ def run_corpus(
     refit_fraction: float,
     model_factory: Callable[[], EtaModel] | None = None,
     progress: TerminalProgress | None = None,
+    yardsticks: Mapping[str, Callable[[], Estimator]] | None = None,
 ) -> CorpusResult:
+    """Each part of ``corpus`` replayed alone (``backtest``) and its moments pooled.
+
+    ``yardsticks`` (name → factory of an unfitted estimator) are scored beside
+    ``IDENTITY_MEDIAN`` where they answer, a fresh one per part: a bench's own
+    reference methods (``bench/history_oracle.py``), never counted as baselines
+    unless named in ``score_rows``' ``methods``."""
     began = time.perf_counter()
     scored: list[Scored] = []
     kinds: list[str] = []
@@ -561,7 +568,10 @@ def run_corpus(
             model_factory=model_factory,
             refit_fraction=refit_fraction,
             progress=progress,
-            extra_baselines={IDENTITY_MEDIAN: IdentityMedian()},
+            extra_baselines={
+                IDENTITY_MEDIAN: IdentityMedian(),
+                **{name: make() for name, make in (yardsticks or {}).items()},
+            },
         )
         scored.extend(result.scored)
         kinds.extend([corpus.kinds[i] if corpus.kinds else ""] * len(result.scored))
@@ -980,8 +990,10 @@ def mid_epoch(parts: Iterable[tuple[str, Sequence[Run]]], refit_fraction: float)
 # -- command line --------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--mlperf``, ``--corpus``, ``--limit`` and ``--refit-fraction`` as this bench
+    takes them; ``selected_corpora`` reads them. Why shared: the benches replaying
+    these corpora (``history_oracle.py``) take the same corpora the same way."""
     parser.add_argument("--mlperf", type=Path, help="the MLPerf runs file (runs.csv.gz)")
     parser.add_argument(
         "--corpus", action="append", help="only this corpus (repeatable; default: all)"
@@ -995,6 +1007,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0.05,
         help="refit when the history grew by this share (evaluate's default: 0.05)",
     )
+
+
+def check_corpus_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A bad ``--limit`` or ``--refit-fraction`` is a usage error, said before any corpus
+    is read; the share by the replay's own rule (``refit_sizes``: finite, ≥ 0)."""
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be ≥ 1")
+    try:
+        refit_sizes((), args.refit_fraction)
+    except ValueError as err:
+        parser.error(f"--refit-fraction: {err}")
+
+
+def selected_corpora(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Corpus]:
+    """The corpora ``add_corpus_arguments``' flags name, loaded; a bad flag
+    (``check_corpus_arguments``) or an unknown ``--corpus`` is a usage error."""
+    check_corpus_arguments(parser, args)
+    corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
+    if args.corpus:
+        unknown = set(args.corpus) - {c.name for c in corpora}
+        if unknown:
+            parser.error(
+                f"unknown or absent corpus {', '.join(sorted(unknown))}; "
+                f"have {', '.join(c.name for c in corpora)}"
+            )
+        corpora = [c for c in corpora if c.name in args.corpus]
+    return corpora
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_corpus_arguments(parser)
     parser.add_argument(
         "--write-docs",
         action="store_true",
@@ -1035,14 +1079,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="progress in percent of each run's plan (the unit the live path does not use)",
     )
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error("--limit must be ≥ 1")
+    check_corpus_arguments(parser, args)  # --speed and --mid-epoch return before the corpora
     if args.first is not None and args.first < 1:
         parser.error("--first must be ≥ 1")
-    try:  # the replay's own rule (refit_sizes), said before any corpus is read
-        refit_sizes((), args.refit_fraction)
-    except ValueError as err:
-        parser.error(f"--refit-fraction: {err}")
     if args.speed:
         speed()
         return 0
@@ -1079,15 +1118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.no_repeats and args.no_identity:
         parser.error("--no-repeats and --no-identity are two different replays: pick one")
-    corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
-    if args.corpus:
-        unknown = set(args.corpus) - {c.name for c in corpora}
-        if unknown:
-            parser.error(
-                f"unknown or absent corpus {', '.join(sorted(unknown))}; "
-                f"have {', '.join(c.name for c in corpora)}"
-            )
-        corpora = [c for c in corpora if c.name in args.corpus]
+    corpora = selected_corpora(parser, args)
     if args.by_round:
         corpora = [by_round(c) for c in corpora if c.name in MLPERF_SPLITS]
         if not corpora:

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 from gpu_eta.forecaster.calibration import POINTS
-from gpu_eta.forecaster.estimators.base import InsufficientData
 from gpu_eta.forecaster.estimators.replay import truncate
 from tests.bench.bench_module import load_bench
 from tests.forecaster.estimators.runs_factory import make_run
@@ -41,19 +38,3 @@ def test_every_moment_carries_the_truth_and_the_candidates() -> None:
         assert {"blend", "prior", "rate", "keras", "linear"} <= set(r["cands"])
         assert abs(math.exp(r["cands"]["rate"]) / r["truth"] - 1) < 0.05
         assert abs(r["gpu_eta"] / r["truth"] - 1) < 0.1
-
-
-def test_history_pace_reads_how_the_identitys_earlier_runs_went_on() -> None:
-    # an earlier run: a slow first epoch (10 s) then 2 s epochs, 4 epochs in all
-    earlier = make_run("e", [10.0, 2.0, 2.0, 2.0], job_name="j", node_type="x")
-    other = make_run("o", [1.0] * 4, start=1_700_000_050.0, job_name="j", node_type="y")
-    pace = co.IdentityPace().fit([earlier])
-    pace.fit([earlier, other])  # a grown prefix: only the new run is added
-    # half-way the earlier run had taken 12 s and went on for 4 s more: a third
-    running = make_run("r", [20.0, 4.0], planned=4, start=2e9, job_name="j", node_type="x")
-    assert pace.predict(running, running.last_timestamp) == pytest.approx(24.0 / 3)
-    assert pace.predict(running, running.last_timestamp + 5) == pytest.approx(24.0 / 3 - 5)
-    with pytest.raises(InsufficientData):  # only other hardware's past
-        pace.predict(make_run("n", [1.0], planned=4, job_name="j", node_type="z"), 2e9)
-    with pytest.raises(InsufficientData):  # nothing elapsed: no pace to scale
-        pace.predict(make_run("s", [], planned=4, job_name="j", node_type="x"), 2e9)
