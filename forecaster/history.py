@@ -26,6 +26,8 @@ schema is migrated in place in one transaction that keeps every row (schema 1 ke
 runs by ``run_id`` alone; schema 2 by the run key; schema 2 stored a run that reports
 only steps in percent of them, schema 3 in its steps; schema 4 keys runs by the run
 key and an attempt number, so that a key can hold a new run after a finished one).
+The index ``finished`` reads along is built at open where it is missing, with no new
+schema version (``history_file``: an earlier release must still open the file).
 
 Runs stored in percent of their steps (feature ``progress_unit="percent"``, set by the
 migration to schema 3) are kept and used, but as a job of their own: to the models a
@@ -55,6 +57,7 @@ from gpu_eta.forecaster.history_file import (
     SCHEMA_VERSION,
     DamagedHistory,
     Transaction,
+    add_indexes,
     connect,
     corrupt,
     memory_copy,
@@ -126,9 +129,6 @@ NEW_ATTEMPT_SKEW_SECONDS = 10.0
 # ``uncovered_since``) counts its absence from that read's time less this.
 HELD_OFFSET_SECONDS = 0.001
 
-FINISHED_CHUNK = 500
-"""Rows ``HistoryStore.finished`` reads per query: SQLite's default cap on a
-statement's parameters is 32,766 (999 before 3.32), and 500 runs are a few MB at most."""
 _KEY_FIELDS = ("namespace", "pod", "container", "run_id")  # a RunKey's order
 _MEANS = ("util_sum", "util_weight", "memory_sum", "memory_weight")  # a row's means
 _Means = tuple[float, float, float, float]  # util_sum, util_weight, memory_sum, memory_weight
@@ -315,10 +315,12 @@ class HistoryStore:
         finally:
             conn.close()
         try:
-            # the file passed prepare's checks; an older schema is migrated in the copy
+            # the file passed prepare's checks; an older schema is migrated in the copy,
+            # and the copy indexed, so its reads sort nothing either
             version = memory.execute("PRAGMA user_version").fetchone()[0]
             if version < SCHEMA_VERSION:
                 migrate(memory, spath, version)
+            add_indexes(memory, spath)
             store = cls(memory, spath)
         except HistoryError:
             memory.close()
@@ -1062,58 +1064,42 @@ class HistoryStore:
         """
         with self._lock, self._reading():
             if self._finished_cache is None or self._cache_limit != (limit, points):
-                query = """SELECT id FROM runs WHERE state != 'running'
+                # Newest first along the index ``runs_finished`` (history_file): SQLite
+                # hands the rows over one at a time and sorts nothing. Without that
+                # index it sorted the selected rows, progress blobs and all, in a
+                # temporary file about the size of the history (469 MB for 100,000
+                # runs) under ``/tmp``, which is the forecaster's 64 MiB ``emptyDir``.
+                query = """SELECT run_id, namespace, pod, container, epochs_planned, state,
+                       features, epoch_times FROM runs WHERE state != 'running'
                        ORDER BY finished_timestamp DESC, id DESC"""
                 params: tuple = ()
                 if limit is not None:
                     query += " LIMIT ?"
                     params = (max(0, int(limit)),)
-                ids = [row[0] for row in self._conn.execute(query, params)]
                 features_cache: dict[str, Mapping[str, Feature]] = {}
                 runs: list[Run] = []  # newest first until reversed
                 bad: list[str] = []
                 held = 0
-                for row in self._finished_rows(ids):
-                    try:
-                        run = finished_from_row(row, features_cache)
-                    except (HistoryError, RunError, TypeError, ValueError) as err:
-                        bad.append(str(err))
-                        continue
-                    if points is not None and held + len(run.epoch_times) > points:
-                        break
-                    held += len(run.epoch_times)
-                    runs.append(run)
+                rows = self._conn.execute(query, params)
+                try:
+                    for row in rows:
+                        try:
+                            run = finished_from_row(row, features_cache)
+                        except (HistoryError, RunError, TypeError, ValueError) as err:
+                            bad.append(str(err))
+                            continue
+                        if points is not None and held + len(run.epoch_times) > points:
+                            break
+                        held += len(run.epoch_times)
+                        runs.append(run)
+                finally:
+                    rows.close()  # a read the budget stopped ends its statement here
                 runs.reverse()
                 self._skipped("finished", bad)
                 self._finished_cache = runs
                 self._cache_limit = (limit, points)
                 self._cache_points = held
             return list(self._finished_cache)
-
-    def _finished_rows(self, ids: Sequence[int]) -> Iterator[tuple]:
-        """The rows ``finished`` converts, of the runs ``ids`` in that order, read
-        ``FINISHED_CHUNK`` at a time (only as far as the caller reads).
-
-        Why not one ``ORDER BY`` over the rows: with no index on the finish time SQLite
-        sorts the selected columns, the progress blobs with them, in a temporary file
-        about the size of the history (469 MB for 100,000 runs), under ``/tmp``: the
-        forecaster's 64 MiB ``emptyDir`` overflows past ~55 MB of history. Sorting the
-        ids alone holds a few bytes a run. Each read is its own snapshot (autocommit): a
-        run another process deleted or revived (running again, its progress cleared)
-        between the two reads is left out, not read as damaged."""
-        for i in range(0, len(ids), FINISHED_CHUNK):
-            chunk = ids[i : i + FINISHED_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            got = {
-                row[0]: row[1:]
-                for row in self._conn.execute(
-                    f"""SELECT id, run_id, namespace, pod, container, epochs_planned, state,
-                       features, epoch_times FROM runs WHERE id IN ({marks})
-                       AND state != 'running'""",
-                    chunk,
-                )
-            }
-            yield from (got[k] for k in chunk if k in got)
 
     def completed_starts(self, keys: Iterable[RunKey]) -> dict[RunKey, float]:
         """The stored start of each of ``keys`` whose latest run (attempt 0) is finished

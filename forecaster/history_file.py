@@ -81,10 +81,22 @@ CREATE TABLE {name} (
     PRIMARY KEY (run, epoch)
 ) WITHOUT ROWID;
 """
-_INDEXES = """
+# ``runs_finished``: SQLite walks it to read the finished runs newest first
+# (``HistoryStore.finished``) instead of sorting them, with their progress blobs, in a
+# temporary file the size of the history. Not part of the schema version: an earlier
+# release reads and writes a file that has it (SQLite updates every index on every
+# write), and refuses a newer ``user_version``, so a version raised for an index would
+# make a rolled-back Deployment refuse its file. ``prepare`` builds it where missing.
+_FINISHED_INDEX = """
+CREATE INDEX IF NOT EXISTS runs_finished ON runs(finished_timestamp, id);
+"""
+_INDEXES = (
+    """
 CREATE INDEX runs_state ON runs(state);
 CREATE INDEX runs_run_id ON runs(run_id);
 """
+    + _FINISHED_INDEX
+)
 _SCHEMA = (
     _RUNS_TABLE.format(name="runs")
     + _EPOCH_ENDS_TABLE.format(name="epoch_ends")
@@ -182,6 +194,31 @@ def prepare(conn: sqlite3.Connection, path: str) -> None:
         raise DamagedHistory(f"history file {path} fails SQLite's quick_check ({str(check)[:120]})")
     if version < SCHEMA_VERSION:
         migrate(conn, path, version)
+    add_indexes(conn, path)
+
+
+def add_indexes(conn: sqlite3.Connection, path: str) -> None:
+    """Build ``runs_finished`` where it is missing (a file an earlier release created,
+    or rebuilt by a tool without it), in a transaction of its own; nothing to do, and
+    nothing written, where it exists. A read-only file raises SQLite's error (the
+    caller builds it in the memory copy); any other failure is a ``HistoryError``,
+    the file unchanged."""
+    if conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_finished'"
+    ).fetchone():
+        return
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        _run_script(_FINISHED_INDEX)(conn)  # IF NOT EXISTS: another process may have won
+        conn.execute("COMMIT")
+    except sqlite3.Error as err:
+        _rollback(conn)
+        if isinstance(err, sqlite3.OperationalError) and read_only(err):
+            raise
+        raise HistoryError(
+            f"history file {path}: building index runs_finished failed ({why(err)}); "
+            "the file was not modified"
+        ) from None
 
 
 def migrate(conn: sqlite3.Connection, path: str, version: int) -> None:

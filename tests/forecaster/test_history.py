@@ -102,61 +102,134 @@ def test_finished_limit_keeps_the_most_recent_runs_oldest_first(tmp_path: Path) 
     store.close()
 
 
-def test_finished_runs_are_read_in_chunks_and_no_sort_carries_their_progress(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Loading the history sorts the runs' ids by finish time, never their rows: with
-    no index on the finish time SQLite sorts whatever is selected in a temporary file
-    (469 MB for 100,000 runs) under the pod's 64 MiB /tmp. The rows then come in
-    chunks, in the order sorted, as far as the point budget reads."""
-    from gpu_eta.forecaster import history as history_mod
+def _plan(conn: sqlite3.Connection, statement: str) -> list[str]:
+    """SQLite's query plan of ``statement`` (as traced: its parameters inlined), one
+    line per step."""
+    return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement)]
 
-    monkeypatch.setattr(history_mod, "FINISHED_CHUNK", 3)
-    store = HistoryStore.open(tmp_path / "h.sqlite")
-    for i in range(8):  # finished in an order unlike their ids
+
+def _finish_out_of_id_order(store: HistoryStore) -> list[str]:
+    """Eight runs of three points finished in an order unlike their ids; their run ids
+    oldest first."""
+    order = [3, 0, 7, 1, 6, 2, 5, 4]
+    for i in range(8):
         store.record([update(f"r{i}", [(1, 1100.0), (2, 1200.0)], planned=2)])
-    for i in (3, 0, 7, 1, 6, 2, 5, 4):
-        store.finish([key(f"r{i}")], 5000.0 + 10 * [3, 0, 7, 1, 6, 2, 5, 4].index(i))
+    for i in order:
+        store.finish([key(f"r{i}")], 5000.0 + 10 * order.index(i))
+    return [f"r{i}" for i in order]
+
+
+def test_finished_runs_are_read_newest_first_along_the_index_sorting_nothing(
+    tmp_path: Path,
+) -> None:
+    """Each read of the history is one statement that walks ``runs_finished`` and
+    sorts nothing: with no index on the finish time SQLite sorted the selected rows,
+    progress blobs and all, in a temporary file about the size of the history (469 MB
+    for 100,000 runs) under the pod's 64 MiB /tmp."""
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    order = _finish_out_of_id_order(store)
     statements: list[str] = []
     store._conn.set_trace_callback(statements.append)
     try:
-        order = ["r3", "r0", "r7", "r1", "r6", "r2", "r5", "r4"]
         assert [r.run_id for r in store.finished()] == order
         assert [r.run_id for r in store.finished(5)] == order[3:]
         assert [r.run_id for r in store.finished(None, 6)] == order[-2:]  # 3 points each
     finally:
         store._conn.set_trace_callback(None)
-    sorts = [q for q in statements if "ORDER BY" in q]
-    assert sorts and not any("epoch_times" in q or "features" in q for q in sorts), sorts
-    reads = [q for q in statements if "epoch_times" in q]
-    # 8 runs: 3 chunks; 5: 2; the budget stops after the first chunk of 3
-    assert len(reads) == 3 + 2 + 1, reads
+    reads = [q for q in statements if "FROM runs" in q]
+    for read in reads:
+        plan = _plan(store._conn, read)
+        assert not any("TEMP B-TREE" in step for step in plan), (read, plan)
+        assert any("USING INDEX runs_finished" in step for step in plan), (read, plan)
+    assert len(reads) == 3, reads
     store.close()
 
 
-def test_a_run_revived_between_the_two_reads_of_finished_is_no_damage(tmp_path: Path) -> None:
-    """``finished`` sorts the ids, then reads the rows: each its own snapshot. A run
-    another process revives in between (running again, its progress cleared) is left
-    out, not counted as a damaged row (``history_rows_skipped``)."""
-    path = tmp_path / "h.sqlite"
-    store = HistoryStore.open(path)
-    for i in range(4):
-        store.record([update(f"r{i}", [(1, 1100.0), (2, 1200.0)], planned=3)])
-    store.finish([key(f"r{i}") for i in range(4)], 5000.0)
-    read_rows = store._finished_rows
+def _has_finish_index(conn: sqlite3.Connection) -> bool:
+    return (
+        conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_finished'"
+        ).fetchone()
+        is not None
+    )
 
-    def revived_first(ids):
-        other = sqlite3.connect(path, isolation_level=None)
-        other.execute(
-            "UPDATE runs SET state = 'running', finished_timestamp = NULL, "
-            "epoch_times = NULL WHERE id = ?",
-            (ids[0],),
-        )
-        other.close()
-        return read_rows(ids)
 
-    store._finished_rows = revived_first  # type: ignore[method-assign]
-    assert len(store.finished()) == 3 and store.skipped_rows == 0
+def test_a_schema_4_file_without_the_finish_index_gains_it_and_stays_schema_4(
+    tmp_path: Path,
+) -> None:
+    """A file an earlier release wrote (schema 4, no ``runs_finished``) gets the index
+    at open, every row kept, and keeps ``user_version`` 4: an additive index is no new
+    schema, so a rolled-back release still opens the file (it refuses a newer
+    version) and SQLite keeps the index up to date on its writes."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    order = _finish_out_of_id_order(store)
+    store.record([update("live", [(1, 1100.0)], planned=2)])
+    store.close()
+    conn = sqlite3.connect(db, isolation_level=None)  # as the earlier release wrote it
+    conn.executescript("DROP INDEX runs_finished; PRAGMA user_version = 4;")
+    rows = conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
+    conn.close()
+    store = HistoryStore.open(db)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    assert [r.run_id for r in store.finished()] == order
+    store._conn.set_trace_callback(None)
+    reads = [q for q in statements if "FROM runs" in q]
+    assert reads and not any("TEMP B-TREE" in s for q in reads for s in _plan(store._conn, q))
+    assert [s.run.run_id for s in store.running()] == ["live"]
+    store.close()
+    conn = sqlite3.connect(db)
+    assert _has_finish_index(conn)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("SELECT * FROM runs ORDER BY id").fetchall() == rows
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_a_file_an_earlier_release_wrote_after_the_index_is_read_whole(tmp_path: Path) -> None:
+    """An earlier release knows nothing of ``runs_finished``. Writing the file with the
+    index there (SQLite updates it on every write) or after a tool rebuilt the file
+    without it, its runs are read in finish order, the index is built again at the
+    next open, and the file stays sound."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    order = _finish_out_of_id_order(store)
+    store.record([update("late", [(1, 1100.0), (2, 1200.0)], planned=2)])
+    store.close()
+    conn = sqlite3.connect(db, isolation_level=None)  # the earlier release, index present
+    conn.execute(
+        "UPDATE runs SET state = 'completed', finished_timestamp = 9000.0, "
+        "epoch_times = (SELECT epoch_times FROM runs WHERE run_id = 'r0') "
+        "WHERE run_id = 'late'"
+    )
+    conn.execute("DELETE FROM epoch_ends")
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.execute("DROP INDEX runs_finished")  # a tool rebuilt the file without it
+    conn.execute("UPDATE runs SET finished_timestamp = 1.0 WHERE run_id = ?", (order[-1],))
+    conn.close()
+    expected = [order[-1], *order[:-1], "late"]
+    store = HistoryStore.open(db)
+    assert [r.run_id for r in store.finished()] == expected
+    assert store.skipped_rows == 0
+    assert _has_finish_index(store._conn)
+    store.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_the_finish_index_dropped_under_an_open_store_changes_no_read(tmp_path: Path) -> None:
+    """Another process dropping ``runs_finished`` while the store is open: the next
+    read sorts instead, and returns the same runs in the same order."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    order = _finish_out_of_id_order(store)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("DROP INDEX runs_finished")
+    other.close()
+    assert [r.run_id for r in store.finished(5)] == order[3:]
+    assert [r.run_id for r in store.finished(None, 6)] == order[-2:]
     store.close()
 
 

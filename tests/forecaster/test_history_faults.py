@@ -151,6 +151,32 @@ def test_a_lock_held_past_the_busy_timeout_refuses_the_start_and_moves_nothing(
     store.close()
 
 
+def test_a_lock_held_while_the_finish_index_is_built_refuses_the_start_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file without ``runs_finished`` (an earlier release made it) whose lock another
+    process holds past the busy timeout: the index cannot be built, the start is
+    refused saying so, and the file is neither changed nor moved; once the lock is
+    gone the start builds it."""
+    monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.5)
+    db = tmp_path / "h.sqlite"
+    history_of(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP INDEX runs_finished")
+    before = digest(db)
+    with lock_held(db, "write"), pytest.raises(HistoryError) as caught:
+        HistoryStore.open(db)
+    message = str(caught.value)
+    assert "building index runs_finished failed" in message, message
+    assert "database is locked" in message and "not modified" in message
+    assert set_aside(tmp_path) == [] and digest(db) == before
+    store = HistoryStore.open(db)
+    assert store.count_finished() == 50
+    store.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs_finished'").fetchone()
+
+
 def test_a_backup_reading_the_file_for_seconds_is_waited_out_at_start(tmp_path: Path) -> None:
     """A read transaction held 6.5 s (Python's default busy timeout is 5 s): the start
     waits for it (``BUSY_TIMEOUT_SECONDS``) and opens the same file."""

@@ -20,7 +20,7 @@ from gpu_eta.forecaster.history import HistoryStore
 from gpu_eta.forecaster.publish import ServiceState, make_registry
 from gpu_eta.launch.prometheus import promtool
 from tests.forecaster.test_cycle import NOW, CannedClient, job, make_cycle
-from tests.forecaster.test_history import FIXTURE_V2
+from tests.forecaster.test_history import FIXTURE_V2, key, update
 from tests.support.read_only import read_only_directory, run_unprivileged
 
 NAME = "gpu_eta_forecaster_history_persisted"
@@ -107,6 +107,48 @@ def test_an_older_read_only_history_is_migrated_in_memory_and_left_untouched() -
         assert path.read_bytes() == before
     assert (persistent, version, unit) == (False, 4, "percent")
     assert jobs == ["bert", "bert (percent)", "cnn"]
+
+
+def _history_without_finish_index(directory: Path) -> None:
+    """Three finished runs in a file whose ``runs_finished`` a tool dropped."""
+    import sqlite3
+
+    store = HistoryStore.open(directory / "h.sqlite")
+    for i in range(3):
+        store.record([update(f"r{i}", [(1, 1100.0), (2, 1200.0)], planned=2)])
+    for i in (2, 0, 1):
+        store.finish([key(f"r{i}")], 5000.0 + 10 * (2, 0, 1).index(i))
+    store.close()
+    with sqlite3.connect(directory / "h.sqlite") as conn:
+        conn.execute("DROP INDEX runs_finished")
+
+
+def _read_with_plan(path: str) -> tuple[bool, list[str], list[str]]:
+    """The runs a read-only open reads, and the query plan of that read."""
+    store = HistoryStore.open(path)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    try:
+        runs = [r.run_id for r in store.finished()]
+        (read,) = [q for q in statements if "FROM runs" in q]
+        plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + read)]
+        return store.persistent, runs, plan
+    finally:
+        store.close()
+
+
+def test_a_read_only_history_without_the_finish_index_is_read_along_it_in_memory() -> None:
+    """A read-only file whose ``runs_finished`` is missing (a tool rebuilt it): the
+    in-memory copy gets the index, so the read sorts nothing there either, and the
+    file stays as it was."""
+    with read_only_directory(_history_without_finish_index) as directory:
+        path = directory / "h.sqlite"
+        before = path.read_bytes()
+        persistent, runs, plan = run_unprivileged(_read_with_plan, str(path))
+        assert path.read_bytes() == before
+    assert (persistent, runs) == (False, ["r2", "r0", "r1"])
+    assert any("USING INDEX runs_finished" in step for step in plan), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan
 
 
 SKIPPED = "gpu_eta_forecaster_history_rows_skipped"
