@@ -21,10 +21,10 @@ Feature = float | str
 _NO_FEATURES: Mapping[str, Feature] = MappingProxyType({})
 
 
-# A finished run is learnt from with at most this many progress points (its first and
-# last kept) unless it was reported epoch by epoch (every point one unit after the one
-# before, not counted in steps). Why: a run reporting steps keeps up
-# to ~400 points, ~45 kB as a Run, so a history of 100,000 of them would hold ~4.5 GB;
+# A finished run is learnt from with at most this many progress points (its start, first
+# report and last kept: ``thinned``) unless it was reported epoch by epoch (every point
+# one unit after the one before, not counted in steps). Why: a run reporting steps keeps
+# up to ~400 points, ~45 kB as a Run, so a history of 100,000 of them would hold ~4.5 GB;
 # the model reads such a run at a few fractions of its plan, its total and the shape of
 # its curve, and replaying the step-level recordings with their history cut to 25, 50 or
 # 100 points left every figure within noise (docs/forecaster.md). A run reported epoch
@@ -176,31 +176,28 @@ def reporting_unit(ends: Sequence[float]) -> float | None:
 
 
 def thinned(run: Run, max_points: int = HISTORY_POINTS) -> Run:
-    """``run`` with at most ``max_points`` (≥ 2) progress points, evenly spaced by index,
-    the first (the start) and the last kept; unchanged when it has no more than that or
-    was reported epoch by epoch (every point one unit after the one before, and not a
-    run counted in steps: ``progress_unit="steps"``, whose every step is no epoch)."""
-    if max_points < 2:
-        raise ValueError(f"max_points must be at least 2, got {max_points}")
+    """``run`` with at most ``max_points`` (≥ 3) progress points: the start, the first
+    report and the last, the rest evenly spaced by index from the first report on;
+    unchanged when it has no more than that or was reported epoch by epoch (every point
+    one unit after the one before, and not a run counted in steps:
+    ``progress_unit="steps"``, whose every step is no epoch).
+
+    Why the first report: a live run's first forecast reads that interval alone,
+    start-up included, and the calibration's first bin replays each finished run at it
+    (``replay.calibration_moments``, ``calibration.FIRST``); thinned away, a step run's
+    first point left would be a later report (2 % of a 200-step plan), which a live run
+    meets in the 10 % bin, not the first."""
+    if max_points < 3:
+        raise ValueError(f"max_points must be at least 3, got {max_points}")
     times = run.epoch_times
     n = len(times)
     if n <= max_points:
         return run
     if not counts_steps(run) and all(b[0] - a[0] == 1 for a, b in itertools.pairwise(times)):
         return run
-    step = (n - 1) / (max_points - 1)
-    keep = sorted({round(i * step) for i in range(max_points)})
+    step = (n - 2) / (max_points - 2)  # over indices 1 .. n - 1: at least 1 apart
+    keep = (0, *(1 + round(i * step) for i in range(max_points - 1)))
     return replace(run, epoch_times=tuple(times[i] for i in keep))
-
-
-def may_be_thinned(run: Run, max_points: int = HISTORY_POINTS) -> bool:
-    """Whether ``run`` may be a ``thinned`` one (as many points as it keeps, and not
-    reported epoch by epoch), whose first progress point is then not the one it
-    reported first: a replay must not read it as the run's first point."""
-    times = run.epoch_times
-    return len(times) >= max_points and (
-        counts_steps(run) or any(b[0] - a[0] != 1 for a, b in itertools.pairwise(times))
-    )
 
 
 def validate_run(run: Run) -> Run:

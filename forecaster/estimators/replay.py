@@ -28,7 +28,7 @@ from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
 from gpu_eta.forecaster.estimators.choice import rate_candidates
 from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.estimators.selfcheck import self_check
-from gpu_eta.forecaster.runs import STATED_PLAN, Run, may_be_thinned
+from gpu_eta.forecaster.runs import STATED_PLAN, Run
 
 
 def as_seen_live(run: Run) -> Run:
@@ -95,11 +95,9 @@ def calibration_moments(run: Run) -> Iterator[tuple[float, Run]]:
 
     And the run's first progress point for the ``FIRST`` bin where it is before 5 %
     of the plan: a live run there reads its first interval alone (start-up included),
-    which the 0.1 bin's moments, past it, do not. Not for a run the history thinned
-    (``runs.may_be_thinned``: a run counted in steps, 200 reports kept as 50): its
-    first point left is a later report (2 % of the plan), which a live run meets in
-    the 0.1 bin; read as a first point it would calibrate ``FIRST`` on moments unlike
-    the ones it is applied to."""
+    which the 0.1 bin's moments, past it, do not. A run the history thinned
+    (``runs.thinned``: a run counted in steps, 200 reports kept as 50) kept its first
+    report for this moment."""
     moments = list(replay_moments(run))
     yield from moments
     seen = as_seen_live(run)  # a run that ended short of its plan never reached END
@@ -108,7 +106,6 @@ def calibration_moments(run: Run) -> Iterator[tuple[float, Run]]:
     times, end = seen.epoch_times, seen.last_timestamp
     if (
         len(times) > 2
-        and not may_be_thinned(run)
         and times[1][1] < end
         and run_point(times[1][0] / seen.epochs_planned, 2) == FIRST
         and all(len(part.epoch_times) != 2 for _p, part in moments)

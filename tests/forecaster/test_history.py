@@ -610,9 +610,9 @@ def test_a_step_run_stored_in_percent_that_never_reports_again_finishes_in_perce
 
 
 def test_a_long_run_is_learnt_from_thinned_and_kept_whole_in_the_file(tmp_path: Path) -> None:
-    """A run of 400 step reports is read back with HISTORY_POINTS points, its start and
-    end kept, whether the cache was loaded before it finished or read after; the file
-    keeps all 401."""
+    """A run of 400 step reports is read back with HISTORY_POINTS points, its start, first
+    report and end kept, whether the cache was loaded before it finished or read after;
+    the file keeps all 401."""
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db)
     assert store.finished() == []  # the cache is loaded before the run finishes
@@ -628,6 +628,7 @@ def test_a_long_run_is_learnt_from_thinned_and_kept_whole_in_the_file(tmp_path: 
     assert cached == read
     assert len(read.epoch_times) == HISTORY_POINTS
     assert read.epoch_times[0] == (0, 1000.0) and read.epoch_times[-1] == (4000.0, 2200.0)
+    assert read.epoch_times[1] == (10.0, 1003.0)  # the first report: the first bin's moment
     assert read.completed is True and read.epochs_planned == 4000.0
     conn = sqlite3.connect(db)
     (blob,) = conn.execute("SELECT epoch_times FROM runs").fetchone()
@@ -635,24 +636,30 @@ def test_a_long_run_is_learnt_from_thinned_and_kept_whole_in_the_file(tmp_path: 
     assert len(blob) == 401 * 16
 
 
-def test_thinned_keeps_the_ends_and_even_spacing_and_epoch_by_epoch_runs() -> None:
+def test_thinned_keeps_the_ends_the_first_report_and_even_spacing_and_epoch_by_epoch_runs() -> None:
+    """The start, the first report (a live run's first forecast reads that interval alone:
+    the calibration replays it, ``replay.calibration_moments``) and the end, the rest
+    evenly spaced by index from the first report on."""
     steps = tuple((10.0 * k, 100.0 + k) for k in range(1000))
     run = Run("r", 9990.0, steps, completed=True)
     short = thinned(run, 10)
     assert [e for e, _ in short.epoch_times] == [
         0,
-        1110,
-        2220,
-        3330,
-        4440,
-        5550,
-        6660,
-        7770,
-        8880,
+        10,
+        1260,
+        2510,
+        3750,
+        5000,
+        6250,
+        7490,
+        8740,
         9990,
     ]
     assert short.features == run.features and short.completed is True
     assert thinned(short, 10) is short and thinned(run, 1000) is run
+    assert [e for e, _ in thinned(run, 3).epoch_times] == [0, 10, 9990]
+    # one point more than kept: only one of the middle ones goes
+    assert len(thinned(Run("r", 100.0, steps[:101]), 100).epoch_times) == 100
     # reported epoch by epoch: kept whole (a period of evaluation passes shows only so)
     epochs = Run("e", 999.0, tuple((float(k), 100.0 + k) for k in range(1000)))
     assert thinned(epochs, 10) is epochs
@@ -660,7 +667,7 @@ def test_thinned_keeps_the_ends_and_even_spacing_and_epoch_by_epoch_runs() -> No
     every_step = dataclasses.replace(epochs, features={"progress_unit": "steps"})
     assert len(thinned(every_step, 10).epoch_times) == 10
     with pytest.raises(ValueError):
-        thinned(run, 1)
+        thinned(run, 2)
 
 
 def test_running_runs_held_in_memory_match_a_fresh_read_of_the_file(tmp_path: Path) -> None:

@@ -65,19 +65,17 @@ def test_calibration_moments_add_the_first_point_before_ten_percent() -> None:
         assert not any(p == FIRST for p, _part in calibration_moments(run))
 
 
-def test_a_thinned_run_gives_no_first_point_moment() -> None:
-    """A run counted in steps keeps 50 of its 200 points in the history (``thinned``):
-    its first point left is at 2 % of the plan, which a live run (unthinned: its real
-    first report) meets in the 0.1 bin. Read as a first point it would calibrate
-    ``FIRST`` on moments unlike the live ones. (The history hands a replay every run
-    thinned: a step run of 50 points or more may be one, and gives none.) A shorter step
-    run, kept whole, still gives its first point."""
-    short = make_run("short", [10.0] * 40, progress_unit=STEPS_UNIT)  # first at 2.5 %
-    assert thinned(short) == short
-    assert any(p == FIRST for p, _part in calibration_moments(short))
-    kept = thinned(make_run("steps", [10.0] * 200, progress_unit=STEPS_UNIT))
-    assert len(kept.epoch_times) == HISTORY_POINTS and kept.epoch_times[1][0] == 4.0
-    assert not any(p == FIRST for p, _part in calibration_moments(kept))
+def test_a_thinned_step_run_keeps_its_first_report_and_gives_its_first_point_moment() -> None:
+    """A run counted in steps keeps 50 of its 200 points in the history (``thinned``),
+    its first report (0.5 % of the plan) among them: replayed from the history it gives
+    the same ``FIRST`` moment, start-up included, as the whole run, which is the moment a
+    live step run at its first report is in."""
+    whole = make_run("steps", [10.0] * 200, progress_unit=STEPS_UNIT)
+    kept = thinned(whole)
+    assert len(kept.epoch_times) == HISTORY_POINTS and kept.epoch_times[1] == whole.epoch_times[1]
+    first = [part for p, part in calibration_moments(kept) if p == FIRST]
+    assert [part.epoch_times for part in first] == [whole.epoch_times[:2]]
+    assert first == [part for p, part in calibration_moments(whole) if p == FIRST]
     # reported epoch by epoch, a long run is never thinned: its first point is its own
     assert thinned(make_run("epochs", [10.0] * 200)).epoch_times[1][0] == 1.0
 
