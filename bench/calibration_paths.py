@@ -24,13 +24,12 @@ import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from forecast_accuracy import find_mlperf, first_runs, load_corpora
+from forecast_accuracy import add_corpus_arguments, first_runs, selected_corpora
 
 from gpu_eta.forecaster.calibration import POINTS, Calibrator, point_label, progress_point
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
-from gpu_eta.forecaster.evaluate import Replay, refit_sizes, replay_events
+from gpu_eta.forecaster.evaluate import Replay, replay_events
 from gpu_eta.forecaster.runs import Run
 
 OWN, EVERYONE, ENVELOPE = "own", "everyone's", "envelope"
@@ -107,28 +106,14 @@ def report(name: str, tallies: dict[tuple, Tally]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mlperf", type=Path, help="the MLPerf runs file (runs.csv.gz)")
-    parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
-    parser.add_argument("--limit", type=int, help="at most this many runs per corpus")
+    add_corpus_arguments(parser)
     parser.add_argument(
         "--first", type=int, metavar="N", help="only the first N runs by start: a young cluster"
     )
-    parser.add_argument("--refit-fraction", type=float, default=0.05)
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error("--limit must be ≥ 1")
-    try:  # the replay's own rule (refit_sizes), said before any corpus is read
-        refit_sizes((), args.refit_fraction)
-    except ValueError as err:
-        parser.error(f"--refit-fraction: {err}")
     if args.first is not None and args.first < 1:
         parser.error("--first must be ≥ 1")
-    corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
-    if args.corpus:
-        unknown = set(args.corpus) - {c.name for c in corpora}
-        if unknown:
-            parser.error(f"unknown or absent corpus {', '.join(sorted(unknown))}")
-        corpora = [c for c in corpora if c.name in args.corpus]
+    corpora = selected_corpora(parser, args)
     for corpus in corpora:
         merged: dict[tuple, Tally] = defaultdict(Tally)
         for part in corpus.parts:

@@ -1086,12 +1086,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         speed()
         return 0
     if args.mid_epoch and args.corpus:  # e.g. --corpus mlperf-confirm --limit 1500
-        corpora = load_corpora(find_mlperf(args.mlperf), args.limit)
         mid_epoch(
             (
                 (c.name if len(c.parts) == 1 else f"{c.name} #{i}", part)
-                for c in corpora
-                if c.name in args.corpus
+                for c in selected_corpora(parser, args)
                 for i, part in enumerate(c.parts)
             ),
             args.refit_fraction,

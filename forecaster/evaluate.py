@@ -324,7 +324,9 @@ class Replay:
 
         Raises ``ValueError`` for a moment before the last one asked (or NaN): the model kept has
         been told the runs that ended up to that one, which are a moment's future."""
-        if not moment >= self._last_moment:  # NaN has no order: refused too
+        if math.isnan(moment):
+            raise ValueError("Replay.model_at: moment nan has no place in time")
+        if moment < self._last_moment:
             raise ValueError(
                 f"Replay.model_at: moment {moment} is before {self._last_moment}, "
                 "the last one asked (ask in time order)"

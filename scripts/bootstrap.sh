@@ -5,8 +5,8 @@
 # and the Python packages (the project with all extras, test tools, and the CPU build
 # of PyTorch for real training loops). Fast when everything is present.
 # Python packages it installs take constraints.txt's versions (the ones the suite last
-# passed with; scripts/freeze_constraints.py writes it): a dependency's new release
-# reaches CI only when that file is refreshed.
+# passed with; scripts/freeze_constraints.py writes it) on the Python it names: a
+# dependency's new release reaches CI only when that file is refreshed.
 #   scripts/bootstrap.sh            everything (tests)
 #   scripts/bootstrap.sh --demo     what the demo needs (no test tools, no torch)
 set -euo pipefail
@@ -37,10 +37,18 @@ if ((${#need_apt[@]})); then
     $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
 fi
 
-# torch first: the framework extras would otherwise resolve the newest CUDA build.
+# The pins hold for the Python they were read on (their markers are that Python's).
+pins_python=$(sed -n 's/^# Python \([0-9.]*\)$/\1/p' constraints.txt)
+cons=()
+if [[ "$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" == "$pins_python" ]]; then
+  cons=(-c constraints.txt)
+fi
+# torch first, at its pinned version: the framework extras would otherwise resolve the
+# newest CUDA build.
+torch_pin=$(grep '^torch==' constraints.txt)
 if [[ "$mode" != "--demo" ]] && ! "$PY" -c "import importlib.util as u; assert u.find_spec('torch')" >/dev/null 2>&1; then
-  echo "gpu-eta: installing torch==2.13.0 (CPU)" >&2
-  "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
+  echo "gpu-eta: installing $torch_pin (CPU)" >&2
+  "$PY" -m pip install -q --disable-pip-version-check "${cons[@]}" "$torch_pin"
 fi
 
 extras="all"; [[ "$mode" != "--demo" ]] && extras="all,test,frameworks,plot"
@@ -68,12 +76,12 @@ PYEOF
 build_ready() { "$PY" -c "import setuptools, sys; sys.exit(0 if int(setuptools.__version__.split('.')[0]) >= 68 else 1)" >/dev/null 2>&1; }
 if ! have "${mods[@]}"; then
   echo "gpu-eta: installing Python packages (.[${extras}] and ./report, editable, from $PWD)" >&2
-  "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[${extras}]" -e ./report
+  "$PY" -m pip install -q --disable-pip-version-check "${cons[@]}" -e ".[${extras}]" -e ./report
 elif ! here; then
   echo "gpu-eta: installing this checkout ($PWD) and ./report, editable" >&2
   if build_ready; then
     "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./report
   else
-    "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[${extras}]" -e ./report
+    "$PY" -m pip install -q --disable-pip-version-check "${cons[@]}" -e ".[${extras}]" -e ./report
   fi
 fi

@@ -30,9 +30,12 @@ UNPINNED = frozenset({"gpu-eta", "gpu-eta-report", "setuptools", "pip", "wheel"}
 HEADER = """\
 # The versions gpu-eta's test suite last passed with: every package its extras
 # (all, test, frameworks, plot) and ./report pull in. scripts/bootstrap.sh installs with
-# `pip install -c constraints.txt`. Generated: python scripts/freeze_constraints.py
+# `pip install -c constraints.txt` on the Python named below (pins and their markers are
+# that Python's; another installs unpinned). Generated: python scripts/freeze_constraints.py
 # (run where the suite passed; --check tells whether it is current).
 """
+PYTHON_LINE = "# Python {}"
+"""The line after ``HEADER`` naming the Python the pins were read on (major.minor)."""
 
 
 def canonical(name: str) -> str:
@@ -70,9 +73,10 @@ def closure(
     return names
 
 
-def render(pins: dict[str, str]) -> str:
-    """constraints.txt's text: the header, then ``name==version`` sorted by name."""
-    lines = [f"{name}=={pins[name]}" for name in sorted(pins)]
+def render(pins: dict[str, str], python: str) -> str:
+    """constraints.txt's text: the header, the Python (``3.11``), then ``name==version``
+    sorted by name."""
+    lines = [PYTHON_LINE.format(python), *(f"{name}=={pins[name]}" for name in sorted(pins))]
     return HEADER + "\n".join(lines) + "\n"
 
 
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=Path(__file__).resolve().parents[1] / "constraints.txt"
     )
     args = parser.parse_args(argv)
-    text = render(installed_pins())
+    text = render(installed_pins(), f"{sys.version_info.major}.{sys.version_info.minor}")
     current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
     if args.check:
         if current != text:

@@ -61,13 +61,25 @@ def test_constraints_pin_no_own_distribution_or_installer() -> None:
     assert not set(pins()) & freeze.UNPINNED
 
 
-def test_bootstrap_installs_every_package_set_with_the_constraints() -> None:
+def test_bootstrap_installs_every_package_with_the_constraints() -> None:
+    """Every pip install in bootstrap (torch's included) takes the pins where they hold
+    (``cons``: ``-c constraints.txt`` on the Python the file names), and torch's version
+    is the file's, not written a second time."""
     script = (ROOT / "scripts" / "bootstrap.sh").read_text(encoding="utf-8")
-    installs = [line for line in script.splitlines() if re.search(r"pip install .*-e ", line)]
-    assert len(installs) >= 2
+    installs = [line for line in script.splitlines() if re.search(r"pip install ", line)]
+    assert len(installs) >= 3
     for line in installs:
         if "--no-deps" not in line:  # a --no-deps install resolves nothing to constrain
-            assert "-c constraints.txt" in line, line
+            assert '"${cons[@]}"' in line, line
+    assert "cons=(-c constraints.txt)" in script
+    assert "torch==" not in script.replace("'^torch=='", "")
+    assert "torch" in pins()
+
+
+def test_the_file_names_the_python_its_pins_hold_for() -> None:
+    lines = (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    python = [line for line in lines if re.fullmatch(r"# Python \d+\.\d+", line)]
+    assert len(python) == 1, "constraints.txt must name its Python once (bootstrap reads it)"
 
 
 def test_closure_follows_markers_extras_and_canonical_names() -> None:
@@ -90,6 +102,6 @@ def test_closure_follows_markers_extras_and_canonical_names() -> None:
 
 
 def test_render_sorts_and_heads_the_file() -> None:
-    text = freeze.render({"zeta": "1.0", "alpha": "2.0"})
+    text = freeze.render({"zeta": "1.0", "alpha": "2.0"}, "3.11")
     assert text.startswith(freeze.HEADER)
-    assert text.endswith("alpha==2.0\nzeta==1.0\n")
+    assert text.endswith("# Python 3.11\nalpha==2.0\nzeta==1.0\n")

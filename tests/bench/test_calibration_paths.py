@@ -78,4 +78,4 @@ def test_refit_fraction_is_refused_or_taken_as_the_replay_refuses_or_takes_it(
         "--refit-fraction: refit_fraction must be >= 0 and finite, got -1.0"
     )
     for taken in ("0", "2"):
-        assert errors[taken].endswith("error: unknown or absent corpus absent"), errors[taken]
+        assert "error: unknown or absent corpus absent; have " in errors[taken], errors[taken]

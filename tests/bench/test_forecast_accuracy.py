@@ -362,8 +362,8 @@ def test_refit_fraction_is_checked_by_the_replays_own_rule(
 
 
 def test_mid_epoch_takes_the_refit_fraction(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--mid-epoch`` replays with the ``--refit-fraction`` given, and refuses a bad one
-    as every other mode does (it returned before the check and replayed at 0.05)."""
+    """``--mid-epoch`` replays with the ``--refit-fraction`` given and refuses a bad one,
+    as every other mode does; an unknown ``--corpus`` is a usage error there too."""
     with pytest.raises(SystemExit) as exit_:
         fa.main(["--mid-epoch", "--refit-fraction", "-1"])
     assert exit_.value.code == 2
@@ -371,3 +371,6 @@ def test_mid_epoch_takes_the_refit_fraction(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(fa, "mid_epoch", lambda parts, refit_fraction: asked.append(refit_fraction))
     assert fa.main(["--mid-epoch", "--refit-fraction", "0.3"]) == 0
     assert asked == [0.3]
+    with pytest.raises(SystemExit) as exit_:
+        fa.main(["--mid-epoch", "--corpus", "nosuch", "--mlperf", "/absent"])
+    assert exit_.value.code == 2

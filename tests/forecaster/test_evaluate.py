@@ -373,7 +373,7 @@ def test_the_replay_refuses_a_moment_before_the_last_one_asked() -> None:
     replay.model_at(last_end + 1)
     with pytest.raises(ValueError, match=rf"moment {first_end} is before {last_end + 1}"):
         replay.model_at(first_end)
-    with pytest.raises(ValueError, match="moment nan is before"):  # no order: refused
+    with pytest.raises(ValueError, match="moment nan has no place in time"):
         replay.model_at(math.nan)
     replay.model_at(last_end + 2)
 
