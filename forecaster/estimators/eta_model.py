@@ -272,9 +272,13 @@ class EtaModel:
                     margin=self.tune_margin,
                     shift_prior=self.shift_prior,
                     # without analogs the replayed runs are other jobs': an option must
-                    # win on the older and newer half alike, not where one job filled both
+                    # win on the older and newer half alike, not where one job filled
+                    # both, and without the most frequent configuration too
                     both_halves=name != "analog",
                     caps=caps,
+                    configurations=None
+                    if name == "analog"
+                    else [ordered_samples[i].configuration for i in idx],
                 )
             )
             for i, cap in zip(idx, caps, strict=True):

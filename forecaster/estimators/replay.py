@@ -25,7 +25,7 @@ from gpu_eta.common.progress_bound import MAX_PROGRESS
 from gpu_eta.forecaster.calibration import BINS, END, FIRST, POINTS, progress_point, run_point
 from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
-from gpu_eta.forecaster.estimators.choice import rate_candidates
+from gpu_eta.forecaster.estimators.choice import configuration, rate_candidates
 from gpu_eta.forecaster.estimators.prior import job_key
 from gpu_eta.forecaster.estimators.selfcheck import self_check
 from gpu_eta.forecaster.runs import STATED_PLAN, Run
@@ -146,6 +146,7 @@ class Sample:
     rates: Mapping[str, float] = dataclasses.field(default_factory=dict)  # choice.rate_candidates
     trust: float | None = None  # the analogs' self-check on the run's own past (selfcheck.py)
     job: str = ""  # prior.job_key of the run: the key of its job shift (job_calibration.py)
+    configuration: str = ""  # choice.configuration of the run: hardware and batch size
 
 
 def samples_in_order(samples: Sequence[Sample]) -> list[Sample]:
@@ -193,6 +194,7 @@ def replay_samples(
                     rates=rate_candidates(part),
                     trust=None if found is None else self_check(analog, part, end_before),
                     job=job_key(run),
+                    configuration=configuration(run),
                 )
             )
     return out

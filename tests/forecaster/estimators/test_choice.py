@@ -18,6 +18,7 @@ from gpu_eta.forecaster.estimators.choice import (
     RATES,
     candidates,
     choose,
+    configuration,
     own_centre,
     own_discount,
     rate_candidates,
@@ -102,6 +103,61 @@ def test_an_option_better_only_on_the_older_half_of_the_replay_does_not_replace_
 def test_an_option_better_on_both_halves_replaces_the_default() -> None:
     chosen = replay([0.0] * 20 + [0.01, -0.01] * 10, [0.10, -0.10] * 20)
     assert chosen[True] == chosen[False] == (("keras", 1.0),)
+
+
+def one_configuration_replay(rest_keras: float, rest_own: float) -> dict:
+    """``choose`` at 25 % on 60 runs in time order, every fifth one of three
+    configurations: Keras' mean exact and the own rate 10 % off on "unet3d"'s 36, and
+    ``rest_keras`` / ``rest_own`` off on the other 24 (each ± in turn: no shift);
+    with and without each sample's configuration."""
+    n = 60
+    configurations = ["8xA100|2" if i % 5 < 3 else f"{i % 5}xV100|32" for i in range(n)]
+    sign = [1.0 if i % 2 else -1.0 for i in range(n)]
+    errors = [(0.0, 0.10) if c == "8xA100|2" else (rest_keras, rest_own) for c in configurations]
+    cands = [
+        {
+            "blend": math.log(100.0 * (1 + s * o)),
+            "own": math.log(100.0 * (1 + s * o)),
+            "keras": math.log(100.0 * (1 + s * k)),
+        }
+        for s, (k, o) in zip(sign, errors, strict=True)
+    ]
+    kwargs = dict(all_points=(0.25,), default=OWN, min_samples=20, both_halves=True)
+    options = (OWN, (("keras", 1.0),))
+    args = ([0.25] * n, [math.log(100.0)] * n, cands, options)
+    return {
+        given: choose(*args, configurations=configurations if given else None, **kwargs)[0.25]
+        for given in (False, True)
+    }
+
+
+def test_an_option_better_only_on_the_configuration_that_filled_the_replay_keeps_the_default() -> (
+    None
+):
+    """One configuration fills 60 % of the replay, both halves alike: Keras' mean is
+    exact there and wins the whole replay and each half. On every other configuration
+    it is 5 % off where the own rate is 1 % off: the default stays."""
+    chosen = one_configuration_replay(rest_keras=0.05, rest_own=0.01)
+    assert chosen[False] == (("keras", 1.0),)  # the halves alone do not see it
+    assert chosen[True] == OWN
+
+
+def test_an_option_better_without_the_largest_configuration_too_replaces_the_default() -> None:
+    chosen = one_configuration_replay(rest_keras=0.01, rest_own=0.05)
+    assert chosen[True] == chosen[False] == (("keras", 1.0),)
+
+
+def test_a_configuration_is_hardware_and_batch_size_whatever_the_job() -> None:
+    """Two runs with other job names (every run a job of its own) on eight A100s at one
+    batch size are one configuration; the GPU count, the batch size and, where the GPU
+    model is unknown, the node type tell others apart; nothing known, no configuration."""
+    a100 = dict(gpu_model="A100", gpus=8.0, batch_size=56.0)
+    first = make_run("a", [5.0] * 4, job_name="a", node_type="a", **a100)
+    second = make_run("b", [5.0] * 4, job_name="b", node_type="b", **a100)
+    assert configuration(first) == configuration(second) == "8xA100|56"
+    assert configuration(make_run("c", [5.0], gpu_model="A100", gpus=4.0)) == "4xA100|"
+    assert configuration(make_run("d", [5.0], node_type="dgx", batch_size=32.0)) == "dgx|32"
+    assert configuration(make_run("e", [5.0], job_name="e")) == ""
 
 
 def test_an_option_is_scored_with_the_shift_each_run_would_get() -> None:
