@@ -69,6 +69,16 @@ class ReportError(ValueError):
     status = 400
     retry_after: int | None = None
 
+    def __init__(self, reason: str, logged: str | None = None):
+        super().__init__(reason)
+        self._logged = logged
+
+    @property
+    def logged(self) -> str:
+        """The reason as the exporter's log says it: ``str(err)`` unless it names what
+        the sender wrote (a free-form key: its length only, as bodies are never logged)."""
+        return str(self) if self._logged is None else self._logged
+
 
 class MalformedReport(ReportError):
     """Not a JSON object at all (counted as ``malformed``)."""
@@ -128,6 +138,9 @@ class Report:
     container: str | None = None
     event: str = "progress"
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    # names the sender says have no current value (``null`` in ``metrics``: its value
+    # turned NaN, say): removed from the run, not kept at their last value
+    removed: frozenset[str] = frozenset()
     # one-line reasons for the free-form fields ``parse_report`` left out (a value over
     # MAX_PROGRESS, a bad name, beyond MAX_METRICS): the report is used without them
     skipped: tuple[str, ...] = ()
@@ -150,8 +163,15 @@ def _number(name: str, value: object, *, allow_negative: bool = False) -> float:
     return number
 
 
-def _free_form(items: Mapping[str, object]) -> tuple[Mapping[str, float], tuple[str, ...]]:
-    """The usable free-form numbers of a report, and a reason for each one left out.
+# A ``null`` in ``metrics``: the name has no current value (``parse_report``)
+_REMOVE = object()
+
+
+def _free_form(
+    items: Mapping[str, object],
+) -> tuple[Mapping[str, float], frozenset[str], tuple[str, ...], tuple[str, ...]]:
+    """The usable free-form numbers of a report, the names it removes, a reason for each
+    field left out, and the same reasons for a log line.
 
     A bad free-form field is skipped, not a reason to refuse the report: these are
     numbers a framework logs beside the progress (HF Trainer's ``total_flos`` is
@@ -159,25 +179,47 @@ def _free_form(items: Mapping[str, object]) -> tuple[Mapping[str, float], tuple[
     epoch and step a sender reported with it. When more than ``MAX_METRICS`` usable
     names remain, the first ones in sorted (code point) order are kept: the same
     choice whatever order the sender's JSON library writes keys in, so the same
-    series are exported report after report (the client applies the same rule).
+    series are exported report after report (the client applies the same rule). The
+    removals (``_REMOVE``) are bounded alike, apart: a null never takes a number's place.
+
+    The log's reasons give a name's length, never the name: a key is the sender's
+    text (a token pasted as a key), and bodies are never logged.
     """
     usable: dict[str, float] = {}
+    removed: list[str] = []
     skipped: list[str] = []
+    logged: list[str] = []
     for name, value in items.items():
         if not isinstance(name, str) or not _METRIC_NAME.match(name):
             skipped.append(f"bad field name {str(name)[:40]!r}")
+            logged.append(f"bad field name ({len(str(name))} characters)")
+            continue
+        if value is _REMOVE:
+            removed.append(name)
             continue
         try:
             usable[name] = _number(name, value, allow_negative=True)
         except InvalidReport as err:
             skipped.append(str(err))
-    if len(usable) > MAX_METRICS:
-        kept = set(sorted(usable)[:MAX_METRICS])
-        skipped.extend(
-            f"{name} beyond {MAX_METRICS} free-form fields" for name in usable if name not in kept
-        )
-        usable = {name: value for name, value in usable.items() if name in kept}
-    return (MappingProxyType(usable) if usable else _EMPTY), tuple(skipped)
+            # ``_number``'s reasons begin with the name
+            logged.append(f"a name of {len(name)} characters{str(err)[len(name) :]}")
+    for kind in (usable, removed):
+        if len(kind) > MAX_METRICS:
+            first = set(sorted(kind)[:MAX_METRICS])
+            beyond = [name for name in kind if name not in first]
+            skipped.extend(f"{name} beyond {MAX_METRICS} free-form fields" for name in beyond)
+            logged.extend(
+                f"a name of {len(name)} characters beyond {MAX_METRICS} free-form fields"
+                for name in beyond
+            )
+    kept = set(sorted(usable)[:MAX_METRICS])
+    usable = {name: value for name, value in usable.items() if name in kept}
+    return (
+        (MappingProxyType(usable) if usable else _EMPTY),
+        frozenset(sorted(removed)[:MAX_METRICS]),
+        tuple(skipped),
+        tuple(logged),
+    )
 
 
 def skipped_note(report: Report, limit: int = 160) -> str:
@@ -257,15 +299,27 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
     nested = data.get("metrics")
     bad_nested: list[str] = []
     if isinstance(nested, dict):
-        extra.update(nested)
+        # a null there removes the name (the client's value turned NaN); at the top
+        # level a null is skipped like any value that is not a number
+        extra.update({k: _REMOVE if v is None else v for k, v in nested.items()})
     elif nested is not None:  # only free-form numbers lost: skipped like a bad one
         bad_nested.append("metrics must be an object of numbers")
-    metrics, skipped = _free_form(extra)
+    metrics, removed, skipped, logged = _free_form(extra)
     skipped = (*bad_nested, *skipped)
+    logged = (*bad_nested, *logged)
     # an end may say nothing more: the run's counters are already known
-    if event not in ("start", "end") and not metrics and all(v is None for v in values.values()):
+    if (
+        event not in ("start", "end")
+        and not metrics
+        and not removed
+        and all(v is None for v in values.values())
+    ):
         note = f"; skipped: {'; '.join(skipped)}"[:160] if skipped else ""
-        raise InvalidReport(f"no progress fields (epoch, step, ...){note}")
+        said = f"; skipped: {'; '.join(logged)}"[:160] if logged else ""
+        raise InvalidReport(
+            f"no progress fields (epoch, step, ...){note}",
+            logged=f"no progress fields (epoch, step, ...){said}",
+        )
     report = Report(
         epoch=values["epoch"],
         epochs=values["epochs"],
@@ -277,6 +331,7 @@ def parse_report(body: bytes | str, *, now: float | None = None) -> Report:
         container=container,
         event=event,
         metrics=metrics,
+        removed=removed,
         skipped=skipped,
     )
     return check_report(report, now=now)
@@ -332,6 +387,11 @@ def check_report(report: Report, *, now: float | None = None) -> Report:
         if not isinstance(name, str) or not _METRIC_NAME.match(name):
             raise InvalidReport(f"bad field name {str(name)[:40]!r}")
         _number(name, value, allow_negative=True)
+    if len(report.removed) > MAX_METRICS:
+        raise InvalidReport(f"at most {MAX_METRICS} removed names, got {len(report.removed)}")
+    for name in report.removed:
+        if not isinstance(name, str) or not _METRIC_NAME.match(name) or name in report.metrics:
+            raise InvalidReport(f"bad removed name {str(name)[:40]!r}")
     return report
 
 
@@ -454,18 +514,47 @@ def starts_new_run(previous: Progress | None, report: Report) -> bool:
     )
 
 
-def _merged_metrics(old: Mapping[str, float], new: Mapping[str, float]) -> Mapping[str, float]:
-    if not new:
-        return old
+def merged_metrics(
+    old: Mapping[str, float], old_removed: frozenset[str], report: Report
+) -> tuple[Mapping[str, float], frozenset[str]]:
+    """A run's free-form numbers and removed names after ``report``.
+
+    A run's name set (its numbers and its removed names) is frozen once it holds
+    ``MAX_METRICS`` names: a later new name is left out (``beyond_run_names`` says
+    which, for the answer and the counter), however many reports bring new ones. Why:
+    docs/metrics.md promises at most 16 ``gpu_eta_training_value`` series per run and
+    docs/scrape-tuning.md sizes Prometheus on it; keeping the newest names instead let
+    each report retire 16 series and create 16 new ones. Room left is filled in sorted
+    order, as ``parse_report`` keeps a report's first 16 names. A removed name (a null:
+    no current value) keeps its slot, so removals cannot churn the set either; a value
+    for it later brings it back. A null for a name the run does not hold does nothing.
+    """
+    if not report.metrics and not report.removed:
+        return old, old_removed
     merged = dict(old)
-    merged.update(new)
-    if len(merged) > MAX_METRICS:  # keep the newest names: the sender switched metrics
-        merged = dict(new)
-        for key, value in old.items():
-            if len(merged) >= MAX_METRICS:
-                break
-            merged.setdefault(key, value)
-    return MappingProxyType(merged)
+    removed = set(old_removed)
+    for name in sorted(report.metrics):
+        if name in merged or name in removed or len(merged) + len(removed) < MAX_METRICS:
+            merged[name] = report.metrics[name]
+            removed.discard(name)
+    for name in report.removed:
+        if merged.pop(name, None) is not None:
+            removed.add(name)
+    return (MappingProxyType(merged) if merged else _EMPTY), frozenset(removed)
+
+
+def beyond_run_names(progress: Progress, report: Report) -> tuple[str, ...]:
+    """One-line reasons for the numbers of ``report`` its run had no room for: its name
+    set was frozen at ``MAX_METRICS`` names (``merged_metrics``). ``progress`` is the
+    run after ``report`` was folded in."""
+    held = len(progress.metrics) + len(progress.removed_metrics)
+    if held < MAX_METRICS:
+        return ()
+    return tuple(
+        f"{name} beyond {MAX_METRICS} names of this run"
+        for name in sorted(report.metrics)
+        if name not in progress.metrics
+    )
 
 
 def _reached_totals(epoch: float | None, step: float | None) -> tuple[float | None, float | None]:
@@ -588,6 +677,7 @@ def advance(
         raise InvalidReport(f"epoch {epoch:g} > epochs {epochs:g} of run {base.run_id}")
     if step is not None and steps is not None and step > steps:
         raise InvalidReport(f"step {step:g} > steps {steps:g} of run {base.run_id}")
+    metrics, removed_metrics = merged_metrics(base.metrics, base.removed_metrics, report)
     epoch_end = base.epoch_end_timestamp
     if report.epoch is not None and prev_epoch is not None and report.epoch > prev_epoch:
         epoch_end = now
@@ -609,7 +699,8 @@ def advance(
         epoch_end_timestamp=epoch_end,
         ended_timestamp=now if report.event == "end" else base.ended_timestamp,
         sender_start_timestamp=base.sender_start_timestamp,
-        metrics=_merged_metrics(base.metrics, report.metrics),
+        metrics=metrics,
+        removed_metrics=removed_metrics,
     )
 
 
@@ -692,6 +783,9 @@ def check_progress(progress: Progress) -> Progress:
             steps=progress.steps,
             batch_size=progress.batch_size,
             metrics=progress.metrics,
+            removed=progress.removed_metrics,
         )
     )
+    if len(progress.metrics) + len(progress.removed_metrics) > MAX_METRICS:
+        raise InvalidReport(f"over {MAX_METRICS} free-form names")
     return progress

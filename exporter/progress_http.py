@@ -51,6 +51,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 from gpu_eta.common.listen_socket import listening_socket
@@ -58,6 +59,7 @@ from gpu_eta.exporter.collectors import CollectorError
 from gpu_eta.exporter.progress import (
     MAX_BODY_BYTES,
     ReportError,
+    beyond_run_names,
     parse_report,
     skipped_note,
 )
@@ -192,7 +194,8 @@ class ProgressListener:
     def skipped_fields(self) -> int:
         """Free-form fields left out of reports whose progress was stored, since start
         (``gpu_eta_exporter_progress_fields_skipped_total``): a value over 1e15, not a
-        number, an invalid name, or beyond 16 names (``progress.parse_report``)."""
+        number, an invalid name, beyond 16 names of the report (``progress.parse_report``)
+        or a new name of a run that holds 16 (``progress.merged_metrics``)."""
         with self._lock:
             return self._skipped_fields
 
@@ -239,13 +242,16 @@ class ProgressListener:
         text: str,
         pod: bool = False,
         retry_after: int | None = None,
+        logged: str | None = None,
     ) -> Answer:
         """Count a refusal, log it (rate-limited, ``REFUSAL_LOG_SECONDS``) and return
         the answer. ``sender`` is the pod (``namespace/name``, ``pod`` True) or, when
         none, the address. Only address senders share the line budget
         (``REFUSAL_LOG_BURST``): a pod is one of this node's, and many addresses (a
         scan, pods elsewhere posting to this node) must not take every line from it.
-        ``text`` can echo the sender's body: it is logged as a bounded repr."""
+        ``logged`` is what the log says instead of ``text`` when the answer names what
+        the sender wrote (a free-form key, for the sender to find): bodies are never
+        logged. Either is logged as a bounded repr."""
         self._count(result)
         now = time.monotonic()
         key = (sender, result)
@@ -267,7 +273,7 @@ class ProgressListener:
                 "and reason%s)",
                 sender,
                 result,
-                text[:MAX_LOGGED_REASON_CHARS],
+                (text if logged is None else logged)[:MAX_LOGGED_REASON_CHARS],
                 REFUSAL_LOG_SECONDS,
                 f"; {unlogged} refusals from addresses not logged before this (log budget)"
                 if unlogged
@@ -388,7 +394,11 @@ class ProgressListener:
                 f"{err.result}: {err}",
                 pod=True,
                 retry_after=err.retry_after,
+                logged=f"{err.result}: {err.logged}",
             )
+        beyond = beyond_run_names(progress, report)
+        if beyond:  # new names of a run that holds 16 already: left out like a bad one
+            report = replace(report, skipped=(*report.skipped, *beyond))
         if report.skipped:
             with self._lock:
                 self._skipped_fields += len(report.skipped)

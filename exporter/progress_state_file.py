@@ -260,6 +260,10 @@ def progress_to_row(progress: Progress) -> dict:
     """``Progress`` → a state-file or journal row (JSON-ready)."""
     row = {name: getattr(progress, name) for name in (*_STR_FIELDS, *_NUM_FIELDS, *_OPT_FIELDS)}
     row["metrics"] = dict(progress.metrics)
+    # absent in rows written before removals were kept, and ignored by such an
+    # exporter: after a rollback the removed names only lose their places
+    if progress.removed_metrics:
+        row["removed_metrics"] = sorted(progress.removed_metrics)
     return row
 
 
@@ -305,6 +309,9 @@ def progress_from_row(row: object) -> Progress:
         for k, v in metrics.items()
     ):
         raise ValueError("metrics is not an object of numbers")
+    removed = row.get("removed_metrics") or []
+    if not isinstance(removed, list) or not all(isinstance(k, str) for k in removed):
+        raise ValueError("removed_metrics is not a list of names")
     try:
         base = Progress(
             **{name: row[name] for name in _STR_FIELDS},
@@ -317,6 +324,7 @@ def progress_from_row(row: object) -> Progress:
             base,
             **{name: None if row.get(name) is None else float(row[name]) for name in _OPT_FIELDS},
             metrics=MappingProxyType({k: float(v) for k, v in metrics.items()}),
+            removed_metrics=frozenset(removed),
         )
         return check_progress(progress)
     except OverflowError:

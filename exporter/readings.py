@@ -205,6 +205,9 @@ class Progress:
     sender_start_timestamp: float | None = None
     # free-form numbers (loss...)
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY_F)
+    # free-form names whose sender said they have no current value: not exported, but
+    # they keep their place among the run's 16 names (``progress.merged_metrics``)
+    removed_metrics: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

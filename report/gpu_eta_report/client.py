@@ -35,9 +35,10 @@ the client could have known: a progress value (``epoch``, ``step``, a planned to
 that is not a finite number in [0, ``MAX_NUMBER``] (at least 1 for a total) is left
 out (counted ``ignored``, once logged as a warning), numpy and torch scalars are sent
 as plain numbers; free-form numbers that are not finite or beyond
-``MAX_NUMBER``, or whose names stay invalid, are left out (once logged at INFO); of
-more than ``MAX_METRICS`` names the first in sorted order are kept (the exporter's
-choice too); an invalid ``run_id`` or ``container`` is corrected with one warning at
+``MAX_NUMBER``, or whose names stay invalid, are left out (once logged at INFO), and
+a name already sent whose value turns unusable is sent as ``null`` (no current
+value); a run holds at most ``MAX_METRICS`` names, the first taken (in sorted order
+within a call), as the exporter freezes them; an invalid ``run_id`` or ``container`` is corrected with one warning at
 construction. A refusal the exporter still answers is logged once per distinct reason.
 """
 
@@ -284,21 +285,26 @@ def _metric_value(value: object) -> tuple[float | None, str]:
 
 
 def merge_metrics(
-    current: Mapping[str, float], values: Mapping[str, Any]
-) -> tuple[dict[str, float], list[tuple[str, str]]]:
+    current: Mapping[str, float | None], values: Mapping[str, Any]
+) -> tuple[dict[str, float | None], list[tuple[str, str]]]:
     """``current`` updated with ``values`` as the exporter will take them, and what was
-    left out as (name, why).
+    left out as (name, why). None is a name held without a current value: sent as
+    ``null``, which the exporter reads as "remove this name".
 
     Why here and not only in the exporter: what the client keeps it sends in every
     later report, so one number the exporter refuses (HF's ``total_flos``, 1e17 and more
     for a large model) must
-    never enter. A name whose new value is unusable is removed, not kept with its old
-    value: a stale loss must not be reported as the current one. Of more than
-    ``MAX_METRICS`` names the first in sorted order stay, the exporter's own choice,
-    so which series exist does not depend on the order metrics were first logged.
+    never enter. A held name whose new value is unusable (NaN) becomes None, not kept
+    with its old value: the exporter reads a name left out as unchanged, so a stale
+    loss would be reported as the current one. The name set is frozen at
+    ``MAX_METRICS`` names, as the exporter freezes a run's: a new name beyond them is
+    left out, and a name with None keeps its place. New names are taken in sorted
+    order while there is room, the exporter's own choice, so which series exist does
+    not depend on the order a call's metrics are written in.
     """
     out = dict(current)
     skipped: list[tuple[str, str]] = []
+    new: dict[str, float] = {}
     for name, value in values.items():
         key = _metric_name(name)
         if key is None:
@@ -307,20 +313,25 @@ def merge_metrics(
             continue
         number, why = _metric_value(value)
         if number is None:
-            out.pop(key, None)
+            if key in out:
+                out[key] = None
+            new.pop(key, None)
             skipped.append((key, why))
-        else:
+        elif key in out:
             out[key] = number
-    if len(out) > MAX_METRICS:
-        kept = set(sorted(out)[:MAX_METRICS])
-        skipped.extend((k, f"beyond {MAX_METRICS} names") for k in out if k not in kept)
-        out = {k: v for k, v in out.items() if k in kept}
+        else:
+            new[key] = number
+    for key in sorted(new):
+        if len(out) < MAX_METRICS:
+            out[key] = new[key]
+        else:
+            skipped.append((key, f"beyond {MAX_METRICS} names"))
     return out, skipped
 
 
 def _clean_metrics(values: Mapping[str, Any]) -> dict[str, float]:
     """The metrics of ``values`` the exporter accepts, as one report would carry them."""
-    return merge_metrics({}, values)[0]
+    return {k: v for k, v in merge_metrics({}, values)[0].items() if v is not None}
 
 
 def run_id_setting(run_id: object) -> str:
@@ -478,7 +489,7 @@ class ProgressReporter:
         self._epoch: int | float = 0
         self._step: int | float = 0
         self._pending_step: object = None  # step()'s latest, read when a report is made
-        self._metrics: dict[str, float] = {}
+        self._metrics: dict[str, float | None] = {}
         self._skipped_logged: set[str] = set()  # metric names already logged as left out
         self._ignored_logged: set[str] = set()  # progress fields already logged as unusable
         self._refusals: set[str] = set()  # refusal reasons already logged (sender thread)

@@ -564,3 +564,20 @@ def test_the_lookup_cache_forgets_the_oldest_address_not_all(pods, monkeypatch):
     assert lst.sender("127.0.0.3")[0] == POD_B and asked == []  # still cached
     lst.sender("127.0.0.2")
     assert asked == ["127.0.0.2"]  # the oldest was the one forgotten
+
+
+def test_a_refusal_line_never_carries_a_key_of_the_body(listener, refusal_log):
+    """Bodies are never logged (docs/progress.md): a key is the sender's text, a token
+    pasted as one among them. The 400 answer names it, for the sender to find; the log
+    line gives its length only, for a bad name and for a good name with a bad value."""
+    _clock, lines_with = refusal_log
+    secret = "Bearer-ghp_s3cr3tT0kenABCDEFGH"
+    status, text = post(listener, {secret: 1})
+    assert status == 400 and secret in text
+    status, text = post(listener, {"ghp_s3cr3tT0kenIJKLMN": "x"}, source="127.0.0.3")
+    assert status == 400 and "ghp_s3cr3tT0kenIJKLMN must be a number" in text
+    lines = lines_with("progress: refused")
+    assert len(lines) == 2, lines
+    assert f"bad field name ({len(secret)} characters)" in lines[0]
+    assert "a name of 21 characters must be a number, got str" in lines[1]
+    assert not any("s3cr3t" in line for line in lines)

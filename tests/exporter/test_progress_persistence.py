@@ -552,3 +552,26 @@ def test_the_totals_of_an_ended_plan_less_run_survive_a_restart(tmp_path, stop):
         310,
     )
     assert again.ended_timestamp == NOW  # a report without a run id next is a new run
+
+
+def test_removed_free_form_names_keep_their_places_across_a_restart(tmp_path):
+    """A name removed by a null keeps its place among the run's 16 (docs/progress.md);
+    a restart reading the state file must not free it, or a restart would let a
+    sender churn the set."""
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path)
+    names = {f"m{j:02d}": 1.0 for j in range(16)}
+    now = time.time()
+    store.merge("ns", "p", "main", "http", Report(run_id="r", epoch=1, metrics=names), now)
+    store.merge("ns", "p", "main", "http", Report(run_id="r", removed=frozenset({"m03"})), now)
+    store.close()
+    restarted = ProgressStore(path)
+    try:
+        (p,) = restarted.snapshot()
+        assert p.removed_metrics == {"m03"} and "m03" not in p.metrics and len(p.metrics) == 15
+        after = restarted.merge(
+            "ns", "p", "main", "http", Report(run_id="r", metrics={"new": 2.0}), now + 1
+        )
+        assert "new" not in after.metrics
+    finally:
+        restarted.close()

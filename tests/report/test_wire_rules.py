@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -75,12 +76,54 @@ def test_a_refused_number_does_not_stick_to_later_reports(listener):
     r.epoch_end(1, total_flos=3.2e15, loss=0.5)
     assert sent_metrics(r) == {"loss": 0.5}
     r.epoch_end(2, loss=float("nan"))  # no stale loss sent as the current one either
-    assert sent_metrics(r) == {}
+    assert sent_metrics(r) == {"loss": None}
     r.epoch_end(3, loss=0.25)
     r.end()
     assert r.stats["rejected"] == 0
     (p,) = listener.store.snapshot()
     assert p.epoch == 3 and dict(p.metrics) == {"loss": 0.25}
+
+
+def wait_sent(reporter: client.ProgressReporter, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while reporter.stats["sent"] + reporter.stats["rejected"] < count:
+        assert time.monotonic() < deadline, reporter.stats
+        time.sleep(0.01)
+
+
+def test_a_value_that_turns_nan_is_removed_at_the_exporter(listener):
+    """The client leaves an unusable value out on purpose, but the exporter reads a
+    name left out as unchanged: it kept serving the last good loss. A held name whose
+    value turns NaN, inf or no number is sent as null, and its series goes."""
+    r = start(epochs=5, url=url(listener), source_address=POD.ip, min_interval_seconds=0)
+    r.epoch_end(1, loss=0.5, acc=0.9, lr="warmup")
+    wait_sent(r, 2)
+    (p,) = listener.store.snapshot()
+    assert dict(p.metrics) == {"loss": 0.5, "acc": 0.9}
+    r.epoch_end(2, loss=float("nan"), acc=0.91)
+    wait_sent(r, 3)
+    (p,) = listener.store.snapshot()
+    assert dict(p.metrics) == {"acc": 0.91} and p.epoch == 2
+    r.epoch_end(3, acc=float("inf"), loss=0.4)
+    r.end()
+    assert r.stats["rejected"] == 0 and listener.skipped_fields() == 0
+    (p,) = listener.store.snapshot()
+    assert dict(p.metrics) == {"loss": 0.4} and p.epoch == 3
+
+
+def test_the_client_freezes_its_names_at_16_as_the_exporter_does(listener):
+    """Once 16 names are held a new one is not sent (sending it would leave a dropped
+    name's last value standing at the exporter, which keeps its first 16); a name
+    without a current value keeps its place there, and here."""
+    r = start(epochs=3, url=url(listener), source_address=POD.ip, min_interval_seconds=0)
+    first = {f"m{i:02d}": float(i) for i in range(16)}
+    r.epoch_end(1, **first)
+    r.epoch_end(2, a_first_in_order=1.0, m00=float("nan"))
+    assert sent_metrics(r) == first | {"m00": None}
+    r.end()
+    assert r.stats["rejected"] == 0 and listener.skipped_fields() == 0
+    (p,) = listener.store.snapshot()
+    assert dict(p.metrics) == {k: v for k, v in first.items() if k != "m00"}
 
 
 @pytest.mark.parametrize(
