@@ -155,11 +155,31 @@ ON_CHOSEN_NODES = (
 # ------------------------------------------------------------------ builders
 
 
-def q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> prom.Dataquery:
-    """A Prometheus target bound to the datasource variable."""
+# The forecaster's scrape interval (docs/scrape-tuning.md: 60 s, its --cycle.interval;
+# the CronJob variant's Pushgateway is scraped as often). A rate over its counters sets
+# it as the query's "Min step": Grafana then takes it, not the datasource's 15 s, as
+# the scrape interval in $__rate_interval = max($__interval + scrape, 4 x scrape), so the
+# window holds at least 4 samples. Without it a short range gives a 60 s window that
+# holds one sample of a counter scraped each minute, and rate() returns nothing. The
+# panel's "Min interval" would not do: Grafana leaves it out of the scrape term.
+FORECASTER_SCRAPE = "1m"
+
+
+def q(
+    expr: str,
+    legend: str = "",
+    ref: str = "A",
+    instant: bool = False,
+    min_step: str | None = None,
+) -> prom.Dataquery:
+    """A Prometheus target bound to the datasource variable; ``min_step``: the scrape
+    interval of the series it rates, when slower than the datasource's (see
+    FORECASTER_SCRAPE)."""
     target = prom.Dataquery().expr(expr).ref_id(ref).datasource(DS)
     if legend:
         target = target.legend_format(legend)
+    if min_step:
+        target = target.interval(min_step)
     if instant:
         target = target.instant().format("table")
     return target
@@ -797,11 +817,13 @@ def forecaster_quality() -> dict:
             q(
                 "sum by (result) (rate(gpu_eta_forecaster_queries_total[$__rate_interval]))",
                 "{{result}}",
+                min_step=FORECASTER_SCRAPE,
             ),
             q(
                 "sum(rate(gpu_eta_forecaster_partial_answers_total[$__rate_interval]))",
                 "partial",
                 ref="B",
+                min_step=FORECASTER_SCRAPE,
             ),
         ),
         ts(
@@ -815,6 +837,7 @@ def forecaster_quality() -> dict:
                 "sum by (reason) (rate(gpu_eta_forecaster_job_errors_total[$__rate_interval]))"
                 " or on () vector(0)",
                 "{{reason}}",
+                min_step=FORECASTER_SCRAPE,
             ),
         ).override_by_name("Value", [DynamicConfigValue(id_val="displayName", value="none")]),
         ts(

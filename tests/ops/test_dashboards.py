@@ -214,6 +214,80 @@ def test_user_facing_series_are_on_a_dashboard() -> None:
         assert metric in used
 
 
+GRAFANA_DEFAULT_SCRAPE_SECONDS = 15  # a Prometheus datasource's scrape interval unless set
+_RANGED_COUNTER = re.compile(
+    r"\b(?:rate|irate|increase)\(\s*(gpu_eta_[a-z0-9_]+)[^\[]*\[([^\]]+)\]"
+)
+
+
+def _forecaster_counters() -> set[str]:
+    """The counters docs/metrics.md lists under its "Forecaster" sections."""
+    names: set[str] = set()
+    section = ""
+    for line in (ROOT / "docs" / "metrics.md").read_text().splitlines():
+        if line.startswith("## "):
+            section = line
+        elif section.startswith("## Forecaster") and line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) > 1 and cells[1] == "counter":
+                names.add(cells[0].strip("`"))
+    return names
+
+
+def _forecaster_scrape_seconds() -> int:
+    """The forecaster job's scrape interval in docs/scrape-tuning.md's example."""
+    doc = (ROOT / "docs" / "scrape-tuning.md").read_text()
+    found = re.search(
+        r"job_name: gpu-eta-forecaster\b[^\n]*\n(?:[^\n]*\n)*?\s*scrape_interval: (\d+)s", doc
+    )
+    assert found, "docs/scrape-tuning.md: no scrape_interval for job gpu-eta-forecaster"
+    return int(found.group(1))
+
+
+def _seconds(duration: str) -> int:
+    value, unit = re.fullmatch(r"(\d+)([smh])", duration).groups()  # type: ignore[union-attr]
+    return int(value) * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+def shortest_rate_window_seconds(window: str, min_step: str | None) -> int:
+    """The shortest range Grafana gives ``[window]`` over any time range: a fixed one as
+    written; ``$__rate_interval`` is max($__interval + scrape, 4 x scrape), where scrape
+    is the target's "Min step" if set, else the datasource's (15 s unless configured),
+    so its least is 4 x scrape."""
+    if window == "$__rate_interval":
+        scrape = _seconds(min_step) if min_step else GRAFANA_DEFAULT_SCRAPE_SECONDS
+        return 4 * scrape
+    return _seconds(window)
+
+
+def test_shortest_rate_window() -> None:
+    assert shortest_rate_window_seconds("$__rate_interval", None) == 60
+    assert shortest_rate_window_seconds("$__rate_interval", "1m") == 240
+    assert shortest_rate_window_seconds("5m", None) == 300
+
+
+def test_rates_over_forecaster_counters_hold_four_scrapes() -> None:
+    """The forecaster is scraped every minute (docs/scrape-tuning.md), so a rate window
+    shorter than 4 scrapes can hold one sample, and rate() of one sample is nothing: the
+    panel goes empty (or reads 0 behind `or vector(0)`) while errors happen. 4, as
+    $__rate_interval itself assumes: 2 samples even past a failed scrape."""
+    counters = _forecaster_counters()
+    scrape = _forecaster_scrape_seconds()
+    assert {"gpu_eta_forecaster_queries_total", "gpu_eta_forecaster_job_errors_total"} <= counters
+    checked, short = 0, []
+    for path in FILES:
+        for panel, target in _targets(_load(path)):
+            for metric, window in _RANGED_COUNTER.findall(target["expr"]):
+                if metric not in counters:
+                    continue
+                checked += 1
+                seconds = shortest_rate_window_seconds(window, target.get("interval"))
+                if seconds < 4 * scrape:
+                    short.append(f"{path.name} {panel['title']!r} {target['refId']}: {seconds}s")
+    assert checked, "no dashboard rates a forecaster counter: the check checks nothing"
+    assert not short, f"rate windows under 4 x {scrape}s over forecaster counters: {short}"
+
+
 def _stat_panels(name: str) -> dict[str, dict]:
     return {p["title"]: p for p in _panels(_load(GRAFANA / name)) if p.get("type") == "stat"}
 
