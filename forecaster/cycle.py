@@ -54,6 +54,7 @@ from gpu_eta.forecaster.refit import (
 )
 from gpu_eta.forecaster.runs import STATED_PLAN, Run, RunKey, RunUpdate, run_key
 from gpu_eta.forecaster.runs_from_series import (
+    RUN_FAILED,
     Allocation,
     CycleView,
     PlanlessRun,
@@ -154,6 +155,8 @@ class Cycle:
         # each run's features as last read, for the cycle that reads it without some
         # (``_keep_features``): the runs seen in the previous cycle only
         self._features: dict[RunKey, Mapping[str, float | str]] = {}
+        # runs whose assembly raised in the previous cycle (``_log_failed``)
+        self._failed_runs: frozenset[RunKey] = frozenset()
         self._load_state()
 
     def _load_state(self) -> None:
@@ -211,6 +214,7 @@ class Cycle:
             view.updates = [u for u in view.updates if run_key(u) not in frozen]
             view.done -= frozen
         self._keep_features(view)
+        self._log_failed(view.failed)
         errors: Counter[str] = Counter(view.rejected.values())
 
         # the cycle's state after this read, stored with its means in one transaction
@@ -366,6 +370,21 @@ class Cycle:
                 ", ".join(sorted(k[3] for k in held))[:500] or "none",
             )
             self._held = held
+
+    def _log_failed(self, failed: Mapping[RunKey, str]) -> None:
+        """One WARNING per run whose assembly raised (``assemble``'s guard: counted as
+        ``RUN_FAILED``), when it starts to, not every cycle while it does; no traceback.
+        Why a WARNING and not a debug line: no input should reach it, so it is a bug to
+        report, and the run it names is missing from the forecasts meanwhile."""
+        for key in sorted(failed.keys() - self._failed_runs):
+            log.warning(
+                "run %s skipped: reading its series raised %s (counted in "
+                'gpu_eta_forecaster_job_errors_total{reason="%s"}; please report it)',
+                "/".join(key),
+                failed[key],
+                RUN_FAILED,
+            )
+        self._failed_runs = frozenset(failed)
 
     def _keep_features(self, view: CycleView) -> None:
         """Give each run of ``view`` the features it had in the previous cycle that this

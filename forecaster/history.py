@@ -97,7 +97,7 @@ from gpu_eta.forecaster.runs import (
     run_key,
     same_run_start,
 )
-from gpu_eta.forecaster.runs_from_series import STEP_CELLS
+from gpu_eta.forecaster.runs_from_series import step_cell
 
 # The store's public API. HistoryError and StoredRun are defined in history_rows,
 # RunUpdate and run_key in runs; they are re-exported here, where docs/forecaster.md
@@ -158,13 +158,15 @@ def _insertable(epoch: float, ts: float) -> bool:
 
 def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
     """Of a run's stored ``steps``, those that are not the newest (highest) of their
-    1/``STEP_CELLS`` of ``planned``: the points to drop (``_thin_step_ends``). Pure."""
+    1/``STEP_CELLS`` of ``planned``: the points to drop (``_thin_step_ends``). A step in
+    no cell (``runs_from_series.step_cell``: stored steps, then a plan near zero) is not
+    dropped. Pure."""
     newest: dict[int, float] = {}
     drop: set[float] = set()
     for step in steps:
-        if not finite(step):
+        cell = step_cell(step, planned) if finite(step) else None
+        if cell is None:
             continue
-        cell = int(step * STEP_CELLS / planned)
         held = newest.get(cell)
         if held is None:
             newest[cell] = step

@@ -33,6 +33,12 @@ Decisions (documented in docs/forecaster.md):
   latest step at the last report's time, at most ``STEP_CELLS`` points per run;
   feature ``progress_unit="steps"``. Steps, not percent of them: a job re-run with
   another ``max_steps`` keeps one time per unit, which its prior and analogs read.
+* Untrusted values cost their run alone: a plan outside [``MIN_PLANNED``,
+  ``MAX_PROGRESS``] or a latest epoch or step outside [0, ``MAX_PROGRESS``] rejects the
+  run (``CycleView.rejected``); an error no check foresaw in one run's arithmetic
+  rejects it as ``RUN_FAILED`` with the error in ``CycleView.failed``. Why a broad
+  catch in a pure module: the cycle sees one call for every run, and a run's series
+  are read again after a restart, so one raising run failed every cycle, restarts too.
 * A present run with progress (epochs or steps) but no planned total is a
   ``PlanlessRun``: not stored (no plan, no fraction done), forecast from its
   configuration's completed durations (``planless``). When it ends its sender's
@@ -67,6 +73,14 @@ MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
 # cycle thins its own points (_thin_steps), the history the stored ones across cycles
 # (history.crowded_steps).
 STEP_CELLS = 400
+# The least planned total (epochs or steps) a run can have: the exporter's wire format
+# refuses totals below 1 (``exporter.progress.check_report``). A plan of 1e-300 divided
+# a step into an infinite cell (``step_cell``); below 1 it is not a run's plan.
+MIN_PLANNED = 1.0
+# A run whose assembly raised what no check foresaw is skipped with this reason (its
+# error in ``CycleView.failed``, logged by the cycle): the cycle goes on without it.
+RUN_FAILED = "assemble_failed"
+_MAX_FAILURE = 300  # characters of such an error kept
 # Timestamps outside [now - 1 year, now + 5 minutes] are treated as garbage.
 _PAST_LIMIT_SECONDS = 366 * 86400
 _FUTURE_SLACK_SECONDS = 300
@@ -121,6 +135,8 @@ class CycleView:
     util_recent: dict[PodKey, float] = field(default_factory=dict)
     allocations: list[Allocation] = field(default_factory=list)
     rejected: dict[RunKey, str] = field(default_factory=dict)  # run key -> reason
+    # runs rejected as ``RUN_FAILED``: their error, for the cycle to log (pure: no log here)
+    failed: dict[RunKey, str] = field(default_factory=dict)
     # per run whose GPU-use and memory means were read: the time its means reach now
     means_until: dict[RunKey, float] = field(default_factory=dict)
     # present runs with progress but no planned total, in the answers' order
@@ -191,63 +207,62 @@ def assemble(
 
     lo, hi = now - _PAST_LIMIT_SECONDS, now + _FUTURE_SLACK_SECONDS
     for run in dict.fromkeys([*planned, *steps_planned]):
-        sample = planned.get(run)
-        steps_sample = steps_planned.get(run)
-        by_steps = sample is None and steps_sample is not None
-        if by_steps:
-            assert steps_sample is not None
-            sample, n_planned = steps_sample, steps_sample.value
-            if not (_finite(n_planned) and 0 < n_planned <= MAX_PROGRESS):
-                view.rejected[run] = "invalid_steps_planned"
+        try:  # one run's unforeseen error costs that run alone (module docstring)
+            sample = planned.get(run)
+            steps_sample = steps_planned.get(run)
+            by_steps = sample is None and steps_sample is not None
+            if by_steps:
+                assert steps_sample is not None
+                sample, n_planned = steps_sample, steps_sample.value
+                if not _plausible_plan(n_planned):
+                    view.rejected[run] = "invalid_steps_planned"
+                    continue
+            else:
+                assert sample is not None
+                n_planned = sample.value
+                if not _plausible_plan(n_planned):
+                    view.rejected[run] = "invalid_epochs_planned"
+                    continue
+            cur = step.get(run) if by_steps else epoch.get(run)
+            if not _plausible_progress(cur):
+                view.rejected[run] = "invalid_progress"
                 continue
-        else:
-            assert sample is not None
-            n_planned = sample.value
-            if not (_finite(n_planned) and 0 < n_planned <= MAX_PROGRESS):
-                view.rejected[run] = "invalid_epochs_planned"
+            labels = sample.labels
+            start_s = start.get(run)
+            if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
+                view.rejected[run] = "invalid_start"
                 continue
-        labels = sample.labels
-        start_s = start.get(run)
-        if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
-            view.rejected[run] = "invalid_start"
-            continue
-        t0 = start_s.value
-        end_s = end.get(run)
-        ended = end_s is not None and _finite(end_s.value) and end_s.value >= t0
-        if by_steps:
-            candidates = _thin_steps(
-                [(v, t) for t, v in step_firsts.get(run, ())] + latest_steps.get(run, []),
-                n_planned,
-            )
-            cur = step.get(run)
+            t0 = start_s.value
+            end_s = end.get(run)
+            ended = end_s is not None and _finite(end_s.value) and end_s.value >= t0
+            if by_steps:
+                candidates = _thin_steps(
+                    [(v, t) for t, v in step_firsts.get(run, ())] + latest_steps.get(run, []),
+                    n_planned,
+                )
+            else:
+                candidates = [*pairs.get(run, ()), *latest_epochs.get(run, ())]
             done = cur is not None and _finite(cur.value) and cur.value >= n_planned
-        else:
-            candidates = [*pairs.get(run, ()), *latest_epochs.get(run, ())]
-            cur = epoch.get(run)
-            done = cur is not None and _finite(cur.value) and cur.value >= n_planned
-        stated = n_planned
-        if ended:
-            n_planned, done = ended_plan(n_planned, cur), True
-            view.ended.add(run)
-        ends: dict[float, float] = {}  # duplicates of one epoch: its earliest end
-        for e, t in candidates:
-            if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
-                ends[e] = min(t, ends.get(e, math.inf))
-        key: PodKey = run[:3]
-        features = _features(run, batch.get(run), jobs, pod_gpus, models, by_steps)
-        if n_planned < stated:  # ended short of it: the replay forecasts it to this
-            features[STATED_PLAN] = stated
-        util = _ratio(util_mean.get(key))
-        running_now = run in present and not ended
-        progress_ts = _progress_time(t0, ends.values(), last_report.get(run), hi)
-        weight = 0.0
-        if span_seconds > 0 and (means_for is None or run in means_for):
-            since = max(now - span_seconds, t0, covered.get(run, -math.inf))
-            until = now if running_now else min(now, progress_ts)
-            weight = max(0.0, until - since)
-            view.means_until[run] = max(since, until)
-        view.updates.append(
-            RunUpdate(
+            stated = n_planned
+            if ended:
+                n_planned, done = ended_plan(n_planned, cur), True
+            ends: dict[float, float] = {}  # duplicates of one epoch: its earliest end
+            for e, t in candidates:
+                if _finite(e) and _finite(t) and 0 < e <= n_planned and t0 <= t <= hi:
+                    ends[e] = min(t, ends.get(e, math.inf))
+            key: PodKey = run[:3]
+            features = _features(run, batch.get(run), jobs, pod_gpus, models, by_steps)
+            if n_planned < stated:  # ended short of it: the replay forecasts it to this
+                features[STATED_PLAN] = stated
+            util = _ratio(util_mean.get(key))
+            running_now = run in present and not ended
+            progress_ts = _progress_time(t0, ends.values(), last_report.get(run), hi)
+            weight, reach = 0.0, None
+            if span_seconds > 0 and (means_for is None or run in means_for):
+                since = max(now - span_seconds, t0, covered.get(run, -math.inf))
+                until = now if running_now else min(now, progress_ts)
+                weight, reach = max(0.0, until - since), max(since, until)
+            update = RunUpdate(
                 run_id=run[3],
                 epochs_planned=n_planned,
                 start_timestamp=t0,
@@ -262,31 +277,46 @@ def assemble(
                 weight_seconds=weight,
                 seen_timestamp=now if running_now else 0.0,
             )
-        )
-        view.last_progress[run] = progress_ts
-        if running_now and not done:
-            view.present.add(run)
-        elif done:
-            view.done.add(run)
+            # the view changes only once nothing of this run can fail
+            view.updates.append(update)
+            if ended:
+                view.ended.add(run)
+            if reach is not None:
+                view.means_until[run] = reach
+            view.last_progress[run] = progress_ts
+            if running_now and not done:
+                view.present.add(run)
+            elif done:
+                view.done.add(run)
+        except Exception as err:
+            view.rejected[run] = RUN_FAILED
+            view.failed[run] = _failure(err)
     for run in dict.fromkeys([*epoch, *step]):
         if run in planned or run in steps_planned or run not in present or run in end:
             continue
-        start_s = start.get(run)
-        if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
-            view.rejected[run] = "invalid_start"
-            continue
-        by_steps = run not in epoch
-        sample = step[run] if by_steps else epoch[run]
-        ends_seen = (t for _, t in latest_epochs.get(run, ()) if _finite(t) and t <= hi)
-        view.last_progress[run] = _progress_time(start_s.value, ends_seen, last_report.get(run), hi)
-        view.planless.append(
-            PlanlessRun(
+        try:  # as above
+            by_steps = run not in epoch
+            sample = step[run] if by_steps else epoch[run]
+            if not _plausible_progress(sample):
+                view.rejected[run] = "invalid_progress"
+                continue
+            start_s = start.get(run)
+            if start_s is None or not (_finite(start_s.value) and lo <= start_s.value <= hi):
+                view.rejected[run] = "invalid_start"
+                continue
+            ends_seen = (t for _, t in latest_epochs.get(run, ()) if _finite(t) and t <= hi)
+            progress_ts = _progress_time(start_s.value, ends_seen, last_report.get(run), hi)
+            found = PlanlessRun(
                 key=run,
                 node=sample.labels.get("node", ""),
                 start_timestamp=start_s.value,
                 features=_features(run, batch.get(run), jobs, pod_gpus, models, by_steps),
             )
-        )
+            view.last_progress[run] = progress_ts
+            view.planless.append(found)
+        except Exception as err:
+            view.rejected[run] = RUN_FAILED
+            view.failed[run] = _failure(err)
     return view
 
 
@@ -533,18 +563,32 @@ def _first_seen(series: Sequence[Series]) -> dict[RunKey, list[tuple[float, floa
     return out
 
 
+def step_cell(step: float, planned: float) -> int | None:
+    """The 1/``STEP_CELLS`` of ``planned`` that ``step`` falls in; None when there is no
+    such cell (a quotient that is not finite: a step near the float maximum, a plan near
+    zero). Pure.
+
+    Why None rather than an error: ``int`` of an infinite quotient raised OverflowError,
+    and one run's values then failed the whole cycle (``assemble``) or the history's
+    ``record``; ``assemble`` refuses such runs first, this is what the arithmetic itself
+    does with values no check foresaw."""
+    quotient = step * STEP_CELLS / planned
+    return int(quotient) if math.isfinite(quotient) else None
+
+
 def _thin_steps(points: list[tuple[float, float]], planned: float) -> list[tuple[float, float]]:
     """At most one point per 1/``STEP_CELLS`` of the ``planned`` steps: bounded storage
     for long runs.
 
-    The latest point is always kept (it carries the freshest rate).
+    The latest point is always kept (it carries the freshest rate). Points outside
+    [0, ``MAX_PROGRESS``] are dropped, as ``assemble`` drops any out-of-range point.
     """
-    valid = sorted(((u, t) for u, t in points if _finite(u) and _finite(t)), key=lambda p: p[1])
+    valid = sorted(((u, t) for u, t in points if _in_bound(u) and _finite(t)), key=lambda p: p[1])
     kept: list[tuple[float, float]] = []
     cells: set[int] = set()
     for unit, ts in valid[:-1]:
-        cell = int(unit * STEP_CELLS / planned)
-        if cell not in cells:
+        cell = step_cell(unit, planned)
+        if cell is not None and cell not in cells:
             cells.add(cell)
             kept.append((unit, ts))
     return kept + valid[-1:]
@@ -623,6 +667,31 @@ def _ratio(value: float | None, upper: float = 1.0) -> float | None:
     if value is None or not _finite(value) or value < 0:
         return None
     return min(value, upper)
+
+
+def _in_bound(value: float) -> bool:
+    """Whether a progress value is one the wire format carries: in [0, ``MAX_PROGRESS``]
+    (NaN is not)."""
+    return 0 <= value <= MAX_PROGRESS
+
+
+def _plausible_plan(planned: float) -> bool:
+    """Whether a planned total (epochs or steps) is one a run can have: in
+    [``MIN_PLANNED``, ``MAX_PROGRESS``]."""
+    return MIN_PLANNED <= planned <= MAX_PROGRESS
+
+
+def _plausible_progress(reached: Sample | None) -> bool:
+    """Whether a run's latest epoch or step is usable or absent: NaN (no usable value,
+    its points dropped one by one) or in [0, ``MAX_PROGRESS``]; anything else (negative,
+    beyond the bound, infinite) is not a run's progress."""
+    return reached is None or math.isnan(reached.value) or _in_bound(reached.value)
+
+
+def _failure(err: Exception) -> str:
+    """One run's unforeseen error as ``CycleView.failed`` keeps it: its type and text,
+    bounded (the text may quote a label value)."""
+    return f"{type(err).__name__}: {err}"[:_MAX_FAILURE]
 
 
 def _finite(value: float | None) -> bool:

@@ -462,6 +462,39 @@ def test_bad_model_output_is_skipped_and_counted(store: HistoryStore) -> None:
     assert jf.completion_timestamps[0] == NOW  # never in the past
 
 
+def test_a_run_whose_assembly_raises_is_skipped_counted_and_logged_once(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error no check foresaw in one run's arithmetic (``assemble``'s guard) costs
+    that run: the cycle goes on, the run is counted as ``assemble_failed`` and named in
+    one WARNING while it keeps failing, not one per cycle."""
+
+    class Exploding(float):  # a value whose arithmetic raises, as a bug would
+        def __rtruediv__(self, other: object) -> float:
+            raise ArithmeticError("boom")
+
+    lab = {"node": "n1", "namespace": "ml", "pod": "p", "container": "c", "run_id": "bug"}
+    parts = merge(
+        job("good", 10, [(1, NOW - 10)], NOW - 100),
+        {
+            "steps_planned": [s(Exploding(1000), **lab)],
+            "step": [s(10, **lab)],
+            "start": [s(NOW - 100, **lab)],
+            "last_report": [s(NOW - 5, **lab)],
+            "present": [s(NOW - 5, **lab)],
+        },
+    )
+    seen = Series(lab, ((NOW - 60, 5.0), (NOW - 30, 8.0)))
+    cycle = make_cycle(CannedClient(parts, {"step_range": [seen]}), store, range_every=1)
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            fs = cycle.run()
+            assert fs.job_errors == {"assemble_failed": 1}
+            assert [j.run.run_id for j in fs.jobs] == ["good"]
+    said = [r.getMessage() for r in caplog.records if "bug" in r.getMessage()]
+    assert len(said) == 1 and "ArithmeticError: boom" in said[0], said
+
+
 def test_sanitize_keeps_good_forecasts_identical() -> None:
     fc = Forecast(1, 2, 3, "blend")
     assert sanitize(fc) is fc

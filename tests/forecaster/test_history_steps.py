@@ -81,6 +81,20 @@ def test_crowded_steps() -> None:
     assert crowded_steps([5.0, 1.0, 5.5], 400) == {5.0}
 
 
+def test_crowded_steps_with_a_plan_too_small_for_cells_drops_nothing() -> None:
+    """A quotient beyond any cell (stored steps, then a plan of 1e-300; a step of 1e307
+    over a plan of 1) drops none of those points: ``int`` of an infinite cell raised
+    OverflowError, which failed the cycle's ``record`` and every cycle after it."""
+    assert crowded_steps([5e9, 1e10], 1e-300) == set()
+    assert crowded_steps([1e307, 2e307, 0.5, 0.501], 1) == {0.5}
+
+
+def test_stored_steps_then_a_tiny_plan_are_recorded(store: HistoryStore) -> None:
+    store.record([step_update("r", [5e9, 1e10], NOW, planned=1e10)])
+    store.record([step_update("r", [1e10 + 1], NOW + 60, planned=1e-300)])  # raised
+    assert rows(store) == 3  # none in a cell: none dropped
+
+
 def step_update(run_id: str, steps: list[float], t: float, planned: float = 1000.0) -> RunUpdate:
     key = {"namespace": "ml", "pod": f"p-{run_id}", "container": "c"}
     ends = tuple((step, t + k) for k, step in enumerate(steps))

@@ -535,3 +535,76 @@ def test_present_runs_with_progress_but_no_plan_are_planless_runs() -> None:
     assert bar.key == key("bar", pod="bar-x7k2p")
     assert dict(bar.features) == {"namespace": "ml", "job_name": "bar", "progress_unit": "steps"}
     assert view.rejected == {key("bad"): "invalid_start"}  # "gone": not present, left out
+
+
+def steps_run(run_id: str, planned: float, step: float) -> dict[str, list[Sample]]:
+    """The answers of a present run that reports only steps."""
+    lab = run_labels(run_id)
+    return {
+        "present": [s(NOW - 5, **lab)],
+        "steps_planned": [s(planned, **lab)],
+        "step": [s(step, **lab)],
+        "start": [s(NOW - 600, **lab)],
+        "last_report": [s(NOW - 5, **lab)],
+    }
+
+
+def test_a_plan_below_one_or_progress_beyond_the_bound_skips_that_run_alone() -> None:
+    """Totals below 1 (the wire format's least: ``exporter.progress``) and progress
+    outside [0, MAX_PROGRESS] are not a run's: skipped and counted. Why: a step of 1e10
+    over a plan of 1e-300 (or 1e307 over 1) made its cell infinite, and the
+    OverflowError failed every cycle and, read again after a restart, every restart."""
+    instant = merge(
+        steps_run("tiny_steps", 1e-300, 1e10),
+        steps_run("half_step", 0.5, 0.25),
+        steps_run("huge_step", 1, 1e307),
+        steps_run("negative_step", 100, -1),
+        base("tiny_epochs", 1e-300, 1e-301, NOW - 100, NOW - 50),
+        base("huge_epoch", 10, 1e16, NOW - 100, NOW - 50),
+        steps_run("good_steps", 1000, 500),
+        base("good", 10, 3, NOW - 100, NOW - 50),
+    )
+    wild = Series(run_labels("tiny_steps"), ((NOW - 60, 5e9), (NOW - 30, 1e10)))
+    # a good run's one absurd range point is dropped, as any out-of-range point
+    spike = Series(run_labels("good_steps"), ((NOW - 90, 400.0), (NOW - 60, 1e307)))
+    view = assemble(instant, {"step_range": [wild, spike]}, NOW, 60)
+    assert view.rejected == {
+        key("tiny_steps"): "invalid_steps_planned",
+        key("half_step"): "invalid_steps_planned",
+        key("huge_step"): "invalid_progress",
+        key("negative_step"): "invalid_progress",
+        key("tiny_epochs"): "invalid_epochs_planned",
+        key("huge_epoch"): "invalid_progress",
+    }
+    ups = {u.run_id: u for u in view.updates}
+    assert set(ups) == {"good", "good_steps"}
+    assert ups["good_steps"].epoch_ends == ((400.0, NOW - 90), (500.0, NOW - 5))
+    assert view.present == {key("good"), key("good_steps")}
+
+
+def test_a_run_without_a_plan_and_progress_beyond_the_bound_is_skipped() -> None:
+    instant = merge(steps_run("wild", 1, 1e307), steps_run("ok", 1, 1))
+    instant["steps_planned"] = []  # plan-less
+    view = assemble(instant, {}, NOW, 60)
+    assert view.rejected == {key("wild"): "invalid_progress"}
+    assert [p.key for p in view.planless] == [key("ok")]
+
+
+class _Exploding(float):
+    """A value whose arithmetic raises: stands for a bug in one run's arithmetic that no
+    input validation foresaw."""
+
+    def __rtruediv__(self, other: object) -> float:
+        raise ArithmeticError("boom")
+
+
+def test_an_unexpected_error_in_one_runs_arithmetic_skips_and_names_that_run() -> None:
+    """A guard per run: one run's unforeseen error costs that run (reason
+    ``assemble_failed``, the error kept for the cycle to log), never the cycle."""
+    instant = merge(steps_run("bug", 1000, 10), steps_run("good", 1000, 10))
+    instant["steps_planned"][0] = s(_Exploding(1000), **run_labels("bug"))
+    seen = Series(run_labels("bug"), ((NOW - 60, 5.0), (NOW - 30, 8.0)))
+    view = assemble(instant, {"step_range": [seen]}, NOW, 60)
+    assert view.rejected == {key("bug"): "assemble_failed"}
+    assert view.failed == {key("bug"): "ArithmeticError: boom"}
+    assert [u.run_id for u in view.updates] == ["good"] and view.present == {key("good")}

@@ -1,0 +1,85 @@
+"""runs_from_series through a real Prometheus: a run whose series no exporter of ours
+would send (a plan of 1e-300, a step of 1e307) costs that run alone, whatever the
+cycle and after a restart (docs/forecaster.md, "Rejected")."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
+from gpu_eta.forecaster.config import CycleSettings
+from gpu_eta.forecaster.cycle import Cycle
+from gpu_eta.forecaster.history import HistoryStore
+from gpu_eta.forecaster.pending import PendingSettings
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.publish import Exposition, ServiceState
+from gpu_eta.forecaster.server import Service
+from gpu_eta.launch.prometheus import ScrapeJob
+
+_LABELS = 'namespace="ml",pod="p-{r}",container="c",run_id="{r}",node="n1"'
+
+
+def exposition(now: float) -> str:
+    """A good epoch run beside two runs followed in steps that break the cells' arithmetic:
+    a tiny plan under a large step, and a plan of 1 under a step near the float maximum;
+    their steps move with the clock, so the range answers hold several values each."""
+    good = _LABELS.format(r="good")
+    lines = [
+        f"gpu_eta_training_epochs_planned{{{good}}} 10",
+        f"gpu_eta_training_epoch{{{good}}} 3",
+        f"gpu_eta_training_epoch_end_timestamp_seconds{{{good}}} {now - 10}",
+        f"gpu_eta_training_run_start_timestamp_seconds{{{good}}} {now - 600}",
+        f"gpu_eta_training_last_report_timestamp_seconds{{{good}}} {now - 5}",
+    ]
+    for run_id, planned, step in (("tiny_plan", "1e-300", 1e10), ("huge_step", "1", 1e307)):
+        bad = _LABELS.format(r=run_id)
+        lines += [
+            f"gpu_eta_training_steps_planned{{{bad}}} {planned}",
+            f"gpu_eta_training_step{{{bad}}} {step * (1 + (now % 100) / 1000)!r}",
+            f"gpu_eta_training_run_start_timestamp_seconds{{{bad}}} {now - 600}",
+            f"gpu_eta_training_last_report_timestamp_seconds{{{bad}}} {now - 5}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def new_cycle(url: str, store: HistoryStore) -> Cycle:
+    """A cycle as ``serve`` runs it, its range queries one point a second: the answers
+    of a few seconds of scrapes already hold several steps of each run."""
+    off = PendingSettings(enabled=False)
+    settings = CycleSettings(
+        background_refit=False, pending=off, lookback_seconds=60.0, min_step_seconds=1.0
+    )
+    return Cycle(PromClient(url), store, settings)
+
+
+def test_a_run_breaking_the_cells_arithmetic_costs_only_itself(
+    tmp_path: Path, prometheus_factory
+) -> None:
+    target = MetricsServer(
+        "127.0.0.1", 0, lambda _accept: (exposition(time.time()).encode(), TEXT_FORMAT)
+    ).serve()
+    try:
+        prom = prometheus_factory([ScrapeJob("exporter", [f"127.0.0.1:{target.port}"])])
+        prom.wait_for("gpu_eta_training_step", min_results=2)
+        prom.wait_for("count_over_time(gpu_eta_training_step[1m]) >= 3", min_results=2)
+        store = HistoryStore.open(tmp_path / "h.sqlite")
+        state = ServiceState()
+        service = Service(new_cycle(prom.url, store), state, 60)
+        for restart in (False, True):
+            if restart:  # the same answers read by a new process: no crash loop either
+                service.cycle = new_cycle(prom.url, store)
+            assert service.run_once(), state.last_error
+            assert not state.stale
+            assert [j.run.run_id for j in state.forecasts.jobs] == ["good"]
+            assert state.forecasts.job_errors == {
+                "invalid_steps_planned": 1,
+                "invalid_progress": 1,
+            }
+        text, _ = Exposition(state).render("text/plain")
+        errors = [x for x in text.decode().splitlines() if x.startswith("gpu_eta_forecaster_job")]
+        assert 'gpu_eta_forecaster_job_errors_total{reason="invalid_progress"} 2.0' in errors
+        assert 'gpu_eta_forecaster_job_errors_total{reason="invalid_steps_planned"} 2.0' in errors
+        store.close()
+    finally:
+        target.stop()
