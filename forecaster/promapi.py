@@ -47,6 +47,7 @@ from gpu_eta.forecaster.http_deadline import (
     deadline_passed,
 )
 from gpu_eta.forecaster.promparse import (
+    BYTES_PER_JSON_VALUE,
     PromAPIError,
     Skipped,
     _short,
@@ -232,7 +233,12 @@ class PromClient:
             "step": f"{step_seconds:.3f}",
             "nocache": "1",
         }
-        return self._query("/api/v1/query_range", params, query, parse_matrix, warnings)
+        # the most points a series of this answer can have: one per step from start
+        # to end, as sent (the step rounded to the millisecond), plus one of slack
+        span = float(params["end"]) - float(params["start"])
+        most = math.floor(span / float(params["step"])) + 2
+        parse = functools.partial(parse_matrix, max_points=most)
+        return self._query("/api/v1/query_range", params, query, parse, warnings)
 
     def _query(
         self,
@@ -332,7 +338,7 @@ class PromClient:
                 self.stats.error += 1
                 raise
             try:
-                return decode_answer(body, status)
+                return decode_answer(body, status, self.max_response_bytes // BYTES_PER_JSON_VALUE)
             except PromAPIError as err:
                 self.stats.error += 1
                 # the same class (``PromQueryError`` stays one: callers tell a refused

@@ -114,7 +114,27 @@ def decode_response(body: bytes | str, status: int) -> dict:
     return decode_answer(body, status)[0]
 
 
-def decode_answer(body: bytes | str, status: int) -> tuple[dict, tuple[str, ...]]:
+# At most one JSON object, array or value string per this many bytes of the size cap
+# (``json_values``). Why 8: each decodes to 56-80 bytes of Python, so the decoded answer
+# stays within about ten times the cap whatever its shape (``[{},{},…]`` decoded to 22
+# times its size), and a real answer holds far fewer: a range answer's point
+# ``[1700000000.123,"5"],`` is two in 21 bytes, a labelled sample nine in about 110.
+BYTES_PER_JSON_VALUE = 8
+
+
+def json_values(text: str) -> int:
+    """About how many Python objects other than numbers decoding ``text`` would build:
+    its objects and arrays (``{``, ``[``) and its strings that are not object keys
+    (quotes in pairs, less one per ``:``; keys are shared by the decoder). Counted in
+    the text (C speed, nothing allocated), so an answer can be refused undecoded. A
+    brace, bracket, quote or colon inside a string counts too: the count errs high."""
+    strings = text.count('"') // 2 - text.count(":")
+    return text.count("{") + text.count("[") + max(0, strings)
+
+
+def decode_answer(
+    body: bytes | str, status: int, max_values: int | None = None
+) -> tuple[dict, tuple[str, ...]]:
     """Check the API envelope and return its ``data`` and its ``warnings``; pure so it
     can be tested alone.
 
@@ -123,12 +143,21 @@ def decode_answer(body: bytes | str, status: int) -> tuple[dict, tuple[str, ...]
     ``status: success``); they are the server's text, so each is cleaned and bounded
     (``clean_warning``), and at most ``_MAX_WARNINGS`` are kept.
 
+    ``max_values``: an answer of more ``json_values`` is refused before it is decoded
+    (its decoded form, not its bytes, is what fills the memory).
+
     ``body`` is the answer's bytes, or its text already decoded by ``decode_text``:
     the client decodes as it finishes reading, so the bytes of a large answer are
     freed before its JSON is decoded instead of being held with the text and the
     decoded JSON (62 MiB less at the peak, for a 62 MiB answer).
     """
     text = decode_text(body) if isinstance(body, bytes) else body
+    if max_values is not None and (n := json_values(text)) > max_values:
+        raise PromAPIError(
+            f"HTTP {status}: answer too large: about {n} JSON values, more than the "
+            f"{max_values} its size cap allows (too many JSON values: one per "
+            f"{BYTES_PER_JSON_VALUE} bytes of --prometheus.max-response-bytes)"
+        )
     try:
         doc = json.loads(text)
     except RecursionError:
@@ -235,12 +264,21 @@ def parse_vector(
 
 
 def parse_matrix(
-    data: dict, query: str = "", skipped: Skipped | None = None, *, consume: bool = False
+    data: dict,
+    query: str = "",
+    skipped: Skipped | None = None,
+    *,
+    consume: bool = False,
+    max_points: int | None = None,
 ) -> list[Series]:
     """``data`` of a range query → series with ascending points.
 
-    A series with a bad label set or any malformed point is left out and counted in
-    ``skipped``; the answer is refused only when it is not a matrix with a result list.
+    A series with a bad label set or any malformed point, or with more than
+    ``max_points`` points (more than the query's span and step give: no answer to it),
+    is left out and counted in ``skipped``; the answer is refused only when it is not
+    a matrix with a result list. Why skip a long series rather than refuse the answer:
+    as any bad series, it costs only itself, and it is skipped before its points are
+    converted (one of a million points held its JSON and its tuples at once).
 
     ``consume=True`` (the client's, whose decoded answer is its own) empties
     ``data["result"]`` as it goes: each element is replaced by None once read, so
@@ -268,6 +306,8 @@ def parse_matrix(
                 raise _BadSeries("malformed matrix element")
             labels = _labels(item.get("metric"))
             values = item["values"]
+            if max_points is not None and len(values) > max_points:
+                raise _BadSeries(f"more than {max_points} points")
             points: tuple[tuple[float, float], ...] | None = None
             # the common case in bulk (several 100,000 points per cycle); _point says what is wrong
             if all(type(p) is list and len(p) == 2 and type(p[1]) is str for p in values):

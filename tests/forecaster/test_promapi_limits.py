@@ -507,3 +507,50 @@ def test_decode_response_takes_the_text_as_well_as_the_bytes() -> None:
     assert promparse.decode_response(text, 200) == promparse.decode_response(raw, 200)
     with pytest.raises(PromAPIError, match="not JSON \\(starts with '<html>\ufffd'\\)"):
         promparse.decode_response(promparse.decode_text(b"<html>\xff"), 200)
+
+
+def _answer(data: dict) -> bytes:
+    return json.dumps({"status": "success", "data": data}).encode()
+
+
+def test_a_series_with_more_points_than_the_range_asks_is_skipped(http_server) -> None:  # noqa: F811
+    """A range query from t to t + 60 s every 15 s has at most 5 points a series; a
+    series of more is no answer to it (and one of a million points held its JSON and
+    its tuples at once: 29 times the answer's size). Skipped and counted, not parsed;
+    the other series are kept."""
+    data = _matrix(2, 5)
+    data["result"][1]["values"] = [[1700000000 + k, "1"] for k in range(50)]
+    url, _ = http_server(lambda r: reply(r, 200, _answer(data)))
+    prom = client(url)
+    series = prom.range("up", 1700000000.0, 1700000060.0, 15.0)
+    assert [s.labels["run_id"] for s in series] == ["run-0"]
+    assert prom.stats.skipped_series == 1
+
+
+def test_an_answer_of_more_json_values_than_the_cap_holds_is_refused_undecoded(
+    http_server,  # noqa: F811
+) -> None:
+    """``[{},{},…]`` decodes to 72 bytes of Python per 3 bytes of answer (22 times its
+    size; under the 64 MiB cap, 1.4 GiB in a pod of 1 GiB): an answer with more objects,
+    arrays and strings than one per 8 bytes of the cap is refused as too large, as one
+    beyond the cap is, before it is decoded."""
+    cap = 1_000_000
+    body = (
+        b'{"status":"success","data":{"resultType":"vector","result":['
+        + b",".join([b"{}"] * 200_000)
+        + b"]}}"
+    )
+    url, _ = http_server(lambda r: reply(r, 200, body))
+    tracemalloc.start()
+    try:
+        with pytest.raises(PromAPIError, match="too many JSON values"):
+            client(url, max_response_bytes=cap).instant("up")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * len(body), peak  # decoded: about 22 times
+    # an answer as dense as a real one just under the cap is read
+    real = _answer(_matrix(30, 240))
+    assert len(real) < cap
+    url, _ = http_server(lambda r: reply(r, 200, real))
+    assert len(client(url, max_response_bytes=cap).range("q", 0.0, 239 * 15.0, 15.0)) == 30
