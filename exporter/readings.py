@@ -10,8 +10,8 @@ Units follow the metric names: ``*_bytes``, ``*_ratio`` (0..1), ``*_timestamp``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -76,6 +76,29 @@ class GpuPoll:
     # permission, not supported): ``processes`` holds nothing of them, which must
     # not be read as "runs nothing"
     process_list_failures: tuple[str, ...] = ()
+
+
+def unread_poll(
+    devices: Iterable[DeviceReading],
+    failures: Iterable[DeviceFailure],
+    driver_version: str = "",
+) -> GpuPoll:
+    """A poll that could not read ``devices``: each kept as last read (index, UUID,
+    model, MIG instance with its ``MIG-…`` ids and slots, memory size) with its
+    utilisation and memory used unknown and its process list marked unknown
+    (``process_list_failures``), beside the ``failures`` that say why.
+
+    Kept, the devices keep their series and their holders' rows: a MIG instance's
+    holder is matched by its ``MIG-…`` or ``<i>:<j>`` id, which no ``DeviceFailure``
+    carries. Marked unlisted, attribution does not take "no process" for "idle".
+    """
+    unread = tuple(replace(d, utilization_ratio=None, memory_used_bytes=None) for d in devices)
+    return GpuPoll(
+        devices=unread,
+        failures=tuple(failures),
+        driver_version=driver_version,
+        process_list_failures=tuple(sorted({d.uuid for d in unread})),
+    )
 
 
 @dataclass(frozen=True, slots=True)

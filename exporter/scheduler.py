@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpu_eta.exporter.attribution import attribute as attribute_rows
@@ -60,6 +60,7 @@ from gpu_eta.exporter.readings import (
     PodGpuRow,
     PodMeta,
     Progress,
+    unread_poll,
 )
 from gpu_eta.exporter.snapshot import Snapshot, SnapshotHolder
 
@@ -431,9 +432,9 @@ class Scheduler:
                 finished = finished_pods(pods, outside)
             try:
                 pod_gpus = self._attribute(gpu, allocations, pods, containers, finished)
-                # not while the gpu collector fails: its devices are unread, and a MIG
-                # instance's id names no unread device (an alert would blame the plugin);
-                # the last count stands then
+                # not while the gpu collector fails: nothing was read this cycle
+                # (``_unread`` has the last good poll's devices, none before the
+                # first); the last count stands then
                 if src.allocations is not None and gpu_ok:
                     self._last_unresolved = self._count_unresolved(gpu, allocations, finished)
             except Exception as err:  # pure code should not raise; never lose the cycle
@@ -614,15 +615,7 @@ def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
         DeviceFailure(index, uuid, reason, tracker.last_error[:200])
         for index, uuid in sorted(known, key=lambda key: (key[0], key[1] or ""))
     )
-    devices = tuple(
-        replace(d, utilization_ratio=None, memory_used_bytes=None) for d in last.devices
-    )
-    return GpuPoll(
-        devices=devices,
-        failures=failures,
-        driver_version=last.driver_version,
-        process_list_failures=tuple(sorted({d.uuid for d in devices})),
-    )
+    return unread_poll(last.devices, failures, last.driver_version)
 
 
 def _counts(source: Counting | None) -> Mapping[str, int]:

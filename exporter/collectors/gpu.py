@@ -18,7 +18,9 @@ exporter): when an NVML call says the driver is gone (not loaded, library not
 found, uninitialised), the source shuts NVML down at once — so it holds
 nothing that keeps the kernel module from unloading — and reports every device it
 knew as unread (``DeviceFailure`` reason ``driver_not_loaded``:
-``gpu_eta_gpu_read_success`` 0). Each later poll tries ``nvmlInit`` again and
+``gpu_eta_gpu_read_success`` 0), kept as last read with its MIG instances
+(``unread_poll``), as a failing device is: a MIG holder's ``MIG-…`` or ``<i>:<j>``
+id names no whole GPU, so without them its row went and it counted unresolved. Each later poll tries ``nvmlInit`` again and
 reads normally once it succeeds. With no device known yet (no driver at start) a
 poll raises ``CollectorError`` (``gpu_eta_exporter_collector_success{collector="gpu"}``
 0) instead of exiting, and ``/healthz`` stays up: a clean wait, not a crash loop.
@@ -46,7 +48,13 @@ from typing import Any, TypeVar
 
 from gpu_eta.exporter.collectors import CollectorError, ExporterError, StartupError
 from gpu_eta.exporter.collectors.registry import BuildContext, Collector, register
-from gpu_eta.exporter.readings import DeviceFailure, DeviceReading, GpuPoll, ProcessSample
+from gpu_eta.exporter.readings import (
+    DeviceFailure,
+    DeviceReading,
+    GpuPoll,
+    ProcessSample,
+    unread_poll,
+)
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -141,9 +149,11 @@ class NvmlGpuSource:
         self._mismatch_polls = 0
         self._restart_reason: str | None = None
         self._initialised = False
-        # (index, UUID) of every device read since the driver last came up: reported
-        # as unread while the driver is away
+        # (index, UUID) of every device read since the driver last came up, and by
+        # UUID its last readings (a MIG GPU's: one per instance): reported unread
+        # while the driver is away or the device fails (``_unread_devices``)
         self._known: dict[int, str] = {}
+        self._last_read: dict[str, tuple[DeviceReading, ...]] = {}
         self._driver_gone_codes = _codes_of(nvml, _DRIVER_GONE)
         self._lock = threading.Lock()
         # per device UUID: newest process-utilisation sample timestamp (µs) seen
@@ -273,14 +283,16 @@ class NvmlGpuSource:
             log.error("%s: /healthz fails so that the container is restarted", self._restart_reason)
 
     def _away(self, detail: str) -> GpuPoll:
-        """The poll while the driver is away: every known device unread."""
+        """The poll while the driver is away: every known device unread, kept as last
+        read (``unread_poll``) so that its MIG instances' holders keep their rows."""
         if not self._known:
             raise CollectorError(f"{NO_NVML_MESSAGE}: waiting for the driver ({detail})")
         failures = tuple(
             DeviceFailure(index, uuid, DRIVER_GONE_REASON, detail[:200])
             for index, uuid in sorted(self._known.items())
         )
-        return GpuPoll(devices=(), processes=(), failures=failures)
+        last = [d for _, uuid in sorted(self._known.items()) for d in self._last_read.get(uuid, ())]
+        return unread_poll(last, failures)
 
     def reason(self, err: BaseException) -> str:
         """Short reason label of an NVML error (``gpu_lost``, ``not_supported``...)."""
@@ -302,6 +314,7 @@ class NvmlGpuSource:
                     return self._away(str(err.__cause__ or err))
                 log.warning("NVIDIA driver loaded: NVML initialised, reading GPUs again")
                 self._known.clear()
+                self._last_read.clear()
                 self._last_seen.clear()
             try:
                 count = int(nv.nvmlDeviceGetCount())
@@ -331,8 +344,14 @@ class NvmlGpuSource:
                     # before, so its series (and the DCGM join, its holders' rows) stay.
                     uuid = uuid or self._known.get(i)
                     failures.append(DeviceFailure(i, uuid, self.reason(err), str(err)[:200]))
+                    # kept as last read, MIG instances too: a holder's MIG-… or <i>:<j>
+                    # id names no failing GPU
+                    kept = unread_poll(self._last_read.get(uuid, ()) if uuid else (), ())
+                    devices.extend(kept.devices)
+                    unlisted.extend(kept.process_list_failures)
                     continue
                 self._known[i] = uuid
+                self._last_read[uuid] = tuple(devs)
                 devices.extend(devs)
                 if procs is None:
                     unlisted.append(uuid)

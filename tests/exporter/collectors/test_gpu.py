@@ -339,7 +339,11 @@ def test_handle_failure_keeps_the_uuid_read_before() -> None:
     assert [(f.index, f.uuid) for f in source.poll().failures] == [(0, None)]
     lost.errors["nvmlDeviceGetHandleByIndex"] = real.NVML_ERROR_GPU_IS_LOST
     poll = source.poll()
-    assert poll.devices == ()
+    # kept as last read, its use unknown
+    assert [(d.uuid, d.utilization_ratio, d.memory_used_bytes) for d in poll.devices] == [
+        (lost.uuid, None, None)
+    ]
+    assert poll.process_list_failures == (lost.uuid,)
     assert [(f.index, f.uuid, f.reason) for f in poll.failures] == [
         (0, None, "gpu_lost"),
         (1, lost.uuid, "gpu_lost"),
@@ -349,6 +353,36 @@ def test_handle_failure_keeps_the_uuid_read_before() -> None:
     assert [(r.uuid, r.pod, r.allocated, r.utilization_ratio) for r in rows] == [
         (lost.uuid, "train", True, None)
     ]
+
+
+def test_a_lost_mig_gpu_keeps_its_instances_unread() -> None:
+    """A MIG GPU failing at its handle: its instances (the ``MIG-…`` and ``<i>:<j>``
+    ids its holders were allocated) stay as last read, use unknown, so the holders
+    keep their rows and are not unresolved; a whole GPU beside it reads on."""
+    mig = _mig_3g(b"NVIDIA A100 MIG 3g.20gb")
+    parent = _a100_mig(name=b"NVIDIA A100", migs={2: mig})
+    source = NvmlGpuSource(fake_nvml([parent, _gpu(1, util=20)], mig_monitor=False))
+    assert [d.gpu_instance_id for d in source.poll().devices] == [1, None]
+    parent.errors["nvmlDeviceGetHandleByIndex"] = real.NVML_ERROR_GPU_IS_LOST
+    poll = source.poll()
+    assert [(f.index, f.uuid, f.reason) for f in poll.failures] == [(0, parent.uuid, "gpu_lost")]
+    assert [
+        (d.uuid, d.gpu_instance_id, d.mig_uuids, d.utilization_ratio, d.memory_used_bytes)
+        for d in poll.devices
+    ] == [(parent.uuid, 1, (mig.uuid,), None, None), (_gpu(1).uuid, None, (), 0.2, 0)]
+    assert poll.devices[0].memory_total_bytes == 20 * GIB
+    assert poll.process_list_failures == (parent.uuid,)
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/mig-3g.20gb", mig.uuid),
+        Allocation("ml", "b", "main", "nvidia.com/mig-3g.20gb", "0:2"),
+    ]
+    pods = [PodMeta("ml", "a", "u-a"), PodMeta("ml", "b", "u-b")]
+    rows = attribute(poll, allocs, pods, containers={})
+    assert [(r.pod, r.gpu_instance_id, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("a", 1, None, None),
+        ("b", 1, None, None),
+    ]
+    assert unresolved_allocations(poll, allocs) == ()
 
 
 def test_process_list_failure_keeps_the_device() -> None:
@@ -561,7 +595,8 @@ def test_a_refused_mig_aggregate_is_asked_again_after_nvml_is_initialised_again(
     source.open()
     source.poll()
     parent.errors["nvmlDeviceGetUUID"] = real.NVML_ERROR_DRIVER_NOT_LOADED
-    assert source.poll().devices == () and not source.driver_loaded
+    away = source.poll()
+    assert away.processes == () and away.failures and not source.driver_loaded
     del parent.errors["nvmlDeviceGetUUID"]
     for _ in range(2):
         assert [p.pid for p in source.poll().processes] == [31]

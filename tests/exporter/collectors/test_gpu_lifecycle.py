@@ -39,8 +39,9 @@ U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"
 
 
-def driver_fake(loaded: bool) -> types.ModuleType:
-    """fake_nvml with a driver that can be unloaded and loaded again, and upgraded.
+def driver_fake(loaded: bool, devices: list[Dev] | None = None) -> types.ModuleType:
+    """fake_nvml with a driver that can be unloaded and loaded again, and upgraded;
+    over ``devices``, two T4s (``U0`` at 40 %, ``U1``) unless given.
 
     ``nvmlInit`` fails with DRIVER_NOT_LOADED while it is away and counts
     references otherwise (like libnvidia-ml); every other call fails with
@@ -56,7 +57,9 @@ def driver_fake(loaded: bool) -> types.ModuleType:
     a driver upgrade (NVIDIA/nvidia-docker#365: "relaunch the containers after a
     driver upgrade").
     """
-    mod = fake_nvml([Dev(U0, b"Tesla T4", index=0, util=40), Dev(U1, b"Tesla T4", index=1)])
+    if devices is None:
+        devices = [Dev(U0, b"Tesla T4", index=0, util=40), Dev(U1, b"Tesla T4", index=1)]
+    mod = fake_nvml(devices, mig_monitor=False)
     mod.driver = {"loaded": loaded, "refs": 0, "version": "550.54.15"}  # type: ignore[attr-defined]
     state = mod.driver
     library_version = state["version"]
@@ -142,12 +145,19 @@ def test_driver_absent_then_loaded_then_gone_then_back() -> None:
     # 3. the driver goes away (upgrade): released at once, every device unread
     nv.driver["loaded"] = False
     poll = source.poll()
-    assert poll.devices == () and {f.reason for f in poll.failures} == {DRIVER_GONE_REASON}
+    assert {f.reason for f in poll.failures} == {DRIVER_GONE_REASON}
+    # kept as last read (their holders keep their rows), nothing measured
+    assert [(d.uuid, d.utilization_ratio, d.memory_used_bytes) for d in poll.devices] == [
+        (U0, None, None),
+        (U1, None, None),
+    ]
+    assert poll.processes == () and poll.process_list_failures == (U0, U1)
     assert nv.driver["refs"] == 0 and not source.driver_loaded
     snap = sched.collect_once()
     assert _collector_ok(snap)
     assert _read_success(snap) == {U0: 0.0, U1: 0.0}
-    assert snap.devices == ()
+    assert {d.uuid for d in snap.devices} == {U0, U1}
+    assert {d.utilization_ratio for d in snap.devices} == {None}
     calls_before = nv.calls.count("nvmlInit")
     sched.collect_once()  # still away: tries again, holds nothing
     assert nv.calls.count("nvmlInit") == calls_before + 1 and nv.driver["refs"] == 0
@@ -163,6 +173,54 @@ def test_driver_absent_then_loaded_then_gone_then_back() -> None:
     source.close()
     source.close()
     assert nv.driver["refs"] == 0
+
+
+def test_mig_holders_keep_their_rows_while_the_driver_is_away() -> None:
+    """The MIG manager or a driver upgrade unloads the driver under a MIG node: the
+    holders of its instances, named by ``MIG-…`` and ``<i>:<j>`` ids that no whole
+    GPU answers, keep their allocated rows with their use unknown, and are not
+    counted unresolved (an alert would blame the device plugin)."""
+    mig_a = Dev("MIG-aaaaaaaa-0000-0000-0000-000000000000", "NVIDIA A100 MIG 3g.20gb")
+    mig_a.gpu_instance_id, mig_a.used = 1, 4 * 2**30
+    mig_b = Dev("MIG-bbbbbbbb-0000-0000-0000-000000000000", "NVIDIA A100 MIG 3g.20gb")
+    mig_b.gpu_instance_id = 2
+    parent = Dev(U0, "NVIDIA A100", mig_mode=real.NVML_DEVICE_MIG_ENABLE)
+    parent.migs = {0: mig_a, 1: mig_b}
+    nv = driver_fake(loaded=True, devices=[parent])
+    source = NvmlGpuSource(nv, wait_for_driver=True)
+    source.open()
+    allocations = (
+        Allocation("ml", "a", "main", "nvidia.com/mig-3g.20gb", mig_a.uuid),
+        Allocation("ml", "b", "main", "nvidia.com/mig-3g.20gb", "0:1"),
+    )
+    sched = Scheduler(
+        "n",
+        Sources(gpu=source, allocations=types.SimpleNamespace(poll=lambda: allocations)),
+        SnapshotHolder(Snapshot(node="n", timestamp=0)),
+        timeout_seconds=5,
+    )
+
+    def rows(snap: Snapshot) -> list[tuple[str, int | None, bool, int | None]]:
+        return [(r.pod, r.gpu_instance_id, r.allocated, r.memory_used_bytes) for r in snap.pod_gpus]
+
+    snap = sched.collect_once()
+    assert rows(snap) == [("a", 1, True, 4 * 2**30), ("b", 2, True, 0)]
+    assert snap.unresolved_allocations == 0
+
+    nv.driver["loaded"] = False
+    for _ in range(2):  # the poll that finds it gone, and one while it stays away
+        snap = sched.collect_once()
+        assert _collector_ok(snap) and _read_success(snap) == {U0: 0.0}
+        assert {f.reason for f in snap.failures} == {DRIVER_GONE_REASON}
+        assert rows(snap) == [("a", 1, True, None), ("b", 2, True, None)]
+        assert snap.unresolved_allocations == 0
+        text = encode_text(render(snap, age_seconds=0.0)).decode()
+        assert "gpu_eta_gpu_memory_used_bytes{" not in text
+
+    nv.driver["loaded"] = True
+    snap = sched.collect_once()
+    assert _read_success(snap) == {U0: 1.0}
+    assert rows(snap) == [("a", 1, True, 4 * 2**30), ("b", 2, True, 0)]
 
 
 def test_real_exporter_without_a_driver_waits_instead_of_exiting(tmp_path) -> None:
