@@ -302,7 +302,10 @@ def attribute(
       Processes in no known container are dropped: they are not a pod's.
     - Utilisation is the sum of the container's processes' samples clamped to
       0..1, memory the sum of theirs; a container with processes but no samples
-      of a kind gets None.
+      of a kind gets None — unless it is the device's only holder and every
+      process listed on the device is its own: then that kind is the device's
+      reading (a whole GPU's utilisation, any device's memory), so finding its
+      process never gives it less than not finding it would.
     - An allocated container with no attributed process gets 0.0 and 0 only when
       the device's process data is complete (``_complete``): then it really holds
       the device and runs nothing on it. Otherwise the process split is unknown:
@@ -374,19 +377,26 @@ def attribute(
         slot = by_key[key]
         utilization: float | None
         memory: int | None
+        sole = holders[key] == 1 and key in devices.readings
         if acc.n_processes > 0:
-            utilization = None if acc.utilization is None else min(max(acc.utilization, 0.0), 1.0)
+            utilization = _ratio(acc.utilization)
             memory = acc.memory
+            if sole and key not in unplaced:
+                # every process on the device is this container's: what their samples
+                # leave unknown (per-process utilisation not supported, a garbage
+                # sample, no memory figure) is the device's reading, as without any
+                # process data; not a MIG instance's utilisation (NVML measures none)
+                reading = devices.readings[key]
+                if utilization is None and reading.gpu_instance_id is None:
+                    utilization = _ratio(reading.utilization_ratio)
+                if memory is None:
+                    memory = _bytes(reading.memory_used_bytes)
         elif _complete(key, containers, devices, sampled, unplaced):
             utilization, memory = 0.0, 0
-        elif holders[key] == 1 and key in devices.readings:
+        elif sole:
             reading = devices.readings[key]
-            util = _finite(reading.utilization_ratio)
-            utilization = None if util is None else min(max(util, 0.0), 1.0)
-            mem = reading.memory_used_bytes
-            memory = (
-                mem if isinstance(mem, int) and not isinstance(mem, bool) and mem >= 0 else None
-            )
+            utilization = _ratio(reading.utilization_ratio)
+            memory = _bytes(reading.memory_used_bytes)
         elif (
             key in devices.readings
             and devices.readings[key].gpu_instance_id is None
@@ -424,6 +434,18 @@ def attribute(
         )
     )
     return tuple(out)
+
+
+def _ratio(value: float | None) -> float | None:
+    """A utilisation clamped to 0..1; None when unknown or not a finite number."""
+    util = _finite(value)
+    return None if util is None else min(max(util, 0.0), 1.0)
+
+
+def _bytes(value: int | None) -> int | None:
+    """A memory figure; None when unknown or not a non-negative int."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else None
 
 
 def _complete(

@@ -153,13 +153,20 @@ def test_utilisation_is_clamped_and_missing_samples_stay_unknown() -> None:
             ProcessSample(4, U1, None, None, float("nan")),
         ),
     )
-    allocs = [Allocation("ml", "a", "main", "nvidia.com/gpu", U0)]
-    rows = attribute(
-        gpu, allocs, [pod("a", 1), pod("b", 2)], {1: ref(1), 2: ref(1), 3: ref(2), 4: ref(2)}
-    )
+    # both GPUs shared (d and c run nothing): a sample missing is not the device's
+    # figure (a sole holder's would be: test_a_sole_holders_unknown_process_samples_…)
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/gpu.shared", f"{U0}::0"),
+        Allocation("ml", "d", "main", "nvidia.com/gpu.shared", f"{U0}::1"),
+        Allocation("ml", "c", "main", "nvidia.com/gpu.shared", f"{U1}::0"),
+    ]
+    pods = [pod("a", 1), pod("b", 2), pod("c", 3), pod("d", 4)]
+    rows = attribute(gpu, allocs, pods, {1: ref(1), 2: ref(1), 3: ref(2), 4: ref(2)})
     assert [(r.pod, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
         ("a", 1.0, None),
+        ("d", 0.0, 0),
         ("b", None, 4),
+        ("c", 0.0, 0),
     ]
 
 
@@ -465,6 +472,48 @@ def test_a_pid_no_cgroup_names_makes_the_idle_sharers_unknown() -> None:
     # the same with every pid resolved: c genuinely runs nothing on GPU 1
     rows = attribute(gpu, allocs, pods, {21: ref(2), 22: ref(2), 11: ref(1)})
     assert _use(rows) == [("a", 0.8, 9 * GIB), ("b", 0.65, 5 * GIB), ("c", 0.0, 0)]
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        ProcessSample(11, U0, None, 9 * GIB, None),  # NOT_SUPPORTED, or a garbage sample
+        ProcessSample(11, U0, None, None, 0.5),  # memory not available
+    ],
+)
+def test_a_sole_holders_unknown_process_samples_are_the_devices(sample: ProcessSample) -> None:
+    """The only holder of a whole GPU, every process on it placed in its container:
+    what its samples leave unknown is the device's reading (its use IS the device's),
+    as when its process is not found at all; a sharer's stays unknown."""
+    gpu, allocs, pods = _holders_of_two_gpus()
+    shared = ProcessSample(21, U1, None, None, None)  # pod b's, on the time-sliced GPU
+    gpu = GpuPoll(devices=gpu.devices, processes=(sample, shared))
+    rows = attribute(gpu, allocs, pods, {11: ref(1), 21: ref(2)})
+    sole_util = 0.8 if sample.utilization_ratio is None else sample.utilization_ratio
+    sole_mem = 9 * GIB
+    # b shares GPU 1 with c (who runs nothing there: every process is placed)
+    assert _use(rows) == [("a", sole_util, sole_mem), ("b", None, None), ("c", 0.0, 0)]
+    # no process data at all: the same figures for a (and none for b, c)
+    assert _use(attribute(gpu, allocs, pods, None))[0] == ("a", 0.8, 9 * GIB)
+
+
+def test_a_sole_holder_beside_an_unplaced_process_keeps_its_unknowns() -> None:
+    """A process on the device no cgroup names may be anyone's: the device's reading is
+    not the holder's alone."""
+    gpu, allocs, pods = _holders_of_two_gpus()
+    procs = (ProcessSample(11, U0, None, None, None), ProcessSample(12, U0, None, GIB, 0.1))
+    rows = attribute(GpuPoll(devices=gpu.devices, processes=procs), allocs, pods, {11: ref(1)})
+    assert _use(rows)[0] == ("a", None, None)
+
+
+def test_a_sole_mig_holders_unknown_utilisation_stays_unknown() -> None:
+    """NVML measures no MIG instance's utilisation (a 0 there is a driver's stand-in):
+    only the instance's memory stands in for the holder's unknown memory."""
+    mig = dev(1, U1, util=0.0, mem=3 * GIB, gpu_instance_id=7, mig_uuids=(MIG1,))
+    allocs = [Allocation("ml", "b", "main", "nvidia.com/mig-1g.10gb", MIG1)]
+    gpu = GpuPoll(devices=(mig,), processes=(ProcessSample(21, U1, 7, None, None),))
+    rows = attribute(gpu, allocs, [pod("b", 2)], {21: ref(2)})
+    assert _use(rows) == [("b", None, 3 * GIB)]
 
 
 def test_failing_device_gives_its_holder_no_use_at_all() -> None:

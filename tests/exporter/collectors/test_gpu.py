@@ -460,6 +460,38 @@ def test_process_utilisation_not_supported_is_unknown_not_zero() -> None:
     assert poll.processes[0].utilization_ratio is None
 
 
+@pytest.mark.parametrize(
+    ("errors", "samples"),
+    [
+        ({"nvmlDeviceGetProcessUtilization": real.NVML_ERROR_NOT_SUPPORTED}, []),
+        ({}, [(4242, 10**15, 37100)]),  # only a garbage sample this poll (nvtop#110)
+    ],
+)
+def test_a_sole_holder_found_by_its_process_gets_the_device_utilisation(
+    errors: dict[str, int], samples: list[tuple[int, ...]]
+) -> None:
+    """Its process's share unknown this poll, the only holder of a whole GPU whose
+    process is placed gets the device's 85 %, as it would with its process unplaced;
+    two holders' split stays unknown."""
+    dev = _gpu(
+        0, util=85, used=10 * GIB, procs=[(4242, 10 * GIB, 0)], errors=errors, samples=samples
+    )
+    poll = NvmlGpuSource(fake_nvml([dev]), clock=lambda: 1.7e9).poll()
+    assert poll.processes[0].utilization_ratio is None
+    pods = [PodMeta("ml", "train", "u", container_ids={"main": "c1"}), PodMeta("ml", "nb", "v")]
+    sole = [Allocation("ml", "train", "main", "nvidia.com/gpu", dev.uuid)]
+    found = {4242: ContainerRef("c1")}
+    for containers in (found, None):
+        (row,) = attribute(poll, sole, pods, containers)
+        assert (row.utilization_ratio, row.memory_used_bytes) == (0.85, 10 * GIB)
+    shared = [
+        Allocation("ml", "train", "main", "nvidia.com/gpu.shared", f"{dev.uuid}::0"),
+        Allocation("ml", "nb", "main", "nvidia.com/gpu.shared", f"{dev.uuid}::1"),
+    ]
+    rows = attribute(poll, shared, pods, found)
+    assert [(r.pod, r.utilization_ratio) for r in rows] == [("nb", 0.0), ("train", None)]
+
+
 def test_mig_instances_become_devices() -> None:
     mig_a = _mig_3g(b"NVIDIA A100-SXM4-40GB MIG 3g.20gb")
     mig_b = Dev(
