@@ -263,10 +263,15 @@ def pod_meta_from_object(obj: Any) -> PodMeta:
             if not isinstance(entry, dict):
                 continue
             state = entry.get("state")
-            if isinstance(state, dict) and "terminated" in state:
-                # A finished container (every completed init container) has no
-                # processes and no cgroup: listing it made host memory search all
-                # of /proc for it on every cycle.
+            if not isinstance(state, dict) or "running" not in state:
+                # Only a running container has processes and a cgroup. A finished
+                # one (every completed init container) has neither, nor has one
+                # waiting to start again (CrashLoopBackOff), whose status keeps the
+                # dead container's id; no state is the API's default, waiting.
+                # Listed, each made host memory search all of /proc for it on
+                # every cycle. The processes of a container started again run
+                # under a new id the status gives once it runs; attribution finds
+                # them by pod uid until then.
                 continue
             cname = _str(entry.get("name"), 63)
             cid = _strip_runtime(entry.get("containerID"))

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gpu_eta.exporter.collectors import CollectorError
+from gpu_eta.exporter.collectors import CollectorError, hostmemory
 from gpu_eta.exporter.collectors.hostmemory import (
     CgroupHostMemory,
     parse_memory_stat,
     working_set_bytes,
 )
+from gpu_eta.exporter.collectors.kube import pod_meta_from_object
 from gpu_eta.exporter.readings import HostMemory, PodMeta
+from tests.support.kubeapi import make_pod
 
 CGROUP = Path(__file__).resolve().parents[2] / "fixtures" / "cgroup"
 META = json.loads((CGROUP / "expected.json").read_text())
@@ -109,6 +111,40 @@ def test_a_removed_cgroup_leaves_the_cache(tmp_path: Path) -> None:
     scope = next(tree.rglob(f"cri-containerd-{META['cid']['1']}.scope"))
     shutil.rmtree(scope)
     assert source.poll([pod_for(1)]) == ()
+
+
+def test_a_crash_looping_container_does_not_scan_proc_every_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container in CrashLoopBackOff has no cgroup: its pod, as the pod watch makes
+    it, must not send host memory through every /proc/<pid>/cgroup each cycle."""
+    dead = "containerd://" + "a" * 64
+    pod = make_pod("train", uid="u-train", containers={"main": dead})
+    pod["status"]["containerStatuses"][0].update(
+        restartCount=4,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={"terminated": {"exitCode": 1, "containerID": dead}},
+    )
+    meta = pod_meta_from_object(pod)
+    cgroupfs = tmp_path / "cg"
+    cgroupfs.mkdir()
+    (cgroupfs / "cgroup.controllers").write_text("")
+    n_pids = 200
+    for pid in range(1, n_pids + 1):
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "cgroup").write_text("0::/system.slice/foo.service\n")
+    reads: list[str] = []
+    read_small = hostmemory._read_small
+
+    def counting(path: str, limit: int = hostmemory.MAX_STAT_FILE_BYTES) -> str:
+        reads.append(path)
+        return read_small(path, limit)
+
+    monkeypatch.setattr(hostmemory, "_read_small", counting)
+    source = CgroupHostMemory(str(cgroupfs), str(tmp_path / "proc"))
+    for _ in range(3):
+        assert source.poll([meta]) == ()
+    assert len([r for r in reads if r.endswith("/cgroup")]) <= n_pids  # one scan at most
 
 
 def test_no_cgroup_root_is_a_collector_error(tmp_path: Path) -> None:

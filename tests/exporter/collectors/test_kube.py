@@ -937,6 +937,35 @@ def test_finished_containers_are_not_listed() -> None:
     assert dict(pod_meta_from_object(pod).container_ids) == {"main": "ab" * 32}
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"waiting": {"reason": "CrashLoopBackOff"}},
+        {"waiting": {"reason": "ContainerCreating"}},
+        {},  # the API's default: waiting
+    ],
+)
+def test_only_running_containers_are_listed(state: dict) -> None:
+    """A container waiting to start again (CrashLoopBackOff) keeps the dead container's
+    id in its status: it has no process and no cgroup either, and listing it made
+    host memory scan all of /proc for it on every cycle."""
+    pod = make_pod("train-x", uid="u-x", containers={"main": "containerd://" + "ab" * 32})
+    dead = "containerd://" + "cd" * 32
+    pod["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
+    pod["status"]["containerStatuses"].append(
+        {
+            "name": "sidecar",
+            "containerID": dead,
+            "restartCount": 4,
+            "state": state,
+            "lastState": {"terminated": {"exitCode": 1, "containerID": dead}},
+        }
+    )
+    meta = pod_meta_from_object(pod)
+    assert dict(meta.container_ids) == {"main": "ab" * 32}
+    assert meta.containers == ("main", "sidecar")  # still a name progress may give
+
+
 # --- Job-level deadlines (REVIEW2 item 9) --------------------------------------------
 
 JOB_UID = "99999999-0000-4000-8000-000000000000"  # make_pod's default owner reference
