@@ -19,6 +19,7 @@ from gpu_eta.forecaster.queue_replay import (
     PREDICTED,
     REQUEST_SIZES,
     SCHEDULED,
+    Holder,
     ReplayError,
     Request,
     StartCalibrator,
@@ -112,8 +113,9 @@ def predict(
     """The queue's predicted starts: running jobs end as forecast, then the replay runs.
 
     ``job_ends``: (namespace, pod) → the latest P10/P50/P90 completion timestamps of
-    its runs. ``durations``: finished runs' durations (seconds), drawn for pods
-    without a forecast and for pods once they start.
+    its runs (``holder_ends`` gives them to the holders). ``durations``: finished
+    runs' durations (seconds), drawn for pods without a forecast, for pods that
+    outlive their run (``Holder.ends_with_run``) and for pods once they start.
 
     Only the first ``settings.max_pods`` pending pods (queue order) are replayed, which
     bounds a cycle's work; while more are pending no request made now is predicted. A
@@ -123,7 +125,7 @@ def predict(
     Replaying them anyway would make the bound no bound (a controller gone wrong can
     leave thousands of pods pending).
     """
-    holders = tuple(replace(h, ends=job_ends.get((h.namespace, h.pod))) for h in queue.holders)
+    holders = holder_ends(queue.holders, job_ends)
     ordered = sorted(queue.pending, key=queue_key)
     kept = ordered[: settings.max_pods]
     requests = (
@@ -176,6 +178,42 @@ def predict(
         selectors_checked=queue.selectors_checked,
         created_missing=queue.created_missing,
     )
+
+
+def holder_ends(
+    holders: Sequence[Holder], job_ends: Mapping[tuple[str, str], tuple[float, float, float]]
+) -> tuple[Holder, ...]:
+    """``holders`` with their runs' forecasts (``job_ends``: (namespace, pod) → P10/P50/
+    P90 end timestamps); a holder without one takes the latest forecast of the pods of
+    its owner (``Holder.owner``, same namespace), quantile by quantile.
+
+    Why: in a distributed job only rank 0 reports progress, so a worker has no forecast
+    of its own and its end was drawn from the history, where a worker older than every
+    recorded run never frees, though it ends with its job as rank 0 does. ``owner`` is
+    set only for kinds whose pods end with their run (a Job's, a training operator's):
+    the replicas of a Deployment are not one run.
+    """
+    by_owner: dict[tuple[str, str, str], tuple[float, float, float]] = {}
+    for h in holders:
+        ends = job_ends.get((h.namespace, h.pod))
+        if h.owner is not None and ends is not None:
+            key = (h.namespace, *h.owner)
+            prev = by_owner.get(key)
+            by_owner[key] = ends if prev is None else _later(prev, ends)
+    out = []
+    for h in holders:
+        ends = job_ends.get((h.namespace, h.pod))
+        if ends is None and h.owner is not None:
+            ends = by_owner.get((h.namespace, *h.owner))
+        out.append(replace(h, ends=ends))
+    return tuple(out)
+
+
+def _later(
+    a: tuple[float, float, float], b: tuple[float, float, float]
+) -> tuple[float, float, float]:
+    """The later of two P10/P50/P90 end forecasts, quantile by quantile."""
+    return (max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2]))
 
 
 # ``gpu_eta_forecaster_job_errors_total{reason}`` values for the queue's pods left
@@ -300,9 +338,7 @@ def job_end_times(
     out: dict[tuple[str, str], tuple[float, float, float]] = {}
     for ns, pod, ends in jobs:
         prev = out.get((ns, pod))
-        out[(ns, pod)] = (
-            ends if prev is None else tuple(max(a, b) for a, b in zip(prev, ends, strict=True))
-        )  # type: ignore[assignment]
+        out[(ns, pod)] = ends if prev is None else _later(prev, ends)
     return out
 
 

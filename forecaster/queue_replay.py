@@ -12,7 +12,8 @@ How (a Monte Carlo replay, ``n_samples`` times):
    (the quantile function interpolated between them, extended linearly past them),
    else from the history of finished runs' durations, conditioned on having already
    run ``now - started`` (a holder that has outlived every recorded run holds its
-   GPUs past the horizon).
+   GPUs past the horizon). A pod that outlives its run (``Holder.ends_with_run``
+   False: a notebook server) ends at the later of the two.
 2. Pending pods are taken in the scheduler's order (priority, then creation time).
    At ``now`` and then at every moment GPUs free up, each pod still waiting is tried
    in that order and starts on the first node that has enough free units of its
@@ -227,6 +228,14 @@ class Holder:
     whatever its run's forecast says. ``uid``: the pod's Kubernetes UID ("" when not
     read), which tells a pod recreated under the same name from the one predicted
     while it waited (``pending.StartTracker``).
+
+    ``ends_with_run``: whether the pod ends when its run does (a Job's, a training
+    operator's pod: True), or outlives it (a notebook server, a Deployment's pod:
+    False; it frees no earlier than its run's end, then as a holder without a
+    forecast does), or None when not known (taken as True). ``owner``: its owner's
+    (kind, name) when it is a run-ending kind (``kube_state.RUN_OWNER_KINDS``), by
+    which a pod without a forecast of its own (a distributed job's worker) takes the
+    forecast of another pod of the same owner (``pending.holder_ends``).
     """
 
     namespace: str
@@ -239,6 +248,8 @@ class Holder:
     shared: bool = False  # holds replicas of a time-sliced device
     deletion_timestamp: float | None = None
     uid: str = ""
+    ends_with_run: bool | None = None
+    owner: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -1001,10 +1012,12 @@ def _running_now(
             continue
         pool = (h.resource, h.shared)
         free[k][pool] = free[k].get(pool, 0) - h.units
+        age = max(0.0, now - h.started) if h.started is not None else 0.0
         if h.ends is not None:
             end = quantile_draw(h.ends, rng.random())
+            if h.ends_with_run is False:  # a notebook server: it outlives its run
+                end = max(end, now + hist.draw(rng, age) - age)
         else:
-            age = max(0.0, now - h.started) if h.started is not None else 0.0
             end = now + hist.draw(rng, age) - age
         if h.deletion_timestamp is not None:  # being deleted: gone by then at the latest
             end = min(end, h.deletion_timestamp)

@@ -5,7 +5,13 @@ from __future__ import annotations
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.pending import PendingSettings, describe, predict
 from gpu_eta.forecaster.publish import pending_families
-from gpu_eta.forecaster.queue_replay import Holder, Node, PendingPod
+from gpu_eta.forecaster.queue_replay import (
+    BEYOND_HORIZON,
+    PREDICTED,
+    Holder,
+    Node,
+    PendingPod,
+)
 
 G = "nvidia_com_gpu"
 NOW = 1_700_000_000.0
@@ -50,3 +56,81 @@ def test_a_pod_created_again_under_its_name_is_published_once_as_the_new_one():
     families = pending_families(result)
     info = [s for f in families for s in f.samples if s.name.endswith("prediction_info")]
     assert [(s.labels["pod"], s.labels["gpus"]) for s in info] == [("worker-0", "8")]
+
+
+DURATIONS = [1800.0, 3600.0, 7200.0]  # finished runs' durations: none past 2 h
+
+
+def notebook_queue(ends_with_run: bool | None) -> ClusterQueue:
+    """One A100, held for 2 h by ``jhub/jupyter-alice``; a 1-GPU pod waits for it."""
+    holder = Holder(
+        "jhub", "jupyter-alice", "n1", G, 1, None, NOW - 7200, ends_with_run=ends_with_run
+    )
+    pending = (PendingPod("ml", "train-0", G, 1, NOW - 300),)
+    return ClusterQueue((Node("n1", {G: 1}, "A100"),), (holder,), pending)
+
+
+def test_a_notebooks_gpus_stay_held_when_the_run_in_its_cell_ends():
+    """A notebook server (a JupyterHub pod, a Kubeflow Notebook's StatefulSet pod) keeps
+    its GPUs after a training run started in a cell ends: its run's forecast (+600 s)
+    is no release time. It is predicted as a holder without a forecast is (its age
+    drawn against the history: 2 h old, past every recorded run, it holds past the
+    horizon), so the prediction does not jump from +600 s to beyond the horizon the
+    moment the run ends. A Job's pod, and a pod whose kind is not known (no
+    ``kube_pod_owner``), still free with their run."""
+    ends = {("jhub", "jupyter-alice"): (NOW + 500, NOW + 600, NOW + 700)}
+    settings = PendingSettings(n_samples=50)
+    (notebook,) = predict(notebook_queue(False), ends, DURATIONS, NOW, settings).pods
+    (after_run,) = predict(notebook_queue(False), {}, DURATIONS, NOW, settings).pods
+    assert notebook.prediction.status == after_run.prediction.status == BEYOND_HORIZON
+    for ends_with_run in (True, None):
+        (job,) = predict(notebook_queue(ends_with_run), ends, DURATIONS, NOW, settings).pods
+        assert job.prediction.status == PREDICTED
+        assert NOW + 500 <= job.prediction.starts[1] <= NOW + 700
+
+
+def test_a_young_notebook_frees_at_the_later_of_its_run_and_the_history():
+    """A notebook 10 min old whose run ends in 10 min, on a cluster whose runs last 2 h:
+    it frees when the history says (+6600 s), not when its run ends; with a 15 min
+    history it frees no earlier than its run's end."""
+    holder = Holder("jhub", "jupyter-bob", "n1", G, 1, None, NOW - 600, ends_with_run=False)
+    queue = ClusterQueue(
+        (Node("n1", {G: 1}, "A100"),), (holder,), (PendingPod("ml", "p", G, 1, NOW - 60),)
+    )
+    ends = {("jhub", "jupyter-bob"): (NOW + 500, NOW + 600, NOW + 700)}
+    settings = PendingSettings(n_samples=50)
+    (pod,) = predict(queue, ends, [7200.0], NOW, settings).pods
+    assert pod.prediction.starts == (NOW + 6600,) * 3
+    (pod,) = predict(queue, ends, [900.0], NOW, settings).pods
+    assert NOW + 500 <= pod.prediction.starts[1] <= NOW + 700
+
+
+def distributed_queue(owner: tuple[str, str] | None, worker_ns: str = "ml") -> ClusterQueue:
+    """A PyTorchJob ``llm`` 5 h old: its master (rank 0, the only pod reporting
+    progress) holds n1's 8 H100s, its worker n2's; two 8-GPU pods wait."""
+    nodes = (Node("n1", {G: 8}, "H100"), Node("n2", {G: 8}, "H100"))
+    holders = (
+        Holder("ml", "llm-master-0", "n1", G, 8, None, NOW - 5 * 3600, owner=owner),
+        Holder(worker_ns, "llm-worker-0", "n2", G, 8, None, NOW - 5 * 3600, owner=owner),
+    )
+    pending = (PendingPod("ml", "a", G, 8, NOW - 600), PendingPod("ml", "b", G, 8, NOW - 300))
+    return ClusterQueue(nodes, holders, pending)
+
+
+def test_a_worker_without_a_forecast_frees_with_its_jobs_forecast():
+    """Only rank 0 reports progress: the worker has no forecast of its own, and its end
+    was drawn from the history, where a pod 5 h old outlives every run (the second
+    pending pod waited for the first to finish on the master's node, +7842 s). It takes the
+    forecast of a pod of the same owner (``kube_pod_owner``: kind and name, same
+    namespace): both pending pods start about +600 s."""
+    ends = {("ml", "llm-master-0"): (NOW + 500, NOW + 600, NOW + 700)}
+    durations = [3600.0, 7200.0, 4 * 3600.0]
+    settings = PendingSettings(n_samples=50)
+    result = predict(distributed_queue(("PyTorchJob", "llm")), ends, durations, NOW, settings)
+    for pod in result.pods:
+        assert pod.prediction.status == PREDICTED
+        assert NOW + 500 <= pod.prediction.starts[1] <= NOW + 700
+    # no owner known, or the same owner name in another namespace: no forecast shared
+    for queue in (distributed_queue(None), distributed_queue(("PyTorchJob", "llm"), "other")):
+        b = predict(queue, ends, durations, NOW, settings).pods[1]
+        assert b.prediction.starts[1] > NOW + 3600
