@@ -65,6 +65,13 @@ docs/metrics/cluster/node-metrics.md upstream):
   a holder; its GPUs free by that time at the latest (``Holder.deletion_timestamp``),
   whatever its run's forecast says. A pod stuck terminating past it (a finalizer, an
   unreachable node) is taken to free its GPUs now.
+- ``kube_pod_owner`` (gauge 1 per owner reference; ``owner_kind, owner_name,
+  owner_is_controller``, each ``<none>`` for a pod without one; a default STABLE pod
+  metric) and ``kube_pod_restart_policy`` (gauge 1, ``type``; also default, but
+  denylisted by OpenShift's KSM and kube-prometheus' ``ksm-lite``), read for every GPU
+  pod: whether a holder frees its GPUs when its run ends, and the job it shares a run
+  with (``_release``, ``Holder.ends_with_run``, ``Holder.owner``). One series more per
+  GPU pod and owner reference, one per GPU pod, in the same query.
 - ``kube_pod_info`` (gauge 1, ``priority_class`` among its labels). KSM exposes the
   class name, not its value: ``--pending.priority-class NAME=VALUE`` maps names to
   values (unknown names count as 0, the default priority).
@@ -272,6 +279,10 @@ POD_META = _tagged(
             f"max by (uid, key, operator, value, effect) (kube_pod_tolerations) "
             f"{_PENDING} {_GPU_PODS}"
         ),
+        # every GPU pod's owners and restart policy: whether a holder ends with its
+        # run, and which holders are one job's (``_release``)
+        "owner": f"max by (uid, owner_kind, owner_name) (kube_pod_owner) {_GPU_PODS}",
+        "restart_policy": f"max by (uid, type) (kube_pod_restart_policy) {_GPU_PODS}",
     },
 )
 # GPU units per node, with the GPU feature discovery labels when KSM exposes them
@@ -407,6 +418,24 @@ QUERIES: Mapping[str, str] = {
     "ksm_arrivals": ARRIVALS,
 }
 
+# owner kinds whose pods end with their run: a Job's (batch, Volcano's), the training
+# operators' (Kubeflow's, the MPI operator's: they own their pods directly), an Argo
+# Workflow's step. ``kube_pod_owner`` names the direct owner: a JobSet's (Kubeflow
+# Trainer's) pods are its Jobs'
+RUN_OWNER_KINDS = frozenset(
+    {
+        "Job",
+        "PyTorchJob",
+        "TFJob",
+        "MPIJob",
+        "XGBoostJob",
+        "PaddleJob",
+        "JAXJob",
+        "MXJob",
+        "Workflow",
+    }
+)
+NO_OWNER = "<none>"  # KSM's owner_kind and owner_name for a pod without an owner
 PRODUCT_LABEL = "label_nvidia_com_gpu_product"
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 SELECTOR_LABEL = "nodeselector_nvidia_com_gpu_product"
@@ -966,6 +995,32 @@ def _arrivals(
     )
 
 
+def _release(
+    owners: Collection[tuple[str, str]], policy: str | None
+) -> tuple[bool | None, tuple[str, str] | None]:
+    """Whether a GPU pod ends with its run, and the owner (kind, name) it shares a
+    run with, from its ``kube_pod_owner`` series (``owners``: (kind, name) each) and its
+    restart policy (None: no ``kube_pod_restart_policy`` series).
+
+    Why: a forecast is a run's end, which frees the GPUs of a Job's pod but not of a
+    notebook server's. A pod owned by a ``RUN_OWNER_KINDS`` kind ends with its run
+    (that owner returned: its other pods end with the same run); one owned by anything
+    else (a StatefulSet: a Kubeflow Notebook; a ReplicaSet: a Deployment) outlives it; a
+    bare pod ends with its run only with ``restartPolicy: Never`` (``kubectl run
+    --restart=Never``), not ``OnFailure`` (KubeSpawner's notebook servers) nor
+    ``Always``, nor an unknown one (OpenShift's KSM and kube-prometheus' ``ksm-lite``
+    denylist ``kube_pod_restart_policy``). No owner series at all: not known (None, a
+    run's end as before: ``kube_pod_owner`` dropped)."""
+    if not owners:
+        return None, None
+    for kind, name in sorted(owners):
+        if kind in RUN_OWNER_KINDS and name:
+            return True, (kind, name)
+    if all(kind in (NO_OWNER, "") for kind, _ in owners):
+        return policy == "Never", None
+    return False, None
+
+
 def gfd_product(model: str) -> str:
     """The ``nvidia.com/gpu.product`` label GPU feature discovery writes for a GPU whose
     NVML name is ``model``: spaces become hyphens, nothing else changes
@@ -1122,6 +1177,13 @@ def parse(
     klass = {
         s.labels.get("uid", ""): s.labels.get("priority_class", "") for s in meta.get("info", ())
     }
+    owners: dict[str, set[tuple[str, str]]] = {}
+    for s in meta.get("owner", ()):
+        owner = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
+        owners.setdefault(s.labels.get("uid", ""), set()).add(owner)
+    policy = {
+        s.labels.get("uid", ""): s.labels.get("type", "") for s in meta.get("restart_policy", ())
+    }
 
     # a pod whose every GPU request is NaN or negative; one with another usable
     # request is placed on that one
@@ -1150,7 +1212,12 @@ def parse(
             shared = res in shared_of.get(node, {})
             gone = deleted.get(uid)
             gone = gone if gone is not None and math.isfinite(gone) else None
-            holders.append(Holder(ns, pod, node, res, units, None, start, shared, gone, uid))
+            ends_with_run, owner = _release(owners.get(uid, ()), policy.get(uid))
+            holders.append(
+                Holder(
+                    ns, pod, node, res, units, None, start, shared, gone, uid, ends_with_run, owner
+                )
+            )
             if ph == "Pending":
                 scheduled.append((ns, pod))
         elif ph == "Pending":

@@ -238,6 +238,14 @@ class Pod:
         return "notebook" if self.kind == "notebook" else "trainer"
 
     @property
+    def owner(self) -> tuple[str, str]:
+        """Its controller's (kind, name): a training pod's Job (its name without the
+        pod's suffix), a notebook's StatefulSet (a Kubeflow Notebook's)."""
+        if self.kind == "training":
+            return ("Job", self.name.rsplit("-", 1)[0])
+        return ("StatefulSet", self.name)
+
+    @property
     def completed(self) -> bool:
         return (
             self.kind == "training" and not self.cancelled and len(self.epoch_ends) == self.epochs

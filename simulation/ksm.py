@@ -11,7 +11,10 @@ simulated pods and nodes, with the real exporter's names, label names and types
 and ``kube_pod_init_container_info`` (``restart_policy="Always"`` for a sidecar; only
 once the pod is bound, as KSM writes it only for init containers with a status),
 ``kube_pod_created``, ``kube_pod_start_time``, ``kube_pod_info`` (with
-``priority_class``), ``kube_pod_nodeselectors`` (opt-in upstream),
+``priority_class``), ``kube_pod_owner`` (``owner_kind, owner_name,
+owner_is_controller``, each ``<none>`` for a pod without an owner; a pod is a Job's
+unless told),
+``kube_pod_restart_policy`` (``type``), ``kube_pod_nodeselectors`` (opt-in upstream),
 ``kube_node_status_allocatable``, ``kube_node_labels`` (only allow-listed labels, as
 ``label_<sanitised key>``), ``kube_node_spec_unschedulable``,
 ``kube_node_status_condition`` (the ``Ready`` condition, one series per status),
@@ -33,7 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_eta.common.k8s_names import ksm_label
-from gpu_eta.simulation.cluster import ClusterSim
+from gpu_eta.forecaster.kube_state import NO_OWNER
+from gpu_eta.simulation.cluster import ClusterSim, Pod
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 GPU = "nvidia.com/gpu"
@@ -84,6 +88,11 @@ class KsmPod:
     # init containers: name → their requests; ``sidecars`` names the restartable ones
     init_containers: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     sidecars: tuple[str, ...] = ()
+    # its owner (``metadata.ownerReferences``): a Job's pod unless told, named as the pod
+    # when ``owner_name`` is ""; ``NO_OWNER`` for a bare pod
+    owner_kind: str = "Job"
+    owner_name: str = ""
+    restart_policy: str = "Never"  # ``spec.restartPolicy``
 
 
 def _escape(value: str) -> str:
@@ -102,6 +111,8 @@ _HELP = {
     "kube_pod_start_time": "Start time in unix timestamp for a pod.",
     "kube_pod_status_phase": "The pods current phase.",
     "kube_pod_nodeselectors": "Describes the Pod nodeSelectors.",
+    "kube_pod_owner": "Information about the Pod's owner.",
+    "kube_pod_restart_policy": "Describes the restart policy in use by this pod.",
     "kube_pod_container_resource_requests": (
         "The number of requested request resource by a container. It is recommended to use "
         "the kube_pod_resource_requests metric exposed by kube-scheduler instead, as it is "
@@ -185,6 +196,27 @@ def exposition(
             )
         )
         families["kube_pod_created"].append(_line("kube_pod_created", base, float(p.created)))
+        # KSM writes "<none>" in every owner label of a pod without an owner reference
+        owner = (
+            (NO_OWNER,) * 3
+            if p.owner_kind == NO_OWNER
+            else (p.owner_kind, p.owner_name or p.pod, "true")
+        )
+        families["kube_pod_owner"].append(
+            _line(
+                "kube_pod_owner",
+                {
+                    **base,
+                    "owner_kind": owner[0],
+                    "owner_name": owner[1],
+                    "owner_is_controller": owner[2],
+                },
+                1.0,
+            )
+        )
+        families["kube_pod_restart_policy"].append(
+            _line("kube_pod_restart_policy", {**base, "type": p.restart_policy}, 1.0)
+        )
         if p.start_time is not None:
             families["kube_pod_start_time"].append(
                 _line("kube_pod_start_time", base, float(p.start_time))
@@ -271,12 +303,21 @@ def exposition(
     return "\n".join(out) + "\n"
 
 
+def _controller(pod: Pod) -> dict[str, str]:
+    """A simulated pod's owner and restart policy, as ``KsmPod`` keywords."""
+    kind, name = pod.owner
+    policy = "OnFailure" if pod.kind == "training" else "Always"
+    return {"owner_kind": kind, "owner_name": name, "restart_policy": policy}
+
+
 def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], list[KsmPod]]:
     """The simulated cluster at sim time ``t`` as KSM records (unix = anchor + sim time).
 
     Nodes advertise one ``nvidia.com/gpu`` unit per device, or per replica on a
     time-sliced device, as NVIDIA's device plugin does; their product label is the GPU
     model. Queued jobs are Pending pods without a node; running pods are Running.
+    Training pods are a Job's (``restartPolicy: OnFailure``), notebooks a
+    StatefulSet's (``Always``), as a Kubeflow Notebook's are.
     """
     nodes = [
         KsmNode(
@@ -301,6 +342,7 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
                 pod.container,
                 sim.nodes[pod.node].name,
                 anchor + pod.start,
+                **_controller(pod),
             )
         )
     for pod in sim.queued_pods():
@@ -313,6 +355,7 @@ def from_sim(sim: ClusterSim, t: float, anchor: float) -> tuple[list[KsmNode], l
                 anchor + pod.start,
                 {GPU: len(pod.gpus)},
                 pod.container,
+                **_controller(pod),
             )
         )
     return nodes, pods

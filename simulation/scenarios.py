@@ -75,11 +75,7 @@ def _pod_entry(pod: Pod, node: NodeSpec, now: float) -> dict[str, Any]:
     }
     if pod.kind == "training":
         labels["job-name"] = pod.job_name
-        entry_pod["owner_kind"] = "Job"
-        entry_pod["owner_name"] = pod.name.rsplit("-", 1)[0]
-    else:
-        entry_pod["owner_kind"] = "StatefulSet"
-        entry_pod["owner_name"] = pod.name
+    entry_pod["owner_kind"], entry_pod["owner_name"] = pod.owner
     if pod.end is not None:
         entry_pod["end_seconds"] = round(pod.end, 3)
     return entry_pod

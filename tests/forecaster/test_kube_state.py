@@ -1048,14 +1048,16 @@ def test_pods_asking_zero_gpus_are_not_read_as_gpu_pods_end_to_end(prometheus_fa
         "started": {"u-run"},
     }
     pending_gpu = {"u-app", "u-init"}
+    gpu_pods = {"u-app", "u-init", "u-run"}
     assert read("ksm_pod_meta", "meta") == {
         "info": pending_gpu,
         "nodeselectors": pending_gpu,
         "tolerations": pending_gpu,
+        "owner": gpu_pods,  # every GPU pod's: a pod pending now holds GPUs next
+        "restart_policy": gpu_pods,
     }
     # the GPU pods created in the window: their tolerations and GPU type (each pod here
     # was created in it; the running ones too)
-    gpu_pods = {"u-app", "u-init", "u-run"}
     arrivals = read("ksm_arrivals", "arrival")
     assert (arrivals["tolerations"], arrivals["nodeselectors"]) == (gpu_pods, gpu_pods)
     # the zero requests' pods asked nothing more (none is a GPU pod without created)
@@ -2076,3 +2078,36 @@ def test_a_pods_creation_time_moving_with_the_arrival_window_keeps_its_predictio
     running = (Holder("ml", "p", "n1", gpu, 1, None, NOW + 600),)
     tracker.update(ClusterQueue(nodes=(node,), holders=running), PendingSet(), NOW + 630)
     assert tracker.calibrator.n_obs == 2
+
+
+def test_whether_a_holder_ends_with_its_run_is_read_from_its_owner_and_restart_policy():
+    """A forecast is its run's end: the GPUs of a Job's or a training operator's pod
+    free then (the owner kept, shared with the job's other pods), a notebook server's
+    (a StatefulSet's, a Deployment's, a bare pod KubeSpawner made with ``OnFailure``)
+    do not. A bare pod frees with its run only with ``restartPolicy: Never``; without
+    ``kube_pod_owner`` it is not known (a run's end, as before)."""
+    cases = {
+        # pod: (owner series (kind, name), restart policy, expected (ends_with_run, owner))
+        "job": ([("Job", "train")], "OnFailure", (True, ("Job", "train"))),
+        "worker": ([("PyTorchJob", "llm")], "OnFailure", (True, ("PyTorchJob", "llm"))),
+        "kubeflow": ([("StatefulSet", "nb")], "Always", (False, None)),
+        "serving": ([("ReplicaSet", "llm-7d4f")], None, (False, None)),
+        "jupyter": ([("<none>", "<none>")], "OnFailure", (False, None)),
+        "policy-dropped": ([("<none>", "<none>")], None, (False, None)),
+        "bare-run": ([("<none>", "<none>")], "Never", (True, None)),
+        "unknown": ([], "Never", (None, None)),
+    }
+    meta = []
+    for pod, (owners, policy, _) in cases.items():
+        for kind, name in owners:
+            meta.append(series(uid=f"uid-{pod}", meta="owner", owner_kind=kind, owner_name=name))
+        if policy is not None:
+            meta.append(series(uid=f"uid-{pod}", meta="restart_policy", type=policy))
+    samples = {
+        "ksm_nodes": [sample(node="n1", resource="nvidia_com_gpu", value="8")],
+        "ksm_pods": [pod_request(pod, 1, "Running", "n1") for pod in cases],
+        "ksm_pod_meta": meta,
+    }
+    q = kube_state.parse(samples, NOW)
+    read = {h.pod: (h.ends_with_run, h.owner) for h in q.holders}
+    assert read == {pod: case[2] for pod, case in cases.items()}

@@ -14,6 +14,7 @@ import pytest
 
 from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
 from gpu_eta.forecaster import kube_state
+from gpu_eta.forecaster.kube_state import NO_OWNER
 from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.queue_replay import (
@@ -410,3 +411,58 @@ def test_finished_gpu_pods_are_read_only_on_nodes_the_read_lacks(prometheus_fact
     q = kube_state.parse(ksm_samples(client, now), now)
     assert q.finished == (("ml", "done"),)
     assert q.holders == () and [n.name for n in q.nodes] == ["g-1"]
+
+
+def test_a_notebook_keeps_its_gpus_and_a_worker_frees_with_its_job(prometheus_factory, ksm_target):
+    """Two holders whose release is not their own run's end, told apart by the owner KSM
+    exports (``kube_pod_owner``: ``owner_kind``, ``owner_name``, ``<none>`` in each for
+    a pod without an owner reference; ``pod.go`` ``createPodOwnerFamilyGenerator``, a
+    default STABLE pod metric) and the restart policy (``kube_pod_restart_policy``
+    ``type``).
+
+    - ``jhub/jupyter-alice``, a JupyterHub server: KubeSpawner (7.1) makes a bare pod
+      with ``restartPolicy: OnFailure`` (``kubespawner/objects.py`` ``make_pod``). A run
+      in one of its cells ends in 10 min; the server keeps its A100 after, so the pod
+      waiting for it is not predicted to start then (it was: +600 s, then beyond the
+      horizon once the run had ended).
+    - a PyTorchJob ``llm`` 5 h old: master and worker each hold 8 H100s, both owned by
+      the PyTorchJob (the training operator sets itself as their controller). Only rank
+      0 reports progress; the worker, older than every recorded run, never freed, and
+      the second pod waiting for 8 H100s waited for the first to finish (+2 h)."""
+    target, body = ksm_target
+    now = time.time()
+    a100, h100 = {PRODUCT: "NVIDIA-A100-SXM4-80GB"}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}
+    nodes = [KsmNode("n1", {GPU: 1}, a100), KsmNode("n2", {GPU: 8}, h100)]
+    nodes.append(KsmNode("n3", {GPU: 8}, h100))
+    job = {"owner_kind": "PyTorchJob", "owner_name": "llm", "restart_policy": "OnFailure"}
+    began = now - 5 * 3600
+    pods = [
+        KsmPod(
+            "jhub", "jupyter-alice", "u1", "Running", now - 7200, {GPU: 1}, node="n1",
+            start_time=now - 7200, owner_kind=NO_OWNER, restart_policy="OnFailure",
+        ),
+        KsmPod("ml", "llm-master-0", "u2", "Running", began, {GPU: 8}, node="n2",
+               start_time=began, **job),
+        KsmPod("ml", "llm-worker-0", "u3", "Running", began, {GPU: 8}, node="n3",
+               start_time=began, **job),
+        KsmPod("ml", "train-0", "u4", "Pending", now - 300, {GPU: 1},
+               node_selector={PRODUCT: a100[PRODUCT]}),
+        KsmPod("ml", "a", "u5", "Pending", now - 600, {GPU: 8}),
+        KsmPod("ml", "b", "u6", "Pending", now - 300, {GPU: 8}),
+    ]  # fmt: skip
+    body[0] = exposition(nodes, pods)
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=3)
+    client = PromClient(prom.url)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(client, now), now)
+    ends = {
+        ("jhub", "jupyter-alice"): (now + 500, now + 600, now + 700),
+        ("ml", "llm-master-0"): (now + 500, now + 600, now + 700),
+    }
+    result = predict(q, ends, [1800.0, 3600.0, 7200.0], now, PendingSettings(n_samples=50))
+    starts = {p.pod: p.prediction for p in result.pods}
+    assert starts["train-0"].status == BEYOND_HORIZON
+    for pod in ("a", "b"):
+        assert starts[pod].status == PREDICTED
+        assert now + 450 <= starts[pod].starts[1] <= now + 750
