@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PURE = (
     "gpu_eta.common.durations",
     "gpu_eta.common.gpu_resources",
+    "gpu_eta.common.gpu_use",
     "gpu_eta.common.k8s_names",
     "gpu_eta.common.listen",
     "gpu_eta.common.retry_after",

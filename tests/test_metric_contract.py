@@ -323,7 +323,7 @@ def _yaml_documents(path: Path) -> list[object]:
 def _reference_files() -> list[Path]:
     files = sorted((ROOT / "rules").glob("*.yaml"))
     files += sorted((ROOT / "grafana").glob("*.json"))
-    files += [ROOT / "forecaster" / "queries.py"]
+    files += [ROOT / "forecaster" / "queries.py", ROOT / "common" / "gpu_use.py"]
     files += sorted((ROOT / "top").glob("*.py"))
     files += sorted((ROOT / "demo").glob("*.py")) + sorted((ROOT / "simulation").glob("*.py"))
     files += sorted((ROOT / "manifests").rglob("*.yaml"))

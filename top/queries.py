@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpu_eta.common.gpu_resources import ksm_resource_regex
+from gpu_eta.common.gpu_use import use_mean
 
 QUANTILE_KEYS = {"0.1": "p10", "0.5": "p50", "0.9": "p90"}
 _RUN_END = "gpu_eta_training_run_end_timestamp_seconds"
@@ -35,7 +36,10 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
         "allocated": "gpu_eta_pod_gpu_allocated",
         "since": "gpu_eta_pod_gpu_allocated_since_timestamp_seconds",
         "pod_util": "gpu_eta_pod_gpu_utilization_ratio",
-        "pod_util_avg": f"avg_over_time(gpu_eta_pod_gpu_utilization_ratio[{idle_window}])",
+        # the idle holders' average: a scrape of the allocation without a utilisation
+        # sample counts busy (a time-sliced GPU's holders have samples only at the
+        # device's 0 % moments), as the alert GpuEtaGpuAllocatedIdle counts it
+        "pod_util_avg": use_mean(idle_window),
         "pod_memory": "gpu_eta_pod_gpu_memory_used_bytes",
         "gpu_info": "gpu_eta_gpu_info",
         "gpu_memory_total": "gpu_eta_gpu_memory_total_bytes",

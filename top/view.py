@@ -210,7 +210,8 @@ def build_view(
     maybe before its last epoch). A run with an epoch series is shown in epochs
     unless it plans steps and no epochs; a run without one (a tqdm bar, a run
     reporting only steps) in steps. A
-    holder is idle when its average utilisation over the idle window is below
+    holder is idle when its average utilisation over the idle window (``pod_util_avg``:
+    a scrape of its allocation without a sample counts busy, ``common.gpu_use``) is below
     ``idle_threshold`` (a GPU no pod holds is in use from it, ``free_state``) *and* it has held the GPU for at least that window (like the
     idle alert's age guard): a pod seconds old (pulling its image, loading data) has
     no window to average over. A holder whose start is unknown (no

@@ -626,6 +626,54 @@ def check_means_of_some_pods(tmp_path: Path, server_factory) -> None:
         client.close()
 
 
+# A time-sliced GPU without process data and its neighbours, every 15 s for 20 minutes:
+# pod -> (gpu, utilisation per sample age k (samples ago; None: no sample), whether the
+# allocation's start (allocated_since) is scraped at age k). shared-a and shared-b share
+# GPU 0, busy but for a dip to 0 % 20 and 21 samples ago: their series hold the dip only.
+_SHARED_USE = {
+    "shared-a": ("0", lambda k: 0.0 if k in (20, 21) else None, lambda k: True),
+    "shared-b": ("0", lambda k: 0.0 if k in (20, 21) else None, lambda k: True),
+    "idle": ("1", lambda k: 0.0, lambda k: True),
+    "missed": ("2", lambda k: None if k == 10 else 0.0, lambda k: True),  # one missed poll
+    "nosince": ("3", lambda k: 0.0, lambda k: False),  # no kube collector: no start known
+    "late": ("4", lambda k: 0.5, lambda k: k <= 30),  # its pod's start known 30 scrapes ago
+    "busy": ("5", lambda k: 0.75, lambda k: True),
+}
+# (mean, max) over the 40 scrapes of a 600 s window: a scrape of the allocation without
+# a sample counts 1 (shared: 38 of 40; missed: 1 of 40); without allocation scrapes, or
+# with fewer than samples, the samples' own
+SHARED_USE_WANT = {
+    "shared-a": (0.95, 1.0),
+    "shared-b": (0.95, 1.0),
+    "idle": (0.0, 0.0),
+    "missed": (0.025, 1.0),
+    "nosince": (0.0, 0.0),
+    "late": (0.5, 0.5),
+    "busy": (0.75, 0.75),
+}
+
+
+def shared_use_openmetrics(now: float) -> str:
+    """``_SHARED_USE`` as an exporter's scrapes every 15 s up to ``now``."""
+    fams: dict[str, list[str]] = {}
+    for pod, (gpu, util, allocated) in _SHARED_USE.items():
+        labels = {"node": "n1", "gpu": gpu, "UUID": f"GPU-{gpu}", **_plain(pod)}
+        for k in range(80, -1, -1):
+            ts = now - 15 * k
+            if (value := util(k)) is not None:
+                om_add(fams, "gpu_eta_pod_gpu_utilization_ratio", labels, value, ts)
+            om_add(fams, "gpu_eta_pod_gpu_allocated", labels, 1.0, ts)
+            if allocated(k):
+                om_add(
+                    fams,
+                    "gpu_eta_pod_gpu_allocated_since_timestamp_seconds",
+                    labels,
+                    now - 7200,
+                    ts,
+                )
+    return om_text(fams)
+
+
 LIVE_SCENARIO = """
 version: 1
 node: sim-live

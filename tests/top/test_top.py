@@ -819,6 +819,31 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
 
 
 @pytest.mark.integration
+def test_a_shared_gpus_busy_holders_are_not_idle_for_one_dip(
+    prometheus_factory, tmp_path: Path
+) -> None:
+    """A time-sliced GPU without process data gives its holders a utilisation series
+    only while the device reads 0 %: after one dip their average over the samples that
+    exist was 0, and top listed both busy holders idle. A scrape of the allocation
+    without a sample counts busy, as for the alert; an idle holder, with a missed poll
+    or not, stays idle, and so does one whose start is unknown (no allocation-start
+    scrapes: its samples' mean)
+    (tests/integration/test_forecaster_prometheus.py: the values, on both servers)."""
+    from tests.integration.test_forecaster_prometheus import shared_use_openmetrics
+
+    om = tmp_path / "shared.om"
+    om.write_text(shared_use_openmetrics(float(int(time.time()))))
+    prom = prometheus_factory([], backfill_files=[om])
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = top_main.main(["--prometheus.url", prom.url, "--json", "--idle-window", "10m"])
+    assert code == 0
+    idle = {h["pod"]: h["utilization_ratio"] for h in json.loads(out.getvalue())["idle"]}
+    assert set(idle) == {"idle", "missed", "nosince"}
+    assert idle["missed"] == pytest.approx(1 / 40, abs=1e-3)  # 1 of the 40 scrapes counts busy
+
+
+@pytest.mark.integration
 def test_a_pod_that_left_pending_is_not_listed_pending(prometheus_factory) -> None:
     """kube-state-metrics sees a pod Running (or Failed) before the forecaster's next
     cycle and scrape drop its prediction (~90 s): it leaves PENDING then. A pod that
