@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
+from gpu_eta.common.gpu_use import use_max, use_mean
 from gpu_eta.forecaster import kube_state
 from gpu_eta.forecaster.series import Sample
 from gpu_eta.forecaster.set_match import matcher
@@ -84,23 +85,30 @@ STARTED_AGAIN = _per_run(
 LAST_END = _per_run("last_over_time(gpu_eta_training_epoch_end_timestamp_seconds[{window}])")
 LAST_REPORT = _per_run("last_over_time(gpu_eta_training_last_report_timestamp_seconds[{window}])")
 BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size{runs}[{window}])")
+
+
 # GPU use per container: ours, or else DCGM's (0..100, per device, with pod labels
 # as `pod`/`namespace`/`container` or `exported_*` when the scrape did not honour
 # labels). `or` keeps a DCGM series only where ours has no series with the same
 # labels; gpu_eta.forecaster.runs_from_series reads `exported_*` as the plain labels.
 # ``{pods}``: empty (every pod), or a set match on ``pod`` or ``exported_pod`` (for_pods).
-UTIL_MEAN = (
-    "avg by (namespace, pod, container) "
-    "(avg_over_time(gpu_eta_pod_gpu_utilization_ratio{pods}[{window}])) or "
-    "(avg by (namespace, pod, container, exported_namespace, exported_pod, exported_container) "
-    "(avg_over_time(DCGM_FI_DEV_GPU_UTIL{pods}[{window}])) / 100)"
-)
-UTIL_RECENT = (
-    "max by (namespace, pod, container) "
-    "(max_over_time(gpu_eta_pod_gpu_utilization_ratio[{idle}])) or "
-    "(max by (namespace, pod, container, exported_namespace, exported_pod, exported_container) "
-    "(max_over_time(DCGM_FI_DEV_GPU_UTIL[{idle}])) / 100)"
-)
+# Ours counts a scrape of the allocation without a utilisation sample as fully busy
+# (gpu_eta.common.gpu_use): a time-sliced GPU's holders have samples only at the
+# device's 0 % moments, and over those alone a busy run read idle, its mean GPU use 0
+# and, with no progress for a while, stalled. The stall check's max is then 1 after
+# any scrape without a sample in ``{idle}``: a run is declared stalled on GPU evidence
+# only where every scrape of its allocation says idle.
+def _ours_or_dcgm(agg: str, ours: str, span: str, pods: str) -> str:
+    """``ours`` aggregated per container with ``agg``, else DCGM's ``agg`` over ``span``."""
+    return (
+        f"{agg} by (namespace, pod, container) ({ours}) or "
+        f"({agg} by (namespace, pod, container, exported_namespace, exported_pod, "
+        f"exported_container) ({agg}_over_time(DCGM_FI_DEV_GPU_UTIL{pods}[{span}])) / 100)"
+    )
+
+
+UTIL_MEAN = _ours_or_dcgm("avg", use_mean("{window}", "{pods}"), "{window}", "{pods}")
+UTIL_RECENT = _ours_or_dcgm("max", use_max("{idle}"), "{idle}", "")
 _CONTAINER = "namespace, pod, container, exported_namespace, exported_pod, exported_container"
 MEMORY_RATIO = (
     f"max by ({_CONTAINER}) "
@@ -324,9 +332,9 @@ def for_pods_split(
     long a query, or more than ``max_queries`` would be needed (then a read of every
     pod costs less).
 
-    Why: the pods of the runs ending in one cycle (about 70 of them fit one query) are
-    many at cluster scale, where reading every pod's means instead weighs as much as a
-    full read. Each pod is in one query only, so no series is answered twice.
+    Why: the pods of the runs ending in one cycle (about 20 of them fit one GPU-use
+    query, 70 a memory one) are many at cluster scale, where reading every pod's means
+    instead weighs as much as a full read. Each pod is in one query only, so no series is answered twice.
     """
     out: list[str] = []
     chunk: list[str] = []

@@ -1223,7 +1223,7 @@ def test_gpu_use_and_memory_means_are_read_with_the_ranges_over_their_span(
         )
         client.seen = []
         cycle.run()
-        return [q for q in client.seen if "avg_over_time(gpu_eta_pod_gpu_utilization_ratio" in q]
+        return [q for q in client.seen if USE_MEAN_MARK in q]
 
     assert len(read := at(NOW, 0.2)) == 1 and "[600s]" in read[0]  # the first window
     assert at(NOW + 60, 0.9) == []  # not read: 0.9 never enters the mean
@@ -1251,14 +1251,14 @@ def test_finished_runs_are_forgotten_once_out_of_the_window(store: HistoryStore)
     assert cycle._finished_present.finished_at == {}  # the window is 60 s + 120 s of overlap
 
 
+# in the GPU-use mean's query only (gpu_eta.common.gpu_use.use_mean; the stall check's
+# takes the max)
+USE_MEAN_MARK = "sum_over_time(gpu_eta_pod_gpu_utilization_ratio"
+
+
 def means_read(seen: list[str]) -> list[str]:
     """The queries of a cycle that read GPU-use or memory means."""
-    return [
-        q
-        for q in seen
-        if "avg_over_time(gpu_eta_pod_gpu_utilization_ratio" in q
-        or "gpu_eta_pod_memory_working_set_bytes" in q
-    ]
+    return [q for q in seen if USE_MEAN_MARK in q or "gpu_eta_pod_memory_working_set_bytes" in q]
 
 
 def means_of(pod: str, util: float, memory: float = 0.5, exported: bool = False) -> dict:

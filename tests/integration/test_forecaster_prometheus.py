@@ -674,6 +674,46 @@ def shared_use_openmetrics(now: float) -> str:
     return om_text(fams)
 
 
+def check_shared_gpu_use(tmp_path: Path, server_factory) -> None:
+    """top's idle-holder average and the forecaster's GPU-use mean and stall-check max
+    read a time-sliced GPU's busy holders as busy, though their utilisation series hold
+    only the device's dips to 0 %; an idle holder stays idle, a holder without
+    allocation scrapes keeps its samples' mean. ``server_factory``: Prometheus, or
+    VictoriaMetrics (tests/integration/test_victoriametrics.py)."""
+    from gpu_eta.top.queries import queries as top_queries
+
+    now = float(int(time.time()))
+    om = tmp_path / "shared.om"
+    om.write_text(shared_use_openmetrics(now))
+    server = server_factory([], backfill_files=[om])
+    client = PromClient(server.url)
+    at = now - 5  # between two samples: both servers see the same 40 in 600 s
+    try:
+        top = client.instant(top_queries("600s")["pod_util_avg"], at=at)
+        mean = client.instant(queries.render(queries.UTIL_MEAN, 600, 600), at=at)
+        recent = client.instant(queries.render(queries.UTIL_RECENT, 600, 600), at=at)
+        some = queries.for_pods(queries.UTIL_MEAN, 600, 600, ["shared-a", "late", "nosince"])
+        assert some is not None
+        some_mean = client.instant(some, at=at)
+    finally:
+        client.close()
+    got_top = {x.labels["pod"]: x.value for x in top}
+    got_mean = {k[1]: v for k, v in pod_values(mean).items()}
+    got_recent = {k[1]: v for k, v in pod_values(recent).items()}
+    assert got_top == pytest.approx({p: m for p, (m, _) in SHARED_USE_WANT.items()})
+    assert got_mean == pytest.approx(got_top)
+    assert got_recent == pytest.approx({p: x for p, (_, x) in SHARED_USE_WANT.items()})
+    idle_ratio = CycleSettings().idle_ratio
+    assert {p for p, v in got_recent.items() if v < idle_ratio} == {"idle", "nosince"}
+    assert {k[1]: v for k, v in pod_values(some_mean).items()} == pytest.approx(
+        {p: got_mean[p] for p in ("shared-a", "late", "nosince")}
+    )
+
+
+def test_a_shared_gpus_busy_holders_are_busy_between_its_dips(tmp_path, prometheus_factory) -> None:
+    check_shared_gpu_use(tmp_path, prometheus_factory)
+
+
 LIVE_SCENARIO = """
 version: 1
 node: sim-live

@@ -156,6 +156,11 @@ def test_the_means_of_ending_runs_pods_are_theirs_in_either_label_form(
     fp.check_means_of_some_pods(tmp_path, victoria_factory)
 
 
+def test_a_shared_gpus_busy_holders_are_busy_between_its_dips(tmp_path, victoria_factory) -> None:
+    """The upper-bound GPU use of top and the forecaster on VictoriaMetrics: the same."""
+    fp.check_shared_gpu_use(tmp_path, victoria_factory)
+
+
 @pytest.fixture
 def backfill_history(tmp_path: Path) -> tuple[Path, float]:
     now = time.time()
