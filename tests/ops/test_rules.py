@@ -15,6 +15,7 @@ import pytest
 import requests
 import yaml
 
+from gpu_eta.common.gpu_use import use_mean
 from gpu_eta.launch.prometheus import promtool
 from tests.support.records import inlined, instant_reads
 
@@ -128,6 +129,17 @@ def test_every_alert_has_runbook_severity_and_docs(alert: dict) -> None:
     assert anchor == alert["alert"].lower()
     assert alert.get("labels", {}).get("severity") in {"info", "warning", "critical"}
     assert f"### {alert['alert']}" in ALERTS_DOC.read_text(), "document it in docs/alerts.md"
+
+
+def test_the_idle_alert_reads_a_holders_hour_as_top_and_the_forecaster_do() -> None:
+    """GpuEtaGpuAllocatedIdle's use of the hour is ``common.gpu_use.use_mean`` over
+    1 h, the form ``gpu-eta top``'s idle holders and the forecaster read: one rule for
+    a scrape without a sample (busy) and for more samples than allocation scrapes."""
+    (alert,) = [a for a in _alerts() if a["alert"] == "GpuEtaGpuAllocatedIdle"]
+    expr = re.sub(r"\s+", "", re.sub(r"#[^\n]*", "", alert["expr"]))
+    form = re.sub(r"\s+", "", use_mean("1h"))
+    assert form.startswith("(") and form.endswith(")")
+    assert f"({form[1:-1]}<0.05)" in expr
 
 
 def test_thresholds_are_documented() -> None:
