@@ -17,8 +17,9 @@ How (a Monte Carlo replay, ``n_samples`` times):
 2. Pending pods are taken in the scheduler's order (priority, then creation time).
    At ``now`` and then at every moment GPUs free up, each pod still waiting is tried
    in that order and starts on the first node that has enough free units of its
-   resource (and its GPU type, when it asks for one; and whose labels hold its other
-   nodeSelector pairs, ``PendingPod.selector``), best fit first. A pod that does
+   resource (and its GPU type, when it asks for one: a node of unknown type may be of
+   any, ``_offers``; and whose labels hold its other nodeSelector pairs,
+   ``PendingPod.selector``), best fit first. A pod that does
    not fit does not block the pods behind it (kube-scheduler moves on to the next pod;
    it reserves nothing for a large pod), so a 1-GPU pod can start before an older
    2-GPU pod that waits for a whole node.
@@ -574,11 +575,19 @@ def selects(node: Node, selector: Selector) -> bool:
 
 
 def _offers(node: Node, resource: str, product: str, selector: Selector = ()) -> bool:
-    """``node`` has units of ``resource``, is of ``product`` ("": any) and its labels
-    hold ``selector``."""
+    """``node`` has units of ``resource``, may be of ``product`` ("": any) and its labels
+    hold ``selector``.
+
+    A node whose type is not known (``Node.product`` "") may be of any: a new GPU node
+    has no type until its label is exported or gpu-eta's exporter on it has been read
+    (``cycle`` re-reads the exporter's models every few cycles), and taken as another
+    type it would make every pod selecting a type ``never_fits`` meanwhile, a verdict
+    that tells the user to change the request. Taken as the pod's type, a pod of
+    another type is at worst predicted to start there early, for those minutes; the
+    same rule as for a node whose labels are not known (``selects``)."""
     return (
         node.allocatable.get(resource, 0) > 0
-        and (not product or node.product == product)
+        and (not product or not node.product or node.product == product)
         and (not selector or selects(node, selector))
     )
 

@@ -769,3 +769,27 @@ def test_the_replay_starts_every_pod_as_trying_each_on_every_node_would(monkeypa
         plain = replay(**kwargs)
         assert fast.pods == plain.pods
         assert fast.requests == plain.requests
+
+
+def test_node_of_unknown_type_may_be_of_the_type_a_pod_selects():
+    """A node whose GPU type is not known (no ``nvidia.com/gpu.product`` label and no
+    exporter model yet: a new node in its first minutes) may be of the type a pod
+    selects, as a node whose labels are unknown may hold its selector: the pod starts
+    there rather than being ``never_fits``. A node of a known other type still does not
+    suit it."""
+    a100 = "NVIDIA-A100-SXM4-80GB"
+    typeless = replay([node("n1", 8, "")], [], [pending("p", product=a100)], NOW, **EXACT)
+    assert starts(typeless, "p") == (0.0, 0.0, 0.0)
+    other = replay(
+        [node("n1", 8, "NVIDIA-H100-80GB-HBM3")], [], [pending("p", product=a100)], NOW, **EXACT
+    )
+    assert other.pods[("ml", "p")].status == NEVER_FITS
+    # the typeless node takes the selecting pod only after the known A100 node is full
+    both = replay(
+        [node("n1", 1, a100), node("n2", 1, "")],
+        [job("a", "n1", 100)],
+        [pending("p", product=a100)],
+        NOW,
+        **EXACT,
+    )
+    assert starts(both, "p") == (0.0, 0.0, 0.0)
