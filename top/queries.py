@@ -13,7 +13,7 @@ _RUN_END = "gpu_eta_training_run_end_timestamp_seconds"
 
 
 def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[str, str]:
-    """Every PromQL query one refresh issues, by name (a fixed number, 23).
+    """Every PromQL query one refresh issues, by name (a fixed number, 24).
     ``gpu_resources``: the site's own GPU resources (``--gpu-resource``, Kubernetes
     names), whose pending pods are GPU pods as the forecaster's ``--pending.gpu-resource``
     makes them."""
@@ -79,6 +79,9 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
             '(kube_pod_status_phase{phase!="Pending"} == 1)'
         ),
         "pending_start": "gpu_eta_pod_predicted_start_timestamp_seconds",
+        # the end of the forecaster's last good cycle: a start no later than it is the
+        # cycle's "now" (a pod that fits now), not a start that has passed
+        "pending_cycle": "max(gpu_eta_forecaster_last_success_timestamp_seconds)",
         # only pods requesting GPUs (as the forecaster's queue reads them): on a batch
         # cluster the pods in Pending are mostly CPU pods, the bulk of the answer, and
         # only the forecaster's pending pods (GPU pods) are rows

@@ -171,8 +171,17 @@ _PENDING_NOTES = {
 
 
 def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
+    """A pending pod's cells. Its START is ``starting`` once it is bound to a node and
+    ``now`` when it fits now (its P50 no later than the end of the cycle that made it,
+    ``PendingRow.cycle_timestamp``): both are published at the cycle's time, which has
+    passed when the view is drawn, and are not ``overdue``."""
     waited = None if p.created_timestamp is None else max(0.0, now - p.created_timestamp)
     start, rng = fmt_band(p.start, now, tz)
+    note = _PENDING_NOTES.get(p.status, "")
+    if p.status == "scheduled":
+        start, rng = "starting", "-"
+    elif _fits_now(p):
+        start, note = "now", "fits now"
     gpus = p.gpus if p.resource in ("", "nvidia_com_gpu") else f"{p.gpus} {p.resource}"
     return [
         f"{p.namespace}/{p.pod}",
@@ -180,8 +189,18 @@ def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
         fmt_duration(waited),
         start,
         rng,
-        _PENDING_NOTES.get(p.status, ""),
+        note,
     ]
+
+
+def _fits_now(p: PendingRow) -> bool:
+    """Whether ``p`` was predicted to start at its cycle's own time (it fits now)."""
+    return (
+        p.status == "predicted"
+        and p.start.p50 is not None
+        and p.cycle_timestamp is not None
+        and p.start.p50 <= p.cycle_timestamp
+    )
 
 
 def _idle_cells(h: HolderRow, held_unknown: bool = False) -> list[str]:

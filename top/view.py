@@ -90,6 +90,10 @@ class PendingRow:
     status: str  # predicted, scheduled, never_fits, beyond_horizon, no_schedulable_node
     created_timestamp: float | None
     start: Band
+    # the end of the forecaster cycle that made the prediction (None: not known): a
+    # start no later than it is that cycle's "now" (the pod fits now), since a cycle
+    # never predicts a start before its own now
+    cycle_timestamp: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,6 +541,10 @@ def pending_rows(results: Mapping[str, Sequence[Sample]]) -> tuple[PendingRow, .
     pod_key = lambda labels: (labels.get("namespace", ""), labels.get("pod", ""))  # noqa: E731
     starts = _bands(results.get("pending_start") or (), pod_key)
     created = {pod_key(s.labels): _value(s) for s in results.get("pending_created") or ()}
+    cycle = max(
+        (v for s in results.get("pending_cycle") or () if (v := _value(s)) is not None),
+        default=None,
+    )
     rows = []
     seen: set[tuple[str, str]] = set()
     # one row per pod: a forecaster scraped twice (a ServiceMonitor and an annotation
@@ -558,6 +566,7 @@ def pending_rows(results: Mapping[str, Sequence[Sample]]) -> tuple[PendingRow, .
                 status=s.labels.get("status", ""),
                 created_timestamp=created.get(key),
                 start=Band(band.get("p10"), band.get("p50"), band.get("p90")),
+                cycle_timestamp=cycle,
             )
         )
     rows.sort(key=lambda r: (r.start.p50 is None, r.start.p50 or 0.0, r.namespace, r.pod))

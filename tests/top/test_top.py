@@ -34,6 +34,7 @@ from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixt
 from tests.support.net import dead_port
 
 NOW = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+QS = ("0.1", "0.5", "0.9")
 GIB = 1 << 30
 
 
@@ -963,6 +964,40 @@ def test_a_pending_pod_scraped_twice_is_one_row() -> None:
     assert [(p.pod, p.start.p50) for p in view.pending] == [("next", NOW + 100)]
 
 
+def test_pods_starting_or_fitting_now_are_not_overdue() -> None:
+    """A pod bound to a node (``scheduled``) and one that fits now are published with
+    P10 = P50 = P90 = the forecaster's cycle time, passed by the time the view is drawn:
+    they show ``starting`` and ``now``, not ``overdue``. "Fits now" is a P50 no later
+    than the end of the cycle that made it (``gpu_eta_forecaster_last_success_…``): the
+    forecaster never predicts a start before its cycle's now. A P50 after that cycle's
+    end and passed since is still overdue; without the cycle's time nothing is ``now``."""
+    cycle = NOW - 40  # the cycle's now; it ended 2 s later
+    pod = dict(namespace="ml", resource="nvidia_com_gpu", gpus="1")
+    res = {
+        "pending_info": parsed(
+            [
+                vec(1, **pod, pod="bound", status="scheduled"),
+                vec(1, **pod, pod="fits", status="predicted"),
+                vec(1, **pod, pod="late", status="predicted"),
+            ]
+        ),
+        "pending_start": parsed(
+            [vec(cycle, pod=p, namespace="ml", quantile=q) for p in ("bound", "fits") for q in QS]
+            + [vec(cycle + 30, pod="late", namespace="ml", quantile=q) for q in QS]
+        ),
+        "pending_cycle": parsed([vec(cycle + 2)]),
+    }
+    view = top_view.build_view(res, NOW, "http://prom")
+    cells = {p.pod: top_render._pending_cells(p, NOW, timezone.utc)[3:] for p in view.pending}
+    assert cells["bound"] == ["starting", "-", "starting (bound to a node)"]
+    assert cells["fits"] == ["now", "22:12:40–22:12:40", "fits now"]
+    assert cells["late"][0] == "overdue"
+    res.pop("pending_cycle")
+    unknown = top_view.build_view(res, NOW, "http://prom")
+    fits = next(p for p in unknown.pending if p.pod == "fits")
+    assert top_render._pending_cells(fits, NOW, timezone.utc)[3] == "overdue"
+
+
 def test_no_pending_pods_says_so() -> None:
     text = top_render.render_plain(top_view.build_view({}, NOW, "http://prom"), timezone.utc)
     assert "PENDING\n  (no pod waiting for GPUs)" in text
@@ -1285,7 +1320,7 @@ def test_only_devices_no_pod_holds_and_in_use_are_fetched_and_still_said(
 def test_a_partial_answer_is_one_warning_line_and_a_json_list(prometheus_factory) -> None:
     """A Prometheus whose remote-read source is down (as Thanos Query with a store
     down) answers every query from what it has, with ``warnings``: the view says so in
-    one ``warning:`` line, the same warning of all 23 queries once."""
+    one ``warning:`` line, the same warning of all 24 queries once."""
     from prometheus_client import CollectorRegistry, Gauge
 
     from gpu_eta.launch.prometheus import ScrapeJob
