@@ -1988,7 +1988,13 @@ def test_a_gpu_node_whose_device_plugin_is_away_is_kept_closed_with_its_capacity
             sample(
                 node="h1", resource="nvidia_com_gpu", label_nvidia_com_gpu_product=h100, value="0"
             ),
-            sample(node="a1", resource="nvidia_com_gpu", value="8"),
+            # of another type (a node of unknown type could be an H100 one)
+            sample(
+                node="a1",
+                resource="nvidia_com_gpu",
+                label_nvidia_com_gpu_product="NVIDIA-A100-SXM4-80GB",
+                value="8",
+            ),
         ],
         "ksm_node_capacity": [
             sample(node="h1", resource="nvidia_com_gpu", value="8"),
