@@ -38,7 +38,7 @@ from gpu_eta.forecaster.finished_present import FinishedPresent
 from gpu_eta.forecaster.forecast import Forecast, ForecastSet, GpuFree, JobForecast
 from gpu_eta.forecaster.history import HistoryConflict, HistoryStore, StoredRun
 from gpu_eta.forecaster.last_seen import Kept, LastSeen
-from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict, run_durations
+from gpu_eta.forecaster.pending import PendingSet, job_end_times, predict_queue, run_durations
 from gpu_eta.forecaster.pending_state import SavedStartTracker
 from gpu_eta.forecaster.planless import DurationsFit, Spread, fit_durations
 from gpu_eta.forecaster.planless import stub as planless_run
@@ -513,7 +513,11 @@ class Cycle:
             ends = job_end_times(
                 [(j.run.namespace, j.run.pod, j.completion_timestamps) for j in jobs]
             )
-            return self._starts.update(queue, predict(queue, ends, self._durations, now, ps), now)
+            # pods that fit free GPUs and stayed unbound wait for something else: not
+            # replayed (pending.predict_queue)
+            blocked = self._starts.blocked(queue, now)
+            result = predict_queue(queue, ends, self._durations, now, ps, blocked)
+            return self._starts.update(queue, result, now)
         except Exception as err:  # the queue must not fail the cycle
             errors["pending_failed"] += 1
             log.warning("pending-pod prediction failed: %s", err)

@@ -8,18 +8,20 @@ renders the result; ``top`` and the spawner hook read it back from Prometheus.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_eta.common.text import first_of
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.queue_replay import (
+    BLOCKED_ELSEWHERE,
     NO_SCHEDULABLE_NODE,
     PLACEMENTS,
     PREDICTED,
     REQUEST_SIZES,
     SCHEDULED,
     Holder,
+    PendingPod,
     ReplayError,
     Request,
     StartCalibrator,
@@ -216,6 +218,86 @@ def _later(
     return (max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2]))
 
 
+# How long a pod may fit free GPUs and stay Pending and unbound before it is taken to
+# wait for something else: kube-scheduler's podMaxInUnschedulablePodsDuration (5 min by
+# default), the longest a pod it could not place waits before it is tried again, even
+# when no cluster event (a pod deleted, a node added) moves it sooner. A pod that fit
+# the free GPUs all that time was tried, and refused for another reason.
+BLOCKED_GRACE_SECONDS = 300.0
+
+
+def predict_queue(
+    queue: ClusterQueue,
+    job_ends: Mapping[tuple[str, str], tuple[float, float, float]],
+    durations: Sequence[float],
+    now: float,
+    settings: PendingSettings,
+    blocked: Collection[tuple[str, str]] = (),
+    random_state: int | None = 0,
+) -> PendingSet:
+    """``predict``, with the pods of ``blocked`` (namespace, pod: ``StartTracker.blocked``)
+    that still fit free GPUs now left out of the replay and published
+    ``blocked_elsewhere``, without a start time.
+
+    Why: such a pod waits for something the replay does not model (an unbound PVC, CPU
+    or memory, a scheduling gate). Replayed, it is predicted to start "now" every cycle
+    (which hides ``GpuEtaPodPendingNoStart`` for it) and takes, in every sample, a GPU
+    the pods behind it really get. One that fits no free GPU any more (others took them)
+    waits for GPUs too, and is replayed: alone in the queue (``_fits_now``), it must
+    start at ``now``."""
+    held_back = [
+        p
+        for p in queue.pending
+        if (p.namespace, p.pod) in blocked
+        and _fits_now(queue, p, job_ends, durations, now, settings, random_state)
+    ]
+    if not held_back:
+        return predict(queue, job_ends, durations, now, settings, random_state)
+    rest = tuple(p for p in queue.pending if p not in held_back)
+    result = predict(replace(queue, pending=rest), job_ends, durations, now, settings, random_state)
+    out = {(p.namespace, p.pod): p for p in result.pods}
+    for p in held_back:
+        out.setdefault(
+            (p.namespace, p.pod),
+            PodStart(
+                p.namespace,
+                p.pod,
+                p.resource,
+                p.units,
+                p.created,
+                StartPrediction(BLOCKED_ELSEWHERE, None, 0.0),
+            ),
+        )
+    # what the queue says of its pods (the log line's) is the whole queue's
+    return replace(
+        result,
+        pods=tuple(out.values()),
+        tolerations_missing=queue.tolerations_missing,
+        tolerations_read=queue.tolerations_read,
+        selectors_unchecked=queue.selectors_unchecked,
+        selectors_checked=queue.selectors_checked,
+        created_missing=queue.created_missing,
+    )
+
+
+def _fits_now(
+    queue: ClusterQueue,
+    pod: PendingPod,
+    job_ends: Mapping[tuple[str, str], tuple[float, float, float]],
+    durations: Sequence[float],
+    now: float,
+    settings: PendingSettings,
+    random_state: int | None,
+) -> bool:
+    """Whether ``pod``, alone in the queue (no other pod, arrival or request), starts at
+    ``now``: GPUs it may use are free."""
+    alone = replace(queue, pending=(pod,), scheduled=(), arrivals=())
+    one = replace(settings, n_samples=1, request_sizes=())
+    (got,) = predict(alone, job_ends, durations, now, one, random_state).pods
+    starts = got.prediction.starts
+    return got.prediction.status == PREDICTED and starts is not None and starts[1] <= now
+
+
 # ``gpu_eta_forecaster_job_errors_total{reason}`` values for the queue's pods left
 # without a prediction (``PendingSet.skipped``, ``PendingSet.rejected``)
 SKIPPED_REASON = "pending_skipped"
@@ -343,8 +425,9 @@ def job_end_times(
 
 
 # a pod's kept predictions as saved: (namespace, pod, its uid or "", when last read
-# waiting, its raw (P10, P50, P90) start predictions, oldest first)
-SavedWait = tuple[str, str, str, float, list[tuple[float, float, float]]]
+# waiting, its raw (P10, P50, P90) start predictions, oldest first, since when every
+# prediction of it has been a start now or ``blocked_elsewhere``: None when not)
+SavedWait = tuple[str, str, str, float, list[tuple[float, float, float]], float | None]
 
 
 @dataclass(slots=True)
@@ -356,6 +439,9 @@ class _Waiting:
     seen: float
     starts: list[tuple[float, float, float]] = field(default_factory=list)
     uid: str = ""  # the pod's, when read: another uid under its name is another pod
+    # the cycle from which every prediction of it has started it now (its P50 the
+    # cycle's time: it fits free GPUs) or found it ``blocked_elsewhere``; None: not so
+    fits_since: float | None = None
 
 
 class StartTracker:
@@ -387,6 +473,14 @@ class StartTracker:
     (``kube_state.PENDING_SINCE``, without ``kube_pod_created``) moves with the window,
     but stays before the last read.
 
+    A pod predicted to start now (GPUs it may use are free) that is still Pending and
+    unbound ``blocked_seconds`` after the first such prediction waits for something
+    else (``BLOCKED_GRACE_SECONDS``): ``blocked`` names it for ``predict_queue``, which
+    publishes it ``blocked_elsewhere`` and replays the queue without it. Its kept
+    predictions are dropped then, and none is kept while it is blocked: they timed a
+    wait that was not for GPUs, and scored when it starts they would teach the
+    calibrator that zero-width intervals miss by hours.
+
     ``waiting`` and ``restore`` hand the kept predictions to ``pending_state``, which
     keeps them in the history file: a ``once`` CronJob (a new process every cycle)
     would otherwise never see a pod it predicted start, and never calibrate.
@@ -397,11 +491,30 @@ class StartTracker:
         calibrator: StartCalibrator | None = None,
         per_pod: int = 20,
         forget_seconds: float = 600.0,
+        blocked_seconds: float = BLOCKED_GRACE_SECONDS,
     ) -> None:
         self.calibrator = calibrator or StartCalibrator()
         self.per_pod = per_pod
         self.forget_seconds = forget_seconds
+        self.blocked_seconds = blocked_seconds
         self._kept: dict[tuple[str, str], _Waiting] = {}
+
+    def blocked(self, queue: ClusterQueue, now: float) -> frozenset[tuple[str, str]]:
+        """The pending pods of ``queue`` (namespace, pod) predicted to start now, or
+        found blocked, in every cycle since at least ``blocked_seconds`` ago: they fit
+        free GPUs and were not bound, so they wait for something else. A pod read under
+        a kept name with another uid is another pod, and not blocked."""
+        out = set()
+        for p in queue.pending:
+            kept = self._kept.get((p.namespace, p.pod))
+            if (
+                kept is not None
+                and kept.fits_since is not None
+                and now - kept.fits_since >= self.blocked_seconds
+                and not _other_pod(kept.uid, p.uid)
+            ):
+                out.add((p.namespace, p.pod))
+        return frozenset(out)
 
     def update(self, queue: ClusterQueue, result: PendingSet, now: float) -> PendingSet:
         """Learn from pods that started since, remember ``result``'s, return it calibrated."""
@@ -436,18 +549,31 @@ class StartTracker:
             ]:
                 self._forget(key)  # deleted before it started: nothing to learn
         for p in result.pods:
+            key = (p.namespace, p.pod)
             if p.prediction.status == NO_SCHEDULABLE_NODE:
                 # it waits for an admin (a node cordoned or down), which no replay times:
                 # what was predicted before is not a miss of the queue's, and scored
                 # once it starts it would widen every interval for hours of maintenance
-                self._forget((p.namespace, p.pod))
+                self._forget(key)
+            elif p.prediction.status == BLOCKED_ELSEWHERE:
+                # its predictions timed a wait that was not for GPUs: none is scored
+                kept = self._kept.setdefault(key, _Waiting(now, uid=uids.get(key, "")))
+                kept.starts.clear()
+                kept.fits_since = now if kept.fits_since is None else kept.fits_since
+                kept.seen = now
             elif p.prediction.status == PREDICTED and p.prediction.starts is not None:
-                uid = uids.get((p.namespace, p.pod), "")
-                kept = self._kept.setdefault((p.namespace, p.pod), _Waiting(now, uid=uid))
+                uid = uids.get(key, "")
+                kept = self._kept.setdefault(key, _Waiting(now, uid=uid))
                 kept.uid = kept.uid or uid
                 kept.starts.append(p.prediction.starts)
                 del kept.starts[: -self.per_pod]
                 kept.seen = now
+                fits = p.prediction.starts[1] <= now
+                kept.fits_since = (
+                    (now if kept.fits_since is None else kept.fits_since) if fits else None
+                )
+            elif key in self._kept:
+                self._kept[key].fits_since = None
         scale = self.calibrator.scale
         pods = tuple(
             replace(p, prediction=self.calibrator.widen(p.prediction, now, scale))
@@ -460,16 +586,17 @@ class StartTracker:
 
     def waiting(self) -> list[SavedWait]:
         """The pods whose predictions are kept, by name: (namespace, pod, uid, when last
-        read waiting, its raw predictions oldest first)."""
+        read waiting, its raw predictions oldest first, since when it has fit now)."""
         return [
-            (ns, pod, w.uid, w.seen, list(w.starts)) for (ns, pod), w in sorted(self._kept.items())
+            (ns, pod, w.uid, w.seen, list(w.starts), w.fits_since)
+            for (ns, pod), w in sorted(self._kept.items())
         ]
 
     def restore(self, rows: Iterable[SavedWait]) -> None:
         """Keep ``rows`` (``waiting``'s, as saved) beside what is kept: the latest
         ``per_pod`` predictions of each."""
-        for ns, pod, uid, seen, starts in rows:
-            self._kept[(ns, pod)] = _Waiting(seen, list(starts)[-self.per_pod :], uid)
+        for ns, pod, uid, seen, starts, fits_since in rows:
+            self._kept[(ns, pod)] = _Waiting(seen, list(starts)[-self.per_pod :], uid, fits_since)
 
     def _forget(self, key: tuple[str, str]) -> list[tuple[float, float, float]]:
         """Drop a pod's predictions (returned) and when it was last read."""

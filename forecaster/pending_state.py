@@ -133,7 +133,9 @@ class SavedStartTracker(StartTracker):
 
 def predictions_json(rows: Sequence[SavedWait]) -> str:
     """``StartTracker.waiting``'s rows as saved (times to 0.1 s): the most recently
-    read ``MAX_SAVED_PODS``, each pod's latest ``MAX_SAVED_PER_POD`` predictions."""
+    read ``MAX_SAVED_PODS``, each pod's latest ``MAX_SAVED_PER_POD`` predictions, and
+    since when it has fit now (a sixth item, only when it has: ``StartTracker.blocked``
+    needs it in a ``once`` run)."""
     kept = sorted(rows, key=lambda r: r[3])[-MAX_SAVED_PODS:]
     pods = [
         [
@@ -142,8 +144,10 @@ def predictions_json(rows: Sequence[SavedWait]) -> str:
             uid,
             round(seen, 1),
             [[round(t, 1) for t in s] for s in starts[-MAX_SAVED_PER_POD:]],
+            # only when set: a forecaster of before reads the others' rows as ever
+            *(() if fits_since is None else (round(fits_since, 1),)),
         ]
-        for ns, pod, uid, seen, starts in sorted(kept)
+        for ns, pod, uid, seen, starts, fits_since in sorted(kept, key=lambda r: r[:4])
     ]
     return json.dumps({"version": PREDICTIONS_VERSION, "pods": pods}, separators=(",", ":"))
 
@@ -154,8 +158,9 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
     Pure; ``ReplayError`` when the text is unusable as a whole (too long, not JSON,
     nested too deeply, another version, no list of pods, more than ``MAX_SAVED_PODS``).
     A pod whose names are not strings of at most ``MAX_NAME_CHARS`` (its uid a string
-    of at most ``MAX_UID_CHARS``, "" when not read), whose time is not
-    a time, or whose predictions are not at most ``MAX_SAVED_PER_POD`` ordered
+    of at most ``MAX_UID_CHARS``, "" when not read), whose times (when last read, and
+    since when it fit now: an optional sixth item, None when absent) are not
+    times, or whose predictions are not at most ``MAX_SAVED_PER_POD`` ordered
     (P10 ≤ P50 ≤ P90) times is skipped and counted: one damaged pod is no reason to
     forget the others. A P90 may be infinite (JSON's ``Infinity``, as ``json.dumps``
     writes it): a prediction the replay publishes with its P90 beyond
@@ -175,9 +180,12 @@ def parse_predictions(text: str) -> tuple[list[SavedWait], int]:
 
 def _saved_wait(item: object) -> SavedWait | None:
     """One saved pod, or None when damaged (``parse_predictions``)."""
-    if not (isinstance(item, list) and len(item) == 5):
+    if not (isinstance(item, list) and len(item) in (5, 6)):
         return None
-    ns, pod, uid, seen, starts = item
+    ns, pod, uid, seen, starts = item[:5]
+    fits_since = item[5] if len(item) == 6 else None
+    if fits_since is not None and not _time(fits_since):
+        return None
     names_ok = all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in (ns, pod))
     uid_ok = isinstance(uid, str) and len(uid) <= MAX_UID_CHARS
     if not (names_ok and uid_ok and _time(seen) and isinstance(starts, list)):
@@ -196,7 +204,7 @@ def _saved_wait(item: object) -> SavedWait | None:
         ):
             return None
         out.append((float(s[0]), float(s[1]), float(s[2])))
-    return (ns, pod, uid, float(seen), out)
+    return (ns, pod, uid, float(seen), out, None if fits_since is None else float(fits_since))
 
 
 def _time(value: object) -> bool:

@@ -130,7 +130,17 @@ SCHEDULED = "scheduled"  # bound to a node, containers starting
 NEVER_FITS = "never_fits"
 BEYOND_HORIZON = "beyond_horizon"
 NO_SCHEDULABLE_NODE = "no_schedulable_node"  # fits only on cordoned or NotReady nodes
-STATUSES = (PREDICTED, SCHEDULED, NEVER_FITS, BEYOND_HORIZON, NO_SCHEDULABLE_NODE)
+# fits free GPUs now, yet stayed Pending and unbound past a grace: it waits for something
+# no replay models (a PVC, CPU or memory, a scheduling gate); set by pending.StartTracker
+BLOCKED_ELSEWHERE = "blocked_elsewhere"
+STATUSES = (
+    PREDICTED,
+    SCHEDULED,
+    NEVER_FITS,
+    BEYOND_HORIZON,
+    NO_SCHEDULABLE_NODE,
+    BLOCKED_ELSEWHERE,
+)
 
 # taint effects (Kubernetes' spelling); only the first two keep a pod off a node
 NO_SCHEDULE = "NoSchedule"

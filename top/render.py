@@ -167,6 +167,7 @@ _PENDING_NOTES = {
     "beyond_horizon": "no start within the horizon",
     "no_schedulable_node": "fits only nodes cordoned, not Ready, under pressure or being removed",
     "scheduled": "starting (bound to a node)",
+    "blocked_elsewhere": "fits free GPUs, not bound: waits for something else (PVC, CPU, memory)",
 }
 
 

@@ -87,7 +87,8 @@ class PendingRow:
     pod: str
     resource: str
     gpus: str
-    status: str  # predicted, scheduled, never_fits, beyond_horizon, no_schedulable_node
+    status: str  # predicted, scheduled, never_fits, beyond_horizon, no_schedulable_node,
+    # blocked_elsewhere
     created_timestamp: float | None
     start: Band
     # the end of the forecaster cycle that made the prediction (None: not known): a

@@ -250,12 +250,14 @@ def test_a_once_cronjob_scores_the_predictions_of_its_earlier_runs(tmp_path: Pat
 def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
     tracker = StartTracker()
     rows = [
-        ("ml", f"p{i}", f"u{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2) for i in range(3)
+        ("ml", f"p{i}", f"u{i}", NOW + i, [(NOW + 10, NOW + 20, NOW + 30)] * 2, None)
+        for i in range(3)
     ]
+    rows.insert(0, ("ml", "fits", "uf", NOW, [(NOW, NOW, NOW)], NOW - 120))  # fits now since
     tracker.restore(rows)
     text = predictions_json(tracker.waiting())
     assert parse_predictions(text) == (rows, 0)
-    many = [("ml", f"p{i:05d}", "", NOW + i, []) for i in range(MAX_SAVED_PODS + 10)]
+    many = [("ml", f"p{i:05d}", "", NOW + i, [], None) for i in range(MAX_SAVED_PODS + 10)]
     kept, _ = parse_predictions(predictions_json(many))
     assert len(kept) == MAX_SAVED_PODS and min(r[3] for r in kept) == NOW + 10
 
@@ -275,6 +277,8 @@ def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
         ["ml", "p", "u", NOW, [[NOW, math.inf, math.inf]]],  # only a P90 may be past
         {"ml": "p"},
         ["ml", "p", NOW, []],
+        ["ml", "p", "u", NOW, [], float("nan")],  # since when it fits now: not a time
+        ["ml", "p", "u", NOW, [], None, 1],
     ],
     ids=[
         "unordered",
@@ -289,6 +293,8 @@ def test_saved_predictions_round_trip_and_keep_the_latest_pods() -> None:
         "p50-infinite",
         "dict",
         "short",
+        "fits-since-nan",
+        "long",
     ],
 )
 def test_a_damaged_saved_pod_is_skipped_and_counted(
@@ -296,7 +302,7 @@ def test_a_damaged_saved_pod_is_skipped_and_counted(
 ) -> None:
     good = ["ml", "ok", "u", NOW, [[NOW + 10, NOW + 20, NOW + 30]]]
     text = json.dumps({"version": 1, "pods": [good, bad]})
-    want = [("ml", "ok", "u", NOW, [(NOW + 10, NOW + 20, NOW + 30)])]
+    want = [("ml", "ok", "u", NOW, [(NOW + 10, NOW + 20, NOW + 30)], None)]
     assert parse_predictions(text) == (want, 1)
     store = HistoryStore.open(tmp_path / "h.sqlite")
     store.set_meta(START_PREDICTIONS_KEY, text)

@@ -1,0 +1,168 @@
+"""Pods that fit free GPUs and stay Pending: blocked by something other than GPUs.
+
+The reviewer's case: a 2-GPU node with one GPU free; ``stuck`` (created 3 h ago) waits
+for an unbound PVC, CPU or a scheduling gate, which no replay models, and ``next``
+(10 min ago) really takes the free GPU at once. Predicted "now" cycle after cycle,
+``stuck`` hid the alert on it and pushed ``next`` an hour later."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from gpu_eta.forecaster.kube_state import ClusterQueue
+from gpu_eta.forecaster.pending import (
+    BLOCKED_GRACE_SECONDS,
+    PendingSet,
+    PendingSettings,
+    StartTracker,
+    predict_queue,
+)
+from gpu_eta.forecaster.pending_state import parse_predictions, predictions_json
+from gpu_eta.forecaster.publish import pending_families
+from gpu_eta.forecaster.queue_replay import (
+    BLOCKED_ELSEWHERE,
+    PREDICTED,
+    STATUSES,
+    Holder,
+    Node,
+    PendingPod,
+)
+
+G = "nvidia_com_gpu"
+NOW = 1_700_000_000.0
+ENDS = {
+    ("ml", "job"): (NOW + 6000, NOW + 7200, NOW + 8400),
+    ("ml", "other"): (NOW + 50, NOW + 100, NOW + 150),
+}
+SETTINGS = PendingSettings(n_samples=20)
+CYCLE = 60.0  # the forecaster's default --cycle.interval
+
+
+def queue(*holders: Holder) -> ClusterQueue:
+    return ClusterQueue(
+        (Node("n1", {G: 2}, "A100"),),
+        (Holder("ml", "job", "n1", G, 1, None, NOW - 600, uid="uj"), *holders),
+        (
+            PendingPod("ml", "stuck", G, 1, NOW - 3 * 3600, uid="us"),
+            PendingPod("ml", "next", G, 1, NOW - 600, uid="un"),
+        ),
+    )
+
+
+def cycle(tracker: StartTracker, q: ClusterQueue, now: float) -> dict[str, object]:
+    """One forecaster cycle as ``cycle.Cycle`` runs it: pod → its prediction."""
+    result = tracker.update(
+        q, predict_queue(q, ENDS, [3600.0], now, SETTINGS, tracker.blocked(q, now)), now
+    )
+    return {p.pod: p.prediction for p in result.pods}
+
+
+def offsets(pred, now: float) -> list[float]:
+    assert pred.status == PREDICTED, pred
+    return [t - now for t in pred.starts]
+
+
+def test_a_pod_fitting_free_gpus_and_still_pending_is_blocked_elsewhere():
+    tracker = StartTracker()
+    q = queue()
+    t = NOW
+    first = cycle(tracker, q, t)
+    # at first it is taken to start now (kube-scheduler binds a fitting pod in seconds)
+    assert offsets(first["stuck"], t) == [0.0, 0.0, 0.0]
+    assert offsets(first["next"], t)[1] == 3600.0
+    while t + CYCLE - NOW < BLOCKED_GRACE_SECONDS:
+        t += CYCLE
+        assert cycle(tracker, q, t)["stuck"].status == PREDICTED
+    # still Pending, unbound, a grace after it first fit: blocked by something else
+    t += CYCLE
+    assert t - NOW == BLOCKED_GRACE_SECONDS
+    later = cycle(tracker, q, t)
+    assert later["stuck"].status == BLOCKED_ELSEWHERE
+    assert later["stuck"].starts is None
+    # left out of the replay: the pod behind it takes the free GPU now
+    assert offsets(later["next"], t) == [0.0, 0.0, 0.0]
+    # published without a start time, so GpuEtaPodPendingNoStart is not silenced
+    families = {f.name: f for f in pending_families(PendingSet(tuple(_pods(tracker, q, t))))}
+    starts = families["gpu_eta_pod_predicted_start_timestamp_seconds"].samples
+    assert {s.labels["pod"] for s in starts} == {"next"}
+    info = families["gpu_eta_pod_start_prediction_info"].samples
+    assert {(s.labels["pod"], s.labels["status"]) for s in info} == {
+        ("stuck", BLOCKED_ELSEWHERE),
+        ("next", PREDICTED),
+    }
+    assert BLOCKED_ELSEWHERE in STATUSES
+
+
+def _pods(tracker: StartTracker, q: ClusterQueue, now: float):
+    return tracker.update(
+        q, predict_queue(q, ENDS, [3600.0], now, SETTINGS, tracker.blocked(q, now)), now
+    ).pods
+
+
+def test_a_blocked_pod_is_not_scored_when_it_starts():
+    """The predictions of a pod found blocked elsewhere are dropped: ``stuck`` was first
+    predicted to take the GPU ``other`` frees at about NOW + 100 s; it did not, for a
+    reason no replay models, and started hours later. Scored, that prediction would
+    count the hours as the queue's miss and widen every interval published after."""
+    tracker = StartTracker()
+    other = Holder("ml", "other", "n1", G, 1, None, NOW - 600, uid="uo")
+    first = cycle(tracker, queue(other), NOW)
+    p10, p50, p90 = offsets(first["stuck"], NOW)
+    assert 0 < p10 < p50 < p90 < 200
+    q = queue()  # ``other`` ended: its GPU is free
+    t = NOW + CYCLE
+    while cycle(tracker, q, t)["stuck"].status != BLOCKED_ELSEWHERE:
+        assert t - NOW <= CYCLE + BLOCKED_GRACE_SECONDS
+        t += CYCLE
+    started = t + 3 * 3600
+    ran = ClusterQueue(
+        q.nodes,
+        (*q.holders, Holder("ml", "stuck", "n1", G, 1, None, started, uid="us")),
+        (),
+    )
+    cycle(tracker, ran, started + CYCLE)
+    assert tracker.calibrator.n_obs == 0
+
+
+def test_a_blocked_pod_that_no_longer_fits_waits_for_gpus_again():
+    """Once the free GPU is taken (``next`` started on it), the blocked pod fits no free
+    GPU: it waits for GPUs again and is replayed like any other pod, from the GPU that
+    frees next; when it fits again it is given the grace again."""
+    tracker = StartTracker()
+    q = queue()
+    t = NOW
+    while t - NOW <= BLOCKED_GRACE_SECONDS:
+        cycle(tracker, q, t)
+        t += CYCLE
+    assert cycle(tracker, q, t)["stuck"].status == BLOCKED_ELSEWHERE
+    t += CYCLE
+    full = dataclasses.replace(
+        q,
+        holders=(*q.holders, Holder("ml", "next", "n1", G, 1, None, t - 10, uid="un")),
+        pending=q.pending[:1],
+    )
+    again = cycle(tracker, full, t)["stuck"]
+    assert again.status == PREDICTED and offsets(again, t)[0] > 0
+    assert tracker.blocked(full, t + CYCLE) == frozenset()
+
+
+def test_fitting_since_is_saved_with_the_predictions():
+    """A ``once`` CronJob is a new process every cycle: when a pod first fit now is
+    saved with its predictions, or no such run would ever see the grace pass."""
+    tracker = StartTracker()
+    q = queue()
+    cycle(tracker, q, NOW)
+    rows, skipped = parse_predictions(predictions_json(tracker.waiting()))
+    assert skipped == 0
+    fresh = StartTracker()
+    fresh.restore(rows)
+    assert fresh.blocked(q, NOW + BLOCKED_GRACE_SECONDS) == frozenset({("ml", "stuck")})
+    assert fresh.blocked(q, NOW + BLOCKED_GRACE_SECONDS - 1) == frozenset()
+    # a row saved before (five fields) still reads: not fitting since any time
+    old = [
+        [ns, pod, uid, seen, [list(s) for s in starts]] for ns, pod, uid, seen, starts, _ in rows
+    ]
+    text = json.dumps({"version": 1, "pods": old})
+    back, skipped = parse_predictions(text)
+    assert skipped == 0 and all(r[5] is None for r in back)
