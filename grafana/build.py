@@ -828,9 +828,10 @@ def forecaster_quality() -> dict:
         ),
         ts(
             "Job errors by reason",
-            "Jobs the forecaster skipped (invalid_epochs_planned, invalid_start, "
-            "predict_failed, invalid_forecast; no_plan: no planned total and no completed "
-            "run of its configuration, job or cluster to go by) and failed cycles (cycle_failed), per second. "
+            "Jobs the forecaster skipped, by reason (invalid_* : a series of the run out of "
+            "range; no_plan: no planned total and no completed run of its configuration, job "
+            "or cluster to go by; every reason: docs/metrics.md, "
+            "gpu_eta_forecaster_job_errors_total), and failed cycles (cycle_failed), per second. "
             "The counter only appears after the first error, so 'none' draws 0 until then.",
             "ops",
             q(
