@@ -99,6 +99,9 @@ MAX_TIMESTAMP = 1e11
 # A column whose every value is past MAX_TIMESTAMP is a millisecond clock (up to here)
 MAX_TIMESTAMP_MS = MAX_TIMESTAMP * 1000
 MAX_NAMED = 5  # runs named in RunsFile.warning()
+# 2000-01-01T00:00:00Z: a run said to start before it is on another clock than Unix time
+# (time since its own start, as tqdm and TensorBoard's relative time give), noted
+EARLIEST_START = 946_684_800.0
 MAX_KEPT_ROWS = 1000  # damaged rows without a run kept to name; the others only counted
 # Progress within this share of the plan either way is the plan (a total written with
 # another rounding than the last row: 10.0000001 of 10, or steps / steps per epoch
@@ -190,6 +193,37 @@ class RunsFile:
 
 class _BadRow(Exception):
     """One row is damaged; the message says how."""
+
+
+def _early_note(starts: list[float]) -> str | None:
+    """A note when runs' starts (``starts``, Unix seconds) look like another clock, else None.
+
+    Two signatures: runs before 2000-01-01 (``EARLIEST_START``) beside runs after it (two
+    clocks in one file: the early ones are replayed as the oldest history of every other
+    run), and two or more runs before it starting at the very same second (times since
+    each run's own start, as tqdm or TensorBoard's relative time give: every run at
+    once, each forecast then knowing only the shorter runs). Why a note and not a skip:
+    the runs are whole, and a synthetic file counting from 0 with runs one after another
+    is neither and says nothing.
+    """
+    early = [t for t in starts if t < EARLIEST_START]
+    if not early:
+        return None
+    mixed = len(early) < len(starts)
+    same = len(early) - len(set(early))
+    if not mixed and not same:
+        return None
+    why = (
+        "beside runs after it"
+        if mixed
+        else f"{same + 1 if len(set(early)) == 1 else 'several'} of them at the same second"
+    )
+    return (
+        f"{len(early):,} of {len(starts):,} runs start before 2000-01-01, {why} "
+        "(timestamp_seconds on another clock than Unix time, such as seconds since each "
+        "run's start?): the replay orders runs by these times to decide what each "
+        "forecast knows"
+    )
 
 
 def _not_seconds(ts: float) -> str:
@@ -724,7 +758,8 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             big = abs(ts) > MAX_TIMESTAMP
             if abs(ts) > MAX_TIMESTAMP_MS:
                 raise _BadRow(_not_seconds(ts))
-            if epoch is not None and (epoch < 0 or epoch > MAX_PROGRESS):
+            # within PLAN_SLACK of the bound: a plan of 1e15 computed in floating point
+            if epoch is not None and (epoch < 0 or epoch > MAX_PROGRESS * (1 + PLAN_SLACK)):
                 raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch!r}")
             if planned is not None and (planned <= 0 or planned > MAX_PROGRESS):
                 raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned!r}")
@@ -808,6 +843,9 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             bad[key] = SkippedRun(key[3], err.line, err.reason)
     planless = frozenset(key for key, acc in runs.items() if acc.planned is None and key not in bad)
     out.sort(key=lambda r: (r.start_timestamp, r.run_id, r.namespace, r.pod, r.container))
+    note = _early_note([r.start_timestamp for r in out])
+    if note:
+        notes.append(note)
     skipped = sorted([*bad.values(), *bad_rows], key=lambda s: (s.line, s.run_id))
     if ignored_headers > MAX_NAMED:
         notes.append(

@@ -163,7 +163,7 @@ NO_BASELINE_YET = ["a,0,4,0", "a,1,4,0", "a,2,4,0", "a,4,4,10"]  # no time passe
 @pytest.mark.parametrize(
     ("rows", "reason", "forecast"),
     [
-        (["a,0,5,0", "a,1,5,10", "b,0,5,0", "b,1,5,10", "c,0,5,0"], "3 runs, none completed", []),
+        (["a,0,5,0", "a,1,5,10", "b,0,5,20", "b,1,5,30", "c,0,5,40"], "3 runs, none completed", []),
         (["a,0,2,5", "a,1,2,5", "a,2,2,5"], "1 run, 1 completed, but none has time left", []),
         (
             ["a,0,2,0", "a,2,2,10"],

@@ -753,3 +753,44 @@ def test_with_plan_optional_a_header_mid_file_without_the_plan_places_its_rows()
     result = parse_runs_file(io.StringIO(joined), plan_optional=True)
     assert [(r.run_id, r.epochs_planned) for r in result.runs] == [("a", 1), ("b", 2)]
     assert result.planless == {("", "", "", "b")} and result.warning() is None
+
+
+@pytest.mark.parametrize(
+    ("rows", "noted"),
+    [
+        # every run at second 0: times since each run's own start (tqdm's relative time)
+        (
+            ["a,0,2,0", "a,2,2,50", "b,0,2,0", "b,2,2,70"],
+            "2 of 2 runs start before 2000-01-01, 2 of them at the same second",
+        ),
+        # two clocks in one file: the early run would be every other run's oldest history
+        (
+            ["a,0,2,1590000", "a,2,2,1590050", "b,0,2,1700000000", "b,2,2,1700000070"],
+            "1 of 2 runs start before 2000-01-01, beside runs after it",
+        ),
+        # a synthetic file counting from 0, one run after another: not noted
+        (["a,0,2,0", "a,2,2,50", "b,0,2,60", "b,2,2,90"], None),
+        (["a,0,2,1700000000", "a,2,2,1700000050"], None),
+    ],
+)
+def test_runs_on_another_clock_than_unix_time_are_noted_not_skipped(
+    rows: list[str], noted: str | None
+) -> None:
+    """Starts before 2000-01-01 that share a second, or sit beside runs after it, are
+    another clock: the replay's order in time (what each forecast knows) means nothing
+    then, so a note says so; the runs are kept (they are whole)."""
+    result = parse_runs_file(io.StringIO(HEADER + "\n" + "\n".join(rows) + "\n"))
+    assert len(result.runs) == (2 if len(rows) == 4 else 1)
+    early = [n for n in result.notes if "before 2000-01-01" in n]
+    if noted is None:
+        assert early == []
+    else:
+        assert len(early) == 1 and early[0].startswith(noted), early
+
+
+def test_progress_a_rounding_above_the_bound_is_the_plan() -> None:
+    """A point computed as 1e15 × e / plan may land a rounding above 1e15, within
+    PLAN_SLACK of the plan: read as the plan, not a reason to skip the run."""
+    result = parse_runs_file(io.StringIO(f"{HEADER}\nb,0,1e15,0\nb,1000000000000000.1,1e15,100\n"))
+    assert result.skipped == [] and len(result.runs) == 1
+    assert result.runs[0].completed
