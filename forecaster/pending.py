@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpu_eta.common.text import first_of
 from gpu_eta.forecaster.kube_state import ClusterQueue
@@ -174,12 +175,20 @@ def predict(
         len(ordered) - len(kept),
         queue.rejected,
         tainted_nodes=queue.tainted_nodes,
-        tolerations_missing=queue.tolerations_missing,
-        tolerations_read=queue.tolerations_read,
-        selectors_unchecked=queue.selectors_unchecked,
-        selectors_checked=queue.selectors_checked,
-        created_missing=queue.created_missing,
+        **_queue_notes(queue),
     )
+
+
+def _queue_notes(queue: ClusterQueue) -> dict[str, Any]:
+    """What the queue says of its pods, as ``PendingSet`` fields: the whole queue's, also
+    where some of its pods are left out of the replay (``predict_queue``)."""
+    return {
+        "tolerations_missing": queue.tolerations_missing,
+        "tolerations_read": queue.tolerations_read,
+        "selectors_unchecked": queue.selectors_unchecked,
+        "selectors_checked": queue.selectors_checked,
+        "created_missing": queue.created_missing,
+    }
 
 
 def holder_ends(
@@ -269,15 +278,7 @@ def predict_queue(
             ),
         )
     # what the queue says of its pods (the log line's) is the whole queue's
-    return replace(
-        result,
-        pods=tuple(out.values()),
-        tolerations_missing=queue.tolerations_missing,
-        tolerations_read=queue.tolerations_read,
-        selectors_unchecked=queue.selectors_unchecked,
-        selectors_checked=queue.selectors_checked,
-        created_missing=queue.created_missing,
-    )
+    return replace(result, pods=tuple(out.values()), **_queue_notes(queue))
 
 
 def _fits_now(
