@@ -9,7 +9,13 @@ The plan: ``max_epochs`` and the trainer's own estimate of its optimizer steps
 (``estimated_stepping_batches``, ``max_steps`` when that is fewer). When ``max_steps``
 ends the run before ``max_epochs`` would, the planned epochs are those ``max_steps``
 completes if they are whole (``max_steps=8`` at 4 steps an epoch: 2), else none; and
-an epoch that ``max_steps`` cut short is not counted done.
+an epoch that ``max_steps`` cut short is not counted done (``epoch_cut``: its last batch
+not trained). The optimizer steps an epoch may change while the run trains
+(``GradientAccumulationScheduler``, a run resumed with other batches an epoch): each
+whole epoch whose steps make another total than the one held states it again
+(``replanned_steps``, ``ProgressReporter.plan``). An iterable dataset (batches unknown)
+under both ``max_epochs`` and ``max_steps`` is planned as under manual optimization,
+below, and its epoch counted cut when ``max_steps`` is reached.
 
 Under manual optimization (``automatic_optimization = False``) ``global_step`` counts
 every ``optimizer.step()`` (a GAN's two optimizers: two a batch), while
@@ -87,6 +93,30 @@ def manual_plan(
     return (epochs_done + to_go // units if to_go % units == 0 else None), max_steps
 
 
+def epoch_cut(
+    batches: int | None, last_batch: int | None, step: int, max_steps: int | None
+) -> bool:
+    """Whether the epoch that ended was cut short (by ``max_steps``), so not done: its
+    last batch (index ``batches - 1``) not trained, or, its batches unknown (an
+    iterable dataset), ``max_steps`` reached. Read from the batch index, not from
+    ``global_step``: the optimizer steps an epoch change when gradient accumulation
+    does (``GradientAccumulationScheduler``) or a run resumes with other batches. Pure.
+    """
+    if batches:
+        return last_batch is not None and last_batch + 1 < batches
+    return bool(max_steps) and step >= (max_steps or 0)
+
+
+def replanned_steps(
+    max_epochs: int, max_steps: int | None, epochs_done: int, step: int, epoch_steps: int
+) -> int:
+    """The run's optimizer steps in all, at the end of a whole epoch (``epochs_done``
+    done, ``global_step`` at ``step``) that took ``epoch_steps``: the epochs left each
+    taking as many, at most ``max_steps``. Pure."""
+    steps = step + max(0, max_epochs - epochs_done) * epoch_steps
+    return min(steps, max_steps) if max_steps else steps
+
+
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports epochs (``max_epochs``), optimizer steps and logged metrics."""
 
@@ -98,6 +128,8 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     # manual optimization under both bounds: (max_epochs, max_steps) until the plan is
     # stated (module doc)
     _bounds: tuple[int, int] | None = None
+    _max_epochs: int | None = None
+    _max_steps: int | None = None
 
     @never_raises
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -119,10 +151,14 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         self._last_batch = None
         self._bounds = None
         epochs = _finite_int(getattr(trainer, "max_epochs", None))
+        max_steps = _finite_int(getattr(trainer, "max_steps", None))
+        self._max_epochs, self._max_steps = epochs, max_steps
         if automatic:
             steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
+            if epochs and max_steps and not per_epoch:  # an iterable's: as manual (module doc)
+                self._bounds, epochs, steps = (epochs, max_steps), None, None
         else:  # global_step counts optimizer steps, the estimate batches (module doc)
-            steps = _finite_int(getattr(trainer, "max_steps", None))
+            steps = max_steps
             if epochs and steps:  # known once an epoch has counted its steps
                 self._bounds, epochs, steps = (epochs, steps), None, None
         if epochs and per_epoch and steps and steps < epochs * per_epoch:
@@ -159,16 +195,17 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
             return
         epoch = int(getattr(trainer, "current_epoch", 0))
         step = int(getattr(trainer, "global_step", 0))
-        # the epoch's last optimizer step (or, unknown, its last batch) not reached:
-        # max_steps stopped it inside
-        per_epoch, batches, last = self._steps_per_epoch, self._batches, self._last_batch
-        if per_epoch:
-            cut = step < (epoch + 1) * per_epoch
-        else:
-            cut = bool(batches) and last is not None and last + 1 < batches
+        cut = epoch_cut(self._batches, self._last_batch, step, self._max_steps)
         done = epoch if cut else epoch + 1
+        whole = not cut and self._first_batch == 0
         if self._bounds is not None:
-            self._state_plan(done, step, whole=not cut and self._first_batch == 0)
+            self._state_plan(done, step, whole=whole)
+        elif whole and self._steps_per_epoch and self.reporter.steps and self._max_epochs:
+            steps = replanned_steps(
+                self._max_epochs, self._max_steps, done, step, step - self._epoch_start_step
+            )
+            if steps != self.reporter.steps:
+                self.reporter.plan(steps=steps)
         self.reporter.epoch_end(done, step=step, metrics=getattr(trainer, "callback_metrics", None))
 
     def _state_plan(self, done: int, step: int, whole: bool) -> None:

@@ -823,3 +823,60 @@ print("SENDERS", senders())
     }
     assert reached["stopped"][:4] == (2, 8, None, 8) and reached["stopped"][4] is not None
     assert reached["failed"] == (2, 8, None, None, None)
+
+
+@needs("lightning")
+def test_lightning_counts_epochs_by_batch_when_steps_an_epoch_change(journaling_listener, tmp_path):
+    """A run whose optimizer steps an epoch differ from those planned at its start:
+    ``GradientAccumulationScheduler`` (accumulating 2 from epoch 0: 2 steps an epoch, not
+    the 4 planned), and a run resumed from a one-epoch checkpoint with batches of 8 (8
+    steps an epoch, where its first took 4). Judged by ``global_step`` against the
+    planned steps an epoch, each finished run ended an epoch short (2 of 3). An epoch's
+    end is judged by its batch index; the steps plan is stated again once a whole
+    epoch has counted its steps. One script, two runs (their run ids)."""
+    run(
+        journaling_listener,
+        lightning_script()
+        + f"""
+from lightning.pytorch.callbacks import GradientAccumulationScheduler
+L.Trainer(max_epochs=3, **QUIET, callbacks=[GradientAccumulationScheduler(scheduling={{0: 2}}),
+          GpuEtaCallback(run_id="accumulate")]).fit(M(), data)
+one = L.Trainer(max_epochs=1, **QUIET); one.fit(M(), data)
+one.save_checkpoint({str(tmp_path / "one.ckpt")!r})
+L.Trainer(max_epochs=3, **QUIET, callbacks=[GpuEtaCallback(run_id="resumed")]).fit(
+    M(), DataLoader(TensorDataset(x, y), batch_size=8), ckpt_path={str(tmp_path / "one.ckpt")!r})
+""",
+    )
+    reached = {
+        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
+        for run_id, row in last_rows(journaling_listener).items()
+    }
+    assert reached == {"accumulate": (3, 3, 6, 6), "resumed": (3, 3, 20, 20)}
+
+
+@needs("lightning")
+def test_lightning_iterable_under_both_bounds_plans_once_an_epoch_counted_steps(
+    journaling_listener,
+):
+    """An iterable dataset (5 batches, no length) with ``max_epochs=3`` and
+    ``max_steps=7``: the steps an epoch are unknown at the start, so which bound ends
+    the run is too. Planned as both, the run said 3 epochs and ended at "2 done" where
+    one was (the second was cut after 2 batches). As under manual optimization, the
+    plan waits for a whole epoch: ``max_steps`` inside the second epoch, no epochs."""
+    run(
+        journaling_listener,
+        lightning_script()
+        + """
+from torch.utils.data import IterableDataset
+class It(IterableDataset):
+    def __iter__(self):
+        for i in range(5): yield x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]
+L.Trainer(max_epochs=3, max_steps=7, **QUIET, callbacks=[GpuEtaCallback()]).fit(
+    M(), DataLoader(It(), batch_size=None))
+""",
+    )
+    rows = journaled(journaling_listener.store)
+    plans = [(r["epochs"], r["steps"]) for r in rows]
+    assert (None, 7) in plans and all(plan in ((None, None), (None, 7)) for plan in plans)
+    last = rows[-1]
+    assert (last["epoch"], last["epochs"], last["step"], last["steps"]) == (1, None, 7, 7)
