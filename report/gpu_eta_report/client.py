@@ -415,6 +415,21 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return min(max(0.0, seconds), MAX_RETRY_AFTER_SECONDS)
 
 
+def _step_after(step: object, last: object) -> bool:
+    """Whether ``step()``'s ``step`` replaces ``last`` (the one held, or None): a step
+    never goes back, as a framework calling ``step()`` from several threads (Keras 3's
+    batch hooks) may call it out of order. Anything but two plain numbers is taken:
+    comparing tensors would sync the GPU on every call, and a bad value (NaN) is
+    counted ignored where it is read."""
+
+    def plain(value: object) -> bool:
+        return (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        )
+
+    return not (plain(step) and plain(last)) or step >= last  # type: ignore[operator]
+
+
 def _short_repr(value: object) -> str:
     """``repr(value)`` for a log line: bounded, and never raising."""
     try:
@@ -596,6 +611,8 @@ class ProgressReporter:
 
     def step(self, step: int, *, metrics: Mapping[str, Any] | None = None, **values: Any) -> None:
         """``step`` steps of the run done (global step). Thinned to one report per interval.
+        Never goes back: a lower step than the one held is ignored (a framework calling
+        from several threads, Keras 3's batch hooks, may call out of order); thread-safe.
 
         Metrics are keyword arguments, or a mapping in ``metrics`` (for names that are no
         identifiers or that clash with a parameter: a framework's logs holding a
@@ -603,7 +620,9 @@ class ProgressReporter:
         (``float(cuda_tensor)`` syncs the GPU), so pass plain numbers where possible.
         """
         try:
-            self._pending_step = step
+            with self._cond:  # callers on several threads (Keras 3's batch hooks)
+                if _step_after(step, self._pending_step):
+                    self._pending_step = step
             now = time.monotonic()
             if now - self._last_step_enqueue >= self.min_interval_seconds:
                 self._last_step_enqueue = now
@@ -623,14 +642,15 @@ class ProgressReporter:
         """``epoch`` epochs done (1 after the first). Always reported. Metrics as for
         ``step``."""
         try:
-            self._take_step()
-            self._take_counter("epoch", epoch)
-            if step is not None:
-                self._take_counter("step", step)
-            elif self.steps_per_epoch:
-                self._step = max(self._step, self._epoch * self.steps_per_epoch)
-            self._take_metrics(metrics, values)
-            self._enqueue("progress")
+            with self._cond:  # as ``step()``, which another thread may be in
+                self._take_step()
+                self._take_counter("epoch", epoch)
+                if step is not None:
+                    self._take_counter("step", step)
+                elif self.steps_per_epoch:
+                    self._step = max(self._step, self._epoch * self.steps_per_epoch)
+                self._take_metrics(metrics, values)
+                self._enqueue("progress")
         except Exception:
             self._count_ignored()
 
@@ -794,7 +814,7 @@ class ProgressReporter:
     def _take_step(self) -> None:
         """Take ``step()``'s latest value, if any came since the last report."""
         pending, self._pending_step = self._pending_step, None
-        if pending is not None:
+        if pending is not None and _step_after(pending, self._step):
             self._take_counter("step", pending)
 
     def _take_metrics(self, metrics: Mapping[str, Any] | None, values: Mapping[str, Any]) -> None:
@@ -868,9 +888,9 @@ class ProgressReporter:
         start, epoch ends and the end, are tried whatever the backoff)."""
         if self._target is None or self._closing:
             return
-        self._take_step()
-        data = (self._body(event), thinnable)
-        with self._cond:
+        with self._cond:  # the step taken and queued in one order (``step``'s threads)
+            self._take_step()
+            data = (self._body(event), thinnable)
             if len(self._queue) == self._queue.maxlen:
                 self._stats["dropped"] += 1
             self._queue.append(data)

@@ -197,6 +197,8 @@ class PostServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # the body written after the headers is not held for their ACK (~40 ms)
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 status, headers, body = outer.answer(
@@ -939,3 +941,45 @@ def test_a_rank_a_child_inherited_is_its_pods_own(monkeypatch) -> None:
     got = out.get(timeout=30)
     proc.join(timeout=60)
     assert got == (None, None)
+
+
+class RecordingServer(PostServer):
+    """Answers every POST 200 and keeps its body, in the order they arrived."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        super().__init__()
+
+    def answer(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        self.bodies.append(json.loads(body))
+        return 200, {}, b"ok\n"
+
+
+def test_a_step_reported_from_many_threads_never_goes_back():
+    """Keras 3 runs batch callbacks on a thread pool (``async_safe``): ``step()`` is
+    called from several threads, in order of submission but not of running. The latest
+    call won, so a later report could carry an earlier step (4000 batches: steps went
+    back dozens of times). The highest step is kept, and reports are queued in the
+    order their step was taken."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = RecordingServer()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads interleave as often as they can
+    try:
+        r = start(
+            url=f"http://127.0.0.1:{server.port}/progress",
+            min_interval_seconds=0,
+            queue_size=100_000,
+        )
+        with ThreadPoolExecutor(8) as pool:
+            for i in range(1, 1001):
+                pool.submit(r.step, i)
+        sys.setswitchinterval(switch)
+        r.end(flush_timeout_seconds=30)
+    finally:
+        sys.setswitchinterval(switch)
+        server.close()
+    steps = [body["step"] for body in server.bodies]
+    assert len(steps) > 100 and server.bodies[-1]["event"] == "end" and steps[-1] == 1000
+    assert [(a, b) for a, b in itertools.pairwise(steps) if b < a] == []
