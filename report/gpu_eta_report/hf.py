@@ -8,7 +8,8 @@ Planned epochs are sent only when the Trainer completes them: not with ``max_ste
 (it overrides ``num_train_epochs``; for streamed data the Trainer's own epoch count is
 ``sys.maxsize``) nor for a fractional ``num_train_epochs`` (2.5 ends inside the third
 epoch); ``max_steps`` (the Trainer's planned steps) is the plan then. Epochs done are
-the whole epochs of ``state.epoch``.
+the whole epochs of ``state.epoch``. A training resumed from the checkpoint of a
+finished one (``global_step`` at ``max_steps``) trains nothing and reports no run.
 
 ``on_log`` metrics are passed on as logged; the reporter drops what the exporter would
 refuse (``total_flos``, logged at the end of training, is 1e17 and more for a large
@@ -63,6 +64,8 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         if not getattr(state, "is_local_process_zero", True):  # each pod's first (other_rank)
             return
         max_steps = getattr(state, "max_steps", None)
+        if max_steps and max_steps > 0 and (getattr(state, "global_step", 0) or 0) >= max_steps:
+            return  # resumed from a finished training's checkpoint: nothing to train
         per_device = getattr(args, "per_device_train_batch_size", None)
         world = max(1, int(getattr(args, "world_size", 1) or 1))
         self._start(

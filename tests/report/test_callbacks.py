@@ -880,3 +880,21 @@ L.Trainer(max_epochs=3, max_steps=7, **QUIET, callbacks=[GpuEtaCallback()]).fit(
     assert (None, 7) in plans and all(plan in ((None, None), (None, 7)) for plan in plans)
     last = rows[-1]
     assert (last["epoch"], last["epochs"], last["step"], last["steps"]) == (1, None, 7, 7)
+
+
+@needs("transformers")
+def test_hf_resumed_from_a_finished_checkpoint_reports_no_run(listener, tmp_path):
+    """``train(resume_from_checkpoint=...)`` from the checkpoint of a finished training
+    (its ``global_step`` at ``max_steps``) trains nothing, yet the Trainer calls
+    ``on_train_begin`` and ``on_train_end``: the callback started and ended a run of
+    no training, which the forecaster would learn as one finished at once."""
+    run(
+        listener,
+        hf_script(tmp_path)
+        + f"""
+Trainer(model=M(), args=args(num_train_epochs=2, save_strategy="epoch"), train_dataset=DS()).train()
+Trainer(model=M(), args=args(num_train_epochs=2), train_dataset=DS(),
+        callbacks=[GpuEtaCallback()]).train(resume_from_checkpoint={str(tmp_path / "checkpoint-8")!r})
+""",
+    )
+    assert len(listener.store.snapshot()) == 0
