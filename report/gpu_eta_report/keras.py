@@ -8,11 +8,20 @@ Keras' ``Callback``: each Keras calls private methods of its own base class. Wit
 any of them the class still imports with ``object`` as its base (call ``set_params``
 yourself then). Keras does not tell callbacks the batch size: pass it. Hooks never
 raise.
+
+When Keras does not know the steps an epoch (``params["steps"]`` None: a dataset
+without a length, a generator without ``steps_per_epoch``) the batches are counted:
+the step is the batches trained so far, and once the first epoch has ended the steps
+are planned as ``epochs`` × its batches (``ProgressReporter.plan``), as if every epoch
+had as many. A run starting at a later epoch (``initial_epoch``) reports its step
+from then: the steps before it are its epochs × those batches. A generator that runs
+out before the last epoch ends the training early; the run's plan stays.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
@@ -56,6 +65,13 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         super().__init__(url, batch_size, **options)
         self._epoch = 0
         self._steps_per_epoch: int | None = None
+        # Keras not knowing the steps an epoch (a dataset without a length): the batches
+        # this epoch has trained (batch hooks run on Keras' threads: under the lock), the
+        # steps counted before it, and None until an epoch has counted its batches
+        # where the run did not start at epoch 0 (its steps done before are unknown)
+        self._lock = threading.Lock()
+        self._epoch_batches = 0
+        self._counted: int | None = 0
         if not hasattr(self, "params"):
             self.params: dict[str, Any] = {}
 
@@ -72,12 +88,15 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     @never_raises
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch
+        with self._lock:
+            self._epoch_batches = 0
         if self.reporter is not None:
             return
         params = self.params or {}
         epochs = params.get("epochs")
         steps = params.get("steps")
         self._steps_per_epoch = int(steps) if steps else None
+        self._counted = 0 if epoch == 0 else None
         self._start(
             epochs=int(epochs) if epochs else None,
             steps_per_epoch=self._steps_per_epoch,
@@ -89,14 +108,39 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         # ``batch`` is the last step of the execution (``steps_per_execution``), also for
         # an epoch's last one with fewer batches left: never beyond the epoch's steps
-        per_epoch = self._steps_per_epoch
-        if self.reporter is not None and per_epoch:
-            self.reporter.step(self._epoch * per_epoch + min(batch + 1, per_epoch))
+        per_epoch, reporter = self._steps_per_epoch, self.reporter
+        if reporter is None:
+            return
+        if per_epoch:
+            reporter.step(self._epoch * per_epoch + min(batch + 1, per_epoch))
+            return
+        with self._lock:  # steps unknown: count the batches (module doc)
+            self._epoch_batches = max(self._epoch_batches, batch + 1)
+            step = None if self._counted is None else self._counted + self._epoch_batches
+        if step is not None:
+            reporter.step(step)
 
     @never_raises
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        if self.reporter is not None:
-            self.reporter.epoch_end(epoch + 1, metrics=logs)
+        reporter = self.reporter
+        if reporter is None:
+            return
+        step = None
+        if not self._steps_per_epoch:  # Keras has waited for its batch hooks by now
+            with self._lock:
+                batches = self._epoch_batches
+            if batches:
+                if self._counted is None or reporter.steps is None:
+                    # the first epoch that counted its batches: those done before it
+                    # and the plan, as if each epoch had as many
+                    if self._counted is None:
+                        self._counted = epoch * batches
+                    epochs = (self.params or {}).get("epochs")
+                    if epochs:
+                        reporter.plan(steps=int(epochs) * batches)
+                self._counted += batches
+                step = self._counted
+        reporter.epoch_end(epoch + 1, step=step, metrics=logs)
 
     @never_raises
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:

@@ -898,3 +898,39 @@ Trainer(model=M(), args=args(num_train_epochs=2), train_dataset=DS(),
 """,
     )
     assert len(listener.store.snapshot()) == 0
+
+
+@needs("keras")
+def test_keras_counts_steps_when_keras_does_not_know_them(journaling_listener):
+    """A dataset without a length (a torch ``DataLoader`` over an ``IterableDataset``: 4
+    batches an epoch, found when it runs out): Keras' ``params["steps"]`` is None, and
+    the run reported no step at all. The batches are counted: the step rises within the
+    first epoch, and once it ended the steps are planned as epochs × its batches. Also
+    from an ``initial_epoch``: its steps done are known once an epoch has counted its
+    batches. One script, two runs (their run ids)."""
+    run(
+        journaling_listener,
+        keras_script()
+        + """
+import torch
+class Unsized(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        for i in range(4): yield x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]
+for run_id, initial in (("fresh", 0), ("resumed", 2)):
+    m.fit(torch.utils.data.DataLoader(Unsized(), batch_size=None), epochs=4, initial_epoch=initial, verbose=0,
+          callbacks=[GpuEtaCallback(batch_size=16, min_interval_seconds=0, run_id=run_id)])
+""",
+    )
+    rows = journaled(journaling_listener.store)
+    by_run: dict[str, list[tuple]] = {}
+    for row in rows:
+        by_run.setdefault(row["run_id"], []).append(
+            (row["epoch"], row["epochs"], row["step"], row["steps"])
+        )
+    fresh, resumed = by_run["fresh"], by_run["resumed"]
+    # counted within the first epoch, before any plan (which of its batches' hooks, run
+    # on Keras' threads, reports first is not fixed)
+    assert any(epoch == 0 and 0 < step <= 4 and steps is None for epoch, _, step, steps in fresh)
+    assert (1, 4, 4, 16) in fresh and fresh[-1] == (4, 4, 16, 16)
+    assert [step for _, _, step, _ in fresh] == sorted(step for _, _, step, _ in fresh)
+    assert (3, 4, 12, 16) in resumed and resumed[-1] == (4, 4, 16, 16)
