@@ -25,9 +25,11 @@ the site's own GPU resources given as ``gpu_resources`` (a time-slicing rename,
 shown is the one published for that resource; its GPU type from ``node_selector``
 ``nvidia.com/gpu.product`` (any type when absent: the earliest of them). A count the forecaster does not publish
 (3, 5...) takes the next published size up. Profiles without GPUs are left alone. When
-Prometheus cannot be read, or does not answer within the timeout (2 s: the query runs in
-a thread, never in the hub's event loop), the profiles come back unchanged (the spawn
-page must never break, nor wait, because of a forecast) and the reason is logged.
+Prometheus cannot be read, does not answer within the timeout (2 s: the query runs in
+a thread, never in the hub's event loop), or something else answers (a port speaking
+HTTP/2 or another protocol, an answer cut short, JSON of another shape), the profiles
+come back unchanged (the spawn page must never break, nor wait, because of a forecast)
+and the reason is logged in one line. A series of another shape is skipped.
 
 A profile without a ``slug`` gets the one KubeSpawner would make from its display_name
 before the estimate is added (``kubespawner_slug``): KubeSpawner calls the hook again
@@ -107,7 +109,9 @@ Starts = dict[tuple[str, str, int], float]
 def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> Starts:
     """(resource, model, gpus) → P50 start timestamp, from one instant query (``resource``
     as the forecaster publishes it, ``ksm_label``), read within about ``timeout_seconds``
-    (blocking: the hook runs it in a thread); raises OSError/ValueError."""
+    (blocking: the hook runs it in a thread). Raises whatever urllib and http.client
+    raise (OSError, ``http.client.HTTPException``...) and ValueError (``parse_starts``):
+    the hook, not this, decides that any of them means no estimate."""
     url = f"{prometheus_url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": QUERY})
     deadline = time.monotonic() + timeout_seconds
     raw = bytearray()
@@ -119,14 +123,31 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> Starts:
                 raise ValueError(f"Prometheus answer larger than {MAX_RESPONSE_BYTES} bytes")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Prometheus answer not read within {timeout_seconds:g} s")
+    return parse_starts(bytes(raw))
+
+
+def parse_starts(raw: bytes) -> Starts:
+    """An instant query's answer → (resource, model, gpus) → the earliest P50 start.
+
+    Raises ValueError when the answer is not a successful query's (not JSON, ``data`` not
+    an object, ``result`` not a list). A series of another shape (not an object, labels
+    not an object, no ``[time, "value"]`` pair, a ``gpus`` that is no integer) is
+    skipped: one odd series, another exporter's or a hand-made push, costs its own
+    estimate, not every one."""
     body = json.loads(raw)
     if not isinstance(body, dict):
         raise ValueError("Prometheus answer is not a JSON object")
     if body.get("status") != "success":
         raise ValueError(f"Prometheus answered {body.get('status')!r}: {body.get('error', '')}")
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise ValueError("Prometheus answer holds no result list (data.result)")
     out: Starts = {}
-    for item in body.get("data", {}).get("result", []):
-        labels = item.get("metric", {})
+    for item in result:
+        labels = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(labels, dict):
+            continue
         try:
             gpus = int(labels["gpus"])
             value = float(item["value"][1])
@@ -241,19 +262,23 @@ def profile_list_hook(
         query = loop.run_in_executor(_executor(), fetch, prometheus_url, timeout_seconds)
         try:
             starts = await asyncio.wait_for(query, timeout_seconds)
+            return annotate(profiles, starts, clock(), tz, gpu_resources)
         except asyncio.TimeoutError:  # not an OSError before Python 3.11
-            log.warning(
-                "gpu-eta: no start estimates from %s: no answer within %g s",
-                prometheus_url,
-                timeout_seconds,
-            )
-            return [with_slug(p) for p in profiles]
-        except (OSError, ValueError) as err:
-            log.warning("gpu-eta: no start estimates from %s: %s", prometheus_url, err)
-            return [with_slug(p) for p in profiles]
-        return annotate(profiles, starts, clock(), tz, gpu_resources)
+            cause = f"no answer within {timeout_seconds:g} s"
+        except Exception as err:  # the boundary: raised here, it is an error page, no server
+            cause = one_line(err)
+        log.warning("gpu-eta: no start estimates from %s: %s", prometheus_url, cause)
+        return [with_slug(p) for p in profiles]
 
     return hook
+
+
+def one_line(err: BaseException) -> str:
+    """``err`` as one printable log line: its type, then its text (an HTTP/2 port's
+    frame bytes in a BadStatusLine, a multi-line JSON error) with whitespace runs
+    collapsed, escaped and cut at 200 characters."""
+    text = ascii(" ".join(str(err).split()))[1:-1]
+    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
 
 
 @functools.cache

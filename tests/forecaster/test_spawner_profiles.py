@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -246,6 +247,100 @@ def test_hook_without_prometheus_leaves_profiles_alone():
     profiles = [profile("A100, 1 GPU", 1, A100)]
     hook = profile_list_hook(profiles, f"http://127.0.0.1:{free_port()}", timeout_seconds=0.5)
     assert spawn_page(hook) == [{**profiles[0], "slug": "a100-1-gpu"}]
+
+
+@pytest.fixture
+def raw_prometheus() -> Iterator[tuple[str, list[bytes]]]:
+    """A stand-in Prometheus sending the bytes the test sets as its whole reply, status
+    line and headers included, then closing: a wrong port, a proxy cutting the body."""
+    reply = [b""]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.wfile.write(reply[0])
+            self.close_connection = True
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", reply
+    server.shutdown()
+    server.server_close()
+
+
+def http_reply(body: bytes) -> bytes:
+    head = (
+        f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+BROKEN_REPLIES = {
+    # http.client.BadStatusLine: neither an OSError nor a ValueError
+    "status line not HTTP": b"HELLO\r\n\r\n",
+    "an HTTP/2-only port (its SETTINGS frame)": bytes.fromhex(
+        "000012040000000000000300000064000400100000000600004000"
+    ),
+    # http.client.IncompleteRead
+    "chunked body cut short": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    b'Transfer-Encoding: chunked\r\n\r\n400\r\n{"status":"success"',
+    "body shorter than its Content-Length": b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n"
+    b'{"status":',
+    # JSON of another shape: AttributeError on a list, a string
+    "data a list": http_reply(b'{"status":"success","data":[]}'),
+    "result not a list": http_reply(b'{"status":"success","data":{"result":"x"}}'),
+    "answer a list": http_reply(b"[]"),
+}
+
+
+@pytest.mark.parametrize("reply", BROKEN_REPLIES.values(), ids=BROKEN_REPLIES.keys())
+def test_a_broken_answer_shows_the_profiles_unchanged_never_an_error_page(
+    raw_prometheus, reply: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """KubeSpawner awaits the hook for the spawn page and again on submit: anything the
+    hook raises is an error page and no server. Whatever answers at the Prometheus URL
+    (a wrong port, a proxy cutting the answer, JSON of another shape), the profiles come
+    back as without the hook, and the hub logs one line saying why."""
+    url, sent = raw_prometheus
+    sent[0] = reply
+    profiles = [profile("A100, 1 GPU", 1, A100), profile("CPU only")]
+    with caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.spawner_profiles"):
+        shown = spawn_page(profile_list_hook(profiles, url, timeout_seconds=5))
+    assert shown == [
+        {**p, "slug": s} for p, s in zip(profiles, ["a100-1-gpu", "cpu-only"], strict=True)
+    ]
+    (record,) = caplog.records
+    assert record.getMessage().startswith(f"gpu-eta: no start estimates from {url}: ")
+    assert "\n" not in record.getMessage()
+
+
+BAD_SERIES = {
+    "a string": "x",
+    "metric not an object": {"metric": ["gpus"], "value": [0, "1"]},
+    "no value": {"metric": {"model": A100, "resource": "nvidia_com_gpu", "gpus": "1"}},
+    "value not a pair": {
+        "metric": {"model": A100, "resource": "nvidia_com_gpu", "gpus": "1"},
+        "value": "1",
+    },
+    "gpus a list": {
+        "metric": {"model": A100, "resource": "nvidia_com_gpu", "gpus": ["1"]},
+        "value": [0, "1"],
+    },
+}
+
+
+@pytest.mark.parametrize("bad", BAD_SERIES.values(), ids=BAD_SERIES.keys())
+def test_a_series_of_another_shape_is_skipped_and_the_others_shown(prometheus_answer, bad) -> None:
+    """One odd series (another exporter's, a hand-made push) costs its own estimate only."""
+    url, body = prometheus_answer
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    good = json.loads(query_answer(now + 3600))
+    good["data"]["result"].insert(0, bad)
+    body[0] = json.dumps(good).encode()
+    hook = profile_list_hook([profile("A100, 1 GPU", 1, A100)], url, tz=UTC, clock=lambda: now)
+    assert [p["display_name"] for p in spawn_page(hook)] == ["A100, 1 GPU — ~10:00"]
 
 
 @pytest.fixture
