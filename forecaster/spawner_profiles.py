@@ -31,6 +31,10 @@ HTTP/2 or another protocol, an answer cut short, JSON of another shape), the pro
 come back unchanged (the spawn page must never break, nor wait, because of a forecast)
 and the reason is logged in one line. A series of another shape is skipped.
 
+A frozen forecast is "no estimate", never "free now": a P50 ``PAST_LIMIT_SECONDS`` (the
+alerts' ``pending_prediction_past_seconds``) or more in the past, and the series of a
+forecaster reporting ``gpu_eta_forecaster_stale 1`` (left out by the query itself).
+
 A profile without a ``slug`` gets the one KubeSpawner would make from its display_name
 before the estimate is added (``kubespawner_slug``): KubeSpawner calls the hook again
 when the form comes back and finds the chosen profile by its slug, so a slug made from
@@ -57,7 +61,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 METRIC = "gpu_eta_request_predicted_start_timestamp_seconds"
-QUERY = f'{METRIC}{{quantile="0.5"}}'
+# A forecaster whose last cycle failed serves its previous set with gpu_eta_forecaster_stale
+# 1 (a CronJob's failed run pushes that too): its series are left out, target by target
+# (job, instance), so a healthy forecaster beside it is still read.
+QUERY = f'{METRIC}{{quantile="0.5"}} unless on (job, instance) (gpu_eta_forecaster_stale == 1)'
 GPU_RESOURCE = "nvidia.com/gpu"
 # the built-in GPU resources, as gpu_eta.common.gpu_resources has them (not imported:
 # this file runs alone in a hub's image)
@@ -65,6 +72,11 @@ BUILT_IN = (GPU_RESOURCE, "nvidia.com/gpu.shared")
 MIG_PREFIX = "nvidia.com/mig-"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 FREE_NOW_SECONDS = 60.0
+# A P50 further in the past than this is no estimate: a forecaster never predicts a start
+# before its cycle's now and re-predicts every cycle, so it is one nobody updates. The
+# alert rules' pending_prediction_past_seconds (rules/gpu-eta.rules.yaml, docs/alerts.md),
+# copied: this file runs alone (a test holds the two equal).
+PAST_LIMIT_SECONDS = 900.0
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 
 
@@ -106,12 +118,13 @@ def with_slug(profile: Mapping[str, Any]) -> dict[str, Any]:
 Starts = dict[tuple[str, str, int], float]
 
 
-def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> Starts:
+def fetch(prometheus_url: str, timeout_seconds: float = 2.0, after: float = -math.inf) -> Starts:
     """(resource, model, gpus) → P50 start timestamp, from one instant query (``resource``
     as the forecaster publishes it, ``ksm_label``), read within about ``timeout_seconds``
     (blocking: the hook runs it in a thread). Raises whatever urllib and http.client
     raise (OSError, ``http.client.HTTPException``...) and ValueError (``parse_starts``):
-    the hook, not this, decides that any of them means no estimate."""
+    the hook, not this, decides that any of them means no estimate. ``after``:
+    as ``parse_starts``."""
     url = f"{prometheus_url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": QUERY})
     deadline = time.monotonic() + timeout_seconds
     raw = bytearray()
@@ -123,11 +136,14 @@ def fetch(prometheus_url: str, timeout_seconds: float = 2.0) -> Starts:
                 raise ValueError(f"Prometheus answer larger than {MAX_RESPONSE_BYTES} bytes")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Prometheus answer not read within {timeout_seconds:g} s")
-    return parse_starts(bytes(raw))
+    return parse_starts(bytes(raw), after)
 
 
-def parse_starts(raw: bytes) -> Starts:
-    """An instant query's answer → (resource, model, gpus) → the earliest P50 start.
+def parse_starts(raw: bytes, after: float = -math.inf) -> Starts:
+    """An instant query's answer → (resource, model, gpus) → the earliest P50 start
+    later than ``after``. Earlier ones are dropped before the earliest is taken, so
+    that a frozen series (a Pushgateway group nobody pushes to any more) cannot hide a
+    live one of the same request.
 
     Raises ValueError when the answer is not a successful query's (not JSON, ``data`` not
     an object, ``result`` not a list). A series of another shape (not an object, labels
@@ -153,7 +169,7 @@ def parse_starts(raw: bytes) -> Starts:
             value = float(item["value"][1])
         except (KeyError, TypeError, ValueError, IndexError):
             continue  # one bad series is skipped, not a reason to show nothing
-        if math.isfinite(value):
+        if math.isfinite(value) and value > after:
             key = (str(labels.get("resource", "")), str(labels.get("model", "")), gpus)
             out[key] = min(value, out.get(key, math.inf))
     return out
@@ -203,9 +219,13 @@ def start_for(
 def label(start: float | None, now: float, tz: tzinfo | None = None) -> str:
     """The text shown: "free now", "~14:20" (local time, or ``tz``), or "no estimate".
 
+    A start ``PAST_LIMIT_SECONDS`` or more in the past is "no estimate", as the pending
+    alert reads it: a frozen forecast (a forecaster whose cycles fail, a CronJob's last
+    push) would otherwise say "free now" on a full cluster.
+
     A start no date can hold (past year 9999: garbage in Prometheus, a huge
     ``--pending.horizon``) is "no estimate": raised, it would break the spawn page."""
-    if start is None or not math.isfinite(start):
+    if start is None or not math.isfinite(start) or start - now <= -PAST_LIMIT_SECONDS:
         return "no estimate"
     if start - now <= FREE_NOW_SECONDS:
         return "free now"
@@ -259,10 +279,13 @@ def profile_list_hook(
 
     async def hook(_spawner: Any = None) -> list[dict[str, Any]]:
         loop = asyncio.get_running_loop()
-        query = loop.run_in_executor(_executor(), fetch, prometheus_url, timeout_seconds)
+        now = clock()
+        # what label() calls long past goes before the earliest per request is taken
+        after = now - PAST_LIMIT_SECONDS
+        query = loop.run_in_executor(_executor(), fetch, prometheus_url, timeout_seconds, after)
         try:
             starts = await asyncio.wait_for(query, timeout_seconds)
-            return annotate(profiles, starts, clock(), tz, gpu_resources)
+            return annotate(profiles, starts, now, tz, gpu_resources)
         except asyncio.TimeoutError:  # not an OSError before Python 3.11
             cause = f"no answer within {timeout_seconds:g} s"
         except Exception as err:  # the boundary: raised here, it is an error page, no server

@@ -6,11 +6,13 @@ import asyncio
 import inspect
 import json
 import logging
+import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -125,6 +127,28 @@ def test_label_free_now_and_clock_time():
     assert label(None, now, UTC) == "no estimate"
 
 
+def test_a_start_long_past_is_no_estimate_as_the_pending_alert_reads_it():
+    """A forecaster re-predicts every cycle and never predicts a start before its cycle's
+    now, so a P50 long past is one nobody updates (a forecaster whose cycles fail keeps
+    serving its last set; a Pushgateway keeps a CronJob's last push): "free now" on a
+    full cluster. Past as far as GpuEtaPodPendingNoStart's limit, it is no estimate."""
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    assert label(now - 60, now, UTC) == "free now"  # a cycle and a scrape old
+    assert label(now - 899.5, now, UTC) == "free now"
+    assert label(now - 900, now, UTC) == "no estimate"
+    assert label(now - 86400, now, UTC) == "no estimate"
+
+
+def test_the_past_limit_is_the_pending_alerts() -> None:
+    """The hook runs alone in a hub's image and cannot read the rules: its copy of
+    ``pending_prediction_past_seconds`` is held equal to the rule's here."""
+    from gpu_eta.forecaster import spawner_profiles
+
+    rules = (Path(__file__).parents[2] / "rules" / "gpu-eta.rules.yaml").read_text()
+    (limit,) = re.findall(r"> -(\d+)\s+# THRESHOLD pending_prediction_past_seconds", rules)
+    assert float(limit) == spawner_profiles.PAST_LIMIT_SECONDS
+
+
 def test_a_start_no_clock_can_show_is_no_estimate_not_a_broken_spawn_page():
     """A P50 in Prometheus beyond what a date can hold (year 10000 and later: another
     series of the name pushed with garbage, a forecaster run with a huge
@@ -196,28 +220,46 @@ def test_gpu_request_and_bad_counts():
     assert annotate([bad], {}, 0.0) == [{**bad, "slug": "bad"}]
 
 
-@pytest.fixture
-def forecaster_target() -> Iterator[tuple[str, float]]:
-    """Serves the forecaster's request series (summary, as publish renders it)."""
-    now = time.time()
-    body = (
-        "\n".join(
-            [
-                "# HELP gpu_eta_request_predicted_start_timestamp_seconds When a request made now would start.",
-                "# TYPE gpu_eta_request_predicted_start_timestamp_seconds summary",
-                *(
-                    f'gpu_eta_request_predicted_start_timestamp_seconds{{model="{m}",resource="nvidia_com_gpu",gpus="{g}",quantile="{q}"}} {t + d}'
-                    for m, g, t in ((A100, 1, now), (A100, 2, now + 7200), (T4, 1, now + 600))
-                    for q, d in (("0.1", -60), ("0.5", 0), ("0.9", 60))
-                ),
-            ]
-        )
-        + "\n"
-    )
+def forecaster_exposition(starts: list[tuple[str, int, float]], stale: bool) -> str:
+    """The forecaster's request series (summary, as publish renders it), P10/P50/P90 a
+    minute apart around each start, and its ``gpu_eta_forecaster_stale``."""
+    name = "gpu_eta_request_predicted_start_timestamp_seconds"
+    lines = [
+        f"# HELP {name} When a request made now would start.",
+        f"# TYPE {name} summary",
+        *(
+            f'{name}{{model="{m}",resource="nvidia_com_gpu",gpus="{g}",quantile="{q}"}} {t + d}'
+            for m, g, t in starts
+            for q, d in (("0.1", -60), ("0.5", 0), ("0.9", 60))
+        ),
+        "# HELP gpu_eta_forecaster_stale 1 while serving forecasts of an earlier cycle.",
+        "# TYPE gpu_eta_forecaster_stale gauge",
+        f"gpu_eta_forecaster_stale {int(stale)}",
+    ]
+    return "\n".join(lines) + "\n"
 
-    server = MetricsServer("127.0.0.1", 0, lambda _accept: (body.encode(), TEXT_FORMAT)).serve()
-    yield f"127.0.0.1:{server.port}", now
-    server.stop()
+
+@pytest.fixture
+def forecaster_targets() -> Iterator[Callable[[str], str]]:
+    """Serves forecaster expositions: ``serve(text)`` gives a new target's host:port."""
+    servers: list[MetricsServer] = []
+
+    def serve(text: str) -> str:
+        server = MetricsServer("127.0.0.1", 0, lambda _accept: (text.encode(), TEXT_FORMAT))
+        servers.append(server.serve())
+        return f"127.0.0.1:{servers[-1].port}"
+
+    yield serve
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def forecaster_target(forecaster_targets) -> tuple[str, float]:
+    """A healthy forecaster's request series, and the "now" they were predicted at."""
+    now = time.time()
+    starts = [(A100, 1, now), (A100, 2, now + 7200), (T4, 1, now + 600)]
+    return forecaster_targets(forecaster_exposition(starts, stale=False)), now
 
 
 def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
@@ -241,6 +283,42 @@ def test_hook_against_real_prometheus(prometheus_factory, forecaster_target):
     assert names[2] == "Any GPU — free now"
     assert names[3] == "CPU only"
     assert profiles[0]["display_name"] == "A100, 1 GPU"  # the input is not modified
+
+
+def test_a_stale_forecasters_starts_are_not_shown(prometheus_factory, forecaster_targets):
+    """A forecaster whose cycles fail keeps serving its last set with
+    ``gpu_eta_forecaster_stale 1`` (so does a CronJob's failed run, pushed): its
+    "free now" of minutes ago is not one now. Its series are left out of the same query,
+    target by target; a healthy forecaster beside it is still read, and not hidden by a
+    frozen start of the same request that is not marked stale (a Pushgateway group
+    nobody pushes to any more): the earliest start is taken of those not long past."""
+    now = time.time()
+    live = forecaster_targets(forecaster_exposition([(A100, 1, now + 7200)], stale=False))
+    frozen = forecaster_targets(
+        forecaster_exposition([(A100, 1, now - 120), (T4, 1, now - 120)], stale=True)
+    )
+    left = forecaster_targets(forecaster_exposition([(A100, 1, now - 3600)], stale=False))
+    prom = prometheus_factory([ScrapeJob("gpu-eta-forecaster", [live, frozen, left])])
+    prom.wait_for("gpu_eta_forecaster_stale", min_results=3)
+    prom.wait_for(
+        'gpu_eta_request_predicted_start_timestamp_seconds{quantile="0.5"}', min_results=4
+    )
+    profiles = [profile("A100, 1 GPU", 1, A100), profile("T4, 1 GPU", 1, T4)]
+    hook = profile_list_hook(profiles, prom.url, tz=UTC, clock=lambda: now)
+    later = datetime.fromtimestamp(now + 7200, UTC)
+    a100, t4 = [p["display_name"] for p in spawn_page(hook)]
+    assert a100 in (f"A100, 1 GPU — ~{later:%H:%M}", f"A100, 1 GPU — ~{later:%a %H:%M}")
+    assert t4 == "T4, 1 GPU — no estimate"
+
+
+def test_a_frozen_free_now_is_no_estimate_on_the_spawn_page(prometheus_answer):
+    """The same through the hook: a P50 an hour past (a CronJob that stopped running, its
+    last push still in the Pushgateway) is not "free now"."""
+    url, body = prometheus_answer
+    now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC).timestamp()
+    body[0] = query_answer(now - 3600)
+    hook = profile_list_hook([profile("A100, 1 GPU", 1, A100)], url, tz=UTC, clock=lambda: now)
+    assert [p["display_name"] for p in spawn_page(hook)] == ["A100, 1 GPU — no estimate"]
 
 
 def test_hook_without_prometheus_leaves_profiles_alone():
