@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -56,27 +57,40 @@ def kubespawner_slugs(profiles: list[dict]) -> list[str]:
     return [p["slug"] if "slug" in p else slugify(p["display_name"]) for p in profiles]
 
 
-@pytest.fixture
-def prometheus_answer() -> Iterator[tuple[str, list[bytes]]]:
-    """A stand-in Prometheus answering every query with the body the test sets."""
-    body = [b""]
+@contextmanager
+def stand_in_prometheus(reply: Callable[[], bytes]) -> Iterator[str]:
+    """A stand-in Prometheus sending ``reply()`` as its whole answer to every query,
+    status line and headers included, then closing; yields its URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body[0])))
-            self.end_headers()
-            self.wfile.write(body[0])
+            self.wfile.write(reply())
+            self.close_connection = True
 
         def log_message(self, *_args: object) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}", body
+    yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     server.server_close()
+
+
+def http_reply(body: bytes) -> bytes:
+    """``body`` as a 200 answer of Prometheus' HTTP API."""
+    head = (
+        f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+@pytest.fixture
+def prometheus_answer() -> Iterator[tuple[str, list[bytes]]]:
+    """A stand-in Prometheus answering every query with the body the test sets."""
+    body = [b""]
+    with stand_in_prometheus(lambda: http_reply(body[0])) as url:
+        yield url, body
 
 
 def query_answer(start: float) -> bytes:
@@ -329,30 +343,11 @@ def test_hook_without_prometheus_leaves_profiles_alone():
 
 @pytest.fixture
 def raw_prometheus() -> Iterator[tuple[str, list[bytes]]]:
-    """A stand-in Prometheus sending the bytes the test sets as its whole reply, status
-    line and headers included, then closing: a wrong port, a proxy cutting the body."""
+    """A stand-in Prometheus sending the bytes the test sets as its whole reply: a wrong
+    port, a proxy cutting the body."""
     reply = [b""]
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.wfile.write(reply[0])
-            self.close_connection = True
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}", reply
-    server.shutdown()
-    server.server_close()
-
-
-def http_reply(body: bytes) -> bytes:
-    head = (
-        f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
+    with stand_in_prometheus(lambda: reply[0]) as url:
+        yield url, reply
 
 
 BROKEN_REPLIES = {
