@@ -1,4 +1,5 @@
-"""Start and stop a real Alertmanager (Debian ``prometheus-alertmanager``) on loopback.
+"""Start and stop a real Alertmanager (Debian's ``prometheus-alertmanager`` or upstream's
+``alertmanager``) on loopback.
 
 gpu-eta's alert rules are only useful if their alerts reach people; the demo and
 the integration tests send them through a real Alertmanager so what an on-call
@@ -29,7 +30,8 @@ from gpu_eta.launch.prometheus import (
     server_dir,
 )
 
-BINARY = "prometheus-alertmanager"  # Debian's name; upstream's is "alertmanager"
+# Debian's name, then upstream's (its release archive): either install runs
+BINARIES = ("prometheus-alertmanager", "alertmanager")
 
 
 def render_config(group_wait: str = "1s", group_interval: str = "5s") -> str:
@@ -88,7 +90,7 @@ def start_alertmanager(
     preexec_fn: Callable[[], None] | None = None,
 ) -> AlertmanagerServer:
     """Start Alertmanager on 127.0.0.1; return once ``/-/ready`` answers."""
-    binary = find_binary(BINARY)
+    binary = find_binary(*BINARIES)
     base, own_dir = server_dir(data_dir, "gpu-eta-am-")
     config_path = base / "alertmanager.yml"
     log_path = base / "alertmanager.log"

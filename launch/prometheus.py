@@ -9,6 +9,7 @@ appear only after a reload), and a stop that leaves no process behind.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -36,15 +37,39 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def find_binary(name: str) -> str:
-    """Path of a Prometheus-family binary, or a clear error naming the apt package."""
-    path = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
-    if path is None:
-        raise PrometheusNotInstalled(
-            f"{name} not found: install Debian's prometheus packages "
-            "(apt-get install prometheus prometheus-pushgateway)"
-        )
-    return path
+# where a binary is looked for after PATH: Debian installs there, and a PATH without it
+# (a service's, sudo's secure_path) should still find the packages
+FALLBACK_DIRS: tuple[str, ...] = ("/usr/bin",)
+# the Debian package of each binary gpu-eta runs, for the error that says what to install
+DEBIAN_PACKAGES = {
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
+    "prometheus-pushgateway": "prometheus-pushgateway",
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "alertmanager": "prometheus-alertmanager",
+    "amtool": "prometheus-alertmanager",
+    "victoria-metrics": "victoria-metrics",
+    "vmalert": "victoria-metrics",
+}
+
+
+def find_binary(*names: str) -> str:
+    """Path of a Prometheus-family binary under the first of ``names`` found (on PATH,
+    then in ``FALLBACK_DIRS``), or an error naming the Debian package to install.
+
+    Several names for one program: Debian renames some (``prometheus-alertmanager``
+    is upstream's ``alertmanager``), and either install should work.
+    """
+    search = os.pathsep.join([os.environ.get("PATH", ""), *FALLBACK_DIRS])
+    for name in names:
+        path = shutil.which(name, path=search)
+        if path is not None:
+            return path
+    packages = sorted({DEBIAN_PACKAGES.get(name, name) for name in names})
+    raise PrometheusNotInstalled(
+        f"{' or '.join(names)} not found on PATH: install it "
+        f"(Debian: apt-get install {' '.join(packages)})"
+    )
 
 
 @dataclass

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what gpu-eta's demo and tests need on a Debian/Ubuntu machine, idempotently:
-# Debian's Prometheus family (prometheus, promtool, pushgateway, alertmanager + amtool,
-# node exporter for the benchmark), VictoriaMetrics (victoria-metrics, vmalert)
+# Debian's Prometheus family (prometheus, promtool, alertmanager; for the tests also
+# pushgateway, amtool and the node exporter for the benchmark), VictoriaMetrics
+# (victoria-metrics, vmalert: the tests and the demo's --tsdb victoriametrics)
 # and the Python packages (the project with all extras, test tools, and the CPU build
 # of PyTorch for real training loops). Fast when everything is present.
 # Python packages it installs take constraints.txt's versions (the ones the suite last
@@ -9,32 +10,52 @@
 # dependency's new release reaches CI only when that file is refreshed.
 #   scripts/bootstrap.sh            everything (tests)
 #   scripts/bootstrap.sh --demo     what the demo needs (no test tools, no torch)
+#   scripts/bootstrap.sh --demo --victoriametrics   and what --tsdb victoriametrics runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-all}"
 PY="${PYTHON:-python3}"
 
-need_apt=()
-for pair in prometheus:prometheus promtool:prometheus prometheus-pushgateway:prometheus-pushgateway \
-    prometheus-alertmanager:prometheus-alertmanager amtool:prometheus-alertmanager \
-    victoria-metrics:victoria-metrics vmalert:victoria-metrics; do
-  bin="${pair%%:*}"; pkg="${pair##*:}"
-  command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
-done
+# What must be on PATH, as "command[|other name]:Debian package". The demo's default
+# path runs Prometheus, promtool (backfill) and Alertmanager (Debian names it
+# prometheus-alertmanager, upstream's release alertmanager; gpu_eta.launch takes
+# either); --victoriametrics (demo.sh passes it for --tsdb victoriametrics) adds
+# VictoriaMetrics and vmalert. The tests run all of them, plus Pushgateway, amtool and
+# the node exporter (the benchmark).
+wanted=(prometheus:prometheus promtool:prometheus "prometheus-alertmanager|alertmanager:prometheus-alertmanager")
+vm=(victoria-metrics:victoria-metrics vmalert:victoria-metrics)
 if [[ "$mode" != "--demo" ]]; then
-  command -v prometheus-node-exporter >/dev/null 2>&1 || need_apt+=(prometheus-node-exporter)
+  wanted+=("${vm[@]}" amtool:prometheus-alertmanager prometheus-pushgateway:prometheus-pushgateway
+    prometheus-node-exporter:prometheus-node-exporter)
+elif [[ "${2:-}" == "--victoriametrics" ]]; then
+  wanted+=("${vm[@]}")
 fi
+missing=()
+need_apt=()
+for pair in "${wanted[@]}"; do
+  names="${pair%%:*}"; pkg="${pair##*:}"
+  IFS='|' read -ra alternatives <<<"$names"
+  found=""
+  for bin in "${alternatives[@]}"; do
+    command -v "$bin" >/dev/null 2>&1 && found=1 && break
+  done
+  [[ -n "$found" ]] && continue
+  missing+=("${names//|/ or }")
+  [[ " ${need_apt[*]} " == *" $pkg "* ]] || need_apt+=("$pkg")
+done
 if ((${#need_apt[@]})); then
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "gpu-eta: needs ${need_apt[*]} (Prometheus binaries) and apt-get is not available;" \
-         "install Prometheus >= 2.42 so that 'prometheus' and 'promtool' are on PATH." >&2
+    list=$(printf '%s, ' "${missing[@]}")
+    echo "gpu-eta: ${list%, } not found on PATH (Debian packages: ${need_apt[*]})" \
+         "and apt-get is not available; install them (Prometheus >= 2.42, upstream's" \
+         "release archives work too) so that these commands are on PATH." >&2
     exit 1
   fi
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   echo "gpu-eta: installing Debian packages: ${need_apt[*]}" >&2
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
+    "${need_apt[@]}" >/dev/null
 fi
 
 # The pins hold for the Python they were read on (their markers are that Python's).
