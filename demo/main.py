@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from gpu_eta.common.durations import duration_seconds
 from gpu_eta.demo.stack import Stack, StackConfig, StackError
-from gpu_eta.launch.prometheus import PrometheusNotInstalled
+from gpu_eta.launch.prometheus import PrometheusNotInstalled, ui_url
 from gpu_eta.simulation.cluster import ALERT_CAUSES, ClusterConfig, ClusterConfigError
 from gpu_eta.top.live import LiveTop, Signals, Terminated, gone_quietly
 
@@ -206,15 +206,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _tsdb_lines(stack: Stack) -> str:
-    """The banner's lines for the query server and the alert chain."""
-    url = stack.prometheus_url
-    am = stack.alertmanager.url if stack.alertmanager else ""
-    if stack.config.tsdb == "victoriametrics":
+def tsdb_lines(tsdb: str, url: str, alertmanager_url: str | None) -> str:
+    """The banner's lines for the query server and the alert chain.
+
+    Prometheus' UI pages are asked for the path this server answers (``ui_url``): the
+    classic UI's on a build without the React UI, where ``/alerts`` is a 404.
+    """
+    if tsdb == "victoriametrics":
         lines = f"  VictoriaMetrics: {url}/api/v1/query (vmalert evaluates the rules)\n"
     else:
-        lines = f"  Prometheus UI:  {url}/graph\n  alerts:         {url}/alerts\n"
-    if am:
+        lines = (
+            f"  Prometheus UI:  {ui_url(url, 'graph')}\n  alerts:         {ui_url(url, 'alerts')}\n"
+        )
+    if am := alertmanager_url:
         lines += f"  Alertmanager:   {am}/#/alerts  (amtool --alertmanager.url={am} alert query)\n"
     return lines
 
@@ -346,7 +350,11 @@ def _run(args: argparse.Namespace, config: StackConfig, signals: Signals) -> int
             print(
                 f"\ngpu-eta demo running: {len(stack.nodes)} simulated nodes, "
                 f"{sum(len(n.spec.gpus) for n in stack.nodes)} GPUs, seed {args.seed}\n"
-                + _tsdb_lines(stack)
+                + tsdb_lines(
+                    stack.config.tsdb,
+                    stack.prometheus_url,
+                    stack.alertmanager.url if stack.alertmanager else None,
+                )
                 + f"  forecaster:     {stack.forecaster_url}/metrics\n"
                 + "".join(f"  exporter {n.name}: http://{n.target}/metrics\n" for n in stack.nodes)
                 + f"  top:            python3 -m gpu_eta.forecaster top --prometheus.url {stack.prometheus_url}\n"

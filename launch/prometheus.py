@@ -143,6 +143,30 @@ def removed_on_failure(own_dir: tempfile.TemporaryDirectory | None) -> Iterator[
         raise
 
 
+# Prometheus' UI pages, the current path first: 2.x with the React UI and 3.x serve
+# /graph and /alerts; a build without the React UI (Debian's 2.42) serves only the
+# classic UI under /classic/ (/alerts is 404 there, /graph only a redirect)
+UI_PAGES: dict[str, tuple[str, ...]] = {
+    "graph": ("/graph", "/classic/graph"),
+    "alerts": ("/alerts", "/classic/alerts"),
+}
+
+
+def ui_url(base_url: str, page: str, timeout_seconds: float = 5.0) -> str:
+    """URL of one of Prometheus' UI pages (a ``UI_PAGES`` key) that the server at
+    ``base_url`` answers with 200 itself, so a printed link opens; the first path when
+    none does (the server did not answer: no better guess)."""
+    paths = UI_PAGES[page]
+    for path in paths:
+        try:
+            resp = requests.get(base_url + path, allow_redirects=False, timeout=timeout_seconds)
+        except requests.RequestException:
+            break
+        if resp.status_code == 200:
+            return base_url + path
+    return base_url + paths[0]
+
+
 @dataclass
 class PrometheusServer(OwnedServer):
     """A running Prometheus; ``url`` is its HTTP base, ``stop()`` is idempotent."""

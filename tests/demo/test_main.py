@@ -232,3 +232,23 @@ def test_a_signal_while_the_live_view_draws_stops_the_demo_with_the_cursor_shown
     assert hide in out, out[-300:]
     assert out.rfind(show) > out.rfind(hide), out[-300:]
     assert code == 0 and b"Traceback" not in out and b"stopping" in out, out[-600:]
+
+
+def test_the_printed_prometheus_pages_open(tmp_path: Path) -> None:
+    """Every Prometheus URL the banner prints answers 200 on the installed Prometheus
+    (the real one the launcher starts), not a 404 of a UI page this build lacks."""
+    import re
+
+    import requests
+
+    from gpu_eta.launch.prometheus import ScrapeJob, start_prometheus
+
+    server = start_prometheus([ScrapeJob("x", ["127.0.0.1:9"])], data_dir=tmp_path / "p")
+    try:
+        lines = cli.tsdb_lines("prometheus", server.url, None)
+        urls = re.findall(r"https?://\S+", lines)
+        assert len(urls) == 2, lines  # the graph page and the alerts page
+        for url in urls:
+            assert requests.get(url, allow_redirects=False, timeout=5).status_code == 200, url
+    finally:
+        server.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -434,6 +435,13 @@ def test_sigterm_stops_everything() -> None:
     proc, reader, children = _run_and_watch(cmd)
     try:
         assert "gpu-eta demo running" in reader.text, reader.text[-3000:]
+        # every page the banner prints opens (Prometheus' UI on this build, the
+        # forecaster's and the exporters' /metrics), not a 404 or a redirect
+        banner = reader.text.split("gpu-eta demo running", 1)[1]
+        urls = re.findall(r"^ +[\w -]+: +(http://\S+)$", banner, re.MULTILINE)
+        assert len(urls) >= 6, banner  # graph, alerts, forecaster, 3 exporters
+        for url in urls:
+            assert requests.get(url, allow_redirects=False, timeout=10).status_code == 200, url
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
     finally:

@@ -7,9 +7,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import requests
 
 from gpu_eta.launch.processes import LaunchError
-from gpu_eta.launch.prometheus import ScrapeJob, start_prometheus
+from gpu_eta.launch.prometheus import UI_PAGES, ScrapeJob, start_prometheus, ui_url
 
 
 def test_prometheus_starts_ready_and_stops(tmp_path: Path) -> None:
@@ -20,6 +21,26 @@ def test_prometheus_starts_ready_and_stops(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert server.process.returncode is not None
+
+
+def test_ui_urls_answer_without_a_redirect(tmp_path: Path) -> None:
+    """The UI pages the demo prints open on the installed Prometheus: Debian's 2.42
+    build has only the classic UI (``/alerts`` is 404 there, ``/classic/alerts`` 200)."""
+    server = start_prometheus([ScrapeJob("x", ["127.0.0.1:9"])], data_dir=tmp_path / "p")
+    try:
+        for page in ("graph", "alerts"):
+            url = ui_url(server.url, page)
+            assert url.startswith(server.url) and url.endswith(page)
+            assert url.removeprefix(server.url) in UI_PAGES[page]
+            resp = requests.get(url, allow_redirects=False, timeout=5)
+            assert resp.status_code == 200, (url, resp.status_code)
+            assert "Prometheus" in resp.text
+    finally:
+        server.stop()
+
+
+def test_ui_url_of_a_server_that_does_not_answer_is_the_first_path() -> None:
+    assert ui_url("http://127.0.0.1:9", "alerts") == "http://127.0.0.1:9/alerts"
 
 
 @pytest.fixture
