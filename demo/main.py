@@ -294,6 +294,22 @@ def _top(url: str, plain: bool) -> None:
     top_main.main(argv)
 
 
+def cluster_config(args: argparse.Namespace) -> ClusterConfig:
+    """The simulated cluster the flags ask for, with the causes the demo plants so its
+    alerts fire (``ALERT_CAUSES``): one place, so docs/demo.md's numbers are checked
+    against the cluster the demo runs. Raises ``ClusterConfigError``."""
+    return ClusterConfig(
+        nodes=args.nodes,
+        gpus_min=args.gpus_min,
+        gpus_max=args.gpus_max,
+        seed=args.seed,
+        time_scale=args.time_scale,
+        arrival_seconds=args.arrival_seconds,
+        warm_start_seconds=args.warm_start,
+        **ALERT_CAUSES,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo (see the module docstring for exit codes)."""
     try:
@@ -311,16 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-eta demo: {problem}", file=sys.stderr)
         return ExitCode.USAGE
     try:
-        cluster = ClusterConfig(
-            nodes=args.nodes,
-            gpus_min=args.gpus_min,
-            gpus_max=args.gpus_max,
-            seed=args.seed,
-            time_scale=args.time_scale,
-            arrival_seconds=args.arrival_seconds,
-            warm_start_seconds=args.warm_start,
-            **ALERT_CAUSES,
-        )
+        cluster = cluster_config(args)
     except ClusterConfigError as err:
         print(f"gpu-eta demo: {err}", file=sys.stderr)
         return ExitCode.USAGE

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import re
 import signal
 import time
 from contextlib import redirect_stderr
@@ -16,6 +17,8 @@ from gpu_eta.demo import main as cli
 from gpu_eta.demo import stack as demo_stack
 from gpu_eta.top.live import Signals
 from tests.forecaster.test_promapi import http_server, reply  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -237,8 +240,6 @@ def test_a_signal_while_the_live_view_draws_stops_the_demo_with_the_cursor_shown
 def test_the_printed_prometheus_pages_open(tmp_path: Path) -> None:
     """Every Prometheus URL the banner prints answers 200 on the installed Prometheus
     (the real one the launcher starts), not a 404 of a UI page this build lacks."""
-    import re
-
     import requests
 
     from gpu_eta.launch.prometheus import ScrapeJob, start_prometheus
@@ -252,3 +253,90 @@ def test_the_printed_prometheus_pages_open(tmp_path: Path) -> None:
             assert requests.get(url, allow_redirects=False, timeout=5).status_code == 200, url
     finally:
         server.stop()
+
+
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+DOC_WARM_START = re.compile(
+    r"With the defaults \(seed (?P<seed>\d+), (?P<nodes>\d+) nodes, (?P<gpus>\d+) GPUs"
+    r".*?at t = 0, (?P<training>\d+) training pods running \((?P<mid_run>\d+) of them past"
+    r" their first epoch and not done; (?P<planless>\d+) are U-Net runs that report no"
+    r" planned total, (?P<with_longer>\d+) of which have a longer completed run of their"
+    r" configuration in the history\), (?P<notebooks>\d+) idle notebooks, all (?P<sliced>\w+)"
+    r" time-sliced GPUs shared by (?P<sharers>\w+) trainers, every GPU held and"
+    r" (?P<queued>\d+) jobs queued.*?in the next (?P<snapshot>\d+) s .*?(?P<finish>\d+) jobs"
+    r" finish, (?P<start>\d+) new ones start and (?P<stall>\d+) stalls?"
+)
+
+
+def test_docs_warm_start_numbers_are_the_demo_cluster() -> None:
+    """docs/demo.md's "at t = 0" paragraph describes the cluster ``./demo.sh`` runs:
+    the flags' defaults with the planted alert causes (``cluster_config``), warmed up
+    as the stack does, its history as the stack simulates it."""
+    from gpu_eta.simulation.backfill import simulate_history
+    from gpu_eta.simulation.cluster import warm_start
+
+    doc = " ".join((REPO / "docs" / "demo.md").read_text(encoding="utf-8").split())
+    match = DOC_WARM_START.search(doc)
+    assert match, "docs/demo.md: the warm-start paragraph's numbers were not found"
+    said = {k: int(WORDS.get(v, v)) for k, v in match.groupdict().items()}
+    args = cli.parse_args([])
+    cluster = cli.cluster_config(args)
+    sim, _ = warm_start(cluster)  # the stack's call (no --real-training: nothing kept free)
+
+    def done(pod, t: float) -> int:
+        return sum(1 for e in pod.epoch_ends if e <= t)
+
+    training = [p for p in sim.pods if p.kind == "training" and p.alive_at(0.0)]
+    mid_run = [p for p in training if p.run_start is not None and 1 <= done(p, 0.0) < p.epochs]
+    planless = [p for p in training if not p.reports_plan]
+    # the runs the forecaster is seeded with: the old history and the warm-up's ends
+    history = simulate_history(
+        cluster, -max(400.0, args.warm_start), args.history_days * 86400, args.history_jobs
+    )
+    finished = [p for p in (*history.pods, *sim.pods) if p.completed and p.end <= 0.0]
+
+    def config(pod) -> tuple:
+        return (pod.namespace, pod.job_name, pod.gpu_model, pod.batch_size, len(pod.gpus))
+
+    def lasted_longer(pod) -> bool:
+        return any(
+            config(q) == config(pod) and q.end - q.run_start > -pod.run_start for q in finished
+        )
+
+    notebooks = [p for p in sim.pods if p.kind == "notebook" and p.alive_at(0.0)]
+    sharers: dict[tuple[int, int], int] = {}
+    for p in training:
+        for g, _ in p.gpus:
+            if sim.nodes[p.node].gpus[g].replicas > 1:
+                sharers[(p.node, g)] = sharers.get((p.node, g), 0) + 1
+    sliced = [(n.index, g) for n in sim.nodes for g, gpu in enumerate(n.gpus) if gpu.replicas > 1]
+    held = {(p.node, g) for p in sim.pods if p.alive_at(0.0) for g, _ in p.gpus}
+    n_gpus = sum(len(n.gpus) for n in sim.nodes)
+    queued = sim.queued
+    future = sim.advance(float(said["snapshot"]))
+    got = {
+        "seed": args.seed,
+        "nodes": len(sim.nodes),
+        "gpus": n_gpus,
+        "training": len(training),
+        "mid_run": len(mid_run),
+        "planless": len(planless),
+        "with_longer": sum(1 for p in planless if lasted_longer(p)),
+        "notebooks": len(notebooks),
+        "sliced": len(sliced),
+        "sharers": min(sharers.get(s, 0) for s in sliced),
+        "queued": queued,
+        "snapshot": said["snapshot"],
+        "finish": sum(1 for e in future if e.kind == "epoch_end" and e.epoch == e.pod.epochs),
+        "start": sum(1 for e in future if e.kind == "pod_start" and e.pod.kind == "training"),
+        "stall": sum(
+            1
+            for p in sim.pods
+            if p.stalled_between and 0 < p.stalled_between[0] <= said["snapshot"]
+        ),
+    }
+    assert len(held) == n_gpus  # "every GPU held"
+    assert got == said
+    # the demo's own start-up line, as quoted (Stack.start counts the same pods)
+    line = f"({got['training']} training pods already running, {got['queued']} jobs queued)"
+    assert line in doc
