@@ -46,9 +46,11 @@ from gpu_eta.launch.processes import LaunchError, spawn, wait_http
 from gpu_eta.launch.prometheus import (
     PrometheusServer,
     ScrapeJob,
+    backfill,
     free_port,
     start_prometheus,
     stop_process,
+    tsdb_dir,
 )
 from gpu_eta.launch.victoria import import_openmetrics, start_victoriametrics, start_vmalert
 from gpu_eta.simulation import ksm
@@ -363,6 +365,17 @@ class Stack:
             assert node.process is not None  # spawned just above
             self._wait_http(node.process, f"http://{node.target}/metrics", f"exporter-{node.name}")
 
+        t0 = time.monotonic()
+        prom_dir = self.workdir / "prometheus"
+        if cfg.tsdb != "victoriametrics":
+            # the history first (promtool: seconds), the ports after: a port found free
+            # before the backfill can be taken during it (a second demo started just
+            # after this one), and Prometheus then stops on "address already in use"
+            try:
+                for path in history_files:
+                    backfill(path, tsdb_dir(prom_dir))
+            except Exception as err:
+                raise StackError(f"Prometheus did not start: {err}") from err
         self.forecaster_port = pick_port(cfg.forecaster_port, "forecaster /metrics", self.say)
         prom_port = pick_port(cfg.prometheus_port, "Prometheus UI/API", self.say)
         # what kube-state-metrics would serve for the simulated pods and nodes: the
@@ -386,7 +399,6 @@ class Stack:
                 rule_files.append(str(fast))
             else:
                 self.say(f"alert rules {cfg.rules_file} not found; Prometheus runs without them")
-        t0 = time.monotonic()
         am_port = pick_port(cfg.alertmanager_port, "Alertmanager", self.say)
         try:
             self.alertmanager = start_alertmanager(
@@ -403,9 +415,8 @@ class Stack:
                     rule_files=rule_files,
                     alertmanagers=[f"127.0.0.1:{self.alertmanager.port}"],
                     port=prom_port,
-                    data_dir=self.workdir / "prometheus",
+                    data_dir=prom_dir,
                     scrape_interval=cfg.scrape_interval,
-                    backfill_files=history_files,
                     retention=f"{max(15, int(cfg.history_days) + 2)}d",
                     ready_timeout=cfg.ready_timeout_seconds,
                     # alerts reach the Alertmanager seconds after firing, not a minute

@@ -245,6 +245,12 @@ def backfill(openmetrics_file: Path, data_dir: Path) -> None:
         raise RuntimeError(f"promtool backfill failed: {proc.stderr.strip()[-2000:]}")
 
 
+def tsdb_dir(data_dir: Path) -> Path:
+    """Where ``start_prometheus(data_dir=...)`` keeps its TSDB: a caller may backfill it
+    first (the demo does, to pick its port only when Prometheus is about to bind it)."""
+    return data_dir / "data"
+
+
 def start_prometheus(
     jobs: Sequence[ScrapeJob],
     *,
@@ -268,7 +274,7 @@ def start_prometheus(
     """
     binary = find_binary("prometheus")
     base, own_dir = server_dir(data_dir, "gpu-eta-prom-")
-    tsdb = base / "data"
+    tsdb = tsdb_dir(base)
     config_path = base / "prometheus.yml"
     log_path = base / "prometheus.log"
     port = port or free_port()

@@ -87,3 +87,51 @@ def test_an_exporter_that_cannot_start_is_named_with_its_log_lines(tmp_path: Pat
     )
     assert stack.prometheus is None and stack.forecaster is None  # it stopped there
     assert all(proc.poll() is not None for proc in stack.processes())
+
+
+def test_a_port_taken_while_the_history_is_backfilled_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second demo started seconds after a first: the first's Prometheus binds 9090
+    while the second backfills its history (promtool, seconds). The port is checked
+    after the backfill, when Prometheus is about to bind it, so the second demo moves
+    to a free port instead of failing with "address already in use"."""
+    from gpu_eta.demo import stack as stack_module
+    from gpu_eta.launch import prometheus as launch_prometheus
+
+    preferred = free_port_now()
+    other = socket.socket()
+    real_backfill = launch_prometheus.backfill
+
+    def backfill_while_another_demo_starts(openmetrics_file: Path, data_dir: Path) -> None:
+        if other.fileno() != -1 and not other.getsockname()[1]:
+            other.bind(("127.0.0.1", preferred))  # the first demo's Prometheus
+            other.listen()
+        real_backfill(openmetrics_file, data_dir)
+
+    monkeypatch.setattr(launch_prometheus, "backfill", backfill_while_another_demo_starts)
+    monkeypatch.setattr(stack_module, "backfill", backfill_while_another_demo_starts, raising=False)
+    config = StackConfig(
+        cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
+        history_days=0.02,
+        history_jobs=20,
+        prometheus_port=preferred,
+        forecaster_port=0,
+        alertmanager_port=0,
+        workdir=tmp_path,
+    )
+    said: list[str] = []
+    try:
+        with Stack(config, say=said.append) as stack:
+            assert stack.prometheus is not None
+            assert stack.prometheus.port != preferred
+            assert stack.prometheus.query("vector(1)")
+    finally:
+        other.close()
+    assert any(f"port {preferred} (Prometheus UI/API) is in use" in line for line in said), said
+
+
+def free_port_now() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
