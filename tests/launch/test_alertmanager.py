@@ -41,7 +41,7 @@ def test_missing_binary_names_the_debian_package(tmp_path: Path, monkeypatch) ->
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(launch_prometheus, "FALLBACK_DIRS", (), raising=False)
     with pytest.raises(PrometheusNotInstalled) as info:
-        start_alertmanager(data_dir=tmp_path / "am")
+        start_alertmanager(data_dir=tmp_path / "am").stop()  # stopped if it ever starts
     message = str(info.value)
     assert "alertmanager" in message and "apt-get install prometheus-alertmanager" in message
     assert "pushgateway" not in message
