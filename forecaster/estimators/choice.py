@@ -343,7 +343,8 @@ def choose(
     if configurations is not None:
         keys = list(configurations)
         most = largest(keys)
-        others = np.array([key != most for key in keys], dtype=bool)
+        if most:  # none known: no configuration can have filled the replay
+            others = np.array([key != most for key in keys], dtype=bool)
 
     def beats(scores: np.ndarray, best: int) -> bool:
         return bool(scores[best] < (1.0 - margin) * scores[i_default])

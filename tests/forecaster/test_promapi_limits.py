@@ -549,8 +549,19 @@ def test_an_answer_of_more_json_values_than_the_cap_holds_is_refused_undecoded(
     finally:
         tracemalloc.stop()
     assert peak < 5 * len(body), peak  # decoded: about 22 times
-    # an answer as dense as a real one just under the cap is read
-    real = _answer(_matrix(30, 240))
-    assert len(real) < cap
+    # the densest real answer (Prometheus' compact JSON, integer times, one-digit
+    # values: 8.5 bytes a value) at exactly the cap is read
+    dense = {
+        "resultType": "matrix",
+        "result": [
+            {
+                "metric": {"run_id": f"r{i}"},
+                "values": [[1700000000 + 15 * k, "1"] for k in range(240)],
+            }
+            for i in range(30)
+        ],
+    }
+    real = json.dumps({"status": "success", "data": dense}, separators=(",", ":")).encode()
     url, _ = http_server(lambda r: reply(r, 200, real))
-    assert len(client(url, max_response_bytes=cap).range("q", 0.0, 239 * 15.0, 15.0)) == 30
+    got = client(url, max_response_bytes=len(real)).range("q", 0.0, 239 * 15.0, 15.0)
+    assert len(got) == 30

@@ -105,15 +105,18 @@ def test_an_option_better_on_both_halves_replaces_the_default() -> None:
     assert chosen[True] == chosen[False] == (("keras", 1.0),)
 
 
-def one_configuration_replay(rest_keras: float, rest_own: float) -> dict:
+def one_configuration_replay(
+    rest_keras: float, rest_own: float, configurations: list[str] | None = None
+) -> dict:
     """``choose`` at 25 % on 60 runs in time order, every fifth one of three
     configurations: Keras' mean exact and the own rate 10 % off on "unet3d"'s 36, and
     ``rest_keras`` / ``rest_own`` off on the other 24 (each ± in turn: no shift);
     with and without each sample's configuration."""
     n = 60
-    configurations = ["8xA100|2" if i % 5 < 3 else f"{i % 5}xV100|32" for i in range(n)]
+    kinds = ["8xA100|2" if i % 5 < 3 else f"{i % 5}xV100|32" for i in range(n)]
+    configurations = kinds if configurations is None else configurations
     sign = [1.0 if i % 2 else -1.0 for i in range(n)]
-    errors = [(0.0, 0.10) if c == "8xA100|2" else (rest_keras, rest_own) for c in configurations]
+    errors = [(0.0, 0.10) if c == "8xA100|2" else (rest_keras, rest_own) for c in kinds]
     cands = [
         {
             "blend": math.log(100.0 * (1 + s * o)),
@@ -144,6 +147,14 @@ def test_an_option_better_only_on_the_configuration_that_filled_the_replay_keeps
 
 def test_an_option_better_without_the_largest_configuration_too_replaces_the_default() -> None:
     chosen = one_configuration_replay(rest_keras=0.01, rest_own=0.05)
+    assert chosen[True] == chosen[False] == (("keras", 1.0),)
+
+
+def test_without_any_known_configuration_the_choice_is_the_halves_test_alone() -> None:
+    """A replay whose runs carry no hardware or batch size (a bare runs file) has no
+    largest configuration to leave out: the choice is made as without the test (it kept
+    the default for ever: every sample was in "the largest", none left to check)."""
+    chosen = one_configuration_replay(rest_keras=0.05, rest_own=0.01, configurations=[""] * 60)
     assert chosen[True] == chosen[False] == (("keras", 1.0),)
 
 
