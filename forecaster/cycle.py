@@ -372,17 +372,22 @@ class Cycle:
             self._held = held
 
     def _log_failed(self, failed: Mapping[RunKey, str]) -> None:
-        """One WARNING per run whose assembly raised (``assemble``'s guard: counted as
-        ``RUN_FAILED``), when it starts to, not every cycle while it does; no traceback.
-        Why a WARNING and not a debug line: no input should reach it, so it is a bug to
-        report, and the run it names is missing from the forecasts meanwhile."""
-        for key in sorted(failed.keys() - self._failed_runs):
+        """One WARNING when runs start to fail assembly (``assemble``'s guard: counted as
+        ``RUN_FAILED``), not every cycle while they do; no traceback. It names how many
+        started to, and the first of them with its error: a bug that fails every run
+        gives one line, not one per run of the cluster (again after each restart). Why
+        a WARNING and not a debug line: no input should reach it, so it is a bug to
+        report, and the runs are missing from the forecasts meanwhile."""
+        new = sorted(failed.keys() - self._failed_runs)
+        if new:
             log.warning(
-                "run %s skipped: reading its series raised %s (counted in "
-                'gpu_eta_forecaster_job_errors_total{reason="%s"}; please report it)',
-                "/".join(key),
-                failed[key],
+                "%d run(s) skipped: reading their series raised (counted in "
+                'gpu_eta_forecaster_job_errors_total{reason="%s"}; please report it); '
+                "the first, %s: %s",
+                len(new),
                 RUN_FAILED,
+                "/".join(new[0]),
+                failed[new[0]],
             )
         self._failed_runs = frozenset(failed)
 

@@ -495,6 +495,23 @@ def test_a_run_whose_assembly_raises_is_skipped_counted_and_logged_once(
     assert len(said) == 1 and "ArithmeticError: boom" in said[0], said
 
 
+def test_runs_that_start_failing_together_are_one_warning(
+    store: HistoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug that fails every run's assembly is one WARNING with the count and the first
+    run's error, not one line per run of the cluster; runs failing later get theirs."""
+    cycle = make_cycle(CannedClient({}, {}), store)
+    failed = {("n", "ml", f"p{i}", f"r{i}"): "ArithmeticError: boom" for i in range(500)}
+    with caplog.at_level("WARNING"):
+        cycle._log_failed(failed)
+        cycle._log_failed(failed)
+        cycle._log_failed({**failed, ("n", "ml", "q", "late"): "KeyError: x"})
+    said = [r.getMessage() for r in caplog.records if "skipped: reading" in r.getMessage()]
+    assert len(said) == 2, said
+    assert said[0].startswith("500 run(s)") and "n/ml/p0/r0: ArithmeticError: boom" in said[0]
+    assert said[1].startswith("1 run(s)") and "late: KeyError: x" in said[1]
+
+
 def test_sanitize_keeps_good_forecasts_identical() -> None:
     fc = Forecast(1, 2, 3, "blend")
     assert sanitize(fc) is fc
