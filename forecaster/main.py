@@ -425,8 +425,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         fit_points=args.fit_points,
         pending=pending_settings(args),
     )
-    if not settings.min_step_seconds > 0:
-        raise ConfigError("--query.step must be > 0")
+    if not settings.min_step_seconds >= 0.001:  # sent to the millisecond (promapi.range)
+        raise ConfigError("--query.step must be at least 0.001 (seconds)")
     return Config(
         prometheus_url=args.prometheus_url,
         **prometheus_connection(args),

@@ -213,7 +213,8 @@ class PromClient:
         *,
         warnings: list[str] | None = None,
     ) -> list[Series]:
-        """Evaluate ``query`` from ``start`` to ``end`` every ``step_seconds``.
+        """Evaluate ``query`` from ``start`` to ``end`` every ``step_seconds`` (sent to
+        the millisecond: a step under 0.001 s is refused, ``PromAPIError``).
         ``warnings``: as ``instant``'s (a partial answer leaves series out of a range
         answer as of an instant one).
 
@@ -224,8 +225,10 @@ class PromClient:
         """
         if not end >= start:
             raise PromAPIError(f"range query {query!r}: end {end} before start {start}")
-        if not step_seconds > 0:
-            raise PromAPIError(f"range query {query!r}: step must be > 0, got {step_seconds}")
+        if not step_seconds >= 0.001:  # sent to the millisecond
+            raise PromAPIError(
+                f"range query {query!r}: step must be at least 0.001 s, got {step_seconds}"
+            )
         params = {
             "query": query,
             "start": _fmt_time(start),

@@ -84,6 +84,7 @@ def test_no_subcommand_is_usage(capsys) -> None:
         (["once", "--prometheus.backoff=-inf"], "--prometheus.backoff must be >= 0"),
         (["serve", "--prometheus.retries", "-1"], "--prometheus.retries must be >= 0"),
         (["serve", "--model.fit-points", "-1"], "--model.fit-points must be >= 0"),
+        (["once", "--query.step", "0.0004"], "--query.step must be at least 0.001"),
         (["once", "--prometheus.max-response-bytes", "10"], "must be >= 1024"),
         (["once", "--pending.request-toleration", "sku=gpu:Never"], "effect must be one of"),
         (["once", "--pending.request-toleration", "=gpu"], "wants KEY[=VALUE][:EFFECT]"),
