@@ -17,8 +17,9 @@ How (a Monte Carlo replay, ``n_samples`` times):
 2. Pending pods are taken in the scheduler's order (priority, then creation time).
    At ``now`` and then at every moment GPUs free up, each pod still waiting is tried
    in that order and starts on the first node that has enough free units of its
-   resource (and its GPU type, when it asks for one: a node of unknown type may be of
-   any, ``_offers``; and whose labels hold its other nodeSelector pairs,
+   resource (and its GPU type, when it asks for one: a node of unknown type only when
+   no node of known type offers it, ``_offers``; and whose labels hold its other
+   nodeSelector pairs,
    ``PendingPod.selector``), best fit first. A pod that does
    not fit does not block the pods behind it (kube-scheduler moves on to the next pod;
    it reserves nothing for a large pod), so a 1-GPU pod can start before an older
@@ -584,20 +585,39 @@ def selects(node: Node, selector: Selector) -> bool:
     return labels is None or all(labels.get(k) == v for k, v in selector)
 
 
-def _offers(node: Node, resource: str, product: str, selector: Selector = ()) -> bool:
-    """``node`` has units of ``resource``, may be of ``product`` ("": any) and its labels
-    hold ``selector``.
+TypeKey = tuple[str, str]  # (resource, GPU product)
 
-    A node whose type is not known (``Node.product`` "") may be of any: a new GPU node
-    has no type until its label is exported or gpu-eta's exporter on it has been read
-    (``cycle`` re-reads the exporter's models every few cycles), and taken as another
-    type it would make every pod selecting a type ``never_fits`` meanwhile, a verdict
-    that tells the user to change the request. Taken as the pod's type, a pod of
-    another type is at worst predicted to start there early, for those minutes; the
-    same rule as for a node whose labels are not known (``selects``)."""
+
+def typed_offers(nodes: Sequence[Node]) -> frozenset[TypeKey]:
+    """Each (resource, GPU type) some node of known type (``Node.product`` set) has
+    units of: the types a pod may be placed on knowingly, and the requests made now
+    (``default_requests``)."""
+    return frozenset(
+        (r, n.product) for n in nodes if n.product for r, v in n.allocatable.items() if v > 0
+    )
+
+
+def _offers(
+    node: Node, resource: str, product: str, selector: Selector, typed: frozenset[TypeKey]
+) -> bool:
+    """``node`` has units of ``resource``, may be of ``product`` ("": any) and its labels
+    hold ``selector``; ``typed`` is ``typed_offers`` of the cluster's nodes.
+
+    A node whose type is not known (``Node.product`` "") may be of ``product`` only when
+    no node of known type offers it (``typed``): then it is the pod's only candidate (a
+    new GPU node has no type until its label is exported or gpu-eta's exporter on it has
+    been read, and the pod would be ``never_fits`` meanwhile, a verdict that tells the
+    user to change the request). Where the type is offered by known nodes, a typeless
+    node does not take the pod: its type may stay unknown for good (a pool without
+    gpu-eta's exporter and without the label allowlist), and taken as every type it
+    would predict each typed pod to start "now" on GPUs kube-scheduler never gives it."""
     return (
         node.allocatable.get(resource, 0) > 0
-        and (not product or not node.product or node.product == product)
+        and (
+            not product
+            or node.product == product
+            or (not node.product and (resource, product) not in typed)
+        )
         and (not selector or selects(node, selector))
     )
 
@@ -646,10 +666,11 @@ def _suitable(
     node: Node,
     resource: str,
     product: str,
-    tolerations: Sequence[Toleration] | None = None,
-    selector: Selector = (),
+    tolerations: Sequence[Toleration] | None,
+    selector: Selector,
+    typed: frozenset[TypeKey],
 ) -> bool:
-    return _offers(node, resource, product, selector) and tolerated(node, tolerations)
+    return _offers(node, resource, product, selector, typed) and tolerated(node, tolerations)
 
 
 def _open_to(node: Node, tolerations: Sequence[Toleration] | None) -> bool:
@@ -675,12 +696,15 @@ def _placeable(
     node: Node,
     resource: str,
     product: str,
-    tolerations: Sequence[Toleration] | None = None,
-    selector: Selector = (),
+    tolerations: Sequence[Toleration] | None,
+    selector: Selector,
+    typed: frozenset[TypeKey],
 ) -> bool:
     """Whether a new pod of this resource, product, tolerations and node selector may
-    land on ``node`` now."""
-    return _open_to(node, tolerations) and _suitable(node, resource, product, tolerations, selector)
+    land on ``node`` now (``typed``: ``typed_offers`` of the cluster's nodes)."""
+    return _open_to(node, tolerations) and _suitable(
+        node, resource, product, tolerations, selector, typed
+    )
 
 
 def fits_somewhere(
@@ -695,8 +719,9 @@ def fits_somewhere(
     """True when some suitable node (of the type, whose taints are tolerated, whose
     labels hold ``selector``) could hold ``units`` with nothing else on it."""
     pools = _pools(resource, units, one_replica_per_pod)
+    typed = typed_offers(nodes)
     return any(
-        _suitable(n, resource, product, tolerations, selector) and _holds(n, units, pools)
+        _suitable(n, resource, product, tolerations, selector, typed) and _holds(n, units, pools)
         for n in nodes
     )
 
@@ -728,6 +753,7 @@ class _NodeLists:
         self.nodes = nodes
         self._one_replica_per_pod = one_replica_per_pod
         self._blocking = [policy_taints(n) if n.taints else () for n in nodes]
+        self.typed = typed_offers(nodes)
         self._lists: dict[SuitableKey, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._fits: dict[tuple[tuple[int, ...], str, int], bool] = {}
 
@@ -747,7 +773,7 @@ class _NodeLists:
             suitable = tuple(
                 k
                 for k, n in enumerate(self.nodes)
-                if _offers(n, resource, product, selector)
+                if _offers(n, resource, product, selector, self.typed)
                 and (tols is None or _tolerates_all(tols, self._blocking[k]))
             )
             got = (suitable, tuple(k for k in suitable if _open_to(self.nodes[k], tols)))
@@ -781,9 +807,7 @@ def default_requests(
     configured = tolerations
     lists = _NodeLists(nodes, one_replica_per_pod)
     out = []
-    for product, resource in sorted(
-        {(n.product, r) for n in nodes if n.product for r, v in n.allocatable.items() if v > 0}
-    ):
+    for resource, product in sorted(lists.typed, key=lambda k: (k[1], k[0])):
         suitable, _ = lists.of(resource, product, request_tolerations(nodes, resource, configured))
         for size in sizes:
             if lists.fits(suitable, resource, size):
@@ -1243,8 +1267,9 @@ def naive_start(
     """
     best = math.inf
     tolerations = _tolerations_of(pod, nodes, request_tolerations)
+    typed = typed_offers(nodes)
     for n in nodes:
-        if not _placeable(n, pod.resource, pod.product, tolerations, pod.selector):
+        if not _placeable(n, pod.resource, pod.product, tolerations, pod.selector, typed):
             continue
         held = sum(h.units for h in holders if h.node == n.name and h.resource == pod.resource)
         if n.allocatable[pod.resource] - held >= pod.units:

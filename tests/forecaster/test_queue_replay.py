@@ -642,7 +642,8 @@ def test_node_lists_select_the_nodes_the_per_node_checks_do():
             Node(
                 f"n{i}",
                 {G: units, **({mig: 7} if i % 4 == 1 else {})},
-                ("A100", "H100")[i % 2],
+                # type not known on every third node: it may be of a type no known node offers
+                ("A100", "H100", "")[i % 3],
                 shared,
                 schedulable=i % 5 != 0,
                 taints=taints[i % 5],
@@ -668,12 +669,12 @@ def test_node_lists_select_the_nodes_the_per_node_checks_do():
                     assert suitable == tuple(
                         k
                         for k, n in enumerate(nodes)
-                        if qr._suitable(n, resource, product, tol, sel)
+                        if qr._suitable(n, resource, product, tol, sel, lists.typed)
                     )
                     assert open_ == tuple(
                         k
                         for k, n in enumerate(nodes)
-                        if qr._placeable(n, resource, product, tol, sel)
+                        if qr._placeable(n, resource, product, tol, sel, lists.typed)
                     )
                     for units in (1, 2, 4, 8, 9):
                         assert lists.fits(suitable, resource, units) == qr.fits_somewhere(
@@ -771,25 +772,47 @@ def test_the_replay_starts_every_pod_as_trying_each_on_every_node_would(monkeypa
         assert fast.requests == plain.requests
 
 
-def test_node_of_unknown_type_may_be_of_the_type_a_pod_selects():
+def test_node_of_unknown_type_takes_a_typed_pod_only_where_no_known_node_offers_the_type():
     """A node whose GPU type is not known (no ``nvidia.com/gpu.product`` label and no
-    exporter model yet: a new node in its first minutes) may be of the type a pod
-    selects, as a node whose labels are unknown may hold its selector: the pod starts
-    there rather than being ``never_fits``. A node of a known other type still does not
-    suit it."""
+    exporter model: a new node in its first minutes, or a pool without gpu-eta's
+    exporter for good) may be of the type a pod selects only when no node of known type
+    offers that type: it is then the pod's only candidate and the pod starts there
+    rather than being ``never_fits``. Where a known node offers the type, the typeless
+    node does not take the pod (it may be of any other type, for ever)."""
     a100 = "NVIDIA-A100-SXM4-80GB"
+    # the new node is the only one that may be of the type: the pod starts there
     typeless = replay([node("n1", 8, "")], [], [pending("p", product=a100)], NOW, **EXACT)
     assert starts(typeless, "p") == (0.0, 0.0, 0.0)
-    other = replay(
-        [node("n1", 8, "NVIDIA-H100-80GB-HBM3")], [], [pending("p", product=a100)], NOW, **EXACT
-    )
-    assert other.pods[("ml", "p")].status == NEVER_FITS
-    # the typeless node takes the selecting pod only after the known A100 node is full
-    both = replay(
-        [node("n1", 1, a100), node("n2", 1, "")],
-        [job("a", "n1", 100)],
+    only = replay(
+        [node("n1", 8, "NVIDIA-H100-80GB-HBM3"), node("n2", 8, "")],
+        [],
         [pending("p", product=a100)],
         NOW,
         **EXACT,
     )
-    assert starts(both, "p") == (0.0, 0.0, 0.0)
+    assert starts(only, "p") == (0.0, 0.0, 0.0)
+    other = replay(
+        [node("n1", 8, "NVIDIA-H100-80GB-HBM3")], [], [pending("p", product=a100)], NOW, **EXACT
+    )
+    assert other.pods[("ml", "p")].status == NEVER_FITS
+    # a known A100 node full for 100 s and a typeless node with a free GPU: the pod
+    # selecting A100 waits for the A100 node; a pod selecting no type starts now
+    nodes = [node("n1", 1, a100), node("n2", 2, "")]
+    both = replay(
+        nodes,
+        [job("a", "n1", 100), job("nb", "n2", 3600)],
+        [pending("p", product=a100), pending("any", created=1.0)],
+        NOW,
+        **EXACT,
+    )
+    assert starts(both, "p") == (100.0, 100.0, 100.0)
+    assert starts(both, "any") == (0.0, 0.0, 0.0)
+    assert naive_start(nodes, [job("a", "n1", 100)], pending("p", product=a100), NOW) == NOW + 100
+    # a request made now for A100 is not predicted on the typeless node, nor a size
+    # only the typeless node holds
+    reqs = replay(
+        nodes, [job("a", "n1", 100)], [], NOW, requests=default_requests(nodes), **EXACT
+    ).requests
+    assert {(q.product, q.units): p.starts for q, p in reqs.items()} == {
+        (a100, 1): (NOW + 100, NOW + 100, NOW + 100)
+    }
