@@ -7,6 +7,7 @@ renders the result; ``top`` and the spawner hook read it back from Prometheus.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -191,33 +192,68 @@ def _queue_notes(queue: ClusterQueue) -> dict[str, Any]:
     }
 
 
+# How far apart two pods of one owner may have started and still be taken for one run
+# (``holder_ends``). A distributed job's operator creates its pods in one reconcile and
+# kube-scheduler binds each as soon as it is tried (within seconds, a minute with a
+# gang scheduler's admission); ``kube_pod_start_time`` is set when the kubelet accepts
+# the pod, before any image pull. A sweep's pods (a parallel or indexed Job, an Argo
+# Workflow fan-out) start as GPUs free up: minutes to hours apart. Five minutes takes
+# in the first and is kube-scheduler's longest retry wait (``BLOCKED_GRACE_SECONDS``),
+# so a worker placed at the scheduler's next retry is still one run with rank 0.
+SIBLING_START_WINDOW_SECONDS = 300.0
+
+
 def holder_ends(
     holders: Sequence[Holder], job_ends: Mapping[tuple[str, str], tuple[float, float, float]]
 ) -> tuple[Holder, ...]:
     """``holders`` with their runs' forecasts (``job_ends``: (namespace, pod) → P10/P50/
-    P90 end timestamps); a holder without one takes the latest forecast of the pods of
-    its owner (``Holder.owner``, same namespace), quantile by quantile.
+    P90 end timestamps); a holder without one takes the latest forecast, quantile by
+    quantile, of the pods of its owner (``Holder.owner``, same namespace) that started
+    within ``SIBLING_START_WINDOW_SECONDS`` of it.
 
     Why: in a distributed job only rank 0 reports progress, so a worker has no forecast
     of its own and its end was drawn from the history, where a worker older than every
     recorded run never frees, though it ends with its job as rank 0 does. ``owner`` is
     set only for kinds whose pods end with their run (a Job's, a training operator's):
-    the replicas of a Deployment are not one run.
+    the replicas of a Deployment are not one run. Nor are the pods of a sweep under one
+    Job or Workflow: they start apart, and a pod started a minute ago does not end with
+    a sibling started an hour ago, so only siblings started with the pod lend their
+    forecast. A pod whose start is not known (``Holder.started`` None) is not known to
+    be a sibling: it neither borrows nor lends.
     """
-    by_owner: dict[tuple[str, str, str], tuple[float, float, float]] = {}
+    by_owner: dict[tuple[str, str, str], list[tuple[float, tuple[float, float, float]]]] = {}
     for h in holders:
         ends = job_ends.get((h.namespace, h.pod))
-        if h.owner is not None and ends is not None:
-            key = (h.namespace, *h.owner)
-            prev = by_owner.get(key)
-            by_owner[key] = ends if prev is None else _later(prev, ends)
+        if h.owner is not None and ends is not None and h.started is not None:
+            by_owner.setdefault((h.namespace, *h.owner), []).append((h.started, ends))
+    starts: dict[tuple[str, str, str], list[float]] = {}
+    for key, lenders in by_owner.items():
+        lenders.sort(key=lambda lender: lender[0])
+        starts[key] = [started for started, _ in lenders]
     out = []
     for h in holders:
         ends = job_ends.get((h.namespace, h.pod))
-        if ends is None and h.owner is not None:
-            ends = by_owner.get((h.namespace, *h.owner))
+        if ends is None and h.owner is not None and h.started is not None:
+            key = (h.namespace, *h.owner)
+            ends = _latest_started_with(by_owner.get(key, []), starts.get(key, []), h.started)
         out.append(replace(h, ends=ends))
     return tuple(out)
+
+
+def _latest_started_with(
+    lenders: Sequence[tuple[float, tuple[float, float, float]]],
+    starts: Sequence[float],
+    started: float,
+) -> tuple[float, float, float] | None:
+    """The latest end forecast (``_later``) of ``lenders`` (start, forecast; sorted by
+    start, ``starts`` their starts) that started within ``SIBLING_START_WINDOW_SECONDS``
+    of ``started``; None when none did."""
+    lo = bisect.bisect_left(starts, started - SIBLING_START_WINDOW_SECONDS)
+    hi = bisect.bisect_right(starts, started + SIBLING_START_WINDOW_SECONDS)
+    latest = None
+    for _, ends in lenders[lo:hi]:
+        latest = ends if latest is None else _later(latest, ends)
+    return latest
 
 
 def _later(

@@ -247,7 +247,7 @@ class Holder:
     forecast does), or None when not known (taken as True). ``owner``: its owner's
     (kind, name) when it is a run-ending kind (``kube_state.RUN_OWNER_KINDS``), by
     which a pod without a forecast of its own (a distributed job's worker) takes the
-    forecast of another pod of the same owner (``pending.holder_ends``).
+    forecast of a pod of the same owner started with it (``pending.holder_ends``).
     """
 
     namespace: str

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from gpu_eta.forecaster.kube_state import ClusterQueue
-from gpu_eta.forecaster.pending import PendingSettings, describe, predict
+from gpu_eta.forecaster.pending import (
+    SIBLING_START_WINDOW_SECONDS,
+    PendingSettings,
+    describe,
+    holder_ends,
+    predict,
+)
 from gpu_eta.forecaster.publish import pending_families
 from gpu_eta.forecaster.queue_replay import (
     BEYOND_HORIZON,
@@ -134,3 +140,47 @@ def test_a_worker_without_a_forecast_frees_with_its_jobs_forecast():
     for queue in (distributed_queue(None), distributed_queue(("PyTorchJob", "llm"), "other")):
         b = predict(queue, ends, durations, NOW, settings).pods[1]
         assert b.prediction.starts[1] > NOW + 3600
+
+
+def test_a_pod_borrows_only_from_siblings_that_started_with_it():
+    """A sweep (a parallel or indexed Job, an Argo Workflow's fan-out) is one owner of
+    separate runs started as GPUs free up: a pod started 60 s ago does not end with a
+    sibling started 55 min ago (``holder_ends``). It borrows the latest forecast of the
+    siblings started within ``SIBLING_START_WINDOW_SECONDS`` of it, as a distributed
+    job's workers, created and started together, do; none, and its end is drawn."""
+    sweep = ("Job", "sweep")
+
+    def sweeper(pod: str, started: float | None) -> Holder:
+        return Holder("ml", pod, "n1", G, 1, None, started, ends_with_run=True, owner=sweep)
+
+    ends = {
+        ("ml", "old-0"): (NOW + 200, NOW + 300, NOW + 400),
+        ("ml", "new-0"): (NOW + 3000, NOW + 3300, NOW + 3600),
+        ("ml", "new-1"): (NOW + 2900, NOW + 3400, NOW + 3500),
+    }
+    window = SIBLING_START_WINDOW_SECONDS
+    holders = (
+        sweeper("old-0", NOW - 3300),
+        sweeper("old-1", NOW - 3300 + window),  # at the window's edge: borrows old-0's
+        sweeper("new-0", NOW - 120),
+        sweeper("new-1", NOW - 100),
+        sweeper("new-2", NOW - 60),  # the latest of new-0's and new-1's, not old-0's
+        sweeper("lone", NOW - 3300 + window + 200),  # none within the window
+        sweeper("unknown", None),  # start not known: not known to be a sibling
+    )
+    got = {h.pod: h.ends for h in holder_ends(holders, ends)}
+    assert got["old-1"] == ends[("ml", "old-0")]
+    assert got["new-2"] == (NOW + 3000, NOW + 3400, NOW + 3600)
+    assert got["lone"] is None and got["unknown"] is None
+    # the reviewer's case: a 1-GPU pod waiting behind the sweep's fresh pod is not
+    # predicted at +300 s, when the old sibling ends, but with the fresh pod's history
+    nodes = (Node("n1", {G: 2}, "A100"),)
+    queue = ClusterQueue(
+        nodes,
+        (sweeper("old-0", NOW - 3300), sweeper("new-2", NOW - 60)),
+        (PendingPod("ml", "p1", G, 1, NOW - 10), PendingPod("ml", "p2", G, 1, NOW - 5)),
+    )
+    settings = PendingSettings(n_samples=20)
+    p1, p2 = predict(queue, ends, [3600.0] * 5, NOW, settings).pods
+    assert NOW + 200 <= p1.prediction.starts[1] <= NOW + 400
+    assert p2.prediction.starts[1] == NOW + 3540
