@@ -11,6 +11,13 @@ from typing import Any
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
 from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View
 
+# How old a forecaster cycle may be and its "fits now" still read ``now`` (``_fits_now``):
+# the alert rules' pending_prediction_past_seconds (rules/gpu-eta.rules.yaml,
+# docs/alerts.md), as the JupyterHub hook has it (spawner_profiles.PAST_LIMIT_SECONDS).
+# Copied, not imported: the hook's module does network I/O and this one is pure;
+# tests/forecaster/test_spawner_profiles.py holds every copy equal to the rule.
+PAST_LIMIT_SECONDS = 900.0
+
 
 def fmt_duration(seconds: float | None) -> str:
     """``2h05m``, ``4m07s``, ``12s``; ``-`` when unknown."""
@@ -173,15 +180,14 @@ _PENDING_NOTES = {
 
 def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
     """A pending pod's cells. Its START is ``starting`` once it is bound to a node and
-    ``now`` when it fits now (its P50 no later than the end of the cycle that made it,
-    ``PendingRow.cycle_timestamp``): both are published at the cycle's time, which has
-    passed when the view is drawn, and are not ``overdue``."""
+    ``now`` when it fits now (``_fits_now``): both are published at the cycle's time,
+    which has passed when the view is drawn, and are not ``overdue``."""
     waited = None if p.created_timestamp is None else max(0.0, now - p.created_timestamp)
     start, rng = fmt_band(p.start, now, tz)
     note = _PENDING_NOTES.get(p.status, "")
     if p.status == "scheduled":
         start, rng = "starting", "-"
-    elif _fits_now(p):
+    elif _fits_now(p, now):
         start, note = "now", "fits now"
     gpus = p.gpus if p.resource in ("", "nvidia_com_gpu") else f"{p.gpus} {p.resource}"
     return [
@@ -194,13 +200,23 @@ def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
     ]
 
 
-def _fits_now(p: PendingRow) -> bool:
-    """Whether ``p`` was predicted to start at its cycle's own time (it fits now)."""
+def _fits_now(p: PendingRow, now: float) -> bool:
+    """Whether ``p`` was predicted to start at its cycle's own time (its P50 no later
+    than the end of the cycle that made it, ``PendingRow.cycle_timestamp``), by a cycle
+    that ended less than ``PAST_LIMIT_SECONDS`` before ``now``.
+
+    Why the age: a forecaster that stopped cycling, or a Pushgateway still serving a
+    stopped CronJob's last push, keeps its last success and its "fits now" P50 as they
+    were, and the pod would read ``now`` for ever; past the limit the alerts and the
+    JupyterHub hook already take such a start for a frozen one (docs/alerts.md,
+    ``pending_prediction_past_seconds``), and here it reads ``due``/``overdue`` as any
+    passed start does."""
     return (
         p.status == "predicted"
         and p.start.p50 is not None
         and p.cycle_timestamp is not None
         and p.start.p50 <= p.cycle_timestamp
+        and now - p.cycle_timestamp < PAST_LIMIT_SECONDS
     )
 
 

@@ -155,12 +155,15 @@ def test_a_start_long_past_is_no_estimate_as_the_pending_alert_reads_it():
 
 def test_the_past_limit_is_the_pending_alerts() -> None:
     """The hook runs alone in a hub's image and cannot read the rules: its copy of
-    ``pending_prediction_past_seconds`` is held equal to the rule's here."""
+    ``pending_prediction_past_seconds`` is held equal to the rule's here, and so is
+    ``gpu-eta top``'s (a pure module, which may not import the hook's I/O)."""
     from gpu_eta.forecaster import spawner_profiles
+    from gpu_eta.top import render as top_render
 
     rules = (Path(__file__).parents[2] / "rules" / "gpu-eta.rules.yaml").read_text()
     (limit,) = re.findall(r"> -(\d+)\s+# THRESHOLD pending_prediction_past_seconds", rules)
     assert float(limit) == spawner_profiles.PAST_LIMIT_SECONDS
+    assert float(limit) == top_render.PAST_LIMIT_SECONDS
 
 
 def test_a_start_no_clock_can_show_is_no_estimate_not_a_broken_spawn_page():

@@ -998,6 +998,30 @@ def test_pods_starting_or_fitting_now_are_not_overdue() -> None:
     assert top_render._pending_cells(fits, NOW, timezone.utc)[3] == "overdue"
 
 
+def test_a_fit_now_from_a_cycle_long_past_is_due_or_overdue() -> None:
+    """A forecaster that stopped cycling (or a Pushgateway still serving a stopped
+    CronJob's last push) keeps its last success and its "fits now" P50 together: a pod
+    fits ``now`` only while that success is less than ``pending_prediction_past_seconds``
+    (900 s, the alerts' and the JupyterHub hook's limit) old; past it the band reads as
+    any passed one, ``due`` while its P90 is ahead, then ``overdue``."""
+    limit = top_render.PAST_LIMIT_SECONDS  # held equal to the rule's by its test
+
+    def fits_now_at(cycle: float, p90: float | None = None) -> top_view.PendingRow:
+        band = top_view.Band(cycle, cycle, cycle if p90 is None else p90)
+        return top_view.PendingRow(
+            "ml", "p", "1", "nvidia_com_gpu", "predicted", NOW - 7200, band, cycle
+        )
+
+    def cells(row: top_view.PendingRow) -> list[str]:
+        start, _, note = top_render._pending_cells(row, NOW, timezone.utc)[3:]
+        return [start, note]
+
+    assert cells(fits_now_at(NOW - limit + 1)) == ["now", "fits now"]
+    assert cells(fits_now_at(NOW - limit)) == ["overdue", ""]
+    assert cells(fits_now_at(NOW - 6 * 3600)) == ["overdue", ""]
+    assert cells(fits_now_at(NOW - 6 * 3600, p90=NOW + 600)) == ["due", ""]
+
+
 def test_no_pending_pods_says_so() -> None:
     text = top_render.render_plain(top_view.build_view({}, NOW, "http://prom"), timezone.utc)
     assert "PENDING\n  (no pod waiting for GPUs)" in text
