@@ -1074,17 +1074,18 @@ class HistoryStore:
                 query = """SELECT run_id, namespace, pod, container, epochs_planned, state,
                        features, epoch_times FROM runs WHERE state != 'running'
                        ORDER BY finished_timestamp DESC, id DESC"""
-                params: tuple = ()
-                if limit is not None:
-                    query += " LIMIT ?"
-                    params = (max(0, int(limit)),)
+                # ``limit`` counts the runs kept, not the rows read: a damaged row is
+                # skipped and the next one read in its place (no SQL LIMIT)
+                most = None if limit is None else max(0, int(limit))
                 features_cache: dict[str, Mapping[str, Feature]] = {}
                 runs: list[Run] = []  # newest first until reversed
                 bad: list[str] = []
                 held = 0
-                rows = self._conn.execute(query, params)
+                rows = self._conn.execute(query)
                 try:
                     for row in rows:
+                        if most is not None and len(runs) >= most:
+                            break
                         try:
                             run = finished_from_row(row, features_cache)
                         except (HistoryError, RunError, TypeError, ValueError) as err:

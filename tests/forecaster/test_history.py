@@ -397,6 +397,25 @@ def test_damaged_epoch_list_skips_that_run_only(tmp_path: Path, caplog) -> None:
     store.close()
 
 
+def test_a_damaged_row_does_not_count_against_the_runs_asked(tmp_path: Path) -> None:
+    """``finished(limit)`` gives ``limit`` runs where the file holds them: a damaged row
+    is skipped and the next older run read in its place (a SQL LIMIT counted it)."""
+    db = tmp_path / "h.sqlite"
+    store = HistoryStore.open(db)
+    store.import_finished(
+        [Run(r, 1, ((0, float(i)), (1, 10.0 + i))) for i, r in enumerate("abcde")]
+    )
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET epoch_times = ? WHERE run_id = 'd'", (b"abc",))
+    conn.commit()
+    conn.close()
+    store = HistoryStore.open(db)
+    assert [r.run_id for r in store.finished(3)] == ["a", "b", "c", "e"][-3:]
+    assert store.skipped_rows == 1
+    store.close()
+
+
 def test_meta_values_persist(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db)
