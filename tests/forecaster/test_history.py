@@ -381,15 +381,20 @@ def test_monotone_epoch_times_drops_inconsistent_points() -> None:
     assert got == ((0.0, 100.0), (1.0, 110.0), (3.0, 130.0))
 
 
+def _damage(db: Path, run_id: str) -> None:
+    """Overwrite ``run_id``'s epoch list in the file ``db`` with bytes no reader takes."""
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET epoch_times = ? WHERE run_id = ?", (b"abc", run_id))
+    conn.commit()
+    conn.close()
+
+
 def test_damaged_epoch_list_skips_that_run_only(tmp_path: Path, caplog) -> None:
     db = tmp_path / "h.sqlite"
     store = HistoryStore.open(db)
     store.import_finished([Run(r, 1, ((0, 0.0), (1, 10.0))) for r in ("a", "b")])
     store.close()
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE runs SET epoch_times = ? WHERE run_id = 'a'", (b"abc",))
-    conn.commit()
-    conn.close()
+    _damage(db, "a")
     store = HistoryStore.open(db)
     assert [r.run_id for r in store.finished()] == ["b"]
     assert store.skipped_rows == 1 and "damaged epoch list" in caplog.text
@@ -406,10 +411,7 @@ def test_a_damaged_row_does_not_count_against_the_runs_asked(tmp_path: Path) -> 
         [Run(r, 1, ((0, float(i)), (1, 10.0 + i))) for i, r in enumerate("abcde")]
     )
     store.close()
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE runs SET epoch_times = ? WHERE run_id = 'd'", (b"abc",))
-    conn.commit()
-    conn.close()
+    _damage(db, "d")
     store = HistoryStore.open(db)
     assert [r.run_id for r in store.finished(3)] == ["a", "b", "c", "e"][-3:]
     assert store.skipped_rows == 1
