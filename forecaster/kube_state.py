@@ -281,7 +281,7 @@ POD_META = _tagged(
         ),
         # every GPU pod's owners and restart policy: whether a holder ends with its
         # run, and which holders are one job's (``_release``)
-        "owner": f"max by (uid, owner_kind, owner_name) (kube_pod_owner) {_GPU_PODS}",
+        "owner": f"max by (uid, owner_kind, owner_name, owner_is_controller) (kube_pod_owner) {_GPU_PODS}",
         "restart_policy": f"max by (uid, type) (kube_pod_restart_policy) {_GPU_PODS}",
     },
 )
@@ -1177,10 +1177,17 @@ def parse(
     klass = {
         s.labels.get("uid", ""): s.labels.get("priority_class", "") for s in meta.get("info", ())
     }
-    owners: dict[str, set[tuple[str, str]]] = {}
+    # a pod's controller among its owner references decides (a Job's pod may also carry
+    # a non-controller reference to something else); no controller named: every one
+    every: dict[str, set[tuple[str, str]]] = {}
+    controlling: dict[str, set[tuple[str, str]]] = {}
     for s in meta.get("owner", ()):
         owner = (s.labels.get("owner_kind", ""), s.labels.get("owner_name", ""))
-        owners.setdefault(s.labels.get("uid", ""), set()).add(owner)
+        uid = s.labels.get("uid", "")
+        every.setdefault(uid, set()).add(owner)
+        if s.labels.get("owner_is_controller") == "true":
+            controlling.setdefault(uid, set()).add(owner)
+    owners = {uid: controlling.get(uid) or refs for uid, refs in every.items()}
     policy = {
         s.labels.get("uid", ""): s.labels.get("type", "") for s in meta.get("restart_policy", ())
     }

@@ -2102,11 +2102,25 @@ def test_whether_a_holder_ends_with_its_run_is_read_from_its_owner_and_restart_p
         "policy-dropped": ([("<none>", "<none>")], None, (False, None)),
         "bare-run": ([("<none>", "<none>")], "Never", (True, None)),
         "unknown": ([], "Never", (None, None)),
+        # several references: the controller's decides, whatever the others say
+        "job-and-ref": (
+            [("ConfigMap", "cfg", "false"), ("Job", "tune", "true")],
+            "Never",
+            (True, ("Job", "tune")),
+        ),
+        "ref-to-job": (
+            [("Workflow", "wf", "false"), ("StatefulSet", "nb", "true")],
+            "Always",
+            (False, None),
+        ),
     }
     meta = []
     for pod, (owners, policy, _) in cases.items():
-        for kind, name in owners:
-            meta.append(series(uid=f"uid-{pod}", meta="owner", owner_kind=kind, owner_name=name))
+        for kind, name, *controller in owners:
+            labels = {"owner_is_controller": controller[0]} if controller else {}
+            meta.append(
+                series(uid=f"uid-{pod}", meta="owner", owner_kind=kind, owner_name=name, **labels)
+            )
         if policy is not None:
             meta.append(series(uid=f"uid-{pod}", meta="restart_policy", type=policy))
     samples = {
