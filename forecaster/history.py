@@ -164,7 +164,7 @@ def crowded_steps(steps: Iterable[float], planned: float) -> set[float]:
     newest: dict[int, float] = {}
     drop: set[float] = set()
     for step in steps:
-        cell = step_cell(step, planned) if finite(step) else None
+        cell = step_cell(step, planned)
         if cell is None:
             continue
         held = newest.get(cell)

@@ -298,23 +298,22 @@ def predict_queue(
     ]
     if not held_back:
         return predict(queue, job_ends, durations, now, settings, random_state)
-    rest = tuple(p for p in queue.pending if p not in held_back)
+    held = {(p.namespace, p.pod) for p in held_back}
+    rest = tuple(p for p in queue.pending if (p.namespace, p.pod) not in held)
     result = predict(replace(queue, pending=rest), job_ends, durations, now, settings, random_state)
-    out = {(p.namespace, p.pod): p for p in result.pods}
-    for p in held_back:
-        out.setdefault(
-            (p.namespace, p.pod),
-            PodStart(
-                p.namespace,
-                p.pod,
-                p.resource,
-                p.units,
-                p.created,
-                StartPrediction(BLOCKED_ELSEWHERE, None, 0.0),
-            ),
+    blocked_pods = tuple(
+        PodStart(
+            p.namespace,
+            p.pod,
+            p.resource,
+            p.units,
+            p.created,
+            StartPrediction(BLOCKED_ELSEWHERE, None, 0.0),
         )
+        for p in held_back
+    )
     # what the queue says of its pods (the log line's) is the whole queue's
-    return replace(result, pods=tuple(out.values()), **_queue_notes(queue))
+    return replace(result, pods=result.pods + blocked_pods, **_queue_notes(queue))
 
 
 def _fits_now(

@@ -212,17 +212,14 @@ def assemble(
             steps_sample = steps_planned.get(run)
             by_steps = sample is None and steps_sample is not None
             if by_steps:
-                assert steps_sample is not None
-                sample, n_planned = steps_sample, steps_sample.value
-                if not _plausible_plan(n_planned):
-                    view.rejected[run] = "invalid_steps_planned"
-                    continue
-            else:
-                assert sample is not None
-                n_planned = sample.value
-                if not _plausible_plan(n_planned):
-                    view.rejected[run] = "invalid_epochs_planned"
-                    continue
+                sample = steps_sample
+            assert sample is not None
+            n_planned = sample.value
+            if not _plausible_plan(n_planned):
+                view.rejected[run] = (
+                    "invalid_steps_planned" if by_steps else "invalid_epochs_planned"
+                )
+                continue
             cur = step.get(run) if by_steps else epoch.get(run)
             if not _plausible_progress(cur):
                 view.rejected[run] = "invalid_progress"

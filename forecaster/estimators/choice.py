@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -284,11 +285,8 @@ def configuration(run: Run) -> str:
 def largest(keys: Sequence[str]) -> str:
     """The most frequent non-empty key of ``keys`` (the first one seen among equals),
     or empty when there is none."""
-    counts: dict[str, int] = {}
-    for key in keys:
-        if key:
-            counts[key] = counts.get(key, 0) + 1
-    return max(counts, key=counts.__getitem__) if counts else ""
+    top = Counter(key for key in keys if key).most_common(1)
+    return top[0][0] if top else ""
 
 
 def halves(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
