@@ -83,7 +83,7 @@ def manual_plan(
     none, where 5 batches known plan 3). Pure.
     """
     remaining = max(0, max_steps - step)
-    by_epochs = step + (max_epochs - epochs_done) * steps_per_epoch
+    by_epochs = replanned_steps(max_epochs, None, epochs_done, step, steps_per_epoch)
     if remaining and (steps_per_epoch <= 0 or by_epochs < max_steps):
         return max_epochs, None
     if not remaining:

@@ -109,8 +109,7 @@ def test_a_port_taken_while_the_history_is_backfilled_is_replaced(
             other.listen()
         real_backfill(openmetrics_file, data_dir)
 
-    monkeypatch.setattr(launch_prometheus, "backfill", backfill_while_another_demo_starts)
-    monkeypatch.setattr(stack_module, "backfill", backfill_while_another_demo_starts, raising=False)
+    monkeypatch.setattr(stack_module, "backfill", backfill_while_another_demo_starts)
     config = StackConfig(
         cluster=ClusterConfig(nodes=1, warm_start_seconds=0),
         history_days=0.02,

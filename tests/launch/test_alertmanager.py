@@ -22,7 +22,7 @@ def upstream_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir.mkdir()
     (bin_dir / "alertmanager").symlink_to(debian)
     monkeypatch.setenv("PATH", str(bin_dir))
-    monkeypatch.setattr(launch_prometheus, "FALLBACK_DIRS", (), raising=False)
+    monkeypatch.setattr(launch_prometheus, "FALLBACK_DIRS", ())
     return bin_dir
 
 
@@ -39,7 +39,7 @@ def test_upstream_binary_name_starts(upstream_path: Path, tmp_path: Path) -> Non
 
 def test_missing_binary_names_the_debian_package(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(launch_prometheus, "FALLBACK_DIRS", (), raising=False)
+    monkeypatch.setattr(launch_prometheus, "FALLBACK_DIRS", ())
     with pytest.raises(PrometheusNotInstalled) as info:
         start_alertmanager(data_dir=tmp_path / "am").stop()  # stopped if it ever starts
     message = str(info.value)
