@@ -54,18 +54,16 @@ from pathlib import Path
 
 from gpu_eta.common.text import readable
 from gpu_eta.forecaster.history_file import (
-    SCHEMA_VERSION,
     DamagedHistory,
     Transaction,
-    add_indexes,
     connect,
     corrupt,
     memory_copy,
-    migrate,
     prepare,
     probe_write,
     read_only,
     set_aside,
+    upgrade,
     why,
 )
 from gpu_eta.forecaster.history_rows import (
@@ -317,12 +315,8 @@ class HistoryStore:
         finally:
             conn.close()
         try:
-            # the file passed prepare's checks; an older schema is migrated in the copy,
-            # and the copy indexed, so its reads sort nothing either
-            version = memory.execute("PRAGMA user_version").fetchone()[0]
-            if version < SCHEMA_VERSION:
-                migrate(memory, spath, version)
-            add_indexes(memory, spath)
+            # the file passed prepare's checks; the copy is upgraded as the file would be
+            upgrade(memory, spath, memory.execute("PRAGMA user_version").fetchone()[0])
             store = cls(memory, spath)
         except HistoryError:
             memory.close()

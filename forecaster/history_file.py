@@ -192,6 +192,13 @@ def prepare(conn: sqlite3.Connection, path: str) -> None:
     check = conn.execute("PRAGMA quick_check").fetchone()
     if check is None or check[0] != "ok":
         raise DamagedHistory(f"history file {path} fails SQLite's quick_check ({str(check)[:120]})")
+    upgrade(conn, path, version)
+
+
+def upgrade(conn: sqlite3.Connection, path: str, version: int) -> None:
+    """Bring a checked file of schema ``version`` to this release: migrated where older,
+    then indexed (``add_indexes``). Why one function: a read-only file is used through a
+    memory copy (``HistoryStore.open``), which must end up as a writable file would."""
     if version < SCHEMA_VERSION:
         migrate(conn, path, version)
     add_indexes(conn, path)
