@@ -203,23 +203,19 @@ def _free_form(
             skipped.append(str(err))
             # ``_number``'s reasons begin with the name
             logged.append(f"a name of {len(name)} characters{str(err)[len(name) :]}")
+    kept: list[frozenset[str]] = []
     for kind in (usable, removed):
-        if len(kind) > MAX_METRICS:
-            first = set(sorted(kind)[:MAX_METRICS])
-            beyond = [name for name in kind if name not in first]
-            skipped.extend(f"{name} beyond {MAX_METRICS} free-form fields" for name in beyond)
-            logged.extend(
-                f"a name of {len(name)} characters beyond {MAX_METRICS} free-form fields"
-                for name in beyond
-            )
-    kept = set(sorted(usable)[:MAX_METRICS])
-    usable = {name: value for name, value in usable.items() if name in kept}
-    return (
-        (MappingProxyType(usable) if usable else _EMPTY),
-        frozenset(sorted(removed)[:MAX_METRICS]),
-        tuple(skipped),
-        tuple(logged),
-    )
+        first = frozenset(sorted(kind)[:MAX_METRICS])  # all of them, up to MAX_METRICS
+        beyond = [name for name in kind if name not in first]
+        skipped.extend(f"{name} beyond {MAX_METRICS} free-form fields" for name in beyond)
+        logged.extend(
+            f"a name of {len(name)} characters beyond {MAX_METRICS} free-form fields"
+            for name in beyond
+        )
+        kept.append(first)
+    if len(usable) > MAX_METRICS:
+        usable = {name: value for name, value in usable.items() if name in kept[0]}
+    return (MappingProxyType(usable) if usable else _EMPTY), kept[1], tuple(skipped), tuple(logged)
 
 
 def skipped_note(report: Report, limit: int = 160) -> str:
