@@ -149,11 +149,10 @@ class NvmlGpuSource:
         self._mismatch_polls = 0
         self._restart_reason: str | None = None
         self._initialised = False
-        # (index, UUID) of every device read since the driver last came up, and by
-        # UUID its last readings (a MIG GPU's: one per instance): reported unread
-        # while the driver is away or the device fails (``_unread_devices``)
-        self._known: dict[int, str] = {}
-        self._last_read: dict[str, tuple[DeviceReading, ...]] = {}
+        # by index, the UUID of every device read since the driver last came up and its
+        # last readings (a MIG GPU's: one per instance): reported unread while the
+        # driver is away or the device fails (``unread_poll``)
+        self._known: dict[int, tuple[str, tuple[DeviceReading, ...]]] = {}
         self._driver_gone_codes = _codes_of(nvml, _DRIVER_GONE)
         self._lock = threading.Lock()
         # per device UUID: newest process-utilisation sample timestamp (µs) seen
@@ -287,11 +286,11 @@ class NvmlGpuSource:
         read (``unread_poll``) so that its MIG instances' holders keep their rows."""
         if not self._known:
             raise CollectorError(f"{NO_NVML_MESSAGE}: waiting for the driver ({detail})")
-        failures = tuple(
-            DeviceFailure(index, uuid, DRIVER_GONE_REASON, detail[:200])
-            for index, uuid in sorted(self._known.items())
-        )
-        last = [d for _, uuid in sorted(self._known.items()) for d in self._last_read.get(uuid, ())]
+        failures: list[DeviceFailure] = []
+        last: list[DeviceReading] = []
+        for index, (uuid, devs) in sorted(self._known.items()):
+            failures.append(DeviceFailure(index, uuid, DRIVER_GONE_REASON, detail[:200]))
+            last.extend(devs)
         return unread_poll(last, failures)
 
     def reason(self, err: BaseException) -> str:
@@ -314,7 +313,6 @@ class NvmlGpuSource:
                     return self._away(str(err.__cause__ or err))
                 log.warning("NVIDIA driver loaded: NVML initialised, reading GPUs again")
                 self._known.clear()
-                self._last_read.clear()
                 self._last_seen.clear()
             try:
                 count = int(nv.nvmlDeviceGetCount())
@@ -342,16 +340,16 @@ class NvmlGpuSource:
                         return self._release(err)
                     # A GPU off the bus fails at its handle: name it by the UUID read
                     # before, so its series (and the DCGM join, its holders' rows) stay.
-                    uuid = uuid or self._known.get(i)
+                    uuid = uuid or self._known.get(i, (None, ()))[0]
                     failures.append(DeviceFailure(i, uuid, self.reason(err), str(err)[:200]))
-                    # kept as last read, MIG instances too: a holder's MIG-… or <i>:<j>
-                    # id names no failing GPU
-                    kept = unread_poll(self._last_read.get(uuid, ()) if uuid else (), ())
+                    # kept as last read (by UUID), MIG instances too: a holder's MIG-… or
+                    # <i>:<j> id names no failing GPU
+                    last = next((d for u, d in self._known.values() if u == uuid), ())
+                    kept = unread_poll(last, ())
                     devices.extend(kept.devices)
                     unlisted.extend(kept.process_list_failures)
                     continue
-                self._known[i] = uuid
-                self._last_read[uuid] = tuple(devs)
+                self._known[i] = (uuid, tuple(devs))
                 devices.extend(devs)
                 if procs is None:
                     unlisted.append(uuid)
