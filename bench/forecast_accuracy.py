@@ -387,32 +387,52 @@ def load_corpora(mlperf: Path | None, limit: int | None) -> list[Corpus]:
 # -- the identity-median yardstick ---------------------------------------------------
 
 
-class IdentityMedian:
-    """Median duration of earlier completed runs of the same namespace + job + node
-    type, minus the time elapsed: what an admin who remembers past runs would say.
+class GrowingFit:
+    """A yardstick that learns run by run from a history that only grows.
 
-    ``backtest`` refits it on a history that only grows (a prefix of the runs by end
-    time), so a refit adds the new runs instead of starting again."""
-
-    method = IDENTITY_MEDIAN
+    ``backtest`` refits its yardsticks on prefixes of the runs by end time, so a refit
+    adds the new runs (``learn``) instead of starting again; a history that is not a
+    grown prefix starts again (``forget``)."""
 
     def __init__(self) -> None:
         self._seen = 0
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop everything learnt."""
+        raise NotImplementedError
+
+    def learn(self, run: Run) -> None:
+        """Take in one more run of the history."""
+        raise NotImplementedError
+
+    def fit(self, history: Sequence[Run]) -> GrowingFit:
+        if len(history) < self._seen:  # not a grown prefix: start again
+            self._seen = 0
+            self.forget()
+        for run in history[self._seen :]:
+            self.learn(run)
+        self._seen = len(history)
+        return self
+
+
+class IdentityMedian(GrowingFit):
+    """Median duration of earlier completed runs of the same namespace + job + node
+    type, minus the time elapsed: what an admin who remembers past runs would say."""
+
+    method = IDENTITY_MEDIAN
+
+    def forget(self) -> None:
         # each identity's completed runs' durations, in the order they ended
         self.durations_: dict[tuple[str, ...], list[float]] = {}
         self.medians_: dict[tuple[str, ...], float] = {}
 
-    def fit(self, history: Sequence[Run]) -> IdentityMedian:
-        if len(history) < self._seen:  # not a grown prefix: start again
-            self._seen, self.durations_, self.medians_ = 0, {}, {}
-        for run in history[self._seen :]:
-            key = identity_key(run)
-            if run.completed is True and key is not None:
-                values = self.durations_.setdefault(key, [])
-                values.append(run.last_timestamp - run.start_timestamp)
-                self.medians_[key] = statistics.median(values)
-        self._seen = len(history)
-        return self
+    def learn(self, run: Run) -> None:
+        key = identity_key(run)
+        if run.completed is True and key is not None:
+            values = self.durations_.setdefault(key, [])
+            values.append(run.last_timestamp - run.start_timestamp)
+            self.medians_[key] = statistics.median(values)
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         key = identity_key(run)

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from forecast_accuracy import (
     SHORT,
     CorpusResult,
+    GrowingFit,
     Row,
     _ratio,
     add_corpus_arguments,
@@ -121,29 +122,20 @@ def with_history(scored: Sequence[Scored], name: str = HISTORY_PACE) -> list[Sco
 # -- the yardstick as an estimator (for the replay) ------------------------------------
 
 
-class HistoryPace:
+class HistoryPace(GrowingFit):
     """``paced_remaining`` over the earlier completed runs of the run's identity
     (``identity_key``: namespace + job + node type), minus the time since the run's
-    last progress point; ``InsufficientData`` where it has nothing to read.
-
-    ``fit`` takes a history that only grows (``Replay.by_end`` prefixes), as
-    ``backtest`` refits its yardsticks, and adds the new runs only."""
+    last progress point; ``InsufficientData`` where it has nothing to read."""
 
     method = HISTORY_PACE
 
-    def __init__(self) -> None:
-        self._seen = 0
+    def forget(self) -> None:
         self.paths_: dict[tuple[str, ...], list[Trajectory]] = {}
 
-    def fit(self, history: Sequence[Run]) -> HistoryPace:
-        if len(history) < self._seen:  # not a grown prefix: start again
-            self._seen, self.paths_ = 0, {}
-        for run in history[self._seen :]:
-            key, path = identity_key(run), trajectory(run)
-            if key is not None and path is not None:
-                self.paths_.setdefault(key, []).append(path)
-        self._seen = len(history)
-        return self
+    def learn(self, run: Run) -> None:
+        key, path = identity_key(run), trajectory(run)
+        if key is not None and path is not None:
+            self.paths_.setdefault(key, []).append(path)
 
     def predict(self, run: Run, now: float, stalled: bool = False) -> Forecast:
         key = identity_key(run)
