@@ -20,7 +20,11 @@ hierarchy), tried in this order and cached per container id:
    with qos ``burstable``, ``besteffort`` or none (guaranteed);
 3. otherwise (a kubelet nested under another slice, e.g. kind), the cgroup path
    of any process in that container, read from ``<procfs>/<pid>/cgroup`` (one scan
-   of ``<procfs>`` per poll, only when some container is still unfound).
+   of ``<procfs>`` per poll, only when some container is still unfound). A container
+   no scan finds is looked for again after 15 s, then ever more rarely (doubling, at
+   most every 300 s): a sandboxed runtime's (Kata, gVisor) containers have no process
+   in the node's ``/proc``, and a scan of every ``/proc/<pid>/cgroup`` each poll for
+   them would cost the node a /proc walk per cycle for the pod's whole life.
 
 While this collector fails or hangs, the scheduler publishes no host memory at all
 rather than the last values read (the scheduler, where it sets ``keep_last``, says
@@ -31,7 +35,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpu_eta.exporter.collectors import CollectorError
@@ -49,6 +54,10 @@ UNLIMITED_V1 = 1 << 62
 _QOS = ("burstable", "besteffort", "")
 _SCOPE_PREFIXES = ("cri-containerd", "crio", "docker")
 _MAX_PROC_SCAN = 100_000
+# a container no /proc scan found is scanned for again after this, then after twice
+# as long each time, up to the cap (module docstring)
+FIRST_RESCAN_SECONDS = 15.0
+MAX_RESCAN_SECONDS = 300.0
 
 
 def parse_memory_stat(text: str) -> dict[str, int]:
@@ -86,10 +95,18 @@ def _read_int(path: str) -> int:
 class CgroupHostMemory:
     """Working set and limit of every container of the given pods."""
 
-    def __init__(self, cgroupfs: str = "/sys/fs/cgroup", procfs: str = "/proc") -> None:
+    def __init__(
+        self,
+        cgroupfs: str = "/sys/fs/cgroup",
+        procfs: str = "/proc",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cgroupfs = cgroupfs
         self.procfs = procfs
+        self._clock = clock
         self._dirs: dict[str, str] = {}  # container id -> directory found
+        # container id -> (when to scan /proc for it again, the wait after that)
+        self._rescan: dict[str, tuple[float, float]] = {}
 
     def _layout(self) -> tuple[int, str]:
         if os.path.exists(os.path.join(self.cgroupfs, "cgroup.controllers")):
@@ -158,6 +175,29 @@ class CgroupHostMemory:
                         break
         return found
 
+    def _scan_for(self, missing: set[str], root: str) -> None:
+        """Look in ``procfs`` for the containers of ``missing`` whose next scan is due
+        (each at its first poll), and set the next scan of those not found. A container
+        found by its path, or gone, is forgotten: if it comes back unfound, it is
+        looked for at once."""
+        now = self._clock()
+        for forgotten in set(self._rescan) - missing:
+            del self._rescan[forgotten]
+        due = {cid for cid in missing if self._rescan.get(cid, (now, 0.0))[0] <= now}
+        if not due:
+            return
+        for cid, rel in self._scan_proc(due).items():
+            path = os.path.join(root, rel)
+            if os.path.isdir(path):
+                self._dirs[cid] = path
+        for cid in due:
+            if cid in self._dirs:
+                self._rescan.pop(cid, None)
+                continue
+            last_wait = self._rescan.get(cid, (now, FIRST_RESCAN_SECONDS / 2))[1]
+            wait = min(last_wait * 2, MAX_RESCAN_SECONDS)
+            self._rescan[cid] = (now + wait, wait)
+
     def _read(self, version: int, directory: str) -> tuple[int, int | None]:
         if version == 2:
             usage = _read_int(os.path.join(directory, "memory.current"))
@@ -202,11 +242,7 @@ class CgroupHostMemory:
                     break
             else:
                 missing.append((pod, cname, cid))
-        if missing:
-            for cid, rel in self._scan_proc({cid for _, _, cid in missing}).items():
-                path = os.path.join(root, rel)
-                if os.path.isdir(path):
-                    self._dirs[cid] = path
+        self._scan_for({cid for _, _, cid in missing}, root)
 
         out: list[HostMemory] = []
         for pod, cname, cid in wanted:

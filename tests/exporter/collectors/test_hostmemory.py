@@ -147,6 +147,54 @@ def test_a_crash_looping_container_does_not_scan_proc_every_cycle(
     assert len([r for r in reads if r.endswith("/cgroup")]) <= n_pids  # one scan at most
 
 
+def test_a_container_no_scan_finds_is_looked_for_with_backoff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running container of a sandboxed runtime (Kata, gVisor) has no process in the
+    node's /proc: /proc is scanned for it at its first poll and then ever more rarely
+    (15 s, doubling to 300 s), not every cycle; a container found meanwhile by its path
+    is read at once, and the scan then finds nothing left to look for."""
+    cgroupfs = tmp_path / "cg"
+    cgroupfs.mkdir()
+    (cgroupfs / "cgroup.controllers").write_text("")
+    n_pids = 50
+    for pid in range(1, n_pids + 1):
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "cgroup").write_text("0::/system.slice/foo.service\n")
+    reads: list[str] = []
+    read_small = hostmemory._read_small
+
+    def counting(path: str, limit: int = hostmemory.MAX_STAT_FILE_BYTES) -> str:
+        reads.append(path)
+        return read_small(path, limit)
+
+    def scans() -> int:
+        return len([r for r in reads if r.endswith("/cgroup")]) // n_pids
+
+    monkeypatch.setattr(hostmemory, "_read_small", counting)
+    now = [1000.0]
+    source = CgroupHostMemory(str(cgroupfs), str(tmp_path / "proc"), clock=lambda: now[0])
+    pod = PodMeta("ml", "kata", "u-kata", phase="Running", container_ids={"main": "b" * 64})
+    seen = []
+    for _ in range(700):  # 700 polls, 1 s apart
+        assert source.poll([pod]) == ()
+        seen.append(scans())
+        now[0] += 1.0
+    # scans at t = 0, 15, 45, 105, 225, 465 (300 s cap from then on)
+    assert [t for t in range(1, 700) if seen[t] > seen[t - 1]] == [15, 45, 105, 225, 465]
+    assert seen[0] == 1
+    # a new container is scanned for at its first poll, whatever the other's backoff
+    other = PodMeta("ml", "kata2", "u-kata2", phase="Running", container_ids={"main": "c" * 64})
+    before = scans()
+    source.poll([pod, other])
+    assert scans() == before + 1
+    # a container that leaves and comes back is looked for afresh
+    source.poll([])
+    before = scans()
+    source.poll([pod])
+    assert scans() == before + 1
+
+
 def test_no_cgroup_root_is_a_collector_error(tmp_path: Path) -> None:
     with pytest.raises(CollectorError, match="no cgroup v2 root or v1 memory hierarchy"):
         CgroupHostMemory(str(tmp_path), str(EMPTY_PROC)).poll([])
