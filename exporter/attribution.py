@@ -263,19 +263,27 @@ def _finite(value: float | None) -> float | None:
 
 @dataclass
 class _Acc:
+    """A container's processes on one device: their summed figures, each None once
+    one process lacks that figure (a sum of the others would be a lower bound read as
+    the container's use: an MPS client NVML gave no sample beside a sampled process)."""
+
     allocated: bool = False
-    utilization: float | None = None
-    memory: int | None = None
+    utilization: float | None = 0.0
+    memory: int | None = 0
     n_processes: int = 0
 
     def add(self, sample: ProcessSample) -> None:
         self.n_processes += 1
         util = _finite(sample.utilization_ratio)
-        if util is not None:
-            self.utilization = (self.utilization or 0.0) + max(util, 0.0)
-        mem = sample.memory_used_bytes
-        if isinstance(mem, int) and not isinstance(mem, bool) and mem >= 0:
-            self.memory = (self.memory or 0) + mem
+        if util is None or self.utilization is None:
+            self.utilization = None
+        else:
+            self.utilization += max(util, 0.0)
+        mem = _bytes(sample.memory_used_bytes)
+        if mem is None or self.memory is None:
+            self.memory = None
+        else:
+            self.memory += mem
 
 
 def attribute(
@@ -301,8 +309,9 @@ def attribute(
       container named after its single allocation on that device, else ``""``.
       Processes in no known container are dropped: they are not a pod's.
     - Utilisation is the sum of the container's processes' samples clamped to
-      0..1, memory the sum of theirs; a container with processes but no samples
-      of a kind gets None — unless it is the device's only holder and every
+      0..1, memory the sum of theirs; a container one of whose processes has no
+      sample of a kind gets None for it (the others' sum is only a lower bound) —
+      unless it is the device's only holder and every
       process listed on the device is its own: then that kind is the device's
       reading (a whole GPU's utilisation, any device's memory), so finding its
       process never gives it less than not finding it would.

@@ -165,8 +165,36 @@ def test_utilisation_is_clamped_and_missing_samples_stay_unknown() -> None:
     assert [(r.pod, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
         ("a", 1.0, None),
         ("d", 0.0, 0),
-        ("b", None, 4),
+        ("b", None, None),
         ("c", 0.0, 0),
+    ]
+
+
+def test_a_container_with_one_process_unmeasured_has_no_partial_sum() -> None:
+    """An MPS client without a sample of its own (NVML may credit its work to the MPS
+    server: ``GpuSource._processes``) beside a process sampled at 0.1: the container's
+    use is at least 0.1 but unknown, not 0.1 (which would read a busy sharer idle). A
+    sole holder still gets the device's reading for what is unknown."""
+    gpu = GpuPoll(
+        devices=(dev(0, U0, util=0.9, mem=6 * GIB), dev(1, U1, util=0.8, mem=6 * GIB)),
+        processes=(
+            ProcessSample(1, U0, None, 1 * GIB, 0.1),
+            ProcessSample(2, U0, None, None, None),
+            ProcessSample(3, U1, None, 1 * GIB, 0.1),
+            ProcessSample(4, U1, None, 2 * GIB, None),
+        ),
+    )
+    allocs = [
+        Allocation("ml", "a", "main", "nvidia.com/gpu.shared", f"{U0}::0"),
+        Allocation("ml", "b", "main", "nvidia.com/gpu.shared", f"{U0}::1"),
+        Allocation("ml", "c", "main", "nvidia.com/gpu", U1),
+    ]
+    pods = [pod("a", 1), pod("b", 2), pod("c", 3)]
+    rows = attribute(gpu, allocs, pods, {1: ref(1), 2: ref(1), 3: ref(3), 4: ref(3)})
+    assert [(r.pod, r.utilization_ratio, r.memory_used_bytes) for r in rows] == [
+        ("a", None, None),
+        ("b", 0.0, 0),  # every process on the device is a's: b runs nothing
+        ("c", 0.8, 3 * GIB),
     ]
 
 

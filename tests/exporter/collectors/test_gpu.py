@@ -530,13 +530,15 @@ def test_mig_instances_become_devices() -> None:
 def test_mig_processes_are_listed_per_instance_without_the_monitor_privilege() -> None:
     """The DaemonSet has no MIG monitor privilege: NVML refuses the MIG GPU's
     aggregate process lists (NO_PERMISSION) and gives each instance's on its MIG
-    device handle. Every process is read, on its own GPU instance (the instance's
-    holder gets its process' memory), once even where two compute instances of one
-    GPU instance both list it."""
+    device handle. Every process is read, on its own GPU instance, once even where
+    two compute instances of one GPU instance both list it. The instance's sole
+    holder gets the instance's memory: NVML gives no figure for its MPS client, so its
+    processes' sum would leave that client out."""
     parent, ci_a, ci_b = _compute_instances_of_one_2g()
     ci_a.procs = [(31, 2 * GIB, 3)]
     ci_b.procs = [(31, 2 * GIB, 3), (32, GIB, 3)]
     other = parent.migs[2]
+    other.used = 768 * 2**20
     other.procs = [(41, 512 * 2**20, 9)]
     other.mps_procs = [(42, None, 9)]  # usedGpuMemory NVML_VALUE_NOT_AVAILABLE
     nv = fake_nvml([parent], mig_monitor=False)
@@ -560,7 +562,7 @@ def test_mig_processes_are_listed_per_instance_without_the_monitor_privilege() -
         [PodMeta("ml", "small", "u-small", container_ids={"nb": "c-small"})],
         {41: ContainerRef("c-small", "u-small"), 42: ContainerRef("c-small", "u-small")},
     )
-    assert (row.gpu_instance_id, row.memory_used_bytes) == (9, 512 * 2**20)
+    assert (row.gpu_instance_id, row.memory_used_bytes) == (9, 768 * 2**20)
 
 
 def _count_process_lists(nv: types.ModuleType) -> Counter[tuple[str, str]]:
