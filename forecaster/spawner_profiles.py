@@ -63,8 +63,14 @@ log = logging.getLogger(__name__)
 METRIC = "gpu_eta_request_predicted_start_timestamp_seconds"
 # A forecaster whose last cycle failed serves its previous set with gpu_eta_forecaster_stale
 # 1 (a CronJob's failed run pushes that too): its series are left out, target by target
-# (job, instance), so a healthy forecaster beside it is still read.
-QUERY = f'{METRIC}{{quantile="0.5"}} unless on (job, instance) (gpu_eta_forecaster_stale == 1)'
+# (job, instance), so a healthy forecaster beside it is still read. Forecasters pushed to
+# one Pushgateway scraped without honor_labels share its job and instance and differ by
+# the pushed job, then ``exported_job`` (and ``exported_instance`` if one was pushed):
+# those count too (absent, they match as empty on both sides).
+QUERY = (
+    f'{METRIC}{{quantile="0.5"}} unless on (job, instance, exported_job, exported_instance)'
+    " (gpu_eta_forecaster_stale == 1)"
+)
 GPU_RESOURCE = "nvidia.com/gpu"
 # the built-in GPU resources, as gpu_eta.common.gpu_resources has them (not imported:
 # this file runs alone in a hub's image)

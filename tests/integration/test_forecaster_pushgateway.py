@@ -11,7 +11,9 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,17 @@ import requests
 
 from gpu_eta.forecaster.main import push_metrics
 from gpu_eta.forecaster.publish import ServiceState
+from gpu_eta.forecaster.spawner_profiles import profile_list_hook
 from gpu_eta.launch.processes import start_http, stop_process
 from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port
 from tests.forecaster.test_publish import NOW, forecast_set
+from tests.forecaster.test_spawner_profiles import (
+    A100,
+    T4,
+    forecaster_exposition,
+    profile,
+    spawn_page,
+)
 from tests.support.net import dead_port
 
 pytestmark = [pytest.mark.integration]
@@ -130,3 +140,33 @@ def test_an_error_of_every_cronjob_run_shows_on_the_job_errors_panel(
     assert increase and float(increase[0]["value"][1]) > 0
     errors = prom.query(f'gpu_eta_forecaster_queries_total{{job="{JOB}",result="error"}}')
     assert [float(r["value"][1]) for r in errors] == [3.0]
+
+
+@pytest.mark.parametrize("honor_labels", [True, False])
+def test_the_spawn_page_reads_each_pushed_forecaster_apart(
+    pushgateway, prometheus_factory, honor_labels: bool
+) -> None:
+    """Two forecasters (CronJobs) push to one Pushgateway under their own ``job``; one's
+    last run failed (``gpu_eta_forecaster_stale 1``). Scraped without ``honor_labels``
+    (a site's own Pushgateway scrape), every pushed series has the gateway's ``job`` and
+    ``instance`` and its pushed job as ``exported_job``: the hook's stale test, by
+    ``(job, instance)`` alone, took the failed forecaster's flag for the healthy one's
+    too, and the spawn page showed "no estimate"."""
+    now = time.time()
+    for job, starts, stale in (
+        ("fc-healthy", [(A100, 1, now + 7200)], False),
+        ("fc-failed", [(T4, 1, now - 60)], True),
+    ):
+        text = forecaster_exposition(starts, stale).replace(" summary\n", " untyped\n")
+        resp = requests.put(f"{pushgateway}/metrics/job/{job}", data=text, timeout=10)
+        assert resp.status_code == 200, resp.text
+    prom = prometheus_factory(
+        [ScrapeJob("pushgateway", [pushgateway.removeprefix("http://")], honor_labels=honor_labels)]
+    )
+    prom.wait_for("gpu_eta_forecaster_stale", min_results=2)
+    profiles = [profile("A100, 1 GPU", 1, A100), profile("T4, 1 GPU", 1, T4)]
+    hook = profile_list_hook(profiles, prom.url, tz=UTC, clock=lambda: now)
+    later = datetime.fromtimestamp(now + 7200, UTC)
+    a100, t4 = [p["display_name"] for p in spawn_page(hook)]
+    assert a100 in (f"A100, 1 GPU — ~{later:%H:%M}", f"A100, 1 GPU — ~{later:%a %H:%M}")
+    assert t4 == "T4, 1 GPU — no estimate"
