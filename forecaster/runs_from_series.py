@@ -14,8 +14,9 @@ Decisions (documented in docs/forecaster.md):
 * A run is *done* when it reached ``epochs_planned``, or when it *ended* (its end
   series, ``ended``, at or after its start: its sender said ``end``, or a plan-less
   run's pod succeeded) whatever its plan: a run stopped early (early stopping, a
-  quality target) is done at what it reached, its plan lowered to that (``ended_plan``),
-  so it is stored completed there, as the exporter does for a run without a plan, the
+  quality target) is done at what it reached, its plan lowered to that (``ended_plan``;
+  not under ``MIN_PLANNED``: one that ended before a whole epoch keeps its plan and is
+  stored not completed), so it is stored completed there, as the exporter does for a run without a plan, the
   plan it stated kept as its feature ``epochs_planned_stated`` (``runs.STATED_PLAN``:
   the calibration replays it to that plan, as it was forecast live). Its
   pod may live on (a notebook, a Job's sidecar): it is not running (``present``), and
@@ -327,11 +328,15 @@ def ended_plan(planned: float, reached: Sample | None) -> float:
     speed over it is real. Stored with its plan kept it would count as cancelled: left
     out of the analogs and of the plan-less runs' durations, which learn only completed
     runs, and its whole-run time read by the prior as its speed times a plan it never
-    ran. A run that ended before its first epoch (nothing reached) keeps its plan: it is
-    stored not completed. The caller keeps the plan it lowered as the run's feature
-    ``runs.STATED_PLAN``: every live forecast of the run was made to it, and the
-    calibration replay must see the same (``replay.as_seen_live``)."""
-    if reached is None or not (_finite(reached.value) and 0 < reached.value < planned):
+    ran. A run that ended before one whole epoch or step (nothing reached, or 0.37 of
+    an epoch: a Hugging Face run early-stopped in its first) keeps its plan: it is
+    stored not completed. Why not lowered to a fraction: a plan under ``MIN_PLANNED``
+    is not a run's plan anywhere else (the live path rejects it, the exporter gives a
+    plan-less run that ended there no total), and a run that did not get through one
+    epoch has no duration worth learning. The caller keeps the plan it lowered as the
+    run's feature ``runs.STATED_PLAN``: every live forecast of the run was made to it,
+    and the calibration replay must see the same (``replay.as_seen_live``)."""
+    if reached is None or not (_finite(reached.value) and MIN_PLANNED <= reached.value < planned):
         return planned
     return reached.value
 

@@ -608,3 +608,21 @@ def test_an_unexpected_error_in_one_runs_arithmetic_skips_and_names_that_run() -
     assert view.rejected == {key("bug"): "assemble_failed"}
     assert view.failed == {key("bug"): "ArithmeticError: boom"}
     assert [u.run_id for u in view.updates] == ["good"] and view.present == {key("good")}
+
+
+def test_a_run_that_ended_before_one_whole_epoch_keeps_its_plan() -> None:
+    """A Hugging Face run early-stopped at 0.37 of its 3 epochs: its plan is not lowered
+    under 1 (``MIN_PLANNED``, what the live path and the exporter accept as a plan), so
+    it is stored not completed at 0.37 of 3, as a run that ended before reaching
+    anything; one that ended at a whole epoch is lowered to it as before."""
+    instant = merge(
+        base("hf", 3, 0.37, NOW - 300, NOW - 20),
+        base("one", 3, 1, NOW - 300, NOW - 20),
+        {"ended": [s(NOW - 10, **run_labels("hf")), s(NOW - 10, **run_labels("one"))]},
+    )
+    view = assemble(instant, {}, NOW, 600)
+    ups = {u.run_id: u for u in view.updates}
+    assert view.done == view.ended == {key("hf"), key("one")} and view.rejected == {}
+    assert (ups["hf"].epochs_planned, ups["hf"].epoch_ends) == (3, ((0.37, NOW - 20),))
+    assert "epochs_planned_stated" not in ups["hf"].features
+    assert ups["one"].epochs_planned == 1 and ups["one"].features["epochs_planned_stated"] == 3
