@@ -16,3 +16,20 @@ from __future__ import annotations
 # a float (2**53 ≈ 9e15); larger counts are not training progress, refused rather than
 # rounded.
 MAX_PROGRESS = 1e15
+# The least planned total (epochs or steps) a run can have: the exporter's wire format
+# refuses totals below 1 (``exporter.progress.check_report``), and gives a plan-less
+# run that ended before one whole epoch or step no total. A plan of 1e-300 divided a
+# step into an infinite cell (``runs_from_series.step_cell``); below 1 it is not a
+# run's plan.
+MIN_PLANNED = 1.0
+
+
+def plausible_plan(planned: float) -> bool:
+    """Whether ``planned`` is a total (epochs or steps) a run can have: in
+    [``MIN_PLANNED``, ``MAX_PROGRESS``] (NaN is not). Pure.
+
+    Why one function: a run's plan comes from Prometheus (``runs_from_series``, the
+    live path) or from a runs CSV (``runs_csv``: ``evaluate``, the history seed), and a
+    backtest that read plans the live path rejects would score runs the service never
+    forecasts."""
+    return MIN_PLANNED <= planned <= MAX_PROGRESS

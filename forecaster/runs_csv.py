@@ -8,7 +8,9 @@ of training; rows of one run may be anywhere in the file and unevenly spaced.
 ``evaluate`` reads with ``plan_optional``: ``epochs_planned`` may then be absent, and a
 run whose plan is absent or empty on every row is a run without a plan
 (``RunsFile.planless``), read as having ended where it ended (``_assemble``).
-``epoch`` is progress in any unit (epochs, steps, samples: up to ``MAX_PROGRESS``).
+``epoch`` is progress in any unit (epochs, steps, samples: up to ``MAX_PROGRESS``);
+a plan is one the live path takes (``progress_bound.plausible_plan``: 1 to
+``MAX_PROGRESS``), else its run is skipped as damaged.
 Any other column is a feature. The identity columns (``TEXT_COLUMNS``: ``namespace``,
 ``job_name``, ``node_type``, ``gpu_model``, ``framework``, ``image``, ...) are always
 text, the first non-empty value of the run; ``namespace``, ``pod`` and ``container``
@@ -54,7 +56,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from gpu_eta.common.progress_bound import MAX_PROGRESS
+from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, plausible_plan
 from gpu_eta.common.text import first_of, utf8_encodable
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.runs import STATED_PLAN, Feature, Run, RunError, RunKey, validate_run
@@ -761,8 +763,10 @@ def parse_runs_file(fh: TextIO, *, plan_optional: bool = False) -> RunsFile:
             # within PLAN_SLACK of the bound: a plan of 1e15 computed in floating point
             if epoch is not None and (epoch < 0 or epoch > MAX_PROGRESS * (1 + PLAN_SLACK)):
                 raise _BadRow(f"epoch must be in 0..{MAX_PROGRESS:g}, got {epoch!r}")
-            if planned is not None and (planned <= 0 or planned > MAX_PROGRESS):
-                raise _BadRow(f"epochs_planned must be in (0, {MAX_PROGRESS:g}], got {planned!r}")
+            if planned is not None and not plausible_plan(planned):  # the live path's rule
+                raise _BadRow(
+                    f"epochs_planned must be in [{MIN_PLANNED:g}, {MAX_PROGRESS:g}], got {planned!r}"
+                )
             acc = runs.get(key)
             if acc is None:
                 if len(runs) + len(bad) >= MAX_RUNS:

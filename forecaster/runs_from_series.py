@@ -35,9 +35,10 @@ Decisions (documented in docs/forecaster.md):
   feature ``progress_unit="steps"``. Steps, not percent of them: a job re-run with
   another ``max_steps`` keeps one time per unit, which its prior and analogs read.
 * Untrusted values cost their run alone: a plan outside [``MIN_PLANNED``,
-  ``MAX_PROGRESS``] or a latest epoch or step outside [0, ``MAX_PROGRESS``] rejects the
-  run (``CycleView.rejected``); an error no check foresaw in one run's arithmetic
-  rejects it as ``RUN_FAILED`` with the error in ``CycleView.failed``. Why a broad
+  ``MAX_PROGRESS``] (``progress_bound.plausible_plan``, a runs CSV's rule too) or a
+  latest epoch or step outside [0, ``MAX_PROGRESS``] rejects the run
+  (``CycleView.rejected``); an error no check foresaw in one run's arithmetic rejects
+  it as ``RUN_FAILED`` with the error in ``CycleView.failed``. Why a broad
   catch in a pure module: the cycle sees one call for every run, and a run's series
   are read again after a restart, so one raising run failed every cycle, restarts too.
 * A present run with progress (epochs or steps) but no planned total is a
@@ -63,7 +64,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gpu_eta.common.progress_bound import MAX_PROGRESS
+from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, plausible_plan
 from gpu_eta.forecaster.runs import STATED_PLAN, STEPS_UNIT, RunKey, RunUpdate
 from gpu_eta.forecaster.series import Sample, Series, unexported
 
@@ -74,10 +75,6 @@ MAX_LABEL = 256  # namespace, pod, container (Kubernetes allows at most 253)
 # cycle thins its own points (_thin_steps), the history the stored ones across cycles
 # (history.crowded_steps).
 STEP_CELLS = 400
-# The least planned total (epochs or steps) a run can have: the exporter's wire format
-# refuses totals below 1 (``exporter.progress.check_report``). A plan of 1e-300 divided
-# a step into an infinite cell (``step_cell``); below 1 it is not a run's plan.
-MIN_PLANNED = 1.0
 # A run whose assembly raised what no check foresaw is skipped with this reason (its
 # error in ``CycleView.failed``, logged by the cycle): the cycle goes on without it.
 RUN_FAILED = "assemble_failed"
@@ -216,7 +213,7 @@ def assemble(
                 sample = steps_sample
             assert sample is not None
             n_planned = sample.value
-            if not _plausible_plan(n_planned):
+            if not plausible_plan(n_planned):
                 view.rejected[run] = (
                     "invalid_steps_planned" if by_steps else "invalid_epochs_planned"
                 )
@@ -675,12 +672,6 @@ def _in_bound(value: float) -> bool:
     """Whether a progress value is one the wire format carries: in [0, ``MAX_PROGRESS``]
     (NaN is not)."""
     return 0 <= value <= MAX_PROGRESS
-
-
-def _plausible_plan(planned: float) -> bool:
-    """Whether a planned total (epochs or steps) is one a run can have: in
-    [``MIN_PLANNED``, ``MAX_PROGRESS``]."""
-    return MIN_PLANNED <= planned <= MAX_PROGRESS
 
 
 def _plausible_progress(reached: Sample | None) -> bool:

@@ -646,3 +646,20 @@ def test_help_names_the_flags_as_docs_evaluate_md_does() -> None:
         else:
             assert shown is not None and shown.startswith(metavar), (flag, metavar, shown)
     assert "docs/evaluate.md" in parser.description
+
+
+def test_a_plan_under_one_is_one_warning_line_its_run_skipped(
+    synthetic_csv: Path, tmp_path: Path
+) -> None:
+    """A run planned 0.5 epochs (no live run can have it: ``progress_bound.plausible_plan``)
+    is skipped and named in the one warning line; the other runs score as without it."""
+    text = synthetic_csv.read_text()
+    pad = "," * (len(next(csv.reader([text.splitlines()[0]]))) - 4)
+    damaged = tmp_path / "half.csv"
+    damaged.write_text(text + f"h,0,0.5,0{pad}\nh,0.25,0.5,10{pad}\nh,0.5,0.5,20{pad}\n")
+    code, out, err = run_cli("--runs", str(damaged), "--json")
+    assert code == 0 and err.count("\n") == 1
+    assert "skipped 1 malformed run(s) of 41: run 'h'" in err
+    assert "epochs_planned must be in [1, 1e+15], got 0.5" in err
+    _code, clean, _err = run_cli("--runs", str(synthetic_csv), "--json")
+    assert json.loads(out) == json.loads(clean)

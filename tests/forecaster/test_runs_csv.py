@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_eta.common.progress_bound import plausible_plan
 from gpu_eta.forecaster import runs_csv
 from gpu_eta.forecaster.runs_csv import (
     MAX_LINE_CHARS,
@@ -25,10 +27,13 @@ from gpu_eta.forecaster.runs_csv import (
     read_runs,
     read_runs_file,
 )
+from gpu_eta.forecaster.runs_from_series import assemble
+from gpu_eta.forecaster.series import Sample
 from tests.forecaster.estimators.runs_factory import make_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 HEADER = "run_id,epoch,epochs_planned,timestamp_seconds"
+NOW = 1_700_000_000.0
 
 
 def parse(text: str):
@@ -794,3 +799,41 @@ def test_progress_a_rounding_above_the_bound_is_the_plan() -> None:
     result = parse_runs_file(io.StringIO(f"{HEADER}\nb,0,1e15,0\nb,1000000000000000.1,1e15,100\n"))
     assert result.skipped == [] and len(result.runs) == 1
     assert result.runs[0].completed
+
+
+# -- one plan rule with the live path ------------------------------------------------
+
+PLANS = [0.0, 0.37, 0.999, 1.0, 2.5, 1e15, 1e15 * 1.01, -1.0, math.inf, math.nan]
+
+
+@pytest.mark.parametrize("planned", PLANS)
+def test_a_runs_file_takes_the_plans_the_live_path_takes(planned: float) -> None:
+    """A stated plan is read from a runs CSV exactly when the live path takes it from
+    Prometheus (``progress_bound.plausible_plan``: at least 1, at most 1e15): a plan
+    of 0.37 epochs, which no live run can have, was read and backtested."""
+    lab = {"node": "n", "namespace": "", "pod": "", "container": "", "run_id": "x"}
+    live = assemble(
+        {
+            "planned": [Sample(lab, planned, NOW)],
+            "epoch": [Sample(lab, 0.0, NOW)],
+            "start": [Sample(lab, NOW - 60, NOW)],
+            "present": [Sample(lab, 1.0, NOW)],
+        },
+        {},
+        NOW,
+        0,
+    )
+    taken_live = not live.rejected
+    got = parse_runs_file(io.StringIO(f"{HEADER}\nx,0,{planned!r},0\nx,0.3,{planned!r},5\n"))
+    assert (len(got.runs) == 1) == taken_live == plausible_plan(planned)
+
+
+def test_a_plan_under_one_skips_its_run_alone_named_in_the_warning() -> None:
+    """A run planned 0.5 among good runs: skipped, counted and named in the one
+    warning line (as any damaged run), the others read; never the whole file."""
+    got = parse_runs_file(io.StringIO(f"{GOOD}h,0,0.5,0\nh,0.25,0.5,10\nh,0.5,0.5,20\n"))
+    assert [r.run_id for r in got.runs] == ["a", "c"]
+    warning = got.warning()
+    assert warning is not None and "\n" not in warning
+    assert warning.startswith("skipped 1 malformed run(s) of 3: run 'h' (line 7: ")
+    assert "epochs_planned must be in [1, 1e+15], got 0.5" in warning
