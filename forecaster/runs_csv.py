@@ -916,7 +916,8 @@ def _assemble(key: RunKey, acc: _Acc, plan_optional: bool = False) -> Run:
     """The ``Run`` of one run's rows, or ``RunsCsvError`` naming the first bad line.
 
     A run without a plan on any row (``plan_optional``) gets the progress it reached as
-    its plan, so it is completed: a recorded run without a plan is taken as having
+    its plan, so it is completed, when that is a plan (``plausible_plan``: at least one
+    whole epoch or step, at most ``MAX_PROGRESS``; else the run is damage): a recorded run without a plan is taken as having
     ended where it ended, as the live service stores a plan-less run that ended
     (``exporter.progress.advance``). The plan is hindsight, for placing the moments a
     backtest scores; ``evaluate`` never forecasts such a run from it."""
@@ -929,11 +930,16 @@ def _assemble(key: RunKey, acc: _Acc, plan_optional: bool = False) -> Run:
         )
     if not acc.rows:
         raise RunsCsvError(acc.first_line, f"run {run_id!r}: epoch is empty on every row")
-    reached = max(e for e, _t, _line in acc.rows)
-    if acc.planned is None and not reached > 0:
+    reached, _t, reached_line = max(acc.rows)
+    if acc.planned is None and not plausible_plan(reached):
+        # the plan it gets is what it reached: held to every plan's rule, so a rounding
+        # past the bound (read as the plan beside a stated one) or a run stopped in its
+        # first epoch is no plan here either
         raise RunsCsvError(
-            acc.first_line,
-            f"run {run_id!r}: has no epochs_planned and no progress past its start",
+            reached_line,
+            f"run {run_id!r}: has no epochs_planned and reached {reached!r}, which is no "
+            f"plan (a run without one is read as ended where it ended; a plan is "
+            f"{MIN_PLANNED:g} to {MAX_PROGRESS:g})",
         )
     planned = reached if acc.planned is None else acc.planned
     slack = planned * PLAN_SLACK

@@ -748,7 +748,7 @@ def test_a_run_without_a_plan_that_never_left_its_start_is_skipped() -> None:
     )
     assert [r.run_id for r in result.runs] == ["b"] and result.planless == {("", "", "", "b")}
     (skipped,) = result.skipped
-    assert skipped.run_id == "a" and "no epochs_planned and no progress" in skipped.reason
+    assert skipped.run_id == "a" and "has no epochs_planned and reached 0.0" in skipped.reason
 
 
 def test_with_plan_optional_a_header_mid_file_without_the_plan_places_its_rows() -> None:
@@ -837,3 +837,27 @@ def test_a_plan_under_one_skips_its_run_alone_named_in_the_warning() -> None:
     assert warning is not None and "\n" not in warning
     assert warning.startswith("skipped 1 malformed run(s) of 3: run 'h' (line 7: ")
     assert "epochs_planned must be in [1, 1e+15], got 0.5" in warning
+
+
+@pytest.mark.parametrize(
+    ("reached", "why"),
+    [
+        # a rounding above 1e15 is read as the plan when a plan is stated; a run without
+        # one got that rounding as its plan, beyond the bound every other plan keeps
+        ("1000000000000000.5", "reached 1000000000000000.5"),
+        ("0.37", "reached 0.37"),  # an HF run stopped in its first epoch: no plan
+    ],
+)
+def test_a_run_without_a_plan_is_read_only_when_what_it_reached_is_a_plan(
+    reached: str, why: str
+) -> None:
+    """A plan-less run's plan is what it reached (``_assemble``), held to the rule of
+    every plan (``plausible_plan``): otherwise it is skipped and named, the others read."""
+    text = f"run_id,epoch,timestamp_seconds\na,0,0\na,3,30\nq,0,0\nq,{reached},50\n"
+    got = parse_runs_file(io.StringIO(text), plan_optional=True)
+    assert [(r.run_id, r.epochs_planned) for r in got.runs] == [("a", 3)]
+    assert got.planless == {("", "", "", "a")}
+    warning = got.warning()
+    assert warning is not None and "\n" not in warning
+    assert warning.startswith("skipped 1 malformed run(s) of 2: run 'q' (line 5: "), warning
+    assert f"has no epochs_planned and {why}" in warning, warning
