@@ -27,7 +27,8 @@ runs by ``run_id`` alone; schema 2 by the run key; schema 2 stored a run that re
 only steps in percent of them, schema 3 in its steps; schema 4 keys runs by the run
 key and an attempt number, so that a key can hold a new run after a finished one).
 The index ``finished`` reads along is built at open where it is missing, with no new
-schema version (``history_file``: an earlier release must still open the file).
+schema version (``history_file``: an earlier release must still open the file); a build
+that fails is a WARNING, retried at the next open (``HistoryStore.open``).
 
 Runs stored in percent of their steps (feature ``progress_unit="percent"``, set by the
 migration to schema 3) are kept and used, but as a job of their own: to the models a
@@ -55,6 +56,7 @@ from pathlib import Path
 from gpu_eta.common.text import readable
 from gpu_eta.forecaster.history_file import (
     DamagedHistory,
+    IndexNotBuilt,
     Transaction,
     connect,
     corrupt,
@@ -140,6 +142,15 @@ def _added_means(up: RunUpdate) -> _Means:
         up.weight_seconds if finite(up.util_mean) else 0.0,
         finite_or_zero(up.memory_mean) * up.weight_seconds,
         up.weight_seconds if finite(up.memory_mean) else 0.0,
+    )
+
+
+def _without_index(err: IndexNotBuilt) -> None:
+    """One WARNING line for an index the start could not build (``HistoryStore.open``)."""
+    log.warning(
+        "%s; started without it (reading the finished runs sorts them instead), "
+        "built at the next start",
+        err,
     )
 
 
@@ -250,6 +261,14 @@ class HistoryStore:
         (read-only volume) is used through an in-memory copy, with one ERROR line:
         forecasts go on, new history is not kept.
 
+        The index ``finished`` reads along (``history_file.add_indexes``) is built here
+        where missing; a build that fails (a lock held past ``BUSY_TIMEOUT_SECONDS``, a
+        full disk) is one WARNING line and the start goes on without it, to build it at
+        the next start. Why not refuse the start as a failed migration does: the index
+        only speeds reads (without it SQLite sorts the finished runs), the file is as it
+        was, and a forecaster that would forecast, only slower, must not restart for
+        ever on a volume with room for a cycle's writes but not for an index.
+
         Any other failure is refused with ``HistoryError`` and the file is neither
         changed nor moved: a lock another process holds for longer than
         ``BUSY_TIMEOUT_SECONDS``, a full disk, an I/O error. Why not set it aside: the
@@ -282,7 +301,10 @@ class HistoryStore:
         except sqlite3.Error as err:
             raise HistoryError(f"cannot open history file {spath}: {why(err)}") from None
         try:
-            prepare(conn, spath)
+            try:
+                prepare(conn, spath)
+            except IndexNotBuilt as err:  # prepare's last step: the file is ready
+                _without_index(err)
             if spath != ":memory:":
                 probe_write(conn)
             return cls(conn, spath)
@@ -316,7 +338,10 @@ class HistoryStore:
             conn.close()
         try:
             # the file passed prepare's checks; the copy is upgraded as the file would be
-            upgrade(memory, spath, memory.execute("PRAGMA user_version").fetchone()[0])
+            try:
+                upgrade(memory, spath, memory.execute("PRAGMA user_version").fetchone()[0])
+            except IndexNotBuilt as err:  # upgrade's last step, as in prepare
+                _without_index(err)
             store = cls(memory, spath)
         except HistoryError:
             memory.close()

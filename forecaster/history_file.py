@@ -86,7 +86,8 @@ CREATE TABLE {name} (
 # temporary file the size of the history. Not part of the schema version: an earlier
 # release reads and writes a file that has it (SQLite updates every index on every
 # write), and refuses a newer ``user_version``, so a version raised for an index would
-# make a rolled-back Deployment refuse its file. ``prepare`` builds it where missing.
+# make a rolled-back Deployment refuse its file. ``prepare`` builds it where missing; a
+# build that fails (``IndexNotBuilt``) does not stop the start (``HistoryStore.open``).
 _FINISHED_INDEX = """
 CREATE INDEX IF NOT EXISTS runs_finished ON runs(finished_timestamp, id);
 """
@@ -145,6 +146,11 @@ ALTER TABLE runs_v4 RENAME TO runs;
 
 class DamagedHistory(HistoryError):
     """The file is ours (or no database at all) but damaged: set aside, start afresh."""
+
+
+class IndexNotBuilt(HistoryError):
+    """``runs_finished`` could not be built (a lock held past ``BUSY_TIMEOUT_SECONDS``,
+    a full disk): the file is unchanged, checked and migrated, and usable without it."""
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -208,8 +214,9 @@ def add_indexes(conn: sqlite3.Connection, path: str) -> None:
     """Build ``runs_finished`` where it is missing (a file an earlier release created,
     or rebuilt by a tool without it), in a transaction of its own; nothing to do, and
     nothing written, where it exists. A read-only file raises SQLite's error (the
-    caller builds it in the memory copy); any other failure is a ``HistoryError``,
-    the file unchanged."""
+    caller builds it in the memory copy); any other failure is ``IndexNotBuilt``,
+    the file unchanged. ``prepare`` calls this last: when it raises that, everything
+    else ``prepare`` does is done."""
     if conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_finished'"
     ).fetchone():
@@ -222,7 +229,7 @@ def add_indexes(conn: sqlite3.Connection, path: str) -> None:
         _rollback(conn)
         if isinstance(err, sqlite3.OperationalError) and read_only(err):
             raise
-        raise HistoryError(
+        raise IndexNotBuilt(
             f"history file {path}: building index runs_finished failed ({why(err)}); "
             "the file was not modified"
         ) from None

@@ -151,30 +151,91 @@ def test_a_lock_held_past_the_busy_timeout_refuses_the_start_and_moves_nothing(
     store.close()
 
 
-def test_a_lock_held_while_the_finish_index_is_built_refuses_the_start_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A file without ``runs_finished`` (an earlier release made it) whose lock another
-    process holds past the busy timeout: the index cannot be built, the start is
-    refused saying so, and the file is neither changed nor moved; once the lock is
-    gone the start builds it."""
-    monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.5)
-    db = tmp_path / "h.sqlite"
+def _without_finish_index(db: Path) -> str:
+    """A history of 50 finished runs at ``db`` without ``runs_finished`` (an earlier
+    release made it); its digest."""
     history_of(db)
     with sqlite3.connect(db) as conn:
         conn.execute("DROP INDEX runs_finished")
-    before = digest(db)
-    with lock_held(db, "write"), pytest.raises(HistoryError) as caught:
+    return digest(db)
+
+
+def _has_finish_index(db: Path) -> bool:
+    with sqlite3.connect(db) as conn:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs_finished'")
+        return found.fetchone() is not None
+
+
+class _ReleaseOnWarning(logging.Handler):
+    """Ends the lock holder ``proc`` when the index's WARNING is logged: the lock is
+    held while the index is built, and gone by the start's write probe."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        super().__init__(logging.WARNING)
+        self.proc = proc
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        if "runs_finished" in record.getMessage():
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            assert self.proc.wait(60) == 0
+
+
+def test_a_lock_held_while_the_finish_index_is_built_starts_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file without ``runs_finished`` whose lock another process holds past the busy
+    timeout while the index is built, and lets go before the start's write probe: the
+    start goes on without the index (it only speeds reads) with one WARNING line, every
+    run read; the next start builds it. The index's failure used to stop the start as a
+    failed migration does, though nothing was wrong with the file."""
+    monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.5)
+    db = tmp_path / "h.sqlite"
+    _without_finish_index(db)
+    logger = logging.getLogger("gpu_eta.forecaster.history")
+    with lock_held(db, "write") as proc:
+        release = _ReleaseOnWarning(proc)
+        logger.addHandler(release)
+        try:
+            store = HistoryStore.open(db)
+        finally:
+            logger.removeHandler(release)
+    (line,) = release.messages
+    assert "building index runs_finished failed" in line and "database is locked" in line
+    assert "started without it" in line and "next start" in line and "\n" not in line
+    assert store.persistent and not _has_finish_index(db)
+    assert store.count_finished() == 50 and len(store.finished()) == 50
+    store.close()
+    assert set_aside(tmp_path) == []
+    HistoryStore.open(db).close()  # the next start, nobody holding the lock
+    assert _has_finish_index(db)
+
+
+def test_a_lock_held_through_the_whole_start_refuses_it_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same file under a lock held for good: the index is given up (WARNING) and
+    the write probe refuses the start, the file neither changed nor moved; once the
+    lock is gone the start builds the index."""
+    monkeypatch.setattr(history_file, "BUSY_TIMEOUT_SECONDS", 0.5)
+    db = tmp_path / "h.sqlite"
+    before = _without_finish_index(db)
+    with (
+        caplog.at_level(logging.WARNING, logger="gpu_eta.forecaster.history"),
+        lock_held(db, "write"),
+        pytest.raises(HistoryError) as caught,
+    ):
         HistoryStore.open(db)
     message = str(caught.value)
-    assert "building index runs_finished failed" in message, message
-    assert "database is locked" in message and "not modified" in message
+    assert "database is locked" in message and "not changed or moved" in message, message
+    assert [r.getMessage() for r in caplog.records if "runs_finished" in r.getMessage()]
     assert set_aside(tmp_path) == [] and digest(db) == before
     store = HistoryStore.open(db)
     assert store.count_finished() == 50
     store.close()
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs_finished'").fetchone()
+    assert _has_finish_index(db)
 
 
 def test_a_backup_reading_the_file_for_seconds_is_waited_out_at_start(tmp_path: Path) -> None:
