@@ -144,6 +144,7 @@ class LogMatch:
     bar_is_epoch: bool = False  # the bar counts steps of one epoch (else of the run)
     complete: bool = False  # bar at its end (and no ETA left)
     metrics: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    metrics_beyond: int = 0  # usable numbers read past the MAX_METRICS kept, left out
     report: Report | None = None  # marker lines carry a full report
 
 
@@ -164,18 +165,26 @@ def last_segment(message: str) -> str:
     return ""
 
 
-def _numbers(pairs: list[tuple[str, str]]) -> Mapping[str, float]:
+def _numbers(pairs: list[tuple[str, str]]) -> tuple[Mapping[str, float], int]:
+    """The usable numbers of ``pairs``, the first ``MAX_METRICS`` names, and how many
+    other usable names came after those (``LogMatch.metrics_beyond``: left out, and
+    counted as a report's names beyond 16 are over HTTP)."""
     out: dict[str, float] = {}
+    beyond: set[str] = set()
     for name, raw in pairs:
-        if len(out) >= MAX_METRICS:
-            break
+        if len(out) >= MAX_METRICS and (name in out or name in beyond):
+            continue
         try:
             value = float(raw)
         except ValueError:
             continue
-        if math.isfinite(value) and abs(value) <= MAX_PROGRESS:
+        if not math.isfinite(value) or abs(value) > MAX_PROGRESS:
+            continue
+        if len(out) < MAX_METRICS:
             out[name] = value
-    return MappingProxyType(out) if out else _EMPTY
+        else:
+            beyond.add(name)
+    return (MappingProxyType(out) if out else _EMPTY), len(beyond)
 
 
 def _first_pairs(pattern: re.Pattern[str], text: str, limit: int) -> list[tuple[str, str]]:
@@ -190,14 +199,15 @@ def _first_pairs(pattern: re.Pattern[str], text: str, limit: int) -> list[tuple[
     return [m.groups() for m in itertools.islice(pattern.finditer(text), limit)]
 
 
-def _keras_metrics(rest: str) -> Mapping[str, float]:
+def _keras_metrics(rest: str) -> tuple[Mapping[str, float], int]:
     """The metrics of a Keras bar or ``verbose=2`` line: its first
     ``_KERAS_METRICS_READ`` ``- name: value`` pairs; whatever follows is ignored.
 
     Why a cap: ``findall`` over the whole line built a tuple per pair, so a line of
     ``- m1: 0.2 - m2: 0.3 ...`` up to the 64 KiB bound (9,000 pairs) cost 2-4 ms,
     4.5 ms when no value was a usable number, all with the GIL held; only
-    ``MAX_METRICS`` (16) are kept anyway. Why 64, four times that: a real Keras line
+    ``MAX_METRICS`` (16) are kept anyway (with the count of the other usable ones:
+    ``_numbers``). Why 64, four times that: a real Keras line
     prints the loss and each compiled metric (per output of a multi-output model)
     and their ``val_`` twins, a few dozen at most, so no real line is cut; and the
     margin leaves room for pairs that match but are no usable number (``1.2.3``,
@@ -249,13 +259,15 @@ def parse_line(text: str, *, now: float | None = None) -> LogMatch | None:
         if total == 0 or n > total:
             return None
         rest = bar[3]
+        metrics, beyond = _keras_metrics(rest)
         return LogMatch(
             kind="keras_bar",
             bar=n,
             bar_total=total,
             bar_is_epoch=True,
             complete=n == total and "ETA" not in rest,
-            metrics=_keras_metrics(rest),
+            metrics=metrics,
+            metrics_beyond=beyond,
         )
     epoch = _KERAS_EPOCH.match(text)
     if epoch is not None:
@@ -276,9 +288,11 @@ def _parse_keras_summary(text: str) -> LogMatch | None:
     m = _KERAS_SUMMARY.match(text)
     if m is None:
         return None
-    metrics = _keras_metrics(m[3] or "")
+    metrics, beyond = _keras_metrics(m[3] or "")
     if m[1] is None:
-        return LogMatch(kind="keras_summary", complete=True, metrics=metrics) if metrics else None
+        if not metrics:
+            return None
+        return LogMatch(kind="keras_summary", complete=True, metrics=metrics, metrics_beyond=beyond)
     n, total = int(m[1]), int(m[2])
     if total == 0 or n > total:
         return None
@@ -289,6 +303,7 @@ def _parse_keras_summary(text: str) -> LogMatch | None:
         bar_is_epoch=True,
         complete=n == total,
         metrics=metrics,
+        metrics_beyond=beyond,
     )
 
 
@@ -310,6 +325,7 @@ def _parse_rich(text: str) -> LogMatch | None:
     index, last_index, n, total = (int(g) for g in head.groups())
     done = n >= total and total > 0
     postfix = rest.rpartition("•")[2][:_RICH_POSTFIX_CHARS]
+    metrics, beyond = _numbers(_RICH_METRIC.findall(postfix))
     return LogMatch(
         kind="lightning",
         epoch_done=index + 1 if done else index,
@@ -319,7 +335,8 @@ def _parse_rich(text: str) -> LogMatch | None:
         bar_total=total,
         bar_is_epoch=True,
         complete=done,
-        metrics=_numbers(_RICH_METRIC.findall(postfix)),
+        metrics=metrics,
+        metrics_beyond=beyond,
     )
 
 
@@ -385,7 +402,7 @@ def _parse_tqdm(text: str) -> LogMatch | None:
     if total == 0 or n > total:
         return None
     complete = n == total
-    metrics = _numbers(_TQDM_POSTFIX.findall(postfix))
+    metrics, beyond = _numbers(_TQDM_POSTFIX.findall(postfix))
     of = _EPOCH_OF.search(desc) if desc else None
     if of is not None:  # "Epoch 3/10": 1-based epoch of N, bar over that epoch's steps
         k, epochs = int(of[1]), int(of[2])
@@ -401,6 +418,7 @@ def _parse_tqdm(text: str) -> LogMatch | None:
             bar_is_epoch=True,
             complete=complete,
             metrics=metrics,
+            metrics_beyond=beyond,
         )
     index = _EPOCH_INDEX.search(desc) if desc else None
     if index is not None:  # Lightning's "Epoch 2": 0-based index, N not printed
@@ -414,8 +432,16 @@ def _parse_tqdm(text: str) -> LogMatch | None:
             bar_is_epoch=True,
             complete=complete,
             metrics=metrics,
+            metrics_beyond=beyond,
         )
-    return LogMatch(kind="tqdm", bar=n, bar_total=total, complete=complete, metrics=metrics)
+    return LogMatch(
+        kind="tqdm",
+        bar=n,
+        bar_total=total,
+        complete=complete,
+        metrics=metrics,
+        metrics_beyond=beyond,
+    )
 
 
 def _find_tqdm_count(text: str) -> tuple[str | None, str] | None:
@@ -491,19 +517,30 @@ def _no_total(raw_desc: str | None, postfix: str) -> LogMatch | None:
     desc = (raw_desc or "").strip()
     if desc and _skipped(desc):
         return None
-    metrics = _numbers(_TQDM_POSTFIX.findall(postfix))
+    metrics, beyond = _numbers(_TQDM_POSTFIX.findall(postfix))
     of = _EPOCH_OF.search(desc) if desc else None
     if of is not None:
         k, epochs = int(of[1]), int(of[2])
         if k < 1 or epochs < 1 or k > epochs:
             return None
         return LogMatch(
-            kind="tqdm", epoch_done=k - 1, epoch_current=k, epochs=epochs, metrics=metrics
+            kind="tqdm",
+            epoch_done=k - 1,
+            epoch_current=k,
+            epochs=epochs,
+            metrics=metrics,
+            metrics_beyond=beyond,
         )
     index = _EPOCH_INDEX.search(desc) if desc else None
     if index is not None:  # Lightning's "Epoch 2": 0-based, so 2 epochs are done
         k = int(index[1])
-        return LogMatch(kind="lightning", epoch_done=k, epoch_current=k + 1, metrics=metrics)
+        return LogMatch(
+            kind="lightning",
+            epoch_done=k,
+            epoch_current=k + 1,
+            metrics=metrics,
+            metrics_beyond=beyond,
+        )
     return None
 
 
@@ -515,12 +552,14 @@ def _parse_braced(text: str) -> LogMatch | None:
         items = _first_pairs(_HF_ITEM, stripped, MAX_METRICS + 1)
         if not items:
             return None
-        values = dict(_numbers(items))
+        numbers, beyond = _numbers(items)
+        values = dict(numbers)
         epoch = values.pop("epoch", None)
         return LogMatch(
             kind="hf_log",
             epoch_done=math.floor(epoch) if epoch is not None else None,
             metrics=MappingProxyType(values) if values else _EMPTY,
+            metrics_beyond=beyond,
         )
     return None
 

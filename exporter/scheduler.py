@@ -99,9 +99,12 @@ class Counting(Protocol):
 
 
 class LogPoller(Counting, Protocol):
-    """``gpu_eta.exporter.collectors.logs.LogProgressCollector``."""
+    """``gpu_eta.exporter.collectors.logs.LogProgressCollector``: ``skipped_fields()``
+    the free-form fields it left out of stored reports, as the endpoint's."""
 
     def poll(self) -> None: ...
+
+    def skipped_fields(self) -> int: ...
 
 
 class ProgressEndpoint(Protocol):
@@ -460,9 +463,7 @@ class Scheduler:
             progress=progress,
             collectors=statuses,
             progress_reports_total=dict(got.get(n["progress_listener"], {})),
-            progress_fields_skipped_total=(
-                None if src.progress_listener is None else src.progress_listener.skipped_fields()
-            ),
+            progress_fields_skipped_total=_skipped_fields(src.progress_listener, src.logs),
             # a store without a state file (or a stand-in) has neither: no series
             progress_persisted=getattr(src.progress_store, "persisted", None),
             progress_journal_bytes=getattr(src.progress_store, "journal_bytes", None),
@@ -616,6 +617,22 @@ def _unread(last: GpuPoll, tracker: _Tracker) -> GpuPoll:
         for index, uuid in sorted(known, key=lambda key: (key[0], key[1] or ""))
     )
     return unread_poll(last.devices, failures, last.driver_version)
+
+
+def _skipped_fields(*sources: ProgressEndpoint | LogPoller | None) -> int | None:
+    """The free-form fields the progress sources present (endpoint, log reader) left
+    out of stored reports, added up: one count however a report came. None without
+    either (no series)."""
+    present = [source for source in sources if source is not None]
+    if not present:
+        return None
+    total = 0
+    for source in present:
+        try:
+            total += int(source.skipped_fields())
+        except Exception as err:
+            log.debug("skipped_fields() failed: %s", err)
+    return total
 
 
 def _counts(source: Counting | None) -> Mapping[str, int]:

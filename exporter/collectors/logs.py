@@ -99,6 +99,7 @@ from gpu_eta.exporter.progress import (
     ReportError,
     SupersededReport,
     TooManyRuns,
+    beyond_run_names,
     check_report,
 )
 from gpu_eta.exporter.progress_store import ProgressStore
@@ -355,6 +356,7 @@ class LogProgressCollector:
         self._followers: dict[tuple[str, str, str], dict[tuple[int, int], _Follower]] = {}
         self._states: dict[tuple[str, str, str], LogState] = {}
         self._counts = dict.fromkeys(LOG_LINE_RESULTS, 0)
+        self._skipped_fields = 0  # free-form fields left out of stored reports
         self._warned = False  # a line raised once already (``_skipped``)
         # the time of the last line of each container dated by its own timestamp (this
         # process): what a line stamped in the future or unreadably is dated at
@@ -373,6 +375,15 @@ class LogProgressCollector:
     def counts(self) -> Mapping[str, int]:
         """Log lines by result since start (``gpu_eta_exporter_log_lines_total``)."""
         return dict(self._counts)
+
+    def skipped_fields(self) -> int:
+        """Free-form fields left out of the reports of lines stored since start, as
+        ``ProgressListener.skipped_fields`` counts a POST's (the two add up to
+        ``gpu_eta_exporter_progress_fields_skipped_total``): a marker line's bad or
+        beyond-16 ones (``progress.parse_report``), the numbers a line shows beyond the
+        16 read (``logformats.LogMatch.metrics_beyond``), and a run's new names once it
+        holds 16 (``progress.beyond_run_names``)."""
+        return self._skipped_fields
 
     def poll(self) -> None:
         """Read what is new in the known pods' log files (bounded) and apply it."""
@@ -900,7 +911,9 @@ class LogProgressCollector:
             try:
                 # a line read by a format (a bar, a Keras line) names no run: its runs
                 # are the exporter's reading, capped more loosely (``derived``)
-                self.store.merge(ns, pod, container, "log", report, now, derived=MARKER not in text)
+                progress = self.store.merge(
+                    ns, pod, container, "log", report, now, derived=MARKER not in text
+                )
             except TooManyRuns as err:
                 counts["too_many_runs"] += 1
                 self._too_many_runs(key, err)
@@ -911,6 +924,9 @@ class LogProgressCollector:
             except ReportError:
                 counts["invalid"] += 1
                 return
+            self._skipped_fields += (
+                len(report.skipped) + match.metrics_beyond + len(beyond_run_names(progress, report))
+            )
         counts[done] = counts.get(done, 0) + 1
 
 

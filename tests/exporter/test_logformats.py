@@ -550,6 +550,33 @@ def test_a_long_hf_log_dict_gives_its_first_metrics():
     assert list(match.metrics) == [f"m{i}" for i in range(15)]
 
 
+KERAS_HEAD = "8/8 [==============================] - 1s 5ms/step"
+
+
+@pytest.mark.parametrize(
+    ("line", "beyond"),
+    [
+        # Keras: 18 usable of the pairs read, one repeated and one no number
+        (_keras_line(KERAS_HEAD, [f"m{i:02d}: 0.5" for i in range(18)] + ["m00: 1", "x: ."]), 2),
+        (
+            "Epoch 2/3: 50%|#    | 8/16 [00:01<00:01, "
+            + ", ".join(f"m{i}=1" for i in range(20))
+            + "]",
+            4,
+        ),
+        ("{'epoch': 2.5, " + ", ".join(f"'m{i}': {i}" for i in range(4000)) + "}", 1),
+        (_keras_line(KERAS_HEAD, [f"m{i:02d}: 0.5" for i in range(16)]), 0),
+    ],
+)
+def test_a_line_counts_the_usable_numbers_it_read_beyond_the_16_kept(line: str, beyond: int):
+    """``metrics_beyond``: the collector counts them as fields left out
+    (``gpu_eta_exporter_progress_fields_skipped_total``), as a POST's beyond 16 are. Of
+    the numbers read only (an HF log dict's first 17 items: one beyond "epoch" and 15)."""
+    match = parse_line(line)
+    assert match is not None and len(match.metrics) <= 16
+    assert match.metrics_beyond == beyond
+
+
 def test_rich_bar_metrics_follow_the_last_bullet():
     # a guard on the rewrite of the rich pattern (".*•(.*)\\Z" was quadratic across a
     # newline): what follows the last "•" only, as before

@@ -420,6 +420,34 @@ def test_store_read_is_a_step_not_a_collector(
     sched.stop()
 
 
+@pytest.mark.parametrize(("listener", "expected"), [(False, 2), (True, 5)])
+def test_skipped_fields_add_the_log_readers_to_the_listeners(listener: bool, expected: int):
+    """``gpu_eta_exporter_progress_fields_skipped_total`` counts the free-form fields
+    left out of stored reports however they came: a node reading logs alone exports
+    the log reader's count, one with the endpoint too the sum."""
+
+    class Logs(NoLogs):
+        def skipped_fields(self):
+            return 2
+
+    class Endpoint:
+        def poll(self):
+            return {}
+
+        def skipped_fields(self):
+            return 3
+
+    sched, _ = _scheduler(
+        Sources(
+            progress_store=FailingStore(),
+            logs=Logs(),
+            progress_listener=Endpoint() if listener else None,
+        )
+    )
+    assert sched.collect_once().progress_fields_skipped_total == expected
+    sched.stop()
+
+
 def test_progress_collector_is_the_endpoint_serving() -> None:
     """``progress`` fails when the endpoint stops serving, even while the store reads."""
 

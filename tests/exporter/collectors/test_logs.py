@@ -363,6 +363,35 @@ def test_refused_marker_lines_are_counted_invalid_and_never_stored(root):
     }
 
 
+def test_free_form_names_left_out_of_stored_log_reports_are_counted_as_over_http(root):
+    """``gpu_eta_exporter_progress_fields_skipped_total`` counts the free-form fields a
+    stored report left out; runs read from logs left theirs out uncounted. Counted as
+    ``ProgressListener`` counts a POST's (``test_progress_free_form``): a marker line's
+    bad value and its names beyond 16 (1 + 1), the names a run holding 16 has no room
+    for (16 more), and the numbers a Keras line shows beyond the 16 it reads (2), then
+    a Keras run's new name once it holds 16 (1)."""
+    first = {"run_id": "r", "epoch": 1, "epochs": 3} | {f"m{j:02d}": 1.0 for j in range(16)}
+    second = {"run_id": "r", "epoch": 2, "total_flos": 3.2e15}
+    second |= {f"n{j:02d}": 1.0 for j in range(17)}
+    markers = "".join(f"GPU_ETA_PROGRESS {json.dumps(body)}\n" for body in (first, second))
+    many = " - ".join(f"a{j:02d}: 0.5" for j in range(18))
+    keras = f"Epoch 1/2\n8/8 [==============================] - 1s - {many}\n"
+    keras += "Epoch 2/2\n8/8 [==============================] - 1s - a00: 0.25 - b00: 0.5\n"
+    d = logdir(root)
+    (d / "0.log").write_bytes(cri(markers.encode()))
+    other = d.parent / "keras"
+    other.mkdir()
+    (other / "0.log").write_bytes(cri(keras.encode()))
+    col = collector(root)
+    col.poll()
+    by_container = {p.container: p for p in col.store.snapshot()}
+    assert sorted(by_container["trainer"].metrics) == [f"m{j:02d}" for j in range(16)]
+    assert sorted(by_container["keras"].metrics) == [f"a{j:02d}" for j in range(16)]
+    assert by_container["keras"].metrics["a00"] == 0.25 and by_container["keras"].epoch == 2
+    assert col.counts()["matched"] == 6
+    assert col.skipped_fields() == 18 + 3
+
+
 def test_a_marker_line_of_a_run_a_later_start_replaced_is_counted_superseded(root):
     """Marker lines of two reporters under one run_id (a script run again in the same
     container while the first one's end is still being written): the later start
