@@ -5,17 +5,33 @@ Imports ``lightning`` (or the older ``pytorch_lightning``) only here, never from
 ``object``) so code that builds callbacks conditionally does not break. Only the
 global-zero process reports. Hooks never raise into training.
 
-The plan: ``max_epochs`` and the trainer's own estimate of its optimizer steps
-(``estimated_stepping_batches``, ``max_steps`` when that is fewer). When ``max_steps``
-ends the run before ``max_epochs`` would, the planned epochs are those ``max_steps``
-completes if they are whole (``max_steps=8`` at 4 steps an epoch: 2), else none; and
-an epoch that ``max_steps`` cut short is not counted done (``epoch_cut``: its last batch
-not trained). The optimizer steps an epoch may change while the run trains
-(``GradientAccumulationScheduler``, a run resumed with other batches an epoch): each
-whole epoch whose steps make another total than the one held states it again
-(``replanned_steps``, ``ProgressReporter.plan``). An iterable dataset (batches unknown)
-under both ``max_epochs`` and ``max_steps`` is planned as under manual optimization,
-below, and its epoch counted cut when ``max_steps`` is reached.
+The plan: ``max_epochs`` and the optimizer steps from where the run starts to
+``max_epochs``, at most ``max_steps`` (``planned_run``): each epoch's batches over the
+gradient accumulation of that epoch. When ``max_steps`` ends the run before
+``max_epochs`` would, the planned epochs are those ``max_steps`` completes if they are
+whole (``max_steps=8`` at 4 steps an epoch: 2), else none; and an epoch that
+``max_steps`` cut short is not counted done (``epoch_cut``: its last batch not
+trained). A ``GradientAccumulationScheduler`` among the trainer's callbacks sets the
+accumulation at each epoch's start (the trainer, and its
+``estimated_stepping_batches``, still say 1 at ``on_train_start``): its schedule is
+read (``accumulation_segments``) and the plan made from it. One that cannot be read
+(a subclass whose ``scheduling`` is no mapping of epochs, a factor that is no whole
+number) plans only what it cannot change: ``max_epochs`` without ``max_steps``,
+``max_steps`` without ``max_epochs``, nothing under both, and no steps are guessed
+later (an end gives a run without a plan the totals it reached).
+
+The optimizer steps an epoch may still change in ways no callback tells (a callback
+of the script's own setting ``trainer.accumulate_grad_batches``, dataloaders reloaded
+with other batches): each whole epoch that makes another plan (the epochs left
+stepping as this one did, or as the schedule says) states it again, epochs and steps
+together (``ProgressReporter.plan``), so the exporter never holds planned epochs that
+the run's steps have outgrown. A total once sent cannot be taken back on the wire: a
+run planned in whole epochs whose ``max_steps`` now ends inside one states the epoch
+it stops in (it ends one short of it, that epoch cut) rather than keep an epochs plan
+it would reach with steps still to train (read as finished by the forecaster). An
+iterable dataset (batches unknown) under both ``max_epochs`` and ``max_steps`` is
+planned as under manual optimization, below, and its epoch counted cut when
+``max_steps`` is reached.
 
 Under manual optimization (``automatic_optimization = False``) ``global_step`` counts
 every ``optimizer.step()`` (a GAN's two optimizers: two a batch), while
@@ -39,6 +55,7 @@ done when its last batch was trained.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpu_eta_report.callback_state import ReportingCallbackState, never_raises
@@ -117,10 +134,108 @@ def replanned_steps(
     return min(steps, max_steps) if max_steps else steps
 
 
+def planned_run(
+    max_epochs: int,
+    max_steps: int | None,
+    epochs_done: int,
+    step: int,
+    segments: Sequence[tuple[int, int]],
+) -> tuple[int, int, bool]:
+    """Where a run of automatic optimization ends, from ``epochs_done`` done at
+    ``global_step`` ``step``: (the epochs it trains into, its optimizer steps in all,
+    whether its last epoch is whole). ``segments`` are (first epoch, optimizer steps
+    each epoch from it), by first epoch, the first at or before ``epochs_done``: an
+    accumulation schedule's, or one for every epoch.
+
+    The trainer stops once ``global_step`` reaches ``max_steps``, checked after each
+    batch, and steps on an epoch's last batch whatever it accumulated, so the epoch
+    whose steps reach ``max_steps`` exactly is whole; one they pass inside is cut (it
+    is still an epoch the run trains into). Segment by segment: ``max_epochs`` may be
+    large (Lightning's 1000 when unset) at no cost. Pure.
+    """
+    total = step
+    if max_steps and total >= max_steps:
+        return epochs_done, max_steps, True
+    for i, (first, each) in enumerate(segments):
+        end = segments[i + 1][0] if i + 1 < len(segments) else max_epochs
+        start = max(first, epochs_done)
+        if start >= end:
+            continue
+        if max_steps and each > 0 and total + (end - start) * each >= max_steps:
+            needed = max_steps - total
+            return start - (-needed // each), max_steps, needed % each == 0
+        total += (end - start) * each
+    return max_epochs, total, True
+
+
+def accumulation_segments(
+    scheduling: object, factor_at: Callable[[int], object]
+) -> tuple[tuple[int, int], ...] | None:
+    """(first epoch, accumulation factor) of a ``GradientAccumulationScheduler``, from
+    its ``scheduling`` (``{epoch: factor}``) and ``factor_at`` (its
+    ``get_accumulate_grad_batches``, which the scheduler itself calls at each epoch's
+    start: so a subclass overriding it is read as it acts, at its schedule's epochs).
+    None when it cannot be read: ``scheduling`` no mapping of whole epochs ≥ 0, or a
+    factor no whole number ≥ 1. Pure but for calling ``factor_at``."""
+    if not isinstance(scheduling, Mapping) or not scheduling:
+        return None
+    firsts = {0}
+    for epoch in scheduling:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            return None
+        firsts.add(epoch)
+    segments = []
+    for first in sorted(firsts):
+        factor = factor_at(first)
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            return None
+        segments.append((first, factor))
+    return tuple(segments)
+
+
+def _schedule_of(trainer: Any) -> tuple[tuple[int, int], ...] | bool | None:
+    """The accumulation schedule of the trainer's last ``GradientAccumulationScheduler``
+    (the one whose factor stands, each sets it at an epoch's start): its segments, False
+    when it cannot be read, None without one. Found by class name in the MRO, so
+    ``lightning`` and ``pytorch_lightning`` schedulers are both read."""
+    found = None
+    for callback in getattr(trainer, "callbacks", None) or ():
+        if any(c.__name__ == "GradientAccumulationScheduler" for c in type(callback).__mro__):
+            found = callback
+    if found is None:
+        return None
+    factor_at = getattr(found, "get_accumulate_grad_batches", None)
+    if not callable(factor_at):
+        return False
+    try:
+        segments = accumulation_segments(getattr(found, "scheduling", None), factor_at)
+    except Exception:
+        return False
+    return False if segments is None else segments
+
+
+def _steps_segments(
+    batches: int, schedule: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int], ...]:
+    """The optimizer steps each epoch of ``batches`` takes under an accumulation
+    ``schedule``: the trainer steps every factor's batches and on an epoch's last."""
+    return tuple((first, math.ceil(batches / factor)) for first, factor in schedule)
+
+
+def _steps_at(segments: Sequence[tuple[int, int]], epoch: int) -> int:
+    """The optimizer steps epoch ``epoch`` takes under ``segments``."""
+    return next(each for first, each in reversed(segments) if first <= epoch)
+
+
 class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid-type]
     """Reports epochs (``max_epochs``), optimizer steps and logged metrics."""
 
-    _steps_per_epoch: int | None = None
+    # the accumulation schedule the plan follows (``_schedule_of``): None for the
+    # trainer's one factor; the plan is stated again after a whole epoch only with
+    # ``_replan`` (automatic optimization, batches known, the schedule readable)
+    _schedule: tuple[tuple[int, int], ...] | None = None
+    _scheduled: bool = False  # the schedule is a GradientAccumulationScheduler's
+    _replan: bool = False
     _batches: int | None = None  # batches an epoch, when finite
     _last_batch: int | None = None  # index of the last batch trained in this epoch
     _first_batch: int | None = None  # index of the first batch trained in this epoch
@@ -140,29 +255,44 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         if batch_size is None:
             loader = getattr(trainer, "train_dataloader", None)
             batch_size = _finite_int(getattr(loader, "batch_size", None))
-        # optimizer steps per epoch, as the trainer estimates them (unknown for
-        # iterable data, or with manual optimization: its own steps per batch)
+        # optimizer steps per epoch (unknown for iterable data, or with manual
+        # optimization: its own steps per batch), by the accumulation schedule if any
         batches = _finite_int(getattr(trainer, "num_training_batches", None))
-        accumulate = _finite_int(getattr(trainer, "accumulate_grad_batches", 1)) or 1
         automatic = getattr(pl_module, "automatic_optimization", True) is True
-        per_epoch = math.ceil(batches / accumulate) if batches and automatic else None
-        self._steps_per_epoch = per_epoch
+        schedule = _schedule_of(trainer) if automatic else None
+        self._scheduled = bool(schedule)
+        if schedule is None:
+            accumulate = _finite_int(getattr(trainer, "accumulate_grad_batches", 1)) or 1
+            schedule = ((0, accumulate),)
+        self._schedule = schedule or None
         self._batches = batches
         self._last_batch = None
         self._bounds = None
         epochs = _finite_int(getattr(trainer, "max_epochs", None))
         max_steps = _finite_int(getattr(trainer, "max_steps", None))
         self._max_epochs, self._max_steps = epochs, max_steps
-        if automatic:
+        epoch = _finite_int(getattr(trainer, "current_epoch", None)) or 0
+        step = _finite_int(getattr(trainer, "global_step", None)) or 0
+        per_epoch = None
+        self._replan = bool(automatic and batches and self._schedule and epochs)
+        if automatic and not schedule:  # a schedule not read: what it cannot change
+            steps = max_steps if not epochs else None
+            epochs = epochs if not max_steps else None
+        elif automatic and batches and self._schedule:
+            segments = _steps_segments(batches, self._schedule)
+            per_epoch = _steps_at(segments, epoch)
             steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
-            if epochs and max_steps and not per_epoch:  # an iterable's: as manual (module doc)
+            if epochs:  # from where the run starts (a resumed one's other batches)
+                epochs, steps, whole = planned_run(epochs, max_steps, epoch, step, segments)
+                epochs = epochs if whole else None  # max_steps inside an epoch
+        elif automatic:  # an iterable's: as manual (module doc)
+            steps = _finite_int(getattr(trainer, "estimated_stepping_batches", None))
+            if epochs and max_steps:
                 self._bounds, epochs, steps = (epochs, max_steps), None, None
         else:  # global_step counts optimizer steps, the estimate batches (module doc)
             steps = max_steps
             if epochs and steps:  # known once an epoch has counted its steps
                 self._bounds, epochs, steps = (epochs, steps), None, None
-        if epochs and per_epoch and steps and steps < epochs * per_epoch:
-            epochs = steps // per_epoch if steps % per_epoch == 0 else None  # max_steps first
         self._start(
             epochs=epochs,
             steps_per_epoch=per_epoch,
@@ -200,13 +330,32 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         whole = not cut and self._first_batch == 0
         if self._bounds is not None:
             self._state_plan(done, step, whole=whole)
-        elif whole and self._steps_per_epoch and self.reporter.steps and self._max_epochs:
-            steps = replanned_steps(
-                self._max_epochs, self._max_steps, done, step, step - self._epoch_start_step
-            )
-            if steps != self.reporter.steps:
-                self.reporter.plan(steps=steps)
+        elif whole and self._replan:
+            self._restate_plan(trainer, done, step)
         self.reporter.epoch_end(done, step=step, metrics=getattr(trainer, "callback_metrics", None))
+
+    def _restate_plan(self, trainer: Any, done: int, step: int) -> None:
+        """State the plan again after a whole epoch when the epochs left (stepping as
+        the schedule says, or as this one did) end the run elsewhere than the plan
+        held: epochs and steps together, an epochs plan never left behind the steps
+        (module doc)."""
+        assert self.reporter is not None and self._max_epochs is not None
+        batches = _finite_int(getattr(trainer, "num_training_batches", None)) or self._batches
+        stepped = step - self._epoch_start_step
+        segments: Sequence[tuple[int, int]] = ((0, stepped),)  # the epochs left as this one
+        if self._scheduled and batches and self._schedule:
+            scheduled = _steps_segments(batches, self._schedule)
+            # an epoch stepping otherwise than its schedule says: not the schedule that
+            # acts (a subclass deciding at other epochs), so no longer followed
+            self._scheduled = _steps_at(scheduled, done - 1) == stepped
+            if self._scheduled:
+                segments = scheduled
+        epochs, steps, whole = planned_run(self._max_epochs, self._max_steps, done, step, segments)
+        held = self.reporter.epochs
+        if not whole and not held:
+            epochs = None  # none until the run ends (an end gives it what it reached)
+        if (epochs and epochs != held) or steps != self.reporter.steps:
+            self.reporter.plan(epochs=epochs, steps=steps)
 
     def _state_plan(self, done: int, step: int, whole: bool) -> None:
         """State the plan of a manual-optimization run under both bounds (module doc)

@@ -321,6 +321,45 @@ def test_manual_plan(args, plan):
     assert manual_plan(*args) == plan
 
 
+@pytest.mark.parametrize(
+    ("args", "end"),
+    [
+        ((3, None, 0, 0, ((0, 4),)), (3, 12, True)),  # max_epochs alone
+        ((10, 8, 0, 0, ((0, 4),)), (2, 8, True)),  # max_steps at an epoch's end
+        ((10, 10, 0, 0, ((0, 4),)), (3, 10, False)),  # inside the third epoch
+        ((3, 100, 0, 0, ((0, 4),)), (3, 12, True)),  # max_epochs first
+        ((4, None, 1, 4, ((0, 8),)), (4, 28, True)),  # resumed: from where it is
+        ((3, None, 0, 0, ((0, 5), (1, 3))), (3, 11, True)),  # a schedule: 5, 3, 3
+        ((10, 12, 0, 0, ((0, 5), (1, 3))), (4, 12, False)),  # 5, 3, 3, then 1 of 3
+        ((10, 11, 2, 8, ((0, 5), (1, 3))), (3, 11, True)),
+        ((10**9, 9, 0, 0, ((0, 3),)), (3, 9, True)),  # many epochs cost nothing
+        ((10, 6, 2, 8, ((0, 4),)), (2, 6, True)),  # max_steps behind it: ends now
+    ],
+)
+def test_planned_run(args, end):
+    from gpu_eta_report.lightning import planned_run
+
+    assert planned_run(*args) == end
+
+
+@needs("lightning")
+def test_accumulation_segments_read_a_real_scheduler_and_refuse_what_is_no_schedule():
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    from gpu_eta_report.lightning import accumulation_segments
+
+    real = GradientAccumulationScheduler(scheduling={2: 4, 5: 2})  # {0: 1} added
+    assert accumulation_segments(real.scheduling, real.get_accumulate_grad_batches) == (
+        (0, 1),
+        (2, 4),
+        (5, 2),
+    )
+    assert accumulation_segments(None, lambda e: 1) is None
+    assert accumulation_segments({"2": 4}, lambda e: 4) is None
+    assert accumulation_segments({0: 2}, lambda e: 2.0) is None
+    assert accumulation_segments({0: 2}, lambda e: True) is None
+
+
 @needs("keras")
 def test_keras_callback(listener):
     run(
@@ -852,6 +891,112 @@ L.Trainer(max_epochs=3, **QUIET, callbacks=[GpuEtaCallback(run_id="resumed")]).f
         for run_id, row in last_rows(journaling_listener).items()
     }
     assert reached == {"accumulate": (3, 3, 6, 6), "resumed": (3, 3, 20, 20)}
+
+
+def plans_by_run(listener: ProgressListener) -> dict[str, list[tuple]]:
+    """Each run's (epochs, steps) plans in the order its journaled rows show them, each
+    once: what the exporter held, report after report."""
+    plans: dict[str, list[tuple]] = {}
+    for row in journaled(listener.store):
+        seen = plans.setdefault(row["run_id"], [])
+        if not seen or seen[-1] != (row["epochs"], row["steps"]):
+            seen.append((row["epochs"], row["steps"]))
+    return plans
+
+
+def assert_plans_consistent(listener: ProgressListener) -> None:
+    """No row says the planned epochs done while planned steps remain: the forecaster
+    follows a run by its epochs when it has both, and reads one whose epoch reached its
+    plan as finished (docs/forecaster.md), though it was still training."""
+    for row in journaled(listener.store):
+        epoch, epochs, step, steps = (row[f] for f in ("epoch", "epochs", "step", "steps"))
+        assert not (epochs and steps and epoch >= epochs and step < steps), row
+
+
+@needs("lightning")
+def test_lightning_plans_a_gradient_accumulation_schedule_from_the_start(journaling_listener):
+    """``GradientAccumulationScheduler`` sets the trainer's accumulation at each epoch's
+    start, so at ``on_train_start`` the trainer (and ``estimated_stepping_batches``)
+    still says 1: 5 batches an epoch planned as 5 optimizer steps where the schedule
+    makes 3. The plan was right only once an epoch had counted its steps; with
+    ``max_steps`` binding it stayed wrong: ``max_steps=10`` planned 2 whole epochs,
+    and the run, 3 steps an epoch, reported epoch 2 of 2 at step 6 of 10. The schedule
+    is read from the trainer's callbacks: one plan from the start. One script, four
+    runs (their run ids)."""
+    run(
+        journaling_listener,
+        lightning_script(samples=80)
+        + """
+from lightning.pytorch.callbacks import GradientAccumulationScheduler as Schedule
+def fit(run_id, scheduling, **bounds):
+    L.Trainer(**bounds, **QUIET, callbacks=[Schedule(scheduling=scheduling),
+              GpuEtaCallback(run_id=run_id)]).fit(M(), data)
+fit("from-0", {0: 2}, max_epochs=3)
+fit("from-1", {1: 2}, max_epochs=3)
+fit("capped", {0: 2}, max_epochs=10, max_steps=10)
+fit("capped-whole", {0: 2}, max_epochs=10, max_steps=12)
+""",
+    )
+    assert plans_by_run(journaling_listener) == {
+        "from-0": [(3, 9)],
+        "from-1": [(3, 11)],  # 5 steps, then 3 and 3
+        "capped": [(None, 10)],  # max_steps inside the fourth epoch
+        "capped-whole": [(4, 12)],
+    }
+    reached = {
+        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
+        for run_id, row in last_rows(journaling_listener).items()
+    }
+    assert reached == {
+        "from-0": (3, 3, 9, 9),
+        "from-1": (3, 3, 11, 11),
+        "capped": (3, None, 10, 10),
+        "capped-whole": (4, 4, 12, 12),
+    }
+    assert_plans_consistent(journaling_listener)
+
+
+@needs("lightning")
+def test_lightning_restates_epochs_with_steps_when_an_epoch_steps_otherwise(journaling_listener):
+    """A callback of the script's own that sets ``trainer.accumulate_grad_batches`` (2
+    from the second epoch: 5 optimizer steps, then 3 an epoch) cannot be read ahead:
+    the plan is stated again after the first whole epoch that steps otherwise. It once
+    stated only steps: ``max_epochs=3, max_steps=14`` went from (none, 14) to (none,
+    11), the epochs that now end the run never stated; ``max_steps=11`` kept (none, 11)
+    though it ends at the third epoch's end; and ``max_steps=10``, planned as 2 whole
+    epochs, kept them while the run trained on to step 10 inside the third: epoch 2 of 2
+    at step 8 of 10, read as finished. A stated total cannot be taken back on the wire,
+    so that run states the epoch it stops in (3). One script, three runs."""
+    run(
+        journaling_listener,
+        lightning_script(samples=80)
+        + """
+class Accumulate(L.Callback):
+    def on_train_epoch_start(self, trainer, module):
+        trainer.accumulate_grad_batches = 1 if trainer.current_epoch == 0 else 2
+def fit(run_id, **bounds):
+    L.Trainer(**bounds, **QUIET, callbacks=[Accumulate(), GpuEtaCallback(run_id=run_id)]).fit(
+        M(), data)
+fit("epochs-appear", max_epochs=3, max_steps=14)
+fit("whole-later", max_epochs=10, max_steps=11)
+fit("stale-epochs", max_epochs=10, max_steps=10)
+""",
+    )
+    assert plans_by_run(journaling_listener) == {
+        "epochs-appear": [(None, 14), (3, 11)],
+        "whole-later": [(None, 11), (3, 11)],
+        "stale-epochs": [(2, 10), (3, 10)],
+    }
+    reached = {
+        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
+        for run_id, row in last_rows(journaling_listener).items()
+    }
+    assert reached == {
+        "epochs-appear": (3, 3, 11, 11),
+        "whole-later": (3, 3, 11, 11),
+        "stale-epochs": (2, 3, 10, 10),  # the third epoch cut by max_steps: not done
+    }
+    assert_plans_consistent(journaling_listener)
 
 
 @needs("lightning")
