@@ -9,13 +9,21 @@ any of them the class still imports with ``object`` as its base (call ``set_para
 yourself then). Keras does not tell callbacks the batch size: pass it. Hooks never
 raise.
 
-When Keras does not know the steps an epoch (``params["steps"]`` None: a dataset
-without a length, a generator without ``steps_per_epoch``) the batches are counted:
-the step is the batches trained so far, and once the first epoch has ended the steps
-are planned as ``epochs`` × its batches (``ProgressReporter.plan``), as if every epoch
-had as many. A run starting at a later epoch (``initial_epoch``) reports its step
-from then: the steps before it are its epochs × those batches. A generator that runs
-out before the last epoch ends the training early; the run's plan stays.
+The step is the batches trained so far, counted epoch by epoch (each epoch's highest
+batch index, at most Keras' ``params["steps"]``). When Keras knows the steps an epoch
+the steps are planned as ``epochs`` × them. When it does not (``params["steps"]``
+None: a dataset without a length, a generator without ``steps_per_epoch``) they are
+planned once the first epoch has ended, as ``epochs`` × its batches
+(``ProgressReporter.plan``). Epochs need not have as many batches (a dataset whose
+length changes per epoch; a sized one that runs out of data early, which Keras warns
+of and goes on): an epoch that ends with other batches than the plan assumed states
+it again, the batches trained so far plus the epochs left × this epoch's (× Keras'
+``params["steps"]`` where known: what it draws an epoch at most). Until then a step
+beyond the plan held is reported at the plan. A run starting at a later epoch
+(``initial_epoch``) reports its step from then: the steps before it are its epochs ×
+``params["steps"]``, or, unknown, × the batches of its first epoch once that ended. A
+generator that runs out before the last epoch ends the training early; the run's plan
+stays.
 """
 
 from __future__ import annotations
@@ -65,13 +73,15 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         super().__init__(url, batch_size, **options)
         self._epoch = 0
         self._steps_per_epoch: int | None = None
-        # Keras not knowing the steps an epoch (a dataset without a length): the batches
-        # this epoch has trained (batch hooks run on Keras' threads: under the lock), the
-        # steps counted before it, and None until an epoch has counted its batches
-        # where the run did not start at epoch 0 (its steps done before are unknown)
+        # the batches this epoch has trained (batch hooks run on Keras' threads: under
+        # the lock), the steps counted before it (None until an epoch has counted its
+        # batches where Keras does not know them and the run did not start at epoch 0:
+        # its steps done before are unknown), and the batches an epoch the plan assumes
+        # (None before any plan)
         self._lock = threading.Lock()
         self._epoch_batches = 0
         self._counted: int | None = 0
+        self._assumed: int | None = None
         if not hasattr(self, "params"):
             self.params: dict[str, Any] = {}
 
@@ -96,7 +106,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         epochs = params.get("epochs")
         steps = params.get("steps")
         self._steps_per_epoch = int(steps) if steps else None
-        self._counted = 0 if epoch == 0 else None
+        self._assumed = self._steps_per_epoch
+        per_epoch = self._steps_per_epoch
+        self._counted = 0 if epoch == 0 else epoch * per_epoch if per_epoch else None
         self._start(
             epochs=int(epochs) if epochs else None,
             steps_per_epoch=self._steps_per_epoch,
@@ -111,11 +123,9 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         per_epoch, reporter = self._steps_per_epoch, self.reporter
         if reporter is None:
             return
-        if per_epoch:
-            reporter.step(self._epoch * per_epoch + min(batch + 1, per_epoch))
-            return
-        with self._lock:  # steps unknown: count the batches (module doc)
-            self._epoch_batches = max(self._epoch_batches, batch + 1)
+        trained = min(batch + 1, per_epoch) if per_epoch else batch + 1
+        with self._lock:  # hooks on Keras' threads may come out of order
+            self._epoch_batches = max(self._epoch_batches, trained)
             step = None if self._counted is None else self._counted + self._epoch_batches
         if step is not None:
             reporter.step(step)
@@ -126,20 +136,19 @@ class GpuEtaCallback(ReportingCallbackState, _Base):  # type: ignore[misc, valid
         if reporter is None:
             return
         step = None
-        if not self._steps_per_epoch:  # Keras has waited for its batch hooks by now
-            with self._lock:
-                batches = self._epoch_batches
-            if batches:
-                if self._counted is None or reporter.steps is None:
-                    # the first epoch that counted its batches: those done before it
-                    # and the plan, as if each epoch had as many
-                    if self._counted is None:
-                        self._counted = epoch * batches
-                    epochs = (self.params or {}).get("epochs")
-                    if epochs:
-                        reporter.plan(steps=int(epochs) * batches)
-                self._counted += batches
-                step = self._counted
+        with self._lock:  # Keras has waited for its batch hooks by now
+            batches = self._epoch_batches
+        if batches:
+            if self._counted is None:  # the first epoch that counted: those done before
+                self._counted = epoch * batches
+            self._counted += batches
+            step = self._counted
+            epochs = (self.params or {}).get("epochs")
+            if epochs and batches != self._assumed:
+                # the plan (unknown steps: none yet) assumed other batches an epoch:
+                # the epochs left as Keras' steps an epoch, or as this one (module doc)
+                self._assumed = self._steps_per_epoch or batches
+                reporter.plan(steps=step + max(0, int(epochs) - epoch - 1) * self._assumed)
         reporter.epoch_end(epoch + 1, step=step, metrics=logs)
 
     @never_raises

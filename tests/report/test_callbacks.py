@@ -1079,3 +1079,62 @@ for run_id, initial in (("fresh", 0), ("resumed", 2)):
     assert (1, 4, 4, 16) in fresh and fresh[-1] == (4, 4, 16, 16)
     assert [step for _, _, step, _ in fresh] == sorted(step for _, _, step, _ in fresh)
     assert (3, 4, 12, 16) in resumed and resumed[-1] == (4, 4, 16, 16)
+
+
+@needs("keras")
+def test_keras_states_the_steps_again_when_an_epoch_has_other_batches(journaling_listener):
+    """Epochs whose batches differ: an unsized dataset whose epochs have 4, 2, 3 and 1
+    batches (Keras' ``params["steps"]`` None; Keras 3 first iterates it once for the
+    data's shape, hence the list's extra first count), and a sized one whose sampler
+    yields 4, then 2, then 4 (Keras' ``params["steps"]`` 4; its second epoch runs out
+    of data). The steps were planned as epochs × the first epoch's batches (16; 12)
+    and never again: the first run ended at step 10 of 16, the second counted the
+    batches its short epoch never trained (step 8 after 6). Each epoch's batches are
+    counted, and an epoch with other batches than the plan assumed states it again:
+    the steps done plus the epochs left × this epoch's (the second run: ×
+    ``params["steps"]``, what Keras draws an epoch at most)."""
+    out = run(
+        journaling_listener,
+        keras_script(samples=96)
+        + """
+import torch
+class Varying(torch.utils.data.IterableDataset):
+    counts, seen = [4, 4, 2, 3, 1], []
+    def __iter__(self):
+        n = self.counts[min(len(self.seen), 4)]; self.seen.append(n)
+        for i in range(n): yield x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]
+class Short(torch.utils.data.Sampler):
+    counts, seen = [4, 2, 4], []
+    def __len__(self): return self.counts[min(len(self.seen), 2)] * 16
+    def __iter__(self):
+        n = len(self); self.seen.append(n // 16); return iter(range(n))
+class Batches(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None): self.n = 0
+    def on_train_batch_end(self, batch, logs=None): self.n = max(self.n, batch + 1)
+    def on_epoch_end(self, epoch, logs=None): print("BATCHES", self.run_id, self.n)
+def fit(run_id, loader, epochs):
+    counting = Batches(); counting.run_id = run_id
+    m.fit(loader, epochs=epochs, verbose=0, callbacks=[
+        counting, GpuEtaCallback(batch_size=16, min_interval_seconds=0, run_id=run_id)])
+fit("unsized", torch.utils.data.DataLoader(Varying(), batch_size=None), 4)
+ds = torch.utils.data.TensorDataset(torch.tensor(x), torch.tensor(y))
+fit("short", torch.utils.data.DataLoader(ds, batch_size=16, sampler=Short()), 3)
+""",
+    )
+    trained: dict[str, list[int]] = {}
+    for line in out.splitlines():
+        if line.startswith("BATCHES "):
+            _, run_id, n = line.split()
+            trained.setdefault(run_id, []).append(int(n))
+    # the case: epochs of other batches than the first
+    assert trained == {"unsized": [4, 2, 3, 1], "short": [4, 2, 4]}
+    rows = journaled(journaling_listener.store)
+    for run_id, batches in trained.items():
+        seen = [(r["epoch"], r["step"], r["steps"]) for r in rows if r["run_id"] == run_id]
+        steps = [step for _, step, _ in seen]
+        assert steps == sorted(steps)
+        # each epoch's end at the batches trained so far, the last at the run's plan
+        done = [sum(batches[:k]) for k in range(1, len(batches) + 1)]
+        assert set(enumerate(done, start=1)) <= {(epoch, step) for epoch, step, _ in seen}
+        assert seen[-1] == (len(batches), done[-1], done[-1])
+    assert_plans_consistent(journaling_listener)
