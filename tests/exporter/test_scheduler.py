@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -426,22 +427,13 @@ def test_skipped_fields_add_the_log_readers_to_the_listeners(listener: bool, exp
     left out of stored reports however they came: a node reading logs alone exports
     the log reader's count, one with the endpoint too the sum."""
 
-    class Logs(NoLogs):
-        def skipped_fields(self):
-            return 2
-
-    class Endpoint:
-        def poll(self):
-            return {}
-
-        def skipped_fields(self):
-            return 3
-
+    logs = SimpleNamespace(poll=lambda: None, counts=dict, skipped_fields=lambda: 2)
+    endpoint = SimpleNamespace(poll=dict, skipped_fields=lambda: 3)
     sched, _ = _scheduler(
         Sources(
             progress_store=FailingStore(),
-            logs=Logs(),
-            progress_listener=Endpoint() if listener else None,
+            logs=logs,
+            progress_listener=endpoint if listener else None,
         )
     )
     assert sched.collect_once().progress_fields_skipped_total == expected

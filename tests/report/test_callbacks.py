@@ -45,6 +45,14 @@ def last_rows(listener: ProgressListener) -> dict[str, dict]:
     return {row["run_id"]: row for row in journaled(listener.store)}
 
 
+def reached_by_run(listener: ProgressListener) -> dict[str, tuple]:
+    """Each run's (epoch, epochs, step, steps) at its last journaled row, by run id."""
+    return {
+        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
+        for run_id, row in last_rows(listener).items()
+    }
+
+
 def run(listener: ProgressListener, code: str, **extra_env: str) -> str:
     env = dict(
         os.environ,
@@ -184,10 +192,7 @@ for max_steps in (6, 8):
               callbacks=[GpuEtaCallback(run_id=f"steps-{max_steps}")]).fit(M(), data)
 """,
     )
-    reached = {
-        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
-        for run_id, row in last_rows(journaling_listener).items()
-    }
+    reached = reached_by_run(journaling_listener)
     assert reached == {"steps-6": (1, None, 6, 6), "steps-8": (2, 2, 8, 8)}
 
 
@@ -886,10 +891,7 @@ L.Trainer(max_epochs=3, **QUIET, callbacks=[GpuEtaCallback(run_id="resumed")]).f
     M(), DataLoader(TensorDataset(x, y), batch_size=8), ckpt_path={str(tmp_path / "one.ckpt")!r})
 """,
     )
-    reached = {
-        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
-        for run_id, row in last_rows(journaling_listener).items()
-    }
+    reached = reached_by_run(journaling_listener)
     assert reached == {"accumulate": (3, 3, 6, 6), "resumed": (3, 3, 20, 20)}
 
 
@@ -943,10 +945,7 @@ fit("capped-whole", {0: 2}, max_epochs=10, max_steps=12)
         "capped": [(None, 10)],  # max_steps inside the fourth epoch
         "capped-whole": [(4, 12)],
     }
-    reached = {
-        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
-        for run_id, row in last_rows(journaling_listener).items()
-    }
+    reached = reached_by_run(journaling_listener)
     assert reached == {
         "from-0": (3, 3, 9, 9),
         "from-1": (3, 3, 11, 11),
@@ -987,10 +986,7 @@ fit("stale-epochs", max_epochs=10, max_steps=10)
         "whole-later": [(None, 11), (3, 11)],
         "stale-epochs": [(2, 10), (3, 10)],
     }
-    reached = {
-        run_id: (row["epoch"], row["epochs"], row["step"], row["steps"])
-        for run_id, row in last_rows(journaling_listener).items()
-    }
+    reached = reached_by_run(journaling_listener)
     assert reached == {
         "epochs-appear": (3, 3, 11, 11),
         "whole-later": (3, 3, 11, 11),
