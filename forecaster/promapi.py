@@ -204,6 +204,19 @@ class PromClient:
         parse = parse_vector if scalar else functools.partial(parse_vector, scalar=False)
         return self._query("/api/v1/query", params, query, parse, warnings)
 
+    def samples(
+        self, selector: str, at: float | None = None, *, warnings: list[str] | None = None
+    ) -> list[Series]:
+        """The raw samples of a range selector (``x{pod=~"a|b"}[5m]``) at ``at``: an
+        instant query whose answer is a matrix, each point a sample the server holds in
+        the range. Why: a reader that computes from the samples themselves
+        (``queries.util_mean_of``). Bounded as every answer (``max_response_bytes``);
+        ``warnings``: as ``instant``'s."""
+        params: dict[str, str] = {"query": selector}
+        if at is not None:
+            params["time"] = _fmt_time(at)
+        return self._query("/api/v1/query", params, selector, parse_matrix, warnings)
+
     def range(
         self,
         query: str,

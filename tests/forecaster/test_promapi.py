@@ -133,6 +133,35 @@ def test_range_query_parses_matrix(http_server) -> None:
     assert "step=15.000" in seen[0].path
 
 
+def test_a_range_selectors_raw_samples_come_as_series_within_the_size_cap(http_server) -> None:
+    """``samples``: an instant query answering a matrix (a range selector's raw samples)
+    is read as series with their points, its warnings collected; an answer over
+    ``max_response_bytes`` is refused as any other."""
+    body = {
+        "status": "success",
+        "warnings": ["store away"],
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {"metric": {"__name__": "x", "pod": "p"}, "values": [[10, "1"], [25, "0.5"]]}
+            ],
+        },
+    }
+    raw = json.dumps(body).encode()
+    url, seen = http_server(lambda r: reply(r, 200, raw))
+    said: list[str] = []
+    (series,) = client(url).samples('x{pod=~"p"}[30s]', at=25.0, warnings=said)
+    assert dict(series.labels) == {"__name__": "x", "pod": "p"}
+    assert series.points == ((10.0, 1.0), (25.0, 0.5))
+    assert said == ["store away"] and "time=25.000" in seen[0].path
+    assert "/api/v1/query?" in seen[0].path
+    with pytest.raises(PromAPIError, match=r"limit|too large"):
+        client(url, max_response_bytes=len(raw) - 1).samples('x{pod=~"p"}[30s]', at=25.0)
+    with pytest.raises(promparse.PromAPIError, match="expected a matrix"):
+        url2, _ = http_server(lambda r: reply(r, 200, json.dumps(VECTOR).encode()))
+        client(url2).samples("up", at=25.0)
+
+
 def test_a_range_answers_warnings_are_collected_cleaned(http_server) -> None:
     """A partial range answer (a store down) says so in ``warnings``, as an instant one:
     the caller is told, with the server's text cleaned as ``decode_answer`` cleans it."""
