@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
@@ -96,3 +97,34 @@ def test_the_means_of_many_pods_are_cut_into_queries_that_each_fit() -> None:
     assert queries.for_pods_split(tpl, 600, 300, pods, limit, 3) is None  # 4 needed
     assert queries.for_pods_split(tpl, 600, 300, pods, 100, 10) is None  # one alone
     assert queries.for_pods_split(tpl, 600, 300, [*pods, "é"], limit, 10) is None
+
+
+def _greedy(render, names, max_chars):
+    """The plain cut ``_pack`` must equal: add names in order while the render fits."""
+    out, chunk = [], []
+    for name in sorted(set(names)):
+        if chunk and len(render([*chunk, name])) > max_chars:
+            out.append(chunk)
+            chunk = []
+        chunk.append(name)
+    return [*out, chunk] if chunk else out
+
+
+def test_the_pods_are_cut_as_rendering_every_candidate_query_would_cut_them() -> None:
+    """The cut computes a query's length from its pods' queries alone (a set match's
+    length is a sum over its names): the same batches as rendering each candidate, for
+    names with regex and PromQL escapes, for every template cut by pods."""
+    rng = random.Random(7)
+    chars = 'abz-.09\\"|*'
+    renders = {
+        "util_mean": lambda p: queries.for_pods(queries.UTIL_MEAN, 600, 300, p),
+        "memory_ratio": lambda p: queries.for_pods(queries.MEMORY_RATIO, 600, 300, p),
+    }
+    for _ in range(100):
+        names = ["".join(rng.choice(chars) for _ in range(rng.randint(1, 30))) for _ in range(50)]
+        for render in renders.values():
+            limit = max(len(render([n])) for n in names) + rng.randint(0, 3000)
+            want = _greedy(render, names, limit)
+            got = queries._pack(names, render, limit)
+            assert got is not None and [batch for batch, _ in got] == want
+            assert all(query == render(batch) and len(query) <= limit for batch, query in got)
