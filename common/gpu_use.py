@@ -20,9 +20,15 @@ series began inside the window (its pod's metadata came after its allocation) ha
 more samples than allocation scrapes; its own samples are then all there is, so it
 too gets the plain mean or max (the rule's form would take the extra samples for
 gaps of negative size and read it below its mean).
+
+``use_mean_of`` is the same mean computed in Python from one holder's samples, for a
+reader that fetches the raw samples instead (the forecaster's ending pods:
+``gpu_eta.forecaster.queries.util_mean_of``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 UTIL = "gpu_eta_pod_gpu_utilization_ratio"
 ALLOCATED_SINCE = "gpu_eta_pod_gpu_allocated_since_timestamp_seconds"
@@ -43,6 +49,28 @@ def use_mean(span: str, match: str = "") -> str:
         f"(1 - (count_over_time({u}) - sum_over_time({u})) / "
         f"(count_over_time({a}) >= count_over_time({u}) or count_over_time({u})))"
     )
+
+
+def use_mean_of(utilization: Sequence[float], allocation_scrapes: int) -> float | None:
+    """``use_mean``'s rule for one holder, from its samples: the same rule, computed here.
+
+    ``utilization``: the values of its utilisation samples in the window;
+    ``allocation_scrapes``: how many samples its allocated-since series has there (0
+    without one). A scrape of the allocation without a utilisation sample counts 1
+    where the allocation's scrapes are at least as many as the samples, else the
+    samples are all there is. None without a sample (unknown), as ``use_mean`` answers
+    no series then.
+
+    Why a second form: a query of ``use_mean`` for some holders repeats their set match
+    on every selector, so a reader naming many holders fetches their raw samples with
+    the match written once and computes the mean here; the two must not disagree, and
+    the integration tests compare them on Prometheus and VictoriaMetrics.
+    """
+    n = len(utilization)
+    if not n:
+        return None
+    scrapes = allocation_scrapes if allocation_scrapes >= n else n
+    return 1 - (n - sum(utilization)) / scrapes
 
 
 def use_max(span: str, match: str = "") -> str:

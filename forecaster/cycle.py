@@ -605,7 +605,7 @@ class Cycle:
         heaviest reads do not add up.
 
         The GPU-use and memory means (``queries.SPAN``) go with either read, over the
-        same span: for every run, or for the ending runs' pods (``_ending_queries``), so
+        same span: for every run, or for the ending runs' pods (``_ending_means``), so
         that a finished run's lifetime means cover its whole life, a run shorter than
         ``range_every`` cycles included. Each read adds to a run's lifetime means with
         the weight of the seconds of its life not counted yet (``assemble``): since the
@@ -779,15 +779,12 @@ class Cycle:
             ending = self._finished_present.to_read_as_ending(may_end, frozen)
             if not ending:
                 return instant, {}, None, (), held_keys, frozen
-            read = self._ending_queries(ending, span)
+            read = self._ending_queries(ending)
             if read is None:
                 full, ending = True, None
             else:
-                runs, means = read
-                for name, parts in means.items():
-                    instant[name] = [
-                        s for q in parts for s in self.client.instant(q, at=now, warnings=said)
-                    ]
+                runs, pods = read
+                instant.update(self._ending_means(pods, span, now, said))
         if full:
             instant.update({name: ask(name, over=span) for name in queries.SPAN})
         step = queries.range_step(span, s.min_step_seconds, s.max_points)
@@ -798,31 +795,55 @@ class Cycle:
         }
         return instant, ranges, span, ending, held_keys, frozen
 
-    def _ending_queries(
-        self, keys: Sequence[RunKey], span: float
-    ) -> tuple[str, dict[str, list[str]]] | None:
+    def _ending_queries(self, keys: Sequence[RunKey]) -> tuple[str, list[str]] | None:
         """For the runs ``keys`` only: the set match on their ``run_id`` the range queries
-        take (None when a full read is needed instead: too many runs for one query, a
-        run id a set match cannot name, a match over ``queries.MAX_QUERY_CHARS``); and
-        the GPU-use and memory means over ``span`` (``queries.SPAN``) of their pods,
-        named by ``pod`` or ``exported_pod`` in up to ``queries.MAX_POD_QUERIES``
-        queries each (``queries.for_pods_split``), or of every pod when the pods cannot
-        be named or need more (a heavier answer, only the ending runs' means are counted
-        from it: ``assemble``'s ``means_for``); none for runs without a pod."""
+        take and their pods (whose means ``_ending_means`` reads); None when a full read
+        is needed instead (too many runs for one query, a run id a set match cannot
+        name, a match over ``queries.MAX_QUERY_CHARS``). Runs without a pod have none."""
         if len(keys) > queries.MAX_UNKNOWN_RUNS:
             return None
         runs = queries.matcher("run_id", [k[3] for k in keys])
         if runs is None or len(runs) > queries.MAX_QUERY_CHARS:
             return None
-        pods = [k[1] for k in keys if k[1]]
+        return runs, [k[1] for k in keys if k[1]]
+
+    def _ending_means(
+        self, pods: Sequence[str], span: float, at: float, said: list[str]
+    ) -> dict[str, list[Sample]]:
+        """The GPU-use and memory means over ``span`` (``queries.SPAN``) of ``pods``
+        (named by ``pod`` or ``exported_pod``), in up to ``queries.MAX_POD_QUERIES``
+        queries each, or of every pod when the pods cannot be named or need more (a
+        heavier answer; only the ending runs' means are counted from it: ``assemble``'s
+        ``means_for``); none without pods.
+
+        GPU use (``queries.pods_use_queries``): ``UTIL_MEAN`` by set match, or, where that
+        takes more queries, the raw samples of the series it reads (the pods' set match
+        written once per query, about 310 37-character names each, a query per pod
+        label) with its answer computed from them (``queries.util_mean_of``). Why:
+        ``UTIL_MEAN`` carries the match on each of its six selectors in both pod labels,
+        so only about 23 such pods fit a query and more than about 90 made a read of
+        every pod's. Where the raw samples would be too many
+        (``queries.MAX_RAW_SAMPLES``: a hundred pods over an hour), ``UTIL_MEAN`` is
+        read. Memory: its query per set of pods (``queries.for_pods_split``).
+        docs/forecaster.md, "GPU-use and memory means". Answers' warnings go to
+        ``said``."""
+        if not pods:
+            return {}
         idle = self.settings.idle_window_seconds
-        means = {}
-        for name in queries.SPAN if pods else ():
-            template = queries.INSTANT[name]
-            means[name] = queries.for_pods_split(
-                template, span, idle, pods, queries.MAX_QUERY_CHARS, queries.MAX_POD_QUERIES
-            ) or [queries.render(template, span, idle)]
-        return runs, means
+        limit, most = queries.MAX_QUERY_CHARS, queries.MAX_POD_QUERIES
+
+        def ask(template: str, parts: list[str] | None) -> list[Sample]:
+            parts = parts or [queries.render(template, span, idle)]
+            return [x for q in parts for x in self.client.instant(q, at=at, warnings=said)]
+
+        raw, use = queries.pods_use_queries(pods, span, idle, self.settings.min_step_seconds)
+        if raw:
+            series = [x for q in use or () for x in self.client.samples(q, at=at, warnings=said)]
+            util = queries.util_mean_of(series, at)
+        else:  # UTIL_MEAN itself: by set match, or every pod's
+            util = ask(queries.UTIL_MEAN, use)
+        memory = queries.for_pods_split(queries.MEMORY_RATIO, span, idle, pods, limit, most)
+        return {"util_mean": util, "memory_ratio": ask(queries.MEMORY_RATIO, memory)}
 
     def _unknown_runs_parts(self, keys: Sequence[RunKey], window: float) -> dict[str, str] | None:
         """The unchanging series of ``keys`` only, as parts of one folded query; {} when

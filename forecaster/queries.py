@@ -35,9 +35,9 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
-from gpu_eta.common.gpu_use import use_max, use_mean
+from gpu_eta.common.gpu_use import ALLOCATED_SINCE, UTIL, use_max, use_mean, use_mean_of
 from gpu_eta.forecaster import kube_state
-from gpu_eta.forecaster.series import Sample
+from gpu_eta.forecaster.series import Sample, Series
 from gpu_eta.forecaster.set_match import matcher
 
 # The labels of a run's series the forecaster reads; the others (instance, job,
@@ -99,17 +99,83 @@ BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size{runs}[{window}
 # and, with no progress for a while, stalled. The stall check's max is then 1 after
 # any scrape without a sample in ``{idle}``: a run is declared stalled on GPU evidence
 # only where every scrape of its allocation says idle.
+DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+# the labels ours and DCGM's GPU use are aggregated by (util_mean_of groups the same)
+_OURS_BY = ("namespace", "pod", "container")
+_DCGM_BY = (*_OURS_BY, "exported_namespace", "exported_pod", "exported_container")
+
+
 def _ours_or_dcgm(agg: str, ours: str, span: str, pods: str) -> str:
     """``ours`` aggregated per container with ``agg``, else DCGM's ``agg`` over ``span``."""
     return (
-        f"{agg} by (namespace, pod, container) ({ours}) or "
-        f"({agg} by (namespace, pod, container, exported_namespace, exported_pod, "
-        f"exported_container) ({agg}_over_time(DCGM_FI_DEV_GPU_UTIL{pods}[{span}])) / 100)"
+        f"{agg} by ({', '.join(_OURS_BY)}) ({ours}) or "
+        f"({agg} by ({', '.join(_DCGM_BY)}) ({agg}_over_time({DCGM_UTIL}{pods}[{span}])) / 100)"
     )
 
 
 UTIL_MEAN = _ours_or_dcgm("avg", use_mean("{window}", "{pods}"), "{window}", "{pods}")
 UTIL_RECENT = _ours_or_dcgm("max", use_max("{idle}"), "{idle}", "")
+# The series UTIL_MEAN reads, asked as raw samples for the ending runs' pods
+# (util_samples): util_mean_of computes UTIL_MEAN's answer from them.
+UTIL_SAMPLES = (UTIL, ALLOCATED_SINCE, DCGM_UTIL)
+
+
+def util_mean_of(series: Iterable[Series], at: float) -> list[Sample]:
+    """``UTIL_MEAN``'s answer at ``at``, computed from the raw samples of the series it
+    reads over its window (``util_samples``). Pure.
+
+    The same rule and grouping as ``UTIL_MEAN``: each holder's mean by
+    ``gpu_use.use_mean_of`` (its utilisation samples, and the samples of its
+    allocation's start with the same labels), averaged per container (``_OURS_BY``);
+    DCGM's series' mean, averaged per ``_DCGM_BY`` and over 100, where ours answered no
+    series with the same labels (PromQL's ``or``). A series met twice (asked by ``pod``
+    and by ``exported_pod``) counts once. The integration tests hold it to the
+    PromQL's answer on Prometheus and VictoriaMetrics.
+    """
+    util: dict[frozenset[tuple[str, str]], list[float]] = {}
+    since: dict[frozenset[tuple[str, str]], int] = {}
+    dcgm: dict[frozenset[tuple[str, str]], list[float]] = {}
+    for item in series:
+        key = frozenset((k, v) for k, v in item.labels.items() if k != "__name__")
+        values = [value for _ts, value in item.points]
+        name = item.labels.get("__name__")
+        if name == UTIL:
+            util[key] = values
+        elif name == ALLOCATED_SINCE:
+            since[key] = len(values)
+        elif name == DCGM_UTIL and values:
+            dcgm[key] = values
+    ours = _avg_by(
+        ((key, use_mean_of(values, since.get(key, 0))) for key, values in util.items()), _OURS_BY
+    )
+    theirs = _avg_by(((key, sum(v) / len(v)) for key, v in dcgm.items()), _DCGM_BY)
+    out = [Sample(labels, mean, at) for labels, mean in ours]
+    taken = {frozenset(labels.items()) for labels, _mean in ours}
+    out += [
+        Sample(labels, mean / 100, at)
+        for labels, mean in theirs
+        if frozenset(labels.items()) not in taken
+    ]
+    return out
+
+
+def _avg_by(
+    values: Iterable[tuple[Iterable[tuple[str, str]], float | None]], by: Sequence[str]
+) -> list[tuple[dict[str, str], float]]:
+    """PromQL's ``avg by (<by>)`` of ``(labels, value)``: the mean per group, a group's
+    labels those of ``by`` not empty (a missing label is empty); None values (no answer)
+    left out."""
+    groups: dict[tuple[str, ...], list[float]] = {}
+    for labels, value in values:
+        if value is not None:
+            named = dict(labels)
+            groups.setdefault(tuple(named.get(k, "") for k in by), []).append(value)
+    return [
+        ({k: v for k, v in zip(by, key, strict=True) if v}, sum(vs) / len(vs))
+        for key, vs in groups.items()
+    ]
+
+
 _CONTAINER = "namespace, pod, container, exported_namespace, exported_pod, exported_container"
 MEMORY_RATIO = (
     f"max by ({_CONTAINER}) "
@@ -229,13 +295,15 @@ PRESENT_PARTS: Mapping[str, str] = MappingProxyType(
 DYNAMIC = ("present", "epoch", "last_end", "last_report", "allocated")
 # Means over a span, read with the range queries over the same span since the previous
 # read for every run: for every run one cycle in ``range_every``, in the other cycles
-# for the pods of the runs that end (``for_pods``), so that a finished run's means
+# for the pods of the runs that end (``for_pods``; the GPU use of many from their raw
+# samples, ``util_samples_split``), so that a finished run's means
 # cover its whole life. Each run's GPU use and memory are averaged over its life, each
 # read weighted by the seconds of the run's life it adds (Cycle._range_span).
 SPAN = ("util_mean", "memory_ratio")
 # The labels that name a series' pod: its own, or the renamed one of a scrape that did
 # not honour labels.
 POD_LABELS = ("pod", "exported_pod")
+_LONGEST_POD_LABEL = max(POD_LABELS, key=len)  # what a batch of util_samples is cut by
 # Read only in a cycle where some running run has shown no progress for
 # ``stall_after_seconds``: the stall check is the only reader (cycle.is_stalled).
 ON_DEMAND = ("util_recent",)
@@ -249,6 +317,11 @@ MAX_UNKNOWN_RUNS = 200
 # the ending runs' pods' means are read in at most this many queries each (beyond, every
 # pod's: one heavier answer)
 MAX_POD_QUERIES = 4
+# The raw samples the ending runs' pods' GPU use may bring (util_samples_split), estimated
+# as this many series per pod (ours and its allocation's start; DCGM's one) sampled every
+# ``--query.step``: about 0.2 s to parse (3.5 µs a sample); beyond, UTIL_MEAN itself.
+RAW_SERIES_PER_POD = 2
+MAX_RAW_SAMPLES = 50_000
 
 # The label ``fold`` tags each part's series with (a name no exporter uses).
 TAG = "forecaster_query"
@@ -344,6 +417,78 @@ def for_pods_split(
     if batches is None or len(batches) > max_queries:
         return None
     return [query for _names, query in batches]
+
+
+def util_samples(label: str, pods: Iterable[str], window_seconds: float) -> str | None:
+    """The raw samples over the window of every series ``util_mean_of`` reads (ours,
+    the allocations' start, DCGM's) of ``pods`` named by ``label`` (``pod`` or
+    ``exported_pod``): one selector, so the set match is written once. None when
+    ``matcher`` cannot name a pod."""
+    match = matcher(label, pods)
+    if match is None:
+        return None
+    names = "|".join(UTIL_SAMPLES)
+    return f'{{__name__=~"{names}",{match[1:-1]}}}[{duration(window_seconds)}]'
+
+
+def util_samples_split(
+    pods: Iterable[str],
+    window_seconds: float,
+    scrape_seconds: float,
+    max_chars: int,
+    max_queries: int,
+) -> list[str] | None:
+    """``util_samples`` of ``pods``, by ``pod`` and by ``exported_pod``, cut into batches
+    whose queries are at most ``max_chars`` each: two queries per batch (a range selector
+    takes one set match; Prometheus has no "either label" matcher), at most
+    ``max_queries`` in all. None when a pod cannot be named, one pod alone makes too
+    long a query, more queries would be needed, or the answers would hold more than
+    ``MAX_RAW_SAMPLES`` samples (``RAW_SERIES_PER_POD`` series per pod, one sample per
+    ``scrape_seconds`` of the window).
+
+    Why not ``for_pods_split`` of ``UTIL_MEAN``: that carries the pods' set match on
+    each of its six selectors in each pod label (twelve times), so only about 23
+    37-character names fit a query of 12,000 characters, where a query here names
+    about 310 (docs/forecaster.md, "GPU-use and memory means"). Why the bound on
+    samples: each is parsed here, where ``UTIL_MEAN`` answers one number per container;
+    over a long window (a forecaster run as a CronJob every 15 minutes reads about 80)
+    many pods' samples cost more than reading every pod's mean.
+    """
+    names = sorted(set(pods))
+    per_pod = RAW_SERIES_PER_POD * window_seconds / max(scrape_seconds, 0.001)
+    if len(names) * per_pod > MAX_RAW_SAMPLES:
+        return None
+    batches = _pack(
+        names, lambda some: util_samples(_LONGEST_POD_LABEL, some, window_seconds), max_chars
+    )
+    if batches is None or len(batches) * len(POD_LABELS) > max_queries:
+        return None
+    out = []
+    for batch, _query in batches:
+        for label in POD_LABELS:
+            query = util_samples(label, batch, window_seconds)
+            if query is None:  # named by the longest label already: not seen
+                return None
+            out.append(query)
+    return out
+
+
+def pods_use_queries(
+    pods: Iterable[str], window_seconds: float, idle_seconds: float, scrape_seconds: float
+) -> tuple[bool, list[str] | None]:
+    """How the GPU use of some pods is read: ``(True, queries)`` of their raw samples
+    (``util_samples_split``, answered by ``util_mean_of``) where those take fewer queries
+    than ``UTIL_MEAN`` by set match; else ``(False, queries)`` of ``UTIL_MEAN`` by set
+    match (``for_pods_split``), None for a read of every pod's. At most
+    ``MAX_POD_QUERIES`` of ``MAX_QUERY_CHARS`` each. Why both: for a few pods the set
+    match on ``UTIL_MEAN`` is one query where the raw samples take one per pod label."""
+    names = sorted(set(pods))
+    limit, most = MAX_QUERY_CHARS, MAX_POD_QUERIES
+    matched = for_pods_split(UTIL_MEAN, window_seconds, idle_seconds, names, limit, most)
+    raw = util_samples_split(names, window_seconds, scrape_seconds, limit, most)
+    if raw is not None and (matched is None or len(raw) < len(matched)):
+        return True, raw
+    return False, matched
 
 
 def _pack(

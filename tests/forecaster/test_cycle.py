@@ -14,12 +14,13 @@ import re
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
+from gpu_eta.common.gpu_use import UTIL
 from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle, gpu_free_times, sanitize
@@ -63,6 +64,9 @@ _RANGE = {
     _shape(t.format(runs="")): name
     for name, t in {**queries.RANGE, "step_range": queries.STEP_RANGE}.items()
 }
+# the raw samples the GPU-use mean of some pods is computed from (queries.util_samples)
+_RAW_MARK = '{__name__=~"gpu_eta_pod_gpu_utilization_ratio|'
+_RAW_MATCH = re.compile(r'\{__name__=~"[^"]*",((?:exported_)?pod)=~"([^"]*)"\}\[\d+s\]')
 # the GPU-use and memory means of some pods (queries.for_pods), matchers taken out
 _POD_MATCH = re.compile(r'\{(?:exported_)?pod=~"([^"]*)"\}')
 _SOME_PODS = {
@@ -156,6 +160,26 @@ class CannedClient:
             label, values = match.groups()
             series = [x for x in series if x.labels.get(label) in values.split("|")]
         return list(series)
+
+    def samples(
+        self, selector: str, at: float | None = None, *, warnings: list[str] | None = None
+    ) -> list[Series]:
+        """The raw samples the GPU-use mean of some pods is computed from
+        (``queries.util_samples``), made of the canned ``util_mean`` answers of the pods
+        named: ours, one sample and no allocation start, for plain labels; DCGM's (0..100)
+        for ``exported_*`` ones, as a scrape without honor_labels leaves them."""
+        self._count(selector)
+        if warnings is not None:
+            warnings.extend(self.warnings)
+        label, names = _RAW_MATCH.fullmatch(selector).groups()  # type: ignore[union-attr]
+        out = []
+        for x in self.answers.get("util_mean", []):
+            if x.labels.get(label) not in names.split("|"):
+                continue
+            exported = any(k.startswith("exported_") for k in x.labels)
+            name, value = ("DCGM_FI_DEV_GPU_UTIL", x.value * 100) if exported else (UTIL, x.value)
+            out.append(Series({"__name__": name, **x.labels}, ((x.timestamp, value),)))
+        return out
 
     def _count(self, query: str) -> None:
         self.seen.append(query)
@@ -1274,8 +1298,10 @@ USE_MEAN_MARK = "sum_over_time(gpu_eta_pod_gpu_utilization_ratio"
 
 
 def means_read(seen: list[str]) -> list[str]:
-    """The queries of a cycle that read GPU-use or memory means."""
-    return [q for q in seen if USE_MEAN_MARK in q or "gpu_eta_pod_memory_working_set_bytes" in q]
+    """The queries of a cycle that read GPU-use or memory means (of every pod, or some
+    pods' raw samples for the GPU use)."""
+    marks = (USE_MEAN_MARK, _RAW_MARK, "gpu_eta_pod_memory_working_set_bytes")
+    return [q for q in seen if any(mark in q for mark in marks)]
 
 
 def means_of(pod: str, util: float, memory: float = 0.5, exported: bool = False) -> dict:
@@ -1466,42 +1492,106 @@ def test_a_steady_cycle_sends_the_same_queries_and_an_ending_one_the_means_too(
     assert at(NOW + 180, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 110)]) == 6  # "a" finished
 
 
-def test_many_ending_runs_pods_are_read_in_several_set_matched_queries(
-    store: HistoryStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """More ending runs' pods than one means query can name: several set-matched queries
-    (one pod each here), never every pod's means, and each run gets its own pod's."""
+def end_together(
+    store: HistoryStore, pods: dict[str, str], use: dict[str, float], between: Callable[[], None]
+) -> list[str]:
+    """Runs ``pods`` (run id → pod) and another (``d``): a full read (100 s of their life
+    at GPU use 0.3), ``between()``, then a cycle 60 s later where all of ``pods`` end
+    at GPU use ``use``; each gets its own pod's (0.3 for 100 s, then its use for 60 s).
+    Returns the queries of that cycle."""
     t = [NOW]
     client = CannedClient({})
     cycle = make_cycle(client, store, clock=lambda: t[0], range_every=5)
-    util = {"a": 0.1, "b": 0.5, "c": 0.7}
 
     def at(now: float, ends: list[tuple[float, float]]) -> None:
         t[0] = now
         client.answers = merge(
-            *(job(r, 3, ends, NOW - 100, pod=f"pod-{r}") for r in util),
+            *(job(r, 3, ends, NOW - 100, pod=pod) for r, pod in pods.items()),
             job("d", 10, [(1, NOW - 40)], NOW - 100),
-            *(means_of(f"pod-{r}", u if now > NOW else 0.3) for r, u in util.items()),
+            *(means_of(pod, use[r] if now > NOW else 0.3) for r, pod in pods.items()),
             means_of("pod-d", 0.9),
         )
         client.seen = []
         cycle.run()
 
-    at(NOW, [(1, NOW - 30)])  # the full read: 100 s of life at 0.3
-    # room for one pod's GPU-use query (the longer template), not two
-    limit = len(queries.for_pods(queries.INSTANT["util_mean"], 180, 300, ["pod-a"]) or "")
-    monkeypatch.setattr(queries, "MAX_QUERY_CHARS", limit)
-    at(NOW + 60, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 50)])  # a, b and c end
-    reads = means_read(client.seen)
-    assert all(len(q) <= limit for q in reads) and not any("pod-d" in q for q in reads)
-    use = [q for q in reads if "gpu_utilization_ratio" in q]
-    memory = [q for q in reads if q not in use]
-    assert len(use) == 3 and memory
-    for some in (use, memory):  # each pod named in one query of each of the two means
-        for r in util:
-            assert sum(re.search(f"pod-{r}\\b", q) is not None for q in some) == 1
+    at(NOW, [(1, NOW - 30)])
+    between()
+    at(NOW + 60, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 50)])
     done = {r.run_id: r.features["gpu_utilization_ratio"] for r in store.finished()}
-    assert done == {r: pytest.approx((0.3 * 100 + u * 60) / 160) for r, u in util.items()}
+    assert done == {r: pytest.approx((0.3 * 100 + u * 60) / 160) for r, u in use.items()}
+    return client.seen
+
+
+def sweep_pods(n: int) -> tuple[dict[str, str], dict[str, float]]:
+    """``n`` runs with 37-character pod names, and their GPU uses."""
+    pods = {f"r{i:03d}": f"ml-train-resnet50-sweep-{i:04d}-worker-0" for i in range(n)}
+    assert {len(pod) for pod in pods.values()} == {37}
+    return pods, {r: (i % 10) / 10 for i, r in enumerate(pods)}
+
+
+@pytest.mark.parametrize("short", ["use", "memory"])
+def test_many_ending_runs_pods_are_read_in_several_set_matched_queries(
+    store: HistoryStore, monkeypatch: pytest.MonkeyPatch, short: str
+) -> None:
+    """More ending runs' pods than one means query can name: several set-matched queries
+    (one pod each here: room for one pod's GPU-use samples by ``exported_pod``, or for
+    one pod's memory query), never every pod's means of that kind, and each run gets
+    its own pod's."""
+    util = {"a": 0.1, "b": 0.5, "c": 0.7}
+    if short == "use":
+        limit = len(queries.util_samples("exported_pod", ["pod-a"], 180) or "")
+        monkeypatch.setattr(queries, "MAX_POD_QUERIES", 6)  # 3 pods by either label
+    else:
+        limit = len(queries.for_pods(queries.MEMORY_RATIO, 180, 300, ["pod-a"]) or "")
+
+    def limited() -> None:
+        monkeypatch.setattr(queries, "MAX_QUERY_CHARS", limit)
+
+    reads = means_read(end_together(store, {r: f"pod-{r}" for r in util}, util, limited))
+    assert not any("pod-d" in q for q in reads)
+    use = [q for q in reads if q.startswith(_RAW_MARK)]
+    split = use if short == "use" else [q for q in reads if q not in use]
+    # that mean's pods by set match, never every pod's (the other's alone is too long
+    # for the limit: read for every pod)
+    assert len(split) == (6 if short == "use" else 3)
+    assert all('pod=~"' in q and len(q) <= limit for q in split)
+    for r in util:  # each pod named in one query (the GPU use's: in each pod label)
+        named = [set(re.findall(r'(\w*pod)=~"', q)) for q in split if f'"pod-{r}"' in q]
+        assert named == (
+            [{"pod"}, {"exported_pod"}] if short == "use" else [{"pod", "exported_pod"}]
+        )
+
+
+def test_a_hundred_and_more_ending_pods_get_their_gpu_use_without_a_read_of_every_pod(
+    store: HistoryStore,
+) -> None:
+    """130 runs ending in one cycle, with 37-character pod names: their pods' GPU use is
+    read by set match (the raw samples of ``queries.util_samples``, the match written
+    once per query), not by a read of every pod's; each run gets its own pod's. Its
+    PromQL form carries the match on six selectors in two pod labels: about 23 such
+    pods fit a query, so more than about 90 made a read of every pod's."""
+    pods, use = sweep_pods(130)
+    seen = end_together(store, pods, use, lambda: None)
+    reads = [q for q in means_read(seen) if "memory" not in q]
+    assert reads and all(_POD_MATCH.search(q) or _RAW_MATCH.fullmatch(q) for q in reads)
+    assert len(reads) <= queries.MAX_POD_QUERIES
+    assert all(len(q) <= queries.MAX_QUERY_CHARS for q in reads)
+
+
+def test_ending_pods_whose_raw_samples_would_be_too_many_get_util_mean_by_set_match(
+    store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """50 ending pods: ``UTIL_MEAN`` by set match takes 3 queries, their raw samples 2;
+    where those samples would be more than ``MAX_RAW_SAMPLES`` (many pods over a long
+    span), ``UTIL_MEAN`` by set match is read, not every pod's; each run gets its own."""
+    pods, use = sweep_pods(50)
+    assert queries.util_samples_split(pods.values(), 180, 15, 12_000, 4) is not None
+
+    def bound() -> None:
+        monkeypatch.setattr(queries, "MAX_RAW_SAMPLES", 100)
+
+    reads = [q for q in means_read(end_together(store, pods, use, bound)) if "memory" not in q]
+    assert len(reads) == 3 and all(USE_MEAN_MARK in q and _POD_MATCH.search(q) for q in reads)
 
 
 def test_ending_runs_means_too_long_to_set_match_are_read_for_every_pod(
@@ -1525,7 +1615,7 @@ def test_ending_runs_means_too_long_to_set_match_are_read_for_every_pod(
         cycle.run()
 
     at(NOW, [(1, NOW - 30)], 0.3)
-    monkeypatch.setattr(queries, "MAX_QUERY_CHARS", 400)  # room for the run ids only
+    monkeypatch.setattr(queries, "MAX_QUERY_CHARS", 100)  # room for the run ids only
     at(NOW + 60, [(1, NOW - 30), (2, NOW + 10), (3, NOW + 50)], 0.9)  # "a" ends
     reads = means_read(client.seen)
     assert len(reads) == 2 and not any("pod=~" in q for q in reads)

@@ -7,8 +7,9 @@ import re
 
 import pytest
 
+from gpu_eta.common.gpu_use import ALLOCATED_SINCE, UTIL
 from gpu_eta.forecaster import queries
-from gpu_eta.forecaster.series import Sample
+from gpu_eta.forecaster.series import Sample, Series
 
 
 def test_fixed_count_within_budget() -> None:
@@ -119,6 +120,7 @@ def test_the_pods_are_cut_as_rendering_every_candidate_query_would_cut_them() ->
     renders = {
         "util_mean": lambda p: queries.for_pods(queries.UTIL_MEAN, 600, 300, p),
         "memory_ratio": lambda p: queries.for_pods(queries.MEMORY_RATIO, 600, 300, p),
+        "raw": lambda p: queries.util_samples("exported_pod", p, 600),
     }
     for _ in range(100):
         names = ["".join(rng.choice(chars) for _ in range(rng.randint(1, 30))) for _ in range(50)]
@@ -128,3 +130,118 @@ def test_the_pods_are_cut_as_rendering_every_candidate_query_would_cut_them() ->
             got = queries._pack(names, render, limit)
             assert got is not None and [batch for batch, _ in got] == want
             assert all(query == render(batch) and len(query) <= limit for batch, query in got)
+
+
+def test_the_raw_samples_of_some_pods_name_them_once_in_one_pod_label() -> None:
+    q = queries.util_samples("pod", ["p-b", "p.a"], 600.4)
+    assert q == (
+        '{__name__=~"gpu_eta_pod_gpu_utilization_ratio|'
+        'gpu_eta_pod_gpu_allocated_since_timestamp_seconds|DCGM_FI_DEV_GPU_UTIL",'
+        'pod=~"p-b|p\\\\.a"}[600s]'
+    )
+    assert queries.util_samples("exported_pod", ["ok", "é"], 600) is None
+
+
+def test_many_pods_raw_samples_are_cut_into_a_query_per_pod_label_each_within_the_limit() -> None:
+    """Each batch of pods is asked by ``pod`` and by ``exported_pod``, each query within
+    the limit; None where the queries are too many, one pod alone does not fit, a pod
+    cannot be named or the samples would be too many to parse."""
+    pods = [f"ml-train-resnet50-sweep-{i:04d}-worker-0" for i in range(700)]
+    parts = queries.util_samples_split(pods[:600], 420, 15, queries.MAX_QUERY_CHARS, 4)
+    assert parts is not None and len(parts) == 4
+    assert all(len(q) <= queries.MAX_QUERY_CHARS for q in parts)
+    named = [re.fullmatch(r'\{__name__=~"[^"]*",(\w+)=~"([^"]*)"\}\[420s\]', q) for q in parts]
+    assert [m.group(1) for m in named if m] == ["pod", "exported_pod"] * 2
+    for label in queries.POD_LABELS:
+        got = [p for m in named if m and m.group(1) == label for p in m.group(2).split("|")]
+        assert sorted(got) == pods[:600]  # each pod once in each label, none lost
+    assert len(named[0].group(2).split("|")) > 300  # type: ignore[union-attr]
+    assert queries.util_samples_split(pods, 420, 15, queries.MAX_QUERY_CHARS, 4) is None
+    assert queries.util_samples_split(pods[:10], 420, 15, 100, 4) is None  # one alone
+    assert queries.util_samples_split([*pods[:10], "é"], 420, 15, 12_000, 4) is None
+    assert queries.util_samples_split(pods[:10], 600, 15, 12_000, 4) is not None
+    # the samples' bound: 2 series per pod, one sample per 15 s of the window
+    most = queries.MAX_RAW_SAMPLES // (queries.RAW_SERIES_PER_POD * 3600 // 15)
+    assert queries.util_samples_split(pods[:most], 3600, 15, 12_000, 4) is not None
+    assert queries.util_samples_split(pods[: most + 1], 3600, 15, 12_000, 4) is None
+    assert queries.util_samples_split([], 420, 15, 12_000, 4) == []
+
+
+def _series(name: str, labels: dict[str, str], values: list[float]) -> Series:
+    return Series({"__name__": name, **labels}, tuple((15.0 * i, v) for i, v in enumerate(values)))
+
+
+def test_util_mean_of_follows_util_means_rule_grouping_and_precedence() -> None:
+    """Per holder ``use_mean_of``, averaged per container; DCGM's per container over 100
+    where ours has no answer with the same labels; each series once."""
+    util, since, dcgm = UTIL, ALLOCATED_SINCE, queries.DCGM_UTIL
+
+    def plain(pod: str, uuid: str) -> dict[str, str]:
+        return {"namespace": "ml", "pod": pod, "container": "main", "UUID": uuid}
+
+    exported = {
+        "namespace": "gpu-operator",
+        "pod": "dcgm-x",
+        "exported_namespace": "ml",
+        "exported_pod": "dcgm-exp",
+        "exported_container": "main",
+        "UUID": "GPU-5",
+    }
+    series = [
+        _series(util, plain("shared", "GPU-0"), [0.0, 0.0]),  # 2 samples in 10 scrapes
+        _series(since, plain("shared", "GPU-0"), [1.0] * 10),
+        _series(util, plain("nosince", "GPU-1"), [0.2, 0.4]),
+        _series(util, plain("late", "GPU-2"), [0.5] * 10),  # its start known lately
+        _series(since, plain("late", "GPU-2"), [1.0] * 4),
+        _series(util, plain("two", "GPU-3"), [1.0, 1.0]),  # a container on two GPUs
+        _series(util, plain("two", "GPU-4"), [0.0, 0.0]),
+        _series(dcgm, plain("two", "GPU-4"), [99.0]),  # ours answers: left out
+        _series(dcgm, plain("dcgm-only", "GPU-6"), [30.0, 50.0]),
+        _series(dcgm, exported, [40.0]),
+        _series(util, plain("nosample", "GPU-7"), []),  # no sample: no answer
+        _series(since, plain("nosample", "GPU-7"), [1.0]),
+        _series(util, plain("nosince", "GPU-1"), [0.2, 0.4]),  # asked by both labels
+    ]
+    got = {tuple(sorted(x.labels.items())): x.value for x in queries.util_mean_of(series, 9.0)}
+
+    def key(**labels: str) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(labels.items()))
+
+    assert got == pytest.approx(
+        {
+            key(namespace="ml", pod="shared", container="main"): 1 - 2 / 10,
+            key(namespace="ml", pod="nosince", container="main"): 0.3,
+            key(namespace="ml", pod="late", container="main"): 0.5,
+            key(namespace="ml", pod="two", container="main"): 0.5,
+            key(namespace="ml", pod="dcgm-only", container="main"): 0.4,
+            key(**{k: v for k, v in exported.items() if k != "UUID"}): 0.4,
+        }
+    )
+    assert {x.timestamp for x in queries.util_mean_of(series, 9.0)} == {9.0}
+    assert queries.util_mean_of([], 9.0) == []
+
+
+def test_the_gpu_use_of_some_pods_is_read_in_the_fewer_queries_util_mean_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``UTIL_MEAN`` by set match while it takes no more queries than the raw samples (a
+    few pods: one query, where the samples take one per pod label); the raw samples for
+    more; ``UTIL_MEAN`` again where they would be too many, by set match while that fits
+    (None: every pod's)."""
+    pods = [f"ml-train-resnet50-sweep-{i:04d}-worker-0" for i in range(700)]
+
+    def read(n: int) -> tuple[bool, int]:
+        raw, use = queries.pods_use_queries(pods[:n], 420, 300, 15)
+        return raw, -1 if use is None else len(use)
+
+    assert [read(n) for n in (1, 20, 46, 50, 130, 600, 700)] == [
+        (False, 1),
+        (False, 1),
+        (False, 2),  # 2 either way
+        (True, 2),
+        (True, 2),
+        (True, 4),
+        (False, -1),  # every pod's
+    ]
+    monkeypatch.setattr(queries, "MAX_RAW_SAMPLES", 100)
+    assert [read(n) for n in (50, 130)] == [(False, 3), (False, -1)]

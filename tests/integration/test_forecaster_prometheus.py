@@ -24,12 +24,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 from urllib.parse import urlencode
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_eta.common.gpu_use import ALLOCATED_SINCE, UTIL
 from gpu_eta.forecaster import promapi, queries
 from gpu_eta.forecaster.config import CycleSettings
 from gpu_eta.forecaster.cycle import Cycle
@@ -38,6 +40,7 @@ from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.publish import Exposition, ServiceState
 from gpu_eta.forecaster.runs import run_key
 from gpu_eta.forecaster.runs_from_series import pod_values, sample_pod, sample_run_key
+from gpu_eta.forecaster.series import Sample
 from gpu_eta.launch.processes import log_tail, spawn, start_http
 from gpu_eta.launch.prometheus import (
     PrometheusServer,
@@ -589,9 +592,11 @@ def test_the_means_of_ending_runs_pods_are_theirs_in_either_label_form(
 
 def check_means_of_some_pods(tmp_path: Path, server_factory) -> None:
     """The GPU-use and memory means a cycle reads for the pods of the runs that end
-    (``Cycle._ending_queries``: a set match on ``pod`` and on ``exported_pod``) answer
+    (``Cycle._ending_means``: a set match on ``pod`` and on ``exported_pod``) are
     exactly the full read's series of those pods, in either label form, and no other
-    pod's. ``server_factory``: Prometheus, or VictoriaMetrics
+    pod's: with the GPU use read by ``UTIL_MEAN`` (two queries in all), and from its raw
+    samples where ``UTIL_MEAN`` needs more queries (a limit one pod's fills: three).
+    ``server_factory``: Prometheus, or VictoriaMetrics
     (tests/integration/test_victoriametrics.py)."""
     now = float(int(time.time()))
     om = tmp_path / "means.om"
@@ -599,31 +604,43 @@ def check_means_of_some_pods(tmp_path: Path, server_factory) -> None:
     server = server_factory([], backfill_files=[om])
     client = PromClient(server.url)
     store = HistoryStore.open(tmp_path / "means.sqlite")
+    one_pod = len(queries.for_pods(queries.UTIL_MEAN, 600, 300, ["p.dot"]) or "")
     try:
         cycle = Cycle(client, store, CycleSettings())
         keys = [("ml", pod, "main", f"run-{i}") for i, pod in enumerate(MEANS_PODS)]
-        read = cycle._ending_queries(keys, 600)
+        read = cycle._ending_queries(keys)
         assert read is not None
-        _runs, means = read
-        assert set(means) == set(queries.SPAN)
-        want_values = {
-            "util_mean": {"p-ours": 0.9, "p-both": 0.5, "p-dcgm": 0.7, "p-exp": 0.4, "p.dot": 0.6},
-            "memory_ratio": {"p-ours": 0.25, "p-exp": 0.5},
-        }
-        for name in queries.SPAN:
-            full = client.instant(queries.render(queries.INSTANT[name], 600, 300), at=now)
-            some = [x for query in means[name] for x in client.instant(query, at=now)]
-            want = sorted(
-                (sorted(x.labels.items()), x.value) for x in full if sample_pod(x)[1] in MEANS_PODS
-            )
-            got = sorted((sorted(x.labels.items()), x.value) for x in some)
-            assert got == want, name
-            values = pod_values(some)
-            assert {k[1]: v for k, v in values.items()} == pytest.approx(want_values[name]), name
-            assert {k for k in values if k[0] != "ml" or k[2] != "main"} == set(), name
+        for limit, sent in ((queries.MAX_QUERY_CHARS, 2), (one_pod, 3)):
+            before = client.stats.success
+            said: list[str] = []
+            with mock.patch.object(queries, "MAX_QUERY_CHARS", limit):
+                means = cycle._ending_means(read[1], 600, now, said)
+            assert set(means) == set(queries.SPAN) and said == []
+            assert client.stats.success - before == sent  # no read of every pod
+            check_some_pods_means(client, now, means)
     finally:
         store.close()
         client.close()
+
+
+def check_some_pods_means(client: PromClient, now: float, means: dict[str, list[Sample]]) -> None:
+    """``means`` (``MEANS_PODS``') are the full read's series of those pods."""
+    want_values = {
+        "util_mean": {"p-ours": 0.9, "p-both": 0.5, "p-dcgm": 0.7, "p-exp": 0.4, "p.dot": 0.6},
+        "memory_ratio": {"p-ours": 0.25, "p-exp": 0.5},
+    }
+    for name in queries.SPAN:
+        full = client.instant(queries.render(queries.INSTANT[name], 600, 300), at=now)
+        some = means[name]
+        want = sorted(
+            (sorted(x.labels.items()), x.value) for x in full if sample_pod(x)[1] in MEANS_PODS
+        )
+        got = sorted((sorted(x.labels.items()), x.value) for x in some)
+        assert [labels for labels, _ in got] == [labels for labels, _ in want], name
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-12), name
+        values = pod_values(some)
+        assert {k[1]: v for k, v in values.items()} == pytest.approx(want_values[name]), name
+        assert {k for k in values if k[0] != "ml" or k[2] != "main"} == set(), name
 
 
 # A time-sliced GPU without process data and its neighbours, every 15 s for 20 minutes:
@@ -712,6 +729,98 @@ def check_shared_gpu_use(tmp_path: Path, server_factory) -> None:
 
 def test_a_shared_gpus_busy_holders_are_busy_between_its_dips(tmp_path, prometheus_factory) -> None:
     check_shared_gpu_use(tmp_path, prometheus_factory)
+
+
+# Holders of every kind the GPU-use mean distinguishes, beside _SHARED_USE's (gaps on a
+# time-sliced GPU, no allocated-since series, one beginning inside the window): pod ->
+# series (metric, labels, value per sample age k; None: no sample). Values not exact in
+# binary, so the Python sums are held to the servers' own.
+_OURS, _DCGM, _SINCE = UTIL, queries.DCGM_UTIL, ALLOCATED_SINCE
+_MORE_USE: dict[str, list[tuple[str, dict[str, str], Callable[[int], float | None]]]] = {
+    "dcgm-only": [(_DCGM, _plain("dcgm-only", UUID="GPU-10"), lambda k: 30.0 + 7 * (k % 3))],
+    "dcgm-exp": [
+        (_DCGM, {**_exported(_DCGM_TARGET, "dcgm-exp"), "UUID": "GPU-11"}, lambda k: 40.3),
+    ],
+    "both": [  # ours is read, DCGM's left out
+        (_OURS, _plain("both", UUID="GPU-12"), lambda k: 0.37),
+        (_SINCE, _plain("both", UUID="GPU-12"), lambda k: 1.0),
+        (_DCGM, _plain("both", UUID="GPU-12"), lambda k: 99.0),
+    ],
+    "two-gpus": [  # one container on two GPUs, one time-sliced: the mean of the two
+        (_OURS, _plain("two-gpus", UUID="GPU-13"), lambda k: 0.91),
+        (_SINCE, _plain("two-gpus", UUID="GPU-13"), lambda k: 1.0),
+        (_OURS, _plain("two-gpus", UUID="GPU-14"), lambda k: 0.0 if k % 7 == 0 else None),
+        (_SINCE, _plain("two-gpus", UUID="GPU-14"), lambda k: 1.0),
+    ],
+    "ours-exp": [  # ours from a scrape without honor_labels
+        (_OURS, {**_exported(_OUR_TARGET, "ours-exp"), "UUID": "GPU-15"}, lambda k: 0.1 * (k % 4)),
+        (_SINCE, {**_exported(_OUR_TARGET, "ours-exp"), "UUID": "GPU-15"}, lambda k: 1.0),
+    ],
+}
+UTIL_SAMPLE_PODS = (*_SHARED_USE, *_MORE_USE)
+
+
+def util_samples_openmetrics(now: float) -> str:
+    """``_SHARED_USE`` and ``_MORE_USE`` every 15 s for 20 minutes up to ``now``, and a
+    pod not asked for on each GPU kind (the answer must leave it out)."""
+    fams: dict[str, list[str]] = {}
+    more = {**_MORE_USE, "not-asked": _MORE_USE["both"], "ours-exp-x": _MORE_USE["ours-exp"]}
+    for pod, series in more.items():
+        for name, labels, value in series:
+            # the pod's name in whichever label holds it (not the exporter's own pod)
+            labels = {k: pod if v in _MORE_USE else v for k, v in labels.items()}
+            for k in range(80, -1, -1):
+                if (v := value(k)) is not None:
+                    om_add(fams, name, labels, v, now - 15 * k)
+    return shared_use_openmetrics(now).removesuffix("# EOF\n") + om_text(fams)
+
+
+def check_util_mean_of_raw_samples(tmp_path: Path, server_factory) -> None:
+    """The GPU-use mean computed in Python from the raw samples
+    (``queries.util_samples_split`` → ``queries.util_mean_of``) is ``UTIL_MEAN``'s answer
+    for the same pods (``queries.for_pods``), series for series: time-sliced holders
+    with gaps, one without an allocated-since series, one whose series begins inside the
+    window, DCGM-only, DCGM's and ours under ``exported_*`` labels, ours beside DCGM's,
+    a container on two GPUs; at a scrape's instant (the window's edges on a sample) and
+    between two. Not at the present's instant: VictoriaMetrics then evaluates a rollup
+    (without ``nocache``) about a second earlier than it cuts the raw samples, one
+    sample apart at an edge. ``server_factory``: Prometheus, or VictoriaMetrics."""
+    now = float(int(time.time()))
+    om = tmp_path / "use.om"
+    om.write_text(util_samples_openmetrics(now))
+    server = server_factory([], backfill_files=[om])
+    client = PromClient(server.url)
+    try:
+        for at in (now - 15, now - 5):  # on a scrape's instant (not the present), between two
+            raw = queries.util_samples_split(UTIL_SAMPLE_PODS, 600, 15, queries.MAX_QUERY_CHARS, 2)
+            assert raw is not None and len(raw) == 2
+            series = [x for q in raw for x in client.samples(q, at=at)]
+            got = sorted(
+                (sorted(x.labels.items()), x.value) for x in queries.util_mean_of(series, at)
+            )
+            promql = queries.for_pods(queries.UTIL_MEAN, 600, 600, UTIL_SAMPLE_PODS)
+            assert promql is not None
+            want = sorted(
+                (sorted(x.labels.items()), x.value) for x in client.instant(promql, at=at)
+            )
+            assert [labels for labels, _ in got] == [labels for labels, _ in want], at - now
+            assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-12), at - now
+            values = {k[1]: v for k, v in pod_values(queries.util_mean_of(series, at)).items()}
+            assert "not-asked" not in values and len(got) == len(UTIL_SAMPLE_PODS)
+            assert values["both"] == pytest.approx(0.37)
+            assert values["dcgm-exp"] == pytest.approx(0.403)
+            # 0.91, and 5 or 6 samples of 0 % in 40 or 41 scrapes of the time-sliced one
+            # (the samples alone: (0.91 + 0) / 2)
+            low, high = (0.91 + 1 - 6 / 40) / 2, (0.91 + 1 - 5 / 41) / 2
+            assert low - 1e-9 <= values["two-gpus"] <= high + 1e-9
+            assert values["shared-a"] == pytest.approx(0.95, abs=0.002)  # 2 of 40 or 41 scrapes
+            assert values["late"] == pytest.approx(0.5) and values["nosince"] == 0.0
+    finally:
+        client.close()
+
+
+def test_the_gpu_use_mean_of_raw_samples_is_util_means_answer(tmp_path, prometheus_factory) -> None:
+    check_util_mean_of_raw_samples(tmp_path, prometheus_factory)
 
 
 LIVE_SCENARIO = """

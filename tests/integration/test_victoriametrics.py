@@ -161,6 +161,12 @@ def test_a_shared_gpus_busy_holders_are_busy_between_its_dips(tmp_path, victoria
     fp.check_shared_gpu_use(tmp_path, victoria_factory)
 
 
+def test_the_gpu_use_mean_of_raw_samples_is_util_means_answer(tmp_path, victoria_factory) -> None:
+    """As on Prometheus: the mean computed from VictoriaMetrics' raw samples is its own
+    ``UTIL_MEAN`` answer (its windows are open at the start: 40 scrapes, not 41)."""
+    fp.check_util_mean_of_raw_samples(tmp_path, victoria_factory)
+
+
 @pytest.fixture
 def backfill_history(tmp_path: Path) -> tuple[Path, float]:
     now = time.time()
