@@ -327,7 +327,8 @@ def run_seed(
         if pending:
             arrivals = arrival_rates(created, t, window)
             # the simulator gives a time-sliced replica to single-GPU pods only
-            common = {"n_samples": n_samples, "random_state": seed, "one_replica_per_pod": True}
+            one_replica = {"one_replica_per_pod": True}
+            common = {"n_samples": n_samples, "random_state": seed, **one_replica}
             result = replay(nodes, holders, pending, t, durations, arrivals=arrivals, **common)
             blind_result = None
             if blind:
@@ -369,7 +370,7 @@ def run_seed(
                         t,
                         p.created,
                         *pred.starts,
-                        naive_start(nodes, holders, p, t),
+                        naive_start(nodes, holders, p, t, **one_replica),
                         population[p.pod],
                         blind_starts,
                         kept_off[p.pod],

@@ -23,7 +23,6 @@ from gpu_eta.forecaster.queue_replay import (
     REQUEST_SIZES,
     SCHEDULED,
     Holder,
-    PendingPod,
     ReplayError,
     Request,
     StartCalibrator,
@@ -31,6 +30,7 @@ from gpu_eta.forecaster.queue_replay import (
     Toleration,
     default_requests,
     newest_by_name,
+    nodes_fitting_now,
     queue_key,
     replay,
 )
@@ -288,13 +288,16 @@ def predict_queue(
     or memory, a scheduling gate). Replayed, it is predicted to start "now" every cycle
     (which hides ``GpuEtaPodPendingNoStart`` for it) and takes, in every sample, a GPU
     the pods behind it really get. One that fits no free GPU any more (others took them)
-    waits for GPUs too, and is replayed: alone in the queue (``_fits_now``), it must
-    start at ``now``."""
+    waits for GPUs too, and is replayed. Whether it fits free GPUs is read from the
+    cluster now (``nodes_fitting_now``: the units every running pod holds taken), not
+    drawn: a pod whose forecast end has passed still holds its GPUs."""
     held_back = [
         p
         for p in queue.pending
         if (p.namespace, p.pod) in blocked
-        and _fits_now(queue, p, job_ends, durations, now, settings, random_state)
+        and nodes_fitting_now(
+            queue.nodes, queue.holders, p, one_replica_per_pod=settings.one_replica_per_pod
+        )
     ]
     if not held_back:
         return predict(queue, job_ends, durations, now, settings, random_state)
@@ -314,24 +317,6 @@ def predict_queue(
     )
     # what the queue says of its pods (the log line's) is the whole queue's
     return replace(result, pods=result.pods + blocked_pods, **_queue_notes(queue))
-
-
-def _fits_now(
-    queue: ClusterQueue,
-    pod: PendingPod,
-    job_ends: Mapping[tuple[str, str], tuple[float, float, float]],
-    durations: Sequence[float],
-    now: float,
-    settings: PendingSettings,
-    random_state: int | None,
-) -> bool:
-    """Whether ``pod``, alone in the queue (no other pod, arrival or request), starts at
-    ``now``: GPUs it may use are free."""
-    alone = replace(queue, pending=(pod,), scheduled=(), arrivals=())
-    one = replace(settings, n_samples=1, request_sizes=())
-    (got,) = predict(alone, job_ends, durations, now, one, random_state).pods
-    starts = got.prediction.starts
-    return got.prediction.status == PREDICTED and starts is not None and starts[1] <= now
 
 
 # ``gpu_eta_forecaster_job_errors_total{reason}`` values for the queue's pods left

@@ -1041,20 +1041,15 @@ def _running_now(
     hist: _Durations,
     rng: random.Random,
 ) -> tuple[Free, list[Event]]:
-    """The free units per node and pool once the holders are placed, and when each
-    holder's units free (drawn; past the horizon: never)."""
-    free: Free = []
-    for n in nodes:
-        pools = {(r, False): n.whole(r) for r in n.allocatable}
-        pools.update({(r, True): v for r, v in n.shared.items()})
-        free.append(pools)
+    """The free units per node and pool once the holders are placed (``_free_now``), and
+    when each holder's units free (drawn; past the horizon: never)."""
+    free = _free_now(nodes, node_index, holders)
     events: list[Event] = []
     for h in holders:
         k = node_index.get(h.node)
         if k is None or h.units <= 0:
             continue
         pool = (h.resource, h.shared)
-        free[k][pool] = free[k].get(pool, 0) - h.units
         age = max(0.0, now - h.started) if h.started is not None else 0.0
         if h.ends is not None:
             end = quantile_draw(h.ends, rng.random())
@@ -1068,6 +1063,25 @@ def _running_now(
         if end <= horizon:
             heapq.heappush(events, (end, len(events), k, pool, h.units))
     return free, events
+
+
+def _free_now(
+    nodes: Sequence[Node], node_index: Mapping[str, int], holders: Sequence[Holder]
+) -> Free:
+    """The free units per node and pool now: each node's whole devices and time-sliced
+    replicas, less what every holder on it holds (no draw: a holder holds its units
+    until it has ended, whatever its forecast says)."""
+    free: Free = []
+    for n in nodes:
+        pools = {(r, False): n.whole(r) for r in n.allocatable}
+        pools.update({(r, True): v for r, v in n.shared.items()})
+        free.append(pools)
+    for h in holders:
+        k = node_index.get(h.node)
+        if k is not None and h.units > 0:
+            pool = (h.resource, h.shared)
+            free[k][pool] = free[k].get(pool, 0) - h.units
+    return free
 
 
 def _one_sample(
@@ -1252,34 +1266,74 @@ def _choose(
 # --------------------------------------------------------------------- the naive answer
 
 
+def nodes_fitting_now(
+    nodes: Sequence[Node],
+    holders: Sequence[Holder],
+    pod: PendingPod | Request,
+    request_tolerations: Sequence[Toleration] | None = None,
+    one_replica_per_pod: bool = False,
+) -> tuple[str, ...]:
+    """The nodes ``pod`` could start on now, by the rules the replay places it by at
+    ``now``: open to it (its GPU type, node selector and tolerations; schedulable, state
+    taints tolerated) with enough units free in one of the pools it may take them from
+    (``_pools``: whole devices, then time-sliced replicas), every running pod's units
+    held (``_free_now``). ``request_tolerations`` and ``one_replica_per_pod`` as in
+    ``replay``.
+
+    Why apart from the replay: whether GPUs are free now is a fact of the cluster as
+    read, not a draw. A replay's samples also free, at ``now``, the GPUs of pods whose
+    forecast end (or deletion timestamp) has passed but which still run, so one sample
+    of it could say either.
+    """
+    _, fitting = _fitting_now(nodes, holders, pod, request_tolerations, one_replica_per_pod)
+    return tuple(nodes[k].name for k in fitting)
+
+
+def _fitting_now(
+    nodes: Sequence[Node],
+    holders: Sequence[Holder],
+    pod: PendingPod | Request,
+    request_tolerations: Sequence[Toleration] | None,
+    one_replica_per_pod: bool,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the indices of the nodes open to ``pod`` now, of which those it fits now), as
+    ``nodes_fitting_now`` reads them."""
+    lists = _NodeLists(nodes, one_replica_per_pod)
+    tolerations = _tolerations_of(pod, nodes, request_tolerations)
+    _, open_nodes = lists.of(pod.resource, pod.product, tolerations, pod.selector)
+    free = _free_now(nodes, {n.name: k for k, n in enumerate(nodes)}, holders)
+    pools = lists.pools(pod.resource, pod.units)
+    return open_nodes, tuple(k for k in open_nodes if _fits(free, (k,), pools, pod.units))
+
+
 def naive_start(
     nodes: Sequence[Node],
     holders: Sequence[Holder],
     pod: PendingPod | Request,
     now: float,
     request_tolerations: Sequence[Toleration] | None = None,
+    one_replica_per_pod: bool = False,
 ) -> float:
-    """The naive answer: "when the earliest running job on a suitable node ends" (P50), or now if one fits.
+    """The naive answer: "when the earliest running job on a suitable node ends" (P50),
+    or now if it fits now (``nodes_fitting_now``: the replay's own rule).
 
     The answer people give by hand; the bench compares the replay with it. inf when
     no suitable node (of its type, taints tolerated, open) has a holder with a forecast
     or being deleted (gone by its deletion timestamp).
     """
+    open_nodes, fitting = _fitting_now(
+        nodes, holders, pod, request_tolerations, one_replica_per_pod
+    )
+    if fitting:
+        return now
+    names = {nodes[k].name for k in open_nodes}
     best = math.inf
-    tolerations = _tolerations_of(pod, nodes, request_tolerations)
-    typed = typed_offers(nodes)
-    for n in nodes:
-        if not _placeable(n, pod.resource, pod.product, tolerations, pod.selector, typed):
-            continue
-        held = sum(h.units for h in holders if h.node == n.name and h.resource == pod.resource)
-        if n.allocatable[pod.resource] - held >= pod.units:
-            return now
-        for h in holders:
-            if h.node == n.name and h.resource == pod.resource:
-                end = h.ends[1] if h.ends is not None else math.inf
-                if h.deletion_timestamp is not None:
-                    end = min(end, h.deletion_timestamp)
-                best = min(best, max(now, end))
+    for h in holders:
+        if h.node in names and h.resource == pod.resource:
+            end = h.ends[1] if h.ends is not None else math.inf
+            if h.deletion_timestamp is not None:
+                end = min(end, h.deletion_timestamp)
+            best = min(best, max(now, end))
     return best
 
 

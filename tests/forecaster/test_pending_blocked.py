@@ -166,3 +166,25 @@ def test_fitting_since_is_saved_with_the_predictions():
     text = json.dumps({"version": 1, "pods": old})
     back, skipped = parse_predictions(text)
     assert skipped == 0 and all(r[5] is None for r in back)
+
+
+def test_whether_a_blocked_pod_fits_free_gpus_is_read_not_drawn():
+    """A GPU a running pod holds is held now, whatever its run's forecast says: ``late``'s
+    run was forecast to end between 5 min ago and 7 min from now (P10 overdue). Blocked
+    ``stuck`` fits no free GPU, so it waits for GPUs and is replayed, for every
+    ``random_state``. Decided by one draw of the replay, it was ``blocked_elsewhere`` in
+    the draws ending ``late`` before now (about 43 % of them)."""
+    late = Holder("ml", "late", "n1", G, 1, None, NOW - 3600, uid="ul")
+    q = ClusterQueue(
+        (Node("n1", {G: 1}, "A100"),),
+        (late,),
+        (PendingPod("ml", "stuck", G, 1, NOW - 3 * 3600, uid="us"),),
+    )
+    ends = {("ml", "late"): (NOW - 300, NOW + 60, NOW + 420)}
+    statuses = {
+        predict_queue(q, ends, [3600.0], NOW, SETTINGS, {("ml", "stuck")}, seed)
+        .pods[0]
+        .prediction.status
+        for seed in range(30)
+    }
+    assert statuses == {PREDICTED}

@@ -23,6 +23,7 @@ from gpu_eta.forecaster.queue_replay import (
     Toleration,
     default_requests,
     naive_start,
+    nodes_fitting_now,
     parse_toleration,
     quantile_draw,
     replay,
@@ -816,3 +817,30 @@ def test_node_of_unknown_type_takes_a_typed_pod_only_where_no_known_node_offers_
     assert {(q.product, q.units): p.starts for q, p in reqs.items()} == {
         (a100, 1): (NOW + 100, NOW + 100, NOW + 100)
     }
+
+
+def test_the_naive_answer_fits_now_by_the_replays_pools():
+    """A node of one whole GPU and two time-sliced replicas, one replica held: two units
+    free, yet a 2-unit pod takes its units from one pool (whole devices, or replicas), so
+    it does not fit now, for the replay nor for the naive answer; a 1-unit pod does."""
+    n1 = Node("n1", {G: 3}, "A100", {G: 2})
+    held = Holder("ml", "a", "n1", G, 1, (NOW + 100,) * 3, NOW - 100, shared=True)
+    two, one = pending("two", units=2), pending("one", created=1)
+    r = replay([n1], [held], [two, one], NOW, **EXACT)
+    assert starts(r, "two")[1] == 100.0 and starts(r, "one")[1] == 0.0
+    assert naive_start([n1], [held], two, NOW) == NOW + 100
+    assert naive_start([n1], [held], one, NOW) == NOW
+    assert nodes_fitting_now([n1], [held], two) == ()
+    assert nodes_fitting_now([n1], [held], one) == ("n1",)
+
+
+def test_gpus_free_now_are_read_not_drawn():
+    """A pod past its forecast end, or its deletion timestamp, still holds its GPU now:
+    the replay's samples free it at ``now`` (it is due), ``nodes_fitting_now`` does not."""
+    nodes = [node("n1", 1), node("n2", 1)]
+    overdue = job("a", "n1", -60)
+    terminating = Holder("ml", "b", "n2", G, 1, None, NOW - 900, deletion_timestamp=NOW - 10)
+    r = replay(nodes, [overdue, terminating], [pending("p")], NOW, **EXACT)
+    assert starts(r, "p") == (0.0, 0.0, 0.0)
+    assert nodes_fitting_now(nodes, [overdue, terminating], pending("p")) == ()
+    assert nodes_fitting_now(nodes, [overdue], pending("p")) == ("n2",)
