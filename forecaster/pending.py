@@ -11,7 +11,6 @@ import bisect
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from gpu_eta.common.text import first_of
 from gpu_eta.forecaster.kube_state import ClusterQueue
@@ -176,20 +175,12 @@ def predict(
         len(ordered) - len(kept),
         queue.rejected,
         tainted_nodes=queue.tainted_nodes,
-        **_queue_notes(queue),
+        tolerations_missing=queue.tolerations_missing,
+        tolerations_read=queue.tolerations_read,
+        selectors_unchecked=queue.selectors_unchecked,
+        selectors_checked=queue.selectors_checked,
+        created_missing=queue.created_missing,
     )
-
-
-def _queue_notes(queue: ClusterQueue) -> dict[str, Any]:
-    """What the queue says of its pods, as ``PendingSet`` fields: the whole queue's, also
-    where some of its pods are left out of the replay (``predict_queue``)."""
-    return {
-        "tolerations_missing": queue.tolerations_missing,
-        "tolerations_read": queue.tolerations_read,
-        "selectors_unchecked": queue.selectors_unchecked,
-        "selectors_checked": queue.selectors_checked,
-        "created_missing": queue.created_missing,
-    }
 
 
 # How far apart two pods of one owner may have started and still be taken for one run
@@ -280,43 +271,60 @@ def predict_queue(
     blocked: Collection[tuple[str, str]] = (),
     random_state: int | None = 0,
 ) -> PendingSet:
-    """``predict``, with the pods of ``blocked`` (namespace, pod: ``StartTracker.blocked``)
-    that still fit free GPUs now left out of the replay and published
-    ``blocked_elsewhere``, without a start time.
+    """``predict``, with each pod of ``blocked`` (namespace, pod: ``StartTracker.blocked``)
+    that still fits free GPUs now kept off the nodes it fits on
+    (``PendingPod.excluded_nodes``) and published ``blocked_elsewhere``: with the start
+    the replay gives it on the other nodes, or without one when it gets none there (no
+    other node suits it, or none frees for it within the horizon).
 
-    Why: such a pod waits for something the replay does not model (an unbound PVC, CPU
-    or memory, a scheduling gate). Replayed, it is predicted to start "now" every cycle
-    (which hides ``GpuEtaPodPendingNoStart`` for it) and takes, in every sample, a GPU
-    the pods behind it really get. One that fits no free GPU any more (others took them)
-    waits for GPUs too, and is replayed. Whether it fits free GPUs is read from the
-    cluster now (``nodes_fitting_now``: the units every running pod holds taken), not
-    drawn: a pod whose forecast end has passed still holds its GPUs."""
-    held_back = [
-        p
-        for p in queue.pending
-        if (p.namespace, p.pod) in blocked
-        and nodes_fitting_now(
-            queue.nodes, queue.holders, p, one_replica_per_pod=settings.one_replica_per_pod
+    Why: such a pod waits for something the replay does not model (CPU or memory short
+    on those nodes, an unbound PVC, a scheduling gate). Replayed as it is, it is
+    predicted to start "now" every cycle and takes, in every sample, a GPU the pods
+    behind it really get. Left out of the replay, it took no GPU anywhere, though a pod
+    kept off a node by that node's CPU or memory starts on another node once GPUs free
+    there, before the pods behind it, which were predicted that much too early. Kept off
+    only the nodes where it was seen to fit and not start, it is replayed on the others
+    by the same rules as every pod. Its status stays ``blocked_elsewhere``, start or
+    not: what holds it may hold it on every node (a gate, a PVC), which only a start
+    elsewhere would tell, so that start silences no alert (``GpuEtaPodPendingNoStart``)
+    and none of its predictions is scored (``StartTracker``).
+
+    One that fits no free GPU any more (others took them) waits for GPUs too, and is
+    replayed as any pod. Whether it fits free GPUs is read from the cluster now
+    (``nodes_fitting_now``: the units every running pod holds taken), not drawn: a pod
+    whose forecast end has passed still holds its GPUs."""
+    pending = []
+    kept_off = set()
+    for p in queue.pending:
+        key = (p.namespace, p.pod)
+        fitting = (
+            nodes_fitting_now(
+                queue.nodes, queue.holders, p, one_replica_per_pod=settings.one_replica_per_pod
+            )
+            if key in blocked
+            else ()
         )
-    ]
-    if not held_back:
+        if fitting:
+            p = replace(p, excluded_nodes=p.excluded_nodes | frozenset(fitting))
+            kept_off.add(key)
+        pending.append(p)
+    if not kept_off:
         return predict(queue, job_ends, durations, now, settings, random_state)
-    held = {(p.namespace, p.pod) for p in held_back}
-    rest = tuple(p for p in queue.pending if (p.namespace, p.pod) not in held)
-    result = predict(replace(queue, pending=rest), job_ends, durations, now, settings, random_state)
-    blocked_pods = tuple(
-        PodStart(
-            p.namespace,
-            p.pod,
-            p.resource,
-            p.units,
-            p.created,
-            StartPrediction(BLOCKED_ELSEWHERE, None, 0.0),
-        )
-        for p in held_back
+    result = predict(
+        replace(queue, pending=tuple(pending)), job_ends, durations, now, settings, random_state
     )
-    # what the queue says of its pods (the log line's) is the whole queue's
-    return replace(result, pods=result.pods + blocked_pods, **_queue_notes(queue))
+    pods = tuple(
+        _blocked_elsewhere(p) if (p.namespace, p.pod) in kept_off else p for p in result.pods
+    )
+    return replace(result, pods=pods)
+
+
+def _blocked_elsewhere(start: PodStart) -> PodStart:
+    """A kept-off pod's ``start`` (``predict_queue``) as published: ``blocked_elsewhere``,
+    with its start on the other nodes when the replay predicted one."""
+    pred = start.prediction
+    starts = pred.starts if pred.status == PREDICTED else None
+    return replace(start, prediction=StartPrediction(BLOCKED_ELSEWHERE, starts, pred.started_share))
 
 
 # ``gpu_eta_forecaster_job_errors_total{reason}`` values for the queue's pods left
@@ -497,10 +505,12 @@ class StartTracker:
     A pod predicted to start now (GPUs it may use are free) that is still Pending and
     unbound ``blocked_seconds`` after the first such prediction waits for something
     else (``BLOCKED_GRACE_SECONDS``): ``blocked`` names it for ``predict_queue``, which
-    publishes it ``blocked_elsewhere`` and replays the queue without it. Its kept
-    predictions are dropped then, and none is kept while it is blocked: they timed a
-    wait that was not for GPUs, and scored when it starts they would teach the
-    calibrator that zero-width intervals miss by hours.
+    keeps it off the nodes it fits on and publishes it ``blocked_elsewhere``, with the
+    start it gets on other nodes if any. It stays blocked while it fits free GPUs. Its
+    kept predictions are dropped then, and none is kept while it is blocked: they timed
+    a wait that was not for GPUs (or one on other nodes that its block may close too),
+    and scored when it starts they would teach the calibrator that zero-width intervals
+    miss by hours.
 
     ``waiting`` and ``restore`` hand the kept predictions to ``pending_state``, which
     keeps them in the history file: a ``once`` CronJob (a new process every cycle)

@@ -98,8 +98,9 @@ pod whose tolerations are unknown does not tolerate (it is placed as if it toler
 every taint), node affinity (a ``nodeSelector`` is matched: its GPU product, and
 its other keys on the nodes whose labels are known, ``Node.labels``; a key no node
 label shows is left out by ``kube_state``, the pod then matched as if it did not
-select it), CPU/memory shortages, and pods arriving after now (they can only take GPUs
-from pods behind them in the order, or from later requests). A ``ResourceQuota`` holds
+select it), CPU/memory shortages (a pod seen passing over free GPUs is kept off the
+nodes it fits: ``PendingPod.excluded_nodes``), and pods arriving after now (they can
+only take GPUs from pods behind them in the order, or from later requests). A ``ResourceQuota`` holds
 no pod here: it refuses a pod over it when the pod is created, so such a pod never
 queues.
 """
@@ -132,7 +133,8 @@ NEVER_FITS = "never_fits"
 BEYOND_HORIZON = "beyond_horizon"
 NO_SCHEDULABLE_NODE = "no_schedulable_node"  # fits only on cordoned or NotReady nodes
 # fits free GPUs now, yet stayed Pending and unbound past a grace: it waits for something
-# no replay models (a PVC, CPU or memory, a scheduling gate); set by pending.StartTracker
+# no replay models (a PVC, CPU or memory, a scheduling gate); found by pending.StartTracker,
+# published by pending.predict_queue with the start it is given on the other nodes, if any
 BLOCKED_ELSEWHERE = "blocked_elsewhere"
 STATUSES = (
     PREDICTED,
@@ -372,6 +374,12 @@ class PendingPod:
     every such pair the pod selects, of which ``kube_state.ClusterQueue`` keeps in
     ``selector`` those whose key some node's labels show (a key no node shows is most
     likely not exported); () : ``selector`` is taken as given.
+
+    ``excluded_nodes``: nodes it is not placed on, whatever they offer. Not read from
+    the cluster: ``pending.predict_queue`` sets it for a pod that has fit free GPUs on
+    those nodes past a grace without being bound there (it waits for something there
+    the replay does not model, CPU or memory, say), so the replay starts it on the other
+    nodes only.
     """
 
     namespace: str
@@ -385,21 +393,23 @@ class PendingPod:
     selector: Selector = ()
     node_selector: Selector = ()
     uid: str = ""  # its Kubernetes UID ("" when not read), as ``Holder.uid``
+    excluded_nodes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
     """A request made now: ``units`` of ``resource`` on a ``product`` GPU.
 
-    ``selector`` (a class constant, not a field): a request selects no node label, so
-    the replay reads a pending pod's, a request's and an arrival's ``selector`` alike,
-    without telling them apart."""
+    ``selector`` and ``excluded_nodes`` (class constants, not fields): a request selects
+    no node label and no node is closed to it alone, so the replay reads a pending
+    pod's, a request's and an arrival's alike, without telling them apart."""
 
     product: str
     resource: str
     units: int
     priority: int = 0
     selector: ClassVar[Selector] = ()
+    excluded_nodes: ClassVar[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -736,8 +746,8 @@ def _tolerations_of(
     return item.tolerations
 
 
-# resource, product, tolerations, node selector
-SuitableKey = tuple[str, str, tuple[Toleration, ...] | None, Selector]
+# resource, product, tolerations, node selector, nodes excluded
+SuitableKey = tuple[str, str, tuple[Toleration, ...] | None, Selector, frozenset[str]]
 
 
 class _NodeLists:
@@ -763,18 +773,21 @@ class _NodeLists:
         product: str,
         tolerations: Sequence[Toleration] | None,
         selector: Selector = (),
+        excluded: frozenset[str] = frozenset(),
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(the suitable nodes' indices, of which those that take new pods now), each
-        in ``nodes`` order (as ``_suitable`` and ``_placeable`` would select them)."""
-        key = (resource, product, None if tolerations is None else tuple(tolerations), selector)
+        in ``nodes`` order (as ``_suitable`` and ``_placeable`` would select them), the
+        nodes named in ``excluded`` (``PendingPod.excluded_nodes``) left out of both."""
+        tols = None if tolerations is None else tuple(tolerations)
+        key = (resource, product, tols, selector, excluded)
         got = self._lists.get(key)
         if got is None:
-            tols = key[2]
             suitable = tuple(
                 k
                 for k, n in enumerate(self.nodes)
                 if _offers(n, resource, product, selector, self.typed)
                 and (tols is None or _tolerates_all(tols, self._blocking[k]))
+                and n.name not in excluded
             )
             got = (suitable, tuple(k for k in suitable if _open_to(self.nodes[k], tols)))
             self._lists[key] = got
@@ -877,7 +890,7 @@ def replay(
             tol = by_resource[it.resource]
         else:
             tol = it.tolerations
-        suitable, cand = lists.of(it.resource, it.product, tol, it.selector)
+        suitable, cand = lists.of(it.resource, it.product, tol, it.selector, it.excluded_nodes)
         fit_ok.append(lists.fits(suitable, it.resource, it.units))
         place_ok.append(lists.fits(cand, it.resource, it.units))
         candidates.append(cand)
@@ -1300,7 +1313,9 @@ def _fitting_now(
     ``nodes_fitting_now`` reads them."""
     lists = _NodeLists(nodes, one_replica_per_pod)
     tolerations = _tolerations_of(pod, nodes, request_tolerations)
-    _, open_nodes = lists.of(pod.resource, pod.product, tolerations, pod.selector)
+    _, open_nodes = lists.of(
+        pod.resource, pod.product, tolerations, pod.selector, pod.excluded_nodes
+    )
     free = _free_now(nodes, {n.name: k for k, n in enumerate(nodes)}, holders)
     pools = lists.pools(pod.resource, pod.units)
     return open_nodes, tuple(k for k in open_nodes if _fits(free, (k,), pools, pod.units))
@@ -1412,8 +1427,9 @@ class StartCalibrator:
     def widen(
         self, pred: StartPrediction, now: float, scale: float | None = None
     ) -> StartPrediction:
-        """``pred`` with its interval scaled around P50 (P10 never before ``now``)."""
-        if pred.starts is None or pred.status != PREDICTED:
+        """``pred`` with its interval scaled around P50 (P10 never before ``now``): a
+        predicted start, or a ``blocked_elsewhere`` pod's start on other nodes."""
+        if pred.starts is None or pred.status not in (PREDICTED, BLOCKED_ELSEWHERE):
             return pred
         s = self.scale if scale is None else scale
         p10, p50, p90 = pred.starts

@@ -188,3 +188,41 @@ def test_whether_a_blocked_pod_fits_free_gpus_is_read_not_drawn():
         for seed in range(30)
     }
     assert statuses == {PREDICTED}
+
+
+def test_a_blocked_pod_is_kept_off_the_nodes_it_fits_and_starts_elsewhere():
+    """``stuck`` has fit n1's free GPU for the grace without being bound there (n1's CPU
+    or memory is short, say). It is kept off n1, not out of the queue: first in it, it
+    takes n2's GPU when ``other`` frees it at +100 s, published ``blocked_elsewhere``
+    with that start; ``a`` takes n1's free GPU now, and ``b`` waits for the next GPU to
+    free (``a``'s, after the history's 3600 s), not n2's at +100 s as if ``stuck`` were
+    gone."""
+    q = ClusterQueue(
+        (Node("n1", {G: 2}, "A100"), Node("n2", {G: 1}, "A100")),
+        (
+            Holder("ml", "job", "n1", G, 1, None, NOW - 600, uid="uj"),
+            Holder("ml", "other", "n2", G, 1, None, NOW - 600, uid="uo"),
+        ),
+        (
+            PendingPod("ml", "stuck", G, 1, NOW - 3 * 3600, uid="us"),
+            PendingPod("ml", "a", G, 1, NOW - 1200, uid="ua"),
+            PendingPod("ml", "b", G, 1, NOW - 600, uid="ub"),
+        ),
+    )
+    ends = {("ml", "job"): (NOW + 7200,) * 3, ("ml", "other"): (NOW + 100,) * 3}
+    result = predict_queue(q, ends, [3600.0], NOW, SETTINGS, {("ml", "stuck")})
+    got = {p.pod: p.prediction for p in result.pods}
+    assert got["stuck"].status == BLOCKED_ELSEWHERE
+    assert [t - NOW for t in got["stuck"].starts] == [100.0, 100.0, 100.0]
+    assert offsets(got["a"], NOW) == [0.0, 0.0, 0.0]
+    assert offsets(got["b"], NOW) == [3600.0, 3600.0, 3600.0]
+    # its start elsewhere is published beside its status
+    families = {f.name: f for f in pending_families(result)}
+    starts = families["gpu_eta_pod_predicted_start_timestamp_seconds"].samples
+    assert {s.value for s in starts if s.labels["pod"] == "stuck"} == {NOW + 100}
+    # the tracker keeps it blocked, and keeps none of its predictions to score
+    tracker = StartTracker()
+    tracker.restore([("ml", "stuck", "us", NOW - CYCLE, [], NOW - BLOCKED_GRACE_SECONDS)])
+    tracker.update(q, result, NOW)
+    assert tracker.blocked(q, NOW + CYCLE) == frozenset({("ml", "stuck")})
+    assert [starts for ns, pod, *_, starts, _ in tracker.waiting() if pod == "stuck"] == [[]]

@@ -9,6 +9,7 @@ import pytest
 
 from gpu_eta.forecaster.queue_replay import (
     BEYOND_HORIZON,
+    BLOCKED_ELSEWHERE,
     NEVER_FITS,
     NO_SCHEDULABLE_NODE,
     PREDICTED,
@@ -583,6 +584,9 @@ def test_calibrator_learns_the_scale_that_covers_80_percent():
     assert wide.starts[0] == NOW  # never before now
     never = StartPrediction(NEVER_FITS, None, 0.0)
     assert cal.widen(never, NOW) is never
+    # a blocked pod's start on other nodes is published with the same scale
+    elsewhere = StartPrediction(BLOCKED_ELSEWHERE, pred.starts, 1.0)
+    assert cal.widen(elsewhere, NOW) == StartPrediction(BLOCKED_ELSEWHERE, wide.starts, 1.0)
 
 
 def test_calibrator_keeps_a_window_and_bounds_the_scale():
