@@ -14,6 +14,12 @@ the running jobs' ends with the fitted model from their epochs so far, runs the
 replay, and later reads each queued pod's real start. Pods still queued when the run
 ends are left out (their start is unknown).
 
+The naive answer is what a user could work out from the same reads without the
+queue: "now" when the pod fits free GPUs now, else the earliest forecast end of a pod
+on a suitable node that frees its GPUs at its run's end (``naive_start``: not a notebook
+server, which keeps them, as the replay holds it). It shares the replay's inputs and
+rules for what is free and who frees what, so the gap between the two is the queue's.
+
 Scores, per observation (a pending pod at one prediction time ``t``):
 ``|P50 − actual| / (actual − t)`` (the error as a share of the wait still ahead), its
 median; the same over the pod's whole wait ``actual − created``; coverage of
@@ -167,7 +173,10 @@ def snapshot(
     """What kube-state-metrics and the forecaster would show at ``t``.
 
     ``exact_ends``: each pod's real end instead of the forecast (to separate the
-    replay's own error from the forecasts'); notebooks then get theirs too.
+    replay's own error from the forecasts'); notebooks then get theirs too. Whether a
+    pod ends with its run (``Holder.ends_with_run``) is what ``kube_state`` reads from
+    the simulator's owners (``simulation.ksm``): a training pod is a Job's and does, a
+    notebook is a StatefulSet's and does not; an exact end is the pod's own.
     """
     nodes = [
         Node(
@@ -203,6 +212,7 @@ def snapshot(
                 ends,
                 pod.start,
                 shared,
+                ends_with_run=pod.kind == "training" or exact_ends is not None,
             )
         )
     pending = [

@@ -1332,9 +1332,14 @@ def naive_start(
     """The naive answer: "when the earliest running job on a suitable node ends" (P50),
     or now if it fits now (``nodes_fitting_now``: the replay's own rule).
 
-    The answer people give by hand; the bench compares the replay with it. inf when
-    no suitable node (of its type, taints tolerated, open) has a holder with a forecast
-    or being deleted (gone by its deletion timestamp).
+    The answer people give by hand from what gpu-eta shows, without the queue ahead;
+    the bench compares the replay with it. A pod that outlives its run
+    (``Holder.ends_with_run`` False: a notebook server) frees nothing at its run's end,
+    as in the replay, so it counts as a holder without a forecast does. Why the same
+    rule: the yardstick measures what the replay adds to the same reads (the queue),
+    and which pods keep their GPUs is one of those reads. inf when no suitable node (of
+    its type, taints tolerated, open) has a holder with a forecast of its own end or
+    being deleted (gone by its deletion timestamp).
     """
     open_nodes, fitting = _fitting_now(
         nodes, holders, pod, request_tolerations, one_replica_per_pod
@@ -1345,7 +1350,7 @@ def naive_start(
     best = math.inf
     for h in holders:
         if h.node in names and h.resource == pod.resource:
-            end = h.ends[1] if h.ends is not None else math.inf
+            end = h.ends[1] if h.ends is not None and h.ends_with_run is not False else math.inf
             if h.deletion_timestamp is not None:
                 end = min(end, h.deletion_timestamp)
             best = min(best, max(now, end))

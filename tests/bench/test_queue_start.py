@@ -64,3 +64,23 @@ def test_demo_scenario_has_one_population_and_no_blind_replay() -> None:
     assert obs and {o.population for o in obs} == {"untyped"}
     assert all(o.blind is None for o in obs)
     assert qs.score(obs, {(1, k): v for k, v in actual.items()}, 10.0, blind=True) == {"n": 0}
+
+
+def test_the_snapshot_tells_notebooks_that_keep_their_gpus() -> None:
+    """As kube-state-metrics shows the simulator's pods (a Job's training pods, a
+    StatefulSet's notebooks: ``kube_pod_owner``), a notebook outlives its run and a
+    training pod ends with it; given every pod's real end (``--exact-ends``), that end is
+    the pod's own, notebooks' too."""
+    config = qs.ClusterConfig(warm_start_seconds=0.0, seed=1)
+    sim = qs.ClusterSim(config, stream="live", start=0.0)
+    sim.advance(600.0)
+    kinds = {p.name: p.kind for p in sim.pods}
+    history = qs.simulate_history(config, end_timestamp=0.0, seconds=2400.0, jobs=12)
+    model = qs.EtaModel(random_state=0).fit(list(qs.finished_runs(history.pods)))
+    _, holders, _ = qs.snapshot(sim, model, 600.0)
+    got = {kinds[h.pod]: set() for h in holders}
+    for h in holders:
+        got[kinds[h.pod]].add(h.ends_with_run)
+    assert got == {"notebook": {False}, "training": {True}}
+    _, exact, _ = qs.snapshot(sim, model, 600.0, {p.name: 9999.0 for p in sim.pods})
+    assert {h.ends_with_run for h in exact} == {True}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -848,3 +849,22 @@ def test_gpus_free_now_are_read_not_drawn():
     assert starts(r, "p") == (0.0, 0.0, 0.0)
     assert nodes_fitting_now(nodes, [overdue, terminating], pending("p")) == ()
     assert nodes_fitting_now(nodes, [overdue], pending("p")) == ("n2",)
+
+
+def test_the_naive_answer_frees_a_notebook_by_its_owner_not_its_run():
+    """A notebook server (``ends_with_run`` False: a StatefulSet's pod) keeps its GPU
+    when its training run ends, as the replay holds it: the naive answer does not free it
+    at its run's forecast end, but at its deletion timestamp when it is being deleted,
+    and otherwise takes the earliest end of a pod that ends with its run."""
+    nodes = [node("n1", 1), node("n2", 1)]
+    notebook = Holder("hub", "jupyter-a", "n1", G, 1, (NOW + 100,) * 3, NOW - 900)
+    notebook = dataclasses.replace(notebook, ends_with_run=False)
+    holders = [notebook, job("train", "n2", 500)]
+    assert naive_start(nodes, holders, pending("p"), NOW) == NOW + 500
+    r = replay(nodes, holders, [pending("p")], NOW, durations=[5000.0], n_samples=5)
+    assert starts(r, "p")[1] == 500.0
+    deleted = dataclasses.replace(notebook, deletion_timestamp=NOW + 50)
+    assert naive_start(nodes, [deleted, holders[1]], pending("p"), NOW) == NOW + 50
+    # a pod whose ownership is not known (None) ends with its run, as in the replay
+    unknown = dataclasses.replace(notebook, ends_with_run=None)
+    assert naive_start(nodes, [unknown, holders[1]], pending("p"), NOW) == NOW + 100
