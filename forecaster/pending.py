@@ -292,14 +292,15 @@ def predict_queue(
     One that fits no free GPU any more (others took them) waits for GPUs too, and is
     replayed as any pod. Whether it fits free GPUs is read from the cluster now
     (``nodes_fitting_now``: the units every running pod holds taken), not drawn: a pod
-    whose forecast end has passed still holds its GPUs."""
+    whose forecast end has passed still holds its GPUs (one past its deletion timestamp
+    does not, as in the replay)."""
     pending = []
     kept_off = set()
     for p in queue.pending:
         key = (p.namespace, p.pod)
         fitting = (
             nodes_fitting_now(
-                queue.nodes, queue.holders, p, one_replica_per_pod=settings.one_replica_per_pod
+                queue.nodes, queue.holders, p, now, one_replica_per_pod=settings.one_replica_per_pod
             )
             if key in blocked
             else ()

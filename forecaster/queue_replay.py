@@ -1282,41 +1282,41 @@ def _choose(
 def nodes_fitting_now(
     nodes: Sequence[Node],
     holders: Sequence[Holder],
-    pod: PendingPod | Request,
-    request_tolerations: Sequence[Toleration] | None = None,
+    pod: PendingPod,
+    now: float,
     one_replica_per_pod: bool = False,
 ) -> tuple[str, ...]:
-    """The nodes ``pod`` could start on now, by the rules the replay places it by at
-    ``now``: open to it (its GPU type, node selector and tolerations; schedulable, state
+    """The nodes ``pod`` could start on at ``now``, by the rules the replay places it by
+    then: open to it (its GPU type, node selector and tolerations; schedulable, state
     taints tolerated) with enough units free in one of the pools it may take them from
-    (``_pools``: whole devices, then time-sliced replicas), every running pod's units
-    held (``_free_now``). ``request_tolerations`` and ``one_replica_per_pod`` as in
-    ``replay``.
+    (``_pools``: whole devices, then time-sliced replicas), the units of every running
+    pod held (``_free_now``) but those of a pod past its deletion timestamp (the replay
+    frees them at ``now`` in every sample). ``one_replica_per_pod`` as in ``replay``.
 
     Why apart from the replay: whether GPUs are free now is a fact of the cluster as
     read, not a draw. A replay's samples also free, at ``now``, the GPUs of pods whose
-    forecast end (or deletion timestamp) has passed but which still run, so one sample
-    of it could say either.
+    forecast end has passed but which still run, in the samples whose draw ends them
+    before, so one sample of it could say either.
     """
-    _, fitting = _fitting_now(nodes, holders, pod, request_tolerations, one_replica_per_pod)
+    lists = _NodeLists(nodes, one_replica_per_pod)
+    _, fitting = _fitting_now(lists, holders, pod, now, pod.tolerations)
     return tuple(nodes[k].name for k in fitting)
 
 
 def _fitting_now(
-    nodes: Sequence[Node],
+    lists: _NodeLists,
     holders: Sequence[Holder],
     pod: PendingPod | Request,
-    request_tolerations: Sequence[Toleration] | None,
-    one_replica_per_pod: bool,
+    now: float,
+    tolerations: Sequence[Toleration] | None,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(the indices of the nodes open to ``pod`` now, of which those it fits now), as
-    ``nodes_fitting_now`` reads them."""
-    lists = _NodeLists(nodes, one_replica_per_pod)
-    tolerations = _tolerations_of(pod, nodes, request_tolerations)
+    """(the indices of the nodes of ``lists`` open to ``pod`` with ``tolerations`` now,
+    of which those it fits now), as ``nodes_fitting_now`` reads them."""
     _, open_nodes = lists.of(
         pod.resource, pod.product, tolerations, pod.selector, pod.excluded_nodes
     )
-    free = _free_now(nodes, {n.name: k for k, n in enumerate(nodes)}, holders)
+    holding = [h for h in holders if h.deletion_timestamp is None or h.deletion_timestamp > now]
+    free = _free_now(lists.nodes, {n.name: k for k, n in enumerate(lists.nodes)}, holding)
     pools = lists.pools(pod.resource, pod.units)
     return open_nodes, tuple(k for k in open_nodes if _fits(free, (k,), pools, pod.units))
 
@@ -1341,9 +1341,9 @@ def naive_start(
     its type, taints tolerated, open) has a holder with a forecast of its own end or
     being deleted (gone by its deletion timestamp).
     """
-    open_nodes, fitting = _fitting_now(
-        nodes, holders, pod, request_tolerations, one_replica_per_pod
-    )
+    lists = _NodeLists(nodes, one_replica_per_pod)
+    tolerations = _tolerations_of(pod, nodes, request_tolerations)
+    open_nodes, fitting = _fitting_now(lists, holders, pod, now, tolerations)
     if fitting:
         return now
     names = {nodes[k].name for k in open_nodes}

@@ -226,3 +226,20 @@ def test_a_blocked_pod_is_kept_off_the_nodes_it_fits_and_starts_elsewhere():
     tracker.update(q, result, NOW)
     assert tracker.blocked(q, NOW + CYCLE) == frozenset({("ml", "stuck")})
     assert [starts for ns, pod, *_, starts, _ in tracker.waiting() if pod == "stuck"] == [[]]
+
+
+def test_a_pod_past_its_deletion_timestamp_has_freed_its_gpus_for_the_check_too():
+    """The replay takes a pod stuck terminating past its deletion timestamp to have
+    freed its GPUs (docs/pending.md, step 1): it starts ``stuck`` now in every sample.
+    Whether ``stuck`` fits free GPUs is read by the same rule, or, predicted to start
+    now cycle after cycle, it would never be found blocked, and would hide the alert."""
+    gone = Holder("ml", "gone", "n1", G, 1, None, NOW - 3600, deletion_timestamp=NOW - 600)
+    q = ClusterQueue(
+        (Node("n1", {G: 1}, "A100"),),
+        (gone,),
+        (PendingPod("ml", "stuck", G, 1, NOW - 3 * 3600, uid="us"),),
+    )
+    (first,) = predict_queue(q, ENDS, [3600.0], NOW, SETTINGS).pods
+    assert offsets(first.prediction, NOW) == [0.0, 0.0, 0.0]
+    (later,) = predict_queue(q, ENDS, [3600.0], NOW, SETTINGS, {("ml", "stuck")}).pods
+    assert later.prediction.status == BLOCKED_ELSEWHERE

@@ -835,20 +835,24 @@ def test_the_naive_answer_fits_now_by_the_replays_pools():
     assert starts(r, "two")[1] == 100.0 and starts(r, "one")[1] == 0.0
     assert naive_start([n1], [held], two, NOW) == NOW + 100
     assert naive_start([n1], [held], one, NOW) == NOW
-    assert nodes_fitting_now([n1], [held], two) == ()
-    assert nodes_fitting_now([n1], [held], one) == ("n1",)
+    assert nodes_fitting_now([n1], [held], two, NOW) == ()
+    assert nodes_fitting_now([n1], [held], one, NOW) == ("n1",)
 
 
 def test_gpus_free_now_are_read_not_drawn():
-    """A pod past its forecast end, or its deletion timestamp, still holds its GPU now:
-    the replay's samples free it at ``now`` (it is due), ``nodes_fitting_now`` does not."""
+    """A pod past its forecast end still holds its GPU now: the replay's samples free it
+    at ``now`` when their draw ends it before, ``nodes_fitting_now`` does not. A pod past
+    its deletion timestamp has freed its GPU for both (every sample frees it at now);
+    one being deleted later holds it until then."""
     nodes = [node("n1", 1), node("n2", 1)]
     overdue = job("a", "n1", -60)
-    terminating = Holder("ml", "b", "n2", G, 1, None, NOW - 900, deletion_timestamp=NOW - 10)
+    terminating = Holder("ml", "b", "n2", G, 1, None, NOW - 900, deletion_timestamp=NOW + 10)
     r = replay(nodes, [overdue, terminating], [pending("p")], NOW, **EXACT)
     assert starts(r, "p") == (0.0, 0.0, 0.0)
-    assert nodes_fitting_now(nodes, [overdue, terminating], pending("p")) == ()
-    assert nodes_fitting_now(nodes, [overdue], pending("p")) == ("n2",)
+    assert nodes_fitting_now(nodes, [overdue, terminating], pending("p"), NOW) == ()
+    assert nodes_fitting_now(nodes, [overdue], pending("p"), NOW) == ("n2",)
+    stuck = dataclasses.replace(terminating, deletion_timestamp=NOW - 10)
+    assert nodes_fitting_now(nodes, [overdue, stuck], pending("p"), NOW) == ("n2",)
 
 
 def test_the_naive_answer_frees_a_notebook_by_its_owner_not_its_run():
