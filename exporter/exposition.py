@@ -294,8 +294,9 @@ def _self(snap: Snapshot, version: str) -> Iterator[Metric]:
     if snap.progress_fields_skipped_total is not None:
         skipped = _Family(
             "gpu_eta_exporter_progress_fields_skipped",
-            "Free-form fields left out of stored progress reports (over 1e15, not a "
-            "number, an invalid name, beyond 16 names); the rest of each was stored",
+            "Free-form fields left out of stored progress reports and log lines (over "
+            "1e15, not a number, an invalid name, beyond 16 names); the rest of each was "
+            "stored",
             "counter",
         )
         skipped.add({"node": node}, snap.progress_fields_skipped_total)
