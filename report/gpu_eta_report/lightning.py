@@ -2,8 +2,10 @@
 
 Imports ``lightning`` (or the older ``pytorch_lightning``) only here, never from
 ``gpu_eta_report``. Without either installed the class still imports (its base is
-``object``) so code that builds callbacks conditionally does not break. Only the
-global-zero process reports. Hooks never raise into training.
+``object``) so code that builds callbacks conditionally does not break. Only each
+pod's first process (``trainer.local_rank == 0``) reports, as ``client.other_rank``
+decides for ``start()``: every pod of a multi-node job has its GPUs forecast. Hooks
+never raise into training.
 
 The plan: ``max_epochs`` and the optimizer steps from where the run starts to
 ``max_epochs``, at most ``max_steps`` (``planned_run``): each epoch's batches over the
