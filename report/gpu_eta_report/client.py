@@ -20,10 +20,11 @@ no local rank is set); the others get a disabled reporter (one INFO line), unles
 own).
 
 Where the exporter is: ``url`` argument, else ``GPU_ETA_URL`` (e.g.
-``http://10.0.0.5:9843/progress``), else the node IP from the downward API in
-``GPU_ETA_HOST_IP``, ``HOST_IP`` or ``NODE_IP`` (``status.hostIP``) with port
-``GPU_ETA_PORT`` (default 9843). With none of them the reporter is disabled
-(a warning once, no error).
+``http://10.0.0.5:9843/progress``; an ``http://`` URL without a port means port 80,
+a ``GPU_ETA_URL`` without a scheme, ``10.0.0.5``, port 9843), else the node IP from
+the downward API in ``GPU_ETA_HOST_IP``, ``HOST_IP`` or ``NODE_IP``
+(``status.hostIP``) with port ``GPU_ETA_PORT`` (default 9843). With none of them the
+reporter is disabled (a warning once, no error).
 
 How long one send may take: ``timeout_seconds`` argument, else
 ``GPU_ETA_TIMEOUT_SECONDS``, else 2 s (a value that is not a number in (0, 60] is
@@ -111,16 +112,25 @@ _NUMBERS = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def exporter_url(env: Mapping[str, str] | None = None) -> str | None:
-    """The exporter's ``/progress`` URL from the environment, or None if unknown."""
+    """The exporter's ``/progress`` URL from the environment, or None if unknown.
+
+    ``GPU_ETA_URL`` may leave out the scheme (``host``, ``host:port``, ``host/path``):
+    such a form names the exporter, so its port is the exporter's ``DEFAULT_PORT``
+    unless given. With a scheme it is a URL like any other (``exporter_target``).
+    """
     env = os.environ if env is None else env
     url = env.get("GPU_ETA_URL", "").strip()
     if url:
+        bare = "://" not in url
         try:
-            parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+            parsed = urllib.parse.urlsplit(f"http://{url}" if bare else url)
+            netloc = parsed.netloc
+            if bare and parsed.port is None:
+                netloc = f"{netloc.rstrip(':')}:{DEFAULT_PORT}"
         except ValueError:  # "http://[::1": the reporter says it is unusable, disabled
             return url
         path = parsed.path if parsed.path not in ("", "/") else "/progress"
-        return urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, path, "", ""))
+        return urllib.parse.urlunsplit((parsed.scheme, netloc, path, "", ""))
     for name in ("GPU_ETA_HOST_IP", "HOST_IP", "NODE_IP"):
         host = env.get(name, "").strip()
         if host:
@@ -129,6 +139,25 @@ def exporter_url(env: Mapping[str, str] | None = None) -> str | None:
                 host = f"[{host}]"  # IPv6 node address
             return f"http://{host}:{port}/progress"
     return None
+
+
+def exporter_target(url: str) -> tuple[str, int, str]:
+    """(host, port, path) to POST ``url``'s reports to; ValueError if it is unusable.
+
+    An ``http://`` URL without a port means port 80, as it does to curl, requests and
+    browsers: the same URL must not reach one server from a shell and another from
+    the client. Only the scheme-less ``GPU_ETA_URL`` forms (``exporter_url``) are given
+    the exporter's port. There is no TLS here (the exporter serves plain HTTP), so
+    ``https://`` is refused rather than sent in clear text to port 443.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError("only http:// URLs")
+    parts.hostname.encode("idna")  # what connecting does: "a..b" never resolves
+    port = http.client.HTTP_PORT if parts.port is None else parts.port
+    if port == 0:
+        raise ValueError("port 0")
+    return parts.hostname, port, parts.path or "/progress"
 
 
 def timeout_setting(value: object = None, env: Mapping[str, str] | None = None) -> float:
@@ -561,15 +590,7 @@ class ProgressReporter:
                 )
                 return
             try:
-                parts = urllib.parse.urlsplit(self.url)
-                if parts.scheme != "http" or not parts.hostname:
-                    raise ValueError("only http:// URLs")
-                parts.hostname.encode("idna")  # what connecting does: "a..b" never resolves
-                self._target = (
-                    parts.hostname,
-                    parts.port or DEFAULT_PORT,
-                    parts.path or "/progress",
-                )
+                self._target = exporter_target(self.url)
             except ValueError as err:
                 log.warning(
                     "gpu-eta: bad exporter URL %r (%s); progress not reported", self.url, err

@@ -392,6 +392,12 @@ def test_bad_metric_values_are_dropped_not_sent(listener):
     [
         ({"GPU_ETA_URL": "http://10.1.2.3:9843/progress"}, "http://10.1.2.3:9843/progress"),
         ({"GPU_ETA_URL": "10.1.2.3:9999"}, "http://10.1.2.3:9999/progress"),
+        # no scheme: the exporter's port; a scheme: the port it says, else the scheme's
+        ({"GPU_ETA_URL": "10.1.2.3"}, "http://10.1.2.3:9843/progress"),
+        ({"GPU_ETA_URL": "exporter.ns.svc/report"}, "http://exporter.ns.svc:9843/report"),
+        ({"GPU_ETA_URL": "[fd00::7]"}, "http://[fd00::7]:9843/progress"),
+        ({"GPU_ETA_URL": "10.1.2.3:"}, "http://10.1.2.3:9843/progress"),
+        ({"GPU_ETA_URL": "http://10.1.2.3"}, "http://10.1.2.3/progress"),
         ({"HOST_IP": "10.0.0.7"}, "http://10.0.0.7:9843/progress"),
         ({"NODE_IP": "fd00::7", "GPU_ETA_PORT": "9000"}, "http://[fd00::7]:9000/progress"),
         ({}, None),
@@ -399,6 +405,51 @@ def test_bad_metric_values_are_dropped_not_sent(listener):
 )
 def test_exporter_url_from_environment(env, expected):
     assert exporter_url(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "target"),
+    [
+        ("http://127.0.0.1/progress", ("127.0.0.1", 80, "/progress")),
+        ("http://exporter", ("exporter", 80, "/progress")),
+        ("http://exporter:/p", ("exporter", 80, "/p")),
+        ("http://[fd00::7]/progress", ("fd00::7", 80, "/progress")),
+        ("HTTP://Exporter:9000/x", ("exporter", 9000, "/x")),
+        ("http://10.0.0.5:9843/progress", ("10.0.0.5", 9843, "/progress")),
+    ],
+)
+def test_an_http_url_without_a_port_means_port_80(value, target):
+    """As for curl, requests and browsers: only a ``GPU_ETA_URL`` without a scheme
+    (``exporter_url``) is given the exporter's port 9843."""
+    assert client.exporter_target(value) == target
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://10.0.0.5/progress",
+        "10.0.0.5:9843",
+        "http:///progress",
+        "http://h:0/p",
+        "http://a..b/",
+    ],
+)
+def test_an_exporter_url_that_cannot_be_posted_to_is_refused(value):
+    with pytest.raises(ValueError):
+        client.exporter_target(value)
+
+
+def test_a_url_naming_its_port_reaches_the_listener_there(monkeypatch):
+    """End to end through both forms: a URL argument without a path, and
+    ``GPU_ETA_URL`` as ``host:port``; each reaches the listener on the port it names."""
+    with listening_for(POD) as lst:
+        for url_argument, env in ((f"http://127.0.0.1:{lst.port}", None), (None, lst.port)):
+            if env is not None:
+                monkeypatch.setenv("GPU_ETA_URL", f"127.0.0.1:{env}")
+            r = start(epochs=1, url=url_argument, source_address=POD.ip)
+            r.epoch_end(1)
+            r.end()
+            assert r.stats["sent"] == 3, (url_argument, env, r.stats)
 
 
 def test_no_address_means_disabled_quietly(monkeypatch):
