@@ -7,7 +7,9 @@ report carries the whole state (run id, epoch, step, plan), so dropping one unde
 pressure loses nothing but freshness: the queue drops its oldest entry when full,
 step reports are thinned to one per ``min_interval_seconds``, and after failures
 the sender backs off (0.5 s doubling to 30 s), dropping and counting the step reports
-that come meanwhile; the start, epoch ends and the end are always tried. When the
+that come meanwhile; the start, epoch ends and the end are always tried. Failing
+reports are warned of once (URL and cause), then at most every 10 minutes, and an
+exporter reached again is said once at INFO (``FailureWarnings``). When the
 exporter answers 429 (or 503) with ``Retry-After``, the sender holds its reports that
 long, at most ``MAX_RETRY_AFTER_SECONDS``, then sends the newest of them (the older
 ones are superseded: counted dropped), or the refused report again when nothing newer
@@ -109,6 +111,9 @@ MAX_RETRY_AFTER_SECONDS = 30.0
 # for its reason, and its connection is not reused (the rest is unread).
 MAX_ANSWER_BYTES = 64 * 1024
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# While reports fail (the exporter unreachable), a warning at most this often: the first
+# failure is said at once, the ones after it counted into the next line.
+FAILURE_WARNING_INTERVAL_SECONDS = 600.0
 
 
 def exporter_url(env: Mapping[str, str] | None = None) -> str | None:
@@ -475,6 +480,52 @@ def _answer_reason(body: bytes) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in line[:200])
 
 
+def _failure_cause(err: BaseException) -> str:
+    """One bounded, printable line saying why a send failed, for a log line."""
+    text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    return "".join(ch if ch.isprintable() else " " for ch in text[:200])
+
+
+class FailureWarnings:
+    """When the sender warns that its reports fail. Pure: the caller passes the clock.
+
+    Why at all: a report that cannot be sent loses the run's progress, and a notebook
+    (whose pods may not reach the exporter: report/README.md) has no other sign of it.
+    Why so rarely: the sender tries a report every few seconds while backing off, and
+    an epoch end each epoch, so a line per failure would flood a training log for as
+    long as the exporter is away. So the first failure warns at once, later ones at
+    most every ``interval_seconds``, each naming how many failed since the last; an
+    exporter reached after a warning is said once (``reached``). An exporter failing
+    every other report gives at most a warning and a recovery per interval.
+    """
+
+    def __init__(self, interval_seconds: float = FAILURE_WARNING_INTERVAL_SECONDS) -> None:
+        self.interval_seconds = interval_seconds
+        self.warnings = 0  # warnings said so far
+        self._last_warning = -math.inf  # monotonic
+        self._unwarned = 0  # failures since the last warning
+        self._warned = False  # a warning was said since the exporter was last reached
+
+    def failed(self, now: float) -> int | None:
+        """A report failed at ``now`` (monotonic seconds): how many reports a warning
+        said now names (this one and the ones since the last warning), or None to say
+        nothing now."""
+        self._unwarned += 1
+        if now - self._last_warning < self.interval_seconds:
+            return None
+        self._last_warning = now
+        self.warnings += 1
+        self._warned = True
+        count, self._unwarned = self._unwarned, 0
+        return count
+
+    def reached(self) -> bool:
+        """The exporter answered: True once after failures a warning told of (say that
+        reports arrive again), else False."""
+        warned, self._warned = self._warned, False
+        return warned
+
+
 # Reporters whose sender runs: closed at interpreter exit, within EXIT_FLUSH_SECONDS
 # in all. A reporter leaves the set when it is closed, so none is kept alive by it.
 EXIT_FLUSH_SECONDS = 1.0
@@ -549,6 +600,7 @@ class ProgressReporter:
         self._hold_until = 0.0
         self._refused: tuple[bytes, bool] | None = None
         self._stats = {"sent": 0, "rejected": 0, "failed": 0, "dropped": 0, "ignored": 0}
+        self._failure_warnings = FailureWarnings()  # sender thread only
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
         self._target: tuple[str, int, str] | None = None
@@ -967,25 +1019,58 @@ class ProgressReporter:
                     break
                 self._inflight = True
             try:
+                cause = ""
                 if report[1] and time.monotonic() < backoff_until:
                     result = "dropped"
                 else:
-                    result = self._send(report)
+                    result, cause = self._send(report)
                 if result == "failed":  # 0.5 s, doubling to 30 s
                     failures += 1
                     backoff_until = time.monotonic() + min(30.0, 0.5 * 2 ** min(failures - 1, 6))
                 elif result != "dropped":
                     failures = 0
-            except Exception:  # defensive: the sender thread must not die
-                result = "failed"
+            except Exception as err:  # defensive: the sender thread must not die
+                result, cause = "failed", f"reporter error {_failure_cause(err)}"
+            self._log_reachability(result, cause)
             with self._cond:
                 self._stats[result] += 1
                 self._inflight = False
                 self._cond.notify_all()
         self._drop_connection()
 
-    def _send(self, report: tuple[bytes, bool]) -> str:
-        """POST one report (its body, thinnable): ``sent``, ``rejected`` or ``failed``.
+    def _log_reachability(self, result: str, cause: str) -> None:
+        """Warn that reports fail, and say when they arrive again, as seldom as
+        ``FailureWarnings`` decides (sender thread). Any answer, a refusal too, is the
+        exporter reached; a report dropped unsent says nothing either way."""
+        warnings = self._failure_warnings
+        try:
+            count = warnings.failed(time.monotonic()) if result == "failed" else None
+            if count is not None:
+                if warnings.warnings == 1:
+                    log.warning(
+                        "gpu-eta: cannot send progress to %s (%s); progress is not "
+                        "reported until it can (warned again at most every %g min; told "
+                        "when reports arrive again)",
+                        self.url,
+                        cause,
+                        warnings.interval_seconds / 60,
+                    )
+                else:
+                    log.warning(
+                        "gpu-eta: still cannot send progress to %s (%s): %d reports failed "
+                        "since the last warning",
+                        self.url,
+                        cause,
+                        count,
+                    )
+            elif result not in ("failed", "dropped") and warnings.reached():
+                log.info("gpu-eta: reaching the exporter at %s again; progress reported", self.url)
+        except Exception:  # a log handler's failure must not stop the sender
+            pass
+
+    def _send(self, report: tuple[bytes, bool]) -> tuple[str, str]:
+        """POST one report (its body, thinnable): ``sent``, ``rejected`` or ``failed``,
+        and for ``failed`` the cause in one line (else "").
 
         Retried once, on a new connection, only when a kept-alive connection turns out
         closed by the exporter (it closes idle ones after 10 s): the report did not
@@ -1011,19 +1096,19 @@ class ProgressReporter:
                 if resp.will_close or not resp.isclosed():  # not read to its end: unusable
                     self._drop_connection()
                 if 200 <= resp.status < 300:
-                    return "sent"
+                    return "sent", ""
                 self._log_refusal(resp.status, answer)
                 if resp.status in (429, 503):
                     wait = retry_after_seconds(resp.getheader("Retry-After"))
                     if wait:
                         self._hold(wait, report)
-                return "rejected"
+                return "rejected", ""
             # ValueError: a host name the resolver cannot encode ("a..b": UnicodeError)
             except (OSError, http.client.HTTPException, ValueError) as err:
                 self._drop_connection()
                 if not (reused and isinstance(err, ConnectionError)):
-                    return "failed"
-        return "failed"
+                    return "failed", _failure_cause(err)
+        return "failed", "connection closed by the exporter"
 
     def _drop_connection(self) -> None:
         if self._conn is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -749,6 +750,60 @@ def test_an_exporter_back_from_a_restart_gets_the_epoch_end_and_the_end():
     assert r.stats == {"sent": 2, "rejected": 0, "failed": 3, "dropped": 1, "ignored": 0}
     assert (p.run_id, p.epoch, p.step) == (r.run_id, 1, 3)  # the dropped step's, too
     assert (p.epochs, p.steps) == (None, 3)  # ended: its totals are what it reached
+
+
+def _report_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "gpu_eta.report"]
+
+
+def test_an_unreachable_exporter_is_logged_once_not_per_report(caplog):
+    """A notebook that cannot reach its exporter loses all its progress: it is told
+    so in one WARNING naming the URL and the cause, not one line per report."""
+    target = f"http://127.0.0.1:{dead_port()}/progress"
+    with caplog.at_level(logging.INFO, logger="gpu_eta.report"):
+        r = start(epochs=5, url=target, min_interval_seconds=0)
+        for epoch in range(1, 4):
+            r.step(epoch * 10)
+            r.epoch_end(epoch)
+        r.end()
+    assert r.stats["failed"] >= 5  # the start, 3 epoch ends and the end: always tried
+    ((level, line),) = _report_lines(caplog)
+    assert level == logging.WARNING and "\n" not in line
+    assert target in line and "Connection refused" in line
+
+
+def test_an_exporter_reached_again_is_logged_once_at_info(caplog):
+    port = dead_port()  # nothing listens here yet
+    target = f"http://127.0.0.1:{port}/progress"
+    with caplog.at_level(logging.INFO, logger="gpu_eta.report"):
+        r = start(url=target, source_address=POD.ip, min_interval_seconds=0)
+        wait_for(lambda: r.stats["failed"] == 1)
+        with listening_for(POD, port=port):
+            r.epoch_end(1)
+            r.epoch_end(2)
+            r.end()
+    assert r.stats["sent"] == 3
+    (warning, info) = _report_lines(caplog)
+    assert warning[0] == logging.WARNING and target in warning[1]
+    assert info[0] == logging.INFO and target in info[1] and "again" in info[1]
+
+
+def test_failures_are_warned_of_at_most_once_per_interval_and_on_recovery():
+    """``FailureWarnings`` decides; the clock is passed in. A first failure warns at
+    once; failures go on being counted, and the next warning names how many came
+    since the last; a recovery after a warning is said once; an exporter that fails
+    every other report still gives at most a warning and a recovery per interval."""
+    warnings = client.FailureWarnings(interval_seconds=600)
+    assert warnings.failed(now=0.0) == 1
+    assert [warnings.failed(now=t) for t in (1.0, 2.0, 599.0)] == [None] * 3
+    assert warnings.failed(now=600.0) == 4  # the three left quiet, and this one
+    assert warnings.reached() and not warnings.reached()
+    lines = 0
+    for t in range(601, 1201):  # fails, answers, fails, answers...
+        lines += warnings.failed(now=float(t)) is not None
+        lines += warnings.reached()
+    assert lines == 2  # at 1200 s: a warning of the 600 failures since, and the recovery
+    assert not client.FailureWarnings(interval_seconds=600).reached()  # nothing failed
 
 
 def test_the_first_backoff_is_half_a_second():
