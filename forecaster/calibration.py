@@ -76,6 +76,24 @@ Why not up to 10 %: a first point at 5-10 % is mostly the run's 10 % moment, whi
 0.1 bin replays already, and moved to this bin the new configurations' 10 % forecasts
 were worse (MLPerf 0.89 -> 1.01x the best baseline; docs/forecasting-evidence.md,
 "A run's first point: a bin of its own")."""
+CUT_SLACK = 1e-9
+"""A progress value this share past a cut is at the cut (``cut_limit``): ``point × plan``
+and progress summed in floats land a rounding either side of the same value (0.1 × 3
+is 0.30000000000000004). Relative, so that a run counted in samples (1e9 a unit) and
+one in fractions of an epoch are cut at the same points: an absolute 1e-9 would be a
+tenth of an epoch at a billionth's scale, and less than a rounding at a billion's."""
+
+
+def cut_limit(share: float, total: float) -> float:
+    """The largest progress at or before ``share`` of ``total`` (within ``CUT_SLACK``).
+
+    Why one function: the replay cuts a past run at shares of its plan
+    (``replay.truncate``), the self-check at shares of its progress
+    (``selfcheck.cuts``); both must take the same progress points whatever unit the
+    run counts in."""
+    return share * total * (1 + CUT_SLACK)
+
+
 BINS = (0.0, FIRST, *POINTS[1:], END)
 # the bins a run's progress alone decides (``progress_point``), in order
 _PROGRESS_BINS = (*POINTS, END)

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from gpu_eta.common.progress_bound import MAX_PROGRESS
-from gpu_eta.forecaster.calibration import BINS, END, FIRST, POINTS, progress_point, run_point
+from gpu_eta.forecaster.calibration import (
+    BINS,
+    END,
+    FIRST,
+    POINTS,
+    cut_limit,
+    progress_point,
+    run_point,
+)
 from gpu_eta.forecaster.estimators.analog import AnalogEstimate, AnalogEstimator
 from gpu_eta.forecaster.estimators.blend import BlendEstimator, Components
 from gpu_eta.forecaster.estimators.choice import configuration, rate_candidates
@@ -53,19 +61,11 @@ def as_seen_live(run: Run) -> Run:
     return dataclasses.replace(run, epochs_planned=float(stated), features=features)
 
 
-# A progress point this share past the cut is at the cut: ``point × plan`` and progress
-# summed in floats land a rounding either side of the same value (0.1 × 3 is
-# 0.30000000000000004). Relative, so that a run counted in samples (1e9 a unit) and one
-# in fractions of an epoch are cut at the same points: an absolute 1e-9 was a tenth of
-# an epoch at a billionth's scale, and less than a rounding at a billion's.
-CUT_SLACK = 1e-9
-
-
 def truncate(run: Run, point: float) -> Run:
     """``run`` as it looked at its last epoch end at or before ``point`` of its plan
-    (within ``CUT_SLACK``), as it was seen live (``as_seen_live``)."""
+    (within ``calibration.CUT_SLACK``), as it was seen live (``as_seen_live``)."""
     seen = as_seen_live(run)
-    limit = point * seen.epochs_planned * (1 + CUT_SLACK)
+    limit = cut_limit(point, seen.epochs_planned)
     times = tuple(et for et in seen.epoch_times if et[0] <= limit)
     return dataclasses.replace(seen, epoch_times=times, completed=None)
 

@@ -41,6 +41,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpu_eta.forecaster.calibration import cut_limit
 from gpu_eta.forecaster.estimators.analog import AnalogEstimator
 from gpu_eta.forecaster.runs import Run
 
@@ -63,7 +64,8 @@ class Cut:
 
 
 def cuts(run: Run, fractions: Sequence[float] = CUT_FRACTIONS) -> list[Cut]:
-    """``run`` cut at the last epoch end at or before each share of its progress."""
+    """``run`` cut at the last epoch end at or before each share of its progress
+    (``calibration.cut_limit``: the replay's rule, whatever unit the run counts in)."""
     times = run.epoch_times
     n = len(times)
     if n < 3:
@@ -73,7 +75,7 @@ def cuts(run: Run, fractions: Sequence[float] = CUT_FRACTIONS) -> list[Cut]:
     out: list[Cut] = []
     seen: set[int] = set()
     for f in fractions:
-        j = min(bisect.bisect_right(epochs, f * e_n + 1e-9), n - 1)
+        j = min(bisect.bisect_right(epochs, cut_limit(f, e_n)), n - 1)
         if j < 2 or j in seen:
             continue
         seen.add(j)

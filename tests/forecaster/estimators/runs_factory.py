@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from gpu_eta.forecaster.runs import Run
@@ -26,6 +28,32 @@ def make_run(
     if completed is None and len(durations) >= planned:
         completed = True
     return Run(run_id, planned, tuple(times), features=features, completed=completed)
+
+
+def scaled(run: Run, k: float) -> Run:
+    """``run`` with every progress value and time multiplied by ``k``: the same run
+    counted in other units (samples for epochs, milliseconds for seconds)."""
+    return dataclasses.replace(
+        run,
+        epochs_planned=run.epochs_planned * k,
+        epoch_times=tuple((e * k, t * k) for e, t in run.epoch_times),
+    )
+
+
+def runs_in_fractions() -> list[Run]:
+    """Runs whose progress points are sums of fractions (0.1, 1/3) that round either side
+    of a cut (3 × 0.1 of a plan of 4 × 0.1 is 0.30000000000000004), and step-level and
+    two-epoch runs: the cases a cut with an absolute tolerance took differently once
+    every value was ``scaled`` by 1e-9 or 1e9."""
+    return [
+        make_run("steps", [10.0] * 200),
+        *(
+            Run(
+                f"{n}x{unit:.3f}", n * unit, tuple((i * unit, 1e3 + 10.0 * i) for i in range(n + 1))
+            )
+            for n, unit in ((2, 1.0), (4, 0.1), (10, 1.0), (20, 1 / 3), (40, 0.1))
+        ),
+    ]
 
 
 def job_history(

@@ -23,7 +23,7 @@ from gpu_eta.forecaster.estimators.replay import (
 )
 from gpu_eta.forecaster.estimators.tuning import blend_residuals
 from gpu_eta.forecaster.runs import HISTORY_POINTS, STATED_PLAN, STEPS_UNIT, Run, thinned
-from tests.forecaster.estimators.runs_factory import make_run
+from tests.forecaster.estimators.runs_factory import make_run, runs_in_fractions, scaled
 
 
 def test_calibration_moments_add_the_middle_of_the_last_interval() -> None:
@@ -200,15 +200,6 @@ def test_the_calibration_covers_the_overshoot_of_jobs_that_stop_early() -> None:
     assert sum(held) >= 0.8 * len(held)  # 29 (0 replayed to the plan reached)
 
 
-def _scaled(run: Run, k: float) -> Run:
-    """``run`` with every progress value and time multiplied by ``k``."""
-    return dataclasses.replace(
-        run,
-        epochs_planned=run.epochs_planned * k,
-        epoch_times=tuple((e * k, t * k) for e, t in run.epoch_times),
-    )
-
-
 def _cuts(run: Run) -> list[tuple[float, int]]:
     """Each replayed moment of ``run``: its point and how many progress points it saw."""
     return [(p, len(part.epoch_times)) for p, part in replay_moments(run)]
@@ -220,17 +211,8 @@ def test_the_moments_a_run_is_replayed_at_do_not_depend_on_its_units() -> None:
     later points at a billionth's scale (the second of two epochs at the start) and, at
     a billion's, missed a point a rounding above the cut (3 × 0.1 of a plan of 4 × 0.1,
     at 75 %)."""
-    runs = [
-        make_run("steps", [10.0] * 200),
-        *(
-            Run(
-                f"{n}x{unit:.3f}", n * unit, tuple((i * unit, 1e3 + 10.0 * i) for i in range(n + 1))
-            )
-            for n, unit in ((2, 1.0), (4, 0.1), (10, 1.0), (20, 1 / 3), (40, 0.1))
-        ),
-    ]
-    for run in runs:
+    for run in runs_in_fractions():
         cuts = _cuts(run)
         assert len(cuts) >= 2, run.run_id
         for k in (1e-9, 1e9):
-            assert _cuts(_scaled(run, k)) == cuts, (run.run_id, k)
+            assert _cuts(scaled(run, k)) == cuts, (run.run_id, k)

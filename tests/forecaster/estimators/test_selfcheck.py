@@ -19,7 +19,7 @@ from gpu_eta.forecaster.estimators.choice import (
 from gpu_eta.forecaster.estimators.eta_model import EtaModel
 from gpu_eta.forecaster.estimators.replay import truncate
 from gpu_eta.forecaster.estimators.selfcheck import TRUST_SCALE, cuts, self_check, trust
-from tests.forecaster.estimators.runs_factory import make_run
+from tests.forecaster.estimators.runs_factory import make_run, runs_in_fractions, scaled
 
 CONFIG = {"job_name": "bert", "namespace": "team", "node_type": "8xA100", "batch_size": 64.0}
 
@@ -48,6 +48,27 @@ def test_cuts_are_earlier_epoch_ends_of_the_same_run() -> None:
         assert c.run.epochs_planned == run.epochs_planned
     assert len(cuts(truncate(shaped("r", 1e6, STEADY), 0.1))) == 1  # epoch 1, seen 2
     assert cuts(truncate(shaped("r", 1e6, STEADY), 0.05)) == []  # one epoch: nothing to check
+
+
+def test_the_cuts_of_a_run_do_not_depend_on_its_units() -> None:
+    """Progress counted in samples (1e9 times an epoch) or in a billionth of one, and
+    time in other units: the run is cut at the same epoch ends, and each cut's target
+    and miss are the same in the new units. An absolute 1e-9 tolerance on the cut took
+    later epoch ends at a billionth's scale and, at a billion's, missed one a rounding
+    above the cut (3 × 0.1 of 4 × 0.1, at 75 %)."""
+    for run in runs_in_fractions():
+        got = cuts(run)
+        assert got, run.run_id
+        for k in (1e-9, 1e9):
+            again = cuts(scaled(run, k))
+            where = (run.run_id, k)
+            assert [len(c.run.epoch_times) for c in again] == [
+                len(c.run.epoch_times) for c in got
+            ], where
+            assert [c.target for c in again] == pytest.approx([c.target * k for c in got]), where
+            assert [c.actual for c in again] == pytest.approx(
+                [c.actual + math.log(k) for c in got]
+            ), where
 
 
 def test_trust_falls_with_the_misses() -> None:
