@@ -94,10 +94,20 @@ def cut_limit(share: float, total: float) -> float:
     return share * total * (1 + CUT_SLACK)
 
 
+def _at_or_past(progress_ratio: float, edge: float) -> bool:
+    """Whether ``progress_ratio`` is at ``edge`` or past it, a ratio within
+    ``CUT_SLACK`` below it counting as at it (as ``cut_limit`` counts one within it
+    above). Why: a run's ratio is a quotient of two roundings, and the same run counted
+    in other units lands a rounding either side of an edge (1/3 of a plan of 20/3, in
+    billionths, is 0.049999999999999996); compared exactly, it changed bins."""
+    return progress_ratio >= edge * (1 - CUT_SLACK)
+
+
 BINS = (0.0, FIRST, *POINTS[1:], END)
 # the bins a run's progress alone decides (``progress_point``), in order
 _PROGRESS_BINS = (*POINTS, END)
-_EDGES = (0.175, 0.375, 0.625, 0.825, 0.925, 0.95 + 1e-9)  # midpoints, then past 0.95
+# between two points from 0.1 to 0.95: a ratio at a midpoint is in the later bin
+_MIDPOINTS = (0.175, 0.375, 0.625, 0.825, 0.925)
 SPAN_POINTS = (0.0, 0.1, 0.25, 0.5, 0.75)
 """The bins that span a whole run (start, 10–75 %): what a sparse bin's pooled
 calibration, option and weights draw on (``Calibrator.fit``, ``choice.choose``,
@@ -133,20 +143,23 @@ def point_label(point: float) -> str:
 
 def progress_point(progress_ratio: float) -> float:
     """The calibration bin of a run at this progress: 0 only before any epoch end,
-    ``END`` past 95 % of the plan."""
+    ``END`` past 95 % of the plan, else the nearest point (at a midpoint the later).
+    Each edge within ``CUT_SLACK``: a run counted in other units gets the same bin."""
     if progress_ratio <= 0:
         return 0.0
-    return _PROGRESS_BINS[1 + bisect.bisect_right(_EDGES, progress_ratio)]
+    if progress_ratio > cut_limit(POINTS[-1], 1.0):
+        return END
+    return _PROGRESS_BINS[1 + sum(_at_or_past(progress_ratio, m) for m in _MIDPOINTS)]
 
 
 def run_point(progress_ratio: float, n_points: int) -> float:
     """The calibration bin of a run at this progress with ``n_points`` progress points
-    (its start included): ``FIRST`` at its first point before 5 % of the plan, else
-    ``progress_point``.
+    (its start included): ``FIRST`` at its first point before 5 % of the plan (not at
+    it, within ``CUT_SLACK``), else ``progress_point``.
 
     Why the count: the 0.1 bin's replayed moments have mostly dropped the run's first
     interval, and a run's rate at its first point is that interval alone."""
-    if n_points == 2 and 0 < progress_ratio < FIRST:
+    if n_points == 2 and progress_ratio > 0 and not _at_or_past(progress_ratio, FIRST):
         return FIRST
     return progress_point(progress_ratio)
 

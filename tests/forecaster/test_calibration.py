@@ -30,6 +30,8 @@ from gpu_eta.forecaster.calibration import (
     tails,
     with_late_bins,
 )
+from gpu_eta.forecaster.runs import Run
+from tests.forecaster.estimators.runs_factory import scaled
 
 
 @pytest.mark.parametrize(
@@ -70,6 +72,36 @@ def test_progress_point(progress: float, point: float) -> None:
 )
 def test_run_point(progress: float, n_points: int, point: float) -> None:
     assert run_point(progress, n_points) == point
+
+
+@pytest.mark.parametrize(
+    ("reached", "planned", "first_bin", "bin_"),
+    [
+        (1, 21, FIRST, 0.1),  # before 5 %
+        (1, 20, 0.1, 0.1),  # at 5 %: not before it
+        (7, 40, 0.25, 0.25),  # at a midpoint: the later bin
+        (3, 8, 0.5, 0.5),
+        (5, 8, 0.75, 0.75),
+        (33, 40, 0.9, 0.9),
+        (37, 40, 0.95, 0.95),
+        (19, 20, 0.95, 0.95),  # at 95 %: not past it
+    ],
+)
+def test_a_runs_bin_does_not_depend_on_its_units(
+    reached: int, planned: int, first_bin: float, bin_: float
+) -> None:
+    """A run at ``reached / planned`` of its plan, its first point there, counted in
+    units whose sums round (0.1, 1/3) and then in a billion or a billionth of them: one
+    bin each (``run_point`` and ``progress_point``). The quotient of the scaled values
+    lands a rounding either side of an edge (1/3 of a plan of 20/3, in billionths, is
+    0.049999999999999996), and a strict comparison put the same run in two bins."""
+    for unit in (1.0, 0.1, 1 / 3, 0.7, 0.01, 1.1):
+        run = Run("r", planned * unit, ((0.0, 1e3), (reached * unit, 1e3 + 60.0)))
+        for k in (1.0, 1e-9, 1e9):
+            ratio = scaled(run, k).progress_ratio
+            where = (unit, k, ratio)
+            assert run_point(ratio, 2) == first_bin, where
+            assert progress_point(ratio) == bin_, where
 
 
 def test_conformal_order_statistics() -> None:
