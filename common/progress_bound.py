@@ -17,8 +17,9 @@ from __future__ import annotations
 # rounded.
 MAX_PROGRESS = 1e15
 # The least planned total (epochs or steps) a run can have: the exporter's wire format
-# refuses totals below 1 (``exporter.progress.check_report``), and gives a plan-less
-# run that ended before one whole epoch or step no total. A plan of 1e-300 divided a
+# refuses totals below it (``exporter.progress.check_report``, by ``plausible_plan``),
+# and gives a plan-less run that ended before one whole epoch or step no total
+# (``exporter.progress._reached_totals``, the same). A plan of 1e-300 divided a
 # step into an infinite cell (``runs_from_series.step_cell``); below 1 it is not a
 # run's plan.
 MIN_PLANNED = 1.0
@@ -31,5 +32,6 @@ def plausible_plan(planned: float) -> bool:
     Why one function: a run's plan comes from Prometheus (``runs_from_series``, the
     live path) or from a runs CSV (``runs_csv``: ``evaluate``, the history seed), and a
     backtest that read plans the live path rejects would score runs the service never
-    forecasts."""
+    forecasts. The exporter takes a total by it too (``exporter.progress``): a total it
+    accepted that the forecaster then dropped would be a run never forecast."""
     return MIN_PLANNED <= planned <= MAX_PROGRESS

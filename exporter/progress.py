@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpu_eta.common.k8s_names import DNS_LABEL, DNS_SUBDOMAIN
-from gpu_eta.common.progress_bound import MAX_PROGRESS
+from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, plausible_plan
 from gpu_eta.exporter.readings import Progress
 
 MAX_BODY_BYTES = 4096
@@ -351,12 +351,13 @@ def check_report(report: Report, *, now: float | None = None) -> Report:
             _number(name, value)
     epoch, epochs = report.epoch, report.epochs
     step, steps = report.step, report.steps
-    if epochs is not None and epochs < 1:
-        raise InvalidReport("epochs must be at least 1")
+    # a total is a plan the forecaster reads: one rule for both (``plausible_plan``)
+    if epochs is not None and not plausible_plan(epochs):
+        raise InvalidReport(f"epochs must be at least {MIN_PLANNED:g}")
     if epoch is not None and epochs is not None and epoch > epochs:
         raise InvalidReport(f"epoch {epoch:g} > epochs {epochs:g}")
-    if steps is not None and steps < 1:
-        raise InvalidReport("steps must be at least 1")
+    if steps is not None and not plausible_plan(steps):
+        raise InvalidReport(f"steps must be at least {MIN_PLANNED:g}")
     if step is not None and steps is not None and step > steps:
         raise InvalidReport(f"step {step:g} > steps {steps:g}")
     if report.batch_size is not None and report.batch_size < 1:
@@ -562,15 +563,15 @@ def _reached_totals(epoch: float | None, step: float | None) -> tuple[float | No
     epoch (a run stopped by a quality check in its second epoch would be learnt as one
     epoch long). Without a step, the epochs.
 
-    A counter below 1 (None, 0, a fraction of a first epoch) gives no total: the
-    wire format's totals are at least 1 (``check_report``), and a row breaking that
-    would be refused by the store (``check_progress``), so the ``end`` itself would
-    be answered 400; a run that did not get through one epoch or step has no
-    duration worth learning either.
+    A counter that is no plan (``progress_bound.plausible_plan``: None, 0, a fraction
+    of a first epoch) gives no total: the wire format's totals are plans
+    (``check_report``, the same rule), and a row breaking that would be refused by the
+    store (``check_progress``), so the ``end`` itself would be answered 400; a run
+    that did not get through one epoch or step has no duration worth learning either.
     """
-    if step is not None and step >= 1:
+    if step is not None and plausible_plan(step):
         return None, step
-    return (epoch if epoch is not None and epoch >= 1 else None), None
+    return (epoch if epoch is not None and plausible_plan(epoch) else None), None
 
 
 def advance(
@@ -721,9 +722,9 @@ def ended_by_exit(progress: Progress, now: float) -> Progress | None:
     stretch it).
 
     A row ``check_progress`` accepts stays one it accepts, so the store saves the
-    result unchecked: the totals are counters the row already held (each at least 1,
-    as the wire format's totals must be), and ``ended_timestamp`` is ``now`` (the
-    caller's clock) or the row's own last report.
+    result unchecked: the totals are counters the row already held (each a plan,
+    ``plausible_plan``, as the wire format's totals must be), and ``ended_timestamp``
+    is ``now`` (the caller's clock) or the row's own last report.
     """
     if progress.epochs is not None or progress.steps is not None:
         return None

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_eta.common.progress_bound import MAX_PROGRESS
+from gpu_eta.common import progress_bound
+from gpu_eta.common.progress_bound import MAX_PROGRESS, MIN_PLANNED, plausible_plan
 from gpu_eta.exporter import progress
 from gpu_eta.exporter.progress import (
     MAX_BODY_BYTES,
@@ -468,6 +469,43 @@ def test_a_succeeded_pod_ends_its_plan_less_run_as_an_end_would():
         assert check_progress(row) is row
     # never ended before its last report (a clock behind the log lines' stamps)
     assert ended_by_exit(p, NOW + 10).ended_timestamp == NOW + 30
+
+
+@pytest.mark.parametrize("min_planned", [MIN_PLANNED, 2.0])
+def test_the_exporter_takes_a_total_where_the_forecaster_reads_a_plan(monkeypatch, min_planned):
+    """A total the wire format takes (``epochs``, ``steps``) and the total an ended
+    plan-less run gets (what it reached) are plans the forecaster reads
+    (``progress_bound.plausible_plan``), at the bounds and either side of them; with
+    the least plan moved (2.0) too, so the exporter follows the shared rule rather
+    than a copy of it. A total the forecaster drops would be a run never forecast, and
+    an ended row the store saves unchecked (``ended_by_exit``) must be one its loader
+    takes (``check_progress``)."""
+    monkeypatch.setattr(progress_bound, "MIN_PLANNED", min_planned)
+    values = (
+        0.5,
+        math.nextafter(min_planned, 0),
+        min_planned,
+        math.nextafter(min_planned, math.inf),
+        1.5,
+        MAX_PROGRESS,
+        math.nextafter(MAX_PROGRESS, math.inf),
+    )
+    for value in values:
+        plan = plausible_plan(value)
+        for total, counter in (("epochs", "epoch"), ("steps", "step")):
+            where = (total, value, min_planned)
+            try:
+                progress.check_report(Report(**{total: value}))
+            except InvalidReport:
+                assert not plan, where
+            else:
+                assert plan, where
+            if value > MAX_PROGRESS:
+                continue  # not a counter either: refused before any plan
+            ran = _adv(None, Report(**{counter: value}), NOW)
+            ended = _adv(ran, Report(event="end"), NOW + 5)
+            assert (getattr(ended, total) == value) is plan, where
+            assert check_progress(ended) is ended, where
 
 
 def test_an_exit_leaves_a_planned_or_ended_run_alone():
