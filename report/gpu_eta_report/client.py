@@ -83,6 +83,9 @@ MAX_METRICS = 16
 # forecaster's one bound): a run counting tokens (15 trillion, 1.5e13, at Llama 3's
 # scale) fits, and every whole count stays exact in a float
 MAX_NUMBER = 1e15
+# the least planned total the exporter takes (common.progress_bound.MIN_PLANNED, copied:
+# this file runs alone; a test holds the two equal)
+MIN_PLANNED = 1
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 _CONTAINER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -869,8 +872,8 @@ class ProgressReporter:
         number = _count(value, 0)
         if number == 0:
             return None
-        if number is None or number < 1:
-            self._ignore(name, value, 1)
+        if number is None or number < MIN_PLANNED:
+            self._ignore(name, value, MIN_PLANNED)
             return None
         return number
 

@@ -490,6 +490,7 @@ def test_the_client_copies_of_the_wire_rules_match_the_parser() -> None:
     assert client._RESERVED == progress._KNOWN
     assert client.MAX_METRICS == progress.MAX_METRICS
     assert client.MAX_NUMBER == progress_bound.MAX_PROGRESS
+    assert client.MIN_PLANNED == progress_bound.MIN_PLANNED
     assert client._METRIC_NAME.pattern == progress._METRIC_NAME.pattern
     assert client._RUN_ID.pattern == progress._RUN_ID.pattern
     assert client._CONTAINER.pattern == progress._CONTAINER.pattern
