@@ -195,18 +195,29 @@ def decode_answer(
 VM_PARTIAL = "isPartial: some VictoriaMetrics storage nodes did not answer"
 
 # a terminal's escape sequences (CSI ``ESC [ ... letter``, OSC ``ESC ] ... BEL``) and
-# every other control character, C0 and C1
+# every other control character: C0 and C1, the line and paragraph separators (a line
+# break to a reader splitting lines) and the bidirectional overrides (text shown in
+# another order than it is)
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]+")
+
+
+def printable(text: str) -> str:
+    """``text`` from outside (a label value, a server's message) as a terminal shows it,
+    on one line: escape sequences removed, each run of other control characters one
+    space, bytes that were not UTF-8 U+FFFD (``readable``). Why: a label value is
+    whatever a scraped pod set (Prometheus keeps any UTF-8), and printed as it came its
+    escapes changed the terminal's title or cleared it, and a newline forged a row."""
+    if text.isascii() and text.isprintable():  # nearly every value: two flag reads
+        return text
+    return _CONTROLS.sub(" ", _ESCAPES.sub("", readable(text)))
 
 
 def clean_warning(text: str, limit: int = _MAX_WARNING) -> str:
-    """One warning (or error text) of a server's answer as one printable line of at most ``limit``
-    characters: escape sequences and control characters (a newline, a terminal's
-    colour or clear-screen) removed, runs of spaces made one. Why: it is shown in a
+    """One warning (or error text) of a server's answer as one printable line of at most
+    ``limit`` characters (``printable``), runs of spaces made one. Why: it is shown in a
     terminal as it came, and a proxy or a store can put anything in it."""
-    text = _CONTROLS.sub(" ", _ESCAPES.sub("", readable(text)))
-    text = " ".join(text.split())
+    text = " ".join(printable(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -9,6 +9,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from gpu_eta.forecaster.methods import PLANLESS_METHODS
+from gpu_eta.forecaster.promparse import printable
 from gpu_eta.top.view import Band, GpuRow, HolderRow, JobRow, PendingRow, View
 
 # How old a forecaster cycle may be and its "fits now" still read ``now`` (``_fits_now``):
@@ -138,7 +139,7 @@ def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:
         if on
     )
     mem = f"{fmt_bytes(job.memory_used_bytes)}/{fmt_bytes(job.memory_total_bytes)}"
-    return [
+    return _shown(
         f"{job.namespace}/{job.pod}",
         f"{job.node}/{','.join(job.gpus) or '-'}",
         progress_bar(job.epoch, job.epochs),
@@ -149,7 +150,15 @@ def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:
         eta,
         rng,
         flags,
-    ]
+    )
+
+
+def _shown(*cells: str) -> list[str]:
+    """A row's cells as the terminal shows them (``promparse.printable``): each label a
+    cell holds (a pod, a node, a model) is whatever a scraped pod set, escapes and line
+    breaks included. Every cell of plain and rich output is made here; ``--json`` keeps
+    the values as they are (JSON escapes them)."""
+    return [printable(cell) for cell in cells]
 
 
 JOB_HEADERS = [
@@ -190,14 +199,14 @@ def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
     elif _fits_now(p, now):
         start, note = "now", "fits now"
     gpus = p.gpus if p.resource in ("", "nvidia_com_gpu") else f"{p.gpus} {p.resource}"
-    return [
+    return _shown(
         f"{p.namespace}/{p.pod}",
         gpus,
         fmt_duration(waited),
         start,
         rng,
         note,
-    ]
+    )
 
 
 def _fits_now(p: PendingRow, now: float) -> bool:
@@ -224,21 +233,21 @@ def _idle_cells(h: HolderRow, held_unknown: bool = False) -> list[str]:
     """An idle holder's cells; HELD ``unknown`` where the ``since`` query was refused
     (``View.held_unknown``): ``-`` says the exporter publishes no allocation time."""
     held = "unknown" if held_unknown and h.held_seconds is None else fmt_duration(h.held_seconds)
-    return [
+    return _shown(
         f"{h.namespace}/{h.pod}",
         f"{h.node}/{h.gpu}",
         fmt_ratio(h.utilization_ratio),
         fmt_bytes(h.memory_used_bytes),
         held,
         "training, stalled?" if h.training else "",
-    ]
+    )
 
 
 def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None) -> list[str]:
     free, rng = fmt_band(g.free_at, now, tz)
     if g.state == "free":
         free = "now"
-    return [
+    return _shown(
         f"{g.node}/{g.gpu}",
         g.model or "-",
         g.state,
@@ -246,7 +255,7 @@ def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None) -> list[str]:
         free,
         rng,
         g.note,
-    ]
+    )
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -265,7 +274,7 @@ def summary_line(view: View, tz: tzinfo | None = None) -> str:
     unknown = f", {counts['unknown']} holders unknown" if counts["unknown"] else ""
     # no holder known (View.allocations_unknown): 0 would say none sits idle on a GPU
     idle = "idle holders unknown" if view.allocations_unknown else f"{len(view.idle)} idle holders"
-    return (
+    return printable(
         f"gpu-eta top  {view.prometheus_url}{only}  {when}  |  {len(view.jobs)} training, "
         f"{idle}, GPUs: {counts['seen']} seen, {counts['busy']} busy, "
         f"{counts['idle']} idle, {counts['free']} free{unknown}"
@@ -286,7 +295,13 @@ GPU_STATES = ("busy", "idle", "free", "unknown")
 def alerts_line(view: View) -> str:
     """``ALERTS firing: GpuEtaGpuAllocatedIdle ×2, …`` or ``ALERTS firing: none``."""
     body = ", ".join(f"{name} ×{count}" for name, count in view.alerts) or "none"
-    return f"ALERTS firing: {body}"
+    return printable(f"ALERTS firing: {body}")  # an alertname is a label value
+
+
+def error_lines(view: View) -> list[str]:
+    """``error: …``, one line per error of ``view``: each one line (``printable``), as a
+    refused query's reason or a stale view's failure quotes the server."""
+    return [printable(f"error: {e}") for e in view.errors]
 
 
 SHOWN_WARNINGS = 3  # of a view's warnings, in its one line
@@ -309,7 +324,7 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
     """The whole snapshot as aligned plain text (for pipes, logs, CI)."""
     now = view.timestamp
     out = [summary_line(view, tz), alerts_line(view), ""]
-    out.extend(f"error: {e}" for e in view.errors)
+    out.extend(error_lines(view))
     if (warning := warning_line(view)) is not None:
         out.append(warning)
     out.append("TRAINING")
@@ -915,7 +930,7 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
         Text(summary_line(view, tz), style="bold"),
         Text(alerts_line(view), style="red" if view.alerts else None),
     ]
-    parts.extend(Text(f"error: {e}", style="red") for e in view.errors)
+    parts.extend(Text(line, style="red") for line in error_lines(view))
     if (warning := warning_line(view)) is not None:
         parts.append(Text(warning, style="yellow"))
     styles = {"free": "green", "idle": "yellow", "busy": None, "unknown": "red"}

@@ -2208,3 +2208,61 @@ def test_with_the_device_utilisation_refused_a_free_gpu_says_its_use_is_unknown(
     answered = _states(unknown_answers(node0_failing=False))
     assert answered[("node-0", "3")] == ("free", "free now")  # answered, and unused
     assert top_view.UTIL_QUERY in top_queries.queries()  # the name fetch refuses it by
+
+
+# ------------------------- review fixes: hostile labels, odd clocks, odd numbers
+
+EVIL = "\x1b]0;owned\x07\x1b[2J\x1b[H\nforged-row \x9b31m\u202e"
+
+
+def evil_answers() -> dict[str, list[dict]]:
+    """``answers()`` whose label values, as a scraped pod may set them, hold a terminal's
+    escape sequences (a title change, a clear screen), a newline starting a forged row,
+    a C1 CSI and a right-to-left override: in every column a label fills."""
+    a = answers()
+    evil_gpu = {"node": "node-0", "gpu": "3", "UUID": "GPU-ddd"}
+    a["gpu_info"][3] = vec(1, **{**evil_gpu, "node": "n" + EVIL, "gpu": "3" + EVIL}, model=EVIL)
+    a["gpu_info"][0]["metric"]["model"] = "A2" + EVIL
+    nb = {**NB, "pod": "nb" + EVIL}
+    a["allocated"][1] = vec(1, **GPU1, **nb)
+    a["pod_util"][1] = vec(0, **GPU1, **nb)
+    a["pod_util_avg"][1] = vec(0.01, **GPU1, **nb)
+    a["alerts"] = [vec(1, alertname="GpuEtaX" + EVIL)]
+    return a
+
+
+def test_label_values_never_reach_the_terminal_as_escapes_or_line_breaks(
+    http_server,  # noqa: F811
+) -> None:
+    """A scraped pod sets any label value (Prometheus keeps any UTF-8): its escape
+    sequences changed the terminal's title and cleared the screen, and a newline forged a
+    row, in plain and rich output alike. Cells and lines show them as printable text;
+    ``--json`` keeps the values as they are (JSON escapes them)."""
+    from rich.console import Console
+
+    view = top_view.build_view(
+        {k: parsed(v) for k, v in evil_answers().items()}, NOW, "http://prom"
+    )
+    plain = top_render.render_plain(view, timezone.utc)
+    buf = io.StringIO()
+    Console(file=buf, width=250, force_terminal=True, color_system=None).print(
+        top_render.render_rich(view, timezone.utc)
+    )
+    listing = io.StringIO()  # the refreshing view's (cells laid out by rich)
+    Console(file=listing, width=250, height=60, force_terminal=True, color_system=None).print(
+        top_render.render_rich(view, timezone.utc, fit_height=True)
+    )
+    for out in (plain, buf.getvalue(), listing.getvalue()):
+        assert "forged-row" in out  # the text is shown, its controls are not
+        assert not any(c in out for c in "\x07\x9b\u202e"), repr(out)
+        assert "\x1b]" not in out and "\x1b[2J" not in out and "\x1b[H" not in out
+        assert not any(line.lstrip("│ ").startswith("forged-row") for line in out.splitlines())
+    assert "\x1b" not in plain
+    data = top_render.render_json(view)
+    assert {g["model"] for g in data["gpus"]} >= {EVIL, "A2" + EVIL}
+    assert data["alerts"] == [{"alertname": "GpuEtaX" + EVIL, "firing": 1}]
+    # through the wire and main's own print too
+    url, _ = http_server(answering(evil_answers()))
+    code, out, err = run_top("--prometheus.url", url, "--once", "--plain")
+    assert (code, err) == (0, "") and "\x1b" not in out and "\x07" not in out
+    assert "forged-row" in out and not any(x.startswith("forged-row") for x in out.splitlines())
