@@ -37,7 +37,7 @@ from gpu_eta.forecaster.series import Sample
 from gpu_eta.top.live import LiveTop, Signals, Terminated, to_devnull
 from gpu_eta.top.queries import queries
 from gpu_eta.top.render import fmt_duration, render_json, render_plain, render_rich
-from gpu_eta.top.view import View, build_view, evaluation_time, only_namespaces
+from gpu_eta.top.view import View, build_view, evaluation_time, off_clock, only_namespaces
 
 
 class ExitCode(enum.IntEnum):
@@ -106,8 +106,9 @@ def refresh(
     gpu_resources: Sequence[str] = (),
 ) -> View:
     """One refresh: fetch, then build the view at the server's time of the answers
-    (``evaluation_time``; the workstation's when no answer has a sample), so a clock off
-    from Prometheus' does not shift elapsed times and countdowns. ``PromAPIError`` when
+    (``evaluation_time``; the workstation's when no answer has a sample, or none a stamp
+    a clock can read: ``off_clock`` says so in an error line), so a clock off from
+    Prometheus' does not shift elapsed times and countdowns. ``PromAPIError`` when
     Prometheus cannot be asked (a refreshing display keeps its last view,
     ``RefreshingView``).
     ``idle_window`` is a Prometheus duration (``ValueError`` otherwise); ``namespaces``
@@ -115,12 +116,13 @@ def refresh(
     ``gpu_resources`` are the site's own GPU resources (``--gpu-resource``)."""
     idle_seconds = parse_duration(idle_window)  # before any query: the caller's error
     results, refused, warnings = fetch(client, idle_window, gpu_resources)
-    answered_at, served_at = time.time(), evaluation_time(results)
+    answered_at = time.time()
+    served_at = evaluation_time(results, answered_at)
     now = answered_at if served_at is None else served_at  # the server's clock if it says
     view = build_view(results, now, client.safe_url, idle_threshold, idle_seconds, refused)
     view = dataclasses.replace(
         view,
-        errors=view.errors + refused_errors(refused),
+        errors=view.errors + refused_errors(refused) + off_clock(results, answered_at),
         warnings=warnings,
         clock_offset_seconds=now - answered_at,
     )

@@ -56,7 +56,11 @@ def fmt_clock(ts: float | None, now: float, tz: tzinfo | None = None) -> str:
         when = local_time(ts, tz)
     except (OverflowError, OSError, ValueError):  # beyond year 9999: no calendar date
         return "far future" if ts > now else "-"
-    if when.date() == local_time(now, tz).date():
+    try:
+        today = local_time(now, tz).date()
+    except (OverflowError, OSError, ValueError):
+        return "-"
+    if when.date() == today:
         return when.strftime("%H:%M:%S")
     if abs(ts - now) <= 86400:
         return when.strftime("%m-%d %H:%M")
@@ -266,7 +270,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def summary_line(view: View, tz: tzinfo | None = None) -> str:
     """One header line: where, when, and counts."""
-    when = local_time(view.timestamp, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        when = local_time(view.timestamp, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+    except (OverflowError, OSError, ValueError):  # no calendar date (refresh never makes one)
+        when = "-"
     counts = gpu_counts(view)
     # each row is a device: a whole GPU or a MIG instance, so busy + idle + free
     # (+ holders unknown) = seen

@@ -450,16 +450,59 @@ def refused_cause(refused: Collection[str], *names: str) -> str:
     return f"query {', '.join(said)} refused" if said else ""
 
 
-def evaluation_time(results: Mapping[str, Sequence[Sample]]) -> float | None:
+# How far from the workstation's clock a sample's stamp may be and still be the server's
+# time: a clock off by years is still a clock (a VM restored from an old snapshot, a
+# laptop's dead RTC), a stamp in milliseconds (1000 times as far) or past year 9999 is
+# no time at all, and as "now" it ended top in a traceback.
+MAX_CLOCK_OFFSET_SECONDS = 10 * 366 * 86400.0
+
+
+def plausible_stamp(stamp: float, clock: float | None) -> bool:
+    """Whether ``stamp`` can be the server's time, seen from a workstation whose clock
+    reads ``clock`` (``None``: any finite stamp). Pure."""
+    if clock is None:
+        return math.isfinite(stamp)
+    return abs(stamp - clock) <= MAX_CLOCK_OFFSET_SECONDS
+
+
+def evaluation_time(
+    results: Mapping[str, Sequence[Sample]], clock: float | None = None
+) -> float | None:
     """The server's "now" of one refresh: the latest evaluation time its answers carry
     (each sample of an instant vector is stamped with the time the query was evaluated
-    at); ``None`` when no answer has a sample. Pure.
+    at); ``None`` when no answer has a sample. ``clock``: the workstation's, and stamps
+    too far from it to be a clock's (``plausible_stamp``) are not read. Pure.
 
     Why: run starts, forecasts and allocation starts are the server's times; measured
     against a workstation whose clock is off (a laptop, a VM), elapsed times, the
     countdowns and ``due``/``overdue`` were off by as much. The stamps come with the
     answers: no extra query."""
-    return max((s.timestamp for items in results.values() for s in items), default=None)
+    return max(
+        (
+            s.timestamp
+            for items in results.values()
+            for s in items
+            if plausible_stamp(s.timestamp, clock)
+        ),
+        default=None,
+    )
+
+
+def off_clock(results: Mapping[str, Sequence[Sample]], clock: float) -> tuple[str, ...]:
+    """An error line when some samples' stamps are too far from the workstation's
+    ``clock`` to be the server's time (``plausible_stamp``): how many and one of them;
+    none when all are. Pure."""
+    bad = [s.timestamp for items in results.values() for s in items]
+    bad = [t for t in bad if not plausible_stamp(t, clock)]
+    if not bad:
+        return ()
+    years = MAX_CLOCK_OFFSET_SECONDS / (366 * 86400)
+    noun = "sample" if len(bad) == 1 else "samples"
+    return (
+        f"{len(bad)} {noun} stamped {bad[0]:g}, more than {years:g} years from this "
+        "workstation's clock: not the server's time (a proxy's answer, or milliseconds); "
+        "times are by this workstation's clock",
+    )
 
 
 def holders_unknown(samples: Sequence[Sample]) -> dict[str, str]:

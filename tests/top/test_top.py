@@ -2266,3 +2266,54 @@ def test_label_values_never_reach_the_terminal_as_escapes_or_line_breaks(
     code, out, err = run_top("--prometheus.url", url, "--once", "--plain")
     assert (code, err) == (0, "") and "\x1b" not in out and "\x07" not in out
     assert "forged-row" in out and not any(x.startswith("forged-row") for x in out.splitlines())
+
+
+def stamped(stamp: float) -> Callable:
+    """A loopback server's handler answering top's GPU query with one GPU whose sample
+    is stamped ``stamp`` (the others with no series)."""
+    gpu = {"metric": {"node": "n", "gpu": "0", "UUID": "U", "model": "m"}, "value": [stamp, "1"]}
+    return answering({"gpu_info": [gpu]})
+
+
+@pytest.mark.parametrize("stamp", [1e20, 1.7e12, -1e12], ids=["overflow", "milliseconds", "past"])
+def test_a_sample_stamped_at_an_impossible_time_is_not_now(
+    http_server,  # noqa: F811
+    stamp: float,
+) -> None:
+    """Now is the server's evaluation time, read from the samples' stamps: a proxy's
+    answer stamped 1e20 (or in milliseconds) made it a time no calendar holds, and top
+    ended in a traceback (OverflowError, ValueError), in a refreshing view too. Such a
+    stamp is not taken for the server's clock: the workstation's is used and an error
+    line says why."""
+    url, _ = http_server(stamped(stamp))
+    before = time.time()
+    view = top_main.refresh(PromClient(url, retries=0))
+    assert before <= view.timestamp <= time.time()
+    assert [g.node for g in view.gpus] == ["n"]
+    (line,) = view.errors
+    assert "stamped" in line and "this workstation's clock" in line, line
+    code, out, err = run_top("--prometheus.url", url, "--once", "--plain")
+    assert (code, err) == (0, "") and "error: " in out and "n/0" in out
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", url, "--plain",
+         "--interval", "0.2", "--prometheus.retries", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    try:
+        shown = _snapshots(proc, lambda s: "n/0" in s)
+        shown += _snapshots(proc, lambda s: "n/0" in s)
+        assert len(shown) >= 2 and proc.poll() is None
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert b"Traceback" not in err, err
+
+
+def test_a_view_at_a_time_no_calendar_holds_still_renders() -> None:
+    """The header's time (and a band's "today") of a view whose time is past year 9999:
+    ``-``, not a traceback."""
+    view = top_view.build_view(results(), 1e20, "http://prom")
+    assert "gpu-eta top  http://prom  -  |" in top_render.render_plain(view, timezone.utc)
+    assert top_render.fmt_clock(NOW, 1e20, timezone.utc) == "-"
