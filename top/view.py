@@ -622,7 +622,8 @@ def _gpu_order(gkey: tuple[str, str, str]) -> tuple:
     gpu, _, instance = gkey[1].partition("/")
 
     def num(text: str) -> tuple[int, str]:
-        return (int(text), "") if text.isdigit() else (1 << 30, text)
+        # ASCII only: "²".isdigit() is true, and int("²") raises
+        return (int(text), "") if text.isascii() and text.isdigit() else (1 << 30, text)
 
     return (gkey[0], num(gpu), num(instance) if instance else (-1, ""), gkey[2])
 
