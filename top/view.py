@@ -355,7 +355,8 @@ def build_view(
             held_seconds=max(0.0, now - since[(gkey, ckey)]) if (gkey, ckey) in since else None,
             training=ckey in training_containers,
         )
-        for (gkey, ckey) in sorted(idle_holders)
+        # by node and GPU index as numbers, as the GPU list (as text, n1/10 came before n1/2)
+        for (gkey, ckey) in sorted(idle_holders, key=lambda hk: (_gpu_order(hk[0]), hk[1]))
     ]
 
     # The forecaster's free time is per physical GPU; under MIG each instance is its own

@@ -2317,3 +2317,28 @@ def test_a_view_at_a_time_no_calendar_holds_still_renders() -> None:
     view = top_view.build_view(results(), 1e20, "http://prom")
     assert "gpu-eta top  http://prom  -  |" in top_render.render_plain(view, timezone.utc)
     assert top_render.fmt_clock(NOW, 1e20, timezone.utc) == "-"
+
+
+def test_a_gpu_label_of_unicode_digits_is_sorted_as_text() -> None:
+    """``"²".isdigit()`` is true but ``int("²")`` raises: a GPU labelled so ended the
+    view in a traceback. Only ASCII digits are read as a number."""
+    a = answers()
+    a["gpu_info"].append(vec(1, node="node-0", gpu="²", UUID="GPU-sq", model="m"))
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW)
+    assert [g.gpu for g in view.gpus] == ["0", "1", "2", "3", "²"]
+
+
+def test_idle_holders_are_in_gpu_order_not_text_order() -> None:
+    """Idle holders sorted as text put n1/10 before n1/2; the GPU list's order is
+    numeric (``_gpu_order``), and so is theirs now."""
+    a: dict[str, list[dict]] = {"allocated": [], "pod_util_avg": [], "gpu_info": [], "since": []}
+    for g in (2, 10, 1):
+        gpu = {"node": "n1", "gpu": str(g), "UUID": f"GPU-{g}"}
+        pod = {"namespace": "jupyter", "pod": f"nb-{g}", "container": "nb"}
+        a["allocated"].append(vec(1, **gpu, **pod))
+        a["pod_util_avg"].append(vec(0, **gpu, **pod))
+        a["since"].append(vec(NOW - 3600, **gpu, **pod))
+        a["gpu_info"].append(vec(1, **gpu, model="A100"))
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW)
+    assert [h.gpu for h in view.idle] == ["1", "2", "10"]
+    assert [g.gpu for g in view.gpus] == ["1", "2", "10"]
