@@ -430,10 +430,13 @@ class PromClient:
             if 300 <= status < 400:
                 where = redirect_message(status, resp.headers.get("Location"), resp.url, path)
                 raise PromAPIError(f"{self.safe_url}: {where}")
-            declared = resp.headers.get("Content-Length")
-            if declared and declared.isdigit() and int(declared) > self.max_response_bytes:
+            try:
+                declared = declared_length(resp.headers.get("Content-Length"))
+            except ValueError as err:
+                raise PromAPIError(f"{self.safe_url}: {err}") from None
+            if declared is not None and declared > self.max_response_bytes:
                 raise PromAPIError(
-                    f"{self.safe_url}: response of {int(declared)} bytes exceeds the "
+                    f"{self.safe_url}: response of {declared} bytes exceeds the "
                     f"{self.max_response_bytes}-byte limit"
                 )
             # the body's own time, from its headers (the response's reader sees it)
@@ -571,6 +574,23 @@ def redirect_message(status: int, location: str | None, request_url: str, api_pa
         "API (a login page?); redirects are not followed: set --prometheus.url to the "
         "address of the Prometheus API"
     )
+
+
+def declared_length(header: str | None) -> int | None:
+    """The body size a ``Content-Length`` header declares; ``None`` without one (or an
+    empty one). ``ValueError`` for one that is no length: not ASCII digits (``"²"`` is
+    ``isdigit()`` but no ``int()``; the header is read as Latin-1), or a list of lengths
+    (a repeated header joined) that are not all the same. Pure.
+
+    Why refuse: a message whose Content-Length is invalid has no framing (RFC 9112,
+    6.3); urllib3 ignores one it cannot read and reads the body to the connection's
+    close, which a kept-alive connection reaches only at the deadline."""
+    if header is None or not header.strip():
+        return None
+    values = {value.strip() for value in header.split(",")}
+    if len(values) != 1 or not all(v.isascii() and v.isdigit() for v in values):
+        raise ValueError(f"invalid Content-Length {header[:40]!r}")
+    return int(values.pop())
 
 
 def _fmt_time(ts: float) -> str:

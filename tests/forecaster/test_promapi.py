@@ -250,6 +250,43 @@ def test_declared_huge_length_is_refused(http_server) -> None:
         client(url, max_response_bytes=1_000_000).instant("up")
 
 
+@pytest.mark.parametrize("declared", ["\xb2", "12abc", "-1", "12, 1\xb2"])
+def test_a_content_length_that_is_no_length_is_one_clear_error(http_server, declared) -> None:
+    """``"²".isdigit()`` is true (and the header is read as Latin-1), but ``int("²")``
+    raises: a server sending ``Content-Length: \\xb2`` ended the forecaster's cycle and
+    ``top`` in a traceback. A Content-Length that is not a length (or two that differ)
+    frames no body (RFC 9112, 6.3): one error line naming it (urllib3 ignored those it
+    could not read, and the body was read to the connection's close, or its deadline)."""
+    body = json.dumps(VECTOR).encode()
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        req.send_response(200)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", declared)
+        req.end_headers()
+        with contextlib.suppress(OSError):
+            req.wfile.write(body)
+
+    url, _ = http_server(handle)
+    with pytest.raises(PromAPIError, match="invalid Content-Length") as err:
+        client(url).instant("up")
+    assert "\n" not in str(err.value) and url in str(err.value)
+
+
+def test_a_content_length_given_twice_alike_is_read(http_server) -> None:
+    """``Content-Length: 12, 12`` (a proxy joining a repeated header) is one length."""
+    body = json.dumps(VECTOR).encode()
+
+    def handle(req: BaseHTTPRequestHandler) -> None:
+        req.send_response(200)
+        req.send_header("Content-Length", f"{len(body)}, {len(body)}")
+        req.end_headers()
+        req.wfile.write(body)
+
+    url, _ = http_server(handle)
+    assert len(client(url).instant("up")) == 2
+
+
 def test_slow_server_times_out_after_retries(http_server) -> None:
     release = threading.Event()
 
