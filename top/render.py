@@ -130,8 +130,14 @@ def fmt_band(band: Band, now: float, tz: tzinfo | None = None) -> tuple[str, str
     return p50, f"{lo}–{hi}"
 
 
-def _job_cells(job: JobRow, now: float, tz: tzinfo | None) -> list[str]:
+# after a forecast cell (ETA, START, FREE AT) of a stale forecaster (``stale_line``)
+STALE_MARK = "*"
+
+
+def _job_cells(job: JobRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
     eta, rng = fmt_band(job.eta, now, tz)
+    if stale and job.eta.p50 is not None:
+        eta += STALE_MARK
     flags = ",".join(
         f
         for f, on in (
@@ -191,10 +197,11 @@ _PENDING_NOTES = {
 }
 
 
-def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
+def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
     """A pending pod's cells. Its START is ``starting`` once it is bound to a node and
     ``now`` when it fits now (``_fits_now``): both are published at the cycle's time,
-    which has passed when the view is drawn, and are not ``overdue``."""
+    which has passed when the view is drawn, and are not ``overdue``. ``stale``: a
+    predicted START is marked (``STALE_MARK``)."""
     waited = None if p.created_timestamp is None else max(0.0, now - p.created_timestamp)
     start, rng = fmt_band(p.start, now, tz)
     note = _PENDING_NOTES.get(p.status, "")
@@ -202,6 +209,8 @@ def _pending_cells(p: PendingRow, now: float, tz: tzinfo | None) -> list[str]:
         start, rng = "starting", "-"
     elif _fits_now(p, now):
         start, note = "now", "fits now"
+    if stale and p.status != "scheduled" and p.start.p50 is not None:
+        start += STALE_MARK
     gpus = p.gpus if p.resource in ("", "nvidia_com_gpu") else f"{p.gpus} {p.resource}"
     return _shown(
         f"{p.namespace}/{p.pod}",
@@ -247,10 +256,12 @@ def _idle_cells(h: HolderRow, held_unknown: bool = False) -> list[str]:
     )
 
 
-def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None) -> list[str]:
+def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None, stale: bool = False) -> list[str]:
     free, rng = fmt_band(g.free_at, now, tz)
     if g.state == "free":
         free = "now"
+    elif stale and g.free_at.p50 is not None:
+        free += STALE_MARK
     return _shown(
         f"{g.node}/{g.gpu}",
         g.model or "-",
@@ -327,16 +338,43 @@ def warning_line(view: View) -> str | None:
     )
 
 
+def stale_line(view: View) -> str | None:
+    """``warning: forecasts from 2h05m ago …`` when the forecaster's forecasts are stale
+    (``View.forecasts_stale``: its last good cycle older than the alerts' 15 minutes,
+    or it reports its last cycle failed), else ``None``. Why: its ETAs and free times
+    looked current, a stopped forecaster's as a healthy one's."""
+    if not view.forecasts_stale:
+        return None
+    if view.forecast_timestamp is None:
+        when = "an earlier cycle"
+    else:
+        when = f"{fmt_duration(view.timestamp - view.forecast_timestamp)} ago"
+    why = (
+        "the forecaster says its last cycle failed"
+        if view.forecaster_failed
+        else "the forecaster's last good cycle"
+    )
+    return (
+        f"warning: forecasts from {when} ({why}): ETA, START and FREE AT marked "
+        f"{STALE_MARK} may be out of date"
+    )
+
+
+def _header_warnings(view: View) -> list[str]:
+    """The header's ``warning:`` lines: a partial answer's, a stale forecaster's."""
+    return [line for line in (warning_line(view), stale_line(view)) if line is not None]
+
+
 def render_plain(view: View, tz: tzinfo | None = None) -> str:
     """The whole snapshot as aligned plain text (for pipes, logs, CI)."""
     now = view.timestamp
     out = [summary_line(view, tz), alerts_line(view), ""]
     out.extend(error_lines(view))
-    if (warning := warning_line(view)) is not None:
-        out.append(warning)
+    out.extend(_header_warnings(view))
+    stale = view.forecasts_stale
     out.append("TRAINING")
     if view.jobs:
-        out.extend(_table(JOB_HEADERS, [_job_cells(j, now, tz) for j in view.jobs]))
+        out.extend(_table(JOB_HEADERS, [_job_cells(j, now, tz, stale) for j in view.jobs]))
     else:
         out.append(f"  ({empty_text(view, 'Training')})")
     out += ["", "IDLE GPU HOLDERS"]
@@ -348,12 +386,14 @@ def render_plain(view: View, tz: tzinfo | None = None) -> str:
         out.append(f"  ({empty_text(view, 'Idle GPU holders')})")
     out += ["", "PENDING"]
     if view.pending:
-        out.extend(_table(PENDING_HEADERS, [_pending_cells(p, now, tz) for p in view.pending]))
+        out.extend(
+            _table(PENDING_HEADERS, [_pending_cells(p, now, tz, stale) for p in view.pending])
+        )
     else:
         out.append(f"  ({empty_text(view, 'Pending')})")
     out += ["", "GPUS"]
     if view.gpus:
-        out.extend(_table(GPU_HEADERS, [_gpu_cells(g, now, tz) for g in view.gpus]))
+        out.extend(_table(GPU_HEADERS, [_gpu_cells(g, now, tz, stale) for g in view.gpus]))
     else:
         out.append(f"  ({empty_text(view, 'GPUs')})")
     return "\n".join(out) + "\n"
@@ -938,15 +978,15 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
         Text(alerts_line(view), style="red" if view.alerts else None),
     ]
     parts.extend(Text(line, style="red") for line in error_lines(view))
-    if (warning := warning_line(view)) is not None:
-        parts.append(Text(warning, style="yellow"))
+    parts.extend(Text(line, style="yellow") for line in _header_warnings(view))
+    stale = view.forecasts_stale
     styles = {"free": "green", "idle": "yellow", "busy": None, "unknown": "red"}
     tables = (
         (
             "Training",
             JOB_HEADERS,
             [
-                (_job_cells(j, now, tz), "yellow" if (j.stalled or j.idle) else None)
+                (_job_cells(j, now, tz, stale), "yellow" if (j.stalled or j.idle) else None)
                 for j in view.jobs
             ],
         ),
@@ -959,11 +999,15 @@ def render_rich(view: View, tz: tzinfo | None = None, fit_height: bool = False) 
             "Pending",
             PENDING_HEADERS,
             [
-                (_pending_cells(p, now, tz), "red" if p.status in _NO_START else None)
+                (_pending_cells(p, now, tz, stale), "red" if p.status in _NO_START else None)
                 for p in view.pending
             ],
         ),
-        ("GPUs", GPU_HEADERS, [(_gpu_cells(g, now, tz), styles.get(g.state)) for g in view.gpus]),
+        (
+            "GPUs",
+            GPU_HEADERS,
+            [(_gpu_cells(g, now, tz, stale), styles.get(g.state)) for g in view.gpus],
+        ),
     )
     empty = {title: empty_text(view, title) for title, _, _ in tables}
     return _RichView(tuple(parts), tables, empty, fit_height)

@@ -125,6 +125,12 @@ class View:
     # utilisation alone (a pod seconds old may be listed), and their HELD says unknown,
     # not "-" (which says the exporter runs without the kube collector)
     held_unknown: str = ""
+    # the end of the forecaster's last good cycle (None: no forecaster series), whether
+    # it reports its last cycle failed, and so whether its forecasts are stale
+    # (``forecaster_state``): the ETAs, free times and starts shown are that cycle's
+    forecast_timestamp: float | None = None
+    forecaster_failed: bool = False
+    forecasts_stale: bool = False
 
 
 def _value(sample: Sample) -> float | None:
@@ -374,6 +380,7 @@ def build_view(
     for g, ck in holders:
         holders_of.setdefault(_physical(g), set()).add(ck)
         held_by_device.setdefault(g, []).append(ck)
+    cycle, failed, stale = forecaster_state(get("forecaster_cycle"), now)
     gpus: list[GpuRow] = []
     info = {_gpu_key(s.labels): s.labels.get("model", "") for s in get("gpu_info")}
     unknown_nodes = holders_unknown(get("holders_unknown"))
@@ -438,10 +445,43 @@ def build_view(
         idle=tuple(idle_rows),
         gpus=tuple(gpus),
         alerts=_firing(get("alerts")),
-        pending=pending_rows(results),
+        pending=pending_rows(results, cycle),
         allocations_unknown=refused_cause(refused, "allocated"),
         held_unknown=refused_cause(refused, "since"),
+        forecast_timestamp=cycle,
+        forecaster_failed=failed,
+        forecasts_stale=stale,
     )
+
+
+# How old the forecaster's last good cycle may be before its forecasts are stale: the
+# alert rules' forecaster_stale_seconds (GpuEtaForecasterStale, rules/gpu-eta.rules.yaml),
+# copied (top works without the rules; tests/top/test_top.py holds the two equal).
+FORECASTER_STALE_SECONDS = 900.0
+
+
+def forecaster_state(samples: Sequence[Sample], now: float) -> tuple[float | None, bool, bool]:
+    """(the end of the forecaster's last good cycle, whether it reports its last cycle
+    failed, whether its forecasts are stale) from the ``forecaster_cycle`` query: stale
+    when that end is more than ``FORECASTER_STALE_SECONDS`` before ``now`` or it reports
+    ``gpu_eta_forecaster_stale 1``, as GpuEtaForecasterStale judges. (None, False,
+    False) without its series. Pure.
+
+    Why: a forecaster whose cycles fail keeps serving its last set, and its ETAs and
+    free times looked as current as a healthy one's."""
+    cycle: float | None = None
+    failed = False
+    for s in samples:
+        v = _value(s)
+        if v is None:
+            continue
+        series = s.labels.get("series")
+        if series == "stale":
+            failed = failed or v == 1
+        elif series == "last_success":
+            cycle = v if cycle is None else max(cycle, v)
+    old = cycle is not None and now - cycle > FORECASTER_STALE_SECONDS
+    return cycle, failed, failed or old
 
 
 def refused_cause(refused: Collection[str], *names: str) -> str:
@@ -581,15 +621,14 @@ def _firing(samples: Sequence[Sample]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(out.items()))
 
 
-def pending_rows(results: Mapping[str, Sequence[Sample]]) -> tuple[PendingRow, ...]:
-    """Pods waiting for GPUs, soonest predicted start first (no prediction last)."""
+def pending_rows(
+    results: Mapping[str, Sequence[Sample]], cycle: float | None = None
+) -> tuple[PendingRow, ...]:
+    """Pods waiting for GPUs, soonest predicted start first (no prediction last).
+    ``cycle``: the end of the forecaster's last good cycle (``forecaster_state``)."""
     pod_key = lambda labels: (labels.get("namespace", ""), labels.get("pod", ""))  # noqa: E731
     starts = _bands(results.get("pending_start") or (), pod_key)
     created = {pod_key(s.labels): _value(s) for s in results.get("pending_created") or ()}
-    cycle = max(
-        (v for s in results.get("pending_cycle") or () if (v := _value(s)) is not None),
-        default=None,
-    )
     rows = []
     seen: set[tuple[str, str]] = set()
     # one row per pod: a forecaster scraped twice (a ServiceMonitor and an annotation

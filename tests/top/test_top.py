@@ -985,14 +985,14 @@ def test_pods_starting_or_fitting_now_are_not_overdue() -> None:
             [vec(cycle, pod=p, namespace="ml", quantile=q) for p in ("bound", "fits") for q in QS]
             + [vec(cycle + 30, pod="late", namespace="ml", quantile=q) for q in QS]
         ),
-        "pending_cycle": parsed([vec(cycle + 2)]),
+        "forecaster_cycle": parsed(forecaster(cycle + 2)),
     }
     view = top_view.build_view(res, NOW, "http://prom")
     cells = {p.pod: top_render._pending_cells(p, NOW, timezone.utc)[3:] for p in view.pending}
     assert cells["bound"] == ["starting", "-", "starting (bound to a node)"]
     assert cells["fits"] == ["now", "22:12:40–22:12:40", "fits now"]
     assert cells["late"][0] == "overdue"
-    res.pop("pending_cycle")
+    res.pop("forecaster_cycle")
     unknown = top_view.build_view(res, NOW, "http://prom")
     fits = next(p for p in unknown.pending if p.pod == "fits")
     assert top_render._pending_cells(fits, NOW, timezone.utc)[3] == "overdue"
@@ -2342,3 +2342,134 @@ def test_idle_holders_are_in_gpu_order_not_text_order() -> None:
     view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW)
     assert [h.gpu for h in view.idle] == ["1", "2", "10"]
     assert [g.gpu for g in view.gpus] == ["1", "2", "10"]
+
+
+def forecaster(last_success: float | None, stale: float | None = None) -> list[dict]:
+    """The ``forecaster_cycle`` query's answer: the end of the forecaster's last good
+    cycle and its ``gpu_eta_forecaster_stale``, each a series of its own."""
+    out = [] if last_success is None else [vec(last_success, series="last_success")]
+    return out + ([] if stale is None else [vec(stale, series="stale")])
+
+
+@pytest.mark.parametrize(
+    ("last_success", "stale", "ago"),
+    [(NOW - 7200, 0, "2h00m"), (NOW - 901, None, "15m01s"), (NOW - 60, 1, "1m00s")],
+    ids=["cycle-2h-old", "cycle-past-the-alerts-limit", "last-cycle-failed"],
+)
+def test_forecasts_of_a_stale_forecaster_say_how_old_they_are(
+    last_success: float, stale: float | None, ago: str
+) -> None:
+    """A forecaster whose cycles fail keeps serving its last set: its ETAs and free times
+    looked current (only PENDING's "now" read its age). Past the alerts'
+    ``forecaster_stale_seconds`` (900 s), or while it reports
+    ``gpu_eta_forecaster_stale 1``, a warning line says how old they are and every
+    forecast cell is marked; ``--json`` says so (``forecasts_stale``)."""
+    a = answers()
+    a["forecaster_cycle"] = forecaster(last_success, stale)
+    a["pending_info"] = [vec(1, namespace="ml", pod="wait", resource="", gpus="1",
+                             status="predicted")]  # fmt: skip
+    a["pending_start"] = [vec(NOW + 60, namespace="ml", pod="wait", quantile=q) for q in QS]
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW, "http://prom")
+    assert view.forecasts_stale and view.forecast_timestamp == last_success
+    lines = top_render.render_plain(view, timezone.utc).splitlines()
+    (line,) = [x for x in lines if x.startswith("warning: forecasts from")]
+    assert line.startswith(f"warning: forecasts from {ago} ago"), line
+    assert ("last cycle failed" in line) == (stale == 1), line
+    job = next(x for x in lines if x.startswith("ml/cnn-1"))
+    gpu0 = next(x for x in lines if x.startswith("node-0/0"))
+    pending = next(x for x in lines if x.startswith("ml/wait"))
+    for row in (job, gpu0):
+        assert " 22:16:40* " in row, row
+    assert " 22:14:20* " in pending, pending
+    gpu3 = next(x for x in lines if x.startswith("node-0/3"))
+    assert " now " in gpu3  # free now is no forecast
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=250, record=True)
+    console.print(top_render.render_rich(view, timezone.utc))
+    shown = console.export_text()
+    assert line in shown and "22:16:40*" in shown
+    data = top_render.render_json(view)
+    assert data["forecasts_stale"] is True and data["forecast_timestamp"] == last_success
+
+
+@pytest.mark.parametrize(
+    ("last_success", "stale"), [(NOW - 60, 0), (NOW - 900, None), (None, None)]
+)
+def test_forecasts_of_a_current_forecaster_are_not_marked(
+    last_success: float | None, stale: float | None
+) -> None:
+    """A cycle up to 900 s old (the alert fires past it), not stale: no warning, no mark.
+    No forecaster series at all: nothing to say about forecasts that are not there."""
+    a = answers()
+    a["forecaster_cycle"] = forecaster(last_success, stale)
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW, "http://prom")
+    assert not view.forecasts_stale
+    text = top_render.render_plain(view, timezone.utc)
+    assert "warning: forecasts" not in text and "*" not in text
+    assert top_render.render_json(view)["forecasts_stale"] is False
+
+
+def test_tops_staleness_limit_is_the_stale_forecaster_alerts() -> None:
+    """``FORECASTER_STALE_SECONDS`` is the rule's ``forecaster_stale_seconds``: top calls
+    forecasts old exactly when GpuEtaForecasterStale does (a copy: top works without
+    the rules)."""
+    import re
+
+    rules = (Path(__file__).parents[2] / "rules" / "gpu-eta.rules.yaml").read_text()
+    (limit,) = re.findall(r"> (\d+)\s+# THRESHOLD forecaster_stale_seconds", rules)
+    assert float(limit) == top_view.FORECASTER_STALE_SECONDS
+
+
+def test_the_documented_json_has_every_key_top_prints() -> None:
+    """docs/top.md's JSON sample names each key ``--json`` prints, top level and per
+    job, idle holder and GPU: a key added without its documentation fails here."""
+    import re
+
+    doc = (Path(__file__).parents[2] / "docs" / "top.md").read_text()
+    (sample,) = re.findall(r"## JSON \(`--json`\)\n\n```json\n(.*?)\n```", doc, re.S)
+    documented = json.loads(sample)
+    printed = top_render.render_json(top_view.build_view(results(), NOW, "http://prom"))
+    assert set(documented) == set(printed)
+    for key in ("jobs", "idle", "gpus"):
+        assert set(documented[key][0]) == set(printed[key][0]), key
+
+
+@pytest.mark.integration
+def test_a_stale_forecasters_etas_are_marked_against_a_real_prometheus(
+    prometheus_factory,
+) -> None:
+    """The forecaster's last success and its stale flag come in one query (top's fixed
+    budget): a real Prometheus answers both, and a forecaster saying its last cycle
+    failed marks the ETAs."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from gpu_eta.launch.prometheus import ScrapeJob
+
+    reg = CollectorRegistry()
+    run_labels = ["node", "namespace", "pod", "container", "run_id"]
+    fc_labels = ["namespace", "pod", "container", "run_id", "quantile"]
+    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(*RUN.values()).set(3)
+    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
+        *RUN.values()
+    ).set(8)
+    eta = Gauge("gpu_eta_job_predicted_completion_timestamp_seconds", "t", fc_labels, registry=reg)
+    t0 = time.time()
+    for q, dt in (("0.1", 3600), ("0.5", 3700), ("0.9", 3800)):
+        eta.labels("ml", "cnn-1", "main", "r1", q).set(t0 + dt)
+    Gauge("gpu_eta_forecaster_last_success_timestamp_seconds", "s", registry=reg).set(t0 - 30)
+    Gauge("gpu_eta_forecaster_stale", "s", registry=reg).set(1)
+    with _exporter(reg) as target:
+        prom = prometheus_factory([ScrapeJob("fake-forecaster", [target])])
+        prom.wait_for("gpu_eta_forecaster_stale", timeout=30)
+        prom.wait_for("gpu_eta_job_predicted_completion_timestamp_seconds", timeout=30)
+        code, out, err = run_top("--prometheus.url", prom.url, "--json")
+        assert (code, err) == (0, "")
+        data = json.loads(out)
+        assert data["forecasts_stale"] is True
+        assert data["forecast_timestamp"] == pytest.approx(t0 - 30)
+        code, out, err = run_top("--prometheus.url", prom.url, "--once", "--plain")
+        assert (code, err) == (0, "")
+        assert "last cycle failed" in out
+        row = next(x for x in out.splitlines() if x.startswith("ml/cnn-1"))
+        assert "*" in row, row
