@@ -17,6 +17,7 @@ logs well. ``--json`` prints one machine-readable snapshot.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import json
@@ -25,6 +26,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timezone, tzinfo
+from typing import Any
 
 from gpu_eta.common.durations import parse_duration
 from gpu_eta.common.gpu_resources import MAX_GPU_RESOURCES, parse_gpu_resources
@@ -307,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tz = timezone.utc if args.utc else None  # None: each time in its own local offset
     lines = _StderrLines()
     logging.getLogger("gpu_eta").addHandler(lines)
+    strict = _replacing_unencodable(sys.stdout)
     try:
         if args.json:
             view = refresh(
@@ -348,7 +351,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
     finally:
         logging.getLogger("gpu_eta").removeHandler(lines)
+        if strict:
+            with contextlib.suppress(ValueError, OSError):  # closed: nothing to restore
+                sys.stdout.reconfigure(errors="strict")  # type: ignore[union-attr]
         client.close()
+
+
+def _replacing_unencodable(stream: Any) -> bool:
+    """Make ``stream`` (stdout) write ``?`` for what its encoding cannot hold, instead of
+    raising; True when it did (it raised before). Why: on a stdout that is not UTF-8
+    (``PYTHONIOENCODING=latin-1``, a C locale's ASCII) the headers' ``–``, ``×`` and
+    ``…`` and any label's characters ended top in a UnicodeEncodeError traceback;
+    ``--json`` is ASCII already."""
+    if getattr(stream, "errors", None) != "strict" or not hasattr(stream, "reconfigure"):
+        return False
+    try:
+        stream.reconfigure(errors="replace")
+    except (ValueError, OSError):  # closed, or a stream that cannot change now
+        return False
+    return True
 
 
 class _StderrLines(logging.Handler):

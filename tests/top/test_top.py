@@ -2473,3 +2473,28 @@ def test_a_stale_forecasters_etas_are_marked_against_a_real_prometheus(
         assert "last cycle failed" in out
         row = next(x for x in out.splitlines() if x.startswith("ml/cnn-1"))
         assert "*" in row, row
+
+
+@pytest.mark.parametrize("mode", [["--once", "--plain"], ["--json"]], ids=["once", "json"])
+def test_a_stdout_that_is_not_utf8_gets_every_view(http_server, mode: list[str]) -> None:  # noqa: F811
+    """stdout in Latin-1 (``PYTHONIOENCODING=latin-1``, an old terminal or a log file's
+    locale): the header's ``–`` and a label's CJK characters ended top in a
+    UnicodeEncodeError traceback. What the encoding cannot hold is shown as ``?``."""
+    import os
+
+    a = answers()
+    a["gpu_info"][0]["metric"]["model"] = "英伟达 A2"
+    url, _ = http_server(answering(a))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu_eta.top", "--prometheus.url", url, *mode],
+        capture_output=True,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr.decode()) == (0, "")
+    out = proc.stdout.decode("latin-1")
+    if mode == ["--json"]:
+        assert json.loads(out)["gpus"][0]["model"] == "英伟达 A2"
+    else:
+        assert "P10?P90" in out and "??? A2" in out, out
