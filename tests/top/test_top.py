@@ -2498,3 +2498,30 @@ def test_a_stdout_that_is_not_utf8_gets_every_view(http_server, mode: list[str])
         assert json.loads(out)["gpus"][0]["model"] == "英伟达 A2"
     else:
         assert "P10?P90" in out and "??? A2" in out, out
+
+
+def test_the_answers_of_one_refresh_are_bounded_together(http_server) -> None:  # noqa: F811
+    """Each answer was bounded by ``--prometheus.max-response-bytes`` (64 MiB), but a
+    refresh holds all 24 at once, parsed (3 to 9 times their bytes): 13 GiB at worst.
+    For ``top`` the flag bounds them together too: past it, one error line naming the
+    flag, exit 1; within it, the view."""
+    gpus = [vec(1, node="node-0", gpu=str(g), UUID=f"GPU-{g:040d}", model="m" * 40)
+            for g in range(16)]  # fmt: skip
+    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": gpus}})
+    url, seen = http_server(lambda r: reply(r, 200, body.encode()))
+    assert len(body) < 4096 < len(body) * len(top_queries.queries())
+    code, out, err = run_top(
+        "--prometheus.url", url, "--prometheus.max-response-bytes", "8192", "--json"
+    )
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert "together" in err and "--prometheus.max-response-bytes" in err, err
+    assert len(seen) < len(top_queries.queries())  # no query after the budget is spent
+    code, out, err = run_top("--prometheus.url", url, "--json")
+    assert (code, err) == (0, "") and len(json.loads(out)["gpus"]) == 16
+
+
+def test_answer_bytes_is_about_the_answers_size() -> None:
+    """The estimate the budget counts is within a tenth of the answer's JSON."""
+    items = answers()["allocated"] + answers()["gpu_info"]
+    size = len(json.dumps(items))
+    assert 0.9 * size <= top_main.answer_bytes(parsed(items)) <= 1.1 * size
