@@ -89,24 +89,27 @@ def progress_bar(epoch: float | None, epochs: float | None, width: int = 20) -> 
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"))
+_SI = ((10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"))
 
 
 def fmt_count(value: float) -> str:
-    """A completed count, rounded down: whole below a million, else three digits and a
-    prefix (``1.2M``, ``999M``, ``12.0T``). Why: a run counting tokens or samples reports
-    up to 10¹⁵, and ``12000000000000/15000000000000 steps`` took a 35-column cell."""
+    """A completed count, rounded down: whole below a million, else three significant
+    digits and a prefix (``1.23M``, ``999M``, ``12.0T``). Why: a run counting tokens or
+    samples reports up to 10¹⁵, and ``12000000000000/15000000000000 steps`` took a
+    35-column cell; why three: with two, 1,550,000 of 1,590,000 steps read
+    ``1.5M/1.5M``, done. Integers, so rounding down never rounds up a float's 1.59."""
+    n = int(value)
     for scale, prefix in _SI:
-        if value >= scale:
-            x = value / scale
-            digits = 1 if x < 100 else 0
-            return f"{math.floor(x * 10**digits) / 10**digits:.{digits}f}{prefix}"
-    return str(int(value))
+        if n >= scale:
+            digits = 2 if n < 10 * scale else 1 if n < 100 * scale else 0
+            whole, frac = divmod(n * 10**digits // scale, 10**digits)
+            return (f"{whole}.{frac:0{digits}d}" if digits else f"{whole}") + prefix
+    return str(n)
 
 
 def fmt_epoch(epoch: float | None, epochs: float | None, unit: str = "epochs") -> str:
     """``7/20`` (fractional epochs rounded down, as "completed"); ``400/1000 steps`` for
-    a run followed by its steps; ``12.0T/15.0T steps`` for counts of a million or more."""
+    a run followed by its steps; ``1.55M/1.59M steps`` for counts of a million or more."""
     e = "-" if epoch is None else fmt_count(epoch)
     n = "?" if epochs is None else fmt_count(epochs)
     return f"{e}/{n}" + (" steps" if unit == "steps" else "")

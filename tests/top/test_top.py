@@ -1908,10 +1908,13 @@ def test_terminal_hang_up_ends_the_refreshing_view_quietly(http_server, tmp_path
     [
         (7.9, 20, "epochs", "7/20"),
         (400, 1000, "steps", "400/1000 steps"),
-        (999_999, 1_234_567, "steps", "999999/1.2M steps"),
-        (999_999_999, 1e9, "steps", "999M/1.0G steps"),  # rounded down: not done
+        (999_999, 1_234_567, "steps", "999999/1.23M steps"),
+        (999_999_999, 1e9, "steps", "999M/1.00G steps"),  # rounded down: not done
+        (1_550_000, 1_590_000, "steps", "1.55M/1.59M steps"),  # three digits: not 1.5M/1.5M
+        (1_599_999, 1_600_000, "steps", "1.59M/1.60M steps"),
         (1.2e13, 1.5e13, "steps", "12.0T/15.0T steps"),
-        (1e15, 1e15, "steps", "1.0P/1.0P steps"),
+        (1e15, 1e15, "steps", "1.00P/1.00P steps"),
+        (2**53, 2**60, "steps", "9.00P/1152P steps"),
         (None, None, "epochs", "-/?"),
     ],
 )
