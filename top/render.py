@@ -77,8 +77,17 @@ def fmt_bytes(n: float | None) -> str:
 
 
 def fmt_ratio(r: float | None) -> str:
-    """A 0..1 ratio as a whole percentage."""
-    return "-" if r is None else f"{100 * r:.0f}%"
+    """A 0..1 ratio as a percentage rounded down: one decimal below 10 % (``4.6%``), a
+    whole one from there (``97%``); ``0%`` for none at all. Why down, and the decimal:
+    the idle threshold (5 %) lies there, and a holder at 0.046, idle, read ``5%``."""
+    if r is None or not math.isfinite(r * 1000):
+        return "-"
+    if r == 0:
+        return "0%"
+    tenths = math.floor(round(r * 1000, 6))  # round first: 0.29 * 100 is 28.999…
+    if abs(tenths) < 100:
+        return f"{tenths / 10:.1f}%"
+    return f"{math.floor(round(r * 100, 6))}%"
 
 
 def progress_bar(epoch: float | None, epochs: float | None, width: int = 20) -> str:

@@ -136,7 +136,7 @@ def test_plain_rendering_is_a_readable_table() -> None:
     assert "3.0G/16.0G" in row and "2m05s" in row
     assert "22:16:40" in row and "22:15:50–22:18:10" in row
     idle = next(line for line in lines if line.startswith("jupyter/nb-alice"))
-    assert "node-0/1" in idle and "1%" in idle and "1h00m" in idle
+    assert "node-0/1" in idle and "1.0%" in idle and "1h00m" in idle
     gpu3 = next(line for line in lines if line.startswith("node-0/3"))
     assert "free" in gpu3 and "now" in gpu3
 
@@ -2528,3 +2528,17 @@ def test_answer_bytes_is_about_the_answers_size() -> None:
     items = answers()["allocated"] + answers()["gpu_info"]
     size = len(json.dumps(items))
     assert 0.9 * size <= top_main.answer_bytes(parsed(items)) <= 1.1 * size
+
+
+@pytest.mark.parametrize(
+    ("ratio", "cell"),
+    [(0.046, "4.6%"), (0.0499, "4.9%"), (0.05, "5.0%"), (0.0999, "9.9%"), (0.1, "10%"),
+     (0.29, "29%"), (0.999, "99%"), (1.0, "100%"), (0.0, "0%"), (None, "-"), (1e308, "-")],
+)  # fmt: skip
+def test_a_utilisation_is_rounded_down_so_an_idle_holder_reads_below_the_threshold(
+    ratio: float | None, cell: str
+) -> None:
+    """A holder at 0.046 is idle (below 5 %) but its UTIL(avg) read ``5%``: rounded to a
+    whole percent. Rounded down, with a decimal below 10 % (where the idle threshold
+    is), a value reads on the side of any threshold it is on."""
+    assert top_render.fmt_ratio(ratio) == cell
