@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, tzinfo
@@ -286,9 +287,31 @@ def _gpu_cells(g: GpuRow, now: float, tz: tzinfo | None, stale: bool = False) ->
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    return [line(headers), *(line(r) for r in rows)]
+    """Aligned columns, each cell padded to its column's width on the terminal
+    (``display_width``), two spaces apart."""
+    sized = [[(c, display_width(c)) for c in r] for r in (headers, *rows)]
+    widths = [max(row[i][1] for row in sized) for i in range(len(headers))]
+
+    def line(cells: list[tuple[str, int]]) -> str:
+        padded = (c + " " * (w - n) for (c, n), w in zip(cells, widths, strict=True))
+        return "  ".join(padded).rstrip()
+
+    return [line(r) for r in sized]
+
+
+def display_width(text: str) -> int:
+    """The terminal columns ``text`` (printable, ``promparse.printable``) takes: two for
+    each wide East Asian character, none for a combining mark or a zero-width format
+    character, one for the others. Pure, stdlib only (``--plain`` needs no rich). Why:
+    padded by its length, a CJK model name shifted every column after it on its row."""
+    if text.isascii():  # nearly every cell: a flag read
+        return len(text)
+    width = 0
+    for c in text:
+        if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+    return width
 
 
 def summary_line(view: View, tz: tzinfo | None = None) -> str:

@@ -2542,3 +2542,22 @@ def test_a_utilisation_is_rounded_down_so_an_idle_holder_reads_below_the_thresho
     whole percent. Rounded down, with a decimal below 10 % (where the idle threshold
     is), a value reads on the side of any threshold it is on."""
     assert top_render.fmt_ratio(ratio) == cell
+
+
+def test_plain_tables_align_wide_characters_by_their_display_width() -> None:
+    """A CJK model name takes two terminal columns a character: padded by its length,
+    every column after it in the plain GPU table was shifted on its row. Measured with
+    rich's ``cell_len`` (what a terminal shows), the columns line up."""
+    from rich.cells import cell_len
+
+    a = answers()
+    a["gpu_info"][0]["metric"]["model"] = "英伟达 A2"
+    a["gpu_info"][1]["metric"]["model"] = "e\u0301clair A2"  # a combining accent: 0 wide
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW, "http://prom")
+    out = top_render.render_plain(view, timezone.utc)
+    table = out[out.index("GPUS\n") :].splitlines()[1:]
+    starts = {cell_len(line[: line.index(word)]) for line in table
+              for word in ("STATE", "busy", "idle", "free") if f" {word} " in line}  # fmt: skip
+    assert len(starts) == 1, table
+    assert top_render.display_width("英伟达 A2") == 9
+    assert top_render.display_width("e\u0301clair") == 6
