@@ -350,7 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 namespaces=args.namespaces,
                 gpu_resources=args.gpu_resources,
             )
-            print(json.dumps(render_json(view), indent=2))
+            # strict: a NaN or infinity left would be a traceback here, not "Infinity" a
+            # JSON parser refuses (the view has none: _finite_sum, _value)
+            print(json.dumps(render_json(view), indent=2, allow_nan=False))
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
             return ExitCode.OK
         use_rich = sys.stdout.isatty() and not args.plain and _has_rich()

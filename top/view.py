@@ -138,6 +138,14 @@ def _value(sample: Sample) -> float | None:
     return sample.value if math.isfinite(sample.value) else None
 
 
+def _finite_sum(values: Sequence[float]) -> float | None:
+    """The sum of ``values`` (each finite), ``None`` when there are none or it is not
+    finite: two GPUs reporting 1e308 bytes each sum to ``inf``, no number to show, and
+    ``--json`` printed ``Infinity``, which strict JSON parsers refuse."""
+    total = sum(values)
+    return total if values and math.isfinite(total) else None
+
+
 def _container_key(labels: Mapping[str, str]) -> tuple[str, str, str]:
     return (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
 
@@ -317,11 +325,10 @@ def build_view(
         node = labels.get("node", "") or (gkeys[0][0] if gkeys else "")
 
         def total(values: Mapping[tuple, float], gks=gkeys, ck=ckey) -> float | None:
-            found = [values[(g, ck)] for g in gks if (g, ck) in values]
-            return sum(found) if found else None
+            return _finite_sum([values[(g, ck)] for g in gks if (g, ck) in values])
 
         n_util = [util[(g, ckey)] for g in gkeys if (g, ckey) in util]
-        mem_total = [gpu_total[g] for g in gkeys if g in gpu_total]
+        util_sum = _finite_sum(n_util)
         start = run_start.get(key)
         band = eta.get(key, {})
         jobs.append(
@@ -334,9 +341,9 @@ def build_view(
                 gpus=tuple(g[1] for g in gkeys),
                 epoch=epoch,
                 epochs=planned,
-                utilization_ratio=(sum(n_util) / len(n_util)) if n_util else None,
+                utilization_ratio=None if util_sum is None else util_sum / len(n_util),
                 memory_used_bytes=total(memory),
-                memory_total_bytes=sum(mem_total) if mem_total else None,
+                memory_total_bytes=_finite_sum([gpu_total[g] for g in gkeys if g in gpu_total]),
                 start_timestamp=start,
                 elapsed_seconds=max(0.0, now - start) if start is not None else None,
                 last_report_timestamp=last_report.get(key),

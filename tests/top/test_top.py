@@ -2561,3 +2561,28 @@ def test_plain_tables_align_wide_characters_by_their_display_width() -> None:
     assert len(starts) == 1, table
     assert top_render.display_width("英伟达 A2") == 9
     assert top_render.display_width("e\u0301clair") == 6
+
+
+def test_sums_past_the_largest_float_are_unknown_not_infinity(http_server) -> None:  # noqa: F811
+    """A run on two GPUs each reporting 1e308 bytes (a broken exporter, a proxy): their
+    sum is ``inf``, and ``--json`` printed ``Infinity``, which strict JSON parsers (jq,
+    JavaScript) refuse. A sum that is not finite is unknown (``null``), and the JSON is
+    written strict (``allow_nan=False``)."""
+    a = answers()
+    a["allocated"].append(vec(1, **GPU1, **CNN))
+    a["pod_memory"] = [vec(1e308, **GPU0, **CNN), vec(1e308, **GPU1, **CNN)]
+    a["pod_util"] = [vec(1e308, **GPU0, **CNN), vec(1e308, **GPU1, **CNN)]
+    a["gpu_memory_total"] = [vec(1e308, **GPU0), vec(1e308, **GPU1)]
+    view = top_view.build_view({k: parsed(v) for k, v in a.items()}, NOW)
+    (job,) = view.jobs
+    assert job.memory_used_bytes is None and job.memory_total_bytes is None
+    assert job.utilization_ratio is None
+    url, _ = http_server(answering(a))
+    code, out, err = run_top("--prometheus.url", url, "--json")
+    assert (code, err) == (0, "")
+
+    def refuse(constant: str) -> float:
+        raise ValueError(constant)
+
+    data = json.loads(out, parse_constant=refuse)
+    assert data["jobs"][0]["memory_used_bytes"] is None
