@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 
+# [0-9], not \d: \d matches any Unicode digit (fullwidth ５, Arabic-Indic ١), which int()
+# reads and Prometheus refuses, so "５m" passed the flag's check and failed every query
 _DURATION = re.compile(
-    r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$"
+    r"^(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?"
+    r"(?:([0-9]+)ms)?$"
 )
 _UNIT_SECONDS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
 MAX_DURATION_CHARS = 32

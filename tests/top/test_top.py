@@ -336,7 +336,10 @@ def test_parse_duration(text: str, seconds: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["abc", "", "5", "0s", "5x", "m5", "1.5h", "5m1h", "-5m", "9" * 40]
+    "text",
+    # fullwidth and Arabic-Indic digits: \d matched them, int() read them, and Prometheus
+    # refused the query
+    ["abc", "", "5", "0s", "5x", "m5", "1.5h", "5m1h", "-5m", "9" * 40, "５m", "١٠s"],
 )
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(ValueError, match=r"duration|> 0"):
@@ -346,7 +349,7 @@ def test_parse_duration_refuses(text: str) -> None:
 def test_a_bad_idle_window_is_a_one_line_usage_error_before_any_query(http_server) -> None:  # noqa: F811
     empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
     url, seen = http_server(lambda r: reply(r, 200, empty.encode()))
-    for window in ("abc", "0s", "5"):
+    for window in ("abc", "0s", "5", "５m"):
         code, out, err = run_top("--prometheus.url", url, "--idle-window", window, "--once")
         assert (code, out) == (2, "") and seen == [], window
         assert err.startswith("gpu-eta top: argument --idle-window: ") and err.count("\n") == 1
