@@ -69,6 +69,13 @@ def fetch(
     ``status: success``; unsaid, half the cluster's GPUs read as all of them. The same
     warning comes with every query: each is kept once, at most ``MAX_WARNINGS``.
 
+    Why one time: each query was evaluated at the server's "now" when it arrived, so
+    a refresh's answers came from moments apart (a pod Pending in one, Running in the
+    next). The first answer with a sample says the server's evaluation time
+    (``evaluation_time``: a stamp a clock can read), and every later query is asked at
+    it (``time=``); the workstation's clock is no choice, it may be off from the
+    server's (docs/top.md, "Whose clock").
+
     Why the answers are bounded together (``answer_bytes``, at most
     ``client.max_response_bytes``, ``PromAPIError`` past it): a refresh holds all of them
     at once, parsed (3 times their bytes for real answers, up to 9 for odd shapes), and
@@ -85,12 +92,16 @@ def fetch(
     warnings: list[str] = []
     asked = queries(idle_window, gpu_resources)
     budget, held = client.max_response_bytes, 0
+    at: float | None = None  # the evaluation time every later query is asked at
+    clock = time.time()
     for name, expr in asked.items():
         try:
-            results[name] = client.instant(expr, warnings=warnings, scalar=False)
+            results[name] = client.instant(expr, at, warnings=warnings, scalar=False)
         except (PromQueryError, NotAVectorError) as err:
             refused[name] = str(err)
             continue
+        if at is None:
+            at = evaluation_time({name: results[name]}, clock)
         held += answer_bytes(results[name])
         if held > budget:
             raise PromAPIError(

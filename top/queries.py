@@ -18,6 +18,9 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
     names), whose pending pods are GPU pods as the forecaster's ``--pending.gpu-resource``
     makes them."""
     return {
+        # first: every cluster with an exporter answers it, and the first answer with a
+        # sample gives the time every later query is evaluated at (``main.fetch``)
+        "gpu_info": "gpu_eta_gpu_info",
         # a run that ended is not in progress, whatever its plan: one stopped early keeps
         # it (not completed) while its pod may stay up (a notebook). Its end series has
         # the same labels (one scrape of one exporter), so no extra query
@@ -41,7 +44,6 @@ def queries(idle_window: str = "5m", gpu_resources: Sequence[str] = ()) -> dict[
         # device's 0 % moments), as the alert GpuEtaGpuAllocatedIdle counts it
         "pod_util_avg": use_mean(idle_window),
         "pod_memory": "gpu_eta_pod_gpu_memory_used_bytes",
-        "gpu_info": "gpu_eta_gpu_info",
         "gpu_memory_total": "gpu_eta_gpu_memory_total_bytes",
         # a device no pod holds but something uses (a pod with NVIDIA_VISIBLE_DEVICES=all
         # and no GPU request, a process outside Kubernetes): its own utilisation says so.

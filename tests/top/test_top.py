@@ -2479,6 +2479,11 @@ def test_a_stale_forecasters_etas_are_marked_against_a_real_prometheus(
         assert "last cycle failed" in out
         row = next(x for x in out.splitlines() if x.startswith("ml/cnn-1"))
         assert "*" in row, row
+        # one refresh's queries are evaluated at one time: every sample has its stamp
+        results, _, _ = top_main.fetch(PromClient(prom.url, retries=0))
+        stamps = {s.timestamp for samples in results.values() for s in samples}
+        assert len([n for n, samples in results.items() if samples]) >= 4
+        assert len(stamps) == 1, stamps
 
 
 @pytest.mark.parametrize("mode", [["--once", "--plain"], ["--json"]], ids=["once", "json"])
@@ -2589,3 +2594,34 @@ def test_sums_past_the_largest_float_are_unknown_not_infinity(http_server) -> No
 
     data = json.loads(out, parse_constant=refuse)
     assert data["jobs"][0]["memory_used_bytes"] is None
+
+
+def test_the_queries_of_one_refresh_are_evaluated_at_one_time(http_server) -> None:  # noqa: F811
+    """Each query was evaluated at the server's "now" when it arrived, so one refresh's
+    answers came from moments apart (a pod seen Pending by one query, Running by the
+    next). The first answer with a sample gives its evaluation time, and every later
+    query is asked at it (``time=``)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    asked: list[tuple[str, str | None]] = []
+    names = {expr: name for name, expr in top_queries.queries("5m").items()}
+    served = answers()
+
+    def handle(req) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        form = parse_qs(req.rfile.read(length).decode() if length else urlsplit(req.path).query)
+        name = names.get(form.get("query", [""])[0], "")
+        at = form.get("time", [None])[0]
+        asked.append((name, at))
+        stamp = float(at) if at is not None else NOW + len(asked)  # a clock that moves
+        items = [{**s, "value": [stamp, s["value"][1]]} for s in served.get(name, [])]
+        data = {"resultType": "vector", "result": items}
+        reply(req, 200, json.dumps({"status": "success", "data": data}).encode())
+
+    url, _ = http_server(handle)
+    view = top_main.refresh(PromClient(url, retries=0))
+    first = next(k for k, (name, _) in enumerate(asked) if served.get(name))
+    assert all(at is None for _, at in asked[: first + 1])
+    pinned = {at for _, at in asked[first + 1 :]}
+    assert pinned == {f"{NOW + first + 1:.3f}"}, asked
+    assert view.timestamp == NOW + first + 1
