@@ -39,7 +39,7 @@ def add_prometheus_flags(
         dest="retries",
         type=int,
         default=2,
-        help="extra attempts after a timeout, refused connection or 429/5xx",
+        help="extra attempts after a timeout, refused connection or HTTP 429, 502, 503 or 504",
     )
     g.add_argument(
         "--prometheus.backoff",

@@ -79,7 +79,7 @@ def fetch(
     Why the answers are bounded together (``answer_bytes``, at most
     ``client.max_response_bytes``, ``PromAPIError`` past it): a refresh holds all of them
     at once, parsed (3 times their bytes for real answers, up to 9 for odd shapes), and
-    with each answer bounded alone that was 24 times the cap.
+    with each answer bounded alone that was as many times the cap as there are queries.
 
     Why a refused query is left out, not the end of the view: Prometheus refuses one
     query on its data (``PromQueryError``: a join meeting duplicate series, a sample

@@ -2625,3 +2625,11 @@ def test_the_queries_of_one_refresh_are_evaluated_at_one_time(http_server) -> No
     pinned = {at for _, at in asked[first + 1 :]}
     assert pinned == {f"{NOW + first + 1:.3f}"}, asked
     assert view.timestamp == NOW + first + 1
+
+
+def test_the_documented_number_of_queries_is_the_number_asked() -> None:
+    """docs/top.md says how many queries a refresh asks (the fixed budget): that many."""
+    doc = (Path(__file__).parents[2] / "docs" / "top.md").read_text()
+    n = len(top_queries.queries())
+    assert f"with a fixed set of {n} instant queries per refresh" in doc
+    assert f"(a fixed number, {n})" in top_queries.queries.__doc__
