@@ -548,8 +548,8 @@ def off_clock(results: Mapping[str, Sequence[Sample]], clock: float) -> tuple[st
     noun = "sample" if len(bad) == 1 else "samples"
     return (
         f"{len(bad)} {noun} stamped {bad[0]:g}, more than {years:g} years from this "
-        "workstation's clock: not the server's time (a proxy's answer, or milliseconds); "
-        "times are by this workstation's clock",
+        "workstation's clock: not read as the server's time (a proxy's answer, or "
+        "milliseconds)",
     )
 
 
