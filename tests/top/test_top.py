@@ -749,6 +749,22 @@ def test_a_reader_closing_the_pipe_ends_top_quietly(http_server, mode: list[str]
     assert (proc.returncode, err.decode()) == (0, "")
 
 
+def run_series(reg, t0: float, band: tuple[float, float, float]) -> None:
+    """RUN at epoch 3 of 8 in ``reg``, and its forecast: P10, P50 and P90 ``band``
+    seconds after ``t0``, as the exporter and the forecaster publish them."""
+    from prometheus_client import Gauge
+
+    run_labels = ["node", "namespace", "pod", "container", "run_id"]
+    fc_labels = ["namespace", "pod", "container", "run_id", "quantile"]
+    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(*RUN.values()).set(3)
+    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
+        *RUN.values()
+    ).set(8)
+    eta = Gauge("gpu_eta_job_predicted_completion_timestamp_seconds", "t", fc_labels, registry=reg)
+    for q, dt in zip(QS, band, strict=True):
+        eta.labels("ml", "cnn-1", "main", "r1", q).set(t0 + dt)
+
+
 @pytest.mark.integration
 def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
     """A real Prometheus scrapes contract-shaped series from a real HTTP exporter."""
@@ -757,19 +773,9 @@ def test_top_json_against_a_real_prometheus(prometheus_factory) -> None:
     from gpu_eta.launch.prometheus import ScrapeJob
 
     reg = CollectorRegistry()
-    run_labels = ["node", "namespace", "pod", "container", "run_id"]
-    fc_labels = ["namespace", "pod", "container", "run_id", "quantile"]
     gpu_labels = ["node", "gpu", "UUID", "namespace", "pod", "container"]
-    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(*RUN.values()).set(3)
-    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
-        *RUN.values()
-    ).set(8)
-    eta = Gauge("gpu_eta_job_predicted_completion_timestamp_seconds", "t", fc_labels, registry=reg)
-    import time
-
     t0 = time.time()
-    for q, dt in (("0.1", 60), ("0.5", 90), ("0.9", 150)):
-        eta.labels("ml", "cnn-1", "main", "r1", q).set(t0 + dt)
+    run_series(reg, t0, (60, 90, 150))
     Gauge("gpu_eta_pod_gpu_allocated", "a", gpu_labels, registry=reg).labels(
         "node-0", "0", "GPU-aaa", "ml", "cnn-1", "main"
     ).set(1)
@@ -2453,16 +2459,8 @@ def test_a_stale_forecasters_etas_are_marked_against_a_real_prometheus(
     from gpu_eta.launch.prometheus import ScrapeJob
 
     reg = CollectorRegistry()
-    run_labels = ["node", "namespace", "pod", "container", "run_id"]
-    fc_labels = ["namespace", "pod", "container", "run_id", "quantile"]
-    Gauge("gpu_eta_training_epoch", "e", run_labels, registry=reg).labels(*RUN.values()).set(3)
-    Gauge("gpu_eta_training_epochs_planned", "n", run_labels, registry=reg).labels(
-        *RUN.values()
-    ).set(8)
-    eta = Gauge("gpu_eta_job_predicted_completion_timestamp_seconds", "t", fc_labels, registry=reg)
     t0 = time.time()
-    for q, dt in (("0.1", 3600), ("0.5", 3700), ("0.9", 3800)):
-        eta.labels("ml", "cnn-1", "main", "r1", q).set(t0 + dt)
+    run_series(reg, t0, (3600, 3700, 3800))
     Gauge("gpu_eta_forecaster_last_success_timestamp_seconds", "s", registry=reg).set(t0 - 30)
     Gauge("gpu_eta_forecaster_stale", "s", registry=reg).set(1)
     with _exporter(reg) as target:
