@@ -821,7 +821,7 @@ class Cycle:
         written once per query, about 310 37-character names each, a query per pod
         label) with its answer computed from them (``queries.util_mean_of``). Why:
         ``UTIL_MEAN`` carries the match on each of its six selectors in both pod labels,
-        so only about 23 such pods fit a query and more than about 90 made a read of
+        so only about 22 such pods fit a query and more than about 88 made a read of
         every pod's. Where the raw samples would be too many
         (``queries.MAX_RAW_SAMPLES``: a hundred pods over an hour), ``UTIL_MEAN`` is
         read. Memory: its query per set of pods (``queries.for_pods_split``).

@@ -90,8 +90,16 @@ BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size{runs}[{window}
 
 # GPU use per container: ours, or else DCGM's (0..100, per device, with pod labels
 # as `pod`/`namespace`/`container` or `exported_*` when the scrape did not honour
-# labels). `or` keeps a DCGM series only where ours has no series with the same
-# labels; gpu_eta.forecaster.runs_from_series reads `exported_*` as the plain labels.
+# labels). Either side's series name their holder by the `exported_*` labels where a
+# scrape without honor_labels set them (the `namespace`/`pod`/`container` then being
+# the scraped exporter's own), else by the plain ones: both are keyed by the holder's
+# names (``_as_holder``) before they are aggregated per container, so `or` keeps a
+# DCGM series only where ours has none for the same container, whichever label form
+# each came in (GPU Operator's ServiceMonitor scrapes DCGM without honorLabels by
+# default; grouped by the labels as scraped, DCGM's exported series would never meet
+# ours and both would come back, the one read last winning), and each holder on an
+# exporter of ours scraped without honor_labels is its own, not averaged under the
+# exporter's pod. The answers carry only `namespace`/`pod`/`container`.
 # ``{pods}``: empty (every pod), or a set match on ``pod`` or ``exported_pod`` (for_pods).
 # Ours counts a scrape of the allocation without a utilisation sample as fully busy
 # (gpu_eta.common.gpu_use): a time-sliced GPU's holders have samples only at the
@@ -100,21 +108,43 @@ BATCH_SIZE = _per_run("last_over_time(gpu_eta_training_batch_size{runs}[{window}
 # any scrape without a sample in ``{idle}``: a run is declared stalled on GPU evidence
 # only where every scrape of its allocation says idle.
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-# the labels ours and DCGM's GPU use are aggregated by (util_mean_of groups the same)
-_OURS_BY = ("namespace", "pod", "container")
-_DCGM_BY = (*_OURS_BY, "exported_namespace", "exported_pod", "exported_container")
+# the labels that name a GPU holder; each has its ``exported_`` form (util_mean_of reads
+# them as ``_as_holder`` rewrites them)
+_HOLDER_LABELS = ("namespace", "pod", "container")
 
 
-def _ours_or_dcgm(agg: str, ours: str, span: str, pods: str) -> str:
-    """``ours`` aggregated per container with ``agg``, else DCGM's ``agg`` over ``span``."""
-    return (
-        f"{agg} by ({', '.join(_OURS_BY)}) ({ours}) or "
-        f"({agg} by ({', '.join(_DCGM_BY)}) ({agg}_over_time({DCGM_UTIL}{pods}[{span}])) / 100)"
-    )
+def _as_holder(expr: str) -> str:
+    """``expr`` with each of ``_HOLDER_LABELS`` set to its ``exported_`` label's value
+    where that is set (``label_replace`` leaves a series whose source label is empty
+    as it is): the holder's names, however the series was scraped. The ``exported_``
+    labels stay until the aggregation, so the series stay distinct (a function's answer
+    with two equal label sets is an error) unless two differed in a target's own
+    names alone, which the target's ``instance`` rules out."""
+    for label in _HOLDER_LABELS:
+        expr = f'label_replace({expr}, "{label}", "$1", "exported_{label}", "(.+)")'
+    return expr
 
 
-UTIL_MEAN = _ours_or_dcgm("avg", use_mean("{window}", "{pods}"), "{window}", "{pods}")
-UTIL_RECENT = _ours_or_dcgm("max", use_max("{idle}"), "{idle}", "")
+def _ours_or_dcgm(agg: str, ours: str, span: str, pods: str) -> tuple[str, str]:
+    """``ours`` aggregated per holder container with ``agg``, and DCGM's ``agg`` over
+    ``span`` the same way: the parts of an ``or``, in the order they take precedence."""
+    by = ", ".join(_HOLDER_LABELS)
+    dcgm = f"{agg}_over_time({DCGM_UTIL}{pods}[{span}])"
+    return f"{agg} by ({by}) ({_as_holder(ours)})", f"{agg} by ({by}) ({_as_holder(dcgm)}) / 100"
+
+
+def _either(parts: Sequence[str]) -> str:
+    """``parts`` joined by ``or``: each series of a part whose labels no earlier part
+    answered."""
+    return " or ".join(f"({part})" for part in parts)
+
+
+UTIL_MEAN_PARTS = _ours_or_dcgm("avg", use_mean("{window}", "{pods}"), "{window}", "{pods}")
+UTIL_MEAN = _either(UTIL_MEAN_PARTS)
+UTIL_RECENT = _either(_ours_or_dcgm("max", use_max("{idle}"), "{idle}", ""))
+# Templates that are an ``or`` of parts, and their parts in precedence order: ``for_pods``
+# keeps the order across its two pod labels.
+_PARTS: Mapping[str, Sequence[str]] = MappingProxyType({UTIL_MEAN: UTIL_MEAN_PARTS})
 # The series UTIL_MEAN reads, asked as raw samples for the ending runs' pods
 # (util_samples): util_mean_of computes UTIL_MEAN's answer from them.
 UTIL_SAMPLES = (UTIL, ALLOCATED_SINCE, DCGM_UTIL)
@@ -126,11 +156,12 @@ def util_mean_of(series: Iterable[Series], at: float) -> list[Sample]:
 
     The same rule and grouping as ``UTIL_MEAN``: each holder's mean by
     ``gpu_use.use_mean_of`` (its utilisation samples, and the samples of its
-    allocation's start with the same labels), averaged per container (``_OURS_BY``);
-    DCGM's series' mean, averaged per ``_DCGM_BY`` and over 100, where ours answered no
-    series with the same labels (PromQL's ``or``). A series met twice (asked by ``pod``
-    and by ``exported_pod``) counts once. The integration tests hold it to the
-    PromQL's answer on Prometheus and VictoriaMetrics.
+    allocation's start with the same labels), averaged per container (``_holder``);
+    DCGM's series' mean, averaged per container and over 100, where ours answered no
+    container with the same names (PromQL's ``or``), whichever label form either came
+    in. A series met twice (asked by ``pod`` and by ``exported_pod``) counts once. The
+    integration tests hold it to the PromQL's answer on Prometheus and
+    VictoriaMetrics.
     """
     util: dict[frozenset[tuple[str, str]], list[float]] = {}
     since: dict[frozenset[tuple[str, str]], int] = {}
@@ -145,35 +176,38 @@ def util_mean_of(series: Iterable[Series], at: float) -> list[Sample]:
             since[key] = len(values)
         elif name == DCGM_UTIL and values:
             dcgm[key] = values
-    ours = _avg_by(
-        ((key, use_mean_of(values, since.get(key, 0))) for key, values in util.items()), _OURS_BY
+    ours = _avg_by_holder(
+        (key, use_mean_of(values, since.get(key, 0))) for key, values in util.items()
     )
-    theirs = _avg_by(((key, sum(v) / len(v)) for key, v in dcgm.items()), _DCGM_BY)
-    out = [Sample(labels, mean, at) for labels, mean in ours]
-    taken = {frozenset(labels.items()) for labels, _mean in ours}
-    out += [
-        Sample(labels, mean / 100, at)
-        for labels, mean in theirs
-        if frozenset(labels.items()) not in taken
-    ]
+    theirs = _avg_by_holder((key, sum(v) / len(v)) for key, v in dcgm.items())
+    out = [Sample(_named(key), mean, at) for key, mean in ours.items()]
+    out += [Sample(_named(key), mean / 100, at) for key, mean in theirs.items() if key not in ours]
     return out
 
 
-def _avg_by(
-    values: Iterable[tuple[Iterable[tuple[str, str]], float | None]], by: Sequence[str]
-) -> list[tuple[dict[str, str], float]]:
-    """PromQL's ``avg by (<by>)`` of ``(labels, value)``: the mean per group, a group's
-    labels those of ``by`` not empty (a missing label is empty); None values (no answer)
+def _holder(labels: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The holder a series names, as ``_as_holder`` rewrites it: each of
+    ``_HOLDER_LABELS``' ``exported_`` value where set, else its own (empty: missing)."""
+    named = dict(labels)
+    return tuple(named.get(f"exported_{k}") or named.get(k, "") for k in _HOLDER_LABELS)
+
+
+def _named(key: tuple[str, ...]) -> dict[str, str]:
+    """A holder key as an aggregation's labels: the empty ones left out."""
+    return {k: v for k, v in zip(_HOLDER_LABELS, key, strict=True) if v}
+
+
+def _avg_by_holder(
+    values: Iterable[tuple[Iterable[tuple[str, str]], float | None]],
+) -> dict[tuple[str, ...], float]:
+    """PromQL's ``avg by (namespace, pod, container)`` of ``(labels, value)`` after
+    ``_as_holder``: the mean per holder container (``_holder``); None values (no answer)
     left out."""
     groups: dict[tuple[str, ...], list[float]] = {}
     for labels, value in values:
         if value is not None:
-            named = dict(labels)
-            groups.setdefault(tuple(named.get(k, "") for k in by), []).append(value)
-    return [
-        ({k: v for k, v in zip(by, key, strict=True) if v}, sum(vs) / len(vs))
-        for key, vs in groups.items()
-    ]
+            groups.setdefault(_holder(labels), []).append(value)
+    return {key: sum(vs) / len(vs) for key, vs in groups.items()}
 
 
 _CONTAINER = "namespace, pod, container, exported_namespace, exported_pod, exported_container"
@@ -382,15 +416,24 @@ def for_pods(
     two joined with ``or``: for those pods, the series the template rendered for every
     pod returns (checked on Prometheus and VictoriaMetrics, tests/integration). None when
     ``matcher`` cannot name a pod.
+
+    A template that is an ``or`` of parts (``_PARTS``: ``UTIL_MEAN``, ours before DCGM's)
+    is rendered part by part, each in both labels before the next: rendered whole in
+    each label, a pod's DCGM series matched by ``pod`` came before its ours matched by
+    ``exported_pod`` and hid it.
     """
     names = list(pods)
-    forms = []
+    matches = []
     for label in POD_LABELS:
         match = matcher(label, names)
         if match is None:
             return None
-        forms.append(f"({render(template, window_seconds, idle_seconds, pods=match)})")
-    return " or ".join(forms)
+        matches.append(match)
+    return " or ".join(
+        f"({render(part, window_seconds, idle_seconds, pods=match)})"
+        for part in _PARTS.get(template, (template,))
+        for match in matches
+    )
 
 
 def for_pods_split(
@@ -447,7 +490,7 @@ def util_samples_split(
     ``scrape_seconds`` of the window).
 
     Why not ``for_pods_split`` of ``UTIL_MEAN``: that carries the pods' set match on
-    each of its six selectors in each pod label (twelve times), so only about 23
+    each of its six selectors in each pod label (twelve times), so only about 22
     37-character names fit a query of 12,000 characters, where a query here names
     about 310 (docs/forecaster.md, "GPU-use and memory means"). Why the bound on
     samples: each is parsed here, where ``UTIL_MEAN`` answers one number per container;

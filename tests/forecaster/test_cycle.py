@@ -70,9 +70,9 @@ _RAW_MATCH = re.compile(r'\{__name__=~"[^"]*",((?:exported_)?pod)=~"([^"]*)"\}\[
 # the GPU-use and memory means of some pods (queries.for_pods), matchers taken out
 _POD_MATCH = re.compile(r'\{(?:exported_)?pod=~"([^"]*)"\}')
 _SOME_PODS = {
-    _shape(f"({r}) or ({r})"): name
+    _shape(_POD_MATCH.sub("", q)): name
     for name in queries.SPAN
-    if (r := queries.render(queries.INSTANT[name], 60, 300))
+    if (q := queries.for_pods(queries.INSTANT[name], 60, 300, ["p"]))
 }
 
 
@@ -103,8 +103,8 @@ class CannedClient:
         if second:  # the queue's second round (kube_state.second_round), folded
             return self._second_round(second)
         pods = _POD_MATCH.findall(query)
-        if pods and "label_replace" not in query:  # some pods' means, either pod label
-            name = _SOME_PODS[_shape(_POD_MATCH.sub("", query))]
+        name = _SOME_PODS.get(_shape(_POD_MATCH.sub("", query)), "")
+        if pods and name:  # some pods' means, either pod label
             wanted = set(pods[0].split("|"))
             return [
                 x

@@ -75,9 +75,14 @@ def test_the_means_for_some_pods_match_every_selector_in_both_pod_labels() -> No
         selectors = tpl.count("[{window}]")  # util_mean: 5 of ours (gpu_use), 1 of DCGM's
         assert tpl.count("{pods}[{window}]") == selectors >= 2  # every selector matchable
         assert plain == exported == selectors  # each form on every selector
-        full = queries.render(tpl, 600, 300)
-        assert re.sub(r"\{(exported_)?pod=~\"[^\"]*\"\}", "", q) == f"({full}) or ({full})"
-        assert "{" not in full  # every pod: no matcher
+        parts: tuple[str, ...] = (tpl,)
+        if name == "util_mean":  # part by part (ours, then DCGM's), each in both labels
+            parts = queries.UTIL_MEAN_PARTS
+            assert " or ".join(f"({part})" for part in parts) == tpl
+        full = [queries.render(part, 600, 300) for part in parts]
+        bare = re.sub(r"\{(exported_)?pod=~\"[^\"]*\"\}", "", q)
+        assert bare == " or ".join(f"({x})" for x in full for _ in queries.POD_LABELS)
+        assert "{" not in queries.render(tpl, 600, 300)  # every pod: no matcher
         assert queries.for_pods(tpl, 600, 300, ["ok", "é"]) is None
 
 
@@ -214,11 +219,62 @@ def test_util_mean_of_follows_util_means_rule_grouping_and_precedence() -> None:
             key(namespace="ml", pod="late", container="main"): 0.5,
             key(namespace="ml", pod="two", container="main"): 0.5,
             key(namespace="ml", pod="dcgm-only", container="main"): 0.4,
-            key(**{k: v for k, v in exported.items() if k != "UUID"}): 0.4,
+            key(namespace="ml", pod="dcgm-exp", container="main"): 0.4,  # the holder's
         }
     )
     assert {x.timestamp for x in queries.util_mean_of(series, 9.0)} == {9.0}
     assert queries.util_mean_of([], 9.0) == []
+
+
+def test_util_mean_of_reads_ours_before_dcgms_and_each_holder_in_either_label_form() -> None:
+    """Series scraped without honor_labels name their holder by ``exported_*`` (their
+    ``namespace``/``pod``/``container`` the scraped exporter's own), as ``UTIL_MEAN``'s
+    ``label_replace`` reads them: ours is read for a container whichever form either
+    came in, DCGM's only where ours has none, and holders on one exporter of ours stay
+    apart."""
+    util, since, dcgm = UTIL, ALLOCATED_SINCE, queries.DCGM_UTIL
+
+    targets = {  # the scraped exporters' own labels
+        "ours": {"namespace": "gpu-eta", "pod": "gpu-eta-exporter-q8x2m", "container": "e"},
+        "dcgm": {"namespace": "gpu-operator", "pod": "dcgm-exporter-x7k2p"},
+    }
+
+    def form(kind: str, pod: str, uuid: str) -> dict[str, str]:
+        """The labels of a series of ``pod``'s holder scraped as ``kind``."""
+        named = {"namespace": "ml", "pod": pod, "container": "main"}
+        if kind == "plain":
+            return {**named, "UUID": uuid}
+        return {**targets[kind], **{f"exported_{k}": v for k, v in named.items()}, "UUID": uuid}
+
+    series = []
+    for i, (pod, ours, theirs) in enumerate(
+        [
+            ("busy-ts", "plain", "dcgm"),  # ours 0.0, DCGM's exported at 95
+            ("exp-over-plain", "ours", "plain"),
+            ("exp-over-exp", "ours", "dcgm"),
+            ("alone", "ours", None),  # on the same exporter of ours as the two above
+        ]
+    ):
+        value = 0.1 * i
+        series.append(_series(util, form(ours, pod, f"GPU-{i}"), [value] * 4))
+        series.append(_series(since, form(ours, pod, f"GPU-{i}"), [1.0] * 4))
+        if theirs is not None:
+            series.append(_series(dcgm, form(theirs, pod, f"GPU-{i}"), [95.0] * 4))
+    series.append(_series(dcgm, form("dcgm", "dcgm-exp", "GPU-9"), [40.0]))
+    got = {tuple(sorted(x.labels.items())): x.value for x in queries.util_mean_of(series, 9.0)}
+
+    def key(pod: str) -> tuple[tuple[str, str], ...]:
+        return (("container", "main"), ("namespace", "ml"), ("pod", pod))
+
+    assert got == pytest.approx(
+        {
+            key("busy-ts"): 0.0,
+            key("exp-over-plain"): 0.1,
+            key("exp-over-exp"): 0.2,
+            key("alone"): 0.3,
+            key("dcgm-exp"): 0.4,
+        }
+    )
 
 
 def test_the_gpu_use_of_some_pods_is_read_in_the_fewer_queries_util_mean_first(
@@ -234,7 +290,7 @@ def test_the_gpu_use_of_some_pods_is_read_in_the_fewer_queries_util_mean_first(
         raw, use = queries.pods_use_queries(pods[:n], 420, 300, 15)
         return raw, -1 if use is None else len(use)
 
-    assert [read(n) for n in (1, 20, 46, 50, 130, 600, 700)] == [
+    assert [read(n) for n in (1, 20, 44, 50, 130, 600, 700)] == [
         (False, 1),
         (False, 1),
         (False, 2),  # 2 either way

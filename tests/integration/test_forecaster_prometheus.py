@@ -202,6 +202,10 @@ def openmetrics(now: float) -> str:
                 add("DCGM_FI_DEV_GPU_UTIL", dcgm, 80.0, ts)
             elif run.uuid:
                 add("gpu_eta_pod_gpu_utilization_ratio", gl, run.util, ts)
+            if run.run_id == "stalled":  # its GPU busy with others' work: ours is read
+                # (DCGM as GPU Operator's ServiceMonitor scrapes it: without honorLabels)
+                dcgm = {**_exported(_DCGM_TARGET, run.pod), "gpu": run.gpu, "UUID": run.uuid}
+                add("DCGM_FI_DEV_GPU_UTIL", dcgm, 95.0, ts)
     _, holders = scenario(now)
     for node, gpu, uuid in [("gpu-node-1", str(i), f"GPU-{i}") for i in range(4)]:
         for k in range(40):
@@ -471,6 +475,9 @@ def check_cycle_reconstruction(backfill, tmp_path, server_factory) -> None:
         assert run_a.features["gpu_utilization_ratio"] == pytest.approx(0.9)
         assert by_id["run-b"].run.features["gpu_utilization_ratio"] == pytest.approx(0.8)
         assert not by_id["run-b"].forecast.stalled
+        # its own use (ours), not its device's (DCGM's, without honorLabels)
+        assert by_id["stalled"].run.features["gpu_utilization_ratio"] == 0.0
+        assert by_id["stalled"].forecast.stalled
         assert by_id["one-epoch"].run.epoch_times == ((0.0, pytest.approx(now - 100, abs=0.01)),)
         tqdm_run = by_id["tqdm-run"].run
         assert tqdm_run.epochs_planned == 3000 and len(tqdm_run.epoch_times) > 30
@@ -821,6 +828,85 @@ def check_util_mean_of_raw_samples(tmp_path: Path, server_factory) -> None:
 
 def test_the_gpu_use_mean_of_raw_samples_is_util_means_answer(tmp_path, prometheus_factory) -> None:
     check_util_mean_of_raw_samples(tmp_path, prometheus_factory)
+
+
+# Ours beside DCGM's for the same containers, each from a scrape with honor_labels
+# ("plain": the workload's namespace/pod/container) or without ("exported": the
+# target's own, the workload's as exported_*), every 15 s for 20 minutes, each holder
+# on a GPU of its own: pod -> (ours' form or None, ours' value, DCGM's form or None,
+# DCGM's value 0..100). The busy-* pods are a deploy's: GPU Operator's ServiceMonitor
+# leaves honorLabels off, so DCGM's series of a busy time-sliced device come exported
+# while ours read each idle holder 0.
+_PRECEDENCE: dict[str, tuple[str | None, float, str | None, float]] = {
+    **{f"busy-{i:02d}": ("plain", 0.0, "exported", 95.0) for i in range(20)},
+    "ours-exp-a": ("exported", 0.2, None, 0.0),  # two holders on one exporter of ours
+    "ours-exp-b": ("exported", 0.8, None, 0.0),
+    "exp-over-plain": ("exported", 0.3, "plain", 90.0),
+    "exp-over-exp": ("exported", 0.1, "exported", 60.0),
+    "plain-over-plain": ("plain", 0.4, "plain", 99.0),
+    "dcgm-exp": (None, 0.0, "exported", 40.0),
+    "dcgm-plain": (None, 0.0, "plain", 70.0),
+}
+
+
+def precedence_openmetrics(now: float) -> str:
+    """``_PRECEDENCE`` as scrapes every 15 s for 20 minutes up to ``now``."""
+    fams: dict[str, list[str]] = {}
+    for i, (pod, (ours, use, dcgm, util)) in enumerate(_PRECEDENCE.items()):
+        where = {"UUID": f"GPU-{i}"}
+        for k in range(80, -1, -1):
+            ts = now - 15 * k
+            if ours is not None:
+                labels = _plain(pod) if ours == "plain" else _exported(_OUR_TARGET, pod)
+                om_add(fams, UTIL, {**labels, **where}, use, ts)
+                om_add(fams, ALLOCATED_SINCE, {**labels, **where}, now - 7200, ts)
+            if dcgm is not None:
+                labels = _plain(pod) if dcgm == "plain" else _exported(_DCGM_TARGET, pod)
+                om_add(fams, queries.DCGM_UTIL, {**labels, **where}, util, ts)
+    return om_text(fams)
+
+
+def check_ours_over_dcgm_in_either_label_form(tmp_path: Path, server_factory) -> None:
+    """Each container's GPU use is ours wherever ours has a series for it, in whichever
+    label form each of the two was scraped, and each holder on an exporter of ours
+    scraped without honor_labels is its own (not averaged under the exporter's pod):
+    the full read's mean and stall-check max, the mean by set match on some pods and
+    the mean computed from their raw samples. ``server_factory``: Prometheus, or
+    VictoriaMetrics (tests/integration/test_victoriametrics.py)."""
+    now = float(int(time.time()))
+    om = tmp_path / "precedence.om"
+    om.write_text(precedence_openmetrics(now))
+    server = server_factory([], backfill_files=[om])
+    client = PromClient(server.url)
+    at = now - 5
+    pods = list(_PRECEDENCE)
+    want = {
+        ("ml", pod, "main"): use if ours is not None else util / 100
+        for pod, (ours, use, _dcgm, util) in _PRECEDENCE.items()
+    }
+    try:
+        mean = client.instant(queries.render(queries.UTIL_MEAN, 600, 600), at=at)
+        recent = client.instant(queries.render(queries.UTIL_RECENT, 600, 600), at=at)
+        some = queries.for_pods(queries.UTIL_MEAN, 600, 600, pods)
+        assert some is not None
+        some_mean = client.instant(some, at=at)
+        raw = queries.util_samples_split(pods, 600, 15, queries.MAX_QUERY_CHARS, 2)
+        assert raw is not None
+        series = [x for q in raw for x in client.samples(q, at=at)]
+    finally:
+        client.close()
+    for name, answer in (
+        ("util_mean", mean),
+        ("util_recent", recent),
+        ("util_mean by set match", some_mean),
+        ("util_mean_of raw samples", queries.util_mean_of(series, at)),
+    ):
+        assert pod_values(answer) == pytest.approx(want), name
+        assert len(answer) == len(want), name  # one answer per container
+
+
+def test_ours_is_read_before_dcgms_in_either_label_form(tmp_path, prometheus_factory) -> None:
+    check_ours_over_dcgm_in_either_label_form(tmp_path, prometheus_factory)
 
 
 LIVE_SCENARIO = """

@@ -167,6 +167,13 @@ def test_the_gpu_use_mean_of_raw_samples_is_util_means_answer(tmp_path, victoria
     fp.check_util_mean_of_raw_samples(tmp_path, victoria_factory)
 
 
+def test_ours_is_read_before_dcgms_in_either_label_form(tmp_path, victoria_factory) -> None:
+    """As on Prometheus: ours wins over DCGM's for a container whichever label form
+    each arrives in, and each holder on an exporter scraped without honor_labels is its
+    own."""
+    fp.check_ours_over_dcgm_in_either_label_form(tmp_path, victoria_factory)
+
+
 @pytest.fixture
 def backfill_history(tmp_path: Path) -> tuple[Path, float]:
     now = time.time()
