@@ -558,6 +558,19 @@ def _exported(target: dict[str, str], pod: str) -> dict[str, str]:
     }
 
 
+def backfilled(
+    tmp_path: Path, server_factory, name: str, series: Callable[[float], str]
+) -> tuple[PromClient, float]:
+    """A client of a server started by ``server_factory`` (Prometheus, or
+    VictoriaMetrics) holding ``series(now)`` (OpenMetrics, backfilled from
+    ``<name>.om``), and that ``now`` in whole seconds."""
+    now = float(int(time.time()))
+    om = tmp_path / f"{name}.om"
+    om.write_text(series(now))
+    server = server_factory([], backfill_files=[om])
+    return PromClient(server.url), now
+
+
 MEANS_SERIES = [
     ("gpu_eta_pod_gpu_utilization_ratio", _plain("p-ours", UUID="GPU-0"), 0.9),
     ("gpu_eta_pod_gpu_utilization_ratio", _plain("p-both", UUID="GPU-1"), 0.5),
@@ -605,11 +618,7 @@ def check_means_of_some_pods(tmp_path: Path, server_factory) -> None:
     samples where ``UTIL_MEAN`` needs more queries (a limit one pod's fills: three).
     ``server_factory``: Prometheus, or VictoriaMetrics
     (tests/integration/test_victoriametrics.py)."""
-    now = float(int(time.time()))
-    om = tmp_path / "means.om"
-    om.write_text(means_openmetrics(now))
-    server = server_factory([], backfill_files=[om])
-    client = PromClient(server.url)
+    client, now = backfilled(tmp_path, server_factory, "means", means_openmetrics)
     store = HistoryStore.open(tmp_path / "means.sqlite")
     one_pod = len(queries.for_pods(queries.UTIL_MEAN, 600, 300, ["p.dot"]) or "")
     try:
@@ -706,11 +715,7 @@ def check_shared_gpu_use(tmp_path: Path, server_factory) -> None:
     VictoriaMetrics (tests/integration/test_victoriametrics.py)."""
     from gpu_eta.top.queries import queries as top_queries
 
-    now = float(int(time.time()))
-    om = tmp_path / "shared.om"
-    om.write_text(shared_use_openmetrics(now))
-    server = server_factory([], backfill_files=[om])
-    client = PromClient(server.url)
+    client, now = backfilled(tmp_path, server_factory, "shared", shared_use_openmetrics)
     at = now - 5  # between two samples: both servers see the same 40 in 600 s
     try:
         top = client.instant(top_queries("600s")["pod_util_avg"], at=at)
@@ -792,11 +797,7 @@ def check_util_mean_of_raw_samples(tmp_path: Path, server_factory) -> None:
     between two. Not at the present's instant: VictoriaMetrics then evaluates a rollup
     (without ``nocache``) about a second earlier than it cuts the raw samples, one
     sample apart at an edge. ``server_factory``: Prometheus, or VictoriaMetrics."""
-    now = float(int(time.time()))
-    om = tmp_path / "use.om"
-    om.write_text(util_samples_openmetrics(now))
-    server = server_factory([], backfill_files=[om])
-    client = PromClient(server.url)
+    client, now = backfilled(tmp_path, server_factory, "use", util_samples_openmetrics)
     try:
         for at in (now - 15, now - 5):  # on a scrape's instant (not the present), between two
             raw = queries.util_samples_split(UTIL_SAMPLE_PODS, 600, 15, queries.MAX_QUERY_CHARS, 2)
@@ -873,11 +874,7 @@ def check_ours_over_dcgm_in_either_label_form(tmp_path: Path, server_factory) ->
     the full read's mean and stall-check max, the mean by set match on some pods and
     the mean computed from their raw samples. ``server_factory``: Prometheus, or
     VictoriaMetrics (tests/integration/test_victoriametrics.py)."""
-    now = float(int(time.time()))
-    om = tmp_path / "precedence.om"
-    om.write_text(precedence_openmetrics(now))
-    server = server_factory([], backfill_files=[om])
-    client = PromClient(server.url)
+    client, now = backfilled(tmp_path, server_factory, "precedence", precedence_openmetrics)
     at = now - 5
     pods = list(_PRECEDENCE)
     want = {
