@@ -130,6 +130,40 @@ def test_dockerfile_structure(image: str) -> None:
                 assert source not in ignored, source
 
 
+def _constraints_python() -> str:
+    """The Python constraints.txt's pins were read on (its ``# Python X.Y`` line)."""
+    text = (ROOT / "constraints.txt").read_text()
+    (version,) = re.findall(r"^# Python (\d+\.\d+)$", text, flags=re.MULTILINE)
+    return version
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_dockerfile_resolves_with_the_tested_pins(image: str) -> None:
+    """The image installs the versions the suite passed with, as scripts/bootstrap.sh
+    does: constraints.txt is copied into the build stage and every pip run that
+    resolves from the index takes it (``-c``), on the Python it was read on. The
+    runtime stage installs from the built wheels only (``--no-index``). Every
+    distribution the image's extra pulls in has a pin, or ``-c`` would leave it free."""
+    lines = _lines(ROOT / IMAGES[image]["file"])
+    froms = [i for i, line in enumerate(lines) if line.startswith("FROM ")]
+    build = lines[froms[0] : froms[1]]
+    copied = [line.split()[1:-1] for line in build if line.startswith("COPY ")]
+    assert any("constraints.txt" in sources for sources in copied), "constraints.txt not copied"
+    pip_runs = [line for line in lines if re.search(r"\bpip (wheel|install)\b", line)]
+    assert pip_runs
+    for run in pip_runs:
+        assert "--no-index" in run or "-c constraints.txt" in run, run
+    assert any("-c constraints.txt" in run for run in pip_runs)
+    base = next(line for line in lines if line.startswith("ARG BASE="))
+    assert re.search(rf"python:{re.escape(_constraints_python())}-", base), base
+    pinned = {
+        _canon(line.split("==", 1)[0])
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    assert not _closure(_extra(image)) - pinned
+
+
 def test_same_base_digest_in_both() -> None:
     bases = {
         next(line for line in _lines(ROOT / s["file"]) if line.startswith("ARG BASE="))
