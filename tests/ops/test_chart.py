@@ -24,6 +24,8 @@ from tests.ops.k8s import CHART, find, pod_spec
 
 VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 HELM_ONLY_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by"}
+# what `helm uninstall` does with an object; kustomize has no uninstall to tell
+HELM_ONLY_ANNOTATIONS = {"helm.sh/resource-policy"}
 
 
 def _values(path: Path) -> dict:
@@ -45,12 +47,34 @@ def _strip_helm(objects: list[dict]) -> list[dict]:
         assert labels.get("helm.sh/chart") == "gpu-eta-0.1.0"
         for key in HELM_ONLY_LABELS:
             labels.pop(key)
+        annotations = obj["metadata"].get("annotations", {})
+        for key in HELM_ONLY_ANNOTATIONS & set(annotations):
+            annotations.pop(key)
+            if not annotations:
+                del obj["metadata"]["annotations"]
         out.append(obj)
     return out
 
 
 def _key(obj: dict) -> tuple[str, str]:
     return obj["kind"], obj["metadata"]["name"]
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.stem)
+def test_uninstall_keeps_the_forecasters_history_and_nothing_else(path: Path) -> None:
+    """`helm uninstall` leaves the history's PVC behind (the runs learnt from, which
+    Prometheus' retention no longer holds, are not lost with a release); every other
+    object goes with the release. docs/deploy.md says how to delete the claim."""
+    kept = [
+        _key(o)
+        for o in k8s.helm_values_file(path)
+        if o["metadata"].get("annotations", {}).get("helm.sh/resource-policy") is not None
+    ]
+    assert kept == [("PersistentVolumeClaim", "gpu-eta-forecaster-history")]
+    claim = find(k8s.helm_values_file(path), *kept[0])
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    doc = (k8s.ROOT / "docs" / "deploy.md").read_text()
+    assert "kubectl -n gpu-eta delete pvc gpu-eta-forecaster-history" in doc
 
 
 def test_values_files_found() -> None:
