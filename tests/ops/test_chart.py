@@ -376,6 +376,66 @@ def test_docker_containers_elsewhere_is_mounted_and_passed_to_the_exporter() -> 
     container_args.check(objects)
 
 
+SCHEDULING = {
+    "nodeSelector": {"node-role.example.com/infra": "true"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra",
+                     "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}}},
+}  # fmt: skip
+
+
+def _pod_metadata(obj: dict) -> dict:
+    if obj["kind"] == "CronJob":
+        return obj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]
+    return obj["spec"]["template"]["metadata"]
+
+
+@pytest.mark.parametrize("mode", ["deployment", "cronjob"])
+def test_forecaster_and_pushgateway_scheduling_values_reach_their_pods_only(mode: str) -> None:
+    """``forecaster.{nodeSelector,tolerations,affinity,podAnnotations}`` and the same
+    under ``pushgateway``: each pod gets its own (a site's infra nodes, a taint of its
+    own, an annotation such as a mesh opt-out), the other pods none of them; unset,
+    nothing is rendered (the kustomize twins compare that)."""
+    forecaster = {**SCHEDULING, "podAnnotations": {"example.com/owner": "ml-platform"}}
+    gateway = {
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"operator": "Exists", "effect": "NoExecute"}],
+        "affinity": {"podAntiAffinity": {}},
+        "podAnnotations": {"sidecar.istio.io/inject": "false"},
+    }
+    values = {"forecaster": {"mode": mode, **forecaster}, "pushgateway": gateway}
+    objects = k8s.helm_template(values)
+    assert not k8s.validate_all(objects)
+    default = k8s.helm_template({"forecaster": {"mode": mode}})
+    wanted = {"gpu-eta-forecaster": forecaster}
+    if mode == "cronjob":
+        wanted["gpu-eta-pushgateway"] = gateway
+    seen = set()
+    for workload in objects:
+        spec = pod_spec(workload)
+        if spec is None:
+            continue
+        name = workload["metadata"]["name"]
+        (before,) = [o for o in default if _key(o) == _key(workload)]
+        given = wanted.get(name, {})
+        for key in ("nodeSelector", "tolerations", "affinity"):
+            if key in given:
+                assert spec[key] == given[key], (name, key)
+                seen.add((name, key))
+            else:
+                assert spec.get(key) == pod_spec(before).get(key), (name, key)
+        annotations = _pod_metadata(workload).get("annotations")
+        assert annotations == given.get("podAnnotations", _pod_metadata(before).get("annotations"))
+    assert len(seen) == 3 * len(wanted)
+    for workload in default:
+        if workload["metadata"]["name"] in wanted and pod_spec(workload):
+            assert not set(pod_spec(workload)) & {"nodeSelector", "tolerations", "affinity"}
+            assert "annotations" not in _pod_metadata(workload)
+    container_args.check(objects)
+
+
 def test_release_namespace_is_followed() -> None:
     """Installed into another namespace, the binding's subject follows (item 9)."""
     objects = k8s.helm_template({}, namespace="monitoring")

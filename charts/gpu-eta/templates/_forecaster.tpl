@@ -13,6 +13,7 @@ restartPolicy: Never
 serviceAccountName: gpu-eta-forecaster
 automountServiceAccountToken: false
 {{- include "gpu-eta.imagePullSecrets" . }}
+{{- include "gpu-eta.podScheduling" $f }}
 securityContext:
   runAsNonRoot: true
   {{- /* OpenShift's restricted-v2 SCC takes only ids of the namespace's range, and

@@ -23,6 +23,23 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
+{{/* A pod's nodeSelector, affinity and tolerations from one part's values (the forecaster's,
+the Pushgateway's), each only when set. */}}
+{{- define "gpu-eta.podScheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{/* NetworkPolicy peers for the scraper's namespaces; on OpenShift also the platform
 Prometheus' namespace, openshift-monitoring. */}}
 {{- define "gpu-eta.scraperPeers" -}}
