@@ -292,7 +292,9 @@ def _documented_values() -> set[str]:
 def test_every_chart_value_is_in_the_docs_table() -> None:
     """docs/deploy.md's values table names every value of values.yaml (maps a user
     fills in whole, such as resources, count as one value)."""
-    whole = {"nodeSelector", "resources", "podAnnotations", "additionalLabels", "image"}
+    whole = {
+        "nodeSelector", "gpuNodeLabels", "resources", "podAnnotations", "additionalLabels", "image",
+    }  # fmt: skip
 
     def leaves(values: dict, prefix: str = "") -> list[str]:
         out = []
@@ -354,6 +356,42 @@ def test_site_values_land_where_they_should() -> None:
     for cm in (o for o in objects if o["metadata"]["name"].startswith("gpu-eta-dashboard-")):
         assert "annotations" not in cm["metadata"]
     assert not [o for o in objects if o["metadata"]["name"] == "gpu-eta-rules"]
+
+
+def test_gpu_node_labels_are_ored_and_a_site_label_joins_them() -> None:
+    """``exporter.gpuNodeLabels``: a label of the site's own added (Helm merges the map)
+    is one more way a node counts as a GPU node, the defaults still count; with
+    ``followGpuOperator: false`` the labels alone decide; with the map emptied the GPU
+    Operator terms alone are left (every node but paused or opted-out ones)."""
+    own = {"node-role.example.com/gpu": "true"}
+    paused = {"nvidia.com/gpu.deploy.client": "paused-for-mig-change"}
+
+    def spec(values: dict) -> dict:
+        objects = k8s.helm_template({"exporter": values})
+        assert not k8s.validate_all(objects)
+        return pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))
+
+    added = spec({"gpuNodeLabels": own})
+    assert k8s.schedules_on(added, own)
+    assert k8s.schedules_on(added, {"feature.node.kubernetes.io/pci-10de.present": "true"})
+    assert not k8s.schedules_on(added, {**own, **paused})
+    assert not k8s.schedules_on(added, {})
+    plain = spec({"gpuNodeLabels": own, "followGpuOperator": False})
+    assert k8s.schedules_on(plain, {**own, **paused, "gpu-eta.io/exporter": "false"})
+    assert len(plain["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+               ["nodeSelectorTerms"]) == 5  # fmt: skip
+    import helm_python
+
+    doc = (k8s.ROOT / "docs" / "deploy.md").read_text()
+    (documented,) = re.findall(r"--set-string '(exporter\.gpuNodeLabels\.[^']+)'", doc)
+    values = helm_python.parse_set_string_values(documented)["exporter"]
+    ((key, value),) = values["gpuNodeLabels"].items()
+    assert k8s.schedules_on(spec(values), {key: value}), (key, value)
+    defaults = _values(CHART / "values.yaml")["exporter"]["gpuNodeLabels"]
+    emptied = spec({"gpuNodeLabels": dict.fromkeys(defaults)})
+    assert k8s.schedules_on(emptied, {}) and not k8s.schedules_on(emptied, paused)
+    assert "affinity" not in spec({"gpuNodeLabels": dict.fromkeys(defaults),
+                                   "followGpuOperator": False})  # fmt: skip
 
 
 def test_docker_containers_elsewhere_is_mounted_and_passed_to_the_exporter() -> None:

@@ -257,15 +257,45 @@ def test_exporter_daemonset_properties() -> None:
     assert "--path.pod-logs=/var/log/pods" in args
 
 
-GPU_NODE = {"nvidia.com/gpu.present": "true"}
+# The labels that mark a GPU node, any one enough: GPU Operator's own, which it sets
+# from the three NFD labels below (and which the NVIDIA device plugin's chart takes as
+# set by hand), and those NFD labels themselves, for sites that run NFD without GPU
+# Operator: vendor only (the device plugin chart's NFD settings), or class and vendor
+# (NFD's defaults; 0302 a 3D controller, 0300 a VGA one).
+GPU_NODES = [
+    {"nvidia.com/gpu.present": "true"},
+    {"feature.node.kubernetes.io/pci-10de.present": "true"},
+    {"feature.node.kubernetes.io/pci-0302_10de.present": "true"},
+    {"feature.node.kubernetes.io/pci-0300_10de.present": "true"},
+]
+
+
+def test_item1b_exporter_runs_wherever_gpu_operator_or_nfd_marks_an_nvidia_gpu() -> None:
+    """A standalone device plugin site (no GPU Operator, so no nvidia.com/gpu.present)
+    with NFD gets an exporter on each GPU node, as the device plugin's chart places
+    its own pods; GPU feature discovery's labels alone, another vendor's device, a
+    label set to "false" or no label at all select no node (GpuEtaExporterMissing
+    names such a node once it has GPUs: docs/alerts.md)."""
+    for name in OVERLAYS:
+        spec, _ = _exporter(build_overlay(name))
+        for labels in GPU_NODES:
+            assert k8s.schedules_on(spec, labels), (name, labels)
+        for labels in (
+            {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+            {"feature.node.kubernetes.io/pci-0300_1002.present": "true"},
+            {"nvidia.com/gpu.present": "false"},
+            {},
+        ):
+            assert not k8s.schedules_on(spec, labels), (name, labels)
 
 
 def test_item1_exporter_leaves_nodes_gpu_operator_pauses_for_driver_or_mig() -> None:
     """Item 1: the DaemonSet honours GPU Operator's third-party client label
     nvidia.com/gpu.deploy.client — runs where it is "true" (26.7+) or absent
     (older releases), and is removed (NVML closed) when the driver manager or the
-    MIG manager pauses the node; gpu-eta.io/exporter=false opts a node out."""
-    for name in OVERLAYS:
+    MIG manager pauses the node; gpu-eta.io/exporter=false opts a node out; whichever
+    label marks the node as a GPU node."""
+    for name, gpu_node in itertools.product(OVERLAYS, range(len(GPU_NODES))):
         spec, _ = _exporter(build_overlay(name))
         cases = {
             "GPU Operator 26.7+, normal": ({"nvidia.com/gpu.deploy.client": "true"}, True),
@@ -279,7 +309,8 @@ def test_item1_exporter_leaves_nodes_gpu_operator_pauses_for_driver_or_mig() -> 
             "admin opt-out": ({"gpu-eta.io/exporter": "false"}, False),
         }
         for case, (labels, expected) in cases.items():
-            assert k8s.schedules_on(spec, {**GPU_NODE, **labels}) is expected, (name, case)
+            node = {**GPU_NODES[gpu_node], **labels}
+            assert k8s.schedules_on(spec, node) is expected, (name, case, node)
         assert not k8s.schedules_on(spec, {"nvidia.com/gpu.deploy.client": "true"})  # no GPU
 
 
