@@ -331,9 +331,13 @@ def _reference_files() -> list[Path]:
     return [p for p in files if p.is_file()]
 
 
-# names with our metric prefix that are no metric: the progress client's module, and
-# the pod labels gpu_eta_pod_info always carries (label_gpu_eta_io_long_running)
-NOT_METRICS = frozenset({"gpu_eta_report", *map(pod_label_name, ALWAYS_POD_LABELS)})
+# names with our metric prefix that are no metric: the progress client's module, the
+# pod labels gpu_eta_pod_info always carries (label_gpu_eta_io_long_running), and
+# kube-state-metrics' spelling of the node label gpu-eta.io/exporter on kube_node_labels
+# (GpuEtaExporterMissing leaves the nodes opted out with it alone)
+NOT_METRICS = frozenset(
+    {"gpu_eta_report", *map(pod_label_name, ALWAYS_POD_LABELS), "label_gpu_eta_io_exporter"}
+)
 
 
 def references(path: Path) -> set[str]:
