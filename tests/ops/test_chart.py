@@ -79,7 +79,12 @@ def test_uninstall_keeps_the_forecasters_history_and_nothing_else(path: Path) ->
 
 def test_values_files_found() -> None:
     names = {p.name for p in VALUES_FILES}
-    assert {"default-values.yaml", "kube-prometheus-stack-values.yaml", "site-values.yaml"} <= names
+    assert {
+        "default-values.yaml",
+        "kube-prometheus-stack-values.yaml",
+        "site-values.yaml",
+        "device-list-volume-mounts-values.yaml",
+    } <= names
     assert sum(_twin(p) is not None for p in VALUES_FILES) >= 4
 
 
@@ -392,6 +397,15 @@ def test_gpu_node_labels_are_ored_and_a_site_label_joins_them() -> None:
     assert k8s.schedules_on(emptied, {}) and not k8s.schedules_on(emptied, paused)
     assert "affinity" not in spec({"gpuNodeLabels": dict.fromkeys(defaults),
                                    "followGpuOperator": False})  # fmt: skip
+
+
+def test_a_device_list_strategy_the_chart_does_not_know_fails_the_render() -> None:
+    """``exporter.deviceListStrategy`` takes the device plugin's two names for how a
+    container's GPUs reach the toolkit; anything else (a typo, the plugin's CDI
+    strategies, which need a CDI spec on the node) fails the install naming the value."""
+    for value in ("volume-mount", "cdi-annotations"):
+        with pytest.raises(k8s.RenderError, match=r"exporter\.deviceListStrategy"):
+            k8s.helm_template({"exporter": {"deviceListStrategy": value}})
 
 
 def test_docker_containers_elsewhere_is_mounted_and_passed_to_the_exporter() -> None:

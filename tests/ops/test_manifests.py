@@ -31,6 +31,7 @@ COMPONENTS = {
     "selinux": "components/selinux",
     "cri-dockerd": "components/cri-dockerd",
     "openshift": "components/openshift",
+    "device-list-volume-mounts": "components/device-list-volume-mounts",
 }
 _COMBOS: dict[str, list[dict]] = {}
 
@@ -83,6 +84,7 @@ def test_kustomizations_found() -> None:
         "manifests/components/selinux",
         "manifests/components/cri-dockerd",
         "manifests/components/openshift",
+        "manifests/components/device-list-volume-mounts",
         "grafana",
         "rules",
     } <= names
@@ -358,6 +360,48 @@ def test_cri_dockerd_component_mounts_dockers_logs_read_only_at_the_same_path(
     ]
     assert container["args"] == default["args"]
     assert not [v for v in default_spec["volumes"] if "docker" in json.dumps(v)]
+    changed = json.loads(json.dumps(spec))
+    changed["volumes"] = default_spec["volumes"]
+    changed["containers"][0]["volumeMounts"] = default["volumeMounts"]
+    assert changed == default_spec
+
+
+# The NVIDIA Container Toolkit's device list as volume mounts (its internal/config/image
+# DevicesFromMounts): a mount whose source is /dev/null and whose destination lies under
+# this root names the device after the root, "all" for every GPU.
+DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
+
+
+def _devices_from_mounts(spec: dict, container: dict) -> list[str]:
+    """The devices the toolkit reads from a container's mounts, as it reads them: the
+    mount's source (here the hostPath volume's path) /dev/null, its destination under
+    DEVICE_LIST_ROOT, the rest of the destination the device."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    devices = []
+    for mount in container["volumeMounts"]:
+        source = volumes[mount["name"]].get("hostPath", {}).get("path")
+        destination = mount["mountPath"]
+        if source == "/dev/null" and destination.startswith(DEVICE_LIST_ROOT + "/"):
+            devices.append(destination.removeprefix(DEVICE_LIST_ROOT + "/").strip("/"))
+    return devices
+
+
+def test_device_list_volume_mounts_component_asks_for_every_gpu(tmp_path: Path) -> None:
+    """A toolkit that ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers
+    (accept-nvidia-visible-devices-envvar-when-unprivileged = false, with the device
+    plugin's DEVICE_LIST_STRATEGY=volume-mounts) reads the devices from mounts instead:
+    the opt-in component mounts the host's /dev/null read-only at the path that names
+    every GPU ("all"); the variable stays for a toolkit that reads it, and nothing else
+    in the pod changes. Without it no device is asked for by mount."""
+    default_spec, default = _exporter(_combo(tmp_path, ()))
+    spec, container = _exporter(_combo(tmp_path, ("device-list-volume-mounts",)))
+    assert _devices_from_mounts(spec, container) == ["all"]
+    assert _devices_from_mounts(default_spec, default) == []
+    (mount,) = [m for m in container["volumeMounts"] if m not in default["volumeMounts"]]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in spec["volumes"] if v not in default_spec["volumes"]]
+    assert volume["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
+    assert container["env"] == default["env"]
     changed = json.loads(json.dumps(spec))
     changed["volumes"] = default_spec["volumes"]
     changed["containers"][0]["volumeMounts"] = default["volumeMounts"]

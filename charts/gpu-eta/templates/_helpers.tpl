@@ -83,6 +83,9 @@ gpu-eta.gpuResourceRegex (.path: the file under the chart, .root: the top contex
 {{- if not (has .Values.forecaster.mode (list "deployment" "cronjob")) -}}
 {{- fail (printf "forecaster.mode must be deployment or cronjob, not %q" .Values.forecaster.mode) -}}
 {{- end -}}
+{{- if not (has .Values.exporter.deviceListStrategy (list "envvar" "volume-mounts")) -}}
+{{- fail (printf "exporter.deviceListStrategy must be envvar or volume-mounts, not %q" .Values.exporter.deviceListStrategy) -}}
+{{- end -}}
 {{- /* an empty peer list renders `from: null`: every source admitted to the port */ -}}
 {{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.scraperNamespaceSelectors) -}}
 {{- fail "networkPolicy.scraperNamespaceSelectors is empty: the NetworkPolicy would admit every source to the metrics port; list the scrapers' namespaces, or set networkPolicy.enabled=false" -}}
