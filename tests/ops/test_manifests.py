@@ -316,6 +316,24 @@ def test_item1_exporter_leaves_nodes_gpu_operator_pauses_for_driver_or_mig() -> 
         assert not k8s.schedules_on(spec, {"nvidia.com/gpu.deploy.client": "true"})  # no GPU
 
 
+def test_documented_mig_change_takes_the_exporter_off_the_node_and_back() -> None:
+    """docs/deploy.md's steps before a MIG change on GPU Operator before 26.7 (its MIG
+    manager does not pause third-party clients, and a held device fails the mode
+    change): the label they set keeps the exporter off the node in every overlay, and
+    removing it (``key-``) brings it back."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    (block,) = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "mig.config=" in b]
+    labels = re.findall(r"kubectl label node <node> (\S+)", block)
+    off, config, back = labels[0], labels[1], labels[-1]
+    assert config.startswith("nvidia.com/mig.config=") and labels.index(off) < labels.index(config)
+    key, value = off.split("=", 1)
+    assert back == f"{key}-"
+    for name in OVERLAYS:
+        spec, _ = _exporter(build_overlay(name))
+        assert not k8s.schedules_on(spec, {**GPU_NODES[0], key: value}), name
+        assert k8s.schedules_on(spec, GPU_NODES[0]), name
+
+
 def test_item2_process_attribution_is_opt_in() -> None:
     """Item 2: no hostPID by default (the cgroup collector off); the component
     process-attribution turns both on, and only it."""
