@@ -488,6 +488,28 @@ def test_forecaster_and_pushgateway_scheduling_values_reach_their_pods_only(mode
     container_args.check(objects)
 
 
+@pytest.mark.parametrize(
+    ("name", "kinds"),
+    [
+        ("gpu-eta-exporter", {"PriorityClass"}),
+        ("system-node-critical", {"ResourceQuota"}),
+        ("gpu-monitoring", set()),
+    ],
+)
+def test_the_exporters_priority_class_and_what_it_needs(name: str, kinds: set[str]) -> None:
+    """``exporter.priorityClassName``: the chart's own non-preempting class is created
+    with it (the default, as manifests/base); system-node-critical brings the quota
+    that admits it outside kube-system; a class of the site's own, neither."""
+    objects = k8s.helm_template({"exporter": {"priorityClassName": name}})
+    assert not k8s.validate_all(objects)
+    assert pod_spec(find(objects, "DaemonSet", "gpu-eta-exporter"))["priorityClassName"] == name
+    extra = {o["kind"] for o in objects if o["kind"] in {"PriorityClass", "ResourceQuota"}}
+    assert extra == kinds
+    if "PriorityClass" in kinds:
+        priority = find(objects, "PriorityClass", name)
+        assert priority["preemptionPolicy"] == "Never" and "namespace" not in priority["metadata"]
+
+
 def test_release_namespace_is_followed() -> None:
     """Installed into another namespace, the binding's subject follows (item 9)."""
     objects = k8s.helm_template({}, namespace="monitoring")

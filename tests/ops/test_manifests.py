@@ -32,6 +32,7 @@ COMPONENTS = {
     "cri-dockerd": "components/cri-dockerd",
     "openshift": "components/openshift",
     "device-list-volume-mounts": "components/device-list-volume-mounts",
+    "system-node-critical": "components/system-node-critical",
 }
 _COMBOS: dict[str, list[dict]] = {}
 
@@ -85,6 +86,7 @@ def test_kustomizations_found() -> None:
         "manifests/components/cri-dockerd",
         "manifests/components/openshift",
         "manifests/components/device-list-volume-mounts",
+        "manifests/components/system-node-critical",
         "grafana",
         "rules",
     } <= names
@@ -813,28 +815,65 @@ def test_item9_installing_into_another_namespace(tmp_path: Path) -> None:
     assert account["metadata"]["namespace"] == "monitoring"
 
 
-def test_item10_priority_like_dcgm_exporter_and_admitted_outside_kube_system() -> None:
-    """Item 10: system-node-critical (dcgm-exporter's class: the exporter preempts
-    rather than waits Pending on a full node), with the ResourceQuota that
-    admits the class outside kube-system (GKE's "insufficient quota to match
-    these scopes") shipped in the same namespace. No PriorityClass of our own."""
+# The most a PriorityClass outside the system- ones may have (the API's
+# HighestUserDefinablePriority).
+HIGHEST_USER_PRIORITY = 1_000_000_000
+
+
+def _check_quota_admits_system_node_critical(objects: list[dict]) -> None:
+    """The ResourceQuota that lets system-node-critical pods in outside kube-system
+    (GKE's and the default admission's "insufficient quota to match these scopes")."""
+    (quota,) = [o for o in objects if o["kind"] == "ResourceQuota"]
+    assert quota["metadata"]["namespace"] == "gpu-eta"
+    (expr,) = quota["spec"]["scopeSelector"]["matchExpressions"]
+    assert expr["scopeName"] == "PriorityClass" and expr["operator"] == "In"
+    assert "system-node-critical" in expr["values"]
+    assert int(quota["spec"]["hard"]["pods"]) >= 1000
+
+
+def test_item10_priority_ahead_of_user_pods_without_preempting_them() -> None:
+    """Item 10, decided in docs/deploy.md (section 5, "Priority"): the exporter's own
+    PriorityClass, above every class a site may define for its workloads (scheduled
+    first when room appears on a node, evicted last under node pressure), that never
+    preempts: installing gpu-eta on a busy cluster evicts no running user pod (a
+    guaranteed notebook, a training job on a full node); the exporter waits for room
+    there instead. No other pod of ours has a class; no quota is needed (only the
+    system- classes are limited outside kube-system)."""
     for name in OVERLAYS:
         objects = build_overlay(name)
-        assert not [o for o in objects if o["kind"] == "PriorityClass"]
+        (priority,) = [o for o in objects if o["kind"] == "PriorityClass"]
         spec, _ = _exporter(objects)
-        assert spec["priorityClassName"] == "system-node-critical"
-        quota = find(objects, "ResourceQuota", "gpu-eta-node-critical")
-        assert quota["metadata"]["namespace"] == "gpu-eta"
-        (expr,) = quota["spec"]["scopeSelector"]["matchExpressions"]
-        assert expr["scopeName"] == "PriorityClass" and expr["operator"] == "In"
-        assert "system-node-critical" in expr["values"]
-        assert int(quota["spec"]["hard"]["pods"]) >= 1000
+        assert spec["priorityClassName"] == priority["metadata"]["name"] == "gpu-eta-exporter"
+        assert priority["preemptionPolicy"] == "Never"
+        assert priority["value"] == HIGHEST_USER_PRIORITY
+        assert priority.get("globalDefault", False) is False
+        assert not [o for o in objects if o["kind"] == "ResourceQuota"]
         others = [
             pod_spec(o).get("priorityClassName")
             for o in objects
             if pod_spec(o) and o["metadata"]["name"] != "gpu-eta-exporter"
         ]
         assert not any(others)
+
+
+def test_system_node_critical_component_preempts_and_is_admitted(tmp_path: Path) -> None:
+    """A site that wants the exporter to preempt on full nodes (dcgm-exporter's
+    system-node-critical): the opt-in component names the class, adds the quota that
+    admits it outside kube-system (GKE's "insufficient quota to match these scopes")
+    and drops our own class; nothing else changes, with any other component."""
+    for components in ((), ("forecaster-cronjob", "openshift", "prometheus-operator")):
+        default = _combo(tmp_path, components)
+        objects = _combo(tmp_path, (*components, "system-node-critical"))
+        assert not k8s.validate_all(objects)
+        spec, _ = _exporter(objects)
+        assert spec["priorityClassName"] == "system-node-critical"
+        assert not [o for o in objects if o["kind"] == "PriorityClass"]
+        _check_quota_admits_system_node_critical(objects)
+        changed = json.loads(json.dumps([o for o in objects if o["kind"] != "ResourceQuota"]))
+        pod_spec(find(changed, "DaemonSet", "gpu-eta-exporter"))["priorityClassName"] = (
+            "gpu-eta-exporter"
+        )
+        assert changed == [o for o in default if o["kind"] != "PriorityClass"]
 
 
 def test_item10_grafana_folder_and_gpu_operator_dcgm_documented() -> None:
