@@ -10,10 +10,12 @@ How (a Monte Carlo replay, ``n_samples`` times):
 
 1. Every running pod's end is drawn: from its forecast's P10/P50/P90 when it has one
    (the quantile function interpolated between them, extended linearly past them),
-   else from the history of finished runs' durations, conditioned on having already
-   run ``now - started`` (a holder that has outlived every recorded run holds its
-   GPUs past the horizon). A pod that outlives its run (``Holder.ends_with_run``
-   False: a notebook server) ends at the later of the two.
+   given that it ends after now, as it runs now (``end_after``: a job past its P50
+   ends after now in every sample, not "now" in half of them), else, and for a job
+   past its whole forecast, from the history of finished runs' durations, conditioned
+   on having already run ``now - started`` (a holder that has outlived every recorded
+   run holds its GPUs past the horizon). A pod that outlives its run
+   (``Holder.ends_with_run`` False: a notebook server) ends at the later of the two.
 2. Pending pods are taken in the scheduler's order (priority, then creation time).
    At ``now`` and then at every moment GPUs free up, each pod still waiting is tried
    in that order and starts on the first node that has enough free units of its
@@ -486,6 +488,44 @@ def quantile_draw(q: tuple[float, float, float], u: float) -> float:
     if u <= 0.5:
         return p50 - (p50 - p10) * (0.5 - u) / 0.4
     return p50 + (p90 - p50) * (u - 0.5) / 0.4
+
+
+def quantile_cdf(q: tuple[float, float, float], x: float) -> float:
+    """The probability that the distribution ``quantile_draw`` draws from (P10/P50/P90
+    ``q``, u in [0, 1]) is at most ``x``: its quantile function inverted, 0 below its
+    support and 1 above it. A half of no spread (P10 = P50, P50 = P90) holds its
+    probability at P50."""
+    p10, p50, p90 = q
+    if x < p50:
+        if not p50 > p10:
+            return 0.0
+        return max(0.0, 0.5 - 0.4 * (p50 - x) / (p50 - p10))
+    if not p90 > p50:
+        return 1.0
+    return min(1.0, 0.5 + 0.4 * (x - p50) / (p90 - p50))
+
+
+# a forecast whose probability of ending after now is below this has nothing to draw a
+# running holder's end from: it is past its whole forecast (``end_after``)
+_LEFT_AFTER_NOW = 1e-9
+
+
+def end_after(q: tuple[float, float, float], now: float, u: float) -> float | None:
+    """A running holder's end at probability ``u`` of its forecast ``q`` (P10/P50/P90)
+    given that it ends after ``now``: ``quantile_draw`` at ``F(now) + (1 - F(now)) u``,
+    ``F`` being ``quantile_cdf``. None when the forecast leaves no probability after now
+    (the holder has outrun its whole forecast).
+
+    Why conditioned: the holder is running at ``now``, so every end the forecast puts
+    before now is wrong. Drawn from the whole forecast and then clamped to now, a job
+    past its P50 freed its GPUs "now" in half the samples or more, so the pod behind it
+    was predicted to start now (every cycle, past the forecast's P90), which kept
+    ``GpuEtaPodPendingNoStart`` quiet and had the spawn page say "free now".
+    """
+    left = 1.0 - quantile_cdf(q, now)
+    if left < _LEFT_AFTER_NOW:
+        return None
+    return max(now, quantile_draw(q, 1.0 - left + left * u))
 
 
 class _Durations:
@@ -1064,15 +1104,15 @@ def _running_now(
             continue
         pool = (h.resource, h.shared)
         age = max(0.0, now - h.started) if h.started is not None else 0.0
-        if h.ends is not None:
-            end = quantile_draw(h.ends, rng.random())
-            if h.ends_with_run is False:  # a notebook server: it outlives its run
-                end = max(end, now + hist.draw(rng, age) - age)
-        else:
+        # it runs now: its end is drawn from the part of its forecast after now
+        end = end_after(h.ends, now, rng.random()) if h.ends is not None else None
+        if end is None:  # no forecast, or past its whole forecast: the history's
             end = now + hist.draw(rng, age) - age
+        elif h.ends_with_run is False:  # a notebook server: it outlives its run
+            end = max(end, now + hist.draw(rng, age) - age)
         if h.deletion_timestamp is not None:  # being deleted: gone by then at the latest
             end = min(end, h.deletion_timestamp)
-        end = max(now, end)
+        end = max(now, end)  # a pod past its deletion timestamp frees its units now
         if end <= horizon:
             heapq.heappush(events, (end, len(events), k, pool, h.units))
     return free, events
@@ -1294,9 +1334,9 @@ def nodes_fitting_now(
     frees them at ``now`` in every sample). ``one_replica_per_pod`` as in ``replay``.
 
     Why apart from the replay: whether GPUs are free now is a fact of the cluster as
-    read, not a draw. A replay's samples also free, at ``now``, the GPUs of pods whose
-    forecast end has passed but which still run, in the samples whose draw ends them
-    before, so one sample of it could say either.
+    read, not a draw. Every sample of the replay frees the same units at ``now`` (a
+    running pod's end is drawn after now, ``end_after``), but a sample also places the
+    pods ahead in the queue, which says where this pod starts, not what is free.
     """
     lists = _NodeLists(nodes, one_replica_per_pod)
     _, fitting = _fitting_now(lists, holders, pod, now, pod.tolerations)
@@ -1329,17 +1369,22 @@ def naive_start(
     request_tolerations: Sequence[Toleration] | None = None,
     one_replica_per_pod: bool = False,
 ) -> float:
-    """The naive answer: "when the earliest running job on a suitable node ends" (P50),
-    or now if it fits now (``nodes_fitting_now``: the replay's own rule).
+    """The naive answer: "when the earliest running job on a suitable node ends" (its
+    median end given that it runs now), or now if it fits now (``nodes_fitting_now``:
+    the replay's own rule).
 
     The answer people give by hand from what gpu-eta shows, without the queue ahead;
     the bench compares the replay with it. A pod that outlives its run
     (``Holder.ends_with_run`` False: a notebook server) frees nothing at its run's end,
     as in the replay, so it counts as a holder without a forecast does. Why the same
     rule: the yardstick measures what the replay adds to the same reads (the queue),
-    and which pods keep their GPUs is one of those reads. inf when no suitable node (of
-    its type, taints tolerated, open) has a holder with a forecast of its own end or
-    being deleted (gone by its deletion timestamp).
+    and which pods keep their GPUs is one of those reads. For the same reason a job's
+    end is the median of its forecast's part after now (``end_after`` at 0.5, as the
+    replay draws it: its P50 while that is well ahead), never "now" for a job still
+    running past its P50, and a job past its whole forecast counts as one without a
+    forecast. inf when no suitable node (of its type, taints tolerated, open) has a
+    holder with a forecast of its own end left or being deleted (gone by its deletion
+    timestamp).
     """
     lists = _NodeLists(nodes, one_replica_per_pod)
     tolerations = _tolerations_of(pod, nodes, request_tolerations)
@@ -1350,7 +1395,10 @@ def naive_start(
     best = math.inf
     for h in holders:
         if h.node in names and h.resource == pod.resource:
-            end = h.ends[1] if h.ends is not None and h.ends_with_run is not False else math.inf
+            end = None
+            if h.ends is not None and h.ends_with_run is not False:
+                end = end_after(h.ends, now, 0.5)  # its median end, given it runs now
+            end = math.inf if end is None else end
             if h.deletion_timestamp is not None:
                 end = min(end, h.deletion_timestamp)
             best = min(best, max(now, end))

@@ -24,9 +24,11 @@ from gpu_eta.forecaster.queue_replay import (
     StartPrediction,
     Toleration,
     default_requests,
+    end_after,
     naive_start,
     nodes_fitting_now,
     parse_toleration,
+    quantile_cdf,
     quantile_draw,
     replay,
 )
@@ -554,6 +556,67 @@ def test_quantile_draw_interpolates_and_extends():
     assert quantile_draw(q, 1.0) == pytest.approx(45)
 
 
+def test_quantile_cdf_inverts_quantile_draw():
+    """The CDF ``end_after`` conditions on is the one ``quantile_draw`` draws from: linear
+    between the quantiles, and 0 or 1 past the ends of its support (P10 - 1.25 (P50 -
+    P10), P90 + 1.25 (P90 - P50)); a forecast of no spread is all at its P50."""
+    q = (10.0, 20.0, 40.0)
+    for u in (0.0, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0):
+        assert quantile_cdf(q, quantile_draw(q, u)) == pytest.approx(u)
+    assert quantile_cdf(q, 7.4) == 0.0 and quantile_cdf(q, 45.1) == 1.0
+    assert quantile_cdf((20.0, 20.0, 20.0), 19.9) == 0.0
+    assert quantile_cdf((20.0, 20.0, 20.0), 20.0) == 1.0
+
+
+def test_a_running_holders_end_is_drawn_after_now():
+    """A holder past its forecast P10 or P50 still runs: its end is drawn from the part of
+    the forecast after now (u in [F(now), 1]), never before now. Past its whole forecast
+    there is no such part (None: the caller draws from the history)."""
+    q = (NOW - 300, NOW + 100, NOW + 500)  # F(now) = 0.4
+    assert end_after(q, NOW, 0.0) == pytest.approx(NOW)
+    assert end_after(q, NOW, 0.5) == pytest.approx(quantile_draw(q, 0.7))  # NOW + 300
+    assert end_after(q, NOW, 0.999) == pytest.approx(quantile_draw(q, 0.9994))
+    # not yet at its support: the forecast as it is
+    assert end_after(q, NOW - 900, 0.25) == pytest.approx(quantile_draw(q, 0.25))
+    overdue = (NOW - 900, NOW - 600, NOW - 300)
+    assert end_after(overdue, NOW, 0.5) is None
+    assert end_after((NOW - 1.0,) * 3, NOW, 0.5) is None
+
+
+def test_a_pod_behind_a_holder_past_its_p50_is_not_predicted_to_start_now():
+    """The job ahead is past its forecast P10 and P50 (overrunning, or a forecast of an
+    earlier cycle): it still holds the GPU, so the pod behind it starts when a draw after
+    now ends it, never "now". Drawn from the whole forecast, every draw before now was a
+    start now: 70 % of the samples here, P10 and P50 of the pod's start now."""
+    q = (NOW - 600, NOW - 200, NOW + 200)  # F(now) = 0.5 + 0.4 * 200 / 400 = 0.7
+    holder = Holder("ml", "a", "n1", G, 1, q, NOW - 3600)
+    r = replay([node("n1", 1)], [holder], [pending("p")], NOW, durations=[500.0], n_samples=400)
+    p10, p50, p90 = starts(r, "p")
+    assert p10 == pytest.approx(30, abs=15)  # quantile 0.73 of the forecast
+    assert p50 == pytest.approx(150, abs=25)  # the conditional median: quantile 0.85
+    assert p90 <= 300  # the end of the forecast's support
+    # the naive answer takes the same conditional median, not "now"
+    assert naive_start([node("n1", 1)], [holder], pending("p"), NOW) == pytest.approx(NOW + 150)
+
+
+def test_a_holder_past_its_whole_forecast_is_drawn_from_the_history():
+    """A job past its forecast's P90 (and past the end of its support) still holds its
+    GPU: its end is drawn as a holder without a forecast, from the finished runs longer
+    than its age, not "now" in every sample (which silenced GpuEtaPodPendingNoStart for
+    the pod behind it for good). Older than every recorded run, it holds its GPU past
+    the horizon, as such a holder does; the naive answer counts it as a holder without
+    a forecast (no end known) and takes the next one."""
+    overdue = Holder("ml", "a", "n1", G, 1, (NOW - 900, NOW - 600, NOW - 300), NOW - 1000)
+    r = replay([node("n1", 1)], [overdue], [pending("p")], NOW, durations=[5000.0], n_samples=5)
+    assert starts(r, "p") == (4000.0, 4000.0, 4000.0)
+    r = replay([node("n1", 1)], [overdue], [pending("p")], NOW, durations=[500.0], n_samples=5)
+    assert r.pods[("ml", "p")].status == BEYOND_HORIZON
+    assert naive_start([node("n1", 1)], [overdue], pending("p"), NOW) == math.inf
+    nodes = [node("n1", 1), node("n2", 1)]
+    holders = [overdue, job("b", "n2", 700)]
+    assert naive_start(nodes, holders, pending("p"), NOW) == NOW + 700
+
+
 def test_bad_settings_are_a_clear_error():
     with pytest.raises(ReplayError, match="n_samples"):
         replay([], [], [], NOW, n_samples=0)
@@ -840,15 +903,16 @@ def test_the_naive_answer_fits_now_by_the_replays_pools():
 
 
 def test_gpus_free_now_are_read_not_drawn():
-    """A pod past its forecast end still holds its GPU now: the replay's samples free it
-    at ``now`` when their draw ends it before, ``nodes_fitting_now`` does not. A pod past
-    its deletion timestamp has freed its GPU for both (every sample frees it at now);
-    one being deleted later holds it until then."""
+    """A pod past its forecast end still holds its GPU now, for ``nodes_fitting_now`` and
+    for every sample of the replay (its end is drawn after now, ``end_after``: here from
+    the history, at +400 s). A pod past its deletion timestamp has freed its GPU
+    for both (every sample frees it at now); one being deleted later holds it until
+    then."""
     nodes = [node("n1", 1), node("n2", 1)]
     overdue = job("a", "n1", -60)
     terminating = Holder("ml", "b", "n2", G, 1, None, NOW - 900, deletion_timestamp=NOW + 10)
     r = replay(nodes, [overdue, terminating], [pending("p")], NOW, **EXACT)
-    assert starts(r, "p") == (0.0, 0.0, 0.0)
+    assert starts(r, "p") == (10.0, 10.0, 10.0)
     assert nodes_fitting_now(nodes, [overdue, terminating], pending("p"), NOW) == ()
     assert nodes_fitting_now(nodes, [overdue], pending("p"), NOW) == ("n2",)
     stuck = dataclasses.replace(terminating, deletion_timestamp=NOW - 10)
