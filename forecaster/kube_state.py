@@ -72,6 +72,18 @@ docs/metrics/cluster/node-metrics.md upstream):
   pod: whether a holder frees its GPUs when its run ends, and the job it shares a run
   with (``_release``, ``Holder.ends_with_run``, ``Holder.owner``). One series more per
   GPU pod and owner reference, one per GPU pod, in the same query.
+- ``kube_pod_status_reason`` (gauge; ``namespace, pod, uid, reason``) with
+  ``reason="SchedulingGated"``: 1 while a pod's scheduling gates hold it
+  (``spec.schedulingGates``: Kueue's ``kueue.x-k8s.io/admission`` for a plain pod, a
+  controller's own), as the API server sets its ``PodScheduled`` condition False with
+  that reason and KSM reads the conditions' reasons (``pod.go``
+  ``getPodStatusReasonValue``). KSM 2.19 and later (kubernetes/kube-state-metrics#2880;
+  a series per known reason, 0 or 1, for every pod until 2.20 writes only the reason
+  set, #3089): read ``== 1``, for GPU pods, into ``PendingPod.gated``. Nothing
+  older tells such a pod from one short of CPU (KSM's unschedulable and
+  scheduled-condition pod series are 1 whenever ``PodScheduled`` is False, whatever
+  its reason: docs/pending.md); there it is read as any pod (``pending.StartTracker``
+  finds it ``blocked_elsewhere`` once it has fit free GPUs for a while).
 - ``kube_pod_info`` (gauge 1, ``priority_class`` among its labels). KSM exposes the
   class name, not its value: ``--pending.priority-class NAME=VALUE`` maps names to
   values (unknown names count as 0, the default priority).
@@ -283,6 +295,13 @@ POD_META = _tagged(
         # run, and which holders are one job's (``_release``)
         "owner": f"max by (uid, owner_kind, owner_name, owner_is_controller) (kube_pod_owner) {_GPU_PODS}",
         "restart_policy": f"max by (uid, type) (kube_pod_restart_policy) {_GPU_PODS}",
+        # GPU pods their scheduling gates hold (KSM 2.19 and later; before 2.20 a 0
+        # series for every other pod), not replayed (``PendingPod.gated``). A gated pod
+        # is Pending (gates are set at creation and only removed, and a pod is bound
+        # once they are all gone): no phase join, which would only add to its cost
+        "gated": (
+            f'max by (uid) (kube_pod_status_reason{{reason="SchedulingGated"}} == 1) {_GPU_PODS}'
+        ),
     },
 )
 # GPU units per node, with the GPU feature discovery labels when KSM exposes them
@@ -1191,6 +1210,7 @@ def parse(
     policy = {
         s.labels.get("uid", ""): s.labels.get("type", "") for s in meta.get("restart_policy", ())
     }
+    gated = {s.labels.get("uid", "") for s in meta.get("gated", ())}
 
     # a pod whose every GPU request is NaN or negative; one with another usable
     # request is placed on that one
@@ -1249,6 +1269,7 @@ def parse(
                     # held against the nodes by ClusterQueue (its docstring)
                     node_selector=tuple(sorted(selects.get(uid, {}).items())),
                     uid=uid,
+                    gated=uid in gated,
                 )
             )
             (read_in if uid in tolerations else missing_in).add(ns)

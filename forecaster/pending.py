@@ -16,6 +16,7 @@ from gpu_eta.common.text import first_of
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.queue_replay import (
     BLOCKED_ELSEWHERE,
+    GATED,
     NO_SCHEDULABLE_NODE,
     PLACEMENTS,
     PREDICTED,
@@ -127,10 +128,19 @@ def predict(
     what frees while it waits for more): predicted without them it would be too early.
     Replaying them anyway would make the bound no bound (a controller gone wrong can
     leave thousands of pods pending).
+
+    A pod its scheduling gates hold (``PendingPod.gated``) is not replayed: kube-scheduler
+    does not try it, so it takes no GPU from the pods behind it until what holds the
+    gate (Kueue's admission, a controller) lifts it, which no replay times. It is
+    published ``gated``, without a start. Such pods count neither among the pods
+    replayed nor ahead of a request; the first ``settings.max_pods`` of them (queue
+    order) are published, the others counted skipped, as the pods past the bound are.
     """
     holders = holder_ends(queue.holders, job_ends)
     ordered = sorted(queue.pending, key=queue_key)
-    kept = ordered[: settings.max_pods]
+    waiting = [p for p in ordered if not p.gated]
+    gated = [p for p in ordered if p.gated][: settings.max_pods]
+    kept = waiting[: settings.max_pods]
     requests = (
         default_requests(
             queue.nodes,
@@ -138,7 +148,7 @@ def predict(
             settings.request_tolerations,
             settings.one_replica_per_pod,
         )
-        if len(kept) == len(ordered)
+        if len(kept) == len(waiting)
         else []
     )
     result = replay(
@@ -157,10 +167,13 @@ def predict(
         one_replica_per_pod=settings.one_replica_per_pod,
     )
     # one per (namespace, pod): the pod that stands for the name, as in ``result.pods``
+    published = [*kept, *gated]
+    held = StartPrediction(GATED, None, 0.0)
+    preds = [*result.pending, *(held for _ in gated)]
     pods: list[PodStart] = []
-    for i in newest_by_name(kept).values():
-        p = kept[i]
-        pods.append(PodStart(p.namespace, p.pod, p.resource, p.units, p.created, result.pending[i]))
+    for i in newest_by_name(published).values():
+        p = published[i]
+        pods.append(PodStart(p.namespace, p.pod, p.resource, p.units, p.created, preds[i]))
     by_key = {(h.namespace, h.pod): h for h in holders}
     for ns, pod in queue.scheduled:
         h = by_key[(ns, pod)]
@@ -172,7 +185,7 @@ def predict(
     return PendingSet(
         tuple(pods),
         result.requests,
-        len(ordered) - len(kept),
+        len(ordered) - len(published),
         queue.rejected,
         tainted_nodes=queue.tainted_nodes,
         tolerations_missing=queue.tolerations_missing,
@@ -302,7 +315,7 @@ def predict_queue(
             nodes_fitting_now(
                 queue.nodes, queue.holders, p, now, one_replica_per_pod=settings.one_replica_per_pod
             )
-            if key in blocked
+            if key in blocked and not p.gated
             else ()
         )
         if fitting:
@@ -582,10 +595,11 @@ class StartTracker:
                 self._forget(key)  # deleted before it started: nothing to learn
         for p in result.pods:
             key = (p.namespace, p.pod)
-            if p.prediction.status == NO_SCHEDULABLE_NODE:
-                # it waits for an admin (a node cordoned or down), which no replay times:
-                # what was predicted before is not a miss of the queue's, and scored
-                # once it starts it would widen every interval for hours of maintenance
+            if p.prediction.status in (NO_SCHEDULABLE_NODE, GATED):
+                # it waits for an admin (a node cordoned or down) or for its gate to be
+                # lifted (a queueing system's admission), which no replay times: what
+                # was predicted before is not a miss of the queue's, and scored once it
+                # starts it would widen every interval for hours of maintenance or quota
                 self._forget(key)
             elif p.prediction.status == BLOCKED_ELSEWHERE:
                 # its predictions timed a wait that was not for GPUs: none is scored

@@ -138,6 +138,10 @@ NO_SCHEDULABLE_NODE = "no_schedulable_node"  # fits only on cordoned or NotReady
 # no replay models (a PVC, CPU or memory, a scheduling gate); found by pending.StartTracker,
 # published by pending.predict_queue with the start it is given on the other nodes, if any
 BLOCKED_ELSEWHERE = "blocked_elsewhere"
+# held by its scheduling gates (``PendingPod.gated``: Kueue's admission gate, a
+# controller's): kube-scheduler does not try it until they are removed, so it is not
+# replayed and gets no start; published by pending.predict
+GATED = "gated"
 STATUSES = (
     PREDICTED,
     SCHEDULED,
@@ -145,6 +149,7 @@ STATUSES = (
     BEYOND_HORIZON,
     NO_SCHEDULABLE_NODE,
     BLOCKED_ELSEWHERE,
+    GATED,
 )
 
 # taint effects (Kubernetes' spelling); only the first two keep a pod off a node
@@ -382,6 +387,13 @@ class PendingPod:
     those nodes past a grace without being bound there (it waits for something there
     the replay does not model, CPU or memory, say), so the replay starts it on the other
     nodes only.
+
+    ``gated``: its scheduling gates (``spec.schedulingGates``: Kueue's
+    ``kueue.x-k8s.io/admission`` for a plain pod, a controller's own) are not all
+    removed yet, as kube-state-metrics shows (``kube_state``). kube-scheduler does not
+    try such a pod (its PreEnqueue check keeps it out of the queue), so it takes no GPU
+    until whatever holds the gate lifts it: ``pending.predict`` replays it not, and
+    publishes it ``gated``, without a start.
     """
 
     namespace: str
@@ -396,6 +408,7 @@ class PendingPod:
     node_selector: Selector = ()
     uid: str = ""  # its Kubernetes UID ("" when not read), as ``Holder.uid``
     excluded_nodes: frozenset[str] = frozenset()
+    gated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

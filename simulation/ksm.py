@@ -20,7 +20,11 @@ unless told),
 ``kube_node_status_condition`` (the ``Ready`` condition, one series per status),
 ``kube_node_spec_taint`` (one series per taint: ``key, value, effect``) and
 ``kube_pod_tolerations`` (one series per distinct toleration: ``key, operator, value,
-effect, toleration_seconds``). Every label a family has is written, empty values too,
+effect, toleration_seconds``) and ``kube_pod_status_reason`` (``reason``; KSM 2.19 and
+later list ``SchedulingGated``, 1 while the pod's ``PodScheduled`` condition has that
+reason, i.e. its scheduling gates hold it: kubernetes/kube-state-metrics#2880; before
+2.20 one series per reason KSM knows, 0 or 1, from 2.20 only the reason set, #3089).
+Every label a family has is written, empty values too,
 as KSM writes them (``pkg/metric/metric.go`` writes each label key with its value):
 an unbound pod's requests carry ``node=""``. Prometheus drops empty labels when it
 stores a sample, but an empty one still counts at scrape time: under ``honor_labels``
@@ -40,6 +44,27 @@ from gpu_eta.forecaster.kube_state import NO_OWNER
 from gpu_eta.simulation.cluster import ClusterSim, Pod
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+# the reasons ``kube_pod_status_reason`` writes a series for (KSM ``pod.go``
+# ``podStatusReasons``; docs/metrics/workload/pod-metrics.md): 2.19 added
+# ``SchedulingGated`` (#2880), ``PreemptionByScheduler`` and ``TerminationByKubelet``
+# (#2892); 2.10-2.18 wrote the others only
+STATUS_REASONS = (
+    "Evicted",
+    "NodeAffinity",
+    "NodeLost",
+    "PreemptionByScheduler",
+    "SchedulingGated",
+    "Shutdown",
+    "TerminationByKubelet",
+    "UnexpectedAdmissionError",
+)
+STATUS_REASONS_2_10 = (
+    "Evicted",
+    "NodeAffinity",
+    "NodeLost",
+    "Shutdown",
+    "UnexpectedAdmissionError",
+)
 GPU = "nvidia.com/gpu"
 DEFAULT_LABEL_ALLOWLIST = ("nvidia.com/gpu.product",)
 
@@ -93,6 +118,9 @@ class KsmPod:
     owner_kind: str = "Job"
     owner_name: str = ""
     restart_policy: str = "Never"  # ``spec.restartPolicy``
+    # ``spec.schedulingGates`` not empty (Kueue's admission gate): the API server sets its
+    # ``PodScheduled`` condition False with reason ``SchedulingGated``
+    scheduling_gated: bool = False
 
 
 def _escape(value: str) -> str:
@@ -119,6 +147,7 @@ _HELP = {
         "more precise."
     ),
     "kube_pod_tolerations": "Information about the pod tolerations",
+    "kube_pod_status_reason": "The pod status reasons",
     "kube_pod_init_container_info": "Information about an init container in a pod.",
     "kube_pod_init_container_resource_requests": (
         "The number of requested request resource by an init container."
@@ -137,8 +166,14 @@ def exposition(
     nodes: Iterable[KsmNode],
     pods: Iterable[KsmPod],
     label_allowlist: Sequence[str] = DEFAULT_LABEL_ALLOWLIST,
+    status_reasons: Sequence[str] = STATUS_REASONS,
+    only_set_reasons: bool = False,
 ) -> str:
-    """The Prometheus text exposition KSM would serve for these nodes and pods."""
+    """The Prometheus text exposition KSM would serve for these nodes and pods.
+
+    ``status_reasons``: the reasons ``kube_pod_status_reason`` knows (KSM 2.19's by
+    default, ``STATUS_REASONS_2_10`` for 2.10-2.18, which cannot show a gated pod);
+    ``only_set_reasons``: KSM 2.20 and later, a series only for the reason set."""
     families: dict[str, list[str]] = {name: [] for name in _HELP}
     for n in nodes:
         labels = {"node": n.name}
@@ -221,6 +256,12 @@ def exposition(
             families["kube_pod_start_time"].append(
                 _line("kube_pod_start_time", base, float(p.start_time))
             )
+        for reason in status_reasons:
+            is_set = reason == "SchedulingGated" and p.scheduling_gated
+            if is_set or not only_set_reasons:
+                families["kube_pod_status_reason"].append(
+                    _line("kube_pod_status_reason", {**base, "reason": reason}, float(is_set))
+                )
         for phase in PHASES:
             families["kube_pod_status_phase"].append(
                 _line(

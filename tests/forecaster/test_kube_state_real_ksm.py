@@ -19,12 +19,20 @@ from gpu_eta.forecaster.pending import PendingSettings, predict
 from gpu_eta.forecaster.promapi import PromClient
 from gpu_eta.forecaster.queue_replay import (
     BEYOND_HORIZON,
+    GATED,
     NEVER_FITS,
     NO_SCHEDULABLE_NODE,
     PREDICTED,
 )
 from gpu_eta.launch.prometheus import ScrapeJob
-from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, exposition
+from gpu_eta.simulation.ksm import (
+    GPU,
+    STATUS_REASONS,
+    STATUS_REASONS_2_10,
+    KsmNode,
+    KsmPod,
+    exposition,
+)
 from tests.forecaster.test_kube_state import ksm_samples
 
 PRODUCT = "nvidia.com/gpu.product"
@@ -466,3 +474,52 @@ def test_a_notebook_keeps_its_gpus_and_a_worker_frees_with_its_job(prometheus_fa
     for pod in ("a", "b"):
         assert starts[pod].status == PREDICTED
         assert now + 450 <= starts[pod].starts[1] <= now + 750
+
+
+@pytest.mark.parametrize(
+    ("ksm", "reasons", "only_set", "gated"),
+    [
+        ("2.19", STATUS_REASONS, False, True),
+        ("2.20", STATUS_REASONS, True, True),
+        ("2.18", STATUS_REASONS_2_10, False, False),
+    ],
+)
+def test_a_pod_its_scheduling_gate_holds_is_read_gated(
+    prometheus_factory, ksm_target, ksm, reasons, only_set, gated
+):
+    """Kueue gates a plain pod at admission (``spec.schedulingGates``:
+    ``kueue.x-k8s.io/admission``) until its workload is admitted: the pod is Pending,
+    unbound, and kube-scheduler does not try it. ``kube_pod_status_unschedulable`` and
+    ``kube_pod_status_scheduled{condition="false"}`` cannot tell it from a pod short of
+    CPU (KSM ``pod.go``: 1 whenever the ``PodScheduled`` condition is False, whatever its
+    reason); ``kube_pod_status_reason{reason="SchedulingGated"}`` can (KSM 2.19 and
+    later, kubernetes/kube-state-metrics#2880: 1 when a condition has that reason, as
+    the API server sets ``PodScheduled`` for a gated pod; a series per known reason, 0
+    or 1, until 2.20 writes only the reason set, #3089; docs/metrics/workload/
+    pod-metrics.md). On a 2-GPU node with one GPU free, the gated pod, the older, is
+    read ``gated`` and ``next`` takes the free GPU now; on KSM 2.18 nothing shows the
+    gate, and the gated pod is predicted to take it (``blocked_elsewhere`` 5 min on)."""
+    target, body = ksm_target
+    now = time.time()
+    nodes = [KsmNode("n1", {GPU: 2}, {PRODUCT: "NVIDIA-A100-SXM4-80GB"})]
+    pods = [
+        KsmPod("ml", "run", "u1", "Running", now - 900, {GPU: 1}, node="n1", start_time=now - 890),
+        KsmPod("ml", "held", "u2", "Pending", now - 600, {GPU: 1}, scheduling_gated=True),
+        KsmPod("ml", "next", "u3", "Pending", now - 60, {GPU: 1}),
+    ]
+    body[0] = exposition(nodes, pods, status_reasons=reasons, only_set_reasons=only_set)
+    prom = prometheus_factory([ScrapeJob("kube-state-metrics", [target])])
+    prom.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=2)
+    client = PromClient(prom.url)
+    now = time.time()
+    q = kube_state.parse(ksm_samples(client, now), now)
+    assert {p.pod: p.gated for p in q.pending} == {"held": gated, "next": False}, ksm
+    ends = {("ml", "run"): (now + 3600,) * 3}
+    result = predict(q, ends, [3600.0], now, PendingSettings(n_samples=20))
+    got = {p.pod: p.prediction for p in result.pods}
+    if gated:
+        assert got["held"].status == GATED and got["held"].starts is None
+        assert got["next"].starts == (now, now, now)
+    else:
+        assert got["held"].starts == (now, now, now)
+        assert got["next"].starts[1] == pytest.approx(now + 3600)

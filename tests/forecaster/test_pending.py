@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from gpu_eta.forecaster.kube_state import ClusterQueue
 from gpu_eta.forecaster.pending import (
     SIBLING_START_WINDOW_SECONDS,
@@ -13,6 +15,7 @@ from gpu_eta.forecaster.pending import (
 from gpu_eta.forecaster.publish import pending_families
 from gpu_eta.forecaster.queue_replay import (
     BEYOND_HORIZON,
+    GATED,
     PREDICTED,
     Holder,
     Node,
@@ -43,6 +46,28 @@ def test_no_request_is_predicted_while_pods_are_left_out():
     assert cut.skipped == 20 and len(cut.pods) == 100
     assert cut.requests == {}
     assert "none for a request made now" in describe(cut)
+
+
+def test_gated_pods_are_bounded_apart_from_the_pods_replayed():
+    """``--pending.max-pods`` bounds the replay's work; gated pods are not replayed, so
+    they take no place among the pods it replays (120 gated pods older than the 100
+    waiting ones would have left every waiting pod without a prediction), and a request
+    made now, which queues behind the pods replayed only, is still predicted. They are
+    published up to the same bound of their own, the oldest first, the rest counted
+    skipped."""
+    queue = full_node_and_queue(100)
+    gated = tuple(
+        PendingPod("ml", f"g{i:03d}", G, 1, NOW - 5000 + i, gated=True) for i in range(120)
+    )
+    queue = ClusterQueue(queue.nodes, queue.holders, gated + queue.pending)
+    got = predict(queue, {}, [3600.0], NOW, PendingSettings(max_pods=100, n_samples=20))
+    assert Counter(p.prediction.status for p in got.pods)[GATED] == 100
+    waiting = [p for p in got.pods if p.pod.startswith("p")]
+    assert len(waiting) == 100 and all(p.prediction.status != GATED for p in waiting)
+    assert got.skipped == 20 and got.requests
+    assert {p.pod for p in got.pods if p.prediction.status == GATED} == {
+        f"g{i:03d}" for i in range(100)
+    }
 
 
 def test_a_pod_created_again_under_its_name_is_published_once_as_the_new_one():

@@ -22,6 +22,7 @@ from gpu_eta.forecaster.pending_state import parse_predictions, predictions_json
 from gpu_eta.forecaster.publish import pending_families
 from gpu_eta.forecaster.queue_replay import (
     BLOCKED_ELSEWHERE,
+    GATED,
     PREDICTED,
     STATUSES,
     Holder,
@@ -243,3 +244,35 @@ def test_a_pod_past_its_deletion_timestamp_has_freed_its_gpus_for_the_check_too(
     assert offsets(first.prediction, NOW) == [0.0, 0.0, 0.0]
     (later,) = predict_queue(q, ENDS, [3600.0], NOW, SETTINGS, {("ml", "stuck")}).pods
     assert later.prediction.status == BLOCKED_ELSEWHERE
+
+
+def test_a_gated_pod_waits_for_its_gate_not_for_gpus():
+    """``stuck`` is held by a scheduling gate (Kueue's admission gate: kube-state-metrics
+    shows ``kube_pod_status_reason{reason="SchedulingGated"}``), so kube-scheduler does
+    not try it. It is published ``gated`` from its first cycle, without a start, and
+    left out of the replay: ``next`` takes the free GPU now, as it really does. It never
+    turns ``blocked_elsewhere`` (it is not predicted to start now), and none of its
+    predictions is kept to be scored. Read as any pod, it was predicted to start now for
+    5 minutes, then ``blocked_elsewhere``, and ``next`` was predicted an hour late
+    meanwhile. Once its gate is lifted (admitted), it is predicted as any pod."""
+    tracker = StartTracker()
+    q = queue()
+    gated = dataclasses.replace(
+        q, pending=(dataclasses.replace(q.pending[0], gated=True), q.pending[1])
+    )
+    assert offsets(cycle(tracker, gated, NOW)["next"], NOW) == [0.0, 0.0, 0.0]
+    t = NOW + CYCLE
+    while t - NOW <= 2 * BLOCKED_GRACE_SECONDS:  # ("next", never bound here, is blocked)
+        got = cycle(tracker, gated, t)
+        assert got["stuck"].status == GATED and got["stuck"].starts is None, t - NOW
+        assert ("ml", "stuck") not in tracker.blocked(gated, t)
+        t += CYCLE
+    assert [w[1] for w in tracker.waiting() if w[4]] == []  # nothing kept for "stuck"
+    families = {f.name: f for f in pending_families(PendingSet(tuple(_pods(tracker, gated, t))))}
+    starts = families["gpu_eta_pod_predicted_start_timestamp_seconds"].samples
+    assert "stuck" not in {s.labels["pod"] for s in starts}
+    info = families["gpu_eta_pod_start_prediction_info"].samples
+    assert ("stuck", GATED) in {(s.labels["pod"], s.labels["status"]) for s in info}
+    assert GATED in STATUSES
+    # admitted: its gate lifted, it is the oldest pod and takes the free GPU now
+    assert offsets(cycle(tracker, q, t)["stuck"], t) == [0.0, 0.0, 0.0]
