@@ -482,7 +482,7 @@ def pending_families(pending: PendingSet | None) -> list[Metric]:
     )
     info = GaugeMetricFamily(
         "gpu_eta_pod_start_prediction_info",
-        "One per pending GPU pod predicted (none past --pending.max-pods or with unusable series: counted in gpu_eta_forecaster_job_errors_total): its request and the prediction's status (predicted, scheduled, never_fits, beyond_horizon, no_schedulable_node, blocked_elsewhere).",
+        "One per pending GPU pod predicted (none past --pending.max-pods or with unusable series: counted in gpu_eta_forecaster_job_errors_total): its request and the prediction's status (predicted, scheduled, never_fits, beyond_horizon, no_schedulable_node, blocked_elsewhere, gated).",
         labels=["namespace", "pod", "resource", "gpus", "status"],
     )
     request = QuantileFamily(
