@@ -320,8 +320,14 @@ def test_a_stale_forecasters_starts_are_not_shown(prometheus_factory, forecaster
     prom.wait_for(
         'gpu_eta_request_predicted_start_timestamp_seconds{quantile="0.5"}', min_results=4
     )
+    assert_a100_later_and_t4_unknown(prom.url, now)
+
+
+def assert_a100_later_and_t4_unknown(url: str, now: float) -> None:
+    """The spawn page read from ``url`` at ``now``: the A100 profile starts at ``now +
+    7200`` (a healthy forecaster's), the T4 one has no estimate (a stale one's only)."""
     profiles = [profile("A100, 1 GPU", 1, A100), profile("T4, 1 GPU", 1, T4)]
-    hook = profile_list_hook(profiles, prom.url, tz=UTC, clock=lambda: now)
+    hook = profile_list_hook(profiles, url, tz=UTC, clock=lambda: now)
     later = datetime.fromtimestamp(now + 7200, UTC)
     a100, t4 = [p["display_name"] for p in spawn_page(hook)]
     assert a100 in (f"A100, 1 GPU — ~{later:%H:%M}", f"A100, 1 GPU — ~{later:%a %H:%M}")

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,16 +20,14 @@ import requests
 
 from gpu_eta.forecaster.main import push_metrics
 from gpu_eta.forecaster.publish import ServiceState
-from gpu_eta.forecaster.spawner_profiles import profile_list_hook
 from gpu_eta.launch.processes import start_http, stop_process
 from gpu_eta.launch.prometheus import ScrapeJob, find_binary, free_port
 from tests.forecaster.test_publish import NOW, forecast_set
 from tests.forecaster.test_spawner_profiles import (
     A100,
     T4,
+    assert_a100_later_and_t4_unknown,
     forecaster_exposition,
-    profile,
-    spawn_page,
 )
 from tests.support.net import dead_port
 
@@ -164,9 +161,4 @@ def test_the_spawn_page_reads_each_pushed_forecaster_apart(
         [ScrapeJob("pushgateway", [pushgateway.removeprefix("http://")], honor_labels=honor_labels)]
     )
     prom.wait_for("gpu_eta_forecaster_stale", min_results=2)
-    profiles = [profile("A100, 1 GPU", 1, A100), profile("T4, 1 GPU", 1, T4)]
-    hook = profile_list_hook(profiles, prom.url, tz=UTC, clock=lambda: now)
-    later = datetime.fromtimestamp(now + 7200, UTC)
-    a100, t4 = [p["display_name"] for p in spawn_page(hook)]
-    assert a100 in (f"A100, 1 GPU — ~{later:%H:%M}", f"A100, 1 GPU — ~{later:%a %H:%M}")
-    assert t4 == "T4, 1 GPU — no estimate"
+    assert_a100_later_and_t4_unknown(prom.url, now)

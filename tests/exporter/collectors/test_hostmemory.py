@@ -113,6 +113,29 @@ def test_a_removed_cgroup_leaves_the_cache(tmp_path: Path) -> None:
     assert source.poll([pod_for(1)]) == ()
 
 
+def node_without_the_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_pids: int
+) -> tuple[Path, list[str]]:
+    """A cgroup v2 root with no container's directory, and ``<tmp_path>/proc`` with
+    ``n_pids`` processes none of which is a container's; every file hostmemory reads
+    is recorded in the list returned."""
+    cgroupfs = tmp_path / "cg"
+    cgroupfs.mkdir()
+    (cgroupfs / "cgroup.controllers").write_text("")
+    for pid in range(1, n_pids + 1):
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "cgroup").write_text("0::/system.slice/foo.service\n")
+    reads: list[str] = []
+    read_small = hostmemory._read_small
+
+    def counting(path: str, limit: int = hostmemory.MAX_STAT_FILE_BYTES) -> str:
+        reads.append(path)
+        return read_small(path, limit)
+
+    monkeypatch.setattr(hostmemory, "_read_small", counting)
+    return cgroupfs, reads
+
+
 def test_a_crash_looping_container_does_not_scan_proc_every_cycle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,21 +149,8 @@ def test_a_crash_looping_container_does_not_scan_proc_every_cycle(
         lastState={"terminated": {"exitCode": 1, "containerID": dead}},
     )
     meta = pod_meta_from_object(pod)
-    cgroupfs = tmp_path / "cg"
-    cgroupfs.mkdir()
-    (cgroupfs / "cgroup.controllers").write_text("")
     n_pids = 200
-    for pid in range(1, n_pids + 1):
-        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
-        (tmp_path / "proc" / str(pid) / "cgroup").write_text("0::/system.slice/foo.service\n")
-    reads: list[str] = []
-    read_small = hostmemory._read_small
-
-    def counting(path: str, limit: int = hostmemory.MAX_STAT_FILE_BYTES) -> str:
-        reads.append(path)
-        return read_small(path, limit)
-
-    monkeypatch.setattr(hostmemory, "_read_small", counting)
+    cgroupfs, reads = node_without_the_container(tmp_path, monkeypatch, n_pids)
     source = CgroupHostMemory(str(cgroupfs), str(tmp_path / "proc"))
     for _ in range(3):
         assert source.poll([meta]) == ()
@@ -154,24 +164,12 @@ def test_a_container_no_scan_finds_is_looked_for_with_backoff(
     node's /proc: /proc is scanned for it at its first poll and then ever more rarely
     (15 s, doubling to 300 s), not every cycle; a container found meanwhile by its path
     is read at once, and the scan then finds nothing left to look for."""
-    cgroupfs = tmp_path / "cg"
-    cgroupfs.mkdir()
-    (cgroupfs / "cgroup.controllers").write_text("")
     n_pids = 50
-    for pid in range(1, n_pids + 1):
-        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
-        (tmp_path / "proc" / str(pid) / "cgroup").write_text("0::/system.slice/foo.service\n")
-    reads: list[str] = []
-    read_small = hostmemory._read_small
-
-    def counting(path: str, limit: int = hostmemory.MAX_STAT_FILE_BYTES) -> str:
-        reads.append(path)
-        return read_small(path, limit)
+    cgroupfs, reads = node_without_the_container(tmp_path, monkeypatch, n_pids)
 
     def scans() -> int:
         return len([r for r in reads if r.endswith("/cgroup")]) // n_pids
 
-    monkeypatch.setattr(hostmemory, "_read_small", counting)
     now = [1000.0]
     source = CgroupHostMemory(str(cgroupfs), str(tmp_path / "proc"), clock=lambda: now[0])
     pod = PodMeta("ml", "kata", "u-kata", phase="Running", container_ids={"main": "b" * 64})
