@@ -65,6 +65,7 @@ PURE = (
     "gpu_eta.forecaster.calibration",
     "gpu_eta.forecaster.estimators",
     "gpu_eta.forecaster.estimators.analog",
+    "gpu_eta.forecaster.estimators.as_of",
     "gpu_eta.forecaster.estimators.base",
     "gpu_eta.forecaster.estimators.campaign",
     "gpu_eta.forecaster.estimators.baselines",
