@@ -8,8 +8,9 @@ driver, a port in use, a bad flag or scenario, a missing extra); tracebacks only
 ``--path.procfs``). Precedence: defaults < ``--config.file`` < flags given on the
 command line.
 
-This module imports the standard library and ``gpu_eta.exporter.config`` only: the
-running parts (``gpu_eta.exporter.runtime``: prometheus-client, grpc, kubernetes …)
+This module imports only modules that need nothing beyond the standard library
+(``config``, the collector registry, ``common.gpu_resources`` and what they import;
+docs/exporter.md): the running parts (``gpu_eta.exporter.runtime``: prometheus-client, grpc, kubernetes …)
 are imported once the flags are parsed, so that a ``pip install gpu-eta`` without the
 ``exporter`` extra gets one line naming it (exit 2) instead of a traceback.
 """
