@@ -1,0 +1,280 @@
+"""The GPU queue's queries as the cycle sends them, against a real Prometheus holding a
+fixed history of what kube-state-metrics serves, answer what they answered when the
+folded first round was one query: the answers of every part, first and second round,
+are compared with ``tests/fixtures/kube/queue_answers.json``, written by the one-query
+read (``GPU_ETA_UPDATE_GOLDEN=1`` rewrites it: review the diff, it is the contract).
+
+Why a golden file and not two reads in one test: what is compared is the queries'
+shape before and after a change to it, and the "before" is no code any more. The
+history is backfilled at fixed times and read at a fixed time, so every answer is the
+same in each run. The cluster holds each case a query part exists for: the site's own
+resource (``nvidia.com/a100-shared``, given with ``--pending.gpu-resource`` beside MIG
+profiles the built-in regex already matches), MIG slices, init containers and a
+sidecar, tolerations and taints, a node selector beyond the GPU type, a gated pod, a
+pod being deleted, a pod finished on a node the read lacks, a node whose device plugin
+is away, a cordoned node, a pod asking ``nvidia.com/gpu: 0``, a CPU pod, and pods
+created in the arrival window; and the same cluster without ``kube_pod_created``
+(OpenShift's KSM), which asks the first-seen parts of the second round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from gpu_eta.forecaster import kube_state, queries
+from gpu_eta.forecaster.promapi import PromClient
+from gpu_eta.forecaster.series import Sample
+from gpu_eta.simulation.ksm import GPU, KsmNode, KsmPod, KsmToleration, exposition
+
+GOLDEN = Path(__file__).parent.parent / "fixtures" / "kube" / "queue_answers.json"
+AT = 1_790_000_040.0  # the read's time; the history is one sample a minute up to it
+HISTORY_SECONDS = 2 * 3600
+ARRIVALS_SECONDS = 3600.0
+PRODUCT = "nvidia.com/gpu.product"
+SHARED = "nvidia.com/a100-shared"  # a time-slicing rename: the site's own resource
+MIG_1G = "nvidia.com/mig-1g.10gb"
+MIG_3G = "nvidia.com/mig-3g.40gb"
+# what a site with MIG nodes passes: its renamed replicas, and MIG profiles (matched by
+# the built-in nvidia_com_mig_.+ already)
+GPU_RESOURCES = (
+    SHARED,
+    MIG_1G,
+    "nvidia.com/mig-2g.20gb",
+    MIG_3G,
+    "nvidia.com/mig-4g.40gb",
+    "nvidia.com/mig-7g.80gb",
+)
+TAINT = ("nvidia.com/gpu", "present", "NoSchedule")
+
+NODES = [
+    KsmNode("a100", {GPU: 8}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "a"}, taints=(TAINT,)),
+    KsmNode("mig", {MIG_1G: 7, MIG_3G: 2}, {PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}),
+    KsmNode("shared", {SHARED: 16}, {PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "b"}),
+    KsmNode("cordoned", {GPU: 4}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, unschedulable=True),
+    KsmNode("notready", {GPU: 4}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, ready=False),
+    KsmNode("upgrading", {GPU: 0}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}),  # capacity below
+    KsmNode("cpu", {"cpu": 64}),
+]
+_TOLERATE = (KsmToleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
+_START = AT - HISTORY_SECONDS + 60  # the first sample's time
+PODS = [
+    KsmPod(
+        "ml",
+        "train",
+        "u-train",
+        "Running",
+        _START,
+        {GPU: 4},
+        node="a100",
+        start_time=_START + 30,
+        tolerations=_TOLERATE,
+    ),
+    KsmPod(
+        "ml",
+        "cancelled",
+        "u-cancelled",
+        "Running",
+        _START,
+        {GPU: 2},
+        node="a100",
+        start_time=_START + 40,
+        tolerations=_TOLERATE,
+    ),
+    KsmPod(
+        "hub",
+        "jupyter-ann",
+        "u-nb",
+        "Running",
+        _START,
+        {SHARED: 1},
+        node="shared",
+        start_time=_START + 20,
+        owner_kind="<none>",
+        restart_policy="Always",
+    ),
+    KsmPod(
+        "ml",
+        "slice",
+        "u-slice",
+        "Running",
+        _START,
+        {MIG_1G: 1},
+        node="mig",
+        start_time=_START + 20,
+        init_containers={"fetch": {MIG_1G: 1}, "proxy": {MIG_1G: 1}},
+        sidecars=("proxy",),
+    ),
+    KsmPod(
+        "ml",
+        "wants-a",
+        "u-wants-a",
+        "Pending",
+        _START + 600,
+        {GPU: 8},
+        node_selector={PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "a"},
+        priority_class="high",
+        tolerations=_TOLERATE,
+    ),
+    KsmPod("ml", "wants-3g", "u-wants-3g", "Pending", _START + 900, {MIG_3G: 1}),
+    KsmPod(
+        "ml",
+        "wants-shared",
+        "u-wants-shared",
+        "Pending",
+        _START + 1200,
+        {SHARED: 2},
+        more_containers={"side": {SHARED: 1}},
+    ),
+    KsmPod("ml", "gated", "u-gated", "Pending", _START + 1500, {GPU: 1}, scheduling_gated=True),
+    KsmPod("ml", "cpu-profile", "u-zero", "Pending", _START + 1500, {GPU: 0, "cpu": 4}),
+    KsmPod("ml", "cpu-only", "u-cpu", "Pending", _START + 1500, {"cpu": 4}),
+    KsmPod(
+        "ml",
+        "done",
+        "u-done",
+        "Succeeded",
+        _START,
+        {GPU: 1},
+        node="gone",
+        start_time=_START + 10,
+    ),
+    # created in the arrival window: the arrivals
+    KsmPod(
+        "ml",
+        "new-run",
+        "u-new-run",
+        "Running",
+        AT - 1800,
+        {GPU: 2},
+        node="a100",
+        start_time=AT - 1790,
+        tolerations=_TOLERATE,
+        node_selector={PRODUCT: "NVIDIA-A100-SXM4-80GB"},
+    ),
+    KsmPod("ml", "new-wait", "u-new-wait", "Pending", AT - 600, {MIG_1G: 2}),
+]
+
+
+def _extras() -> str:
+    """The families ``simulation.ksm.exposition`` does not write: the upgrading node's
+    capacity and the cancelled pod's deletion timestamp."""
+    return (
+        "# TYPE kube_node_status_capacity gauge\n"
+        'kube_node_status_capacity{node="upgrading",resource="nvidia_com_gpu",unit="integer"} 8.0\n'
+        "# TYPE kube_pod_deletion_timestamp gauge\n"
+        'kube_pod_deletion_timestamp{namespace="ml",pod="cancelled",uid="u-cancelled"} '
+        f"{AT + 60!r}\n"
+    )
+
+
+def history(created: bool) -> str:
+    """OpenMetrics of what KSM served for ``NODES`` and ``PODS`` once a minute up to
+    ``AT`` (a pod from its creation on), ``kube_pod_created`` left out unless
+    ``created``."""
+    series: dict[str, dict[str, list[str]]] = {}
+    steps = [AT - HISTORY_SECONDS + 60 * k for k in range(1, HISTORY_SECONDS // 60 + 1)]
+    for t in steps:
+        text = exposition(
+            NODES, [p for p in PODS if p.created <= t], label_allowlist=(PRODUCT, "pool")
+        )
+        for line in (text + _extras()).splitlines():
+            if not line or line.startswith("#"):
+                continue
+            key, value = line.rsplit(" ", 1)
+            family = key.split("{", 1)[0]
+            if family == "kube_pod_created" and not created:
+                continue
+            series.setdefault(family, {}).setdefault(key, []).append(f"{key} {value} {t:.3f}")
+    out = []
+    for family, by_key in series.items():
+        out.append(f"# TYPE {family} gauge")
+        for lines in by_key.values():
+            out.extend(lines)
+    out.append("# EOF")
+    return "\n".join(out) + "\n"
+
+
+def _render(parts: Mapping[str, str]) -> dict[str, str]:
+    return {
+        name: kube_state.render(tpl, ARRIVALS_SECONDS, GPU_RESOURCES) for name, tpl in parts.items()
+    }
+
+
+def _ask(client: PromClient, parts: Mapping[str, str]) -> tuple[dict[str, list[Sample]], int]:
+    """``parts`` (templates) answered as the cycle asks them; the longest query sent."""
+    folded = queries.fold(_render(parts))
+    return queries.unfold(client.instant(folded, at=AT), parts), len(folded)
+
+
+def read_queue(client: PromClient) -> tuple[dict[str, list[Sample]], int]:
+    """Both rounds' answers by part, and the longest query sent."""
+    samples, longest = _ask(client, kube_state.QUERIES)
+    second = kube_state.second_round(samples)
+    if second:
+        more, length = _ask(client, second)
+        samples.update(more)
+        longest = max(longest, length)
+    return samples, longest
+
+
+def as_json(samples: Mapping[str, Iterable[Sample]]) -> dict[str, list[list]]:
+    """Answers by part, each sorted, without the fold's tag (which query carried a part
+    is no part of its answer)."""
+    return {
+        name: sorted(
+            [sorted((k, v) for k, v in s.labels.items() if k != queries.TAG), s.value]
+            for s in answer
+        )
+        for name, answer in sorted(samples.items())
+    }
+
+
+def _normal(data: Sequence) -> list:
+    return json.loads(json.dumps(data))
+
+
+@pytest.mark.parametrize("created", [True, False], ids=["created", "no-created"])
+def test_the_queue_reads_answer_as_the_one_query_read_did(
+    prometheus_factory, tmp_path: Path, created: bool
+) -> None:
+    om = tmp_path / "ksm.om"
+    om.write_text(history(created))
+    prom = prometheus_factory([], backfill_files=[om], retention="100y")
+    client = PromClient(prom.url)
+    try:
+        samples, _longest = read_queue(client)
+    finally:
+        client.close()
+    got = as_json(samples)
+    key = "created" if created else "no_created"
+    if os.environ.get("GPU_ETA_UPDATE_GOLDEN"):
+        golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+        golden[key] = got
+        GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+    want = json.loads(GOLDEN.read_text())[key]
+    assert _normal(got) == want
+    # the history holds what each part is for: no part answers empty by mistake
+    second = (
+        {kube_state.NODE_LABELS_PART}
+        if created
+        else {
+            kube_state.NODE_LABELS_PART,
+            kube_state.PENDING_SINCE_PART,
+            kube_state.ARRIVALS_SEEN_PART,
+        }
+    )
+    assert {name for name, answer in got.items() if answer} == {*kube_state.QUERIES, *second}
+    queue = kube_state.parse(samples, AT, {}, {"high": 1000}, ARRIVALS_SECONDS, GPU_RESOURCES)
+    assert {p.pod for p in queue.pending} == {
+        "wants-a",
+        "wants-3g",
+        "wants-shared",
+        "gated",
+        "new-wait",
+    }
+    assert {n.name for n in queue.nodes} >= {"a100", "mig", "shared", "upgrading"}
