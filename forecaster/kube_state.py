@@ -216,13 +216,22 @@ from gpu_eta.forecaster.set_match import matcher
 T = TypeVar("T")
 
 # The templates hold ``{gpu_resources}``: the built-in GPU resources
-# (``common.gpu_resources.KSM_GPU_RESOURCES``) and the site's own (``render``)
+# (``common.gpu_resources.KSM_GPU_RESOURCES``) and the site's own (``render``). Each
+# holds it as few times as it can (the GPU filters are applied once to a union of
+# tagged series, not to each): a site's own names are written in every place it
+# stands, and the first round must stay within ``queries.MAX_QUERY_CHARS``
 _REQ = 'kube_pod_container_resource_requests{resource=~"{gpu_resources}"}'
 _INIT_REQ = 'kube_pod_init_container_resource_requests{resource=~"{gpu_resources}"}'
 # pods asking a GPU: a request above 0, app or init container (KSM exports
 # ``nvidia.com/gpu: 0``, a CPU-only profile overriding a GPU default, as a series of
-# value 0: no GPU asked, as ``_requested`` reads it); a comparison keeps every label
-_GPU_REQUESTS = f"({_REQ} > 0 or {_INIT_REQ} > 0)"
+# value 0: no GPU asked, as ``_requested`` reads it); a comparison keeps every label.
+# One selector for both metrics, so the regex is written once: the same series as
+# ``_REQ > 0 or _INIT_REQ > 0`` (Kubernetes names a pod's app and init containers
+# apart, so no two of them share a label set once a server drops the name)
+_GPU_REQUESTS = (
+    '({__name__=~"kube_pod_container_resource_requests|kube_pod_init_container_resource_requests",'
+    'resource=~"{gpu_resources}"} > 0)'
+)
 _GPU_PODS = f"and on (uid) {_GPU_REQUESTS}"
 _PENDING = 'and on (uid) (kube_pod_status_phase{phase="Pending"} == 1)'
 _ALLOCATABLE = 'kube_node_status_allocatable{resource=~"{gpu_resources}"}'
@@ -264,45 +273,61 @@ INIT_REQUESTS = (
     '"sidecar", "true", "", "") '
     f"or on (uid, container, resource) {_INIT_ONE}) {_PHASE}"
 )
-POD_TIMES = _tagged(
-    "time",
-    {
-        "created": f"kube_pod_created {_PENDING} {_GPU_PODS}",
-        "started": f"kube_pod_start_time {_GPU_PODS}",
-        # a GPU pod being deleted: gone by its deletionTimestamp at the latest
-        "deleted": f"max by (uid) (kube_pod_deletion_timestamp) {_GPU_PODS}",
-        # a GPU pod finished (Succeeded, Failed) on a node the read does not show (its
-        # KSM shard down, the pod's up): not a holder of the node kept as last read
-        # (last_seen); no series while every GPU node is read
-        "finished": (
-            "max by (namespace, pod, uid) "
-            '(kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1) '
-            f"and on (uid) ({_GPU_REQUESTS} unless on (node) {_ALLOCATABLE})"
-        ),
-    },
+# a pending GPU pod's creation, a GPU pod's start, and a GPU pod being deleted (gone by
+# its deletionTimestamp at the latest): the GPU filter once for the three
+POD_TIMES = (
+    "("
+    + _tagged(
+        "time",
+        {
+            "created": f"kube_pod_created {_PENDING}",
+            "started": "kube_pod_start_time",
+            "deleted": "max by (uid) (kube_pod_deletion_timestamp)",
+        },
+    )
+    + f") {_GPU_PODS} or "
+    # a GPU pod finished (Succeeded, Failed) on a node the read does not show (its KSM
+    # shard down, the pod's up): not a holder of the node kept as last read
+    # (last_seen); no series while every GPU node is read
+    + _tagged(
+        "time",
+        {
+            "finished": (
+                "max by (namespace, pod, uid) "
+                '(kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1) '
+                f"and on (uid) ({_GPU_REQUESTS} unless on (node) {_ALLOCATABLE})"
+            ),
+        },
+    )
 )
-POD_META = _tagged(
-    "meta",
-    {
-        "info": f"kube_pod_info {_PENDING} {_GPU_PODS}",
-        "nodeselectors": f"kube_pod_nodeselectors {_PENDING} {_GPU_PODS}",
-        # one series per toleration whatever the number of KSM replicas
-        "tolerations": (
-            f"max by (uid, key, operator, value, effect) (kube_pod_tolerations) "
-            f"{_PENDING} {_GPU_PODS}"
-        ),
-        # every GPU pod's owners and restart policy: whether a holder ends with its
-        # run, and which holders are one job's (``_release``)
-        "owner": f"max by (uid, owner_kind, owner_name, owner_is_controller) (kube_pod_owner) {_GPU_PODS}",
-        "restart_policy": f"max by (uid, type) (kube_pod_restart_policy) {_GPU_PODS}",
-        # GPU pods their scheduling gates hold (KSM 2.19 and later; before 2.20 a 0
-        # series for every other pod), not replayed (``PendingPod.gated``). A gated pod
-        # is Pending (gates are set at creation and only removed, and a pod is bound
-        # once they are all gone): no phase join, which would only add to its cost
-        "gated": (
-            f'max by (uid) (kube_pod_status_reason{{reason="SchedulingGated"}} == 1) {_GPU_PODS}'
-        ),
-    },
+# the pending GPU pods' priority class, node selectors and tolerations (one series per
+# toleration whatever the number of KSM replicas); every GPU pod's owners and restart
+# policy: whether a holder ends with its run, and which holders are one job's
+# (``_release``); GPU pods their scheduling gates hold (KSM 2.19 and later; before
+# 2.20 a 0 series for every other pod), not replayed (``PendingPod.gated``). A gated
+# pod is Pending (gates are set at creation and only removed, and a pod is bound once
+# they are all gone): no phase join, which would only add to its cost. The GPU filter
+# once for all of them
+POD_META = (
+    "(("
+    + _tagged(
+        "meta",
+        {
+            "info": "kube_pod_info",
+            "nodeselectors": "kube_pod_nodeselectors",
+            "tolerations": "max by (uid, key, operator, value, effect) (kube_pod_tolerations)",
+        },
+    )
+    + f") {_PENDING} or "
+    + _tagged(
+        "meta",
+        {
+            "owner": "max by (uid, owner_kind, owner_name, owner_is_controller) (kube_pod_owner)",
+            "restart_policy": "max by (uid, type) (kube_pod_restart_policy)",
+            "gated": 'max by (uid) (kube_pod_status_reason{reason="SchedulingGated"} == 1)',
+        },
+    )
+    + f") {_GPU_PODS}"
 )
 # GPU units per node, with the GPU feature discovery labels when KSM exposes them
 _NODE_UNITS = f"max by (node, resource) ({_ALLOCATABLE})"
@@ -321,19 +346,22 @@ NODE_CAPACITY = (
 )
 # GPU nodes that take no new pod: cordoned, or not Ready; and GPU nodes' taints that keep
 # off pods not tolerating them (tagged ``state``)
-NODE_STATE = _tagged(
-    "state",
-    {
-        "cordoned": f"max by (node) (kube_node_spec_unschedulable) == 1 {_GPU_NODES}",
-        "not_ready": (
-            'max by (node) (kube_node_status_condition{condition="Ready",status="true"}) == 0 '
-            + _GPU_NODES
-        ),
-        "taint": (
-            "max by (node, key, value, effect) "
-            f'(kube_node_spec_taint{{effect=~"NoSchedule|NoExecute"}}) {_GPU_NODES}'
-        ),
-    },
+NODE_STATE = (
+    "("
+    + _tagged(
+        "state",
+        {
+            "cordoned": "max by (node) (kube_node_spec_unschedulable) == 1",
+            "not_ready": (
+                'max by (node) (kube_node_status_condition{condition="Ready",status="true"}) == 0'
+            ),
+            "taint": (
+                "max by (node, key, value, effect) "
+                '(kube_node_spec_taint{effect=~"NoSchedule|NoExecute"})'
+            ),
+        },
+    )
+    + f") {_GPU_NODES}"
 )
 # GPU nodes' labels for the pending pods' nodeSelector keys beyond the GPU type
 # (``_node_labels``, ``_selections``): only those keys (``node_labels_query``), asked in a
@@ -384,20 +412,23 @@ _ARRIVAL_REQUEST = (
     "or label_replace(max by (namespace, pod, uid, resource) "
     f'(last_over_time({_INIT_REQ}[{{arrivals}}])), "part", "init", "", ""))'
 )
-ARRIVALS = _tagged(
-    "arrival",
-    {
-        "request": f"{_ARRIVAL_REQUEST} and on (uid) {_CREATED_IN_WINDOW}",
-        "tolerations": (
-            "max by (uid, key, operator, value, effect) "
-            f"(last_over_time(kube_pod_tolerations[{{arrivals}}])) {_GPU_IN_WINDOW}"
-        ),
-        "nodeselectors": (
-            "max by (uid, nodeselector_nvidia_com_gpu_product) (last_over_time("
-            'kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product!=""}[{arrivals}])) '
-            f"{_GPU_IN_WINDOW}"
-        ),
-    },
+ARRIVALS = (
+    _tagged("arrival", {"request": f"{_ARRIVAL_REQUEST} and on (uid) {_CREATED_IN_WINDOW}"})
+    + " or ("
+    + _tagged(
+        "arrival",
+        {
+            "tolerations": (
+                "max by (uid, key, operator, value, effect) "
+                "(last_over_time(kube_pod_tolerations[{arrivals}]))"
+            ),
+            "nodeselectors": (
+                "max by (uid, nodeselector_nvidia_com_gpu_product) (last_over_time("
+                'kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product!=""}[{arrivals}]))'
+            ),
+        },
+    )
+    + f") {_GPU_IN_WINDOW}"
 )
 # Where KSM exports no ``kube_pod_created`` at all (OpenShift): the GPU pods first seen
 # in the arrival window, with their requests as ``ARRIVALS`` reads them (tagged
