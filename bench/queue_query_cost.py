@@ -10,8 +10,9 @@ that give the arrival rates (``kube_state.ARRIVALS_SEEN``). This prints, on a cl
 of ``--pods`` pods (``--gpu-share`` of them asking for a GPU, ``--pending-share`` of
 those pending) backfilled over ``--minutes`` into a real Prometheus:
 
-* with ``kube_pod_created`` (the usual cluster): the folded query, and that no second
-  round is asked;
+* with ``kube_pod_created`` (the usual cluster): the folded query (queries, when
+  ``--gpu-resource`` names are many and long: ``kube_state.batches``), its length, and
+  that no second round is asked;
 * without it (OpenShift): the folded query, the second round naming the pods by uid,
   each of its parts alone, and, as the peer in the same run, the first-seen subquery
   over every pending pod of the cluster (what the second round asks when naming
@@ -22,6 +23,7 @@ folded query of the same cluster (machines here are shared: ratios move less).
 
     python bench/queue_query_cost.py                 # 5,000 pods, 60 min (~1 min)
     python bench/queue_query_cost.py --pods 20000
+    python bench/queue_query_cost.py --gpu-resource example.com/a100-shared ...
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,15 +113,22 @@ def openmetrics(pods: list[Pod], minutes: int, created: bool, now: float) -> str
     return "\n".join(out) + "\n"
 
 
-def first_round(url: str, at: float) -> tuple[str, dict[str, list[Sample]]]:
-    """The folded queue query, and its answer by part (as the cycle unfolds it)."""
-    folded = queries.fold({n: kube_state.render(t, 3600) for n, t in kube_state.QUERIES.items()})
+def first_round(
+    url: str, at: float, gpu_resources: Sequence[str] = ()
+) -> tuple[list[str], dict[str, list[Sample]]]:
+    """The queue's first round as the cycle sends it (``kube_state.batches``: one folded
+    query, several where the site's own ``gpu_resources`` are many and long), and its
+    answer by part (as the cycle unfolds it)."""
+    parts = kube_state.rendered(kube_state.QUERIES, 3600, gpu_resources)
+    batches = kube_state.batches(parts, queries.fold, queries.MAX_QUERY_CHARS)
     client = PromClient(url, timeout_seconds=300, max_response_bytes=1 << 30)
+    samples: dict[str, list[Sample]] = {}
     try:
-        samples = client.instant(folded, at)
+        for batch in batches:
+            samples.update(queries.unfold(client.instant(queries.fold(batch), at), batch))
     finally:
         client.close()
-    return folded, queries.unfold(samples, kube_state.QUERIES)
+    return [queries.fold(batch) for batch in batches], samples
 
 
 def timed(url: str, query: str, at: float, repeat: int) -> tuple[float, int]:
@@ -145,12 +155,15 @@ def run(args: argparse.Namespace, created: bool) -> None:
         om.write_text(openmetrics(pods, args.minutes, created, now))
         prom = start_prometheus([], data_dir=Path(tmp) / "prom", backfill_files=[om])
         try:
-            folded, samples = first_round(prom.url, now)
-            base, _ = timed(prom.url, folded, now, args.repeat)
+            folded, samples = first_round(prom.url, now, args.gpu_resources)
+            base = sum(timed(prom.url, query, now, args.repeat)[0] for query in folded)
             second = kube_state.second_round(samples)
             kind = "with kube_pod_created" if created else "without kube_pod_created (OpenShift)"
             print(f"\n{args.pods} pods, {kind}:")
-            print(f"  folded queue query        {base * 1000:8.1f} ms")
+            print(
+                f"  folded queue query        {base * 1000:8.1f} ms  ({len(folded)} "
+                f"quer{'y' if len(folded) == 1 else 'ies'}, {sum(map(len, folded)):,} characters)"
+            )
             if not second:
                 print("  second round              not asked")
                 return
@@ -184,6 +197,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pending-share", type=float, default=0.3)
     parser.add_argument("--minutes", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument(
+        "--gpu-resource",
+        dest="gpu_resources",
+        action="append",
+        default=[],
+        help="a site's own GPU resource name (the forecaster's --pending.gpu-resource)",
+    )
     args = parser.parse_args(argv)
     for created in (True, False):
         run(args, created)

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from gpu_eta.common.listen import parse_listen_address as common_listen_address
 from gpu_eta.common.text import without_credentials
+from gpu_eta.forecaster import kube_state, queries
 from gpu_eta.forecaster.errors import ForecasterError
 from gpu_eta.forecaster.pending import PendingSettings
 from gpu_eta.forecaster.secret_file import SecretFile
@@ -148,6 +149,32 @@ class Config:
                 f"--model.refit-interval must be >= 0, got {self.cycle.refit_seconds}"
             )
         parse_listen_address(self.listen_address)
+        check_gpu_resources(self.cycle.pending)
+
+
+def check_gpu_resources(pending: PendingSettings) -> None:
+    """``ConfigError`` naming ``--pending.gpu-resource`` when the names given make some
+    part of the GPU queue's queries longer than one query may be
+    (``kube_state.batches``): refused at start rather than the queue left unpredicted
+    each cycle. Every first-round part and the second round's ``ARRIVALS_SEEN`` hold
+    the names; the node labels' and first-seen parts hold them once and are bounded by
+    the pods' keys and uids (``kube_state.pending_since_query``)."""
+    if not pending.enabled:
+        return
+    parts = {**kube_state.QUERIES, kube_state.ARRIVALS_SEEN_PART: kube_state.ARRIVALS_SEEN}
+    try:
+        kube_state.batches(
+            kube_state.rendered(parts, pending.arrivals_seconds, pending.gpu_resources),
+            queries.fold,
+            queries.MAX_QUERY_CHARS,
+        )
+    except kube_state.QueryTooLong as err:
+        raise ConfigError(
+            f"--pending.gpu-resource: with these {len(pending.gpu_resources)} names "
+            f"{err} (every GPU matcher of the GPU queue's queries holds them): give "
+            "fewer or shorter names; MIG profiles need none (nvidia.com/mig-* is read "
+            "already)"
+        ) from None
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:

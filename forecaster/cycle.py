@@ -473,35 +473,26 @@ class Cycle:
         ps = self.settings.pending
         if not ps.enabled:
             return None
-        folded = queries.fold(
-            {
-                name: kube_state.render(tpl, ps.arrivals_seconds, ps.gpu_resources)
-                for name, tpl in queries.PENDING.items()
-            }
-        )
         said: list[str] = []
         try:
-            answer = self.client.instant(folded, at=now, warnings=said)
-            samples = queries.unfold(answer, queries.PENDING)
+            samples = self._ask_queue(queries.PENDING, now, said)
             # what the pods' answers call for (a second query, only when some pod
             # selects a node label beyond the GPU type or lacks kube_pod_created: with
             # it for none, the arrivals too)
             second = kube_state.second_round(samples)
             if second:
-                answer = self.client.instant(
-                    queries.fold(
-                        {
-                            name: kube_state.render(tpl, ps.arrivals_seconds, ps.gpu_resources)
-                            for name, tpl in second.items()
-                        }
-                    ),
-                    at=now,
-                    warnings=said,
-                )
-                samples.update(queries.unfold(answer, second))
+                samples.update(self._ask_queue(second, now, said))
         except PromQueryError as err:  # refused on this cluster's data: not Prometheus away
             errors["pending_failed"] += 1
             log.warning("pending-pod queries refused by the server on its data: %s", err)
+            return None
+        except kube_state.QueryTooLong as err:  # not sent: no server takes it
+            errors["pending_failed"] += 1
+            log.warning(
+                "pending-pod queries not sent: %s (fewer or shorter --pending.gpu-resource "
+                "names make the queue's queries shorter)",
+                err,
+            )
             return None
         self._log_queue_partial(said, read_partial)
         try:
@@ -527,6 +518,21 @@ class Cycle:
             errors["pending_failed"] += 1
             log.warning("pending-pod prediction failed: %s", err)
             return None
+
+    def _ask_queue(
+        self, parts: Mapping[str, str], now: float, said: list[str]
+    ) -> dict[str, list[Sample]]:
+        """The queue's ``parts`` (``kube_state`` templates) answered by name, asked folded
+        in as few queries of at most ``queries.MAX_QUERY_CHARS`` as they fit in
+        (``kube_state.batches``): one, unless the site's own GPU resource names are many
+        and long (every GPU matcher of every part holds them)."""
+        ps = self.settings.pending
+        parts = kube_state.rendered(parts, ps.arrivals_seconds, ps.gpu_resources)
+        samples: dict[str, list[Sample]] = {}
+        for batch in kube_state.batches(parts, queries.fold, queries.MAX_QUERY_CHARS):
+            answer = self.client.instant(queries.fold(batch), at=now, warnings=said)
+            samples.update(queries.unfold(answer, batch))
+        return samples
 
     def _log_kept(self, kept: Kept, now: float) -> None:
         """One WARNING when GPU nodes that were open when last read go missing from the

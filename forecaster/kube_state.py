@@ -167,10 +167,12 @@ docs/metrics/cluster/node-metrics.md upstream):
 
 Every query covers all pods at once, so the number of queries per cycle is fixed
 whatever the number of pods: the cycle sends the ``QUERIES`` folded into one
-(``gpu_eta.forecaster.queries.fold``), then, only when their answers call for it, the
-``second_round`` folded into one more (the node labels pending pods select beyond the
-GPU type, when pods without ``kube_pod_created`` were first seen Pending, and where KSM
-exports it for no pod, the GPU pods first seen in the arrival window). The reads of
+(``gpu_eta.forecaster.queries.fold``; into as few as fit ``queries.MAX_QUERY_CHARS``
+each where the site's own GPU resource names are many and long: ``batches``), then,
+only when their answers call for it, the ``second_round`` folded into one more (the
+node labels pending pods select beyond the GPU type, when pods without
+``kube_pod_created`` were first seen Pending, and where KSM exports it for no pod, the
+GPU pods first seen in the arrival window). The reads of
 pods' times, metadata and arrivals are limited to pods that ask for a GPU resource
 above 0 (``nvidia.com/gpu: 0`` asks for none); the requests themselves (``PODS``,
 ``INIT_REQUESTS``, the arrivals' requests) are read as KSM exports them, 0 and invalid
@@ -197,6 +199,7 @@ from gpu_eta.common.gpu_resources import (
     ksm_gpu_resources,
     ksm_resource_regex,
 )
+from gpu_eta.common.k8s_names import ksm_label
 from gpu_eta.forecaster.queue_replay import (
     EFFECTS,
     OPERATORS,
@@ -219,7 +222,7 @@ T = TypeVar("T")
 # (``common.gpu_resources.KSM_GPU_RESOURCES``) and the site's own (``render``). Each
 # holds it as few times as it can (the GPU filters are applied once to a union of
 # tagged series, not to each): a site's own names are written in every place it
-# stands, and the first round must stay within ``queries.MAX_QUERY_CHARS``
+# stands, and the first round must stay within ``queries.MAX_QUERY_CHARS`` (``batches``)
 _REQ = 'kube_pod_container_resource_requests{resource=~"{gpu_resources}"}'
 _INIT_REQ = 'kube_pod_init_container_resource_requests{resource=~"{gpu_resources}"}'
 # pods asking a GPU: a request above 0, app or init container (KSM exports
@@ -515,13 +518,80 @@ _RESOURCE = re.compile(KSM_GPU_RESOURCES)  # fullmatch: the queries' own regex
 def render(template: str, arrivals_seconds: float, gpu_resources: Sequence[str] = ()) -> str:
     """Fill a query's arrival window and its GPU resources: the built-in ones and
     ``gpu_resources``, the site's own (Kubernetes names, ``--pending.gpu-resource``;
-    ``common.gpu_resources.ksm_resource_regex``)."""
+    ``common.gpu_resources.ksm_resource_regex``), those the built-in regex matches
+    already left out (``beyond_built_in``)."""
     seconds = max(1, round(arrivals_seconds))
     return (
         template.replace("{arrivals}", f"{seconds}s")
         .replace("{arrivals_seconds}", str(seconds))
-        .replace("{gpu_resources}", ksm_resource_regex(gpu_resources))
+        .replace("{gpu_resources}", ksm_resource_regex(beyond_built_in(gpu_resources)))
     )
+
+
+def beyond_built_in(gpu_resources: Sequence[str]) -> tuple[str, ...]:
+    """``gpu_resources`` (Kubernetes names) but those the built-in regex matches in KSM's
+    spelling (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, every ``nvidia.com/mig-*``).
+
+    Why: a site with MIG nodes tends to list its profiles (``nvidia.com/mig-1g.10gb``,
+    ``nvidia.com/mig-3g.40gb``...) as it lists them to the exporter, and each name
+    written into the regex is written in every GPU matcher of every query: five
+    profiles took the first round from 8,500 characters past 12,000, ten past the
+    16 KiB VictoriaMetrics takes (``-search.maxQueryLen``), and the queue went
+    unpredicted. They match ``nvidia_com_mig_.+`` anyway: the same series are read."""
+    return tuple(name for name in gpu_resources if not _RESOURCE.fullmatch(ksm_label(name)))
+
+
+def rendered(
+    templates: Mapping[str, str], arrivals_seconds: float, gpu_resources: Sequence[str] = ()
+) -> dict[str, str]:
+    """Each of ``templates`` (by part name) filled by ``render``."""
+    return {name: render(tpl, arrivals_seconds, gpu_resources) for name, tpl in templates.items()}
+
+
+class QueryTooLong(ValueError):
+    """A query part alone makes a folded query longer than the bound (``batches``).
+
+    ``part``: its name; ``chars``: the length of its fold alone; ``limit``: the bound."""
+
+    def __init__(self, part: str, chars: int, limit: int) -> None:
+        super().__init__(
+            f"the query part {part} alone is {chars:,} characters, over the {limit:,} "
+            "one query may take"
+        )
+        self.part = part
+        self.chars = chars
+        self.limit = limit
+
+
+def batches(
+    parts: Mapping[str, str], fold: Callable[[Mapping[str, str]], str], max_chars: int
+) -> list[dict[str, str]]:
+    """``parts`` (rendered, by name) cut, in order, into runs whose ``fold`` (the
+    cycle's ``queries.fold``) is at most ``max_chars`` long: a new run begins where the
+    next part would not fit. One run where all fit (every site whose own GPU resource
+    names are few or short: the first round is one query then). ``QueryTooLong`` for a
+    part that does not fit alone (the site's names too many or too long: raised before
+    any query is sent, the CLI refuses such names at start, ``config.Config``).
+
+    Why cut rather than send one query however long: VictoriaMetrics refuses a query
+    over 16 KiB (``-search.maxQueryLen``), and every other read keeps to
+    ``queries.MAX_QUERY_CHARS``. Each part is asked whole in one query, so its answer
+    is the one it has folded with the others (``queries.unfold`` by its name)."""
+    out: list[dict[str, str]] = []
+    run: dict[str, str] = {}
+    for name, expr in parts.items():
+        if run and len(fold({**run, name: expr})) <= max_chars:
+            run[name] = expr
+            continue
+        chars = len(fold({name: expr}))
+        if chars > max_chars:
+            raise QueryTooLong(name, chars, max_chars)
+        if run:
+            out.append(run)
+        run = {name: expr}
+    if run:
+        out.append(run)
+    return out
 
 
 def selector_keys(samples: Mapping[str, Sequence[Sample]]) -> tuple[str, ...]:

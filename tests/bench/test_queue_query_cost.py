@@ -1,7 +1,8 @@
 """bench/queue_query_cost.py measures what it says: on its drawn cluster, backfilled
 into a real Prometheus, the second round names exactly the pending GPU pods (those
 without ``kube_pod_created``), asks for the GPU pods first seen in the arrival window
-with them, and is not asked when every pod has the series."""
+with them, and is not asked when every pod has the series; a site's many long GPU
+resource names cut the first round into several queries answering the same."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import time
 
 import pytest
 
-from gpu_eta.forecaster import kube_state
+from gpu_eta.forecaster import kube_state, queries
+from gpu_eta.forecaster.series import Sample
 from tests.bench.bench_module import load_bench
 
 qc = load_bench("queue_query_cost")
@@ -25,7 +27,7 @@ def test_the_second_round_names_the_pending_gpu_pods_without_created(
     om = tmp_path / "ksm.om"
     om.write_text(qc.openmetrics(pods, 10, created, now))
     prom = prometheus_factory([], backfill_files=[om])
-    _folded, samples = qc.first_round(prom.url, now)
+    one, samples = qc.first_round(prom.url, now)
     waiting = {p.ids["uid"] for p in pods if p.gpu and not p.node and p.born <= now - 60}
     assert len(waiting) > 10
     # every pending GPU pod is read, created or not
@@ -35,6 +37,24 @@ def test_the_second_round_names_the_pending_gpu_pods_without_created(
     second = kube_state.second_round(samples)
     if created:
         assert second == {}
+        # a site's 32 long own names: the first round in several queries, the same answers
+        long = [
+            f"example-gpu-vendor.cluster.local/a100-80gb-shared-pool-{i:02d}" for i in range(32)
+        ]
+        folded, more = qc.first_round(prom.url, now, long)
+        assert len(one) == 1 < len(folded) and max(map(len, folded)) <= queries.MAX_QUERY_CHARS
+        assert _answers(more) == _answers(samples)
     else:
         assert list(second) == [kube_state.PENDING_SINCE_PART, kube_state.ARRIVALS_SEEN_PART]
         assert kube_state.uncreated(samples) == tuple(sorted(waiting))
+
+
+def _answers(samples: dict[str, list[Sample]]) -> dict[str, list[tuple]]:
+    """Each part's answer, sorted, without the fold's tag."""
+    return {
+        name: sorted(
+            (sorted((k, v) for k, v in s.labels.items() if k != queries.TAG), s.value)
+            for s in answer
+        )
+        for name, answer in samples.items()
+    }

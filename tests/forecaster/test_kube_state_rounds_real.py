@@ -49,6 +49,11 @@ GPU_RESOURCES = (
     "nvidia.com/mig-4g.40gb",
     "nvidia.com/mig-7g.80gb",
 )
+# more of the site's own, long (a vendor's domain): the first round then takes several
+# queries; none is a resource of the history, so the answers stay the same
+LONG_NAMES = tuple(
+    f"example-gpu-vendor.cluster.local/a100-80gb-shared-replica-pool-{i:02d}" for i in range(26)
+)
 TAINT = ("nvidia.com/gpu", "present", "NoSchedule")
 
 NODES = [
@@ -199,27 +204,36 @@ def history(created: bool) -> str:
     return "\n".join(out) + "\n"
 
 
-def _render(parts: Mapping[str, str]) -> dict[str, str]:
-    return {
-        name: kube_state.render(tpl, ARRIVALS_SECONDS, GPU_RESOURCES) for name, tpl in parts.items()
-    }
+def _ask(
+    client: PromClient, parts: Mapping[str, str], gpu_resources: Sequence[str]
+) -> tuple[dict[str, list[Sample]], list[int]]:
+    """``parts`` (templates) answered as the cycle asks them (``Cycle._ask_queue``:
+    folded in as few queries within ``queries.MAX_QUERY_CHARS`` as they fit), and the
+    length of each query sent."""
+    out: dict[str, list[Sample]] = {}
+    lengths = []
+    for batch in kube_state.batches(
+        kube_state.rendered(parts, ARRIVALS_SECONDS, gpu_resources),
+        queries.fold,
+        queries.MAX_QUERY_CHARS,
+    ):
+        folded = queries.fold(batch)
+        out.update(queries.unfold(client.instant(folded, at=AT), batch))
+        lengths.append(len(folded))
+    return out, lengths
 
 
-def _ask(client: PromClient, parts: Mapping[str, str]) -> tuple[dict[str, list[Sample]], int]:
-    """``parts`` (templates) answered as the cycle asks them; the longest query sent."""
-    folded = queries.fold(_render(parts))
-    return queries.unfold(client.instant(folded, at=AT), parts), len(folded)
-
-
-def read_queue(client: PromClient) -> tuple[dict[str, list[Sample]], int]:
-    """Both rounds' answers by part, and the longest query sent."""
-    samples, longest = _ask(client, kube_state.QUERIES)
+def read_queue(
+    client: PromClient, gpu_resources: Sequence[str] = GPU_RESOURCES
+) -> tuple[dict[str, list[Sample]], list[int], list[int]]:
+    """Both rounds' answers by part, and the length of each query of each round."""
+    samples, first = _ask(client, kube_state.QUERIES, gpu_resources)
     second = kube_state.second_round(samples)
+    lengths: list[int] = []
     if second:
-        more, length = _ask(client, second)
+        more, lengths = _ask(client, second, gpu_resources)
         samples.update(more)
-        longest = max(longest, length)
-    return samples, longest
+    return samples, first, lengths
 
 
 def as_json(samples: Mapping[str, Iterable[Sample]]) -> dict[str, list[list]]:
@@ -238,19 +252,9 @@ def _normal(data: Sequence) -> list:
     return json.loads(json.dumps(data))
 
 
-@pytest.mark.parametrize("created", [True, False], ids=["created", "no-created"])
-def test_the_queue_reads_answer_as_the_one_query_read_did(
-    prometheus_factory, tmp_path: Path, created: bool
-) -> None:
-    om = tmp_path / "ksm.om"
-    om.write_text(history(created))
-    prom = prometheus_factory([], backfill_files=[om], retention="100y")
-    client = PromClient(prom.url)
-    try:
-        samples, _longest = read_queue(client)
-    finally:
-        client.close()
-    got = as_json(samples)
+def check_answers(got: Mapping[str, list], created: bool) -> None:
+    """``got`` (``as_json``) is the golden answer of the history ``created`` or not;
+    ``GPU_ETA_UPDATE_GOLDEN=1`` writes it instead."""
     key = "created" if created else "no_created"
     if os.environ.get("GPU_ETA_UPDATE_GOLDEN"):
         golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
@@ -258,18 +262,39 @@ def test_the_queue_reads_answer_as_the_one_query_read_did(
         GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
     want = json.loads(GOLDEN.read_text())[key]
     assert _normal(got) == want
+
+
+@pytest.mark.parametrize("created", [True, False], ids=["created", "no-created"])
+@pytest.mark.parametrize("names", ["given", "long"])
+def test_the_queue_reads_answer_as_the_one_query_read_did(
+    prometheus_factory, tmp_path: Path, created: bool, names: str
+) -> None:
+    """The answers are the golden ones, the site's names given as in ``GPU_RESOURCES``
+    (the first round one query) or with 26 long names more (in several)."""
+    resources = GPU_RESOURCES if names == "given" else (*GPU_RESOURCES, *LONG_NAMES)
+    om = tmp_path / "ksm.om"
+    om.write_text(history(created))
+    prom = prometheus_factory([], backfill_files=[om], retention="100y")
+    client = PromClient(prom.url)
+    try:
+        samples, first, second = read_queue(client, resources)
+    finally:
+        client.close()
+    assert max(first + second) <= queries.MAX_QUERY_CHARS
+    assert len(first) == (1 if names == "given" else 4) and len(second) == 1
+    got = as_json(samples)
+    if names == "given":
+        check_answers(got, created)
+    else:
+        assert (
+            _normal(got) == json.loads(GOLDEN.read_text())["created" if created else "no_created"]
+        )
     # the history holds what each part is for: no part answers empty by mistake
-    second = (
-        {kube_state.NODE_LABELS_PART}
-        if created
-        else {
-            kube_state.NODE_LABELS_PART,
-            kube_state.PENDING_SINCE_PART,
-            kube_state.ARRIVALS_SEEN_PART,
-        }
-    )
-    assert {name for name, answer in got.items() if answer} == {*kube_state.QUERIES, *second}
-    queue = kube_state.parse(samples, AT, {}, {"high": 1000}, ARRIVALS_SECONDS, GPU_RESOURCES)
+    asked = {kube_state.NODE_LABELS_PART}
+    if not created:
+        asked |= {kube_state.PENDING_SINCE_PART, kube_state.ARRIVALS_SEEN_PART}
+    assert {name for name, answer in got.items() if answer} == {*kube_state.QUERIES, *asked}
+    queue = kube_state.parse(samples, AT, {}, {"high": 1000}, ARRIVALS_SECONDS, resources)
     assert {p.pod for p in queue.pending} == {
         "wants-a",
         "wants-3g",

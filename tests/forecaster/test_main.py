@@ -97,6 +97,16 @@ def test_no_subcommand_is_usage(capsys) -> None:
             ["once", *[f"--pending.gpu-resource=example.com/g{i}" for i in range(33)]],
             "--pending.gpu-resource: at most 32 resource names, got 33",
         ),
+        (  # 32 names too long for one part of the queue's queries (docs/pending.md)
+            [
+                "once",
+                *[
+                    f"--pending.gpu-resource={'d' * 60}.example.com/{'n' * 60}{i}"
+                    for i in range(32)
+                ],
+            ],
+            "--pending.gpu-resource: with these 32 names the query part ksm_",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv, message, capsys) -> None:

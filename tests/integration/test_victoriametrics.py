@@ -315,3 +315,102 @@ def test_a_changed_start_is_answered_by_started_again(tmp_path, victoria_factory
     """queries.STARTED_AGAIN on VictoriaMetrics (MetricsQL keeps or drops metric names
     otherwise than PromQL: the ``and`` must still match)."""
     fp.check_started_again(tmp_path, victoria_factory)
+
+
+# what a site with A100 40 GB and 80 GB MIG nodes lists to --pending.gpu-resource, as
+# it lists them to the exporter
+MIG_PROFILES = tuple(
+    f"nvidia.com/mig-{p}"
+    for p in (
+        *("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+        *("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+    )
+)
+
+
+def test_a_mig_sites_queue_is_predicted_with_its_profiles_named(tmp_path: Path) -> None:
+    """A MIG site naming its ten profiles with ``--pending.gpu-resource``: each name was
+    written into every GPU matcher of the queue's folded query (16,961 characters), which
+    VictoriaMetrics refuses (HTTP 422, ``-search.maxQueryLen=16384`` by default), so the
+    queue went unpredicted every cycle (``pending_failed``). The built-in regex matches
+    every profile already (``kube_state.beyond_built_in``)."""
+    from gpu_eta.common.metrics_http import TEXT_FORMAT, MetricsServer
+    from gpu_eta.forecaster.config import CycleSettings
+    from gpu_eta.forecaster.cycle import Cycle
+    from gpu_eta.forecaster.history import HistoryStore
+    from gpu_eta.forecaster.pending import PendingSettings
+    from gpu_eta.forecaster.promapi import PromClient
+    from gpu_eta.simulation.ksm import KsmNode, KsmPod, exposition
+
+    small, big = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
+    product = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    now = time.time()
+    nodes = [KsmNode("mig-a", {small: 7}, product), KsmNode("mig-b", {big: 2}, product)]
+    pods = [
+        KsmPod("ml", "slice", "u1", "Running", now - 900, {small: 1}, node="mig-a"),
+        KsmPod("ml", "wants-1g", "u2", "Pending", now - 60, {small: 2}),
+        KsmPod("ml", "wants-3g", "u3", "Pending", now - 30, {big: 1}),
+        KsmPod("ml", "too-big", "u4", "Pending", now - 20, {big: 3}),
+    ]
+    text = exposition(nodes, pods).encode()
+    ksm = MetricsServer("127.0.0.1", 0, lambda _accept: (text, TEXT_FORMAT)).serve()
+    vm = start_victoriametrics(
+        [ScrapeJob("kube-state-metrics", [f"127.0.0.1:{ksm.port}"])], data_dir=tmp_path / "vm"
+    )
+    client = PromClient(vm.url)
+    store = HistoryStore.open(tmp_path / "h.sqlite")
+    try:
+        vm.wait_for('kube_pod_status_phase{phase="Pending"} == 1', min_results=3)
+        settings = CycleSettings(
+            refit_seconds=0, pending=PendingSettings(gpu_resources=MIG_PROFILES)
+        )
+        fs = Cycle(client, store, settings).run()
+    finally:
+        store.close()
+        client.close()
+        vm.stop()
+        ksm.stop()
+    assert not fs.job_errors.get("pending_failed")
+    assert fs.pending is not None
+    by = {p.pod: p.prediction for p in fs.pending.pods}
+    assert by["too-big"].status == "never_fits"
+    for pod in ("wants-1g", "wants-3g"):  # free slices of their profile: now
+        assert by[pod].status == "predicted" and by[pod].starts is not None
+        assert by[pod].starts[1] <= time.time() + 1
+
+
+@pytest.mark.parametrize("created", [True, False], ids=["created", "no-created"])
+def test_the_queue_reads_answer_as_on_prometheus(tmp_path: Path, created: bool) -> None:
+    """The GPU queue's queries, first round cut into several by long site names, on the
+    KSM history ``test_kube_state_rounds_real`` backfills into Prometheus: the same
+    answers as Prometheus gave (its golden file). But for the first-seen subquery of
+    pods pending longer than the window, which VictoriaMetrics starts one 1 min step
+    later than Prometheus (its subquery steps exclude the window's start): within a
+    step."""
+    import json
+
+    from gpu_eta.forecaster import kube_state, queries
+    from gpu_eta.forecaster.promapi import PromClient
+    from tests.forecaster import test_kube_state_rounds_real as rounds
+
+    om = tmp_path / "ksm.om"
+    om.write_text(rounds.history(created))
+    vm = loaded_victoria(om, tmp_path)
+    client = PromClient(vm.url)
+    try:
+        names = (*rounds.GPU_RESOURCES, *rounds.LONG_NAMES)
+        samples, first, second = rounds.read_queue(client, names)
+    finally:
+        client.close()
+        vm.stop()
+    assert len(first) > 1 and max(first + second) <= queries.MAX_QUERY_CHARS
+    got = rounds._normal(rounds.as_json(samples))
+    want = json.loads(rounds.GOLDEN.read_text())["created" if created else "no_created"]
+    since = kube_state.PENDING_SINCE_PART
+    assert {k: v for k, v in got.items() if k != since} == {
+        k: v for k, v in want.items() if k != since
+    }
+    step = {labels[0][1]: value for labels, value in want.get(since, [])}
+    assert len(got.get(since, [])) == len(step)
+    for labels, value in got.get(since, []):
+        assert 0 <= value - step[labels[0][1]] <= 60
