@@ -67,102 +67,44 @@ NODES = [
 ]
 _TOLERATE = (KsmToleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
 _START = AT - HISTORY_SECONDS + 60  # the first sample's time
+
+
+def _running(pod: str, requests: dict[str, int], node: str, started: float, **more) -> KsmPod:
+    """A pod of namespace ml (uid ``u-<pod>``) Running on ``node`` since ``started``,
+    created at the history's start unless ``created`` says otherwise."""
+    created = more.pop("created", _START)
+    return KsmPod("ml", pod, f"u-{pod}", "Running", created, requests, node=node,
+                  start_time=started, **more)  # fmt: skip
+
+
+def _pending(pod: str, created: float, requests: dict[str, int], **more) -> KsmPod:
+    """A pod of namespace ml (uid ``u-<pod>``) Pending since ``created``."""
+    return KsmPod("ml", pod, f"u-{pod}", "Pending", created, requests, **more)
+
+
+# fmt: off
 PODS = [
-    KsmPod(
-        "ml",
-        "train",
-        "u-train",
-        "Running",
-        _START,
-        {GPU: 4},
-        node="a100",
-        start_time=_START + 30,
-        tolerations=_TOLERATE,
-    ),
-    KsmPod(
-        "ml",
-        "cancelled",
-        "u-cancelled",
-        "Running",
-        _START,
-        {GPU: 2},
-        node="a100",
-        start_time=_START + 40,
-        tolerations=_TOLERATE,
-    ),
-    KsmPod(
-        "hub",
-        "jupyter-ann",
-        "u-nb",
-        "Running",
-        _START,
-        {SHARED: 1},
-        node="shared",
-        start_time=_START + 20,
-        owner_kind="<none>",
-        restart_policy="Always",
-    ),
-    KsmPod(
-        "ml",
-        "slice",
-        "u-slice",
-        "Running",
-        _START,
-        {MIG_1G: 1},
-        node="mig",
-        start_time=_START + 20,
-        init_containers={"fetch": {MIG_1G: 1}, "proxy": {MIG_1G: 1}},
-        sidecars=("proxy",),
-    ),
-    KsmPod(
-        "ml",
-        "wants-a",
-        "u-wants-a",
-        "Pending",
-        _START + 600,
-        {GPU: 8},
-        node_selector={PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "a"},
-        priority_class="high",
-        tolerations=_TOLERATE,
-    ),
-    KsmPod("ml", "wants-3g", "u-wants-3g", "Pending", _START + 900, {MIG_3G: 1}),
-    KsmPod(
-        "ml",
-        "wants-shared",
-        "u-wants-shared",
-        "Pending",
-        _START + 1200,
-        {SHARED: 2},
-        more_containers={"side": {SHARED: 1}},
-    ),
-    KsmPod("ml", "gated", "u-gated", "Pending", _START + 1500, {GPU: 1}, scheduling_gated=True),
+    _running("train", {GPU: 4}, "a100", _START + 30, tolerations=_TOLERATE),
+    _running("cancelled", {GPU: 2}, "a100", _START + 40, tolerations=_TOLERATE),
+    KsmPod("hub", "jupyter-ann", "u-nb", "Running", _START, {SHARED: 1}, node="shared",
+           start_time=_START + 20, owner_kind="<none>", restart_policy="Always"),
+    _running("slice", {MIG_1G: 1}, "mig", _START + 20,
+             init_containers={"fetch": {MIG_1G: 1}, "proxy": {MIG_1G: 1}}, sidecars=("proxy",)),
+    _pending("wants-a", _START + 600, {GPU: 8}, priority_class="high", tolerations=_TOLERATE,
+             node_selector={PRODUCT: "NVIDIA-A100-SXM4-80GB", "pool": "a"}),
+    _pending("wants-3g", _START + 900, {MIG_3G: 1}),
+    _pending("wants-shared", _START + 1200, {SHARED: 2}, more_containers={"side": {SHARED: 1}}),
+    _pending("gated", _START + 1500, {GPU: 1}, scheduling_gated=True),
     KsmPod("ml", "cpu-profile", "u-zero", "Pending", _START + 1500, {GPU: 0, "cpu": 4}),
     KsmPod("ml", "cpu-only", "u-cpu", "Pending", _START + 1500, {"cpu": 4}),
-    KsmPod(
-        "ml",
-        "done",
-        "u-done",
-        "Succeeded",
-        _START,
-        {GPU: 1},
-        node="gone",
-        start_time=_START + 10,
-    ),
+    KsmPod("ml", "done", "u-done", "Succeeded", _START, {GPU: 1}, node="gone",
+           start_time=_START + 10),
     # created in the arrival window: the arrivals
-    KsmPod(
-        "ml",
-        "new-run",
-        "u-new-run",
-        "Running",
-        AT - 1800,
-        {GPU: 2},
-        node="a100",
-        start_time=AT - 1790,
-        tolerations=_TOLERATE,
-        node_selector={PRODUCT: "NVIDIA-A100-SXM4-80GB"},
-    ),
-    KsmPod("ml", "new-wait", "u-new-wait", "Pending", AT - 600, {MIG_1G: 2}),
+    _running("new-run", {GPU: 2}, "a100", AT - 1790, created=AT - 1800, tolerations=_TOLERATE,
+             node_selector={PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    _pending("new-wait", AT - 600, {MIG_1G: 2}),
 ]
+# fmt: on
 
 
 def _extras() -> str:
